@@ -1,0 +1,55 @@
+// Reading loss logs: a plain "step,loss[,time_s]" CSV, or the shared curves format
+// (run,track,record,step,total_steps,val_loss|train_loss,train_time_s; gzip not supported).
+#pragma once
+
+#include <cstdint>
+#include <istream>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "modelcast/predictor_forecast.h"
+
+namespace modelcast::predictor {
+
+// Thrown for malformed input; what() names the source and 1-based line number.
+class CsvError : public std::runtime_error {
+ public:
+  CsvError(const std::string& source, std::size_t line, const std::string& message);
+  std::size_t line() const { return line_; }
+
+ private:
+  std::size_t line_;
+};
+
+struct LossLog {
+  std::vector<CurvePoint> points;       // strictly increasing steps, finite values
+  std::optional<std::int64_t> total_steps;  // from the curves format
+  bool has_time = false;
+  std::string run, track, record;       // curves format only
+};
+
+struct CsvOptions {
+  std::string run;                  // curves format: run id to select (required there)
+  std::string loss_column = "val_loss";  // curves format: val_loss | train_loss
+  std::size_t min_points = 2;
+};
+
+// Parses either format (detected from the header). Throws CsvError on missing columns,
+// non-numeric/NaN/inf values, steps not strictly increasing, fewer than min_points rows,
+// or an unknown run. Stateless; thread-safe.
+LossLog read_loss_log(std::istream& in, const std::string& source_name, const CsvOptions& options);
+LossLog read_loss_log_file(const std::string& path, const CsvOptions& options);
+
+// Curves-format helper for the benchmark: every run in the file (rows grouped by run).
+// Runs whose steps are not strictly increasing (concatenated restarts) are skipped and
+// their ids returned in skipped_runs.
+struct CurveCollection {
+  std::vector<LossLog> runs;
+  std::vector<std::string> skipped_runs;
+};
+CurveCollection read_curve_collection(std::istream& in, const std::string& source_name,
+                                      const std::string& loss_column);
+
+}  // namespace modelcast::predictor

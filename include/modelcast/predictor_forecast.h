@@ -1,0 +1,90 @@
+// Loss-curve forecasting: an ensemble of parametric learning-curve families fitted
+// by robust non-linear least squares, weighted by back-testing on the observed tail.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace modelcast::predictor {
+
+// One logged point of a training run. time_s is the wall-clock training time at which
+// the step completed (NaN when unknown).
+struct CurvePoint {
+  std::int64_t step = 0;
+  double loss = 0.0;
+  double time_s = std::numeric_limits<double>::quiet_NaN();
+};
+
+// Learning-rate schedule known to the caller, piecewise linear between (step, lr) knots
+// (constant before the first and after the last knot). Any positive scale.
+struct LrSchedule {
+  std::vector<std::int64_t> steps;
+  std::vector<double> lr;
+};
+
+// A curve of a comparable earlier run ("the same job, other seed/record"), as a function of
+// progress = step / total_steps in [0, 1]. time_fraction (optional, same length) is the
+// training time at that progress divided by the run's total training time.
+struct ReferenceCurve {
+  std::vector<double> progress;
+  std::vector<double> loss;
+  std::vector<double> time_fraction;
+};
+
+struct ForecastOptions {
+  // Planned length of the run (the last step that will be logged). Required, > last observed step.
+  std::int64_t total_steps = 0;
+  // Future steps at which the loss will be logged. Empty: continue the observed cadence
+  // (median of the recent step gaps) up to total_steps, which is always included.
+  std::vector<std::int64_t> future_steps;
+  // When set, the families are fitted against the cumulative learning rate (progress made)
+  // instead of the step, and a learning-rate "noise floor" term lets the loss drop when the
+  // rate decays (see anneal_drop).
+  std::optional<LrSchedule> lr_schedule;
+  // Loss drop expected when the rate anneals from its peak to zero (loss units). NaN: fitted
+  // from the prefix when it already contains decay, otherwise taken from the reference curve
+  // when one is given, otherwise 0.
+  double anneal_drop = std::numeric_limits<double>::quiet_NaN();
+  // Optional prior from a comparable run; joins the ensemble as two extra members.
+  std::optional<ReferenceCurve> reference;
+  // Fit settings.
+  int starts_per_family = 4;         // multi-start initial guesses per family
+  double backtest_fraction = 0.25;   // share of the (usable) prefix held out to weight members
+  int max_members = 5;               // ensemble keeps the best-back-tested members
+  double band_z = 1.0;               // half-width of the uncertainty band in standard deviations
+};
+
+struct ForecastMember {
+  std::string family;
+  double weight = 0.0;
+  double backtest_rmse = 0.0;  // NaN when the prefix was too short to back-test
+};
+
+// Forecast at the future logged steps (strictly after the last observed step).
+struct Forecast {
+  std::vector<std::int64_t> steps;
+  std::vector<double> loss;     // ensemble mean
+  std::vector<double> lower;    // uncertainty band
+  std::vector<double> upper;
+  std::vector<double> time_s;   // predicted training time (no publish stalls)
+  std::vector<ForecastMember> members;
+  bool fallback = false;        // true when no family could be trusted; see note
+  std::string note;             // human-readable explanation of any fallback
+};
+
+// Forecasts the rest of the curve from the observed prefix (steps strictly increasing, finite
+// values, at least one point). Never returns NaN/inf; when no family fits sanely it falls back
+// to a conservative curve and sets fallback/note. Throws std::invalid_argument on bad input.
+// Pure function: thread-safe, no shared state.
+Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOptions& options);
+
+// Viper's (ICPP 2024) forecaster, kept for baselines: fits its four families
+// (a·e^(-bx), a·e^(-bx)+c, ax+b, c-(c-a)e^(-bx)) once and keeps the one with the lowest
+// residual. Same contract as forecast_curve; ignores reference and lr_schedule.
+Forecast forecast_viper(std::span<const CurvePoint> observed, const ForecastOptions& options);
+
+}  // namespace modelcast::predictor

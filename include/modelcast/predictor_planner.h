@@ -1,0 +1,80 @@
+// Publish planning under the workflow model of issue 3:
+//  - step k completes at logged training time t(k); each publish stalls training by stall_s,
+//    so every later step completes stall_s later; the published version becomes servable
+//    delivery_s after its stall ends;
+//  - inference starts when the warm-up step W completes, serving W's model, and lasts
+//    window_s (default t(last) - t(W)); requests arrive at request_rate per second;
+//  - CIL = request_rate x integral over the window of the served version's loss.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace modelcast::predictor {
+
+// Logged (or forecast) points: strictly increasing steps, finite loss and time.
+struct Trajectory {
+  std::vector<std::int64_t> steps;
+  std::vector<double> loss;
+  std::vector<double> time_s;
+};
+
+struct PublishCosts {
+  double stall_s = 0.0;        // c: training stall per publish (>= 0)
+  double delivery_s = 0.0;     // d: stall end -> servable (>= 0)
+  double request_rate = 1.0;   // r: requests per second (> 0)
+  double window_s = std::numeric_limits<double>::quiet_NaN();  // H; NaN: t(last) - t(W)
+  double max_slowdown_s = std::numeric_limits<double>::infinity();  // cap on stall_s x publishes
+};
+
+struct ScheduleResult {
+  std::vector<std::int64_t> publish_steps;
+  double cil = 0.0;
+  double slowdown_s = 0.0;
+};
+
+// Throws std::invalid_argument unless the trajectory is well formed, warmup_index is valid
+// and the costs are finite and non-negative (rate > 0).
+void validate_problem(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs);
+
+// CIL of publishing at publish_steps (each must be a logged step after W, strictly
+// increasing; throws std::invalid_argument naming the offending step otherwise).
+double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs,
+                    std::span<const std::int64_t> publish_steps);
+
+// Exact minimum-CIL schedule by dynamic programming over (last publish, number of publishes),
+// honouring max_slowdown_s. Ties go to fewer publishes. O(n^2 x publishes); thread-safe.
+ScheduleResult plan_optimal(const Trajectory& curve, std::size_t warmup_index,
+                            const PublishCosts& costs);
+
+// Mid-run planning for the online scheduler: the last published (or warm-up) version has
+// origin_loss and becomes/became servable at origin_servable_s; publishes_done publishes have
+// already stalled training; the window ends at window_end_s. future holds the candidate steps
+// (the first may be "now") with times on the same clock, already including past stalls.
+ScheduleResult plan_from(double origin_loss, double origin_servable_s, int publishes_done,
+                         double window_end_s, const Trajectory& future, const PublishCosts& costs);
+
+// --- baselines (return publish steps) ---
+std::vector<std::int64_t> every_candidate_schedule(const Trajectory& curve, std::size_t warmup_index);
+// First logged step at or after each multiple of every_steps that lies after W.
+std::vector<std::int64_t> every_n_steps_schedule(const Trajectory& curve, std::size_t warmup_index,
+                                                 std::int64_t every_steps);
+// Viper's best fixed interval: publish every k-th candidate, k chosen to minimise CIL on the
+// given (Viper-forecast) curve. Respects max_slowdown_s.
+std::vector<std::int64_t> fixed_interval_schedule(const Trajectory& predicted, std::size_t warmup_index,
+                                                  const PublishCosts& costs);
+// Viper's threshold rule: publish when the predicted loss dropped by at least a threshold since
+// the last published version; the threshold is chosen to minimise CIL on the given curve.
+std::vector<std::int64_t> threshold_schedule(const Trajectory& predicted, std::size_t warmup_index,
+                                             const PublishCosts& costs);
+
+// Maps planned steps (e.g. on a forecast grid) to the first logged step after W at or after
+// each of them; drops steps past the end and duplicates.
+std::vector<std::int64_t> snap_to_candidates(std::span<const std::int64_t> planned,
+                                             const Trajectory& curve, std::size_t warmup_index);
+
+}  // namespace modelcast::predictor

@@ -1,0 +1,240 @@
+// Loss-log parsing with line-numbered errors. Two formats, told apart by the header:
+//   plain:  step,loss[,time_s]       (header optional; columns by name when present)
+//   curves: run,track,record,step,total_steps,<loss column>,train_time_s
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "modelcast/predictor_csv.h"
+
+namespace modelcast::predictor {
+namespace {
+
+std::vector<std::string> split_fields(const std::string& line) {
+  std::vector<std::string> out;
+  std::string field;
+  std::stringstream ss(line);
+  while (std::getline(ss, field, ',')) {
+    const auto b = field.find_first_not_of(" \t\r");
+    const auto e = field.find_last_not_of(" \t\r");
+    out.push_back(b == std::string::npos ? std::string() : field.substr(b, e - b + 1));
+  }
+  if (!line.empty() && line.back() == ',') out.emplace_back();
+  return out;
+}
+
+bool parse_double(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, out);
+  return ec == std::errc() && ptr == end;
+}
+
+bool parse_int(const std::string& s, std::int64_t& out) {
+  if (s.empty()) return false;
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, out);
+  if (ec == std::errc() && ptr == end) return true;
+  double d = 0;  // accept "125.0"
+  if (parse_double(s, d) && std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9e15) {
+    out = static_cast<std::int64_t>(d);
+    return true;
+  }
+  return false;
+}
+
+struct Columns {
+  int step = -1, loss = -1, time = -1, run = -1, track = -1, record = -1, total = -1;
+};
+
+int find_column(const std::vector<std::string>& header, const std::string& name) {
+  const auto it = std::find(header.begin(), header.end(), name);
+  return it == header.end() ? -1 : static_cast<int>(it - header.begin());
+}
+
+struct RowReader {
+  const std::string& source;
+  std::size_t line_no;
+  const std::vector<std::string>& fields;
+
+  const std::string& at(int column, const char* name) const {
+    if (column >= static_cast<int>(fields.size()))
+      throw CsvError(source, line_no, std::string("missing value for column '") + name + "'");
+    return fields[static_cast<std::size_t>(column)];
+  }
+  std::int64_t integer(int column, const char* name) const {
+    std::int64_t v = 0;
+    if (!parse_int(at(column, name), v))
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not an integer: '" + at(column, name) + "'");
+    return v;
+  }
+  double number(int column, const char* name) const {
+    double v = 0;
+    if (!parse_double(at(column, name), v))
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not a number: '" + at(column, name) + "'");
+    if (!std::isfinite(v))
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not finite: '" + at(column, name) + "'");
+    return v;
+  }
+};
+
+void append_point(LossLog& log, const std::string& source, std::size_t line_no, CurvePoint p) {
+  if (!log.points.empty() && p.step <= log.points.back().step)
+    throw CsvError(source, line_no, "steps not increasing: step " + std::to_string(p.step) + " follows step " +
+                                        std::to_string(log.points.back().step));
+  log.points.push_back(p);
+}
+
+}  // namespace
+
+CsvError::CsvError(const std::string& source, std::size_t line, const std::string& message)
+    : std::runtime_error(source + ":" + std::to_string(line) + ": " + message), line_(line) {}
+
+LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOptions& options) {
+  std::string line;
+  std::size_t line_no = 0;
+  std::vector<std::string> header;
+  // First non-empty line: header or (plain, headerless) data.
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") != std::string::npos) break;
+  }
+  if (line_no == 0 || line.find_first_not_of(" \t\r") == std::string::npos)
+    throw CsvError(source, std::max<std::size_t>(line_no, 1), "empty file");
+  auto first = split_fields(line);
+  double probe = 0;
+  const bool has_header = !parse_double(first.front(), probe);
+  LossLog log;
+  Columns col;
+  bool curves = false;
+  std::size_t pending_line = 0;  // headerless: the first line is data
+  if (has_header) {
+    header = first;
+    curves = find_column(header, "run") >= 0 && find_column(header, "total_steps") >= 0;
+    if (curves) {
+      col.run = find_column(header, "run");
+      col.track = find_column(header, "track");
+      col.record = find_column(header, "record");
+      col.total = find_column(header, "total_steps");
+      col.step = find_column(header, "step");
+      col.loss = find_column(header, options.loss_column);
+      col.time = find_column(header, "train_time_s");
+      if (col.step < 0) throw CsvError(source, line_no, "missing column 'step'");
+      if (col.loss < 0) throw CsvError(source, line_no, "missing loss column '" + options.loss_column + "'");
+      if (options.run.empty()) throw CsvError(source, line_no, "curves file holds many runs: choose one with --run ID");
+    } else {
+      col.step = find_column(header, "step");
+      col.loss = find_column(header, "loss");
+      col.time = find_column(header, "time_s");
+      if (col.step < 0) throw CsvError(source, line_no, "missing column 'step' (expected step,loss[,time_s])");
+      if (col.loss < 0) throw CsvError(source, line_no, "missing column 'loss' (expected step,loss[,time_s])");
+    }
+  } else {
+    if (first.size() < 2) throw CsvError(source, line_no, "expected step,loss[,time_s], got " + std::to_string(first.size()) + " column(s)");
+    col.step = 0;
+    col.loss = 1;
+    col.time = first.size() >= 3 ? 2 : -1;
+    pending_line = line_no;
+  }
+  log.has_time = col.time >= 0;
+  bool found_run = false;
+  std::size_t last_line = line_no;
+  auto handle = [&](const std::vector<std::string>& fields, std::size_t at_line) {
+    RowReader row{source, at_line, fields};
+    if (curves) {
+      if (row.at(col.run, "run") != options.run) {
+        if (found_run) return false;  // rows of one run are contiguous
+        return true;
+      }
+      found_run = true;
+      log.run = options.run;
+      if (col.track >= 0) log.track = row.at(col.track, "track");
+      if (col.record >= 0) log.record = row.at(col.record, "record");
+      log.total_steps = row.integer(col.total, "total_steps");
+    }
+    CurvePoint p;
+    p.step = row.integer(col.step, "step");
+    p.loss = row.number(col.loss, curves ? options.loss_column.c_str() : "loss");
+    if (col.time >= 0) p.time_s = row.number(col.time, curves ? "train_time_s" : "time_s");
+    append_point(log, source, at_line, p);
+    return true;
+  };
+  if (pending_line) handle(first, pending_line);
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    last_line = line_no;
+    if (!handle(split_fields(line), line_no)) break;
+  }
+  if (curves && !found_run) throw CsvError(source, last_line, "run '" + options.run + "' not found");
+  if (log.points.size() < options.min_points)
+    throw CsvError(source, last_line, "too few points: " + std::to_string(log.points.size()) + " (need at least " +
+                                          std::to_string(options.min_points) + ")");
+  return log;
+}
+
+LossLog read_loss_log_file(const std::string& path, const CsvOptions& options) {
+  std::ifstream in(path);
+  if (!in) throw CsvError(path, 0, "cannot open file");
+  return read_loss_log(in, path, options);
+}
+
+CurveCollection read_curve_collection(std::istream& in, const std::string& source, const std::string& loss_column) {
+  std::string line;
+  std::size_t line_no = 0;
+  if (!std::getline(in, line)) throw CsvError(source, 1, "empty file");
+  ++line_no;
+  const auto header = split_fields(line);
+  Columns col;
+  col.run = find_column(header, "run");
+  col.track = find_column(header, "track");
+  col.record = find_column(header, "record");
+  col.total = find_column(header, "total_steps");
+  col.step = find_column(header, "step");
+  col.loss = find_column(header, loss_column);
+  col.time = find_column(header, "train_time_s");
+  for (auto [c, name] : {std::pair{col.run, "run"}, {col.total, "total_steps"}, {col.step, "step"}, {col.time, "train_time_s"}})
+    if (c < 0) throw CsvError(source, 1, std::string("missing column '") + name + "'");
+  if (col.loss < 0) throw CsvError(source, 1, "missing loss column '" + loss_column + "'");
+  CurveCollection out;
+  bool current_bad = false;
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const auto fields = split_fields(line);
+    RowReader row{source, line_no, fields};
+    const auto& run = row.at(col.run, "run");
+    if (out.runs.empty() || out.runs.back().run != run) {
+      if (current_bad) {
+        out.skipped_runs.push_back(out.runs.back().run);
+        out.runs.pop_back();
+      }
+      current_bad = false;
+      LossLog log;
+      log.run = run;
+      log.track = col.track >= 0 ? row.at(col.track, "track") : "";
+      log.record = col.record >= 0 ? row.at(col.record, "record") : "";
+      log.total_steps = row.integer(col.total, "total_steps");
+      log.has_time = true;
+      out.runs.push_back(std::move(log));
+    }
+    if (current_bad) continue;
+    CurvePoint p{row.integer(col.step, "step"), row.number(col.loss, loss_column.c_str()), row.number(col.time, "train_time_s")};
+    auto& log = out.runs.back();
+    if (!log.points.empty() && p.step <= log.points.back().step) {
+      current_bad = true;  // concatenated restarts of one run id
+      continue;
+    }
+    log.points.push_back(p);
+  }
+  if (current_bad && !out.runs.empty()) {
+    out.skipped_runs.push_back(out.runs.back().run);
+    out.runs.pop_back();
+  }
+  return out;
+}
+
+}  // namespace modelcast::predictor

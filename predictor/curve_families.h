@@ -1,0 +1,35 @@
+// Parametric learning-curve families (Domhan et al. 2015 style, plus Viper's four), written in
+// an unconstrained parameterisation so that Levenberg-Marquardt cannot leave the valid region.
+#pragma once
+
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace modelcast::predictor::detail {
+
+using ParameterVector = std::vector<double>;
+
+struct CurveFamily {
+  std::string name;
+  int num_params = 0;
+  // y(x; theta) for progress x > 0.
+  std::function<double(double x, const double* theta)> eval;
+  // Data-driven starting points (several; the fitter keeps the best few).
+  std::function<std::vector<ParameterVector>(std::span<const double> x, std::span<const double> y,
+                                             std::span<const double> w)>
+      initial_guesses;
+};
+
+// pow3, pow4, log-power, exp3, exp4, MMF, Janoschek, ilog2, vapor pressure.
+const std::vector<CurveFamily>& standard_families();
+// Viper's four: a·e^(-bx), a·e^(-bx)+c, ax+b, c-(c-a)e^(-bx).
+const std::vector<CurveFamily>& viper_families();
+// y = a + b·g(x) for a fixed shape g (used for the reference-curve prior); b >= 0 is not
+// enforced because a reference may be rescaled either way.
+CurveFamily affine_shape_family(std::string name, std::function<double(double)> shape);
+// y = a + g(x): the reference shifted to the observed level (one parameter).
+CurveFamily shifted_shape_family(std::string name, std::function<double(double)> shape);
+
+}  // namespace modelcast::predictor::detail

@@ -1,0 +1,371 @@
+// forecast_curve / forecast_viper: fit every family, weight by back-testing on the tail of the
+// observed prefix, combine, and guard against NaN or exploding extrapolations.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+
+#include "curve_families.h"
+#include "modelcast/predictor_forecast.h"
+#include "progress_axis.h"
+#include "robust_fit.h"
+#include "time_forecast.h"
+
+namespace modelcast::predictor {
+namespace {
+
+using detail::CurveFamily;
+using detail::ProgressAxis;
+
+void validate_observed(std::span<const CurvePoint> observed, const ForecastOptions& options) {
+  if (observed.empty()) throw std::invalid_argument("forecast: no observed points");
+  for (std::size_t i = 0; i < observed.size(); ++i) {
+    if (!std::isfinite(observed[i].loss))
+      throw std::invalid_argument("forecast: loss at step " + std::to_string(observed[i].step) + " is not finite");
+    if (i > 0 && observed[i].step <= observed[i - 1].step)
+      throw std::invalid_argument("forecast: steps must be strictly increasing (step " +
+                                  std::to_string(observed[i].step) + ")");
+  }
+  if (options.total_steps <= observed.back().step)
+    throw std::invalid_argument("forecast: total_steps (" + std::to_string(options.total_steps) +
+                                ") must exceed the last observed step (" +
+                                std::to_string(observed.back().step) + ")");
+  if (!(options.backtest_fraction > 0 && options.backtest_fraction < 1))
+    throw std::invalid_argument("forecast: backtest_fraction must be in (0, 1)");
+}
+
+// Future logged steps: given, or the recent cadence continued to total_steps.
+std::vector<std::int64_t> future_grid(std::span<const CurvePoint> observed, const ForecastOptions& options) {
+  const std::int64_t last = observed.back().step;
+  std::vector<std::int64_t> steps;
+  if (!options.future_steps.empty()) {
+    for (auto s : options.future_steps)
+      if (s > last && s <= options.total_steps && (steps.empty() || s > steps.back())) steps.push_back(s);
+    if (steps.empty() || steps.back() != options.total_steps) steps.push_back(options.total_steps);
+    return steps;
+  }
+  std::int64_t gap = options.total_steps - last;
+  if (observed.size() >= 2) {
+    std::vector<std::int64_t> gaps;
+    for (std::size_t i = observed.size() - std::min<std::size_t>(observed.size() - 1, 5); i < observed.size(); ++i)
+      gaps.push_back(observed[i].step - observed[i - 1].step);
+    std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+    gap = std::max<std::int64_t>(1, gaps[gaps.size() / 2]);
+  }
+  for (std::int64_t s = last + gap; s < options.total_steps; s += gap) steps.push_back(s);
+  steps.push_back(options.total_steps);
+  return steps;
+}
+
+struct MemberFit {
+  std::string name;
+  double backtest_rmse = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> prediction;  // at the future steps, annealing included
+  bool reference = false;
+};
+
+struct FitSet {
+  std::vector<double> x, y, w;
+  std::vector<std::size_t> source_index;  // index into observed
+};
+
+// Sane region for a forecast: it may go below the observed minimum by the observed drop (and not
+// below 0 for positive losses), and above the last value by the same amount.
+struct Bounds {
+  double lo, hi;
+};
+Bounds sane_bounds(std::span<const CurvePoint> observed) {
+  double y_min = observed.back().loss, y_max = observed.back().loss;
+  const std::size_t first = observed.size() > 1 && observed.front().step == 0 ? 1 : 0;
+  for (std::size_t i = first; i < observed.size(); ++i) {
+    y_min = std::min(y_min, observed[i].loss);
+    y_max = std::max(y_max, observed[i].loss);
+  }
+  const double span = std::max(y_max - y_min, 0.05 * std::abs(observed.back().loss) + 1e-9);
+  double lo = y_min - span;
+  const bool positive = std::all_of(observed.begin(), observed.end(), [](const CurvePoint& p) { return p.loss > 0; });
+  if (positive) lo = std::max(lo, 0.0);
+  return {lo, observed.back().loss + span};
+}
+
+bool prediction_is_sane(const std::vector<double>& p, const Bounds& b) {
+  return std::all_of(p.begin(), p.end(), [&](double v) { return std::isfinite(v) && v >= b.lo && v <= b.hi; });
+}
+
+double rmse_on(const CurveFamily& f, const std::vector<double>& theta, std::span<const double> x,
+               std::span<const double> y) {
+  double sse = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double r = f.eval(x[i], theta.data()) - y[i];
+    sse += r * r;
+  }
+  const double v = std::sqrt(sse / static_cast<double>(std::max<std::size_t>(1, x.size())));
+  return std::isfinite(v) ? v : std::numeric_limits<double>::infinity();
+}
+
+// Fits one family on the whole set (and on its head, to back-test on its tail). Families with
+// more than one parameter need strictly more points than parameters.
+std::optional<MemberFit> fit_member(const CurveFamily& family, const FitSet& set, std::size_t tail,
+                                    std::span<const double> future_x, std::span<const double> future_anneal,
+                                    double anneal_drop, const ForecastOptions& options, const Bounds& bounds) {
+  const auto n = set.x.size();
+  const std::size_t needed = static_cast<std::size_t>(family.num_params) + (family.num_params > 1 ? 1 : 0);
+  if (n < needed) return std::nullopt;
+  detail::RobustFitOptions fit_options;
+  fit_options.max_starts = options.starts_per_family;
+  const auto full = detail::robust_fit(family, set.x, set.y, set.w, fit_options);
+  if (!full.ok) return std::nullopt;
+  MemberFit m;
+  m.name = family.name;
+  m.prediction.resize(future_x.size());
+  for (std::size_t i = 0; i < future_x.size(); ++i)
+    m.prediction[i] = family.eval(future_x[i], full.theta.data()) - anneal_drop * future_anneal[i];
+  if (!prediction_is_sane(m.prediction, bounds)) return std::nullopt;
+  const std::size_t head = n - tail;
+  if (tail > 0 && head >= needed) {
+    const std::span<const double> hx(set.x.data(), head), hy(set.y.data(), head), hw(set.w.data(), head);
+    const auto partial = detail::robust_fit(family, hx, hy, hw, fit_options);
+    if (partial.ok)
+      m.backtest_rmse = rmse_on(family, partial.theta, std::span<const double>(set.x).subspan(head),
+                                std::span<const double>(set.y).subspan(head));
+  }
+  return m;
+}
+
+// Estimates the annealing drop when the prefix already shows decay: fit pow3 to the points
+// before decay, attribute the shortfall of the decayed points to annealing.
+double estimate_anneal_drop(std::span<const CurvePoint> observed, const ProgressAxis& axis) {
+  FitSet before;
+  std::vector<std::pair<double, double>> decayed;  // (x, y) with anneal level
+  std::vector<double> decayed_level;
+  for (const auto& p : observed) {
+    if (p.step <= 0) continue;
+    const double a = axis.anneal_level(p.step);
+    if (a < 0.02) {
+      before.x.push_back(axis.progress(p.step));
+      before.y.push_back(p.loss);
+      before.w.push_back(1.0);
+    } else {
+      decayed.emplace_back(axis.progress(p.step), p.loss);
+      decayed_level.push_back(a);
+    }
+  }
+  if (decayed.empty() || before.x.size() < 4) return 0.0;
+  const auto& pow3 = detail::standard_families().front();
+  const auto fit = detail::robust_fit(pow3, before.x, before.y, before.w, {});
+  if (!fit.ok) return 0.0;
+  std::vector<double> ratios;
+  for (std::size_t i = 0; i < decayed.size(); ++i)
+    ratios.push_back((pow3.eval(decayed[i].first, fit.theta.data()) - decayed[i].second) / decayed_level[i]);
+  std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
+  const double b = ratios[ratios.size() / 2];
+  return std::isfinite(b) && b > 0 ? b : 0.0;
+}
+
+Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> future_steps,
+                  const ForecastOptions& options, std::string note) {
+  Forecast out;
+  out.steps.assign(future_steps.begin(), future_steps.end());
+  // Prefer back-tested members; weight by inverse squared tail error.
+  std::vector<MemberFit> tested, untested;
+  for (auto& m : members) (std::isfinite(m.backtest_rmse) ? tested : untested).push_back(std::move(m));
+  std::sort(tested.begin(), tested.end(), [](const MemberFit& a, const MemberFit& b) { return a.backtest_rmse < b.backtest_rmse; });
+  std::vector<MemberFit> chosen;
+  std::vector<double> weights;
+  if (!tested.empty()) {
+    const double floor = std::max(1e-9, 0.1 * tested.front().backtest_rmse);
+    for (std::size_t i = 0; i < tested.size() && static_cast<int>(i) < options.max_members; ++i) {
+      weights.push_back(1.0 / (tested[i].backtest_rmse * tested[i].backtest_rmse + floor * floor));
+      chosen.push_back(std::move(tested[i]));
+    }
+  } else {
+    // Too few points to back-test: trust the reference prior alone when there is one.
+    const bool any_reference = std::any_of(untested.begin(), untested.end(), [](const MemberFit& m) { return m.reference; });
+    for (auto& m : untested) {
+      if (any_reference && !m.reference) continue;
+      weights.push_back(1.0);
+      chosen.push_back(std::move(m));
+    }
+    if (!chosen.empty()) note += "prefix too short to back-test: members weighted equally; ";
+  }
+  const double total_w = std::accumulate(weights.begin(), weights.end(), 0.0);
+  const std::size_t n = future_steps.size();
+  out.loss.assign(n, 0.0);
+  std::vector<double> var(n, 0.0);
+  for (std::size_t k = 0; k < chosen.size(); ++k)
+    for (std::size_t i = 0; i < n; ++i) out.loss[i] += weights[k] / total_w * chosen[k].prediction[i];
+  for (std::size_t k = 0; k < chosen.size(); ++k)
+    for (std::size_t i = 0; i < n; ++i) {
+      const double dlt = chosen[k].prediction[i] - out.loss[i];
+      var[i] += weights[k] / total_w * dlt * dlt;
+    }
+  const double tail_err = chosen.empty() || !std::isfinite(chosen.front().backtest_rmse) ? 0.0 : chosen.front().backtest_rmse;
+  out.lower.resize(n);
+  out.upper.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    // Back-test error grows with the horizon (in future points, relative to the held-out tail).
+    const double grow = std::sqrt(static_cast<double>(i + 1));
+    const double sd = std::sqrt(var[i] + tail_err * tail_err * grow);
+    out.lower[i] = out.loss[i] - options.band_z * sd;
+    out.upper[i] = out.loss[i] + options.band_z * sd;
+  }
+  for (std::size_t k = 0; k < chosen.size(); ++k)
+    out.members.push_back({chosen[k].name, weights[k] / total_w, chosen[k].backtest_rmse});
+  out.note = std::move(note);
+  return out;
+}
+
+// Last resort: a gentle power-law decay through the last point (or flat), flagged.
+Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const std::int64_t> future_steps,
+                           const ProgressAxis& axis, const ForecastOptions& options, std::string note) {
+  Forecast out;
+  out.fallback = true;
+  out.steps.assign(future_steps.begin(), future_steps.end());
+  const auto& last = observed.back();
+  // Slope of loss vs x^-0.5 from the last two usable points; flat when it is not a decrease.
+  double a = 0.0;
+  std::vector<const CurvePoint*> usable;
+  for (const auto& p : observed)
+    if (p.step > 0) usable.push_back(&p);
+  if (usable.size() >= 2) {
+    const auto& p0 = *usable[usable.size() - 2];
+    const auto& p1 = *usable.back();
+    const double g0 = std::pow(axis.progress(p0.step), -0.5), g1 = std::pow(axis.progress(p1.step), -0.5);
+    if (g0 != g1) a = (p0.loss - p1.loss) / (g0 - g1);
+  }
+  if (!(a > 0) || !std::isfinite(a)) {
+    a = 0.0;
+    note += "fallback: flat forecast at the last observed loss; ";
+  } else {
+    note += "fallback: x^-0.5 decay through the last two points; ";
+  }
+  const double g_last = std::pow(axis.progress(last.step), -0.5);
+  const Bounds bounds = sane_bounds(observed);
+  for (auto s : future_steps) {
+    const double v = last.loss + a * (std::pow(axis.progress(s), -0.5) - g_last);
+    out.loss.push_back(std::clamp(v, bounds.lo, bounds.hi));
+  }
+  const double band = 0.1 * std::max(1e-9, std::abs(last.loss));
+  for (double v : out.loss) {
+    out.lower.push_back(v - options.band_z * band);
+    out.upper.push_back(v + options.band_z * band);
+  }
+  out.members.push_back({a > 0 ? "fallback_power" : "fallback_flat", 1.0, std::numeric_limits<double>::quiet_NaN()});
+  out.note = std::move(note);
+  return out;
+}
+
+Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptions& options, bool viper) {
+  validate_observed(observed, options);
+  const auto future_steps = future_grid(observed, options);
+  const ProgressAxis axis(options.total_steps, viper ? std::nullopt : options.lr_schedule);
+  std::string note;
+  const ReferenceCurve* reference = (!viper && options.reference) ? &*options.reference : nullptr;
+  if (reference && (reference->progress.size() < 2 || reference->progress.size() != reference->loss.size()))
+    throw std::invalid_argument("forecast: reference curve needs >= 2 points and equal-length progress/loss");
+
+  double anneal_drop = 0.0;
+  if (axis.schedule_aware()) {
+    if (std::isfinite(options.anneal_drop)) anneal_drop = std::max(0.0, options.anneal_drop);
+    else anneal_drop = estimate_anneal_drop(observed, axis);
+  }
+
+  // Parametric families: skip the initialisation point (step 0 is not on the power law).
+  FitSet param;
+  for (std::size_t i = 0; i < observed.size(); ++i) {
+    if (observed[i].step <= 0) continue;
+    param.x.push_back(axis.progress(observed[i].step));
+    param.y.push_back(observed[i].loss + anneal_drop * axis.anneal_level(observed[i].step));
+    param.source_index.push_back(i);
+  }
+  // Later points matter more for extrapolation.
+  for (double x : param.x) param.w.push_back(param.x.empty() ? 1.0 : x / param.x.back());
+  const auto tail_of = [&](std::size_t n) {
+    return n < 3 ? std::size_t{0} : std::max<std::size_t>(1, static_cast<std::size_t>(std::lround(options.backtest_fraction * static_cast<double>(n))));
+  };
+
+  std::vector<double> future_x, future_anneal, zero_anneal(future_steps.size(), 0.0);
+  for (auto s : future_steps) {
+    future_x.push_back(axis.progress(s));
+    future_anneal.push_back(axis.anneal_level(s));
+  }
+  const Bounds bounds = sane_bounds(observed);
+  std::vector<MemberFit> members;
+  const auto& families = viper ? detail::viper_families() : detail::standard_families();
+  for (const auto& family : families) {
+    if (auto m = fit_member(family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
+      members.push_back(std::move(*m));
+  }
+  if (!viper) {
+    for (const auto& family : detail::viper_families())
+      if (auto m = fit_member(family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
+        members.push_back(std::move(*m));
+  }
+  if (reference) {
+    // Reference prior, in step progress (it already contains its own schedule's shape).
+    const auto shape = [reference](double u) { return detail::interpolate(reference->progress, reference->loss, u); };
+    FitSet ref;
+    for (const auto& p : observed) {
+      ref.x.push_back(static_cast<double>(p.step) / static_cast<double>(options.total_steps));
+      ref.y.push_back(p.loss);
+      ref.w.push_back(1.0);
+    }
+    // Weight later points more here as well, but keep step 0 in play for very short prefixes.
+    for (std::size_t i = 0; i < ref.w.size(); ++i) ref.w[i] = 0.1 + ref.x[i] / std::max(ref.x.back(), 1e-12);
+    std::vector<double> ref_future_x;
+    for (auto s : future_steps) ref_future_x.push_back(static_cast<double>(s) / static_cast<double>(options.total_steps));
+    const std::size_t tail = tail_of(param.x.size());
+    for (const auto& family : {detail::affine_shape_family("reference_affine", shape),
+                               detail::shifted_shape_family("reference_shift", shape)}) {
+      if (auto m = fit_member(family, ref, tail, ref_future_x, zero_anneal, 0.0, options, bounds)) {
+        m->reference = true;
+        members.push_back(std::move(*m));
+      }
+    }
+  }
+
+  Forecast out;
+  if (viper) {
+    // Viper keeps the single family with the lowest residual on the whole prefix.
+    if (!members.empty()) {
+      // Re-rank by in-sample residual (Viper does not back-test).
+      std::size_t best = 0;
+      double best_err = std::numeric_limits<double>::infinity();
+      for (std::size_t k = 0; k < members.size(); ++k) {
+        const auto& family = *std::find_if(families.begin(), families.end(), [&](const CurveFamily& f) { return f.name == members[k].name; });
+        detail::RobustFitOptions o;
+        o.irls_rounds = 1;
+        const auto fit = detail::robust_fit(family, param.x, param.y, param.w, o);
+        if (fit.ok && fit.weighted_rmse < best_err) {
+          best_err = fit.weighted_rmse;
+          best = k;
+        }
+      }
+      MemberFit chosen = members[best];
+      chosen.backtest_rmse = std::numeric_limits<double>::quiet_NaN();
+      out = assemble({chosen}, future_steps, options, note);
+    } else {
+      out = fallback_forecast(observed, future_steps, axis, options, note);
+    }
+  } else if (members.empty()) {
+    out = fallback_forecast(observed, future_steps, axis, options, "no family could be fitted sanely; " + note);
+  } else {
+    out = assemble(std::move(members), future_steps, options, note);
+    if (out.members.empty()) out = fallback_forecast(observed, future_steps, axis, options, note);
+  }
+  out.time_s = detail::forecast_times(observed, future_steps, options.total_steps, reference, out.note);
+  return out;
+}
+
+}  // namespace
+
+Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOptions& options) {
+  return forecast_impl(observed, options, false);
+}
+
+Forecast forecast_viper(std::span<const CurvePoint> observed, const ForecastOptions& options) {
+  return forecast_impl(observed, options, true);
+}
+
+}  // namespace modelcast::predictor

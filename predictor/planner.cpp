@@ -1,0 +1,191 @@
+// Exact publish planning: dynamic programming over (last publish, number of publishes).
+//
+// With the j-th publish (1-based) at candidate i, the version becomes servable at
+//   s(i, j) = t_i + j·c + d
+// (j stalls have delayed step i's completion by (j-1)·c, its own stall adds c, delivery d).
+// The served loss is a staircase, so CIL/r = sum over versions of loss x (next servable time,
+// clipped to the window end, minus this version's servable time). For consecutive publishes
+// i -> i' (j -> j+1) the segment length is t_i' - t_i + c, independent of j, which gives
+//   f(i', j+1) = min_{i < i'} f(i, j) + L_i·(t_i' - t_i + c),
+// closed by L_i·(E - s(i, j)) at the window end E. Publishes servable after E change nothing
+// but cost slowdown, so they are never part of an optimum and are pruned.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "modelcast/predictor_planner.h"
+
+namespace modelcast::predictor {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+double window_end(const Trajectory& curve, std::size_t w, const PublishCosts& costs) {
+  const double h = std::isfinite(costs.window_s) ? costs.window_s : curve.time_s.back() - curve.time_s[w];
+  return curve.time_s[w] + h;
+}
+
+void validate_costs(const PublishCosts& costs) {
+  if (!std::isfinite(costs.stall_s) || costs.stall_s < 0)
+    throw std::invalid_argument("publish cost (stall) must be finite and >= 0, got " + std::to_string(costs.stall_s));
+  if (!std::isfinite(costs.delivery_s) || costs.delivery_s < 0)
+    throw std::invalid_argument("update latency (delivery) must be finite and >= 0, got " + std::to_string(costs.delivery_s));
+  if (!std::isfinite(costs.request_rate) || costs.request_rate <= 0)
+    throw std::invalid_argument("request rate must be finite and > 0, got " + std::to_string(costs.request_rate));
+  if (!std::isnan(costs.window_s) && (!std::isfinite(costs.window_s) || costs.window_s < 0))
+    throw std::invalid_argument("window must be finite and >= 0, got " + std::to_string(costs.window_s));
+  if (std::isnan(costs.max_slowdown_s) || costs.max_slowdown_s < 0)
+    throw std::invalid_argument("max slowdown must be >= 0, got " + std::to_string(costs.max_slowdown_s));
+}
+
+void validate_trajectory(const Trajectory& t) {
+  if (t.steps.size() != t.loss.size() || t.steps.size() != t.time_s.size())
+    throw std::invalid_argument("trajectory: steps, loss and time_s must have the same length");
+  for (std::size_t i = 0; i < t.steps.size(); ++i) {
+    if (!std::isfinite(t.loss[i]) || !std::isfinite(t.time_s[i]))
+      throw std::invalid_argument("trajectory: non-finite loss or time at step " + std::to_string(t.steps[i]));
+    if (i > 0 && t.steps[i] <= t.steps[i - 1])
+      throw std::invalid_argument("trajectory: steps must be strictly increasing at step " + std::to_string(t.steps[i]));
+    if (i > 0 && t.time_s[i] < t.time_s[i - 1])
+      throw std::invalid_argument("trajectory: time must not decrease at step " + std::to_string(t.steps[i]));
+  }
+}
+
+}  // namespace
+
+void validate_problem(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs) {
+  validate_trajectory(curve);
+  if (warmup_index >= curve.steps.size())
+    throw std::invalid_argument("warm-up index " + std::to_string(warmup_index) + " is past the end of the curve");
+  validate_costs(costs);
+}
+
+double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs,
+                    std::span<const std::int64_t> publish_steps) {
+  validate_problem(curve, warmup_index, costs);
+  const double start = curve.time_s[warmup_index];
+  const double end = window_end(curve, warmup_index, costs);
+  double served_loss = curve.loss[warmup_index];
+  double served_since = start;
+  double integral = 0.0;
+  std::size_t search_from = warmup_index + 1;
+  for (std::size_t j = 0; j < publish_steps.size(); ++j) {
+    const auto step = publish_steps[j];
+    const auto it = std::lower_bound(curve.steps.begin() + static_cast<std::ptrdiff_t>(search_from), curve.steps.end(), step);
+    if (it == curve.steps.end() || *it != step)
+      throw std::invalid_argument("publish step " + std::to_string(step) +
+                                  " is not a logged step after the warm-up step " +
+                                  std::to_string(curve.steps[warmup_index]) + " (or steps are not increasing)");
+    const auto i = static_cast<std::size_t>(it - curve.steps.begin());
+    search_from = i + 1;
+    const double servable = curve.time_s[i] + static_cast<double>(j + 1) * costs.stall_s + costs.delivery_s;
+    if (servable >= end) break;  // later versions arrive even later
+    integral += served_loss * (servable - served_since);
+    served_loss = curve.loss[i];
+    served_since = servable;
+  }
+  integral += served_loss * std::max(0.0, end - served_since);
+  return costs.request_rate * integral;
+}
+
+ScheduleResult plan_from(double origin_loss, double origin_servable_s, int publishes_done, double window_end_s,
+                         const Trajectory& future, const PublishCosts& costs) {
+  validate_trajectory(future);
+  validate_costs(costs);
+  const std::size_t n = future.steps.size();
+  const double c = costs.stall_s, d = costs.delivery_s, end = window_end_s;
+  ScheduleResult result;
+  double best = origin_loss * std::max(0.0, end - origin_servable_s);
+  int best_j = 0;
+  std::size_t best_i = 0;
+
+  long max_publishes = static_cast<long>(n);
+  if (c > 0 && std::isfinite(costs.max_slowdown_s))
+    max_publishes = std::min(max_publishes, static_cast<long>(std::floor(costs.max_slowdown_s / c + 1e-9)) - publishes_done);
+  if (c == 0 && costs.max_slowdown_s < 0) max_publishes = 0;
+
+  // parent[j][i]: previous candidate of the optimal path to state (i, j+1); -1 = origin.
+  std::vector<std::vector<int>> parent;
+  std::vector<double> f(n, kInf), next(n, kInf);
+  for (std::size_t i = 0; i < n; ++i) {
+    const double s = future.time_s[i] + c + d;
+    if (s < end && s >= origin_servable_s) f[i] = origin_loss * (s - origin_servable_s);
+  }
+  parent.emplace_back(n, -1);
+  for (long j = 1; j <= max_publishes; ++j) {
+    bool any = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (f[i] == kInf) continue;
+      any = true;
+      const double s = future.time_s[i] + static_cast<double>(j) * c + d;
+      const double total = f[i] + future.loss[i] * (end - s);
+      if (total < best - 1e-12 * std::abs(best)) {
+        best = total;
+        best_j = static_cast<int>(j);
+        best_i = i;
+      }
+    }
+    if (!any || j == max_publishes) break;
+    std::vector<int> par(n, -1);
+    std::fill(next.begin(), next.end(), kInf);
+    for (std::size_t k = 1; k < n; ++k) {
+      if (future.time_s[k] + static_cast<double>(j + 1) * c + d >= end) continue;
+      double v = kInf;
+      int arg = -1;
+      for (std::size_t i = 0; i < k; ++i) {
+        if (f[i] == kInf) continue;
+        const double cand = f[i] + future.loss[i] * (future.time_s[k] - future.time_s[i] + c);
+        if (cand < v) {
+          v = cand;
+          arg = static_cast<int>(i);
+        }
+      }
+      next[k] = v;
+      par[k] = arg;
+    }
+    parent.push_back(std::move(par));
+    std::swap(f, next);
+  }
+  if (best_j > 0) {
+    std::vector<std::int64_t> steps;
+    int i = static_cast<int>(best_i);
+    for (int j = best_j; j >= 1 && i >= 0; --j) {
+      steps.push_back(future.steps[static_cast<std::size_t>(i)]);
+      i = parent[static_cast<std::size_t>(j - 1)][static_cast<std::size_t>(i)];
+    }
+    std::reverse(steps.begin(), steps.end());
+    result.publish_steps = std::move(steps);
+  }
+  result.cil = costs.request_rate * best;
+  result.slowdown_s = c * static_cast<double>(result.publish_steps.size());
+  return result;
+}
+
+ScheduleResult plan_optimal(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs) {
+  validate_problem(curve, warmup_index, costs);
+  Trajectory future;
+  for (std::size_t i = warmup_index + 1; i < curve.steps.size(); ++i) {
+    future.steps.push_back(curve.steps[i]);
+    future.loss.push_back(curve.loss[i]);
+    future.time_s.push_back(curve.time_s[i]);
+  }
+  auto r = plan_from(curve.loss[warmup_index], curve.time_s[warmup_index], 0,
+                     window_end(curve, warmup_index, costs), future, costs);
+  return r;
+}
+
+std::vector<std::int64_t> snap_to_candidates(std::span<const std::int64_t> planned, const Trajectory& curve,
+                                             std::size_t warmup_index) {
+  std::vector<std::int64_t> out;
+  for (auto p : planned) {
+    const auto first = curve.steps.begin() + static_cast<std::ptrdiff_t>(warmup_index + 1);
+    const auto it = std::lower_bound(first, curve.steps.end(), p);
+    if (it == curve.steps.end()) continue;
+    if (out.empty() || *it > out.back()) out.push_back(*it);
+  }
+  return out;
+}
+
+}  // namespace modelcast::predictor

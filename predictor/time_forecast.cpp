@@ -1,0 +1,76 @@
+#include "time_forecast.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace modelcast::predictor::detail {
+
+double interpolate(std::span<const double> xs, std::span<const double> ys, double x) {
+  if (xs.empty()) return 0.0;
+  if (x <= xs.front()) return ys.front();
+  if (x >= xs.back()) return ys.back();
+  const auto it = std::upper_bound(xs.begin(), xs.end(), x);
+  const auto i = static_cast<std::size_t>(it - xs.begin());
+  const double f = (x - xs[i - 1]) / (xs[i] - xs[i - 1]);
+  return ys[i - 1] + f * (ys[i] - ys[i - 1]);
+}
+
+std::vector<double> forecast_times(std::span<const CurvePoint> observed,
+                                   std::span<const std::int64_t> future_steps, std::int64_t total_steps,
+                                   const ReferenceCurve* reference, std::string& note) {
+  std::vector<double> times(future_steps.size());
+  const bool have_times = std::all_of(observed.begin(), observed.end(),
+                                      [](const CurvePoint& p) { return std::isfinite(p.time_s); });
+  const auto& last = observed.back();
+  if (!have_times || observed.size() < 2) {
+    if (!have_times) note += "no training times logged: assuming 1 s per step; ";
+    const double rate = 1.0;
+    const double t0 = have_times ? last.time_s : static_cast<double>(last.step);
+    for (std::size_t i = 0; i < future_steps.size(); ++i)
+      times[i] = t0 + rate * static_cast<double>(future_steps[i] - last.step);
+    return times;
+  }
+  // Seconds per step over the recent third of the prefix (at least the last gap).
+  const std::size_t from = std::min(observed.size() - 2, observed.size() - 1 - std::max<std::size_t>(1, observed.size() / 3));
+  double rate = (last.time_s - observed[from].time_s) / static_cast<double>(last.step - observed[from].step);
+  if (!(rate > 0) || !std::isfinite(rate)) rate = 1e-9;
+
+  bool used_reference = false;
+  if (reference && reference->time_fraction.size() == reference->progress.size() &&
+      reference->progress.size() >= 2) {
+    // t(step) - t_last = k * (T_ref(u) - T_ref(u_last)), k fitted on the prefix.
+    const double total = static_cast<double>(total_steps);
+    const double ref_last = interpolate(reference->progress, reference->time_fraction,
+                                        static_cast<double>(last.step) / total);
+    double num = 0, den = 0;
+    for (const auto& p : observed) {
+      const double dref = interpolate(reference->progress, reference->time_fraction,
+                                      static_cast<double>(p.step) / total) - ref_last;
+      num += dref * (p.time_s - last.time_s);
+      den += dref * dref;
+    }
+    const double k = den > 0 ? num / den : 0.0;
+    if (k > 0 && std::isfinite(k)) {
+      for (std::size_t i = 0; i < future_steps.size(); ++i) {
+        const double dref = interpolate(reference->progress, reference->time_fraction,
+                                        static_cast<double>(future_steps[i]) / total) - ref_last;
+        times[i] = last.time_s + k * dref;
+      }
+      used_reference = true;
+    }
+  }
+  if (!used_reference) {
+    for (std::size_t i = 0; i < future_steps.size(); ++i)
+      times[i] = last.time_s + rate * static_cast<double>(future_steps[i] - last.step);
+  }
+  // Keep time strictly increasing whatever the reference says.
+  double prev = last.time_s;
+  for (std::size_t i = 0; i < times.size(); ++i) {
+    const double min_gap = 1e-6 * rate * static_cast<double>(future_steps[i] - (i ? future_steps[i - 1] : last.step));
+    if (!std::isfinite(times[i]) || times[i] <= prev + min_gap) times[i] = prev + std::max(min_gap, 1e-9);
+    prev = times[i];
+  }
+  return times;
+}
+
+}  // namespace modelcast::predictor::detail
