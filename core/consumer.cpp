@@ -1,0 +1,449 @@
+// Consumer: see include/modelcast/consumer.h.
+//
+// Threads and what they own:
+//  - reader threads call acquire()/wait_for_version(): they copy `current_` under `mutex_`.
+//  - the service thread owns the ZeroMQ sockets (DEALER to the producer's ROUTER, SUB to its
+//    PUB), the receive-buffer pool and the fetch in flight; it verifies and installs versions.
+//  - the transport's progress thread writes received bytes into a buffer no view refers to,
+//    and its completions only push events.
+// A version becomes visible by replacing one shared_ptr under `mutex_`: readers see the old
+// version or the new one, never a mix, and a view they hold keeps its buffer out of reuse.
+#include "modelcast/consumer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <map>
+#include <condition_variable>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <variant>
+
+#include <zmq.hpp>
+
+#include "core/digest.h"
+#include "core/installed_version.h"
+#include "core/log.h"
+#include "core/protocol.h"
+#include "core/wakeup.h"
+#include "core/zmq_util.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace modelcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string default_consumer_name() {
+  char host[256] = {};
+  gethostname(host, sizeof host - 1);
+  return std::string(host) + ":" + std::to_string(getpid());
+}
+
+std::int64_t realtime_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct ChunkDone {
+  std::uint64_t fetch_id;
+  bool ok;
+  std::string error;
+};
+struct Stop {};
+using Event = std::variant<ChunkDone, Stop>;
+
+struct FetchInFlight {
+  std::uint64_t fetch_id = 0;
+  bool replied = false;  // the producer's FetchReply arrived
+  Manifest manifest;
+  std::shared_ptr<detail::ReceiveBuffer> buffer;
+  std::vector<transport::TransferId> transfers;
+  std::size_t pending = 0;
+  std::string failure;
+};
+
+}  // namespace
+
+class Consumer::Impl {
+ public:
+  explicit Impl(ConsumerOptions options)
+      : options_(std::move(options)),
+        log_(log::get("consumer")),
+        transport_(transport::make_ucx_transport()) {
+    if (options_.producer_endpoint.empty()) throw Error(ErrorCode::kInvalidArgument, "producer_endpoint is empty");
+    if (options_.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
+    if (options_.consumer_name.empty()) options_.consumer_name = default_consumer_name();
+    if (options_.caller_buffers.empty() && options_.buffers < 2) {
+      throw Error(ErrorCode::kInvalidArgument, "buffers must be >= 2, got " + std::to_string(options_.buffers));
+    }
+    if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < 2) {
+      throw Error(ErrorCode::kInvalidArgument, "caller_buffers needs >= 2 buffers, got " +
+                                                   std::to_string(options_.caller_buffers.size()));
+    }
+    for (const auto& spec : options_.expected_layout) {
+      if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
+    }
+    for (auto memory : options_.caller_buffers) {
+      auto buffer = std::make_shared<detail::ReceiveBuffer>();
+      buffer->transport = transport_;
+      buffer->memory = memory;
+      buffer->region = transport_->register_memory(memory.data(), memory.size(), MemoryKind::kHost);
+      pool_.push_back(std::move(buffer));
+    }
+    service_ = std::thread([this] { service_loop(); });
+  }
+
+  ~Impl() {
+    events_.push(Stop{});
+    service_.join();
+  }
+
+  ModelView acquire() const {
+    std::lock_guard lock(mutex_);
+    return ModelView(current_);
+  }
+
+  ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
+    std::unique_lock lock(mutex_);
+    bool reached = installed_cv_.wait_for(lock, timeout, [&] {
+      return current_ && current_->manifest.version >= version;
+    });
+    return reached ? ModelView(current_) : ModelView();
+  }
+
+  ConsumerStats stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  // ---- service thread ------------------------------------------------------------------
+
+  void service_loop() {
+    start_join();
+    for (;;) {
+      zmq::pollitem_t items[3] = {{dealer_->handle(), 0, ZMQ_POLLIN, 0},
+                                  {nullptr, events_.fd(), ZMQ_POLLIN, 0},
+                                  {subscriber_ ? subscriber_->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, subscriber_ ? 3 : 2, tick());
+      if (items[1].revents & ZMQ_POLLIN) {
+        for (auto& event : events_.drain()) {
+          if (std::holds_alternative<Stop>(event)) {
+            abort_fetch("consumer shutting down", false);
+            return;
+          }
+          on_chunk(std::get<ChunkDone>(event));
+        }
+      }
+      if (items[0].revents & ZMQ_POLLIN) {
+        while (auto parts = zmq_util::receive(*dealer_)) on_reply(*parts);
+      }
+      if (subscriber_ && (items[2].revents & ZMQ_POLLIN)) {
+        while (auto parts = zmq_util::receive(*subscriber_)) on_announce(*parts);
+      }
+      check_producer_alive();
+      maybe_fetch();
+    }
+  }
+
+  std::chrono::milliseconds tick() const {
+    return std::max(std::chrono::milliseconds(10), options_.producer_timeout / 8);
+  }
+
+  // (Re)creates the DEALER so nothing queued for a dead producer is replayed, then asks to join.
+  void start_join() {
+    dealer_ = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::dealer);
+    dealer_->set(zmq::sockopt::linger, 0);
+    dealer_->connect(options_.producer_endpoint);
+    protocol::JoinRequest join{options_.model_name, options_.consumer_name, transport_->address()};
+    zmq_util::send(*dealer_, join);
+    joined_ = false;
+    join_sent_ = Clock::now();
+  }
+
+  void check_producer_alive() {
+    auto now = Clock::now();
+    if (!joined_) {
+      if (now - join_sent_ > options_.producer_timeout / 2) start_join();
+      return;
+    }
+    if (now - last_heard_ > options_.producer_timeout) {
+      log_->warn("no word from the producer for {} ms; reconnecting", options_.producer_timeout.count());
+      abort_fetch("producer lost", true);
+      {
+        std::lock_guard lock(mutex_);
+        stats_.reconnects++;
+      }
+      start_join();
+    }
+  }
+
+  void bad_message(const std::string& what) {
+    log_->warn("dropped a bad control message: {}", what);
+    std::lock_guard lock(mutex_);
+    stats_.bad_messages++;
+  }
+
+  std::optional<protocol::Message> decode(const zmq::message_t& frame) {
+    try {
+      return protocol::decode({static_cast<const std::byte*>(frame.data()), frame.size()});
+    } catch (const Error& e) {
+      bad_message(e.what());
+      return std::nullopt;
+    }
+  }
+
+  void on_announce(std::vector<zmq::message_t>& parts) {
+    if (parts.size() != 2) return bad_message("announcement with " + std::to_string(parts.size()) + " frames");
+    auto message = decode(parts[1]);
+    if (!message) return;
+    auto* announce = std::get_if<protocol::Announce>(&*message);
+    if (!announce) return bad_message("unexpected message type on the announcement channel");
+    if (announce->incarnation != incarnation_) {
+      // A restarted producer: its old connection state is gone, so join it afresh.
+      log_->info("producer restarted (incarnation {:016x}); joining again", announce->incarnation);
+      abort_fetch("producer restarted", true);
+      start_join();
+      return;
+    }
+    last_heard_ = Clock::now();
+    newest_announced_ = std::max(newest_announced_, announce->version);
+  }
+
+  void on_reply(std::vector<zmq::message_t>& parts) {
+    if (parts.size() != 1) return bad_message("reply with " + std::to_string(parts.size()) + " frames");
+    auto message = decode(parts[0]);
+    if (!message) return;
+    if (auto* join = std::get_if<protocol::JoinReply>(&*message)) return on_join_reply(*join);
+    if (auto* fetch = std::get_if<protocol::FetchReply>(&*message)) return on_fetch_reply(*fetch);
+    bad_message("unexpected message type on the request channel");
+  }
+
+  void on_join_reply(const protocol::JoinReply& reply) {
+    if (!reply.ok) {
+      report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));
+      return;  // retried after producer_timeout/2 by check_producer_alive
+    }
+    if (reply.transport != transport_->name()) {
+      report(Error(ErrorCode::kTransport, "producer speaks transport '" + reply.transport + "', this consumer '" +
+                                              transport_->name() + "'"));
+      return;
+    }
+    subscriber_ = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::sub);
+    subscriber_->set(zmq::sockopt::linger, 0);
+    subscriber_->set(zmq::sockopt::subscribe, options_.model_name);
+    subscriber_->connect(reply.announce_endpoint);
+    if (reply.incarnation != incarnation_) rejected_.clear();  // version numbers restart with a new producer
+    incarnation_ = reply.incarnation;
+    joined_ = true;
+    last_heard_ = Clock::now();
+    newest_announced_ = reply.latest_version;
+    log_->info("joined model '{}' at {} (latest version {})", options_.model_name, options_.producer_endpoint,
+               reply.latest_version);
+  }
+
+  // What we hold: a newer announced version of this incarnation, or any version of a new one.
+  bool wants(std::uint64_t version) const {
+    if (version == 0) return false;
+    if (rejected_.count(version)) return false;
+    std::lock_guard lock(mutex_);
+    if (!current_ || current_->manifest.incarnation != incarnation_) return true;
+    return version > current_->manifest.version;
+  }
+
+  std::shared_ptr<detail::ReceiveBuffer> free_buffer(std::size_t bytes) {
+    for (auto& buffer : pool_) {
+      // Only this thread hands out references to pool buffers, so a count of 1 cannot rise.
+      if (buffer.use_count() == 1 && buffer->memory.size() >= bytes) return buffer;
+    }
+    if (!options_.caller_buffers.empty()) return nullptr;
+    // Drop free buffers too small for this model, then allocate up to the configured count.
+    std::erase_if(pool_, [&](const auto& b) { return b.use_count() == 1 && b->memory.size() < bytes; });
+    if (pool_.size() >= options_.buffers) return nullptr;
+    auto buffer = std::make_shared<detail::ReceiveBuffer>();
+    buffer->transport = transport_;
+    buffer->owned = HostBuffer(std::max<std::size_t>(bytes, 1));
+    buffer->memory = buffer->owned.span();
+    buffer->region = transport_->register_memory(buffer->memory.data(), buffer->memory.size(), MemoryKind::kHost);
+    pool_.push_back(buffer);
+    return buffer;
+  }
+
+  void maybe_fetch() {
+    if (!joined_ || fetch_ || !wants(newest_announced_)) return;
+    fetch_.emplace();
+    fetch_->fetch_id = next_fetch_id_++;
+    zmq_util::send(*dealer_, protocol::FetchRequest{incarnation_, newest_announced_, fetch_->fetch_id});
+  }
+
+  void on_fetch_reply(const protocol::FetchReply& reply) {
+    if (!fetch_ || fetch_->replied || reply.fetch_id != fetch_->fetch_id) return;  // a stale reply
+    if (!reply.ok) {
+      log_->debug("fetch refused: {}", reply.error);
+      fetch_.reset();
+      if (reply.error.find("join") != std::string::npos || reply.error == "not joined") start_join();
+      return;
+    }
+    const Manifest& manifest = reply.manifest;
+    try {
+      validate_manifest(manifest);
+      if (manifest.model != options_.model_name) {
+        throw Error(ErrorCode::kProtocol, "manifest is for model '" + manifest.model + "'");
+      }
+      if (reply.chunk_bytes == 0) throw Error(ErrorCode::kProtocol, "fetch reply with a zero chunk size");
+      check_expected_layout(options_.expected_layout, manifest);
+    } catch (const Error& e) {
+      reject(manifest, reply.fetch_id, e);
+      return;
+    }
+    auto buffer = free_buffer(manifest.total_bytes);
+    if (!buffer) {
+      std::string why = options_.caller_buffers.empty()
+                            ? "every receive buffer is held by a reader; will fetch the newest when one frees"
+                            : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
+      log_->debug("{}", why);
+      send_ack(manifest, reply.fetch_id, false, why);
+      fetch_.reset();
+      return;
+    }
+    fetch_->replied = true;
+    fetch_->manifest = manifest;
+    fetch_->buffer = buffer;
+    std::size_t chunks = (manifest.total_bytes + reply.chunk_bytes - 1) / reply.chunk_bytes;
+    fetch_->pending = chunks;
+    for (std::size_t i = 0; i < chunks; ++i) {
+      std::size_t offset = i * reply.chunk_bytes;
+      std::size_t length = std::min<std::size_t>(reply.chunk_bytes, manifest.total_bytes - offset);
+      std::uint64_t id = fetch_->fetch_id;
+      fetch_->transfers.push_back(transport_->post_recv(
+          *buffer->region, offset, length, protocol::chunk_tag(id, i),
+          [this, id](const transport::TransferResult& r) { events_.push(ChunkDone{id, r.ok, r.error}); }));
+    }
+    if (chunks == 0) finish_fetch();
+  }
+
+  void on_chunk(const ChunkDone& done) {
+    if (auto it = draining_.find(done.fetch_id); it != draining_.end()) {
+      if (--it->second.pending == 0) draining_.erase(it);  // its buffer may be reused now
+      return;
+    }
+    if (!fetch_ || done.fetch_id != fetch_->fetch_id) return;
+    if (!done.ok && fetch_->failure.empty()) fetch_->failure = done.error;
+    if (--fetch_->pending == 0) finish_fetch();
+  }
+
+  void finish_fetch() {
+    FetchInFlight fetch = std::move(*fetch_);
+    fetch_.reset();
+    if (!fetch.failure.empty()) {
+      log_->warn("transfer of version {} failed: {}", fetch.manifest.version, fetch.failure);
+      send_ack(fetch.manifest, fetch.fetch_id, false, fetch.failure);
+      std::lock_guard lock(mutex_);
+      stats_.transfers_aborted++;
+      return;
+    }
+    if (fetch.manifest.integrity) {
+      for (const auto& t : fetch.manifest.tensors) {
+        if (digest_bytes(fetch.buffer->memory.data() + t.offset, t.size) != t.digest) {
+          reject(fetch.manifest, fetch.fetch_id,
+                 Error(ErrorCode::kIntegrity, "tensor '" + t.spec.name + "' of version " +
+                                                  std::to_string(fetch.manifest.version) + " failed its digest check"));
+          return;
+        }
+      }
+    }
+    auto installed = std::make_shared<detail::InstalledVersion>();
+    installed->update_latency = std::chrono::nanoseconds(realtime_ns() - fetch.manifest.publish_time_ns);
+    installed->manifest = std::move(fetch.manifest);
+    installed->buffer = std::move(fetch.buffer);
+    const Manifest& m = installed->manifest;
+    {
+      std::lock_guard lock(mutex_);
+      current_ = installed;
+      stats_.current_version = m.version;
+      stats_.versions_installed++;
+      stats_.bytes_received += m.total_bytes;
+      stats_.last_update_latency = installed->update_latency;
+    }
+    installed_cv_.notify_all();
+    send_ack(m, fetch.fetch_id, true, {});
+    log_->debug("installed version {} (step {})", m.version, m.step);
+    if (options_.on_update) options_.on_update(ModelView(installed));
+  }
+
+  void abort_fetch(const std::string& why, bool count) {
+    if (!fetch_) return;
+    for (auto id : fetch_->transfers) transport_->cancel(id);
+    log_->warn("discarding the transfer of version {}: {}", fetch_->manifest.version, why);
+    // UCX cannot always cancel a receive already matched to a sender, so keep the buffer
+    // pinned until every receive has completed; only then may it take another version.
+    if (fetch_->pending > 0 && fetch_->replied) draining_.emplace(fetch_->fetch_id, std::move(*fetch_));
+    fetch_.reset();
+    if (count) {
+      std::lock_guard lock(mutex_);
+      stats_.transfers_aborted++;
+    }
+  }
+
+  void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error) {
+    rejected_.insert(manifest.version);
+    send_ack(manifest, fetch_id, false, error.what());
+    fetch_.reset();
+    {
+      std::lock_guard lock(mutex_);
+      stats_.versions_rejected++;
+    }
+    report(error);
+  }
+
+  void report(const Error& error) {
+    log_->error("{}", error.what());
+    {
+      std::lock_guard lock(mutex_);
+      stats_.last_error = error.what();
+    }
+    if (options_.on_error) options_.on_error(error);
+  }
+
+  void send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error) {
+    zmq_util::send(*dealer_, protocol::Ack{incarnation_, manifest.version, fetch_id, ok, error});
+  }
+
+  ConsumerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  std::shared_ptr<transport::Transport> transport_;
+  EventQueue<Event> events_;
+
+  mutable std::mutex mutex_;
+  mutable std::condition_variable installed_cv_;
+  std::shared_ptr<const detail::InstalledVersion> current_;  // guarded by mutex_
+  ConsumerStats stats_;                                      // guarded by mutex_
+
+  // Service thread only:
+  zmq::context_t zmq_context_;
+  std::unique_ptr<zmq::socket_t> dealer_;
+  std::unique_ptr<zmq::socket_t> subscriber_;
+  bool joined_ = false;
+  std::uint64_t incarnation_ = 0;
+  Clock::time_point join_sent_{};
+  Clock::time_point last_heard_{};
+  std::uint64_t newest_announced_ = 0;
+  std::uint64_t next_fetch_id_ = 1;
+  std::set<std::uint64_t> rejected_;
+  std::optional<FetchInFlight> fetch_;
+  std::map<std::uint64_t, FetchInFlight> draining_;  // aborted fetches whose receives are still live
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;
+  std::thread service_;
+};
+
+Consumer::Consumer(ConsumerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Consumer::~Consumer() = default;
+ModelView Consumer::acquire() const { return impl_->acquire(); }
+ModelView Consumer::wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
+  return impl_->wait_for_version(version, timeout);
+}
+ConsumerStats Consumer::stats() const { return impl_->stats(); }
+
+}  // namespace modelcast

@@ -1,0 +1,51 @@
+#include <array>
+
+#include "modelcast/tensor.h"
+#include "modelcast/types.h"
+
+namespace modelcast {
+namespace {
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  std::size_t size;
+};
+constexpr std::array<DTypeInfo, 10> kDTypes{{
+    {DType::kF64, "f64", 8}, {DType::kF32, "f32", 4}, {DType::kF16, "f16", 2},
+    {DType::kBF16, "bf16", 2}, {DType::kI64, "i64", 8}, {DType::kI32, "i32", 4},
+    {DType::kI16, "i16", 2}, {DType::kI8, "i8", 1}, {DType::kU8, "u8", 1}, {DType::kBool, "bool", 1},
+}};
+}  // namespace
+
+std::size_t dtype_size(DType dtype) noexcept {
+  for (const auto& info : kDTypes) {
+    if (info.dtype == dtype) return info.size;
+  }
+  return 0;
+}
+
+std::string_view dtype_name(DType dtype) noexcept {
+  for (const auto& info : kDTypes) {
+    if (info.dtype == dtype) return info.name;
+  }
+  return "unknown";
+}
+
+std::optional<DType> parse_dtype(std::string_view name) noexcept {
+  for (const auto& info : kDTypes) {
+    if (info.name == name) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string_view memory_kind_name(MemoryKind kind) noexcept {
+  return kind == MemoryKind::kCuda ? "cuda" : "host";
+}
+
+std::size_t TensorSpec::element_count() const noexcept {
+  std::size_t count = 1;
+  for (auto extent : shape) count *= static_cast<std::size_t>(extent < 0 ? 0 : extent);
+  return count;
+}
+
+}  // namespace modelcast

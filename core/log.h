@@ -1,0 +1,12 @@
+// One spdlog logger per component ("modelcast.producer", ...). Level from MODELCAST_LOG_LEVEL
+// (trace, debug, info, warn, error, off; default info), or spdlog's own API at run time.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include <spdlog/spdlog.h>
+
+namespace modelcast::log {
+std::shared_ptr<spdlog::logger> get(std::string_view component);
+}  // namespace modelcast::log

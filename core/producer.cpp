@@ -1,0 +1,555 @@
+// Producer: see include/modelcast/producer.h.
+//
+// Threads and what they own:
+//  - the caller's thread (the trainer) runs register/prepare/publish: it copies tensors into a
+//    reserved slot and hands the slot to the service thread through `events_`.
+//  - the service thread owns the ZeroMQ sockets (ROUTER for join/fetch/ack, PUB for
+//    announcements), the consumer records and the fetches in flight; it digests new snapshots,
+//    announces them, starts transfers and expires leases.
+//  - the transport's progress thread runs transfer completions, which only push events.
+// `mutex_` guards what the caller and the service thread share: the slot pool, the manifests of
+// published slots and the stats. Slot memory is written only by the caller while the slot is
+// reserved (no lease can reach it) and only read once published.
+#include "modelcast/producer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <unistd.h>
+#include <variant>
+
+#include <zmq.hpp>
+
+#include "core/digest.h"
+#include "core/host_buffer.h"
+#include "core/log.h"
+#include "core/manifest.h"
+#include "core/protocol.h"
+#include "core/slot_pool.h"
+#include "core/wakeup.h"
+#include "core/zmq_util.h"
+#include "modelcast/error.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace modelcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t realtime_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::uint64_t random_incarnation() {
+  std::random_device device;
+  std::uint64_t value = (std::uint64_t{device()} << 32) ^ device();
+  return value == 0 ? 1 : value;
+}
+
+struct Slot {
+  HostBuffer memory;
+  std::unique_ptr<transport::MemoryRegion> region;
+  Manifest manifest;                 // valid once published
+  Clock::time_point published_at{};  // steady time of the publish() call
+};
+
+// Events for the service thread.
+struct SnapshotTaken {
+  std::size_t slot;
+  Manifest manifest;  // digests not yet filled in
+  Clock::time_point called_at;
+};
+struct SendDone {
+  std::string consumer;
+  std::uint64_t fetch_id;
+  bool ok;
+  std::string error;
+};
+struct PeerFailed {
+  transport::PeerId peer;
+  std::string error;
+};
+struct Stop {};
+using Event = std::variant<SnapshotTaken, SendDone, PeerFailed, Stop>;
+
+struct Fetch {
+  std::uint64_t lease_id = 0;
+  std::uint64_t version = 0;
+  std::size_t bytes = 0;
+  std::vector<transport::TransferId> transfers;
+  std::size_t pending = 0;
+  bool failed = false;
+};
+
+struct ConsumerRecord {
+  std::string name;
+  std::string routing_id;
+  transport::PeerId peer = 0;
+  std::map<std::uint64_t, Fetch> fetches;  // by fetch id
+};
+
+}  // namespace
+
+class Producer::Impl {
+ public:
+  explicit Impl(ProducerOptions options)
+      : options_(std::move(options)),
+        log_(log::get("producer")),
+        incarnation_(random_incarnation()),
+        pool_(options_.snapshot_slots),
+        next_version_(options_.first_version),
+        transport_(transport::make_ucx_transport()),
+        router_(zmq_context_, zmq::socket_type::router),
+        publisher_(zmq_context_, zmq::socket_type::pub) {
+    if (options_.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
+    if (options_.first_version == 0) throw Error(ErrorCode::kInvalidArgument, "first_version must be >= 1");
+    if (options_.transfer_chunk_bytes == 0) throw Error(ErrorCode::kInvalidArgument, "transfer_chunk_bytes is 0");
+    router_.set(zmq::sockopt::linger, 0);
+    router_.set(zmq::sockopt::router_mandatory, false);
+    publisher_.set(zmq::sockopt::linger, 0);
+    try {
+      router_.bind(zmq_util::bind_spelling(options_.control_endpoint));
+      control_endpoint_ = zmq_util::bound_endpoint(router_);
+      publisher_.bind(zmq_util::announce_bind_endpoint(control_endpoint_));
+      announce_endpoint_ = zmq_util::bound_endpoint(publisher_);
+    } catch (const zmq::error_t& e) {
+      throw Error(ErrorCode::kTransport, "cannot bind '" + options_.control_endpoint + "': " + e.what());
+    }
+    slots_.resize(options_.snapshot_slots);
+    log_->info("model '{}' serving on {} (announcements on {}), incarnation {:016x}", options_.model_name,
+               control_endpoint_, announce_endpoint_, incarnation_);
+    service_ = std::thread([this] { service_loop(); });
+  }
+
+  ~Impl() {
+    events_.push(Stop{});
+    service_.join();
+    // Slots' registrations go before the transport that made them.
+    slots_.clear();
+    transport_.reset();
+  }
+
+  void register_tensor(const TensorRef& tensor) {
+    std::lock_guard lock(mutex_);
+    if (prepared_) {
+      throw Error(ErrorCode::kState, "cannot register tensor '" + tensor.spec.name + "' after the first publish");
+    }
+    if (tensor.spec.memory != MemoryKind::kHost) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + tensor.spec.name + "': device memory is not supported "
+                                               "by this build; register host tensors");
+    }
+    if (tensor.data == nullptr && tensor.spec.size_bytes() != 0) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + tensor.spec.name + "' has a null data pointer");
+    }
+    auto specs = registered_specs();
+    specs.push_back(tensor.spec);
+    plan_layout(specs, nullptr);  // validates name, dtype, shape and uniqueness; throws naming the tensor
+    registered_.push_back(tensor);
+  }
+
+  void prepare() {
+    std::lock_guard lock(mutex_);
+    prepare_locked();
+  }
+
+  PublishTicket publish(std::int64_t step, const Metadata& metadata) {
+    auto called_at = Clock::now();
+    std::int64_t called_ns = realtime_ns();
+    std::unique_lock lock(mutex_);
+    prepare_locked();
+    std::optional<std::size_t> slot;
+    // Every slot but the newest is held by readers: wait for an ack or a lease to lapse.
+    while (!(slot = pool_.reserve_for_write(Clock::now()))) {
+      auto until = pool_.next_expiry().value_or(Clock::now() + options_.lease_timeout);
+      slot_freed_.wait_until(lock, until);
+    }
+    Manifest manifest = layout_;
+    manifest.version = next_version_++;
+    manifest.step = step;
+    manifest.publish_time_ns = called_ns;
+    manifest.metadata = metadata;
+    lock.unlock();
+
+    // The only work in the trainer's stall: one copy per tensor. Digests are taken by the
+    // service thread from the slot, which nobody else touches until it is published.
+    std::byte* base = slots_[*slot].memory.data();
+    for (std::size_t i = 0; i < registered_.size(); ++i) {
+      std::memcpy(base + manifest.tensors[i].offset, registered_[i].data, manifest.tensors[i].size);
+    }
+    auto stall = Clock::now() - called_at;
+
+    PublishTicket ticket{manifest.version, step, stall, manifest.total_bytes};
+    {
+      std::lock_guard relock(mutex_);
+      stats_.last_stall = stall;
+      stats_.versions_published++;
+    }
+    events_.push(SnapshotTaken{*slot, std::move(manifest), called_at});
+    return ticket;
+  }
+
+  bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
+    std::unique_lock lock(mutex_);
+    return consumers_changed_.wait_for(lock, timeout, [&] { return stats_.consumers >= count; });
+  }
+
+  ProducerStats stats() const {
+    std::lock_guard lock(mutex_);
+    ProducerStats copy = stats_;
+    copy.latest_version = pool_.newest_version();
+    copy.transport = transport_->name();
+    return copy;
+  }
+
+  std::string control_endpoint() const { return control_endpoint_; }
+
+ private:
+  std::vector<TensorSpec> registered_specs() const {
+    std::vector<TensorSpec> specs;
+    for (const auto& t : registered_) specs.push_back(t.spec);
+    return specs;
+  }
+
+  void prepare_locked() {
+    if (prepared_) return;
+    if (registered_.empty()) throw Error(ErrorCode::kState, "publish with no tensors registered");
+    layout_.model = options_.model_name;
+    layout_.incarnation = incarnation_;
+    layout_.integrity = options_.integrity;
+    layout_.tensors = plan_layout(registered_specs(), &layout_.total_bytes);
+    for (auto& slot : slots_) {
+      slot.memory = HostBuffer(std::max<std::size_t>(layout_.total_bytes, 1));
+      slot.region = transport_->register_memory(slot.memory.data(), slot.memory.size(), MemoryKind::kHost);
+    }
+    prepared_ = true;
+    log_->info("prepared {} snapshot slots of {} bytes for {} tensors", slots_.size(), layout_.total_bytes,
+               layout_.tensors.size());
+  }
+
+  // ---- service thread ------------------------------------------------------------------
+
+  void service_loop() {
+    auto next_heartbeat = Clock::now();
+    for (;;) {
+      auto now = Clock::now();
+      if (now >= next_heartbeat) {
+        announce();
+        next_heartbeat = now + options_.heartbeat_interval;
+      }
+      auto wake = next_heartbeat;
+      {
+        std::lock_guard lock(mutex_);
+        if (auto expiry = pool_.next_expiry()) wake = std::min(wake, *expiry);
+      }
+      auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
+      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, events_.fd(), ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
+      if (items[1].revents & ZMQ_POLLIN) {
+        for (auto& event : events_.drain()) {
+          if (std::holds_alternative<Stop>(event)) return;
+          std::visit([this](auto& e) { on_event(e); }, event);
+        }
+      }
+      if (items[0].revents & ZMQ_POLLIN) {
+        while (auto parts = zmq_util::receive(router_)) on_request(*parts);
+      }
+      expire_leases();
+    }
+  }
+
+  void announce() {
+    protocol::Announce message{incarnation_, 0, 0};
+    {
+      std::lock_guard lock(mutex_);
+      message.version = pool_.newest_version();
+      if (auto slot = pool_.slot_of(message.version)) message.step = slots_[*slot].manifest.step;
+    }
+    zmq_util::send(publisher_, message, &options_.model_name);
+  }
+
+  void on_event(SnapshotTaken& e) {
+    if (e.manifest.integrity) {
+      const std::byte* base = slots_[e.slot].memory.data();
+      for (auto& t : e.manifest.tensors) t.digest = digest_bytes(base + t.offset, t.size);
+    }
+    {
+      std::lock_guard lock(mutex_);
+      slots_[e.slot].manifest = std::move(e.manifest);
+      slots_[e.slot].published_at = e.called_at;
+      pool_.mark_published(e.slot, slots_[e.slot].manifest.version);
+    }
+    log_->debug("version {} ready in slot {}", slots_[e.slot].manifest.version, e.slot);
+    announce();
+  }
+
+  void on_event(SendDone& e) {
+    auto it = consumers_.find(e.consumer);
+    if (it == consumers_.end()) return;
+    auto fetch = it->second.fetches.find(e.fetch_id);
+    if (fetch == it->second.fetches.end()) return;
+    if (!e.ok && !fetch->second.failed) {
+      fetch->second.failed = true;
+      log_->warn("sending version {} to '{}' failed: {}", fetch->second.version, e.consumer, e.error);
+      std::lock_guard lock(mutex_);
+      stats_.failed_deliveries++;
+    }
+    if (fetch->second.pending > 0) fetch->second.pending--;
+  }
+
+  void on_event(Stop&) {}  // handled by service_loop before dispatch
+
+  void on_event(PeerFailed& e) {
+    for (auto it = consumers_.begin(); it != consumers_.end(); ++it) {
+      if (it->second.peer == e.peer) {
+        log_->warn("consumer '{}' lost ({}); releasing its leases", it->first, e.error);
+        drop_consumer(it);
+        return;
+      }
+    }
+  }
+
+  void drop_consumer(std::map<std::string, ConsumerRecord>::iterator it) {
+    for (auto& [id, fetch] : it->second.fetches) end_fetch(fetch);
+    transport_->disconnect(it->second.peer);
+    consumers_.erase(it);
+    std::lock_guard lock(mutex_);
+    stats_.consumers = consumers_.size();
+  }
+
+  void end_fetch(Fetch& fetch) {
+    for (auto id : fetch.transfers) transport_->cancel(id);
+    std::lock_guard lock(mutex_);
+    pool_.release_lease(fetch.lease_id);
+    slot_freed_.notify_all();
+  }
+
+  void expire_leases() {
+    std::vector<SlotPool::Lease> expired;
+    {
+      std::lock_guard lock(mutex_);
+      expired = pool_.take_expired(Clock::now());
+      stats_.leases_expired += expired.size();
+      if (!expired.empty()) slot_freed_.notify_all();
+    }
+    for (const auto& lease : expired) {
+      log_->warn("lease of '{}' on version {} expired; its transfer is abandoned", lease.holder, lease.version);
+      auto it = consumers_.find(lease.holder);
+      if (it == consumers_.end()) continue;
+      for (auto f = it->second.fetches.begin(); f != it->second.fetches.end();) {
+        if (f->second.lease_id == lease.id) {
+          for (auto id : f->second.transfers) transport_->cancel(id);
+          f = it->second.fetches.erase(f);
+        } else {
+          ++f;
+        }
+      }
+    }
+  }
+
+  void on_request(std::vector<zmq::message_t>& parts) {
+    if (parts.size() != 2) {
+      bad_message("request with " + std::to_string(parts.size()) + " frames (expected 2)");
+      return;
+    }
+    std::string routing_id = parts[0].to_string();
+    protocol::Message message;
+    try {
+      message = protocol::decode({static_cast<const std::byte*>(parts[1].data()), parts[1].size()});
+    } catch (const Error& e) {
+      bad_message(e.what());
+      return;
+    }
+    if (auto* join = std::get_if<protocol::JoinRequest>(&message)) {
+      on_join(routing_id, *join);
+    } else if (auto* fetch = std::get_if<protocol::FetchRequest>(&message)) {
+      on_fetch(routing_id, *fetch);
+    } else if (auto* ack = std::get_if<protocol::Ack>(&message)) {
+      on_ack(routing_id, *ack);
+    } else {
+      bad_message("unexpected message type on the request channel");
+    }
+  }
+
+  void bad_message(const std::string& what) {
+    log_->warn("dropped a bad control message: {}", what);
+    std::lock_guard lock(mutex_);
+    stats_.bad_messages++;
+  }
+
+  ConsumerRecord* find_by_routing_id(const std::string& routing_id) {
+    for (auto& [name, record] : consumers_) {
+      if (record.routing_id == routing_id) return &record;
+    }
+    return nullptr;
+  }
+
+  void on_join(const std::string& routing_id, const protocol::JoinRequest& join) {
+    protocol::JoinReply reply;
+    reply.incarnation = incarnation_;
+    reply.announce_endpoint = announce_endpoint_;
+    reply.transport = transport_->name();
+    if (join.model != options_.model_name) {
+      reply.error = "this producer serves model '" + options_.model_name + "', not '" + join.model + "'";
+    } else if (join.consumer_name.empty()) {
+      reply.error = "consumer name is empty";
+    } else {
+      if (auto old = consumers_.find(join.consumer_name); old != consumers_.end()) drop_consumer(old);
+      try {
+        ConsumerRecord record;
+        record.name = join.consumer_name;
+        record.routing_id = routing_id;
+        record.peer = transport_->connect(join.transport_address, [this](transport::PeerId peer, const std::string& error) {
+          events_.push(PeerFailed{peer, error});
+        });
+        consumers_.emplace(record.name, std::move(record));
+        reply.ok = true;
+        log_->info("consumer '{}' joined", join.consumer_name);
+      } catch (const Error& e) {
+        reply.error = std::string("cannot reach the consumer's transport address: ") + e.what();
+      }
+    }
+    {
+      std::lock_guard lock(mutex_);
+      reply.latest_version = pool_.newest_version();
+      stats_.consumers = consumers_.size();
+    }
+    consumers_changed_.notify_all();
+    if (!reply.ok) log_->warn("refused a join: {}", reply.error);
+    zmq_util::send(router_, reply, &routing_id);
+  }
+
+  void on_fetch(const std::string& routing_id, const protocol::FetchRequest& request) {
+    protocol::FetchReply reply;
+    reply.fetch_id = request.fetch_id;
+    ConsumerRecord* consumer = find_by_routing_id(routing_id);
+    if (!consumer) {
+      reply.error = "not joined";
+    } else if (request.incarnation != incarnation_) {
+      reply.error = "stale producer incarnation; join again";
+    } else if (consumer->fetches.count(request.fetch_id)) {
+      reply.error = "fetch id " + std::to_string(request.fetch_id) + " already in use";
+    }
+    std::optional<SlotPool::Lease> lease;
+    std::size_t slot = 0;
+    if (reply.error.empty()) {
+      std::lock_guard lock(mutex_);
+      lease = pool_.acquire_lease(request.version, consumer->name, Clock::now(), options_.lease_timeout);
+      if (!lease) {
+        reply.error = request.version == 0 ? "nothing published yet"
+                                           : "version " + std::to_string(request.version) + " is no longer held";
+      } else {
+        slot = lease->slot;
+        reply.manifest = slots_[slot].manifest;
+      }
+    }
+    if (!reply.error.empty()) {
+      zmq_util::send(router_, reply, &routing_id);
+      return;
+    }
+    reply.ok = true;
+    reply.chunk_bytes = options_.transfer_chunk_bytes;
+    zmq_util::send(router_, reply, &routing_id);
+
+    Fetch fetch;
+    fetch.lease_id = lease->id;
+    fetch.version = lease->version;
+    fetch.bytes = reply.manifest.total_bytes;
+    std::size_t total = reply.manifest.total_bytes;
+    std::size_t chunks = (total + reply.chunk_bytes - 1) / reply.chunk_bytes;
+    fetch.pending = chunks;
+    std::string name = consumer->name;
+    for (std::size_t i = 0; i < chunks; ++i) {
+      std::size_t offset = i * reply.chunk_bytes;
+      std::size_t length = std::min<std::size_t>(reply.chunk_bytes, total - offset);
+      std::uint64_t fetch_id = request.fetch_id;
+      fetch.transfers.push_back(transport_->post_send(
+          consumer->peer, *slots_[slot].region, offset, length, protocol::chunk_tag(fetch_id, i),
+          [this, name, fetch_id](const transport::TransferResult& r) {
+            events_.push(SendDone{name, fetch_id, r.ok, r.error});
+          }));
+    }
+    consumer->fetches.emplace(request.fetch_id, std::move(fetch));
+  }
+
+  void on_ack(const std::string& routing_id, const protocol::Ack& ack) {
+    ConsumerRecord* consumer = find_by_routing_id(routing_id);
+    if (!consumer || ack.incarnation != incarnation_) return;
+    auto it = consumer->fetches.find(ack.fetch_id);
+    if (it == consumer->fetches.end()) return;
+    Fetch fetch = std::move(it->second);
+    consumer->fetches.erase(it);
+    Delivery delivery;
+    {
+      std::lock_guard lock(mutex_);
+      pool_.release_lease(fetch.lease_id);
+      slot_freed_.notify_all();
+      if (ack.ok) {
+        stats_.deliveries++;
+        stats_.bytes_sent += fetch.bytes;
+        if (auto slot = pool_.slot_of(fetch.version)) {
+          delivery.since_publish = Clock::now() - slots_[*slot].published_at;
+        }
+      } else {
+        stats_.failed_deliveries++;
+      }
+    }
+    if (!ack.ok) {
+      log_->warn("consumer '{}' rejected version {}: {}", consumer->name, ack.version, ack.error);
+      for (auto id : fetch.transfers) transport_->cancel(id);
+      return;
+    }
+    delivery.version = fetch.version;
+    delivery.consumer = consumer->name;
+    delivery.bytes = fetch.bytes;
+    if (options_.on_delivery) options_.on_delivery(delivery);
+  }
+
+  ProducerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  const std::uint64_t incarnation_;
+
+  mutable std::mutex mutex_;
+  mutable std::condition_variable slot_freed_;
+  mutable std::condition_variable consumers_changed_;
+  SlotPool pool_;                      // guarded by mutex_
+  ProducerStats stats_;                // guarded by mutex_
+  bool prepared_ = false;              // guarded by mutex_
+  std::vector<TensorRef> registered_;  // guarded by mutex_ until prepared, then immutable
+  Manifest layout_;                    // immutable once prepared
+  std::uint64_t next_version_;         // publishing thread only
+  std::vector<Slot> slots_;            // memory: see the file comment; manifest: mutex_
+
+  std::unique_ptr<transport::Transport> transport_;
+  EventQueue<Event> events_;
+
+  // Service thread only:
+  zmq::context_t zmq_context_;
+  zmq::socket_t router_;
+  zmq::socket_t publisher_;
+  std::string control_endpoint_;
+  std::string announce_endpoint_;
+  std::map<std::string, ConsumerRecord> consumers_;
+  std::thread service_;
+};
+
+Producer::Producer(ProducerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Producer::~Producer() = default;
+void Producer::register_tensor(const TensorRef& tensor) { impl_->register_tensor(tensor); }
+void Producer::register_tensors(std::span<const TensorRef> tensors) {
+  for (const auto& t : tensors) impl_->register_tensor(t);
+}
+void Producer::prepare() { impl_->prepare(); }
+PublishTicket Producer::publish(std::int64_t step, const Metadata& metadata) { return impl_->publish(step, metadata); }
+bool Producer::wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
+  return impl_->wait_for_consumers(count, timeout);
+}
+ProducerStats Producer::stats() const { return impl_->stats(); }
+std::string Producer::control_endpoint() const { return impl_->control_endpoint(); }
+
+}  // namespace modelcast

@@ -1,0 +1,66 @@
+// Which snapshot slot holds which version, and who is still reading it.
+//
+// Pure bookkeeping with the clock passed in, so reuse and lease expiry are unit-testable.
+// Not thread-safe: the Producer guards it with its state mutex.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace modelcast {
+
+class SlotPool {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct Lease {
+    std::uint64_t id = 0;
+    std::size_t slot = 0;
+    std::uint64_t version = 0;
+    std::string holder;
+    Clock::time_point expires;
+  };
+
+  explicit SlotPool(std::size_t slot_count);
+
+  // Reserves a slot to write the next version into: never the one holding the newest version,
+  // never one being written or under an unexpired lease. The version it held is forgotten at
+  // once (no new lease can reach it). Expired leases are dropped first (see take_expired()).
+  std::optional<std::size_t> reserve_for_write(Clock::time_point now);
+
+  // The reserved slot now holds `version`, the newest, and can be leased.
+  void mark_published(std::size_t slot, std::uint64_t version);
+  // Gives a reserved slot back unpublished (the snapshot failed).
+  void cancel_reservation(std::size_t slot);
+
+  // Leases the slot that holds `version` (0 = newest) until now + duration, or nullopt if that
+  // version is no longer held.
+  std::optional<Lease> acquire_lease(std::uint64_t version, const std::string& holder,
+                                     Clock::time_point now, Clock::duration duration);
+
+  // Ends a lease early (the reader acked). False if it had already ended or expired.
+  bool release_lease(std::uint64_t lease_id);
+
+  // Removes and returns leases whose time is up.
+  std::vector<Lease> take_expired(Clock::time_point now);
+
+  std::optional<Clock::time_point> next_expiry() const;
+  std::optional<std::size_t> slot_of(std::uint64_t version) const;
+  std::uint64_t newest_version() const { return newest_version_; }
+  std::size_t active_leases() const { return leases_.size(); }
+  std::size_t slot_count() const { return slot_versions_.size(); }
+
+ private:
+  std::vector<std::uint64_t> slot_versions_;  // 0 = empty
+  std::vector<bool> writing_;
+  std::vector<Lease> leases_;
+  std::uint64_t newest_version_ = 0;
+  std::uint64_t next_lease_id_ = 1;
+  std::vector<Lease> expired_;  // parked by find_writable until take_expired collects them
+};
+
+}  // namespace modelcast

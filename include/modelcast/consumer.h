@@ -1,0 +1,79 @@
+// Consumer: lives in the inference process. Receives versions in the background and
+// swaps to each one atomically; readers hold ModelViews.
+#pragma once
+
+#include "modelcast/export.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "modelcast/error.h"
+#include "modelcast/model_view.h"
+#include "modelcast/tensor.h"
+
+namespace modelcast {
+
+struct ConsumerOptions {
+  std::string producer_endpoint;   // the producer's control endpoint (tcp://... or ipc://...)
+  std::string model_name = "model";
+  std::string consumer_name;       // default: "<hostname>:<pid>"
+  // If non-empty, every version must have exactly these tensors (name, dtype, shape, in any
+  // order); another layout is rejected with Error(kLayoutMismatch) and the last good version stays.
+  std::vector<TensorSpec> expected_layout;
+  // Receive buffers allocated by modelcast (>= 2: one served while the next arrives; one more
+  // lets readers hold an older view without stalling updates).
+  std::size_t buffers = 3;
+  // Caller-owned receive buffers instead (each large enough for the model, >= 2 of them,
+  // valid for the Consumer's lifetime). modelcast never writes into one a live view uses.
+  std::vector<std::span<std::byte>> caller_buffers;
+  // No announcement or heartbeat for this long: the producer is presumed gone; a transfer in
+  // flight is discarded and the consumer reconnects when the producer returns.
+  std::chrono::milliseconds producer_timeout{2000};
+  // Runs on the consumer's service thread after a version is installed, or when one is
+  // rejected. Keep them short: the next update waits for them.
+  std::function<void(const ModelView&)> on_update;
+  std::function<void(const Error&)> on_error;
+};
+
+struct ConsumerStats {
+  std::uint64_t current_version = 0;
+  std::uint64_t versions_installed = 0;
+  std::uint64_t versions_rejected = 0;  // digest or layout failures
+  std::uint64_t transfers_aborted = 0;  // producer lost mid-transfer, timeouts
+  std::uint64_t bad_messages = 0;       // malformed/truncated/unknown-version, dropped
+  std::uint64_t reconnects = 0;
+  std::uint64_t bytes_received = 0;
+  std::chrono::nanoseconds last_update_latency{0};
+  std::string last_error;
+};
+
+class MODELCAST_API Consumer {
+ public:
+  // Starts the service and transport threads and begins to join the producer; does not wait
+  // for it (a producer that starts later is found). Throws Error(kInvalidArgument) for bad options.
+  explicit Consumer(ConsumerOptions options);
+  ~Consumer();  // stops threads; views already handed out stay valid
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  // The newest installed version, or an empty view before the first. Thread-safe, never blocks
+  // on transfers.
+  ModelView acquire() const;
+
+  // Waits until a version >= `version` is installed; returns it, or an empty view on timeout.
+  ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
+
+  ConsumerStats stats() const;  // thread-safe snapshot
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace modelcast

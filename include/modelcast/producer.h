@@ -1,0 +1,106 @@
+// Producer: linked into the trainer. Snapshots registered tensors and delivers them in the
+// background to every subscribed Consumer.
+#pragma once
+
+#include "modelcast/export.h"
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "modelcast/tensor.h"
+
+namespace modelcast {
+
+using Metadata = std::map<std::string, std::string>;
+
+// A consumer has a version in memory, verified. Reported on the producer's service thread.
+struct Delivery {
+  std::uint64_t version = 0;
+  std::string consumer;                       // the consumer's name
+  std::chrono::nanoseconds since_publish{0};  // publish() call until the consumer's ack
+  std::size_t bytes = 0;
+};
+
+struct ProducerOptions {
+  std::string model_name = "model";
+  // ROUTER endpoint consumers connect to: tcp://HOST:PORT (PORT 0 picks a free one) or ipc://PATH.
+  // The announcement (PUB) endpoint is chosen next to it and told to consumers when they join.
+  std::string control_endpoint = "tcp://127.0.0.1:0";
+  std::size_t snapshot_slots = 3;  // >= 2: one holds the newest version while another is written
+  bool integrity = true;           // XXH3 digest per tensor, checked by consumers
+  std::uint64_t first_version = 1; // a restarted trainer may continue its numbering
+  // A consumer's hold on a slot lapses after this long without an ack, so a dead or hung
+  // consumer cannot pin a slot for ever.
+  std::chrono::milliseconds lease_timeout{10000};
+  std::chrono::milliseconds heartbeat_interval{200};
+  std::size_t transfer_chunk_bytes = 32u << 20;
+  std::function<void(const Delivery&)> on_delivery;  // optional; runs on the service thread
+};
+
+// What publish() returns once the snapshot is taken; delivery continues in the background.
+struct PublishTicket {
+  std::uint64_t version = 0;
+  std::int64_t step = 0;
+  std::chrono::nanoseconds stall{0};  // time the caller was blocked in publish()
+  std::size_t bytes = 0;
+};
+
+struct ProducerStats {
+  std::uint64_t latest_version = 0;  // 0 before the first publish
+  std::uint64_t versions_published = 0;
+  std::uint64_t deliveries = 0;      // verified acks from consumers
+  std::uint64_t failed_deliveries = 0;
+  std::uint64_t leases_expired = 0;
+  std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
+  std::uint64_t bytes_sent = 0;
+  std::size_t consumers = 0;         // consumers that joined and are not known dead
+  std::chrono::nanoseconds last_stall{0};
+  std::string transport;             // e.g. "ucx"
+};
+
+class MODELCAST_API Producer {
+ public:
+  // Binds the control endpoint and starts the service and transport threads.
+  // Throws Error(kInvalidArgument) for bad options, Error(kTransport) if binding fails.
+  explicit Producer(ProducerOptions options);
+  // Stops background threads; transfers in flight are abandoned (consumers discard them).
+  ~Producer();
+  Producer(const Producer&) = delete;
+  Producer& operator=(const Producer&) = delete;
+
+  // Registers a tensor the caller owns (see TensorRef). Only before the first publish().
+  // Throws Error(kInvalidArgument) for an empty/duplicate name, null data or bad shape.
+  void register_tensor(const TensorRef& tensor);
+  void register_tensors(std::span<const TensorRef> tensors);
+
+  // Allocates and registers the snapshot slots now so the first publish() does not pay for
+  // it. Optional: the first publish() calls it. Throws Error(kState) if nothing is registered.
+  void prepare();
+
+  // Copies every registered tensor into a free snapshot slot and returns; notification and
+  // transfer run in the background. Blocks beyond the copy only if every slot is held by
+  // readers (at most lease_timeout). Call from one thread at a time. Throws Error(kState) if
+  // nothing is registered; on any error the previous versions stay served.
+  PublishTicket publish(std::int64_t step, const Metadata& metadata = {});
+
+  // Blocks until at least `count` consumers have joined; false on timeout. Thread-safe.
+  bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const;
+
+  // Thread-safe snapshot of counters.
+  ProducerStats stats() const;
+
+  // The endpoint actually bound (with the chosen port when PORT was 0).
+  std::string control_endpoint() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace modelcast

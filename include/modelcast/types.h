@@ -1,0 +1,34 @@
+// Element types and memory kinds shared by the producer, the consumer and the wire format.
+#pragma once
+
+#include "modelcast/export.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace modelcast {
+
+// Element type of a tensor. The numeric values are part of the wire protocol: append only.
+enum class DType : std::uint8_t {
+  kF64 = 0, kF32 = 1, kF16 = 2, kBF16 = 3,
+  kI64 = 4, kI32 = 5, kI16 = 6, kI8 = 7, kU8 = 8, kBool = 9,
+};
+
+// Where a tensor's bytes live. Device memory is described by MemoryKind::kCuda plus a
+// device ordinal; the wire format carries both so that later transports can use them.
+enum class MemoryKind : std::uint8_t { kHost = 0, kCuda = 1 };
+
+// Bytes per element of `dtype` (bool is one byte).
+MODELCAST_API std::size_t dtype_size(DType dtype) noexcept;
+
+// Short lowercase name ("f32", "bf16", ...), stable: used in logs, JSON and the C ABI.
+MODELCAST_API std::string_view dtype_name(DType dtype) noexcept;
+
+// Inverse of dtype_name; std::nullopt for an unknown name.
+MODELCAST_API std::optional<DType> parse_dtype(std::string_view name) noexcept;
+
+MODELCAST_API std::string_view memory_kind_name(MemoryKind kind) noexcept;
+
+}  // namespace modelcast

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs modelcast's build and test dependencies from Debian 12's archive.
+# Idempotent: packages already present are left alone, so repeated runs are cheap.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git
+  libucx-dev ucx-utils            # data plane (UCP) and ucx_perftest for the benchmark ceiling
+  libzmq3-dev cppzmq-dev          # control plane
+  libmsgpack-cxx-dev libboost-dev # wire codec (msgpack's CMake config needs Boost headers)
+  libspdlog-dev libfmt-dev        # logging
+  libxxhash-dev                   # per-tensor digests (XXH3)
+  libcli11-dev nlohmann-json3-dev # command lines, JSON output
+  libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting
+  libgtest-dev libgmock-dev libbenchmark-dev
+  iproute2                        # network-namespace test across two "hosts"
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+  sudo_cmd=(sudo)
+fi
+echo "install-deps: installing ${missing[*]}"
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q
+"${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"

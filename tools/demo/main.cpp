@@ -1,0 +1,171 @@
+// modelcast-demo: the main job. A producer publishes the built-in model several times to
+// consumer processes on this host and prints, per version, the trainer's stall, when each
+// consumer had the version (verified byte for byte) and the bytes moved.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "default_model.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/producer.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+
+double ms(std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+int run_consumer(const std::string& endpoint, int index, int versions, std::size_t size_mib) {
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "demo";
+  options.consumer_name = "consumer-" + std::to_string(index);
+  // The demo knows the layout, so the consumer insists on it.
+  for (auto& t : demo::make_default_model(size_mib)) options.expected_layout.push_back(t.spec);
+  modelcast::Consumer consumer(options);
+  for (int v = 1; v <= versions; ++v) {
+    auto view = consumer.wait_for_version(static_cast<std::uint64_t>(v), 120s);
+    if (!view) {
+      std::fprintf(stderr, "consumer-%d: version %d did not arrive (%s)\n", index, v,
+                   consumer.stats().last_error.c_str());
+      return 1;
+    }
+    std::size_t i = 0;
+    for (const auto& tensor : view.tensors()) {
+      if (!demo::matches(tensor.data, tensor.size_bytes(), view.version(), i++)) {
+        std::fprintf(stderr, "consumer-%d: tensor '%s' of version %llu differs from what was published\n", index,
+                     tensor.name().c_str(), static_cast<unsigned long long>(view.version()));
+        return 1;
+      }
+    }
+  }
+  return 0;
+}
+
+pid_t spawn_consumer(const std::string& self, const std::string& endpoint, int index, int versions, std::size_t mib) {
+  std::vector<std::string> args = {self, "consumer", "--endpoint", endpoint, "--index", std::to_string(index),
+                                   "--versions", std::to_string(versions), "--size-mib", std::to_string(mib)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    throw std::runtime_error("cannot start consumer process " + self);
+  }
+  return pid;
+}
+
+int run_producer(const std::string& self, int consumers, int versions, std::size_t size_mib, bool integrity) {
+  auto model = demo::make_default_model(size_mib);
+  std::size_t bytes = 0;
+  for (auto& t : model) bytes += t.spec.size_bytes();
+
+  std::mutex mutex;
+  std::condition_variable delivered_cv;
+  std::map<std::uint64_t, std::map<std::string, double>> delivered;  // version -> consumer -> ms
+
+  modelcast::ProducerOptions options;
+  options.model_name = "demo";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  options.integrity = integrity;
+  options.on_delivery = [&](const modelcast::Delivery& d) {
+    std::lock_guard lock(mutex);
+    delivered[d.version][d.consumer] = ms(d.since_publish);
+    delivered_cv.notify_all();
+  };
+  modelcast::Producer producer(options);
+  for (auto& t : model) producer.register_tensor({t.spec, t.data()});
+  producer.prepare();
+
+  std::printf("modelcast demo: model of %zu tensors, %.1f MiB; %d consumer processes; %d versions; integrity %s\n",
+              model.size(), bytes / 1048576.0, consumers, versions, integrity ? "on" : "off");
+  std::vector<pid_t> children;
+  for (int i = 1; i <= consumers; ++i) {
+    children.push_back(spawn_consumer(self, producer.control_endpoint(), i, versions, size_mib));
+  }
+  int status_code = 0;
+  if (!producer.wait_for_consumers(static_cast<std::size_t>(consumers), 60s)) {
+    std::fprintf(stderr, "demo: consumers did not join within 60 s\n");
+    status_code = 1;
+  }
+  std::printf("%-8s %-6s %10s", "version", "step", "stall_ms");
+  for (int i = 1; i <= consumers; ++i) std::printf(" %14s", ("consumer-" + std::to_string(i) + "_ms").c_str());
+  std::printf(" %12s\n", "bytes");
+  for (int v = 1; v <= versions && status_code == 0; ++v) {
+    // "Training": the weights change between publishes.
+    for (std::size_t i = 0; i < model.size(); ++i) demo::fill(model[i], static_cast<std::uint64_t>(v), i);
+    auto ticket = producer.publish(v * 100, {{"demo", "true"}});
+    std::unique_lock lock(mutex);
+    bool all = delivered_cv.wait_for(lock, 120s, [&] {
+      return delivered[ticket.version].size() == static_cast<std::size_t>(consumers);
+    });
+    if (!all) {
+      std::fprintf(stderr, "demo: version %llu did not reach every consumer in 120 s\n",
+                   static_cast<unsigned long long>(ticket.version));
+      status_code = 1;
+      break;
+    }
+    std::printf("%-8llu %-6lld %10.2f", static_cast<unsigned long long>(ticket.version),
+                static_cast<long long>(ticket.step), ms(ticket.stall));
+    for (auto& [name, when] : delivered[ticket.version]) std::printf(" %14.2f", when);
+    std::printf(" %12zu\n", ticket.bytes * static_cast<std::size_t>(consumers));
+    std::fflush(stdout);
+  }
+  for (pid_t child : children) {
+    if (status_code != 0) kill(child, SIGTERM);
+    int status = 0;
+    waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) status_code = 1;
+  }
+  auto stats = producer.stats();
+  std::printf("%s: %llu versions published, %llu deliveries verified, %llu bytes sent over %s\n",
+              status_code == 0 ? "ok" : "FAILED", static_cast<unsigned long long>(stats.versions_published),
+              static_cast<unsigned long long>(stats.deliveries), static_cast<unsigned long long>(stats.bytes_sent),
+              stats.transport.c_str());
+  return status_code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"modelcast-demo: publish the built-in model to consumer processes on this host"};
+  int consumers = 2;
+  int versions = 5;
+  std::size_t size_mib = 256;
+  bool no_integrity = false;
+  app.add_option("--consumers", consumers, "consumer processes")->check(CLI::Range(1, 16));
+  app.add_option("--versions", versions, "versions to publish")->check(CLI::Range(1, 1000));
+  app.add_option("--size-mib", size_mib, "model size in MiB")->check(CLI::Range(1, 65536));
+  app.add_flag("--no-integrity", no_integrity, "skip per-tensor digests");
+  auto* consumer = app.add_subcommand("consumer", "run one consumer (started by the demo itself)");
+  std::string endpoint;
+  int index = 1;
+  consumer->add_option("--endpoint", endpoint)->required();
+  consumer->add_option("--index", index);
+  consumer->add_option("--versions", versions);
+  consumer->add_option("--size-mib", size_mib);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*consumer) return run_consumer(endpoint, index, versions, size_mib);
+    std::string self = std::filesystem::canonical("/proc/self/exe").string();
+    return run_producer(self, consumers, versions, size_mib, !no_integrity);
+  } catch (const modelcast::Error& e) {
+    std::fprintf(stderr, "modelcast-demo: %s\n", e.what());
+    return 1;
+  }
+}
