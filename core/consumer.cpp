@@ -23,6 +23,7 @@
 #include <zmq.hpp>
 
 #include "core/digest.h"
+#include "core/host_identity.h"
 #include "core/installed_version.h"
 #include "core/log.h"
 #include "core/protocol.h"
@@ -157,7 +158,7 @@ class Consumer::Impl {
     dealer_ = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::dealer);
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->connect(options_.producer_endpoint);
-    protocol::JoinRequest join{options_.model_name, options_.consumer_name, transport_->address()};
+    protocol::JoinRequest join{options_.model_name, options_.consumer_name, transport_->address(), host_id()};
     zmq_util::send(*dealer_, join);
     joined_ = false;
     join_sent_ = Clock::now();
@@ -209,7 +210,11 @@ class Consumer::Impl {
       return;
     }
     last_heard_ = Clock::now();
-    newest_announced_ = std::max(newest_announced_, announce->version);
+    if (announce->version > newest_announced_) {
+      newest_announced_ = announce->version;
+      std::lock_guard lock(mutex_);
+      stats_.last_notify_latency = std::chrono::nanoseconds(realtime_ns() - announce->publish_time_ns);
+    }
   }
 
   void on_reply(std::vector<zmq::message_t>& parts) {

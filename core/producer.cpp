@@ -26,6 +26,7 @@
 #include <zmq.hpp>
 
 #include "core/digest.h"
+#include "core/host_identity.h"
 #include "core/host_buffer.h"
 #include "core/log.h"
 #include "core/manifest.h"
@@ -263,17 +264,26 @@ class Producer::Impl {
     }
   }
 
+  // Heartbeat: the newest published version.
   void announce() {
-    protocol::Announce message{incarnation_, 0, 0};
+    protocol::Announce message{incarnation_, 0, 0, 0};
     {
       std::lock_guard lock(mutex_);
       message.version = pool_.newest_version();
-      if (auto slot = pool_.slot_of(message.version)) message.step = slots_[*slot].manifest.step;
+      if (auto slot = pool_.slot_of(message.version)) {
+        message.step = slots_[*slot].manifest.step;
+        message.publish_time_ns = slots_[*slot].manifest.publish_time_ns;
+      }
     }
     zmq_util::send(publisher_, message, &options_.model_name);
   }
 
   void on_event(SnapshotTaken& e) {
+    // Announce first, so consumers learn of the version without waiting for its digests. A
+    // fetch they send back is read by this same thread, after the version is published below.
+    zmq_util::send(publisher_,
+                   protocol::Announce{incarnation_, e.manifest.version, e.manifest.step, e.manifest.publish_time_ns},
+                   &options_.model_name);
     if (e.manifest.integrity) {
       const std::byte* base = slots_[e.slot].memory.data();
       for (auto& t : e.manifest.tensors) t.digest = digest_bytes(base + t.offset, t.size);
@@ -285,7 +295,6 @@ class Producer::Impl {
       pool_.mark_published(e.slot, slots_[e.slot].manifest.version);
     }
     log_->debug("version {} ready in slot {}", slots_[e.slot].manifest.version, e.slot);
-    announce();
   }
 
   void on_event(SendDone& e) {
@@ -404,9 +413,14 @@ class Producer::Impl {
         ConsumerRecord record;
         record.name = join.consumer_name;
         record.routing_id = routing_id;
-        record.peer = transport_->connect(join.transport_address, [this](transport::PeerId peer, const std::string& error) {
-          events_.push(PeerFailed{peer, error});
-        });
+        // On one machine UCX reaches shared memory only without peer-failure detection; a
+        // consumer that dies there is noticed through its lease instead.
+        bool same_host = !join.host_id.empty() && join.host_id == host_id_;
+        bool detect_failure = !(same_host && ucx_shared_memory_allowed());
+        record.peer = transport_->connect(join.transport_address, detect_failure,
+                                          [this](transport::PeerId peer, const std::string& error) {
+                                            events_.push(PeerFailed{peer, error});
+                                          });
         consumers_.emplace(record.name, std::move(record));
         reply.ok = true;
         log_->info("consumer '{}' joined", join.consumer_name);
@@ -513,6 +527,7 @@ class Producer::Impl {
   ProducerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   const std::uint64_t incarnation_;
+  const std::string host_id_ = host_id();
 
   mutable std::mutex mutex_;
   mutable std::condition_variable slot_freed_;

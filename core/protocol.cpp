@@ -50,16 +50,18 @@ void pack_manifest(Packer& pk, const Manifest& m) {
 struct BodyPacker {
   Packer& pk;
   void operator()(const Announce& m) const {
-    pk.pack_map(3);
+    pk.pack_map(4);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("step"); pk.pack(m.step);
+    pk.pack("t_pub"); pk.pack(m.publish_time_ns);
   }
   void operator()(const JoinRequest& m) const {
-    pk.pack_map(3);
+    pk.pack_map(4);
     pk.pack("model"); pack_str(pk, m.model);
     pk.pack("name"); pack_str(pk, m.consumer_name);
     pk.pack("addr"); pack_bin(pk, m.transport_address);
+    pk.pack("host"); pack_str(pk, m.host_id);
   }
   void operator()(const JoinReply& m) const {
     pk.pack_map(6);
@@ -177,11 +179,13 @@ Message unpack_body(Type type, const msgpack::object& body) {
   switch (type) {
     case Type::kAnnounce: {
       Fields f(body, "announce");
-      return Announce{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::int64_t>("step")};
+      return Announce{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::int64_t>("step"),
+                      f.get<std::int64_t>("t_pub")};
     }
     case Type::kJoinRequest: {
       Fields f(body, "join request");
-      return JoinRequest{f.get<std::string>("model"), f.get<std::string>("name"), f.bin("addr")};
+      return JoinRequest{f.get<std::string>("model"), f.get<std::string>("name"), f.bin("addr"),
+                         f.get<std::string>("host")};
     }
     case Type::kJoinReply: {
       Fields f(body, "join reply");

@@ -25,6 +25,7 @@ struct Announce {
   std::uint64_t incarnation = 0;
   std::uint64_t version = 0;
   std::int64_t step = 0;
+  std::int64_t publish_time_ns = 0;  // CLOCK_REALTIME of the publish() call (0 in heartbeats before any)
 };
 
 // DEALER -> ROUTER: a consumer introduces itself and its transport address.
@@ -32,6 +33,7 @@ struct JoinRequest {
   std::string model;
   std::string consumer_name;
   std::vector<std::byte> transport_address;
+  std::string host_id;  // the kernel's boot id: equal on one machine, network namespaces included
 };
 
 struct JoinReply {

@@ -57,8 +57,9 @@ class Transport {
   // Opaque address a peer passes to connect().
   virtual std::vector<std::byte> address() const = 0;
 
-  // Prepares a peer; `on_failure` runs (progress thread) if the peer is later found dead.
-  virtual PeerId connect(std::span<const std::byte> peer_address, PeerFailure on_failure) = 0;
+  // Prepares a peer. With `detect_failure`, `on_failure` runs (progress thread) if the peer is
+  // later found dead; some transports (UCX's shared memory) are usable only without it.
+  virtual PeerId connect(std::span<const std::byte> peer_address, bool detect_failure, PeerFailure on_failure) = 0;
   // Releases a peer; its transfers in flight complete with an error.
   virtual void disconnect(PeerId peer) = 0;
 

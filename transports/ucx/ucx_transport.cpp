@@ -124,7 +124,7 @@ class UcxTransport final : public Transport {
 
   std::vector<std::byte> address() const override { return address_; }
 
-  PeerId connect(std::span<const std::byte> peer_address, PeerFailure on_failure) override {
+  PeerId connect(std::span<const std::byte> peer_address, bool detect_failure, PeerFailure on_failure) override {
     PeerId id = next_id_++;
     std::vector<std::byte> copy(peer_address.begin(), peer_address.end());
     run([&] {
@@ -133,7 +133,8 @@ class UcxTransport final : public Transport {
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.address = reinterpret_cast<const ucp_address_t*>(copy.data());
-      ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+      // UCX 1.13 offers no shared-memory transport in PEER mode; callers on one host pass false.
+      ep.err_mode = detect_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
       ep.err_handler.cb = &UcxTransport::on_peer_error;
       ep.err_handler.arg = context.get();
       ucp_ep_h handle = nullptr;

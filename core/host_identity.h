@@ -1,0 +1,15 @@
+// Is a peer on this machine, and may UCX use shared memory to reach it?
+#pragma once
+
+#include <string>
+
+namespace modelcast {
+
+// The kernel's boot id (/proc/sys/kernel/random/boot_id): one value per running machine, shared
+// by all its network namespaces. Empty if unreadable.
+std::string host_id();
+
+// Whether UCX_TLS (as set in this process's environment) leaves a shared-memory transport on.
+bool ucx_shared_memory_allowed();
+
+}  // namespace modelcast
