@@ -203,6 +203,7 @@ class Producer::Impl {
   ProducerStats stats() const {
     std::lock_guard lock(mutex_);
     ProducerStats copy = stats_;
+    copy.fetches_in_flight = pool_.active_leases();
     copy.latest_version = pool_.newest_version();
     copy.transport = transport_->name();
     return copy;

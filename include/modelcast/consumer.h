@@ -49,7 +49,8 @@ struct ConsumerStats {
   std::uint64_t bad_messages = 0;       // malformed/truncated/unknown-version, dropped
   std::uint64_t reconnects = 0;
   std::uint64_t bytes_received = 0;
-  std::chrono::nanoseconds last_update_latency{0};
+  std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here
+  std::chrono::nanoseconds last_notify_latency{0};  // publish() call until announced here
   std::string last_error;
 };
 

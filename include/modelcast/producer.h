@@ -60,6 +60,7 @@ struct ProducerStats {
   std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
   std::uint64_t bytes_sent = 0;
   std::size_t consumers = 0;         // consumers that joined and are not known dead
+  std::size_t fetches_in_flight = 0; // transfers started and not yet acked or expired
   std::chrono::nanoseconds last_stall{0};
   std::string transport;             // e.g. "ucx"
 };

@@ -4,12 +4,14 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include "core/digest.h"
 #include "core/log.h"
 #include "modelcast/error.h"
 
@@ -18,6 +20,41 @@ namespace {
 
 [[noreturn]] void throw_ucx(const std::string& what, ucs_status_t status) {
   throw Error(ErrorCode::kTransport, what + ": " + ucs_status_string(status));
+}
+
+// UCX aborts the process on a malformed worker address (an assertion in ucp_address_unpack),
+// and addresses arrive over the network, so they travel sealed: magic, length and an XXH3 of
+// the UCX bytes, all checked before UCX sees them.
+constexpr std::uint32_t kAddressMagic = 0x55435841;  // "UCXA"
+constexpr std::size_t kAddressHeader = 4 + 4 + 8;
+
+std::vector<std::byte> seal_address(const std::byte* ucx_address, std::size_t length) {
+  std::vector<std::byte> sealed(kAddressHeader + length);
+  auto length32 = static_cast<std::uint32_t>(length);
+  std::uint64_t digest = digest_bytes(ucx_address, length);
+  std::memcpy(sealed.data(), &kAddressMagic, 4);
+  std::memcpy(sealed.data() + 4, &length32, 4);
+  std::memcpy(sealed.data() + 8, &digest, 8);
+  std::memcpy(sealed.data() + kAddressHeader, ucx_address, length);
+  return sealed;
+}
+
+std::span<const std::byte> unseal_address(std::span<const std::byte> sealed) {
+  std::uint32_t magic = 0, length = 0;
+  std::uint64_t digest = 0;
+  if (sealed.size() >= kAddressHeader) {
+    std::memcpy(&magic, sealed.data(), 4);
+    std::memcpy(&length, sealed.data() + 4, 4);
+    std::memcpy(&digest, sealed.data() + 8, 8);
+  }
+  if (sealed.size() < kAddressHeader || magic != kAddressMagic || length != sealed.size() - kAddressHeader) {
+    throw Error(ErrorCode::kTransport, "malformed UCX worker address (" + std::to_string(sealed.size()) + " bytes)");
+  }
+  auto body = sealed.subspan(kAddressHeader);
+  if (digest_bytes(body.data(), body.size()) != digest) {
+    throw Error(ErrorCode::kTransport, "corrupt UCX worker address (checksum mismatch)");
+  }
+  return body;
 }
 
 class UcxTransport;
@@ -71,8 +108,7 @@ class UcxTransport final : public Transport {
       ucp_cleanup(context_);
       throw_ucx("ucp_worker_get_address", s);
     }
-    const auto* bytes = reinterpret_cast<const std::byte*>(address);
-    address_.assign(bytes, bytes + length);
+    address_ = seal_address(reinterpret_cast<const std::byte*>(address), length);
     ucp_worker_release_address(worker_, address);
     progress_thread_ = std::thread([this] { progress_loop(); });
   }
@@ -126,7 +162,8 @@ class UcxTransport final : public Transport {
 
   PeerId connect(std::span<const std::byte> peer_address, bool detect_failure, PeerFailure on_failure) override {
     PeerId id = next_id_++;
-    std::vector<std::byte> copy(peer_address.begin(), peer_address.end());
+    auto body = unseal_address(peer_address);
+    std::vector<std::byte> copy(body.begin(), body.end());
     run([&] {
       auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
       ucp_ep_params_t ep{};

@@ -1,0 +1,292 @@
+/* modelcast C ABI: the producer/consumer API for C and Fortran (ISO_C_BINDING) codes.
+ *
+ * Pure C11. Handles are opaque; every call that can fail returns an mc_status and leaves a
+ * text naming the problem in mc_last_error() (per thread). No C++ exception crosses this
+ * boundary. Structs passed *in* carry `struct_size` (set by their _init function) so that
+ * later releases can append fields without breaking binaries built against this header.
+ * Unless a function says otherwise, strings are NUL-terminated UTF-8 and are copied by
+ * modelcast before the call returns.
+ */
+#ifndef MODELCAST_MODELCAST_H
+#define MODELCAST_MODELCAST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "modelcast/export.h" /* plain preprocessor macros: C-compatible */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes, element types, memory kinds ------------------------------------------ */
+
+/* Mirrors modelcast::ErrorCode numerically; 0 is success. */
+typedef enum mc_status {
+  MC_OK = 0,
+  MC_ERR_INVALID_ARGUMENT = 1, /* the caller passed something wrong (names, shapes, options, NULL) */
+  MC_ERR_LAYOUT_MISMATCH = 2,  /* producer and consumer disagree on tensors, dtypes or shapes */
+  MC_ERR_PROTOCOL = 3,         /* a malformed, truncated or unknown-version message */
+  MC_ERR_TRANSPORT = 4,        /* UCX or ZeroMQ failed (peer gone, address unusable, ...) */
+  MC_ERR_TIMEOUT = 5,          /* a bounded wait ran out */
+  MC_ERR_INTEGRITY = 6,        /* a digest did not match */
+  MC_ERR_STATE = 7,            /* the call is not allowed now (e.g. publish with nothing registered) */
+  MC_ERR_RESOURCE = 8,         /* memory or another resource could not be had */
+  MC_ERR_UNKNOWN = 99          /* any other failure inside modelcast (a bug: please report it) */
+} mc_status;
+
+/* Mirrors modelcast::DType numerically (the values are part of the wire protocol). */
+typedef enum mc_dtype {
+  MC_DTYPE_F64 = 0,
+  MC_DTYPE_F32 = 1,
+  MC_DTYPE_F16 = 2,
+  MC_DTYPE_BF16 = 3,
+  MC_DTYPE_I64 = 4,
+  MC_DTYPE_I32 = 5,
+  MC_DTYPE_I16 = 6,
+  MC_DTYPE_I8 = 7,
+  MC_DTYPE_U8 = 8,
+  MC_DTYPE_BOOL = 9 /* one byte per element */
+} mc_dtype;
+
+/* Mirrors modelcast::MemoryKind numerically. */
+typedef enum mc_memory_kind { MC_MEMORY_HOST = 0, MC_MEMORY_CUDA = 1 } mc_memory_kind;
+
+typedef struct mc_producer mc_producer_t; /* opaque */
+typedef struct mc_consumer mc_consumer_t; /* opaque */
+typedef struct mc_view mc_view_t;         /* opaque: one held, immutable model version */
+
+/* ---- errors and small helpers ----------------------------------------------------------- */
+
+/* Text of the last failure on the calling thread ("" if none); never NULL.
+ * Owned by modelcast, valid until the next failing modelcast call on this thread. */
+MODELCAST_API const char* mc_last_error(void);
+
+/* Stable short name of a status ("ok", "invalid_argument", ...; "?" if out of range).
+ * Static storage; thread-safe; never fails. */
+MODELCAST_API const char* mc_status_name(mc_status status);
+
+/* Short lowercase dtype name ("f32", "bf16", ...), or NULL for a value outside mc_dtype.
+ * Static storage; thread-safe; never fails. */
+MODELCAST_API const char* mc_dtype_name(mc_dtype dtype);
+
+/* Bytes per element of `dtype`, or 0 for a value outside mc_dtype.
+ * Thread-safe; never fails. */
+MODELCAST_API size_t mc_dtype_size(mc_dtype dtype);
+
+/* ---- producer (trainer side) ------------------------------------------------------------ */
+
+typedef struct mc_producer_options {
+  size_t struct_size;           /* set by mc_producer_options_init; do not change */
+  const char* model_name;       /* default "model" */
+  /* ROUTER endpoint consumers connect to: "tcp://HOST:PORT" (PORT 0 = pick a free one) or
+   * "ipc://PATH". Default "tcp://127.0.0.1:0"; read the bound one with mc_producer_endpoint. */
+  const char* control_endpoint;
+  size_t snapshot_slots;        /* >= 2; default 3 */
+  int integrity;                /* nonzero: XXH3 digest per tensor, checked by consumers; default 1 */
+  uint64_t first_version;       /* >= 1; default 1 (a restarted trainer may continue its numbering) */
+  int64_t lease_timeout_ms;     /* a consumer's hold on a slot lapses after this; default 10000 */
+  int64_t heartbeat_interval_ms;/* default 200 */
+  size_t transfer_chunk_bytes;  /* default 32 MiB */
+} mc_producer_options;
+
+/* Description of one tensor for mc_producer_register_tensor_desc (host memory today). */
+typedef struct mc_tensor_desc {
+  size_t struct_size;           /* set by mc_tensor_desc_init; do not change */
+  const char* name;
+  mc_dtype dtype;
+  size_t ndim;                  /* 0 = scalar */
+  const int64_t* shape;         /* ndim extents, each >= 0; may be NULL when ndim is 0 */
+  const void* data;             /* caller-owned; must stay valid and unmoved while the producer lives */
+  mc_memory_kind memory;        /* default MC_MEMORY_HOST (the only kind this build supports) */
+  int device;                   /* device ordinal for MC_MEMORY_CUDA; default 0 */
+} mc_tensor_desc;
+
+/* What mc_producer_publish reports once the snapshot is taken. */
+typedef struct mc_publish_result {
+  uint64_t version;             /* the version number assigned to this publish */
+  int64_t step;                 /* the step passed in */
+  int64_t stall_ns;             /* time the caller was blocked in publish */
+  uint64_t bytes;               /* bytes snapshotted */
+} mc_publish_result;
+
+typedef struct mc_producer_stats {
+  uint64_t latest_version;      /* 0 before the first publish */
+  uint64_t versions_published;
+  uint64_t deliveries;          /* verified acks from consumers */
+  uint64_t failed_deliveries;
+  uint64_t leases_expired;
+  uint64_t bad_messages;        /* malformed or unknown-version requests dropped */
+  uint64_t bytes_sent;
+  uint64_t consumers;           /* consumers that joined and are not known dead */
+  int64_t last_stall_ns;
+  char transport[32];           /* e.g. "ucx", NUL-terminated (truncated if longer) */
+} mc_producer_stats;
+
+/* Fills `options` with the defaults above (and struct_size). Call before setting fields.
+ * No-op on NULL; thread-safe; never fails. */
+MODELCAST_API void mc_producer_options_init(mc_producer_options* options);
+
+/* Fills `desc` with defaults (host memory, device 0, everything else zero/NULL).
+ * No-op on NULL; thread-safe; never fails. */
+MODELCAST_API void mc_tensor_desc_init(mc_tensor_desc* desc);
+
+/* Binds the control endpoint and starts background threads; *out gets a producer the caller
+ * owns (free with mc_producer_destroy). options NULL = defaults. On error *out is NULL:
+ * MC_ERR_INVALID_ARGUMENT (bad options, out NULL), MC_ERR_TRANSPORT (cannot bind). */
+MODELCAST_API mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t** out);
+
+/* Stops the producer's threads and frees it; transfers in flight are abandoned.
+ * NULL is a no-op. Do not call while another thread uses the producer. */
+MODELCAST_API void mc_producer_destroy(mc_producer_t* producer);
+
+/* The control endpoint actually bound (with the chosen port if PORT was 0), for consumers.
+ * Owned by the producer, valid until mc_producer_destroy; NULL (and last error) if producer is NULL. */
+MODELCAST_API const char* mc_producer_endpoint(const mc_producer_t* producer);
+
+/* Registers a host tensor the caller owns: modelcast reads `data` during publish only, so it
+ * must stay valid and unmoved while the producer lives. Only before the first publish; one
+ * thread at a time. Errors: MC_ERR_INVALID_ARGUMENT (NULL producer/name, empty or duplicate
+ * name, unknown dtype, negative extent, NULL shape with ndim > 0, NULL data), MC_ERR_STATE
+ * (after the first publish). */
+MODELCAST_API mc_status mc_producer_register_tensor(mc_producer_t* producer, const char* name, mc_dtype dtype,
+                                                    size_t ndim, const int64_t* shape, const void* data);
+
+/* Same as mc_producer_register_tensor from a descriptor (memory kind, device ordinal).
+ * Errors as there; device memory gives MC_ERR_INVALID_ARGUMENT in a build without GPU support. */
+MODELCAST_API mc_status mc_producer_register_tensor_desc(mc_producer_t* producer, const mc_tensor_desc* desc);
+
+/* Allocates and registers the snapshot slots now so the first publish does not pay for it.
+ * Optional; one thread at a time. Errors: MC_ERR_STATE (nothing registered), MC_ERR_RESOURCE. */
+MODELCAST_API mc_status mc_producer_prepare(mc_producer_t* producer);
+
+/* Copies every registered tensor into a snapshot slot and returns; delivery runs in the
+ * background. Metadata: `count` key/value pairs (keys/values may be NULL when count is 0),
+ * copied. `out` may be NULL. One thread at a time. Errors: MC_ERR_STATE (nothing registered),
+ * MC_ERR_INVALID_ARGUMENT (NULL producer, NULL key/value arrays or entries); previous versions stay served. */
+MODELCAST_API mc_status mc_producer_publish(mc_producer_t* producer, int64_t step, const char* const* keys,
+                                            const char* const* values, size_t count, mc_publish_result* out);
+
+/* Blocks until at least `count` consumers have joined, at most timeout_ms (>= 0).
+ * Thread-safe. Errors: MC_ERR_TIMEOUT, MC_ERR_INVALID_ARGUMENT (NULL producer, negative timeout). */
+MODELCAST_API mc_status mc_producer_wait_for_consumers(const mc_producer_t* producer, size_t count,
+                                                       int64_t timeout_ms);
+
+/* Copies a snapshot of the producer's counters into *out. Thread-safe.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL producer or out). */
+MODELCAST_API mc_status mc_producer_get_stats(const mc_producer_t* producer, mc_producer_stats* out);
+
+/* ---- consumer (inference side) ---------------------------------------------------------- */
+
+typedef struct mc_consumer_options {
+  size_t struct_size;            /* set by mc_consumer_options_init; do not change */
+  const char* producer_endpoint; /* required: the producer's control endpoint */
+  const char* model_name;        /* default "model" */
+  const char* consumer_name;     /* NULL (default) = "<hostname>:<pid>" */
+  size_t buffers;                /* receive buffers modelcast allocates, >= 2; default 3 */
+  /* Caller-owned receive buffers instead (count >= 2, each large enough for the model, valid
+   * and unmoved for the consumer's lifetime). Default none (NULL, NULL, 0). */
+  void* const* caller_buffers;
+  const size_t* caller_buffer_sizes;
+  size_t caller_buffer_count;
+  /* If count > 0, every version must have exactly these tensors (name, dtype, shape; `data`
+   * ignored); another layout is rejected (MC_ERR_LAYOUT_MISMATCH in the consumer's stats). */
+  const mc_tensor_desc* expected_layout;
+  size_t expected_layout_count;
+  int64_t producer_timeout_ms;   /* producer presumed gone after this silence; default 2000 */
+} mc_consumer_options;
+
+typedef struct mc_consumer_stats {
+  uint64_t current_version;
+  uint64_t versions_installed;
+  uint64_t versions_rejected;    /* digest or layout failures */
+  uint64_t transfers_aborted;
+  uint64_t bad_messages;
+  uint64_t reconnects;
+  uint64_t bytes_received;
+  int64_t last_update_latency_ns; /* publish call until installed here */
+  char last_error[256];          /* NUL-terminated, truncated if longer; "" if none */
+} mc_consumer_stats;
+
+/* One tensor of a held view. Pointers are owned by the view: valid and unchanged until
+ * mc_view_release of that view. */
+typedef struct mc_tensor_info {
+  const char* name;
+  mc_dtype dtype;
+  size_t ndim;
+  const int64_t* shape;          /* ndim extents (may be NULL when ndim is 0) */
+  const void* data;              /* read-only bytes */
+  size_t size_bytes;
+  mc_memory_kind memory;
+  int device;
+} mc_tensor_info;
+
+/* Fills `options` with the defaults above (and struct_size). Call before setting fields.
+ * No-op on NULL; thread-safe; never fails. */
+MODELCAST_API void mc_consumer_options_init(mc_consumer_options* options);
+
+/* Starts the consumer's threads and begins to join the producer (does not wait for it; a
+ * producer that starts later is found). *out gets a consumer the caller owns (mc_consumer_destroy).
+ * On error *out is NULL: MC_ERR_INVALID_ARGUMENT (NULL options/out, no endpoint, bad buffers or layout). */
+MODELCAST_API mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t** out);
+
+/* Stops the consumer's threads and frees it; views already acquired stay valid until released.
+ * NULL is a no-op. Do not call while another thread uses the consumer. */
+MODELCAST_API void mc_consumer_destroy(mc_consumer_t* consumer);
+
+/* *out gets the newest installed version (the caller owns it: mc_view_release), or NULL with
+ * MC_OK before the first version. Thread-safe, never blocks on transfers.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL consumer or out). */
+MODELCAST_API mc_status mc_consumer_acquire(const mc_consumer_t* consumer, mc_view_t** out);
+
+/* Waits at most timeout_ms (>= 0) until a version >= `version` is installed; *out gets it
+ * (caller owns: mc_view_release). Thread-safe. Errors (*out NULL): MC_ERR_TIMEOUT,
+ * MC_ERR_INVALID_ARGUMENT (NULL consumer or out, negative timeout). */
+MODELCAST_API mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t version,
+                                                     int64_t timeout_ms, mc_view_t** out);
+
+/* Copies a snapshot of the consumer's counters into *out. Thread-safe.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL consumer or out). */
+MODELCAST_API mc_status mc_consumer_get_stats(const mc_consumer_t* consumer, mc_consumer_stats* out);
+
+/* ---- views ------------------------------------------------------------------------------ */
+
+/* Releases a view; its tensors' pointers become invalid. The bytes stay unchanged until then,
+ * whatever arrives later. NULL is a no-op. Views may be used and released from any thread. */
+MODELCAST_API void mc_view_release(mc_view_t* view);
+
+/* The view's version number; 0 if view is NULL. Thread-safe; never fails. */
+MODELCAST_API uint64_t mc_view_version(const mc_view_t* view);
+
+/* The step the producer passed to publish; 0 if view is NULL. Thread-safe; never fails. */
+MODELCAST_API int64_t mc_view_step(const mc_view_t* view);
+
+/* Number of tensors in the view; 0 if view is NULL. Thread-safe; never fails. */
+MODELCAST_API size_t mc_view_tensor_count(const mc_view_t* view);
+
+/* Number of metadata key/value pairs published with this version; 0 if view is NULL.
+ * Thread-safe; never fails. */
+MODELCAST_API size_t mc_view_metadata_count(const mc_view_t* view);
+
+/* The index-th metadata pair (sorted by key); strings owned by the view, valid until release.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL view/key/value, index >= count). */
+MODELCAST_API mc_status mc_view_metadata_at(const mc_view_t* view, size_t index, const char** key,
+                                            const char** value);
+
+/* The value published for `key`, owned by the view (valid until release), or NULL if absent.
+ * NULL view or key also give NULL (with last error set). Thread-safe. */
+MODELCAST_API const char* mc_view_metadata_get(const mc_view_t* view, const char* key);
+
+/* Fills *out for the tensor called `name` (pointers owned by the view). Thread-safe.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL view/name/out, no tensor of that name). */
+MODELCAST_API mc_status mc_view_find_tensor(const mc_view_t* view, const char* name, mc_tensor_info* out);
+
+/* Fills *out for the index-th tensor in the producer's registration order (pointers owned by
+ * the view). Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT (NULL view/out, index >= count). */
+MODELCAST_API mc_status mc_view_tensor_at(const mc_view_t* view, size_t index, mc_tensor_info* out);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MODELCAST_MODELCAST_H */

@@ -1,0 +1,111 @@
+#include <gtest/gtest.h>
+
+#include "core/digest.h"
+#include "core/manifest.h"
+#include "modelcast/error.h"
+
+namespace modelcast {
+namespace {
+
+std::string error_of(auto&& f, ErrorCode expected_code) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), expected_code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error thrown";
+  return {};
+}
+
+TEST(Manifest, LaysTensorsOutAlignedInOrder) {
+  std::uint64_t total = 0;
+  auto entries = plan_layout({{"a", DType::kF32, {3}}, {"b", DType::kBool, {}}, {"c", DType::kF64, {2, 2}}}, &total);
+  ASSERT_EQ(entries.size(), 3u);
+  EXPECT_EQ(entries[0].offset, 0u);
+  EXPECT_EQ(entries[0].size, 12u);
+  EXPECT_EQ(entries[1].offset, kTensorAlignment);
+  EXPECT_EQ(entries[1].size, 1u);  // a scalar holds one element
+  EXPECT_EQ(entries[2].offset, 2 * kTensorAlignment);
+  EXPECT_EQ(entries[2].size, 32u);
+  EXPECT_EQ(total, 3 * kTensorAlignment);
+}
+
+TEST(Manifest, RejectsBadRegistrationsNamingTheTensor) {
+  auto dup = error_of([] { plan_layout({{"w", DType::kF32, {1}}, {"w", DType::kI8, {2}}}, nullptr); },
+                      ErrorCode::kInvalidArgument);
+  EXPECT_NE(dup.find("duplicate tensor name 'w'"), std::string::npos) << dup;
+  auto neg = error_of([] { plan_layout({{"x", DType::kF32, {2, -1}}}, nullptr); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(neg.find("'x'"), std::string::npos) << neg;
+  EXPECT_NE(neg.find("[2,-1]"), std::string::npos) << neg;
+  auto empty = error_of([] { plan_layout({{"", DType::kF32, {1}}}, nullptr); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(empty.find("empty name"), std::string::npos);
+  auto dtype = error_of([] { plan_layout({{"d", static_cast<DType>(77), {1}}}, nullptr); },
+                        ErrorCode::kInvalidArgument);
+  EXPECT_NE(dtype.find("unknown dtype 77"), std::string::npos) << dtype;
+}
+
+Manifest valid_manifest() {
+  Manifest m;
+  m.model = "m";
+  m.version = 3;
+  m.tensors = plan_layout({{"a", DType::kF32, {4}}, {"b", DType::kI16, {8}}}, &m.total_bytes);
+  return m;
+}
+
+TEST(Manifest, ValidationCatchesHostileManifests) {
+  EXPECT_NO_THROW(validate_manifest(valid_manifest()));
+  auto outside = valid_manifest();
+  outside.tensors[1].offset = outside.total_bytes - 4;
+  EXPECT_NE(error_of([&] { validate_manifest(outside); }, ErrorCode::kProtocol).find("outside"), std::string::npos);
+  auto overflow = valid_manifest();
+  overflow.tensors[0].offset = ~std::uint64_t{0} - 2;  // offset + size wraps around
+  EXPECT_NE(error_of([&] { validate_manifest(overflow); }, ErrorCode::kProtocol).find("outside"), std::string::npos);
+  auto size = valid_manifest();
+  size.tensors[0].size = 15;
+  EXPECT_NE(error_of([&] { validate_manifest(size); }, ErrorCode::kProtocol).find("needs 16"), std::string::npos);
+  auto twice = valid_manifest();
+  twice.tensors[1].spec.name = "a";
+  EXPECT_NE(error_of([&] { validate_manifest(twice); }, ErrorCode::kProtocol).find("twice"), std::string::npos);
+}
+
+TEST(Manifest, ExpectedLayoutDifferencesAreListed) {
+  auto m = valid_manifest();
+  EXPECT_NO_THROW(check_expected_layout({}, m));  // nothing expected: accept the producer's
+  EXPECT_NO_THROW(check_expected_layout({{"b", DType::kI16, {8}}, {"a", DType::kF32, {4}}}, m));  // any order
+  auto text = error_of([&] { check_expected_layout({{"a", DType::kF64, {4}}, {"c", DType::kF32, {1}}}, m); },
+                       ErrorCode::kLayoutMismatch);
+  EXPECT_NE(text.find("tensor 'a' is f32, expected f64"), std::string::npos) << text;
+  EXPECT_NE(text.find("missing tensor 'c'"), std::string::npos) << text;
+  EXPECT_NE(text.find("unexpected tensor 'b'"), std::string::npos) << text;
+  auto shape = error_of([&] { check_expected_layout({{"a", DType::kF32, {2, 2}}, {"b", DType::kI16, {8}}}, m); },
+                        ErrorCode::kLayoutMismatch);
+  EXPECT_NE(shape.find("shape [4], expected [2,2]"), std::string::npos) << shape;
+}
+
+TEST(Digest, IsXxh3AndSeesEveryByte) {
+  EXPECT_EQ(digest_bytes("", 0), 0x2D06800538D394C2ull);  // XXH3-64 of empty input, from its spec
+  std::vector<unsigned char> data(1 << 16);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<unsigned char>(i * 31);
+  auto reference = digest_bytes(data.data(), data.size());
+  for (std::size_t i : {std::size_t{0}, data.size() / 2, data.size() - 1}) {
+    data[i] ^= 1;
+    EXPECT_NE(digest_bytes(data.data(), data.size()), reference) << "flip at " << i;
+    data[i] ^= 1;
+  }
+  EXPECT_EQ(digest_bytes(data.data(), data.size()), reference);
+}
+
+TEST(DType, NamesAndSizesRoundTrip) {
+  for (int i = 0; i <= static_cast<int>(DType::kBool); ++i) {
+    auto dtype = static_cast<DType>(i);
+    EXPECT_EQ(parse_dtype(dtype_name(dtype)), dtype);
+    EXPECT_GT(dtype_size(dtype), 0u);
+  }
+  EXPECT_EQ(dtype_size(DType::kBF16), 2u);
+  EXPECT_EQ(dtype_size(DType::kI64), 8u);
+  EXPECT_FALSE(parse_dtype("f128").has_value());
+}
+
+}  // namespace
+}  // namespace modelcast

@@ -1,0 +1,94 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <numeric>
+
+#include "core/host_buffer.h"
+#include "modelcast/error.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace modelcast::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Done {
+  std::promise<TransferResult> promise;
+  Completion callback() {
+    return [this](const TransferResult& r) { promise.set_value(r); };
+  }
+  TransferResult get() {
+    auto future = promise.get_future();
+    if (future.wait_for(30s) != std::future_status::ready) return {false, "timed out"};
+    return future.get();
+  }
+};
+
+class UcxTransportTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(UcxTransportTest, MovesBytesBetweenRegisteredRegionsByTag) {
+  auto sender = make_ucx_transport();
+  auto receiver = make_ucx_transport();
+  EXPECT_TRUE(sender->capabilities().host_memory);
+  constexpr std::size_t kSize = 3u << 20;  // above UCX's rendezvous threshold
+  HostBuffer source(kSize);
+  HostBuffer target(2 * kSize);
+  auto* bytes = reinterpret_cast<std::uint32_t*>(source.data());
+  std::iota(bytes, bytes + kSize / 4, 7u);
+  auto source_region = sender->register_memory(source.data(), source.size(), MemoryKind::kHost);
+  auto target_region = receiver->register_memory(target.data(), target.size(), MemoryKind::kHost);
+  auto peer = sender->connect(receiver->address(), /*detect_failure=*/GetParam(), nullptr);
+
+  Done received, sent, other;
+  // Two receives with different tags: the message must land only in the matching one.
+  receiver->post_recv(*target_region, kSize, kSize, /*tag=*/2, other.callback());
+  receiver->post_recv(*target_region, 0, kSize, /*tag=*/1, received.callback());
+  sender->post_send(peer, *source_region, 0, kSize, /*tag=*/1, sent.callback());
+  auto r = received.get();
+  ASSERT_TRUE(r.ok) << r.error;
+  ASSERT_TRUE(sent.get().ok);
+  EXPECT_EQ(std::memcmp(source.data(), target.data(), kSize), 0);
+  EXPECT_EQ(target.data()[kSize], std::byte{0}) << "the tag-2 receive got data";
+}
+
+TEST_P(UcxTransportTest, CancelledReceiveCompletesWithAnError) {
+  auto receiver = make_ucx_transport();
+  HostBuffer target(1 << 20);
+  auto region = receiver->register_memory(target.data(), target.size(), MemoryKind::kHost);
+  Done done;
+  auto id = receiver->post_recv(*region, 0, target.size(), 99, done.callback());
+  receiver->cancel(id);
+  auto r = done.get();
+  EXPECT_FALSE(r.ok);
+  EXPECT_FALSE(r.error.empty());
+}
+
+TEST_P(UcxTransportTest, SendToUnknownPeerFailsCleanly) {
+  auto sender = make_ucx_transport();
+  HostBuffer source(4096);
+  auto region = sender->register_memory(source.data(), source.size(), MemoryKind::kHost);
+  Done done;
+  sender->post_send(12345, *region, 0, 4096, 1, done.callback());
+  auto r = done.get();
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.error.find("not connected"), std::string::npos) << r.error;
+}
+
+TEST(UcxTransport, GarbageAddressIsAClearError) {
+  auto sender = make_ucx_transport();
+  std::vector<std::byte> garbage(16, std::byte{0x5A});
+  try {
+    sender->connect(garbage, true, nullptr);
+    FAIL() << "connected to a garbage address";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTransport);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ErrorHandling, UcxTransportTest, ::testing::Values(false, true),
+                         [](const auto& param_info) { return param_info.param ? "PeerFailureDetection" : "NoFailureDetection"; });
+
+}  // namespace
+}  // namespace modelcast::transport
