@@ -1,0 +1,20 @@
+// The file baseline: today's practice. The producer writes the model to a file on the local
+// disk and fsyncs it (then renames it into place, as checkpoint writers do); each consumer
+// process polls for it every 100 ms and reads it with O_DIRECT, bypassing the page cache, as a
+// consumer on another node of a parallel file system would.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace bench {
+
+// Milliseconds per repetition: start of the write until the last reader finished reading.
+std::vector<double> measure_file_baseline(const std::byte* model, std::size_t size, int readers,
+                                          const std::string& directory, int repetitions);
+
+// Child side ("file-read" subcommand).
+int run_file_reader(const std::string& directory, std::size_t size, int repetitions);
+
+}  // namespace bench

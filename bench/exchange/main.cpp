@@ -1,0 +1,448 @@
+// modelcast-exchange-bench: the exchange benchmark of issue 2 (bench/run.sh exchange).
+//
+// `run` measures, for each model size and consumer count, under the UCX environment it was
+// started with (bench/exchange.sh starts it once per transport):
+//   update_ms        publish() call until the version is installed in every consumer process:
+//                    per version the largest ModelView::update_latency() over the consumers
+//                    (CLOCK_REALTIME at install minus CLOCK_REALTIME at the publish() call), median
+//   stall_ms         PublishTicket::stall, median
+//   memcpy_ms        one memcpy of the model's size between warm, pre-faulted buffers, taken
+//                    right before each publish (paired with it), median
+//   ucx_ceiling_ms   our own UCP loop (ucx_ceiling.cpp): one sender process, `consumers`
+//                    receiver processes, same chunks, tags, registration and UCX env, median
+//   file_baseline_ms write + fsync + rename, readers poll every 100 ms and read with O_DIRECT,
+//                    start of the write until the last reader is done, median
+//   notify_us_p99    ConsumerStats::last_notify_latency per version per consumer, p99
+// and writes a JSON array (one object per configuration, with the samples under "extra").
+// `report` merges such files and prints the table or the JSON of the issue.
+// `consumer`, `ucx-recv` and `file-read` are the child processes it starts itself.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+#include <tuple>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common.h"
+#include "file_baseline.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/producer.h"
+#include "ucx_ceiling.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::ordered_json;
+
+constexpr std::size_t kChunkBytes = 32u << 20;  // modelcast's default transfer_chunk_bytes
+constexpr const char* kModelName = "bench";
+
+double to_ms(std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+void progress(const char* format, auto... args) {
+  std::fprintf(stderr, format, args...);
+  std::fflush(stderr);
+}
+
+// ~100 tensors of mixed dtypes adding up to exactly `size` bytes, in one pre-faulted block
+// (the trainer's weights). Two embedding-sized tensors, the rest equal, 256-byte multiples.
+struct Model {
+  bench::TouchedBuffer storage;
+  std::vector<modelcast::TensorRef> tensors;
+  std::vector<std::size_t> offsets;
+
+  explicit Model(std::size_t size) : storage(size) {
+    using modelcast::DType;
+    constexpr std::size_t kTensors = 96;
+    const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF32, DType::kI8};
+    std::size_t embed = size / 8 / 256 * 256;
+    std::size_t rest = size - 2 * embed;
+    std::size_t each = rest / (kTensors - 2) / 256 * 256;
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < kTensors; ++i) {
+      std::size_t bytes = (i == 0 || i == kTensors - 1) ? embed : each;
+      if (i == kTensors - 2) bytes = size - offset - embed;  // the remainder
+      DType dtype = (i == 0 || i == kTensors - 1) ? DType::kF32 : dtypes[i % 5];
+      modelcast::TensorRef ref;
+      ref.spec.name = i == 0 ? "embed.tokens" : i == kTensors - 1 ? "head.weight" : "layers." + std::to_string(i);
+      ref.spec.dtype = dtype;
+      ref.spec.shape = {static_cast<std::int64_t>(bytes / modelcast::dtype_size(dtype))};
+      ref.data = storage.data() + offset;
+      tensors.push_back(ref);
+      offsets.push_back(offset);
+      offset += bytes;
+    }
+    auto* words = reinterpret_cast<std::uint64_t*>(storage.data());
+    for (std::size_t i = 0; i < size / 8; ++i) words[i] = i * 0x9E3779B97F4A7C15ull;
+  }
+
+  // "Training": the weights change between publishes; the first word of each tensor is the version.
+  void stamp(std::uint64_t version) {
+    for (auto offset : offsets) std::memcpy(storage.data() + offset, &version, sizeof version);
+  }
+};
+
+// ---- consumer process ----------------------------------------------------------------------
+
+struct Sample {
+  std::uint64_t version;
+  std::int64_t update_ns;
+  std::int64_t notify_ns;
+  bool content_ok;
+};
+
+int run_consumer(const std::string& endpoint, int index, std::uint64_t versions, std::size_t buffers) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<Sample> samples;
+  std::atomic<modelcast::Consumer*> self{nullptr};
+
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = kModelName;
+  options.consumer_name = "bench-consumer-" + std::to_string(index);
+  options.buffers = buffers;
+  // Runs on the consumer's service thread right after the install, before it reads the next
+  // announcement: last_notify_latency still belongs to this version.
+  options.on_update = [&](const modelcast::ModelView& view) {
+    Sample s{view.version(), view.update_latency().count(), 0, true};
+    if (auto* consumer = self.load()) s.notify_ns = consumer->stats().last_notify_latency.count();
+    for (const auto& tensor : view.tensors()) {
+      std::uint64_t word = 0;
+      std::memcpy(&word, tensor.data, sizeof word);
+      if (word != view.version()) s.content_ok = false;
+    }
+    std::lock_guard lock(mutex);
+    samples.push_back(s);
+    changed.notify_all();
+  };
+  modelcast::Consumer consumer(options);
+  self = &consumer;
+  {
+    std::unique_lock lock(mutex);
+    bool all = changed.wait_for(lock, 900s, [&] { return !samples.empty() && samples.back().version >= versions; });
+    if (!all) {
+      std::fprintf(stderr, "bench consumer %d: version %llu did not arrive (%s)\n", index,
+                   static_cast<unsigned long long>(versions), consumer.stats().last_error.c_str());
+      return 1;
+    }
+    for (const auto& s : samples) {
+      bench::write_line(bench::kParentWriteFd, "sample " + std::to_string(s.version) + " " +
+                                                   std::to_string(s.update_ns) + " " + std::to_string(s.notify_ns) +
+                                                   " " + (s.content_ok ? "1" : "0"));
+    }
+  }
+  bench::write_line(bench::kParentWriteFd, "end");
+  return 0;
+}
+
+// ---- producer side: the exchange -----------------------------------------------------------
+
+struct ExchangeResult {
+  std::vector<double> update_ms;    // per measured version: max over consumers
+  std::vector<double> delivery_ms;  // per measured version: max on_delivery since_publish (incl. the ack's trip)
+  std::vector<double> stall_ms;
+  std::vector<double> memcpy_ms;
+  std::vector<double> notify_us;    // per measured version per consumer
+  int bad_content = 0;
+};
+
+ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, int warmup, int reps,
+                                std::size_t slots, std::size_t buffers, bool integrity) {
+  std::mutex mutex;
+  std::condition_variable delivered_cv;
+  std::map<std::uint64_t, std::vector<double>> delivered;  // version -> since_publish ms per consumer
+
+  modelcast::ProducerOptions options;
+  options.model_name = kModelName;
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  options.snapshot_slots = slots;
+  options.integrity = integrity;
+  options.transfer_chunk_bytes = kChunkBytes;
+  options.on_delivery = [&](const modelcast::Delivery& d) {
+    std::lock_guard lock(mutex);
+    delivered[d.version].push_back(to_ms(d.since_publish));
+    delivered_cv.notify_all();
+  };
+  modelcast::Producer producer(options);
+  for (auto& t : model.tensors) producer.register_tensor(t);
+  producer.prepare();
+
+  bench::TouchedBuffer copy_target(size);
+  std::string self = bench::self_exe();
+  int total = warmup + reps;
+  std::vector<bench::Child> children;
+  auto cleanup = [&] {
+    for (auto& child : children) {
+      if (child.pid > 0) kill(child.pid, SIGTERM);
+      bench::reap(child);
+    }
+    children.clear();
+  };
+  ExchangeResult result;
+  try {
+    for (int i = 0; i < consumers; ++i) {
+      children.push_back(bench::spawn_child({self, "consumer", "--endpoint", producer.control_endpoint(), "--index",
+                                             std::to_string(i), "--versions", std::to_string(total), "--buffers",
+                                             std::to_string(buffers)}));
+    }
+    if (!producer.wait_for_consumers(static_cast<std::size_t>(consumers), 120s)) {
+      throw std::runtime_error("consumers did not join within 120 s");
+    }
+    std::this_thread::sleep_for(300ms);  // let their subscriptions reach the PUB socket
+    std::map<std::uint64_t, double> stall;
+    for (int v = 1; v <= total; ++v) {
+      auto t0 = bench::steady_ns();
+      std::memcpy(copy_target.data(), model.storage.data(), size);
+      double copy_ms = static_cast<double>(bench::steady_ns() - t0) / 1e6;
+      model.stamp(static_cast<std::uint64_t>(v));
+      auto ticket = producer.publish(v);
+      if (ticket.version != static_cast<std::uint64_t>(v)) throw std::runtime_error("unexpected version numbering");
+      std::unique_lock lock(mutex);
+      if (!delivered_cv.wait_for(lock, 300s, [&] { return delivered[ticket.version].size() >= static_cast<std::size_t>(consumers); })) {
+        throw std::runtime_error("version " + std::to_string(v) + " did not reach every consumer in 300 s");
+      }
+      if (v > warmup) {
+        result.stall_ms.push_back(to_ms(ticket.stall));
+        result.memcpy_ms.push_back(copy_ms);
+        result.delivery_ms.push_back(*std::max_element(delivered[ticket.version].begin(), delivered[ticket.version].end()));
+      }
+    }
+    std::map<std::uint64_t, double> update;  // version -> max over consumers
+    for (auto& child : children) {
+      for (;;) {
+        auto line = bench::read_line(child.from_child, child.pending, 120000);
+        if (!line) throw std::runtime_error("a consumer process stopped reporting");
+        if (*line == "end") break;
+        std::istringstream in(*line);
+        std::string word;
+        std::uint64_t version = 0;
+        std::int64_t update_ns = 0, notify_ns = 0;
+        int ok = 0;
+        in >> word >> version >> update_ns >> notify_ns >> ok;
+        if (!ok) result.bad_content++;
+        if (version <= static_cast<std::uint64_t>(warmup)) continue;
+        update[version] = std::max(update[version], static_cast<double>(update_ns) / 1e6);
+        result.notify_us.push_back(static_cast<double>(notify_ns) / 1e3);
+      }
+    }
+    for (auto& [version, ms] : update) result.update_ms.push_back(ms);
+    for (auto& child : children) {
+      if (!bench::reap(child)) throw std::runtime_error("a consumer process failed");
+    }
+    children.clear();
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  return result;
+}
+
+json summary(std::size_t size, int consumers, const std::string& transport, const ExchangeResult& x,
+             const std::vector<double>& ceiling, const std::vector<double>& file) {
+  auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(std::round(v * 1000) / 1000); };
+  json row;
+  row["size_bytes"] = size;
+  row["consumers"] = consumers;
+  row["transport"] = transport;
+  row["update_ms"] = number(bench::median(x.update_ms));
+  row["stall_ms"] = number(bench::median(x.stall_ms));
+  row["memcpy_ms"] = number(bench::median(x.memcpy_ms));
+  row["ucx_ceiling_ms"] = number(bench::median(ceiling));
+  row["file_baseline_ms"] = number(bench::median(file));
+  row["notify_us_p99"] = number(bench::percentile(x.notify_us, 99));
+  json extra;
+  extra["update_ms_samples"] = x.update_ms;
+  extra["delivery_ms_samples"] = x.delivery_ms;
+  extra["delivery_ms"] = number(bench::median(x.delivery_ms));
+  extra["stall_ms_samples"] = x.stall_ms;
+  extra["memcpy_ms_samples"] = x.memcpy_ms;
+  extra["ucx_ceiling_ms_samples"] = ceiling;
+  extra["file_baseline_ms_samples"] = file;
+  extra["notify_us_samples"] = x.notify_us;
+  extra["notify_us_median"] = number(bench::median(x.notify_us));
+  extra["bad_content"] = x.bad_content;
+  row["extra"] = extra;
+  return row;
+}
+
+struct RunOptions {
+  std::string transport = "shm";
+  std::vector<std::size_t> sizes_mib = {16, 256, 1024};
+  std::vector<int> consumers = {1, 4};
+  int reps = 5;
+  int warmup = 2;
+  int file_reps = 5;
+  int ceiling_warmup = 2;
+  std::size_t buffers = 2;
+  std::size_t slots = 0;  // 0: 3 up to 256 MiB, 2 above
+  bool no_integrity = false;
+  std::string tmpdir = "build-bench/tmp/exchange";
+  std::string out;
+};
+
+int run(const RunOptions& o) {
+  json rows = json::array();
+  auto save = [&] {
+    if (o.out.empty()) return;
+    std::ofstream(o.out) << rows.dump(2) << "\n";
+  };
+  for (auto mib : o.sizes_mib) {
+    std::size_t size = mib << 20;
+    Model model(size);
+    for (int consumers : o.consumers) {
+      progress("[%s] %zu MiB, %d consumer(s): ", o.transport.c_str(), mib, consumers);
+      auto t0 = bench::steady_ns();
+      auto ceiling = bench::measure_ucx_ceiling(size, consumers, kChunkBytes, o.ceiling_warmup + o.reps);
+      ceiling.erase(ceiling.begin(), ceiling.begin() + o.ceiling_warmup);
+      progress("ceiling %.1f ms; ", bench::median(ceiling));
+      std::size_t slots = o.slots ? o.slots : (mib > 256 ? 2 : 3);
+      auto x = measure_exchange(model, size, consumers, o.warmup, o.reps, slots, o.buffers, !o.no_integrity);
+      progress("update %.1f ms, stall %.1f ms, memcpy %.1f ms; ", bench::median(x.update_ms),
+               bench::median(x.stall_ms), bench::median(x.memcpy_ms));
+      std::vector<double> file;
+      if (o.file_reps > 0) {
+        file = bench::measure_file_baseline(model.storage.data(), size, consumers, o.tmpdir, o.file_reps);
+        progress("file %.1f ms; ", bench::median(file));
+      }
+      progress("(%.1f s)\n", static_cast<double>(bench::steady_ns() - t0) / 1e9);
+      auto row = summary(size, consumers, o.transport, x, ceiling, file);
+      row["extra"]["snapshot_slots"] = slots;
+      row["extra"]["consumer_buffers"] = o.buffers;
+      row["extra"]["integrity"] = !o.no_integrity;
+      row["extra"]["tensors"] = model.tensors.size();
+      row["extra"]["warmup_versions"] = o.warmup;
+      if (x.bad_content) throw std::runtime_error("a consumer saw the wrong content");
+      rows.push_back(row);
+      save();
+    }
+  }
+  if (o.out.empty()) std::printf("%s\n", rows.dump(2).c_str());
+  return 0;
+}
+
+// ---- report --------------------------------------------------------------------------------
+
+double field(const json& row, const char* name) {
+  return row.contains(name) && row[name].is_number() ? row[name].get<double>() : std::nan("");
+}
+
+int report(const std::vector<std::string>& files, bool as_json) {
+  json rows = json::array();
+  for (const auto& file : files) {
+    std::ifstream in(file);
+    if (!in) throw std::runtime_error("cannot read " + file);
+    json part = json::parse(in);
+    for (auto& row : part) rows.push_back(row);
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
+    return std::tuple(a["size_bytes"].get<std::size_t>(), a["consumers"].get<int>()) <
+           std::tuple(b["size_bytes"].get<std::size_t>(), b["consumers"].get<int>());
+  });
+  if (as_json) {
+    json out = json::array();
+    const char* fields[] = {"size_bytes", "consumers", "transport", "update_ms", "stall_ms",
+                            "memcpy_ms", "ucx_ceiling_ms", "file_baseline_ms", "notify_us_p99"};
+    for (auto& row : rows) {
+      json o = json::object();
+      for (auto* f : fields) o[f] = row.contains(f) ? row[f] : json(nullptr);
+      out.push_back(o);
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return 0;
+  }
+  std::printf("%-8s %4s %-4s %10s %9s %9s %10s %10s %9s | %12s %19s %11s\n", "size", "cons", "tpt", "update_ms",
+              "stall_ms", "memcpy_ms", "ceiling_ms", "file_ms", "notify_us", "stall/memcpy",
+              "update/(st+1.25ce)", "file/update");
+  for (auto& row : rows) {
+    double size = static_cast<double>(row["size_bytes"].get<std::size_t>());
+    double update = field(row, "update_ms"), stall = field(row, "stall_ms"), copy = field(row, "memcpy_ms");
+    double ceiling = field(row, "ucx_ceiling_ms"), file = field(row, "file_baseline_ms");
+    double notify = field(row, "notify_us_p99");
+    std::string label = size >= (1u << 30) ? std::to_string(static_cast<int>(size / (1u << 30))) + " GiB"
+                                           : std::to_string(static_cast<int>(size / (1u << 20))) + " MiB";
+    std::printf("%-8s %4d %-4s %10.1f %9.1f %9.1f %10.1f %10.1f %9.0f | %12.2f %19.2f %11.1f\n", label.c_str(),
+                row["consumers"].get<int>(), row["transport"].get<std::string>().c_str(), update, stall, copy,
+                ceiling, file, notify, stall / copy, update / (stall + 1.25 * ceiling), file / update);
+  }
+  std::printf("targets (1 GiB, 1 consumer, shm): stall/memcpy <= 1.2 (4 consumers too), update/(st+1.25ce) <= 1, "
+              "file/update >= 5, notify_us p99 <= 1000\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"modelcast-exchange-bench: the exchange benchmark (bench/run.sh exchange)"};
+  app.require_subcommand(1);
+  RunOptions o;
+  auto* run_cmd = app.add_subcommand("run", "measure every configuration under the current UCX environment");
+  run_cmd->add_option("--transport", o.transport, "label of the UCX environment this runs under (shm, tcp)");
+  run_cmd->add_option("--sizes-mib", o.sizes_mib, "model sizes in MiB")->delimiter(',');
+  run_cmd->add_option("--consumers", o.consumers, "consumer process counts")->delimiter(',');
+  run_cmd->add_option("--reps", o.reps, "measured versions / repetitions")->check(CLI::Range(1, 1000));
+  run_cmd->add_option("--warmup", o.warmup, "warm-up versions (receive buffers are allocated in these)")
+      ->check(CLI::Range(0, 100));
+  run_cmd->add_option("--file-reps", o.file_reps, "file baseline repetitions (0: skip)")->check(CLI::Range(0, 100));
+  run_cmd->add_option("--buffers", o.buffers, "consumer receive buffers")->check(CLI::Range(2, 8));
+  run_cmd->add_option("--slots", o.slots, "producer snapshot slots (0: 3 up to 256 MiB, 2 above)");
+  run_cmd->add_flag("--no-integrity", o.no_integrity, "switch the per-tensor digests off");
+  run_cmd->add_option("--tmpdir", o.tmpdir, "directory on the local disk for the file baseline");
+  run_cmd->add_option("--out", o.out, "write the JSON here (after every configuration) instead of stdout");
+
+  std::vector<std::string> files;
+  bool as_json = false;
+  auto* report_cmd = app.add_subcommand("report", "merge result files; print the table (or the JSON)");
+  report_cmd->add_option("files", files)->required();
+  report_cmd->add_flag("--json", as_json, "print the JSON array of the issue");
+
+  std::string endpoint;
+  int index = 0;
+  std::uint64_t versions = 1;
+  std::size_t buffers = 2;
+  auto* consumer_cmd = app.add_subcommand("consumer", "(child) one consumer process");
+  consumer_cmd->add_option("--endpoint", endpoint)->required();
+  consumer_cmd->add_option("--index", index);
+  consumer_cmd->add_option("--versions", versions);
+  consumer_cmd->add_option("--buffers", buffers);
+
+  std::size_t size = 0, chunk = kChunkBytes;
+  int reps = 0;
+  std::string directory;
+  auto* ucx_cmd = app.add_subcommand("ucx-recv", "(child) receiver of the UCX ceiling loop");
+  ucx_cmd->add_option("--size", size)->required();
+  ucx_cmd->add_option("--chunk", chunk);
+  auto* file_cmd = app.add_subcommand("file-read", "(child) reader of the file baseline");
+  file_cmd->add_option("--dir", directory)->required();
+  file_cmd->add_option("--size", size)->required();
+  file_cmd->add_option("--reps", reps)->required();
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (*run_cmd) return run(o);
+    if (*report_cmd) return report(files, as_json);
+    if (*consumer_cmd) return run_consumer(endpoint, index, versions, buffers);
+    if (*ucx_cmd) return bench::run_ucx_receiver(size, chunk);
+    if (*file_cmd) return bench::run_file_reader(directory, size, reps);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "modelcast-exchange-bench: %s\n", e.what());
+    return 1;
+  }
+  return 2;
+}
