@@ -1,0 +1,126 @@
+// Producer in this process, consumers in peer processes: delivery, atomic swaps, late join.
+#include <condition_variable>
+#include <map>
+#include <mutex>
+
+#include "exchange_fixture.h"
+
+namespace exchange_test {
+namespace {
+
+// Counts acks per version so the test can wait for "every consumer has version v".
+struct DeliveryLog {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::map<std::uint64_t, int> acks;
+  std::function<void(const modelcast::Delivery&)> callback() {
+    return [this](const modelcast::Delivery& d) {
+      std::lock_guard lock(mutex);
+      acks[d.version]++;
+      cv.notify_all();
+    };
+  }
+  bool wait(std::uint64_t version, int count) {
+    std::unique_lock lock(mutex);
+    return cv.wait_for(lock, 60s, [&] { return acks[version] >= count; });
+  }
+};
+
+TEST_P(ExchangeTest, TwoConsumerProcessesGetEveryVersionBitExactWithoutTornReads) {
+  DeliveryLog log;
+  modelcast::ProducerOptions options;
+  options.on_delivery = log.callback();
+  TestProducer p(8 * 1024, options);
+  constexpr std::uint64_t kStepwise = 8, kStreamed = 40;
+  auto a = start_consumer(p.producer->control_endpoint(), "a", kStepwise + kStreamed, /*readers=*/2);
+  auto b = start_consumer(p.producer->control_endpoint(), "b", kStepwise + kStreamed, /*readers=*/2);
+  ASSERT_TRUE(p.producer->wait_for_consumers(2, 60s));
+
+  // Step by step: every version reaches both consumers (they check every byte).
+  for (std::uint64_t v = 1; v <= kStepwise; ++v) {
+    auto ticket = p.publish(v);
+    ASSERT_EQ(ticket.version, v);
+    EXPECT_EQ(ticket.bytes, p.model.size() ? ticket.bytes : 0);
+    ASSERT_TRUE(log.wait(v, 2)) << "version " << v << " did not reach both consumers";
+  }
+  // Streamed: publish as fast as possible while the consumers' readers keep acquiring. Slow
+  // consumers skip to the newest; the readers must never see a mixed version.
+  for (std::uint64_t v = kStepwise + 1; v <= kStepwise + kStreamed; ++v) p.publish(v);
+  for (auto* child : {a.get(), b.get()}) {
+    EXPECT_EQ(child->wait(), 0) << [&] {
+      std::string all;
+      for (auto& l : child->lines()) all += l + "\n";
+      return all;
+    }();
+  }
+  for (auto* child : {a.get(), b.get()}) {
+    std::vector<std::uint64_t> installed;
+    for (const auto& line : child->lines()) {
+      ASSERT_EQ(line.rfind("torn", 0), std::string::npos) << line;
+      if (line.rfind("installed ", 0) == 0) installed.push_back(std::stoull(line.substr(10)));
+    }
+    // Every stepwise version, in order, then never backwards, ending at the newest.
+    ASSERT_GE(installed.size(), kStepwise);
+    for (std::uint64_t v = 1; v <= kStepwise; ++v) EXPECT_EQ(installed[v - 1], v);
+    EXPECT_TRUE(std::is_sorted(installed.begin(), installed.end()));
+    EXPECT_EQ(installed.back(), kStepwise + kStreamed);
+  }
+  auto stats = p.producer->stats();
+  EXPECT_EQ(stats.versions_published, kStepwise + kStreamed);
+  EXPECT_GE(stats.deliveries, 2 * kStepwise + 2);
+  EXPECT_EQ(stats.bad_messages, 0u);
+}
+
+TEST_P(ExchangeTest, LateJoinerGetsTheNewestVersionAtOnce) {
+  TestProducer p(512);
+  for (std::uint64_t v = 1; v <= 3; ++v) p.publish(v);
+  auto late = start_consumer(p.producer->control_endpoint(), "late", 3);
+  auto first = late->wait_for_line("installed");
+  ASSERT_TRUE(first.has_value()) << "the late consumer installed nothing";
+  EXPECT_EQ(*first, "installed 3") << "a late joiner must start at the newest version, not replay old ones";
+  EXPECT_EQ(late->wait(), 0);
+}
+
+TEST_P(ExchangeTest, InProcessConsumerSeesUpdatesThroughCallbackAndViewsStayValid) {
+  TestProducer p(256);
+  std::mutex mutex;
+  std::vector<std::uint64_t> callbacks;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  options.on_update = [&](const modelcast::ModelView& view) {
+    std::lock_guard lock(mutex);
+    callbacks.push_back(view.version());
+  };
+  auto consumer = std::make_unique<modelcast::Consumer>(options);
+  EXPECT_TRUE(consumer->acquire().empty());
+  p.publish(1);
+  auto v1 = consumer->wait_for_version(1, 60s);
+  ASSERT_TRUE(v1);
+  // Hold v1 while newer versions arrive: it must stay exactly version 1's bytes.
+  for (std::uint64_t v = 2; v <= 6; ++v) {
+    p.publish(v);
+    ASSERT_TRUE(consumer->wait_for_version(v, 60s));
+  }
+  EXPECT_EQ(v1.version(), 1u);
+  EXPECT_EQ(testmodel::check(v1, 1), "");
+  auto newest = consumer->acquire();
+  EXPECT_EQ(newest.version(), 6u);
+  EXPECT_EQ(newest.step(), 60);
+  EXPECT_EQ(testmodel::check(newest, 1), "");
+  EXPECT_EQ(newest.tensor("t3").dtype(), p.model[3].spec.dtype);
+  EXPECT_THROW(newest.tensor("nope"), modelcast::Error);
+  EXPECT_FALSE(consumer->wait_for_version(99, 50ms)) << "wait_for_version must time out on a version never published";
+  // Views outlive the consumer that made them.
+  consumer.reset();
+  EXPECT_EQ(testmodel::check(v1, 1), "");
+  EXPECT_EQ(testmodel::check(newest, 1), "");
+  std::lock_guard lock(mutex);
+  EXPECT_FALSE(callbacks.empty());
+  EXPECT_EQ(callbacks.back(), 6u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, ExchangeTest, ::testing::Values("shm", "tcp"), param_name);
+
+}  // namespace
+}  // namespace exchange_test

@@ -1,0 +1,133 @@
+// modelcast-test-peer: the other processes of the multi-process tests. Prints one line per
+// event on stdout ("installed V", "published V", "torn ...") so a test can follow it.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/producer.h"
+#include "test_model.h"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,
+                 std::uint64_t seed, int reader_threads) {
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.consumer_name = name;
+  // Runs once per installed version, in order: the exact sequence the test checks.
+  std::atomic<bool> corrupt{false};
+  options.on_update = [&](const modelcast::ModelView& view) {
+    if (auto problem = testmodel::check(view, seed); !problem.empty()) {
+      say("corrupt " + problem);
+      corrupt = true;
+    }
+    say("installed " + std::to_string(view.version()));
+  };
+  modelcast::Consumer consumer(options);
+
+  // Readers acquire views as an inference server would while versions stream in; every byte of
+  // every view must belong to that view's version.
+  std::atomic<bool> stop{false};
+  std::atomic<bool> torn{false};
+  std::atomic<std::uint64_t> checks{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < reader_threads; ++r) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        auto view = consumer.acquire();
+        if (!view) continue;
+        if (auto problem = testmodel::check(view, seed); !problem.empty()) {
+          say("torn " + problem);
+          torn = true;
+          return;
+        }
+        checks++;
+      }
+    });
+  }
+  std::uint64_t seen = 0;
+  int status = 0;
+  while (seen < until_version) {
+    auto view = consumer.wait_for_version(seen + 1, 60s);
+    if (!view) {
+      say("timeout waiting for version " + std::to_string(seen + 1) + ": " + consumer.stats().last_error);
+      status = 2;
+      break;
+    }
+    seen = view.version();
+  }
+  if (corrupt) status = 3;
+  stop = true;
+  for (auto& t : readers) t.join();
+  if (torn) return 4;
+  if (reader_threads > 0 && status == 0) say("reader checks " + std::to_string(checks.load()));
+  return status;
+}
+
+int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib) {
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = endpoint;
+  modelcast::Producer producer(options);
+  auto model = testmodel::make(kib);
+  for (auto& t : model) producer.register_tensor({t.spec, t.words.data()});
+  producer.prepare();
+  say("ready " + producer.control_endpoint());
+  for (std::uint64_t v = 1; v <= versions; ++v) {
+    testmodel::fill(model, seed, v);
+    producer.publish(static_cast<std::int64_t>(v));
+    say("published " + std::to_string(v));
+  }
+  // Serve until the test closes our stdin (or kills us).
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"modelcast test peer"};
+  std::string endpoint, name = "peer";
+  std::uint64_t versions = 1, seed = 1;
+  std::size_t kib = 256;
+  int readers = 0;
+  auto* consumer = app.add_subcommand("consumer");
+  consumer->add_option("--endpoint", endpoint)->required();
+  consumer->add_option("--name", name);
+  consumer->add_option("--until-version", versions);
+  consumer->add_option("--seed", seed);
+  consumer->add_option("--readers", readers);
+  auto* producer = app.add_subcommand("producer");
+  producer->add_option("--endpoint", endpoint)->required();
+  producer->add_option("--versions", versions);
+  producer->add_option("--seed", seed);
+  producer->add_option("--kib", kib);
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers);
+    return run_producer(endpoint, versions, seed, kib);
+  } catch (const modelcast::Error& e) {
+    say(std::string("error ") + e.what());
+    return 1;
+  }
+}
