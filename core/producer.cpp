@@ -111,6 +111,7 @@ class Producer::Impl {
     if (options_.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
     if (options_.first_version == 0) throw Error(ErrorCode::kInvalidArgument, "first_version must be >= 1");
     if (options_.transfer_chunk_bytes == 0) throw Error(ErrorCode::kInvalidArgument, "transfer_chunk_bytes is 0");
+    zmq_util::announce_bind_endpoint(options_.control_endpoint);  // rejects a bad scheme before binding
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::router_mandatory, false);
     publisher_.set(zmq::sockopt::linger, 0);

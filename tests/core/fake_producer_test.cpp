@@ -1,1 +1,183 @@
+// The consumer against a scripted producer that speaks the protocol directly: malformed
+// announcements and replies, a version whose bytes fail their digest. The consumer must drop
+// or reject each, say why, and keep serving its last good version.
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <future>
+
+#include <zmq.hpp>
+
+#include "core/digest.h"
+#include "core/host_buffer.h"
+#include "core/manifest.h"
+#include "core/protocol.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "test_model.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+namespace protocol = modelcast::protocol;
+
+class ScriptedProducer {
+ public:
+  ScriptedProducer()
+      : transport_(modelcast::transport::make_ucx_transport()),
+        router_(context_, zmq::socket_type::router),
+        publisher_(context_, zmq::socket_type::pub),
+        model_(testmodel::make(256)) {
+    router_.set(zmq::sockopt::linger, 0);
+    publisher_.set(zmq::sockopt::linger, 0);
+    router_.bind("tcp://127.0.0.1:*");
+    publisher_.bind("tcp://127.0.0.1:*");
+    std::vector<modelcast::TensorSpec> specs;
+    for (auto& t : model_) specs.push_back(t.spec);
+    layout_.model = "test";
+    layout_.incarnation = kIncarnation;
+    layout_.tensors = modelcast::plan_layout(specs, &layout_.total_bytes);
+    slot_ = modelcast::HostBuffer(layout_.total_bytes);
+    region_ = transport_->register_memory(slot_.data(), slot_.size(), modelcast::MemoryKind::kHost);
+  }
+  ~ScriptedProducer() {
+    region_.reset();
+    transport_.reset();
+  }
+
+  std::string endpoint() { return router_.get(zmq::sockopt::last_endpoint); }
+  static constexpr std::uint64_t kIncarnation = 77;
+
+  // Next request from the consumer, decoded (routing id kept for replies).
+  protocol::Message next_request() {
+    zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, 30s) == 0) throw std::runtime_error("no request from the consumer in 30 s");
+    zmq::message_t id, body;
+    (void)router_.recv(id);
+    (void)router_.recv(body);
+    routing_id_ = id.to_string();
+    return protocol::decode({static_cast<const std::byte*>(body.data()), body.size()});
+  }
+
+  void reply(const protocol::Message& message) {
+    auto bytes = protocol::encode(message);
+    reply_raw(bytes);
+  }
+  void reply_raw(std::span<const std::byte> bytes) {
+    router_.send(zmq::buffer(routing_id_), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(bytes.data(), bytes.size()));
+  }
+  void announce_raw(std::span<const std::byte> bytes) {
+    publisher_.send(zmq::str_buffer("test"), zmq::send_flags::sndmore);
+    publisher_.send(zmq::buffer(bytes.data(), bytes.size()));
+  }
+  void announce(std::uint64_t version) { announce_raw(protocol::encode(protocol::Announce{kIncarnation, version, 0, 1})); }
+
+  void accept_join() {
+    auto join = std::get<protocol::JoinRequest>(next_request());
+    peer_ = transport_->connect(join.transport_address, false, nullptr);
+    reply(protocol::JoinReply{true, "", kIncarnation, publisher_.get(zmq::sockopt::last_endpoint), 0, "ucx"});
+  }
+
+  // Announces `version` until the consumer asks for it (PUB drops messages to a subscriber that
+  // is still connecting), then serves it; `corrupt` flips one byte after the digests are taken.
+  protocol::Ack serve(std::uint64_t version, bool corrupt) {
+    protocol::FetchRequest fetch;
+    for (;;) {
+      announce(version);
+      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, 20ms) == 0) continue;
+      auto request = next_request();
+      if (auto* f = std::get_if<protocol::FetchRequest>(&request)) {
+        fetch = *f;
+        break;
+      }
+    }
+    testmodel::fill(model_, 1, version);
+    auto manifest = layout_;
+    manifest.version = version;
+    for (std::size_t i = 0; i < model_.size(); ++i) {
+      auto& entry = manifest.tensors[i];
+      std::memcpy(slot_.data() + entry.offset, model_[i].words.data(), entry.size);
+      entry.digest = modelcast::digest_bytes(slot_.data() + entry.offset, entry.size);
+    }
+    if (corrupt) slot_.data()[manifest.tensors[5].offset + 3] ^= std::byte{0x10};
+    reply(protocol::FetchReply{true, "", fetch.fetch_id, 1u << 20, manifest});
+    std::size_t chunks = (manifest.total_bytes + (1u << 20) - 1) / (1u << 20);
+    for (std::size_t i = 0; i < chunks; ++i) {
+      std::size_t offset = i << 20;
+      transport_->post_send(peer_, *region_, offset, std::min<std::size_t>(1u << 20, manifest.total_bytes - offset),
+                            protocol::chunk_tag(fetch.fetch_id, i), [](const auto&) {});
+    }
+    for (;;) {
+      auto request = next_request();
+      if (auto* ack = std::get_if<protocol::Ack>(&request)) return *ack;
+    }
+  }
+
+ private:
+  std::unique_ptr<modelcast::transport::Transport> transport_;
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  zmq::socket_t publisher_;
+  std::vector<testmodel::Tensor> model_;
+  modelcast::Manifest layout_;
+  modelcast::HostBuffer slot_;
+  std::unique_ptr<modelcast::transport::MemoryRegion> region_;
+  modelcast::transport::PeerId peer_ = 0;
+  std::string routing_id_;
+};
+
+TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVersions) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ScriptedProducer producer;
+  std::promise<modelcast::Error> first_error;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 60s;  // the script sends no heartbeats between its steps
+  options.on_error = [&](const modelcast::Error& e) { first_error.set_value(e); };
+  modelcast::Consumer consumer(options);
+  producer.accept_join();
+
+  auto ack = producer.serve(1, /*corrupt=*/false);
+  ASSERT_TRUE(ack.ok) << ack.error;
+  auto good = consumer.acquire();
+  ASSERT_EQ(good.version(), 1u);
+  ASSERT_EQ(testmodel::check(good, 1), "");
+
+  // Malformed traffic on both channels: each is dropped and counted.
+  std::vector<std::byte> garbage(40, std::byte{0xC1});
+  producer.announce_raw(garbage);
+  auto future_version = protocol::encode(protocol::Announce{ScriptedProducer::kIncarnation, 9, 0, 0});
+  future_version[6] = std::byte{0x63};  // protocol version 99
+  producer.announce_raw(future_version);
+  auto truncated = protocol::encode(protocol::Announce{ScriptedProducer::kIncarnation, 9, 0, 0});
+  truncated.resize(truncated.size() / 2);
+  producer.announce_raw(truncated);
+  producer.reply_raw(garbage);
+
+  // A version whose bytes do not match their digests is rejected with the tensor named.
+  ack = producer.serve(2, /*corrupt=*/true);
+  EXPECT_FALSE(ack.ok);
+  EXPECT_NE(ack.error.find("tensor 't5' of version 2 failed its digest check"), std::string::npos) << ack.error;
+  auto error = first_error.get_future().get();
+  EXPECT_EQ(error.code(), modelcast::ErrorCode::kIntegrity);
+
+  auto stats = consumer.stats();
+  EXPECT_EQ(stats.bad_messages, 4u);
+  EXPECT_EQ(stats.versions_rejected, 1u);
+  EXPECT_EQ(stats.current_version, 1u);
+  auto still = consumer.acquire();
+  EXPECT_EQ(still.version(), 1u);
+  EXPECT_EQ(testmodel::check(still, 1), "");
+
+  // And the next good version is taken.
+  ack = producer.serve(3, /*corrupt=*/false);
+  EXPECT_TRUE(ack.ok) << ack.error;
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+  EXPECT_EQ(consumer.acquire().version(), 3u);
+}
+
+}  // namespace

@@ -1,1 +1,299 @@
-#include <gtest/gtest.h>
+// Faults and bad input: processes killed mid-transfer, producer restarts, malformed requests,
+// layout mismatches, misuse of the API. In each, what was good keeps being served.
+#include <unistd.h>
+
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "core/protocol.h"
+#include "exchange_fixture.h"
+#include "modelcast/error.h"
+
+namespace exchange_test {
+namespace {
+
+class FaultTest : public ExchangeTest {};
+
+std::string temp_ipc_endpoint() {
+  std::random_device device;
+  return "ipc:///tmp/modelcast-test-" + std::to_string(getpid()) + "-" + std::to_string(device());
+}
+
+// Waits (bounded) for a condition on state another process changes; yields between looks.
+template <typename F>
+bool eventually(F condition, std::chrono::milliseconds limit = 20s) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::yield();
+  }
+  return condition();
+}
+
+std::string joined_lines(const ChildProcess& child) {
+  std::string all;
+  for (const auto& line : child.lines()) all += line + "\n";
+  return all;
+}
+
+TEST_P(FaultTest, ConsumerKilledMidTransferDoesNotStopTheOthers) {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::map<std::uint64_t, std::set<std::string>> acks;
+  modelcast::ProducerOptions options;
+  options.lease_timeout = 1s;  // a dead consumer's hold on a slot lapses quickly
+  options.on_delivery = [&](const modelcast::Delivery& d) {
+    std::lock_guard lock(mutex);
+    acks[d.version].insert(d.consumer);
+    cv.notify_all();
+  };
+  auto acked_by = [&](std::uint64_t v, const std::string& who) {
+    std::unique_lock lock(mutex);
+    return cv.wait_for(lock, 60s, [&] { return acks[v].count(who) > 0; });
+  };
+  TestProducer p(32 * 1024, options);
+  constexpr std::uint64_t kLast = 40;
+  auto victim = start_consumer(p.producer->control_endpoint(), "victim", kLast);
+  auto survivor = start_consumer(p.producer->control_endpoint(), "survivor", kLast);
+  ASSERT_TRUE(p.producer->wait_for_consumers(2, 60s));
+  p.publish(1);
+  ASSERT_TRUE(acked_by(1, "victim") && acked_by(1, "survivor"));
+
+  // Kill the victim while both transfers of a version are in flight.
+  std::uint64_t v = 1;
+  bool caught_mid_transfer = false;
+  while (!caught_mid_transfer && v < 20) {
+    p.publish(++v);
+    caught_mid_transfer = eventually([&] { return p.producer->stats().fetches_in_flight >= 2; }, 2s);
+    if (caught_mid_transfer) {
+      victim->kill_now();
+    } else {
+      ASSERT_TRUE(acked_by(v, "survivor"));
+    }
+  }
+  if (!caught_mid_transfer) victim->kill_now();
+  RecordProperty("killed_mid_transfer", caught_mid_transfer ? "yes" : "no");
+  EXPECT_EQ(victim->wait(), 128 + SIGKILL);
+
+  // The producer keeps publishing and the survivor keeps receiving every version.
+  for (++v; v <= kLast; ++v) {
+    p.publish(v);
+    ASSERT_TRUE(acked_by(v, "survivor")) << "survivor stopped receiving at version " << v;
+  }
+  EXPECT_EQ(survivor->wait(), 0) << joined_lines(*survivor);
+  // The victim's lease lapses (or its death is detected): no slot stays pinned.
+  EXPECT_TRUE(eventually([&] { return p.producer->stats().fetches_in_flight == 0; }));
+  EXPECT_TRUE(caught_mid_transfer) << "never caught two transfers in flight; the kill was between transfers";
+}
+
+TEST_P(FaultTest, ProducerKilledAndRestartedConsumerKeepsServingThenFollows) {
+  const std::string endpoint = temp_ipc_endpoint();
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> installed;  // (incarnation, version)
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.producer_timeout = 500ms;
+  options.on_update = [&](const modelcast::ModelView& view) {
+    std::lock_guard lock(mutex);
+    installed.emplace_back(view.producer_incarnation(), view.version());
+    cv.notify_all();
+  };
+  modelcast::Consumer consumer(options);
+  auto wait_for_new_incarnation_version = [&](std::uint64_t old_incarnation, std::uint64_t version) {
+    std::unique_lock lock(mutex);
+    return cv.wait_for(lock, 60s, [&] {
+      return !installed.empty() && installed.back().first != old_incarnation && installed.back().second == version;
+    });
+  };
+
+  auto first = start_producer(endpoint, 3, /*seed=*/1, 2048);
+  ASSERT_TRUE(first->wait_for_line("published 3"));
+  auto v3 = consumer.wait_for_version(3, 60s);
+  ASSERT_TRUE(v3);
+  const auto first_incarnation = v3.producer_incarnation();
+  first->kill_now();
+  first->wait();
+
+  // With the producer gone the consumer keeps serving its last good version, intact.
+  auto still = consumer.acquire();
+  EXPECT_EQ(still.version(), 3u);
+  EXPECT_EQ(testmodel::check(still, 1), "");
+
+  // A restarted producer (new incarnation, numbering from 1) is found and followed.
+  auto second = start_producer(endpoint, 2, /*seed=*/2, 2048);
+  ASSERT_TRUE(wait_for_new_incarnation_version(first_incarnation, 2)) << "the consumer did not follow the restart";
+  auto v2 = consumer.acquire();
+  EXPECT_EQ(testmodel::check(v2, 2), "");
+  const auto second_incarnation = v2.producer_incarnation();
+
+  // Killed mid-transfer: a third producer with a large model dies right after publishing.
+  second->kill_now();
+  second->wait();
+  auto third = start_producer(endpoint, 1, /*seed=*/3, 64 * 1024);
+  ASSERT_TRUE(third->wait_for_line("published 1"));
+  third->kill_now();
+  third->wait();
+  auto after_kill = consumer.acquire();
+  // Whatever is served is whole: version 2 of the second producer, or the third's complete version 1.
+  std::uint64_t seed = after_kill.producer_incarnation() == second_incarnation ? 2 : 3;
+  EXPECT_EQ(testmodel::check(after_kill, seed), "");
+
+  auto fourth = start_producer(endpoint, 1, /*seed=*/4, 2048);
+  ASSERT_TRUE(wait_for_new_incarnation_version(after_kill.producer_incarnation(), 1));
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 4), "");
+  EXPECT_GE(consumer.stats().versions_installed, 3u);
+}
+
+TEST_P(FaultTest, LayoutMismatchIsRejectedAndTheLastGoodVersionStays) {
+  const std::string endpoint = temp_ipc_endpoint();
+  std::mutex mutex;
+  std::vector<modelcast::ErrorCode> errors;
+  std::string last_error;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.producer_timeout = 500ms;
+  for (const auto& t : testmodel::make(256)) options.expected_layout.push_back(t.spec);
+  std::condition_variable cv;
+  options.on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);
+    errors.push_back(e.code());
+    last_error = e.what();
+    cv.notify_all();
+  };
+  modelcast::Consumer consumer(options);
+  {
+    modelcast::ProducerOptions po;
+    po.control_endpoint = endpoint;
+    TestProducer good(256, po);
+    good.publish(1);
+    ASSERT_TRUE(consumer.wait_for_version(1, 60s));
+  }
+  // Another producer on the same endpoint: the same tensors but t0 is i32 instead of f32.
+  auto model = testmodel::make(256);
+  model[0].spec.dtype = modelcast::DType::kI32;
+  modelcast::ProducerOptions po;
+  po.control_endpoint = endpoint;
+  po.model_name = "test";
+  modelcast::Producer other(po);
+  for (auto& t : model) other.register_tensor({t.spec, t.words.data()});
+  other.publish(5);
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return !errors.empty(); }));
+    EXPECT_EQ(errors[0], modelcast::ErrorCode::kLayoutMismatch);
+    EXPECT_NE(last_error.find("tensor 't0' is i32, expected f32"), std::string::npos) << last_error;
+  }
+  auto view = consumer.acquire();
+  EXPECT_EQ(view.version(), 1u);
+  EXPECT_EQ(testmodel::check(view, 1), "");
+  EXPECT_EQ(consumer.stats().versions_rejected, 1u);
+}
+
+TEST(Faults, MalformedRequestsAreDroppedCountedAndServiceGoesOn) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  TestProducer p(256);
+  p.publish(1);
+  zmq::context_t context;
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::linger, 0);
+  dealer.set(zmq::sockopt::rcvtimeo, 30000);
+  dealer.connect(p.producer->control_endpoint());
+  auto send = [&](std::span<const std::byte> bytes) { dealer.send(zmq::buffer(bytes.data(), bytes.size())); };
+
+  std::vector<std::byte> garbage(100, std::byte{0xC1});
+  send(garbage);
+  auto valid = modelcast::protocol::encode(modelcast::protocol::FetchRequest{1, 1, 1});
+  send(std::span(valid.data(), valid.size() - 3));  // truncated
+  auto future = valid;
+  future[6] = std::byte{0x63};  // protocol version 99 (array, magic u32 = 5 bytes, then the version)
+  send(future);
+  dealer.send(zmq::str_buffer("extra"), zmq::send_flags::sndmore);
+  send(valid);  // a two-frame request from a DEALER arrives as three frames at the ROUTER
+  // Well-formed but wrong: answered with an error, not counted as malformed, nothing breaks.
+  modelcast::protocol::JoinRequest bad_join{"test", "intruder", std::vector<std::byte>(16, std::byte{7}), "x"};
+  send(modelcast::protocol::encode(bad_join));
+  zmq::message_t reply;
+  ASSERT_TRUE(dealer.recv(reply));
+  auto join_reply = std::get<modelcast::protocol::JoinReply>(
+      modelcast::protocol::decode({static_cast<const std::byte*>(reply.data()), reply.size()}));
+  EXPECT_FALSE(join_reply.ok);
+  EXPECT_NE(join_reply.error.find("malformed UCX worker address"), std::string::npos) << join_reply.error;
+  send(valid);  // fetch without a successful join
+  ASSERT_TRUE(dealer.recv(reply));
+  auto fetch_reply = std::get<modelcast::protocol::FetchReply>(
+      modelcast::protocol::decode({static_cast<const std::byte*>(reply.data()), reply.size()}));
+  EXPECT_FALSE(fetch_reply.ok);
+  EXPECT_EQ(fetch_reply.error, "not joined");
+  EXPECT_EQ(p.producer->stats().bad_messages, 4u);
+
+  // Real consumers are unaffected.
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  modelcast::Consumer consumer(options);
+  p.publish(2);
+  auto view = consumer.wait_for_version(2, 60s);
+  ASSERT_TRUE(view);
+  EXPECT_EQ(testmodel::check(view, 1), "");
+}
+
+template <typename F>
+modelcast::ErrorCode code_of(F f) {
+  try {
+    f();
+  } catch (const modelcast::Error& e) {
+    return e.code();
+  }
+  return static_cast<modelcast::ErrorCode>(0);
+}
+
+TEST(Faults, ProducerMisuseGetsClearErrorsAndKeepsWorking) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  using modelcast::ErrorCode;
+  modelcast::ProducerOptions bad;
+  bad.control_endpoint = "http://127.0.0.1:1";
+  EXPECT_EQ(code_of([&] { modelcast::Producer x(bad); }), ErrorCode::kInvalidArgument);
+  modelcast::ProducerOptions one_slot;
+  one_slot.snapshot_slots = 1;
+  EXPECT_EQ(code_of([&] { modelcast::Producer x(one_slot); }), ErrorCode::kInvalidArgument);
+
+  modelcast::Producer producer(modelcast::ProducerOptions{});
+  EXPECT_EQ(code_of([&] { producer.publish(1); }), ErrorCode::kState) << "publish with nothing registered";
+  float data[4] = {1, 2, 3, 4};
+  modelcast::TensorSpec spec{"w", modelcast::DType::kF32, {4}};
+  producer.register_tensor({spec, data});
+  EXPECT_EQ(code_of([&] { producer.register_tensor({spec, data}); }), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { producer.register_tensor({{"n", modelcast::DType::kF32, {4}}, nullptr}); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { producer.register_tensor({{"g", modelcast::DType::kF32, {4}, modelcast::MemoryKind::kCuda}, data}); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of([&] { producer.register_tensor({{"s", modelcast::DType::kF32, {-4}}, data}); }),
+            ErrorCode::kInvalidArgument);
+  // Rejected registrations left the good one intact: publishing works.
+  auto ticket = producer.publish(7, {{"k", "v"}});
+  EXPECT_EQ(ticket.version, 1u);
+  EXPECT_EQ(ticket.bytes, 256u);  // one 16-byte tensor, padded to the slot alignment
+  EXPECT_EQ(code_of([&] { producer.register_tensor({{"late", modelcast::DType::kF32, {4}}, data}); }),
+            ErrorCode::kState);
+
+  modelcast::ConsumerOptions no_endpoint;
+  EXPECT_EQ(code_of([&] { modelcast::Consumer c(no_endpoint); }), ErrorCode::kInvalidArgument);
+  modelcast::ConsumerOptions one_buffer;
+  one_buffer.producer_endpoint = producer.control_endpoint();
+  one_buffer.buffers = 1;
+  EXPECT_EQ(code_of([&] { modelcast::Consumer c(one_buffer); }), ErrorCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, FaultTest, ::testing::Values("shm", "tcp"), param_name);
+
+}  // namespace
+}  // namespace exchange_test
