@@ -107,7 +107,7 @@ typedef struct mc_publish_result {
   uint64_t version;             /* the version number assigned to this publish */
   int64_t step;                 /* the step passed in */
   int64_t stall_ns;             /* time the caller was blocked in publish */
-  uint64_t bytes;               /* bytes snapshotted */
+  uint64_t bytes;               /* size of the snapshot (the tensors plus alignment padding) */
 } mc_publish_result;
 
 typedef struct mc_producer_stats {
