@@ -278,10 +278,20 @@ std::vector<double> measure_ucx_ceiling(std::size_t size, int receivers, std::si
 }
 
 int run_ucx_receiver(std::size_t size, std::size_t chunk) {
+  bool verbose = std::getenv("BENCH_UCX_VERBOSE") != nullptr;
+  auto t0 = steady_ns();
   Ucp ucp;
   std::string address = ucp.address_hex();
+  auto t1 = steady_ns();
   TouchedBuffer target(size);
+  auto t2 = steady_ns();
   ucp_mem_h memh = ucp.map(target.data(), size);
+  auto t3 = steady_ns();
+  if (verbose) {
+    std::fprintf(stderr, "ucx-recv: UCP init %.1f ms, touching %zu bytes %.1f ms, ucp_mem_map %.1f ms\n",
+                 static_cast<double>(t1 - t0) / 1e6, size, static_cast<double>(t2 - t1) / 1e6,
+                 static_cast<double>(t3 - t2) / 1e6);
+  }
   write_line(kParentWriteFd, "addr " + address);
   std::string pending;
   std::size_t chunks = (size + chunk - 1) / chunk;
