@@ -1,0 +1,685 @@
+// The C ABI (modelcast/modelcast.h), exercised the way a C caller uses it: only the C header,
+// only exported symbols of libmodelcast. Producer and consumer share one process and talk over
+// tcp://127.0.0.1 (UCX_NET_DEVICES=lo comes from ctest; main() sets it when run by hand).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "modelcast/modelcast.h"
+
+namespace {
+
+constexpr std::int64_t kWaitMs = 30000;  // generous bound for versions that must arrive
+
+std::string last_error() { return mc_last_error(); }
+
+// One registered tensor: its bytes live here, owned by the test.
+struct HostTensor {
+  std::string name;
+  mc_dtype dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<unsigned char> bytes;
+
+  std::size_t elements() const {
+    std::size_t n = 1;
+    for (auto e : shape) n *= static_cast<std::size_t>(e);
+    return n;
+  }
+};
+
+// Every dtype, a scalar, an empty tensor and odd sizes; raw random bits (NaN payloads,
+// denormals, non-0/1 bools) so that any conversion or reinterpretation shows up.
+std::vector<HostTensor> make_model() {
+  std::vector<HostTensor> model = {
+      {"f64.matrix", MC_DTYPE_F64, {3, 5}, {}},  {"f32.cube", MC_DTYPE_F32, {2, 3, 7}, {}},
+      {"f16.vec", MC_DTYPE_F16, {33}, {}},       {"bf16.vec", MC_DTYPE_BF16, {17}, {}},
+      {"i64.vec", MC_DTYPE_I64, {9}, {}},        {"i32.mat", MC_DTYPE_I32, {4, 4}, {}},
+      {"i16.vec", MC_DTYPE_I16, {11}, {}},       {"i8.vec", MC_DTYPE_I8, {13}, {}},
+      {"u8.vec", MC_DTYPE_U8, {1000}, {}},       {"bool.mask", MC_DTYPE_BOOL, {6}, {}},
+      {"scalar.f32", MC_DTYPE_F32, {}, {}},      {"empty.i32", MC_DTYPE_I32, {0, 4}, {}},
+  };
+  for (auto& t : model) t.bytes.resize(t.elements() * mc_dtype_size(t.dtype));
+  return model;
+}
+
+void scramble(std::vector<HostTensor>& model, unsigned seed) {
+  std::mt19937 rng(seed);
+  for (auto& t : model) {
+    for (auto& b : t.bytes) b = static_cast<unsigned char>(rng());
+  }
+}
+
+void register_all(mc_producer_t* producer, std::vector<HostTensor>& model) {
+  for (auto& t : model) {
+    ASSERT_EQ(mc_producer_register_tensor(producer, t.name.c_str(), t.dtype, t.shape.size(),
+                                          t.shape.empty() ? nullptr : t.shape.data(), t.bytes.data()),
+              MC_OK)
+        << t.name << ": " << last_error();
+  }
+}
+
+// The view holds exactly `model`, bit for bit, in registration order.
+void expect_view_equals(const mc_view_t* view, const std::vector<HostTensor>& model) {
+  ASSERT_EQ(mc_view_tensor_count(view), model.size());
+  for (std::size_t i = 0; i < model.size(); ++i) {
+    const auto& t = model[i];
+    mc_tensor_info by_index{};
+    ASSERT_EQ(mc_view_tensor_at(view, i, &by_index), MC_OK) << last_error();
+    mc_tensor_info info{};
+    ASSERT_EQ(mc_view_find_tensor(view, t.name.c_str(), &info), MC_OK) << last_error();
+    EXPECT_STREQ(by_index.name, t.name.c_str()) << "registration order lost at index " << i;
+    EXPECT_EQ(by_index.data, info.data) << t.name;
+    EXPECT_STREQ(info.name, t.name.c_str());
+    EXPECT_EQ(info.dtype, t.dtype) << t.name;
+    EXPECT_EQ(info.memory, MC_MEMORY_HOST) << t.name;
+    ASSERT_EQ(info.ndim, t.shape.size()) << t.name;
+    for (std::size_t d = 0; d < t.shape.size(); ++d) EXPECT_EQ(info.shape[d], t.shape[d]) << t.name << " dim " << d;
+    ASSERT_EQ(info.size_bytes, t.bytes.size()) << t.name;
+    if (!t.bytes.empty()) {
+      ASSERT_NE(info.data, nullptr) << t.name;
+      EXPECT_EQ(std::memcmp(info.data, t.bytes.data(), t.bytes.size()), 0) << t.name << " is not bit-exact";
+    }
+  }
+}
+
+struct ProducerPtr {
+  mc_producer_t* p = nullptr;
+  ~ProducerPtr() { mc_producer_destroy(p); }
+};
+struct ConsumerPtr {
+  mc_consumer_t* c = nullptr;
+  ~ConsumerPtr() { mc_consumer_destroy(c); }
+};
+struct ViewPtr {
+  mc_view_t* v = nullptr;
+  ~ViewPtr() { mc_view_release(v); }
+};
+
+mc_producer_t* make_producer(const char* model_name = "abi") {
+  mc_producer_options o;
+  mc_producer_options_init(&o);
+  o.model_name = model_name;
+  o.control_endpoint = "tcp://127.0.0.1:0";
+  mc_producer_t* p = nullptr;
+  EXPECT_EQ(mc_producer_create(&o, &p), MC_OK) << last_error();
+  return p;
+}
+
+mc_consumer_t* make_consumer(const mc_producer_t* producer, const char* model_name = "abi") {
+  mc_consumer_options o;
+  mc_consumer_options_init(&o);
+  o.producer_endpoint = mc_producer_endpoint(producer);
+  o.model_name = model_name;
+  o.consumer_name = "abi-test";
+  mc_consumer_t* c = nullptr;
+  EXPECT_EQ(mc_consumer_create(&o, &c), MC_OK) << last_error();
+  return c;
+}
+
+// ---- round trips -------------------------------------------------------------------------
+
+TEST(CApi, RoundTripIsBitExactAcrossVersions) {
+  auto model = make_model();
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  register_all(producer.p, model);
+  ASSERT_EQ(mc_producer_prepare(producer.p), MC_OK) << last_error();
+
+  const char* endpoint = mc_producer_endpoint(producer.p);
+  ASSERT_NE(endpoint, nullptr);
+  EXPECT_EQ(std::string(endpoint).rfind("tcp://127.0.0.1:", 0), 0u) << endpoint;
+  EXPECT_NE(std::string(endpoint), "tcp://127.0.0.1:0") << "the bound port must be read back, not the request";
+
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+
+  ViewPtr first;  // held across later versions: must stay unchanged
+  std::vector<HostTensor> first_model;
+  for (int round = 1; round <= 3; ++round) {
+    scramble(model, 1000u + static_cast<unsigned>(round));
+    std::string round_text = std::to_string(round);
+    const char* keys[] = {"round", "optimizer"};
+    const char* values[] = {round_text.c_str(), "adam"};
+    mc_publish_result result;
+    ASSERT_EQ(mc_producer_publish(producer.p, round * 7, keys, values, 2, &result), MC_OK) << last_error();
+    EXPECT_EQ(result.version, static_cast<std::uint64_t>(round));
+    EXPECT_EQ(result.step, round * 7);
+    EXPECT_GT(result.stall_ns, 0);
+    std::uint64_t total = 0;
+    for (auto& t : model) total += t.bytes.size();
+    EXPECT_GE(result.bytes, total);  // the snapshot's size: tensors plus alignment padding
+    EXPECT_LE(result.bytes, total + 256 * model.size());
+
+    ViewPtr view;
+    ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, result.version, kWaitMs, &view.v), MC_OK) << last_error();
+    ASSERT_NE(view.v, nullptr);
+    EXPECT_EQ(mc_view_version(view.v), result.version);
+    EXPECT_EQ(mc_view_step(view.v), round * 7);
+    SCOPED_TRACE("version " + round_text);
+    expect_view_equals(view.v, model);
+
+    ASSERT_EQ(mc_view_metadata_count(view.v), 2u);
+    const char* key = nullptr;
+    const char* value = nullptr;
+    ASSERT_EQ(mc_view_metadata_at(view.v, 0, &key, &value), MC_OK) << last_error();
+    EXPECT_STREQ(key, "optimizer");  // sorted by key
+    EXPECT_STREQ(value, "adam");
+    ASSERT_EQ(mc_view_metadata_at(view.v, 1, &key, &value), MC_OK) << last_error();
+    EXPECT_STREQ(key, "round");
+    EXPECT_STREQ(value, round_text.c_str());
+    ASSERT_NE(mc_view_metadata_get(view.v, "round"), nullptr);
+    EXPECT_STREQ(mc_view_metadata_get(view.v, "round"), round_text.c_str());
+    EXPECT_EQ(mc_view_metadata_get(view.v, "absent"), nullptr);
+
+    // acquire() gives the same newest version.
+    ViewPtr newest;
+    ASSERT_EQ(mc_consumer_acquire(consumer.c, &newest.v), MC_OK) << last_error();
+    ASSERT_NE(newest.v, nullptr);
+    EXPECT_EQ(mc_view_version(newest.v), result.version);
+
+    if (round == 1) {
+      std::swap(first.v, view.v);
+      first_model = model;
+    }
+  }
+  // Version 1, held all along, still reads as it was published.
+  SCOPED_TRACE("version 1, held while versions 2 and 3 arrived");
+  EXPECT_EQ(mc_view_version(first.v), 1u);
+  expect_view_equals(first.v, first_model);
+
+  mc_producer_stats ps;
+  ASSERT_EQ(mc_producer_get_stats(producer.p, &ps), MC_OK) << last_error();
+  EXPECT_EQ(ps.versions_published, 3u);
+  EXPECT_EQ(ps.latest_version, 3u);
+  EXPECT_GT(ps.last_stall_ns, 0);
+  EXPECT_STRNE(ps.transport, "");
+
+  mc_consumer_stats cs;
+  ASSERT_EQ(mc_consumer_get_stats(consumer.c, &cs), MC_OK) << last_error();
+  EXPECT_EQ(cs.current_version, 3u);
+  EXPECT_EQ(cs.versions_installed, 3u);
+  EXPECT_EQ(cs.versions_rejected, 0u);
+}
+
+TEST(CApi, PublishWithoutMetadataAndDescriptorRegistration) {
+  std::vector<std::int32_t> values(10);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int32_t>(i * i) - 7;
+  const std::int64_t shape[] = {2, 5};
+
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  mc_tensor_desc desc;
+  mc_tensor_desc_init(&desc);
+  EXPECT_EQ(desc.memory, MC_MEMORY_HOST);
+  desc.name = "grid";
+  desc.dtype = MC_DTYPE_I32;
+  desc.ndim = 2;
+  desc.shape = shape;
+  desc.data = values.data();
+  ASSERT_EQ(mc_producer_register_tensor_desc(producer.p, &desc), MC_OK) << last_error();
+
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(producer.p, -3, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_publish(producer.p, 4, nullptr, nullptr, 0, nullptr), MC_OK) << last_error();
+
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, result.version + 1, kWaitMs, &view.v), MC_OK) << last_error();
+  EXPECT_EQ(mc_view_version(view.v), result.version + 1);
+  EXPECT_EQ(mc_view_step(view.v), 4);
+  EXPECT_EQ(mc_view_metadata_count(view.v), 0u);
+  mc_tensor_info info;
+  ASSERT_EQ(mc_view_find_tensor(view.v, "grid", &info), MC_OK) << last_error();
+  ASSERT_EQ(info.size_bytes, values.size() * sizeof(std::int32_t));
+  EXPECT_EQ(std::memcmp(info.data, values.data(), info.size_bytes), 0);
+}
+
+TEST(CApi, CallerBuffersAndExpectedLayoutAreHonoured) {
+  std::vector<double> weights(64);
+  for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = 1.0 / static_cast<double>(i + 1);
+  const std::int64_t shape[] = {8, 8};
+
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "w", MC_DTYPE_F64, 2, shape, weights.data()), MC_OK)
+      << last_error();
+
+  std::vector<unsigned char> buffer_a(1 << 16), buffer_b(1 << 16);
+  void* buffers[] = {buffer_a.data(), buffer_b.data()};
+  const std::size_t sizes[] = {buffer_a.size(), buffer_b.size()};
+  mc_tensor_desc expected;
+  mc_tensor_desc_init(&expected);
+  expected.name = "w";
+  expected.dtype = MC_DTYPE_F64;
+  expected.ndim = 2;
+  expected.shape = shape;
+
+  mc_consumer_options o;
+  mc_consumer_options_init(&o);
+  o.producer_endpoint = mc_producer_endpoint(producer.p);
+  o.model_name = "abi";
+  o.caller_buffers = buffers;
+  o.caller_buffer_sizes = sizes;
+  o.caller_buffer_count = 2;
+  o.expected_layout = &expected;
+  o.expected_layout_count = 1;
+  ConsumerPtr consumer;
+  ASSERT_EQ(mc_consumer_create(&o, &consumer.c), MC_OK) << last_error();
+
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(producer.p, 1, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, result.version, kWaitMs, &view.v), MC_OK) << last_error();
+  mc_tensor_info info;
+  ASSERT_EQ(mc_view_find_tensor(view.v, "w", &info), MC_OK) << last_error();
+  auto in = [&](const std::vector<unsigned char>& b) {
+    auto p = static_cast<const unsigned char*>(info.data);
+    return p >= b.data() && p + info.size_bytes <= b.data() + b.size();
+  };
+  EXPECT_TRUE(in(buffer_a) || in(buffer_b)) << "the version was not received into the caller's buffers";
+  ASSERT_EQ(info.size_bytes, weights.size() * sizeof(double));
+  EXPECT_EQ(std::memcmp(info.data, weights.data(), info.size_bytes), 0);
+}
+
+TEST(CApi, AcquireBeforeFirstVersionGivesNullAndOk) {
+  std::vector<float> x(4, 1.0f);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+
+  mc_view_t* view = reinterpret_cast<mc_view_t*>(&x);  // garbage in: must be overwritten
+  ASSERT_EQ(mc_consumer_acquire(consumer.c, &view), MC_OK) << last_error();
+  EXPECT_EQ(view, nullptr);
+  EXPECT_EQ(mc_view_version(view), 0u);
+  EXPECT_EQ(mc_view_tensor_count(view), 0u);
+}
+
+// ---- error paths: right code, text naming the problem --------------------------------------
+
+TEST(CApi, WaitForVersionTimesOut) {
+  std::vector<float> x(4, 1.0f);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+
+  mc_view_t* view = reinterpret_cast<mc_view_t*>(&x);
+  EXPECT_EQ(mc_consumer_wait_for_version(consumer.c, 1, 50, &view), MC_ERR_TIMEOUT);
+  EXPECT_EQ(view, nullptr);
+  EXPECT_NE(last_error().find("mc_consumer_wait_for_version"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("version 1 did not arrive within 50 ms"), std::string::npos) << last_error();
+
+  // After a publish, the same wait succeeds; asking for a version beyond it times out again.
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(producer.p, 0, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, 1, kWaitMs, &view), MC_OK) << last_error();
+  mc_view_release(view);
+  EXPECT_EQ(mc_consumer_wait_for_version(consumer.c, 2, 20, &view), MC_ERR_TIMEOUT);
+  EXPECT_EQ(view, nullptr);
+  EXPECT_NE(last_error().find("version 2"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("current version 1"), std::string::npos) << last_error();
+
+  EXPECT_EQ(mc_consumer_wait_for_version(consumer.c, 1, -1, &view), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("timeout_ms is negative"), std::string::npos) << last_error();
+}
+
+TEST(CApi, DuplicateTensorNameIsRejected) {
+  std::vector<float> x(4), y(4);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "dup", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "dup", MC_DTYPE_F32, 1, shape, y.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("mc_producer_register_tensor"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("duplicate tensor name 'dup'"), std::string::npos) << last_error();
+
+  // The failed call registered nothing: one tensor is published.
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+  ASSERT_EQ(mc_producer_publish(producer.p, 0, nullptr, nullptr, 0, nullptr), MC_OK) << last_error();
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, 1, kWaitMs, &view.v), MC_OK) << last_error();
+  EXPECT_EQ(mc_view_tensor_count(view.v), 1u);
+}
+
+TEST(CApi, BadDtypeMemoryKindAndShapeAreRejected) {
+  std::vector<float> x(4);
+  const std::int64_t shape[] = {4};
+  const std::int64_t negative[] = {-4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "t", static_cast<mc_dtype>(42), 1, shape, x.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 't' has an unknown dtype 42"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "t", static_cast<mc_dtype>(-1), 1, shape, x.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("unknown dtype -1"), std::string::npos) << last_error();
+
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "neg", MC_DTYPE_F32, 1, negative, x.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'neg'"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("negative"), std::string::npos) << last_error();
+
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "", MC_DTYPE_F32, 1, shape, x.data()), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("empty name"), std::string::npos) << last_error();
+
+  mc_tensor_desc desc;
+  mc_tensor_desc_init(&desc);
+  desc.name = "gpu";
+  desc.ndim = 1;
+  desc.shape = shape;
+  desc.data = x.data();
+  desc.memory = static_cast<mc_memory_kind>(7);
+  EXPECT_EQ(mc_producer_register_tensor_desc(producer.p, &desc), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 'gpu' has an unknown memory kind 7"), std::string::npos) << last_error();
+
+  desc.struct_size = 0;  // not initialised by mc_tensor_desc_init
+  EXPECT_EQ(mc_producer_register_tensor_desc(producer.p, &desc), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("mc_tensor_desc_init"), std::string::npos) << last_error();
+
+  // Nothing above was registered.
+  EXPECT_EQ(mc_producer_publish(producer.p, 0, nullptr, nullptr, 0, nullptr), MC_ERR_STATE);
+}
+
+TEST(CApi, NullPointersAreRejectedByName) {
+  std::vector<float> x(4);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "nodata", MC_DTYPE_F32, 1, shape, nullptr),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 'nodata' has a null data pointer"), std::string::npos) << last_error();
+
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, nullptr, MC_DTYPE_F32, 1, shape, x.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor name is NULL"), std::string::npos) << last_error();
+
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "noshape", MC_DTYPE_F32, 2, nullptr, x.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 'noshape' has ndim 2 but a NULL shape"), std::string::npos) << last_error();
+
+  EXPECT_EQ(mc_producer_register_tensor_desc(producer.p, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("desc is NULL"), std::string::npos) << last_error();
+
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  const char* keys[] = {"k", nullptr};
+  const char* values[] = {"v", "w"};
+  EXPECT_EQ(mc_producer_publish(producer.p, 0, nullptr, values, 1, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("keys is NULL"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_producer_publish(producer.p, 0, keys, values, 2, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("metadata key 1 is NULL"), std::string::npos) << last_error();
+  mc_producer_stats ps;
+  ASSERT_EQ(mc_producer_get_stats(producer.p, &ps), MC_OK);
+  EXPECT_EQ(ps.versions_published, 0u) << "a rejected publish must not publish";
+
+  EXPECT_EQ(mc_producer_create(nullptr, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("mc_producer_create: out is NULL"), std::string::npos) << last_error();
+
+  mc_consumer_t* consumer = reinterpret_cast<mc_consumer_t*>(&x);
+  EXPECT_EQ(mc_consumer_create(nullptr, &consumer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(consumer, nullptr);
+  EXPECT_NE(last_error().find("options is NULL"), std::string::npos) << last_error();
+
+  mc_consumer_options co;
+  mc_consumer_options_init(&co);  // producer_endpoint left NULL
+  EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("options.producer_endpoint is NULL"), std::string::npos) << last_error();
+  co.producer_endpoint = "";
+  EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("producer_endpoint is empty"), std::string::npos) << last_error();
+}
+
+TEST(CApi, PublishOrPrepareWithNothingRegisteredIsAStateError) {
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  mc_publish_result result;
+  result.version = 77;
+  EXPECT_EQ(mc_producer_publish(producer.p, 1, nullptr, nullptr, 0, &result), MC_ERR_STATE);
+  EXPECT_NE(last_error().find("mc_producer_publish"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("no tensors registered"), std::string::npos) << last_error();
+  EXPECT_EQ(result.version, 0u) << "out must not carry a version for a failed publish";
+
+  EXPECT_EQ(mc_producer_prepare(producer.p), MC_ERR_STATE);
+  EXPECT_NE(last_error().find("mc_producer_prepare"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("no tensors registered"), std::string::npos) << last_error();
+}
+
+TEST(CApi, SnapshotTooLargeForMemoryIsAResourceError) {
+  // 1 PiB: more than any x86-64 process can map, whatever the overcommit policy. prepare()
+  // only maps the snapshot slots; the tensor's bytes are never read.
+  unsigned char byte = 0;
+  const std::int64_t shape[] = {std::int64_t{1} << 50};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "huge", MC_DTYPE_U8, 1, shape, &byte), MC_OK) << last_error();
+  EXPECT_EQ(mc_producer_prepare(producer.p), MC_ERR_RESOURCE);
+  EXPECT_NE(last_error().find("mc_producer_prepare: cannot map"), std::string::npos) << last_error();
+}
+
+TEST(CApi, RegisterAfterPublishIsAStateError) {
+  std::vector<float> x(4);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  ASSERT_EQ(mc_producer_publish(producer.p, 0, nullptr, nullptr, 0, nullptr), MC_OK) << last_error();
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "late", MC_DTYPE_F32, 1, shape, x.data()), MC_ERR_STATE);
+  EXPECT_NE(last_error().find("cannot register tensor 'late' after the first publish"), std::string::npos)
+      << last_error();
+}
+
+TEST(CApi, BadOptionsAndEndpointsAreRejected) {
+  mc_producer_t* producer = nullptr;
+  mc_producer_options o;
+  mc_producer_options_init(&o);
+  EXPECT_STREQ(o.model_name, "model");
+  EXPECT_STREQ(o.control_endpoint, "tcp://127.0.0.1:0");
+  EXPECT_EQ(o.snapshot_slots, 3u);
+  EXPECT_EQ(o.integrity, 1);
+  EXPECT_EQ(o.first_version, 1u);
+
+  o.struct_size = 0;
+  EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("mc_producer_options_init"), std::string::npos) << last_error();
+
+  mc_producer_options_init(&o);
+  o.model_name = "";
+  EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("model_name is empty"), std::string::npos) << last_error();
+  EXPECT_EQ(producer, nullptr);
+
+  mc_producer_options_init(&o);
+  o.first_version = 0;
+  EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("first_version"), std::string::npos) << last_error();
+
+  mc_producer_options_init(&o);
+  o.control_endpoint = "bogus://nowhere";
+  EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'bogus://nowhere' must start with tcp:// or ipc://"), std::string::npos)
+      << last_error();
+  EXPECT_EQ(producer, nullptr);
+
+  // The port of a live producer is taken.
+  ProducerPtr first{make_producer()};
+  ASSERT_NE(first.p, nullptr);
+  mc_producer_options_init(&o);
+  o.control_endpoint = mc_producer_endpoint(first.p);
+  EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_TRANSPORT);
+  EXPECT_NE(last_error().find(mc_producer_endpoint(first.p)), std::string::npos) << last_error();
+
+  mc_consumer_options co;
+  mc_consumer_options_init(&co);
+  EXPECT_EQ(co.buffers, 3u);
+  co.producer_endpoint = mc_producer_endpoint(first.p);
+  co.buffers = 1;
+  mc_consumer_t* consumer = nullptr;
+  EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("buffers must be >= 2, got 1"), std::string::npos) << last_error();
+  EXPECT_EQ(consumer, nullptr);
+
+  mc_consumer_options_init(&co);
+  co.producer_endpoint = mc_producer_endpoint(first.p);
+  mc_tensor_desc bad;
+  mc_tensor_desc_init(&bad);
+  bad.name = "w";
+  bad.dtype = static_cast<mc_dtype>(10);
+  co.expected_layout = &bad;
+  co.expected_layout_count = 1;
+  EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 'w' has an unknown dtype 10"), std::string::npos) << last_error();
+}
+
+TEST(CApi, ViewLookupsOutOfRangeAreRejected) {
+  std::vector<float> x(4, 2.0f);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+  ASSERT_EQ(mc_producer_publish(producer.p, 0, nullptr, nullptr, 0, nullptr), MC_OK) << last_error();
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, 1, kWaitMs, &view.v), MC_OK) << last_error();
+
+  mc_tensor_info info;
+  EXPECT_EQ(mc_view_find_tensor(view.v, "nope", &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("version 1 has no tensor 'nope'"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_view_tensor_at(view.v, 1, &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor index 1 is out of range"), std::string::npos) << last_error();
+  const char* key = "stale";
+  const char* value = "stale";
+  EXPECT_EQ(mc_view_metadata_at(view.v, 0, &key, &value), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(key, nullptr);
+  EXPECT_EQ(value, nullptr);
+  EXPECT_NE(last_error().find("metadata index 0 is out of range"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_view_find_tensor(view.v, nullptr, &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("name is NULL"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_view_tensor_at(view.v, 0, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("out is NULL"), std::string::npos) << last_error();
+}
+
+// Every entry point survives NULL handles: an error code and a text, or a documented neutral value.
+TEST(CApi, NullHandlesDoNotCrash) {
+  mc_view_t* view = nullptr;
+  mc_tensor_info info{};
+  mc_producer_stats ps{};
+  mc_consumer_stats cs{};
+  const float data[1] = {0.0f};
+  const char* key = nullptr;
+  const char* value = nullptr;
+
+  struct Case {
+    const char* function;
+    mc_status status;
+  };
+  const Case cases[] = {
+      {"mc_producer_register_tensor",
+       mc_producer_register_tensor(nullptr, "x", MC_DTYPE_F32, 0, nullptr, data)},
+      {"mc_producer_register_tensor_desc", mc_producer_register_tensor_desc(nullptr, nullptr)},
+      {"mc_producer_prepare", mc_producer_prepare(nullptr)},
+      {"mc_producer_publish", mc_producer_publish(nullptr, 0, nullptr, nullptr, 0, nullptr)},
+      {"mc_producer_wait_for_consumers", mc_producer_wait_for_consumers(nullptr, 1, 0)},
+      {"mc_producer_get_stats", mc_producer_get_stats(nullptr, &ps)},
+      {"mc_consumer_acquire", mc_consumer_acquire(nullptr, &view)},
+      {"mc_consumer_wait_for_version", mc_consumer_wait_for_version(nullptr, 1, 0, &view)},
+      {"mc_consumer_get_stats", mc_consumer_get_stats(nullptr, &cs)},
+      {"mc_view_find_tensor", mc_view_find_tensor(nullptr, "x", &info)},
+      {"mc_view_tensor_at", mc_view_tensor_at(nullptr, 0, &info)},
+      {"mc_view_metadata_at", mc_view_metadata_at(nullptr, 0, &key, &value)},
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(c.status, MC_ERR_INVALID_ARGUMENT) << c.function;
+  }
+  // Each call left its own text; check the last one and one made now.
+  EXPECT_NE(last_error().find("mc_view_metadata_at: view is NULL"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_producer_prepare(nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), "mc_producer_prepare: producer is NULL");
+  EXPECT_EQ(mc_consumer_acquire(nullptr, &view), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(last_error(), "mc_consumer_acquire: consumer is NULL");
+  EXPECT_EQ(view, nullptr);
+
+  EXPECT_EQ(mc_producer_endpoint(nullptr), nullptr);
+  EXPECT_EQ(last_error(), "mc_producer_endpoint: producer is NULL");
+  EXPECT_EQ(mc_view_metadata_get(nullptr, "k"), nullptr);
+  EXPECT_EQ(last_error(), "mc_view_metadata_get: view is NULL");
+  EXPECT_EQ(mc_view_version(nullptr), 0u);
+  EXPECT_EQ(mc_view_step(nullptr), 0);
+  EXPECT_EQ(mc_view_tensor_count(nullptr), 0u);
+  EXPECT_EQ(mc_view_metadata_count(nullptr), 0u);
+  mc_producer_destroy(nullptr);
+  mc_consumer_destroy(nullptr);
+  mc_view_release(nullptr);
+  mc_producer_options_init(nullptr);
+  mc_consumer_options_init(nullptr);
+  mc_tensor_desc_init(nullptr);
+}
+
+TEST(CApi, LastErrorIsPerThread) {
+  ASSERT_EQ(mc_producer_prepare(nullptr), MC_ERR_INVALID_ARGUMENT);
+  const std::string mine = last_error();
+  std::string theirs;
+  std::thread other([&] {
+    theirs = last_error();  // nothing failed on this thread yet
+    EXPECT_EQ(mc_consumer_acquire(nullptr, nullptr), MC_ERR_INVALID_ARGUMENT);
+    theirs += "|" + last_error();
+  });
+  other.join();
+  EXPECT_EQ(theirs, "|mc_consumer_acquire: consumer is NULL");
+  EXPECT_EQ(last_error(), mine);
+}
+
+TEST(CApi, HelpersMirrorTheCppEnums) {
+  EXPECT_STREQ(mc_dtype_name(MC_DTYPE_F64), "f64");
+  EXPECT_STREQ(mc_dtype_name(MC_DTYPE_BF16), "bf16");
+  EXPECT_STREQ(mc_dtype_name(MC_DTYPE_BOOL), "bool");
+  EXPECT_EQ(mc_dtype_name(static_cast<mc_dtype>(10)), nullptr);
+  const std::size_t sizes[] = {8, 4, 2, 2, 8, 4, 2, 1, 1, 1};
+  for (int d = MC_DTYPE_F64; d <= MC_DTYPE_BOOL; ++d) {
+    EXPECT_EQ(mc_dtype_size(static_cast<mc_dtype>(d)), sizes[d]) << mc_dtype_name(static_cast<mc_dtype>(d));
+  }
+  EXPECT_EQ(mc_dtype_size(static_cast<mc_dtype>(-1)), 0u);
+  EXPECT_STREQ(mc_status_name(MC_OK), "ok");
+  EXPECT_STREQ(mc_status_name(MC_ERR_TIMEOUT), "timeout");
+  EXPECT_STREQ(mc_status_name(MC_ERR_UNKNOWN), "unknown");
+  EXPECT_STREQ(mc_status_name(static_cast<mc_status>(1234)), "?");
+}
+
+TEST(CApi, WaitForConsumersReportsJoinAndTimeout) {
+  std::vector<float> x(4);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  EXPECT_EQ(mc_producer_wait_for_consumers(producer.p, 1, 20), MC_ERR_TIMEOUT);
+  EXPECT_NE(last_error().find("1 consumer(s) did not join within 20 ms"), std::string::npos) << last_error();
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+  EXPECT_EQ(mc_producer_wait_for_consumers(producer.p, 1, kWaitMs), MC_OK) << last_error();
+  mc_producer_stats ps;
+  ASSERT_EQ(mc_producer_get_stats(producer.p, &ps), MC_OK);
+  EXPECT_EQ(ps.consumers, 1u);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  setenv("UCX_NET_DEVICES", "lo", 0);  // ctest sets it; keep UCX on loopback when run by hand too
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
