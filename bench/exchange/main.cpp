@@ -8,14 +8,18 @@
 //   stall_ms         PublishTicket::stall, median
 //   memcpy_ms        one memcpy of the model's size between warm, pre-faulted buffers, taken
 //                    right before each publish (paired with it), median
-//   ucx_ceiling_ms   our own UCP loop (ucx_ceiling.cpp): one sender process, `consumers`
-//                    receiver processes, same chunks, tags, registration and UCX env, median
+//   ucx_ceiling_ms   our own UCP loop (ucx_ceiling.cpp): a sender in the producer's process,
+//                    a receiver in each consumer process, same chunks, tagged rendezvous,
+//                    registered memory, error mode and UCX env; one transfer right before each
+//                    published version (paired with it), median
 //   file_baseline_ms write + fsync + rename, readers poll every 100 ms and read with O_DIRECT,
 //                    start of the write until the last reader is done, median
 //   notify_us_p99    ConsumerStats::last_notify_latency per version per consumer, p99
 // and writes a JSON array (one object per configuration, with the samples under "extra").
 // `report` merges such files and prints the table or the JSON of the issue.
-// `consumer`, `ucx-recv` and `file-read` are the child processes it starts itself.
+// Each repetition runs: UCX ceiling transfer, memcpy (+ diagnostics), publish() and wait for
+// every consumer's ack, so the ratios compare samples taken under the same machine load.
+// `consumer` and `file-read` are the child processes it starts itself.
 #include <signal.h>
 
 #include <algorithm>
@@ -108,7 +112,15 @@ struct Sample {
   bool content_ok;
 };
 
-int run_consumer(const std::string& endpoint, int index, std::uint64_t versions, std::size_t buffers) {
+// The consumer process. Its receive buffers are its own (ConsumerOptions::caller_buffers, two,
+// like buffers = 2) so that the UCX ceiling's receiver can use the one no view holds between
+// two versions: no extra memory, and both transfers land in the same pages.
+int run_consumer(const std::string& endpoint, int index, std::size_t size, std::size_t buffer_count) {
+  std::vector<bench::TouchedBuffer> buffers;
+  for (std::size_t i = 0; i < buffer_count; ++i) buffers.emplace_back(size);
+  bench::UcpReceiver ceiling(kChunkBytes);
+  for (auto& b : buffers) ceiling.map(b.data(), size);
+
   std::mutex mutex;
   std::condition_variable changed;
   std::vector<Sample> samples;
@@ -118,7 +130,7 @@ int run_consumer(const std::string& endpoint, int index, std::uint64_t versions,
   options.producer_endpoint = endpoint;
   options.model_name = kModelName;
   options.consumer_name = "bench-consumer-" + std::to_string(index);
-  options.buffers = buffers;
+  for (auto& b : buffers) options.caller_buffers.emplace_back(b.data(), size);
   // Runs on the consumer's service thread right after the install, before it reads the next
   // announcement: last_notify_latency still belongs to this version.
   options.on_update = [&](const modelcast::ModelView& view) {
@@ -135,22 +147,43 @@ int run_consumer(const std::string& endpoint, int index, std::uint64_t versions,
   };
   modelcast::Consumer consumer(options);
   self = &consumer;
-  {
-    std::unique_lock lock(mutex);
-    bool all = changed.wait_for(lock, 900s, [&] { return !samples.empty() && samples.back().version >= versions; });
-    if (!all) {
-      std::fprintf(stderr, "bench consumer %d: version %llu did not arrive (%s)\n", index,
-                   static_cast<unsigned long long>(versions), consumer.stats().last_error.c_str());
-      return 1;
-    }
-    for (const auto& s : samples) {
-      bench::write_line(bench::kParentWriteFd, "sample " + std::to_string(s.version) + " " +
-                                                   std::to_string(s.update_ns) + " " + std::to_string(s.notify_ns) +
-                                                   " " + (s.content_ok ? "1" : "0"));
+  bench::write_line(bench::kParentWriteFd, "addr " + ceiling.address());
+
+  std::string pending;
+  for (;;) {
+    std::optional<std::string> line;
+    ceiling.wait_for_command(bench::kParentReadFd, pending, line);
+    if (line->rfind("ceiling ", 0) == 0) {
+      // The buffer the current version does not live in; modelcast writes into it only
+      // during a fetch, and none runs between the producer's versions.
+      auto view = consumer.acquire();
+      const std::byte* current = view ? static_cast<const std::byte*>(view.tensors().front().data) : nullptr;
+      std::byte* target = nullptr;
+      for (auto& b : buffers) {
+        if (!(current >= b.data() && current < b.data() + size)) target = b.data();
+      }
+      ceiling.receive(std::stoi(line->substr(8)), target, size, bench::kParentWriteFd);
+    } else if (line->rfind("finish ", 0) == 0) {
+      std::uint64_t versions = std::stoull(line->substr(7));
+      std::unique_lock lock(mutex);
+      bool all = changed.wait_for(lock, 300s, [&] { return !samples.empty() && samples.back().version >= versions; });
+      if (!all) {
+        std::fprintf(stderr, "bench consumer %d: version %llu did not arrive (%s)\n", index,
+                     static_cast<unsigned long long>(versions), consumer.stats().last_error.c_str());
+        return 1;
+      }
+      for (const auto& s : samples) {
+        bench::write_line(bench::kParentWriteFd, "sample " + std::to_string(s.version) + " " +
+                                                     std::to_string(s.update_ns) + " " + std::to_string(s.notify_ns) +
+                                                     " " + (s.content_ok ? "1" : "0"));
+      }
+      bench::write_line(bench::kParentWriteFd, "end");
+      return 0;
+    } else {
+      std::fprintf(stderr, "bench consumer %d: unknown command '%s'\n", index, line->c_str());
+      return 2;
     }
   }
-  bench::write_line(bench::kParentWriteFd, "end");
-  return 0;
 }
 
 volatile std::uint64_t digest_sink = 0;
@@ -165,6 +198,7 @@ struct ExchangeResult {
   std::vector<double> tensor_copy_ms;  // diagnostic: the same bytes copied tensor by tensor, as publish() does
   std::vector<double> xxh3_ms;         // diagnostic: XXH3-64 over every tensor once (one side's digest work)
   std::vector<double> notify_us;    // per measured version per consumer
+  std::vector<double> ceiling_ms;   // the UCX ceiling, one transfer right before each version
   int bad_content = 0;
 };
 
@@ -189,7 +223,8 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
   for (auto& t : model.tensors) producer.register_tensor(t);
   producer.prepare();
 
-  bench::TouchedBuffer copy_target(size);
+  bench::TouchedBuffer copy_target(size);  // memcpy target, then the ceiling's send buffer
+  bench::UcpSender ceiling(copy_target.data(), size, kChunkBytes);
   std::string self = bench::self_exe();
   int total = warmup + reps;
   std::vector<bench::Child> children;
@@ -204,8 +239,13 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
   try {
     for (int i = 0; i < consumers; ++i) {
       children.push_back(bench::spawn_child({self, "consumer", "--endpoint", producer.control_endpoint(), "--index",
-                                             std::to_string(i), "--versions", std::to_string(total), "--buffers",
+                                             std::to_string(i), "--size", std::to_string(size), "--buffers",
                                              std::to_string(buffers)}));
+    }
+    for (auto& child : children) {
+      auto line = bench::read_line(child.from_child, child.pending, 300000);
+      if (!line || line->rfind("addr ", 0) != 0) throw std::runtime_error("a consumer process did not start");
+      ceiling.connect(line->substr(5));
     }
     if (!producer.wait_for_consumers(static_cast<std::size_t>(consumers), 120s)) {
       throw std::runtime_error("consumers did not join within 120 s");
@@ -213,6 +253,7 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
     std::this_thread::sleep_for(300ms);  // let their subscriptions reach the PUB socket
     std::map<std::uint64_t, double> stall;
     for (int v = 1; v <= total; ++v) {
+      double ceiling_ms = ceiling.transfer(v, children);
       auto t0 = bench::steady_ns();
       std::memcpy(copy_target.data(), model.storage.data(), size);
       double copy_ms = static_cast<double>(bench::steady_ns() - t0) / 1e6;
@@ -238,12 +279,14 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
       if (v > warmup) {
         result.stall_ms.push_back(to_ms(ticket.stall));
         result.memcpy_ms.push_back(copy_ms);
+        result.ceiling_ms.push_back(ceiling_ms);
         result.tensor_copy_ms.push_back(tensor_copy_ms);
         result.xxh3_ms.push_back(xxh3_ms);
         result.delivery_ms.push_back(*std::max_element(delivered[ticket.version].begin(), delivered[ticket.version].end()));
       }
     }
     std::map<std::uint64_t, double> update;  // version -> max over consumers
+    for (auto& child : children) bench::write_line(child.to_child, "finish " + std::to_string(total));
     for (auto& child : children) {
       for (;;) {
         auto line = bench::read_line(child.from_child, child.pending, 120000);
@@ -274,7 +317,8 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
 }
 
 json summary(std::size_t size, int consumers, const std::string& transport, const ExchangeResult& x,
-             const std::vector<double>& ceiling, const std::vector<double>& file) {
+             const std::vector<double>& file) {
+  const auto& ceiling = x.ceiling_ms;
   auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(std::round(v * 1000) / 1000); };
   json row;
   row["size_bytes"] = size;
@@ -312,7 +356,6 @@ struct RunOptions {
   int reps = 5;
   int warmup = 2;
   int file_reps = 5;
-  int ceiling_warmup = 2;
   std::size_t buffers = 2;
   std::size_t slots = 0;  // 0: 3 up to 256 MiB, 2 above
   bool no_integrity = false;
@@ -332,20 +375,17 @@ int run(const RunOptions& o) {
     for (int consumers : o.consumers) {
       progress("[%s] %zu MiB, %d consumer(s): ", o.transport.c_str(), mib, consumers);
       auto t0 = bench::steady_ns();
-      auto ceiling = bench::measure_ucx_ceiling(size, consumers, kChunkBytes, o.ceiling_warmup + o.reps);
-      ceiling.erase(ceiling.begin(), ceiling.begin() + o.ceiling_warmup);
-      progress("ceiling %.1f ms; ", bench::median(ceiling));
       std::size_t slots = o.slots ? o.slots : (mib > 256 ? 2 : 3);
       auto x = measure_exchange(model, size, consumers, o.warmup, o.reps, slots, o.buffers, !o.no_integrity);
-      progress("update %.1f ms, stall %.1f ms, memcpy %.1f ms; ", bench::median(x.update_ms),
-               bench::median(x.stall_ms), bench::median(x.memcpy_ms));
+      progress("update %.1f ms, stall %.1f ms, memcpy %.1f ms, ceiling %.1f ms; ", bench::median(x.update_ms),
+               bench::median(x.stall_ms), bench::median(x.memcpy_ms), bench::median(x.ceiling_ms));
       std::vector<double> file;
       if (o.file_reps > 0) {
         file = bench::measure_file_baseline(model.storage.data(), size, consumers, o.tmpdir, o.file_reps);
         progress("file %.1f ms; ", bench::median(file));
       }
       progress("(%.1f s)\n", static_cast<double>(bench::steady_ns() - t0) / 1e9);
-      auto row = summary(size, consumers, o.transport, x, ceiling, file);
+      auto row = summary(size, consumers, o.transport, x, file);
       row["extra"]["snapshot_slots"] = slots;
       row["extra"]["consumer_buffers"] = o.buffers;
       row["extra"]["integrity"] = !o.no_integrity;
@@ -478,20 +518,16 @@ int main(int argc, char** argv) {
 
   std::string endpoint;
   int index = 0;
-  std::uint64_t versions = 1;
   std::size_t buffers = 2;
   auto* consumer_cmd = app.add_subcommand("consumer", "(child) one consumer process");
   consumer_cmd->add_option("--endpoint", endpoint)->required();
   consumer_cmd->add_option("--index", index);
-  consumer_cmd->add_option("--versions", versions);
+  std::size_t size = 0;
+  consumer_cmd->add_option("--size", size)->required();
   consumer_cmd->add_option("--buffers", buffers);
 
-  std::size_t size = 0, chunk = kChunkBytes;
   int reps = 0;
   std::string directory;
-  auto* ucx_cmd = app.add_subcommand("ucx-recv", "(child) receiver of the UCX ceiling loop");
-  ucx_cmd->add_option("--size", size)->required();
-  ucx_cmd->add_option("--chunk", chunk);
   auto* file_cmd = app.add_subcommand("file-read", "(child) reader of the file baseline");
   file_cmd->add_option("--dir", directory)->required();
   file_cmd->add_option("--size", size)->required();
@@ -501,8 +537,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return run(o);
     if (*report_cmd) return report(files, as_json);
-    if (*consumer_cmd) return run_consumer(endpoint, index, versions, buffers);
-    if (*ucx_cmd) return bench::run_ucx_receiver(size, chunk);
+    if (*consumer_cmd) return run_consumer(endpoint, index, size, buffers);
     if (*file_cmd) return bench::run_file_reader(directory, size, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "modelcast-exchange-bench: %s\n", e.what());

@@ -64,7 +64,7 @@ class Ucp {
     return memh;
   }
 
-  std::string address_hex() const {
+  std::string address_hex() {
     ucp_address_t* address = nullptr;
     std::size_t length = 0;
     if (auto s = ucp_worker_get_address(worker_, &address, &length); s != UCS_OK) fail("ucp_worker_get_address", s);
@@ -171,158 +171,148 @@ void peer_error(void*, ucp_ep_h, ucs_status_t status) {
 
 }  // namespace
 
-std::vector<double> measure_ucx_ceiling(std::size_t size, int receivers, std::size_t chunk, int repetitions) {
+// ---- sender ---------------------------------------------------------------------------------
+
+struct UcpSender::Impl {
   Ucp ucp;
-  TouchedBuffer source(size);
-  ucp_mem_h memh = ucp.map(source.data(), size);
-  std::vector<Child> children;
+  std::byte* source;
+  std::size_t size;
+  std::size_t chunk;
+  ucp_mem_h memh = nullptr;
   std::vector<ucp_ep_h> eps;
-  auto cleanup = [&] {
-    for (auto ep : eps) {
-      ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-      param.flags = UCP_EP_CLOSE_FLAG_FORCE;
-      void* request = ucp_ep_close_nbx(ep, &param);
-      if (request && !UCS_PTR_IS_ERR(request)) {
-        for (int i = 0; i < 100000 && ucp_request_check_status(request) == UCS_INPROGRESS; ++i) {
-          ucp_worker_progress(ucp.worker());
-        }
-        ucp_request_free(request);
-      }
-    }
-    eps.clear();
-    for (auto& child : children) {
-      if (child.to_child >= 0) {
-        try {
-          write_line(child.to_child, "quit");
-        } catch (...) {
-        }
-      }
-      reap(child);
-    }
-    children.clear();
-  };
-  std::vector<double> samples;
-  try {
-    std::string self = self_exe();
-    for (int r = 0; r < receivers; ++r) {
-      children.push_back(spawn_child({self, "ucx-recv", "--size", std::to_string(size), "--chunk", std::to_string(chunk)}));
-    }
-    for (auto& child : children) {
-      auto line = read_line(child.from_child, child.pending, 60000);
-      if (!line || line->rfind("addr ", 0) != 0) throw std::runtime_error("UCX ceiling: a receiver did not start");
-      std::string hex = line->substr(5);
-      std::vector<unsigned char> address(hex.size() / 2);
-      for (std::size_t i = 0; i < address.size(); ++i) address[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-      ucp_ep_params_t ep{};
-      ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
-      ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
-      // As modelcast's producer: peer-failure detection only where shared memory is not allowed.
-      ep.err_mode = shared_memory_allowed() ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
-      ep.err_handler.cb = &peer_error;
-      ep.err_handler.arg = nullptr;
-      ucp_ep_h handle = nullptr;
-      if (auto s = ucp_ep_create(ucp.worker(), &ep, &handle); s != UCS_OK) fail("ucp_ep_create", s);
-      eps.push_back(handle);
-      if (std::getenv("BENCH_UCX_VERBOSE") && eps.size() == 1) ucp_ep_print_info(handle, stderr);
-    }
-    std::size_t chunks = (size + chunk - 1) / chunk;
-    for (int rep = 0; rep < repetitions; ++rep) {
-      for (auto& child : children) write_line(child.to_child, "go " + std::to_string(rep));
-      for (auto& child : children) {
-        auto line = read_line(child.from_child, child.pending, 60000);
-        if (!line || *line != "ready") throw std::runtime_error("UCX ceiling: a receiver is not ready");
-      }
-      Outstanding sends;
-      std::vector<bool> done(children.size(), false);
-      std::size_t done_count = 0;
-      auto t0 = steady_ns();
-      std::int64_t t1 = 0;
-      for (auto ep : eps) {
-        for (std::size_t i = 0; i < chunks; ++i) {
-          std::size_t offset = i * chunk;
-          std::size_t length = std::min(chunk, size - offset);
-          ucp_request_param_t param{};
-          param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
-          param.cb.send = &on_send;
-          param.user_data = &sends;
-          param.memh = memh;
-          track(sends, ucp_tag_send_nbx(ep, source.data() + offset, length, tag_of(rep, i), &param));
-        }
-      }
-      // Wake-ups come from the worker or a receiver's pipe.
-      auto all_done = [&] {
-        for (std::size_t c = 0; c < children.size(); ++c) {
-          if (done[c]) continue;
-          if (auto line = try_read_line(children[c].from_child, children[c].pending)) {
-            if (*line != "done") throw std::runtime_error("UCX ceiling: receiver says '" + *line + "'");
-            done[c] = true;
-            if (++done_count == children.size()) t1 = steady_ns();
-          }
-        }
-        if (sends.error) throw std::runtime_error("UCX ceiling: send failed: " + sends.what);
-        return done_count == children.size() && sends.count == 0;
-      };
-      std::vector<int> pipes;
-      for (auto& child : children) pipes.push_back(child.from_child);
-      ucp.progress_until(all_done, pipes, 300000);
-      samples.push_back(static_cast<double>(t1 - t0) / 1e6);
-    }
-  } catch (...) {
-    cleanup();
-    throw;
-  }
-  cleanup();
-  return samples;
+};
+
+UcpSender::UcpSender(std::byte* source, std::size_t size, std::size_t chunk)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->source = source;
+  impl_->size = size;
+  impl_->chunk = chunk;
+  impl_->memh = impl_->ucp.map(source, size);
 }
 
-int run_ucx_receiver(std::size_t size, std::size_t chunk) {
-  bool verbose = std::getenv("BENCH_UCX_VERBOSE") != nullptr;
-  auto t0 = steady_ns();
-  Ucp ucp;
-  std::string address = ucp.address_hex();
-  auto t1 = steady_ns();
-  TouchedBuffer target(size);
-  auto t2 = steady_ns();
-  ucp_mem_h memh = ucp.map(target.data(), size);
-  auto t3 = steady_ns();
-  if (verbose) {
-    std::fprintf(stderr, "ucx-recv: UCP init %.1f ms, touching %zu bytes %.1f ms, ucp_mem_map %.1f ms\n",
-                 static_cast<double>(t1 - t0) / 1e6, size, static_cast<double>(t2 - t1) / 1e6,
-                 static_cast<double>(t3 - t2) / 1e6);
+UcpSender::~UcpSender() {
+  for (auto ep : impl_->eps) {
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* request = ucp_ep_close_nbx(ep, &param);
+    if (request && !UCS_PTR_IS_ERR(request)) {
+      for (int i = 0; i < 100000 && ucp_request_check_status(request) == UCS_INPROGRESS; ++i) {
+        ucp_worker_progress(impl_->ucp.worker());
+      }
+      ucp_request_free(request);
+    }
   }
-  write_line(kParentWriteFd, "addr " + address);
-  std::string pending;
-  std::size_t chunks = (size + chunk - 1) / chunk;
-  for (;;) {
-    // Keep the worker progressing (wire-up, keepalive) while waiting for the next command.
-    std::optional<std::string> line;
-    ucp.progress_until([&] { return (line = try_read_line(kParentReadFd, pending)).has_value(); }, {kParentReadFd},
-                       900000);
-    if (*line == "quit") break;
-    if (line->rfind("go ", 0) != 0) return 2;
-    int rep = std::stoi(line->substr(3));
-    Outstanding recvs;
+}
+
+void UcpSender::connect(const std::string& hex) {
+  std::vector<unsigned char> address(hex.size() / 2);
+  for (std::size_t i = 0; i < address.size(); ++i) {
+    address[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(address.data());
+  // As modelcast's producer: peer-failure detection only where shared memory is not allowed.
+  ep.err_mode = shared_memory_allowed() ? UCP_ERR_HANDLING_MODE_NONE : UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = &peer_error;
+  ep.err_handler.arg = nullptr;
+  ucp_ep_h handle = nullptr;
+  if (auto s = ucp_ep_create(impl_->ucp.worker(), &ep, &handle); s != UCS_OK) fail("ucp_ep_create", s);
+  impl_->eps.push_back(handle);
+  if (std::getenv("BENCH_UCX_VERBOSE") && impl_->eps.size() == 1) ucp_ep_print_info(handle, stderr);
+}
+
+double UcpSender::transfer(int repetition, std::vector<Child>& receivers) {
+  if (receivers.size() != impl_->eps.size()) throw std::runtime_error("UCX ceiling: receivers and endpoints differ");
+  for (auto& child : receivers) write_line(child.to_child, "ceiling " + std::to_string(repetition));
+  for (auto& child : receivers) {
+    auto line = read_line(child.from_child, child.pending, 120000);
+    if (!line || *line != "ready") throw std::runtime_error("UCX ceiling: a receiver is not ready");
+  }
+  std::size_t chunks = (impl_->size + impl_->chunk - 1) / impl_->chunk;
+  Outstanding sends;
+  std::vector<bool> done(receivers.size(), false);
+  std::size_t done_count = 0;
+  auto t0 = steady_ns();
+  std::int64_t t1 = 0;
+  for (auto ep : impl_->eps) {  // consumer by consumer, every chunk at once: as modelcast's producer
     for (std::size_t i = 0; i < chunks; ++i) {
-      std::size_t offset = i * chunk;
-      std::size_t length = std::min(chunk, size - offset);
+      std::size_t offset = i * impl_->chunk;
+      std::size_t length = std::min(impl_->chunk, impl_->size - offset);
       ucp_request_param_t param{};
       param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
-      param.cb.recv = &on_recv;
-      param.user_data = &recvs;
-      param.memh = memh;
-      track(recvs, ucp_tag_recv_nbx(ucp.worker(), target.data() + offset, length, tag_of(rep, i), ~ucp_tag_t{0}, &param));
+      param.cb.send = &on_send;
+      param.user_data = &sends;
+      param.memh = impl_->memh;
+      track(sends, ucp_tag_send_nbx(ep, impl_->source + offset, length, tag_of(repetition, i), &param));
     }
-    write_line(kParentWriteFd, "ready");
-    ucp.progress_until([&] { return recvs.count == 0; }, {}, 300000);
-    if (recvs.error) {
-      write_line(kParentWriteFd, "error " + recvs.what);
-      return 1;
-    }
-    write_line(kParentWriteFd, "done");
   }
-  return 0;
+  auto all_done = [&] {
+    for (std::size_t c = 0; c < receivers.size(); ++c) {
+      if (done[c]) continue;
+      if (auto line = try_read_line(receivers[c].from_child, receivers[c].pending)) {
+        if (*line != "done") throw std::runtime_error("UCX ceiling: receiver says '" + *line + "'");
+        done[c] = true;
+        if (++done_count == receivers.size()) t1 = steady_ns();
+      }
+    }
+    if (sends.error) throw std::runtime_error("UCX ceiling: send failed: " + sends.what);
+    return done_count == receivers.size() && sends.count == 0;
+  };
+  std::vector<int> pipes;
+  for (auto& child : receivers) pipes.push_back(child.from_child);
+  impl_->ucp.progress_until(all_done, pipes, 300000);
+  return static_cast<double>(t1 - t0) / 1e6;
+}
+
+// ---- receiver -------------------------------------------------------------------------------
+
+struct UcpReceiver::Impl {
+  Ucp ucp;
+  std::size_t chunk;
+  std::vector<std::pair<std::byte*, ucp_mem_h>> maps;
+};
+
+UcpReceiver::UcpReceiver(std::size_t chunk) : impl_(std::make_unique<Impl>()) { impl_->chunk = chunk; }
+UcpReceiver::~UcpReceiver() = default;
+
+void UcpReceiver::map(std::byte* base, std::size_t length) { impl_->maps.emplace_back(base, impl_->ucp.map(base, length)); }
+
+std::string UcpReceiver::address() const { return impl_->ucp.address_hex(); }
+
+void UcpReceiver::wait_for_command(int fd, std::string& pending, std::optional<std::string>& line) {
+  // Keeps the worker progressing (wire-up, keepalive) while waiting.
+  impl_->ucp.progress_until([&] { return (line = try_read_line(fd, pending)).has_value(); }, {fd}, 600L * 1000);
+}
+
+void UcpReceiver::receive(int repetition, std::byte* target, std::size_t size, int reply_fd) {
+  ucp_mem_h memh = nullptr;
+  for (auto& [base, handle] : impl_->maps) {
+    if (base == target) memh = handle;
+  }
+  if (!memh) throw std::runtime_error("UCX ceiling: receive target is not mapped");
+  std::size_t chunks = (size + impl_->chunk - 1) / impl_->chunk;
+  Outstanding recvs;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    std::size_t offset = i * impl_->chunk;
+    std::size_t length = std::min(impl_->chunk, size - offset);
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_MEMH;
+    param.cb.recv = &on_recv;
+    param.user_data = &recvs;
+    param.memh = memh;
+    track(recvs, ucp_tag_recv_nbx(impl_->ucp.worker(), target + offset, length, tag_of(repetition, i), ~ucp_tag_t{0},
+                                  &param));
+  }
+  write_line(reply_fd, "ready");
+  impl_->ucp.progress_until([&] { return recvs.count == 0; }, {}, 300000);
+  if (recvs.error) {
+    write_line(reply_fd, "error " + recvs.what);
+    throw std::runtime_error("UCX ceiling: receive failed: " + recvs.what);
+  }
+  write_line(reply_fd, "done");
 }
 
 }  // namespace bench
