@@ -1,0 +1,119 @@
+// Loss-log parsing: both formats, and every kind of bad input with its line number.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "modelcast/predictor_csv.h"
+
+namespace modelcast::predictor {
+namespace {
+
+LossLog parse(const std::string& text, CsvOptions o = {}) {
+  std::istringstream in(text);
+  return read_loss_log(in, "test.csv", o);
+}
+
+// Expects a CsvError at `line` whose message contains `fragment`.
+void expect_error(const std::string& text, std::size_t line, const std::string& fragment, CsvOptions o = {}) {
+  try {
+    parse(text, o);
+    ADD_FAILURE() << "no error for:\n" << text;
+  } catch (const CsvError& e) {
+    EXPECT_EQ(e.line(), line) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("test.csv:" + std::to_string(line)), std::string::npos) << e.what();
+  }
+}
+
+TEST(CurveCsv, ReadsPlainCsvWithHeader) {
+  const auto log = parse("step,loss,time_s\n0,10.5,0\n100,4.25,12.5\n200,3.75,25\n");
+  ASSERT_EQ(log.points.size(), 3u);
+  EXPECT_TRUE(log.has_time);
+  EXPECT_EQ(log.points[1].step, 100);
+  EXPECT_DOUBLE_EQ(log.points[1].loss, 4.25);
+  EXPECT_DOUBLE_EQ(log.points[2].time_s, 25.0);
+  EXPECT_FALSE(log.total_steps.has_value());
+}
+
+TEST(CurveCsv, ReadsColumnsByNameAndHeaderlessFiles) {
+  const auto named = parse("time_s,loss,step\n1.5,4.0,10\n3.0,3.5,20\n");
+  EXPECT_EQ(named.points[1].step, 20);
+  EXPECT_DOUBLE_EQ(named.points[0].time_s, 1.5);
+  const auto bare = parse("10,4.0\n20,3.5\n\n30,3.25\n");
+  ASSERT_EQ(bare.points.size(), 3u);
+  EXPECT_FALSE(bare.has_time);
+  EXPECT_TRUE(std::isnan(bare.points[0].time_s));
+}
+
+TEST(CurveCsv, ReadsTheSharedCurvesFormat) {
+  const std::string text =
+      "run,track,record,step,total_steps,val_loss,train_time_s\n"
+      "r1,t1,recA,0,300,10.8,0.0\nr1,t1,recA,150,300,4.0,10.0\n"
+      "r2,t1,recB,0,500,10.8,0.0\nr2,t1,recB,250,500,3.9,20.0\nr2,t1,recB,500,500,3.3,41.0\n";
+  CsvOptions o;
+  o.run = "r2";
+  const auto log = parse(text, o);
+  ASSERT_EQ(log.points.size(), 3u);
+  EXPECT_EQ(log.total_steps, 500);
+  EXPECT_EQ(log.record, "recB");
+  EXPECT_DOUBLE_EQ(log.points[2].time_s, 41.0);
+  std::istringstream in(text);
+  const auto all = read_curve_collection(in, "test.csv", "val_loss");
+  ASSERT_EQ(all.runs.size(), 2u);
+  EXPECT_EQ(all.runs[0].run, "r1");
+  EXPECT_EQ(all.runs[1].points.size(), 3u);
+}
+
+TEST(CurveCsv, CollectionSkipsRunsWithRestarts) {
+  std::istringstream in(
+      "run,track,record,step,total_steps,val_loss,train_time_s\n"
+      "r1,t,a,0,100,5,0\nr1,t,a,100,100,4,1\nr1,t,a,0,100,5,0\nr2,t,a,0,100,5,0\nr2,t,a,100,100,4,1\n");
+  const auto all = read_curve_collection(in, "x", "val_loss");
+  ASSERT_EQ(all.runs.size(), 1u);
+  EXPECT_EQ(all.runs[0].run, "r2");
+  EXPECT_EQ(all.skipped_runs, std::vector<std::string>{"r1"});
+}
+
+TEST(CurveCsv, MissingColumns) {
+  expect_error("step,time_s\n1,2\n", 1, "missing column 'loss'");
+  expect_error("loss,time_s\n1,2\n", 1, "missing column 'step'");
+  CsvOptions o;
+  o.run = "r1";
+  o.loss_column = "train_loss";
+  expect_error("run,track,record,step,total_steps,val_loss,train_time_s\nr1,t,a,0,10,5,0\n", 1, "train_loss", o);
+  expect_error("step,loss\n10,4.0\n20\n", 3, "missing value");
+  expect_error("7\n", 1, "expected step,loss");
+}
+
+TEST(CurveCsv, NonNumericAndNonFiniteValues) {
+  expect_error("step,loss\n10,4.0\n20,abc\n", 3, "not a number");
+  expect_error("step,loss\n10,4.0\n20,nan\n30,3.0\n", 3, "not finite");
+  expect_error("step,loss\n10,4.0\n20,inf\n", 3, "not finite");
+  expect_error("step,loss\n10,4.0\n2x,3.9\n", 3, "not an integer");
+  expect_error("step,loss,time_s\n10,4.0,1\n20,3.9,\n", 3, "not a number");
+}
+
+TEST(CurveCsv, StepsMustIncrease) {
+  expect_error("step,loss\n10,4.0\n20,3.9\n20,3.8\n", 4, "steps not increasing");
+  expect_error("step,loss\n10,4.0\n5,3.9\n", 3, "steps not increasing");
+}
+
+TEST(CurveCsv, TooFewPointsAndEmptyInput) {
+  expect_error("step,loss\n10,4.0\n", 2, "too few points");
+  CsvOptions o;
+  o.min_points = 3;
+  expect_error("step,loss\n10,4.0\n20,3.0\n", 3, "too few points", o);
+  expect_error("", 1, "empty");
+}
+
+TEST(CurveCsv, CurvesFormatNeedsAKnownRun) {
+  const std::string text = "run,track,record,step,total_steps,val_loss,train_time_s\nr1,t,a,0,10,5,0\nr1,t,a,10,10,4,1\n";
+  expect_error(text, 1, "--run");
+  CsvOptions o;
+  o.run = "r9";
+  expect_error(text, 3, "run 'r9' not found", o);
+}
+
+}  // namespace
+}  // namespace modelcast::predictor

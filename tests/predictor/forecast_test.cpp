@@ -1,0 +1,177 @@
+// Ensemble forecast: accuracy on synthetic curves, use of priors, and the no-NaN guarantee.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "modelcast/predictor_forecast.h"
+
+namespace modelcast::predictor {
+namespace {
+
+std::vector<CurvePoint> synthetic(const std::function<double(std::int64_t)>& loss, std::int64_t total, std::int64_t every,
+                                  double noise_sd, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, noise_sd);
+  std::vector<CurvePoint> pts;
+  // Step 0 is the initialisation loss (ln of the vocabulary size for a language model), not on the curve.
+  for (std::int64_t s = 0; s <= total; s += every) pts.push_back({s, s ? loss(s) + noise(rng) : 11.0, 0.5 * static_cast<double>(s)});
+  return pts;
+}
+
+double max_abs_error(const Forecast& f, const std::function<double(std::int64_t)>& loss) {
+  double e = 0;
+  for (std::size_t i = 0; i < f.steps.size(); ++i) e = std::max(e, std::abs(f.loss[i] - loss(f.steps[i])));
+  return e;
+}
+
+void expect_finite(const Forecast& f) {
+  ASSERT_EQ(f.steps.size(), f.loss.size());
+  ASSERT_EQ(f.steps.size(), f.time_s.size());
+  for (std::size_t i = 0; i < f.loss.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(f.loss[i]) && std::isfinite(f.lower[i]) && std::isfinite(f.upper[i]) && std::isfinite(f.time_s[i]));
+    EXPECT_LE(f.lower[i], f.loss[i]);
+    EXPECT_GE(f.upper[i], f.loss[i]);
+    if (i) {
+      EXPECT_GT(f.time_s[i], f.time_s[i - 1]);
+    }
+  }
+}
+
+TEST(Forecast, ExtrapolatesAPowerLawFromItsFirstThird) {
+  const auto truth = [](std::int64_t s) { return 3.0 + 2.0 * std::pow(static_cast<double>(s) / 3000.0, -0.4); };
+  const auto all = synthetic(truth, 3000, 50, 0.003, 7);
+  const std::vector<CurvePoint> prefix(all.begin(), all.begin() + 21);  // steps 0..1000
+  ForecastOptions o;
+  o.total_steps = 3000;
+  const auto f = forecast_curve(prefix, o);
+  expect_finite(f);
+  EXPECT_FALSE(f.fallback);
+  EXPECT_EQ(f.steps.front(), 1050);  // cadence continued
+  EXPECT_EQ(f.steps.back(), 3000);
+  EXPECT_LT(max_abs_error(f, truth), 0.05);
+  // The forecast's predicted times follow the logged 0.5 s/step.
+  EXPECT_NEAR(f.time_s.back(), 1500.0, 1.0);
+}
+
+TEST(Forecast, ReferencePriorCarriesTheShapeFromTwoPoints) {
+  // Only step 0 and one more point: no family can be fitted, a reference of a comparable run can.
+  const auto truth = [](std::int64_t s) {
+    const double u = static_cast<double>(s) / 1000.0;
+    return s == 0 ? 10.8 : 3.3 + 1.2 * std::pow(u, -0.5) * (1.0 - 0.3 * u);
+  };
+  ReferenceCurve ref;
+  for (int i = 0; i <= 100; ++i) {
+    ref.progress.push_back(i / 100.0);
+    ref.loss.push_back(truth(i * 10) + 0.1);  // same shape, 0.1 higher
+  }
+  const std::vector<CurvePoint> prefix{{0, truth(0), 0.0}, {200, truth(200), 10.0}};
+  ForecastOptions o;
+  o.total_steps = 1000;
+  o.future_steps = {400, 600, 800, 1000};
+  const auto without = forecast_curve(prefix, o);
+  o.reference = ref;
+  const auto with = forecast_curve(prefix, o);
+  expect_finite(with);
+  EXPECT_TRUE(without.fallback);
+  EXPECT_FALSE(with.fallback);
+  EXPECT_LT(max_abs_error(with, truth), 0.03);
+  EXPECT_GT(max_abs_error(without, truth), 0.1);
+}
+
+TEST(Forecast, LearningRateScheduleProducesTheDecayDrop) {
+  // Constant rate to 60 %, linear decay to 0 at the end; the loss follows the cumulative rate
+  // and drops by 0.3 more as the rate anneals (the shape real WSD runs show).
+  const std::int64_t total = 2000;
+  LrSchedule sched{{0, 1200, 2000}, {1.0, 1.0, 0.0}};
+  const auto s1 = [&](std::int64_t s) {
+    const double x = static_cast<double>(s);
+    if (x <= 1200) return x;
+    const double d = x - 1200;
+    return 1200 + d - 0.5 * d * d / 800.0;
+  };
+  const double s1_total = s1(total);
+  const auto truth = [&](std::int64_t s) {
+    const double anneal = s <= 1200 ? 0.0 : (static_cast<double>(s) - 1200.0) / 800.0;
+    return 3.0 + std::pow(s1(s) / s1_total, -0.5) - 0.3 * anneal;
+  };
+  const auto all = synthetic(truth, total, 50, 0.002, 9);
+  const std::vector<CurvePoint> prefix(all.begin(), all.begin() + 21);  // steps 0..1000, before decay
+  ForecastOptions o;
+  o.total_steps = total;
+  const auto plain = forecast_curve(prefix, o);
+  o.lr_schedule = sched;
+  o.anneal_drop = 0.3;  // known from an earlier run with this schedule
+  const auto aware = forecast_curve(prefix, o);
+  expect_finite(aware);
+  const double plain_err = std::abs(plain.loss.back() - truth(total));
+  const double aware_err = std::abs(aware.loss.back() - truth(total));
+  EXPECT_LT(aware_err, 0.05);
+  EXPECT_GT(plain_err, 0.15);  // blind to the schedule, it misses most of the 0.3 decay drop
+}
+
+TEST(Forecast, EstimatesTheAnnealDropWhenThePrefixAlreadyDecays) {
+  const std::int64_t total = 2000;
+  LrSchedule sched{{0, 1000, 2000}, {1.0, 1.0, 0.0}};
+  const auto truth = [&](std::int64_t s) {
+    const double x = static_cast<double>(s);
+    const double s1 = x <= 1000 ? x : 1000 + (x - 1000) - 0.5 * (x - 1000) * (x - 1000) / 1000.0;
+    const double anneal = x <= 1000 ? 0.0 : (x - 1000) / 1000.0;
+    return 3.0 + std::pow(s1 / 1500.0, -0.5) - 0.4 * anneal;
+  };
+  const auto all = synthetic(truth, total, 50, 0.001, 10);
+  const std::vector<CurvePoint> prefix(all.begin(), all.begin() + 29);  // to step 1400: some decay seen
+  ForecastOptions o;
+  o.total_steps = total;
+  o.lr_schedule = sched;
+  const auto f = forecast_curve(prefix, o);
+  EXPECT_LT(std::abs(f.loss.back() - truth(total)), 0.08);
+}
+
+TEST(Forecast, NeverReturnsNaNOnHostileInput) {
+  ForecastOptions o;
+  o.total_steps = 10000;
+  const std::vector<std::vector<CurvePoint>> cases = {
+      {{100, 5.0, 1.0}},                                            // one point
+      {{0, 11.0, 0.0}, {100, 5.0, 1.0}},                            // init + one point
+      {{1, 4.0, 1.0}, {2, 4.0, 2.0}, {3, 4.0, 3.0}, {4, 4.0, 4.0}},  // constant
+      {{1, 1.0, 1.0}, {2, 2.0, 2.0}, {3, 4.0, 3.0}, {4, 8.0, 4.0}, {5, 16.0, 5.0}},  // diverging
+      {{1, 3.0, 1.0}, {2, 1e9, 2.0}, {3, 2.9, 3.0}, {4, -1e9, 4.0}, {5, 2.8, 5.0}},  // wild spikes
+      {{10, 1e-12, 1.0}, {20, 1e-13, 2.0}, {30, 1e-14, 3.0}, {40, 1e-15, 4.0}},        // tiny values
+  };
+  for (const auto& c : cases) {
+    const auto f = forecast_curve(c, o);
+    expect_finite(f);
+    ASSERT_FALSE(f.loss.empty());
+  }
+  // A single point gives no shape: the fallback is flagged and explained.
+  const auto single = forecast_curve(cases[0], o);
+  EXPECT_TRUE(single.fallback);
+  EXPECT_FALSE(single.note.empty());
+}
+
+TEST(Forecast, RejectsBadInput) {
+  ForecastOptions o;
+  o.total_steps = 100;
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{}, o), std::invalid_argument);
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}, {10, 0.9, 2.0}}, o), std::invalid_argument);
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, std::nan(""), 1.0}}, o), std::invalid_argument);
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{100, 1.0, 1.0}}, o), std::invalid_argument);  // nothing left
+  o.lr_schedule = LrSchedule{{0, 50}, {1.0}};
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}}, o), std::invalid_argument);
+}
+
+TEST(Forecast, ViperKeepsOneOfItsFourFamilies) {
+  const auto truth = [](std::int64_t s) { return 2.0 + 3.0 * std::exp(-static_cast<double>(s) / 400.0); };
+  const auto all = synthetic(truth, 2000, 50, 0.002, 11);
+  const std::vector<CurvePoint> prefix(all.begin(), all.begin() + 15);
+  ForecastOptions o;
+  o.total_steps = 2000;
+  const auto f = forecast_viper(prefix, o);
+  ASSERT_EQ(f.members.size(), 1u);
+  EXPECT_EQ(f.members[0].family.rfind("viper_", 0), 0u);
+  EXPECT_LT(max_abs_error(f, truth), 0.05);
+}
+
+}  // namespace
+}  // namespace modelcast::predictor

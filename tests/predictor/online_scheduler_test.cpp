@@ -1,0 +1,140 @@
+// Online scheduler: with a perfect forecast it must reproduce the offline optimum (it re-plans
+// exactly and commits only the first move); contract checks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "modelcast/predictor_online.h"
+
+namespace modelcast::predictor {
+namespace {
+
+struct LoggedRun {
+  Trajectory truth;
+  std::vector<CurvePoint> points;
+};
+
+LoggedRun random_run(unsigned seed, std::size_t n) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  LoggedRun r;
+  double loss = 6.0, time = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto step = static_cast<std::int64_t>(i * 100);
+    r.truth.steps.push_back(step);
+    r.truth.loss.push_back(loss);
+    r.truth.time_s.push_back(time);
+    r.points.push_back({step, loss, time});
+    loss -= 0.5 * u(rng) * u(rng);
+    time += 5.0 + 10.0 * u(rng);
+  }
+  return r;
+}
+
+// The true future (on the stall-free clock) as the "forecast".
+std::function<Forecast(std::span<const CurvePoint>, const ForecastOptions&)> oracle(const LoggedRun& run) {
+  return [&run](std::span<const CurvePoint> seen, const ForecastOptions&) {
+    Forecast f;
+    for (const auto& p : run.points) {
+      if (p.step <= seen.back().step) continue;
+      f.steps.push_back(p.step);
+      f.loss.push_back(p.loss);
+      f.lower.push_back(p.loss);
+      f.upper.push_back(p.loss);
+      f.time_s.push_back(p.time_s);
+    }
+    return f;
+  };
+}
+
+std::vector<std::int64_t> replay(OnlineScheduler& s, const LoggedRun& run, double stall) {
+  for (const auto& p : run.points) {
+    const double wall = p.time_s + stall * static_cast<double>(s.published_steps().size());
+    s.observe(p.step, p.loss, wall);
+    s.should_publish(p.step);
+  }
+  return s.published_steps();
+}
+
+TEST(OnlineScheduler, WithAPerfectForecastItAchievesTheOfflineOptimum) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (unsigned trial = 0; trial < 60; ++trial) {
+    const auto run = random_run(trial, 6 + trial % 15);
+    const std::size_t w = trial % 4;
+    OnlineOptions o;
+    o.forecast.total_steps = run.truth.steps.back();
+    o.costs.stall_s = 20.0 * u(rng);
+    o.costs.delivery_s = 10.0 * u(rng);
+    if (trial % 3 == 0) o.costs.max_slowdown_s = 2.0 * o.costs.stall_s;
+    o.warmup_step = run.truth.steps[w];
+    o.forecaster = oracle(run);
+    OnlineScheduler s(o);
+    const auto steps = replay(s, run, o.costs.stall_s);
+    const auto best = plan_optimal(run.truth, w, o.costs);
+    EXPECT_NEAR(evaluate_cil(run.truth, w, o.costs, steps), best.cil, 1e-9 * best.cil) << "trial " << trial;
+    EXPECT_LE(o.costs.stall_s * static_cast<double>(steps.size()), o.costs.max_slowdown_s + 1e-9);
+  }
+}
+
+TEST(OnlineScheduler, NeverPublishesUpToTheWarmupStep) {
+  const auto run = random_run(1, 10);
+  OnlineOptions o;
+  o.forecast.total_steps = run.truth.steps.back();
+  o.warmup_step = 400;
+  o.forecaster = oracle(run);
+  OnlineScheduler s(o);
+  for (const auto& p : run.points) {
+    s.observe(p.step, p.loss, p.time_s);
+    const bool publish = s.should_publish(p.step);
+    if (p.step <= 400) {
+      EXPECT_FALSE(publish) << p.step;
+    }
+  }
+  // Free publishing of a decreasing curve: every step after W except the last is worth it.
+  EXPECT_EQ(s.published_steps(), (std::vector<std::int64_t>{500, 600, 700, 800}));
+}
+
+TEST(OnlineScheduler, UsesItsRealForecasterOnARealisticCurve) {
+  // No oracle: the built-in ensemble. A power-law curve, moderate costs: the scheduler must get
+  // most of the achievable gain.
+  LoggedRun run;
+  for (int i = 0; i <= 40; ++i) {
+    const double loss = i == 0 ? 10.0 : 3.0 + 2.0 * std::pow(i / 40.0, -0.5);
+    run.truth.steps.push_back(i * 50);
+    run.truth.loss.push_back(loss);
+    run.truth.time_s.push_back(i * 10.0);
+    run.points.push_back({i * 50, loss, i * 10.0});
+  }
+  OnlineOptions o;
+  o.forecast.total_steps = 2000;
+  o.costs.stall_s = 10.0;
+  o.costs.delivery_s = 5.0;
+  o.warmup_step = 400;
+  OnlineScheduler s(o);
+  const auto steps = replay(s, run, o.costs.stall_s);
+  const double best = plan_optimal(run.truth, 8, o.costs).cil;
+  const double none = evaluate_cil(run.truth, 8, o.costs, {});
+  const double ours = evaluate_cil(run.truth, 8, o.costs, steps);
+  EXPECT_LT((ours - best) / (none - best), 0.05);
+  EXPECT_FALSE(s.last_forecast().steps.empty());
+}
+
+TEST(OnlineScheduler, RejectsContractViolations) {
+  OnlineOptions o;
+  o.forecast.total_steps = 1000;
+  EXPECT_THROW(OnlineScheduler(OnlineOptions{}), std::invalid_argument);  // no total_steps
+  OnlineOptions neg = o;
+  neg.costs.stall_s = -1;
+  EXPECT_THROW(OnlineScheduler{neg}, std::invalid_argument);
+  OnlineScheduler s(o);
+  s.observe(10, 5.0, 1.0);
+  EXPECT_THROW(s.observe(10, 4.0, 2.0), std::invalid_argument);
+  EXPECT_THROW(s.observe(20, std::nan(""), 2.0), std::invalid_argument);
+  EXPECT_THROW(s.should_publish(5), std::invalid_argument);
+  EXPECT_THROW(s.set_costs(1.0, -2.0), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace modelcast::predictor

@@ -1,0 +1,169 @@
+// Planner: hand-computed CIL, exact optimum against brute force, baselines.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "modelcast/predictor_planner.h"
+
+namespace modelcast::predictor {
+namespace {
+
+Trajectory simple() { return {{0, 10, 20, 30}, {4.0, 3.0, 2.0, 1.0}, {0.0, 10.0, 20.0, 30.0}}; }
+
+TEST(EvaluateCil, MatchesHandComputation) {
+  PublishCosts c;
+  c.stall_s = 1.0;
+  c.delivery_s = 2.0;
+  const auto t = simple();
+  // No publish: loss 4 over the whole 30 s window.
+  EXPECT_DOUBLE_EQ(evaluate_cil(t, 0, c, {}), 120.0);
+  // Publish at 10: servable at 10 + 1 + 2 = 13 -> 4*13 + 3*17.
+  EXPECT_DOUBLE_EQ(evaluate_cil(t, 0, c, std::vector<std::int64_t>{10}), 103.0);
+  // Publish at 10 and 20: the second is delayed by the first stall: 20 + 2*1 + 2 = 24.
+  EXPECT_DOUBLE_EQ(evaluate_cil(t, 0, c, std::vector<std::int64_t>{10, 20}), 4 * 13 + 3 * 11 + 2 * 6.0);
+  // Publishing the last step changes nothing inside the window.
+  EXPECT_DOUBLE_EQ(evaluate_cil(t, 0, c, std::vector<std::int64_t>{30}), 120.0);
+  // Request rate scales, an explicit window replaces t(last) - t(W).
+  c.request_rate = 2.0;
+  c.window_s = 10.0;
+  EXPECT_DOUBLE_EQ(evaluate_cil(t, 0, c, {}), 80.0);
+}
+
+TEST(EvaluateCil, RejectsStepsThatAreNotCandidates) {
+  PublishCosts c;
+  const auto t = simple();
+  EXPECT_THROW(evaluate_cil(t, 1, c, std::vector<std::int64_t>{10}), std::invalid_argument);  // W itself
+  EXPECT_THROW(evaluate_cil(t, 0, c, std::vector<std::int64_t>{15}), std::invalid_argument);  // not logged
+  EXPECT_THROW(evaluate_cil(t, 0, c, std::vector<std::int64_t>{20, 10}), std::invalid_argument);  // order
+  c.stall_s = -1;
+  EXPECT_THROW(evaluate_cil(t, 0, c, {}), std::invalid_argument);
+  c.stall_s = 0;
+  c.delivery_s = std::nan("");
+  EXPECT_THROW(evaluate_cil(t, 0, c, {}), std::invalid_argument);
+  c.delivery_s = 0;
+  c.request_rate = 0;
+  EXPECT_THROW(evaluate_cil(t, 0, c, {}), std::invalid_argument);
+}
+
+// Minimum CIL over every subset of candidates (respecting the slowdown cap).
+double brute_force(const Trajectory& t, std::size_t w, const PublishCosts& c, std::size_t& best_count) {
+  const std::size_t n = t.steps.size() - w - 1;
+  double best = std::numeric_limits<double>::infinity();
+  for (std::uint32_t mask = 0; mask < (1u << n); ++mask) {
+    std::vector<std::int64_t> steps;
+    for (std::size_t i = 0; i < n; ++i)
+      if (mask & (1u << i)) steps.push_back(t.steps[w + 1 + i]);
+    if (c.stall_s * static_cast<double>(steps.size()) > c.max_slowdown_s + 1e-9) continue;
+    const double v = evaluate_cil(t, w, c, steps);
+    if (v < best - 1e-12 || (std::abs(v - best) <= 1e-12 && steps.size() < best_count)) {
+      best = v;
+      best_count = steps.size();
+    }
+  }
+  return best;
+}
+
+TEST(PlanOptimal, AgreesWithBruteForceOnRandomSmallProblems) {
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = 3 + trial % 9;  // 3..11 points
+    Trajectory t;
+    double loss = 5.0, time = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      t.steps.push_back(static_cast<std::int64_t>(i * 10));
+      t.loss.push_back(loss);
+      t.time_s.push_back(time);
+      // Mostly decreasing with occasional bumps, uneven step times.
+      loss += (u(rng) < 0.8 ? -1.0 : 0.4) * u(rng);
+      time += 0.5 + 3.0 * u(rng);
+    }
+    const std::size_t w = trial % 3 == 0 ? 1 : 0;
+    PublishCosts c;
+    c.stall_s = 4.0 * u(rng);
+    c.delivery_s = 3.0 * u(rng);
+    if (trial % 4 == 1) c.max_slowdown_s = c.stall_s * static_cast<double>(trial % 3);
+    if (trial % 5 == 2) c.window_s = (t.time_s.back() - t.time_s[w]) * (0.5 + u(rng));
+    std::size_t brute_count = 1000;
+    const double brute = brute_force(t, w, c, brute_count);
+    const auto plan = plan_optimal(t, w, c);
+    ASSERT_NEAR(plan.cil, brute, 1e-9 * std::abs(brute)) << "trial " << trial;
+    // The reported schedule really achieves the reported CIL and respects the cap.
+    EXPECT_NEAR(evaluate_cil(t, w, c, plan.publish_steps), plan.cil, 1e-9 * std::abs(brute)) << "trial " << trial;
+    EXPECT_LE(plan.slowdown_s, c.max_slowdown_s + 1e-9);
+    EXPECT_EQ(plan.publish_steps.size(), brute_count) << "ties must go to fewer publishes, trial " << trial;
+  }
+}
+
+TEST(PlanOptimal, FreePublishingMeansPublishingEveryUsefulStep) {
+  PublishCosts c;  // c = d = 0
+  const auto plan = plan_optimal(simple(), 0, c);
+  EXPECT_EQ(plan.publish_steps, (std::vector<std::int64_t>{10, 20}));  // 30 ends the window
+  EXPECT_DOUBLE_EQ(plan.cil, 4 * 10 + 3 * 10 + 2 * 10.0);
+}
+
+TEST(Baselines, EveryNStepsPublishesAtTheFirstLoggedStepOfEachEpoch) {
+  Trajectory t;
+  for (int i = 0; i <= 10; ++i) {
+    t.steps.push_back(i * 130);
+    t.loss.push_back(5.0 - 0.1 * i);
+    t.time_s.push_back(i);
+  }
+  // W = 260; epochs of 500: boundaries 500, 1000 -> first logged steps 520, 1040.
+  EXPECT_EQ(every_n_steps_schedule(t, 2, 500), (std::vector<std::int64_t>{520, 1040}));
+  EXPECT_EQ(every_candidate_schedule(t, 8), (std::vector<std::int64_t>{1170, 1300}));
+  EXPECT_THROW(every_n_steps_schedule(t, 2, 0), std::invalid_argument);
+}
+
+TEST(Baselines, FixedIntervalIsNoWorseThanPublishingEverything) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Trajectory t;
+  for (int i = 0; i < 30; ++i) {
+    t.steps.push_back(i * 100);
+    t.loss.push_back(3.0 + 5.0 / (1.0 + i) + 0.01 * u(rng));
+    t.time_s.push_back(10.0 * i);
+  }
+  PublishCosts c;
+  c.stall_s = 15.0;
+  c.delivery_s = 5.0;
+  const auto fixed = fixed_interval_schedule(t, 2, c);
+  const double every = evaluate_cil(t, 2, c, every_candidate_schedule(t, 2));
+  EXPECT_LE(evaluate_cil(t, 2, c, fixed), every);
+  EXPECT_GE(evaluate_cil(t, 2, c, fixed), plan_optimal(t, 2, c).cil);
+  // Fixed interval: the gaps between its publishes (in candidates) are all equal.
+  ASSERT_GE(fixed.size(), 2u);
+  for (std::size_t i = 2; i < fixed.size(); ++i) EXPECT_EQ(fixed[i] - fixed[i - 1], fixed[1] - fixed[0]);
+}
+
+TEST(Baselines, ThresholdRulePublishesNothingOnAFlatForecast) {
+  Trajectory flat{{0, 1, 2, 3, 4}, {3.0, 3.0, 3.0, 3.0, 3.0}, {0, 1, 2, 3, 4}};
+  EXPECT_TRUE(threshold_schedule(flat, 0, {}).empty());
+  Trajectory dropping{{0, 1, 2, 3, 4}, {5.0, 4.0, 3.0, 2.0, 1.0}, {0, 10, 20, 30, 40}};
+  PublishCosts c;
+  c.stall_s = 1;
+  const auto steps = threshold_schedule(dropping, 0, c);
+  EXPECT_FALSE(steps.empty());
+  EXPECT_LT(evaluate_cil(dropping, 0, c, steps), evaluate_cil(dropping, 0, c, {}));
+}
+
+TEST(SnapToCandidates, MapsToTheNextLoggedStepAfterWarmup) {
+  const auto t = simple();
+  EXPECT_EQ(snap_to_candidates(std::vector<std::int64_t>{5, 12, 19, 31}, t, 0), (std::vector<std::int64_t>{10, 20}));
+}
+
+TEST(PlanFrom, MidRunStateMatchesTheFullPlanWhenNothingWasPublished) {
+  const Trajectory t{{0, 10, 20, 30, 40}, {5.0, 4.0, 3.5, 2.0, 1.9}, {0.0, 10.0, 20.0, 30.0, 40.0}};
+  PublishCosts c;
+  c.stall_s = 2;
+  c.delivery_s = 1;
+  const auto full = plan_optimal(t, 0, c);
+  const Trajectory future{{10, 20, 30, 40}, {4.0, 3.5, 2.0, 1.9}, {10.0, 20.0, 30.0, 40.0}};
+  const auto mid = plan_from(5.0, 0.0, 0, 40.0, future, c);
+  EXPECT_EQ(mid.publish_steps, full.publish_steps);
+  EXPECT_NEAR(mid.cil, full.cil, 1e-12);
+}
+
+}  // namespace
+}  // namespace modelcast::predictor

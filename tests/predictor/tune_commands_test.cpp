@@ -1,0 +1,96 @@
+// modelcast-tune's command layer: JSON contract and input validation.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "modelcast/predictor_csv.h"
+#include "tune_commands.h"
+
+namespace modelcast::tune {
+namespace {
+
+std::string write_log(const std::string& name, int points, int upto = -1) {
+  const auto path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream out(path);
+  out << "step,loss,time_s\n";
+  for (int i = 0; i < points && (upto < 0 || i * 100 <= upto); ++i)
+    out << i * 100 << ',' << (i == 0 ? 10.0 : 3.0 + 2.0 * std::pow(i / double(points), -0.5)) << ',' << i * 30.0 << '\n';
+  return path;
+}
+
+CommonArgs base(const std::string& log) {
+  CommonArgs a;
+  a.log_path = log;
+  a.publish_cost_s = 30;
+  a.update_latency_s = 15;
+  return a;
+}
+
+TEST(TuneCommands, PlanJsonHasTheDocumentedFields) {
+  auto a = base(write_log("mc_tune_prefix.csv", 40, 1000));
+  a.total_steps = 3900;
+  a.plot_path = (std::filesystem::temp_directory_path() / "mc_tune_plot.svg").string();
+  const auto r = run_plan(a);
+  ASSERT_TRUE(r.contains("publish_steps"));
+  EXPECT_TRUE(r["predicted_cil"].is_number());
+  EXPECT_DOUBLE_EQ(r["slowdown_s"].get<double>(), 30.0 * static_cast<double>(r["publish_steps"].size()));
+  for (const char* b : {"every_candidate", "every_e_steps", "viper_fixed_interval", "viper_threshold"}) {
+    ASSERT_TRUE(r["baselines"].contains(b)) << b;
+    // The plan is optimal for its own forecast, so no baseline can beat it there.
+    EXPECT_GE(r["baselines"][b]["predicted_cil"].get<double>(), r["predicted_cil"].get<double>() - 1e-9) << b;
+  }
+  EXPECT_FALSE(r["publish_steps"].empty());
+  std::ifstream svg(a.plot_path);
+  std::string head;
+  std::getline(svg, head);
+  EXPECT_EQ(head.rfind("<svg", 0), 0u);
+}
+
+TEST(TuneCommands, ReplayAndEvaluateAgreeOnTheTrueCurve) {
+  const auto a0 = base(write_log("mc_tune_full.csv", 40));
+  auto a = a0;
+  a.warmup_step = 800;
+  const auto replay = run_replay(a);
+  std::vector<std::int64_t> steps = replay["publish_steps"];
+  const auto eval = run_evaluate(a, steps);
+  EXPECT_NEAR(eval["predicted_cil"].get<double>(), replay["predicted_cil"].get<double>(), 1e-9);
+  EXPECT_GE(eval["predicted_cil"].get<double>(), eval["optimal"]["predicted_cil"].get<double>() - 1e-9);
+}
+
+TEST(TuneCommands, RejectsBadCostsAndSteps) {
+  auto a = base(write_log("mc_tune_bad.csv", 20));
+  a.warmup_step = 500;
+  auto neg = a;
+  neg.publish_cost_s = -1;
+  EXPECT_THROW(run_evaluate(neg, {}), std::invalid_argument);
+  neg = a;
+  neg.update_latency_s = -0.5;
+  EXPECT_THROW(run_replay(neg), std::invalid_argument);
+  neg = a;
+  neg.request_rate = 0;
+  EXPECT_THROW(run_evaluate(neg, {}), std::invalid_argument);
+  auto missing = a;
+  missing.publish_cost_s = std::nan("");
+  EXPECT_THROW(run_evaluate(missing, {}), std::invalid_argument);
+  EXPECT_THROW(run_evaluate(a, {550}), std::invalid_argument);  // not a logged step
+  EXPECT_THROW(run_evaluate(a, {400}), std::invalid_argument);  // before warm-up
+  auto plan = a;
+  plan.total_steps = 100;  // not beyond the warm-up prefix
+  EXPECT_THROW(run_plan(plan), std::invalid_argument);
+  auto no_file = a;
+  no_file.log_path = "/nonexistent/x.csv";
+  EXPECT_THROW(run_evaluate(no_file, {}), predictor::CsvError);
+}
+
+TEST(TuneCommands, NeedsTimesInTheLog) {
+  const auto path = (std::filesystem::temp_directory_path() / "mc_tune_notime.csv").string();
+  std::ofstream(path) << "step,loss\n0,5\n10,4\n20,3\n";
+  auto a = base(path);
+  a.warmup_step = 10;
+  EXPECT_THROW(run_evaluate(a, {}), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace modelcast::tune

@@ -1,0 +1,110 @@
+#include "svg_plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+
+namespace modelcast::tune {
+namespace {
+
+constexpr double kWidth = 900, kHeight = 520, kLeft = 70, kRight = 20, kTop = 40, kBottom = 50;
+
+struct Scale {
+  double x0, x1, y0, y1;
+  double px(double x) const { return kLeft + (x - x0) / (x1 - x0) * (kWidth - kLeft - kRight); }
+  double py(double y) const { return kHeight - kBottom - (y - y0) / (y1 - y0) * (kHeight - kTop - kBottom); }
+};
+
+std::string polyline(const Series& s, const Scale& sc) {
+  std::ostringstream o;
+  for (std::size_t i = 0; i < s.x.size(); ++i) o << sc.px(s.x[i]) << ',' << sc.py(s.y[i]) << ' ';
+  return o.str();
+}
+
+}  // namespace
+
+void write_svg(const std::string& path, const PlotData& d) {
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  auto extend = [&](const Series& s, bool y_too) {
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      x0 = std::min(x0, s.x[i]);
+      x1 = std::max(x1, s.x[i]);
+      if (y_too) {
+        y0 = std::min(y0, s.y[i]);
+        y1 = std::max(y1, s.y[i]);
+      }
+    }
+  };
+  // The loss axis follows the part of the run that matters for serving (after the first
+  // observed points, which are often an order of magnitude higher).
+  Series tail = d.observed;
+  if (tail.x.size() > 3) {
+    tail.x.erase(tail.x.begin(), tail.x.begin() + static_cast<std::ptrdiff_t>(tail.x.size() / 4));
+    tail.y.erase(tail.y.begin(), tail.y.begin() + static_cast<std::ptrdiff_t>(tail.y.size() / 4));
+  }
+  extend(d.observed, false);
+  extend(tail, true);
+  extend(d.forecast, true);
+  extend(d.band_lower, true);
+  extend(d.band_upper, true);
+  extend(d.served, true);
+  if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
+  if (x1 <= x0) x1 = x0 + 1;
+  if (y1 <= y0) y1 = y0 + 1;
+  const double pad = 0.05 * (y1 - y0);
+  const Scale sc{x0, x1, y0 - pad, y1 + pad};
+
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write plot file " + path);
+  out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth << "' height='" << kHeight
+      << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
+  out << "<defs><clipPath id='plot'><rect x='" << kLeft << "' y='" << kTop << "' width='" << kWidth - kLeft - kRight
+      << "' height='" << kHeight - kTop - kBottom << "'/></clipPath></defs>\n";
+  out << "<text x='" << kLeft << "' y='24' font-size='15'>" << d.title << "</text>\n";
+  // Axes with 5 ticks each.
+  out << "<g stroke='#444'><line x1='" << kLeft << "' y1='" << kHeight - kBottom << "' x2='" << kWidth - kRight << "' y2='"
+      << kHeight - kBottom << "'/><line x1='" << kLeft << "' y1='" << kTop << "' x2='" << kLeft << "' y2='" << kHeight - kBottom
+      << "'/></g>\n";
+  for (int i = 0; i <= 5; ++i) {
+    const double xv = sc.x0 + (sc.x1 - sc.x0) * i / 5.0, yv = sc.y0 + (sc.y1 - sc.y0) * i / 5.0;
+    out << "<text x='" << sc.px(xv) << "' y='" << kHeight - kBottom + 18 << "' text-anchor='middle'>" << std::lround(xv) << "</text>\n";
+    out << "<text x='" << kLeft - 6 << "' y='" << sc.py(yv) + 4 << "' text-anchor='end'>" << std::round(yv * 1000) / 1000 << "</text>\n";
+  }
+  out << "<text x='" << (kLeft + kWidth - kRight) / 2 << "' y='" << kHeight - 10 << "' text-anchor='middle'>training time (s)</text>\n";
+  out << "<text x='16' y='" << (kTop + kHeight - kBottom) / 2 << "' transform='rotate(-90 16 " << (kTop + kHeight - kBottom) / 2
+      << ")' text-anchor='middle'>loss</text>\n<g clip-path='url(#plot)'>\n";
+  if (!d.band_lower.x.empty()) {
+    Series band = d.band_upper;
+    for (std::size_t i = d.band_lower.x.size(); i-- > 0;) {
+      band.x.push_back(d.band_lower.x[i]);
+      band.y.push_back(d.band_lower.y[i]);
+    }
+    out << "<polygon fill='#1f77b4' fill-opacity='0.15' stroke='none' points='" << polyline(band, sc) << "'/>\n";
+  }
+  for (double t : d.publish_times)
+    out << "<line stroke='#2ca02c' stroke-dasharray='4,3' x1='" << sc.px(t) << "' y1='" << kTop << "' x2='" << sc.px(t)
+        << "' y2='" << kHeight - kBottom << "'/>\n";
+  if (!d.forecast.x.empty())
+    out << "<polyline fill='none' stroke='#1f77b4' stroke-width='2' points='" << polyline(d.forecast, sc) << "'/>\n";
+  if (!d.served.x.empty())
+    out << "<polyline fill='none' stroke='#d62728' stroke-width='2' points='" << polyline(d.served, sc) << "'/>\n";
+  for (std::size_t i = 0; i < d.observed.x.size(); ++i)
+    out << "<circle r='2.5' fill='#333' cx='" << sc.px(d.observed.x[i]) << "' cy='" << sc.py(d.observed.y[i]) << "'/>\n";
+  out << "</g>\n";
+  // Legend.
+  const double lx = kWidth - kRight - 230, ly = kTop + 10;
+  out << "<g><rect x='" << lx - 8 << "' y='" << ly - 12 << "' width='236' height='76' fill='white' stroke='#ccc'/>"
+      << "<circle r='3' fill='#333' cx='" << lx << "' cy='" << ly << "'/><text x='" << lx + 12 << "' y='" << ly + 4 << "'>observed loss</text>"
+      << "<line stroke='#1f77b4' stroke-width='2' x1='" << lx - 5 << "' y1='" << ly + 18 << "' x2='" << lx + 5 << "' y2='" << ly + 18
+      << "'/><text x='" << lx + 12 << "' y='" << ly + 22 << "'>forecast (band shaded)</text>"
+      << "<line stroke='#d62728' stroke-width='2' x1='" << lx - 5 << "' y1='" << ly + 36 << "' x2='" << lx + 5 << "' y2='" << ly + 36
+      << "'/><text x='" << lx + 12 << "' y='" << ly + 40 << "'>served loss (staircase)</text>"
+      << "<line stroke='#2ca02c' stroke-dasharray='4,3' x1='" << lx << "' y1='" << ly + 48 << "' x2='" << lx << "' y2='" << ly + 60
+      << "'/><text x='" << lx + 12 << "' y='" << ly + 58 << "'>publish (step completes)</text></g>\n</svg>\n";
+  if (!out) throw std::runtime_error("failed writing plot file " + path);
+}
+
+}  // namespace modelcast::tune

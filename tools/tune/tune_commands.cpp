@@ -1,0 +1,348 @@
+#include "tune_commands.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "modelcast/predictor.h"
+#include "svg_plot.h"
+
+namespace modelcast::tune {
+namespace {
+
+namespace mp = modelcast::predictor;
+using Json = nlohmann::json;
+
+void check_costs(const CommonArgs& a) {
+  auto need = [](double v, const char* name) {
+    if (std::isnan(v)) throw std::invalid_argument(std::string(name) + " is required");
+    if (!std::isfinite(v) || v < 0) throw std::invalid_argument(std::string(name) + " must be a finite number >= 0");
+  };
+  need(a.publish_cost_s, "--publish-cost");
+  need(a.update_latency_s, "--update-latency");
+  if (!std::isfinite(a.request_rate) || a.request_rate <= 0) throw std::invalid_argument("--request-rate must be > 0");
+  if (!std::isnan(a.window_s) && (!std::isfinite(a.window_s) || a.window_s < 0))
+    throw std::invalid_argument("--window must be a finite number >= 0");
+  if (std::isnan(a.max_slowdown_s) || a.max_slowdown_s < 0) throw std::invalid_argument("--max-slowdown must be >= 0");
+  if (a.epoch_steps && *a.epoch_steps <= 0) throw std::invalid_argument("--epoch-steps must be positive");
+}
+
+mp::PublishCosts costs_of(const CommonArgs& a) {
+  mp::PublishCosts c;
+  c.stall_s = a.publish_cost_s;
+  c.delivery_s = a.update_latency_s;
+  c.request_rate = a.request_rate;
+  c.window_s = a.window_s;
+  c.max_slowdown_s = a.max_slowdown_s;
+  return c;
+}
+
+mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
+  mp::CsvOptions o;
+  o.run = a.run;
+  o.loss_column = a.loss_column;
+  o.min_points = min_points;
+  if (a.loss_column != "val_loss" && a.loss_column != "train_loss")
+    throw std::invalid_argument("--loss-col must be val_loss or train_loss");
+  auto log = mp::read_loss_log_file(a.log_path, o);
+  if (!log.has_time) throw std::invalid_argument(a.log_path + ": no time column (time_s): the workflow model needs training times");
+  return log;
+}
+
+mp::ReferenceCurve load_reference(const std::string& path) {
+  auto log = mp::read_loss_log_file(path, {});
+  mp::ReferenceCurve ref;
+  const double last_step = static_cast<double>(log.points.back().step);
+  const double last_time = log.points.back().time_s;
+  for (const auto& p : log.points) {
+    ref.progress.push_back(static_cast<double>(p.step) / last_step);
+    ref.loss.push_back(p.loss);
+    if (log.has_time && last_time > 0) ref.time_fraction.push_back(p.time_s / last_time);
+  }
+  return ref;
+}
+
+mp::LrSchedule load_lr_schedule(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw mp::CsvError(path, 0, "cannot open file");
+  mp::LrSchedule s;
+  std::string line;
+  std::size_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (n == 1 && line.rfind("step", 0) == 0) continue;  // header
+    const auto comma = line.find(',');
+    if (comma == std::string::npos) throw mp::CsvError(path, n, "expected step,lr");
+    std::int64_t step = 0;
+    double lr = 0;
+    std::string a = line.substr(0, comma), b = line.substr(comma + 1);
+    while (!b.empty() && (b.back() == '\r' || b.back() == ' ')) b.pop_back();
+    if (std::from_chars(a.data(), a.data() + a.size(), step).ptr != a.data() + a.size())
+      throw mp::CsvError(path, n, "step is not an integer: '" + a + "'");
+    if (std::from_chars(b.data(), b.data() + b.size(), lr).ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
+      throw mp::CsvError(path, n, "lr is not a finite number >= 0: '" + b + "'");
+    if (!s.steps.empty() && step <= s.steps.back()) throw mp::CsvError(path, n, "steps not increasing");
+    s.steps.push_back(step);
+    s.lr.push_back(lr);
+  }
+  if (s.steps.empty()) throw mp::CsvError(path, n, "no schedule rows");
+  return s;
+}
+
+// Index of the warm-up step: the last logged step <= W.
+std::size_t warmup_index_of(const mp::LossLog& log, std::int64_t w) {
+  if (w < log.points.front().step) throw std::invalid_argument("--warmup-steps " + std::to_string(w) + " is before the first logged step");
+  std::size_t i = 0;
+  while (i + 1 < log.points.size() && log.points[i + 1].step <= w) ++i;
+  return i;
+}
+
+mp::Trajectory trajectory_of(std::span<const mp::CurvePoint> pts) {
+  mp::Trajectory t;
+  for (const auto& p : pts) {
+    t.steps.push_back(p.step);
+    t.loss.push_back(p.loss);
+    t.time_s.push_back(p.time_s);
+  }
+  return t;
+}
+
+Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double stall_s) {
+  return Json{{"publish_steps", steps}, {"predicted_cil", cil}, {"slowdown_s", stall_s * static_cast<double>(steps.size())}};
+}
+
+// Served loss over time for a schedule on a curve (for the plot).
+Series staircase(const mp::Trajectory& curve, std::size_t w, const mp::PublishCosts& c, const std::vector<std::int64_t>& steps) {
+  Series s;
+  const double end = curve.time_s[w] + (std::isfinite(c.window_s) ? c.window_s : curve.time_s.back() - curve.time_s[w]);
+  double loss = curve.loss[w];
+  s.x.push_back(curve.time_s[w]);
+  s.y.push_back(loss);
+  for (std::size_t j = 0; j < steps.size(); ++j) {
+    const auto i = static_cast<std::size_t>(std::lower_bound(curve.steps.begin(), curve.steps.end(), steps[j]) - curve.steps.begin());
+    const double at = curve.time_s[i] + static_cast<double>(j + 1) * c.stall_s + c.delivery_s;
+    if (at >= end) break;
+    s.x.push_back(at);
+    s.y.push_back(loss);
+    loss = curve.loss[i];
+    s.x.push_back(at);
+    s.y.push_back(loss);
+  }
+  s.x.push_back(end);
+  s.y.push_back(loss);
+  return s;
+}
+
+std::vector<double> publish_times(const mp::Trajectory& curve, const mp::PublishCosts& c, const std::vector<std::int64_t>& steps) {
+  std::vector<double> out;
+  for (std::size_t j = 0; j < steps.size(); ++j) {
+    const auto i = static_cast<std::size_t>(std::lower_bound(curve.steps.begin(), curve.steps.end(), steps[j]) - curve.steps.begin());
+    out.push_back(curve.time_s[i] + static_cast<double>(j) * c.stall_s);
+  }
+  return out;
+}
+
+mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_steps) {
+  mp::ForecastOptions fo;
+  fo.total_steps = total_steps;
+  if (!a.reference_path.empty()) fo.reference = load_reference(a.reference_path);
+  if (!a.lr_schedule_path.empty()) fo.lr_schedule = load_lr_schedule(a.lr_schedule_path);
+  return fo;
+}
+
+Json baselines_json(const mp::Trajectory& truth_or_forecast, std::size_t w, const mp::PublishCosts& costs,
+                    std::int64_t epoch_steps, const mp::Trajectory& viper_curve) {
+  Json b = Json::object();
+  auto add = [&](const std::string& name, std::vector<std::int64_t> steps) {
+    steps = mp::snap_to_candidates(steps, truth_or_forecast, w);
+    b[name] = schedule_json(steps, mp::evaluate_cil(truth_or_forecast, w, costs, steps), costs.stall_s);
+  };
+  add("every_candidate", mp::every_candidate_schedule(truth_or_forecast, w));
+  add("every_e_steps", mp::every_n_steps_schedule(truth_or_forecast, w, epoch_steps));
+  add("viper_fixed_interval", mp::fixed_interval_schedule(viper_curve, w, costs));
+  add("viper_threshold", mp::threshold_schedule(viper_curve, w, costs));
+  return b;
+}
+
+mp::Trajectory extend_with(const std::vector<mp::CurvePoint>& prefix, const mp::Forecast& f) {
+  auto t = trajectory_of(prefix);
+  for (std::size_t i = 0; i < f.steps.size(); ++i) {
+    t.steps.push_back(f.steps[i]);
+    t.loss.push_back(f.loss[i]);
+    t.time_s.push_back(std::max(f.time_s[i], t.time_s.back()));
+  }
+  return t;
+}
+
+}  // namespace
+
+Json run_plan(const CommonArgs& a) {
+  check_costs(a);
+  const auto log = load_log(a, 2);
+  std::vector<mp::CurvePoint> prefix = log.points;
+  if (a.warmup_step) prefix.resize(warmup_index_of(log, *a.warmup_step) + 1);
+  if (prefix.size() < 2) throw std::invalid_argument("too few points before the warm-up step (need at least 2)");
+  const std::int64_t total = a.total_steps ? *a.total_steps : (log.total_steps ? *log.total_steps : 0);
+  if (total <= 0) throw std::invalid_argument("--total-steps is required (the log does not say)");
+  if (total <= prefix.back().step)
+    throw std::invalid_argument("--total-steps (" + std::to_string(total) + ") must exceed the last warm-up step (" +
+                                std::to_string(prefix.back().step) + ")");
+  const auto costs = costs_of(a);
+  const auto fo = forecast_options(a, total);
+  const auto forecast = mp::forecast_curve(prefix, fo);
+  const auto viper = mp::forecast_viper(prefix, fo);
+  const auto planned = extend_with(prefix, forecast);
+  const auto viper_curve = extend_with(prefix, viper);
+  const std::size_t w = prefix.size() - 1;
+  const auto plan = mp::plan_optimal(planned, w, costs);
+
+  Json r;
+  r["command"] = "plan";
+  r["warmup_step"] = prefix.back().step;
+  r["total_steps"] = total;
+  r["publish_steps"] = plan.publish_steps;
+  r["predicted_cil"] = plan.cil;
+  r["slowdown_s"] = plan.slowdown_s;
+  r["baselines"] = baselines_json(planned, w, costs, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)), viper_curve);
+  Json members = Json::array();
+  for (const auto& m : forecast.members)
+    members.push_back({{"family", m.family}, {"weight", m.weight}, {"backtest_rmse", std::isfinite(m.backtest_rmse) ? Json(m.backtest_rmse) : Json()}});
+  r["forecast"] = {{"steps", forecast.steps}, {"loss", forecast.loss}, {"lower", forecast.lower}, {"upper", forecast.upper},
+                   {"time_s", forecast.time_s}, {"members", members}, {"fallback", forecast.fallback}, {"note", forecast.note}};
+  if (forecast.fallback) r["warning"] = "forecast fell back to a conservative curve: " + forecast.note;
+  if (!a.plot_path.empty()) {
+    PlotData d;
+    d.title = "modelcast-tune plan: " + (log.run.empty() ? a.log_path : log.run) + ", warm-up step " + std::to_string(prefix.back().step);
+    for (const auto& p : prefix) d.observed.x.push_back(p.time_s), d.observed.y.push_back(p.loss);
+    d.forecast.x.push_back(prefix.back().time_s);
+    d.forecast.y.push_back(prefix.back().loss);
+    d.band_lower = d.band_upper = d.forecast;
+    for (std::size_t i = 0; i < forecast.steps.size(); ++i) {
+      const double t = planned.time_s[w + 1 + i];
+      d.forecast.x.push_back(t), d.forecast.y.push_back(forecast.loss[i]);
+      d.band_lower.x.push_back(t), d.band_lower.y.push_back(forecast.lower[i]);
+      d.band_upper.x.push_back(t), d.band_upper.y.push_back(forecast.upper[i]);
+    }
+    d.served = staircase(planned, w, costs, plan.publish_steps);
+    d.publish_times = publish_times(planned, costs, plan.publish_steps);
+    write_svg(a.plot_path, d);
+    r["plot"] = a.plot_path;
+  }
+  return r;
+}
+
+Json run_replay(const CommonArgs& a) {
+  check_costs(a);
+  if (!a.warmup_step) throw std::invalid_argument("--warmup-steps is required");
+  const auto log = load_log(a, 3);
+  const std::size_t w = warmup_index_of(log, *a.warmup_step);
+  if (w + 1 >= log.points.size()) throw std::invalid_argument("nothing logged after the warm-up step");
+  if (w < 1) throw std::invalid_argument("too few points up to the warm-up step (need at least 2)");
+  const std::int64_t total = std::max(a.total_steps.value_or(log.points.back().step), log.points.back().step);
+  const auto costs = costs_of(a);
+  mp::OnlineOptions oo;
+  oo.forecast = forecast_options(a, total);
+  oo.costs = costs;
+  oo.warmup_step = log.points[w].step;
+  mp::OnlineScheduler scheduler(oo);
+  for (const auto& p : log.points) {
+    // The producer's clock includes the stalls of the publishes made so far.
+    const double wall = p.time_s + costs.stall_s * static_cast<double>(scheduler.published_steps().size());
+    scheduler.observe(p.step, p.loss, wall);
+    scheduler.should_publish(p.step);
+  }
+  const auto truth = trajectory_of(log.points);
+  const auto& steps = scheduler.published_steps();
+  const double cil = mp::evaluate_cil(truth, w, costs, steps);
+  const auto best = mp::plan_optimal(truth, w, costs);
+  const double none = mp::evaluate_cil(truth, w, costs, {});
+  const std::vector<mp::CurvePoint> prefix(log.points.begin(), log.points.begin() + static_cast<std::ptrdiff_t>(w + 1));
+  const auto viper_curve = extend_with(prefix, mp::forecast_viper(prefix, oo.forecast));
+
+  Json r;
+  r["command"] = "replay";
+  r["warmup_step"] = log.points[w].step;
+  r["publish_steps"] = steps;
+  r["predicted_cil"] = cil;  // the log is the true curve: this is the schedule's actual CIL
+  r["slowdown_s"] = costs.stall_s * static_cast<double>(steps.size());
+  r["optimal"] = schedule_json(best.publish_steps, best.cil, costs.stall_s);
+  r["no_publish_cil"] = none;
+  r["regret_pct"] = none - best.cil > 1e-12 * none ? Json(100.0 * (cil - best.cil) / (none - best.cil)) : Json();
+  r["baselines"] = baselines_json(truth, w, costs, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)), viper_curve);
+  if (!a.plot_path.empty()) {
+    PlotData d;
+    d.title = "modelcast-tune replay: " + (log.run.empty() ? a.log_path : log.run);
+    for (const auto& p : log.points) d.observed.x.push_back(p.time_s), d.observed.y.push_back(p.loss);
+    d.served = staircase(truth, w, costs, steps);
+    d.publish_times = publish_times(truth, costs, steps);
+    write_svg(a.plot_path, d);
+    r["plot"] = a.plot_path;
+  }
+  return r;
+}
+
+Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_steps) {
+  check_costs(a);
+  if (!a.warmup_step) throw std::invalid_argument("--warmup-steps is required");
+  const auto log = load_log(a, 2);
+  const std::size_t w = warmup_index_of(log, *a.warmup_step);
+  const auto truth = trajectory_of(log.points);
+  const auto costs = costs_of(a);
+  const double cil = mp::evaluate_cil(truth, w, costs, publish_steps);
+  const auto best = mp::plan_optimal(truth, w, costs);
+  const double none = mp::evaluate_cil(truth, w, costs, {});
+  const std::int64_t total = a.total_steps.value_or(log.total_steps.value_or(log.points.back().step));
+  Json r;
+  r["command"] = "evaluate";
+  r["warmup_step"] = log.points[w].step;
+  r["publish_steps"] = publish_steps;
+  r["predicted_cil"] = cil;  // on the true (logged) curve
+  r["slowdown_s"] = costs.stall_s * static_cast<double>(publish_steps.size());
+  r["optimal"] = schedule_json(best.publish_steps, best.cil, costs.stall_s);
+  r["no_publish_cil"] = none;
+  r["regret_pct"] = none - best.cil > 1e-12 * none ? Json(100.0 * (cil - best.cil) / (none - best.cil)) : Json();
+  Json b = Json::object();
+  b["every_candidate"] = schedule_json(mp::every_candidate_schedule(truth, w), mp::evaluate_cil(truth, w, costs, mp::every_candidate_schedule(truth, w)), costs.stall_s);
+  const auto e = mp::every_n_steps_schedule(truth, w, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)));
+  b["every_e_steps"] = schedule_json(e, mp::evaluate_cil(truth, w, costs, e), costs.stall_s);
+  r["baselines"] = b;
+  return r;
+}
+
+std::string render_text(const Json& r) {
+  std::ostringstream o;
+  auto steps = [](const Json& s) {
+    std::string out;
+    for (const auto& v : s) {
+      if (!out.empty()) out += ',';
+      out += std::to_string(v.get<std::int64_t>());
+    }
+    return out.empty() ? std::string("(none)") : out;
+  };
+  const std::string cmd = r["command"];
+  o << cmd << " (warm-up step " << r["warmup_step"].get<std::int64_t>() << ")\n";
+  if (r.contains("warning")) o << "warning: " << r["warning"].get<std::string>() << "\n";
+  const char* cil_label = cmd == "plan" ? "predicted CIL" : "CIL";
+  o << "  " << (cmd == "plan" ? "plan" : cmd == "replay" ? "online scheduler" : "schedule") << ": publish at " << steps(r["publish_steps"])
+    << "\n    " << cil_label << " " << r["predicted_cil"].get<double>() << ", slowdown " << r["slowdown_s"].get<double>() << " s\n";
+  if (r.contains("optimal"))
+    o << "  optimal: publish at " << steps(r["optimal"]["publish_steps"]) << "\n    CIL " << r["optimal"]["predicted_cil"].get<double>()
+      << "; no publish: " << r["no_publish_cil"].get<double>()
+      << (r["regret_pct"].is_null() ? std::string("; no gain achievable") : "; regret " + std::to_string(r["regret_pct"].get<double>()) + " %") << "\n";
+  for (const auto& [name, b] : r["baselines"].items())
+    o << "  baseline " << name << ": publish at " << steps(b["publish_steps"]) << "\n    " << cil_label << " "
+      << b["predicted_cil"].get<double>() << ", slowdown " << b["slowdown_s"].get<double>() << " s\n";
+  if (r.contains("forecast")) {
+    o << "  forecast members:";
+    for (const auto& m : r["forecast"]["members"]) o << " " << m["family"].get<std::string>() << "(" << m["weight"].get<double>() << ")";
+    o << "\n";
+  }
+  if (r.contains("plot")) o << "  plot written to " << r["plot"].get<std::string>() << "\n";
+  return o.str();
+}
+
+}  // namespace modelcast::tune

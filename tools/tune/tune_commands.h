@@ -1,0 +1,37 @@
+// The three modelcast-tune commands, separated from argument parsing so they stay testable.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace modelcast::tune {
+
+struct CommonArgs {
+  std::string log_path;
+  std::string run;                       // curves format
+  std::string loss_column = "val_loss";  // curves format
+  std::optional<std::int64_t> total_steps;
+  double publish_cost_s = std::numeric_limits<double>::quiet_NaN();
+  double update_latency_s = std::numeric_limits<double>::quiet_NaN();
+  double request_rate = 1.0;
+  double window_s = std::numeric_limits<double>::quiet_NaN();
+  double max_slowdown_s = std::numeric_limits<double>::infinity();
+  std::optional<std::int64_t> epoch_steps;
+  std::optional<std::int64_t> warmup_step;
+  std::string reference_path;    // optional prior: a comparable earlier run (step,loss[,time_s])
+  std::string lr_schedule_path;  // optional: step,lr
+  std::string plot_path;
+};
+
+// Each returns the JSON result; human-readable text is rendered from it by render_text.
+// They throw std::invalid_argument / predictor::CsvError on bad input.
+nlohmann::json run_plan(const CommonArgs& args);
+nlohmann::json run_replay(const CommonArgs& args);
+nlohmann::json run_evaluate(const CommonArgs& args, const std::vector<std::int64_t>& publish_steps);
+std::string render_text(const nlohmann::json& result);
+
+}  // namespace modelcast::tune
