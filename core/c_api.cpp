@@ -109,6 +109,16 @@ void require(const void* pointer, const char* what) {
   if (pointer == nullptr) invalid(std::string(what) + " is NULL");
 }
 
+// A C caller may pass any int where a C enum is expected, but in C++ loading an enum object
+// whose value lies outside the enumerators' range is undefined. Read the bits as an int.
+template <typename Enum>
+int raw(const Enum& value) noexcept {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
 bool valid_dtype(int dtype) { return dtype >= MC_DTYPE_F64 && dtype <= MC_DTYPE_BOOL; }
 
 std::chrono::milliseconds timeout_of(std::int64_t ms, const char* what) {
@@ -171,7 +181,7 @@ extern "C" {
 const char* mc_last_error(void) { return t_last_error.c_str(); }
 
 const char* mc_status_name(mc_status status) {
-  switch (status) {
+  switch (raw(status)) {
     case MC_OK: return "ok";
     case MC_ERR_INVALID_ARGUMENT: return "invalid_argument";
     case MC_ERR_LAYOUT_MISMATCH: return "layout_mismatch";
@@ -182,20 +192,22 @@ const char* mc_status_name(mc_status status) {
     case MC_ERR_STATE: return "state";
     case MC_ERR_RESOURCE: return "resource";
     case MC_ERR_UNKNOWN: return "unknown";
+    default: return "?";
   }
-  return "?";
 }
 
 const char* mc_dtype_name(mc_dtype dtype) {
   // Same spelling as modelcast::dtype_name, but NUL-terminated by construction.
   static constexpr const char* kNames[] = {"f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool"};
-  if (!valid_dtype(dtype)) return nullptr;
-  return kNames[dtype];
+  int d = raw(dtype);
+  if (!valid_dtype(d)) return nullptr;
+  return kNames[d];
 }
 
 size_t mc_dtype_size(mc_dtype dtype) {
-  if (!valid_dtype(dtype)) return 0;
-  return modelcast::dtype_size(static_cast<modelcast::DType>(dtype));
+  int d = raw(dtype);
+  if (!valid_dtype(d)) return 0;
+  return modelcast::dtype_size(static_cast<modelcast::DType>(d));
 }
 
 // ---- producer ------------------------------------------------------------------------------
@@ -278,7 +290,7 @@ mc_status mc_producer_register_tensor(mc_producer_t* producer, const char* name,
                                       const int64_t* shape, const void* data) {
   return guarded(__func__, [&] {
     require(producer, "producer");
-    producer->producer->register_tensor(tensor_ref(name, dtype, ndim, shape, data, MC_MEMORY_HOST, 0));
+    producer->producer->register_tensor(tensor_ref(name, raw(dtype), ndim, shape, data, MC_MEMORY_HOST, 0));
     return MC_OK;
   });
 }
@@ -289,7 +301,7 @@ mc_status mc_producer_register_tensor_desc(mc_producer_t* producer, const mc_ten
     require(desc, "desc");
     if (desc->struct_size < kTensorDescV1) invalid("desc.struct_size is not set: call mc_tensor_desc_init first");
     producer->producer->register_tensor(
-        tensor_ref(desc->name, desc->dtype, desc->ndim, desc->shape, desc->data, desc->memory, desc->device));
+        tensor_ref(desc->name, raw(desc->dtype), desc->ndim, desc->shape, desc->data, raw(desc->memory), desc->device));
     return MC_OK;
   });
 }
@@ -405,7 +417,7 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
         if (d.struct_size < kTensorDescV1) {
           invalid("options.expected_layout[" + std::to_string(i) + "].struct_size is not set: call mc_tensor_desc_init");
         }
-        o.expected_layout.push_back(tensor_ref(d.name, d.dtype, d.ndim, d.shape, nullptr, d.memory, d.device).spec);
+        o.expected_layout.push_back(tensor_ref(d.name, raw(d.dtype), d.ndim, d.shape, nullptr, raw(d.memory), d.device).spec);
       }
     }
     o.producer_timeout = std::chrono::milliseconds(options->producer_timeout_ms);

@@ -133,7 +133,8 @@ MODELCAST_API void mc_tensor_desc_init(mc_tensor_desc* desc);
 
 /* Binds the control endpoint and starts background threads; *out gets a producer the caller
  * owns (free with mc_producer_destroy). options NULL = defaults. On error *out is NULL:
- * MC_ERR_INVALID_ARGUMENT (bad options, out NULL), MC_ERR_TRANSPORT (cannot bind). */
+ * MC_ERR_INVALID_ARGUMENT (bad options, out NULL, endpoint not tcp:// or ipc://),
+ * MC_ERR_TRANSPORT (cannot bind the endpoint, UCX unusable). */
 MODELCAST_API mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t** out);
 
 /* Stops the producer's threads and frees it; transfers in flight are abandoned.
@@ -147,8 +148,8 @@ MODELCAST_API const char* mc_producer_endpoint(const mc_producer_t* producer);
 /* Registers a host tensor the caller owns: modelcast reads `data` during publish only, so it
  * must stay valid and unmoved while the producer lives. Only before the first publish; one
  * thread at a time. Errors: MC_ERR_INVALID_ARGUMENT (NULL producer/name, empty or duplicate
- * name, unknown dtype, negative extent, NULL shape with ndim > 0, NULL data), MC_ERR_STATE
- * (after the first publish). */
+ * name, unknown dtype, negative extent, NULL shape with ndim > 0, NULL data for a non-empty
+ * tensor), MC_ERR_STATE (after the first publish). */
 MODELCAST_API mc_status mc_producer_register_tensor(mc_producer_t* producer, const char* name, mc_dtype dtype,
                                                     size_t ndim, const int64_t* shape, const void* data);
 
@@ -161,9 +162,11 @@ MODELCAST_API mc_status mc_producer_register_tensor_desc(mc_producer_t* producer
 MODELCAST_API mc_status mc_producer_prepare(mc_producer_t* producer);
 
 /* Copies every registered tensor into a snapshot slot and returns; delivery runs in the
- * background. Metadata: `count` key/value pairs (keys/values may be NULL when count is 0),
- * copied. `out` may be NULL. One thread at a time. Errors: MC_ERR_STATE (nothing registered),
- * MC_ERR_INVALID_ARGUMENT (NULL producer, NULL key/value arrays or entries); previous versions stay served. */
+ * background. Blocks beyond the copy only while readers hold every slot (at most the lease).
+ * Metadata: `count` key/value pairs, copied (keys/values may be NULL when count is 0); a
+ * repeated key keeps its last value. `out` may be NULL (zeroed on error). One thread at a time.
+ * Errors: MC_ERR_STATE (nothing registered), MC_ERR_INVALID_ARGUMENT (NULL producer, NULL
+ * key/value arrays or entries), MC_ERR_RESOURCE; previous versions stay served. */
 MODELCAST_API mc_status mc_producer_publish(mc_producer_t* producer, int64_t step, const char* const* keys,
                                             const char* const* values, size_t count, mc_publish_result* out);
 
@@ -227,7 +230,8 @@ MODELCAST_API void mc_consumer_options_init(mc_consumer_options* options);
 
 /* Starts the consumer's threads and begins to join the producer (does not wait for it; a
  * producer that starts later is found). *out gets a consumer the caller owns (mc_consumer_destroy).
- * On error *out is NULL: MC_ERR_INVALID_ARGUMENT (NULL options/out, no endpoint, bad buffers or layout). */
+ * On error *out is NULL: MC_ERR_INVALID_ARGUMENT (NULL options/out, no endpoint, bad buffers or
+ * layout), MC_ERR_TRANSPORT (UCX unusable). */
 MODELCAST_API mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t** out);
 
 /* Stops the consumer's threads and frees it; views already acquired stay valid until released.

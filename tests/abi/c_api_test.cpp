@@ -9,8 +9,10 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "c_callers.h"
 #include "modelcast/modelcast.h"
 
 namespace {
@@ -44,7 +46,11 @@ std::vector<HostTensor> make_model() {
       {"u8.vec", MC_DTYPE_U8, {1000}, {}},       {"bool.mask", MC_DTYPE_BOOL, {6}, {}},
       {"scalar.f32", MC_DTYPE_F32, {}, {}},      {"empty.i32", MC_DTYPE_I32, {0, 4}, {}},
   };
-  for (auto& t : model) t.bytes.resize(t.elements() * mc_dtype_size(t.dtype));
+  for (auto& t : model) {
+    // reserve: even the empty tensor gets a non-null pointer to register.
+    t.bytes.reserve(1);
+    t.bytes.resize(t.elements() * mc_dtype_size(t.dtype));
+  }
   return model;
 }
 
@@ -239,6 +245,15 @@ TEST(CApi, PublishWithoutMetadataAndDescriptorRegistration) {
   ASSERT_EQ(mc_view_find_tensor(view.v, "grid", &info), MC_OK) << last_error();
   ASSERT_EQ(info.size_bytes, values.size() * sizeof(std::int32_t));
   EXPECT_EQ(std::memcmp(info.data, values.data(), info.size_bytes), 0);
+
+  // A view outlives the consumer and the producer that made it.
+  mc_consumer_destroy(std::exchange(consumer.c, nullptr));
+  mc_producer_destroy(std::exchange(producer.p, nullptr));
+  mc_tensor_info again;
+  ASSERT_EQ(mc_view_find_tensor(view.v, "grid", &again), MC_OK) << last_error();
+  EXPECT_EQ(again.data, info.data);
+  EXPECT_EQ(std::memcmp(again.data, values.data(), again.size_bytes), 0);
+  EXPECT_EQ(mc_view_version(view.v), result.version + 1);
 }
 
 TEST(CApi, CallerBuffersAndExpectedLayoutAreHonoured) {
@@ -362,10 +377,10 @@ TEST(CApi, BadDtypeMemoryKindAndShapeAreRejected) {
   ProducerPtr producer{make_producer()};
   ASSERT_NE(producer.p, nullptr);
 
-  EXPECT_EQ(mc_producer_register_tensor(producer.p, "t", static_cast<mc_dtype>(42), 1, shape, x.data()),
+  EXPECT_EQ(abi_register_with_dtype(producer.p, "t", 42, 1, shape, x.data()),
             MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("tensor 't' has an unknown dtype 42"), std::string::npos) << last_error();
-  EXPECT_EQ(mc_producer_register_tensor(producer.p, "t", static_cast<mc_dtype>(-1), 1, shape, x.data()),
+  EXPECT_EQ(abi_register_with_dtype(producer.p, "t", -1, 1, shape, x.data()),
             MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("unknown dtype -1"), std::string::npos) << last_error();
 
@@ -377,15 +392,19 @@ TEST(CApi, BadDtypeMemoryKindAndShapeAreRejected) {
   EXPECT_EQ(mc_producer_register_tensor(producer.p, "", MC_DTYPE_F32, 1, shape, x.data()), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("empty name"), std::string::npos) << last_error();
 
+  EXPECT_EQ(abi_register_desc_with_memory(producer.p, "gpu", 7, 1, shape, x.data()), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 'gpu' has an unknown memory kind 7"), std::string::npos) << last_error();
+  // Device memory is a known kind, but this build cannot register it.
+  EXPECT_EQ(abi_register_desc_with_memory(producer.p, "gpu", MC_MEMORY_CUDA, 1, shape, x.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 'gpu': device memory is not supported"), std::string::npos) << last_error();
+
   mc_tensor_desc desc;
   mc_tensor_desc_init(&desc);
-  desc.name = "gpu";
+  desc.name = "uninitialised";
   desc.ndim = 1;
   desc.shape = shape;
   desc.data = x.data();
-  desc.memory = static_cast<mc_memory_kind>(7);
-  EXPECT_EQ(mc_producer_register_tensor_desc(producer.p, &desc), MC_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("tensor 'gpu' has an unknown memory kind 7"), std::string::npos) << last_error();
 
   desc.struct_size = 0;  // not initialised by mc_tensor_desc_init
   EXPECT_EQ(mc_producer_register_tensor_desc(producer.p, &desc), MC_ERR_INVALID_ARGUMENT);
@@ -538,7 +557,7 @@ TEST(CApi, BadOptionsAndEndpointsAreRejected) {
   mc_tensor_desc bad;
   mc_tensor_desc_init(&bad);
   bad.name = "w";
-  bad.dtype = static_cast<mc_dtype>(10);
+  abi_set_desc_dtype(&bad, 10);
   co.expected_layout = &bad;
   co.expected_layout_count = 1;
   EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
@@ -648,16 +667,19 @@ TEST(CApi, HelpersMirrorTheCppEnums) {
   EXPECT_STREQ(mc_dtype_name(MC_DTYPE_F64), "f64");
   EXPECT_STREQ(mc_dtype_name(MC_DTYPE_BF16), "bf16");
   EXPECT_STREQ(mc_dtype_name(MC_DTYPE_BOOL), "bool");
-  EXPECT_EQ(mc_dtype_name(static_cast<mc_dtype>(10)), nullptr);
+  EXPECT_EQ(abi_dtype_name(10), nullptr);
+  EXPECT_EQ(abi_dtype_name(-7), nullptr);
   const std::size_t sizes[] = {8, 4, 2, 2, 8, 4, 2, 1, 1, 1};
   for (int d = MC_DTYPE_F64; d <= MC_DTYPE_BOOL; ++d) {
     EXPECT_EQ(mc_dtype_size(static_cast<mc_dtype>(d)), sizes[d]) << mc_dtype_name(static_cast<mc_dtype>(d));
   }
-  EXPECT_EQ(mc_dtype_size(static_cast<mc_dtype>(-1)), 0u);
+  EXPECT_EQ(abi_dtype_size(-1), 0u);
+  EXPECT_EQ(abi_dtype_size(10), 0u);
   EXPECT_STREQ(mc_status_name(MC_OK), "ok");
   EXPECT_STREQ(mc_status_name(MC_ERR_TIMEOUT), "timeout");
   EXPECT_STREQ(mc_status_name(MC_ERR_UNKNOWN), "unknown");
-  EXPECT_STREQ(mc_status_name(static_cast<mc_status>(1234)), "?");
+  EXPECT_STREQ(abi_status_name(1234), "?");
+  EXPECT_STREQ(abi_status_name(-1), "?");
 }
 
 TEST(CApi, WaitForConsumersReportsJoinAndTimeout) {
