@@ -477,6 +477,7 @@ mc_status mc_consumer_get_stats(const mc_consumer_t* consumer, mc_consumer_stats
     out->reconnects = s.reconnects;
     out->bytes_received = s.bytes_received;
     out->last_update_latency_ns = s.last_update_latency.count();
+    out->last_notify_latency_ns = s.last_notify_latency.count();
     copy_text(s.last_error, out->last_error, sizeof(out->last_error));
     return MC_OK;
   });

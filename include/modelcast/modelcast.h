@@ -207,7 +207,8 @@ typedef struct mc_consumer_stats {
   uint64_t bad_messages;
   uint64_t reconnects;
   uint64_t bytes_received;
-  int64_t last_update_latency_ns; /* publish call until installed here */
+  int64_t last_update_latency_ns; /* publish call until installed here (same-host clocks) */
+  int64_t last_notify_latency_ns; /* publish call until announced here */
   char last_error[256];          /* NUL-terminated, truncated if longer; "" if none */
 } mc_consumer_stats;
 

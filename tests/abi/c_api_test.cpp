@@ -147,6 +147,7 @@ TEST(CApi, RoundTripIsBitExactAcrossVersions) {
 
   ViewPtr first;  // held across later versions: must stay unchanged
   std::vector<HostTensor> first_model;
+  std::uint64_t result_bytes = 0;
   for (int round = 1; round <= 3; ++round) {
     scramble(model, 1000u + static_cast<unsigned>(round));
     std::string round_text = std::to_string(round);
@@ -161,6 +162,7 @@ TEST(CApi, RoundTripIsBitExactAcrossVersions) {
     for (auto& t : model) total += t.bytes.size();
     EXPECT_GE(result.bytes, total);  // the snapshot's size: tensors plus alignment padding
     EXPECT_LE(result.bytes, total + 256 * model.size());
+    result_bytes = result.bytes;
 
     ViewPtr view;
     ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, result.version, kWaitMs, &view.v), MC_OK) << last_error();
@@ -211,6 +213,10 @@ TEST(CApi, RoundTripIsBitExactAcrossVersions) {
   EXPECT_EQ(cs.current_version, 3u);
   EXPECT_EQ(cs.versions_installed, 3u);
   EXPECT_EQ(cs.versions_rejected, 0u);
+  EXPECT_GT(cs.last_update_latency_ns, 0);
+  EXPECT_GT(cs.last_notify_latency_ns, 0);
+  EXPECT_EQ(cs.bytes_received, 3 * result_bytes);
+  EXPECT_STREQ(cs.last_error, "");
 }
 
 TEST(CApi, PublishWithoutMetadataAndDescriptorRegistration) {
