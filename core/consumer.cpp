@@ -150,8 +150,11 @@ class Consumer::Impl {
   }
 
   std::chrono::milliseconds tick() const {
-    return std::max(std::chrono::milliseconds(10), options_.producer_timeout / 8);
+    return std::clamp(options_.producer_timeout / 8, std::chrono::milliseconds(10), ping_interval() / 2);
   }
+
+  // The producer drops consumers silent for 5 s or more: ping well inside that.
+  static constexpr std::chrono::milliseconds ping_interval() { return std::chrono::milliseconds(1000); }
 
   // (Re)creates the DEALER so nothing queued for a dead producer is replayed, then asks to join.
   void start_join() {
@@ -169,6 +172,10 @@ class Consumer::Impl {
     if (!joined_) {
       if (now - join_sent_ > options_.producer_timeout / 2) start_join();
       return;
+    }
+    if (now - last_ping_ > ping_interval()) {
+      zmq_util::send(*dealer_, protocol::Ping{incarnation_});
+      last_ping_ = now;
     }
     if (now - last_heard_ > options_.producer_timeout) {
       log_->warn("no word from the producer for {} ms; reconnecting", options_.producer_timeout.count());
@@ -434,6 +441,7 @@ class Consumer::Impl {
   std::uint64_t incarnation_ = 0;
   Clock::time_point join_sent_{};
   Clock::time_point last_heard_{};
+  Clock::time_point last_ping_{};
   std::uint64_t newest_announced_ = 0;
   std::uint64_t next_fetch_id_ = 1;
   std::set<std::uint64_t> rejected_;

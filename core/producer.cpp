@@ -92,6 +92,7 @@ struct ConsumerRecord {
   std::string name;
   std::string routing_id;
   transport::PeerId peer = 0;
+  Clock::time_point last_seen{};
   std::map<std::uint64_t, Fetch> fetches;  // by fetch id
 };
 
@@ -263,6 +264,23 @@ class Producer::Impl {
         while (auto parts = zmq_util::receive(router_)) on_request(*parts);
       }
       expire_leases();
+      drop_silent_consumers();
+    }
+  }
+
+  // Consumers ping at least every second; one silent this long has died or hung. (Across hosts
+  // UCX usually reports it sooner; on one host this is how its record goes.)
+  void drop_silent_consumers() {
+    auto limit = std::max<Clock::duration>(options_.lease_timeout, std::chrono::seconds(5));
+    auto now = Clock::now();
+    for (auto it = consumers_.begin(); it != consumers_.end();) {
+      auto next = std::next(it);
+      if (now - it->second.last_seen > limit) {
+        log_->warn("consumer '{}' silent for {} ms; dropping it", it->first,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_seen).count());
+        drop_consumer(it);
+      }
+      it = next;
     }
   }
 
@@ -376,8 +394,11 @@ class Producer::Impl {
       bad_message(e.what());
       return;
     }
+    if (auto* consumer = find_by_routing_id(routing_id)) consumer->last_seen = Clock::now();
     if (auto* join = std::get_if<protocol::JoinRequest>(&message)) {
       on_join(routing_id, *join);
+    } else if (std::holds_alternative<protocol::Ping>(message)) {
+      // last_seen is all a ping updates
     } else if (auto* fetch = std::get_if<protocol::FetchRequest>(&message)) {
       on_fetch(routing_id, *fetch);
     } else if (auto* ack = std::get_if<protocol::Ack>(&message)) {
@@ -415,6 +436,7 @@ class Producer::Impl {
         ConsumerRecord record;
         record.name = join.consumer_name;
         record.routing_id = routing_id;
+        record.last_seen = Clock::now();
         // On one machine UCX reaches shared memory only without peer-failure detection; a
         // consumer that dies there is noticed through its lease instead.
         bool same_host = !join.host_id.empty() && join.host_id == host_id_;

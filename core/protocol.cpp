@@ -8,7 +8,7 @@
 namespace modelcast::protocol {
 namespace {
 
-enum class Type : std::uint8_t { kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck };
+enum class Type : std::uint8_t { kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing };
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
@@ -85,6 +85,10 @@ struct BodyPacker {
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("chunk"); pk.pack(m.chunk_bytes);
     pk.pack("manifest"); pack_manifest(pk, m.manifest);
+  }
+  void operator()(const Ping& m) const {
+    pk.pack_map(1);
+    pk.pack("inc"); pk.pack(m.incarnation);
   }
   void operator()(const Ack& m) const {
     pk.pack_map(5);
@@ -211,6 +215,10 @@ Message unpack_body(Type type, const msgpack::object& body) {
       return Ack{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
                  f.get<bool>("ok"), f.get<std::string>("err")};
     }
+    case Type::kPing: {
+      Fields f(body, "ping");
+      return Ping{f.get<std::uint64_t>("inc")};
+    }
   }
   fail("unknown message type " + std::to_string(static_cast<int>(type)));
 }
@@ -258,7 +266,7 @@ Message decode(std::span<const std::byte> bytes) {
     fail("unsupported protocol version " + std::to_string(version) + " (this build speaks " +
          std::to_string(kVersion) + ")");
   }
-  if (type < 1 || type > static_cast<std::uint8_t>(Type::kAck)) fail("unknown message type " + std::to_string(type));
+  if (type < 1 || type > static_cast<std::uint8_t>(Type::kPing)) fail("unknown message type " + std::to_string(type));
   return unpack_body(static_cast<Type>(type), items[3]);
 }
 

@@ -70,7 +70,12 @@ struct Ack {
   std::string error;
 };
 
-using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack>;
+// Consumer -> producer, periodically: "still here". A consumer silent for long is dropped.
+struct Ping {
+  std::uint64_t incarnation = 0;
+};
+
+using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping>;
 
 inline constexpr unsigned kChunkBits = 20;
 inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {

@@ -28,8 +28,15 @@ class ChildProcess {
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+    // extra_env replaces variables of the same name (getenv would otherwise see the first).
     std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    for (char** e = environ; *e; ++e) {
+      std::string entry(*e);
+      std::string name = entry.substr(0, entry.find('=') + 1);
+      bool overridden = false;
+      for (auto& x : extra_env) overridden = overridden || x.rfind(name, 0) == 0;
+      if (!overridden) env.push_back(entry);
+    }
     for (auto& e : extra_env) env.push_back(e);
     std::vector<char*> args, envp;
     for (auto& a : argv) args.push_back(a.data());

@@ -37,6 +37,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
       FetchRequest{7, 8, 9},
       reply,
       Ack{10, 11, 12, false, "digest"},
+      Ping{13},
   };
   for (const auto& message : messages) {
     auto decoded = decode(encode(message));

@@ -81,7 +81,8 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
   return status;
 }
 
-int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib) {
+int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib,
+                 std::size_t wait_consumers) {
   modelcast::ProducerOptions options;
   options.model_name = "test";
   options.control_endpoint = endpoint;
@@ -90,6 +91,10 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
   for (auto& t : model) producer.register_tensor({t.spec, t.words.data()});
   producer.prepare();
   say("ready " + producer.control_endpoint());
+  if (wait_consumers > 0 && !producer.wait_for_consumers(wait_consumers, 60s)) {
+    say("error no consumer joined");
+    return 1;
+  }
   for (std::uint64_t v = 1; v <= versions; ++v) {
     testmodel::fill(model, seed, v);
     producer.publish(static_cast<std::int64_t>(v));
@@ -121,11 +126,13 @@ int main(int argc, char** argv) {
   producer->add_option("--versions", versions);
   producer->add_option("--seed", seed);
   producer->add_option("--kib", kib);
+  std::size_t wait_consumers = 0;
+  producer->add_option("--wait-consumers", wait_consumers);
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*consumer) return run_consumer(endpoint, name, versions, seed, readers);
-    return run_producer(endpoint, versions, seed, kib);
+    return run_producer(endpoint, versions, seed, kib, wait_consumers);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;

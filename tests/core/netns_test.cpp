@@ -1,0 +1,82 @@
+// Across two "hosts": producer and consumer in two network namespaces joined by a veth pair,
+// so the data must cross a network device (UCX over TCP), not shared memory or loopback.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
+#include "child_process.h"
+
+namespace {
+
+using testing_support::ChildProcess;
+
+int run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
+
+class TwoHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tag = std::to_string(getpid() % 100000);
+    ns_a_ = "mc-a-" + tag;
+    ns_b_ = "mc-b-" + tag;
+    dev_a_ = "mca" + tag;
+    dev_b_ = "mcb" + tag;
+    if (geteuid() != 0 || run("ip netns add " + ns_a_) != 0) {
+      GTEST_SKIP() << "cannot create network namespaces here (needs root and iproute2's 'ip netns'); "
+                      "the two-host test did not run";
+    }
+    created_ = true;
+    bool ok = run("ip netns add " + ns_b_) == 0 &&
+              run("ip link add " + dev_a_ + " netns " + ns_a_ + " type veth peer name " + dev_b_ + " netns " + ns_b_) == 0 &&
+              run("ip -n " + ns_a_ + " addr add 10.231.0.1/24 dev " + dev_a_) == 0 &&
+              run("ip -n " + ns_b_ + " addr add 10.231.0.2/24 dev " + dev_b_) == 0 &&
+              run("ip -n " + ns_a_ + " link set " + dev_a_ + " up") == 0 &&
+              run("ip -n " + ns_b_ + " link set " + dev_b_ + " up") == 0 &&
+              run("ip -n " + ns_a_ + " link set lo up") == 0 && run("ip -n " + ns_b_ + " link set lo up") == 0;
+    if (!ok) GTEST_SKIP() << "network namespaces could be made but not joined with a veth pair; skipped";
+    // A veth end reports carrier a moment after both are up; UCX ignores devices without one
+    // when it starts, so wait (bounded) until both ends are running.
+    auto running = [&](const std::string& ns, const std::string& dev) {
+      return run("ip -n " + ns + " link show " + dev + " | grep -q 'state UP'") == 0;
+    };
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!(running(ns_a_, dev_a_) && running(ns_b_, dev_b_)) && std::chrono::steady_clock::now() < deadline) {
+    }
+    ASSERT_TRUE(running(ns_a_, dev_a_) && running(ns_b_, dev_b_)) << "veth pair never came up";
+  }
+  void TearDown() override {
+    if (created_) {
+      run("ip netns del " + ns_a_);
+      run("ip netns del " + ns_b_);
+    }
+  }
+  std::string ns_a_, ns_b_, dev_a_, dev_b_;
+  bool created_ = false;
+};
+
+TEST_F(TwoHosts, VersionsCrossAVethPairBitExact) {
+  ChildProcess producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
+                         "tcp://10.231.0.1:0", "--versions", "4", "--kib", "4096", "--wait-consumers", "1"},
+                        {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready) << "producer did not start in " << ns_a_;
+  std::string endpoint = ready->substr(6);
+  ASSERT_EQ(endpoint.rfind("tcp://10.231.0.1:", 0), 0u) << endpoint;
+  ChildProcess consumer({"/usr/bin/env", "ip", "netns", "exec", ns_b_, MODELCAST_TEST_PEER, "consumer", "--endpoint",
+                         endpoint, "--name", "remote", "--until-version", "4"},
+                        {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_b_});
+  EXPECT_EQ(consumer.wait(), 0);
+  bool got_last = false;
+  for (const auto& line : consumer.lines()) {
+    EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+    if (line == "installed 4") got_last = true;
+  }
+  EXPECT_TRUE(got_last) << "the consumer in the other namespace never installed version 4";
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
+}
+
+}  // namespace
