@@ -29,7 +29,12 @@ endfunction()
 
 # ---- 1. install --------------------------------------------------------------------------
 message(STATUS "installing ${MODELCAST_BUILD_DIR} into ${prefix}")
-run(${CMAKE_COMMAND} --install ${MODELCAST_BUILD_DIR} --prefix ${prefix} --config ${BUILD_TYPE})
+execute_process(COMMAND ${CMAKE_COMMAND} --install ${MODELCAST_BUILD_DIR} --prefix ${prefix} --config ${BUILD_TYPE}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cmake --install ${MODELCAST_BUILD_DIR} failed: it installs every installable target, so "
+                      "build the whole tree first (cmake --build ${MODELCAST_BUILD_DIR}).\n${out}\n${err}")
+endif()
 
 file(GLOB_RECURSE config_files ${prefix}/*/modelcastConfig.cmake)
 list(LENGTH config_files n)
@@ -150,4 +155,25 @@ foreach(example modelcast_c_exchange modelcast_cpp_exchange)
     message(FATAL_ERROR "${example} did not report success")
   endif()
 endforeach()
+# ---- 7. a C-only project (as a C or Fortran simulation code would have) finds and links it ----
+set(c_only ${WORK_DIR}/c-only)
+file(MAKE_DIRECTORY ${c_only})
+file(WRITE ${c_only}/CMakeLists.txt "cmake_minimum_required(VERSION 3.25)
+project(modelcast_c_only LANGUAGES C)
+find_package(modelcast REQUIRED)
+add_executable(c_only_exchange \"${MODELCAST_SOURCE_DIR}/examples/c_exchange.c\")
+target_link_libraries(c_only_exchange PRIVATE modelcast::modelcast)
+")
+set(configure ${CMAKE_COMMAND} -S ${c_only} -B ${c_only}/build -G ${GENERATOR} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+    -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF -DCMAKE_NO_SYSTEM_FROM_IMPORTED=ON -DCMAKE_C_FLAGS=${strict})
+if(C_COMPILER)
+  list(APPEND configure -DCMAKE_C_COMPILER=${C_COMPILER})
+endif()
+run(${configure})
+run(${CMAKE_COMMAND} --build ${c_only}/build)
+run(${c_only}/build/c_only_exchange)
+if(NOT run_output MATCHES "ok: 3 versions received intact")
+  message(FATAL_ERROR "the C-only build of c_exchange did not report success")
+endif()
 message(STATUS "install test passed")
