@@ -81,10 +81,26 @@ struct RowReader {
   }
 };
 
-void append_point(LossLog& log, const std::string& source, std::size_t line_no, CurvePoint p) {
+// time_offset carries the shift applied after a timer restart to the following rows.
+void append_point(LossLog& log, const std::string& source, std::size_t line_no, CurvePoint p, double& time_offset) {
   if (!log.points.empty() && p.step <= log.points.back().step)
     throw CsvError(source, line_no, "steps not increasing: step " + std::to_string(p.step) + " follows step " +
                                         std::to_string(log.points.back().step));
+  p.time_s += time_offset;
+  if (!log.points.empty() && std::isfinite(p.time_s) && p.time_s < log.points.back().time_s) {
+    // Timer restarted (e.g. warm-up/compilation steps excluded from timing): continue the clock
+    // at the previous point's time plus the previous step time.
+    const auto& prev = log.points.back();
+    const double step_time = log.points.size() >= 2
+        ? (prev.time_s - log.points[log.points.size() - 2].time_s) /
+              static_cast<double>(prev.step - log.points[log.points.size() - 2].step)
+        : 0.0;
+    const double shift = prev.time_s + step_time * static_cast<double>(p.step - prev.step) - p.time_s;
+    time_offset += shift;
+    p.time_s += shift;
+    log.warnings.push_back(source + ":" + std::to_string(line_no) + ": time_s decreases (timer restart?); later times shifted by " +
+                           std::to_string(shift) + " s");
+  }
   log.points.push_back(p);
 }
 
@@ -141,6 +157,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
   }
   log.has_time = col.time >= 0;
   bool found_run = false;
+  double time_offset = 0.0;
   std::size_t last_line = line_no;
   auto handle = [&](const std::vector<std::string>& fields, std::size_t at_line) {
     RowReader row{source, at_line, fields};
@@ -159,7 +176,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     p.step = row.integer(col.step, "step");
     p.loss = row.number(col.loss, curves ? options.loss_column.c_str() : "loss");
     if (col.time >= 0) p.time_s = row.number(col.time, curves ? "train_time_s" : "time_s");
-    append_point(log, source, at_line, p);
+    append_point(log, source, at_line, p, time_offset);
     return true;
   };
   if (pending_line) handle(first, pending_line);

@@ -53,6 +53,8 @@ std::vector<std::int64_t> future_grid(std::span<const CurvePoint> observed, cons
     std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
     gap = std::max<std::int64_t>(1, gaps[gaps.size() / 2]);
   }
+  if (options.max_future_points > 0)
+    gap = std::max(gap, (options.total_steps - last + options.max_future_points - 1) / options.max_future_points);
   for (std::int64_t s = last + gap; s < options.total_steps; s += gap) steps.push_back(s);
   steps.push_back(options.total_steps);
   return steps;
@@ -76,11 +78,13 @@ struct Bounds {
   double lo, hi;
 };
 Bounds sane_bounds(std::span<const CurvePoint> observed) {
+  // Generous on purpose: it only has to catch NaN and runaway extrapolations. A forecast may go
+  // below the observed minimum by the whole observed range (never below 0 for positive losses)
+  // and above the last value by the same amount.
   double y_min = observed.back().loss, y_max = observed.back().loss;
-  const std::size_t first = observed.size() > 1 && observed.front().step == 0 ? 1 : 0;
-  for (std::size_t i = first; i < observed.size(); ++i) {
-    y_min = std::min(y_min, observed[i].loss);
-    y_max = std::max(y_max, observed[i].loss);
+  for (const auto& p : observed) {
+    y_min = std::min(y_min, p.loss);
+    y_max = std::max(y_max, p.loss);
   }
   const double span = std::max(y_max - y_min, 0.05 * std::abs(observed.back().loss) + 1e-9);
   double lo = y_min - span;
@@ -278,6 +282,20 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
     param.x.push_back(axis.progress(observed[i].step));
     param.y.push_back(observed[i].loss + anneal_drop * axis.anneal_level(observed[i].step));
     param.source_index.push_back(i);
+  }
+  if (options.max_fit_points > 0 && param.x.size() > static_cast<std::size_t>(options.max_fit_points)) {
+    // Consecutive bins, last bin ending at the last point so the most recent level is kept.
+    FitSet binned;
+    const std::size_t n = param.x.size(), bins = static_cast<std::size_t>(options.max_fit_points);
+    for (std::size_t b = 0; b < bins; ++b) {
+      const std::size_t lo = b * n / bins, hi = (b + 1) * n / bins;
+      double sx = 0, sy = 0;
+      for (std::size_t i = lo; i < hi; ++i) sx += param.x[i], sy += param.y[i];
+      binned.x.push_back(sx / static_cast<double>(hi - lo));
+      binned.y.push_back(sy / static_cast<double>(hi - lo));
+      binned.source_index.push_back(param.source_index[hi - 1]);
+    }
+    param = std::move(binned);
   }
   // Later points matter more for extrapolation.
   for (double x : param.x) param.w.push_back(param.x.empty() ? 1.0 : x / param.x.back());

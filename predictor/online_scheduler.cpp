@@ -20,6 +20,7 @@ void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
     throw std::invalid_argument("online scheduler: stall and delivery times must be finite and >= 0");
   options_.costs.stall_s = stall_s;
   options_.costs.delivery_s = delivery_s;
+  planned_next_publish_ = -1;  // costs changed: the cached plan is stale
 }
 
 void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s) {
@@ -37,13 +38,15 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
   }
 }
 
-void OnlineScheduler::refit_if_due() {
+bool OnlineScheduler::refit_if_due() {
   const std::size_t n = observed_.size();
   const auto due = std::max<std::size_t>(points_at_last_fit_ + 1,
                                          static_cast<std::size_t>(std::ceil(static_cast<double>(points_at_last_fit_) * (1.0 + options_.refit_growth))));
-  if (!forecast_.steps.empty() && n < due) return;
-  forecast_ = forecast_curve(observed_, options_.forecast);
+  if (!forecast_.steps.empty() && n < due) return false;
+  forecast_ = options_.forecaster ? options_.forecaster(observed_, options_.forecast)
+                                  : forecast_curve(observed_, options_.forecast);
   points_at_last_fit_ = n;
+  return true;
 }
 
 bool OnlineScheduler::should_publish(std::int64_t step) {
@@ -61,7 +64,8 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   future.time_s.push_back(now_wall);
   double predicted_end = now.time_s;
   if (step < options_.forecast.total_steps) {
-    refit_if_due();
+    const bool refitted = refit_if_due();
+    if (!refitted && planned_next_publish_ > step) return false;
     for (std::size_t i = 0; i < forecast_.steps.size(); ++i) {
       if (forecast_.steps[i] <= step) continue;
       future.steps.push_back(forecast_.steps[i]);
@@ -87,7 +91,9 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   const double window_end = warmup_time_s_ + window;  // producer clock: no stall before W
   const auto plan = plan_from(origin_loss_, origin_servable_s_, static_cast<int>(published_.size()), window_end,
                               future, options_.costs);
+  planned_next_publish_ = plan.publish_steps.empty() ? std::numeric_limits<std::int64_t>::max() : plan.publish_steps.front();
   if (plan.publish_steps.empty() || plan.publish_steps.front() != step) return false;
+  planned_next_publish_ = -1;  // re-plan at the next step: the state changed
   published_.push_back(step);
   origin_loss_ = now.loss;
   origin_servable_s_ = now_wall + options_.costs.stall_s + options_.costs.delivery_s;

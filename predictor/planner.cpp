@@ -9,6 +9,9 @@
 //   f(i', j+1) = min_{i < i'} f(i, j) + L_i·(t_i' - t_i + c),
 // closed by L_i·(E - s(i, j)) at the window end E. Publishes servable after E change nothing
 // but cost slowdown, so they are never part of an optimum and are pruned.
+// The inner minimum is a lower envelope of lines y = L_i·x + (f(i, j) - L_i·(t_i - c)) queried at
+// x = t_i', so each layer is O(n log n) with a Li Chao tree: O(n log n x publishes) in all,
+// fast enough for exact plans on logs with a point per step.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,6 +24,58 @@ namespace modelcast::predictor {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Minimum of a set of lines at fixed, sorted query abscissae (Li Chao segment tree).
+class LowerEnvelope {
+ public:
+  explicit LowerEnvelope(const std::vector<double>& xs) : xs_(xs), lines_(4 * std::max<std::size_t>(1, xs.size())) {}
+
+  void insert(double slope, double intercept, int id) { insert(1, 0, xs_.size() - 1, {slope, intercept, id}); }
+
+  // Minimum value at xs[k] and the id of the line achieving it (-1 when empty).
+  std::pair<double, int> query(std::size_t k) const {
+    std::size_t node = 1, lo = 0, hi = xs_.size() - 1;
+    std::pair<double, int> best{kInf, -1};
+    while (true) {
+      const auto& line = lines_[node];
+      if (line.id >= 0) {
+        const double v = line.at(xs_[k]);
+        if (v < best.first) best = {v, line.id};
+      }
+      if (lo == hi) break;
+      const std::size_t mid = (lo + hi) / 2;
+      if (k <= mid) node = 2 * node, hi = mid;
+      else node = 2 * node + 1, lo = mid + 1;
+    }
+    return best;
+  }
+
+ private:
+  struct Line {
+    double slope = 0, intercept = 0;
+    int id = -1;
+    double at(double x) const { return slope * x + intercept; }
+  };
+  void insert(std::size_t node, std::size_t lo, std::size_t hi, Line line) {
+    while (true) {
+      auto& here = lines_[node];
+      if (here.id < 0) {
+        here = line;
+        return;
+      }
+      const std::size_t mid = (lo + hi) / 2;
+      const bool better_mid = line.at(xs_[mid]) < here.at(xs_[mid]);
+      if (better_mid) std::swap(here, line);
+      if (lo == hi) return;
+      // The loser can only win on one side of mid.
+      if (line.at(xs_[lo]) < here.at(xs_[lo])) node = 2 * node, hi = mid;
+      else if (line.at(xs_[hi]) < here.at(xs_[hi])) node = 2 * node + 1, lo = mid + 1;
+      else return;
+    }
+  }
+  const std::vector<double>& xs_;
+  std::vector<Line> lines_;
+};
 
 double window_end(const Trajectory& curve, std::size_t w, const PublishCosts& costs) {
   const double h = std::isfinite(costs.window_s) ? costs.window_s : curve.time_s.back() - curve.time_s[w];
@@ -130,18 +185,13 @@ ScheduleResult plan_from(double origin_loss, double origin_servable_s, int publi
     if (!any || j == max_publishes) break;
     std::vector<int> par(n, -1);
     std::fill(next.begin(), next.end(), kInf);
+    LowerEnvelope envelope(future.time_s);
     for (std::size_t k = 1; k < n; ++k) {
+      // Line of predecessor k-1: f(i, j) + L_i·(t_k - t_i + c) = L_i·t_k + (f(i, j) - L_i·(t_i - c)).
+      if (f[k - 1] != kInf)
+        envelope.insert(future.loss[k - 1], f[k - 1] - future.loss[k - 1] * (future.time_s[k - 1] - c), static_cast<int>(k - 1));
       if (future.time_s[k] + static_cast<double>(j + 1) * c + d >= end) continue;
-      double v = kInf;
-      int arg = -1;
-      for (std::size_t i = 0; i < k; ++i) {
-        if (f[i] == kInf) continue;
-        const double cand = f[i] + future.loss[i] * (future.time_s[k] - future.time_s[i] + c);
-        if (cand < v) {
-          v = cand;
-          arg = static_cast<int>(i);
-        }
-      }
+      const auto [v, arg] = envelope.query(k);
       next[k] = v;
       par[k] = arg;
     }

@@ -9,8 +9,8 @@
 namespace modelcast::predictor::detail {
 
 struct RobustFitOptions {
-  int max_starts = 4;        // best-scoring initial guesses to refine
-  int irls_rounds = 3;       // re-weighting rounds (1 = plain weighted LS)
+  int max_starts = 3;        // best-scoring initial guesses to refine
+  int irls_rounds = 2;       // re-weighting rounds (1 = plain weighted LS)
   double huber_k = 1.345;    // in units of the robust residual scale
 };
 

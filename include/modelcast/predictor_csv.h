@@ -28,6 +28,9 @@ struct LossLog {
   std::optional<std::int64_t> total_steps;  // from the curves format
   bool has_time = false;
   std::string run, track, record;       // curves format only
+  // Documented fallbacks applied while reading (with line numbers), e.g. a training timer that
+  // restarts (time_s drops): later times are shifted so that time keeps increasing.
+  std::vector<std::string> warnings;
 };
 
 struct CsvOptions {
@@ -36,7 +39,8 @@ struct CsvOptions {
   std::size_t min_points = 2;
 };
 
-// Parses either format (detected from the header). Throws CsvError on missing columns,
+// Parses either format (detected from the header). A decreasing time_s (timer restart) is
+// repaired by shifting the later times and reported in warnings. Throws CsvError on missing columns,
 // non-numeric/NaN/inf values, steps not strictly increasing, fewer than min_points rows,
 // or an unknown run. Stateless; thread-safe.
 LossLog read_loss_log(std::istream& in, const std::string& source_name, const CsvOptions& options);

@@ -41,6 +41,12 @@ struct ForecastOptions {
   // Future steps at which the loss will be logged. Empty: continue the observed cadence
   // (median of the recent step gaps) up to total_steps, which is always included.
   std::vector<std::int64_t> future_steps;
+  // When the continued cadence would give more future points than this, the cadence is
+  // coarsened (bounds the planner's cost on logs with a point per step).
+  int max_future_points = 400;
+  // Longer prefixes are averaged into this many consecutive bins before fitting (speed; the
+  // bin means also damp per-step noise).
+  int max_fit_points = 300;
   // When set, the families are fitted against the cumulative learning rate (progress made)
   // instead of the step, and a learning-rate "noise floor" term lets the loss drop when the
   // rate decays (see anneal_drop).
@@ -52,7 +58,7 @@ struct ForecastOptions {
   // Optional prior from a comparable run; joins the ensemble as two extra members.
   std::optional<ReferenceCurve> reference;
   // Fit settings.
-  int starts_per_family = 4;         // multi-start initial guesses per family
+  int starts_per_family = 3;         // multi-start initial guesses per family
   double backtest_fraction = 0.25;   // share of the (usable) prefix held out to weight members
   int max_members = 5;               // ensemble keeps the best-back-tested members
   double band_z = 1.0;               // half-width of the uncertainty band in standard deviations

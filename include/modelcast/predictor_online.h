@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
+#include <span>
 #include <vector>
 
 #include "modelcast/predictor_forecast.h"
@@ -20,8 +22,11 @@ struct OnlineOptions {
   // fit (always at least one new point). Between refits the last forecast is re-planned.
   double refit_growth = 0.05;
   // Plans consider at most this many future candidates (evenly thinned, "now" always kept),
-  // bounding the O(n^2 x publishes) planner on very long logs.
+  // bounding the cost of re-planning at every logged step on very long logs.
   int max_candidates = 160;
+  // How to forecast (empty: forecast_curve). Lets callers cache fits or inject a known curve;
+  // it is called from should_publish() on the scheduler's thread.
+  std::function<Forecast(std::span<const CurvePoint>, const ForecastOptions&)> forecaster;
 };
 
 // Not thread-safe: one producer thread drives it. Throws std::invalid_argument on
@@ -35,7 +40,8 @@ class OnlineScheduler {
 
   // Decision for the latest observed step (must equal `step`). Returns true when publishing
   // now is the first move of the currently optimal plan; the publish is then recorded with
-  // the current stall cost. Always false up to the warm-up step.
+  // the current stall cost. Always false up to the warm-up step. Re-plans after each refit,
+  // after set_costs, and when the previous plan's next publish step is reached.
   bool should_publish(std::int64_t step);
 
   // Update c and d from the producer's measured stall and delivery times.
@@ -46,7 +52,7 @@ class OnlineScheduler {
   const Forecast& last_forecast() const { return forecast_; }
 
  private:
-  void refit_if_due();
+  bool refit_if_due();  // true when it refitted
 
   OnlineOptions options_;
   std::vector<CurvePoint> observed_;  // times with past stalls removed
@@ -58,6 +64,9 @@ class OnlineScheduler {
   double origin_servable_s_ = 0.0;  // on the producer's clock
   std::size_t points_at_last_fit_ = 0;
   Forecast forecast_;
+  // Next publish step of the last plan; re-planning is skipped before it unless the forecast
+  // was refitted (the plan stays optimal for an unchanged forecast).
+  std::int64_t planned_next_publish_ = -1;
 };
 
 }  // namespace modelcast::predictor

@@ -47,7 +47,7 @@ double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const Pub
                     std::span<const std::int64_t> publish_steps);
 
 // Exact minimum-CIL schedule by dynamic programming over (last publish, number of publishes),
-// honouring max_slowdown_s. Ties go to fewer publishes. O(n^2 x publishes); thread-safe.
+// honouring max_slowdown_s. Ties go to fewer publishes. O(n log n x publishes); thread-safe.
 ScheduleResult plan_optimal(const Trajectory& curve, std::size_t warmup_index,
                             const PublishCosts& costs);
 

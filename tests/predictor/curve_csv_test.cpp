@@ -75,6 +75,15 @@ TEST(CurveCsv, CollectionSkipsRunsWithRestarts) {
   EXPECT_EQ(all.skipped_runs, std::vector<std::string>{"r1"});
 }
 
+TEST(CurveCsv, RepairsATimerRestartWithAWarning) {
+  // Real logs exclude warm-up steps from the timer: the clock restarts near 0 at step 40.
+  const auto log = parse("step,loss,time_s\n10,9.0,25.0\n20,8.0,26.0\n30,7.0,27.0\n40,6.0,0.5\n50,5.0,1.5\n");
+  ASSERT_EQ(log.warnings.size(), 1u);
+  EXPECT_NE(log.warnings[0].find("test.csv:5"), std::string::npos) << log.warnings[0];
+  EXPECT_DOUBLE_EQ(log.points[3].time_s, 28.0);  // continues at the previous step time (0.1 s/step)
+  EXPECT_DOUBLE_EQ(log.points[4].time_s, 29.0);  // later rows shifted by the same amount
+}
+
 TEST(CurveCsv, MissingColumns) {
   expect_error("step,time_s\n1,2\n", 1, "missing column 'loss'");
   expect_error("loss,time_s\n1,2\n", 1, "missing column 'step'");

@@ -77,6 +77,8 @@ int main(int argc, char** argv) {
     else result = modelcast::tune::run_evaluate(args, parse_steps(publish_steps));
     if (json) std::cout << result.dump(2) << "\n";
     else std::cout << modelcast::tune::render_text(result);
+    if (result.contains("warnings"))
+      for (const auto& w : result["warnings"]) std::cerr << "warning: " << w.get<std::string>() << "\n";
     if (result.contains("warning")) std::cerr << "warning: " << result["warning"].get<std::string>() << "\n";
     return 0;
   } catch (const std::exception& e) {

@@ -202,6 +202,7 @@ Json run_plan(const CommonArgs& a) {
 
   Json r;
   r["command"] = "plan";
+  if (!log.warnings.empty()) r["warnings"] = log.warnings;
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
   r["publish_steps"] = plan.publish_steps;
@@ -265,6 +266,7 @@ Json run_replay(const CommonArgs& a) {
 
   Json r;
   r["command"] = "replay";
+  if (!log.warnings.empty()) r["warnings"] = log.warnings;
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
   r["predicted_cil"] = cil;  // the log is the true curve: this is the schedule's actual CIL
@@ -298,6 +300,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   const std::int64_t total = a.total_steps.value_or(log.total_steps.value_or(log.points.back().step));
   Json r;
   r["command"] = "evaluate";
+  if (!log.warnings.empty()) r["warnings"] = log.warnings;
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = publish_steps;
   r["predicted_cil"] = cil;  // on the true (logged) curve
@@ -315,13 +318,20 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
 
 std::string render_text(const Json& r) {
   std::ostringstream o;
+  // Long schedules (a log with a point per step) are abbreviated; --json has them in full.
   auto steps = [](const Json& s) {
     std::string out;
-    for (const auto& v : s) {
-      if (!out.empty()) out += ',';
-      out += std::to_string(v.get<std::int64_t>());
+    const std::size_t n = s.size();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (n > 16 && i == 10) {
+        out += ",... (" + std::to_string(n - 13) + " more) ...";
+        i = n - 3;
+      }
+      if (!out.empty() && out.back() != '.') out += ',';
+      else if (!out.empty()) out += ' ';
+      out += std::to_string(s[i].get<std::int64_t>());
     }
-    return out.empty() ? std::string("(none)") : out;
+    return out.empty() ? std::string("(none)") : out + " [" + std::to_string(n) + " publishes]";
   };
   const std::string cmd = r["command"];
   o << cmd << " (warm-up step " << r["warmup_step"].get<std::int64_t>() << ")\n";
