@@ -63,7 +63,8 @@ void read_model(const std::string& path, std::byte* target, std::size_t size) {
 }  // namespace
 
 std::vector<double> measure_file_baseline(const std::byte* model, std::size_t size, int readers,
-                                          const std::string& directory, int repetitions) {
+                                          const std::string& directory, int repetitions,
+                                          std::vector<double>* write_ms) {
   std::filesystem::create_directories(directory);
   for (int rep = 0; rep < repetitions; ++rep) std::filesystem::remove(model_path(directory, rep));
   std::string self = self_exe();
@@ -89,6 +90,7 @@ std::vector<double> measure_file_baseline(const std::byte* model, std::size_t si
       std::string path = model_path(directory, rep);
       auto t0 = realtime_ns();
       write_model(model, size, path);
+      if (write_ms) write_ms->push_back(static_cast<double>(realtime_ns() - t0) / 1e6);
       std::int64_t last = 0;
       for (auto& child : children) {
         auto line = read_line(child.from_child, child.pending, 300000);

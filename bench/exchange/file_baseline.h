@@ -11,8 +11,10 @@
 namespace bench {
 
 // Milliseconds per repetition: start of the write until the last reader finished reading.
+// `write_ms`, if given, gets the write + fsync + rename part of each repetition.
 std::vector<double> measure_file_baseline(const std::byte* model, std::size_t size, int readers,
-                                          const std::string& directory, int repetitions);
+                                          const std::string& directory, int repetitions,
+                                          std::vector<double>* write_ms = nullptr);
 
 // Child side ("file-read" subcommand).
 int run_file_reader(const std::string& directory, std::size_t size, int repetitions);

@@ -199,6 +199,7 @@ struct ExchangeResult {
   std::vector<double> xxh3_ms;         // diagnostic: XXH3-64 over every tensor once (one side's digest work)
   std::vector<double> notify_us;    // per measured version per consumer
   std::vector<double> ceiling_ms;   // the UCX ceiling, one transfer right before each version
+  std::vector<double> notify_after_stall_us;  // per version per consumer: notify minus that version's stall
   int bad_content = 0;
 };
 
@@ -302,6 +303,10 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
         if (version <= static_cast<std::uint64_t>(warmup)) continue;
         update[version] = std::max(update[version], static_cast<double>(update_ns) / 1e6);
         result.notify_us.push_back(static_cast<double>(notify_ns) / 1e3);
+        std::size_t measured = version - static_cast<std::uint64_t>(warmup) - 1;
+        if (measured < result.stall_ms.size()) {
+          result.notify_after_stall_us.push_back(static_cast<double>(notify_ns) / 1e3 - result.stall_ms[measured] * 1e3);
+        }
       }
     }
     for (auto& [version, ms] : update) result.update_ms.push_back(ms);
@@ -344,6 +349,17 @@ json summary(std::size_t size, int consumers, const std::string& transport, cons
   extra["xxh3_ms_samples"] = x.xxh3_ms;
   extra["notify_us_samples"] = x.notify_us;
   extra["notify_us_median"] = number(bench::median(x.notify_us));
+  extra["notify_after_stall_us_median"] = number(bench::median(x.notify_after_stall_us));
+  // Ratios of paired samples (same repetition, same machine load), then the median.
+  std::vector<double> stall_over_memcpy, update_over_bound;
+  for (std::size_t i = 0; i < x.stall_ms.size() && i < x.memcpy_ms.size(); ++i) {
+    stall_over_memcpy.push_back(x.stall_ms[i] / x.memcpy_ms[i]);
+  }
+  for (std::size_t i = 0; i < x.update_ms.size() && i < x.stall_ms.size() && i < x.ceiling_ms.size(); ++i) {
+    update_over_bound.push_back(x.update_ms[i] / (x.stall_ms[i] + 1.25 * x.ceiling_ms[i]));
+  }
+  extra["paired_stall_over_memcpy"] = number(bench::median(stall_over_memcpy));
+  extra["paired_update_over_bound"] = number(bench::median(update_over_bound));
   extra["bad_content"] = x.bad_content;
   row["extra"] = extra;
   return row;
@@ -353,7 +369,7 @@ struct RunOptions {
   std::string transport = "shm";
   std::vector<std::size_t> sizes_mib = {16, 256, 1024};
   std::vector<int> consumers = {1, 4};
-  int reps = 5;
+  int reps = 7;
   int warmup = 2;
   int file_reps = 5;
   std::size_t buffers = 2;
@@ -379,13 +395,15 @@ int run(const RunOptions& o) {
       auto x = measure_exchange(model, size, consumers, o.warmup, o.reps, slots, o.buffers, !o.no_integrity);
       progress("update %.1f ms, stall %.1f ms, memcpy %.1f ms, ceiling %.1f ms; ", bench::median(x.update_ms),
                bench::median(x.stall_ms), bench::median(x.memcpy_ms), bench::median(x.ceiling_ms));
-      std::vector<double> file;
+      std::vector<double> file, file_write;
       if (o.file_reps > 0) {
-        file = bench::measure_file_baseline(model.storage.data(), size, consumers, o.tmpdir, o.file_reps);
+        file = bench::measure_file_baseline(model.storage.data(), size, consumers, o.tmpdir, o.file_reps, &file_write);
         progress("file %.1f ms; ", bench::median(file));
       }
       progress("(%.1f s)\n", static_cast<double>(bench::steady_ns() - t0) / 1e9);
       auto row = summary(size, consumers, o.transport, x, file);
+      row["extra"]["file_write_fsync_ms"] = bench::median(file_write);
+      row["extra"]["file_write_fsync_ms_samples"] = file_write;
       row["extra"]["snapshot_slots"] = slots;
       row["extra"]["consumer_buffers"] = o.buffers;
       row["extra"]["integrity"] = !o.no_integrity;
@@ -446,18 +464,22 @@ int report(const std::vector<std::string>& files, bool as_json) {
   }
   std::printf("\ndiagnostics (medians): tensor_copy = the memcpy done tensor by tensor as publish() does; xxh3 = "
               "XXH3-64 over the model once (the digest work on each side); delivery = publish() until the last ack "
-              "(on_delivery)\n");
-  std::printf("%-8s %4s %-4s %15s %9s %12s %13s %14s\n", "size", "cons", "tpt", "tensor_copy_ms", "xxh3_ms",
-              "delivery_ms", "notify_us_p50", "stall/tcopy");
+              "(on_delivery); notify-stall = notify minus that version's stall; paired = median of per-repetition ratios; file_write = write + fsync\n");
+  std::printf("%-8s %4s %-4s %15s %9s %12s %13s %17s %12s %14s %15s %14s\n", "size", "cons", "tpt", "tensor_copy_ms",
+              "xxh3_ms", "delivery_ms", "notify_us_p50", "notify-stall_us", "stall/tcopy", "paired st/mc",
+              "paired up/bound", "file_write_ms");
   for (auto& row : rows) {
     double size = static_cast<double>(row["size_bytes"].get<std::size_t>());
     const json& extra = row.contains("extra") ? row["extra"] : json::object();
     double tcopy = field(extra, "tensor_copy_ms");
     std::string label = size >= (1u << 30) ? std::to_string(static_cast<int>(size / (1u << 30))) + " GiB"
                                            : std::to_string(static_cast<int>(size / (1u << 20))) + " MiB";
-    std::printf("%-8s %4d %-4s %15.1f %9.1f %12.1f %13.0f %14.2f\n", label.c_str(), row["consumers"].get<int>(),
-                row["transport"].get<std::string>().c_str(), tcopy, field(extra, "xxh3_ms"),
-                field(extra, "delivery_ms"), field(extra, "notify_us_median"), field(row, "stall_ms") / tcopy);
+    std::printf("%-8s %4d %-4s %15.1f %9.1f %12.1f %13.0f %17.0f %12.2f %14.2f %15.2f %14.1f\n", label.c_str(),
+                row["consumers"].get<int>(), row["transport"].get<std::string>().c_str(), tcopy,
+                field(extra, "xxh3_ms"), field(extra, "delivery_ms"), field(extra, "notify_us_median"),
+                field(extra, "notify_after_stall_us_median"), field(row, "stall_ms") / tcopy,
+                field(extra, "paired_stall_over_memcpy"), field(extra, "paired_update_over_bound"),
+                field(extra, "file_write_fsync_ms"));
   }
   // The "Done when" targets of issue 2.
   auto find = [&](int consumers) -> const json* {

@@ -81,8 +81,9 @@ class Ucp {
 
   // Progresses until done() holds. Like modelcast's progress thread: spins while there is work,
   // sleeps on the worker's wake-up fd (and `fds`) after 2000 idle rounds.
-  void progress_until(const std::function<bool()>& done, const std::vector<int>& fds, long timeout_ms) {
-    constexpr int kIdleSpins = 2000;
+  void progress_until(const std::function<bool()>& done, const std::vector<int>& fds, long timeout_ms,
+                      int idle_spins = 2000) {
+    const int kIdleSpins = idle_spins;
     auto deadline = steady_ns() + timeout_ms * 1000000;
     int idle = 0;
     while (!done()) {
@@ -283,8 +284,9 @@ void UcpReceiver::map(std::byte* base, std::size_t length) { impl_->maps.emplace
 std::string UcpReceiver::address() const { return impl_->ucp.address_hex(); }
 
 void UcpReceiver::wait_for_command(int fd, std::string& pending, std::optional<std::string>& line) {
-  // Keeps the worker progressing (wire-up, keepalive) while waiting.
-  impl_->ucp.progress_until([&] { return (line = try_read_line(fd, pending)).has_value(); }, {fd}, 600L * 1000);
+  // Keeps the worker progressing (wire-up, keepalive) while waiting, but sleeps at once when
+  // idle: a spinning receiver between two versions would take CPU from the producer's copy.
+  impl_->ucp.progress_until([&] { return (line = try_read_line(fd, pending)).has_value(); }, {fd}, 600L * 1000, 1);
 }
 
 void UcpReceiver::receive(int repetition, std::byte* target, std::size_t size, int reply_fd) {
