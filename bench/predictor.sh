@@ -2,7 +2,8 @@
 # Predictor benchmark (issue 3): bench/run.sh predictor [--json] [harness options]
 # Builds only the harness (Release, build-bench/), then evaluates plan and replay over the real
 # curves in bench/data/. Harness options: --runs-per-record K (default 3; 0 = every run),
-# --threads N (default 2), --no-reference (ablation without the cross-record prior).
+# --threads N (default 2), --no-reference (ablation without the cross-record prior),
+# --json-out FILE (also write the JSON).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)

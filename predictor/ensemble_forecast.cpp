@@ -238,16 +238,26 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
     const double g0 = std::pow(axis.progress(p0.step), -0.5), g1 = std::pow(axis.progress(p1.step), -0.5);
     if (g0 != g1) a = (p0.loss - p1.loss) / (g0 - g1);
   }
+  // With at most one informative point there is no shape at all: assume the loss keeps falling
+  // gently (loss ~ x^-0.05, about 9 % over a 6x longer run) rather than a flat curve, which
+  // would make the planner never publish. With two or more points that do not fall, stay flat.
+  double exponent = 0.5;
   if (!(a > 0) || !std::isfinite(a)) {
     a = 0.0;
-    note += "fallback: flat forecast at the last observed loss; ";
+    if (usable.size() <= 1 && last.loss > 0) {
+      exponent = 0.05;
+      note += "fallback: no curve shape observed yet, assuming a gentle decay (loss ~ x^-0.05); ";
+    } else {
+      note += "fallback: flat forecast at the last observed loss; ";
+    }
   } else {
     note += "fallback: x^-0.5 decay through the last two points; ";
   }
   const double g_last = std::pow(axis.progress(last.step), -0.5);
   const Bounds bounds = sane_bounds(observed);
   for (auto s : future_steps) {
-    const double v = last.loss + a * (std::pow(axis.progress(s), -0.5) - g_last);
+    double v = last.loss + a * (std::pow(axis.progress(s), -0.5) - g_last);
+    if (exponent != 0.5) v = last.loss * std::pow(axis.progress(s) / axis.progress(last.step), -exponent);
     out.loss.push_back(std::clamp(v, bounds.lo, bounds.hi));
   }
   const double band = 0.1 * std::max(1e-9, std::abs(last.loss));
@@ -255,7 +265,8 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
     out.lower.push_back(v - options.band_z * band);
     out.upper.push_back(v + options.band_z * band);
   }
-  out.members.push_back({a > 0 ? "fallback_power" : "fallback_flat", 1.0, std::numeric_limits<double>::quiet_NaN()});
+  out.members.push_back({a > 0 ? "fallback_power" : exponent != 0.5 ? "fallback_gentle_decay" : "fallback_flat", 1.0,
+                         std::numeric_limits<double>::quiet_NaN()});
   out.note = std::move(note);
   return out;
 }

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "modelcast/predictor.h"
@@ -198,7 +199,9 @@ int main(int argc, char** argv) {
   app.add_option("--runs-per-record", per_record, "deterministic sample: at most this many runs per record (0 = all)");
   app.add_option("--threads", threads, "worker threads");
   app.add_option("--run", only_run, "evaluate a single run id");
+  std::string json_out;
   app.add_flag("--json", json, "print JSON");
+  app.add_option("--json-out", json_out, "also write the JSON to this file");
   app.add_flag("--no-reference", no_reference, "ablation: no cross-record reference prior");
   CLI11_PARSE(app, argc, argv);
 
@@ -252,25 +255,29 @@ int main(int argc, char** argv) {
         integ.push_back(r.integral_err_pct.at(static_cast<int>(wi)));
       }
     }
-    for (std::size_t ci = 0; ci < kCostMultipliers.size(); ++ci)
+    // One row per cost setting, then one pooling every cost setting (ci = -1).
+    for (int ci = 0; ci <= static_cast<int>(kCostMultipliers.size()); ++ci)
       for (std::size_t mi = 0; mi < kModes.size(); ++mi) {
+        const bool pooled = ci == static_cast<int>(kCostMultipliers.size());
         std::vector<double> regrets;
         std::map<std::string, int> wins, strict;
         int runs = 0, no_gain = 0;
-        for (const auto& r : results) {
-          const auto it = r.outcomes.find({static_cast<int>(wi), static_cast<int>(ci), static_cast<int>(mi)});
-          if (it == r.outcomes.end()) continue;
-          ++runs;
-          if (it->second.has_gain) regrets.push_back(it->second.regret);
-          else ++no_gain;
-          for (const auto& [b, v] : it->second.vs) {
-            wins[b] += v >= 0;
-            strict[b] += v > 0;
+        for (const auto& r : results)
+          for (int c = 0; c < static_cast<int>(kCostMultipliers.size()); ++c) {
+            if (!pooled && c != ci) continue;
+            const auto it = r.outcomes.find({static_cast<int>(wi), c, static_cast<int>(mi)});
+            if (it == r.outcomes.end()) continue;
+            ++runs;
+            if (it->second.has_gain) regrets.push_back(it->second.regret);
+            else ++no_gain;
+            for (const auto& [b, v] : it->second.vs) {
+              wins[b] += v >= 0;
+              strict[b] += v > 0;
+            }
           }
-        }
         Json s;
         s["warmup_pct"] = 100 * kWarmups[wi];
-        s["cost_x_median_interval"] = kCostMultipliers[ci];
+        s["cost_x_median_interval"] = pooled ? Json("all") : Json(kCostMultipliers[static_cast<std::size_t>(ci)]);
         s["mode"] = kModes[mi];
         s["runs"] = runs;
         s["runs_without_achievable_gain"] = no_gain;
@@ -287,20 +294,29 @@ int main(int argc, char** argv) {
         out["settings"].push_back(s);
       }
   }
+  if (!json_out.empty()) std::ofstream(json_out) << out.dump(2) << "\n";
   if (json) {
     std::cout << out.dump(2) << "\n";
     return 0;
   }
   std::cout << "runs evaluated: " << selected.size() << " (<= " << per_record << " per record; "
             << collection.skipped_runs.size() << " runs with restarts skipped), reference prior: "
-            << (no_reference ? "off" : "leave-record-out") << ", " << std::fixed << std::setprecision(1) << seconds << " s\n";
-  std::cout << "warmup cost mode   runs  med_regret%  p90_regret%  win:every_cand every_E viper_fixed viper_thr  MAE    integral_err%\n";
+            << (no_reference ? "off" : "leave-record-out analogues") << ", " << std::fixed << std::setprecision(1) << seconds << " s\n";
+  std::cout << "regret % over runs with an achievable gain; win = CIL <= baseline's (ties count), in parentheses strictly lower\n";
+  std::cout << "warmup cost mode   runs nogain  med_regret p90_regret | win every_cand  every_E      viper_fixed  viper_thr   | MAE    integral_err%\n";
   for (const auto& s : out["settings"]) {
-    std::cout << std::setw(5) << s["warmup_pct"].get<double>() << "% " << std::setw(4) << s["cost_x_median_interval"].get<double>()
-              << "x " << std::setw(6) << s["mode"].get<std::string>() << std::setw(6) << s["runs"].get<int>() << std::setw(12)
-              << std::setprecision(2) << s["median_regret_pct"].get<double>() << std::setw(13) << s["p90_regret_pct"].get<double>();
-    for (const auto& b : kBaselines) std::cout << std::setw(b == "every_candidate" ? 16 : 9) << std::setprecision(2) << s["win_rate"][b].get<double>();
-    std::cout << std::setw(8) << std::setprecision(4) << s["median_mae"].get<double>() << std::setw(10) << std::setprecision(2)
+    const auto cost = s["cost_x_median_interval"].is_string() ? std::string("all") : ([&] {
+      std::ostringstream c;
+      c << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
+      return c.str();
+    })();
+    std::cout << std::setw(5) << std::setprecision(0) << s["warmup_pct"].get<double>() << "% " << std::setw(5) << cost << " "
+              << std::setw(6) << s["mode"].get<std::string>() << std::setw(6) << s["runs"].get<int>() << std::setw(7)
+              << s["runs_without_achievable_gain"].get<int>() << std::setprecision(2) << std::setw(11) << s["median_regret_pct"].get<double>()
+              << std::setw(11) << s["p90_regret_pct"].get<double>() << " |    ";
+    for (const auto& b : kBaselines)
+      std::cout << std::setprecision(2) << s["win_rate"][b].get<double>() << " (" << s["strict_win_rate"][b].get<double>() << ")  ";
+    std::cout << "| " << std::setprecision(4) << s["median_mae"].get<double>() << std::setw(8) << std::setprecision(2)
               << s["median_integral_err_pct"].get<double>() << "\n";
   }
   return 0;

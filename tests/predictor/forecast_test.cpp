@@ -150,6 +150,18 @@ TEST(Forecast, NeverReturnsNaNOnHostileInput) {
   EXPECT_FALSE(single.note.empty());
 }
 
+TEST(Forecast, WithoutAnyShapeAssumesAGentleDecayAndSaysSo) {
+  // Initialisation loss plus one point: nothing to fit. A flat forecast would make the planner
+  // never publish; the documented fallback keeps the loss falling slowly (x^-0.05).
+  ForecastOptions o;
+  o.total_steps = 1000;
+  const auto f = forecast_curve(std::vector<CurvePoint>{{0, 11.0, 0.0}, {100, 5.0, 10.0}}, o);
+  EXPECT_TRUE(f.fallback);
+  EXPECT_NE(f.note.find("gentle decay"), std::string::npos) << f.note;
+  for (std::size_t i = 1; i < f.loss.size(); ++i) EXPECT_LT(f.loss[i], f.loss[i - 1]);
+  EXPECT_NEAR(f.loss.back(), 5.0 * std::pow(10.0, -0.05), 1e-9);
+}
+
 TEST(Forecast, RejectsBadInput) {
   ForecastOptions o;
   o.total_steps = 100;
