@@ -49,6 +49,7 @@ std::int64_t realtime_ns() {
 
 struct ChunkDone {
   std::uint64_t fetch_id;
+  std::size_t chunk;
   bool ok;
   std::string error;
 };
@@ -63,6 +64,12 @@ struct FetchInFlight {
   std::vector<transport::TransferId> transfers;
   std::size_t pending = 0;
   std::string failure;
+  // Hashing overlaps the transfer: the contiguous prefix of completed chunks is hashed as it grows.
+  std::uint64_t chunk_bytes = 0;
+  std::vector<bool> chunk_done;
+  std::size_t done_prefix = 0;  // chunks [0, done_prefix) complete
+  std::optional<StreamingDigests> digests;
+  bool digests_pending = false;  // the producer's digests have not arrived yet
 };
 
 }  // namespace
@@ -230,6 +237,7 @@ class Consumer::Impl {
     if (!message) return;
     if (auto* join = std::get_if<protocol::JoinReply>(&*message)) return on_join_reply(*join);
     if (auto* fetch = std::get_if<protocol::FetchReply>(&*message)) return on_fetch_reply(*fetch);
+    if (auto* digests = std::get_if<protocol::Digests>(&*message)) return on_digests(*digests);
     bad_message("unexpected message type on the request channel");
   }
 
@@ -325,15 +333,38 @@ class Consumer::Impl {
     fetch_->buffer = buffer;
     std::size_t chunks = (manifest.total_bytes + reply.chunk_bytes - 1) / reply.chunk_bytes;
     fetch_->pending = chunks;
+    fetch_->chunk_bytes = reply.chunk_bytes;
+    fetch_->chunk_done.assign(chunks, false);
+    fetch_->digests_pending = manifest.integrity && reply.digests_pending;
+    if (manifest.integrity) fetch_->digests.emplace(fetch_->manifest.tensors);
     for (std::size_t i = 0; i < chunks; ++i) {
       std::size_t offset = i * reply.chunk_bytes;
       std::size_t length = std::min<std::size_t>(reply.chunk_bytes, manifest.total_bytes - offset);
       std::uint64_t id = fetch_->fetch_id;
       fetch_->transfers.push_back(transport_->post_recv(
           *buffer->region, offset, length, protocol::chunk_tag(id, i),
-          [this, id](const transport::TransferResult& r) { events_.push(ChunkDone{id, r.ok, r.error}); }));
+          [this, id, i](const transport::TransferResult& r) { events_.push(ChunkDone{id, i, r.ok, r.error}); }));
     }
-    if (chunks == 0) finish_fetch();
+    if (chunks == 0) maybe_finish();
+  }
+
+  void on_digests(const protocol::Digests& message) {
+    if (!fetch_ || !fetch_->replied || message.fetch_id != fetch_->fetch_id || !fetch_->digests_pending) return;
+    if (message.digests.size() != fetch_->manifest.tensors.size()) {
+      bad_message("digests for " + std::to_string(message.digests.size()) + " tensors, the manifest has " +
+                  std::to_string(fetch_->manifest.tensors.size()));
+      return;
+    }
+    for (std::size_t i = 0; i < message.digests.size(); ++i) fetch_->manifest.tensors[i].digest = message.digests[i];
+    fetch_->digests_pending = false;
+    maybe_finish();
+  }
+
+  // Finishes once every chunk is in and, with integrity on, the producer's digests are known.
+  void maybe_finish() {
+    if (fetch_->pending > 0) return;
+    if (fetch_->failure.empty() && fetch_->digests_pending) return;
+    finish_fetch();
   }
 
   void on_chunk(const ChunkDone& done) {
@@ -343,7 +374,16 @@ class Consumer::Impl {
     }
     if (!fetch_ || done.fetch_id != fetch_->fetch_id) return;
     if (!done.ok && fetch_->failure.empty()) fetch_->failure = done.error;
-    if (--fetch_->pending == 0) finish_fetch();
+    if (done.ok && fetch_->digests) {
+      fetch_->chunk_done[done.chunk] = true;
+      while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
+        fetch_->done_prefix++;
+      }
+      auto prefix = std::min<std::uint64_t>(fetch_->done_prefix * fetch_->chunk_bytes, fetch_->manifest.total_bytes);
+      fetch_->digests->advance(fetch_->buffer->memory.data(), prefix);
+    }
+    --fetch_->pending;
+    maybe_finish();
   }
 
   void finish_fetch() {
@@ -357,8 +397,11 @@ class Consumer::Impl {
       return;
     }
     if (fetch.manifest.integrity) {
-      for (const auto& t : fetch.manifest.tensors) {
-        if (digest_bytes(fetch.buffer->memory.data() + t.offset, t.size) != t.digest) {
+      fetch.digests->advance(fetch.buffer->memory.data(), fetch.manifest.total_bytes);
+      const auto& received = fetch.digests->digests();
+      for (std::size_t i = 0; i < fetch.manifest.tensors.size(); ++i) {
+        const auto& t = fetch.manifest.tensors[i];
+        if (received[i] != t.digest) {
           reject(fetch.manifest, fetch.fetch_id,
                  Error(ErrorCode::kIntegrity, "tensor '" + t.spec.name + "' of version " +
                                                   std::to_string(fetch.manifest.version) + " failed its digest check"));

@@ -60,6 +60,7 @@ std::vector<TensorEntry> plan_layout(const std::vector<TensorSpec>& specs, std::
 
 void validate_manifest(const Manifest& manifest) {
   std::set<std::string> names;
+  std::uint64_t end_of_previous = 0;
   for (const auto& entry : manifest.tensors) {
     check_spec(entry.spec, ErrorCode::kProtocol);
     if (!names.insert(entry.spec.name).second) {
@@ -77,6 +78,11 @@ void validate_manifest(const Manifest& manifest) {
       throw Error(ErrorCode::kProtocol, "tensor '" + entry.spec.name + "' lies outside the " +
                                             std::to_string(manifest.total_bytes) + "-byte model");
     }
+    // Receivers hash tensors front to back as bytes arrive: they must be in order, disjoint.
+    if (entry.offset < end_of_previous) {
+      throw Error(ErrorCode::kProtocol, "tensor '" + entry.spec.name + "' overlaps or precedes the tensor before it");
+    }
+    end_of_previous = entry.offset + entry.size;
   }
 }
 

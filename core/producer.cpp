@@ -4,8 +4,10 @@
 //  - the caller's thread (the trainer) runs register/prepare/publish: it copies tensors into a
 //    reserved slot and hands the slot to the service thread through `events_`.
 //  - the service thread owns the ZeroMQ sockets (ROUTER for join/fetch/ack, PUB for
-//    announcements), the consumer records and the fetches in flight; it digests new snapshots,
-//    announces them, starts transfers and expires leases.
+//    announcements), the consumer records and the fetches in flight; it announces new
+//    snapshots, starts transfers and expires leases.
+//  - the digest thread hashes each new snapshot while it is already being sent; an internal
+//    lease keeps the slot from reuse until it is done, and the digests follow the manifest.
 //  - the transport's progress thread runs transfer completions, which only push events.
 // `mutex_` guards what the caller and the service thread share: the slot pool, the manifests of
 // published slots and the stats. Slot memory is written only by the caller while the slot is
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -56,9 +59,15 @@ std::uint64_t random_incarnation() {
 struct Slot {
   HostBuffer memory;
   std::unique_ptr<transport::MemoryRegion> region;
-  Manifest manifest;                 // valid once published
+  Manifest manifest;                 // valid once published; digests once digests_ready
   Clock::time_point published_at{};  // steady time of the publish() call
+  bool digests_ready = true;
+  std::uint64_t digest_lease = 0;    // pins the slot while the digest thread reads it
 };
+
+// Leases have an expiry; the digest thread's pin needs none within any run's lifetime.
+constexpr auto kPinDuration = std::chrono::hours(24 * 365);
+const std::string kDigestHolder = "(digest thread)";
 
 // Events for the service thread.
 struct SnapshotTaken {
@@ -76,12 +85,23 @@ struct PeerFailed {
   transport::PeerId peer;
   std::string error;
 };
+struct DigestsReady {
+  std::size_t slot;
+  std::uint64_t version;
+  std::vector<std::uint64_t> digests;
+};
 struct Stop {};
-using Event = std::variant<SnapshotTaken, SendDone, PeerFailed, Stop>;
+using Event = std::variant<SnapshotTaken, SendDone, PeerFailed, DigestsReady, Stop>;
+
+struct DigestJob {
+  std::size_t slot;
+  std::uint64_t version;
+};
 
 struct Fetch {
   std::uint64_t lease_id = 0;
   std::uint64_t version = 0;
+  bool awaiting_digests = false;  // answered before the digests existed
   std::size_t bytes = 0;
   std::vector<transport::TransferId> transfers;
   std::size_t pending = 0;
@@ -128,11 +148,18 @@ class Producer::Impl {
     log_->info("model '{}' serving on {} (announcements on {}), incarnation {:016x}", options_.model_name,
                control_endpoint_, announce_endpoint_, incarnation_);
     service_ = std::thread([this] { service_loop(); });
+    digester_ = std::thread([this] { digest_loop(); });
   }
 
   ~Impl() {
     events_.push(Stop{});
     service_.join();
+    {
+      std::lock_guard lock(digest_mutex_);
+      digest_stop_ = true;
+    }
+    digest_cv_.notify_all();
+    digester_.join();
     // Slots' registrations go before the transport that made them.
     slots_.clear();
     transport_.reset();
@@ -205,7 +232,8 @@ class Producer::Impl {
   ProducerStats stats() const {
     std::lock_guard lock(mutex_);
     ProducerStats copy = stats_;
-    copy.fetches_in_flight = pool_.active_leases();
+    auto pinned = std::count_if(slots_.begin(), slots_.end(), [](const Slot& slot) { return !slot.digests_ready; });
+    copy.fetches_in_flight = pool_.active_leases() - static_cast<std::size_t>(pinned);
     copy.latest_version = pool_.newest_version();
     copy.transport = transport_->name();
     return copy;
@@ -299,22 +327,69 @@ class Producer::Impl {
   }
 
   void on_event(SnapshotTaken& e) {
-    // Announce first, so consumers learn of the version without waiting for its digests. A
-    // fetch they send back is read by this same thread, after the version is published below.
+    // Announce first, so consumers learn of the version at once. Fetches may start before the
+    // digests exist: the slot is pinned until the digest thread is done, and the digests follow.
     zmq_util::send(publisher_,
                    protocol::Announce{incarnation_, e.manifest.version, e.manifest.step, e.manifest.publish_time_ns},
                    &options_.model_name);
-    if (e.manifest.integrity) {
-      const std::byte* base = slots_[e.slot].memory.data();
-      for (auto& t : e.manifest.tensors) t.digest = digest_bytes(base + t.offset, t.size);
-    }
+    std::uint64_t version = e.manifest.version;
+    bool integrity = e.manifest.integrity;
     {
       std::lock_guard lock(mutex_);
-      slots_[e.slot].manifest = std::move(e.manifest);
-      slots_[e.slot].published_at = e.called_at;
-      pool_.mark_published(e.slot, slots_[e.slot].manifest.version);
+      Slot& slot = slots_[e.slot];
+      slot.manifest = std::move(e.manifest);
+      slot.published_at = e.called_at;
+      pool_.mark_published(e.slot, version);
+      slot.digests_ready = !integrity;
+      slot.digest_lease = 0;
+      if (integrity) slot.digest_lease = pool_.acquire_lease(version, kDigestHolder, Clock::now(), kPinDuration)->id;
     }
-    log_->debug("version {} ready in slot {}", slots_[e.slot].manifest.version, e.slot);
+    if (integrity) {
+      {
+        std::lock_guard lock(digest_mutex_);
+        digest_jobs_.push_back({e.slot, version});
+      }
+      digest_cv_.notify_one();
+    }
+    log_->debug("version {} published in slot {}", version, e.slot);
+  }
+
+  void on_event(DigestsReady& e) {
+    {
+      std::lock_guard lock(mutex_);
+      Slot& slot = slots_[e.slot];
+      for (std::size_t i = 0; i < e.digests.size(); ++i) slot.manifest.tensors[i].digest = e.digests[i];
+      slot.digests_ready = true;
+      pool_.release_lease(slot.digest_lease);
+      slot.digest_lease = 0;
+      slot_freed_.notify_all();
+    }
+    for (auto& [name, consumer] : consumers_) {
+      for (auto& [fetch_id, fetch] : consumer.fetches) {
+        if (fetch.version != e.version || !fetch.awaiting_digests) continue;
+        fetch.awaiting_digests = false;
+        zmq_util::send(router_, protocol::Digests{fetch_id, e.version, e.digests}, &consumer.routing_id);
+      }
+    }
+  }
+
+  // Digest thread: hashes pinned slots (nobody writes them) and hands the digests back.
+  void digest_loop() {
+    for (;;) {
+      DigestJob job;
+      {
+        std::unique_lock lock(digest_mutex_);
+        digest_cv_.wait(lock, [&] { return digest_stop_ || !digest_jobs_.empty(); });
+        if (digest_stop_) return;
+        job = digest_jobs_.front();
+        digest_jobs_.pop_front();
+      }
+      const std::byte* base = slots_[job.slot].memory.data();
+      std::vector<std::uint64_t> digests;
+      digests.reserve(layout_.tensors.size());
+      for (const auto& t : layout_.tensors) digests.push_back(digest_bytes(base + t.offset, t.size));
+      events_.push(DigestsReady{job.slot, job.version, std::move(digests)});
+    }
   }
 
   void on_event(SendDone& e) {
@@ -484,6 +559,7 @@ class Producer::Impl {
       } else {
         slot = lease->slot;
         reply.manifest = slots_[slot].manifest;
+        reply.digests_pending = !slots_[slot].digests_ready;
       }
     }
     if (!reply.error.empty()) {
@@ -497,6 +573,7 @@ class Producer::Impl {
     Fetch fetch;
     fetch.lease_id = lease->id;
     fetch.version = lease->version;
+    fetch.awaiting_digests = reply.digests_pending;
     fetch.bytes = reply.manifest.total_bytes;
     std::size_t total = reply.manifest.total_bytes;
     std::size_t chunks = (total + reply.chunk_bytes - 1) / reply.chunk_bytes;
@@ -575,6 +652,13 @@ class Producer::Impl {
   std::string announce_endpoint_;
   std::map<std::string, ConsumerRecord> consumers_;
   std::thread service_;
+
+  // Digest thread's queue.
+  std::mutex digest_mutex_;
+  std::condition_variable digest_cv_;
+  std::deque<DigestJob> digest_jobs_;
+  bool digest_stop_ = false;
+  std::thread digester_;
 };
 
 Producer::Producer(ProducerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}

@@ -8,7 +8,7 @@
 namespace modelcast::protocol {
 namespace {
 
-enum class Type : std::uint8_t { kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing };
+enum class Type : std::uint8_t { kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing, kDigests };
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
@@ -79,12 +79,19 @@ struct BodyPacker {
     pk.pack("fetch"); pk.pack(m.fetch_id);
   }
   void operator()(const FetchReply& m) const {
-    pk.pack_map(5);
+    pk.pack_map(6);
     pk.pack("ok"); pk.pack(m.ok);
     pk.pack("err"); pack_str(pk, m.error);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("chunk"); pk.pack(m.chunk_bytes);
+    pk.pack("pending"); pk.pack(m.digests_pending);
     pk.pack("manifest"); pack_manifest(pk, m.manifest);
+  }
+  void operator()(const Digests& m) const {
+    pk.pack_map(3);
+    pk.pack("fetch"); pk.pack(m.fetch_id);
+    pk.pack("ver"); pk.pack(m.version);
+    pk.pack("xxh3"); pk.pack(m.digests);
   }
   void operator()(const Ping& m) const {
     pk.pack_map(1);
@@ -207,6 +214,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
       m.error = f.get<std::string>("err");
       m.fetch_id = f.get<std::uint64_t>("fetch");
       m.chunk_bytes = f.get<std::uint64_t>("chunk");
+      m.digests_pending = f.get<bool>("pending");
       m.manifest = unpack_manifest(f.at("manifest"));
       return m;
     }
@@ -214,6 +222,11 @@ Message unpack_body(Type type, const msgpack::object& body) {
       Fields f(body, "ack");
       return Ack{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
                  f.get<bool>("ok"), f.get<std::string>("err")};
+    }
+    case Type::kDigests: {
+      Fields f(body, "digests");
+      return Digests{f.get<std::uint64_t>("fetch"), f.get<std::uint64_t>("ver"),
+                     f.get<std::vector<std::uint64_t>>("xxh3")};
     }
     case Type::kPing: {
       Fields f(body, "ping");
@@ -266,7 +279,7 @@ Message decode(std::span<const std::byte> bytes) {
     fail("unsupported protocol version " + std::to_string(version) + " (this build speaks " +
          std::to_string(kVersion) + ")");
   }
-  if (type < 1 || type > static_cast<std::uint8_t>(Type::kPing)) fail("unknown message type " + std::to_string(type));
+  if (type < 1 || type > static_cast<std::uint8_t>(Type::kDigests)) fail("unknown message type " + std::to_string(type));
   return unpack_body(static_cast<Type>(type), items[3]);
 }
 

@@ -58,7 +58,16 @@ struct FetchReply {
   std::string error;
   std::uint64_t fetch_id = 0;
   std::uint64_t chunk_bytes = 0;
+  bool digests_pending = false;  // the manifest's digests follow in a Digests message
   Manifest manifest;
+};
+
+// Producer -> consumer: the digests of a fetch answered before they were computed (the producer
+// hashes a snapshot while it is already being sent).
+struct Digests {
+  std::uint64_t fetch_id = 0;
+  std::uint64_t version = 0;
+  std::vector<std::uint64_t> digests;  // one per manifest tensor, in manifest order
 };
 
 // Consumer -> producer after a fetch ends: releases the lease; `ok` = installed.
@@ -75,7 +84,7 @@ struct Ping {
   std::uint64_t incarnation = 0;
 };
 
-using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping>;
+using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping, Digests>;
 
 inline constexpr unsigned kChunkBits = 20;
 inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {

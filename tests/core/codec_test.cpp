@@ -29,7 +29,7 @@ Manifest sample_manifest() {
 
 TEST(Codec, RoundTripsEveryMessageType) {
   std::vector<std::byte> address = {std::byte{1}, std::byte{0}, std::byte{255}};
-  FetchReply reply{true, "", 9, 1u << 20, sample_manifest()};
+  FetchReply reply{true, "", 9, 1u << 20, true, sample_manifest()};
   std::vector<Message> messages = {
       Announce{1, 2, 3, 4},
       JoinRequest{"model", "consumer", address, "boot-id"},
@@ -38,6 +38,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
       reply,
       Ack{10, 11, 12, false, "digest"},
       Ping{13},
+      Digests{14, 15, {16, 17}},
   };
   for (const auto& message : messages) {
     auto decoded = decode(encode(message));
@@ -56,6 +57,8 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_TRUE(got.tensors[0].spec.same_layout(want.tensors[0].spec));
   EXPECT_EQ(got.tensors[0].offset, 256u);
   EXPECT_EQ(got.tensors[0].digest, want.tensors[0].digest);
+  auto digests = std::get<Digests>(decode(encode(messages[7])));
+  EXPECT_EQ(digests.digests, (std::vector<std::uint64_t>{16, 17}));
   auto ack = std::get<Ack>(decode(encode(messages[5])));
   EXPECT_EQ(ack.error, "digest");
   EXPECT_FALSE(ack.ok);
@@ -72,7 +75,7 @@ void expect_protocol_error(std::span<const std::byte> bytes, const std::string& 
 }
 
 TEST(Codec, EveryTruncationIsRejected) {
-  auto bytes = encode(FetchReply{true, "", 1, 1024, sample_manifest()});
+  auto bytes = encode(FetchReply{true, "", 1, 1024, false, sample_manifest()});
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_THROW(decode(std::span(bytes.data(), n)), Error) << "prefix of " << n << " bytes";
   }

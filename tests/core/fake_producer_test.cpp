@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <future>
+#include <mutex>
 
 #include <zmq.hpp>
 
@@ -82,7 +83,9 @@ class ScriptedProducer {
 
   // Announces `version` until the consumer asks for it (PUB drops messages to a subscriber that
   // is still connecting), then serves it; `corrupt` flips one byte after the digests are taken.
-  protocol::Ack serve(std::uint64_t version, bool corrupt) {
+  // With `digests_later`, the manifest goes out without digests and they follow the data in a
+  // Digests message, as the real producer does when a fetch beats its digest thread.
+  protocol::Ack serve(std::uint64_t version, bool corrupt, bool digests_later = false) {
     protocol::FetchRequest fetch;
     for (;;) {
       announce(version);
@@ -103,12 +106,21 @@ class ScriptedProducer {
       entry.digest = modelcast::digest_bytes(slot_.data() + entry.offset, entry.size);
     }
     if (corrupt) slot_.data()[manifest.tensors[5].offset + 3] ^= std::byte{0x10};
-    reply(protocol::FetchReply{true, "", fetch.fetch_id, 1u << 20, manifest});
+    auto sent = manifest;
+    if (digests_later) {
+      for (auto& t : sent.tensors) t.digest = 0;
+    }
+    reply(protocol::FetchReply{true, "", fetch.fetch_id, 1u << 20, digests_later, sent});
     std::size_t chunks = (manifest.total_bytes + (1u << 20) - 1) / (1u << 20);
     for (std::size_t i = 0; i < chunks; ++i) {
       std::size_t offset = i << 20;
       transport_->post_send(peer_, *region_, offset, std::min<std::size_t>(1u << 20, manifest.total_bytes - offset),
                             protocol::chunk_tag(fetch.fetch_id, i), [](const auto&) {});
+    }
+    if (digests_later) {
+      protocol::Digests digests{fetch.fetch_id, version, {}};
+      for (const auto& t : manifest.tensors) digests.digests.push_back(t.digest);
+      reply(digests);
     }
     for (;;) {
       auto request = next_request();
@@ -137,7 +149,8 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   options.producer_endpoint = producer.endpoint();
   options.model_name = "test";
   options.producer_timeout = 60s;  // the script sends no heartbeats between its steps
-  options.on_error = [&](const modelcast::Error& e) { first_error.set_value(e); };
+  std::once_flag once;
+  options.on_error = [&](const modelcast::Error& e) { std::call_once(once, [&] { first_error.set_value(e); }); };
   modelcast::Consumer consumer(options);
   producer.accept_join();
 
@@ -178,6 +191,17 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   EXPECT_TRUE(ack.ok) << ack.error;
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
   EXPECT_EQ(consumer.acquire().version(), 3u);
+
+  // Digests that follow the data are waited for, and checked as strictly.
+  ack = producer.serve(4, /*corrupt=*/true, /*digests_later=*/true);
+  EXPECT_FALSE(ack.ok);
+  EXPECT_NE(ack.error.find("failed its digest check"), std::string::npos) << ack.error;
+  EXPECT_EQ(consumer.acquire().version(), 3u);
+  ack = producer.serve(5, /*corrupt=*/false, /*digests_later=*/true);
+  EXPECT_TRUE(ack.ok) << ack.error;
+  EXPECT_EQ(consumer.acquire().version(), 5u);
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+  EXPECT_EQ(consumer.stats().versions_rejected, 2u);
 }
 
 }  // namespace

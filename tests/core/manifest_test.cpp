@@ -64,6 +64,9 @@ TEST(Manifest, ValidationCatchesHostileManifests) {
   auto size = valid_manifest();
   size.tensors[0].size = 15;
   EXPECT_NE(error_of([&] { validate_manifest(size); }, ErrorCode::kProtocol).find("needs 16"), std::string::npos);
+  auto overlap = valid_manifest();
+  overlap.tensors[1].offset = 8;
+  EXPECT_NE(error_of([&] { validate_manifest(overlap); }, ErrorCode::kProtocol).find("overlaps"), std::string::npos);
   auto twice = valid_manifest();
   twice.tensors[1].spec.name = "a";
   EXPECT_NE(error_of([&] { validate_manifest(twice); }, ErrorCode::kProtocol).find("twice"), std::string::npos);
@@ -105,6 +108,34 @@ TEST(DType, NamesAndSizesRoundTrip) {
   EXPECT_EQ(dtype_size(DType::kBF16), 2u);
   EXPECT_EQ(dtype_size(DType::kI64), 8u);
   EXPECT_FALSE(parse_dtype("f128").has_value());
+}
+
+}  // namespace
+}  // namespace modelcast
+
+namespace modelcast {
+namespace {
+
+TEST(StreamingDigests, EqualOneShotDigestsHoweverThePrefixAdvances) {
+  std::uint64_t total = 0;
+  auto tensors = plan_layout({{"a", DType::kF32, {1000}}, {"empty", DType::kF32, {0}}, {"b", DType::kU8, {77}},
+                              {"c", DType::kF64, {4096}}},
+                             &total);
+  std::vector<std::byte> buffer(total);
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<std::byte>(i * 7 + 3);
+  for (std::uint64_t step : {std::uint64_t{1}, std::uint64_t{100}, std::uint64_t{4096}, total}) {
+    StreamingDigests streaming(tensors);
+    for (std::uint64_t prefix = 0; prefix < total; prefix += step) {
+      streaming.advance(buffer.data(), prefix);
+      EXPECT_FALSE(streaming.complete() && prefix < tensors.back().offset + tensors.back().size);
+    }
+    streaming.advance(buffer.data(), total);
+    ASSERT_TRUE(streaming.complete()) << "step " << step;
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      EXPECT_EQ(streaming.digests()[i], digest_bytes(buffer.data() + tensors[i].offset, tensors[i].size))
+          << tensors[i].spec.name << " step " << step;
+    }
+  }
 }
 
 }  // namespace
