@@ -58,6 +58,7 @@ using Event = std::variant<ChunkDone, Stop>;
 
 struct FetchInFlight {
   std::uint64_t fetch_id = 0;
+  Clock::time_point requested_at{};
   bool replied = false;  // the producer's FetchReply arrived
   Manifest manifest;
   std::shared_ptr<detail::ReceiveBuffer> buffer;
@@ -291,10 +292,25 @@ class Consumer::Impl {
     return buffer;
   }
 
+  // A buffer can take the next version: one no view holds, or room to allocate one.
+  bool receive_buffer_available() const {
+    if (options_.caller_buffers.empty() && pool_.size() < options_.buffers) return true;
+    return std::any_of(pool_.begin(), pool_.end(), [](const auto& b) { return b.use_count() == 1; });
+  }
+
   void maybe_fetch() {
+    auto now = Clock::now();
+    if (fetch_ && !fetch_->replied && now - fetch_->requested_at > options_.producer_timeout) {
+      log_->warn("no answer to fetch {} in {} ms; asking again", fetch_->fetch_id, options_.producer_timeout.count());
+      fetch_.reset();
+    }
     if (!joined_ || fetch_ || !wants(newest_announced_)) return;
+    // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
+    // asking the producer again and again.
+    if (now < retry_fetch_after_ || !receive_buffer_available()) return;
     fetch_.emplace();
     fetch_->fetch_id = next_fetch_id_++;
+    fetch_->requested_at = now;
     zmq_util::send(*dealer_, protocol::FetchRequest{incarnation_, newest_announced_, fetch_->fetch_id});
   }
 
@@ -303,6 +319,7 @@ class Consumer::Impl {
     if (!reply.ok) {
       log_->debug("fetch refused: {}", reply.error);
       fetch_.reset();
+      retry_fetch_after_ = Clock::now() + tick();
       if (reply.error.find("join") != std::string::npos || reply.error == "not joined") start_join();
       return;
     }
@@ -326,6 +343,7 @@ class Consumer::Impl {
       log_->debug("{}", why);
       send_ack(manifest, reply.fetch_id, false, why);
       fetch_.reset();
+      retry_fetch_after_ = Clock::now() + tick();
       return;
     }
     fetch_->replied = true;
@@ -485,6 +503,7 @@ class Consumer::Impl {
   Clock::time_point join_sent_{};
   Clock::time_point last_heard_{};
   Clock::time_point last_ping_{};
+  Clock::time_point retry_fetch_after_{};
   std::uint64_t newest_announced_ = 0;
   std::uint64_t next_fetch_id_ = 1;
   std::set<std::uint64_t> rejected_;

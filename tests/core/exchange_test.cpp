@@ -120,6 +120,28 @@ TEST_P(ExchangeTest, InProcessConsumerSeesUpdatesThroughCallbackAndViewsStayVali
   EXPECT_EQ(callbacks.back(), 6u);
 }
 
+TEST_P(ExchangeTest, ReadersHoldingEveryBufferDelayUpdatesButNeverCorruptThem) {
+  TestProducer p(1024);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  options.buffers = 2;
+  modelcast::Consumer consumer(options);
+  p.publish(1);
+  auto held = consumer.wait_for_version(1, 60s);  // a reader keeps version 1's buffer
+  ASSERT_TRUE(held);
+  p.publish(2);
+  ASSERT_TRUE(consumer.wait_for_version(2, 60s));  // version 2 is current: both buffers busy
+  p.publish(3);
+  // Version 3 can only land in a buffer nobody reads: it waits for the reader of version 1.
+  EXPECT_FALSE(consumer.wait_for_version(3, 300ms)) << "version 3 overwrote a buffer a reader holds";
+  EXPECT_EQ(testmodel::check(held, 1), "");
+  held = modelcast::ModelView();  // the reader lets go
+  auto v3 = consumer.wait_for_version(3, 60s);
+  ASSERT_TRUE(v3) << "the consumer did not catch up once a buffer was free";
+  EXPECT_EQ(testmodel::check(v3, 1), "");
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, ExchangeTest, ::testing::Values("shm", "tcp"), param_name);
 
 }  // namespace
