@@ -29,6 +29,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -271,7 +272,15 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
       double xxh3_ms = static_cast<double>(bench::steady_ns() - t0) / 1e6;
       digest_sink = digest;
       model.stamp(static_cast<std::uint64_t>(v));
+      auto called = bench::realtime_ns();
       auto ticket = producer.publish(v);
+      if (std::getenv("BENCH_TRACE")) {  // lines comparable with MODELCAST_LOG_LEVEL=debug's timestamps
+        auto t = static_cast<std::time_t>(called / 1000000000);
+        std::tm tm{};
+        localtime_r(&t, &tm);
+        std::fprintf(stderr, "[%02d:%02d:%02d.%03d] bench: publish(v%d) called, returned after %.1f ms\n", tm.tm_hour,
+                     tm.tm_min, tm.tm_sec, static_cast<int>(called / 1000000 % 1000), v, to_ms(ticket.stall));
+      }
       if (ticket.version != static_cast<std::uint64_t>(v)) throw std::runtime_error("unexpected version numbering");
       std::unique_lock lock(mutex);
       if (!delivered_cv.wait_for(lock, 300s, [&] { return delivered[ticket.version].size() >= static_cast<std::size_t>(consumers); })) {
@@ -448,8 +457,8 @@ int report(const std::vector<std::string>& files, bool as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("%-8s %4s %-4s %10s %9s %9s %10s %10s %9s | %12s %19s %11s\n", "size", "cons", "tpt", "update_ms",
-              "stall_ms", "memcpy_ms", "ceiling_ms", "file_ms", "notify_us", "stall/memcpy",
+  std::printf("%-8s %4s %-4s %10s %9s %9s %10s %10s %13s | %12s %19s %11s\n", "size", "cons", "tpt", "update_ms",
+              "stall_ms", "memcpy_ms", "ceiling_ms", "file_ms", "notify_p99_us", "stall/memcpy",
               "update/(st+1.25ce)", "file/update");
   for (auto& row : rows) {
     double size = static_cast<double>(row["size_bytes"].get<std::size_t>());
@@ -458,7 +467,7 @@ int report(const std::vector<std::string>& files, bool as_json) {
     double notify = field(row, "notify_us_p99");
     std::string label = size >= (1u << 30) ? std::to_string(static_cast<int>(size / (1u << 30))) + " GiB"
                                            : std::to_string(static_cast<int>(size / (1u << 20))) + " MiB";
-    std::printf("%-8s %4d %-4s %10.1f %9.1f %9.1f %10.1f %10.1f %9.0f | %12.2f %19.2f %11.1f\n", label.c_str(),
+    std::printf("%-8s %4d %-4s %10.1f %9.1f %9.1f %10.1f %10.1f %13.0f | %12.2f %19.2f %11.1f\n", label.c_str(),
                 row["consumers"].get<int>(), row["transport"].get<std::string>().c_str(), update, stall, copy,
                 ceiling, file, notify, stall / copy, update / (stall + 1.25 * ceiling), file / update);
   }
