@@ -105,7 +105,7 @@ class Consumer::Impl {
   }
 
   ~Impl() {
-    events_.push(Stop{});
+    events_->push(Stop{});
     service_.join();
   }
 
@@ -134,11 +134,11 @@ class Consumer::Impl {
     start_join();
     for (;;) {
       zmq::pollitem_t items[3] = {{dealer_->handle(), 0, ZMQ_POLLIN, 0},
-                                  {nullptr, events_.fd(), ZMQ_POLLIN, 0},
+                                  {nullptr, events_->fd(), ZMQ_POLLIN, 0},
                                   {subscriber_ ? subscriber_->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, subscriber_ ? 3 : 2, tick());
       if (items[1].revents & ZMQ_POLLIN) {
-        for (auto& event : events_.drain()) {
+        for (auto& event : events_->drain()) {
           if (std::holds_alternative<Stop>(event)) {
             abort_fetch("consumer shutting down", false);
             return;
@@ -361,7 +361,9 @@ class Consumer::Impl {
       std::uint64_t id = fetch_->fetch_id;
       fetch_->transfers.push_back(transport_->post_recv(
           *buffer->region, offset, length, protocol::chunk_tag(id, i),
-          [this, id, i](const transport::TransferResult& r) { events_.push(ChunkDone{id, i, r.ok, r.error}); }));
+          [events = events_, id, i](const transport::TransferResult& r) {
+            events->push(ChunkDone{id, i, r.ok, r.error});
+          }));
     }
     if (chunks == 0) maybe_finish();
   }
@@ -487,7 +489,9 @@ class Consumer::Impl {
   ConsumerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   std::shared_ptr<transport::Transport> transport_;
-  EventQueue<Event> events_;
+  // Shared with transfer completions: views keep the transport (and so late completions of
+  // cancelled receives) alive after this Consumer is gone.
+  std::shared_ptr<EventQueue<Event>> events_ = std::make_shared<EventQueue<Event>>();
 
   mutable std::mutex mutex_;
   mutable std::condition_variable installed_cv_;

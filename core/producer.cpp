@@ -160,7 +160,8 @@ class Producer::Impl {
     }
     digest_cv_.notify_all();
     digester_.join();
-    // Slots' registrations go before the transport that made them.
+    // Slots' registrations go before the transport that made them; the transport goes while
+    // events_ still exists, since its shutdown completes transfers whose callbacks push there.
     slots_.clear();
     transport_.reset();
   }
@@ -210,6 +211,8 @@ class Producer::Impl {
     // service thread from the slot, which nobody else touches until it is published.
     std::byte* base = slots_[*slot].memory.data();
     for (std::size_t i = 0; i < registered_.size(); ++i) {
+      // An empty tensor may be registered with a null pointer, which memcpy must never see.
+      if (manifest.tensors[i].size == 0) continue;
       std::memcpy(base + manifest.tensors[i].offset, registered_[i].data, manifest.tensors[i].size);
     }
     auto stall = Clock::now() - called_at;

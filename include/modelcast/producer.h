@@ -48,7 +48,7 @@ struct PublishTicket {
   std::uint64_t version = 0;
   std::int64_t step = 0;
   std::chrono::nanoseconds stall{0};  // time the caller was blocked in publish()
-  std::size_t bytes = 0;
+  std::size_t bytes = 0;              // snapshot size: the tensors plus 256-byte alignment padding
 };
 
 struct ProducerStats {

@@ -281,10 +281,11 @@ TEST(Faults, ProducerMisuseGetsClearErrorsAndKeepsWorking) {
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(code_of([&] { producer.register_tensor({{"s", modelcast::DType::kF32, {-4}}, data}); }),
             ErrorCode::kInvalidArgument);
-  // Rejected registrations left the good one intact: publishing works.
+  producer.register_tensor({{"empty", modelcast::DType::kF32, {0}}, nullptr});  // allowed: nothing to read
+  // Rejected registrations left the good ones intact: publishing works.
   auto ticket = producer.publish(7, {{"k", "v"}});
   EXPECT_EQ(ticket.version, 1u);
-  EXPECT_EQ(ticket.bytes, 256u);  // one 16-byte tensor, padded to the slot alignment
+  EXPECT_EQ(ticket.bytes, 256u);  // one 16-byte tensor padded to the slot alignment, one empty
   EXPECT_EQ(code_of([&] { producer.register_tensor({{"late", modelcast::DType::kF32, {4}}, data}); }),
             ErrorCode::kState);
 

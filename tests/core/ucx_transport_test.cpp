@@ -29,6 +29,9 @@ struct Done {
 class UcxTransportTest : public ::testing::TestWithParam<bool> {};
 
 TEST_P(UcxTransportTest, MovesBytesBetweenRegisteredRegionsByTag) {
+  // Declared first, destroyed last: the transports complete the unmatched receive (cancelled)
+  // when they shut down, and its callback must still have somewhere to go.
+  Done received, sent, other;
   auto sender = make_ucx_transport();
   auto receiver = make_ucx_transport();
   EXPECT_TRUE(sender->capabilities().host_memory);
@@ -41,7 +44,6 @@ TEST_P(UcxTransportTest, MovesBytesBetweenRegisteredRegionsByTag) {
   auto target_region = receiver->register_memory(target.data(), target.size(), MemoryKind::kHost);
   auto peer = sender->connect(receiver->address(), /*detect_failure=*/GetParam(), nullptr);
 
-  Done received, sent, other;
   // Two receives with different tags: the message must land only in the matching one.
   receiver->post_recv(*target_region, kSize, kSize, /*tag=*/2, other.callback());
   receiver->post_recv(*target_region, 0, kSize, /*tag=*/1, received.callback());
@@ -54,10 +56,10 @@ TEST_P(UcxTransportTest, MovesBytesBetweenRegisteredRegionsByTag) {
 }
 
 TEST_P(UcxTransportTest, CancelledReceiveCompletesWithAnError) {
+  Done done;
   auto receiver = make_ucx_transport();
   HostBuffer target(1 << 20);
   auto region = receiver->register_memory(target.data(), target.size(), MemoryKind::kHost);
-  Done done;
   auto id = receiver->post_recv(*region, 0, target.size(), 99, done.callback());
   receiver->cancel(id);
   auto r = done.get();
@@ -66,10 +68,10 @@ TEST_P(UcxTransportTest, CancelledReceiveCompletesWithAnError) {
 }
 
 TEST_P(UcxTransportTest, SendToUnknownPeerFailsCleanly) {
+  Done done;
   auto sender = make_ucx_transport();
   HostBuffer source(4096);
   auto region = sender->register_memory(source.data(), source.size(), MemoryKind::kHost);
-  Done done;
   sender->post_send(12345, *region, 0, 4096, 1, done.callback());
   auto r = done.get();
   EXPECT_FALSE(r.ok);
