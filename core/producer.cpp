@@ -207,8 +207,8 @@ class Producer::Impl {
     manifest.metadata = metadata;
     lock.unlock();
 
-    // The only work in the trainer's stall: one copy per tensor. Digests are taken by the
-    // service thread from the slot, which nobody else touches until it is published.
+    // The only work in the trainer's stall: one copy per tensor. Digests are taken later by the
+    // digest thread from the slot, which nobody else touches until it is published.
     std::byte* base = slots_[*slot].memory.data();
     for (std::size_t i = 0; i < registered_.size(); ++i) {
       // An empty tensor may be registered with a null pointer, which memcpy must never see.
