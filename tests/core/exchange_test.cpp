@@ -120,6 +120,23 @@ TEST_P(ExchangeTest, InProcessConsumerSeesUpdatesThroughCallbackAndViewsStayVali
   EXPECT_EQ(callbacks.back(), 6u);
 }
 
+TEST_P(ExchangeTest, IntegrityOffStillDeliversBitExact) {
+  modelcast::ProducerOptions po;
+  po.integrity = false;
+  TestProducer p(2048, po);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  modelcast::Consumer consumer(options);
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    p.publish(v);
+    auto view = consumer.wait_for_version(v, 60s);
+    ASSERT_TRUE(view);
+    EXPECT_EQ(testmodel::check(view, 1), "");
+  }
+  EXPECT_EQ(consumer.stats().versions_rejected, 0u);
+}
+
 TEST_P(ExchangeTest, ReadersHoldingEveryBufferDelayUpdatesButNeverCorruptThem) {
   TestProducer p(1024);
   modelcast::ConsumerOptions options;
