@@ -128,9 +128,17 @@ RunResult evaluate_run(const mp::LossLog& run, const modelcast::bench::Reference
 
     // Replay forecasts depend only on the observed prefix, not on the costs: fit once per length.
     std::map<std::size_t, mp::Forecast> replay_cache;
-    const auto cached_forecaster = [&replay_cache](std::span<const mp::CurvePoint> seen, const mp::ForecastOptions& o) {
+    // As more points arrive the analogue runs are re-matched on everything seen so far.
+    const auto cached_forecaster = [&](std::span<const mp::CurvePoint> seen, const mp::ForecastOptions& o) {
       auto it = replay_cache.find(seen.size());
-      if (it == replay_cache.end()) it = replay_cache.emplace(seen.size(), mp::forecast_curve(seen, o)).first;
+      if (it == replay_cache.end()) {
+        mp::ForecastOptions now = o;
+        if (use_reference) {
+          auto reference = prior.for_prefix(run, seen.size());
+          if (!reference.progress.empty()) now.reference = std::move(reference);
+        }
+        it = replay_cache.emplace(seen.size(), mp::forecast_curve(seen, now)).first;
+      }
       return it->second;
     };
     for (std::size_t ci = 0; ci < kCostMultipliers.size(); ++ci) {

@@ -5,6 +5,8 @@
 //  - inference starts when the warm-up step W completes, serving W's model, and lasts
 //    window_s (default t(last) - t(W)); requests arrive at request_rate per second;
 //  - CIL = request_rate x integral over the window of the served version's loss.
+// All functions here are pure (no shared state, thread-safe), take their inputs by const
+// reference and return values; they throw std::invalid_argument on malformed input.
 #pragma once
 
 #include <cstddef>

@@ -96,6 +96,53 @@ TEST(PlanOptimal, AgreesWithBruteForceOnRandomSmallProblems) {
   }
 }
 
+// Straightforward O(n^2 x publishes) version of the recurrence, as a reference for the planner's
+// envelope-accelerated DP on problems too large for brute force.
+double naive_dp(const Trajectory& t, std::size_t w, const PublishCosts& c) {
+  const double end = t.time_s[w] + (t.time_s.back() - t.time_s[w]);
+  const std::size_t n = t.steps.size();
+  const double inf = std::numeric_limits<double>::infinity();
+  double best = t.loss[w] * (end - t.time_s[w]);
+  std::vector<double> f(n, inf);
+  for (std::size_t i = w + 1; i < n; ++i)
+    if (t.time_s[i] + c.stall_s + c.delivery_s < end) f[i] = t.loss[w] * (t.time_s[i] + c.stall_s + c.delivery_s - t.time_s[w]);
+  for (std::size_t j = 1; j <= n; ++j) {
+    std::vector<double> g(n, inf);
+    for (std::size_t i = w + 1; i < n; ++i) {
+      if (f[i] == inf) continue;
+      best = std::min(best, f[i] + t.loss[i] * (end - (t.time_s[i] + static_cast<double>(j) * c.stall_s + c.delivery_s)));
+      for (std::size_t k = i + 1; k < n; ++k)
+        if (t.time_s[k] + static_cast<double>(j + 1) * c.stall_s + c.delivery_s < end)
+          g[k] = std::min(g[k], f[i] + t.loss[i] * (t.time_s[k] - t.time_s[i] + c.stall_s));
+    }
+    f = std::move(g);
+  }
+  return best;
+}
+
+TEST(PlanOptimal, AgreesWithTheNaiveRecurrenceOnLargerProblems) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 20; ++trial) {
+    Trajectory t;
+    double loss = 6.0, time = 0.0;
+    for (int i = 0; i < 120; ++i) {
+      t.steps.push_back(i);
+      t.loss.push_back(loss);
+      t.time_s.push_back(time);
+      loss += (u(rng) < 0.7 ? -0.1 : 0.08) * u(rng);  // noisy, like a per-step training loss
+      time += u(rng) < 0.1 ? 0.0 : 1.0 + u(rng);      // some equal times
+    }
+    PublishCosts c;
+    c.stall_s = 0.2 + 5.0 * u(rng);
+    c.delivery_s = 3.0 * u(rng);
+    const auto plan = plan_optimal(t, 10, c);
+    const double reference = naive_dp(t, 10, c);
+    ASSERT_NEAR(plan.cil, reference, 1e-9 * reference) << "trial " << trial;
+    EXPECT_NEAR(evaluate_cil(t, 10, c, plan.publish_steps), plan.cil, 1e-9 * reference);
+  }
+}
+
 TEST(PlanOptimal, FreePublishingMeansPublishingEveryUsefulStep) {
   PublishCosts c;  // c = d = 0
   const auto plan = plan_optimal(simple(), 0, c);

@@ -79,6 +79,9 @@ TEST(TuneCommands, RejectsBadCostsAndSteps) {
   auto plan = a;
   plan.total_steps = 100;  // not beyond the warm-up prefix
   EXPECT_THROW(run_plan(plan), std::invalid_argument);
+  auto png = a;
+  png.plot_path = "/tmp/x.png";
+  EXPECT_THROW(run_replay(png), std::invalid_argument);
   auto no_file = a;
   no_file.log_path = "/nonexistent/x.csv";
   EXPECT_THROW(run_evaluate(no_file, {}), predictor::CsvError);

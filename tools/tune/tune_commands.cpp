@@ -16,7 +16,16 @@ namespace {
 namespace mp = modelcast::predictor;
 using Json = nlohmann::json;
 
+void check_plot_path(const std::string& path) {
+  if (path.empty()) return;
+  const auto dot = path.rfind('.');
+  const std::string ext = dot == std::string::npos ? "" : path.substr(dot);
+  if (ext != ".svg" && ext != ".SVG")
+    throw std::invalid_argument("--plot: only SVG output is supported, give a file name ending in .svg (got '" + path + "')");
+}
+
 void check_costs(const CommonArgs& a) {
+  check_plot_path(a.plot_path);
   auto need = [](double v, const char* name) {
     if (std::isnan(v)) throw std::invalid_argument(std::string(name) + " is required");
     if (!std::isfinite(v) || v < 0) throw std::invalid_argument(std::string(name) + " must be a finite number >= 0");
