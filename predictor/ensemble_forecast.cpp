@@ -274,17 +274,25 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
 Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptions& options, bool viper) {
   validate_observed(observed, options);
   const auto future_steps = future_grid(observed, options);
-  const ProgressAxis axis(options.total_steps, viper ? std::nullopt : options.lr_schedule);
   std::string note;
+  const ProgressAxis scheduled(options.total_steps, viper ? std::nullopt : options.lr_schedule);
   const ReferenceCurve* reference = (!viper && options.reference) ? &*options.reference : nullptr;
   if (reference && (reference->progress.size() < 2 || reference->progress.size() != reference->loss.size()))
     throw std::invalid_argument("forecast: reference curve needs >= 2 points and equal-length progress/loss");
 
   double anneal_drop = 0.0;
-  if (axis.schedule_aware()) {
+  bool use_schedule = scheduled.schedule_aware();
+  if (use_schedule) {
     if (std::isfinite(options.anneal_drop)) anneal_drop = std::max(0.0, options.anneal_drop);
-    else anneal_drop = estimate_anneal_drop(observed, axis);
+    else anneal_drop = estimate_anneal_drop(observed, scheduled);
+    // Cumulative-rate progress alone predicts a slowdown while the rate decays, the opposite of
+    // what real runs do; without a known annealing drop the step axis is the safer choice.
+    if (!std::isfinite(options.anneal_drop) && !(anneal_drop > 0)) {
+      use_schedule = false;
+      note += "lr_schedule not used: annealing drop unknown (set anneal_drop or observe some decay); ";
+    }
   }
+  const ProgressAxis axis = use_schedule ? scheduled : ProgressAxis(options.total_steps, std::nullopt);
 
   // Parametric families: skip the initialisation point (step 0 is not on the power law).
   FitSet param;

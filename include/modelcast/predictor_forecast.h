@@ -51,9 +51,10 @@ struct ForecastOptions {
   // instead of the step, and a learning-rate "noise floor" term lets the loss drop when the
   // rate decays (see anneal_drop).
   std::optional<LrSchedule> lr_schedule;
-  // Loss drop expected when the rate anneals from its peak to zero (loss units). NaN: fitted
-  // from the prefix when it already contains decay, otherwise taken from the reference curve
-  // when one is given, otherwise 0.
+  // Loss drop expected when the rate anneals from its peak to zero (loss units), e.g. measured
+  // on an earlier run with the same schedule. NaN: estimated from the prefix when it already
+  // contains decay; when it stays unknown the schedule is not used (progress by cumulative
+  // rate alone would predict a slowdown during decay) and the forecast's note says so.
   double anneal_drop = std::numeric_limits<double>::quiet_NaN();
   // Optional prior from a comparable run; joins the ensemble as two extra members.
   std::optional<ReferenceCurve> reference;

@@ -104,6 +104,11 @@ TEST(Forecast, LearningRateScheduleProducesTheDecayDrop) {
   o.anneal_drop = 0.3;  // known from an earlier run with this schedule
   const auto aware = forecast_curve(prefix, o);
   expect_finite(aware);
+  // Without a known drop (and no decay in the prefix) the schedule is set aside, with a note.
+  o.anneal_drop = std::nan("");
+  const auto unknown = forecast_curve(prefix, o);
+  EXPECT_NE(unknown.note.find("lr_schedule not used"), std::string::npos) << unknown.note;
+  EXPECT_NEAR(unknown.loss.back(), plain.loss.back(), 1e-12);
   const double plain_err = std::abs(plain.loss.back() - truth(total));
   const double aware_err = std::abs(aware.loss.back() - truth(total));
   EXPECT_LT(aware_err, 0.05);
