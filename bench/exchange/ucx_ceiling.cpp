@@ -79,22 +79,22 @@ class Ucp {
     return hex;
   }
 
-  // Progresses until done() holds. Like modelcast's progress thread: spins while there is work,
-  // sleeps on the worker's wake-up fd (and `fds`) after 2000 idle rounds.
+  // Progresses until done() holds (checked when a round made no progress). Like modelcast's
+  // progress thread: spins while there is work, sleeps on the worker's wake-up fd (and `fds`)
+  // after `idle_spins` idle rounds.
   void progress_until(const std::function<bool()>& done, const std::vector<int>& fds, long timeout_ms,
                       int idle_spins = 2000) {
-    const int kIdleSpins = idle_spins;
     auto deadline = steady_ns() + timeout_ms * 1000000;
     int idle = 0;
-    while (!done()) {
+    for (;;) {
       if (ucp_worker_progress(worker_) != 0) {
         idle = 0;
         continue;
       }
-      if (++idle < kIdleSpins) continue;
+      if (done()) break;
+      if (++idle < idle_spins) continue;
       idle = 0;
       if (steady_ns() > deadline) throw std::runtime_error("UCX ceiling: timed out waiting for transfers");
-      if (done()) break;
       if (efd_ < 0) {
         if (auto s = ucp_worker_get_efd(worker_, &efd_); s != UCS_OK) fail("ucp_worker_get_efd", s);
       }
