@@ -1,0 +1,73 @@
+// Consumer side of the CUDA IPC path (issue 4): the producer's device slots, mapped once.
+//
+// cudaIpcOpenMemHandle is expensive (it maps the allocation into this process, milliseconds)
+// and a producer reuses a handful of slots for every version, so mappings are cached by
+// (producer incarnation, slot) and reused across versions. A mapping is closed
+//  - when the producer's incarnation changes (the old process is gone or restarted: all of its
+//    mappings go at the next acquire for a new incarnation),
+//  - when a slot arrives with a different handle (the producer reallocated it),
+//  - when the cache holds more than `capacity` mappings (least recently used first),
+//  - by clear() and the destructor,
+// but never while a caller still holds it: acquire() returns a shared_ptr and the close
+// (ops.close) runs when the cache and every holder have let go. Hold it for as long as a copy
+// out of the mapping may be in flight.
+//
+// The open/close functions are injected: cuda_ipc_ops() (cuda_ipc.h) gives the CUDA ones,
+// tests give counting fakes. Thread-safe (one mutex); ops.open runs under it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+
+#include "transports/cuda_ipc/ipc_handle.h"
+
+namespace modelcast::cuda_ipc {
+
+struct IpcOps {
+  // Maps `source` into this process; returns the base address. Throws modelcast::Error.
+  std::function<void*(const IpcExport& source)> open;
+  // Unmaps what open returned. Must not throw.
+  std::function<void(void* base, const IpcExport& source)> close;
+};
+
+struct Mapping {
+  void* base = nullptr;  // the producer's slot, mapped: tensor i is at base + manifest offset
+  std::uint64_t incarnation = 0;
+  IpcExport source;
+};
+
+class IpcHandleCache {
+ public:
+  explicit IpcHandleCache(IpcOps ops, std::size_t capacity = 16);
+  ~IpcHandleCache();
+  IpcHandleCache(const IpcHandleCache&) = delete;
+  IpcHandleCache& operator=(const IpcHandleCache&) = delete;
+
+  // The mapping of `source` from producer `incarnation`, opened now only if not cached (or its
+  // handle changed). An open failure propagates and caches nothing.
+  std::shared_ptr<const Mapping> acquire(std::uint64_t incarnation, const IpcExport& source);
+  // Drops every cached mapping (held ones close when released).
+  void clear();
+
+  std::size_t size() const;        // mappings cached now
+  std::uint64_t opens() const;     // ops.open calls that succeeded, since construction
+
+ private:
+  struct Entry {
+    std::uint64_t incarnation;
+    std::uint32_t slot;
+    std::shared_ptr<const Mapping> mapping;
+  };
+
+  IpcOps ops_;
+  std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::list<Entry> entries_;  // most recently used first
+  std::uint64_t opens_ = 0;
+};
+
+}  // namespace modelcast::cuda_ipc
