@@ -271,6 +271,21 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
   return out;
 }
 
+Forecast flat_forecast(std::span<const CurvePoint> observed, std::span<const std::int64_t> future_steps,
+                       const ForecastOptions& options, std::string note) {
+  Forecast out;
+  out.fallback = true;
+  out.steps.assign(future_steps.begin(), future_steps.end());
+  const double level = observed.back().loss;
+  const double band = options.band_z * 0.1 * std::max(1e-9, std::abs(level));
+  out.loss.assign(future_steps.size(), level);
+  out.lower.assign(future_steps.size(), level - band);
+  out.upper.assign(future_steps.size(), level + band);
+  out.members.push_back({"flat", 1.0, std::numeric_limits<double>::quiet_NaN()});
+  out.note = std::move(note);
+  return out;
+}
+
 Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptions& options, bool viper) {
   validate_observed(observed, options);
   const auto future_steps = future_grid(observed, options);
@@ -383,7 +398,9 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
       chosen.backtest_rmse = std::numeric_limits<double>::quiet_NaN();
       out = assemble({chosen}, future_steps, options, note);
     } else {
-      out = fallback_forecast(observed, future_steps, axis, options, note);
+      // Viper has no fallback: when none of its families can be fitted it predicts no further
+      // improvement (a flat curve), the failure mode issue 3 describes. Baselines stay Viper's.
+      out = flat_forecast(observed, future_steps, options, "viper: no family could be fitted, flat forecast; ");
     }
   } else if (members.empty()) {
     out = fallback_forecast(observed, future_steps, axis, options, "no family could be fitted sanely; " + note);

@@ -91,7 +91,9 @@ Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOpti
 
 // Viper's (ICPP 2024) forecaster, kept for baselines: fits its four families
 // (a·e^(-bx), a·e^(-bx)+c, ax+b, c-(c-a)e^(-bx)) once and keeps the one with the lowest
-// residual. Same contract as forecast_curve; ignores reference and lr_schedule.
+// residual. Same contract as forecast_curve; ignores reference and lr_schedule. When no family
+// can be fitted (too few points) it returns a flat curve flagged as fallback, as Viper would
+// have no prediction of further improvement.
 Forecast forecast_viper(std::span<const CurvePoint> observed, const ForecastOptions& options);
 
 }  // namespace modelcast::predictor

@@ -167,6 +167,14 @@ TEST(Forecast, WithoutAnyShapeAssumesAGentleDecayAndSaysSo) {
   EXPECT_NEAR(f.loss.back(), 5.0 * std::pow(10.0, -0.05), 1e-9);
 }
 
+TEST(Forecast, ViperPredictsAFlatCurveWhenItCannotFit) {
+  ForecastOptions o;
+  o.total_steps = 1000;
+  const auto f = forecast_viper(std::vector<CurvePoint>{{0, 11.0, 0.0}, {100, 5.0, 10.0}}, o);
+  EXPECT_TRUE(f.fallback);
+  for (double v : f.loss) EXPECT_DOUBLE_EQ(v, 5.0);
+}
+
 TEST(Forecast, RejectsBadInput) {
   ForecastOptions o;
   o.total_steps = 100;
