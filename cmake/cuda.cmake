@@ -113,8 +113,12 @@ set_target_properties(modelcast_cuda_objects PROPERTIES CXX_STANDARD 20 CXX_STAN
 target_include_directories(modelcast_cuda_objects PUBLIC ${_mc_root}/include ${_mc_root})
 target_compile_definitions(modelcast_cuda_objects PUBLIC
   MODELCAST_HAVE_CUDA=$<IF:$<BOOL:${MODELCAST_HAVE_CUDA}>,1,0> MSGPACK_NO_BOOST)
+# The project's warning policy for the C++ sources only: modelcast_warnings adds -Werror for
+# every language, which nvcc rejects (its -Werror takes a value), so its options are taken
+# over under a CXX-only condition instead of linking it.
 if(TARGET modelcast_warnings)
-  target_link_libraries(modelcast_cuda_objects PRIVATE modelcast_warnings)
+  target_compile_options(modelcast_cuda_objects PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:$<TARGET_PROPERTY:modelcast_warnings,INTERFACE_COMPILE_OPTIONS>>)
 endif()
 # msgpack (header-only) for the IPC handle codec: the same target the core uses.
 if(MODELCAST_MSGPACK_TARGET)
