@@ -91,6 +91,7 @@ cmake_path(NORMAL_PATH _mc_root)
 add_library(modelcast_cuda_objects OBJECT
   ${_mc_root}/core/delivery_path.cpp
   ${_mc_root}/core/cuda/pmix64.cpp
+  ${_mc_root}/core/cuda/digest_kind.cpp
   ${_mc_root}/transports/staging/staging_pipeline.cpp
   ${_mc_root}/transports/staging/cuda_copy_engine.cpp
   ${_mc_root}/transports/cuda_ipc/ipc_handle_cache.cpp

@@ -22,8 +22,8 @@
 // bandwidth, so the kernel is memory-bound; on the host the reference runs at a few GB/s
 // (used by host consumers of device-produced versions and by tests).
 //
-// Carrying the kind: see the report / README; Manifest gains `digest_kind` (0 = xxh3-64,
-// 1 = pmix64-v1), wire key "dkind" in the manifest map, absent = xxh3-64.
+// Carrying the kind: core/cuda/digest_kind.h (Manifest gains `digest_kind`; wire key "dkind"
+// in the manifest map, absent = xxh3-64).
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,51 @@
+// Which digest a manifest's per-tensor values are (issue 4). Host slots keep XXH3-64; device
+// slots are hashed on the GPU with pmix64-v1 (pmix64.h explains why not XXH3 there).
+//
+// Wire: an optional key "dkind" (uint) in the manifest map, written only for kinds other than
+// XXH3-64, so manifests of host-only versions stay byte-for-byte what they are today and a
+// manifest without the key means XXH3-64. core/protocol.cpp calls the helpers below (three
+// lines; see the report). The digest values keep travelling under the key "xxh3" (its name is
+// historical) and in the Digests message, whose kind is that of the fetch's manifest.
+//
+// Verification, by consumer memory:
+//   host consumer:   xxh3-64 -> digest_bytes / StreamingDigests (as today);
+//                    pmix64  -> pmix64::digest_host over the received bytes
+//   device consumer: pmix64  -> pmix64::digest_device before the version becomes visible;
+//                    xxh3-64 (a host producer) -> hashed on the host while the bytes pass
+//                    through the staging bounce buffers (StagingPipeline's progress prefix);
+//                    with ucx_cuda (no host copy) the producer must send pmix64 instead:
+//                    digest_kind_for() takes the consumer's memory into account.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include <msgpack.hpp>
+
+#include "modelcast/types.h"
+
+namespace modelcast {
+
+enum class DigestKind : std::uint8_t {
+  kXxh3_64 = 0,  // XXH3-64 of the tensor's bytes (libxxhash): host slots
+  kPmix64 = 1,   // pmix64-v1 (core/cuda/pmix64.h): device slots, computed on the GPU
+};
+
+std::string_view digest_kind_name(DigestKind kind) noexcept;  // "xxh3-64", "pmix64-v1"
+
+// The kind a producer computes for one consumer: XXH3-64 when both the slot and the consumer
+// are in host memory, or when the slot is host memory and the bytes reach the device consumer
+// through host bounce buffers (staged); pmix64-v1 whenever the slot is device memory (hashing
+// it on the host would cost a full device-to-host copy) or the consumer receives straight into
+// device memory from a host slot (ucx_cuda: no host copy to hash on the way).
+DigestKind digest_kind_for(MemoryKind producer, MemoryKind consumer, bool staged) noexcept;
+
+// Manifest-map helpers for core/protocol.cpp.
+std::uint32_t digest_kind_field_count(DigestKind kind) noexcept;  // 0 for xxh3-64, else 1
+void pack_digest_kind_field(msgpack::packer<msgpack::sbuffer>& pk, DigestKind kind);
+// Reads "dkind" from a manifest map: kXxh3_64 when absent. Throws Error(kProtocol) for a map
+// that is not one, a non-integer value or an unknown kind.
+DigestKind unpack_digest_kind_field(const msgpack::object& manifest_map);
+
+}  // namespace modelcast
