@@ -1,4 +1,5 @@
 #include "core/cuda/digest_kind.h"
+#include "core/cuda/digest_kind_codec.h"
 
 #include <string>
 

@@ -3,8 +3,8 @@
 //
 // Wire: an optional key "dkind" (uint) in the manifest map, written only for kinds other than
 // XXH3-64, so manifests of host-only versions stay byte-for-byte what they are today and a
-// manifest without the key means XXH3-64. core/protocol.cpp calls the helpers below (three
-// lines; see the report). The digest values keep travelling under the key "xxh3" (its name is
+// manifest without the key means XXH3-64. core/protocol.cpp calls the helpers in
+// digest_kind_codec.h (kept apart so that manifest.h need not include msgpack). The digest values keep travelling under the key "xxh3" (its name is
 // historical) and in the Digests message, whose kind is that of the fetch's manifest.
 //
 // Verification, by consumer memory:
@@ -18,10 +18,7 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string_view>
-
-#include <msgpack.hpp>
 
 #include "modelcast/types.h"
 
@@ -40,12 +37,5 @@ std::string_view digest_kind_name(DigestKind kind) noexcept;  // "xxh3-64", "pmi
 // it on the host would cost a full device-to-host copy) or the consumer receives straight into
 // device memory from a host slot (ucx_cuda: no host copy to hash on the way).
 DigestKind digest_kind_for(MemoryKind producer, MemoryKind consumer, bool staged) noexcept;
-
-// Manifest-map helpers for core/protocol.cpp.
-std::uint32_t digest_kind_field_count(DigestKind kind) noexcept;  // 0 for xxh3-64, else 1
-void pack_digest_kind_field(msgpack::packer<msgpack::sbuffer>& pk, DigestKind kind);
-// Reads "dkind" from a manifest map: kXxh3_64 when absent. Throws Error(kProtocol) for a map
-// that is not one, a non-integer value or an unknown kind.
-DigestKind unpack_digest_kind_field(const msgpack::object& manifest_map);
 
 }  // namespace modelcast

@@ -1,5 +1,6 @@
 // The manifest's digest kind: which kind a producer picks, and its optional wire field.
 #include "core/cuda/digest_kind.h"
+#include "core/cuda/digest_kind_codec.h"
 
 #include <gtest/gtest.h>
 
