@@ -25,7 +25,7 @@ using Json = nlohmann::json;
 
 namespace {
 
-const std::vector<double> kWarmups = {0.1, 0.2, 0.3};
+std::vector<double> kWarmups = {0.1, 0.2, 0.3};  // --warmup-pct may narrow it
 const std::vector<double> kCostMultipliers = {0.5, 2.0, 8.0};
 const std::vector<std::string> kModes = {"plan", "replay"};
 const std::vector<std::string> kBaselines = {"every_candidate", "every_e_steps", "viper_fixed_interval", "viper_threshold"};
@@ -207,12 +207,18 @@ int main(int argc, char** argv) {
   app.add_option("--runs-per-record", per_record, "deterministic sample: at most this many runs per record (0 = all)");
   app.add_option("--threads", threads, "worker threads");
   app.add_option("--run", only_run, "evaluate a single run id");
+  std::vector<double> warmup_pct;
+  app.add_option("--warmup-pct", warmup_pct, "warm-ups to evaluate, in % of the logged points (default 10 20 30)");
   std::string json_out;
   app.add_flag("--json", json, "print JSON");
   app.add_option("--json-out", json_out, "also write the JSON to this file");
   app.add_flag("--no-reference", no_reference, "ablation: no cross-record reference prior");
   CLI11_PARSE(app, argc, argv);
 
+  if (!warmup_pct.empty()) {
+    kWarmups.clear();
+    for (double p : warmup_pct) kWarmups.push_back(p / 100.0);
+  }
   const auto t0 = std::chrono::steady_clock::now();
   std::ifstream in(data);
   if (!in) {
