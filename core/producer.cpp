@@ -35,6 +35,7 @@
 #include "core/manifest.h"
 #include "core/protocol.h"
 #include "core/slot_pool.h"
+#include "core/snapshot_copy.h"
 #include "core/wakeup.h"
 #include "core/zmq_util.h"
 #include "modelcast/error.h"
@@ -70,6 +71,13 @@ constexpr auto kPinDuration = std::chrono::hours(24 * 365);
 const std::string kDigestHolder = "(digest thread)";
 
 // Events for the service thread.
+// publish() has a slot and a version number and is about to copy: announce it now, so the
+// notification does not wait for the copy. Fetches for it wait until SnapshotTaken.
+struct SnapshotStarted {
+  std::uint64_t version;
+  std::int64_t step;
+  std::int64_t publish_time_ns;
+};
 struct SnapshotTaken {
   std::size_t slot;
   Manifest manifest;  // digests not yet filled in
@@ -91,7 +99,7 @@ struct DigestsReady {
   std::vector<std::uint64_t> digests;
 };
 struct Stop {};
-using Event = std::variant<SnapshotTaken, SendDone, PeerFailed, DigestsReady, Stop>;
+using Event = std::variant<SnapshotStarted, SnapshotTaken, SendDone, PeerFailed, DigestsReady, Stop>;
 
 struct DigestJob {
   std::size_t slot;
@@ -206,6 +214,7 @@ class Producer::Impl {
     manifest.publish_time_ns = called_ns;
     manifest.metadata = metadata;
     lock.unlock();
+    events_.push(SnapshotStarted{manifest.version, step, called_ns});
 
     // The only work in the trainer's stall: one copy per tensor. Digests are taken later by the
     // digest thread from the slot, which nobody else touches until it is published.
@@ -213,7 +222,8 @@ class Producer::Impl {
     for (std::size_t i = 0; i < registered_.size(); ++i) {
       // An empty tensor may be registered with a null pointer, which memcpy must never see.
       if (manifest.tensors[i].size == 0) continue;
-      std::memcpy(base + manifest.tensors[i].offset, registered_[i].data, manifest.tensors[i].size);
+      snapshot_copy(base + manifest.tensors[i].offset, registered_[i].data, manifest.tensors[i].size,
+                    manifest.total_bytes >= kStreamingSnapshotBytes);
     }
     auto stall = Clock::now() - called_at;
 
@@ -329,12 +339,15 @@ class Producer::Impl {
     zmq_util::send(publisher_, message, &options_.model_name);
   }
 
-  void on_event(SnapshotTaken& e) {
-    // Announce first, so consumers learn of the version at once. Fetches may start before the
-    // digests exist: the slot is pinned until the digest thread is done, and the digests follow.
-    zmq_util::send(publisher_,
-                   protocol::Announce{incarnation_, e.manifest.version, e.manifest.step, e.manifest.publish_time_ns},
+  void on_event(SnapshotStarted& e) {
+    zmq_util::send(publisher_, protocol::Announce{incarnation_, e.version, e.step, e.publish_time_ns},
                    &options_.model_name);
+    upcoming_version_ = e.version;
+  }
+
+  void on_event(SnapshotTaken& e) {
+    // Already announced (SnapshotStarted). Fetches may start before the digests exist: the slot
+    // is pinned until the digest thread is done, and the digests follow.
     std::uint64_t version = e.manifest.version;
     bool integrity = e.manifest.integrity;
     {
@@ -355,6 +368,10 @@ class Producer::Impl {
       digest_cv_.notify_one();
     }
     log_->debug("version {} published in slot {}", version, e.slot);
+    if (upcoming_version_ == version) upcoming_version_ = 0;
+    auto parked = std::move(parked_fetches_);
+    parked_fetches_.clear();
+    for (auto& [routing_id, request] : parked) on_fetch(routing_id, request);
   }
 
   void on_event(DigestsReady& e) {
@@ -541,6 +558,12 @@ class Producer::Impl {
   }
 
   void on_fetch(const std::string& routing_id, const protocol::FetchRequest& request) {
+    // Announced but still being copied: answer once it is published (the copy cannot fail).
+    if (upcoming_version_ != 0 && request.incarnation == incarnation_ &&
+        (request.version == upcoming_version_ || request.version == 0)) {
+      parked_fetches_.emplace_back(routing_id, request);
+      return;
+    }
     protocol::FetchReply reply;
     reply.fetch_id = request.fetch_id;
     ConsumerRecord* consumer = find_by_routing_id(routing_id);
@@ -654,6 +677,8 @@ class Producer::Impl {
   std::string control_endpoint_;
   std::string announce_endpoint_;
   std::map<std::string, ConsumerRecord> consumers_;
+  std::uint64_t upcoming_version_ = 0;  // announced, snapshot copy not finished
+  std::vector<std::pair<std::string, protocol::FetchRequest>> parked_fetches_;
   std::thread service_;
 
   // Digest thread's queue.

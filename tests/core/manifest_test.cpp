@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "core/digest.h"
 #include "core/manifest.h"
 #include "modelcast/error.h"
@@ -134,6 +136,33 @@ TEST(StreamingDigests, EqualOneShotDigestsHoweverThePrefixAdvances) {
     for (std::size_t i = 0; i < tensors.size(); ++i) {
       EXPECT_EQ(streaming.digests()[i], digest_bytes(buffer.data() + tensors[i].offset, tensors[i].size))
           << tensors[i].spec.name << " step " << step;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace modelcast
+
+#include "core/snapshot_copy.h"
+
+namespace modelcast {
+namespace {
+
+TEST(SnapshotCopy, StreamingCopiesEveryByteAtAnyAlignmentAndLength) {
+  std::vector<unsigned char> src(70000), dst(70100);
+  for (std::size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 13 + 5);
+  for (std::size_t dst_offset : {0, 1, 7, 15, 16, 33}) {
+    for (std::size_t src_offset : {0, 3}) {
+      for (std::size_t n : {0, 1, 63, 4096, 4097, 65536 + 61}) {
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        snapshot_copy(dst.data() + dst_offset, src.data() + src_offset, n, /*streaming=*/true);
+        ASSERT_EQ(std::memcmp(dst.data() + dst_offset, src.data() + src_offset, n), 0)
+            << "dst+" << dst_offset << " src+" << src_offset << " n=" << n;
+        EXPECT_EQ(dst[dst_offset + n], 0xEE) << "wrote past the end";
+        if (dst_offset > 0) {
+          EXPECT_EQ(dst[dst_offset - 1], 0xEE) << "wrote before the start";
+        }
+      }
     }
   }
 }
