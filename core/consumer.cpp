@@ -185,7 +185,12 @@ class Consumer::Impl {
       zmq_util::send(*dealer_, protocol::Ping{incarnation_});
       last_ping_ = now;
     }
-    if (now - last_heard_ > options_.producer_timeout) {
+    if (now - last_heard_ > options_.producer_timeout && subscriber_) {
+      // This thread may just have been busy (allocating a large buffer takes a while): read
+      // what the producer said meanwhile before judging it silent.
+      while (auto parts = zmq_util::receive(*subscriber_)) on_announce(*parts);
+    }
+    if (joined_ && now - last_heard_ > options_.producer_timeout) {
       log_->warn("no word from the producer for {} ms; reconnecting", options_.producer_timeout.count());
       abort_fetch("producer lost", true);
       {

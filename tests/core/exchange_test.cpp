@@ -120,6 +120,30 @@ TEST_P(ExchangeTest, InProcessConsumerSeesUpdatesThroughCallbackAndViewsStayVali
   EXPECT_EQ(callbacks.back(), 6u);
 }
 
+TEST_P(ExchangeTest, BusyConsumerThreadIsNotMistakenForALostProducer) {
+  TestProducer p(512);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 300ms;
+  // The callback runs on the consumer's service thread: blocking it for longer than
+  // producer_timeout stands in for any long piece of work there (allocating a large buffer).
+  std::mutex mutex;
+  std::condition_variable never;
+  options.on_update = [&](const modelcast::ModelView& view) {
+    if (view.version() != 1) return;
+    std::unique_lock lock(mutex);
+    never.wait_for(lock, 1s);
+  };
+  modelcast::Consumer consumer(options);
+  p.publish(1);
+  ASSERT_TRUE(consumer.wait_for_version(1, 60s));
+  p.publish(2);
+  ASSERT_TRUE(consumer.wait_for_version(2, 60s));
+  EXPECT_EQ(consumer.stats().reconnects, 0u) << "heartbeats queued while the thread was busy were ignored";
+  EXPECT_EQ(consumer.stats().transfers_aborted, 0u);
+}
+
 TEST_P(ExchangeTest, IntegrityOffStillDeliversBitExact) {
   modelcast::ProducerOptions po;
   po.integrity = false;
