@@ -79,7 +79,11 @@ FitResult robust_fit(const CurveFamily& family, std::span<const double> x, std::
       for (std::size_t i = 0; i < x.size(); ++i) functor.sqrt_w[i] = std::sqrt(robust_w[i]);
       Eigen::NumericalDiff<WeightedResiduals> numeric(functor);
       Eigen::LevenbergMarquardt<Eigen::NumericalDiff<WeightedResiduals>> lm(numeric);
-      lm.parameters.maxfev = 200 * (family.num_params + 1);
+      // Forecasting needs a few significant digits, not machine precision: looser tolerances
+      // and an evaluation cap keep a full refit of the ensemble in the tens of milliseconds.
+      lm.parameters.maxfev = 100 * (family.num_params + 1);
+      lm.parameters.ftol = 1e-7;
+      lm.parameters.xtol = 1e-7;
       lm.minimize(theta);
       if (!theta.allFinite()) break;
       // Huber re-weighting: points far from the fit (spikes, restarts) lose influence.

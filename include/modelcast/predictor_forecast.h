@@ -46,7 +46,7 @@ struct ForecastOptions {
   int max_future_points = 400;
   // Longer prefixes are averaged into this many consecutive bins before fitting (speed; the
   // bin means also damp per-step noise).
-  int max_fit_points = 300;
+  int max_fit_points = 120;
   // When set, the families are fitted against the cumulative learning rate (progress made)
   // instead of the step, and a learning-rate "noise floor" term lets the loss drop when the
   // rate decays (see anneal_drop).
