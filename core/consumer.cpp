@@ -3,7 +3,8 @@
 // Threads and what they own:
 //  - reader threads call acquire()/wait_for_version(): they copy `current_` under `mutex_`.
 //  - the service thread owns the ZeroMQ sockets (DEALER to the producer's ROUTER, SUB to its
-//    PUB), the receive-buffer pool and the fetch in flight; it verifies and installs versions.
+//    PUB), the UCX transport (renewed when the producer is replaced), the receive-buffer pool
+//    and the fetch in flight; it verifies and installs versions.
 //  - the transport's progress thread writes received bytes into a buffer no view refers to,
 //    and its completions only push events.
 // A version becomes visible by replacing one shared_ptr under `mutex_`: readers see the old
@@ -94,13 +95,6 @@ class Consumer::Impl {
     for (const auto& spec : options_.expected_layout) {
       if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
     }
-    for (auto memory : options_.caller_buffers) {
-      auto buffer = std::make_shared<detail::ReceiveBuffer>();
-      buffer->transport = transport_;
-      buffer->memory = memory;
-      buffer->region = transport_->register_memory(memory.data(), memory.size(), MemoryKind::kHost);
-      pool_.push_back(std::move(buffer));
-    }
     service_ = std::thread([this] { service_loop(); });
   }
 
@@ -164,6 +158,17 @@ class Consumer::Impl {
   // The producer drops consumers silent for 5 s or more: ping well inside that.
   static constexpr std::chrono::milliseconds ping_interval() { return std::chrono::milliseconds(1000); }
 
+  // After the producer died or restarted: a fresh UCX worker. On one host endpoints run without
+  // peer-failure handling (UCX offers shared memory only so), and a peer that dies there leaves
+  // the worker in an undefined state (seen: a UCX assertion when the next producer's data came
+  // in). Buffers that views or unfinished receives still hold keep the old transport alive.
+  void renew_transport() {
+    for (auto& buffer : pool_) retired_.push_back(buffer);
+    pool_.clear();
+    std::erase_if(retired_, [](const auto& weak) { return weak.expired(); });
+    transport_ = transport::make_ucx_transport();
+  }
+
   // (Re)creates the DEALER so nothing queued for a dead producer is replayed, then asks to join.
   void start_join() {
     dealer_ = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::dealer);
@@ -197,6 +202,7 @@ class Consumer::Impl {
         std::lock_guard lock(mutex_);
         stats_.reconnects++;
       }
+      renew_transport();
       start_join();
     }
   }
@@ -226,6 +232,7 @@ class Consumer::Impl {
       // A restarted producer: its old connection state is gone, so join it afresh.
       log_->info("producer restarted (incarnation {:016x}); joining again", announce->incarnation);
       abort_fetch("producer restarted", true);
+      renew_transport();
       start_join();
       return;
     }
@@ -279,27 +286,56 @@ class Consumer::Impl {
     return version > current_->manifest.version;
   }
 
-  std::shared_ptr<detail::ReceiveBuffer> free_buffer(std::size_t bytes) {
-    for (auto& buffer : pool_) {
-      // Only this thread hands out references to pool buffers, so a count of 1 cannot rise.
-      if (buffer.use_count() == 1 && buffer->memory.size() >= bytes) return buffer;
-    }
-    if (!options_.caller_buffers.empty()) return nullptr;
-    // Drop free buffers too small for this model, then allocate up to the configured count.
-    std::erase_if(pool_, [&](const auto& b) { return b.use_count() == 1 && b->memory.size() < bytes; });
-    if (pool_.size() >= options_.buffers) return nullptr;
+  std::shared_ptr<detail::ReceiveBuffer> make_buffer(std::span<std::byte> memory, HostBuffer owned) {
     auto buffer = std::make_shared<detail::ReceiveBuffer>();
     buffer->transport = transport_;
-    buffer->owned = HostBuffer(std::max<std::size_t>(bytes, 1));
-    buffer->memory = buffer->owned.span();
+    buffer->owned = std::move(owned);
+    buffer->memory = buffer->owned.data() ? buffer->owned.span() : memory;
     buffer->region = transport_->register_memory(buffer->memory.data(), buffer->memory.size(), MemoryKind::kHost);
     pool_.push_back(buffer);
     return buffer;
   }
 
+  // Caller memory is registered with one transport at a time: memory still referenced under a
+  // retired transport (a view, an unfinished receive) is not handed out again until released.
+  bool caller_memory_free(std::span<std::byte> memory) const {
+    for (const auto& buffer : pool_) {
+      if (buffer->memory.data() == memory.data()) return buffer.use_count() == 1;
+    }
+    return std::none_of(retired_.begin(), retired_.end(), [&](const auto& weak) {
+      auto buffer = weak.lock();
+      return buffer && buffer->memory.data() == memory.data();
+    });
+  }
+
+  // Only this thread hands out references to pool buffers, so a use count of 1 cannot rise.
+  std::shared_ptr<detail::ReceiveBuffer> free_buffer(std::size_t bytes) {
+    if (!options_.caller_buffers.empty()) {
+      for (auto memory : options_.caller_buffers) {
+        if (memory.size() < bytes || !caller_memory_free(memory)) continue;
+        for (auto& buffer : pool_) {
+          if (buffer->memory.data() == memory.data()) return buffer;
+        }
+        return make_buffer(memory, {});
+      }
+      return nullptr;
+    }
+    for (auto& buffer : pool_) {
+      if (buffer.use_count() == 1 && buffer->memory.size() >= bytes) return buffer;
+    }
+    // Drop free buffers too small for this model, then allocate up to the configured count.
+    std::erase_if(pool_, [&](const auto& b) { return b.use_count() == 1 && b->memory.size() < bytes; });
+    if (pool_.size() >= options_.buffers) return nullptr;
+    return make_buffer({}, HostBuffer(std::max<std::size_t>(bytes, 1)));
+  }
+
   // A buffer can take the next version: one no view holds, or room to allocate one.
   bool receive_buffer_available() const {
-    if (options_.caller_buffers.empty() && pool_.size() < options_.buffers) return true;
+    if (!options_.caller_buffers.empty()) {
+      return std::any_of(options_.caller_buffers.begin(), options_.caller_buffers.end(),
+                         [&](auto memory) { return caller_memory_free(memory); });
+    }
+    if (pool_.size() < options_.buffers) return true;
     return std::any_of(pool_.begin(), pool_.end(), [](const auto& b) { return b.use_count() == 1; });
   }
 
@@ -364,7 +400,7 @@ class Consumer::Impl {
       std::size_t offset = i * reply.chunk_bytes;
       std::size_t length = std::min<std::size_t>(reply.chunk_bytes, manifest.total_bytes - offset);
       std::uint64_t id = fetch_->fetch_id;
-      fetch_->transfers.push_back(transport_->post_recv(
+      fetch_->transfers.push_back(buffer->transport->post_recv(
           *buffer->region, offset, length, protocol::chunk_tag(id, i),
           [events = events_, id, i](const transport::TransferResult& r) {
             events->push(ChunkDone{id, i, r.ok, r.error});
@@ -455,7 +491,7 @@ class Consumer::Impl {
 
   void abort_fetch(const std::string& why, bool count) {
     if (!fetch_) return;
-    for (auto id : fetch_->transfers) transport_->cancel(id);
+    for (auto id : fetch_->transfers) fetch_->buffer->transport->cancel(id);
     log_->warn("discarding the transfer of version {}: {}", fetch_->manifest.version, why);
     // UCX cannot always cancel a receive already matched to a sender, so keep the buffer
     // pinned until every receive has completed; only then may it take another version.
@@ -518,7 +554,8 @@ class Consumer::Impl {
   std::set<std::uint64_t> rejected_;
   std::optional<FetchInFlight> fetch_;
   std::map<std::uint64_t, FetchInFlight> draining_;  // aborted fetches whose receives are still live
-  std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;    // registered with transport_
+  std::vector<std::weak_ptr<detail::ReceiveBuffer>> retired_;  // registered with an older one
   std::thread service_;
 };
 
