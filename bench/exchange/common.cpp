@@ -47,38 +47,6 @@ double percentile(std::vector<double> values, double p) {
   return values[rank - 1];
 }
 
-namespace {
-constexpr std::size_t kHugePage = 2u << 20;
-}
-
-TouchedBuffer::TouchedBuffer(std::size_t size) : size_(size) {
-  mapped_ = std::max<std::size_t>((size + kHugePage - 1) / kHugePage * kHugePage, kHugePage);
-  void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::runtime_error("mmap of " + std::to_string(size) + " bytes: " + std::strerror(errno));
-  madvise(p, mapped_, MADV_HUGEPAGE);
-  data_ = static_cast<std::byte*>(p);
-  for (std::size_t off = 0; off < mapped_; off += 4096) data_[off] = std::byte{1};
-}
-
-TouchedBuffer::~TouchedBuffer() {
-  if (data_) munmap(data_, mapped_);
-}
-
-TouchedBuffer::TouchedBuffer(TouchedBuffer&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      mapped_(std::exchange(other.mapped_, 0)) {}
-
-TouchedBuffer& TouchedBuffer::operator=(TouchedBuffer&& other) noexcept {
-  if (this != &other) {
-    if (data_) munmap(data_, mapped_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    mapped_ = std::exchange(other.mapped_, 0);
-  }
-  return *this;
-}
-
 std::string self_exe() { return std::filesystem::canonical("/proc/self/exe").string(); }
 
 Child spawn_child(const std::vector<std::string>& args) {

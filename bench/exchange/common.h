@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "core/host_buffer.h"
+
 namespace bench {
 
 std::int64_t realtime_ns();  // CLOCK_REALTIME: comparable between processes on one host
@@ -16,25 +18,9 @@ std::int64_t steady_ns();
 double median(std::vector<double> values);
 double percentile(std::vector<double> values, double p);  // nearest rank, p in [0, 100]
 
-// Anonymous memory, huge-page advised and touched page by page (like the core's HostBuffer):
-// no first-touch fault lands in a measurement.
-class TouchedBuffer {
- public:
-  TouchedBuffer() = default;
-  explicit TouchedBuffer(std::size_t size);
-  ~TouchedBuffer();
-  TouchedBuffer(TouchedBuffer&& other) noexcept;
-  TouchedBuffer& operator=(TouchedBuffer&& other) noexcept;
-  TouchedBuffer(const TouchedBuffer&) = delete;
-  TouchedBuffer& operator=(const TouchedBuffer&) = delete;
-  std::byte* data() const { return data_; }
-  std::size_t size() const { return size_; }
-
- private:
-  std::byte* data_ = nullptr;
-  std::size_t size_ = 0;
-  std::size_t mapped_ = 0;
-};
+// Pre-faulted, huge-page memory: the core's own HostBuffer, so the ceiling and memcpy buffers
+// are allocated exactly like snapshot slots and receive buffers.
+using TouchedBuffer = modelcast::HostBuffer;
 
 // A child process running this binary with `args`; fd 3 reads what the parent writes,
 // fd 4 writes to the parent.
