@@ -12,6 +12,9 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   if (options_.warmup_step < 0 || options_.warmup_step >= options_.forecast.total_steps)
     throw std::invalid_argument("online scheduler: warm-up step must be in [0, total_steps)");
   if (options_.max_candidates < 2) throw std::invalid_argument("online scheduler: max_candidates must be >= 2");
+  if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0 || options_.refit_band_points < 0 ||
+      options_.refit_every_below < 0)
+    throw std::invalid_argument("online scheduler: refit_growth, refit_band_points and refit_every_below must be >= 0");
   set_costs(options_.costs.stall_s, options_.costs.delivery_s);
 }
 
@@ -20,7 +23,6 @@ void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
     throw std::invalid_argument("online scheduler: stall and delivery times must be finite and >= 0");
   options_.costs.stall_s = stall_s;
   options_.costs.delivery_s = delivery_s;
-  planned_next_publish_ = -1;  // costs changed: the cached plan is stale
 }
 
 void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s) {
@@ -38,15 +40,42 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
   }
 }
 
-bool OnlineScheduler::refit_if_due() {
+bool OnlineScheduler::left_band() const {
+  const auto k = static_cast<std::size_t>(options_.refit_band_points);
+  if (k == 0 || forecast_.steps.empty() || observed_.size() < points_at_last_fit_ + k) return false;
+  int side = 0;  // -1 below the band, +1 above
+  for (std::size_t j = observed_.size() - k; j < observed_.size(); ++j) {
+    const auto& p = observed_[j];
+    const auto it = std::lower_bound(forecast_.steps.begin(), forecast_.steps.end(), p.step);
+    if (it == forecast_.steps.end()) return false;  // past the forecast horizon: nothing to compare
+    const auto i = static_cast<std::size_t>(it - forecast_.steps.begin());
+    double lo = forecast_.lower[i], hi = forecast_.upper[i];
+    if (*it != p.step && i > 0) {  // between two forecast steps: interpolate the band
+      const double f = static_cast<double>(p.step - forecast_.steps[i - 1]) /
+                       static_cast<double>(forecast_.steps[i] - forecast_.steps[i - 1]);
+      lo = forecast_.lower[i - 1] + f * (lo - forecast_.lower[i - 1]);
+      hi = forecast_.upper[i - 1] + f * (hi - forecast_.upper[i - 1]);
+    }
+    const int s = p.loss < lo ? -1 : p.loss > hi ? 1 : 0;
+    if (s == 0 || (side != 0 && s != side)) return false;
+    side = s;
+  }
+  return true;
+}
+
+void OnlineScheduler::refit_if_due() {
   const std::size_t n = observed_.size();
-  const auto due = std::max<std::size_t>(points_at_last_fit_ + 1,
-                                         static_cast<std::size_t>(std::ceil(static_cast<double>(points_at_last_fit_) * (1.0 + options_.refit_growth))));
-  if (!forecast_.steps.empty() && n < due) return false;
+  bool due = forecast_.steps.empty() || n < static_cast<std::size_t>(options_.refit_every_below);
+  due = due || n >= std::max<std::size_t>(points_at_last_fit_ + 1,
+                                          static_cast<std::size_t>(std::ceil(static_cast<double>(points_at_last_fit_) *
+                                                                             (1.0 + options_.refit_growth))));
+  const bool band = !due && left_band();
+  if (n <= points_at_last_fit_ || !(due || band)) return;
   forecast_ = options_.forecaster ? options_.forecaster(observed_, options_.forecast)
                                   : forecast_curve(observed_, options_.forecast);
   points_at_last_fit_ = n;
-  return true;
+  ++stats_.fits;
+  if (band) ++stats_.band_refits;
 }
 
 bool OnlineScheduler::should_publish(std::int64_t step) {
@@ -64,15 +93,26 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   future.time_s.push_back(now_wall);
   double predicted_end = now.time_s;
   if (step < options_.forecast.total_steps) {
-    const bool refitted = refit_if_due();
-    if (!refitted && planned_next_publish_ > step) return false;
+    refit_if_due();
+    // Between refits the forecast was made from an older prefix: anchor it on the newest point
+    // (shift its loss and time by their residuals here), so that "publish now" is weighed
+    // against a future that continues from where the run actually is.
+    double loss_shift = 0.0, time_shift = 0.0;
+    const auto it = std::lower_bound(forecast_.steps.begin(), forecast_.steps.end(), step);
+    if (it != forecast_.steps.begin() && it != forecast_.steps.end()) {
+      const auto i = static_cast<std::size_t>(it - forecast_.steps.begin());
+      const double f = static_cast<double>(step - forecast_.steps[i - 1]) /
+                       static_cast<double>(forecast_.steps[i] - forecast_.steps[i - 1]);
+      loss_shift = now.loss - (forecast_.loss[i - 1] + f * (forecast_.loss[i] - forecast_.loss[i - 1]));
+      time_shift = now.time_s - (forecast_.time_s[i - 1] + f * (forecast_.time_s[i] - forecast_.time_s[i - 1]));
+    }
     for (std::size_t i = 0; i < forecast_.steps.size(); ++i) {
       if (forecast_.steps[i] <= step) continue;
       future.steps.push_back(forecast_.steps[i]);
-      future.loss.push_back(forecast_.loss[i]);
-      future.time_s.push_back(std::max(forecast_.time_s[i] + stall_total_s_, future.time_s.back()));
+      future.loss.push_back(forecast_.loss[i] + loss_shift);
+      future.time_s.push_back(std::max(forecast_.time_s[i] + time_shift + stall_total_s_, future.time_s.back()));
     }
-    if (!forecast_.time_s.empty()) predicted_end = std::max(predicted_end, forecast_.time_s.back());
+    if (!forecast_.time_s.empty()) predicted_end = std::max(predicted_end, forecast_.time_s.back() + time_shift);
   }
   // Thin very long horizons evenly, always keeping "now" and the last step.
   const auto limit = static_cast<std::size_t>(options_.max_candidates);
@@ -91,9 +131,8 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   const double window_end = warmup_time_s_ + window;  // producer clock: no stall before W
   const auto plan = plan_from(origin_loss_, origin_servable_s_, static_cast<int>(published_.size()), window_end,
                               future, options_.costs);
-  planned_next_publish_ = plan.publish_steps.empty() ? std::numeric_limits<std::int64_t>::max() : plan.publish_steps.front();
+  ++stats_.plans;
   if (plan.publish_steps.empty() || plan.publish_steps.front() != step) return false;
-  planned_next_publish_ = -1;  // re-plan at the next step: the state changed
   published_.push_back(step);
   origin_loss_ = now.loss;
   origin_servable_s_ = now_wall + options_.costs.stall_s + options_.costs.delivery_s;

@@ -169,8 +169,13 @@ ScheduleResult plan_from(double origin_loss, double origin_servable_s, int publi
     if (s < end && s >= origin_servable_s) f[i] = origin_loss * (s - origin_servable_s);
   }
   parent.emplace_back(n, -1);
+  // suffix_min[i]: lowest loss among candidates i.. (a version served after the publish at i
+  // is one of them), for a lower bound on every schedule that extends a state.
+  std::vector<double> suffix_min(n, kInf);
+  for (std::size_t i = n; i-- > 0;) suffix_min[i] = std::min(future.loss[i], i + 1 < n ? suffix_min[i + 1] : kInf);
   for (long j = 1; j <= max_publishes; ++j) {
     bool any = false;
+    double lower_bound = kInf;  // no schedule extending a state of this layer costs less
     for (std::size_t i = 0; i < n; ++i) {
       if (f[i] == kInf) continue;
       any = true;
@@ -181,8 +186,13 @@ ScheduleResult plan_from(double origin_loss, double origin_servable_s, int publi
         best_j = static_cast<int>(j);
         best_i = i;
       }
+      lower_bound = std::min(lower_bound, f[i] + suffix_min[i] * (end - s));
     }
     if (!any || j == max_publishes) break;
+    // Branch and bound: the served loss after s is at least suffix_min[i] until the window
+    // ends, so when no state can beat the best schedule by more than the tie tolerance, more
+    // publishes cannot either (and ties go to fewer publishes).
+    if (lower_bound >= best - 1e-12 * std::abs(best)) break;
     std::vector<int> par(n, -1);
     std::fill(next.begin(), next.end(), kInf);
     LowerEnvelope envelope(future.time_s);

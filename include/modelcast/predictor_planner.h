@@ -49,7 +49,9 @@ double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const Pub
                     std::span<const std::int64_t> publish_steps);
 
 // Exact minimum-CIL schedule by dynamic programming over (last publish, number of publishes),
-// honouring max_slowdown_s. Ties go to fewer publishes. O(n log n x publishes); thread-safe.
+// honouring max_slowdown_s. Ties go to fewer publishes. O(n log n x publishes), where the
+// layers stop once a lower bound (served loss never below the lowest loss still to come) shows
+// that more publishes cannot beat the best schedule found; thread-safe.
 ScheduleResult plan_optimal(const Trajectory& curve, std::size_t warmup_index,
                             const PublishCosts& costs);
 

@@ -121,6 +121,88 @@ TEST(OnlineScheduler, UsesItsRealForecasterOnARealisticCurve) {
   EXPECT_FALSE(s.last_forecast().steps.empty());
 }
 
+LoggedRun smooth_run(std::size_t n) {
+  LoggedRun r;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto step = static_cast<std::int64_t>(i * 10);
+    const double loss = 3.0 + 5.0 / (1.0 + static_cast<double>(i) / 10.0);
+    const double time = 2.0 * static_cast<double>(i) + 0.001 * static_cast<double>(i * i);
+    r.truth.steps.push_back(step);
+    r.truth.loss.push_back(loss);
+    r.truth.time_s.push_back(time);
+    r.points.push_back({step, loss, time});
+  }
+  return r;
+}
+
+TEST(OnlineScheduler, RefitsOnAGeometricScheduleAndStillPlansAtEveryStep) {
+  // 400 logged points, warm-up at the 40th: refitting at every point would be 360 fits. With
+  // the default policy (25 % growth) it is about log(400 / 40) / log(1.25) ~ 11, yet every
+  // decision is taken from a fresh exact plan, so a perfect forecast still gives the optimum.
+  const auto run = smooth_run(400);
+  const std::size_t w = 39;
+  OnlineOptions o;
+  o.forecast.total_steps = run.truth.steps.back();
+  o.costs.stall_s = 3.0;
+  o.costs.delivery_s = 1.5;
+  o.warmup_step = run.truth.steps[w];
+  o.max_candidates = 1000;  // no thinning of the horizon: the plan is exact
+  o.forecaster = oracle(run);
+  OnlineScheduler s(o);
+  const auto steps = replay(s, run, o.costs.stall_s);
+  const std::size_t decisions = run.points.size() - 1 - w - 1;  // after W, before the last step
+  EXPECT_GE(s.stats().fits, 5U);
+  EXPECT_LE(s.stats().fits, 15U);
+  EXPECT_EQ(s.stats().band_refits, 0U);
+  EXPECT_EQ(s.stats().plans, decisions + 1);  // the last step is planned too (nothing after it)
+  const auto best = plan_optimal(run.truth, w, o.costs);
+  EXPECT_FALSE(steps.empty());
+  EXPECT_NEAR(evaluate_cil(run.truth, w, o.costs, steps), best.cil, 1e-9 * best.cil);
+
+  // refit_growth 0: the old behaviour, one fit per decision.
+  OnlineOptions every = o;
+  every.refit_growth = 0.0;
+  OnlineScheduler e(every);
+  replay(e, run, o.costs.stall_s);
+  EXPECT_EQ(e.stats().fits, decisions);  // no refit at the last step: nothing is left to forecast
+}
+
+TEST(OnlineScheduler, RefitsWhenTheCurveLeavesTheForecastBand) {
+  // A forecaster that is badly wrong (a flat curve far above the truth, with a narrow band):
+  // the band trigger refits after refit_band_points points outside it, long before the
+  // geometric schedule would.
+  const auto run = smooth_run(200);
+  OnlineOptions o;
+  o.forecast.total_steps = run.truth.steps.back();
+  o.costs.stall_s = 3.0;
+  o.costs.delivery_s = 1.5;
+  o.warmup_step = run.truth.steps[99];
+  o.refit_band_points = 3;
+  o.forecaster = [&run](std::span<const CurvePoint> seen, const ForecastOptions&) {
+    Forecast f;
+    for (const auto& p : run.points) {
+      if (p.step <= seen.back().step) continue;
+      f.steps.push_back(p.step);
+      f.loss.push_back(seen.back().loss + 1.0);
+      f.lower.push_back(seen.back().loss + 0.9);
+      f.upper.push_back(seen.back().loss + 1.1);
+      f.time_s.push_back(p.time_s);
+    }
+    return f;
+  };
+  OnlineScheduler s(o);
+  replay(s, run, o.costs.stall_s);
+  // Every third point leaves the band: about 100 / 3 fits, nearly all of them band-triggered.
+  EXPECT_GE(s.stats().band_refits, 25U);
+  EXPECT_LE(s.stats().fits, 45U);
+  OnlineOptions off = o;
+  off.refit_band_points = 0;
+  OnlineScheduler g(off);
+  replay(g, run, o.costs.stall_s);
+  EXPECT_EQ(g.stats().band_refits, 0U);
+  EXPECT_LE(g.stats().fits, 5U);  // 100 -> 125 -> 157 -> 197 points
+}
+
 TEST(OnlineScheduler, RejectsContractViolations) {
   OnlineOptions o;
   o.forecast.total_steps = 1000;
@@ -134,6 +216,9 @@ TEST(OnlineScheduler, RejectsContractViolations) {
   EXPECT_THROW(s.observe(20, std::nan(""), 2.0), std::invalid_argument);
   EXPECT_THROW(s.should_publish(5), std::invalid_argument);
   EXPECT_THROW(s.set_costs(1.0, -2.0), std::invalid_argument);
+  OnlineOptions bad_refit = o;
+  bad_refit.refit_growth = -0.1;
+  EXPECT_THROW(OnlineScheduler{bad_refit}, std::invalid_argument);
 }
 
 }  // namespace

@@ -278,6 +278,8 @@ Json run_replay(const CommonArgs& a) {
   if (!log.warnings.empty()) r["warnings"] = log.warnings;
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
+  r["scheduler"] = {{"fits", scheduler.stats().fits}, {"band_refits", scheduler.stats().band_refits},
+                    {"plans", scheduler.stats().plans}};
   r["predicted_cil"] = cil;  // the log is the true curve: this is the schedule's actual CIL
   r["slowdown_s"] = costs.stall_s * static_cast<double>(steps.size());
   r["optimal"] = schedule_json(best.publish_steps, best.cil, costs.stall_s);
