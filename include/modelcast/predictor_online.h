@@ -24,7 +24,7 @@ struct OnlineOptions {
   // the forecast is refitted only when one of these holds:
   //  - geometric schedule: the number of observed points grew by refit_growth since the last
   //    fit (at least one new point). On a log of n points after a warm-up of w points that is
-  //    about log(n / w) / log(1 + refit_growth) fits (default 0.25: 11 fits for n = 10 w).
+  //    about log(n / w) / log(1 + refit_growth) fits (default 0.5: 6 fits for n = 10 w).
   //    0 refits at every point.
   //  - while fewer than refit_every_below points are observed it refits at every point (fits
   //    of short prefixes are cheap, and each new point changes them most).
@@ -37,7 +37,7 @@ struct OnlineOptions {
   // forecast, anchored on the newest observed point (its loss and time residuals against the
   // forecast are added to the rest of the forecast), so "publish now?" is always weighed
   // against a future that continues from where the run actually is.
-  double refit_growth = 0.25;
+  double refit_growth = 0.5;
   int refit_band_points = 0;
   int refit_every_below = 24;
   // Plans consider at most this many future candidates (evenly thinned, "now" always kept),
