@@ -43,6 +43,8 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
 bool OnlineScheduler::left_band() const {
   const auto k = static_cast<std::size_t>(options_.refit_band_points);
   if (k == 0 || forecast_.steps.empty() || observed_.size() < points_at_last_fit_ + k) return false;
+  if (forecast_.lower.size() != forecast_.steps.size() || forecast_.upper.size() != forecast_.steps.size())
+    return false;  // a custom forecaster without a band
   int side = 0;  // -1 below the band, +1 above
   for (std::size_t j = observed_.size() - k; j < observed_.size(); ++j) {
     const auto& p = observed_[j];
@@ -99,12 +101,13 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
     // against a future that continues from where the run actually is.
     double loss_shift = 0.0, time_shift = 0.0;
     const auto it = std::lower_bound(forecast_.steps.begin(), forecast_.steps.end(), step);
-    if (it != forecast_.steps.begin() && it != forecast_.steps.end()) {
+    if (it != forecast_.steps.end() && (*it == step || it != forecast_.steps.begin())) {
       const auto i = static_cast<std::size_t>(it - forecast_.steps.begin());
-      const double f = static_cast<double>(step - forecast_.steps[i - 1]) /
-                       static_cast<double>(forecast_.steps[i] - forecast_.steps[i - 1]);
-      loss_shift = now.loss - (forecast_.loss[i - 1] + f * (forecast_.loss[i] - forecast_.loss[i - 1]));
-      time_shift = now.time_s - (forecast_.time_s[i - 1] + f * (forecast_.time_s[i] - forecast_.time_s[i - 1]));
+      const std::size_t j = *it == step ? i : i - 1;  // interpolate between j and i (j == i: exact)
+      const double f = j == i ? 0.0 : static_cast<double>(step - forecast_.steps[j]) /
+                                          static_cast<double>(forecast_.steps[i] - forecast_.steps[j]);
+      loss_shift = now.loss - (forecast_.loss[j] + f * (forecast_.loss[i] - forecast_.loss[j]));
+      time_shift = now.time_s - (forecast_.time_s[j] + f * (forecast_.time_s[i] - forecast_.time_s[j]));
     }
     for (std::size_t i = 0; i < forecast_.steps.size(); ++i) {
       if (forecast_.steps[i] <= step) continue;
