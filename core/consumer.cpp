@@ -503,15 +503,16 @@ class Consumer::Impl {
     }
   }
 
+  // Counted and reported before the ack: the ack is what the outside world sees first.
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error) {
     rejected_.insert(manifest.version);
-    send_ack(manifest, fetch_id, false, error.what());
     fetch_.reset();
     {
       std::lock_guard lock(mutex_);
       stats_.versions_rejected++;
     }
     report(error);
+    send_ack(manifest, fetch_id, false, error.what());
   }
 
   void report(const Error& error) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <future>
 #include <mutex>
 
@@ -85,7 +86,8 @@ class ScriptedProducer {
   // is still connecting), then serves it; `corrupt` flips one byte after the digests are taken.
   // With `digests_later`, the manifest goes out without digests and they follow the data in a
   // Digests message, as the real producer does when a fetch beats its digest thread.
-  protocol::Ack serve(std::uint64_t version, bool corrupt, bool digests_later = false) {
+  protocol::Ack serve(std::uint64_t version, bool corrupt, bool digests_later = false,
+                     std::function<void(modelcast::Manifest&)> tweak = nullptr) {
     protocol::FetchRequest fetch;
     for (;;) {
       announce(version);
@@ -106,6 +108,7 @@ class ScriptedProducer {
       entry.digest = modelcast::digest_bytes(slot_.data() + entry.offset, entry.size);
     }
     if (corrupt) slot_.data()[manifest.tensors[5].offset + 3] ^= std::byte{0x10};
+    if (tweak) tweak(manifest);
     auto sent = manifest;
     if (digests_later) {
       for (auto& t : sent.tensors) t.digest = 0;
@@ -149,6 +152,7 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   options.producer_endpoint = producer.endpoint();
   options.model_name = "test";
   options.producer_timeout = 60s;  // the script sends no heartbeats between its steps
+  for (const auto& t : testmodel::make(256)) options.expected_layout.push_back(t.spec);
   std::once_flag once;
   options.on_error = [&](const modelcast::Error& e) { std::call_once(once, [&] { first_error.set_value(e); }); };
   modelcast::Consumer consumer(options);
@@ -202,6 +206,16 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   EXPECT_EQ(consumer.acquire().version(), 5u);
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
   EXPECT_EQ(consumer.stats().versions_rejected, 2u);
+
+  // A version whose layout differs from the one the consumer expects is rejected, naming the
+  // tensor, and version 5 stays.
+  ack = producer.serve(6, /*corrupt=*/false, /*digests_later=*/false,
+                       [](modelcast::Manifest& m) { m.tensors[0].spec.dtype = modelcast::DType::kI32; });
+  EXPECT_FALSE(ack.ok);
+  EXPECT_NE(ack.error.find("tensor 't0' is i32, expected f32"), std::string::npos) << ack.error;
+  EXPECT_EQ(consumer.stats().versions_rejected, 3u);
+  EXPECT_EQ(consumer.acquire().version(), 5u);
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
 }
 
 }  // namespace
