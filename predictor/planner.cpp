@@ -248,4 +248,24 @@ std::vector<std::int64_t> snap_to_candidates(std::span<const std::int64_t> plann
   return out;
 }
 
+Trajectory trajectory_of(std::span<const CurvePoint> points) {
+  Trajectory t;
+  for (const auto& p : points) {
+    t.steps.push_back(p.step);
+    t.loss.push_back(p.loss);
+    t.time_s.push_back(p.time_s);
+  }
+  return t;
+}
+
+Trajectory extend_with_forecast(std::span<const CurvePoint> prefix, const Forecast& forecast) {
+  auto t = trajectory_of(prefix);
+  for (std::size_t i = 0; i < forecast.steps.size(); ++i) {
+    t.steps.push_back(forecast.steps[i]);
+    t.loss.push_back(forecast.loss[i]);
+    t.time_s.push_back(t.time_s.empty() ? forecast.time_s[i] : std::max(forecast.time_s[i], t.time_s.back()));
+  }
+  return t;
+}
+
 }  // namespace modelcast::predictor

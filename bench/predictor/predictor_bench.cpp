@@ -41,25 +41,7 @@ struct RunResult {
   std::map<int, double> mae, integral_err_pct;             // per warm-up
 };
 
-mp::Trajectory to_trajectory(const std::vector<mp::CurvePoint>& pts) {
-  mp::Trajectory t;
-  for (const auto& p : pts) {
-    t.steps.push_back(p.step);
-    t.loss.push_back(p.loss);
-    t.time_s.push_back(p.time_s);
-  }
-  return t;
-}
 
-mp::Trajectory planning_curve(const std::vector<mp::CurvePoint>& prefix, const mp::Forecast& f) {
-  auto t = to_trajectory(prefix);
-  for (std::size_t i = 0; i < f.steps.size(); ++i) {
-    t.steps.push_back(f.steps[i]);
-    t.loss.push_back(f.loss[i]);
-    t.time_s.push_back(std::max(f.time_s[i], t.time_s.back()));
-  }
-  return t;
-}
 
 double median_gap(const std::vector<mp::CurvePoint>& pts) {
   std::vector<double> gaps;
@@ -84,7 +66,7 @@ int compare(double ours, double theirs) {
 RunResult evaluate_run(const mp::LossLog& run, const modelcast::bench::ReferencePrior& prior, bool use_reference) {
   RunResult result;
   result.run = run.run;
-  const auto truth = to_trajectory(run.points);
+  const auto truth = mp::trajectory_of(run.points);
   const std::size_t n = run.points.size();
   const std::int64_t total = *run.total_steps;
   const double gap = median_gap(run.points);
@@ -110,8 +92,8 @@ RunResult evaluate_run(const mp::LossLog& run, const modelcast::bench::Reference
       std::cerr << "\n";
     }
     const auto viper = mp::forecast_viper(prefix, fo);
-    const auto planned = planning_curve(prefix, forecast);
-    const auto viper_planned = planning_curve(prefix, viper);
+    const auto planned = mp::extend_with_forecast(prefix, forecast);
+    const auto viper_planned = mp::extend_with_forecast(prefix, viper);
 
     // Forecast error over the true remaining points.
     double abs_err = 0, int_true = 0, int_pred = 0;

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "modelcast/predictor_forecast.h"
+
 namespace modelcast::predictor {
 
 // Logged (or forecast) points: strictly increasing steps, finite loss and time.
@@ -24,6 +26,13 @@ struct Trajectory {
   std::vector<double> loss;
   std::vector<double> time_s;
 };
+
+// The logged points as a trajectory. No validation: the caller's points are already checked.
+Trajectory trajectory_of(std::span<const CurvePoint> points);
+
+// The logged prefix followed by a forecast of the rest: what the planner plans on. Forecast
+// times are clamped so they never run backwards from the last logged point.
+Trajectory extend_with_forecast(std::span<const CurvePoint> prefix, const Forecast& forecast);
 
 struct PublishCosts {
   double stall_s = 0.0;        // c: training stall per publish (>= 0)

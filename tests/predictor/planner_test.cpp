@@ -9,6 +9,27 @@
 namespace modelcast::predictor {
 namespace {
 
+TEST(Trajectory, ForecastExtendsThePrefixAndTimeNeverRunsBackwards) {
+  std::vector<CurvePoint> prefix(2);
+  prefix[0].step = 0;
+  prefix[0].loss = 5.0;
+  prefix[0].time_s = 0.0;
+  prefix[1].step = 10;
+  prefix[1].loss = 4.0;
+  prefix[1].time_s = 100.0;
+  Forecast forecast;
+  forecast.steps = {20, 30};
+  forecast.loss = {3.5, 3.0};
+  forecast.time_s = {90.0, 150.0};  // the first forecast time lies before the last logged one
+  auto logged = trajectory_of(prefix);
+  EXPECT_EQ(logged.steps, (std::vector<std::int64_t>{0, 10}));
+  EXPECT_EQ(logged.loss, (std::vector<double>{5.0, 4.0}));
+  auto t = extend_with_forecast(prefix, forecast);
+  EXPECT_EQ(t.steps, (std::vector<std::int64_t>{0, 10, 20, 30}));
+  EXPECT_EQ(t.loss, (std::vector<double>{5.0, 4.0, 3.5, 3.0}));
+  EXPECT_EQ(t.time_s, (std::vector<double>{0.0, 100.0, 100.0, 150.0}));
+}
+
 Trajectory simple() { return {{0, 10, 20, 30}, {4.0, 3.0, 2.0, 1.0}, {0.0, 10.0, 20.0, 30.0}}; }
 
 TEST(EvaluateCil, MatchesHandComputation) {

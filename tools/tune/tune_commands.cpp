@@ -110,15 +110,6 @@ std::size_t warmup_index_of(const mp::LossLog& log, std::int64_t w) {
   return i;
 }
 
-mp::Trajectory trajectory_of(std::span<const mp::CurvePoint> pts) {
-  mp::Trajectory t;
-  for (const auto& p : pts) {
-    t.steps.push_back(p.step);
-    t.loss.push_back(p.loss);
-    t.time_s.push_back(p.time_s);
-  }
-  return t;
-}
 
 Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double stall_s) {
   return Json{{"publish_steps", steps}, {"predicted_cil", cil}, {"slowdown_s", stall_s * static_cast<double>(steps.size())}};
@@ -177,15 +168,6 @@ Json baselines_json(const mp::Trajectory& truth_or_forecast, std::size_t w, cons
   return b;
 }
 
-mp::Trajectory extend_with(const std::vector<mp::CurvePoint>& prefix, const mp::Forecast& f) {
-  auto t = trajectory_of(prefix);
-  for (std::size_t i = 0; i < f.steps.size(); ++i) {
-    t.steps.push_back(f.steps[i]);
-    t.loss.push_back(f.loss[i]);
-    t.time_s.push_back(std::max(f.time_s[i], t.time_s.back()));
-  }
-  return t;
-}
 
 }  // namespace
 
@@ -204,8 +186,8 @@ Json run_plan(const CommonArgs& a) {
   const auto fo = forecast_options(a, total);
   const auto forecast = mp::forecast_curve(prefix, fo);
   const auto viper = mp::forecast_viper(prefix, fo);
-  const auto planned = extend_with(prefix, forecast);
-  const auto viper_curve = extend_with(prefix, viper);
+  const auto planned = mp::extend_with_forecast(prefix, forecast);
+  const auto viper_curve = mp::extend_with_forecast(prefix, viper);
   const std::size_t w = prefix.size() - 1;
   const auto plan = mp::plan_optimal(planned, w, costs);
 
@@ -265,13 +247,13 @@ Json run_replay(const CommonArgs& a) {
     scheduler.observe(p.step, p.loss, wall);
     scheduler.should_publish(p.step);
   }
-  const auto truth = trajectory_of(log.points);
+  const auto truth = mp::trajectory_of(log.points);
   const auto& steps = scheduler.published_steps();
   const double cil = mp::evaluate_cil(truth, w, costs, steps);
   const auto best = mp::plan_optimal(truth, w, costs);
   const double none = mp::evaluate_cil(truth, w, costs, {});
   const std::vector<mp::CurvePoint> prefix(log.points.begin(), log.points.begin() + static_cast<std::ptrdiff_t>(w + 1));
-  const auto viper_curve = extend_with(prefix, mp::forecast_viper(prefix, oo.forecast));
+  const auto viper_curve = mp::extend_with_forecast(prefix, mp::forecast_viper(prefix, oo.forecast));
 
   Json r;
   r["command"] = "replay";
@@ -303,7 +285,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   if (!a.warmup_step) throw std::invalid_argument("--warmup-steps is required");
   const auto log = load_log(a, 2);
   const std::size_t w = warmup_index_of(log, *a.warmup_step);
-  const auto truth = trajectory_of(log.points);
+  const auto truth = mp::trajectory_of(log.points);
   const auto costs = costs_of(a);
   const double cil = mp::evaluate_cil(truth, w, costs, publish_steps);
   const auto best = mp::plan_optimal(truth, w, costs);
