@@ -11,12 +11,14 @@
 // version or the new one, never a mix, and a view they hold keeps its buffer out of reuse.
 #include "modelcast/consumer.h"
 
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <map>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <set>
 #include <thread>
 #include <variant>
@@ -43,6 +45,42 @@ std::string default_consumer_name() {
   return std::string(host) + ":" + std::to_string(getpid());
 }
 
+std::uint64_t random_session() {
+  std::random_device device;
+  return (std::uint64_t{device()} << 32) ^ device();
+}
+
+// The largest model this consumer will allocate for: what it can hold at all (its caller
+// buffers, or half the machine's memory), narrowed by the caller's own cap.
+std::uint64_t model_size_cap(const ConsumerOptions& options) {
+  std::uint64_t cap = 0;
+  if (!options.caller_buffers.empty()) {
+    for (auto buffer : options.caller_buffers) cap = std::max<std::uint64_t>(cap, buffer.size());
+  } else {
+    // Two versions must fit at once (one served while the next arrives).
+    struct sysinfo info {};
+    cap = sysinfo(&info) == 0 ? std::uint64_t{info.totalram} * info.mem_unit / 2 : std::uint64_t{1} << 40;
+  }
+  if (options.max_model_bytes != 0) cap = std::min<std::uint64_t>(cap, options.max_model_bytes);
+  return cap;
+}
+
+// A chunk smaller than this makes the consumer post one receive (and keep its bookkeeping) per
+// few bytes; the producer never picks one (its chunk option is validated likewise).
+constexpr std::uint64_t kMinChunkBytes = 64u << 10;
+
+// "tcp://0.0.0.0:PORT" (or * or [::]) is how a producer bound to every interface sees its
+// announcement endpoint; the consumer reaches it on the host it reached the producer on.
+std::string reachable_endpoint(const std::string& announced, const std::string& producer_endpoint) {
+  for (const char* wildcard : {"tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"}) {
+    std::string prefix(wildcard);
+    if (announced.rfind(prefix, 0) != 0 || producer_endpoint.rfind("tcp://", 0) != 0) continue;
+    auto colon = producer_endpoint.rfind(':');
+    return producer_endpoint.substr(0, colon + 1) + announced.substr(prefix.size());
+  }
+  return announced;
+}
+
 std::int64_t realtime_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -66,6 +104,7 @@ struct FetchInFlight {
   std::vector<transport::TransferId> transfers;
   std::size_t pending = 0;
   std::string failure;
+  Clock::time_point replied_at{};
   // Hashing overlaps the transfer: the contiguous prefix of completed chunks is hashed as it grows.
   std::uint64_t chunk_bytes = 0;
   std::vector<bool> chunk_done;
@@ -95,6 +134,11 @@ class Consumer::Impl {
     for (const auto& spec : options_.expected_layout) {
       if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
     }
+    if (options_.transfer_timeout.count() <= 0) {
+      throw Error(ErrorCode::kInvalidArgument, "transfer_timeout must be positive");
+    }
+    check_endpoint(options_.producer_endpoint);
+    limits_.max_total_bytes = model_size_cap(options_);
     service_ = std::thread([this] { service_loop(); });
   }
 
@@ -122,6 +166,21 @@ class Consumer::Impl {
   }
 
  private:
+  // ZeroMQ parses an endpoint only when connecting, and throws there: on the service thread
+  // that would end the process, so a bad one is refused here, in the caller's thread.
+  void check_endpoint(const std::string& endpoint) {
+    if (endpoint.rfind("tcp://", 0) != 0 && endpoint.rfind("ipc://", 0) != 0) {
+      throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint + "' must start with tcp:// or ipc://");
+    }
+    try {
+      zmq::socket_t probe(zmq_context_, zmq::socket_type::dealer);
+      probe.set(zmq::sockopt::linger, 0);
+      probe.connect(endpoint);
+    } catch (const zmq::error_t& e) {
+      throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint + "' is not usable: " + e.what());
+    }
+  }
+
   // ---- service thread ------------------------------------------------------------------
 
   void service_loop() {
@@ -141,14 +200,45 @@ class Consumer::Impl {
         }
       }
       if (items[0].revents & ZMQ_POLLIN) {
-        while (auto parts = zmq_util::receive(*dealer_)) on_reply(*parts);
+        while (auto parts = zmq_util::receive(*dealer_)) guarded([&] { on_reply(*parts); });
       }
       if (subscriber_ && (items[2].revents & ZMQ_POLLIN)) {
-        while (auto parts = zmq_util::receive(*subscriber_)) on_announce(*parts);
+        while (auto parts = zmq_util::receive(*subscriber_)) guarded([&] { on_announce(*parts); });
       }
-      check_producer_alive();
-      maybe_fetch();
+      guarded([&] {
+        check_producer_alive();
+        check_transfer_deadline();
+        maybe_fetch();
+      });
     }
+  }
+
+  // Nothing a peer sends may end the inference process: a failure while handling it is
+  // reported (on_error, stats) and the last good version stays served.
+  template <typename Step>
+  void guarded(Step&& step) {
+    try {
+      step();
+    } catch (const Error& e) {
+      report(e);
+    } catch (const zmq::error_t& e) {
+      report(Error(ErrorCode::kTransport, std::string("control plane: ") + e.what()));
+    } catch (const std::bad_alloc&) {
+      abort_fetch("out of memory", true);
+      report(Error(ErrorCode::kResource, "out of memory while handling a message from the producer"));
+    } catch (const std::exception& e) {
+      report(Error(ErrorCode::kProtocol, std::string("while handling a message from the producer: ") + e.what()));
+    }
+  }
+
+  // A transfer the producer answered but never finishes (its lease lapsed, a sender hung) is
+  // given up, so the consumer asks for the newest version again instead of waiting for ever.
+  void check_transfer_deadline() {
+    if (!fetch_ || !fetch_->replied || Clock::now() - fetch_->replied_at <= options_.transfer_timeout) return;
+    auto manifest = fetch_->manifest;
+    auto fetch_id = fetch_->fetch_id;
+    abort_fetch("no transfer progress within " + std::to_string(options_.transfer_timeout.count()) + " ms", true);
+    send_ack(manifest, fetch_id, false, "transfer timed out");
   }
 
   std::chrono::milliseconds tick() const {
@@ -174,16 +264,21 @@ class Consumer::Impl {
     dealer_ = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::dealer);
     dealer_->set(zmq::sockopt::linger, 0);
     dealer_->connect(options_.producer_endpoint);
-    protocol::JoinRequest join{options_.model_name, options_.consumer_name, transport_->address(), host_id()};
+    protocol::JoinRequest join{options_.model_name, options_.consumer_name, transport_->address(), host_id(),
+                               session_};
     zmq_util::send(*dealer_, join);
     joined_ = false;
+    join_refused_ = false;
     join_sent_ = Clock::now();
   }
 
   void check_producer_alive() {
     auto now = Clock::now();
     if (!joined_) {
-      if (now - join_sent_ > options_.producer_timeout / 2) start_join();
+      // Unanswered: the producer may not be up yet. Refused: ask again a little later.
+      auto wait = join_refused_ ? std::min<Clock::duration>(options_.producer_timeout / 2, ping_interval())
+                                : Clock::duration(options_.producer_timeout / 2);
+      if (now - join_sent_ > wait) start_join();
       return;
     }
     if (now - last_ping_ > ping_interval()) {
@@ -213,9 +308,16 @@ class Consumer::Impl {
     stats_.bad_messages++;
   }
 
-  std::optional<protocol::Message> decode(const zmq::message_t& frame) {
+  // Announcements are a few dozen bytes; the request channel carries manifests.
+  static protocol::DecodeLimits announce_limits() {
+    protocol::DecodeLimits limits;
+    limits.max_message_bytes = 4096;
+    return limits;
+  }
+
+  std::optional<protocol::Message> decode(const zmq::message_t& frame, const protocol::DecodeLimits& limits) {
     try {
-      return protocol::decode({static_cast<const std::byte*>(frame.data()), frame.size()});
+      return protocol::decode({static_cast<const std::byte*>(frame.data()), frame.size()}, limits);
     } catch (const Error& e) {
       bad_message(e.what());
       return std::nullopt;
@@ -224,7 +326,7 @@ class Consumer::Impl {
 
   void on_announce(std::vector<zmq::message_t>& parts) {
     if (parts.size() != 2) return bad_message("announcement with " + std::to_string(parts.size()) + " frames");
-    auto message = decode(parts[1]);
+    auto message = decode(parts[1], announce_limits());
     if (!message) return;
     auto* announce = std::get_if<protocol::Announce>(&*message);
     if (!announce) return bad_message("unexpected message type on the announcement channel");
@@ -246,7 +348,7 @@ class Consumer::Impl {
 
   void on_reply(std::vector<zmq::message_t>& parts) {
     if (parts.size() != 1) return bad_message("reply with " + std::to_string(parts.size()) + " frames");
-    auto message = decode(parts[0]);
+    auto message = decode(parts[0], {});
     if (!message) return;
     if (auto* join = std::get_if<protocol::JoinReply>(&*message)) return on_join_reply(*join);
     if (auto* fetch = std::get_if<protocol::FetchReply>(&*message)) return on_fetch_reply(*fetch);
@@ -257,17 +359,34 @@ class Consumer::Impl {
   void on_join_reply(const protocol::JoinReply& reply) {
     if (!reply.ok) {
       report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));
-      return;  // retried after producer_timeout/2 by check_producer_alive
+      join_refused_ = true;
+      return;  // retried by check_producer_alive
     }
     if (reply.transport != transport_->name()) {
       report(Error(ErrorCode::kTransport, "producer speaks transport '" + reply.transport + "', this consumer '" +
                                               transport_->name() + "'"));
+      join_refused_ = true;
       return;
     }
-    subscriber_ = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::sub);
-    subscriber_->set(zmq::sockopt::linger, 0);
-    subscriber_->set(zmq::sockopt::subscribe, options_.model_name);
-    subscriber_->connect(reply.announce_endpoint);
+    auto endpoint = reachable_endpoint(reply.announce_endpoint, options_.producer_endpoint);
+    if (endpoint.rfind("tcp://", 0) != 0 && endpoint.rfind("ipc://", 0) != 0) {
+      report(Error(ErrorCode::kProtocol, "producer named an unusable announcement endpoint '" + endpoint + "'"));
+      join_refused_ = true;
+      return;  // joined_ stays false: the join is tried again
+    }
+    auto subscriber = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::sub);
+    subscriber->set(zmq::sockopt::linger, 0);
+    subscriber->set(zmq::sockopt::maxmsgsize, std::int64_t{4096});
+    subscriber->set(zmq::sockopt::subscribe, options_.model_name);
+    try {
+      subscriber->connect(endpoint);
+    } catch (const zmq::error_t& e) {
+      report(Error(ErrorCode::kProtocol, "producer named an unusable announcement endpoint '" + endpoint + "': " +
+                                             e.what()));
+      join_refused_ = true;
+      return;
+    }
+    subscriber_ = std::move(subscriber);
     if (reply.incarnation != incarnation_) rejected_.clear();  // version numbers restart with a new producer
     incarnation_ = reply.incarnation;
     joined_ = true;
@@ -361,22 +480,35 @@ class Consumer::Impl {
       log_->debug("fetch refused: {}", reply.error);
       fetch_.reset();
       retry_fetch_after_ = Clock::now() + tick();
-      if (reply.error.find("join") != std::string::npos || reply.error == "not joined") start_join();
+      if (reply.refusal == protocol::Refusal::kNotJoined || reply.refusal == protocol::Refusal::kStaleIncarnation) {
+        start_join();
+      }
       return;
     }
     const Manifest& manifest = reply.manifest;
     try {
-      validate_manifest(manifest);
+      validate_manifest(manifest, limits_);
       if (manifest.model != options_.model_name) {
         throw Error(ErrorCode::kProtocol, "manifest is for model '" + manifest.model + "'");
       }
-      if (reply.chunk_bytes == 0) throw Error(ErrorCode::kProtocol, "fetch reply with a zero chunk size");
+      check_chunking(reply.chunk_bytes, manifest.total_bytes);
       check_expected_layout(options_.expected_layout, manifest);
     } catch (const Error& e) {
       reject(manifest, reply.fetch_id, e);
       return;
     }
-    auto buffer = free_buffer(manifest.total_bytes);
+    std::shared_ptr<detail::ReceiveBuffer> buffer;
+    try {
+      buffer = free_buffer(manifest.total_bytes);
+    } catch (const std::bad_alloc&) {
+      reject(manifest, reply.fetch_id, Error(ErrorCode::kResource, "cannot allocate " +
+                                                std::to_string(manifest.total_bytes) + " bytes for version " +
+                                                std::to_string(manifest.version)));
+      return;
+    } catch (const Error& e) {
+      reject(manifest, reply.fetch_id, e);
+      return;
+    }
     if (!buffer) {
       std::string why = options_.caller_buffers.empty()
                             ? "every receive buffer is held by a reader; will fetch the newest when one frees"
@@ -388,6 +520,7 @@ class Consumer::Impl {
       return;
     }
     fetch_->replied = true;
+    fetch_->replied_at = Clock::now();
     fetch_->manifest = manifest;
     fetch_->buffer = buffer;
     std::size_t chunks = (manifest.total_bytes + reply.chunk_bytes - 1) / reply.chunk_bytes;
@@ -407,6 +540,19 @@ class Consumer::Impl {
           }));
     }
     if (chunks == 0) maybe_finish();
+  }
+
+  // Each chunk is one posted receive and one tag: a chunk size that makes many of them costs
+  // the consumer memory per declared byte, and more than the tag has room for would collide.
+  static void check_chunking(std::uint64_t chunk_bytes, std::uint64_t total_bytes) {
+    if (chunk_bytes == 0) throw Error(ErrorCode::kProtocol, "fetch reply with a zero chunk size");
+    if (chunk_bytes < std::min(total_bytes, kMinChunkBytes)) {
+      throw Error(ErrorCode::kProtocol, "fetch reply with " + std::to_string(chunk_bytes) +
+                                            "-byte chunks; at least " + std::to_string(kMinChunkBytes) + " expected");
+    }
+    if ((total_bytes + chunk_bytes - 1) / chunk_bytes > (std::uint64_t{1} << protocol::kChunkBits)) {
+      throw Error(ErrorCode::kProtocol, "fetch reply splits the model into more chunks than a tag can number");
+    }
   }
 
   void on_digests(const protocol::Digests& message) {
@@ -545,6 +691,7 @@ class Consumer::Impl {
   std::unique_ptr<zmq::socket_t> dealer_;
   std::unique_ptr<zmq::socket_t> subscriber_;
   bool joined_ = false;
+  bool join_refused_ = false;  // the last join was answered with a refusal or was unusable
   std::uint64_t incarnation_ = 0;
   Clock::time_point join_sent_{};
   Clock::time_point last_heard_{};
@@ -553,6 +700,8 @@ class Consumer::Impl {
   std::uint64_t newest_announced_ = 0;
   std::uint64_t next_fetch_id_ = 1;
   std::set<std::uint64_t> rejected_;
+  const std::uint64_t session_ = random_session();
+  ManifestLimits limits_;
   std::optional<FetchInFlight> fetch_;
   std::map<std::uint64_t, FetchInFlight> draining_;  // aborted fetches whose receives are still live
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;    // registered with transport_

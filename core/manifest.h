@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,25 @@ struct Manifest {
 // naming the tensor for an empty or duplicate name, a negative extent or an unknown dtype.
 std::vector<TensorEntry> plan_layout(const std::vector<TensorSpec>& specs, std::uint64_t* total_bytes);
 
-// Checks a received manifest is self-consistent (sizes match shapes, tensors inside
-// total_bytes, names unique). Throws Error(kProtocol) saying what is wrong.
-void validate_manifest(const Manifest& manifest);
+// What a received manifest may declare. A peer's manifest decides how much a consumer
+// allocates and how many receives it posts, so each of these is checked before either happens.
+struct ManifestLimits {
+  std::uint64_t max_total_bytes = std::uint64_t{1} << 40;  // the consumer narrows it to its memory
+  std::size_t max_tensors = std::size_t{1} << 16;
+  std::size_t max_rank = 16;
+  std::size_t max_name_bytes = 4096;
+  std::size_t max_metadata_entries = 1024;
+  std::size_t max_metadata_bytes = std::size_t{1} << 20;  // keys and values together
+};
+
+// Bytes a tensor of this spec holds, or nullopt when the element count or byte size overflows
+// 64 bits (a shape a peer can send but no memory can hold).
+std::optional<std::uint64_t> checked_size_bytes(const TensorSpec& spec);
+
+// Checks a received manifest is self-consistent and within `limits` (sizes match shapes, no
+// overflow, tensors inside total_bytes and total_bytes no larger than the layout needs, names
+// unique). Throws Error(kProtocol) saying what is wrong.
+void validate_manifest(const Manifest& manifest, const ManifestLimits& limits = {});
 
 // Throws Error(kLayoutMismatch) listing the first differences between what a consumer expects
 // and what the producer sent (missing, unexpected, dtype or shape differences).

@@ -70,6 +70,15 @@ struct Slot {
 constexpr auto kPinDuration = std::chrono::hours(24 * 365);
 const std::string kDigestHolder = "(digest thread)";
 
+// Consumers check the same floor (see consumer.cpp): smaller chunks cost them a receive each.
+constexpr std::size_t kMinChunkBytes = 64u << 10;
+
+const protocol::DecodeLimits kRequestLimits = [] {
+  protocol::DecodeLimits limits;
+  limits.max_message_bytes = 256u << 10;
+  return limits;
+}();
+
 // Events for the service thread.
 // publish() has a slot and a version number and is about to copy: announce it now, so the
 // notification does not wait for the copy. Fetches for it wait until SnapshotTaken.
@@ -84,7 +93,7 @@ struct SnapshotTaken {
   Clock::time_point called_at;
 };
 struct SendDone {
-  std::string consumer;
+  std::string consumer;  // routing id
   std::uint64_t fetch_id;
   bool ok;
   std::string error;
@@ -116,9 +125,12 @@ struct Fetch {
   bool failed = false;
 };
 
+// A consumer is its connection (the ROUTER's routing id, unique per live connection), never its
+// name: names are chosen by the peer and two consumers may share one.
 struct ConsumerRecord {
-  std::string name;
+  std::string name;        // for logs and Delivery reports only
   std::string routing_id;
+  std::uint64_t session = 0;
   transport::PeerId peer = 0;
   Clock::time_point last_seen{};
   std::map<std::uint64_t, Fetch> fetches;  // by fetch id
@@ -139,10 +151,17 @@ class Producer::Impl {
         publisher_(zmq_context_, zmq::socket_type::pub) {
     if (options_.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
     if (options_.first_version == 0) throw Error(ErrorCode::kInvalidArgument, "first_version must be >= 1");
-    if (options_.transfer_chunk_bytes == 0) throw Error(ErrorCode::kInvalidArgument, "transfer_chunk_bytes is 0");
+    if (options_.transfer_chunk_bytes < kMinChunkBytes) {
+      throw Error(ErrorCode::kInvalidArgument, "transfer_chunk_bytes must be >= " + std::to_string(kMinChunkBytes) +
+                                                   ", got " + std::to_string(options_.transfer_chunk_bytes));
+    }
+    if (options_.max_consumers == 0) throw Error(ErrorCode::kInvalidArgument, "max_consumers is 0");
     zmq_util::announce_bind_endpoint(options_.control_endpoint);  // rejects a bad scheme before binding
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::router_mandatory, false);
+    // Requests are small (a join carries a UCX address of a few KiB): a peer sending more is
+    // disconnected by ZeroMQ before anything is decoded.
+    router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kRequestLimits.max_message_bytes));
     publisher_.set(zmq::sockopt::linger, 0);
     try {
       router_.bind(zmq_util::bind_spelling(options_.control_endpoint));
@@ -268,6 +287,9 @@ class Producer::Impl {
     layout_.incarnation = incarnation_;
     layout_.integrity = options_.integrity;
     layout_.tensors = plan_layout(registered_specs(), &layout_.total_bytes);
+    // The chunk index has kChunkBits bits of the tag: very large models get larger chunks.
+    constexpr std::uint64_t kMaxChunks = std::uint64_t{1} << protocol::kChunkBits;
+    chunk_bytes_ = std::max<std::uint64_t>(options_.transfer_chunk_bytes, (layout_.total_bytes + kMaxChunks - 1) / kMaxChunks);
     for (auto& slot : slots_) {
       slot.memory = HostBuffer(std::max<std::size_t>(layout_.total_bytes, 1));
       slot.region = transport_->register_memory(slot.memory.data(), slot.memory.size(), MemoryKind::kHost);
@@ -317,7 +339,7 @@ class Producer::Impl {
     for (auto it = consumers_.begin(); it != consumers_.end();) {
       auto next = std::next(it);
       if (now - it->second.last_seen > limit) {
-        log_->warn("consumer '{}' silent for {} ms; dropping it", it->first,
+        log_->warn("consumer '{}' silent for {} ms; dropping it", it->second.name,
                    std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_seen).count());
         drop_consumer(it);
       }
@@ -388,7 +410,7 @@ class Producer::Impl {
       for (auto& [fetch_id, fetch] : consumer.fetches) {
         if (fetch.version != e.version || !fetch.awaiting_digests) continue;
         fetch.awaiting_digests = false;
-        zmq_util::send(router_, protocol::Digests{fetch_id, e.version, e.digests}, &consumer.routing_id);
+        zmq_util::send(router_, protocol::Digests{fetch_id, e.version, e.digests, {}}, &consumer.routing_id);
       }
     }
   }
@@ -431,7 +453,7 @@ class Producer::Impl {
   void on_event(PeerFailed& e) {
     for (auto it = consumers_.begin(); it != consumers_.end(); ++it) {
       if (it->second.peer == e.peer) {
-        log_->warn("consumer '{}' lost ({}); releasing its leases", it->first, e.error);
+        log_->warn("consumer '{}' lost ({}); releasing its leases", it->second.name, e.error);
         drop_consumer(it);
         return;
       }
@@ -462,9 +484,9 @@ class Producer::Impl {
       if (!expired.empty()) slot_freed_.notify_all();
     }
     for (const auto& lease : expired) {
-      log_->warn("lease of '{}' on version {} expired; its transfer is abandoned", lease.holder, lease.version);
       auto it = consumers_.find(lease.holder);
       if (it == consumers_.end()) continue;
+      log_->warn("lease of '{}' on version {} expired; its transfer is abandoned", it->second.name, lease.version);
       for (auto f = it->second.fetches.begin(); f != it->second.fetches.end();) {
         if (f->second.lease_id == lease.id) {
           for (auto id : f->second.transfers) transport_->cancel(id);
@@ -484,22 +506,27 @@ class Producer::Impl {
     std::string routing_id = parts[0].to_string();
     protocol::Message message;
     try {
-      message = protocol::decode({static_cast<const std::byte*>(parts[1].data()), parts[1].size()});
+      message = protocol::decode({static_cast<const std::byte*>(parts[1].data()), parts[1].size()}, kRequestLimits);
     } catch (const Error& e) {
       bad_message(e.what());
       return;
     }
-    if (auto* consumer = find_by_routing_id(routing_id)) consumer->last_seen = Clock::now();
-    if (auto* join = std::get_if<protocol::JoinRequest>(&message)) {
-      on_join(routing_id, *join);
-    } else if (std::holds_alternative<protocol::Ping>(message)) {
-      // last_seen is all a ping updates
-    } else if (auto* fetch = std::get_if<protocol::FetchRequest>(&message)) {
-      on_fetch(routing_id, *fetch);
-    } else if (auto* ack = std::get_if<protocol::Ack>(&message)) {
-      on_ack(routing_id, *ack);
-    } else {
-      bad_message("unexpected message type on the request channel");
+    // Whatever a request makes go wrong costs that request only: the trainer keeps training.
+    try {
+      if (auto* consumer = find_by_routing_id(routing_id)) consumer->last_seen = Clock::now();
+      if (auto* join = std::get_if<protocol::JoinRequest>(&message)) {
+        on_join(routing_id, *join);
+      } else if (std::holds_alternative<protocol::Ping>(message)) {
+        // last_seen is all a ping updates
+      } else if (auto* fetch = std::get_if<protocol::FetchRequest>(&message)) {
+        on_fetch(routing_id, *fetch);
+      } else if (auto* ack = std::get_if<protocol::Ack>(&message)) {
+        on_ack(routing_id, *ack);
+      } else {
+        bad_message("unexpected message type on the request channel");
+      }
+    } catch (const std::exception& e) {
+      bad_message(std::string("request failed: ") + e.what());
     }
   }
 
@@ -510,10 +537,8 @@ class Producer::Impl {
   }
 
   ConsumerRecord* find_by_routing_id(const std::string& routing_id) {
-    for (auto& [name, record] : consumers_) {
-      if (record.routing_id == routing_id) return &record;
-    }
-    return nullptr;
+    auto it = consumers_.find(routing_id);
+    return it == consumers_.end() ? nullptr : &it->second;
   }
 
   void on_join(const std::string& routing_id, const protocol::JoinRequest& join) {
@@ -521,16 +546,32 @@ class Producer::Impl {
     reply.incarnation = incarnation_;
     reply.announce_endpoint = announce_endpoint_;
     reply.transport = transport_->name();
+    // The same connection joining again, or the same consumer object on a new connection
+    // (its session is random and travels only inside its own connection), replaces its record.
+    auto same_consumer = [&](const ConsumerRecord& r) {
+      return r.routing_id == routing_id || (join.session != 0 && r.session == join.session);
+    };
     if (join.model != options_.model_name) {
+      reply.refusal = protocol::Refusal::kWrongModel;
       reply.error = "this producer serves model '" + options_.model_name + "', not '" + join.model + "'";
     } else if (join.consumer_name.empty()) {
+      reply.refusal = protocol::Refusal::kBadRequest;
       reply.error = "consumer name is empty";
+    } else if (std::none_of(consumers_.begin(), consumers_.end(), [&](const auto& c) { return same_consumer(c.second); }) &&
+               consumers_.size() >= options_.max_consumers) {
+      reply.refusal = protocol::Refusal::kFull;
+      reply.error = "the producer serves " + std::to_string(options_.max_consumers) + " consumers already";
     } else {
-      if (auto old = consumers_.find(join.consumer_name); old != consumers_.end()) drop_consumer(old);
+      for (auto it = consumers_.begin(); it != consumers_.end();) {
+        auto next = std::next(it);
+        if (same_consumer(it->second)) drop_consumer(it);
+        it = next;
+      }
       try {
         ConsumerRecord record;
         record.name = join.consumer_name;
         record.routing_id = routing_id;
+        record.session = join.session;
         record.last_seen = Clock::now();
         // On one machine UCX reaches shared memory only without peer-failure detection; a
         // consumer that dies there is noticed through its lease instead.
@@ -540,10 +581,11 @@ class Producer::Impl {
                                           [this](transport::PeerId peer, const std::string& error) {
                                             events_.push(PeerFailed{peer, error});
                                           });
-        consumers_.emplace(record.name, std::move(record));
+        consumers_.emplace(routing_id, std::move(record));
         reply.ok = true;
         log_->info("consumer '{}' joined", join.consumer_name);
       } catch (const Error& e) {
+        reply.refusal = protocol::Refusal::kBadRequest;
         reply.error = std::string("cannot reach the consumer's transport address: ") + e.what();
       }
     }
@@ -561,27 +603,38 @@ class Producer::Impl {
     // Announced but still being copied: answer once it is published (the copy cannot fail).
     if (upcoming_version_ != 0 && request.incarnation == incarnation_ &&
         (request.version == upcoming_version_ || request.version == 0)) {
-      parked_fetches_.emplace_back(routing_id, request);
+      parked_fetches_[routing_id] = request;  // one per connection: a flood parks nothing more
       return;
     }
     protocol::FetchReply reply;
     reply.fetch_id = request.fetch_id;
     ConsumerRecord* consumer = find_by_routing_id(routing_id);
+    auto refuse = [&](protocol::Refusal refusal, std::string why) {
+      reply.refusal = refusal;
+      reply.error = std::move(why);
+    };
     if (!consumer) {
-      reply.error = "not joined";
+      refuse(protocol::Refusal::kNotJoined, "not joined");
     } else if (request.incarnation != incarnation_) {
-      reply.error = "stale producer incarnation; join again";
-    } else if (consumer->fetches.count(request.fetch_id)) {
-      reply.error = "fetch id " + std::to_string(request.fetch_id) + " already in use";
+      refuse(protocol::Refusal::kStaleIncarnation, "stale producer incarnation; join again");
+    } else if (!consumer->fetches.empty()) {
+      // One lease per consumer: a client re-fetching in a loop pins at most one slot, and
+      // only until its lease lapses, so publish() never waits on it for longer than that.
+      refuse(protocol::Refusal::kBusy, "a fetch of this consumer is still in flight");
     }
     std::optional<SlotPool::Lease> lease;
     std::size_t slot = 0;
     if (reply.error.empty()) {
       std::lock_guard lock(mutex_);
-      lease = pool_.acquire_lease(request.version, consumer->name, Clock::now(), options_.lease_timeout);
-      if (!lease) {
-        reply.error = request.version == 0 ? "nothing published yet"
-                                           : "version " + std::to_string(request.version) + " is no longer held";
+      if (request.version != 0 && request.version != pool_.newest_version()) {
+        // Only the newest version is served: older slots are what publish() writes next.
+        refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(request.version) +
+                                                " is superseded; the newest is " +
+                                                std::to_string(pool_.newest_version()));
+      } else if (!(lease = pool_.acquire_lease(request.version, routing_id, Clock::now(), options_.lease_timeout))) {
+        refuse(request.version == 0 ? protocol::Refusal::kNothingPublished : protocol::Refusal::kNotHeld,
+               request.version == 0 ? "nothing published yet"
+                                    : "version " + std::to_string(request.version) + " is no longer held");
       } else {
         slot = lease->slot;
         reply.manifest = slots_[slot].manifest;
@@ -593,7 +646,7 @@ class Producer::Impl {
       return;
     }
     reply.ok = true;
-    reply.chunk_bytes = options_.transfer_chunk_bytes;
+    reply.chunk_bytes = chunk_bytes_;
     zmq_util::send(router_, reply, &routing_id);
 
     Fetch fetch;
@@ -604,7 +657,7 @@ class Producer::Impl {
     std::size_t total = reply.manifest.total_bytes;
     std::size_t chunks = (total + reply.chunk_bytes - 1) / reply.chunk_bytes;
     fetch.pending = chunks;
-    std::string name = consumer->name;
+    std::string name = consumer->routing_id;
     for (std::size_t i = 0; i < chunks; ++i) {
       std::size_t offset = i * reply.chunk_bytes;
       std::size_t length = std::min<std::size_t>(reply.chunk_bytes, total - offset);
@@ -664,6 +717,7 @@ class Producer::Impl {
   bool prepared_ = false;              // guarded by mutex_
   std::vector<TensorRef> registered_;  // guarded by mutex_ until prepared, then immutable
   Manifest layout_;                    // immutable once prepared
+  std::uint64_t chunk_bytes_ = 0;      // immutable once prepared
   std::uint64_t next_version_;         // publishing thread only
   std::vector<Slot> slots_;            // memory: see the file comment; manifest: mutex_
 
@@ -676,9 +730,9 @@ class Producer::Impl {
   zmq::socket_t publisher_;
   std::string control_endpoint_;
   std::string announce_endpoint_;
-  std::map<std::string, ConsumerRecord> consumers_;
+  std::map<std::string, ConsumerRecord> consumers_;  // by routing id
   std::uint64_t upcoming_version_ = 0;  // announced, snapshot copy not finished
-  std::vector<std::pair<std::string, protocol::FetchRequest>> parked_fetches_;
+  std::map<std::string, protocol::FetchRequest> parked_fetches_;  // by routing id
   std::thread service_;
 
   // Digest thread's queue.

@@ -57,15 +57,17 @@ struct BodyPacker {
     pk.pack("t_pub"); pk.pack(m.publish_time_ns);
   }
   void operator()(const JoinRequest& m) const {
-    pk.pack_map(4);
+    pk.pack_map(5);
     pk.pack("model"); pack_str(pk, m.model);
     pk.pack("name"); pack_str(pk, m.consumer_name);
     pk.pack("addr"); pack_bin(pk, m.transport_address);
     pk.pack("host"); pack_str(pk, m.host_id);
+    pk.pack("session"); pk.pack(m.session);
   }
   void operator()(const JoinReply& m) const {
-    pk.pack_map(6);
+    pk.pack_map(7);
     pk.pack("ok"); pk.pack(m.ok);
+    pk.pack("why"); pk.pack(static_cast<std::uint8_t>(m.refusal));
     pk.pack("err"); pack_str(pk, m.error);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("pub"); pack_str(pk, m.announce_endpoint);
@@ -79,19 +81,22 @@ struct BodyPacker {
     pk.pack("fetch"); pk.pack(m.fetch_id);
   }
   void operator()(const FetchReply& m) const {
-    pk.pack_map(6);
+    pk.pack_map(8);
     pk.pack("ok"); pk.pack(m.ok);
+    pk.pack("why"); pk.pack(static_cast<std::uint8_t>(m.refusal));
     pk.pack("err"); pack_str(pk, m.error);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("chunk"); pk.pack(m.chunk_bytes);
     pk.pack("pending"); pk.pack(m.digests_pending);
     pk.pack("manifest"); pack_manifest(pk, m.manifest);
+    pk.pack("sig"); pack_bin(pk, m.signature);
   }
   void operator()(const Digests& m) const {
-    pk.pack_map(3);
+    pk.pack_map(4);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("xxh3"); pk.pack(m.digests);
+    pk.pack("sig"); pack_bin(pk, m.signature);
   }
   void operator()(const Ping& m) const {
     pk.pack_map(1);
@@ -186,6 +191,11 @@ Manifest unpack_manifest(const msgpack::object& object) {
   return m;
 }
 
+Refusal refusal(std::uint8_t code) {
+  if (code > static_cast<std::uint8_t>(Refusal::kNothingPublished)) fail("unknown refusal code " + std::to_string(code));
+  return static_cast<Refusal>(code);
+}
+
 Message unpack_body(Type type, const msgpack::object& body) {
   switch (type) {
     case Type::kAnnounce: {
@@ -196,12 +206,13 @@ Message unpack_body(Type type, const msgpack::object& body) {
     case Type::kJoinRequest: {
       Fields f(body, "join request");
       return JoinRequest{f.get<std::string>("model"), f.get<std::string>("name"), f.bin("addr"),
-                         f.get<std::string>("host")};
+                         f.get<std::string>("host"), f.get<std::uint64_t>("session")};
     }
     case Type::kJoinReply: {
       Fields f(body, "join reply");
-      return JoinReply{f.get<bool>("ok"), f.get<std::string>("err"), f.get<std::uint64_t>("inc"),
-                       f.get<std::string>("pub"), f.get<std::uint64_t>("latest"), f.get<std::string>("transport")};
+      return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), f.get<std::string>("err"),
+                       f.get<std::uint64_t>("inc"), f.get<std::string>("pub"), f.get<std::uint64_t>("latest"),
+                       f.get<std::string>("transport")};
     }
     case Type::kFetchRequest: {
       Fields f(body, "fetch request");
@@ -211,11 +222,13 @@ Message unpack_body(Type type, const msgpack::object& body) {
       Fields f(body, "fetch reply");
       FetchReply m;
       m.ok = f.get<bool>("ok");
+      m.refusal = refusal(f.get<std::uint8_t>("why"));
       m.error = f.get<std::string>("err");
       m.fetch_id = f.get<std::uint64_t>("fetch");
       m.chunk_bytes = f.get<std::uint64_t>("chunk");
       m.digests_pending = f.get<bool>("pending");
       m.manifest = unpack_manifest(f.at("manifest"));
+      m.signature = f.bin("sig");
       return m;
     }
     case Type::kAck: {
@@ -226,7 +239,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
     case Type::kDigests: {
       Fields f(body, "digests");
       return Digests{f.get<std::uint64_t>("fetch"), f.get<std::uint64_t>("ver"),
-                     f.get<std::vector<std::uint64_t>>("xxh3")};
+                     f.get<std::vector<std::uint64_t>>("xxh3"), f.bin("sig")};
     }
     case Type::kPing: {
       Fields f(body, "ping");
@@ -250,16 +263,29 @@ std::vector<std::byte> encode(const Message& message) {
   return {p, p + buffer.size()};
 }
 
-Message decode(std::span<const std::byte> bytes) {
+Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits) {
+  if (bytes.size() > limits.max_message_bytes) {
+    fail("message of " + std::to_string(bytes.size()) + " bytes exceeds the limit of " +
+         std::to_string(limits.max_message_bytes));
+  }
+  // msgpack-c reserves room for a container's declared size before reading its elements, so
+  // every size a peer declares is capped here; depth caps recursion.
+  msgpack::unpack_limit unpack_limit(limits.max_array, limits.max_map, limits.max_string, limits.max_binary,
+                                     0, limits.max_depth);
   msgpack::object_handle handle;
   try {
     std::size_t offset = 0;
-    handle = msgpack::unpack(reinterpret_cast<const char*>(bytes.data()), bytes.size(), offset);
+    handle = msgpack::unpack(reinterpret_cast<const char*>(bytes.data()), bytes.size(), offset, nullptr, nullptr,
+                             unpack_limit);
     if (offset != bytes.size()) fail("message has " + std::to_string(bytes.size() - offset) + " trailing bytes");
   } catch (const msgpack::insufficient_bytes&) {
     fail("truncated message (" + std::to_string(bytes.size()) + " bytes)");
+  } catch (const msgpack::size_overflow& e) {
+    fail(std::string("message declares a container or string beyond the decoding limits: ") + e.what());
   } catch (const msgpack::unpack_error& e) {
     fail(std::string("malformed message: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    fail("message too large to decode (" + std::to_string(bytes.size()) + " bytes)");
   }
   const msgpack::object& root = handle.get();
   if (root.type != msgpack::type::ARRAY || root.via.array.size != 4) fail("message is not a 4-element envelope");
@@ -280,7 +306,24 @@ Message decode(std::span<const std::byte> bytes) {
          std::to_string(kVersion) + ")");
   }
   if (type < 1 || type > static_cast<std::uint8_t>(Type::kDigests)) fail("unknown message type " + std::to_string(type));
-  return unpack_body(static_cast<Type>(type), items[3]);
+  try {
+    return unpack_body(static_cast<Type>(type), items[3]);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Conversions inside msgpack-c (a string into a map, say) throw their own types.
+    fail(std::string("malformed message body: ") + e.what());
+  }
+}
+
+std::vector<std::byte> manifest_signing_bytes(const Manifest& manifest) {
+  static constexpr std::string_view kDomain = "modelcast manifest signature v1";
+  msgpack::sbuffer buffer;
+  buffer.write(kDomain.data(), kDomain.size());
+  Packer pk(&buffer);
+  pack_manifest(pk, manifest);
+  const auto* p = reinterpret_cast<const std::byte*>(buffer.data());
+  return {p, p + buffer.size()};
 }
 
 }  // namespace modelcast::protocol

@@ -35,6 +35,12 @@ struct ConsumerOptions {
   // No announcement or heartbeat for this long: the producer is presumed gone; a transfer in
   // flight is discarded and the consumer reconnects when the producer returns.
   std::chrono::milliseconds producer_timeout{2000};
+  // A transfer the producer answered but that has not completed this long after is given up
+  // and the newest version asked for again.
+  std::chrono::milliseconds transfer_timeout{30000};
+  // Largest model this consumer accepts (0: half the machine's memory, or the largest
+  // caller buffer); a manifest declaring more is rejected before anything is allocated.
+  std::uint64_t max_model_bytes = 0;
   // Runs on the consumer's service thread after a version is installed, or when one is
   // rejected. Keep them short: the next update waits for them.
   std::function<void(const ModelView&)> on_update;

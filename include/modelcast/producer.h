@@ -39,7 +39,9 @@ struct ProducerOptions {
   // consumer cannot pin a slot for ever.
   std::chrono::milliseconds lease_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{200};
-  std::size_t transfer_chunk_bytes = 32u << 20;
+  std::size_t transfer_chunk_bytes = 32u << 20;  // >= 64 KiB; raised for models over 2^20 chunks
+  // Joins beyond this many consumers are refused: each costs a connection and a UCX endpoint.
+  std::size_t max_consumers = 256;
   std::function<void(const Delivery&)> on_delivery;  // optional; runs on the service thread
 };
 

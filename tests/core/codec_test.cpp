@@ -29,16 +29,17 @@ Manifest sample_manifest() {
 
 TEST(Codec, RoundTripsEveryMessageType) {
   std::vector<std::byte> address = {std::byte{1}, std::byte{0}, std::byte{255}};
-  FetchReply reply{true, "", 9, 1u << 20, true, sample_manifest()};
+  std::vector<std::byte> signature(64, std::byte{7});
+  FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, sample_manifest(), signature};
   std::vector<Message> messages = {
       Announce{1, 2, 3, 4},
-      JoinRequest{"model", "consumer", address, "boot-id"},
-      JoinReply{false, "no", 5, "tcp://127.0.0.1:1", 6, "ucx"},
+      JoinRequest{"model", "consumer", address, "boot-id", 0x1234},
+      JoinReply{false, Refusal::kFull, "no", 5, "tcp://127.0.0.1:1", 6, "ucx"},
       FetchRequest{7, 8, 9},
       reply,
       Ack{10, 11, 12, false, "digest"},
       Ping{13},
-      Digests{14, 15, {16, 17}},
+      Digests{14, 15, {16, 17}, signature},
   };
   for (const auto& message : messages) {
     auto decoded = decode(encode(message));
@@ -47,6 +48,9 @@ TEST(Codec, RoundTripsEveryMessageType) {
   auto join = std::get<JoinRequest>(decode(encode(messages[1])));
   EXPECT_EQ(join.transport_address, address);
   EXPECT_EQ(join.host_id, "boot-id");
+  EXPECT_EQ(join.session, 0x1234u);
+  EXPECT_EQ(std::get<JoinReply>(decode(encode(messages[2]))).refusal, Refusal::kFull);
+  EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).signature, signature);
   auto got = std::get<FetchReply>(decode(encode(reply))).manifest;
   auto want = sample_manifest();
   EXPECT_EQ(got.incarnation, want.incarnation);
@@ -59,6 +63,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(got.tensors[0].digest, want.tensors[0].digest);
   auto digests = std::get<Digests>(decode(encode(messages[7])));
   EXPECT_EQ(digests.digests, (std::vector<std::uint64_t>{16, 17}));
+  EXPECT_EQ(digests.signature, signature);
   auto ack = std::get<Ack>(decode(encode(messages[5])));
   EXPECT_EQ(ack.error, "digest");
   EXPECT_FALSE(ack.ok);
@@ -75,7 +80,7 @@ void expect_protocol_error(std::span<const std::byte> bytes, const std::string& 
 }
 
 TEST(Codec, EveryTruncationIsRejected) {
-  auto bytes = encode(FetchReply{true, "", 1, 1024, false, sample_manifest()});
+  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}});
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_THROW(decode(std::span(bytes.data(), n)), Error) << "prefix of " << n << " bytes";
   }
@@ -107,6 +112,65 @@ TEST(Codec, RejectsForeignAndFutureMessages) {
   auto good = encode(Announce{1, 2, 3, 4});
   good.push_back(std::byte{0});
   expect_protocol_error(good, "trailing");
+}
+
+std::vector<std::byte> hex_bytes(std::initializer_list<unsigned> values) {
+  std::vector<std::byte> bytes;
+  for (auto v : values) bytes.push_back(static_cast<std::byte>(v));
+  return bytes;
+}
+
+// msgpack-c reserves room for a container's declared size before reading it: these once
+// ended the process with std::bad_alloc (a 5-byte message sent to the control endpoint).
+TEST(Codec, ContainerBombsAreProtocolErrorsNotAllocations) {
+  expect_protocol_error(hex_bytes({0xdd, 0xff, 0xff, 0xff, 0xff}), "limits");  // array32 of 2^32-1
+  expect_protocol_error(hex_bytes({0xdf, 0xff, 0xff, 0xff, 0xff}), "limits");  // map32 of 2^32-1
+  // Strings and binaries are read in place, so a huge declared one is a truncation.
+  expect_protocol_error(hex_bytes({0xc6, 0xff, 0xff, 0xff, 0xff}), "truncated");  // bin32 of 4 GiB
+  expect_protocol_error(hex_bytes({0xdb, 0xff, 0xff, 0xff, 0xff}), "truncated");  // str32 of 4 GiB
+  // The same bomb inside a well-formed envelope, where a manifest's tensors would be.
+  auto envelope = pack_envelope(kMagic, kVersion, std::uint8_t{5});
+  envelope[0] = std::byte{0x94};  // four elements: the fourth is the bomb
+  for (auto b : {0xdd, 0xff, 0xff, 0xff, 0xff}) envelope.push_back(static_cast<std::byte>(b));
+  expect_protocol_error(envelope, "limits");
+  // Deep nesting is refused, not recursed into.
+  std::vector<std::byte> deep(1000, std::byte{0x91});
+  deep.push_back(std::byte{0x00});
+  expect_protocol_error(deep, "limits");
+}
+
+TEST(Codec, MessagesBeyondTheCallersLimitsAreRefused) {
+  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}});
+  DecodeLimits small;
+  small.max_message_bytes = bytes.size() - 1;
+  EXPECT_NO_THROW(decode(bytes));
+  EXPECT_THROW(decode(bytes, small), Error);
+  DecodeLimits few_tensors;
+  few_tensors.max_map = 2;  // the manifest's metadata map has two entries; its body maps more
+  EXPECT_THROW(decode(bytes, few_tensors), Error);
+}
+
+// Random bytes are either a message or a protocol error: never another exception, never a crash.
+TEST(Codec, RandomBytesNeverEscapeAsAnythingButProtocolErrors) {
+  std::uint64_t state = 0x9E3779B97F4A7C15ull;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  auto seed = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}});
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<std::byte> bytes = seed;
+    int flips = 1 + static_cast<int>(next() % 8);
+    for (int f = 0; f < flips; ++f) bytes[next() % bytes.size()] = static_cast<std::byte>(next());
+    if (next() % 4 == 0) bytes.resize(next() % bytes.size());
+    try {
+      decode(bytes);
+    } catch (const Error& e) {
+      ASSERT_EQ(e.code(), ErrorCode::kProtocol);
+    }
+  }
 }
 
 }  // namespace

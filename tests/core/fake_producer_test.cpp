@@ -76,10 +76,44 @@ class ScriptedProducer {
   }
   void announce(std::uint64_t version) { announce_raw(protocol::encode(protocol::Announce{kIncarnation, version, 0, 1})); }
 
-  void accept_join() {
-    auto join = std::get<protocol::JoinRequest>(next_request());
-    peer_ = transport_->connect(join.transport_address, false, nullptr);
-    reply(protocol::JoinReply{true, "", kIncarnation, publisher_.get(zmq::sockopt::last_endpoint), 0, "ucx"});
+  void accept_join(std::string announce_endpoint = {}) {
+    protocol::JoinRequest join;
+    for (;;) {  // a consumer whose join went unanswered asks again: take the newest
+      auto request = next_request();
+      if (auto* j = std::get_if<protocol::JoinRequest>(&request)) {
+        join = *j;
+        break;
+      }
+    }
+    if (peer_ == 0) peer_ = transport_->connect(join.transport_address, false, nullptr);
+    if (announce_endpoint.empty()) announce_endpoint = publisher_.get(zmq::sockopt::last_endpoint);
+    reply(protocol::JoinReply{true, protocol::Refusal::kNone, "", kIncarnation, announce_endpoint, 0, "ucx"});
+  }
+
+  // Announces `version` until the consumer asks for it, then answers with the layout as
+  // `tweak` leaves it and `chunk_bytes`, sends no data and returns the consumer's ack: for
+  // manifests the consumer must refuse before it allocates or posts anything.
+  protocol::Ack answer_with_manifest(std::uint64_t version, std::uint64_t chunk_bytes,
+                                     const std::function<void(modelcast::Manifest&)>& tweak) {
+    auto fetch = await_fetch(version);
+    auto manifest = layout_;
+    manifest.version = version;
+    tweak(manifest);
+    reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, chunk_bytes, false, manifest, {}});
+    for (;;) {
+      auto request = next_request();
+      if (auto* ack = std::get_if<protocol::Ack>(&request)) return *ack;
+    }
+  }
+
+  protocol::FetchRequest await_fetch(std::uint64_t version) {
+    for (;;) {
+      announce(version);
+      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, 20ms) == 0) continue;
+      auto request = next_request();
+      if (auto* f = std::get_if<protocol::FetchRequest>(&request)) return *f;
+    }
   }
 
   // Announces `version` until the consumer asks for it (PUB drops messages to a subscriber that
@@ -88,17 +122,7 @@ class ScriptedProducer {
   // Digests message, as the real producer does when a fetch beats its digest thread.
   protocol::Ack serve(std::uint64_t version, bool corrupt, bool digests_later = false,
                      std::function<void(modelcast::Manifest&)> tweak = nullptr) {
-    protocol::FetchRequest fetch;
-    for (;;) {
-      announce(version);
-      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, 20ms) == 0) continue;
-      auto request = next_request();
-      if (auto* f = std::get_if<protocol::FetchRequest>(&request)) {
-        fetch = *f;
-        break;
-      }
-    }
+    protocol::FetchRequest fetch = await_fetch(version);
     testmodel::fill(model_, 1, version);
     auto manifest = layout_;
     manifest.version = version;
@@ -113,7 +137,7 @@ class ScriptedProducer {
     if (digests_later) {
       for (auto& t : sent.tensors) t.digest = 0;
     }
-    reply(protocol::FetchReply{true, "", fetch.fetch_id, 1u << 20, digests_later, sent});
+    reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, 1u << 20, digests_later, sent, {}});
     std::size_t chunks = (manifest.total_bytes + (1u << 20) - 1) / (1u << 20);
     for (std::size_t i = 0; i < chunks; ++i) {
       std::size_t offset = i << 20;
@@ -121,7 +145,7 @@ class ScriptedProducer {
                             protocol::chunk_tag(fetch.fetch_id, i), [](const auto&) {});
     }
     if (digests_later) {
-      protocol::Digests digests{fetch.fetch_id, version, {}};
+      protocol::Digests digests{fetch.fetch_id, version, {}, {}};
       for (const auto& t : manifest.tensors) digests.digests.push_back(t.digest);
       reply(digests);
     }
@@ -216,6 +240,83 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   EXPECT_EQ(consumer.stats().versions_rejected, 3u);
   EXPECT_EQ(consumer.acquire().version(), 5u);
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+}
+
+std::vector<std::byte> bytes_of(std::initializer_list<unsigned> values) {
+  std::vector<std::byte> bytes;
+  for (auto v : values) bytes.push_back(static_cast<std::byte>(v));
+  return bytes;
+}
+
+// A hostile producer or relay: each of these once ended the consumer (the inference process)
+// with an uncaught exception, or made it allocate per declared byte. Now each is refused, said
+// why, and the last good version stays served.
+TEST(ConsumerAgainstScriptedProducer, SurvivesHostileRepliesManifestsAndEndpoints) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ScriptedProducer producer;
+  std::mutex mutex;
+  std::vector<modelcast::Error> errors;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 60s;
+  options.max_model_bytes = 64u << 20;
+  options.on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);
+    errors.push_back(e);
+  };
+  modelcast::Consumer consumer(options);
+
+  // A join reply naming an announcement endpoint ZeroMQ cannot parse: refused, joined again.
+  producer.accept_join("tcp://no such host:port");
+  producer.accept_join();
+  ASSERT_TRUE(producer.serve(1, false).ok);
+  ASSERT_EQ(consumer.acquire().version(), 1u);
+  {
+    std::lock_guard lock(mutex);
+    ASSERT_FALSE(errors.empty());
+    EXPECT_NE(std::string(errors[0].what()).find("announcement endpoint"), std::string::npos) << errors[0].what();
+  }
+
+  // Allocation bombs on both channels.
+  producer.announce_raw(bytes_of({0xdd, 0xff, 0xff, 0xff, 0xff}));
+  producer.reply_raw(bytes_of({0xdd, 0xff, 0xff, 0xff, 0xff}));
+  producer.reply_raw(bytes_of({0xdf, 0xff, 0xff, 0xff, 0xff}));
+
+  auto expect_refused = [&](std::uint64_t version, std::uint64_t chunk, auto tweak, const std::string& why) {
+    auto ack = producer.answer_with_manifest(version, chunk, tweak);
+    EXPECT_FALSE(ack.ok);
+    EXPECT_NE(ack.error.find(why), std::string::npos) << ack.error;
+    EXPECT_EQ(consumer.acquire().version(), 1u);
+  };
+  expect_refused(2, 1u << 20, [](modelcast::Manifest& m) { m.total_bytes = std::uint64_t{1} << 40; }, "at most");
+  expect_refused(3, 1u << 20, [](modelcast::Manifest& m) { m.total_bytes = ~std::uint64_t{0}; }, "at most");
+  expect_refused(4, 1, [](modelcast::Manifest&) {}, "-byte chunks");
+  expect_refused(5, 1u << 20, [](modelcast::Manifest& m) {
+    m.tensors[0].spec.shape = {std::int64_t{1} << 40, std::int64_t{1} << 40};
+  }, "64 bits");
+
+  // Still alive, still serving version 1 exactly, and the next good version is taken.
+  auto stats = consumer.stats();
+  EXPECT_GE(stats.bad_messages, 3u);
+  EXPECT_EQ(stats.versions_rejected, 4u);
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+  ASSERT_TRUE(producer.serve(6, false).ok);
+  EXPECT_EQ(consumer.acquire().version(), 6u);
+}
+
+TEST(ConsumerOptionsCheck, AnUnusableProducerEndpointIsAnInvalidArgument) {
+  for (const char* endpoint : {"tcp://", "tcp://host-without-port", "udp://127.0.0.1:5", "ipc://"}) {
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = endpoint;
+    try {
+      modelcast::Consumer consumer(options);
+      ADD_FAILURE() << "accepted producer_endpoint '" << endpoint << "'";
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << endpoint;
+      EXPECT_NE(std::string(e.what()).find(endpoint), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

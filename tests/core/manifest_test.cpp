@@ -74,6 +74,50 @@ TEST(Manifest, ValidationCatchesHostileManifests) {
   EXPECT_NE(error_of([&] { validate_manifest(twice); }, ErrorCode::kProtocol).find("twice"), std::string::npos);
 }
 
+// A manifest decides what a consumer allocates and how many receives it posts: each of these
+// once passed validation (or ended the consumer with an uncaught exception).
+TEST(Manifest, ValidationBoundsWhatAPeerCanMakeTheConsumerAllocate) {
+  // Element counts that overflow 64 bits, with and without a zero extent hiding the product.
+  auto huge = valid_manifest();
+  huge.tensors[0].spec.shape = {std::int64_t{1} << 40, std::int64_t{1} << 40};
+  huge.tensors[0].size = 0;  // what the wrapped product would claim
+  EXPECT_NE(error_of([&] { validate_manifest(huge); }, ErrorCode::kProtocol).find("64 bits"), std::string::npos);
+  auto hidden = valid_manifest();
+  hidden.tensors[0].spec.shape = {0, std::int64_t{1} << 40, std::int64_t{1} << 40};
+  hidden.tensors[0].size = 0;
+  EXPECT_NE(error_of([&] { validate_manifest(hidden); }, ErrorCode::kProtocol).find("64 bits"), std::string::npos);
+  EXPECT_FALSE(checked_size_bytes({"x", DType::kF64, {std::int64_t{1} << 62}}));
+  EXPECT_EQ(checked_size_bytes({"x", DType::kF64, {0, 5}}), 0u);
+  // A declared size beyond the consumer's limit, or beyond what the tensors need.
+  auto tib = valid_manifest();
+  tib.total_bytes = std::uint64_t{1} << 40;
+  ManifestLimits limits;
+  limits.max_total_bytes = std::uint64_t{1} << 30;
+  EXPECT_NE(error_of([&] { validate_manifest(tib, limits); }, ErrorCode::kProtocol).find("at most"), std::string::npos);
+  auto padded = valid_manifest();
+  padded.total_bytes += kTensorAlignment;
+  EXPECT_NE(error_of([&] { validate_manifest(padded); }, ErrorCode::kProtocol).find("tensors end at"),
+            std::string::npos);
+  auto max = valid_manifest();
+  max.total_bytes = ~std::uint64_t{0};
+  EXPECT_THROW(validate_manifest(max), Error);
+  // Counts and sizes of the rest.
+  auto rank = valid_manifest();
+  rank.tensors[0].spec.shape.assign(17, 1);
+  EXPECT_NE(error_of([&] { validate_manifest(rank); }, ErrorCode::kProtocol).find("rank 17"), std::string::npos);
+  auto metadata = valid_manifest();
+  metadata.metadata["k"] = std::string(2u << 20, 'x');
+  EXPECT_NE(error_of([&] { validate_manifest(metadata); }, ErrorCode::kProtocol).find("metadata"), std::string::npos);
+  limits = {};
+  limits.max_tensors = 1;
+  EXPECT_NE(error_of([&] { validate_manifest(valid_manifest(), limits); }, ErrorCode::kProtocol).find("2 tensors"),
+            std::string::npos);
+  // Registration refuses the same shapes, naming the tensor.
+  auto registration = error_of([] { plan_layout({{"big", DType::kF32, {std::int64_t{1} << 62, 4}}}, nullptr); },
+                               ErrorCode::kInvalidArgument);
+  EXPECT_NE(registration.find("'big'"), std::string::npos) << registration;
+}
+
 TEST(Manifest, ExpectedLayoutDifferencesAreListed) {
   auto m = valid_manifest();
   EXPECT_NO_THROW(check_expected_layout({}, m));  // nothing expected: accept the producer's

@@ -57,6 +57,19 @@ std::span<const std::byte> unseal_address(std::span<const std::byte> sealed) {
   return body;
 }
 
+// The seal is computable by anyone, so it only catches accidents. UCX asserts (and so aborts
+// the process) on an address whose format version it does not know: that much is checked here,
+// against the version this UCX packs itself. Deeper garbage can still reach UCX; addresses from
+// strangers are kept out by authenticating the control plane (see ProducerOptions::security).
+void check_address_format(std::span<const std::byte> body, std::span<const std::byte> own) {
+  constexpr std::size_t kMinAddress = 16;                // header, worker uuid and one device at least
+  constexpr std::byte kVersionMask{0x0f};                // UCP_ADDRESS_HEADER_VERSION_MASK
+  if (body.size() < kMinAddress || own.empty() || (body[0] & kVersionMask) != (own[0] & kVersionMask)) {
+    throw Error(ErrorCode::kTransport, "UCX worker address of " + std::to_string(body.size()) +
+                                           " bytes is not in this UCX's address format");
+  }
+}
+
 class UcxTransport;
 
 class UcxRegion final : public MemoryRegion {
@@ -163,6 +176,7 @@ class UcxTransport final : public Transport {
   PeerId connect(std::span<const std::byte> peer_address, bool detect_failure, PeerFailure on_failure) override {
     PeerId id = next_id_++;
     auto body = unseal_address(peer_address);
+    check_address_format(body, std::span<const std::byte>(address_).subspan(kAddressHeader));
     std::vector<std::byte> copy(body.begin(), body.end());
     run([&] {
       auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
