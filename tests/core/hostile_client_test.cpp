@@ -1,0 +1,199 @@
+// The producer against clients that speak the protocol badly on purpose: allocation bombs,
+// random bytes, joins with forged UCX addresses or another consumer's name, re-fetch loops and
+// join floods. The producer must refuse each with a reason, keep its real consumers, and never
+// make publish() wait on such a client.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "core/digest.h"
+#include "core/protocol.h"
+#include "exchange_fixture.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace exchange_test {
+namespace {
+
+namespace protocol = modelcast::protocol;
+
+// One DEALER connection to the producer, as a stranger would open it.
+class HostileClient {
+ public:
+  HostileClient(zmq::context_t& context, const std::string& endpoint) : dealer_(context, zmq::socket_type::dealer) {
+    dealer_.set(zmq::sockopt::linger, 0);
+    dealer_.connect(endpoint);
+  }
+  void send_raw(std::span<const std::byte> bytes) { dealer_.send(zmq::buffer(bytes.data(), bytes.size())); }
+  void send(const protocol::Message& message) { send_raw(protocol::encode(message)); }
+  // The next reply of type T (others, such as Digests, are skipped).
+  template <typename T>
+  T next() {
+    for (;;) {
+      zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, 30s) == 0) throw std::runtime_error("no reply from the producer in 30 s");
+      zmq::message_t frame;
+      (void)dealer_.recv(frame);
+      auto message = protocol::decode({static_cast<const std::byte*>(frame.data()), frame.size()});
+      if (auto* reply = std::get_if<T>(&message)) return *reply;
+    }
+  }
+  protocol::JoinReply join(const std::string& name, std::vector<std::byte> address, std::uint64_t session = 0) {
+    send(protocol::JoinRequest{"test", name, std::move(address), "another-host", session});
+    return next<protocol::JoinReply>();
+  }
+
+ private:
+  zmq::socket_t dealer_;
+};
+
+// A UCX address sealed exactly as the transport seals one (magic, length, XXH3): the seal
+// proves nothing about the bytes inside.
+std::vector<std::byte> forged_address(std::span<const std::byte> body) {
+  std::vector<std::byte> sealed(16 + body.size());
+  std::uint32_t magic = 0x55435841, length = static_cast<std::uint32_t>(body.size());
+  std::uint64_t digest = modelcast::digest_bytes(body.data(), body.size());
+  std::memcpy(sealed.data(), &magic, 4);
+  std::memcpy(sealed.data() + 4, &length, 4);
+  std::memcpy(sealed.data() + 8, &digest, 8);
+  std::memcpy(sealed.data() + 16, body.data(), body.size());
+  return sealed;
+}
+
+class HostileClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("UCX_NET_DEVICES", "lo", 1); }
+  zmq::context_t context_;
+  // A real UCX worker of this process: joins that must be accepted carry its address.
+  std::unique_ptr<modelcast::transport::Transport> ucx_ = modelcast::transport::make_ucx_transport();
+};
+
+TEST_F(HostileClientTest, BombsRandomBytesAndForgedAddressesCostOnlyTheirOwnRequests) {
+  TestProducer p(256);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  modelcast::Consumer consumer(options);
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 30s));
+  p.publish(1);
+  ASSERT_TRUE(consumer.wait_for_version(1, 30s));
+
+  HostileClient stranger(context_, p.producer->control_endpoint());
+  const unsigned char bomb[] = {0xdd, 0xff, 0xff, 0xff, 0xff};  // once: std::bad_alloc, process gone
+  stranger.send_raw(std::as_bytes(std::span(bomb)));
+  std::uint64_t state = 0x2545F4914F6CDD1Dull;
+  auto next = [&] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  auto join = protocol::encode(protocol::JoinRequest{"test", "x", ucx_->address(), "h", 1});
+  for (int i = 0; i < 1000; ++i) {
+    std::vector<std::byte> bytes = join;
+    for (int f = 0; f < 4; ++f) bytes[next() % bytes.size()] = static_cast<std::byte>(next());
+    stranger.send_raw(bytes);
+  }
+  // Forged addresses that pass the seal: random bytes, and a real address with its format
+  // version changed (once: a UCX assertion, process gone).
+  std::vector<std::byte> random_body(200);
+  for (auto& b : random_body) b = static_cast<std::byte>(next());
+  random_body[0] = std::byte{0x0e};
+  HostileClient forger(context_, p.producer->control_endpoint());  // replies to its own joins only
+  auto reply = forger.join("forger", forged_address(random_body));
+  EXPECT_FALSE(reply.ok);
+  EXPECT_EQ(reply.refusal, protocol::Refusal::kBadRequest);
+  EXPECT_NE(reply.error.find("address format"), std::string::npos) << reply.error;
+
+  // The producer is alive, counted what it dropped, and its real consumer gets the next version.
+  p.publish(2);
+  auto view = consumer.wait_for_version(2, 30s);
+  ASSERT_TRUE(view);
+  EXPECT_EQ(testmodel::check(view, 1), "");
+  EXPECT_GE(p.producer->stats().bad_messages, 1u);
+}
+
+TEST_F(HostileClientTest, AJoinUnderAnotherConsumersNameDoesNotEvictIt) {
+  TestProducer p(256);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  options.consumer_name = "inference-1";
+  modelcast::Consumer consumer(options);
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 30s));
+
+  HostileClient impostor(context_, p.producer->control_endpoint());
+  auto refused = impostor.join("inference-1", {});  // refused (no address) ...
+  EXPECT_FALSE(refused.ok);
+  EXPECT_EQ(p.producer->stats().consumers, 1u);      // ... and evicted nobody
+  auto accepted = impostor.join("inference-1", ucx_->address());
+  ASSERT_TRUE(accepted.ok) << accepted.error;
+  EXPECT_EQ(p.producer->stats().consumers, 2u);      // two consumers may share a name
+
+  p.publish(1);
+  ASSERT_TRUE(consumer.wait_for_version(1, 30s));
+}
+
+TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) {
+  modelcast::ProducerOptions producer_options;
+  producer_options.lease_timeout = 600s;  // a pinned slot would hold publish() for the whole test
+  TestProducer p(256, producer_options);
+  HostileClient client(context_, p.producer->control_endpoint());
+  auto joined = client.join("refetcher", ucx_->address());
+  ASSERT_TRUE(joined.ok) << joined.error;
+  p.publish(1);
+  // Its first fetch is answered (the bytes go to a worker that never receives them) ...
+  client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
+  auto first = client.next<protocol::FetchReply>();
+  ASSERT_TRUE(first.ok) << first.error;
+  // ... and while it is in flight, every further fetch is refused.
+  for (std::uint64_t id = 2; id < 10; ++id) {
+    client.send(protocol::FetchRequest{joined.incarnation, 0, id});
+    auto again = client.next<protocol::FetchReply>();
+    EXPECT_FALSE(again.ok);
+    EXPECT_EQ(again.refusal, protocol::Refusal::kBusy);
+  }
+  EXPECT_EQ(p.producer->stats().fetches_in_flight, 1u);
+  // With one of three slots pinned, publishing goes on (each publish needs one unpinned slot
+  // besides the newest); with the old per-fetch leases this loop pinned them all.
+  for (std::uint64_t v = 2; v <= 6; ++v) EXPECT_EQ(p.publish(v).version, v);
+
+  // A second connection may not fetch a superseded version either: only the newest is served.
+  HostileClient other(context_, p.producer->control_endpoint());
+  auto other_join = other.join("other", ucx_->address());
+  ASSERT_TRUE(other_join.ok);
+  other.send(protocol::FetchRequest{other_join.incarnation, 3, 1});
+  auto old = other.next<protocol::FetchReply>();
+  EXPECT_FALSE(old.ok);
+  EXPECT_EQ(old.refusal, protocol::Refusal::kNotHeld);
+}
+
+TEST_F(HostileClientTest, AJoinFloodIsCappedAndRefusedWithAReason) {
+  modelcast::ProducerOptions options;
+  options.max_consumers = 4;
+  TestProducer p(256, options);
+  std::vector<std::unique_ptr<HostileClient>> clients;
+  int accepted = 0, full = 0;
+  for (int i = 0; i < 40; ++i) {
+    clients.push_back(std::make_unique<HostileClient>(context_, p.producer->control_endpoint()));
+    auto reply = clients.back()->join("flood-" + std::to_string(i), ucx_->address());
+    if (reply.ok) {
+      accepted++;
+    } else {
+      EXPECT_EQ(reply.refusal, protocol::Refusal::kFull) << reply.error;
+      full++;
+    }
+  }
+  EXPECT_EQ(accepted, 4);
+  EXPECT_EQ(full, 36);
+  EXPECT_EQ(p.producer->stats().consumers, 4u);
+  // The same connection joining again replaces its own record rather than taking another.
+  auto again = clients.front()->join("flood-0", ucx_->address());
+  EXPECT_TRUE(again.ok) << again.error;
+  EXPECT_EQ(p.producer->stats().consumers, 4u);
+}
+
+}  // namespace
+}  // namespace exchange_test
