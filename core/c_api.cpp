@@ -50,6 +50,7 @@ static_assert(MC_ERR_TIMEOUT == static_cast<int>(ErrorCode::kTimeout));
 static_assert(MC_ERR_INTEGRITY == static_cast<int>(ErrorCode::kIntegrity));
 static_assert(MC_ERR_STATE == static_cast<int>(ErrorCode::kState));
 static_assert(MC_ERR_RESOURCE == static_cast<int>(ErrorCode::kResource));
+static_assert(MC_ERR_AUTHENTICATION == static_cast<int>(ErrorCode::kAuthentication));
 static_assert(MC_DTYPE_F64 == static_cast<int>(modelcast::DType::kF64));
 static_assert(MC_DTYPE_F32 == static_cast<int>(modelcast::DType::kF32));
 static_assert(MC_DTYPE_F16 == static_cast<int>(modelcast::DType::kF16));

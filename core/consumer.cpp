@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
 #include <map>
 #include <condition_variable>
 #include <mutex>
@@ -30,6 +32,8 @@
 #include "core/installed_version.h"
 #include "core/log.h"
 #include "core/protocol.h"
+#include "core/security/curve.h"
+#include "core/security/manifest_signature.h"
 #include "core/wakeup.h"
 #include "core/zmq_util.h"
 #include "transports/ucx/ucx_transport.h"
@@ -111,6 +115,7 @@ struct FetchInFlight {
   std::size_t done_prefix = 0;  // chunks [0, done_prefix) complete
   std::optional<StreamingDigests> digests;
   bool digests_pending = false;  // the producer's digests have not arrived yet
+  std::vector<std::byte> signature;  // the producer's, with the manifest or with its digests
 };
 
 }  // namespace
@@ -138,6 +143,7 @@ class Consumer::Impl {
       throw Error(ErrorCode::kInvalidArgument, "transfer_timeout must be positive");
     }
     check_endpoint(options_.producer_endpoint);
+    set_up_security();
     limits_.max_total_bytes = model_size_cap(options_);
     service_ = std::thread([this] { service_loop(); });
   }
@@ -166,6 +172,26 @@ class Consumer::Impl {
   }
 
  private:
+  void set_up_security() {
+    if (!options_.key_file.empty()) {
+      if (!options_.key.empty()) throw Error(ErrorCode::kInvalidArgument, "give key or key_file, not both");
+      options_.key = load_key_pair(options_.key_file);
+    }
+    if (options_.producer_public_key.empty()) {
+      if (!zmq_util::is_local_endpoint(options_.producer_endpoint) && !options_.allow_plaintext_remote) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "producer endpoint '" + options_.producer_endpoint +
+                        "' is on another host: pin the producer's public key (producer_public_key) or set "
+                        "allow_plaintext_remote");
+      }
+      return;
+    }
+    pinned_key_ = security::decode_public_key(options_.producer_public_key, "producer_public_key");
+    if (options_.key.empty()) options_.key = generate_key_pair();
+    own_secret_ = security::decode_secret_key(options_.key, "consumer key");
+    security::curve_public(*pinned_key_);  // refuses a key that is no Ed25519 point, here and not later
+  }
+
   // ZeroMQ parses an endpoint only when connecting, and throws there: on the service thread
   // that would end the process, so a bad one is refused here, in the caller's thread.
   void check_endpoint(const std::string& endpoint) {
@@ -186,10 +212,12 @@ class Consumer::Impl {
   void service_loop() {
     start_join();
     for (;;) {
-      zmq::pollitem_t items[3] = {{dealer_->handle(), 0, ZMQ_POLLIN, 0},
+      zmq::pollitem_t items[4] = {{dealer_->handle(), 0, ZMQ_POLLIN, 0},
                                   {nullptr, events_->fd(), ZMQ_POLLIN, 0},
+                                  {monitor_ ? monitor_->handle() : nullptr, 0, ZMQ_POLLIN, 0},
                                   {subscriber_ ? subscriber_->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, subscriber_ ? 3 : 2, tick());
+      zmq::poll(items, subscriber_ ? 4 : monitor_ ? 3 : 2, tick());
+      if (monitor_ && (items[2].revents & ZMQ_POLLIN)) guarded([&] { on_monitor_event(); });
       if (items[1].revents & ZMQ_POLLIN) {
         for (auto& event : events_->drain()) {
           if (std::holds_alternative<Stop>(event)) {
@@ -202,7 +230,7 @@ class Consumer::Impl {
       if (items[0].revents & ZMQ_POLLIN) {
         while (auto parts = zmq_util::receive(*dealer_)) guarded([&] { on_reply(*parts); });
       }
-      if (subscriber_ && (items[2].revents & ZMQ_POLLIN)) {
+      if (subscriber_ && (items[3].revents & ZMQ_POLLIN)) {
         while (auto parts = zmq_util::receive(*subscriber_)) guarded([&] { on_announce(*parts); });
       }
       guarded([&] {
@@ -261,8 +289,14 @@ class Consumer::Impl {
 
   // (Re)creates the DEALER so nothing queued for a dead producer is replayed, then asks to join.
   void start_join() {
+    monitor_.reset();
     dealer_ = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::dealer);
     dealer_->set(zmq::sockopt::linger, 0);
+    dealer_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::DecodeLimits{}.max_message_bytes));
+    if (pinned_key_) {
+      security::make_curve_client(*dealer_, *pinned_key_, own_secret_);
+      watch_handshakes();
+    }
     dealer_->connect(options_.producer_endpoint);
     protocol::JoinRequest join{options_.model_name, options_.consumer_name, transport_->address(), host_id(),
                                session_};
@@ -270,6 +304,39 @@ class Consumer::Impl {
     joined_ = false;
     join_refused_ = false;
     join_sent_ = Clock::now();
+  }
+
+  // A CurveZMQ handshake that fails (the wrong producer on the endpoint, or this consumer's key
+  // not admitted) is otherwise silent: ZeroMQ just retries. The monitor makes it an error.
+  void watch_handshakes() {
+    static std::atomic<std::uint64_t> next_monitor{0};
+    std::string address = "inproc://modelcast-handshakes-" + std::to_string(next_monitor++);
+    int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                 ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (zmq_socket_monitor(dealer_->handle(), address.c_str(), events) != 0) return;
+    monitor_ = std::make_unique<zmq::socket_t>(zmq_context_, zmq::socket_type::pair);
+    monitor_->set(zmq::sockopt::linger, 0);
+    monitor_->connect(address);
+  }
+
+  void on_monitor_event() {
+    while (auto parts = zmq_util::receive(*monitor_)) {
+      if (parts->empty() || (*parts)[0].size() < 6) continue;
+      std::uint16_t event = 0;
+      std::uint32_t value = 0;
+      std::memcpy(&event, (*parts)[0].data(), 2);
+      std::memcpy(&value, static_cast<const char*>((*parts)[0].data()) + 2, 4);
+      {
+        std::lock_guard lock(mutex_);
+        stats_.failed_handshakes++;
+      }
+      if (handshake_reported_) continue;
+      handshake_reported_ = true;
+      std::string why = event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                            ? "the producer did not admit this consumer's key (status " + std::to_string(value) + ")"
+                            : "the peer is not the producer whose key is pinned, or speaks no CurveZMQ";
+      report(Error(ErrorCode::kAuthentication, "handshake with " + options_.producer_endpoint + " failed: " + why));
+    }
   }
 
   void check_producer_alive() {
@@ -378,6 +445,7 @@ class Consumer::Impl {
     subscriber->set(zmq::sockopt::linger, 0);
     subscriber->set(zmq::sockopt::maxmsgsize, std::int64_t{4096});
     subscriber->set(zmq::sockopt::subscribe, options_.model_name);
+    if (pinned_key_) security::make_curve_client(*subscriber, *pinned_key_, own_secret_);
     try {
       subscriber->connect(endpoint);
     } catch (const zmq::error_t& e) {
@@ -390,6 +458,7 @@ class Consumer::Impl {
     if (reply.incarnation != incarnation_) rejected_.clear();  // version numbers restart with a new producer
     incarnation_ = reply.incarnation;
     joined_ = true;
+    handshake_reported_ = false;
     last_heard_ = Clock::now();
     newest_announced_ = reply.latest_version;
     log_->info("joined model '{}' at {} (latest version {})", options_.model_name, options_.producer_endpoint,
@@ -493,6 +562,11 @@ class Consumer::Impl {
       }
       check_chunking(reply.chunk_bytes, manifest.total_bytes);
       check_expected_layout(options_.expected_layout, manifest);
+      if (pinned_key_ && !manifest.integrity) {
+        throw Error(ErrorCode::kAuthentication, "version " + std::to_string(manifest.version) +
+                                                    " carries no digests, so its signature cannot cover its bytes");
+      }
+      if (pinned_key_ && !reply.digests_pending) check_signature(manifest, reply.signature);
     } catch (const Error& e) {
       reject(manifest, reply.fetch_id, e);
       return;
@@ -528,6 +602,7 @@ class Consumer::Impl {
     fetch_->chunk_bytes = reply.chunk_bytes;
     fetch_->chunk_done.assign(chunks, false);
     fetch_->digests_pending = manifest.integrity && reply.digests_pending;
+    fetch_->signature = reply.signature;
     if (manifest.integrity) fetch_->digests.emplace(fetch_->manifest.tensors);
     for (std::size_t i = 0; i < chunks; ++i) {
       std::size_t offset = i * reply.chunk_bytes;
@@ -564,6 +639,7 @@ class Consumer::Impl {
     }
     for (std::size_t i = 0; i < message.digests.size(); ++i) fetch_->manifest.tensors[i].digest = message.digests[i];
     fetch_->digests_pending = false;
+    fetch_->signature = message.signature;
     maybe_finish();
   }
 
@@ -593,6 +669,28 @@ class Consumer::Impl {
     maybe_finish();
   }
 
+  // Throws Error(kAuthentication) unless the pinned producer signed exactly this manifest.
+  void check_signature(const Manifest& manifest, std::span<const std::byte> signature) const {
+    if (signature.empty()) {
+      throw Error(ErrorCode::kAuthentication, "version " + std::to_string(manifest.version) + " is not signed");
+    }
+    if (!security::verify_manifest(manifest, signature, *pinned_key_)) {
+      throw Error(ErrorCode::kAuthentication, "version " + std::to_string(manifest.version) +
+                                                  " does not carry the pinned producer's signature "
+                                                  "(tampered in transit, or another producer)");
+    }
+  }
+
+  // A signed version of an earlier producer run, replayed, must not roll the model back.
+  void check_not_a_replay(const Manifest& manifest) const {
+    std::lock_guard lock(mutex_);
+    if (current_ && current_->manifest.incarnation != manifest.incarnation &&
+        manifest.publish_time_ns < current_->manifest.publish_time_ns) {
+      throw Error(ErrorCode::kAuthentication, "version " + std::to_string(manifest.version) +
+                                                  " was published before the version installed: a replay");
+    }
+  }
+
   void finish_fetch() {
     FetchInFlight fetch = std::move(*fetch_);
     fetch_.reset();
@@ -614,6 +712,15 @@ class Consumer::Impl {
                                                   std::to_string(fetch.manifest.version) + " failed its digest check"));
           return;
         }
+      }
+    }
+    if (pinned_key_) {
+      try {
+        check_signature(fetch.manifest, fetch.signature);
+        check_not_a_replay(fetch.manifest);
+      } catch (const Error& e) {
+        reject(fetch.manifest, fetch.fetch_id, e);
+        return;
       }
     }
     auto installed = std::make_shared<detail::InstalledVersion>();
@@ -690,6 +797,10 @@ class Consumer::Impl {
   zmq::context_t zmq_context_;
   std::unique_ptr<zmq::socket_t> dealer_;
   std::unique_ptr<zmq::socket_t> subscriber_;
+  std::unique_ptr<zmq::socket_t> monitor_;  // handshake failures of dealer_, when CurveZMQ
+  bool handshake_reported_ = false;         // once per failing streak, not per retry
+  std::optional<security::PublicKey> pinned_key_;  // immutable after construction
+  security::SecretKey own_secret_{};               // immutable after construction
   bool joined_ = false;
   bool join_refused_ = false;  // the last join was answered with a refusal or was unusable
   std::uint64_t incarnation_ = 0;

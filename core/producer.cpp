@@ -22,6 +22,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 #include <unistd.h>
 #include <variant>
@@ -34,6 +35,8 @@
 #include "core/log.h"
 #include "core/manifest.h"
 #include "core/protocol.h"
+#include "core/security/curve.h"
+#include "core/security/manifest_signature.h"
 #include "core/slot_pool.h"
 #include "core/snapshot_copy.h"
 #include "core/wakeup.h"
@@ -64,6 +67,7 @@ struct Slot {
   Clock::time_point published_at{};  // steady time of the publish() call
   bool digests_ready = true;
   std::uint64_t digest_lease = 0;    // pins the slot while the digest thread reads it
+  std::vector<std::byte> signature;  // of the manifest, once digests_ready, when signing
 };
 
 // Leases have an expiry; the digest thread's pin needs none within any run's lifetime.
@@ -131,6 +135,7 @@ struct ConsumerRecord {
   std::string name;        // for logs and Delivery reports only
   std::string routing_id;
   std::uint64_t session = 0;
+  std::string key;         // CurveZMQ key of an authenticated connection, else empty
   transport::PeerId peer = 0;
   Clock::time_point last_seen{};
   std::map<std::uint64_t, Fetch> fetches;  // by fetch id
@@ -157,12 +162,15 @@ class Producer::Impl {
     }
     if (options_.max_consumers == 0) throw Error(ErrorCode::kInvalidArgument, "max_consumers is 0");
     zmq_util::announce_bind_endpoint(options_.control_endpoint);  // rejects a bad scheme before binding
+    set_up_security();
     router_.set(zmq::sockopt::linger, 0);
     router_.set(zmq::sockopt::router_mandatory, false);
     // Requests are small (a join carries a UCX address of a few KiB): a peer sending more is
     // disconnected by ZeroMQ before anything is decoded.
     router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(kRequestLimits.max_message_bytes));
     publisher_.set(zmq::sockopt::linger, 0);
+    zmq_util::check_ipc_endpoint_free(options_.control_endpoint);
+    zmq_util::check_ipc_endpoint_free(options_.control_endpoint + ".pub");
     try {
       router_.bind(zmq_util::bind_spelling(options_.control_endpoint));
       control_endpoint_ = zmq_util::bound_endpoint(router_);
@@ -191,6 +199,40 @@ class Producer::Impl {
     // events_ still exists, since its shutdown completes transfers whose callbacks push there.
     slots_.clear();
     transport_.reset();
+  }
+
+  // Keys, CurveZMQ and the ZAP handler; or the plaintext rule. Before any socket binds.
+  void set_up_security() {
+    if (!options_.key_file.empty()) {
+      if (!options_.key.empty()) throw Error(ErrorCode::kInvalidArgument, "give key or key_file, not both");
+      options_.key = load_key_pair(options_.key_file);
+    }
+    if (options_.key.empty()) {
+      if (!zmq_util::is_local_endpoint(options_.control_endpoint) && !options_.allow_plaintext_remote) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "control endpoint '" + options_.control_endpoint +
+                        "' is reachable from other hosts: give the producer a key (modelcast-keygen) or set "
+                        "allow_plaintext_remote");
+      }
+      log_->warn("plaintext control plane on {}: any local process can join, and versions are unsigned",
+                 options_.control_endpoint);
+      return;
+    }
+    if (!options_.integrity) {
+      throw Error(ErrorCode::kInvalidArgument, "a signing producer needs integrity on: the signature covers the digests");
+    }
+    if (options_.allowed_consumer_keys.empty() && !options_.allow_any_consumer) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "no consumer could join: list allowed_consumer_keys or set allow_any_consumer");
+    }
+    signer_ = std::make_unique<security::ManifestSigner>(options_.key);
+    std::set<std::string> allowed(options_.allowed_consumer_keys.begin(), options_.allowed_consumer_keys.end());
+    zap_ = std::make_unique<security::ZapHandler>(zmq_context_, allowed, options_.allow_any_consumer);
+    security::make_curve_server(router_, signer_->secret());
+    security::make_curve_server(publisher_, signer_->secret());
+    log_->info("CurveZMQ control plane, versions signed by {}; {}", options_.key.public_key,
+               options_.allow_any_consumer ? std::string("any consumer admitted")
+                                           : std::to_string(allowed.size()) + " consumer keys admitted");
   }
 
   void register_tensor(const TensorRef& tensor) {
@@ -315,8 +357,17 @@ class Producer::Impl {
         if (auto expiry = pool_.next_expiry()) wake = std::min(wake, *expiry);
       }
       auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
-      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, events_.fd(), ZMQ_POLLIN, 0}};
-      zmq::poll(items, 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
+      zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+                                 {nullptr, events_.fd(), ZMQ_POLLIN, 0},
+                                 {zap_ ? zap_->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, zap_ ? 3 : 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
+      if (zap_ && (items[2].revents & ZMQ_POLLIN)) {
+        for (const auto& key : zap_->answer_pending()) {
+          log_->warn("refused a connection from key {} (CurveZMQ form): not on the allow-list", key);
+          std::lock_guard lock(mutex_);
+          stats_.refused_peers++;
+        }
+      }
       if (items[1].revents & ZMQ_POLLIN) {
         for (auto& event : events_.drain()) {
           if (std::holds_alternative<Stop>(event)) return;
@@ -379,6 +430,7 @@ class Producer::Impl {
       slot.published_at = e.called_at;
       pool_.mark_published(e.slot, version);
       slot.digests_ready = !integrity;
+      slot.signature.clear();
       slot.digest_lease = 0;
       if (integrity) slot.digest_lease = pool_.acquire_lease(version, kDigestHolder, Clock::now(), kPinDuration)->id;
     }
@@ -397,10 +449,13 @@ class Producer::Impl {
   }
 
   void on_event(DigestsReady& e) {
+    std::vector<std::byte> signature;
     {
       std::lock_guard lock(mutex_);
       Slot& slot = slots_[e.slot];
       for (std::size_t i = 0; i < e.digests.size(); ++i) slot.manifest.tensors[i].digest = e.digests[i];
+      if (signer_) slot.signature = signer_->sign(slot.manifest);
+      signature = slot.signature;
       slot.digests_ready = true;
       pool_.release_lease(slot.digest_lease);
       slot.digest_lease = 0;
@@ -410,7 +465,7 @@ class Producer::Impl {
       for (auto& [fetch_id, fetch] : consumer.fetches) {
         if (fetch.version != e.version || !fetch.awaiting_digests) continue;
         fetch.awaiting_digests = false;
-        zmq_util::send(router_, protocol::Digests{fetch_id, e.version, e.digests, {}}, &consumer.routing_id);
+        zmq_util::send(router_, protocol::Digests{fetch_id, e.version, e.digests, signature}, &consumer.routing_id);
       }
     }
   }
@@ -515,7 +570,7 @@ class Producer::Impl {
     try {
       if (auto* consumer = find_by_routing_id(routing_id)) consumer->last_seen = Clock::now();
       if (auto* join = std::get_if<protocol::JoinRequest>(&message)) {
-        on_join(routing_id, *join);
+        on_join(routing_id, security::peer_key(parts[1]).value_or(""), *join);
       } else if (std::holds_alternative<protocol::Ping>(message)) {
         // last_seen is all a ping updates
       } else if (auto* fetch = std::get_if<protocol::FetchRequest>(&message)) {
@@ -541,7 +596,7 @@ class Producer::Impl {
     return it == consumers_.end() ? nullptr : &it->second;
   }
 
-  void on_join(const std::string& routing_id, const protocol::JoinRequest& join) {
+  void on_join(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join) {
     protocol::JoinReply reply;
     reply.incarnation = incarnation_;
     reply.announce_endpoint = announce_endpoint_;
@@ -549,7 +604,7 @@ class Producer::Impl {
     // The same connection joining again, or the same consumer object on a new connection
     // (its session is random and travels only inside its own connection), replaces its record.
     auto same_consumer = [&](const ConsumerRecord& r) {
-      return r.routing_id == routing_id || (join.session != 0 && r.session == join.session);
+      return r.routing_id == routing_id || (join.session != 0 && r.session == join.session && r.key == key);
     };
     if (join.model != options_.model_name) {
       reply.refusal = protocol::Refusal::kWrongModel;
@@ -572,6 +627,7 @@ class Producer::Impl {
         record.name = join.consumer_name;
         record.routing_id = routing_id;
         record.session = join.session;
+        record.key = key;
         record.last_seen = Clock::now();
         // On one machine UCX reaches shared memory only without peer-failure detection; a
         // consumer that dies there is noticed through its lease instead.
@@ -639,6 +695,7 @@ class Producer::Impl {
         slot = lease->slot;
         reply.manifest = slots_[slot].manifest;
         reply.digests_pending = !slots_[slot].digests_ready;
+        if (!reply.digests_pending) reply.signature = slots_[slot].signature;
       }
     }
     if (!reply.error.empty()) {
@@ -726,6 +783,8 @@ class Producer::Impl {
 
   // Service thread only:
   zmq::context_t zmq_context_;
+  std::unique_ptr<security::ManifestSigner> signer_;  // null without a key; immutable after construction
+  std::unique_ptr<security::ZapHandler> zap_;         // service thread; null without a key
   zmq::socket_t router_;
   zmq::socket_t publisher_;
   std::string control_endpoint_;

@@ -1,5 +1,12 @@
 #include "core/zmq_util.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "modelcast/error.h"
 
 namespace modelcast::zmq_util {
@@ -22,6 +29,29 @@ std::string announce_bind_endpoint(const std::string& control_endpoint) {
   if (control_endpoint.rfind("ipc://", 0) == 0) return control_endpoint + ".pub";
   throw Error(ErrorCode::kInvalidArgument,
               "control endpoint '" + control_endpoint + "' must start with tcp:// or ipc://");
+}
+
+bool is_local_endpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0) return true;
+  if (endpoint.rfind("tcp://", 0) != 0) return false;
+  std::string host = endpoint.substr(6, endpoint.rfind(':') - 6);
+  return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]";
+}
+
+void check_ipc_endpoint_free(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) != 0) return;
+  std::string path = endpoint.substr(6);
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof address.sun_path || path[0] == '@') return;  // abstract: the kernel refuses
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  bool live = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  if (live) {
+    throw Error(ErrorCode::kTransport, "'" + endpoint + "' is in use by another process (a producer already serves there)");
+  }
 }
 
 std::string bound_endpoint(zmq::socket_t& socket) { return socket.get(zmq::sockopt::last_endpoint); }

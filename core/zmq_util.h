@@ -18,6 +18,15 @@ std::string bind_spelling(const std::string& endpoint);
 // PATH.pub for ipc. Throws Error(kInvalidArgument) for other schemes.
 std::string announce_bind_endpoint(const std::string& control_endpoint);
 
+// True for ipc:// and for tcp:// on a loopback host (127.0.0.0/8, localhost, [::1]): the
+// endpoints where a plaintext control plane reaches only this machine.
+bool is_local_endpoint(const std::string& endpoint);
+
+// ZeroMQ unlinks an existing ipc:// socket file when binding, silently taking a live
+// producer's endpoint. Throws Error(kTransport) if `endpoint` is ipc:// and a process is
+// listening there; a stale file left by a dead process is fine.
+void check_ipc_endpoint_free(const std::string& endpoint);
+
 // Endpoint as bound (ZMQ_LAST_ENDPOINT), with the port ZeroMQ picked.
 std::string bound_endpoint(zmq::socket_t& socket);
 

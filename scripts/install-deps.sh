@@ -10,10 +10,16 @@ packages=(
   libmsgpack-cxx-dev libboost-dev # wire codec (msgpack's CMake config needs Boost headers)
   libspdlog-dev libfmt-dev        # logging
   libxxhash-dev                   # per-tensor digests (XXH3)
+  libsodium-dev                   # key pairs and signed versions (Ed25519); CurveZMQ keys
+  libtomlplusplus-dev             # key files
   libcli11-dev nlohmann-json3-dev # command lines, JSON output
   libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2                        # network-namespace test across two "hosts"
+  # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The
+  # fuzzer and sanitizer runtimes (libclang_rt.fuzzer*.a, asan, ubsan) are in libclang-rt-14-dev,
+  # which clang-14 only recommends, so it is listed; libfuzzer-14-dev is not needed.
+  clang-14 libclang-rt-14-dev
 )
 
 missing=()

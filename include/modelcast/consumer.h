@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "modelcast/error.h"
+#include "modelcast/keys.h"
 #include "modelcast/model_view.h"
 #include "modelcast/tensor.h"
 
@@ -41,6 +42,17 @@ struct ConsumerOptions {
   // Largest model this consumer accepts (0: half the machine's memory, or the largest
   // caller buffer); a manifest declaring more is rejected before anything is allocated.
   std::uint64_t max_model_bytes = 0;
+  // The producer's public key (Z85, from its ".pub" file): the control plane is then CurveZMQ
+  // with that producer only, and a version is installed only if its signature verifies with
+  // this key (Error(kAuthentication) otherwise; the last good version stays). Empty: plaintext
+  // and unsigned versions accepted, on loopback and ipc:// endpoints only unless
+  // allow_plaintext_remote.
+  std::string producer_public_key;
+  // This consumer's own key pair, for a producer that admits listed keys only. Empty: a fresh
+  // key pair per Consumer (enough for a producer that admits any consumer).
+  KeyPair key;
+  std::string key_file;
+  bool allow_plaintext_remote = false;
   // Runs on the consumer's service thread after a version is installed, or when one is
   // rejected. Keep them short: the next update waits for them.
   std::function<void(const ModelView&)> on_update;
@@ -54,6 +66,7 @@ struct ConsumerStats {
   std::uint64_t transfers_aborted = 0;  // producer lost mid-transfer, timeouts
   std::uint64_t bad_messages = 0;       // malformed/truncated/unknown-version, dropped
   std::uint64_t reconnects = 0;
+  std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
   std::uint64_t bytes_received = 0;
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here
   std::chrono::nanoseconds last_notify_latency{0};  // publish() call until announced here

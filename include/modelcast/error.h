@@ -19,6 +19,7 @@ enum class ErrorCode : int {
   kIntegrity = 6,        // a digest did not match
   kState = 7,            // the call is not allowed now (e.g. register after publish)
   kResource = 8,         // memory or another resource could not be had
+  kAuthentication = 9,   // a key, handshake or signature did not check out
 };
 
 // Every public function of the C++ API reports failure by throwing modelcast::Error.

@@ -34,6 +34,7 @@ typedef enum mc_status {
   MC_ERR_INTEGRITY = 6,        /* a digest did not match */
   MC_ERR_STATE = 7,            /* the call is not allowed now (e.g. publish with nothing registered) */
   MC_ERR_RESOURCE = 8,         /* memory or another resource could not be had */
+  MC_ERR_AUTHENTICATION = 9,   /* a key, handshake or signature did not check out */
   MC_ERR_UNKNOWN = 99          /* any other failure inside modelcast (a bug: please report it) */
 } mc_status;
 

@@ -12,7 +12,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "modelcast/keys.h"
 #include "modelcast/tensor.h"
 
 namespace modelcast {
@@ -42,6 +44,17 @@ struct ProducerOptions {
   std::size_t transfer_chunk_bytes = 32u << 20;  // >= 64 KiB; raised for models over 2^20 chunks
   // Joins beyond this many consumers are refused: each costs a connection and a UCX endpoint.
   std::size_t max_consumers = 256;
+
+  // Security. With a key pair (`key`, or `key_file` from modelcast-keygen) the control plane is
+  // CurveZMQ (authenticated, encrypted) and every version is signed; consumers pin the public
+  // key. Without one the control plane is plaintext and versions are unsigned: allowed on
+  // loopback and ipc:// endpoints, elsewhere only with allow_plaintext_remote.
+  KeyPair key;
+  std::string key_file;
+  // Consumers admitted (Ed25519 public keys, Z85). Empty: none, unless allow_any_consumer.
+  std::vector<std::string> allowed_consumer_keys;
+  bool allow_any_consumer = false;  // any consumer that completes the handshake; still encrypted
+  bool allow_plaintext_remote = false;
   std::function<void(const Delivery&)> on_delivery;  // optional; runs on the service thread
 };
 
@@ -60,6 +73,7 @@ struct ProducerStats {
   std::uint64_t failed_deliveries = 0;
   std::uint64_t leases_expired = 0;
   std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
+  std::uint64_t refused_peers = 0;   // handshakes refused: keys not on the allow-list
   std::uint64_t bytes_sent = 0;
   std::size_t consumers = 0;         // consumers that joined and are not known dead
   std::size_t fetches_in_flight = 0; // transfers started and not yet acked or expired

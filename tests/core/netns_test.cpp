@@ -6,9 +6,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "child_process.h"
+#include "modelcast/keys.h"
 
 namespace {
 
@@ -57,16 +59,26 @@ class TwoHosts : public ::testing::Test {
   bool created_ = false;
 };
 
+// Across hosts the control plane is CurveZMQ and versions are signed: each side has a key
+// file, the producer admits the consumer's key and the consumer pins the producer's.
 TEST_F(TwoHosts, VersionsCrossAVethPairBitExact) {
+  auto dir = std::filesystem::temp_directory_path() / ("modelcast-netns-keys-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto producer_keys = modelcast::generate_key_pair();
+  auto consumer_keys = modelcast::generate_key_pair();
+  modelcast::save_key_pair(producer_keys, (dir / "producer.key").string(), true);
+  modelcast::save_key_pair(consumer_keys, (dir / "consumer.key").string(), true);
   ChildProcess producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
-                         "tcp://10.231.0.1:0", "--versions", "4", "--kib", "4096", "--wait-consumers", "1"},
+                         "tcp://10.231.0.1:0", "--versions", "4", "--kib", "4096", "--wait-consumers", "1",
+                         "--key-file", (dir / "producer.key").string(), "--allow-key", consumer_keys.public_key},
                         {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
   auto ready = producer.wait_for_line("ready ");
   ASSERT_TRUE(ready) << "producer did not start in " << ns_a_;
   std::string endpoint = ready->substr(6);
   ASSERT_EQ(endpoint.rfind("tcp://10.231.0.1:", 0), 0u) << endpoint;
   ChildProcess consumer({"/usr/bin/env", "ip", "netns", "exec", ns_b_, MODELCAST_TEST_PEER, "consumer", "--endpoint",
-                         endpoint, "--name", "remote", "--until-version", "4"},
+                         endpoint, "--name", "remote", "--until-version", "4", "--key-file",
+                         (dir / "consumer.key").string(), "--producer-key", producer_keys.public_key},
                         {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_b_});
   EXPECT_EQ(consumer.wait(), 0);
   bool got_last = false;
@@ -77,6 +89,7 @@ TEST_F(TwoHosts, VersionsCrossAVethPairBitExact) {
   EXPECT_TRUE(got_last) << "the consumer in the other namespace never installed version 4";
   producer.close_stdin();
   EXPECT_EQ(producer.wait(), 0);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -25,9 +25,19 @@ void say(const std::string& line) {
   std::fflush(stdout);
 }
 
+// Keys on the command line: a producer's key file and the consumer keys it admits; a consumer's
+// key file and the producer key it pins.
+struct Keys {
+  std::string key_file;
+  std::string producer_key;
+  std::vector<std::string> allowed;
+};
+
 int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,
-                 std::uint64_t seed, int reader_threads) {
+                 std::uint64_t seed, int reader_threads, const Keys& keys) {
   modelcast::ConsumerOptions options;
+  options.key_file = keys.key_file;
+  options.producer_public_key = keys.producer_key;
   options.producer_endpoint = endpoint;
   options.model_name = "test";
   options.consumer_name = name;
@@ -82,8 +92,10 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
 }
 
 int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib,
-                 std::size_t wait_consumers) {
+                 std::size_t wait_consumers, const Keys& keys) {
   modelcast::ProducerOptions options;
+  options.key_file = keys.key_file;
+  options.allowed_consumer_keys = keys.allowed;
   options.model_name = "test";
   options.control_endpoint = endpoint;
   modelcast::Producer producer(options);
@@ -121,6 +133,9 @@ int main(int argc, char** argv) {
   consumer->add_option("--until-version", versions);
   consumer->add_option("--seed", seed);
   consumer->add_option("--readers", readers);
+  Keys keys;
+  consumer->add_option("--key-file", keys.key_file);
+  consumer->add_option("--producer-key", keys.producer_key);
   auto* producer = app.add_subcommand("producer");
   producer->add_option("--endpoint", endpoint)->required();
   producer->add_option("--versions", versions);
@@ -128,11 +143,13 @@ int main(int argc, char** argv) {
   producer->add_option("--kib", kib);
   std::size_t wait_consumers = 0;
   producer->add_option("--wait-consumers", wait_consumers);
+  producer->add_option("--key-file", keys.key_file);
+  producer->add_option("--allow-key", keys.allowed);
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers);
-    return run_producer(endpoint, versions, seed, kib, wait_consumers);
+    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys);
+    return run_producer(endpoint, versions, seed, kib, wait_consumers, keys);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;

@@ -1,0 +1,62 @@
+#include "core/security/key_codec.h"
+
+#include <sodium.h>
+#include <zmq.h>
+
+#include <cstring>
+
+#include "modelcast/error.h"
+
+namespace modelcast::security {
+
+void ensure_sodium() {
+  static const bool ready = sodium_init() >= 0;
+  if (!ready) throw Error(ErrorCode::kResource, "libsodium could not be initialised");
+}
+
+PublicKey decode_public_key(const std::string& z85, const std::string& what) {
+  PublicKey key{};
+  if (z85.size() != 40 || zmq_z85_decode(key.data(), z85.c_str()) == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument, what + " is not a key: expected 40 Z85 characters, got '" +
+                                                 (z85.size() > 60 ? z85.substr(0, 60) + "..." : z85) + "'");
+  }
+  return key;
+}
+
+std::string encode_key(const std::array<std::uint8_t, 32>& key) {
+  char text[41] = {};
+  zmq_z85_encode(text, key.data(), key.size());
+  return text;
+}
+
+SecretKey decode_secret_key(const KeyPair& keys, const std::string& what) {
+  ensure_sodium();
+  auto seed = decode_public_key(keys.secret_key, what + "'s secret key");
+  auto expected = decode_public_key(keys.public_key, what + "'s public key");
+  PublicKey derived{};
+  SecretKey secret{};
+  crypto_sign_seed_keypair(derived.data(), secret.data(), seed.data());
+  sodium_memzero(seed.data(), seed.size());
+  if (derived != expected) {
+    throw Error(ErrorCode::kInvalidArgument, what + ": the secret key does not belong to the public key");
+  }
+  return secret;
+}
+
+CurveKey curve_public(const PublicKey& key) {
+  ensure_sodium();
+  CurveKey out{};
+  if (crypto_sign_ed25519_pk_to_curve25519(out.data(), key.data()) != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "public key " + encode_key(key) + " is not a valid Ed25519 point");
+  }
+  return out;
+}
+
+CurveKey curve_secret(const SecretKey& key) {
+  ensure_sodium();
+  CurveKey out{};
+  crypto_sign_ed25519_sk_to_curve25519(out.data(), key.data());
+  return out;
+}
+
+}  // namespace modelcast::security

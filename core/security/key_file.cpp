@@ -1,0 +1,101 @@
+// Key files: TOML (toml++), two string keys. A parser library rather than a hand-written
+// reader so that line numbers in errors, quoting and comments behave as users expect.
+#include <sodium.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <toml++/toml.h>
+
+#include "core/security/key_codec.h"
+#include "modelcast/error.h"
+#include "modelcast/keys.h"
+
+namespace modelcast {
+namespace {
+
+[[noreturn]] void bad_file(const std::string& path, const std::string& what) {
+  throw Error(ErrorCode::kInvalidArgument, "key file '" + path + "': " + what);
+}
+
+toml::table parse(const std::string& path) {
+  try {
+    return toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    bad_file(path, "line " + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+  }
+}
+
+std::string string_at(const toml::table& table, const std::string& path, const char* key, bool required) {
+  auto node = table[key];
+  if (!node) {
+    if (required) bad_file(path, std::string("no '") + key + "' key");
+    return {};
+  }
+  auto value = node.value<std::string>();
+  if (!value) {
+    bad_file(path, "line " + std::to_string(node.node()->source().begin.line) + ": '" + key + "' is not a string");
+  }
+  return *value;
+}
+
+void check_keys(const toml::table& table, const std::string& path) {
+  for (const auto& [key, node] : table) {
+    if (key.str() != "public" && key.str() != "secret") {
+      bad_file(path, "line " + std::to_string(node.source().begin.line) + ": unknown key '" + std::string(key.str()) +
+                         "' (expected 'public' and, in a key pair file, 'secret')");
+    }
+  }
+}
+
+}  // namespace
+
+KeyPair generate_key_pair() {
+  security::ensure_sodium();
+  security::PublicKey public_key{};
+  security::SecretKey secret{};
+  crypto_sign_keypair(public_key.data(), secret.data());
+  security::PublicKey seed{};
+  crypto_sign_ed25519_sk_to_seed(seed.data(), secret.data());
+  KeyPair keys{security::encode_key(public_key), security::encode_key(seed)};
+  sodium_memzero(secret.data(), secret.size());
+  sodium_memzero(seed.data(), seed.size());
+  return keys;
+}
+
+void save_key_pair(const KeyPair& keys, const std::string& path, bool overwrite) {
+  security::decode_secret_key(keys, "key pair");  // refuse to write a pair that does not match
+  auto write = [&](const std::string& file, const std::string& text, mode_t mode) {
+    struct stat existing {};
+    if (!overwrite && stat(file.c_str(), &existing) == 0) bad_file(file, "exists already");
+    std::ofstream out(file, std::ios::trunc);
+    if (!out) bad_file(file, "cannot be written");
+    ::chmod(file.c_str(), mode);  // before the secret goes in
+    out << text;
+    out.close();
+    if (!out) bad_file(file, "write failed");
+  };
+  write(path,
+        "# modelcast key pair (Ed25519, Z85). Keep this file secret: it proves its holder's identity.\n"
+        "public = \"" + keys.public_key + "\"\nsecret = \"" + keys.secret_key + "\"\n",
+        0600);
+  write(path + ".pub", "# modelcast public key (Ed25519, Z85): give it to your peers.\npublic = \"" + keys.public_key + "\"\n",
+        0644);
+}
+
+KeyPair load_key_pair(const std::string& path) {
+  auto table = parse(path);
+  check_keys(table, path);
+  KeyPair keys{string_at(table, path, "public", true), string_at(table, path, "secret", true)};
+  security::decode_secret_key(keys, "key file '" + path + "'");
+  return keys;
+}
+
+std::string load_public_key(const std::string& path) {
+  auto table = parse(path);
+  check_keys(table, path);
+  auto key = string_at(table, path, "public", true);
+  security::decode_public_key(key, "key file '" + path + "': 'public'");
+  return key;
+}
+
+}  // namespace modelcast
