@@ -214,8 +214,8 @@ class Producer::Impl {
                         "' is reachable from other hosts: give the producer a key (modelcast-keygen) or set "
                         "allow_plaintext_remote");
       }
-      log_->warn("plaintext control plane on {}: any local process can join, and versions are unsigned",
-                 options_.control_endpoint);
+      log_->warn("plaintext control plane on {}: any {} can join, and versions are unsigned", options_.control_endpoint,
+                 zmq_util::is_local_endpoint(options_.control_endpoint) ? "local process" : "host that reaches it");
       return;
     }
     if (!options_.integrity) {

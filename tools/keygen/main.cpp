@@ -1,0 +1,27 @@
+// modelcast-keygen: makes the key pair a producer signs versions with (and a consumer shows a
+// producer that admits listed keys only). Writes FILE (secret, mode 0600) and FILE.pub.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "modelcast/error.h"
+#include "modelcast/keys.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"modelcast-keygen: make a modelcast key pair (Ed25519; CurveZMQ and version signatures)"};
+  std::string path;
+  bool force = false;
+  app.add_option("file", path, "key pair file to write; its public key goes to FILE.pub")->required();
+  app.add_flag("--force", force, "overwrite existing files");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    auto keys = modelcast::generate_key_pair();
+    modelcast::save_key_pair(keys, path, force);
+    std::printf("%s\n", keys.public_key.c_str());
+    std::fprintf(stderr, "wrote %s (keep it secret) and %s.pub (give it to peers)\n", path.c_str(), path.c_str());
+    return 0;
+  } catch (const modelcast::Error& e) {
+    std::fprintf(stderr, "modelcast-keygen: %s\n", e.what());
+    return 1;
+  }
+}
