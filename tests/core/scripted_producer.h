@@ -1,0 +1,187 @@
+// A producer scripted message by message, speaking the protocol directly: for consumer tests
+// that need malformed, hostile or tampered traffic no real Producer would send.
+#pragma once
+
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+
+#include <zmq.hpp>
+
+#include "core/digest.h"
+#include "core/host_buffer.h"
+#include "core/manifest.h"
+#include "core/protocol.h"
+#include "core/security/curve.h"
+#include "core/security/manifest_signature.h"
+#include "test_model.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace testing_support {
+
+using namespace std::chrono_literals;
+namespace protocol = modelcast::protocol;
+
+class ScriptedProducer {
+ public:
+  // With a signer, its sockets are CurveZMQ servers under that key and every manifest is signed.
+  explicit ScriptedProducer(const modelcast::security::ManifestSigner* signer = nullptr)
+      : signer_(signer),
+        transport_(modelcast::transport::make_ucx_transport()),
+        router_(context_, zmq::socket_type::router),
+        publisher_(context_, zmq::socket_type::pub),
+        model_(testmodel::make(256)) {
+    router_.set(zmq::sockopt::linger, 0);
+    publisher_.set(zmq::sockopt::linger, 0);
+    if (signer_) {
+      modelcast::security::make_curve_server(router_, signer_->secret());
+      modelcast::security::make_curve_server(publisher_, signer_->secret());
+    }
+    router_.bind("tcp://127.0.0.1:*");
+    publisher_.bind("tcp://127.0.0.1:*");
+    std::vector<modelcast::TensorSpec> specs;
+    for (auto& t : model_) specs.push_back(t.spec);
+    layout_.model = "test";
+    layout_.incarnation = kIncarnation;
+    layout_.tensors = modelcast::plan_layout(specs, &layout_.total_bytes);
+    slot_ = modelcast::HostBuffer(layout_.total_bytes);
+    region_ = transport_->register_memory(slot_.data(), slot_.size(), modelcast::MemoryKind::kHost);
+  }
+  ~ScriptedProducer() {
+    region_.reset();
+    transport_.reset();
+  }
+
+  // Signs what it serves from now on with another key (its sockets keep theirs).
+  void sign_with(const modelcast::security::ManifestSigner* signer) { signer_ = signer; }
+
+  std::string endpoint() { return router_.get(zmq::sockopt::last_endpoint); }
+  static constexpr std::uint64_t kIncarnation = 77;
+
+  // Next request from the consumer, decoded (routing id kept for replies).
+  protocol::Message next_request() {
+    zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, 30s) == 0) throw std::runtime_error("no request from the consumer in 30 s");
+    zmq::message_t id, body;
+    (void)router_.recv(id);
+    (void)router_.recv(body);
+    routing_id_ = id.to_string();
+    return protocol::decode({static_cast<const std::byte*>(body.data()), body.size()});
+  }
+
+  void reply(const protocol::Message& message) {
+    auto bytes = protocol::encode(message);
+    reply_raw(bytes);
+  }
+  void reply_raw(std::span<const std::byte> bytes) {
+    router_.send(zmq::buffer(routing_id_), zmq::send_flags::sndmore);
+    router_.send(zmq::buffer(bytes.data(), bytes.size()));
+  }
+  void announce_raw(std::span<const std::byte> bytes) {
+    publisher_.send(zmq::str_buffer("test"), zmq::send_flags::sndmore);
+    publisher_.send(zmq::buffer(bytes.data(), bytes.size()));
+  }
+  void announce(std::uint64_t version) { announce_raw(protocol::encode(protocol::Announce{kIncarnation, version, 0, 1})); }
+
+  void accept_join(std::string announce_endpoint = {}) {
+    protocol::JoinRequest join;
+    for (;;) {  // a consumer whose join went unanswered asks again: take the newest
+      auto request = next_request();
+      if (auto* j = std::get_if<protocol::JoinRequest>(&request)) {
+        join = *j;
+        break;
+      }
+    }
+    if (peer_ == 0) peer_ = transport_->connect(join.transport_address, false, nullptr);
+    if (announce_endpoint.empty()) announce_endpoint = publisher_.get(zmq::sockopt::last_endpoint);
+    reply(protocol::JoinReply{true, protocol::Refusal::kNone, "", kIncarnation, announce_endpoint, 0, "ucx"});
+  }
+
+  // Announces `version` until the consumer asks for it, then answers with the layout as
+  // `tweak` leaves it and `chunk_bytes`, sends no data and returns the consumer's ack: for
+  // manifests the consumer must refuse before it allocates or posts anything.
+  protocol::Ack answer_with_manifest(std::uint64_t version, std::uint64_t chunk_bytes,
+                                     const std::function<void(modelcast::Manifest&)>& tweak) {
+    auto fetch = await_fetch(version);
+    auto manifest = layout_;
+    manifest.version = version;
+    tweak(manifest);
+    reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, chunk_bytes, false, manifest,
+                               signer_ ? signer_->sign(manifest) : std::vector<std::byte>{}});
+    for (;;) {
+      auto request = next_request();
+      if (auto* ack = std::get_if<protocol::Ack>(&request)) return *ack;
+    }
+  }
+
+  protocol::FetchRequest await_fetch(std::uint64_t version) {
+    for (;;) {
+      announce(version);
+      zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, 20ms) == 0) continue;
+      auto request = next_request();
+      if (auto* f = std::get_if<protocol::FetchRequest>(&request)) return *f;
+    }
+  }
+
+  // Announces `version` until the consumer asks for it (PUB drops messages to a subscriber that
+  // is still connecting), then serves it; `corrupt` flips one byte after the digests are taken.
+  // With `digests_later`, the manifest goes out without digests and they follow the data in a
+  // Digests message, as the real producer does when a fetch beats its digest thread.
+  protocol::Ack serve(std::uint64_t version, bool corrupt, bool digests_later = false,
+                     std::function<void(modelcast::Manifest&)> tweak = nullptr,
+                     std::function<void(modelcast::Manifest&, std::byte* slot)> tamper = nullptr) {
+    protocol::FetchRequest fetch = await_fetch(version);
+    testmodel::fill(model_, 1, version);
+    auto manifest = layout_;
+    manifest.version = version;
+    for (std::size_t i = 0; i < model_.size(); ++i) {
+      auto& entry = manifest.tensors[i];
+      std::memcpy(slot_.data() + entry.offset, model_[i].words.data(), entry.size);
+      entry.digest = modelcast::digest_bytes(slot_.data() + entry.offset, entry.size);
+    }
+    if (corrupt) slot_.data()[manifest.tensors[5].offset + 3] ^= std::byte{0x10};
+    if (tweak) tweak(manifest);
+    std::vector<std::byte> signature;
+    if (signer_) signature = signer_->sign(manifest);
+    // What a relay on the way would do: change the manifest (and the bytes) after signing.
+    if (tamper) tamper(manifest, slot_.data());
+    auto sent = manifest;
+    if (digests_later) {
+      for (auto& t : sent.tensors) t.digest = 0;
+    }
+    reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, 1u << 20, digests_later, sent,
+                               digests_later ? std::vector<std::byte>{} : signature});
+    std::size_t chunks = (manifest.total_bytes + (1u << 20) - 1) / (1u << 20);
+    for (std::size_t i = 0; i < chunks; ++i) {
+      std::size_t offset = i << 20;
+      transport_->post_send(peer_, *region_, offset, std::min<std::size_t>(1u << 20, manifest.total_bytes - offset),
+                            protocol::chunk_tag(fetch.fetch_id, i), [](const auto&) {});
+    }
+    if (digests_later) {
+      protocol::Digests digests{fetch.fetch_id, version, {}, signature};
+      for (const auto& t : manifest.tensors) digests.digests.push_back(t.digest);
+      reply(digests);
+    }
+    for (;;) {
+      auto request = next_request();
+      if (auto* ack = std::get_if<protocol::Ack>(&request)) return *ack;
+    }
+  }
+
+ private:
+  const modelcast::security::ManifestSigner* signer_;
+  std::unique_ptr<modelcast::transport::Transport> transport_;
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  zmq::socket_t publisher_;
+  std::vector<testmodel::Tensor> model_;
+  modelcast::Manifest layout_;
+  modelcast::HostBuffer slot_;
+  std::unique_ptr<modelcast::transport::MemoryRegion> region_;
+  modelcast::transport::PeerId peer_ = 0;
+  std::string routing_id_;
+};
+
+}  // namespace testing_support

@@ -1,0 +1,274 @@
+// Keys, the authenticated control plane and signed versions: who may join, whom a consumer
+// trusts, and that nothing a stranger or a relay changes gets installed.
+#include <gtest/gtest.h>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <mutex>
+
+#include "exchange_fixture.h"
+#include "modelcast/keys.h"
+#include "scripted_producer.h"
+
+namespace exchange_test {
+namespace {
+
+namespace fs = std::filesystem;
+using modelcast::ErrorCode;
+
+std::string error_of(auto&& f, ErrorCode expected) {
+  try {
+    f();
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), expected) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return {};
+}
+
+class TempDir {
+ public:
+  TempDir() : path_(fs::temp_directory_path() / ("modelcast-keys-" + std::to_string(getpid()))) {
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  fs::path path_;
+};
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+TEST(Keys, SaveAndLoadRoundTripWithTheSecretPrivate) {
+  TempDir dir;
+  auto keys = modelcast::generate_key_pair();
+  EXPECT_EQ(keys.public_key.size(), 40u);
+  EXPECT_NE(keys.public_key, modelcast::generate_key_pair().public_key);
+  modelcast::save_key_pair(keys, dir.file("p.key"));
+  struct stat info {};
+  ASSERT_EQ(stat(dir.file("p.key").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  auto loaded = modelcast::load_key_pair(dir.file("p.key"));
+  EXPECT_EQ(loaded.public_key, keys.public_key);
+  EXPECT_EQ(loaded.secret_key, keys.secret_key);
+  EXPECT_EQ(modelcast::load_public_key(dir.file("p.key.pub")), keys.public_key);
+  EXPECT_NE(error_of([&] { modelcast::save_key_pair(keys, dir.file("p.key")); }, ErrorCode::kInvalidArgument)
+                .find("exists"),
+            std::string::npos);
+}
+
+TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
+  TempDir dir;
+  auto keys = modelcast::generate_key_pair();
+  auto other = modelcast::generate_key_pair();
+  write(dir.file("unknown"), "public = \"" + keys.public_key + "\"\nsecret = \"" + keys.secret_key + "\"\nsecrte = \"x\"\n");
+  auto unknown = error_of([&] { modelcast::load_key_pair(dir.file("unknown")); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(unknown.find(dir.file("unknown")), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("line 3"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("'secrte'"), std::string::npos) << unknown;
+  write(dir.file("syntax"), "public = \"" + keys.public_key + "\"\nsecret = \n");
+  EXPECT_NE(error_of([&] { modelcast::load_key_pair(dir.file("syntax")); }, ErrorCode::kInvalidArgument).find("line 2"),
+            std::string::npos);
+  write(dir.file("mismatch"), "public = \"" + keys.public_key + "\"\nsecret = \"" + other.secret_key + "\"\n");
+  EXPECT_NE(error_of([&] { modelcast::load_key_pair(dir.file("mismatch")); }, ErrorCode::kInvalidArgument)
+                .find("does not belong"),
+            std::string::npos);
+  write(dir.file("short"), "public = \"abc\"\n");
+  EXPECT_NE(error_of([&] { modelcast::load_public_key(dir.file("short")); }, ErrorCode::kInvalidArgument).find("Z85"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { modelcast::load_public_key(dir.file("absent")); }, ErrorCode::kInvalidArgument)
+                .find(dir.file("absent")),
+            std::string::npos);
+}
+
+// A consumer's errors, for tests that wait for one.
+struct ErrorLog {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<modelcast::Error> errors;
+  std::function<void(const modelcast::Error&)> callback() {
+    return [this](const modelcast::Error& e) {
+      std::lock_guard lock(mutex);
+      errors.push_back(e);
+      cv.notify_all();
+    };
+  }
+  // The first error of `code`, waiting up to 30 s for it.
+  std::optional<std::string> wait_for(ErrorCode code) {
+    std::unique_lock lock(mutex);
+    std::optional<std::string> found;
+    cv.wait_for(lock, 30s, [&] {
+      for (const auto& e : errors) {
+        if (e.code() == code) found = e.what();
+      }
+      return found.has_value();
+    });
+    return found;
+  }
+};
+
+class Secured : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("UCX_NET_DEVICES", "lo", 1); }
+  modelcast::KeyPair producer_keys_ = modelcast::generate_key_pair();
+  modelcast::KeyPair consumer_keys_ = modelcast::generate_key_pair();
+
+  modelcast::ProducerOptions producer_options() {
+    modelcast::ProducerOptions options;
+    options.key = producer_keys_;
+    options.allowed_consumer_keys = {consumer_keys_.public_key};
+    return options;
+  }
+  modelcast::ConsumerOptions consumer_options(const std::string& endpoint, ErrorLog* log = nullptr) {
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = endpoint;
+    options.model_name = "test";
+    options.producer_public_key = producer_keys_.public_key;
+    options.key = consumer_keys_;
+    if (log) options.on_error = log->callback();
+    return options;
+  }
+};
+
+TEST_F(Secured, AnAdmittedConsumerGetsSignedVersionsBitExact) {
+  TestProducer p(512, producer_options());
+  modelcast::Consumer consumer(consumer_options(p.producer->control_endpoint()));
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 30s));
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    p.publish(v);
+    auto view = consumer.wait_for_version(v, 30s);
+    ASSERT_TRUE(view) << consumer.stats().last_error;
+    EXPECT_EQ(testmodel::check(view, 1), "");
+  }
+  EXPECT_EQ(consumer.stats().versions_rejected, 0u);
+}
+
+TEST_F(Secured, AConsumerPinningAnotherKeyOrNotAdmittedGetsNothingAndIsToldWhy) {
+  TestProducer p(256, producer_options());
+  // Pins a key that is not this producer's: an impostor, as far as the consumer can tell.
+  ErrorLog wrong_pin;
+  auto options = consumer_options(p.producer->control_endpoint(), &wrong_pin);
+  options.producer_public_key = modelcast::generate_key_pair().public_key;
+  modelcast::Consumer misled(options);
+  // Has a key the producer does not list.
+  ErrorLog stranger_log;
+  options = consumer_options(p.producer->control_endpoint(), &stranger_log);
+  options.key = modelcast::generate_key_pair();
+  modelcast::Consumer stranger(options);
+  // And one that is admitted, as the witness that versions were there to take.
+  modelcast::Consumer admitted(consumer_options(p.producer->control_endpoint()));
+
+  auto misled_error = wrong_pin.wait_for(ErrorCode::kAuthentication);
+  ASSERT_TRUE(misled_error);
+  EXPECT_NE(misled_error->find("handshake"), std::string::npos) << *misled_error;
+  auto stranger_error = stranger_log.wait_for(ErrorCode::kAuthentication);
+  ASSERT_TRUE(stranger_error);
+  EXPECT_NE(stranger_error->find("did not admit"), std::string::npos) << *stranger_error;
+  EXPECT_GE(p.producer->stats().refused_peers, 1u);
+
+  p.publish(1);
+  ASSERT_TRUE(admitted.wait_for_version(1, 30s));
+  p.publish(2);
+  ASSERT_TRUE(admitted.wait_for_version(2, 30s));
+  EXPECT_FALSE(misled.acquire());
+  EXPECT_FALSE(stranger.acquire());
+  EXPECT_EQ(p.producer->stats().consumers, 1u);
+}
+
+TEST_F(Secured, APlaintextImpostorOnTheEndpointIsNotTrusted) {
+  TestProducer impostor(256);  // no key: plaintext, unsigned
+  ErrorLog log;
+  modelcast::Consumer consumer(consumer_options(impostor.producer->control_endpoint(), &log));
+  auto error = log.wait_for(ErrorCode::kAuthentication);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("handshake"), std::string::npos) << *error;
+  EXPECT_EQ(impostor.producer->stats().consumers, 0u);
+  EXPECT_FALSE(consumer.acquire());
+}
+
+TEST_F(Secured, PlaintextIsRefusedOffLoopbackAndIpcPathsAreNotTakenOver) {
+  modelcast::ProducerOptions open;
+  open.control_endpoint = "tcp://0.0.0.0:0";
+  EXPECT_NE(error_of([&] { modelcast::Producer p(open); }, ErrorCode::kInvalidArgument).find("modelcast-keygen"),
+            std::string::npos);
+  open.allow_plaintext_remote = true;
+  EXPECT_NO_THROW(modelcast::Producer p(open));
+  modelcast::ConsumerOptions consumer;
+  consumer.producer_endpoint = "tcp://10.1.2.3:7000";
+  EXPECT_NE(error_of([&] { modelcast::Consumer c(consumer); }, ErrorCode::kInvalidArgument).find("producer_public_key"),
+            std::string::npos);
+  auto keyed = producer_options();
+  keyed.allowed_consumer_keys.clear();
+  EXPECT_NE(error_of([&] { modelcast::Producer p(keyed); }, ErrorCode::kInvalidArgument).find("allow_any_consumer"),
+            std::string::npos);
+
+  TempDir dir;
+  modelcast::ProducerOptions ipc;
+  ipc.control_endpoint = "ipc://" + dir.file("model.sock");
+  modelcast::Producer first(ipc);
+  EXPECT_NE(error_of([&] { modelcast::Producer second(ipc); }, ErrorCode::kTransport).find("in use"),
+            std::string::npos);
+}
+
+// Everything a relay could change after the producer signed: each is rejected with
+// kAuthentication and the last good version stays.
+TEST_F(Secured, TamperedManifestsAndBytesAreRejectedAndTheLastGoodVersionStays) {
+  modelcast::security::ManifestSigner signer(producer_keys_);
+  testing_support::ScriptedProducer producer(&signer);
+  ErrorLog log;
+  auto options = consumer_options(producer.endpoint(), &log);
+  options.producer_timeout = 60s;
+  modelcast::Consumer consumer(options);
+  producer.accept_join();
+  auto ack = producer.serve(1, false);
+  ASSERT_TRUE(ack.ok) << ack.error;
+  ack = producer.serve(2, false, /*digests_later=*/true);
+  ASSERT_TRUE(ack.ok) << ack.error;
+
+  using Tamper = std::function<void(modelcast::Manifest&, std::byte*)>;
+  std::vector<std::pair<std::string, Tamper>> tampering = {
+      {"metadata", [](modelcast::Manifest& m, std::byte*) { m.metadata["lr"] = "10"; }},
+      {"step", [](modelcast::Manifest& m, std::byte*) { m.step += 1000; }},
+      {"integrity off", [](modelcast::Manifest& m, std::byte*) { m.integrity = false; }},
+      {"bytes and their digest", [](modelcast::Manifest& m, std::byte* slot) {
+         auto& t = m.tensors[3];
+         slot[t.offset] ^= std::byte{1};
+         t.digest = modelcast::digest_bytes(slot + t.offset, t.size);
+       }},
+      {"dtype of a same-size tensor", [](modelcast::Manifest& m, std::byte*) {
+         m.tensors[1].spec.dtype = modelcast::DType::kF16;  // t1 is bf16: same size, other meaning
+       }},
+  };
+  std::uint64_t version = 3;
+  for (const auto& [what, tamper] : tampering) {
+    for (bool later : {false, true}) {
+      ack = producer.serve(version, false, later, nullptr, tamper);
+      EXPECT_FALSE(ack.ok) << what << (later ? " (digests later)" : "");
+      EXPECT_EQ(consumer.acquire().version(), 2u) << what;
+      version++;
+    }
+  }
+  EXPECT_EQ(consumer.stats().versions_rejected, tampering.size() * 2);
+  EXPECT_TRUE(log.wait_for(ErrorCode::kAuthentication));
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+
+  // Signed by someone else: rejected too. Then the real producer's next version goes in.
+  modelcast::security::ManifestSigner other(modelcast::generate_key_pair());
+  producer.sign_with(&other);
+  ack = producer.serve(version++, false);
+  EXPECT_FALSE(ack.ok);
+  EXPECT_NE(ack.error.find("signature"), std::string::npos) << ack.error;
+  producer.sign_with(&signer);
+  ack = producer.serve(version++, false);
+  EXPECT_TRUE(ack.ok) << ack.error;
+  EXPECT_EQ(consumer.acquire().version(), version - 1);
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+}
+
+}  // namespace
+}  // namespace exchange_test
