@@ -1,5 +1,7 @@
 #include "transports/ucx/ucx_transport.h"
 
+#include "transports/ucx/address_seal.h"
+
 #include <ucp/api/ucp.h>
 
 #include <atomic>
@@ -20,54 +22,6 @@ namespace {
 
 [[noreturn]] void throw_ucx(const std::string& what, ucs_status_t status) {
   throw Error(ErrorCode::kTransport, what + ": " + ucs_status_string(status));
-}
-
-// UCX aborts the process on a malformed worker address (an assertion in ucp_address_unpack),
-// and addresses arrive over the network, so they travel sealed: magic, length and an XXH3 of
-// the UCX bytes, all checked before UCX sees them.
-constexpr std::uint32_t kAddressMagic = 0x55435841;  // "UCXA"
-constexpr std::size_t kAddressHeader = 4 + 4 + 8;
-
-std::vector<std::byte> seal_address(const std::byte* ucx_address, std::size_t length) {
-  std::vector<std::byte> sealed(kAddressHeader + length);
-  auto length32 = static_cast<std::uint32_t>(length);
-  std::uint64_t digest = digest_bytes(ucx_address, length);
-  std::memcpy(sealed.data(), &kAddressMagic, 4);
-  std::memcpy(sealed.data() + 4, &length32, 4);
-  std::memcpy(sealed.data() + 8, &digest, 8);
-  std::memcpy(sealed.data() + kAddressHeader, ucx_address, length);
-  return sealed;
-}
-
-std::span<const std::byte> unseal_address(std::span<const std::byte> sealed) {
-  std::uint32_t magic = 0, length = 0;
-  std::uint64_t digest = 0;
-  if (sealed.size() >= kAddressHeader) {
-    std::memcpy(&magic, sealed.data(), 4);
-    std::memcpy(&length, sealed.data() + 4, 4);
-    std::memcpy(&digest, sealed.data() + 8, 8);
-  }
-  if (sealed.size() < kAddressHeader || magic != kAddressMagic || length != sealed.size() - kAddressHeader) {
-    throw Error(ErrorCode::kTransport, "malformed UCX worker address (" + std::to_string(sealed.size()) + " bytes)");
-  }
-  auto body = sealed.subspan(kAddressHeader);
-  if (digest_bytes(body.data(), body.size()) != digest) {
-    throw Error(ErrorCode::kTransport, "corrupt UCX worker address (checksum mismatch)");
-  }
-  return body;
-}
-
-// The seal is computable by anyone, so it only catches accidents. UCX asserts (and so aborts
-// the process) on an address whose format version it does not know: that much is checked here,
-// against the version this UCX packs itself. Deeper garbage can still reach UCX; addresses from
-// strangers are kept out by authenticating the control plane (see ProducerOptions::security).
-void check_address_format(std::span<const std::byte> body, std::span<const std::byte> own) {
-  constexpr std::size_t kMinAddress = 16;                // header, worker uuid and one device at least
-  constexpr std::byte kVersionMask{0x0f};                // UCP_ADDRESS_HEADER_VERSION_MASK
-  if (body.size() < kMinAddress || own.empty() || (body[0] & kVersionMask) != (own[0] & kVersionMask)) {
-    throw Error(ErrorCode::kTransport, "UCX worker address of " + std::to_string(body.size()) +
-                                           " bytes is not in this UCX's address format");
-  }
 }
 
 class UcxTransport;

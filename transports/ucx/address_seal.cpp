@@ -1,0 +1,53 @@
+#include "transports/ucx/address_seal.h"
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "core/digest.h"
+#include "modelcast/error.h"
+
+namespace modelcast::transport {
+namespace {
+constexpr std::uint32_t kAddressMagic = 0x55435841;  // "UCXA"
+}  // namespace
+
+std::vector<std::byte> seal_address(const std::byte* ucx_address, std::size_t length) {
+  std::vector<std::byte> sealed(kAddressHeader + length);
+  auto length32 = static_cast<std::uint32_t>(length);
+  std::uint64_t digest = digest_bytes(ucx_address, length);
+  std::memcpy(sealed.data(), &kAddressMagic, 4);
+  std::memcpy(sealed.data() + 4, &length32, 4);
+  std::memcpy(sealed.data() + 8, &digest, 8);
+  std::memcpy(sealed.data() + kAddressHeader, ucx_address, length);
+  return sealed;
+}
+
+std::span<const std::byte> unseal_address(std::span<const std::byte> sealed) {
+  std::uint32_t magic = 0, length = 0;
+  std::uint64_t digest = 0;
+  if (sealed.size() >= kAddressHeader) {
+    std::memcpy(&magic, sealed.data(), 4);
+    std::memcpy(&length, sealed.data() + 4, 4);
+    std::memcpy(&digest, sealed.data() + 8, 8);
+  }
+  if (sealed.size() < kAddressHeader || magic != kAddressMagic || length != sealed.size() - kAddressHeader) {
+    throw Error(ErrorCode::kTransport, "malformed UCX worker address (" + std::to_string(sealed.size()) + " bytes)");
+  }
+  auto body = sealed.subspan(kAddressHeader);
+  if (digest_bytes(body.data(), body.size()) != digest) {
+    throw Error(ErrorCode::kTransport, "corrupt UCX worker address (checksum mismatch)");
+  }
+  return body;
+}
+
+void check_address_format(std::span<const std::byte> body, std::span<const std::byte> own) {
+  constexpr std::size_t kMinAddress = 16;                // header, worker uuid and one device at least
+  constexpr std::byte kVersionMask{0x0f};                // UCP_ADDRESS_HEADER_VERSION_MASK
+  if (body.size() < kMinAddress || own.empty() || (body[0] & kVersionMask) != (own[0] & kVersionMask)) {
+    throw Error(ErrorCode::kTransport, "UCX worker address of " + std::to_string(body.size()) +
+                                           " bytes is not in this UCX's address format");
+  }
+}
+
+}  // namespace modelcast::transport

@@ -1,0 +1,25 @@
+// UCX worker addresses as they travel in joins: sealed, and checked before UCX sees them.
+//
+// UCX aborts the process on a malformed worker address (an assertion in ucp_address_unpack),
+// and addresses arrive over the network, so they travel sealed: magic, length and an XXH3 of
+// the UCX bytes, all checked before UCX sees them. The seal is computable by anyone, so it only
+// catches accidents; check_address_format() adds what can be checked without UCX's internals,
+// and addresses from strangers are kept out by authenticating the control plane.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+namespace modelcast::transport {
+
+inline constexpr std::size_t kAddressHeader = 4 + 4 + 8;
+
+std::vector<std::byte> seal_address(const std::byte* ucx_address, std::size_t length);
+// The UCX bytes inside; throws Error(kTransport) for a bad magic, length or checksum.
+std::span<const std::byte> unseal_address(std::span<const std::byte> sealed);
+// Throws Error(kTransport) unless `body` is in the address format of `own` (this UCX's own
+// packed address): the format version UCX asserts on, and a plausible length.
+void check_address_format(std::span<const std::byte> body, std::span<const std::byte> own);
+
+}  // namespace modelcast::transport
