@@ -93,9 +93,12 @@ void append_point(LossLog& log, const std::string& source, std::size_t line_no, 
     const auto& prev = log.points.back();
     const double step_time = log.points.size() >= 2
         ? (prev.time_s - log.points[log.points.size() - 2].time_s) /
-              static_cast<double>(prev.step - log.points[log.points.size() - 2].step)
+              (static_cast<double>(prev.step) - static_cast<double>(log.points[log.points.size() - 2].step))
         : 0.0;
-    const double shift = prev.time_s + step_time * static_cast<double>(p.step - prev.step) - p.time_s;
+    // Differences in double: steps near the ends of int64 (a hostile or corrupt log) would
+    // overflow as integers.
+    const double shift =
+        prev.time_s + step_time * (static_cast<double>(p.step) - static_cast<double>(prev.step)) - p.time_s;
     time_offset += shift;
     p.time_s += shift;
     log.warnings.push_back(source + ":" + std::to_string(line_no) + ": time_s decreases (timer restart?); later times shifted by " +
