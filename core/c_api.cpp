@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <iterator>
@@ -18,6 +19,7 @@
 
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
+#include "modelcast/keys.h"
 #include "modelcast/model_view.h"
 #include "modelcast/producer.h"
 #include "modelcast/tensor.h"
@@ -51,6 +53,13 @@ static_assert(MC_ERR_INTEGRITY == static_cast<int>(ErrorCode::kIntegrity));
 static_assert(MC_ERR_STATE == static_cast<int>(ErrorCode::kState));
 static_assert(MC_ERR_RESOURCE == static_cast<int>(ErrorCode::kResource));
 static_assert(MC_ERR_AUTHENTICATION == static_cast<int>(ErrorCode::kAuthentication));
+
+// A field added after the first release is read only from callers whose struct has it.
+template <typename Options, typename Field>
+bool has_field(const Options& options, const Field& field) {
+  auto offset = static_cast<std::size_t>(reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(&options));
+  return options.struct_size >= offset + sizeof(Field);
+}
 static_assert(MC_DTYPE_F64 == static_cast<int>(modelcast::DType::kF64));
 static_assert(MC_DTYPE_F32 == static_cast<int>(modelcast::DType::kF32));
 static_assert(MC_DTYPE_F16 == static_cast<int>(modelcast::DType::kF16));
@@ -192,6 +201,7 @@ const char* mc_status_name(mc_status status) {
     case MC_ERR_INTEGRITY: return "integrity";
     case MC_ERR_STATE: return "state";
     case MC_ERR_RESOURCE: return "resource";
+    case MC_ERR_AUTHENTICATION: return "authentication";
     case MC_ERR_UNKNOWN: return "unknown";
     default: return "?";
   }
@@ -226,6 +236,17 @@ void mc_producer_options_init(mc_producer_options* options) {
   options->lease_timeout_ms = defaults.lease_timeout.count();
   options->heartbeat_interval_ms = defaults.heartbeat_interval.count();
   options->transfer_chunk_bytes = defaults.transfer_chunk_bytes;
+  options->max_consumers = defaults.max_consumers;
+}
+
+mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out[41]) {
+  return guarded(__func__, [&] {
+    require(path, "path");
+    auto keys = modelcast::generate_key_pair();
+    modelcast::save_key_pair(keys, path, overwrite != 0);
+    if (public_key_out != nullptr) std::snprintf(public_key_out, 41, "%s", keys.public_key.c_str());
+    return MC_OK;
+  });
 }
 
 void mc_tensor_desc_init(mc_tensor_desc* desc) {
@@ -263,6 +284,19 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
     o.lease_timeout = std::chrono::milliseconds(options->lease_timeout_ms);
     o.heartbeat_interval = std::chrono::milliseconds(options->heartbeat_interval_ms);
     o.transfer_chunk_bytes = options->transfer_chunk_bytes;
+    if (has_field(*options, options->max_consumers)) {
+      if (options->key_file != nullptr) o.key_file = options->key_file;
+      if (options->allowed_consumer_key_count > 0) require(options->allowed_consumer_keys, "options.allowed_consumer_keys");
+      for (std::size_t i = 0; i < options->allowed_consumer_key_count; ++i) {
+        if (options->allowed_consumer_keys[i] == nullptr) {
+          invalid("options.allowed_consumer_keys[" + std::to_string(i) + "] is NULL");
+        }
+        o.allowed_consumer_keys.emplace_back(options->allowed_consumer_keys[i]);
+      }
+      o.allow_any_consumer = options->allow_any_consumer != 0;
+      o.allow_plaintext_remote = options->allow_plaintext_remote != 0;
+      o.max_consumers = options->max_consumers;
+    }
     auto handle = std::make_unique<mc_producer>();
     handle->producer = std::make_unique<modelcast::Producer>(std::move(o));
     handle->endpoint = handle->producer->control_endpoint();
@@ -383,6 +417,8 @@ void mc_consumer_options_init(mc_consumer_options* options) {
   options->model_name = "model";
   options->buffers = defaults.buffers;
   options->producer_timeout_ms = defaults.producer_timeout.count();
+  options->transfer_timeout_ms = defaults.transfer_timeout.count();
+  options->max_model_bytes = defaults.max_model_bytes;
 }
 
 mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t** out) {
@@ -422,6 +458,14 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
       }
     }
     o.producer_timeout = std::chrono::milliseconds(options->producer_timeout_ms);
+    if (has_field(*options, options->max_model_bytes)) {
+      if (options->producer_public_key != nullptr) o.producer_public_key = options->producer_public_key;
+      if (options->key_file != nullptr) o.key_file = options->key_file;
+      o.allow_plaintext_remote = options->allow_plaintext_remote != 0;
+      if (options->transfer_timeout_ms <= 0) invalid("options.transfer_timeout_ms must be > 0");
+      o.transfer_timeout = std::chrono::milliseconds(options->transfer_timeout_ms);
+      o.max_model_bytes = options->max_model_bytes;
+    }
     auto handle = std::make_unique<mc_consumer>();
     handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
     *out = handle.release();

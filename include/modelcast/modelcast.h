@@ -90,7 +90,17 @@ typedef struct mc_producer_options {
   uint64_t first_version;       /* >= 1; default 1 (a restarted trainer may continue its numbering) */
   int64_t lease_timeout_ms;     /* a consumer's hold on a slot lapses after this; default 10000 */
   int64_t heartbeat_interval_ms;/* default 200 */
-  size_t transfer_chunk_bytes;  /* default 32 MiB */
+  size_t transfer_chunk_bytes;  /* default 32 MiB; >= 64 KiB */
+  /* Since 0.2 (read only when struct_size covers them; _init sets the defaults). Security: with
+   * a key file (modelcast-keygen or mc_write_key_pair) the control plane is CurveZMQ and
+   * versions are signed; without one, plaintext is allowed on loopback/ipc:// endpoints only
+   * unless allow_plaintext_remote. */
+  const char* key_file;                       /* default NULL: no key */
+  const char* const* allowed_consumer_keys;   /* Z85 public keys of admitted consumers */
+  size_t allowed_consumer_key_count;
+  int allow_any_consumer;                     /* nonzero: admit any consumer key; default 0 */
+  int allow_plaintext_remote;                 /* default 0 */
+  size_t max_consumers;                       /* joins beyond this are refused; default 256 */
 } mc_producer_options;
 
 /* Description of one tensor for mc_producer_register_tensor_desc (host memory today). */
@@ -129,6 +139,12 @@ typedef struct mc_producer_stats {
 /* Fills `options` with the defaults above (and struct_size). Call before setting fields.
  * No-op on NULL; thread-safe; never fails. */
 MODELCAST_API void mc_producer_options_init(mc_producer_options* options);
+
+/* Writes a fresh key pair to `path` (mode 0600) and its public key to `path`.pub; copies the
+ * public key (40 Z85 characters and a NUL) to `public_key_out` if not NULL. Refuses to replace
+ * existing files unless `overwrite`. Errors: MC_ERR_INVALID_ARGUMENT (NULL path, file exists
+ * or cannot be written), MC_ERR_RESOURCE. Thread-safe. */
+MODELCAST_API mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out[41]);
 
 /* Fills `desc` with defaults (host memory, device 0, everything else zero/NULL).
  * No-op on NULL; thread-safe; never fails. */
@@ -200,6 +216,12 @@ typedef struct mc_consumer_options {
   const mc_tensor_desc* expected_layout;
   size_t expected_layout_count;
   int64_t producer_timeout_ms;   /* producer presumed gone after this silence; default 2000 */
+  /* Since 0.2 (read only when struct_size covers them; _init sets the defaults). */
+  const char* producer_public_key; /* Z85; pins the producer (CurveZMQ, signed versions); default NULL */
+  const char* key_file;          /* this consumer's key pair; NULL = a fresh one per consumer */
+  int allow_plaintext_remote;    /* default 0: plaintext only to loopback/ipc:// producers */
+  int64_t transfer_timeout_ms;   /* an answered transfer not done after this is retried; default 30000 */
+  uint64_t max_model_bytes;      /* 0 (default) = half the machine's memory */
 } mc_consumer_options;
 
 typedef struct mc_consumer_stats {

@@ -3,7 +3,10 @@
 // tcp://127.0.0.1 (UCX_NET_DEVICES=lo comes from ctest; main() sets it when run by hand).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -702,6 +705,75 @@ TEST(CApi, WaitForConsumersReportsJoinAndTimeout) {
   mc_producer_stats ps;
   ASSERT_EQ(mc_producer_get_stats(producer.p, &ps), MC_OK);
   EXPECT_EQ(ps.consumers, 1u);
+}
+
+// Keys through the C ABI: key files written by mc_write_key_pair, a producer admitting one
+// consumer key, a consumer pinning the producer; a consumer pinning another key is refused.
+TEST(CApi, KeyedProducerAndPinningConsumerExchangeSignedVersions) {
+  char dir_template[] = "/tmp/modelcast-abi-keys-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  std::string dir = dir_template;
+  char producer_key[41] = {}, consumer_key[41] = {}, other_key[41] = {};
+  ASSERT_EQ(mc_write_key_pair((dir + "/producer.key").c_str(), 0, producer_key), MC_OK) << last_error();
+  ASSERT_EQ(mc_write_key_pair((dir + "/consumer.key").c_str(), 0, consumer_key), MC_OK) << last_error();
+  ASSERT_EQ(mc_write_key_pair((dir + "/other.key").c_str(), 0, other_key), MC_OK) << last_error();
+  EXPECT_EQ(mc_write_key_pair((dir + "/other.key").c_str(), 0, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::strlen(producer_key), 40u);
+
+  mc_producer_options po;
+  mc_producer_options_init(&po);
+  po.model_name = "abi";
+  std::string producer_key_file = dir + "/producer.key";
+  po.key_file = producer_key_file.c_str();
+  const char* allowed[] = {consumer_key};
+  po.allowed_consumer_keys = allowed;
+  po.allowed_consumer_key_count = 1;
+  ProducerPtr producer;
+  ASSERT_EQ(mc_producer_create(&po, &producer.p), MC_OK) << last_error();
+  std::vector<float> x(64, 1.5f);
+  const std::int64_t shape[] = {64};
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+
+  mc_consumer_options co;
+  mc_consumer_options_init(&co);
+  co.producer_endpoint = mc_producer_endpoint(producer.p);
+  co.model_name = "abi";
+  co.producer_public_key = producer_key;
+  std::string consumer_key_file = dir + "/consumer.key";
+  co.key_file = consumer_key_file.c_str();
+  ConsumerPtr consumer;
+  ASSERT_EQ(mc_consumer_create(&co, &consumer.c), MC_OK) << last_error();
+  co.producer_public_key = other_key;  // pins a key this producer does not hold
+  ConsumerPtr misled;
+  ASSERT_EQ(mc_consumer_create(&co, &misled.c), MC_OK) << last_error();
+
+  ASSERT_EQ(mc_producer_wait_for_consumers(producer.p, 1, kWaitMs), MC_OK) << last_error();
+  mc_publish_result result{};
+  ASSERT_EQ(mc_producer_publish(producer.p, 7, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, result.version, kWaitMs, &view.v), MC_OK) << last_error();
+  mc_tensor_info info{};
+  ASSERT_EQ(mc_view_find_tensor(view.v, "x", &info), MC_OK);
+  EXPECT_EQ(std::memcmp(info.data, x.data(), x.size() * sizeof(float)), 0);
+  ViewPtr none;
+  EXPECT_EQ(mc_consumer_acquire(misled.c, &none.v), MC_OK);
+  EXPECT_EQ(none.v, nullptr);
+  mc_producer_stats ps;
+  ASSERT_EQ(mc_producer_get_stats(producer.p, &ps), MC_OK);
+  EXPECT_EQ(ps.consumers, 1u);
+  EXPECT_STREQ(mc_status_name(MC_ERR_AUTHENTICATION), "authentication");
+
+  // A key file that is not one is an invalid argument naming the file.
+  std::string public_only = dir + "/other.key.pub";
+  po.key_file = public_only.c_str();
+  mc_producer_t* bad = nullptr;
+  EXPECT_EQ(mc_producer_create(&po, &bad), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("other.key.pub"), std::string::npos) << last_error();
+  for (const char* name : {"producer.key", "consumer.key", "other.key"}) {
+    std::remove((dir + "/" + name).c_str());
+    std::remove((dir + "/" + name + ".pub").c_str());
+  }
+  rmdir(dir.c_str());
 }
 
 }  // namespace
