@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -32,6 +33,19 @@ struct Keys {
   std::string producer_key;
   std::vector<std::string> allowed;
 };
+
+// Producer options the load tests tune; 0 keeps the library's default.
+struct Tuning {
+  std::size_t max_consumers = 0;
+  std::uint64_t lease_timeout_ms = 0;
+};
+
+std::string stats_line(const modelcast::Producer& producer) {
+  auto s = producer.stats();
+  return "consumers=" + std::to_string(s.consumers) + " fetches_in_flight=" + std::to_string(s.fetches_in_flight) +
+         " leases_expired=" + std::to_string(s.leases_expired) + " deliveries=" + std::to_string(s.deliveries) +
+         " bad_messages=" + std::to_string(s.bad_messages) + " latest_version=" + std::to_string(s.latest_version);
+}
 
 int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,
                  std::uint64_t seed, int reader_threads, const Keys& keys) {
@@ -92,8 +106,10 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
 }
 
 int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib,
-                 std::size_t wait_consumers, const Keys& keys) {
+                 std::size_t wait_consumers, const Keys& keys, const Tuning& tuning) {
   modelcast::ProducerOptions options;
+  if (tuning.max_consumers != 0) options.max_consumers = tuning.max_consumers;
+  if (tuning.lease_timeout_ms != 0) options.lease_timeout = std::chrono::milliseconds(tuning.lease_timeout_ms);
   options.key_file = keys.key_file;
   options.allowed_consumer_keys = keys.allowed;
   options.model_name = "test";
@@ -112,9 +128,38 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
     producer.publish(static_cast<std::int64_t>(v));
     say("published " + std::to_string(v));
   }
-  // Serve until the test closes our stdin (or kills us).
+  // Serve until the test closes our stdin (or kills us). Commands on stdin, one a line:
+  //   publish                  publish the next version ("published V stall_us=S")
+  //   stats                    "stats consumers=... fetches_in_flight=... ..."
+  //   await-consumers-at-most N MS
+  //                            "stats ..." once at most N consumers are joined, or
+  //                            "timeout stats ..." after MS milliseconds
+  // Other lines are ignored.
+  std::uint64_t next = versions + 1;
   std::string line;
   while (std::getline(std::cin, line)) {
+    std::istringstream words(line);
+    std::string command;
+    words >> command;
+    if (command == "publish") {
+      testmodel::fill(model, seed, next);
+      auto ticket = producer.publish(static_cast<std::int64_t>(next));
+      say("published " + std::to_string(next) + " stall_us=" +
+          std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(ticket.stall).count()));
+      ++next;
+    } else if (command == "stats") {
+      say("stats " + stats_line(producer));
+    } else if (command == "await-consumers-at-most") {
+      std::size_t most = 0;
+      std::uint64_t ms = 0;
+      words >> most >> ms;
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+      bool reached = false;
+      while (!(reached = producer.stats().consumers <= most) && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::yield();
+      }
+      say(std::string(reached ? "" : "timeout ") + "stats " + stats_line(producer));
+    }
   }
   return 0;
 }
@@ -145,11 +190,14 @@ int main(int argc, char** argv) {
   producer->add_option("--wait-consumers", wait_consumers);
   producer->add_option("--key-file", keys.key_file);
   producer->add_option("--allow-key", keys.allowed);
+  Tuning tuning;
+  producer->add_option("--max-consumers", tuning.max_consumers);
+  producer->add_option("--lease-timeout-ms", tuning.lease_timeout_ms);
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys);
-    return run_producer(endpoint, versions, seed, kib, wait_consumers, keys);
+    return run_producer(endpoint, versions, seed, kib, wait_consumers, keys, tuning);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;

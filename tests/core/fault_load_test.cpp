@@ -1,0 +1,716 @@
+// Faults under load: many consumers killed mid-transfer, a consumer stopped (SIGSTOP) while
+// joined, a flood of fake joins, and a network that delays and drops packets. In each, the
+// producer keeps publishing without waiting on the faulty peers, its good consumers keep
+// installing every version bit-exact, and what the faulty peers held (slot leases, consumer
+// records, descriptors) is given back within the documented bounds.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <zmq.hpp>
+
+#include "core/protocol.h"
+#include "exchange_fixture.h"
+#include "modelcast/keys.h"
+#include "transports/ucx/ucx_transport.h"
+
+extern char** environ;
+
+namespace exchange_test {
+namespace {
+
+namespace protocol = modelcast::protocol;
+using Clock = std::chrono::steady_clock;
+
+// Waits (bounded) for a condition on state another thread or process changes; yields between looks.
+template <typename F>
+bool eventually(F condition, Clock::duration limit) {
+  auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::yield();
+  }
+  return condition();
+}
+
+double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+double median_ms(std::vector<std::chrono::nanoseconds> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return ms(values[values.size() / 2]);
+}
+
+// Open descriptors of a process (its /proc/PID/fd entries).
+std::size_t open_fds(pid_t pid) {
+  std::size_t n = 0;
+  std::error_code error;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", error);
+       !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+    n++;
+  }
+  return n;
+}
+
+std::string joined_lines(const ChildProcess& child) {
+  std::string all;
+  for (const auto& line : child.lines()) all += line + "\n";
+  return all;
+}
+
+// Leases the producer has handed out so far, as far as its counters show them: each is in
+// flight, or ended by a good ack (deliveries) or by expiry. A new lease raises the sum by one;
+// an ack or an expiry moves one from a term to another, so it never rises without a lease. It
+// falls by one when a consumer is dropped with a live lease (UCX reported it dead, or it fell
+// silent: not here, where leases lapse before silence counts), or on a failed ack (none here).
+std::uint64_t leases_handed_out(const modelcast::ProducerStats& s) {
+  return s.fetches_in_flight + s.leases_expired + s.deliveries;
+}
+
+// Watches for a lease handed out after it was made: a rise of leases_handed_out above the
+// lowest value seen since (a drop while waiting would otherwise hide the lease). Made before
+// the consumer it watches is started.
+class LeaseWatch {
+ public:
+  explicit LeaseWatch(const modelcast::Producer& producer)
+      : producer_(producer), lowest_(leases_handed_out(producer.stats())) {}
+  // Bounded wait for the new lease, or for `instead` (the watched consumer acked already).
+  template <typename F>
+  bool wait(F instead, Clock::duration limit) {
+    return eventually([&] {
+      auto now = leases_handed_out(producer_.stats());
+      lowest_ = std::min(lowest_, now);
+      return now > lowest_ || instead();
+    }, limit);
+  }
+
+ private:
+  const modelcast::Producer& producer_;
+  std::uint64_t lowest_;
+};
+
+// Which consumer acked which version, from the producer's on_delivery.
+class Deliveries {
+ public:
+  void add(const modelcast::Delivery& d) {
+    std::lock_guard lock(mutex_);
+    acks_[d.consumer].insert(d.version);
+    cv_.notify_all();
+  }
+  bool wait(const std::string& consumer, std::uint64_t version, Clock::duration limit = std::chrono::seconds(60)) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, limit, [&] { return acks_[consumer].count(version) > 0; });
+  }
+  bool acked(const std::string& consumer, std::uint64_t version) {
+    std::lock_guard lock(mutex_);
+    return acks_[consumer].count(version) > 0;
+  }
+  bool acked_any(const std::string& consumer) {
+    std::lock_guard lock(mutex_);
+    return !acks_[consumer].empty();
+  }
+  // Consumers whose name starts with `prefix` that acked anything.
+  std::size_t consumers_with_prefix(const std::string& prefix) {
+    std::lock_guard lock(mutex_);
+    return static_cast<std::size_t>(std::count_if(acks_.begin(), acks_.end(), [&](const auto& entry) {
+      return entry.first.rfind(prefix, 0) == 0 && !entry.second.empty();
+    }));
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::map<std::string, std::set<std::uint64_t>> acks_;
+};
+
+// A peer process the test also writes commands to (see peer_main.cpp: "publish", "stats",
+// "await-consumers-at-most N MS"). ChildProcess keeps its stdin to itself, so this is a small
+// sibling of it with the same bounded line reading.
+class CommandedChild {
+ public:
+  explicit CommandedChild(std::vector<std::string> argv, std::vector<std::string> extra_env = {}) {
+    int out[2], in[2];
+    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+      std::string entry(*e);
+      std::string name = entry.substr(0, entry.find('=') + 1);
+      bool overridden = false;
+      for (auto& x : extra_env) overridden = overridden || x.rfind(name, 0) == 0;
+      if (!overridden) env.push_back(entry);
+    }
+    for (auto& e : extra_env) env.push_back(e);
+    std::vector<char*> args, envp;
+    for (auto& a : argv) args.push_back(a.data());
+    args.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    close(in[0]);
+    stdout_ = out[0];
+    stdin_ = in[1];
+    if (rc != 0) {
+      pid_ = -1;
+      throw std::runtime_error("cannot start " + argv[0]);
+    }
+  }
+  ~CommandedChild() {
+    if (stdin_ >= 0) close(stdin_);
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    close(stdout_);
+  }
+  CommandedChild(const CommandedChild&) = delete;
+  CommandedChild& operator=(const CommandedChild&) = delete;
+
+  void send(const std::string& line) {
+    std::string text = line + "\n";
+    if (write(stdin_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      throw std::runtime_error("cannot write to the peer's stdin");
+    }
+  }
+
+  std::optional<std::string> read_line(Clock::duration timeout) {
+    auto deadline = Clock::now() + timeout;
+    for (;;) {
+      if (auto nl = buffer_.find('\n'); nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        lines_.push_back(line);
+        return line;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd p{stdout_, POLLIN, 0};
+      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+      char chunk[4096];
+      ssize_t n = read(stdout_, chunk, sizeof chunk);
+      if (n <= 0) return std::nullopt;
+      buffer_.append(chunk, static_cast<std::size_t>(n));
+    }
+  }
+
+  std::optional<std::string> wait_for_line(const std::string& prefix,
+                                           Clock::duration timeout = std::chrono::seconds(60)) {
+    auto deadline = Clock::now() + timeout;
+    while (auto line = read_line(deadline - Clock::now())) {
+      if (line->rfind(prefix, 0) == 0) return line;
+    }
+    return std::nullopt;
+  }
+
+  // Sends a command and returns the first line of its answer (starting with `prefix`).
+  std::optional<std::string> ask(const std::string& command, const std::string& prefix,
+                                 Clock::duration timeout = std::chrono::seconds(30)) {
+    send(command);
+    return wait_for_line(prefix, timeout);
+  }
+
+  int finish() {
+    if (stdin_ >= 0) close(stdin_);
+    stdin_ = -1;
+    while (read_line(std::chrono::seconds(60))) {
+    }
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    reaped_ = true;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::vector<std::string>& lines() const { return lines_; }
+
+ private:
+  pid_t pid_ = -1;
+  int stdout_ = -1;
+  int stdin_ = -1;
+  bool reaped_ = false;
+  std::string buffer_;
+  std::vector<std::string> lines_;
+};
+
+// The value of "name=V" in a "stats ..." line of the peer producer.
+std::uint64_t stat_of(const std::string& line, const std::string& name) {
+  auto at = line.find(" " + name + "=");
+  if (at == std::string::npos) throw std::runtime_error("no '" + name + "' in '" + line + "'");
+  return std::stoull(line.substr(at + name.size() + 2));
+}
+
+class FaultLoadTest : public ::testing::Test {
+ protected:
+  // UCX's own choice on one host (shared memory), like a real single-host deployment.
+  void SetUp() override {
+    setenv("UCX_NET_DEVICES", "lo", 1);
+    unsetenv("UCX_TLS");
+  }
+
+  std::unique_ptr<ChildProcess> start_consumer(const std::string& endpoint, const std::string& name,
+                                               std::uint64_t until_version) {
+    return std::make_unique<ChildProcess>(std::vector<std::string>{
+        MODELCAST_TEST_PEER, "consumer", "--endpoint", endpoint, "--name", name, "--until-version",
+        std::to_string(until_version)});
+  }
+};
+
+// ---- 1. a hundred consumers SIGKILLed mid-transfer ------------------------------------------
+
+// Each victim is a fresh consumer process that joins and at once fetches the newest version
+// (16 MiB in 2 MiB chunks, so a transfer has several sends in flight); it is killed as soon as
+// the producer has leased it the slot and posted the sends, before it can ack. A kill takes
+// about one process start (some 50 ms here), far less than the 2 s lease, so dozens of dead
+// leases are live at once. That is safe by design, which is what this checks: a lease pins only
+// the slot of the version it fetched, and publish() needs one slot that is neither the newest
+// nor leased. The publishes interleaved with the kills are 3/4 of a lease apart: a publish
+// reuses the slot of three versions back (the newest and the one before are the other two),
+// which victims fetched until two publishes ago, 1.5 leases earlier, so their leases have
+// lapsed; a stall there would be the producer waiting on dead consumers.
+TEST_F(FaultLoadTest, HundredConsumersKilledMidTransferCostNothingButTheirLeases) {
+  constexpr std::size_t kKib = 16 * 1024;
+  constexpr int kKills = 100;
+  constexpr auto kLease = std::chrono::seconds(2);
+  constexpr std::uint64_t kVersionsBefore = 10, kVersionsAfter = 10;
+  Deliveries deliveries;
+  modelcast::ProducerOptions options;
+  options.lease_timeout = kLease;
+  options.transfer_chunk_bytes = 2u << 20;
+  options.on_delivery = [&](const modelcast::Delivery& d) { deliveries.add(d); };
+  TestProducer p(kKib, options);
+  const std::string endpoint = p.producer->control_endpoint();
+  // The survivor runs until told otherwise (a version it will not see); it is killed at the end.
+  auto survivor = start_consumer(endpoint, "survivor", 1000000);
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
+
+  std::uint64_t v = 0;
+  std::vector<std::chrono::nanoseconds> stalls_before, stalls_during, stalls_after;
+  for (std::uint64_t i = 0; i < kVersionsBefore; ++i) {
+    stalls_before.push_back(p.publish(++v).stall);
+    ASSERT_TRUE(deliveries.wait("survivor", v)) << "survivor did not get version " << v;
+  }
+  const auto before = p.producer->stats();
+  const std::size_t fds_before = open_fds(getpid());
+
+  auto kills_started = Clock::now();
+  auto last_publish = kills_started;
+  Clock::time_point last_kill;
+  for (int i = 0; i < kKills; ++i) {
+    if (i == 0 || Clock::now() - last_publish >= kLease * 3 / 4) {
+      stalls_during.push_back(p.publish(++v).stall);
+      last_publish = Clock::now();
+      ASSERT_TRUE(deliveries.wait("survivor", v)) << "survivor stopped receiving at version " << v << " after "
+                                                  << i << " kills";
+    }
+    // The survivor is idle here (it acked v), so the next lease handed out is the victim's.
+    LeaseWatch watch(*p.producer);
+    const std::string name = "victim-" + std::to_string(i);
+    ChildProcess victim({MODELCAST_TEST_PEER, "consumer", "--endpoint", endpoint, "--name", name, "--until-version",
+                         "1000000"});
+    bool leased = watch.wait([&] { return deliveries.acked_any(name); }, 30s);
+    victim.kill_now();
+    last_kill = Clock::now();
+    ASSERT_TRUE(leased) << "victim " << i << " never fetched: " << joined_lines(victim);
+    ASSERT_EQ(victim.wait(), 128 + SIGKILL) << joined_lines(victim);
+  }
+  const double kill_seconds = std::chrono::duration<double>(last_kill - kills_started).count();
+
+  // Slots come back within the lease: only the survivor (idle, holding nothing) remains a reader.
+  bool reclaimed = eventually([&] { return p.producer->stats().fetches_in_flight == 0; }, kLease + 3s);
+  const double reclaim_ms = ms(Clock::now() - last_kill);
+  EXPECT_TRUE(reclaimed) << p.producer->stats().fetches_in_flight << " leases still live "
+                         << reclaim_ms << " ms after the last kill (lease_timeout 2000 ms)";
+  EXPECT_LE(reclaim_ms, ms(kLease + 2s)) << "leases of dead consumers outlived lease_timeout by far";
+  // Every victim that did not ack before its kill left a lease behind, and it was reclaimed:
+  // by expiry (leases_expired), or sooner when UCX reported the victim dead (its sends failed,
+  // failed_deliveries, and its record went with the lease).
+  const std::size_t victims_acked = deliveries.consumers_with_prefix("victim-");
+  const auto reclaimed_stats = p.producer->stats();
+  const auto expired = reclaimed_stats.leases_expired - before.leases_expired;
+  const auto failed_sends = reclaimed_stats.failed_deliveries - before.failed_deliveries;
+  EXPECT_LE(expired, kKills - victims_acked) << victims_acked << " victims acked before they died";
+  EXPECT_GE(expired + failed_sends, kKills - victims_acked)
+      << "dead leases neither expired nor released by a reported failure: " << expired << " expired, " << failed_sends
+      << " failed sends, " << victims_acked << " victims acked before they died";
+  EXPECT_LE(victims_acked, static_cast<std::size_t>(kKills / 10)) << "most kills should land mid-transfer";
+
+  // Publishing goes on at the same pace, and the survivor gets every version.
+  for (std::uint64_t i = 0; i < kVersionsAfter; ++i) {
+    stalls_after.push_back(p.publish(++v).stall);
+    ASSERT_TRUE(deliveries.wait("survivor", v)) << "survivor did not get version " << v << " after the kills";
+  }
+  const double before_ms = median_ms(stalls_before), during_ms = median_ms(stalls_during),
+               after_ms = median_ms(stalls_after);
+  EXPECT_LT(during_ms, 5 * before_ms + 5) << "publish stall during the kills";
+  EXPECT_LT(after_ms, 5 * before_ms + 5) << "publish stall after the kills";
+
+  // The dead consumers' records go too (silent past max(lease_timeout, 5 s)), and with them
+  // whatever descriptors their endpoints used.
+  bool forgotten = eventually([&] { return p.producer->stats().consumers == 1; }, 15s);
+  EXPECT_TRUE(forgotten) << p.producer->stats().consumers << " consumers still listed";
+  const std::size_t fds_after = open_fds(getpid());
+  EXPECT_LE(fds_after, fds_before + 16) << "descriptors grew from " << fds_before << " to " << fds_after
+                                        << " over " << kKills << " killed consumers";
+
+  // Every version the survivor installed was checked byte for byte (by the peer, on install;
+  // it prints the line after its ack, so wait for the line before stopping it).
+  EXPECT_TRUE(survivor->wait_for_line("installed " + std::to_string(v), 30s));
+  survivor->kill_now();
+  survivor->wait();
+  std::size_t installs = 0;
+  for (const auto& line : survivor->lines()) {
+    EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+    if (line.rfind("installed ", 0) == 0) installs++;
+  }
+  EXPECT_EQ(installs, v) << "the survivor installs every version, each once";
+
+  std::ostringstream summary;
+  summary << kKills << " kills in " << kill_seconds << " s with " << stalls_during.size() << " publishes ("
+          << victims_acked << " acked before dying); leases back " << reclaim_ms
+          << " ms after the last kill; leases_expired +" << expired << ", failed sends +" << failed_sends
+          << "; stall median before/during/after " << before_ms << "/" << during_ms << "/" << after_ms << " ms; fds "
+          << fds_before << " -> " << fds_after;
+  RecordProperty("summary", summary.str());
+  std::printf("[   INFO   ] %s\n", summary.str().c_str());
+}
+
+// ---- 2. a consumer that stops reading (SIGSTOP) ----------------------------------------------
+
+// "idle": stopped after it installed the newest version (joined, holding no lease).
+// "mid_transfer": stopped while the producer has a lease out to it (its fetch in flight).
+// While it is stopped the producer publishes ten versions (each stall bounded: never a wait for
+// the stopped consumer's lease), five before its lease lapses and five after, which reuse the
+// slot it was reading; the other consumer installs each; the stopped consumer's record is
+// dropped (silent past max(lease_timeout, 5 s)). After SIGCONT it rejoins and installs the
+// newest version, bit-exact (the peer checks every byte of every version it installs), without
+// a further publish.
+class StoppedConsumerTest : public FaultLoadTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(StoppedConsumerTest, PublishingGoesOnAndItCatchesUpAfterSigcont) {
+  const bool mid_transfer = GetParam() == "mid_transfer";
+  constexpr std::size_t kKib = 16 * 1024;
+  constexpr auto kLease = std::chrono::seconds(2);
+  constexpr std::uint64_t kBefore = 5, kWhileStopped = 10, kLast = kBefore + kWhileStopped + 1;
+  Deliveries deliveries;
+  modelcast::ProducerOptions options;
+  options.lease_timeout = kLease;
+  options.transfer_chunk_bytes = 2u << 20;
+  options.on_delivery = [&](const modelcast::Delivery& d) { deliveries.add(d); };
+  TestProducer p(kKib, options);
+  const std::string endpoint = p.producer->control_endpoint();
+  auto awake = start_consumer(endpoint, "awake", kLast);
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
+  std::uint64_t v = 0;
+  std::vector<std::chrono::nanoseconds> stalls_before, stalls_stopped;
+  for (std::uint64_t i = 0; i < kBefore; ++i) {
+    stalls_before.push_back(p.publish(++v).stall);
+    ASSERT_TRUE(deliveries.wait("awake", v));
+  }
+
+  // The sleeper joins and at once fetches the newest version (the awake consumer is idle, so
+  // the next lease is the sleeper's).
+  LeaseWatch watch(*p.producer);
+  auto sleeper = start_consumer(endpoint, "sleeper", kLast);
+  if (mid_transfer) {
+    ASSERT_TRUE(watch.wait([&] { return deliveries.acked_any("sleeper"); }, 30s));
+  } else {
+    ASSERT_TRUE(deliveries.wait("sleeper", v));
+  }
+  ASSERT_EQ(kill(sleeper->pid(), SIGSTOP), 0);
+  const auto stopped_at = Clock::now();
+
+  auto publish_while_stopped = [&](std::uint64_t count) {
+    for (std::uint64_t i = 0; i < count; ++i) {
+      auto ticket = p.publish(++v);
+      stalls_stopped.push_back(ticket.stall);
+      // Far below the lease: publish() never waited for the stopped consumer's slot.
+      EXPECT_LT(ms(ticket.stall), 500.0) << "publish of version " << v << " stalled while a consumer was stopped";
+      ASSERT_TRUE(deliveries.wait("awake", v)) << "the other consumer stopped receiving at version " << v;
+    }
+  };
+  // First while its lease (if any) is live: its slot stays pinned, the others rotate.
+  publish_while_stopped(kWhileStopped / 2);
+  // Its lease lapses; the rest of the versions then reuse its slot too, so whatever of its
+  // transfer is still to happen after SIGCONT would read other bytes (and must not install them).
+  EXPECT_TRUE(eventually([&] { return p.producer->stats().fetches_in_flight == 0; }, kLease + 3s))
+      << "the stopped consumer's lease was not reclaimed";
+  EXPECT_EQ(p.producer->stats().leases_expired, mid_transfer ? 1u : 0u) << "only the stopped consumer's lease lapses";
+  publish_while_stopped(kWhileStopped - kWhileStopped / 2);
+  // Its record is dropped once it is silent past max(lease_timeout, 5 s); the other consumer stays.
+  EXPECT_TRUE(eventually([&] { return p.producer->stats().consumers == 1; }, 15s))
+      << "the stopped consumer was never dropped: " << p.producer->stats().consumers << " consumers";
+  const double stopped_ms = ms(Clock::now() - stopped_at);
+  const bool caught = mid_transfer && !deliveries.acked("sleeper", kBefore);
+  if (mid_transfer) {
+    EXPECT_TRUE(caught) << "the sleeper acked version " << kBefore << " before SIGSTOP landed";
+  }
+
+  ASSERT_EQ(kill(sleeper->pid(), SIGCONT), 0);
+  const auto resumed = Clock::now();
+  auto caught_up = sleeper->wait_for_line("installed " + std::to_string(v), 45s);
+  const double catch_up_ms = ms(Clock::now() - resumed);
+  EXPECT_TRUE(caught_up) << "after SIGCONT the consumer did not install the newest version " << v << " in 45 s:\n"
+                         << joined_lines(*sleeper);
+
+  // Both go on together.
+  p.publish(++v);
+  ASSERT_EQ(v, kLast);
+  EXPECT_TRUE(deliveries.wait("awake", v));
+  EXPECT_TRUE(deliveries.wait("sleeper", v));
+  EXPECT_EQ(sleeper->wait(), 0) << joined_lines(*sleeper);
+  EXPECT_EQ(awake->wait(), 0) << joined_lines(*awake);
+  for (const auto* child : {sleeper.get(), awake.get()}) {
+    for (const auto& line : child->lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+  }
+  const double before_ms = median_ms(stalls_before), stopped_stall_ms = median_ms(stalls_stopped);
+  EXPECT_LT(stopped_stall_ms, 5 * before_ms + 5);
+
+  std::ostringstream summary;
+  summary << GetParam() << (mid_transfer ? (caught ? " (caught with a lease out)" : " (missed: it acked first)") : "")
+          << ": stopped " << stopped_ms << " ms; caught up " << catch_up_ms << " ms after SIGCONT; stall median before/"
+          << "stopped " << before_ms << "/" << stopped_stall_ms << " ms; leases_expired "
+          << p.producer->stats().leases_expired;
+  RecordProperty("summary", summary.str());
+  std::printf("[   INFO   ] %s\n", summary.str().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(When, StoppedConsumerTest, ::testing::Values("idle", "mid_transfer"), param_name);
+
+// ---- 3. two thousand fake joins -------------------------------------------------------------
+
+// One raw DEALER connection speaking the join protocol, as a stranger would.
+class FakeClient {
+ public:
+  FakeClient(zmq::context_t& context, const std::string& endpoint) : dealer_(context, zmq::socket_type::dealer) {
+    dealer_.set(zmq::sockopt::linger, 0);
+    dealer_.connect(endpoint);
+  }
+  protocol::JoinReply join(const std::string& name, const std::vector<std::byte>& address) {
+    auto bytes = protocol::encode(protocol::JoinRequest{"test", name, address, "another-host", 0});
+    dealer_.send(zmq::buffer(bytes.data(), bytes.size()));
+    for (;;) {
+      zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLIN, 0};
+      if (zmq::poll(&item, 1, std::chrono::milliseconds(30000)) == 0) {
+        throw std::runtime_error("no join reply from the producer in 30 s");
+      }
+      zmq::message_t frame;
+      (void)dealer_.recv(frame);
+      auto message = protocol::decode({static_cast<const std::byte*>(frame.data()), frame.size()});
+      if (auto* reply = std::get_if<protocol::JoinReply>(&message)) return *reply;
+    }
+  }
+
+ private:
+  zmq::socket_t dealer_;
+};
+
+// The producer keys consumers by connection and takes at most max_consumers of them, so 2,000
+// joins are spread over 250 connections, 8 joins each, against max_consumers = 32. Each accepted
+// join costs the producer a UCX endpoint (the joins claim another host, so the endpoints detect
+// peer failure and go over TCP: a socket each, the costliest case), a rejoin on the same
+// connection replaces that endpoint, and a refused join must cost nothing. The producer runs in
+// a peer process so /proc/PID/fd counts its descriptors alone: they may grow with connections
+// (ZeroMQ, one each) and with admitted consumers (the cap), never with joins. Once the fakes
+// have closed their connections and fallen silent, the producer drops their records and a real
+// consumer joins and gets versions.
+TEST_F(FaultLoadTest, TwoThousandFakeJoinsLeaveTheProducersDescriptorsBounded) {
+  constexpr int kConnections = 250, kRounds = 8, kMaxConsumers = 32;
+  CommandedChild producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "1",
+                           "--kib", "256", "--max-consumers", std::to_string(kMaxConsumers), "--lease-timeout-ms",
+                           "2000"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready) << "the producer peer did not start";
+  const std::string endpoint = ready->substr(6);
+  ASSERT_TRUE(producer.wait_for_line("published 1"));
+  const std::size_t fds_baseline = open_fds(producer.pid());
+
+  zmq::context_t context;
+  auto ucx = modelcast::transport::make_ucx_transport();  // a real address; the fakes never read
+  const auto address = ucx->address();
+  std::vector<std::unique_ptr<FakeClient>> clients;
+  for (int c = 0; c < kConnections; ++c) clients.push_back(std::make_unique<FakeClient>(context, endpoint));
+  int accepted = 0, full = 0, other = 0;
+  std::vector<std::size_t> fds_after_round;
+  for (int round = 0; round < kRounds; ++round) {
+    for (int c = 0; c < kConnections; ++c) {
+      auto reply = clients[c]->join("fake-" + std::to_string(c), address);
+      if (reply.ok) {
+        accepted++;
+      } else if (reply.refusal == protocol::Refusal::kFull) {
+        full++;
+      } else {
+        other++;
+        ADD_FAILURE() << "join refused for another reason: " << reply.error;
+      }
+    }
+    fds_after_round.push_back(open_fds(producer.pid()));
+  }
+  EXPECT_EQ(accepted, kMaxConsumers * kRounds) << "the first " << kMaxConsumers << " connections rejoin each round";
+  EXPECT_EQ(full, (kConnections - kMaxConsumers) * kRounds);
+  EXPECT_EQ(other, 0);
+  auto stats = producer.ask("stats", "stats ");
+  ASSERT_TRUE(stats);
+  EXPECT_EQ(stat_of(*stats, "consumers"), static_cast<std::uint64_t>(kMaxConsumers));
+  const std::size_t fds_peak = *std::max_element(fds_after_round.begin(), fds_after_round.end());
+  // Bounded by connections and admitted consumers; 2,000 joins would show as thousands.
+  EXPECT_LE(fds_peak, fds_baseline + kConnections + 4 * kMaxConsumers + 64)
+      << "baseline " << fds_baseline << ", peak " << fds_peak;
+  // Rounds 2..8 add 7 x 32 accepted rejoins and 7 x 218 refusals, and no descriptors.
+  EXPECT_LE(fds_after_round.back(), fds_after_round.front() + 16)
+      << "descriptors grew with repeated joins on the same connections: " << fds_after_round.front()
+      << " after round 1, "
+      << fds_after_round.back() << " after round " << kRounds;
+
+  // The fakes go away; their records are dropped once silent (max(lease_timeout, 5 s)).
+  clients.clear();
+  auto dropped = producer.ask("await-consumers-at-most 0 20000", "");
+  ASSERT_TRUE(dropped);
+  EXPECT_EQ(dropped->rfind("stats ", 0), 0u) << "fake consumers never dropped: " << *dropped;
+  std::size_t fds_end = 0;
+  // (UCX keeps a timerfd once an endpoint with failure detection existed: one more is fine.)
+  bool back = eventually([&] { return (fds_end = open_fds(producer.pid())) <= fds_baseline + 4; }, 10s);
+  EXPECT_TRUE(back) << "descriptors did not return near the baseline " << fds_baseline << " once the fakes were gone: "
+                    << fds_end;
+
+  // A real consumer joins and gets the current version and the next, bit-exact.
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  modelcast::Consumer consumer(options);
+  auto v1 = consumer.wait_for_version(1, 30s);
+  ASSERT_TRUE(v1) << "a real consumer got nothing after the flood: " << consumer.stats().last_error;
+  EXPECT_EQ(testmodel::check(v1, 1), "");
+  ASSERT_TRUE(producer.ask("publish", "published 2"));
+  auto v2 = consumer.wait_for_version(2, 30s);
+  ASSERT_TRUE(v2);
+  EXPECT_EQ(testmodel::check(v2, 1), "");
+  EXPECT_EQ(producer.finish(), 0);
+
+  std::ostringstream summary;
+  summary << accepted + full + other << " joins over " << kConnections << " connections: " << accepted << " accepted, "
+          << full << " refused (full); producer fds baseline " << fds_baseline << ", after each round";
+  for (auto n : fds_after_round) summary << " " << n;
+  summary << ", after the fakes left " << fds_end;
+  RecordProperty("summary", summary.str());
+  std::printf("[   INFO   ] %s\n", summary.str().c_str());
+}
+
+// ---- 4. two hosts over a network that delays and drops packets ------------------------------
+
+int run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
+
+// Like netns_test.cpp's TwoHosts, with netem on both veth ends: 20 ms each way, 2 % loss.
+// MODELCAST_TEST_QDISC replaces the netem spec (e.g. "tbf rate 8mbit burst 32kb latency 50ms"
+// on a kernel without sch_netem, to exercise the rest of the test).
+class LossyTwoHosts : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto tag = std::to_string(getpid() % 100000);
+    ns_a_ = "mc-la-" + tag;
+    ns_b_ = "mc-lb-" + tag;
+    dev_a_ = "mcla" + tag;
+    dev_b_ = "mclb" + tag;
+    if (geteuid() != 0 || run("ip netns add " + ns_a_) != 0) {
+      GTEST_SKIP() << "cannot create network namespaces here (needs root and iproute2's 'ip netns'); "
+                      "the lossy two-host test did not run";
+    }
+    created_ = true;
+    bool ok = run("ip netns add " + ns_b_) == 0 &&
+              run("ip link add " + dev_a_ + " netns " + ns_a_ + " type veth peer name " + dev_b_ + " netns " +
+                  ns_b_) == 0 &&
+              run("ip -n " + ns_a_ + " addr add 10.232.0.1/24 dev " + dev_a_) == 0 &&
+              run("ip -n " + ns_b_ + " addr add 10.232.0.2/24 dev " + dev_b_) == 0 &&
+              run("ip -n " + ns_a_ + " link set " + dev_a_ + " up") == 0 &&
+              run("ip -n " + ns_b_ + " link set " + dev_b_ + " up") == 0 &&
+              run("ip -n " + ns_a_ + " link set lo up") == 0 && run("ip -n " + ns_b_ + " link set lo up") == 0;
+    if (!ok) GTEST_SKIP() << "network namespaces could be made but not joined with a veth pair; skipped";
+    if (run("command -v tc") != 0) GTEST_SKIP() << "no 'tc' (package iproute2): the lossy two-host test did not run";
+    const char* custom = std::getenv("MODELCAST_TEST_QDISC");
+    qdisc_ = custom && *custom ? custom : "netem delay 20ms loss 2%";
+    for (const auto& [ns, dev] : {std::pair{ns_a_, dev_a_}, std::pair{ns_b_, dev_b_}}) {
+      if (run("ip netns exec " + ns + " tc qdisc add dev " + dev + " root " + qdisc_) != 0) {
+        GTEST_SKIP() << "'tc qdisc add ... root " << qdisc_ << "' failed (no sch_netem in this kernel?): "
+                     << "the lossy two-host test did not run";
+      }
+    }
+    auto running = [&](const std::string& ns, const std::string& dev) {
+      return run("ip -n " + ns + " link show " + dev + " | grep -q 'state UP'") == 0;
+    };
+    ASSERT_TRUE(eventually([&] { return running(ns_a_, dev_a_) && running(ns_b_, dev_b_); }, 10s))
+        << "veth pair never came up";
+  }
+  void TearDown() override {
+    if (created_) {
+      run("ip netns del " + ns_a_);
+      run("ip netns del " + ns_b_);
+    }
+  }
+  std::string ns_a_, ns_b_, dev_a_, dev_b_, qdisc_;
+  bool created_ = false;
+};
+
+// Each version is published only once the previous one is installed, so all four cross the
+// impaired link. 1 MiB each: at 40 ms RTT and 2 % loss TCP moves a few hundred KiB/s (Mathis:
+// MSS/RTT x 1.22/sqrt(p) ~ 300 KiB/s), so 4 MiB versions would take about a minute alone.
+TEST_F(LossyTwoHosts, VersionsCrossADelayingLossyLinkBitExact) {
+  constexpr std::uint64_t kVersions = 4;
+  auto dir = std::filesystem::temp_directory_path() / ("modelcast-lossy-keys-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  auto producer_keys = modelcast::generate_key_pair();
+  auto consumer_keys = modelcast::generate_key_pair();
+  modelcast::save_key_pair(producer_keys, (dir / "producer.key").string(), true);
+  modelcast::save_key_pair(consumer_keys, (dir / "consumer.key").string(), true);
+  CommandedChild producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
+                           "tcp://10.232.0.1:0", "--versions", "0", "--kib", "1024", "--key-file",
+                           (dir / "producer.key").string(), "--allow-key", consumer_keys.public_key},
+                          {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready) << "producer did not start in " << ns_a_;
+  std::string endpoint = ready->substr(6);
+  ASSERT_EQ(endpoint.rfind("tcp://10.232.0.1:", 0), 0u) << endpoint;
+  ChildProcess consumer({"/usr/bin/env", "ip", "netns", "exec", ns_b_, MODELCAST_TEST_PEER, "consumer", "--endpoint",
+                         endpoint, "--name", "remote", "--until-version", std::to_string(kVersions), "--key-file",
+                         (dir / "consumer.key").string(), "--producer-key", producer_keys.public_key},
+                        {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_b_});
+  std::vector<double> version_ms;
+  for (std::uint64_t v = 1; v <= kVersions; ++v) {
+    auto started = Clock::now();
+    ASSERT_TRUE(producer.ask("publish", "published " + std::to_string(v)));
+    auto installed = consumer.wait_for_line("installed " + std::to_string(v), std::chrono::seconds(90));
+    version_ms.push_back(ms(Clock::now() - started));
+    ASSERT_TRUE(installed) << "version " << v << " did not cross the lossy link (" << qdisc_ << "):\n"
+                           << joined_lines(consumer);
+  }
+  EXPECT_EQ(consumer.wait(), 0) << joined_lines(consumer);
+  for (const auto& line : consumer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+  EXPECT_EQ(producer.finish(), 0);
+  std::filesystem::remove_all(dir);
+
+  std::ostringstream summary;
+  summary << "qdisc '" << qdisc_ << "': ms per version (publish to installed)";
+  for (auto t : version_ms) summary << " " << t;
+  RecordProperty("summary", summary.str());
+  std::printf("[   INFO   ] %s\n", summary.str().c_str());
+}
+
+}  // namespace
+}  // namespace exchange_test
