@@ -5,7 +5,7 @@
 //
 // absent when the path is not CUDA IPC. Decoders that do not know the field ignore it, so a
 // FetchReply with it stays readable by older builds of the same protocol version.
-// core/protocol.cpp calls the three functions below (see the report for the exact lines).
+// core/wire/protocol.cpp calls the three functions below (see the report for the exact lines).
 #pragma once
 
 #include <cstdint>

@@ -25,7 +25,7 @@
 #include <variant>
 #include <vector>
 
-#include "core/manifest.h"
+#include "core/model/manifest.h"
 
 namespace modelcast::protocol {
 
@@ -136,6 +136,19 @@ inline constexpr unsigned kChunkBits = 20;
 inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {
   return (fetch_id << kChunkBits) | chunk;
 }
+
+// What each channel accepts: requests to the producer are small (a join's address is the
+// largest part); announcements are a few dozen bytes; replies carry manifests (the defaults).
+inline const DecodeLimits kRequestLimits = [] {
+  DecodeLimits limits;
+  limits.max_message_bytes = 256u << 10;
+  return limits;
+}();
+inline const DecodeLimits kAnnounceLimits = [] {
+  DecodeLimits limits;
+  limits.max_message_bytes = 4096;
+  return limits;
+}();
 
 std::vector<std::byte> encode(const Message& message);
 // Throws Error(kProtocol) for anything but a well-formed message of this protocol version

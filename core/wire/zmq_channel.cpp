@@ -1,4 +1,4 @@
-#include "core/zmq_util.h"
+#include "core/wire/zmq_channel.h"
 
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -9,7 +9,7 @@
 
 #include "modelcast/error.h"
 
-namespace modelcast::zmq_util {
+namespace modelcast::wire {
 
 std::string bind_spelling(const std::string& endpoint) {
   if (endpoint.rfind("tcp://", 0) == 0 && endpoint.size() > 2 && endpoint.ends_with(":0")) {
@@ -79,4 +79,4 @@ std::optional<std::vector<zmq::message_t>> receive(zmq::socket_t& socket) {
   return parts;
 }
 
-}  // namespace modelcast::zmq_util
+}  // namespace modelcast::wire

@@ -1,4 +1,4 @@
-#include "core/protocol.h"
+#include "core/wire/protocol.h"
 
 #include <cstring>
 #include <msgpack.hpp>

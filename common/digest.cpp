@@ -1,4 +1,4 @@
-#include "core/digest.h"
+#include "common/digest.h"
 
 #include <algorithm>
 #include <stdexcept>

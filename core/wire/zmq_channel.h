@@ -7,9 +7,9 @@
 
 #include <zmq.hpp>
 
-#include "core/protocol.h"
+#include "core/wire/protocol.h"
 
-namespace modelcast::zmq_util {
+namespace modelcast::wire {
 
 // "tcp://HOST:0" -> "tcp://HOST:*" (ZeroMQ's spelling of "pick a free port"); others unchanged.
 std::string bind_spelling(const std::string& endpoint);
@@ -37,4 +37,4 @@ void send(zmq::socket_t& socket, const protocol::Message& message, const std::st
 // Receives one multipart message without blocking; std::nullopt if none is waiting.
 std::optional<std::vector<zmq::message_t>> receive(zmq::socket_t& socket);
 
-}  // namespace modelcast::zmq_util
+}  // namespace modelcast::wire

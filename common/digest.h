@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "core/manifest.h"
+#include "core/model/manifest.h"
 
 namespace modelcast {
 

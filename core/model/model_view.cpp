@@ -1,6 +1,6 @@
 #include "modelcast/model_view.h"
 
-#include "core/installed_version.h"
+#include "core/model/installed_version.h"
 #include "modelcast/error.h"
 
 namespace modelcast {

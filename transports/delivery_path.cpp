@@ -1,4 +1,4 @@
-#include "core/delivery_path.h"
+#include "transports/delivery_path.h"
 
 #include "modelcast/error.h"
 

@@ -1,4 +1,4 @@
-#include "core/host_buffer.h"
+#include "common/host_buffer.h"
 
 #include <sys/mman.h>
 

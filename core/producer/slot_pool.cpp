@@ -1,4 +1,4 @@
-#include "core/slot_pool.h"
+#include "core/producer/slot_pool.h"
 
 #include <algorithm>
 

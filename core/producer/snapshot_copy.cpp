@@ -1,4 +1,4 @@
-#include "core/snapshot_copy.h"
+#include "core/producer/snapshot_copy.h"
 
 #include <algorithm>
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "core/host_identity.h"
+#include "common/host_identity.h"
 
 #include <cstdlib>
 #include <fstream>

@@ -5,8 +5,8 @@
 #include <memory>
 #include <span>
 
-#include "core/host_buffer.h"
-#include "core/manifest.h"
+#include "common/host_buffer.h"
+#include "core/model/manifest.h"
 #include "transports/transport.h"
 
 namespace modelcast::detail {

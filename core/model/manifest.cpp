@@ -1,4 +1,4 @@
-#include "core/manifest.h"
+#include "core/model/manifest.h"
 
 #include <limits>
 #include <set>
