@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Benchmarks: bench/run.sh exchange|predictor [--json] [options]
-# Builds what it needs (Release, in build-bench/) and prints a table, or JSON with --json.
+# Benchmarks: bench/run.sh exchange|predictor|soak|fuzz [--json] [options]
+# Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
+# with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -9,5 +10,7 @@ shift || true
 case "$what" in
   exchange) exec "$here/exchange.sh" "$@" ;;
   predictor) exec "$here/predictor.sh" "$@" ;;
-  *) echo "usage: bench/run.sh exchange|predictor [--json]" >&2; exit 2 ;;
+  soak) exec "$here/soak.sh" "$@" ;;
+  fuzz) exec "$here/fuzz.sh" "$@" ;;
+  *) echo "usage: bench/run.sh exchange|predictor|soak|fuzz [--json] [options]" >&2; exit 2 ;;
 esac
