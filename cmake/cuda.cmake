@@ -1,4 +1,4 @@
-# Optional CUDA support for modelcast (issue 4). Included once from the top-level CMakeLists.txt,
+# Optional CUDA support for modelcast (GPU-resident weights). Included once from the top-level CMakeLists.txt,
 # after the dependency section:   include(cmake/cuda.cmake)
 #
 # MODELCAST_WITH_CUDA = AUTO (default) | ON | OFF

@@ -399,7 +399,7 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
       out = assemble({chosen}, future_steps, options, note);
     } else {
       // Viper has no fallback: when none of its families can be fitted it predicts no further
-      // improvement (a flat curve), the failure mode issue 3 describes. Baselines stay Viper's.
+      // improvement (a flat curve), so a plan built on it captures nothing. Baselines stay Viper's.
       out = flat_forecast(observed, future_steps, options, "viper: no family could be fitted, flat forecast; ");
     }
   } else if (members.empty()) {

@@ -1,4 +1,4 @@
-// Which path a version takes from a producer's snapshot slot to a consumer's buffer (issue 4).
+// Which path a version takes from a producer's snapshot slot to a consumer's buffer.
 //
 // Pure decision logic, no CUDA: the producer evaluates it per consumer once it knows both
 // memory kinds (the consumer's comes with its join), whether they share a host (boot ids) and
@@ -16,7 +16,7 @@
 namespace modelcast {
 
 enum class DeliveryPath : std::uint8_t {
-  kHostUcx = 0,  // host slot -> UCX -> host buffer (the path before issue 4)
+  kHostUcx = 0,  // host slot -> UCX -> host buffer (the only path without CUDA)
   kCudaIpc = 1,  // same host, device -> device: the consumer maps the slot (cudaIpcOpenMemHandle) and copies
   kUcxCuda = 2,  // UCX reads and/or writes device memory itself (cuda_copy / cuda_ipc / GPUDirect RDMA)
   kStaged = 3,   // device -> pinned host bounce buffers -> UCX -> (bounce ->) device, pipelined

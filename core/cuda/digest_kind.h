@@ -1,4 +1,4 @@
-// Which digest a manifest's per-tensor values are (issue 4). Host slots keep XXH3-64; device
+// Which digest a manifest's per-tensor values are. Host slots keep XXH3-64; device
 // slots are hashed on the GPU with pmix64-v1 (pmix64.h explains why not XXH3 there).
 //
 // Wire: an optional key "dkind" (uint) in the manifest map, written only for kinds other than

@@ -1,4 +1,4 @@
-// Publish planning under the workflow model of issue 3:
+// Publish planning under this workflow model:
 //  - step k completes at logged training time t(k); each publish stalls training by stall_s,
 //    so every later step completes stall_s later; the published version becomes servable
 //    delivery_s after its stall ends;

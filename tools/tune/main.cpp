@@ -1,4 +1,4 @@
-// modelcast-tune: offline tuning of when to publish weights (see issue 3's workflow model).
+// modelcast-tune: offline tuning of when to publish weights (the workflow model of include/modelcast/predictor_planner.h).
 #include <CLI/CLI.hpp>
 #include <iostream>
 

@@ -1,4 +1,4 @@
-// Wire form of an IpcExport inside a FetchReply (issue 4): an optional field "ipc" of the
+// Wire form of an IpcExport inside a FetchReply: an optional field "ipc" of the
 // FetchReply body map,
 //
 //   "ipc": {"slot": uint, "dev": int, "size": uint, "handle": bin(64)}
