@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "modelcast/predictor_csv.h"
+#include "modelcast/error.h"
 #include "tune_commands.h"
 
 namespace {
@@ -36,7 +37,7 @@ std::vector<std::int64_t> parse_steps(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != item.size()) throw std::invalid_argument("--publish-steps: '" + item + "' is not an integer step");
+    if (used != item.size()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--publish-steps: '" + item + "' is not an integer step");
     out.push_back(v);
   }
   return out;
