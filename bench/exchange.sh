@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exchange benchmark of issue 2: bench/run.sh exchange [--json] [run options]
+# The exchange benchmark: bench/run.sh exchange [--json] [run options]
 # Builds modelcast-exchange-bench (Release, build-bench/, tests off), runs it once per transport
 # with that transport's UCX environment (the program's consumer, receiver and reader processes
 # inherit it), then prints the table, or the JSON array with --json. Build output and progress go

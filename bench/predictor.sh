@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Predictor benchmark (issue 3): bench/run.sh predictor [--json] [harness options]
+# Predictor benchmark: bench/run.sh predictor [--json] [harness options]
 # Builds only the harness (Release, build-bench/), then evaluates plan and replay over the real
 # curves in bench/data/. Harness options: --runs-per-record K (default 3; 0 = every run),
 # --threads N (default 2), --no-reference (ablation without the cross-record prior),

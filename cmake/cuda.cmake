@@ -1,4 +1,4 @@
-# Optional CUDA support for modelcast (issue 4). Included once from the top-level CMakeLists.txt,
+# Optional CUDA support for modelcast (GPU-resident weights). Included once from the top-level CMakeLists.txt,
 # after the dependency section:   include(cmake/cuda.cmake)
 #
 # MODELCAST_WITH_CUDA = AUTO (default) | ON | OFF
@@ -89,7 +89,7 @@ set(_mc_root ${CMAKE_CURRENT_LIST_DIR}/..)
 cmake_path(NORMAL_PATH _mc_root)
 
 add_library(modelcast_cuda_objects OBJECT
-  ${_mc_root}/core/delivery_path.cpp
+  ${_mc_root}/transports/delivery_path.cpp
   ${_mc_root}/core/cuda/pmix64.cpp
   ${_mc_root}/core/cuda/digest_kind.cpp
   ${_mc_root}/transports/staging/staging_pipeline.cpp

@@ -1,6 +1,6 @@
 // libFuzzer target: the control-plane decoder, modelcast::protocol::decode.
 //
-// Contract under test (core/protocol.h): decode throws modelcast::Error for any input that is
+// Contract under test (core/wire/protocol.h): decode throws modelcast::Error for any input that is
 // not a well-formed message and never anything else; it never crashes or allocates without
 // bound. A message that decodes must survive a round trip: encode(decode(x)) decodes again and
 // re-encodes to the same bytes (the encoding of a message is canonical).
@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-#include "core/protocol.h"
+#include "core/wire/protocol.h"
 #include "modelcast/error.h"
 
 namespace mp = modelcast::protocol;

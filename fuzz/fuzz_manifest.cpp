@@ -13,8 +13,8 @@
 #include <variant>
 #include <vector>
 
-#include "core/manifest.h"
-#include "core/protocol.h"
+#include "core/model/manifest.h"
+#include "core/wire/protocol.h"
 #include "modelcast/error.h"
 
 namespace mp = modelcast::protocol;

@@ -15,8 +15,8 @@
 
 #include <msgpack.hpp>
 
-#include "core/manifest.h"
-#include "core/protocol.h"
+#include "core/model/manifest.h"
+#include "core/wire/protocol.h"
 #include "transports/cuda_ipc/ipc_codec.h"
 #include "transports/ucx/address_seal.h"
 
@@ -256,7 +256,7 @@ int main(int argc, char** argv) {
   }
   {
     // A whole FetchReply body (a fixmap) with the field appended as its last entry, the way
-    // core/protocol.cpp would send it.
+    // core/wire/protocol.cpp would send it.
     Bytes body = body_of(mp::encode(refused));
     if (body.empty() || (body[0] & std::byte{0xf0}) != std::byte{0x80} || body[0] == std::byte{0x8f}) {
       std::fprintf(stderr, "make_corpus: a FetchReply body is not a fixmap\n");

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "modelcast/predictor_planner.h"
+#include "modelcast/error.h"
 
 namespace modelcast::predictor {
 namespace {
@@ -18,14 +19,14 @@ std::size_t publish_cap(const PublishCosts& costs, std::size_t n) {
 }  // namespace
 
 std::vector<std::int64_t> every_candidate_schedule(const Trajectory& curve, std::size_t warmup_index) {
-  if (warmup_index >= curve.steps.size()) throw std::invalid_argument("warm-up index past the end of the curve");
+  if (warmup_index >= curve.steps.size()) throw Error(ErrorCode::kInvalidArgument, "warm-up index past the end of the curve");
   return {curve.steps.begin() + static_cast<std::ptrdiff_t>(warmup_index + 1), curve.steps.end()};
 }
 
 std::vector<std::int64_t> every_n_steps_schedule(const Trajectory& curve, std::size_t warmup_index,
                                                  std::int64_t every_steps) {
-  if (every_steps <= 0) throw std::invalid_argument("epoch steps must be positive, got " + std::to_string(every_steps));
-  if (warmup_index >= curve.steps.size()) throw std::invalid_argument("warm-up index past the end of the curve");
+  if (every_steps <= 0) throw Error(ErrorCode::kInvalidArgument, "epoch steps must be positive, got " + std::to_string(every_steps));
+  if (warmup_index >= curve.steps.size()) throw Error(ErrorCode::kInvalidArgument, "warm-up index past the end of the curve");
   std::vector<std::int64_t> boundaries;
   const std::int64_t w = curve.steps[warmup_index];
   for (std::int64_t b = (w / every_steps + 1) * every_steps; b <= curve.steps.back(); b += every_steps) boundaries.push_back(b);

@@ -110,7 +110,7 @@ void append_point(LossLog& log, const std::string& source, std::size_t line_no, 
 }  // namespace
 
 CsvError::CsvError(const std::string& source, std::size_t line, const std::string& message)
-    : std::runtime_error(source + ":" + std::to_string(line) + ": " + message), line_(line) {}
+    : Error(ErrorCode::kInvalidArgument, source + ":" + std::to_string(line) + ": " + message), line_(line) {}
 
 LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOptions& options) {
   std::string line;

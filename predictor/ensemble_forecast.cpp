@@ -7,6 +7,7 @@
 #include <string>
 
 #include "curve_families.h"
+#include "modelcast/error.h"
 #include "modelcast/predictor_forecast.h"
 #include "progress_axis.h"
 #include "robust_fit.h"
@@ -19,20 +20,20 @@ using detail::CurveFamily;
 using detail::ProgressAxis;
 
 void validate_observed(std::span<const CurvePoint> observed, const ForecastOptions& options) {
-  if (observed.empty()) throw std::invalid_argument("forecast: no observed points");
+  if (observed.empty()) throw Error(ErrorCode::kInvalidArgument, "forecast: no observed points");
   for (std::size_t i = 0; i < observed.size(); ++i) {
     if (!std::isfinite(observed[i].loss))
-      throw std::invalid_argument("forecast: loss at step " + std::to_string(observed[i].step) + " is not finite");
+      throw Error(ErrorCode::kInvalidArgument, "forecast: loss at step " + std::to_string(observed[i].step) + " is not finite");
     if (i > 0 && observed[i].step <= observed[i - 1].step)
-      throw std::invalid_argument("forecast: steps must be strictly increasing (step " +
+      throw Error(ErrorCode::kInvalidArgument, "forecast: steps must be strictly increasing (step " +
                                   std::to_string(observed[i].step) + ")");
   }
   if (options.total_steps <= observed.back().step)
-    throw std::invalid_argument("forecast: total_steps (" + std::to_string(options.total_steps) +
+    throw Error(ErrorCode::kInvalidArgument, "forecast: total_steps (" + std::to_string(options.total_steps) +
                                 ") must exceed the last observed step (" +
                                 std::to_string(observed.back().step) + ")");
   if (!(options.backtest_fraction > 0 && options.backtest_fraction < 1))
-    throw std::invalid_argument("forecast: backtest_fraction must be in (0, 1)");
+    throw Error(ErrorCode::kInvalidArgument, "forecast: backtest_fraction must be in (0, 1)");
 }
 
 // Future logged steps: given, or the recent cadence continued to total_steps.
@@ -293,7 +294,7 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
   const ProgressAxis scheduled(options.total_steps, viper ? std::nullopt : options.lr_schedule);
   const ReferenceCurve* reference = (!viper && options.reference) ? &*options.reference : nullptr;
   if (reference && (reference->progress.size() < 2 || reference->progress.size() != reference->loss.size()))
-    throw std::invalid_argument("forecast: reference curve needs >= 2 points and equal-length progress/loss");
+    throw Error(ErrorCode::kInvalidArgument, "forecast: reference curve needs >= 2 points and equal-length progress/loss");
 
   double anneal_drop = 0.0;
   bool use_schedule = scheduled.schedule_aware();
@@ -399,7 +400,7 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
       out = assemble({chosen}, future_steps, options, note);
     } else {
       // Viper has no fallback: when none of its families can be fitted it predicts no further
-      // improvement (a flat curve), the failure mode issue 3 describes. Baselines stay Viper's.
+      // improvement (a flat curve), so a plan built on it captures nothing. Baselines stay Viper's.
       out = flat_forecast(observed, future_steps, options, "viper: no family could be fitted, flat forecast; ");
     }
   } else if (members.empty()) {

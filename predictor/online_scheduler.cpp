@@ -4,32 +4,33 @@
 #include <string>
 
 #include "modelcast/predictor_online.h"
+#include "modelcast/error.h"
 
 namespace modelcast::predictor {
 
 OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(options)) {
-  if (options_.forecast.total_steps <= 0) throw std::invalid_argument("online scheduler: total_steps must be positive");
+  if (options_.forecast.total_steps <= 0) throw Error(ErrorCode::kInvalidArgument, "online scheduler: total_steps must be positive");
   if (options_.warmup_step < 0 || options_.warmup_step >= options_.forecast.total_steps)
-    throw std::invalid_argument("online scheduler: warm-up step must be in [0, total_steps)");
-  if (options_.max_candidates < 2) throw std::invalid_argument("online scheduler: max_candidates must be >= 2");
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: warm-up step must be in [0, total_steps)");
+  if (options_.max_candidates < 2) throw Error(ErrorCode::kInvalidArgument, "online scheduler: max_candidates must be >= 2");
   if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0 || options_.refit_band_points < 0 ||
       options_.refit_every_below < 0)
-    throw std::invalid_argument("online scheduler: refit_growth, refit_band_points and refit_every_below must be >= 0");
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_growth, refit_band_points and refit_every_below must be >= 0");
   set_costs(options_.costs.stall_s, options_.costs.delivery_s);
 }
 
 void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
   if (!std::isfinite(stall_s) || stall_s < 0 || !std::isfinite(delivery_s) || delivery_s < 0)
-    throw std::invalid_argument("online scheduler: stall and delivery times must be finite and >= 0");
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: stall and delivery times must be finite and >= 0");
   options_.costs.stall_s = stall_s;
   options_.costs.delivery_s = delivery_s;
 }
 
 void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s) {
   if (!std::isfinite(loss) || !std::isfinite(wall_time_s))
-    throw std::invalid_argument("online scheduler: non-finite loss or time at step " + std::to_string(step));
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: non-finite loss or time at step " + std::to_string(step));
   if (!observed_.empty() && step <= observed_.back().step)
-    throw std::invalid_argument("online scheduler: step " + std::to_string(step) + " is not after step " +
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: step " + std::to_string(step) + " is not after step " +
                                 std::to_string(observed_.back().step));
   // Work on the stall-free training clock, as the forecast's time model expects.
   observed_.push_back({step, loss, wall_time_s - stall_total_s_});
@@ -82,7 +83,7 @@ void OnlineScheduler::refit_if_due() {
 
 bool OnlineScheduler::should_publish(std::int64_t step) {
   if (observed_.empty() || observed_.back().step != step)
-    throw std::invalid_argument("online scheduler: should_publish(" + std::to_string(step) +
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: should_publish(" + std::to_string(step) +
                                 ") must follow observe() of the same step");
   if (std::isnan(warmup_time_s_) || step <= options_.warmup_step) return false;
   const auto& now = observed_.back();

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "modelcast/predictor_planner.h"
+#include "modelcast/error.h"
 
 namespace modelcast::predictor {
 namespace {
@@ -84,27 +85,27 @@ double window_end(const Trajectory& curve, std::size_t w, const PublishCosts& co
 
 void validate_costs(const PublishCosts& costs) {
   if (!std::isfinite(costs.stall_s) || costs.stall_s < 0)
-    throw std::invalid_argument("publish cost (stall) must be finite and >= 0, got " + std::to_string(costs.stall_s));
+    throw Error(ErrorCode::kInvalidArgument, "publish cost (stall) must be finite and >= 0, got " + std::to_string(costs.stall_s));
   if (!std::isfinite(costs.delivery_s) || costs.delivery_s < 0)
-    throw std::invalid_argument("update latency (delivery) must be finite and >= 0, got " + std::to_string(costs.delivery_s));
+    throw Error(ErrorCode::kInvalidArgument, "update latency (delivery) must be finite and >= 0, got " + std::to_string(costs.delivery_s));
   if (!std::isfinite(costs.request_rate) || costs.request_rate <= 0)
-    throw std::invalid_argument("request rate must be finite and > 0, got " + std::to_string(costs.request_rate));
+    throw Error(ErrorCode::kInvalidArgument, "request rate must be finite and > 0, got " + std::to_string(costs.request_rate));
   if (!std::isnan(costs.window_s) && (!std::isfinite(costs.window_s) || costs.window_s < 0))
-    throw std::invalid_argument("window must be finite and >= 0, got " + std::to_string(costs.window_s));
+    throw Error(ErrorCode::kInvalidArgument, "window must be finite and >= 0, got " + std::to_string(costs.window_s));
   if (std::isnan(costs.max_slowdown_s) || costs.max_slowdown_s < 0)
-    throw std::invalid_argument("max slowdown must be >= 0, got " + std::to_string(costs.max_slowdown_s));
+    throw Error(ErrorCode::kInvalidArgument, "max slowdown must be >= 0, got " + std::to_string(costs.max_slowdown_s));
 }
 
 void validate_trajectory(const Trajectory& t) {
   if (t.steps.size() != t.loss.size() || t.steps.size() != t.time_s.size())
-    throw std::invalid_argument("trajectory: steps, loss and time_s must have the same length");
+    throw Error(ErrorCode::kInvalidArgument, "trajectory: steps, loss and time_s must have the same length");
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
     if (!std::isfinite(t.loss[i]) || !std::isfinite(t.time_s[i]))
-      throw std::invalid_argument("trajectory: non-finite loss or time at step " + std::to_string(t.steps[i]));
+      throw Error(ErrorCode::kInvalidArgument, "trajectory: non-finite loss or time at step " + std::to_string(t.steps[i]));
     if (i > 0 && t.steps[i] <= t.steps[i - 1])
-      throw std::invalid_argument("trajectory: steps must be strictly increasing at step " + std::to_string(t.steps[i]));
+      throw Error(ErrorCode::kInvalidArgument, "trajectory: steps must be strictly increasing at step " + std::to_string(t.steps[i]));
     if (i > 0 && t.time_s[i] < t.time_s[i - 1])
-      throw std::invalid_argument("trajectory: time must not decrease at step " + std::to_string(t.steps[i]));
+      throw Error(ErrorCode::kInvalidArgument, "trajectory: time must not decrease at step " + std::to_string(t.steps[i]));
   }
 }
 
@@ -113,7 +114,7 @@ void validate_trajectory(const Trajectory& t) {
 void validate_problem(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs) {
   validate_trajectory(curve);
   if (warmup_index >= curve.steps.size())
-    throw std::invalid_argument("warm-up index " + std::to_string(warmup_index) + " is past the end of the curve");
+    throw Error(ErrorCode::kInvalidArgument, "warm-up index " + std::to_string(warmup_index) + " is past the end of the curve");
   validate_costs(costs);
 }
 
@@ -130,7 +131,7 @@ double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const Pub
     const auto step = publish_steps[j];
     const auto it = std::lower_bound(curve.steps.begin() + static_cast<std::ptrdiff_t>(search_from), curve.steps.end(), step);
     if (it == curve.steps.end() || *it != step)
-      throw std::invalid_argument("publish step " + std::to_string(step) +
+      throw Error(ErrorCode::kInvalidArgument, "publish step " + std::to_string(step) +
                                   " is not a logged step after the warm-up step " +
                                   std::to_string(curve.steps[warmup_index]) + " (or steps are not increasing)");
     const auto i = static_cast<std::size_t>(it - curve.steps.begin());

@@ -1,4 +1,5 @@
 #include "progress_axis.h"
+#include "modelcast/error.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,22 +9,22 @@ namespace modelcast::predictor::detail {
 
 ProgressAxis::ProgressAxis(std::int64_t total_steps, const std::optional<LrSchedule>& schedule)
     : total_steps_(total_steps), schedule_(schedule) {
-  if (total_steps <= 0) throw std::invalid_argument("total_steps must be positive");
+  if (total_steps <= 0) throw Error(ErrorCode::kInvalidArgument, "total_steps must be positive");
   if (!schedule) return;
   const auto& s = *schedule;
   if (s.steps.empty() || s.steps.size() != s.lr.size())
-    throw std::invalid_argument("lr_schedule: steps and lr must be non-empty and the same length");
+    throw Error(ErrorCode::kInvalidArgument, "lr_schedule: steps and lr must be non-empty and the same length");
   for (std::size_t i = 0; i < s.lr.size(); ++i) {
     if (!std::isfinite(s.lr[i]) || s.lr[i] < 0)
-      throw std::invalid_argument("lr_schedule: learning rates must be finite and >= 0");
+      throw Error(ErrorCode::kInvalidArgument, "lr_schedule: learning rates must be finite and >= 0");
     if (i > 0 && s.steps[i] <= s.steps[i - 1])
-      throw std::invalid_argument("lr_schedule: steps must be strictly increasing");
+      throw Error(ErrorCode::kInvalidArgument, "lr_schedule: steps must be strictly increasing");
     if (s.lr[i] > peak_lr_) {
       peak_lr_ = s.lr[i];
       peak_step_ = static_cast<double>(s.steps[i]);
     }
   }
-  if (!(peak_lr_ > 0)) throw std::invalid_argument("lr_schedule: the rate is zero everywhere");
+  if (!(peak_lr_ > 0)) throw Error(ErrorCode::kInvalidArgument, "lr_schedule: the rate is zero everywhere");
   // Integrate on a grid of at most ~4096 cells; plenty for a smooth schedule.
   stride_ = std::max<std::int64_t>(1, total_steps / 4096);
   const std::int64_t cells = (total_steps + stride_ - 1) / stride_;

@@ -15,7 +15,7 @@ namespace modelcast::predictor::detail {
 
 class ProgressAxis {
  public:
-  // Throws std::invalid_argument on a malformed schedule (sizes differ, steps not increasing,
+  // Throws Error(kInvalidArgument) on a malformed schedule (sizes differ, steps not increasing,
   // negative or non-finite rates, all-zero rate).
   ProgressAxis(std::int64_t total_steps, const std::optional<LrSchedule>& schedule);
 

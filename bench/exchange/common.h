@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/host_buffer.h"
+#include "common/host_buffer.h"
 
 namespace bench {
 

@@ -1,4 +1,4 @@
-// modelcast-exchange-bench: the exchange benchmark of issue 2 (bench/run.sh exchange).
+// modelcast-exchange-bench: the exchange benchmark (bench/run.sh exchange).
 //
 // `run` measures, for each model size and consumer count, under the UCX environment it was
 // started with (bench/exchange.sh starts it once per transport):
@@ -490,7 +490,7 @@ int report(const std::vector<std::string>& files, bool as_json) {
                 field(extra, "paired_stall_over_memcpy"), field(extra, "paired_update_over_bound"),
                 field(extra, "file_write_fsync_ms"));
   }
-  // The "Done when" targets of issue 2.
+  // The targets the exchange was built to meet.
   auto find = [&](int consumers) -> const json* {
     for (auto& row : rows) {
       if (row["size_bytes"].get<std::size_t>() == (std::size_t{1} << 30) && row["consumers"].get<int>() == consumers &&
@@ -501,7 +501,7 @@ int report(const std::vector<std::string>& files, bool as_json) {
     return nullptr;
   };
   auto verdict = [](bool met) { return met ? "met" : "NOT met"; };
-  std::printf("\ntargets (issue 2, 1 GiB, shm):\n");
+  std::printf("\ntargets (1 GiB, shm):\n");
   if (const json* r = find(1)) {
     double update = field(*r, "update_ms"), stall = field(*r, "stall_ms"), copy = field(*r, "memcpy_ms");
     double ceiling = field(*r, "ucx_ceiling_ms"), file = field(*r, "file_baseline_ms"), notify = field(*r, "notify_us_p99");

@@ -1,4 +1,4 @@
-// Evaluation harness for the predictor over real learning curves (issue 3):
+// Evaluation harness for the predictor over real learning curves:
 // warm-up at 10/20/30 % of the logged points; publish cost c = 0.5/2/8 x the run's median time
 // between eval points, delivery d = c/2; offline plan and online replay; regret against the
 // exact optimum on the true curve, win rates against the baselines, forecast error.

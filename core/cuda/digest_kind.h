@@ -1,9 +1,9 @@
-// Which digest a manifest's per-tensor values are (issue 4). Host slots keep XXH3-64; device
+// Which digest a manifest's per-tensor values are. Host slots keep XXH3-64; device
 // slots are hashed on the GPU with pmix64-v1 (pmix64.h explains why not XXH3 there).
 //
 // Wire: an optional key "dkind" (uint) in the manifest map, written only for kinds other than
 // XXH3-64, so manifests of host-only versions stay byte-for-byte what they are today and a
-// manifest without the key means XXH3-64. core/protocol.cpp calls the helpers in
+// manifest without the key means XXH3-64. core/wire/protocol.cpp calls the helpers in
 // digest_kind_codec.h (kept apart so that manifest.h need not include msgpack). The digest values keep travelling under the key "xxh3" (its name is
 // historical) and in the Digests message, whose kind is that of the fetch's manifest.
 //

@@ -9,7 +9,7 @@
 
 namespace modelcast {
 
-// Manifest-map helpers for core/protocol.cpp.
+// Manifest-map helpers for core/wire/protocol.cpp.
 std::uint32_t digest_kind_field_count(DigestKind kind) noexcept;  // 0 for xxh3-64, else 1
 void pack_digest_kind_field(msgpack::packer<msgpack::sbuffer>& pk, DigestKind kind);
 // Reads "dkind" from a manifest map: kXxh3_64 when absent. Throws Error(kProtocol) for a map

@@ -1,4 +1,4 @@
-// pmix64-v1: the digest of device-resident tensors (issue 4), computed by a kernel of ours.
+// pmix64-v1: the digest of device-resident tensors, computed by a kernel of ours.
 //
 // Why not XXH3-64 (the host path's digest) on the GPU: XXH3 folds 1 KiB blocks into its
 // accumulators one after the other (a scramble between blocks), so one tensor is one serial

@@ -1,4 +1,4 @@
-// pmix64-v1, the per-tensor digest computed on the GPU (issue 4): the arithmetic shared by the
+// pmix64-v1, the per-tensor digest computed on the GPU: the arithmetic shared by the
 // host reference (pmix64.cpp) and the kernel (pmix64_kernel.cu). See pmix64.h for why.
 #pragma once
 

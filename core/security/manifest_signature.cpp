@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/protocol.h"
+#include "core/wire/protocol.h"
 
 namespace modelcast::security {
 

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "core/manifest.h"
+#include "core/model/manifest.h"
 #include "core/security/key_codec.h"
 
 namespace modelcast::security {

@@ -9,12 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "modelcast/error.h"
 #include "modelcast/predictor_forecast.h"
 
 namespace modelcast::predictor {
 
 // Thrown for malformed input; what() names the source and 1-based line number.
-class CsvError : public std::runtime_error {
+// A malformed log: Error(kInvalidArgument) that also carries the line it was found on.
+class CsvError : public Error {
  public:
   CsvError(const std::string& source, std::size_t line, const std::string& message);
   std::size_t line() const { return line_; }

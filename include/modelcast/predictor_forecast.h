@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "modelcast/error.h"
+
 namespace modelcast::predictor {
 
 // One logged point of a training run. time_s is the wall-clock training time at which
@@ -85,7 +87,7 @@ struct Forecast {
 
 // Forecasts the rest of the curve from the observed prefix (steps strictly increasing, finite
 // values, at least one point). Never returns NaN/inf; when no family fits sanely it falls back
-// to a conservative curve and sets fallback/note. Throws std::invalid_argument on bad input.
+// to a conservative curve and sets fallback/note. Throws Error(kInvalidArgument) on bad input.
 // Pure function: thread-safe, no shared state.
 Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOptions& options);
 

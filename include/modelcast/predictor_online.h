@@ -11,6 +11,7 @@
 #include <span>
 #include <vector>
 
+#include "modelcast/error.h"
 #include "modelcast/predictor_forecast.h"
 #include "modelcast/predictor_planner.h"
 
@@ -55,7 +56,7 @@ struct OnlineStats {
   std::size_t plans = 0;          // exact re-plans (one per decision after the warm-up step)
 };
 
-// Not thread-safe: one producer thread drives it. Throws std::invalid_argument on
+// Not thread-safe: one producer thread drives it. Throws Error(kInvalidArgument) on
 // non-increasing steps, non-finite values or negative costs.
 class OnlineScheduler {
  public:

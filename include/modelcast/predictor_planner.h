@@ -1,4 +1,4 @@
-// Publish planning under the workflow model of issue 3:
+// Publish planning under this workflow model:
 //  - step k completes at logged training time t(k); each publish stalls training by stall_s,
 //    so every later step completes stall_s later; the published version becomes servable
 //    delivery_s after its stall ends;
@@ -6,7 +6,7 @@
 //    window_s (default t(last) - t(W)); requests arrive at request_rate per second;
 //  - CIL = request_rate x integral over the window of the served version's loss.
 // All functions here are pure (no shared state, thread-safe), take their inputs by const
-// reference and return values; they throw std::invalid_argument on malformed input.
+// reference and return values; they throw Error(kInvalidArgument) on malformed input.
 #pragma once
 
 #include <cstddef>
@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "modelcast/error.h"
 #include "modelcast/predictor_forecast.h"
 
 namespace modelcast::predictor {
@@ -48,12 +49,12 @@ struct ScheduleResult {
   double slowdown_s = 0.0;
 };
 
-// Throws std::invalid_argument unless the trajectory is well formed, warmup_index is valid
+// Throws Error(kInvalidArgument) unless the trajectory is well formed, warmup_index is valid
 // and the costs are finite and non-negative (rate > 0).
 void validate_problem(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs);
 
 // CIL of publishing at publish_steps (each must be a logged step after W, strictly
-// increasing; throws std::invalid_argument naming the offending step otherwise).
+// increasing; throws Error(kInvalidArgument) naming the offending step otherwise).
 double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs,
                     std::span<const std::int64_t> publish_steps);
 

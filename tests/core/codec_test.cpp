@@ -2,7 +2,7 @@
 
 #include <msgpack.hpp>
 
-#include "core/protocol.h"
+#include "core/wire/protocol.h"
 #include "modelcast/error.h"
 
 namespace modelcast::protocol {

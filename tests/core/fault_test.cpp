@@ -11,7 +11,7 @@
 
 #include <zmq.hpp>
 
-#include "core/protocol.h"
+#include "core/wire/protocol.h"
 #include "exchange_fixture.h"
 #include "modelcast/error.h"
 

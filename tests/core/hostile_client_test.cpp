@@ -9,8 +9,8 @@
 
 #include <zmq.hpp>
 
-#include "core/digest.h"
-#include "core/protocol.h"
+#include "common/digest.h"
+#include "core/wire/protocol.h"
 #include "exchange_fixture.h"
 #include "transports/ucx/ucx_transport.h"
 

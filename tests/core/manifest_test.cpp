@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "core/digest.h"
-#include "core/manifest.h"
+#include "common/digest.h"
+#include "core/model/manifest.h"
 #include "modelcast/error.h"
 
 namespace modelcast {
@@ -187,7 +187,7 @@ TEST(StreamingDigests, EqualOneShotDigestsHoweverThePrefixAdvances) {
 }  // namespace
 }  // namespace modelcast
 
-#include "core/snapshot_copy.h"
+#include "core/producer/snapshot_copy.h"
 
 namespace modelcast {
 namespace {

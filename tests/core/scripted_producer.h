@@ -9,10 +9,10 @@
 
 #include <zmq.hpp>
 
-#include "core/digest.h"
-#include "core/host_buffer.h"
-#include "core/manifest.h"
-#include "core/protocol.h"
+#include "common/digest.h"
+#include "common/host_buffer.h"
+#include "core/model/manifest.h"
+#include "core/wire/protocol.h"
 #include "core/security/curve.h"
 #include "core/security/manifest_signature.h"
 #include "test_model.h"

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "core/slot_pool.h"
+#include "core/producer/slot_pool.h"
 #include "modelcast/error.h"
 
 namespace modelcast {

@@ -5,7 +5,7 @@
 #include <future>
 #include <numeric>
 
-#include "core/host_buffer.h"
+#include "common/host_buffer.h"
 #include "modelcast/error.h"
 #include "transports/ucx/ucx_transport.h"
 

@@ -1,7 +1,7 @@
 // Path selection for every (producer memory, consumer memory, same host, UCX CUDA support)
 // combination, automatic and with each path forced. The expectations are written out as a
 // table, not derived from the rules the code implements.
-#include "core/delivery_path.h"
+#include "transports/delivery_path.h"
 
 #include <gtest/gtest.h>
 

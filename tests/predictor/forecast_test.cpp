@@ -178,12 +178,12 @@ TEST(Forecast, ViperPredictsAFlatCurveWhenItCannotFit) {
 TEST(Forecast, RejectsBadInput) {
   ForecastOptions o;
   o.total_steps = 100;
-  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{}, o), std::invalid_argument);
-  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}, {10, 0.9, 2.0}}, o), std::invalid_argument);
-  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, std::nan(""), 1.0}}, o), std::invalid_argument);
-  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{100, 1.0, 1.0}}, o), std::invalid_argument);  // nothing left
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{}, o), modelcast::Error);
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}, {10, 0.9, 2.0}}, o), modelcast::Error);
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, std::nan(""), 1.0}}, o), modelcast::Error);
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{100, 1.0, 1.0}}, o), modelcast::Error);  // nothing left
   o.lr_schedule = LrSchedule{{0, 50}, {1.0}};
-  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}}, o), std::invalid_argument);
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}}, o), modelcast::Error);
 }
 
 TEST(Forecast, ViperKeepsOneOfItsFourFamilies) {

@@ -206,19 +206,19 @@ TEST(OnlineScheduler, RefitsWhenTheCurveLeavesTheForecastBand) {
 TEST(OnlineScheduler, RejectsContractViolations) {
   OnlineOptions o;
   o.forecast.total_steps = 1000;
-  EXPECT_THROW(OnlineScheduler(OnlineOptions{}), std::invalid_argument);  // no total_steps
+  EXPECT_THROW(OnlineScheduler(OnlineOptions{}), modelcast::Error);  // no total_steps
   OnlineOptions neg = o;
   neg.costs.stall_s = -1;
-  EXPECT_THROW(OnlineScheduler{neg}, std::invalid_argument);
+  EXPECT_THROW(OnlineScheduler{neg}, modelcast::Error);
   OnlineScheduler s(o);
   s.observe(10, 5.0, 1.0);
-  EXPECT_THROW(s.observe(10, 4.0, 2.0), std::invalid_argument);
-  EXPECT_THROW(s.observe(20, std::nan(""), 2.0), std::invalid_argument);
-  EXPECT_THROW(s.should_publish(5), std::invalid_argument);
-  EXPECT_THROW(s.set_costs(1.0, -2.0), std::invalid_argument);
+  EXPECT_THROW(s.observe(10, 4.0, 2.0), modelcast::Error);
+  EXPECT_THROW(s.observe(20, std::nan(""), 2.0), modelcast::Error);
+  EXPECT_THROW(s.should_publish(5), modelcast::Error);
+  EXPECT_THROW(s.set_costs(1.0, -2.0), modelcast::Error);
   OnlineOptions bad_refit = o;
   bad_refit.refit_growth = -0.1;
-  EXPECT_THROW(OnlineScheduler{bad_refit}, std::invalid_argument);
+  EXPECT_THROW(OnlineScheduler{bad_refit}, modelcast::Error);
 }
 
 }  // namespace

@@ -54,17 +54,17 @@ TEST(EvaluateCil, MatchesHandComputation) {
 TEST(EvaluateCil, RejectsStepsThatAreNotCandidates) {
   PublishCosts c;
   const auto t = simple();
-  EXPECT_THROW(evaluate_cil(t, 1, c, std::vector<std::int64_t>{10}), std::invalid_argument);  // W itself
-  EXPECT_THROW(evaluate_cil(t, 0, c, std::vector<std::int64_t>{15}), std::invalid_argument);  // not logged
-  EXPECT_THROW(evaluate_cil(t, 0, c, std::vector<std::int64_t>{20, 10}), std::invalid_argument);  // order
+  EXPECT_THROW(evaluate_cil(t, 1, c, std::vector<std::int64_t>{10}), modelcast::Error);  // W itself
+  EXPECT_THROW(evaluate_cil(t, 0, c, std::vector<std::int64_t>{15}), modelcast::Error);  // not logged
+  EXPECT_THROW(evaluate_cil(t, 0, c, std::vector<std::int64_t>{20, 10}), modelcast::Error);  // order
   c.stall_s = -1;
-  EXPECT_THROW(evaluate_cil(t, 0, c, {}), std::invalid_argument);
+  EXPECT_THROW(evaluate_cil(t, 0, c, {}), modelcast::Error);
   c.stall_s = 0;
   c.delivery_s = std::nan("");
-  EXPECT_THROW(evaluate_cil(t, 0, c, {}), std::invalid_argument);
+  EXPECT_THROW(evaluate_cil(t, 0, c, {}), modelcast::Error);
   c.delivery_s = 0;
   c.request_rate = 0;
-  EXPECT_THROW(evaluate_cil(t, 0, c, {}), std::invalid_argument);
+  EXPECT_THROW(evaluate_cil(t, 0, c, {}), modelcast::Error);
 }
 
 // Minimum CIL over every subset of candidates (respecting the slowdown cap).
@@ -181,7 +181,7 @@ TEST(Baselines, EveryNStepsPublishesAtTheFirstLoggedStepOfEachEpoch) {
   // W = 260; epochs of 500: boundaries 500, 1000 -> first logged steps 520, 1040.
   EXPECT_EQ(every_n_steps_schedule(t, 2, 500), (std::vector<std::int64_t>{520, 1040}));
   EXPECT_EQ(every_candidate_schedule(t, 8), (std::vector<std::int64_t>{1170, 1300}));
-  EXPECT_THROW(every_n_steps_schedule(t, 2, 0), std::invalid_argument);
+  EXPECT_THROW(every_n_steps_schedule(t, 2, 0), modelcast::Error);
 }
 
 TEST(Baselines, FixedIntervalIsNoWorseThanPublishingEverything) {

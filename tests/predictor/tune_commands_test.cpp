@@ -64,24 +64,24 @@ TEST(TuneCommands, RejectsBadCostsAndSteps) {
   a.warmup_step = 500;
   auto neg = a;
   neg.publish_cost_s = -1;
-  EXPECT_THROW(run_evaluate(neg, {}), std::invalid_argument);
+  EXPECT_THROW(run_evaluate(neg, {}), modelcast::Error);
   neg = a;
   neg.update_latency_s = -0.5;
-  EXPECT_THROW(run_replay(neg), std::invalid_argument);
+  EXPECT_THROW(run_replay(neg), modelcast::Error);
   neg = a;
   neg.request_rate = 0;
-  EXPECT_THROW(run_evaluate(neg, {}), std::invalid_argument);
+  EXPECT_THROW(run_evaluate(neg, {}), modelcast::Error);
   auto missing = a;
   missing.publish_cost_s = std::nan("");
-  EXPECT_THROW(run_evaluate(missing, {}), std::invalid_argument);
-  EXPECT_THROW(run_evaluate(a, {550}), std::invalid_argument);  // not a logged step
-  EXPECT_THROW(run_evaluate(a, {400}), std::invalid_argument);  // before warm-up
+  EXPECT_THROW(run_evaluate(missing, {}), modelcast::Error);
+  EXPECT_THROW(run_evaluate(a, {550}), modelcast::Error);  // not a logged step
+  EXPECT_THROW(run_evaluate(a, {400}), modelcast::Error);  // before warm-up
   auto plan = a;
   plan.total_steps = 100;  // not beyond the warm-up prefix
-  EXPECT_THROW(run_plan(plan), std::invalid_argument);
+  EXPECT_THROW(run_plan(plan), modelcast::Error);
   auto png = a;
   png.plot_path = "/tmp/x.png";
-  EXPECT_THROW(run_replay(png), std::invalid_argument);
+  EXPECT_THROW(run_replay(png), modelcast::Error);
   auto no_file = a;
   no_file.log_path = "/nonexistent/x.csv";
   EXPECT_THROW(run_evaluate(no_file, {}), predictor::CsvError);
@@ -92,7 +92,7 @@ TEST(TuneCommands, NeedsTimesInTheLog) {
   std::ofstream(path) << "step,loss\n0,5\n10,4\n20,3\n";
   auto a = base(path);
   a.warmup_step = 10;
-  EXPECT_THROW(run_evaluate(a, {}), std::invalid_argument);
+  EXPECT_THROW(run_evaluate(a, {}), modelcast::Error);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
-// modelcast-tune: offline tuning of when to publish weights (see issue 3's workflow model).
+// modelcast-tune: offline tuning of when to publish weights (the workflow model of include/modelcast/predictor_planner.h).
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "modelcast/predictor_csv.h"
+#include "modelcast/error.h"
 #include "tune_commands.h"
 
 namespace {
@@ -36,7 +37,7 @@ std::vector<std::int64_t> parse_steps(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != item.size()) throw std::invalid_argument("--publish-steps: '" + item + "' is not an integer step");
+    if (used != item.size()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--publish-steps: '" + item + "' is not an integer step");
     out.push_back(v);
   }
   return out;

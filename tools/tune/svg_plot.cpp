@@ -1,4 +1,5 @@
 #include "svg_plot.h"
+#include "modelcast/error.h"
 
 #include <algorithm>
 #include <cmath>
@@ -58,7 +59,7 @@ void write_svg(const std::string& path, const PlotData& d) {
   const Scale sc{x0, x1, y0 - pad, y1 + pad};
 
   std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write plot file " + path);
+  if (!out) throw modelcast::Error(modelcast::ErrorCode::kResource, "cannot write plot file " + path);
   out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth << "' height='" << kHeight
       << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
   out << "<defs><clipPath id='plot'><rect x='" << kLeft << "' y='" << kTop << "' width='" << kWidth - kLeft - kRight
@@ -104,7 +105,7 @@ void write_svg(const std::string& path, const PlotData& d) {
       << "'/><text x='" << lx + 12 << "' y='" << ly + 40 << "'>served loss (staircase)</text>"
       << "<line stroke='#2ca02c' stroke-dasharray='4,3' x1='" << lx << "' y1='" << ly + 48 << "' x2='" << lx << "' y2='" << ly + 60
       << "'/><text x='" << lx + 12 << "' y='" << ly + 58 << "'>publish (step completes)</text></g>\n</svg>\n";
-  if (!out) throw std::runtime_error("failed writing plot file " + path);
+  if (!out) throw modelcast::Error(modelcast::ErrorCode::kResource, "failed writing plot file " + path);
 }
 
 }  // namespace modelcast::tune

@@ -20,7 +20,7 @@ struct PlotData {
   std::vector<double> publish_times;  // vertical markers
 };
 
-// Writes an SVG file; throws std::runtime_error when the file cannot be written.
+// Writes an SVG file; throws Error(kResource) when the file cannot be written.
 void write_svg(const std::string& path, const PlotData& data);
 
 }  // namespace modelcast::tune

@@ -1,4 +1,5 @@
 #include "tune_commands.h"
+#include "modelcast/error.h"
 
 #include <algorithm>
 #include <charconv>
@@ -21,22 +22,22 @@ void check_plot_path(const std::string& path) {
   const auto dot = path.rfind('.');
   const std::string ext = dot == std::string::npos ? "" : path.substr(dot);
   if (ext != ".svg" && ext != ".SVG")
-    throw std::invalid_argument("--plot: only SVG output is supported, give a file name ending in .svg (got '" + path + "')");
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--plot: only SVG output is supported, give a file name ending in .svg (got '" + path + "')");
 }
 
 void check_costs(const CommonArgs& a) {
   check_plot_path(a.plot_path);
   auto need = [](double v, const char* name) {
-    if (std::isnan(v)) throw std::invalid_argument(std::string(name) + " is required");
-    if (!std::isfinite(v) || v < 0) throw std::invalid_argument(std::string(name) + " must be a finite number >= 0");
+    if (std::isnan(v)) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, std::string(name) + " is required");
+    if (!std::isfinite(v) || v < 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, std::string(name) + " must be a finite number >= 0");
   };
   need(a.publish_cost_s, "--publish-cost");
   need(a.update_latency_s, "--update-latency");
-  if (!std::isfinite(a.request_rate) || a.request_rate <= 0) throw std::invalid_argument("--request-rate must be > 0");
+  if (!std::isfinite(a.request_rate) || a.request_rate <= 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--request-rate must be > 0");
   if (!std::isnan(a.window_s) && (!std::isfinite(a.window_s) || a.window_s < 0))
-    throw std::invalid_argument("--window must be a finite number >= 0");
-  if (std::isnan(a.max_slowdown_s) || a.max_slowdown_s < 0) throw std::invalid_argument("--max-slowdown must be >= 0");
-  if (a.epoch_steps && *a.epoch_steps <= 0) throw std::invalid_argument("--epoch-steps must be positive");
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--window must be a finite number >= 0");
+  if (std::isnan(a.max_slowdown_s) || a.max_slowdown_s < 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--max-slowdown must be >= 0");
+  if (a.epoch_steps && *a.epoch_steps <= 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--epoch-steps must be positive");
 }
 
 mp::PublishCosts costs_of(const CommonArgs& a) {
@@ -55,9 +56,9 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
   o.loss_column = a.loss_column;
   o.min_points = min_points;
   if (a.loss_column != "val_loss" && a.loss_column != "train_loss")
-    throw std::invalid_argument("--loss-col must be val_loss or train_loss");
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--loss-col must be val_loss or train_loss");
   auto log = mp::read_loss_log_file(a.log_path, o);
-  if (!log.has_time) throw std::invalid_argument(a.log_path + ": no time column (time_s): the workflow model needs training times");
+  if (!log.has_time) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, a.log_path + ": no time column (time_s): the workflow model needs training times");
   return log;
 }
 
@@ -104,7 +105,7 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
 
 // Index of the warm-up step: the last logged step <= W.
 std::size_t warmup_index_of(const mp::LossLog& log, std::int64_t w) {
-  if (w < log.points.front().step) throw std::invalid_argument("--warmup-steps " + std::to_string(w) + " is before the first logged step");
+  if (w < log.points.front().step) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--warmup-steps " + std::to_string(w) + " is before the first logged step");
   std::size_t i = 0;
   while (i + 1 < log.points.size() && log.points[i + 1].step <= w) ++i;
   return i;
@@ -176,11 +177,11 @@ Json run_plan(const CommonArgs& a) {
   const auto log = load_log(a, 2);
   std::vector<mp::CurvePoint> prefix = log.points;
   if (a.warmup_step) prefix.resize(warmup_index_of(log, *a.warmup_step) + 1);
-  if (prefix.size() < 2) throw std::invalid_argument("too few points before the warm-up step (need at least 2)");
+  if (prefix.size() < 2) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "too few points before the warm-up step (need at least 2)");
   const std::int64_t total = a.total_steps ? *a.total_steps : (log.total_steps ? *log.total_steps : 0);
-  if (total <= 0) throw std::invalid_argument("--total-steps is required (the log does not say)");
+  if (total <= 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--total-steps is required (the log does not say)");
   if (total <= prefix.back().step)
-    throw std::invalid_argument("--total-steps (" + std::to_string(total) + ") must exceed the last warm-up step (" +
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--total-steps (" + std::to_string(total) + ") must exceed the last warm-up step (" +
                                 std::to_string(prefix.back().step) + ")");
   const auto costs = costs_of(a);
   const auto fo = forecast_options(a, total);
@@ -229,11 +230,11 @@ Json run_plan(const CommonArgs& a) {
 
 Json run_replay(const CommonArgs& a) {
   check_costs(a);
-  if (!a.warmup_step) throw std::invalid_argument("--warmup-steps is required");
+  if (!a.warmup_step) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--warmup-steps is required");
   const auto log = load_log(a, 3);
   const std::size_t w = warmup_index_of(log, *a.warmup_step);
-  if (w + 1 >= log.points.size()) throw std::invalid_argument("nothing logged after the warm-up step");
-  if (w < 1) throw std::invalid_argument("too few points up to the warm-up step (need at least 2)");
+  if (w + 1 >= log.points.size()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "nothing logged after the warm-up step");
+  if (w < 1) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "too few points up to the warm-up step (need at least 2)");
   const std::int64_t total = std::max(a.total_steps.value_or(log.points.back().step), log.points.back().step);
   const auto costs = costs_of(a);
   mp::OnlineOptions oo;
@@ -282,7 +283,7 @@ Json run_replay(const CommonArgs& a) {
 
 Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_steps) {
   check_costs(a);
-  if (!a.warmup_step) throw std::invalid_argument("--warmup-steps is required");
+  if (!a.warmup_step) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--warmup-steps is required");
   const auto log = load_log(a, 2);
   const std::size_t w = warmup_index_of(log, *a.warmup_step);
   const auto truth = mp::trajectory_of(log.points);

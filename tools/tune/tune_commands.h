@@ -28,7 +28,7 @@ struct CommonArgs {
 };
 
 // Each returns the JSON result; human-readable text is rendered from it by render_text.
-// They throw std::invalid_argument / predictor::CsvError on bad input.
+// They throw modelcast::Error(kInvalidArgument) (predictor::CsvError for a bad log) on bad input.
 nlohmann::json run_plan(const CommonArgs& args);
 nlohmann::json run_replay(const CommonArgs& args);
 nlohmann::json run_evaluate(const CommonArgs& args, const std::vector<std::int64_t>& publish_steps);

@@ -1,4 +1,4 @@
-// CUDA calls of the IPC path (issue 4). Compiled by the host compiler against the CUDA runtime
+// CUDA calls of the IPC path. Compiled by the host compiler against the CUDA runtime
 // under MODELCAST_HAVE_CUDA; without CUDA every function throws Error(kState) (and
 // cuda_ipc_available() is false), so callers need no #if.
 #pragma once

@@ -1,11 +1,11 @@
-// Wire form of an IpcExport inside a FetchReply (issue 4): an optional field "ipc" of the
+// Wire form of an IpcExport inside a FetchReply: an optional field "ipc" of the
 // FetchReply body map,
 //
 //   "ipc": {"slot": uint, "dev": int, "size": uint, "handle": bin(64)}
 //
 // absent when the path is not CUDA IPC. Decoders that do not know the field ignore it, so a
 // FetchReply with it stays readable by older builds of the same protocol version.
-// core/protocol.cpp calls the three functions below (see the report for the exact lines).
+// core/wire/protocol.cpp calls the three functions below (see the report for the exact lines).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // What a producer sends so that a consumer on the same host can map a device snapshot slot
-// (issue 4, CUDA IPC path). Plain data, no CUDA headers: it travels in the FetchReply.
+// (the CUDA IPC path). Plain data, no CUDA headers: it travels in the FetchReply.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// Consumer side of the CUDA IPC path (issue 4): the producer's device slots, mapped once.
+// Consumer side of the CUDA IPC path: the producer's device slots, mapped once.
 //
 // cudaIpcOpenMemHandle is expensive (it maps the allocation into this process, milliseconds)
 // and a producer reuses a handful of slots for every version, so mappings are cached by

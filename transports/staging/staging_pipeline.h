@@ -1,4 +1,4 @@
-// The staged path's mover (issue 4): a transfer of `total` bytes is cut into chunks that pass
+// The staged path's mover: a transfer of `total` bytes is cut into chunks that pass
 // through `depth` bounce buffers in two asynchronous steps,
 //
 //   fill  : source[chunk]  -> bounce buffer     (producer: device->host copy; consumer: UCX receive)

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/digest.h"
+#include "common/digest.h"
 #include "modelcast/error.h"
 
 namespace modelcast::transport {

@@ -13,8 +13,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/digest.h"
-#include "core/log.h"
+#include "common/digest.h"
+#include "common/log.h"
 #include "modelcast/error.h"
 
 namespace modelcast::transport {

@@ -1,0 +1,102 @@
+// What every C entry point shares: the handle types behind the ABI's opaque pointers, the
+// thread-local last error, the exception-to-status boundary and the argument checks.
+// Internal to the C ABI's sources (core/c_api/*.cpp).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/model_view.h"
+#include "modelcast/modelcast.h"
+#include "modelcast/producer.h"
+
+struct mc_producer {
+  std::unique_ptr<modelcast::Producer> producer;
+  std::string endpoint;  // the bound control endpoint, kept for mc_producer_endpoint
+};
+
+struct mc_consumer {
+  std::unique_ptr<modelcast::Consumer> consumer;
+};
+
+struct mc_view {
+  modelcast::ModelView view;
+  std::vector<modelcast::TensorView> tensors;  // registration order, built once
+  std::vector<std::pair<const std::string*, const std::string*>> metadata;
+};
+
+namespace modelcast::c_api {
+
+using modelcast::ErrorCode;
+
+// Size of the first release of each options struct: the fields every caller sets through _init.
+constexpr std::size_t kProducerOptionsV1 = offsetof(mc_producer_options, transfer_chunk_bytes) + sizeof(std::size_t);
+constexpr std::size_t kConsumerOptionsV1 = offsetof(mc_consumer_options, producer_timeout_ms) + sizeof(std::int64_t);
+constexpr std::size_t kTensorDescV1 = offsetof(mc_tensor_desc, device) + sizeof(int);
+
+// A field added after the first release is read only from callers whose struct has it.
+template <typename Options, typename Field>
+bool has_field(const Options& options, const Field& field) {
+  auto offset = static_cast<std::size_t>(reinterpret_cast<const char*>(&field) - reinterpret_cast<const char*>(&options));
+  return options.struct_size >= offset + sizeof(Field);
+}
+
+// A failure detected by the C layer itself, before the C++ API is called.
+struct CError {
+  mc_status status;
+  std::string message;
+};
+
+// Records "function: message" as this thread's last error and returns `status`.
+mc_status fail(const char* function, mc_status status, const std::string& message) noexcept;
+const std::string& last_error() noexcept;
+
+// Runs `body` and converts every exception into a status; `body` returns MC_OK or throws.
+template <typename Body>
+mc_status guarded(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const CError& e) {
+    return fail(function, e.status, e.message);
+  } catch (const modelcast::Error& e) {
+    return fail(function, static_cast<mc_status>(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(function, MC_ERR_RESOURCE, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(function, MC_ERR_UNKNOWN, std::string("unexpected error: ") + e.what());
+  } catch (...) {
+    return fail(function, MC_ERR_UNKNOWN, "unexpected non-standard exception");
+  }
+}
+
+[[noreturn]] void invalid(const std::string& message);
+void require(const void* pointer, const char* what);
+
+// A C caller may pass any int where a C enum is expected, but in C++ loading an enum object
+// whose value lies outside the enumerators' range is undefined. Read the bits as an int.
+template <typename Enum>
+int raw(const Enum& value) noexcept {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+bool valid_dtype(int dtype);
+std::chrono::milliseconds timeout_of(std::int64_t ms, const char* what);
+// A descriptor's tensor as the C++ API takes it; checks what the C layer can see.
+modelcast::TensorRef tensor_ref(const char* name, int dtype, std::size_t ndim, const std::int64_t* shape,
+                                const void* data, int memory, int device);
+void fill_info(const modelcast::TensorView& t, mc_tensor_info* out);
+void copy_text(const std::string& text, char* out, std::size_t capacity);
+mc_view_t* make_view(modelcast::ModelView view);
+
+}  // namespace modelcast::c_api

@@ -1,0 +1,132 @@
+// The C ABI's consumer entry points (include/modelcast/modelcast.h).
+#include "core/c_api/c_boundary.h"
+
+#include <map>
+#include <string>
+
+using namespace modelcast::c_api;
+
+extern "C" {
+
+// ---- consumer ------------------------------------------------------------------------------
+
+void mc_consumer_options_init(mc_consumer_options* options) {
+  if (options == nullptr) return;
+  const modelcast::ConsumerOptions defaults;
+  *options = mc_consumer_options{};
+  options->struct_size = sizeof(mc_consumer_options);
+  options->model_name = "model";
+  options->buffers = defaults.buffers;
+  options->producer_timeout_ms = defaults.producer_timeout.count();
+  options->transfer_timeout_ms = defaults.transfer_timeout.count();
+  options->max_model_bytes = defaults.max_model_bytes;
+}
+
+mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded(__func__, [&] {
+    require(out, "out");
+    require(options, "options");
+    if (options->struct_size < kConsumerOptionsV1) {
+      invalid("options.struct_size is " + std::to_string(options->struct_size) +
+              ": call mc_consumer_options_init first");
+    }
+    require(options->producer_endpoint, "options.producer_endpoint");
+    require(options->model_name, "options.model_name");
+    if (options->producer_timeout_ms <= 0) invalid("options.producer_timeout_ms must be > 0");
+    modelcast::ConsumerOptions o;
+    o.producer_endpoint = options->producer_endpoint;
+    o.model_name = options->model_name;
+    if (options->consumer_name != nullptr) o.consumer_name = options->consumer_name;
+    o.buffers = options->buffers;
+    if (options->caller_buffer_count > 0) {
+      require(options->caller_buffers, "options.caller_buffers");
+      require(options->caller_buffer_sizes, "options.caller_buffer_sizes");
+      for (std::size_t i = 0; i < options->caller_buffer_count; ++i) {
+        if (options->caller_buffers[i] == nullptr) invalid("options.caller_buffers[" + std::to_string(i) + "] is NULL");
+        o.caller_buffers.emplace_back(static_cast<std::byte*>(options->caller_buffers[i]),
+                                      options->caller_buffer_sizes[i]);
+      }
+    }
+    if (options->expected_layout_count > 0) {
+      require(options->expected_layout, "options.expected_layout");
+      for (std::size_t i = 0; i < options->expected_layout_count; ++i) {
+        const mc_tensor_desc& d = options->expected_layout[i];
+        if (d.struct_size < kTensorDescV1) {
+          invalid("options.expected_layout[" + std::to_string(i) + "].struct_size is not set: call mc_tensor_desc_init");
+        }
+        o.expected_layout.push_back(tensor_ref(d.name, raw(d.dtype), d.ndim, d.shape, nullptr, raw(d.memory), d.device).spec);
+      }
+    }
+    o.producer_timeout = std::chrono::milliseconds(options->producer_timeout_ms);
+    if (has_field(*options, options->max_model_bytes)) {
+      if (options->producer_public_key != nullptr) o.producer_public_key = options->producer_public_key;
+      if (options->key_file != nullptr) o.key_file = options->key_file;
+      o.allow_plaintext_remote = options->allow_plaintext_remote != 0;
+      if (options->transfer_timeout_ms <= 0) invalid("options.transfer_timeout_ms must be > 0");
+      o.transfer_timeout = std::chrono::milliseconds(options->transfer_timeout_ms);
+      o.max_model_bytes = options->max_model_bytes;
+    }
+    auto handle = std::make_unique<mc_consumer>();
+    handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
+    *out = handle.release();
+    return MC_OK;
+  });
+}
+
+void mc_consumer_destroy(mc_consumer_t* consumer) {
+  try {
+    delete consumer;
+  } catch (...) {
+  }
+}
+
+mc_status mc_consumer_acquire(const mc_consumer_t* consumer, mc_view_t** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded(__func__, [&] {
+    require(consumer, "consumer");
+    require(out, "out");
+    *out = make_view(consumer->consumer->acquire());
+    return MC_OK;
+  });
+}
+
+mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t version, int64_t timeout_ms,
+                                       mc_view_t** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded(__func__, [&] {
+    require(consumer, "consumer");
+    require(out, "out");
+    auto timeout = timeout_of(timeout_ms, "timeout_ms");
+    auto view = consumer->consumer->wait_for_version(version, timeout);
+    if (!view) {
+      throw CError{MC_ERR_TIMEOUT, "version " + std::to_string(version) + " did not arrive within " +
+                                       std::to_string(timeout_ms) + " ms (current version " +
+                                       std::to_string(consumer->consumer->stats().current_version) + ")"};
+    }
+    *out = make_view(std::move(view));
+    return MC_OK;
+  });
+}
+
+mc_status mc_consumer_get_stats(const mc_consumer_t* consumer, mc_consumer_stats* out) {
+  return guarded(__func__, [&] {
+    require(consumer, "consumer");
+    require(out, "out");
+    auto s = consumer->consumer->stats();
+    *out = mc_consumer_stats{};
+    out->current_version = s.current_version;
+    out->versions_installed = s.versions_installed;
+    out->versions_rejected = s.versions_rejected;
+    out->transfers_aborted = s.transfers_aborted;
+    out->bad_messages = s.bad_messages;
+    out->reconnects = s.reconnects;
+    out->bytes_received = s.bytes_received;
+    out->last_update_latency_ns = s.last_update_latency.count();
+    out->last_notify_latency_ns = s.last_notify_latency.count();
+    copy_text(s.last_error, out->last_error, sizeof(out->last_error));
+    return MC_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,118 @@
+// The C ABI's view entry points and small helpers (include/modelcast/modelcast.h).
+#include "core/c_api/c_boundary.h"
+
+#include <map>
+#include <string>
+
+using namespace modelcast::c_api;
+
+extern "C" {
+
+const char* mc_last_error(void) { return last_error().c_str(); }
+
+const char* mc_status_name(mc_status status) {
+  switch (raw(status)) {
+    case MC_OK: return "ok";
+    case MC_ERR_INVALID_ARGUMENT: return "invalid_argument";
+    case MC_ERR_LAYOUT_MISMATCH: return "layout_mismatch";
+    case MC_ERR_PROTOCOL: return "protocol";
+    case MC_ERR_TRANSPORT: return "transport";
+    case MC_ERR_TIMEOUT: return "timeout";
+    case MC_ERR_INTEGRITY: return "integrity";
+    case MC_ERR_STATE: return "state";
+    case MC_ERR_RESOURCE: return "resource";
+    case MC_ERR_AUTHENTICATION: return "authentication";
+    case MC_ERR_UNKNOWN: return "unknown";
+    default: return "?";
+  }
+}
+
+const char* mc_dtype_name(mc_dtype dtype) {
+  // Same spelling as modelcast::dtype_name, but NUL-terminated by construction.
+  static constexpr const char* kNames[] = {"f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool"};
+  int d = raw(dtype);
+  if (!valid_dtype(d)) return nullptr;
+  return kNames[d];
+}
+
+size_t mc_dtype_size(mc_dtype dtype) {
+  int d = raw(dtype);
+  if (!valid_dtype(d)) return 0;
+  return modelcast::dtype_size(static_cast<modelcast::DType>(d));
+}
+
+// ---- views ---------------------------------------------------------------------------------
+
+void mc_view_release(mc_view_t* view) {
+  try {
+    delete view;
+  } catch (...) {
+  }
+}
+
+uint64_t mc_view_version(const mc_view_t* view) { return view == nullptr ? 0 : view->view.version(); }
+
+int64_t mc_view_step(const mc_view_t* view) { return view == nullptr ? 0 : view->view.step(); }
+
+size_t mc_view_tensor_count(const mc_view_t* view) { return view == nullptr ? 0 : view->tensors.size(); }
+
+size_t mc_view_metadata_count(const mc_view_t* view) { return view == nullptr ? 0 : view->metadata.size(); }
+
+mc_status mc_view_metadata_at(const mc_view_t* view, size_t index, const char** key, const char** value) {
+  if (key != nullptr) *key = nullptr;
+  if (value != nullptr) *value = nullptr;
+  return guarded(__func__, [&] {
+    require(view, "view");
+    require(key, "key");
+    require(value, "value");
+    if (index >= view->metadata.size()) {
+      invalid("metadata index " + std::to_string(index) + " is out of range (version " +
+              std::to_string(view->view.version()) + " has " + std::to_string(view->metadata.size()) + " entries)");
+    }
+    *key = view->metadata[index].first->c_str();
+    *value = view->metadata[index].second->c_str();
+    return MC_OK;
+  });
+}
+
+const char* mc_view_metadata_get(const mc_view_t* view, const char* key) {
+  const char* result = nullptr;
+  guarded(__func__, [&] {
+    require(view, "view");
+    require(key, "key");
+    const auto& metadata = view->view.metadata();
+    if (auto it = metadata.find(key); it != metadata.end()) result = it->second.c_str();
+    return MC_OK;
+  });
+  return result;
+}
+
+mc_status mc_view_find_tensor(const mc_view_t* view, const char* name, mc_tensor_info* out) {
+  return guarded(__func__, [&] {
+    require(view, "view");
+    require(name, "name");
+    require(out, "out");
+    for (const auto& t : view->tensors) {
+      if (t.spec->name == name) {
+        fill_info(t, out);
+        return MC_OK;
+      }
+    }
+    invalid("version " + std::to_string(view->view.version()) + " has no tensor '" + name + "'");
+  });
+}
+
+mc_status mc_view_tensor_at(const mc_view_t* view, size_t index, mc_tensor_info* out) {
+  return guarded(__func__, [&] {
+    require(view, "view");
+    require(out, "out");
+    if (index >= view->tensors.size()) {
+      invalid("tensor index " + std::to_string(index) + " is out of range (version " +
+              std::to_string(view->view.version()) + " has " + std::to_string(view->tensors.size()) + " tensors)");
+    }
+    fill_info(view->tensors[index], out);
+    return MC_OK;
+  });
+}
+
+}  // extern "C"

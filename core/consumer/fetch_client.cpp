@@ -1,0 +1,110 @@
+#include "core/consumer/fetch_client.h"
+
+#include "modelcast/error.h"
+
+namespace modelcast::consumer {
+
+protocol::FetchRequest FetchClient::begin(std::uint64_t incarnation, std::uint64_t version, Clock::time_point now) {
+  fetch_.emplace();
+  fetch_->fetch_id = next_fetch_id_++;
+  fetch_->requested_at = now;
+  return {incarnation, version, fetch_->fetch_id};
+}
+
+bool FetchClient::answers(const protocol::FetchReply& reply) const {
+  return fetch_ && !fetch_->replied && reply.fetch_id == fetch_->fetch_id;
+}
+
+bool FetchClient::reply_overdue(Clock::time_point now, Clock::duration timeout) const {
+  return fetch_ && !fetch_->replied && now - fetch_->requested_at > timeout;
+}
+
+bool FetchClient::transfer_overdue(Clock::time_point now, Clock::duration timeout) const {
+  return fetch_ && fetch_->replied && now - fetch_->replied_at > timeout;
+}
+
+std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& reply,
+                                                 std::shared_ptr<detail::ReceiveBuffer> buffer, Clock::time_point now) {
+  fetch_->replied = true;
+  fetch_->replied_at = now;
+  fetch_->manifest = reply.manifest;
+  fetch_->buffer = std::move(buffer);
+  fetch_->plan = {reply.manifest.total_bytes, reply.chunk_bytes};
+  fetch_->pending = fetch_->plan.count();
+  fetch_->chunk_done.assign(fetch_->plan.count(), false);
+  fetch_->digests_pending = reply.manifest.integrity && reply.digests_pending;
+  fetch_->signature = reply.signature;
+  if (reply.manifest.integrity) fetch_->digests.emplace(fetch_->manifest.tensors);
+  auto& buffer_ref = *fetch_->buffer;
+  for (std::size_t i = 0; i < fetch_->plan.count(); ++i) {
+    fetch_->transfers.push_back(buffer_ref.transport->post_recv(
+        *buffer_ref.region, fetch_->plan.offset(i), fetch_->plan.length(i), protocol::chunk_tag(fetch_->fetch_id, i),
+        [done = on_chunk_, id = fetch_->fetch_id, i](const transport::TransferResult& r) {
+          done({id, i, r.ok, r.error});
+        }));
+  }
+  return maybe_finish();
+}
+
+std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done) {
+  if (auto it = draining_.find(done.fetch_id); it != draining_.end()) {
+    if (--it->second.pending == 0) draining_.erase(it);  // its buffer may be reused now
+    return std::nullopt;
+  }
+  if (!fetch_ || !fetch_->replied || done.fetch_id != fetch_->fetch_id) return std::nullopt;
+  if (!done.ok && fetch_->failure.empty()) fetch_->failure = done.error;
+  if (done.ok && fetch_->digests) {
+    // Hashing overlaps the transfer: the contiguous prefix of completed chunks is hashed as it grows.
+    fetch_->chunk_done[done.chunk] = true;
+    while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
+      fetch_->done_prefix++;
+    }
+    fetch_->digests->advance(fetch_->buffer->memory.data(), fetch_->plan.prefix_end(fetch_->done_prefix));
+  }
+  --fetch_->pending;
+  return maybe_finish();
+}
+
+std::optional<FinishedFetch> FetchClient::on_digests(const protocol::Digests& message) {
+  if (!fetch_ || !fetch_->replied || message.fetch_id != fetch_->fetch_id || !fetch_->digests_pending) {
+    return std::nullopt;
+  }
+  if (message.digests.size() != fetch_->manifest.tensors.size()) {
+    throw Error(ErrorCode::kProtocol, "digests for " + std::to_string(message.digests.size()) +
+                                          " tensors, the manifest has " +
+                                          std::to_string(fetch_->manifest.tensors.size()));
+  }
+  for (std::size_t i = 0; i < message.digests.size(); ++i) fetch_->manifest.tensors[i].digest = message.digests[i];
+  fetch_->digests_pending = false;
+  fetch_->signature = message.signature;
+  return maybe_finish();
+}
+
+// Finishes once every chunk is in and, with integrity on, the producer's digests are known.
+std::optional<FinishedFetch> FetchClient::maybe_finish() {
+  if (fetch_->pending > 0) return std::nullopt;
+  if (fetch_->failure.empty() && fetch_->digests_pending) return std::nullopt;
+  InFlight fetch = std::move(*fetch_);
+  fetch_.reset();
+  FinishedFetch done{fetch.fetch_id, std::move(fetch.manifest), std::move(fetch.buffer), std::move(fetch.signature),
+                     {}, std::move(fetch.failure)};
+  if (done.failure.empty() && fetch.digests) {
+    fetch.digests->advance(done.buffer->memory.data(), done.manifest.total_bytes);
+    done.received = fetch.digests->digests();
+  }
+  return done;
+}
+
+std::optional<std::pair<Manifest, std::uint64_t>> FetchClient::abort() {
+  if (!fetch_) return std::nullopt;
+  std::optional<std::pair<Manifest, std::uint64_t>> abandoned;
+  if (fetch_->replied) {
+    for (auto id : fetch_->transfers) fetch_->buffer->transport->cancel(id);
+    abandoned.emplace(fetch_->manifest, fetch_->fetch_id);
+    if (fetch_->pending > 0) draining_.emplace(fetch_->fetch_id, std::move(*fetch_));
+  }
+  fetch_.reset();
+  return abandoned;
+}
+
+}  // namespace modelcast::consumer

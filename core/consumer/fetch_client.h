@@ -1,0 +1,97 @@
+// One fetch at a time: asks for a version, posts a receive per chunk into a free buffer once
+// the producer answers, hashes the received prefix while chunks land, collects digests that
+// follow the data, and hands the finished fetch back. It sends nothing itself: begin() returns
+// the request for the service loop to send. Service thread only; chunk completions arrive
+// from the transport's thread through the loop's event queue.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/digest.h"
+#include "core/model/installed_version.h"
+#include "core/transfer/chunk_plan.h"
+#include "core/wire/protocol.h"
+
+namespace modelcast::consumer {
+
+struct ChunkDone {
+  std::uint64_t fetch_id;
+  std::size_t chunk;
+  bool ok;
+  std::string error;
+};
+
+// A fetch whose chunks (and, with integrity, digests) are all in, or that failed.
+struct FinishedFetch {
+  std::uint64_t fetch_id = 0;
+  Manifest manifest;                        // with the producer's digests
+  std::shared_ptr<detail::ReceiveBuffer> buffer;
+  std::vector<std::byte> signature;
+  std::vector<std::uint64_t> received;      // digests of the bytes that arrived (integrity on)
+  std::string failure;                      // a transfer error; empty when every chunk arrived
+};
+
+class FetchClient {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Runs on the transport's thread: push it to the service loop, which calls on_chunk.
+  using ChunkCompletion = std::function<void(const ChunkDone&)>;
+
+  explicit FetchClient(ChunkCompletion on_chunk) : on_chunk_(std::move(on_chunk)) {}
+
+  bool in_flight() const { return fetch_.has_value(); }
+  // The request for `version`; the fetch is in flight until finished, refused or abandoned.
+  protocol::FetchRequest begin(std::uint64_t incarnation, std::uint64_t version, Clock::time_point now);
+  // True for the producer's answer to the request in flight (a late answer to an older one is not).
+  bool answers(const protocol::FetchReply& reply) const;
+  // Forgets the request: refused, or not answered in time.
+  void forget() { fetch_.reset(); }
+  bool reply_overdue(Clock::time_point now, Clock::duration timeout) const;
+  bool transfer_overdue(Clock::time_point now, Clock::duration timeout) const;
+
+  // A verified answer: posts one receive per chunk into `buffer`.
+  std::optional<FinishedFetch> accept(const protocol::FetchReply& reply, std::shared_ptr<detail::ReceiveBuffer> buffer,
+                                      Clock::time_point now);
+  std::optional<FinishedFetch> on_chunk(const ChunkDone& done);
+  // Throws Error(kProtocol) for digests that do not fit the manifest.
+  std::optional<FinishedFetch> on_digests(const protocol::Digests& digests);
+
+  // Gives up the fetch in flight. UCX cannot always cancel a receive already matched to a
+  // sender, so its buffer stays pinned until every receive has completed. Returns the manifest
+  // and id of what was abandoned, if anything had been answered.
+  std::optional<std::pair<Manifest, std::uint64_t>> abort();
+
+ private:
+  struct InFlight {
+    std::uint64_t fetch_id = 0;
+    Clock::time_point requested_at{};
+    bool replied = false;
+    Clock::time_point replied_at{};
+    Manifest manifest;
+    std::shared_ptr<detail::ReceiveBuffer> buffer;
+    std::vector<transport::TransferId> transfers;
+    std::size_t pending = 0;
+    std::string failure;
+    transfer::ChunkPlan plan;
+    std::vector<bool> chunk_done;
+    std::size_t done_prefix = 0;  // chunks [0, done_prefix) complete
+    std::optional<StreamingDigests> digests;
+    bool digests_pending = false;
+    std::vector<std::byte> signature;
+  };
+  std::optional<FinishedFetch> maybe_finish();
+
+  ChunkCompletion on_chunk_;
+  std::uint64_t next_fetch_id_ = 1;
+  std::optional<InFlight> fetch_;
+  std::map<std::uint64_t, InFlight> draining_;  // abandoned fetches whose receives are still live
+};
+
+}  // namespace modelcast::consumer

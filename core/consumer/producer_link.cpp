@@ -1,0 +1,142 @@
+#include "core/consumer/producer_link.h"
+
+#include <atomic>
+#include <cstring>
+
+#include "core/security/curve.h"
+#include "core/wire/zmq_channel.h"
+#include "modelcast/error.h"
+#include "modelcast/keys.h"
+
+namespace modelcast::consumer {
+namespace {
+
+// "tcp://0.0.0.0:PORT" (or * or [::]) is how a producer bound to every interface sees its
+// announcement endpoint; the consumer reaches it on the host it reached the producer on.
+std::string reachable_endpoint(const std::string& announced, const std::string& producer_endpoint) {
+  for (const char* wildcard : {"tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"}) {
+    std::string prefix(wildcard);
+    if (announced.rfind(prefix, 0) != 0 || producer_endpoint.rfind("tcp://", 0) != 0) continue;
+    auto colon = producer_endpoint.rfind(':');
+    return producer_endpoint.substr(0, colon + 1) + announced.substr(prefix.size());
+  }
+  return announced;
+}
+
+}  // namespace
+
+ProducerLink::ProducerLink(ConsumerOptions& options)
+    : endpoint_(options.producer_endpoint), model_(options.model_name), timeout_(options.producer_timeout) {
+  // ZeroMQ parses an endpoint only when connecting, and throws there: on the service thread
+  // that would end the process, so a bad one is refused here, in the caller's thread.
+  if (endpoint_.rfind("tcp://", 0) != 0 && endpoint_.rfind("ipc://", 0) != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint_ + "' must start with tcp:// or ipc://");
+  }
+  try {
+    zmq::socket_t probe(context_, zmq::socket_type::dealer);
+    probe.set(zmq::sockopt::linger, 0);
+    probe.connect(endpoint_);
+  } catch (const zmq::error_t& e) {
+    throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint_ + "' is not usable: " + e.what());
+  }
+  if (!options.key_file.empty()) {
+    if (!options.key.empty()) throw Error(ErrorCode::kInvalidArgument, "give key or key_file, not both");
+    options.key = load_key_pair(options.key_file);
+  }
+  if (options.producer_public_key.empty()) {
+    if (!wire::is_local_endpoint(endpoint_) && !options.allow_plaintext_remote) {
+      throw Error(ErrorCode::kInvalidArgument, "producer endpoint '" + endpoint_ +
+                                                   "' is on another host: pin the producer's public key "
+                                                   "(producer_public_key) or set allow_plaintext_remote");
+    }
+    return;
+  }
+  pinned_ = security::decode_public_key(options.producer_public_key, "producer_public_key");
+  security::curve_public(*pinned_);  // refuses a key that is no Ed25519 point, here and not later
+  if (options.key.empty()) options.key = generate_key_pair();
+  own_ = security::decode_secret_key(options.key, "consumer key");
+}
+
+void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point now) {
+  monitor_.reset();
+  dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  dealer_->set(zmq::sockopt::linger, 0);
+  dealer_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::DecodeLimits{}.max_message_bytes));
+  if (pinned_) {
+    security::make_curve_client(*dealer_, *pinned_, own_);
+    watch_handshakes();
+  }
+  dealer_->connect(endpoint_);
+  wire::send(*dealer_, request);
+  joined_ = false;
+  join_refused_ = false;
+  join_sent_ = now;
+}
+
+void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point now) {
+  auto endpoint = reachable_endpoint(reply.announce_endpoint, endpoint_);
+  auto unusable = [&](const std::string& why) {
+    join_refused_ = true;
+    throw Error(ErrorCode::kProtocol, "producer named an unusable announcement endpoint '" + endpoint + "'" + why);
+  };
+  if (endpoint.rfind("tcp://", 0) != 0 && endpoint.rfind("ipc://", 0) != 0) unusable("");
+  auto subscriber = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::sub);
+  subscriber->set(zmq::sockopt::linger, 0);
+  subscriber->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::kAnnounceLimits.max_message_bytes));
+  subscriber->set(zmq::sockopt::subscribe, model_);
+  if (pinned_) security::make_curve_client(*subscriber, *pinned_, own_);
+  try {
+    subscriber->connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    unusable(std::string(": ") + e.what());
+  }
+  subscriber_ = std::move(subscriber);
+  incarnation_ = reply.incarnation;
+  joined_ = true;
+  handshake_reported_ = false;
+  last_heard_ = now;
+}
+
+bool ProducerLink::join_due(Clock::time_point now) const {
+  if (joined_) return false;
+  // Unanswered: the producer may not be up yet. Refused: ask again a little later.
+  auto wait = join_refused_ ? std::min<Clock::duration>(timeout_ / 2, kPingInterval) : Clock::duration(timeout_ / 2);
+  return now - join_sent_ > wait;
+}
+
+void ProducerLink::send(const protocol::Message& message) { wire::send(*dealer_, message); }
+
+// A CurveZMQ handshake that fails (the wrong producer on the endpoint, or this consumer's key
+// not admitted) is otherwise silent: ZeroMQ just retries. The monitor makes it an error.
+void ProducerLink::watch_handshakes() {
+  static std::atomic<std::uint64_t> next_monitor{0};
+  std::string address = "inproc://modelcast-handshakes-" + std::to_string(next_monitor++);
+  int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+  if (zmq_socket_monitor(dealer_->handle(), address.c_str(), events) != 0) return;
+  monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+  monitor_->set(zmq::sockopt::linger, 0);
+  monitor_->connect(address);
+}
+
+std::pair<std::size_t, std::optional<std::string>> ProducerLink::failed_handshakes() {
+  std::size_t failures = 0;
+  std::optional<std::string> report;
+  while (auto parts = wire::receive(*monitor_)) {
+    if (parts->empty() || (*parts)[0].size() < 6) continue;
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+    std::memcpy(&event, (*parts)[0].data(), 2);
+    std::memcpy(&value, static_cast<const char*>((*parts)[0].data()) + 2, 4);
+    failures++;
+    if (handshake_reported_) continue;
+    handshake_reported_ = true;
+    report = "handshake with " + endpoint_ + " failed: " +
+             (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
+                  ? "the producer did not admit this consumer's key (status " + std::to_string(value) + ")"
+                  : std::string("the peer is not the producer whose key is pinned, or speaks no CurveZMQ"));
+  }
+  return {failures, report};
+}
+
+}  // namespace modelcast::consumer

@@ -1,0 +1,55 @@
+#include "core/consumer/verifier.h"
+
+#include "core/security/manifest_signature.h"
+#include "core/transfer/chunk_plan.h"
+#include "modelcast/error.h"
+
+namespace modelcast::consumer {
+
+void check_reply(const VerifierPolicy& policy, const protocol::FetchReply& reply) {
+  const Manifest& manifest = reply.manifest;
+  validate_manifest(manifest, policy.limits);
+  if (manifest.model != policy.model) {
+    throw Error(ErrorCode::kProtocol, "manifest is for model '" + manifest.model + "'");
+  }
+  transfer::check_plan({manifest.total_bytes, reply.chunk_bytes});
+  check_expected_layout(policy.expected_layout, manifest);
+  if (!policy.producer) return;
+  if (!manifest.integrity) {
+    throw Error(ErrorCode::kAuthentication, "version " + std::to_string(manifest.version) +
+                                                " carries no digests, so its signature cannot cover its bytes");
+  }
+  if (!reply.digests_pending) check_signature(*policy.producer, manifest, reply.signature);
+}
+
+void check_signature(const security::PublicKey& producer, const Manifest& manifest,
+                     std::span<const std::byte> signature) {
+  if (signature.empty()) {
+    throw Error(ErrorCode::kAuthentication, "version " + std::to_string(manifest.version) + " is not signed");
+  }
+  if (!security::verify_manifest(manifest, signature, producer)) {
+    throw Error(ErrorCode::kAuthentication, "version " + std::to_string(manifest.version) +
+                                                " does not carry the pinned producer's signature "
+                                                "(tampered in transit, or another producer)");
+  }
+}
+
+void check_not_a_replay(const Manifest* installed, const Manifest& incoming) {
+  if (installed && installed->incarnation != incoming.incarnation &&
+      incoming.publish_time_ns < installed->publish_time_ns) {
+    throw Error(ErrorCode::kAuthentication, "version " + std::to_string(incoming.version) +
+                                                " was published before the version installed: a replay");
+  }
+}
+
+void check_digests(const Manifest& manifest, const std::vector<std::uint64_t>& received) {
+  for (std::size_t i = 0; i < manifest.tensors.size(); ++i) {
+    const auto& t = manifest.tensors[i];
+    if (i >= received.size() || received[i] != t.digest) {
+      throw Error(ErrorCode::kIntegrity, "tensor '" + t.spec.name + "' of version " +
+                                             std::to_string(manifest.version) + " failed its digest check");
+    }
+  }
+}
+
+}  // namespace modelcast::consumer

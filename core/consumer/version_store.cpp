@@ -1,0 +1,93 @@
+#include "core/consumer/version_store.h"
+
+#include <algorithm>
+
+namespace modelcast::consumer {
+
+VersionStore::VersionStore(std::size_t buffers, std::vector<std::span<std::byte>> caller_buffers,
+                           std::shared_ptr<transport::Transport> transport)
+    : buffers_(buffers), caller_buffers_(std::move(caller_buffers)), transport_(std::move(transport)) {}
+
+ModelView VersionStore::acquire() const {
+  std::lock_guard lock(mutex_);
+  return ModelView(current_);
+}
+
+ModelView VersionStore::wait_for(std::uint64_t version, std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  bool reached = installed_.wait_for(lock, timeout, [&] { return current_ && current_->manifest.version >= version; });
+  return reached ? ModelView(current_) : ModelView();
+}
+
+std::shared_ptr<const detail::InstalledVersion> VersionStore::current() const {
+  std::lock_guard lock(mutex_);
+  return current_;
+}
+
+void VersionStore::install(std::shared_ptr<const detail::InstalledVersion> version) {
+  {
+    std::lock_guard lock(mutex_);
+    current_ = std::move(version);
+  }
+  installed_.notify_all();
+}
+
+void VersionStore::renew_transport(std::shared_ptr<transport::Transport> transport) {
+  for (auto& buffer : pool_) retired_.push_back(buffer);
+  pool_.clear();
+  std::erase_if(retired_, [](const auto& weak) { return weak.expired(); });
+  transport_ = std::move(transport);
+}
+
+std::shared_ptr<detail::ReceiveBuffer> VersionStore::make_buffer(std::span<std::byte> memory, HostBuffer owned) {
+  auto buffer = std::make_shared<detail::ReceiveBuffer>();
+  buffer->transport = transport_;
+  buffer->owned = std::move(owned);
+  buffer->memory = buffer->owned.data() ? buffer->owned.span() : memory;
+  buffer->region = transport_->register_memory(buffer->memory.data(), buffer->memory.size(), MemoryKind::kHost);
+  pool_.push_back(buffer);
+  return buffer;
+}
+
+// Caller memory is registered with one transport at a time: memory still referenced under a
+// retired transport (a view, an unfinished receive) is not handed out again until released.
+bool VersionStore::caller_memory_free(std::span<std::byte> memory) const {
+  for (const auto& buffer : pool_) {
+    if (buffer->memory.data() == memory.data()) return buffer.use_count() == 1;
+  }
+  return std::none_of(retired_.begin(), retired_.end(), [&](const auto& weak) {
+    auto buffer = weak.lock();
+    return buffer && buffer->memory.data() == memory.data();
+  });
+}
+
+std::shared_ptr<detail::ReceiveBuffer> VersionStore::take_buffer(std::uint64_t bytes) {
+  if (!caller_buffers_.empty()) {
+    for (auto memory : caller_buffers_) {
+      if (memory.size() < bytes || !caller_memory_free(memory)) continue;
+      for (auto& buffer : pool_) {
+        if (buffer->memory.data() == memory.data()) return buffer;
+      }
+      return make_buffer(memory, {});
+    }
+    return nullptr;
+  }
+  for (auto& buffer : pool_) {
+    if (buffer.use_count() == 1 && buffer->memory.size() >= bytes) return buffer;
+  }
+  // Drop free buffers too small for this model, then allocate up to the configured count.
+  std::erase_if(pool_, [&](const auto& b) { return b.use_count() == 1 && b->memory.size() < bytes; });
+  if (pool_.size() >= buffers_) return nullptr;
+  return make_buffer({}, HostBuffer(std::max<std::uint64_t>(bytes, 1)));
+}
+
+bool VersionStore::buffer_available() const {
+  if (!caller_buffers_.empty()) {
+    return std::any_of(caller_buffers_.begin(), caller_buffers_.end(),
+                       [&](auto memory) { return caller_memory_free(memory); });
+  }
+  if (pool_.size() < buffers_) return true;
+  return std::any_of(pool_.begin(), pool_.end(), [](const auto& b) { return b.use_count() == 1; });
+}
+
+}  // namespace modelcast::consumer

@@ -1,0 +1,63 @@
+// The consumer's versions: the receive buffers versions arrive in, the installed version
+// readers see, and the swap between them.
+//
+// Threads: readers call acquire()/wait_for() from any thread; they copy `current_` under
+// `mutex_`. Everything else is the service thread's. A version becomes visible by replacing
+// one shared_ptr under `mutex_`: readers see the old version or the new one, never a mix, and a
+// view they hold keeps its buffer out of reuse (a buffer is free exactly when only the pool
+// refers to it, and only the service thread hands out references).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "core/model/installed_version.h"
+#include "modelcast/consumer.h"
+#include "modelcast/model_view.h"
+
+namespace modelcast::consumer {
+
+class VersionStore {
+ public:
+  VersionStore(std::size_t buffers, std::vector<std::span<std::byte>> caller_buffers,
+               std::shared_ptr<transport::Transport> transport);
+
+  // ---- any thread ----
+  ModelView acquire() const;
+  // The first installed version >= `version`, or an empty view after `timeout`.
+  ModelView wait_for(std::uint64_t version, std::chrono::milliseconds timeout) const;
+  std::shared_ptr<const detail::InstalledVersion> current() const;
+
+  // ---- service thread ----
+  transport::Transport& transport() { return *transport_; }
+  // A fresh transport (the producer was replaced): buffers registered with the old one are
+  // retired; views and unfinished receives keep it alive.
+  void renew_transport(std::shared_ptr<transport::Transport> transport);
+  // A free buffer of at least `bytes`, registered with the current transport, or nullptr when
+  // readers hold every buffer. Throws Error(kResource) or std::bad_alloc if allocation fails.
+  std::shared_ptr<detail::ReceiveBuffer> take_buffer(std::uint64_t bytes);
+  bool buffer_available() const;  // take_buffer could succeed for some size
+  // Makes `version` the one readers see and wakes waiters.
+  void install(std::shared_ptr<const detail::InstalledVersion> version);
+
+ private:
+  std::shared_ptr<detail::ReceiveBuffer> make_buffer(std::span<std::byte> memory, HostBuffer owned);
+  bool caller_memory_free(std::span<std::byte> memory) const;
+
+  mutable std::mutex mutex_;
+  mutable std::condition_variable installed_;
+  std::shared_ptr<const detail::InstalledVersion> current_;  // guarded by mutex_
+
+  // Service thread only:
+  const std::size_t buffers_;
+  const std::vector<std::span<std::byte>> caller_buffers_;
+  std::shared_ptr<transport::Transport> transport_;
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;    // registered with transport_
+  std::vector<std::weak_ptr<detail::ReceiveBuffer>> retired_;  // registered with an older one
+};
+
+}  // namespace modelcast::consumer

@@ -1,0 +1,185 @@
+#include "core/model/manifest.h"
+
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "modelcast/error.h"
+
+namespace modelcast {
+namespace {
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i ? "," : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+void check_spec(const TensorSpec& spec, ErrorCode code) {
+  if (spec.name.empty()) throw Error(code, "tensor with an empty name");
+  if (dtype_size(spec.dtype) == 0) {
+    throw Error(code, "tensor '" + spec.name + "' has an unknown dtype " +
+                          std::to_string(static_cast<int>(spec.dtype)));
+  }
+  for (auto extent : spec.shape) {
+    if (extent < 0) {
+      throw Error(code, "tensor '" + spec.name + "' has a negative extent in shape " +
+                            shape_string(spec.shape));
+    }
+  }
+  if (!checked_size_bytes(spec)) {
+    throw Error(code, "tensor '" + spec.name + "' with shape " + shape_string(spec.shape) +
+                          " has more bytes than 64 bits can count");
+  }
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> checked_size_bytes(const TensorSpec& spec) {
+  std::uint64_t bytes = dtype_size(spec.dtype);
+  for (auto extent : spec.shape) {
+    if (extent < 0) return std::nullopt;
+    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(extent), &bytes)) return std::nullopt;
+  }
+  // An empty tensor (an extent of 0) holds no bytes whatever its other extents are, but its
+  // shape must still be countable: a 0 after an overflowing product would hide the overflow.
+  std::uint64_t elements = 1;
+  for (auto extent : spec.shape) {
+    if (extent == 0) continue;
+    if (__builtin_mul_overflow(elements, static_cast<std::uint64_t>(extent), &elements)) return std::nullopt;
+  }
+  return bytes;
+}
+
+std::vector<TensorEntry> plan_layout(const std::vector<TensorSpec>& specs, std::uint64_t* total_bytes) {
+  std::vector<TensorEntry> entries;
+  entries.reserve(specs.size());
+  std::set<std::string> names;
+  std::uint64_t offset = 0;
+  for (const auto& spec : specs) {
+    check_spec(spec, ErrorCode::kInvalidArgument);
+    if (!names.insert(spec.name).second) {
+      throw Error(ErrorCode::kInvalidArgument, "duplicate tensor name '" + spec.name + "'");
+    }
+    TensorEntry entry;
+    entry.spec = spec;
+    entry.offset = offset;
+    entry.size = *checked_size_bytes(spec);
+    std::uint64_t end = 0;
+    if (__builtin_add_overflow(offset, entry.size, &end) || end > std::numeric_limits<std::uint64_t>::max() - kTensorAlignment) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' takes the model past 2^64 bytes");
+    }
+    offset = align_up(end, kTensorAlignment);
+    entries.push_back(std::move(entry));
+  }
+  if (total_bytes) *total_bytes = offset;
+  return entries;
+}
+
+void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
+  auto fail = [](const std::string& what) { throw Error(ErrorCode::kProtocol, what); };
+  if (manifest.total_bytes > limits.max_total_bytes) {
+    fail("manifest declares a " + std::to_string(manifest.total_bytes) + "-byte model; this consumer takes at most " +
+         std::to_string(limits.max_total_bytes));
+  }
+  if (manifest.tensors.size() > limits.max_tensors) {
+    fail("manifest lists " + std::to_string(manifest.tensors.size()) + " tensors; the limit is " +
+         std::to_string(limits.max_tensors));
+  }
+  if (manifest.model.size() > limits.max_name_bytes) fail("manifest's model name is longer than the limit");
+  if (manifest.metadata.size() > limits.max_metadata_entries) {
+    fail("manifest carries " + std::to_string(manifest.metadata.size()) + " metadata entries; the limit is " +
+         std::to_string(limits.max_metadata_entries));
+  }
+  std::size_t metadata_bytes = 0;
+  for (const auto& [key, value] : manifest.metadata) metadata_bytes += key.size() + value.size();
+  if (metadata_bytes > limits.max_metadata_bytes) {
+    fail("manifest metadata holds " + std::to_string(metadata_bytes) + " bytes; the limit is " +
+         std::to_string(limits.max_metadata_bytes));
+  }
+  std::set<std::string> names;
+  std::uint64_t end_of_previous = 0;
+  for (const auto& entry : manifest.tensors) {
+    if (entry.spec.name.size() > limits.max_name_bytes) {
+      fail("manifest names a tensor with " + std::to_string(entry.spec.name.size()) + " bytes; the limit is " +
+           std::to_string(limits.max_name_bytes));
+    }
+    if (entry.spec.shape.size() > limits.max_rank) {
+      fail("tensor '" + entry.spec.name + "' has rank " + std::to_string(entry.spec.shape.size()) +
+           "; the limit is " + std::to_string(limits.max_rank));
+    }
+    check_spec(entry.spec, ErrorCode::kProtocol);
+    if (!names.insert(entry.spec.name).second) {
+      throw Error(ErrorCode::kProtocol, "manifest names tensor '" + entry.spec.name + "' twice");
+    }
+    // Overflow-safe bounds check: a hostile manifest must not make us read or write outside
+    // the receive buffer.
+    if (entry.size != *checked_size_bytes(entry.spec)) {
+      throw Error(ErrorCode::kProtocol, "manifest size of tensor '" + entry.spec.name + "' is " +
+                                            std::to_string(entry.size) + " bytes but its shape " +
+                                            shape_string(entry.spec.shape) + " needs " +
+                                            std::to_string(*checked_size_bytes(entry.spec)));
+    }
+    if (entry.offset > manifest.total_bytes || entry.size > manifest.total_bytes - entry.offset) {
+      throw Error(ErrorCode::kProtocol, "tensor '" + entry.spec.name + "' lies outside the " +
+                                            std::to_string(manifest.total_bytes) + "-byte model");
+    }
+    // Receivers hash tensors front to back as bytes arrive: they must be in order, disjoint.
+    if (entry.offset < end_of_previous) {
+      throw Error(ErrorCode::kProtocol, "tensor '" + entry.spec.name + "' overlaps or precedes the tensor before it");
+    }
+    end_of_previous = entry.offset + entry.size;
+  }
+  // Buffers are sized by total_bytes: a total beyond what the tensors need (plus the last
+  // tensor's alignment padding) would make a consumer allocate memory that carries nothing.
+  if (manifest.total_bytes > align_up(end_of_previous, kTensorAlignment)) {
+    fail("manifest declares " + std::to_string(manifest.total_bytes) + " bytes but its tensors end at byte " +
+         std::to_string(end_of_previous));
+  }
+}
+
+void check_expected_layout(const std::vector<TensorSpec>& expected, const Manifest& manifest) {
+  if (expected.empty()) return;
+  std::map<std::string, const TensorSpec*> sent;
+  for (const auto& entry : manifest.tensors) sent[entry.spec.name] = &entry.spec;
+  std::ostringstream problems;
+  int count = 0;
+  auto note = [&](const std::string& text) {
+    if (count++ < 5) problems << (count > 1 ? "; " : "") << text;
+  };
+  std::set<std::string> expected_names;
+  for (const auto& want : expected) {
+    expected_names.insert(want.name);
+    auto it = sent.find(want.name);
+    if (it == sent.end()) {
+      note("missing tensor '" + want.name + "'");
+      continue;
+    }
+    const TensorSpec& got = *it->second;
+    if (got.dtype != want.dtype) {
+      note("tensor '" + want.name + "' is " + std::string(dtype_name(got.dtype)) + ", expected " +
+           std::string(dtype_name(want.dtype)));
+    }
+    if (got.shape != want.shape) {
+      note("tensor '" + want.name + "' has shape " + shape_string(got.shape) + ", expected " +
+           shape_string(want.shape));
+    }
+  }
+  for (const auto& [name, spec] : sent) {
+    if (!expected_names.count(name)) note("unexpected tensor '" + name + "'");
+  }
+  if (count > 0) {
+    if (count > 5) problems << "; and " << (count - 5) << " more";
+    throw Error(ErrorCode::kLayoutMismatch, "model '" + manifest.model + "' version " +
+                                                std::to_string(manifest.version) +
+                                                " does not match the expected layout: " + problems.str());
+  }
+}
+
+}  // namespace modelcast

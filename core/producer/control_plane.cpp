@@ -1,0 +1,78 @@
+#include "core/producer/control_plane.h"
+
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "core/security/curve.h"
+#include "core/security/manifest_signature.h"
+#include "core/wire/protocol.h"
+#include "core/wire/zmq_channel.h"
+#include "modelcast/error.h"
+
+namespace modelcast::producer {
+
+ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
+    : router_(context_, zmq::socket_type::router), publisher_(context_, zmq::socket_type::pub) {
+  wire::announce_bind_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
+  set_up_security(options, log);
+  router_.set(zmq::sockopt::linger, 0);
+  router_.set(zmq::sockopt::router_mandatory, false);
+  // Requests are small (a join carries a UCX address of a few KiB): a peer sending more is
+  // disconnected by ZeroMQ before anything is decoded.
+  router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::kRequestLimits.max_message_bytes));
+  publisher_.set(zmq::sockopt::linger, 0);
+  wire::check_ipc_endpoint_free(options.control_endpoint);
+  wire::check_ipc_endpoint_free(options.control_endpoint + ".pub");
+  try {
+    router_.bind(wire::bind_spelling(options.control_endpoint));
+    endpoint_ = wire::bound_endpoint(router_);
+    publisher_.bind(wire::announce_bind_endpoint(endpoint_));
+    announce_endpoint_ = wire::bound_endpoint(publisher_);
+  } catch (const zmq::error_t& e) {
+    throw Error(ErrorCode::kTransport, "cannot bind '" + options.control_endpoint + "': " + e.what());
+  }
+}
+
+ControlPlane::~ControlPlane() = default;
+
+void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log) {
+  if (!options.key_file.empty()) {
+    if (!options.key.empty()) throw Error(ErrorCode::kInvalidArgument, "give key or key_file, not both");
+    options.key = load_key_pair(options.key_file);
+  }
+  bool local = wire::is_local_endpoint(options.control_endpoint);
+  if (options.key.empty()) {
+    if (!local && !options.allow_plaintext_remote) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "control endpoint '" + options.control_endpoint +
+                      "' is reachable from other hosts: give the producer a key (modelcast-keygen) or set "
+                      "allow_plaintext_remote");
+    }
+    log.warn("plaintext control plane on {}: any {} can join, and versions are unsigned", options.control_endpoint,
+             local ? "local process" : "host that reaches it");
+    return;
+  }
+  if (!options.integrity) {
+    throw Error(ErrorCode::kInvalidArgument, "a signing producer needs integrity on: the signature covers the digests");
+  }
+  if (options.allowed_consumer_keys.empty() && !options.allow_any_consumer) {
+    throw Error(ErrorCode::kInvalidArgument, "no consumer could join: list allowed_consumer_keys or set allow_any_consumer");
+  }
+  signer_ = std::make_unique<security::ManifestSigner>(options.key);
+  std::set<std::string> allowed(options.allowed_consumer_keys.begin(), options.allowed_consumer_keys.end());
+  zap_ = std::make_unique<security::ZapHandler>(context_, allowed, options.allow_any_consumer);
+  security::make_curve_server(router_, signer_->secret());
+  security::make_curve_server(publisher_, signer_->secret());
+  log.info("CurveZMQ control plane, versions signed by {}; {}", options.key.public_key,
+           options.allow_any_consumer ? std::string("any consumer admitted")
+                                      : std::to_string(allowed.size()) + " consumer keys admitted");
+}
+
+zmq::socket_t* ControlPlane::authentication_socket() { return zap_ ? &zap_->socket() : nullptr; }
+
+std::vector<std::string> ControlPlane::answer_authentication() {
+  return zap_ ? zap_->answer_pending() : std::vector<std::string>{};
+}
+
+}  // namespace modelcast::producer

@@ -1,0 +1,147 @@
+#include "core/producer/fetch_server.h"
+
+namespace modelcast::producer {
+
+FetchServer::FetchServer(SnapshotStore& store, transport::Transport& transport, std::uint64_t incarnation,
+                         Clock::duration lease_timeout, SendCompletion on_send)
+    : store_(store),
+      transport_(transport),
+      incarnation_(incarnation),
+      lease_timeout_(lease_timeout),
+      on_send_(std::move(on_send)) {}
+
+std::vector<std::pair<std::string, protocol::FetchRequest>> FetchServer::published(std::uint64_t version) {
+  if (upcoming_ == version) upcoming_ = 0;
+  std::vector<std::pair<std::string, protocol::FetchRequest>> out(parked_.begin(), parked_.end());
+  parked_.clear();
+  return out;
+}
+
+std::optional<protocol::FetchReply> FetchServer::start(const std::string& routing_id, const ConsumerRecord* consumer,
+                                                       const protocol::FetchRequest& request, Clock::time_point now) {
+  // Announced but still being copied: answer once it is published (the copy cannot fail).
+  // One parked request per connection, so a flood parks nothing more.
+  if (upcoming_ != 0 && request.incarnation == incarnation_ &&
+      (request.version == upcoming_ || request.version == 0)) {
+    parked_[routing_id] = request;
+    return std::nullopt;
+  }
+  protocol::FetchReply reply;
+  reply.fetch_id = request.fetch_id;
+  auto refuse = [&](protocol::Refusal refusal, std::string why) {
+    reply.refusal = refusal;
+    reply.error = std::move(why);
+    return reply;
+  };
+  if (!consumer) return refuse(protocol::Refusal::kNotJoined, "not joined");
+  if (request.incarnation != incarnation_) {
+    return refuse(protocol::Refusal::kStaleIncarnation, "stale producer incarnation; join again");
+  }
+  // One lease per consumer: a client re-fetching in a loop pins at most one slot, and only
+  // until its lease lapses, so publish() never waits on it for longer than that.
+  if (auto it = fetches_.find(routing_id); it != fetches_.end() && !it->second.empty()) {
+    return refuse(protocol::Refusal::kBusy, "a fetch of this consumer is still in flight");
+  }
+  // Only the newest version is served: older slots are what publish() writes next.
+  auto newest = store_.newest_version();
+  if (request.version != 0 && request.version != newest) {
+    return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(request.version) +
+                                                   " is superseded; the newest is " + std::to_string(newest));
+  }
+  auto leased = store_.lease(request.version, routing_id, now, lease_timeout_);
+  if (!leased) {
+    return request.version == 0 ? refuse(protocol::Refusal::kNothingPublished, "nothing published yet")
+                                : refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(request.version) +
+                                                                          " is no longer held");
+  }
+  reply.ok = true;
+  reply.manifest = std::move(leased->manifest);
+  reply.signature = std::move(leased->signature);
+  reply.digests_pending = leased->digests_pending;
+  auto plan = transfer::producer_plan(reply.manifest.total_bytes, chunk_option_);
+  reply.chunk_bytes = plan.chunk_bytes;
+
+  Fetch fetch;
+  fetch.lease_id = leased->lease.id;
+  fetch.version = leased->lease.version;
+  fetch.awaiting_digests = leased->digests_pending;
+  fetch.bytes = plan.total_bytes;
+  for (std::size_t i = 0; i < plan.count(); ++i) {
+    fetch.transfers.push_back(transport_.post_send(
+        consumer->peer, *leased->region, plan.offset(i), plan.length(i), protocol::chunk_tag(request.fetch_id, i),
+        [this, routing_id, id = request.fetch_id](const transport::TransferResult& r) { on_send_(routing_id, id, r); }));
+  }
+  fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
+  return reply;
+}
+
+bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok) {
+  auto consumer = fetches_.find(routing_id);
+  if (consumer == fetches_.end()) return false;
+  auto fetch = consumer->second.find(fetch_id);
+  if (fetch == consumer->second.end() || ok || fetch->second.failed) return false;
+  fetch->second.failed = true;
+  return true;
+}
+
+FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const protocol::Ack& ack,
+                                            const std::string& consumer_name, Clock::time_point now) {
+  AckOutcome outcome;
+  auto consumer = fetches_.find(routing_id);
+  if (consumer == fetches_.end() || ack.incarnation != incarnation_) return outcome;
+  auto it = consumer->second.find(ack.fetch_id);
+  if (it == consumer->second.end()) return outcome;
+  Fetch fetch = std::move(it->second);
+  consumer->second.erase(it);
+  outcome.known = true;
+  outcome.ok = ack.ok;
+  if (ack.ok) {
+    outcome.delivery.version = fetch.version;
+    outcome.delivery.consumer = consumer_name;
+    outcome.delivery.bytes = fetch.bytes;
+    if (auto since = store_.since_publish(fetch.version, now)) outcome.delivery.since_publish = *since;
+  } else {
+    cancel(fetch);
+  }
+  store_.release(fetch.lease_id);
+  return outcome;
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> FetchServer::take_awaiting_digests(std::uint64_t version) {
+  std::vector<std::pair<std::string, std::uint64_t>> out;
+  for (auto& [routing_id, fetches] : fetches_) {
+    for (auto& [fetch_id, fetch] : fetches) {
+      if (fetch.version != version || !fetch.awaiting_digests) continue;
+      fetch.awaiting_digests = false;
+      out.emplace_back(routing_id, fetch_id);
+    }
+  }
+  return out;
+}
+
+void FetchServer::drop(const std::string& routing_id) {
+  parked_.erase(routing_id);
+  auto it = fetches_.find(routing_id);
+  if (it == fetches_.end()) return;
+  for (auto& [id, fetch] : it->second) {
+    cancel(fetch);
+    store_.release(fetch.lease_id);
+  }
+  fetches_.erase(it);
+}
+
+void FetchServer::expired(const SlotPool::Lease& lease) {
+  auto it = fetches_.find(lease.holder);
+  if (it == fetches_.end()) return;
+  std::erase_if(it->second, [&](auto& entry) {
+    if (entry.second.lease_id != lease.id) return false;
+    cancel(entry.second);
+    return true;
+  });
+}
+
+void FetchServer::cancel(const Fetch& fetch) {
+  for (auto id : fetch.transfers) transport_.cancel(id);
+}
+
+}  // namespace modelcast::producer

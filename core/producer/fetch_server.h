@@ -1,0 +1,89 @@
+// Serves fetches: decides each request, leases the version, posts the chunk sends, and ends
+// the fetch on the consumer's ack, a send failure, lease expiry or the consumer's departure.
+// Each call returns what the service loop must send; this stage sends no control message.
+// Service thread only (transfer completions reach it through the loop's event queue).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/producer/membership.h"
+#include "core/producer/snapshot_store.h"
+#include "core/transfer/chunk_plan.h"
+#include "core/wire/protocol.h"
+#include "modelcast/producer.h"
+#include "transports/transport.h"
+
+namespace modelcast::producer {
+
+class FetchServer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  // Runs on the transport's thread when a chunk send completes: push it to the service loop,
+  // which hands it to on_send_done.
+  using SendCompletion =
+      std::function<void(const std::string& routing_id, std::uint64_t fetch_id, const transport::TransferResult&)>;
+
+  FetchServer(SnapshotStore& store, transport::Transport& transport, std::uint64_t incarnation,
+              Clock::duration lease_timeout, SendCompletion on_send);
+
+  void set_chunk_option(std::uint64_t chunk_bytes) { chunk_option_ = chunk_bytes; }
+
+  // publish() has announced `version` and is copying it: fetches for it wait.
+  void expect(std::uint64_t version) { upcoming_ = version; }
+  // `version` is published: returns the requests that waited for it, to be started again.
+  std::vector<std::pair<std::string, protocol::FetchRequest>> published(std::uint64_t version);
+
+  // Decides a fetch. nullopt: parked until the announced version is copied. Otherwise the
+  // reply to send; when ok, the sends are already posted.
+  std::optional<protocol::FetchReply> start(const std::string& routing_id, const ConsumerRecord* consumer,
+                                            const protocol::FetchRequest& request, Clock::time_point now);
+
+  // A chunk send finished. True the first time a send of that fetch fails.
+  bool on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok);
+
+  struct AckOutcome {
+    bool known = false;  // the ack matched a fetch in flight
+    bool ok = false;
+    Delivery delivery;   // when ok
+  };
+  AckOutcome on_ack(const std::string& routing_id, const protocol::Ack& ack, const std::string& consumer_name,
+                    Clock::time_point now);
+
+  // Fetches answered before their version's digests existed: (routing id, fetch id) of each,
+  // now marked as sent.
+  std::vector<std::pair<std::string, std::uint64_t>> take_awaiting_digests(std::uint64_t version);
+
+  // The consumer is gone: cancels its transfers and ends its leases.
+  void drop(const std::string& routing_id);
+  // A lease lapsed (SnapshotStore::take_expired): abandons the fetch that held it.
+  void expired(const SlotPool::Lease& lease);
+
+ private:
+  struct Fetch {
+    std::uint64_t lease_id = 0;
+    std::uint64_t version = 0;
+    bool awaiting_digests = false;
+    std::size_t bytes = 0;
+    std::vector<transport::TransferId> transfers;
+    bool failed = false;
+  };
+  void cancel(const Fetch& fetch);
+
+  SnapshotStore& store_;
+  transport::Transport& transport_;
+  const std::uint64_t incarnation_;
+  const Clock::duration lease_timeout_;
+  SendCompletion on_send_;
+  std::uint64_t chunk_option_ = 32u << 20;
+  std::uint64_t upcoming_ = 0;  // announced, copy not finished
+  std::map<std::string, protocol::FetchRequest> parked_;                 // by routing id: one each
+  std::map<std::string, std::map<std::uint64_t, Fetch>> fetches_;       // routing id -> fetch id
+};
+
+}  // namespace modelcast::producer

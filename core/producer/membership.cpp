@@ -1,0 +1,63 @@
+#include "core/producer/membership.h"
+
+#include <algorithm>
+
+namespace modelcast::producer {
+
+Membership::JoinDecision Membership::decide(const std::string& routing_id, const std::string& key,
+                                            const protocol::JoinRequest& join) const {
+  JoinDecision decision;
+  auto same_consumer = [&](const ConsumerRecord& r) {
+    return r.routing_id == routing_id || (join.session != 0 && r.session == join.session && r.key == key);
+  };
+  for (const auto& [id, record] : consumers_) {
+    if (same_consumer(record)) decision.replaces.push_back(id);
+  }
+  if (join.model != model_) {
+    decision.refusal = protocol::Refusal::kWrongModel;
+    decision.error = "this producer serves model '" + model_ + "', not '" + join.model + "'";
+  } else if (join.consumer_name.empty()) {
+    decision.refusal = protocol::Refusal::kBadRequest;
+    decision.error = "consumer name is empty";
+  } else if (decision.replaces.empty() && consumers_.size() >= max_) {
+    decision.refusal = protocol::Refusal::kFull;
+    decision.error = "the producer serves " + std::to_string(max_) + " consumers already";
+  }
+  if (decision.refusal != protocol::Refusal::kNone) decision.replaces.clear();
+  return decision;
+}
+
+void Membership::add(ConsumerRecord record) {
+  auto id = record.routing_id;
+  consumers_.insert_or_assign(id, std::move(record));
+}
+
+std::optional<ConsumerRecord> Membership::remove(const std::string& routing_id) {
+  auto it = consumers_.find(routing_id);
+  if (it == consumers_.end()) return std::nullopt;
+  auto record = std::move(it->second);
+  consumers_.erase(it);
+  return record;
+}
+
+ConsumerRecord* Membership::find(const std::string& routing_id) {
+  auto it = consumers_.find(routing_id);
+  return it == consumers_.end() ? nullptr : &it->second;
+}
+
+std::optional<std::string> Membership::find_peer(transport::PeerId peer) const {
+  for (const auto& [id, record] : consumers_) {
+    if (record.peer == peer) return id;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> Membership::silent(Clock::time_point now, Clock::duration limit) const {
+  std::vector<std::string> out;
+  for (const auto& [id, record] : consumers_) {
+    if (now - record.last_seen > limit) out.push_back(id);
+  }
+  return out;
+}
+
+}  // namespace modelcast::producer

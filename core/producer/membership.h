@@ -1,0 +1,60 @@
+// Who has joined: one record per consumer connection. Decides joins (model, name, capacity,
+// a reconnect replacing its own old record) and finds silent consumers; it never sends a
+// message or touches a transport. Service thread only.
+//
+// A consumer is its connection (the ROUTER's routing id, unique per live connection) and, on an
+// authenticated control plane, its key; never its name, which the peer chooses and two
+// consumers may share. A join from a new connection replaces an old record only when it shows
+// the same random session (and key): the same Consumer object reconnecting.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/wire/protocol.h"
+#include "transports/transport.h"
+
+namespace modelcast::producer {
+
+struct ConsumerRecord {
+  std::string name;        // for logs and Delivery reports only
+  std::string routing_id;
+  std::uint64_t session = 0;
+  std::string key;         // CurveZMQ key of an authenticated connection, else empty
+  transport::PeerId peer = 0;
+  std::chrono::steady_clock::time_point last_seen{};
+};
+
+class Membership {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  struct JoinDecision {
+    protocol::Refusal refusal = protocol::Refusal::kNone;  // kNone: admit
+    std::string error;
+    std::vector<std::string> replaces;  // routing ids of this consumer's earlier records
+  };
+
+  Membership(std::string model, std::size_t max_consumers) : model_(std::move(model)), max_(max_consumers) {}
+
+  JoinDecision decide(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join) const;
+  void add(ConsumerRecord record);
+  std::optional<ConsumerRecord> remove(const std::string& routing_id);
+  ConsumerRecord* find(const std::string& routing_id);
+  std::optional<std::string> find_peer(transport::PeerId peer) const;
+  // Routing ids of consumers not heard from for longer than `limit`.
+  std::vector<std::string> silent(Clock::time_point now, Clock::duration limit) const;
+  std::size_t size() const { return consumers_.size(); }
+
+ private:
+  std::string model_;
+  std::size_t max_;
+  std::map<std::string, ConsumerRecord> consumers_;  // by routing id
+};
+
+}  // namespace modelcast::producer

@@ -1,0 +1,223 @@
+// Producer: see include/modelcast/producer.h. A version's way out, one stage per file:
+//   publish() (this file)          reserve a slot, copy the tensors: the trainer's whole stall
+//   SnapshotStore                  slots, leases, manifests and signatures
+//   DigestWorker                   XXH3 per tensor while the version is already being sent
+//   ProducerService                the service loop: the only place that sends messages
+//   Membership                     who joined; joins decided, silent consumers found
+//   FetchServer                    fetches decided, slots leased, chunk sends posted, acks
+//   ControlPlane                   the ZeroMQ sockets and their security
+//
+// Threads and what they own:
+//  - the caller's thread (the trainer) registers tensors and runs publish(): it copies into a
+//    reserved slot and hands the slot to the service thread as an event.
+//  - the service thread (ProducerService::run) owns the control plane, membership and fetches.
+//  - the digest thread hashes each new snapshot; the slot stays pinned until it is done.
+//  - the transport's progress thread runs transfer completions, which only push events.
+// `mutex_` guards the registration; StatsBox and SnapshotStore guard their own state.
+#include "modelcast/producer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "common/log.h"
+#include "core/model/manifest.h"
+#include "core/producer/control_plane.h"
+#include "core/producer/digest_worker.h"
+#include "core/producer/service.h"
+#include "core/producer/snapshot_copy.h"
+#include "core/producer/snapshot_store.h"
+#include "core/transfer/chunk_plan.h"
+#include "modelcast/error.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace modelcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t realtime_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::uint64_t random_incarnation() {
+  std::random_device device;
+  std::uint64_t value = (std::uint64_t{device()} << 32) ^ device();
+  return value == 0 ? 1 : value;
+}
+
+}  // namespace
+
+class Producer::Impl {
+ public:
+  explicit Impl(ProducerOptions options)
+      : options_(std::move(options)),
+        log_(log::get("producer")),
+        incarnation_(random_incarnation()),
+        next_version_(options_.first_version),
+        store_(options_.snapshot_slots),
+        transport_(transport::make_ucx_transport()) {
+    if (options_.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
+    if (options_.first_version == 0) throw Error(ErrorCode::kInvalidArgument, "first_version must be >= 1");
+    if (options_.transfer_chunk_bytes < transfer::kMinChunkBytes) {
+      throw Error(ErrorCode::kInvalidArgument, "transfer_chunk_bytes must be >= " +
+                                                   std::to_string(transfer::kMinChunkBytes) + ", got " +
+                                                   std::to_string(options_.transfer_chunk_bytes));
+    }
+    if (options_.max_consumers == 0) throw Error(ErrorCode::kInvalidArgument, "max_consumers is 0");
+    control_ = std::make_unique<producer::ControlPlane>(options_, *log_);
+    service_ = std::make_unique<producer::ProducerService>(options_, incarnation_, store_, *transport_, *control_,
+                                                           stats_, log_);
+    digests_ = std::make_unique<producer::DigestWorker>(
+        [events = &service_->events()](std::size_t slot, std::uint64_t version, std::vector<std::uint64_t> digests) {
+          events->push(producer::DigestsReady{slot, version, std::move(digests)});
+        });
+    service_->set_digest_submit([this](std::size_t slot, std::uint64_t version) {
+      digests_->submit(slot, version, store_.memory(slot), layout_.tensors);
+    });
+    log_->info("model '{}' serving on {} (announcements on {}), incarnation {:016x}", options_.model_name,
+               control_->endpoint(), control_->announce_endpoint(), incarnation_);
+    thread_ = std::thread([this] { service_->run(); });
+  }
+
+  ~Impl() {
+    service_->events().push(producer::Stop{});
+    thread_.join();
+    digests_.reset();
+    // Registrations go before the transport that made them; the transport goes while the
+    // service (its event queue, its fetches) still exists, since its shutdown completes
+    // transfers whose callbacks push there.
+    store_.clear();
+    transport_.reset();
+  }
+
+  // ---- the trainer's thread ------------------------------------------------------------
+
+  void register_tensor(const TensorRef& tensor) {
+    std::lock_guard lock(mutex_);
+    if (prepared_) {
+      throw Error(ErrorCode::kState, "cannot register tensor '" + tensor.spec.name + "' after the first publish");
+    }
+    if (tensor.spec.memory != MemoryKind::kHost) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + tensor.spec.name + "': device memory is not supported "
+                                               "by this build; register host tensors");
+    }
+    if (tensor.data == nullptr && tensor.spec.size_bytes() != 0) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + tensor.spec.name + "' has a null data pointer");
+    }
+    auto specs = registered_specs();
+    specs.push_back(tensor.spec);
+    plan_layout(specs, nullptr);  // validates name, dtype, shape and uniqueness; throws naming the tensor
+    registered_.push_back(tensor);
+  }
+
+  void prepare() {
+    std::lock_guard lock(mutex_);
+    prepare_locked();
+  }
+
+  PublishTicket publish(std::int64_t step, const Metadata& metadata) {
+    auto called_at = Clock::now();
+    std::int64_t called_ns = realtime_ns();
+    {
+      std::lock_guard lock(mutex_);
+      prepare_locked();
+    }
+    std::size_t slot = store_.reserve(options_.lease_timeout);
+    Manifest manifest = layout_;
+    manifest.version = next_version_++;
+    manifest.step = step;
+    manifest.publish_time_ns = called_ns;
+    manifest.metadata = metadata;
+    service_->events().push(producer::SnapshotStarted{manifest.version, step, called_ns});
+
+    // The only work in the trainer's stall: one copy per tensor. Digests are taken later by the
+    // digest thread from the slot, which nobody else touches until it is published.
+    std::byte* base = store_.memory(slot);
+    for (std::size_t i = 0; i < registered_.size(); ++i) {
+      // An empty tensor may be registered with a null pointer, which memcpy must never see.
+      if (manifest.tensors[i].size == 0) continue;
+      snapshot_copy(base + manifest.tensors[i].offset, registered_[i].data, manifest.tensors[i].size,
+                    manifest.total_bytes >= kStreamingSnapshotBytes);
+    }
+    auto stall = Clock::now() - called_at;
+    PublishTicket ticket{manifest.version, step, stall, manifest.total_bytes};
+    stats_.update([&](ProducerStats& s) {
+      s.last_stall = stall;
+      s.versions_published++;
+    });
+    service_->events().push(producer::SnapshotTaken{slot, std::move(manifest), called_at});
+    return ticket;
+  }
+
+  bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
+    return stats_.wait_for_consumers(count, timeout);
+  }
+
+  ProducerStats stats() const {
+    ProducerStats copy = stats_.snapshot();
+    copy.fetches_in_flight = store_.reader_leases();
+    copy.latest_version = store_.newest_version();
+    copy.transport = transport_->name();
+    return copy;
+  }
+
+  std::string control_endpoint() const { return control_->endpoint(); }
+
+ private:
+  std::vector<TensorSpec> registered_specs() const {
+    std::vector<TensorSpec> specs;
+    for (const auto& t : registered_) specs.push_back(t.spec);
+    return specs;
+  }
+
+  void prepare_locked() {
+    if (prepared_) return;
+    if (registered_.empty()) throw Error(ErrorCode::kState, "publish with no tensors registered");
+    layout_.model = options_.model_name;
+    layout_.incarnation = incarnation_;
+    layout_.integrity = options_.integrity;
+    layout_.tensors = plan_layout(registered_specs(), &layout_.total_bytes);
+    store_.allocate(layout_.total_bytes, *transport_);
+    prepared_ = true;
+    log_->info("prepared {} snapshot slots of {} bytes for {} tensors", options_.snapshot_slots, layout_.total_bytes,
+               layout_.tensors.size());
+  }
+
+  ProducerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  const std::uint64_t incarnation_;
+
+  std::mutex mutex_;                   // guards the registration
+  bool prepared_ = false;              // guarded by mutex_
+  std::vector<TensorRef> registered_;  // guarded by mutex_ until prepared, then immutable
+  Manifest layout_;                    // immutable once prepared
+  std::uint64_t next_version_;         // publishing thread only
+  producer::StatsBox stats_;
+
+  producer::SnapshotStore store_;
+  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<producer::ControlPlane> control_;     // the service thread's once it runs
+  std::unique_ptr<producer::ProducerService> service_;
+  std::unique_ptr<producer::DigestWorker> digests_;
+  std::thread thread_;
+};
+
+Producer::Producer(ProducerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Producer::~Producer() = default;
+void Producer::register_tensor(const TensorRef& tensor) { impl_->register_tensor(tensor); }
+void Producer::register_tensors(std::span<const TensorRef> tensors) {
+  for (const auto& t : tensors) impl_->register_tensor(t);
+}
+void Producer::prepare() { impl_->prepare(); }
+PublishTicket Producer::publish(std::int64_t step, const Metadata& metadata) { return impl_->publish(step, metadata); }
+bool Producer::wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
+  return impl_->wait_for_consumers(count, timeout);
+}
+ProducerStats Producer::stats() const { return impl_->stats(); }
+std::string Producer::control_endpoint() const { return impl_->control_endpoint(); }
+
+}  // namespace modelcast

@@ -1,0 +1,240 @@
+#include "core/producer/service.h"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+#include "common/host_identity.h"
+#include "core/security/curve.h"
+#include "core/wire/protocol.h"
+#include "core/wire/zmq_channel.h"
+#include "modelcast/error.h"
+
+namespace modelcast::producer {
+
+ProducerService::ProducerService(const ProducerOptions& options, std::uint64_t incarnation, SnapshotStore& store,
+                                 transport::Transport& transport, ControlPlane& control, StatsBox& stats,
+                                 std::shared_ptr<spdlog::logger> log)
+    : options_(options),
+      incarnation_(incarnation),
+      host_id_(host_id()),
+      store_(store),
+      transport_(transport),
+      control_(control),
+      stats_(stats),
+      log_(std::move(log)),
+      membership_(options.model_name, options.max_consumers),
+      fetches_(store, transport, incarnation, options.lease_timeout,
+               [this](const std::string& routing_id, std::uint64_t fetch_id, const transport::TransferResult& r) {
+                 events_.push(SendDone{routing_id, fetch_id, r.ok, r.error});
+               }) {
+  fetches_.set_chunk_option(options.transfer_chunk_bytes);
+}
+
+void ProducerService::run() {
+  auto next_heartbeat = Clock::now();
+  for (;;) {
+    auto now = Clock::now();
+    if (now >= next_heartbeat) {
+      announce();
+      next_heartbeat = now + options_.heartbeat_interval;
+    }
+    auto wake = std::min(next_heartbeat, store_.next_expiry().value_or(next_heartbeat));
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
+    zmq::socket_t* zap = control_.authentication_socket();
+    zmq::pollitem_t items[] = {{control_.router().handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, events_.fd(), ZMQ_POLLIN, 0},
+                               {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
+    if (zap && (items[2].revents & ZMQ_POLLIN)) {
+      for (const auto& key : control_.answer_authentication()) {
+        log_->warn("refused a connection from key {} (CurveZMQ form): not on the allow-list", key);
+        stats_.update([](ProducerStats& s) { s.refused_peers++; });
+      }
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      for (auto& event : events_.drain()) {
+        if (std::holds_alternative<Stop>(event)) return;
+        std::visit([this](auto& e) { on_event(e); }, event);
+      }
+    }
+    if (items[0].revents & ZMQ_POLLIN) {
+      while (auto parts = wire::receive(control_.router())) on_request(*parts);
+    }
+    expire_leases();
+    drop_silent_consumers();
+  }
+}
+
+void ProducerService::reply(const std::string& routing_id, const protocol::Message& message) {
+  wire::send(control_.router(), message, &routing_id);
+}
+
+void ProducerService::announce() {  // heartbeat: the newest published version
+  auto [step, time] = store_.newest_step_and_time();
+  wire::send(control_.publisher(), protocol::Announce{incarnation_, store_.newest_version(), step, time},
+             &options_.model_name);
+}
+
+void ProducerService::on_event(SnapshotStarted& e) {
+  wire::send(control_.publisher(), protocol::Announce{incarnation_, e.version, e.step, e.publish_time_ns},
+             &options_.model_name);
+  fetches_.expect(e.version);
+}
+
+void ProducerService::on_event(SnapshotTaken& e) {
+  // Already announced. Fetches may start before the digests exist: the slot is pinned until
+  // the digest thread is done, and the digests follow.
+  std::uint64_t version = e.manifest.version;
+  bool integrity = e.manifest.integrity;
+  store_.publish(e.slot, std::move(e.manifest), e.called_at, integrity);
+  if (integrity) submit_digests_(e.slot, version);
+  log_->debug("version {} published in slot {}", version, e.slot);
+  for (auto& [routing_id, request] : fetches_.published(version)) on_fetch(routing_id, request);
+}
+
+void ProducerService::on_event(DigestsReady& e) {
+  auto signature = store_.set_digests(e.slot, e.digests, control_.signer());
+  for (const auto& [routing_id, fetch_id] : fetches_.take_awaiting_digests(e.version)) {
+    reply(routing_id, protocol::Digests{fetch_id, e.version, e.digests, signature});
+  }
+}
+
+void ProducerService::on_event(SendDone& e) {
+  if (!fetches_.on_send_done(e.routing_id, e.fetch_id, e.ok)) return;
+  auto* consumer = membership_.find(e.routing_id);
+  log_->warn("sending to '{}' failed: {}", consumer ? consumer->name : std::string("?"), e.error);
+  stats_.update([](ProducerStats& s) { s.failed_deliveries++; });
+}
+
+void ProducerService::on_event(PeerFailed& e) {
+  if (auto routing_id = membership_.find_peer(e.peer)) {
+    log_->warn("consumer '{}' lost ({}); releasing its leases", membership_.find(*routing_id)->name, e.error);
+    drop_consumer(*routing_id);
+  }
+}
+
+
+void ProducerService::drop_consumer(const std::string& routing_id) {
+  fetches_.drop(routing_id);
+  if (auto record = membership_.remove(routing_id)) transport_.disconnect(record->peer);
+  stats_.update([&](ProducerStats& s) { s.consumers = membership_.size(); });
+}
+
+// Consumers ping at least every second; one silent this long has died or hung. (Across hosts
+// UCX usually reports it sooner; on one host this is how its record goes.)
+void ProducerService::drop_silent_consumers() {
+  auto limit = std::max<Clock::duration>(options_.lease_timeout, std::chrono::seconds(5));
+  for (const auto& routing_id : membership_.silent(Clock::now(), limit)) {
+    log_->warn("consumer '{}' silent for over {} ms; dropping it", membership_.find(routing_id)->name,
+               std::chrono::duration_cast<std::chrono::milliseconds>(limit).count());
+    drop_consumer(routing_id);
+  }
+}
+
+void ProducerService::expire_leases() {
+  auto expired = store_.take_expired(Clock::now());
+  if (expired.empty()) return;
+  stats_.update([&](ProducerStats& s) { s.leases_expired += expired.size(); });
+  for (const auto& lease : expired) {
+    auto* consumer = membership_.find(lease.holder);
+    log_->warn("lease of '{}' on version {} expired; its transfer is abandoned",
+               consumer ? consumer->name : std::string("?"), lease.version);
+    fetches_.expired(lease);
+  }
+}
+
+void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
+  if (parts.size() != 2) return bad_message("request with " + std::to_string(parts.size()) + " frames (expected 2)");
+  std::string routing_id = parts[0].to_string();
+  protocol::Message message;
+  try {
+    message = protocol::decode({static_cast<const std::byte*>(parts[1].data()), parts[1].size()},
+                               protocol::kRequestLimits);
+  } catch (const Error& e) {
+    return bad_message(e.what());
+  }
+  // Whatever a request makes go wrong costs that request only: the trainer keeps training.
+  try {
+    if (auto* consumer = membership_.find(routing_id)) consumer->last_seen = Clock::now();
+    if (auto* join = std::get_if<protocol::JoinRequest>(&message)) {
+      on_join(routing_id, security::peer_key(parts[1]).value_or(""), *join);
+    } else if (std::holds_alternative<protocol::Ping>(message)) {
+      // last_seen is all a ping updates
+    } else if (auto* fetch = std::get_if<protocol::FetchRequest>(&message)) {
+      on_fetch(routing_id, *fetch);
+    } else if (auto* ack = std::get_if<protocol::Ack>(&message)) {
+      on_ack(routing_id, *ack);
+    } else {
+      bad_message("unexpected message type on the request channel");
+    }
+  } catch (const std::exception& e) {
+    bad_message(std::string("request failed: ") + e.what());
+  }
+}
+
+void ProducerService::bad_message(const std::string& what) {
+  log_->warn("dropped a bad control message: {}", what);
+  stats_.update([](ProducerStats& s) { s.bad_messages++; });
+}
+
+void ProducerService::on_join(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join) {
+  protocol::JoinReply answer;
+  answer.incarnation = incarnation_;
+  answer.announce_endpoint = control_.announce_endpoint();
+  answer.transport = transport_.name();
+  auto decision = membership_.decide(routing_id, key, join);
+  answer.refusal = decision.refusal;
+  answer.error = decision.error;
+  if (decision.refusal == protocol::Refusal::kNone) {
+    for (const auto& old : decision.replaces) drop_consumer(old);
+    try {
+      // On one machine UCX reaches shared memory only without peer-failure detection; a
+      // consumer that dies there is noticed through its lease instead.
+      bool same_host = !join.host_id.empty() && join.host_id == host_id_;
+      bool detect_failure = !(same_host && ucx_shared_memory_allowed());
+      auto peer = transport_.connect(join.transport_address, detect_failure,
+                                      [this](transport::PeerId p, const std::string& error) {
+                                        events_.push(PeerFailed{p, error});
+                                      });
+      membership_.add({join.consumer_name, routing_id, join.session, key, peer, Clock::now()});
+      answer.ok = true;
+      log_->info("consumer '{}' joined", join.consumer_name);
+    } catch (const Error& e) {
+      answer.refusal = protocol::Refusal::kBadRequest;
+      answer.error = std::string("cannot reach the consumer's transport address: ") + e.what();
+    }
+  }
+  answer.latest_version = store_.newest_version();
+  stats_.update([&](ProducerStats& s) { s.consumers = membership_.size(); });
+  if (!answer.ok) log_->warn("refused a join: {}", answer.error);
+  reply(routing_id, answer);
+}
+
+void ProducerService::on_fetch(const std::string& routing_id, const protocol::FetchRequest& request) {
+  if (auto answer = fetches_.start(routing_id, membership_.find(routing_id), request, Clock::now())) {
+    reply(routing_id, *answer);
+  }
+}
+
+void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack& ack) {
+  auto* consumer = membership_.find(routing_id);
+  if (!consumer) return;
+  auto outcome = fetches_.on_ack(routing_id, ack, consumer->name, Clock::now());
+  if (!outcome.known) return;
+  stats_.update([&](ProducerStats& s) {
+    if (outcome.ok) {
+      s.deliveries++;
+      s.bytes_sent += outcome.delivery.bytes;
+    } else {
+      s.failed_deliveries++;
+    }
+  });
+  if (!outcome.ok) {
+    log_->warn("consumer '{}' rejected version {}: {}", consumer->name, ack.version, ack.error);
+    return;
+  }
+  if (options_.on_delivery) options_.on_delivery(outcome.delivery);
+}
+
+}  // namespace modelcast::producer

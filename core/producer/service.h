@@ -1,0 +1,139 @@
+// The producer's service thread: the one loop that reads requests, handles events and sends
+// every control message (replies, announcements, digests). It asks the stages (Membership,
+// FetchServer, SnapshotStore) what to do and sends what they return.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/event_queue.h"
+#include "core/model/manifest.h"
+#include "core/producer/control_plane.h"
+#include "core/producer/fetch_server.h"
+#include "core/producer/membership.h"
+#include "core/producer/snapshot_store.h"
+#include "modelcast/producer.h"
+#include "transports/transport.h"
+
+namespace spdlog {
+class logger;
+}
+
+namespace modelcast::producer {
+
+// Events for the service thread, from the trainer's thread, the digest thread and transfer
+// completions.
+// publish() has a slot and a version number and is about to copy: announce it now, so the
+// notification does not wait for the copy. Fetches for it wait until SnapshotTaken.
+struct SnapshotStarted {
+  std::uint64_t version;
+  std::int64_t step;
+  std::int64_t publish_time_ns;
+};
+struct SnapshotTaken {
+  std::size_t slot;
+  Manifest manifest;  // digests not yet filled in
+  std::chrono::steady_clock::time_point called_at;
+};
+struct SendDone {
+  std::string routing_id;
+  std::uint64_t fetch_id;
+  bool ok;
+  std::string error;
+};
+struct PeerFailed {
+  transport::PeerId peer;
+  std::string error;
+};
+struct DigestsReady {
+  std::size_t slot;
+  std::uint64_t version;
+  std::vector<std::uint64_t> digests;
+};
+struct Stop {};
+using Event = std::variant<SnapshotStarted, SnapshotTaken, SendDone, PeerFailed, DigestsReady, Stop>;
+
+// Counters the service thread updates and any thread reads.
+class StatsBox {
+ public:
+  template <typename Mutate>
+  void update(Mutate&& mutate) {
+    {
+      std::lock_guard lock(mutex_);
+      mutate(stats_);
+    }
+    changed_.notify_all();
+  }
+  ProducerStats snapshot() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+  bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return stats_.consumers >= count; });
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  mutable std::condition_variable changed_;
+  ProducerStats stats_;
+};
+
+class ProducerService {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Every reference must outlive the service.
+  ProducerService(const ProducerOptions& options, std::uint64_t incarnation, SnapshotStore& store,
+                  transport::Transport& transport, ControlPlane& control, StatsBox& stats,
+                  std::shared_ptr<spdlog::logger> log);
+
+  EventQueue<Event>& events() { return events_; }
+  // The service thread: returns after a Stop event.
+  void run();
+  // Set before the first publish: where new snapshots are hashed (DigestsReady comes back).
+  void set_digest_submit(std::function<void(std::size_t slot, std::uint64_t version)> submit) {
+    submit_digests_ = std::move(submit);
+  }
+
+ private:
+  void reply(const std::string& routing_id, const protocol::Message& message);
+  void announce();
+  void on_event(SnapshotStarted& e);
+  void on_event(SnapshotTaken& e);
+  void on_event(DigestsReady& e);
+  void on_event(SendDone& e);
+  void on_event(PeerFailed& e);
+  void on_event(Stop&) {}
+  void drop_consumer(const std::string& routing_id);
+  void drop_silent_consumers();
+  void expire_leases();
+  void on_request(std::vector<zmq::message_t>& parts);
+  void bad_message(const std::string& what);
+  void on_join(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join);
+  void on_fetch(const std::string& routing_id, const protocol::FetchRequest& request);
+  void on_ack(const std::string& routing_id, const protocol::Ack& ack);
+
+  const ProducerOptions& options_;
+  const std::uint64_t incarnation_;
+  const std::string host_id_;
+  SnapshotStore& store_;
+  transport::Transport& transport_;
+  ControlPlane& control_;
+  StatsBox& stats_;
+  std::shared_ptr<spdlog::logger> log_;
+  EventQueue<Event> events_;
+  Membership membership_;
+  FetchServer fetches_;
+  std::function<void(std::size_t, std::uint64_t)> submit_digests_;
+};
+
+}  // namespace modelcast::producer

@@ -1,0 +1,121 @@
+#include "core/producer/snapshot_store.h"
+
+#include <algorithm>
+
+#include "core/security/manifest_signature.h"
+
+namespace modelcast::producer {
+namespace {
+
+// Digest pins need no expiry within any run's lifetime.
+constexpr auto kPinDuration = std::chrono::hours(24 * 365);
+const std::string kDigestHolder = "(digest thread)";
+
+}  // namespace
+
+SnapshotStore::SnapshotStore(std::size_t slot_count) : pool_(slot_count), slots_(slot_count) {}
+
+void SnapshotStore::allocate(std::uint64_t bytes, transport::Transport& transport) {
+  std::lock_guard lock(mutex_);
+  for (auto& slot : slots_) {
+    slot.memory = HostBuffer(std::max<std::uint64_t>(bytes, 1));
+    slot.region = transport.register_memory(slot.memory.data(), slot.memory.size(), MemoryKind::kHost);
+  }
+}
+
+std::size_t SnapshotStore::reserve(Clock::duration lease_timeout) {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (auto slot = pool_.reserve_for_write(Clock::now())) return *slot;
+    slot_freed_.wait_until(lock, pool_.next_expiry().value_or(Clock::now() + lease_timeout));
+  }
+}
+
+void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin) {
+  std::lock_guard lock(mutex_);
+  Slot& s = slots_[slot];
+  std::uint64_t version = manifest.version;
+  s.manifest = std::move(manifest);
+  s.published_at = called_at;
+  s.signature.clear();
+  pool_.mark_published(slot, version);
+  s.digests_ready = !pin;
+  s.digest_lease = pin ? pool_.acquire_lease(version, kDigestHolder, Clock::now(), kPinDuration)->id : 0;
+}
+
+std::vector<std::byte> SnapshotStore::set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
+                                                  const security::ManifestSigner* signer) {
+  std::lock_guard lock(mutex_);
+  Slot& s = slots_[slot];
+  for (std::size_t i = 0; i < digests.size() && i < s.manifest.tensors.size(); ++i) {
+    s.manifest.tensors[i].digest = digests[i];
+  }
+  if (signer) s.signature = signer->sign(s.manifest);
+  s.digests_ready = true;
+  pool_.release_lease(s.digest_lease);
+  s.digest_lease = 0;
+  slot_freed_.notify_all();
+  return s.signature;
+}
+
+std::optional<SnapshotStore::Leased> SnapshotStore::lease(std::uint64_t version, const std::string& holder,
+                                                          Clock::time_point now, Clock::duration duration) {
+  std::lock_guard lock(mutex_);
+  auto lease = pool_.acquire_lease(version, holder, now, duration);
+  if (!lease) return std::nullopt;
+  const Slot& s = slots_[lease->slot];
+  Leased out{*lease, s.manifest, {}, !s.digests_ready, s.region.get()};
+  if (s.digests_ready) out.signature = s.signature;
+  return out;
+}
+
+void SnapshotStore::release(std::uint64_t lease_id) {
+  std::lock_guard lock(mutex_);
+  pool_.release_lease(lease_id);
+  slot_freed_.notify_all();
+}
+
+std::vector<SlotPool::Lease> SnapshotStore::take_expired(Clock::time_point now) {
+  std::lock_guard lock(mutex_);
+  auto expired = pool_.take_expired(now);
+  if (!expired.empty()) slot_freed_.notify_all();
+  return expired;
+}
+
+std::optional<SnapshotStore::Clock::time_point> SnapshotStore::next_expiry() const {
+  std::lock_guard lock(mutex_);
+  return pool_.next_expiry();
+}
+
+std::uint64_t SnapshotStore::newest_version() const {
+  std::lock_guard lock(mutex_);
+  return pool_.newest_version();
+}
+
+std::pair<std::int64_t, std::int64_t> SnapshotStore::newest_step_and_time() const {
+  std::lock_guard lock(mutex_);
+  auto slot = pool_.slot_of(pool_.newest_version());
+  if (!slot) return {0, 0};
+  return {slots_[*slot].manifest.step, slots_[*slot].manifest.publish_time_ns};
+}
+
+std::optional<SnapshotStore::Clock::duration> SnapshotStore::since_publish(std::uint64_t version,
+                                                                           Clock::time_point now) const {
+  std::lock_guard lock(mutex_);
+  auto slot = pool_.slot_of(version);
+  if (!slot) return std::nullopt;
+  return now - slots_[*slot].published_at;
+}
+
+std::size_t SnapshotStore::reader_leases() const {
+  std::lock_guard lock(mutex_);
+  auto pins = std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.digests_ready; });
+  return pool_.active_leases() - static_cast<std::size_t>(pins);
+}
+
+void SnapshotStore::clear() {
+  std::lock_guard lock(mutex_);
+  slots_.clear();
+}
+
+}  // namespace modelcast::producer

@@ -1,0 +1,96 @@
+// The producer's snapshot slots: memory registered once, which version each slot holds, who is
+// reading it (leases), and each published version's manifest and signature.
+//
+// Threads: the trainer's thread reserves a slot and copies into it; the service thread
+// publishes, leases and releases; the digest thread reads pinned slots. `mutex_` guards all
+// bookkeeping. Slot memory is written only while reserved, when no lease can reach it, and is
+// only read once published.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/host_buffer.h"
+#include "core/model/manifest.h"
+#include "core/producer/slot_pool.h"
+#include "transports/transport.h"
+
+namespace modelcast::security {
+class ManifestSigner;
+}
+
+namespace modelcast::producer {
+
+class SnapshotStore {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // A version leased for a fetch: what the reply carries and where the bytes are.
+  struct Leased {
+    SlotPool::Lease lease;
+    Manifest manifest;                  // digests filled in unless digests_pending
+    std::vector<std::byte> signature;   // empty when unsigned or digests_pending
+    bool digests_pending = false;
+    const transport::MemoryRegion* region = nullptr;
+  };
+
+  explicit SnapshotStore(std::size_t slot_count);
+
+  // Allocates and registers every slot for `bytes`; once, before the first reservation.
+  // Throws Error(kResource) or Error(kTransport).
+  void allocate(std::uint64_t bytes, transport::Transport& transport);
+
+  // Blocks until a slot may be written: every other slot may be held by readers, until an ack
+  // or a lease lapses (leases are bounded, so is this wait).
+  std::size_t reserve(Clock::duration lease_timeout);
+  std::byte* memory(std::size_t slot) { return slots_[slot].memory.data(); }
+
+  // The reserved slot now holds manifest.version, the newest. With `pin`, the digest thread
+  // holds it until set_digests.
+  void publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin);
+  // Fills in a pinned slot's digests (and signature, when `signer`), and unpins it. Returns the
+  // signature.
+  std::vector<std::byte> set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
+                                     const security::ManifestSigner* signer);
+
+  std::optional<Leased> lease(std::uint64_t version, const std::string& holder, Clock::time_point now,
+                              Clock::duration duration);
+  void release(std::uint64_t lease_id);
+  std::vector<SlotPool::Lease> take_expired(Clock::time_point now);
+  std::optional<Clock::time_point> next_expiry() const;
+
+  std::uint64_t newest_version() const;
+  // The newest version's step and publish time, for heartbeats (zeros before the first).
+  std::pair<std::int64_t, std::int64_t> newest_step_and_time() const;
+  // publish() call of `version` until `now`, if the version is still held.
+  std::optional<Clock::duration> since_publish(std::uint64_t version, Clock::time_point now) const;
+  std::size_t reader_leases() const;  // leases held by consumers (not digest pins)
+
+  // Drops the registrations; before the transport that made them goes.
+  void clear();
+
+ private:
+  struct Slot {
+    HostBuffer memory;
+    std::unique_ptr<transport::MemoryRegion> region;
+    Manifest manifest;
+    Clock::time_point published_at{};
+    bool digests_ready = true;
+    std::uint64_t digest_lease = 0;
+    std::vector<std::byte> signature;
+  };
+
+  mutable std::mutex mutex_;
+  std::condition_variable slot_freed_;
+  SlotPool pool_;           // guarded by mutex_
+  std::vector<Slot> slots_; // bookkeeping guarded by mutex_; memory as the file comment says
+};
+
+}  // namespace modelcast::producer

@@ -1,0 +1,20 @@
+#include "core/transfer/chunk_plan.h"
+
+#include <string>
+
+#include "modelcast/error.h"
+
+namespace modelcast::transfer {
+
+void check_plan(const ChunkPlan& plan) {
+  if (plan.chunk_bytes == 0) throw Error(ErrorCode::kProtocol, "fetch reply with a zero chunk size");
+  if (plan.chunk_bytes < std::min(plan.total_bytes, kMinChunkBytes)) {
+    throw Error(ErrorCode::kProtocol, "fetch reply with " + std::to_string(plan.chunk_bytes) +
+                                          "-byte chunks; at least " + std::to_string(kMinChunkBytes) + " expected");
+  }
+  if ((plan.total_bytes + plan.chunk_bytes - 1) / plan.chunk_bytes > kMaxChunks) {
+    throw Error(ErrorCode::kProtocol, "fetch reply splits the model into more chunks than a tag can number");
+  }
+}
+
+}  // namespace modelcast::transfer

@@ -1,0 +1,44 @@
+// How a snapshot is cut into transfers: one definition for the sender and the receiver.
+//
+// Chunk i of a fetch covers bytes [i * chunk_bytes, min((i + 1) * chunk_bytes, total)) and
+// travels with tag protocol::chunk_tag(fetch_id, i). The producer picks chunk_bytes and tells
+// the consumer in its FetchReply; the consumer refuses a plan it must not follow.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "core/wire/protocol.h"
+
+namespace modelcast::transfer {
+
+// Each chunk costs the receiver one posted receive and its bookkeeping: chunks this small or
+// smaller are refused (a hostile plan of 1-byte chunks would cost hundreds of bytes per byte).
+inline constexpr std::uint64_t kMinChunkBytes = 64u << 10;
+// The chunk index has kChunkBits bits of the tag.
+inline constexpr std::uint64_t kMaxChunks = std::uint64_t{1} << protocol::kChunkBits;
+
+struct ChunkPlan {
+  std::uint64_t total_bytes = 0;
+  std::uint64_t chunk_bytes = 0;
+
+  std::size_t count() const {
+    return chunk_bytes == 0 ? 0 : static_cast<std::size_t>((total_bytes + chunk_bytes - 1) / chunk_bytes);
+  }
+  std::uint64_t offset(std::size_t chunk) const { return chunk * chunk_bytes; }
+  std::uint64_t length(std::size_t chunk) const { return std::min(chunk_bytes, total_bytes - offset(chunk)); }
+  // Bytes [0, prefix_end(n)) are covered by chunks [0, n).
+  std::uint64_t prefix_end(std::size_t chunks) const { return std::min(chunks * chunk_bytes, total_bytes); }
+};
+
+// The producer's plan for a model: its chunk option, raised for models too large for the tag.
+inline ChunkPlan producer_plan(std::uint64_t total_bytes, std::uint64_t chunk_option) {
+  return {total_bytes, std::max(chunk_option, (total_bytes + kMaxChunks - 1) / kMaxChunks)};
+}
+
+// Throws Error(kProtocol) for a plan a receiver must not follow: zero or tiny chunks, or more
+// chunks than a tag can number.
+void check_plan(const ChunkPlan& plan);
+
+}  // namespace modelcast::transfer

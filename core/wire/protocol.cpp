@@ -1,0 +1,329 @@
+#include "core/wire/protocol.h"
+
+#include <cstring>
+#include <msgpack.hpp>
+
+#include "modelcast/error.h"
+
+namespace modelcast::protocol {
+namespace {
+
+enum class Type : std::uint8_t { kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing, kDigests };
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+// --- encoding: bodies are maps keyed by short field names ---------------------------------
+
+void pack_str(Packer& pk, const std::string& s) { pk.pack(s); }
+void pack_bin(Packer& pk, std::span<const std::byte> bytes) {
+  pk.pack_bin(static_cast<std::uint32_t>(bytes.size()));
+  pk.pack_bin_body(reinterpret_cast<const char*>(bytes.data()), static_cast<std::uint32_t>(bytes.size()));
+}
+
+void pack_tensor(Packer& pk, const TensorEntry& t) {
+  pk.pack_map(8);
+  pk.pack("name"); pack_str(pk, t.spec.name);
+  pk.pack("dtype"); pk.pack(static_cast<std::uint8_t>(t.spec.dtype));
+  pk.pack("shape"); pk.pack(t.spec.shape);
+  pk.pack("mem"); pk.pack(static_cast<std::uint8_t>(t.spec.memory));
+  pk.pack("dev"); pk.pack(t.spec.device);
+  pk.pack("off"); pk.pack(t.offset);
+  pk.pack("size"); pk.pack(t.size);
+  pk.pack("xxh3"); pk.pack(t.digest);
+}
+
+void pack_manifest(Packer& pk, const Manifest& m) {
+  pk.pack_map(9);
+  pk.pack("model"); pack_str(pk, m.model);
+  pk.pack("inc"); pk.pack(m.incarnation);
+  pk.pack("ver"); pk.pack(m.version);
+  pk.pack("step"); pk.pack(m.step);
+  pk.pack("t_pub"); pk.pack(m.publish_time_ns);
+  pk.pack("meta"); pk.pack(m.metadata);
+  pk.pack("integrity"); pk.pack(m.integrity);
+  pk.pack("total"); pk.pack(m.total_bytes);
+  pk.pack("tensors");
+  pk.pack_array(static_cast<std::uint32_t>(m.tensors.size()));
+  for (const auto& t : m.tensors) pack_tensor(pk, t);
+}
+
+struct BodyPacker {
+  Packer& pk;
+  void operator()(const Announce& m) const {
+    pk.pack_map(4);
+    pk.pack("inc"); pk.pack(m.incarnation);
+    pk.pack("ver"); pk.pack(m.version);
+    pk.pack("step"); pk.pack(m.step);
+    pk.pack("t_pub"); pk.pack(m.publish_time_ns);
+  }
+  void operator()(const JoinRequest& m) const {
+    pk.pack_map(5);
+    pk.pack("model"); pack_str(pk, m.model);
+    pk.pack("name"); pack_str(pk, m.consumer_name);
+    pk.pack("addr"); pack_bin(pk, m.transport_address);
+    pk.pack("host"); pack_str(pk, m.host_id);
+    pk.pack("session"); pk.pack(m.session);
+  }
+  void operator()(const JoinReply& m) const {
+    pk.pack_map(7);
+    pk.pack("ok"); pk.pack(m.ok);
+    pk.pack("why"); pk.pack(static_cast<std::uint8_t>(m.refusal));
+    pk.pack("err"); pack_str(pk, m.error);
+    pk.pack("inc"); pk.pack(m.incarnation);
+    pk.pack("pub"); pack_str(pk, m.announce_endpoint);
+    pk.pack("latest"); pk.pack(m.latest_version);
+    pk.pack("transport"); pack_str(pk, m.transport);
+  }
+  void operator()(const FetchRequest& m) const {
+    pk.pack_map(3);
+    pk.pack("inc"); pk.pack(m.incarnation);
+    pk.pack("ver"); pk.pack(m.version);
+    pk.pack("fetch"); pk.pack(m.fetch_id);
+  }
+  void operator()(const FetchReply& m) const {
+    pk.pack_map(8);
+    pk.pack("ok"); pk.pack(m.ok);
+    pk.pack("why"); pk.pack(static_cast<std::uint8_t>(m.refusal));
+    pk.pack("err"); pack_str(pk, m.error);
+    pk.pack("fetch"); pk.pack(m.fetch_id);
+    pk.pack("chunk"); pk.pack(m.chunk_bytes);
+    pk.pack("pending"); pk.pack(m.digests_pending);
+    pk.pack("manifest"); pack_manifest(pk, m.manifest);
+    pk.pack("sig"); pack_bin(pk, m.signature);
+  }
+  void operator()(const Digests& m) const {
+    pk.pack_map(4);
+    pk.pack("fetch"); pk.pack(m.fetch_id);
+    pk.pack("ver"); pk.pack(m.version);
+    pk.pack("xxh3"); pk.pack(m.digests);
+    pk.pack("sig"); pack_bin(pk, m.signature);
+  }
+  void operator()(const Ping& m) const {
+    pk.pack_map(1);
+    pk.pack("inc"); pk.pack(m.incarnation);
+  }
+  void operator()(const Ack& m) const {
+    pk.pack_map(5);
+    pk.pack("inc"); pk.pack(m.incarnation);
+    pk.pack("ver"); pk.pack(m.version);
+    pk.pack("fetch"); pk.pack(m.fetch_id);
+    pk.pack("ok"); pk.pack(m.ok);
+    pk.pack("err"); pack_str(pk, m.error);
+  }
+};
+
+// --- decoding: every access checked, every failure named ----------------------------------
+
+[[noreturn]] void fail(const std::string& what) { throw Error(ErrorCode::kProtocol, what); }
+
+class Fields {
+ public:
+  Fields(const msgpack::object& object, const char* context) : context_(context) {
+    if (object.type != msgpack::type::MAP) fail(std::string(context) + ": body is not a map");
+    map_ = object.via.map;
+  }
+
+  const msgpack::object& at(const char* key) const {
+    for (std::uint32_t i = 0; i < map_.size; ++i) {
+      const auto& kv = map_.ptr[i];
+      if (kv.key.type == msgpack::type::STR && kv.key.via.str.size == std::strlen(key) &&
+          std::memcmp(kv.key.via.str.ptr, key, kv.key.via.str.size) == 0) {
+        return kv.val;
+      }
+    }
+    fail(std::string(context_) + ": missing field '" + key + "'");
+  }
+
+  template <typename T>
+  T get(const char* key) const {
+    const auto& value = at(key);
+    try {
+      return value.as<T>();
+    } catch (const std::exception&) {
+      fail(std::string(context_) + ": field '" + key + "' has the wrong type");
+    }
+  }
+
+  std::vector<std::byte> bin(const char* key) const {
+    const auto& value = at(key);
+    if (value.type != msgpack::type::BIN) fail(std::string(context_) + ": field '" + key + "' is not binary");
+    const auto* p = reinterpret_cast<const std::byte*>(value.via.bin.ptr);
+    return {p, p + value.via.bin.size};
+  }
+
+ private:
+  const char* context_;
+  msgpack::object_map map_{};
+};
+
+TensorEntry unpack_tensor(const msgpack::object& object) {
+  Fields f(object, "manifest tensor");
+  TensorEntry t;
+  t.spec.name = f.get<std::string>("name");
+  t.spec.dtype = static_cast<DType>(f.get<std::uint8_t>("dtype"));
+  t.spec.shape = f.get<std::vector<std::int64_t>>("shape");
+  auto memory = f.get<std::uint8_t>("mem");
+  if (memory > static_cast<std::uint8_t>(MemoryKind::kCuda)) fail("manifest tensor '" + t.spec.name + "': unknown memory kind");
+  t.spec.memory = static_cast<MemoryKind>(memory);
+  t.spec.device = f.get<int>("dev");
+  t.offset = f.get<std::uint64_t>("off");
+  t.size = f.get<std::uint64_t>("size");
+  t.digest = f.get<std::uint64_t>("xxh3");
+  return t;
+}
+
+Manifest unpack_manifest(const msgpack::object& object) {
+  Fields f(object, "manifest");
+  Manifest m;
+  m.model = f.get<std::string>("model");
+  m.incarnation = f.get<std::uint64_t>("inc");
+  m.version = f.get<std::uint64_t>("ver");
+  m.step = f.get<std::int64_t>("step");
+  m.publish_time_ns = f.get<std::int64_t>("t_pub");
+  m.metadata = f.get<std::map<std::string, std::string>>("meta");
+  m.integrity = f.get<bool>("integrity");
+  m.total_bytes = f.get<std::uint64_t>("total");
+  const auto& tensors = f.at("tensors");
+  if (tensors.type != msgpack::type::ARRAY) fail("manifest: field 'tensors' is not an array");
+  for (std::uint32_t i = 0; i < tensors.via.array.size; ++i) {
+    m.tensors.push_back(unpack_tensor(tensors.via.array.ptr[i]));
+  }
+  return m;
+}
+
+Refusal refusal(std::uint8_t code) {
+  if (code > static_cast<std::uint8_t>(Refusal::kNothingPublished)) fail("unknown refusal code " + std::to_string(code));
+  return static_cast<Refusal>(code);
+}
+
+Message unpack_body(Type type, const msgpack::object& body) {
+  switch (type) {
+    case Type::kAnnounce: {
+      Fields f(body, "announce");
+      return Announce{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::int64_t>("step"),
+                      f.get<std::int64_t>("t_pub")};
+    }
+    case Type::kJoinRequest: {
+      Fields f(body, "join request");
+      return JoinRequest{f.get<std::string>("model"), f.get<std::string>("name"), f.bin("addr"),
+                         f.get<std::string>("host"), f.get<std::uint64_t>("session")};
+    }
+    case Type::kJoinReply: {
+      Fields f(body, "join reply");
+      return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), f.get<std::string>("err"),
+                       f.get<std::uint64_t>("inc"), f.get<std::string>("pub"), f.get<std::uint64_t>("latest"),
+                       f.get<std::string>("transport")};
+    }
+    case Type::kFetchRequest: {
+      Fields f(body, "fetch request");
+      return FetchRequest{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch")};
+    }
+    case Type::kFetchReply: {
+      Fields f(body, "fetch reply");
+      FetchReply m;
+      m.ok = f.get<bool>("ok");
+      m.refusal = refusal(f.get<std::uint8_t>("why"));
+      m.error = f.get<std::string>("err");
+      m.fetch_id = f.get<std::uint64_t>("fetch");
+      m.chunk_bytes = f.get<std::uint64_t>("chunk");
+      m.digests_pending = f.get<bool>("pending");
+      m.manifest = unpack_manifest(f.at("manifest"));
+      m.signature = f.bin("sig");
+      return m;
+    }
+    case Type::kAck: {
+      Fields f(body, "ack");
+      return Ack{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
+                 f.get<bool>("ok"), f.get<std::string>("err")};
+    }
+    case Type::kDigests: {
+      Fields f(body, "digests");
+      return Digests{f.get<std::uint64_t>("fetch"), f.get<std::uint64_t>("ver"),
+                     f.get<std::vector<std::uint64_t>>("xxh3"), f.bin("sig")};
+    }
+    case Type::kPing: {
+      Fields f(body, "ping");
+      return Ping{f.get<std::uint64_t>("inc")};
+    }
+  }
+  fail("unknown message type " + std::to_string(static_cast<int>(type)));
+}
+
+}  // namespace
+
+std::vector<std::byte> encode(const Message& message) {
+  msgpack::sbuffer buffer;
+  Packer pk(&buffer);
+  pk.pack_array(4);
+  pk.pack(kMagic);
+  pk.pack(kVersion);
+  pk.pack(static_cast<std::uint8_t>(message.index() + 1));
+  std::visit(BodyPacker{pk}, message);
+  const auto* p = reinterpret_cast<const std::byte*>(buffer.data());
+  return {p, p + buffer.size()};
+}
+
+Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits) {
+  if (bytes.size() > limits.max_message_bytes) {
+    fail("message of " + std::to_string(bytes.size()) + " bytes exceeds the limit of " +
+         std::to_string(limits.max_message_bytes));
+  }
+  // msgpack-c reserves room for a container's declared size before reading its elements, so
+  // every size a peer declares is capped here; depth caps recursion.
+  msgpack::unpack_limit unpack_limit(limits.max_array, limits.max_map, limits.max_string, limits.max_binary,
+                                     0, limits.max_depth);
+  msgpack::object_handle handle;
+  try {
+    std::size_t offset = 0;
+    handle = msgpack::unpack(reinterpret_cast<const char*>(bytes.data()), bytes.size(), offset, nullptr, nullptr,
+                             unpack_limit);
+    if (offset != bytes.size()) fail("message has " + std::to_string(bytes.size() - offset) + " trailing bytes");
+  } catch (const msgpack::insufficient_bytes&) {
+    fail("truncated message (" + std::to_string(bytes.size()) + " bytes)");
+  } catch (const msgpack::size_overflow& e) {
+    fail(std::string("message declares a container or string beyond the decoding limits: ") + e.what());
+  } catch (const msgpack::unpack_error& e) {
+    fail(std::string("malformed message: ") + e.what());
+  } catch (const std::bad_alloc&) {
+    fail("message too large to decode (" + std::to_string(bytes.size()) + " bytes)");
+  }
+  const msgpack::object& root = handle.get();
+  if (root.type != msgpack::type::ARRAY || root.via.array.size != 4) fail("message is not a 4-element envelope");
+  const msgpack::object* items = root.via.array.ptr;
+  std::uint32_t magic = 0;
+  std::uint16_t version = 0;
+  std::uint8_t type = 0;
+  try {
+    magic = items[0].as<std::uint32_t>();
+    version = items[1].as<std::uint16_t>();
+    type = items[2].as<std::uint8_t>();
+  } catch (const std::exception&) {
+    fail("message envelope has the wrong types");
+  }
+  if (magic != kMagic) fail("not a modelcast message (bad magic)");
+  if (version != kVersion) {
+    fail("unsupported protocol version " + std::to_string(version) + " (this build speaks " +
+         std::to_string(kVersion) + ")");
+  }
+  if (type < 1 || type > static_cast<std::uint8_t>(Type::kDigests)) fail("unknown message type " + std::to_string(type));
+  try {
+    return unpack_body(static_cast<Type>(type), items[3]);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Conversions inside msgpack-c (a string into a map, say) throw their own types.
+    fail(std::string("malformed message body: ") + e.what());
+  }
+}
+
+std::vector<std::byte> manifest_signing_bytes(const Manifest& manifest) {
+  static constexpr std::string_view kDomain = "modelcast manifest signature v1";
+  msgpack::sbuffer buffer;
+  buffer.write(kDomain.data(), kDomain.size());
+  Packer pk(&buffer);
+  pack_manifest(pk, manifest);
+  const auto* p = reinterpret_cast<const std::byte*>(buffer.data());
+  return {p, p + buffer.size()};
+}
+
+}  // namespace modelcast::protocol

@@ -1,0 +1,162 @@
+// Control-plane messages and their msgpack encoding.
+//
+// Every message is a msgpack array [magic, protocol_version, type, body-map]. Decoding checks
+// all of it and throws Error(kProtocol) naming what was wrong; callers log and drop such
+// messages, so a bad peer can never change what a consumer serves. Decoding is bounded (see
+// DecodeLimits): no message, however it is crafted, makes the decoder allocate more than a
+// small multiple of its own size.
+//
+// Message order, one consumer and one version:
+//   consumer DEALER -> producer ROUTER  JoinRequest        (again after a refusal or a restart)
+//   producer ROUTER -> consumer DEALER  JoinReply          (announce endpoint, newest version)
+//   producer PUB    -> consumer SUB     Announce           (at publish() entry; heartbeats)
+//   consumer -> producer                FetchRequest       (the newest announced version)
+//   producer -> consumer                FetchReply         (manifest, signature if signed)
+//   producer -> consumer (data plane)   chunk i of the slot, tag chunk_tag(fetch_id, i)
+//   producer -> consumer                Digests            (only if the reply said pending)
+//   consumer -> producer                Ack                (installed or why not; ends the lease)
+//   consumer -> producer                Ping               (every second while joined)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/model/manifest.h"
+
+namespace modelcast::protocol {
+
+inline constexpr std::uint32_t kMagic = 0x4D435354;  // "MCST"
+inline constexpr std::uint16_t kVersion = 2;
+
+// Why a request was refused, so the other side can act on it without reading prose.
+enum class Refusal : std::uint8_t {
+  kNone = 0,
+  kWrongModel = 1,       // the producer serves another model
+  kBadRequest = 2,       // empty name, unusable transport address, ...
+  kFull = 3,             // the producer has as many consumers as it takes
+  kNotJoined = 4,        // join (again) before fetching
+  kStaleIncarnation = 5, // the producer restarted since the join: join again
+  kBusy = 6,             // this consumer already has a fetch in flight
+  kNotHeld = 7,          // the version asked for is gone or superseded; ask for the newest
+  kNothingPublished = 8,
+};
+
+// Upper bounds on what decode() accepts. Defaults fit a manifest of 65,536 tensors; messages
+// larger than max_message_bytes are refused before msgpack sees them.
+struct DecodeLimits {
+  std::size_t max_message_bytes = std::size_t{64} << 20;
+  std::size_t max_array = std::size_t{1} << 17;   // elements of any one array
+  std::size_t max_map = std::size_t{1} << 12;     // entries of any one map (metadata)
+  std::size_t max_string = std::size_t{1} << 20;  // bytes of any one string
+  std::size_t max_binary = std::size_t{1} << 16;  // bytes of any one binary (addresses, signatures)
+  std::size_t max_depth = 8;
+};
+
+// PUB -> SUB, topic frame = model name. Sent at each publish and as a periodic heartbeat;
+// `version` is the newest published (0 before the first).
+struct Announce {
+  std::uint64_t incarnation = 0;
+  std::uint64_t version = 0;
+  std::int64_t step = 0;
+  std::int64_t publish_time_ns = 0;  // CLOCK_REALTIME of the publish() call (0 in heartbeats before any)
+};
+
+// DEALER -> ROUTER: a consumer introduces itself and its transport address.
+struct JoinRequest {
+  std::string model;
+  std::string consumer_name;
+  std::vector<std::byte> transport_address;
+  std::string host_id;  // the kernel's boot id: equal on one machine, network namespaces included
+  // Random per Consumer object: a join from a new connection with the same session (and key)
+  // is the same consumer reconnecting and replaces its old record; any other join never does.
+  std::uint64_t session = 0;
+};
+
+struct JoinReply {
+  bool ok = false;
+  Refusal refusal = Refusal::kNone;
+  std::string error;
+  std::uint64_t incarnation = 0;
+  std::string announce_endpoint;
+  std::uint64_t latest_version = 0;
+  std::string transport;  // the producer's transport name; the consumer must speak it
+};
+
+// Ask for a version (0 = newest). The producer leases the slot and starts sending chunk i with
+// tag (fetch_id << kChunkBits) | i.
+struct FetchRequest {
+  std::uint64_t incarnation = 0;  // the producer the consumer joined; a stale one is refused
+  std::uint64_t version = 0;
+  std::uint64_t fetch_id = 0;
+};
+
+struct FetchReply {
+  bool ok = false;
+  Refusal refusal = Refusal::kNone;
+  std::string error;
+  std::uint64_t fetch_id = 0;
+  std::uint64_t chunk_bytes = 0;
+  bool digests_pending = false;  // the manifest's digests follow in a Digests message
+  Manifest manifest;
+  // Ed25519 signature of manifest_signing_bytes(manifest) by the producer's key; empty when the
+  // producer signs nothing or the digests (and so the signature) follow in a Digests message.
+  std::vector<std::byte> signature;
+};
+
+// Producer -> consumer: the digests of a fetch answered before they were computed (the producer
+// hashes a snapshot while it is already being sent).
+struct Digests {
+  std::uint64_t fetch_id = 0;
+  std::uint64_t version = 0;
+  std::vector<std::uint64_t> digests;  // one per manifest tensor, in manifest order
+  std::vector<std::byte> signature;    // of the manifest with these digests, when signing
+};
+
+// Consumer -> producer after a fetch ends: releases the lease; `ok` = installed.
+struct Ack {
+  std::uint64_t incarnation = 0;
+  std::uint64_t version = 0;
+  std::uint64_t fetch_id = 0;
+  bool ok = false;
+  std::string error;
+};
+
+// Consumer -> producer, periodically: "still here". A consumer silent for long is dropped.
+struct Ping {
+  std::uint64_t incarnation = 0;
+};
+
+using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping, Digests>;
+
+inline constexpr unsigned kChunkBits = 20;
+inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {
+  return (fetch_id << kChunkBits) | chunk;
+}
+
+// What each channel accepts: requests to the producer are small (a join's address is the
+// largest part); announcements are a few dozen bytes; replies carry manifests (the defaults).
+inline const DecodeLimits kRequestLimits = [] {
+  DecodeLimits limits;
+  limits.max_message_bytes = 256u << 10;
+  return limits;
+}();
+inline const DecodeLimits kAnnounceLimits = [] {
+  DecodeLimits limits;
+  limits.max_message_bytes = 4096;
+  return limits;
+}();
+
+std::vector<std::byte> encode(const Message& message);
+// Throws Error(kProtocol) for anything but a well-formed message of this protocol version
+// within `limits`; never throws anything else and never allocates beyond the limits.
+Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits = {});
+
+// The bytes a producer signs and a consumer verifies: a fixed domain prefix and the manifest's
+// canonical encoding (every field, digests included, in one fixed order).
+std::vector<std::byte> manifest_signing_bytes(const Manifest& manifest);
+
+}  // namespace modelcast::protocol

@@ -1,0 +1,82 @@
+#include "core/wire/zmq_channel.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "modelcast/error.h"
+
+namespace modelcast::wire {
+
+std::string bind_spelling(const std::string& endpoint) {
+  if (endpoint.rfind("tcp://", 0) == 0 && endpoint.size() > 2 && endpoint.ends_with(":0")) {
+    return endpoint.substr(0, endpoint.size() - 1) + "*";
+  }
+  return endpoint;
+}
+
+std::string announce_bind_endpoint(const std::string& control_endpoint) {
+  if (control_endpoint.rfind("tcp://", 0) == 0) {
+    auto colon = control_endpoint.rfind(':');
+    if (colon == std::string::npos || colon < 6) {
+      throw Error(ErrorCode::kInvalidArgument, "control endpoint '" + control_endpoint + "' has no port");
+    }
+    return control_endpoint.substr(0, colon) + ":*";
+  }
+  if (control_endpoint.rfind("ipc://", 0) == 0) return control_endpoint + ".pub";
+  throw Error(ErrorCode::kInvalidArgument,
+              "control endpoint '" + control_endpoint + "' must start with tcp:// or ipc://");
+}
+
+bool is_local_endpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0) return true;
+  if (endpoint.rfind("tcp://", 0) != 0) return false;
+  std::string host = endpoint.substr(6, endpoint.rfind(':') - 6);
+  return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]";
+}
+
+void check_ipc_endpoint_free(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) != 0) return;
+  std::string path = endpoint.substr(6);
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof address.sun_path || path[0] == '@') return;  // abstract: the kernel refuses
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size());
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  bool live = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  if (live) {
+    throw Error(ErrorCode::kTransport, "'" + endpoint + "' is in use by another process (a producer already serves there)");
+  }
+}
+
+std::string bound_endpoint(zmq::socket_t& socket) { return socket.get(zmq::sockopt::last_endpoint); }
+
+void send(zmq::socket_t& socket, const protocol::Message& message, const std::string* first_frame) {
+  auto bytes = protocol::encode(message);
+  if (first_frame) {
+    socket.send(zmq::buffer(*first_frame), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+  }
+  socket.send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait);
+}
+
+std::optional<std::vector<zmq::message_t>> receive(zmq::socket_t& socket) {
+  std::vector<zmq::message_t> parts;
+  zmq::message_t part;
+  if (!socket.recv(part, zmq::recv_flags::dontwait)) return std::nullopt;
+  bool more = part.more();
+  parts.push_back(std::move(part));
+  while (more) {
+    zmq::message_t next;
+    (void)socket.recv(next, zmq::recv_flags::none);  // the rest of a multipart arrives atomically
+    more = next.more();
+    parts.push_back(std::move(next));
+  }
+  return parts;
+}
+
+}  // namespace modelcast::wire

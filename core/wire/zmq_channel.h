@@ -1,0 +1,40 @@
+// Small helpers around cppzmq for the control plane.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "core/wire/protocol.h"
+
+namespace modelcast::wire {
+
+// "tcp://HOST:0" -> "tcp://HOST:*" (ZeroMQ's spelling of "pick a free port"); others unchanged.
+std::string bind_spelling(const std::string& endpoint);
+
+// The PUB endpoint to bind next to a bound control endpoint: same host, any port for tcp;
+// PATH.pub for ipc. Throws Error(kInvalidArgument) for other schemes.
+std::string announce_bind_endpoint(const std::string& control_endpoint);
+
+// True for ipc:// and for tcp:// on a loopback host (127.0.0.0/8, localhost, [::1]): the
+// endpoints where a plaintext control plane reaches only this machine.
+bool is_local_endpoint(const std::string& endpoint);
+
+// ZeroMQ unlinks an existing ipc:// socket file when binding, silently taking a live
+// producer's endpoint. Throws Error(kTransport) if `endpoint` is ipc:// and a process is
+// listening there; a stale file left by a dead process is fine.
+void check_ipc_endpoint_free(const std::string& endpoint);
+
+// Endpoint as bound (ZMQ_LAST_ENDPOINT), with the port ZeroMQ picked.
+std::string bound_endpoint(zmq::socket_t& socket);
+
+// Sends one protocol message as a single frame, optionally after a routing-id frame (ROUTER)
+// or a topic frame (PUB). Never blocks: a peer that cannot take it drops it (ZeroMQ semantics).
+void send(zmq::socket_t& socket, const protocol::Message& message, const std::string* first_frame = nullptr);
+
+// Receives one multipart message without blocking; std::nullopt if none is waiting.
+std::optional<std::vector<zmq::message_t>> receive(zmq::socket_t& socket);
+
+}  // namespace modelcast::wire

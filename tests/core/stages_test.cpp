@@ -1,0 +1,311 @@
+// The producer's and consumer's stages in one process over the loopback transport, without
+// UCX or ZeroMQ: a version goes from a snapshot slot through FetchServer and FetchClient into
+// the VersionStore, and each stage's decisions are checked on their own.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+
+#include "common/digest.h"
+#include "core/consumer/fetch_client.h"
+#include "core/consumer/verifier.h"
+#include "core/consumer/version_store.h"
+#include "core/producer/fetch_server.h"
+#include "core/producer/membership.h"
+#include "core/producer/snapshot_store.h"
+#include "modelcast/error.h"
+#include "test_model.h"
+#include "transports/loopback/loopback_transport.h"
+
+namespace modelcast {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Completions arrive on the transports' threads; the test's "service loop" takes them here.
+template <typename T>
+class Mailbox {
+ public:
+  void push(T item) {
+    {
+      std::lock_guard lock(mutex_);
+      items_.push_back(std::move(item));
+    }
+    cv_.notify_all();
+  }
+  std::optional<T> pop(std::chrono::milliseconds timeout = 10s) {
+    std::unique_lock lock(mutex_);
+    if (!cv_.wait_for(lock, timeout, [&] { return !items_.empty(); })) return std::nullopt;
+    T item = std::move(items_.front());
+    items_.pop_front();
+    return item;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<T> items_;
+};
+
+constexpr std::uint64_t kIncarnation = 7;
+
+// A producer's side: slots holding the test model, a fetch server, one joined consumer.
+struct ProducerSide {
+  explicit ProducerSide(std::shared_ptr<transport::Transport> consumer_transport)
+      : model(testmodel::make(1024)), transport(transport::make_loopback_transport()), store(3) {
+    std::vector<TensorSpec> specs;
+    for (auto& t : model) specs.push_back(t.spec);
+    layout.model = "test";
+    layout.incarnation = kIncarnation;
+    layout.tensors = plan_layout(specs, &layout.total_bytes);
+    store.allocate(layout.total_bytes, *transport);
+    server = std::make_unique<producer::FetchServer>(
+        store, *transport, kIncarnation, 10s,
+        [this](const std::string&, std::uint64_t, const transport::TransferResult& r) { sends.push(r.ok); });
+    server->set_chunk_option(64u << 10);  // several chunks for a 1 MiB model
+    consumer.routing_id = "consumer-1";
+    consumer.name = "c";
+    consumer.peer = transport->connect(consumer_transport->address(), false, nullptr);
+  }
+
+  // Publishes `version` (bytes of testmodel seed 1), digests and all, as the service loop would.
+  void publish(std::uint64_t version) {
+    auto slot = store.reserve(10s);
+    testmodel::fill(model, 1, version);
+    Manifest manifest = layout;
+    manifest.version = version;
+    std::vector<std::uint64_t> digests;
+    for (std::size_t i = 0; i < model.size(); ++i) {
+      std::memcpy(store.memory(slot) + manifest.tensors[i].offset, model[i].words.data(), manifest.tensors[i].size);
+      digests.push_back(digest_bytes(store.memory(slot) + manifest.tensors[i].offset, manifest.tensors[i].size));
+    }
+    store.publish(slot, manifest, Clock::now(), /*pin=*/true);
+    store.set_digests(slot, digests, nullptr);
+  }
+
+  std::vector<testmodel::Tensor> model;
+  std::unique_ptr<transport::Transport> transport;
+  producer::SnapshotStore store;
+  Manifest layout;
+  std::unique_ptr<producer::FetchServer> server;
+  producer::ConsumerRecord consumer;
+  Mailbox<bool> sends;
+};
+
+struct ConsumerSide {
+  ConsumerSide()
+      : transport(transport::make_loopback_transport()),
+        store(3, {}, transport),
+        client([this](const consumer::ChunkDone& done) { chunks.push(done); }) {
+    policy.model = "test";
+  }
+  std::shared_ptr<transport::Transport> transport;
+  consumer::VersionStore store;
+  Mailbox<consumer::ChunkDone> chunks;
+  consumer::FetchClient client;
+  consumer::VerifierPolicy policy;
+
+  // Runs the fetch to its end as the consumer's loop would; returns the finished fetch.
+  consumer::FinishedFetch run(const protocol::FetchReply& reply) {
+    consumer::check_reply(policy, reply);
+    auto finished = client.accept(reply, store.take_buffer(reply.manifest.total_bytes), Clock::now());
+    while (!finished) {
+      auto chunk = chunks.pop();
+      if (!chunk) throw std::runtime_error("a chunk never arrived");
+      finished = client.on_chunk(*chunk);
+    }
+    return std::move(*finished);
+  }
+};
+
+TEST(Stages, AVersionGoesFromASlotToAnInstalledViewBitExact) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  auto request = c.client.begin(kIncarnation, 1, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok) << (reply ? reply->error : "parked");
+  EXPECT_FALSE(reply->digests_pending);
+  EXPECT_EQ(reply->chunk_bytes, 64u << 10);
+  EXPECT_EQ(p.store.reader_leases(), 1u);
+
+  auto done = c.run(*reply);
+  ASSERT_EQ(done.failure, "");
+  EXPECT_NO_THROW(consumer::check_digests(done.manifest, done.received));
+  auto installed = std::make_shared<detail::InstalledVersion>();
+  installed->manifest = done.manifest;
+  installed->buffer = done.buffer;
+  c.store.install(installed);
+  auto view = c.store.acquire();
+  ASSERT_TRUE(view);
+  EXPECT_EQ(view.version(), 1u);
+  EXPECT_EQ(testmodel::check(view, 1), "");
+
+  auto ack = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now());
+  EXPECT_TRUE(ack.known && ack.ok);
+  EXPECT_EQ(ack.delivery.bytes, p.layout.total_bytes);
+  EXPECT_EQ(p.store.reader_leases(), 0u);
+}
+
+TEST(Stages, ACorruptByteIsCaughtByTheDigestsNamingTheTensor) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  auto request = c.client.begin(kIncarnation, 1, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok);
+  // A byte changes on the way (what a bad link or a stray write would do): the digests of
+  // what arrived no longer match the producer's.
+  auto& t3 = reply->manifest.tensors[3];
+  auto done = [&] {
+    auto finished = c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), Clock::now());
+    while (!finished) finished = c.client.on_chunk(*c.chunks.pop());
+    return std::move(*finished);
+  }();
+  done.buffer->memory[t3.offset + 5] ^= std::byte{0x40};
+  std::vector<std::uint64_t> recomputed;
+  for (const auto& t : done.manifest.tensors) recomputed.push_back(digest_bytes(done.buffer->memory.data() + t.offset, t.size));
+  try {
+    consumer::check_digests(done.manifest, recomputed);
+    FAIL() << "a corrupt tensor passed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIntegrity);
+    EXPECT_NE(std::string(e.what()).find("tensor 't3' of version 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Stages, FetchServerRefusesBusySupersededAndStaleRequestsAndParksTheUpcomingVersion) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  auto first = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 1}, Clock::now());
+  ASSERT_TRUE(first && first->ok);
+  auto busy = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 2}, Clock::now());
+  EXPECT_EQ(busy->refusal, protocol::Refusal::kBusy);
+  auto stale = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation + 1, 1, 3}, Clock::now());
+  EXPECT_EQ(stale->refusal, protocol::Refusal::kStaleIncarnation);
+  auto stranger = p.server->start("stranger", nullptr, {kIncarnation, 1, 4}, Clock::now());
+  EXPECT_EQ(stranger->refusal, protocol::Refusal::kNotJoined);
+  p.server->drop(p.consumer.routing_id);  // the consumer left: its lease ends with it
+  EXPECT_EQ(p.store.reader_leases(), 0u);
+
+  p.publish(2);
+  auto superseded = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 5}, Clock::now());
+  EXPECT_EQ(superseded->refusal, protocol::Refusal::kNotHeld);
+  // Announced and still being copied: the request waits, and is handed back once published.
+  p.server->expect(3);
+  EXPECT_FALSE(p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 3, 6}, Clock::now()));
+  EXPECT_FALSE(p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 3, 7}, Clock::now()));
+  p.publish(3);
+  auto parked = p.server->published(3);
+  ASSERT_EQ(parked.size(), 1u);  // one per connection, the newest
+  EXPECT_EQ(parked[0].second.fetch_id, 7u);
+}
+
+TEST(Stages, AnExpiredLeaseAbandonsItsFetchAndFreesTheSlot) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  auto now = Clock::now();
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 1}, now);
+  ASSERT_TRUE(reply && reply->ok);
+  auto expired = p.store.take_expired(now + 11s);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].holder, p.consumer.routing_id);
+  p.server->expired(expired[0]);
+  EXPECT_EQ(p.store.reader_leases(), 0u);
+  auto late = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, 1, true, ""}, "c", now + 12s);
+  EXPECT_FALSE(late.known);
+  // With the fetch gone, the consumer may ask again.
+  auto again = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 2}, now + 12s);
+  EXPECT_TRUE(again && again->ok);
+}
+
+TEST(Stages, MembershipAdmitsByConnectionNeverByName) {
+  producer::Membership members("m", 2);
+  auto join = [](std::string name, std::uint64_t session) {
+    return protocol::JoinRequest{"m", std::move(name), {}, "host", session};
+  };
+  EXPECT_EQ(members.decide("a", "", {"other", "x", {}, "h", 1}).refusal, protocol::Refusal::kWrongModel);
+  EXPECT_EQ(members.decide("a", "", join("", 1)).refusal, protocol::Refusal::kBadRequest);
+  members.add({"shared-name", "a", 11, "", 1, Clock::now()});
+  auto same_name = members.decide("b", "", join("shared-name", 22));
+  EXPECT_EQ(same_name.refusal, protocol::Refusal::kNone);
+  EXPECT_TRUE(same_name.replaces.empty());
+  members.add({"shared-name", "b", 22, "", 2, Clock::now()});
+  EXPECT_EQ(members.decide("c", "", join("third", 33)).refusal, protocol::Refusal::kFull);
+  // The same consumer object on a new connection (its session) replaces its own record, even
+  // when full; with another key it does not.
+  auto reconnect = members.decide("c", "", join("shared-name", 11));
+  EXPECT_EQ(reconnect.refusal, protocol::Refusal::kNone);
+  EXPECT_EQ(reconnect.replaces, std::vector<std::string>{"a"});
+  EXPECT_EQ(members.decide("c", "other-key", join("shared-name", 11)).refusal, protocol::Refusal::kFull);
+  auto now = Clock::now();
+  members.find("a")->last_seen = now - 20s;
+  EXPECT_EQ(members.silent(now, 5s), std::vector<std::string>{"a"});
+  EXPECT_EQ(members.find_peer(2), std::optional<std::string>("b"));
+}
+
+TEST(Stages, VerifierRefusesPlansAndReplaysBeforeAnythingIsAllocated) {
+  protocol::FetchReply reply;
+  reply.ok = true;
+  reply.manifest.model = "test";
+  reply.manifest.tensors = plan_layout({{"w", DType::kF32, {1 << 20}}}, &reply.manifest.total_bytes);
+  reply.chunk_bytes = 1;
+  consumer::VerifierPolicy policy;
+  policy.model = "test";
+  EXPECT_THROW(consumer::check_reply(policy, reply), Error);
+  reply.chunk_bytes = 64u << 10;
+  EXPECT_NO_THROW(consumer::check_reply(policy, reply));
+  policy.model = "other";
+  EXPECT_THROW(consumer::check_reply(policy, reply), Error);
+
+  Manifest installed, replayed;
+  installed.incarnation = 1;
+  installed.publish_time_ns = 2000;
+  replayed.incarnation = 2;
+  replayed.publish_time_ns = 1000;
+  EXPECT_THROW(consumer::check_not_a_replay(&installed, replayed), Error);
+  replayed.publish_time_ns = 3000;
+  EXPECT_NO_THROW(consumer::check_not_a_replay(&installed, replayed));
+  EXPECT_NO_THROW(consumer::check_not_a_replay(nullptr, replayed));
+}
+
+TEST(LoopbackTransport, MatchesByTagInEitherOrderAndCancelsReceives) {
+  auto a = transport::make_loopback_transport();
+  auto b = transport::make_loopback_transport();
+  std::vector<std::byte> source(100), early(100), late(100), never(100);
+  for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>(i * 7);
+  auto src = a->register_memory(source.data(), source.size(), MemoryKind::kHost);
+  auto early_region = b->register_memory(early.data(), early.size(), MemoryKind::kHost);
+  auto late_region = b->register_memory(late.data(), late.size(), MemoryKind::kHost);
+  auto never_region = b->register_memory(never.data(), never.size(), MemoryKind::kHost);
+  auto peer = a->connect(b->address(), false, nullptr);
+  Mailbox<std::pair<std::string, bool>> done;
+  auto note = [&](std::string what) { return [&done, what](const transport::TransferResult& r) { done.push({what, r.ok}); }; };
+  b->post_recv(*early_region, 0, 100, 1, note("recv 1"));  // receive first
+  a->post_send(peer, *src, 0, 100, 1, note("send 1"));
+  a->post_send(peer, *src, 10, 50, 2, note("send 2"));      // send first: waits as unexpected
+  b->post_recv(*late_region, 0, 100, 2, note("recv 2"));
+  auto cancelled = b->post_recv(*never_region, 0, 100, 3, note("recv 3"));
+  b->cancel(cancelled);
+  std::map<std::string, bool> results;
+  for (int i = 0; i < 5; ++i) {
+    auto r = done.pop();
+    ASSERT_TRUE(r);
+    results[r->first] = r->second;
+  }
+  EXPECT_TRUE(results["recv 1"] && results["send 1"] && results["recv 2"] && results["send 2"]);
+  EXPECT_FALSE(results["recv 3"]);
+  EXPECT_EQ(early, source);
+  EXPECT_EQ(std::memcmp(late.data(), source.data() + 10, 50), 0);
+  EXPECT_THROW(a->register_memory(source.data(), 1, MemoryKind::kCuda), Error);
+  EXPECT_THROW(a->connect(std::vector<std::byte>(3), false, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace modelcast
