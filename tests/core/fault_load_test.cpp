@@ -23,7 +23,7 @@
 
 #include <zmq.hpp>
 
-#include "core/protocol.h"
+#include "core/wire/protocol.h"
 #include "exchange_fixture.h"
 #include "modelcast/keys.h"
 #include "transports/ucx/ucx_transport.h"
