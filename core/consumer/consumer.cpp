@@ -14,12 +14,8 @@
 // `mutex_` guards the stats.
 #include "modelcast/consumer.h"
 
-#include <sys/sysinfo.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <mutex>
-#include <random>
 #include <set>
 #include <thread>
 #include <variant>
@@ -29,6 +25,7 @@
 #include "common/event_queue.h"
 #include "common/host_identity.h"
 #include "common/log.h"
+#include "core/consumer/consumer_options.h"
 #include "core/consumer/fetch_client.h"
 #include "core/consumer/producer_link.h"
 #include "core/consumer/verifier.h"
@@ -43,53 +40,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using consumer::ChunkDone;
 
-std::string default_consumer_name() {
-  char host[256] = {};
-  gethostname(host, sizeof host - 1);
-  return std::string(host) + ":" + std::to_string(getpid());
-}
-
 std::int64_t realtime_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-std::uint64_t random_session() {
-  std::random_device device;
-  return (std::uint64_t{device()} << 32) ^ device();
-}
-
-// The largest model this consumer will allocate for: what it can hold at all (its caller
-// buffers, or half the machine's memory, since two versions must fit at once), narrowed by the
-// caller's own cap.
-std::uint64_t model_size_cap(const ConsumerOptions& options) {
-  std::uint64_t cap = 0;
-  if (!options.caller_buffers.empty()) {
-    for (auto buffer : options.caller_buffers) cap = std::max<std::uint64_t>(cap, buffer.size());
-  } else {
-    struct sysinfo info {};
-    cap = sysinfo(&info) == 0 ? std::uint64_t{info.totalram} * info.mem_unit / 2 : std::uint64_t{1} << 40;
-  }
-  if (options.max_model_bytes != 0) cap = std::min<std::uint64_t>(cap, options.max_model_bytes);
-  return cap;
-}
-
-ConsumerOptions checked(ConsumerOptions options) {
-  if (options.producer_endpoint.empty()) throw Error(ErrorCode::kInvalidArgument, "producer_endpoint is empty");
-  if (options.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
-  if (options.consumer_name.empty()) options.consumer_name = default_consumer_name();
-  if (options.caller_buffers.empty() && options.buffers < 2) {
-    throw Error(ErrorCode::kInvalidArgument, "buffers must be >= 2, got " + std::to_string(options.buffers));
-  }
-  if (!options.caller_buffers.empty() && options.caller_buffers.size() < 2) {
-    throw Error(ErrorCode::kInvalidArgument,
-                "caller_buffers needs >= 2 buffers, got " + std::to_string(options.caller_buffers.size()));
-  }
-  for (const auto& spec : options.expected_layout) {
-    if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
-  }
-  if (options.transfer_timeout.count() <= 0) throw Error(ErrorCode::kInvalidArgument, "transfer_timeout must be positive");
-  return options;
 }
 
 struct Stop {};
@@ -100,13 +53,13 @@ using Event = std::variant<ChunkDone, Stop>;
 class Consumer::Impl {
  public:
   explicit Impl(ConsumerOptions options)
-      : options_(checked(std::move(options))),
+      : options_(consumer::checked(std::move(options))),
         log_(log::get("consumer")),
         link_(options_),
         store_(options_.buffers, options_.caller_buffers, transport::make_ucx_transport()),
         fetch_([events = events_](const ChunkDone& done) { events->push(done); }) {
     policy_.model = options_.model_name;
-    policy_.limits.max_total_bytes = model_size_cap(options_);
+    policy_.limits.max_total_bytes = consumer::model_size_cap(options_);
     policy_.expected_layout = options_.expected_layout;
     policy_.producer = link_.pinned_key();
     service_ = std::thread([this] { service_loop(); });
@@ -380,12 +333,9 @@ class Consumer::Impl {
       return;
     }
     try {
-      if (done->manifest.integrity) consumer::check_digests(done->manifest, done->received);
-      if (policy_.producer) {
-        consumer::check_signature(*policy_.producer, done->manifest, done->signature);
-        auto current = store_.current();
-        consumer::check_not_a_replay(current ? &current->manifest : nullptr, done->manifest);
-      }
+      auto current = store_.current();
+      consumer::check_arrived(policy_, done->manifest, done->received, done->signature,
+                              current ? &current->manifest : nullptr);
     } catch (const Error& e) {
       return reject(done->manifest, done->fetch_id, e);
     }
@@ -451,7 +401,7 @@ class Consumer::Impl {
   std::set<std::uint64_t> rejected_;   // service thread only
   std::uint64_t newest_announced_ = 0;
   Clock::time_point retry_fetch_after_{};
-  const std::uint64_t session_ = random_session();
+  const std::uint64_t session_ = consumer::random_session();
   std::thread service_;
 };
 

@@ -42,6 +42,14 @@ void check_not_a_replay(const Manifest* installed, const Manifest& incoming) {
   }
 }
 
+void check_arrived(const VerifierPolicy& policy, const Manifest& manifest, const std::vector<std::uint64_t>& received,
+                   std::span<const std::byte> signature, const Manifest* installed) {
+  if (manifest.integrity) check_digests(manifest, received);
+  if (!policy.producer) return;
+  check_signature(*policy.producer, manifest, signature);
+  check_not_a_replay(installed, manifest);
+}
+
 void check_digests(const Manifest& manifest, const std::vector<std::uint64_t>& received) {
   for (std::size_t i = 0; i < manifest.tensors.size(); ++i) {
     const auto& t = manifest.tensors[i];

@@ -37,4 +37,10 @@ void check_not_a_replay(const Manifest* installed, const Manifest& incoming);
 // kIntegrity naming the first tensor whose received bytes do not match its digest.
 void check_digests(const Manifest& manifest, const std::vector<std::uint64_t>& received);
 
+// Everything checked once the bytes are in: the digests (integrity on) and, with a pinned
+// producer, its signature and that the version replays no earlier run (`installed`: the
+// version readers see now, or null).
+void check_arrived(const VerifierPolicy& policy, const Manifest& manifest, const std::vector<std::uint64_t>& received,
+                   std::span<const std::byte> signature, const Manifest* installed);
+
 }  // namespace modelcast::consumer
