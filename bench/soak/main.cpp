@@ -5,7 +5,7 @@
 //             until SIGTERM/SIGINT; version V's bytes are a pure function of (seed, V, tensor,
 //             index), so a consumer can check every byte of any version it holds
 //   consumer  a Consumer plus --readers threads that acquire views continuously and check every
-//             byte of each (as tests/core/peer_main.cpp's consumer does), until SIGTERM/SIGINT;
+//             byte of each (as tests/support/peer_main.cpp's consumer does), until SIGTERM/SIGINT;
 //             a torn read is counted, not fatal, so the soak reports how many there were
 //   report    reads the sample file soak.sh wrote and prints the table, or one JSON object
 //
@@ -33,6 +33,7 @@
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
+#include "test_model.h"
 
 using namespace std::chrono_literals;
 
@@ -56,67 +57,11 @@ void say(const std::string& line) {
 
 constexpr const char* kModelName = "soak";
 
-// --- the model: same scheme as tests/core/test_model.h, kept here so bench/ does not depend on
-// the test tree -------------------------------------------------------------------------------
-struct Tensor {
-  modelcast::TensorSpec spec;
-  std::vector<std::uint64_t> words;
-};
-
-std::vector<Tensor> make_model(std::size_t total_mib, int count = 12) {
-  using modelcast::DType;
-  const DType dtypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI64, DType::kU8, DType::kBool, DType::kF64};
-  std::vector<Tensor> model;
-  std::size_t per_tensor = total_mib * 1024 * 1024 / static_cast<std::size_t>(count);
-  for (int i = 0; i < count; ++i) {
-    Tensor t;
-    t.spec.name = "t" + std::to_string(i);
-    t.spec.dtype = dtypes[i % 7];
-    auto elements = static_cast<std::int64_t>(per_tensor / modelcast::dtype_size(t.spec.dtype)) + i;  // odd sizes
-    t.spec.shape = {elements};
-    t.words.resize((t.spec.size_bytes() + 7) / 8);
-    model.push_back(std::move(t));
-  }
-  return model;
-}
-
-inline std::uint64_t word(std::uint64_t seed, std::uint64_t version, std::size_t tensor, std::size_t index) {
-  std::uint64_t x = seed * 0xD6E8FEB86659FD93ull + version * 0x9E3779B97F4A7C15ull + tensor * 0xC2B2AE3D27D4EB4Full + index;
-  x ^= x >> 31;
-  return x * 0xBF58476D1CE4E5B9ull;
-}
-
-void fill(std::vector<Tensor>& model, std::uint64_t seed, std::uint64_t version) {
-  for (std::size_t t = 0; t < model.size(); ++t) {
-    auto& w = model[t].words;
-    for (std::size_t i = 0; i < w.size(); ++i) w[i] = word(seed, version, t, i);
-  }
-}
-
-// Empty if `view` holds exactly what fill(seed, view.version()) wrote; else what differs.
-std::string check(const modelcast::ModelView& view, std::uint64_t seed) {
-  auto tensors = view.tensors();
-  for (std::size_t t = 0; t < tensors.size(); ++t) {
-    const auto* bytes = static_cast<const unsigned char*>(tensors[t].data);
-    std::size_t size = tensors[t].size_bytes();
-    std::size_t full = size / 8;
-    for (std::size_t i = 0; i < full; ++i) {
-      std::uint64_t got;
-      std::memcpy(&got, bytes + i * 8, 8);
-      if (got != word(seed, view.version(), t, i)) {
-        return "tensor '" + tensors[t].name() + "' word " + std::to_string(i) + " differs from version " +
-               std::to_string(view.version());
-      }
-    }
-    if (size % 8 != 0) {
-      std::uint64_t expected = word(seed, view.version(), t, full);
-      if (std::memcmp(bytes + full * 8, &expected, size % 8) != 0) {
-        return "tensor '" + tensors[t].name() + "' tail differs from version " + std::to_string(view.version());
-      }
-    }
-  }
-  return {};
-}
+// The model: bytes that are a pure function of (seed, version, tensor), the same scheme the
+// exchange tests use (tests/support/test_model.h), so a reader can check every byte it sees.
+using testmodel::check;
+using testmodel::fill;
+std::vector<testmodel::Tensor> make_model(std::size_t total_mib) { return testmodel::make(total_mib * 1024); }
 
 // --- producer ----------------------------------------------------------------------------------
 int run_producer(const std::string& endpoint, std::size_t mib, int interval_ms, std::uint64_t seed,
