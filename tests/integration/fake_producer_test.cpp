@@ -157,6 +157,33 @@ TEST(ConsumerAgainstScriptedProducer, SurvivesHostileRepliesManifestsAndEndpoint
   EXPECT_EQ(consumer.acquire().version(), 6u);
 }
 
+// A producer that answers a fetch and then sends no bytes (its lease lapsed, its sender hung):
+// the consumer gives the transfer up after transfer_timeout, says so in its ack, keeps serving
+// its last good version, and takes the next one.
+TEST(ConsumerAgainstScriptedProducer, AnAnsweredTransferThatNeverCompletesTimesOut) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ScriptedProducer producer;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 60s;
+  options.transfer_timeout = 300ms;
+  modelcast::Consumer consumer(options);
+  producer.accept_join();
+  ASSERT_TRUE(producer.serve(1, false).ok);
+
+  auto ack = producer.answer_with_manifest(2, 1u << 20, [](modelcast::Manifest&) {});
+  EXPECT_FALSE(ack.ok);
+  EXPECT_EQ(ack.error, "transfer timed out");
+  EXPECT_EQ(consumer.acquire().version(), 1u);
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+  EXPECT_GE(consumer.stats().transfers_aborted, 1u);
+
+  ASSERT_TRUE(producer.serve(3, false).ok);
+  EXPECT_EQ(consumer.acquire().version(), 3u);
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+}
+
 TEST(ConsumerOptionsCheck, AnUnusableProducerEndpointIsAnInvalidArgument) {
   for (const char* endpoint : {"tcp://", "tcp://host-without-port", "udp://127.0.0.1:5", "ipc://"}) {
     modelcast::ConsumerOptions options;

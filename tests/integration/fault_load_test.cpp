@@ -3,10 +3,7 @@
 // producer keeps publishing without waiting on the faulty peers, its good consumers keep
 // installing every version bit-exact, and what the faulty peers held (slot leases, consumer
 // records, descriptors) is given back within the documented bounds.
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,7 +25,6 @@
 #include "modelcast/keys.h"
 #include "transports/ucx/ucx_transport.h"
 
-extern char** environ;
 
 namespace exchange_test {
 namespace {
@@ -135,120 +131,6 @@ class Deliveries {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::map<std::string, std::set<std::uint64_t>> acks_;
-};
-
-// A peer process the test also writes commands to (see peer_main.cpp: "publish", "stats",
-// "await-consumers-at-most N MS"). ChildProcess keeps its stdin to itself, so this is a small
-// sibling of it with the same bounded line reading.
-class CommandedChild {
- public:
-  explicit CommandedChild(std::vector<std::string> argv, std::vector<std::string> extra_env = {}) {
-    int out[2], in[2];
-    if (pipe2(out, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
-    std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) {
-      std::string entry(*e);
-      std::string name = entry.substr(0, entry.find('=') + 1);
-      bool overridden = false;
-      for (auto& x : extra_env) overridden = overridden || x.rfind(name, 0) == 0;
-      if (!overridden) env.push_back(entry);
-    }
-    for (auto& e : extra_env) env.push_back(e);
-    std::vector<char*> args, envp;
-    for (auto& a : argv) args.push_back(a.data());
-    args.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    int rc = posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), envp.data());
-    posix_spawn_file_actions_destroy(&actions);
-    close(out[1]);
-    close(in[0]);
-    stdout_ = out[0];
-    stdin_ = in[1];
-    if (rc != 0) {
-      pid_ = -1;
-      throw std::runtime_error("cannot start " + argv[0]);
-    }
-  }
-  ~CommandedChild() {
-    if (stdin_ >= 0) close(stdin_);
-    if (pid_ > 0 && !reaped_) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    close(stdout_);
-  }
-  CommandedChild(const CommandedChild&) = delete;
-  CommandedChild& operator=(const CommandedChild&) = delete;
-
-  void send(const std::string& line) {
-    std::string text = line + "\n";
-    if (write(stdin_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-      throw std::runtime_error("cannot write to the peer's stdin");
-    }
-  }
-
-  std::optional<std::string> read_line(Clock::duration timeout) {
-    auto deadline = Clock::now() + timeout;
-    for (;;) {
-      if (auto nl = buffer_.find('\n'); nl != std::string::npos) {
-        std::string line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        lines_.push_back(line);
-        return line;
-      }
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd p{stdout_, POLLIN, 0};
-      if (poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-      char chunk[4096];
-      ssize_t n = read(stdout_, chunk, sizeof chunk);
-      if (n <= 0) return std::nullopt;
-      buffer_.append(chunk, static_cast<std::size_t>(n));
-    }
-  }
-
-  std::optional<std::string> wait_for_line(const std::string& prefix,
-                                           Clock::duration timeout = std::chrono::seconds(60)) {
-    auto deadline = Clock::now() + timeout;
-    while (auto line = read_line(deadline - Clock::now())) {
-      if (line->rfind(prefix, 0) == 0) return line;
-    }
-    return std::nullopt;
-  }
-
-  // Sends a command and returns the first line of its answer (starting with `prefix`).
-  std::optional<std::string> ask(const std::string& command, const std::string& prefix,
-                                 Clock::duration timeout = std::chrono::seconds(30)) {
-    send(command);
-    return wait_for_line(prefix, timeout);
-  }
-
-  int finish() {
-    if (stdin_ >= 0) close(stdin_);
-    stdin_ = -1;
-    while (read_line(std::chrono::seconds(60))) {
-    }
-    int status = 0;
-    waitpid(pid_, &status, 0);
-    reaped_ = true;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
-  pid_t pid() const { return pid_; }
-  const std::vector<std::string>& lines() const { return lines_; }
-
- private:
-  pid_t pid_ = -1;
-  int stdout_ = -1;
-  int stdin_ = -1;
-  bool reaped_ = false;
-  std::string buffer_;
-  std::vector<std::string> lines_;
 };
 
 // The value of "name=V" in a "stats ..." line of the peer producer.
@@ -534,7 +416,7 @@ class FakeClient {
 // consumer joins and gets versions.
 TEST_F(FaultLoadTest, TwoThousandFakeJoinsLeaveTheProducersDescriptorsBounded) {
   constexpr int kConnections = 250, kRounds = 8, kMaxConsumers = 32;
-  CommandedChild producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "1",
+  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "1",
                            "--kib", "256", "--max-consumers", std::to_string(kMaxConsumers), "--lease-timeout-ms",
                            "2000"});
   auto ready = producer.wait_for_line("ready ");
@@ -603,7 +485,8 @@ TEST_F(FaultLoadTest, TwoThousandFakeJoinsLeaveTheProducersDescriptorsBounded) {
   auto v2 = consumer.wait_for_version(2, 30s);
   ASSERT_TRUE(v2);
   EXPECT_EQ(testmodel::check(v2, 1), "");
-  EXPECT_EQ(producer.finish(), 0);
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
 
   std::ostringstream summary;
   summary << accepted + full + other << " joins over " << kConnections << " connections: " << accepted << " accepted, "
@@ -679,7 +562,7 @@ TEST_F(LossyTwoHosts, VersionsCrossADelayingLossyLinkBitExact) {
   auto consumer_keys = modelcast::generate_key_pair();
   modelcast::save_key_pair(producer_keys, (dir / "producer.key").string(), true);
   modelcast::save_key_pair(consumer_keys, (dir / "consumer.key").string(), true);
-  CommandedChild producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
+  ChildProcess producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
                            "tcp://10.232.0.1:0", "--versions", "0", "--kib", "1024", "--key-file",
                            (dir / "producer.key").string(), "--allow-key", consumer_keys.public_key},
                           {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
@@ -702,7 +585,8 @@ TEST_F(LossyTwoHosts, VersionsCrossADelayingLossyLinkBitExact) {
   }
   EXPECT_EQ(consumer.wait(), 0) << joined_lines(consumer);
   for (const auto& line : consumer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
-  EXPECT_EQ(producer.finish(), 0);
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
   std::filesystem::remove_all(dir);
 
   std::ostringstream summary;

@@ -94,6 +94,20 @@ class ChildProcess {
     return std::nullopt;
   }
 
+  // Writes one line to the child's stdin (for peers that take commands there).
+  void send_line(const std::string& line) {
+    std::string text = line + "\n";
+    if (stdin_ < 0 || write(stdin_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      throw std::runtime_error("cannot write to the child's stdin");
+    }
+  }
+  // Sends a command and returns the first line of its answer (starting with `prefix`).
+  std::optional<std::string> ask(const std::string& command, const std::string& prefix,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
+    send_line(command);
+    return wait_for_line(prefix, timeout);
+  }
+
   void close_stdin() {
     if (stdin_ >= 0) close(stdin_);
     stdin_ = -1;
