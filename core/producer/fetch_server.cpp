@@ -119,15 +119,18 @@ std::vector<std::pair<std::string, std::uint64_t>> FetchServer::take_awaiting_di
   return out;
 }
 
-void FetchServer::drop(const std::string& routing_id) {
+std::size_t FetchServer::drop(const std::string& routing_id) {
   parked_.erase(routing_id);
   auto it = fetches_.find(routing_id);
-  if (it == fetches_.end()) return;
+  if (it == fetches_.end()) return 0;
+  std::size_t undelivered = 0;
   for (auto& [id, fetch] : it->second) {
     cancel(fetch);
     store_.release(fetch.lease_id);
+    if (!fetch.failed) undelivered++;
   }
   fetches_.erase(it);
+  return undelivered;
 }
 
 void FetchServer::expired(const SlotPool::Lease& lease) {

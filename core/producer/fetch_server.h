@@ -59,8 +59,9 @@ class FetchServer {
   // now marked as sent.
   std::vector<std::pair<std::string, std::uint64_t>> take_awaiting_digests(std::uint64_t version);
 
-  // The consumer is gone: cancels its transfers and ends its leases.
-  void drop(const std::string& routing_id);
+  // The consumer is gone: cancels its transfers and ends its leases. Returns how many of its
+  // fetches ended undelivered without a send failure already reported for them.
+  std::size_t drop(const std::string& routing_id);
   // A lease lapsed (SnapshotStore::take_expired): abandons the fetch that held it.
   void expired(const SlotPool::Lease& lease);
 

@@ -116,9 +116,14 @@ void ProducerService::on_event(PeerFailed& e) {
 
 
 void ProducerService::drop_consumer(const std::string& routing_id) {
-  fetches_.drop(routing_id);
+  // A fetch the consumer took with it is a delivery that failed, whether or not a send
+  // failure said so first (which of the two UCX reports first is a race).
+  auto undelivered = fetches_.drop(routing_id);
   if (auto record = membership_.remove(routing_id)) transport_.disconnect(record->peer);
-  stats_.update([&](ProducerStats& s) { s.consumers = membership_.size(); });
+  stats_.update([&](ProducerStats& s) {
+    s.consumers = membership_.size();
+    s.failed_deliveries += undelivered;
+  });
 }
 
 // Consumers ping at least every second; one silent this long has died or hung. (Across hosts

@@ -70,7 +70,7 @@ struct ProducerStats {
   std::uint64_t latest_version = 0;  // 0 before the first publish
   std::uint64_t versions_published = 0;
   std::uint64_t deliveries = 0;      // verified acks from consumers
-  std::uint64_t failed_deliveries = 0;
+  std::uint64_t failed_deliveries = 0;  // send failures, rejections, and fetches of consumers that went
   std::uint64_t leases_expired = 0;
   std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
   std::uint64_t refused_peers = 0;   // handshakes refused: keys not on the allow-list

@@ -223,8 +223,8 @@ TEST_F(FaultLoadTest, HundredConsumersKilledMidTransferCostNothingButTheirLeases
                          << reclaim_ms << " ms after the last kill (lease_timeout 2000 ms)";
   EXPECT_LE(reclaim_ms, ms(kLease + 2s)) << "leases of dead consumers outlived lease_timeout by far";
   // Every victim that did not ack before its kill left a lease behind, and it was reclaimed:
-  // by expiry (leases_expired), or sooner when UCX reported the victim dead (its sends failed,
-  // failed_deliveries, and its record went with the lease).
+  // by expiry (leases_expired), or sooner when UCX reported the victim dead and its record went
+  // with the lease (failed_deliveries, counted once per fetch).
   const std::size_t victims_acked = deliveries.consumers_with_prefix("victim-");
   const auto reclaimed_stats = p.producer->stats();
   const auto expired = reclaimed_stats.leases_expired - before.leases_expired;

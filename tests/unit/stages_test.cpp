@@ -190,8 +190,10 @@ TEST(Stages, FetchServerRefusesBusySupersededAndStaleRequestsAndParksTheUpcoming
   EXPECT_EQ(stale->refusal, protocol::Refusal::kStaleIncarnation);
   auto stranger = p.server->start("stranger", nullptr, {kIncarnation, 1, 4}, Clock::now());
   EXPECT_EQ(stranger->refusal, protocol::Refusal::kNotJoined);
-  p.server->drop(p.consumer.routing_id);  // the consumer left: its lease ends with it
+  // The consumer left: its lease ends with it, and its fetch counts as undelivered once.
+  EXPECT_EQ(p.server->drop(p.consumer.routing_id), 1u);
   EXPECT_EQ(p.store.reader_leases(), 0u);
+  EXPECT_EQ(p.server->drop(p.consumer.routing_id), 0u);
 
   p.publish(2);
   auto superseded = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 5}, Clock::now());
