@@ -225,8 +225,15 @@ TEST_F(FaultLoadTest, HundredConsumersKilledMidTransferCostNothingButTheirLeases
   // Every victim that did not ack before its kill left a lease behind, and it was reclaimed:
   // by expiry (leases_expired), or sooner when UCX reported the victim dead and its record went
   // with the lease (failed_deliveries, counted once per fetch).
+  // The counters are updated just after the leases go (two locks, not one): wait, bounded, for
+  // them to catch up rather than read them in that gap.
   const std::size_t victims_acked = deliveries.consumers_with_prefix("victim-");
-  const auto reclaimed_stats = p.producer->stats();
+  modelcast::ProducerStats reclaimed_stats;
+  eventually([&] {
+    reclaimed_stats = p.producer->stats();
+    return reclaimed_stats.leases_expired - before.leases_expired + reclaimed_stats.failed_deliveries -
+               before.failed_deliveries >= kKills - victims_acked;
+  }, 2s);
   const auto expired = reclaimed_stats.leases_expired - before.leases_expired;
   const auto failed_sends = reclaimed_stats.failed_deliveries - before.failed_deliveries;
   EXPECT_LE(expired, kKills - victims_acked) << victims_acked << " victims acked before they died";
