@@ -32,7 +32,7 @@
 #include "core/consumer/version_store.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
-#include "transports/ucx/ucx_transport.h"
+#include "transports/transport_set.h"
 
 namespace modelcast {
 namespace {
@@ -56,7 +56,8 @@ class Consumer::Impl {
       : options_(consumer::checked(std::move(options))),
         log_(log::get("consumer")),
         link_(options_),
-        store_(options_.buffers, options_.caller_buffers, transport::make_ucx_transport()),
+        offered_(std::make_unique<transport::TransportSet>(options_.transports)),
+        store_(options_.buffers, options_.caller_buffers),
         fetch_([events = events_](const ChunkDone& done) { events->push(done); }) {
     policy_.model = options_.model_name;
     policy_.limits.max_total_bytes = consumer::model_size_cap(options_);
@@ -148,17 +149,18 @@ class Consumer::Impl {
   }
 
   void join() {
-    link_.join({options_.model_name, options_.consumer_name, store_.transport().address(), host_id(), session_},
+    link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), transport::MemoryLocation::host(),
+                host_id(), process_token(), session_},
                Clock::now());
   }
 
-  // After the producer died or restarted: a fresh UCX worker. On one host endpoints run without
+  // After the producer died or restarted: fresh transports (a fresh UCX worker). On one host endpoints run without
   // peer-failure handling (UCX offers shared memory only so), and a peer that dies there leaves
   // the worker in an undefined state (seen: a UCX assertion when the next producer's data came
   // in). Buffers that views or unfinished receives still hold keep the old transport alive.
   void rejoin_afresh(const std::string& why) {
     abandon_fetch(why, true);
-    store_.renew_transport(transport::make_ucx_transport());
+    offered_ = std::make_unique<transport::TransportSet>(options_.transports);
     join();
   }
 
@@ -253,17 +255,19 @@ class Consumer::Impl {
       link_.refused();
       return report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));
     }
-    if (reply.transport != store_.transport().name()) {
+    auto chosen = offered_->find(reply.transport);
+    if (!chosen) {
       link_.refused();
-      return report(Error(ErrorCode::kTransport, "producer speaks transport '" + reply.transport +
-                                                     "', this consumer '" + store_.transport().name() + "'"));
+      return report(Error(ErrorCode::kTransport, "producer chose transport '" + reply.transport +
+                                                     "', which this consumer did not offer (" + offered_->names() + ")"));
     }
+    store_.use_transport(offered_->shared(*chosen));
     bool new_producer = reply.incarnation != link_.incarnation();
     link_.joined(reply, Clock::now());
     if (new_producer) rejected_.clear();  // version numbers restart with a new producer
     newest_announced_ = reply.latest_version;
-    log_->info("joined model '{}' at {} (latest version {})", options_.model_name, options_.producer_endpoint,
-               reply.latest_version);
+    log_->info("joined model '{}' at {} over {} ({}; latest version {})", options_.model_name,
+               options_.producer_endpoint, reply.transport, delivery_path_name(reply.path), reply.latest_version);
   }
 
   // What we hold: a newer announced version of this incarnation, or any version of a new one.
@@ -395,6 +399,8 @@ class Consumer::Impl {
   ConsumerStats stats_;  // guarded by mutex_
 
   consumer::ProducerLink link_;        // service thread only after construction
+  // What the next join offers; replaced when the producer is replaced. Service thread only.
+  std::unique_ptr<transport::TransportSet> offered_;
   consumer::VersionStore store_;       // see its header
   consumer::FetchClient fetch_;        // service thread only
   consumer::VerifierPolicy policy_;    // immutable after construction

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/host_identity.h"
 #include "modelcast/error.h"
 
 namespace modelcast::transport {
@@ -20,16 +21,59 @@ namespace {
 
 class LoopbackRegion : public MemoryRegion {
  public:
-  LoopbackRegion(std::byte* base, std::size_t length, MemoryKind kind) : base_(base), length_(length), kind_(kind) {}
+  LoopbackRegion(std::byte* base, std::size_t length) : base_(base), length_(length) {}
   std::byte* base() const override { return base_; }
   std::size_t length() const override { return length_; }
-  MemoryKind kind() const override { return kind_; }
+  MemoryLocation location() const override { return MemoryLocation::host(); }
 
  private:
   std::byte* base_;
   std::size_t length_;
-  MemoryKind kind_;
 };
+
+class LoopbackRemoteRegion : public RemoteRegion {
+ public:
+  LoopbackRemoteRegion(PeerId peer, const std::byte* base, std::size_t length)
+      : peer_(peer), base_(base), length_(length) {}
+  PeerId peer() const override { return peer_; }
+  std::size_t length() const override { return length_; }
+  const std::byte* base() const { return base_; }
+
+ private:
+  PeerId peer_;
+  const std::byte* base_;
+  std::size_t length_;
+};
+
+// Addresses and descriptors carry this process's token: one that reached another process (a
+// join relayed across processes, say) is refused instead of naming an unrelated transport here.
+// [process token][value]: a loopback address or descriptor field.
+std::vector<std::byte> pack_words(std::initializer_list<std::uint64_t> words) {
+  std::vector<std::byte> bytes(8 * (words.size() + 1));
+  std::uint64_t token = process_token();
+  std::memcpy(bytes.data(), &token, 8);
+  std::size_t at = 8;
+  for (auto w : words) {
+    std::memcpy(bytes.data() + at, &w, 8);
+    at += 8;
+  }
+  return bytes;
+}
+
+std::vector<std::uint64_t> unpack_words(std::span<const std::byte> bytes, std::size_t count, const char* what) {
+  std::uint64_t token = 0;
+  if (bytes.size() != 8 * (count + 1)) {
+    throw Error(ErrorCode::kTransport, std::string("malformed loopback ") + what + " (" +
+                                           std::to_string(bytes.size()) + " bytes)");
+  }
+  std::memcpy(&token, bytes.data(), 8);
+  if (token != process_token()) {
+    throw Error(ErrorCode::kTransport, std::string("loopback ") + what + " from another process");
+  }
+  std::vector<std::uint64_t> words(count);
+  std::memcpy(words.data(), bytes.data() + 8, 8 * count);
+  return words;
+}
 
 class LoopbackTransport;
 
@@ -74,25 +118,26 @@ class LoopbackTransport : public Transport {
   }
 
   std::string name() const override { return "loopback"; }
-  Capabilities capabilities() const override { return {true, false, false}; }
-
-  std::unique_ptr<MemoryRegion> register_memory(void* base, std::size_t length, MemoryKind kind) override {
-    if (kind != MemoryKind::kHost) throw Error(ErrorCode::kTransport, "loopback transport moves host memory only");
-    return std::make_unique<LoopbackRegion>(static_cast<std::byte*>(base), length, kind);
+  Capabilities capabilities() const override {
+    Capabilities caps;
+    caps.pairs = {{MemoryKind::kHost, MemoryKind::kHost}};
+    caps.reach = Reach::kProcess;
+    caps.two_sided = true;
+    caps.one_sided = true;
+    return caps;
   }
 
-  std::vector<std::byte> address() const override {
-    std::vector<std::byte> bytes(sizeof address_);
-    std::memcpy(bytes.data(), &address_, sizeof address_);
-    return bytes;
+  std::unique_ptr<MemoryRegion> register_memory(void* base, std::size_t length, MemoryLocation location) override {
+    if (location.kind != MemoryKind::kHost) {
+      throw Error(ErrorCode::kTransport, "loopback transport moves host memory only");
+    }
+    return std::make_unique<LoopbackRegion>(static_cast<std::byte*>(base), length);
   }
+
+  std::vector<std::byte> address() const override { return pack_words({address_}); }
 
   PeerId connect(std::span<const std::byte> peer_address, bool, PeerFailure) override {
-    std::uint64_t address = 0;
-    if (peer_address.size() != sizeof address) {
-      throw Error(ErrorCode::kTransport, "malformed loopback address (" + std::to_string(peer_address.size()) + " bytes)");
-    }
-    std::memcpy(&address, peer_address.data(), sizeof address);
+    std::uint64_t address = unpack_words(peer_address, 1, "address")[0];
     std::lock_guard lock(mutex_);
     PeerId id = next_id_++;
     peers_[id] = address;
@@ -106,6 +151,7 @@ class LoopbackTransport : public Transport {
 
   TransferId post_send(PeerId peer, const MemoryRegion& region, std::size_t offset, std::size_t length,
                        std::uint64_t tag, Completion done) override {
+    check_range("send", offset, length, region.length());
     TransferId id = next_id_++;
     std::uint64_t address = 0;
     {
@@ -129,6 +175,7 @@ class LoopbackTransport : public Transport {
 
   TransferId post_recv(const MemoryRegion& region, std::size_t offset, std::size_t length, std::uint64_t tag,
                        Completion done) override {
+    check_range("receive", offset, length, region.length());
     TransferId id = next_id_++;
     Receive receive{id, region.base() + offset, length, tag, std::move(done)};
     std::unique_lock lock(mutex_);
@@ -141,6 +188,38 @@ class LoopbackTransport : public Transport {
       return id;
     }
     receives_.push_back(std::move(receive));
+    return id;
+  }
+
+  // The descriptor is the region's address in this process: a peer here reads it directly.
+  std::vector<std::byte> export_region(const MemoryRegion& region) override {
+    return pack_words({reinterpret_cast<std::uint64_t>(region.base()), region.length()});
+  }
+
+  std::unique_ptr<RemoteRegion> import_region(PeerId peer, std::span<const std::byte> descriptor) override {
+    auto words = unpack_words(descriptor, 2, "region descriptor");
+    {
+      std::lock_guard lock(mutex_);
+      if (!peers_.count(peer)) throw Error(ErrorCode::kTransport, "peer " + std::to_string(peer) + " is not connected");
+    }
+    return std::make_unique<LoopbackRemoteRegion>(peer, reinterpret_cast<const std::byte*>(words[0]), words[1]);
+  }
+
+  TransferId post_read(const RemoteRegion& source, std::size_t source_offset, const MemoryRegion& destination,
+                       std::size_t destination_offset, std::size_t length, Completion done) override {
+    check_range("read source", source_offset, length, source.length());
+    check_range("read destination", destination_offset, length, destination.length());
+    TransferId id = next_id_++;
+    {
+      std::lock_guard lock(mutex_);
+      if (!peers_.count(source.peer())) {
+        complete(std::move(done), {false, "peer " + std::to_string(source.peer()) + " is not connected"});
+        return id;
+      }
+    }
+    const auto& remote = static_cast<const LoopbackRemoteRegion&>(source);
+    std::memcpy(destination.base() + destination_offset, remote.base() + source_offset, length);
+    complete(std::move(done), {true, {}});
     return id;
   }
 
