@@ -262,6 +262,7 @@ class Consumer::Impl {
                                                      "', which this consumer did not offer (" + offered_->names() + ")"));
     }
     store_.use_transport(offered_->shared(*chosen));
+    count([&](ConsumerStats& s) { s.transport = reply.transport; });
     bool new_producer = reply.incarnation != link_.incarnation();
     link_.joined(reply, Clock::now());
     if (new_producer) rejected_.clear();  // version numbers restart with a new producer

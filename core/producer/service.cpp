@@ -48,10 +48,10 @@ void ProducerService::run() {
                                {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
     if (zap && (items[2].revents & ZMQ_POLLIN)) {
-      for (const auto& key : control_.answer_authentication()) {
+      control_.answer_authentication([this](const std::string& key) {
         log_->warn("refused a connection from key {} (CurveZMQ form): not on the allow-list", key);
         stats_.update([](ProducerStats& s) { s.refused_peers++; });
-      }
+      });
     }
     if (items[1].revents & ZMQ_POLLIN) {
       for (auto& event : events_.drain()) {

@@ -71,6 +71,7 @@ struct ConsumerStats {
   std::uint64_t reconnects = 0;
   std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
   std::uint64_t bytes_received = 0;
+  std::string transport;  // the transport the producer chose at the last join ("" before one)
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here
   std::chrono::nanoseconds last_notify_latency{0};  // publish() call until announced here
   std::string last_error;

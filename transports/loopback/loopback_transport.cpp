@@ -13,15 +13,17 @@
 #include <mutex>
 #include <thread>
 
-#include "common/host_identity.h"
+#include "transports/loopback/loopback_fabric.h"
 #include "modelcast/error.h"
 
 namespace modelcast::transport {
-namespace {
+namespace loopback {
+
 
 class LoopbackRegion : public MemoryRegion {
  public:
   LoopbackRegion(std::byte* base, std::size_t length) : base_(base), length_(length) {}
+  ~LoopbackRegion() override { Fabric::get().forget(this); }
   std::byte* base() const override { return base_; }
   std::size_t length() const override { return length_; }
   MemoryLocation location() const override { return MemoryLocation::host(); }
@@ -31,66 +33,25 @@ class LoopbackRegion : public MemoryRegion {
   std::size_t length_;
 };
 
+// Names an export, never memory: each read looks the export up again, so a region
+// deregistered meanwhile fails the read instead of being read after it is gone.
 class LoopbackRemoteRegion : public RemoteRegion {
  public:
-  LoopbackRemoteRegion(PeerId peer, const std::byte* base, std::size_t length)
-      : peer_(peer), base_(base), length_(length) {}
+  LoopbackRemoteRegion(PeerId peer, std::uint64_t export_id, std::size_t length)
+      : peer_(peer), export_id_(export_id), length_(length) {}
   PeerId peer() const override { return peer_; }
   std::size_t length() const override { return length_; }
-  const std::byte* base() const { return base_; }
+  std::uint64_t export_id() const { return export_id_; }
 
  private:
   PeerId peer_;
-  const std::byte* base_;
+  std::uint64_t export_id_;
   std::size_t length_;
-};
-
-// Addresses and descriptors carry this process's token: one that reached another process (a
-// join relayed across processes, say) is refused instead of naming an unrelated transport here.
-// [process token][value]: a loopback address or descriptor field.
-std::vector<std::byte> pack_words(std::initializer_list<std::uint64_t> words) {
-  std::vector<std::byte> bytes(8 * (words.size() + 1));
-  std::uint64_t token = process_token();
-  std::memcpy(bytes.data(), &token, 8);
-  std::size_t at = 8;
-  for (auto w : words) {
-    std::memcpy(bytes.data() + at, &w, 8);
-    at += 8;
-  }
-  return bytes;
-}
-
-std::vector<std::uint64_t> unpack_words(std::span<const std::byte> bytes, std::size_t count, const char* what) {
-  std::uint64_t token = 0;
-  if (bytes.size() != 8 * (count + 1)) {
-    throw Error(ErrorCode::kTransport, std::string("malformed loopback ") + what + " (" +
-                                           std::to_string(bytes.size()) + " bytes)");
-  }
-  std::memcpy(&token, bytes.data(), 8);
-  if (token != process_token()) {
-    throw Error(ErrorCode::kTransport, std::string("loopback ") + what + " from another process");
-  }
-  std::vector<std::uint64_t> words(count);
-  std::memcpy(words.data(), bytes.data() + 8, 8 * count);
-  return words;
-}
-
-class LoopbackTransport;
-
-// Every loopback transport of the process, by address, so connect() can find its peer.
-struct Fabric {
-  std::mutex mutex;
-  std::map<std::uint64_t, LoopbackTransport*> transports;
-  std::atomic<std::uint64_t> next_address{1};
-  static Fabric& get() {
-    static Fabric fabric;
-    return fabric;
-  }
 };
 
 class LoopbackTransport : public Transport {
  public:
-  LoopbackTransport() : address_(Fabric::get().next_address++) {
+  LoopbackTransport() : address_(Fabric::get().next_id++) {
     std::lock_guard lock(Fabric::get().mutex);
     Fabric::get().transports[address_] = this;
   }
@@ -191,18 +152,33 @@ class LoopbackTransport : public Transport {
     return id;
   }
 
-  // The descriptor is the region's address in this process: a peer here reads it directly.
+  // The descriptor names an entry of the fabric's export directory, never an address: a peer
+  // can read only what was exported, within the bounds recorded here.
   std::vector<std::byte> export_region(const MemoryRegion& region) override {
-    return pack_words({reinterpret_cast<std::uint64_t>(region.base()), region.length()});
+    auto& fabric = Fabric::get();
+    std::uint64_t id = fabric.next_id++;
+    std::lock_guard lock(fabric.mutex);
+    fabric.exports[id] = {address_, &region, region.base(), region.length()};
+    return pack_words({id});
   }
 
   std::unique_ptr<RemoteRegion> import_region(PeerId peer, std::span<const std::byte> descriptor) override {
-    auto words = unpack_words(descriptor, 2, "region descriptor");
+    std::uint64_t id = unpack_words(descriptor, 1, "region descriptor")[0];
+    std::uint64_t peer_address = 0;
     {
       std::lock_guard lock(mutex_);
-      if (!peers_.count(peer)) throw Error(ErrorCode::kTransport, "peer " + std::to_string(peer) + " is not connected");
+      auto it = peers_.find(peer);
+      if (it == peers_.end()) throw Error(ErrorCode::kTransport, "peer " + std::to_string(peer) + " is not connected");
+      peer_address = it->second;
     }
-    return std::make_unique<LoopbackRemoteRegion>(peer, reinterpret_cast<const std::byte*>(words[0]), words[1]);
+    auto& fabric = Fabric::get();
+    std::lock_guard lock(fabric.mutex);
+    auto it = fabric.exports.find(id);
+    if (it == fabric.exports.end() || it->second.owner != peer_address) {
+      throw Error(ErrorCode::kTransport, "loopback region descriptor names no region exported by peer " +
+                                             std::to_string(peer));
+    }
+    return std::make_unique<LoopbackRemoteRegion>(peer, id, it->second.length);
   }
 
   TransferId post_read(const RemoteRegion& source, std::size_t source_offset, const MemoryRegion& destination,
@@ -218,7 +194,16 @@ class LoopbackTransport : public Transport {
       }
     }
     const auto& remote = static_cast<const LoopbackRemoteRegion&>(source);
-    std::memcpy(destination.base() + destination_offset, remote.base() + source_offset, length);
+    auto& fabric = Fabric::get();
+    std::unique_lock lock(fabric.mutex);  // keeps the exported region registered while we copy
+    auto it = fabric.exports.find(remote.export_id());
+    if (it == fabric.exports.end()) {
+      lock.unlock();
+      complete(std::move(done), {false, "the exported region is no longer registered"});
+      return id;
+    }
+    std::memcpy(destination.base() + destination_offset, it->second.base + source_offset, length);
+    lock.unlock();
     complete(std::move(done), {true, {}});
     return id;
   }
@@ -326,8 +311,8 @@ class LoopbackTransport : public Transport {
   std::thread thread_{[this] { run_completions(); }};
 };
 
-}  // namespace
+}  // namespace loopback
 
-std::unique_ptr<Transport> make_loopback_transport() { return std::make_unique<LoopbackTransport>(); }
+std::unique_ptr<Transport> make_loopback_transport() { return std::make_unique<loopback::LoopbackTransport>(); }
 
 }  // namespace modelcast::transport
