@@ -22,6 +22,7 @@
 #include <random>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
@@ -37,11 +38,6 @@ namespace modelcast {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::int64_t realtime_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::uint64_t random_incarnation() {
   std::random_device device;

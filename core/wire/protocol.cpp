@@ -15,6 +15,13 @@ enum class Type : std::uint8_t { kAnnounce = 1, kJoinRequest, kJoinReply, kFetch
 
 // --- encoding: bodies are maps keyed by short field names ---------------------------------
 
+// The first three fields of every reply: whether it was granted, and if not, why.
+void pack_outcome(Packer& pk, bool ok, Refusal refusal, const std::string& error) {
+  pk.pack("ok"); pk.pack(ok);
+  pk.pack("why"); pk.pack(static_cast<std::uint8_t>(refusal));
+  pk.pack("err"); pack_str(pk, error);
+}
+
 struct BodyPacker {
   Packer& pk;
   void operator()(const Announce& m) const {
@@ -39,9 +46,7 @@ struct BodyPacker {
   }
   void operator()(const JoinReply& m) const {
     pk.pack_map(8);
-    pk.pack("ok"); pk.pack(m.ok);
-    pk.pack("why"); pk.pack(static_cast<std::uint8_t>(m.refusal));
-    pk.pack("err"); pack_str(pk, m.error);
+    pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("pub"); pack_str(pk, m.announce_endpoint);
     pk.pack("latest"); pk.pack(m.latest_version);
@@ -56,9 +61,7 @@ struct BodyPacker {
   }
   void operator()(const FetchReply& m) const {
     pk.pack_map(8);
-    pk.pack("ok"); pk.pack(m.ok);
-    pk.pack("why"); pk.pack(static_cast<std::uint8_t>(m.refusal));
-    pk.pack("err"); pack_str(pk, m.error);
+    pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("chunk"); pk.pack(m.chunk_bytes);
     pk.pack("pending"); pk.pack(m.digests_pending);
