@@ -8,50 +8,11 @@
 #include "common/log.h"
 #include "modelcast/error.h"
 #include "transports/ucx/address_seal.h"
+#include "transports/ucx/ucx_memory.h"
 #include "transports/ucx/ucx_worker.h"
 
 namespace modelcast::transport {
 namespace {
-
-constexpr std::uint32_t kRegionMagic = 0x55435852;  // "UCXR": an exported region
-
-class UcxTransport;
-
-class UcxRegion final : public MemoryRegion {
- public:
-  UcxRegion(UcxTransport* owner, ucp_mem_h memh, void* base, std::size_t length, MemoryLocation location)
-      : owner_(owner), memh_(memh), base_(static_cast<std::byte*>(base)), length_(length), location_(location) {}
-  ~UcxRegion() override;
-  std::byte* base() const override { return base_; }
-  std::size_t length() const override { return length_; }
-  MemoryLocation location() const override { return location_; }
-  ucp_mem_h memh() const { return memh_; }
-
- private:
-  UcxTransport* owner_;
-  ucp_mem_h memh_;
-  std::byte* base_;
-  std::size_t length_;
-  MemoryLocation location_;
-};
-
-class UcxRemoteRegion final : public RemoteRegion {
- public:
-  UcxRemoteRegion(UcxTransport* owner, PeerId peer, ucp_rkey_h rkey, std::uint64_t address, std::size_t length)
-      : owner_(owner), peer_(peer), rkey_(rkey), address_(address), length_(length) {}
-  ~UcxRemoteRegion() override;
-  PeerId peer() const override { return peer_; }
-  std::size_t length() const override { return length_; }
-  ucp_rkey_h rkey() const { return rkey_; }
-  std::uint64_t address() const { return address_; }
-
- private:
-  UcxTransport* owner_;
-  PeerId peer_;
-  ucp_rkey_h rkey_;
-  std::uint64_t address_;
-  std::size_t length_;
-};
 
 // Threads: the worker's progress thread alone touches peers_, in_flight_ and closing_; every
 // public method becomes a command queued for it (UcxWorker::post/run).
@@ -94,24 +55,7 @@ class UcxTransport final : public Transport {
       throw Error(ErrorCode::kTransport, "this UCX build cannot register " +
                                              std::string(memory_kind_name(location.kind)) + " memory");
     }
-    ucp_mem_h memh = worker_.run([&] {
-      ucp_mem_map_params_t mp{};
-      mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
-      mp.address = base;
-      mp.length = length;
-      mp.memory_type = location.kind == MemoryKind::kCuda ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
-      ucp_mem_h handle = nullptr;
-      if (auto s = ucp_mem_map(worker_.context(), &mp, &handle); s != UCS_OK) {
-        throw_ucx("registering " + std::to_string(length) + " bytes", s);
-      }
-      return handle;
-    });
-    return std::make_unique<UcxRegion>(this, memh, base, length, location);
-  }
-
-  void unmap(ucp_mem_h memh) {
-    worker_.run([&] { ucp_mem_unmap(worker_.context(), memh); });
+    return map_region(worker_, base, length, location);
   }
 
   std::vector<std::byte> address() const override { return address_; }
@@ -175,43 +119,22 @@ class UcxTransport final : public Transport {
     return id;
   }
 
-  // Descriptor body: the region's address and length, then UCX's packed remote key.
   std::vector<std::byte> export_region(const MemoryRegion& region) override {
-    const auto& ucx_region = static_cast<const UcxRegion&>(region);
-    return worker_.run([&] {
-      void* packed = nullptr;
-      std::size_t packed_size = 0;
-      if (auto s = ucp_rkey_pack(worker_.context(), ucx_region.memh(), &packed, &packed_size); s != UCS_OK) {
-        throw_ucx("packing a remote key", s);
-      }
-      std::vector<std::byte> body(16 + packed_size);
-      auto address = reinterpret_cast<std::uint64_t>(region.base());
-      std::uint64_t length = region.length();
-      std::memcpy(body.data(), &address, 8);
-      std::memcpy(body.data() + 8, &length, 8);
-      std::memcpy(body.data() + 16, packed, packed_size);
-      ucp_rkey_buffer_release(packed);
-      return seal(kRegionMagic, body);
-    });
+    return worker_.run([&] { return pack_region(worker_.context(), static_cast<const UcxRegion&>(region)); });
   }
 
   std::unique_ptr<RemoteRegion> import_region(PeerId peer, std::span<const std::byte> descriptor) override {
-    auto body = unseal(kRegionMagic, "exported UCX region", descriptor);
-    if (body.size() <= 16) throw Error(ErrorCode::kTransport, "exported UCX region carries no remote key");
-    std::uint64_t address = 0, length = 0;
-    std::memcpy(&address, body.data(), 8);
-    std::memcpy(&length, body.data() + 8, 8);
-    std::vector<std::byte> packed(body.begin() + 16, body.end());
+    auto exported = unpack_region(descriptor);
     ucp_rkey_h rkey = worker_.run([&] {
       auto it = peers_.find(peer);
       if (it == peers_.end()) throw Error(ErrorCode::kTransport, "peer " + std::to_string(peer) + " is not connected");
       ucp_rkey_h handle = nullptr;
-      if (auto s = ucp_ep_rkey_unpack(it->second.ep, packed.data(), &handle); s != UCS_OK) {
+      if (auto s = ucp_ep_rkey_unpack(it->second.ep, exported.packed_key.data(), &handle); s != UCS_OK) {
         throw_ucx("unpacking a peer's remote key", s);
       }
       return handle;
     });
-    return std::make_unique<UcxRemoteRegion>(this, peer, rkey, address, length);
+    return std::make_unique<UcxRemoteRegion>(worker_, peer, rkey, exported.address, exported.length);
   }
 
   TransferId post_read(const RemoteRegion& source, std::size_t source_offset, const MemoryRegion& destination,
@@ -242,10 +165,6 @@ class UcxTransport final : public Transport {
         ucp_request_cancel(worker_.worker(), it->second.request);
       }
     });
-  }
-
-  void destroy_rkey(ucp_rkey_h rkey) {
-    worker_.post([rkey] { ucp_rkey_destroy(rkey); });
   }
 
  private:
@@ -374,9 +293,6 @@ class UcxTransport final : public Transport {
   std::vector<void*> closing_;
   std::vector<std::unique_ptr<ErrorContext>> retired_contexts_;
 };
-
-UcxRegion::~UcxRegion() { owner_->unmap(memh_); }
-UcxRemoteRegion::~UcxRemoteRegion() { owner_->destroy_rkey(rkey_); }
 
 }  // namespace
 
