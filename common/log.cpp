@@ -1,6 +1,7 @@
 #include "common/log.h"
 
-#include <cstdlib>
+#include "common/log_level.h"
+
 #include <mutex>
 #include <string>
 
@@ -14,8 +15,7 @@ std::shared_ptr<spdlog::logger> get(std::string_view component) {
   std::string name = "modelcast." + std::string(component);
   if (auto existing = spdlog::get(name)) return existing;
   auto logger = spdlog::stderr_color_mt(name);
-  const char* level = std::getenv("MODELCAST_LOG_LEVEL");
-  logger->set_level(level ? spdlog::level::from_str(level) : spdlog::level::info);
+  logger->set_level(level_from_environment());
   logger->set_pattern("[%H:%M:%S.%e] [%n] [%l] %v");
   return logger;
 }

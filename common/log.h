@@ -1,5 +1,6 @@
 // One spdlog logger per component ("modelcast.producer", ...). Level from MODELCAST_LOG_LEVEL
-// (trace, debug, info, warn, error, off; default info), or spdlog's own API at run time.
+// (trace, debug, info, warn, error, critical, off, in any case; default info; an unknown name is
+// reported on stderr and info used), or spdlog's own API at run time.
 #pragma once
 
 #include <memory>

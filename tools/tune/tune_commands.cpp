@@ -7,8 +7,10 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 #include "modelcast/predictor.h"
+#include "progress_meter.h"
 #include "svg_plot.h"
 
 namespace modelcast::tune {
@@ -155,6 +157,18 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
   return fo;
 }
 
+// Completes `d` with the observed points, the served-loss staircase and the publish markers of
+// `steps` on `curve`, writes it to `path` and records the file in the result.
+void write_schedule_plot(PlotData d, const std::vector<mp::CurvePoint>& observed, const mp::Trajectory& curve,
+                         std::size_t w, const mp::PublishCosts& costs, const std::vector<std::int64_t>& steps,
+                         const std::string& path, Json& r) {
+  for (const auto& p : observed) d.observed.x.push_back(p.time_s), d.observed.y.push_back(p.loss);
+  d.served = staircase(curve, w, costs, steps);
+  d.publish_times = publish_times(curve, costs, steps);
+  write_svg(path, d);
+  r["plot"] = path;
+}
+
 Json baselines_json(const mp::Trajectory& truth_or_forecast, std::size_t w, const mp::PublishCosts& costs,
                     std::int64_t epoch_steps, const mp::Trajectory& viper_curve) {
   Json b = Json::object();
@@ -210,7 +224,6 @@ Json run_plan(const CommonArgs& a) {
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune plan: " + (log.run.empty() ? a.log_path : log.run) + ", warm-up step " + std::to_string(prefix.back().step);
-    for (const auto& p : prefix) d.observed.x.push_back(p.time_s), d.observed.y.push_back(p.loss);
     d.forecast.x.push_back(prefix.back().time_s);
     d.forecast.y.push_back(prefix.back().loss);
     d.band_lower = d.band_upper = d.forecast;
@@ -220,10 +233,7 @@ Json run_plan(const CommonArgs& a) {
       d.band_lower.x.push_back(t), d.band_lower.y.push_back(forecast.lower[i]);
       d.band_upper.x.push_back(t), d.band_upper.y.push_back(forecast.upper[i]);
     }
-    d.served = staircase(planned, w, costs, plan.publish_steps);
-    d.publish_times = publish_times(planned, costs, plan.publish_steps);
-    write_svg(a.plot_path, d);
-    r["plot"] = a.plot_path;
+    write_schedule_plot(std::move(d), prefix, planned, w, costs, plan.publish_steps, a.plot_path, r);
   }
   return r;
 }
@@ -242,12 +252,16 @@ Json run_replay(const CommonArgs& a) {
   oo.costs = costs;
   oo.warmup_step = log.points[w].step;
   mp::OnlineScheduler scheduler(oo);
+  ProgressMeter progress(a.progress, "replay", log.points.size());
+  std::size_t seen = 0;
   for (const auto& p : log.points) {
+    progress.update(seen++);
     // The producer's clock includes the stalls of the publishes made so far.
     const double wall = p.time_s + costs.stall_s * static_cast<double>(scheduler.published_steps().size());
     scheduler.observe(p.step, p.loss, wall);
     scheduler.should_publish(p.step);
   }
+  progress.update(seen);
   const auto truth = mp::trajectory_of(log.points);
   const auto& steps = scheduler.published_steps();
   const double cil = mp::evaluate_cil(truth, w, costs, steps);
@@ -272,11 +286,7 @@ Json run_replay(const CommonArgs& a) {
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune replay: " + (log.run.empty() ? a.log_path : log.run);
-    for (const auto& p : log.points) d.observed.x.push_back(p.time_s), d.observed.y.push_back(p.loss);
-    d.served = staircase(truth, w, costs, steps);
-    d.publish_times = publish_times(truth, costs, steps);
-    write_svg(a.plot_path, d);
-    r["plot"] = a.plot_path;
+    write_schedule_plot(std::move(d), log.points, truth, w, costs, steps, a.plot_path, r);
   }
   return r;
 }
@@ -307,6 +317,11 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   const auto e = mp::every_n_steps_schedule(truth, w, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)));
   b["every_e_steps"] = schedule_json(e, mp::evaluate_cil(truth, w, costs, e), costs.stall_s);
   r["baselines"] = b;
+  if (!a.plot_path.empty()) {
+    PlotData d;
+    d.title = "modelcast-tune evaluate: " + (log.run.empty() ? a.log_path : log.run);
+    write_schedule_plot(std::move(d), log.points, truth, w, costs, publish_steps, a.plot_path, r);
+  }
   return r;
 }
 
