@@ -10,4 +10,8 @@
 
 namespace modelcast::log {
 std::shared_ptr<spdlog::logger> get(std::string_view component);
+
+// Sets the level of every modelcast logger and of those created later (instead of
+// MODELCAST_LOG_LEVEL). Thread-safe.
+void set_level(spdlog::level::level_enum level);
 }  // namespace modelcast::log
