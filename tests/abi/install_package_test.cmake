@@ -4,6 +4,7 @@
 # installed; a tiny C project builds once through pkg-config and once through
 # find_package(modelcast), and each build exchanges a model.
 # Inputs: MODELCAST_BUILD_DIR MODELCAST_SOURCE_DIR WORK_DIR GENERATOR C_COMPILER BUILD_TYPE VERSION SOVERSION
+# Fortran_COMPILER (empty: no Fortran module in this build)
 cmake_minimum_required(VERSION 3.25)
 include(${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake)
 foreach(var MODELCAST_BUILD_DIR MODELCAST_SOURCE_DIR WORK_DIR GENERATOR VERSION SOVERSION)
@@ -101,4 +102,19 @@ foreach(use_pkg_config ON OFF)
     message(FATAL_ERROR "tiny (USE_PKG_CONFIG=${use_pkg_config}) did not report success:\n${run_output}")
   endif()
 endforeach()
+# ---- the Fortran module, when this build has one: a Fortran program compiles against the
+# installed module files and runs from the installed libraries ------------------------------
+file(GLOB_RECURSE fortran_mod ${prefix}/*/modelcast/fortran/modelcast.mod)
+if(Fortran_COMPILER AND NOT fortran_mod)
+  message(FATAL_ERROR "this build has a Fortran compiler, but no modelcast.mod is installed under ${prefix}")
+endif()
+if(fortran_mod)
+  get_filename_component(mod_dir ${fortran_mod} DIRECTORY)
+  run(${Fortran_COMPILER} -I${mod_dir} ${tiny}/tiny_fortran.f90 -L${libdir} -lmodelcast_fortran -lmodelcast
+      -Wl,-rpath,${libdir} -o ${WORK_DIR}/tiny_fortran)
+  run(${WORK_DIR}/tiny_fortran)
+  if(NOT run_output MATCHES "tiny_fortran: ok, library ${VERSION} at tcp://127.0.0.1:")
+    message(FATAL_ERROR "tiny_fortran did not report success:\n${run_output}")
+  endif()
+endif()
 message(STATUS "package test passed")
