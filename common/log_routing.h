@@ -20,7 +20,8 @@ std::shared_ptr<spdlog::sinks::sink> routing_sink();
 
 // Sends every later message to `handler` (empty: back to stderr). Calls of the handler are
 // serialised by the sink's lock; once this returns the previous handler is not running and is
-// not called again. Must not be called from inside the handler. Thread-safe.
+// not called again. The handler must not log through modelcast, nor call this (the sink's
+// lock is not recursive). Thread-safe.
 void set_handler(Handler handler);
 
 }  // namespace modelcast::log

@@ -41,10 +41,10 @@ typedef void (*mc_log_fn)(mc_log_level level, const char* component, const char*
 /* Routes modelcast's log messages to `handler` (with `user_data`) instead of stderr; NULL goes
  * back to stderr. Threads: the handler runs on whichever modelcast thread logs (the caller's,
  * a service thread, the UCX progress thread), but never on two at once: calls are serialised
- * by a lock held while it runs, so it must return quickly and must not call
- * mc_set_log_handler itself (that would deadlock); other modelcast calls are allowed. Once
- * this function returns, the previous handler is not running and is not called again.
- * Thread-safe; never fails (returns MC_OK). */
+ * by a lock held while it runs. So it must return quickly and must not call into modelcast
+ * (mc_set_log_handler, or any call that may log, would deadlock): copy the message and hand it
+ * to the program's own logging. Once this function returns, the previous handler is not
+ * running and is not called again. Thread-safe; never fails (returns MC_OK). */
 MODELCAST_API mc_status mc_set_log_handler(mc_log_fn handler, void* user_data);
 
 /* Sets the level of every modelcast logger, present and future (overriding

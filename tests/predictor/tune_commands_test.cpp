@@ -113,5 +113,23 @@ TEST(TuneCommands, EveryCommandWritesAPlot) {
   }
 }
 
+TEST(TuneCommands, ReadsAQuotedLearningRateScheduleAndNamesABadLine) {
+  const auto log = write_log("mc_tune_lr_log.csv", 20);
+  const auto lr = (std::filesystem::temp_directory_path() / "mc_tune_lr.csv").string();
+  std::ofstream(lr) << "\"step\",\"lr\"\n0,\"0.001\"\n1000,0.001\n1900,\"0.0001\"\n";
+  auto a = base(log);
+  a.warmup_step = 600;
+  a.total_steps = 1900;
+  a.lr_schedule_path = lr;
+  EXPECT_NO_THROW(run_plan(a));
+  std::ofstream(lr) << "step,lr\n0,0.001\n1000,\"0.001\n";
+  try {
+    run_plan(a);
+    ADD_FAILURE() << "a schedule with an unterminated quote was accepted";
+  } catch (const modelcast::predictor::CsvError& e) {
+    EXPECT_EQ(e.line(), 3u) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace modelcast::tune

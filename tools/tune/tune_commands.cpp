@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "csv_record.h"  // predictor/: the loss logs' record splitter
 #include "modelcast/predictor.h"
 #include "progress_meter.h"
 #include "svg_plot.h"
@@ -86,13 +87,13 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (n == 1 && line.rfind("step", 0) == 0) continue;  // header
-    const auto comma = line.find(',');
-    if (comma == std::string::npos) throw mp::CsvError(path, n, "expected step,lr");
+    const auto fields = mp::split_csv_record(line, path, n);  // RFC 4180, as the loss logs
+    if (n == 1 && fields.front() == "step") continue;           // header
+    if (fields.size() != 2) throw mp::CsvError(path, n, "expected step,lr");
     std::int64_t step = 0;
     double lr = 0;
-    std::string a = line.substr(0, comma), b = line.substr(comma + 1);
-    while (!b.empty() && (b.back() == '\r' || b.back() == ' ')) b.pop_back();
+    const std::string& a = fields[0];
+    const std::string& b = fields[1];
     if (std::from_chars(a.data(), a.data() + a.size(), step).ptr != a.data() + a.size())
       throw mp::CsvError(path, n, "step is not an integer: '" + a + "'");
     if (std::from_chars(b.data(), b.data() + b.size(), lr).ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
