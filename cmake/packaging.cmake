@@ -16,9 +16,17 @@ configure_file(${CMAKE_CURRENT_LIST_DIR}/version.h.in ${MODELCAST_GENERATED_INCL
 install(FILES ${MODELCAST_GENERATED_INCLUDE_DIR}/modelcast/version.h
         DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/modelcast)
 
-# pkg-config: the prefix is written relative to the .pc file so `cmake --install --prefix X`
-# and moving the installed tree both keep it right.
-file(RELATIVE_PATH MODELCAST_PC_PREFIX_FROM_PCDIR /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
+# Relative install directories (GNUInstallDirs' defaults) let the pkg-config file and the
+# programs' runpath be written relative to themselves, so `cmake --install --prefix X` and moving
+# the installed tree both keep them right; /prefix below is only a placeholder for that prefix.
+foreach(dir CMAKE_INSTALL_LIBDIR CMAKE_INSTALL_BINDIR CMAKE_INSTALL_INCLUDEDIR)
+  if(IS_ABSOLUTE "${${dir}}")
+    message(FATAL_ERROR "modelcast installs relocatably: give ${dir} relative to the prefix (got ${${dir}})")
+  endif()
+endforeach()
+
+# pkg-config: the prefix is found from the .pc file's own place (${pcfiledir}).
+file(RELATIVE_PATH MODELCAST_PC_PREFIX_FROM_PCDIR /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 string(REGEX REPLACE "/$" "" MODELCAST_PC_PREFIX_FROM_PCDIR "${MODELCAST_PC_PREFIX_FROM_PCDIR}")
 configure_file(${CMAKE_CURRENT_LIST_DIR}/modelcast.pc.in ${PROJECT_BINARY_DIR}/modelcast.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/modelcast.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
@@ -26,5 +34,5 @@ install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}
 
 # Installed programs find the installed library relative to themselves (bin/ -> lib/), wherever
 # the prefix is; tools/CMakeLists.txt applies it. The build tree keeps its own absolute runpath.
-file(RELATIVE_PATH MODELCAST_BIN_TO_LIB /root/${CMAKE_INSTALL_BINDIR} /root/${CMAKE_INSTALL_LIBDIR})
+file(RELATIVE_PATH MODELCAST_BIN_TO_LIB /prefix/${CMAKE_INSTALL_BINDIR} /prefix/${CMAKE_INSTALL_LIBDIR})
 set(MODELCAST_PROGRAM_INSTALL_RPATH "$ORIGIN/${MODELCAST_BIN_TO_LIB}")
