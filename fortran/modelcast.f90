@@ -15,6 +15,7 @@ module modelcast
   use, intrinsic :: iso_c_binding
   use modelcast_c
   use modelcast_support
+  use modelcast_scheduler
   implicit none
   private
   public :: MC_OK, MC_ERR_INVALID_ARGUMENT, MC_ERR_LAYOUT_MISMATCH, MC_ERR_PROTOCOL, MC_ERR_TRANSPORT, &
@@ -25,6 +26,10 @@ module modelcast
       mc_producer_publish, mc_producer_wait_for_consumers
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy
+  public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
+      mc_scheduler_should_publish, mc_scheduler_set_costs
+  public :: MC_LOG_TRACE, MC_LOG_DEBUG, MC_LOG_INFO, MC_LOG_WARN, MC_LOG_ERROR, MC_LOG_CRITICAL, MC_LOG_OFF
+  public :: mc_log_handler, mc_set_log_handler, mc_set_log_level, mc_string
 
   ! Handles; each owns its C object until the matching _destroy / _release.
   type :: mc_producer
@@ -62,6 +67,38 @@ contains
   function mc_version_string() result(text)
     character(len=:), allocatable :: text
     text = f_string(mc_version_string_c())
+  end function
+
+  ! ---- logging -------------------------------------------------------------------------
+
+  ! Routes modelcast's log messages to `handler` (a bind(c) subroutine with the mc_log_handler
+  ! interface; mc_string turns its C strings into Fortran ones), with `user_data` passed back;
+  ! without a handler, back to stderr. The handler runs on modelcast's threads, one call at a
+  ! time, and must not call into modelcast (see mc_set_log_handler in modelcast_runtime.h).
+  integer function mc_set_log_handler(handler, user_data) result(status)
+    procedure(mc_log_handler), optional :: handler
+    type(c_ptr), intent(in), optional :: user_data
+    type(c_ptr) :: data
+    data = c_null_ptr
+    if (present(user_data)) data = user_data
+    if (present(handler)) then
+      status = from_c(mc_set_log_handler_c(c_funloc(handler), data))
+    else
+      status = from_c(mc_set_log_handler_c(c_null_funptr, data))
+    end if
+  end function
+
+  ! Level of every modelcast logger (MC_LOG_TRACE .. MC_LOG_OFF), instead of MODELCAST_LOG_LEVEL.
+  integer function mc_set_log_level(level) result(status)
+    integer, intent(in) :: level
+    status = from_c(mc_set_log_level_c(int(level, c_int)))
+  end function
+
+  ! A C string (as a log handler receives them) as a Fortran string.
+  function mc_string(pointer) result(text)
+    type(c_ptr), intent(in) :: pointer
+    character(len=:), allocatable :: text
+    text = f_string(pointer)
   end function
 
   ! ---- producer ------------------------------------------------------------------------

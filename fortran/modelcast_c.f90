@@ -52,6 +52,26 @@ module modelcast_c
     integer(c_int) :: memory, device
   end type
 
+  type, bind(c), public :: mc_scheduler_options_t
+    integer(c_size_t) :: struct_size
+    integer(c_int64_t) :: total_steps, warmup_step
+    real(c_double) :: publish_cost_s, update_latency_s, request_rate, window_s, max_slowdown_s, refit_growth
+    integer(c_int) :: refit_band_points, refit_every_below, max_candidates
+  end type
+
+  ! mc_log_level
+  integer(c_int), parameter, public :: MC_LOG_TRACE = 0, MC_LOG_DEBUG = 1, MC_LOG_INFO = 2, MC_LOG_WARN = 3, &
+      MC_LOG_ERROR = 4, MC_LOG_CRITICAL = 5, MC_LOG_OFF = 6
+
+  ! mc_log_fn: a log handler written in Fortran has this interface (strings are C strings).
+  abstract interface
+    subroutine mc_log_handler(level, component, message, user_data) bind(c)
+      import :: c_int, c_ptr
+      integer(c_int), value :: level
+      type(c_ptr), value :: component, message, user_data
+    end subroutine
+  end interface
+
   type, bind(c), public :: mc_publish_result_t
     integer(c_int64_t) :: version, step, stall_ns, bytes
   end type
@@ -166,6 +186,51 @@ module modelcast_c
       type(c_ptr), value :: view, name
       type(mc_tensor_info_t), intent(out) :: out
       integer(c_int) :: mc_view_find_tensor_c
+    end function
+    function mc_set_log_handler_c(handler, user_data) bind(c, name="mc_set_log_handler")
+      import :: c_funptr, c_ptr, c_int
+      type(c_funptr), value :: handler
+      type(c_ptr), value :: user_data
+      integer(c_int) :: mc_set_log_handler_c
+    end function
+    function mc_set_log_level_c(level) bind(c, name="mc_set_log_level")
+      import :: c_int
+      integer(c_int), value :: level
+      integer(c_int) :: mc_set_log_level_c
+    end function
+    subroutine mc_scheduler_options_init_c(options) bind(c, name="mc_scheduler_options_init")
+      import :: mc_scheduler_options_t
+      type(mc_scheduler_options_t), intent(out) :: options
+    end subroutine
+    function mc_scheduler_create_c(options, out) bind(c, name="mc_scheduler_create")
+      import :: mc_scheduler_options_t, c_ptr, c_int
+      type(mc_scheduler_options_t), intent(in) :: options
+      type(c_ptr), intent(out) :: out
+      integer(c_int) :: mc_scheduler_create_c
+    end function
+    subroutine mc_scheduler_destroy_c(scheduler) bind(c, name="mc_scheduler_destroy")
+      import :: c_ptr
+      type(c_ptr), value :: scheduler
+    end subroutine
+    function mc_scheduler_observe_c(scheduler, step, loss, wall_time_s) bind(c, name="mc_scheduler_observe")
+      import :: c_ptr, c_int, c_int64_t, c_double
+      type(c_ptr), value :: scheduler
+      integer(c_int64_t), value :: step
+      real(c_double), value :: loss, wall_time_s
+      integer(c_int) :: mc_scheduler_observe_c
+    end function
+    function mc_scheduler_should_publish_c(scheduler, step, publish) bind(c, name="mc_scheduler_should_publish")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: scheduler
+      integer(c_int64_t), value :: step
+      integer(c_int), intent(out) :: publish
+      integer(c_int) :: mc_scheduler_should_publish_c
+    end function
+    function mc_scheduler_set_costs_c(scheduler, publish_cost_s, update_latency_s) bind(c, name="mc_scheduler_set_costs")
+      import :: c_ptr, c_int, c_double
+      type(c_ptr), value :: scheduler
+      real(c_double), value :: publish_cost_s, update_latency_s
+      integer(c_int) :: mc_scheduler_set_costs_c
     end function
     function c_strlen(text) bind(c, name="strlen")
       import :: c_ptr, c_size_t

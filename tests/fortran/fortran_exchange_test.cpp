@@ -10,6 +10,7 @@
 
 #include "child_process.h"
 #include "modelcast/consumer.h"
+#include "modelcast/predictor_online.h"
 
 #ifndef FORTRAN_PRODUCER
 #error "FORTRAN_PRODUCER (the Fortran program's path) must be defined"
@@ -26,6 +27,27 @@ const T* values(const modelcast::ModelView& view, const std::string& name, model
   EXPECT_EQ(tensor.spec->dtype, dtype) << name;
   EXPECT_EQ(tensor.spec->shape, shape) << name << ": a Fortran array's shape is registered reversed";
   return static_cast<const T*>(tensor.data);
+}
+
+// What fortran_producer.f90's run_scheduler prints, computed with the C++ scheduler: " 600 900 ...".
+std::string cpp_scheduler_steps() {
+  modelcast::predictor::OnlineOptions options;
+  options.forecast.total_steps = 3000;
+  options.warmup_step = 500;
+  options.costs.stall_s = 2.0;
+  options.costs.delivery_s = 1.0;
+  modelcast::predictor::OnlineScheduler scheduler(options);
+  double stalls = 0;
+  std::string text;
+  for (std::int64_t step = 100; step <= 3000; step += 100) {
+    scheduler.observe(step, 2.0 + 8.0 / (1.0 + static_cast<double>(step) / 300.0), 0.5 * static_cast<double>(step) + stalls);
+    if (scheduler.should_publish(step)) {
+      stalls += 2.0;
+      text += " " + std::to_string(step);
+    }
+  }
+  EXPECT_FALSE(text.empty()) << "the curve should call for at least one publish";
+  return text;
 }
 
 TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
@@ -63,6 +85,10 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
     ASSERT_EQ(s[0], 5000000000LL + vi);
     producer.send_line("next");
   }
+  // The Fortran scheduler decided as this process's C++ scheduler does on the same curve.
+  auto scheduler_line = producer.wait_for_line("scheduler");
+  ASSERT_TRUE(scheduler_line) << "the Fortran scheduler printed nothing";
+  EXPECT_EQ(*scheduler_line, "scheduler" + cpp_scheduler_steps());
   auto done = producer.wait_for_line("fortran: ok");
   const int status = producer.wait();
   std::string output;
