@@ -12,7 +12,7 @@
 #include "csv_record.h"  // predictor/: the loss logs' record splitter
 #include "modelcast/predictor.h"
 #include "progress_meter.h"
-#include "svg_plot.h"
+#include "schedule_plot.h"
 
 namespace modelcast::tune {
 namespace {
@@ -119,55 +119,12 @@ Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double st
   return Json{{"publish_steps", steps}, {"predicted_cil", cil}, {"slowdown_s", stall_s * static_cast<double>(steps.size())}};
 }
 
-// Served loss over time for a schedule on a curve (for the plot).
-Series staircase(const mp::Trajectory& curve, std::size_t w, const mp::PublishCosts& c, const std::vector<std::int64_t>& steps) {
-  Series s;
-  const double end = curve.time_s[w] + (std::isfinite(c.window_s) ? c.window_s : curve.time_s.back() - curve.time_s[w]);
-  double loss = curve.loss[w];
-  s.x.push_back(curve.time_s[w]);
-  s.y.push_back(loss);
-  for (std::size_t j = 0; j < steps.size(); ++j) {
-    const auto i = static_cast<std::size_t>(std::lower_bound(curve.steps.begin(), curve.steps.end(), steps[j]) - curve.steps.begin());
-    const double at = curve.time_s[i] + static_cast<double>(j + 1) * c.stall_s + c.delivery_s;
-    if (at >= end) break;
-    s.x.push_back(at);
-    s.y.push_back(loss);
-    loss = curve.loss[i];
-    s.x.push_back(at);
-    s.y.push_back(loss);
-  }
-  s.x.push_back(end);
-  s.y.push_back(loss);
-  return s;
-}
-
-std::vector<double> publish_times(const mp::Trajectory& curve, const mp::PublishCosts& c, const std::vector<std::int64_t>& steps) {
-  std::vector<double> out;
-  for (std::size_t j = 0; j < steps.size(); ++j) {
-    const auto i = static_cast<std::size_t>(std::lower_bound(curve.steps.begin(), curve.steps.end(), steps[j]) - curve.steps.begin());
-    out.push_back(curve.time_s[i] + static_cast<double>(j) * c.stall_s);
-  }
-  return out;
-}
-
 mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_steps) {
   mp::ForecastOptions fo;
   fo.total_steps = total_steps;
   if (!a.reference_path.empty()) fo.reference = load_reference(a.reference_path);
   if (!a.lr_schedule_path.empty()) fo.lr_schedule = load_lr_schedule(a.lr_schedule_path);
   return fo;
-}
-
-// Completes `d` with the observed points, the served-loss staircase and the publish markers of
-// `steps` on `curve`, writes it to `path` and records the file in the result.
-void write_schedule_plot(PlotData d, const std::vector<mp::CurvePoint>& observed, const mp::Trajectory& curve,
-                         std::size_t w, const mp::PublishCosts& costs, const std::vector<std::int64_t>& steps,
-                         const std::string& path, Json& r) {
-  for (const auto& p : observed) d.observed.x.push_back(p.time_s), d.observed.y.push_back(p.loss);
-  d.served = staircase(curve, w, costs, steps);
-  d.publish_times = publish_times(curve, costs, steps);
-  write_svg(path, d);
-  r["plot"] = path;
 }
 
 Json baselines_json(const mp::Trajectory& truth_or_forecast, std::size_t w, const mp::PublishCosts& costs,
@@ -234,7 +191,8 @@ Json run_plan(const CommonArgs& a) {
       d.band_lower.x.push_back(t), d.band_lower.y.push_back(forecast.lower[i]);
       d.band_upper.x.push_back(t), d.band_upper.y.push_back(forecast.upper[i]);
     }
-    write_schedule_plot(std::move(d), prefix, planned, w, costs, plan.publish_steps, a.plot_path, r);
+    write_schedule_plot(std::move(d), prefix, planned, w, costs, plan.publish_steps, a.plot_path);
+    r["plot"] = a.plot_path;
   }
   return r;
 }
@@ -287,7 +245,8 @@ Json run_replay(const CommonArgs& a) {
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune replay: " + (log.run.empty() ? a.log_path : log.run);
-    write_schedule_plot(std::move(d), log.points, truth, w, costs, steps, a.plot_path, r);
+    write_schedule_plot(std::move(d), log.points, truth, w, costs, steps, a.plot_path);
+    r["plot"] = a.plot_path;
   }
   return r;
 }
@@ -321,7 +280,8 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune evaluate: " + (log.run.empty() ? a.log_path : log.run);
-    write_schedule_plot(std::move(d), log.points, truth, w, costs, publish_steps, a.plot_path, r);
+    write_schedule_plot(std::move(d), log.points, truth, w, costs, publish_steps, a.plot_path);
+    r["plot"] = a.plot_path;
   }
   return r;
 }
