@@ -14,6 +14,8 @@ packages=(
   libtomlplusplus-dev             # key files
   libcli11-dev nlohmann-json3-dev # command lines, JSON output
   libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting
+  libcsv-dev                      # predictor: loss logs as RFC 4180 CSV (quoted fields)
+  gfortran                        # the Fortran module (fortran/) and its test
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2                        # network-namespace test across two "hosts"
   # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The
