@@ -1,6 +1,7 @@
 """Callbacks run on library threads with the GIL taken; their exceptions are reported, not fatal;
 blocking calls release the GIL."""
 
+import subprocess
 import sys
 import threading
 
@@ -79,17 +80,31 @@ def test_wait_for_version_releases_the_gil(endpoint):
     assert ran_during_wait
 
 
-def test_closing_with_callbacks_in_flight_does_not_deadlock(endpoint):
-    # close() waits for the service thread, which may need the GIL for a callback: close must
-    # release the GIL (a deadlock would hang this test until CTest's timeout).
-    calls = threading.Event()
-    weights = np.zeros(1 << 16, dtype=np.float32)
-    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer:
-        producer.register("w", weights)
-        consumer = modelcast.Consumer(endpoint, model_name="pytest", on_update=lambda view: calls.set())
-        producer.publish(1)
-        assert calls.wait(WAIT_S)
-        for step in range(2, 6):
-            producer.publish(step)
-        consumer.close()
-        assert consumer.stats is not None
+CLOSE_DURING_CALLBACK = """
+import sys, threading
+import numpy as np
+import modelcast
+entered, proceed = threading.Event(), threading.Event()
+def on_update(view):
+    entered.set()
+    proceed.wait()  # GIL released; needs it back to return
+with modelcast.Producer(control_endpoint=sys.argv[1], model_name="pytest") as producer:
+    producer.register("w", np.zeros(16, dtype=np.float32))
+    consumer = modelcast.Consumer(sys.argv[1], model_name="pytest", on_update=on_update)
+    producer.publish(1)
+    assert entered.wait(20)
+    sys.setswitchinterval(5.0)  # this thread keeps the GIL up to close() unless it releases it
+    proceed.set()
+    consumer.close()
+print("closed")
+"""
+
+
+def test_close_while_a_callback_needs_the_gil_does_not_deadlock(endpoint):
+    # close() joins the service thread, which is inside on_update waiting for the GIL; close
+    # must release the GIL or both wait for ever. In a child process, so a deadlock is a timeout
+    # here rather than a hung test run.
+    result = subprocess.run([sys.executable, "-c", CLOSE_DURING_CALLBACK, endpoint], capture_output=True,
+                            text=True, timeout=WAIT_S)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "closed"
