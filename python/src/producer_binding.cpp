@@ -22,6 +22,24 @@ namespace {
 
 double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
 
+// The Producer together with the Python objects whose memory it reads, so that neither outlives
+// the other, whichever thread drops the last reference. Must be destroyed without the GIL held:
+// stopping the Producer waits for its service thread, which may be waiting for the GIL.
+struct Registered {
+  std::unique_ptr<Producer> producer;
+  std::vector<py::object> owners;  // changed under the GIL only
+
+  ~Registered() {
+    producer.reset();
+    if (!python_alive()) {
+      for (auto& o : owners) o.release();  // the interpreter is gone: nothing to drop them into
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    owners.clear();
+  }
+};
+
 class PyProducer {
  public:
   // Binds the endpoint and starts the threads. `on_delivery` (None or a callable taking a
@@ -34,11 +52,17 @@ class PyProducer {
         cb.call("modelcast.Producer on_delivery callback", [&] { return py::make_tuple(d); });
       };
     }
-    py::gil_scoped_release nogil;
-    producer_ = std::make_shared<Producer>(std::move(options));
+    auto state = std::make_shared<Registered>();
+    {
+      py::gil_scoped_release nogil;
+      state->producer = std::make_unique<Producer>(std::move(options));
+    }
+    state_ = std::move(state);
   }
   ~PyProducer() { close(); }
 
+  // Registers `nbytes` at `address` as tensor `name` and keeps `owner` (the object owning that
+  // memory) referenced for as long as the Producer exists.
   void register_memory(const std::string& name, const std::string& dtype, std::vector<std::int64_t> shape,
                        std::uintptr_t address, std::size_t nbytes, py::object owner) {
     auto d = parse_dtype(dtype);
@@ -47,8 +71,13 @@ class PyProducer {
     if (ref.spec.size_bytes() != nbytes)
       throw_invalid("tensor '" + name + "': " + std::to_string(nbytes) + " bytes of memory for a shape and dtype of " +
                     std::to_string(ref.spec.size_bytes()) + " bytes");
+    // Our own reference, so the owner is recorded even if close() runs meanwhile on another thread.
+    struct Hold {
+      std::shared_ptr<Registered> state;
+      ~Hold() { release_without_gil(std::move(state)); }
+    } hold{state_};
     with_producer([&](Producer& p) { p.register_tensor(ref); });
-    owners_.push_back(std::move(owner));
+    hold.state->owners.push_back(std::move(owner));  // under the GIL again
   }
 
   PublishTicket publish(std::int64_t step, const Metadata& metadata) {
@@ -61,36 +90,34 @@ class PyProducer {
   ProducerStats stats() { return with_producer([](Producer& p) { return p.stats(); }); }
   std::string control_endpoint() { return with_producer([](Producer& p) { return p.control_endpoint(); }); }
   std::uint64_t callback_errors() const { return callback_errors_->load(); }
-  bool closed() const { return producer_ == nullptr; }
+  bool closed() const { return state_ == nullptr; }
 
-  // Stops the producer (GIL released while its threads finish), then drops the owners.
-  // A call still running on another thread keeps the Producer alive until it returns.
-  void close() {
-    std::shared_ptr<Producer> p = std::move(producer_);
-    if (p) {
-      py::gil_scoped_release nogil;
-      p.reset();
-    }
-    owners_.clear();
-  }
+  // Stops the producer and drops the owners. A call still running on another thread (a
+  // publish()) keeps both alive until it returns, so it never reads released memory.
+  void close() { release_without_gil(std::move(state_)); }
 
  private:
+  static void release_without_gil(std::shared_ptr<Registered> state) {
+    if (!state) return;
+    py::gil_scoped_release nogil;
+    state.reset();
+  }
+
   // Runs f on the producer with the GIL released; the last reference, if it is ours, is also
   // dropped without the GIL.
   template <typename F>
   auto with_producer(F&& f) -> decltype(f(std::declval<Producer&>())) {
-    std::shared_ptr<Producer> p = producer_;
-    if (!p) throw Error(ErrorCode::kState, "the Producer is closed");
+    std::shared_ptr<Registered> state = state_;
+    if (!state) throw Error(ErrorCode::kState, "the Producer is closed");
     py::gil_scoped_release nogil;
     struct Drop {
-      std::shared_ptr<Producer>& p;
-      ~Drop() { p.reset(); }
-    } drop{p};
-    return f(*p);
+      std::shared_ptr<Registered>& s;
+      ~Drop() { s.reset(); }
+    } drop{state};
+    return f(*state->producer);
   }
 
-  std::shared_ptr<Producer> producer_;
-  std::vector<py::object> owners_;
+  std::shared_ptr<Registered> state_;
   std::shared_ptr<std::atomic<std::uint64_t>> callback_errors_;
 };
 

@@ -59,3 +59,18 @@ def test_releasing_views_lets_buffers_be_reused(endpoint):
         assert len(addresses) <= 2
     finally:
         p.close()
+
+
+def test_producer_holds_registered_tensors_until_closed(endpoint):
+    import weakref
+    p = LocalPair(endpoint, {})
+    tensor = torch.from_numpy(values(3).copy())
+    p.producer.register("w", tensor)
+    watch = weakref.ref(tensor)
+    del tensor
+    gc.collect()
+    assert watch() is not None  # the producer's reference keeps the memory it reads alive
+    np.testing.assert_array_equal(p.publish(1).array("w"), values(3))
+    p.close()
+    gc.collect()
+    assert watch() is None  # and close() lets it go
