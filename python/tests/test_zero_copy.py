@@ -52,6 +52,8 @@ def test_producer_publishes_the_registered_tensors_own_memory(pair):
     np.testing.assert_array_equal(second.array("w"), -2.0 * np.arange(24, dtype=np.float32).reshape(4, 6))
     assert second.array("b")[3] == 99
     np.testing.assert_array_equal(first.array("w"), np.arange(24, dtype=np.float32).reshape(4, 6))
+    stats = pair.producer.stats()
+    assert stats.versions_published == 2 and stats.latest_version == second.version
 
 
 def test_parameters_updated_by_an_optimizer_are_published(endpoint):
