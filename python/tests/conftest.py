@@ -29,8 +29,8 @@ class ProducerProcess:
     """producer_peer.py in its own interpreter; publish() asks it for a version and returns the
     version number it reports, so every wait is on a reply, never a sleep."""
 
-    def __init__(self, endpoint):
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+    def __init__(self, endpoint, env=None):
+        env = dict(env or os.environ, PYTHONUNBUFFERED="1")
         env.setdefault("UCX_NET_DEVICES", "lo")
         self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "producer_peer.py"), endpoint],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -57,9 +57,13 @@ class ProducerProcess:
             assert self.proc.wait(WAIT_S) == 0
 
 
-@pytest.fixture
-def producer_process(endpoint):
-    p = ProducerProcess(endpoint)
+@pytest.fixture(params=["shm", "tcp"])
+def producer_process(request, endpoint, monkeypatch):
+    """The producer process, with UCX on its default transports (shared memory on one host) or
+    forced to TCP over loopback; the consumer in this process gets the same setting."""
+    if request.param == "tcp":
+        monkeypatch.setenv("UCX_TLS", "tcp,self")  # read by UCX when each Consumer/Producer starts
+    p = ProducerProcess(endpoint, os.environ)
     yield p
     p.close()
 
