@@ -9,7 +9,7 @@ class Consumer:
     """Receives versions from the producer at ``producer_endpoint`` in the background.
 
     Keyword options mirror ``modelcast::ConsumerOptions`` (``model_name``, ``consumer_name``,
-    ``expected_layout`` as TensorSpecs or (name, dtype, shape) tuples, ``buffers``,
+    ``expected_layout`` as TensorSpecs or (name, dtype, shape) tuples, ``buffers``, ``transports``,
     ``producer_timeout`` and ``transfer_timeout`` in seconds, ``max_model_bytes``,
     ``producer_public_key``, ``key``, ``key_file``, ``allow_plaintext_remote``). Caller-owned
     receive buffers are not offered in Python.

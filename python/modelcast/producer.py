@@ -33,7 +33,7 @@ class Producer:
 
     Keyword options mirror ``modelcast::ProducerOptions`` (``model_name``, ``control_endpoint``,
     ``snapshot_slots``, ``integrity``, ``first_version``, ``lease_timeout`` and
-    ``heartbeat_interval`` in seconds, ``transfer_chunk_bytes``, ``max_consumers``, ``key``,
+    ``heartbeat_interval`` in seconds, ``transfer_chunk_bytes``, ``max_consumers``, ``transports``, ``key``,
     ``key_file``, ``allowed_consumer_keys``, ``allow_any_consumer``, ``allow_plaintext_remote``).
     ``on_delivery(delivery)`` runs on the producer's service thread with the GIL taken; an
     exception it raises is reported through ``sys.unraisablehook`` and counted in

@@ -93,6 +93,7 @@ void bind_consumer(py::module_& m) {
       .def_readwrite("consumer_name", &ConsumerOptions::consumer_name)
       .def_readwrite("expected_layout", &ConsumerOptions::expected_layout)
       .def_readwrite("buffers", &ConsumerOptions::buffers)
+      .def_readwrite("transports", &ConsumerOptions::transports)
       .def_readwrite("producer_timeout", &ConsumerOptions::producer_timeout)
       .def_readwrite("transfer_timeout", &ConsumerOptions::transfer_timeout)
       .def_readwrite("max_model_bytes", &ConsumerOptions::max_model_bytes)
@@ -114,7 +115,8 @@ void bind_consumer(py::module_& m) {
                              [](const ConsumerStats& s) { return seconds(s.last_update_latency); })
       .def_property_readonly("last_notify_latency_s",
                              [](const ConsumerStats& s) { return seconds(s.last_notify_latency); })
-      .def_readonly("last_error", &ConsumerStats::last_error);
+      .def_readonly("last_error", &ConsumerStats::last_error)
+      .def_readonly("transport", &ConsumerStats::transport);
 
   py::class_<PyConsumer>(m, "_Consumer", "Internal: use modelcast.Consumer.")
       .def(py::init<ConsumerOptions, py::object, py::object>(), py::arg("options"), py::arg("on_update"),

@@ -135,6 +135,7 @@ void bind_producer(py::module_& m) {
       .def_readwrite("heartbeat_interval", &ProducerOptions::heartbeat_interval)
       .def_readwrite("transfer_chunk_bytes", &ProducerOptions::transfer_chunk_bytes)
       .def_readwrite("max_consumers", &ProducerOptions::max_consumers)
+      .def_readwrite("transports", &ProducerOptions::transports)
       .def_readwrite("key", &ProducerOptions::key)
       .def_readwrite("key_file", &ProducerOptions::key_file)
       .def_readwrite("allowed_consumer_keys", &ProducerOptions::allowed_consumer_keys)

@@ -46,3 +46,15 @@ def test_expected_layout_accepts_the_producers_layout(producer_process, endpoint
         assert view is not None
         check_version(view, version)
         assert [s.dtype for s in view.specs()] == ["f32", "f32", "bf16", "bool", "i64", "f16", "i32"]
+
+
+def test_transport_options_choose_the_in_process_loopback(endpoint):
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest", transports=["ucx", "loopback"]) as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest", transports=["loopback"]) as consumer:
+        weights = np.arange(10, dtype=np.float64)
+        producer.register("w", weights)
+        view = consumer.wait_for_version(producer.publish(1).version, WAIT_S)
+        assert view is not None
+        np.testing.assert_array_equal(view.array("w"), weights)
+        assert consumer.stats().transport == "loopback"
+        assert producer.stats().transport == "ucx,loopback"
