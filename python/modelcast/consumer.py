@@ -2,7 +2,7 @@
 
 from . import _core
 from ._dtypes import tensor_spec
-from .producer import _live, options_from
+from .producer import _live, check_callback, options_from
 
 
 class Consumer:
@@ -22,6 +22,8 @@ class Consumer:
     """
 
     def __init__(self, producer_endpoint, *, on_update=None, on_error=None, expected_layout=None, **options):
+        check_callback("Consumer", "on_update", on_update)
+        check_callback("Consumer", "on_error", on_error)
         opts = options_from(_core.ConsumerOptions, options, "Consumer")
         opts.producer_endpoint = producer_endpoint
         if expected_layout is not None:

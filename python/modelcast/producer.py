@@ -17,6 +17,12 @@ def _close_all():
         obj.close()
 
 
+def check_callback(what, name, fn):
+    """InvalidArgumentError unless ``fn`` is None or callable."""
+    if fn is not None and not callable(fn):
+        raise InvalidArgumentError(f"{what}: {name} must be callable or None, not {type(fn).__name__}")
+
+
 def options_from(cls, kwargs, what):
     """An options struct of class ``cls`` with ``kwargs`` set; InvalidArgumentError names an unknown one."""
     options = cls()
@@ -42,6 +48,7 @@ class Producer:
     """
 
     def __init__(self, *, on_delivery=None, **options):
+        check_callback("Producer", "on_delivery", on_delivery)
         self._impl = _core._Producer(options_from(_core.ProducerOptions, options, "Producer"), on_delivery)
         _live.add(self)
 
