@@ -9,6 +9,7 @@ Failures raise :class:`Error` subclasses carrying an :class:`ErrorCode`.
 """
 
 from . import errors
+from ._version import __version__
 from ._core import (ConsumerStats, Delivery, KeyPair, ModelView, ProducerStats, PublishTicket, TensorSpec,
                     dtype_names, dtype_size, generate_key_pair, load_key_pair, load_public_key, save_key_pair)
 from .consumer import Consumer
@@ -19,7 +20,7 @@ from .producer import Producer
 from . import predictor
 
 __all__ = [
-    "Producer", "Consumer", "ModelView", "TensorSpec", "PublishTicket", "Delivery", "ProducerStats",
+    "__version__", "Producer", "Consumer", "ModelView", "TensorSpec", "PublishTicket", "Delivery", "ProducerStats",
     "ConsumerStats", "KeyPair", "generate_key_pair", "save_key_pair", "load_key_pair", "load_public_key",
     "dtype_names", "dtype_size", "Error", "ErrorCode", "InvalidArgumentError", "LayoutMismatchError",
     "ProtocolError", "TransportError", "TimeoutError", "IntegrityError", "StateError", "ResourceError",

@@ -118,3 +118,4 @@ def test_missing_tensor_in_a_view(endpoint):
             view.array("absent")
         assert "absent" not in view and "w" in view
 
+
