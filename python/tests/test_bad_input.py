@@ -117,5 +117,3 @@ def test_missing_tensor_in_a_view(endpoint):
         with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "absent"):
             view.array("absent")
         assert "absent" not in view and "w" in view
-
-
