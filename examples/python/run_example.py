@@ -22,8 +22,12 @@ def main():
     p.add_argument("--min-accuracy", type=float, default=0.7, help="required test accuracy of the last version")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds each process may take")
     args = p.parse_args()
-    endpoint = f"ipc://{tempfile.mkdtemp(prefix='mc-fashion-', dir='/tmp')}/trainer.sock"
+    with tempfile.TemporaryDirectory(prefix="mc-fashion-", dir="/tmp") as directory:  # short ipc path
+        return run(args, f"ipc://{directory}/trainer.sock")
 
+
+def run(args, endpoint):
+    """Runs server and trainer on `endpoint`; 0 when the checks pass, 1 otherwise."""
     def start(script, *extra):
         return subprocess.Popen([sys.executable, os.path.join(HERE, script), "--endpoint", endpoint, *extra],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
