@@ -1,6 +1,8 @@
 """A producer and a consumer in separate Python processes exchange versions; every element of
 every version is checked, through both NumPy arrays and torch tensors."""
 
+import threading
+
 import numpy as np
 import torch
 
@@ -58,3 +60,35 @@ def test_transport_options_choose_the_in_process_loopback(endpoint):
         np.testing.assert_array_equal(view.array("w"), weights)
         assert consumer.stats().transport == "loopback"
         assert producer.stats().transport == "ucx,loopback"
+
+
+def test_reader_threads_always_see_whole_versions(producer_process, endpoint):
+    # Readers acquire the newest view over and over while versions arrive; every view they get
+    # must hold exactly its own version's values (the swap is atomic, and a held view is never
+    # written into).
+    stop, failures, checked = threading.Event(), [], [0] * 3
+
+    def read(index):
+        while not stop.is_set():
+            view = consumer.acquire()
+            if view is None:
+                continue
+            for name in ("encoder.weight", "counts", "mask"):
+                if not np.array_equal(as_numpy(view.tensor(name)), expected(name, view.version)):
+                    failures.append(f"{name} of version {view.version}")
+            checked[index] += 1
+
+    with modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        readers = [threading.Thread(target=read, args=(i,)) for i in range(3)]
+        for r in readers:
+            r.start()
+        try:
+            for step in range(1, 11):
+                version = producer_process.publish(step)
+                assert consumer.wait_for_version(version, WAIT_S) is not None
+        finally:
+            stop.set()
+            for r in readers:
+                r.join(WAIT_S)
+    assert not failures, failures[:5]
+    assert all(checked), checked
