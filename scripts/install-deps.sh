@@ -22,6 +22,10 @@ packages=(
   # fuzzer and sanitizer runtimes (libclang_rt.fuzzer*.a, asan, ubsan) are in libclang-rt-14-dev,
   # which clang-14 only recommends, so it is listed; libfuzzer-14-dev is not needed.
   clang-14 libclang-rt-14-dev
+  # Python binding (python/): built with pybind11 for Debian's python3; DLPack hands torch the
+  # received tensors without a copy; the tests and the example use NumPy, torch and pytest.
+  python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
+  dataset-fashion-mnist           # data of the PyTorch example (examples/python/)
 )
 
 missing=()
