@@ -16,6 +16,10 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0 || options_.refit_band_points < 0 ||
       options_.refit_every_below < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_growth, refit_band_points and refit_every_below must be >= 0");
+  if (!std::isfinite(options_.band_trigger_width) || options_.band_trigger_width <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: band_trigger_width must be finite and > 0, got " +
+                                                 std::to_string(options_.band_trigger_width));
+  if (options_.hedge) hedge_forecast(std::vector<CurvePoint>{{0, 1.0, 0.0}}, Forecast{}, options_.hedge_options);  // checks the options
   set_costs(options_.costs.stall_s, options_.costs.delivery_s);
 }
 
@@ -41,12 +45,23 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
   }
 }
 
+std::size_t OnlineScheduler::band_points() const {
+  // On long per-step logs one point says little: compare one fit bin's mean instead.
+  const std::size_t bin = options_.forecast.max_fit_points > 0
+                              ? observed_.size() / static_cast<std::size_t>(options_.forecast.max_fit_points)
+                              : 0;
+  return std::max(static_cast<std::size_t>(options_.refit_band_points), bin);
+}
+
 bool OnlineScheduler::left_band() const {
-  const auto k = static_cast<std::size_t>(options_.refit_band_points);
-  if (k == 0 || forecast_.steps.empty() || observed_.size() < points_at_last_fit_ + k) return false;
+  if (options_.refit_band_points == 0 || forecast_.steps.empty()) return false;
+  const std::size_t k = band_points();
+  if (observed_.size() < points_at_last_fit_ + k) return false;
   if (forecast_.lower.size() != forecast_.steps.size() || forecast_.upper.size() != forecast_.steps.size())
     return false;  // a custom forecaster without a band
-  int side = 0;  // -1 below the band, +1 above
+  // Residuals against the band's centre (the point forecast; the hedged loss sits below it),
+  // in units of the widened half-width.
+  std::vector<double> z;
   for (std::size_t j = observed_.size() - k; j < observed_.size(); ++j) {
     const auto& p = observed_[j];
     const auto it = std::lower_bound(forecast_.steps.begin(), forecast_.steps.end(), p.step);
@@ -59,26 +74,37 @@ bool OnlineScheduler::left_band() const {
       lo = forecast_.lower[i - 1] + f * (lo - forecast_.lower[i - 1]);
       hi = forecast_.upper[i - 1] + f * (hi - forecast_.upper[i - 1]);
     }
-    const int s = p.loss < lo ? -1 : p.loss > hi ? 1 : 0;
-    if (s == 0 || (side != 0 && s != side)) return false;
-    side = s;
+    const double half = 0.5 * (hi - lo) * options_.band_trigger_width;
+    if (!(half > 0)) return false;  // a forecast declared certain has no band to leave
+    z.push_back((p.loss - 0.5 * (lo + hi)) / half);
   }
-  return true;
+  if (k > static_cast<std::size_t>(options_.refit_band_points)) {  // bin mean on long logs
+    double mean = 0.0;
+    for (double v : z) mean += v / static_cast<double>(z.size());
+    return std::abs(mean) > 1.0;
+  }
+  return std::all_of(z.begin(), z.end(), [](double v) { return v > 1.0; }) ||
+         std::all_of(z.begin(), z.end(), [](double v) { return v < -1.0; });
 }
 
 void OnlineScheduler::refit_if_due() {
   const std::size_t n = observed_.size();
+  // Growth is counted within the current regime.
+  const std::size_t seen = points_at_last_fit_ - std::min(points_at_last_fit_, fit_from_);
   bool due = forecast_.steps.empty() || n < static_cast<std::size_t>(options_.refit_every_below);
-  due = due || n >= std::max<std::size_t>(points_at_last_fit_ + 1,
-                                          static_cast<std::size_t>(std::ceil(static_cast<double>(points_at_last_fit_) *
-                                                                             (1.0 + options_.refit_growth))));
-  const bool band = !due && left_band();
+  due = due || n - fit_from_ >= std::max<std::size_t>(seen + 1, static_cast<std::size_t>(std::ceil(static_cast<double>(seen) *
+                                                                                                    (1.0 + options_.refit_growth))));
+  const bool band = !forecast_.steps.empty() && left_band();
   if (n <= points_at_last_fit_ || !(due || band)) return;
-  forecast_ = options_.forecaster ? options_.forecaster(observed_, options_.forecast)
-                                  : forecast_curve(observed_, options_.forecast);
+  if (band) {
+    fit_from_ = n - band_points();
+    ++stats_.band_refits;
+  }
+  const std::span<const CurvePoint> regime(observed_.data() + fit_from_, n - fit_from_);
+  Forecast raw = options_.forecaster ? options_.forecaster(regime, options_.forecast) : forecast_curve(regime, options_.forecast);
+  forecast_ = options_.hedge ? hedge_forecast(regime, raw, options_.hedge_options).forecast : std::move(raw);
   points_at_last_fit_ = n;
   ++stats_.fits;
-  if (band) ++stats_.band_refits;
 }
 
 bool OnlineScheduler::should_publish(std::int64_t step) {

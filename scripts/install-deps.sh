@@ -14,6 +14,7 @@ packages=(
   libtomlplusplus-dev             # key files
   libcli11-dev nlohmann-json3-dev # command lines, JSON output
   libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting
+  python3-torch dataset-fashion-mnist  # bench/data/curves/make_curves.py (development curves)
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2                        # network-namespace test across two "hosts"
   # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The

@@ -13,6 +13,7 @@
 
 #include "modelcast/error.h"
 #include "modelcast/predictor_forecast.h"
+#include "modelcast/predictor_hedge.h"
 #include "modelcast/predictor_planner.h"
 
 namespace modelcast::predictor {
@@ -29,18 +30,25 @@ struct OnlineOptions {
   //    0 refits at every point.
   //  - while fewer than refit_every_below points are observed it refits at every point (fits
   //    of short prefixes are cheap, and each new point changes them most).
-  //  - optional band trigger: the last refit_band_points observed points (all newer than the
-  //    last fit) lie outside the forecast's uncertainty band [lower, upper], on the same side.
-  //    0 (default) disables it: on the real validation curves in bench/data the ensemble's band
-  //    is narrow enough that 3 points leave it within a few points of most fits, which brought
-  //    back nearly one fit per 3 points without better decisions.
+  //  - band trigger (regime change): the newest observed points (all newer than the last fit)
+  //    lie outside the forecast's band widened band_trigger_width times around its centre, on
+  //    the same side. refit_band_points of them, or one fit bin's worth (points /
+  //    ForecastOptions::max_fit_points) on long per-step logs, whose mean is compared instead so
+  //    that per-step noise alone does not trigger. The run then left the regime the forecast
+  //    was fitted on (a data shift, a late drop, a rise): the forecast is refitted from the
+  //    first of those points on, and later refits keep to the new regime. 0 disables it.
   // Between refits every decision is still taken from a fresh exact plan on the cached
   // forecast, anchored on the newest observed point (its loss and time residuals against the
   // forecast are added to the rest of the forecast), so "publish now?" is always weighed
   // against a future that continues from where the run actually is.
   double refit_growth = 0.5;
-  int refit_band_points = 0;
+  int refit_band_points = 3;
+  double band_trigger_width = 2.0;
   int refit_every_below = 24;
+  // Plan on the expected loss over the forecast's scenarios (predictor_hedge.h) rather than on
+  // the point forecast, so that a flat forecast does not rule out publishing.
+  bool hedge = true;
+  HedgeOptions hedge_options;
   // Plans consider at most this many future candidates (evenly thinned, "now" always kept),
   // bounding the cost of re-planning at every logged step on very long logs.
   int max_candidates = 160;
@@ -79,6 +87,9 @@ class OnlineScheduler {
   // The forecast used for the latest decision (empty before the warm-up step).
   const Forecast& last_forecast() const { return forecast_; }
   const OnlineStats& stats() const { return stats_; }
+  // First step of the regime the forecast is fitted on (the first observed step until the
+  // band trigger detects a change).
+  std::int64_t regime_start_step() const { return observed_.empty() ? 0 : observed_[fit_from_].step; }
 
  private:
   void refit_if_due();
@@ -93,6 +104,8 @@ class OnlineScheduler {
   double origin_loss_ = 0.0;
   double origin_servable_s_ = 0.0;  // on the producer's clock
   std::size_t points_at_last_fit_ = 0;
+  std::size_t fit_from_ = 0;  // first observed point of the current regime
+  std::size_t band_points() const;
   Forecast forecast_;
   OnlineStats stats_;
 };
