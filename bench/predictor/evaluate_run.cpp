@@ -106,6 +106,18 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       for (const auto& [name, b] : baseline) o.vs[name] = compare(cil, b);
       return o;
     };
+    {
+      mp::Trajectory smooth = truth;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<double> win;
+        for (std::size_t j = i >= 2 ? i - 2 : 0; j <= std::min(n - 1, i + 2); ++j) win.push_back(truth.loss[j]);
+        std::nth_element(win.begin(), win.begin() + static_cast<std::ptrdiff_t>(win.size() / 2), win.end());
+        smooth.loss[i] = win[win.size() / 2];
+      }
+      const auto oracle = mp::plan_optimal(smooth, w, costs);
+      result.smooth_oracle_regret.push_back(score(mp::evaluate_cil(truth, w, costs, oracle.publish_steps)).regret);
+      if (!score(0).has_gain) result.smooth_oracle_regret.back() = std::nan("");
+    }
     result.outcome[ci].resize(2);
     for (std::size_t vi = 0; vi < settings.variants.size(); ++vi) {
       const auto& v = settings.variants[vi];

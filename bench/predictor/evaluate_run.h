@@ -44,6 +44,9 @@ struct RunEval {
   std::vector<std::vector<std::vector<Outcome>>> outcome;
   double replay_seconds = 0.0;  // slowest replay of this run (one cost, one variant)
   double mae = 0.0;             // plan-time point forecast, mean abs error on the true rest
+  // Noise floor of any plan made in advance: regret of the exact plan on the true curve
+  // smoothed (5-point running median), scored on the true curve; per cost, NaN: no gain.
+  std::vector<double> smooth_oracle_regret;
 };
 
 RunEval evaluate_run(const predictor::LossLog& run, const std::string& family, const EvalSettings& settings);

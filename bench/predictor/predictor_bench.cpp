@@ -7,6 +7,7 @@
 // other records of the same family (a comparable earlier run, where one exists).
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <fstream>
 #include <iostream>
@@ -27,15 +28,28 @@ struct Source {
   std::string path, family;  // empty family: the file's track column
 };
 
+// The variant whose options are the library's defaults (HedgeOptions{}).
+constexpr std::size_t kDefaultVariant = 3;
+
 std::vector<mb::Variant> variants() {
   std::vector<mb::Variant> v;
-  mb::Variant before{"point forecast, no regime trigger", false, {}, 0};
+  mb::Variant before{"before: point forecast, no regime trigger", false, {}, 0};
   v.push_back(before);
-  for (double p : {0.0, 0.15, 0.3, 0.5}) {
-    mb::Variant h{"hedged p_change=" + std::to_string(p).substr(0, 4), true, {}, 3};
-    h.hedge_options.change_probability = p;
-    v.push_back(h);
+  if (std::getenv("BENCH_ABLATION")) {
+    v.push_back({"ablation: + band trigger", false, {}, 3});
+    v.push_back({"ablation: + hedge 0.3/0.15", true, {}, 0});
+    return v;
   }
+  mb::Variant none{"hedged p_change=0 (members, band)", true, {}, 3};
+  none.hedge_options.change_probability = 0.0;
+  v.push_back(none);
+  for (double depth : {0.15, 0.3})
+    for (double p : {0.15, 0.3, 0.5}) {
+      mb::Variant h{"hedged p_change=" + std::to_string(p).substr(0, 4) + " depth=" + std::to_string(depth).substr(0, 4), true, {}, 3};
+      h.hedge_options.change_probability = p;
+      h.hedge_options.change_depth = depth;
+      v.push_back(h);
+    }
   return v;
 }
 
@@ -117,7 +131,7 @@ int main(int argc, char** argv) {
   std::vector<mb::RunEval> with_ref;
   if (reference) {
     mb::EvalSettings rs = settings;
-    rs.variants = {settings.variants[0], settings.variants[3]};  // before, and the library default
+    rs.variants = {settings.variants[0], settings.variants[kDefaultVariant]};  // before, and the library default
     with_ref = evaluate_all(selected, rs, true, priors, threads);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

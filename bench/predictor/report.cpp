@@ -142,6 +142,15 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
       }
     out["runs"].push_back(std::move(j));
   }
+  // The noise floor of plans made in advance, per family and cost.
+  for (const auto& f : shown)
+    for (std::size_t c = 0; c < settings.cost_multipliers.size(); ++c) {
+      std::vector<double> v;
+      for (const auto& r : results)
+        if (r.evaluated && (f == "all" || r.family == f) && !std::isnan(r.smooth_oracle_regret[c])) v.push_back(r.smooth_oracle_regret[c]);
+      out["smooth_oracle"].push_back({{"family", f}, {"cost_x_median_interval", settings.cost_multipliers[c]},
+                                      {"median_regret_pct", quantile(v, 0.5)}, {"p90_regret_pct", quantile(v, 0.9)}});
+    }
   double slowest = 0.0;
   for (const auto& r : results) slowest = std::max(slowest, r.replay_seconds);
   out["slowest_replay_s"] = slowest;
@@ -189,6 +198,11 @@ std::string render(const Json& r) {
     o << "  " << std::left << std::setw(36) << s["variant"].get<std::string>() << std::setw(14) << s["family"].get<std::string>()
       << std::setw(7) << s["mode"].get<std::string>() << std::right << std::setprecision(2) << std::setw(8)
       << s["median_regret_pct"].get<double>() << std::setw(9) << s["p90_regret_pct"].get<double>() << "\n";
+  o << "\nnoise floor: exact plan on the true curve smoothed (5-point running median), scored on the true curve\n";
+  for (const auto& s : r["smooth_oracle"])
+    o << "  " << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setprecision(1)
+      << s["cost_x_median_interval"].get<double>() << "x  median " << std::setprecision(2) << s["median_regret_pct"].get<double>()
+      << "  p90 " << s["p90_regret_pct"].get<double>() << "\n";
   table(r["rows"], "AFTER: hedged plans, regime-change refits (no reference run), variant chosen leave-one-family-out");
   table(r["before_rows"], "BEFORE: plans on the point forecast, no regime-change trigger (no reference run)");
   if (r.contains("with_reference"))

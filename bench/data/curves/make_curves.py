@@ -14,7 +14,7 @@ train_time_s is the measured CPU time of the training steps alone (evaluation ex
 torch on one thread, so it reflects each model's and batch size's real step cost.
 
 Needs Debian's python3-torch and dataset-fashion-mnist (scripts/install-deps.sh).
-Usage: nice python3 bench/data/curves/make_curves.py [--out FILE]   (about 1-3 CPU minutes)
+Usage: nice python3 bench/data/curves/make_curves.py [--out FILE] [--only d015,d016]   (about 4-5 CPU minutes)
 """
 import argparse
 import gzip
@@ -100,8 +100,18 @@ class Writer:
         self.f.write("run,track,record,step,total_steps,val_loss,train_time_s\n")
         self.n = 0
 
+    def next_id(self):
+        return "d%03d" % self.n
+
+    def skip(self, only):
+        """True (and the id is used up) when --only excludes the next run."""
+        if only and self.next_id() not in only:
+            self.n += 1
+            return True
+        return False
+
     def run(self, track, record, total, points):
-        rid = "d%03d" % self.n
+        rid = self.next_id()
         self.n += 1
         for step, loss, t in points:
             self.f.write("%s,%s,%s,%d,%d,%.5f,%.4f\n" % (rid, track, record, step, total, loss, t))
@@ -123,11 +133,16 @@ def train_classifier(data, model, opt_kind, lr, schedule, batch, total, every, s
     domain = lambda a: torch.flip(a, dims=[2, 3]) * -1.0  # rotated 180 degrees, inverted
     points, elapsed = [], 0.0
 
+    # The validation set stays fixed through the run (the CIL accounting compares losses across
+    # the shift): for a domain shift it holds both domains, half each.
+    if shift and shift[0] == "domain":
+        half = len(vx) // 2
+        vx = torch.cat([vx[:half], domain(vx[half:])])
+
     def evaluate(step):
         model.eval()
         with torch.no_grad():
-            vin = domain(vx) if (shift and shift[0] == "domain" and step >= shift[1]) else vx
-            points.append((step, float(loss_fn(model(vin), vy)), elapsed))
+            points.append((step, float(loss_fn(model(vx), vy)), elapsed))
         model.train()
 
     evaluate(0)
@@ -173,10 +188,9 @@ def train_lorenz(opt_kind, lr, schedule, batch, total, every, seed, dt=0.01, wid
     scale = 20.0
     xs = torch.tensor(traj[:-1] / scale, dtype=torch.float32)
     ds = torch.tensor((traj[1:] - traj[:-1]) / (scale * dt * 10), dtype=torch.float32)
-    held = lorenz_stream(2000, dt, seed=seed + 1000,
-                         rho=28.0 if change is None else 28.0)  # held-out trajectory, original regime
-    if change is not None:
-        held_new = lorenz_stream(2000, dt, seed=seed + 1000, rho=change[1])
+    held = lorenz_stream(2000, dt, seed=seed + 1000)  # held-out trajectory
+    if change is not None:  # fixed through the run: both regimes, 1,000 steps each
+        held = np.concatenate([held[:1001], lorenz_stream(1000, dt, seed=seed + 1000, rho=change[1])])
     hx = lambda h: torch.tensor(h[:-1] / scale, dtype=torch.float32)
     hd = lambda h: torch.tensor((h[1:] - h[:-1]) / (scale * dt * 10), dtype=torch.float32)
     model = nn.Sequential(nn.Linear(3, width), nn.Tanh(), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, 3))
@@ -185,9 +199,8 @@ def train_lorenz(opt_kind, lr, schedule, batch, total, every, seed, dt=0.01, wid
     points, elapsed = [], 0.0
 
     def evaluate(step):
-        h = held if change is None or step < change[0] else held_new
         with torch.no_grad():
-            points.append((step, float(mse(model(hx(h)), hd(h))), elapsed))
+            points.append((step, float(mse(model(hx(held)), hd(held))), elapsed))
 
     evaluate(0)
     for step in range(1, total + 1):
@@ -207,10 +220,12 @@ def train_lorenz(opt_kind, lr, schedule, batch, total, every, seed, dt=0.01, wid
 
 def main():
     ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default="", help="comma-separated run ids to (re)generate; the others are skipped")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev_val_loss.csv"))
     args = ap.parse_args()
     data = fmnist()
     w = Writer(args.out)
+    only = set(filter(None, args.only.split(",")))
     # (model, optimiser, lr, schedule, batch, total steps, eval every, seed)
     mlps = [
         (lambda: mlp(128), "sgd", 0.1, "constant", 64, 1500, 25, 1),
@@ -223,6 +238,8 @@ def main():
         (lambda: mlp(64), "sgd", 0.2, "step", 256, 900, 15, 8),
     ]
     for make, opt, lr, sched, batch, total, every, seed in mlps:
+        if w.skip(only):
+            continue
         pts = train_classifier(data, make(), opt, lr, sched, batch, total, every, seed)
         w.run("fmnist_mlp", "mlp_%s_%s_bs%d" % (opt, sched, batch), total, pts)
     cnns = [
@@ -234,6 +251,8 @@ def main():
         (lambda: cnn(6), "sgd", 0.1, "constant", 128, 600, 10, 16),
     ]
     for make, opt, lr, sched, batch, total, every, seed in cnns:
+        if w.skip(only):
+            continue
         pts = train_classifier(data, make(), opt, lr, sched, batch, total, every, seed)
         w.run("fmnist_cnn", "cnn_%s_%s_bs%d" % (opt, sched, batch), total, pts)
     shifts = [
@@ -243,6 +262,8 @@ def main():
         (lambda: mlp(256), "sgd", 0.1, "wsd", 128, 1200, 20, 24, ("late_classes", 700)),
     ]
     for make, opt, lr, sched, batch, total, every, seed, shift in shifts:
+        if w.skip(only):
+            continue
         pts = train_classifier(data, make(), opt, lr, sched, batch, total, every, seed, shift)
         w.run("fmnist_shift", "%s_%s_%s_at%d" % (shift[0], opt, sched, shift[1]), total, pts)
     lorenz = [
@@ -253,6 +274,8 @@ def main():
         ("adam", 3e-3, "constant", 32, 2000, 25, 35, (1000, 45.0)),
     ]
     for opt, lr, sched, batch, total, every, seed, change in lorenz:
+        if w.skip(only):
+            continue
         pts = train_lorenz(opt, lr, sched, batch, total, every, seed, change=change)
         w.run("lorenz", "surrogate_%s_%s_bs%d%s" % (opt, sched, batch, "" if change is None else "_rho45_at%d" % change[0]),
               total, pts)
