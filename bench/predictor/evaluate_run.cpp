@@ -133,6 +133,8 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       oo.hedge = v.hedge;
       oo.hedge_options = v.hedge_options;
       oo.refit_band_points = v.refit_band_points;
+      oo.hindsight_check = v.hindsight_check;
+      oo.band_trigger_width = v.band_trigger_width;
       const auto t0 = std::chrono::steady_clock::now();
       mp::OnlineScheduler scheduler(oo);
       for (std::size_t i = 0; i < n; ++i) {

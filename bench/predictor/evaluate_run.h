@@ -18,7 +18,9 @@ struct Variant {
   std::string name;
   bool hedge = true;                 // plan and replay on the expected path over scenarios
   predictor::HedgeOptions hedge_options;
-  int refit_band_points = 3;         // online regime-change trigger (0: off)
+  int refit_band_points = 5;         // online regime-change trigger (0: off)
+  bool hindsight_check = true;       // online: defer a publish when waiting pays in expectation
+  double band_trigger_width = 2.0;   // online: band widening for the regime-change trigger
 };
 
 struct EvalSettings {

@@ -33,19 +33,23 @@ constexpr std::size_t kDefaultVariant = 3;
 
 std::vector<mb::Variant> variants() {
   std::vector<mb::Variant> v;
-  mb::Variant before{"before: point forecast, no regime trigger", false, {}, 0};
+  mb::Variant before{"before: point forecast, no regime trigger", false, {}, 0, false};
   v.push_back(before);
   if (std::getenv("BENCH_ABLATION")) {
     v.push_back({"ablation: + band trigger", false, {}, 3});
-    v.push_back({"ablation: + hedge 0.3/0.15", true, {}, 0});
+    v.push_back({"ablation: + hedge 0.3/0.15", true, {}, 0, false});
+    v.push_back({"ablation: + hedge + hindsight", true, {}, 0, true});
+    v.push_back({"ablation: all (hedge, hindsight, band)", true, {}, 5, true});
+    v.push_back({"ablation: all, band points 5", true, {}, 5, true});
+    v.push_back({"ablation: all, band points 5 width 3", true, {}, 5, true, 3.0});
     return v;
   }
-  mb::Variant none{"hedged p_change=0 (members, band)", true, {}, 3};
+  mb::Variant none{"hedged p_change=0 (members, band)", true, {}, 5};
   none.hedge_options.change_probability = 0.0;
   v.push_back(none);
   for (double depth : {0.15, 0.3})
     for (double p : {0.15, 0.3, 0.5}) {
-      mb::Variant h{"hedged p_change=" + std::to_string(p).substr(0, 4) + " depth=" + std::to_string(depth).substr(0, 4), true, {}, 3};
+      mb::Variant h{"hedged p_change=" + std::to_string(p).substr(0, 4) + " depth=" + std::to_string(depth).substr(0, 4), true, {}, 5};
       h.hedge_options.change_probability = p;
       h.hedge_options.change_depth = depth;
       v.push_back(h);

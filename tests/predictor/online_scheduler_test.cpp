@@ -167,41 +167,49 @@ TEST(OnlineScheduler, RefitsOnAGeometricScheduleAndStillPlansAtEveryStep) {
   EXPECT_EQ(e.stats().fits, decisions);  // no refit at the last step: nothing is left to forecast
 }
 
-TEST(OnlineScheduler, RefitsWhenTheCurveLeavesTheForecastBand) {
-  // A forecaster that is badly wrong (a flat curve far above the truth, with a narrow band):
-  // the band trigger refits after refit_band_points points outside it, long before the
-  // geometric schedule would.
-  const auto run = smooth_run(200);
+TEST(OnlineScheduler, RefitsWhenTheCurveJumpsOutOfTheForecastBand) {
+  // A forecaster with a narrow band around a flat line at the newest loss. On a smooth curve the
+  // points drift out of that band gradually: that is left to the geometric schedule. When the
+  // loss jumps (new data) the points after the jump leave the band at once: the scheduler
+  // refits from the jump, long before the geometric schedule would.
+  const auto flat = [](std::span<const CurvePoint> seen, const ForecastOptions& o) {
+    Forecast f;
+    for (std::int64_t s = seen.back().step + 10; s <= o.total_steps; s += 10) {
+      f.steps.push_back(s);
+      f.loss.push_back(seen.back().loss);
+      f.lower.push_back(seen.back().loss - 0.01);
+      f.upper.push_back(seen.back().loss + 0.01);
+      f.time_s.push_back(0.2 * static_cast<double>(s));
+    }
+    return f;
+  };
+  auto run = smooth_run(200);
   OnlineOptions o;
   o.forecast.total_steps = run.truth.steps.back();
   o.costs.stall_s = 3.0;
   o.costs.delivery_s = 1.5;
   o.warmup_step = run.truth.steps[99];
   o.refit_band_points = 3;
-  o.forecaster = [&run](std::span<const CurvePoint> seen, const ForecastOptions&) {
-    Forecast f;
-    for (const auto& p : run.points) {
-      if (p.step <= seen.back().step) continue;
-      f.steps.push_back(p.step);
-      f.loss.push_back(seen.back().loss + 1.0);
-      f.lower.push_back(seen.back().loss + 0.9);
-      f.upper.push_back(seen.back().loss + 1.1);
-      f.time_s.push_back(p.time_s);
-    }
-    return f;
-  };
-  OnlineScheduler s(o);
-  replay(s, run, o.costs.stall_s);
-  // Every third point leaves the band: about 100 / 3 fits. A band refit starts a new regime whose
-  // geometric schedule counts from the change, so some of the refits in between are geometric.
-  EXPECT_GE(s.stats().band_refits, 15U);
-  EXPECT_LE(s.stats().fits, 45U);
+  o.forecaster = flat;
+  OnlineScheduler gradual(o);
+  replay(gradual, run, o.costs.stall_s);
+  EXPECT_EQ(gradual.stats().band_refits, 0U);
+  EXPECT_LE(gradual.stats().fits, 3U);  // at 101 and 152 points
+
+  for (std::size_t i = 130; i < run.points.size(); ++i) {  // new data: the loss falls by 1 at once
+    run.points[i].loss -= 1.0;
+    run.truth.loss[i] -= 1.0;
+  }
+  OnlineScheduler jump(o);
+  replay(jump, run, o.costs.stall_s);
+  EXPECT_EQ(jump.stats().band_refits, 1U);
+  EXPECT_EQ(jump.regime_start_step(), run.points[130].step);
   OnlineOptions off = o;
   off.refit_band_points = 0;
   OnlineScheduler g(off);
   replay(g, run, o.costs.stall_s);
   EXPECT_EQ(g.stats().band_refits, 0U);
-  EXPECT_LE(g.stats().fits, 3U);  // at 101 and 152 points
+  EXPECT_EQ(g.regime_start_step(), 0);
 }
 
 TEST(OnlineScheduler, NoticesARegimeChangeRefitsFromItAndPublishesAfterIt) {
