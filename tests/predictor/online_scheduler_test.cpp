@@ -247,6 +247,56 @@ TEST(OnlineScheduler, NoticesARegimeChangeRefitsFromItAndPublishesAfterIt) {
   EXPECT_EQ(g.regime_start_step(), 10);  // without the trigger the plateau stays in every fit
 }
 
+TEST(OnlineScheduler, HindsightCheckWaitsForADropThatOnlySomeScenariosExpect) {
+  // Two equally likely futures: the loss stays where it is, or it falls by 0.9 at step 40. The
+  // plan on their mean spends a costly publish on the small early gains; waiting keeps that
+  // stall off the publish that captures the drop, and is worth more in expectation.
+  LoggedRun run;
+  for (int s = 0; s <= 100; ++s) {
+    const double loss = s < 40 ? 2.0 - 0.02 * s : 2.0 - 0.02 * 39 - 0.9;
+    run.truth.steps.push_back(s);
+    run.truth.loss.push_back(loss);
+    run.truth.time_s.push_back(static_cast<double>(s));
+    run.points.push_back({s, loss, static_cast<double>(s)});
+  }
+  const auto two_futures = [](std::span<const CurvePoint> seen, const ForecastOptions& o) {
+    Forecast f;
+    ForecastMember stays{"stays", 0.5, std::nan(""), {}}, drops{"drops", 0.5, std::nan(""), {}};
+    for (std::int64_t s = seen.back().step + 1; s <= o.total_steps; ++s) {
+      f.steps.push_back(s);
+      f.time_s.push_back(static_cast<double>(s));
+      stays.loss.push_back(seen.back().loss);
+      drops.loss.push_back(s < 40 ? seen.back().loss : seen.back().loss - 0.9);
+      f.loss.push_back(0.5 * (stays.loss.back() + drops.loss.back()));
+      f.lower.push_back(drops.loss.back());
+      f.upper.push_back(stays.loss.back());
+    }
+    f.members = {stays, drops};
+    return f;
+  };
+  OnlineOptions o;
+  o.forecast.total_steps = 100;
+  o.costs.stall_s = 8.0;
+  o.costs.delivery_s = 0.0;
+  o.warmup_step = 10;
+  o.refit_band_points = 0;
+  o.hedge_options.change_probability = 0.0;
+  o.hedge_options.band_probability = 0.0;
+  o.forecaster = two_futures;
+  OnlineScheduler with(o);
+  const auto waited = replay(with, run, o.costs.stall_s);
+  OnlineOptions without = o;
+  without.hindsight_check = false;
+  OnlineScheduler plain(without);
+  const auto eager = replay(plain, run, o.costs.stall_s);
+  EXPECT_GE(with.stats().deferred, 1U);
+  EXPECT_EQ(plain.stats().deferred, 0U);
+  ASSERT_FALSE(waited.empty());
+  EXPECT_GE(waited.front(), 40);
+  EXPECT_LT(eager.front(), 40);
+  EXPECT_LT(evaluate_cil(run.truth, 10, o.costs, waited), evaluate_cil(run.truth, 10, o.costs, eager));
+}
+
 TEST(OnlineScheduler, RejectsContractViolations) {
   OnlineOptions o;
   o.forecast.total_steps = 1000;
