@@ -60,7 +60,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
   }
   std::vector<mp::Trajectory> plan_curves;
   for (const auto& v : settings.variants) {
-    const auto& f = v.hedge ? mp::hedge_forecast(prefix, point, v.hedge_options).forecast : point;
+    const auto& f = v.hedge ? mp::hedge_forecast(prefix, point, v.library_defaults ? mp::HedgeOptions{} : v.hedge_options).forecast : point;
     plan_curves.push_back(mp::extend_with_forecast(prefix, f));
   }
   // Replay forecasts depend only on the points the scheduler fits (its current regime, whose
@@ -130,11 +130,13 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       oo.costs = costs;
       oo.warmup_step = run.points[w].step;
       oo.forecaster = forecaster;
-      oo.hedge = v.hedge;
-      oo.hedge_options = v.hedge_options;
-      oo.refit_band_points = v.refit_band_points;
-      oo.hindsight_check = v.hindsight_check;
-      oo.band_trigger_width = v.band_trigger_width;
+      if (!v.library_defaults) {
+        oo.hedge = v.hedge;
+        oo.hedge_options = v.hedge_options;
+        oo.refit_band_points = v.refit_band_points;
+        oo.hindsight_check = v.hindsight_check;
+        oo.band_trigger_width = v.band_trigger_width;
+      }
       const auto t0 = std::chrono::steady_clock::now();
       mp::OnlineScheduler scheduler(oo);
       for (std::size_t i = 0; i < n; ++i) {

@@ -21,6 +21,9 @@ struct Variant {
   int refit_band_points = 5;         // online regime-change trigger (0: off)
   bool hindsight_check = true;       // online: defer a publish when waiting pays in expectation
   double band_trigger_width = 2.0;   // online: band widening for the regime-change trigger
+  // The library's defaults (HedgeOptions{} for plans, OnlineOptions{} online) instead of the
+  // fields above; never chosen leave-one-family-out (they were chosen on every family).
+  bool library_defaults = false;
 };
 
 struct EvalSettings {
