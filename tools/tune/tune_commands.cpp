@@ -348,6 +348,11 @@ std::string render_text(const Json& r) {
   for (const auto& [name, b] : r["baselines"].items())
     o << "  baseline " << name << ": publish at " << steps(b["publish_steps"]) << "\n    " << cil_label << " "
       << b["predicted_cil"].get<double>() << ", slowdown " << b["slowdown_s"].get<double>() << " s\n";
+  if (r.contains("expected_regret")) {
+    const auto& e = r["expected_regret"];
+    o << "  expected regret over " << e["scenarios"].get<std::size_t>() << " forecast scenarios: " << e["expected_pct"].get<double>()
+      << " % (p10 " << e["p10_pct"].get<double>() << ", p50 " << e["p50_pct"].get<double>() << ", p90 " << e["p90_pct"].get<double>() << ")\n";
+  }
   if (r.contains("forecast")) {
     o << "  forecast members:";
     for (const auto& m : r["forecast"]["members"]) o << " " << m["family"].get<std::string>() << "(" << m["weight"].get<double>() << ")";
