@@ -122,13 +122,16 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
   out["lofo_variant"] = lofo;
   // Every variant on every family, pooled over costs (what the choice was made from).
   out["variant_summary"] = Json::array();
+  out["variant_by_cost"] = Json::array();
   for (std::size_t v = 0; v < nv; ++v)
     for (const auto& f : shown_all(families))
-      for (int m = 0; m < 2; ++m) {
-        auto s = row(results, f, -1, m, [v](const std::string&, int) { return v; }, settings.cost_multipliers.size());
-        s["variant"] = settings.variants[v].name;
-        out["variant_summary"].push_back(std::move(s));
-      }
+      for (int m = 0; m < 2; ++m)
+        for (int c = -1; c < static_cast<int>(settings.cost_multipliers.size()); ++c) {
+          auto s = row(results, f, c, m, [v](const std::string&, int) { return v; }, settings.cost_multipliers.size());
+          s["variant"] = settings.variants[v].name;
+          s["cost_x_median_interval"] = c < 0 ? Json("all") : Json(settings.cost_multipliers[static_cast<std::size_t>(c)]);
+          out[c < 0 ? "variant_summary" : "variant_by_cost"].push_back(std::move(s));
+        }
   out["rows"] = rows(results, settings, shown, [&](const std::string& f, int m) { return chosen.at({f, m}); });
   out["before_rows"] = rows(results, settings, shown, [](const std::string&, int) { return std::size_t{0}; });
   // Per run, with the chosen variant: regret % per cost (null: no achievable gain).
