@@ -94,6 +94,15 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
       out.scenarios.push_back({"change@" + std::to_string(forecast.steps[start]), options.change_probability / static_cast<double>(k_total), std::move(path)});
     }
   }
+  if (options.cap_at_current_level) {
+    std::vector<double> recent;
+    for (std::size_t i = observed.size() - std::min<std::size_t>(3, observed.size()); i < observed.size(); ++i)
+      recent.push_back(observed[i].loss);
+    std::sort(recent.begin(), recent.end());
+    const double level = recent[recent.size() / 2];
+    for (auto& sc : out.scenarios)
+      for (double& v : sc.loss) v = std::min(v, level);
+  }
   // Renormalise (a missing band gives its mass to the rest).
   double total = 0.0;
   for (const auto& s : out.scenarios) total += s.weight;

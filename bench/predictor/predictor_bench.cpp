@@ -34,24 +34,31 @@ std::vector<mb::Variant> variants() {
   mb::Variant before{"before: point forecast, no regime trigger", false, {}, 0, false};
   v.push_back(before);
   if (std::getenv("BENCH_ABLATION")) {
-    v.push_back({"ablation: + band trigger", false, {}, 3});
-    v.push_back({"ablation: + hedge 0.3/0.15", true, {}, 0, false});
-    v.push_back({"ablation: + hedge + hindsight", true, {}, 0, true});
-    v.push_back({"ablation: all (hedge, hindsight, band)", true, {}, 5, true});
-    v.push_back({"ablation: all, band points 5", true, {}, 5, true});
-    v.push_back({"ablation: all, band points 5 width 3", true, {}, 5, true, 3.0});
+    // One change at a time, online hedge 0.15 / 0.15 (plans: the same options).
+    const mp::HedgeOptions h{0.15, 0.15, 4, 0.2, false}, capped{0.15, 0.15, 4, 0.2, true};
+    v.push_back({"ablation: + band trigger (5 points)", false, {}, 5, false});
+    v.push_back({"ablation: + hedge", true, h, 0, false});
+    v.push_back({"ablation: + hedge + hindsight", true, h, 0, true});
+    v.push_back({"ablation: + hedge + hindsight + band", true, h, 5, true});
+    v.push_back({"ablation: + cap at current level", true, capped, 5, true});
     return v;
   }
-  mb::Variant none{"hedged p_change=0 (members, band)", true, {}, 5};
-  none.hedge_options.change_probability = 0.0;
-  v.push_back(none);
-  for (double depth : {0.15, 0.3})
-    for (double p : {0.15, 0.3, 0.5}) {
-      mb::Variant h{"hedged p_change=" + std::to_string(p).substr(0, 4) + " depth=" + std::to_string(depth).substr(0, 4), true, {}, 5};
-      h.hedge_options.change_probability = p;
-      h.hedge_options.change_depth = depth;
-      v.push_back(h);
-    }
+  for (bool cap : {false, true}) {
+    const std::string suffix = cap ? ", capped" : "";
+    mb::Variant none{"hedged p_change=0" + suffix, true, {}, 5};
+    none.hedge_options.change_probability = 0.0;
+    none.hedge_options.cap_at_current_level = cap;
+    v.push_back(none);
+    for (double depth : {0.15, 0.3})
+      for (double p : {0.15, 0.3, 0.5}) {
+        mb::Variant h{"hedged p_change=" + std::to_string(p).substr(0, 4) + " depth=" + std::to_string(depth).substr(0, 4) + suffix,
+                      true, {}, 5};
+        h.hedge_options.change_probability = p;
+        h.hedge_options.change_depth = depth;
+        h.hedge_options.cap_at_current_level = cap;
+        v.push_back(h);
+      }
+  }
   mb::Variant defaults;
   defaults.name = "library defaults";
   defaults.library_defaults = true;

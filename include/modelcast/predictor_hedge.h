@@ -29,13 +29,17 @@ struct HedgeOptions {
   // the mass that keeps a plan from betting everything on a flat forecast. The defaults are for
   // plans made in advance, chosen on the development curves of bench/data (all families; the
   // benchmark's per-family figures choose leave-one-family-out); the online scheduler, which
-  // sees the run as it goes, hedges less (OnlineOptions::hedge_options).
+  // sees the run as it goes, assumes no regime change (OnlineOptions::hedge_options).
   double change_probability = 0.5;
   double change_depth = 0.3;
   int change_times = 4;
   // Probability given to the two edges of the forecast's band (lower and upper path); they
   // leave the mean unchanged and widen the regret spread.
   double band_probability = 0.2;
+  // Cap every scenario at the run's current level (median of the newest three observed losses):
+  // a forecast that rises makes "publish now, before it gets worse" look urgent, and a stall
+  // spent on that small gain is missing when the loss really drops.
+  bool cap_at_current_level = true;
 };
 
 struct Scenario {

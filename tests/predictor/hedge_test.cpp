@@ -88,6 +88,26 @@ TEST(Hedge, ExpectedCilOfAnyScheduleIsItsCilOnTheMeanPath) {
   }
 }
 
+TEST(Hedge, ARisingForecastIsCappedAtTheCurrentLevel) {
+  // A rise makes "publish now, before it gets worse" look urgent; the scenarios stop at the
+  // run's current level (median of the newest three losses) unless the cap is turned off.
+  const std::vector<CurvePoint> prefix = {{0, 3.0, 0.0}, {10, 2.0, 1.0}, {20, 2.2, 2.0}, {30, 2.1, 3.0}};
+  Forecast f;
+  f.steps = {40, 50, 60};
+  f.loss = {2.3, 2.5, 2.7};
+  f.lower = {2.2, 2.3, 2.4};
+  f.upper = {2.4, 2.7, 3.0};
+  f.time_s = {4.0, 5.0, 6.0};
+  f.members = {{"rising", 1.0, std::nan(""), f.loss}};
+  const auto capped = hedge_forecast(prefix, f, {});
+  for (const auto& sc : capped.scenarios)
+    for (double v : sc.loss) EXPECT_LE(v, 2.1) << sc.kind;
+  HedgeOptions off;
+  off.cap_at_current_level = false;
+  const auto free = hedge_forecast(prefix, f, off);
+  EXPECT_GT(free.forecast.loss.back(), 2.1);
+}
+
 TEST(Hedge, AForecastDeclaredCertainIsLeftAlone) {
   Forecast f;
   f.steps = {10, 20};
