@@ -16,6 +16,7 @@ packages=(
   libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting
   libcsv-dev                      # predictor: loss logs as RFC 4180 CSV (quoted fields)
   gfortran                        # the Fortran module (fortran/) and its test
+  # python3-torch and dataset-fashion-mnist (below) also make bench/data/curves/ (make_curves.py)
   libgtest-dev libgmock-dev libbenchmark-dev
   iproute2                        # network-namespace test across two "hosts"
   # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The

@@ -42,6 +42,14 @@ TEST(TuneCommands, PlanJsonHasTheDocumentedFields) {
     EXPECT_GE(r["baselines"][b]["predicted_cil"].get<double>(), r["predicted_cil"].get<double>() - 1e-9) << b;
   }
   EXPECT_FALSE(r["publish_steps"].empty());
+  // The plan hedges over the forecast's scenarios and says how it would fare in them.
+  const auto& e = r["expected_regret"];
+  ASSERT_TRUE(e.is_object());
+  EXPECT_GT(e["scenarios"].get<int>(), 1);
+  EXPECT_GE(e["expected_pct"].get<double>(), 0.0);
+  EXPECT_LE(e["p10_pct"].get<double>(), e["p50_pct"].get<double>());
+  EXPECT_LE(e["p50_pct"].get<double>(), e["p90_pct"].get<double>());
+  EXPECT_EQ(r["forecast"]["point_loss"].size(), r["forecast"]["loss"].size());
   std::ifstream svg(a.plot_path);
   std::string head;
   std::getline(svg, head);

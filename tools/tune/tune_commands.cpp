@@ -157,7 +157,10 @@ Json run_plan(const CommonArgs& a) {
                                 std::to_string(prefix.back().step) + ")");
   const auto costs = costs_of(a);
   const auto fo = forecast_options(a, total);
-  const auto forecast = mp::forecast_curve(prefix, fo);
+  const auto point_forecast = mp::forecast_curve(prefix, fo);
+  // Plan on the expected loss over the forecast's scenarios, not on the point forecast alone.
+  const auto hedged = mp::hedge_forecast(prefix, point_forecast, {});
+  const auto& forecast = hedged.forecast;
   const auto viper = mp::forecast_viper(prefix, fo);
   const auto planned = mp::extend_with_forecast(prefix, forecast);
   const auto viper_curve = mp::extend_with_forecast(prefix, viper);
@@ -176,7 +179,12 @@ Json run_plan(const CommonArgs& a) {
   Json members = Json::array();
   for (const auto& m : forecast.members)
     members.push_back({{"family", m.family}, {"weight", m.weight}, {"backtest_rmse", std::isfinite(m.backtest_rmse) ? Json(m.backtest_rmse) : Json()}});
-  r["forecast"] = {{"steps", forecast.steps}, {"loss", forecast.loss}, {"lower", forecast.lower}, {"upper", forecast.upper},
+  const auto spread = mp::regret_spread(prefix, w, hedged, costs, plan.publish_steps);
+  r["expected_regret"] = {{"expected_pct", spread.expected_pct}, {"p10_pct", spread.p10_pct}, {"p50_pct", spread.p50_pct},
+                          {"p90_pct", spread.p90_pct}, {"scenarios_with_gain", spread.scenarios},
+                          {"gain_probability", spread.gain_probability}, {"scenarios", hedged.scenarios.size()}};
+  r["forecast"] = {{"steps", forecast.steps}, {"loss", forecast.loss}, {"point_loss", point_forecast.loss},
+                   {"lower", forecast.lower}, {"upper", forecast.upper},
                    {"time_s", forecast.time_s}, {"members", members}, {"fallback", forecast.fallback}, {"note", forecast.note}};
   if (forecast.fallback) r["warning"] = "forecast fell back to a conservative curve: " + forecast.note;
   if (!a.plot_path.empty()) {
@@ -316,6 +324,11 @@ std::string render_text(const Json& r) {
   for (const auto& [name, b] : r["baselines"].items())
     o << "  baseline " << name << ": publish at " << steps(b["publish_steps"]) << "\n    " << cil_label << " "
       << b["predicted_cil"].get<double>() << ", slowdown " << b["slowdown_s"].get<double>() << " s\n";
+  if (r.contains("expected_regret")) {
+    const auto& e = r["expected_regret"];
+    o << "  expected regret over " << e["scenarios"].get<std::size_t>() << " forecast scenarios: " << e["expected_pct"].get<double>()
+      << " % (p10 " << e["p10_pct"].get<double>() << ", p50 " << e["p50_pct"].get<double>() << ", p90 " << e["p90_pct"].get<double>() << ")\n";
+  }
   if (r.contains("forecast")) {
     o << "  forecast members:";
     for (const auto& m : r["forecast"]["members"]) o << " " << m["family"].get<std::string>() << "(" << m["weight"].get<double>() << ")";
