@@ -32,9 +32,13 @@ TEST(Codec, RoundTripsEveryMessageType) {
   std::vector<std::byte> address = {std::byte{1}, std::byte{0}, std::byte{255}};
   std::vector<std::byte> signature(64, std::byte{7});
   FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, sample_manifest(), signature};
+  auto join_request = modelcast::testing::ucx_join("model", "consumer", address, "boot-id", 0x1234);
+  join_request.offers[0].capabilities.one_sided = true;  // a flag that is not the default
+  join_request.memory = transport::MemoryLocation::cuda(3);
+  join_request.process = 0xfeedface;
   std::vector<Message> messages = {
       Announce{1, 2, 3, 4},
-      modelcast::testing::ucx_join("model", "consumer", address, "boot-id", 0x1234),
+      join_request,
       JoinReply{false, Refusal::kNoTransport, "no", 5, "tcp://127.0.0.1:1", 6, "loopback", DeliveryPath::kStaged},
       FetchRequest{7, 8, 9},
       reply,
@@ -55,6 +59,8 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_TRUE(join.offers[0].capabilities.moves(MemoryKind::kHost, MemoryKind::kHost));
   EXPECT_FALSE(join.offers[0].capabilities.moves(MemoryKind::kCuda, MemoryKind::kHost));
   EXPECT_EQ(join.host_id, "boot-id");
+  EXPECT_EQ(join.memory, transport::MemoryLocation::cuda(3));
+  EXPECT_EQ(join.process, 0xfeedfaceu);
   EXPECT_EQ(join.session, 0x1234u);
   auto join_reply = std::get<JoinReply>(decode(encode(messages[2])));
   EXPECT_EQ(join_reply.refusal, Refusal::kNoTransport);

@@ -10,6 +10,7 @@
 #include "common/host_buffer.h"
 #include "modelcast/error.h"
 #include "transports/transport_registry.h"
+#include "transports/ucx/ucx_transport.h"
 
 namespace modelcast::transport {
 namespace {
@@ -23,7 +24,10 @@ TransferResult wait(std::future<TransferResult>& future) {
 
 class OneSidedRead : public ::testing::TestWithParam<std::string> {
  protected:
-  std::unique_ptr<Transport> make() { return resolve_transports({GetParam()}).at(0)->make(); }
+  std::unique_ptr<Transport> make() {
+    if (GetParam() == "ucx") return make_ucx_transport({.one_sided = true});
+    return resolve_transports({GetParam()}).at(0)->make();
+  }
 };
 
 TEST_P(OneSidedRead, AnImportedRegionIsReadExactlyWithoutTheOwnerPosting) {
@@ -88,6 +92,14 @@ TEST_P(OneSidedRead, RangesOutsideEitherRegionAndDamagedDescriptorsAreRefused) {
   EXPECT_THROW(reader->import_region(peer, std::span(descriptor).first(descriptor.size() / 2)), Error);
   EXPECT_THROW(reader->import_region(peer + 1000, descriptor), Error) << "a peer that is not connected";
   remote.reset();
+}
+
+TEST(OneSidedRead, TheDefaultUcxTransportSaysItHasNoOneSidedAccessAndRefusesExports) {
+  auto ucx = resolve_transports({"ucx"}).at(0)->make();
+  EXPECT_FALSE(ucx->capabilities().one_sided);
+  HostBuffer memory(4096);
+  auto region = ucx->register_memory(memory.data(), memory.size(), MemoryLocation::host());
+  EXPECT_THROW(ucx->export_region(*region), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, OneSidedRead, ::testing::Values("loopback", "ucx"),

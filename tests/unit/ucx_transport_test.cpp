@@ -78,6 +78,48 @@ TEST_P(UcxTransportTest, SendToUnknownPeerFailsCleanly) {
   EXPECT_NE(r.error.find("not connected"), std::string::npos) << r.error;
 }
 
+// What a producer does when a consumer's lease lapses mid-transfer: cancel the chunk sends
+// (rendezvous over TCP, received or not). The peer must stay usable for the next transfer.
+TEST_P(UcxTransportTest, CancelledSendsLeaveThePeerUsableOverTcp) {
+  setenv("UCX_TLS", "tcp,self", 1);
+  constexpr std::size_t kChunk = 8u << 20, kChunks = 8;
+  std::vector<std::unique_ptr<Done>> sends, receives;
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    sends.push_back(std::make_unique<Done>());
+    receives.push_back(std::make_unique<Done>());
+  }
+  Done next_sent, next_received;
+  auto sender = make_ucx_transport();
+  auto receiver = make_ucx_transport();
+  unsetenv("UCX_TLS");
+  HostBuffer source(kChunk * kChunks);
+  HostBuffer target(kChunk * kChunks);
+  auto source_region = sender->register_memory(source.data(), source.size(), MemoryLocation::host());
+  auto target_region = receiver->register_memory(target.data(), target.size(), MemoryLocation::host());
+  auto peer = sender->connect(receiver->address(), GetParam(), nullptr);
+  std::vector<TransferId> recv_ids, send_ids;
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    recv_ids.push_back(receiver->post_recv(*target_region, i * kChunk, kChunk, 1000 + i, receives[i]->callback()));
+  }
+  for (std::size_t i = 0; i < kChunks; ++i) {
+    send_ids.push_back(sender->post_send(peer, *source_region, i * kChunk, kChunk, 1000 + i, sends[i]->callback()));
+  }
+  // Mid-transfer: the first chunk has landed, the others are on their way.
+  ASSERT_TRUE(receives[0]->get().ok);
+  for (auto id : send_ids) sender->cancel(id);
+  for (std::size_t i = 1; i < kChunks; ++i) sends[i]->get();  // completed or cancelled, but completed
+  for (auto id : recv_ids) receiver->cancel(id);
+  for (std::size_t i = 1; i < kChunks; ++i) receives[i]->get();
+
+  std::iota(reinterpret_cast<std::uint32_t*>(source.data()), reinterpret_cast<std::uint32_t*>(source.data()) + kChunk / 4, 5u);
+  receiver->post_recv(*target_region, 0, kChunk, 7, next_received.callback());
+  sender->post_send(peer, *source_region, 0, kChunk, 7, next_sent.callback());
+  auto r = next_received.get();
+  ASSERT_TRUE(r.ok) << "the transfer after the cancelled ones: " << r.error;
+  EXPECT_TRUE(next_sent.get().ok);
+  EXPECT_EQ(std::memcmp(source.data(), target.data(), kChunk), 0);
+}
+
 TEST(UcxTransport, GarbageAddressIsAClearError) {
   auto sender = make_ucx_transport();
   std::vector<std::byte> garbage(16, std::byte{0x5A});

@@ -18,7 +18,10 @@ namespace {
 // public method becomes a command queued for it (UcxWorker::post/run).
 class UcxTransport final : public Transport {
  public:
-  UcxTransport() : log_(log::get("ucx")), worker_(UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP) {
+  explicit UcxTransport(UcxOptions options)
+      : log_(log::get("ucx")),
+        options_(options),
+        worker_(UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | (options.one_sided ? UCP_FEATURE_RMA : 0)) {
     ucp_address_t* address = nullptr;
     std::size_t length = 0;
     if (auto s = ucp_worker_get_address(worker_.worker(), &address, &length); s != UCS_OK) {
@@ -46,7 +49,7 @@ class UcxTransport final : public Transport {
     }
     caps.reach = Reach::kNetwork;
     caps.two_sided = true;
-    caps.one_sided = true;
+    caps.one_sided = options_.one_sided;
     return caps;
   }
 
@@ -120,10 +123,12 @@ class UcxTransport final : public Transport {
   }
 
   std::vector<std::byte> export_region(const MemoryRegion& region) override {
+    require_one_sided();
     return worker_.run([&] { return pack_region(worker_.context(), static_cast<const UcxRegion&>(region)); });
   }
 
   std::unique_ptr<RemoteRegion> import_region(PeerId peer, std::span<const std::byte> descriptor) override {
+    require_one_sided();
     auto exported = unpack_region(descriptor);
     ucp_rkey_h rkey = worker_.run([&] {
       auto it = peers_.find(peer);
@@ -187,6 +192,12 @@ class UcxTransport final : public Transport {
     Completion done;
     std::unique_ptr<CallbackContext> context;
   };
+
+  void require_one_sided() const {
+    if (!options_.one_sided) {
+      throw Error(ErrorCode::kTransport, "this UCX transport was made without one-sided access (UcxOptions::one_sided)");
+    }
+  }
 
   ucp_request_param_t make_param(TransferId id, ucp_mem_h memh) {
     ucp_request_param_t param{};
@@ -284,6 +295,7 @@ class UcxTransport final : public Transport {
   }
 
   std::shared_ptr<spdlog::logger> log_;
+  const UcxOptions options_;
   UcxWorker worker_;
   std::vector<std::byte> address_;
   std::atomic<std::uint64_t> next_id_{1};
@@ -296,6 +308,8 @@ class UcxTransport final : public Transport {
 
 }  // namespace
 
-std::unique_ptr<Transport> make_ucx_transport() { return std::make_unique<UcxTransport>(); }
+std::unique_ptr<Transport> make_ucx_transport(UcxOptions options) {
+  return std::make_unique<UcxTransport>(options);
+}
 
 }  // namespace modelcast::transport
