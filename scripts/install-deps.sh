@@ -15,6 +15,9 @@ packages=(
   libcli11-dev nlohmann-json3-dev # command lines, JSON output
   libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting
   libgtest-dev libgmock-dev libbenchmark-dev
+  libsystemd-dev                  # modelcastd: sd_notify (systemd Type=notify)
+  libcpp-httplib-dev              # modelcastd: ops HTTP endpoint and hooks
+  python3-numpy                   # tests: independent safetensors reader
   iproute2                        # network-namespace test across two "hosts"
   # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The
   # fuzzer and sanitizer runtimes (libclang_rt.fuzzer*.a, asan, ubsan) are in libclang-rt-14-dev,

@@ -1,0 +1,178 @@
+#include "daemon/attach/attach_server.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <optional>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/attach/seqpacket.h"
+#include "modelcast/error.h"
+
+namespace modelcastd::attach {
+
+using Clock = std::chrono::steady_clock;
+
+struct AttachServer::Client {
+  int fd = -1;
+  std::map<std::uint64_t, ServedPtr> holds;
+  // A wait_for_version in progress (the client sends one request at a time).
+  std::optional<Request> waiting;
+  Clock::time_point deadline;
+  ~Client() { close(fd); }
+};
+
+AttachServer::AttachServer(const std::string& socket_path, Lookup lookup, std::size_t max_holds_per_client)
+    : path_(socket_path), lookup_(std::move(lookup)), max_holds_(max_holds_per_client) {
+  listen_fd_ = listen_at(path_);
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  thread_ = std::thread([this] { run(); });
+}
+
+AttachServer::~AttachServer() {
+  stop_ = true;
+  notify();
+  thread_.join();
+  clients_.clear();
+  close(listen_fd_);
+  close(wake_fd_);
+  unlink(path_.c_str());
+}
+
+void AttachServer::notify() {
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
+}
+
+AttachStats AttachServer::stats() const { return {clients_count_.load(), holds_count_.load(), attaches_.load()}; }
+
+void AttachServer::run() {
+  auto log = spdlog::get("modelcastd");
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    fds.clear();
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_fd_, POLLIN, 0});
+    int timeout_ms = -1;
+    auto now = Clock::now();
+    for (auto& [fd, client] : clients_) {
+      fds.push_back({fd, POLLIN, 0});
+      if (client->waiting) {
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(client->deadline - now).count();
+        left = std::max<long long>(left, 0);
+        timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
+      }
+    }
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+      log->error("attach server: poll failed: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents != 0) {
+      std::uint64_t count;
+      [[maybe_unused]] auto n = read(wake_fd_, &count, sizeof count);
+    }
+    if (fds[0].revents != 0) accept_clients();
+    for (std::size_t i = 2; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = clients_.find(fds[i].fd);
+      if (it == clients_.end()) continue;
+      if (!serve(*it->second)) {
+        holds_count_ -= it->second->holds.size();
+        clients_.erase(it);  // releases every hold of that client
+        clients_count_ = clients_.size();
+      }
+    }
+    check_waiters();
+  }
+}
+
+void AttachServer::accept_clients() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    auto client = std::make_unique<Client>();
+    client->fd = fd;
+    clients_[fd] = std::move(client);
+    clients_count_ = clients_.size();
+  }
+}
+
+bool AttachServer::serve(Client& client) {
+  std::vector<char> message;
+  int stray_fd = -1;
+  if (!receive_message(client.fd, message, stray_fd)) return false;
+  if (stray_fd >= 0) close(stray_fd);  // clients send no descriptors
+  Request request;
+  try {
+    request = decode_request(message);
+  } catch (const modelcast::Error& e) {
+    spdlog::get("modelcastd")->warn("attach client dropped: {}", e.what());
+    return false;
+  }
+  if (request.op == Request::Op::kRelease) {
+    holds_count_ -= client.holds.erase(request.hold);
+    return true;
+  }
+  auto refuse = [&](modelcast::ErrorCode code, const std::string& why) {
+    Reply reply;
+    reply.code = static_cast<int>(code);
+    reply.error = why;
+    return send_message(client.fd, encode(reply));
+  };
+  if (client.waiting) return refuse(modelcast::ErrorCode::kState, "a request is already waiting on this connection");
+  bool exists = false;
+  ServedPtr version = lookup_(request.model, exists);
+  if (!exists) return refuse(modelcast::ErrorCode::kInvalidArgument, "no model '" + request.model + "' is configured");
+  if (version && version->manifest.version >= request.min_version) return answer(client, version);
+  if (request.timeout_ms == 0) return answer(client, nullptr);
+  client.waiting = request;
+  client.deadline = Clock::now() + std::chrono::milliseconds(std::min<std::uint64_t>(request.timeout_ms, 86'400'000));
+  return true;
+}
+
+bool AttachServer::answer(Client& client, ServedPtr version) {
+  Reply reply;
+  if (!version) return send_message(client.fd, encode(reply));
+  if (client.holds.size() >= max_holds_) {
+    reply.code = static_cast<int>(modelcast::ErrorCode::kResource);
+    reply.error = "this connection holds " + std::to_string(max_holds_) + " versions already; release some";
+    return send_message(client.fd, encode(reply));
+  }
+  std::uint64_t hold = next_hold_++;
+  reply.manifest = version->manifest;
+  reply.manifest->hold = hold;
+  // The hold is recorded before the reply leaves: once the client can read, the bytes are pinned.
+  client.holds[hold] = version;
+  ++holds_count_;
+  ++attaches_;
+  if (!send_message(client.fd, encode(reply), version->buffer->read_only_fd())) return false;
+  return true;
+}
+
+void AttachServer::check_waiters() {
+  auto now = Clock::now();
+  std::vector<int> dead;
+  for (auto& [fd, client] : clients_) {
+    if (!client->waiting) continue;
+    bool exists = false;
+    ServedPtr version = lookup_(client->waiting->model, exists);
+    bool ready = version && version->manifest.version >= client->waiting->min_version;
+    if (!ready && exists && now < client->deadline) continue;
+    client->waiting.reset();
+    bool ok = exists ? answer(*client, ready ? version : nullptr)
+                     : send_message(fd, encode(Reply{static_cast<int>(modelcast::ErrorCode::kInvalidArgument),
+                                                     "the model was removed from the configuration", {}}));
+    if (!ok) dead.push_back(fd);
+  }
+  for (int fd : dead) {
+    holds_count_ -= clients_[fd]->holds.size();
+    clients_.erase(fd);
+  }
+  clients_count_ = clients_.size();
+}
+
+}  // namespace modelcastd::attach
