@@ -17,6 +17,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsystemd-dev                  # modelcastd: sd_notify (systemd Type=notify)
   libcpp-httplib-dev              # modelcastd: ops HTTP endpoint and hooks
+  prometheus-cpp-dev              # modelcastd: /metrics
   python3-numpy                   # tests: independent safetensors reader
   iproute2                        # network-namespace test across two "hosts"
   # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The

@@ -48,7 +48,26 @@ void AttachServer::notify() {
   [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
 }
 
-AttachStats AttachServer::stats() const { return {clients_count_.load(), holds_count_.load(), attaches_.load()}; }
+AttachStats AttachServer::stats() const {
+  std::lock_guard lock(holds_mutex_);
+  return {clients_count_.load(), holds_count_.load(), attaches_.load(), holds_by_model_};
+}
+
+void AttachServer::count_hold(const ServedPtr& version, int delta) {
+  std::lock_guard lock(holds_mutex_);
+  auto& n = holds_by_model_[version->model];
+  n = static_cast<std::size_t>(static_cast<long long>(n) + delta);
+  if (n == 0) holds_by_model_.erase(version->model);
+  holds_count_ = static_cast<std::size_t>(static_cast<long long>(holds_count_.load()) + delta);
+}
+
+void AttachServer::drop_client(int fd) {
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  for (const auto& [id, version] : it->second->holds) count_hold(version, -1);
+  clients_.erase(it);  // releases every hold of that client
+  clients_count_ = clients_.size();
+}
 
 void AttachServer::run() {
   auto log = spdlog::get("modelcastd");
@@ -80,11 +99,7 @@ void AttachServer::run() {
       if (fds[i].revents == 0) continue;
       auto it = clients_.find(fds[i].fd);
       if (it == clients_.end()) continue;
-      if (!serve(*it->second)) {
-        holds_count_ -= it->second->holds.size();
-        clients_.erase(it);  // releases every hold of that client
-        clients_count_ = clients_.size();
-      }
+      if (!serve(*it->second)) drop_client(fds[i].fd);
     }
     check_waiters();
   }
@@ -114,7 +129,11 @@ bool AttachServer::serve(Client& client) {
     return false;
   }
   if (request.op == Request::Op::kRelease) {
-    holds_count_ -= client.holds.erase(request.hold);
+    auto hold = client.holds.find(request.hold);
+    if (hold != client.holds.end()) {
+      count_hold(hold->second, -1);
+      client.holds.erase(hold);
+    }
     return true;
   }
   auto refuse = [&](modelcast::ErrorCode code, const std::string& why) {
@@ -147,7 +166,7 @@ bool AttachServer::answer(Client& client, ServedPtr version) {
   reply.manifest->hold = hold;
   // The hold is recorded before the reply leaves: once the client can read, the bytes are pinned.
   client.holds[hold] = version;
-  ++holds_count_;
+  count_hold(version, +1);
   ++attaches_;
   if (!send_message(client.fd, encode(reply), version->buffer->read_only_fd())) return false;
   return true;
@@ -168,11 +187,7 @@ void AttachServer::check_waiters() {
                                                      "the model was removed from the configuration", {}}));
     if (!ok) dead.push_back(fd);
   }
-  for (int fd : dead) {
-    holds_count_ -= clients_[fd]->holds.size();
-    clients_.erase(fd);
-  }
-  clients_count_ = clients_.size();
+  for (int fd : dead) drop_client(fd);
 }
 
 }  // namespace modelcastd::attach

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +26,7 @@ struct AttachStats {
   std::size_t clients = 0;  // connections open
   std::size_t holds = 0;    // versions pinned by clients
   std::uint64_t attaches = 0;  // versions handed out
+  std::map<std::string, std::size_t> holds_by_model;
 };
 
 class AttachServer {
@@ -46,6 +48,8 @@ class AttachServer {
   bool serve(Client& client);  // false: close the connection
   bool answer(Client& client, ServedPtr version);
   void check_waiters();
+  void count_hold(const ServedPtr& version, int delta);
+  void drop_client(int fd);
 
   const std::string path_;
   const Lookup lookup_;
@@ -55,6 +59,8 @@ class AttachServer {
   std::atomic<bool> stop_{false};
   std::atomic<std::size_t> clients_count_{0}, holds_count_{0};
   std::atomic<std::uint64_t> attaches_{0};
+  mutable std::mutex holds_mutex_;
+  std::map<std::string, std::size_t> holds_by_model_;  // holds_mutex_
   // Server thread only:
   std::map<int, std::unique_ptr<Client>> clients_;
   std::uint64_t next_hold_ = 1;

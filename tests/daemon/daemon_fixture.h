@@ -41,14 +41,17 @@ inline void write_file(const std::string& path, const std::string& text) {
 }
 
 // Reads lines until one contains `text`; returns it, or "" after `timeout`.
+// Lines read are appended to `seen` when given.
 inline std::string wait_for_text(ChildProcess& child, const std::string& text,
-                                 std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                                 std::vector<std::string>* seen = nullptr) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return {};
     auto line = child.read_line(left);
     if (!line) return {};
+    if (seen) seen->push_back(*line);
     if (line->find(text) != std::string::npos) return *line;
   }
 }
@@ -59,17 +62,28 @@ class DaemonTest : public ::testing::Test {
 
   // A config serving model "test" from `endpoint`, plus `extra` TOML appended.
   std::string config(const std::string& endpoint, int buffers, const std::string& model_extra = "",
-                     const std::string& extra = "") {
-    return "[daemon]\nsocket = \"" + socket() + "\"\n[http]\nlisten = \"\"\n" + extra +
-           "[[model]]\nname = \"test\"\nendpoint = \"" + endpoint + "\"\nmax_model_bytes = \"4MiB\"\nbuffers = " +
-           std::to_string(buffers) + "\n" + model_extra;
+                     const std::string& extra = "", const std::string& max_bytes = "4MiB") {
+    return "[daemon]\nsocket = \"" + socket() + "\"\n" + (extra.find("[http]") == std::string::npos ? "[http]\nlisten = \"\"\n" : "") +
+           extra + "[[model]]\nname = \"test\"\nendpoint = \"" + endpoint + "\"\nmax_model_bytes = \"" + max_bytes +
+           "\"\nbuffers = " + std::to_string(buffers) + "\n" + model_extra;
+  }
+  // A [repository] section at `path`.
+  static std::string repository(const std::string& path, int keep) {
+    return "[repository]\npath = \"" + path + "\"\nkeep = " + std::to_string(keep) + "\n";
+  }
+  // What the independent reader (read_safetensors.py) says of each entry of <repo>/test.
+  static std::vector<std::string> read_repository(const std::string& repo, std::uint64_t seed = 1) {
+    ChildProcess reader({"/usr/bin/python3", READ_SAFETENSORS_PY, repo + "/test", std::to_string(seed)});
+    EXPECT_EQ(reader.wait(), 0);
+    return reader.lines();
   }
   std::string socket() const { return dir / "attach.sock"; }
 
   std::unique_ptr<ChildProcess> start_daemon(const std::string& config_text) {
     write_file(dir / "modelcastd.toml", config_text);
     auto daemon = std::make_unique<ChildProcess>(std::vector<std::string>{MODELCASTD, "--config", dir / "modelcastd.toml"});
-    EXPECT_NE(wait_for_text(*daemon, " ready "), "") << "modelcastd did not start";
+    startup_lines.clear();
+    EXPECT_NE(wait_for_text(*daemon, " ready ", std::chrono::seconds(60), &startup_lines), "") << "modelcastd did not start";
     return daemon;
   }
 
@@ -84,6 +98,7 @@ class DaemonTest : public ::testing::Test {
   }
 
   ScratchDir dir;
+  std::vector<std::string> startup_lines;  // what the last daemon started logged until ready
 };
 
 }  // namespace daemon_test
