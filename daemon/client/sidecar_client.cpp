@@ -56,6 +56,9 @@ class Client::Impl {
     int fd = -1;
     {
       std::lock_guard exchange(connection->request_mutex);
+      if (connection->broken) gone("the connection failed earlier; make a new Client");
+      // Marked broken until the answer is in, so an exception half-way leaves it marked.
+      connection->broken = true;
       {
         std::lock_guard lock(connection->send_mutex);
         if (!modelcastd::attach::send_message(connection->fd, message)) gone(std::strerror(errno));
@@ -69,6 +72,7 @@ class Client::Impl {
       } while (ready < 0 && errno == EINTR);
       if (ready <= 0) gone("no answer from the daemon");
       if (!modelcastd::attach::receive_message(connection->fd, answer, fd)) gone("the daemon closed the connection");
+      connection->broken = false;
     }
     struct Closer {
       int& fd;

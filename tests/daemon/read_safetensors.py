@@ -7,7 +7,8 @@ For every entry of MODEL_DIR prints one line:
   ok VERSION TENSORS BYTES      a complete version whose every byte is the test model's
   partial NAME                  a temporary or half-deleted directory (never to be served)
   bad NAME WHY                  anything else: the test fails on it
-The tensor bytes are recomputed from tests/support/test_model.h's word() formula.
+The tensor bytes are recomputed from tests/support/test_model.h's word() formula. Where the
+reference `safetensors` package is installed, each file is also loaded with it and compared.
 """
 import json
 import os
@@ -30,6 +31,21 @@ def words(seed, version, tensor, count):
     return x.astype("<u8").tobytes()
 
 
+def reference_load(path, names):
+    """{name: bytes} as the reference library reads the file, or None where it is not installed.
+    numpy has no bfloat16, so BF16 tensors are left to the checks above."""
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        return None
+    out = {}
+    with safe_open(path, framework="numpy") as f:
+        for name in names:
+            if f.get_slice(name).get_dtype() != "BF16":
+                out[name] = f.get_tensor(name).tobytes()
+    return out
+
+
 def check_version(path, seed):
     with open(os.path.join(path, "metadata.json")) as f:
         meta = json.load(f)
@@ -37,6 +53,8 @@ def check_version(path, seed):
     with open(os.path.join(path, "model.safetensors"), "rb") as f:
         blob = f.read()
     (n,) = struct.unpack("<Q", blob[:8])
+    if blob[8:9] != b"{":
+        return "the header does not start with '{'"
     header = json.loads(blob[8:8 + n].decode("utf-8"))
     data = blob[8 + n:]
     header.pop("__metadata__", None)
@@ -61,6 +79,12 @@ def check_version(path, seed):
         end = stop
     if end != len(data):
         return f"{len(data) - end} bytes after the last tensor"
+    reference = reference_load(os.path.join(path, "model.safetensors"), order)
+    if reference is not None:
+        for name, raw in reference.items():
+            begin, stop = header[name]["data_offsets"]
+            if raw != data[begin:stop]:
+                return f"the reference safetensors library reads tensor {name} differently"
     return f"ok {version} {len(order)} {len(data)}"
 
 
