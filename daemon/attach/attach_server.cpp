@@ -109,6 +109,10 @@ void AttachServer::accept_clients() {
   for (;;) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
+    // A manifest is one message and must fit the send buffer: ask for room for the largest
+    // (the kernel caps this at twice net.core.wmem_max: some 400 KiB, a few thousand tensors).
+    int room = static_cast<int>(kMaxMessageBytes);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
     auto client = std::make_unique<Client>();
     client->fd = fd;
     clients_[fd] = std::move(client);
