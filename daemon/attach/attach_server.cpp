@@ -1,6 +1,8 @@
 #include "daemon/attach/attach_server.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -109,10 +111,6 @@ void AttachServer::accept_clients() {
   for (;;) {
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) return;
-    // A manifest is one message and must fit the send buffer: ask for room for the largest
-    // (the kernel caps this at twice net.core.wmem_max: some 400 KiB, a few thousand tensors).
-    int room = static_cast<int>(kMaxMessageBytes);
-    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &room, sizeof room);
     auto client = std::make_unique<Client>();
     client->fd = fd;
     clients_[fd] = std::move(client);
@@ -122,9 +120,9 @@ void AttachServer::accept_clients() {
 
 bool AttachServer::serve(Client& client) {
   std::vector<char> message;
-  int stray_fd = -1;
-  if (!receive_message(client.fd, message, stray_fd)) return false;
-  if (stray_fd >= 0) close(stray_fd);  // clients send no descriptors
+  std::vector<int> stray_fds;
+  if (!receive_message(client.fd, message, stray_fds)) return false;
+  for (int fd : stray_fds) close(fd);  // clients send no descriptors
   Request request;
   try {
     request = decode_request(message);
@@ -172,8 +170,26 @@ bool AttachServer::answer(Client& client, ServedPtr version) {
   client.holds[hold] = version;
   count_hold(version, +1);
   ++attaches_;
-  if (!send_message(client.fd, encode(reply), version->buffer->read_only_fd())) return false;
-  return true;
+  auto encoded = encode(reply);
+  int buffer_fd = version->buffer->read_only_fd();
+  if (encoded.size() <= kInlineReplyBytes) {
+    if (send_message(client.fd, encoded, std::span<const int>(&buffer_fd, 1))) return true;
+    spdlog::get("modelcastd")->warn("attach: client dropped, cannot send to it: {}", std::strerror(errno));
+    return false;
+  }
+  // Too large for one socket message (the kernel caps those at a few hundred KiB): the reply
+  // goes in a sealed memfd beside the buffer's descriptor.
+  int manifest_fd = memfd_create("modelcastd:manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  bool ok = manifest_fd >= 0 && write(manifest_fd, encoded.data(), encoded.size()) == static_cast<ssize_t>(encoded.size()) &&
+            fcntl(manifest_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
+  if (ok) {
+    int fds[2] = {buffer_fd, manifest_fd};
+    ok = send_message(client.fd, encode_manifest_in_fd(), fds);
+  } else {
+    spdlog::get("modelcastd")->error("attach: cannot pass a manifest of {} bytes: {}", encoded.size(), std::strerror(errno));
+  }
+  if (manifest_fd >= 0) close(manifest_fd);
+  return ok;
 }
 
 void AttachServer::check_waiters() {
@@ -186,9 +202,10 @@ void AttachServer::check_waiters() {
     bool ready = version && version->manifest.version >= client->waiting->min_version;
     if (!ready && exists && now < client->deadline) continue;
     client->waiting.reset();
-    bool ok = exists ? answer(*client, ready ? version : nullptr)
-                     : send_message(fd, encode(Reply{static_cast<int>(modelcast::ErrorCode::kInvalidArgument),
-                                                     "the model was removed from the configuration", {}}));
+    Reply removed;
+    removed.code = static_cast<int>(modelcast::ErrorCode::kInvalidArgument);
+    removed.error = "the model was removed from the configuration";
+    bool ok = exists ? answer(*client, ready ? version : nullptr) : send_message(fd, encode(removed));
     if (!ok) dead.push_back(fd);
   }
   for (int fd : dead) drop_client(fd);

@@ -50,9 +50,10 @@ class Fields {
 };
 
 msgpack::object_handle unpack(std::span<const char> bytes) {
-  if (bytes.size() > kMaxMessageBytes) fail("message of " + std::to_string(bytes.size()) + " bytes is too large");
-  // Every declared container size is capped before msgpack-c reserves room for it.
-  msgpack::unpack_limit limit(100'000, 100'000, 1u << 20, 1u << 20, 0, 8);
+  if (bytes.size() > kMaxManifestBytes) fail("message of " + std::to_string(bytes.size()) + " bytes is too large");
+  // Every declared container size is capped before msgpack-c reserves room for it (the
+  // producer's manifest limits: 2^17 tensors, 2^12 metadata entries).
+  msgpack::unpack_limit limit(1u << 17, 1u << 12, 1u << 20, 1u << 20, 0, 8);
   try {
     std::size_t offset = 0;
     auto handle = msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, limit);
@@ -81,6 +82,15 @@ std::vector<char> encode(const Request& request) {
     pk.pack("min_version"); pk.pack(request.min_version);
     pk.pack("timeout_ms"); pk.pack(request.timeout_ms);
   }
+  return to_vector(buffer);
+}
+
+std::vector<char> encode_manifest_in_fd() {
+  msgpack::sbuffer buffer;
+  Packer pk(buffer);
+  pk.pack_map(2);
+  pk.pack("code"); pk.pack(0);
+  pk.pack("manifest_fd"); pk.pack(true);
   return to_vector(buffer);
 }
 
@@ -140,6 +150,10 @@ Reply decode_reply(std::span<const char> bytes) {
   Fields f(handle.get());
   Reply r;
   r.code = f.get<int>("code");
+  if (r.code == 0 && f.find("manifest_fd")) {
+    r.manifest_in_fd = f.get<bool>("manifest_fd");
+    return r;
+  }
   if (r.code != 0 || !f.find("hold")) {
     if (f.find("error")) r.error = f.get<std::string>("error");
     return r;

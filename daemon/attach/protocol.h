@@ -4,7 +4,9 @@
 //   client -> daemon  {op:"acquire", model, min_version, timeout_ms}   answered by a Reply
 //   client -> daemon  {op:"release", hold}                              not answered
 //   daemon -> client  Reply: {code, error} or {code:0, hold:0} (no version in time), or
-//                     {code:0, hold, manifest...} with the buffer's read-only fd attached.
+//                     {code:0, hold, manifest...} with the buffer's read-only fd attached, or,
+//                     for a manifest too large for one socket message, {code:0, manifest_fd:true}
+//                     with the buffer's fd and a sealed memfd holding the whole Reply.
 //
 // Requests are answered in order. Holds belong to the connection: closing it releases them.
 #pragma once
@@ -20,7 +22,9 @@
 
 namespace modelcastd::attach {
 
-inline constexpr std::size_t kMaxMessageBytes = 1u << 20;  // a manifest of ~10,000 tensors
+inline constexpr std::size_t kMaxMessageBytes = 1u << 20;      // one socket message
+inline constexpr std::size_t kInlineReplyBytes = 32u << 10;    // larger replies travel in a memfd
+inline constexpr std::size_t kMaxManifestBytes = 64u << 20;    // the producer's own message limit
 
 struct Request {
   enum class Op { kAcquire, kRelease } op = Op::kAcquire;
@@ -54,6 +58,7 @@ struct Reply {
   int code = 0;                   // a modelcast::ErrorCode, 0 for success
   std::string error;
   std::optional<Manifest> manifest;  // empty with code 0: no version (yet / in time)
+  bool manifest_in_fd = false;    // the Reply with the manifest is in the second descriptor
 };
 
 std::vector<char> encode(const Request& request);
@@ -61,5 +66,7 @@ std::vector<char> encode(const Reply& reply);
 // Both throw modelcast::Error(kProtocol) naming what is wrong; they bound every container.
 Request decode_request(std::span<const char> bytes);
 Reply decode_reply(std::span<const char> bytes);
+// The short message that says the reply is in a memfd.
+std::vector<char> encode_manifest_in_fd();
 
 }  // namespace modelcastd::attach

@@ -56,20 +56,24 @@ int connect_to(const std::string& path) {
   return fd;
 }
 
-bool send_message(int fd, std::span<const char> message, int pass_fd) {
+bool send_message(int fd, std::span<const char> message, std::span<const int> fds) {
   iovec iov{const_cast<char*>(message.data()), message.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
-  if (pass_fd >= 0) {
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)]{};
+  if (fds.size() > kMaxFdsPerMessage) {
+    errno = EINVAL;
+    return false;
+  }
+  if (!fds.empty()) {
     msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
     cmsghdr* c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &pass_fd, sizeof(int));
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
   for (;;) {
     ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
@@ -79,14 +83,14 @@ bool send_message(int fd, std::span<const char> message, int pass_fd) {
   }
 }
 
-bool receive_message(int fd, std::vector<char>& message, int& received_fd) {
-  received_fd = -1;
+bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) {
+  fds.clear();
   message.resize(kMaxMessageBytes);
   iovec iov{message.data(), message.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))]{};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)]{};
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
   ssize_t n;
@@ -94,13 +98,18 @@ bool receive_message(int fd, std::vector<char>& message, int& received_fd) {
     n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
   } while (n < 0 && errno == EINTR);
   for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len == CMSG_LEN(sizeof(int))) {
-      std::memcpy(&received_fd, CMSG_DATA(c), sizeof(int));
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(0)) {
+      std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        fds.push_back(received);
+      }
     }
   }
   if (n <= 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
-    if (received_fd >= 0) close(received_fd);
-    received_fd = -1;
+    for (int received : fds) close(received);
+    fds.clear();
     return false;
   }
   message.resize(static_cast<std::size_t>(n));

@@ -15,13 +15,15 @@ int listen_at(const std::string& path);
 // Connects to `path`; returns the fd, or -1 with errno set (caller retries or reports).
 int connect_to(const std::string& path);
 
-// Sends one message, with `pass_fd` attached when >= 0. Returns false if the peer is gone or
-// the message does not fit (errno set); never raises SIGPIPE.
-bool send_message(int fd, std::span<const char> message, int pass_fd = -1);
+inline constexpr std::size_t kMaxFdsPerMessage = 2;
 
-// Receives one message into `message`. Returns false at end of stream or on error. A received
-// descriptor is stored in `received_fd` (-1 if none; the caller owns it, close-on-exec).
-// Messages longer than kMaxMessageBytes are truncated and reported as errors (false).
-bool receive_message(int fd, std::vector<char>& message, int& received_fd);
+// Sends one message with `fds` (at most kMaxFdsPerMessage) attached. Returns false if the peer
+// is gone or the message does not fit (errno set); never raises SIGPIPE.
+bool send_message(int fd, std::span<const char> message, std::span<const int> fds = {});
+
+// Receives one message into `message` and the descriptors that came with it into `fds` (the
+// caller owns them; close-on-exec). Returns false at end of stream or on error. Messages
+// longer than kMaxMessageBytes are truncated and reported as errors (false).
+bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds);
 
 }  // namespace modelcastd::attach

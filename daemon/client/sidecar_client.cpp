@@ -53,7 +53,7 @@ class Client::Impl {
     request.timeout_ms = static_cast<std::uint64_t>(std::max<std::int64_t>(timeout.count(), 0));
     auto message = modelcastd::attach::encode(request);
     std::vector<char> answer;
-    int fd = -1;
+    std::vector<int> fds;
     {
       std::lock_guard exchange(connection->request_mutex);
       if (connection->broken) gone("the connection failed earlier; make a new Client");
@@ -71,16 +71,21 @@ class Client::Impl {
         ready = poll(&p, 1, wait_ms);
       } while (ready < 0 && errno == EINTR);
       if (ready <= 0) gone("no answer from the daemon");
-      if (!modelcastd::attach::receive_message(connection->fd, answer, fd)) gone("the daemon closed the connection");
+      if (!modelcastd::attach::receive_message(connection->fd, answer, fds)) gone("the daemon closed the connection");
       connection->broken = false;
     }
     struct Closer {
-      int& fd;
+      std::vector<int>& fds;
       ~Closer() {
-        if (fd >= 0) close(fd);
+        for (int fd : fds) close(fd);
       }
-    } closer{fd};
+    } closer{fds};
     auto reply = modelcastd::attach::decode_reply(answer);
+    if (reply.manifest_in_fd) {
+      if (fds.size() != 2) throw Error(ErrorCode::kProtocol, "modelcastd: a manifest in a memfd came without it");
+      reply = modelcastd::attach::decode_reply(read_all(fds[1]));
+    }
+    int fd = fds.empty() ? -1 : fds[0];
     if (reply.code != 0) throw Error(static_cast<ErrorCode>(reply.code), "modelcastd: " + reply.error);
     if (!reply.manifest) return {};
     auto state = std::make_shared<AttachedVersion>();
@@ -99,6 +104,20 @@ class Client::Impl {
   }
 
  private:
+  // The whole of a (sealed) manifest memfd, bounded by the protocol's manifest limit.
+  static std::vector<char> read_all(int fd) {
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || st.st_size <= 0 ||
+        static_cast<std::uint64_t>(st.st_size) > modelcastd::attach::kMaxManifestBytes) {
+      throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd is empty or too large");
+    }
+    std::vector<char> bytes(static_cast<std::size_t>(st.st_size));
+    if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+      throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd cannot be read");
+    }
+    return bytes;
+  }
+
   [[noreturn]] void gone(const std::string& why) {
     throw Error(ErrorCode::kTransport, "modelcastd at '" + socket_path + "': " + why);
   }

@@ -99,6 +99,29 @@ TEST_F(DaemonTest, AKilledClientReleasesItsHold) {
   EXPECT_EQ(sidecar_test::check(third, 1), "");
 }
 
+TEST_F(DaemonTest, AModelOfTwelveThousandTensorsAttaches) {
+  // Its manifest (some 300 KiB) is larger than the kernel lets one socket message be by
+  // default: it travels in a memfd.
+  constexpr std::size_t kTensors = 12000;
+  std::vector<testmodel::Tensor> model(kTensors);
+  for (std::size_t i = 0; i < kTensors; ++i) {
+    model[i].spec = {"t" + std::to_string(i), modelcast::DType::kF32, {4}};
+    model[i].words.resize(2);
+  }
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  modelcast::Producer producer(options);
+  for (auto& t : model) producer.register_tensor({t.spec, t.words.data()});
+  auto daemon = start_daemon(config(producer.control_endpoint(), 2, "", "", "16MiB"));
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  testmodel::fill(model, 1, 1);
+  producer.publish(1);
+  auto view = client().wait_for_version(1, 60s);
+  ASSERT_TRUE(view);
+  EXPECT_EQ(view.tensor_count(), kTensors);
+  EXPECT_EQ(sidecar_test::check(view, 1), "");
+}
+
 TEST_F(DaemonTest, UnknownModelIsAnInvalidArgument) {
   TestProducer producer(64);
   auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
