@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Predictor benchmark: bench/run.sh predictor [--json] [harness options]
-# Builds only the harness (Release, build-bench/), then evaluates plan and replay over the real
-# curves in bench/data/. Harness options: --runs-per-record K (default 3; 0 = every run),
-# --threads N (default 2), --no-reference (ablation without the cross-record prior),
-# --json-out FILE (also write the JSON).
+# Builds only the harness (Release, build-bench/), then evaluates plan and replay at 20 % warm-up
+# and publish costs 0.5x/2x/8x over every curve family in bench/data/: the development curves
+# (bench/data/curves/, families from their track column) and the nanoGPT validation curves (one
+# family), without a reference run, leave-one-family-out, and again with a reference made from
+# other records of the same family. Harness options: --max-runs-per-family K (default 24;
+# 0 = all), --threads N (default 2), --warmup-pct P, --family F, --json-out FILE.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -12,5 +14,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=
   -DMODELCAST_BUILD_EXAMPLES=OFF -DMODELCAST_BUILD_BENCH=ON >/dev/null
 cmake --build "$build" -j2 --target modelcast-predictor-bench >/dev/null
 cd "$root"
-exec "$build/bench/predictor/modelcast-predictor-bench" --data "$root/bench/data/nanogpt_val_loss.csv" \
-  --runs-per-record 3 "$@"
+exec "$build/bench/predictor/modelcast-predictor-bench" \
+  --data "$root/bench/data/curves/dev_val_loss.csv" \
+  --data "$root/bench/data/nanogpt_val_loss.csv=nanogpt" \
+  --reference "$@"

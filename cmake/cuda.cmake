@@ -89,7 +89,6 @@ set(_mc_root ${CMAKE_CURRENT_LIST_DIR}/..)
 cmake_path(NORMAL_PATH _mc_root)
 
 add_library(modelcast_cuda_objects OBJECT
-  ${_mc_root}/transports/delivery_path.cpp
   ${_mc_root}/core/cuda/pmix64.cpp
   ${_mc_root}/core/cuda/digest_kind.cpp
   ${_mc_root}/transports/staging/staging_pipeline.cpp

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <random>
 #include <sstream>
 
 namespace modelcast {
@@ -11,6 +12,14 @@ std::string host_id() {
   std::string id;
   std::getline(in, id);
   return id;
+}
+
+std::uint64_t process_token() {
+  static const std::uint64_t token = [] {
+    std::random_device device;
+    return (std::uint64_t{device()} << 32) ^ device();
+  }();
+  return token;
 }
 
 bool ucx_shared_memory_allowed() {

@@ -1,6 +1,7 @@
-// Is a peer on this machine, and may UCX use shared memory to reach it?
+// Is a peer in this process, on this machine, and may UCX use shared memory to reach it?
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace modelcast {
@@ -8,6 +9,10 @@ namespace modelcast {
 // The kernel's boot id (/proc/sys/kernel/random/boot_id): one value per running machine, shared
 // by all its network namespaces. Empty if unreadable.
 std::string host_id();
+
+// A random number drawn once per process: equal only within one process. (A pid is not: two
+// containers on one machine share the boot id and may share pids.)
+std::uint64_t process_token();
 
 // Whether UCX_TLS (as set in this process's environment) leaves a shared-memory transport on.
 bool ucx_shared_memory_allowed();

@@ -161,8 +161,12 @@ int main(int argc, char** argv) {
   mp::JoinRequest join;
   join.model = "tiny";
   join.consumer_name = "consumer-a";
-  join.transport_address = sig(40);
+  modelcast::transport::Capabilities ucx_caps;
+  ucx_caps.reach = modelcast::transport::Reach::kNetwork;
+  ucx_caps.one_sided = true;
+  join.offers = {{"ucx", ucx_caps, sig(40)}, {"loopback", {}, sig(16)}};
   join.host_id = "6f1c0b6e-boot-id";
+  join.process = 0x1234abcd;
   mp::JoinReply joined;
   joined.ok = true;
   joined.incarnation = 42;

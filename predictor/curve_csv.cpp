@@ -9,22 +9,10 @@
 #include <sstream>
 
 #include "modelcast/predictor_csv.h"
+#include "csv_record.h"
 
 namespace modelcast::predictor {
 namespace {
-
-std::vector<std::string> split_fields(const std::string& line) {
-  std::vector<std::string> out;
-  std::string field;
-  std::stringstream ss(line);
-  while (std::getline(ss, field, ',')) {
-    const auto b = field.find_first_not_of(" \t\r");
-    const auto e = field.find_last_not_of(" \t\r");
-    out.push_back(b == std::string::npos ? std::string() : field.substr(b, e - b + 1));
-  }
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
 
 bool parse_double(const std::string& s, double& out) {
   if (s.empty()) return false;
@@ -123,7 +111,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
   }
   if (line_no == 0 || line.find_first_not_of(" \t\r") == std::string::npos)
     throw CsvError(source, std::max<std::size_t>(line_no, 1), "empty file");
-  auto first = split_fields(line);
+  auto first = split_csv_record(line, source, line_no);
   double probe = 0;
   const bool has_header = !parse_double(first.front(), probe);
   LossLog log;
@@ -187,7 +175,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     last_line = line_no;
-    if (!handle(split_fields(line), line_no)) break;
+    if (!handle(split_csv_record(line, source, line_no), line_no)) break;
   }
   if (curves && !found_run) throw CsvError(source, last_line, "run '" + options.run + "' not found");
   if (log.points.size() < options.min_points)
@@ -207,7 +195,7 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
   std::size_t line_no = 0;
   if (!std::getline(in, line)) throw CsvError(source, 1, "empty file");
   ++line_no;
-  const auto header = split_fields(line);
+  const auto header = split_csv_record(line, source, line_no);
   Columns col;
   col.run = find_column(header, "run");
   col.track = find_column(header, "track");
@@ -224,7 +212,7 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto fields = split_fields(line);
+    const auto fields = split_csv_record(line, source, line_no);
     RowReader row{source, line_no, fields};
     const auto& run = row.at(col.run, "run");
     if (out.runs.empty() || out.runs.back().run != run) {

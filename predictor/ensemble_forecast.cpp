@@ -211,12 +211,15 @@ Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> 
   for (std::size_t i = 0; i < n; ++i) {
     // Back-test error grows with the horizon (in future points, relative to the held-out tail).
     const double grow = std::sqrt(static_cast<double>(i + 1));
-    const double sd = std::sqrt(var[i] + tail_err * tail_err * grow);
+    // A forecast fitted to data is never certain, even when every member agrees and the prefix
+    // fits exactly (a flat plateau): at least 1 % of the level by the end of the horizon.
+    const double floor = 0.01 * std::abs(out.loss[i]) * std::sqrt(static_cast<double>(i + 1) / static_cast<double>(n));
+    const double sd = std::max(floor, std::sqrt(var[i] + tail_err * tail_err * grow));
     out.lower[i] = out.loss[i] - options.band_z * sd;
     out.upper[i] = out.loss[i] + options.band_z * sd;
   }
   for (std::size_t k = 0; k < chosen.size(); ++k)
-    out.members.push_back({chosen[k].name, weights[k] / total_w, chosen[k].backtest_rmse});
+    out.members.push_back({chosen[k].name, weights[k] / total_w, chosen[k].backtest_rmse, chosen[k].prediction});
   out.note = std::move(note);
   return out;
 }
@@ -267,7 +270,7 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
     out.upper.push_back(v + options.band_z * band);
   }
   out.members.push_back({a > 0 ? "fallback_power" : exponent != 0.5 ? "fallback_gentle_decay" : "fallback_flat", 1.0,
-                         std::numeric_limits<double>::quiet_NaN()});
+                         std::numeric_limits<double>::quiet_NaN(), out.loss});
   out.note = std::move(note);
   return out;
 }
@@ -282,7 +285,7 @@ Forecast flat_forecast(std::span<const CurvePoint> observed, std::span<const std
   out.loss.assign(future_steps.size(), level);
   out.lower.assign(future_steps.size(), level - band);
   out.upper.assign(future_steps.size(), level + band);
-  out.members.push_back({"flat", 1.0, std::numeric_limits<double>::quiet_NaN()});
+  out.members.push_back({"flat", 1.0, std::numeric_limits<double>::quiet_NaN(), out.loss});
   out.note = std::move(note);
   return out;
 }

@@ -7,6 +7,9 @@
 #include "modelcast/error.h"
 
 namespace modelcast::predictor {
+namespace {
+constexpr std::size_t kNow = static_cast<std::size_t>(-1);  // the "publish now" candidate
+}  // namespace
 
 OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(options)) {
   if (options_.forecast.total_steps <= 0) throw Error(ErrorCode::kInvalidArgument, "online scheduler: total_steps must be positive");
@@ -16,6 +19,10 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0 || options_.refit_band_points < 0 ||
       options_.refit_every_below < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_growth, refit_band_points and refit_every_below must be >= 0");
+  if (!std::isfinite(options_.band_trigger_width) || options_.band_trigger_width <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: band_trigger_width must be finite and > 0, got " +
+                                                 std::to_string(options_.band_trigger_width));
+  if (options_.hedge) hedge_forecast(std::vector<CurvePoint>{{0, 1.0, 0.0}}, Forecast{}, options_.hedge_options);  // checks the options
   set_costs(options_.costs.stall_s, options_.costs.delivery_s);
 }
 
@@ -41,12 +48,23 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
   }
 }
 
-bool OnlineScheduler::left_band() const {
-  const auto k = static_cast<std::size_t>(options_.refit_band_points);
-  if (k == 0 || forecast_.steps.empty() || observed_.size() < points_at_last_fit_ + k) return false;
+std::size_t OnlineScheduler::band_points() const {
+  // On long per-step logs one point says little: compare one fit bin's mean instead.
+  const std::size_t bin = options_.forecast.max_fit_points > 0
+                              ? observed_.size() / static_cast<std::size_t>(options_.forecast.max_fit_points)
+                              : 0;
+  return std::max(static_cast<std::size_t>(options_.refit_band_points), bin);
+}
+
+bool OnlineScheduler::left_band(double* first_half_width) const {
+  if (options_.refit_band_points == 0 || forecast_.steps.empty()) return false;
+  const std::size_t k = band_points();
+  if (observed_.size() < points_at_last_fit_ + k) return false;
   if (forecast_.lower.size() != forecast_.steps.size() || forecast_.upper.size() != forecast_.steps.size())
     return false;  // a custom forecaster without a band
-  int side = 0;  // -1 below the band, +1 above
+  // Residuals against the band's centre (the point forecast; the hedged loss sits below it),
+  // in units of the widened half-width.
+  std::vector<double> z;
   for (std::size_t j = observed_.size() - k; j < observed_.size(); ++j) {
     const auto& p = observed_[j];
     const auto it = std::lower_bound(forecast_.steps.begin(), forecast_.steps.end(), p.step);
@@ -59,26 +77,78 @@ bool OnlineScheduler::left_band() const {
       lo = forecast_.lower[i - 1] + f * (lo - forecast_.lower[i - 1]);
       hi = forecast_.upper[i - 1] + f * (hi - forecast_.upper[i - 1]);
     }
-    const int s = p.loss < lo ? -1 : p.loss > hi ? 1 : 0;
-    if (s == 0 || (side != 0 && s != side)) return false;
-    side = s;
+    const double half = 0.5 * (hi - lo) * options_.band_trigger_width;
+    if (!(half > 0)) return false;  // a forecast declared certain has no band to leave
+    if (z.empty() && first_half_width) *first_half_width = half;
+    z.push_back((p.loss - 0.5 * (lo + hi)) / half);
   }
-  return true;
+  if (k > static_cast<std::size_t>(options_.refit_band_points)) {  // bin mean on long logs
+    double mean = 0.0;
+    for (double v : z) mean += v / static_cast<double>(z.size());
+    return std::abs(mean) > 1.0;
+  }
+  return std::all_of(z.begin(), z.end(), [](double v) { return v > 1.0; }) ||
+         std::all_of(z.begin(), z.end(), [](double v) { return v < -1.0; });
 }
 
 void OnlineScheduler::refit_if_due() {
   const std::size_t n = observed_.size();
+  // Growth is counted within the current regime.
+  const std::size_t seen = points_at_last_fit_ - std::min(points_at_last_fit_, fit_from_);
   bool due = forecast_.steps.empty() || n < static_cast<std::size_t>(options_.refit_every_below);
-  due = due || n >= std::max<std::size_t>(points_at_last_fit_ + 1,
-                                          static_cast<std::size_t>(std::ceil(static_cast<double>(points_at_last_fit_) *
-                                                                             (1.0 + options_.refit_growth))));
-  const bool band = !due && left_band();
+  due = due || n - fit_from_ >= std::max<std::size_t>(seen + 1, static_cast<std::size_t>(std::ceil(static_cast<double>(seen) *
+                                                                                                    (1.0 + options_.refit_growth))));
+  // A regime change: the newest points left the band, and the departure began with a jump
+  // larger than the widened band (new data, a shift, a sudden drop or rise). The points before
+  // the jump no longer describe the curve. A gradual departure is left to the geometric
+  // schedule: on the development curves refitting early on it made decisions worse.
+  double half_width = 0.0;
+  bool band = !forecast_.steps.empty() && left_band(&half_width);
+  const std::size_t change = n - std::min(n, band_points());
+  band = band && change > fit_from_ && std::abs(observed_[change].loss - observed_[change - 1].loss) > half_width;
   if (n <= points_at_last_fit_ || !(due || band)) return;
-  forecast_ = options_.forecaster ? options_.forecaster(observed_, options_.forecast)
-                                  : forecast_curve(observed_, options_.forecast);
+  if (band) {
+    fit_from_ = change;
+    ++stats_.band_refits;
+  }
+  const std::span<const CurvePoint> regime(observed_.data() + fit_from_, n - fit_from_);
+  Forecast raw = options_.forecaster ? options_.forecaster(regime, options_.forecast) : forecast_curve(regime, options_.forecast);
+  scenarios_.clear();
+  if (options_.hedge) {
+    auto hedged = hedge_forecast(regime, raw, options_.hedge_options);
+    forecast_ = std::move(hedged.forecast);
+    if (hedged.hedged) scenarios_ = std::move(hedged.scenarios);
+  } else {
+    forecast_ = std::move(raw);
+  }
   points_at_last_fit_ = n;
   ++stats_.fits;
-  if (band) ++stats_.band_refits;
+}
+
+bool OnlineScheduler::waiting_pays(const Trajectory& future, const std::vector<std::size_t>& source, double loss_shift,
+                                   double window_end) const {
+  // Hindsight check: in each scenario, the best the run can still do if it publishes now, and
+  // if it waits (and then, having seen more, follows that scenario's best plan). Waiting keeps
+  // the option to publish when the loss has really dropped; the mean-path plan alone does not
+  // value that option, and at a high publish cost spends its few publishes too early.
+  const auto& costs = options_.costs;
+  const double s_now = future.time_s[0] + costs.stall_s + costs.delivery_s;
+  const int done = static_cast<int>(published_.size());
+  double publish_now = 0.0, wait = 0.0;
+  Trajectory rest, rest_after_stall;
+  for (const auto& scenario : scenarios_) {
+    rest.steps.assign(future.steps.begin() + 1, future.steps.end());
+    rest.time_s.assign(future.time_s.begin() + 1, future.time_s.end());
+    rest.loss.clear();
+    for (std::size_t k = 1; k < source.size(); ++k) rest.loss.push_back(scenario.loss[source[k]] + loss_shift);
+    rest_after_stall = rest;
+    for (double& t : rest_after_stall.time_s) t += costs.stall_s;  // publishing now delays every later step
+    const double served_until_now = origin_loss_ * std::max(0.0, s_now - origin_servable_s_);
+    wait += scenario.weight * plan_from(origin_loss_, origin_servable_s_, done, window_end, rest, costs).cil;
+    publish_now += scenario.weight * (costs.request_rate * served_until_now +
+                                      plan_from(future.loss[0], s_now, done + 1, window_end, rest_after_stall, costs).cil);
+  }
+  return wait < publish_now;
 }
 
 bool OnlineScheduler::should_publish(std::int64_t step) {
@@ -91,16 +161,17 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
 
   // Candidates on the producer's clock: now, then the forecast's future steps.
   Trajectory future;
+  std::vector<std::size_t> source = {kNow};  // forecast index of each candidate
   future.steps.push_back(now.step);
   future.loss.push_back(now.loss);
   future.time_s.push_back(now_wall);
   double predicted_end = now.time_s;
+  double loss_shift = 0.0, time_shift = 0.0;
   if (step < options_.forecast.total_steps) {
     refit_if_due();
     // Between refits the forecast was made from an older prefix: anchor it on the newest point
     // (shift its loss and time by their residuals here), so that "publish now" is weighed
     // against a future that continues from where the run actually is.
-    double loss_shift = 0.0, time_shift = 0.0;
     const auto it = std::lower_bound(forecast_.steps.begin(), forecast_.steps.end(), step);
     if (it != forecast_.steps.end() && (*it == step || it != forecast_.steps.begin())) {
       const auto i = static_cast<std::size_t>(it - forecast_.steps.begin());
@@ -115,6 +186,7 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
       future.steps.push_back(forecast_.steps[i]);
       future.loss.push_back(forecast_.loss[i] + loss_shift);
       future.time_s.push_back(std::max(forecast_.time_s[i] + time_shift + stall_total_s_, future.time_s.back()));
+      source.push_back(i);
     }
     if (!forecast_.time_s.empty()) predicted_end = std::max(predicted_end, forecast_.time_s.back() + time_shift);
   }
@@ -122,14 +194,17 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   const auto limit = static_cast<std::size_t>(options_.max_candidates);
   if (future.steps.size() > limit) {
     Trajectory thin;
+    std::vector<std::size_t> thin_source;
     for (std::size_t k = 0; k < limit; ++k) {
       const auto i = static_cast<std::size_t>(std::llround(static_cast<double>(k) * static_cast<double>(future.steps.size() - 1) / static_cast<double>(limit - 1)));
       if (!thin.steps.empty() && future.steps[i] == thin.steps.back()) continue;
       thin.steps.push_back(future.steps[i]);
       thin.loss.push_back(future.loss[i]);
       thin.time_s.push_back(future.time_s[i]);
+      thin_source.push_back(source[i]);
     }
     future = std::move(thin);
+    source = std::move(thin_source);
   }
   const double window = std::isfinite(options_.costs.window_s) ? options_.costs.window_s : predicted_end - warmup_time_s_;
   const double window_end = warmup_time_s_ + window;  // producer clock: no stall before W
@@ -137,6 +212,10 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
                               future, options_.costs);
   ++stats_.plans;
   if (plan.publish_steps.empty() || plan.publish_steps.front() != step) return false;
+  if (options_.hindsight_check && scenarios_.size() > 1 && waiting_pays(future, source, loss_shift, window_end)) {
+    ++stats_.deferred;
+    return false;
+  }
   published_.push_back(step);
   origin_loss_ = now.loss;
   origin_servable_s_ = now_wall + options_.costs.stall_s + options_.costs.delivery_s;

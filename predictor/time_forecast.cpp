@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace modelcast::predictor::detail {
 
@@ -14,6 +15,43 @@ double interpolate(std::span<const double> xs, std::span<const double> ys, doubl
   const double f = (x - xs[i - 1]) / (xs[i] - xs[i - 1]);
   return ys[i - 1] + f * (ys[i] - ys[i - 1]);
 }
+
+namespace {
+
+// Slope of the seconds-per-step of consecutive intervals against the step (s/step^2) when it
+// clearly rises: over two intervals a rise of more than 30 %, over three or more a least-squares
+// slope above twice its standard error. Else 0. The interval from step 0 is left out (it holds
+// start-up costs such as compilation).
+double rate_growth(std::span<const CurvePoint> observed) {
+  std::vector<double> x, y;
+  for (std::size_t i = 1; i < observed.size(); ++i) {
+    const double ds = static_cast<double>(observed[i].step - observed[i - 1].step);
+    if (ds <= 0 || observed[i - 1].step <= 0) continue;
+    x.push_back(0.5 * static_cast<double>(observed[i].step + observed[i - 1].step));
+    y.push_back((observed[i].time_s - observed[i - 1].time_s) / ds);
+  }
+  const std::size_t n = x.size();
+  if (n < 2) return 0.0;
+  if (n == 2) {
+    const double slope = (y[1] - y[0]) / (x[1] - x[0]);
+    return y[0] > 0 && y[1] > 1.3 * y[0] && std::isfinite(slope) ? slope : 0.0;
+  }
+  double mx = 0, my = 0;
+  for (std::size_t i = 0; i < n; ++i) mx += x[i] / static_cast<double>(n), my += y[i] / static_cast<double>(n);
+  double sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < n; ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+  if (!(sxx > 0)) return 0.0;
+  const double slope = sxy / sxx;
+  double sse = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double r = y[i] - my - slope * (x[i] - mx);
+    sse += r * r;
+  }
+  const double se = std::sqrt(sse / static_cast<double>(n - 2) / sxx);
+  return slope > 0 && slope > 2.0 * se && std::isfinite(slope) ? slope : 0.0;
+}
+
+}  // namespace
 
 std::vector<double> forecast_times(std::span<const CurvePoint> observed,
                                    std::span<const std::int64_t> future_steps, std::int64_t total_steps,
@@ -60,8 +98,17 @@ std::vector<double> forecast_times(std::span<const CurvePoint> observed,
     }
   }
   if (!used_reference) {
-    for (std::size_t i = 0; i < future_steps.size(); ++i)
-      times[i] = last.time_s + rate * static_cast<double>(future_steps[i] - last.step);
+    // Steps that keep getting slower (a sequence-length or batch-size ramp, a growing model)
+    // make a constant rate end the run too early, and with it the window that publishes must
+    // land in. When the per-interval rates clearly rise with the step, the rate keeps rising
+    // at that slope; otherwise it stays constant.
+    const double growth = rate_growth(observed);
+    // The recent rate was measured at the middle of the recent window; carry it to the last step.
+    const double rate_now = rate + growth * 0.5 * static_cast<double>(last.step - observed[from].step);
+    for (std::size_t i = 0; i < future_steps.size(); ++i) {
+      const double ds = static_cast<double>(future_steps[i] - last.step);
+      times[i] = last.time_s + rate_now * ds + 0.5 * growth * ds * ds;
+    }
   }
   // Keep time strictly increasing whatever the reference says.
   double prev = last.time_s;

@@ -14,16 +14,23 @@ packages=(
   libtomlplusplus-dev             # key files
   libcli11-dev nlohmann-json3-dev # command lines, JSON output
   libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting
+  libcsv-dev                      # predictor: loss logs as RFC 4180 CSV (quoted fields)
+  gfortran                        # the Fortran module (fortran/) and its test
+  # python3-torch and dataset-fashion-mnist (below) also make bench/data/curves/ (make_curves.py)
   libgtest-dev libgmock-dev libbenchmark-dev
   libsystemd-dev                  # modelcastd: sd_notify (systemd Type=notify)
   libcpp-httplib-dev              # modelcastd: ops HTTP endpoint and hooks
   prometheus-cpp-dev              # modelcastd: /metrics
-  python3-numpy                   # tests: independent safetensors reader
   iproute2                        # network-namespace test across two "hosts"
   # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The
   # fuzzer and sanitizer runtimes (libclang_rt.fuzzer*.a, asan, ubsan) are in libclang-rt-14-dev,
   # which clang-14 only recommends, so it is listed; libfuzzer-14-dev is not needed.
   clang-14 libclang-rt-14-dev
+  # Python binding (python/): built with pybind11 for Debian's python3; DLPack hands torch the
+  # received tensors without a copy; the tests and the example use NumPy, torch and pytest.
+  # (NumPy is also the modelcastd tests' independent safetensors reader.)
+  python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
+  dataset-fashion-mnist           # data of the PyTorch example (examples/python/)
 )
 
 missing=()

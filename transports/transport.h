@@ -1,7 +1,9 @@
-// The transport seam: one interface, one implementation per folder (ucx/ now; CUDA IPC later).
+// The transport seam: one interface, one implementation per folder (ucx/, loopback/).
 //
-// Shape taken from NIXL's backend engine: a transport says what it can do, then
-// register (memory, once) / connect (prepare a peer) / post (send, receive) / cancel / release.
+// Shape taken from NIXL's backend engine: a transport says what it can do (Capabilities), then
+// register (memory, once) / export and import (a region as an opaque descriptor a peer can
+// read: what CUDA IPC and RDMA need) / connect (prepare a peer) / post (send, receive, read) /
+// cancel / release. transport_registry.h picks one per consumer by capability.
 // Completion is a callback rather than a check() poll: it runs on the transport's own progress
 // thread, so it must be short and must not call back into the transport synchronously.
 #pragma once
@@ -14,15 +16,9 @@
 #include <string>
 #include <vector>
 
-#include "modelcast/types.h"
+#include "transports/capabilities.h"
 
 namespace modelcast::transport {
-
-struct Capabilities {
-  bool host_memory = true;
-  bool cuda_memory = false;   // can move device memory directly
-  bool remote = false;        // can reach other hosts
-};
 
 // Memory registered with a transport; deregistered when destroyed. Must not outlive it.
 class MemoryRegion {
@@ -30,11 +26,20 @@ class MemoryRegion {
   virtual ~MemoryRegion() = default;
   virtual std::byte* base() const = 0;
   virtual std::size_t length() const = 0;
-  virtual MemoryKind kind() const = 0;
+  virtual MemoryLocation location() const = 0;
 };
 
 using PeerId = std::uint64_t;
 using TransferId = std::uint64_t;
+
+// A peer's exported region, imported for one-sided reads. Must not outlive its transport; the
+// peer's connection must stay up while reads are posted against it.
+class RemoteRegion {
+ public:
+  virtual ~RemoteRegion() = default;
+  virtual PeerId peer() const = 0;
+  virtual std::size_t length() const = 0;
+};
 
 struct TransferResult {
   bool ok = false;
@@ -51,8 +56,10 @@ class Transport {
   virtual std::string name() const = 0;
   virtual Capabilities capabilities() const = 0;
 
-  // Registers [base, base+length) once; reuse the region for every transfer.
-  virtual std::unique_ptr<MemoryRegion> register_memory(void* base, std::size_t length, MemoryKind kind) = 0;
+  // Registers [base, base+length) once; reuse the region for every transfer. Memory at a
+  // location the capabilities do not handle throws Error(kTransport).
+  virtual std::unique_ptr<MemoryRegion> register_memory(void* base, std::size_t length,
+                                                        MemoryLocation location) = 0;
 
   // Opaque address a peer passes to connect().
   virtual std::vector<std::byte> address() const = 0;
@@ -69,8 +76,24 @@ class Transport {
   // Receives a message with `tag` (from any peer) into region[offset, offset+length).
   virtual TransferId post_recv(const MemoryRegion& region, std::size_t offset, std::size_t length,
                                std::uint64_t tag, Completion done) = 0;
+  // One-sided access, only where capabilities().one_sided (Error(kTransport) otherwise).
+  // An opaque descriptor of `region` that a connected peer imports to read it; the region must
+  // stay registered while the peer may read.
+  virtual std::vector<std::byte> export_region(const MemoryRegion& region) = 0;
+  // A peer's descriptor (from export_region on its side). Throws Error(kTransport) for a
+  // descriptor this transport cannot use; never trusts the peer's lengths beyond the descriptor.
+  virtual std::unique_ptr<RemoteRegion> import_region(PeerId peer, std::span<const std::byte> descriptor) = 0;
+  // Reads source[source_offset, +length) into destination[destination_offset, +length).
+  // A range outside either region throws Error(kInvalidArgument) before anything moves.
+  virtual TransferId post_read(const RemoteRegion& source, std::size_t source_offset,
+                               const MemoryRegion& destination, std::size_t destination_offset,
+                               std::size_t length, Completion done) = 0;
+
   // Completes the transfer with an error if it has not completed yet. Never blocks on the peer.
   virtual void cancel(TransferId transfer) = 0;
 };
+
+// Throws Error(kInvalidArgument) unless [offset, offset+length) lies within `size` bytes.
+void check_range(const char* what, std::size_t offset, std::size_t length, std::size_t size);
 
 }  // namespace modelcast::transport

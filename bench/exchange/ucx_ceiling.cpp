@@ -15,6 +15,7 @@
 #include <string>
 
 #include "common.h"
+#include "transports/ucx/ucx_worker.h"
 
 namespace bench {
 namespace {
@@ -23,33 +24,18 @@ namespace {
   throw std::runtime_error(what + ": " + ucs_status_string(status));
 }
 
-// Same context and worker settings as modelcast's UCX transport.
+// The very context and worker modelcast's UCX transport uses (UcxWorker, same features and
+// thread mode), progressed by this program's own thread instead of UcxWorker's (never started).
 class Ucp {
  public:
-  Ucp() {
-    ucp_config_t* config = nullptr;
-    if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) fail("ucp_config_read", s);
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-    params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
-    params.name = "modelcast-bench";
-    auto s = ucp_init(&params, config, &context_);
-    ucp_config_release(config);
-    if (s != UCS_OK) fail("ucp_init", s);
-    ucp_worker_params_t wparams{};
-    wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
-    if (s = ucp_worker_create(context_, &wparams, &worker_); s != UCS_OK) fail("ucp_worker_create", s);
-  }
+  Ucp() : worker_(UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP) {}
   ~Ucp() {
-    for (auto* memh : maps_) ucp_mem_unmap(context_, memh);
-    ucp_worker_destroy(worker_);
-    ucp_cleanup(context_);
+    for (auto* memh : maps_) ucp_mem_unmap(worker_.context(), memh);
   }
   Ucp(const Ucp&) = delete;
   Ucp& operator=(const Ucp&) = delete;
 
-  ucp_worker_h worker() const { return worker_; }
+  ucp_worker_h worker() const { return worker_.worker(); }
 
   ucp_mem_h map(void* base, std::size_t length) {
     ucp_mem_map_params_t mp{};
@@ -59,7 +45,7 @@ class Ucp {
     mp.length = length;
     mp.memory_type = UCS_MEMORY_TYPE_HOST;
     ucp_mem_h memh = nullptr;
-    if (auto s = ucp_mem_map(context_, &mp, &memh); s != UCS_OK) fail("ucp_mem_map", s);
+    if (auto s = ucp_mem_map(worker_.context(), &mp, &memh); s != UCS_OK) fail("ucp_mem_map", s);
     maps_.push_back(memh);
     return memh;
   }
@@ -67,7 +53,7 @@ class Ucp {
   std::string address_hex() {
     ucp_address_t* address = nullptr;
     std::size_t length = 0;
-    if (auto s = ucp_worker_get_address(worker_, &address, &length); s != UCS_OK) fail("ucp_worker_get_address", s);
+    if (auto s = ucp_worker_get_address(worker_.worker(), &address, &length); s != UCS_OK) fail("ucp_worker_get_address", s);
     static const char* digits = "0123456789abcdef";
     std::string hex;
     const auto* bytes = reinterpret_cast<const unsigned char*>(address);
@@ -75,7 +61,7 @@ class Ucp {
       hex.push_back(digits[bytes[i] >> 4]);
       hex.push_back(digits[bytes[i] & 15]);
     }
-    ucp_worker_release_address(worker_, address);
+    ucp_worker_release_address(worker_.worker(), address);
     return hex;
   }
 
@@ -87,7 +73,7 @@ class Ucp {
     auto deadline = steady_ns() + timeout_ms * 1000000;
     int idle = 0;
     for (;;) {
-      if (ucp_worker_progress(worker_) != 0) {
+      if (ucp_worker_progress(worker_.worker()) != 0) {
         idle = 0;
         continue;
       }
@@ -96,9 +82,9 @@ class Ucp {
       idle = 0;
       if (steady_ns() > deadline) throw std::runtime_error("UCX ceiling: timed out waiting for transfers");
       if (efd_ < 0) {
-        if (auto s = ucp_worker_get_efd(worker_, &efd_); s != UCS_OK) fail("ucp_worker_get_efd", s);
+        if (auto s = ucp_worker_get_efd(worker_.worker(), &efd_); s != UCS_OK) fail("ucp_worker_get_efd", s);
       }
-      if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
+      if (ucp_worker_arm(worker_.worker()) == UCS_ERR_BUSY) continue;
       std::vector<pollfd> watch{{efd_, POLLIN, 0}};
       for (int fd : fds) watch.push_back({fd, POLLIN, 0});
       poll(watch.data(), watch.size(), 100);
@@ -106,8 +92,7 @@ class Ucp {
   }
 
  private:
-  ucp_context_h context_ = nullptr;
-  ucp_worker_h worker_ = nullptr;
+  modelcast::transport::UcxWorker worker_;
   int efd_ = -1;
   std::vector<ucp_mem_h> maps_;
 };
@@ -129,13 +114,7 @@ void on_send(void* request, ucs_status_t status, void* user_data) {
 }
 
 void on_recv(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user_data) {
-  auto* o = static_cast<Outstanding*>(user_data);
-  if (status != UCS_OK) {
-    o->error = true;
-    o->what = ucs_status_string(status);
-  }
-  o->count--;
-  ucp_request_free(request);
+  on_send(request, status, user_data);
 }
 
 void track(Outstanding& o, ucs_status_ptr_t request) {

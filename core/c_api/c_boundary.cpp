@@ -31,6 +31,21 @@ namespace {
 thread_local std::string t_last_error;
 }  // namespace
 
+mc_status status_of(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return MC_ERR_INVALID_ARGUMENT;
+    case ErrorCode::kLayoutMismatch: return MC_ERR_LAYOUT_MISMATCH;
+    case ErrorCode::kProtocol: return MC_ERR_PROTOCOL;
+    case ErrorCode::kTransport: return MC_ERR_TRANSPORT;
+    case ErrorCode::kTimeout: return MC_ERR_TIMEOUT;
+    case ErrorCode::kIntegrity: return MC_ERR_INTEGRITY;
+    case ErrorCode::kState: return MC_ERR_STATE;
+    case ErrorCode::kResource: return MC_ERR_RESOURCE;
+    case ErrorCode::kAuthentication: return MC_ERR_AUTHENTICATION;
+  }
+  return MC_ERR_UNKNOWN;
+}
+
 const std::string& last_error() noexcept { return t_last_error; }
 
 mc_status fail(const char* function, mc_status status, const std::string& message) noexcept {

@@ -41,6 +41,7 @@ using modelcast::ErrorCode;
 constexpr std::size_t kProducerOptionsV1 = offsetof(mc_producer_options, transfer_chunk_bytes) + sizeof(std::size_t);
 constexpr std::size_t kConsumerOptionsV1 = offsetof(mc_consumer_options, producer_timeout_ms) + sizeof(std::int64_t);
 constexpr std::size_t kTensorDescV1 = offsetof(mc_tensor_desc, device) + sizeof(int);
+constexpr std::size_t kSchedulerOptionsV1 = offsetof(mc_scheduler_options, max_candidates) + sizeof(int);
 
 // A field added after the first release is read only from callers whose struct has it.
 template <typename Options, typename Field>
@@ -55,6 +56,10 @@ struct CError {
   std::string message;
 };
 
+// The C status for a C++ error code. A code without a C counterpart would fail to compile here
+// (-Wswitch); MC_ERR_UNKNOWN only for values outside ErrorCode.
+mc_status status_of(modelcast::ErrorCode code) noexcept;
+
 // Records "function: message" as this thread's last error and returns `status`.
 mc_status fail(const char* function, mc_status status, const std::string& message) noexcept;
 const std::string& last_error() noexcept;
@@ -67,7 +72,7 @@ mc_status guarded(const char* function, Body&& body) noexcept {
   } catch (const CError& e) {
     return fail(function, e.status, e.message);
   } catch (const modelcast::Error& e) {
-    return fail(function, static_cast<mc_status>(e.code()), e.what());
+    return fail(function, status_of(e.code()), e.what());
   } catch (const std::bad_alloc&) {
     return fail(function, MC_ERR_RESOURCE, "out of memory");
   } catch (const std::exception& e) {

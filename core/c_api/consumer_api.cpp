@@ -6,6 +6,27 @@
 
 using namespace modelcast::c_api;
 
+namespace {
+
+// The C callbacks as the C++ consumer's std::functions. The view handed to on_update is built
+// for the call and freed after it (the caller acquires its own to keep one).
+void set_callbacks(const mc_consumer_options& options, modelcast::ConsumerOptions& o) {
+  void* user_data = options.callback_user_data;
+  if (mc_update_fn on_update = options.on_update) {
+    o.on_update = [on_update, user_data](const modelcast::ModelView& view) {
+      std::unique_ptr<mc_view> handle(make_view(view));
+      on_update(handle.get(), user_data);
+    };
+  }
+  if (mc_error_fn on_error = options.on_error) {
+    o.on_error = [on_error, user_data](const modelcast::Error& error) {
+      on_error(status_of(error.code()), error.what(), user_data);
+    };
+  }
+}
+
+}  // namespace
+
 extern "C" {
 
 // ---- consumer ------------------------------------------------------------------------------
@@ -67,6 +88,7 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
       o.transfer_timeout = std::chrono::milliseconds(options->transfer_timeout_ms);
       o.max_model_bytes = options->max_model_bytes;
     }
+    if (has_field(*options, options->callback_user_data)) set_callbacks(*options, o);
     auto handle = std::make_unique<mc_consumer>();
     handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
     *out = handle.release();

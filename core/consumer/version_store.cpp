@@ -2,11 +2,12 @@
 
 #include <algorithm>
 
+#include "modelcast/error.h"
+
 namespace modelcast::consumer {
 
-VersionStore::VersionStore(std::size_t buffers, std::vector<std::span<std::byte>> caller_buffers,
-                           std::shared_ptr<transport::Transport> transport)
-    : buffers_(buffers), caller_buffers_(std::move(caller_buffers)), transport_(std::move(transport)) {}
+VersionStore::VersionStore(std::size_t buffers, std::vector<std::span<std::byte>> caller_buffers)
+    : buffers_(buffers), caller_buffers_(std::move(caller_buffers)) {}
 
 ModelView VersionStore::acquire() const {
   std::lock_guard lock(mutex_);
@@ -32,7 +33,8 @@ void VersionStore::install(std::shared_ptr<const detail::InstalledVersion> versi
   installed_.notify_all();
 }
 
-void VersionStore::renew_transport(std::shared_ptr<transport::Transport> transport) {
+void VersionStore::use_transport(std::shared_ptr<transport::Transport> transport) {
+  if (transport == transport_) return;
   for (auto& buffer : pool_) retired_.push_back(buffer);
   pool_.clear();
   std::erase_if(retired_, [](const auto& weak) { return weak.expired(); });
@@ -40,11 +42,13 @@ void VersionStore::renew_transport(std::shared_ptr<transport::Transport> transpo
 }
 
 std::shared_ptr<detail::ReceiveBuffer> VersionStore::make_buffer(std::span<std::byte> memory, HostBuffer owned) {
+  if (!transport_) throw Error(ErrorCode::kState, "no transport chosen yet: receive buffers wait for the join");
   auto buffer = std::make_shared<detail::ReceiveBuffer>();
   buffer->transport = transport_;
   buffer->owned = std::move(owned);
   buffer->memory = buffer->owned.data() ? buffer->owned.span() : memory;
-  buffer->region = transport_->register_memory(buffer->memory.data(), buffer->memory.size(), MemoryKind::kHost);
+  buffer->region = transport_->register_memory(buffer->memory.data(), buffer->memory.size(),
+                                                 transport::MemoryLocation::host());
   pool_.push_back(buffer);
   return buffer;
 }

@@ -23,8 +23,7 @@ namespace modelcast::consumer {
 
 class VersionStore {
  public:
-  VersionStore(std::size_t buffers, std::vector<std::span<std::byte>> caller_buffers,
-               std::shared_ptr<transport::Transport> transport);
+  VersionStore(std::size_t buffers, std::vector<std::span<std::byte>> caller_buffers);
 
   // ---- any thread ----
   ModelView acquire() const;
@@ -33,12 +32,13 @@ class VersionStore {
   std::shared_ptr<const detail::InstalledVersion> current() const;
 
   // ---- service thread ----
-  transport::Transport& transport() { return *transport_; }
-  // A fresh transport (the producer was replaced): buffers registered with the old one are
-  // retired; views and unfinished receives keep it alive.
-  void renew_transport(std::shared_ptr<transport::Transport> transport);
+  // The transport versions arrive over from now on (the one the producer chose at the join).
+  // Another than the current one retires buffers registered with the old; views and unfinished
+  // receives keep it alive. The same one changes nothing.
+  void use_transport(std::shared_ptr<transport::Transport> transport);
   // A free buffer of at least `bytes`, registered with the current transport, or nullptr when
-  // readers hold every buffer. Throws Error(kResource) or std::bad_alloc if allocation fails.
+  // readers hold every buffer. Throws Error(kResource) or std::bad_alloc if allocation fails,
+  // Error(kState) before use_transport.
   std::shared_ptr<detail::ReceiveBuffer> take_buffer(std::uint64_t bytes);
   bool buffer_available() const;  // take_buffer could succeed for some size
   // Makes `version` the one readers see and wakes waiters.

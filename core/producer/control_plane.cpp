@@ -71,8 +71,8 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
 
 zmq::socket_t* ControlPlane::authentication_socket() { return zap_ ? &zap_->socket() : nullptr; }
 
-std::vector<std::string> ControlPlane::answer_authentication() {
-  return zap_ ? zap_->answer_pending() : std::vector<std::string>{};
+void ControlPlane::answer_authentication(const std::function<void(const std::string& key)>& on_refused) {
+  if (zap_) zap_->answer_pending(on_refused);
 }
 
 }  // namespace modelcast::producer

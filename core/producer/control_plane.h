@@ -3,6 +3,7 @@
 // keys. Constructed on the caller's thread; then used by the service thread only.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +39,8 @@ class ControlPlane {
   zmq::socket_t& publisher() { return publisher_; }
   // The ZAP socket to poll (null on a plaintext control plane) and its answers: the keys refused.
   zmq::socket_t* authentication_socket();
-  std::vector<std::string> answer_authentication();
+  // See ZapHandler::answer_pending.
+  void answer_authentication(const std::function<void(const std::string& key)>& on_refused);
 
  private:
   void set_up_security(ProducerOptions& options, spdlog::logger& log);

@@ -2,10 +2,10 @@
 
 namespace modelcast::producer {
 
-FetchServer::FetchServer(SnapshotStore& store, transport::Transport& transport, std::uint64_t incarnation,
+FetchServer::FetchServer(SnapshotStore& store, const transport::TransportSet& transports, std::uint64_t incarnation,
                          Clock::duration lease_timeout, SendCompletion on_send)
     : store_(store),
-      transport_(transport),
+      transports_(transports),
       incarnation_(incarnation),
       lease_timeout_(lease_timeout),
       on_send_(std::move(on_send)) {}
@@ -48,7 +48,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(request.version) +
                                                    " is superseded; the newest is " + std::to_string(newest));
   }
-  auto leased = store_.lease(request.version, routing_id, now, lease_timeout_);
+  auto leased = store_.lease(request.version, routing_id, now, lease_timeout_, consumer->transport);
   if (!leased) {
     return request.version == 0 ? refuse(protocol::Refusal::kNothingPublished, "nothing published yet")
                                 : refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(request.version) +
@@ -66,8 +66,10 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   fetch.version = leased->lease.version;
   fetch.awaiting_digests = leased->digests_pending;
   fetch.bytes = plan.total_bytes;
+  fetch.transport = consumer->transport;
+  auto& transport = transports_.at(consumer->transport);
   for (std::size_t i = 0; i < plan.count(); ++i) {
-    fetch.transfers.push_back(transport_.post_send(
+    fetch.transfers.push_back(transport.post_send(
         consumer->peer, *leased->region, plan.offset(i), plan.length(i), protocol::chunk_tag(request.fetch_id, i),
         [this, routing_id, id = request.fetch_id](const transport::TransferResult& r) { on_send_(routing_id, id, r); }));
   }
@@ -144,7 +146,7 @@ void FetchServer::expired(const SlotPool::Lease& lease) {
 }
 
 void FetchServer::cancel(const Fetch& fetch) {
-  for (auto id : fetch.transfers) transport_.cancel(id);
+  for (auto id : fetch.transfers) transports_.at(fetch.transport).cancel(id);
 }
 
 }  // namespace modelcast::producer

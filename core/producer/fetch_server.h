@@ -17,7 +17,7 @@
 #include "core/transfer/chunk_plan.h"
 #include "core/wire/protocol.h"
 #include "modelcast/producer.h"
-#include "transports/transport.h"
+#include "transports/transport_set.h"
 
 namespace modelcast::producer {
 
@@ -29,7 +29,7 @@ class FetchServer {
   using SendCompletion =
       std::function<void(const std::string& routing_id, std::uint64_t fetch_id, const transport::TransferResult&)>;
 
-  FetchServer(SnapshotStore& store, transport::Transport& transport, std::uint64_t incarnation,
+  FetchServer(SnapshotStore& store, const transport::TransportSet& transports, std::uint64_t incarnation,
               Clock::duration lease_timeout, SendCompletion on_send);
 
   void set_chunk_option(std::uint64_t chunk_bytes) { chunk_option_ = chunk_bytes; }
@@ -71,13 +71,14 @@ class FetchServer {
     std::uint64_t version = 0;
     bool awaiting_digests = false;
     std::size_t bytes = 0;
+    std::size_t transport = 0;  // the consumer's, in the set
     std::vector<transport::TransferId> transfers;
     bool failed = false;
   };
   void cancel(const Fetch& fetch);
 
   SnapshotStore& store_;
-  transport::Transport& transport_;
+  const transport::TransportSet& transports_;
   const std::uint64_t incarnation_;
   const Clock::duration lease_timeout_;
   SendCompletion on_send_;

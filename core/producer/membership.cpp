@@ -45,9 +45,9 @@ ConsumerRecord* Membership::find(const std::string& routing_id) {
   return it == consumers_.end() ? nullptr : &it->second;
 }
 
-std::optional<std::string> Membership::find_peer(transport::PeerId peer) const {
+std::optional<std::string> Membership::find_peer(std::size_t transport, transport::PeerId peer) const {
   for (const auto& [id, record] : consumers_) {
-    if (record.peer == peer) return id;
+    if (record.transport == transport && record.peer == peer) return id;
   }
   return std::nullopt;
 }

@@ -26,7 +26,8 @@ struct ConsumerRecord {
   std::string routing_id;
   std::uint64_t session = 0;
   std::string key;         // CurveZMQ key of an authenticated connection, else empty
-  transport::PeerId peer = 0;
+  std::size_t transport = 0;  // index into the producer's TransportSet, chosen at the join
+  transport::PeerId peer = 0;  // on that transport
   std::chrono::steady_clock::time_point last_seen{};
 };
 
@@ -46,7 +47,7 @@ class Membership {
   void add(ConsumerRecord record);
   std::optional<ConsumerRecord> remove(const std::string& routing_id);
   ConsumerRecord* find(const std::string& routing_id);
-  std::optional<std::string> find_peer(transport::PeerId peer) const;
+  std::optional<std::string> find_peer(std::size_t transport, transport::PeerId peer) const;
   // Routing ids of consumers not heard from for longer than `limit`.
   std::vector<std::string> silent(Clock::time_point now, Clock::duration limit) const;
   std::size_t size() const { return consumers_.size(); }

@@ -22,6 +22,7 @@
 #include <random>
 #include <thread>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
@@ -31,17 +32,12 @@
 #include "core/producer/snapshot_store.h"
 #include "core/transfer/chunk_plan.h"
 #include "modelcast/error.h"
-#include "transports/ucx/ucx_transport.h"
+#include "transports/transport_set.h"
 
 namespace modelcast {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::int64_t realtime_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::uint64_t random_incarnation() {
   std::random_device device;
@@ -59,7 +55,7 @@ class Producer::Impl {
         incarnation_(random_incarnation()),
         next_version_(options_.first_version),
         store_(options_.snapshot_slots),
-        transport_(transport::make_ucx_transport()) {
+        transports_(std::make_unique<transport::TransportSet>(options_.transports)) {
     if (options_.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
     if (options_.first_version == 0) throw Error(ErrorCode::kInvalidArgument, "first_version must be >= 1");
     if (options_.transfer_chunk_bytes < transfer::kMinChunkBytes) {
@@ -69,7 +65,7 @@ class Producer::Impl {
     }
     if (options_.max_consumers == 0) throw Error(ErrorCode::kInvalidArgument, "max_consumers is 0");
     control_ = std::make_unique<producer::ControlPlane>(options_, *log_);
-    service_ = std::make_unique<producer::ProducerService>(options_, incarnation_, store_, *transport_, *control_,
+    service_ = std::make_unique<producer::ProducerService>(options_, incarnation_, store_, *transports_, *control_,
                                                            stats_, log_);
     digests_ = std::make_unique<producer::DigestWorker>(
         [events = &service_->events()](std::size_t slot, std::uint64_t version, std::vector<std::uint64_t> digests) {
@@ -91,7 +87,7 @@ class Producer::Impl {
     // service (its event queue, its fetches) still exists, since its shutdown completes
     // transfers whose callbacks push there.
     store_.clear();
-    transport_.reset();
+    transports_.reset();
   }
 
   // ---- the trainer's thread ------------------------------------------------------------
@@ -161,7 +157,7 @@ class Producer::Impl {
     ProducerStats copy = stats_.snapshot();
     copy.fetches_in_flight = store_.reader_leases();
     copy.latest_version = store_.newest_version();
-    copy.transport = transport_->name();
+    copy.transport = transports_->names();
     return copy;
   }
 
@@ -181,7 +177,7 @@ class Producer::Impl {
     layout_.incarnation = incarnation_;
     layout_.integrity = options_.integrity;
     layout_.tensors = plan_layout(registered_specs(), &layout_.total_bytes);
-    store_.allocate(layout_.total_bytes, *transport_);
+    store_.allocate(layout_.total_bytes, *transports_);
     prepared_ = true;
     log_->info("prepared {} snapshot slots of {} bytes for {} tensors", options_.snapshot_slots, layout_.total_bytes,
                layout_.tensors.size());
@@ -199,7 +195,7 @@ class Producer::Impl {
   producer::StatsBox stats_;
 
   producer::SnapshotStore store_;
-  std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<transport::TransportSet> transports_;
   std::unique_ptr<producer::ControlPlane> control_;     // the service thread's once it runs
   std::unique_ptr<producer::ProducerService> service_;
   std::unique_ptr<producer::DigestWorker> digests_;

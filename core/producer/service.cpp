@@ -13,18 +13,19 @@
 namespace modelcast::producer {
 
 ProducerService::ProducerService(const ProducerOptions& options, std::uint64_t incarnation, SnapshotStore& store,
-                                 transport::Transport& transport, ControlPlane& control, StatsBox& stats,
+                                 const transport::TransportSet& transports, ControlPlane& control, StatsBox& stats,
                                  std::shared_ptr<spdlog::logger> log)
     : options_(options),
       incarnation_(incarnation),
       host_id_(host_id()),
       store_(store),
-      transport_(transport),
+      transports_(transports),
+      offers_(transports.offers(false)),
       control_(control),
       stats_(stats),
       log_(std::move(log)),
       membership_(options.model_name, options.max_consumers),
-      fetches_(store, transport, incarnation, options.lease_timeout,
+      fetches_(store, transports, incarnation, options.lease_timeout,
                [this](const std::string& routing_id, std::uint64_t fetch_id, const transport::TransferResult& r) {
                  events_.push(SendDone{routing_id, fetch_id, r.ok, r.error});
                }) {
@@ -47,10 +48,10 @@ void ProducerService::run() {
                                {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
     if (zap && (items[2].revents & ZMQ_POLLIN)) {
-      for (const auto& key : control_.answer_authentication()) {
+      control_.answer_authentication([this](const std::string& key) {
         log_->warn("refused a connection from key {} (CurveZMQ form): not on the allow-list", key);
         stats_.update([](ProducerStats& s) { s.refused_peers++; });
-      }
+      });
     }
     if (items[1].revents & ZMQ_POLLIN) {
       for (auto& event : events_.drain()) {
@@ -108,7 +109,7 @@ void ProducerService::on_event(SendDone& e) {
 }
 
 void ProducerService::on_event(PeerFailed& e) {
-  if (auto routing_id = membership_.find_peer(e.peer)) {
+  if (auto routing_id = membership_.find_peer(e.transport, e.peer)) {
     log_->warn("consumer '{}' lost ({}); releasing its leases", membership_.find(*routing_id)->name, e.error);
     drop_consumer(*routing_id);
   }
@@ -119,7 +120,7 @@ void ProducerService::drop_consumer(const std::string& routing_id) {
   // A fetch the consumer took with it is a delivery that failed, whether or not a send
   // failure said so first (which of the two UCX reports first is a race).
   auto undelivered = fetches_.drop(routing_id);
-  if (auto record = membership_.remove(routing_id)) transport_.disconnect(record->peer);
+  if (auto record = membership_.remove(routing_id)) transports_.at(record->transport).disconnect(record->peer);
   stats_.update([&](ProducerStats& s) {
     s.consumers = membership_.size();
     s.failed_deliveries += undelivered;
@@ -187,33 +188,64 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   protocol::JoinReply answer;
   answer.incarnation = incarnation_;
   answer.announce_endpoint = control_.announce_endpoint();
-  answer.transport = transport_.name();
   auto decision = membership_.decide(routing_id, key, join);
   answer.refusal = decision.refusal;
   answer.error = decision.error;
   if (decision.refusal == protocol::Refusal::kNone) {
     for (const auto& old : decision.replaces) drop_consumer(old);
     try {
-      // On one machine UCX reaches shared memory only without peer-failure detection; a
-      // consumer that dies there is noticed through its lease instead.
-      bool same_host = !join.host_id.empty() && join.host_id == host_id_;
-      bool detect_failure = !(same_host && ucx_shared_memory_allowed());
-      auto peer = transport_.connect(join.transport_address, detect_failure,
-                                      [this](transport::PeerId p, const std::string& error) {
-                                        events_.push(PeerFailed{p, error});
-                                      });
-      membership_.add({join.consumer_name, routing_id, join.session, key, peer, Clock::now()});
+      ConsumerRecord record = admit(join, answer);
+      record.routing_id = routing_id;
+      record.key = key;
+      membership_.add(std::move(record));
       answer.ok = true;
-      log_->info("consumer '{}' joined", join.consumer_name);
+      log_->info("consumer '{}' joined over {} ({})", join.consumer_name, answer.transport,
+                 delivery_path_name(answer.path));
     } catch (const Error& e) {
-      answer.refusal = protocol::Refusal::kBadRequest;
-      answer.error = std::string("cannot reach the consumer's transport address: ") + e.what();
+      answer.error = e.what();
+      if (answer.refusal == protocol::Refusal::kNone) answer.refusal = protocol::Refusal::kBadRequest;
     }
   }
   answer.latest_version = store_.newest_version();
   stats_.update([&](ProducerStats& s) { s.consumers = membership_.size(); });
   if (!answer.ok) log_->warn("refused a join: {}", answer.error);
   reply(routing_id, answer);
+}
+
+ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protocol::JoinReply& answer) {
+  transport::RouteQuery query;
+  query.producer = MemoryKind::kHost;  // snapshot slots are host memory
+  query.consumer = join.memory.kind;
+  query.distance = transport::distance_between(host_id_, process_token(), join.host_id, join.process);
+  transport::Route route;
+  try {
+    route = transport::choose_route(offers_, join.offers, query);
+  } catch (const Error&) {
+    answer.refusal = protocol::Refusal::kNoTransport;
+    throw;
+  }
+  answer.transport = offers_[route.producer_transport].name;
+  answer.path = route.path;
+  // On one machine UCX reaches shared memory only without peer-failure detection; a consumer
+  // that dies there is noticed through its lease instead.
+  bool detect_failure = !(query.distance != transport::Reach::kNetwork && ucx_shared_memory_allowed());
+  std::size_t t = route.producer_transport;
+  transport::PeerId peer = 0;
+  try {
+    peer = transports_.at(t).connect(join.offers[route.consumer_offer].address, detect_failure,
+                                     [this, t](transport::PeerId p, const std::string& error) {
+                                       events_.push(PeerFailed{t, p, error});
+                                     });
+  } catch (const Error& e) {
+    throw Error(e.code(), "cannot reach the consumer's " + answer.transport + " address: " + e.what());
+  }
+  ConsumerRecord record;
+  record.name = join.consumer_name;
+  record.session = join.session;
+  record.transport = t;
+  record.peer = peer;
+  record.last_seen = Clock::now();
+  return record;
 }
 
 void ProducerService::on_fetch(const std::string& routing_id, const protocol::FetchRequest& request) {

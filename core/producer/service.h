@@ -50,6 +50,7 @@ struct SendDone {
   std::string error;
 };
 struct PeerFailed {
+  std::size_t transport;  // index into the TransportSet
   transport::PeerId peer;
   std::string error;
 };
@@ -93,7 +94,7 @@ class ProducerService {
 
   // Every reference must outlive the service.
   ProducerService(const ProducerOptions& options, std::uint64_t incarnation, SnapshotStore& store,
-                  transport::Transport& transport, ControlPlane& control, StatsBox& stats,
+                  const transport::TransportSet& transports, ControlPlane& control, StatsBox& stats,
                   std::shared_ptr<spdlog::logger> log);
 
   EventQueue<Event>& events() { return events_; }
@@ -119,6 +120,9 @@ class ProducerService {
   void on_request(std::vector<zmq::message_t>& parts);
   void bad_message(const std::string& what);
   void on_join(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join);
+  // Chooses the consumer's transport and connects to it; fills the reply's transport and path.
+  // Throws Error naming why no transport fits or the chosen one cannot reach the consumer.
+  ConsumerRecord admit(const protocol::JoinRequest& join, protocol::JoinReply& answer);
   void on_fetch(const std::string& routing_id, const protocol::FetchRequest& request);
   void on_ack(const std::string& routing_id, const protocol::Ack& ack);
 
@@ -126,7 +130,8 @@ class ProducerService {
   const std::uint64_t incarnation_;
   const std::string host_id_;
   SnapshotStore& store_;
-  transport::Transport& transport_;
+  const transport::TransportSet& transports_;
+  const std::vector<transport::TransportOffer> offers_;  // this side of every negotiation
   ControlPlane& control_;
   StatsBox& stats_;
   std::shared_ptr<spdlog::logger> log_;

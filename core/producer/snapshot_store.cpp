@@ -15,11 +15,14 @@ const std::string kDigestHolder = "(digest thread)";
 
 SnapshotStore::SnapshotStore(std::size_t slot_count) : pool_(slot_count), slots_(slot_count) {}
 
-void SnapshotStore::allocate(std::uint64_t bytes, transport::Transport& transport) {
+void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet& transports) {
   std::lock_guard lock(mutex_);
   for (auto& slot : slots_) {
     slot.memory = HostBuffer(std::max<std::uint64_t>(bytes, 1));
-    slot.region = transport.register_memory(slot.memory.data(), slot.memory.size(), MemoryKind::kHost);
+    for (std::size_t t = 0; t < transports.size(); ++t) {
+      slot.regions.push_back(transports.at(t).register_memory(slot.memory.data(), slot.memory.size(),
+                                                              transport::MemoryLocation::host()));
+    }
   }
 }
 
@@ -59,12 +62,13 @@ std::vector<std::byte> SnapshotStore::set_digests(std::size_t slot, const std::v
 }
 
 std::optional<SnapshotStore::Leased> SnapshotStore::lease(std::uint64_t version, const std::string& holder,
-                                                          Clock::time_point now, Clock::duration duration) {
+                                                          Clock::time_point now, Clock::duration duration,
+                                                          std::size_t transport) {
   std::lock_guard lock(mutex_);
   auto lease = pool_.acquire_lease(version, holder, now, duration);
   if (!lease) return std::nullopt;
   const Slot& s = slots_[lease->slot];
-  Leased out{*lease, s.manifest, {}, !s.digests_ready, s.region.get()};
+  Leased out{*lease, s.manifest, {}, !s.digests_ready, s.regions.at(transport).get()};
   if (s.digests_ready) out.signature = s.signature;
   return out;
 }

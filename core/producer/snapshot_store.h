@@ -20,7 +20,7 @@
 #include "common/host_buffer.h"
 #include "core/model/manifest.h"
 #include "core/producer/slot_pool.h"
-#include "transports/transport.h"
+#include "transports/transport_set.h"
 
 namespace modelcast::security {
 class ManifestSigner;
@@ -38,14 +38,14 @@ class SnapshotStore {
     Manifest manifest;                  // digests filled in unless digests_pending
     std::vector<std::byte> signature;   // empty when unsigned or digests_pending
     bool digests_pending = false;
-    const transport::MemoryRegion* region = nullptr;
+    const transport::MemoryRegion* region = nullptr;  // registered with the transport asked for
   };
 
   explicit SnapshotStore(std::size_t slot_count);
 
-  // Allocates and registers every slot for `bytes`; once, before the first reservation.
-  // Throws Error(kResource) or Error(kTransport).
-  void allocate(std::uint64_t bytes, transport::Transport& transport);
+  // Allocates every slot for `bytes` and registers it with each transport of the set; once,
+  // before the first reservation. Throws Error(kResource) or Error(kTransport).
+  void allocate(std::uint64_t bytes, const transport::TransportSet& transports);
 
   // Blocks until a slot may be written: every other slot may be held by readers, until an ack
   // or a lease lapses (leases are bounded, so is this wait).
@@ -60,8 +60,9 @@ class SnapshotStore {
   std::vector<std::byte> set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
                                      const security::ManifestSigner* signer);
 
+  // `transport`: index into the set given to allocate(), whose registration `region` is.
   std::optional<Leased> lease(std::uint64_t version, const std::string& holder, Clock::time_point now,
-                              Clock::duration duration);
+                              Clock::duration duration, std::size_t transport);
   void release(std::uint64_t lease_id);
   std::vector<SlotPool::Lease> take_expired(Clock::time_point now);
   std::optional<Clock::time_point> next_expiry() const;
@@ -79,7 +80,7 @@ class SnapshotStore {
  private:
   struct Slot {
     HostBuffer memory;
-    std::unique_ptr<transport::MemoryRegion> region;
+    std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // one per transport
     Manifest manifest;
     Clock::time_point published_at{};
     bool digests_ready = true;

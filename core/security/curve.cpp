@@ -40,12 +40,11 @@ ZapHandler::ZapHandler(zmq::context_t& context, const std::set<std::string>& all
   socket_.bind("inproc://zeromq.zap.01");
 }
 
-std::vector<std::string> ZapHandler::answer_pending() {
-  std::vector<std::string> refused;
+void ZapHandler::answer_pending(const std::function<void(const std::string& key)>& on_refused) {
   for (;;) {
     std::vector<zmq::message_t> frames;
     zmq::message_t frame;
-    if (!socket_.recv(frame, zmq::recv_flags::dontwait)) return refused;
+    if (!socket_.recv(frame, zmq::recv_flags::dontwait)) return;
     bool more = frame.more();
     frames.push_back(std::move(frame));
     while (more) {
@@ -65,7 +64,7 @@ std::vector<std::string> ZapHandler::answer_pending() {
       key = encode_key(client);
     }
     bool ok = curve && (allow_any_ || allowed_curve_.count(key) != 0);
-    if (!ok) refused.push_back(curve ? key : std::string("(not CURVE)"));
+    if (!ok && on_refused) on_refused(curve ? key : std::string("(not CURVE)"));
     std::vector<std::string> reply = {"1.0", request_id, ok ? "200" : "400", ok ? "OK" : "key not allowed",
                                       ok ? key : std::string(), ""};
     for (std::size_t i = 0; i < reply.size(); ++i) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
@@ -31,8 +32,9 @@ class ZapHandler {
   // handshake is admitted. Binds inproc://zeromq.zap.01 in `context`.
   ZapHandler(zmq::context_t& context, const std::set<std::string>& allowed, bool allow_any);
   zmq::socket_t& socket() { return socket_; }
-  // Answers every request waiting; returns the keys (Z85, CurveZMQ form) it refused.
-  std::vector<std::string> answer_pending();
+  // Answers every request waiting. `on_refused` runs with each refused key (Z85, CurveZMQ form)
+  // before the refusal is sent, so whatever it counts is counted by the time the peer knows.
+  void answer_pending(const std::function<void(const std::string& key)>& on_refused);
 
  private:
   zmq::socket_t socket_;

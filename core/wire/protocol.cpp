@@ -1,50 +1,25 @@
 #include "core/wire/protocol.h"
 
-#include <cstring>
-#include <msgpack.hpp>
-
+#include "core/wire/manifest_codec.h"
+#include "core/wire/msgpack_fields.h"
+#include "core/wire/offer_codec.h"
 #include "modelcast/error.h"
 
 namespace modelcast::protocol {
 namespace {
 
+using namespace wire;
+
 enum class Type : std::uint8_t { kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing, kDigests };
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
 
 // --- encoding: bodies are maps keyed by short field names ---------------------------------
 
-void pack_str(Packer& pk, const std::string& s) { pk.pack(s); }
-void pack_bin(Packer& pk, std::span<const std::byte> bytes) {
-  pk.pack_bin(static_cast<std::uint32_t>(bytes.size()));
-  pk.pack_bin_body(reinterpret_cast<const char*>(bytes.data()), static_cast<std::uint32_t>(bytes.size()));
-}
-
-void pack_tensor(Packer& pk, const TensorEntry& t) {
-  pk.pack_map(8);
-  pk.pack("name"); pack_str(pk, t.spec.name);
-  pk.pack("dtype"); pk.pack(static_cast<std::uint8_t>(t.spec.dtype));
-  pk.pack("shape"); pk.pack(t.spec.shape);
-  pk.pack("mem"); pk.pack(static_cast<std::uint8_t>(t.spec.memory));
-  pk.pack("dev"); pk.pack(t.spec.device);
-  pk.pack("off"); pk.pack(t.offset);
-  pk.pack("size"); pk.pack(t.size);
-  pk.pack("xxh3"); pk.pack(t.digest);
-}
-
-void pack_manifest(Packer& pk, const Manifest& m) {
-  pk.pack_map(9);
-  pk.pack("model"); pack_str(pk, m.model);
-  pk.pack("inc"); pk.pack(m.incarnation);
-  pk.pack("ver"); pk.pack(m.version);
-  pk.pack("step"); pk.pack(m.step);
-  pk.pack("t_pub"); pk.pack(m.publish_time_ns);
-  pk.pack("meta"); pk.pack(m.metadata);
-  pk.pack("integrity"); pk.pack(m.integrity);
-  pk.pack("total"); pk.pack(m.total_bytes);
-  pk.pack("tensors");
-  pk.pack_array(static_cast<std::uint32_t>(m.tensors.size()));
-  for (const auto& t : m.tensors) pack_tensor(pk, t);
+// The first three fields of every reply: whether it was granted, and if not, why.
+void pack_outcome(Packer& pk, bool ok, Refusal refusal, const std::string& error) {
+  pk.pack("ok"); pk.pack(ok);
+  pk.pack("why"); pk.pack(static_cast<std::uint8_t>(refusal));
+  pk.pack("err"); pack_str(pk, error);
 }
 
 struct BodyPacker {
@@ -57,22 +32,26 @@ struct BodyPacker {
     pk.pack("t_pub"); pk.pack(m.publish_time_ns);
   }
   void operator()(const JoinRequest& m) const {
-    pk.pack_map(5);
+    pk.pack_map(8);
     pk.pack("model"); pack_str(pk, m.model);
     pk.pack("name"); pack_str(pk, m.consumer_name);
-    pk.pack("addr"); pack_bin(pk, m.transport_address);
+    pk.pack("offers");
+    pk.pack_array(static_cast<std::uint32_t>(m.offers.size()));
+    for (const auto& offer : m.offers) pack_offer(pk, offer);
+    pk.pack("mem"); pk.pack(static_cast<std::uint8_t>(m.memory.kind));
+    pk.pack("dev"); pk.pack(m.memory.device);
     pk.pack("host"); pack_str(pk, m.host_id);
+    pk.pack("proc"); pk.pack(m.process);
     pk.pack("session"); pk.pack(m.session);
   }
   void operator()(const JoinReply& m) const {
-    pk.pack_map(7);
-    pk.pack("ok"); pk.pack(m.ok);
-    pk.pack("why"); pk.pack(static_cast<std::uint8_t>(m.refusal));
-    pk.pack("err"); pack_str(pk, m.error);
+    pk.pack_map(8);
+    pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("pub"); pack_str(pk, m.announce_endpoint);
     pk.pack("latest"); pk.pack(m.latest_version);
     pk.pack("transport"); pack_str(pk, m.transport);
+    pk.pack("path"); pk.pack(static_cast<std::uint8_t>(m.path));
   }
   void operator()(const FetchRequest& m) const {
     pk.pack_map(3);
@@ -82,9 +61,7 @@ struct BodyPacker {
   }
   void operator()(const FetchReply& m) const {
     pk.pack_map(8);
-    pk.pack("ok"); pk.pack(m.ok);
-    pk.pack("why"); pk.pack(static_cast<std::uint8_t>(m.refusal));
-    pk.pack("err"); pack_str(pk, m.error);
+    pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("chunk"); pk.pack(m.chunk_bytes);
     pk.pack("pending"); pk.pack(m.digests_pending);
@@ -114,86 +91,14 @@ struct BodyPacker {
 
 // --- decoding: every access checked, every failure named ----------------------------------
 
-[[noreturn]] void fail(const std::string& what) { throw Error(ErrorCode::kProtocol, what); }
-
-class Fields {
- public:
-  Fields(const msgpack::object& object, const char* context) : context_(context) {
-    if (object.type != msgpack::type::MAP) fail(std::string(context) + ": body is not a map");
-    map_ = object.via.map;
-  }
-
-  const msgpack::object& at(const char* key) const {
-    for (std::uint32_t i = 0; i < map_.size; ++i) {
-      const auto& kv = map_.ptr[i];
-      if (kv.key.type == msgpack::type::STR && kv.key.via.str.size == std::strlen(key) &&
-          std::memcmp(kv.key.via.str.ptr, key, kv.key.via.str.size) == 0) {
-        return kv.val;
-      }
-    }
-    fail(std::string(context_) + ": missing field '" + key + "'");
-  }
-
-  template <typename T>
-  T get(const char* key) const {
-    const auto& value = at(key);
-    try {
-      return value.as<T>();
-    } catch (const std::exception&) {
-      fail(std::string(context_) + ": field '" + key + "' has the wrong type");
-    }
-  }
-
-  std::vector<std::byte> bin(const char* key) const {
-    const auto& value = at(key);
-    if (value.type != msgpack::type::BIN) fail(std::string(context_) + ": field '" + key + "' is not binary");
-    const auto* p = reinterpret_cast<const std::byte*>(value.via.bin.ptr);
-    return {p, p + value.via.bin.size};
-  }
-
- private:
-  const char* context_;
-  msgpack::object_map map_{};
-};
-
-TensorEntry unpack_tensor(const msgpack::object& object) {
-  Fields f(object, "manifest tensor");
-  TensorEntry t;
-  t.spec.name = f.get<std::string>("name");
-  t.spec.dtype = static_cast<DType>(f.get<std::uint8_t>("dtype"));
-  t.spec.shape = f.get<std::vector<std::int64_t>>("shape");
-  auto memory = f.get<std::uint8_t>("mem");
-  if (memory > static_cast<std::uint8_t>(MemoryKind::kCuda)) fail("manifest tensor '" + t.spec.name + "': unknown memory kind");
-  t.spec.memory = static_cast<MemoryKind>(memory);
-  t.spec.device = f.get<int>("dev");
-  t.offset = f.get<std::uint64_t>("off");
-  t.size = f.get<std::uint64_t>("size");
-  t.digest = f.get<std::uint64_t>("xxh3");
-  return t;
-}
-
-Manifest unpack_manifest(const msgpack::object& object) {
-  Fields f(object, "manifest");
-  Manifest m;
-  m.model = f.get<std::string>("model");
-  m.incarnation = f.get<std::uint64_t>("inc");
-  m.version = f.get<std::uint64_t>("ver");
-  m.step = f.get<std::int64_t>("step");
-  m.publish_time_ns = f.get<std::int64_t>("t_pub");
-  m.metadata = f.get<std::map<std::string, std::string>>("meta");
-  m.integrity = f.get<bool>("integrity");
-  m.total_bytes = f.get<std::uint64_t>("total");
-  const auto& tensors = f.at("tensors");
-  if (tensors.type != msgpack::type::ARRAY) fail("manifest: field 'tensors' is not an array");
-  for (std::uint32_t i = 0; i < tensors.via.array.size; ++i) {
-    m.tensors.push_back(unpack_tensor(tensors.via.array.ptr[i]));
-  }
-  return m;
-}
-
 Refusal refusal(std::uint8_t code) {
-  if (code > static_cast<std::uint8_t>(Refusal::kNothingPublished)) fail("unknown refusal code " + std::to_string(code));
+  if (code > static_cast<std::uint8_t>(Refusal::kNoTransport)) fail("unknown refusal code " + std::to_string(code));
   return static_cast<Refusal>(code);
+}
+
+DeliveryPath delivery_path(std::uint8_t code) {
+  if (code > static_cast<std::uint8_t>(DeliveryPath::kStaged)) fail("join reply: unknown delivery path");
+  return static_cast<DeliveryPath>(code);
 }
 
 Message unpack_body(Type type, const msgpack::object& body) {
@@ -205,14 +110,19 @@ Message unpack_body(Type type, const msgpack::object& body) {
     }
     case Type::kJoinRequest: {
       Fields f(body, "join request");
-      return JoinRequest{f.get<std::string>("model"), f.get<std::string>("name"), f.bin("addr"),
-                         f.get<std::string>("host"), f.get<std::uint64_t>("session")};
+      return JoinRequest{f.get<std::string>("model"),
+                         f.get<std::string>("name"),
+                         unpack_offers(f.at("offers")),
+                         {memory_kind(f.get<std::uint8_t>("mem"), "join request"), f.get<int>("dev")},
+                         f.get<std::string>("host"),
+                         f.get<std::uint64_t>("proc"),
+                         f.get<std::uint64_t>("session")};
     }
     case Type::kJoinReply: {
       Fields f(body, "join reply");
       return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), f.get<std::string>("err"),
                        f.get<std::uint64_t>("inc"), f.get<std::string>("pub"), f.get<std::uint64_t>("latest"),
-                       f.get<std::string>("transport")};
+                       f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path"))};
     }
     case Type::kFetchRequest: {
       Fields f(body, "fetch request");

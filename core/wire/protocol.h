@@ -26,11 +26,12 @@
 #include <vector>
 
 #include "core/model/manifest.h"
+#include "transports/transport_registry.h"
 
 namespace modelcast::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4D435354;  // "MCST"
-inline constexpr std::uint16_t kVersion = 2;
+inline constexpr std::uint16_t kVersion = 3;
 
 // Why a request was refused, so the other side can act on it without reading prose.
 enum class Refusal : std::uint8_t {
@@ -43,6 +44,7 @@ enum class Refusal : std::uint8_t {
   kBusy = 6,             // this consumer already has a fetch in flight
   kNotHeld = 7,          // the version asked for is gone or superseded; ask for the newest
   kNothingPublished = 8,
+  kNoTransport = 9,      // none of the transports offered serves this consumer
 };
 
 // Upper bounds on what decode() accepts. Defaults fit a manifest of 65,536 tensors; messages
@@ -65,12 +67,15 @@ struct Announce {
   std::int64_t publish_time_ns = 0;  // CLOCK_REALTIME of the publish() call (0 in heartbeats before any)
 };
 
-// DEALER -> ROUTER: a consumer introduces itself and its transport address.
+// DEALER -> ROUTER: a consumer introduces itself, where it receives, and the transports it
+// allows (preference order, each with its capabilities and address); the producer chooses.
 struct JoinRequest {
   std::string model;
   std::string consumer_name;
-  std::vector<std::byte> transport_address;
+  std::vector<transport::TransportOffer> offers;
+  transport::MemoryLocation memory;  // where the consumer's receive buffers live
   std::string host_id;  // the kernel's boot id: equal on one machine, network namespaces included
+  std::uint64_t process = 0;  // random per process: equal only for a producer in the same process
   // Random per Consumer object: a join from a new connection with the same session (and key)
   // is the same consumer reconnecting and replaces its old record; any other join never does.
   std::uint64_t session = 0;
@@ -83,7 +88,8 @@ struct JoinReply {
   std::uint64_t incarnation = 0;
   std::string announce_endpoint;
   std::uint64_t latest_version = 0;
-  std::string transport;  // the producer's transport name; the consumer must speak it
+  std::string transport;  // the offer the producer chose
+  DeliveryPath path = DeliveryPath::kHostUcx;
 };
 
 // Ask for a version (0 = newest). The producer leases the slot and starts sending chunk i with

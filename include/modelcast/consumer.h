@@ -33,6 +33,9 @@ struct ConsumerOptions {
   // Caller-owned receive buffers instead (each large enough for the model, >= 2 of them,
   // valid for the Consumer's lifetime). modelcast never writes into one a live view uses.
   std::vector<std::span<std::byte>> caller_buffers;
+  // Transports this consumer offers, in order of preference: "ucx", "loopback" (only with a
+  // producer in this same process). Empty: every default one ("ucx").
+  std::vector<std::string> transports;
   // No announcement or heartbeat for this long: the producer is presumed gone; a transfer in
   // flight is discarded and the consumer reconnects when the producer returns.
   std::chrono::milliseconds producer_timeout{2000};
@@ -68,6 +71,7 @@ struct ConsumerStats {
   std::uint64_t reconnects = 0;
   std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
   std::uint64_t bytes_received = 0;
+  std::string transport;  // the transport the producer chose at the last join ("" before one)
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here
   std::chrono::nanoseconds last_notify_latency{0};  // publish() call until announced here
   std::string last_error;

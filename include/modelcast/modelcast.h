@@ -200,6 +200,13 @@ MODELCAST_API mc_status mc_producer_get_stats(const mc_producer_t* producer, mc_
 
 /* ---- consumer (inference side) ---------------------------------------------------------- */
 
+/* A version was installed: `view` is that version, owned by modelcast and valid during the call
+ * only (do not release it; mc_consumer_acquire gives one to keep). */
+typedef void (*mc_update_fn)(const mc_view_t* view, void* user_data);
+/* A version was rejected (digest, signature, layout, limits) or a handshake failed: `status`
+ * says which kind, `message` (valid during the call) what exactly; the last good version stays. */
+typedef void (*mc_error_fn)(mc_status status, const char* message, void* user_data);
+
 typedef struct mc_consumer_options {
   size_t struct_size;            /* set by mc_consumer_options_init; do not change */
   const char* producer_endpoint; /* required: the producer's control endpoint */
@@ -222,6 +229,13 @@ typedef struct mc_consumer_options {
   int allow_plaintext_remote;    /* default 0: plaintext only to loopback/ipc:// producers */
   int64_t transfer_timeout_ms;   /* an answered transfer not done after this is retried; default 30000 */
   uint64_t max_model_bytes;      /* 0 (default) = half the machine's memory */
+  /* Callbacks (read only when struct_size covers them; _init sets them to NULL). Both run on
+   * the consumer's service thread, one at a time, and the next update waits for them: keep
+   * them short. They may call mc_consumer_acquire, mc_consumer_get_stats and the mc_view_*
+   * getters, but not mc_consumer_destroy. `callback_user_data` is passed back unchanged. */
+  mc_update_fn on_update;        /* a version was installed */
+  mc_error_fn on_error;          /* a version was rejected, or a handshake failed */
+  void* callback_user_data;
 } mc_consumer_options;
 
 typedef struct mc_consumer_stats {
@@ -318,5 +332,9 @@ MODELCAST_API mc_status mc_view_tensor_at(const mc_view_t* view, size_t index, m
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
+
+/* The rest of the C ABI, in headers of their own. */
+#include "modelcast/modelcast_runtime.h"   /* mc_version, mc_set_log_handler, mc_set_log_level */
+#include "modelcast/modelcast_scheduler.h" /* the online publish scheduler */
 
 #endif /* MODELCAST_MODELCAST_H */

@@ -4,5 +4,6 @@
 
 #include "modelcast/predictor_csv.h"
 #include "modelcast/predictor_forecast.h"
+#include "modelcast/predictor_hedge.h"
 #include "modelcast/predictor_online.h"
 #include "modelcast/predictor_planner.h"

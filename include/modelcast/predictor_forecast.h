@@ -71,6 +71,7 @@ struct ForecastMember {
   std::string family;
   double weight = 0.0;
   double backtest_rmse = 0.0;  // NaN when the prefix was too short to back-test
+  std::vector<double> loss;    // this member's own forecast at Forecast::steps
 };
 
 // Forecast at the future logged steps (strictly after the last observed step).

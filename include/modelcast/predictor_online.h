@@ -13,6 +13,7 @@
 
 #include "modelcast/error.h"
 #include "modelcast/predictor_forecast.h"
+#include "modelcast/predictor_hedge.h"
 #include "modelcast/predictor_planner.h"
 
 namespace modelcast::predictor {
@@ -29,18 +30,31 @@ struct OnlineOptions {
   //    0 refits at every point.
   //  - while fewer than refit_every_below points are observed it refits at every point (fits
   //    of short prefixes are cheap, and each new point changes them most).
-  //  - optional band trigger: the last refit_band_points observed points (all newer than the
-  //    last fit) lie outside the forecast's uncertainty band [lower, upper], on the same side.
-  //    0 (default) disables it: on the real validation curves in bench/data the ensemble's band
-  //    is narrow enough that 3 points leave it within a few points of most fits, which brought
-  //    back nearly one fit per 3 points without better decisions.
+  //  - band trigger (regime change): the newest points (all newer than the last fit) lie
+  //    outside the forecast's band widened band_trigger_width times around its centre, on the
+  //    same side, and the departure began with a jump larger than that widened half-band (new
+  //    data, a data shift, a sudden drop or rise). refit_band_points of them, or one fit bin's
+  //    worth (points / ForecastOptions::max_fit_points) on long per-step logs, whose mean is
+  //    compared instead so that per-step noise alone does not trigger. The forecast is then
+  //    refitted from the jump on, and later refits keep to the new regime. A gradual departure
+  //    is left to the geometric schedule. 0 disables it.
   // Between refits every decision is still taken from a fresh exact plan on the cached
   // forecast, anchored on the newest observed point (its loss and time residuals against the
   // forecast are added to the rest of the forecast), so "publish now?" is always weighed
   // against a future that continues from where the run actually is.
   double refit_growth = 0.5;
-  int refit_band_points = 0;
+  int refit_band_points = 5;
+  double band_trigger_width = 2.0;
   int refit_every_below = 24;
+  // Plan on the expected loss over the forecast's scenarios (predictor_hedge.h) rather than on
+  // the point forecast, so that a flat forecast does not rule out publishing.
+  bool hedge = true;
+  HedgeOptions hedge_options{.change_probability = 0.0};
+  // When the plan's first move is "publish now", publish only if that also beats waiting in
+  // expectation over the scenarios, each followed by its own best plan (hindsight check): it
+  // values the option to wait for a real drop that a plan on the mean path ignores. Needs
+  // hedge; costs two exact plans per scenario for each proposed publish.
+  bool hindsight_check = true;
   // Plans consider at most this many future candidates (evenly thinned, "now" always kept),
   // bounding the cost of re-planning at every logged step on very long logs.
   int max_candidates = 160;
@@ -54,6 +68,7 @@ struct OnlineStats {
   std::size_t fits = 0;           // forecasts computed (calls of the forecaster)
   std::size_t band_refits = 0;    // of which triggered by points outside the uncertainty band
   std::size_t plans = 0;          // exact re-plans (one per decision after the warm-up step)
+  std::size_t deferred = 0;       // proposed publishes the hindsight check deferred
 };
 
 // Not thread-safe: one producer thread drives it. Throws Error(kInvalidArgument) on
@@ -79,10 +94,17 @@ class OnlineScheduler {
   // The forecast used for the latest decision (empty before the warm-up step).
   const Forecast& last_forecast() const { return forecast_; }
   const OnlineStats& stats() const { return stats_; }
+  // First step of the regime the forecast is fitted on (the first observed step until the
+  // band trigger detects a change).
+  std::int64_t regime_start_step() const { return observed_.empty() ? 0 : observed_[fit_from_].step; }
 
  private:
   void refit_if_due();
-  bool left_band() const;  // the newest points since the last fit lie outside its band
+  // The newest points since the last fit lie outside its band; also gives the widened band's
+  // half-width at the first of them.
+  bool left_band(double* first_half_width) const;
+  bool waiting_pays(const Trajectory& future, const std::vector<std::size_t>& source, double loss_shift,
+                    double window_end) const;
 
   OnlineOptions options_;
   std::vector<CurvePoint> observed_;  // times with past stalls removed
@@ -93,7 +115,10 @@ class OnlineScheduler {
   double origin_loss_ = 0.0;
   double origin_servable_s_ = 0.0;  // on the producer's clock
   std::size_t points_at_last_fit_ = 0;
+  std::size_t fit_from_ = 0;  // first observed point of the current regime
+  std::size_t band_points() const;
   Forecast forecast_;
+  std::vector<Scenario> scenarios_;  // of the current forecast; empty when not hedged
   OnlineStats stats_;
 };
 

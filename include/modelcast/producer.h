@@ -44,6 +44,10 @@ struct ProducerOptions {
   std::size_t transfer_chunk_bytes = 32u << 20;  // >= 64 KiB; raised for models over 2^20 chunks
   // Joins beyond this many consumers are refused: each costs a connection and a UCX endpoint.
   std::size_t max_consumers = 256;
+  // Transports this producer may deliver over: "ucx" (shared memory, TCP, RDMA) and "loopback"
+  // (a memcpy to a consumer in this same process). Empty: every default one ("ucx"). Each
+  // consumer gets the first transport it offers that serves its memory and distance.
+  std::vector<std::string> transports;
 
   // Security. With a key pair (`key`, or `key_file` from modelcast-keygen) the control plane is
   // CurveZMQ (authenticated, encrypted) and every version is signed; consumers pin the public
@@ -78,7 +82,7 @@ struct ProducerStats {
   std::size_t consumers = 0;         // consumers that joined and are not known dead
   std::size_t fetches_in_flight = 0; // transfers started and not yet acked or expired
   std::chrono::nanoseconds last_stall{0};
-  std::string transport;             // e.g. "ucx"
+  std::string transport;             // the transports it delivers over, e.g. "ucx" or "ucx,loopback"
 };
 
 class MODELCAST_API Producer {

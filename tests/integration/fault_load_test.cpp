@@ -24,6 +24,7 @@
 #include "exchange_fixture.h"
 #include "modelcast/keys.h"
 #include "transports/ucx/ucx_transport.h"
+#include "join_request.h"
 
 
 namespace exchange_test {
@@ -394,7 +395,7 @@ class FakeClient {
     dealer_.connect(endpoint);
   }
   protocol::JoinReply join(const std::string& name, const std::vector<std::byte>& address) {
-    auto bytes = protocol::encode(protocol::JoinRequest{"test", name, address, "another-host", 0});
+    auto bytes = protocol::encode(modelcast::testing::ucx_join("test", name, address, "another-host", 0));
     dealer_.send(zmq::buffer(bytes.data(), bytes.size()));
     for (;;) {
       zmq::pollitem_t item{dealer_.handle(), 0, ZMQ_POLLIN, 0};

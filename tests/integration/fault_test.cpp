@@ -14,6 +14,7 @@
 #include "core/wire/protocol.h"
 #include "exchange_fixture.h"
 #include "modelcast/error.h"
+#include "join_request.h"
 
 namespace exchange_test {
 namespace {
@@ -176,7 +177,7 @@ TEST(Faults, MalformedRequestsAreDroppedCountedAndServiceGoesOn) {
   dealer.send(zmq::str_buffer("extra"), zmq::send_flags::sndmore);
   send(valid);  // a two-frame request from a DEALER arrives as three frames at the ROUTER
   // Well-formed but wrong: answered with an error, not counted as malformed, nothing breaks.
-  modelcast::protocol::JoinRequest bad_join{"test", "intruder", std::vector<std::byte>(16, std::byte{7}), "x"};
+  auto bad_join = modelcast::testing::ucx_join("test", "intruder", std::vector<std::byte>(16, std::byte{7}), "x", 0);
   send(modelcast::protocol::encode(bad_join));
   zmq::message_t reply;
   ASSERT_TRUE(dealer.recv(reply));

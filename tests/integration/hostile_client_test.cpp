@@ -13,6 +13,7 @@
 #include "core/wire/protocol.h"
 #include "exchange_fixture.h"
 #include "transports/ucx/ucx_transport.h"
+#include "join_request.h"
 
 namespace exchange_test {
 namespace {
@@ -41,7 +42,7 @@ class HostileClient {
     }
   }
   protocol::JoinReply join(const std::string& name, std::vector<std::byte> address, std::uint64_t session = 0) {
-    send(protocol::JoinRequest{"test", name, std::move(address), "another-host", session});
+    send(modelcast::testing::ucx_join("test", name, std::move(address), "another-host", session));
     return next<protocol::JoinReply>();
   }
 
@@ -90,7 +91,7 @@ TEST_F(HostileClientTest, BombsRandomBytesAndForgedAddressesCostOnlyTheirOwnRequ
     state ^= state << 17;
     return state;
   };
-  auto join = protocol::encode(protocol::JoinRequest{"test", "x", ucx_->address(), "h", 1});
+  auto join = protocol::encode(modelcast::testing::ucx_join("test", "x", ucx_->address(), "h", 1));
   for (int i = 0; i < 1000; ++i) {
     std::vector<std::byte> bytes = join;
     for (int f = 0; f < 4; ++f) bytes[next() % bytes.size()] = static_cast<std::byte>(next());

@@ -124,5 +124,24 @@ TEST(CurveCsv, CurvesFormatNeedsAKnownRun) {
   expect_error(text, 3, "run 'r9' not found", o);
 }
 
+TEST(CurveCsv, AcceptsQuotedFieldsPerRfc4180) {
+  // Spreadsheets and pandas' QUOTE_ALL quote every field, headers included.
+  const auto log = parse("\"step\",\"loss\",\"time_s\"\r\n\"0\",\"10.5\",\"0\"\r\n100, \"4.25\" ,12.5\r\n");
+  ASSERT_EQ(log.points.size(), 2u);
+  EXPECT_TRUE(log.has_time);
+  EXPECT_EQ(log.points[1].step, 100);
+  EXPECT_DOUBLE_EQ(log.points[1].loss, 4.25);
+  EXPECT_DOUBLE_EQ(log.points[1].time_s, 12.5);
+  // A quoted header with a comma and a doubled quote inside stays one column, not a "step".
+  const auto named = parse("\"note, \"\"x\"\"\",step,loss,time_s\na,0,5,0\nb,10,4,1\n");
+  EXPECT_EQ(named.points[1].step, 10);
+  EXPECT_DOUBLE_EQ(named.points[1].loss, 4.0);
+}
+
+TEST(CurveCsv, RejectsMalformedQuotingWithItsLine) {
+  expect_error("step,loss,time_s\n0,5,0\n10,\"4,1\n", 3, "malformed CSV record");
+  expect_error("step,loss,time_s\n0,5\"x\",0\n", 2, "malformed CSV record");
+}
+
 }  // namespace
 }  // namespace modelcast::predictor

@@ -200,3 +200,27 @@ TEST(Forecast, ViperKeepsOneOfItsFourFamilies) {
 
 }  // namespace
 }  // namespace modelcast::predictor
+
+namespace modelcast::predictor {
+namespace {
+
+TEST(Forecast, StepsThatKeepGettingSlowerLengthenThePredictedRun) {
+  // Seconds per step grow linearly (a sequence-length ramp): t(s) = 0.01 s + 1e-5 s^2 / 2 after
+  // a start-up interval. A constant recent rate would end the run far too early.
+  const auto time_at = [](std::int64_t s) { return 5.0 + 0.01 * static_cast<double>(s) + 0.5e-5 * static_cast<double>(s * s); };
+  std::vector<CurvePoint> prefix = {{0, 10.0, 0.0}};
+  for (std::int64_t s = 125; s <= 750; s += 125) prefix.push_back({s, 5.0 - 0.001 * static_cast<double>(s), time_at(s)});
+  ForecastOptions o;
+  o.total_steps = 2000;
+  const auto f = forecast_curve(prefix, o);
+  EXPECT_NEAR(f.time_s.back(), time_at(2000), 0.05 * (time_at(2000) - time_at(750)));
+
+  // Steady steps with jittered timings: no growth is read into the noise.
+  std::vector<CurvePoint> steady = {{0, 10.0, 0.0}};
+  for (int i = 1; i <= 10; ++i) steady.push_back({i * 100, 5.0 - 0.01 * i, 2.0 + 1.0 * i + (i % 2 ? 0.05 : -0.05)});
+  const auto g = forecast_curve(steady, o);
+  EXPECT_NEAR(g.time_s.back(), 2.0 + 20.0, 1.0);
+}
+
+}  // namespace
+}  // namespace modelcast::predictor

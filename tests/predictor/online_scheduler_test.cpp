@@ -167,40 +167,136 @@ TEST(OnlineScheduler, RefitsOnAGeometricScheduleAndStillPlansAtEveryStep) {
   EXPECT_EQ(e.stats().fits, decisions);  // no refit at the last step: nothing is left to forecast
 }
 
-TEST(OnlineScheduler, RefitsWhenTheCurveLeavesTheForecastBand) {
-  // A forecaster that is badly wrong (a flat curve far above the truth, with a narrow band):
-  // the band trigger refits after refit_band_points points outside it, long before the
-  // geometric schedule would.
-  const auto run = smooth_run(200);
+TEST(OnlineScheduler, RefitsWhenTheCurveJumpsOutOfTheForecastBand) {
+  // A forecaster with a narrow band around a flat line at the newest loss. On a smooth curve the
+  // points drift out of that band gradually: that is left to the geometric schedule. When the
+  // loss jumps (new data) the points after the jump leave the band at once: the scheduler
+  // refits from the jump, long before the geometric schedule would.
+  const auto flat = [](std::span<const CurvePoint> seen, const ForecastOptions& o) {
+    Forecast f;
+    for (std::int64_t s = seen.back().step + 10; s <= o.total_steps; s += 10) {
+      f.steps.push_back(s);
+      f.loss.push_back(seen.back().loss);
+      f.lower.push_back(seen.back().loss - 0.01);
+      f.upper.push_back(seen.back().loss + 0.01);
+      f.time_s.push_back(0.2 * static_cast<double>(s));
+    }
+    return f;
+  };
+  auto run = smooth_run(200);
   OnlineOptions o;
   o.forecast.total_steps = run.truth.steps.back();
   o.costs.stall_s = 3.0;
   o.costs.delivery_s = 1.5;
   o.warmup_step = run.truth.steps[99];
   o.refit_band_points = 3;
-  o.forecaster = [&run](std::span<const CurvePoint> seen, const ForecastOptions&) {
-    Forecast f;
-    for (const auto& p : run.points) {
-      if (p.step <= seen.back().step) continue;
-      f.steps.push_back(p.step);
-      f.loss.push_back(seen.back().loss + 1.0);
-      f.lower.push_back(seen.back().loss + 0.9);
-      f.upper.push_back(seen.back().loss + 1.1);
-      f.time_s.push_back(p.time_s);
-    }
-    return f;
-  };
-  OnlineScheduler s(o);
-  replay(s, run, o.costs.stall_s);
-  // Every third point leaves the band: about 100 / 3 fits, nearly all of them band-triggered.
-  EXPECT_GE(s.stats().band_refits, 25U);
-  EXPECT_LE(s.stats().fits, 45U);
+  o.forecaster = flat;
+  OnlineScheduler gradual(o);
+  replay(gradual, run, o.costs.stall_s);
+  EXPECT_EQ(gradual.stats().band_refits, 0U);
+  EXPECT_LE(gradual.stats().fits, 3U);  // at 101 and 152 points
+
+  for (std::size_t i = 130; i < run.points.size(); ++i) {  // new data: the loss falls by 1 at once
+    run.points[i].loss -= 1.0;
+    run.truth.loss[i] -= 1.0;
+  }
+  OnlineScheduler jump(o);
+  replay(jump, run, o.costs.stall_s);
+  EXPECT_EQ(jump.stats().band_refits, 1U);
+  EXPECT_EQ(jump.regime_start_step(), run.points[130].step);
   OnlineOptions off = o;
   off.refit_band_points = 0;
   OnlineScheduler g(off);
   replay(g, run, o.costs.stall_s);
   EXPECT_EQ(g.stats().band_refits, 0U);
-  EXPECT_LE(g.stats().fits, 3U);  // at 101 and 152 points
+  EXPECT_EQ(g.regime_start_step(), 0);
+}
+
+TEST(OnlineScheduler, NoticesARegimeChangeRefitsFromItAndPublishesAfterIt) {
+  // A plateau, then new data make the loss drop (from point 70 of 100). The built-in forecaster
+  // fitted on the plateau predicts more plateau; the drop leaves its band, the scheduler refits
+  // from the change and publishes what the drop brings.
+  LoggedRun run;
+  for (int i = 0; i < 100; ++i) {
+    const double drop = i < 70 ? 0.0 : 0.6 * (1.0 - std::exp(-(i - 70) / 6.0));
+    const double loss = 2.0 - drop + 0.002 * ((i * 7919) % 5 - 2);
+    run.truth.steps.push_back(10 * (i + 1));
+    run.truth.loss.push_back(loss);
+    run.truth.time_s.push_back(10.0 * i);
+    run.points.push_back({10 * (i + 1), loss, 10.0 * i});
+  }
+  OnlineOptions o;
+  o.forecast.total_steps = 1000;
+  o.costs.stall_s = 20.0;
+  o.costs.delivery_s = 10.0;
+  o.warmup_step = 200;
+  OnlineScheduler s(o);
+  const auto steps = replay(s, run, o.costs.stall_s);
+  EXPECT_GE(s.stats().band_refits, 1U);
+  EXPECT_GE(s.regime_start_step(), 710);  // fitted on the new regime only
+  ASSERT_FALSE(steps.empty());
+  EXPECT_GT(steps.back(), 710);
+  const double best = plan_optimal(run.truth, 19, o.costs).cil;
+  const double none = evaluate_cil(run.truth, 19, o.costs, {});
+  const double regret = (evaluate_cil(run.truth, 19, o.costs, steps) - best) / (none - best);
+  EXPECT_LT(regret, 0.3);
+
+  OnlineOptions off = o;
+  off.refit_band_points = 0;
+  OnlineScheduler g(off);
+  const auto g_steps = replay(g, run, o.costs.stall_s);
+  EXPECT_EQ(g.regime_start_step(), 10);  // without the trigger the plateau stays in every fit
+  EXPECT_LT(regret, (evaluate_cil(run.truth, 19, o.costs, g_steps) - best) / (none - best));
+}
+
+TEST(OnlineScheduler, HindsightCheckWaitsForADropThatOnlySomeScenariosExpect) {
+  // Two equally likely futures: the loss stays where it is, or it falls by 0.9 at step 40. The
+  // plan on their mean spends a costly publish on the small early gains; waiting keeps that
+  // stall off the publish that captures the drop, and is worth more in expectation.
+  LoggedRun run;
+  for (int s = 0; s <= 100; ++s) {
+    const double loss = s < 40 ? 2.0 - 0.02 * s : 2.0 - 0.02 * 39 - 0.9;
+    run.truth.steps.push_back(s);
+    run.truth.loss.push_back(loss);
+    run.truth.time_s.push_back(static_cast<double>(s));
+    run.points.push_back({s, loss, static_cast<double>(s)});
+  }
+  const auto two_futures = [](std::span<const CurvePoint> seen, const ForecastOptions& o) {
+    Forecast f;
+    ForecastMember stays{"stays", 0.5, std::nan(""), {}}, drops{"drops", 0.5, std::nan(""), {}};
+    for (std::int64_t s = seen.back().step + 1; s <= o.total_steps; ++s) {
+      f.steps.push_back(s);
+      f.time_s.push_back(static_cast<double>(s));
+      stays.loss.push_back(seen.back().loss);
+      drops.loss.push_back(s < 40 ? seen.back().loss : seen.back().loss - 0.9);
+      f.loss.push_back(0.5 * (stays.loss.back() + drops.loss.back()));
+      f.lower.push_back(drops.loss.back());
+      f.upper.push_back(stays.loss.back());
+    }
+    f.members = {stays, drops};
+    return f;
+  };
+  OnlineOptions o;
+  o.forecast.total_steps = 100;
+  o.costs.stall_s = 8.0;
+  o.costs.delivery_s = 0.0;
+  o.warmup_step = 10;
+  o.refit_band_points = 0;
+  o.hedge_options.change_probability = 0.0;
+  o.hedge_options.band_probability = 0.0;
+  o.forecaster = two_futures;
+  OnlineScheduler with(o);
+  const auto waited = replay(with, run, o.costs.stall_s);
+  OnlineOptions without = o;
+  without.hindsight_check = false;
+  OnlineScheduler plain(without);
+  const auto eager = replay(plain, run, o.costs.stall_s);
+  EXPECT_GE(with.stats().deferred, 1U);
+  EXPECT_EQ(plain.stats().deferred, 0U);
+  ASSERT_FALSE(waited.empty());
+  EXPECT_GE(waited.front(), 40);
+  EXPECT_LT(eager.front(), 40);
+  EXPECT_LT(evaluate_cil(run.truth, 10, o.costs, waited), evaluate_cil(run.truth, 10, o.costs, eager));
 }
 
 TEST(OnlineScheduler, RejectsContractViolations) {
@@ -219,6 +315,12 @@ TEST(OnlineScheduler, RejectsContractViolations) {
   OnlineOptions bad_refit = o;
   bad_refit.refit_growth = -0.1;
   EXPECT_THROW(OnlineScheduler{bad_refit}, modelcast::Error);
+  OnlineOptions bad_band = o;
+  bad_band.band_trigger_width = 0.0;
+  EXPECT_THROW(OnlineScheduler{bad_band}, modelcast::Error);
+  OnlineOptions bad_hedge = o;
+  bad_hedge.hedge_options.change_probability = 1.5;
+  EXPECT_THROW(OnlineScheduler{bad_hedge}, modelcast::Error);
 }
 
 }  // namespace

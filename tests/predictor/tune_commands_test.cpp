@@ -42,6 +42,14 @@ TEST(TuneCommands, PlanJsonHasTheDocumentedFields) {
     EXPECT_GE(r["baselines"][b]["predicted_cil"].get<double>(), r["predicted_cil"].get<double>() - 1e-9) << b;
   }
   EXPECT_FALSE(r["publish_steps"].empty());
+  // The plan hedges over the forecast's scenarios and says how it would fare in them.
+  const auto& e = r["expected_regret"];
+  ASSERT_TRUE(e.is_object());
+  EXPECT_GT(e["scenarios"].get<int>(), 1);
+  EXPECT_GE(e["expected_pct"].get<double>(), 0.0);
+  EXPECT_LE(e["p10_pct"].get<double>(), e["p50_pct"].get<double>());
+  EXPECT_LE(e["p50_pct"].get<double>(), e["p90_pct"].get<double>());
+  EXPECT_EQ(r["forecast"]["point_loss"].size(), r["forecast"]["loss"].size());
   std::ifstream svg(a.plot_path);
   std::string head;
   std::getline(svg, head);
@@ -93,6 +101,42 @@ TEST(TuneCommands, NeedsTimesInTheLog) {
   auto a = base(path);
   a.warmup_step = 10;
   EXPECT_THROW(run_evaluate(a, {}), modelcast::Error);
+}
+
+TEST(TuneCommands, EveryCommandWritesAPlot) {
+  const auto log = write_log("mc_tune_plot.csv", 20);
+  auto a = base(log);
+  a.warmup_step = 300;
+  a.total_steps = 1900;
+  for (const char* command : {"plan", "replay", "evaluate"}) {
+    a.plot_path = (std::filesystem::temp_directory_path() / (std::string("mc_tune_") + command + ".svg")).string();
+    std::filesystem::remove(a.plot_path);
+    const std::string name = command;
+    const auto r = name == "plan" ? run_plan(a) : name == "replay" ? run_replay(a) : run_evaluate(a, {600, 1200});
+    EXPECT_EQ(r["plot"], a.plot_path) << command;
+    std::ifstream in(a.plot_path);
+    const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(svg.find("modelcast-tune " + name), std::string::npos) << command;
+    EXPECT_NE(svg.find("</svg>"), std::string::npos) << command;
+  }
+}
+
+TEST(TuneCommands, ReadsAQuotedLearningRateScheduleAndNamesABadLine) {
+  const auto log = write_log("mc_tune_lr_log.csv", 20);
+  const auto lr = (std::filesystem::temp_directory_path() / "mc_tune_lr.csv").string();
+  std::ofstream(lr) << "\"step\",\"lr\"\n0,\"0.001\"\n1000,0.001\n1900,\"0.0001\"\n";
+  auto a = base(log);
+  a.warmup_step = 600;
+  a.total_steps = 1900;
+  a.lr_schedule_path = lr;
+  EXPECT_NO_THROW(run_plan(a));
+  std::ofstream(lr) << "step,lr\n0,0.001\n1000,\"0.001\n";
+  try {
+    run_plan(a);
+    ADD_FAILURE() << "a schedule with an unterminated quote was accepted";
+  } catch (const modelcast::predictor::CsvError& e) {
+    EXPECT_EQ(e.line(), 3u) << e.what();
+  }
 }
 
 }  // namespace

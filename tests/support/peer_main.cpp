@@ -38,6 +38,7 @@ struct Keys {
 struct Tuning {
   std::size_t max_consumers = 0;
   std::uint64_t lease_timeout_ms = 0;
+  std::vector<std::string> transports;  // empty: the default
 };
 
 std::string stats_line(const modelcast::Producer& producer) {
@@ -112,6 +113,7 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
   if (tuning.lease_timeout_ms != 0) options.lease_timeout = std::chrono::milliseconds(tuning.lease_timeout_ms);
   options.key_file = keys.key_file;
   options.allowed_consumer_keys = keys.allowed;
+  options.transports = tuning.transports;
   options.model_name = "test";
   options.control_endpoint = endpoint;
   modelcast::Producer producer(options);
@@ -193,6 +195,7 @@ int main(int argc, char** argv) {
   Tuning tuning;
   producer->add_option("--max-consumers", tuning.max_consumers);
   producer->add_option("--lease-timeout-ms", tuning.lease_timeout_ms);
+  producer->add_option("--transports", tuning.transports)->delimiter(',');
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {

@@ -2,6 +2,7 @@
 // that need malformed, hostile or tampered traffic no real Producer would send.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -46,7 +47,7 @@ class ScriptedProducer {
     layout_.incarnation = kIncarnation;
     layout_.tensors = modelcast::plan_layout(specs, &layout_.total_bytes);
     slot_ = modelcast::HostBuffer(layout_.total_bytes);
-    region_ = transport_->register_memory(slot_.data(), slot_.size(), modelcast::MemoryKind::kHost);
+    region_ = transport_->register_memory(slot_.data(), slot_.size(), modelcast::transport::MemoryLocation::host());
   }
   ~ScriptedProducer() {
     region_.reset();
@@ -93,7 +94,11 @@ class ScriptedProducer {
         break;
       }
     }
-    if (peer_ == 0) peer_ = transport_->connect(join.transport_address, false, nullptr);
+    if (peer_ == 0) {
+      auto offer = std::find_if(join.offers.begin(), join.offers.end(), [](const auto& o) { return o.name == "ucx"; });
+      if (offer == join.offers.end()) throw std::runtime_error("the consumer offered no UCX transport");
+      peer_ = transport_->connect(offer->address, false, nullptr);
+    }
     if (announce_endpoint.empty()) announce_endpoint = publisher_.get(zmq::sockopt::last_endpoint);
     reply(protocol::JoinReply{true, protocol::Refusal::kNone, "", kIncarnation, announce_endpoint, 0, "ucx"});
   }

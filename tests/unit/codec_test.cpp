@@ -4,6 +4,7 @@
 
 #include "core/wire/protocol.h"
 #include "modelcast/error.h"
+#include "join_request.h"
 
 namespace modelcast::protocol {
 namespace {
@@ -33,8 +34,8 @@ TEST(Codec, RoundTripsEveryMessageType) {
   FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, sample_manifest(), signature};
   std::vector<Message> messages = {
       Announce{1, 2, 3, 4},
-      JoinRequest{"model", "consumer", address, "boot-id", 0x1234},
-      JoinReply{false, Refusal::kFull, "no", 5, "tcp://127.0.0.1:1", 6, "ucx"},
+      modelcast::testing::ucx_join("model", "consumer", address, "boot-id", 0x1234),
+      JoinReply{false, Refusal::kNoTransport, "no", 5, "tcp://127.0.0.1:1", 6, "loopback", DeliveryPath::kStaged},
       FetchRequest{7, 8, 9},
       reply,
       Ack{10, 11, 12, false, "digest"},
@@ -46,10 +47,19 @@ TEST(Codec, RoundTripsEveryMessageType) {
     ASSERT_EQ(decoded.index(), message.index());
   }
   auto join = std::get<JoinRequest>(decode(encode(messages[1])));
-  EXPECT_EQ(join.transport_address, address);
+  ASSERT_EQ(join.offers.size(), 1u);
+  EXPECT_EQ(join.offers[0].name, "ucx");
+  EXPECT_EQ(join.offers[0].address, address);
+  EXPECT_EQ(join.offers[0].capabilities.reach, transport::Reach::kNetwork);
+  EXPECT_TRUE(join.offers[0].capabilities.one_sided);
+  EXPECT_TRUE(join.offers[0].capabilities.moves(MemoryKind::kHost, MemoryKind::kHost));
+  EXPECT_FALSE(join.offers[0].capabilities.moves(MemoryKind::kCuda, MemoryKind::kHost));
   EXPECT_EQ(join.host_id, "boot-id");
   EXPECT_EQ(join.session, 0x1234u);
-  EXPECT_EQ(std::get<JoinReply>(decode(encode(messages[2]))).refusal, Refusal::kFull);
+  auto join_reply = std::get<JoinReply>(decode(encode(messages[2])));
+  EXPECT_EQ(join_reply.refusal, Refusal::kNoTransport);
+  EXPECT_EQ(join_reply.transport, "loopback");
+  EXPECT_EQ(join_reply.path, DeliveryPath::kStaged);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).signature, signature);
   auto got = std::get<FetchReply>(decode(encode(reply))).manifest;
   auto want = sample_manifest();

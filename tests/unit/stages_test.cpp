@@ -19,6 +19,7 @@
 #include "modelcast/error.h"
 #include "test_model.h"
 #include "transports/loopback/loopback_transport.h"
+#include "transports/transport_set.h"
 
 namespace modelcast {
 namespace {
@@ -56,20 +57,20 @@ constexpr std::uint64_t kIncarnation = 7;
 // A producer's side: slots holding the test model, a fetch server, one joined consumer.
 struct ProducerSide {
   explicit ProducerSide(std::shared_ptr<transport::Transport> consumer_transport)
-      : model(testmodel::make(1024)), transport(transport::make_loopback_transport()), store(3) {
+      : model(testmodel::make(1024)), transports({"loopback"}), store(3) {
     std::vector<TensorSpec> specs;
     for (auto& t : model) specs.push_back(t.spec);
     layout.model = "test";
     layout.incarnation = kIncarnation;
     layout.tensors = plan_layout(specs, &layout.total_bytes);
-    store.allocate(layout.total_bytes, *transport);
+    store.allocate(layout.total_bytes, transports);
     server = std::make_unique<producer::FetchServer>(
-        store, *transport, kIncarnation, 10s,
+        store, transports, kIncarnation, 10s,
         [this](const std::string&, std::uint64_t, const transport::TransferResult& r) { sends.push(r.ok); });
     server->set_chunk_option(64u << 10);  // several chunks for a 1 MiB model
     consumer.routing_id = "consumer-1";
     consumer.name = "c";
-    consumer.peer = transport->connect(consumer_transport->address(), false, nullptr);
+    consumer.peer = transports.at(0).connect(consumer_transport->address(), false, nullptr);
   }
 
   // Publishes `version` (bytes of testmodel seed 1), digests and all, as the service loop would.
@@ -88,7 +89,7 @@ struct ProducerSide {
   }
 
   std::vector<testmodel::Tensor> model;
-  std::unique_ptr<transport::Transport> transport;
+  transport::TransportSet transports;
   producer::SnapshotStore store;
   Manifest layout;
   std::unique_ptr<producer::FetchServer> server;
@@ -99,9 +100,10 @@ struct ProducerSide {
 struct ConsumerSide {
   ConsumerSide()
       : transport(transport::make_loopback_transport()),
-        store(3, {}, transport),
+        store(3, {}),
         client([this](const consumer::ChunkDone& done) { chunks.push(done); }) {
     policy.model = "test";
+    store.use_transport(transport);
   }
   std::shared_ptr<transport::Transport> transport;
   consumer::VersionStore store;
@@ -230,15 +232,22 @@ TEST(Stages, AnExpiredLeaseAbandonsItsFetchAndFreesTheSlot) {
 TEST(Stages, MembershipAdmitsByConnectionNeverByName) {
   producer::Membership members("m", 2);
   auto join = [](std::string name, std::uint64_t session) {
-    return protocol::JoinRequest{"m", std::move(name), {}, "host", session};
+    protocol::JoinRequest request;
+    request.model = "m";
+    request.consumer_name = std::move(name);
+    request.host_id = "host";
+    request.session = session;
+    return request;
   };
-  EXPECT_EQ(members.decide("a", "", {"other", "x", {}, "h", 1}).refusal, protocol::Refusal::kWrongModel);
+  auto other_model = join("x", 1);
+  other_model.model = "other";
+  EXPECT_EQ(members.decide("a", "", other_model).refusal, protocol::Refusal::kWrongModel);
   EXPECT_EQ(members.decide("a", "", join("", 1)).refusal, protocol::Refusal::kBadRequest);
-  members.add({"shared-name", "a", 11, "", 1, Clock::now()});
+  members.add({"shared-name", "a", 11, "", 0, 1, Clock::now()});
   auto same_name = members.decide("b", "", join("shared-name", 22));
   EXPECT_EQ(same_name.refusal, protocol::Refusal::kNone);
   EXPECT_TRUE(same_name.replaces.empty());
-  members.add({"shared-name", "b", 22, "", 2, Clock::now()});
+  members.add({"shared-name", "b", 22, "", 0, 2, Clock::now()});
   EXPECT_EQ(members.decide("c", "", join("third", 33)).refusal, protocol::Refusal::kFull);
   // The same consumer object on a new connection (its session) replaces its own record, even
   // when full; with another key it does not.
@@ -249,7 +258,8 @@ TEST(Stages, MembershipAdmitsByConnectionNeverByName) {
   auto now = Clock::now();
   members.find("a")->last_seen = now - 20s;
   EXPECT_EQ(members.silent(now, 5s), std::vector<std::string>{"a"});
-  EXPECT_EQ(members.find_peer(2), std::optional<std::string>("b"));
+  EXPECT_EQ(members.find_peer(0, 2), std::optional<std::string>("b"));
+  EXPECT_EQ(members.find_peer(1, 2), std::nullopt) << "a peer id is per transport";
 }
 
 TEST(Stages, VerifierRefusesPlansAndReplaysBeforeAnythingIsAllocated) {
@@ -282,10 +292,10 @@ TEST(LoopbackTransport, MatchesByTagInEitherOrderAndCancelsReceives) {
   auto b = transport::make_loopback_transport();
   std::vector<std::byte> source(100), early(100), late(100), never(100);
   for (std::size_t i = 0; i < source.size(); ++i) source[i] = static_cast<std::byte>(i * 7);
-  auto src = a->register_memory(source.data(), source.size(), MemoryKind::kHost);
-  auto early_region = b->register_memory(early.data(), early.size(), MemoryKind::kHost);
-  auto late_region = b->register_memory(late.data(), late.size(), MemoryKind::kHost);
-  auto never_region = b->register_memory(never.data(), never.size(), MemoryKind::kHost);
+  auto src = a->register_memory(source.data(), source.size(), transport::MemoryLocation::host());
+  auto early_region = b->register_memory(early.data(), early.size(), transport::MemoryLocation::host());
+  auto late_region = b->register_memory(late.data(), late.size(), transport::MemoryLocation::host());
+  auto never_region = b->register_memory(never.data(), never.size(), transport::MemoryLocation::host());
   auto peer = a->connect(b->address(), false, nullptr);
   Mailbox<std::pair<std::string, bool>> done;
   auto note = [&](std::string what) { return [&done, what](const transport::TransferResult& r) { done.push({what, r.ok}); }; };
@@ -305,7 +315,7 @@ TEST(LoopbackTransport, MatchesByTagInEitherOrderAndCancelsReceives) {
   EXPECT_FALSE(results["recv 3"]);
   EXPECT_EQ(early, source);
   EXPECT_EQ(std::memcmp(late.data(), source.data() + 10, 50), 0);
-  EXPECT_THROW(a->register_memory(source.data(), 1, MemoryKind::kCuda), Error);
+  EXPECT_THROW(a->register_memory(source.data(), 1, transport::MemoryLocation::cuda(0)), Error);
   EXPECT_THROW(a->connect(std::vector<std::byte>(3), false, nullptr), Error);
 }
 

@@ -34,14 +34,14 @@ TEST_P(UcxTransportTest, MovesBytesBetweenRegisteredRegionsByTag) {
   Done received, sent, other;
   auto sender = make_ucx_transport();
   auto receiver = make_ucx_transport();
-  EXPECT_TRUE(sender->capabilities().host_memory);
+  EXPECT_TRUE(sender->capabilities().moves(MemoryKind::kHost, MemoryKind::kHost));
   constexpr std::size_t kSize = 3u << 20;  // above UCX's rendezvous threshold
   HostBuffer source(kSize);
   HostBuffer target(2 * kSize);
   auto* bytes = reinterpret_cast<std::uint32_t*>(source.data());
   std::iota(bytes, bytes + kSize / 4, 7u);
-  auto source_region = sender->register_memory(source.data(), source.size(), MemoryKind::kHost);
-  auto target_region = receiver->register_memory(target.data(), target.size(), MemoryKind::kHost);
+  auto source_region = sender->register_memory(source.data(), source.size(), MemoryLocation::host());
+  auto target_region = receiver->register_memory(target.data(), target.size(), MemoryLocation::host());
   auto peer = sender->connect(receiver->address(), /*detect_failure=*/GetParam(), nullptr);
 
   // Two receives with different tags: the message must land only in the matching one.
@@ -59,7 +59,7 @@ TEST_P(UcxTransportTest, CancelledReceiveCompletesWithAnError) {
   Done done;
   auto receiver = make_ucx_transport();
   HostBuffer target(1 << 20);
-  auto region = receiver->register_memory(target.data(), target.size(), MemoryKind::kHost);
+  auto region = receiver->register_memory(target.data(), target.size(), MemoryLocation::host());
   auto id = receiver->post_recv(*region, 0, target.size(), 99, done.callback());
   receiver->cancel(id);
   auto r = done.get();
@@ -71,7 +71,7 @@ TEST_P(UcxTransportTest, SendToUnknownPeerFailsCleanly) {
   Done done;
   auto sender = make_ucx_transport();
   HostBuffer source(4096);
-  auto region = sender->register_memory(source.data(), source.size(), MemoryKind::kHost);
+  auto region = sender->register_memory(source.data(), source.size(), MemoryLocation::host());
   sender->post_send(12345, *region, 0, 4096, 1, done.callback());
   auto r = done.get();
   EXPECT_FALSE(r.ok);

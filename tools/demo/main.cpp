@@ -21,6 +21,7 @@
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
+#include "modelcast/version.h"
 
 extern char** environ;
 
@@ -144,6 +145,8 @@ int run_producer(const std::string& self, int consumers, int versions, std::size
 
 int main(int argc, char** argv) {
   CLI::App app{"modelcast-demo: publish the built-in model to consumer processes on this host"};
+  app.set_version_flag("--version", "modelcast-demo " MODELCAST_VERSION_STRING);
+  app.option_defaults()->always_capture_default();  // --help shows every default
   int consumers = 2;
   int versions = 5;
   std::size_t size_mib = 256;

@@ -6,9 +6,11 @@
 
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
+#include "modelcast/version.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"modelcast-keygen: make a modelcast key pair (Ed25519; CurveZMQ and version signatures)"};
+  app.set_version_flag("--version", "modelcast-keygen " MODELCAST_VERSION_STRING);
   std::string path;
   bool force = false;
   app.add_option("file", path, "key pair file to write; its public key goes to FILE.pub")->required();

@@ -1,27 +1,35 @@
 // modelcast-tune: offline tuning of when to publish weights (the workflow model of include/modelcast/predictor_planner.h).
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <iostream>
 
 #include "modelcast/predictor_csv.h"
 #include "modelcast/error.h"
+#include "modelcast/version.h"
 #include "tune_commands.h"
 
 namespace {
 
-void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a, bool plot) {
-  cmd.add_option("--log", a.log_path, "loss log: CSV step,loss[,time_s] or the shared curves format")->required();
+void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
+  // time_s is required: every cost in the model (c, d, the window) is in seconds of training
+  // time, and steps alone do not say when a version would be servable.
+  cmd.add_option("--log", a.log_path,
+                 "loss log: CSV step,loss,time_s (time_s required; header optional, fields may be quoted) "
+                 "or the shared curves format")->required();
   cmd.add_option("--run", a.run, "curves format: run id to use");
-  cmd.add_option("--loss-col", a.loss_column, "curves format: val_loss or train_loss")->check(CLI::IsMember({"val_loss", "train_loss"}));
+  cmd.add_option("--loss-col", a.loss_column, "curves format: val_loss or train_loss")->capture_default_str()->check(CLI::IsMember({"val_loss", "train_loss"}));
   cmd.add_option("--total-steps", a.total_steps, "planned length of the run (steps)");
   cmd.add_option("--publish-cost", a.publish_cost_s, "c: training stall per publish (s)")->required();
   cmd.add_option("--update-latency", a.update_latency_s, "d: stall end -> version servable (s)")->required();
-  cmd.add_option("--request-rate", a.request_rate, "r: inference requests per second (default 1)");
+  cmd.add_option("--request-rate", a.request_rate, "r: inference requests per second")->capture_default_str();
   cmd.add_option("--window", a.window_s, "H: inference window (s); default t(last) - t(warm-up)");
-  cmd.add_option("--max-slowdown", a.max_slowdown_s, "cap on total training slowdown c x publishes (s)");
+  cmd.add_option("--max-slowdown", a.max_slowdown_s, "cap on total training slowdown c x publishes (s); inf = no cap")->capture_default_str();
   cmd.add_option("--epoch-steps", a.epoch_steps, "E for the every-E-steps baseline (default total/10)");
-  cmd.add_option("--reference", a.reference_path, "prior: CSV step,loss[,time_s] of a comparable earlier run");
+  cmd.add_option("--reference", a.reference_path, "prior: CSV step,loss[,time_s] of a comparable earlier run (time_s optional here)");
   cmd.add_option("--lr-schedule", a.lr_schedule_path, "CSV step,lr: the learning-rate schedule, when known");
-  if (plot) cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast, publishes, served loss)");
+  cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast where there is one, publishes, served loss)");
+  cmd.add_flag("--progress", a.progress, "report progress on stderr (default: only when stderr is a terminal)");
 }
 
 std::vector<std::int64_t> parse_steps(const std::string& text) {
@@ -49,28 +57,30 @@ int main(int argc, char** argv) {
   CLI::App app{"modelcast-tune: choose when to publish weights from a training loss log.\n"
                "Model: each publish stalls training by c s; the version is servable d s after the stall;\n"
                "CIL = request rate x integral of the served version's loss over the inference window."};
+  app.set_version_flag("--version", "modelcast-tune " MODELCAST_VERSION_STRING);
   app.require_subcommand(1);
   modelcast::tune::CommonArgs args;
   bool json = false;
   std::string publish_steps;
 
   auto* plan = app.add_subcommand("plan", "plan publishes from a warm-up prefix (the log, or its points up to --warmup-steps)");
-  add_common(*plan, args, true);
+  add_common(*plan, args);
   plan->add_option("--warmup-steps", args.warmup_step, "use only the log's points up to this step");
   plan->add_flag("--json", json, "print JSON");
 
   auto* replay = app.add_subcommand("replay", "run the online scheduler over a full log, showing it one point at a time");
-  add_common(*replay, args, true);
+  add_common(*replay, args);
   replay->add_option("--warmup-steps", args.warmup_step, "W: inference starts when this step completes")->required();
   replay->add_flag("--json", json, "print JSON");
 
   auto* evaluate = app.add_subcommand("evaluate", "CIL of a given schedule on the true (logged) curve");
-  add_common(*evaluate, args, false);
+  add_common(*evaluate, args);
   evaluate->add_option("--warmup-steps", args.warmup_step, "W: inference starts when this step completes")->required();
   evaluate->add_option("--publish-steps", publish_steps, "comma-separated publish steps (logged steps after W)")->required();
   evaluate->add_flag("--json", json, "print JSON");
 
   CLI11_PARSE(app, argc, argv);
+  args.progress = args.progress || isatty(STDERR_FILENO) != 0;
   try {
     nlohmann::json result;
     if (*plan) result = modelcast::tune::run_plan(args);

@@ -1,4 +1,5 @@
 #include "svg_plot.h"
+#include "axis_ticks.h"
 #include "modelcast/error.h"
 
 #include <algorithm>
@@ -26,6 +27,22 @@ std::string polyline(const Series& s, const Scale& sc) {
 }
 
 }  // namespace
+
+std::string escape_xml(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '\'': out += "&apos;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += ch;
+    }
+  }
+  return out;
+}
 
 void write_svg(const std::string& path, const PlotData& d) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
@@ -64,16 +81,16 @@ void write_svg(const std::string& path, const PlotData& d) {
       << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
   out << "<defs><clipPath id='plot'><rect x='" << kLeft << "' y='" << kTop << "' width='" << kWidth - kLeft - kRight
       << "' height='" << kHeight - kTop - kBottom << "'/></clipPath></defs>\n";
-  out << "<text x='" << kLeft << "' y='24' font-size='15'>" << d.title << "</text>\n";
-  // Axes with 5 ticks each.
+  out << "<text x='" << kLeft << "' y='24' font-size='15'>" << escape_xml(d.title) << "</text>\n";
+  // Axes with about 5 round ticks each.
   out << "<g stroke='#444'><line x1='" << kLeft << "' y1='" << kHeight - kBottom << "' x2='" << kWidth - kRight << "' y2='"
       << kHeight - kBottom << "'/><line x1='" << kLeft << "' y1='" << kTop << "' x2='" << kLeft << "' y2='" << kHeight - kBottom
       << "'/></g>\n";
-  for (int i = 0; i <= 5; ++i) {
-    const double xv = sc.x0 + (sc.x1 - sc.x0) * i / 5.0, yv = sc.y0 + (sc.y1 - sc.y0) * i / 5.0;
-    out << "<text x='" << sc.px(xv) << "' y='" << kHeight - kBottom + 18 << "' text-anchor='middle'>" << std::lround(xv) << "</text>\n";
-    out << "<text x='" << kLeft - 6 << "' y='" << sc.py(yv) + 4 << "' text-anchor='end'>" << std::round(yv * 1000) / 1000 << "</text>\n";
-  }
+  const AxisTicks xt = nice_ticks(sc.x0, sc.x1), yt = nice_ticks(sc.y0, sc.y1);
+  for (std::size_t i = 0; i < xt.values.size(); ++i)
+    out << "<text x='" << sc.px(xt.values[i]) << "' y='" << kHeight - kBottom + 18 << "' text-anchor='middle'>" << xt.labels[i] << "</text>\n";
+  for (std::size_t i = 0; i < yt.values.size(); ++i)
+    out << "<text x='" << kLeft - 6 << "' y='" << sc.py(yt.values[i]) + 4 << "' text-anchor='end'>" << yt.labels[i] << "</text>\n";
   out << "<text x='" << (kLeft + kWidth - kRight) / 2 << "' y='" << kHeight - 10 << "' text-anchor='middle'>training time (s)</text>\n";
   out << "<text x='16' y='" << (kTop + kHeight - kBottom) / 2 << "' transform='rotate(-90 16 " << (kTop + kHeight - kBottom) / 2
       << ")' text-anchor='middle'>loss</text>\n<g clip-path='url(#plot)'>\n";

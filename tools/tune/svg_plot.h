@@ -20,6 +20,9 @@ struct PlotData {
   std::vector<double> publish_times;  // vertical markers
 };
 
+// `text` with XML's five special characters replaced by entities (titles hold file names).
+std::string escape_xml(const std::string& text);
+
 // Writes an SVG file; throws Error(kResource) when the file cannot be written.
 void write_svg(const std::string& path, const PlotData& data);
 

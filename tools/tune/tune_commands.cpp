@@ -7,9 +7,12 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
+#include "csv_record.h"  // predictor/: the loss logs' record splitter
 #include "modelcast/predictor.h"
-#include "svg_plot.h"
+#include "progress_meter.h"
+#include "schedule_plot.h"
 
 namespace modelcast::tune {
 namespace {
@@ -84,13 +87,13 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
   while (std::getline(in, line)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (n == 1 && line.rfind("step", 0) == 0) continue;  // header
-    const auto comma = line.find(',');
-    if (comma == std::string::npos) throw mp::CsvError(path, n, "expected step,lr");
+    const auto fields = mp::split_csv_record(line, path, n);  // RFC 4180, as the loss logs
+    if (n == 1 && fields.front() == "step") continue;           // header
+    if (fields.size() != 2) throw mp::CsvError(path, n, "expected step,lr");
     std::int64_t step = 0;
     double lr = 0;
-    std::string a = line.substr(0, comma), b = line.substr(comma + 1);
-    while (!b.empty() && (b.back() == '\r' || b.back() == ' ')) b.pop_back();
+    const std::string& a = fields[0];
+    const std::string& b = fields[1];
     if (std::from_chars(a.data(), a.data() + a.size(), step).ptr != a.data() + a.size())
       throw mp::CsvError(path, n, "step is not an integer: '" + a + "'");
     if (std::from_chars(b.data(), b.data() + b.size(), lr).ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
@@ -114,37 +117,6 @@ std::size_t warmup_index_of(const mp::LossLog& log, std::int64_t w) {
 
 Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double stall_s) {
   return Json{{"publish_steps", steps}, {"predicted_cil", cil}, {"slowdown_s", stall_s * static_cast<double>(steps.size())}};
-}
-
-// Served loss over time for a schedule on a curve (for the plot).
-Series staircase(const mp::Trajectory& curve, std::size_t w, const mp::PublishCosts& c, const std::vector<std::int64_t>& steps) {
-  Series s;
-  const double end = curve.time_s[w] + (std::isfinite(c.window_s) ? c.window_s : curve.time_s.back() - curve.time_s[w]);
-  double loss = curve.loss[w];
-  s.x.push_back(curve.time_s[w]);
-  s.y.push_back(loss);
-  for (std::size_t j = 0; j < steps.size(); ++j) {
-    const auto i = static_cast<std::size_t>(std::lower_bound(curve.steps.begin(), curve.steps.end(), steps[j]) - curve.steps.begin());
-    const double at = curve.time_s[i] + static_cast<double>(j + 1) * c.stall_s + c.delivery_s;
-    if (at >= end) break;
-    s.x.push_back(at);
-    s.y.push_back(loss);
-    loss = curve.loss[i];
-    s.x.push_back(at);
-    s.y.push_back(loss);
-  }
-  s.x.push_back(end);
-  s.y.push_back(loss);
-  return s;
-}
-
-std::vector<double> publish_times(const mp::Trajectory& curve, const mp::PublishCosts& c, const std::vector<std::int64_t>& steps) {
-  std::vector<double> out;
-  for (std::size_t j = 0; j < steps.size(); ++j) {
-    const auto i = static_cast<std::size_t>(std::lower_bound(curve.steps.begin(), curve.steps.end(), steps[j]) - curve.steps.begin());
-    out.push_back(curve.time_s[i] + static_cast<double>(j) * c.stall_s);
-  }
-  return out;
 }
 
 mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_steps) {
@@ -185,7 +157,10 @@ Json run_plan(const CommonArgs& a) {
                                 std::to_string(prefix.back().step) + ")");
   const auto costs = costs_of(a);
   const auto fo = forecast_options(a, total);
-  const auto forecast = mp::forecast_curve(prefix, fo);
+  const auto point_forecast = mp::forecast_curve(prefix, fo);
+  // Plan on the expected loss over the forecast's scenarios, not on the point forecast alone.
+  const auto hedged = mp::hedge_forecast(prefix, point_forecast, {});
+  const auto& forecast = hedged.forecast;
   const auto viper = mp::forecast_viper(prefix, fo);
   const auto planned = mp::extend_with_forecast(prefix, forecast);
   const auto viper_curve = mp::extend_with_forecast(prefix, viper);
@@ -204,13 +179,17 @@ Json run_plan(const CommonArgs& a) {
   Json members = Json::array();
   for (const auto& m : forecast.members)
     members.push_back({{"family", m.family}, {"weight", m.weight}, {"backtest_rmse", std::isfinite(m.backtest_rmse) ? Json(m.backtest_rmse) : Json()}});
-  r["forecast"] = {{"steps", forecast.steps}, {"loss", forecast.loss}, {"lower", forecast.lower}, {"upper", forecast.upper},
+  const auto spread = mp::regret_spread(prefix, w, hedged, costs, plan.publish_steps);
+  r["expected_regret"] = {{"expected_pct", spread.expected_pct}, {"p10_pct", spread.p10_pct}, {"p50_pct", spread.p50_pct},
+                          {"p90_pct", spread.p90_pct}, {"scenarios_with_gain", spread.scenarios},
+                          {"gain_probability", spread.gain_probability}, {"scenarios", hedged.scenarios.size()}};
+  r["forecast"] = {{"steps", forecast.steps}, {"loss", forecast.loss}, {"point_loss", point_forecast.loss},
+                   {"lower", forecast.lower}, {"upper", forecast.upper},
                    {"time_s", forecast.time_s}, {"members", members}, {"fallback", forecast.fallback}, {"note", forecast.note}};
   if (forecast.fallback) r["warning"] = "forecast fell back to a conservative curve: " + forecast.note;
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune plan: " + (log.run.empty() ? a.log_path : log.run) + ", warm-up step " + std::to_string(prefix.back().step);
-    for (const auto& p : prefix) d.observed.x.push_back(p.time_s), d.observed.y.push_back(p.loss);
     d.forecast.x.push_back(prefix.back().time_s);
     d.forecast.y.push_back(prefix.back().loss);
     d.band_lower = d.band_upper = d.forecast;
@@ -220,9 +199,7 @@ Json run_plan(const CommonArgs& a) {
       d.band_lower.x.push_back(t), d.band_lower.y.push_back(forecast.lower[i]);
       d.band_upper.x.push_back(t), d.band_upper.y.push_back(forecast.upper[i]);
     }
-    d.served = staircase(planned, w, costs, plan.publish_steps);
-    d.publish_times = publish_times(planned, costs, plan.publish_steps);
-    write_svg(a.plot_path, d);
+    write_schedule_plot(std::move(d), prefix, planned, w, costs, plan.publish_steps, a.plot_path);
     r["plot"] = a.plot_path;
   }
   return r;
@@ -242,12 +219,16 @@ Json run_replay(const CommonArgs& a) {
   oo.costs = costs;
   oo.warmup_step = log.points[w].step;
   mp::OnlineScheduler scheduler(oo);
+  ProgressMeter progress(a.progress, "replay", log.points.size());
+  std::size_t seen = 0;
   for (const auto& p : log.points) {
+    progress.update(seen++);
     // The producer's clock includes the stalls of the publishes made so far.
     const double wall = p.time_s + costs.stall_s * static_cast<double>(scheduler.published_steps().size());
     scheduler.observe(p.step, p.loss, wall);
     scheduler.should_publish(p.step);
   }
+  progress.update(seen);
   const auto truth = mp::trajectory_of(log.points);
   const auto& steps = scheduler.published_steps();
   const double cil = mp::evaluate_cil(truth, w, costs, steps);
@@ -272,10 +253,7 @@ Json run_replay(const CommonArgs& a) {
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune replay: " + (log.run.empty() ? a.log_path : log.run);
-    for (const auto& p : log.points) d.observed.x.push_back(p.time_s), d.observed.y.push_back(p.loss);
-    d.served = staircase(truth, w, costs, steps);
-    d.publish_times = publish_times(truth, costs, steps);
-    write_svg(a.plot_path, d);
+    write_schedule_plot(std::move(d), log.points, truth, w, costs, steps, a.plot_path);
     r["plot"] = a.plot_path;
   }
   return r;
@@ -307,6 +285,12 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   const auto e = mp::every_n_steps_schedule(truth, w, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)));
   b["every_e_steps"] = schedule_json(e, mp::evaluate_cil(truth, w, costs, e), costs.stall_s);
   r["baselines"] = b;
+  if (!a.plot_path.empty()) {
+    PlotData d;
+    d.title = "modelcast-tune evaluate: " + (log.run.empty() ? a.log_path : log.run);
+    write_schedule_plot(std::move(d), log.points, truth, w, costs, publish_steps, a.plot_path);
+    r["plot"] = a.plot_path;
+  }
   return r;
 }
 
@@ -340,6 +324,11 @@ std::string render_text(const Json& r) {
   for (const auto& [name, b] : r["baselines"].items())
     o << "  baseline " << name << ": publish at " << steps(b["publish_steps"]) << "\n    " << cil_label << " "
       << b["predicted_cil"].get<double>() << ", slowdown " << b["slowdown_s"].get<double>() << " s\n";
+  if (r.contains("expected_regret")) {
+    const auto& e = r["expected_regret"];
+    o << "  expected regret over " << e["scenarios"].get<std::size_t>() << " forecast scenarios: " << e["expected_pct"].get<double>()
+      << " % (p10 " << e["p10_pct"].get<double>() << ", p50 " << e["p50_pct"].get<double>() << ", p90 " << e["p90_pct"].get<double>() << ")\n";
+  }
   if (r.contains("forecast")) {
     o << "  forecast members:";
     for (const auto& m : r["forecast"]["members"]) o << " " << m["family"].get<std::string>() << "(" << m["weight"].get<double>() << ")";

@@ -25,6 +25,7 @@ struct CommonArgs {
   std::string reference_path;    // optional prior: a comparable earlier run (step,loss[,time_s])
   std::string lr_schedule_path;  // optional: step,lr
   std::string plot_path;
+  bool progress = false;  // report progress of long runs (replay) on stderr
 };
 
 // Each returns the JSON result; human-readable text is rendered from it by render_text.

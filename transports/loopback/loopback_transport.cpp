@@ -13,40 +13,45 @@
 #include <mutex>
 #include <thread>
 
+#include "transports/loopback/loopback_fabric.h"
 #include "modelcast/error.h"
 
 namespace modelcast::transport {
-namespace {
+namespace loopback {
+
 
 class LoopbackRegion : public MemoryRegion {
  public:
-  LoopbackRegion(std::byte* base, std::size_t length, MemoryKind kind) : base_(base), length_(length), kind_(kind) {}
+  LoopbackRegion(std::byte* base, std::size_t length) : base_(base), length_(length) {}
+  ~LoopbackRegion() override { Fabric::get().forget(this); }
   std::byte* base() const override { return base_; }
   std::size_t length() const override { return length_; }
-  MemoryKind kind() const override { return kind_; }
+  MemoryLocation location() const override { return MemoryLocation::host(); }
 
  private:
   std::byte* base_;
   std::size_t length_;
-  MemoryKind kind_;
 };
 
-class LoopbackTransport;
+// Names an export, never memory: each read looks the export up again, so a region
+// deregistered meanwhile fails the read instead of being read after it is gone.
+class LoopbackRemoteRegion : public RemoteRegion {
+ public:
+  LoopbackRemoteRegion(PeerId peer, std::uint64_t export_id, std::size_t length)
+      : peer_(peer), export_id_(export_id), length_(length) {}
+  PeerId peer() const override { return peer_; }
+  std::size_t length() const override { return length_; }
+  std::uint64_t export_id() const { return export_id_; }
 
-// Every loopback transport of the process, by address, so connect() can find its peer.
-struct Fabric {
-  std::mutex mutex;
-  std::map<std::uint64_t, LoopbackTransport*> transports;
-  std::atomic<std::uint64_t> next_address{1};
-  static Fabric& get() {
-    static Fabric fabric;
-    return fabric;
-  }
+ private:
+  PeerId peer_;
+  std::uint64_t export_id_;
+  std::size_t length_;
 };
 
 class LoopbackTransport : public Transport {
  public:
-  LoopbackTransport() : address_(Fabric::get().next_address++) {
+  LoopbackTransport() : address_(Fabric::get().next_id++) {
     std::lock_guard lock(Fabric::get().mutex);
     Fabric::get().transports[address_] = this;
   }
@@ -74,25 +79,26 @@ class LoopbackTransport : public Transport {
   }
 
   std::string name() const override { return "loopback"; }
-  Capabilities capabilities() const override { return {true, false, false}; }
-
-  std::unique_ptr<MemoryRegion> register_memory(void* base, std::size_t length, MemoryKind kind) override {
-    if (kind != MemoryKind::kHost) throw Error(ErrorCode::kTransport, "loopback transport moves host memory only");
-    return std::make_unique<LoopbackRegion>(static_cast<std::byte*>(base), length, kind);
+  Capabilities capabilities() const override {
+    Capabilities caps;
+    caps.pairs = {{MemoryKind::kHost, MemoryKind::kHost}};
+    caps.reach = Reach::kProcess;
+    caps.two_sided = true;
+    caps.one_sided = true;
+    return caps;
   }
 
-  std::vector<std::byte> address() const override {
-    std::vector<std::byte> bytes(sizeof address_);
-    std::memcpy(bytes.data(), &address_, sizeof address_);
-    return bytes;
+  std::unique_ptr<MemoryRegion> register_memory(void* base, std::size_t length, MemoryLocation location) override {
+    if (location.kind != MemoryKind::kHost) {
+      throw Error(ErrorCode::kTransport, "loopback transport moves host memory only");
+    }
+    return std::make_unique<LoopbackRegion>(static_cast<std::byte*>(base), length);
   }
+
+  std::vector<std::byte> address() const override { return pack_words({address_}); }
 
   PeerId connect(std::span<const std::byte> peer_address, bool, PeerFailure) override {
-    std::uint64_t address = 0;
-    if (peer_address.size() != sizeof address) {
-      throw Error(ErrorCode::kTransport, "malformed loopback address (" + std::to_string(peer_address.size()) + " bytes)");
-    }
-    std::memcpy(&address, peer_address.data(), sizeof address);
+    std::uint64_t address = unpack_words(peer_address, 1, "address")[0];
     std::lock_guard lock(mutex_);
     PeerId id = next_id_++;
     peers_[id] = address;
@@ -106,6 +112,7 @@ class LoopbackTransport : public Transport {
 
   TransferId post_send(PeerId peer, const MemoryRegion& region, std::size_t offset, std::size_t length,
                        std::uint64_t tag, Completion done) override {
+    check_range("send", offset, length, region.length());
     TransferId id = next_id_++;
     std::uint64_t address = 0;
     {
@@ -129,6 +136,7 @@ class LoopbackTransport : public Transport {
 
   TransferId post_recv(const MemoryRegion& region, std::size_t offset, std::size_t length, std::uint64_t tag,
                        Completion done) override {
+    check_range("receive", offset, length, region.length());
     TransferId id = next_id_++;
     Receive receive{id, region.base() + offset, length, tag, std::move(done)};
     std::unique_lock lock(mutex_);
@@ -141,6 +149,62 @@ class LoopbackTransport : public Transport {
       return id;
     }
     receives_.push_back(std::move(receive));
+    return id;
+  }
+
+  // The descriptor names an entry of the fabric's export directory, never an address: a peer
+  // can read only what was exported, within the bounds recorded here.
+  std::vector<std::byte> export_region(const MemoryRegion& region) override {
+    auto& fabric = Fabric::get();
+    std::uint64_t id = fabric.next_id++;
+    std::lock_guard lock(fabric.mutex);
+    fabric.exports[id] = {address_, &region, region.base(), region.length()};
+    return pack_words({id});
+  }
+
+  std::unique_ptr<RemoteRegion> import_region(PeerId peer, std::span<const std::byte> descriptor) override {
+    std::uint64_t id = unpack_words(descriptor, 1, "region descriptor")[0];
+    std::uint64_t peer_address = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = peers_.find(peer);
+      if (it == peers_.end()) throw Error(ErrorCode::kTransport, "peer " + std::to_string(peer) + " is not connected");
+      peer_address = it->second;
+    }
+    auto& fabric = Fabric::get();
+    std::lock_guard lock(fabric.mutex);
+    auto it = fabric.exports.find(id);
+    if (it == fabric.exports.end() || it->second.owner != peer_address) {
+      throw Error(ErrorCode::kTransport, "loopback region descriptor names no region exported by peer " +
+                                             std::to_string(peer));
+    }
+    return std::make_unique<LoopbackRemoteRegion>(peer, id, it->second.length);
+  }
+
+  TransferId post_read(const RemoteRegion& source, std::size_t source_offset, const MemoryRegion& destination,
+                       std::size_t destination_offset, std::size_t length, Completion done) override {
+    check_range("read source", source_offset, length, source.length());
+    check_range("read destination", destination_offset, length, destination.length());
+    TransferId id = next_id_++;
+    {
+      std::lock_guard lock(mutex_);
+      if (!peers_.count(source.peer())) {
+        complete(std::move(done), {false, "peer " + std::to_string(source.peer()) + " is not connected"});
+        return id;
+      }
+    }
+    const auto& remote = static_cast<const LoopbackRemoteRegion&>(source);
+    auto& fabric = Fabric::get();
+    std::unique_lock lock(fabric.mutex);  // keeps the exported region registered while we copy
+    auto it = fabric.exports.find(remote.export_id());
+    if (it == fabric.exports.end()) {
+      lock.unlock();
+      complete(std::move(done), {false, "the exported region is no longer registered"});
+      return id;
+    }
+    std::memcpy(destination.base() + destination_offset, it->second.base + source_offset, length);
+    lock.unlock();
+    complete(std::move(done), {true, {}});
     return id;
   }
 
@@ -247,8 +311,8 @@ class LoopbackTransport : public Transport {
   std::thread thread_{[this] { run_completions(); }};
 };
 
-}  // namespace
+}  // namespace loopback
 
-std::unique_ptr<Transport> make_loopback_transport() { return std::make_unique<LoopbackTransport>(); }
+std::unique_ptr<Transport> make_loopback_transport() { return std::make_unique<loopback::LoopbackTransport>(); }
 
 }  // namespace modelcast::transport

@@ -1,4 +1,5 @@
-// UCX worker addresses as they travel in joins: sealed, and checked before UCX sees them.
+// UCX blobs as they travel between peers (worker addresses in joins, packed remote keys in
+// exported regions): sealed, and checked before UCX sees them.
 //
 // UCX aborts the process on a malformed worker address (an assertion in ucp_address_unpack),
 // and addresses arrive over the network, so they travel sealed: magic, length and an XXH3 of
@@ -8,12 +9,18 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
 namespace modelcast::transport {
 
 inline constexpr std::size_t kAddressHeader = 4 + 4 + 8;
+
+// Magic, length and XXH3 of `body`, then `body`.
+std::vector<std::byte> seal(std::uint32_t magic, std::span<const std::byte> body);
+// The body inside; throws Error(kTransport) naming `what` for a bad magic, length or checksum.
+std::span<const std::byte> unseal(std::uint32_t magic, const char* what, std::span<const std::byte> sealed);
 
 std::vector<std::byte> seal_address(const std::byte* ucx_address, std::size_t length);
 // The UCX bytes inside; throws Error(kTransport) for a bad magic, length or checksum.

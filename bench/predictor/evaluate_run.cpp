@@ -1,0 +1,154 @@
+#include "evaluate_run.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace mp = modelcast::predictor;
+
+namespace modelcast::bench {
+namespace {
+
+double median_gap(const std::vector<mp::CurvePoint>& pts) {
+  std::vector<double> gaps;
+  for (std::size_t i = 1; i < pts.size(); ++i) gaps.push_back(pts[i].time_s - pts[i - 1].time_s);
+  std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
+  return gaps[gaps.size() / 2];
+}
+
+double interp_step(const std::vector<std::int64_t>& xs, const std::vector<double>& ys, std::int64_t x) {
+  if (x <= xs.front()) return ys.front();
+  if (x >= xs.back()) return ys.back();
+  const auto i = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), x) - xs.begin());
+  const double f = static_cast<double>(x - xs[i - 1]) / static_cast<double>(xs[i] - xs[i - 1]);
+  return ys[i - 1] + f * (ys[i] - ys[i - 1]);
+}
+
+int compare(double ours, double theirs) {
+  const double tol = 1e-9 * std::max(std::abs(ours), std::abs(theirs));
+  return ours < theirs - tol ? 1 : (ours > theirs + tol ? -1 : 0);
+}
+
+}  // namespace
+
+RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const EvalSettings& settings) {
+  RunEval result;
+  result.run = run.run;
+  result.family = family;
+  const auto truth = mp::trajectory_of(run.points);
+  const std::size_t n = run.points.size();
+  const std::int64_t total = std::max(*run.total_steps, run.points.back().step);
+  const double gap = median_gap(run.points);
+  const std::size_t k = std::max<std::size_t>(2, static_cast<std::size_t>(std::ceil(settings.warmup_fraction * static_cast<double>(n))));
+  if (k + 2 > n) return result;
+  result.evaluated = true;
+  const std::size_t w = k - 1;
+  const std::vector<mp::CurvePoint> prefix(run.points.begin(), run.points.begin() + static_cast<std::ptrdiff_t>(k));
+  mp::ForecastOptions fo;
+  fo.total_steps = total;
+  if (settings.prior) {
+    auto reference = settings.prior->for_prefix(run, k);
+    if (!reference.progress.empty()) fo.reference = std::move(reference);
+  }
+  const auto point = mp::forecast_curve(prefix, fo);
+  const auto viper_planned = mp::extend_with_forecast(prefix, mp::forecast_viper(prefix, fo));
+  {
+    const auto planned = mp::extend_with_forecast(prefix, point);
+    double abs_err = 0;
+    for (std::size_t i = k; i < n; ++i) abs_err += std::abs(interp_step(planned.steps, planned.loss, run.points[i].step) - run.points[i].loss);
+    result.mae = abs_err / static_cast<double>(n - k);
+  }
+  std::vector<mp::Trajectory> plan_curves;
+  for (const auto& v : settings.variants) {
+    const auto& f = v.hedge ? mp::hedge_forecast(prefix, point, v.library_defaults ? mp::HedgeOptions{} : v.hedge_options).forecast : point;
+    plan_curves.push_back(mp::extend_with_forecast(prefix, f));
+  }
+  // Replay forecasts depend only on the points the scheduler fits (its current regime, whose
+  // times on the stall-free clock are the logged ones), not on the costs or the variant: fit
+  // once per (first step, length).
+  std::map<std::pair<std::int64_t, std::size_t>, mp::Forecast> cache;
+  const auto forecaster = [&](std::span<const mp::CurvePoint> seen, const mp::ForecastOptions& o) {
+    const auto key = std::make_pair(seen.front().step, seen.size());
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      mp::ForecastOptions now = o;
+      if (settings.prior) {
+        // Analogue runs are re-matched on everything seen so far.
+        const auto last = std::lower_bound(run.points.begin(), run.points.end(), seen.back().step,
+                                           [](const mp::CurvePoint& p, std::int64_t s) { return p.step < s; });
+        auto reference = settings.prior->for_prefix(run, static_cast<std::size_t>(last - run.points.begin()) + 1);
+        if (!reference.progress.empty()) now.reference = std::move(reference);
+      }
+      it = cache.emplace(key, mp::forecast_curve(seen, now)).first;
+    }
+    return it->second;
+  };
+
+  result.outcome.resize(settings.cost_multipliers.size());
+  for (std::size_t ci = 0; ci < settings.cost_multipliers.size(); ++ci) {
+    mp::PublishCosts costs;
+    costs.stall_s = settings.cost_multipliers[ci] * gap;
+    costs.delivery_s = 0.5 * costs.stall_s;
+    const double best = mp::plan_optimal(truth, w, costs).cil;
+    const double none = mp::evaluate_cil(truth, w, costs, {});
+    std::map<std::string, double> baseline;
+    baseline["every_candidate"] = mp::evaluate_cil(truth, w, costs, mp::every_candidate_schedule(truth, w));
+    baseline["every_e_steps"] = mp::evaluate_cil(truth, w, costs, mp::every_n_steps_schedule(truth, w, std::max<std::int64_t>(1, total / 10)));
+    baseline["viper_fixed_interval"] =
+        mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(mp::fixed_interval_schedule(viper_planned, w, costs), truth, w));
+    baseline["viper_threshold"] =
+        mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(mp::threshold_schedule(viper_planned, w, costs), truth, w));
+    const auto score = [&](double cil) {
+      Outcome o;
+      const double gain = none - best;
+      o.has_gain = gain > 1e-9 * none;
+      o.regret = o.has_gain ? 100.0 * (cil - best) / gain : 0.0;
+      for (const auto& [name, b] : baseline) o.vs[name] = compare(cil, b);
+      return o;
+    };
+    {
+      mp::Trajectory smooth = truth;
+      for (std::size_t i = 0; i < n; ++i) {
+        std::vector<double> win;
+        for (std::size_t j = i >= 2 ? i - 2 : 0; j <= std::min(n - 1, i + 2); ++j) win.push_back(truth.loss[j]);
+        std::nth_element(win.begin(), win.begin() + static_cast<std::ptrdiff_t>(win.size() / 2), win.end());
+        smooth.loss[i] = win[win.size() / 2];
+      }
+      const auto oracle = mp::plan_optimal(smooth, w, costs);
+      result.smooth_oracle_regret.push_back(score(mp::evaluate_cil(truth, w, costs, oracle.publish_steps)).regret);
+      if (!score(0).has_gain) result.smooth_oracle_regret.back() = std::nan("");
+    }
+    result.outcome[ci].resize(2);
+    for (std::size_t vi = 0; vi < settings.variants.size(); ++vi) {
+      const auto& v = settings.variants[vi];
+      // The planner does not know the true window; it plans over its forecast of the run.
+      const auto plan = mp::plan_optimal(plan_curves[vi], w, costs);
+      result.outcome[ci][0].push_back(score(mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(plan.publish_steps, truth, w))));
+
+      mp::OnlineOptions oo;
+      oo.forecast = fo;
+      oo.costs = costs;
+      oo.warmup_step = run.points[w].step;
+      oo.forecaster = forecaster;
+      if (!v.library_defaults) {
+        oo.hedge = v.hedge;
+        oo.hedge_options = v.hedge_options;
+        oo.refit_band_points = v.refit_band_points;
+        oo.hindsight_check = v.hindsight_check;
+        oo.band_trigger_width = v.band_trigger_width;
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      mp::OnlineScheduler scheduler(oo);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double wall = run.points[i].time_s + costs.stall_s * static_cast<double>(scheduler.published_steps().size());
+        scheduler.observe(run.points[i].step, run.points[i].loss, wall);
+        scheduler.should_publish(run.points[i].step);
+      }
+      result.replay_seconds = std::max(result.replay_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      result.outcome[ci][1].push_back(score(mp::evaluate_cil(truth, w, costs, scheduler.published_steps())));
+    }
+  }
+  return result;
+}
+
+}  // namespace modelcast::bench

@@ -1,0 +1,218 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <sstream>
+
+namespace modelcast::bench {
+namespace {
+
+using Json = nlohmann::json;
+const char* const kModes[] = {"plan", "replay"};
+
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double pos = q * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(pos));
+  const auto hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+// variant(family, mode) -> index into the run's outcomes.
+using Selector = std::function<std::size_t(const std::string&, int)>;
+
+Json row(const std::vector<RunEval>& results, const std::string& family, int cost, int mode, const Selector& pick,
+         std::size_t costs) {
+  std::vector<double> regrets;
+  std::map<std::string, int> wins, strict;
+  int runs = 0, no_gain = 0;
+  for (const auto& r : results) {
+    if (!r.evaluated || (family != "all" && r.family != family)) continue;
+    for (int c = 0; c < static_cast<int>(costs); ++c) {
+      if (cost >= 0 && c != cost) continue;
+      const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(mode)][pick(r.family, mode)];
+      ++runs;
+      if (o.has_gain) regrets.push_back(o.regret);
+      else ++no_gain;
+      for (const auto& [b, v] : o.vs) wins[b] += v >= 0, strict[b] += v > 0;
+    }
+  }
+  Json s;
+  s["family"] = family;
+  s["mode"] = kModes[mode];
+  s["runs"] = runs;
+  s["runs_without_achievable_gain"] = no_gain;
+  s["median_regret_pct"] = quantile(regrets, 0.5);
+  s["p90_regret_pct"] = quantile(regrets, 0.9);
+  for (const auto& b : kBaselines) {
+    s["win_rate"][b] = runs ? static_cast<double>(wins[b]) / runs : 0.0;
+    s["strict_win_rate"][b] = runs ? static_cast<double>(strict[b]) / runs : 0.0;
+  }
+  return s;
+}
+
+Json rows(const std::vector<RunEval>& results, const EvalSettings& settings, const std::vector<std::string>& families,
+          const Selector& pick) {
+  Json out = Json::array();
+  for (const auto& fam : families)
+    for (int c = 0; c <= static_cast<int>(settings.cost_multipliers.size()); ++c)
+      for (int m = 0; m < 2; ++m) {
+        const bool pooled = c == static_cast<int>(settings.cost_multipliers.size());
+        auto s = row(results, fam, pooled ? -1 : c, m, pick, settings.cost_multipliers.size());
+        s["cost_x_median_interval"] = pooled ? Json("all") : Json(settings.cost_multipliers[static_cast<std::size_t>(c)]);
+        out.push_back(std::move(s));
+      }
+  return out;
+}
+
+std::vector<std::string> families_of(const std::vector<RunEval>& results) {
+  std::set<std::string> f;
+  for (const auto& r : results)
+    if (r.evaluated) f.insert(r.family);
+  return {f.begin(), f.end()};
+}
+
+std::vector<std::string> shown_all(const std::vector<std::string>& families) {
+  std::vector<std::string> out = {"all"};
+  out.insert(out.end(), families.begin(), families.end());
+  return out;
+}
+
+}  // namespace
+
+Json report(const std::vector<RunEval>& results, const EvalSettings& settings, const std::string& only_family) {
+  const auto families = families_of(results);
+  const std::size_t nv = settings.variants.size();
+  // Leave-one-family-out: for each held-out family and mode, the hedged variant (index >= 1)
+  // with the lowest median + p90 regret pooled over the other families and all costs.
+  std::map<std::pair<std::string, int>, std::size_t> chosen;
+  Json lofo = Json::object();
+  for (const auto& held : families)
+    for (int m = 0; m < 2; ++m) {
+      double best = std::numeric_limits<double>::infinity();
+      std::size_t best_v = 1;
+      for (std::size_t v = 1; v < nv; ++v) {
+        if (settings.variants[v].library_defaults) continue;
+        std::vector<double> regrets;
+        for (const auto& r : results)
+          if (r.evaluated && r.family != held)
+            for (const auto& per_cost : r.outcome)
+              if (per_cost[static_cast<std::size_t>(m)][v].has_gain) regrets.push_back(per_cost[static_cast<std::size_t>(m)][v].regret);
+        const double score = quantile(regrets, 0.5) + quantile(regrets, 0.9);
+        if (score < best) best = score, best_v = v;
+      }
+      chosen[{held, m}] = best_v;
+      lofo[held][kModes[m]] = settings.variants[best_v].name;
+    }
+  std::vector<std::string> shown = {"all"};
+  for (const auto& f : families)
+    if (only_family.empty() || f == only_family) shown.push_back(f);
+  Json out;
+  out["families"] = Json::object();
+  for (const auto& f : families) {
+    int n = 0;
+    for (const auto& r : results) n += r.evaluated && r.family == f;
+    out["families"][f] = n;
+  }
+  out["lofo_variant"] = lofo;
+  // Every variant on every family, pooled over costs (what the choice was made from).
+  out["variant_summary"] = Json::array();
+  out["variant_by_cost"] = Json::array();
+  for (std::size_t v = 0; v < nv; ++v)
+    for (const auto& f : shown_all(families))
+      for (int m = 0; m < 2; ++m)
+        for (int c = -1; c < static_cast<int>(settings.cost_multipliers.size()); ++c) {
+          auto s = row(results, f, c, m, [v](const std::string&, int) { return v; }, settings.cost_multipliers.size());
+          s["variant"] = settings.variants[v].name;
+          s["cost_x_median_interval"] = c < 0 ? Json("all") : Json(settings.cost_multipliers[static_cast<std::size_t>(c)]);
+          out[c < 0 ? "variant_summary" : "variant_by_cost"].push_back(std::move(s));
+        }
+  out["rows"] = rows(results, settings, shown, [&](const std::string& f, int m) { return chosen.at({f, m}); });
+  out["before_rows"] = rows(results, settings, shown, [](const std::string&, int) { return std::size_t{0}; });
+  // Per run, with the chosen variant: regret % per cost (null: no achievable gain).
+  out["runs"] = Json::array();
+  for (const auto& r : results) {
+    if (!r.evaluated) continue;
+    Json j{{"run", r.run}, {"family", r.family}, {"mae", r.mae}};
+    for (int m = 0; m < 2; ++m)
+      for (const auto& per_cost : r.outcome) {
+        const auto& o = per_cost[static_cast<std::size_t>(m)][chosen.at({r.family, m})];
+        j[kModes[m]].push_back(o.has_gain ? Json(o.regret) : Json());
+      }
+    out["runs"].push_back(std::move(j));
+  }
+  // The noise floor of plans made in advance, per family and cost.
+  for (const auto& f : shown)
+    for (std::size_t c = 0; c < settings.cost_multipliers.size(); ++c) {
+      std::vector<double> v;
+      for (const auto& r : results)
+        if (r.evaluated && (f == "all" || r.family == f) && !std::isnan(r.smooth_oracle_regret[c])) v.push_back(r.smooth_oracle_regret[c]);
+      out["smooth_oracle"].push_back({{"family", f}, {"cost_x_median_interval", settings.cost_multipliers[c]},
+                                      {"median_regret_pct", quantile(v, 0.5)}, {"p90_regret_pct", quantile(v, 0.9)}});
+    }
+  double slowest = 0.0;
+  for (const auto& r : results) slowest = std::max(slowest, r.replay_seconds);
+  out["slowest_replay_s"] = slowest;
+  return out;
+}
+
+Json reference_report(const std::vector<RunEval>& results, const EvalSettings& settings,
+                      const std::vector<std::string>& labels) {
+  Json out = Json::object();
+  std::vector<std::string> shown = {"all"};
+  for (const auto& f : families_of(results)) shown.push_back(f);
+  for (std::size_t v = 0; v < labels.size(); ++v)
+    out[labels[v]] = rows(results, settings, shown, [v](const std::string&, int) { return v; });
+  return out;
+}
+
+std::string render(const Json& r) {
+  std::ostringstream o;
+  o << std::fixed;
+  o << "families (runs):";
+  for (const auto& [f, n] : r["families"].items()) o << " " << f << " (" << n.get<int>() << ")";
+  o << "\nwarm-up " << r["warmup_pct"].get<double>() << " % of the logged points; " << std::setprecision(1)
+    << r["seconds"].get<double>() << " s; slowest replay " << std::setprecision(3) << r["slowest_replay_s"].get<double>() << " s\n";
+  o << "variant chosen leave-one-family-out:\n";
+  for (const auto& [f, v] : r["lofo_variant"].items())
+    o << "  " << f << ": plan " << v["plan"].get<std::string>() << ", replay " << v["replay"].get<std::string>() << "\n";
+  const auto table = [&o](const Json& rows, const std::string& title) {
+    o << "\n" << title << "\nregret % over runs with an achievable gain; win = CIL <= baseline's (ties count), strictly lower in ()\n";
+    o << "family         cost  mode    runs nogain  med_reg  p90_reg | every_cand   every_E      viper_fixed  viper_thr\n";
+    for (const auto& s : rows) {
+      std::ostringstream cost;
+      if (s["cost_x_median_interval"].is_string()) cost << "all";
+      else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
+      o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost.str() << "  "
+        << std::left << std::setw(6) << s["mode"].get<std::string>() << std::right << std::setw(6) << s["runs"].get<int>()
+        << std::setw(7) << s["runs_without_achievable_gain"].get<int>() << std::setprecision(2) << std::setw(9)
+        << s["median_regret_pct"].get<double>() << std::setw(9) << s["p90_regret_pct"].get<double>() << " | ";
+      for (const auto& b : kBaselines)
+        o << std::setprecision(2) << s["win_rate"][b].get<double>() << " (" << s["strict_win_rate"][b].get<double>() << ") ";
+      o << "\n";
+    }
+  };
+  o << "\nvariants, pooled over costs (median / p90 regret %):\n";
+  for (const auto& s : r["variant_summary"])
+    o << "  " << std::left << std::setw(36) << s["variant"].get<std::string>() << std::setw(14) << s["family"].get<std::string>()
+      << std::setw(7) << s["mode"].get<std::string>() << std::right << std::setprecision(2) << std::setw(8)
+      << s["median_regret_pct"].get<double>() << std::setw(9) << s["p90_regret_pct"].get<double>() << "\n";
+  o << "\nnoise floor: exact plan on the true curve smoothed (5-point running median), scored on the true curve\n";
+  for (const auto& s : r["smooth_oracle"])
+    o << "  " << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setprecision(1)
+      << s["cost_x_median_interval"].get<double>() << "x  median " << std::setprecision(2) << s["median_regret_pct"].get<double>()
+      << "  p90 " << s["p90_regret_pct"].get<double>() << "\n";
+  table(r["rows"], "AFTER: hedged plans, regime-change refits (no reference run), variant chosen leave-one-family-out");
+  table(r["before_rows"], "BEFORE: plans on the point forecast, no regime-change trigger (no reference run)");
+  if (r.contains("with_reference"))
+    for (const auto& [label, rows] : r["with_reference"].items())
+      table(rows, "WITH A REFERENCE (analogues from other records of the same family), " + label);
+  return o.str();
+}
+
+}  // namespace modelcast::bench

@@ -1,0 +1,24 @@
+// Aggregation of the benchmark's per-run outcomes: leave-one-family-out choice of the hedging
+// variant, regret quantiles and win rates per family and cost, and the text rendering.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "evaluate_run.h"
+
+namespace modelcast::bench {
+
+// Rows per family ("all" pools them) x cost ("all" pools them) x mode, each family scored with
+// the variant chosen on the OTHER families (lowest median + p90 pooled regret); also the same
+// rows for variant 0 ("before": the point forecast, no regime trigger).
+nlohmann::json report(const std::vector<RunEval>& results, const EvalSettings& settings, const std::string& only_family);
+
+// Rows per family x cost x mode for each variant evaluated (no selection).
+nlohmann::json reference_report(const std::vector<RunEval>& results, const EvalSettings& settings,
+                                 const std::vector<std::string>& variant_labels);
+
+std::string render(const nlohmann::json& report);
+
+}  // namespace modelcast::bench

@@ -1,0 +1,124 @@
+// The C ABI's online publish scheduler (modelcast::predictor::OnlineScheduler).
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "core/c_api/c_boundary.h"
+#include "modelcast/predictor_online.h"
+
+struct mc_scheduler {
+  modelcast::predictor::OnlineScheduler scheduler;
+};
+
+using namespace modelcast::c_api;
+
+namespace {
+
+void check_cost(double value, const char* what) {
+  if (!std::isfinite(value) || value < 0) invalid(std::string(what) + " must be a finite number >= 0 (got " + std::to_string(value) + ")");
+}
+
+}  // namespace
+
+extern "C" {
+
+void mc_scheduler_options_init(mc_scheduler_options* options) {
+  if (options == nullptr) return;
+  const modelcast::predictor::OnlineOptions defaults;
+  *options = mc_scheduler_options{};
+  options->struct_size = sizeof(mc_scheduler_options);
+  options->warmup_step = defaults.warmup_step;
+  options->publish_cost_s = defaults.costs.stall_s;
+  options->update_latency_s = defaults.costs.delivery_s;
+  options->request_rate = defaults.costs.request_rate;
+  options->window_s = defaults.costs.window_s;
+  options->max_slowdown_s = defaults.costs.max_slowdown_s;
+  options->refit_growth = defaults.refit_growth;
+  options->refit_band_points = defaults.refit_band_points;
+  options->refit_every_below = defaults.refit_every_below;
+  options->max_candidates = defaults.max_candidates;
+}
+
+mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_t** out) {
+  if (out != nullptr) *out = nullptr;
+  return guarded(__func__, [&] {
+    require(out, "out");
+    require(options, "options");
+    if (options->struct_size < kSchedulerOptionsV1) {
+      invalid("options.struct_size is " + std::to_string(options->struct_size) +
+              ": call mc_scheduler_options_init first");
+    }
+    if (options->total_steps <= 0) invalid("options.total_steps must be > 0 (the planned length of the run)");
+    check_cost(options->publish_cost_s, "options.publish_cost_s");
+    check_cost(options->update_latency_s, "options.update_latency_s");
+    if (!std::isfinite(options->request_rate) || options->request_rate <= 0) invalid("options.request_rate must be > 0");
+    if (!std::isnan(options->window_s)) check_cost(options->window_s, "options.window_s");
+    if (std::isnan(options->max_slowdown_s) || options->max_slowdown_s < 0) invalid("options.max_slowdown_s must be >= 0");
+    if (!std::isfinite(options->refit_growth) || options->refit_growth < 0) invalid("options.refit_growth must be >= 0");
+    if (options->max_candidates < 1) invalid("options.max_candidates must be >= 1");
+    modelcast::predictor::OnlineOptions o;
+    o.forecast.total_steps = options->total_steps;
+    o.warmup_step = options->warmup_step;
+    o.costs.stall_s = options->publish_cost_s;
+    o.costs.delivery_s = options->update_latency_s;
+    o.costs.request_rate = options->request_rate;
+    o.costs.window_s = options->window_s;
+    o.costs.max_slowdown_s = options->max_slowdown_s;
+    o.refit_growth = options->refit_growth;
+    o.refit_band_points = options->refit_band_points;
+    o.refit_every_below = options->refit_every_below;
+    o.max_candidates = options->max_candidates;
+    *out = new mc_scheduler{modelcast::predictor::OnlineScheduler(std::move(o))};
+    return MC_OK;
+  });
+}
+
+void mc_scheduler_destroy(mc_scheduler_t* scheduler) { delete scheduler; }
+
+mc_status mc_scheduler_observe(mc_scheduler_t* scheduler, int64_t step, double loss, double wall_time_s) {
+  return guarded(__func__, [&] {
+    require(scheduler, "scheduler");
+    scheduler->scheduler.observe(step, loss, wall_time_s);
+    return MC_OK;
+  });
+}
+
+mc_status mc_scheduler_should_publish(mc_scheduler_t* scheduler, int64_t step, int* publish) {
+  if (publish != nullptr) *publish = 0;
+  return guarded(__func__, [&] {
+    require(scheduler, "scheduler");
+    require(publish, "publish");
+    *publish = scheduler->scheduler.should_publish(step) ? 1 : 0;
+    return MC_OK;
+  });
+}
+
+mc_status mc_scheduler_set_costs(mc_scheduler_t* scheduler, double publish_cost_s, double update_latency_s) {
+  return guarded(__func__, [&] {
+    require(scheduler, "scheduler");
+    check_cost(publish_cost_s, "publish_cost_s");
+    check_cost(update_latency_s, "update_latency_s");
+    scheduler->scheduler.set_costs(publish_cost_s, update_latency_s);
+    return MC_OK;
+  });
+}
+
+size_t mc_scheduler_publish_count(const mc_scheduler_t* scheduler) {
+  return scheduler == nullptr ? 0 : scheduler->scheduler.published_steps().size();
+}
+
+mc_status mc_scheduler_published_steps(const mc_scheduler_t* scheduler, int64_t* steps, size_t capacity,
+                                       size_t* count) {
+  return guarded(__func__, [&] {
+    require(scheduler, "scheduler");
+    require(count, "count");
+    if (capacity > 0) require(steps, "steps");
+    const auto& published = scheduler->scheduler.published_steps();
+    *count = published.size();
+    for (std::size_t i = 0; i < published.size() && i < capacity; ++i) steps[i] = published[i];
+    return MC_OK;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,145 @@
+// The consumer's service: the one thread that talks to the producer. A version's way in, one
+// stage per file:
+//   ProducerLink     join, announcements, pings, liveness; CurveZMQ and handshake failures
+//   FetchClient      ask for the newest version, receive its chunks, hash them as they land
+//   Verifier         manifest, limits, layout, chunk plan, signature, digests
+//   VersionStore     receive buffers, the installed version, the swap readers see
+// Only this service sends control messages (service.cpp: the loop, the link and joins;
+// service_fetch.cpp: fetch, verify, install); the stages return what to send.
+//
+// Threads and what they own:
+//  - reader threads call acquire()/wait_for_version(): VersionStore hands them views.
+//  - the service thread owns the link, the fetch client and the store's buffers; it verifies
+//    and installs versions.
+//  - the transport's progress thread writes received bytes into a buffer no view refers to,
+//    and its completions only push events.
+// `mutex_` guards the stats.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/event_queue.h"
+#include "common/log.h"
+#include "core/consumer/consumer_options.h"
+#include "core/consumer/fetch_client.h"
+#include "core/consumer/producer_link.h"
+#include "core/consumer/verifier.h"
+#include "core/consumer/version_store.h"
+#include "core/wire/protocol.h"
+#include "modelcast/consumer.h"
+#include "transports/transport_set.h"
+
+namespace modelcast::consumer {
+
+struct Stop {};
+using Event = std::variant<ChunkDone, Stop>;
+
+class ConsumerService {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Checks the options (Error(kInvalidArgument)), creates the transports and starts the
+  // service thread, which begins to join the producer.
+  explicit ConsumerService(ConsumerOptions options);
+  ~ConsumerService();  // stops the service thread; views already handed out stay valid
+
+  ModelView acquire() const { return store_.acquire(); }
+  ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
+    return store_.wait_for(version, timeout);
+  }
+  ConsumerStats stats() const {
+    std::lock_guard lock(mutex_);
+    return stats_;
+  }
+
+ private:
+  template <typename Mutate>
+  void count(Mutate&& mutate) {
+    std::lock_guard lock(mutex_);
+    mutate(stats_);
+  }
+
+  // Nothing a peer sends may end the inference process: a failure while handling it is
+  // reported (on_error, stats) and the last good version stays served.
+  template <typename Step>
+  void guarded(Step&& step) {
+    try {
+      step();
+    } catch (const Error& e) {
+      report(e);
+    } catch (const zmq::error_t& e) {
+      report(Error(ErrorCode::kTransport, std::string("control plane: ") + e.what()));
+    } catch (const std::bad_alloc&) {
+      abandon_fetch("out of memory", true);
+      report(Error(ErrorCode::kResource, "out of memory while handling a message from the producer"));
+    } catch (const std::exception& e) {
+      report(Error(ErrorCode::kProtocol, std::string("while handling a message from the producer: ") + e.what()));
+    }
+  }
+
+  // ---- service thread ------------------------------------------------------------------
+  void service_loop();
+  std::chrono::milliseconds tick() const;
+  void join();
+  // After the producer died or restarted: fresh transports (a fresh UCX worker). On one host
+  // endpoints run without peer-failure handling (UCX offers shared memory only so), and a peer
+  // that dies there leaves the worker in an undefined state (seen: a UCX assertion when the next
+  // producer's data came in). Buffers that views or unfinished receives still hold keep the old
+  // transport alive.
+  void rejoin_afresh(const std::string& why);
+  void on_handshake_events();
+  void check_producer_alive();
+  // A transfer the producer answered but never finishes (its lease lapsed, a sender hung) is
+  // given up, so the consumer asks for the newest version again instead of waiting for ever.
+  void check_transfer_deadline();
+  void bad_message(const std::string& what);
+  std::optional<protocol::Message> decode(const zmq::message_t& frame, const protocol::DecodeLimits& limits);
+  void on_announce(std::vector<zmq::message_t>& parts);
+  void on_reply(std::vector<zmq::message_t>& parts);
+  void on_join_reply(const protocol::JoinReply& reply);
+  // What we hold: a newer announced version of this incarnation, or any version of a new one.
+  bool wants(std::uint64_t version) const;
+  void maybe_fetch();
+  void on_fetch_reply(const protocol::FetchReply& reply);
+  // A finished fetch: verified and installed, or rejected; acked either way.
+  void finish(std::optional<FinishedFetch> done);
+  std::optional<std::pair<Manifest, std::uint64_t>> abandon_fetch(const std::string& why, bool counted);
+  // Counted and reported before the ack: the ack is what the outside world sees first.
+  void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
+  void report(const Error& error);
+  void send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error);
+
+  ConsumerOptions options_;
+  std::shared_ptr<spdlog::logger> log_;
+  // Shared with transfer completions: views keep the transport (and so late completions of
+  // cancelled receives) alive after this Consumer is gone.
+  std::shared_ptr<EventQueue<Event>> events_ = std::make_shared<EventQueue<Event>>();
+
+  mutable std::mutex mutex_;
+  ConsumerStats stats_;  // guarded by mutex_
+
+  ProducerLink link_;        // service thread only after construction
+  // What the next join offers; replaced when the producer is replaced. Service thread only.
+  std::unique_ptr<transport::TransportSet> offered_;
+  VersionStore store_;       // see its header
+  FetchClient fetch_;        // service thread only
+  VerifierPolicy policy_;    // immutable after construction
+  std::set<std::uint64_t> rejected_;   // service thread only
+  std::uint64_t newest_announced_ = 0;
+  Clock::time_point retry_fetch_after_{};
+  const std::uint64_t session_ = random_session();
+  std::thread service_;
+};
+
+}  // namespace modelcast::consumer

@@ -1,0 +1,121 @@
+// The fetch side of the consumer's service: ask for the newest version, take a buffer, finish
+// (verify and install, or reject) and ack. See service.h for the threads.
+#include "core/consumer/service.h"
+
+#include "common/clock.h"
+
+namespace modelcast::consumer {
+// What we hold: a newer announced version of this incarnation, or any version of a new one.
+bool ConsumerService::wants(std::uint64_t version) const {
+  if (version == 0 || rejected_.count(version)) return false;
+  auto current = store_.current();
+  if (!current || current->manifest.incarnation != link_.incarnation()) return true;
+  return version > current->manifest.version;
+}
+
+void ConsumerService::maybe_fetch() {
+  auto now = Clock::now();
+  if (fetch_.reply_overdue(now, options_.producer_timeout)) {
+    log_->warn("no answer to a fetch in {} ms; asking again", options_.producer_timeout.count());
+    fetch_.forget();
+  }
+  if (!link_.is_joined() || fetch_.in_flight() || !wants(newest_announced_)) return;
+  // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
+  // asking the producer again and again.
+  if (now < retry_fetch_after_ || !store_.buffer_available()) return;
+  link_.send(fetch_.begin(link_.incarnation(), newest_announced_, now));
+}
+
+void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
+  if (!fetch_.answers(reply)) return;  // a stale reply
+  if (!reply.ok) {
+    log_->debug("fetch refused: {}", reply.error);
+    fetch_.forget();
+    retry_fetch_after_ = Clock::now() + tick();
+    if (reply.refusal == protocol::Refusal::kNotJoined || reply.refusal == protocol::Refusal::kStaleIncarnation) {
+      join();
+    }
+    return;
+  }
+  const Manifest& manifest = reply.manifest;
+  std::shared_ptr<detail::ReceiveBuffer> buffer;
+  try {
+    check_reply(policy_, reply);
+    buffer = store_.take_buffer(manifest.total_bytes);
+  } catch (const std::bad_alloc&) {
+    return reject(manifest, reply.fetch_id, Error(ErrorCode::kResource, "cannot allocate " +
+                                                      std::to_string(manifest.total_bytes) + " bytes for version " +
+                                                      std::to_string(manifest.version)));
+  } catch (const Error& e) {
+    return reject(manifest, reply.fetch_id, e);
+  }
+  if (!buffer) {
+    std::string why = options_.caller_buffers.empty()
+                          ? "every receive buffer is held by a reader; will fetch the newest when one frees"
+                          : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
+    log_->debug("{}", why);
+    send_ack(manifest, reply.fetch_id, false, why);
+    fetch_.forget();
+    retry_fetch_after_ = Clock::now() + tick();
+    return;
+  }
+  finish(fetch_.accept(reply, std::move(buffer), Clock::now()));
+}
+
+// A finished fetch: verified and installed, or rejected; acked either way.
+void ConsumerService::finish(std::optional<FinishedFetch> done) {
+  if (!done) return;
+  if (!done->failure.empty()) {
+    log_->warn("transfer of version {} failed: {}", done->manifest.version, done->failure);
+    send_ack(done->manifest, done->fetch_id, false, done->failure);
+    count([](ConsumerStats& s) { s.transfers_aborted++; });
+    return;
+  }
+  try {
+    auto current = store_.current();
+    check_arrived(policy_, done->manifest, done->received, done->signature,
+                            current ? &current->manifest : nullptr);
+  } catch (const Error& e) {
+    return reject(done->manifest, done->fetch_id, e);
+  }
+  auto installed = std::make_shared<detail::InstalledVersion>();
+  installed->update_latency = std::chrono::nanoseconds(realtime_ns() - done->manifest.publish_time_ns);
+  installed->manifest = std::move(done->manifest);
+  installed->buffer = std::move(done->buffer);
+  const Manifest& m = installed->manifest;
+  // Stats first: a reader woken by the install sees them already counted.
+  count([&](ConsumerStats& s) {
+    s.current_version = m.version;
+    s.versions_installed++;
+    s.bytes_received += m.total_bytes;
+    s.last_update_latency = installed->update_latency;
+  });
+  store_.install(installed);
+  send_ack(m, done->fetch_id, true, {});
+  log_->debug("installed version {} (step {})", m.version, m.step);
+  if (options_.on_update) options_.on_update(ModelView(installed));
+}
+
+std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch(const std::string& why, bool counted) {
+  if (!fetch_.in_flight()) return std::nullopt;
+  auto abandoned = fetch_.abort();
+  log_->warn("discarding the transfer{}: {}",
+             abandoned ? " of version " + std::to_string(abandoned->first.version) : std::string(), why);
+  if (counted) count([](ConsumerStats& s) { s.transfers_aborted++; });
+  return abandoned;
+}
+
+// Counted and reported before the ack: the ack is what the outside world sees first.
+void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error) {
+  rejected_.insert(manifest.version);
+  fetch_.forget();
+  count([](ConsumerStats& s) { s.versions_rejected++; });
+  report(error);
+  send_ack(manifest, fetch_id, false, error.what());
+}
+
+void ConsumerService::send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error) {
+  link_.send(protocol::Ack{link_.incarnation(), manifest.version, fetch_id, ok, error});
+}
+
+}  // namespace modelcast::consumer

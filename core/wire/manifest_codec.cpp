@@ -1,0 +1,68 @@
+#include "core/wire/manifest_codec.h"
+
+namespace modelcast::wire {
+namespace {
+
+void pack_tensor(Packer& pk, const TensorEntry& t) {
+  pk.pack_map(8);
+  pk.pack("name"); pack_str(pk, t.spec.name);
+  pk.pack("dtype"); pk.pack(static_cast<std::uint8_t>(t.spec.dtype));
+  pk.pack("shape"); pk.pack(t.spec.shape);
+  pk.pack("mem"); pk.pack(static_cast<std::uint8_t>(t.spec.memory));
+  pk.pack("dev"); pk.pack(t.spec.device);
+  pk.pack("off"); pk.pack(t.offset);
+  pk.pack("size"); pk.pack(t.size);
+  pk.pack("xxh3"); pk.pack(t.digest);
+}
+
+TensorEntry unpack_tensor(const msgpack::object& object) {
+  Fields f(object, "manifest tensor");
+  TensorEntry t;
+  t.spec.name = f.get<std::string>("name");
+  t.spec.dtype = static_cast<DType>(f.get<std::uint8_t>("dtype"));
+  t.spec.shape = f.get<std::vector<std::int64_t>>("shape");
+  t.spec.memory = memory_kind(f.get<std::uint8_t>("mem"), "manifest tensor");
+  t.spec.device = f.get<int>("dev");
+  t.offset = f.get<std::uint64_t>("off");
+  t.size = f.get<std::uint64_t>("size");
+  t.digest = f.get<std::uint64_t>("xxh3");
+  return t;
+}
+
+}  // namespace
+
+void pack_manifest(Packer& pk, const Manifest& m) {
+  pk.pack_map(9);
+  pk.pack("model"); pack_str(pk, m.model);
+  pk.pack("inc"); pk.pack(m.incarnation);
+  pk.pack("ver"); pk.pack(m.version);
+  pk.pack("step"); pk.pack(m.step);
+  pk.pack("t_pub"); pk.pack(m.publish_time_ns);
+  pk.pack("meta"); pk.pack(m.metadata);
+  pk.pack("integrity"); pk.pack(m.integrity);
+  pk.pack("total"); pk.pack(m.total_bytes);
+  pk.pack("tensors");
+  pk.pack_array(static_cast<std::uint32_t>(m.tensors.size()));
+  for (const auto& t : m.tensors) pack_tensor(pk, t);
+}
+
+Manifest unpack_manifest(const msgpack::object& object) {
+  Fields f(object, "manifest");
+  Manifest m;
+  m.model = f.get<std::string>("model");
+  m.incarnation = f.get<std::uint64_t>("inc");
+  m.version = f.get<std::uint64_t>("ver");
+  m.step = f.get<std::int64_t>("step");
+  m.publish_time_ns = f.get<std::int64_t>("t_pub");
+  m.metadata = f.get<std::map<std::string, std::string>>("meta");
+  m.integrity = f.get<bool>("integrity");
+  m.total_bytes = f.get<std::uint64_t>("total");
+  const auto& tensors = f.at("tensors");
+  if (tensors.type != msgpack::type::ARRAY) fail("manifest: field 'tensors' is not an array");
+  for (std::uint32_t i = 0; i < tensors.via.array.size; ++i) {
+    m.tensors.push_back(unpack_tensor(tensors.via.array.ptr[i]));
+  }
+  return m;
+}
+
+}  // namespace modelcast::wire

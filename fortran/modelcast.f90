@@ -1,0 +1,340 @@
+! modelcast: the Fortran interface to modelcast's producer and consumer (over the C ABI,
+! include/modelcast/modelcast.h, through ISO_C_BINDING; see modelcast_c for the raw calls).
+!
+! Array order. modelcast describes tensors in row-major (C) order. A Fortran array is
+! column-major, so its shape is registered reversed: real(c_float) :: w(n, m) is published as
+! the tensor of shape [m, n], with the same bytes; a C, C++ or Python consumer reads element
+! w(i, j) at [j-1][i-1]. mc_view_copy applies the same rule back: the Fortran array it fills
+! must have the reversed shape of the tensor (w(n, m) for a tensor of shape [m, n]).
+!
+! Errors: every function returns an integer status (MC_OK = 0, else an MC_ERR_* code);
+! mc_last_error() then names the problem. Strings passed in lose trailing blanks and are copied.
+! Lifetimes: a registered array must stay allocated and unmoved (TARGET, no reallocation)
+! while the producer lives: modelcast reads it at each publish.
+module modelcast
+  use, intrinsic :: iso_c_binding
+  use modelcast_c
+  use modelcast_support
+  use modelcast_scheduler
+  implicit none
+  private
+  public :: MC_OK, MC_ERR_INVALID_ARGUMENT, MC_ERR_LAYOUT_MISMATCH, MC_ERR_PROTOCOL, MC_ERR_TRANSPORT, &
+      MC_ERR_TIMEOUT, MC_ERR_INTEGRITY, MC_ERR_STATE, MC_ERR_RESOURCE, MC_ERR_AUTHENTICATION, MC_ERR_UNKNOWN
+  public :: mc_producer, mc_consumer, mc_view
+  public :: mc_last_error, mc_status_name, mc_version_string
+  public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
+      mc_producer_publish, mc_producer_wait_for_consumers
+  public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version
+  public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy
+  public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
+      mc_scheduler_should_publish, mc_scheduler_set_costs
+  public :: MC_LOG_TRACE, MC_LOG_DEBUG, MC_LOG_INFO, MC_LOG_WARN, MC_LOG_ERROR, MC_LOG_CRITICAL, MC_LOG_OFF
+  public :: mc_log_handler, mc_set_log_handler, mc_set_log_level, mc_string
+
+  ! Handles; each owns its C object until the matching _destroy / _release.
+  type :: mc_producer
+    type(c_ptr) :: handle = c_null_ptr
+  end type
+  type :: mc_consumer
+    type(c_ptr) :: handle = c_null_ptr
+  end type
+  type :: mc_view
+    type(c_ptr) :: handle = c_null_ptr  ! c_null_ptr: no version yet
+  end type
+
+  ! Registers a contiguous array of any rank (real(c_float), real(c_double), integer(c_int32_t),
+  ! integer(c_int64_t)) under `name`, its shape reversed (see Array order). Before the first publish.
+  interface mc_producer_register
+    module procedure register_f32, register_f64, register_i32, register_i64
+  end interface
+  ! Copies the tensor `name` of a view into an array of the same type and reversed shape.
+  interface mc_view_copy
+    module procedure copy_f32, copy_f64, copy_i32, copy_i64
+  end interface
+
+contains
+
+  ! ---- strings -------------------------------------------------------------------------
+
+  ! "ok", "timeout", ... for a status.
+  function mc_status_name(status) result(text)
+    integer, intent(in) :: status
+    character(len=:), allocatable :: text
+    text = f_string(mc_status_name_c(int(status, c_int)))
+  end function
+
+  ! The loaded library's version, e.g. "0.1.0".
+  function mc_version_string() result(text)
+    character(len=:), allocatable :: text
+    text = f_string(mc_version_string_c())
+  end function
+
+  ! ---- logging -------------------------------------------------------------------------
+
+  ! Routes modelcast's log messages to `handler` (a bind(c) subroutine with the mc_log_handler
+  ! interface; mc_string turns its C strings into Fortran ones), with `user_data` passed back;
+  ! without a handler, back to stderr. The handler runs on modelcast's threads, one call at a
+  ! time, and must not call into modelcast (see mc_set_log_handler in modelcast_runtime.h).
+  integer function mc_set_log_handler(handler, user_data) result(status)
+    procedure(mc_log_handler), optional :: handler
+    type(c_ptr), intent(in), optional :: user_data
+    type(c_ptr) :: data
+    data = c_null_ptr
+    if (present(user_data)) data = user_data
+    if (present(handler)) then
+      status = from_c(mc_set_log_handler_c(c_funloc(handler), data))
+    else
+      status = from_c(mc_set_log_handler_c(c_null_funptr, data))
+    end if
+  end function
+
+  ! Level of every modelcast logger (MC_LOG_TRACE .. MC_LOG_OFF), instead of MODELCAST_LOG_LEVEL.
+  integer function mc_set_log_level(level) result(status)
+    integer, intent(in) :: level
+    status = from_c(mc_set_log_level_c(int(level, c_int)))
+  end function
+
+  ! A C string (as a log handler receives them) as a Fortran string.
+  function mc_string(pointer) result(text)
+    type(c_ptr), intent(in) :: pointer
+    character(len=:), allocatable :: text
+    text = f_string(pointer)
+  end function
+
+  ! ---- producer ------------------------------------------------------------------------
+
+  ! Binds control_endpoint (default "tcp://127.0.0.1:0": a free port; read it back with
+  ! mc_producer_endpoint) and starts the producer's threads. key_file: a modelcast-keygen key
+  ! pair (CurveZMQ, signed versions); without one, plaintext on loopback/ipc:// only.
+  integer function mc_producer_create(producer, model_name, control_endpoint, key_file, allow_any_consumer, &
+                                      integrity) result(status)
+    type(mc_producer), intent(out) :: producer
+    character(len=*), intent(in) :: model_name
+    character(len=*), intent(in), optional :: control_endpoint, key_file
+    logical, intent(in), optional :: allow_any_consumer, integrity
+    type(mc_producer_options_t) :: options
+    character(kind=c_char), allocatable, target :: name_c(:), endpoint_c(:), key_c(:)
+    call mc_producer_options_init_c(options)
+    if (options%struct_size /= c_sizeof(options)) then
+      status = struct_mismatch("mc_producer_create", options%struct_size, c_sizeof(options))
+      return
+    end if
+    call to_c(model_name, name_c)
+    options%model_name = c_loc(name_c)
+    if (present(control_endpoint)) then
+      call to_c(control_endpoint, endpoint_c)
+      options%control_endpoint = c_loc(endpoint_c)
+    end if
+    if (present(key_file)) then
+      call to_c(key_file, key_c)
+      options%key_file = c_loc(key_c)
+    end if
+    if (present(allow_any_consumer)) options%allow_any_consumer = merge(1_c_int, 0_c_int, allow_any_consumer)
+    if (present(integrity)) options%integrity = merge(1_c_int, 0_c_int, integrity)
+    status = from_c(mc_producer_create_c(options, producer%handle))
+  end function
+
+  ! Stops the producer and frees it; transfers in flight are abandoned.
+  subroutine mc_producer_destroy(producer)
+    type(mc_producer), intent(inout) :: producer
+    call mc_producer_destroy_c(producer%handle)
+    producer%handle = c_null_ptr
+  end subroutine
+
+  ! The control endpoint actually bound, for consumers.
+  function mc_producer_endpoint(producer) result(endpoint)
+    type(mc_producer), intent(in) :: producer
+    character(len=:), allocatable :: endpoint
+    endpoint = f_string(mc_producer_endpoint_c(producer%handle))
+  end function
+
+  integer function register_raw(producer, name, dtype, extents, data) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    integer(c_int), intent(in) :: dtype
+    integer, intent(in) :: extents(:)
+    type(c_ptr), intent(in) :: data
+    character(kind=c_char), allocatable, target :: name_c(:)
+    integer(c_int64_t) :: shape(max(1, size(extents)))
+    integer :: i, n
+    n = size(extents)
+    do i = 1, n  ! column-major extents, reversed into row-major order
+      shape(i) = int(extents(n + 1 - i), c_int64_t)
+    end do
+    call to_c(name, name_c)
+    status = from_c(mc_producer_register_tensor_c(producer%handle, c_loc(name_c), dtype, int(n, c_size_t), shape, data))
+  end function
+
+  integer function register_f32(producer, name, array) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    real(c_float), dimension(..), target, contiguous, intent(in) :: array
+    status = register_raw(producer, name, MC_DTYPE_F32, shape(array), c_loc(array))
+  end function
+  integer function register_f64(producer, name, array) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    real(c_double), dimension(..), target, contiguous, intent(in) :: array
+    status = register_raw(producer, name, MC_DTYPE_F64, shape(array), c_loc(array))
+  end function
+  integer function register_i32(producer, name, array) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    integer(c_int32_t), dimension(..), target, contiguous, intent(in) :: array
+    status = register_raw(producer, name, MC_DTYPE_I32, shape(array), c_loc(array))
+  end function
+  integer function register_i64(producer, name, array) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    integer(c_int64_t), dimension(..), target, contiguous, intent(in) :: array
+    status = register_raw(producer, name, MC_DTYPE_I64, shape(array), c_loc(array))
+  end function
+
+  ! Copies every registered array into a snapshot and returns; delivery runs in the background.
+  ! version (optional) receives the number assigned to this publish.
+  integer function mc_producer_publish(producer, step, version) result(status)
+    type(mc_producer), intent(in) :: producer
+    integer(c_int64_t), intent(in) :: step
+    integer(c_int64_t), intent(out), optional :: version
+    type(mc_publish_result_t) :: result
+    status = from_c(mc_producer_publish_c(producer%handle, step, c_null_ptr, c_null_ptr, 0_c_size_t, result))
+    if (present(version)) version = result%version
+  end function
+
+  ! Waits at most timeout_ms until `count` consumers have joined (MC_ERR_TIMEOUT otherwise).
+  integer function mc_producer_wait_for_consumers(producer, count, timeout_ms) result(status)
+    type(mc_producer), intent(in) :: producer
+    integer, intent(in) :: count
+    integer(c_int64_t), intent(in) :: timeout_ms
+    status = from_c(mc_producer_wait_for_consumers_c(producer%handle, int(count, c_size_t), timeout_ms))
+  end function
+
+  ! ---- consumer ------------------------------------------------------------------------
+
+  ! Starts a consumer of `model_name` at the producer's control endpoint (it joins in the
+  ! background). producer_public_key (Z85) pins the producer; key_file is this consumer's key pair.
+  integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file) &
+      result(status)
+    type(mc_consumer), intent(out) :: consumer
+    character(len=*), intent(in) :: producer_endpoint, model_name
+    character(len=*), intent(in), optional :: producer_public_key, key_file
+    type(mc_consumer_options_t) :: options
+    character(kind=c_char), allocatable, target :: endpoint_c(:), name_c(:), public_c(:), key_c(:)
+    call mc_consumer_options_init_c(options)
+    if (options%struct_size /= c_sizeof(options)) then
+      status = struct_mismatch("mc_consumer_create", options%struct_size, c_sizeof(options))
+      return
+    end if
+    call to_c(producer_endpoint, endpoint_c)
+    call to_c(model_name, name_c)
+    options%producer_endpoint = c_loc(endpoint_c)
+    options%model_name = c_loc(name_c)
+    if (present(producer_public_key)) then
+      call to_c(producer_public_key, public_c)
+      options%producer_public_key = c_loc(public_c)
+    end if
+    if (present(key_file)) then
+      call to_c(key_file, key_c)
+      options%key_file = c_loc(key_c)
+    end if
+    status = from_c(mc_consumer_create_c(options, consumer%handle))
+  end function
+
+  ! Stops the consumer; views already acquired stay valid until released.
+  subroutine mc_consumer_destroy(consumer)
+    type(mc_consumer), intent(inout) :: consumer
+    call mc_consumer_destroy_c(consumer%handle)
+    consumer%handle = c_null_ptr
+  end subroutine
+
+  ! The newest installed version (view%handle stays c_null_ptr before the first one).
+  integer function mc_consumer_acquire(consumer, view) result(status)
+    type(mc_consumer), intent(in) :: consumer
+    type(mc_view), intent(out) :: view
+    status = from_c(mc_consumer_acquire_c(consumer%handle, view%handle))
+  end function
+
+  ! Waits at most timeout_ms for version `version` or newer (MC_ERR_TIMEOUT otherwise).
+  integer function mc_consumer_wait_for_version(consumer, version, timeout_ms, view) result(status)
+    type(mc_consumer), intent(in) :: consumer
+    integer(c_int64_t), intent(in) :: version, timeout_ms
+    type(mc_view), intent(out) :: view
+    status = from_c(mc_consumer_wait_for_version_c(consumer%handle, version, timeout_ms, view%handle))
+  end function
+
+  ! ---- views ---------------------------------------------------------------------------
+
+  ! Gives the version back; release every view (its bytes stay unchanged until then).
+  subroutine mc_view_release(view)
+    type(mc_view), intent(inout) :: view
+    call mc_view_release_c(view%handle)
+    view%handle = c_null_ptr
+  end subroutine
+
+  integer(c_int64_t) function mc_view_version(view)
+    type(mc_view), intent(in) :: view
+    mc_view_version = mc_view_version_c(view%handle)
+  end function
+
+  integer(c_int64_t) function mc_view_step(view)
+    type(mc_view), intent(in) :: view
+    mc_view_step = mc_view_step_c(view%handle)
+  end function
+
+  ! Checks that tensor `name` has `dtype` and the reverse of `extents`, then copies its bytes.
+  integer function copy_raw(view, name, dtype, extents, destination) result(status)
+    type(mc_view), intent(in) :: view
+    character(len=*), intent(in) :: name
+    integer(c_int), intent(in) :: dtype
+    integer, intent(in) :: extents(:)
+    type(c_ptr), intent(in) :: destination
+    character(kind=c_char), allocatable, target :: name_c(:)
+    type(mc_tensor_info_t) :: info
+    type(c_ptr) :: ignored
+    integer(c_int64_t), pointer :: shape(:)
+    integer :: n
+    call to_c(name, name_c)
+    status = from_c(mc_view_find_tensor_c(view%handle, c_loc(name_c), info))
+    if (status /= MC_OK) return
+    n = size(extents)
+    if (info%dtype /= dtype) then
+      status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // &
+          "' holds another element type than the Fortran array")
+      return
+    end if
+    call c_f_pointer(info%shape, shape, [int(info%ndim)])
+    if (int(info%ndim) /= n .or. any(shape /= int(extents(n:1:-1), c_int64_t))) then
+      status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // "' has shape " // &
+          shape_text(shape) // "; the Fortran array must have the reversed shape, not " // &
+          shape_text(int(extents, c_int64_t)))
+      return
+    end if
+    ignored = c_memcpy(destination, info%data, info%size_bytes)
+    status = MC_OK
+  end function
+
+  integer function copy_f32(view, name, array) result(status)
+    type(mc_view), intent(in) :: view
+    character(len=*), intent(in) :: name
+    real(c_float), dimension(..), target, contiguous, intent(inout) :: array
+    status = copy_raw(view, name, MC_DTYPE_F32, shape(array), c_loc(array))
+  end function
+  integer function copy_f64(view, name, array) result(status)
+    type(mc_view), intent(in) :: view
+    character(len=*), intent(in) :: name
+    real(c_double), dimension(..), target, contiguous, intent(inout) :: array
+    status = copy_raw(view, name, MC_DTYPE_F64, shape(array), c_loc(array))
+  end function
+  integer function copy_i32(view, name, array) result(status)
+    type(mc_view), intent(in) :: view
+    character(len=*), intent(in) :: name
+    integer(c_int32_t), dimension(..), target, contiguous, intent(inout) :: array
+    status = copy_raw(view, name, MC_DTYPE_I32, shape(array), c_loc(array))
+  end function
+  integer function copy_i64(view, name, array) result(status)
+    type(mc_view), intent(in) :: view
+    character(len=*), intent(in) :: name
+    integer(c_int64_t), dimension(..), target, contiguous, intent(inout) :: array
+    status = copy_raw(view, name, MC_DTYPE_I64, shape(array), c_loc(array))
+  end function
+end module modelcast

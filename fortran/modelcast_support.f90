@@ -1,0 +1,94 @@
+! modelcast_support: what the `modelcast` module's calls share: strings to and from C, and the
+! error text of failures the module finds itself (mc_last_error reports those and the C library's).
+module modelcast_support
+  use, intrinsic :: iso_c_binding
+  use modelcast_c
+  implicit none
+  private
+  public :: to_c, f_string, mc_last_error, from_c, module_failure, struct_mismatch, shape_text
+
+  ! A failure this module found itself (no C call failed): mc_last_error reports it until the
+  ! next failing call. Per process, like the module's other state.
+  character(len=:), allocatable :: module_error
+
+contains
+
+  ! chars = text without trailing blanks, NUL-terminated, for the C side. (A subroutine: gfortran
+  ! 12 warns, wrongly, about the bounds of an allocatable assigned a function's array result.)
+  pure subroutine to_c(text, chars)
+    character(len=*), intent(in) :: text
+    character(kind=c_char), allocatable, intent(out) :: chars(:)
+    integer :: i, n
+    n = len_trim(text)
+    allocate(chars(n + 1))
+    do i = 1, n
+      chars(i) = text(i:i)
+    end do
+    chars(n + 1) = c_null_char
+  end subroutine
+
+  function f_string(pointer) result(text)
+    type(c_ptr), intent(in) :: pointer
+    character(len=:), allocatable :: text
+    character(kind=c_char), pointer :: chars(:)
+    integer :: i, n
+    n = 0
+    if (c_associated(pointer)) n = int(c_strlen(pointer))
+    allocate(character(len=n) :: text)
+    if (n == 0) return
+    call c_f_pointer(pointer, chars, [n])
+    do i = 1, n
+      text(i:i) = chars(i)
+    end do
+  end function
+
+  ! The text of the last failure ("" if none): the C library's (per thread) or this module's.
+  function mc_last_error() result(text)
+    character(len=:), allocatable :: text
+    if (allocated(module_error)) then
+      text = module_error
+    else
+      text = f_string(mc_last_error_c())
+    end if
+  end function
+
+  ! A status from the C library; a failure there replaces any failure of this module.
+  integer function from_c(status)
+    integer(c_int), intent(in) :: status
+    if (status /= MC_OK .and. allocated(module_error)) deallocate(module_error)
+    from_c = status
+  end function
+
+  ! A failure found by this module: remembered for mc_last_error, returned as the status.
+  integer function module_failure(status, text)
+    integer(c_int), intent(in) :: status
+    character(len=*), intent(in) :: text
+    module_error = text
+    module_failure = status
+  end function
+
+  ! The check both create functions make: this module's copy of the options struct must be the
+  ! library's (an older module against a newer library, or the reverse, would corrupt it).
+  integer function struct_mismatch(what, library_size, module_size)
+    character(len=*), intent(in) :: what
+    integer(c_size_t), intent(in) :: library_size, module_size
+    character(len=160) :: text
+    write(text, '(a,a,i0,a,i0,a)') what, ": the library's struct has ", library_size, " bytes, this module's ", &
+        module_size, ": rebuild the modelcast Fortran module against this library"
+    struct_mismatch = module_failure(MC_ERR_UNKNOWN, trim(text))
+  end function
+
+  ! "[4,3]" for messages.
+  function shape_text(extents) result(text)
+    integer(c_int64_t), intent(in) :: extents(:)
+    character(len=:), allocatable :: text
+    character(len=24) :: number
+    integer :: i
+    text = "["
+    do i = 1, size(extents)
+      write(number, '(i0)') extents(i)
+      text = text // trim(number) // merge(",", "]", i < size(extents))
+    end do
+    if (size(extents) == 0) text = "[]"
+  end function
+end module modelcast_support

@@ -1,0 +1,78 @@
+/* modelcast C ABI: the online publish scheduler (C++: modelcast/predictor_online.h). Part of modelcast.h (which includes it); conventions as there. */
+#ifndef MODELCAST_MODELCAST_SCHEDULER_H
+#define MODELCAST_MODELCAST_SCHEDULER_H
+
+#include "modelcast/modelcast.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- online publish scheduler (include/modelcast/predictor_online.h) ----------------------- */
+
+/* Decides, inside the trainer, at each logged loss whether to publish now: it forecasts the
+ * rest of the loss curve and weighs the training stall of a publish against the inference
+ * loss saved by serving fresher weights (the model of modelcast-tune). */
+typedef struct mc_scheduler mc_scheduler_t; /* opaque */
+
+typedef struct mc_scheduler_options {
+  size_t struct_size;        /* set by mc_scheduler_options_init; do not change */
+  int64_t total_steps;       /* required, > 0: planned length of the run (last logged step) */
+  int64_t warmup_step;       /* inference starts when this step completes (must be observed); default 0 */
+  double publish_cost_s;     /* c: training stall per publish, >= 0; default 0 */
+  double update_latency_s;   /* d: stall end until the version is servable, >= 0; default 0 */
+  double request_rate;       /* r: inference requests per second, > 0; default 1 */
+  double window_s;           /* inference window; NaN (default): forecast end minus warm-up time */
+  double max_slowdown_s;     /* cap on publish_cost_s x publishes; default +infinity (no cap) */
+  /* Refit policy, as OnlineOptions documents it: refit when the observed points grew by this
+   * factor (default 0.5), at every point below refit_every_below points (default 24), or when
+   * refit_band_points points left the forecast band (default 0: off). */
+  double refit_growth;
+  int refit_band_points;
+  int refit_every_below;
+  int max_candidates;        /* future publish candidates a plan weighs; default 160 */
+} mc_scheduler_options;
+
+/* Fills `options` with the defaults above (and struct_size). No-op on NULL; thread-safe. */
+MODELCAST_API void mc_scheduler_options_init(mc_scheduler_options* options);
+
+/* *out gets a scheduler the caller owns (mc_scheduler_destroy); NULL on error.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL options/out, struct_size unset, total_steps <= 0,
+ * negative or non-finite costs, request_rate <= 0). Thread-safe. */
+MODELCAST_API mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_t** out);
+
+/* Frees the scheduler. NULL is a no-op. */
+MODELCAST_API void mc_scheduler_destroy(mc_scheduler_t* scheduler);
+
+/* Feeds one logged loss. wall_time_s is the trainer's clock, including the stalls of earlier
+ * publishes. A scheduler is driven by one thread at a time (this and the calls below).
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL scheduler, step not above the previous one, loss or
+ * time not finite). */
+MODELCAST_API mc_status mc_scheduler_observe(mc_scheduler_t* scheduler, int64_t step, double loss,
+                                             double wall_time_s);
+
+/* *publish = 1 when publishing now (at `step`, the latest observed step) is the first move of
+ * the best plan for the rest of the run, else 0; a 1 is recorded as a publish. Always 0 up to
+ * the warm-up step. May take tens of ms when it refits the forecast.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL scheduler/publish, step not the latest observed). */
+MODELCAST_API mc_status mc_scheduler_should_publish(mc_scheduler_t* scheduler, int64_t step, int* publish);
+
+/* Updates c and d from measured values (e.g. mc_publish_result.stall_ns).
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL scheduler, negative or non-finite values). */
+MODELCAST_API mc_status mc_scheduler_set_costs(mc_scheduler_t* scheduler, double publish_cost_s,
+                                               double update_latency_s);
+
+/* Number of publishes recommended so far; 0 for NULL. Never fails. */
+MODELCAST_API size_t mc_scheduler_publish_count(const mc_scheduler_t* scheduler);
+
+/* Copies up to `capacity` recommended publish steps, oldest first, into `steps` and their
+ * total number into *count (which may exceed capacity). Errors: MC_ERR_INVALID_ARGUMENT (NULL
+ * scheduler or count; NULL steps with capacity > 0). */
+MODELCAST_API mc_status mc_scheduler_published_steps(const mc_scheduler_t* scheduler, int64_t* steps,
+                                                     size_t capacity, size_t* count);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* MODELCAST_MODELCAST_SCHEDULER_H */

@@ -1,0 +1,79 @@
+// Hedged planning: a forecast is one guess, and a plan that trusts it blindly captures nothing
+// when the guess is "flat" and the run later drops (a learning-rate decay, new data arriving).
+// The forecast is turned into weighted scenarios (the ensemble's members, the edges of its band,
+// and regime changes: further drops of the loss at several points of the rest of the run), and
+// the plan minimises the EXPECTED cumulative inference loss over them.
+//
+// Under the planner's workflow model the CIL of a fixed schedule is linear in the loss values
+// (times do not depend on the scenario), so the expected CIL of every schedule equals its CIL on
+// the scenarios' weighted mean path, and the exact planner on that path is the exact
+// expected-CIL optimum. The scenarios are kept for reporting how the plan would fare in each
+// (expected regret and its spread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "modelcast/error.h"
+#include "modelcast/predictor_forecast.h"
+#include "modelcast/predictor_planner.h"
+
+namespace modelcast::predictor {
+
+struct HedgeOptions {
+  // Total probability of a regime change in the rest of the run: the loss falls by
+  // change_depth x (its current level) at one of change_times evenly spread points. This is
+  // the mass that keeps a plan from betting everything on a flat forecast. The defaults are for
+  // plans made in advance, chosen on the development curves of bench/data (all families; the
+  // benchmark's per-family figures choose leave-one-family-out); the online scheduler, which
+  // sees the run as it goes, assumes no regime change (OnlineOptions::hedge_options).
+  double change_probability = 0.5;
+  double change_depth = 0.3;
+  int change_times = 4;
+  // Probability given to the two edges of the forecast's band (lower and upper path); they
+  // leave the mean unchanged and widen the regret spread.
+  double band_probability = 0.2;
+  // Cap every scenario at the run's current level (median of the newest three observed losses):
+  // a forecast that rises makes "publish now, before it gets worse" look urgent, and a stall
+  // spent on that small gain is missing when the loss really drops.
+  bool cap_at_current_level = true;
+};
+
+struct Scenario {
+  std::string kind;          // "member:<family>", "band_lower", "band_upper", "change@<step>"
+  double weight = 0.0;       // weights sum to 1
+  std::vector<double> loss;  // at Forecast::steps
+};
+
+struct HedgedForecast {
+  Forecast forecast;  // loss = expected path over the scenarios; band, times, members unchanged
+  std::vector<Scenario> scenarios;
+  bool hedged = false;  // false when the forecast was declared certain (a zero-width band)
+};
+
+// Scenarios of the rest of the run around forecast (made from observed). A forecast whose band
+// has zero width everywhere is a caller's statement of certainty (e.g. a known curve) and is
+// returned unchanged as the only scenario. Throws Error(kInvalidArgument) on a malformed forecast
+// (lengths differ) or options out of range (probabilities outside [0, 1] or summing above 1,
+// negative depth, change_times < 1).
+HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Forecast& forecast,
+                              const HedgeOptions& options);
+
+// How a schedule fares in each scenario, against that scenario's own optimum.
+struct RegretSpread {
+  double expected_pct = 0.0;  // weighted mean regret over scenarios with an achievable gain
+  double p10_pct = 0.0, p50_pct = 0.0, p90_pct = 0.0;  // weighted quantiles
+  std::size_t scenarios = 0;         // scenarios with an achievable gain
+  double gain_probability = 0.0;     // their total weight
+};
+
+// Regret of publish_steps (steps of the forecast grid or the prefix after the warm-up) in every
+// scenario: prefix + scenario path, with the forecast's times. warmup_index indexes prefix.
+RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmup_index,
+                           const HedgedForecast& hedged, const PublishCosts& costs,
+                           std::span<const std::int64_t> publish_steps);
+
+}  // namespace modelcast::predictor

@@ -1,0 +1,60 @@
+"""Consumer: lives in the inference process and always has the newest installed version."""
+
+from . import _core
+from ._dtypes import tensor_spec
+from .producer import _live, check_callback, options_from
+
+
+class Consumer:
+    """Receives versions from the producer at ``producer_endpoint`` in the background.
+
+    Keyword options mirror ``modelcast::ConsumerOptions`` (``model_name``, ``consumer_name``,
+    ``expected_layout`` as TensorSpecs or (name, dtype, shape) tuples, ``buffers``, ``transports``,
+    ``producer_timeout`` and ``transfer_timeout`` in seconds, ``max_model_bytes``,
+    ``producer_public_key``, ``key``, ``key_file``, ``allow_plaintext_remote``). Caller-owned
+    receive buffers are not offered in Python.
+
+    ``on_update(view)`` and ``on_error(error)`` run on the consumer's service thread with the GIL
+    taken (keep them short: the next update waits); an exception they raise is reported through
+    ``sys.unraisablehook`` and counted in ``callback_errors``. Construction does not wait for the
+    producer. Raises InvalidArgumentError for bad options (a malformed endpoint included).
+    All methods are thread-safe.
+    """
+
+    def __init__(self, producer_endpoint, *, on_update=None, on_error=None, expected_layout=None, **options):
+        check_callback("Consumer", "on_update", on_update)
+        check_callback("Consumer", "on_error", on_error)
+        opts = options_from(_core.ConsumerOptions, options, "Consumer")
+        opts.producer_endpoint = producer_endpoint
+        if expected_layout is not None:
+            opts.expected_layout = [tensor_spec(e) for e in expected_layout]
+        self._impl = _core._Consumer(opts, on_update, on_error)
+        _live.add(self)
+
+    def acquire(self):
+        """The newest installed ModelView, or None before the first. Never blocks on transfers."""
+        return self._impl.acquire()
+
+    def wait_for_version(self, version, timeout):
+        """The newest ModelView once a version >= ``version`` is installed, or None after
+        ``timeout`` seconds. Releases the GIL while waiting."""
+        return self._impl.wait_for_version(version, timeout)
+
+    def stats(self):
+        """A ConsumerStats snapshot."""
+        return self._impl.stats()
+
+    @property
+    def callback_errors(self):
+        """How many times on_update / on_error raised."""
+        return self._impl.callback_errors
+
+    def close(self):
+        """Stops the consumer. Views, arrays and tensors taken from it stay valid. Idempotent."""
+        self._impl.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,132 @@
+// Consumer for Python. Blocking calls (construction, wait_for_version, close) run with the GIL
+// released; on_update/on_error run on the consumer's service thread with the GIL taken, and an
+// exception they raise is reported (sys.unraisablehook) and counted, never fatal.
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "bindings.h"
+#include "errors.h"
+#include "modelcast/consumer.h"
+#include "py_callback.h"
+
+namespace modelcast::python {
+namespace {
+
+double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+std::optional<ModelView> or_none(ModelView v) {
+  if (v.empty()) return std::nullopt;
+  return v;
+}
+
+class PyConsumer {
+ public:
+  // `on_update` (a callable taking a ModelView) and `on_error` (taking a modelcast.Error) may
+  // be None.
+  PyConsumer(ConsumerOptions options, const py::object& on_update, const py::object& on_error)
+      : callback_errors_(std::make_shared<std::atomic<std::uint64_t>>(0)) {
+    if (!on_update.is_none()) {
+      PyCallback cb(on_update.cast<py::function>(), callback_errors_);
+      options.on_update = [cb](const ModelView& v) {
+        cb.call("modelcast.Consumer on_update callback", [&] { return py::make_tuple(v); });
+      };
+    }
+    if (!on_error.is_none()) {
+      PyCallback cb(on_error.cast<py::function>(), callback_errors_);
+      options.on_error = [cb](const Error& e) {
+        cb.call("modelcast.Consumer on_error callback", [&] { return py::make_tuple(python_error(e.code(), e.what())); });
+      };
+    }
+    py::gil_scoped_release nogil;
+    consumer_ = std::make_shared<Consumer>(std::move(options));
+  }
+  ~PyConsumer() { close(); }
+
+  std::optional<ModelView> acquire() { return with_consumer([](Consumer& c) { return or_none(c.acquire()); }); }
+  std::optional<ModelView> wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) {
+    return with_consumer([&](Consumer& c) { return or_none(c.wait_for_version(version, timeout)); });
+  }
+  ConsumerStats stats() { return with_consumer([](Consumer& c) { return c.stats(); }); }
+  std::uint64_t callback_errors() const { return callback_errors_->load(); }
+  bool closed() const { return consumer_ == nullptr; }
+
+  // Stops the consumer; its threads finish with the GIL released (a callback in flight needs
+  // it). Views already handed out stay valid. A call still running on another thread keeps the
+  // Consumer alive until it returns.
+  void close() {
+    std::shared_ptr<Consumer> c = std::move(consumer_);
+    if (!c) return;
+    py::gil_scoped_release nogil;
+    c.reset();
+  }
+
+ private:
+  template <typename F>
+  auto with_consumer(F&& f) -> decltype(f(std::declval<Consumer&>())) {
+    std::shared_ptr<Consumer> c = consumer_;
+    if (!c) throw Error(ErrorCode::kState, "the Consumer is closed");
+    py::gil_scoped_release nogil;
+    struct Drop {
+      std::shared_ptr<Consumer>& c;
+      ~Drop() { c.reset(); }
+    } drop{c};
+    return f(*c);
+  }
+
+  std::shared_ptr<Consumer> consumer_;
+  std::shared_ptr<std::atomic<std::uint64_t>> callback_errors_;
+};
+
+}  // namespace
+
+void bind_consumer(py::module_& m) {
+  py::class_<ConsumerOptions>(m, "ConsumerOptions", "Mirrors modelcast::ConsumerOptions; durations in seconds.")
+      .def(py::init<>())
+      .def_readwrite("producer_endpoint", &ConsumerOptions::producer_endpoint)
+      .def_readwrite("model_name", &ConsumerOptions::model_name)
+      .def_readwrite("consumer_name", &ConsumerOptions::consumer_name)
+      .def_readwrite("expected_layout", &ConsumerOptions::expected_layout)
+      .def_readwrite("buffers", &ConsumerOptions::buffers)
+      .def_readwrite("transports", &ConsumerOptions::transports)
+      .def_readwrite("producer_timeout", &ConsumerOptions::producer_timeout)
+      .def_readwrite("transfer_timeout", &ConsumerOptions::transfer_timeout)
+      .def_readwrite("max_model_bytes", &ConsumerOptions::max_model_bytes)
+      .def_readwrite("producer_public_key", &ConsumerOptions::producer_public_key)
+      .def_readwrite("key", &ConsumerOptions::key)
+      .def_readwrite("key_file", &ConsumerOptions::key_file)
+      .def_readwrite("allow_plaintext_remote", &ConsumerOptions::allow_plaintext_remote);
+
+  py::class_<ConsumerStats>(m, "ConsumerStats", "Counters of a Consumer (a snapshot).")
+      .def_readonly("current_version", &ConsumerStats::current_version)
+      .def_readonly("versions_installed", &ConsumerStats::versions_installed)
+      .def_readonly("versions_rejected", &ConsumerStats::versions_rejected)
+      .def_readonly("transfers_aborted", &ConsumerStats::transfers_aborted)
+      .def_readonly("bad_messages", &ConsumerStats::bad_messages)
+      .def_readonly("reconnects", &ConsumerStats::reconnects)
+      .def_readonly("failed_handshakes", &ConsumerStats::failed_handshakes)
+      .def_readonly("bytes_received", &ConsumerStats::bytes_received)
+      .def_property_readonly("last_update_latency_s",
+                             [](const ConsumerStats& s) { return seconds(s.last_update_latency); })
+      .def_property_readonly("last_notify_latency_s",
+                             [](const ConsumerStats& s) { return seconds(s.last_notify_latency); })
+      .def_readonly("last_error", &ConsumerStats::last_error)
+      .def_readonly("transport", &ConsumerStats::transport);
+
+  py::class_<PyConsumer>(m, "_Consumer", "Internal: use modelcast.Consumer.")
+      .def(py::init<ConsumerOptions, py::object, py::object>(), py::arg("options"), py::arg("on_update"),
+           py::arg("on_error"))
+      .def("acquire", &PyConsumer::acquire)
+      .def("wait_for_version", &PyConsumer::wait_for_version, py::arg("version"), py::arg("timeout"))
+      .def("stats", &PyConsumer::stats)
+      .def_property_readonly("callback_errors", &PyConsumer::callback_errors)
+      .def_property_readonly("closed", &PyConsumer::closed)
+      .def("close", &PyConsumer::close);
+}
+
+}  // namespace modelcast::python

@@ -1,0 +1,136 @@
+// The predictor's forecasting and planning functions for Python. All are pure (thread-safe);
+// they run with the GIL released since fits of long logs take tens of milliseconds.
+#include <pybind11/stl.h>
+
+#include <limits>
+#include <vector>
+
+#include "bindings.h"
+#include "modelcast/predictor.h"
+
+namespace modelcast::python {
+
+namespace mp = modelcast::predictor;
+using Points = std::vector<mp::CurvePoint>;
+using Steps = std::vector<std::int64_t>;
+
+void bind_forecast(py::module_& m) {
+  py::class_<mp::CurvePoint>(m, "CurvePoint", "One logged point: step, loss, time_s (training time; NaN if unknown).")
+      .def(py::init([](std::int64_t step, double loss, double time_s) { return mp::CurvePoint{step, loss, time_s}; }),
+           py::arg("step"), py::arg("loss"), py::arg("time_s") = std::numeric_limits<double>::quiet_NaN())
+      .def_readwrite("step", &mp::CurvePoint::step)
+      .def_readwrite("loss", &mp::CurvePoint::loss)
+      .def_readwrite("time_s", &mp::CurvePoint::time_s)
+      .def("__repr__", [](const mp::CurvePoint& p) {
+        return "CurvePoint(" + std::to_string(p.step) + ", " + std::to_string(p.loss) + ", " + std::to_string(p.time_s) + ")";
+      });
+
+  py::class_<mp::Trajectory>(m, "Trajectory", "Logged or forecast points: steps, loss, time_s.")
+      .def(py::init([](Steps s, std::vector<double> l, std::vector<double> t) { return mp::Trajectory{std::move(s), std::move(l), std::move(t)}; }),
+           py::arg("steps"), py::arg("loss"), py::arg("time_s"))
+      .def_readwrite("steps", &mp::Trajectory::steps)
+      .def_readwrite("loss", &mp::Trajectory::loss)
+      .def_readwrite("time_s", &mp::Trajectory::time_s);
+
+  py::class_<mp::PublishCosts>(m, "PublishCosts", "Publish stall c, delivery latency d, request rate, window, slowdown cap.")
+      .def(py::init([](double stall_s, double delivery_s, double request_rate, double window_s, double max_slowdown_s) {
+             return mp::PublishCosts{stall_s, delivery_s, request_rate, window_s, max_slowdown_s};
+           }),
+           py::arg("stall_s") = 0.0, py::arg("delivery_s") = 0.0, py::arg("request_rate") = 1.0,
+           py::arg("window_s") = std::numeric_limits<double>::quiet_NaN(),
+           py::arg("max_slowdown_s") = std::numeric_limits<double>::infinity())
+      .def_readwrite("stall_s", &mp::PublishCosts::stall_s)
+      .def_readwrite("delivery_s", &mp::PublishCosts::delivery_s)
+      .def_readwrite("request_rate", &mp::PublishCosts::request_rate)
+      .def_readwrite("window_s", &mp::PublishCosts::window_s)
+      .def_readwrite("max_slowdown_s", &mp::PublishCosts::max_slowdown_s);
+
+  py::class_<mp::ScheduleResult>(m, "ScheduleResult", "Publish steps, their cumulative inference loss, total stall.")
+      .def_readonly("publish_steps", &mp::ScheduleResult::publish_steps)
+      .def_readonly("cil", &mp::ScheduleResult::cil)
+      .def_readonly("slowdown_s", &mp::ScheduleResult::slowdown_s);
+
+  py::class_<mp::LrSchedule>(m, "LrSchedule", "Piecewise-linear learning-rate schedule (steps, lr).")
+      .def(py::init([](Steps s, std::vector<double> lr) { return mp::LrSchedule{std::move(s), std::move(lr)}; }),
+           py::arg("steps"), py::arg("lr"));
+  py::class_<mp::ReferenceCurve>(m, "ReferenceCurve", "Curve of a comparable earlier run by progress in [0, 1].")
+      .def(py::init([](std::vector<double> p, std::vector<double> l, std::vector<double> t) {
+             return mp::ReferenceCurve{std::move(p), std::move(l), std::move(t)};
+           }),
+           py::arg("progress"), py::arg("loss"), py::arg("time_fraction") = std::vector<double>{});
+
+  py::class_<mp::ForecastOptions>(m, "ForecastOptions", "Mirrors predictor::ForecastOptions (total_steps required).")
+      .def(py::init<>())
+      .def_readwrite("total_steps", &mp::ForecastOptions::total_steps)
+      .def_readwrite("future_steps", &mp::ForecastOptions::future_steps)
+      .def_readwrite("max_future_points", &mp::ForecastOptions::max_future_points)
+      .def_readwrite("max_fit_points", &mp::ForecastOptions::max_fit_points)
+      .def_readwrite("lr_schedule", &mp::ForecastOptions::lr_schedule)
+      .def_readwrite("anneal_drop", &mp::ForecastOptions::anneal_drop)
+      .def_readwrite("reference", &mp::ForecastOptions::reference)
+      .def_readwrite("starts_per_family", &mp::ForecastOptions::starts_per_family)
+      .def_readwrite("backtest_fraction", &mp::ForecastOptions::backtest_fraction)
+      .def_readwrite("max_members", &mp::ForecastOptions::max_members)
+      .def_readwrite("band_z", &mp::ForecastOptions::band_z);
+
+  py::class_<mp::ForecastMember>(m, "ForecastMember")
+      .def_readonly("family", &mp::ForecastMember::family)
+      .def_readonly("weight", &mp::ForecastMember::weight)
+      .def_readonly("backtest_rmse", &mp::ForecastMember::backtest_rmse);
+  py::class_<mp::Forecast>(m, "Forecast", "Forecast at future logged steps, with band and ensemble members.")
+      .def_readonly("steps", &mp::Forecast::steps)
+      .def_readonly("loss", &mp::Forecast::loss)
+      .def_readonly("lower", &mp::Forecast::lower)
+      .def_readonly("upper", &mp::Forecast::upper)
+      .def_readonly("time_s", &mp::Forecast::time_s)
+      .def_readonly("members", &mp::Forecast::members)
+      .def_readonly("fallback", &mp::Forecast::fallback)
+      .def_readonly("note", &mp::Forecast::note);
+
+  const auto nogil = py::call_guard<py::gil_scoped_release>();
+  m.def("forecast_curve", [](const Points& p, const mp::ForecastOptions& o) { return mp::forecast_curve(p, o); },
+        py::arg("observed"), py::arg("options"), nogil,
+        "Forecast of the rest of the curve (ensemble). InvalidArgumentError on bad input.");
+  m.def("forecast_viper", [](const Points& p, const mp::ForecastOptions& o) { return mp::forecast_viper(p, o); },
+        py::arg("observed"), py::arg("options"), nogil, "Viper's single-family forecaster (baseline).");
+  m.def("trajectory_of", [](const Points& p) { return mp::trajectory_of(p); }, py::arg("points"), nogil);
+  m.def("extend_with_forecast", [](const Points& p, const mp::Forecast& f) { return mp::extend_with_forecast(p, f); },
+        py::arg("prefix"), py::arg("forecast"), nogil, "The logged prefix followed by the forecast.");
+  m.def("validate_problem", &mp::validate_problem, py::arg("curve"), py::arg("warmup_index"), py::arg("costs"), nogil);
+  m.def("evaluate_cil", [](const mp::Trajectory& c, std::size_t w, const mp::PublishCosts& k, const Steps& s) {
+          return mp::evaluate_cil(c, w, k, s);
+        },
+        py::arg("curve"), py::arg("warmup_index"), py::arg("costs"), py::arg("publish_steps"), nogil,
+        "Cumulative inference loss of publishing at publish_steps; InvalidArgumentError naming a bad step.");
+  m.def("plan_optimal", &mp::plan_optimal, py::arg("curve"), py::arg("warmup_index"), py::arg("costs"), nogil,
+        "Exact minimum-CIL schedule on `curve` with inference starting at curve.steps[warmup_index].");
+  m.def("plan_from", &mp::plan_from, py::arg("origin_loss"), py::arg("origin_servable_s"), py::arg("publishes_done"),
+        py::arg("window_end_s"), py::arg("future"), py::arg("costs"), nogil, "Mid-run planning (see predictor_planner.h).");
+  m.def("every_candidate_schedule", &mp::every_candidate_schedule, py::arg("curve"), py::arg("warmup_index"), nogil);
+  m.def("every_n_steps_schedule", &mp::every_n_steps_schedule, py::arg("curve"), py::arg("warmup_index"),
+        py::arg("every_steps"), nogil);
+  m.def("fixed_interval_schedule", &mp::fixed_interval_schedule, py::arg("predicted"), py::arg("warmup_index"),
+        py::arg("costs"), nogil);
+  m.def("threshold_schedule", &mp::threshold_schedule, py::arg("predicted"), py::arg("warmup_index"),
+        py::arg("costs"), nogil);
+  m.def("snap_to_candidates", [](const Steps& s, const mp::Trajectory& c, std::size_t w) { return mp::snap_to_candidates(s, c, w); },
+        py::arg("planned"), py::arg("curve"), py::arg("warmup_index"), nogil);
+
+  py::class_<mp::LossLog>(m, "LossLog", "A loss log read from CSV.")
+      .def_readonly("points", &mp::LossLog::points)
+      .def_readonly("total_steps", &mp::LossLog::total_steps)
+      .def_readonly("has_time", &mp::LossLog::has_time)
+      .def_readonly("run", &mp::LossLog::run)
+      .def_readonly("warnings", &mp::LossLog::warnings);
+  m.def("read_loss_log_file", [](const std::string& path, const std::string& run, const std::string& loss_column, std::size_t min_points) {
+          mp::CsvOptions o;
+          o.run = run;
+          o.loss_column = loss_column;
+          o.min_points = min_points;
+          return mp::read_loss_log_file(path, o);
+        },
+        py::arg("path"), py::arg("run") = "", py::arg("loss_column") = "val_loss", py::arg("min_points") = 2, nogil,
+        "Reads a step,loss[,time_s] CSV or the curves format; InvalidArgumentError naming file and line.");
+}
+
+}  // namespace modelcast::python

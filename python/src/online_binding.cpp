@@ -1,0 +1,48 @@
+// The predictor's OnlineScheduler for Python: the trainer feeds it losses and asks it, at each
+// logged step, whether to publish. Not thread-safe (like the C++ class); decisions re-plan and
+// sometimes refit, so they run with the GIL released.
+#include <pybind11/stl.h>
+
+#include "bindings.h"
+#include "modelcast/predictor.h"
+
+namespace modelcast::python {
+
+namespace mp = modelcast::predictor;
+
+void bind_online(py::module_& m) {
+  py::class_<mp::OnlineOptions>(m, "OnlineOptions",
+                                "Mirrors predictor::OnlineOptions (forecast.total_steps required). A custom "
+                                "forecaster is not exposed to Python.")
+      .def(py::init<>())
+      .def_readwrite("forecast", &mp::OnlineOptions::forecast)
+      .def_readwrite("costs", &mp::OnlineOptions::costs)
+      .def_readwrite("warmup_step", &mp::OnlineOptions::warmup_step)
+      .def_readwrite("refit_growth", &mp::OnlineOptions::refit_growth)
+      .def_readwrite("refit_band_points", &mp::OnlineOptions::refit_band_points)
+      .def_readwrite("refit_every_below", &mp::OnlineOptions::refit_every_below)
+      .def_readwrite("max_candidates", &mp::OnlineOptions::max_candidates);
+
+  py::class_<mp::OnlineStats>(m, "OnlineStats")
+      .def_readonly("fits", &mp::OnlineStats::fits)
+      .def_readonly("band_refits", &mp::OnlineStats::band_refits)
+      .def_readonly("plans", &mp::OnlineStats::plans);
+
+  const auto nogil = py::call_guard<py::gil_scoped_release>();
+  py::class_<mp::OnlineScheduler>(m, "OnlineScheduler",
+                                  "Decides at each logged step whether to publish. One thread at a time; "
+                                  "InvalidArgumentError on non-increasing steps, non-finite values, bad costs.")
+      .def(py::init<mp::OnlineOptions>(), py::arg("options"))
+      .def("observe", &mp::OnlineScheduler::observe, py::arg("step"), py::arg("loss"), py::arg("wall_time_s"), nogil,
+           "Records a logged loss; wall_time_s is the trainer's clock including past publish stalls.")
+      .def("should_publish", &mp::OnlineScheduler::should_publish, py::arg("step"), nogil,
+           "True when publishing now starts the best plan for the rest of the run (the publish is then "
+           "recorded). `step` must be the latest observed step.")
+      .def("set_costs", &mp::OnlineScheduler::set_costs, py::arg("stall_s"), py::arg("delivery_s"), nogil,
+           "Updates the publish stall and delivery latency from measurements.")
+      .def_property_readonly("published_steps", &mp::OnlineScheduler::published_steps)
+      .def_property_readonly("last_forecast", &mp::OnlineScheduler::last_forecast)
+      .def_property_readonly("stats", &mp::OnlineScheduler::stats);
+}
+
+}  // namespace modelcast::python

@@ -1,0 +1,188 @@
+// Producer for Python. Tensors are registered by address together with the Python object that
+// owns the memory (a NumPy array or a torch tensor, checked by modelcast/producer.py); the
+// object is kept referenced for as long as the Producer, so publish() always reads live memory.
+// Every call into the library runs with the GIL released: the service thread may need the GIL
+// for on_delivery while the library holds a lock the calling thread waits for.
+#include <pybind11/chrono.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "errors.h"
+#include "modelcast/producer.h"
+#include "py_callback.h"
+
+namespace modelcast::python {
+namespace {
+
+double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+// The Producer together with the Python objects whose memory it reads, so that neither outlives
+// the other, whichever thread drops the last reference. Must be destroyed without the GIL held:
+// stopping the Producer waits for its service thread, which may be waiting for the GIL.
+struct Registered {
+  std::unique_ptr<Producer> producer;
+  std::vector<py::object> owners;  // changed under the GIL only
+
+  ~Registered() {
+    producer.reset();
+    if (!python_alive()) {
+      for (auto& o : owners) o.release();  // the interpreter is gone: nothing to drop them into
+      return;
+    }
+    py::gil_scoped_acquire gil;
+    owners.clear();
+  }
+};
+
+class PyProducer {
+ public:
+  // Binds the endpoint and starts the threads. `on_delivery` (None or a callable taking a
+  // Delivery) runs on the service thread with the GIL taken.
+  PyProducer(ProducerOptions options, const py::object& on_delivery)
+      : callback_errors_(std::make_shared<std::atomic<std::uint64_t>>(0)) {
+    if (!on_delivery.is_none()) {
+      PyCallback cb(on_delivery.cast<py::function>(), callback_errors_);
+      options.on_delivery = [cb](const Delivery& d) {
+        cb.call("modelcast.Producer on_delivery callback", [&] { return py::make_tuple(d); });
+      };
+    }
+    auto state = std::make_shared<Registered>();
+    {
+      py::gil_scoped_release nogil;
+      state->producer = std::make_unique<Producer>(std::move(options));
+    }
+    state_ = std::move(state);
+  }
+  ~PyProducer() { close(); }
+
+  // Registers `nbytes` at `address` as tensor `name` and keeps `owner` (the object owning that
+  // memory) referenced for as long as the Producer exists.
+  void register_memory(const std::string& name, const std::string& dtype, std::vector<std::int64_t> shape,
+                       std::uintptr_t address, std::size_t nbytes, py::object owner) {
+    auto d = parse_dtype(dtype);
+    if (!d) throw_invalid("tensor '" + name + "': unknown dtype '" + dtype + "'");
+    TensorRef ref{{name, *d, std::move(shape)}, reinterpret_cast<const void*>(address)};
+    if (ref.spec.size_bytes() != nbytes)
+      throw_invalid("tensor '" + name + "': " + std::to_string(nbytes) + " bytes of memory for a shape and dtype of " +
+                    std::to_string(ref.spec.size_bytes()) + " bytes");
+    // Our own reference, so the owner is recorded even if close() runs meanwhile on another thread.
+    struct Hold {
+      std::shared_ptr<Registered> state;
+      ~Hold() { release_without_gil(std::move(state)); }
+    } hold{state_};
+    with_producer([&](Producer& p) { p.register_tensor(ref); });
+    hold.state->owners.push_back(std::move(owner));  // under the GIL again
+  }
+
+  PublishTicket publish(std::int64_t step, const Metadata& metadata) {
+    return with_producer([&](Producer& p) { return p.publish(step, metadata); });
+  }
+  void prepare() { with_producer([](Producer& p) { p.prepare(); }); }
+  bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) {
+    return with_producer([&](Producer& p) { return p.wait_for_consumers(count, timeout); });
+  }
+  ProducerStats stats() { return with_producer([](Producer& p) { return p.stats(); }); }
+  std::string control_endpoint() { return with_producer([](Producer& p) { return p.control_endpoint(); }); }
+  std::uint64_t callback_errors() const { return callback_errors_->load(); }
+  bool closed() const { return state_ == nullptr; }
+
+  // Stops the producer and drops the owners. A call still running on another thread (a
+  // publish()) keeps both alive until it returns, so it never reads released memory.
+  void close() { release_without_gil(std::move(state_)); }
+
+ private:
+  static void release_without_gil(std::shared_ptr<Registered> state) {
+    if (!state) return;
+    py::gil_scoped_release nogil;
+    state.reset();
+  }
+
+  // Runs f on the producer with the GIL released; the last reference, if it is ours, is also
+  // dropped without the GIL.
+  template <typename F>
+  auto with_producer(F&& f) -> decltype(f(std::declval<Producer&>())) {
+    std::shared_ptr<Registered> state = state_;
+    if (!state) throw Error(ErrorCode::kState, "the Producer is closed");
+    py::gil_scoped_release nogil;
+    struct Drop {
+      std::shared_ptr<Registered>& s;
+      ~Drop() { s.reset(); }
+    } drop{state};
+    return f(*state->producer);
+  }
+
+  std::shared_ptr<Registered> state_;
+  std::shared_ptr<std::atomic<std::uint64_t>> callback_errors_;
+};
+
+}  // namespace
+
+void bind_producer(py::module_& m) {
+  py::class_<ProducerOptions>(m, "ProducerOptions", "Mirrors modelcast::ProducerOptions; durations in seconds.")
+      .def(py::init<>())
+      .def_readwrite("model_name", &ProducerOptions::model_name)
+      .def_readwrite("control_endpoint", &ProducerOptions::control_endpoint)
+      .def_readwrite("snapshot_slots", &ProducerOptions::snapshot_slots)
+      .def_readwrite("integrity", &ProducerOptions::integrity)
+      .def_readwrite("first_version", &ProducerOptions::first_version)
+      .def_readwrite("lease_timeout", &ProducerOptions::lease_timeout)
+      .def_readwrite("heartbeat_interval", &ProducerOptions::heartbeat_interval)
+      .def_readwrite("transfer_chunk_bytes", &ProducerOptions::transfer_chunk_bytes)
+      .def_readwrite("max_consumers", &ProducerOptions::max_consumers)
+      .def_readwrite("transports", &ProducerOptions::transports)
+      .def_readwrite("key", &ProducerOptions::key)
+      .def_readwrite("key_file", &ProducerOptions::key_file)
+      .def_readwrite("allowed_consumer_keys", &ProducerOptions::allowed_consumer_keys)
+      .def_readwrite("allow_any_consumer", &ProducerOptions::allow_any_consumer)
+      .def_readwrite("allow_plaintext_remote", &ProducerOptions::allow_plaintext_remote);
+
+  py::class_<PublishTicket>(m, "PublishTicket", "What publish() returns once the snapshot is taken.")
+      .def_readonly("version", &PublishTicket::version)
+      .def_readonly("step", &PublishTicket::step)
+      .def_property_readonly("stall_s", [](const PublishTicket& t) { return seconds(t.stall); })
+      .def_readonly("bytes", &PublishTicket::bytes)
+      .def("__repr__", [](const PublishTicket& t) {
+        return "PublishTicket(version=" + std::to_string(t.version) + ", step=" + std::to_string(t.step) + ")";
+      });
+
+  py::class_<Delivery>(m, "Delivery", "A consumer has a version in memory, verified.")
+      .def_readonly("version", &Delivery::version)
+      .def_readonly("consumer", &Delivery::consumer)
+      .def_property_readonly("since_publish_s", [](const Delivery& d) { return seconds(d.since_publish); })
+      .def_readonly("bytes", &Delivery::bytes);
+
+  py::class_<ProducerStats>(m, "ProducerStats", "Counters of a Producer (a snapshot).")
+      .def_readonly("latest_version", &ProducerStats::latest_version)
+      .def_readonly("versions_published", &ProducerStats::versions_published)
+      .def_readonly("deliveries", &ProducerStats::deliveries)
+      .def_readonly("failed_deliveries", &ProducerStats::failed_deliveries)
+      .def_readonly("leases_expired", &ProducerStats::leases_expired)
+      .def_readonly("bad_messages", &ProducerStats::bad_messages)
+      .def_readonly("refused_peers", &ProducerStats::refused_peers)
+      .def_readonly("bytes_sent", &ProducerStats::bytes_sent)
+      .def_readonly("consumers", &ProducerStats::consumers)
+      .def_readonly("fetches_in_flight", &ProducerStats::fetches_in_flight)
+      .def_property_readonly("last_stall_s", [](const ProducerStats& s) { return seconds(s.last_stall); })
+      .def_readonly("transport", &ProducerStats::transport);
+
+  py::class_<PyProducer>(m, "_Producer", "Internal: use modelcast.Producer.")
+      .def(py::init<ProducerOptions, py::object>(), py::arg("options"), py::arg("on_delivery"))
+      .def("register_memory", &PyProducer::register_memory, py::arg("name"), py::arg("dtype"), py::arg("shape"),
+           py::arg("address"), py::arg("nbytes"), py::arg("owner"))
+      .def("publish", &PyProducer::publish, py::arg("step"), py::arg("metadata"))
+      .def("prepare", &PyProducer::prepare)
+      .def("wait_for_consumers", &PyProducer::wait_for_consumers, py::arg("count"), py::arg("timeout"))
+      .def("stats", &PyProducer::stats)
+      .def("control_endpoint", &PyProducer::control_endpoint)
+      .def_property_readonly("callback_errors", &PyProducer::callback_errors)
+      .def_property_readonly("closed", &PyProducer::closed)
+      .def("close", &PyProducer::close);
+}
+
+}  // namespace modelcast::python

@@ -1,0 +1,68 @@
+// A Python callable that library threads may call and destroy without holding the GIL.
+//
+// Copies share one reference (a shared_ptr), so copying it into the library's std::function
+// touches no Python reference count; the last copy drops the reference under the GIL. A call
+// takes the GIL, and an exception the callable raises is reported through sys.unraisablehook
+// (like one raised in __del__) and counted, never propagated into the library's thread.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <atomic>
+#include <memory>
+#include <utility>
+
+namespace modelcast::python {
+
+namespace py = pybind11;
+
+// True while Python code may run; false once the interpreter is shutting down (a library thread
+// must then neither call into Python nor touch reference counts).
+inline bool python_alive() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() && !Py_IsFinalizing();
+#else
+  return Py_IsInitialized() && !_Py_IsFinalizing();
+#endif
+}
+
+class PyCallback {
+ public:
+  PyCallback() = default;
+  // Needs the GIL. `errors` (may be null) is incremented for every exception the callable raises.
+  PyCallback(py::function fn, std::shared_ptr<std::atomic<std::uint64_t>> errors)
+      : fn_(new py::function(std::move(fn)), &release), errors_(std::move(errors)) {}
+
+  explicit operator bool() const { return fn_ != nullptr; }
+
+  // Calls the callable with `make_args()` (run under the GIL, returns a py::tuple). `where` names
+  // the callback in the report of an exception. Any thread; takes the GIL.
+  template <typename MakeArgs>
+  void call(const char* where, MakeArgs&& make_args) const {
+    if (!fn_ || !python_alive()) return;
+    py::gil_scoped_acquire gil;
+    try {
+      (*fn_)(*make_args());
+    } catch (py::error_already_set& e) {
+      if (errors_) errors_->fetch_add(1);
+      e.discard_as_unraisable(where);
+    } catch (const std::exception& e) {  // argument conversion failed in C++
+      if (errors_) errors_->fetch_add(1);
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      py::error_already_set err;
+      err.discard_as_unraisable(where);
+    }
+  }
+
+ private:
+  static void release(py::function* fn) {
+    if (!python_alive()) return;  // the interpreter is gone: leak the reference, it owns nothing else
+    py::gil_scoped_acquire gil;
+    delete fn;
+  }
+
+  std::shared_ptr<py::function> fn_;
+  std::shared_ptr<std::atomic<std::uint64_t>> errors_;
+};
+
+}  // namespace modelcast::python

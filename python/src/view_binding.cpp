@@ -1,0 +1,185 @@
+// ModelView for Python: metadata, and the tensors as NumPy arrays (buffer of the view, no copy)
+// or as DLPack capsules (for torch, no copy). Whatever is handed out keeps a ModelView copy alive,
+// so the bytes stay valid exactly as long as a Python object uses them, after newer versions
+// arrive and after the Consumer is gone.
+#include <dlpack/dlpack.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bindings.h"
+#include "errors.h"
+#include "modelcast/error.h"
+#include "modelcast/model_view.h"
+
+namespace modelcast::python {
+namespace {
+
+const ModelView& require_version(const ModelView& v) {
+  if (v.empty()) throw Error(ErrorCode::kState, "the ModelView is empty (no version installed yet)");
+  return v;
+}
+
+// NumPy type name for a dtype; nullptr where NumPy has none (bf16).
+const char* numpy_type(DType d) {
+  switch (d) {
+    case DType::kF64: return "float64";
+    case DType::kF32: return "float32";
+    case DType::kF16: return "float16";
+    case DType::kBF16: return nullptr;
+    case DType::kI64: return "int64";
+    case DType::kI32: return "int32";
+    case DType::kI16: return "int16";
+    case DType::kI8: return "int8";
+    case DType::kU8: return "uint8";
+    case DType::kBool: return "bool";
+  }
+  return nullptr;
+}
+
+// DLPack 0.6 has no bool code: bool travels as 8-bit unsigned, and the Python side
+// reinterprets it (torch's own DLPack export of bool does the same in this version).
+DLDataType dlpack_type(DType d) {
+  switch (d) {
+    case DType::kF64: return {kDLFloat, 64, 1};
+    case DType::kF32: return {kDLFloat, 32, 1};
+    case DType::kF16: return {kDLFloat, 16, 1};
+    case DType::kBF16: return {kDLBfloat, 16, 1};
+    case DType::kI64: return {kDLInt, 64, 1};
+    case DType::kI32: return {kDLInt, 32, 1};
+    case DType::kI16: return {kDLInt, 16, 1};
+    case DType::kI8: return {kDLInt, 8, 1};
+    case DType::kU8: return {kDLUInt, 8, 1};
+    case DType::kBool: return {kDLUInt, 8, 1};
+  }
+  return {kDLUInt, 8, 1};
+}
+
+// What a DLPack consumer (torch) holds: the view copy keeps the bytes alive until it calls the
+// deleter, which needs no GIL (no Python object inside).
+struct DlpackOwner {
+  DLManagedTensor managed{};
+  ModelView view;
+  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> strides;
+};
+
+void delete_dlpack_owner(DLManagedTensor* t) { delete static_cast<DlpackOwner*>(t->manager_ctx); }
+
+// A capsule nobody consumed still owns its tensor; a consumer renames it "used_dltensor".
+void dlpack_capsule_destructor(PyObject* capsule) {
+  if (!PyCapsule_IsValid(capsule, "dltensor")) return;
+  auto* t = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule, "dltensor"));
+  if (t && t->deleter) t->deleter(t);
+}
+
+py::capsule make_dlpack(const ModelView& view, const std::string& name) {
+  const TensorView tv = require_version(view).tensor(name);
+  auto owner = std::make_unique<DlpackOwner>();
+  owner->view = view;
+  owner->shape = tv.shape();
+  owner->strides.assign(owner->shape.size(), 1);
+  for (std::size_t i = owner->shape.size(); i-- > 1;) owner->strides[i - 1] = owner->strides[i] * owner->shape[i];
+  DLTensor& t = owner->managed.dl_tensor;
+  t.data = const_cast<void*>(tv.data);  // read-only by contract (see ModelView.tensor in Python)
+  t.device = {kDLCPU, 0};
+  t.ndim = static_cast<std::int32_t>(owner->shape.size());
+  t.dtype = dlpack_type(tv.dtype());
+  t.shape = owner->shape.data();
+  t.strides = owner->strides.data();
+  t.byte_offset = 0;
+  owner->managed.manager_ctx = owner.get();
+  owner->managed.deleter = &delete_dlpack_owner;
+  DLManagedTensor* managed = &owner.release()->managed;
+  return py::capsule(managed, "dltensor", &dlpack_capsule_destructor);
+}
+
+// A read-only NumPy array over the tensor's bytes whose base is the Python ModelView `self`.
+py::array make_array(const py::object& self, const std::string& name) {
+  const ModelView& view = require_version(self.cast<const ModelView&>());
+  const TensorView tv = view.tensor(name);
+  const char* type = numpy_type(tv.dtype());
+  if (!type)
+    throw Error(ErrorCode::kInvalidArgument,
+                "tensor '" + name + "' is " + std::string(dtype_name(tv.dtype())) +
+                    ", which NumPy has no type for; use ModelView.tensor() for a torch tensor");
+  std::vector<py::ssize_t> shape(tv.shape().begin(), tv.shape().end());
+  py::array a(py::dtype(type), shape, {}, tv.data, self);
+  a.attr("setflags")(py::arg("write") = false);
+  return a;
+}
+
+// A torch tensor over the tensor's bytes (DLPack, no copy); imports torch on first use.
+py::object make_torch_tensor(const ModelView& view, const std::string& name) {
+  const DType dtype = require_version(view).tensor(name).dtype();
+  py::object t = py::module_::import("torch.utils.dlpack").attr("from_dlpack")(make_dlpack(view, name));
+  if (dtype == DType::kBool) t = t.attr("view")(py::module_::import("torch").attr("bool"));
+  return t;
+}
+
+}  // namespace
+
+void bind_view(py::module_& m) {
+  py::class_<ModelView>(m, "ModelView",
+                        "One immutable version of the model. Holding it (or any array or tensor taken "
+                        "from it) keeps its bytes valid and unchanged. Thread-safe; no GIL needed to hold.")
+      .def_property_readonly("version", [](const ModelView& v) { return require_version(v).version(); })
+      .def_property_readonly("step", [](const ModelView& v) { return require_version(v).step(); })
+      .def_property_readonly("producer_incarnation",
+                             [](const ModelView& v) { return require_version(v).producer_incarnation(); })
+      .def_property_readonly("metadata", [](const ModelView& v) { return require_version(v).metadata(); })
+      .def_property_readonly("update_latency_s", [](const ModelView& v) {
+        return std::chrono::duration<double>(require_version(v).update_latency()).count();
+      }, "Seconds from the producer's publish() call until this consumer installed the version.")
+      .def("__len__", [](const ModelView& v) { return v.empty() ? std::size_t{0} : v.tensor_count(); })
+      .def("__contains__", [](const ModelView& v, const std::string& name) {
+        return !v.empty() && v.find(name).has_value();
+      })
+      .def("specs", [](const ModelView& v) {
+        std::vector<TensorSpec> specs;
+        for (const auto& t : require_version(v).tensors()) specs.push_back(*t.spec);
+        return specs;
+      }, "TensorSpec of every tensor, in the producer's registration order.")
+      .def("spec", [](const ModelView& v, const std::string& name) { return *require_version(v).tensor(name).spec; },
+           py::arg("name"), "TensorSpec of `name`; InvalidArgumentError naming it if absent.")
+      .def("array", &make_array, py::arg("name"),
+           "A read-only NumPy array over the tensor's bytes in this version, no copy. Its base is this "
+           "view, so it stays valid while the array lives. InvalidArgumentError if `name` is absent or "
+           "its dtype (bf16) has no NumPy type.")
+      .def("data_ptr", [](const ModelView& v, const std::string& name) {
+        return reinterpret_cast<std::uintptr_t>(require_version(v).tensor(name).data);
+      }, py::arg("name"), "Address of the tensor's bytes inside this version (for zero-copy checks).")
+      .def("tensor", &make_torch_tensor, py::arg("name"),
+           "A torch tensor over the tensor's bytes in this version, no copy (DLPack); it keeps a copy of "
+           "this view alive until torch frees it. Treat it as read-only: writing into it changes what "
+           "every reader of this version sees (torch has no read-only tensors). InvalidArgumentError if "
+           "`name` is absent; ImportError without torch.")
+      .def("names", [](const ModelView& v) {
+        std::vector<std::string> names;
+        for (const auto& t : require_version(v).tensors()) names.push_back(t.name());
+        return names;
+      }, "Tensor names in the producer's registration order.")
+      .def("arrays", [](const py::object& self) {
+        py::dict d;
+        for (const auto& t : require_version(self.cast<const ModelView&>()).tensors()) d[py::str(t.name())] = make_array(self, t.name());
+        return d;
+      }, "{name: read-only NumPy array} for every tensor (see array()).")
+      .def("state_dict", [](const ModelView& v) {
+        py::dict d;
+        for (const auto& t : require_version(v).tensors()) d[py::str(t.name())] = make_torch_tensor(v, t.name());
+        return d;
+      }, "{name: torch tensor} for every tensor, no copy (see tensor()); suits Module.load_state_dict, "
+         "which copies into the module's own parameters.")
+      .def("_dlpack", &make_dlpack, py::arg("name"),
+           "A DLPack capsule over the tensor (owns a view copy until the consumer's deleter runs).")
+      .def("__repr__", [](const ModelView& v) {
+        if (v.empty()) return std::string("ModelView(empty)");
+        return "ModelView(version=" + std::to_string(v.version()) + ", step=" + std::to_string(v.step()) +
+               ", tensors=" + std::to_string(v.tensor_count()) + ")";
+      });
+}
+
+}  // namespace modelcast::python

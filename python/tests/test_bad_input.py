@@ -1,0 +1,119 @@
+"""Bad input raises modelcast exceptions carrying the library's code and naming what was wrong."""
+
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+import modelcast
+from modelcast import ErrorCode
+from conftest import WAIT_S
+
+
+@pytest.fixture
+def producer(endpoint):
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as p:
+        yield p
+
+
+def raises(cls, code, *words):
+    """Context manager: raises `cls` with .code == code and every word in the message."""
+    class Check:
+        def __enter__(self):
+            self.ctx = pytest.raises(cls)
+            self.info = self.ctx.__enter__()
+            return self.info
+
+        def __exit__(self, *exc):
+            handled = self.ctx.__exit__(*exc)
+            assert self.info.value.code == code
+            assert isinstance(self.info.value, modelcast.Error)
+            for word in words:
+                assert word in str(self.info.value), f"{word!r} not in {str(self.info.value)!r}"
+            return handled
+    return Check()
+
+
+def test_unsupported_dtypes_are_refused_naming_the_tensor(producer):
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'phase'", "complex64"):
+        producer.register("phase", torch.zeros(3, dtype=torch.complex64))
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'u16'", "uint16"):
+        producer.register("u16", np.zeros(3, dtype=np.uint16))
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'big'", ">f4"):
+        producer.register("big", np.zeros(3, dtype=">f4"))  # not native byte order
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'lst'", "list"):
+        producer.register("lst", [1.0, 2.0])
+
+
+def test_non_contiguous_memory_is_refused_naming_the_tensor(producer):
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'w.T'", "not contiguous"):
+        producer.register("w.T", torch.zeros(4, 5).t())
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'every_other'", "not C-contiguous"):
+        producer.register("every_other", np.zeros((4, 6))[:, ::2])
+
+
+def test_device_tensors_are_refused_naming_the_tensor(producer):
+    # The meta device stands in for any non-CPU device (no GPU needed): the check is the same.
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'gpu.weight'", "meta", "host"):
+        producer.register("gpu.weight", torch.empty(3, device="meta"))
+
+
+def test_library_checks_surface_with_their_codes(producer):
+    with raises(modelcast.StateError, ErrorCode.STATE):
+        producer.publish(1)  # nothing registered
+    producer.register("w", np.ones(3, dtype=np.float32))
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "w"):
+        producer.register("w", np.ones(3, dtype=np.float32))  # duplicate name
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT):
+        producer.register("", np.ones(3, dtype=np.float32))
+    producer.publish(1)
+    with raises(modelcast.StateError, ErrorCode.STATE):
+        producer.register("late", np.ones(3, dtype=np.float32))
+    producer.close()
+    with raises(modelcast.StateError, ErrorCode.STATE, "closed"):
+        producer.publish(2)
+
+
+def test_bad_endpoints_and_options():
+    with raises(modelcast.Error, ErrorCode.INVALID_ARGUMENT, "udp://"):
+        modelcast.Producer(control_endpoint="udp://127.0.0.1:9")
+    with raises(modelcast.Error, ErrorCode.INVALID_ARGUMENT):
+        modelcast.Consumer("not an endpoint")
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "snapshot_slot"):
+        modelcast.Producer(snapshot_slot=3)  # misspelt option
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", snapshot_slots=1)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "on_update", "str"):
+        modelcast.Consumer("tcp://127.0.0.1:9", on_update="print")
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "f99"):
+        modelcast.TensorSpec("x", "f99", [1])
+
+
+def test_layout_mismatch_is_reported_to_on_error(endpoint):
+    errors, reported = [], threading.Event()
+
+    def on_error(error):
+        errors.append(error)
+        reported.set()
+
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest", on_error=on_error,
+                            expected_layout=[("w", np.float32, (4,))]) as consumer:
+        producer.register("w", np.ones(3, dtype=np.float32))  # 3 elements, the consumer expects 4
+        producer.publish(1)
+        assert reported.wait(WAIT_S), "the mismatching version was not reported"
+        assert consumer.stats().versions_rejected == 1  # counted before on_error runs
+        assert consumer.acquire() is None  # nothing installed
+        assert errors and isinstance(errors[0], modelcast.LayoutMismatchError)
+        assert errors[0].code == ErrorCode.LAYOUT_MISMATCH and "w" in str(errors[0])
+
+
+def test_missing_tensor_in_a_view(endpoint):
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        producer.register("w", np.ones(3, dtype=np.float32))
+        view = consumer.wait_for_version(producer.publish(1).version, WAIT_S)
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "absent"):
+            view.array("absent")
+        assert "absent" not in view and "w" in view

@@ -1,0 +1,110 @@
+"""Callbacks run on library threads with the GIL taken; their exceptions are reported, not fatal;
+blocking calls release the GIL."""
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+
+import modelcast
+from conftest import WAIT_S
+
+
+def test_on_update_sees_each_version_and_its_exceptions_are_reported(endpoint, monkeypatch):
+    seen, reported = [], []
+    second = threading.Event()
+
+    def on_update(view):
+        seen.append((view.version, float(view.array("w")[0])))
+        if view.version == 1:
+            raise RuntimeError("callback failure on purpose")
+        second.set()
+
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    weights = np.zeros(4, dtype=np.float32)
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest", on_update=on_update) as consumer:
+        producer.register("w", weights)
+        for version in (1, 2):
+            weights[:] = version
+            assert producer.publish(version).version == version
+            assert consumer.wait_for_version(version, WAIT_S) is not None
+        assert second.wait(WAIT_S)
+        # The exception in the first call neither stopped the consumer nor the second call.
+        assert seen == [(1, 1.0), (2, 2.0)]
+        assert consumer.callback_errors == 1
+        assert len(reported) == 1
+        assert isinstance(reported[0].exc_value, RuntimeError)
+        assert "on_update" in str(reported[0].err_msg or reported[0].object)
+
+
+def test_on_delivery_reports_each_consumer_ack(endpoint):
+    deliveries, delivered = [], threading.Event()
+
+    def on_delivery(delivery):
+        deliveries.append(delivery)
+        delivered.set()
+
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest", on_delivery=on_delivery) as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest", consumer_name="reader-1") as consumer:
+        producer.register("w", np.arange(8, dtype=np.int32))
+        version = producer.publish(1).version
+        assert consumer.wait_for_version(version, WAIT_S) is not None
+        assert delivered.wait(WAIT_S)
+        assert deliveries[0].version == version
+        assert deliveries[0].consumer == "reader-1"
+        assert deliveries[0].bytes >= 32
+        assert producer.callback_errors == 0
+
+
+def test_wait_for_version_releases_the_gil(endpoint):
+    # The other thread is woken just before the call and needs the GIL to record that it ran.
+    # With a long switch interval this thread keeps the GIL through the few bytecodes around the
+    # call, so the other thread can only have run by the time the call returns if the call
+    # released the GIL while it waited.
+    go, ran = threading.Event(), []
+    worker = threading.Thread(target=lambda: (go.wait(WAIT_S), ran.append(True)))
+    interval = sys.getswitchinterval()
+    with modelcast.Consumer(endpoint, model_name="pytest") as consumer:  # no producer: times out
+        worker.start()
+        sys.setswitchinterval(5.0)
+        try:
+            go.set()
+            timed_out = consumer.wait_for_version(1, 0.5) is None
+            ran_during_wait = bool(ran)
+        finally:
+            sys.setswitchinterval(interval)
+        worker.join(WAIT_S)
+    assert timed_out
+    assert ran_during_wait
+
+
+CLOSE_DURING_CALLBACK = """
+import sys, threading
+import numpy as np
+import modelcast
+entered, proceed = threading.Event(), threading.Event()
+def on_update(view):
+    entered.set()
+    proceed.wait()  # GIL released; needs it back to return
+with modelcast.Producer(control_endpoint=sys.argv[1], model_name="pytest") as producer:
+    producer.register("w", np.zeros(16, dtype=np.float32))
+    consumer = modelcast.Consumer(sys.argv[1], model_name="pytest", on_update=on_update)
+    producer.publish(1)
+    assert entered.wait(20)
+    sys.setswitchinterval(5.0)  # this thread keeps the GIL up to close() unless it releases it
+    proceed.set()
+    consumer.close()
+print("closed")
+"""
+
+
+def test_close_while_a_callback_needs_the_gil_does_not_deadlock(endpoint):
+    # close() joins the service thread, which is inside on_update waiting for the GIL; close
+    # must release the GIL or both wait for ever. In a child process, so a deadlock is a timeout
+    # here rather than a hung test run.
+    result = subprocess.run([sys.executable, "-c", CLOSE_DURING_CALLBACK, endpoint], capture_output=True,
+                            text=True, timeout=WAIT_S)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "closed"

@@ -1,0 +1,94 @@
+"""A producer and a consumer in separate Python processes exchange versions; every element of
+every version is checked, through both NumPy arrays and torch tensors."""
+
+import threading
+
+import numpy as np
+import torch
+
+import modelcast
+from conftest import WAIT_S
+from model_values import LAYOUT, as_numpy, expected
+
+
+def check_version(view, version):
+    assert view.version == version
+    assert view.metadata["filled"] == str(version)
+    assert view.names() == list(LAYOUT)
+    for name, (_, dtype, shape) in LAYOUT.items():
+        want = expected(name, version)
+        got = view.tensor(name)
+        assert tuple(got.shape) == shape
+        assert got.dtype == (dtype if isinstance(dtype, torch.dtype) else torch.from_numpy(np.zeros(0, dtype)).dtype)
+        np.testing.assert_array_equal(as_numpy(got), want, err_msg=f"{name} in version {version}")
+        if dtype != torch.bfloat16:
+            np.testing.assert_array_equal(view.array(name), want, err_msg=f"{name} in version {version}")
+
+
+def test_versions_cross_processes_with_every_value(producer_process, endpoint):
+    with modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        for step in (10, 20, 30, 40):
+            version = producer_process.publish(step)
+            view = consumer.wait_for_version(version, WAIT_S)
+            assert view is not None, f"version {version} did not arrive within {WAIT_S} s"
+            # The consumer asks for the newest version only: it is this one, the producer waits for us.
+            assert view.step == step
+            check_version(view, version)
+        stats = consumer.stats()
+        assert stats.current_version == 4
+        assert stats.versions_rejected == 0
+        assert stats.bytes_received > 0
+
+
+def test_expected_layout_accepts_the_producers_layout(producer_process, endpoint):
+    layout = [(name, dtype, shape) for name, (_, dtype, shape) in LAYOUT.items()]
+    with modelcast.Consumer(endpoint, model_name="pytest", expected_layout=layout) as consumer:
+        version = producer_process.publish(1)
+        view = consumer.wait_for_version(version, WAIT_S)
+        assert view is not None
+        check_version(view, version)
+        assert [s.dtype for s in view.specs()] == ["f32", "f32", "bf16", "bool", "i64", "f16", "i32"]
+
+
+def test_transport_options_choose_the_in_process_loopback(endpoint):
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest", transports=["ucx", "loopback"]) as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest", transports=["loopback"]) as consumer:
+        weights = np.arange(10, dtype=np.float64)
+        producer.register("w", weights)
+        view = consumer.wait_for_version(producer.publish(1).version, WAIT_S)
+        assert view is not None
+        np.testing.assert_array_equal(view.array("w"), weights)
+        assert consumer.stats().transport == "loopback"
+        assert producer.stats().transport == "ucx,loopback"
+
+
+def test_reader_threads_always_see_whole_versions(producer_process, endpoint):
+    # Readers acquire the newest view over and over while versions arrive; every view they get
+    # must hold exactly its own version's values (the swap is atomic, and a held view is never
+    # written into).
+    stop, failures, checked = threading.Event(), [], [0] * 3
+
+    def read(index):
+        while not stop.is_set():
+            view = consumer.acquire()
+            if view is None:
+                continue
+            for name in ("encoder.weight", "counts", "mask"):
+                if not np.array_equal(as_numpy(view.tensor(name)), expected(name, view.version)):
+                    failures.append(f"{name} of version {view.version}")
+            checked[index] += 1
+
+    with modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        readers = [threading.Thread(target=read, args=(i,)) for i in range(3)]
+        for r in readers:
+            r.start()
+        try:
+            for step in range(1, 11):
+                version = producer_process.publish(step)
+                assert consumer.wait_for_version(version, WAIT_S) is not None
+        finally:
+            stop.set()
+            for r in readers:
+                r.join(WAIT_S)
+    assert not failures, failures[:5]
+    assert all(checked), checked

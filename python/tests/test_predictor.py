@@ -1,0 +1,68 @@
+"""The predictor from Python: plan() and OnlineScheduler on a synthetic loss curve."""
+
+import math
+
+import pytest
+
+import modelcast
+from modelcast import predictor
+
+
+def curve(total=600, every=10):
+    steps = list(range(every, total + 1, every))
+    loss = [2.0 + 3.0 * math.exp(-s / 150.0) for s in steps]
+    time_s = [0.05 * s for s in steps]
+    return predictor.curve_points(steps, loss, time_s)
+
+
+def test_plan_forecasts_and_plans_optimally():
+    points = curve()
+    costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2)
+    plan = predictor.plan(points, warmup_step=200, total_steps=600, costs=costs)
+    assert plan.publish_steps, "a decaying loss is worth publishing at least once"
+    assert all(200 < s <= 600 for s in plan.publish_steps)
+    assert plan.publish_steps == sorted(set(plan.publish_steps))
+    assert plan.curve.steps[plan.warmup_index] == 200
+    assert plan.curve.steps[-1] == 600 and len(plan.forecast.steps) > 0
+    # The plan's CIL is what evaluate_cil says for its steps, and no baseline beats it.
+    assert plan.cil == pytest.approx(predictor.evaluate_cil(plan.curve, plan.warmup_index, costs, plan.publish_steps))
+    for baseline in (predictor.every_candidate_schedule(plan.curve, plan.warmup_index),
+                     predictor.every_n_steps_schedule(plan.curve, plan.warmup_index, 100), []):
+        assert plan.cil <= predictor.evaluate_cil(plan.curve, plan.warmup_index, costs, baseline) + 1e-9
+    assert plan.slowdown_s == pytest.approx(0.5 * len(plan.publish_steps))
+
+
+def test_costlier_publishes_mean_fewer_publishes():
+    full = predictor.trajectory_of(curve())
+    cheap = predictor.plan_optimal(full, 19, predictor.PublishCosts(stall_s=0.01))
+    dear = predictor.plan_optimal(full, 19, predictor.PublishCosts(stall_s=5.0))
+    capped = predictor.plan_optimal(full, 19, predictor.PublishCosts(stall_s=0.01, max_slowdown_s=0.02))
+    assert len(dear.publish_steps) < len(cheap.publish_steps)
+    assert len(capped.publish_steps) <= 2
+
+
+def test_online_scheduler_publishes_after_warmup_only():
+    options = predictor.online_options(total_steps=600, warmup_step=200, stall_s=0.5, delivery_s=0.2)
+    scheduler = predictor.OnlineScheduler(options)
+    decided = []
+    for p in curve():
+        scheduler.observe(p.step, p.loss, p.time_s)
+        if scheduler.should_publish(p.step):
+            decided.append(p.step)
+    assert decided, "a decaying loss is worth publishing at least once"
+    assert all(s > 200 for s in decided)
+    assert list(scheduler.published_steps) == decided
+    assert scheduler.stats.plans > 0 and scheduler.stats.fits > 0
+    assert not scheduler.last_forecast.fallback
+
+
+def test_predictor_errors_carry_codes():
+    scheduler = predictor.OnlineScheduler(predictor.online_options(600, 200, 0.5, 0.2))
+    scheduler.observe(10, 4.0, 0.5)
+    with pytest.raises(modelcast.InvalidArgumentError) as info:
+        scheduler.observe(10, 3.9, 0.6)  # step not increasing
+    assert info.value.code == modelcast.ErrorCode.INVALID_ARGUMENT
+    with pytest.raises(modelcast.InvalidArgumentError):
+        predictor.plan(curve(), warmup_step=205, total_steps=600, costs=predictor.PublishCosts())
+    with pytest.raises(modelcast.InvalidArgumentError):
+        predictor.online_options(600, 200, 0.5, 0.2, refit_grwoth=1.0)

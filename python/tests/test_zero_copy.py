@@ -1,0 +1,70 @@
+"""Zero copy on both sides: the consumer's arrays and tensors are the view's own bytes, and the
+producer snapshots the registered tensors' own memory (no copy taken at registration)."""
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import LocalPair
+
+
+@pytest.fixture
+def pair(endpoint):
+    p = LocalPair(endpoint, {"w": torch.arange(24, dtype=torch.float32).reshape(4, 6),
+                             "b": np.arange(7, dtype=np.int64)})
+    yield p
+    p.close()
+
+
+def address(array):
+    return array.__array_interface__["data"][0]
+
+
+def test_numpy_arrays_share_the_views_memory(pair):
+    view = pair.publish()
+    for name in ("w", "b"):
+        array = view.array(name)
+        assert address(array) == view.data_ptr(name)
+        assert address(view.arrays()[name]) == view.data_ptr(name)
+        assert array.base is view  # the base object that keeps the version alive
+        assert not array.flags.writeable
+        assert not array.flags.owndata
+    with pytest.raises(ValueError):
+        view.array("w")[0, 0] = 1.0  # read-only: other readers share these bytes
+
+
+def test_torch_tensors_share_the_views_memory(pair):
+    view = pair.publish()
+    for name in ("w", "b"):
+        assert view.tensor(name).data_ptr() == view.data_ptr(name)
+        assert view.state_dict()[name].data_ptr() == view.data_ptr(name)
+    # Two views of the same version are the same bytes; the consumer copied nothing per reader.
+    assert pair.consumer.acquire().data_ptr("w") == view.data_ptr("w")
+
+
+def test_producer_publishes_the_registered_tensors_own_memory(pair):
+    first = pair.publish(1)
+    np.testing.assert_array_equal(first.array("w"), np.arange(24, dtype=np.float32).reshape(4, 6))
+    # Mutate the registered objects in place, as an optimizer step does, and publish again.
+    pair.tensors["w"].mul_(-2.0)
+    pair.tensors["b"][3] = 99
+    second = pair.publish(2)
+    np.testing.assert_array_equal(second.array("w"), -2.0 * np.arange(24, dtype=np.float32).reshape(4, 6))
+    assert second.array("b")[3] == 99
+    np.testing.assert_array_equal(first.array("w"), np.arange(24, dtype=np.float32).reshape(4, 6))
+    stats = pair.producer.stats()
+    assert stats.versions_published == 2 and stats.latest_version == second.version
+
+
+def test_parameters_updated_by_an_optimizer_are_published(endpoint):
+    layer = torch.nn.Linear(3, 2)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    p = LocalPair(endpoint, dict(layer.named_parameters()))
+    try:
+        layer(torch.ones(1, 3)).sum().backward()
+        optimizer.step()  # updates the parameters' storage in place
+        view = p.publish(1)
+        for name, param in layer.named_parameters():
+            torch.testing.assert_close(view.tensor(name), param.detach(), rtol=0, atol=0)
+    finally:
+        p.close()

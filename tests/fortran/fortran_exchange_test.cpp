@@ -1,0 +1,100 @@
+// A Fortran producer (fortran_producer.f90, a child process) and this C++ consumer exchange
+// three versions of four arrays; every value is checked at the row-major index the Fortran
+// module documents: Fortran w(i, j) of w(n, m) is element [j-1][i-1] of a tensor [m, n].
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "child_process.h"
+#include "modelcast/consumer.h"
+#include "modelcast/predictor_online.h"
+
+#ifndef FORTRAN_PRODUCER
+#error "FORTRAN_PRODUCER (the Fortran program's path) must be defined"
+#endif
+
+namespace {
+
+using namespace std::chrono_literals;
+
+template <typename T>
+const T* values(const modelcast::ModelView& view, const std::string& name, modelcast::DType dtype,
+                const std::vector<std::int64_t>& shape) {
+  const auto tensor = view.tensor(name);
+  EXPECT_EQ(tensor.spec->dtype, dtype) << name;
+  EXPECT_EQ(tensor.spec->shape, shape) << name << ": a Fortran array's shape is registered reversed";
+  return static_cast<const T*>(tensor.data);
+}
+
+// What fortran_producer.f90's run_scheduler prints, computed with the C++ scheduler: " 600 900 ...".
+std::string cpp_scheduler_steps() {
+  modelcast::predictor::OnlineOptions options;
+  options.forecast.total_steps = 3000;
+  options.warmup_step = 500;
+  options.costs.stall_s = 2.0;
+  options.costs.delivery_s = 1.0;
+  modelcast::predictor::OnlineScheduler scheduler(options);
+  double stalls = 0;
+  std::string text;
+  for (std::int64_t step = 100; step <= 3000; step += 100) {
+    scheduler.observe(step, 2.0 + 8.0 / (1.0 + static_cast<double>(step) / 300.0), 0.5 * static_cast<double>(step) + stalls);
+    if (scheduler.should_publish(step)) {
+      stalls += 2.0;
+      text += " " + std::to_string(step);
+    }
+  }
+  EXPECT_FALSE(text.empty()) << "the curve should call for at least one publish";
+  return text;
+}
+
+TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
+  testing_support::ChildProcess producer({FORTRAN_PRODUCER});
+  auto endpoint = producer.wait_for_line("endpoint ");
+  ASSERT_TRUE(endpoint) << "the Fortran producer did not start";
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint->substr(9);
+  options.model_name = "fortran";
+  modelcast::Consumer consumer(options);
+
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    auto published = producer.wait_for_line("published ");
+    ASSERT_TRUE(published) << "no version " << v << " from the Fortran producer";
+    ASSERT_EQ(*published, "published " + std::to_string(v));
+    auto view = consumer.wait_for_version(v, 30s);
+    ASSERT_TRUE(view) << consumer.stats().last_error;
+    ASSERT_EQ(view.version(), v);
+    EXPECT_EQ(view.step(), static_cast<std::int64_t>(100 * v));
+    const auto vi = static_cast<std::int64_t>(v);
+
+    const float* w = values<float>(view, "w", modelcast::DType::kF32, {4, 3});  // Fortran w(3, 4)
+    for (std::int64_t j = 1; j <= 4; ++j)
+      for (std::int64_t i = 1; i <= 3; ++i)
+        ASSERT_EQ(w[(j - 1) * 3 + (i - 1)], static_cast<float>(1000 * vi + 10 * i + j)) << "w(" << i << "," << j << ")";
+    const double* b = values<double>(view, "b", modelcast::DType::kF64, {5});
+    for (std::int64_t i = 1; i <= 5; ++i) ASSERT_EQ(b[i - 1], static_cast<double>(vi) + static_cast<double>(i) / 8.0);
+    const std::int32_t* k = values<std::int32_t>(view, "k", modelcast::DType::kI32, {4, 3, 2});  // k(2, 3, 4)
+    for (std::int64_t l = 1; l <= 4; ++l)
+      for (std::int64_t j = 1; j <= 3; ++j)
+        for (std::int64_t i = 1; i <= 2; ++i)
+          ASSERT_EQ(k[((l - 1) * 3 + (j - 1)) * 2 + (i - 1)], 10000 * vi + 100 * i + 10 * j + l)
+              << "k(" << i << "," << j << "," << l << ")";
+    const std::int64_t* s = values<std::int64_t>(view, "s", modelcast::DType::kI64, {1});
+    ASSERT_EQ(s[0], 5000000000LL + vi);
+    producer.send_line("next");
+  }
+  // The Fortran scheduler decided as this process's C++ scheduler does on the same curve.
+  auto scheduler_line = producer.wait_for_line("scheduler");
+  ASSERT_TRUE(scheduler_line) << "the Fortran scheduler printed nothing";
+  EXPECT_EQ(*scheduler_line, "scheduler" + cpp_scheduler_steps());
+  auto done = producer.wait_for_line("fortran: ok");
+  const int status = producer.wait();
+  std::string output;
+  for (const auto& line : producer.lines()) output += line + "\n";
+  EXPECT_TRUE(done) << "the Fortran side (its own consumer and checks) did not finish:\n" << output;
+  EXPECT_EQ(status, 0) << output;
+}
+
+}  // namespace

@@ -1,0 +1,163 @@
+! The Fortran side of the Fortran exchange test (fortran_exchange_test.cpp starts it): a
+! producer of four arrays of different types and ranks, and a Fortran consumer of its own
+! model that reads every version back through mc_view_copy; modelcast's log goes through a
+! Fortran handler; then the online scheduler runs over a known loss curve. Protocol on
+! stdout/stdin: prints "endpoint <E>", then for each version "published <v>" and waits for a
+! line on stdin before the next publish; then "scheduler <steps>" and "fortran: ok". Any
+! failure: "FAILED ..." and exit 1.
+module fortran_log_counter
+  use, intrinsic :: iso_c_binding
+  use modelcast, only: mc_string, MC_LOG_INFO
+  implicit none
+contains
+  ! Counts the producer's "serving on" line at info level; user_data is the counter.
+  subroutine count_serving(level, component, message, user_data) bind(c)
+    integer(c_int), value :: level
+    type(c_ptr), value :: component, message, user_data
+    integer(c_int), pointer :: counter
+    call c_f_pointer(user_data, counter)
+    if (level /= MC_LOG_INFO) return
+    if (mc_string(component) /= "modelcast.producer") return
+    if (index(mc_string(message), "serving on") > 0) counter = counter + 1
+  end subroutine
+end module fortran_log_counter
+
+program fortran_producer
+  use, intrinsic :: iso_c_binding
+  use, intrinsic :: iso_fortran_env, only: output_unit
+  use modelcast
+  use fortran_log_counter
+  implicit none
+  integer, parameter :: n = 3, m = 4, versions = 3
+  real(c_float), target :: w(n, m), w_back(n, m), w_wrong(m, n)
+  real(c_double), target :: b(5), b_back(5)
+  integer(c_int32_t), target :: k(2, 3, 4), k_back(2, 3, 4)
+  integer(c_int64_t), target :: s(1), s_back(1)
+  type(mc_producer) :: producer
+  type(mc_consumer) :: consumer
+  type(mc_view) :: view
+  integer(c_int64_t) :: version
+  character(len=64) :: line
+  integer :: v
+  integer(c_int), target :: serving_lines = 0
+
+  call check(mc_set_log_handler(count_serving, c_loc(serving_lines)), "mc_set_log_handler")
+  call check(mc_set_log_level(MC_LOG_INFO), "mc_set_log_level")
+
+  call check(mc_producer_create(producer, "fortran"), "mc_producer_create")
+  call check(mc_producer_register(producer, "w", w), "register w")
+  call check(mc_producer_register(producer, "b", b), "register b")
+  call check(mc_producer_register(producer, "k", k), "register k")
+  call check(mc_producer_register(producer, "s", s), "register s")
+  write(output_unit, '(a,a)') "endpoint ", mc_producer_endpoint(producer)
+  flush(output_unit)
+  call check(mc_consumer_create(consumer, mc_producer_endpoint(producer), "fortran"), "mc_consumer_create")
+  call check(mc_producer_wait_for_consumers(producer, 2, 30000_c_int64_t), "wait for both consumers")
+
+  do v = 1, versions
+    call fill(v)
+    call check(mc_producer_publish(producer, int(100 * v, c_int64_t), version), "mc_producer_publish")
+    if (version /= v) call fail("publish gave version", int(version))
+    ! The Fortran consumer gets the same arrays back, in the same Fortran order.
+    call check(mc_consumer_wait_for_version(consumer, version, 30000_c_int64_t, view), "wait_for_version")
+    if (mc_view_version(view) /= version) call fail("view version differs at version", v)
+    if (mc_view_step(view) /= 100 * v) call fail("view step differs at version", v)
+    call check(mc_view_copy(view, "w", w_back), "copy w")
+    call check(mc_view_copy(view, "b", b_back), "copy b")
+    call check(mc_view_copy(view, "k", k_back), "copy k")
+    call check(mc_view_copy(view, "s", s_back), "copy s")
+    if (any(w_back /= w) .or. any(b_back /= b) .or. any(k_back /= k) .or. any(s_back /= s)) &
+        call fail("the Fortran consumer read other values at version", v)
+    ! The shape rule is enforced: w(n, m) does not fit a w(m, n) array, nor f32 an f64 one.
+    if (mc_view_copy(view, "w", w_wrong) /= MC_ERR_LAYOUT_MISMATCH) call fail("copy into w(m, n) was accepted", v)
+    if (index(mc_last_error(), "reversed shape") == 0) call fail("unclear shape error: " // mc_last_error(), v)
+    if (mc_view_copy(view, "w", b_back) /= MC_ERR_LAYOUT_MISMATCH) call fail("copy f32 into f64 was accepted", v)
+    if (mc_view_copy(view, "nope", b_back) /= MC_ERR_INVALID_ARGUMENT) call fail("missing tensor accepted", v)
+    if (index(mc_last_error(), "nope") == 0) call fail("unclear missing-tensor error: " // mc_last_error(), v)
+    call mc_view_release(view)
+    write(output_unit, '(a,i0)') "published ", version
+    flush(output_unit)
+    read(*, '(a)') line  ! the C++ consumer has checked this version
+  end do
+  call mc_consumer_destroy(consumer)
+  call mc_producer_destroy(producer)
+  call check(mc_set_log_handler(), "mc_set_log_handler (back to stderr)")
+  if (serving_lines /= 1) call fail("log lines 'serving on' seen by the Fortran handler:", int(serving_lines))
+  call run_scheduler()
+  write(output_unit, '(a,a)') "fortran: ok, library ", mc_version_string()
+
+contains
+
+  ! The online scheduler over the curve loss = 2 + 8 / (1 + step / 300), a step taking 0.5 s,
+  ! steps 100..3000 by 100, warm-up 500, c = 2 s, d = 1 s; prints its publish steps for the C++
+  ! side to compare with its own scheduler's.
+  subroutine run_scheduler()
+    type(mc_scheduler) :: scheduler
+    integer(c_int64_t) :: step, published(64)
+    integer :: count
+    logical :: publish
+    real(c_double) :: stalls
+    if (mc_scheduler_create(scheduler, 0_c_int64_t) /= MC_ERR_INVALID_ARGUMENT) call fail("total_steps 0 accepted", 0)
+    if (index(mc_last_error(), "total_steps") == 0) call fail("unclear error: " // mc_last_error(), 0)
+    call check(mc_scheduler_create(scheduler, 3000_c_int64_t, warmup_step=500_c_int64_t, &
+                                   publish_cost_s=2.0_c_double, update_latency_s=1.0_c_double), "mc_scheduler_create")
+    count = 0
+    stalls = 0
+    do step = 100, 3000, 100
+      call check(mc_scheduler_observe(scheduler, step, 2.0_c_double + 8.0_c_double / (1.0_c_double + step / 300.0_c_double), &
+                                      0.5_c_double * step + stalls), "mc_scheduler_observe")
+      call check(mc_scheduler_should_publish(scheduler, step, publish), "mc_scheduler_should_publish")
+      if (publish) then
+        if (step <= 500) call fail("publish before the warm-up step at", int(step))
+        count = count + 1
+        published(count) = step
+        stalls = stalls + 2.0_c_double
+      end if
+    end do
+    if (mc_scheduler_observe(scheduler, 3000_c_int64_t, 2.0_c_double, 9999.0_c_double) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a repeated step was accepted", 3000)
+    call mc_scheduler_destroy(scheduler)
+    write(output_unit, '(a,*(1x,i0))') "scheduler", published(1:count)
+    flush(output_unit)
+  end subroutine
+
+  ! Values the C++ side recomputes from the indices: exact in every type.
+  subroutine fill(v)
+    integer, intent(in) :: v
+    integer :: i, j, l
+    do j = 1, m
+      do i = 1, n
+        w(i, j) = real(1000 * v + 10 * i + j, c_float)
+      end do
+    end do
+    do i = 1, 5
+      b(i) = real(v, c_double) + real(i, c_double) / 8.0_c_double
+    end do
+    do l = 1, 4
+      do j = 1, 3
+        do i = 1, 2
+          k(i, j, l) = int(10000 * v + 100 * i + 10 * j + l, c_int32_t)
+        end do
+      end do
+    end do
+    s(1) = 5000000000_c_int64_t + v
+  end subroutine
+
+  subroutine check(status, what)
+    integer, intent(in) :: status
+    character(len=*), intent(in) :: what
+    if (status /= MC_OK) then
+      write(output_unit, '(a,a,a,a,a,a)') "FAILED ", what, ": ", mc_status_name(status), ": ", mc_last_error()
+      flush(output_unit)
+      error stop 1
+    end if
+  end subroutine
+
+  subroutine fail(what, value)
+    character(len=*), intent(in) :: what
+    integer, intent(in) :: value
+    write(output_unit, '(a,a,a,i0)') "FAILED ", what, " ", value
+    flush(output_unit)
+    error stop 1
+  end subroutine
+end program fortran_producer

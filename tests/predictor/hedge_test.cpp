@@ -1,0 +1,159 @@
+// Hedged planning: scenarios around a forecast, expected-CIL plans, regret spread.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "modelcast/predictor.h"
+
+namespace modelcast::predictor {
+namespace {
+
+// A run whose prefix is flat (the loss sits on a plateau) and that drops late, as when new data
+// arrive or the learning rate decays. 100 points, 10 s apart; the drop starts at point 70.
+std::vector<CurvePoint> plateau_then_drop() {
+  std::vector<CurvePoint> pts;
+  for (int i = 0; i < 100; ++i) {
+    const double drop = i < 70 ? 0.0 : 0.6 * (1.0 - std::exp(-(i - 70) / 6.0));
+    pts.push_back({i * 10, 2.0 - drop, 10.0 * i});
+  }
+  return pts;
+}
+
+TEST(Hedge, AFlatPrefixStillGetsAPlanThatPublishes) {
+  const auto run = plateau_then_drop();
+  const std::vector<CurvePoint> prefix(run.begin() + 1, run.begin() + 21);  // 20 % warm-up, on the plateau
+  ForecastOptions fo;
+  fo.total_steps = run.back().step;
+  const auto point = forecast_curve(prefix, fo);
+  PublishCosts costs;
+  costs.stall_s = 20.0;
+  costs.delivery_s = 10.0;
+  const std::size_t w = prefix.size() - 1;
+  // On the point forecast the plateau goes on: publishing is never worth its stall.
+  const auto bet = plan_optimal(extend_with_forecast(prefix, point), w, costs);
+  EXPECT_TRUE(bet.publish_steps.empty());
+  // Hedged: a later drop is possible, so the plan publishes, and it captures part of the real
+  // drop that the bet on the flat forecast misses entirely.
+  const auto hedged = hedge_forecast(prefix, point, {});
+  ASSERT_TRUE(hedged.hedged);
+  const auto plan = plan_optimal(extend_with_forecast(prefix, hedged.forecast), w, costs);
+  ASSERT_FALSE(plan.publish_steps.empty());
+  const std::vector<CurvePoint> scored(run.begin() + 1, run.end());
+  const auto truth = trajectory_of(scored);
+  const double none = evaluate_cil(truth, w, costs, {});
+  const double best = plan_optimal(truth, w, costs).cil;
+  const double ours = evaluate_cil(truth, w, costs, snap_to_candidates(plan.publish_steps, truth, w));
+  EXPECT_LT(ours, none);
+  EXPECT_LT((ours - best) / (none - best), 0.9);
+  // The spread reports how the plan would fare if each scenario came true.
+  const auto spread = regret_spread(prefix, w, hedged, costs, plan.publish_steps);
+  EXPECT_GT(spread.scenarios, 0U);
+  EXPECT_GE(spread.p90_pct, spread.p10_pct);
+  EXPECT_GE(spread.p10_pct, 0.0);
+}
+
+TEST(Hedge, ExpectedCilOfAnyScheduleIsItsCilOnTheMeanPath) {
+  // Why the exact planner on the mean path is the exact expected-CIL optimum: for every
+  // schedule, the weighted CIL over scenarios equals the CIL on the weighted mean path.
+  std::vector<CurvePoint> prefix;
+  for (int i = 0; i < 8; ++i) prefix.push_back({i * 10, 5.0 / (1.0 + 0.3 * i), 4.0 * i});
+  ForecastOptions fo;
+  fo.total_steps = 400;
+  const auto point = forecast_curve(prefix, fo);
+  HedgeOptions ho;
+  ho.change_probability = 0.4;
+  const auto hedged = hedge_forecast(prefix, point, ho);
+  ASSERT_GT(hedged.scenarios.size(), 4U);
+  double total = 0.0;
+  for (const auto& s : hedged.scenarios) total += s.weight;
+  EXPECT_NEAR(total, 1.0, 1e-12);
+  PublishCosts costs;
+  costs.stall_s = 3.0;
+  costs.delivery_s = 1.0;
+  const std::size_t w = prefix.size() - 1;
+  const auto mean_curve = extend_with_forecast(prefix, hedged.forecast);
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<std::int64_t> steps;
+    for (std::size_t i = w + 1; i < mean_curve.steps.size(); ++i)
+      if (rng() % 4 == 0) steps.push_back(mean_curve.steps[i]);
+    double expected = 0.0;
+    Forecast f = hedged.forecast;
+    for (const auto& s : hedged.scenarios) {
+      f.loss = s.loss;
+      expected += s.weight * evaluate_cil(extend_with_forecast(prefix, f), w, costs, steps);
+    }
+    EXPECT_NEAR(evaluate_cil(mean_curve, w, costs, steps), expected, 1e-9 * expected);
+  }
+}
+
+TEST(Hedge, ARisingForecastIsCappedAtTheCurrentLevel) {
+  // A rise makes "publish now, before it gets worse" look urgent; the scenarios stop at the
+  // run's current level (median of the newest three losses) unless the cap is turned off.
+  const std::vector<CurvePoint> prefix = {{0, 3.0, 0.0}, {10, 2.0, 1.0}, {20, 2.2, 2.0}, {30, 2.1, 3.0}};
+  Forecast f;
+  f.steps = {40, 50, 60};
+  f.loss = {2.3, 2.5, 2.7};
+  f.lower = {2.2, 2.3, 2.4};
+  f.upper = {2.4, 2.7, 3.0};
+  f.time_s = {4.0, 5.0, 6.0};
+  f.members = {{"rising", 1.0, std::nan(""), f.loss}};
+  const auto capped = hedge_forecast(prefix, f, {});
+  for (const auto& sc : capped.scenarios)
+    for (double v : sc.loss) EXPECT_LE(v, 2.1) << sc.kind;
+  HedgeOptions off;
+  off.cap_at_current_level = false;
+  const auto free = hedge_forecast(prefix, f, off);
+  EXPECT_GT(free.forecast.loss.back(), 2.1);
+}
+
+TEST(Hedge, AForecastDeclaredCertainIsLeftAlone) {
+  Forecast f;
+  f.steps = {10, 20};
+  f.loss = f.lower = f.upper = {2.0, 1.0};
+  f.time_s = {1.0, 2.0};
+  const std::vector<CurvePoint> prefix = {{0, 3.0, 0.0}};
+  const auto h = hedge_forecast(prefix, f, {});
+  EXPECT_FALSE(h.hedged);
+  ASSERT_EQ(h.scenarios.size(), 1U);
+  EXPECT_EQ(h.forecast.loss, f.loss);
+}
+
+TEST(Hedge, RegretSpreadOfPublishingNothingIsTotal) {
+  std::vector<CurvePoint> prefix;
+  for (int i = 0; i < 10; ++i) prefix.push_back({i * 10, 4.0 - 0.2 * i, 5.0 * i});
+  ForecastOptions fo;
+  fo.total_steps = 300;
+  const auto hedged = hedge_forecast(prefix, forecast_curve(prefix, fo), {});
+  PublishCosts costs;
+  costs.stall_s = 1.0;
+  const auto spread = regret_spread(prefix, prefix.size() - 1, hedged, costs, {});
+  ASSERT_GT(spread.scenarios, 0U);
+  EXPECT_NEAR(spread.expected_pct, 100.0, 1e-9);
+  EXPECT_NEAR(spread.p10_pct, 100.0, 1e-9);
+}
+
+TEST(Hedge, RejectsBadOptionsAndForecasts) {
+  const std::vector<CurvePoint> prefix = {{0, 3.0, 0.0}, {10, 2.0, 1.0}};
+  Forecast f;
+  f.steps = {20, 30};
+  f.loss = {1.5, 1.2};
+  f.lower = {1.4, 1.0};
+  f.upper = {1.6, 1.4};
+  f.time_s = {2.0, 3.0};
+  HedgeOptions bad;
+  bad.change_probability = 0.9;
+  bad.band_probability = 0.2;  // sums above 1
+  EXPECT_THROW(hedge_forecast(prefix, f, bad), Error);
+  HedgeOptions depth;
+  depth.change_depth = -0.1;
+  EXPECT_THROW(hedge_forecast(prefix, f, depth), Error);
+  Forecast short_band = f;
+  short_band.lower = {1.4};
+  EXPECT_THROW(hedge_forecast(prefix, short_band, {}), Error);
+  EXPECT_THROW(hedge_forecast({}, f, {}), Error);
+}
+
+}  // namespace
+}  // namespace modelcast::predictor

@@ -1,0 +1,30 @@
+#include "transports/transport_set.h"
+
+namespace modelcast::transport {
+
+TransportSet::TransportSet(const std::vector<std::string>& names) {
+  for (const TransportEntry* entry : resolve_transports(names)) transports_.push_back(entry->make());
+}
+
+std::vector<TransportOffer> TransportSet::offers(bool addresses) const {
+  std::vector<TransportOffer> out;
+  for (const auto& t : transports_) {
+    out.push_back({t->name(), t->capabilities(), addresses ? t->address() : std::vector<std::byte>{}});
+  }
+  return out;
+}
+
+std::optional<std::size_t> TransportSet::find(const std::string& name) const {
+  for (std::size_t i = 0; i < transports_.size(); ++i) {
+    if (transports_[i]->name() == name) return i;
+  }
+  return std::nullopt;
+}
+
+std::string TransportSet::names() const {
+  std::string s;
+  for (const auto& t : transports_) s += (s.empty() ? "" : ",") + t->name();
+  return s;
+}
+
+}  // namespace modelcast::transport

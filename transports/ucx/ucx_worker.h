@@ -1,0 +1,77 @@
+// One UCP context and worker with the thread that progresses them.
+//
+// Threads: the progress thread alone calls into the worker. Any thread hands it work with post()
+// (woken through ucp_worker_signal, the one UCP call documented as safe from any thread) or
+// run() (post and wait for the result). The context and worker are created before the thread
+// starts and destroyed after it has stopped.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace modelcast::transport {
+
+[[noreturn]] void throw_ucx(const std::string& what, ucs_status_t status);
+
+class UcxWorker {
+ public:
+  // Hooks run on the progress thread: `after_progress` after every progress round (reap
+  // finished requests), `at_shutdown` once when stop() is called, before the thread exits, with
+  // the worker still progressing (cancel and close what is left; it must not block on peers).
+  struct Hooks {
+    std::function<void()> after_progress;
+    std::function<void()> at_shutdown;
+  };
+
+  // Throws Error(kTransport) naming the UCP call that failed.
+  explicit UcxWorker(std::uint64_t features);
+  ~UcxWorker();  // destroy()
+  UcxWorker(const UcxWorker&) = delete;
+  UcxWorker& operator=(const UcxWorker&) = delete;
+
+  // Starts the progress thread; once, after the owner is ready for hooks to run.
+  void start(Hooks hooks);
+  // Runs at_shutdown on the progress thread and joins it. Idempotent.
+  void stop();
+  // stop(), then destroys the worker and the context. Requests UCX still holds (sends to a dead
+  // peer on shared memory can stay pending) complete now, on the calling thread, so the owner
+  // calls this while the state their callbacks touch still exists. Idempotent.
+  void destroy();
+
+  ucp_context_h context() const { return context_; }
+  ucp_worker_h worker() const { return worker_; }
+  bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+  void post(std::function<void()> command);
+
+  // Runs `f` on the progress thread and waits for its result (or exception).
+  template <typename F>
+  auto run(F&& f) -> decltype(f()) {
+    if (on_progress_thread()) return f();
+    using R = decltype(f());
+    std::packaged_task<R()> task(std::forward<F>(f));
+    auto result = task.get_future();
+    post([&task] { task(); });
+    return result.get();
+  }
+
+ private:
+  void progress_loop();
+
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  Hooks hooks_;
+  std::atomic<bool> stopping_{false};
+  std::mutex commands_mutex_;
+  std::vector<std::function<void()>> commands_;  // guarded by commands_mutex_
+  std::thread thread_;
+};
+
+}  // namespace modelcast::transport
