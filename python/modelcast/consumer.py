@@ -2,10 +2,10 @@
 
 from . import _core
 from ._dtypes import tensor_spec
-from .producer import _live, check_callback, options_from
+from ._service import Service, _live, check_callback, options_from
 
 
-class Consumer:
+class Consumer(Service):
     """Receives versions from the producer at ``producer_endpoint`` in the background.
 
     Keyword options mirror ``modelcast::ConsumerOptions`` (``model_name``, ``consumer_name``,
@@ -40,21 +40,6 @@ class Consumer:
         ``timeout`` seconds. Releases the GIL while waiting."""
         return self._impl.wait_for_version(version, timeout)
 
-    def stats(self):
-        """A ConsumerStats snapshot."""
-        return self._impl.stats()
-
-    @property
-    def callback_errors(self):
-        """How many times on_update / on_error raised."""
-        return self._impl.callback_errors
-
     def close(self):
         """Stops the consumer. Views, arrays and tensors taken from it stay valid. Idempotent."""
         self._impl.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -1,40 +1,10 @@
 """Producer: lives in the trainer, registers its tensors and publishes versions of them."""
 
-import atexit
-import weakref
-
 from . import _core
 from ._dtypes import describe_host_memory
-from .errors import InvalidArgumentError
+from ._service import Service, _live, check_callback, options_from
 
-_live = weakref.WeakSet()
-
-
-@atexit.register
-def _close_all():
-    # Stop library threads while the interpreter can still run their callbacks.
-    for obj in list(_live):
-        obj.close()
-
-
-def check_callback(what, name, fn):
-    """InvalidArgumentError unless ``fn`` is None or callable."""
-    if fn is not None and not callable(fn):
-        raise InvalidArgumentError(f"{what}: {name} must be callable or None, not {type(fn).__name__}")
-
-
-def options_from(cls, kwargs, what):
-    """An options struct of class ``cls`` with ``kwargs`` set; InvalidArgumentError names an unknown one."""
-    options = cls()
-    for key, value in kwargs.items():
-        if key.startswith("_") or not hasattr(options, key):
-            known = sorted(k for k in dir(options) if not k.startswith("_"))
-            raise InvalidArgumentError(f"{what}: unknown option '{key}' (known: {', '.join(known)})")
-        setattr(options, key, value)
-    return options
-
-
-class Producer:
+class Producer(Service):
     """Publishes versions of registered NumPy arrays / torch tensors to every Consumer.
 
     Keyword options mirror ``modelcast::ProducerOptions`` (``model_name``, ``control_endpoint``,
@@ -87,26 +57,11 @@ class Producer:
         """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released)."""
         return self._impl.wait_for_consumers(count, timeout)
 
-    def stats(self):
-        """A ProducerStats snapshot."""
-        return self._impl.stats()
-
     @property
     def control_endpoint(self):
         """The bound endpoint (with the port chosen when the option's port was 0)."""
         return self._impl.control_endpoint()
 
-    @property
-    def callback_errors(self):
-        """How many times on_delivery raised."""
-        return self._impl.callback_errors
-
     def close(self):
         """Stops the producer and releases the registered tensors. Idempotent; later calls raise StateError."""
         self._impl.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

@@ -1,0 +1,52 @@
+"""What Producer and Consumer share: option structs from keyword arguments, callback checks,
+closing every live one at interpreter exit, stats, callback error counts, and ``with``."""
+
+import atexit
+import weakref
+
+from .errors import InvalidArgumentError
+
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    # Stop library threads while the interpreter can still run their callbacks.
+    for obj in list(_live):
+        obj.close()
+
+
+def check_callback(what, name, fn):
+    """InvalidArgumentError unless ``fn`` is None or callable."""
+    if fn is not None and not callable(fn):
+        raise InvalidArgumentError(f"{what}: {name} must be callable or None, not {type(fn).__name__}")
+
+
+def options_from(cls, kwargs, what):
+    """An options struct of class ``cls`` with ``kwargs`` set; InvalidArgumentError names an unknown one."""
+    options = cls()
+    for key, value in kwargs.items():
+        if key.startswith("_") or not hasattr(options, key):
+            known = sorted(k for k in dir(options) if not k.startswith("_"))
+            raise InvalidArgumentError(f"{what}: unknown option '{key}' (known: {', '.join(known)})")
+        setattr(options, key, value)
+    return options
+
+
+class Service:
+    """Base of Producer and Consumer: ``self._impl`` is the bound C++ object."""
+
+    def stats(self):
+        """A snapshot of the counters (ProducerStats or ConsumerStats). Thread-safe."""
+        return self._impl.stats()
+
+    @property
+    def callback_errors(self):
+        """How many times a callback (on_delivery, on_update, on_error) raised."""
+        return self._impl.callback_errors
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
