@@ -18,6 +18,9 @@ packages=(
   gfortran                        # the Fortran module (fortran/) and its test
   # python3-torch and dataset-fashion-mnist (below) also make bench/data/curves/ (make_curves.py)
   libgtest-dev libgmock-dev libbenchmark-dev
+  libsystemd-dev                  # modelcastd: sd_notify (systemd Type=notify)
+  libcpp-httplib-dev              # modelcastd: ops HTTP endpoint and hooks
+  prometheus-cpp-dev              # modelcastd: /metrics
   iproute2                        # network-namespace test across two "hosts"
   # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The
   # fuzzer and sanitizer runtimes (libclang_rt.fuzzer*.a, asan, ubsan) are in libclang-rt-14-dev,
@@ -25,6 +28,7 @@ packages=(
   clang-14 libclang-rt-14-dev
   # Python binding (python/): built with pybind11 for Debian's python3; DLPack hands torch the
   # received tensors without a copy; the tests and the example use NumPy, torch and pytest.
+  # (NumPy is also the modelcastd tests' independent safetensors reader.)
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
   dataset-fashion-mnist           # data of the PyTorch example (examples/python/)
 )

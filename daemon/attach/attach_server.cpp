@@ -1,0 +1,214 @@
+#include "daemon/attach/attach_server.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <optional>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/attach/seqpacket.h"
+#include "modelcast/error.h"
+
+namespace modelcastd::attach {
+
+using Clock = std::chrono::steady_clock;
+
+struct AttachServer::Client {
+  int fd = -1;
+  std::map<std::uint64_t, ServedPtr> holds;
+  // A wait_for_version in progress (the client sends one request at a time).
+  std::optional<Request> waiting;
+  Clock::time_point deadline;
+  ~Client() { close(fd); }
+};
+
+AttachServer::AttachServer(const std::string& socket_path, Lookup lookup, std::size_t max_holds_per_client)
+    : path_(socket_path), lookup_(std::move(lookup)), max_holds_(max_holds_per_client) {
+  listen_fd_ = listen_at(path_);
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  thread_ = std::thread([this] { run(); });
+}
+
+AttachServer::~AttachServer() {
+  stop_ = true;
+  notify();
+  thread_.join();
+  clients_.clear();
+  close(listen_fd_);
+  close(wake_fd_);
+  unlink(path_.c_str());
+}
+
+void AttachServer::notify() {
+  std::uint64_t one = 1;
+  [[maybe_unused]] auto n = write(wake_fd_, &one, sizeof one);
+}
+
+AttachStats AttachServer::stats() const {
+  std::lock_guard lock(holds_mutex_);
+  return {clients_count_.load(), holds_count_.load(), attaches_.load(), holds_by_model_};
+}
+
+void AttachServer::count_hold(const ServedPtr& version, int delta) {
+  std::lock_guard lock(holds_mutex_);
+  auto& n = holds_by_model_[version->model];
+  n = static_cast<std::size_t>(static_cast<long long>(n) + delta);
+  if (n == 0) holds_by_model_.erase(version->model);
+  holds_count_ = static_cast<std::size_t>(static_cast<long long>(holds_count_.load()) + delta);
+}
+
+void AttachServer::drop_client(int fd) {
+  auto it = clients_.find(fd);
+  if (it == clients_.end()) return;
+  for (const auto& [id, version] : it->second->holds) count_hold(version, -1);
+  clients_.erase(it);  // releases every hold of that client
+  clients_count_ = clients_.size();
+}
+
+void AttachServer::run() {
+  auto log = spdlog::get("modelcastd");
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    fds.clear();
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_fd_, POLLIN, 0});
+    int timeout_ms = -1;
+    auto now = Clock::now();
+    for (auto& [fd, client] : clients_) {
+      fds.push_back({fd, POLLIN, 0});
+      if (client->waiting) {
+        auto left = std::chrono::ceil<std::chrono::milliseconds>(client->deadline - now).count();
+        left = std::max<long long>(left, 0);
+        timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
+      }
+    }
+    if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
+      log->error("attach server: poll failed: {}", std::strerror(errno));
+      return;
+    }
+    if (fds[1].revents != 0) {
+      std::uint64_t count;
+      [[maybe_unused]] auto n = read(wake_fd_, &count, sizeof count);
+    }
+    if (fds[0].revents != 0) accept_clients();
+    for (std::size_t i = 2; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      auto it = clients_.find(fds[i].fd);
+      if (it == clients_.end()) continue;
+      if (!serve(*it->second)) drop_client(fds[i].fd);
+    }
+    check_waiters();
+  }
+}
+
+void AttachServer::accept_clients() {
+  for (;;) {
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    auto client = std::make_unique<Client>();
+    client->fd = fd;
+    clients_[fd] = std::move(client);
+    clients_count_ = clients_.size();
+  }
+}
+
+bool AttachServer::serve(Client& client) {
+  std::vector<char> message;
+  std::vector<int> stray_fds;
+  if (!receive_message(client.fd, message, stray_fds)) return false;
+  for (int fd : stray_fds) close(fd);  // clients send no descriptors
+  Request request;
+  try {
+    request = decode_request(message);
+  } catch (const modelcast::Error& e) {
+    spdlog::get("modelcastd")->warn("attach client dropped: {}", e.what());
+    return false;
+  }
+  if (request.op == Request::Op::kRelease) {
+    auto hold = client.holds.find(request.hold);
+    if (hold != client.holds.end()) {
+      count_hold(hold->second, -1);
+      client.holds.erase(hold);
+    }
+    return true;
+  }
+  auto refuse = [&](modelcast::ErrorCode code, const std::string& why) {
+    Reply reply;
+    reply.code = static_cast<int>(code);
+    reply.error = why;
+    return send_message(client.fd, encode(reply));
+  };
+  if (client.waiting) return refuse(modelcast::ErrorCode::kState, "a request is already waiting on this connection");
+  bool exists = false;
+  ServedPtr version = lookup_(request.model, exists);
+  if (!exists) return refuse(modelcast::ErrorCode::kInvalidArgument, "no model '" + request.model + "' is configured");
+  if (version && version->manifest.version >= request.min_version) return answer(client, version);
+  if (request.timeout_ms == 0) return answer(client, nullptr);
+  client.waiting = request;
+  client.deadline = Clock::now() + std::chrono::milliseconds(std::min<std::uint64_t>(request.timeout_ms, 86'400'000));
+  return true;
+}
+
+bool AttachServer::answer(Client& client, ServedPtr version) {
+  Reply reply;
+  if (!version) return send_message(client.fd, encode(reply));
+  if (client.holds.size() >= max_holds_) {
+    reply.code = static_cast<int>(modelcast::ErrorCode::kResource);
+    reply.error = "this connection holds " + std::to_string(max_holds_) + " versions already; release some";
+    return send_message(client.fd, encode(reply));
+  }
+  std::uint64_t hold = next_hold_++;
+  reply.manifest = version->manifest;
+  reply.manifest->hold = hold;
+  // The hold is recorded before the reply leaves: once the client can read, the bytes are pinned.
+  client.holds[hold] = version;
+  count_hold(version, +1);
+  ++attaches_;
+  auto encoded = encode(reply);
+  int buffer_fd = version->buffer->read_only_fd();
+  if (encoded.size() <= kInlineReplyBytes) {
+    if (send_message(client.fd, encoded, std::span<const int>(&buffer_fd, 1))) return true;
+    spdlog::get("modelcastd")->warn("attach: client dropped, cannot send to it: {}", std::strerror(errno));
+    return false;
+  }
+  // Too large for one socket message (the kernel caps those at a few hundred KiB): the reply
+  // goes in a sealed memfd beside the buffer's descriptor.
+  int manifest_fd = memfd_create("modelcastd:manifest", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  bool ok = manifest_fd >= 0 && write(manifest_fd, encoded.data(), encoded.size()) == static_cast<ssize_t>(encoded.size()) &&
+            fcntl(manifest_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
+  if (ok) {
+    int fds[2] = {buffer_fd, manifest_fd};
+    ok = send_message(client.fd, encode_manifest_in_fd(), fds);
+  } else {
+    spdlog::get("modelcastd")->error("attach: cannot pass a manifest of {} bytes: {}", encoded.size(), std::strerror(errno));
+  }
+  if (manifest_fd >= 0) close(manifest_fd);
+  return ok;
+}
+
+void AttachServer::check_waiters() {
+  auto now = Clock::now();
+  std::vector<int> dead;
+  for (auto& [fd, client] : clients_) {
+    if (!client->waiting) continue;
+    bool exists = false;
+    ServedPtr version = lookup_(client->waiting->model, exists);
+    bool ready = version && version->manifest.version >= client->waiting->min_version;
+    if (!ready && exists && now < client->deadline) continue;
+    client->waiting.reset();
+    Reply removed;
+    removed.code = static_cast<int>(modelcast::ErrorCode::kInvalidArgument);
+    removed.error = "the model was removed from the configuration";
+    bool ok = exists ? answer(*client, ready ? version : nullptr) : send_message(fd, encode(removed));
+    if (!ok) dead.push_back(fd);
+  }
+  for (int fd : dead) drop_client(fd);
+}
+
+}  // namespace modelcastd::attach

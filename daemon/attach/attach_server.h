@@ -1,0 +1,70 @@
+// The Unix socket local clients attach at. Hands out the newest served version of a model as
+// a read-only memfd plus its manifest, and keeps one reference per hold until the client
+// releases it or its connection closes (so a dead client releases everything it held).
+//
+// Threads: one server thread owns the listening socket, every client connection, their holds
+// and pending waits. notify() (any thread) wakes it when a model serves a new version.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "daemon/served_version.h"
+
+namespace modelcastd::attach {
+
+// Looks up the version a model serves now: nullptr with `exists` false for an unknown model.
+using Lookup = std::function<ServedPtr(const std::string& model, bool& exists)>;
+
+struct AttachStats {
+  std::size_t clients = 0;  // connections open
+  std::size_t holds = 0;    // versions pinned by clients
+  std::uint64_t attaches = 0;  // versions handed out
+  std::map<std::string, std::size_t> holds_by_model;
+};
+
+class AttachServer {
+ public:
+  // Listens at `socket_path` (see listen_at) and starts the server thread. Throws
+  // modelcast::Error(kTransport) if the socket cannot be had.
+  AttachServer(const std::string& socket_path, Lookup lookup, std::size_t max_holds_per_client = 4096);
+  ~AttachServer();  // closes every connection (clients' mappings stay valid) and the socket
+  AttachServer(const AttachServer&) = delete;
+  AttachServer& operator=(const AttachServer&) = delete;
+
+  void notify();  // a model serves a new version: re-check waiting clients. Any thread.
+  AttachStats stats() const;
+
+ private:
+  struct Client;
+  void run();
+  void accept_clients();
+  bool serve(Client& client);  // false: close the connection
+  bool answer(Client& client, ServedPtr version);
+  void check_waiters();
+  void count_hold(const ServedPtr& version, int delta);
+  void drop_client(int fd);
+
+  const std::string path_;
+  const Lookup lookup_;
+  const std::size_t max_holds_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;  // eventfd
+  std::atomic<bool> stop_{false};
+  std::atomic<std::size_t> clients_count_{0}, holds_count_{0};
+  std::atomic<std::uint64_t> attaches_{0};
+  mutable std::mutex holds_mutex_;
+  std::map<std::string, std::size_t> holds_by_model_;  // holds_mutex_
+  // Server thread only:
+  std::map<int, std::unique_ptr<Client>> clients_;
+  std::uint64_t next_hold_ = 1;
+  std::thread thread_;  // last: starts after the members above exist
+};
+
+}  // namespace modelcastd::attach

@@ -1,0 +1,119 @@
+#include "daemon/attach/seqpacket.h"
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "daemon/attach/protocol.h"
+#include "modelcast/error.h"
+
+namespace modelcastd::attach {
+namespace {
+
+sockaddr_un address(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof addr.sun_path) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "socket path '" + path + "' is longer than " + std::to_string(sizeof addr.sun_path - 1));
+  }
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  return addr;
+}
+
+}  // namespace
+
+int listen_at(const std::string& path) {
+  sockaddr_un addr = address(path);
+  int probe = connect_to(path);
+  if (probe >= 0) {
+    close(probe);
+    throw modelcast::Error(modelcast::ErrorCode::kTransport, "socket '" + path + "' is served by another process");
+  }
+  unlink(path.c_str());  // a stale file from a daemon that died
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 128) != 0) {
+    std::string why = std::strerror(errno);
+    if (fd >= 0) close(fd);
+    throw modelcast::Error(modelcast::ErrorCode::kTransport, "cannot listen at '" + path + "': " + why);
+  }
+  return fd;
+}
+
+int connect_to(const std::string& path) {
+  sockaddr_un addr = address(path);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
+bool send_message(int fd, std::span<const char> message, std::span<const int> fds) {
+  iovec iov{const_cast<char*>(message.data()), message.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)]{};
+  if (fds.size() > kMaxFdsPerMessage) {
+    errno = EINVAL;
+    return false;
+  }
+  if (!fds.empty()) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  for (;;) {
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (n == static_cast<ssize_t>(message.size())) return true;
+    if (n < 0 && errno == EINTR) continue;
+    return false;
+  }
+}
+
+bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) {
+  fds.clear();
+  message.resize(kMaxMessageBytes);
+  iovec iov{message.data(), message.size()};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)]{};
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  ssize_t n;
+  do {
+    n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+  } while (n < 0 && errno == EINTR);
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(0)) {
+      std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int received;
+        std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        fds.push_back(received);
+      }
+    }
+  }
+  if (n <= 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+    for (int received : fds) close(received);
+    fds.clear();
+    return false;
+  }
+  message.resize(static_cast<std::size_t>(n));
+  return true;
+}
+
+}  // namespace modelcastd::attach

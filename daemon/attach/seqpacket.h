@@ -1,0 +1,29 @@
+// Unix SOCK_SEQPACKET sockets: whole messages, optionally with one file descriptor attached
+// (SCM_RIGHTS). Used by the daemon's attach server and by the client library.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace modelcastd::attach {
+
+// Binds and listens at `path`. A socket file left by a dead daemon is replaced; one a live
+// process serves is not (Error(kTransport)). Returns the listening fd (caller closes it).
+int listen_at(const std::string& path);
+
+// Connects to `path`; returns the fd, or -1 with errno set (caller retries or reports).
+int connect_to(const std::string& path);
+
+inline constexpr std::size_t kMaxFdsPerMessage = 2;
+
+// Sends one message with `fds` (at most kMaxFdsPerMessage) attached. Returns false if the peer
+// is gone or the message does not fit (errno set); never raises SIGPIPE.
+bool send_message(int fd, std::span<const char> message, std::span<const int> fds = {});
+
+// Receives one message into `message` and the descriptors that came with it into `fds` (the
+// caller owns them; close-on-exec). Returns false at end of stream or on error. Messages
+// longer than kMaxMessageBytes are truncated and reported as errors (false).
+bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds);
+
+}  // namespace modelcastd::attach

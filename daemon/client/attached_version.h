@@ -1,0 +1,50 @@
+// What a sidecar View points at: one held version, the read-only mapping of its buffer, and
+// the connection its hold is released on. Internal to the client library.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "daemon/attach/protocol.h"
+#include "modelcast/sidecar.h"
+
+namespace modelcast::sidecar::detail {
+
+// One read-only MAP_SHARED mapping of a daemon buffer; pages are faulted in only as read.
+struct Mapping {
+  const std::byte* base = nullptr;
+  std::size_t size = 0;
+  ~Mapping() {
+    if (base) munmap(const_cast<std::byte*>(base), size);
+  }
+};
+
+// The connection to the daemon. Shared by the Client and every View it handed out, so a hold
+// can be released after the Client is gone and the daemon keeps pins for as long as views live.
+struct Connection {
+  int fd = -1;
+  std::mutex request_mutex;  // one request/answer exchange at a time
+  // An exchange that failed half-way leaves an answer we cannot pair with a request: the
+  // connection is not used again (its holds stay until the last view lets go). request_mutex.
+  bool broken = false;
+  std::mutex send_mutex;     // whole messages on the socket (releases come from any thread)
+  std::mutex cache_mutex;
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<Mapping>>> mappings;  // by buffer id; cache_mutex
+  ~Connection();
+  void release(std::uint64_t hold) noexcept;
+};
+
+struct AttachedVersion {
+  modelcastd::attach::Manifest manifest;
+  std::vector<TensorSpec> specs;  // manifest.tensors as specs, in the same order
+  std::shared_ptr<Mapping> mapping;
+  std::shared_ptr<Connection> connection;
+  ~AttachedVersion() { connection->release(manifest.hold); }
+  const void* data(std::size_t i) const { return mapping->base + manifest.tensors[i].offset; }
+};
+
+}  // namespace modelcast::sidecar::detail

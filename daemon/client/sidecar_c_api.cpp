@@ -1,0 +1,156 @@
+// The sidecar client's C ABI: handles around Client and View, exceptions turned into mc_status
+// at this boundary (the same codes as modelcast.h), the message in a per-thread last error.
+#include "modelcast/sidecar_c.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "modelcast/error.h"
+#include "modelcast/sidecar.h"
+
+struct mcs_client {
+  std::unique_ptr<modelcast::sidecar::Client> client;
+};
+
+struct mcs_view {
+  modelcast::sidecar::View view;
+  std::vector<modelcast::TensorView> tensors;  // built once, so mc_tensor_info pointers stay valid
+};
+
+namespace {
+
+thread_local std::string t_last_error;
+
+mc_status fail(const char* function, mc_status status, const std::string& message) noexcept {
+  try {
+    t_last_error = std::string(function) + ": " + message;
+  } catch (...) {
+    // Out of memory while formatting: keep the previous text.
+  }
+  return status;
+}
+
+template <typename Body>
+mc_status guarded(const char* function, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const modelcast::Error& e) {
+    return fail(function, static_cast<mc_status>(e.code()), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(function, MC_ERR_RESOURCE, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(function, MC_ERR_UNKNOWN, std::string("unexpected error: ") + e.what());
+  } catch (...) {
+    return fail(function, MC_ERR_UNKNOWN, "unexpected non-standard exception");
+  }
+}
+
+mcs_view_t* wrap(modelcast::sidecar::View view) {
+  if (!view) return nullptr;
+  auto* handle = new mcs_view{std::move(view), {}};
+  handle->tensors = handle->view.tensors();
+  return handle;
+}
+
+void fill(const modelcast::TensorView& t, mc_tensor_info* out) {
+  out->name = t.name().c_str();
+  out->dtype = static_cast<mc_dtype>(t.dtype());
+  out->ndim = t.shape().size();
+  out->shape = t.shape().empty() ? nullptr : t.shape().data();
+  out->data = t.data;
+  out->size_bytes = t.size_bytes();
+  out->memory = MC_MEMORY_HOST;
+  out->device = 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* mcs_last_error(void) { return t_last_error.c_str(); }
+
+mc_status mcs_client_open(const char* socket_path, const char* model, int64_t connect_timeout_ms, mcs_client_t** out) {
+  return guarded("mcs_client_open", [&] {
+    if (out == nullptr || socket_path == nullptr || model == nullptr || connect_timeout_ms < 0) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                             "socket_path, model and out must not be NULL; connect_timeout_ms must be >= 0");
+    }
+    *out = nullptr;
+    modelcast::sidecar::ClientOptions options;
+    options.socket_path = socket_path;
+    options.model = model;
+    options.connect_timeout = std::chrono::milliseconds(connect_timeout_ms);
+    *out = new mcs_client{std::make_unique<modelcast::sidecar::Client>(options)};
+    return MC_OK;
+  });
+}
+
+void mcs_client_close(mcs_client_t* client) { delete client; }
+
+mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out) {
+  return guarded("mcs_acquire", [&] {
+    if (client == nullptr || out == nullptr) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "client and out must not be NULL");
+    }
+    *out = nullptr;
+    *out = wrap(client->client->acquire());
+    return MC_OK;
+  });
+}
+
+mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int64_t timeout_ms, mcs_view_t** out) {
+  return guarded("mcs_wait_for_version", [&] {
+    if (client == nullptr || out == nullptr || timeout_ms < 0) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                             "client and out must not be NULL; timeout_ms must be >= 0");
+    }
+    *out = nullptr;
+    *out = wrap(client->client->wait_for_version(version, std::chrono::milliseconds(timeout_ms)));
+    if (*out == nullptr) {
+      throw modelcast::Error(modelcast::ErrorCode::kTimeout, "no version >= " + std::to_string(version) + " within " +
+                                                                 std::to_string(timeout_ms) + " ms");
+    }
+    return MC_OK;
+  });
+}
+
+void mcs_view_release(mcs_view_t* view) { delete view; }
+uint64_t mcs_view_version(const mcs_view_t* view) { return view ? view->view.version() : 0; }
+int64_t mcs_view_step(const mcs_view_t* view) { return view ? view->view.step() : 0; }
+size_t mcs_view_tensor_count(const mcs_view_t* view) { return view ? view->tensors.size() : 0; }
+
+mc_status mcs_view_tensor_at(const mcs_view_t* view, size_t index, mc_tensor_info* out) {
+  return guarded("mcs_view_tensor_at", [&] {
+    if (view == nullptr || out == nullptr || index >= view->tensors.size()) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                             "view and out must not be NULL and index below mcs_view_tensor_count");
+    }
+    fill(view->tensors[index], out);
+    return MC_OK;
+  });
+}
+
+mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tensor_info* out) {
+  return guarded("mcs_view_find_tensor", [&] {
+    if (view == nullptr || out == nullptr || name == nullptr) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "view, name and out must not be NULL");
+    }
+    for (const auto& t : view->tensors) {
+      if (t.name() == name) {
+        fill(t, out);
+        return MC_OK;
+      }
+    }
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, std::string("no tensor '") + name + "'");
+  });
+}
+
+const char* mcs_view_metadata_get(const mcs_view_t* view, const char* key) {
+  if (view == nullptr || key == nullptr) return nullptr;
+  const auto& metadata = view->view.metadata();
+  auto it = metadata.find(key);
+  return it == metadata.end() ? nullptr : it->second.c_str();
+}
+
+}  // extern "C"

@@ -1,0 +1,193 @@
+// Config files are TOML read with toml++ (as key files are): its source positions give every
+// error its line. Unknown keys are errors, not warnings, so a misspelt option cannot silently
+// fall back to a default.
+#include "daemon/config.h"
+
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <set>
+
+#include "modelcast/error.h"
+
+namespace modelcastd {
+namespace {
+
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+
+  [[noreturn]] void fail(const toml::node& node, const std::string& key, const std::string& what) const {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           path_ + ":" + std::to_string(node.source().begin.line) + ": key '" + key + "': " + what);
+  }
+
+  // Every key of `table` must be in `known`; `prefix` names the table in messages.
+  void only(const toml::table& table, const std::string& prefix, const std::set<std::string>& known) const {
+    for (const auto& [key, node] : table) {
+      if (!known.contains(std::string(key.str()))) fail(node, prefix + std::string(key.str()), "unknown key");
+    }
+  }
+
+  const toml::table* table(const toml::table& parent, const std::string& key, const std::string& prefix) const {
+    const toml::node* node = parent.get(key);
+    if (!node) return nullptr;
+    if (!node->is_table()) fail(*node, prefix + key, "must be a table");
+    return node->as_table();
+  }
+
+  void string(const toml::table& t, const std::string& key, const std::string& prefix, std::string& out) const {
+    const toml::node* node = t.get(key);
+    if (!node) return;
+    auto value = node->value<std::string>();
+    if (!value || !node->is_string()) fail(*node, prefix + key, "must be a string");
+    out = *value;
+  }
+
+  void boolean(const toml::table& t, const std::string& key, const std::string& prefix, bool& out) const {
+    const toml::node* node = t.get(key);
+    if (!node) return;
+    if (!node->is_boolean()) fail(*node, prefix + key, "must be true or false");
+    out = *node->value<bool>();
+  }
+
+  std::uint64_t integer(const toml::node& node, const std::string& key, std::uint64_t min, std::uint64_t max) const {
+    if (!node.is_integer()) fail(node, key, "must be an integer");
+    auto value = *node.value<std::int64_t>();
+    if (value < 0 || static_cast<std::uint64_t>(value) < min || static_cast<std::uint64_t>(value) > max) {
+      fail(node, key, "must be between " + std::to_string(min) + " and " + std::to_string(max));
+    }
+    return static_cast<std::uint64_t>(value);
+  }
+
+  // A byte count: an integer, or a string such as "256MiB" or "1GiB".
+  std::uint64_t bytes(const toml::node& node, const std::string& key) const {
+    if (node.is_integer()) return integer(node, key, 1, std::uint64_t{1} << 50);
+    auto text = node.value<std::string>();
+    if (!text || !node.is_string()) fail(node, key, "must be a byte count (an integer or e.g. \"512MiB\")");
+    std::uint64_t number = 0;
+    auto [end, error] = std::from_chars(text->data(), text->data() + text->size(), number);
+    std::string unit(end, static_cast<const char*>(text->data() + text->size()));
+    std::uint64_t scale = unit == "" || unit == "B" ? 1 : unit == "KiB" ? 1u << 10 : unit == "MiB" ? 1u << 20
+                        : unit == "GiB" ? std::uint64_t{1} << 30 : 0;
+    if (error != std::errc{} || scale == 0 || number == 0 || number > (std::uint64_t{1} << 50) / scale) {
+      fail(node, key, "'" + *text + "' is not a byte count (an integer with B, KiB, MiB or GiB)");
+    }
+    return number * scale;
+  }
+
+  std::string where(const toml::node& node) const { return path_ + ":" + std::to_string(node.source().begin.line); }
+
+ private:
+  std::string path_;
+};
+
+HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& prefix) {
+  r.only(t, prefix, {"http_post", "command", "timeout_ms"});
+  HookConfig hook;
+  r.string(t, "http_post", prefix, hook.http_post);
+  if (!hook.http_post.empty() && hook.http_post.rfind("http://", 0) != 0) {
+    r.fail(*t.get("http_post"), prefix + "http_post", "must start with http://");
+  }
+  if (const toml::node* node = t.get("command")) {
+    const toml::array* argv = node->as_array();
+    if (!argv || argv->empty()) r.fail(*node, prefix + "command", "must be a non-empty array of strings");
+    for (const auto& arg : *argv) {
+      if (!arg.is_string()) r.fail(arg, prefix + "command", "must be a non-empty array of strings");
+      hook.command.push_back(*arg.value<std::string>());
+    }
+  }
+  if (!hook.http_post.empty() && !hook.command.empty()) {
+    r.fail(t, prefix + "command", "a hook is either http_post or command, not both");
+  }
+  if (const toml::node* node = t.get("timeout_ms")) {
+    hook.timeout = std::chrono::milliseconds(r.integer(*node, prefix + "timeout_ms", 1, 3'600'000));
+  }
+  return hook;
+}
+
+ModelConfig read_model(const Reader& r, const toml::table& t, const std::string& prefix) {
+  r.only(t, prefix, {"name", "endpoint", "max_model_bytes", "buffers", "producer_public_key", "producer_key_file",
+                     "key_file", "persist", "hook"});
+  ModelConfig model;
+  model.source = r.where(t);
+  r.string(t, "name", prefix, model.name);
+  r.string(t, "endpoint", prefix, model.endpoint);
+  if (model.name.empty()) r.fail(t, prefix + "name", "is required and must not be empty");
+  if (model.name.find_first_of("/\\") != std::string::npos || model.name[0] == '.') {
+    r.fail(*t.get("name"), prefix + "name", "must not contain '/' or start with '.' (it names a directory)");
+  }
+  if (model.endpoint.empty()) r.fail(t, prefix + "endpoint", "is required and must not be empty");
+  const toml::node* size = t.get("max_model_bytes");
+  if (!size) r.fail(t, prefix + "max_model_bytes", "is required (it sizes the shared-memory buffers)");
+  model.max_model_bytes = r.bytes(*size, prefix + "max_model_bytes");
+  if (const toml::node* node = t.get("buffers")) model.buffers = r.integer(*node, prefix + "buffers", 2, 64);
+  r.string(t, "producer_public_key", prefix, model.producer_public_key);
+  r.string(t, "producer_key_file", prefix, model.producer_key_file);
+  if (!model.producer_public_key.empty() && !model.producer_key_file.empty()) {
+    r.fail(*t.get("producer_key_file"), prefix + "producer_key_file", "give producer_public_key or producer_key_file, not both");
+  }
+  r.string(t, "key_file", prefix, model.key_file);
+  r.boolean(t, "persist", prefix, model.persist);
+  if (const toml::table* hook = r.table(t, "hook", prefix)) model.hook = read_hook(r, *hook, prefix + "hook.");
+  return model;
+}
+
+}  // namespace
+
+bool ModelConfig::operator==(const ModelConfig& o) const {
+  return name == o.name && endpoint == o.endpoint && max_model_bytes == o.max_model_bytes && buffers == o.buffers &&
+         producer_public_key == o.producer_public_key && producer_key_file == o.producer_key_file &&
+         key_file == o.key_file && persist == o.persist && hook.http_post == o.hook.http_post &&
+         hook.command == o.hook.command && hook.timeout == o.hook.timeout;
+}
+
+DaemonConfig load_config(const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+  }
+  Reader r(path);
+  r.only(root, "", {"daemon", "http", "repository", "model"});
+  DaemonConfig config;
+  if (const toml::table* daemon = r.table(root, "daemon", "")) {
+    r.only(*daemon, "daemon.", {"socket", "log_level"});
+    r.string(*daemon, "socket", "daemon.", config.socket_path);
+    r.string(*daemon, "log_level", "daemon.", config.log_level);
+    static const std::set<std::string> levels{"trace", "debug", "info", "warn", "error", "off"};
+    if (!levels.contains(config.log_level)) {
+      r.fail(*daemon->get("log_level"), "daemon.log_level", "must be one of trace, debug, info, warn, error, off");
+    }
+    if (config.socket_path.empty()) r.fail(*daemon->get("socket"), "daemon.socket", "must not be empty");
+  }
+  if (const toml::table* http = r.table(root, "http", "")) {
+    r.only(*http, "http.", {"listen"});
+    r.string(*http, "listen", "http.", config.http_listen);
+    auto colon = config.http_listen.rfind(':');
+    if (!config.http_listen.empty() && (colon == std::string::npos || colon + 1 == config.http_listen.size())) {
+      r.fail(*http->get("listen"), "http.listen", "must be HOST:PORT, or \"\" to disable");
+    }
+  }
+  if (const toml::table* repo = r.table(root, "repository", "")) {
+    r.only(*repo, "repository.", {"path", "keep"});
+    r.string(*repo, "path", "repository.", config.repository);
+    if (const toml::node* keep = repo->get("keep")) config.keep_versions = r.integer(*keep, "repository.keep", 1, 1000);
+  }
+  if (const toml::node* models = root.get("model")) {
+    const toml::array* list = models->as_array();
+    if (!list || !list->is_array_of_tables()) r.fail(*models, "model", "must be an array of tables ([[model]])");
+    std::set<std::string> names;
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      std::string prefix = "model[" + std::to_string(i) + "].";
+      auto model = read_model(r, *list->get(i)->as_table(), prefix);
+      if (!names.insert(model.name).second) r.fail(*list->get(i), prefix + "name", "'" + model.name + "' is listed twice");
+      config.models.push_back(std::move(model));
+    }
+  }
+  return config;
+}
+
+}  // namespace modelcastd

@@ -1,0 +1,48 @@
+// modelcastd's configuration: what the TOML file says, as plain structs with defaults.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace modelcastd {
+
+// What to tell the inference server once a version is in (and on disk, with a repository).
+// Placeholders {model}, {version} and {path} are replaced in the URL and in every argument.
+struct HookConfig {
+  std::string http_post;              // URL; e.g. Triton's .../v2/repository/models/{model}/load
+  std::vector<std::string> command;   // argv; run without a shell
+  std::chrono::milliseconds timeout{10000};
+  bool empty() const { return http_post.empty() && command.empty(); }
+};
+
+struct ModelConfig {
+  std::string name;                   // the model's name (producer's model_name)
+  std::string endpoint;               // the producer's control endpoint
+  std::uint64_t max_model_bytes = 0;  // required: sizes each shared-memory buffer
+  std::size_t buffers = 4;            // >= 2; clients' holds and the repository writer pin some
+  std::string producer_public_key;    // Z85; or producer_key_file
+  std::string producer_key_file;
+  std::string key_file;               // this daemon's key pair, for producers with an allow-list
+  bool persist = true;                // write versions to the repository (when one is configured)
+  HookConfig hook;
+  std::string source;                 // "file:line" where the model was declared, for messages
+  bool operator==(const ModelConfig& other) const;
+};
+
+struct DaemonConfig {
+  std::string socket_path = "/run/modelcastd/attach.sock";  // clients attach here
+  std::string log_level = "info";
+  std::string http_listen = "127.0.0.1:9180";  // "" disables the ops endpoint
+  std::string repository;                      // "" disables the on-disk repository
+  std::size_t keep_versions = 3;               // newest K per model kept on disk
+  std::vector<ModelConfig> models;
+};
+
+// Reads and checks `path`. Throws modelcast::Error(kInvalidArgument) whose message starts with
+// "<path>:<line>: key '<key>':" for an unknown key, a wrong type or a bad value, and names
+// the file for one that cannot be read or parsed. Thread-safe (no shared state).
+DaemonConfig load_config(const std::string& path);
+
+}  // namespace modelcastd

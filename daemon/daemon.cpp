@@ -1,0 +1,243 @@
+#include "daemon/daemon.h"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "daemon/recovery.h"
+#include "modelcast/error.h"
+
+namespace modelcastd {
+
+namespace repo = modelcast::repository;
+
+namespace {
+
+// The repository writer's input: a served version's bytes, pinned by holding the version.
+std::shared_ptr<const repo::VersionSnapshot> snapshot_of(const ServedPtr& served) {
+  auto s = std::make_shared<repo::VersionSnapshot>();
+  s->model = served->model;
+  s->version = served->manifest.version;
+  s->step = served->manifest.step;
+  s->incarnation = served->manifest.incarnation;
+  s->metadata = served->manifest.metadata;
+  for (const auto& t : served->manifest.tensors) s->tensors.push_back({t.name, t.dtype, t.shape, served->data(t), t.bytes});
+  s->keepalive = served;
+  return s;
+}
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
+  auto log = spdlog::get("modelcastd");
+  hooks_ = std::make_unique<HookRunner>([this, log](const HookCall& call, bool ok, const std::string& detail) {
+    metrics_.hook_ran(call.model, ok);
+    if (ok) {
+      log->info("model {}: hook for version {}: {}", call.model, call.version, detail);
+    } else {
+      log->error("model {}: hook for version {} failed: {}", call.model, call.version, detail);
+    }
+  });
+  if (!config_.repository.empty()) {
+    repo::WriterOptions options;
+    options.root = config_.repository;
+    options.keep = config_.keep_versions;
+    options.on_written = [this](const repo::VersionSnapshot& s, const std::string& dir, std::chrono::nanoseconds took) {
+      on_written(s, dir, took);
+    };
+    options.on_failed = [this, log](const repo::VersionSnapshot& s, const std::string& error) {
+      metrics_.repository_failed(s.model);
+      log->error("model {}: repository write of version {} failed (delivery continues): {}", s.model, s.version, error);
+    };
+    writer_ = std::make_unique<repo::RepositoryWriter>(std::move(options));
+  }
+  attach_ = std::make_unique<attach::AttachServer>(
+      config_.socket_path, [this](const std::string& model, bool& exists) { return served(model, exists); });
+  for (const auto& model : config_.models) start_model(model);
+  if (!config_.http_listen.empty()) {
+    http_ = std::make_unique<OpsHttp>(config_.http_listen,
+                                      OpsProviders{[this](std::string& d) { return ready(d); },
+                                                   [this] { return models_json(); }, [this] { return metrics_text(); }});
+    log->info("ops endpoint at http://{}:{}/", config_.http_listen.substr(0, config_.http_listen.rfind(':')), http_->port());
+  }
+  log->info("serving {} model(s); clients attach at {}", config_.models.size(), config_.socket_path);
+}
+
+Daemon::~Daemon() {
+  http_.reset();
+  attach_.reset();
+  {
+    std::lock_guard lock(mutex_);
+    models_.clear();  // Consumers stop: no more installs
+  }
+  writer_.reset();  // finishes the write in progress
+  hooks_.reset();
+}
+
+void Daemon::start_model(const ModelConfig& model) {
+  auto log = spdlog::get("modelcastd");
+  ModelCallbacks callbacks;
+  callbacks.on_installed = [this, model](const ServedPtr& version) { on_installed(model, version); };
+  callbacks.on_rejected = [this, log](const std::string& name, const modelcast::Error& error) {
+    metrics_.rejected(name);
+    log->warn("model {}: {}", name, error.what());
+  };
+  try {
+    auto service = std::make_shared<ModelService>(model, std::move(callbacks));
+    if (!config_.repository.empty()) {
+      if (auto recovered = recover_newest(config_.repository, model.name, model.max_model_bytes)) {
+        service->serve_recovered(std::move(recovered));
+      }
+    }
+    std::lock_guard lock(mutex_);
+    models_[model.name] = std::move(service);
+    log->info("model {}: subscribed to {} ({} buffers of {} bytes)", model.name, model.endpoint, model.buffers,
+              model.max_model_bytes);
+  } catch (const modelcast::Error& e) {
+    log->error("model {} ({}): not started: {}", model.name, model.source, e.what());
+  }
+  if (attach_) attach_->notify();
+}
+
+void Daemon::on_installed(const ModelConfig& model, const ServedPtr& version) {
+  metrics_.installed(model.name, version->update_latency);
+  spdlog::get("modelcastd")->info("model {}: installed version {} step {} ({} tensors, update {:.2f} ms)", model.name,
+                                  version->manifest.version, version->manifest.step, version->manifest.tensors.size(),
+                                  std::chrono::duration<double, std::milli>(version->update_latency).count());
+  attach_->notify();
+  if (writer_ && model.persist) {
+    writer_->submit(snapshot_of(version));  // the hook runs once it is on disk
+  } else if (!model.hook.empty()) {
+    hooks_->submit({model.name, version->manifest.version, "", model.hook});
+  }
+}
+
+void Daemon::on_written(const repo::VersionSnapshot& s, const std::string& directory, std::chrono::nanoseconds took) {
+  metrics_.repository_written(s.model, took);
+  spdlog::get("modelcastd")->info("model {}: version {} written to {} in {:.1f} ms", s.model, s.version, directory,
+                                  std::chrono::duration<double, std::milli>(took).count());
+  auto hook = hook_of(s.model);
+  if (!hook.empty()) hooks_->submit({s.model, s.version, directory, hook});
+}
+
+HookConfig Daemon::hook_of(const std::string& model) const {
+  std::lock_guard lock(mutex_);
+  auto it = models_.find(model);
+  return it == models_.end() ? HookConfig{} : it->second->config().hook;
+}
+
+ServedPtr Daemon::served(const std::string& model, bool& exists) const {
+  std::shared_ptr<ModelService> service;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = models_.find(model);
+    exists = it != models_.end();
+    if (!exists) return nullptr;
+    service = it->second;
+  }
+  return service->current();
+}
+
+bool Daemon::ready(std::string& detail) const {
+  std::lock_guard lock(mutex_);
+  if (models_.empty()) {
+    detail = "no model is running";
+    return false;
+  }
+  std::string waiting;
+  for (const auto& [name, service] : models_) {
+    if (!service->current()) waiting += (waiting.empty() ? "" : ", ") + name;
+  }
+  detail = waiting.empty() ? "ready" : "no version yet: " + waiting;
+  return waiting.empty();
+}
+
+std::string Daemon::models_json() const {
+  auto holds = attach_->stats().holds_by_model;
+  auto now = std::chrono::system_clock::now();
+  nlohmann::json out = {{"models", nlohmann::json::array()}};
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, service] : models_) {
+    auto stats = service->consumer_stats();
+    nlohmann::json m = {{"name", name},
+                        {"endpoint", service->config().endpoint},
+                        {"client_holds", holds.contains(name) ? holds[name] : 0},
+                        {"versions_installed", stats.versions_installed},
+                        {"versions_rejected", stats.versions_rejected},
+                        {"bytes_received", stats.bytes_received},
+                        {"last_error", stats.last_error},
+                        {"serving", nullptr}};
+    if (auto current = service->current()) {
+      m["serving"] = {{"version", current->manifest.version},
+                      {"step", current->manifest.step},
+                      {"source", current->manifest.source},
+                      {"producer_incarnation", current->manifest.incarnation},
+                      {"age_seconds", std::chrono::duration<double>(now - current->installed_at).count()},
+                      {"update_latency_ms", std::chrono::duration<double, std::milli>(current->update_latency).count()},
+                      {"tensors", current->manifest.tensors.size()}};
+      if (!current->repository_path.empty()) m["serving"]["repository_path"] = current->repository_path;
+    }
+    out["models"].push_back(std::move(m));
+  }
+  auto attach = attach_->stats();
+  out["clients"] = attach.clients;
+  if (writer_) {
+    auto w = writer_->stats();
+    out["repository"] = {{"path", config_.repository},  {"written", w.written}, {"failed", w.failed},
+                         {"skipped", w.skipped},         {"last_error", w.last_error}};
+  }
+  return out.dump(2);
+}
+
+std::string Daemon::metrics_text() {
+  LiveValues live;
+  auto attach = attach_->stats();
+  live.clients = attach.clients;
+  live.holds = attach.holds;
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [name, service] : models_) live.bytes_received[name] = service->consumer_stats().bytes_received;
+  }
+  return metrics_.render(live);
+}
+
+void Daemon::reload(DaemonConfig config) {
+  auto log = spdlog::get("modelcastd");
+  if (config.socket_path != config_.socket_path || config.http_listen != config_.http_listen ||
+      config.repository != config_.repository || config.keep_versions != config_.keep_versions) {
+    log->warn("reload: [daemon] socket, [http] and [repository] changes take effect at the next restart");
+  }
+  std::map<std::string, const ModelConfig*> wanted;
+  for (const auto& m : config.models) wanted[m.name] = &m;
+  std::vector<std::shared_ptr<ModelService>> stopping;
+  {
+    std::lock_guard lock(mutex_);
+    for (auto it = models_.begin(); it != models_.end();) {
+      auto w = wanted.find(it->first);
+      if (w == wanted.end() || !(*w->second == it->second->config())) {
+        log->info("reload: model {} {}", it->first, w == wanted.end() ? "removed" : "changed; restarting it");
+        stopping.push_back(std::move(it->second));
+        it = models_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  stopping.clear();  // Consumers stop outside the lock; clients' holds keep their versions
+  for (const auto& m : config.models) {
+    bool running;
+    {
+      std::lock_guard lock(mutex_);
+      running = models_.contains(m.name);
+    }
+    if (!running) start_model(m);
+  }
+  attach_->notify();  // waiters on removed models get their answer
+  auto keep = std::move(config_);
+  config_ = std::move(config);
+  config_.socket_path = keep.socket_path;
+  config_.http_listen = keep.http_listen;
+  config_.repository = keep.repository;
+  config_.keep_versions = keep.keep_versions;
+}
+
+}  // namespace modelcastd

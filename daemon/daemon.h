@@ -1,0 +1,62 @@
+// The daemon's parts wired together: one ModelService per configured model, the attach server
+// clients use, the repository writer, hooks, metrics and the ops endpoint; and reconfiguration.
+//
+// Threads: the main thread constructs, reloads and destroys the Daemon. Consumers' service
+// threads report installs (on_installed); the writer and hook threads report results; the
+// attach server's and HTTP threads read status. `models_` is what they share (`mutex_`).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "daemon/attach/attach_server.h"
+#include "daemon/config.h"
+#include "daemon/hook_runner.h"
+#include "daemon/metrics.h"
+#include "daemon/model_service.h"
+#include "daemon/ops_http.h"
+#include "daemon/repository/repository_writer.h"
+
+namespace modelcastd {
+
+class Daemon {
+ public:
+  // Recovers each model's newest stored version (with a repository), starts every model,
+  // listens for clients and serves HTTP. Throws modelcast::Error if the socket or the HTTP
+  // address cannot be had. A model that cannot start (bad key file, no memory) is logged and
+  // skipped.
+  explicit Daemon(DaemonConfig config);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Applies a re-read config: models added are started, removed ones stopped, changed ones
+  // restarted; unchanged ones keep serving. Settings that need a restart (socket, HTTP listen
+  // address, repository) are kept and a warning logged. Main thread only.
+  void reload(DaemonConfig config);
+
+  ServedPtr served(const std::string& model, bool& exists) const;  // any thread
+  int http_port() const { return http_ ? http_->port() : 0; }
+
+ private:
+  void start_model(const ModelConfig& model);                      // main thread
+  void on_installed(const ModelConfig& model, const ServedPtr& version);  // a Consumer's thread
+  void on_written(const modelcast::repository::VersionSnapshot& snapshot, const std::string& directory,
+                  std::chrono::nanoseconds took);  // writer thread
+  HookConfig hook_of(const std::string& model) const;
+  bool ready(std::string& detail) const;
+  std::string models_json() const;
+  std::string metrics_text();
+
+  DaemonConfig config_;  // main thread
+  Metrics metrics_;
+  std::unique_ptr<HookRunner> hooks_;
+  std::unique_ptr<modelcast::repository::RepositoryWriter> writer_;  // null without a repository
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<ModelService>> models_;  // guarded by mutex_
+  std::unique_ptr<attach::AttachServer> attach_;
+  std::unique_ptr<OpsHttp> http_;
+};
+
+}  // namespace modelcastd

@@ -1,0 +1,52 @@
+// Tells the inference server that a version is in: an HTTP POST to a URL template or a command,
+// with {model}, {version} and {path} replaced. Runs on its own thread; like the repository
+// writer it keeps one pending call per model, so a slow server makes it skip to the newest.
+//
+// Threads: submit() from any thread; the hook thread runs hooks and `on_result`.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/config.h"
+
+namespace modelcastd {
+
+struct HookCall {
+  std::string model;
+  std::uint64_t version = 0;
+  std::string path;  // the version's repository directory, "" without a repository
+  HookConfig hook;
+};
+
+// Replaces {model}, {version} and {path} in `text`; `encode` percent-encodes the values (URLs).
+std::string expand_placeholders(const std::string& text, const HookCall& call, bool encode);
+
+class HookRunner {
+ public:
+  using Result = std::function<void(const HookCall&, bool ok, const std::string& detail)>;
+  explicit HookRunner(Result on_result);
+  ~HookRunner();  // waits for the hook in progress (bounded by its timeout)
+  HookRunner(const HookRunner&) = delete;
+  HookRunner& operator=(const HookRunner&) = delete;
+
+  void submit(HookCall call);  // never blocks on the hook; thread-safe
+
+ private:
+  void run();
+  bool run_http(const HookCall& call, std::string& detail);
+  bool run_command(const HookCall& call, std::string& detail);
+
+  const Result on_result_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;                       // mutex_
+  std::map<std::string, HookCall> pending_;  // by model; mutex_
+  std::thread thread_;
+};
+
+}  // namespace modelcastd

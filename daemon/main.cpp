@@ -1,0 +1,86 @@
+// modelcastd: the sidecar daemon. Receives models from producers into shared memory and serves
+// them to local inference processes (see README, "The sidecar daemon").
+//
+// Threads: main() owns the Daemon and handles signals synchronously (sigwaitinfo), so reloads
+// and shutdown never run inside a signal handler. Every other thread starts with the signals
+// blocked (they are blocked before the first thread is made).
+#include <signal.h>
+#include <systemd/sd-daemon.h>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "modelcast/error.h"
+
+#ifndef MODELCASTD_VERSION
+#define MODELCASTD_VERSION "unknown"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"modelcastd: receives models from modelcast producers and serves them to local processes"};
+  std::string config_path = "/etc/modelcastd/modelcastd.toml";
+  bool check_only = false;
+  app.add_option("-c,--config", config_path, "configuration file (TOML)")->capture_default_str();
+  app.add_flag("--check", check_only, "check the configuration file and exit");
+  app.set_version_flag("--version", std::string("modelcastd ") + MODELCASTD_VERSION);
+  CLI11_PARSE(app, argc, argv);
+
+  // Plain stdout: journald (or the test reading us) adds its own timestamps and ordering.
+  auto log = spdlog::stdout_logger_mt("modelcastd");
+  log->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
+  log->flush_on(spdlog::level::info);
+
+  modelcastd::DaemonConfig config;
+  try {
+    config = modelcastd::load_config(config_path);
+  } catch (const modelcast::Error& e) {
+    log->error("{}", e.what());
+    return 2;
+  }
+  if (check_only) {
+    log->info("{}: ok, {} model(s)", config_path, config.models.size());
+    return 0;
+  }
+  log->set_level(spdlog::level::from_str(config.log_level));
+
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  std::unique_ptr<modelcastd::Daemon> daemon;
+  try {
+    daemon = std::make_unique<modelcastd::Daemon>(config);
+  } catch (const modelcast::Error& e) {
+    log->error("cannot start: {}", e.what());
+    return 1;
+  }
+  sd_notify(0, "READY=1");
+  log->info("ready (pid {})", getpid());
+  for (;;) {
+    int signal = sigwaitinfo(&signals, nullptr);
+    if (signal == SIGHUP) {
+      sd_notify(0, "RELOADING=1");
+      try {
+        auto fresh = modelcastd::load_config(config_path);
+        log->set_level(spdlog::level::from_str(fresh.log_level));
+        daemon->reload(std::move(fresh));
+        log->info("reloaded {}", config_path);
+      } catch (const modelcast::Error& e) {
+        log->error("reload refused, keeping the running configuration: {}", e.what());
+      }
+      sd_notify(0, "READY=1");
+    } else if (signal == SIGTERM || signal == SIGINT) {
+      sd_notify(0, "STOPPING=1");
+      log->info("stopping");
+      daemon.reset();
+      log->info("stopped");
+      return 0;
+    }
+  }
+}

@@ -1,0 +1,69 @@
+#include "daemon/metrics.h"
+
+#include <prometheus/text_serializer.h>
+
+namespace modelcastd {
+namespace {
+
+using prometheus::BuildCounter;
+using prometheus::BuildGauge;
+using prometheus::BuildHistogram;
+
+// Seconds: from a same-host update (milliseconds) to a slow cross-host one or a big disk write.
+const prometheus::Histogram::BucketBoundaries kBuckets{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                                       0.25,  0.5,    1,     2.5,  5,     10,   30};
+
+double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+Metrics::Metrics()
+    : installed_(BuildCounter().Name("modelcastd_versions_installed_total").Help("Versions received and served").Register(*registry_)),
+      rejected_(BuildCounter().Name("modelcastd_versions_rejected_total").Help("Versions refused (digest, layout, signature) or transfers failed").Register(*registry_)),
+      update_latency_(BuildHistogram().Name("modelcastd_update_latency_seconds").Help("Producer's publish() until served by the daemon").Register(*registry_)),
+      bytes_received_(BuildCounter().Name("modelcastd_bytes_received_total").Help("Model bytes received from producers").Register(*registry_)),
+      clients_(BuildGauge().Name("modelcastd_clients").Help("Local client connections").Register(*registry_)),
+      holds_(BuildGauge().Name("modelcastd_client_holds").Help("Versions pinned by clients").Register(*registry_)),
+      repository_writes_(BuildCounter().Name("modelcastd_repository_writes_total").Help("Versions written to the repository").Register(*registry_)),
+      repository_failures_(BuildCounter().Name("modelcastd_repository_write_failures_total").Help("Repository writes that failed").Register(*registry_)),
+      repository_duration_(BuildHistogram().Name("modelcastd_repository_write_seconds").Help("Time to write one version durably").Register(*registry_)),
+      hook_runs_(BuildCounter().Name("modelcastd_hook_runs_total").Help("Hooks run").Register(*registry_)),
+      hook_failures_(BuildCounter().Name("modelcastd_hook_failures_total").Help("Hooks that failed or timed out").Register(*registry_)) {}
+
+void Metrics::installed(const std::string& model, std::chrono::nanoseconds update_latency) {
+  installed_.Add({{"model", model}}).Increment();
+  update_latency_.Add({{"model", model}}, kBuckets).Observe(seconds(update_latency));
+}
+
+void Metrics::rejected(const std::string& model) { rejected_.Add({{"model", model}}).Increment(); }
+
+void Metrics::repository_written(const std::string& model, std::chrono::nanoseconds took) {
+  repository_writes_.Add({{"model", model}}).Increment();
+  repository_duration_.Add({{"model", model}}, kBuckets).Observe(seconds(took));
+}
+
+void Metrics::repository_failed(const std::string& model) { repository_failures_.Add({{"model", model}}).Increment(); }
+
+void Metrics::hook_ran(const std::string& model, bool ok) {
+  hook_runs_.Add({{"model", model}}).Increment();
+  auto& failures = hook_failures_.Add({{"model", model}});  // present at 0, so alerts can use it
+  if (!ok) failures.Increment();
+}
+
+std::string Metrics::render(const LiveValues& live) {
+  clients_.Add({}).Set(static_cast<double>(live.clients));
+  holds_.Add({}).Set(static_cast<double>(live.holds));
+  {
+    std::lock_guard lock(mutex_);
+    for (const auto& [model, bytes] : live.bytes_received) {
+      auto& seen = bytes_seen_[model];
+      // A restarted model's Consumer counts from 0 again: count its bytes from there.
+      auto delta = bytes >= seen ? bytes - seen : bytes;
+      bytes_received_.Add({{"model", model}}).Increment(static_cast<double>(delta));
+      seen = bytes;
+    }
+  }
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace modelcastd

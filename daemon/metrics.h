@@ -1,0 +1,57 @@
+// The daemon's Prometheus metrics (prometheus-cpp, Debian's prometheus-cpp-dev), rendered in
+// the text format by the ops endpoint.
+//
+// Threads: every method may be called from any thread (prometheus-cpp's metrics are atomic and
+// its families lock when adding a label set).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <prometheus/counter.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+namespace modelcastd {
+
+// Values read from their owners when metrics are rendered.
+struct LiveValues {
+  std::size_t clients = 0;
+  std::size_t holds = 0;
+  std::map<std::string, std::uint64_t> bytes_received;  // by model, cumulative
+};
+
+class Metrics {
+ public:
+  Metrics();
+  void installed(const std::string& model, std::chrono::nanoseconds update_latency);
+  void rejected(const std::string& model);
+  void repository_written(const std::string& model, std::chrono::nanoseconds took);
+  void repository_failed(const std::string& model);
+  void hook_ran(const std::string& model, bool ok);
+  // The text exposition format (text/plain; version=0.0.4).
+  std::string render(const LiveValues& live);
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
+  prometheus::Family<prometheus::Counter>& installed_;
+  prometheus::Family<prometheus::Counter>& rejected_;
+  prometheus::Family<prometheus::Histogram>& update_latency_;
+  prometheus::Family<prometheus::Counter>& bytes_received_;
+  prometheus::Family<prometheus::Gauge>& clients_;
+  prometheus::Family<prometheus::Gauge>& holds_;
+  prometheus::Family<prometheus::Counter>& repository_writes_;
+  prometheus::Family<prometheus::Counter>& repository_failures_;
+  prometheus::Family<prometheus::Histogram>& repository_duration_;
+  prometheus::Family<prometheus::Counter>& hook_runs_;
+  prometheus::Family<prometheus::Counter>& hook_failures_;
+  std::mutex mutex_;
+  std::map<std::string, std::uint64_t> bytes_seen_;  // mutex_: the counter counts increments
+};
+
+}  // namespace modelcastd

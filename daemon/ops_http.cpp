@@ -1,0 +1,44 @@
+#include "daemon/ops_http.h"
+
+#include <httplib.h>
+
+#include "modelcast/error.h"
+
+namespace modelcastd {
+
+OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(std::make_unique<httplib::Server>()) {
+  auto colon = listen.rfind(':');
+  std::string host = listen.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  int port = 0;
+  try {
+    port = std::stoi(listen.substr(colon + 1));
+  } catch (const std::exception&) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "http listen address '" + listen + "' has no port");
+  }
+  server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  server_->Get("/readyz", [ready = providers.ready](const httplib::Request&, httplib::Response& res) {
+    std::string detail;
+    bool ok = ready(detail);
+    res.status = ok ? 200 : 503;
+    res.set_content(detail + "\n", "text/plain");
+  });
+  server_->Get("/v1/models", [models = providers.models_json](const httplib::Request&, httplib::Response& res) {
+    res.set_content(models(), "application/json");
+  });
+  server_->Get("/metrics", [metrics = providers.metrics_text](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics(), "text/plain; version=0.0.4");
+  });
+  port_ = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
+  if (port_ <= 0) {
+    throw modelcast::Error(modelcast::ErrorCode::kTransport, "cannot serve HTTP at '" + listen + "'");
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+}
+
+OpsHttp::~OpsHttp() {
+  server_->stop();
+  thread_.join();
+}
+
+}  // namespace modelcastd

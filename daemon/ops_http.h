@@ -1,0 +1,41 @@
+// The operations endpoint (cpp-httplib, Debian's libcpp-httplib-dev): /healthz, /readyz,
+// /v1/models and /metrics. Loopback by default; it offers no control, only status.
+//
+// Threads: httplib's listener thread and its worker pool call the providers; they must be
+// thread-safe.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+namespace httplib {
+class Server;
+}
+
+namespace modelcastd {
+
+struct OpsProviders {
+  std::function<bool(std::string& detail)> ready;  // every model serves a version
+  std::function<std::string()> models_json;
+  std::function<std::string()> metrics_text;
+};
+
+class OpsHttp {
+ public:
+  // Binds HOST:PORT (PORT 0 picks one; see port()) and starts serving. Throws
+  // modelcast::Error(kTransport) if the address cannot be bound.
+  OpsHttp(const std::string& listen, OpsProviders providers);
+  ~OpsHttp();
+  OpsHttp(const OpsHttp&) = delete;
+  OpsHttp& operator=(const OpsHttp&) = delete;
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace modelcastd

@@ -1,0 +1,91 @@
+#include "daemon/recovery.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon/repository/repository.h"
+#include "daemon/repository/safetensors.h"
+#include "modelcast/error.h"
+
+namespace modelcastd {
+namespace {
+
+namespace repo = modelcast::repository;
+
+// Reads the tensor bytes of `path` into `buffer`.
+void load(const std::string& path, const repo::SafetensorsLayout& layout, ShmBuffer& buffer) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw modelcast::Error(modelcast::ErrorCode::kResource, "cannot open '" + path + "': " + std::strerror(errno));
+  std::uint64_t done = 0;
+  while (done < layout.data_bytes) {
+    auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(layout.data_bytes - done, 64u << 20));
+    ssize_t n = pread(fd, buffer.memory().data() + done, piece, static_cast<off_t>(layout.data_start + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "cannot read '" + path + "' to its end");
+    }
+    done += static_cast<std::uint64_t>(n);
+  }
+  close(fd);
+}
+
+}  // namespace
+
+ServedPtr recover_newest(const std::string& root, const std::string& model, std::uint64_t max_bytes) {
+  auto log = spdlog::get("modelcastd");
+  repo::Repository repository(root);
+  if (auto removed = repository.clean(model)) {
+    log->warn("model {}: removed {} unfinished repository entr{} left by an interrupted write", model, removed,
+              removed == 1 ? "y" : "ies");
+  }
+  for (const auto& stored : repository.list(model)) {
+    std::string path = stored.directory + "/" + repo::kTensorFile;
+    try {
+      auto layout = repo::read_safetensors_layout(path);
+      if (layout.data_bytes > max_bytes) {
+        log->warn("model {}: {} holds {} bytes, more than max_model_bytes; not served", model, path, layout.data_bytes);
+        continue;
+      }
+      if (layout.tensors.size() != stored.tensor_order.size()) {
+        throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "metadata.json and " + path + " list different tensors");
+      }
+      auto served = std::make_shared<ServedVersion>();
+      served->model = model;
+      served->buffer = std::make_shared<ShmBuffer>("modelcastd:" + model + ":recovered", std::max<std::uint64_t>(layout.data_bytes, 1));
+      load(path, layout, *served->buffer);
+      auto& m = served->manifest;
+      m.buffer_id = served->buffer->id();
+      m.buffer_bytes = served->buffer->size();
+      m.version = stored.version;
+      m.step = stored.step;
+      m.incarnation = stored.incarnation;
+      m.source = "repository";
+      m.metadata = stored.metadata;
+      for (const auto& name : stored.tensor_order) {
+        auto t = std::find_if(layout.tensors.begin(), layout.tensors.end(), [&](auto& x) { return x.name == name; });
+        if (t == layout.tensors.end()) {
+          throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "tensor '" + name + "' missing from " + path);
+        }
+        m.tensors.push_back({t->name, t->dtype, t->shape, t->begin, t->end - t->begin});
+      }
+      served->installed_at = std::chrono::system_clock::now();
+      served->repository_path = stored.directory;
+      log->info("model {}: serving version {} from {} until the producer sends a newer one", model, stored.version,
+                stored.directory);
+      return served;
+    } catch (const modelcast::Error& e) {
+      if (e.code() == modelcast::ErrorCode::kResource && std::string(e.what()).find("shared-memory") != std::string::npos) throw;
+      log->warn("model {}: skipping {}: {}", model, stored.directory, e.what());
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace modelcastd

@@ -1,0 +1,17 @@
+// Restart recovery: the newest complete version in the repository, loaded into shared memory
+// so clients are served at once, until the producer delivers something newer.
+#pragma once
+
+#include <string>
+
+#include "daemon/served_version.h"
+
+namespace modelcastd {
+
+// Removes leftovers of interrupted writes under <root>/<model>, then loads the most recently
+// written complete version that fits in `max_bytes`. A version whose files do not check out is
+// skipped with a warning (the next older one is tried). Returns nullptr if there is none.
+// Throws modelcast::Error(kResource) if shared memory cannot be had.
+ServedPtr recover_newest(const std::string& root, const std::string& model, std::uint64_t max_bytes);
+
+}  // namespace modelcastd

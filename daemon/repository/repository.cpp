@@ -1,0 +1,192 @@
+#include "daemon/repository/repository.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "daemon/repository/safetensors.h"
+#include "modelcast/error.h"
+
+namespace modelcast::repository {
+namespace fs = std::filesystem;
+namespace {
+
+[[noreturn]] void io_error(const std::string& what, const std::string& path) {
+  throw Error(ErrorCode::kResource, "repository: " + what + " '" + path + "': " + std::strerror(errno));
+}
+
+// Makes a directory's entries (a rename, a new file) durable.
+void fsync_directory(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) io_error("cannot open directory", path);
+  int rc = fsync(fd);
+  close(fd);
+  if (rc != 0) io_error("cannot fsync directory", path);
+}
+
+int create_file(const std::string& path) {
+  int fd = open(path.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+  if (fd < 0) io_error("cannot create", path);
+  return fd;
+}
+
+void write_metadata(const std::string& path, const VersionSnapshot& s, std::int64_t written_at_ns) {
+  nlohmann::json doc = {{"model", s.model},           {"version", s.version},
+                        {"step", s.step},             {"producer_incarnation", s.incarnation},
+                        {"written_at_ns", written_at_ns}, {"metadata", s.metadata},
+                        {"tensors", nlohmann::json::array()}};
+  for (const auto& t : s.tensors) doc["tensors"].push_back(t.name);
+  std::string text = doc.dump(2) + "\n";
+  int fd = create_file(path);
+  const char* p = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      int saved = errno;
+      close(fd);
+      errno = saved;
+      io_error("cannot write", path);
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (fsync(fd) != 0) {
+    close(fd);
+    io_error("cannot fsync", path);
+  }
+  close(fd);
+}
+
+std::string unique_suffix() {
+  static std::atomic<std::uint64_t> counter{0};
+  return std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+bool is_number(const std::string& name) {
+  return !name.empty() && name.size() < 20 && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+}  // namespace
+
+std::string Repository::write(const VersionSnapshot& snapshot) {
+  const std::string model_dir = model_directory(snapshot.model);
+  std::error_code ec;
+  fs::create_directories(model_dir, ec);
+  if (ec) {
+    errno = ec.value();
+    io_error("cannot create directory", model_dir);
+  }
+  const std::string final_dir = model_dir + "/" + std::to_string(snapshot.version);
+  const std::string temp_dir = model_dir + "/.tmp-" + std::to_string(snapshot.version) + "-" + unique_suffix();
+  if (mkdir(temp_dir.c_str(), 0755) != 0) io_error("cannot create directory", temp_dir);
+  try {
+    const std::string tensor_path = temp_dir + "/" + kTensorFile;
+    int fd = create_file(tensor_path);
+    try {
+      write_safetensors(fd, tensor_path, snapshot);
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+    close(fd);
+    auto now = std::chrono::system_clock::now().time_since_epoch();
+    write_metadata(temp_dir + "/" + kMetadataFile, snapshot,
+                   std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+    fsync_directory(temp_dir);
+    if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
+      if (errno != ENOTEMPTY && errno != EEXIST) io_error("cannot rename into place", final_dir);
+      // A version of this number exists (an earlier producer run): swap the two in one step so
+      // that one complete version is visible at every moment, then delete the old one.
+      if (renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
+        io_error("cannot exchange into place", final_dir);
+      }
+    }
+    fsync_directory(model_dir);
+  } catch (...) {
+    fs::remove_all(temp_dir, ec);
+    throw;
+  }
+  fs::remove_all(temp_dir, ec);  // the replaced version, after an exchange
+  return final_dir;
+}
+
+void Repository::prune(const std::string& model, std::size_t keep) {
+  auto versions = list(model);
+  if (versions.size() <= keep) return;
+  const std::string model_dir = model_directory(model);
+  std::vector<std::string> doomed;
+  for (std::size_t i = keep; i < versions.size(); ++i) {
+    // Renamed first, so a crash part-way through deleting never leaves a partial version
+    // under a version number.
+    std::string name = model_dir + "/.del-" + fs::path(versions[i].directory).filename().string() + "-" + unique_suffix();
+    if (::rename(versions[i].directory.c_str(), name.c_str()) != 0) io_error("cannot rename away", versions[i].directory);
+    doomed.push_back(name);
+  }
+  fsync_directory(model_dir);
+  for (const auto& d : doomed) {
+    std::error_code ec;
+    fs::remove_all(d, ec);
+    if (ec) {
+      errno = ec.value();
+      io_error("cannot remove", d);
+    }
+  }
+}
+
+std::vector<StoredVersion> Repository::list(const std::string& model) const {
+  std::vector<StoredVersion> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
+    std::string name = entry.path().filename().string();
+    if (!is_number(name) || !entry.is_directory()) continue;
+    StoredVersion v;
+    v.directory = entry.path().string();
+    try {
+      std::ifstream in(v.directory + "/" + kMetadataFile);
+      auto doc = nlohmann::json::parse(in);
+      v.version = doc.at("version").get<std::uint64_t>();
+      v.step = doc.at("step").get<std::int64_t>();
+      v.incarnation = doc.at("producer_incarnation").get<std::uint64_t>();
+      v.written_at_ns = doc.at("written_at_ns").get<std::int64_t>();
+      v.metadata = doc.at("metadata").get<std::map<std::string, std::string>>();
+      v.tensor_order = doc.at("tensors").get<std::vector<std::string>>();
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (std::to_string(v.version) != name || !fs::exists(v.directory + "/" + kTensorFile)) continue;
+    out.push_back(std::move(v));
+  }
+  std::sort(out.begin(), out.end(), [](const StoredVersion& a, const StoredVersion& b) {
+    return a.written_at_ns != b.written_at_ns ? a.written_at_ns > b.written_at_ns : a.version > b.version;
+  });
+  return out;
+}
+
+std::size_t Repository::clean(const std::string& model) {
+  std::size_t removed = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
+    std::string name = entry.path().filename().string();
+    if (name.rfind(".tmp-", 0) == 0 || name.rfind(".del-", 0) == 0) {
+      std::error_code ignored;
+      fs::remove_all(entry.path(), ignored);
+      ++removed;
+    }
+  }
+  return removed;
+}
+
+}  // namespace modelcast::repository

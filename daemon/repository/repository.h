@@ -1,0 +1,61 @@
+// A versioned model repository on disk in Triton's layout: <root>/<model>/<version>/ holding
+// model.safetensors and metadata.json. A version directory appears only complete: it is built
+// under a temporary name, fsynced, renamed into place, and the model directory fsynced; an old
+// version is renamed away before it is deleted. Leftovers of a crash (".tmp-*", ".del-*") are
+// never served and are removed by clean().
+//
+// Threads: not synchronised; one writer per root (the RepositoryWriter's thread), plus
+// list()/clean() before that writer starts.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "daemon/repository/version_snapshot.h"
+
+namespace modelcast::repository {
+
+inline constexpr const char* kTensorFile = "model.safetensors";
+inline constexpr const char* kMetadataFile = "metadata.json";
+
+// A complete version found on disk (from its metadata.json).
+struct StoredVersion {
+  std::string directory;
+  std::uint64_t version = 0;
+  std::int64_t step = 0;
+  std::uint64_t incarnation = 0;
+  std::int64_t written_at_ns = 0;  // wall clock when it was written: orders versions across producer restarts
+  std::map<std::string, std::string> metadata;
+  std::vector<std::string> tensor_order;  // registration order
+};
+
+class Repository {
+ public:
+  explicit Repository(std::string root) : root_(std::move(root)) {}
+
+  // Writes `snapshot` as <root>/<model>/<version>/ (replacing a directory of that number, e.g.
+  // from an earlier producer run, in one atomic exchange). Returns the directory. Throws
+  // modelcast::Error(kResource) naming the path on any I/O failure; the temporary directory
+  // is removed and nothing partial becomes visible.
+  std::string write(const VersionSnapshot& snapshot);
+
+  // Removes all but the `keep` most recently written versions of `model`.
+  // Throws Error(kResource) on I/O failure.
+  void prune(const std::string& model, std::size_t keep);
+
+  // Complete versions of `model`, most recently written first. Directories whose name is not
+  // a number or whose metadata.json cannot be read are skipped (they are not ours or are damaged).
+  std::vector<StoredVersion> list(const std::string& model) const;
+
+  // Removes what interrupted writes and deletions left behind; returns how many entries.
+  std::size_t clean(const std::string& model);
+
+  std::string model_directory(const std::string& model) const { return root_ + "/" + model; }
+
+ private:
+  std::string root_;
+};
+
+}  // namespace modelcast::repository

@@ -1,0 +1,85 @@
+#include "daemon/repository/repository_writer.h"
+
+#include "modelcast/error.h"
+
+namespace modelcast::repository {
+
+RepositoryWriter::RepositoryWriter(WriterOptions options) : options_(std::move(options)) {
+  if (options_.keep == 0 || options_.every == 0) {
+    throw Error(ErrorCode::kInvalidArgument, "repository writer: keep and every must be >= 1");
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+RepositoryWriter::~RepositoryWriter() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+void RepositoryWriter::submit(std::shared_ptr<const VersionSnapshot> snapshot) {
+  {
+    std::lock_guard lock(mutex_);
+    if (submitted_[snapshot->model]++ % options_.every != 0) return;
+    auto& slot = pending_[snapshot->model];
+    if (slot) ++stats_.skipped;
+    slot = std::move(snapshot);  // the replaced one's bytes are released here
+  }
+  wake_.notify_one();
+}
+
+WriterStats RepositoryWriter::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void RepositoryWriter::run() {
+  Repository repository(options_.root);
+  std::string last_model;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+    if (stop_) return;
+    // Round robin over models, so one that updates constantly cannot starve the others.
+    auto next = pending_.upper_bound(last_model);
+    if (next == pending_.end()) next = pending_.begin();
+    last_model = next->first;
+    auto snapshot = std::move(next->second);
+    pending_.erase(next);
+    lock.unlock();
+    auto start = std::chrono::steady_clock::now();
+    std::string directory, error;
+    try {
+      directory = repository.write(*snapshot);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    auto took = std::chrono::steady_clock::now() - start;
+    std::string prune_error;
+    try {
+      if (error.empty()) repository.prune(snapshot->model, options_.keep);
+    } catch (const std::exception& e) {
+      prune_error = e.what();  // the new version is in place; old ones stay until the next prune
+    }
+    std::uint64_t bytes = 0;
+    for (const auto& t : snapshot->tensors) bytes += t.bytes;
+    if (error.empty() && options_.on_written) options_.on_written(*snapshot, directory, took);
+    if (!error.empty() && options_.on_failed) options_.on_failed(*snapshot, error);
+    if (!prune_error.empty() && options_.on_failed) options_.on_failed(*snapshot, prune_error);
+    snapshot.reset();  // release the bytes before waiting again
+    lock.lock();
+    if (error.empty()) {
+      ++stats_.written;
+      stats_.bytes_written += bytes;
+      stats_.total_duration += took;
+    } else {
+      ++stats_.failed;
+    }
+    if (!error.empty() || !prune_error.empty()) stats_.last_error = error.empty() ? prune_error : error;
+  }
+}
+
+}  // namespace modelcast::repository

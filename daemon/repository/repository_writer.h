@@ -1,0 +1,65 @@
+// Writes versions to a Repository on its own thread, off the update path. submit() never
+// blocks on the disk: each model has one pending slot, and a newer version replaces a pending
+// one that has not started, so a slow disk makes the writer skip to the newest version.
+//
+// Threads: submit() and stats() from any thread; the writer thread owns the Repository and runs
+// the callbacks (keep them short: the next write waits for them).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "daemon/repository/repository.h"
+
+namespace modelcast::repository {
+
+struct WriterOptions {
+  std::string root;       // the repository's root directory (created if missing)
+  std::size_t keep = 3;   // newest versions kept per model (>= 1)
+  std::size_t every = 1;  // write every Nth version submitted per model (>= 1)
+  std::function<void(const VersionSnapshot&, const std::string& directory, std::chrono::nanoseconds took)> on_written;
+  std::function<void(const VersionSnapshot&, const std::string& error)> on_failed;
+};
+
+struct WriterStats {
+  std::uint64_t written = 0;
+  std::uint64_t failed = 0;
+  std::uint64_t skipped = 0;       // replaced while pending: the disk was slower than updates
+  std::uint64_t bytes_written = 0;
+  std::chrono::nanoseconds total_duration{0};
+  std::string last_error;
+};
+
+class RepositoryWriter {
+ public:
+  // Starts the writer thread. Throws modelcast::Error(kInvalidArgument) for keep/every of 0.
+  explicit RepositoryWriter(WriterOptions options);
+  ~RepositoryWriter();  // finishes the write in progress; pending versions are dropped
+  RepositoryWriter(const RepositoryWriter&) = delete;
+  RepositoryWriter& operator=(const RepositoryWriter&) = delete;
+
+  // Queues `snapshot` (its keepalive pins the bytes until written or replaced). Never blocks
+  // on I/O; thread-safe.
+  void submit(std::shared_ptr<const VersionSnapshot> snapshot);
+  WriterStats stats() const;
+
+ private:
+  void run();
+
+  const WriterOptions options_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stop_ = false;                                                   // mutex_
+  std::map<std::string, std::shared_ptr<const VersionSnapshot>> pending_;  // by model; mutex_
+  std::map<std::string, std::uint64_t> submitted_;                      // by model; mutex_
+  WriterStats stats_;                                                   // mutex_
+  std::thread thread_;
+};
+
+}  // namespace modelcast::repository

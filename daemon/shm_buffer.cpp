@@ -1,0 +1,58 @@
+#include "daemon/shm_buffer.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "modelcast/error.h"
+
+namespace modelcastd {
+namespace {
+
+[[noreturn]] void fail(const std::string& what) {
+  throw modelcast::Error(modelcast::ErrorCode::kResource, "shared-memory buffer: " + what + ": " + std::strerror(errno));
+}
+
+std::atomic<std::uint64_t> next_id{1};
+
+}  // namespace
+
+ShmBuffer::ShmBuffer(const std::string& name, std::size_t bytes) : id_(next_id++) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  size_ = (bytes + page - 1) / page * page;
+  fd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd_ < 0) fail("memfd_create");
+  if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
+    close(fd_);
+    fail("ftruncate to " + std::to_string(size_) + " bytes");
+  }
+  // Clients must not resize what the daemon and every other client have mapped.
+  fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+  if (p == MAP_FAILED) {
+    close(fd_);
+    fail("mmap");
+  }
+  base_ = static_cast<std::byte*>(p);
+  // Reopening through /proc gives a new open file description with O_RDONLY, so a client's
+  // mmap(PROT_WRITE, MAP_SHARED) of what it receives fails with EACCES.
+  std::string self = "/proc/self/fd/" + std::to_string(fd_);
+  read_only_fd_ = open(self.c_str(), O_RDONLY | O_CLOEXEC);
+  if (read_only_fd_ < 0) {
+    munmap(base_, size_);
+    close(fd_);
+    fail("reopen read-only");
+  }
+}
+
+ShmBuffer::~ShmBuffer() {
+  munmap(base_, size_);
+  close(read_only_fd_);
+  close(fd_);
+}
+
+}  // namespace modelcastd

@@ -1,0 +1,83 @@
+// Sidecar client: attaches a local inference process to modelcastd. The daemon receives every
+// version once into shared memory; a Client maps it read-only, without copying, and gets the
+// same acquire / wait_for_version / view interface as a Consumer. Needs no UCX or ZeroMQ setup.
+#pragma once
+
+#include "modelcast/export.h"
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "modelcast/tensor.h"
+
+namespace modelcast::sidecar {
+
+struct ClientOptions {
+  std::string socket_path = "/run/modelcastd/attach.sock";  // modelcastd's [daemon] socket
+  std::string model;                                        // a model the daemon serves
+  // Keep retrying to connect this long (the daemon may still be starting); 0: try once.
+  std::chrono::milliseconds connect_timeout{0};
+};
+
+namespace detail {
+struct AttachedVersion;
+}
+
+// A held version, like ModelView: cheap to copy, immutable, and its bytes stay valid and
+// unchanged while any copy is alive (the daemon keeps the version pinned for this client),
+// even after the Client is destroyed. Memory is mapped read-only: writing to it faults.
+// Safe to use from any thread. Accessors below require !empty().
+class MODELCAST_API View {
+ public:
+  View() = default;
+  explicit View(std::shared_ptr<const detail::AttachedVersion> state);
+
+  bool empty() const noexcept { return state_ == nullptr; }
+  explicit operator bool() const noexcept { return !empty(); }
+
+  std::uint64_t version() const;
+  std::int64_t step() const;
+  std::uint64_t producer_incarnation() const;
+  const std::map<std::string, std::string>& metadata() const;
+  // "producer" (received by the daemon) or "repository" (recovered from disk after a restart).
+  const std::string& source() const;
+
+  std::size_t tensor_count() const;
+  std::vector<TensorView> tensors() const;  // in the producer's registration order
+  std::optional<TensorView> find(std::string_view name) const;
+  TensorView tensor(std::string_view name) const;  // Error(kInvalidArgument) if absent
+
+ private:
+  std::shared_ptr<const detail::AttachedVersion> state_;
+};
+
+class MODELCAST_API Client {
+ public:
+  // Connects to the daemon. Throws Error(kTransport) if it cannot within connect_timeout,
+  // Error(kInvalidArgument) for an empty model name or a socket path that is too long.
+  explicit Client(ClientOptions options);
+  ~Client();  // views already handed out stay valid (their holds stay with the daemon)
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // The newest version the daemon serves, or an empty view before the first. Each buffer is
+  // mapped once and the mapping cached, so the cost does not grow with the model's size.
+  // Thread-safe (requests on one connection are serialised). Throws Error(kTransport) if the
+  // daemon is gone, Error(kInvalidArgument) if it does not serve the model.
+  View acquire() const;
+
+  // Waits until the daemon serves a version >= `version`; returns it, or an empty view on timeout.
+  View wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
+
+ private:
+  class Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace modelcast::sidecar

@@ -1,0 +1,54 @@
+/* C ABI of the sidecar client (modelcast/sidecar.h): attach to modelcastd from C or Fortran.
+ * Same conventions as modelcast.h: every call that can fail returns an mc_status and leaves the
+ * reason in mcs_last_error() (per thread); views are released with mcs_view_release. Link
+ * libmodelcast_sidecar. */
+#ifndef MODELCAST_SIDECAR_C_H
+#define MODELCAST_SIDECAR_C_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "modelcast/modelcast.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mcs_client mcs_client_t; /* opaque: one connection to the daemon */
+typedef struct mcs_view mcs_view_t;     /* opaque: one held, immutable, read-only version */
+
+/* Text of this thread's last failed mcs_ call ("" if none). Valid until the thread's next call. */
+MODELCAST_API const char* mcs_last_error(void);
+
+/* Connects to the daemon at `socket_path` for `model`, retrying for up to connect_timeout_ms.
+ * *out gets a client the caller owns (mcs_client_close). Errors (*out NULL):
+ * MC_ERR_INVALID_ARGUMENT, MC_ERR_TRANSPORT. Thread-safe. */
+MODELCAST_API mc_status mcs_client_open(const char* socket_path, const char* model, int64_t connect_timeout_ms,
+                                        mcs_client_t** out);
+/* Closes the client; views it handed out stay valid until released. NULL is a no-op. */
+MODELCAST_API void mcs_client_close(mcs_client_t* client);
+
+/* *out gets the newest version (caller owns: mcs_view_release), or NULL before the first.
+ * Errors: MC_ERR_TRANSPORT (daemon gone), MC_ERR_INVALID_ARGUMENT (model not served). */
+MODELCAST_API mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out);
+/* Waits for a version >= `version`: MC_OK with *out set, or MC_ERR_TIMEOUT with *out NULL. */
+MODELCAST_API mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int64_t timeout_ms,
+                                             mcs_view_t** out);
+
+/* Releases the hold; pointers from this view become invalid. NULL is a no-op. */
+MODELCAST_API void mcs_view_release(mcs_view_t* view);
+MODELCAST_API uint64_t mcs_view_version(const mcs_view_t* view);
+MODELCAST_API int64_t mcs_view_step(const mcs_view_t* view);
+MODELCAST_API size_t mcs_view_tensor_count(const mcs_view_t* view);
+/* Tensor by position or name; pointers in *out are owned by the view. MC_ERR_INVALID_ARGUMENT
+ * for an index out of range or an unknown name. */
+MODELCAST_API mc_status mcs_view_tensor_at(const mcs_view_t* view, size_t index, mc_tensor_info* out);
+MODELCAST_API mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tensor_info* out);
+/* The value of metadata `key`, or NULL if absent; owned by the view. */
+MODELCAST_API const char* mcs_view_metadata_get(const mcs_view_t* view, const char* key);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

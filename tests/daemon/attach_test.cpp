@@ -1,0 +1,140 @@
+// modelcastd with a producer and local clients: every byte of every version in two client
+// processes while updates stream, holds that pin old versions, and a killed client's holds.
+#include <sys/mman.h>
+
+#include "daemon_fixture.h"
+#include "modelcast/sidecar.h"
+#include "sidecar_check.h"
+
+namespace daemon_test {
+namespace {
+
+using exchange_test::TestProducer;
+
+TEST_F(DaemonTest, TwoClientProcessesSeeEveryByteOfEveryVersionWhileUpdatesStream) {
+  TestProducer producer(1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  constexpr std::uint64_t kVersions = 20;
+  auto a = start_peer({"follow", "--until-version", std::to_string(kVersions), "--readers", "2"});
+  auto b = start_peer({"follow", "--until-version", std::to_string(kVersions), "--readers", "2"});
+  ASSERT_TRUE(a->wait_for_line("attached"));
+  ASSERT_TRUE(b->wait_for_line("attached"));
+  auto observer = client();
+  for (std::uint64_t v = 1; v <= kVersions; ++v) {
+    producer.publish(v);
+    // Publishing faster than delivery is allowed (versions are skipped); pace every fifth so
+    // that clients really do read while newer versions arrive.
+    if (v % 5 == 0) {
+      ASSERT_TRUE(observer.wait_for_version(v, 30s)) << "version " << v << " never served";
+    }
+  }
+  EXPECT_EQ(a->wait(), 0);
+  EXPECT_EQ(b->wait(), 0);
+  for (auto* peer : {a.get(), b.get()}) {
+    bool saw_last = false;
+    for (const auto& line : peer->lines()) {
+      EXPECT_EQ(line.find("torn"), std::string::npos) << line;
+      EXPECT_EQ(line.find("corrupt"), std::string::npos) << line;
+      saw_last = saw_last || line == "seen " + std::to_string(kVersions);
+    }
+    EXPECT_TRUE(saw_last);
+  }
+}
+
+TEST_F(DaemonTest, AClientHoldingAnOldVersionKeepsItsBytesWhileThreeNewerArrive) {
+  TestProducer producer(1024);
+  // Three buffers: without the hold, version 3 would be received into version 1's buffer.
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 3));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  auto c = client();
+  producer.publish(1);
+  auto held = c.wait_for_version(1, 30s);
+  ASSERT_TRUE(held);
+  ASSERT_EQ(held.version(), 1u);
+  EXPECT_EQ(held.source(), "producer");
+  for (std::uint64_t v = 2; v <= 4; ++v) {
+    producer.publish(v);
+    auto newest = c.wait_for_version(v, 30s);
+    ASSERT_TRUE(newest) << "version " << v;
+    EXPECT_EQ(sidecar_test::check(newest, 1), "");
+  }
+  EXPECT_EQ(held.version(), 1u);
+  EXPECT_EQ(sidecar_test::check(held, 1), "");
+}
+
+TEST_F(DaemonTest, AttachedMemoryIsReadOnlyAndMappedOncePerBuffer) {
+  TestProducer producer(1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 3));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  auto c = client();
+  producer.publish(1);
+  auto first = c.wait_for_version(1, 30s);
+  ASSERT_TRUE(first);
+  auto again = c.acquire();
+  // The same buffer is not mapped twice: both views point into one mapping.
+  EXPECT_EQ(first.tensors()[0].data, again.tensors()[0].data);
+  // Writing through the view's address is refused by the kernel (read-only mapping).
+  auto page = reinterpret_cast<std::uintptr_t>(first.tensors()[0].data) & ~std::uintptr_t{4095};
+  EXPECT_NE(mprotect(reinterpret_cast<void*>(page), 4096, PROT_READ | PROT_WRITE), 0);
+}
+
+TEST_F(DaemonTest, AKilledClientReleasesItsHold) {
+  TestProducer producer(1024);
+  // Two buffers: while version 1 is held and version 2 served, version 3 has nowhere to land.
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  auto holder = start_peer({"hold"});
+  ASSERT_TRUE(holder->wait_for_line("held 1", 30s));
+  auto c = client();
+  producer.publish(2);
+  ASSERT_TRUE(c.wait_for_version(2, 30s));
+  producer.publish(3);
+  // Absence over a bounded window: version 3 cannot be received while version 1 is pinned.
+  EXPECT_FALSE(c.wait_for_version(3, 1500ms)) << "the hold did not pin version 1's buffer";
+  holder->kill_now();
+  auto third = c.wait_for_version(3, 30s);
+  ASSERT_TRUE(third) << "the killed client's hold was not released";
+  EXPECT_EQ(sidecar_test::check(third, 1), "");
+}
+
+TEST_F(DaemonTest, AModelWhoseManifestExceedsOneSocketMessageAttaches) {
+  // 3,000 tensors with long names: a manifest of some 300 KiB, more than the kernel lets one
+  // socket message be by default. It travels in a memfd.
+  constexpr std::size_t kTensors = 3000;
+  std::vector<testmodel::Tensor> model(kTensors);
+  for (std::size_t i = 0; i < kTensors; ++i) {
+    model[i].spec = {"model.decoder.layers." + std::to_string(i) + ".self_attention.query_key_value.weight.shard_0000",
+                     modelcast::DType::kF32, {4}};
+    model[i].words.resize(2);
+  }
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  modelcast::Producer producer(options);
+  for (auto& t : model) producer.register_tensor({t.spec, t.words.data()});
+  auto daemon = start_daemon(config(producer.control_endpoint(), 2, "", "", "16MiB"));
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  testmodel::fill(model, 1, 1);
+  producer.publish(1);
+  auto view = client().wait_for_version(1, 60s);
+  ASSERT_TRUE(view);
+  EXPECT_EQ(view.tensor_count(), kTensors);
+  EXPECT_EQ(sidecar_test::check(view, 1), "");
+}
+
+TEST_F(DaemonTest, UnknownModelIsAnInvalidArgument) {
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
+  modelcast::sidecar::Client other({socket(), "nope", 30s});
+  try {
+    other.acquire();
+    FAIL() << "acquire of an unconfigured model succeeded";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace daemon_test

@@ -1,0 +1,132 @@
+// Config files: a good one is read as written; each bad one is refused with the file, the line
+// and the key named, by load_config and by modelcastd itself.
+#include "daemon/config.h"
+
+#include "daemon_fixture.h"
+#include "modelcast/error.h"
+
+namespace daemon_test {
+namespace {
+
+const char* kGood = R"(# a full config
+[daemon]
+socket = "/tmp/x.sock"
+log_level = "debug"
+
+[http]
+listen = "127.0.0.1:9999"
+
+[repository]
+path = "/var/lib/modelcastd"
+keep = 5
+
+[[model]]
+name = "resnet"
+endpoint = "tcp://10.0.0.5:7000"
+max_model_bytes = "1GiB"
+buffers = 5
+persist = false
+[model.hook]
+http_post = "http://127.0.0.1:8000/v2/repository/models/{model}/load"
+
+[[model]]
+name = "bert"
+endpoint = "ipc:///run/bert.sock"
+max_model_bytes = 1048576
+[model.hook]
+command = ["/usr/bin/touch", "{path}"]
+)";
+
+TEST(DaemonConfig, AGoodFileIsReadAsWritten) {
+  ScratchDir dir;
+  write_file(dir / "good.toml", kGood);
+  auto c = modelcastd::load_config(dir / "good.toml");
+  EXPECT_EQ(c.socket_path, "/tmp/x.sock");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.http_listen, "127.0.0.1:9999");
+  EXPECT_EQ(c.repository, "/var/lib/modelcastd");
+  EXPECT_EQ(c.keep_versions, 5u);
+  ASSERT_EQ(c.models.size(), 2u);
+  EXPECT_EQ(c.models[0].name, "resnet");
+  EXPECT_EQ(c.models[0].max_model_bytes, 1ull << 30);
+  EXPECT_EQ(c.models[0].buffers, 5u);
+  EXPECT_FALSE(c.models[0].persist);
+  EXPECT_EQ(c.models[0].hook.http_post, "http://127.0.0.1:8000/v2/repository/models/{model}/load");
+  EXPECT_EQ(c.models[1].max_model_bytes, 1048576u);
+  EXPECT_EQ(c.models[1].buffers, 4u);  // the default
+  EXPECT_TRUE(c.models[1].persist);
+  EXPECT_EQ(c.models[1].hook.command, (std::vector<std::string>{"/usr/bin/touch", "{path}"}));
+}
+
+struct BadCase {
+  std::string text;
+  int line;
+  const char* key;
+  const char* why;
+};
+
+const char* kModel = "[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"1MiB\"\n";
+
+TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
+  std::string model = kModel;
+  const BadCase cases[] = {
+      {"[daemon]\nsockte = \"/x\"\n", 2, "daemon.sockte", "unknown key"},
+      {"[daemon]\nlog_level = \"loud\"\n", 2, "daemon.log_level", "must be one of"},
+      {"[daemon]\nsocket = 5\n", 2, "daemon.socket", "must be a string"},
+      {"[http]\nlisten = \"localhost\"\n", 2, "http.listen", "HOST:PORT"},
+      {"[repository]\npath = \"/r\"\nkeep = 0\n", 3, "repository.keep", "between 1 and"},
+      {"colour = \"blue\"\n", 1, "colour", "unknown key"},
+      {(model + "buffers = 1\n"), 5, "model[0].buffers", "between 2 and"},
+      {(model + "bufers = 3\n"), 5, "model[0].bufers", "unknown key"},
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"12 parsecs\"\n", 4,
+       "model[0].max_model_bytes", "not a byte count"},
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:1\"\n", 1, "model[0].max_model_bytes", "is required"},
+      {"[[model]]\nname = \"a/b\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name", "must not contain"},
+      {(model + model), 5, "model[1].name", "listed twice"},
+      {(model + "[model.hook]\nhttp_post = \"ftp://x\"\n"), 6, "model[0].hook.http_post", "http://"},
+      {(model + "[model.hook]\ncommand = []\n"), 6, "model[0].hook.command", "non-empty array"},
+      {(model + "[model.hook]\nretries = 2\n"), 6, "model[0].hook.retries", "unknown key"},
+      {(model + "persist = \"yes\"\n"), 5, "model[0].persist", "true or false"},
+  };
+  ScratchDir dir;
+  int index = 0;
+  for (const auto& c : cases) {
+    std::string path = dir / ("bad" + std::to_string(index++) + ".toml");
+    write_file(path, c.text);
+    try {
+      modelcastd::load_config(path);
+      ADD_FAILURE() << "accepted:\n" << c.text;
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+      std::string expected = path + ":" + std::to_string(c.line) + ": key '" + c.key + "': ";
+      EXPECT_EQ(std::string(e.what()).rfind(expected, 0), 0u) << "got: " << e.what() << "\nwanted: " << expected;
+      EXPECT_NE(std::string(e.what()).find(c.why), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DaemonConfig, ATomlSyntaxErrorNamesFileAndLine) {
+  ScratchDir dir;
+  write_file(dir / "broken.toml", "[daemon]\nsocket = \"unterminated\n");
+  try {
+    modelcastd::load_config(dir / "broken.toml");
+    FAIL();
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(dir / "broken.toml:2: ", 0), 0u) << e.what();
+  }
+}
+
+TEST(DaemonConfig, TheDaemonRefusesABadFileNamingIt) {
+  ScratchDir dir;
+  write_file(dir / "bad.toml", std::string(kModel) + "buffers = \"many\"\n");
+  ChildProcess daemon({MODELCASTD, "--config", dir / "bad.toml"});
+  EXPECT_EQ(daemon.wait(), 2);
+  bool named = false;
+  for (const auto& line : daemon.lines()) {
+    named = named || line.find(dir / "bad.toml:5: key 'model[0].buffers': must be an integer") != std::string::npos;
+  }
+  EXPECT_TRUE(named);
+}
+
+}  // namespace
+}  // namespace daemon_test

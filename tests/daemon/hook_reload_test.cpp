@@ -1,0 +1,120 @@
+// Hooks (an HTTP POST received by a real server, a command, a failing command) and SIGHUP
+// reloads (a changed model restarts, a bad file is refused, a removed model is gone).
+#include <signal.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "daemon_fixture.h"
+#include "sidecar_check.h"
+
+namespace daemon_test {
+namespace {
+
+using exchange_test::TestProducer;
+
+// An HTTP server on loopback standing in for Triton: records the load requests it receives.
+struct FakeServer {
+  FakeServer() {
+    server.Post(R"(/v2/repository/models/([^/]+)/load)", [this](const httplib::Request& req, httplib::Response& res) {
+      std::lock_guard lock(mutex);
+      calls.push_back(req.matches[1].str() + " " + req.get_param_value("version") + " " + req.get_param_value("path"));
+      arrived.notify_all();
+      res.set_content("{}", "application/json");
+    });
+    port = server.bind_to_any_port("127.0.0.1");
+    thread = std::thread([this] { server.listen_after_bind(); });
+  }
+  ~FakeServer() {
+    server.stop();
+    thread.join();
+  }
+  std::vector<std::string> wait_for_calls(std::size_t count) {
+    std::unique_lock lock(mutex);
+    arrived.wait_for(lock, std::chrono::seconds(30), [&] { return calls.size() >= count; });
+    return calls;
+  }
+  httplib::Server server;
+  int port = 0;
+  std::thread thread;
+  std::mutex mutex;
+  std::condition_variable arrived;
+  std::vector<std::string> calls;
+};
+
+TEST_F(DaemonTest, AnHttpHookTellsTheServerOfEachVersionOnDisk) {
+  FakeServer triton;
+  TestProducer producer(1024);
+  std::string hook = "[model.hook]\nhttp_post = \"http://127.0.0.1:" + std::to_string(triton.port) +
+                     "/v2/repository/models/{model}/load?version={version}&path={path}\"\n";
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, hook, repository(dir / "repo", 3)));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  auto calls = triton.wait_for_calls(1);
+  ASSERT_EQ(calls.size(), 1u);
+  // The hook runs once the version is complete on disk, with its directory.
+  EXPECT_EQ(calls[0], "test 1 " + (dir / "repo/test/1"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "repo/test/1/model.safetensors"));
+}
+
+TEST_F(DaemonTest, ACommandHookRunsAndAFailingOneIsReported) {
+  TestProducer producer(1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4,
+                                    "[model.hook]\ncommand = [\"/usr/bin/touch\", \"" + dir.path + "/hooked-{version}\"]\n"));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  EXPECT_NE(wait_for_text(*daemon, "hook for version 1: /usr/bin/touch exited with 0"), "");
+  EXPECT_TRUE(std::filesystem::exists(dir / "hooked-1"));
+  kill(daemon->pid(), SIGTERM);
+  daemon->wait();
+
+  auto failing = start_daemon(config(producer.producer->control_endpoint(), 4, "[model.hook]\ncommand = [\"/bin/false\"]\n"));
+  EXPECT_NE(wait_for_text(*failing, "hook for version 1 failed: /bin/false exited with 1"), "");
+}
+
+TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
+  TestProducer first(1024);
+  auto daemon = start_daemon(config(first.producer->control_endpoint(), 4));
+  ASSERT_TRUE(first.producer->wait_for_consumers(1, 30s));
+  first.publish(1);
+  auto c = client();
+  ASSERT_TRUE(c.wait_for_version(1, 30s));
+
+  // The same model from another producer (another seed, numbering from 10).
+  modelcast::ProducerOptions options;
+  options.first_version = 10;
+  TestProducer second(1024, options);
+  write_file(dir / "modelcastd.toml", config(second.producer->control_endpoint(), 4));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  ASSERT_TRUE(second.producer->wait_for_consumers(1, 30s));
+  second.publish(10, 2);
+  auto moved = c.wait_for_version(10, 30s);
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(sidecar_test::check(moved, 2), "");
+
+  write_file(dir / "modelcastd.toml", config(second.producer->control_endpoint(), 4) + "colour = \"blue\"\n");
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reload refused, keeping the running configuration: " + (dir / "modelcastd.toml")), "");
+  EXPECT_EQ(c.acquire().version(), 10u);  // still served
+
+  write_file(dir / "modelcastd.toml", "[daemon]\nsocket = \"" + socket() + "\"\n[http]\nlisten = \"\"\n");
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  try {
+    c.acquire();
+    FAIL() << "a removed model is still served";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+  }
+  EXPECT_EQ(sidecar_test::check(moved, 2), "");  // a held version outlives its model's removal
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
+}  // namespace
+}  // namespace daemon_test

@@ -1,0 +1,138 @@
+// The ops endpoint fetched by a real HTTP client (httplib), a read-only repository (delivery
+// goes on; the failure is in the log and the metrics), hooks, and SIGHUP reloads.
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <regex>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "daemon_fixture.h"
+#include "sidecar_check.h"
+
+namespace daemon_test {
+namespace {
+
+using exchange_test::TestProducer;
+
+const std::string kHttp = "[http]\nlisten = \"127.0.0.1:0\"\n";
+
+// The port the daemon logged for its ops endpoint at start (it was told to pick one).
+int ops_port(const std::vector<std::string>& startup_lines) {
+  for (const auto& line : startup_lines) {
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex("ops endpoint at http://127\\.0\\.0\\.1:([0-9]+)/"))) return std::stoi(m[1]);
+  }
+  return 0;
+}
+
+// The value of the sample `name` (with its labels) in Prometheus text, or -1 if absent.
+double metric(const std::string& text, const std::string& name) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
+  }
+  return -1;
+}
+
+TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
+  TestProducer producer(1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", kHttp));
+  int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
+  httplib::Client http("127.0.0.1", port);
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto not_ready = http.Get("/readyz");
+  ASSERT_TRUE(not_ready);
+  EXPECT_EQ(not_ready->status, 503);  // nothing served yet
+  EXPECT_NE(not_ready->body.find("test"), std::string::npos);
+
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  producer.publish(2);
+  auto c = client();
+  auto held = c.wait_for_version(2, 30s);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(http.Get("/readyz")->status, 200);
+
+  auto models = http.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 200);
+  auto doc = nlohmann::json::parse(models->body);
+  ASSERT_EQ(doc["models"].size(), 1u);
+  const auto& m = doc["models"][0];
+  EXPECT_EQ(m["name"], "test");
+  EXPECT_EQ(m["serving"]["version"], 2);
+  EXPECT_EQ(m["serving"]["source"], "producer");
+  EXPECT_EQ(m["client_holds"], 1);
+  EXPECT_EQ(doc["clients"], 1);
+
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  const auto& text = metrics->body;
+  double installed = metric(text, "modelcastd_versions_installed_total{model=\"test\"}");
+  EXPECT_GE(installed, 1);  // version 1 may have been skipped for 2
+  EXPECT_LE(installed, 2);
+  EXPECT_EQ(metric(text, "modelcastd_update_latency_seconds_count{model=\"test\"}"), installed);
+  EXPECT_GE(metric(text, "modelcastd_bytes_received_total{model=\"test\"}"), 1024.0 * 1024 * installed);
+  EXPECT_EQ(metric(text, "modelcastd_clients"), 1);
+  EXPECT_EQ(metric(text, "modelcastd_client_holds"), 1);
+  held = {};  // released: the daemon's count follows once it has read the release
+  auto deadline = std::chrono::steady_clock::now() + 10s;
+  double holds = 1;
+  while (holds != 0 && std::chrono::steady_clock::now() < deadline) {
+    holds = metric(http.Get("/metrics")->body, "modelcastd_client_holds");
+  }
+  EXPECT_EQ(holds, 0);
+}
+
+// A read-only repository: a read-only tmpfs where we may mount one (as root, root ignores
+// directory permissions), else a directory without write permission.
+struct ReadOnlyDirectory {
+  explicit ReadOnlyDirectory(const std::string& p) : path(p) {
+    std::filesystem::create_directories(path);
+    if (geteuid() == 0) {
+      mounted = mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY, "size=1m") == 0;
+    } else {
+      std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    }
+  }
+  ~ReadOnlyDirectory() {
+    if (mounted) umount(path.c_str());
+  }
+  bool usable() const { return mounted || geteuid() != 0; }
+  std::string path;
+  bool mounted = false;
+};
+
+TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
+  ReadOnlyDirectory repo(dir / "repo");
+  if (!repo.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";
+  TestProducer producer(1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", kHttp + repository(repo.path, 3)));
+  int port = ops_port(startup_lines);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  auto c = client();
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    producer.publish(v);
+    auto view = c.wait_for_version(v, 30s);
+    ASSERT_TRUE(view) << "delivery stopped at version " << v;
+    EXPECT_EQ(sidecar_test::check(view, 1), "");
+  }
+  EXPECT_NE(wait_for_text(*daemon, "repository write of version"), "") << "the failure was not logged";
+  httplib::Client http("127.0.0.1", port);
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_GE(metric(metrics->body, "modelcastd_repository_write_failures_total{model=\"test\"}"), 1);
+  auto doc = nlohmann::json::parse(http.Get("/v1/models")->body);
+  EXPECT_GE(doc["repository"]["failed"].get<int>(), 1);
+  EXPECT_NE(doc["repository"]["last_error"].get<std::string>(), "");
+}
+
+}  // namespace
+}  // namespace daemon_test

@@ -1,0 +1,124 @@
+// The on-disk repository: versions written as safetensors that an independent reader (python3
+// with json and numpy) checks byte for byte, the newest K kept, restart recovery, and the
+// daemon SIGKILLed at random points of its writes.
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "daemon_fixture.h"
+#include "sidecar_check.h"
+
+namespace daemon_test {
+namespace {
+
+using exchange_test::TestProducer;
+namespace fs = std::filesystem;
+
+std::vector<std::string> matching(const std::vector<std::string>& lines, const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& l : lines) {
+    if (l.rfind(prefix, 0) == 0) out.push_back(l);
+  }
+  return out;
+}
+
+TEST_F(DaemonTest, VersionsAreWrittenAsSafetensorsAndTheNewestKAreKept) {
+  TestProducer producer(1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", repository(dir / "repo", 3)));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  for (std::uint64_t v = 1; v <= 6; ++v) {
+    producer.publish(v);
+    ASSERT_NE(wait_for_text(*daemon, "version " + std::to_string(v) + " written to"), "") << "version " << v;
+  }
+  std::size_t bytes = 0;
+  for (const auto& t : producer.model) bytes += t.spec.size_bytes();
+  auto suffix = " " + std::to_string(producer.model.size()) + " " + std::to_string(bytes);
+  EXPECT_EQ(read_repository(dir / "repo"), (std::vector<std::string>{"ok 4" + suffix, "ok 5" + suffix, "ok 6" + suffix}));
+  // Triton's layout: <repo>/<model>/<version>/
+  EXPECT_TRUE(fs::exists(dir / "repo/test/6/model.safetensors"));
+  EXPECT_TRUE(fs::exists(dir / "repo/test/6/metadata.json"));
+}
+
+TEST_F(DaemonTest, ARestartedDaemonServesTheNewestStoredVersionUntilTheProducerSendsANewerOne) {
+  {
+    TestProducer producer(1024);
+    auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", repository(dir / "repo", 3)));
+    ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+    for (std::uint64_t v = 1; v <= 2; ++v) {
+      producer.publish(v);
+      ASSERT_NE(wait_for_text(*daemon, "version " + std::to_string(v) + " written to"), "");
+    }
+    kill(daemon->pid(), SIGTERM);
+    EXPECT_EQ(daemon->wait(), 0);
+  }
+  // What an interrupted write would leave behind: never served, removed at start.
+  fs::create_directories(dir / "repo/test/.tmp-7-1");
+  write_file(dir / "repo/test/.tmp-7-1/model.safetensors", "partial");
+  modelcast::ProducerOptions options;
+  options.first_version = 3;  // a restarted trainer continuing its numbering
+  TestProducer producer(1024, options);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", repository(dir / "repo", 3)));
+  auto c = client();
+  auto stored = c.acquire();
+  ASSERT_TRUE(stored) << "nothing served after the restart";
+  EXPECT_EQ(stored.version(), 2u);
+  EXPECT_EQ(stored.source(), "repository");
+  EXPECT_EQ(sidecar_test::check(stored, 1), "");
+  EXPECT_FALSE(fs::exists(dir / "repo/test/.tmp-7-1"));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(3);
+  auto fresh = c.wait_for_version(3, 30s);
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh.source(), "producer");
+  EXPECT_EQ(sidecar_test::check(fresh, 1), "");
+  EXPECT_EQ(sidecar_test::check(stored, 1), "");  // still held, still intact
+}
+
+TEST_F(DaemonTest, SigkillDuringRepositoryWritesNeverLeavesATornVersionVisible) {
+  constexpr int kKills = 20;
+  TestProducer producer(8192);  // 8 MiB: a write with its fsyncs takes long enough to be hit
+  const std::string repo = repository(dir / "repo", 2);
+  std::mt19937 random(std::random_device{}());
+  int kills_mid_write = 0;
+  for (int round = 1; round <= kKills; ++round) {
+    {
+      auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", repo, "16MiB"));
+      producer.publish(static_cast<std::uint64_t>(round));
+      ASSERT_NE(wait_for_text(*daemon, "installed version " + std::to_string(round)), "");
+      // Fault injection, not synchronisation: the kill lands at a random point of the write
+      // that starts now (or just after it).
+      std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 30'000)(random)));
+      daemon->kill_now();
+      daemon->wait();
+    }
+    auto lines = read_repository(dir / "repo");
+    std::uint64_t newest = 0;
+    for (const auto& line : lines) {
+      ASSERT_TRUE(line.rfind("ok ", 0) == 0 || line.rfind("partial ", 0) == 0) << "round " << round << ": " << line;
+      if (line.rfind("ok ", 0) == 0) newest = std::max<std::uint64_t>(newest, std::stoull(line.substr(3)));
+    }
+    kills_mid_write += !matching(lines, "partial ").empty();
+    // A daemon with no producer to talk to serves exactly what survived on disk.
+    auto recovering = start_daemon(config("tcp://127.0.0.1:9", 4, "", repo, "16MiB"));
+    auto stored = client().acquire();
+    if (newest == 0) {
+      EXPECT_FALSE(stored) << "round " << round;
+    } else {
+      ASSERT_TRUE(stored) << "round " << round;
+      EXPECT_EQ(stored.version(), newest) << "round " << round;
+      EXPECT_EQ(stored.source(), "repository");
+      EXPECT_EQ(sidecar_test::check(stored, 1), "") << "round " << round;
+    }
+    EXPECT_TRUE(matching(read_repository(dir / "repo"), "partial ").empty()) << "leftovers not removed at start";
+    kill(recovering->pid(), SIGTERM);
+    EXPECT_EQ(recovering->wait(), 0);
+  }
+  std::cout << "[ info ] " << kills_mid_write << " of " << kKills << " kills left an unfinished write behind\n";
+  RecordProperty("kills_mid_write", kills_mid_write);
+}
+
+}  // namespace
+}  // namespace daemon_test

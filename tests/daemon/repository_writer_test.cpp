@@ -1,0 +1,119 @@
+// The repository writer on its own (as a producer would use it): a slow disk makes it skip to
+// the newest version without blocking submit(), skipped versions' bytes are released, a version
+// number written again replaces the old directory whole, and bad snapshots are refused.
+#include "daemon/repository/repository_writer.h"
+
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+
+#include "daemon/repository/safetensors.h"
+#include "daemon_fixture.h"
+#include "modelcast/error.h"
+
+namespace daemon_test {
+namespace {
+
+namespace repo = modelcast::repository;
+
+// A one-tensor snapshot of `version` whose bytes all equal `version`; keepalive owns them.
+std::shared_ptr<const repo::VersionSnapshot> snapshot(std::uint64_t version, std::weak_ptr<const void>* watch = nullptr) {
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(4096, static_cast<std::uint8_t>(version));
+  auto s = std::make_shared<repo::VersionSnapshot>();
+  s->model = "m";
+  s->version = version;
+  s->step = static_cast<std::int64_t>(version) * 10;
+  s->tensors.push_back({"w", modelcast::DType::kU8, {4096}, bytes->data(), bytes->size()});
+  s->keepalive = bytes;
+  if (watch) *watch = bytes;
+  return s;
+}
+
+TEST(RepositoryWriter, ASlowDiskMakesItSkipToTheNewestVersionWithoutBlockingSubmit) {
+  ScratchDir dir;
+  std::mutex mutex;
+  std::condition_variable changed;
+  bool first_written = false, disk_free = false;
+  std::vector<std::uint64_t> written;
+  repo::WriterOptions options;
+  options.root = dir / "repo";
+  options.keep = 5;
+  // The callback runs on the writer thread: holding it there stands in for a disk that is slow.
+  options.on_written = [&](const repo::VersionSnapshot& s, const std::string&, std::chrono::nanoseconds) {
+    std::unique_lock lock(mutex);
+    written.push_back(s.version);
+    first_written = true;
+    changed.notify_all();
+    changed.wait(lock, [&] { return disk_free; });
+  };
+  repo::RepositoryWriter writer(options);
+  writer.submit(snapshot(1));
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, 30s, [&] { return first_written; }));
+  }
+  std::weak_ptr<const void> two, three;
+  writer.submit(snapshot(2, &two));  // none of these may wait for the stalled writer
+  writer.submit(snapshot(3, &three));
+  writer.submit(snapshot(4));
+  EXPECT_TRUE(two.expired()) << "a skipped version's bytes are still pinned";
+  EXPECT_TRUE(three.expired());
+  {
+    std::lock_guard lock(mutex);
+    disk_free = true;
+  }
+  changed.notify_all();
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, 30s, [&] { return written.size() >= 2; }));
+  }
+  EXPECT_EQ(written, (std::vector<std::uint64_t>{1, 4}));
+  auto stats = writer.stats();
+  EXPECT_EQ(stats.skipped, 2u);
+  auto stored = repo::Repository(dir / "repo").list("m");
+  ASSERT_EQ(stored.size(), 2u);
+  EXPECT_EQ(stored[0].version, 4u);  // most recently written first
+  EXPECT_EQ(stored[1].version, 1u);
+}
+
+TEST(RepositoryWriter, AVersionNumberWrittenAgainReplacesTheOldDirectoryWhole) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  repository.write(*snapshot(7));
+  auto second = std::make_shared<repo::VersionSnapshot>(*snapshot(7));
+  std::vector<std::uint8_t> other(4096, 0xAB);
+  second->tensors[0].data = other.data();
+  second->step = 99;
+  repository.write(*second);  // e.g. a restarted trainer numbering from where it began
+  auto stored = repository.list("m");
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].step, 99);
+  auto layout = repo::read_safetensors_layout(dir / "repo/m/7/model.safetensors");
+  ASSERT_EQ(layout.tensors.size(), 1u);
+  std::ifstream in(dir / "repo/m/7/model.safetensors", std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(layout.data_start));
+  EXPECT_EQ(in.get(), 0xAB);
+  EXPECT_EQ(repository.clean("m"), 0u);  // nothing left behind
+}
+
+TEST(RepositoryWriter, BadSnapshotsAreRefusedAndNothingBecomesVisible) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  auto named = std::make_shared<repo::VersionSnapshot>(*snapshot(1));
+  named->tensors[0].name = "__metadata__";
+  auto sized = std::make_shared<repo::VersionSnapshot>(*snapshot(2));
+  sized->tensors[0].bytes = 100;  // disagrees with its shape
+  for (const auto& bad : {named, sized}) {
+    try {
+      repository.write(*bad);
+      ADD_FAILURE() << "version " << bad->version << " was written";
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << e.what();
+    }
+  }
+  EXPECT_TRUE(repository.list("m").empty());
+  EXPECT_EQ(repository.clean("m"), 0u);
+}
+
+}  // namespace
+}  // namespace daemon_test
