@@ -27,6 +27,7 @@ packages=(
   # received tensors without a copy; the tests and the example use NumPy, torch and pytest.
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
   dataset-fashion-mnist           # data of the PyTorch example (examples/python/)
+  libtorch-dev                    # LibTorch (C++) for the simulation-coupled example (examples/sim_coupled/)
 )
 
 missing=()
