@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Report of the simulation-coupled workflow: reads what run_workflow.sh left in --dir
-(seed*/run*/<policy>/{server.csv,trainer.json}) and prints, per seed and policy, the medians over
-runs of the cumulative inference loss (sum of the per-request losses the server measured), the
-training slowdown and the publishes; as a table or JSON rows; writes an SVG plot of the served
-model's loss over time with publish marks (first seed, first run).
+(seed*/run*/{live,replay}/<policy>/{server.csv,trainer.json}) and prints, per mode, seed and
+policy, the medians over runs of the cumulative inference loss (sum of the per-request losses),
+the training slowdown and the publishes; as a table or JSON rows; writes an SVG plot of the
+served model's loss over time with publish marks (replay, first seed, first run).
 
---check: exit 1 unless online's cumulative inference loss is not above every_epoch's on every seed.
+--check: exit 1 unless online's cumulative inference loss is not above every_epoch's on every
+seed, compared in the replay (same training for both; live runs differ also by the machine's
+load during each run) when there is one, else live.
 Standard library only."""
 import argparse
 import csv
@@ -36,14 +38,17 @@ def load_run(path):
 
 
 def collect(root):
-    runs = {}  # (seed, policy) -> [run, ...]
+    runs = {}  # (mode, seed, policy) -> [run, ...]
     for seed_dir in sorted(root.glob("seed*")):
         seed = int(seed_dir.name[4:])
         for run_dir in sorted(seed_dir.glob("run*"), key=lambda p: int(p.name[3:])):
-            for policy_dir in sorted(run_dir.iterdir()):
-                if policy_dir.name not in POLICIES:
-                    sys.exit(f"report.py: unknown policy directory {policy_dir}")
-                runs.setdefault((seed, policy_dir.name), []).append(load_run(policy_dir))
+            for mode in ("live", "replay"):
+                if not (run_dir / mode).is_dir():
+                    continue
+                for policy_dir in sorted((run_dir / mode).iterdir()):
+                    if policy_dir.name not in POLICIES:
+                        sys.exit(f"report.py: unknown policy directory {policy_dir}")
+                    runs.setdefault((mode, seed, policy_dir.name), []).append(load_run(policy_dir))
     if not runs:
         sys.exit(f"report.py: no runs under {root}")
     return runs
@@ -51,10 +56,10 @@ def collect(root):
 
 def rows_of(runs):
     out = []
-    for (seed, policy), group in sorted(runs.items(), key=lambda kv: (kv[0][0], POLICIES.index(kv[0][1]))):
+    for (mode, seed, policy), group in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], POLICIES.index(kv[0][2]))):
         med = lambda f: statistics.median(f(r) for r in group)
         out.append({
-            "seed": seed, "policy": policy, "runs": len(group),
+            "mode": mode, "seed": seed, "policy": policy, "runs": len(group),
             "requests": len(group[0]["rows"]),
             "cumulative_inference_loss": round(med(lambda r: r["cil"]), 4),
             "mean_inference_loss": round(med(lambda r: r["cil"] / len(r["rows"])), 6),
@@ -81,8 +86,9 @@ def smooth(values, width):
 def write_svg(path, runs):
     """Served loss (running mean over 1 s of requests, log scale) against the server's time, one
     line per policy, and a row of ticks per policy where a new version began to be served."""
-    seed = min(s for s, _ in runs)
-    lines = {p: runs[(seed, p)][0]["rows"] for p in POLICIES if (seed, p) in runs}
+    mode = "replay" if any(k[0] == "replay" for k in runs) else "live"
+    seed = min(s for m, s, _ in runs if m == mode)
+    lines = {p: runs[(mode, seed, p)][0]["rows"] for p in POLICIES if (mode, seed, p) in runs}
     import math
     width, height, left, right, top, bottom = 900, 520, 70, 170, 40, 60 + 14 * len(lines)
     t_max = max(r[-1]["time_s"] for r in lines.values())
@@ -95,7 +101,7 @@ def write_svg(path, runs):
     Y = lambda v: top + plot_h * (lhi - math.log10(v)) / max(lhi - llo, 1e-9)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" font-size="12">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{left}" y="22" font-size="14">Served surrogate loss per request (running mean, log scale), seed {seed}</text>',
+           f'<text x="{left}" y="22" font-size="14">Served surrogate loss per request (running mean over 1 s, log scale), {mode}, seed {seed}</text>',
            f'<line x1="{left}" y1="{top + plot_h}" x2="{width - right}" y2="{top + plot_h}" stroke="black"/>',
            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>']
     for k in range(int(math.floor(llo)), int(math.ceil(lhi)) + 1):
@@ -136,16 +142,17 @@ def main():
         for r in rows:
             print(json.dumps(r))
     else:
-        print(f"{'seed':>4} {'policy':<13} {'runs':>4} {'CIL':>10} {'mean loss':>10} {'slowdown %':>10} "
+        print(f"{'mode':<6} {'seed':>4} {'policy':<13} {'runs':>4} {'CIL':>10} {'mean loss':>10} {'slowdown %':>10} "
               f"{'publishes':>9} {'stall s':>8} {'decide s':>8} {'train s':>8}")
         for r in rows:
-            print(f"{r['seed']:>4} {r['policy']:<13} {r['runs']:>4} {r['cumulative_inference_loss']:>10.3f} "
+            print(f"{r['mode']:<6} {r['seed']:>4} {r['policy']:<13} {r['runs']:>4} {r['cumulative_inference_loss']:>10.3f} "
                   f"{r['mean_inference_loss']:>10.5f} {r['training_slowdown']:>10.3f} {r['publishes']:>9} "
                   f"{r['stall_s']:>8.4f} {r['decide_s']:>8.3f} {r['train_s']:>8.2f}")
     if args.svg:
         write_svg(args.svg, runs)
     if args.check:
-        by = {(r["seed"], r["policy"]): r for r in rows}
+        mode = "replay" if any(r["mode"] == "replay" for r in rows) else "live"
+        by = {(r["seed"], r["policy"]): r for r in rows if r["mode"] == mode}
         seeds = sorted({s for s, _ in by})
         failed = False
         for s in seeds:
@@ -153,7 +160,7 @@ def main():
                 sys.exit(f"report.py: --check needs online and every_epoch runs for seed {s}")
             on, ep = by[(s, "online")], by[(s, "every_epoch")]
             ok = on["cumulative_inference_loss"] <= ep["cumulative_inference_loss"]
-            print(f"check seed {s}: online CIL {on['cumulative_inference_loss']} "
+            print(f"check ({mode}) seed {s}: online CIL {on['cumulative_inference_loss']} "
                   f"{'<=' if ok else '>'} every_epoch CIL {ep['cumulative_inference_loss']}", file=sys.stderr)
             failed |= not ok
         if failed:

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Runs the simulation-coupled workflow: for every seed, run and policy, an inference server
-# process and a trainer process talking over modelcast (ipc:// endpoint on this host), then the
-# report (report.py) over all of them.
+# Runs the simulation-coupled workflow, for every seed and run:
+#  live    for each of --policies, an inference server process and a trainer process talking
+#          over modelcast (ipc:// endpoint on this host): measured end to end;
+#  replay  the live online run also records its parameters at every evaluation with its training
+#          clock less its own publish stalls and decisions; every policy is then scored on that
+#          one record with the publish costs the live runs measured (replay.cpp): the same
+#          training, under the same load, for all, so only the schedules and their costs differ;
+# then the report (report.py) over all of them.
 #
 # usage: run_workflow.sh --bin DIR --out DIR [--policies a,b,..] [--seeds 1,2,..] [--runs K]
 #                        [--short] [--json] [--check]
-#   --bin       directory holding modelcast_sim_trainer and modelcast_sim_server
+#   --bin       directory holding modelcast_sim_trainer, modelcast_sim_server, modelcast_sim_replay
+#   --policies  the live runs' policies (online is always run: it makes the record; the replay
+#               scores all five)
 #   --short     fewer steps and a shorter window (the test suite's run)
 #   --check     fail unless online's cumulative inference loss <= every_epoch's on every seed
 # Environment: UCX_NET_DEVICES=lo is set unless already set.
@@ -26,8 +33,9 @@ while [[ $# -gt 0 ]]; do
     *) echo "run_workflow.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-[[ -x "$bin/modelcast_sim_trainer" && -x "$bin/modelcast_sim_server" ]] ||
-  { echo "run_workflow.sh: --bin '$bin' lacks modelcast_sim_trainer/modelcast_sim_server" >&2; exit 2; }
+for program in modelcast_sim_trainer modelcast_sim_server modelcast_sim_replay; do
+  [[ -x "$bin/$program" ]] || { echo "run_workflow.sh: --bin '$bin' lacks $program" >&2; exit 2; }
+done
 [[ -n "$out" ]] || { echo "run_workflow.sh: --out is required" >&2; exit 2; }
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "run_workflow.sh: --runs must be a positive integer, got '$runs'" >&2; exit 2; }
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
@@ -52,12 +60,13 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$out"
-IFS=, read -r -a policy_list <<<"$policies"
+IFS=, read -r -a policy_list <<<"online,${policies//online/}"
 IFS=, read -r -a seed_list <<<"$seeds"
 for seed in "${seed_list[@]}"; do
   for ((run = 1; run <= runs; run++)); do
     for policy in "${policy_list[@]}"; do
-      dir="$out/seed$seed/run$run/$policy"
+      [[ -n $policy ]] || continue
+      dir="$out/seed$seed/run$run/live/$policy"
       mkdir -p "$dir"
       endpoint="ipc://$sockdir/$seed-$run-$policy.sock"
       echo "workflow: seed $seed run $run policy $policy" >&2
@@ -73,6 +82,7 @@ for seed in "${seed_list[@]}"; do
       mkfifo "$hold"
       timeout 300 "$bin/modelcast_sim_trainer" --endpoint "$endpoint" --seed "$seed" --policy "$policy" \
         "${common[@]}" --eval-log "$dir/eval.csv" --summary "$dir/trainer.json" --hold-until-eof \
+        $([[ $policy == online ]] && echo --record "$out/seed$seed/run$run/record.bin") \
         <"$hold" >/dev/null 2>"$dir/trainer.err" &
       trainer_pid=$!
       exec 4>"$hold"
@@ -89,6 +99,19 @@ for seed in "${seed_list[@]}"; do
         echo "workflow: server failed ($dir/server.err):" >&2; cat "$dir/server.err" >&2; exit 1
       fi
     done
+    # The replay: one record, every policy, the publish costs measured by the live runs above.
+    base="$out/seed$seed/run$run"
+    echo "workflow: seed $seed run $run replay" >&2
+    read -r stall delivery < <(python3 - "$base"/live/*/trainer.json <<'PY'
+import json, statistics, sys
+runs = [json.load(open(p)) for p in sys.argv[1:]]
+print(statistics.median(r["stall_median_s"] for r in runs), statistics.median(r["delivery_median_s"] for r in runs))
+PY
+)
+    timeout 300 "$bin/modelcast_sim_replay" --record "$base/record.bin" --out "$base/replay" --seed "$seed" \
+      --warmup-steps "$warmup" --rate "$rate" --window-s "$window_s" --stall-s "$stall" --delivery-s "$delivery" \
+      2>"$base/replay.err" || { echo "workflow: replay failed:" >&2; cat "$base/replay.err" >&2; exit 1; }
+    rm "$base/record.bin"  # tens of MB; the replay's outputs are what the report reads
   done
 done
 exec python3 "$here/report.py" --dir "$out" --svg "$out/workflow.svg" "${report_args[@]}"

@@ -7,12 +7,15 @@
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <cstring>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -24,6 +27,7 @@
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
 #include "publish_policy.h"
+#include "snapshot_record.h"
 #include "surrogate_mlp.h"
 
 namespace {
@@ -50,6 +54,12 @@ class DeliveryLog {
     std::lock_guard lock(mutex_);
     return seconds_.empty() ? 0.0 : seconds_.rbegin()->second;
   }
+  std::vector<double> all() {
+    std::lock_guard lock(mutex_);
+    std::vector<double> out;
+    for (const auto& [version, s] : seconds_) out.push_back(s);
+    return out;
+  }
 
  private:
   std::mutex mutex_;
@@ -58,7 +68,7 @@ class DeliveryLog {
 };
 
 struct Settings {
-  std::string endpoint, policy = "online", eval_log, summary;
+  std::string endpoint, policy = "online", eval_log, summary, record;
   std::uint64_t seed = 1;
   std::int64_t steps = 6000, eval_every = 20, warmup_steps = 600, every_n = 100;
   int batch = 64, buffer = 10240, samples_per_step = 2, hidden = 128, horizon = 10, validation = 512;
@@ -79,6 +89,12 @@ struct SampleBuffer {
   std::vector<float> data;
   std::size_t next = 0;
 };
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 void check_settings(const Settings& s) {
   if (s.endpoint.empty()) throw std::invalid_argument("--endpoint is required");
@@ -116,6 +132,7 @@ int main(int argc, char** argv) try {
   app.add_option("--timeout-s", s.timeout_s, "bound on waits for the server")->capture_default_str();
   app.add_option("--eval-log", s.eval_log, "CSV of evaluations and publishes");
   app.add_option("--summary", s.summary, "JSON summary of the run");
+  app.add_option("--record", s.record, "record every evaluation's parameters and bare training clock for the replay");
   app.add_flag("--hold-until-eof", s.hold_until_eof, "after training, keep serving versions until stdin closes");
   CLI11_PARSE(app, argc, argv);
   check_settings(s);
@@ -155,9 +172,17 @@ int main(int argc, char** argv) try {
                               p.data_ptr()});
     registered.emplace_back(p, p.data_ptr());
   }
-  producer.prepare();
   const auto timeout = std::chrono::seconds(static_cast<long>(s.timeout_s));
+  std::optional<sim_coupled::RecordWriter> recorder;
+  std::vector<float> flat;
+  producer.prepare();
   if (!producer.wait_for_consumers(1, timeout)) throw std::runtime_error("no inference server joined in time");
+  if (!s.record.empty()) {
+    std::size_t count = 0;
+    for (const auto& [tensor, address] : registered) count += static_cast<std::size_t>(tensor.numel());
+    recorder.emplace(s.record, count);
+    flat.resize(count);
+  }
 
   sim_coupled::Trajectory stream(sim_coupled::training_seed(s.seed), s.horizon);
   sim_coupled::Trajectory held_out(sim_coupled::validation_seed(s.seed), s.horizon);
@@ -182,9 +207,10 @@ int main(int argc, char** argv) try {
     eval_log << "step,time_s,val_loss,published,version,stall_s\n";
   }
   std::vector<std::int64_t> publish_steps;
-  double stall_total = 0, decide_total = 0, excluded = 0;  // excluded: waiting for the server
+  double stall_total = 0, decide_total = 0, excluded = 0, warmup_stall = 0;  // excluded: waiting for the server
   std::uint64_t last_version = 0;
   double final_val_loss = 0;
+  std::vector<double> stalls;  // of the publishes after warm-up
   const auto start = Clock::now();
   torch::Tensor x = torch::empty({s.batch, 3}), y = torch::empty({s.batch, 3});
   for (std::int64_t step = 1; step <= s.steps; ++step) {
@@ -208,8 +234,20 @@ int main(int argc, char** argv) try {
       val_loss = torch::mse_loss(model->forward(val_x), val_y).item<double>();
       final_val_loss = val_loss;
       const auto t0 = Clock::now();
-      policy.observe(step, val_loss, seconds(t0 - start) - excluded);
-      decide_total += seconds(Clock::now() - t0);
+      const double clock = seconds(t0 - start) - excluded;  // publish stalls and decisions included
+      if (recorder) {
+        std::size_t at = 0;
+        for (const auto& [tensor, address] : registered) {
+          std::memcpy(&flat[at], address, static_cast<std::size_t>(tensor.numel()) * sizeof(float));
+          at += static_cast<std::size_t>(tensor.numel());
+        }
+        // The replay adds each policy's own stalls and decisions to the bare training clock.
+        recorder->append(step, clock - warmup_stall - stall_total - decide_total, val_loss, flat.data());
+        excluded += seconds(Clock::now() - t0);  // recording is not training time
+      }
+      const auto t1 = Clock::now();
+      policy.observe(step, val_loss, clock);
+      decide_total += seconds(Clock::now() - t1);
     }
     bool publish = step == s.warmup_steps;
     if (!publish) {
@@ -231,11 +269,13 @@ int main(int argc, char** argv) try {
         if (!deliveries.wait(ticket.version, timeout, &delivery))
           throw std::runtime_error("the inference server did not receive the warm-up version in time");
         excluded += seconds(Clock::now() - t0);
+        warmup_stall = stall;
         const auto t1 = Clock::now();
         policy.start_serving(stall, delivery);
         decide_total += seconds(Clock::now() - t1);
       } else {
         stall_total += stall;
+        stalls.push_back(stall);
         policy.update_costs(stall, deliveries.latest());
       }
     }
@@ -254,6 +294,7 @@ int main(int argc, char** argv) try {
        << ", \"epoch_steps\": " << ps.epoch_steps << ", \"publishes\": " << publish_steps.size()
        << ", \"train_s\": " << train_s << ", \"stall_s\": " << stall_total << ", \"decide_s\": " << decide_total
        << ", \"training_slowdown_pct\": " << slowdown_pct << ", \"final_val_loss\": " << final_val_loss
+       << ", \"stall_median_s\": " << median(stalls) << ", \"delivery_median_s\": " << median(deliveries.all())
        << ", \"publish_steps\": [";
   for (std::size_t i = 0; i < publish_steps.size(); ++i) json << (i ? ", " : "") << publish_steps[i];
   json << "]}";
