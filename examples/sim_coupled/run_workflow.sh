@@ -63,6 +63,7 @@ mkdir -p "$out"
 IFS=, read -r -a policy_list <<<"online,${policies//online/}"
 IFS=, read -r -a seed_list <<<"$seeds"
 for seed in "${seed_list[@]}"; do
+  rm -rf "$out/seed$seed"  # results of an earlier invocation would mix into the report
   for ((run = 1; run <= runs; run++)); do
     for policy in "${policy_list[@]}"; do
       [[ -n $policy ]] || continue
