@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Benchmarks: bench/run.sh exchange|predictor|soak|fuzz [--json] [options]
+# Benchmarks: bench/run.sh exchange|predictor|soak|fuzz|workflow [--json] [options]
 # Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
-# with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh).
+# with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh);
+# workflow: --seeds LIST --runs K (bench/workflow.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -12,5 +13,6 @@ case "$what" in
   predictor) exec "$here/predictor.sh" "$@" ;;
   soak) exec "$here/soak.sh" "$@" ;;
   fuzz) exec "$here/fuzz.sh" "$@" ;;
-  *) echo "usage: bench/run.sh exchange|predictor|soak|fuzz [--json] [options]" >&2; exit 2 ;;
+  workflow) exec "$here/workflow.sh" "$@" ;;
+  *) echo "usage: bench/run.sh exchange|predictor|soak|fuzz|workflow [--json] [options]" >&2; exit 2 ;;
 esac

@@ -40,12 +40,14 @@ done
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "run_workflow.sh: --runs must be a positive integer, got '$runs'" >&2; exit 2; }
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 
-# Full run: 6000 steps (about 31 epochs of 192 steps); the window covers the training after
-# warm-up with room for the slower policies. Short run: the same at a third of the length.
+# Full run: 6000 steps (37.5 epochs of 160 steps: the trainer's buffer of 10240 streamed samples
+# over batches of 64); the window (from the warm-up version on) covers the rest of the training
+# on this 2-core machine with some room. Short run: 2400 steps (15 epochs). WORKFLOW_WINDOW_S
+# overrides the window on a slower or faster machine.
 if [[ $short == 1 ]]; then
   steps=2400 warmup=240 window_s=${WORKFLOW_WINDOW_S:-12}
 else
-  steps=6000 warmup=600 window_s=${WORKFLOW_WINDOW_S:-30}
+  steps=6000 warmup=600 window_s=${WORKFLOW_WINDOW_S:-36}
 fi
 rate=200
 requests=$(awk -v w="$window_s" -v r="$rate" 'BEGIN { printf "%d", w * r }')
