@@ -92,7 +92,9 @@ def write_svg(path, runs):
     import math
     width, height, left, right, top, bottom = 900, 520, 70, 170, 40, 60 + 14 * len(lines)
     t_max = max(r[-1]["time_s"] for r in lines.values())
-    series = {p: (([r["time_s"] for r in rows]), smooth([r["loss"] for r in rows], 200)) for p, rows in lines.items()}
+    per_second = lambda rows: max(1, round(len(rows) / max(rows[-1]["time_s"], 1e-9)))  # requests in 1 s
+    series = {p: ([r["time_s"] for r in rows], smooth([r["loss"] for r in rows], per_second(rows)))
+              for p, rows in lines.items()}
     lo = min(min(y) for _, y in series.values())
     hi = max(max(y) for _, y in series.values())
     llo, lhi = math.log10(lo), math.log10(hi)
