@@ -1,5 +1,5 @@
 // When the trainer publishes: the online scheduler or one of the baselines it is compared with.
-// Free of LibTorch. Owned and driven by the trainer's one thread.
+// Free of LibTorch. Not thread-safe: one thread (the trainer's, or the replay's) drives it.
 //
 // Every policy publishes the warm-up model (the server's window starts on it); after that:
 //  online        OnlineScheduler, asked after every evaluation;

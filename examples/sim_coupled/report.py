@@ -12,6 +12,7 @@ Standard library only."""
 import argparse
 import csv
 import json
+import math
 import pathlib
 import statistics
 import sys
@@ -89,7 +90,6 @@ def write_svg(path, runs):
     mode = "replay" if any(k[0] == "replay" for k in runs) else "live"
     seed = min(s for m, s, _ in runs if m == mode)
     lines = {p: runs[(mode, seed, p)][0]["rows"] for p in POLICIES if (mode, seed, p) in runs}
-    import math
     width, height, left, right, top, bottom = 900, 520, 70, 170, 40, 60 + 14 * len(lines)
     t_max = max(r[-1]["time_s"] for r in lines.values())
     per_second = lambda rows: max(1, round(len(rows) / max(rows[-1]["time_s"], 1e-9)))  # requests in 1 s
