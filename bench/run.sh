@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Benchmarks: bench/run.sh exchange|predictor|soak|fuzz|sidecar [--json] [options]
+# Benchmarks: bench/run.sh exchange|predictor|soak|fuzz|sidecar|workflow [--json] [options]
 # Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
-# with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh).
+# with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh);
+# workflow: --seeds LIST --runs K (bench/workflow.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -13,5 +14,6 @@ case "$what" in
   soak) exec "$here/soak.sh" "$@" ;;
   fuzz) exec "$here/fuzz.sh" "$@" ;;
   sidecar) exec "$here/sidecar.sh" "$@" ;;
-  *) echo "usage: bench/run.sh exchange|predictor|soak|fuzz|sidecar [--json] [options]" >&2; exit 2 ;;
+  workflow) exec "$here/workflow.sh" "$@" ;;
+  *) echo "usage: bench/run.sh exchange|predictor|soak|fuzz|sidecar|workflow [--json] [options]" >&2; exit 2 ;;
 esac

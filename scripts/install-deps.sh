@@ -31,6 +31,7 @@ packages=(
   # (NumPy is also the modelcastd tests' independent safetensors reader.)
   python3-dev pybind11-dev libdlpack-dev python3-numpy python3-torch python3-pytest
   dataset-fashion-mnist           # data of the PyTorch example (examples/python/)
+  libtorch-dev                    # LibTorch (C++) for the simulation-coupled example (examples/sim_coupled/)
 )
 
 missing=()

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Simulation-coupled workflow benchmark: bench/run.sh workflow [--json] [--seeds 1,2,3] [--runs K]
+# Builds the example's programs (Release, build-bench/), then runs examples/sim_coupled/run_workflow.sh
+# at full length (6000 steps, a 36 s serving window) for every policy live and in the replay, and
+# prints the report (medians over runs per mode, seed and policy). Outputs stay in
+# build-bench/workflow/ (per-request logs, workflow.svg). Needs LibTorch (libtorch-dev).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build="$root/build-bench"
+seeds=1,2,3 runs=2 pass=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --seeds) seeds=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --json) pass+=(--json); shift ;;
+    *) echo "bench/run.sh workflow: unknown argument '$1' (--json, --seeds LIST, --runs K)" >&2; exit 2 ;;
+  esac
+done
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF \
+  -DMODELCAST_BUILD_EXAMPLES=ON -DMODELCAST_BUILD_BENCH=ON >/dev/null
+if ! cmake --build "$build" -j2 --target modelcast_sim_trainer modelcast_sim_server modelcast_sim_replay >/dev/null; then
+  echo "bench/run.sh workflow: build failed (is libtorch-dev installed? scripts/install-deps.sh)" >&2; exit 1
+fi
+exec "$root/examples/sim_coupled/run_workflow.sh" \
+  --bin "$build/examples/sim_coupled" --out "$build/workflow" --seeds "$seeds" --runs "$runs" "${pass[@]}"

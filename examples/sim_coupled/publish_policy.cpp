@@ -1,0 +1,95 @@
+#include "publish_policy.h"
+
+#include <stdexcept>
+
+namespace sim_coupled {
+
+namespace mp = modelcast::predictor;
+
+namespace {
+const char* const kNames[] = {"online", "every_epoch", "every_n", "viper_fixed", "viper_greedy"};
+}
+
+PolicyKind parse_policy(const std::string& name) {
+  for (int i = 0; i < 5; ++i)
+    if (name == kNames[i]) return static_cast<PolicyKind>(i);
+  throw std::invalid_argument("unknown policy '" + name +
+                              "' (expected online, every_epoch, every_n, viper_fixed or viper_greedy)");
+}
+
+std::string policy_name(PolicyKind kind) { return kNames[static_cast<int>(kind)]; }
+
+PublishPolicy::PublishPolicy(const PolicySettings& settings) : settings_(settings) {
+  if (settings.total_steps <= 0) throw std::invalid_argument("total_steps must be > 0");
+  if (settings.eval_every <= 0) throw std::invalid_argument("eval_every must be > 0");
+  if (settings.warmup_step <= 0 || settings.warmup_step >= settings.total_steps ||
+      settings.warmup_step % settings.eval_every != 0)
+    throw std::invalid_argument("warm-up step " + std::to_string(settings.warmup_step) +
+                                " must be an evaluation step inside the run");
+  if (settings.kind == PolicyKind::kEveryEpoch && settings.epoch_steps <= 0)
+    throw std::invalid_argument("every_epoch needs epoch_steps > 0");
+  if (settings.kind == PolicyKind::kEveryN && settings.every_n <= 0)
+    throw std::invalid_argument("every_n needs n > 0");
+  if (!(settings.request_rate > 0) || !(settings.window_s > 0))
+    throw std::invalid_argument("request rate and window must be > 0");
+  if (settings.kind == PolicyKind::kOnline) {
+    mp::OnlineOptions options;
+    options.forecast.total_steps = settings.total_steps;
+    options.warmup_step = settings.warmup_step;
+    options.costs.request_rate = settings.request_rate;
+    options.costs.window_s = settings.window_s;
+    online_ = std::make_unique<mp::OnlineScheduler>(options);
+  }
+}
+
+PublishPolicy::~PublishPolicy() = default;
+
+void PublishPolicy::observe(std::int64_t step, double loss, double time_s) {
+  log_.push_back({step, loss, time_s});
+  if (online_) online_->observe(step, loss, time_s);
+}
+
+void PublishPolicy::start_serving(double stall_s, double delivery_s) {
+  update_costs(stall_s, delivery_s);
+  if (settings_.kind != PolicyKind::kViperFixed && settings_.kind != PolicyKind::kViperGreedy) return;
+  // Viper forecasts the rest of the run once, at warm-up, on the evaluation steps to come, and
+  // plans its rule on that forecast with the costs measured by the warm-up publish.
+  mp::ForecastOptions forecast_options;
+  forecast_options.total_steps = settings_.total_steps;
+  for (std::int64_t s = log_.back().step + settings_.eval_every; s < settings_.total_steps; s += settings_.eval_every)
+    forecast_options.future_steps.push_back(s);
+  forecast_options.future_steps.push_back(settings_.total_steps);
+  const mp::Forecast forecast = mp::forecast_viper(log_, forecast_options);
+  const mp::Trajectory predicted = mp::extend_with_forecast(log_, forecast);
+  mp::PublishCosts costs;
+  costs.stall_s = stall_s;
+  costs.delivery_s = delivery_s;
+  costs.request_rate = settings_.request_rate;
+  costs.window_s = settings_.window_s;
+  const std::size_t warmup_index = log_.size() - 1;
+  viper_plan_ = settings_.kind == PolicyKind::kViperFixed ? mp::fixed_interval_schedule(predicted, warmup_index, costs)
+                                                          : mp::threshold_schedule(predicted, warmup_index, costs);
+  viper_pending_ = {viper_plan_.begin(), viper_plan_.end()};
+}
+
+bool PublishPolicy::should_publish(std::int64_t step, bool evaluated) {
+  if (step <= settings_.warmup_step) return false;
+  switch (settings_.kind) {
+    case PolicyKind::kOnline:
+      return evaluated && online_->should_publish(step);
+    case PolicyKind::kEveryEpoch:
+      return step % settings_.epoch_steps == 0;
+    case PolicyKind::kEveryN:
+      return step % settings_.every_n == 0;
+    case PolicyKind::kViperFixed:
+    case PolicyKind::kViperGreedy:
+      return evaluated && viper_pending_.erase(step) > 0;
+  }
+  return false;
+}
+
+void PublishPolicy::update_costs(double stall_s, double delivery_s) {
+  if (online_) online_->set_costs(stall_s, delivery_s);
+}
+
+}  // namespace sim_coupled
