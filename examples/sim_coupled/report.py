@@ -60,11 +60,11 @@ def rows_of(runs):
     for (mode, seed, policy), group in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], POLICIES.index(kv[0][2]))):
         med = lambda f: statistics.median(f(r) for r in group)
         out.append({
-            "mode": mode, "seed": seed, "policy": policy, "runs": len(group),
+            "mode": mode, "seed": seed, "schedule": policy, "runs": len(group),
             "requests": len(group[0]["rows"]),
-            "cumulative_inference_loss": round(med(lambda r: r["cil"]), 4),
+            "cil": round(med(lambda r: r["cil"]), 4),
             "mean_inference_loss": round(med(lambda r: r["cil"] / len(r["rows"])), 6),
-            "training_slowdown": round(med(lambda r: r["summary"]["training_slowdown_pct"]), 3),
+            "slowdown_pct": round(med(lambda r: r["summary"]["training_slowdown_pct"]), 3),
             "publishes": int(med(lambda r: r["summary"]["publishes"])),
             "stall_s": round(med(lambda r: r["summary"]["stall_s"]), 5),
             "decide_s": round(med(lambda r: r["summary"]["decide_s"]), 4),
@@ -147,23 +147,23 @@ def main():
         print(f"{'mode':<6} {'seed':>4} {'policy':<13} {'runs':>4} {'CIL':>10} {'mean loss':>10} {'slowdown %':>10} "
               f"{'publishes':>9} {'stall s':>8} {'decide s':>8} {'train s':>8}")
         for r in rows:
-            print(f"{r['mode']:<6} {r['seed']:>4} {r['policy']:<13} {r['runs']:>4} {r['cumulative_inference_loss']:>10.3f} "
-                  f"{r['mean_inference_loss']:>10.5f} {r['training_slowdown']:>10.3f} {r['publishes']:>9} "
+            print(f"{r['mode']:<6} {r['seed']:>4} {r['schedule']:<13} {r['runs']:>4} {r['cil']:>10.3f} "
+                  f"{r['mean_inference_loss']:>10.5f} {r['slowdown_pct']:>10.3f} {r['publishes']:>9} "
                   f"{r['stall_s']:>8.4f} {r['decide_s']:>8.3f} {r['train_s']:>8.2f}")
     if args.svg:
         write_svg(args.svg, runs)
     if args.check:
         mode = "replay" if any(r["mode"] == "replay" for r in rows) else "live"
-        by = {(r["seed"], r["policy"]): r for r in rows if r["mode"] == mode}
+        by = {(r["seed"], r["schedule"]): r for r in rows if r["mode"] == mode}
         seeds = sorted({s for s, _ in by})
         failed = False
         for s in seeds:
             if (s, "online") not in by or (s, "every_epoch") not in by:
                 sys.exit(f"report.py: --check needs online and every_epoch runs for seed {s}")
             on, ep = by[(s, "online")], by[(s, "every_epoch")]
-            ok = on["cumulative_inference_loss"] <= ep["cumulative_inference_loss"]
-            print(f"check ({mode}) seed {s}: online CIL {on['cumulative_inference_loss']} "
-                  f"{'<=' if ok else '>'} every_epoch CIL {ep['cumulative_inference_loss']}", file=sys.stderr)
+            ok = on["cil"] <= ep["cil"]
+            print(f"check ({mode}) seed {s}: online CIL {on['cil']} "
+                  f"{'<=' if ok else '>'} every_epoch CIL {ep['cil']}", file=sys.stderr)
             failed |= not ok
         if failed:
             sys.exit(1)
