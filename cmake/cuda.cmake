@@ -12,7 +12,7 @@
 #   MODELCAST_HAVE_CUDA          ON/OFF, the outcome
 #   MODELCAST_CUDA_LIBRARIES     CUDA::cudart when on, empty when off: what a target built from
 #                                $<TARGET_OBJECTS:modelcast_cuda_objects> must link
-#   modelcast_cuda_objects       OBJECT library (PIC) with all issue-4 sources; its usage
+#   modelcast_cuda_objects       OBJECT library (PIC) with all GPU groundwork sources; its usage
 #                                requirements carry MODELCAST_HAVE_CUDA=1|0, the include roots
 #                                and (when on) CUDA::cudart.
 #
