@@ -95,7 +95,8 @@ add_library(modelcast_cuda_objects OBJECT
   ${_mc_root}/transports/staging/cuda_copy_engine.cpp
   ${_mc_root}/transports/cuda_ipc/ipc_handle_cache.cpp
   ${_mc_root}/transports/cuda_ipc/ipc_codec.cpp
-  ${_mc_root}/transports/cuda_ipc/cuda_ipc.cpp)
+  ${_mc_root}/transports/cuda_ipc/cuda_ipc.cpp
+  ${_mc_root}/core/device/cuda_runtime.cpp)
 if(MODELCAST_HAVE_CUDA)
   # The only nvcc-compiled file: one small kernel (compile time stays in seconds).
   target_sources(modelcast_cuda_objects PRIVATE ${_mc_root}/core/cuda/pmix64_kernel.cu)

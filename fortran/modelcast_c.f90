@@ -41,6 +41,7 @@ module modelcast_c
     integer(c_int64_t) :: transfer_timeout_ms, max_model_bytes
     type(c_funptr) :: on_update, on_error
     type(c_ptr) :: callback_user_data
+    integer(c_int) :: memory, device
   end type
 
   type, bind(c), public :: mc_tensor_info_t

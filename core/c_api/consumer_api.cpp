@@ -89,6 +89,13 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
       o.max_model_bytes = options->max_model_bytes;
     }
     if (has_field(*options, options->callback_user_data)) set_callbacks(*options, o);
+    if (has_field(*options, options->device)) {
+      if (options->memory != MC_MEMORY_HOST && options->memory != MC_MEMORY_CUDA) {
+        invalid("options.memory is not an mc_memory_kind");
+      }
+      o.memory = static_cast<modelcast::MemoryKind>(options->memory);
+      o.device = options->device;
+    }
     auto handle = std::make_unique<mc_consumer>();
     handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
     *out = handle.release();

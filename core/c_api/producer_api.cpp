@@ -139,6 +139,12 @@ mc_status mc_producer_prepare(mc_producer_t* producer) {
 
 mc_status mc_producer_publish(mc_producer_t* producer, int64_t step, const char* const* keys,
                               const char* const* values, size_t count, mc_publish_result* out) {
+  return mc_producer_publish_device(producer, step, keys, values, count, nullptr, nullptr, out);
+}
+
+mc_status mc_producer_publish_device(mc_producer_t* producer, int64_t step, const char* const* keys,
+                                     const char* const* values, size_t count, void* cuda_stream, void* cuda_event,
+                                     mc_publish_result* out) {
   if (out != nullptr) *out = mc_publish_result{};
   return guarded(__func__, [&] {
     require(producer, "producer");
@@ -152,7 +158,7 @@ mc_status mc_producer_publish(mc_producer_t* producer, int64_t step, const char*
         metadata[keys[i]] = values[i];
       }
     }
-    auto ticket = producer->producer->publish(step, metadata);
+    auto ticket = producer->producer->publish(step, metadata, modelcast::DeviceOrder{cuda_stream, cuda_event});
     if (out != nullptr) {
       out->version = ticket.version;
       out->step = ticket.step;

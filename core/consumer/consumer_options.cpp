@@ -7,6 +7,7 @@
 #include <random>
 #include <string>
 
+#include "core/device/device_runtime.h"
 #include "modelcast/error.h"
 
 namespace modelcast::consumer {
@@ -50,6 +51,16 @@ ConsumerOptions checked(ConsumerOptions options) {
   }
   for (const auto& spec : options.expected_layout) {
     if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
+  }
+  if (options.memory == MemoryKind::kCuda) {
+    if (!options.caller_buffers.empty()) {
+      throw Error(ErrorCode::kInvalidArgument, "caller_buffers are host memory: not with memory = cuda");
+    }
+    auto& runtime = device::require_device_runtime("a consumer receiving into device memory");
+    if (options.device < 0 || options.device >= runtime.device_count()) {
+      throw Error(ErrorCode::kInvalidArgument, "device " + std::to_string(options.device) + " does not exist (" +
+                                                   std::to_string(runtime.device_count()) + " devices)");
+    }
   }
   if (options.transfer_timeout.count() <= 0) throw Error(ErrorCode::kInvalidArgument, "transfer_timeout must be positive");
   return options;

@@ -34,7 +34,11 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   fetch_->chunk_done.assign(fetch_->plan.count(), false);
   fetch_->digests_pending = reply.manifest.integrity && reply.digests_pending;
   fetch_->signature = reply.signature;
-  if (reply.manifest.integrity) fetch_->digests.emplace(fetch_->manifest.tensors);
+  // pmix64 digests are taken once the bytes are where they will be read (service.cpp), not
+  // while host chunks land: a device consumer hashes its device copy.
+  if (reply.manifest.integrity && reply.manifest.digest_kind == DigestKind::kXxh3_64) {
+    fetch_->digests.emplace(fetch_->manifest.tensors);
+  }
   auto& buffer_ref = *fetch_->buffer;
   for (std::size_t i = 0; i < fetch_->plan.count(); ++i) {
     fetch_->transfers.push_back(buffer_ref.transport->post_recv(

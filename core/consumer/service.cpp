@@ -19,6 +19,9 @@ ConsumerService::ConsumerService(ConsumerOptions options)
   policy_.limits.max_total_bytes = model_size_cap(options_);
   policy_.expected_layout = options_.expected_layout;
   policy_.producer = link_.pinned_key();
+  if (options_.memory == MemoryKind::kCuda) {
+    landing_ = std::make_unique<DeviceLanding>(*device::device_runtime(), options_.device, options_.buffers);
+  }
   service_ = std::thread([this] { service_loop(); });
 }
 

@@ -32,6 +32,7 @@
 #include "common/event_queue.h"
 #include "common/log.h"
 #include "core/consumer/consumer_options.h"
+#include "core/consumer/device_landing.h"
 #include "core/consumer/fetch_client.h"
 #include "core/consumer/producer_link.h"
 #include "core/consumer/verifier.h"
@@ -133,6 +134,7 @@ class ConsumerService {
   // What the next join offers; replaced when the producer is replaced. Service thread only.
   std::unique_ptr<transport::TransportSet> offered_;
   VersionStore store_;       // see its header
+  std::unique_ptr<DeviceLanding> landing_;  // device consumers only; service thread only
   FetchClient fetch_;        // service thread only
   VerifierPolicy policy_;    // immutable after construction
   std::set<std::uint64_t> rejected_;   // service thread only

@@ -3,8 +3,20 @@
 #include "core/consumer/service.h"
 
 #include "common/clock.h"
+#include "core/cuda/pmix64.h"
 
 namespace modelcast::consumer {
+namespace {
+
+std::vector<std::uint64_t> host_pmix64(const Manifest& manifest, const std::byte* base) {
+  std::vector<std::uint64_t> digests;
+  digests.reserve(manifest.tensors.size());
+  for (const auto& t : manifest.tensors) digests.push_back(pmix64::digest_host(base + t.offset, t.size));
+  return digests;
+}
+
+}  // namespace
+
 // What we hold: a newer announced version of this incarnation, or any version of a new one.
 bool ConsumerService::wants(std::uint64_t version) const {
   if (version == 0 || rejected_.count(version)) return false;
@@ -22,7 +34,7 @@ void ConsumerService::maybe_fetch() {
   if (!link_.is_joined() || fetch_.in_flight() || !wants(newest_announced_)) return;
   // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
   // asking the producer again and again.
-  if (now < retry_fetch_after_ || !store_.buffer_available()) return;
+  if (now < retry_fetch_after_ || !store_.buffer_available() || (landing_ && !landing_->available())) return;
   link_.send(fetch_.begin(link_.incarnation(), newest_announced_, now));
 }
 
@@ -71,17 +83,35 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     count([](ConsumerStats& s) { s.transfers_aborted++; });
     return;
   }
+  std::shared_ptr<detail::DeviceBuffer> device_copy;
   try {
+    const Manifest& m = done->manifest;
+    bool pmix = m.integrity && m.digest_kind == DigestKind::kPmix64;
+    if (landing_) {
+      auto landed = landing_->land(m, done->buffer->memory.data(), pmix);
+      device_copy = std::move(landed.buffer);
+      if (pmix) done->received = std::move(landed.digests);
+    } else if (pmix) {
+      done->received = host_pmix64(m, done->buffer->memory.data());
+    }
     auto current = store_.current();
-    check_arrived(policy_, done->manifest, done->received, done->signature,
-                            current ? &current->manifest : nullptr);
+    check_arrived(policy_, m, done->received, done->signature, current ? &current->manifest : nullptr);
   } catch (const Error& e) {
     return reject(done->manifest, done->fetch_id, e);
   }
   auto installed = std::make_shared<detail::InstalledVersion>();
   installed->update_latency = std::chrono::nanoseconds(realtime_ns() - done->manifest.publish_time_ns);
   installed->manifest = std::move(done->manifest);
-  installed->buffer = std::move(done->buffer);
+  // Views say where their bytes are: here, not where the producer had them.
+  for (auto& t : installed->manifest.tensors) {
+    t.spec.memory = options_.memory;
+    t.spec.device = options_.memory == MemoryKind::kCuda ? options_.device : 0;
+  }
+  if (device_copy) {
+    installed->device = std::move(device_copy);  // the host buffer is free for the next version
+  } else {
+    installed->buffer = std::move(done->buffer);
+  }
   const Manifest& m = installed->manifest;
   // Stats first: a reader woken by the install sees them already counted.
   count([&](ConsumerStats& s) {

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "common/host_buffer.h"
+#include "core/device/device_runtime.h"
 #include "core/model/manifest.h"
 #include "transports/transport.h"
 
@@ -20,9 +21,21 @@ struct ReceiveBuffer {
   std::unique_ptr<transport::MemoryRegion> region;
 };
 
+// A device consumer's copy of a version. Free for the next version exactly when no
+// InstalledVersion refers to it; the runtime is never destroyed, so views may outlive everything.
+struct DeviceBuffer {
+  device::DeviceRuntime* runtime = nullptr;
+  void* base = nullptr;
+  std::size_t size = 0;
+  ~DeviceBuffer() {
+    if (base) runtime->release(base);
+  }
+};
+
 struct InstalledVersion {
-  Manifest manifest;
-  std::shared_ptr<ReceiveBuffer> buffer;
+  Manifest manifest;                     // tensor specs say where the view's bytes are
+  std::shared_ptr<ReceiveBuffer> buffer; // host consumers: the bytes; null for a device consumer
+  std::shared_ptr<DeviceBuffer> device;  // device consumers: the bytes
   std::chrono::nanoseconds update_latency{0};
 };
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda/digest_kind.h"
 #include "modelcast/tensor.h"
 
 namespace modelcast {
@@ -20,7 +21,7 @@ struct TensorEntry {
   TensorSpec spec;
   std::uint64_t offset = 0;  // from the start of the slot
   std::uint64_t size = 0;    // bytes
-  std::uint64_t digest = 0;  // XXH3-64 of the bytes, when the manifest says integrity
+  std::uint64_t digest = 0;  // of the bytes (the manifest's digest_kind), when it says integrity
 };
 
 struct Manifest {
@@ -31,6 +32,8 @@ struct Manifest {
   std::int64_t publish_time_ns = 0;  // CLOCK_REALTIME at the publish() call
   std::map<std::string, std::string> metadata;
   bool integrity = true;
+  // XXH3-64 for host snapshots; pmix64-v1 for device snapshots, hashed where they live.
+  DigestKind digest_kind = DigestKind::kXxh3_64;
   std::uint64_t total_bytes = 0;
   std::vector<TensorEntry> tensors;
 };

@@ -10,7 +10,8 @@ const detail::InstalledVersion& checked(const std::shared_ptr<const detail::Inst
   return *state;
 }
 TensorView view_of(const detail::InstalledVersion& v, const TensorEntry& entry) {
-  return TensorView{&entry.spec, v.buffer->memory.data() + entry.offset};
+  std::byte* base = v.device ? static_cast<std::byte*>(v.device->base) : v.buffer->memory.data();
+  return TensorView{&entry.spec, base + entry.offset};
 }
 }  // namespace
 

@@ -2,6 +2,8 @@
 //   publish() (this file)          reserve a slot, copy the tensors: the trainer's whole stall
 //   SnapshotStore                  slots, leases, manifests and signatures
 //   DigestWorker                   XXH3 per tensor while the version is already being sent
+//   DeviceSnapshots                device tensors: copies into a device slot, then staged to the
+//                                  host slot (pmix64 digest on the device) on a thread of its own
 //   ProducerService                the service loop: the only place that sends messages
 //   Membership                     who joined; joins decided, silent consumers found
 //   FetchServer                    fetches decided, slots leased, chunk sends posted, acks
@@ -12,6 +14,8 @@
 //    reserved slot and hands the slot to the service thread as an event.
 //  - the service thread (ProducerService::run) owns the control plane, membership and fetches.
 //  - the digest thread hashes each new snapshot; the slot stays pinned until it is done.
+//  - with device tensors, the staging thread digests and copies each version to the host and
+//    then hands it to the service thread (the slot stays reserved until then).
 //  - the transport's progress thread runs transfer completions, which only push events.
 // `mutex_` guards the registration; StatsBox and SnapshotStore guard their own state.
 #include "modelcast/producer.h"
@@ -20,12 +24,15 @@
 #include <chrono>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/log.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
+#include "core/device/device_runtime.h"
+#include "core/producer/device_snapshots.h"
 #include "core/producer/digest_worker.h"
 #include "core/producer/service.h"
 #include "core/producer/snapshot_copy.h"
@@ -83,6 +90,7 @@ class Producer::Impl {
     service_->events().push(producer::Stop{});
     thread_.join();
     digests_.reset();
+    device_.reset();  // its staging thread pushes to the service's queue, which still exists
     // Registrations go before the transport that made them; the transport goes while the
     // service (its event queue, its fetches) still exists, since its shutdown completes
     // transfers whose callbacks push there.
@@ -94,19 +102,27 @@ class Producer::Impl {
 
   void register_tensor(const TensorRef& tensor) {
     std::lock_guard lock(mutex_);
+    const TensorSpec& spec = tensor.spec;
     if (prepared_) {
-      throw Error(ErrorCode::kState, "cannot register tensor '" + tensor.spec.name + "' after the first publish");
+      throw Error(ErrorCode::kState, "cannot register tensor '" + spec.name + "' after the first publish");
     }
-    if (tensor.spec.memory != MemoryKind::kHost) {
-      throw Error(ErrorCode::kInvalidArgument, "tensor '" + tensor.spec.name + "': device memory is not supported "
-                                               "by this build; register host tensors");
+    if (tensor.data == nullptr && spec.size_bytes() != 0) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' has a null data pointer");
     }
-    if (tensor.data == nullptr && tensor.spec.size_bytes() != 0) {
-      throw Error(ErrorCode::kInvalidArgument, "tensor '" + tensor.spec.name + "' has a null data pointer");
+    // One tensor at a time (a model has thousands): its own checks, then the running name set
+    // and size, rather than re-planning every tensor registered so far.
+    std::uint64_t size = 0;
+    plan_layout({spec}, &size);  // validates name, dtype and shape; throws naming the tensor
+    if (names_.count(spec.name)) {
+      throw Error(ErrorCode::kInvalidArgument, "duplicate tensor name '" + spec.name + "'");
     }
-    auto specs = registered_specs();
-    specs.push_back(tensor.spec);
-    plan_layout(specs, nullptr);  // validates name, dtype, shape and uniqueness; throws naming the tensor
+    std::uint64_t total = 0;
+    if (__builtin_add_overflow(planned_bytes_, size, &total)) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' takes the model past 2^64 bytes");
+    }
+    check_memory(tensor);
+    names_.insert(spec.name);
+    planned_bytes_ = total;
     registered_.push_back(tensor);
   }
 
@@ -115,7 +131,7 @@ class Producer::Impl {
     prepare_locked();
   }
 
-  PublishTicket publish(std::int64_t step, const Metadata& metadata) {
+  PublishTicket publish(std::int64_t step, const Metadata& metadata, const DeviceOrder& order) {
     auto called_at = Clock::now();
     std::int64_t called_ns = realtime_ns();
     {
@@ -130,9 +146,23 @@ class Producer::Impl {
     manifest.metadata = metadata;
     service_->events().push(producer::SnapshotStarted{manifest.version, step, called_ns});
 
+    std::byte* base = store_.memory(slot);
+    if (device_) {
+      // Device tensors: the copies into the device slot are the stall; the digest and the copy
+      // to the host slot happen on the staging thread, which then hands the version on.
+      try {
+        device_->copy(slot, manifest, registered_, order);
+      } catch (...) {
+        store_.cancel(slot);
+        throw;
+      }
+      auto stall = Clock::now() - called_at;
+      PublishTicket ticket = account(manifest, step, stall);
+      device_->stage(slot, std::move(manifest), base, called_at);
+      return ticket;
+    }
     // The only work in the trainer's stall: one copy per tensor. Digests are taken later by the
     // digest thread from the slot, which nobody else touches until it is published.
-    std::byte* base = store_.memory(slot);
     for (std::size_t i = 0; i < registered_.size(); ++i) {
       // An empty tensor may be registered with a null pointer, which memcpy must never see.
       if (manifest.tensors[i].size == 0) continue;
@@ -140,11 +170,7 @@ class Producer::Impl {
                     manifest.total_bytes >= kStreamingSnapshotBytes);
     }
     auto stall = Clock::now() - called_at;
-    PublishTicket ticket{manifest.version, step, stall, manifest.total_bytes};
-    stats_.update([&](ProducerStats& s) {
-      s.last_stall = stall;
-      s.versions_published++;
-    });
+    PublishTicket ticket = account(manifest, step, stall);
     service_->events().push(producer::SnapshotTaken{slot, std::move(manifest), called_at});
     return ticket;
   }
@@ -164,6 +190,41 @@ class Producer::Impl {
   std::string control_endpoint() const { return control_->endpoint(); }
 
  private:
+  PublishTicket account(const Manifest& manifest, std::int64_t step, Clock::duration stall) {
+    stats_.update([&](ProducerStats& s) {
+      s.last_stall = stall;
+      s.versions_published++;
+    });
+    return PublishTicket{manifest.version, step, stall, manifest.total_bytes};
+  }
+
+  // Device tensors must be where their spec says, and all of a producer's tensors in one place.
+  void check_memory(const TensorRef& tensor) {
+    const TensorSpec& spec = tensor.spec;
+    auto where = [](MemoryKind kind, int device) {
+      return kind == MemoryKind::kHost ? std::string("host memory") : "cuda:" + std::to_string(device);
+    };
+    if (!registered_.empty()) {
+      const TensorSpec& first = registered_.front().spec;
+      bool same = first.memory == spec.memory && (spec.memory == MemoryKind::kHost || first.device == spec.device);
+      if (!same) {
+        throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' is in " + where(spec.memory, spec.device) +
+                                                     " but '" + first.name + "' is in " +
+                                                     where(first.memory, first.device) +
+                                                     ": a producer's tensors must all live in one place");
+      }
+    }
+    if (spec.memory != MemoryKind::kCuda) return;
+    auto& runtime = device::require_device_runtime("tensor '" + spec.name + "' in device memory");
+    if (spec.size_bytes() == 0) return;
+    auto info = runtime.pointer_info(tensor.data);
+    if (info.kind != MemoryKind::kCuda || info.device != spec.device) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' is registered as " +
+                                                   where(spec.memory, spec.device) + " but its data pointer is in " +
+                                                   where(info.kind, info.device));
+    }
+  }
+
   std::vector<TensorSpec> registered_specs() const {
     std::vector<TensorSpec> specs;
     for (const auto& t : registered_) specs.push_back(t.spec);
@@ -177,6 +238,21 @@ class Producer::Impl {
     layout_.incarnation = incarnation_;
     layout_.integrity = options_.integrity;
     layout_.tensors = plan_layout(registered_specs(), &layout_.total_bytes);
+    const TensorSpec& first = registered_.front().spec;
+    if (first.memory == MemoryKind::kCuda) {
+      layout_.digest_kind = DigestKind::kPmix64;
+      device_ = std::make_unique<producer::DeviceSnapshots>(
+          device::require_device_runtime("device tensors"), first.device, options_.snapshot_slots,
+          layout_.total_bytes,
+          [events = &service_->events()](std::size_t slot, Manifest manifest, Clock::time_point called_at,
+                                         const std::string& error) {
+            if (error.empty()) {
+              events->push(producer::SnapshotTaken{slot, std::move(manifest), called_at, true});
+            } else {
+              events->push(producer::SnapshotFailed{slot, manifest.version, error});
+            }
+          });
+    }
     store_.allocate(layout_.total_bytes, *transports_);
     prepared_ = true;
     log_->info("prepared {} snapshot slots of {} bytes for {} tensors", options_.snapshot_slots, layout_.total_bytes,
@@ -190,6 +266,8 @@ class Producer::Impl {
   std::mutex mutex_;                   // guards the registration
   bool prepared_ = false;              // guarded by mutex_
   std::vector<TensorRef> registered_;  // guarded by mutex_ until prepared, then immutable
+  std::set<std::string> names_;        // guarded by mutex_: registered names
+  std::uint64_t planned_bytes_ = 0;    // guarded by mutex_: their aligned sizes, summed
   Manifest layout_;                    // immutable once prepared
   std::uint64_t next_version_;         // publishing thread only
   producer::StatsBox stats_;
@@ -199,6 +277,7 @@ class Producer::Impl {
   std::unique_ptr<producer::ControlPlane> control_;     // the service thread's once it runs
   std::unique_ptr<producer::ProducerService> service_;
   std::unique_ptr<producer::DigestWorker> digests_;
+  std::unique_ptr<producer::DeviceSnapshots> device_;  // device tensors only; set once prepared
   std::thread thread_;
 };
 
@@ -209,7 +288,12 @@ void Producer::register_tensors(std::span<const TensorRef> tensors) {
   for (const auto& t : tensors) impl_->register_tensor(t);
 }
 void Producer::prepare() { impl_->prepare(); }
-PublishTicket Producer::publish(std::int64_t step, const Metadata& metadata) { return impl_->publish(step, metadata); }
+PublishTicket Producer::publish(std::int64_t step, const Metadata& metadata) {
+  return impl_->publish(step, metadata, DeviceOrder{});
+}
+PublishTicket Producer::publish(std::int64_t step, const Metadata& metadata, const DeviceOrder& order) {
+  return impl_->publish(step, metadata, order);
+}
 bool Producer::wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
   return impl_->wait_for_consumers(count, timeout);
 }

@@ -88,10 +88,26 @@ void ProducerService::on_event(SnapshotTaken& e) {
   // the digest thread is done, and the digests follow.
   std::uint64_t version = e.manifest.version;
   bool integrity = e.manifest.integrity;
+  std::vector<std::uint64_t> digests;
+  if (integrity && e.digests_ready) {
+    for (const auto& t : e.manifest.tensors) digests.push_back(t.digest);
+  }
   store_.publish(e.slot, std::move(e.manifest), e.called_at, integrity);
-  if (integrity) submit_digests_(e.slot, version);
+  if (integrity && !e.digests_ready) submit_digests_(e.slot, version);
+  if (integrity && e.digests_ready) {
+    DigestsReady ready{e.slot, version, std::move(digests)};
+    on_event(ready);  // signs it and unpins the slot before any fetch is answered
+  }
   log_->debug("version {} published in slot {}", version, e.slot);
   for (auto& [routing_id, request] : fetches_.published(version)) on_fetch(routing_id, request);
+}
+
+void ProducerService::on_event(SnapshotFailed& e) {
+  store_.cancel(e.slot);
+  log_->error("version {} could not be staged from the device and is not served: {}", e.version, e.error);
+  stats_.update([](ProducerStats& s) { s.failed_snapshots++; });
+  // Fetches parked for it are answered now: it is not held.
+  for (auto& [routing_id, request] : fetches_.published(e.version)) on_fetch(routing_id, request);
 }
 
 void ProducerService::on_event(DigestsReady& e) {

@@ -40,8 +40,15 @@ struct SnapshotStarted {
 };
 struct SnapshotTaken {
   std::size_t slot;
-  Manifest manifest;  // digests not yet filled in
+  Manifest manifest;  // digests filled in only when digests_ready
   std::chrono::steady_clock::time_point called_at;
+  bool digests_ready = false;  // a device snapshot, hashed on the device while it was staged
+};
+// A device snapshot that could not be staged: its slot goes back, the version is never served.
+struct SnapshotFailed {
+  std::size_t slot;
+  std::uint64_t version;
+  std::string error;
 };
 struct SendDone {
   std::string routing_id;
@@ -60,7 +67,7 @@ struct DigestsReady {
   std::vector<std::uint64_t> digests;
 };
 struct Stop {};
-using Event = std::variant<SnapshotStarted, SnapshotTaken, SendDone, PeerFailed, DigestsReady, Stop>;
+using Event = std::variant<SnapshotStarted, SnapshotTaken, SnapshotFailed, SendDone, PeerFailed, DigestsReady, Stop>;
 
 // Counters the service thread updates and any thread reads.
 class StatsBox {
@@ -110,6 +117,7 @@ class ProducerService {
   void announce();
   void on_event(SnapshotStarted& e);
   void on_event(SnapshotTaken& e);
+  void on_event(SnapshotFailed& e);
   void on_event(DigestsReady& e);
   void on_event(SendDone& e);
   void on_event(PeerFailed& e);

@@ -34,6 +34,12 @@ std::size_t SnapshotStore::reserve(Clock::duration lease_timeout) {
   }
 }
 
+void SnapshotStore::cancel(std::size_t slot) {
+  std::lock_guard lock(mutex_);
+  pool_.cancel_reservation(slot);
+  slot_freed_.notify_all();
+}
+
 void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin) {
   std::lock_guard lock(mutex_);
   Slot& s = slots_[slot];

@@ -52,6 +52,8 @@ class SnapshotStore {
   std::size_t reserve(Clock::duration lease_timeout);
   std::byte* memory(std::size_t slot) { return slots_[slot].memory.data(); }
 
+  // Gives a reserved slot back unpublished (its snapshot could not be completed).
+  void cancel(std::size_t slot);
   // The reserved slot now holds manifest.version, the newest. With `pin`, the digest thread
   // holds it until set_digests.
   void publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin);

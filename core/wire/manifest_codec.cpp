@@ -1,5 +1,7 @@
 #include "core/wire/manifest_codec.h"
 
+#include "core/cuda/digest_kind_codec.h"
+
 namespace modelcast::wire {
 namespace {
 
@@ -32,7 +34,7 @@ TensorEntry unpack_tensor(const msgpack::object& object) {
 }  // namespace
 
 void pack_manifest(Packer& pk, const Manifest& m) {
-  pk.pack_map(9);
+  pk.pack_map(9 + digest_kind_field_count(m.digest_kind));
   pk.pack("model"); pack_str(pk, m.model);
   pk.pack("inc"); pk.pack(m.incarnation);
   pk.pack("ver"); pk.pack(m.version);
@@ -44,6 +46,7 @@ void pack_manifest(Packer& pk, const Manifest& m) {
   pk.pack("tensors");
   pk.pack_array(static_cast<std::uint32_t>(m.tensors.size()));
   for (const auto& t : m.tensors) pack_tensor(pk, t);
+  pack_digest_kind_field(pk, m.digest_kind);
 }
 
 Manifest unpack_manifest(const msgpack::object& object) {
@@ -57,6 +60,7 @@ Manifest unpack_manifest(const msgpack::object& object) {
   m.metadata = f.get<std::map<std::string, std::string>>("meta");
   m.integrity = f.get<bool>("integrity");
   m.total_bytes = f.get<std::uint64_t>("total");
+  m.digest_kind = unpack_digest_kind_field(object);
   const auto& tensors = f.at("tensors");
   if (tensors.type != msgpack::type::ARRAY) fail("manifest: field 'tensors' is not an array");
   for (std::uint32_t i = 0; i < tensors.via.array.size; ++i) {

@@ -33,6 +33,12 @@ struct ConsumerOptions {
   // Caller-owned receive buffers instead (each large enough for the model, >= 2 of them,
   // valid for the Consumer's lifetime). modelcast never writes into one a live view uses.
   std::vector<std::span<std::byte>> caller_buffers;
+  // Where views' tensors live: host memory, or a device (MemoryKind::kCuda and its ordinal).
+  // A device consumer receives through host buffers, copies each version to the device and
+  // checks it there before it becomes visible; its TensorViews hold device pointers, with the
+  // same all-or-nothing guarantee as host views. Not with caller_buffers.
+  MemoryKind memory = MemoryKind::kHost;
+  int device = 0;
   // Transports this consumer offers, in order of preference: "ucx", "loopback" (only with a
   // producer in this same process). Empty: every default one ("ucx").
   std::vector<std::string> transports;
@@ -80,7 +86,8 @@ struct ConsumerStats {
 class MODELCAST_API Consumer {
  public:
   // Starts the service and transport threads and begins to join the producer; does not wait
-  // for it (a producer that starts later is found). Throws Error(kInvalidArgument) for bad options.
+  // for it (a producer that starts later is found). Throws Error(kInvalidArgument) for bad
+  // options, Error(kState) for device memory in a process without a device.
   explicit Consumer(ConsumerOptions options);
   ~Consumer();  // stops threads; views already handed out stay valid
   Consumer(const Consumer&) = delete;

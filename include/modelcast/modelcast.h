@@ -103,7 +103,7 @@ typedef struct mc_producer_options {
   size_t max_consumers;                       /* joins beyond this are refused; default 256 */
 } mc_producer_options;
 
-/* Description of one tensor for mc_producer_register_tensor_desc (host memory today). */
+/* Description of one tensor for mc_producer_register_tensor_desc: host or device memory. */
 typedef struct mc_tensor_desc {
   size_t struct_size;           /* set by mc_tensor_desc_init; do not change */
   const char* name;
@@ -111,7 +111,7 @@ typedef struct mc_tensor_desc {
   size_t ndim;                  /* 0 = scalar */
   const int64_t* shape;         /* ndim extents, each >= 0; may be NULL when ndim is 0 */
   const void* data;             /* caller-owned; must stay valid and unmoved while the producer lives */
-  mc_memory_kind memory;        /* default MC_MEMORY_HOST (the only kind this build supports) */
+  mc_memory_kind memory;        /* default MC_MEMORY_HOST; MC_MEMORY_CUDA: `data` is a device pointer */
   int device;                   /* device ordinal for MC_MEMORY_CUDA; default 0 */
 } mc_tensor_desc;
 
@@ -189,6 +189,15 @@ MODELCAST_API mc_status mc_producer_prepare(mc_producer_t* producer);
 MODELCAST_API mc_status mc_producer_publish(mc_producer_t* producer, int64_t step, const char* const* keys,
                                             const char* const* values, size_t count, mc_publish_result* out);
 
+/* mc_producer_publish for device tensors, with their copies ordered against the caller's GPU
+ * work: `cuda_stream` (a cudaStream_t, or NULL): the copies start after the work queued on it and
+ * its later work waits for them, so the call does not wait for the copies; `cuda_event` (a
+ * cudaEvent_t the caller recorded, or NULL): the copies start after it and the call waits for
+ * them; both NULL: as mc_producer_publish. Errors as mc_producer_publish. */
+MODELCAST_API mc_status mc_producer_publish_device(mc_producer_t* producer, int64_t step, const char* const* keys,
+                                                   const char* const* values, size_t count, void* cuda_stream,
+                                                   void* cuda_event, mc_publish_result* out);
+
 /* Blocks until at least `count` consumers have joined, at most timeout_ms (>= 0).
  * Thread-safe. Errors: MC_ERR_TIMEOUT, MC_ERR_INVALID_ARGUMENT (NULL producer, negative timeout). */
 MODELCAST_API mc_status mc_producer_wait_for_consumers(const mc_producer_t* producer, size_t count,
@@ -236,6 +245,10 @@ typedef struct mc_consumer_options {
   mc_update_fn on_update;        /* a version was installed */
   mc_error_fn on_error;          /* a version was rejected, or a handshake failed */
   void* callback_user_data;
+  /* Since 0.3 (read only when struct_size covers them). Where views' tensors live: default
+   * MC_MEMORY_HOST; MC_MEMORY_CUDA receives into device `device` and views hold device pointers. */
+  mc_memory_kind memory;
+  int device;
 } mc_consumer_options;
 
 typedef struct mc_consumer_stats {

@@ -62,6 +62,17 @@ struct ProducerOptions {
   std::function<void(const Delivery&)> on_delivery;  // optional; runs on the service thread
 };
 
+// How publish() orders its copies of device tensors against the trainer's GPU work (ignored for
+// host tensors). Handles are the CUDA runtime's (cudaStream_t, cudaEvent_t), passed as pointers.
+//  - stream: the copies start after the work queued on it so far, and the work queued on it after
+//    publish() returns waits for them on the GPU: publish() does not wait for the copies.
+//  - event (recorded by the trainer): the copies start after it; publish() waits for them.
+//  - neither: the copies follow the legacy default stream; publish() waits for them.
+struct DeviceOrder {
+  void* stream = nullptr;
+  void* event = nullptr;
+};
+
 // What publish() returns once the snapshot is taken; delivery continues in the background.
 struct PublishTicket {
   std::uint64_t version = 0;
@@ -81,6 +92,7 @@ struct ProducerStats {
   std::uint64_t bytes_sent = 0;
   std::size_t consumers = 0;         // consumers that joined and are not known dead
   std::size_t fetches_in_flight = 0; // transfers started and not yet acked or expired
+  std::uint64_t failed_snapshots = 0;  // device versions that could not be staged (never served)
   std::chrono::nanoseconds last_stall{0};
   std::string transport;             // the transports it delivers over, e.g. "ucx" or "ucx,loopback"
 };
@@ -96,7 +108,9 @@ class MODELCAST_API Producer {
   Producer& operator=(const Producer&) = delete;
 
   // Registers a tensor the caller owns (see TensorRef). Only before the first publish().
-  // Throws Error(kInvalidArgument) for an empty/duplicate name, null data or bad shape.
+  // Throws Error(kInvalidArgument) for an empty/duplicate name, null data or bad shape, or
+  // memory that is not where spec.memory and spec.device say; Error(kState) for device memory
+  // in a process without a device.
   void register_tensor(const TensorRef& tensor);
   void register_tensors(std::span<const TensorRef> tensors);
 
@@ -109,6 +123,9 @@ class MODELCAST_API Producer {
   // readers (at most lease_timeout). Call from one thread at a time. Throws Error(kState) if
   // nothing is registered; on any error the previous versions stay served.
   PublishTicket publish(std::int64_t step, const Metadata& metadata = {});
+  // The same, with device tensors' copies ordered per `order`. All tensors of a producer live
+  // in one place: host memory, or one device (register_tensor refuses a mix).
+  PublishTicket publish(std::int64_t step, const Metadata& metadata, const DeviceOrder& order);
 
   // Blocks until at least `count` consumers have joined; false on timeout. Thread-safe.
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const;

@@ -1,0 +1,50 @@
+#include "core/consumer/device_landing.h"
+
+#include "modelcast/error.h"
+
+namespace modelcast::consumer {
+
+DeviceLanding::DeviceLanding(device::DeviceRuntime& runtime, int device, std::size_t buffers)
+    : runtime_(runtime), device_(device), buffers_(buffers), stream_(runtime.create_stream(device)) {}
+
+DeviceLanding::~DeviceLanding() { runtime_.destroy_stream(stream_); }
+
+bool DeviceLanding::available() const {
+  if (pool_.size() < buffers_) return true;
+  for (const auto& b : pool_) {
+    if (b.use_count() == 1) return true;
+  }
+  return false;
+}
+
+DeviceLanding::Landed DeviceLanding::land(const Manifest& manifest, const std::byte* host, bool digest) {
+  std::shared_ptr<detail::DeviceBuffer>* slot = nullptr;
+  for (auto& b : pool_) {
+    if (b.use_count() == 1) slot = &b;
+    if (slot && (*slot)->size >= manifest.total_bytes) break;
+  }
+  if (!slot && pool_.size() < buffers_) slot = &pool_.emplace_back();
+  if (!slot) throw Error(ErrorCode::kState, "every device buffer is held by a reader");
+  if (!*slot || (*slot)->size < manifest.total_bytes) {
+    slot->reset();  // the old allocation goes before the larger one is made
+    auto buffer = std::make_shared<detail::DeviceBuffer>();
+    buffer->runtime = &runtime_;
+    buffer->base = runtime_.allocate(device_, manifest.total_bytes);
+    buffer->size = manifest.total_bytes;
+    *slot = std::move(buffer);
+  }
+  Landed landed{*slot, {}};
+  auto* base = static_cast<std::byte*>(landed.buffer->base);
+  if (manifest.total_bytes != 0) runtime_.copy_async(base, host, manifest.total_bytes, stream_);
+  if (digest) {
+    std::vector<device::ByteRange> ranges;
+    ranges.reserve(manifest.tensors.size());
+    for (const auto& t : manifest.tensors) ranges.push_back({t.offset, t.size});
+    landed.digests = runtime_.digest(device_, base, ranges, stream_);  // ordered after the copy
+  } else {
+    runtime_.synchronize_stream(stream_);
+  }
+  return landed;
+}
+
+}  // namespace modelcast::consumer

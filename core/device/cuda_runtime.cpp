@@ -1,0 +1,220 @@
+// The CUDA runtime behind DeviceRuntime. Compiled by the host compiler against cudart under
+// MODELCAST_HAVE_CUDA; without CUDA make_cuda_runtime() returns nullptr.
+//
+// Threads: CUDA's own; `mutex_` guards the table of allocations this runtime made, which is how
+// an export checks that it was given an allocation's base (cudaIpcGetMemHandle on an interior
+// pointer silently returns the whole allocation's handle, and the importer would map the base).
+#include "core/device/device_runtime.h"
+
+#include "modelcast/error.h"
+
+#if MODELCAST_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "core/cuda/pmix64.h"
+#endif
+
+namespace modelcast::device {
+
+#if MODELCAST_HAVE_CUDA
+namespace {
+
+static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "cudaIpcMemHandle_t changed size");
+
+void check(cudaError_t status, const std::string& what, ErrorCode code = ErrorCode::kTransport) {
+  if (status == cudaSuccess) return;
+  if (status == cudaErrorMemoryAllocation) code = ErrorCode::kResource;
+  throw Error(code, "CUDA: " + what + " failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
+}
+
+// Makes `device` current for one call and restores the caller's device: the trainer's current
+// device is its business.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    check(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
+  }
+  ~DeviceScope() { cudaSetDevice(previous_); }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  explicit CudaRuntime(int devices) : devices_(devices) {}
+  std::string name() const override { return "cuda"; }
+  int device_count() const override { return devices_; }
+
+  void* allocate(int device, std::size_t bytes) override {
+    check_device(device);
+    DeviceScope scope(device);
+    void* p = nullptr;
+    check(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)), "cudaMalloc(" + std::to_string(bytes) + ")");
+    std::lock_guard lock(mutex_);
+    owned_[p] = bytes;
+    return p;
+  }
+  void release(void* pointer) noexcept override {
+    {
+      std::lock_guard lock(mutex_);
+      owned_.erase(pointer);
+    }
+    cudaFree(pointer);
+  }
+
+  PointerInfo pointer_info(const void* pointer) const override {
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, pointer) != cudaSuccess) {
+      cudaGetLastError();  // a plain host pointer on older drivers: not sticky, clear it
+      return {};
+    }
+    if (a.type != cudaMemoryTypeDevice) return {};
+    PointerInfo info{MemoryKind::kCuda, a.device, nullptr, 0};
+    std::lock_guard lock(mutex_);
+    auto it = owned_.upper_bound(pointer);
+    if (it != owned_.begin()) {
+      --it;
+      auto offset = static_cast<const char*>(pointer) - static_cast<const char*>(it->first);
+      if (offset >= 0 && static_cast<std::size_t>(offset) < it->second) {
+        info.allocation_base = it->first;
+        info.allocation_size = it->second;
+      }
+    }
+    return info;
+  }
+
+  void* allocate_host(std::size_t bytes) override {
+    void* p = nullptr;
+    check(cudaHostAlloc(&p, std::max<std::size_t>(bytes, 1), cudaHostAllocPortable), "cudaHostAlloc");
+    return p;
+  }
+  void release_host(void* pointer) noexcept override { cudaFreeHost(pointer); }
+
+  StreamHandle create_stream(int device) override {
+    check_device(device);
+    DeviceScope scope(device);
+    cudaStream_t s = nullptr;
+    check(cudaStreamCreate(&s), "cudaStreamCreate");  // blocking: ordered after the legacy stream
+    return s;
+  }
+  void destroy_stream(StreamHandle stream) noexcept override {
+    cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+    cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+  }
+  EventHandle create_event() override {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    return e;
+  }
+  void destroy_event(EventHandle event) noexcept override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+
+  void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) override {
+    check(cudaMemcpyAsync(destination, source, n, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
+          "cudaMemcpyAsync");
+  }
+  void record(EventHandle event, StreamHandle stream) override {
+    check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
+  }
+  void wait(StreamHandle stream, EventHandle event) override {
+    check(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0),
+          "cudaStreamWaitEvent");
+  }
+  void synchronize(EventHandle event) override {
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(event)), "cudaEventSynchronize");
+  }
+  void synchronize_stream(StreamHandle stream) override {
+    check(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)), "cudaStreamSynchronize");
+  }
+
+  bool ready(EventHandle event) override {
+    cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (status == cudaErrorNotReady) return false;
+    check(status, "cudaEventQuery");
+    return true;
+  }
+
+  void host_function(StreamHandle stream, std::function<void()> function) override {
+    auto* owned = new std::function<void()>(std::move(function));
+    cudaError_t status = cudaLaunchHostFunc(
+        static_cast<cudaStream_t>(stream),
+        [](void* data) {
+          auto* f = static_cast<std::function<void()>*>(data);
+          (*f)();
+          delete f;
+        },
+        owned);
+    if (status != cudaSuccess) delete owned;
+    check(status, "cudaLaunchHostFunc");
+  }
+
+  std::vector<std::uint64_t> digest(int device, const void* base, std::span<const ByteRange> ranges,
+                                    StreamHandle stream) override {
+    std::vector<pmix64::Range> r;
+    r.reserve(ranges.size());
+    for (const auto& x : ranges) r.push_back({x.offset, x.size});
+    return pmix64::digest_device(device, base, r, static_cast<CUstream_st*>(stream));
+  }
+
+  IpcHandle export_allocation(const void* base) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!owned_.count(base)) {
+        throw Error(ErrorCode::kInvalidArgument, "CUDA IPC: export needs the base of an allocation of this runtime");
+      }
+    }
+    cudaIpcMemHandle_t h{};
+    check(cudaIpcGetMemHandle(&h, const_cast<void*>(base)), "cudaIpcGetMemHandle");
+    IpcHandle out{};
+    std::memcpy(out.data(), &h, sizeof h);
+    return out;
+  }
+  void* open_ipc(const IpcHandle& handle, int device) override {
+    check_device(device);
+    DeviceScope scope(device);
+    cudaIpcMemHandle_t h{};
+    std::memcpy(&h, handle.data(), sizeof h);
+    void* p = nullptr;
+    check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    return p;
+  }
+  void close_ipc(void* base) noexcept override { cudaIpcCloseMemHandle(base); }
+
+ private:
+  void check_device(int device) const {
+    if (device < 0 || device >= devices_) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "no CUDA device " + std::to_string(device) + " (there are " + std::to_string(devices_) + ")");
+    }
+  }
+
+  const int devices_;
+  mutable std::mutex mutex_;
+  std::map<const void*, std::size_t> owned_;  // guarded by mutex_
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceRuntime> make_cuda_runtime() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count <= 0) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return std::make_unique<CudaRuntime>(count);
+}
+
+#else
+
+std::unique_ptr<DeviceRuntime> make_cuda_runtime() { return nullptr; }
+
+#endif
+
+}  // namespace modelcast::device

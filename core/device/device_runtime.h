@@ -1,0 +1,119 @@
+// The device calls the library makes, behind one small interface: allocation, stream-ordered
+// copies, events, the pmix64 digest, and IPC export/open of allocations.
+//
+// Why an interface: CI machines have no GPU, and the device paths (a producer snapshotting
+// device tensors, a consumer receiving into device memory, CUDA IPC between processes) must
+// still run end to end in the ordinary test suite. Two implementations:
+//   "cuda"       the CUDA runtime (cuda_runtime.cpp, built with MODELCAST_HAVE_CUDA)
+//   "simulated"  host memory standing in for device memory (simulated_runtime.cpp): every
+//                allocation is a memfd another process can map from its IPC handle, each stream
+//                is a thread that runs its work in order, events complete when the stream
+//                reaches them. It keeps CUDA's rules that the library relies on: IPC handles
+//                cover whole allocations, a process cannot open its own handle, copies and
+//                digests are ordered only by their stream and by events, never by the host.
+// Selection (device_runtime()): MODELCAST_DEVICE=simulated | cuda | none; unset means "cuda"
+// where a CUDA build finds a device, otherwise none.
+//
+// Handles are opaque pointers: a StreamHandle is a cudaStream_t under "cuda", which is what a
+// trainer passes to Producer::publish to order the snapshot after its own work.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "modelcast/types.h"
+
+namespace modelcast::device {
+
+using StreamHandle = void*;
+using EventHandle = void*;
+
+inline constexpr std::size_t kIpcHandleBytes = 64;  // sizeof(cudaIpcMemHandle_t)
+using IpcHandle = std::array<std::byte, kIpcHandleBytes>;
+
+// Where a pointer points: host memory, or a device allocation (its base and size).
+struct PointerInfo {
+  MemoryKind kind = MemoryKind::kHost;
+  int device = -1;
+  const void* allocation_base = nullptr;  // device memory only
+  std::size_t allocation_size = 0;
+};
+
+// A tensor inside a device buffer, for the digest.
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint64_t size = 0;
+};
+
+// Every method is thread-safe. Failures throw Error(kTransport) naming the call (kResource for
+// an allocation that does not fit, kInvalidArgument for a pointer or device that is not valid).
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+  virtual std::string name() const = 0;
+  virtual int device_count() const = 0;
+
+  // Device memory on `device`; a whole allocation, exportable over IPC. Released by release().
+  virtual void* allocate(int device, std::size_t bytes) = 0;
+  virtual void release(void* pointer) noexcept = 0;
+  virtual PointerInfo pointer_info(const void* pointer) const = 0;
+
+  // Host memory the device copies to and from at full speed (pinned); release_host() frees it.
+  virtual void* allocate_host(std::size_t bytes) = 0;
+  virtual void release_host(void* pointer) noexcept = 0;
+
+  // A stream on `device` ordered after the legacy default stream (work a trainer queued without
+  // naming a stream comes first).
+  virtual StreamHandle create_stream(int device) = 0;
+  virtual void destroy_stream(StreamHandle stream) noexcept = 0;  // waits for its work first
+  virtual EventHandle create_event() = 0;
+  virtual void destroy_event(EventHandle event) noexcept = 0;
+
+  // Queues a copy of n bytes in any direction (host or device at either end) on `stream`.
+  virtual void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) = 0;
+  // Completes `event` when `stream` reaches this point.
+  virtual void record(EventHandle event, StreamHandle stream) = 0;
+  // Work queued on `stream` after this waits for the event's last record.
+  virtual void wait(StreamHandle stream, EventHandle event) = 0;
+  virtual void synchronize(EventHandle event) = 0;
+  virtual void synchronize_stream(StreamHandle stream) = 0;
+  // True once the event's last record has completed (cudaEventQuery); never blocks.
+  virtual bool ready(EventHandle event) = 0;
+  // Runs `function` on a runtime thread when `stream` reaches this point; later work on the
+  // stream waits for it to return (cudaLaunchHostFunc). It must not call the runtime.
+  virtual void host_function(StreamHandle stream, std::function<void()> function) = 0;
+
+  // pmix64-v1 digests (core/cuda/pmix64.h) of `ranges` inside device memory at `base`,
+  // ordered after earlier work on `stream`; blocks until computed.
+  virtual std::vector<std::uint64_t> digest(int device, const void* base, std::span<const ByteRange> ranges,
+                                            StreamHandle stream) = 0;
+
+  // A handle another process opens to map the allocation starting at `base` (whole
+  // allocations only: an interior pointer throws kInvalidArgument).
+  virtual IpcHandle export_allocation(const void* base) = 0;
+  // Maps a peer process's allocation on `device`; throws kTransport for a handle of this
+  // process or one that cannot be opened. close_ipc() unmaps it.
+  virtual void* open_ipc(const IpcHandle& handle, int device) = 0;
+  virtual void close_ipc(void* base) noexcept = 0;
+};
+
+// The runtime this process uses (see the file comment), created on first use; nullptr when
+// there is none. Never destroyed: device memory may be released from static destructors.
+// Throws Error(kInvalidArgument) for an unknown MODELCAST_DEVICE value.
+DeviceRuntime* device_runtime();
+
+// The same, or Error(kState) saying how to get one (for a caller that was given device memory).
+DeviceRuntime& require_device_runtime(const std::string& why);
+
+// Factories, for tests that want one explicitly. make_cuda_runtime() returns nullptr in a build
+// without CUDA or on a machine without a device.
+std::unique_ptr<DeviceRuntime> make_simulated_runtime(int devices = 2);
+std::unique_ptr<DeviceRuntime> make_cuda_runtime();
+
+}  // namespace modelcast::device

@@ -1,0 +1,349 @@
+// The simulated device: see device_runtime.h for what it keeps of CUDA's rules.
+//
+// Threads: each stream owns one worker thread that runs the stream's queued work in order; an
+// event's state is guarded by its own mutex. The allocation table (`mutex_`) is touched by the
+// calling threads only. Ranges are checked when work is queued, so queued work cannot fail.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "core/cuda/pmix64.h"
+#include "core/device/device_runtime.h"
+#include "modelcast/error.h"
+
+namespace modelcast::device {
+namespace {
+
+constexpr char kMagic[8] = {'m', 'c', 's', 'i', 'm', 'd', 'v', '1'};
+
+// The IPC handle's layout inside its 64 bytes.
+struct SimHandle {
+  char magic[8];
+  std::int32_t pid;
+  std::int32_t fd;
+  std::uint64_t size;
+  std::uint64_t token;  // also in the memfd's name: a reused descriptor number is detected
+  std::int32_t device;
+};
+static_assert(sizeof(SimHandle) <= kIpcHandleBytes);
+
+std::string memfd_name(std::uint64_t token) { return "modelcast-simdev-" + std::to_string(token); }
+
+class SimEvent {
+ public:
+  std::uint64_t arm() {
+    std::lock_guard lock(mutex_);
+    return ++recorded_;
+  }
+  std::uint64_t armed() {
+    std::lock_guard lock(mutex_);
+    return recorded_;
+  }
+  void complete(std::uint64_t generation) {
+    {
+      std::lock_guard lock(mutex_);
+      completed_ = std::max(completed_, generation);
+    }
+    cv_.notify_all();
+  }
+  bool reached() {
+    std::lock_guard lock(mutex_);
+    return completed_ >= recorded_;
+  }
+  void wait_for(std::uint64_t generation) {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return completed_ >= generation; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::uint64_t recorded_ = 0;
+  std::uint64_t completed_ = 0;
+};
+
+class SimStream {
+ public:
+  SimStream() : thread_([this] { run(); }) {}
+  ~SimStream() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();  // runs what is queued first
+  }
+  void enqueue(std::function<void()> work) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(work));
+    }
+    cv_.notify_all();
+  }
+  void drain() {
+    std::unique_lock lock(mutex_);
+    idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto work = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      work();
+      lock.lock();
+      busy_ = false;
+      if (queue_.empty()) idle_.notify_all();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_;
+  std::deque<std::function<void()>> queue_;
+  bool busy_ = false;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class SimulatedRuntime final : public DeviceRuntime {
+ public:
+  explicit SimulatedRuntime(int devices) : devices_(devices) {}
+
+  std::string name() const override { return "simulated"; }
+  int device_count() const override { return devices_; }
+
+  void* allocate(int device, std::size_t bytes) override {
+    check_device(device);
+    std::uint64_t token = next_token();
+    int fd = memfd_create(memfd_name(token).c_str(), MFD_CLOEXEC);
+    if (fd < 0) throw Error(ErrorCode::kResource, "simulated device: memfd_create: " + std::string(strerror(errno)));
+    std::size_t length = std::max<std::size_t>(bytes, 1);
+    if (ftruncate(fd, static_cast<off_t>(length)) != 0) {
+      close(fd);
+      throw Error(ErrorCode::kResource, "simulated device: cannot allocate " + std::to_string(bytes) + " bytes");
+    }
+    void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+      close(fd);
+      throw Error(ErrorCode::kResource, "simulated device: cannot map " + std::to_string(bytes) + " bytes");
+    }
+    std::lock_guard lock(mutex_);
+    allocations_[reinterpret_cast<std::uintptr_t>(base)] = Allocation{fd, length, device, token, false, base};
+    return base;
+  }
+
+  void release(void* pointer) noexcept override { unmap(pointer, false); }
+
+  PointerInfo pointer_info(const void* pointer) const override {
+    std::lock_guard lock(mutex_);
+    const Allocation* a = find(pointer);
+    if (!a) return {};
+    return {MemoryKind::kCuda, a->device, a->base, a->size};
+  }
+
+  void* allocate_host(std::size_t bytes) override { return ::operator new(std::max<std::size_t>(bytes, 1)); }
+  void release_host(void* pointer) noexcept override { ::operator delete(pointer); }
+
+  StreamHandle create_stream(int device) override {
+    check_device(device);
+    return new SimStream();
+  }
+  void destroy_stream(StreamHandle stream) noexcept override { delete static_cast<SimStream*>(stream); }
+  EventHandle create_event() override { return new SimEvent(); }
+  void destroy_event(EventHandle event) noexcept override { delete static_cast<SimEvent*>(event); }
+
+  void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) override {
+    check_extent("copy destination", destination, n);
+    check_extent("copy source", source, n);
+    submit(stream, [=] { std::memcpy(destination, source, n); });
+  }
+
+  void record(EventHandle event, StreamHandle stream) override {
+    auto* e = static_cast<SimEvent*>(event);
+    std::uint64_t generation = e->arm();
+    submit(stream, [e, generation] { e->complete(generation); });
+  }
+
+  void wait(StreamHandle stream, EventHandle event) override {
+    auto* e = static_cast<SimEvent*>(event);
+    std::uint64_t generation = e->armed();
+    submit(stream, [e, generation] { e->wait_for(generation); });
+  }
+
+  void synchronize(EventHandle event) override {
+    auto* e = static_cast<SimEvent*>(event);
+    e->wait_for(e->armed());
+  }
+
+  bool ready(EventHandle event) override { return static_cast<SimEvent*>(event)->reached(); }
+
+  void host_function(StreamHandle stream, std::function<void()> function) override {
+    submit(stream, std::move(function));
+  }
+
+  void synchronize_stream(StreamHandle stream) override {
+    if (stream) static_cast<SimStream*>(stream)->drain();
+  }
+
+  std::vector<std::uint64_t> digest(int device, const void* base, std::span<const ByteRange> ranges,
+                                    StreamHandle stream) override {
+    check_device(device);
+    for (const auto& r : ranges) check_extent("digest range", static_cast<const std::byte*>(base) + r.offset, r.size);
+    std::vector<std::uint64_t> digests(ranges.size());
+    std::vector<ByteRange> copy(ranges.begin(), ranges.end());
+    SimEvent done;
+    std::uint64_t generation = done.arm();
+    submit(stream, [&, generation] {
+      for (std::size_t i = 0; i < copy.size(); ++i) {
+        digests[i] = pmix64::digest_host(static_cast<const std::byte*>(base) + copy[i].offset, copy[i].size);
+      }
+      done.complete(generation);
+    });
+    done.wait_for(generation);
+    return digests;
+  }
+
+  IpcHandle export_allocation(const void* base) override {
+    std::lock_guard lock(mutex_);
+    auto it = allocations_.find(reinterpret_cast<std::uintptr_t>(base));
+    if (it == allocations_.end() || it->second.imported) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "simulated device: IPC export needs the base of an allocation of this process");
+    }
+    SimHandle h{};
+    std::memcpy(h.magic, kMagic, sizeof kMagic);
+    h.pid = getpid();
+    h.fd = it->second.fd;
+    h.size = it->second.size;
+    h.token = it->second.token;
+    h.device = it->second.device;
+    IpcHandle handle{};
+    std::memcpy(handle.data(), &h, sizeof h);
+    return handle;
+  }
+
+  void* open_ipc(const IpcHandle& handle, int device) override {
+    check_device(device);
+    SimHandle h;
+    std::memcpy(&h, handle.data(), sizeof h);
+    if (std::memcmp(h.magic, kMagic, sizeof kMagic) != 0) {
+      throw Error(ErrorCode::kTransport, "simulated device: not an IPC handle of the simulated device");
+    }
+    if (h.pid == getpid()) {
+      // CUDA refuses this too (cudaErrorDeviceUninitialized): IPC is between processes.
+      throw Error(ErrorCode::kTransport, "simulated device: cannot open an IPC handle exported by this process");
+    }
+    std::string path = "/proc/" + std::to_string(h.pid) + "/fd/" + std::to_string(h.fd);
+    char target[256] = {};
+    ssize_t n = readlink(path.c_str(), target, sizeof target - 1);
+    if (n <= 0 || std::string(target).find(memfd_name(h.token)) == std::string::npos) {
+      throw Error(ErrorCode::kTransport, "simulated device: the exporting allocation is gone (" + path + ")");
+    }
+    int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) throw Error(ErrorCode::kTransport, "simulated device: cannot open " + path + ": " + strerror(errno));
+    struct stat st {};
+    if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < h.size) {
+      close(fd);
+      throw Error(ErrorCode::kTransport, "simulated device: IPC handle larger than its allocation");
+    }
+    void* base = mmap(nullptr, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (base == MAP_FAILED) throw Error(ErrorCode::kTransport, "simulated device: cannot map an IPC handle");
+    std::lock_guard lock(mutex_);
+    allocations_[reinterpret_cast<std::uintptr_t>(base)] = Allocation{-1, h.size, device, h.token, true, base};
+    return base;
+  }
+
+  void close_ipc(void* base) noexcept override { unmap(base, true); }
+
+ private:
+  struct Allocation {
+    int fd = -1;  // -1 for an imported mapping
+    std::size_t size = 0;
+    int device = 0;
+    std::uint64_t token = 0;
+    bool imported = false;
+    const void* base = nullptr;
+  };
+
+  void check_device(int device) const {
+    if (device < 0 || device >= devices_) {
+      throw Error(ErrorCode::kInvalidArgument, "simulated device: no device " + std::to_string(device) + " (there are " +
+                                                   std::to_string(devices_) + ")");
+    }
+  }
+
+  // A range must not straddle the end of a device allocation: a copy past it would fault on a GPU.
+  void check_extent(const char* what, const void* pointer, std::size_t n) const {
+    std::lock_guard lock(mutex_);
+    const Allocation* a = find(pointer);
+    if (!a) return;
+    auto offset = static_cast<std::size_t>(static_cast<const std::byte*>(pointer) - static_cast<const std::byte*>(a->base));
+    if (n > a->size - offset) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("simulated device: ") + what + " of " + std::to_string(n) +
+                                                   " bytes runs past the end of its device allocation");
+    }
+  }
+
+  const Allocation* find(const void* pointer) const {
+    auto address = reinterpret_cast<std::uintptr_t>(pointer);
+    auto it = allocations_.upper_bound(address);
+    if (it == allocations_.begin()) return nullptr;
+    --it;
+    if (address >= it->first + it->second.size) return nullptr;
+    return &it->second;
+  }
+
+  void unmap(void* pointer, bool imported) noexcept {
+    Allocation a;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = allocations_.find(reinterpret_cast<std::uintptr_t>(pointer));
+      if (it == allocations_.end() || it->second.imported != imported) return;
+      a = it->second;
+      allocations_.erase(it);
+    }
+    munmap(pointer, a.size);
+    if (a.fd >= 0) close(a.fd);
+  }
+
+  // The legacy default stream (nullptr) runs work on the caller's thread: it is synchronous.
+  static void submit(StreamHandle stream, std::function<void()> work) {
+    if (!stream) return work();
+    static_cast<SimStream*>(stream)->enqueue(std::move(work));
+  }
+
+  std::uint64_t next_token() {
+    std::lock_guard lock(mutex_);
+    if (token_seed_ == 0) token_seed_ = std::random_device{}() | 1;
+    return (token_seed_ << 20) + ++tokens_;
+  }
+
+  const int devices_;
+  mutable std::mutex mutex_;
+  std::map<std::uintptr_t, Allocation> allocations_;  // guarded by mutex_
+  std::uint64_t token_seed_ = 0, tokens_ = 0;         // guarded by mutex_
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceRuntime> make_simulated_runtime(int devices) {
+  return std::make_unique<SimulatedRuntime>(devices);
+}
+
+}  // namespace modelcast::device

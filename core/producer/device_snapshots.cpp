@@ -1,0 +1,110 @@
+#include "core/producer/device_snapshots.h"
+
+#include "modelcast/error.h"
+
+namespace modelcast::producer {
+
+DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std::size_t slots, std::uint64_t bytes,
+                                 Staged staged)
+    : runtime_(runtime), device_(device), staged_(std::move(staged)) {
+  // On any failure below the destructor does not run: release what was made so far.
+  try {
+    for (std::size_t i = 0; i < slots; ++i) {
+      slots_.push_back(runtime_.allocate(device, bytes));
+      copied_.push_back(runtime_.create_event());
+    }
+    copy_stream_ = runtime_.create_stream(device);
+    stage_stream_ = runtime_.create_stream(device);
+    caller_point_ = runtime_.create_event();
+  } catch (...) {
+    for (auto* p : slots_) runtime_.release(p);
+    for (auto* e : copied_) runtime_.destroy_event(e);
+    if (copy_stream_) runtime_.destroy_stream(copy_stream_);
+    if (stage_stream_) runtime_.destroy_stream(stage_stream_);
+    throw;
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+DeviceSnapshots::~DeviceSnapshots() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  runtime_.destroy_stream(copy_stream_);
+  runtime_.destroy_stream(stage_stream_);
+  runtime_.destroy_event(caller_point_);
+  for (auto* e : copied_) runtime_.destroy_event(e);
+  for (auto* p : slots_) runtime_.release(p);
+}
+
+void DeviceSnapshots::copy(std::size_t slot, const Manifest& layout, std::span<const TensorRef> tensors,
+                           const DeviceOrder& order) {
+  if (order.event) {
+    runtime_.wait(copy_stream_, order.event);
+  } else if (order.stream) {
+    runtime_.record(caller_point_, order.stream);
+    runtime_.wait(copy_stream_, caller_point_);
+  }
+  auto* base = static_cast<std::byte*>(slots_[slot]);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& entry = layout.tensors[i];
+    if (entry.size != 0) runtime_.copy_async(base + entry.offset, tensors[i].data, entry.size, copy_stream_);
+  }
+  runtime_.record(copied_[slot], copy_stream_);
+  // With the trainer's stream, its next kernels wait for the copies on the GPU and publish()
+  // returns at once; otherwise nothing orders the trainer after them, so wait here.
+  if (order.stream) {
+    runtime_.wait(order.stream, copied_[slot]);
+  } else {
+    runtime_.synchronize(copied_[slot]);
+  }
+}
+
+void DeviceSnapshots::stage(std::size_t slot, Manifest manifest, std::byte* host, Clock::time_point called_at) {
+  {
+    std::lock_guard lock(mutex_);
+    jobs_.push_back(Job{slot, std::move(manifest), host, called_at});
+  }
+  cv_.notify_all();
+}
+
+void DeviceSnapshots::run() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    std::string error;
+    try {
+      stage_one(job);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    staged_(job.slot, std::move(job.manifest), job.called_at, error);
+  }
+}
+
+// The digest is of the device slot (what the trainer's tensors were), taken before the copy to
+// the host, so a consumer's check also covers that copy and the transport.
+void DeviceSnapshots::stage_one(Job& job) {
+  const auto* base = static_cast<const std::byte*>(slots_[job.slot]);
+  runtime_.wait(stage_stream_, copied_[job.slot]);
+  if (job.manifest.integrity) {
+    std::vector<device::ByteRange> ranges;
+    ranges.reserve(job.manifest.tensors.size());
+    for (const auto& t : job.manifest.tensors) ranges.push_back({t.offset, t.size});
+    auto digests = runtime_.digest(device_, base, ranges, stage_stream_);
+    for (std::size_t i = 0; i < digests.size(); ++i) job.manifest.tensors[i].digest = digests[i];
+  }
+  if (job.manifest.total_bytes != 0) runtime_.copy_async(job.host, base, job.manifest.total_bytes, stage_stream_);
+  runtime_.synchronize_stream(stage_stream_);
+}
+
+}  // namespace modelcast::producer

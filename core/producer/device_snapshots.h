@@ -1,0 +1,79 @@
+// publish() for device tensors: the copies into a device slot, ordered against the trainer's
+// GPU work, and the staging of each version on a thread of its own: the pmix64 digest taken on
+// the device, then one device-to-host copy into the host slot the transports send from.
+//
+// Threads: copy() runs on the trainer's thread and is the whole of its stall. The staging
+// thread owns the staging stream and finishes versions in order; it reports each one through
+// `Staged` (which only pushes an event). A device slot is written by copy() only while the
+// SnapshotStore has it reserved, and read by the staging thread before the version is handed
+// on, so the two never meet.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/device/device_runtime.h"
+#include "core/model/manifest.h"
+#include "modelcast/producer.h"
+
+namespace modelcast::producer {
+
+class DeviceSnapshots {
+ public:
+  // Runs on the staging thread: `error` empty when `manifest` (digests filled in when it says
+  // integrity) is in the host slot; otherwise the version could not be staged.
+  using Clock = std::chrono::steady_clock;
+  using Staged =
+      std::function<void(std::size_t slot, Manifest manifest, Clock::time_point called_at, const std::string& error)>;
+
+  // Allocates `slots` device slots of `bytes` on `device`. Throws Error(kResource/kTransport).
+  DeviceSnapshots(device::DeviceRuntime& runtime, int device, std::size_t slots, std::uint64_t bytes, Staged staged);
+  ~DeviceSnapshots();  // stages nothing further; waits for the stream, frees the slots
+  DeviceSnapshots(const DeviceSnapshots&) = delete;
+  DeviceSnapshots& operator=(const DeviceSnapshots&) = delete;
+
+  // Trainer's thread. Queues the copy of each tensor into device slot `slot` at the layout's
+  // offsets, ordered per `order` (see DeviceOrder); returns once publish() may return.
+  void copy(std::size_t slot, const Manifest& layout, std::span<const TensorRef> tensors, const DeviceOrder& order);
+  // Any thread. Stages the version copied into `slot` into `host` (total_bytes long), in the
+  // background; `host` must stay unread by senders until `Staged` ran for it.
+  void stage(std::size_t slot, Manifest manifest, std::byte* host, Clock::time_point called_at);
+
+  int device() const { return device_; }
+
+ private:
+  struct Job {
+    std::size_t slot;
+    Manifest manifest;
+    std::byte* host;
+    Clock::time_point called_at;
+  };
+  void run();
+  void stage_one(Job& job);
+
+  device::DeviceRuntime& runtime_;
+  const int device_;
+  Staged staged_;
+  std::vector<void*> slots_;                // device memory, one per snapshot slot
+  std::vector<device::EventHandle> copied_; // recorded after each slot's copies
+  device::StreamHandle copy_stream_ = nullptr;    // trainer's thread
+  device::StreamHandle stage_stream_ = nullptr;   // staging thread
+  device::EventHandle caller_point_ = nullptr;    // trainer's thread: a point on the caller's stream
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Job> jobs_;  // guarded by mutex_
+  bool stop_ = false;     // guarded by mutex_
+  std::thread thread_;
+};
+
+}  // namespace modelcast::producer

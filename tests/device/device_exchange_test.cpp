@@ -1,0 +1,145 @@
+// Device tensors end to end over the public API: a device producer to host and device consumers
+// in other processes, a host producer to a device consumer, publish ordered against the
+// trainer's stream, and misplaced memory refused. The device is whichever MODELCAST_DEVICE
+// selects: the simulation in the ordinary suite, the GPU on a machine with one.
+#include <future>
+
+#include <gtest/gtest.h>
+
+#include "child_process.h"
+#include "device_model.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/producer.h"
+
+using namespace std::chrono_literals;
+using modelcast::MemoryKind;
+using modelcast::device::DeviceRuntime;
+using testing_support::ChildProcess;
+
+namespace {
+
+DeviceRuntime& runtime() { return modelcast::device::require_device_runtime("the device tests"); }
+
+modelcast::ProducerOptions producer_options() {
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  return options;
+}
+
+modelcast::ConsumerOptions consumer_options(const std::string& endpoint, MemoryKind memory, int device) {
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.memory = memory;
+  options.device = device;
+  return options;
+}
+
+// Publishes versions 1..n of a device model to a peer consumer and checks what it installed.
+void serve_peer_consumer(const std::string& memory) {
+  auto& rt = runtime();
+  modelcast::Producer producer(producer_options());
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  const int device = devicemodel::other_device(rt);
+  ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
+                     "4", "--seed", "9", "--memory", memory, "--device", std::to_string(device)});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  for (std::uint64_t v = 1; v <= 4; ++v) {
+    model.upload(9, v);
+    auto ticket = producer.publish(static_cast<std::int64_t>(v));
+    ASSERT_EQ(ticket.version, v);
+    // One version at a time, so every one is delivered and checked.
+    auto line = peer.wait_for_line("installed " + std::to_string(v));
+    ASSERT_TRUE(line) << "peer: " << (peer.lines().empty() ? "(nothing)" : peer.lines().back());
+    std::string where = memory == "cuda" ? "memory=cuda device=" + std::to_string(device) : "memory=host";
+    EXPECT_NE(line->find(where), std::string::npos) << *line;
+  }
+  EXPECT_EQ(peer.wait(), 0);
+  for (const auto& line : peer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+  EXPECT_EQ(producer.stats().failed_snapshots, 0u);
+}
+
+}  // namespace
+
+TEST(DeviceExchange, ADeviceProducerServesAHostConsumerInAnotherProcess) { serve_peer_consumer("host"); }
+
+TEST(DeviceExchange, ADeviceProducerServesADeviceConsumerInAnotherProcess) { serve_peer_consumer("cuda"); }
+
+TEST(DeviceExchange, AHostProducerServesADeviceConsumerWhoseViewsHoldDevicePointers) {
+  auto& rt = runtime();
+  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "3",
+                         "--seed", "5", "--kib", "512", "--wait-consumers", "1"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  const int device = devicemodel::other_device(rt);
+  modelcast::Consumer consumer(consumer_options(ready->substr(6), MemoryKind::kCuda, device));
+  auto view = consumer.wait_for_version(3, 60s);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  for (const auto& t : view.tensors()) {
+    EXPECT_EQ(t.spec->memory, MemoryKind::kCuda);
+    EXPECT_EQ(t.spec->device, device);
+    auto info = rt.pointer_info(t.data);
+    EXPECT_EQ(info.kind, MemoryKind::kCuda) << t.name() << ": the view must point into device memory";
+    EXPECT_EQ(info.device, device);
+  }
+  EXPECT_EQ(devicemodel::check(rt, view, 5), "");
+}
+
+TEST(DeviceExchange, PublishOrdersItsCopiesAfterTheTrainersStreamWithoutWaitingForIt) {
+  auto& rt = runtime();
+  modelcast::Producer producer(producer_options());
+  devicemodel::DeviceModel model(rt, 0, 256, 4);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  modelcast::Consumer consumer(consumer_options(producer.control_endpoint(), MemoryKind::kHost, 0));
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+
+  void* trainer = rt.create_stream(0);
+  std::promise<void> gate;
+  rt.host_function(trainer, [opened = gate.get_future().share()] { opened.wait(); });
+  model.upload(3, 1, trainer);  // the step that makes version 1, queued behind the gate
+  auto ticket = producer.publish(1, {}, modelcast::DeviceOrder{trainer, nullptr});
+  void* marker = rt.create_event();
+  rt.record(marker, trainer);
+  EXPECT_FALSE(rt.ready(marker)) << "publish() returned while the trainer's stream is still held: it did not wait";
+  model.upload(3, 2, trainer);  // the next step overwrites the weights: only after the snapshot
+  gate.set_value();
+
+  auto view = consumer.wait_for_version(ticket.version, 60s);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  ASSERT_EQ(view.version(), 1u);
+  EXPECT_EQ(devicemodel::check(rt, view, 3), "") << "the snapshot must hold the weights of step 1 exactly";
+  rt.synchronize_stream(trainer);
+  rt.destroy_event(marker);
+  rt.destroy_stream(trainer);
+}
+
+TEST(DeviceExchange, MisplacedMemoryIsRefusedNamingTheTensor) {
+  auto& rt = runtime();
+  modelcast::Producer producer(producer_options());
+  std::vector<float> host(64);
+  modelcast::TensorSpec spec{"w", modelcast::DType::kF32, {64}, MemoryKind::kCuda, 0};
+  try {
+    producer.register_tensor({spec, host.data()});
+    ADD_FAILURE() << "a host pointer was taken as device memory";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
+  }
+  void* d = rt.allocate(0, 256);
+  producer.register_tensor({spec, d});
+  modelcast::TensorSpec host_spec{"b", modelcast::DType::kF32, {64}, MemoryKind::kHost, 0};
+  EXPECT_THROW(producer.register_tensor({host_spec, host.data()}), modelcast::Error) << "one place per producer";
+
+  auto options = consumer_options("tcp://127.0.0.1:1", MemoryKind::kCuda, rt.device_count());
+  EXPECT_THROW(modelcast::Consumer{options}, modelcast::Error) << "a device that does not exist";
+  std::vector<std::byte> a(1024), b(1024);
+  options.device = 0;
+  options.caller_buffers = {a, b};
+  EXPECT_THROW(modelcast::Consumer{options}, modelcast::Error) << "caller buffers are host memory";
+  rt.release(d);
+}

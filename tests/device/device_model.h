@@ -1,0 +1,87 @@
+// The test model (tests/support/test_model.h) in device memory: uploaded through the device
+// runtime the process selected (MODELCAST_DEVICE), and checked by copying device views back.
+#pragma once
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/device/device_runtime.h"
+#include "modelcast/model_view.h"
+#include "test_model.h"
+
+namespace devicemodel {
+
+using modelcast::device::DeviceRuntime;
+
+// The second device where there is one, so producer and consumer sit on different devices.
+inline int other_device(const DeviceRuntime& runtime) { return runtime.device_count() > 1 ? 1 : 0; }
+
+class DeviceModel {
+ public:
+  DeviceModel(DeviceRuntime& runtime, int device, std::size_t kib, int count = 12)
+      : runtime_(runtime), device_(device), host_(testmodel::make(kib, count)) {
+    for (auto& t : host_) {
+      t.spec.memory = modelcast::MemoryKind::kCuda;
+      t.spec.device = device;
+      pointers_.push_back(runtime_.allocate(device, t.spec.size_bytes()));
+    }
+  }
+  ~DeviceModel() {
+    for (auto* p : pointers_) runtime_.release(p);
+  }
+  DeviceModel(const DeviceModel&) = delete;
+  DeviceModel& operator=(const DeviceModel&) = delete;
+
+  // Writes fill(seed, version) into the device tensors, ordered on `stream` (nullptr: now).
+  void upload(std::uint64_t seed, std::uint64_t version, void* stream = nullptr) {
+    testmodel::fill(host_, seed, version);
+    staged_.push_back(host_);  // the copies may run later: their source must stay
+    for (std::size_t i = 0; i < host_.size(); ++i) {
+      runtime_.copy_async(pointers_[i], staged_.back()[i].words.data(), host_[i].spec.size_bytes(), stream);
+    }
+    if (!stream) {
+      runtime_.synchronize_stream(nullptr);
+      staged_.clear();
+    }
+  }
+
+  std::vector<modelcast::TensorRef> refs() const {
+    std::vector<modelcast::TensorRef> out;
+    for (std::size_t i = 0; i < host_.size(); ++i) out.push_back({host_[i].spec, pointers_[i]});
+    return out;
+  }
+  void* pointer(std::size_t i) const { return pointers_[i]; }
+
+ private:
+  DeviceRuntime& runtime_;
+  int device_;
+  std::vector<testmodel::Tensor> host_;
+  std::vector<std::vector<testmodel::Tensor>> staged_;
+  std::vector<void*> pointers_;
+};
+
+// Empty if every tensor of `view` (device or host memory) holds what fill(seed, version) wrote.
+inline std::string check(DeviceRuntime& runtime, const modelcast::ModelView& view, std::uint64_t seed) {
+  auto tensors = view.tensors();
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    std::size_t size = tensors[t].size_bytes();
+    std::vector<unsigned char> bytes(size);
+    if (tensors[t].spec->memory == modelcast::MemoryKind::kCuda) {
+      if (size) runtime.copy_async(bytes.data(), tensors[t].data, size, nullptr);
+      runtime.synchronize_stream(nullptr);
+    } else if (size) {
+      std::memcpy(bytes.data(), tensors[t].data, size);
+    }
+    for (std::size_t i = 0; i * 8 < size; ++i) {
+      std::uint64_t expected = testmodel::word(seed, view.version(), t, i);
+      if (std::memcmp(bytes.data() + i * 8, &expected, std::min<std::size_t>(8, size - i * 8)) != 0) {
+        return "tensor '" + tensors[t].name() + "' word " + std::to_string(i) + " differs from version " +
+               std::to_string(view.version());
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace devicemodel

@@ -1,0 +1,147 @@
+// modelcast-device-peer: the other process of the device tests. Like modelcast-test-peer, one
+// line per event on stdout; it reaches the device through the runtime MODELCAST_DEVICE selects.
+//   ipc-read  --handle HEX --size N [--device D]  maps a peer's allocation: "pmix64 HEX"
+//   producer  --endpoint E --versions N --seed S [--kib K] [--device D]
+//             device tensors; publishes N versions once a consumer joined, then serves until
+//             stdin closes
+//   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
+//             checks every installed version ("installed V", "corrupt ...")
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "core/cuda/pmix64.h"
+#include "core/device/device_runtime.h"
+#include "device_model.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/producer.h"
+
+using namespace std::chrono_literals;
+namespace device = modelcast::device;
+
+namespace {
+
+void say(const std::string& line) {
+  std::printf("%s\n", line.c_str());
+  std::fflush(stdout);
+}
+
+device::IpcHandle parse_handle(const std::string& hex) {
+  device::IpcHandle handle{};
+  if (hex.size() != handle.size() * 2) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "bad --handle");
+  for (std::size_t i = 0; i < handle.size(); ++i) {
+    handle[i] = static_cast<std::byte>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  }
+  return handle;
+}
+
+int ipc_read(const std::string& hex, std::size_t size, int dev) {
+  auto& runtime = device::require_device_runtime("ipc-read");
+  void* base = runtime.open_ipc(parse_handle(hex), dev);
+  std::vector<std::byte> host(size);
+  runtime.copy_async(host.data(), base, size, nullptr);
+  runtime.synchronize_stream(nullptr);
+  runtime.close_ipc(base);
+  char text[32];
+  std::snprintf(text, sizeof text, "%016llx",
+                static_cast<unsigned long long>(modelcast::pmix64::digest_host(host.data(), size)));
+  say(std::string("pmix64 ") + text);
+  return 0;
+}
+
+int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib, int dev) {
+  auto& runtime = device::require_device_runtime("producer");
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = endpoint;
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(runtime, dev, kib);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  say("ready " + producer.control_endpoint());
+  if (!producer.wait_for_consumers(1, 60s)) {
+    say("error no consumer joined");
+    return 1;
+  }
+  for (std::uint64_t v = 1; v <= versions; ++v) {
+    model.upload(seed, v);
+    producer.publish(static_cast<std::int64_t>(v));
+    say("published " + std::to_string(v));
+  }
+  std::string line;
+  while (std::getline(std::cin, line)) {
+  }
+  return 0;
+}
+
+int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t seed, const std::string& memory, int dev) {
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.memory = memory == "cuda" ? modelcast::MemoryKind::kCuda : modelcast::MemoryKind::kHost;
+  options.device = dev;
+  device::DeviceRuntime* runtime = device::device_runtime();
+  std::atomic<bool> corrupt{false};
+  options.on_update = [&](const modelcast::ModelView& view) {
+    std::string problem = runtime ? devicemodel::check(*runtime, view, seed) : testmodel::check(view, seed);
+    if (!problem.empty()) {
+      say("corrupt " + problem);
+      corrupt = true;
+    }
+    auto first = view.tensors().front();
+    say("installed " + std::to_string(view.version()) + " memory=" +
+        std::string(modelcast::memory_kind_name(first.spec->memory)) + " device=" + std::to_string(first.spec->device));
+  };
+  modelcast::Consumer consumer(options);
+  std::uint64_t seen = 0;
+  while (seen < until) {
+    auto view = consumer.wait_for_version(seen + 1, 60s);
+    if (!view) {
+      say("timeout waiting for version " + std::to_string(seen + 1) + ": " + consumer.stats().last_error);
+      return 2;
+    }
+    seen = view.version();
+  }
+  return corrupt ? 3 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"modelcast device test peer"};
+  std::string endpoint, hex, memory = "host";
+  std::uint64_t versions = 1, seed = 1;
+  std::size_t kib = 256, size = 0;
+  int dev = 0;
+  auto* read = app.add_subcommand("ipc-read");
+  read->add_option("--handle", hex)->required();
+  read->add_option("--size", size)->required();
+  read->add_option("--device", dev);
+  auto* prod = app.add_subcommand("producer");
+  prod->add_option("--endpoint", endpoint)->required();
+  prod->add_option("--versions", versions);
+  prod->add_option("--seed", seed);
+  prod->add_option("--kib", kib);
+  prod->add_option("--device", dev);
+  auto* cons = app.add_subcommand("consumer");
+  cons->add_option("--endpoint", endpoint)->required();
+  cons->add_option("--until-version", versions);
+  cons->add_option("--seed", seed);
+  cons->add_option("--memory", memory)->check(CLI::IsMember({"host", "cuda"}));
+  cons->add_option("--device", dev);
+  app.require_subcommand(1);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    if (*read) return ipc_read(hex, size, dev);
+    if (*prod) return producer(endpoint, versions, seed, kib, dev);
+    return consumer(endpoint, versions, seed, memory, dev);
+  } catch (const modelcast::Error& e) {
+    say(std::string("error ") + e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,150 @@
+// The device runtime the process selected (MODELCAST_DEVICE: "simulated" in the ordinary suite,
+// "cuda" on a machine with a GPU): stream order, events, the digest, IPC between processes.
+// Everything here must hold for both implementations.
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "child_process.h"
+#include "core/cuda/pmix64.h"
+#include "core/device/device_runtime.h"
+#include "modelcast/error.h"
+
+using modelcast::device::ByteRange;
+using modelcast::device::DeviceRuntime;
+using testing_support::ChildProcess;
+
+namespace {
+
+DeviceRuntime& runtime() { return modelcast::device::require_device_runtime("the device tests"); }
+
+std::vector<std::uint64_t> pattern(std::size_t words, std::uint64_t salt) {
+  std::vector<std::uint64_t> v(words);
+  for (std::size_t i = 0; i < words; ++i) v[i] = (i + 1) * 0x9E3779B97F4A7C15ull ^ salt;
+  return v;
+}
+
+// Holds a stream at a point until opened: what makes stream order observable without timing.
+class Gate {
+ public:
+  void close_on(DeviceRuntime& rt, void* stream) {
+    rt.host_function(stream, [future = opened_.get_future().share()] { future.wait(); });
+  }
+  void open() { opened_.set_value(); }
+
+ private:
+  std::promise<void> opened_;
+};
+
+}  // namespace
+
+TEST(DeviceRuntime, WorkWaitsForAnEventOfAnotherStreamAndEventsReportCompletion) {
+  auto& rt = runtime();
+  const std::size_t n = 64 << 10;
+  auto source = pattern(n / 8, 1);
+  std::vector<std::uint64_t> out(n / 8, 0);
+  void* d = rt.allocate(0, n);
+  void* a = rt.create_stream(0);
+  void* b = rt.create_stream(0);
+  void* e = rt.create_event();
+
+  Gate gate;
+  gate.close_on(rt, a);
+  rt.copy_async(d, source.data(), n, a);
+  rt.record(e, a);
+  rt.wait(b, e);
+  rt.copy_async(out.data(), d, n, b);
+  void* after_b = rt.create_event();
+  rt.record(after_b, b);
+
+  EXPECT_FALSE(rt.ready(e)) << "stream a is held at the gate";
+  EXPECT_FALSE(rt.ready(after_b)) << "stream b must wait for stream a's event";
+  gate.open();
+  rt.synchronize(after_b);
+  EXPECT_TRUE(rt.ready(e));
+  EXPECT_EQ(out, source);
+
+  rt.destroy_event(after_b);
+  rt.destroy_event(e);
+  rt.destroy_stream(b);
+  rt.destroy_stream(a);
+  rt.release(d);
+}
+
+TEST(DeviceRuntime, DeviceDigestEqualsTheHostReference) {
+  auto& rt = runtime();
+  const std::size_t n = (3 << 20) + 40;  // several kernel segments, an unaligned tail
+  std::vector<std::byte> host(n);
+  for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<std::byte>((i * 131) ^ (i >> 9));
+  void* d = rt.allocate(0, n);
+  void* s = rt.create_stream(0);
+  rt.copy_async(d, host.data(), n, s);
+  std::vector<ByteRange> ranges{{0, 1000}, {1024, 0}, {4096, n - 4096 - 3}, {n - 3, 3}};
+  auto digests = rt.digest(0, d, ranges, s);  // ordered after the copy by the stream
+  ASSERT_EQ(digests.size(), ranges.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    EXPECT_EQ(digests[i], modelcast::pmix64::digest_host(host.data() + ranges[i].offset, ranges[i].size)) << i;
+  }
+  rt.destroy_stream(s);
+  rt.release(d);
+}
+
+TEST(DeviceRuntime, PointerInfoTellsDeviceMemoryFromHostMemory) {
+  auto& rt = runtime();
+  void* d = rt.allocate(0, 4096);
+  auto info = rt.pointer_info(static_cast<char*>(d) + 100);
+  EXPECT_EQ(info.kind, modelcast::MemoryKind::kCuda);
+  EXPECT_EQ(info.device, 0);
+  EXPECT_EQ(info.allocation_base, d);
+  std::vector<int> host(16);
+  EXPECT_EQ(rt.pointer_info(host.data()).kind, modelcast::MemoryKind::kHost);
+  rt.release(d);
+}
+
+TEST(DeviceRuntime, AnotherProcessMapsAnExportedAllocationAndThisOneCannot) {
+  auto& rt = runtime();
+  const std::size_t n = 1 << 20;
+  auto bytes = pattern(n / 8, 7);
+  void* d = rt.allocate(0, n);
+  rt.copy_async(d, bytes.data(), n, nullptr);
+  rt.synchronize_stream(nullptr);
+
+  auto handle = rt.export_allocation(d);
+  std::string hex;
+  for (auto b : handle) {
+    char two[3];
+    std::snprintf(two, sizeof two, "%02x", static_cast<unsigned>(b));
+    hex += two;
+  }
+  ChildProcess peer({MODELCAST_DEVICE_PEER, "ipc-read", "--handle", hex, "--size", std::to_string(n)});
+  auto line = peer.wait_for_line("pmix64 ");
+  ASSERT_TRUE(line) << "peer: " << (peer.lines().empty() ? "(nothing)" : peer.lines().back());
+  char expected[32];
+  std::snprintf(expected, sizeof expected, "%016llx",
+                static_cast<unsigned long long>(modelcast::pmix64::digest_host(bytes.data(), n)));
+  EXPECT_EQ(line->substr(7), expected);
+  EXPECT_EQ(peer.wait(), 0);
+
+  // CUDA's rules the library relies on: IPC is between processes, and only whole allocations.
+  try {
+    rt.open_ipc(handle, 0);
+    ADD_FAILURE() << "opened this process's own handle";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kTransport);
+  }
+  EXPECT_THROW(rt.export_allocation(static_cast<char*>(d) + 256), modelcast::Error);
+  rt.release(d);
+}
+
+TEST(DeviceRuntime, TheSimulationRefusesCopiesPastAnAllocationsEnd) {
+  // A GPU faults (or corrupts a neighbour) here; the simulation says so at once.
+  auto sim = modelcast::device::make_simulated_runtime();
+  void* d = sim->allocate(0, 1000);
+  std::vector<std::byte> host(2000);
+  EXPECT_THROW(sim->copy_async(d, host.data(), 1001, nullptr), modelcast::Error);
+  EXPECT_THROW(sim->copy_async(host.data(), static_cast<char*>(d) + 500, 501, nullptr), modelcast::Error);
+  EXPECT_NO_THROW(sim->copy_async(d, host.data(), 1000, nullptr));
+  EXPECT_THROW(sim->allocate(5, 16), modelcast::Error);
+  sim->release(d);
+}
