@@ -97,7 +97,7 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
       double best = std::numeric_limits<double>::infinity();
       std::size_t best_v = 1;
       for (std::size_t v = 1; v < nv; ++v) {
-        if (settings.variants[v].library_defaults) continue;
+        if (settings.variants[v].library_defaults || (m == 1 && settings.variants[v].plan_only)) continue;
         std::vector<double> regrets;
         for (const auto& r : results)
           if (r.evaluated && r.family != held)
