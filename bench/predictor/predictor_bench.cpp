@@ -35,7 +35,10 @@ std::vector<mb::Variant> variants() {
   v.push_back(before);
   if (std::getenv("BENCH_ABLATION")) {
     // One change at a time, online hedge 0.15 / 0.15 (plans: the same options).
-    const mp::HedgeOptions h{0.15, 0.15, 4, 0.2, false}, capped{0.15, 0.15, 4, 0.2, true};
+    const mp::HedgeOptions h{.change_probability = 0.15, .change_depth = 0.15, .change_times = 4, .band_probability = 0.2,
+                             .cap_at_current_level = false, .early_saturation_probability = 0.0};
+    mp::HedgeOptions capped = h;
+    capped.cap_at_current_level = true;
     v.push_back({"ablation: + band trigger (5 points)", false, {}, 5, false});
     v.push_back({"ablation: + hedge", true, h, 0, false});
     v.push_back({"ablation: + hedge + hindsight", true, h, 0, true});

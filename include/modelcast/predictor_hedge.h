@@ -26,12 +26,13 @@ namespace modelcast::predictor {
 struct HedgeOptions {
   // Total probability of a regime change in the rest of the run: the loss falls by
   // change_depth x (its current level) at one of change_times evenly spread points. This is
-  // the mass that keeps a plan from betting everything on a flat forecast. The defaults are for
-  // plans made in advance, chosen on the development curves of bench/data (all families; the
-  // benchmark's per-family figures choose leave-one-family-out); the online scheduler, which
-  // sees the run as it goes, assumes no regime change (OnlineOptions::hedge_options).
-  double change_probability = 0.5;
-  double change_depth = 0.3;
+  // the mass that keeps a plan from betting everything on a flat forecast. The defaults (with
+  // early_saturation_probability) are for plans made in advance: the candidates of the benchmark
+  // best on the development curves of bench/data, all families together (the benchmark's
+  // per-family figures choose leave-one-family-out); the online scheduler, which sees the run as
+  // it goes, assumes neither a regime change nor early saturation (OnlineOptions::hedge_options).
+  double change_probability = 0.15;
+  double change_depth = 0.15;
   int change_times = 4;
   // Probability given to the two edges of the forecast's band (lower and upper path); they
   // leave the mean unchanged and widen the regret spread.
@@ -43,8 +44,8 @@ struct HedgeOptions {
   // Probability that the run saturates sooner than forecast: the forecast's remaining fall
   // completes in half the remaining steps. Curve fits from a short prefix tend to stretch the
   // fall too far into the future, which makes a plan publish late; this scenario pulls
-  // publishes earlier. Default 0 (the benchmark chooses it leave-one-family-out).
-  double early_saturation_probability = 0.0;
+  // publishes earlier.
+  double early_saturation_probability = 0.3;
   // Uncertainty of the time axis. When the prefix holds fewer than three intervals after step 0
   // (too few to tell whether steps are getting slower), the rest of the run may take longer
   // than a constant-rate extrapolation says; a plan that trusts the short estimate can conclude

@@ -46,8 +46,14 @@ TEST(Hedge, AFlatPrefixStillGetsAPlanThatPublishes) {
   const double ours = evaluate_cil(truth, w, costs, snap_to_candidates(plan.publish_steps, truth, w));
   EXPECT_LT(ours, none);
   EXPECT_LT((ours - best) / (none - best), 0.9);
-  // The spread reports how the plan would fare if each scenario came true.
+  // Twenty intervals measure the step time: one time axis, and the hedged plan is this plan.
+  EXPECT_EQ(plan_hedged(prefix, w, hedged, costs).publish_steps, plan.publish_steps);
+  // It does not stop early: the drop may come late, so it still publishes in the last half.
+  EXPECT_GT(plan.publish_steps.back(), (prefix.back().step + run.back().step) / 2);
+  // The spread reports how the plan would fare if each scenario came true; averaged over them
+  // the plan keeps most of what each scenario's own optimum would gain.
   const auto spread = regret_spread(prefix, w, hedged, costs, plan.publish_steps);
+  EXPECT_LT(spread.expected_pct, 50.0);
   EXPECT_GT(spread.scenarios, 0U);
   EXPECT_GE(spread.p90_pct, spread.p10_pct);
   EXPECT_GE(spread.p10_pct, 0.0);
@@ -278,7 +284,7 @@ TEST(Hedge, RejectsBadOptionsAndForecasts) {
   EXPECT_THROW(hedge_forecast(prefix, short_band, {}), Error);
   EXPECT_THROW(hedge_forecast({}, f, {}), Error);
   HedgeOptions early;
-  early.early_saturation_probability = 0.4;  // 0.5 + 0.2 + 0.4 sums above 1
+  early.early_saturation_probability = 0.7;  // with the change and band masses, above 1
   EXPECT_THROW(hedge_forecast(prefix, f, early), Error);
   HedgeOptions shrink;
   shrink.time_stretch = 0.5;  // the rest of the run cannot be assumed shorter than estimated
