@@ -332,6 +332,11 @@ std::string render_text(const Json& r) {
   for (const auto& [name, b] : r["baselines"].items())
     o << "  baseline " << name << ": publish at " << steps(b["publish_steps"]) << "\n    " << cil_label << " "
       << b["predicted_cil"].get<double>() << ", slowdown " << b["slowdown_s"].get<double>() << " s\n";
+  if (r.contains("time_scenarios") && r["time_scenarios"].size() > 1) {
+    o << "  too few intervals to measure the step time: expected CIL " << r["expected_cil"].get<double>() << " over time axes";
+    for (const auto& t : r["time_scenarios"]) o << " " << t["kind"].get<std::string>() << " (" << t["weight"].get<double>() << ")";
+    o << "\n";
+  }
   if (r.contains("expected_regret")) {
     const auto& e = r["expected_regret"];
     o << "  expected regret over " << e["scenarios"].get<std::size_t>() << " forecast scenarios: " << e["expected_pct"].get<double>()
