@@ -1,6 +1,7 @@
 // hedge_forecast / regret_spread: scenarios around a forecast and how a plan fares in each.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <string>
 
@@ -19,9 +20,15 @@ void validate(const Forecast& f, const HedgeOptions& o) {
       throw Error(ErrorCode::kInvalidArgument, "hedge: member '" + m.family + "' has " + std::to_string(m.loss.size()) +
                                                    " forecast points, the forecast " + std::to_string(n));
   const auto prob = [](double p) { return std::isfinite(p) && p >= 0 && p <= 1; };
-  if (!prob(o.change_probability) || !prob(o.band_probability) || o.change_probability + o.band_probability > 1)
-    throw Error(ErrorCode::kInvalidArgument, "hedge: change_probability and band_probability must lie in [0, 1] and sum to at most 1 (got " +
-                                                 std::to_string(o.change_probability) + ", " + std::to_string(o.band_probability) + ")");
+  if (!prob(o.change_probability) || !prob(o.band_probability) || !prob(o.early_saturation_probability) ||
+      o.change_probability + o.band_probability + o.early_saturation_probability > 1 + 1e-12)
+    throw Error(ErrorCode::kInvalidArgument,
+                "hedge: change_probability, band_probability and early_saturation_probability must lie in [0, 1] and sum to at most 1 (got " +
+                    std::to_string(o.change_probability) + ", " + std::to_string(o.band_probability) + ", " +
+                    std::to_string(o.early_saturation_probability) + ")");
+  if (!prob(o.time_stretch_probability) || !std::isfinite(o.time_stretch) || o.time_stretch < 1)
+    throw Error(ErrorCode::kInvalidArgument, "hedge: time_stretch_probability must lie in [0, 1] and time_stretch be >= 1 (got " +
+                                                 std::to_string(o.time_stretch_probability) + ", " + std::to_string(o.time_stretch) + ")");
   if (!std::isfinite(o.change_depth) || o.change_depth < 0)
     throw Error(ErrorCode::kInvalidArgument, "hedge: change_depth must be finite and >= 0, got " + std::to_string(o.change_depth));
   if (o.change_times < 1)
@@ -48,6 +55,39 @@ double weighted_quantile(std::vector<std::pair<double, double>> vw, double q) {
   return vw.back().first;
 }
 
+// Intervals of the prefix from which a change of the step time can be measured: those that do
+// not start at step 0 (start-up costs such as compilation) and have finite times.
+std::size_t timing_intervals(std::span<const CurvePoint> observed) {
+  std::size_t n = 0;
+  for (std::size_t i = 1; i < observed.size(); ++i)
+    if (observed[i - 1].step > 0 && std::isfinite(observed[i].time_s) && std::isfinite(observed[i - 1].time_s)) ++n;
+  return n;
+}
+
+// The forecast's times with the remaining duration multiplied by factor, the step time growing
+// linearly with the elapsed time: tau -> tau + (factor - 1) tau^2 / tau_end.
+std::vector<double> stretched_times(double t_last, const std::vector<double>& times, double factor) {
+  std::vector<double> out(times);
+  if (times.empty()) return out;
+  const double end = times.back() - t_last;
+  if (!(end > 0)) return out;
+  for (auto& t : out) {
+    const double tau = std::max(0.0, t - t_last);
+    t = t_last + tau + (factor - 1.0) * tau * tau / end;
+  }
+  return out;
+}
+
+std::vector<std::int64_t> evenly_spread(const std::vector<std::int64_t>& steps, std::size_t k) {
+  std::vector<std::int64_t> out;
+  const std::size_t m = steps.size();
+  for (std::size_t j = 1; j <= k; ++j) {
+    const auto i = std::min(m - 1, (j * m) / (k + 1));
+    if (out.empty() || steps[i] > out.back()) out.push_back(steps[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
 HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Forecast& forecast, const HedgeOptions& options) {
@@ -56,12 +96,23 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
   HedgedForecast out;
   out.forecast = forecast;
   const std::size_t n = forecast.steps.size();
+  out.time_scenarios.push_back({"forecast", 1.0, forecast.time_s});
   if (n == 0 || declared_certain(forecast)) {
     out.scenarios.push_back({"forecast", 1.0, forecast.loss});
     return out;
   }
   out.hedged = true;
-  const double fit_mass = 1.0 - options.change_probability - options.band_probability;
+  if (options.time_stretch_probability > 0 && options.time_stretch > 1 && timing_intervals(observed) < 3 &&
+      std::isfinite(observed.back().time_s)) {
+    const double p = options.time_stretch_probability;
+    out.time_scenarios.front().weight = 1.0 - p;
+    for (double factor : {0.5 * (1.0 + options.time_stretch), options.time_stretch}) {
+      char kind[48];
+      std::snprintf(kind, sizeof kind, "stretch x%.2f", factor);
+      out.time_scenarios.push_back({kind, p / 2, stretched_times(observed.back().time_s, forecast.time_s, factor)});
+    }
+  }
+  const double fit_mass = 1.0 - options.change_probability - options.band_probability - options.early_saturation_probability;
   // The ensemble's own spread: each member with its share of the fit mass.
   double member_weight = 0.0;
   for (const auto& m : forecast.members)
@@ -94,6 +145,25 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
       out.scenarios.push_back({"change@" + std::to_string(forecast.steps[start]), options.change_probability / static_cast<double>(k_total), std::move(path)});
     }
   }
+  if (options.early_saturation_probability > 0) {
+    // The forecast's path run at twice the speed from the last observed step, then held.
+    const double from = static_cast<double>(observed.back().step);
+    std::vector<double> xs(n);
+    for (std::size_t i = 0; i < n; ++i) xs[i] = static_cast<double>(forecast.steps[i]);
+    std::vector<double> path(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const double x = from + 2.0 * (xs[i] - from);
+      if (x >= xs.back()) {
+        path[i] = forecast.loss.back();
+      } else {
+        const auto it = std::upper_bound(xs.begin(), xs.end(), x);
+        const auto j = static_cast<std::size_t>(it - xs.begin());
+        if (j == 0) path[i] = forecast.loss.front();
+        else path[i] = forecast.loss[j - 1] + (x - xs[j - 1]) / (xs[j] - xs[j - 1]) * (forecast.loss[j] - forecast.loss[j - 1]);
+      }
+    }
+    out.scenarios.push_back({"early_saturation", options.early_saturation_probability, std::move(path)});
+  }
   if (options.cap_at_current_level) {
     std::vector<double> recent;
     for (std::size_t i = observed.size() - std::min<std::size_t>(3, observed.size()); i < observed.size(); ++i)
@@ -114,6 +184,35 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
   return out;
 }
 
+ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
+                           const PublishCosts& costs) {
+  if (warmup_index >= prefix.size())
+    throw Error(ErrorCode::kInvalidArgument, "hedged plan: warm-up index " + std::to_string(warmup_index) + " is past the prefix");
+  const auto& times = hedged.time_scenarios;
+  Forecast f = hedged.forecast;
+  if (times.size() <= 1) return plan_optimal(extend_with_forecast(prefix, f), warmup_index, costs);
+  std::vector<Trajectory> curves;
+  for (const auto& t : times) {
+    f.time_s = t.time_s;
+    curves.push_back(extend_with_forecast(prefix, f));
+  }
+  std::vector<std::vector<std::int64_t>> candidates;
+  for (const auto& c : curves) candidates.push_back(plan_optimal(c, warmup_index, costs).publish_steps);
+  const std::size_t most = std::min<std::size_t>(24, f.steps.size());
+  for (std::size_t k = 1; k <= most; ++k) candidates.push_back(evenly_spread(f.steps, k));
+  ScheduleResult best;
+  bool have = false;
+  for (const auto& cand : candidates) {
+    double expected = 0.0;
+    for (std::size_t t = 0; t < times.size(); ++t) expected += times[t].weight * evaluate_cil(curves[t], warmup_index, costs, cand);
+    const double tol = 1e-12 * std::abs(best.cil);
+    const bool better = !have || expected < best.cil - tol || (expected <= best.cil + tol && cand.size() < best.publish_steps.size());
+    have = true;
+    if (better) best = {cand, expected, costs.stall_s * static_cast<double>(cand.size())};
+  }
+  return best;
+}
+
 RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
                            const PublishCosts& costs, std::span<const std::int64_t> publish_steps) {
   if (warmup_index >= prefix.size())
@@ -121,15 +220,19 @@ RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmu
   RegretSpread out;
   std::vector<std::pair<double, double>> regrets;  // (regret %, weight)
   Forecast f = hedged.forecast;
-  for (const auto& s : hedged.scenarios) {
-    f.loss = s.loss;
-    const auto curve = extend_with_forecast(prefix, f);
-    const double none = evaluate_cil(curve, warmup_index, costs, {});
-    const double best = plan_optimal(curve, warmup_index, costs).cil;
-    const double ours = evaluate_cil(curve, warmup_index, costs, publish_steps);
-    if (none - best <= 1e-9 * std::abs(none)) continue;
-    regrets.emplace_back(100.0 * (ours - best) / (none - best), s.weight);
-  }
+  std::vector<TimeScenario> times = hedged.time_scenarios;
+  if (times.empty()) times.push_back({"forecast", 1.0, f.time_s});
+  for (const auto& t : times)
+    for (const auto& s : hedged.scenarios) {
+      f.loss = s.loss;
+      f.time_s = t.time_s;
+      const auto curve = extend_with_forecast(prefix, f);
+      const double none = evaluate_cil(curve, warmup_index, costs, {});
+      const double best = plan_optimal(curve, warmup_index, costs).cil;
+      const double ours = evaluate_cil(curve, warmup_index, costs, publish_steps);
+      if (none - best <= 1e-9 * std::abs(none)) continue;
+      regrets.emplace_back(100.0 * (ours - best) / (none - best), s.weight * t.weight);
+    }
   out.scenarios = regrets.size();
   for (const auto& [r, w] : regrets) out.gain_probability += w;
   if (regrets.empty()) return out;

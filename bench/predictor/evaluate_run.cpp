@@ -58,10 +58,14 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     for (std::size_t i = k; i < n; ++i) abs_err += std::abs(interp_step(planned.steps, planned.loss, run.points[i].step) - run.points[i].loss);
     result.mae = abs_err / static_cast<double>(n - k);
   }
-  std::vector<mp::Trajectory> plan_curves;
+  std::vector<mp::HedgedForecast> hedged;
   for (const auto& v : settings.variants) {
-    const auto& f = v.hedge ? mp::hedge_forecast(prefix, point, v.library_defaults ? mp::HedgeOptions{} : v.hedge_options).forecast : point;
-    plan_curves.push_back(mp::extend_with_forecast(prefix, f));
+    if (v.hedge) {
+      hedged.push_back(mp::hedge_forecast(prefix, point, v.library_defaults ? mp::HedgeOptions{} : v.hedge_options));
+    } else {
+      // The point forecast alone, on its own time axis.
+      hedged.push_back({point, {{"forecast", 1.0, point.loss}}, {{"forecast", 1.0, point.time_s}}, false});
+    }
   }
   // Replay forecasts depend only on the points the scheduler fits (its current regime, whose
   // times on the stall-free clock are the logged ones), not on the costs or the variant: fit
@@ -122,7 +126,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     for (std::size_t vi = 0; vi < settings.variants.size(); ++vi) {
       const auto& v = settings.variants[vi];
       // The planner does not know the true window; it plans over its forecast of the run.
-      const auto plan = mp::plan_optimal(plan_curves[vi], w, costs);
+      const auto plan = mp::plan_hedged(prefix, w, hedged[vi], costs);
       result.outcome[ci][0].push_back(score(mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(plan.publish_steps, truth, w))));
 
       mp::OnlineOptions oo;

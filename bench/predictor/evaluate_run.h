@@ -24,6 +24,9 @@ struct Variant {
   // The library's defaults (HedgeOptions{} for plans, OnlineOptions{} online) instead of the
   // fields above; never chosen leave-one-family-out (they were chosen on every family).
   bool library_defaults = false;
+  // Chosen for plans only: the online scheduler refits as the run goes, and its hedging
+  // candidates stay those it was chosen from before plans had an early-saturation scenario.
+  bool plan_only = false;
 };
 
 struct EvalSettings {

@@ -35,7 +35,10 @@ std::vector<mb::Variant> variants() {
   v.push_back(before);
   if (std::getenv("BENCH_ABLATION")) {
     // One change at a time, online hedge 0.15 / 0.15 (plans: the same options).
-    const mp::HedgeOptions h{0.15, 0.15, 4, 0.2, false}, capped{0.15, 0.15, 4, 0.2, true};
+    const mp::HedgeOptions h{.change_probability = 0.15, .change_depth = 0.15, .change_times = 4, .band_probability = 0.2,
+                             .cap_at_current_level = false, .early_saturation_probability = 0.0};
+    mp::HedgeOptions capped = h;
+    capped.cap_at_current_level = true;
     v.push_back({"ablation: + band trigger (5 points)", false, {}, 5, false});
     v.push_back({"ablation: + hedge", true, h, 0, false});
     v.push_back({"ablation: + hedge + hindsight", true, h, 0, true});
@@ -43,22 +46,27 @@ std::vector<mb::Variant> variants() {
     v.push_back({"ablation: + cap at current level", true, capped, 5, true});
     return v;
   }
-  for (bool cap : {false, true}) {
-    const std::string suffix = cap ? ", capped" : "";
-    mb::Variant none{"hedged p_change=0" + suffix, true, {}, 5};
-    none.hedge_options.change_probability = 0.0;
-    none.hedge_options.cap_at_current_level = cap;
-    v.push_back(none);
-    for (double depth : {0.15, 0.3})
-      for (double p : {0.15, 0.3, 0.5}) {
-        mb::Variant h{"hedged p_change=" + std::to_string(p).substr(0, 4) + " depth=" + std::to_string(depth).substr(0, 4) + suffix,
-                      true, {}, 5};
-        h.hedge_options.change_probability = p;
-        h.hedge_options.change_depth = depth;
-        h.hedge_options.cap_at_current_level = cap;
-        v.push_back(h);
-      }
-  }
+  for (double early : {0.0, 0.15, 0.3})
+    for (bool cap : {false, true}) {
+      const std::string suffix = (cap ? ", capped" : "") + (early > 0 ? ", early=" + std::to_string(early).substr(0, 4) : std::string());
+      mb::Variant none{"hedged p_change=0" + suffix, true, {}, 5};
+      none.hedge_options.change_probability = 0.0;
+      none.hedge_options.cap_at_current_level = cap;
+      none.hedge_options.early_saturation_probability = early;
+      none.plan_only = early > 0;
+      v.push_back(none);
+      for (double depth : {0.15, 0.3})
+        for (double p : {0.15, 0.3, 0.5}) {
+          mb::Variant h{"hedged p_change=" + std::to_string(p).substr(0, 4) + " depth=" + std::to_string(depth).substr(0, 4) + suffix,
+                        true, {}, 5};
+          h.hedge_options.change_probability = p;
+          h.hedge_options.change_depth = depth;
+          h.hedge_options.cap_at_current_level = cap;
+          h.hedge_options.early_saturation_probability = early;
+          h.plan_only = early > 0;
+          v.push_back(h);
+        }
+    }
   mb::Variant defaults;
   defaults.name = "library defaults";
   defaults.library_defaults = true;

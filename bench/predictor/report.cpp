@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 namespace modelcast::bench {
 namespace {
@@ -23,8 +24,8 @@ double quantile(std::vector<double> v, double q) {
   return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
 }
 
-// variant(family, mode) -> index into the run's outcomes.
-using Selector = std::function<std::size_t(const std::string&, int)>;
+// variant(family, mode, cost index) -> index into the run's outcomes.
+using Selector = std::function<std::size_t(const std::string&, int, int)>;
 
 Json row(const std::vector<RunEval>& results, const std::string& family, int cost, int mode, const Selector& pick,
          std::size_t costs) {
@@ -35,7 +36,7 @@ Json row(const std::vector<RunEval>& results, const std::string& family, int cos
     if (!r.evaluated || (family != "all" && r.family != family)) continue;
     for (int c = 0; c < static_cast<int>(costs); ++c) {
       if (cost >= 0 && c != cost) continue;
-      const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(mode)][pick(r.family, mode)];
+      const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(mode)][pick(r.family, mode, c)];
       ++runs;
       if (o.has_gain) regrets.push_back(o.regret);
       else ++no_gain;
@@ -89,26 +90,43 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
   const auto families = families_of(results);
   const std::size_t nv = settings.variants.size();
   // Leave-one-family-out: for each held-out family and mode, the hedged variant (index >= 1)
-  // with the lowest median + p90 regret pooled over the other families and all costs.
-  std::map<std::pair<std::string, int>, std::size_t> chosen;
+  // with the lowest median + p90 regret pooled over the other families. Plans are chosen per
+  // publish cost (a plan is made knowing its cost, and few expensive publishes want a different
+  // hedge than many cheap ones); the online scheduler's variant is pooled over all costs.
+  const int nc = static_cast<int>(settings.cost_multipliers.size());
+  std::map<std::tuple<std::string, int, int>, std::size_t> chosen;
   Json lofo = Json::object();
   for (const auto& held : families)
-    for (int m = 0; m < 2; ++m) {
-      double best = std::numeric_limits<double>::infinity();
-      std::size_t best_v = 1;
-      for (std::size_t v = 1; v < nv; ++v) {
-        if (settings.variants[v].library_defaults) continue;
-        std::vector<double> regrets;
-        for (const auto& r : results)
-          if (r.evaluated && r.family != held)
-            for (const auto& per_cost : r.outcome)
-              if (per_cost[static_cast<std::size_t>(m)][v].has_gain) regrets.push_back(per_cost[static_cast<std::size_t>(m)][v].regret);
-        const double score = quantile(regrets, 0.5) + quantile(regrets, 0.9);
-        if (score < best) best = score, best_v = v;
+    for (int m = 0; m < 2; ++m)
+      for (int c = 0; c < nc; ++c) {
+        if (m == 1 && c > 0) {
+          chosen[{held, m, c}] = chosen.at({held, m, 0});
+          continue;
+        }
+        double best = std::numeric_limits<double>::infinity();
+        std::size_t best_v = 1;
+        for (std::size_t v = 1; v < nv; ++v) {
+          if (settings.variants[v].library_defaults || (m == 1 && settings.variants[v].plan_only)) continue;
+          std::vector<double> regrets;
+          for (const auto& r : results)
+            if (r.evaluated && r.family != held)
+              for (int rc = 0; rc < nc; ++rc) {
+                if (m == 0 && rc != c) continue;
+                const auto& o = r.outcome[static_cast<std::size_t>(rc)][static_cast<std::size_t>(m)][v];
+                if (o.has_gain) regrets.push_back(o.regret);
+              }
+          const double score = quantile(regrets, 0.5) + quantile(regrets, 0.9);
+          if (score < best) best = score, best_v = v;
+        }
+        chosen[{held, m, c}] = best_v;
+        if (m == 0) {
+          std::ostringstream cost;
+          cost << settings.cost_multipliers[static_cast<std::size_t>(c)] << "x";
+          lofo[held][kModes[m]][cost.str()] = settings.variants[best_v].name;
+        } else {
+          lofo[held][kModes[m]] = settings.variants[best_v].name;
+        }
       }
-      chosen[{held, m}] = best_v;
-      lofo[held][kModes[m]] = settings.variants[best_v].name;
-    }
   std::vector<std::string> shown = {"all"};
   for (const auto& f : families)
     if (only_family.empty() || f == only_family) shown.push_back(f);
@@ -127,21 +145,21 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
     for (const auto& f : shown_all(families))
       for (int m = 0; m < 2; ++m)
         for (int c = -1; c < static_cast<int>(settings.cost_multipliers.size()); ++c) {
-          auto s = row(results, f, c, m, [v](const std::string&, int) { return v; }, settings.cost_multipliers.size());
+          auto s = row(results, f, c, m, [v](const std::string&, int, int) { return v; }, settings.cost_multipliers.size());
           s["variant"] = settings.variants[v].name;
           s["cost_x_median_interval"] = c < 0 ? Json("all") : Json(settings.cost_multipliers[static_cast<std::size_t>(c)]);
           out[c < 0 ? "variant_summary" : "variant_by_cost"].push_back(std::move(s));
         }
-  out["rows"] = rows(results, settings, shown, [&](const std::string& f, int m) { return chosen.at({f, m}); });
-  out["before_rows"] = rows(results, settings, shown, [](const std::string&, int) { return std::size_t{0}; });
+  out["rows"] = rows(results, settings, shown, [&](const std::string& f, int m, int c) { return chosen.at({f, m, c}); });
+  out["before_rows"] = rows(results, settings, shown, [](const std::string&, int, int) { return std::size_t{0}; });
   // Per run, with the chosen variant: regret % per cost (null: no achievable gain).
   out["runs"] = Json::array();
   for (const auto& r : results) {
     if (!r.evaluated) continue;
     Json j{{"run", r.run}, {"family", r.family}, {"mae", r.mae}};
     for (int m = 0; m < 2; ++m)
-      for (const auto& per_cost : r.outcome) {
-        const auto& o = per_cost[static_cast<std::size_t>(m)][chosen.at({r.family, m})];
+      for (int c = 0; c < nc; ++c) {
+        const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(m)][chosen.at({r.family, m, c})];
         j[kModes[m]].push_back(o.has_gain ? Json(o.regret) : Json());
       }
     out["runs"].push_back(std::move(j));
@@ -167,7 +185,7 @@ Json reference_report(const std::vector<RunEval>& results, const EvalSettings& s
   std::vector<std::string> shown = {"all"};
   for (const auto& f : families_of(results)) shown.push_back(f);
   for (std::size_t v = 0; v < labels.size(); ++v)
-    out[labels[v]] = rows(results, settings, shown, [v](const std::string&, int) { return v; });
+    out[labels[v]] = rows(results, settings, shown, [v](const std::string&, int, int) { return v; });
   return out;
 }
 
@@ -179,8 +197,10 @@ std::string render(const Json& r) {
   o << "\nwarm-up " << r["warmup_pct"].get<double>() << " % of the logged points; " << std::setprecision(1)
     << r["seconds"].get<double>() << " s; slowest replay " << std::setprecision(3) << r["slowest_replay_s"].get<double>() << " s\n";
   o << "variant chosen leave-one-family-out:\n";
-  for (const auto& [f, v] : r["lofo_variant"].items())
-    o << "  " << f << ": plan " << v["plan"].get<std::string>() << ", replay " << v["replay"].get<std::string>() << "\n";
+  for (const auto& [f, v] : r["lofo_variant"].items()) {
+    o << "  " << f << ": replay " << v["replay"].get<std::string>() << "\n";
+    for (const auto& [cost, name] : v["plan"].items()) o << "    plan at " << cost << ": " << name.get<std::string>() << "\n";
+  }
   const auto table = [&o](const Json& rows, const std::string& title) {
     o << "\n" << title << "\nregret % over runs with an achievable gain; win = CIL <= baseline's (ties count), strictly lower in ()\n";
     o << "family         cost  mode    runs nogain  med_reg  p90_reg | every_cand   every_E      viper_fixed  viper_thr\n";

@@ -11,8 +11,9 @@
 namespace modelcast::bench {
 
 // Rows per family ("all" pools them) x cost ("all" pools them) x mode, each family scored with
-// the variant chosen on the OTHER families (lowest median + p90 pooled regret); also the same
-// rows for variant 0 ("before": the point forecast, no regime trigger).
+// the variant chosen on the OTHER families (lowest median + p90 pooled regret; for plans, per
+// publish cost); also the same rows for variant 0 ("before": the point forecast, no regime
+// trigger).
 nlohmann::json report(const std::vector<RunEval>& results, const EvalSettings& settings, const std::string& only_family);
 
 // Rows per family x cost x mode for each variant evaluated (no selection).

@@ -26,12 +26,13 @@ namespace modelcast::predictor {
 struct HedgeOptions {
   // Total probability of a regime change in the rest of the run: the loss falls by
   // change_depth x (its current level) at one of change_times evenly spread points. This is
-  // the mass that keeps a plan from betting everything on a flat forecast. The defaults are for
-  // plans made in advance, chosen on the development curves of bench/data (all families; the
-  // benchmark's per-family figures choose leave-one-family-out); the online scheduler, which
-  // sees the run as it goes, assumes no regime change (OnlineOptions::hedge_options).
-  double change_probability = 0.5;
-  double change_depth = 0.3;
+  // the mass that keeps a plan from betting everything on a flat forecast. The defaults (with
+  // early_saturation_probability) are for plans made in advance: the candidates of the benchmark
+  // best on the development curves of bench/data, all families together (the benchmark's
+  // per-family figures choose leave-one-family-out); the online scheduler, which sees the run as
+  // it goes, assumes neither a regime change nor early saturation (OnlineOptions::hedge_options).
+  double change_probability = 0.15;
+  double change_depth = 0.15;
   int change_times = 4;
   // Probability given to the two edges of the forecast's band (lower and upper path); they
   // leave the mean unchanged and widen the regret spread.
@@ -40,6 +41,21 @@ struct HedgeOptions {
   // a forecast that rises makes "publish now, before it gets worse" look urgent, and a stall
   // spent on that small gain is missing when the loss really drops.
   bool cap_at_current_level = true;
+  // Probability that the run saturates sooner than forecast: the forecast's remaining fall
+  // completes in half the remaining steps. Curve fits from a short prefix tend to stretch the
+  // fall too far into the future, which makes a plan publish late; this scenario pulls
+  // publishes earlier.
+  double early_saturation_probability = 0.3;
+  // Uncertainty of the time axis. When the prefix holds fewer than three intervals after step 0
+  // (too few to tell whether steps are getting slower), the rest of the run may take longer
+  // than a constant-rate extrapolation says; a plan that trusts the short estimate can conclude
+  // that no publish lands inside the window and publish nothing. With this probability the
+  // remaining time grows, as steps that slow down at a steady rate would make it, to between 1
+  // and time_stretch times the estimate (two scenarios, (1 + time_stretch) / 2 and
+  // time_stretch); plan_hedged then picks the schedule with the lowest expected CIL over these
+  // time scenarios. A stated prior, not fitted: "the rest may take up to twice as long".
+  double time_stretch_probability = 0.5;
+  double time_stretch = 2.0;
 };
 
 struct Scenario {
@@ -48,9 +64,18 @@ struct Scenario {
   std::vector<double> loss;  // at Forecast::steps
 };
 
+// A possible time axis for the forecast's steps, with its probability.
+struct TimeScenario {
+  std::string kind;            // "forecast", "stretch x<factor>"
+  double weight = 0.0;         // weights sum to 1
+  std::vector<double> time_s;  // at Forecast::steps
+};
+
 struct HedgedForecast {
   Forecast forecast;  // loss = expected path over the scenarios; band, times, members unchanged
   std::vector<Scenario> scenarios;
+  // At least one; the first is the forecast's own times. Loss and time scenarios are independent.
+  std::vector<TimeScenario> time_scenarios;
   bool hedged = false;  // false when the forecast was declared certain (a zero-width band)
 };
 
@@ -58,9 +83,18 @@ struct HedgedForecast {
 // has zero width everywhere is a caller's statement of certainty (e.g. a known curve) and is
 // returned unchanged as the only scenario. Throws Error(kInvalidArgument) on a malformed forecast
 // (lengths differ) or options out of range (probabilities outside [0, 1] or summing above 1,
-// negative depth, change_times < 1).
+// negative depth, change_times < 1, time_stretch < 1).
 HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Forecast& forecast,
                               const HedgeOptions& options);
+
+// The plan with the lowest expected CIL over the hedged forecast's loss and time scenarios.
+// With one time scenario this is the exact plan on the expected loss path (CIL is linear in the
+// loss for fixed times). With several, CIL is no longer linear in them, so the candidates are the
+// exact plan for each time scenario and evenly spread schedules of 1 to 24 publishes over the
+// forecast's steps, and the one with the lowest expected CIL wins (ties: fewer publishes).
+// publish_steps are forecast steps; cil is the expected CIL. warmup_index indexes prefix.
+ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index,
+                           const HedgedForecast& hedged, const PublishCosts& costs);
 
 // How a schedule fares in each scenario, against that scenario's own optimum.
 struct RegretSpread {
@@ -71,7 +105,7 @@ struct RegretSpread {
 };
 
 // Regret of publish_steps (steps of the forecast grid or the prefix after the warm-up) in every
-// scenario: prefix + scenario path, with the forecast's times. warmup_index indexes prefix.
+// pair of loss and time scenario: prefix + scenario path on that time axis. warmup_index indexes prefix.
 RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmup_index,
                            const HedgedForecast& hedged, const PublishCosts& costs,
                            std::span<const std::int64_t> publish_steps);

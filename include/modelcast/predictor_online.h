@@ -49,7 +49,7 @@ struct OnlineOptions {
   // Plan on the expected loss over the forecast's scenarios (predictor_hedge.h) rather than on
   // the point forecast, so that a flat forecast does not rule out publishing.
   bool hedge = true;
-  HedgeOptions hedge_options{.change_probability = 0.0};
+  HedgeOptions hedge_options{.change_probability = 0.0, .early_saturation_probability = 0.0};
   // When the plan's first move is "publish now", publish only if that also beats waiting in
   // expectation over the scenarios, each followed by its own best plan (hindsight check): it
   // values the option to wait for a real drop that a plan on the mean path ignores. Needs

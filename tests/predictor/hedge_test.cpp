@@ -46,8 +46,14 @@ TEST(Hedge, AFlatPrefixStillGetsAPlanThatPublishes) {
   const double ours = evaluate_cil(truth, w, costs, snap_to_candidates(plan.publish_steps, truth, w));
   EXPECT_LT(ours, none);
   EXPECT_LT((ours - best) / (none - best), 0.9);
-  // The spread reports how the plan would fare if each scenario came true.
+  // Twenty intervals measure the step time: one time axis, and the hedged plan is this plan.
+  EXPECT_EQ(plan_hedged(prefix, w, hedged, costs).publish_steps, plan.publish_steps);
+  // It does not stop early: the drop may come late, so it still publishes in the last half.
+  EXPECT_GT(plan.publish_steps.back(), (prefix.back().step + run.back().step) / 2);
+  // The spread reports how the plan would fare if each scenario came true; averaged over them
+  // the plan keeps most of what each scenario's own optimum would gain.
   const auto spread = regret_spread(prefix, w, hedged, costs, plan.publish_steps);
+  EXPECT_LT(spread.expected_pct, 50.0);
   EXPECT_GT(spread.scenarios, 0U);
   EXPECT_GE(spread.p90_pct, spread.p10_pct);
   EXPECT_GE(spread.p10_pct, 0.0);
@@ -134,6 +140,130 @@ TEST(Hedge, RegretSpreadOfPublishingNothingIsTotal) {
   EXPECT_NEAR(spread.p10_pct, 100.0, 1e-9);
 }
 
+// A short run whose steps get slower (a sequence-length ramp): 250 steps take 8 s at first and
+// 21 s at the end, so the run lasts almost twice as long as the first interval suggests.
+std::vector<CurvePoint> slowing_run() {
+  return {{0, 10.83, 0.0},     {250, 4.53, 8.15},   {500, 4.24, 16.68},  {750, 3.81, 31.32},
+          {1000, 3.53, 46.87}, {1250, 3.37, 68.22}, {1490, 3.28, 88.74}};
+}
+
+TEST(Hedge, AShortPrefixDoesNotBetOnItsOwnTimeEstimate) {
+  const auto run = slowing_run();
+  const std::vector<CurvePoint> prefix(run.begin(), run.begin() + 2);  // 20 % warm-up
+  ForecastOptions fo;
+  fo.total_steps = run.back().step;
+  const auto point = forecast_curve(prefix, fo);
+  PublishCosts costs;
+  costs.stall_s = 31.1;  // twice the median time between logged points
+  costs.delivery_s = 15.55;
+  const std::size_t w = prefix.size() - 1;
+  const auto truth = trajectory_of(run);
+  const double none = evaluate_cil(truth, w, costs, {});
+  const double best = plan_optimal(truth, w, costs).cil;
+  ASSERT_LT(best, none);  // one publish pays on the real run
+  // At the rate of the one interval seen, the run ends before any publish could be served, so
+  // a plan that trusts that estimate publishes nothing and loses the whole gain.
+  HedgeOptions trusting;
+  trusting.time_stretch_probability = 0.0;
+  const auto bet = plan_hedged(prefix, w, hedge_forecast(prefix, point, trusting), costs);
+  EXPECT_TRUE(bet.publish_steps.empty());
+  // With the time axis in doubt the plan publishes, and on the real run it keeps most of the gain.
+  const auto hedged = hedge_forecast(prefix, point, {});
+  ASSERT_EQ(hedged.time_scenarios.size(), 3U);
+  const auto plan = plan_hedged(prefix, w, hedged, costs);
+  ASSERT_FALSE(plan.publish_steps.empty());
+  const double ours = evaluate_cil(truth, w, costs, snap_to_candidates(plan.publish_steps, truth, w));
+  EXPECT_LT((ours - best) / (none - best), 0.5);
+}
+
+TEST(Hedge, TimeScenariosOnlyWhenTheStepTimeCannotBeMeasured) {
+  // Ten intervals at a steady rate measure the step time: the forecast's times are trusted.
+  std::vector<CurvePoint> prefix;
+  for (int i = 0; i < 12; ++i) prefix.push_back({i * 100, 4.0 / (1.0 + 0.2 * i), 5.0 * i});
+  ForecastOptions fo;
+  fo.total_steps = 6000;
+  const auto hedged = hedge_forecast(prefix, forecast_curve(prefix, fo), {});
+  ASSERT_EQ(hedged.time_scenarios.size(), 1U);
+  EXPECT_DOUBLE_EQ(hedged.time_scenarios[0].weight, 1.0);
+  // With one time axis the hedged plan is the exact plan on the expected path.
+  PublishCosts costs;
+  costs.stall_s = 10.0;
+  costs.delivery_s = 5.0;
+  const std::size_t w = prefix.size() - 1;
+  const auto exact = plan_optimal(extend_with_forecast(prefix, hedged.forecast), w, costs);
+  const auto plan = plan_hedged(prefix, w, hedged, costs);
+  EXPECT_EQ(plan.publish_steps, exact.publish_steps);
+  EXPECT_DOUBLE_EQ(plan.cil, exact.cil);
+}
+
+TEST(Hedge, HedgedPlanHasTheLowestExpectedCilOfItsCandidates) {
+  const auto run = slowing_run();
+  const std::vector<CurvePoint> prefix(run.begin(), run.begin() + 3);
+  ForecastOptions fo;
+  fo.total_steps = run.back().step;
+  const auto hedged = hedge_forecast(prefix, forecast_curve(prefix, fo), {});
+  ASSERT_GT(hedged.time_scenarios.size(), 1U);
+  double weights = 0.0;
+  for (const auto& t : hedged.time_scenarios) {
+    weights += t.weight;
+    ASSERT_EQ(t.time_s.size(), hedged.forecast.steps.size());
+    // A stretched axis never runs ahead of the forecast's own.
+    for (std::size_t i = 0; i < t.time_s.size(); ++i) EXPECT_GE(t.time_s[i], hedged.forecast.time_s[i] - 1e-9);
+  }
+  EXPECT_NEAR(weights, 1.0, 1e-12);
+  PublishCosts costs;
+  costs.stall_s = 8.0;
+  costs.delivery_s = 4.0;
+  const std::size_t w = prefix.size() - 1;
+  const auto expected_cil = [&](const std::vector<std::int64_t>& steps) {
+    double e = 0.0;
+    Forecast f = hedged.forecast;
+    for (const auto& t : hedged.time_scenarios) {
+      f.time_s = t.time_s;
+      e += t.weight * evaluate_cil(extend_with_forecast(prefix, f), w, costs, steps);
+    }
+    return e;
+  };
+  const auto plan = plan_hedged(prefix, w, hedged, costs);
+  EXPECT_NEAR(plan.cil, expected_cil(plan.publish_steps), 1e-9 * plan.cil);
+  // Nothing, every forecast step, and the plan for the forecast's own times cost at least as much.
+  EXPECT_LE(plan.cil, expected_cil({}) + 1e-9);
+  EXPECT_LE(plan.cil, expected_cil(hedged.forecast.steps) + 1e-9);
+  const auto own = plan_optimal(extend_with_forecast(prefix, hedged.forecast), w, costs);
+  EXPECT_LE(plan.cil, expected_cil(own.publish_steps) + 1e-9);
+}
+
+TEST(Hedge, EarlySaturationRunsTheForecastAtTwiceTheSpeed) {
+  std::vector<CurvePoint> prefix;
+  for (int i = 0; i < 10; ++i) prefix.push_back({i * 10, 3.0 - 0.1 * i, 1.0 * i});
+  Forecast f;
+  for (int i = 1; i <= 10; ++i) {
+    f.steps.push_back(90 + 10 * i);
+    f.loss.push_back(2.1 - 0.1 * i);  // keeps falling to the end
+    f.lower.push_back(f.loss.back() - 0.05);
+    f.upper.push_back(f.loss.back() + 0.05);
+    f.time_s.push_back(9.0 + i);
+  }
+  HedgeOptions o;
+  o.change_probability = 0.0;
+  o.band_probability = 0.0;
+  o.early_saturation_probability = 0.3;
+  const auto h = hedge_forecast(prefix, f, o);
+  const Scenario* early = nullptr;
+  for (const auto& s : h.scenarios)
+    if (s.kind == "early_saturation") early = &s;
+  ASSERT_NE(early, nullptr);
+  EXPECT_DOUBLE_EQ(early->weight, 0.3);
+  // Step 90 + 10 i sits where the forecast is at step 90 + 20 i; from the middle on, at its end.
+  for (int i = 1; i <= 10; ++i) {
+    const double want = i <= 5 ? f.loss[static_cast<std::size_t>(2 * i - 1)] : f.loss.back();
+    EXPECT_NEAR(early->loss[static_cast<std::size_t>(i - 1)], want, 1e-12) << i;
+  }
+  // The expected path reaches the low losses sooner than the forecast alone.
+  EXPECT_LT(h.forecast.loss[2], f.loss[2]);
+  EXPECT_NEAR(h.forecast.loss.back(), f.loss.back(), 1e-12);
+}
+
 TEST(Hedge, RejectsBadOptionsAndForecasts) {
   const std::vector<CurvePoint> prefix = {{0, 3.0, 0.0}, {10, 2.0, 1.0}};
   Forecast f;
@@ -153,6 +283,15 @@ TEST(Hedge, RejectsBadOptionsAndForecasts) {
   short_band.lower = {1.4};
   EXPECT_THROW(hedge_forecast(prefix, short_band, {}), Error);
   EXPECT_THROW(hedge_forecast({}, f, {}), Error);
+  HedgeOptions early;
+  early.early_saturation_probability = 0.7;  // with the change and band masses, above 1
+  EXPECT_THROW(hedge_forecast(prefix, f, early), Error);
+  HedgeOptions shrink;
+  shrink.time_stretch = 0.5;  // the rest of the run cannot be assumed shorter than estimated
+  EXPECT_THROW(hedge_forecast(prefix, f, shrink), Error);
+  HedgeOptions stretch_p;
+  stretch_p.time_stretch_probability = 1.5;
+  EXPECT_THROW(hedge_forecast(prefix, f, stretch_p), Error);
 }
 
 }  // namespace

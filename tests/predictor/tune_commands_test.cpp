@@ -56,6 +56,27 @@ TEST(TuneCommands, PlanJsonHasTheDocumentedFields) {
   EXPECT_EQ(head.rfind("<svg", 0), 0u);
 }
 
+TEST(TuneCommands, PlanFromAShortPrefixReportsItsTimeScenarios) {
+  // Three points: two intervals after step 0 cannot show whether steps get slower.
+  auto a = base(write_log("mc_tune_short.csv", 3));
+  a.total_steps = 3900;
+  const auto r = run_plan(a);
+  ASSERT_TRUE(r.contains("time_scenarios"));
+  ASSERT_EQ(r["time_scenarios"].size(), 3U);
+  double weights = 0.0;
+  for (const auto& t : r["time_scenarios"]) weights += t["weight"].get<double>();
+  EXPECT_NEAR(weights, 1.0, 1e-12);
+  // A longer run serves the stale warm-up model longer: the expected CIL exceeds the CIL on the
+  // forecast's own (shortest) time axis.
+  EXPECT_GT(r["expected_cil"].get<double>(), r["predicted_cil"].get<double>());
+  // With forty points the step time is measured: one time axis, and the two CILs agree.
+  auto b = base(write_log("mc_tune_prefix.csv", 40, 1000));
+  b.total_steps = 3900;
+  const auto q = run_plan(b);
+  ASSERT_EQ(q["time_scenarios"].size(), 1U);
+  EXPECT_NEAR(q["expected_cil"].get<double>(), q["predicted_cil"].get<double>(), 1e-9 * q["predicted_cil"].get<double>());
+}
+
 TEST(TuneCommands, ReplayAndEvaluateAgreeOnTheTrueCurve) {
   const auto a0 = base(write_log("mc_tune_full.csv", 40));
   auto a = a0;

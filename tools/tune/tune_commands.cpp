@@ -165,7 +165,9 @@ Json run_plan(const CommonArgs& a) {
   const auto planned = mp::extend_with_forecast(prefix, forecast);
   const auto viper_curve = mp::extend_with_forecast(prefix, viper);
   const std::size_t w = prefix.size() - 1;
-  const auto plan = mp::plan_optimal(planned, w, costs);
+  // Lowest expected CIL over the loss and time scenarios (the exact plan on the expected path
+  // when the time axis is not in doubt).
+  const auto plan = mp::plan_hedged(prefix, w, hedged, costs);
 
   Json r;
   r["command"] = "plan";
@@ -173,7 +175,9 @@ Json run_plan(const CommonArgs& a) {
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
   r["publish_steps"] = plan.publish_steps;
-  r["predicted_cil"] = plan.cil;
+  // On the forecast's own time axis, like the baselines; expected_cil averages the time scenarios.
+  r["predicted_cil"] = mp::evaluate_cil(planned, w, costs, plan.publish_steps);
+  r["expected_cil"] = plan.cil;
   r["slowdown_s"] = plan.slowdown_s;
   r["baselines"] = baselines_json(planned, w, costs, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)), viper_curve);
   Json members = Json::array();
@@ -183,6 +187,10 @@ Json run_plan(const CommonArgs& a) {
   r["expected_regret"] = {{"expected_pct", spread.expected_pct}, {"p10_pct", spread.p10_pct}, {"p50_pct", spread.p50_pct},
                           {"p90_pct", spread.p90_pct}, {"scenarios_with_gain", spread.scenarios},
                           {"gain_probability", spread.gain_probability}, {"scenarios", hedged.scenarios.size()}};
+  Json time_scenarios = Json::array();
+  for (const auto& t : hedged.time_scenarios)
+    time_scenarios.push_back({{"kind", t.kind}, {"weight", t.weight}, {"end_time_s", t.time_s.empty() ? Json() : Json(t.time_s.back())}});
+  r["time_scenarios"] = time_scenarios;
   r["forecast"] = {{"steps", forecast.steps}, {"loss", forecast.loss}, {"point_loss", point_forecast.loss},
                    {"lower", forecast.lower}, {"upper", forecast.upper},
                    {"time_s", forecast.time_s}, {"members", members}, {"fallback", forecast.fallback}, {"note", forecast.note}};
@@ -324,6 +332,11 @@ std::string render_text(const Json& r) {
   for (const auto& [name, b] : r["baselines"].items())
     o << "  baseline " << name << ": publish at " << steps(b["publish_steps"]) << "\n    " << cil_label << " "
       << b["predicted_cil"].get<double>() << ", slowdown " << b["slowdown_s"].get<double>() << " s\n";
+  if (r.contains("time_scenarios") && r["time_scenarios"].size() > 1) {
+    o << "  too few intervals to measure the step time: expected CIL " << r["expected_cil"].get<double>() << " over time axes";
+    for (const auto& t : r["time_scenarios"]) o << " " << t["kind"].get<std::string>() << " (" << t["weight"].get<double>() << ")";
+    o << "\n";
+  }
   if (r.contains("expected_regret")) {
     const auto& e = r["expected_regret"];
     o << "  expected regret over " << e["scenarios"].get<std::size_t>() << " forecast scenarios: " << e["expected_pct"].get<double>()
