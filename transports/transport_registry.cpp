@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "modelcast/error.h"
+#include "transports/cuda_ipc/cuda_ipc_transport.h"
 #include "transports/loopback/loopback_transport.h"
 #include "transports/ucx/ucx_transport.h"
 
@@ -25,8 +26,9 @@ std::string offers_text(std::span<const TransportOffer> offers) {
 
 const std::vector<TransportEntry>& builtin_transports() {
   static const std::vector<TransportEntry> entries = {
-      {"ucx", true, [] { return make_ucx_transport(); }},
-      {"loopback", false, [] { return make_loopback_transport(); }},
+      {"ucx", true, [] { return make_ucx_transport(); }, {}},
+      {"cuda_ipc", true, [] { return make_cuda_ipc_transport(); }, [] { return cuda_ipc_available(); }},
+      {"loopback", false, [] { return make_loopback_transport(); }, {}},
   };
   return entries;
 }
@@ -36,7 +38,7 @@ std::vector<const TransportEntry*> resolve_transports(const std::vector<std::str
   std::vector<const TransportEntry*> chosen;
   if (requested.empty()) {
     for (const auto& entry : all) {
-      if (entry.on_by_default) chosen.push_back(&entry);
+      if (entry.on_by_default && (!entry.available || entry.available())) chosen.push_back(&entry);
     }
     return chosen;
   }
@@ -63,7 +65,8 @@ std::vector<DeliveryPath> candidate_paths(const RouteQuery& q) {
     return {select_delivery_path({q.producer, q.consumer, same_host, true, q.forced})};
   }
   if (!is_device(q.producer) && !is_device(q.consumer)) return {DeliveryPath::kHostUcx};
-  if (is_device(q.producer) && is_device(q.consumer) && same_host) {
+  // CUDA IPC maps another process's memory: a process cannot open its own handles.
+  if (is_device(q.producer) && is_device(q.consumer) && q.distance == Reach::kHost) {
     return {DeliveryPath::kCudaIpc, DeliveryPath::kUcxCuda, DeliveryPath::kStaged};
   }
   return {DeliveryPath::kUcxCuda, DeliveryPath::kStaged};

@@ -26,9 +26,12 @@ struct TransportEntry {
   // producer and consumer of one process, and tests of one process want UCX exercised.
   bool on_by_default = true;
   std::function<std::unique_ptr<Transport>()> make;
+  // False where the transport cannot work here (cuda_ipc without a device): left out of the
+  // default list; named explicitly, make() says why. Empty: always available.
+  std::function<bool()> available;
 };
 
-// In preference order: "ucx", then "loopback".
+// In preference order: "ucx", "cuda_ipc" (only where there is a device), then "loopback".
 const std::vector<TransportEntry>& builtin_transports();
 
 // The transports a user's list selects, in its order; an empty list selects every

@@ -37,14 +37,18 @@ DeviceLanding::Landed DeviceLanding::land(const Manifest& manifest, const std::b
   auto* base = static_cast<std::byte*>(landed.buffer->base);
   if (manifest.total_bytes != 0) runtime_.copy_async(base, host, manifest.total_bytes, stream_);
   if (digest) {
-    std::vector<device::ByteRange> ranges;
-    ranges.reserve(manifest.tensors.size());
-    for (const auto& t : manifest.tensors) ranges.push_back({t.offset, t.size});
-    landed.digests = runtime_.digest(device_, base, ranges, stream_);  // ordered after the copy
+    landed.digests = this->digest(manifest, base);  // ordered after the copy by the stream
   } else {
     runtime_.synchronize_stream(stream_);
   }
   return landed;
+}
+
+std::vector<std::uint64_t> DeviceLanding::digest(const Manifest& manifest, const std::byte* base) {
+  std::vector<device::ByteRange> ranges;
+  ranges.reserve(manifest.tensors.size());
+  for (const auto& t : manifest.tensors) ranges.push_back({t.offset, t.size});
+  return runtime_.digest(device_, base, ranges, stream_);
 }
 
 }  // namespace modelcast::consumer

@@ -36,6 +36,10 @@ class DeviceLanding {
   // buffer is held, kResource or kTransport for a device failure.
   Landed land(const Manifest& manifest, const std::byte* host, bool digest);
 
+  // pmix64 digests of the manifest's tensors in device memory at `base` (a version a one-sided
+  // route read straight into a device buffer).
+  std::vector<std::uint64_t> digest(const Manifest& manifest, const std::byte* base);
+
   int device() const { return device_; }
 
  private:

@@ -40,12 +40,23 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
     fetch_->digests.emplace(fetch_->manifest.tensors);
   }
   auto& buffer_ref = *fetch_->buffer;
-  for (std::size_t i = 0; i < fetch_->plan.count(); ++i) {
-    fetch_->transfers.push_back(buffer_ref.transport->post_recv(
-        *buffer_ref.region, fetch_->plan.offset(i), fetch_->plan.length(i), protocol::chunk_tag(fetch_->fetch_id, i),
-        [done = on_chunk_, id = fetch_->fetch_id, i](const transport::TransferResult& r) {
-          done({id, i, r.ok, r.error});
-        }));
+  auto& transport = *buffer_ref.transport;
+  try {
+    if (!reply.region.empty()) fetch_->remote = transport.import_region(0, reply.region);
+    for (std::size_t i = 0; i < fetch_->plan.count(); ++i) {
+      transport::Completion done = [done = on_chunk_, id = fetch_->fetch_id, i](const transport::TransferResult& r) {
+        done({id, i, r.ok, r.error});
+      };
+      auto offset = fetch_->plan.offset(i), length = fetch_->plan.length(i);
+      fetch_->transfers.push_back(
+          fetch_->remote ? transport.post_read(*fetch_->remote, offset, *buffer_ref.region, offset, length, std::move(done))
+                         : transport.post_recv(*buffer_ref.region, offset, length,
+                                               protocol::chunk_tag(fetch_->fetch_id, i), std::move(done)));
+    }
+  } catch (const Error& e) {
+    // What was posted still completes (and is counted off); nothing more will come.
+    fetch_->failure = e.what();
+    fetch_->pending = fetch_->transfers.size();
   }
   return maybe_finish();
 }

@@ -56,7 +56,8 @@ class FetchClient {
   bool reply_overdue(Clock::time_point now, Clock::duration timeout) const;
   bool transfer_overdue(Clock::time_point now, Clock::duration timeout) const;
 
-  // A verified answer: posts one receive per chunk into `buffer`.
+  // A verified answer: posts one receive per chunk into `buffer`, or on a one-sided route (the
+  // reply carries the slot's export) one read per chunk out of the producer's slot.
   std::optional<FinishedFetch> accept(const protocol::FetchReply& reply, std::shared_ptr<detail::ReceiveBuffer> buffer,
                                       Clock::time_point now);
   std::optional<FinishedFetch> on_chunk(const ChunkDone& done);
@@ -77,6 +78,7 @@ class FetchClient {
     Manifest manifest;
     std::shared_ptr<detail::ReceiveBuffer> buffer;
     std::vector<transport::TransferId> transfers;
+    std::unique_ptr<transport::RemoteRegion> remote;  // one-sided routes: the producer's slot
     std::size_t pending = 0;
     std::string failure;
     transfer::ChunkPlan plan;

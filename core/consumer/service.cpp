@@ -72,7 +72,9 @@ std::chrono::milliseconds ConsumerService::tick() const {
 }
 
 void ConsumerService::join() {
-  link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), transport::MemoryLocation::host(),
+  auto memory = options_.memory == MemoryKind::kCuda ? transport::MemoryLocation::cuda(options_.device)
+                                                     : transport::MemoryLocation::host();
+  link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,
               host_id(), process_token(), session_},
              Clock::now());
 }
@@ -184,7 +186,11 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
     return report(Error(ErrorCode::kTransport, "producer chose transport '" + reply.transport +
                                                    "', which this consumer did not offer (" + offered_->names() + ")"));
   }
-  store_.use_transport(offered_->shared(*chosen));
+  // A one-sided device route reads straight into device buffers; every other route lands in
+  // host buffers (a device consumer then copies each version to the device: DeviceLanding).
+  bool into_device = reply.path == DeliveryPath::kCudaIpc && options_.memory == MemoryKind::kCuda;
+  store_.use_transport(offered_->shared(*chosen), into_device ? transport::MemoryLocation::cuda(options_.device)
+                                                              : transport::MemoryLocation::host());
   count([&](ConsumerStats& s) { s.transport = reply.transport; });
   bool new_producer = reply.incarnation != link_.incarnation();
   link_.joined(reply, Clock::now());

@@ -54,6 +54,12 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
   try {
     check_reply(policy_, reply);
     buffer = store_.take_buffer(manifest.total_bytes);
+    // Device buffers are hashed on the device, with pmix64 only.
+    if (buffer && buffer->device_owned && manifest.integrity && manifest.digest_kind != DigestKind::kPmix64) {
+      throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) + " arrives in device memory "
+                                        "but carries " + std::string(digest_kind_name(manifest.digest_kind)) +
+                                        " digests, which are taken on the host");
+    }
   } catch (const std::bad_alloc&) {
     return reject(manifest, reply.fetch_id, Error(ErrorCode::kResource, "cannot allocate " +
                                                       std::to_string(manifest.total_bytes) + " bytes for version " +
@@ -87,7 +93,9 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   try {
     const Manifest& m = done->manifest;
     bool pmix = m.integrity && m.digest_kind == DigestKind::kPmix64;
-    if (landing_) {
+    if (done->buffer->device_owned) {
+      if (pmix) done->received = landing_->digest(m, done->buffer->memory.data());
+    } else if (landing_) {
       auto landed = landing_->land(m, done->buffer->memory.data(), pmix);
       device_copy = std::move(landed.buffer);
       if (pmix) done->received = std::move(landed.digests);

@@ -33,8 +33,12 @@ void VersionStore::install(std::shared_ptr<const detail::InstalledVersion> versi
   installed_.notify_all();
 }
 
-void VersionStore::use_transport(std::shared_ptr<transport::Transport> transport) {
-  if (transport == transport_) return;
+void VersionStore::use_transport(std::shared_ptr<transport::Transport> transport, transport::MemoryLocation location) {
+  if (transport == transport_ && location == location_) return;
+  if (location.kind == MemoryKind::kCuda && !caller_buffers_.empty()) {
+    throw Error(ErrorCode::kState, "caller buffers are host memory: a route into device memory cannot use them");
+  }
+  location_ = location;
   for (auto& buffer : pool_) retired_.push_back(buffer);
   pool_.clear();
   std::erase_if(retired_, [](const auto& weak) { return weak.expired(); });
@@ -47,8 +51,7 @@ std::shared_ptr<detail::ReceiveBuffer> VersionStore::make_buffer(std::span<std::
   buffer->transport = transport_;
   buffer->owned = std::move(owned);
   buffer->memory = buffer->owned.data() ? buffer->owned.span() : memory;
-  buffer->region = transport_->register_memory(buffer->memory.data(), buffer->memory.size(),
-                                                 transport::MemoryLocation::host());
+  buffer->region = transport_->register_memory(buffer->memory.data(), buffer->memory.size(), location_);
   pool_.push_back(buffer);
   return buffer;
 }
@@ -82,6 +85,16 @@ std::shared_ptr<detail::ReceiveBuffer> VersionStore::take_buffer(std::uint64_t b
   // Drop free buffers too small for this model, then allocate up to the configured count.
   std::erase_if(pool_, [&](const auto& b) { return b.use_count() == 1 && b->memory.size() < bytes; });
   if (pool_.size() >= buffers_) return nullptr;
+  if (location_.kind == MemoryKind::kCuda) {
+    auto owned = std::make_unique<detail::DeviceBuffer>();
+    owned->runtime = &device::require_device_runtime("a receive buffer in device memory");
+    owned->base = owned->runtime->allocate(location_.device, bytes);
+    owned->size = bytes;
+    std::span<std::byte> memory(static_cast<std::byte*>(owned->base), bytes);
+    auto buffer = make_buffer(memory, {});
+    buffer->device_owned = std::move(owned);
+    return buffer;
+  }
   return make_buffer({}, HostBuffer(std::max<std::uint64_t>(bytes, 1)));
 }
 

@@ -35,7 +35,10 @@ class VersionStore {
   // The transport versions arrive over from now on (the one the producer chose at the join).
   // Another than the current one retires buffers registered with the old; views and unfinished
   // receives keep it alive. The same one changes nothing.
-  void use_transport(std::shared_ptr<transport::Transport> transport);
+  // Buffers are allocated at `location`: device memory when the route reads straight into
+  // the device (device buffers come from device::device_runtime()).
+  void use_transport(std::shared_ptr<transport::Transport> transport,
+                     transport::MemoryLocation location = transport::MemoryLocation::host());
   // A free buffer of at least `bytes`, registered with the current transport, or nullptr when
   // readers hold every buffer. Throws Error(kResource) or std::bad_alloc if allocation fails,
   // Error(kState) before use_transport.
@@ -56,6 +59,7 @@ class VersionStore {
   const std::size_t buffers_;
   const std::vector<std::span<std::byte>> caller_buffers_;
   std::shared_ptr<transport::Transport> transport_;
+  transport::MemoryLocation location_;
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;    // registered with transport_
   std::vector<std::weak_ptr<detail::ReceiveBuffer>> retired_;  // registered with an older one
 };

@@ -12,16 +12,8 @@
 
 namespace modelcast::detail {
 
-// A receive buffer is free for the next transfer exactly when no InstalledVersion refers to it.
-// It keeps its transport alive so views may outlive the Consumer that made them.
-struct ReceiveBuffer {
-  std::shared_ptr<transport::Transport> transport;  // declared first: destroyed after `region`
-  HostBuffer owned;                                 // empty when the caller gave the memory
-  std::span<std::byte> memory;
-  std::unique_ptr<transport::MemoryRegion> region;
-};
-
-// A device consumer's copy of a version. Free for the next version exactly when no
+// Device memory a device consumer's versions live in (its own copy of a staged version, or a
+// receive buffer a one-sided route reads into). Free for the next version exactly when no
 // InstalledVersion refers to it; the runtime is never destroyed, so views may outlive everything.
 struct DeviceBuffer {
   device::DeviceRuntime* runtime = nullptr;
@@ -30,6 +22,16 @@ struct DeviceBuffer {
   ~DeviceBuffer() {
     if (base) runtime->release(base);
   }
+};
+
+// A receive buffer is free for the next transfer exactly when no InstalledVersion refers to it.
+// It keeps its transport alive so views may outlive the Consumer that made them.
+struct ReceiveBuffer {
+  std::shared_ptr<transport::Transport> transport;  // declared first: destroyed after `region`
+  HostBuffer owned;                                 // empty when the caller gave the memory
+  std::unique_ptr<DeviceBuffer> device_owned;       // set when the buffer is device memory
+  std::span<std::byte> memory;
+  std::unique_ptr<transport::MemoryRegion> region;
 };
 
 struct InstalledVersion {

@@ -49,6 +49,8 @@ class DeviceSnapshots {
   void stage(std::size_t slot, Manifest manifest, std::byte* host, Clock::time_point called_at);
 
   int device() const { return device_; }
+  // The device slots, one per snapshot slot: what one-sided transports export.
+  const std::vector<void*>& slots() const { return slots_; }
 
  private:
   struct Job {

@@ -68,6 +68,12 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   fetch.bytes = plan.total_bytes;
   fetch.transport = consumer->transport;
   auto& transport = transports_.at(consumer->transport);
+  if (!transport.capabilities().two_sided) {
+    // One-sided: the consumer reads the slot itself and acks; the lease holds the slot till then.
+    reply.region = transport.export_region(*leased->region);
+    fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
+    return reply;
+  }
   for (std::size_t i = 0; i < plan.count(); ++i) {
     fetch.transfers.push_back(transport.post_send(
         consumer->peer, *leased->region, plan.offset(i), plan.length(i), protocol::chunk_tag(request.fetch_id, i),

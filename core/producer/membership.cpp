@@ -60,4 +60,10 @@ std::vector<std::string> Membership::silent(Clock::time_point now, Clock::durati
   return out;
 }
 
+std::vector<std::string> Membership::routing_ids() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, record] : consumers_) ids.push_back(id);
+  return ids;
+}
+
 }  // namespace modelcast::producer

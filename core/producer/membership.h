@@ -51,6 +51,7 @@ class Membership {
   // Routing ids of consumers not heard from for longer than `limit`.
   std::vector<std::string> silent(Clock::time_point now, Clock::duration limit) const;
   std::size_t size() const { return consumers_.size(); }
+  std::vector<std::string> routing_ids() const;
 
  private:
   std::string model_;

@@ -253,7 +253,12 @@ class Producer::Impl {
             }
           });
     }
-    store_.allocate(layout_.total_bytes, *transports_);
+    if (device_) {
+      store_.allocate(layout_.total_bytes, *transports_, device_->slots(), device_->device());
+      service_->events().push(producer::SlotsAllocated{transport::MemoryLocation::cuda(device_->device())});
+    } else {
+      store_.allocate(layout_.total_bytes, *transports_);
+    }
     prepared_ = true;
     log_->info("prepared {} snapshot slots of {} bytes for {} tensors", options_.snapshot_slots, layout_.total_bytes,
                layout_.tensors.size());

@@ -110,6 +110,14 @@ void ProducerService::on_event(SnapshotFailed& e) {
   for (auto& [routing_id, request] : fetches_.published(e.version)) on_fetch(routing_id, request);
 }
 
+// Consumers that joined before the tensors were known were routed for host slots: they join
+// again (their next fetch is refused as not joined) and get a route for where the slots are.
+void ProducerService::on_event(SlotsAllocated& e) {
+  if (e.location == slots_) return;
+  slots_ = e.location;
+  for (const auto& routing_id : membership_.routing_ids()) drop_consumer(routing_id);
+}
+
 void ProducerService::on_event(DigestsReady& e) {
   auto signature = store_.set_digests(e.slot, e.digests, control_.signer());
   for (const auto& [routing_id, fetch_id] : fetches_.take_awaiting_digests(e.version)) {
@@ -230,7 +238,7 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
 
 ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protocol::JoinReply& answer) {
   transport::RouteQuery query;
-  query.producer = MemoryKind::kHost;  // snapshot slots are host memory
+  query.producer = slots_.kind;
   query.consumer = join.memory.kind;
   query.distance = transport::distance_between(host_id_, process_token(), join.host_id, join.process);
   transport::Route route;

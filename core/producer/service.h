@@ -66,8 +66,13 @@ struct DigestsReady {
   std::uint64_t version;
   std::vector<std::uint64_t> digests;
 };
+// The snapshot slots exist now, at `location`: routes are chosen for that memory from here on.
+struct SlotsAllocated {
+  transport::MemoryLocation location;
+};
 struct Stop {};
-using Event = std::variant<SnapshotStarted, SnapshotTaken, SnapshotFailed, SendDone, PeerFailed, DigestsReady, Stop>;
+using Event = std::variant<SnapshotStarted, SnapshotTaken, SnapshotFailed, SendDone, PeerFailed, DigestsReady,
+                           SlotsAllocated, Stop>;
 
 // Counters the service thread updates and any thread reads.
 class StatsBox {
@@ -118,6 +123,7 @@ class ProducerService {
   void on_event(SnapshotStarted& e);
   void on_event(SnapshotTaken& e);
   void on_event(SnapshotFailed& e);
+  void on_event(SlotsAllocated& e);
   void on_event(DigestsReady& e);
   void on_event(SendDone& e);
   void on_event(PeerFailed& e);
@@ -145,6 +151,8 @@ class ProducerService {
   std::shared_ptr<spdlog::logger> log_;
   EventQueue<Event> events_;
   Membership membership_;
+  // Where the snapshot slots are (host until a device producer allocates its device slots).
+  transport::MemoryLocation slots_ = transport::MemoryLocation::host();
   FetchServer fetches_;
   std::function<void(std::size_t, std::uint64_t)> submit_digests_;
 };

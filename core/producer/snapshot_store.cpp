@@ -15,13 +15,21 @@ const std::string kDigestHolder = "(digest thread)";
 
 SnapshotStore::SnapshotStore(std::size_t slot_count) : pool_(slot_count), slots_(slot_count) {}
 
-void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet& transports) {
+void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet& transports,
+                             const std::vector<void*>& device_slots, int device) {
   std::lock_guard lock(mutex_);
-  for (auto& slot : slots_) {
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    Slot& slot = slots_[i];
     slot.memory = HostBuffer(std::max<std::uint64_t>(bytes, 1));
     for (std::size_t t = 0; t < transports.size(); ++t) {
-      slot.regions.push_back(transports.at(t).register_memory(slot.memory.data(), slot.memory.size(),
-                                                              transport::MemoryLocation::host()));
+      auto capabilities = transports.at(t).capabilities();
+      if (!device_slots.empty() && capabilities.one_sided && capabilities.moves(MemoryKind::kCuda, MemoryKind::kCuda)) {
+        slot.regions.push_back(
+            transports.at(t).register_memory(device_slots.at(i), bytes, transport::MemoryLocation::cuda(device)));
+      } else {
+        slot.regions.push_back(transports.at(t).register_memory(slot.memory.data(), slot.memory.size(),
+                                                                transport::MemoryLocation::host()));
+      }
     }
   }
 }

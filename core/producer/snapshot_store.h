@@ -44,8 +44,11 @@ class SnapshotStore {
   explicit SnapshotStore(std::size_t slot_count);
 
   // Allocates every slot for `bytes` and registers it with each transport of the set; once,
-  // before the first reservation. Throws Error(kResource) or Error(kTransport).
-  void allocate(std::uint64_t bytes, const transport::TransportSet& transports);
+  // before the first reservation. With `device_slots` (a device producer's, one per slot, on
+  // `device`), one-sided transports that read device memory register those instead of the
+  // host slots. Throws Error(kResource) or Error(kTransport).
+  void allocate(std::uint64_t bytes, const transport::TransportSet& transports,
+                const std::vector<void*>& device_slots = {}, int device = 0);
 
   // Blocks until a slot may be written: every other slot may be held by readers, until an ack
   // or a lease lapses (leases are bounded, so is this wait).

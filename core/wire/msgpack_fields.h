@@ -34,6 +34,17 @@ class Fields {
     map_ = object.via.map;
   }
 
+  bool has(const char* key) const {
+    for (std::uint32_t i = 0; i < map_.size; ++i) {
+      const auto& k = map_.ptr[i].key;
+      if (k.type == msgpack::type::STR && k.via.str.size == std::strlen(key) &&
+          std::memcmp(k.via.str.ptr, key, k.via.str.size) == 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   const msgpack::object& at(const char* key) const {
     for (std::uint32_t i = 0; i < map_.size; ++i) {
       const auto& kv = map_.ptr[i];

@@ -60,13 +60,16 @@ struct BodyPacker {
     pk.pack("fetch"); pk.pack(m.fetch_id);
   }
   void operator()(const FetchReply& m) const {
-    pk.pack_map(8);
+    pk.pack_map(m.region.empty() ? 8 : 9);
     pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("chunk"); pk.pack(m.chunk_bytes);
     pk.pack("pending"); pk.pack(m.digests_pending);
     pk.pack("manifest"); pack_manifest(pk, m.manifest);
     pk.pack("sig"); pack_bin(pk, m.signature);
+    if (!m.region.empty()) {
+      pk.pack("region"); pack_bin(pk, m.region);
+    }
   }
   void operator()(const Digests& m) const {
     pk.pack_map(4);
@@ -139,6 +142,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
       m.digests_pending = f.get<bool>("pending");
       m.manifest = unpack_manifest(f.at("manifest"));
       m.signature = f.bin("sig");
+      if (f.has("region")) m.region = f.bin("region");
       return m;
     }
     case Type::kAck: {

@@ -111,6 +111,9 @@ struct FetchReply {
   // Ed25519 signature of manifest_signing_bytes(manifest) by the producer's key; empty when the
   // producer signs nothing or the digests (and so the signature) follow in a Digests message.
   std::vector<std::byte> signature;
+  // One-sided routes only: the slot's export (Transport::export_region), which the consumer
+  // reads the version out of; nothing is sent. Empty for two-sided routes.
+  std::vector<std::byte> region;
 };
 
 // Producer -> consumer: the digests of a fetch answered before they were computed (the producer

@@ -37,8 +37,9 @@ modelcast::ConsumerOptions consumer_options(const std::string& endpoint, MemoryK
   return options;
 }
 
-// Publishes versions 1..n of a device model to a peer consumer and checks what it installed.
-void serve_peer_consumer(const std::string& memory) {
+// Publishes versions 1..4 of a device model to a peer consumer and checks what it installed
+// and over which transport.
+void serve_peer_consumer(const std::string& memory, const std::string& transports, const std::string& expected) {
   auto& rt = runtime();
   modelcast::Producer producer(producer_options());
   devicemodel::DeviceModel model(rt, 0, 512);
@@ -46,7 +47,8 @@ void serve_peer_consumer(const std::string& memory) {
   producer.prepare();
   const int device = devicemodel::other_device(rt);
   ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
-                     "4", "--seed", "9", "--memory", memory, "--device", std::to_string(device)});
+                     "4", "--seed", "9", "--memory", memory, "--device", std::to_string(device), "--transports",
+                     transports});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
   for (std::uint64_t v = 1; v <= 4; ++v) {
     model.upload(9, v);
@@ -57,6 +59,7 @@ void serve_peer_consumer(const std::string& memory) {
     ASSERT_TRUE(line) << "peer: " << (peer.lines().empty() ? "(nothing)" : peer.lines().back());
     std::string where = memory == "cuda" ? "memory=cuda device=" + std::to_string(device) : "memory=host";
     EXPECT_NE(line->find(where), std::string::npos) << *line;
+    EXPECT_NE(line->find("transport=" + expected), std::string::npos) << *line;
   }
   EXPECT_EQ(peer.wait(), 0);
   for (const auto& line : peer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
@@ -65,9 +68,20 @@ void serve_peer_consumer(const std::string& memory) {
 
 }  // namespace
 
-TEST(DeviceExchange, ADeviceProducerServesAHostConsumerInAnotherProcess) { serve_peer_consumer("host"); }
+// Device slot -> host slot (staging) -> UCX -> host buffer.
+TEST(DeviceExchange, ADeviceProducerServesAHostConsumerInAnotherProcess) {
+  serve_peer_consumer("host", "ucx,cuda_ipc", "ucx");
+}
 
-TEST(DeviceExchange, ADeviceProducerServesADeviceConsumerInAnotherProcess) { serve_peer_consumer("cuda"); }
+// Same host, device to device: the consumer maps the producer's slot and copies on the device.
+TEST(DeviceExchange, ADeviceConsumerOnTheSameHostReadsTheSlotOverCudaIpc) {
+  serve_peer_consumer("cuda", "ucx,cuda_ipc", "cuda_ipc");
+}
+
+// The same pair without CUDA IPC on offer: staged through host memory at both ends.
+TEST(DeviceExchange, ADeviceConsumerWithoutCudaIpcIsServedStagedThroughTheHost) {
+  serve_peer_consumer("cuda", "ucx", "ucx");
+}
 
 TEST(DeviceExchange, AHostProducerServesADeviceConsumerWhoseViewsHoldDevicePointers) {
   auto& rt = runtime();

@@ -5,10 +5,12 @@
 //             device tensors; publishes N versions once a consumer joined, then serves until
 //             stdin closes
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
-//             checks every installed version ("installed V", "corrupt ...")
+//             [--transports a,b] checks every installed version ("installed V memory=M device=D
+//             transport=T", "corrupt ...")
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <string>
 
@@ -79,14 +81,17 @@ int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t 
   return 0;
 }
 
-int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t seed, const std::string& memory, int dev) {
+int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t seed, const std::string& memory, int dev,
+             const std::vector<std::string>& transports) {
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
   options.model_name = "test";
   options.memory = memory == "cuda" ? modelcast::MemoryKind::kCuda : modelcast::MemoryKind::kHost;
   options.device = dev;
+  options.transports = transports;
   device::DeviceRuntime* runtime = device::device_runtime();
   std::atomic<bool> corrupt{false};
+  std::function<std::string()> transport = [] { return std::string("?"); };
   options.on_update = [&](const modelcast::ModelView& view) {
     std::string problem = runtime ? devicemodel::check(*runtime, view, seed) : testmodel::check(view, seed);
     if (!problem.empty()) {
@@ -95,9 +100,11 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
     }
     auto first = view.tensors().front();
     say("installed " + std::to_string(view.version()) + " memory=" +
-        std::string(modelcast::memory_kind_name(first.spec->memory)) + " device=" + std::to_string(first.spec->device));
+        std::string(modelcast::memory_kind_name(first.spec->memory)) + " device=" + std::to_string(first.spec->device) +
+        " transport=" + transport());
   };
   modelcast::Consumer consumer(options);
+  transport = [&] { return consumer.stats().transport; };
   std::uint64_t seen = 0;
   while (seen < until) {
     auto view = consumer.wait_for_version(seen + 1, 60s);
@@ -134,12 +141,14 @@ int main(int argc, char** argv) {
   cons->add_option("--seed", seed);
   cons->add_option("--memory", memory)->check(CLI::IsMember({"host", "cuda"}));
   cons->add_option("--device", dev);
+  std::vector<std::string> transports;
+  cons->add_option("--transports", transports)->delimiter(',');
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*read) return ipc_read(hex, size, dev);
     if (*prod) return producer(endpoint, versions, seed, kib, dev);
-    return consumer(endpoint, versions, seed, memory, dev);
+    return consumer(endpoint, versions, seed, memory, dev, transports);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;

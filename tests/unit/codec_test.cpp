@@ -31,7 +31,7 @@ Manifest sample_manifest() {
 TEST(Codec, RoundTripsEveryMessageType) {
   std::vector<std::byte> address = {std::byte{1}, std::byte{0}, std::byte{255}};
   std::vector<std::byte> signature(64, std::byte{7});
-  FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, sample_manifest(), signature};
+  FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, sample_manifest(), signature, {}};
   auto join_request = modelcast::testing::ucx_join("model", "consumer", address, "boot-id", 0x1234);
   join_request.offers[0].capabilities.one_sided = true;  // a flag that is not the default
   join_request.memory = transport::MemoryLocation::cuda(3);
@@ -67,6 +67,10 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(join_reply.transport, "loopback");
   EXPECT_EQ(join_reply.path, DeliveryPath::kStaged);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).signature, signature);
+  EXPECT_TRUE(std::get<FetchReply>(decode(encode(reply))).region.empty());
+  reply.region = address;  // a one-sided route's slot export travels with the reply
+  EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).region, address);
+  reply.region.clear();
   auto got = std::get<FetchReply>(decode(encode(reply))).manifest;
   auto want = sample_manifest();
   EXPECT_EQ(got.incarnation, want.incarnation);
@@ -96,7 +100,7 @@ void expect_protocol_error(std::span<const std::byte> bytes, const std::string& 
 }
 
 TEST(Codec, EveryTruncationIsRejected) {
-  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}});
+  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}, {}});
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_THROW(decode(std::span(bytes.data(), n)), Error) << "prefix of " << n << " bytes";
   }
@@ -156,7 +160,7 @@ TEST(Codec, ContainerBombsAreProtocolErrorsNotAllocations) {
 }
 
 TEST(Codec, MessagesBeyondTheCallersLimitsAreRefused) {
-  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}});
+  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}, {}});
   DecodeLimits small;
   small.max_message_bytes = bytes.size() - 1;
   EXPECT_NO_THROW(decode(bytes));
@@ -175,7 +179,7 @@ TEST(Codec, RandomBytesNeverEscapeAsAnythingButProtocolErrors) {
     state ^= state << 17;
     return state;
   };
-  auto seed = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}});
+  auto seed = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}, {}});
   for (int i = 0; i < 20000; ++i) {
     std::vector<std::byte> bytes = seed;
     int flips = 1 + static_cast<int>(next() % 8);
