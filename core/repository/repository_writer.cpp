@@ -1,4 +1,4 @@
-#include "daemon/repository/repository_writer.h"
+#include "core/repository/repository_writer.h"
 
 #include "modelcast/error.h"
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/repository/repository.h"
+#include "core/repository/repository.h"
 
 namespace modelcast::repository {
 
