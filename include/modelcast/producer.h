@@ -76,7 +76,7 @@ struct ProducerOptions {
   bool allow_any_consumer = false;  // any consumer that completes the handshake; still encrypted
   bool allow_plaintext_remote = false;
   std::function<void(const Delivery&)> on_delivery;  // optional; runs on the service thread
-  PersistOptions persist;
+  PersistOptions persist;  // checkpoints on disk, off the hot path; off unless directory is set
 };
 
 // What publish() returns once the snapshot is taken; delivery continues in the background.

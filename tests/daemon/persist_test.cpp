@@ -166,6 +166,29 @@ TEST_F(DaemonTest, PersistFailuresAreCountedWhileDeliveryGoesOn) {
   EXPECT_EQ(read_repository(dir / "ckpt"), (std::vector<std::string>{ok_line(producer, 3)}));
 }
 
+TEST_F(DaemonTest, PersistIntoADirectoryThatTurnedReadOnlyIsCountedWhileDeliveryGoesOn) {
+  WriterEvents events;
+  TestProducer producer(256, persisting(dir / "ckpt", 1, 3, events));
+  ReadOnlyDirectory model_directory(dir / "ckpt/test");  // after the construction-time check
+  if (!model_directory.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";
+  modelcast::ConsumerOptions consumer_options;
+  consumer_options.producer_endpoint = producer.producer->control_endpoint();
+  consumer_options.model_name = "test";
+  modelcast::Consumer consumer(consumer_options);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    producer.publish(v);
+    ASSERT_TRUE(events.wait_failed(v)) << "version " << v << ": no failure reported";
+    auto view = consumer.wait_for_version(v, 60s);
+    ASSERT_TRUE(view) << "delivery stopped at version " << v;
+    EXPECT_EQ(testmodel::check(view, 1), "");
+  }
+  auto stats = producer.producer->stats();
+  EXPECT_EQ(stats.persist_failures, 3u);
+  EXPECT_EQ(stats.persisted_versions, 0u);
+  EXPECT_EQ(stats.versions_published, 3u);
+}
+
 // The option each bad value must be refused with, at construction.
 std::string refusal(const modelcast::ProducerOptions& options) {
   try {
