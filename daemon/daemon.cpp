@@ -53,6 +53,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
   attach_ = std::make_unique<attach::AttachServer>(
       config_.socket_path, [this](const std::string& model, bool& exists) { return served(model, exists); });
   for (const auto& model : config_.models) start_model(model);
+  attach_->start();
   if (!config_.http_listen.empty()) {
     http_ = std::make_unique<OpsHttp>(config_.http_listen,
                                       OpsProviders{[this](std::string& d) { return ready(d); },

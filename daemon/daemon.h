@@ -16,7 +16,7 @@
 #include "daemon/metrics.h"
 #include "daemon/model_service.h"
 #include "daemon/ops_http.h"
-#include "daemon/repository/repository_writer.h"
+#include "core/repository/repository_writer.h"
 
 namespace modelcastd {
 

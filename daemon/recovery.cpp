@@ -9,8 +9,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "daemon/repository/repository.h"
-#include "daemon/repository/safetensors.h"
+#include "core/repository/repository.h"
+#include "core/repository/safetensors.h"
 #include "modelcast/error.h"
 
 namespace modelcastd {

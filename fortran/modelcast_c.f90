@@ -25,6 +25,9 @@ module modelcast_c
     integer(c_size_t) :: allowed_consumer_key_count
     integer(c_int) :: allow_any_consumer, allow_plaintext_remote
     integer(c_size_t) :: max_consumers
+    type(c_ptr) :: persist_directory
+    integer(c_int64_t) :: persist_every
+    integer(c_size_t) :: persist_keep
   end type
 
   type, bind(c), public :: mc_consumer_options_t

@@ -25,6 +25,9 @@ void mc_producer_options_init(mc_producer_options* options) {
   options->heartbeat_interval_ms = defaults.heartbeat_interval.count();
   options->transfer_chunk_bytes = defaults.transfer_chunk_bytes;
   options->max_consumers = defaults.max_consumers;
+  options->persist_directory = nullptr;
+  options->persist_every = defaults.persist.every;
+  options->persist_keep = defaults.persist.keep;
 }
 
 mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out[41]) {
@@ -84,6 +87,11 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
       o.allow_any_consumer = options->allow_any_consumer != 0;
       o.allow_plaintext_remote = options->allow_plaintext_remote != 0;
       o.max_consumers = options->max_consumers;
+    }
+    if (has_field(*options, options->persist_keep)) {
+      if (options->persist_directory != nullptr) o.persist.directory = options->persist_directory;
+      o.persist.every = options->persist_every;
+      o.persist.keep = options->persist_keep;
     }
     auto handle = std::make_unique<mc_producer>();
     handle->producer = std::make_unique<modelcast::Producer>(std::move(o));
@@ -197,6 +205,18 @@ mc_status mc_producer_get_stats(const mc_producer_t* producer, mc_producer_stats
     out->consumers = s.consumers;
     out->last_stall_ns = s.last_stall.count();
     copy_text(s.transport, out->transport, sizeof(out->transport));
+    return MC_OK;
+  });
+}
+
+mc_status mc_producer_get_persist_stats(const mc_producer_t* producer, uint64_t* persisted, uint64_t* failures,
+                                        uint64_t* skipped) {
+  return guarded(__func__, [&] {
+    require(producer, "producer");
+    auto s = producer->producer->stats();
+    if (persisted != nullptr) *persisted = s.persisted_versions;
+    if (failures != nullptr) *failures = s.persist_failures;
+    if (skipped != nullptr) *skipped = s.persist_skipped;
     return MC_OK;
   });
 }

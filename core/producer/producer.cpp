@@ -8,6 +8,7 @@
 //   Membership                     who joined; joins decided, silent consumers found
 //   FetchServer                    fetches decided, slots leased, chunk sends posted, acks
 //   ControlPlane                   the ZeroMQ sockets and their security
+//   Persister                      checkpoints on disk from a pinned slot, off the hot path
 //
 // Threads and what they own:
 //  - the caller's thread (the trainer) registers tensors and runs publish(): it copies into a
@@ -17,6 +18,7 @@
 //  - with device tensors, the staging thread digests and copies each version to the host and
 //    then hands it to the service thread (the slot stays reserved until then).
 //  - the transport's progress thread runs transfer completions, which only push events.
+//  - with options.persist, the persist writer thread writes pinned slots to disk (Persister).
 // `mutex_` guards the registration; StatsBox and SnapshotStore guard their own state.
 #include "modelcast/producer.h"
 
@@ -34,6 +36,7 @@
 #include "core/device/device_runtime.h"
 #include "core/producer/device_snapshots.h"
 #include "core/producer/digest_worker.h"
+#include "core/producer/persister.h"
 #include "core/producer/service.h"
 #include "core/producer/snapshot_copy.h"
 #include "core/producer/snapshot_store.h"
@@ -71,6 +74,9 @@ class Producer::Impl {
                                                    std::to_string(options_.transfer_chunk_bytes));
     }
     if (options_.max_consumers == 0) throw Error(ErrorCode::kInvalidArgument, "max_consumers is 0");
+    if (!options_.persist.directory.empty()) {
+      persister_ = std::make_unique<producer::Persister>(options_, incarnation_, store_, stats_, log_);
+    }
     control_ = std::make_unique<producer::ControlPlane>(options_, *log_);
     service_ = std::make_unique<producer::ProducerService>(options_, incarnation_, store_, *transports_, *control_,
                                                            stats_, log_);
@@ -81,6 +87,7 @@ class Producer::Impl {
     service_->set_digest_submit([this](std::size_t slot, std::uint64_t version) {
       digests_->submit(slot, version, store_.memory(slot), layout_.tensors);
     });
+    if (persister_) service_->set_persist([p = persister_.get()](std::uint64_t version) { p->consider(version); });
     log_->info("model '{}' serving on {} (announcements on {}), incarnation {:016x}", options_.model_name,
                control_->endpoint(), control_->announce_endpoint(), incarnation_);
     thread_ = std::thread([this] { service_->run(); });
@@ -91,6 +98,7 @@ class Producer::Impl {
     thread_.join();
     digests_.reset();
     device_.reset();  // its staging thread pushes to the service's queue, which still exists
+    persister_.reset();  // unpins its slot: before the slots go
     // Registrations go before the transport that made them; the transport goes while the
     // service (its event queue, its fetches) still exists, since its shutdown completes
     // transfers whose callbacks push there.
@@ -283,6 +291,7 @@ class Producer::Impl {
   std::unique_ptr<producer::ProducerService> service_;
   std::unique_ptr<producer::DigestWorker> digests_;
   std::unique_ptr<producer::DeviceSnapshots> device_;  // device tensors only; set once prepared
+  std::unique_ptr<producer::Persister> persister_;  // null without options.persist
   std::thread thread_;
 };
 

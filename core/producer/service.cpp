@@ -98,6 +98,7 @@ void ProducerService::on_event(SnapshotTaken& e) {
     DigestsReady ready{e.slot, version, std::move(digests)};
     on_event(ready);  // signs it and unpins the slot before any fetch is answered
   }
+  if (!integrity && persist_) persist_(version);
   log_->debug("version {} published in slot {}", version, e.slot);
   for (auto& [routing_id, request] : fetches_.published(version)) on_fetch(routing_id, request);
 }
@@ -120,6 +121,8 @@ void ProducerService::on_event(SlotsAllocated& e) {
 
 void ProducerService::on_event(DigestsReady& e) {
   auto signature = store_.set_digests(e.slot, e.digests, control_.signer());
+  // Before the digests go out: a consumer that has verified this version knows it was considered.
+  if (persist_) persist_(e.version);
   for (const auto& [routing_id, fetch_id] : fetches_.take_awaiting_digests(e.version)) {
     reply(routing_id, protocol::Digests{fetch_id, e.version, e.digests, signature});
   }

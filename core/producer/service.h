@@ -116,6 +116,9 @@ class ProducerService {
   void set_digest_submit(std::function<void(std::size_t slot, std::uint64_t version)> submit) {
     submit_digests_ = std::move(submit);
   }
+  // Optional, set before the first publish: told each version once its digests are in (or at
+  // once without integrity), so persisted bytes are the ones consumers verify.
+  void set_persist(std::function<void(std::uint64_t version)> persist) { persist_ = std::move(persist); }
 
  private:
   void reply(const std::string& routing_id, const protocol::Message& message);
@@ -155,6 +158,7 @@ class ProducerService {
   transport::MemoryLocation slots_ = transport::MemoryLocation::host();
   FetchServer fetches_;
   std::function<void(std::size_t, std::uint64_t)> submit_digests_;
+  std::function<void(std::uint64_t)> persist_;
 };
 
 }  // namespace modelcast::producer

@@ -93,6 +93,21 @@ void SnapshotStore::release(std::uint64_t lease_id) {
   slot_freed_.notify_all();
 }
 
+std::optional<SnapshotStore::Pinned> SnapshotStore::pin(std::uint64_t version, const std::string& holder) {
+  std::lock_guard lock(mutex_);
+  auto lease = pool_.acquire_lease(version, holder, Clock::now(), kPinDuration);
+  if (!lease) return std::nullopt;
+  ++pins_;
+  const Slot& s = slots_[lease->slot];
+  return Pinned{lease->id, s.manifest, s.memory.data()};
+}
+
+void SnapshotStore::unpin(std::uint64_t lease_id) {
+  std::lock_guard lock(mutex_);
+  if (pool_.release_lease(lease_id)) --pins_;
+  slot_freed_.notify_all();
+}
+
 std::vector<SlotPool::Lease> SnapshotStore::take_expired(Clock::time_point now) {
   std::lock_guard lock(mutex_);
   auto expired = pool_.take_expired(now);
@@ -128,7 +143,7 @@ std::optional<SnapshotStore::Clock::duration> SnapshotStore::since_publish(std::
 std::size_t SnapshotStore::reader_leases() const {
   std::lock_guard lock(mutex_);
   auto pins = std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.digests_ready; });
-  return pool_.active_leases() - static_cast<std::size_t>(pins);
+  return pool_.active_leases() - static_cast<std::size_t>(pins) - pins_;
 }
 
 void SnapshotStore::clear() {

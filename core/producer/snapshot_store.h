@@ -41,6 +41,14 @@ class SnapshotStore {
     const transport::MemoryRegion* region = nullptr;  // registered with the transport asked for
   };
 
+  // A version held for a reader that is not a consumer (the persist writer): the manifest as
+  // published, and the slot's bytes, valid and unchanged until unpin().
+  struct Pinned {
+    std::uint64_t lease_id = 0;
+    Manifest manifest;
+    const std::byte* base = nullptr;
+  };
+
   explicit SnapshotStore(std::size_t slot_count);
 
   // Allocates every slot for `bytes` and registers it with each transport of the set; once,
@@ -69,6 +77,10 @@ class SnapshotStore {
   std::optional<Leased> lease(std::uint64_t version, const std::string& holder, Clock::time_point now,
                               Clock::duration duration, std::size_t transport);
   void release(std::uint64_t lease_id);
+  // Holds `version`'s slot with no expiry and outside reader_leases(); nullopt if the version
+  // is no longer held. Any thread; unpin() from any thread once the bytes are no longer read.
+  std::optional<Pinned> pin(std::uint64_t version, const std::string& holder);
+  void unpin(std::uint64_t lease_id);
   std::vector<SlotPool::Lease> take_expired(Clock::time_point now);
   std::optional<Clock::time_point> next_expiry() const;
 
@@ -96,6 +108,7 @@ class SnapshotStore {
   mutable std::mutex mutex_;
   std::condition_variable slot_freed_;
   SlotPool pool_;           // guarded by mutex_
+  std::size_t pins_ = 0;    // leases taken by pin() and not yet unpinned; mutex_
   std::vector<Slot> slots_; // bookkeeping guarded by mutex_; memory as the file comment says
 };
 

@@ -32,13 +32,16 @@ AttachServer::AttachServer(const std::string& socket_path, Lookup lookup, std::s
     : path_(socket_path), lookup_(std::move(lookup)), max_holds_(max_holds_per_client) {
   listen_fd_ = listen_at(path_);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  thread_ = std::thread([this] { run(); });
+}
+
+void AttachServer::start() {
+  if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
 }
 
 AttachServer::~AttachServer() {
   stop_ = true;
   notify();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
   clients_.clear();
   close(listen_fd_);
   close(wake_fd_);

@@ -31,9 +31,12 @@ struct AttachStats {
 
 class AttachServer {
  public:
-  // Listens at `socket_path` (see listen_at) and starts the server thread. Throws
-  // modelcast::Error(kTransport) if the socket cannot be had.
+  // Listens at `socket_path` (see listen_at); connections wait in the backlog until start().
+  // Throws modelcast::Error(kTransport) if the socket cannot be had.
   AttachServer(const std::string& socket_path, Lookup lookup, std::size_t max_holds_per_client = 4096);
+  // Starts the server thread, once `lookup` knows every configured model: a client that
+  // reconnects while the daemon starts must not be told its model does not exist. Idempotent.
+  void start();
   ~AttachServer();  // closes every connection (clients' mappings stay valid) and the socket
   AttachServer(const AttachServer&) = delete;
   AttachServer& operator=(const AttachServer&) = delete;

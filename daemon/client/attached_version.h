@@ -29,7 +29,8 @@ struct Connection {
   int fd = -1;
   std::mutex request_mutex;  // one request/answer exchange at a time
   // An exchange that failed half-way leaves an answer we cannot pair with a request: the
-  // connection is not used again (its holds stay until the last view lets go). request_mutex.
+  // connection is not used again, the Client makes a new one (the old one's holds stay until
+  // the last view lets go). request_mutex.
   bool broken = false;
   std::mutex send_mutex;     // whole messages on the socket (releases come from any thread)
   std::mutex cache_mutex;

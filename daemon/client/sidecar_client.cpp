@@ -1,5 +1,11 @@
 // The sidecar client: requests on one SOCK_SEQPACKET connection, one read-only mapping per
 // daemon buffer (cached, so attaching costs a message round trip whatever the model's size).
+// A connection the daemon closed (it restarted) is replaced on the next request; the mapping
+// cache belongs to a connection, since a new daemon numbers its buffers afresh.
+//
+// Threads: any thread may call acquire/wait_for_version; Impl::connection_mutex_ guards which
+// connection is current, each Connection's mutexes its socket and cache; views release their
+// holds from whatever thread drops them.
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -7,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "daemon/attach/seqpacket.h"
@@ -42,11 +49,86 @@ using detail::Mapping;
 
 class Client::Impl {
  public:
-  std::shared_ptr<Connection> connection = std::make_shared<Connection>();
   std::string model;
   std::string socket_path;
+  std::chrono::milliseconds reconnect_timeout{0};
 
+  // Connects for the first time, retrying until `timeout` (the daemon may still be starting).
+  void connect_first(std::chrono::milliseconds timeout) {
+    std::lock_guard lock(connection_mutex_);
+    connection_ = connect(timeout, "cannot connect to modelcastd at '" + socket_path + "'");
+  }
+
+  // Asks for a version >= min_version, waiting up to `timeout`. A connection the daemon closed
+  // (it restarted) is replaced and the request sent again, within reconnect_timeout; views of
+  // the old connection keep their mappings and holds (a dead daemon's holds are gone anyway).
   View request(std::uint64_t min_version, std::chrono::milliseconds timeout) {
+    auto wait_until = std::chrono::steady_clock::now() + timeout;
+    std::optional<std::chrono::steady_clock::time_point> first_loss;
+    for (;;) {
+      auto connection = current();
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - std::chrono::steady_clock::now());
+      try {
+        return exchange(connection, min_version, std::max(left, std::chrono::milliseconds(0)));
+      } catch (const Lost& lost) {
+        forget(connection, lost.why);
+        // A daemon that accepts and then drops every connection would otherwise keep us here.
+        auto now = std::chrono::steady_clock::now();
+        if (!first_loss) first_loss = now;
+        if (now - *first_loss > reconnect_timeout) gone(lost.why + ", again after reconnecting for " +
+                                                        std::to_string(reconnect_timeout.count()) + " ms");
+      }
+    }
+  }
+
+ private:
+  // The daemon closed the connection or it failed half-way: worth a new connection.
+  struct Lost {
+    std::string why;
+  };
+
+  // The current connection, or a new one when the last was lost. Throws Error(kTransport)
+  // once reconnect_timeout passes without the daemon accepting.
+  std::shared_ptr<Connection> current() {
+    std::lock_guard lock(connection_mutex_);
+    if (!connection_) {
+      connection_ = connect(reconnect_timeout, "modelcastd at '" + socket_path + "' went away (" + lost_why_ +
+                                                   ") and did not come back within " +
+                                                   std::to_string(reconnect_timeout.count()) + " ms");
+    }
+    return connection_;
+  }
+
+  void forget(const std::shared_ptr<Connection>& lost, const std::string& why) {
+    std::lock_guard lock(connection_mutex_);
+    if (connection_ == lost) {  // another thread may have replaced it already
+      connection_.reset();
+      lost_why_ = why;
+    }
+  }
+
+  // Tries until `timeout` with a backoff of 10 ms doubling to 500 ms: a restarting daemon
+  // binds its socket in well under a second, and a dead one is not hammered.
+  std::shared_ptr<Connection> connect(std::chrono::milliseconds timeout, const std::string& failure) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto pause = std::chrono::milliseconds(10);
+    for (;;) {
+      int fd = modelcastd::attach::connect_to(socket_path);
+      if (fd >= 0) {
+        auto connection = std::make_shared<Connection>();
+        connection->fd = fd;
+        return connection;
+      }
+      auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) throw Error(ErrorCode::kTransport, failure + ": " + std::strerror(errno));
+      // Nothing to wait on before the daemon binds: polling for its socket is all there is.
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+      pause = std::min(pause * 2, std::chrono::milliseconds(500));
+    }
+  }
+
+  View exchange(const std::shared_ptr<Connection>& connection, std::uint64_t min_version,
+                std::chrono::milliseconds timeout) {
     modelcastd::attach::Request request;
     request.model = model;
     request.min_version = min_version;
@@ -56,12 +138,12 @@ class Client::Impl {
     std::vector<int> fds;
     {
       std::lock_guard exchange(connection->request_mutex);
-      if (connection->broken) gone("the connection failed earlier; make a new Client");
+      if (connection->broken) throw Lost{"an earlier request on its connection failed half-way"};
       // Marked broken until the answer is in, so an exception half-way leaves it marked.
       connection->broken = true;
       {
         std::lock_guard lock(connection->send_mutex);
-        if (!modelcastd::attach::send_message(connection->fd, message)) gone(std::strerror(errno));
+        if (!modelcastd::attach::send_message(connection->fd, message)) throw Lost{std::strerror(errno)};
       }
       // The daemon answers by the deadline; the margin covers a loaded machine.
       pollfd p{connection->fd, POLLIN, 0};
@@ -70,8 +152,9 @@ class Client::Impl {
       do {
         ready = poll(&p, 1, wait_ms);
       } while (ready < 0 && errno == EINTR);
+      // A hung daemon is not retried here (the caller's wait is over); the next call reconnects.
       if (ready <= 0) gone("no answer from the daemon");
-      if (!modelcastd::attach::receive_message(connection->fd, answer, fds)) gone("the daemon closed the connection");
+      if (!modelcastd::attach::receive_message(connection->fd, answer, fds)) throw Lost{"it closed the connection"};
       connection->broken = false;
     }
     struct Closer {
@@ -91,7 +174,7 @@ class Client::Impl {
     auto state = std::make_shared<AttachedVersion>();
     state->connection = connection;  // from here on, the destructor releases the hold
     state->manifest = std::move(*reply.manifest);
-    state->mapping = map(state->manifest, fd);
+    state->mapping = map(*connection, state->manifest, fd);
     for (const auto& t : state->manifest.tensors) {
       TensorSpec spec{t.name, t.dtype, t.shape};
       if (spec.size_bytes() != t.bytes) {
@@ -103,7 +186,6 @@ class Client::Impl {
     return View(std::move(state));
   }
 
- private:
   // The whole of a (sealed) manifest memfd, bounded by the protocol's manifest limit.
   static std::vector<char> read_all(int fd) {
     struct stat st {};
@@ -122,9 +204,9 @@ class Client::Impl {
     throw Error(ErrorCode::kTransport, "modelcastd at '" + socket_path + "': " + why);
   }
 
-  std::shared_ptr<Mapping> map(const modelcastd::attach::Manifest& manifest, int fd) {
-    std::lock_guard lock(connection->cache_mutex);
-    for (auto& [id, mapping] : connection->mappings) {
+  std::shared_ptr<Mapping> map(Connection& connection, const modelcastd::attach::Manifest& manifest, int fd) {
+    std::lock_guard lock(connection.cache_mutex);
+    for (auto& [id, mapping] : connection.mappings) {
       if (id == manifest.buffer_id && mapping->size == manifest.buffer_bytes) return mapping;
     }
     if (fd < 0) throw Error(ErrorCode::kProtocol, "modelcastd: a version arrived without its buffer");
@@ -139,26 +221,24 @@ class Client::Impl {
     mapping->base = static_cast<const std::byte*>(p);
     mapping->size = manifest.buffer_bytes;
     // Buffers a reloaded daemon dropped are mapped until the Client is gone: a few per model.
-    connection->mappings.emplace_back(manifest.buffer_id, mapping);
+    connection.mappings.emplace_back(manifest.buffer_id, mapping);
     return mapping;
   }
+
+  std::mutex connection_mutex_;              // guards the two below, and serialises reconnecting
+  std::shared_ptr<Connection> connection_;   // null after a loss, until the next request
+  std::string lost_why_;                     // why the last connection was given up
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
   if (options.model.empty()) throw Error(ErrorCode::kInvalidArgument, "sidecar client: no model name");
+  if (options.reconnect_timeout.count() < 0) {
+    throw Error(ErrorCode::kInvalidArgument, "sidecar client: reconnect_timeout is negative");
+  }
   impl_->model = options.model;
   impl_->socket_path = options.socket_path;
-  auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
-  for (;;) {
-    impl_->connection->fd = modelcastd::attach::connect_to(options.socket_path);
-    if (impl_->connection->fd >= 0) return;
-    if (std::chrono::steady_clock::now() >= deadline) {
-      throw Error(ErrorCode::kTransport,
-                  "cannot connect to modelcastd at '" + options.socket_path + "': " + std::strerror(errno));
-    }
-    // Polling for a socket file to appear: there is nothing to wait on before the daemon binds.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  impl_->reconnect_timeout = options.reconnect_timeout;
+  impl_->connect_first(options.connect_timeout);
 }
 
 Client::~Client() = default;

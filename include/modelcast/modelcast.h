@@ -101,6 +101,13 @@ typedef struct mc_producer_options {
   int allow_any_consumer;                     /* nonzero: admit any consumer key; default 0 */
   int allow_plaintext_remote;                 /* default 0 */
   size_t max_consumers;                       /* joins beyond this are refused; default 256 */
+  /* Since 0.3 (read only when struct_size covers them). Checkpoints written off the hot path
+   * (ProducerOptions::persist in producer.h): every persist_every-th version, once verified, to
+   * <persist_directory>/<model_name>/<version>/ as safetensors + metadata.json, newest
+   * persist_keep kept. Needs snapshot_slots >= 3; a version due while a write is going is skipped. */
+  const char* persist_directory;              /* default NULL: off */
+  uint64_t persist_every;                     /* >= 1; default 1 */
+  size_t persist_keep;                        /* >= 1; default 3 */
 } mc_producer_options;
 
 /* Description of one tensor for mc_producer_register_tensor_desc: host or device memory. */
@@ -206,6 +213,12 @@ MODELCAST_API mc_status mc_producer_wait_for_consumers(const mc_producer_t* prod
 /* Copies a snapshot of the producer's counters into *out. Thread-safe.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL producer or out). */
 MODELCAST_API mc_status mc_producer_get_stats(const mc_producer_t* producer, mc_producer_stats* out);
+
+/* The persist option's counters (mc_producer_stats keeps its size for older callers): versions
+ * written, writes that failed, versions skipped while a write was going. Any may be NULL.
+ * Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT (NULL producer). */
+MODELCAST_API mc_status mc_producer_get_persist_stats(const mc_producer_t* producer, uint64_t* persisted,
+                                                      uint64_t* failures, uint64_t* skipped);
 
 /* ---- consumer (inference side) ---------------------------------------------------------- */
 

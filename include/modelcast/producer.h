@@ -29,6 +29,22 @@ struct Delivery {
   std::size_t bytes = 0;
 };
 
+// Crash-safe checkpoints written off the trainer's hot path: every `every`th version, once its
+// digests are taken, goes to <directory>/<model_name>/<version>/ as model.safetensors plus
+// metadata.json (Triton's layout; a version appears only complete), and the newest `keep` stay.
+// The writer thread reads the snapshot slot itself, so it needs snapshot_slots >= 3; a version
+// that comes due while the previous write is still going is skipped, never waited for.
+struct PersistOptions {
+  std::string directory;  // empty: off. Created if missing; must be writable
+  std::uint64_t every = 1;  // >= 1: versions first_version, first_version + every, ...
+  std::size_t keep = 3;     // >= 1: newest versions kept on disk
+  // Optional; run on the writer thread after each complete version (`path` is its directory),
+  // e.g. to upload it, and after each failed write (also logged and counted in ProducerStats).
+  // The slot is already released; a version that comes due meanwhile waits, newer ones skip.
+  std::function<void(std::uint64_t version, const std::string& path)> on_persisted;
+  std::function<void(std::uint64_t version, const std::string& error)> on_persist_failed;
+};
+
 struct ProducerOptions {
   std::string model_name = "model";
   // ROUTER endpoint consumers connect to: tcp://HOST:PORT (PORT 0 picks a free one) or ipc://PATH.
@@ -60,6 +76,7 @@ struct ProducerOptions {
   bool allow_any_consumer = false;  // any consumer that completes the handshake; still encrypted
   bool allow_plaintext_remote = false;
   std::function<void(const Delivery&)> on_delivery;  // optional; runs on the service thread
+  PersistOptions persist;  // checkpoints on disk, off the hot path; off unless directory is set
 };
 
 // How publish() orders its copies of device tensors against the trainer's GPU work (ignored for
@@ -95,6 +112,12 @@ struct ProducerStats {
   std::uint64_t failed_snapshots = 0;  // device versions that could not be staged (never served)
   std::chrono::nanoseconds last_stall{0};
   std::string transport;             // the transports it delivers over, e.g. "ucx" or "ucx,loopback"
+  // options.persist: versions written completely, writes that failed (logged; training and
+  // delivery go on), and versions that came due while the writer was still busy.
+  std::uint64_t persisted_versions = 0;
+  std::uint64_t persist_failures = 0;
+  std::uint64_t persist_skipped = 0;
+  std::string persist_last_error;
 };
 
 class MODELCAST_API Producer {

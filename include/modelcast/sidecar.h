@@ -23,6 +23,9 @@ struct ClientOptions {
   std::string model;                                        // a model the daemon serves
   // Keep retrying to connect this long (the daemon may still be starting); 0: try once.
   std::chrono::milliseconds connect_timeout{0};
+  // After the daemon closed the connection (it restarted), acquire and wait_for_version keep
+  // trying to reconnect this long, backing off up to 500 ms between tries; 0: try once.
+  std::chrono::milliseconds reconnect_timeout{10000};
 };
 
 namespace detail {
@@ -60,7 +63,8 @@ class MODELCAST_API View {
 class MODELCAST_API Client {
  public:
   // Connects to the daemon. Throws Error(kTransport) if it cannot within connect_timeout,
-  // Error(kInvalidArgument) for an empty model name or a socket path that is too long.
+  // Error(kInvalidArgument) for an empty model name, a negative reconnect_timeout or a socket
+  // path that is too long.
   explicit Client(ClientOptions options);
   ~Client();  // views already handed out stay valid (their holds stay with the daemon)
   Client(const Client&) = delete;
@@ -68,11 +72,14 @@ class MODELCAST_API Client {
 
   // The newest version the daemon serves, or an empty view before the first. Each buffer is
   // mapped once and the mapping cached, so the cost does not grow with the model's size.
-  // Thread-safe (requests on one connection are serialised). Throws Error(kTransport) if the
-  // daemon is gone, Error(kInvalidArgument) if it does not serve the model.
+  // Thread-safe (requests on one connection are serialised). A restarted daemon is reconnected
+  // to transparently; views held from before stay valid. Throws Error(kTransport) if the daemon
+  // stays gone for reconnect_timeout or does not answer, Error(kInvalidArgument) if it does not
+  // serve the model.
   View acquire() const;
 
   // Waits until the daemon serves a version >= `version`; returns it, or an empty view on timeout.
+  // Reconnects like acquire(); the time spent reconnecting counts against `timeout`.
   View wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
 
  private:

@@ -29,9 +29,12 @@ MODELCAST_API mc_status mcs_client_open(const char* socket_path, const char* mod
 MODELCAST_API void mcs_client_close(mcs_client_t* client);
 
 /* *out gets the newest version (caller owns: mcs_view_release), or NULL before the first.
- * Errors: MC_ERR_TRANSPORT (daemon gone), MC_ERR_INVALID_ARGUMENT (model not served). */
+ * A restarted daemon is reconnected to (for up to 10 s, as ClientOptions::reconnect_timeout);
+ * views held from before stay valid. Errors: MC_ERR_TRANSPORT (daemon gone for longer),
+ * MC_ERR_INVALID_ARGUMENT (model not served). */
 MODELCAST_API mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out);
-/* Waits for a version >= `version`: MC_OK with *out set, or MC_ERR_TIMEOUT with *out NULL. */
+/* Waits for a version >= `version`: MC_OK with *out set, or MC_ERR_TIMEOUT with *out NULL.
+ * Reconnects like mcs_acquire. */
 MODELCAST_API mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int64_t timeout_ms,
                                              mcs_view_t** out);
 

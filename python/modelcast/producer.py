@@ -10,7 +10,10 @@ class Producer(Service):
     Keyword options mirror ``modelcast::ProducerOptions`` (``model_name``, ``control_endpoint``,
     ``snapshot_slots``, ``integrity``, ``first_version``, ``lease_timeout`` and
     ``heartbeat_interval`` in seconds, ``transfer_chunk_bytes``, ``max_consumers``, ``transports``, ``key``,
-    ``key_file``, ``allowed_consumer_keys``, ``allow_any_consumer``, ``allow_plaintext_remote``).
+    ``key_file``, ``allowed_consumer_keys``, ``allow_any_consumer``, ``allow_plaintext_remote``, and
+    ``persist_directory``, ``persist_every``, ``persist_keep`` for ``ProducerOptions::persist``:
+    checkpoints as safetensors written off the hot path; stats() counts ``persisted_versions``,
+    ``persist_failures`` and ``persist_skipped``).
     ``on_delivery(delivery)`` runs on the producer's service thread with the GIL taken; an
     exception it raises is reported through ``sys.unraisablehook`` and counted in
     ``callback_errors``. Raises InvalidArgumentError for bad options, TransportError if the

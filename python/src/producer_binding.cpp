@@ -140,7 +140,17 @@ void bind_producer(py::module_& m) {
       .def_readwrite("key_file", &ProducerOptions::key_file)
       .def_readwrite("allowed_consumer_keys", &ProducerOptions::allowed_consumer_keys)
       .def_readwrite("allow_any_consumer", &ProducerOptions::allow_any_consumer)
-      .def_readwrite("allow_plaintext_remote", &ProducerOptions::allow_plaintext_remote);
+      .def_readwrite("allow_plaintext_remote", &ProducerOptions::allow_plaintext_remote)
+      // ProducerOptions::persist, flattened so that they are plain keyword options in Python.
+      .def_property(
+          "persist_directory", [](const ProducerOptions& o) { return o.persist.directory; },
+          [](ProducerOptions& o, std::string directory) { o.persist.directory = std::move(directory); })
+      .def_property(
+          "persist_every", [](const ProducerOptions& o) { return o.persist.every; },
+          [](ProducerOptions& o, std::uint64_t every) { o.persist.every = every; })
+      .def_property(
+          "persist_keep", [](const ProducerOptions& o) { return o.persist.keep; },
+          [](ProducerOptions& o, std::size_t keep) { o.persist.keep = keep; });
 
   py::class_<PublishTicket>(m, "PublishTicket", "What publish() returns once the snapshot is taken.")
       .def_readonly("version", &PublishTicket::version)
@@ -169,7 +179,11 @@ void bind_producer(py::module_& m) {
       .def_readonly("consumers", &ProducerStats::consumers)
       .def_readonly("fetches_in_flight", &ProducerStats::fetches_in_flight)
       .def_property_readonly("last_stall_s", [](const ProducerStats& s) { return seconds(s.last_stall); })
-      .def_readonly("transport", &ProducerStats::transport);
+      .def_readonly("transport", &ProducerStats::transport)
+      .def_readonly("persisted_versions", &ProducerStats::persisted_versions)
+      .def_readonly("persist_failures", &ProducerStats::persist_failures)
+      .def_readonly("persist_skipped", &ProducerStats::persist_skipped)
+      .def_readonly("persist_last_error", &ProducerStats::persist_last_error);
 
   py::class_<PyProducer>(m, "_Producer", "Internal: use modelcast.Producer.")
       .def(py::init<ProducerOptions, py::object>(), py::arg("options"), py::arg("on_delivery"))

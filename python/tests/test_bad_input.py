@@ -90,6 +90,19 @@ def test_bad_endpoints_and_options():
         modelcast.TensorSpec("x", "f99", [1])
 
 
+def test_persist_options_are_checked_at_construction(tmp_path):
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "persist.every"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", persist_directory=str(tmp_path), persist_every=0)
+    (tmp_path / "a-file").write_text("")
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "persist.directory", "a-file"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", persist_directory=str(tmp_path / "a-file" / "x"))
+    with modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", persist_directory=str(tmp_path / "ckpt"),
+                            persist_every=2, persist_keep=2) as p:
+        assert (tmp_path / "ckpt").is_dir()  # created when the option is checked
+        stats = p.stats()
+        assert (stats.persisted_versions, stats.persist_failures, stats.persist_skipped) == (0, 0, 0)
+
+
 def test_layout_mismatch_is_reported_to_on_error(endpoint):
     errors, reported = [], threading.Event()
 

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon_fixture.h"
+#include "read_only_directory.h"
 #include "sidecar_check.h"
 
 namespace daemon_test {
@@ -90,25 +91,6 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
   }
   EXPECT_EQ(holds, 0);
 }
-
-// A read-only repository: a read-only tmpfs where we may mount one (as root, root ignores
-// directory permissions), else a directory without write permission.
-struct ReadOnlyDirectory {
-  explicit ReadOnlyDirectory(const std::string& p) : path(p) {
-    std::filesystem::create_directories(path);
-    if (geteuid() == 0) {
-      mounted = mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY, "size=1m") == 0;
-    } else {
-      std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
-    }
-  }
-  ~ReadOnlyDirectory() {
-    if (mounted) umount(path.c_str());
-  }
-  bool usable() const { return mounted || geteuid() != 0; }
-  std::string path;
-  bool mounted = false;
-};
 
 TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
   ReadOnlyDirectory repo(dir / "repo");

@@ -1,13 +1,13 @@
 // The repository writer on its own (as a producer would use it): a slow disk makes it skip to
 // the newest version without blocking submit(), skipped versions' bytes are released, a version
 // number written again replaces the old directory whole, and bad snapshots are refused.
-#include "daemon/repository/repository_writer.h"
+#include "core/repository/repository_writer.h"
 
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
 
-#include "daemon/repository/safetensors.h"
+#include "core/repository/safetensors.h"
 #include "daemon_fixture.h"
 #include "modelcast/error.h"
 

@@ -1,6 +1,7 @@
 // Choosing a transport by capability: which names a user's list selects, which offer and
 // delivery path serve each (memory, memory, distance) combination, and the refusal when none
 // does. Capabilities here are written out by hand, so device paths are checked without a GPU.
+#include "transports/cuda_ipc/cuda_ipc_transport.h"
 #include "transports/transport_registry.h"
 
 #include <gtest/gtest.h>
@@ -34,8 +35,10 @@ std::string chosen(std::vector<TransportOffer> producer, std::vector<TransportOf
 
 TEST(TransportRegistry, AUsersListSelectsKnownTransportsInItsOrder) {
   auto defaults = resolve_transports({});
-  ASSERT_EQ(defaults.size(), 1u);
-  EXPECT_EQ(defaults[0]->name, "ucx") << "loopback must not be on by default";
+  // cuda_ipc only where the process has a device (a GPU, or the simulated device).
+  ASSERT_EQ(defaults.size(), modelcast::transport::cuda_ipc_available() ? 2u : 1u);
+  EXPECT_EQ(defaults[0]->name, "ucx");
+  for (const auto* entry : defaults) EXPECT_NE(entry->name, "loopback") << "loopback must not be on by default";
   auto both = resolve_transports({"loopback", "ucx"});
   ASSERT_EQ(both.size(), 2u);
   EXPECT_EQ(both[0]->name, "loopback");
@@ -46,7 +49,7 @@ TEST(TransportRegistry, AUsersListSelectsKnownTransportsInItsOrder) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("'rdma-magic'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("ucx, loopback"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ucx, cuda_ipc, loopback"), std::string::npos) << e.what();
   }
   EXPECT_THROW(resolve_transports({"ucx", "ucx"}), Error);
 }

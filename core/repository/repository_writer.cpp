@@ -1,4 +1,4 @@
-#include "daemon/repository/repository_writer.h"
+#include "core/repository/repository_writer.h"
 
 #include "modelcast/error.h"
 
@@ -31,6 +31,16 @@ void RepositoryWriter::submit(std::shared_ptr<const VersionSnapshot> snapshot) {
   wake_.notify_one();
 }
 
+bool RepositoryWriter::offer(std::shared_ptr<const VersionSnapshot> snapshot) {
+  {
+    std::lock_guard lock(mutex_);
+    if (writing_ || !pending_.empty()) return false;
+    pending_[snapshot->model] = std::move(snapshot);
+  }
+  wake_.notify_one();
+  return true;
+}
+
 WriterStats RepositoryWriter::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
@@ -49,6 +59,7 @@ void RepositoryWriter::run() {
     last_model = next->first;
     auto snapshot = std::move(next->second);
     pending_.erase(next);
+    writing_ = true;
     lock.unlock();
     auto start = std::chrono::steady_clock::now();
     std::string directory, error;
@@ -66,11 +77,15 @@ void RepositoryWriter::run() {
     }
     std::uint64_t bytes = 0;
     for (const auto& t : snapshot->tensors) bytes += t.bytes;
-    if (error.empty() && options_.on_written) options_.on_written(*snapshot, directory, took);
-    if (!error.empty() && options_.on_failed) options_.on_failed(*snapshot, error);
-    if (!prune_error.empty() && options_.on_failed) options_.on_failed(*snapshot, prune_error);
-    snapshot.reset();  // release the bytes before waiting again
+    // The callbacks see the version's description only: its bytes are released first, and the
+    // writer counts as idle, so a callback that takes long holds no snapshot memory and a
+    // caller of offer() that sees it return can hand over its next version at once.
+    VersionSnapshot done = *snapshot;
+    done.keepalive.reset();
+    for (auto& t : done.tensors) t.data = nullptr;
+    snapshot.reset();
     lock.lock();
+    writing_ = false;
     if (error.empty()) {
       ++stats_.written;
       stats_.bytes_written += bytes;
@@ -79,6 +94,11 @@ void RepositoryWriter::run() {
       ++stats_.failed;
     }
     if (!error.empty() || !prune_error.empty()) stats_.last_error = error.empty() ? prune_error : error;
+    lock.unlock();
+    if (error.empty() && options_.on_written) options_.on_written(done, directory, took);
+    if (!error.empty() && options_.on_failed) options_.on_failed(done, error);
+    if (!prune_error.empty() && options_.on_failed) options_.on_failed(done, prune_error);
+    lock.lock();
   }
 }
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/repository/version_snapshot.h"
+#include "core/repository/version_snapshot.h"
 
 namespace modelcast::repository {
 

@@ -1,4 +1,4 @@
-#include "daemon/repository/repository.h"
+#include "core/repository/repository.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "daemon/repository/safetensors.h"
+#include "core/repository/safetensors.h"
 #include "modelcast/error.h"
 
 namespace modelcast::repository {

@@ -2,8 +2,10 @@
 // blocks on the disk: each model has one pending slot, and a newer version replaces a pending
 // one that has not started, so a slow disk makes the writer skip to the newest version.
 //
-// Threads: submit() and stats() from any thread; the writer thread owns the Repository and runs
-// the callbacks (keep them short: the next write waits for them).
+// Threads: submit(), offer() and stats() from any thread; the writer thread owns the Repository
+// and runs the callbacks (keep them short: the next write waits for them). A callback runs after
+// the version's bytes are released (its tensors' data pointers are null) and the writer counts
+// as idle, so offer() accepts the next version while a callback still runs.
 #pragma once
 
 #include <chrono>
@@ -15,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "daemon/repository/repository.h"
+#include "core/repository/repository.h"
 
 namespace modelcast::repository {
 
@@ -47,6 +49,9 @@ class RepositoryWriter {
   // Queues `snapshot` (its keepalive pins the bytes until written or replaced). Never blocks
   // on I/O; thread-safe.
   void submit(std::shared_ptr<const VersionSnapshot> snapshot);
+  // Queues `snapshot` only if the writer is idle (nothing pending, nothing being written or in
+  // a callback) and returns true; otherwise drops it (its keepalive too) and returns false.
+  bool offer(std::shared_ptr<const VersionSnapshot> snapshot);
   WriterStats stats() const;
 
  private:
@@ -56,6 +61,7 @@ class RepositoryWriter {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;                                                   // mutex_
+  bool writing_ = false;  // a snapshot taken from pending_ is being written; mutex_
   std::map<std::string, std::shared_ptr<const VersionSnapshot>> pending_;  // by model; mutex_
   std::map<std::string, std::uint64_t> submitted_;                      // by model; mutex_
   WriterStats stats_;                                                   // mutex_

@@ -1,6 +1,6 @@
 // safetensors is a few lines of framing around a JSON header; the header goes through
 // nlohmann-json (Debian's nlohmann-json3-dev) so quoting and escaping are a library's job.
-#include "daemon/repository/safetensors.h"
+#include "core/repository/safetensors.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

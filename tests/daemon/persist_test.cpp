@@ -1,0 +1,256 @@
+// The producer's persist option: checkpoints written by the repository writer the daemon uses,
+// read back by the independent reader (read_safetensors.py); every Nth version, the newest K
+// kept; a stalled writer never blocks publish(); a failing disk is counted and training goes on;
+// bad options refused at construction. The writer's callbacks are the tests' hooks: each one
+// runs once the writer is idle again, so what happens next is decided, not raced.
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
+
+#include "daemon_fixture.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/modelcast.h"
+#include "read_only_directory.h"
+
+namespace daemon_test {
+namespace {
+
+using exchange_test::TestProducer;
+namespace fs = std::filesystem;
+
+// What the writer thread reported, and a gate that holds it inside on_persisted.
+struct WriterEvents {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::uint64_t> persisted, failed;
+  std::vector<std::string> paths, errors;
+  bool gate_closed = false;  // while true, on_persisted stalls the writer thread
+
+  void attach(modelcast::PersistOptions& options) {
+    options.on_persisted = [this](std::uint64_t version, const std::string& path) {
+      std::unique_lock lock(mutex);
+      persisted.push_back(version);
+      paths.push_back(path);
+      changed.notify_all();
+      changed.wait(lock, [&] { return !gate_closed; });
+    };
+    options.on_persist_failed = [this](std::uint64_t version, const std::string& error) {
+      std::lock_guard lock(mutex);
+      failed.push_back(version);
+      errors.push_back(error);
+      changed.notify_all();
+    };
+  }
+  bool wait_persisted(std::size_t count) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, 60s, [&] { return persisted.size() >= count; });
+  }
+  bool wait_failed(std::size_t count) {
+    std::unique_lock lock(mutex);
+    return changed.wait_for(lock, 60s, [&] { return failed.size() >= count; });
+  }
+  void open_gate() {
+    {
+      std::lock_guard lock(mutex);
+      gate_closed = false;
+    }
+    changed.notify_all();
+  }
+};
+
+modelcast::ProducerOptions persisting(const std::string& directory, std::uint64_t every, std::size_t keep,
+                                      WriterEvents& events) {
+  modelcast::ProducerOptions options;
+  options.persist.directory = directory;
+  options.persist.every = every;
+  options.persist.keep = keep;
+  events.attach(options.persist);
+  return options;
+}
+
+std::string ok_line(const TestProducer& producer, std::uint64_t version) {
+  std::size_t bytes = 0;
+  for (const auto& t : producer.model) bytes += t.spec.size_bytes();
+  return "ok " + std::to_string(version) + " " + std::to_string(producer.model.size()) + " " + std::to_string(bytes);
+}
+
+TEST_F(DaemonTest, PersistWritesEveryNthVersionAsSafetensorsAndKeepsTheNewestK) {
+  WriterEvents events;
+  TestProducer producer(256, persisting(dir / "ckpt", 2, 2, events));
+  std::size_t due = 0;
+  for (std::uint64_t v = 1; v <= 7; ++v) {
+    producer.publish(v);
+    if (v % 2 == 1) {
+      ASSERT_TRUE(events.wait_persisted(++due)) << "version " << v << " was not persisted";
+    }
+  }
+  auto stats = producer.producer->stats();
+  EXPECT_EQ(events.persisted, (std::vector<std::uint64_t>{1, 3, 5, 7}));
+  EXPECT_EQ(stats.persisted_versions, 4u);
+  EXPECT_EQ(stats.persist_skipped, 0u);
+  EXPECT_EQ(stats.persist_failures, 0u);
+  EXPECT_EQ(events.paths.back(), dir / "ckpt/test/7");  // Triton's layout: <repo>/<model>/<version>
+  // Every byte checked by a reader that shares no code with the writer.
+  EXPECT_EQ(read_repository(dir / "ckpt"), (std::vector<std::string>{ok_line(producer, 5), ok_line(producer, 7)}));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir / "ckpt"), fs::directory_iterator{}), 1)
+      << "something besides the model directory was left in the repository";
+}
+
+TEST_F(DaemonTest, PersistNeverBlocksPublishOnAStalledWriterAndSkipsVersionsDueMeanwhile) {
+  WriterEvents events;
+  events.gate_closed = true;
+  TestProducer producer(256, persisting(dir / "ckpt", 1, 5, events));  // default 3 snapshot slots
+  struct OpenAtExit {
+    WriterEvents& events;
+    ~OpenAtExit() { events.open_gate(); }
+  } open_at_exit{events};
+  modelcast::ConsumerOptions consumer_options;
+  consumer_options.producer_endpoint = producer.producer->control_endpoint();
+  consumer_options.model_name = "test";
+  modelcast::Consumer consumer(consumer_options);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+
+  producer.publish(1);
+  ASSERT_TRUE(events.wait_persisted(1));  // the writer thread now stalls inside on_persisted
+  auto publishing = std::async(std::launch::async, [&] {
+    for (std::uint64_t v = 2; v <= 10; ++v) producer.publish(v);
+  });
+  // A bound for failing, not synchronisation: with the writer stalled, publish must finish.
+  auto finished = publishing.wait_for(60s);
+  if (finished != std::future_status::ready) events.open_gate();  // so the test can end
+  ASSERT_EQ(finished, std::future_status::ready) << "publish() waited for the stalled writer";
+  publishing.get();
+  // The consumer verified version 10 only after its digests went out, which is after the
+  // producer decided whether to persist it: every decision below is taken.
+  auto view = consumer.wait_for_version(10, 60s);
+  ASSERT_TRUE(view);
+  EXPECT_EQ(view.version(), 10u);
+  auto stats = producer.producer->stats();
+  EXPECT_EQ(stats.persisted_versions, 1u);
+  // Version 2 waits for the writer (one slot held); 3 to 10 came due while it was busy.
+  EXPECT_EQ(stats.persist_skipped, 8u);
+
+  events.open_gate();
+  ASSERT_TRUE(events.wait_persisted(2));
+  EXPECT_EQ(events.persisted, (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(read_repository(dir / "ckpt"), (std::vector<std::string>{ok_line(producer, 1), ok_line(producer, 2)}));
+}
+
+TEST_F(DaemonTest, PersistFailuresAreCountedWhileDeliveryGoesOn) {
+  WriterEvents events;
+  TestProducer producer(256, persisting(dir / "ckpt", 1, 3, events));
+  modelcast::ConsumerOptions consumer_options;
+  consumer_options.producer_endpoint = producer.producer->control_endpoint();
+  consumer_options.model_name = "test";
+  modelcast::Consumer consumer(consumer_options);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  // The disk refuses: a file where the model's directory must go (refused even for root).
+  write_file(dir / "ckpt/test", "in the way");
+  for (std::uint64_t v = 1; v <= 2; ++v) {
+    producer.publish(v);
+    ASSERT_TRUE(events.wait_failed(v)) << "version " << v << ": no failure reported";
+    auto view = consumer.wait_for_version(v, 60s);
+    ASSERT_TRUE(view) << "delivery stopped at version " << v;
+    EXPECT_EQ(testmodel::check(view, 1), "");
+  }
+  auto stats = producer.producer->stats();
+  EXPECT_EQ(stats.persist_failures, 2u);
+  EXPECT_EQ(stats.persisted_versions, 0u);
+  EXPECT_NE(stats.persist_last_error.find(dir / "ckpt/test"), std::string::npos) << stats.persist_last_error;
+  // Once the disk takes writes again, so does the producer.
+  fs::remove(dir / "ckpt/test");
+  producer.publish(3);
+  ASSERT_TRUE(events.wait_persisted(1));
+  EXPECT_EQ(read_repository(dir / "ckpt"), (std::vector<std::string>{ok_line(producer, 3)}));
+}
+
+TEST_F(DaemonTest, PersistIntoADirectoryThatTurnedReadOnlyIsCountedWhileDeliveryGoesOn) {
+  WriterEvents events;
+  TestProducer producer(256, persisting(dir / "ckpt", 1, 3, events));
+  ReadOnlyDirectory model_directory(dir / "ckpt/test");  // after the construction-time check
+  if (!model_directory.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";
+  modelcast::ConsumerOptions consumer_options;
+  consumer_options.producer_endpoint = producer.producer->control_endpoint();
+  consumer_options.model_name = "test";
+  modelcast::Consumer consumer(consumer_options);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    producer.publish(v);
+    ASSERT_TRUE(events.wait_failed(v)) << "version " << v << ": no failure reported";
+    auto view = consumer.wait_for_version(v, 60s);
+    ASSERT_TRUE(view) << "delivery stopped at version " << v;
+    EXPECT_EQ(testmodel::check(view, 1), "");
+  }
+  auto stats = producer.producer->stats();
+  EXPECT_EQ(stats.persist_failures, 3u);
+  EXPECT_EQ(stats.persisted_versions, 0u);
+  EXPECT_EQ(stats.versions_published, 3u);
+}
+
+// The option each bad value must be refused with, at construction.
+std::string refusal(const modelcast::ProducerOptions& options) {
+  try {
+    TestProducer producer(16, options);
+  } catch (const modelcast::Error& e) {
+    if (e.code() != modelcast::ErrorCode::kInvalidArgument) return "wrong code: " + std::string(e.what());
+    return e.what();
+  }
+  return "accepted";
+}
+
+TEST_F(DaemonTest, BadPersistOptionsAreRefusedNamingTheOption) {
+  modelcast::ProducerOptions options;
+  options.persist.directory = dir / "ckpt";
+  options.persist.every = 0;
+  EXPECT_NE(refusal(options).find("persist.every"), std::string::npos) << refusal(options);
+  options.persist.every = 1;
+  options.persist.keep = 0;
+  EXPECT_NE(refusal(options).find("persist.keep"), std::string::npos) << refusal(options);
+  options.persist.keep = 1;
+  options.snapshot_slots = 2;
+  EXPECT_NE(refusal(options).find("snapshot_slots"), std::string::npos) << refusal(options);
+  options.snapshot_slots = 3;
+  write_file(dir / "a-file", "");
+  options.persist.directory = dir / "a-file/ckpt";
+  EXPECT_NE(refusal(options).find("persist.directory '" + dir / "a-file/ckpt' cannot be created"), std::string::npos)
+      << refusal(options);
+  options.persist.directory = dir / "ckpt";
+  EXPECT_EQ(refusal(options), "accepted");
+}
+
+TEST_F(DaemonTest, APersistDirectoryThatCannotBeWrittenIsRefused) {
+  ReadOnlyDirectory read_only(dir / "ro");
+  if (!read_only.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";
+  modelcast::ProducerOptions options;
+  options.persist.directory = read_only.path;
+  EXPECT_NE(refusal(options).find("persist.directory '" + read_only.path + "' is not writable"), std::string::npos)
+      << refusal(options);
+}
+
+TEST_F(DaemonTest, PersistThroughTheCAbi) {
+  mc_producer_options options;
+  mc_producer_options_init(&options);
+  EXPECT_EQ(options.persist_directory, nullptr);
+  EXPECT_EQ(options.persist_every, 1u);
+  EXPECT_EQ(options.persist_keep, 3u);
+  options.model_name = "test";
+  const std::string directory = dir / "ckpt";
+  options.persist_directory = directory.c_str();
+  options.persist_every = 0;
+  mc_producer_t* producer = nullptr;
+  EXPECT_EQ(mc_producer_create(&options, &producer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(mc_last_error()).find("persist.every"), std::string::npos) << mc_last_error();
+  options.persist_every = 1;
+  ASSERT_EQ(mc_producer_create(&options, &producer), MC_OK) << mc_last_error();
+  EXPECT_TRUE(fs::is_directory(directory));  // created and checked at construction
+  std::uint64_t persisted = 9, failures = 9, skipped = 9;
+  EXPECT_EQ(mc_producer_get_persist_stats(producer, &persisted, &failures, &skipped), MC_OK);
+  EXPECT_EQ(persisted + failures + skipped, 0u);
+  EXPECT_EQ(mc_producer_get_persist_stats(nullptr, &persisted, nullptr, nullptr), MC_ERR_INVALID_ARGUMENT);
+  mc_producer_destroy(producer);
+}
+
+}  // namespace
+}  // namespace daemon_test

@@ -1,0 +1,31 @@
+// A directory nothing can be written to, for the tests of a repository that refuses writes.
+#pragma once
+
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+namespace daemon_test {
+
+// A read-only repository: a read-only tmpfs where we may mount one (as root, root ignores
+// directory permissions), else a directory without write permission.
+struct ReadOnlyDirectory {
+  explicit ReadOnlyDirectory(const std::string& p) : path(p) {
+    std::filesystem::create_directories(path);
+    if (geteuid() == 0) {
+      mounted = mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY, "size=1m") == 0;
+    } else {
+      std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    }
+  }
+  ~ReadOnlyDirectory() {
+    if (mounted) umount(path.c_str());
+  }
+  bool usable() const { return mounted || geteuid() != 0; }
+  std::string path;
+  bool mounted = false;
+};
+
+}  // namespace daemon_test
