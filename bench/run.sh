@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks: bench/run.sh exchange|predictor|soak|fuzz|sidecar|workflow [--json] [options]
+# Benchmarks: bench/run.sh exchange|predictor|soak|fuzz|sidecar|workflow|gpu [--json] [options]
 # Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
 # with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh);
 # workflow: --seeds LIST --runs K (bench/workflow.sh).
@@ -15,5 +15,6 @@ case "$what" in
   fuzz) exec "$here/fuzz.sh" "$@" ;;
   sidecar) exec "$here/sidecar.sh" "$@" ;;
   workflow) exec "$here/workflow.sh" "$@" ;;
-  *) echo "usage: bench/run.sh exchange|predictor|soak|fuzz|sidecar|workflow [--json] [options]" >&2; exit 2 ;;
+  gpu) exec "$here/gpu.sh" "$@" ;;
+  *) echo "usage: bench/run.sh exchange|predictor|soak|fuzz|sidecar|workflow|gpu [--json] [options]" >&2; exit 2 ;;
 esac
