@@ -168,13 +168,17 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
       }
     out["runs"].push_back(std::move(j));
   }
-  // The noise floor of plans made in advance, per family and cost.
+  // The noise floor of plans made in advance, per family and cost, and pooled over costs (the
+  // pooling of the targets).
+  const std::size_t ncost = settings.cost_multipliers.size();
   for (const auto& f : shown)
-    for (std::size_t c = 0; c < settings.cost_multipliers.size(); ++c) {
+    for (std::size_t c = 0; c <= ncost; ++c) {
       std::vector<double> v;
       for (const auto& r : results)
-        if (r.evaluated && (f == "all" || r.family == f) && !std::isnan(r.smooth_oracle_regret[c])) v.push_back(r.smooth_oracle_regret[c]);
-      out["smooth_oracle"].push_back({{"family", f}, {"cost_x_median_interval", settings.cost_multipliers[c]},
+        for (std::size_t rc = 0; rc < ncost; ++rc)
+          if (r.evaluated && (f == "all" || r.family == f) && (c == ncost || rc == c) && !std::isnan(r.smooth_oracle_regret[rc]))
+            v.push_back(r.smooth_oracle_regret[rc]);
+      out["smooth_oracle"].push_back({{"family", f}, {"cost_x_median_interval", c == ncost ? Json("all") : Json(settings.cost_multipliers[c])},
                                       {"median_regret_pct", quantile(v, 0.5)}, {"p90_regret_pct", quantile(v, 0.9)}});
     }
   double slowest = 0.0;
@@ -229,10 +233,13 @@ std::string render(const Json& r) {
       << std::setw(7) << s["mode"].get<std::string>() << std::right << std::setprecision(2) << std::setw(8)
       << s["median_regret_pct"].get<double>() << std::setw(9) << s["p90_regret_pct"].get<double>() << "\n";
   o << "\nnoise floor: exact plan on the true curve smoothed (5-point running median), scored on the true curve\n";
-  for (const auto& s : r["smooth_oracle"])
-    o << "  " << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setprecision(1)
-      << s["cost_x_median_interval"].get<double>() << "x  median " << std::setprecision(2) << s["median_regret_pct"].get<double>()
-      << "  p90 " << s["p90_regret_pct"].get<double>() << "\n";
+  for (const auto& s : r["smooth_oracle"]) {
+    std::ostringstream cost;
+    if (s["cost_x_median_interval"].is_string()) cost << "all";
+    else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
+    o << "  " << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(4) << cost.str()
+      << "  median " << std::setprecision(2) << s["median_regret_pct"].get<double>() << "  p90 " << s["p90_regret_pct"].get<double>() << "\n";
+  }
   table(r["rows"], "AFTER: hedged plans, regime-change refits (no reference run), variant chosen leave-one-family-out");
   table(r["before_rows"], "BEFORE: plans on the point forecast, no regime-change trigger (no reference run)");
   if (r.contains("with_reference"))
