@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <string>
 
@@ -95,6 +96,7 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
   if (observed.empty()) throw Error(ErrorCode::kInvalidArgument, "hedge: no observed points");
   HedgedForecast out;
   out.forecast = forecast;
+  out.plan_choice = options.plan_choice;
   const std::size_t n = forecast.steps.size();
   out.time_scenarios.push_back({"forecast", 1.0, forecast.time_s});
   if (n == 0 || declared_certain(forecast)) {
@@ -184,10 +186,75 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
   return out;
 }
 
-ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
-                           const PublishCosts& costs) {
-  if (warmup_index >= prefix.size())
-    throw Error(ErrorCode::kInvalidArgument, "hedged plan: warm-up index " + std::to_string(warmup_index) + " is past the prefix");
+namespace {
+
+ScheduleResult plan_expected_cil(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
+                                 const PublishCosts& costs);
+
+// kExpectedRegret / kMinimaxRegret: score a finite candidate set on every (loss, time) pair.
+ScheduleResult plan_by_regret(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
+                              const PublishCosts& costs) {
+  std::vector<TimeScenario> times = hedged.time_scenarios;
+  if (times.empty()) times.push_back({"forecast", 1.0, hedged.forecast.time_s});
+  std::vector<Scenario> losses = hedged.scenarios;
+  if (losses.empty()) losses.push_back({"forecast", 1.0, hedged.forecast.loss});
+  struct Pair {
+    Trajectory curve;
+    double weight, none, best;
+  };
+  std::vector<Pair> pairs;
+  std::vector<std::vector<std::int64_t>> candidates = {{}};
+  Forecast f = hedged.forecast;
+  for (const auto& t : times) {
+    f.time_s = t.time_s;
+    f.loss = hedged.forecast.loss;
+    candidates.push_back(plan_optimal(extend_with_forecast(prefix, f), warmup_index, costs).publish_steps);
+    for (const auto& s : losses) {
+      f.loss = s.loss;
+      Pair p{extend_with_forecast(prefix, f), s.weight * t.weight, 0.0, 0.0};
+      p.none = evaluate_cil(p.curve, warmup_index, costs, {});
+      auto opt = plan_optimal(p.curve, warmup_index, costs);
+      p.best = opt.cil;
+      candidates.push_back(std::move(opt.publish_steps));
+      pairs.push_back(std::move(p));
+    }
+  }
+  const std::size_t most = std::min<std::size_t>(24, hedged.forecast.steps.size());
+  for (std::size_t k = 1; k <= most; ++k) candidates.push_back(evenly_spread(hedged.forecast.steps, k));
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  bool any_gain = false;
+  for (const auto& p : pairs) any_gain = any_gain || (p.weight > 0 && p.none - p.best > 1e-9 * std::abs(p.none));
+  if (!any_gain) return plan_expected_cil(prefix, warmup_index, hedged, costs);
+  const bool minimax = hedged.plan_choice == PlanChoice::kMinimaxRegret;
+  ScheduleResult best;
+  double best_score = std::numeric_limits<double>::infinity();
+  for (const auto& cand : candidates) {
+    double expected_cil = 0.0, total_w = 0.0, score = 0.0;
+    for (const auto& p : pairs) {
+      const double cil = evaluate_cil(p.curve, warmup_index, costs, cand);
+      expected_cil += p.weight * cil;
+      total_w += p.weight;
+      if (!(p.weight > 0) || p.none - p.best <= 1e-9 * std::abs(p.none)) continue;
+      const double regret = (cil - p.best) / (p.none - p.best);
+      score = minimax ? std::max(score, regret) : score + p.weight * regret;
+    }
+    expected_cil /= total_w;
+    const double tol = 1e-9;
+    const bool better = best_score == std::numeric_limits<double>::infinity() || score < best_score - tol ||
+                        (score <= best_score + tol &&
+                         (expected_cil < best.cil - 1e-12 * std::abs(best.cil) ||
+                          (expected_cil <= best.cil + 1e-12 * std::abs(best.cil) && cand.size() < best.publish_steps.size())));
+    if (better) {
+      best_score = score;
+      best = {cand, expected_cil, costs.stall_s * static_cast<double>(cand.size())};
+    }
+  }
+  return best;
+}
+
+ScheduleResult plan_expected_cil(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
+                                 const PublishCosts& costs) {
   const auto& times = hedged.time_scenarios;
   Forecast f = hedged.forecast;
   if (times.size() <= 1) return plan_optimal(extend_with_forecast(prefix, f), warmup_index, costs);
@@ -211,6 +278,16 @@ ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmu
     if (better) best = {cand, expected, costs.stall_s * static_cast<double>(cand.size())};
   }
   return best;
+}
+
+}  // namespace
+
+ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
+                           const PublishCosts& costs) {
+  if (warmup_index >= prefix.size())
+    throw Error(ErrorCode::kInvalidArgument, "hedged plan: warm-up index " + std::to_string(warmup_index) + " is past the prefix");
+  if (hedged.plan_choice != PlanChoice::kExpectedCil && hedged.hedged) return plan_by_regret(prefix, warmup_index, hedged, costs);
+  return plan_expected_cil(prefix, warmup_index, hedged, costs);
 }
 
 RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,

@@ -60,7 +60,25 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
   }
   std::vector<mp::HedgedForecast> hedged;
   for (const auto& v : settings.variants) {
-    if (v.hedge) {
+    if (!v.mixture_of.empty()) {
+      mp::HedgedForecast mix;
+      const double share = 1.0 / static_cast<double>(v.mixture_of.size());
+      for (const auto& o : v.mixture_of) {
+        auto h = mp::hedge_forecast(prefix, point, o);
+        if (mix.scenarios.empty()) {
+          mix = h;
+          mix.scenarios.clear();
+          std::fill(mix.forecast.loss.begin(), mix.forecast.loss.end(), 0.0);
+        }
+        for (auto& sc : h.scenarios) {
+          sc.weight *= share;
+          mix.scenarios.push_back(std::move(sc));
+        }
+        for (std::size_t i = 0; i < mix.forecast.loss.size(); ++i) mix.forecast.loss[i] += share * h.forecast.loss[i];
+        mix.hedged = mix.hedged || h.hedged;
+      }
+      hedged.push_back(std::move(mix));
+    } else if (v.hedge) {
       hedged.push_back(mp::hedge_forecast(prefix, point, v.library_defaults ? mp::HedgeOptions{} : v.hedge_options));
     } else {
       // The point forecast alone, on its own time axis.
@@ -88,6 +106,15 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     return it->second;
   };
 
+  // The true curve denoised by a 5-point running median: the noise floor's plan is made on it,
+  // and every schedule is also scored on it (Outcome::regret_denoised).
+  mp::Trajectory smooth = truth;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::vector<double> win;
+    for (std::size_t j = i >= 2 ? i - 2 : 0; j <= std::min(n - 1, i + 2); ++j) win.push_back(truth.loss[j]);
+    std::nth_element(win.begin(), win.begin() + static_cast<std::ptrdiff_t>(win.size() / 2), win.end());
+    smooth.loss[i] = win[win.size() / 2];
+  }
   result.outcome.resize(settings.cost_multipliers.size());
   for (std::size_t ci = 0; ci < settings.cost_multipliers.size(); ++ci) {
     mp::PublishCosts costs;
@@ -102,7 +129,9 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
         mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(mp::fixed_interval_schedule(viper_planned, w, costs), truth, w));
     baseline["viper_threshold"] =
         mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(mp::threshold_schedule(viper_planned, w, costs), truth, w));
-    const auto score = [&](double cil) {
+    const auto oracle = mp::plan_optimal(smooth, w, costs);
+    const double smooth_none = mp::evaluate_cil(smooth, w, costs, {});
+    const auto score_cil = [&](double cil) {
       Outcome o;
       const double gain = none - best;
       o.has_gain = gain > 1e-9 * none;
@@ -110,24 +139,21 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       for (const auto& [name, b] : baseline) o.vs[name] = compare(cil, b);
       return o;
     };
-    {
-      mp::Trajectory smooth = truth;
-      for (std::size_t i = 0; i < n; ++i) {
-        std::vector<double> win;
-        for (std::size_t j = i >= 2 ? i - 2 : 0; j <= std::min(n - 1, i + 2); ++j) win.push_back(truth.loss[j]);
-        std::nth_element(win.begin(), win.begin() + static_cast<std::ptrdiff_t>(win.size() / 2), win.end());
-        smooth.loss[i] = win[win.size() / 2];
-      }
-      const auto oracle = mp::plan_optimal(smooth, w, costs);
-      result.smooth_oracle_regret.push_back(score(mp::evaluate_cil(truth, w, costs, oracle.publish_steps)).regret);
-      if (!score(0).has_gain) result.smooth_oracle_regret.back() = std::nan("");
-    }
+    const auto score = [&](const std::vector<std::int64_t>& schedule) {
+      Outcome o = score_cil(mp::evaluate_cil(truth, w, costs, schedule));
+      const double gain = smooth_none - oracle.cil;
+      o.has_gain_denoised = gain > 1e-9 * smooth_none;
+      o.regret_denoised = o.has_gain_denoised ? 100.0 * (mp::evaluate_cil(smooth, w, costs, schedule) - oracle.cil) / gain : 0.0;
+      return o;
+    };
+    result.smooth_oracle_regret.push_back(score_cil(mp::evaluate_cil(truth, w, costs, oracle.publish_steps)).regret);
+    if (!score_cil(0).has_gain) result.smooth_oracle_regret.back() = std::nan("");
     result.outcome[ci].resize(2);
     for (std::size_t vi = 0; vi < settings.variants.size(); ++vi) {
       const auto& v = settings.variants[vi];
       // The planner does not know the true window; it plans over its forecast of the run.
       const auto plan = mp::plan_hedged(prefix, w, hedged[vi], costs);
-      result.outcome[ci][0].push_back(score(mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(plan.publish_steps, truth, w))));
+      result.outcome[ci][0].push_back(score(mp::snap_to_candidates(plan.publish_steps, truth, w)));
 
       mp::OnlineOptions oo;
       oo.forecast = fo;
@@ -149,7 +175,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
         scheduler.should_publish(run.points[i].step);
       }
       result.replay_seconds = std::max(result.replay_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      result.outcome[ci][1].push_back(score(mp::evaluate_cil(truth, w, costs, scheduler.published_steps())));
+      result.outcome[ci][1].push_back(score(scheduler.published_steps()));
     }
   }
   return result;

@@ -27,6 +27,9 @@ struct Variant {
   // Chosen for plans only: the online scheduler refits as the run goes, and its hedging
   // candidates stay those it was chosen from before plans had an early-saturation scenario.
   bool plan_only = false;
+  // Plans only: instead of one hedge, the equal-weight mixture of every hedge in mixture_of
+  // (uncertainty about the hedge's own prior, averaged rather than chosen).
+  std::vector<predictor::HedgeOptions> mixture_of = {};
 };
 
 struct EvalSettings {
@@ -42,6 +45,12 @@ inline const std::vector<std::string> kBaselines = {"every_candidate", "every_e_
 struct Outcome {
   bool has_gain = false;
   double regret = 0.0;            // % of the achievable gain lost
+  // The same schedule scored on the denoised true curve (5-point running median) against the
+  // optimum on that curve: what is lost to the curve's shape, not to evaluation noise that the
+  // optimum in hindsight exploits and no schedule decided before seeing a point can. A second
+  // figure next to regret, never a replacement for it.
+  bool has_gain_denoised = false;
+  double regret_denoised = 0.0;
   std::map<std::string, int> vs;  // +1 better, 0 tie, -1 worse than the baseline
 };
 

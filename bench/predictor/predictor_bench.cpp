@@ -46,14 +46,24 @@ std::vector<mb::Variant> variants() {
     v.push_back({"ablation: + cap at current level", true, capped, 5, true});
     return v;
   }
+  // Plans may also choose their schedule by expected or worst-case regret instead of expected CIL
+  // (HedgeOptions::plan_choice); the online scheduler plans by expected CIL only.
+  const std::pair<mp::PlanChoice, std::string> choices[] = {
+      {mp::PlanChoice::kExpectedCil, ""}, {mp::PlanChoice::kExpectedRegret, ", by expected regret"},
+      {mp::PlanChoice::kMinimaxRegret, ", by minimax regret"}};
+  const std::size_t n_choices = std::getenv("BENCH_PLAN_CHOICE") ? 3 : 1;
+  for (std::size_t ci = 0; ci < n_choices; ++ci)
   for (double early : {0.0, 0.15, 0.3})
     for (bool cap : {false, true}) {
-      const std::string suffix = (cap ? ", capped" : "") + (early > 0 ? ", early=" + std::to_string(early).substr(0, 4) : std::string());
+      const auto& [choice, choice_name] = choices[ci];
+      const std::string suffix = (cap ? ", capped" : "") + (early > 0 ? ", early=" + std::to_string(early).substr(0, 4) : std::string()) + choice_name;
+      const bool plan_only = early > 0 || choice != mp::PlanChoice::kExpectedCil;
       mb::Variant none{"hedged p_change=0" + suffix, true, {}, 5};
       none.hedge_options.change_probability = 0.0;
       none.hedge_options.cap_at_current_level = cap;
       none.hedge_options.early_saturation_probability = early;
-      none.plan_only = early > 0;
+      none.hedge_options.plan_choice = choice;
+      none.plan_only = plan_only;
       v.push_back(none);
       for (double depth : {0.15, 0.3})
         for (double p : {0.15, 0.3, 0.5}) {
@@ -63,10 +73,19 @@ std::vector<mb::Variant> variants() {
           h.hedge_options.change_depth = depth;
           h.hedge_options.cap_at_current_level = cap;
           h.hedge_options.early_saturation_probability = early;
-          h.plan_only = early > 0;
+          h.hedge_options.plan_choice = choice;
+          h.plan_only = plan_only;
           v.push_back(h);
         }
     }
+  {
+    // Every hedge above that plans by expected CIL, averaged instead of chosen.
+    mb::Variant mixture{"mixture of every hedge", true, {}, 5};
+    mixture.plan_only = true;
+    for (const auto& x : v)
+      if (x.hedge && x.hedge_options.plan_choice == mp::PlanChoice::kExpectedCil) mixture.mixture_of.push_back(x.hedge_options);
+    v.push_back(mixture);
+  }
   mb::Variant defaults;
   defaults.name = "library defaults";
   defaults.library_defaults = true;

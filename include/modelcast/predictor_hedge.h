@@ -23,6 +23,19 @@
 
 namespace modelcast::predictor {
 
+// How plan_hedged picks among candidate schedules.
+enum class PlanChoice {
+  // Lowest expected CIL over the scenarios: the exact plan on the expected path (one time axis).
+  kExpectedCil,
+  // Lowest expected regret, each scenario's regret as a share of that scenario's own achievable
+  // gain. Expected CIL lets the scenarios with the most CIL at stake decide; this counts every
+  // scenario's shortfall relative to what it offered, which is how a plan is judged afterwards.
+  kExpectedRegret,
+  // Lowest worst-case regret (as a share of the gain) over the scenarios with any weight: a plan
+  // that is never far from what the scenario turned out to allow, at some cost in expectation.
+  kMinimaxRegret,
+};
+
 struct HedgeOptions {
   // Total probability of a regime change in the rest of the run: the loss falls by
   // change_depth x (its current level) at one of change_times evenly spread points. This is
@@ -56,6 +69,10 @@ struct HedgeOptions {
   // time scenarios. A stated prior, not fitted: "the rest may take up to twice as long".
   double time_stretch_probability = 0.5;
   double time_stretch = 2.0;
+  // How plan_hedged chooses its schedule (see PlanChoice). The regret-based rules pick among a
+  // finite set of candidates (the exact plan on the expected path and on every scenario, evenly
+  // spread schedules, no publish), so they are not exact optima of their criteria.
+  PlanChoice plan_choice = PlanChoice::kExpectedCil;
 };
 
 struct Scenario {
@@ -77,6 +94,7 @@ struct HedgedForecast {
   // At least one; the first is the forecast's own times. Loss and time scenarios are independent.
   std::vector<TimeScenario> time_scenarios;
   bool hedged = false;  // false when the forecast was declared certain (a zero-width band)
+  PlanChoice plan_choice = PlanChoice::kExpectedCil;  // HedgeOptions::plan_choice, for plan_hedged
 };
 
 // Scenarios of the rest of the run around forecast (made from observed). A forecast whose band
@@ -87,11 +105,15 @@ struct HedgedForecast {
 HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Forecast& forecast,
                               const HedgeOptions& options);
 
-// The plan with the lowest expected CIL over the hedged forecast's loss and time scenarios.
-// With one time scenario this is the exact plan on the expected loss path (CIL is linear in the
+// The plan chosen by hedged.plan_choice. kExpectedCil: the plan with the lowest expected CIL
+// over the hedged forecast's loss and time scenarios. With one time scenario this is the exact plan on the expected loss path (CIL is linear in the
 // loss for fixed times). With several, CIL is no longer linear in them, so the candidates are the
 // exact plan for each time scenario and evenly spread schedules of 1 to 24 publishes over the
 // forecast's steps, and the one with the lowest expected CIL wins (ties: fewer publishes).
+// kExpectedRegret / kMinimaxRegret: among the exact plans on the expected path and on every
+// (loss, time) scenario, evenly spread schedules of 1 to 24 publishes and no publish, the one with
+// the lowest expected / worst regret over the scenario pairs with an achievable gain (ties: lower
+// expected CIL, then fewer publishes); without such a pair, the kExpectedCil plan.
 // publish_steps are forecast steps; cil is the expected CIL. warmup_index indexes prefix.
 ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index,
                            const HedgedForecast& hedged, const PublishCosts& costs);

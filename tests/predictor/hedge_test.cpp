@@ -294,5 +294,87 @@ TEST(Hedge, RejectsBadOptionsAndForecasts) {
   EXPECT_THROW(hedge_forecast(prefix, f, stretch_p), Error);
 }
 
+
+// Two equally likely futures after a 2-point prefix, one second per step: in one the loss halves
+// at once (a large gain), in the other it stays up and falls by 0.4 late (a small one). The stall
+// lets a single publish serve either future well, not both.
+HedgedForecast two_futures(PlanChoice choice) {
+  HedgedForecast h;
+  h.hedged = true;
+  h.plan_choice = choice;
+  Forecast& f = h.forecast;
+  std::vector<double> early, late;
+  for (int i = 0; i < 40; ++i) {
+    f.steps.push_back(2 + i);
+    f.time_s.push_back(2.0 + i);
+    early.push_back(i < 1 ? 1.0 : 0.5);
+    late.push_back(i < 25 ? 1.0 : 0.6);
+  }
+  h.scenarios = {{"early", 0.5, early}, {"late", 0.5, late}};
+  for (std::size_t i = 0; i < early.size(); ++i) f.loss.push_back(0.5 * early[i] + 0.5 * late[i]);
+  f.lower = f.upper = f.loss;
+  h.time_scenarios = {{"forecast", 1.0, f.time_s}};
+  return h;
+}
+
+// Regret share of steps in each scenario of h, against that scenario's optimum.
+std::vector<double> regrets_of(const std::vector<CurvePoint>& prefix, const HedgedForecast& h, const PublishCosts& costs,
+                               const std::vector<std::int64_t>& steps) {
+  std::vector<double> out;
+  for (const auto& s : h.scenarios) {
+    Forecast f = h.forecast;
+    f.loss = s.loss;
+    const auto curve = extend_with_forecast(prefix, f);
+    const double none = evaluate_cil(curve, 1, costs, {});
+    const double best = plan_optimal(curve, 1, costs).cil;
+    out.push_back((evaluate_cil(curve, 1, costs, steps) - best) / (none - best));
+  }
+  return out;
+}
+
+TEST(Hedge, MinimaxRegretPlanBoundsTheWorstScenario) {
+  const std::vector<CurvePoint> prefix = {{0, 1.0, 0.0}, {1, 1.0, 1.0}};
+  PublishCosts costs;
+  costs.stall_s = 6.0;
+  costs.delivery_s = 1.0;
+  const auto h = two_futures(PlanChoice::kExpectedCil);
+  const auto by_cil = plan_hedged(prefix, 1, h, costs);
+  const auto by_minimax = plan_hedged(prefix, 1, two_futures(PlanChoice::kMinimaxRegret), costs);
+  const auto r_cil = regrets_of(prefix, h, costs, by_cil.publish_steps);
+  const auto r_minimax = regrets_of(prefix, h, costs, by_minimax.publish_steps);
+  // Expected CIL serves the future with the most CIL at stake and leaves the other with little ...
+  EXPECT_NEAR(r_cil[0], 0.0, 1e-9);
+  EXPECT_GT(r_cil[1], 0.85);
+  // ... the minimax plan lowers the worst regret, paying for it in expected CIL.
+  EXPECT_LT(std::max(r_minimax[0], r_minimax[1]), std::max(r_cil[0], r_cil[1]) - 0.05);
+  EXPECT_GT(by_minimax.cil, by_cil.cil);
+  // Its cil is the expected CIL of its schedule.
+  double expected = 0.0;
+  for (const auto& s : h.scenarios) {
+    Forecast f = h.forecast;
+    f.loss = s.loss;
+    expected += s.weight * evaluate_cil(extend_with_forecast(prefix, f), 1, costs, by_minimax.publish_steps);
+  }
+  EXPECT_NEAR(by_minimax.cil, expected, 1e-9 * expected);
+}
+
+TEST(Hedge, ExpectedRegretPlanWeighsEveryScenarioByItsOwnGain) {
+  const std::vector<CurvePoint> prefix = {{0, 1.0, 0.0}, {1, 1.0, 1.0}};
+  PublishCosts costs;
+  costs.stall_s = 6.0;
+  costs.delivery_s = 1.0;
+  const auto h = two_futures(PlanChoice::kExpectedCil);
+  const auto expected_regret = [&](const std::vector<std::int64_t>& steps) {
+    const auto r = regrets_of(prefix, h, costs, steps);
+    return 0.5 * r[0] + 0.5 * r[1];
+  };
+  const auto by_cil = plan_hedged(prefix, 1, h, costs);
+  const auto by_regret = plan_hedged(prefix, 1, two_futures(PlanChoice::kExpectedRegret), costs);
+  // The small late gain counts for as much as the large early one: the regret rule serves it,
+  // which lowers the expected regret below the expected-CIL plan's.
+  EXPECT_LT(expected_regret(by_regret.publish_steps), expected_regret(by_cil.publish_steps) - 0.02);
+  EXPECT_GE(by_regret.cil, by_cil.cil);
+}
+
 }  // namespace
 }  // namespace modelcast::predictor
