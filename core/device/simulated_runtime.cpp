@@ -137,7 +137,8 @@ class SimulatedRuntime final : public DeviceRuntime {
       close(fd);
       throw Error(ErrorCode::kResource, "simulated device: cannot allocate " + std::to_string(bytes) + " bytes");
     }
-    void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Populated now, as cudaMalloc commits its memory: a first copy into it must not pay page faults.
+    void* base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (base == MAP_FAILED) {
       close(fd);
       throw Error(ErrorCode::kResource, "simulated device: cannot map " + std::to_string(bytes) + " bytes");
