@@ -17,7 +17,11 @@ bool DeviceLanding::available() const {
   return false;
 }
 
-DeviceLanding::Landed DeviceLanding::land(const Manifest& manifest, const std::byte* host, bool digest) {
+DeviceLanding::Landed DeviceLanding::land(const Manifest& manifest, detail::ReceiveBuffer& receive, bool digest) {
+  if (!receive.pin && !receive.memory.empty()) {
+    receive.pin = std::make_unique<device::HostPin>(runtime_, receive.memory.data(), receive.memory.size());
+  }
+  const std::byte* host = receive.memory.data();
   std::shared_ptr<detail::DeviceBuffer>* slot = nullptr;
   for (auto& b : pool_) {
     if (b.use_count() == 1) slot = &b;

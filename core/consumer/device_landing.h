@@ -32,9 +32,9 @@ class DeviceLanding {
 
   bool available() const;  // land() would find a buffer no view holds
   // Copies manifest.total_bytes from `host` into a free device buffer (reallocated if too
-  // small) and, with `digest`, hashes each tensor there. Throws Error(kState) when every
+  // small) and, with `digest`, hashes each tensor there. Pins `host` the first time it is seen. Throws Error(kState) when every
   // buffer is held, kResource or kTransport for a device failure.
-  Landed land(const Manifest& manifest, const std::byte* host, bool digest);
+  Landed land(const Manifest& manifest, detail::ReceiveBuffer& host, bool digest);
 
   // pmix64 digests of the manifest's tensors in device memory at `base` (a version a one-sided
   // route read straight into a device buffer).

@@ -96,7 +96,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     if (done->buffer->device_owned) {
       if (pmix) done->received = landing_->digest(m, done->buffer->memory.data());
     } else if (landing_) {
-      auto landed = landing_->land(m, done->buffer->memory.data(), pmix);
+      auto landed = landing_->land(m, *done->buffer, pmix);
       device_copy = std::move(landed.buffer);
       if (pmix) done->received = std::move(landed.digests);
     } else if (pmix) {

@@ -98,6 +98,11 @@ class CudaRuntime final : public DeviceRuntime {
   }
   void release_host(void* pointer) noexcept override { cudaFreeHost(pointer); }
 
+  void pin_host(void* pointer, std::size_t bytes) override {
+    check(cudaHostRegister(pointer, bytes, cudaHostRegisterPortable), "cudaHostRegister");
+  }
+  void unpin_host(void* pointer) noexcept override { cudaHostUnregister(pointer); }
+
   StreamHandle create_stream(int device) override {
     check_device(device);
     DeviceScope scope(device);

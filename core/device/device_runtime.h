@@ -68,6 +68,12 @@ class DeviceRuntime {
   virtual void* allocate_host(std::size_t bytes) = 0;
   virtual void release_host(void* pointer) noexcept = 0;
 
+  // Pins existing host memory for full-speed copies (cudaHostRegister), until unpin_host(). The
+  // memory must stay allocated until then. Pinning costs about a millisecond per GiB: once per
+  // buffer, never per copy.
+  virtual void pin_host(void* pointer, std::size_t bytes) = 0;
+  virtual void unpin_host(void* pointer) noexcept = 0;
+
   // A stream on `device` ordered after the legacy default stream (work a trainer queued without
   // naming a stream comes first).
   virtual StreamHandle create_stream(int device) = 0;
@@ -110,6 +116,21 @@ DeviceRuntime* device_runtime();
 
 // The same, or Error(kState) saying how to get one (for a caller that was given device memory).
 DeviceRuntime& require_device_runtime(const std::string& why);
+
+// Host memory pinned while this lives (declare it after the memory it pins, so it goes first).
+class HostPin {
+ public:
+  HostPin(DeviceRuntime& runtime, void* pointer, std::size_t bytes) : runtime_(runtime), pointer_(pointer) {
+    runtime_.pin_host(pointer, bytes);
+  }
+  ~HostPin() { runtime_.unpin_host(pointer_); }
+  HostPin(const HostPin&) = delete;
+  HostPin& operator=(const HostPin&) = delete;
+
+ private:
+  DeviceRuntime& runtime_;
+  void* pointer_;
+};
 
 // Factories, for tests that want one explicitly. make_cuda_runtime() returns nullptr in a build
 // without CUDA or on a machine without a device.

@@ -160,6 +160,15 @@ class SimulatedRuntime final : public DeviceRuntime {
   void* allocate_host(std::size_t bytes) override { return ::operator new(std::max<std::size_t>(bytes, 1)); }
   void release_host(void* pointer) noexcept override { ::operator delete(pointer); }
 
+  // Host memory is all the simulated device copies from; pinning only checks the range is host.
+  void pin_host(void* pointer, std::size_t bytes) override {
+    std::lock_guard lock(mutex_);
+    if (find(pointer) || (bytes && find(static_cast<std::byte*>(pointer) + bytes - 1))) {
+      throw Error(ErrorCode::kInvalidArgument, "simulated device: pin_host of device memory");
+    }
+  }
+  void unpin_host(void*) noexcept override {}
+
   StreamHandle create_stream(int device) override {
     check_device(device);
     return new SimStream();

@@ -31,6 +31,7 @@ struct ReceiveBuffer {
   HostBuffer owned;                                 // empty when the caller gave the memory
   std::unique_ptr<DeviceBuffer> device_owned;       // set when the buffer is device memory
   std::span<std::byte> memory;
+  std::unique_ptr<device::HostPin> pin;             // a device consumer's landing buffer, pinned
   std::unique_ptr<transport::MemoryRegion> region;
 };
 

@@ -33,11 +33,16 @@ DeviceSnapshots::~DeviceSnapshots() {
   }
   cv_.notify_all();
   thread_.join();
+  pins_.clear();
   runtime_.destroy_stream(copy_stream_);
   runtime_.destroy_stream(stage_stream_);
   runtime_.destroy_event(caller_point_);
   for (auto* e : copied_) runtime_.destroy_event(e);
   for (auto* p : slots_) runtime_.release(p);
+}
+
+void DeviceSnapshots::pin_host_slots(const std::vector<std::pair<std::byte*, std::size_t>>& slots) {
+  for (const auto& [base, size] : slots) pins_.push_back(std::make_unique<device::HostPin>(runtime_, base, size));
 }
 
 void DeviceSnapshots::copy(std::size_t slot, const Manifest& layout, std::span<const TensorRef> tensors,

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
@@ -49,6 +50,9 @@ class DeviceSnapshots {
   void stage(std::size_t slot, Manifest manifest, std::byte* host, Clock::time_point called_at);
 
   int device() const { return device_; }
+  // Pins the host slots versions are staged into (once, after they are allocated): a copy to
+  // pageable memory runs at a fraction of the link's speed. They stay pinned while this lives.
+  void pin_host_slots(const std::vector<std::pair<std::byte*, std::size_t>>& slots);
   // The device slots, one per snapshot slot: what one-sided transports export.
   const std::vector<void*>& slots() const { return slots_; }
 
@@ -75,6 +79,7 @@ class DeviceSnapshots {
   std::condition_variable cv_;
   std::deque<Job> jobs_;  // guarded by mutex_
   bool stop_ = false;     // guarded by mutex_
+  std::vector<std::unique_ptr<device::HostPin>> pins_;  // trainer's thread, at prepare
   std::thread thread_;
 };
 

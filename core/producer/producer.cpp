@@ -263,6 +263,11 @@ class Producer::Impl {
     }
     if (device_) {
       store_.allocate(layout_.total_bytes, *transports_, device_->slots(), device_->device());
+      std::vector<std::pair<std::byte*, std::size_t>> host_slots;
+      for (std::size_t i = 0; i < options_.snapshot_slots; ++i) {
+        host_slots.emplace_back(store_.memory(i), std::max<std::uint64_t>(layout_.total_bytes, 1));
+      }
+      device_->pin_host_slots(host_slots);
       service_->events().push(producer::SlotsAllocated{transport::MemoryLocation::cuda(device_->device())});
     } else {
       store_.allocate(layout_.total_bytes, *transports_);
