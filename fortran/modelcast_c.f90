@@ -45,6 +45,9 @@ module modelcast_c
     type(c_funptr) :: on_update, on_error
     type(c_ptr) :: callback_user_data
     integer(c_int) :: memory, device
+    type(c_ptr) :: transports
+    integer(c_size_t) :: transport_count
+    type(c_ptr) :: path
   end type
 
   type, bind(c), public :: mc_tensor_info_t

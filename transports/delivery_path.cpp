@@ -9,16 +9,17 @@ bool is_device(MemoryKind kind) { return kind == MemoryKind::kCuda; }
 
 const char* kind_name(MemoryKind kind) { return is_device(kind) ? "device" : "host"; }
 
-std::string describe(const PathQuery& q) {
+// Whether UCX moves CUDA memory matters only to the ucx_cuda path: elsewhere it would mislead.
+std::string describe(const PathQuery& q, DeliveryPath path) {
   std::string s = std::string(kind_name(q.producer)) + " -> " + kind_name(q.consumer);
   s += q.same_host ? ", same host" : ", different hosts";
-  s += q.ucx_cuda ? ", UCX with CUDA memory" : ", UCX without CUDA memory";
+  if (path == DeliveryPath::kUcxCuda) s += q.ucx_cuda ? ", UCX with CUDA memory" : ", UCX without CUDA memory";
   return s;
 }
 
 [[noreturn]] void refuse(const PathQuery& q, DeliveryPath path, const char* reason) {
   throw Error(ErrorCode::kInvalidArgument, "delivery path '" + std::string(delivery_path_name(path)) +
-                                               "' cannot serve " + describe(q) + ": " + reason);
+                                               "' cannot serve " + describe(q, path) + ": " + reason);
 }
 
 }  // namespace

@@ -96,6 +96,14 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
       o.memory = static_cast<modelcast::MemoryKind>(options->memory);
       o.device = options->device;
     }
+    if (has_field(*options, options->path)) {
+      if (options->transport_count > 0) require(options->transports, "options.transports");
+      for (std::size_t i = 0; i < options->transport_count; ++i) {
+        if (options->transports[i] == nullptr) invalid("options.transports[" + std::to_string(i) + "] is NULL");
+        o.transports.emplace_back(options->transports[i]);
+      }
+      if (options->path != nullptr) o.path = options->path;
+    }
     auto handle = std::make_unique<mc_consumer>();
     handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
     *out = handle.release();

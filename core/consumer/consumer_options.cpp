@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/device/device_runtime.h"
+#include "transports/delivery_path.h"
 #include "modelcast/error.h"
 
 namespace modelcast::consumer {
@@ -62,6 +63,7 @@ ConsumerOptions checked(ConsumerOptions options) {
                                                    std::to_string(runtime.device_count()) + " devices)");
     }
   }
+  parse_delivery_path(options.path);  // throws kInvalidArgument listing the valid names
   if (options.transfer_timeout.count() <= 0) throw Error(ErrorCode::kInvalidArgument, "transfer_timeout must be positive");
   return options;
 }

@@ -75,7 +75,7 @@ void ConsumerService::join() {
   auto memory = options_.memory == MemoryKind::kCuda ? transport::MemoryLocation::cuda(options_.device)
                                                      : transport::MemoryLocation::host();
   link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,
-              host_id(), process_token(), session_},
+              host_id(), process_token(), session_, parse_delivery_path(options_.path)},
              Clock::now());
 }
 
@@ -191,7 +191,10 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   bool into_device = reply.path == DeliveryPath::kCudaIpc && options_.memory == MemoryKind::kCuda;
   store_.use_transport(offered_->shared(*chosen), into_device ? transport::MemoryLocation::cuda(options_.device)
                                                               : transport::MemoryLocation::host());
-  count([&](ConsumerStats& s) { s.transport = reply.transport; });
+  count([&](ConsumerStats& s) {
+    s.transport = reply.transport;
+    s.path = std::string(delivery_path_name(reply.path));
+  });
   bool new_producer = reply.incarnation != link_.incarnation();
   link_.joined(reply, Clock::now());
   if (new_producer) rejected_.clear();  // version numbers restart with a new producer

@@ -243,6 +243,7 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
   transport::RouteQuery query;
   query.producer = slots_.kind;
   query.consumer = join.memory.kind;
+  query.forced = join.path;
   query.distance = transport::distance_between(host_id_, process_token(), join.host_id, join.process);
   transport::Route route;
   try {

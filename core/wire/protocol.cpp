@@ -32,7 +32,7 @@ struct BodyPacker {
     pk.pack("t_pub"); pk.pack(m.publish_time_ns);
   }
   void operator()(const JoinRequest& m) const {
-    pk.pack_map(8);
+    pk.pack_map(m.path ? 9 : 8);
     pk.pack("model"); pack_str(pk, m.model);
     pk.pack("name"); pack_str(pk, m.consumer_name);
     pk.pack("offers");
@@ -43,6 +43,9 @@ struct BodyPacker {
     pk.pack("host"); pack_str(pk, m.host_id);
     pk.pack("proc"); pk.pack(m.process);
     pk.pack("session"); pk.pack(m.session);
+    if (m.path) {
+      pk.pack("path"); pk.pack(static_cast<std::uint8_t>(*m.path));
+    }
   }
   void operator()(const JoinReply& m) const {
     pk.pack_map(8);
@@ -119,7 +122,8 @@ Message unpack_body(Type type, const msgpack::object& body) {
                          {memory_kind(f.get<std::uint8_t>("mem"), "join request"), f.get<int>("dev")},
                          f.get<std::string>("host"),
                          f.get<std::uint64_t>("proc"),
-                         f.get<std::uint64_t>("session")};
+                         f.get<std::uint64_t>("session"),
+                         f.has("path") ? std::optional(delivery_path(f.get<std::uint8_t>("path"))) : std::nullopt};
     }
     case Type::kJoinReply: {
       Fields f(body, "join reply");

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -79,6 +80,8 @@ struct JoinRequest {
   // Random per Consumer object: a join from a new connection with the same session (and key)
   // is the same consumer reconnecting and replaces its old record; any other join never does.
   std::uint64_t session = 0;
+  // A path the consumer insists on (ConsumerOptions::path); nullopt: the producer chooses.
+  std::optional<DeliveryPath> path;
 };
 
 struct JoinReply {

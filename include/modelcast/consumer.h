@@ -39,6 +39,10 @@ struct ConsumerOptions {
   // same all-or-nothing guarantee as host views. Not with caller_buffers.
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
+  // The delivery path to insist on: "" (the producer chooses), "host_ucx", "cuda_ipc",
+  // "staged" or "ucx_cuda". A path the two memories and the distance cannot use gets the join
+  // refused, saying why (Error(kState) through on_error and last_error).
+  std::string path;
   // Transports this consumer offers, in order of preference: "ucx", "loopback" (only with a
   // producer in this same process). Empty: every default one ("ucx").
   std::vector<std::string> transports;
@@ -78,6 +82,7 @@ struct ConsumerStats {
   std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
   std::uint64_t bytes_received = 0;
   std::string transport;  // the transport the producer chose at the last join ("" before one)
+  std::string path;       // and the delivery path ("host_ucx", "cuda_ipc", "staged", ...)
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here
   std::chrono::nanoseconds last_notify_latency{0};  // publish() call until announced here
   std::string last_error;

@@ -262,6 +262,12 @@ typedef struct mc_consumer_options {
    * MC_MEMORY_HOST; MC_MEMORY_CUDA receives into device `device` and views hold device pointers. */
   mc_memory_kind memory;
   int device;
+  /* Since 0.3. Transports to offer, in order of preference ("ucx", "cuda_ipc", "loopback");
+   * count 0 (default) = every default one. The delivery path to insist on ("host_ucx",
+   * "cuda_ipc", "staged", "ucx_cuda"); NULL or "" (default) = the producer chooses. */
+  const char* const* transports;
+  size_t transport_count;
+  const char* path;
 } mc_consumer_options;
 
 typedef struct mc_consumer_stats {

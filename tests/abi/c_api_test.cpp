@@ -474,6 +474,21 @@ TEST(CApi, NullPointersAreRejectedByName) {
   co.producer_endpoint = "";
   EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("producer_endpoint is empty"), std::string::npos) << last_error();
+
+  // The 0.3 fields: transports and a forced path are passed through and checked.
+  co.producer_endpoint = "tcp://127.0.0.1:1";
+  co.path = "teleport";
+  EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'teleport'"), std::string::npos) << last_error();
+  co.path = "staged";
+  const char* transports[] = {"ucx", "pigeon"};
+  co.transports = transports;
+  co.transport_count = 2;
+  EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("unknown transport 'pigeon'"), std::string::npos) << last_error();
+  co.transports = nullptr;
+  EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("options.transports"), std::string::npos) << last_error();
 }
 
 TEST(CApi, PublishOrPrepareWithNothingRegisteredIsAStateError) {

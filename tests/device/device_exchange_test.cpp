@@ -39,7 +39,8 @@ modelcast::ConsumerOptions consumer_options(const std::string& endpoint, MemoryK
 
 // Publishes versions 1..4 of a device model to a peer consumer and checks what it installed
 // and over which transport.
-void serve_peer_consumer(const std::string& memory, const std::string& transports, const std::string& expected) {
+void serve_peer_consumer(const std::string& memory, const std::string& transports, const std::string& expected,
+                         const std::string& path = "") {
   auto& rt = runtime();
   modelcast::Producer producer(producer_options());
   devicemodel::DeviceModel model(rt, 0, 512);
@@ -48,7 +49,7 @@ void serve_peer_consumer(const std::string& memory, const std::string& transport
   const int device = devicemodel::other_device(rt);
   ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
                      "4", "--seed", "9", "--memory", memory, "--device", std::to_string(device), "--transports",
-                     transports});
+                     transports, "--path", path});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
   for (std::uint64_t v = 1; v <= 4; ++v) {
     model.upload(9, v);
@@ -70,17 +71,43 @@ void serve_peer_consumer(const std::string& memory, const std::string& transport
 
 // Device slot -> host slot (staging) -> UCX -> host buffer.
 TEST(DeviceExchange, ADeviceProducerServesAHostConsumerInAnotherProcess) {
-  serve_peer_consumer("host", "ucx,cuda_ipc", "ucx");
+  serve_peer_consumer("host", "ucx,cuda_ipc", "ucx path=staged");
 }
 
 // Same host, device to device: the consumer maps the producer's slot and copies on the device.
 TEST(DeviceExchange, ADeviceConsumerOnTheSameHostReadsTheSlotOverCudaIpc) {
-  serve_peer_consumer("cuda", "ucx,cuda_ipc", "cuda_ipc");
+  serve_peer_consumer("cuda", "ucx,cuda_ipc", "cuda_ipc path=cuda_ipc");
+}
+
+// CUDA IPC on offer, but the consumer insists on staging: the path is forcible.
+TEST(DeviceExchange, AConsumerCanForceTheStagedPathWhereCudaIpcWouldServe) {
+  serve_peer_consumer("cuda", "cuda_ipc,ucx", "ucx path=staged", "staged");
 }
 
 // The same pair without CUDA IPC on offer: staged through host memory at both ends.
 TEST(DeviceExchange, ADeviceConsumerWithoutCudaIpcIsServedStagedThroughTheHost) {
-  serve_peer_consumer("cuda", "ucx", "ucx");
+  serve_peer_consumer("cuda", "ucx", "ucx path=staged");
+}
+
+TEST(DeviceExchange, AForcedPathTheMemoriesCannotUseIsRefusedSayingWhy) {
+  auto& rt = runtime();
+  modelcast::Producer producer(producer_options());
+  devicemodel::DeviceModel model(rt, 0, 64, 2);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  std::promise<std::string> refused;
+  auto options = consumer_options(producer.control_endpoint(), MemoryKind::kHost, 0);
+  options.path = "cuda_ipc";  // a host consumer has nothing to map a device slot into
+  std::once_flag once;
+  options.on_error = [&](const modelcast::Error& e) { std::call_once(once, [&] { refused.set_value(e.what()); }); };
+  modelcast::Consumer consumer(options);
+  auto answer = refused.get_future();
+  ASSERT_EQ(answer.wait_for(60s), std::future_status::ready);
+  std::string why = answer.get();
+  EXPECT_NE(why.find("cuda_ipc"), std::string::npos) << why;
+  EXPECT_EQ(consumer.stats().versions_installed, 0u);
+  options.path = "teleport";
+  EXPECT_THROW(modelcast::Consumer{options}, modelcast::Error);
 }
 
 TEST(DeviceExchange, AHostProducerServesADeviceConsumerWhoseViewsHoldDevicePointers) {

@@ -5,8 +5,8 @@
 //             device tensors; publishes N versions once a consumer joined, then serves until
 //             stdin closes
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
-//             [--transports a,b] checks every installed version ("installed V memory=M device=D
-//             transport=T", "corrupt ...")
+//             [--transports a,b] [--path P] checks every installed version ("installed V memory=M
+//             device=D transport=T path=P", "corrupt ...")
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -82,13 +82,14 @@ int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t 
 }
 
 int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t seed, const std::string& memory, int dev,
-             const std::vector<std::string>& transports) {
+             const std::vector<std::string>& transports, const std::string& path) {
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
   options.model_name = "test";
   options.memory = memory == "cuda" ? modelcast::MemoryKind::kCuda : modelcast::MemoryKind::kHost;
   options.device = dev;
   options.transports = transports;
+  options.path = path;
   device::DeviceRuntime* runtime = device::device_runtime();
   std::atomic<bool> corrupt{false};
   std::function<std::string()> transport = [] { return std::string("?"); };
@@ -104,7 +105,10 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
         " transport=" + transport());
   };
   modelcast::Consumer consumer(options);
-  transport = [&] { return consumer.stats().transport; };
+  transport = [&] {
+    auto stats = consumer.stats();
+    return stats.transport + " path=" + stats.path;
+  };
   std::uint64_t seen = 0;
   while (seen < until) {
     auto view = consumer.wait_for_version(seen + 1, 60s);
@@ -143,12 +147,14 @@ int main(int argc, char** argv) {
   cons->add_option("--device", dev);
   std::vector<std::string> transports;
   cons->add_option("--transports", transports)->delimiter(',');
+  std::string path;
+  cons->add_option("--path", path);
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*read) return ipc_read(hex, size, dev);
     if (*prod) return producer(endpoint, versions, seed, kib, dev);
-    return consumer(endpoint, versions, seed, memory, dev, transports);
+    return consumer(endpoint, versions, seed, memory, dev, transports, path);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;
