@@ -192,12 +192,15 @@ def test_publish_on_a_stream_snapshots_after_the_work_queued_on_it(endpoint, as_
     called: publish() must return without waiting for it and snapshot after it."""
     old, new = np.arange(1000, dtype=np.float32), -np.arange(1000, dtype=np.float32)
     w = DeviceArray(old)
+    # The update is a device-to-device copy: CUDA waits for the stream before a copy from pageable
+    # host memory, which would block here on the gate.
+    update = DeviceArray(new)
     stream = _core._testing_device_stream(0)
     pair = DevicePair(endpoint, {"w": w})
     try:
         pair.publish(1)
         gate = _core._TestingGate(stream)
-        _core._testing_copy_async(w.ptr, new.ctypes.data, new.nbytes, stream)
+        _core._testing_copy_async(w.ptr, update.ptr, new.nbytes, stream)
         tickets = []
         publisher = threading.Thread(target=lambda: tickets.append(pair.producer.publish(
             2, stream=FakeTorchStream(stream) if as_object else stream)))
@@ -214,6 +217,7 @@ def test_publish_on_a_stream_snapshots_after_the_work_queued_on_it(endpoint, as_
         pair.close()
         _core._testing_destroy_stream(stream)
         w.free()
+        update.free()
 
 
 @pytest.mark.parametrize("bad", ["stream", 1.5, -1, True])
