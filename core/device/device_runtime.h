@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "modelcast/export.h"
 #include "modelcast/types.h"
 
 namespace modelcast::device {
@@ -112,7 +113,10 @@ class DeviceRuntime {
 // The runtime this process uses (see the file comment), created on first use; nullptr when
 // there is none. Never destroyed: device memory may be released from static destructors.
 // Throws Error(kInvalidArgument) for an unknown MODELCAST_DEVICE value.
-DeviceRuntime* device_runtime();
+// Exported (though not public API) for the Python binding's testing helpers, which must
+// allocate simulated device memory in the same runtime instance the library checks pointers
+// against: a second instance's memfds would look like host memory to this one.
+MODELCAST_API DeviceRuntime* device_runtime();
 
 // The same, or Error(kState) saying how to get one (for a caller that was given device memory).
 DeviceRuntime& require_device_runtime(const std::string& why);

@@ -1,9 +1,10 @@
 """modelcast: ship model weights from a trainer to inference processes, without copies in Python.
 
-A trainer creates a :class:`Producer`, registers its NumPy arrays or CPU torch tensors (their
-memory, not a copy) and calls ``publish(step)``. An inference process creates a
-:class:`Consumer` and reads the newest :class:`ModelView`, whose ``array(name)`` (NumPy, read
-only) and ``tensor(name)`` (torch) share the received bytes and keep them valid while used.
+A trainer creates a :class:`Producer`, registers its NumPy arrays or torch tensors, CPU or CUDA
+(their memory, not a copy), and calls ``publish(step)``. An inference process creates a
+:class:`Consumer` (``memory="cuda"`` to receive into GPU memory) and reads the newest
+:class:`ModelView`, whose ``array(name)`` (NumPy, read only), ``tensor(name)`` (torch) and
+``dlpack(name)`` (any DLPack importer) share the received bytes and keep them valid while used.
 Failures raise :class:`Error` subclasses carrying an :class:`ErrorCode`.
 ``modelcast.predictor`` forecasts the loss curve and decides when to publish.
 """
@@ -11,7 +12,8 @@ Failures raise :class:`Error` subclasses carrying an :class:`ErrorCode`.
 from . import errors
 from ._version import __version__
 from ._core import (ConsumerStats, Delivery, KeyPair, ModelView, ProducerStats, PublishTicket, TensorSpec,
-                    dtype_names, dtype_size, generate_key_pair, load_key_pair, load_public_key, save_key_pair)
+                    ViewTensor, dtype_names, dtype_size, generate_key_pair, load_key_pair, load_public_key,
+                    save_key_pair)
 from .consumer import Consumer
 from .errors import (AuthenticationError, Error, ErrorCode, IntegrityError, InvalidArgumentError,
                      LayoutMismatchError, ProtocolError, ResourceError, StateError, TimeoutError,
@@ -20,7 +22,7 @@ from .producer import Producer
 from . import predictor
 
 __all__ = [
-    "__version__", "Producer", "Consumer", "ModelView", "TensorSpec", "PublishTicket", "Delivery", "ProducerStats",
+    "__version__", "Producer", "Consumer", "ModelView", "ViewTensor", "TensorSpec", "PublishTicket", "Delivery", "ProducerStats",
     "ConsumerStats", "KeyPair", "generate_key_pair", "save_key_pair", "load_key_pair", "load_public_key",
     "dtype_names", "dtype_size", "Error", "ErrorCode", "InvalidArgumentError", "LayoutMismatchError",
     "ProtocolError", "TransportError", "TimeoutError", "IntegrityError", "StateError", "ResourceError",

@@ -1,8 +1,9 @@
-"""Element types and host-memory checks shared by Producer (registration) and Consumer (layouts).
+"""Element types and memory checks shared by Producer (registration) and Consumer (layouts).
 
 modelcast names dtypes with short stable strings ('f32', 'bf16', ...). These helpers translate
-NumPy and torch dtypes to them and describe an array's memory for registration, refusing what
-publish() could not read as one dense block of host memory.
+NumPy, torch and DLPack dtypes to them and describe a tensor's memory for registration (host
+memory, or CUDA device memory from torch, ``__cuda_array_interface__`` or DLPack), refusing what
+publish() could not read as one dense block.
 """
 
 from . import _core
@@ -41,25 +42,58 @@ def dtype_name(dtype):
                                f"({', '.join(_core.dtype_names())})")
 
 
-def describe_host_memory(name, obj):
-    """(dtype name, shape, address, nbytes) of a NumPy array or torch tensor to register as ``name``.
+class Memory:
+    """What register() needs of a tensor: its dtype name, shape, address and size, where the bytes
+    live ('host' or 'cuda' and the device ordinal), and the objects to keep referenced."""
 
-    The object must be dense (C-contiguous) host memory of a supported dtype; otherwise
+    def __init__(self, dtype, shape, address, nbytes, memory="host", device=0, owners=()):
+        self.dtype, self.shape, self.address, self.nbytes = dtype, [int(d) for d in shape], int(address), int(nbytes)
+        self.memory, self.device, self.owners = memory, int(device), tuple(owners)
+
+
+_NOT_CONTIGUOUS = ("is not contiguous; register a contiguous tensor (publish() reads one dense block, and a "
+                   "contiguous copy would not see the trainer's updates)")
+
+
+def _compact(shape, strides, itemsize):
+    """True if ``strides`` (in bytes) are C-contiguous for ``shape``; extents of 1 may have any stride."""
+    expected = itemsize
+    for extent, stride in zip(reversed(shape), reversed(strides)):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def _element_count(shape):
+    count = 1
+    for extent in shape:
+        count *= int(extent)
+    return count
+
+
+def describe_memory(name, obj):
+    """The Memory of a tensor to register as ``name``: a NumPy array, a torch tensor (CPU or CUDA),
+    or any object exposing ``__cuda_array_interface__`` or ``__dlpack__``/``__dlpack_device__``
+    (device memory when they say CUDA).
+
+    The tensor must be dense (C-contiguous) memory of a supported dtype; otherwise
     InvalidArgumentError says which tensor and what is wrong. Nothing is copied.
     """
     if _is_torch_tensor(obj):
-        if obj.device.type != "cpu":
+        if obj.device.type not in ("cpu", "cuda"):
             raise InvalidArgumentError(
-                f"tensor '{name}' is on {obj.device}; modelcast registers host (CPU) memory only")
+                f"tensor '{name}' is on {obj.device}; modelcast registers host (CPU) or CUDA memory")
         if obj.layout != _torch_strided():
             raise InvalidArgumentError(f"tensor '{name}' has layout {obj.layout}; only dense tensors can be registered")
         if not obj.is_contiguous():
-            raise InvalidArgumentError(
-                f"tensor '{name}' is not contiguous; register a contiguous tensor (publish() reads one dense "
-                f"block, and .contiguous() would be a copy the trainer does not update)")
+            raise InvalidArgumentError(f"tensor '{name}' {_NOT_CONTIGUOUS}")
         if str(obj.dtype) not in _TORCH:
             raise InvalidArgumentError(f"tensor '{name}' has dtype {obj.dtype}, which modelcast does not carry")
-        return _TORCH[str(obj.dtype)], list(obj.shape), obj.data_ptr(), obj.element_size() * obj.numel()
+        nbytes = obj.element_size() * obj.numel()
+        if obj.device.type == "cuda":
+            return Memory(_TORCH[str(obj.dtype)], obj.shape, obj.data_ptr(), nbytes, "cuda", obj.device.index, (obj,))
+        return Memory(_TORCH[str(obj.dtype)], obj.shape, obj.data_ptr(), nbytes, owners=(obj,))
     try:
         import numpy
     except ImportError:
@@ -72,9 +106,73 @@ def describe_host_memory(name, obj):
         if not obj.dtype.isnative or obj.dtype.name not in _NUMPY:
             raise InvalidArgumentError(f"array '{name}' has dtype {obj.dtype}, which modelcast does not carry "
                                        f"(native-endian {', '.join(_NUMPY)})")
-        return _NUMPY[obj.dtype.name], list(obj.shape), obj.__array_interface__["data"][0], obj.nbytes
+        return Memory(_NUMPY[obj.dtype.name], obj.shape, obj.__array_interface__["data"][0], obj.nbytes,
+                      owners=(obj,))
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _describe_cuda_array_interface(name, obj, numpy)
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return _describe_dlpack(name, obj)
     raise InvalidArgumentError(
-        f"tensor '{name}': expected a numpy.ndarray or a torch.Tensor, got {type(obj).__name__}")
+        f"tensor '{name}': expected a numpy.ndarray, a torch.Tensor, or an object with __cuda_array_interface__ "
+        f"or __dlpack__, got {type(obj).__name__}")
+
+
+def _describe_cuda_array_interface(name, obj, numpy):
+    cai = obj.__cuda_array_interface__
+    try:
+        shape = [int(d) for d in cai["shape"]]
+        typestr = cai["typestr"]
+        address = int(cai["data"][0])
+    except (KeyError, TypeError, ValueError, IndexError):
+        raise InvalidArgumentError(f"tensor '{name}': __cuda_array_interface__ lacks shape, typestr or data") from None
+    if cai.get("mask") is not None:
+        raise InvalidArgumentError(f"tensor '{name}': a masked __cuda_array_interface__ cannot be registered")
+    if numpy is None:
+        raise InvalidArgumentError(f"tensor '{name}': reading __cuda_array_interface__'s typestr needs NumPy")
+    try:
+        np_dtype = numpy.dtype(typestr)
+    except TypeError:
+        np_dtype = None
+    if np_dtype is None or not np_dtype.isnative or np_dtype.name not in _NUMPY:
+        raise InvalidArgumentError(f"tensor '{name}' has typestr {typestr!r}, which modelcast does not carry "
+                                   f"(native-endian {', '.join(_NUMPY)})")
+    strides = cai.get("strides")
+    if strides is not None and not _compact(shape, [int(s) for s in strides], np_dtype.itemsize):
+        raise InvalidArgumentError(f"tensor '{name}' {_NOT_CONTIGUOUS}")
+    # The interface names no device: the pointer's own device is the one (None: not device
+    # memory, which register() refuses, naming where the pointer is).
+    device = _core._device_of(address)
+    return Memory(_NUMPY[np_dtype.name], shape, address, _element_count(shape) * np_dtype.itemsize, "cuda",
+                  0 if device is None else device, (obj,))
+
+
+# DLPack (type code, bits) -> modelcast dtype; codes: 0 int, 1 uint, 2 float, 4 bfloat, 6 bool.
+_DLPACK = {(2, 64): "f64", (2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 64): "i64", (0, 32): "i32",
+           (0, 16): "i16", (0, 8): "i8", (1, 8): "u8", (6, 8): "bool"}
+
+
+def _describe_dlpack(name, obj):
+    device_type, device_id = (int(x) for x in obj.__dlpack_device__())
+    if device_type not in (_core.DLPACK_CPU, _core.DLPACK_CUDA):
+        raise InvalidArgumentError(f"tensor '{name}' is on DLPack device type {device_type}; modelcast registers "
+                                   f"host (kDLCPU) or CUDA (kDLCUDA) memory")
+    capsule = obj.__dlpack__()
+    info = _core._dlpack_info(capsule)
+    if (info["device_type"], info["device_id"]) != (device_type, device_id):
+        raise InvalidArgumentError(
+            f"tensor '{name}': __dlpack_device__() says {(device_type, device_id)} but its DLPack tensor is on "
+            f"{(info['device_type'], info['device_id'])}")
+    dtype = _DLPACK.get((info["code"], info["bits"]))
+    if dtype is None or info["lanes"] != 1:
+        raise InvalidArgumentError(f"tensor '{name}' has DLPack dtype (code {info['code']}, {info['bits']} bits, "
+                                   f"{info['lanes']} lanes), which modelcast does not carry")
+    shape, itemsize = info["shape"], info["bits"] // 8
+    if info["strides"] is not None and not _compact(shape, [s * itemsize for s in info["strides"]], itemsize):
+        raise InvalidArgumentError(f"tensor '{name}' {_NOT_CONTIGUOUS}")
+    memory = "cuda" if device_type == _core.DLPACK_CUDA else "host"
+    # The unconsumed capsule owns its exporter's hold on the memory: kept as long as the object.
+    return Memory(dtype, shape, info["data"], _element_count(shape) * itemsize, memory,
+                  device_id if memory == "cuda" else 0, (obj, capsule))
 
 
 def _torch_strided():

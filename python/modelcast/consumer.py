@@ -14,6 +14,12 @@ class Consumer(Service):
     ``producer_public_key``, ``key``, ``key_file``, ``allow_plaintext_remote``). Caller-owned
     receive buffers are not offered in Python.
 
+    ``memory="cuda"`` with ``device=N`` receives every version into memory of CUDA device N
+    (checked there before it becomes visible): views then hold device pointers, export them
+    through DLPack as kDLCUDA on device N (``torch.from_dlpack(view.dlpack(name))`` or
+    ``view.tensor(name)`` give CUDA tensors), and refuse NumPy access. Needs a device (a CUDA
+    build on a GPU machine, or MODELCAST_DEVICE=simulated for tests): StateError otherwise.
+
     ``on_update(view)`` and ``on_error(error)`` run on the consumer's service thread with the GIL
     taken (keep them short: the next update waits); an exception they raise is reported through
     ``sys.unraisablehook`` and counted in ``callback_errors``. Construction does not wait for the

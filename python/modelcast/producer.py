@@ -1,8 +1,9 @@
 """Producer: lives in the trainer, registers its tensors and publishes versions of them."""
 
 from . import _core
-from ._dtypes import describe_host_memory
+from ._dtypes import describe_memory
 from ._service import Service, _live, check_callback, options_from
+from .errors import InvalidArgumentError
 
 class Producer(Service):
     """Publishes versions of registered NumPy arrays / torch tensors to every Consumer.
@@ -26,16 +27,21 @@ class Producer(Service):
         _live.add(self)
 
     def register(self, name, tensor):
-        """Registers ``tensor`` (a NumPy array or CPU torch tensor) under ``name``, without a copy.
+        """Registers ``tensor`` under ``name``, without a copy: a NumPy array, a torch tensor on the
+        CPU or a CUDA device, or any object with ``__cuda_array_interface__`` or
+        ``__dlpack__``/``__dlpack_device__`` (CUDA memory when they say so).
 
         publish() copies the tensor's memory as it is at that moment, so the trainer keeps
         updating it in place (optimizer steps do). The Producer keeps a reference to ``tensor``
-        until close(). Only before the first publish(). Raises InvalidArgumentError naming the
-        tensor if it is not dense host memory of a supported dtype, or the name is empty or
-        taken; StateError after the first publish.
+        until close(). All tensors of a producer live in one place: host memory, or one CUDA
+        device (device tensors need a device: a CUDA build, or MODELCAST_DEVICE=simulated for
+        tests). Only before the first publish(). Raises InvalidArgumentError naming the tensor if
+        it is not dense (contiguous) memory of a supported dtype, is not where it says it is, or
+        the name is empty or taken; StateError for device memory without a device, or after the
+        first publish.
         """
-        dtype, shape, address, nbytes = describe_host_memory(name, tensor)
-        self._impl.register_memory(name, dtype, shape, address, nbytes, tensor)
+        m = describe_memory(name, tensor)
+        self._impl.register_memory(name, m.dtype, m.shape, m.address, m.nbytes, m.owners, m.memory, m.device)
 
     def register_all(self, tensors):
         """register() for every (name, tensor) of a mapping, e.g. ``model.state_dict()``."""
@@ -46,15 +52,29 @@ class Producer(Service):
         """Allocates the snapshot slots now (optional). StateError if nothing is registered."""
         self._impl.prepare()
 
-    def publish(self, step, metadata=None):
+    def publish(self, step, metadata=None, stream=None, event=None):
         """Snapshots every registered tensor as version N and returns a PublishTicket.
 
         Blocks (GIL released) for the copy only; delivery continues in the background. The
         trainer must not modify the tensors from another thread meanwhile. ``metadata`` maps
         names to values, sent as strings (``str(value)``). StateError if nothing is registered.
+
+        For device tensors, ``stream`` and ``event`` order the snapshot's copies against the
+        trainer's GPU work (both are ignored for host tensors):
+
+        - ``stream`` (a ``torch.cuda.Stream``, e.g. ``torch.cuda.current_stream()``, or a raw
+          ``cudaStream_t`` as an int): the copies start after the work queued on that stream so
+          far, and work queued on it after publish() returns waits for them on the GPU, so the
+          next optimizer step cannot overwrite the weights mid-copy. publish() does not wait for
+          the copies.
+        - ``event`` (a ``torch.cuda.Event`` the trainer recorded, or a raw ``cudaEvent_t``): the
+          copies start after it; publish() waits for them.
+        - neither: the copies follow the legacy default stream; publish() waits for them. Stream
+          0 (torch's default stream) is the legacy default stream, so it means the same.
         """
         meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-        return self._impl.publish(int(step), meta)
+        return self._impl.publish(int(step), meta, _handle(stream, "stream", ("cuda_stream", "ptr")),
+                                  _handle(event, "event", ("cuda_event", "ptr")))
 
     def wait_for_consumers(self, count, timeout):
         """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released)."""
@@ -68,3 +88,19 @@ class Producer(Service):
     def close(self):
         """Stops the producer and releases the registered tensors. Idempotent; later calls raise StateError."""
         self._impl.close()
+
+
+def _handle(obj, what, attributes):
+    """The raw CUDA handle (an int, 0 for None) of ``obj``: an int, or an object carrying it in one
+    of ``attributes`` (torch.cuda.Stream.cuda_stream, torch.cuda.Event.cuda_event, CuPy's .ptr)."""
+    if obj is None:
+        return 0
+    for attribute in attributes:
+        if not isinstance(obj, int) and hasattr(obj, attribute):
+            obj = getattr(obj, attribute)
+            break
+    if isinstance(obj, bool) or not isinstance(obj, int) or obj < 0:
+        raise InvalidArgumentError(
+            f"publish: {what} must be None, a raw CUDA {what} handle (a non-negative int) or an object with "
+            f"{' or '.join('.' + a for a in attributes)}, not {obj!r}")
+    return obj

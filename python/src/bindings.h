@@ -3,6 +3,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
+
+#include "modelcast/types.h"
+
 namespace modelcast::python {
 
 namespace py = pybind11;
@@ -14,5 +18,9 @@ void bind_producer(py::module_& m);   // producer_binding.cpp
 void bind_consumer(py::module_& m);   // consumer_binding.cpp
 void bind_forecast(py::module_& m);   // forecast_binding.cpp: predictor forecasting and planning
 void bind_online(py::module_& m);     // online_binding.cpp: predictor OnlineScheduler
+void bind_device(py::module_& m);     // device_binding.cpp: memory kinds, DLPack import, testing helpers
+
+// MemoryKind named "host" or "cuda"; InvalidArgumentError starting with `what` for another name.
+MemoryKind memory_kind(const std::string& name, const std::string& what);
 
 }  // namespace modelcast::python

@@ -100,7 +100,12 @@ void bind_consumer(py::module_& m) {
       .def_readwrite("producer_public_key", &ConsumerOptions::producer_public_key)
       .def_readwrite("key", &ConsumerOptions::key)
       .def_readwrite("key_file", &ConsumerOptions::key_file)
-      .def_readwrite("allow_plaintext_remote", &ConsumerOptions::allow_plaintext_remote);
+      .def_readwrite("allow_plaintext_remote", &ConsumerOptions::allow_plaintext_remote)
+      // Where views' tensors live: "host", or "cuda" on `device` (views then hold device pointers).
+      .def_property(
+          "memory", [](const ConsumerOptions& o) { return std::string(memory_kind_name(o.memory)); },
+          [](ConsumerOptions& o, const std::string& memory) { o.memory = memory_kind(memory, "Consumer"); })
+      .def_readwrite("device", &ConsumerOptions::device);
 
   py::class_<ConsumerStats>(m, "ConsumerStats", "Counters of a Consumer (a snapshot).")
       .def_readonly("current_version", &ConsumerStats::current_version)

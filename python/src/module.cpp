@@ -7,6 +7,7 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "modelcast C++ core (use the modelcast package, which wraps it)";
   mp::bind_errors(m);
   mp::bind_types(m);
+  mp::bind_device(m);
   mp::bind_view(m);
   mp::bind_producer(m);
   mp::bind_consumer(m);

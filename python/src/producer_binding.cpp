@@ -62,12 +62,18 @@ class PyProducer {
   ~PyProducer() { close(); }
 
   // Registers `nbytes` at `address` as tensor `name` and keeps `owner` (the object owning that
-  // memory) referenced for as long as the Producer exists.
+  // memory) referenced for as long as the Producer exists. `memory` is "host" or "cuda" (then
+  // `address` is a device pointer on `device`); the library checks that the memory is there.
   void register_memory(const std::string& name, const std::string& dtype, std::vector<std::int64_t> shape,
-                       std::uintptr_t address, std::size_t nbytes, py::object owner) {
+                       std::uintptr_t address, std::size_t nbytes, py::object owner, const std::string& memory,
+                       int device) {
     auto d = parse_dtype(dtype);
     if (!d) throw_invalid("tensor '" + name + "': unknown dtype '" + dtype + "'");
     TensorRef ref{{name, *d, std::move(shape)}, reinterpret_cast<const void*>(address)};
+    ref.spec.memory = memory_kind(memory, "tensor '" + name + "'");
+    ref.spec.device = device;
+    if (ref.spec.memory == MemoryKind::kCuda && device < 0)
+      throw_invalid("tensor '" + name + "': device ordinal " + std::to_string(device) + " is negative");
     if (ref.spec.size_bytes() != nbytes)
       throw_invalid("tensor '" + name + "': " + std::to_string(nbytes) + " bytes of memory for a shape and dtype of " +
                     std::to_string(ref.spec.size_bytes()) + " bytes");
@@ -80,8 +86,10 @@ class PyProducer {
     hold.state->owners.push_back(std::move(owner));  // under the GIL again
   }
 
-  PublishTicket publish(std::int64_t step, const Metadata& metadata) {
-    return with_producer([&](Producer& p) { return p.publish(step, metadata); });
+  // `stream` and `event` are raw cudaStream_t / cudaEvent_t values (0: none), see DeviceOrder.
+  PublishTicket publish(std::int64_t step, const Metadata& metadata, std::uintptr_t stream, std::uintptr_t event) {
+    DeviceOrder order{reinterpret_cast<void*>(stream), reinterpret_cast<void*>(event)};
+    return with_producer([&](Producer& p) { return p.publish(step, metadata, order); });
   }
   void prepare() { with_producer([](Producer& p) { p.prepare(); }); }
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) {
@@ -188,8 +196,10 @@ void bind_producer(py::module_& m) {
   py::class_<PyProducer>(m, "_Producer", "Internal: use modelcast.Producer.")
       .def(py::init<ProducerOptions, py::object>(), py::arg("options"), py::arg("on_delivery"))
       .def("register_memory", &PyProducer::register_memory, py::arg("name"), py::arg("dtype"), py::arg("shape"),
-           py::arg("address"), py::arg("nbytes"), py::arg("owner"))
-      .def("publish", &PyProducer::publish, py::arg("step"), py::arg("metadata"))
+           py::arg("address"), py::arg("nbytes"), py::arg("owner"), py::arg("memory") = "host",
+           py::arg("device") = 0)
+      .def("publish", &PyProducer::publish, py::arg("step"), py::arg("metadata"), py::arg("stream") = 0,
+           py::arg("event") = 0)
       .def("prepare", &PyProducer::prepare)
       .def("wait_for_consumers", &PyProducer::wait_for_consumers, py::arg("count"), py::arg("timeout"))
       .def("stats", &PyProducer::stats)

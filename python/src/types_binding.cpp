@@ -30,7 +30,7 @@ void bind_types(py::module_& m) {
     return names;
   }, "The dtype names modelcast knows, in wire order.");
 
-  py::class_<TensorSpec>(m, "TensorSpec", "Name, dtype (a modelcast dtype name) and shape of one host tensor.")
+  py::class_<TensorSpec>(m, "TensorSpec", "Name, dtype (a modelcast dtype name) and shape of one tensor, and where its bytes live.")
       .def(py::init([](std::string name, const std::string& dtype, std::vector<std::int64_t> shape) {
              TensorSpec s;
              s.name = std::move(name);
@@ -44,6 +44,9 @@ void bind_types(py::module_& m) {
       .def_property_readonly("dtype", [](const TensorSpec& s) { return std::string(dtype_name(s.dtype)); })
       .def_readonly("shape", &TensorSpec::shape)
       .def_property_readonly("size_bytes", &TensorSpec::size_bytes)
+      .def_property_readonly("memory", [](const TensorSpec& s) { return std::string(memory_kind_name(s.memory)); },
+                             "Where the bytes live: 'host' or 'cuda'.")
+      .def_readonly("device", &TensorSpec::device, "Device ordinal when memory is 'cuda'.")
       .def("__repr__", [](const TensorSpec& s) {
         std::string r = "TensorSpec('" + s.name + "', '" + std::string(dtype_name(s.dtype)) + "', [";
         for (std::size_t i = 0; i < s.shape.size(); ++i) r += (i ? ", " : "") + std::to_string(s.shape[i]);

@@ -1,7 +1,8 @@
 // ModelView for Python: metadata, and the tensors as NumPy arrays (buffer of the view, no copy)
 // or as DLPack capsules (for torch, no copy). Whatever is handed out keeps a ModelView copy alive,
 // so the bytes stay valid exactly as long as a Python object uses them, after newer versions
-// arrive and after the Consumer is gone.
+// arrive and after the Consumer is gone. A device consumer's views hold device memory: their
+// DLPack capsules say kDLCUDA and the device, and NumPy access is refused (not host bytes).
 #include <dlpack/dlpack.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
@@ -85,7 +86,7 @@ py::capsule make_dlpack(const ModelView& view, const std::string& name) {
   for (std::size_t i = owner->shape.size(); i-- > 1;) owner->strides[i - 1] = owner->strides[i] * owner->shape[i];
   DLTensor& t = owner->managed.dl_tensor;
   t.data = const_cast<void*>(tv.data);  // read-only by contract (see ModelView.tensor in Python)
-  t.device = {kDLCPU, 0};
+  t.device = tv.spec->memory == MemoryKind::kCuda ? DLDevice{kDLCUDA, tv.spec->device} : DLDevice{kDLCPU, 0};
   t.ndim = static_cast<std::int32_t>(owner->shape.size());
   t.dtype = dlpack_type(tv.dtype());
   t.shape = owner->shape.data();
@@ -101,6 +102,11 @@ py::capsule make_dlpack(const ModelView& view, const std::string& name) {
 py::array make_array(const py::object& self, const std::string& name) {
   const ModelView& view = require_version(self.cast<const ModelView&>());
   const TensorView tv = view.tensor(name);
+  if (tv.spec->memory == MemoryKind::kCuda)
+    throw Error(ErrorCode::kInvalidArgument,
+                "tensor '" + name + "' is in device memory (cuda:" + std::to_string(tv.spec->device) +
+                    "), which NumPy cannot read; use ModelView.tensor() or torch.from_dlpack(view.dlpack(name)) "
+                    "for a CUDA tensor");
   const char* type = numpy_type(tv.dtype());
   if (!type)
     throw Error(ErrorCode::kInvalidArgument,
@@ -120,9 +126,48 @@ py::object make_torch_tensor(const ModelView& view, const std::string& name) {
   return t;
 }
 
+// (DLPack device type, device id) of a tensor, as __dlpack_device__ returns them.
+py::tuple dlpack_device(const ModelView& view, const std::string& name) {
+  const TensorSpec& spec = *require_version(view).tensor(name).spec;
+  if (spec.memory == MemoryKind::kCuda) return py::make_tuple(static_cast<int>(kDLCUDA), spec.device);
+  return py::make_tuple(static_cast<int>(kDLCPU), 0);
+}
+
+// One tensor of a view as a DLPack producer (__dlpack__ / __dlpack_device__), the protocol
+// torch.from_dlpack and other array libraries take; holds the view, so the bytes stay valid.
+struct ViewTensor {
+  ModelView view;
+  std::string name;
+};
+
 }  // namespace
 
 void bind_view(py::module_& m) {
+  py::class_<ViewTensor>(m, "ViewTensor",
+                         "One tensor of a ModelView as a DLPack producer: torch.from_dlpack(t) (or any array "
+                         "library's from_dlpack) shares its bytes without a copy, on the host or on the device "
+                         "of a Consumer with memory='cuda'. Holds the version alive.")
+      .def("__dlpack__", [](const ViewTensor& t, const py::object& stream, const py::kwargs&) {
+        // A version becomes visible only after its bytes are complete and checked on the device,
+        // so there is no pending work for the consumer's stream to wait for.
+        (void)stream;
+        return make_dlpack(t.view, t.name);
+      }, py::arg("stream") = py::none(),
+           "A DLPack capsule over the tensor (no copy). `stream` is accepted and needs no ordering: "
+           "the version's bytes are complete before the version is visible.")
+      .def("__dlpack_device__", [](const ViewTensor& t) { return dlpack_device(t.view, t.name); },
+           "(device type, device id): (1, 0) for host memory (kDLCPU), (2, N) for cuda:N (kDLCUDA).")
+      .def_property_readonly("name", [](const ViewTensor& t) { return t.name; })
+      .def_property_readonly("spec", [](const ViewTensor& t) { return *t.view.tensor(t.name).spec; })
+      .def_property_readonly("data_ptr", [](const ViewTensor& t) {
+        return reinterpret_cast<std::uintptr_t>(t.view.tensor(t.name).data);
+      }, "Address of the bytes (a device pointer for device memory).")
+      .def("__repr__", [](const ViewTensor& t) {
+        const TensorSpec& spec = *t.view.tensor(t.name).spec;
+        return "ViewTensor('" + t.name + "', version=" + std::to_string(t.view.version()) + ", " +
+               (spec.memory == MemoryKind::kCuda ? "cuda:" + std::to_string(spec.device) : std::string("host")) + ")";
+      });
+
   py::class_<ModelView>(m, "ModelView",
                         "One immutable version of the model. Holding it (or any array or tensor taken "
                         "from it) keeps its bytes valid and unchanged. Thread-safe; no GIL needed to hold.")
@@ -147,8 +192,8 @@ void bind_view(py::module_& m) {
            py::arg("name"), "TensorSpec of `name`; InvalidArgumentError naming it if absent.")
       .def("array", &make_array, py::arg("name"),
            "A read-only NumPy array over the tensor's bytes in this version, no copy. Its base is this "
-           "view, so it stays valid while the array lives. InvalidArgumentError if `name` is absent or "
-           "its dtype (bf16) has no NumPy type.")
+           "view, so it stays valid while the array lives. InvalidArgumentError if `name` is absent, "
+           "its dtype (bf16) has no NumPy type, or it is in device memory (Consumer with memory='cuda').")
       .def("data_ptr", [](const ModelView& v, const std::string& name) {
         return reinterpret_cast<std::uintptr_t>(require_version(v).tensor(name).data);
       }, py::arg("name"), "Address of the tensor's bytes inside this version (for zero-copy checks).")
@@ -156,7 +201,8 @@ void bind_view(py::module_& m) {
            "A torch tensor over the tensor's bytes in this version, no copy (DLPack); it keeps a copy of "
            "this view alive until torch frees it. Treat it as read-only: writing into it changes what "
            "every reader of this version sees (torch has no read-only tensors). InvalidArgumentError if "
-           "`name` is absent; ImportError without torch.")
+           "`name` is absent; ImportError without torch. For a Consumer with memory='cuda' it is a CUDA "
+           "tensor (torch needs CUDA for that).")
       .def("names", [](const ModelView& v) {
         std::vector<std::string> names;
         for (const auto& t : require_version(v).tensors()) names.push_back(t.name());
@@ -173,6 +219,12 @@ void bind_view(py::module_& m) {
         return d;
       }, "{name: torch tensor} for every tensor, no copy (see tensor()); suits Module.load_state_dict, "
          "which copies into the module's own parameters.")
+      .def("dlpack", [](const ModelView& v, const std::string& name) {
+        require_version(v).tensor(name);  // InvalidArgumentError now for an absent name
+        return ViewTensor{v, name};
+      }, py::arg("name"),
+           "The tensor as a DLPack producer (a ViewTensor with __dlpack__ and __dlpack_device__), e.g. for "
+           "torch.from_dlpack: no copy; kDLCUDA and the device for a Consumer with memory='cuda'.")
       .def("_dlpack", &make_dlpack, py::arg("name"),
            "A DLPack capsule over the tensor (owns a view copy until the consumer's deleter runs).")
       .def("__repr__", [](const ModelView& v) {
