@@ -89,6 +89,29 @@ TEST(DeviceExchange, ADeviceConsumerWithoutCudaIpcIsServedStagedThroughTheHost) 
   serve_peer_consumer("cuda", "ucx", "ucx path=staged");
 }
 
+// A consumer that joins before the producer knows its tensors are on a device was routed for
+// host slots; once the device slots exist it is routed again, onto CUDA IPC.
+TEST(DeviceExchange, AConsumerThatJoinedBeforeTheDeviceSlotsExistedIsReroutedOntoCudaIpc) {
+  auto& rt = runtime();
+  modelcast::Producer producer(producer_options());
+  const int device = devicemodel::other_device(rt);
+  ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
+                     "2", "--seed", "4", "--memory", "cuda", "--device", std::to_string(device)});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s)) << "the consumer joins while nothing is registered";
+  devicemodel::DeviceModel model(rt, 0, 256);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  for (std::uint64_t v = 1; v <= 2; ++v) {
+    model.upload(4, v);
+    producer.publish(static_cast<std::int64_t>(v));
+    auto line = peer.wait_for_line("installed " + std::to_string(v));
+    ASSERT_TRUE(line) << "peer: " << (peer.lines().empty() ? "(nothing)" : peer.lines().back());
+    EXPECT_NE(line->find("transport=cuda_ipc path=cuda_ipc"), std::string::npos) << *line;
+  }
+  EXPECT_EQ(peer.wait(), 0);
+  for (const auto& line : peer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+}
+
 TEST(DeviceExchange, AForcedPathTheMemoriesCannotUseIsRefusedSayingWhy) {
   auto& rt = runtime();
   modelcast::Producer producer(producer_options());
