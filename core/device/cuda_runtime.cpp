@@ -11,6 +11,8 @@
 #if MODELCAST_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+#include "core/device/cuda_device_scope.h"
+
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -31,21 +33,6 @@ void check(cudaError_t status, const std::string& what, ErrorCode code = ErrorCo
   throw Error(code, "CUDA: " + what + " failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
 }
 
-// Makes `device` current for one call and restores the caller's device: the trainer's current
-// device is its business.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 class CudaRuntime final : public DeviceRuntime {
  public:
@@ -55,7 +42,7 @@ class CudaRuntime final : public DeviceRuntime {
 
   void* allocate(int device, std::size_t bytes) override {
     check_device(device);
-    DeviceScope scope(device);
+    CudaDeviceScope scope(device);
     void* p = nullptr;
     check(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)), "cudaMalloc(" + std::to_string(bytes) + ")");
     std::lock_guard lock(mutex_);
@@ -105,7 +92,7 @@ class CudaRuntime final : public DeviceRuntime {
 
   StreamHandle create_stream(int device) override {
     check_device(device);
-    DeviceScope scope(device);
+    CudaDeviceScope scope(device);
     cudaStream_t s = nullptr;
     check(cudaStreamCreate(&s), "cudaStreamCreate");  // blocking: ordered after the legacy stream
     return s;
@@ -183,7 +170,7 @@ class CudaRuntime final : public DeviceRuntime {
   }
   void* open_ipc(const IpcHandle& handle, int device) override {
     check_device(device);
-    DeviceScope scope(device);
+    CudaDeviceScope scope(device);
     cudaIpcMemHandle_t h{};
     std::memcpy(&h, handle.data(), sizeof h);
     void* p = nullptr;

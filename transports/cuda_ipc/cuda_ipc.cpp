@@ -7,6 +7,8 @@
 
 #if MODELCAST_HAVE_CUDA
 #include <cuda_runtime_api.h>
+
+#include "core/device/cuda_device_scope.h"
 #endif
 
 namespace modelcast::cuda_ipc {
@@ -25,19 +27,6 @@ void check(cudaError_t status, const std::string& what) {
   if (status != cudaSuccess) throw Error(ErrorCode::kTransport, "CUDA IPC: " + what + " failed: " + cuda_text(status));
 }
 
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    check(cudaGetDevice(&previous_), "cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), "cudaSetDevice(" + std::to_string(device) + ")");
-  }
-  ~DeviceScope() { cudaSetDevice(previous_); }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-
- private:
-  int previous_ = 0;
-};
 
 }  // namespace
 
@@ -49,7 +38,7 @@ IpcExport export_allocation(const void* base, std::uint64_t size, std::uint32_t 
   if (attributes.type != cudaMemoryTypeDevice) {
     throw Error(ErrorCode::kInvalidArgument, "CUDA IPC: slot " + std::to_string(slot) + " is not device memory");
   }
-  DeviceScope scope(attributes.device);
+  device::CudaDeviceScope scope(attributes.device);
   cudaIpcMemHandle_t handle{};
   check(cudaIpcGetMemHandle(&handle, const_cast<void*>(base)), "cudaIpcGetMemHandle");
   IpcExport out;
@@ -63,7 +52,7 @@ IpcExport export_allocation(const void* base, std::uint64_t size, std::uint32_t 
 IpcOps cuda_ipc_ops(int device) {
   IpcOps ops;
   ops.open = [device](const IpcExport& source) -> void* {
-    DeviceScope scope(device);
+    device::CudaDeviceScope scope(device);
     cudaIpcMemHandle_t handle{};
     std::memcpy(&handle, source.handle.data(), kHandleBytes);
     void* base = nullptr;
