@@ -88,17 +88,27 @@ void DeviceSnapshots::run() {
     }
     std::string error;
     try {
-      stage_one(job);
+      digest(job);
     } catch (const std::exception& e) {
       error = e.what();
     }
-    staged_(job.slot, std::move(job.manifest), job.called_at, error);
+    staged_(Step::kDigested, job.slot, job.manifest, job.called_at, error);
+    if (!error.empty()) continue;
+    try {
+      if (job.manifest.total_bytes != 0) {
+        runtime_.copy_async(job.host, slots_[job.slot], job.manifest.total_bytes, stage_stream_);
+      }
+      runtime_.synchronize_stream(stage_stream_);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    staged_(Step::kOnHost, job.slot, job.manifest, job.called_at, error);
   }
 }
 
-// The digest is of the device slot (what the trainer's tensors were), taken before the copy to
-// the host, so a consumer's check also covers that copy and the transport.
-void DeviceSnapshots::stage_one(Job& job) {
+// The digest is of the device slot (what the trainer's tensors were), taken before any copy
+// out of it, so a consumer's check also covers that copy and the transport.
+void DeviceSnapshots::digest(Job& job) {
   const auto* base = static_cast<const std::byte*>(slots_[job.slot]);
   runtime_.wait(stage_stream_, copied_[job.slot]);
   if (job.manifest.integrity) {
@@ -107,9 +117,9 @@ void DeviceSnapshots::stage_one(Job& job) {
     for (const auto& t : job.manifest.tensors) ranges.push_back({t.offset, t.size});
     auto digests = runtime_.digest(device_, base, ranges, stage_stream_);
     for (std::size_t i = 0; i < digests.size(); ++i) job.manifest.tensors[i].digest = digests[i];
+  } else {
+    runtime_.synchronize(copied_[job.slot]);
   }
-  if (job.manifest.total_bytes != 0) runtime_.copy_async(job.host, base, job.manifest.total_bytes, stage_stream_);
-  runtime_.synchronize_stream(stage_stream_);
 }
 
 }  // namespace modelcast::producer

@@ -1,12 +1,13 @@
 // publish() for device tensors: the copies into a device slot, ordered against the trainer's
-// GPU work, and the staging of each version on a thread of its own: the pmix64 digest taken on
-// the device, then one device-to-host copy into the host slot the transports send from.
+// GPU work, and the staging of each version on a thread of its own in two steps: the pmix64
+// digest taken on the device (the version can then be read from the device slot), then one
+// device-to-host copy into the host slot the two-sided transports send from.
 //
 // Threads: copy() runs on the trainer's thread and is the whole of its stall. The staging
-// thread owns the staging stream and finishes versions in order; it reports each one through
+// thread owns the staging stream and finishes versions in order; it reports each step through
 // `Staged` (which only pushes an event). A device slot is written by copy() only while the
-// SnapshotStore has it reserved, and read by the staging thread before the version is handed
-// on, so the two never meet.
+// SnapshotStore has it reserved; the staging thread reads it after it was reported digested,
+// and the service keeps the slot pinned until the host copy is reported too.
 #pragma once
 
 #include <chrono>
@@ -30,11 +31,14 @@ namespace modelcast::producer {
 
 class DeviceSnapshots {
  public:
-  // Runs on the staging thread: `error` empty when `manifest` (digests filled in when it says
-  // integrity) is in the host slot; otherwise the version could not be staged.
   using Clock = std::chrono::steady_clock;
-  using Staged =
-      std::function<void(std::size_t slot, Manifest manifest, Clock::time_point called_at, const std::string& error)>;
+  // kDigested: the device slot holds the version, digests filled in (integrity on). kOnHost: the
+  // host slot holds it too. With an error, the step failed (kDigested failing ends the version;
+  // kOnHost failing leaves it readable from the device only).
+  enum class Step { kDigested, kOnHost };
+  // Runs on the staging thread, once per step, kDigested first.
+  using Staged = std::function<void(Step step, std::size_t slot, const Manifest& manifest, Clock::time_point called_at,
+                                    const std::string& error)>;
 
   // Allocates `slots` device slots of `bytes` on `device`. Throws Error(kResource/kTransport).
   DeviceSnapshots(device::DeviceRuntime& runtime, int device, std::size_t slots, std::uint64_t bytes, Staged staged);
@@ -64,7 +68,7 @@ class DeviceSnapshots {
     Clock::time_point called_at;
   };
   void run();
-  void stage_one(Job& job);
+  void digest(Job& job);
 
   device::DeviceRuntime& runtime_;
   const int device_;

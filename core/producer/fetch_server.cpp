@@ -48,6 +48,12 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(request.version) +
                                                    " is superseded; the newest is " + std::to_string(newest));
   }
+  // A device version is readable from its device slot at once, but sent from its host copy:
+  // a two-sided fetch waits for that copy (one parked request per connection, as above).
+  if (transports_.at(consumer->transport).capabilities().two_sided && !store_.host_ready(request.version)) {
+    parked_[routing_id] = request;
+    return std::nullopt;
+  }
   auto leased = store_.lease(request.version, routing_id, now, lease_timeout_, consumer->transport);
   if (!leased) {
     return request.version == 0 ? refuse(protocol::Refusal::kNothingPublished, "nothing published yet")

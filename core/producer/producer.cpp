@@ -15,8 +15,9 @@
 //    reserved slot and hands the slot to the service thread as an event.
 //  - the service thread (ProducerService::run) owns the control plane, membership and fetches.
 //  - the digest thread hashes each new snapshot; the slot stays pinned until it is done.
-//  - with device tensors, the staging thread digests and copies each version to the host and
-//    then hands it to the service thread (the slot stays reserved until then).
+//  - with device tensors, the staging thread digests each version on the device and hands it to
+//    the service thread (readable from the device slot from then on), then copies it to the
+//    host slot and says so (two-sided sends wait for that; the slot stays pinned until then).
 //  - the transport's progress thread runs transfer completions, which only push events.
 //  - with options.persist, the persist writer thread writes pinned slots to disk (Persister).
 // `mutex_` guards the registration; StatsBox and SnapshotStore guard their own state.
@@ -252,10 +253,13 @@ class Producer::Impl {
       device_ = std::make_unique<producer::DeviceSnapshots>(
           device::require_device_runtime("device tensors"), first.device, options_.snapshot_slots,
           layout_.total_bytes,
-          [events = &service_->events()](std::size_t slot, Manifest manifest, Clock::time_point called_at,
+          [events = &service_->events()](producer::DeviceSnapshots::Step step, std::size_t slot,
+                                         const Manifest& manifest, Clock::time_point called_at,
                                          const std::string& error) {
-            if (error.empty()) {
-              events->push(producer::SnapshotTaken{slot, std::move(manifest), called_at, true});
+            if (step == producer::DeviceSnapshots::Step::kOnHost) {
+              events->push(producer::HostStaged{slot, manifest.version, error});
+            } else if (error.empty()) {
+              events->push(producer::SnapshotTaken{slot, manifest, called_at, true, false});
             } else {
               events->push(producer::SnapshotFailed{slot, manifest.version, error});
             }

@@ -92,13 +92,17 @@ void ProducerService::on_event(SnapshotTaken& e) {
   if (integrity && e.digests_ready) {
     for (const auto& t : e.manifest.tensors) digests.push_back(t.digest);
   }
-  store_.publish(e.slot, std::move(e.manifest), e.called_at, integrity);
+  store_.publish(e.slot, std::move(e.manifest), e.called_at, integrity, e.host_ready);
+  if (!e.host_ready) {
+    // The staging thread still copies out of the device slot: no reuse until it is done.
+    if (auto pinned = store_.pin(version, "(host staging)")) host_staging_[version] = pinned->lease_id;
+  }
   if (integrity && !e.digests_ready) submit_digests_(e.slot, version);
   if (integrity && e.digests_ready) {
     DigestsReady ready{e.slot, version, std::move(digests)};
     on_event(ready);  // signs it and unpins the slot before any fetch is answered
   }
-  if (!integrity && persist_) persist_(version);
+  if (!integrity && persist_ && e.host_ready) persist_(version);
   log_->debug("version {} published in slot {}", version, e.slot);
   for (auto& [routing_id, request] : fetches_.published(version)) on_fetch(routing_id, request);
 }
@@ -113,6 +117,23 @@ void ProducerService::on_event(SnapshotFailed& e) {
 
 // Consumers that joined before the tensors were known were routed for host slots: they join
 // again (their next fetch is refused as not joined) and get a route for where the slots are.
+void ProducerService::on_event(HostStaged& e) {
+  if (e.error.empty()) {
+    store_.set_host_ready(e.slot);
+  } else {
+    log_->error("version {} could not be copied to the host: only consumers reading device memory get it: {}",
+                e.version, e.error);
+    stats_.update([](ProducerStats& s) { s.failed_snapshots++; });
+  }
+  if (auto it = host_staging_.find(e.version); it != host_staging_.end()) {
+    store_.unpin(it->second);
+    host_staging_.erase(it);
+  }
+  if (e.error.empty() && persist_) persist_(e.version);
+  // Fetches parked until the host copy existed are answered now.
+  for (auto& [routing_id, request] : fetches_.published(e.version)) on_fetch(routing_id, request);
+}
+
 void ProducerService::on_event(SlotsAllocated& e) {
   if (e.location == slots_) return;
   slots_ = e.location;
@@ -122,7 +143,8 @@ void ProducerService::on_event(SlotsAllocated& e) {
 void ProducerService::on_event(DigestsReady& e) {
   auto signature = store_.set_digests(e.slot, e.digests, control_.signer());
   // Before the digests go out: a consumer that has verified this version knows it was considered.
-  if (persist_) persist_(e.version);
+  // A device version is written once its host copy exists (HostStaged).
+  if (persist_ && !host_staging_.count(e.version)) persist_(e.version);
   for (const auto& [routing_id, fetch_id] : fetches_.take_awaiting_digests(e.version)) {
     reply(routing_id, protocol::Digests{fetch_id, e.version, e.digests, signature});
   }

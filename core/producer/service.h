@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -43,6 +44,13 @@ struct SnapshotTaken {
   Manifest manifest;  // digests filled in only when digests_ready
   std::chrono::steady_clock::time_point called_at;
   bool digests_ready = false;  // a device snapshot, hashed on the device while it was staged
+  bool host_ready = true;      // false: a device snapshot whose host copy follows (HostStaged)
+};
+// The host copy of a device snapshot is done (or failed: `error`); two-sided sends may start.
+struct HostStaged {
+  std::size_t slot;
+  std::uint64_t version;
+  std::string error;
 };
 // A device snapshot that could not be staged: its slot goes back, the version is never served.
 struct SnapshotFailed {
@@ -71,8 +79,8 @@ struct SlotsAllocated {
   transport::MemoryLocation location;
 };
 struct Stop {};
-using Event = std::variant<SnapshotStarted, SnapshotTaken, SnapshotFailed, SendDone, PeerFailed, DigestsReady,
-                           SlotsAllocated, Stop>;
+using Event = std::variant<SnapshotStarted, SnapshotTaken, SnapshotFailed, HostStaged, SendDone, PeerFailed,
+                           DigestsReady, SlotsAllocated, Stop>;
 
 // Counters the service thread updates and any thread reads.
 class StatsBox {
@@ -126,6 +134,7 @@ class ProducerService {
   void on_event(SnapshotStarted& e);
   void on_event(SnapshotTaken& e);
   void on_event(SnapshotFailed& e);
+  void on_event(HostStaged& e);
   void on_event(SlotsAllocated& e);
   void on_event(DigestsReady& e);
   void on_event(SendDone& e);
@@ -154,6 +163,8 @@ class ProducerService {
   std::shared_ptr<spdlog::logger> log_;
   EventQueue<Event> events_;
   Membership membership_;
+  // Device versions whose host copy is still being made, and the pin that keeps each slot.
+  std::map<std::uint64_t, std::uint64_t> host_staging_;
   // Where the snapshot slots are (host until a device producer allocates its device slots).
   transport::MemoryLocation slots_ = transport::MemoryLocation::host();
   FetchServer fetches_;

@@ -48,9 +48,22 @@ void SnapshotStore::cancel(std::size_t slot) {
   slot_freed_.notify_all();
 }
 
-void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin) {
+void SnapshotStore::set_host_ready(std::size_t slot) {
+  std::lock_guard lock(mutex_);
+  slots_[slot].host_ready = true;
+}
+
+bool SnapshotStore::host_ready(std::uint64_t version) const {
+  std::lock_guard lock(mutex_);
+  auto slot = pool_.slot_of(version == 0 ? pool_.newest_version() : version);
+  return !slot || slots_[*slot].host_ready;
+}
+
+void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin,
+                            bool host_ready) {
   std::lock_guard lock(mutex_);
   Slot& s = slots_[slot];
+  s.host_ready = host_ready;
   std::uint64_t version = manifest.version;
   s.manifest = std::move(manifest);
   s.published_at = called_at;

@@ -67,7 +67,12 @@ class SnapshotStore {
   void cancel(std::size_t slot);
   // The reserved slot now holds manifest.version, the newest. With `pin`, the digest thread
   // holds it until set_digests.
-  void publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin);
+  // With !host_ready (a device snapshot whose host copy is still being made) two-sided sends
+  // wait for set_host_ready(); one-sided reads of the device slot need not.
+  void publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin, bool host_ready = true);
+  void set_host_ready(std::size_t slot);
+  // Whether `version` (0: the newest) is in its host slot; true for a version not held.
+  bool host_ready(std::uint64_t version) const;
   // Fills in a pinned slot's digests (and signature, when `signer`), and unpins it. Returns the
   // signature.
   std::vector<std::byte> set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
@@ -101,6 +106,7 @@ class SnapshotStore {
     Manifest manifest;
     Clock::time_point published_at{};
     bool digests_ready = true;
+    bool host_ready = true;
     std::uint64_t digest_lease = 0;
     std::vector<std::byte> signature;
   };

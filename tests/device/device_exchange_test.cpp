@@ -2,7 +2,11 @@
 // in other processes, a host producer to a device consumer, publish ordered against the
 // trainer's stream, and misplaced memory refused. The device is whichever MODELCAST_DEVICE
 // selects: the simulation in the ordinary suite, the GPU on a machine with one.
+#include <condition_variable>
+#include <filesystem>
 #include <future>
+#include <mutex>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -110,6 +114,45 @@ TEST(DeviceExchange, AConsumerThatJoinedBeforeTheDeviceSlotsExistedIsReroutedOnt
   }
   EXPECT_EQ(peer.wait(), 0);
   for (const auto& line : peer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+}
+
+// A device producer's persist option writes its versions from their host copies: every byte in
+// the files is the trainer's, read back by the independent reader.
+TEST(DeviceExchange, DeviceVersionsArePersistedFromTheirHostCopy) {
+  auto& rt = runtime();
+  auto dir = std::filesystem::temp_directory_path() / ("modelcast-device-persist-" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::set<std::uint64_t> persisted;
+  auto options = producer_options();
+  options.persist.directory = dir.string();
+  options.persist.keep = 5;
+  options.persist.on_persisted = [&](std::uint64_t version, const std::string&) {
+    std::lock_guard lock(mutex);
+    persisted.insert(version);
+    cv.notify_all();
+  };
+  {
+    modelcast::Producer producer(options);
+    devicemodel::DeviceModel model(rt, 0, 256);
+    producer.register_tensors(model.refs());
+    for (std::uint64_t v = 1; v <= 3; ++v) {
+      model.upload(6, v);
+      producer.publish(static_cast<std::int64_t>(v));
+      std::unique_lock lock(mutex);  // one at a time: a busy writer would skip versions
+      ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return persisted.count(v) > 0; })) << "version " << v;
+    }
+  }
+  ChildProcess reader({"/usr/bin/python3", READ_SAFETENSORS_PY, (dir / "test").string(), "6"});
+  EXPECT_EQ(reader.wait(), 0);
+  int ok = 0;
+  for (const auto& line : reader.lines()) {
+    EXPECT_EQ(line.rfind("ok ", 0), 0u) << line;
+    ok += line.rfind("ok ", 0) == 0;
+  }
+  EXPECT_EQ(ok, 3);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(DeviceExchange, AForcedPathTheMemoriesCannotUseIsRefusedSayingWhy) {
