@@ -27,15 +27,17 @@ DeviceLanding::Landed DeviceLanding::land(const Manifest& manifest, detail::Rece
     if (b.use_count() == 1) slot = &b;
     if (slot && (*slot)->size >= manifest.total_bytes) break;
   }
-  if (!slot && pool_.size() < buffers_) slot = &pool_.emplace_back();
-  if (!slot) throw Error(ErrorCode::kState, "every device buffer is held by a reader");
-  if (!*slot || (*slot)->size < manifest.total_bytes) {
-    slot->reset();  // the old allocation goes before the larger one is made
+  if (!slot && pool_.size() >= buffers_) throw Error(ErrorCode::kState, "every device buffer is held by a reader");
+  if (!slot || (*slot)->size < manifest.total_bytes) {
+    if (slot) {
+      pool_.erase(pool_.begin() + (slot - pool_.data()));  // the smaller one goes before the larger is made
+      slot = nullptr;
+    }
     auto buffer = std::make_shared<detail::DeviceBuffer>();
     buffer->runtime = &runtime_;
-    buffer->base = runtime_.allocate(device_, manifest.total_bytes);
+    buffer->base = runtime_.allocate(device_, manifest.total_bytes);  // on failure the pool is as it was
     buffer->size = manifest.total_bytes;
-    *slot = std::move(buffer);
+    slot = &pool_.emplace_back(std::move(buffer));
   }
   Landed landed{*slot, {}};
   auto* base = static_cast<std::byte*>(landed.buffer->base);

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 
 #include "core/cuda/pmix64.h"
 #endif
@@ -46,7 +47,7 @@ class CudaRuntime final : public DeviceRuntime {
     void* p = nullptr;
     check(cudaMalloc(&p, std::max<std::size_t>(bytes, 1)), "cudaMalloc(" + std::to_string(bytes) + ")");
     std::lock_guard lock(mutex_);
-    owned_[p] = bytes;
+    owned_[p] = Owned{bytes, device};
     return p;
   }
   void release(void* pointer) noexcept override {
@@ -70,9 +71,9 @@ class CudaRuntime final : public DeviceRuntime {
     if (it != owned_.begin()) {
       --it;
       auto offset = static_cast<const char*>(pointer) - static_cast<const char*>(it->first);
-      if (offset >= 0 && static_cast<std::size_t>(offset) < it->second) {
+      if (offset >= 0 && static_cast<std::size_t>(offset) < it->second.size) {
         info.allocation_base = it->first;
-        info.allocation_size = it->second;
+        info.allocation_size = it->second.size;
       }
     }
     return info;
@@ -85,23 +86,40 @@ class CudaRuntime final : public DeviceRuntime {
   }
   void release_host(void* pointer) noexcept override { cudaFreeHost(pointer); }
 
+  // Memory another library (a UCX built with CUDA) registered already counts as pinned, and
+  // is left for that library to unregister.
   void pin_host(void* pointer, std::size_t bytes) override {
-    check(cudaHostRegister(pointer, bytes, cudaHostRegisterPortable), "cudaHostRegister");
+    cudaError_t status = cudaHostRegister(pointer, bytes, cudaHostRegisterPortable);
+    if (status == cudaErrorHostMemoryAlreadyRegistered) {
+      cudaGetLastError();
+      return;
+    }
+    check(status, "cudaHostRegister");
+    std::lock_guard lock(mutex_);
+    pinned_.insert(pointer);
   }
-  void unpin_host(void* pointer) noexcept override { cudaHostUnregister(pointer); }
+  void unpin_host(void* pointer) noexcept override {
+    {
+      std::lock_guard lock(mutex_);
+      if (!pinned_.erase(pointer)) return;
+    }
+    if (cudaHostUnregister(pointer) != cudaSuccess) cudaGetLastError();  // not left for the next call
+  }
 
   StreamHandle create_stream(int device) override {
     check_device(device);
     CudaDeviceScope scope(device);
     cudaStream_t s = nullptr;
-    check(cudaStreamCreate(&s), "cudaStreamCreate");  // blocking: ordered after the legacy stream
+    check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     return s;
   }
   void destroy_stream(StreamHandle stream) noexcept override {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
     cudaStreamDestroy(static_cast<cudaStream_t>(stream));
   }
-  EventHandle create_event() override {
+  EventHandle create_event(int device) override {
+    check_device(device);
+    CudaDeviceScope scope(device);
     cudaEvent_t e = nullptr;
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
     return e;
@@ -156,12 +174,16 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   IpcHandle export_allocation(const void* base) override {
+    int device = 0;
     {
       std::lock_guard lock(mutex_);
-      if (!owned_.count(base)) {
+      auto it = owned_.find(base);
+      if (it == owned_.end()) {
         throw Error(ErrorCode::kInvalidArgument, "CUDA IPC: export needs the base of an allocation of this runtime");
       }
+      device = it->second.device;
     }
+    CudaDeviceScope scope(device);
     cudaIpcMemHandle_t h{};
     check(cudaIpcGetMemHandle(&h, const_cast<void*>(base)), "cudaIpcGetMemHandle");
     IpcHandle out{};
@@ -175,9 +197,25 @@ class CudaRuntime final : public DeviceRuntime {
     std::memcpy(&h, handle.data(), sizeof h);
     void* p = nullptr;
     check(cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+    std::lock_guard lock(mutex_);
+    opened_[p] = device;
     return p;
   }
-  void close_ipc(void* base) noexcept override { cudaIpcCloseMemHandle(base); }
+  // Closed with the device it was opened on current.
+  void close_ipc(void* base) noexcept override {
+    int device = 0;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = opened_.find(base);
+      if (it == opened_.end()) return;
+      device = it->second;
+      opened_.erase(it);
+    }
+    int previous = 0;
+    if (cudaGetDevice(&previous) == cudaSuccess && previous != device) cudaSetDevice(device);
+    if (cudaIpcCloseMemHandle(base) != cudaSuccess) cudaGetLastError();
+    if (previous != device) cudaSetDevice(previous);
+  }
 
  private:
   void check_device(int device) const {
@@ -187,9 +225,15 @@ class CudaRuntime final : public DeviceRuntime {
     }
   }
 
+  struct Owned {
+    std::size_t size;
+    int device;
+  };
   const int devices_;
   mutable std::mutex mutex_;
-  std::map<const void*, std::size_t> owned_;  // guarded by mutex_
+  std::map<const void*, Owned> owned_;  // guarded by mutex_: this runtime's allocations
+  std::map<void*, int> opened_;         // guarded by mutex_: IPC mappings and their device
+  std::set<void*> pinned_;              // guarded by mutex_: host memory this runtime pinned
 };
 
 }  // namespace

@@ -75,11 +75,13 @@ class DeviceRuntime {
   virtual void pin_host(void* pointer, std::size_t bytes) = 0;
   virtual void unpin_host(void* pointer) noexcept = 0;
 
-  // A stream on `device` ordered after the legacy default stream (work a trainer queued without
-  // naming a stream comes first).
+  // A stream on `device` that does not synchronise with the legacy default stream (so staging
+  // never stalls a trainer's or server's default-stream work); order against that stream by
+  // recording an event on it (stream nullptr) and waiting on the event.
   virtual StreamHandle create_stream(int device) = 0;
   virtual void destroy_stream(StreamHandle stream) noexcept = 0;  // waits for its work first
-  virtual EventHandle create_event() = 0;
+  // An event on `device`: it can be recorded only on streams of that device.
+  virtual EventHandle create_event(int device) = 0;
   virtual void destroy_event(EventHandle event) noexcept = 0;
 
   // Queues a copy of n bytes in any direction (host or device at either end) on `stream`.

@@ -15,6 +15,7 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "core/cuda/pmix64.h"
@@ -148,7 +149,11 @@ class SimulatedRuntime final : public DeviceRuntime {
     return base;
   }
 
-  void release(void* pointer) noexcept override { unmap(pointer, false); }
+  // cudaFree waits for the device: work queued on any stream may still use the memory.
+  void release(void* pointer) noexcept override {
+    drain_all();
+    unmap(pointer, false);
+  }
 
   PointerInfo pointer_info(const void* pointer) const override {
     std::lock_guard lock(mutex_);
@@ -171,11 +176,25 @@ class SimulatedRuntime final : public DeviceRuntime {
 
   StreamHandle create_stream(int device) override {
     check_device(device);
-    return new SimStream();
+    auto* stream = new SimStream();
+    std::lock_guard lock(streams_mutex_);
+    streams_.insert(stream);
+    return stream;
   }
-  void destroy_stream(StreamHandle stream) noexcept override { delete static_cast<SimStream*>(stream); }
-  EventHandle create_event() override { return new SimEvent(); }
-  void destroy_event(EventHandle event) noexcept override { delete static_cast<SimEvent*>(event); }
+  void destroy_stream(StreamHandle stream) noexcept override {
+    {
+      std::lock_guard lock(streams_mutex_);
+      streams_.erase(static_cast<SimStream*>(stream));
+    }
+    delete static_cast<SimStream*>(stream);
+  }
+  // The handle owns a reference: work queued on a stream keeps the event alive after
+  // destroy_event, as CUDA defers the destruction of an event with work pending on it.
+  EventHandle create_event(int device) override {
+    check_device(device);
+    return new std::shared_ptr<SimEvent>(std::make_shared<SimEvent>());
+  }
+  void destroy_event(EventHandle event) noexcept override { delete static_cast<std::shared_ptr<SimEvent>*>(event); }
 
   void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) override {
     check_extent("copy destination", destination, n);
@@ -184,23 +203,23 @@ class SimulatedRuntime final : public DeviceRuntime {
   }
 
   void record(EventHandle event, StreamHandle stream) override {
-    auto* e = static_cast<SimEvent*>(event);
+    auto e = state(event);
     std::uint64_t generation = e->arm();
     submit(stream, [e, generation] { e->complete(generation); });
   }
 
   void wait(StreamHandle stream, EventHandle event) override {
-    auto* e = static_cast<SimEvent*>(event);
+    auto e = state(event);
     std::uint64_t generation = e->armed();
     submit(stream, [e, generation] { e->wait_for(generation); });
   }
 
   void synchronize(EventHandle event) override {
-    auto* e = static_cast<SimEvent*>(event);
+    auto e = state(event);
     e->wait_for(e->armed());
   }
 
-  bool ready(EventHandle event) override { return static_cast<SimEvent*>(event)->reached(); }
+  bool ready(EventHandle event) override { return state(event)->reached(); }
 
   void host_function(StreamHandle stream, std::function<void()> function) override {
     submit(stream, std::move(function));
@@ -279,7 +298,10 @@ class SimulatedRuntime final : public DeviceRuntime {
     return base;
   }
 
-  void close_ipc(void* base) noexcept override { unmap(base, true); }
+  void close_ipc(void* base) noexcept override {
+    drain_all();
+    unmap(base, true);
+  }
 
  private:
   struct Allocation {
@@ -332,6 +354,13 @@ class SimulatedRuntime final : public DeviceRuntime {
     if (a.fd >= 0) close(a.fd);
   }
 
+  static std::shared_ptr<SimEvent> state(EventHandle event) { return *static_cast<std::shared_ptr<SimEvent>*>(event); }
+
+  void drain_all() noexcept {
+    std::lock_guard lock(streams_mutex_);
+    for (auto* stream : streams_) stream->drain();
+  }
+
   // The legacy default stream (nullptr) runs work on the caller's thread: it is synchronous.
   static void submit(StreamHandle stream, std::function<void()> work) {
     if (!stream) return work();
@@ -348,6 +377,8 @@ class SimulatedRuntime final : public DeviceRuntime {
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, Allocation> allocations_;  // guarded by mutex_
   std::uint64_t token_seed_ = 0, tokens_ = 0;         // guarded by mutex_
+  std::mutex streams_mutex_;                          // not held with mutex_
+  std::set<SimStream*> streams_;                      // guarded by streams_mutex_: live streams
 };
 
 }  // namespace

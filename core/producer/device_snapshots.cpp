@@ -11,11 +11,11 @@ DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std
   try {
     for (std::size_t i = 0; i < slots; ++i) {
       slots_.push_back(runtime_.allocate(device, bytes));
-      copied_.push_back(runtime_.create_event());
+      copied_.push_back(runtime_.create_event(device));
     }
     copy_stream_ = runtime_.create_stream(device);
     stage_stream_ = runtime_.create_stream(device);
-    caller_point_ = runtime_.create_event();
+    caller_point_ = runtime_.create_event(device);
   } catch (...) {
     for (auto* p : slots_) runtime_.release(p);
     for (auto* e : copied_) runtime_.destroy_event(e);
@@ -26,13 +26,18 @@ DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std
   thread_ = std::thread([this] { run(); });
 }
 
-DeviceSnapshots::~DeviceSnapshots() {
+void DeviceSnapshots::stop() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+  pins_.clear();  // before the host slots are freed
+}
+
+DeviceSnapshots::~DeviceSnapshots() {
+  stop();
   pins_.clear();
   runtime_.destroy_stream(copy_stream_);
   runtime_.destroy_stream(stage_stream_);
@@ -49,7 +54,9 @@ void DeviceSnapshots::copy(std::size_t slot, const Manifest& layout, std::span<c
                            const DeviceOrder& order) {
   if (order.event) {
     runtime_.wait(copy_stream_, order.event);
-  } else if (order.stream) {
+  } else {
+    // The trainer's stream, or the legacy default stream (nullptr), which our streams do not
+    // follow by themselves.
     runtime_.record(caller_point_, order.stream);
     runtime_.wait(copy_stream_, caller_point_);
   }

@@ -42,7 +42,10 @@ class DeviceSnapshots {
 
   // Allocates `slots` device slots of `bytes` on `device`. Throws Error(kResource/kTransport).
   DeviceSnapshots(device::DeviceRuntime& runtime, int device, std::size_t slots, std::uint64_t bytes, Staged staged);
-  ~DeviceSnapshots();  // stages nothing further; waits for the stream, frees the slots
+  ~DeviceSnapshots();  // stop(), then waits for the streams and frees the slots
+  // Stages nothing further, joins the staging thread and unpins the host slots; the device
+  // slots stay allocated. Before the host slots are freed.
+  void stop();
   DeviceSnapshots(const DeviceSnapshots&) = delete;
   DeviceSnapshots& operator=(const DeviceSnapshots&) = delete;
 
@@ -83,7 +86,7 @@ class DeviceSnapshots {
   std::condition_variable cv_;
   std::deque<Job> jobs_;  // guarded by mutex_
   bool stop_ = false;     // guarded by mutex_
-  std::vector<std::unique_ptr<device::HostPin>> pins_;  // trainer's thread, at prepare
+  std::vector<std::unique_ptr<device::HostPin>> pins_;  // trainer's thread: prepare, then stop
   std::thread thread_;
 };
 

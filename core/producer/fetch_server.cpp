@@ -11,7 +11,7 @@ FetchServer::FetchServer(SnapshotStore& store, const transport::TransportSet& tr
       on_send_(std::move(on_send)) {}
 
 std::vector<std::pair<std::string, protocol::FetchRequest>> FetchServer::published(std::uint64_t version) {
-  if (upcoming_ == version) upcoming_ = 0;
+  upcoming_.erase(version);
   std::vector<std::pair<std::string, protocol::FetchRequest>> out(parked_.begin(), parked_.end());
   parked_.clear();
   return out;
@@ -21,8 +21,8 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
                                                        const protocol::FetchRequest& request, Clock::time_point now) {
   // Announced but still being copied: answer once it is published (the copy cannot fail).
   // One parked request per connection, so a flood parks nothing more.
-  if (upcoming_ != 0 && request.incarnation == incarnation_ &&
-      (request.version == upcoming_ || request.version == 0)) {
+  if (!upcoming_.empty() && request.incarnation == incarnation_ &&
+      (upcoming_.count(request.version) || request.version == 0)) {
     parked_[routing_id] = request;
     return std::nullopt;
   }
@@ -50,9 +50,14 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   }
   // A device version is readable from its device slot at once, but sent from its host copy:
   // a two-sided fetch waits for that copy (one parked request per connection, as above).
-  if (transports_.at(consumer->transport).capabilities().two_sided && !store_.host_ready(request.version)) {
-    parked_[routing_id] = request;
-    return std::nullopt;
+  if (transports_.at(consumer->transport).capabilities().two_sided) {
+    switch (store_.host_state(request.version)) {
+      case SnapshotStore::HostState::kReady: break;
+      case SnapshotStore::HostState::kPending: parked_[routing_id] = request; return std::nullopt;
+      case SnapshotStore::HostState::kFailed:
+        return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(store_.newest_version()) +
+                                                       " could not be copied to host memory; wait for the next one");
+    }
   }
   auto leased = store_.lease(request.version, routing_id, now, lease_timeout_, consumer->transport);
   if (!leased) {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -35,7 +36,7 @@ class FetchServer {
   void set_chunk_option(std::uint64_t chunk_bytes) { chunk_option_ = chunk_bytes; }
 
   // publish() has announced `version` and is copying it: fetches for it wait.
-  void expect(std::uint64_t version) { upcoming_ = version; }
+  void expect(std::uint64_t version) { upcoming_.insert(version); }
   // `version` is published: returns the requests that waited for it, to be started again.
   std::vector<std::pair<std::string, protocol::FetchRequest>> published(std::uint64_t version);
 
@@ -83,7 +84,8 @@ class FetchServer {
   const Clock::duration lease_timeout_;
   SendCompletion on_send_;
   std::uint64_t chunk_option_ = 32u << 20;
-  std::uint64_t upcoming_ = 0;  // announced, copy not finished
+  // Announced, not yet published: more than one while device versions are still staged.
+  std::set<std::uint64_t> upcoming_;
   std::map<std::string, protocol::FetchRequest> parked_;                 // by routing id: one each
   std::map<std::string, std::map<std::uint64_t, Fetch>> fetches_;       // routing id -> fetch id
 };

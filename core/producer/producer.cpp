@@ -98,13 +98,14 @@ class Producer::Impl {
     service_->events().push(producer::Stop{});
     thread_.join();
     digests_.reset();
-    device_.reset();  // its staging thread pushes to the service's queue, which still exists
+    if (device_) device_->stop();  // no staging after this; its device slots stay until below
     persister_.reset();  // unpins its slot: before the slots go
     // Registrations go before the transport that made them; the transport goes while the
     // service (its event queue, its fetches) still exists, since its shutdown completes
     // transfers whose callbacks push there.
     store_.clear();
     transports_.reset();
+    device_.reset();  // device slots last: registrations and sends that used them are gone
   }
 
   // ---- the trainer's thread ------------------------------------------------------------
@@ -161,8 +162,9 @@ class Producer::Impl {
       // to the host slot happen on the staging thread, which then hands the version on.
       try {
         device_->copy(slot, manifest, registered_, order);
-      } catch (...) {
-        store_.cancel(slot);
+      } catch (const std::exception& e) {
+        // Announced already: the service gives the slot back and answers fetches parked for it.
+        service_->events().push(producer::SnapshotFailed{slot, manifest.version, e.what()});
         throw;
       }
       auto stall = Clock::now() - called_at;
@@ -248,9 +250,10 @@ class Producer::Impl {
     layout_.integrity = options_.integrity;
     layout_.tensors = plan_layout(registered_specs(), &layout_.total_bytes);
     const TensorSpec& first = registered_.front().spec;
+    std::unique_ptr<producer::DeviceSnapshots> device;  // kept only once everything below succeeded
     if (first.memory == MemoryKind::kCuda) {
       layout_.digest_kind = DigestKind::kPmix64;
-      device_ = std::make_unique<producer::DeviceSnapshots>(
+      device = std::make_unique<producer::DeviceSnapshots>(
           device::require_device_runtime("device tensors"), first.device, options_.snapshot_slots,
           layout_.total_bytes,
           [events = &service_->events()](producer::DeviceSnapshots::Step step, std::size_t slot,
@@ -265,14 +268,15 @@ class Producer::Impl {
             }
           });
     }
-    if (device_) {
-      store_.allocate(layout_.total_bytes, *transports_, device_->slots(), device_->device());
+    if (device) {
+      store_.allocate(layout_.total_bytes, *transports_, device->slots(), device->device());
       std::vector<std::pair<std::byte*, std::size_t>> host_slots;
       for (std::size_t i = 0; i < options_.snapshot_slots; ++i) {
         host_slots.emplace_back(store_.memory(i), std::max<std::uint64_t>(layout_.total_bytes, 1));
       }
-      device_->pin_host_slots(host_slots);
-      service_->events().push(producer::SlotsAllocated{transport::MemoryLocation::cuda(device_->device())});
+      device->pin_host_slots(host_slots);  // on failure a retry allocates (and registers) afresh
+      service_->events().push(producer::SlotsAllocated{transport::MemoryLocation::cuda(device->device())});
+      device_ = std::move(device);
     } else {
       store_.allocate(layout_.total_bytes, *transports_);
     }

@@ -118,9 +118,8 @@ void ProducerService::on_event(SnapshotFailed& e) {
 // Consumers that joined before the tensors were known were routed for host slots: they join
 // again (their next fetch is refused as not joined) and get a route for where the slots are.
 void ProducerService::on_event(HostStaged& e) {
-  if (e.error.empty()) {
-    store_.set_host_ready(e.slot);
-  } else {
+  store_.set_host_state(e.slot, e.error.empty());
+  if (!e.error.empty()) {
     log_->error("version {} could not be copied to the host: only consumers reading device memory get it: {}",
                 e.version, e.error);
     stats_.update([](ProducerStats& s) { s.failed_snapshots++; });
@@ -130,7 +129,7 @@ void ProducerService::on_event(HostStaged& e) {
     host_staging_.erase(it);
   }
   if (e.error.empty() && persist_) persist_(e.version);
-  // Fetches parked until the host copy existed are answered now.
+  // Fetches parked until the host copy existed are answered now (or refused, if it failed).
   for (auto& [routing_id, request] : fetches_.published(e.version)) on_fetch(routing_id, request);
 }
 

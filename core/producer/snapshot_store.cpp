@@ -20,6 +20,7 @@ void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet&
   std::lock_guard lock(mutex_);
   for (std::size_t i = 0; i < slots_.size(); ++i) {
     Slot& slot = slots_[i];
+    slot.regions.clear();  // a retried allocation after a failure: nothing of the last one stays
     slot.memory = HostBuffer(std::max<std::uint64_t>(bytes, 1));
     for (std::size_t t = 0; t < transports.size(); ++t) {
       auto capabilities = transports.at(t).capabilities();
@@ -48,22 +49,22 @@ void SnapshotStore::cancel(std::size_t slot) {
   slot_freed_.notify_all();
 }
 
-void SnapshotStore::set_host_ready(std::size_t slot) {
+void SnapshotStore::set_host_state(std::size_t slot, bool ok) {
   std::lock_guard lock(mutex_);
-  slots_[slot].host_ready = true;
+  slots_[slot].host = ok ? HostState::kReady : HostState::kFailed;
 }
 
-bool SnapshotStore::host_ready(std::uint64_t version) const {
+SnapshotStore::HostState SnapshotStore::host_state(std::uint64_t version) const {
   std::lock_guard lock(mutex_);
   auto slot = pool_.slot_of(version == 0 ? pool_.newest_version() : version);
-  return !slot || slots_[*slot].host_ready;
+  return slot ? slots_[*slot].host : HostState::kReady;
 }
 
 void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin,
                             bool host_ready) {
   std::lock_guard lock(mutex_);
   Slot& s = slots_[slot];
-  s.host_ready = host_ready;
+  s.host = host_ready ? HostState::kReady : HostState::kPending;
   std::uint64_t version = manifest.version;
   s.manifest = std::move(manifest);
   s.published_at = called_at;

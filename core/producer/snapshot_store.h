@@ -70,9 +70,12 @@ class SnapshotStore {
   // With !host_ready (a device snapshot whose host copy is still being made) two-sided sends
   // wait for set_host_ready(); one-sided reads of the device slot need not.
   void publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin, bool host_ready = true);
-  void set_host_ready(std::size_t slot);
-  // Whether `version` (0: the newest) is in its host slot; true for a version not held.
-  bool host_ready(std::uint64_t version) const;
+  // The host copy of a device snapshot is done, or failed (then only one-sided readers of the
+  // device slot get the version).
+  void set_host_state(std::size_t slot, bool ok);
+  enum class HostState { kReady, kPending, kFailed };
+  // Whether `version` (0: the newest) is in its host slot; kReady for a version not held.
+  HostState host_state(std::uint64_t version) const;
   // Fills in a pinned slot's digests (and signature, when `signer`), and unpins it. Returns the
   // signature.
   std::vector<std::byte> set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
@@ -106,7 +109,7 @@ class SnapshotStore {
     Manifest manifest;
     Clock::time_point published_at{};
     bool digests_ready = true;
-    bool host_ready = true;
+    HostState host = HostState::kReady;
     std::uint64_t digest_lease = 0;
     std::vector<std::byte> signature;
   };

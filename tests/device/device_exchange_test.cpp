@@ -210,7 +210,7 @@ TEST(DeviceExchange, PublishOrdersItsCopiesAfterTheTrainersStreamWithoutWaitingF
   rt.host_function(trainer, [opened = gate.get_future().share()] { opened.wait(); });
   model.upload(3, 1, trainer);  // the step that makes version 1, queued behind the gate
   auto ticket = producer.publish(1, {}, modelcast::DeviceOrder{trainer, nullptr});
-  void* marker = rt.create_event();
+  void* marker = rt.create_event(0);
   rt.record(marker, trainer);
   EXPECT_FALSE(rt.ready(marker)) << "publish() returned while the trainer's stream is still held: it did not wait";
   model.upload(3, 2, trainer);  // the next step overwrites the weights: only after the snapshot

@@ -47,7 +47,7 @@ TEST(DeviceRuntime, WorkWaitsForAnEventOfAnotherStreamAndEventsReportCompletion)
   void* d = rt.allocate(0, n);
   void* a = rt.create_stream(0);
   void* b = rt.create_stream(0);
-  void* e = rt.create_event();
+  void* e = rt.create_event(0);
 
   Gate gate;
   gate.close_on(rt, a);
@@ -55,7 +55,7 @@ TEST(DeviceRuntime, WorkWaitsForAnEventOfAnotherStreamAndEventsReportCompletion)
   rt.record(e, a);
   rt.wait(b, e);
   rt.copy_async(out.data(), d, n, b);
-  void* after_b = rt.create_event();
+  void* after_b = rt.create_event(0);
   rt.record(after_b, b);
 
   EXPECT_FALSE(rt.ready(e)) << "stream a is held at the gate";

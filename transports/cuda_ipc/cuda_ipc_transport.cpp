@@ -63,8 +63,13 @@ class CudaIpcTransport final : public Transport {
         exporter_((std::uint64_t{std::random_device{}()} << 32) ^ std::random_device{}()) {}
 
   ~CudaIpcTransport() override {
-    std::lock_guard lock(mutex_);
-    for (auto& [device, reader] : readers_) runtime_.destroy_stream(reader.stream);  // waits for reads
+    std::map<int, Reader> readers;
+    {
+      std::lock_guard lock(mutex_);
+      readers.swap(readers_);
+    }
+    for (auto& [device, reader] : readers) runtime_.destroy_stream(reader.stream);  // waits for reads
+    in_flight_.clear();  // every read is done: the mappings close on this thread
   }
 
   std::string name() const override { return "cuda_ipc"; }
@@ -134,14 +139,26 @@ class CudaIpcTransport final : public Transport {
     check_range("cuda_ipc read source", source_offset, length, remote.length());
     check_range("cuda_ipc read destination", destination_offset, length, destination.length());
     int device = destination.location().kind == MemoryKind::kCuda ? destination.location().device : 0;
+    release_finished();
     Reader& reader = reader_for(device);
     auto mapping = reader.mappings->acquire(remote.exporter(), remote.source());
     const auto* from = static_cast<const std::byte*>(mapping->base) + source_offset;
     runtime_.copy_async(destination.base() + destination_offset, from, length, reader.stream);
-    // The mapping stays open until the copy is done, even if the cache drops it meanwhile.
-    runtime_.host_function(reader.stream, [mapping = std::move(mapping), done = std::move(done)] { done({true, {}}); });
-    std::lock_guard lock(mutex_);
-    return ++next_transfer_;
+    TransferId id;
+    {
+      // The mapping stays open until the copy is done, even if the cache drops it meanwhile. It
+      // is let go here, never in the completion: closing it there would call CUDA from a host
+      // function, which CUDA forbids.
+      std::lock_guard lock(mutex_);
+      id = ++next_transfer_;
+      in_flight_.emplace(id, std::move(mapping));
+    }
+    runtime_.host_function(reader.stream, [this, id, done = std::move(done)] {
+      done({true, {}});
+      std::lock_guard lock(mutex_);
+      finished_.push_back(id);
+    });
+    return id;
   }
 
   void cancel(TransferId) override {}  // a queued device copy runs to its end; it never waits on a peer
@@ -153,6 +170,21 @@ class CudaIpcTransport final : public Transport {
     void* stream = nullptr;
     std::unique_ptr<cuda_ipc::IpcHandleCache> mappings;
   };
+
+  // Mappings of reads that completed: dropped on a caller's thread (see post_read).
+  void release_finished() {
+    std::vector<std::shared_ptr<const cuda_ipc::Mapping>> done;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto id : finished_) {
+        if (auto it = in_flight_.find(id); it != in_flight_.end()) {
+          done.push_back(std::move(it->second));
+          in_flight_.erase(it);
+        }
+      }
+      finished_.clear();
+    }
+  }  // `done` goes here, outside the lock: a close may take milliseconds
 
   Reader& reader_for(int device) {
     std::lock_guard lock(mutex_);
@@ -172,6 +204,8 @@ class CudaIpcTransport final : public Transport {
   const std::uint64_t exporter_;
   std::mutex mutex_;
   std::map<int, Reader> readers_;  // guarded by mutex_; a Reader, once made, lives as long
+  std::map<TransferId, std::shared_ptr<const cuda_ipc::Mapping>> in_flight_;  // guarded by mutex_
+  std::vector<TransferId> finished_;  // guarded by mutex_: completed, mapping not yet let go
   std::uint32_t next_slot_ = 0;   // guarded by mutex_
   PeerId next_peer_ = 0;          // guarded by mutex_
   TransferId next_transfer_ = 0;  // guarded by mutex_
