@@ -36,7 +36,10 @@ struct ConsumerOptions {
   // Where views' tensors live: host memory, or a device (MemoryKind::kCuda and its ordinal).
   // A device consumer receives through host buffers, copies each version to the device and
   // checks it there before it becomes visible; its TensorViews hold device pointers, with the
-  // same all-or-nothing guarantee as host views. Not with caller_buffers.
+  // same all-or-nothing guarantee as host views. Not with caller_buffers. Releasing the last
+  // copy of a device view lets the buffer be reused for a later version: the GPU work that
+  // reads it must have finished by then (synchronise its stream first), since modelcast cannot
+  // see work queued on the caller's streams.
   MemoryKind memory = MemoryKind::kHost;
   int device = 0;
   // The delivery path to insist on: "" (the producer chooses), "host_ucx", "cuda_ipc",
