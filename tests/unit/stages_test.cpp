@@ -74,7 +74,7 @@ struct ProducerSide {
   }
 
   // Publishes `version` (bytes of testmodel seed 1), digests and all, as the service loop would.
-  void publish(std::uint64_t version) {
+  void publish(std::uint64_t version, bool host_ready = true) {
     auto slot = store.reserve(10s);
     testmodel::fill(model, 1, version);
     Manifest manifest = layout;
@@ -84,9 +84,11 @@ struct ProducerSide {
       std::memcpy(store.memory(slot) + manifest.tensors[i].offset, model[i].words.data(), manifest.tensors[i].size);
       digests.push_back(digest_bytes(store.memory(slot) + manifest.tensors[i].offset, manifest.tensors[i].size));
     }
-    store.publish(slot, manifest, Clock::now(), /*pin=*/true);
+    store.publish(slot, manifest, Clock::now(), /*pin=*/true, host_ready);
     store.set_digests(slot, digests, nullptr);
+    last_slot = slot;
   }
+  std::size_t last_slot = 0;
 
   std::vector<testmodel::Tensor> model;
   transport::TransportSet transports;
@@ -208,6 +210,50 @@ TEST(Stages, FetchServerRefusesBusySupersededAndStaleRequestsAndParksTheUpcoming
   auto parked = p.server->published(3);
   ASSERT_EQ(parked.size(), 1u);  // one per connection, the newest
   EXPECT_EQ(parked[0].second.fetch_id, 7u);
+}
+
+// A device version is published before its host copy exists: a two-sided fetch waits for the
+// copy, is answered once it is there, and is refused (not parked for ever) if the copy failed.
+TEST(Stages, TwoSidedFetchesWaitForAHostCopyAndAreRefusedWhenItFailed) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1, /*host_ready=*/false);
+  auto request = c.client.begin(kIncarnation, 1, Clock::now());
+  EXPECT_FALSE(p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now()))
+      << "sent before the host copy exists";
+  EXPECT_EQ(p.store.reader_leases(), 0u) << "a parked fetch holds no lease";
+  p.store.set_host_state(p.last_slot, true);
+  auto parked = p.server->published(1);
+  ASSERT_EQ(parked.size(), 1u);
+  auto reply = p.server->start(parked[0].first, &p.consumer, parked[0].second, Clock::now());
+  ASSERT_TRUE(reply && reply->ok);
+  auto done = c.run(*reply);
+  EXPECT_EQ(done.failure, "");
+  EXPECT_NO_THROW(consumer::check_digests(done.manifest, done.received));
+  p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now());
+
+  p.publish(2, /*host_ready=*/false);
+  p.store.set_host_state(p.last_slot, false);
+  auto refused = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 2, 2}, Clock::now());
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->refusal, protocol::Refusal::kNotHeld);
+  EXPECT_NE(refused->error.find("could not be copied to host memory"), std::string::npos) << refused->error;
+}
+
+// Device versions are staged one after another while the next is already announced: a fetch
+// for either waits, none is refused as superseded.
+TEST(Stages, SeveralAnnouncedVersionsAllWaitForTheirPublication) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  p.server->expect(2);
+  p.server->expect(3);
+  EXPECT_FALSE(p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 2, 1}, Clock::now()));
+  EXPECT_FALSE(p.server->start("consumer-2", &p.consumer, {kIncarnation, 3, 2}, Clock::now()));
+  p.publish(2);
+  EXPECT_EQ(p.server->published(2).size(), 2u);
+  // 3 is still announced and unpublished: asking for it still waits.
+  EXPECT_FALSE(p.server->start("consumer-2", &p.consumer, {kIncarnation, 3, 3}, Clock::now()));
 }
 
 TEST(Stages, AnExpiredLeaseAbandonsItsFetchAndFreesTheSlot) {
