@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.h"
+#include "core/consumer/device_landing.h"
 #include "core/cuda/pmix64.h"
 #include "core/device/device_runtime.h"
 #include "modelcast/error.h"
@@ -147,4 +148,26 @@ TEST(DeviceRuntime, TheSimulationRefusesCopiesPastAnAllocationsEnd) {
   EXPECT_NO_THROW(sim->copy_async(d, host.data(), 1000, nullptr));
   EXPECT_THROW(sim->allocate(5, 16), modelcast::Error);
   sim->release(d);
+}
+
+// A device consumer whose device allocation fails (a model too large for the device) rejects
+// that version and can still land the next one: the failure must not use up a buffer.
+TEST(DeviceLanding, AFailedAllocationLeavesThePoolUsable) {
+  auto& rt = runtime();
+  modelcast::consumer::DeviceLanding landing(rt, 0, 1);
+  std::vector<std::byte> host(4096, std::byte{0x5a});
+  modelcast::detail::ReceiveBuffer receive;
+  receive.memory = host;
+  modelcast::Manifest huge;
+  huge.total_bytes = std::uint64_t{1} << 62;
+  EXPECT_THROW(landing.land(huge, receive, false), modelcast::Error);
+  EXPECT_TRUE(landing.available());
+  modelcast::Manifest small;
+  small.total_bytes = host.size();
+  auto landed = landing.land(small, receive, false);
+  ASSERT_NE(landed.buffer, nullptr);
+  std::vector<std::byte> back(host.size());
+  rt.copy_async(back.data(), landed.buffer->base, back.size(), nullptr);
+  rt.synchronize_stream(nullptr);
+  EXPECT_EQ(back, host);
 }
