@@ -15,6 +15,15 @@ bool FetchClient::answers(const protocol::FetchReply& reply) const {
   return fetch_ && !fetch_->replied && reply.fetch_id == fetch_->fetch_id;
 }
 
+bool FetchClient::withdraws(const protocol::FetchReply& reply) const {
+  return fetch_ && fetch_->replied && !reply.ok && reply.fetch_id == fetch_->fetch_id;
+}
+
+std::uint64_t FetchClient::received_bytes() const {
+  if (!fetch_ || !fetch_->replied || !fetch_->failure.empty()) return 0;
+  return fetch_->plan.prefix_end(fetch_->done_prefix);
+}
+
 bool FetchClient::reply_overdue(Clock::time_point now, Clock::duration timeout) const {
   return fetch_ && !fetch_->replied && now - fetch_->requested_at > timeout;
 }
@@ -68,13 +77,15 @@ std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done) {
   }
   if (!fetch_ || !fetch_->replied || done.fetch_id != fetch_->fetch_id) return std::nullopt;
   if (!done.ok && fetch_->failure.empty()) fetch_->failure = done.error;
-  if (done.ok && fetch_->digests) {
-    // Hashing overlaps the transfer: the contiguous prefix of completed chunks is hashed as it grows.
+  if (done.ok && done.chunk < fetch_->chunk_done.size()) {
     fetch_->chunk_done[done.chunk] = true;
     while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
       fetch_->done_prefix++;
     }
-    fetch_->digests->advance(fetch_->buffer->memory.data(), fetch_->plan.prefix_end(fetch_->done_prefix));
+    // Hashing overlaps the transfer: the contiguous prefix of completed chunks is hashed as it grows.
+    if (fetch_->digests) {
+      fetch_->digests->advance(fetch_->buffer->memory.data(), fetch_->plan.prefix_end(fetch_->done_prefix));
+    }
   }
   --fetch_->pending;
   return maybe_finish();

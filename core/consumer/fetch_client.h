@@ -51,6 +51,12 @@ class FetchClient {
   protocol::FetchRequest begin(std::uint64_t incarnation, std::uint64_t version, Clock::time_point now);
   // True for the producer's answer to the request in flight (a late answer to an older one is not).
   bool answers(const protocol::FetchReply& reply) const;
+  // True for a refusal of the fetch in flight after it was answered: the producer withdrew it
+  // and will send no more of it (abort() it).
+  bool withdraws(const protocol::FetchReply& reply) const;
+  // Bytes [0, received_bytes()) of the answered fetch in flight have arrived and will not
+  // change; 0 before the answer or after a failure.
+  std::uint64_t received_bytes() const;
   // Forgets the request: refused, or not answered in time.
   void forget() { fetch_.reset(); }
   bool reply_overdue(Clock::time_point now, Clock::duration timeout) const;

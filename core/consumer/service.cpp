@@ -47,7 +47,7 @@ void ConsumerService::service_loop() {
           abandon_fetch("consumer shutting down", false);
           return;
         }
-        guarded([&] { finish(fetch_.on_chunk(std::get<ChunkDone>(event))); });
+        guarded([&] { on_chunk(std::get<ChunkDone>(event)); });
       }
     }
     if (items[0].revents & ZMQ_POLLIN) {

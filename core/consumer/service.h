@@ -115,6 +115,8 @@ class ConsumerService {
   void on_fetch_reply(const protocol::FetchReply& reply);
   // A finished fetch: verified and installed, or rejected; acked either way.
   void finish(std::optional<FinishedFetch> done);
+  // A chunk is in: a device consumer copies the grown prefix on to the device at once.
+  void on_chunk(const ChunkDone& done);
   std::optional<std::pair<Manifest, std::uint64_t>> abandon_fetch(const std::string& why, bool counted);
   // Counted and reported before the ack: the ack is what the outside world sees first.
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);

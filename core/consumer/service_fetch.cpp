@@ -39,6 +39,11 @@ void ConsumerService::maybe_fetch() {
 }
 
 void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
+  if (fetch_.withdraws(reply)) {
+    abandon_fetch("the producer withdrew it: " + reply.error, true);
+    retry_fetch_after_ = Clock::now() + tick();
+    return;
+  }
   if (!fetch_.answers(reply)) return;  // a stale reply
   if (!reply.ok) {
     log_->debug("fetch refused: {}", reply.error);
@@ -60,6 +65,8 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                                         "but carries " + std::string(digest_kind_name(manifest.digest_kind)) +
                                         " digests, which are taken on the host");
     }
+    // A host buffer of a device consumer: each chunk goes on to the device as it lands.
+    if (buffer && landing_ && !buffer->device_owned) landing_->begin(manifest.total_bytes, *buffer);
   } catch (const std::bad_alloc&) {
     return reject(manifest, reply.fetch_id, Error(ErrorCode::kResource, "cannot allocate " +
                                                       std::to_string(manifest.total_bytes) + " bytes for version " +
@@ -80,10 +87,17 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
   finish(fetch_.accept(reply, std::move(buffer), Clock::now()));
 }
 
+void ConsumerService::on_chunk(const ChunkDone& chunk) {
+  auto done = fetch_.on_chunk(chunk);
+  if (!done && landing_ && landing_->landing()) landing_->advance(fetch_.received_bytes());
+  finish(std::move(done));
+}
+
 // A finished fetch: verified and installed, or rejected; acked either way.
 void ConsumerService::finish(std::optional<FinishedFetch> done) {
   if (!done) return;
   if (!done->failure.empty()) {
+    if (landing_) landing_->abandon();
     log_->warn("transfer of version {} failed: {}", done->manifest.version, done->failure);
     send_ack(done->manifest, done->fetch_id, false, done->failure);
     count([](ConsumerStats& s) { s.transfers_aborted++; });
@@ -96,7 +110,10 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     if (done->buffer->device_owned) {
       if (pmix) done->received = landing_->digest(m, done->buffer->memory.data());
     } else if (landing_) {
-      auto landed = landing_->land(m, *done->buffer, pmix);
+      // Normally begun when the fetch was answered (and most of it copied already); a landing
+      // that was dropped since starts again here.
+      if (!landing_->landing()) landing_->begin(m.total_bytes, *done->buffer);
+      auto landed = landing_->complete(m, pmix);
       device_copy = std::move(landed.buffer);
       if (pmix) done->received = std::move(landed.digests);
     } else if (pmix) {
@@ -136,6 +153,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
 
 std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch(const std::string& why, bool counted) {
   if (!fetch_.in_flight()) return std::nullopt;
+  if (landing_) landing_->abandon();  // before the host buffer can go back to the store
   auto abandoned = fetch_.abort();
   log_->warn("discarding the transfer{}: {}",
              abandoned ? " of version " + std::to_string(abandoned->first.version) : std::string(), why);

@@ -1,14 +1,20 @@
 #include "core/producer/device_snapshots.h"
 
+#include <algorithm>
+
 #include "modelcast/error.h"
 
 namespace modelcast::producer {
 
 DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std::size_t slots, std::uint64_t bytes,
-                                 Staged staged)
-    : runtime_(runtime), device_(device), staged_(std::move(staged)) {
+                                 Staged staged, Options options)
+    : runtime_(runtime), device_(device), staged_(std::move(staged)), options_(options) {
+  if (options_.stage_piece_bytes == 0 || options_.stage_depth == 0) {
+    throw Error(ErrorCode::kInvalidArgument, "device staging: the piece size and the depth must be positive");
+  }
   // On any failure below the destructor does not run: release what was made so far.
   try {
+    for (std::size_t i = 0; i < options_.stage_depth; ++i) piece_done_.push_back(runtime_.create_event(device));
     for (std::size_t i = 0; i < slots; ++i) {
       slots_.push_back(runtime_.allocate(device, bytes));
       copied_.push_back(runtime_.create_event(device));
@@ -19,6 +25,8 @@ DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std
   } catch (...) {
     for (auto* p : slots_) runtime_.release(p);
     for (auto* e : copied_) runtime_.destroy_event(e);
+    for (auto* e : piece_done_) runtime_.destroy_event(e);
+    if (caller_point_) runtime_.destroy_event(caller_point_);
     if (copy_stream_) runtime_.destroy_stream(copy_stream_);
     if (stage_stream_) runtime_.destroy_stream(stage_stream_);
     throw;
@@ -43,6 +51,7 @@ DeviceSnapshots::~DeviceSnapshots() {
   runtime_.destroy_stream(stage_stream_);
   runtime_.destroy_event(caller_point_);
   for (auto* e : copied_) runtime_.destroy_event(e);
+  for (auto* e : piece_done_) runtime_.destroy_event(e);
   for (auto* p : slots_) runtime_.release(p);
 }
 
@@ -99,18 +108,43 @@ void DeviceSnapshots::run() {
     } catch (const std::exception& e) {
       error = e.what();
     }
-    staged_(Step::kDigested, job.slot, job.manifest, job.called_at, error);
+    staged_(Step::kDigested, job.slot, job.manifest, job.called_at, 0, error);
     if (!error.empty()) continue;
     try {
-      if (job.manifest.total_bytes != 0) {
-        runtime_.copy_async(job.host, slots_[job.slot], job.manifest.total_bytes, stage_stream_);
-      }
-      runtime_.synchronize_stream(stage_stream_);
+      copy_to_host(job);
     } catch (const std::exception& e) {
       error = e.what();
+      // Nothing queued may still write the host slot or read the device slot once this
+      // version's failure lets the service hand them out again.
+      try {
+        runtime_.synchronize_stream(stage_stream_);
+      } catch (const std::exception&) {
+      }
     }
-    staged_(Step::kOnHost, job.slot, job.manifest, job.called_at, error);
+    staged_(Step::kOnHost, job.slot, job.manifest, job.called_at, error.empty() ? job.manifest.total_bytes : 0, error);
   }
+}
+
+// Up to stage_depth pieces are queued on the staging stream, each followed by an event; the
+// thread waits for the oldest, reports the prefix it completes, and queues the next piece.
+void DeviceSnapshots::copy_to_host(const Job& job) {
+  const std::uint64_t total = job.manifest.total_bytes;
+  const std::uint64_t piece = options_.stage_piece_bytes;
+  const std::size_t depth = piece_done_.size();
+  const auto* device_base = static_cast<const std::byte*>(slots_[job.slot]);
+  const std::size_t pieces = static_cast<std::size_t>((total + piece - 1) / piece);
+  auto finished = [&](std::size_t i) {
+    runtime_.synchronize(piece_done_[i % depth]);
+    const std::uint64_t prefix = std::min(total, (i + 1) * piece);
+    if (prefix < total) staged_(Step::kHostPrefix, job.slot, job.manifest, job.called_at, prefix, {});
+  };
+  for (std::size_t i = 0; i < pieces; ++i) {
+    if (i >= depth) finished(i - depth);
+    const std::uint64_t offset = i * piece;
+    runtime_.copy_async(job.host + offset, device_base + offset, std::min(piece, total - offset), stage_stream_);
+    runtime_.record(piece_done_[i % depth], stage_stream_);
+  }
+  for (std::size_t i = pieces > depth ? pieces - depth : 0; i < pieces; ++i) finished(i);
 }
 
 // The digest is of the device slot (what the trainer's tensors were), taken before any copy

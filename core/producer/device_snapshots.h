@@ -1,7 +1,9 @@
 // publish() for device tensors: the copies into a device slot, ordered against the trainer's
 // GPU work, and the staging of each version on a thread of its own in two steps: the pmix64
-// digest taken on the device (the version can then be read from the device slot), then one
-// device-to-host copy into the host slot the two-sided transports send from.
+// digest taken on the device (the version can then be read from the device slot), then the
+// device-to-host copy into the host slot the two-sided transports send from, in pieces whose
+// completion is reported as it happens, so sends of the first chunks overlap the copy of the
+// rest.
 //
 // Threads: copy() runs on the trainer's thread and is the whole of its stall. The staging
 // thread owns the staging stream and finishes versions in order; it reports each step through
@@ -32,16 +34,30 @@ namespace modelcast::producer {
 class DeviceSnapshots {
  public:
   using Clock = std::chrono::steady_clock;
-  // kDigested: the device slot holds the version, digests filled in (integrity on). kOnHost: the
-  // host slot holds it too. With an error, the step failed (kDigested failing ends the version;
-  // kOnHost failing leaves it readable from the device only).
-  enum class Step { kDigested, kOnHost };
-  // Runs on the staging thread, once per step, kDigested first.
+  // kDigested: the device slot holds the version, digests filled in (integrity on). kHostPrefix:
+  // the host slot holds the version's first `host_bytes` (less than all of it). kOnHost: the
+  // host slot holds all of it. With an error, the step failed (kDigested failing ends the
+  // version; kOnHost failing leaves it readable from the device only).
+  enum class Step { kDigested, kHostPrefix, kOnHost };
+  // Runs on the staging thread: kDigested, then kHostPrefix zero or more times with growing
+  // host_bytes, then kOnHost (unless kDigested failed).
   using Staged = std::function<void(Step step, std::size_t slot, const Manifest& manifest, Clock::time_point called_at,
-                                    const std::string& error)>;
+                                    std::uint64_t host_bytes, const std::string& error)>;
 
-  // Allocates `slots` device slots of `bytes` on `device`. Throws Error(kResource/kTransport).
-  DeviceSnapshots(device::DeviceRuntime& runtime, int device, std::size_t slots, std::uint64_t bytes, Staged staged);
+  struct Options {
+    // Pieces of the device-to-host copy whose completion is reported on its own: small enough
+    // that the first chunks leave early, large enough that a copy runs near the link's speed.
+    std::uint64_t stage_piece_bytes = std::uint64_t{8} << 20;
+    // Pieces queued on the staging stream ahead of the one being waited for.
+    std::size_t stage_depth = 4;
+  };
+
+  // Allocates `slots` device slots of `bytes` on `device`. Throws Error(kResource/kTransport),
+  // or Error(kInvalidArgument) for a zero piece size or depth.
+  DeviceSnapshots(device::DeviceRuntime& runtime, int device, std::size_t slots, std::uint64_t bytes, Staged staged,
+                  Options options);
+  DeviceSnapshots(device::DeviceRuntime& runtime, int device, std::size_t slots, std::uint64_t bytes, Staged staged)
+      : DeviceSnapshots(runtime, device, slots, bytes, std::move(staged), Options{}) {}
   ~DeviceSnapshots();  // stop(), then waits for the streams and frees the slots
   // Stages nothing further, joins the staging thread and unpins the host slots; the device
   // slots stay allocated. Before the host slots are freed.
@@ -72,15 +88,19 @@ class DeviceSnapshots {
   };
   void run();
   void digest(Job& job);
+  // Copies the job's version to its host slot piece by piece, reporting each finished prefix.
+  void copy_to_host(const Job& job);
 
   device::DeviceRuntime& runtime_;
   const int device_;
   Staged staged_;
+  const Options options_;
   std::vector<void*> slots_;                // device memory, one per snapshot slot
   std::vector<device::EventHandle> copied_; // recorded after each slot's copies
   device::StreamHandle copy_stream_ = nullptr;    // trainer's thread
   device::StreamHandle stage_stream_ = nullptr;   // staging thread
   device::EventHandle caller_point_ = nullptr;    // trainer's thread: a point on the caller's stream
+  std::vector<device::EventHandle> piece_done_;   // staging thread: a ring of stage_depth events
 
   std::mutex mutex_;
   std::condition_variable cv_;

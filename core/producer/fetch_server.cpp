@@ -1,5 +1,7 @@
 #include "core/producer/fetch_server.h"
 
+#include <limits>
+
 namespace modelcast::producer {
 
 FetchServer::FetchServer(SnapshotStore& store, const transport::TransportSet& transports, std::uint64_t incarnation,
@@ -49,15 +51,17 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
                                                    " is superseded; the newest is " + std::to_string(newest));
   }
   // A device version is readable from its device slot at once, but sent from its host copy:
-  // a two-sided fetch waits for that copy (one parked request per connection, as above).
-  if (transports_.at(consumer->transport).capabilities().two_sided) {
-    switch (store_.host_state(request.version)) {
-      case SnapshotStore::HostState::kReady: break;
-      case SnapshotStore::HostState::kPending: parked_[routing_id] = request; return std::nullopt;
-      case SnapshotStore::HostState::kFailed:
-        return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(store_.newest_version()) +
-                                                       " could not be copied to host memory; wait for the next one");
+  // a two-sided fetch is answered at once and its chunks go out as the copy reaches them, so
+  // the device-to-host copy overlaps the transfer.
+  const bool two_sided = transports_.at(consumer->transport).capabilities().two_sided;
+  std::uint64_t host_bytes = std::numeric_limits<std::uint64_t>::max();
+  if (two_sided) {
+    auto copy = store_.host_copy(request.version);
+    if (copy.state == SnapshotStore::HostState::kFailed) {
+      return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(store_.newest_version()) +
+                                                     " could not be copied to host memory; wait for the next one");
     }
+    if (copy.state == SnapshotStore::HostState::kPending) host_bytes = copy.bytes;
   }
   auto leased = store_.lease(request.version, routing_id, now, lease_timeout_, consumer->transport);
   if (!leased) {
@@ -78,20 +82,86 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   fetch.awaiting_digests = leased->digests_pending;
   fetch.bytes = plan.total_bytes;
   fetch.transport = consumer->transport;
+  fetch.plan = plan;
+  fetch.peer = consumer->peer;
+  fetch.region = leased->region;
   auto& transport = transports_.at(consumer->transport);
-  if (!transport.capabilities().two_sided) {
+  if (!two_sided) {
     // One-sided: the consumer reads the slot itself and acks; the lease holds the slot till then.
     reply.region = transport.export_region(*leased->region);
     fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
     return reply;
   }
-  for (std::size_t i = 0; i < plan.count(); ++i) {
-    fetch.transfers.push_back(transport.post_send(
-        consumer->peer, *leased->region, plan.offset(i), plan.length(i), protocol::chunk_tag(request.fetch_id, i),
-        [this, routing_id, id = request.fetch_id](const transport::TransferResult& r) { on_send_(routing_id, id, r); }));
-  }
-  fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
+  auto& placed = fetches_[routing_id].emplace(request.fetch_id, std::move(fetch)).first->second;
+  post_sends(routing_id, request.fetch_id, placed, host_bytes);
   return reply;
+}
+
+void FetchServer::post_sends(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch,
+                             std::uint64_t host_bytes) {
+  auto& transport = transports_.at(fetch.transport);
+  const auto& plan = fetch.plan;
+  while (fetch.next_chunk < plan.count() && plan.offset(fetch.next_chunk) + plan.length(fetch.next_chunk) <= host_bytes) {
+    const std::size_t i = fetch.next_chunk;
+    fetch.transfers.push_back(transport.post_send(
+        fetch.peer, *fetch.region, plan.offset(i), plan.length(i), protocol::chunk_tag(fetch_id, i),
+        [this, routing_id, fetch_id](const transport::TransferResult& r) { on_send_(routing_id, fetch_id, r); }));
+    ++fetch.next_chunk;
+  }
+}
+
+std::vector<FetchServer::Withdrawn> FetchServer::host_progress(std::uint64_t version) {
+  std::vector<Withdrawn> out;
+  const auto copy = store_.host_copy(version);
+  if (copy.state == SnapshotStore::HostState::kFailed) return out;  // host_failed() ends them
+  for (auto& [routing_id, fetches] : fetches_) {
+    for (auto it = fetches.begin(); it != fetches.end();) {
+      Fetch& fetch = it->second;
+      if (fetch.version != version || fetch.region == nullptr || fetch.next_chunk == fetch.plan.count() ||
+          !transports_.at(fetch.transport).capabilities().two_sided) {
+        ++it;
+        continue;
+      }
+      try {
+        post_sends(routing_id, it->first, fetch, copy.bytes);
+        ++it;
+      } catch (const std::exception& e) {
+        out.push_back(withdraw(routing_id, it->first, fetch, std::string("a chunk could not be sent: ") + e.what()));
+        it = fetches.erase(it);
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<FetchServer::Withdrawn> FetchServer::host_failed(std::uint64_t version, const std::string& error) {
+  std::vector<Withdrawn> out;
+  for (auto& [routing_id, fetches] : fetches_) {
+    for (auto it = fetches.begin(); it != fetches.end();) {
+      Fetch& fetch = it->second;
+      if (fetch.version != version || fetch.next_chunk == fetch.plan.count() ||
+          !transports_.at(fetch.transport).capabilities().two_sided) {
+        ++it;
+        continue;
+      }
+      out.push_back(withdraw(routing_id, it->first, fetch,
+                             "version " + std::to_string(version) + " could not be copied to host memory: " + error));
+      it = fetches.erase(it);
+    }
+  }
+  return out;
+}
+
+FetchServer::Withdrawn FetchServer::withdraw(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch,
+                                             const std::string& why) {
+  cancel(fetch);
+  store_.release(fetch.lease_id);
+  Withdrawn withdrawn;
+  withdrawn.routing_id = routing_id;
+  withdrawn.refusal.fetch_id = fetch_id;
+  withdrawn.refusal.refusal = protocol::Refusal::kNotHeld;
+  withdrawn.refusal.error = why;
+  return withdrawn;
 }
 
 bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok) {

@@ -45,6 +45,19 @@ class FetchServer {
   std::optional<protocol::FetchReply> start(const std::string& routing_id, const ConsumerRecord* consumer,
                                             const protocol::FetchRequest& request, Clock::time_point now);
 
+  // More of `version`'s host copy exists (SnapshotStore::set_host_prefix, set_host_state): posts
+  // the chunk sends of its fetches that it now covers.
+  // A fetch answered while its version was still being copied to the host, whose remaining
+  // chunks cannot be sent: the consumer is told with a refusal of the same fetch id.
+  struct Withdrawn {
+    std::string routing_id;
+    protocol::FetchReply refusal;
+  };
+  // Returns the fetches withdrawn because a send could not be posted.
+  std::vector<Withdrawn> host_progress(std::uint64_t version);
+  // `version`'s host copy failed: ends every fetch of it that still has chunks to send.
+  std::vector<Withdrawn> host_failed(std::uint64_t version, const std::string& error);
+
   // A chunk send finished. True the first time a send of that fetch fails.
   bool on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok);
 
@@ -75,7 +88,18 @@ class FetchServer {
     std::size_t transport = 0;  // the consumer's, in the set
     std::vector<transport::TransferId> transfers;
     bool failed = false;
+    // Two-sided fetches: chunks [0, next_chunk) are posted; the rest wait for the host copy
+    // (a device version being staged). `region` is the leased slot's, valid while leased.
+    transfer::ChunkPlan plan;
+    std::size_t next_chunk = 0;
+    transport::PeerId peer = 0;
+    const transport::MemoryRegion* region = nullptr;
   };
+  // Posts the chunks that lie within the first `host_bytes` of the version. Throws what the
+  // transport's post_send throws (the chunks posted before stay posted).
+  void post_sends(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch, std::uint64_t host_bytes);
+  // Ends a fetch whose remaining chunks will not be sent: cancels its sends, releases its lease.
+  Withdrawn withdraw(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch, const std::string& why);
   void cancel(const Fetch& fetch);
 
   SnapshotStore& store_;

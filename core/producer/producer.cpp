@@ -74,6 +74,11 @@ class Producer::Impl {
                                                    std::to_string(transfer::kMinChunkBytes) + ", got " +
                                                    std::to_string(options_.transfer_chunk_bytes));
     }
+    if (options_.device_stage_bytes < transfer::kMinChunkBytes) {
+      throw Error(ErrorCode::kInvalidArgument, "device_stage_bytes must be >= " +
+                                                   std::to_string(transfer::kMinChunkBytes) + ", got " +
+                                                   std::to_string(options_.device_stage_bytes));
+    }
     if (options_.max_consumers == 0) throw Error(ErrorCode::kInvalidArgument, "max_consumers is 0");
     if (!options_.persist.directory.empty()) {
       persister_ = std::make_unique<producer::Persister>(options_, incarnation_, store_, stats_, log_);
@@ -258,15 +263,18 @@ class Producer::Impl {
           layout_.total_bytes,
           [events = &service_->events()](producer::DeviceSnapshots::Step step, std::size_t slot,
                                          const Manifest& manifest, Clock::time_point called_at,
-                                         const std::string& error) {
-            if (step == producer::DeviceSnapshots::Step::kOnHost) {
+                                         std::uint64_t host_bytes, const std::string& error) {
+            if (step == producer::DeviceSnapshots::Step::kHostPrefix) {
+              events->push(producer::HostProgress{slot, manifest.version, host_bytes});
+            } else if (step == producer::DeviceSnapshots::Step::kOnHost) {
               events->push(producer::HostStaged{slot, manifest.version, error});
             } else if (error.empty()) {
               events->push(producer::SnapshotTaken{slot, manifest, called_at, true, false});
             } else {
               events->push(producer::SnapshotFailed{slot, manifest.version, error});
             }
-          });
+          },
+          producer::DeviceSnapshots::Options{options_.device_stage_bytes});
     }
     if (device) {
       store_.allocate(layout_.total_bytes, *transports_, device->slots(), device->device());

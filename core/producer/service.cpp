@@ -115,14 +115,20 @@ void ProducerService::on_event(SnapshotFailed& e) {
   for (auto& [routing_id, request] : fetches_.published(e.version)) on_fetch(routing_id, request);
 }
 
-// Consumers that joined before the tensors were known were routed for host slots: they join
-// again (their next fetch is refused as not joined) and get a route for where the slots are.
+void ProducerService::on_event(HostProgress& e) {
+  store_.set_host_prefix(e.slot, e.bytes);
+  withdraw(fetches_.host_progress(e.version));
+}
+
 void ProducerService::on_event(HostStaged& e) {
   store_.set_host_state(e.slot, e.error.empty());
   if (!e.error.empty()) {
     log_->error("version {} could not be copied to the host: only consumers reading device memory get it: {}",
                 e.version, e.error);
     stats_.update([](ProducerStats& s) { s.failed_snapshots++; });
+    withdraw(fetches_.host_failed(e.version, e.error));
+  } else {
+    withdraw(fetches_.host_progress(e.version));
   }
   if (auto it = host_staging_.find(e.version); it != host_staging_.end()) {
     store_.unpin(it->second);
@@ -133,6 +139,19 @@ void ProducerService::on_event(HostStaged& e) {
   for (auto& [routing_id, request] : fetches_.published(e.version)) on_fetch(routing_id, request);
 }
 
+// Fetches whose remaining chunks will not come: the consumer is told at once rather than left
+// to time out, and each counts as a failed delivery.
+void ProducerService::withdraw(const std::vector<FetchServer::Withdrawn>& withdrawn) {
+  for (const auto& w : withdrawn) {
+    auto* consumer = membership_.find(w.routing_id);
+    log_->warn("withdrew a fetch of '{}': {}", consumer ? consumer->name : std::string("?"), w.refusal.error);
+    reply(w.routing_id, w.refusal);
+  }
+  if (!withdrawn.empty()) stats_.update([&](ProducerStats& s) { s.failed_deliveries += withdrawn.size(); });
+}
+
+// Consumers that joined before the tensors were known were routed for host slots: they join
+// again (their next fetch is refused as not joined) and get a route for where the slots are.
 void ProducerService::on_event(SlotsAllocated& e) {
   if (e.location == slots_) return;
   slots_ = e.location;

@@ -46,7 +46,14 @@ struct SnapshotTaken {
   bool digests_ready = false;  // a device snapshot, hashed on the device while it was staged
   bool host_ready = true;      // false: a device snapshot whose host copy follows (HostStaged)
 };
-// The host copy of a device snapshot is done (or failed: `error`); two-sided sends may start.
+// The staging thread has copied the first `bytes` of a device snapshot to its host slot: the
+// chunks of two-sided fetches that lie within them may be sent.
+struct HostProgress {
+  std::size_t slot;
+  std::uint64_t version;
+  std::uint64_t bytes;
+};
+// The host copy of a device snapshot is done (or failed: `error`).
 struct HostStaged {
   std::size_t slot;
   std::uint64_t version;
@@ -79,7 +86,7 @@ struct SlotsAllocated {
   transport::MemoryLocation location;
 };
 struct Stop {};
-using Event = std::variant<SnapshotStarted, SnapshotTaken, SnapshotFailed, HostStaged, SendDone, PeerFailed,
+using Event = std::variant<SnapshotStarted, SnapshotTaken, SnapshotFailed, HostProgress, HostStaged, SendDone, PeerFailed,
                            DigestsReady, SlotsAllocated, Stop>;
 
 // Counters the service thread updates and any thread reads.
@@ -134,7 +141,9 @@ class ProducerService {
   void on_event(SnapshotStarted& e);
   void on_event(SnapshotTaken& e);
   void on_event(SnapshotFailed& e);
+  void on_event(HostProgress& e);
   void on_event(HostStaged& e);
+  void withdraw(const std::vector<FetchServer::Withdrawn>& withdrawn);
   void on_event(SlotsAllocated& e);
   void on_event(DigestsReady& e);
   void on_event(SendDone& e);

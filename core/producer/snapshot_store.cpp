@@ -51,13 +51,27 @@ void SnapshotStore::cancel(std::size_t slot) {
 
 void SnapshotStore::set_host_state(std::size_t slot, bool ok) {
   std::lock_guard lock(mutex_);
-  slots_[slot].host = ok ? HostState::kReady : HostState::kFailed;
+  Slot& s = slots_[slot];
+  s.host = ok ? HostState::kReady : HostState::kFailed;
+  if (ok) s.host_bytes = s.manifest.total_bytes;
+}
+
+void SnapshotStore::set_host_prefix(std::size_t slot, std::uint64_t bytes) {
+  std::lock_guard lock(mutex_);
+  Slot& s = slots_[slot];
+  if (s.host == HostState::kPending) s.host_bytes = std::max(s.host_bytes, std::min(bytes, s.manifest.total_bytes));
 }
 
 SnapshotStore::HostState SnapshotStore::host_state(std::uint64_t version) const {
+  return host_copy(version).state;
+}
+
+SnapshotStore::HostCopy SnapshotStore::host_copy(std::uint64_t version) const {
   std::lock_guard lock(mutex_);
   auto slot = pool_.slot_of(version == 0 ? pool_.newest_version() : version);
-  return slot ? slots_[*slot].host : HostState::kReady;
+  if (!slot) return {HostState::kReady, 0};
+  const Slot& s = slots_[*slot];
+  return {s.host, s.host == HostState::kReady ? s.manifest.total_bytes : s.host == HostState::kPending ? s.host_bytes : 0};
 }
 
 void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin,
@@ -65,6 +79,7 @@ void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_poi
   std::lock_guard lock(mutex_);
   Slot& s = slots_[slot];
   s.host = host_ready ? HostState::kReady : HostState::kPending;
+  s.host_bytes = host_ready ? manifest.total_bytes : 0;
   std::uint64_t version = manifest.version;
   s.manifest = std::move(manifest);
   s.published_at = called_at;

@@ -68,14 +68,24 @@ class SnapshotStore {
   // The reserved slot now holds manifest.version, the newest. With `pin`, the digest thread
   // holds it until set_digests.
   // With !host_ready (a device snapshot whose host copy is still being made) two-sided sends
-  // wait for set_host_ready(); one-sided reads of the device slot need not.
+  // follow the host copy (set_host_prefix, set_host_state); one-sided reads of the device slot
+  // need not wait for it.
   void publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin, bool host_ready = true);
   // The host copy of a device snapshot is done, or failed (then only one-sided readers of the
   // device slot get the version).
   void set_host_state(std::size_t slot, bool ok);
+  // The staging thread has copied the first `bytes` of a pending device snapshot to its host
+  // slot (the prefix only grows; ignored once the copy is over).
+  void set_host_prefix(std::size_t slot, std::uint64_t bytes);
   enum class HostState { kReady, kPending, kFailed };
-  // Whether `version` (0: the newest) is in its host slot; kReady for a version not held.
+  struct HostCopy {
+    HostState state = HostState::kReady;
+    std::uint64_t bytes = 0;  // the prefix of the version that is in the host slot
+  };
+  // Whether `version` (0: the newest) is in its host slot, and how much of it; kReady for a
+  // version not held.
   HostState host_state(std::uint64_t version) const;
+  HostCopy host_copy(std::uint64_t version) const;
   // Fills in a pinned slot's digests (and signature, when `signer`), and unpins it. Returns the
   // signature.
   std::vector<std::byte> set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
@@ -110,6 +120,7 @@ class SnapshotStore {
     Clock::time_point published_at{};
     bool digests_ready = true;
     HostState host = HostState::kReady;
+    std::uint64_t host_bytes = 0;  // with kPending: the prefix staged so far
     std::uint64_t digest_lease = 0;
     std::vector<std::byte> signature;
   };

@@ -103,6 +103,9 @@ struct FetchRequest {
   std::uint64_t fetch_id = 0;
 };
 
+// A refusal that carries the id of a fetch already answered withdraws that fetch: the producer
+// sends no more of it and has released its lease (a device version whose host copy failed
+// while its chunks were going out).
 struct FetchReply {
   bool ok = false;
   Refusal refusal = Refusal::kNone;

@@ -58,6 +58,10 @@ struct ProducerOptions {
   std::chrono::milliseconds lease_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{200};
   std::size_t transfer_chunk_bytes = 32u << 20;  // >= 64 KiB; raised for models over 2^20 chunks
+  // Device tensors: a version is copied from its device slot to host memory (for two-sided
+  // routes) in pieces of this many bytes, and chunks are sent as soon as the pieces under them
+  // are in, so the device-to-host copy overlaps the network transfer. >= 64 KiB.
+  std::size_t device_stage_bytes = 8u << 20;
   // Joins beyond this many consumers are refused: each costs a connection and a UCX endpoint.
   std::size_t max_consumers = 256;
   // Transports this producer may deliver over: "ucx" (shared memory, TCP, RDMA) and "loopback"

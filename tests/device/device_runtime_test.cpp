@@ -171,3 +171,68 @@ TEST(DeviceLanding, AFailedAllocationLeavesThePoolUsable) {
   rt.synchronize_stream(nullptr);
   EXPECT_EQ(back, host);
 }
+
+// A device consumer copies each chunk on to the device as the received prefix grows: what was
+// advanced is on the device before complete() is called, and complete() adds the rest.
+TEST(DeviceLanding, ThePrefixReceivedSoFarIsCopiedBeforeTheRestArrives) {
+  auto& rt = runtime();
+  modelcast::consumer::DeviceLanding landing(rt, 0, 1);
+  const std::size_t words = 96 << 10, half = words / 2;
+  auto expected = pattern(words, 7);
+  std::vector<std::uint64_t> host(words, 0);
+  modelcast::detail::ReceiveBuffer receive;
+  receive.memory = std::span<std::byte>(reinterpret_cast<std::byte*>(host.data()), host.size() * 8);
+  modelcast::Manifest manifest;
+  manifest.total_bytes = receive.memory.size();
+  manifest.tensors.resize(2);
+  manifest.tensors[0].offset = 0;
+  manifest.tensors[0].size = half * 8;
+  manifest.tensors[1].offset = half * 8;
+  manifest.tensors[1].size = (words - half) * 8;
+
+  landing.begin(manifest.total_bytes, receive);
+  EXPECT_FALSE(landing.available()) << "a landing in progress left its buffer to others";
+  std::copy(expected.begin(), expected.begin() + half, host.begin());
+  landing.advance(half * 8);
+  landing.advance(half * 8 - 64);  // a prefix never shrinks: nothing is copied again
+  rt.synchronize_stream(landing.stream());
+  std::copy(expected.begin() + half, expected.end(), host.begin() + half);
+  // The first half is on the device already: overwriting it in host memory now must not
+  // change what lands (a landing that copied everything at complete() would take this).
+  std::vector<std::uint64_t> first_half(expected.begin(), expected.begin() + half);
+  std::fill(host.begin(), host.begin() + half, 0xDEADull);
+  auto landed = landing.complete(manifest, true);
+  ASSERT_NE(landed.buffer, nullptr);
+  std::vector<std::uint64_t> back(words);
+  rt.copy_async(back.data(), landed.buffer->base, words * 8, nullptr);
+  rt.synchronize_stream(nullptr);
+  EXPECT_TRUE(std::equal(back.begin(), back.begin() + half, first_half.begin()))
+      << "the advanced prefix was copied again at complete(), or never";
+  EXPECT_TRUE(std::equal(back.begin() + half, back.end(), expected.begin() + half));
+  ASSERT_EQ(landed.digests.size(), 2u);
+  EXPECT_EQ(landed.digests[0], modelcast::pmix64::digest_host(expected.data(), half * 8));
+  EXPECT_EQ(landed.digests[1], modelcast::pmix64::digest_host(expected.data() + half, (words - half) * 8));
+  EXPECT_FALSE(landing.landing());
+}
+
+// An abandoned landing gives its device buffer back: the next version can land.
+TEST(DeviceLanding, AnAbandonedLandingFreesItsBufferForTheNext) {
+  auto& rt = runtime();
+  modelcast::consumer::DeviceLanding landing(rt, 0, 1);
+  std::vector<std::byte> host(256 << 10, std::byte{0x11});
+  modelcast::detail::ReceiveBuffer receive;
+  receive.memory = host;
+  landing.begin(host.size(), receive);
+  landing.advance(host.size() / 2);
+  EXPECT_FALSE(landing.available());
+  landing.abandon();
+  EXPECT_FALSE(landing.landing());
+  EXPECT_TRUE(landing.available());
+  modelcast::Manifest manifest;
+  manifest.total_bytes = host.size();
+  auto landed = landing.land(manifest, receive, false);
+  std::vector<std::byte> back(host.size());
+  rt.copy_async(back.data(), landed.buffer->base, back.size(), nullptr);
+  rt.synchronize_stream(nullptr);
+  EXPECT_EQ(back, host);
+}

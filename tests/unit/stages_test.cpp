@@ -212,29 +212,86 @@ TEST(Stages, FetchServerRefusesBusySupersededAndStaleRequestsAndParksTheUpcoming
   EXPECT_EQ(parked[0].second.fetch_id, 7u);
 }
 
-// A device version is published before its host copy exists: a two-sided fetch waits for the
-// copy, is answered once it is there, and is refused (not parked for ever) if the copy failed.
-TEST(Stages, TwoSidedFetchesWaitForAHostCopyAndAreRefusedWhenItFailed) {
+// A device version is published before its host copy exists: a two-sided fetch is answered at
+// once and each chunk is sent only when the host copy has reached it. The host slot holds
+// garbage beyond the staged prefix, as it does while the device-to-host copy runs; a chunk sent
+// early would carry it and fail the digests.
+TEST(Stages, TwoSidedFetchesOfADeviceVersionSendEachChunkOnlyOnceTheHostCopyHasIt) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1, /*host_ready=*/false);
+  std::vector<std::byte> staged(p.store.memory(p.last_slot), p.store.memory(p.last_slot) + p.layout.total_bytes);
+  std::memset(p.store.memory(p.last_slot), 0xEE, p.layout.total_bytes);
+  auto request = c.client.begin(kIncarnation, 1, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok) << "a fetch of a version being staged waited for the whole host copy";
+  consumer::check_reply(c.policy, *reply);
+  ASSERT_FALSE(c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), Clock::now()));
+  const std::uint64_t chunk = reply->chunk_bytes;
+  const std::size_t chunks = static_cast<std::size_t>((p.layout.total_bytes + chunk - 1) / chunk);
+  ASSERT_GE(chunks, 4u);
+
+  // The staging thread reports prefixes that need not fall on chunk boundaries.
+  std::uint64_t staged_bytes = 0;
+  std::optional<consumer::FinishedFetch> done;
+  for (std::uint64_t prefix : {chunk / 2, chunk * 2 + chunk / 3, chunk * 3}) {
+    std::memcpy(p.store.memory(p.last_slot) + staged_bytes, staged.data() + staged_bytes, prefix - staged_bytes);
+    staged_bytes = prefix;
+    p.store.set_host_prefix(p.last_slot, prefix);
+    EXPECT_TRUE(p.server->host_progress(1).empty());
+    // Exactly the chunks the prefix covers arrive.
+    while (c.client.received_bytes() < prefix / chunk * chunk) {
+      auto arrived = c.chunks.pop();
+      ASSERT_TRUE(arrived) << "a chunk within the staged prefix was not sent";
+      done = c.client.on_chunk(*arrived);
+      ASSERT_FALSE(done);
+    }
+    EXPECT_EQ(c.client.received_bytes(), prefix / chunk * chunk);
+  }
+  std::memcpy(p.store.memory(p.last_slot) + staged_bytes, staged.data() + staged_bytes,
+              p.layout.total_bytes - staged_bytes);
+  p.store.set_host_state(p.last_slot, true);
+  EXPECT_TRUE(p.server->host_progress(1).empty());
+  while (!done) {
+    auto arrived = c.chunks.pop();
+    ASSERT_TRUE(arrived) << "the rest was not sent once the host copy was complete";
+    done = c.client.on_chunk(*arrived);
+  }
+  EXPECT_EQ(done->failure, "");
+  EXPECT_NO_THROW(consumer::check_digests(done->manifest, done->received));
+  EXPECT_EQ(std::memcmp(done->buffer->memory.data(), staged.data(), staged.size()), 0);
+  EXPECT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now()).ok);
+}
+
+// The host copy fails while a fetch is half sent: the fetch is withdrawn (its lease released, the
+// consumer told with a refusal of the same fetch id), and later fetches are refused saying why.
+TEST(Stages, AFetchHalfSentWhenTheHostCopyFailsIsWithdrawnAndLaterOnesRefused) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   p.publish(1, /*host_ready=*/false);
   auto request = c.client.begin(kIncarnation, 1, Clock::now());
-  EXPECT_FALSE(p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now()))
-      << "sent before the host copy exists";
-  EXPECT_EQ(p.store.reader_leases(), 0u) << "a parked fetch holds no lease";
-  p.store.set_host_state(p.last_slot, true);
-  auto parked = p.server->published(1);
-  ASSERT_EQ(parked.size(), 1u);
-  auto reply = p.server->start(parked[0].first, &p.consumer, parked[0].second, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
   ASSERT_TRUE(reply && reply->ok);
-  auto done = c.run(*reply);
-  EXPECT_EQ(done.failure, "");
-  EXPECT_NO_THROW(consumer::check_digests(done.manifest, done.received));
-  p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now());
+  ASSERT_FALSE(c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), Clock::now()));
+  p.store.set_host_prefix(p.last_slot, reply->chunk_bytes);
+  EXPECT_TRUE(p.server->host_progress(1).empty());
+  ASSERT_FALSE(c.client.on_chunk(*c.chunks.pop()));
+  EXPECT_EQ(p.store.reader_leases(), 1u);
 
-  p.publish(2, /*host_ready=*/false);
   p.store.set_host_state(p.last_slot, false);
-  auto refused = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 2, 2}, Clock::now());
+  auto withdrawn = p.server->host_failed(1, "device lost");
+  ASSERT_EQ(withdrawn.size(), 1u);
+  EXPECT_EQ(withdrawn[0].routing_id, p.consumer.routing_id);
+  EXPECT_FALSE(withdrawn[0].refusal.ok);
+  EXPECT_EQ(withdrawn[0].refusal.fetch_id, request.fetch_id);
+  EXPECT_NE(withdrawn[0].refusal.error.find("could not be copied to host memory: device lost"), std::string::npos)
+      << withdrawn[0].refusal.error;
+  EXPECT_EQ(p.store.reader_leases(), 0u) << "the withdrawn fetch still holds its lease";
+  EXPECT_TRUE(c.client.withdraws(withdrawn[0].refusal));
+  EXPECT_FALSE(c.client.answers(withdrawn[0].refusal)) << "a withdrawal taken for a first answer";
+  c.client.abort();
+
+  auto refused = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 9}, Clock::now());
   ASSERT_TRUE(refused);
   EXPECT_EQ(refused->refusal, protocol::Refusal::kNotHeld);
   EXPECT_NE(refused->error.find("could not be copied to host memory"), std::string::npos) << refused->error;

@@ -1,0 +1,81 @@
+// The producer's device staging (DeviceSnapshots) on the device MODELCAST_DEVICE selects: the
+// device-to-host copy of a version is reported prefix by prefix, and every prefix reported is
+// really in the host slot when it is reported (the fetch server sends chunks on that word).
+#include <algorithm>
+#include <future>
+#include <mutex>
+
+#include <gtest/gtest.h>
+
+#include "core/device/device_runtime.h"
+#include "core/producer/device_snapshots.h"
+#include "modelcast/error.h"
+
+using modelcast::producer::DeviceSnapshots;
+
+namespace {
+
+modelcast::device::DeviceRuntime& runtime() { return modelcast::device::require_device_runtime("the device tests"); }
+
+struct Report {
+  DeviceSnapshots::Step step;
+  std::uint64_t host_bytes;
+  bool prefix_in_host;
+  std::string error;
+};
+
+}  // namespace
+
+TEST(DeviceSnapshots, TheHostCopyIsReportedPieceByPieceAndEachReportedPrefixIsInTheHostSlot) {
+  auto& rt = runtime();
+  const std::uint64_t piece = 64 << 10;
+  const std::uint64_t total = piece * 5 + piece / 2;  // six pieces, the last one short
+  std::vector<std::byte> expected(total);
+  for (std::size_t i = 0; i < total; ++i) expected[i] = static_cast<std::byte>((i * 131) ^ (i >> 9));
+  std::vector<std::byte> host(total, std::byte{0});
+
+  std::mutex mutex;
+  std::vector<Report> reports;
+  std::promise<void> finished;
+  DeviceSnapshots snapshots(
+      rt, 0, 1, total,
+      [&](DeviceSnapshots::Step step, std::size_t, const modelcast::Manifest&, DeviceSnapshots::Clock::time_point,
+          std::uint64_t host_bytes, const std::string& error) {
+        bool in_host = std::equal(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(host_bytes),
+                                  host.begin());
+        std::lock_guard lock(mutex);
+        reports.push_back({step, host_bytes, in_host, error});
+        if (step == DeviceSnapshots::Step::kOnHost) finished.set_value();
+      },
+      DeviceSnapshots::Options{piece, 2});
+  rt.copy_async(snapshots.slots()[0], expected.data(), total, nullptr);
+  rt.synchronize_stream(nullptr);
+
+  modelcast::Manifest manifest;
+  manifest.version = 1;
+  manifest.total_bytes = total;
+  manifest.integrity = false;
+  snapshots.stage(0, manifest, host.data(), DeviceSnapshots::Clock::now());
+  finished.get_future().wait();
+  snapshots.stop();
+
+  ASSERT_EQ(reports.size(), 7u);  // digested, five prefixes, on host
+  EXPECT_EQ(reports.front().step, DeviceSnapshots::Step::kDigested);
+  for (std::size_t i = 1; i <= 5; ++i) {
+    EXPECT_EQ(reports[i].step, DeviceSnapshots::Step::kHostPrefix);
+    EXPECT_EQ(reports[i].host_bytes, piece * i);
+    EXPECT_TRUE(reports[i].prefix_in_host) << "prefix " << reports[i].host_bytes << " reported before it was copied";
+  }
+  EXPECT_EQ(reports.back().step, DeviceSnapshots::Step::kOnHost);
+  EXPECT_EQ(reports.back().host_bytes, total);
+  EXPECT_EQ(reports.back().error, "");
+  EXPECT_EQ(host, expected);
+}
+
+TEST(DeviceSnapshots, AZeroPieceSizeIsRefused) {
+  auto& rt = runtime();
+  auto none = [](DeviceSnapshots::Step, std::size_t, const modelcast::Manifest&, DeviceSnapshots::Clock::time_point,
+                 std::uint64_t, const std::string&) {};
+  EXPECT_THROW(DeviceSnapshots(rt, 0, 1, 1024, none, DeviceSnapshots::Options{0, 2}), modelcast::Error);
+  EXPECT_THROW(DeviceSnapshots(rt, 0, 1, 1024, none, DeviceSnapshots::Options{4096, 0}), modelcast::Error);
+}
