@@ -8,11 +8,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <random>
 #include <set>
@@ -123,7 +126,9 @@ class SimStream {
 
 class SimulatedRuntime final : public DeviceRuntime {
  public:
-  explicit SimulatedRuntime(int devices) : devices_(devices) {}
+  explicit SimulatedRuntime(int devices) : devices_(devices) {
+    if (const char* flip = std::getenv("MODELCAST_SIMULATED_FLIP_BYTE")) flip_at_ = std::strtoull(flip, nullptr, 10);
+  }
 
   std::string name() const override { return "simulated"; }
   int device_count() const override { return devices_; }
@@ -199,7 +204,16 @@ class SimulatedRuntime final : public DeviceRuntime {
   void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) override {
     check_extent("copy destination", destination, n);
     check_extent("copy source", source, n);
-    submit(stream, [=] { std::memcpy(destination, source, n); });
+    std::byte* flip = nullptr;
+    if (flip_at_ && is_device(destination)) {
+      // Counted in queue order, which for one stream is the order the copies land in.
+      std::uint64_t before = copied_to_device_.fetch_add(n);
+      if (*flip_at_ >= before && *flip_at_ < before + n) flip = static_cast<std::byte*>(destination) + (*flip_at_ - before);
+    }
+    submit(stream, [=] {
+      std::memcpy(destination, source, n);
+      if (flip) *flip ^= std::byte{0x01};
+    });
   }
 
   void record(EventHandle event, StreamHandle stream) override {
@@ -332,6 +346,11 @@ class SimulatedRuntime final : public DeviceRuntime {
     }
   }
 
+  bool is_device(const void* pointer) const {
+    std::lock_guard lock(mutex_);
+    return find(pointer) != nullptr;
+  }
+
   const Allocation* find(const void* pointer) const {
     auto address = reinterpret_cast<std::uintptr_t>(pointer);
     auto it = allocations_.upper_bound(address);
@@ -374,6 +393,12 @@ class SimulatedRuntime final : public DeviceRuntime {
   }
 
   const int devices_;
+  // A fault for the integrity tests, which only a simulation can inject on demand: with
+  // MODELCAST_SIMULATED_FLIP_BYTE=N, one bit of the Nth byte (from 0, counted over every byte
+  // this process copies into device memory) is flipped as it lands, as a bad link or a stray
+  // write would do.
+  std::optional<std::uint64_t> flip_at_;
+  std::atomic<std::uint64_t> copied_to_device_{0};
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, Allocation> allocations_;  // guarded by mutex_
   std::uint64_t token_seed_ = 0, tokens_ = 0;         // guarded by mutex_

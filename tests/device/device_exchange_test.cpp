@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.h"
+#include "core/model/manifest.h"
 #include "device_model.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -44,10 +45,16 @@ modelcast::ConsumerOptions consumer_options(const std::string& endpoint, MemoryK
 // Publishes versions 1..4 of a device model to a peer consumer and checks what it installed
 // and over which transport.
 void serve_peer_consumer(const std::string& memory, const std::string& transports, const std::string& expected,
-                         const std::string& path = "") {
+                         const std::string& path = "",
+                         devicemodel::DeviceModel::Placement placement = devicemodel::DeviceModel::Placement::kOwnAllocations) {
   auto& rt = runtime();
-  modelcast::Producer producer(producer_options());
-  devicemodel::DeviceModel model(rt, 0, 512);
+  // Chunks and staging pieces much smaller than the model: staged routes send each chunk as
+  // the device-to-host copy reaches it, and a device consumer copies it on as it lands.
+  auto options = producer_options();
+  options.transfer_chunk_bytes = 64 << 10;
+  options.device_stage_bytes = 64 << 10;
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512, 12, placement);
   producer.register_tensors(model.refs());
   producer.prepare();
   const int device = devicemodel::other_device(rt);
@@ -91,6 +98,166 @@ TEST(DeviceExchange, AConsumerCanForceTheStagedPathWhereCudaIpcWouldServe) {
 // The same pair without CUDA IPC on offer: staged through host memory at both ends.
 TEST(DeviceExchange, ADeviceConsumerWithoutCudaIpcIsServedStagedThroughTheHost) {
   serve_peer_consumer("cuda", "ucx", "ucx path=staged");
+}
+
+// Tensors inside one larger allocation, none at its base: the snapshot copies them from their
+// offsets, and every path delivers them exactly.
+TEST(DeviceExchange, TensorsAtInteriorOffsetsOfOneAllocationArriveExactOverEveryPath) {
+  using Placement = devicemodel::DeviceModel::Placement;
+  serve_peer_consumer("cuda", "ucx,cuda_ipc", "cuda_ipc path=cuda_ipc", "", Placement::kInteriorOffsets);
+  serve_peer_consumer("cuda", "ucx", "ucx path=staged", "", Placement::kInteriorOffsets);
+  serve_peer_consumer("host", "ucx,cuda_ipc", "ucx path=staged", "", Placement::kInteriorOffsets);
+}
+
+// Versions published back to back while a reader in the consumer process acquires and checks
+// views all along: no view ever shows a mix of two versions, on either device route.
+void stream_updates_under_a_reader(const std::string& transports, const std::string& path, const std::string& expected) {
+  auto& rt = runtime();
+  auto options = producer_options();
+  options.transfer_chunk_bytes = 64 << 10;
+  options.device_stage_bytes = 64 << 10;
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  constexpr std::uint64_t kVersions = 24;
+  ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
+                     std::to_string(kVersions), "--seed", "11", "--memory", "cuda", "--device",
+                     std::to_string(devicemodel::other_device(rt)), "--transports", transports, "--path", path,
+                     "--read-loop"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  for (std::uint64_t v = 1; v <= kVersions; ++v) {
+    model.upload(11, v);
+    producer.publish(static_cast<std::int64_t>(v));  // no waiting for the consumer in between
+  }
+  auto reads = peer.wait_for_line("reads ");
+  ASSERT_TRUE(reads) << "peer: " << (peer.lines().empty() ? "(nothing)" : peer.lines().back());
+  EXPECT_GT(std::stoull(reads->substr(6)), 0u);
+  EXPECT_EQ(peer.wait(), 0);
+  bool routed = false;
+  for (const auto& line : peer.lines()) {
+    EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+    routed = routed || line.find("transport=" + expected) != std::string::npos;
+  }
+  EXPECT_TRUE(routed) << "no version came over " << expected;
+}
+
+TEST(DeviceExchange, AReaderNeverSeesATornVersionDuringAStreamOfUpdatesOverCudaIpc) {
+  stream_updates_under_a_reader("ucx,cuda_ipc", "", "cuda_ipc path=cuda_ipc");
+}
+
+TEST(DeviceExchange, AReaderNeverSeesATornVersionDuringAStreamOfUpdatesStaged) {
+  stream_updates_under_a_reader("ucx", "", "ucx path=staged");
+}
+
+// A consumer that dies while versions are in flight to it costs the producer nothing it keeps:
+// publishing goes on, another consumer gets every later version exactly. With two slots, one
+// holds the newest version and the other is written next, so a lease the dead consumer kept
+// would stop publish() for good: going on proves the lease was reclaimed.
+void survive_a_killed_consumer(const std::string& transports, const std::string& expected) {
+  auto& rt = runtime();
+  auto options = producer_options();
+  options.transfer_chunk_bytes = 64 << 10;
+  options.device_stage_bytes = 64 << 10;
+  options.lease_timeout = 1000ms;
+  options.snapshot_slots = 2;
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  const std::string device = std::to_string(devicemodel::other_device(rt));
+  auto victim = std::make_unique<ChildProcess>(std::vector<std::string>{
+      MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version", "1000", "--seed",
+      "13", "--memory", "cuda", "--device", device, "--transports", transports});
+  constexpr std::uint64_t kVersions = 10;
+  ChildProcess survivor({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(),
+                         "--until-version", std::to_string(kVersions), "--seed", "13", "--memory", "cuda", "--device",
+                         device, "--transports", transports});
+  ASSERT_TRUE(producer.wait_for_consumers(2, 60s));
+  model.upload(13, 1);
+  producer.publish(1);
+  ASSERT_TRUE(victim->wait_for_line("installed 1"));
+  ASSERT_TRUE(survivor.wait_for_line("installed 1"));
+  model.upload(13, 2);
+  producer.publish(2);
+  victim.reset();  // SIGKILL, with version 2 announced and on its way
+  for (std::uint64_t v = 3; v <= kVersions; ++v) {
+    model.upload(13, v);
+    producer.publish(static_cast<std::int64_t>(v));
+  }
+  EXPECT_EQ(survivor.wait(), 0);
+  bool last = false;
+  for (const auto& line : survivor.lines()) {
+    EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+    last = last || (line.rfind("installed " + std::to_string(kVersions), 0) == 0 &&
+                    line.find("transport=" + expected) != std::string::npos);
+  }
+  EXPECT_TRUE(last) << "the survivor did not get the last version over " << expected;
+  EXPECT_EQ(producer.stats().failed_snapshots, 0u);
+}
+
+TEST(DeviceExchange, AConsumerKilledWhileVersionsAreInFlightLeavesTheProducerServingOverCudaIpc) {
+  survive_a_killed_consumer("ucx,cuda_ipc", "cuda_ipc path=cuda_ipc");
+}
+
+TEST(DeviceExchange, AConsumerKilledWhileVersionsAreInFlightLeavesTheProducerServingStaged) {
+  survive_a_killed_consumer("ucx", "ucx path=staged");
+}
+
+// One byte flipped as a version lands in the consumer's device memory (after the transport,
+// where only the device digest can see it): that version is rejected naming the tensor and
+// never installed, and the next one is. Only the simulated device can flip a byte on demand.
+void reject_a_corrupt_version(const std::string& transports, const std::string& expected) {
+  auto& rt = runtime();
+  if (rt.name() != "simulated") GTEST_SKIP() << "flipping a byte in flight needs the simulated device";
+  auto options = producer_options();
+  options.transfer_chunk_bytes = 64 << 10;
+  options.device_stage_bytes = 64 << 10;
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  std::vector<modelcast::TensorSpec> specs;
+  for (const auto& ref : model.refs()) specs.push_back(ref.spec);
+  std::uint64_t version_bytes = 0;
+  auto layout = modelcast::plan_layout(specs, &version_bytes);
+  // The consumer copies each version into device memory once: byte 1000 of the second version.
+  ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
+                     "3", "--seed", "17", "--memory", "cuda", "--device", std::to_string(devicemodel::other_device(rt)),
+                     "--transports", transports},
+                    {"MODELCAST_SIMULATED_FLIP_BYTE=" + std::to_string(version_bytes + 1000)});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  model.upload(17, 1);
+  producer.publish(1);
+  ASSERT_TRUE(peer.wait_for_line("installed 1"));
+  model.upload(17, 2);
+  producer.publish(2);
+  auto rejected = peer.wait_for_line("rejected ");
+  ASSERT_TRUE(rejected) << "a corrupt version was not rejected";
+  EXPECT_NE(rejected->find("version 2"), std::string::npos) << *rejected;
+  std::string tensor;
+  for (const auto& t : layout) {
+    if (1000 >= t.offset && 1000 < t.offset + t.size) tensor = t.spec.name;
+  }
+  EXPECT_NE(rejected->find("'" + tensor + "'"), std::string::npos) << *rejected << " (expected tensor " << tensor << ")";
+  model.upload(17, 3);
+  producer.publish(3);
+  auto third = peer.wait_for_line("installed 3");
+  ASSERT_TRUE(third) << "peer: " << (peer.lines().empty() ? "(nothing)" : peer.lines().back());
+  EXPECT_NE(third->find("transport=" + expected), std::string::npos) << *third;
+  EXPECT_EQ(peer.wait(), 0);
+  for (const auto& line : peer.lines()) {
+    EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+    EXPECT_EQ(line.rfind("installed 2", 0), std::string::npos) << "the corrupt version was installed";
+  }
+}
+
+TEST(DeviceExchange, ACorruptByteIsDetectedOnTheDeviceAndTheVersionRejectedOverCudaIpc) {
+  reject_a_corrupt_version("ucx,cuda_ipc", "cuda_ipc path=cuda_ipc");
+}
+
+TEST(DeviceExchange, ACorruptByteIsDetectedOnTheDeviceAndTheVersionRejectedStaged) {
+  reject_a_corrupt_version("ucx", "ucx path=staged");
 }
 
 // A consumer that joins before the producer knows its tensors are on a device was routed for
@@ -249,4 +416,16 @@ TEST(DeviceExchange, MisplacedMemoryIsRefusedNamingTheTensor) {
   options.caller_buffers = {a, b};
   EXPECT_THROW(modelcast::Consumer{options}, modelcast::Error) << "caller buffers are host memory";
   rt.release(d);
+}
+
+TEST(DeviceExchange, AStagingPieceBelowTheMinimumIsRefusedNamingTheOption) {
+  auto options = producer_options();
+  options.device_stage_bytes = 4096;
+  try {
+    modelcast::Producer producer(options);
+    FAIL() << "a 4 KiB staging piece was accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("device_stage_bytes"), std::string::npos) << e.what();
+  }
 }

@@ -19,16 +19,36 @@ inline int other_device(const DeviceRuntime& runtime) { return runtime.device_co
 
 class DeviceModel {
  public:
-  DeviceModel(DeviceRuntime& runtime, int device, std::size_t kib, int count = 12)
+  // kOwnAllocations: one device allocation per tensor. kInteriorOffsets: every tensor inside one
+  // larger allocation, none at its base (as a framework's caching allocator places them), which
+  // is what CUDA IPC gets wrong if an export does not start at the allocation.
+  enum class Placement { kOwnAllocations, kInteriorOffsets };
+
+  DeviceModel(DeviceRuntime& runtime, int device, std::size_t kib, int count = 12,
+              Placement placement = Placement::kOwnAllocations)
       : runtime_(runtime), device_(device), host_(testmodel::make(kib, count)) {
     for (auto& t : host_) {
       t.spec.memory = modelcast::MemoryKind::kCuda;
       t.spec.device = device;
-      pointers_.push_back(runtime_.allocate(device, t.spec.size_bytes()));
     }
+    if (placement == Placement::kOwnAllocations) {
+      for (auto& t : host_) pointers_.push_back(runtime_.allocate(device, t.spec.size_bytes()));
+      allocations_ = pointers_;
+      return;
+    }
+    constexpr std::size_t kLead = 4096 + 256, kGap = 512;  // off the base, and apart
+    std::vector<std::size_t> offsets;
+    std::size_t end = kLead;
+    for (auto& t : host_) {
+      offsets.push_back(end);
+      end += (t.spec.size_bytes() + kGap + 255) / 256 * 256;
+    }
+    auto* base = static_cast<std::byte*>(runtime_.allocate(device, end));
+    allocations_.push_back(base);
+    for (auto offset : offsets) pointers_.push_back(base + offset);
   }
   ~DeviceModel() {
-    for (auto* p : pointers_) runtime_.release(p);
+    for (auto* p : allocations_) runtime_.release(p);
   }
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;
@@ -58,7 +78,8 @@ class DeviceModel {
   int device_;
   std::vector<testmodel::Tensor> host_;
   std::vector<std::vector<testmodel::Tensor>> staged_;
-  std::vector<void*> pointers_;
+  std::vector<void*> pointers_;     // one per tensor
+  std::vector<void*> allocations_;  // what was allocated (the tensors' bases, or one block)
 };
 
 // Empty if every tensor of `view` (device or host memory) holds what fill(seed, version) wrote.

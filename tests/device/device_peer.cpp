@@ -5,14 +5,16 @@
 //             device tensors; publishes N versions once a consumer joined, then serves until
 //             stdin closes
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
-//             [--transports a,b] [--path P] checks every installed version ("installed V memory=M
-//             device=D transport=T path=P", "corrupt ...")
+//             [--transports a,b] [--path P] [--read-loop] checks every installed version
+//             ("installed V memory=M device=D transport=T path=P", "corrupt ...", "rejected ...");
+//             with --read-loop a thread also acquires and checks views until the end ("reads N")
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <iostream>
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -82,7 +84,7 @@ int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t 
 }
 
 int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t seed, const std::string& memory, int dev,
-             const std::vector<std::string>& transports, const std::string& path) {
+             const std::vector<std::string>& transports, const std::string& path, bool read_loop) {
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
   options.model_name = "test";
@@ -104,20 +106,49 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
         std::string(modelcast::memory_kind_name(first.spec->memory)) + " device=" + std::to_string(first.spec->device) +
         " transport=" + transport());
   };
+  options.on_error = [](const modelcast::Error& e) { say(std::string("rejected ") + e.what()); };
   modelcast::Consumer consumer(options);
   transport = [&] {
     auto stats = consumer.stats();
     return stats.transport + " path=" + stats.path;
   };
+  // A reader that acquires and checks the newest version over and over while updates land: a
+  // view must never show a version half replaced by the next.
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> reads{0};
+  std::thread reader;
+  if (read_loop) {
+    reader = std::thread([&] {
+      while (!stop) {
+        auto view = consumer.acquire();
+        if (!view) view = consumer.wait_for_version(1, 100ms);  // nothing installed yet
+        if (!view) continue;
+        std::string problem = runtime ? devicemodel::check(*runtime, view, seed) : testmodel::check(view, seed);
+        if (!problem.empty()) {
+          say("corrupt (reader) " + problem);
+          corrupt = true;
+        }
+        reads++;
+      }
+    });
+  }
   std::uint64_t seen = 0;
+  int status = 0;
   while (seen < until) {
     auto view = consumer.wait_for_version(seen + 1, 60s);
     if (!view) {
       say("timeout waiting for version " + std::to_string(seen + 1) + ": " + consumer.stats().last_error);
-      return 2;
+      status = 2;
+      break;
     }
     seen = view.version();
   }
+  if (reader.joinable()) {
+    stop = true;
+    reader.join();
+    say("reads " + std::to_string(reads.load()));
+  }
+  if (status) return status;
   return corrupt ? 3 : 0;
 }
 
@@ -149,12 +180,14 @@ int main(int argc, char** argv) {
   cons->add_option("--transports", transports)->delimiter(',');
   std::string path;
   cons->add_option("--path", path);
+  bool read_loop = false;
+  cons->add_flag("--read-loop", read_loop, "a thread acquires and checks views while updates land");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*read) return ipc_read(hex, size, dev);
     if (*prod) return producer(endpoint, versions, seed, kib, dev);
-    return consumer(endpoint, versions, seed, memory, dev, transports, path);
+    return consumer(endpoint, versions, seed, memory, dev, transports, path, read_loop);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;
