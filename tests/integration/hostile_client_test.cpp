@@ -162,8 +162,11 @@ TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) 
   for (std::uint64_t v = 2; v <= 6; ++v) EXPECT_EQ(p.publish(v).version, v);
 
   // A second connection may not fetch a superseded version either: only the newest is served.
+  // Its own UCX worker: two producer endpoints wiring up to one worker over TCP can trip an
+  // assertion inside UCX 1.13 (README, known limitations), which is not what this tests.
+  auto other_ucx = modelcast::transport::make_ucx_transport();
   HostileClient other(context_, p.producer->control_endpoint());
-  auto other_join = other.join("other", ucx_->address());
+  auto other_join = other.join("other", other_ucx->address());
   ASSERT_TRUE(other_join.ok);
   other.send(protocol::FetchRequest{other_join.incarnation, 3, 1});
   auto old = other.next<protocol::FetchReply>();
