@@ -46,6 +46,11 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
   const std::vector<mp::CurvePoint> prefix(run.points.begin(), run.points.begin() + static_cast<std::ptrdiff_t>(k));
   mp::ForecastOptions fo;
   fo.total_steps = total;
+  if (settings.lr_schedules) {
+    // Configuration known before the run starts (not its future): plan and replay both get it.
+    const auto it = settings.lr_schedules->find(run.run);
+    if (it != settings.lr_schedules->end()) fo.lr_schedule = it->second;
+  }
   if (settings.prior) {
     auto reference = settings.prior->for_prefix(run, k);
     if (!reference.progress.empty()) fo.reference = std::move(reference);

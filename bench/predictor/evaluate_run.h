@@ -37,6 +37,9 @@ struct EvalSettings {
   std::vector<double> cost_multipliers = {0.5, 2.0, 8.0};
   std::vector<Variant> variants;
   const ReferencePrior* prior = nullptr;  // analogue reference from comparable runs (optional)
+  // Learning-rate schedules the runs were configured with, by run id (optional): a run that has
+  // one gets it as ForecastOptions::lr_schedule in its plan and in its online replay.
+  const std::map<std::string, predictor::LrSchedule>* lr_schedules = nullptr;
 };
 
 inline const std::vector<std::string> kBaselines = {"every_candidate", "every_e_steps", "viper_fixed_interval",
