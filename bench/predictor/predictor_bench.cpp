@@ -162,8 +162,9 @@ int main(int argc, char** argv) {
   CLI::App app{"modelcast predictor benchmark over real learning curves, leave-one-family-out"};
   std::vector<std::string> data;
   int per_family = 24, threads = 2;
-  bool json = false, reference = false;
+  bool json = false, reference = false, hedge_schedule = false;
   double warmup_pct = 20;
+  double anneal_noise_prior = std::nan("");
   std::string json_out, only_family, lr_schedules_path;
   app.add_option("--data", data, "curves file, optionally FILE=FAMILY (default family: the track column); repeatable")->required();
   app.add_option("--max-runs-per-family", per_family, "deterministic sample, evenly spread over each family's records (0 = all)");
@@ -173,6 +174,10 @@ int main(int argc, char** argv) {
   app.add_option("--lr-schedules", lr_schedules_path,
                  "CSV run,step,lr: the learning-rate schedule each run was configured with; runs listed get it as "
                  "ForecastOptions::lr_schedule in plan and replay (without it: no run has one)");
+  app.add_option("--anneal-noise-prior", anneal_noise_prior,
+                 "ForecastOptions::anneal_noise_prior for runs with a schedule (default: the library's; 0: no prior)");
+  app.add_flag("--hedge-schedule", hedge_schedule,
+               "give the schedules to the hedge too (HedgeOptions::lr_schedule: its regime change placed where the rate anneals)");
   app.add_flag("--reference", reference, "also score with an analogue prior from other records of the same family");
   app.add_flag("--json", json, "print JSON");
   app.add_option("--json-out", json_out, "also write the JSON to this file");
@@ -239,6 +244,8 @@ int main(int argc, char** argv) {
   mb::EvalSettings settings;
   settings.warmup_fraction = warmup_pct / 100.0;
   if (!lr_schedules_path.empty()) settings.lr_schedules = &lr_schedules;
+  settings.anneal_noise_prior = anneal_noise_prior;
+  settings.hedge_schedule = hedge_schedule;
   settings.variants = variants();
   const auto results = evaluate_all(selected, settings, false, priors, threads);
   std::vector<mb::RunEval> with_ref;
@@ -255,6 +262,8 @@ int main(int argc, char** argv) {
   out["warmup_pct"] = warmup_pct;
   out["lr_schedules"] = lr_schedules_path.empty() ? Json(nullptr) : Json(lr_schedules_path);
   out["runs_with_lr_schedule"] = with_schedule;
+  out["hedge_lr_schedule"] = !lr_schedules_path.empty() && hedge_schedule;
+  out["anneal_noise_prior"] = std::isnan(anneal_noise_prior) ? mp::ForecastOptions{}.anneal_noise_prior : anneal_noise_prior;
   out["max_runs_per_family"] = per_family;
   out["seconds"] = seconds;
   if (!json_out.empty()) std::ofstream(json_out) << out.dump(2) << "\n";
