@@ -4,8 +4,11 @@
 # and publish costs 0.5x/2x/8x over every curve family in bench/data/: the development curves
 # (bench/data/curves/, families from their track column) and the nanoGPT validation curves (one
 # family), without a reference run, leave-one-family-out, and again with a reference made from
-# other records of the same family. Harness options: --max-runs-per-family K (default 24;
-# 0 = all), --threads N (default 2), --warmup-pct P, --family F, --json-out FILE.
+# other records of the same family. The development runs' configured learning-rate schedules
+# (bench/data/curves/dev_lr_schedules.csv) are given to the forecaster (plan and replay);
+# --no-lr-schedules leaves them out (the behaviour before they existed). Harness options:
+# --max-runs-per-family K (default 24; 0 = all), --threads N (default 2), --warmup-pct P,
+# --family F, --json-out FILE.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -14,7 +17,12 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=
   -DMODELCAST_BUILD_EXAMPLES=OFF -DMODELCAST_BUILD_BENCH=ON >/dev/null
 cmake --build "$build" -j2 --target modelcast-predictor-bench >/dev/null
 cd "$root"
+schedules=(--lr-schedules "$root/bench/data/curves/dev_lr_schedules.csv")
+args=()
+for a in "$@"; do
+  if [[ "$a" == --no-lr-schedules ]]; then schedules=(); else args+=("$a"); fi
+done
 exec "$build/bench/predictor/modelcast-predictor-bench" \
   --data "$root/bench/data/curves/dev_val_loss.csv" \
   --data "$root/bench/data/nanogpt_val_loss.csv=nanogpt" \
-  --reference "$@"
+  "${schedules[@]}" --reference "${args[@]}"

@@ -138,9 +138,32 @@ std::optional<MemberFit> fit_member(const CurveFamily& family, const FitSet& set
   return m;
 }
 
+// Standard deviation of the prefix's point-to-point noise: the median distance of each point
+// (after step 0) from its neighbours' midpoint, scaled to a Gaussian sd (for i.i.d. noise that
+// distance has sd sqrt(1.5) sigma). The curve's own curvature adds a little; NaN with fewer than
+// three points after step 0.
+double noise_sd(std::span<const CurvePoint> observed) {
+  std::vector<double> y;
+  for (const auto& p : observed)
+    if (p.step > 0) y.push_back(p.loss);
+  if (y.size() < 3) return std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> d;
+  for (std::size_t i = 1; i + 1 < y.size(); ++i) d.push_back(std::abs(y[i] - 0.5 * (y[i - 1] + y[i + 1])));
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
+  return 1.4826 * d[d.size() / 2] / std::sqrt(1.5);
+}
+
+struct AnnealEstimate {
+  double drop = 0.0;  // > 0 when measured
+  double se = std::numeric_limits<double>::infinity();
+};
+
 // Estimates the annealing drop when the prefix already shows decay: fit pow3 to the points
-// before decay, attribute the shortfall of the decayed points to annealing.
-double estimate_anneal_drop(std::span<const CurvePoint> observed, const ProgressAxis& axis) {
+// before decay, attribute the shortfall of the decayed points to annealing (the median of
+// shortfall / anneal level). Its standard error is the larger of the noise's (sigma over the
+// root sum of squared levels: a little decay says little) and the ratios' own scatter (which
+// also carries the pow3 extrapolation's error).
+AnnealEstimate estimate_anneal_drop(std::span<const CurvePoint> observed, const ProgressAxis& axis, double sigma) {
   FitSet before;
   std::vector<std::pair<double, double>> decayed;  // (x, y) with anneal level
   std::vector<double> decayed_level;
@@ -156,16 +179,35 @@ double estimate_anneal_drop(std::span<const CurvePoint> observed, const Progress
       decayed_level.push_back(a);
     }
   }
-  if (decayed.empty() || before.x.size() < 4) return 0.0;
+  // A drop measured at anneal level a is extrapolated by 1 / a to the end of the decay, and at
+  // small levels the shortfall is mostly the pow3 fit's own extrapolation error (whose sign is
+  // anyone's guess), not annealing: measure only once a quarter of the anneal has been seen
+  // (the drop is then extrapolated at most 4x).
+  const double seen = decayed_level.empty() ? 0.0 : *std::max_element(decayed_level.begin(), decayed_level.end());
+  if (decayed.empty() || before.x.size() < 4 || seen < 0.25) return {};
   const auto& pow3 = detail::standard_families().front();
   const auto fit = detail::robust_fit(pow3, before.x, before.y, before.w, {});
-  if (!fit.ok) return 0.0;
+  if (!fit.ok) return {};
   std::vector<double> ratios;
-  for (std::size_t i = 0; i < decayed.size(); ++i)
+  double sum_a2 = 0;
+  for (std::size_t i = 0; i < decayed.size(); ++i) {
     ratios.push_back((pow3.eval(decayed[i].first, fit.theta.data()) - decayed[i].second) / decayed_level[i]);
-  std::nth_element(ratios.begin(), ratios.begin() + static_cast<std::ptrdiff_t>(ratios.size() / 2), ratios.end());
-  const double b = ratios[ratios.size() / 2];
-  return std::isfinite(b) && b > 0 ? b : 0.0;
+    sum_a2 += decayed_level[i] * decayed_level[i];
+  }
+  std::vector<double> sorted = ratios;
+  std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(sorted.size() / 2), sorted.end());
+  const double b = sorted[sorted.size() / 2];
+  if (!(std::isfinite(b) && b > 0)) return {};
+  AnnealEstimate out;
+  out.drop = b;
+  out.se = std::isfinite(sigma) ? sigma / std::sqrt(sum_a2) : 0.0;
+  if (ratios.size() >= 3) {
+    std::vector<double> dev;
+    for (double r : ratios) dev.push_back(std::abs(r - b));
+    std::nth_element(dev.begin(), dev.begin() + static_cast<std::ptrdiff_t>(dev.size() / 2), dev.end());
+    out.se = std::max(out.se, 1.2533 * 1.4826 * dev[dev.size() / 2] / std::sqrt(static_cast<double>(ratios.size())));
+  }
+  return out;
 }
 
 Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> future_steps,
@@ -302,8 +344,21 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
   double anneal_drop = 0.0;
   bool use_schedule = scheduled.schedule_aware();
   if (use_schedule) {
-    if (std::isfinite(options.anneal_drop)) anneal_drop = std::max(0.0, options.anneal_drop);
-    else anneal_drop = estimate_anneal_drop(observed, scheduled);
+    if (std::isfinite(options.anneal_drop)) {
+      anneal_drop = std::max(0.0, options.anneal_drop);
+    } else {
+      const double sigma = noise_sd(observed);
+      const auto measured = estimate_anneal_drop(observed, scheduled, sigma);
+      const double prior = options.anneal_noise_prior > 0 && std::isfinite(sigma) ? options.anneal_noise_prior * sigma : 0.0;
+      if (measured.drop > 2.0 * measured.se) {
+        anneal_drop = measured.drop;
+        note += "anneal drop " + std::to_string(anneal_drop) + " measured on the prefix's decay; ";
+      } else if (prior > 0 && scheduled.anneals_after(observed.back().step)) {
+        anneal_drop = prior;
+        note += "anneal drop " + std::to_string(anneal_drop) + " from the noise prior (" +
+                std::to_string(options.anneal_noise_prior) + " x the prefix's noise sd); ";
+      }
+    }
     // Cumulative-rate progress alone predicts a slowdown while the rate decays, the opposite of
     // what real runs do; without a known annealing drop the step axis is the safer choice.
     if (!std::isfinite(options.anneal_drop) && !(anneal_drop > 0)) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "modelcast/predictor_hedge.h"
+#include "progress_axis.h"
 
 namespace modelcast::predictor {
 namespace {
@@ -136,9 +137,24 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
     for (const auto& p : observed) lo = std::min(lo, p.loss), hi = std::max(hi, p.loss);
     const double level = std::abs(last) > 0 ? std::abs(last) : std::max(hi - lo, 1e-9);
     const double drop = options.change_depth * level;
-    const auto k_total = static_cast<std::size_t>(options.change_times);
+    // A known schedule says when the rate anneals: the drop follows the anneal from now on.
+    std::vector<double> anneal_share;  // per forecast step, in [0, 1]; empty: no anneal ahead
+    if (options.lr_schedule && forecast.steps.back() > 0) {
+      const detail::ProgressAxis axis(forecast.steps.back(), options.lr_schedule);
+      const double now = axis.anneal_level(observed.back().step);
+      double end = now;
+      for (auto s : forecast.steps) end = std::max(end, axis.anneal_level(s));
+      if (end > now + 1e-9)
+        for (auto s : forecast.steps) anneal_share.push_back(std::clamp((axis.anneal_level(s) - now) / (end - now), 0.0, 1.0));
+    }
+    const auto k_total = anneal_share.empty() ? static_cast<std::size_t>(options.change_times) : 0;
+    if (!anneal_share.empty()) {
+      std::vector<double> path = forecast.loss;
+      for (std::size_t i = 0; i < n; ++i) path[i] -= drop * anneal_share[i];
+      out.scenarios.push_back({"anneal", options.change_probability, std::move(path)});
+    }
     // Each change takes a few points to complete (an annealing phase is not a single step).
-    const double ramp = std::max(1.0, static_cast<double>(n) / static_cast<double>(2 * k_total));
+    const double ramp = std::max(1.0, static_cast<double>(n) / static_cast<double>(2 * std::max<std::size_t>(1, k_total)));
     for (std::size_t k = 0; k < k_total; ++k) {
       const double at = (static_cast<double>(k) + 0.5) / static_cast<double>(k_total) * static_cast<double>(n) - 0.5;
       std::vector<double> path = forecast.loss;

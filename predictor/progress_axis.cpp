@@ -67,4 +67,13 @@ double ProgressAxis::anneal_level(std::int64_t step) const {
   return std::clamp(1.0 - lr_at(s) / peak_lr_, 0.0, 1.0);
 }
 
+bool ProgressAxis::anneals_after(std::int64_t step) const {
+  if (cumulative_.empty()) return false;
+  const double now = anneal_level(step);
+  if (anneal_level(total_steps_) > now) return true;
+  for (auto k : schedule_->steps)
+    if (k > step && k <= total_steps_ && anneal_level(k) > now) return true;
+  return false;
+}
+
 }  // namespace modelcast::predictor::detail

@@ -22,6 +22,8 @@ class ProgressAxis {
   double progress(std::int64_t step) const;  // in (0, 1] for step > 0
   double anneal_level(std::int64_t step) const;  // 0 before/at the peak rate, 1 at rate 0
   bool schedule_aware() const { return !cumulative_.empty(); }
+  // True when the rate will anneal further after `step` (a later step has a higher anneal level).
+  bool anneals_after(std::int64_t step) const;
 
  private:
   double lr_at(double step) const;

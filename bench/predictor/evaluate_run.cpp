@@ -46,6 +46,12 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
   const std::vector<mp::CurvePoint> prefix(run.points.begin(), run.points.begin() + static_cast<std::ptrdiff_t>(k));
   mp::ForecastOptions fo;
   fo.total_steps = total;
+  if (settings.lr_schedules) {
+    // Configuration known before the run starts (not its future): plan and replay both get it.
+    const auto it = settings.lr_schedules->find(run.run);
+    if (it != settings.lr_schedules->end()) fo.lr_schedule = it->second;
+    if (!std::isnan(settings.anneal_noise_prior)) fo.anneal_noise_prior = settings.anneal_noise_prior;
+  }
   if (settings.prior) {
     auto reference = settings.prior->for_prefix(run, k);
     if (!reference.progress.empty()) fo.reference = std::move(reference);
@@ -58,13 +64,18 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     for (std::size_t i = k; i < n; ++i) abs_err += std::abs(interp_step(planned.steps, planned.loss, run.points[i].step) - run.points[i].loss);
     result.mae = abs_err / static_cast<double>(n - k);
   }
+  // The hedge gets the run's schedule (when it has one and hedge_schedule is on).
+  const auto with_schedule = [&](mp::HedgeOptions h) {
+    h.lr_schedule = settings.hedge_schedule ? fo.lr_schedule : std::nullopt;
+    return h;
+  };
   std::vector<mp::HedgedForecast> hedged;
   for (const auto& v : settings.variants) {
     if (!v.mixture_of.empty()) {
       mp::HedgedForecast mix;
       const double share = 1.0 / static_cast<double>(v.mixture_of.size());
       for (const auto& o : v.mixture_of) {
-        auto h = mp::hedge_forecast(prefix, point, o);
+        auto h = mp::hedge_forecast(prefix, point, with_schedule(o));
         if (mix.scenarios.empty()) {
           mix = h;
           mix.scenarios.clear();
@@ -79,7 +90,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       }
       hedged.push_back(std::move(mix));
     } else if (v.hedge) {
-      hedged.push_back(mp::hedge_forecast(prefix, point, v.library_defaults ? mp::HedgeOptions{} : v.hedge_options));
+      hedged.push_back(mp::hedge_forecast(prefix, point, with_schedule(v.library_defaults ? mp::HedgeOptions{} : v.hedge_options)));
     } else {
       // The point forecast alone, on its own time axis.
       hedged.push_back({point, {{"forecast", 1.0, point.loss}}, {{"forecast", 1.0, point.time_s}}, false});
@@ -160,9 +171,10 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       oo.costs = costs;
       oo.warmup_step = run.points[w].step;
       oo.forecaster = forecaster;
+      oo.hedge_options = with_schedule(oo.hedge_options);
       if (!v.library_defaults) {
         oo.hedge = v.hedge;
-        oo.hedge_options = v.hedge_options;
+        oo.hedge_options = with_schedule(v.hedge_options);
         oo.refit_band_points = v.refit_band_points;
         oo.hindsight_check = v.hindsight_check;
         oo.band_trigger_width = v.band_trigger_width;

@@ -3,6 +3,7 @@
 // time), for every publish cost and every hedging variant, scored on the true curve.
 #pragma once
 
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -37,6 +38,14 @@ struct EvalSettings {
   std::vector<double> cost_multipliers = {0.5, 2.0, 8.0};
   std::vector<Variant> variants;
   const ReferencePrior* prior = nullptr;  // analogue reference from comparable runs (optional)
+  // Learning-rate schedules the runs were configured with, by run id (optional): a run that has
+  // one gets it as ForecastOptions::lr_schedule in its plan and in its online replay.
+  const std::map<std::string, predictor::LrSchedule>* lr_schedules = nullptr;
+  // ForecastOptions::anneal_noise_prior for runs with a schedule; NaN: the library's default.
+  double anneal_noise_prior = std::numeric_limits<double>::quiet_NaN();
+  // Give the schedule to the hedge too (HedgeOptions::lr_schedule: regime changes placed where
+  // the rate anneals), plan and replay; false (default): to the forecaster only.
+  bool hedge_schedule = false;
 };
 
 inline const std::vector<std::string> kBaselines = {"every_candidate", "every_e_steps", "viper_fixed_interval",

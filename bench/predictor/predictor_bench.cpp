@@ -4,15 +4,20 @@
 // exact optimum on the true curve and win rates against the baselines. The hedging strength is
 // chosen leave-one-family-out: each family is scored with the variant that did best on the
 // other families. With --reference, the runs are scored again with an analogue prior made from
-// other records of the same family (a comparable earlier run, where one exists).
+// other records of the same family (a comparable earlier run, where one exists). With
+// --lr-schedules, runs whose configured learning-rate schedule is known get it as
+// ForecastOptions::lr_schedule (plan and replay); without the flag no run has one.
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdlib>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <map>
 #include <set>
+#include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "evaluate_run.h"
@@ -28,6 +33,46 @@ struct Source {
   std::string path, family;  // empty family: the file's track column
 };
 
+
+// run,step,lr (header required): each run's learning-rate schedule, piecewise linear between rows.
+std::map<std::string, mp::LrSchedule> read_lr_schedules(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::map<std::string, mp::LrSchedule> out;
+  std::string line;
+  std::size_t n = 0;
+  const auto fail = [&](const std::string& what) { return std::runtime_error(path + ":" + std::to_string(n) + ": " + what); };
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    if (n == 1) {
+      if (f != std::vector<std::string>{"run", "step", "lr"}) throw fail("expected the header run,step,lr");
+      continue;
+    }
+    if (f.size() != 3) throw fail("expected run,step,lr");
+    std::size_t used = 0;
+    std::int64_t step = 0;
+    double lr = 0;
+    try {
+      step = std::stoll(f[1], &used);
+      if (used != f[1].size()) throw std::invalid_argument("");
+      lr = std::stod(f[2], &used);
+      if (used != f[2].size()) throw std::invalid_argument("");
+    } catch (const std::exception&) {
+      throw fail("step or lr is not a number");
+    }
+    auto& s = out[f[0]];
+    if (!s.steps.empty() && step <= s.steps.back()) throw fail("steps of run " + f[0] + " not increasing");
+    if (!std::isfinite(lr) || lr < 0) throw fail("lr must be finite and >= 0");
+    s.steps.push_back(step);
+    s.lr.push_back(lr);
+  }
+  return out;
+}
 
 std::vector<mb::Variant> variants() {
   std::vector<mb::Variant> v;
@@ -117,14 +162,22 @@ int main(int argc, char** argv) {
   CLI::App app{"modelcast predictor benchmark over real learning curves, leave-one-family-out"};
   std::vector<std::string> data;
   int per_family = 24, threads = 2;
-  bool json = false, reference = false;
+  bool json = false, reference = false, hedge_schedule = false;
   double warmup_pct = 20;
-  std::string json_out, only_family;
+  double anneal_noise_prior = std::nan("");
+  std::string json_out, only_family, lr_schedules_path;
   app.add_option("--data", data, "curves file, optionally FILE=FAMILY (default family: the track column); repeatable")->required();
   app.add_option("--max-runs-per-family", per_family, "deterministic sample, evenly spread over each family's records (0 = all)");
   app.add_option("--threads", threads, "worker threads");
   app.add_option("--warmup-pct", warmup_pct, "warm-up, in % of the logged points");
   app.add_option("--family", only_family, "evaluate one family only (the others still choose its variant)");
+  app.add_option("--lr-schedules", lr_schedules_path,
+                 "CSV run,step,lr: the learning-rate schedule each run was configured with; runs listed get it as "
+                 "ForecastOptions::lr_schedule in plan and replay (without it: no run has one)");
+  app.add_option("--anneal-noise-prior", anneal_noise_prior,
+                 "ForecastOptions::anneal_noise_prior for runs with a schedule (default: the library's; 0: no prior)");
+  app.add_flag("--hedge-schedule", hedge_schedule,
+               "give the schedules to the hedge too (HedgeOptions::lr_schedule: its regime change placed where the rate anneals)");
   app.add_flag("--reference", reference, "also score with an analogue prior from other records of the same family");
   app.add_flag("--json", json, "print JSON");
   app.add_option("--json-out", json_out, "also write the JSON to this file");
@@ -164,8 +217,35 @@ int main(int argc, char** argv) {
   if (reference)
     for (const auto& [fam, logs] : family_logs) priors.emplace(fam, mb::ReferencePrior(logs));
 
+  std::map<std::string, mp::LrSchedule> lr_schedules;
+  std::map<std::string, int> with_schedule;  // family -> selected runs given a schedule
+  if (!lr_schedules_path.empty()) {
+    try {
+      lr_schedules = read_lr_schedules(lr_schedules_path);
+    } catch (const std::exception& e) {
+      std::cerr << e.what() << "\n";
+      return 1;
+    }
+    // Schedules are matched by run id: an id in two data files would be ambiguous.
+    std::map<std::string, int> id_count;
+    for (const auto& [fam, logs] : family_logs)
+      for (const auto& r : logs) ++id_count[r.run];
+    for (const auto& [id, s] : lr_schedules) {
+      if (id_count[id] > 1) {
+        std::cerr << lr_schedules_path << ": run id " << id << " names more than one run\n";
+        return 1;
+      }
+      if (id_count[id] == 0) std::cerr << "note: " << lr_schedules_path << ": no run " << id << " in the data\n";
+    }
+    for (const auto& [log, fam] : selected)
+      if (lr_schedules.count(log->run)) ++with_schedule[fam];
+  }
+
   mb::EvalSettings settings;
   settings.warmup_fraction = warmup_pct / 100.0;
+  if (!lr_schedules_path.empty()) settings.lr_schedules = &lr_schedules;
+  settings.anneal_noise_prior = anneal_noise_prior;
+  settings.hedge_schedule = hedge_schedule;
   settings.variants = variants();
   const auto results = evaluate_all(selected, settings, false, priors, threads);
   std::vector<mb::RunEval> with_ref;
@@ -180,6 +260,10 @@ int main(int argc, char** argv) {
   if (reference) out["with_reference"] = mb::reference_report(with_ref, settings, {"before", "library defaults"});
   out["data"] = data;
   out["warmup_pct"] = warmup_pct;
+  out["lr_schedules"] = lr_schedules_path.empty() ? Json(nullptr) : Json(lr_schedules_path);
+  out["runs_with_lr_schedule"] = with_schedule;
+  out["hedge_lr_schedule"] = !lr_schedules_path.empty() && hedge_schedule;
+  out["anneal_noise_prior"] = std::isnan(anneal_noise_prior) ? mp::ForecastOptions{}.anneal_noise_prior : anneal_noise_prior;
   out["max_runs_per_family"] = per_family;
   out["seconds"] = seconds;
   if (!json_out.empty()) std::ofstream(json_out) << out.dump(2) << "\n";

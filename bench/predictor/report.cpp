@@ -204,6 +204,13 @@ std::string render(const Json& r) {
   for (const auto& [f, n] : r["families"].items()) o << " " << f << " (" << n.get<int>() << ")";
   o << "\nwarm-up " << r["warmup_pct"].get<double>() << " % of the logged points; " << std::setprecision(1)
     << r["seconds"].get<double>() << " s; slowest replay " << std::setprecision(3) << r["slowest_replay_s"].get<double>() << " s\n";
+  if (r.contains("lr_schedules") && !r["lr_schedules"].is_null()) {
+    o << "learning-rate schedules from " << r["lr_schedules"].get<std::string>() << ", runs given one:";
+    for (const auto& [f, n] : r["runs_with_lr_schedule"].items()) o << " " << f << " (" << n.get<int>() << ")";
+    o << "\n";
+  } else {
+    o << "learning-rate schedules: none given\n";
+  }
   o << "variant chosen leave-one-family-out:\n";
   for (const auto& [f, v] : r["lofo_variant"].items()) {
     o << "  " << f << ": replay " << v["replay"].get<std::string>() << "\n";

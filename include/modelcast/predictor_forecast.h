@@ -55,9 +55,21 @@ struct ForecastOptions {
   std::optional<LrSchedule> lr_schedule;
   // Loss drop expected when the rate anneals from its peak to zero (loss units), e.g. measured
   // on an earlier run with the same schedule. NaN: estimated from the prefix when it already
-  // contains decay; when it stays unknown the schedule is not used (progress by cumulative
-  // rate alone would predict a slowdown during decay) and the forecast's note says so.
+  // contains enough decay to measure it (a quarter of the anneal seen, and the estimate above
+  // twice its standard error); otherwise the noise prior below, when set; when it stays unknown
+  // the schedule is not used (progress by cumulative rate alone would predict a slowdown during decay) and the
+  // forecast's note says so.
   double anneal_drop = std::numeric_limits<double>::quiet_NaN();
+  // Prior for an anneal drop the prefix cannot measure, in units of the prefix's point-to-point
+  // loss noise (its standard deviation). Rationale: at a constant rate the iterate fluctuates
+  // about the minimum, and the loss's excess over the minimum caused by that fluctuation is, for
+  // a quadratic basin with a Gaussian iterate in d effective dimensions, sqrt(d / 2) times its
+  // standard deviation across evaluations, i.e. at least that deviation (d >= 2); annealing the
+  // rate to zero removes the excess. So 1 says "the drop is at least the noise" (a lower bound,
+  // not a fit). 0 (default): no prior; the schedule is then set aside while the prefix shows too
+  // little decay to measure the drop. Off by default because on the development curves of
+  // bench/data it made plans worse (bench/RESULTS.md, predictor section, 2026-11-24).
+  double anneal_noise_prior = 0.0;
   // Optional prior from a comparable run; joins the ensemble as two extra members.
   std::optional<ReferenceCurve> reference;
   // Fit settings.

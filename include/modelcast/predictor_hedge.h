@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -47,6 +48,15 @@ struct HedgeOptions {
   double change_probability = 0.15;
   double change_depth = 0.15;
   int change_times = 4;
+  // The learning-rate schedule the run was configured with, when known (total steps: the
+  // forecast's last step). When the rate anneals after the last observed step, the regime
+  // change is placed where it anneals instead of at change_times evenly spread points: one
+  // scenario (probability change_probability) whose loss falls by change_depth x the current
+  // level in proportion to how far the rate has annealed since now (a step decay drops at the
+  // step, a cosine one gradually, a warmup-stable-decay run over its decay). A forecast made
+  // with ForecastOptions::lr_schedule and a measured anneal_drop already contains the drop; this
+  // scenario is for the drop a forecast from a prefix without decay cannot know.
+  std::optional<LrSchedule> lr_schedule = std::nullopt;
   // Probability given to the two edges of the forecast's band (lower and upper path); they
   // leave the mean unchanged and widen the regret spread.
   double band_probability = 0.2;
@@ -76,7 +86,7 @@ struct HedgeOptions {
 };
 
 struct Scenario {
-  std::string kind;          // "member:<family>", "band_lower", "band_upper", "change@<step>"
+  std::string kind;          // "member:<family>", "band_lower", "band_upper", "change@<step>", "anneal"
   double weight = 0.0;       // weights sum to 1
   std::vector<double> loss;  // at Forecast::steps
 };

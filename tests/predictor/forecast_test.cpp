@@ -133,6 +133,61 @@ TEST(Forecast, EstimatesTheAnnealDropWhenThePrefixAlreadyDecays) {
   EXPECT_LT(std::abs(f.loss.back() - truth(total)), 0.08);
 }
 
+TEST(Forecast, DoesNotTrustADropMeasuredOnBarelyBegunDecay) {
+  // Cosine schedule; the loss follows the step axis and has no annealing drop at all, but the
+  // first decayed points happen to sit 0.02 below the curve (evaluation noise). At 20 % the
+  // rate has annealed by under 10 %: attributing that 0.02 to annealing would extrapolate it
+  // more than tenfold. The drop is not measured, so the schedule is set aside.
+  const std::int64_t total = 1500;
+  LrSchedule sched;
+  for (std::int64_t s = 0; s <= total; s += 25) {
+    sched.steps.push_back(s);
+    sched.lr.push_back(0.5 * (1 + std::cos(M_PI * static_cast<double>(s) / static_cast<double>(total))));
+  }
+  const auto truth = [&](std::int64_t s) { return 0.4 + 0.3 * std::pow(static_cast<double>(s) / static_cast<double>(total), -0.5); };
+  auto all = synthetic(truth, total, 25, 0.0, 12);
+  for (auto& p : all)
+    if (p.step >= 150 && p.step <= 300) p.loss -= 0.02;
+  const std::vector<CurvePoint> prefix(all.begin(), all.begin() + 13);  // to step 300 (20 %)
+  ForecastOptions o;
+  o.total_steps = total;
+  const auto plain = forecast_curve(prefix, o);
+  o.lr_schedule = sched;
+  const auto aware = forecast_curve(prefix, o);
+  expect_finite(aware);
+  EXPECT_NE(aware.note.find("lr_schedule not used"), std::string::npos) << aware.note;
+  EXPECT_NEAR(aware.loss.back(), plain.loss.back(), 1e-12);
+  EXPECT_GT(aware.loss.back(), truth(total) - 0.1);
+}
+
+TEST(Forecast, NoisePriorGivesAnUnmeasuredAnnealDropTheNoiseScale) {
+  // Warmup-stable-decay: constant to 80 %, linear decay to 0. No decay in the prefix, so the drop
+  // cannot be measured; with anneal_noise_prior = 1 it is the prefix's noise sd.
+  const std::int64_t total = 2000;
+  LrSchedule sched{{0, 1600, 2000}, {1.0, 1.0, 0.0}};
+  const auto truth = [&](std::int64_t s) { return 2.0 + 0.2 * std::pow(static_cast<double>(s) / static_cast<double>(total), -0.3); };
+  const auto all = synthetic(truth, total, 40, 0.02, 13);
+  const std::vector<CurvePoint> prefix(all.begin(), all.begin() + 11);
+  ForecastOptions o;
+  o.total_steps = total;
+  o.lr_schedule = sched;
+  const auto off = forecast_curve(prefix, o);  // default: no prior
+  EXPECT_NE(off.note.find("lr_schedule not used"), std::string::npos) << off.note;
+  o.anneal_noise_prior = 1.0;
+  const auto with_prior = forecast_curve(prefix, o);
+  expect_finite(with_prior);
+  const auto at = with_prior.note.find("from the noise prior");
+  ASSERT_NE(at, std::string::npos) << with_prior.note;
+  const double drop = std::stod(with_prior.note.substr(with_prior.note.find("anneal drop ") + 12));
+  EXPECT_GT(drop, 0.01);  // the noise sd is 0.02; the median-based estimate from 9 points is rough
+  EXPECT_LT(drop, 0.04);  // (and it counts the curve's own curvature as noise: a gentle curve here)
+  // The same fit as with a stated drop of 0, lower by the drop once the rate has annealed.
+  o.anneal_drop = 0.0;
+  const auto zero = forecast_curve(prefix, o);
+  EXPECT_NEAR(with_prior.loss.back(), zero.loss.back() - drop, 1e-5);
+  EXPECT_NEAR(with_prior.loss.front(), zero.loss.front(), 1e-9);  // before the decay: no drop yet
+}
+
 TEST(Forecast, NeverReturnsNaNOnHostileInput) {
   ForecastOptions o;
   o.total_steps = 10000;

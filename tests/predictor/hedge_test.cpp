@@ -1,6 +1,7 @@
 // Hedged planning: scenarios around a forecast, expected-CIL plans, regret spread.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -18,6 +19,34 @@ std::vector<CurvePoint> plateau_then_drop() {
     pts.push_back({i * 10, 2.0 - drop, 10.0 * i});
   }
   return pts;
+}
+
+TEST(Hedge, AKnownScheduleTimesTheRegimeChangeAtTheAnneal) {
+  // The plateau run's learning rate was configured to drop tenfold at step 700 (where the loss
+  // really drops). Without the schedule the hedge spreads its later drop over four evenly spaced
+  // times; with it, one scenario drops where the rate anneals and nowhere else.
+  const auto run = plateau_then_drop();
+  const std::vector<CurvePoint> prefix(run.begin() + 1, run.begin() + 21);
+  ForecastOptions fo;
+  fo.total_steps = run.back().step;
+  const auto point = forecast_curve(prefix, fo);
+  HedgeOptions o;
+  o.change_probability = 0.3;
+  const auto blind = hedge_forecast(prefix, point, o);
+  EXPECT_EQ(std::count_if(blind.scenarios.begin(), blind.scenarios.end(), [](const Scenario& s) { return s.kind.rfind("change@", 0) == 0; }), 4);
+  o.lr_schedule = LrSchedule{{0, 699, 700}, {1.0, 1.0, 0.1}};
+  const auto timed = hedge_forecast(prefix, point, o);
+  const auto anneal = std::find_if(timed.scenarios.begin(), timed.scenarios.end(), [](const Scenario& s) { return s.kind == "anneal"; });
+  ASSERT_NE(anneal, timed.scenarios.end());
+  EXPECT_DOUBLE_EQ(anneal->weight, 0.3);
+  EXPECT_EQ(std::count_if(timed.scenarios.begin(), timed.scenarios.end(), [](const Scenario& s) { return s.kind.rfind("change@", 0) == 0; }), 0);
+  const double drop = o.change_depth * prefix.back().loss;
+  for (std::size_t i = 0; i < point.steps.size(); ++i)
+    EXPECT_NEAR(point.loss[i] - anneal->loss[i], point.steps[i] < 700 ? 0.0 : drop, 1e-9) << point.steps[i];
+  // A schedule that has already annealed has no drop ahead: back to the evenly spread changes.
+  o.lr_schedule = LrSchedule{{0, 50, 100}, {1.0, 1.0, 0.1}};
+  const auto done = hedge_forecast(prefix, point, o);
+  EXPECT_EQ(std::count_if(done.scenarios.begin(), done.scenarios.end(), [](const Scenario& s) { return s.kind == "anneal"; }), 0);
 }
 
 TEST(Hedge, AFlatPrefixStillGetsAPlanThatPublishes) {

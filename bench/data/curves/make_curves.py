@@ -15,6 +15,9 @@ torch on one thread, so it reflects each model's and batch size's real step cost
 
 Needs Debian's python3-torch and dataset-fashion-mnist (scripts/install-deps.sh).
 Usage: nice python3 bench/data/curves/make_curves.py [--out FILE] [--only d015,d016]   (about 4-5 CPU minutes)
+       python3 bench/data/curves/make_curves.py --schedules-only [FILE]
+         writes only each run's configured learning-rate schedule (run,step,lr; default
+         dev_lr_schedules.csv next to this script), from the same run table, without training
 """
 import argparse
 import gzip
@@ -24,12 +27,16 @@ import struct
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn as nn
-
 FMNIST = "/usr/share/datasets/fashion-mnist"
-torch.set_num_threads(1)
+
+
+def import_training_deps():
+    """numpy and torch are needed to train, not to write the schedules (--schedules-only)."""
+    global np, torch, nn
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    torch.set_num_threads(1)
 
 
 def load_idx(name):
@@ -218,67 +225,113 @@ def train_lorenz(opt_kind, lr, schedule, batch, total, every, seed, dt=0.01, wid
     return points
 
 
+# Every run, in id order (d000, d001, ...): (track, kind, settings). Both the training (main) and
+# --schedules-only read this table, so the schedules written cannot drift from the runs trained.
+# classifier settings: (model, optimiser, lr, schedule, batch, total steps, eval every, seed[, shift])
+# lorenz settings: (optimiser, lr, schedule, batch, total steps, eval every, seed, change)
+MLPS = [
+    (lambda: mlp(128), "sgd", 0.1, "constant", 64, 1500, 25, 1),
+    (lambda: mlp(128), "momentum", 0.05, "step", 128, 1200, 20, 2),
+    (lambda: mlp(256, 2), "adam", 1e-3, "cosine", 64, 1500, 25, 3),
+    (lambda: mlp(128), "adam", 2e-3, "warmup_cosine", 256, 800, 16, 4),
+    (lambda: mlp(64), "momentum", 0.02, "wsd", 32, 2000, 40, 5),
+    (lambda: mlp(256, 2), "sgd", 0.05, "cosine", 32, 2000, 25, 6),
+    (lambda: mlp(128, 2), "adam", 5e-4, "constant", 128, 1000, 10, 7),
+    (lambda: mlp(64), "sgd", 0.2, "step", 256, 900, 15, 8),
+]
+CNNS = [
+    (lambda: cnn(8), "momentum", 0.02, "cosine", 64, 800, 16, 11),
+    (lambda: cnn(8), "adam", 1e-3, "constant", 32, 1000, 20, 12),
+    (lambda: cnn(6), "sgd", 0.05, "step", 64, 900, 15, 13),
+    (lambda: cnn(8), "adam", 2e-3, "wsd", 128, 600, 12, 14),
+    (lambda: cnn(4), "momentum", 0.01, "warmup_cosine", 32, 1200, 24, 15),
+    (lambda: cnn(6), "sgd", 0.1, "constant", 128, 600, 10, 16),
+]
+SHIFTS = [
+    (lambda: mlp(128), "adam", 1e-3, "constant", 64, 1500, 25, 21, ("late_classes", 600)),
+    (lambda: mlp(128), "momentum", 0.05, "cosine", 64, 1500, 25, 22, ("domain", 900)),
+    (lambda: cnn(6), "adam", 1e-3, "constant", 64, 800, 16, 23, ("domain", 400)),
+    (lambda: mlp(256), "sgd", 0.1, "wsd", 128, 1200, 20, 24, ("late_classes", 700)),
+]
+LORENZ = [
+    ("adam", 3e-3, "constant", 32, 2000, 25, 31, None),
+    ("adam", 3e-3, "cosine", 64, 1500, 25, 32, None),
+    ("momentum", 0.05, "step", 32, 2000, 40, 33, None),
+    ("adam", 1e-3, "wsd", 16, 2500, 50, 34, None),
+    ("adam", 3e-3, "constant", 32, 2000, 25, 35, (1000, 45.0)),
+]
+
+
+def runs():
+    """[(track, record, lr, schedule, total steps, train)] in id order; train() returns the points."""
+    out = []
+    for make, opt, lr, sched, batch, total, every, seed in MLPS:
+        out.append(("fmnist_mlp", "mlp_%s_%s_bs%d" % (opt, sched, batch), lr, sched, total,
+                    lambda data, a=(make, opt, lr, sched, batch, total, every, seed):
+                        train_classifier(data, a[0](), *a[1:])))
+    for make, opt, lr, sched, batch, total, every, seed in CNNS:
+        out.append(("fmnist_cnn", "cnn_%s_%s_bs%d" % (opt, sched, batch), lr, sched, total,
+                    lambda data, a=(make, opt, lr, sched, batch, total, every, seed):
+                        train_classifier(data, a[0](), *a[1:])))
+    for make, opt, lr, sched, batch, total, every, seed, shift in SHIFTS:
+        out.append(("fmnist_shift", "%s_%s_%s_at%d" % (shift[0], opt, sched, shift[1]), lr, sched, total,
+                    lambda data, a=(make, opt, lr, sched, batch, total, every, seed, shift):
+                        train_classifier(data, a[0](), *a[1:])))
+    for opt, lr, sched, batch, total, every, seed, change in LORENZ:
+        out.append(("lorenz", "surrogate_%s_%s_bs%d%s" % (opt, sched, batch, "" if change is None else "_rho45_at%d" % change[0]),
+                    lr, sched, total,
+                    lambda data, a=(opt, lr, sched, batch, total, every, seed, change):
+                        train_lorenz(*a[:7], change=a[7])))
+    return out
+
+
+def write_schedules(path, curves):
+    """The learning rate each run was configured with, as run,step,lr: the rate the training loop
+    sets at each step (lr * lr_factor(schedule, step, total)), with the rows that linear
+    interpolation between their neighbours reproduces (to 1e-9 of the peak rate) left out, so a
+    piecewise-linear reading gives every step's rate. Cross-checked against the curves file."""
+    logged = {}
+    if os.path.exists(curves):
+        with open(curves) as f:
+            next(f)
+            for line in f:
+                rid, track, record, _, total = line.split(",")[:5]
+                logged[rid] = (track, record, int(total))
+    with open(path, "w") as f:
+        f.write("run,step,lr\n")
+        for n, (track, record, lr, sched, total, _) in enumerate(runs()):
+            rid = "d%03d" % n
+            if logged and logged.get(rid) != (track, record, total):
+                sys.exit("%s: %s %s %d does not match %s in %s" % (rid, track, record, total, logged.get(rid), curves))
+            rates = [lr * lr_factor(sched, step, total) for step in range(total + 1)]
+            tol = 1e-9 * max(rates)
+            keep = [0] + [s for s in range(1, total) if abs(rates[s] - 0.5 * (rates[s - 1] + rates[s + 1])) > tol] + [total]
+            for s in keep:
+                f.write("%s,%d,%.10g\n" % (rid, s, rates[s]))
+            print("%s %-12s %-40s %-14s %4d rows" % (rid, track, record, sched, len(keep)))
+
+
 def main():
+    here = os.path.dirname(os.path.abspath(__file__))
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default="", help="comma-separated run ids to (re)generate; the others are skipped")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "dev_val_loss.csv"))
+    ap.add_argument("--out", default=os.path.join(here, "dev_val_loss.csv"))
+    ap.add_argument("--schedules-only", nargs="?", const=os.path.join(here, "dev_lr_schedules.csv"), default=None,
+                    metavar="FILE", help="write only each run's configured learning-rate schedule (no training, "
+                    "no torch) to FILE (default dev_lr_schedules.csv), checked against --out")
     args = ap.parse_args()
+    if args.schedules_only:
+        write_schedules(args.schedules_only, args.out)
+        return
+    import_training_deps()
     data = fmnist()
     w = Writer(args.out)
     only = set(filter(None, args.only.split(",")))
-    # (model, optimiser, lr, schedule, batch, total steps, eval every, seed)
-    mlps = [
-        (lambda: mlp(128), "sgd", 0.1, "constant", 64, 1500, 25, 1),
-        (lambda: mlp(128), "momentum", 0.05, "step", 128, 1200, 20, 2),
-        (lambda: mlp(256, 2), "adam", 1e-3, "cosine", 64, 1500, 25, 3),
-        (lambda: mlp(128), "adam", 2e-3, "warmup_cosine", 256, 800, 16, 4),
-        (lambda: mlp(64), "momentum", 0.02, "wsd", 32, 2000, 40, 5),
-        (lambda: mlp(256, 2), "sgd", 0.05, "cosine", 32, 2000, 25, 6),
-        (lambda: mlp(128, 2), "adam", 5e-4, "constant", 128, 1000, 10, 7),
-        (lambda: mlp(64), "sgd", 0.2, "step", 256, 900, 15, 8),
-    ]
-    for make, opt, lr, sched, batch, total, every, seed in mlps:
+    for track, record, _, _, total, train in runs():
         if w.skip(only):
             continue
-        pts = train_classifier(data, make(), opt, lr, sched, batch, total, every, seed)
-        w.run("fmnist_mlp", "mlp_%s_%s_bs%d" % (opt, sched, batch), total, pts)
-    cnns = [
-        (lambda: cnn(8), "momentum", 0.02, "cosine", 64, 800, 16, 11),
-        (lambda: cnn(8), "adam", 1e-3, "constant", 32, 1000, 20, 12),
-        (lambda: cnn(6), "sgd", 0.05, "step", 64, 900, 15, 13),
-        (lambda: cnn(8), "adam", 2e-3, "wsd", 128, 600, 12, 14),
-        (lambda: cnn(4), "momentum", 0.01, "warmup_cosine", 32, 1200, 24, 15),
-        (lambda: cnn(6), "sgd", 0.1, "constant", 128, 600, 10, 16),
-    ]
-    for make, opt, lr, sched, batch, total, every, seed in cnns:
-        if w.skip(only):
-            continue
-        pts = train_classifier(data, make(), opt, lr, sched, batch, total, every, seed)
-        w.run("fmnist_cnn", "cnn_%s_%s_bs%d" % (opt, sched, batch), total, pts)
-    shifts = [
-        (lambda: mlp(128), "adam", 1e-3, "constant", 64, 1500, 25, 21, ("late_classes", 600)),
-        (lambda: mlp(128), "momentum", 0.05, "cosine", 64, 1500, 25, 22, ("domain", 900)),
-        (lambda: cnn(6), "adam", 1e-3, "constant", 64, 800, 16, 23, ("domain", 400)),
-        (lambda: mlp(256), "sgd", 0.1, "wsd", 128, 1200, 20, 24, ("late_classes", 700)),
-    ]
-    for make, opt, lr, sched, batch, total, every, seed, shift in shifts:
-        if w.skip(only):
-            continue
-        pts = train_classifier(data, make(), opt, lr, sched, batch, total, every, seed, shift)
-        w.run("fmnist_shift", "%s_%s_%s_at%d" % (shift[0], opt, sched, shift[1]), total, pts)
-    lorenz = [
-        ("adam", 3e-3, "constant", 32, 2000, 25, 31, None),
-        ("adam", 3e-3, "cosine", 64, 1500, 25, 32, None),
-        ("momentum", 0.05, "step", 32, 2000, 40, 33, None),
-        ("adam", 1e-3, "wsd", 16, 2500, 50, 34, None),
-        ("adam", 3e-3, "constant", 32, 2000, 25, 35, (1000, 45.0)),
-    ]
-    for opt, lr, sched, batch, total, every, seed, change in lorenz:
-        if w.skip(only):
-            continue
-        pts = train_lorenz(opt, lr, sched, batch, total, every, seed, change=change)
-        w.run("lorenz", "surrogate_%s_%s_bs%d%s" % (opt, sched, batch, "" if change is None else "_rho45_at%d" % change[0]),
-              total, pts)
+        data_for = None if track == "lorenz" else data
+        w.run(track, record, total, train(data_for))
 
 
 if __name__ == "__main__":
