@@ -28,6 +28,7 @@ module modelcast_c
     type(c_ptr) :: persist_directory
     integer(c_int64_t) :: persist_every
     integer(c_size_t) :: persist_keep
+    integer(c_size_t) :: device_stage_bytes
   end type
 
   type, bind(c), public :: mc_consumer_options_t

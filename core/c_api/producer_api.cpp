@@ -28,6 +28,7 @@ void mc_producer_options_init(mc_producer_options* options) {
   options->persist_directory = nullptr;
   options->persist_every = defaults.persist.every;
   options->persist_keep = defaults.persist.keep;
+  options->device_stage_bytes = defaults.device_stage_bytes;
 }
 
 mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out[41]) {
@@ -93,6 +94,7 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
       o.persist.every = options->persist_every;
       o.persist.keep = options->persist_keep;
     }
+    if (has_field(*options, options->device_stage_bytes)) o.device_stage_bytes = options->device_stage_bytes;
     auto handle = std::make_unique<mc_producer>();
     handle->producer = std::make_unique<modelcast::Producer>(std::move(o));
     handle->endpoint = handle->producer->control_endpoint();

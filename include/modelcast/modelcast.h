@@ -108,6 +108,10 @@ typedef struct mc_producer_options {
   const char* persist_directory;              /* default NULL: off */
   uint64_t persist_every;                     /* >= 1; default 1 */
   size_t persist_keep;                        /* >= 1; default 3 */
+  /* Since 0.4 (read only when struct_size covers it). Device tensors: the device-to-host copy
+   * of a version runs in pieces of this size, and chunks are sent as the pieces under them
+   * complete (ProducerOptions::device_stage_bytes). Default 8 MiB; >= 64 KiB. */
+  size_t device_stage_bytes;
 } mc_producer_options;
 
 /* Description of one tensor for mc_producer_register_tensor_desc: host or device memory. */

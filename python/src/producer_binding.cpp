@@ -142,6 +142,7 @@ void bind_producer(py::module_& m) {
       .def_readwrite("lease_timeout", &ProducerOptions::lease_timeout)
       .def_readwrite("heartbeat_interval", &ProducerOptions::heartbeat_interval)
       .def_readwrite("transfer_chunk_bytes", &ProducerOptions::transfer_chunk_bytes)
+      .def_readwrite("device_stage_bytes", &ProducerOptions::device_stage_bytes)
       .def_readwrite("max_consumers", &ProducerOptions::max_consumers)
       .def_readwrite("transports", &ProducerOptions::transports)
       .def_readwrite("key", &ProducerOptions::key)

@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -554,6 +555,18 @@ TEST(CApi, BadOptionsAndEndpointsAreRejected) {
   o.first_version = 0;
   EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("first_version"), std::string::npos) << last_error();
+
+  // The 0.4 field is passed through and checked; a caller built against 0.3 (a shorter struct)
+  // gets its default whatever lies past its struct.
+  mc_producer_options_init(&o);
+  EXPECT_EQ(o.device_stage_bytes, std::size_t{8} << 20);
+  o.device_stage_bytes = 4096;
+  EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("device_stage_bytes must be >= 65536, got 4096"), std::string::npos) << last_error();
+  o.struct_size = offsetof(mc_producer_options, device_stage_bytes);
+  ASSERT_EQ(mc_producer_create(&o, &producer), MC_OK) << last_error();
+  mc_producer_destroy(producer);
+  producer = nullptr;
 
   mc_producer_options_init(&o);
   o.control_endpoint = "bogus://nowhere";
