@@ -92,8 +92,16 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
     return reply;
   }
-  auto& placed = fetches_[routing_id].emplace(request.fetch_id, std::move(fetch)).first->second;
-  post_sends(routing_id, request.fetch_id, placed, host_bytes);
+  auto& fetches = fetches_[routing_id];
+  auto& placed = fetches.emplace(request.fetch_id, std::move(fetch)).first->second;
+  try {
+    post_sends(routing_id, request.fetch_id, placed, host_bytes);
+  } catch (const std::exception& e) {
+    // Nothing of this fetch may outlive the refusal: no send, no lease, no record.
+    auto withdrawn = withdraw(routing_id, request.fetch_id, placed, std::string("a chunk could not be sent: ") + e.what());
+    fetches.erase(request.fetch_id);
+    return withdrawn.refusal;
+  }
   return reply;
 }
 
