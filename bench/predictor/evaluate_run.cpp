@@ -197,6 +197,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
 
       mp::OnlineOptions oo;
       oo.forecast = fo;
+      if (settings.member_prior_replay) oo.forecast.member_prior = settings.member_prior;
       oo.costs = costs;
       oo.warmup_step = run.points[w].step;
       oo.forecaster = forecaster;

@@ -68,6 +68,8 @@ struct EvalSettings {
   std::vector<std::pair<ShapePrior, double>> shape_mixture;
   // ForecastOptions::member_prior for the plan's forecast (fitted on other families); empty: none.
   std::map<std::string, double> member_prior;
+  // Give member_prior to the online scheduler's forecasts too (every refit); false: plans only.
+  bool member_prior_replay = false;
   // Plans only: replay outcomes are left empty (the caller copies them from a run without a
   // shape prior, which they do not depend on).
   bool skip_replay = false;

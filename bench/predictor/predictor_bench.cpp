@@ -171,6 +171,7 @@ int main(int argc, char** argv) {
   double warmup_pct = 20;
   double anneal_noise_prior = std::nan("");
   double member_prior_power = 2.0;
+  bool member_prior_replay = false;
   std::string json_out, only_family, lr_schedules_path, shape_prior_mode = "off";
   app.add_option("--data", data, "curves file, optionally FILE=FAMILY (default family: the track column); repeatable")->required();
   app.add_option("--max-runs-per-family", per_family, "deterministic sample, evenly spread over each family's records (0 = all)");
@@ -192,6 +193,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"off", "shape", "shape-mixture", "members"}));
   app.add_option("--member-prior-power", member_prior_power,
                  "with --cross-family-prior members: each member's prior is 1 / E^power (default 2, the back-test weights' form)");
+  app.add_flag("--member-prior-replay", member_prior_replay,
+               "with --cross-family-prior members: the online scheduler's refits get the member prior too");
   app.add_flag("--reference", reference, "also score with an analogue prior from other records of the same family");
   app.add_flag("--json", json, "print JSON");
   app.add_option("--json-out", json_out, "also write the JSON to this file");
@@ -299,6 +302,7 @@ int main(int argc, char** argv) {
       } else if (shape_prior_mode == "members") {
         s.member_prior = member_fit.prior(held, member_prior_power);
         shape_json["member_prior_power"] = member_prior_power;
+        shape_json["member_prior_replay"] = member_prior_replay;
         shape_json["held_out"][held]["member_prior"] = s.member_prior;
       } else {
         for (const auto& [cell, weight] : fit.mixture(held)) {
@@ -306,10 +310,11 @@ int main(int argc, char** argv) {
           shape_json["held_out"][held]["mixture"].push_back({fit.grid[cell].fall_scale, fit.grid[cell].speed, weight});
         }
       }
-      s.skip_replay = true;
+      s.member_prior_replay = member_prior_replay && shape_prior_mode == "members";
+      s.skip_replay = !s.member_prior_replay;
       auto res = evaluate_all(selected, s, false, priors, threads);
       for (auto& r : res) {  // replay outcomes from the run without a prior
-        if (!r.evaluated) continue;
+        if (!r.evaluated || !s.skip_replay) continue;
         const auto& b = *base.at(r.family + "/" + r.run);
         r.replay_seconds = b.replay_seconds;
         for (std::size_t ci = 0; ci < r.outcome.size(); ++ci) r.outcome[ci][1] = b.outcome[ci][1];
