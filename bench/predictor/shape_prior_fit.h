@@ -1,8 +1,8 @@
-// A shape prior (predictor::ShapePrior) learned across curve families: for each candidate
-// (fall_scale, speed) on a fixed grid, the error of the plan-time forecasts of every run,
-// corrected by it, against what the run then did. The prior for a held-out family is the
-// candidate with the lowest error on the OTHER families; nothing of the held-out family (and no
-// regret) enters its choice.
+// Priors learned across curve families for the benchmark's --cross-family-prior: a shape
+// correction (ShapePrior, evaluate_run.h) chosen on a fixed grid of (fall_scale, speed), or
+// a reliability per ensemble member (ForecastOptions::member_prior), each from the error of the
+// plan-time forecasts of every run against what the run then did. The prior for a held-out
+// family uses the OTHER families only; nothing of the held-out family (and no regret) enters it.
 #pragma once
 
 #include <map>
