@@ -32,6 +32,9 @@ void validate_observed(std::span<const CurvePoint> observed, const ForecastOptio
     throw Error(ErrorCode::kInvalidArgument, "forecast: total_steps (" + std::to_string(options.total_steps) +
                                 ") must exceed the last observed step (" +
                                 std::to_string(observed.back().step) + ")");
+  for (const auto& [family, prior] : options.member_prior)
+    if (!std::isfinite(prior) || prior < 0)
+      throw Error(ErrorCode::kInvalidArgument, "forecast: member_prior for '" + family + "' must be finite and >= 0");
   if (!(options.backtest_fraction > 0 && options.backtest_fraction < 1))
     throw Error(ErrorCode::kInvalidArgument, "forecast: backtest_fraction must be in (0, 1)");
 }
@@ -218,12 +221,23 @@ Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> 
   std::vector<MemberFit> tested, untested;
   for (auto& m : members) (std::isfinite(m.backtest_rmse) ? tested : untested).push_back(std::move(m));
   std::sort(tested.begin(), tested.end(), [](const MemberFit& a, const MemberFit& b) { return a.backtest_rmse < b.backtest_rmse; });
+  // Prior reliability of each family's extrapolation (learned on other runs): multiplies the
+  // back-test weight, and members are ranked by the product. Families it does not name get 1.
+  const auto prior_of = [&](const MemberFit& m) {
+    if (m.reference) return 1.0;
+    const auto it = options.member_prior.find(m.name);
+    return it == options.member_prior.end() ? 1.0 : it->second;
+  };
   std::vector<MemberFit> chosen;
   std::vector<double> weights;
   if (!tested.empty()) {
     const double floor = std::max(1e-9, 0.1 * tested.front().backtest_rmse);
+    const auto weight_of = [&](const MemberFit& m) { return prior_of(m) / (m.backtest_rmse * m.backtest_rmse + floor * floor); };
+    if (!options.member_prior.empty())
+      std::stable_sort(tested.begin(), tested.end(), [&](const MemberFit& a, const MemberFit& b) { return weight_of(a) > weight_of(b); });
     for (std::size_t i = 0; i < tested.size() && static_cast<int>(i) < options.max_members; ++i) {
-      weights.push_back(1.0 / (tested[i].backtest_rmse * tested[i].backtest_rmse + floor * floor));
+      if (!(weight_of(tested[i]) > 0)) break;
+      weights.push_back(weight_of(tested[i]));
       chosen.push_back(std::move(tested[i]));
     }
   } else {
@@ -231,10 +245,13 @@ Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> 
     const bool any_reference = std::any_of(untested.begin(), untested.end(), [](const MemberFit& m) { return m.reference; });
     for (auto& m : untested) {
       if (any_reference && !m.reference) continue;
-      weights.push_back(1.0);
+      if (!(prior_of(m) > 0)) continue;
+      weights.push_back(prior_of(m));
       chosen.push_back(std::move(m));
     }
-    if (!chosen.empty()) note += "prefix too short to back-test: members weighted equally; ";
+    if (!chosen.empty())
+      note += options.member_prior.empty() ? "prefix too short to back-test: members weighted equally; "
+                                           : "prefix too short to back-test: members weighted by member_prior; ";
   }
   const double total_w = std::accumulate(weights.begin(), weights.end(), 0.0);
   const std::size_t n = future_steps.size();
@@ -455,7 +472,9 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
       }
       MemberFit chosen = members[best];
       chosen.backtest_rmse = std::numeric_limits<double>::quiet_NaN();
-      out = assemble({chosen}, future_steps, options, note);
+      ForecastOptions plain = options;  // Viper keeps its one family whatever the priors say
+      plain.member_prior.clear();
+      out = assemble({chosen}, future_steps, plain, note);
     } else {
       // Viper has no fallback: when none of its families can be fitted it predicts no further
       // improvement (a flat curve), so a plan built on it captures nothing. Baselines stay Viper's.

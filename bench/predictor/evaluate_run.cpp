@@ -1,5 +1,7 @@
 #include "evaluate_run.h"
 
+#include "shape_prior_fit.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,6 +33,22 @@ int compare(double ours, double theirs) {
 
 }  // namespace
 
+std::size_t warmup_points(std::size_t n, double warmup_fraction) {
+  return std::max<std::size_t>(2, static_cast<std::size_t>(std::ceil(warmup_fraction * static_cast<double>(n))));
+}
+
+mp::ForecastOptions plan_forecast_options(const mp::LossLog& run, const EvalSettings& settings) {
+  mp::ForecastOptions fo;
+  fo.total_steps = std::max(*run.total_steps, run.points.back().step);
+  if (settings.lr_schedules) {
+    // Configuration known before the run starts (not its future): plan and replay both get it.
+    const auto it = settings.lr_schedules->find(run.run);
+    if (it != settings.lr_schedules->end()) fo.lr_schedule = it->second;
+    if (!std::isnan(settings.anneal_noise_prior)) fo.anneal_noise_prior = settings.anneal_noise_prior;
+  }
+  return fo;
+}
+
 RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const EvalSettings& settings) {
   RunEval result;
   result.run = run.run;
@@ -39,24 +57,34 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
   const std::size_t n = run.points.size();
   const std::int64_t total = std::max(*run.total_steps, run.points.back().step);
   const double gap = median_gap(run.points);
-  const std::size_t k = std::max<std::size_t>(2, static_cast<std::size_t>(std::ceil(settings.warmup_fraction * static_cast<double>(n))));
+  const std::size_t k = warmup_points(n, settings.warmup_fraction);
   if (k + 2 > n) return result;
   result.evaluated = true;
   const std::size_t w = k - 1;
   const std::vector<mp::CurvePoint> prefix(run.points.begin(), run.points.begin() + static_cast<std::ptrdiff_t>(k));
-  mp::ForecastOptions fo;
-  fo.total_steps = total;
-  if (settings.lr_schedules) {
-    // Configuration known before the run starts (not its future): plan and replay both get it.
-    const auto it = settings.lr_schedules->find(run.run);
-    if (it != settings.lr_schedules->end()) fo.lr_schedule = it->second;
-    if (!std::isnan(settings.anneal_noise_prior)) fo.anneal_noise_prior = settings.anneal_noise_prior;
-  }
+  mp::ForecastOptions fo = plan_forecast_options(run, settings);
   if (settings.prior) {
     auto reference = settings.prior->for_prefix(run, k);
     if (!reference.progress.empty()) fo.reference = std::move(reference);
   }
-  const auto point = mp::forecast_curve(prefix, fo);
+  mp::ForecastOptions plan_fo = fo;  // cross-family priors are for plans made in advance only
+  plan_fo.member_prior = settings.member_prior;
+  auto point = mp::forecast_curve(prefix, plan_fo);
+  if (settings.shape_prior) point = apply_shape_prior(prefix, point, *settings.shape_prior);
+  if (!settings.shape_mixture.empty()) {
+    const auto raw = point;
+    const auto add = [](std::vector<double>& acc, const std::vector<double>& v, double weight) {
+      for (std::size_t i = 0; i < acc.size() && i < v.size(); ++i) acc[i] += weight * v[i];
+    };
+    const auto zero = [](std::vector<double>& v) { std::fill(v.begin(), v.end(), 0.0); };
+    zero(point.loss), zero(point.lower), zero(point.upper);
+    for (auto& m : point.members) zero(m.loss);
+    for (const auto& [prior, weight] : settings.shape_mixture) {
+      const auto f = apply_shape_prior(prefix, raw, prior);
+      add(point.loss, f.loss, weight), add(point.lower, f.lower, weight), add(point.upper, f.upper, weight);
+      for (std::size_t m = 0; m < point.members.size(); ++m) add(point.members[m].loss, f.members[m].loss, weight);
+    }
+  }
   const auto viper_planned = mp::extend_with_forecast(prefix, mp::forecast_viper(prefix, fo));
   {
     const auto planned = mp::extend_with_forecast(prefix, point);
@@ -165,9 +193,11 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       // The planner does not know the true window; it plans over its forecast of the run.
       const auto plan = mp::plan_hedged(prefix, w, hedged[vi], costs);
       result.outcome[ci][0].push_back(score(mp::snap_to_candidates(plan.publish_steps, truth, w)));
+      if (settings.skip_replay) continue;
 
       mp::OnlineOptions oo;
       oo.forecast = fo;
+      if (settings.member_prior_replay) oo.forecast.member_prior = settings.member_prior;
       oo.costs = costs;
       oo.warmup_step = run.points[w].step;
       oo.forecaster = forecaster;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <limits>
+#include <optional>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,6 +13,19 @@
 #include "reference_prior.h"
 
 namespace modelcast::bench {
+
+// A correction of a forecast's shape (tried as a prior learned across families; it did not
+// help, so it lives in the benchmark, not the library). Every path of a forecast (mean,
+// members, band) is mapped, around the run's current level L0 (median of the newest three
+// observed losses), to
+//   L0 + fall_scale * (path(last + speed * (t - last)) - L0),
+// held at the path's end once last + speed * (t - last) passes it: fall_scale scales how much of
+// the forecast's remaining fall happens, speed how soon (2: in half the steps). {1, 1}: identity.
+struct ShapePrior {
+  double fall_scale = 1.0;
+  double speed = 1.0;
+};
+
 
 // A way of running the predictor. The benchmark scores several so that the hedging strength is
 // chosen leave-one-family-out (on the other families) rather than on the family scored.
@@ -46,7 +60,25 @@ struct EvalSettings {
   // Give the schedule to the hedge too (HedgeOptions::lr_schedule: regime changes placed where
   // the rate anneals), plan and replay; false (default): to the forecaster only.
   bool hedge_schedule = false;
+  // Shape correction (shape_prior_fit.h) of the plan's forecast only, fitted on other families;
+  // unset: none. The online scheduler's forecasts never get it.
+  std::optional<ShapePrior> shape_prior;
+  // Alternatively, a mixture of shape corrections (weights summing to 1): the plan's forecast is
+  // the weighted mean of the forecast under each (paths, members and band alike).
+  std::vector<std::pair<ShapePrior, double>> shape_mixture;
+  // ForecastOptions::member_prior for the plan's forecast (fitted on other families); empty: none.
+  std::map<std::string, double> member_prior;
+  // Give member_prior to the online scheduler's forecasts too (every refit); false: plans only.
+  bool member_prior_replay = false;
+  // Plans only: replay outcomes are left empty (the caller copies them from a run without a
+  // shape prior, which they do not depend on).
+  bool skip_replay = false;
 };
+
+// The warm-up used for a run of n logged points (the first k points form the prefix), and the
+// forecast options a plan made from it gets (total steps, the run's schedule when given).
+std::size_t warmup_points(std::size_t n, double warmup_fraction);
+predictor::ForecastOptions plan_forecast_options(const predictor::LossLog& run, const EvalSettings& settings);
 
 inline const std::vector<std::string> kBaselines = {"every_candidate", "every_e_steps", "viper_fixed_interval",
                                                     "viper_threshold"};

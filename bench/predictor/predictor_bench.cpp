@@ -6,7 +6,11 @@
 // other families. With --reference, the runs are scored again with an analogue prior made from
 // other records of the same family (a comparable earlier run, where one exists). With
 // --lr-schedules, runs whose configured learning-rate schedule is known get it as
-// ForecastOptions::lr_schedule (plan and replay); without the flag no run has one.
+// ForecastOptions::lr_schedule (plan and replay); without the flag no run has one. With
+// --cross-family-prior (shape, shape-mixture or members), plans made in advance get a prior
+// learned on the other families' plan-time forecast errors, strictly leave-one-family-out: for
+// each held-out family every run is re-planned with that family's prior, and both the family's
+// scores and the choice of its hedge come from those plans (replays never get it).
 #include <CLI/CLI.hpp>
 #include <atomic>
 #include <cstdlib>
@@ -22,6 +26,7 @@
 
 #include "evaluate_run.h"
 #include "report.h"
+#include "shape_prior_fit.h"
 
 namespace mp = modelcast::predictor;
 namespace mb = modelcast::bench;
@@ -165,7 +170,9 @@ int main(int argc, char** argv) {
   bool json = false, reference = false, hedge_schedule = false;
   double warmup_pct = 20;
   double anneal_noise_prior = std::nan("");
-  std::string json_out, only_family, lr_schedules_path;
+  double member_prior_power = 2.0;
+  bool member_prior_replay = false;
+  std::string json_out, only_family, lr_schedules_path, shape_prior_mode = "off";
   app.add_option("--data", data, "curves file, optionally FILE=FAMILY (default family: the track column); repeatable")->required();
   app.add_option("--max-runs-per-family", per_family, "deterministic sample, evenly spread over each family's records (0 = all)");
   app.add_option("--threads", threads, "worker threads");
@@ -178,6 +185,16 @@ int main(int argc, char** argv) {
                  "ForecastOptions::anneal_noise_prior for runs with a schedule (default: the library's; 0: no prior)");
   app.add_flag("--hedge-schedule", hedge_schedule,
                "give the schedules to the hedge too (HedgeOptions::lr_schedule: its regime change placed where the rate anneals)");
+  app.add_option("--cross-family-prior", shape_prior_mode,
+                 "off: plans on the ensemble as fitted (default); shape: plans on the forecast corrected by the (fall, speed) "
+                 "shape with the lowest error on the other families' plan-time forecasts; shape-mixture: plans on the mean of the forecast "
+                 "under each other-family run's own best correction (each family weighted equally); members: the "
+                 "ensemble's members weighted by their extrapolation error on the other families (ForecastOptions::member_prior)")
+      ->check(CLI::IsMember({"off", "shape", "shape-mixture", "members"}));
+  app.add_option("--member-prior-power", member_prior_power,
+                 "with --cross-family-prior members: each member's prior is 1 / E^power (default 2, the back-test weights' form)");
+  app.add_flag("--member-prior-replay", member_prior_replay,
+               "with --cross-family-prior members: the online scheduler's refits get the member prior too");
   app.add_flag("--reference", reference, "also score with an analogue prior from other records of the same family");
   app.add_flag("--json", json, "print JSON");
   app.add_option("--json-out", json_out, "also write the JSON to this file");
@@ -247,7 +264,70 @@ int main(int argc, char** argv) {
   settings.anneal_noise_prior = anneal_noise_prior;
   settings.hedge_schedule = hedge_schedule;
   settings.variants = variants();
-  const auto results = evaluate_all(selected, settings, false, priors, threads);
+  auto results = evaluate_all(selected, settings, false, priors, threads);
+  // Shape prior, leave-one-family-out (plans only; replays do not depend on it).
+  Json shape_json = Json::object();
+  shape_json["mode"] = shape_prior_mode;
+  std::map<std::string, std::vector<mb::RunEval>> selection;
+  if (shape_prior_mode != "off") {
+    const auto fit = mb::fit_shape_prior(selected, settings, threads);
+    mb::MemberPriorFit member_fit;
+    if (shape_prior_mode == "members") {
+      member_fit = mb::fit_member_prior(selected, settings, threads);
+      shape_json["member_error"] = member_fit.error;
+    }
+    const auto cell_json = [&](std::size_t c, const std::string& held) {
+      return Json{{"fall_scale", fit.grid[c].fall_scale}, {"speed", fit.grid[c].speed},
+                  {"objective", fit.objective(c, held)}, {"identity_objective", fit.objective(0, held)}};
+    };
+    shape_json["all_families"] = cell_json(fit.best(""), "");
+    for (const auto& g : fit.grid) shape_json["grid"].push_back({g.fall_scale, g.speed});
+    for (const auto& [fam, err] : fit.family_error) {
+      shape_json["family_runs"][fam] = fit.family_runs.at(fam);
+      shape_json["family_error"][fam] = err;  // per grid cell; [0] is without a prior
+    }
+    std::map<std::string, const mb::RunEval*> base;
+    for (const auto& r : results) base[r.family + "/" + r.run] = &r;
+    std::set<std::string> fams;
+    for (const auto& [log, fam] : selected) fams.insert(fam);
+    std::map<std::string, std::vector<mb::RunEval>> per_held;
+    for (const auto& held : fams) {
+      const std::size_t c = fit.best(held);
+      shape_json["held_out"][held] = cell_json(c, held);
+      shape_json["held_out"][held]["error_on_held_out_family"] =
+          fit.family_error.count(held) ? Json(fit.family_error.at(held)[c]) : Json(nullptr);
+      mb::EvalSettings s = settings;
+      if (shape_prior_mode == "shape") {
+        s.shape_prior = fit.grid[c];
+      } else if (shape_prior_mode == "members") {
+        s.member_prior = member_fit.prior(held, member_prior_power);
+        shape_json["member_prior_power"] = member_prior_power;
+        shape_json["member_prior_replay"] = member_prior_replay;
+        shape_json["held_out"][held]["member_prior"] = s.member_prior;
+      } else {
+        for (const auto& [cell, weight] : fit.mixture(held)) {
+          s.shape_mixture.emplace_back(fit.grid[cell], weight);
+          shape_json["held_out"][held]["mixture"].push_back({fit.grid[cell].fall_scale, fit.grid[cell].speed, weight});
+        }
+      }
+      s.member_prior_replay = member_prior_replay && shape_prior_mode == "members";
+      s.skip_replay = !s.member_prior_replay;
+      auto res = evaluate_all(selected, s, false, priors, threads);
+      for (auto& r : res) {  // replay outcomes from the run without a prior
+        if (!r.evaluated || !s.skip_replay) continue;
+        const auto& b = *base.at(r.family + "/" + r.run);
+        r.replay_seconds = b.replay_seconds;
+        for (std::size_t ci = 0; ci < r.outcome.size(); ++ci) r.outcome[ci][1] = b.outcome[ci][1];
+      }
+      selection[held] = std::move(res);
+    }
+    // Each family's runs as planned with its own held-out prior.
+    for (auto& r : results) {
+      const auto& res = selection.at(r.family);
+      for (const auto& x : res)
+        if (x.run == r.run && x.family == r.family) r = x;
+    }
+  }
   std::vector<mb::RunEval> with_ref;
   if (reference) {
     mb::EvalSettings rs = settings;
@@ -256,7 +336,8 @@ int main(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  Json out = mb::report(results, settings, only_family);
+  Json out = mb::report(results, settings, only_family, selection.empty() ? nullptr : &selection);
+  out["cross_family_prior"] = shape_json;
   if (reference) out["with_reference"] = mb::reference_report(with_ref, settings, {"before", "library defaults"});
   out["data"] = data;
   out["warmup_pct"] = warmup_pct;

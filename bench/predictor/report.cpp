@@ -90,7 +90,8 @@ std::vector<std::string> shown_all(const std::vector<std::string>& families) {
 
 }  // namespace
 
-Json report(const std::vector<RunEval>& results, const EvalSettings& settings, const std::string& only_family) {
+Json report(const std::vector<RunEval>& results, const EvalSettings& settings, const std::string& only_family,
+            const std::map<std::string, std::vector<RunEval>>* selection) {
   const auto families = families_of(results);
   const std::size_t nv = settings.variants.size();
   // Leave-one-family-out: for each held-out family and mode, the hedged variant (index >= 1)
@@ -112,7 +113,8 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
         for (std::size_t v = 1; v < nv; ++v) {
           if (settings.variants[v].library_defaults || (m == 1 && settings.variants[v].plan_only)) continue;
           std::vector<double> regrets;
-          for (const auto& r : results)
+          const auto& pool = selection && selection->count(held) ? selection->at(held) : results;
+          for (const auto& r : pool)
             if (r.evaluated && r.family != held)
               for (int rc = 0; rc < nc; ++rc) {
                 if (m == 0 && rc != c) continue;
@@ -210,6 +212,25 @@ std::string render(const Json& r) {
     o << "\n";
   } else {
     o << "learning-rate schedules: none given\n";
+  }
+  if (r.contains("cross_family_prior") && r["cross_family_prior"]["mode"] != "off") {
+    const auto& sp = r["cross_family_prior"];
+    const auto mode = sp["mode"].get<std::string>();
+    o << "cross-family prior for plans (" << mode << "), learned leave-one-family-out on plan-time forecast errors:\n";
+    for (const auto& [f, c] : sp["held_out"].items()) {
+      o << "  " << f << ": " << std::setprecision(2);
+      if (mode == "shape") {
+        o << "fall x" << c["fall_scale"].get<double>() << ", speed x" << c["speed"].get<double>() << " (other families' error "
+          << std::setprecision(3) << c["objective"].get<double>() << ", without " << c["identity_objective"].get<double>() << ")";
+      } else if (mode == "shape-mixture") {
+        o << c["mixture"].size() << " (fall, speed) corrections mixed";
+      } else {
+        for (const auto& [m, p] : c["member_prior"].items()) o << m << " " << p.get<double>() << " ";
+      }
+      o << "\n";
+    }
+  } else {
+    o << "cross-family prior: off\n";
   }
   o << "variant chosen leave-one-family-out:\n";
   for (const auto& [f, v] : r["lofo_variant"].items()) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,10 @@ namespace modelcast::bench {
 // the variant chosen on the OTHER families (lowest median + p90 pooled regret; for plans, per
 // publish cost); also the same rows for variant 0 ("before": the point forecast, no regime
 // trigger).
-nlohmann::json report(const std::vector<RunEval>& results, const EvalSettings& settings, const std::string& only_family);
+// selection (optional): per held-out family, the results its variant is chosen on (the other
+// families' runs in it); default: results itself.
+nlohmann::json report(const std::vector<RunEval>& results, const EvalSettings& settings, const std::string& only_family,
+                      const std::map<std::string, std::vector<RunEval>>* selection = nullptr);
 
 // Rows per family x cost x mode for each variant evaluated (no selection).
 nlohmann::json reference_report(const std::vector<RunEval>& results, const EvalSettings& settings,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
@@ -70,6 +71,14 @@ struct ForecastOptions {
   // little decay to measure the drop. Off by default because on the development curves of
   // bench/data it made plans worse (bench/RESULTS.md, predictor section, 2026-11-24).
   double anneal_noise_prior = 0.0;
+  // Prior reliability of the ensemble's curve families (by family name, e.g. "pow3"), e.g.
+  // learned from how well each family's extrapolation did on earlier runs: each member's
+  // back-test weight is multiplied by it and members are ranked by the product (0 drops a
+  // family). Families not named get 1; empty (default): back-test weights alone. Values must be
+  // finite and >= 0. Off by default: learned leave-one-family-out on the benchmark's curves it
+  // improved the plans' median regret but worsened their p90 (bench/RESULTS.md, predictor
+  // section, 2026-11-24, later: "a prior learned across families").
+  std::map<std::string, double> member_prior;
   // Optional prior from a comparable run; joins the ensemble as two extra members.
   std::optional<ReferenceCurve> reference;
   // Fit settings.
@@ -106,7 +115,7 @@ Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOpti
 
 // Viper's (ICPP 2024) forecaster, kept for baselines: fits its four families
 // (a·e^(-bx), a·e^(-bx)+c, ax+b, c-(c-a)e^(-bx)) once and keeps the one with the lowest
-// residual. Same contract as forecast_curve; ignores reference and lr_schedule. When no family
+// residual. Same contract as forecast_curve; ignores reference, lr_schedule and member_prior. When no family
 // can be fitted (too few points) it returns a flat curve flagged as fallback, as Viper would
 // have no prediction of further improvement.
 Forecast forecast_viper(std::span<const CurvePoint> observed, const ForecastOptions& options);

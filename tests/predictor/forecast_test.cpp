@@ -241,6 +241,51 @@ TEST(Forecast, RejectsBadInput) {
   EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}}, o), modelcast::Error);
 }
 
+TEST(Forecast, MemberPriorReweightsTheEnsemblesFamilies) {
+  // A noisy power law: several families fit, weighted by their back-test on the prefix's tail.
+  const auto truth = [](std::int64_t s) { return 1.0 + 2.0 * std::pow(static_cast<double>(s) / 2000.0, -0.3); };
+  const auto all = synthetic(truth, 2000, 50, 0.01, 5);
+  const std::vector<CurvePoint> prefix(all.begin(), all.begin() + 13);
+  ForecastOptions o;
+  o.total_steps = 2000;
+  o.max_members = 100;  // keep every sane member, to see the weights move
+  const auto plain = forecast_curve(prefix, o);
+  ASSERT_GE(plain.members.size(), 3u);
+  const auto weight_in = [](const Forecast& f, const std::string& family) {
+    for (const auto& m : f.members)
+      if (m.family == family) return m.weight;
+    return 0.0;
+  };
+  const std::string top = plain.members.front().family;  // the best back-tested
+  const std::string low = plain.members.back().family;
+  // A prior of 0 drops a family, and the mean no longer contains it.
+  o.member_prior = {{top, 0.0}};
+  const auto without_top = forecast_curve(prefix, o);
+  EXPECT_EQ(weight_in(without_top, top), 0.0);
+  EXPECT_EQ(without_top.members.size(), plain.members.size() - 1);
+  EXPECT_NE(without_top.loss.back(), plain.loss.back());
+  // A large prior makes a weakly back-tested family the heaviest, and ranks it first.
+  o.member_prior = {{low, 1e6}};
+  const auto favoured = forecast_curve(prefix, o);
+  EXPECT_GT(weight_in(favoured, low), 0.5);
+  EXPECT_EQ(favoured.members.front().family, low);
+  EXPECT_NEAR(favoured.loss.back(), favoured.members.front().loss.back(), 0.5 * std::abs(plain.loss.back() - favoured.members.front().loss.back()) + 1e-12);
+  // Families it does not name keep weight 1: a prior naming no fitted family changes nothing.
+  o.member_prior = {{"no_such_family", 5.0}};
+  const auto same = forecast_curve(prefix, o);
+  EXPECT_EQ(same.loss, plain.loss);
+  // Viper's baseline forecaster ignores it.
+  o.member_prior = {{top, 0.0}, {"viper_exp", 0.0}, {"viper_exp_offset", 0.0}, {"viper_linear", 0.0}, {"viper_saturating", 0.0}};
+  ForecastOptions v;
+  v.total_steps = 2000;
+  EXPECT_EQ(forecast_viper(prefix, o).loss, forecast_viper(prefix, v).loss);
+  // Priors must be finite and non-negative.
+  o.member_prior = {{top, -1.0}};
+  EXPECT_THROW(forecast_curve(prefix, o), modelcast::Error);
+  o.member_prior = {{top, std::nan("")}};
+  EXPECT_THROW(forecast_curve(prefix, o), modelcast::Error);
+}
+
 TEST(Forecast, ViperKeepsOneOfItsFourFamilies) {
   const auto truth = [](std::int64_t s) { return 2.0 + 3.0 * std::exp(-static_cast<double>(s) / 400.0); };
   const auto all = synthetic(truth, 2000, 50, 0.002, 11);
