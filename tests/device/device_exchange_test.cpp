@@ -16,6 +16,7 @@
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
+#include "peer_paths.h"
 
 using namespace std::chrono_literals;
 using modelcast::MemoryKind;
@@ -58,9 +59,9 @@ void serve_peer_consumer(const std::string& memory, const std::string& transport
   producer.register_tensors(model.refs());
   producer.prepare();
   const int device = devicemodel::other_device(rt);
-  ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
-                     "4", "--seed", "9", "--memory", memory, "--device", std::to_string(device), "--transports",
-                     transports, "--path", path});
+  ChildProcess peer({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
+                     "--until-version", "4", "--seed", "9", "--memory", memory, "--device", std::to_string(device),
+                     "--transports", transports, "--path", path});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
   for (std::uint64_t v = 1; v <= 4; ++v) {
     model.upload(9, v);
@@ -121,8 +122,8 @@ void stream_updates_under_a_reader(const std::string& transports, const std::str
   producer.register_tensors(model.refs());
   producer.prepare();
   constexpr std::uint64_t kVersions = 24;
-  ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
-                     std::to_string(kVersions), "--seed", "11", "--memory", "cuda", "--device",
+  ChildProcess peer({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
+                     "--until-version", std::to_string(kVersions), "--seed", "11", "--memory", "cuda", "--device",
                      std::to_string(devicemodel::other_device(rt)), "--transports", transports, "--path", path,
                      "--read-loop"});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
@@ -167,10 +168,10 @@ void survive_a_killed_consumer(const std::string& transports, const std::string&
   producer.prepare();
   const std::string device = std::to_string(devicemodel::other_device(rt));
   auto victim = std::make_unique<ChildProcess>(std::vector<std::string>{
-      MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version", "1000", "--seed",
-      "13", "--memory", "cuda", "--device", device, "--transports", transports});
+      peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(), "--until-version", "1000",
+      "--seed", "13", "--memory", "cuda", "--device", device, "--transports", transports});
   constexpr std::uint64_t kVersions = 10;
-  ChildProcess survivor({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(),
+  ChildProcess survivor({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
                          "--until-version", std::to_string(kVersions), "--seed", "13", "--memory", "cuda", "--device",
                          device, "--transports", transports});
   ASSERT_TRUE(producer.wait_for_consumers(2, 60s));
@@ -222,9 +223,9 @@ void reject_a_corrupt_version(const std::string& transports, const std::string& 
   std::uint64_t version_bytes = 0;
   auto layout = modelcast::plan_layout(specs, &version_bytes);
   // The consumer copies each version into device memory once: byte 1000 of the second version.
-  ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
-                     "3", "--seed", "17", "--memory", "cuda", "--device", std::to_string(devicemodel::other_device(rt)),
-                     "--transports", transports},
+  ChildProcess peer({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
+                     "--until-version", "3", "--seed", "17", "--memory", "cuda", "--device",
+                     std::to_string(devicemodel::other_device(rt)), "--transports", transports},
                     {"MODELCAST_SIMULATED_FLIP_BYTE=" + std::to_string(version_bytes + 1000)});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
   model.upload(17, 1);
@@ -266,8 +267,8 @@ TEST(DeviceExchange, AConsumerThatJoinedBeforeTheDeviceSlotsExistedIsReroutedOnt
   auto& rt = runtime();
   modelcast::Producer producer(producer_options());
   const int device = devicemodel::other_device(rt);
-  ChildProcess peer({MODELCAST_DEVICE_PEER, "consumer", "--endpoint", producer.control_endpoint(), "--until-version",
-                     "2", "--seed", "4", "--memory", "cuda", "--device", std::to_string(device)});
+  ChildProcess peer({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
+                     "--until-version", "2", "--seed", "4", "--memory", "cuda", "--device", std::to_string(device)});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s)) << "the consumer joins while nothing is registered";
   devicemodel::DeviceModel model(rt, 0, 256);
   producer.register_tensors(model.refs());
@@ -311,7 +312,7 @@ TEST(DeviceExchange, DeviceVersionsArePersistedFromTheirHostCopy) {
       ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return persisted.count(v) > 0; })) << "version " << v;
     }
   }
-  ChildProcess reader({"/usr/bin/python3", READ_SAFETENSORS_PY, (dir / "test").string(), "6"});
+  ChildProcess reader({peer_paths::python(), peer_paths::read_safetensors_py(), (dir / "test").string(), "6"});
   EXPECT_EQ(reader.wait(), 0);
   int ok = 0;
   for (const auto& line : reader.lines()) {
@@ -345,7 +346,7 @@ TEST(DeviceExchange, AForcedPathTheMemoriesCannotUseIsRefusedSayingWhy) {
 
 TEST(DeviceExchange, AHostProducerServesADeviceConsumerWhoseViewsHoldDevicePointers) {
   auto& rt = runtime();
-  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "3",
+  ChildProcess producer({peer_paths::test_peer(), "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "3",
                          "--seed", "5", "--kib", "512", "--wait-consumers", "1"});
   auto ready = producer.wait_for_line("ready ");
   ASSERT_TRUE(ready);

@@ -11,6 +11,7 @@
 #include "core/cuda/pmix64.h"
 #include "core/device/device_runtime.h"
 #include "modelcast/error.h"
+#include "peer_paths.h"
 
 using modelcast::device::ByteRange;
 using modelcast::device::DeviceRuntime;
@@ -118,7 +119,7 @@ TEST(DeviceRuntime, AnotherProcessMapsAnExportedAllocationAndThisOneCannot) {
     std::snprintf(two, sizeof two, "%02x", static_cast<unsigned>(b));
     hex += two;
   }
-  ChildProcess peer({MODELCAST_DEVICE_PEER, "ipc-read", "--handle", hex, "--size", std::to_string(n)});
+  ChildProcess peer({peer_paths::device_peer(), "ipc-read", "--handle", hex, "--size", std::to_string(n)});
   auto line = peer.wait_for_line("pmix64 ");
   ASSERT_TRUE(line) << "peer: " << (peer.lines().empty() ? "(nothing)" : peer.lines().back());
   char expected[32];
