@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <stdexcept>
@@ -47,7 +48,14 @@ double percentile(std::vector<double> values, double p) {
   return values[rank - 1];
 }
 
-std::string self_exe() { return std::filesystem::canonical("/proc/self/exe").string(); }
+// What starts this binary again for a child: itself, unless MODELCAST_BENCH_SELF names another
+// way in. A copy run through a carried loader (scripts/gpu-bundle.sh) sets it to its wrapper,
+// because there /proc/self/exe is the loader, not the benchmark.
+std::string self_exe() {
+  const char* override_self = std::getenv("MODELCAST_BENCH_SELF");
+  if (override_self != nullptr && *override_self != '\0') return override_self;
+  return std::filesystem::canonical("/proc/self/exe").string();
+}
 
 Child spawn_child(const std::vector<std::string>& args) {
   int down[2];  // parent -> child

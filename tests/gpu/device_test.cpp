@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -173,11 +174,15 @@ TEST(GpuCudaIpc, SecondProcessMapsTheSlotOnceAndReadsItExactly) {
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], 0);
   posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
-  char self[] = "/proc/self/exe";
+  // The child is this binary again: /proc/self/exe, unless MODELCAST_GPU_TEST_SELF names what
+  // starts it. A copy run through a carried loader (scripts/gpu-bundle.sh) needs that: there
+  // /proc/self/exe is the loader, so it names the wrapper that starts this binary through it.
+  const char* override_self = std::getenv("MODELCAST_GPU_TEST_SELF");
+  std::string self = override_self != nullptr && *override_self != '\0' ? override_self : "/proc/self/exe";
   char flag[] = "--ipc-child";
-  char* argv[] = {self, flag, nullptr};
+  char* argv[] = {self.data(), flag, nullptr};
   pid_t child = 0;
-  const int spawned = posix_spawn(&child, "/proc/self/exe", &actions, nullptr, argv, environ);
+  const int spawned = posix_spawn(&child, self.c_str(), &actions, nullptr, argv, environ);
   posix_spawn_file_actions_destroy(&actions);
   close(pipe_fds[0]);
   ASSERT_EQ(spawned, 0) << std::strerror(spawned);
