@@ -21,16 +21,23 @@
 # Environment:
 #   MODELCAST_GPU_CHECKS_DEVICE     cuda (default) or simulated (host memory: tries the script
 #                                   on a machine without a GPU; the gpu tests then skip)
+#   MODELCAST_GPU_CHECKS_STEPS      which groups run, default tests,sanitizer,bench (so that two
+#                                   device commands can share the work when one is not enough)
 #   MODELCAST_GPU_CHECKS_SANITIZER  0 skips the compute-sanitizer steps
+#   MODELCAST_GPU_CHECKS_BENCH_RESERVE_S  seconds of the budget the steps before the benchmark
+#                                   leave to it, default 300 (0 when the bench is not run)
 #   MODELCAST_GPU_CHECKS_FILTER     a --gtest_filter for the device tests (default: all)
 #   MODELCAST_GPU_BENCH_SIZES_MIB   default 256,1024,4482,16384 (issue #8's sizes)
 #   MODELCAST_GPU_BENCH_PATHS       default cuda_ipc,staged,d2h,h2d
 #   MODELCAST_GPU_BENCH_REPS        default 5
 #   MODELCAST_GPU_BENCH_REPS_LARGE  reps for sizes of 8 GiB and more, default 3 (16 GiB at 5 reps,
 #                                   its file baseline above all, would not fit the budget)
-# Step limits (seconds): nvidia-smi 20, device tests 120, gpu tests 60, each sanitizer step 120;
-# the benchmark gets what is left (at least ~180 s), each size at most what remains minus 20 s
-# for each size after it.
+# Step limits (seconds): nvidia-smi 20, device tests 120, gpu tests 60, each sanitizer step 120,
+# none of them reaching into the benchmark's reserve (300 s). The benchmark gets what is left,
+# each size at most what remains minus 20 s for each size after it. Estimated on an H100 (not yet
+# measured): the tests take well under a minute, and 16 GiB dominates the benchmark (a file
+# baseline of 16 GiB written, fsynced and read back per rep, and ~16 GiB over loopback per update
+# of the staged, d2h and h2d paths), hence 3 reps there; 4.7 GB and below keep 5.
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bundle/.." && pwd)
@@ -49,16 +56,30 @@ sizes=${MODELCAST_GPU_BENCH_SIZES_MIB:-256,1024,4482,16384}
 paths=${MODELCAST_GPU_BENCH_PATHS:-cuda_ipc,staged,d2h,h2d}
 reps=${MODELCAST_GPU_BENCH_REPS:-5}
 reps_large=${MODELCAST_GPU_BENCH_REPS_LARGE:-3}
+steps=${MODELCAST_GPU_CHECKS_STEPS:-tests,sanitizer,bench}
+wants() { [[ ",$steps," == *",$1,"* ]]; }
+reserve=${MODELCAST_GPU_CHECKS_BENCH_RESERVE_S:-300}
+wants bench || reserve=0
 bench_tmp="${TMPDIR:-/tmp}/modelcast-gpu-bench.$$"
 trap 'rm -rf "$bench_tmp"' EXIT
 
 export MODELCAST_DEVICE="$device"
 export UCX_NET_DEVICES=lo
-# The device tests' persistence check reads the files back with python3 + numpy.
-if command -v python3 >/dev/null; then export MODELCAST_PYTHON="${MODELCAST_PYTHON:-$(command -v python3)}"; fi
+# The device tests' persistence check reads the files back with python3 + numpy: the first
+# python3 that imports numpy (PATH first, then /usr/bin), unless MODELCAST_PYTHON names one.
+if [ -z "${MODELCAST_PYTHON:-}" ]; then
+  for py in $(type -ap python3) /usr/bin/python3; do
+    if "$py" -c 'import numpy' >/dev/null 2>&1; then export MODELCAST_PYTHON="$py"; break; fi
+  done
+fi
 export READ_SAFETENSORS_PY="$root/tests/daemon/read_safetensors.py"
 
 remaining() { echo $(( budget - ($(date +%s) - started) )); }
+# before_bench LIMIT: LIMIT, or less so as to leave the benchmark its reserve
+before_bench() {
+  local room=$(( $(remaining) - reserve - 5 ))
+  echo $(( $1 < room ? $1 : room ))
+}
 
 # step NAME LIMIT CMD...: runs CMD (output to $out/NAME.log), bounded by LIMIT and by what is
 # left of the budget; records the exit status (124: out of time) in summary.txt.
@@ -84,7 +105,8 @@ step() {
 }
 
 echo "gpu checks: $(date -u +%FT%TZ), device '$device', bundle $bundle, results $out"
-echo "gpu checks: libcuda.so.1 from '${MODELCAST_BUNDLE_CUDA_LIBDIR:-nowhere (no driver found)}'"
+echo "gpu checks: libcuda.so.1 from '${MODELCAST_BUNDLE_CUDA_LIBDIR:-nowhere (no driver found)}'," \
+  "python3 with numpy: '${MODELCAST_PYTHON:-none (the persistence test will fail)}'"
 if command -v nvidia-smi >/dev/null; then
   step nvidia-smi 20 nvidia-smi
   cp "$out/nvidia-smi.log" "$out/nvidia-smi.txt"
@@ -95,59 +117,62 @@ fi
 
 device_filter=()
 [ -n "${MODELCAST_GPU_CHECKS_FILTER:-}" ] && device_filter=("--gtest_filter=$MODELCAST_GPU_CHECKS_FILTER")
-step device-tests 120 "$bundle/bin/modelcast_device_tests" "${device_filter[@]}" \
-  "--gtest_output=xml:$out/device-tests.xml"
-step gpu-tests 60 "$bundle/bin/modelcast_gpu_device_tests" "--gtest_output=xml:$out/gpu-tests.xml"
+if wants tests; then
+  step device-tests "$(before_bench 120)" "$bundle/bin/modelcast_device_tests" "${device_filter[@]}" \
+    "--gtest_output=xml:$out/device-tests.xml"
+  step gpu-tests "$(before_bench 60)" "$bundle/bin/modelcast_gpu_device_tests" "--gtest_output=xml:$out/gpu-tests.xml"
+fi
 
 sanitizer=$(command -v compute-sanitizer || true)
 [ -z "$sanitizer" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ] && sanitizer=/usr/local/cuda/bin/compute-sanitizer
-if [ "${MODELCAST_GPU_CHECKS_SANITIZER:-1}" = 0 ]; then
-  echo "sanitizer rc=skipped (MODELCAST_GPU_CHECKS_SANITIZER=0)" | tee -a "$summary"
+if ! wants sanitizer || [ "${MODELCAST_GPU_CHECKS_SANITIZER:-1}" = 0 ]; then
+  echo "sanitizer rc=skipped (MODELCAST_GPU_CHECKS_STEPS or MODELCAST_GPU_CHECKS_SANITIZER)" | tee -a "$summary"
 elif [ -z "$sanitizer" ]; then
   echo "sanitizer rc=absent (no compute-sanitizer on PATH or in /usr/local/cuda/bin)" | tee -a "$summary"
 else
   memcheck=("$sanitizer" --tool memcheck --target-processes all --error-exitcode 99)
-  step sanitizer-device-tests 120 "${memcheck[@]}" "$bundle/bin/modelcast_device_tests" "${device_filter[@]}" \
+  step sanitizer-device-tests "$(before_bench 120)" "${memcheck[@]}" "$bundle/bin/modelcast_device_tests" "${device_filter[@]}" \
     "--gtest_output=xml:$out/sanitizer-device-tests.xml"
-  step sanitizer-gpu-tests 120 "${memcheck[@]}" "$bundle/bin/modelcast_gpu_device_tests" \
+  step sanitizer-gpu-tests "$(before_bench 120)" "${memcheck[@]}" "$bundle/bin/modelcast_gpu_device_tests" \
     "--gtest_output=xml:$out/sanitizer-gpu-tests.xml"
 fi
 
-# The benchmark, one size at a time; what bench/gpu.sh prints first, then the runs.
-echo "gpu: $(date -u +%FT%TZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
-  > "$out/gpu-bench-host.txt"
-IFS=, read -r -a size_list <<< "$sizes"
-bench_jsons=()
-for i in "${!size_list[@]}"; do
-  mib=${size_list[$i]}
-  later=$(( ${#size_list[@]} - i - 1 ))
-  limit=$(( $(remaining) - 5 - 20 * later ))
-  r=$reps
-  [ "$mib" -ge 8192 ] && r=$reps_large
-  step "gpu-bench-$mib" "$limit" bash -c '"$@" > "$0"' "$out/gpu-bench-$mib.json" \
-    "$bundle/bin/modelcast-gpu-bench" --json --sizes-mib "$mib" --paths "$paths" --reps "$r" --tmpdir "$bench_tmp"
-  bench_jsons+=("$out/gpu-bench-$mib.json")
-done
-rm -rf "$bench_tmp"
-
-# gpu-bench.json: the per-size arrays as one (each is nlohmann's dump(2): "[" ... "]" on lines
-# of their own; a size that failed or ran out of time leaves an empty or partial file, skipped).
-{
-  echo "["
-  first=1
-  for f in "${bench_jsons[@]}"; do
-    [ -s "$f" ] && [ "$(head -n1 "$f")" = "[" ] && [ "$(tail -n1 "$f")" = "]" ] || continue
-    body=$(sed '1d;$d' "$f")
-    [ -n "$body" ] || continue
-    [ "$first" = 1 ] || echo ","
-    printf '%s' "$body"
-    first=0
+if wants bench; then
+  # The benchmark, one size at a time; what bench/gpu.sh prints first, then the runs.
+  echo "gpu: $(date -u +%FT%TZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" \
+    > "$out/gpu-bench-host.txt"
+  IFS=, read -r -a size_list <<< "$sizes"
+  bench_jsons=()
+  for i in "${!size_list[@]}"; do
+    mib=${size_list[$i]}
+    later=$(( ${#size_list[@]} - i - 1 ))
+    limit=$(( $(remaining) - 5 - 20 * later ))
+    r=$reps
+    [ "$mib" -ge 8192 ] && r=$reps_large
+    step "gpu-bench-$mib" "$limit" bash -c '"$@" > "$0"' "$out/gpu-bench-$mib.json" \
+      "$bundle/bin/modelcast-gpu-bench" --json --sizes-mib "$mib" --paths "$paths" --reps "$r" --tmpdir "$bench_tmp"
+    bench_jsons+=("$out/gpu-bench-$mib.json")
   done
-  echo
-  echo "]"
-} > "$out/gpu-bench.json"
-if command -v python3 >/dev/null; then
-  python3 - "$out/gpu-bench.json" <<'EOF' || echo "gpu-bench.json: not valid JSON"
+  rm -rf "$bench_tmp"
+
+  # gpu-bench.json: the per-size arrays as one (each is nlohmann's dump(2): "[" ... "]" on lines
+  # of their own; a size that failed or ran out of time leaves an empty or partial file, skipped).
+  {
+    echo "["
+    first=1
+    for f in "${bench_jsons[@]}"; do
+      [ -s "$f" ] && [ "$(head -n1 "$f")" = "[" ] && [ "$(tail -n1 "$f")" = "]" ] || continue
+      body=$(sed '1d;$d' "$f")
+      [ -n "$body" ] || continue
+      [ "$first" = 1 ] || echo ","
+      printf '%s' "$body"
+      first=0
+    done
+    echo
+    echo "]"
+  } > "$out/gpu-bench.json"
+  if command -v python3 >/dev/null; then
+    python3 - "$out/gpu-bench.json" <<'EOF' || echo "gpu-bench.json: not valid JSON"
 import json, sys
 rows = json.load(open(sys.argv[1]))
 print(f"gpu-bench.json: {len(rows)} rows")
@@ -156,6 +181,9 @@ for r in rows:
           f"  d2d {r['d2d_copy_ms']:8.2f}  d2h {r['d2h_ms']:8.2f}  h2d {r['h2d_ms']:8.2f}"
           f"  host {r['host_ceiling_ms']:8.2f}  file {r['file_baseline_ms']:9.1f}  ({r['device']})")
 EOF
+  fi
+else
+  echo "gpu-bench rc=skipped (MODELCAST_GPU_CHECKS_STEPS)" | tee -a "$summary"
 fi
 
 echo "== summary ($(( $(date +%s) - started ))s of ${budget}s; $out/summary.txt)"
