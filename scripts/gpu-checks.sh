@@ -41,6 +41,11 @@
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bundle/.." && pwd)
+# A copy may have lost its modes on the way: the wrappers and the loader must be executable.
+chmod u+x "$bundle"/bin/* "$bundle/lib/ld-linux-x86-64.so.2" 2>/dev/null || true
+if [ "$(uname -m)" != x86_64 ]; then
+  echo "gpu checks: this is $(uname -m); the bundle is x86_64 (built by scripts/gpu-bundle.sh on x86_64)" >&2
+fi
 . "$bundle/env.sh"
 out=${OUT:-$PWD/gpu-out}
 mkdir -p "$out"
