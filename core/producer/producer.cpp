@@ -196,8 +196,8 @@ class Producer::Impl {
   }
 
   ProducerStats stats() const {
-    ProducerStats copy = stats_.snapshot();
-    copy.fetches_in_flight = store_.reader_leases();
+    ProducerStats copy =
+        stats_.snapshot_with([&](ProducerStats& s) { s.fetches_in_flight = store_.reader_leases(); });
     copy.latest_version = store_.newest_version();
     copy.transport = transports_->names();
     return copy;

@@ -206,9 +206,13 @@ void ProducerService::drop_silent_consumers() {
 }
 
 void ProducerService::expire_leases() {
-  auto expired = store_.take_expired(Clock::now());
+  if (auto next = store_.next_expiry(); !next || *next > Clock::now()) return;
+  std::vector<SlotPool::Lease> expired;
+  stats_.update([&](ProducerStats& s) {
+    expired = store_.take_expired(Clock::now());
+    s.leases_expired += expired.size();
+  });
   if (expired.empty()) return;
-  stats_.update([&](ProducerStats& s) { s.leases_expired += expired.size(); });
   for (const auto& lease : expired) {
     auto* consumer = membership_.find(lease.holder);
     log_->warn("lease of '{}' on version {} expired; its transfer is abandoned",
@@ -325,9 +329,10 @@ void ProducerService::on_fetch(const std::string& routing_id, const protocol::Fe
 void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack& ack) {
   auto* consumer = membership_.find(routing_id);
   if (!consumer) return;
-  auto outcome = fetches_.on_ack(routing_id, ack, consumer->name, Clock::now());
-  if (!outcome.known) return;
+  FetchServer::AckOutcome outcome;
   stats_.update([&](ProducerStats& s) {
+    outcome = fetches_.on_ack(routing_id, ack, consumer->name, Clock::now());  // ends the lease
+    if (!outcome.known) return;
     if (outcome.ok) {
       s.deliveries++;
       s.bytes_sent += outcome.delivery.bytes;
@@ -335,6 +340,7 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
       s.failed_deliveries++;
     }
   });
+  if (!outcome.known) return;
   if (!outcome.ok) {
     log_->warn("consumer '{}' rejected version {}: {}", consumer->name, ack.version, ack.error);
     return;

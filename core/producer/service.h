@@ -89,7 +89,10 @@ struct Stop {};
 using Event = std::variant<SnapshotStarted, SnapshotTaken, SnapshotFailed, HostProgress, HostStaged, SendDone, PeerFailed,
                            DigestsReady, SlotsAllocated, Stop>;
 
-// Counters the service thread updates and any thread reads.
+// Counters the service thread updates and any thread reads. A lease that ends and the counter
+// that says how it ended (leases_expired, deliveries) change together under the box's lock, and
+// stats() reads the live lease count under the same lock, so no reader sees a lease gone and
+// not yet counted. Lock order: the box, then the SnapshotStore.
 class StatsBox {
  public:
   template <typename Mutate>
@@ -103,6 +106,14 @@ class StatsBox {
   ProducerStats snapshot() const {
     std::lock_guard lock(mutex_);
     return stats_;
+  }
+  // The counters, completed by `read` under the same lock (state they must agree with).
+  template <typename Read>
+  ProducerStats snapshot_with(Read&& read) const {
+    std::lock_guard lock(mutex_);
+    ProducerStats copy = stats_;
+    read(copy);
+    return copy;
   }
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
     std::unique_lock lock(mutex_);
