@@ -1,5 +1,6 @@
 #include "core/producer/fetch_server.h"
 
+#include <iterator>
 #include <limits>
 
 namespace modelcast::producer {
@@ -118,45 +119,41 @@ void FetchServer::post_sends(const std::string& routing_id, std::uint64_t fetch_
   }
 }
 
+template <typename Visit>
+void FetchServer::for_each_unsent(std::uint64_t version, Visit&& visit) {
+  for (auto& [routing_id, fetches] : fetches_) {
+    for (auto it = fetches.begin(); it != fetches.end();) {
+      Fetch& fetch = it->second;
+      const bool unsent = fetch.version == version && fetch.next_chunk < fetch.plan.count() &&
+                          transports_.at(fetch.transport).capabilities().two_sided;
+      it = unsent && !visit(routing_id, it->first, fetch) ? fetches.erase(it) : std::next(it);
+    }
+  }
+}
+
 std::vector<FetchServer::Withdrawn> FetchServer::host_progress(std::uint64_t version) {
   std::vector<Withdrawn> out;
   const auto copy = store_.host_copy(version);
   if (copy.state == SnapshotStore::HostState::kFailed) return out;  // host_failed() ends them
-  for (auto& [routing_id, fetches] : fetches_) {
-    for (auto it = fetches.begin(); it != fetches.end();) {
-      Fetch& fetch = it->second;
-      if (fetch.version != version || fetch.region == nullptr || fetch.next_chunk == fetch.plan.count() ||
-          !transports_.at(fetch.transport).capabilities().two_sided) {
-        ++it;
-        continue;
-      }
-      try {
-        post_sends(routing_id, it->first, fetch, copy.bytes);
-        ++it;
-      } catch (const std::exception& e) {
-        out.push_back(withdraw(routing_id, it->first, fetch, std::string("a chunk could not be sent: ") + e.what()));
-        it = fetches.erase(it);
-      }
+  for_each_unsent(version, [&](const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch) {
+    try {
+      post_sends(routing_id, fetch_id, fetch, copy.bytes);
+      return true;
+    } catch (const std::exception& e) {
+      out.push_back(withdraw(routing_id, fetch_id, fetch, std::string("a chunk could not be sent: ") + e.what()));
+      return false;
     }
-  }
+  });
   return out;
 }
 
 std::vector<FetchServer::Withdrawn> FetchServer::host_failed(std::uint64_t version, const std::string& error) {
   std::vector<Withdrawn> out;
-  for (auto& [routing_id, fetches] : fetches_) {
-    for (auto it = fetches.begin(); it != fetches.end();) {
-      Fetch& fetch = it->second;
-      if (fetch.version != version || fetch.next_chunk == fetch.plan.count() ||
-          !transports_.at(fetch.transport).capabilities().two_sided) {
-        ++it;
-        continue;
-      }
-      out.push_back(withdraw(routing_id, it->first, fetch,
-                             "version " + std::to_string(version) + " could not be copied to host memory: " + error));
-      it = fetches.erase(it);
-    }
-  }
+  for_each_unsent(version, [&](const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch) {
+    out.push_back(withdraw(routing_id, fetch_id, fetch,
+                           "version " + std::to_string(version) + " could not be copied to host memory: " + error));
+    return false;
+  });
   return out;
 }
 

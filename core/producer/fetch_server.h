@@ -98,6 +98,10 @@ class FetchServer {
   // Posts the chunks that lie within the first `host_bytes` of the version. Throws what the
   // transport's post_send throws (the chunks posted before stay posted).
   void post_sends(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch, std::uint64_t host_bytes);
+  // Calls visit(routing_id, fetch_id, fetch) for each two-sided fetch of `version` with chunks
+  // still to post; a fetch for which it returns false is erased.
+  template <typename Visit>
+  void for_each_unsent(std::uint64_t version, Visit&& visit);
   // Ends a fetch whose remaining chunks will not be sent: cancels its sends, releases its lease.
   Withdrawn withdraw(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch, const std::string& why);
   void cancel(const Fetch& fetch);

@@ -34,6 +34,15 @@ modelcast::ProducerOptions producer_options() {
   return options;
 }
 
+// Chunks and staging pieces much smaller than the test models: staged routes send each chunk as
+// the device-to-host copy reaches it, and a device consumer copies it on as it lands.
+modelcast::ProducerOptions small_piece_options() {
+  auto options = producer_options();
+  options.transfer_chunk_bytes = 64 << 10;
+  options.device_stage_bytes = 64 << 10;
+  return options;
+}
+
 modelcast::ConsumerOptions consumer_options(const std::string& endpoint, MemoryKind memory, int device) {
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
@@ -49,11 +58,7 @@ void serve_peer_consumer(const std::string& memory, const std::string& transport
                          const std::string& path = "",
                          devicemodel::DeviceModel::Placement placement = devicemodel::DeviceModel::Placement::kOwnAllocations) {
   auto& rt = runtime();
-  // Chunks and staging pieces much smaller than the model: staged routes send each chunk as
-  // the device-to-host copy reaches it, and a device consumer copies it on as it lands.
-  auto options = producer_options();
-  options.transfer_chunk_bytes = 64 << 10;
-  options.device_stage_bytes = 64 << 10;
+  auto options = small_piece_options();
   modelcast::Producer producer(options);
   devicemodel::DeviceModel model(rt, 0, 512, 12, placement);
   producer.register_tensors(model.refs());
@@ -114,9 +119,7 @@ TEST(DeviceExchange, TensorsAtInteriorOffsetsOfOneAllocationArriveExactOverEvery
 // views all along: no view ever shows a mix of two versions, on either device route.
 void stream_updates_under_a_reader(const std::string& transports, const std::string& path, const std::string& expected) {
   auto& rt = runtime();
-  auto options = producer_options();
-  options.transfer_chunk_bytes = 64 << 10;
-  options.device_stage_bytes = 64 << 10;
+  auto options = small_piece_options();
   modelcast::Producer producer(options);
   devicemodel::DeviceModel model(rt, 0, 512);
   producer.register_tensors(model.refs());
@@ -157,9 +160,7 @@ TEST(DeviceExchange, AReaderNeverSeesATornVersionDuringAStreamOfUpdatesStaged) {
 // would stop publish() for good: going on proves the lease was reclaimed.
 void survive_a_killed_consumer(const std::string& transports, const std::string& expected) {
   auto& rt = runtime();
-  auto options = producer_options();
-  options.transfer_chunk_bytes = 64 << 10;
-  options.device_stage_bytes = 64 << 10;
+  auto options = small_piece_options();
   options.lease_timeout = 1000ms;
   options.snapshot_slots = 2;
   modelcast::Producer producer(options);
@@ -211,9 +212,7 @@ TEST(DeviceExchange, AConsumerKilledWhileVersionsAreInFlightLeavesTheProducerSer
 void reject_a_corrupt_version(const std::string& transports, const std::string& expected) {
   auto& rt = runtime();
   if (rt.name() != "simulated") GTEST_SKIP() << "flipping a byte in flight needs the simulated device";
-  auto options = producer_options();
-  options.transfer_chunk_bytes = 64 << 10;
-  options.device_stage_bytes = 64 << 10;
+  auto options = small_piece_options();
   modelcast::Producer producer(options);
   devicemodel::DeviceModel model(rt, 0, 512);
   producer.register_tensors(model.refs());
