@@ -12,7 +12,6 @@
 // each held-out family every run is re-planned with that family's prior, and both the family's
 // scores and the choice of its hedge come from those plans (replays never get it).
 #include <CLI/CLI.hpp>
-#include <atomic>
 #include <cstdlib>
 #include <chrono>
 #include <cmath>
@@ -22,9 +21,9 @@
 #include <set>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include "evaluate_run.h"
+#include "parallel_for.h"
 #include "report.h"
 #include "shape_prior_fit.h"
 
@@ -147,17 +146,11 @@ std::vector<mb::RunEval> evaluate_all(const std::vector<std::pair<const mp::Loss
                                       const mb::EvalSettings& base, bool with_reference,
                                       const std::map<std::string, mb::ReferencePrior>& priors, int threads) {
   std::vector<mb::RunEval> results(runs.size());
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::max(1, threads); ++t)
-    pool.emplace_back([&] {
-      for (std::size_t i; (i = next++) < runs.size();) {
-        mb::EvalSettings s = base;
-        if (with_reference) s.prior = &priors.at(runs[i].second);
-        results[i] = mb::evaluate_run(*runs[i].first, runs[i].second, s);
-      }
-    });
-  for (auto& th : pool) th.join();
+  mb::parallel_for(runs.size(), threads, [&](std::size_t i) {
+    mb::EvalSettings s = base;
+    if (with_reference) s.prior = &priors.at(runs[i].second);
+    results[i] = mb::evaluate_run(*runs[i].first, runs[i].second, s);
+  });
   return results;
 }
 

@@ -1,11 +1,11 @@
 #include "shape_prior_fit.h"
 
+#include "parallel_for.h"
+
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
-#include <thread>
 
 namespace mp = modelcast::predictor;
 
@@ -18,6 +18,53 @@ double interp(const std::vector<std::int64_t>& xs, const std::vector<double>& ys
   const auto i = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), x) - xs.begin());
   const double f = static_cast<double>(x - xs[i - 1]) / static_cast<double>(xs[i] - xs[i - 1]);
   return ys[i - 1] + f * (ys[i] - ys[i - 1]);
+}
+
+// A run's forecast from its warm-up prefix, and the scale its errors are measured on: the
+// mean absolute deviation of the rest of the run from the prefix's level (the error of a flat
+// forecast), so errors compare across runs and families.
+struct Scored {
+  const mp::LossLog& run;
+  std::size_t k;  // points in the prefix
+  std::vector<mp::CurvePoint> prefix;
+  mp::Forecast forecast;
+  double flat;
+
+  // The error of `forecast` (from this prefix) on the rest of the run, relative to a flat one.
+  double relative_error(const mp::Forecast& f) const {
+    const auto path = mp::extend_with_forecast(prefix, f);
+    double err = 0;
+    for (std::size_t i = k; i < run.points.size(); ++i) {
+      err += std::abs(interp(path.steps, path.loss, run.points[i].step) - run.points[i].loss);
+    }
+    return err / flat;
+  }
+};
+
+// Forecasts every run from its prefix (`adjust` edits the plan's forecast options) on `threads`
+// threads and calls score(index, scored) for each run long enough and not flat after the prefix.
+// score runs on the worker threads and writes only its own run's entries.
+template <typename Adjust, typename Score>
+void for_each_forecast(const std::vector<std::pair<const mp::LossLog*, std::string>>& runs,
+                       const EvalSettings& settings, int threads, Adjust adjust, Score score) {
+  parallel_for(runs.size(), threads, [&](std::size_t r) {
+    const auto& run = *runs[r].first;
+    const std::size_t n = run.points.size();
+    const std::size_t k = warmup_points(n, settings.warmup_fraction);
+    if (k + 2 > n) return;
+    std::vector<mp::CurvePoint> prefix(run.points.begin(), run.points.begin() + static_cast<std::ptrdiff_t>(k));
+    mp::ForecastOptions fo = plan_forecast_options(run, settings);
+    adjust(fo);
+    auto forecast = mp::forecast_curve(prefix, fo);
+    std::vector<double> recent;
+    for (std::size_t i = k - std::min<std::size_t>(3, k); i < k; ++i) recent.push_back(prefix[i].loss);
+    std::sort(recent.begin(), recent.end());
+    const double level = recent[recent.size() / 2];
+    double flat = 0;
+    for (std::size_t i = k; i < n; ++i) flat += std::abs(run.points[i].loss - level);
+    if (!(flat > 0)) return;
+    score(r, Scored{run, k, std::move(prefix), std::move(forecast), flat});
+  });
 }
 
 // The grid, fixed before any figure was seen: fall scaled from a quarter to twice the
@@ -110,34 +157,12 @@ ShapePriorFit fit_shape_prior(const std::vector<std::pair<const mp::LossLog*, st
   const std::size_t cells = fit.grid.size();
   // Per run, per cell: relative error (NaN: skipped).
   std::vector<std::vector<double>> rel(runs.size(), std::vector<double>(cells, std::nan("")));
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::max(1, threads); ++t)
-    pool.emplace_back([&] {
-      for (std::size_t r; (r = next++) < runs.size();) {
-        const auto& run = *runs[r].first;
-        const std::size_t n = run.points.size();
-        const std::size_t k = warmup_points(n, settings.warmup_fraction);
-        if (k + 2 > n) continue;
-        const std::vector<mp::CurvePoint> prefix(run.points.begin(), run.points.begin() + static_cast<std::ptrdiff_t>(k));
-        mp::ForecastOptions fo = plan_forecast_options(run, settings);
-        const auto forecast = mp::forecast_curve(prefix, fo);
-        std::vector<double> recent;
-        for (std::size_t i = k - std::min<std::size_t>(3, k); i < k; ++i) recent.push_back(prefix[i].loss);
-        std::sort(recent.begin(), recent.end());
-        const double level = recent[recent.size() / 2];
-        double flat = 0;
-        for (std::size_t i = k; i < n; ++i) flat += std::abs(run.points[i].loss - level);
-        if (!(flat > 0)) continue;
-        for (std::size_t c = 0; c < cells; ++c) {
-          const auto path = mp::extend_with_forecast(prefix, apply_shape_prior(prefix, forecast, fit.grid[c]));
-          double err = 0;
-          for (std::size_t i = k; i < n; ++i) err += std::abs(interp(path.steps, path.loss, run.points[i].step) - run.points[i].loss);
-          rel[r][c] = err / flat;
-        }
-      }
-    });
-  for (auto& th : pool) th.join();
+  for_each_forecast(runs, settings, threads, [](mp::ForecastOptions&) {},
+                    [&](std::size_t r, const Scored& run) {
+                      for (std::size_t c = 0; c < cells; ++c) {
+                        rel[r][c] = run.relative_error(apply_shape_prior(run.prefix, run.forecast, fit.grid[c]));
+                      }
+                    });
   std::map<std::string, std::vector<double>> sum;
   for (std::size_t r = 0; r < runs.size(); ++r) {
     if (std::isnan(rel[r][0])) continue;
@@ -174,38 +199,15 @@ std::map<std::string, double> MemberPriorFit::prior(const std::string& held_out,
 MemberPriorFit fit_member_prior(const std::vector<std::pair<const mp::LossLog*, std::string>>& runs,
                                 const EvalSettings& settings, int threads) {
   std::vector<std::map<std::string, double>> rel(runs.size());
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::max(1, threads); ++t)
-    pool.emplace_back([&] {
-      for (std::size_t r; (r = next++) < runs.size();) {
-        const auto& run = *runs[r].first;
-        const std::size_t n = run.points.size();
-        const std::size_t k = warmup_points(n, settings.warmup_fraction);
-        if (k + 2 > n) continue;
-        const std::vector<mp::CurvePoint> prefix(run.points.begin(), run.points.begin() + static_cast<std::ptrdiff_t>(k));
-        mp::ForecastOptions fo = plan_forecast_options(run, settings);
-        fo.max_members = 1000;
-        const auto forecast = mp::forecast_curve(prefix, fo);
-        if (forecast.fallback) continue;
-        std::vector<double> recent;
-        for (std::size_t i = k - std::min<std::size_t>(3, k); i < k; ++i) recent.push_back(prefix[i].loss);
-        std::sort(recent.begin(), recent.end());
-        const double level = recent[recent.size() / 2];
-        double flat = 0;
-        for (std::size_t i = k; i < n; ++i) flat += std::abs(run.points[i].loss - level);
-        if (!(flat > 0)) continue;
-        for (const auto& m : forecast.members) {
-          mp::Forecast one = forecast;
-          one.loss = m.loss;
-          const auto path = mp::extend_with_forecast(prefix, one);
-          double err = 0;
-          for (std::size_t i = k; i < n; ++i) err += std::abs(interp(path.steps, path.loss, run.points[i].step) - run.points[i].loss);
-          rel[r][m.family] = err / flat;
-        }
-      }
-    });
-  for (auto& th : pool) th.join();
+  for_each_forecast(runs, settings, threads, [](mp::ForecastOptions& fo) { fo.max_members = 1000; },
+                    [&](std::size_t r, const Scored& run) {
+                      if (run.forecast.fallback) return;
+                      for (const auto& m : run.forecast.members) {
+                        mp::Forecast one = run.forecast;
+                        one.loss = m.loss;
+                        rel[r][m.family] = run.relative_error(one);
+                      }
+                    });
   MemberPriorFit fit;
   std::map<std::string, std::map<std::string, int>> count;
   for (std::size_t r = 0; r < runs.size(); ++r)
