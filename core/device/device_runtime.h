@@ -14,7 +14,8 @@
 // Selection (device_runtime()): MODELCAST_DEVICE=simulated | cuda | none; unset means "cuda"
 // where a CUDA build finds a device, otherwise none.
 // The simulation can also corrupt one byte copied into device memory on demand
-// (MODELCAST_SIMULATED_FLIP_BYTE, see simulated_runtime.cpp), for the integrity tests.
+// (MODELCAST_SIMULATED_FLIP_BYTE, see simulated_runtime.cpp), for the integrity tests, and fail
+// a copy when a test says so (simulated_faults.h).
 //
 // Handles are opaque pointers: a StreamHandle is a cudaStream_t under "cuda", which is what a
 // trainer passes to Producer::publish to order the snapshot after its own work.

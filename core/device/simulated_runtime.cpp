@@ -1,8 +1,11 @@
 // The simulated device: see device_runtime.h for what it keeps of CUDA's rules.
 //
 // Threads: each stream owns one worker thread that runs the stream's queued work in order; an
-// event's state is guarded by its own mutex. The allocation table (`mutex_`) is touched by the
-// calling threads only. Ranges are checked when work is queued, so queued work cannot fail.
+// event's state and a stream's queue and pending fault are guarded by their own mutexes. The
+// allocation table (`mutex_`) and the armed fault (`faults_mutex_`) are touched by the calling
+// threads only. Ranges are checked when work is queued, so queued work cannot fail, except by a
+// fault a test injects (simulated_faults.h), which the stream reports as CUDA would: once, at
+// the next event recorded after it.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,9 +23,11 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "core/cuda/pmix64.h"
 #include "core/device/device_runtime.h"
+#include "core/device/simulated_faults.h"
 #include "modelcast/error.h"
 
 namespace modelcast::device {
@@ -53,10 +58,12 @@ class SimEvent {
     std::lock_guard lock(mutex_);
     return recorded_;
   }
-  void complete(std::uint64_t generation) {
+  // `error`: a failure of the stream's work before this point, reported by the next wait.
+  void complete(std::uint64_t generation, std::string error = {}) {
     {
       std::lock_guard lock(mutex_);
       completed_ = std::max(completed_, generation);
+      if (!error.empty()) error_ = std::move(error);
     }
     cv_.notify_all();
   }
@@ -68,12 +75,18 @@ class SimEvent {
     std::unique_lock lock(mutex_);
     cv_.wait(lock, [&] { return completed_ >= generation; });
   }
+  // The failure this event reports, once (empty if none).
+  std::string take_error() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(error_, {});
+  }
 
  private:
   std::mutex mutex_;
   std::condition_variable cv_;
   std::uint64_t recorded_ = 0;
   std::uint64_t completed_ = 0;
+  std::string error_;
 };
 
 class SimStream {
@@ -98,6 +111,15 @@ class SimStream {
     std::unique_lock lock(mutex_);
     idle_.wait(lock, [&] { return queue_.empty() && !busy_; });
   }
+  // A failure of queued work, held until an event or a stream synchronisation reports it.
+  void set_fault(std::string what) {
+    std::lock_guard lock(mutex_);
+    fault_ = std::move(what);
+  }
+  std::string take_fault() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(fault_, {});
+  }
 
  private:
   void run() {
@@ -119,12 +141,13 @@ class SimStream {
   std::mutex mutex_;
   std::condition_variable cv_, idle_;
   std::deque<std::function<void()>> queue_;
+  std::string fault_;
   bool busy_ = false;
   bool stop_ = false;
   std::thread thread_;
 };
 
-class SimulatedRuntime final : public DeviceRuntime {
+class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
  public:
   explicit SimulatedRuntime(int devices) : devices_(devices) {
     if (const char* flip = std::getenv("MODELCAST_SIMULATED_FLIP_BYTE")) flip_at_ = std::strtoull(flip, nullptr, 10);
@@ -204,6 +227,19 @@ class SimulatedRuntime final : public DeviceRuntime {
   void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) override {
     check_extent("copy destination", destination, n);
     check_extent("copy source", source, n);
+    if (auto release = take_copy_to_host_fault(destination, source)) {
+      std::string what = "simulated device: a copy of " + std::to_string(n) +
+                         " bytes from device memory to the host failed (injected fault)";
+      if (!stream) {
+        release->wait();
+        throw Error(ErrorCode::kTransport, what);
+      }
+      auto* s = static_cast<SimStream*>(stream);
+      return s->enqueue([s, release = *release, what] {
+        release.wait();
+        s->set_fault(what);
+      });
+    }
     std::byte* flip = nullptr;
     if (flip_at_ && is_device(destination)) {
       // Counted in queue order, which for one stream is the order the copies land in.
@@ -219,7 +255,8 @@ class SimulatedRuntime final : public DeviceRuntime {
   void record(EventHandle event, StreamHandle stream) override {
     auto e = state(event);
     std::uint64_t generation = e->arm();
-    submit(stream, [e, generation] { e->complete(generation); });
+    auto* s = static_cast<SimStream*>(stream);
+    submit(stream, [e, generation, s] { e->complete(generation, s ? s->take_fault() : std::string()); });
   }
 
   void wait(StreamHandle stream, EventHandle event) override {
@@ -231,6 +268,7 @@ class SimulatedRuntime final : public DeviceRuntime {
   void synchronize(EventHandle event) override {
     auto e = state(event);
     e->wait_for(e->armed());
+    if (auto error = e->take_error(); !error.empty()) throw Error(ErrorCode::kTransport, error);
   }
 
   bool ready(EventHandle event) override { return state(event)->reached(); }
@@ -240,7 +278,10 @@ class SimulatedRuntime final : public DeviceRuntime {
   }
 
   void synchronize_stream(StreamHandle stream) override {
-    if (stream) static_cast<SimStream*>(stream)->drain();
+    if (!stream) return;
+    auto* s = static_cast<SimStream*>(stream);
+    s->drain();
+    if (auto error = s->take_fault(); !error.empty()) throw Error(ErrorCode::kTransport, error);
   }
 
   std::vector<std::uint64_t> digest(int device, const void* base, std::span<const ByteRange> ranges,
@@ -317,6 +358,12 @@ class SimulatedRuntime final : public DeviceRuntime {
     unmap(base, true);
   }
 
+  void fail_copy_to_host(std::uint64_t nth, std::shared_future<void> release) override {
+    if (nth == 0) throw Error(ErrorCode::kInvalidArgument, "simulated device: the failing copy counts from 1");
+    std::lock_guard lock(faults_mutex_);
+    copy_to_host_fault_ = CopyFault{nth, std::move(release)};
+  }
+
  private:
   struct Allocation {
     int fd = -1;  // -1 for an imported mapping
@@ -373,6 +420,20 @@ class SimulatedRuntime final : public DeviceRuntime {
     if (a.fd >= 0) close(a.fd);
   }
 
+  // The release of the armed fault when this copy is the one it names.
+  std::optional<std::shared_future<void>> take_copy_to_host_fault(const void* destination, const void* source) {
+    {
+      std::lock_guard lock(faults_mutex_);
+      if (!copy_to_host_fault_) return std::nullopt;
+    }
+    if (!is_device(source) || is_device(destination)) return std::nullopt;
+    std::lock_guard lock(faults_mutex_);
+    if (!copy_to_host_fault_ || --copy_to_host_fault_->countdown != 0) return std::nullopt;
+    auto release = std::move(copy_to_host_fault_->release);
+    copy_to_host_fault_.reset();
+    return release;
+  }
+
   static std::shared_ptr<SimEvent> state(EventHandle event) { return *static_cast<std::shared_ptr<SimEvent>*>(event); }
 
   void drain_all() noexcept {
@@ -399,6 +460,12 @@ class SimulatedRuntime final : public DeviceRuntime {
   // write would do.
   std::optional<std::uint64_t> flip_at_;
   std::atomic<std::uint64_t> copied_to_device_{0};
+  struct CopyFault {
+    std::uint64_t countdown = 0;  // copies to the host until the failing one
+    std::shared_future<void> release;
+  };
+  std::mutex faults_mutex_;                   // not held with mutex_
+  std::optional<CopyFault> copy_to_host_fault_;  // guarded by faults_mutex_
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, Allocation> allocations_;  // guarded by mutex_
   std::uint64_t token_seed_ = 0, tokens_ = 0;         // guarded by mutex_
@@ -411,5 +478,7 @@ class SimulatedRuntime final : public DeviceRuntime {
 std::unique_ptr<DeviceRuntime> make_simulated_runtime(int devices) {
   return std::make_unique<SimulatedRuntime>(devices);
 }
+
+SimulatedFaults* simulated_faults(DeviceRuntime& runtime) { return dynamic_cast<SimulatedRuntime*>(&runtime); }
 
 }  // namespace modelcast::device

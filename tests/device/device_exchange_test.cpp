@@ -11,8 +11,10 @@
 #include <gtest/gtest.h>
 
 #include "child_process.h"
+#include "core/device/simulated_faults.h"
 #include "core/model/manifest.h"
 #include "device_model.h"
+#include "eventually.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
@@ -22,6 +24,7 @@ using namespace std::chrono_literals;
 using modelcast::MemoryKind;
 using modelcast::device::DeviceRuntime;
 using testing_support::ChildProcess;
+using testing_support::eventually;
 
 namespace {
 
@@ -258,6 +261,67 @@ TEST(DeviceExchange, ACorruptByteIsDetectedOnTheDeviceAndTheVersionRejectedOverC
 
 TEST(DeviceExchange, ACorruptByteIsDetectedOnTheDeviceAndTheVersionRejectedStaged) {
   reject_a_corrupt_version("ucx", "ucx path=staged");
+}
+
+// The device-to-host copy of a staged version fails after a consumer's fetch of it was answered:
+// the producer withdraws the fetch, and the consumer drops it at once (its transfer timeout is
+// ten minutes, so waiting for that would fail the test), keeps the version before, and takes
+// the next one exactly. Only the simulated device fails a copy on demand.
+void drop_a_fetch_whose_host_copy_failed(const std::string& memory) {
+  auto& rt = runtime();
+  auto* faults = modelcast::device::simulated_faults(rt);
+  if (!faults) GTEST_SKIP() << "failing a device copy on demand needs the simulated device";
+  auto options = small_piece_options();
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  ChildProcess peer({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
+                     "--until-version", "3", "--seed", "19", "--memory", memory, "--device",
+                     std::to_string(devicemodel::other_device(rt)), "--transports", "ucx", "--transfer-timeout-ms",
+                     "600000"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  model.upload(19, 1);
+  producer.publish(1);
+  ASSERT_TRUE(peer.wait_for_line("installed 1"));
+  // Version 1's lease is over once its delivery is counted: a lease seen later is version 2's.
+  ASSERT_TRUE(eventually([&] { return producer.stats().deliveries == 1; }, 60s));
+  // Declared after the producer, so leaving the test by any path lets the held copy go first.
+  std::promise<void> release;
+  // 512 KiB in 64 KiB pieces: the fourth piece of version 2 is held, then fails, with three
+  // pieces on the host and their chunks posted to the consumer.
+  faults->fail_copy_to_host(4, release.get_future().share());
+  model.upload(19, 2);
+  producer.publish(2);
+  ASSERT_TRUE(eventually([&] { return producer.stats().fetches_in_flight == 1; }, 60s))
+      << "the consumer's fetch of version 2 was not answered";
+  release.set_value();
+  ASSERT_TRUE(eventually([&] { return producer.stats().failed_deliveries == 1; }, 60s)) << "the fetch was not withdrawn";
+  EXPECT_EQ(producer.stats().failed_snapshots, 1u);
+  model.upload(19, 3);
+  producer.publish(3);
+  auto third = peer.wait_for_line("installed 3");
+  ASSERT_TRUE(third) << "peer: " << (peer.lines().empty() ? "(nothing)" : peer.lines().back());
+  EXPECT_NE(third->find("transport=ucx path=staged"), std::string::npos) << *third;
+  EXPECT_EQ(peer.wait(), 0);
+  std::string stats;
+  for (const auto& line : peer.lines()) {
+    EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+    EXPECT_EQ(line.rfind("installed 2", 0), std::string::npos) << "a version whose host copy failed was installed";
+    if (line.rfind("stats ", 0) == 0) stats = line;
+  }
+  // One transfer dropped (the withdrawn one), nothing rejected: a refusal before the answer
+  // would have been dropped without counting.
+  EXPECT_EQ(stats, "stats aborted=1 rejected=0");
+  EXPECT_EQ(producer.stats().deliveries, 2u);
+}
+
+TEST(DeviceExchange, AHostConsumerDropsAFetchTheProducerWithdrawsWhenItsHostCopyFails) {
+  drop_a_fetch_whose_host_copy_failed("host");
+}
+
+TEST(DeviceExchange, ADeviceConsumerDropsAFetchTheProducerWithdrawsWhenItsHostCopyFails) {
+  drop_a_fetch_whose_host_copy_failed("cuda");
 }
 
 // A consumer that joins before the producer knows its tensors are on a device was routed for

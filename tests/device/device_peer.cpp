@@ -5,9 +5,10 @@
 //             device tensors; publishes N versions once a consumer joined, then serves until
 //             stdin closes
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
-//             [--transports a,b] [--path P] [--read-loop] checks every installed version
-//             ("installed V memory=M device=D transport=T path=P", "corrupt ...", "rejected ...");
-//             with --read-loop a thread also acquires and checks views until the end ("reads N")
+//             [--transports a,b] [--path P] [--read-loop] [--transfer-timeout-ms T] checks every
+//             installed version ("installed V memory=M device=D transport=T path=P", "corrupt ...",
+//             "rejected ..."); with --read-loop a thread also acquires and checks views until the
+//             end ("reads N"); last "stats aborted=A rejected=R" (transfers dropped, versions refused)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -84,7 +85,8 @@ int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t 
 }
 
 int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t seed, const std::string& memory, int dev,
-             const std::vector<std::string>& transports, const std::string& path, bool read_loop) {
+             const std::vector<std::string>& transports, const std::string& path, bool read_loop,
+             std::chrono::milliseconds transfer_timeout) {
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
   options.model_name = "test";
@@ -92,6 +94,7 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
   options.device = dev;
   options.transports = transports;
   options.path = path;
+  if (transfer_timeout.count() > 0) options.transfer_timeout = transfer_timeout;
   device::DeviceRuntime* runtime = device::device_runtime();
   std::atomic<bool> corrupt{false};
   std::function<std::string()> transport = [] { return std::string("?"); };
@@ -148,6 +151,8 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
     reader.join();
     say("reads " + std::to_string(reads.load()));
   }
+  auto stats = consumer.stats();
+  say("stats aborted=" + std::to_string(stats.transfers_aborted) + " rejected=" + std::to_string(stats.versions_rejected));
   if (status) return status;
   return corrupt ? 3 : 0;
 }
@@ -182,12 +187,15 @@ int main(int argc, char** argv) {
   cons->add_option("--path", path);
   bool read_loop = false;
   cons->add_flag("--read-loop", read_loop, "a thread acquires and checks views while updates land");
+  std::int64_t transfer_timeout_ms = 0;
+  cons->add_option("--transfer-timeout-ms", transfer_timeout_ms, "ConsumerOptions::transfer_timeout (0: default)");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*read) return ipc_read(hex, size, dev);
     if (*prod) return producer(endpoint, versions, seed, kib, dev);
-    return consumer(endpoint, versions, seed, memory, dev, transports, path, read_loop);
+    return consumer(endpoint, versions, seed, memory, dev, transports, path, read_loop,
+                    std::chrono::milliseconds(transfer_timeout_ms));
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;

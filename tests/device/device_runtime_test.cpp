@@ -10,6 +10,7 @@
 #include "core/consumer/device_landing.h"
 #include "core/cuda/pmix64.h"
 #include "core/device/device_runtime.h"
+#include "core/device/simulated_faults.h"
 #include "modelcast/error.h"
 #include "peer_paths.h"
 
@@ -148,6 +149,40 @@ TEST(DeviceRuntime, TheSimulationRefusesCopiesPastAnAllocationsEnd) {
   EXPECT_THROW(sim->copy_async(host.data(), static_cast<char*>(d) + 500, 501, nullptr), modelcast::Error);
   EXPECT_NO_THROW(sim->copy_async(d, host.data(), 1000, nullptr));
   EXPECT_THROW(sim->allocate(5, 16), modelcast::Error);
+  sim->release(d);
+}
+
+// The injected copy failure behaves as CUDA reports an asynchronous one: the copy waits its
+// turn on the stream, writes nothing, and the next event recorded after it says so once; the
+// stream's later work, and the next synchronisation, go on normally.
+TEST(DeviceRuntime, TheSimulationsInjectedCopyFailureSurfacesOnceAtTheNextEvent) {
+  auto sim = modelcast::device::make_simulated_runtime();
+  auto* faults = modelcast::device::simulated_faults(*sim);
+  ASSERT_NE(faults, nullptr);
+  EXPECT_THROW(faults->fail_copy_to_host(0, {}), modelcast::Error);
+  const std::size_t n = 4096;
+  void* d = sim->allocate(0, n);
+  void* stream = sim->create_stream(0);
+  void* event = sim->create_event(0);
+  std::vector<std::byte> source(n, std::byte{7}), first(n), second(n), third(n);
+  sim->copy_async(d, source.data(), n, stream);
+  std::promise<void> release;
+  faults->fail_copy_to_host(2, release.get_future().share());
+  sim->copy_async(first.data(), d, n, stream);   // the first copy to the host: not the one
+  sim->copy_async(second.data(), d, n, stream);  // the second: held, then fails
+  sim->record(event, stream);
+  EXPECT_FALSE(sim->ready(event)) << "the failing copy must wait for its release";
+  release.set_value();
+  EXPECT_THROW(sim->synchronize(event), modelcast::Error);
+  EXPECT_EQ(first, source);
+  EXPECT_EQ(second, std::vector<std::byte>(n)) << "a failed copy wrote something";
+  sim->copy_async(third.data(), d, n, stream);
+  sim->record(event, stream);
+  EXPECT_NO_THROW(sim->synchronize(event));
+  EXPECT_EQ(third, source);
+  EXPECT_NO_THROW(sim->synchronize_stream(stream));
+  sim->destroy_event(event);
+  sim->destroy_stream(stream);
   sim->release(d);
 }
 

@@ -21,6 +21,7 @@
 #include <zmq.hpp>
 
 #include "core/wire/protocol.h"
+#include "eventually.h"
 #include "exchange_fixture.h"
 #include "modelcast/keys.h"
 #include "transports/ucx/ucx_transport.h"
@@ -33,16 +34,7 @@ namespace {
 namespace protocol = modelcast::protocol;
 using Clock = std::chrono::steady_clock;
 
-// Waits (bounded) for a condition on state another thread or process changes; yields between looks.
-template <typename F>
-bool eventually(F condition, Clock::duration limit) {
-  auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::yield();
-  }
-  return condition();
-}
+using testing_support::eventually;
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 

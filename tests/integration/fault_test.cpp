@@ -12,6 +12,7 @@
 #include <zmq.hpp>
 
 #include "core/wire/protocol.h"
+#include "eventually.h"
 #include "exchange_fixture.h"
 #include "modelcast/error.h"
 #include "join_request.h"
@@ -26,16 +27,7 @@ std::string temp_ipc_endpoint() {
   return "ipc:///tmp/modelcast-test-" + std::to_string(getpid()) + "-" + std::to_string(device());
 }
 
-// Waits (bounded) for a condition on state another process changes; yields between looks.
-template <typename F>
-bool eventually(F condition, std::chrono::milliseconds limit = 20s) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::yield();
-  }
-  return condition();
-}
+using testing_support::eventually;
 
 std::string joined_lines(const ChildProcess& child) {
   std::string all;
