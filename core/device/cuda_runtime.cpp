@@ -1,9 +1,10 @@
 // The CUDA runtime behind DeviceRuntime. Compiled by the host compiler against cudart under
 // MODELCAST_HAVE_CUDA; without CUDA make_cuda_runtime() returns nullptr.
 //
-// Threads: CUDA's own; `mutex_` guards the table of allocations this runtime made, which is how
-// an export checks that it was given an allocation's base (cudaIpcGetMemHandle on an interior
-// pointer silently returns the whole allocation's handle, and the importer would map the base).
+// Threads: CUDA's own; `mutex_` guards this runtime's tables: the allocations it made, which is
+// how an export checks that it was given an allocation's base (cudaIpcGetMemHandle on an interior
+// pointer silently returns the whole allocation's handle, and the importer would map the base),
+// its IPC mappings, the host memory it pinned, and the device of each event.
 #include "core/device/device_runtime.h"
 
 #include "modelcast/error.h"
@@ -16,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include "core/cuda/pmix64.h"
@@ -122,15 +124,28 @@ class CudaRuntime final : public DeviceRuntime {
     CudaDeviceScope scope(device);
     cudaEvent_t e = nullptr;
     check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    std::lock_guard lock(mutex_);
+    event_devices_[e] = device;
     return e;
   }
-  void destroy_event(EventHandle event) noexcept override { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+  void destroy_event(EventHandle event) noexcept override {
+    {
+      std::lock_guard lock(mutex_);
+      event_devices_.erase(event);
+    }
+    cudaEventDestroy(static_cast<cudaEvent_t>(event));
+  }
 
   void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) override {
     check(cudaMemcpyAsync(destination, source, n, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)),
           "cudaMemcpyAsync");
   }
+  // The legacy default stream (nullptr) is per device, and the caller's current device need not
+  // be the event's (a trainer on GPU 1 may call publish() with GPU 0 current): record on the
+  // event's device, where its work and the tensors are.
   void record(EventHandle event, StreamHandle stream) override {
+    std::optional<CudaDeviceScope> scope;
+    if (!stream) scope.emplace(event_device(event));
     check(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)), "cudaEventRecord");
   }
   void wait(StreamHandle stream, EventHandle event) override {
@@ -225,6 +240,12 @@ class CudaRuntime final : public DeviceRuntime {
     }
   }
 
+  int event_device(EventHandle event) const {
+    std::lock_guard lock(mutex_);
+    auto it = event_devices_.find(event);
+    return it == event_devices_.end() ? 0 : it->second;
+  }
+
   struct Owned {
     std::size_t size;
     int device;
@@ -234,6 +255,7 @@ class CudaRuntime final : public DeviceRuntime {
   std::map<const void*, Owned> owned_;  // guarded by mutex_: this runtime's allocations
   std::map<void*, int> opened_;         // guarded by mutex_: IPC mappings and their device
   std::set<void*> pinned_;              // guarded by mutex_: host memory this runtime pinned
+  std::map<const void*, int> event_devices_;  // guarded by mutex_: each live event's device
 };
 
 }  // namespace

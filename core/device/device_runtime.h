@@ -89,7 +89,8 @@ class DeviceRuntime {
 
   // Queues a copy of n bytes in any direction (host or device at either end) on `stream`.
   virtual void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) = 0;
-  // Completes `event` when `stream` reaches this point.
+  // Completes `event` when `stream` reaches this point. Stream nullptr: the legacy default stream
+  // of the event's device, whichever device is current.
   virtual void record(EventHandle event, StreamHandle stream) = 0;
   // Work queued on `stream` after this waits for the event's last record.
   virtual void wait(StreamHandle stream, EventHandle event) = 0;
