@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -147,6 +148,17 @@ class SimStream {
   std::thread thread_;
 };
 
+// Set on a stream's thread while it runs a host function: CUDA forbids any CUDA call from one
+// (it fails or deadlocks), and a simulation that allowed it would hide such a call until a GPU
+// ran the code. A call from there ends the process, naming the call.
+thread_local bool in_host_function = false;
+
+void not_from_a_host_function(const char* call) {
+  if (!in_host_function) return;
+  std::fprintf(stderr, "simulated device: %s called from a host function, which CUDA forbids\n", call);
+  std::abort();
+}
+
 class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
  public:
   explicit SimulatedRuntime(int devices) : devices_(devices) {
@@ -157,6 +169,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   int device_count() const override { return devices_; }
 
   void* allocate(int device, std::size_t bytes) override {
+    not_from_a_host_function("allocate");
     check_device(device);
     std::uint64_t token = next_token();
     int fd = memfd_create(memfd_name(token).c_str(), MFD_CLOEXEC);
@@ -179,30 +192,42 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
 
   // cudaFree waits for the device: work queued on any stream may still use the memory.
   void release(void* pointer) noexcept override {
+    not_from_a_host_function("release");
     drain_all();
     unmap(pointer, false);
   }
 
   PointerInfo pointer_info(const void* pointer) const override {
+    not_from_a_host_function("pointer_info");
     std::lock_guard lock(mutex_);
     const Allocation* a = find(pointer);
     if (!a) return {};
     return {MemoryKind::kCuda, a->device, a->base, a->size};
   }
 
-  void* allocate_host(std::size_t bytes) override { return ::operator new(std::max<std::size_t>(bytes, 1)); }
-  void release_host(void* pointer) noexcept override { ::operator delete(pointer); }
+  void* allocate_host(std::size_t bytes) override {
+    not_from_a_host_function("allocate_host");
+    return ::operator new(std::max<std::size_t>(bytes, 1));
+  }
+  void release_host(void* pointer) noexcept override {
+    not_from_a_host_function("release_host");
+    ::operator delete(pointer);
+  }
 
   // Host memory is all the simulated device copies from; pinning only checks the range is host.
   void pin_host(void* pointer, std::size_t bytes) override {
+    not_from_a_host_function("pin_host");
     std::lock_guard lock(mutex_);
     if (find(pointer) || (bytes && find(static_cast<std::byte*>(pointer) + bytes - 1))) {
       throw Error(ErrorCode::kInvalidArgument, "simulated device: pin_host of device memory");
     }
   }
-  void unpin_host(void*) noexcept override {}
+  void unpin_host(void*) noexcept override {
+    not_from_a_host_function("unpin_host");
+  }
 
   StreamHandle create_stream(int device) override {
+    not_from_a_host_function("create_stream");
     check_device(device);
     auto* stream = new SimStream();
     std::lock_guard lock(streams_mutex_);
@@ -210,6 +235,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     return stream;
   }
   void destroy_stream(StreamHandle stream) noexcept override {
+    not_from_a_host_function("destroy_stream");
     {
       std::lock_guard lock(streams_mutex_);
       streams_.erase(static_cast<SimStream*>(stream));
@@ -219,12 +245,17 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   // The handle owns a reference: work queued on a stream keeps the event alive after
   // destroy_event, as CUDA defers the destruction of an event with work pending on it.
   EventHandle create_event(int device) override {
+    not_from_a_host_function("create_event");
     check_device(device);
     return new std::shared_ptr<SimEvent>(std::make_shared<SimEvent>());
   }
-  void destroy_event(EventHandle event) noexcept override { delete static_cast<std::shared_ptr<SimEvent>*>(event); }
+  void destroy_event(EventHandle event) noexcept override {
+    not_from_a_host_function("destroy_event");
+    delete static_cast<std::shared_ptr<SimEvent>*>(event);
+  }
 
   void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) override {
+    not_from_a_host_function("copy_async");
     check_extent("copy destination", destination, n);
     check_extent("copy source", source, n);
     if (auto release = take_copy_to_host_fault(destination, source)) {
@@ -253,6 +284,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   }
 
   void record(EventHandle event, StreamHandle stream) override {
+    not_from_a_host_function("record");
     auto e = state(event);
     std::uint64_t generation = e->arm();
     auto* s = static_cast<SimStream*>(stream);
@@ -260,24 +292,35 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   }
 
   void wait(StreamHandle stream, EventHandle event) override {
+    not_from_a_host_function("wait");
     auto e = state(event);
     std::uint64_t generation = e->armed();
     submit(stream, [e, generation] { e->wait_for(generation); });
   }
 
   void synchronize(EventHandle event) override {
+    not_from_a_host_function("synchronize");
     auto e = state(event);
     e->wait_for(e->armed());
     if (auto error = e->take_error(); !error.empty()) throw Error(ErrorCode::kTransport, error);
   }
 
-  bool ready(EventHandle event) override { return state(event)->reached(); }
+  bool ready(EventHandle event) override {
+    not_from_a_host_function("ready");
+    return state(event)->reached();
+  }
 
   void host_function(StreamHandle stream, std::function<void()> function) override {
-    submit(stream, std::move(function));
+    not_from_a_host_function("host_function");
+    submit(stream, [function = std::move(function)] {
+      in_host_function = true;
+      function();
+      in_host_function = false;
+    });
   }
 
   void synchronize_stream(StreamHandle stream) override {
+    not_from_a_host_function("synchronize_stream");
     if (!stream) return;
     auto* s = static_cast<SimStream*>(stream);
     s->drain();
@@ -286,6 +329,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
 
   std::vector<std::uint64_t> digest(int device, const void* base, std::span<const ByteRange> ranges,
                                     StreamHandle stream) override {
+    not_from_a_host_function("digest");
     check_device(device);
     for (const auto& r : ranges) check_extent("digest range", static_cast<const std::byte*>(base) + r.offset, r.size);
     std::vector<std::uint64_t> digests(ranges.size());
@@ -303,6 +347,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   }
 
   IpcHandle export_allocation(const void* base) override {
+    not_from_a_host_function("export_allocation");
     std::lock_guard lock(mutex_);
     auto it = allocations_.find(reinterpret_cast<std::uintptr_t>(base));
     if (it == allocations_.end() || it->second.imported) {
@@ -322,6 +367,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   }
 
   void* open_ipc(const IpcHandle& handle, int device) override {
+    not_from_a_host_function("open_ipc");
     check_device(device);
     SimHandle h;
     std::memcpy(&h, handle.data(), sizeof h);
@@ -354,6 +400,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   }
 
   void close_ipc(void* base) noexcept override {
+    not_from_a_host_function("close_ipc");
     drain_all();
     unmap(base, true);
   }

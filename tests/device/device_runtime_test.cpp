@@ -186,6 +186,20 @@ TEST(DeviceRuntime, TheSimulationsInjectedCopyFailureSurfacesOnceAtTheNextEvent)
   sim->release(d);
 }
 
+// CUDA forbids any CUDA call from a host function (it fails or deadlocks); the simulation ends
+// the process instead of letting it pass, so such a call cannot hide until a GPU runs the code.
+TEST(DeviceRuntimeDeathTest, TheSimulationRefusesARuntimeCallFromAHostFunction) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        auto sim = modelcast::device::make_simulated_runtime();
+        void* stream = sim->create_stream(0);
+        sim->host_function(stream, [&] { sim->destroy_event(sim->create_event(0)); });
+        sim->synchronize_stream(stream);
+      },
+      "create_event called from a host function");
+}
+
 // A device consumer whose device allocation fails (a model too large for the device) rejects
 // that version and can still land the next one: the failure must not use up a buffer.
 TEST(DeviceLanding, AFailedAllocationLeavesThePoolUsable) {
