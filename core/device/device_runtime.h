@@ -11,7 +11,8 @@
 //                reaches them. It keeps CUDA's rules that the library relies on: IPC handles
 //                cover whole allocations, a process cannot open its own handle, copies and
 //                digests are ordered only by their stream and by events, never by the host,
-//                and a host function must not call the runtime (the process ends if it does).
+//                a host function must not call the runtime (the process ends if it does), and
+//                events and digests go only on streams of their own device.
 // Selection (device_runtime()): MODELCAST_DEVICE=simulated | cuda | none; unset means "cuda"
 // where a CUDA build finds a device, otherwise none.
 // The simulation can also corrupt one byte copied into device memory on demand

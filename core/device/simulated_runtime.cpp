@@ -51,6 +51,8 @@ std::string memfd_name(std::uint64_t token) { return "modelcast-simdev-" + std::
 
 class SimEvent {
  public:
+  explicit SimEvent(int device) : device_(device) {}
+  int device() const { return device_; }
   std::uint64_t arm() {
     std::lock_guard lock(mutex_);
     return ++recorded_;
@@ -88,11 +90,13 @@ class SimEvent {
   std::uint64_t recorded_ = 0;
   std::uint64_t completed_ = 0;
   std::string error_;
+  const int device_;
 };
 
 class SimStream {
  public:
-  SimStream() : thread_([this] { run(); }) {}
+  explicit SimStream(int device) : device_(device), thread_([this] { run(); }) {}
+  int device() const { return device_; }
   ~SimStream() {
     {
       std::lock_guard lock(mutex_);
@@ -145,6 +149,7 @@ class SimStream {
   std::string fault_;
   bool busy_ = false;
   bool stop_ = false;
+  const int device_;
   std::thread thread_;
 };
 
@@ -229,7 +234,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   StreamHandle create_stream(int device) override {
     not_from_a_host_function("create_stream");
     check_device(device);
-    auto* stream = new SimStream();
+    auto* stream = new SimStream(device);
     std::lock_guard lock(streams_mutex_);
     streams_.insert(stream);
     return stream;
@@ -247,7 +252,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   EventHandle create_event(int device) override {
     not_from_a_host_function("create_event");
     check_device(device);
-    return new std::shared_ptr<SimEvent>(std::make_shared<SimEvent>());
+    return new std::shared_ptr<SimEvent>(std::make_shared<SimEvent>(device));
   }
   void destroy_event(EventHandle event) noexcept override {
     not_from_a_host_function("destroy_event");
@@ -286,8 +291,13 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   void record(EventHandle event, StreamHandle stream) override {
     not_from_a_host_function("record");
     auto e = state(event);
-    std::uint64_t generation = e->arm();
     auto* s = static_cast<SimStream*>(stream);
+    // cudaEventRecord refuses an event and a stream of different devices.
+    if (s && s->device() != e->device()) {
+      throw Error(ErrorCode::kInvalidArgument, "simulated device: an event of device " + std::to_string(e->device()) +
+                                                   " recorded on a stream of device " + std::to_string(s->device()));
+    }
+    std::uint64_t generation = e->arm();
     submit(stream, [e, generation, s] { e->complete(generation, s ? s->take_fault() : std::string()); });
   }
 
@@ -333,8 +343,14 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     check_device(device);
     for (const auto& r : ranges) check_extent("digest range", static_cast<const std::byte*>(base) + r.offset, r.size);
     std::vector<std::uint64_t> digests(ranges.size());
+    // A kernel launch on a stream of another device than the current one fails in CUDA.
+    if (stream && static_cast<SimStream*>(stream)->device() != device) {
+      throw Error(ErrorCode::kInvalidArgument, "simulated device: a digest on device " + std::to_string(device) +
+                                                   " queued on a stream of device " +
+                                                   std::to_string(static_cast<SimStream*>(stream)->device()));
+    }
     std::vector<ByteRange> copy(ranges.begin(), ranges.end());
-    SimEvent done;
+    SimEvent done(device);
     std::uint64_t generation = done.arm();
     submit(stream, [&, generation] {
       for (std::size_t i = 0; i < copy.size(); ++i) {

@@ -186,6 +186,26 @@ TEST(DeviceRuntime, TheSimulationsInjectedCopyFailureSurfacesOnceAtTheNextEvent)
   sim->release(d);
 }
 
+// Work that CUDA refuses across devices: an event recorded on another device's stream, a
+// kernel (the digest) queued on another device's stream. Copies may cross devices.
+TEST(DeviceRuntime, TheSimulationRefusesEventsAndDigestsOnAnotherDevicesStream) {
+  auto sim = modelcast::device::make_simulated_runtime(2);
+  void* d = sim->allocate(0, 4096);
+  void* stream0 = sim->create_stream(0);
+  void* stream1 = sim->create_stream(1);
+  void* event0 = sim->create_event(0);
+  EXPECT_THROW(sim->record(event0, stream1), modelcast::Error);
+  EXPECT_NO_THROW(sim->record(event0, stream0));
+  EXPECT_NO_THROW(sim->record(event0, nullptr));
+  std::vector<ByteRange> ranges{{0, 4096}};
+  EXPECT_THROW(sim->digest(0, d, ranges, stream1), modelcast::Error);
+  EXPECT_NO_THROW(sim->digest(0, d, ranges, stream0));
+  sim->destroy_event(event0);
+  sim->destroy_stream(stream1);
+  sim->destroy_stream(stream0);
+  sim->release(d);
+}
+
 // CUDA forbids any CUDA call from a host function (it fails or deadlocks); the simulation ends
 // the process instead of letting it pass, so such a call cannot hide until a GPU runs the code.
 TEST(DeviceRuntimeDeathTest, TheSimulationRefusesARuntimeCallFromAHostFunction) {
