@@ -182,6 +182,9 @@ import json, sys
 rows = json.load(open(sys.argv[1]))
 print(f"gpu-bench.json: {len(rows)} rows")
 for r in rows:
+    if "error" in r:
+        print(f"  {r['size_bytes'] >> 20:6d} MiB {r['path']:9s} failed: {r['error']}")
+        continue
     print(f"  {r['size_bytes'] >> 20:6d} MiB {r['path']:9s} update {r['update_ms']:9.2f} ms  stall {r['stall_ms']:8.2f}"
           f"  d2d {r['d2d_copy_ms']:8.2f}  d2h {r['d2h_ms']:8.2f}  h2d {r['h2d_ms']:8.2f}"
           f"  host {r['host_ceiling_ms']:8.2f}  file {r['file_baseline_ms']:9.1f}  ({r['device']})")

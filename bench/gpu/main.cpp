@@ -13,12 +13,14 @@
 // On the simulated device (MODELCAST_DEVICE=simulated) every figure is host memory traffic:
 // the output says so, and such figures are not GPU figures.
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -87,10 +89,22 @@ double median_ms(int reps, F&& f) {
 
 Ceilings measure_ceilings(device::DeviceRuntime& rt, std::size_t bytes, int reps, const std::string& tmpdir) {
   Ceilings c;
+  // Released however this returns: a size that does not fit must not leave memory behind for
+  // the next one.
+  struct Releases {
+    std::vector<std::function<void()>> steps;
+    ~Releases() {
+      for (auto it = steps.rbegin(); it != steps.rend(); ++it) (*it)();
+    }
+  } releases;
   void* a = rt.allocate(0, bytes);
+  releases.steps.push_back([&] { rt.release(a); });
   void* b = rt.allocate(0, bytes);
+  releases.steps.push_back([&] { rt.release(b); });
   void* pinned = rt.allocate_host(bytes);
+  releases.steps.push_back([&] { rt.release_host(pinned); });
   void* stream = rt.create_stream(0);
+  releases.steps.push_back([&] { rt.destroy_stream(stream); });
   std::memset(pinned, 1, bytes);
   rt.copy_async(a, pinned, bytes, stream);  // first touch, outside the timings
   rt.synchronize_stream(stream);
@@ -126,10 +140,6 @@ Ceilings measure_ceilings(device::DeviceRuntime& rt, std::size_t bytes, int reps
     rt.synchronize_stream(stream);
   });
   std::filesystem::remove(path);
-  rt.destroy_stream(stream);
-  rt.release_host(pinned);
-  rt.release(b);
-  rt.release(a);
   return c;
 }
 
@@ -146,9 +156,21 @@ int run_consumer(const std::string& endpoint, const std::string& memory, const s
     options.transports.push_back(t.substr(0, at));
     t = at == std::string::npos ? "" : t.substr(at + 1);
   }
+  // Two buffers, the fewest a consumer swaps between: the parent publishes one version at a time,
+  // and at 16 GiB every buffer counts against the GPU's memory.
+  options.buffers = 2;
   options.on_update = [](const modelcast::ModelView& view) {
     bench::write_line(bench::kParentWriteFd, "installed " + std::to_string(view.version()) + " " +
                                                  std::to_string(view.update_latency().count()));
+  };
+  // A version the consumer cannot take (a buffer that does not fit on the device) ends the path
+  // at once, saying why, instead of leaving the parent waiting for it.
+  options.on_error = [](const modelcast::Error& e) {
+    std::string what = e.what();
+    for (auto& c : what) {
+      if (c == '\n') c = ' ';
+    }
+    bench::write_line(bench::kParentWriteFd, "rejected " + what);
   };
   modelcast::Consumer consumer(options);
   std::string pending;
@@ -170,12 +192,25 @@ PathResult run_path(device::DeviceRuntime& rt, const std::string& path, std::siz
   modelcast::ProducerOptions options;
   options.model_name = "bench";
   options.control_endpoint = "tcp://127.0.0.1:0";
+  options.snapshot_slots = 2;  // the fewest: one version at a time (see run_consumer)
   modelcast::Producer producer(options);
   Model model(rt, producer_memory, bytes);
   producer.register_tensors(model.refs);
   producer.prepare();
   auto child = bench::spawn_child({bench::self_exe(), "consume", "--endpoint", producer.control_endpoint(), "--memory",
                                    consumer_memory, "--transports", transports});
+  // A path that fails ends its consumer at once: alive, it would hold its device buffers through
+  // the next path's measurement.
+  struct EndOnFailure {
+    bench::Child& child;
+    bool ended = false;
+    ~EndOnFailure() {
+      if (ended) return;
+      ::kill(child.pid, SIGKILL);
+      ::close(child.to_child);
+      bench::reap(child);
+    }
+  } end_on_failure{child};
   if (!producer.wait_for_consumers(1, 60s)) throw std::runtime_error(path + ": the consumer did not join");
   std::vector<double> update, stall;
   for (int r = 0; r <= reps; ++r) {  // the first version warms up (allocations, mappings): not counted
@@ -183,6 +218,7 @@ PathResult run_path(device::DeviceRuntime& rt, const std::string& path, std::siz
     std::optional<std::string> line;
     while ((line = bench::read_line(child.from_child, child.pending, 600000))) {
       if (line->rfind("installed " + std::to_string(ticket.version) + " ", 0) == 0) break;
+      if (line->rfind("rejected ", 0) == 0) throw std::runtime_error(path + ": the consumer " + line->substr(0, 400));
     }
     if (!line) throw std::runtime_error(path + ": version " + std::to_string(ticket.version) + " never arrived");
     if (r == 0) continue;
@@ -191,6 +227,7 @@ PathResult run_path(device::DeviceRuntime& rt, const std::string& path, std::siz
   }
   close(child.to_child);
   bench::reap(child);
+  end_on_failure.ended = true;
   return {path, bench::median(update), bench::median(stall), transports};
 }
 
@@ -223,11 +260,29 @@ int main(int argc, char** argv) {
     nlohmann::json results = nlohmann::json::array();
     for (auto mib : sizes) {
       std::size_t bytes = mib << 20;
+      // A size or a path that cannot run (its buffers do not fit the device) is reported in its
+      // rows, and the other paths and sizes are still measured.
+      auto failed = [&](const std::string& path, const std::string& what) {
+        std::cerr << "gpu: " << mib << " MiB: " << path << " failed: " << what << "\n";
+        results.push_back({{"size_bytes", bytes}, {"path", path}, {"device", rt.name()}, {"error", what}});
+      };
       std::cerr << "gpu: " << mib << " MiB: ceilings\n";
-      Ceilings c = measure_ceilings(rt, bytes, reps, tmpdir);
+      Ceilings c;
+      try {
+        c = measure_ceilings(rt, bytes, reps, tmpdir);
+      } catch (const std::exception& e) {
+        for (const auto& path : paths) failed(path, std::string("the ceilings: ") + e.what());
+        continue;
+      }
       for (const auto& path : paths) {
         std::cerr << "gpu: " << mib << " MiB: " << path << "\n";
-        PathResult p = run_path(rt, path, bytes, reps);
+        PathResult p;
+        try {
+          p = run_path(rt, path, bytes, reps);
+        } catch (const std::exception& e) {
+          failed(path, e.what());
+          continue;
+        }
         results.push_back({{"size_bytes", bytes}, {"path", p.path}, {"device", rt.name()},
                            {"update_ms", p.update_ms}, {"stall_ms", p.stall_ms}, {"d2d_copy_ms", c.d2d_copy_ms},
                            {"d2h_ms", c.d2h_ms}, {"h2d_ms", c.h2d_ms}, {"host_ceiling_ms", c.host_ceiling_ms},
@@ -243,6 +298,11 @@ int main(int argc, char** argv) {
     std::printf("%11s %9s %10s %9s %9s %9s %9s %9s %10s %9s %9s\n", "size_mib", "path", "update_ms", "stall_ms",
                 "d2d_ms", "d2h_ms", "h2d_ms", "host_ms", "file_ms", "upd/d2d", "file/upd");
     for (const auto& r : results) {
+      if (r.contains("error")) {
+        std::printf("%11zu %9s failed: %s\n", r["size_bytes"].get<std::size_t>() >> 20,
+                    r["path"].get<std::string>().c_str(), r["error"].get<std::string>().c_str());
+        continue;
+      }
       std::printf("%11zu %9s %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %10.1f %9.2f %9.1f\n",
                   r["size_bytes"].get<std::size_t>() >> 20, r["path"].get<std::string>().c_str(),
                   r["update_ms"].get<double>(), r["stall_ms"].get<double>(), r["d2d_copy_ms"].get<double>(),
