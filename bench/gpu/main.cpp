@@ -16,6 +16,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -87,6 +88,17 @@ double median_ms(int reps, F&& f) {
   return bench::median(v);
 }
 
+// A file descriptor closed however its scope is left.
+struct Fd {
+  int fd;
+  Fd(int descriptor, const std::string& what) : fd(descriptor) {
+    if (fd < 0) throw std::runtime_error(what + ": " + std::strerror(errno));
+  }
+  ~Fd() { ::close(fd); }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+};
+
 Ceilings measure_ceilings(device::DeviceRuntime& rt, std::size_t bytes, int reps, const std::string& tmpdir) {
   Ceilings c;
   // Released however this returns: a size that does not fit must not leave memory behind for
@@ -98,13 +110,13 @@ Ceilings measure_ceilings(device::DeviceRuntime& rt, std::size_t bytes, int reps
     }
   } releases;
   void* a = rt.allocate(0, bytes);
-  releases.steps.push_back([&] { rt.release(a); });
+  releases.steps.push_back([&rt, a] { rt.release(a); });
   void* b = rt.allocate(0, bytes);
-  releases.steps.push_back([&] { rt.release(b); });
+  releases.steps.push_back([&rt, b] { rt.release(b); });
   void* pinned = rt.allocate_host(bytes);
-  releases.steps.push_back([&] { rt.release_host(pinned); });
+  releases.steps.push_back([&rt, pinned] { rt.release_host(pinned); });
   void* stream = rt.create_stream(0);
-  releases.steps.push_back([&] { rt.destroy_stream(stream); });
+  releases.steps.push_back([&rt, stream] { rt.destroy_stream(stream); });
   std::memset(pinned, 1, bytes);
   rt.copy_async(a, pinned, bytes, stream);  // first touch, outside the timings
   rt.synchronize_stream(stream);
@@ -117,29 +129,30 @@ Ceilings measure_ceilings(device::DeviceRuntime& rt, std::size_t bytes, int reps
   }
   std::filesystem::create_directories(tmpdir);
   std::string path = tmpdir + "/gpu-file-baseline.bin";
+  // A write that fails (a full disk at 16 GiB) leaves no partial file behind.
+  releases.steps.push_back([path] { std::filesystem::remove(path); });
   c.file_baseline_ms = median_ms(reps, [&] {
     rt.copy_async(pinned, a, bytes, stream);
     rt.synchronize_stream(stream);
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    for (std::size_t done = 0; done < bytes;) {
-      auto n = ::write(fd, static_cast<char*>(pinned) + done, bytes - done);
-      if (n <= 0) throw std::runtime_error("write " + path + ": " + std::strerror(errno));
-      done += static_cast<std::size_t>(n);
+    {
+      Fd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600), "open " + path);
+      for (std::size_t done = 0; done < bytes;) {
+        auto n = ::write(fd.fd, static_cast<char*>(pinned) + done, bytes - done);
+        if (n <= 0) throw std::runtime_error("write " + path + ": " + std::strerror(errno));
+        done += static_cast<std::size_t>(n);
+      }
+      ::fsync(fd.fd);
+      ::posix_fadvise(fd.fd, 0, 0, POSIX_FADV_DONTNEED);  // the read below is a cold read
     }
-    ::fsync(fd);
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the read below is a cold read
-    ::close(fd);
-    fd = ::open(path.c_str(), O_RDONLY);
+    Fd fd(::open(path.c_str(), O_RDONLY), "open " + path);
     for (std::size_t done = 0; done < bytes;) {
-      auto n = ::read(fd, static_cast<char*>(pinned) + done, bytes - done);
+      auto n = ::read(fd.fd, static_cast<char*>(pinned) + done, bytes - done);
       if (n <= 0) throw std::runtime_error("read " + path + ": " + std::strerror(errno));
       done += static_cast<std::size_t>(n);
     }
-    ::close(fd);
     rt.copy_async(b, pinned, bytes, stream);
     rt.synchronize_stream(stream);
   });
-  std::filesystem::remove(path);
   return c;
 }
 
@@ -206,9 +219,8 @@ PathResult run_path(device::DeviceRuntime& rt, const std::string& path, std::siz
     bool ended = false;
     ~EndOnFailure() {
       if (ended) return;
-      ::kill(child.pid, SIGKILL);
-      ::close(child.to_child);
-      bench::reap(child);
+      if (child.pid > 0) ::kill(child.pid, SIGKILL);
+      bench::reap(child);  // closes the pipes
     }
   } end_on_failure{child};
   if (!producer.wait_for_consumers(1, 60s)) throw std::runtime_error(path + ": the consumer did not join");
@@ -225,8 +237,7 @@ PathResult run_path(device::DeviceRuntime& rt, const std::string& path, std::siz
     update.push_back(std::stod(line->substr(line->rfind(' ') + 1)) / 1e6);
     stall.push_back(std::chrono::duration<double, std::milli>(ticket.stall).count());
   }
-  close(child.to_child);
-  bench::reap(child);
+  bench::reap(child);  // closing its input ends the consumer
   end_on_failure.ended = true;
   return {path, bench::median(update), bench::median(stall), transports};
 }
@@ -291,9 +302,11 @@ int main(int argc, char** argv) {
                            {"file_over_update", c.file_baseline_ms / p.update_ms}});
       }
     }
+    // Every row is printed; a row that failed also makes the exit status 3, so a script sees it.
+    const int status = std::any_of(results.begin(), results.end(), [](const auto& r) { return r.contains("error"); }) ? 3 : 0;
     if (json) {
       std::cout << results.dump(2) << "\n";
-      return 0;
+      return status;
     }
     std::printf("%11s %9s %10s %9s %9s %9s %9s %9s %10s %9s %9s\n", "size_mib", "path", "update_ms", "stall_ms",
                 "d2d_ms", "d2h_ms", "h2d_ms", "host_ms", "file_ms", "upd/d2d", "file/upd");
@@ -310,7 +323,7 @@ int main(int argc, char** argv) {
                   r["file_baseline_ms"].get<double>(), r["update_over_d2d"].get<double>(),
                   r["file_over_update"].get<double>());
     }
-    return 0;
+    return status;
   } catch (const std::exception& e) {
     std::cerr << "gpu: " << e.what() << "\n";
     return 1;

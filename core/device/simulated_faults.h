@@ -15,11 +15,16 @@ class SimulatedFaults {
   virtual ~SimulatedFaults() = default;
 
   // The `nth` copy from device memory to host memory queued from now on (1 = the next one)
-  // waits on its stream until `release` is ready, copies nothing, and fails. As CUDA reports an
-  // asynchronous failure, it surfaces once, as Error(kTransport) from synchronize() of the next
-  // event recorded on that stream (or from synchronize_stream()); later work runs normally.
-  // Thread-safe; one armed fault at a time (arming again replaces it).
+  // waits on its stream until `release` is ready, copies nothing, and fails. It is reported
+  // where CUDA reports an asynchronous failure: as Error(kTransport) from synchronize() or
+  // ready() of the next event recorded on that stream (or from synchronize_stream()), once.
+  // Unlike most asynchronous CUDA errors, which are sticky (the context is lost and every later
+  // call fails), later work then runs normally: it stands for a failure the process survives,
+  // so a test can show what the library does next. Throws kInvalidArgument for nth 0 or a
+  // `release` without a state. Thread-safe; one armed fault at a time (arming replaces it).
   virtual void fail_copy_to_host(std::uint64_t nth, std::shared_future<void> release) = 0;
+  // Disarms a fault not yet reached (a test that ends early must not leave it to the next).
+  virtual void disarm() = 0;
 };
 
 // The faults of `runtime` when it is the simulated device; nullptr for any other.

@@ -315,17 +315,23 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     if (auto error = e->take_error(); !error.empty()) throw Error(ErrorCode::kTransport, error);
   }
 
+  // Like cudaEventQuery, reports a failure of the work before the event.
   bool ready(EventHandle event) override {
     not_from_a_host_function("ready");
-    return state(event)->reached();
+    auto e = state(event);
+    if (!e->reached()) return false;
+    if (auto error = e->take_error(); !error.empty()) throw Error(ErrorCode::kTransport, error);
+    return true;
   }
 
   void host_function(StreamHandle stream, std::function<void()> function) override {
     not_from_a_host_function("host_function");
     submit(stream, [function = std::move(function)] {
-      in_host_function = true;
+      struct Flag {
+        Flag() { in_host_function = true; }
+        ~Flag() { in_host_function = false; }
+      } flag;
       function();
-      in_host_function = false;
     });
   }
 
@@ -423,8 +429,13 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
 
   void fail_copy_to_host(std::uint64_t nth, std::shared_future<void> release) override {
     if (nth == 0) throw Error(ErrorCode::kInvalidArgument, "simulated device: the failing copy counts from 1");
+    if (!release.valid()) throw Error(ErrorCode::kInvalidArgument, "simulated device: a held copy needs a release");
     std::lock_guard lock(faults_mutex_);
     copy_to_host_fault_ = CopyFault{nth, std::move(release)};
+  }
+  void disarm() override {
+    std::lock_guard lock(faults_mutex_);
+    copy_to_host_fault_.reset();
   }
 
  private:

@@ -286,8 +286,13 @@ void drop_a_fetch_whose_host_copy_failed(const std::string& memory) {
   ASSERT_TRUE(peer.wait_for_line("installed 1"));
   // Version 1's lease is over once its delivery is counted: a lease seen later is version 2's.
   ASSERT_TRUE(eventually([&] { return producer.stats().deliveries == 1; }, 60s));
-  // Declared after the producer, so leaving the test by any path lets the held copy go first.
+  // Declared after the producer, so leaving the test by any path lets the held copy go first,
+  // and disarms a fault not reached.
   std::promise<void> release;
+  struct Disarm {
+    modelcast::device::SimulatedFaults* faults;
+    ~Disarm() { faults->disarm(); }
+  } disarm{faults};
   // 512 KiB in 64 KiB pieces: the fourth piece of version 2 is held, then fails, with three
   // pieces on the host and their chunks posted to the consumer.
   faults->fail_copy_to_host(4, release.get_future().share());

@@ -159,7 +159,9 @@ TEST(DeviceRuntime, TheSimulationsInjectedCopyFailureSurfacesOnceAtTheNextEvent)
   auto sim = modelcast::device::make_simulated_runtime();
   auto* faults = modelcast::device::simulated_faults(*sim);
   ASSERT_NE(faults, nullptr);
-  EXPECT_THROW(faults->fail_copy_to_host(0, {}), modelcast::Error);
+  std::promise<void> never;
+  EXPECT_THROW(faults->fail_copy_to_host(0, never.get_future().share()), modelcast::Error);
+  EXPECT_THROW(faults->fail_copy_to_host(1, {}), modelcast::Error);
   const std::size_t n = 4096;
   void* d = sim->allocate(0, n);
   void* stream = sim->create_stream(0);
