@@ -29,6 +29,7 @@ struct ConsumerRecord {
   std::size_t transport = 0;  // index into the producer's TransportSet, chosen at the join
   transport::PeerId peer = 0;  // on that transport
   std::chrono::steady_clock::time_point last_seen{};
+  std::vector<std::byte> peer_address;  // the consumer's address the peer was connected to
 };
 
 class Membership {

@@ -184,14 +184,19 @@ void ProducerService::on_event(PeerFailed& e) {
 
 
 void ProducerService::drop_consumer(const std::string& routing_id) {
+  if (auto record = forget_consumer(routing_id)) transports_.at(record->transport).disconnect(record->peer);
+}
+
+std::optional<ConsumerRecord> ProducerService::forget_consumer(const std::string& routing_id) {
   // A fetch the consumer took with it is a delivery that failed, whether or not a send
   // failure said so first (which of the two UCX reports first is a race).
   auto undelivered = fetches_.drop(routing_id);
-  if (auto record = membership_.remove(routing_id)) transports_.at(record->transport).disconnect(record->peer);
+  auto record = membership_.remove(routing_id);
   stats_.update([&](ProducerStats& s) {
     s.consumers = membership_.size();
     s.failed_deliveries += undelivered;
   });
+  return record;
 }
 
 // Consumers ping at least every second; one silent this long has died or hung. (Across hosts
@@ -263,9 +268,12 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   answer.refusal = decision.refusal;
   answer.error = decision.error;
   if (decision.refusal == protocol::Refusal::kNone) {
-    for (const auto& old : decision.replaces) drop_consumer(old);
+    std::vector<ConsumerRecord> earlier;
+    for (const auto& old : decision.replaces) {
+      if (auto record = forget_consumer(old)) earlier.push_back(std::move(*record));
+    }
     try {
-      ConsumerRecord record = admit(join, answer);
+      ConsumerRecord record = admit(join, answer, std::move(earlier));
       record.routing_id = routing_id;
       record.key = key;
       membership_.add(std::move(record));
@@ -283,7 +291,16 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   reply(routing_id, answer);
 }
 
-ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protocol::JoinReply& answer) {
+ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protocol::JoinReply& answer,
+                                      std::vector<ConsumerRecord> earlier) {
+  // Whatever is not taken over below is closed, on every way out.
+  struct CloseRest {
+    const transport::TransportSet& transports;
+    std::vector<ConsumerRecord>& records;
+    ~CloseRest() {
+      for (const auto& r : records) transports.at(r.transport).disconnect(r.peer);
+    }
+  } close_rest{transports_, earlier};
   transport::RouteQuery query;
   query.producer = slots_.kind;
   query.consumer = join.memory.kind;
@@ -302,21 +319,34 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
   // that dies there is noticed through its lease instead.
   bool detect_failure = !(query.distance != transport::Reach::kNetwork && ucx_shared_memory_allowed());
   std::size_t t = route.producer_transport;
-  transport::PeerId peer = 0;
-  try {
-    peer = transports_.at(t).connect(join.offers[route.consumer_offer].address, detect_failure,
-                                     [this, t](transport::PeerId p, const std::string& error) {
-                                       events_.push(PeerFailed{t, p, error});
-                                     });
-  } catch (const Error& e) {
-    throw Error(e.code(), "cannot reach the consumer's " + answer.transport + " address: " + e.what());
-  }
+  const auto& address = join.offers[route.consumer_offer].address;
   ConsumerRecord record;
   record.name = join.consumer_name;
   record.session = join.session;
   record.transport = t;
-  record.peer = peer;
+  record.peer_address = address;
   record.last_seen = Clock::now();
+  // A consumer that joins again from the same address (it gave up waiting for the reply to its
+  // first join, or its control socket was replaced) keeps its connection. A second UCX endpoint
+  // to one worker, with the first closed while the two still wire up, is what UCX 1.13 gets
+  // wrong: the consumer's process aborts on a rendezvous that names the closed endpoint.
+  auto same = std::find_if(earlier.begin(), earlier.end(), [&](const ConsumerRecord& r) {
+    return r.transport == t && r.peer_address == address;
+  });
+  if (same != earlier.end()) {
+    record.peer = same->peer;
+    earlier.erase(same);
+    return record;
+  }
+  try {
+    record.peer = transports_.at(t).connect(address, detect_failure,
+                                            [this, t](transport::PeerId p, const std::string& error) {
+                                              events_.push(PeerFailed{t, p, error});
+                                            });
+  } catch (const Error& e) {
+    throw Error(e.code(), "cannot reach the consumer's " + answer.transport + " address: " + e.what());
+  }
+  stats_.update([](ProducerStats& s) { s.connections_opened++; });
   return record;
 }
 

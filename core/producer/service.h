@@ -161,14 +161,19 @@ class ProducerService {
   void on_event(PeerFailed& e);
   void on_event(Stop&) {}
   void drop_consumer(const std::string& routing_id);
+  // drop_consumer() that keeps the record's transport connection and returns the record.
+  std::optional<ConsumerRecord> forget_consumer(const std::string& routing_id);
   void drop_silent_consumers();
   void expire_leases();
   void on_request(std::vector<zmq::message_t>& parts);
   void bad_message(const std::string& what);
   void on_join(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join);
-  // Chooses the consumer's transport and connects to it; fills the reply's transport and path.
-  // Throws Error naming why no transport fits or the chosen one cannot reach the consumer.
-  ConsumerRecord admit(const protocol::JoinRequest& join, protocol::JoinReply& answer);
+  // Chooses the consumer's transport and connects to it, or takes over the connection of an
+  // earlier record of the same consumer at the same address (disconnecting the others); fills
+  // the reply's transport and path. Throws Error naming why no transport fits or the chosen one
+  // cannot reach the consumer (the earlier records' connections are closed then too).
+  ConsumerRecord admit(const protocol::JoinRequest& join, protocol::JoinReply& answer,
+                       std::vector<ConsumerRecord> earlier);
   void on_fetch(const std::string& routing_id, const protocol::FetchRequest& request);
   void on_ack(const std::string& routing_id, const protocol::Ack& ack);
 

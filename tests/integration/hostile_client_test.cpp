@@ -4,7 +4,9 @@
 // make publish() wait on such a client.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include <zmq.hpp>
@@ -172,6 +174,66 @@ TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) 
   auto old = other.next<protocol::FetchReply>();
   EXPECT_FALSE(old.ok);
   EXPECT_EQ(old.refusal, protocol::Refusal::kNotHeld);
+}
+
+// A consumer that joins again (the reply to its first join was slow, or it replaced its control
+// socket) keeps its transport connection when its address is the same: closing an endpoint that
+// is still wiring up and opening another to the same worker is what aborts a UCX 1.13 consumer.
+// A join from a new address, or from another consumer, gets a connection of its own.
+TEST_F(HostileClientTest, AConsumerJoiningAgainFromTheSameAddressKeepsItsConnection) {
+  TestProducer p(256);
+  HostileClient first(context_, p.producer->control_endpoint());
+  // Joined twice before either reply is read, as a consumer whose first reply was late does.
+  first.send(modelcast::testing::ucx_join("test", "rejoiner", ucx_->address(), "another-host", 7));
+  first.send(modelcast::testing::ucx_join("test", "rejoiner", ucx_->address(), "another-host", 7));
+  ASSERT_TRUE(first.next<protocol::JoinReply>().ok);
+  ASSERT_TRUE(first.next<protocol::JoinReply>().ok);
+  // The same consumer object on a new control connection.
+  HostileClient second(context_, p.producer->control_endpoint());
+  auto again = second.join("rejoiner", ucx_->address(), 7);
+  ASSERT_TRUE(again.ok) << again.error;
+  EXPECT_EQ(p.producer->stats().consumers, 1u);
+  EXPECT_EQ(p.producer->stats().connections_opened, 1u);
+
+  // The kept connection delivers: the version's chunks arrive at the worker that joined.
+  p.publish(1);
+  second.send(protocol::FetchRequest{again.incarnation, 1, 1});
+  auto reply = second.next<protocol::FetchReply>();
+  ASSERT_TRUE(reply.ok) << reply.error;
+  ASSERT_TRUE(reply.region.empty()) << "expected a two-sided route to another host";
+  std::vector<std::byte> received(reply.manifest.total_bytes);
+  auto region = ucx_->register_memory(received.data(), received.size(), modelcast::transport::MemoryLocation::host());
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::size_t done = 0, failed = 0;
+  const std::size_t chunks = (received.size() + reply.chunk_bytes - 1) / reply.chunk_bytes;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    const std::size_t offset = i * reply.chunk_bytes;
+    ucx_->post_recv(*region, offset, std::min<std::size_t>(reply.chunk_bytes, received.size() - offset),
+                    protocol::chunk_tag(reply.fetch_id, i), [&](const modelcast::transport::TransferResult& r) {
+                      std::lock_guard lock(mutex);
+                      (r.ok ? done : failed)++;
+                      cv.notify_all();
+                    });
+  }
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return done + failed == chunks; })) << done << " of " << chunks;
+    EXPECT_EQ(failed, 0u);
+  }
+  ASSERT_EQ(reply.manifest.tensors.size(), p.model.size());
+  for (std::size_t t = 0; t < p.model.size(); ++t) {
+    const auto& entry = reply.manifest.tensors[t];
+    EXPECT_EQ(std::memcmp(received.data() + entry.offset, p.model[t].words.data(), p.model[t].spec.size_bytes()), 0)
+        << "tensor " << t << " arrived wrong";
+  }
+
+  // The same session from a new worker (its transport was remade) is connected anew.
+  auto new_worker = modelcast::transport::make_ucx_transport();
+  auto moved = second.join("rejoiner", new_worker->address(), 7);
+  ASSERT_TRUE(moved.ok) << moved.error;
+  EXPECT_EQ(p.producer->stats().connections_opened, 2u);
+  EXPECT_EQ(p.producer->stats().consumers, 1u);
 }
 
 TEST_F(HostileClientTest, AJoinFloodIsCappedAndRefusedWithAReason) {

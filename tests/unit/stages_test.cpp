@@ -57,7 +57,7 @@ constexpr std::uint64_t kIncarnation = 7;
 // A producer's side: slots holding the test model, a fetch server, one joined consumer.
 struct ProducerSide {
   explicit ProducerSide(std::shared_ptr<transport::Transport> consumer_transport)
-      : model(testmodel::make(1024)), transports({"loopback"}), store(3) {
+      : model(testmodel::make(1024)), transports({"loopback"}, transport::Side::kProducer), store(3) {
     std::vector<TensorSpec> specs;
     for (auto& t : model) specs.push_back(t.spec);
     layout.model = "test";
@@ -346,11 +346,11 @@ TEST(Stages, MembershipAdmitsByConnectionNeverByName) {
   other_model.model = "other";
   EXPECT_EQ(members.decide("a", "", other_model).refusal, protocol::Refusal::kWrongModel);
   EXPECT_EQ(members.decide("a", "", join("", 1)).refusal, protocol::Refusal::kBadRequest);
-  members.add({"shared-name", "a", 11, "", 0, 1, Clock::now()});
+  members.add({"shared-name", "a", 11, "", 0, 1, Clock::now(), {}});
   auto same_name = members.decide("b", "", join("shared-name", 22));
   EXPECT_EQ(same_name.refusal, protocol::Refusal::kNone);
   EXPECT_TRUE(same_name.replaces.empty());
-  members.add({"shared-name", "b", 22, "", 0, 2, Clock::now()});
+  members.add({"shared-name", "b", 22, "", 0, 2, Clock::now(), {}});
   EXPECT_EQ(members.decide("c", "", join("third", 33)).refusal, protocol::Refusal::kFull);
   // The same consumer object on a new connection (its session) replaces its own record, even
   // when full; with another key it does not.
