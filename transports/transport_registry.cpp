@@ -26,9 +26,15 @@ std::string offers_text(std::span<const TransportOffer> offers) {
 
 const std::vector<TransportEntry>& builtin_transports() {
   static const std::vector<TransportEntry> entries = {
-      {"ucx", true, [] { return make_ucx_transport(); }, {}},
-      {"cuda_ipc", true, [] { return make_cuda_ipc_transport(); }, [] { return cuda_ipc_available(); }},
-      {"loopback", false, [] { return make_loopback_transport(); }, {}},
+      {"ucx", true,
+       [](Side side) {
+         UcxOptions options;
+         options.indirect_endpoint_ids = side == Side::kConsumer;
+         return make_ucx_transport(options);
+       },
+       {}},
+      {"cuda_ipc", true, [](Side) { return make_cuda_ipc_transport(); }, [] { return cuda_ipc_available(); }},
+      {"loopback", false, [](Side) { return make_loopback_transport(); }, {}},
   };
   return entries;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -20,12 +21,15 @@
 
 namespace modelcast::transport {
 
+// Which side of the exchange a transport serves: a transport may set itself up for it.
+enum class Side : std::uint8_t { kProducer, kConsumer };
+
 struct TransportEntry {
   std::string name;
   // Used when the user names no transports. The loopback transport is not: it serves only a
   // producer and consumer of one process, and tests of one process want UCX exercised.
   bool on_by_default = true;
-  std::function<std::unique_ptr<Transport>()> make;
+  std::function<std::unique_ptr<Transport>(Side)> make;
   // False where the transport cannot work here (cuda_ipc without a device): left out of the
   // default list; named explicitly, make() says why. Empty: always available.
   std::function<bool()> available;

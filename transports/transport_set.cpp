@@ -2,8 +2,8 @@
 
 namespace modelcast::transport {
 
-TransportSet::TransportSet(const std::vector<std::string>& names) {
-  for (const TransportEntry* entry : resolve_transports(names)) transports_.push_back(entry->make());
+TransportSet::TransportSet(const std::vector<std::string>& names, Side side) {
+  for (const TransportEntry* entry : resolve_transports(names)) transports_.push_back(entry->make(side));
 }
 
 std::vector<TransportOffer> TransportSet::offers(bool addresses) const {

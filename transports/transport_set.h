@@ -19,7 +19,7 @@ class TransportSet {
  public:
   // Creates each transport `names` selects (resolve_transports). Throws Error(kInvalidArgument)
   // for a bad list, or what creating a transport throws (Error(kTransport)).
-  explicit TransportSet(const std::vector<std::string>& names);
+  TransportSet(const std::vector<std::string>& names, Side side);
 
   std::size_t size() const { return transports_.size(); }
   Transport& at(std::size_t i) const { return *transports_.at(i); }

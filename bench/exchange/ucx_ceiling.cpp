@@ -24,11 +24,12 @@ namespace {
   throw std::runtime_error(what + ": " + ucs_status_string(status));
 }
 
-// The very context and worker modelcast's UCX transport uses (UcxWorker, same features and
-// thread mode), progressed by this program's own thread instead of UcxWorker's (never started).
+// The very context and worker modelcast's UCX transport uses (UcxWorker, same features, thread
+// mode and, for a receiver, indirect endpoint ids), progressed by this program's own thread
+// instead of UcxWorker's (never started).
 class Ucp {
  public:
-  Ucp() : worker_(UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP) {}
+  explicit Ucp(bool receiver) : worker_(UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP, receiver) {}
   ~Ucp() {
     for (auto* memh : maps_) ucp_mem_unmap(worker_.context(), memh);
   }
@@ -154,7 +155,7 @@ void peer_error(void*, ucp_ep_h, ucs_status_t status) {
 // ---- sender ---------------------------------------------------------------------------------
 
 struct UcpSender::Impl {
-  Ucp ucp;
+  Ucp ucp{/*receiver=*/false};
   std::byte* source;
   std::size_t size;
   std::size_t chunk;
@@ -250,7 +251,7 @@ double UcpSender::transfer(int repetition, std::vector<Child>& receivers) {
 // ---- receiver -------------------------------------------------------------------------------
 
 struct UcpReceiver::Impl {
-  Ucp ucp;
+  Ucp ucp{/*receiver=*/true};
   std::size_t chunk;
   std::vector<std::pair<std::byte*, ucp_mem_h>> maps;
 };

@@ -12,7 +12,7 @@ ConsumerService::ConsumerService(ConsumerOptions options)
     : options_(checked(std::move(options))),
       log_(log::get("consumer")),
       link_(options_),
-      offered_(std::make_unique<transport::TransportSet>(options_.transports)),
+      offered_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer)),
       store_(options_.buffers, options_.caller_buffers),
       fetch_([events = events_](const ChunkDone& done) { events->push(done); }) {
   policy_.model = options_.model_name;
@@ -85,7 +85,7 @@ void ConsumerService::join() {
 // in). Buffers that views or unfinished receives still hold keep the old transport alive.
 void ConsumerService::rejoin_afresh(const std::string& why) {
   abandon_fetch(why, true);
-  offered_ = std::make_unique<transport::TransportSet>(options_.transports);
+  offered_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
   join();
 }
 

@@ -66,7 +66,7 @@ class Producer::Impl {
         incarnation_(random_incarnation()),
         next_version_(options_.first_version),
         store_(options_.snapshot_slots),
-        transports_(std::make_unique<transport::TransportSet>(options_.transports)) {
+        transports_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kProducer)) {
     if (options_.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
     if (options_.first_version == 0) throw Error(ErrorCode::kInvalidArgument, "first_version must be >= 1");
     if (options_.transfer_chunk_bytes < transfer::kMinChunkBytes) {

@@ -130,17 +130,23 @@ TEST_P(FaultTest, ProducerKilledAndRestartedConsumerKeepsServingThenFollows) {
   EXPECT_EQ(testmodel::check(v2, 2), "");
   const auto second_incarnation = v2.producer_incarnation();
 
-  // Killed mid-transfer: a third producer with a large model dies right after publishing.
+  // Killed mid-transfer: a third producer with a large model dies right after publishing its
+  // second version. It is killed only after its first version arrived, so the UCX connection
+  // between the two is complete: Debian's UCX 1.13 aborts a process whose peer dies while the
+  // two are still wiring up over TCP (README, known limitations), which is not what this tests.
   second->kill_now();
   second->wait();
   auto third = start_producer(endpoint, 1, /*seed=*/3, 64 * 1024);
-  ASSERT_TRUE(third->wait_for_line("published 1"));
+  ASSERT_TRUE(wait_for_new_incarnation_version(second_incarnation, 1)) << "the consumer did not follow the restart";
+  const auto third_incarnation = consumer.acquire().producer_incarnation();
+  third->send_line("publish");
+  ASSERT_TRUE(third->wait_for_line("published 2"));
   third->kill_now();
   third->wait();
   auto after_kill = consumer.acquire();
-  // Whatever is served is whole: version 2 of the second producer, or the third's complete version 1.
-  std::uint64_t seed = after_kill.producer_incarnation() == second_incarnation ? 2 : 3;
-  EXPECT_EQ(testmodel::check(after_kill, seed), "");
+  // Whatever is served is whole: the third producer's version 1, or its complete version 2.
+  EXPECT_EQ(after_kill.producer_incarnation(), third_incarnation);
+  EXPECT_EQ(testmodel::check(after_kill, 3), "");
 
   auto fourth = start_producer(endpoint, 1, /*seed=*/4, 2048);
   ASSERT_TRUE(wait_for_new_incarnation_version(after_kill.producer_incarnation(), 1));

@@ -26,7 +26,7 @@ class OneSidedRead : public ::testing::TestWithParam<std::string> {
  protected:
   std::unique_ptr<Transport> make() {
     if (GetParam() == "ucx") return make_ucx_transport({.one_sided = true});
-    return resolve_transports({GetParam()}).at(0)->make();
+    return resolve_transports({GetParam()}).at(0)->make(Side::kProducer);
   }
 };
 
@@ -95,7 +95,7 @@ TEST_P(OneSidedRead, RangesOutsideEitherRegionAndDamagedDescriptorsAreRefused) {
 }
 
 TEST(OneSidedRead, TheDefaultUcxTransportSaysItHasNoOneSidedAccessAndRefusesExports) {
-  auto ucx = resolve_transports({"ucx"}).at(0)->make();
+  auto ucx = resolve_transports({"ucx"}).at(0)->make(Side::kProducer);
   EXPECT_FALSE(ucx->capabilities().one_sided);
   HostBuffer memory(4096);
   auto region = ucx->register_memory(memory.data(), memory.size(), MemoryLocation::host());

@@ -21,7 +21,8 @@ class UcxTransport final : public Transport {
   explicit UcxTransport(UcxOptions options)
       : log_(log::get("ucx")),
         options_(options),
-        worker_(UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | (options.one_sided ? UCP_FEATURE_RMA : 0)) {
+        worker_(UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | (options.one_sided ? UCP_FEATURE_RMA : 0),
+                options.indirect_endpoint_ids) {
     ucp_address_t* address = nullptr;
     std::size_t length = 0;
     if (auto s = ucp_worker_get_address(worker_.worker(), &address, &length); s != UCS_OK) {

@@ -14,6 +14,16 @@ struct UcxOptions {
   // it adds RMA lanes to every endpoint, and the two-sided path the exchange uses (tagged
   // rendezvous) is what was measured and load-tested; on only for users of one-sided reads.
   bool one_sided = false;
+  // Endpoint ids on the wire are looked up in a table instead of being raw pointers (UCX's
+  // PROTO_INDIRECT_ID), for endpoints without peer-failure detection too. On for receivers
+  // (consumers): without it, a consumer on its producer's host dies when the producer dies
+  // mid-transfer. Its read of the dead producer's memory fails, UCX destroys the endpoint it
+  // made for the producer, and the rendezvous requests still queued name that endpoint by its
+  // freed address (UCX 1.13 asserts; without assertions it reads freed memory). Off for
+  // senders: UCX 1.13 then asserts when it destroys an endpoint with sends still outstanding,
+  // which a producer's endpoint to a dead consumer on its host always has (they never end).
+  // A UCX_PROTO_INDIRECT_ID in the environment wins over either.
+  bool indirect_endpoint_ids = false;
 };
 
 // Throws Error(kTransport) if UCX cannot be initialised.

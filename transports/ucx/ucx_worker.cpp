@@ -1,5 +1,7 @@
 #include "transports/ucx/ucx_worker.h"
 
+#include <cstdlib>
+
 #include "modelcast/error.h"
 
 namespace modelcast::transport {
@@ -8,9 +10,16 @@ void throw_ucx(const std::string& what, ucs_status_t status) {
   throw Error(ErrorCode::kTransport, what + ": " + ucs_status_string(status));
 }
 
-UcxWorker::UcxWorker(std::uint64_t features) {
+UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids) {
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw_ucx("ucp_config_read", s);
+  // UcxOptions::indirect_endpoint_ids says why; the user's environment wins.
+  if (indirect_ids && std::getenv("UCX_PROTO_INDIRECT_ID") == nullptr) {
+    if (auto s = ucp_config_modify(config, "PROTO_INDIRECT_ID", "on"); s != UCS_OK) {
+      ucp_config_release(config);
+      throw_ucx("ucp_config_modify(PROTO_INDIRECT_ID)", s);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = features;

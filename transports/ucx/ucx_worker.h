@@ -31,7 +31,8 @@ class UcxWorker {
   };
 
   // Throws Error(kTransport) naming the UCP call that failed.
-  explicit UcxWorker(std::uint64_t features);
+  // `indirect_ids`: UcxOptions::indirect_endpoint_ids.
+  UcxWorker(std::uint64_t features, bool indirect_ids);
   ~UcxWorker();  // destroy()
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
