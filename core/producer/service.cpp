@@ -130,11 +130,12 @@ void ProducerService::on_event(HostStaged& e) {
   } else {
     withdraw(fetches_.host_progress(e.version));
   }
+  // Considered while the staging pin still holds the slot (see DigestsReady).
+  if (e.error.empty() && persist_) persist_(e.version);
   if (auto it = host_staging_.find(e.version); it != host_staging_.end()) {
     store_.unpin(it->second);
     host_staging_.erase(it);
   }
-  if (e.error.empty() && persist_) persist_(e.version);
   // Fetches parked until the host copy existed are answered now (or refused, if it failed).
   for (auto& [routing_id, request] : fetches_.published(e.version)) on_fetch(routing_id, request);
 }
@@ -159,10 +160,18 @@ void ProducerService::on_event(SlotsAllocated& e) {
 }
 
 void ProducerService::on_event(DigestsReady& e) {
+  // The digest lease is what keeps publish() from reusing the slot. set_digests() ends it, so the
+  // slot is held over until the persist decision has pinned it: a publish() in between would
+  // take it and leave the version due for writing with nothing to write from.
+  std::optional<std::uint64_t> held;
+  if (persist_) {
+    if (auto pinned = store_.pin(e.version, "(persist decision)")) held = pinned->lease_id;
+  }
   auto signature = store_.set_digests(e.slot, e.digests, control_.signer());
   // Before the digests go out: a consumer that has verified this version knows it was considered.
   // A device version is written once its host copy exists (HostStaged).
   if (persist_ && !host_staging_.count(e.version)) persist_(e.version);
+  if (held) store_.unpin(*held);
   for (const auto& [routing_id, fetch_id] : fetches_.take_awaiting_digests(e.version)) {
     reply(routing_id, protocol::Digests{fetch_id, e.version, e.digests, signature});
   }
