@@ -213,6 +213,11 @@ std::vector<std::pair<std::string, std::uint64_t>> FetchServer::take_awaiting_di
   return out;
 }
 
+bool FetchServer::serving(const std::string& routing_id) const {
+  auto it = fetches_.find(routing_id);
+  return it != fetches_.end() && !it->second.empty();
+}
+
 std::size_t FetchServer::drop(const std::string& routing_id) {
   parked_.erase(routing_id);
   auto it = fetches_.find(routing_id);

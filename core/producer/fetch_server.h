@@ -76,6 +76,8 @@ class FetchServer {
   // The consumer is gone: cancels its transfers and ends its leases. Returns how many of its
   // fetches ended undelivered without a send failure already reported for them.
   std::size_t drop(const std::string& routing_id);
+  // Whether the consumer has a fetch under way (whose transfers may still be posted).
+  bool serving(const std::string& routing_id) const;
   // A lease lapsed (SnapshotStore::take_expired): abandons the fetch that held it.
   void expired(const SlotPool::Lease& lease);
 

@@ -277,9 +277,16 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   answer.refusal = decision.refusal;
   answer.error = decision.error;
   if (decision.refusal == protocol::Refusal::kNone) {
+    // Earlier records of this consumer, whose connection it may keep. Not one with a fetch under
+    // way: cancelling does not end UCX sends, closing the connection does, and sends left
+    // posted would read a slot whose lease has ended.
     std::vector<ConsumerRecord> earlier;
     for (const auto& old : decision.replaces) {
-      if (auto record = forget_consumer(old)) earlier.push_back(std::move(*record));
+      if (fetches_.serving(old)) {
+        drop_consumer(old);
+      } else if (auto record = forget_consumer(old)) {
+        earlier.push_back(std::move(*record));
+      }
     }
     try {
       ConsumerRecord record = admit(join, answer, std::move(earlier));

@@ -13,6 +13,7 @@
 
 #include "common/digest.h"
 #include "core/wire/protocol.h"
+#include "eventually.h"
 #include "exchange_fixture.h"
 #include "transports/ucx/ucx_transport.h"
 #include "join_request.h"
@@ -147,6 +148,9 @@ TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) 
   auto joined = client.join("refetcher", ucx_->address());
   ASSERT_TRUE(joined.ok) << joined.error;
   p.publish(1);
+  // publish() returns before the service thread has taken the version in; a consumer learns of
+  // it from the announcement sent after, and this client from the producer's stats.
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
   // Its first fetch is answered (the bytes go to a worker that never receives them) ...
   client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
   auto first = client.next<protocol::FetchReply>();
@@ -177,9 +181,9 @@ TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) 
 }
 
 // A consumer that joins again (the reply to its first join was slow, or it replaced its control
-// socket) keeps its transport connection when its address is the same: closing an endpoint that
-// is still wiring up and opening another to the same worker is what aborts a UCX 1.13 consumer.
-// A join from a new address, or from another consumer, gets a connection of its own.
+// socket) keeps its transport connection when its address is the same and it has no fetch under
+// way: closing an endpoint that is still wiring up and opening another to the same worker is a
+// path into UCX 1.13 assertions. With a fetch under way, or from a new address, it gets a new one.
 TEST_F(HostileClientTest, AConsumerJoiningAgainFromTheSameAddressKeepsItsConnection) {
   TestProducer p(256);
   HostileClient first(context_, p.producer->control_endpoint());
@@ -197,6 +201,7 @@ TEST_F(HostileClientTest, AConsumerJoiningAgainFromTheSameAddressKeepsItsConnect
 
   // The kept connection delivers: the version's chunks arrive at the worker that joined.
   p.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
   second.send(protocol::FetchRequest{again.incarnation, 1, 1});
   auto reply = second.next<protocol::FetchReply>();
   ASSERT_TRUE(reply.ok) << reply.error;
@@ -228,11 +233,19 @@ TEST_F(HostileClientTest, AConsumerJoiningAgainFromTheSameAddressKeepsItsConnect
         << "tensor " << t << " arrived wrong";
   }
 
+  // That fetch is still under way (never acked): joining again now closes the connection, which
+  // is what ends sends that may still be posted, and opens another.
+  ASSERT_EQ(p.producer->stats().fetches_in_flight, 1u);
+  auto busy = second.join("rejoiner", ucx_->address(), 7);
+  ASSERT_TRUE(busy.ok) << busy.error;
+  EXPECT_EQ(p.producer->stats().connections_opened, 2u);
+  EXPECT_EQ(p.producer->stats().fetches_in_flight, 0u);
+
   // The same session from a new worker (its transport was remade) is connected anew.
   auto new_worker = modelcast::transport::make_ucx_transport();
   auto moved = second.join("rejoiner", new_worker->address(), 7);
   ASSERT_TRUE(moved.ok) << moved.error;
-  EXPECT_EQ(p.producer->stats().connections_opened, 2u);
+  EXPECT_EQ(p.producer->stats().connections_opened, 3u);
   EXPECT_EQ(p.producer->stats().consumers, 1u);
 }
 
