@@ -343,9 +343,9 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
   record.peer_address = address;
   record.last_seen = Clock::now();
   // A consumer that joins again from the same address (it gave up waiting for the reply to its
-  // first join, or its control socket was replaced) keeps its connection. A second UCX endpoint
-  // to one worker, with the first closed while the two still wire up, is what UCX 1.13 gets
-  // wrong: the consumer's process aborts on a rendezvous that names the closed endpoint.
+  // first join, or its control socket was replaced) keeps its connection (on_join passes only
+  // records with no fetch under way). Closing an endpoint while it still wires up and opening a
+  // second one to the same worker is a path into UCX 1.13 assertions.
   auto same = std::find_if(earlier.begin(), earlier.end(), [&](const ConsumerRecord& r) {
     return r.transport == t && r.peer_address == address;
   });

@@ -114,7 +114,7 @@ struct ProducerStats {
   std::size_t consumers = 0;         // consumers that joined and are not known dead
   std::size_t fetches_in_flight = 0; // transfers started and not yet acked or expired
   // Transport connections made to consumers: one a join, except that a consumer joining again
-  // from the address it joined from keeps the connection it had.
+  // from the address it joined from, with no fetch under way, keeps the connection it had.
   std::uint64_t connections_opened = 0;
   std::uint64_t failed_snapshots = 0;  // device versions that could not be staged (never served)
   std::chrono::nanoseconds last_stall{0};
