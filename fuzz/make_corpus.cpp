@@ -290,10 +290,20 @@ int main(int argc, char** argv) {
 
   // --- fuzz_transport_address: sealed addresses in and out of the accepted format ----------
   {
-    std::vector<std::byte> body(64, std::byte{0x01});
-    write("fuzz_transport_address", "sealed_v2", modelcast::transport::seal_address(body.data(), body.size()));
-    body[0] = std::byte{0x0e};
-    write("fuzz_transport_address", "sealed_unknown_version", modelcast::transport::seal_address(body.data(), body.size()));
+    // A format-v1 worker address as UCX packs one: header with the uuid flag, the uuid, one
+    // device (memory domain 0, last, 8-byte address) with one transport (checksum 0x1234,
+    // attributes, last, 8-byte interface address): the layout the target's stand-in expects.
+    std::vector<std::byte> body;
+    auto put = [&](std::initializer_list<int> bytes) {
+      for (int b : bytes) body.push_back(static_cast<std::byte>(b));
+    };
+    put({0x20, 1, 2, 3, 4, 5, 6, 7, 8, 0x00, 0x88, 1, 2, 3, 4, 5, 6, 7, 8, 0x34, 0x12});
+    put({0, 0, 0, 0, 0, 0, 0x80, 0x4e, 0, 0, 0, 0, 0x10, 0, 0, 0});  // overhead 0, bandwidth 1e9, 0, flags
+    put({0x88, 9, 9, 9, 9, 9, 9, 9, 9});
+    write("fuzz_transport_address", "sealed_v1", modelcast::transport::seal_address(body.data(), body.size()));
+    auto unknown = body;
+    unknown[0] = std::byte{0x0e};
+    write("fuzz_transport_address", "sealed_unknown_version", modelcast::transport::seal_address(unknown.data(), unknown.size()));
     write("fuzz_transport_address", "sealed_short", modelcast::transport::seal_address(body.data(), 3));
   }
   return 0;

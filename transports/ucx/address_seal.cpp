@@ -49,13 +49,4 @@ std::span<const std::byte> unseal_address(std::span<const std::byte> sealed) {
   return unseal(kAddressMagic, "UCX worker address", sealed);
 }
 
-void check_address_format(std::span<const std::byte> body, std::span<const std::byte> own) {
-  constexpr std::size_t kMinAddress = 16;                // header, worker uuid and one device at least
-  constexpr std::byte kVersionMask{0x0f};                // UCP_ADDRESS_HEADER_VERSION_MASK
-  if (body.size() < kMinAddress || own.empty() || (body[0] & kVersionMask) != (own[0] & kVersionMask)) {
-    throw Error(ErrorCode::kTransport, "UCX worker address of " + std::to_string(body.size()) +
-                                           " bytes is not in this UCX's address format");
-  }
-}
-
 }  // namespace modelcast::transport

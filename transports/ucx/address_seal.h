@@ -1,11 +1,10 @@
 // UCX blobs as they travel between peers (worker addresses in joins, packed remote keys in
 // exported regions): sealed, and checked before UCX sees them.
 //
-// UCX aborts the process on a malformed worker address (an assertion in ucp_address_unpack),
-// and addresses arrive over the network, so they travel sealed: magic, length and an XXH3 of
-// the UCX bytes, all checked before UCX sees them. The seal is computable by anyone, so it only
-// catches accidents; check_address_format() adds what can be checked without UCX's internals,
-// and addresses from strangers are kept out by authenticating the control plane.
+// Addresses arrive over the network, so they travel sealed: magic, length and an XXH3 of the UCX
+// bytes, all checked before UCX sees them. The seal is computable by anyone, so it only catches
+// accidents; address_layout.h reads a worker address the way UCX will before UCX sees it, and
+// addresses from strangers are kept out by authenticating the control plane.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +24,5 @@ std::span<const std::byte> unseal(std::uint32_t magic, const char* what, std::sp
 std::vector<std::byte> seal_address(const std::byte* ucx_address, std::size_t length);
 // The UCX bytes inside; throws Error(kTransport) for a bad magic, length or checksum.
 std::span<const std::byte> unseal_address(std::span<const std::byte> sealed);
-// Throws Error(kTransport) unless `body` is in the address format of `own` (this UCX's own
-// packed address): the format version UCX asserts on, and a plausible length.
-void check_address_format(std::span<const std::byte> body, std::span<const std::byte> own);
 
 }  // namespace modelcast::transport

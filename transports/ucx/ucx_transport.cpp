@@ -2,11 +2,13 @@
 
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
 #include "common/log.h"
 #include "modelcast/error.h"
+#include "transports/ucx/address_layout.h"
 #include "transports/ucx/address_seal.h"
 #include "transports/ucx/ucx_memory.h"
 #include "transports/ucx/ucx_worker.h"
@@ -30,6 +32,14 @@ class UcxTransport final : public Transport {
     }
     address_ = seal_address(reinterpret_cast<const std::byte*>(address), length);
     ucp_worker_release_address(worker_.worker(), address);
+    // Peers' addresses are checked against ours (address_layout.h). An own address we cannot
+    // read (UCX_UNIFIED_MODE, or a format newer than we know) leaves us unable to check theirs:
+    // connect() then refuses, saying so, rather than hand UCX an unchecked address.
+    try {
+      own_layout_ = read_address_layout(std::span<const std::byte>(address_).subspan(kAddressHeader));
+    } catch (const Error& e) {
+      own_layout_error_ = e.what();
+    }
     worker_.start({[this] { reap_closing(); }, [this] { shutdown_in_progress_thread(); }});
   }
 
@@ -67,7 +77,12 @@ class UcxTransport final : public Transport {
   PeerId connect(std::span<const std::byte> peer_address, bool detect_failure, PeerFailure on_failure) override {
     PeerId id = next_id_++;
     auto body = unseal_address(peer_address);
-    check_address_format(body, std::span<const std::byte>(address_).subspan(kAddressHeader));
+    if (!own_layout_) {
+      throw Error(ErrorCode::kTransport, "cannot check peers' UCX addresses: this UCX's own address is not in a "
+                                         "format modelcast reads (UCX_UNIFIED_MODE is not supported): " +
+                                             own_layout_error_);
+    }
+    check_peer_address(body, *own_layout_);
     std::vector<std::byte> copy(body.begin(), body.end());
     worker_.run([&] {
       auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
@@ -299,6 +314,8 @@ class UcxTransport final : public Transport {
   const UcxOptions options_;
   UcxWorker worker_;
   std::vector<std::byte> address_;
+  std::optional<UcxAddressLayout> own_layout_;  // set once in the constructor
+  std::string own_layout_error_;
   std::atomic<std::uint64_t> next_id_{1};
   // Progress thread only:
   std::unordered_map<PeerId, Peer> peers_;

@@ -1,0 +1,158 @@
+// The check a peer's UCX worker address passes before UCX reads it (transports/ucx/address_layout.h).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <ucs/algorithm/crc.h>
+
+#include "child_process.h"
+#include "modelcast/error.h"
+#include "transports/ucx/address_layout.h"
+#include "transports/ucx/address_seal.h"
+#include "transports/ucx/ucx_transport.h"
+
+namespace modelcast::transport {
+namespace {
+
+std::vector<std::byte> live_address() {
+  auto transport = make_ucx_transport();
+  auto sealed = transport->address();
+  return {sealed.begin() + kAddressHeader, sealed.end()};
+}
+
+std::string refusal(const std::vector<std::byte>& peer, const UcxAddressLayout& own) {
+  try {
+    check_peer_address(peer, own);
+    return "";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTransport);
+    return e.what();
+  }
+}
+
+TEST(AddressLayout, ReadsThisUcxsOwnAddressToItsLastByte) {
+  auto address = live_address();
+  auto layout = read_address_layout(address);
+  ASSERT_FALSE(layout.entries.empty());
+  bool has_an_interface_address = false;
+  for (const auto& entry : layout.entries) has_an_interface_address |= entry.iface_address_length > 0;
+  EXPECT_TRUE(has_an_interface_address);
+  EXPECT_EQ(refusal(address, layout), "");
+}
+
+TEST(AddressLayout, RefusesWhatUcxWouldReadPastOrMisread) {
+  auto address = live_address();
+  auto own = read_address_layout(address);
+
+  auto truncated = address;
+  truncated.pop_back();
+  EXPECT_NE(refusal(truncated, own).find("left"), std::string::npos) << refusal(truncated, own);
+
+  auto trailing = address;
+  trailing.push_back(std::byte{0});
+  EXPECT_NE(refusal(trailing, own).find("after the last entry"), std::string::npos);
+
+  auto unknown_format = address;
+  unknown_format[0] = (unknown_format[0] & std::byte{0xf0}) | std::byte{0x0e};
+  EXPECT_NE(refusal(unknown_format, own).find("unknown address format"), std::string::npos);
+
+  // Another UCX's address that reads well but packs a known transport with other lengths: the
+  // case that crashed the producer (cma given a zero-length interface address).
+  UcxAddressLayout other = own;
+  for (auto& entry : other.entries) entry.iface_address_length += 1;
+  EXPECT_NE(refusal(address, other).find("never packs"), std::string::npos);
+
+  // Entries of transports this UCX does not run are only bounds-checked.
+  for (auto& entry : other.entries) entry.transport_checksum ^= 0x5a5a;
+  EXPECT_EQ(refusal(address, other), "");
+}
+
+// A format-v1 worker address as UCX packs one, for devices each with one transport.
+struct Device {
+  std::vector<std::uint8_t> address;
+  std::uint16_t checksum;
+  std::size_t iface_length;
+};
+std::vector<std::byte> packed(const std::vector<Device>& devices) {
+  std::vector<std::uint8_t> out{0x20, 1, 2, 3, 4, 5, 6, 7, 8};  // v1, worker uuid
+  for (std::size_t d = 0; d < devices.size(); ++d) {
+    const auto& device = devices[d];
+    out.push_back(static_cast<std::uint8_t>(d));  // memory domain
+    out.push_back(static_cast<std::uint8_t>(device.address.size() | (d + 1 == devices.size() ? 0x80 : 0)));
+    out.insert(out.end(), device.address.begin(), device.address.end());
+    out.push_back(static_cast<std::uint8_t>(device.checksum & 0xff));
+    out.push_back(static_cast<std::uint8_t>(device.checksum >> 8));
+    std::vector<std::uint8_t> attributes{0, 0, 0, 0, 0, 0, 0x80, 0x4e, 0, 0, 0, 0, 0x10, 0, 0, 0};  // bandwidth 1e9
+    out.insert(out.end(), attributes.begin(), attributes.end());
+    out.push_back(static_cast<std::uint8_t>(device.iface_length | 0x80));
+    out.insert(out.end(), device.iface_length, 9);
+  }
+  std::vector<std::byte> bytes;
+  for (auto b : out) bytes.push_back(static_cast<std::byte>(b));
+  return bytes;
+}
+
+TEST(AddressLayout, TcpEntriesAreCheckedByTheFormsUcxsTcpPacksOthersByThisUcxsOwnLengths) {
+  EXPECT_EQ(kTcpTransportChecksum, ucs_crc16_string("tcp"));
+  const std::uint16_t cma = ucs_crc16_string("cma");
+  std::vector<std::uint8_t> loopback(18, 0), ipv4{0, 2, 10, 0, 0, 5}, ipv6(18, 0);
+  loopback[0] = 1, loopback[1] = 2, ipv6[1] = 10;
+  auto own = read_address_layout(packed({{loopback, kTcpTransportChecksum, 2}, {{7, 7, 7, 7, 7, 7, 7, 7}, cma, 8}}));
+
+  // A peer whose TCP device is not a loopback one (another host, or eth0 beside lo) packs
+  // another length than ours; so does IPv6. Both are TCP's own forms.
+  EXPECT_EQ(refusal(packed({{ipv4, kTcpTransportChecksum, 2}}), own), "");
+  EXPECT_EQ(refusal(packed({{ipv6, kTcpTransportChecksum, 2}}), own), "");
+  EXPECT_EQ(refusal(packed({{loopback, kTcpTransportChecksum, 2}}), own), "");
+
+  auto bad_family = ipv4;
+  bad_family[1] = 7;
+  EXPECT_NE(refusal(packed({{bad_family, kTcpTransportChecksum, 2}}), own).find("TCP entry"), std::string::npos);
+  auto short_loopback = ipv4;
+  short_loopback[0] = 1;  // says loopback, carries an IPv4 address's length
+  EXPECT_NE(refusal(packed({{short_loopback, kTcpTransportChecksum, 2}}), own).find("TCP entry"), std::string::npos);
+  EXPECT_NE(refusal(packed({{ipv4, kTcpTransportChecksum, 0}}), own).find("TCP entry"), std::string::npos);
+
+  // cma with a zero-length interface address: UCX hands cma a NULL address (the crash).
+  EXPECT_NE(refusal(packed({{{7, 7, 7, 7, 7, 7, 7, 7}, cma, 0}}), own).find("never packs"), std::string::npos);
+  EXPECT_EQ(refusal(packed({{{7, 7, 7, 7, 7, 7, 7, 7}, cma, 8}}), own), "");
+  // A transport we do not run: only its bounds matter.
+  EXPECT_EQ(refusal(packed({{{1, 2, 3}, 0x4242, 0}}), own), "");
+}
+
+TEST(AddressLayout, AProducerSurvivesEverySingleBitFlipAndRandomByteOfALiveAddress) {
+  // Each mutation goes to a real ucp_ep_create in a child process; the child says which it is
+  // trying, so a crash names its mutation and the run goes on from the next one.
+  for (const char* detect_failure : {"0", "1"}) {
+    std::size_t next = 0, total = 0, accepted = 0, refused = 0;
+    std::vector<std::string> crashes;
+    bool original_accepted = false;
+    for (int run = 0; run < 64; ++run) {
+      testing_support::ChildProcess peer({MODELCAST_ADDRESS_MUTATION_PEER, std::to_string(next), "400", "7",
+                                          detect_failure});
+      int status = peer.wait();
+      std::string last_try;
+      for (const auto& line : peer.lines()) {
+        if (line.rfind("mutations ", 0) == 0) total = std::stoul(line.substr(10));
+        if (line.rfind("try ", 0) == 0) last_try = line.substr(4);
+        if (line.rfind("ok ", 0) == 0) ++accepted;
+        if (line.rfind("refused ", 0) == 0) ++refused;
+        original_accepted |= line == "ok original";
+      }
+      if (status == 0) break;
+      ASSERT_FALSE(last_try.empty() || last_try == "original") << "the peer failed before any mutation: " << status;
+      crashes.push_back(last_try + " (status " + std::to_string(status) + ")");
+      next = std::stoul(last_try) + 1;
+    }
+    EXPECT_TRUE(original_accepted);
+    EXPECT_TRUE(crashes.empty()) << "detect_failure=" << detect_failure << ": " << crashes.size()
+                                 << " mutations killed the producer side, first: " << crashes.front();
+    EXPECT_EQ(accepted + refused, total + 1);  // every mutation answered, and the original
+    EXPECT_GT(refused, 50u);  // the check and UCX both answered some
+    RecordProperty(std::string("accepted_") + detect_failure, static_cast<int>(accepted));
+  }
+}
+
+}  // namespace
+}  // namespace modelcast::transport
