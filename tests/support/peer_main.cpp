@@ -5,6 +5,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <random>
+#include <memory>
+#include <algorithm>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -106,6 +110,58 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
   return status;
 }
 
+// Consumers stopped at random points of transfers: each cycle starts a consumer, waits for its
+// first version, then stops it a random 0 to `within_ms` ms later while the producer goes on
+// publishing, so the next version is usually arriving. Odd cycles destroy it while a view still
+// holds its transport (the progress thread then outlives the receive buffers: the case that
+// crashed), even ones after dropping the view. The last consumer is left to the process exit.
+// Prints "stopped I" per cycle and "rss_kib N" after cycles/10 and after the last.
+std::size_t resident_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  std::size_t value = 0;
+  while (status >> key) {
+    if (key == "VmRSS:" && status >> value) return value;
+  }
+  return 0;
+}
+
+int run_stopper(const std::string& endpoint, const std::string& name, int cycles, int within_ms, std::uint64_t seed) {
+  std::mt19937_64 random(seed);
+  auto options_for = [&](int cycle) {
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = endpoint;
+    options.model_name = "test";
+    options.consumer_name = name + "-" + std::to_string(cycle);
+    return options;
+  };
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    auto consumer = std::make_unique<modelcast::Consumer>(options_for(cycle));
+    auto view = consumer->wait_for_version(1, 60s);
+    if (!view) {
+      say("timeout cycle " + std::to_string(cycle) + ": " + consumer->stats().last_error);
+      return 2;
+    }
+    // Not a synchronisation: the random point of the next transfer where this consumer stops.
+    std::this_thread::sleep_for(std::chrono::microseconds(random() % (1000 * static_cast<std::uint64_t>(within_ms) + 1)));
+    if (cycle % 2 == 1) {
+      consumer.reset();
+      view = {};
+    } else {
+      view = {};
+      consumer.reset();
+    }
+    say("stopped " + std::to_string(cycle));
+    if (cycle + 1 == std::max(1, cycles / 10)) say("rss_kib " + std::to_string(resident_kib()));
+  }
+  say("rss_kib " + std::to_string(resident_kib()));
+  modelcast::Consumer last(options_for(cycles));
+  if (!last.wait_for_version(1, 60s)) return 2;
+  std::this_thread::sleep_for(std::chrono::microseconds(random() % (1000 * static_cast<std::uint64_t>(within_ms) + 1)));
+  say("exiting");
+  return 0;
+}
+
 int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib,
                  std::size_t wait_consumers, const Keys& keys, const Tuning& tuning) {
   modelcast::ProducerOptions options;
@@ -183,6 +239,9 @@ int main(int argc, char** argv) {
   Keys keys;
   consumer->add_option("--key-file", keys.key_file);
   consumer->add_option("--producer-key", keys.producer_key);
+  int stop_cycles = 0, stop_within_ms = 50;
+  consumer->add_option("--stop-cycles", stop_cycles, "stop consumers at random points instead (run_stopper)");
+  consumer->add_option("--stop-within-ms", stop_within_ms);
   auto* producer = app.add_subcommand("producer");
   producer->add_option("--endpoint", endpoint)->required();
   producer->add_option("--versions", versions);
@@ -199,6 +258,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
+    if (*consumer && stop_cycles > 0) return run_stopper(endpoint, name, stop_cycles, stop_within_ms, seed);
     if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys);
     return run_producer(endpoint, versions, seed, kib, wait_consumers, keys, tuning);
   } catch (const modelcast::Error& e) {

@@ -13,14 +13,18 @@ constexpr std::size_t kRegionHeader = 16;           // address, length
 }  // namespace
 
 UcxRegion::~UcxRegion() {
-  worker_.run([this] { ucp_mem_unmap(worker_.context(), memh_); });
+  worker_.run([this] {
+    if (quiesce_) quiesce_(memh_);  // no operation writes into the region after this
+    ucp_mem_unmap(worker_.context(), memh_);
+  });
 }
 
 UcxRemoteRegion::~UcxRemoteRegion() {
   worker_.post([rkey = rkey_] { ucp_rkey_destroy(rkey); });
 }
 
-std::unique_ptr<UcxRegion> map_region(UcxWorker& worker, void* base, std::size_t length, MemoryLocation location) {
+std::unique_ptr<UcxRegion> map_region(UcxWorker& worker, void* base, std::size_t length, MemoryLocation location,
+                                      UcxRegion::Quiesce quiesce) {
   ucp_mem_h memh = worker.run([&] {
     ucp_mem_map_params_t mp{};
     mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
@@ -34,7 +38,7 @@ std::unique_ptr<UcxRegion> map_region(UcxWorker& worker, void* base, std::size_t
     }
     return handle;
   });
-  return std::make_unique<UcxRegion>(worker, memh, base, length, location);
+  return std::make_unique<UcxRegion>(worker, memh, base, length, location, std::move(quiesce));
 }
 
 std::vector<std::byte> pack_region(ucp_context_h context, const UcxRegion& region) {

@@ -3,10 +3,12 @@
 // travels as: its address and length and UCX's packed remote key, sealed like worker addresses.
 //
 // Threads: mapping, unmapping and key destruction run on the worker's progress thread (through
-// UcxWorker::run/post); a region must not outlive the worker.
+// UcxWorker::run/post); a region must not outlive the worker. Its destructor first runs `quiesce`
+// there: once it returns nothing UCX does writes into the memory, so the owner may free it.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -18,8 +20,11 @@ namespace modelcast::transport {
 
 class UcxRegion final : public MemoryRegion {
  public:
-  UcxRegion(UcxWorker& worker, ucp_mem_h memh, void* base, std::size_t length, MemoryLocation location)
-      : worker_(worker), memh_(memh), base_(static_cast<std::byte*>(base)), length_(length), location_(location) {}
+  using Quiesce = std::function<void(ucp_mem_h)>;  // progress thread, before ucp_mem_unmap
+  UcxRegion(UcxWorker& worker, ucp_mem_h memh, void* base, std::size_t length, MemoryLocation location,
+            Quiesce quiesce)
+      : worker_(worker), memh_(memh), base_(static_cast<std::byte*>(base)), length_(length), location_(location),
+        quiesce_(std::move(quiesce)) {}
   ~UcxRegion() override;
   std::byte* base() const override { return base_; }
   std::size_t length() const override { return length_; }
@@ -32,6 +37,7 @@ class UcxRegion final : public MemoryRegion {
   std::byte* base_;
   std::size_t length_;
   MemoryLocation location_;
+  Quiesce quiesce_;
 };
 
 class UcxRemoteRegion final : public RemoteRegion {
@@ -53,7 +59,8 @@ class UcxRemoteRegion final : public RemoteRegion {
 };
 
 // Maps [base, base+length) at `location` with the worker's context. Throws Error(kTransport).
-std::unique_ptr<UcxRegion> map_region(UcxWorker& worker, void* base, std::size_t length, MemoryLocation location);
+std::unique_ptr<UcxRegion> map_region(UcxWorker& worker, void* base, std::size_t length, MemoryLocation location,
+                                      UcxRegion::Quiesce quiesce = {});
 
 // Progress thread: the sealed descriptor of `region`. Throws Error(kTransport).
 std::vector<std::byte> pack_region(ucp_context_h context, const UcxRegion& region);

@@ -1,8 +1,11 @@
 #include "transports/ucx/ucx_transport.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <optional>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -69,7 +72,7 @@ class UcxTransport final : public Transport {
       throw Error(ErrorCode::kTransport, "this UCX build cannot register " +
                                              std::string(memory_kind_name(location.kind)) + " memory");
     }
-    return map_region(worker_, base, length, location);
+    return map_region(worker_, base, length, location, [this](ucp_mem_h memh) { quiesce(memh); });
   }
 
   std::vector<std::byte> address() const override { return address_; }
@@ -113,12 +116,13 @@ class UcxTransport final : public Transport {
     auto memh = static_cast<const UcxRegion&>(region).memh();
     std::byte* buffer = region.base() + offset;
     worker_.post([=, this, done = std::move(done)]() mutable {
+      if (worker_.halted()) return done({false, kHalted});
       auto it = peers_.find(peer);
       if (it == peers_.end()) return done({false, "peer " + std::to_string(peer) + " is not connected"});
       auto param = make_param(id, memh);
       param.cb.send = &UcxTransport::on_send_done;
       track(id, peer, std::move(done), ucp_tag_send_nbx(it->second.ep, buffer, length, tag, &param),
-            param.user_data);
+            param.user_data, memh, false);
     });
     return id;
   }
@@ -130,10 +134,12 @@ class UcxTransport final : public Transport {
     auto memh = static_cast<const UcxRegion&>(region).memh();
     std::byte* buffer = region.base() + offset;
     worker_.post([=, this, done = std::move(done)]() mutable {
+      if (worker_.halted()) return done({false, kHalted});
       auto param = make_param(id, memh);
       param.cb.recv = &UcxTransport::on_recv_done;
       track(id, 0, std::move(done),
-            ucp_tag_recv_nbx(worker_.worker(), buffer, length, tag, ~ucp_tag_t{0}, &param), param.user_data);
+            ucp_tag_recv_nbx(worker_.worker(), buffer, length, tag, ~ucp_tag_t{0}, &param), param.user_data,
+            memh, true);
     });
     return id;
   }
@@ -170,12 +176,13 @@ class UcxTransport final : public Transport {
     ucp_rkey_h rkey = remote.rkey();
     std::uint64_t address = remote.address() + source_offset;
     worker_.post([=, this, done = std::move(done)]() mutable {
+      if (worker_.halted()) return done({false, kHalted});
       auto it = peers_.find(peer);
       if (it == peers_.end()) return done({false, "peer " + std::to_string(peer) + " is not connected"});
       auto param = make_param(id, memh);
       param.cb.send = &UcxTransport::on_send_done;
       track(id, peer, std::move(done), ucp_get_nbx(it->second.ep, buffer, length, address, rkey, &param),
-            param.user_data);
+            param.user_data, memh, true);
     });
     return id;
   }
@@ -189,6 +196,8 @@ class UcxTransport final : public Transport {
   }
 
  private:
+  static constexpr const char* kHalted = "UCX transport halted: a transfer could not be stopped before its memory went";
+
   struct ErrorContext {
     UcxTransport* self;
     PeerId peer;
@@ -207,6 +216,8 @@ class UcxTransport final : public Transport {
     PeerId peer;
     Completion done;
     std::unique_ptr<CallbackContext> context;
+    ucp_mem_h memh;  // the region the operation reads (a send) or writes (a receive, a read)
+    bool writes;
   };
 
   void require_one_sided() const {
@@ -223,14 +234,15 @@ class UcxTransport final : public Transport {
     return param;
   }
 
-  void track(TransferId id, PeerId peer, Completion done, ucs_status_ptr_t request, void* user_data) {
+  void track(TransferId id, PeerId peer, Completion done, ucs_status_ptr_t request, void* user_data, ucp_mem_h memh,
+             bool writes) {
     std::unique_ptr<CallbackContext> context(static_cast<CallbackContext*>(user_data));
     if (request == nullptr) {
       done({true, {}});
     } else if (UCS_PTR_IS_ERR(request)) {
       done({false, ucs_status_string(UCS_PTR_STATUS(request))});
     } else {
-      in_flight_.emplace(id, InFlight{request, peer, std::move(done), std::move(context)});
+      in_flight_.emplace(id, InFlight{request, peer, std::move(done), std::move(context), memh, writes});
     }
   }
 
@@ -292,7 +304,49 @@ class UcxTransport final : public Transport {
     });
   }
 
+  bool in_use(ucp_mem_h memh) const {
+    return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const auto& t) { return t.second.memh == memh; });
+  }
+
+  // Progress thread, from ~UcxRegion before ucp_mem_unmap; never from a UCX callback. When it
+  // returns, UCX neither reads nor writes the region: its owner may free the memory. UCX 1.13
+  // cancels only receives not yet matched; a matched rendezvous receive keeps landing until its
+  // last byte or until its (UCX-internal) endpoint fails, and a send ends only when it completes
+  // or its endpoint is closed by force. So: cancel the receives, close by force the endpoints
+  // with sends from the region, and progress until nothing uses it. Past release_timeout
+  // (a stalled or dead peer) the worker is halted: never progressed again, so nothing moves.
+  void quiesce(ucp_mem_h memh) {
+    // Collected first: a cancel or a close may complete synchronously and erase from in_flight_.
+    std::vector<void*> receives;
+    std::set<PeerId> receivers;
+    for (const auto& [id, transfer] : in_flight_) {
+      if (transfer.memh != memh) continue;
+      if (transfer.writes) {
+        receives.push_back(transfer.request);
+      } else {
+        receivers.insert(transfer.peer);
+      }
+    }
+    if (receives.empty() && receivers.empty()) return;
+    for (void* request : receives) ucp_request_cancel(worker_.worker(), request);
+    for (PeerId peer : receivers) close_peer(peer);
+    if (worker_.halted()) return;
+    auto deadline = std::chrono::steady_clock::now() + options_.release_timeout;
+    while (in_use(memh)) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        log_->error("transfers still using a region being released after {} ms: halting this UCX worker",
+                    options_.release_timeout.count());
+        worker_.halt();
+        return;
+      }
+      ucp_worker_progress(worker_.worker());
+      reap_closing();
+    }
+  }
+
   void shutdown_in_progress_thread() {
+    // Regions do not outlive their transport, so each has been quiesced by now.
+    if (worker_.halted()) return;  // never progressed again; destroy() leaks it
     // Collect first: a cancel may complete synchronously and erase from in_flight_.
     std::vector<void*> requests;
     for (auto& [id, transfer] : in_flight_) requests.push_back(transfer.request);
@@ -300,7 +354,7 @@ class UcxTransport final : public Transport {
     std::vector<PeerId> peers;
     for (auto& [id, peer] : peers_) peers.push_back(id);
     for (auto id : peers) close_peer(id);
-    // Bounded: cancellation and forced close complete locally, without the peer.
+    // Bounded: a forced close ends its endpoint's sends locally, without the peer.
     for (int i = 0; i < 100000 && (!in_flight_.empty() || !closing_.empty()); ++i) {
       ucp_worker_progress(worker_.worker());
       reap_closing();

@@ -3,6 +3,7 @@
 // UCX_TLS and UCX_NET_DEVICES apply as usual.
 #pragma once
 
+#include <chrono>
 #include <memory>
 
 #include "transports/transport.h"
@@ -24,6 +25,9 @@ struct UcxOptions {
   // which a producer's endpoint to a dead consumer on its host always has (they never end).
   // A UCX_PROTO_INDIRECT_ID in the environment wins over either.
   bool indirect_endpoint_ids = false;
+  // How long destroying a region waits for receives/reads still writing into it (a matched
+  // rendezvous receive cannot be cancelled in UCX 1.13); past it the worker is halted.
+  std::chrono::milliseconds release_timeout{5000};
 };
 
 // Throws Error(kTransport) if UCX cannot be initialised.

@@ -41,6 +41,11 @@ UcxWorker::~UcxWorker() { destroy(); }
 
 void UcxWorker::destroy() {
   stop();
+  if (halted_) {
+    worker_ = nullptr;  // leaked on purpose: see destroy() in the header
+    context_ = nullptr;
+    return;
+  }
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
   if (context_ != nullptr) ucp_cleanup(context_);
   worker_ = nullptr;
@@ -64,6 +69,7 @@ void UcxWorker::post(std::function<void()> command) {
     std::lock_guard lock(commands_mutex_);
     commands_.push_back(std::move(command));
   }
+  commands_ready_.notify_one();
   ucp_worker_signal(worker_);
 }
 
@@ -80,6 +86,11 @@ void UcxWorker::progress_loop() {
     }
     for (auto& command : commands) command();
     if (stopping_) break;
+    if (halted_) {
+      std::unique_lock lock(commands_mutex_);
+      commands_ready_.wait(lock, [this] { return !commands_.empty() || stopping_; });
+      continue;
+    }
     unsigned progressed = ucp_worker_progress(worker_);
     if (hooks_.after_progress) hooks_.after_progress();
     if (progressed != 0 || !commands.empty()) {

@@ -9,6 +9,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -41,10 +42,13 @@ class UcxWorker {
   void start(Hooks hooks);
   // Runs at_shutdown on the progress thread and joins it. Idempotent.
   void stop();
-  // stop(), then destroys the worker and the context. Requests UCX still holds (sends to a dead
-  // peer on shared memory can stay pending) complete now, on the calling thread, so the owner
-  // calls this while the state their callbacks touch still exists. Idempotent.
+  // stop(), then destroys the worker and the context. A halted worker is leaked instead: UCX 1.13
+  // asserts (ucp_ep_destroy_base) on an endpoint still tracking a matched rendezvous receive.
   void destroy();
+  // Progress thread: never call ucp_worker_progress again (commands still run), so nothing
+  // arrives or completes any more. For receives that cannot be stopped before their memory goes.
+  void halt() { halted_ = true; }
+  bool halted() const { return halted_; }
 
   ucp_context_h context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
@@ -70,7 +74,9 @@ class UcxWorker {
   ucp_worker_h worker_ = nullptr;
   Hooks hooks_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> halted_{false};
   std::mutex commands_mutex_;
+  std::condition_variable commands_ready_;  // wakes a halted progress thread
   std::vector<std::function<void()>> commands_;  // guarded by commands_mutex_
   std::thread thread_;
 };
