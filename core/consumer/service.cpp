@@ -197,7 +197,10 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   });
   bool new_producer = reply.incarnation != link_.incarnation();
   link_.joined(reply, Clock::now());
-  if (new_producer) rejected_.clear();  // version numbers restart with a new producer
+  if (new_producer) {  // version numbers restart with a new producer
+    rejected_.clear();
+    rejections_in_a_row_ = 0;
+  }
   newest_announced_ = reply.latest_version;
   log_->info("joined model '{}' at {} over {} ({}; latest version {})", options_.model_name,
              options_.producer_endpoint, reply.transport, delivery_path_name(reply.path), reply.latest_version);

@@ -139,7 +139,13 @@ class ConsumerService {
   std::unique_ptr<DeviceLanding> landing_;  // device consumers only; service thread only
   FetchClient fetch_;        // service thread only
   VerifierPolicy policy_;    // immutable after construction
-  std::set<std::uint64_t> rejected_;   // service thread only
+  // Service thread only: versions refused (the newest kMaxRemembered), the version the fetch in
+  // flight asked for, and the refusals since the last install (reject() says why).
+  static constexpr std::size_t kMaxRemembered = 1024;
+  static constexpr std::chrono::seconds kMaxRejectBackoff{5};
+  std::set<std::uint64_t> rejected_;
+  std::uint64_t asked_for_ = 0;
+  unsigned rejections_in_a_row_ = 0;
   std::uint64_t newest_announced_ = 0;
   Clock::time_point retry_fetch_after_{};
   const std::uint64_t session_ = random_session();

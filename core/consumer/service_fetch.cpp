@@ -35,7 +35,8 @@ void ConsumerService::maybe_fetch() {
   // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
   // asking the producer again and again.
   if (now < retry_fetch_after_ || !store_.buffer_available() || (landing_ && !landing_->available())) return;
-  link_.send(fetch_.begin(link_.incarnation(), newest_announced_, now));
+  asked_for_ = newest_announced_;
+  link_.send(fetch_.begin(link_.incarnation(), asked_for_, now));
 }
 
 void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
@@ -57,6 +58,10 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
   const Manifest& manifest = reply.manifest;
   std::shared_ptr<detail::ReceiveBuffer> buffer;
   try {
+    if (manifest.version != asked_for_) {
+      throw Error(ErrorCode::kProtocol, "asked for version " + std::to_string(asked_for_) +
+                                            ", the producer answered with version " + std::to_string(manifest.version));
+    }
     check_reply(policy_, reply);
     buffer = store_.take_buffer(manifest.total_bytes);
     // Device buffers are hashed on the device, with pmix64 only.
@@ -146,6 +151,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     s.last_update_latency = installed->update_latency;
   });
   store_.install(installed);
+  rejections_in_a_row_ = 0;
   send_ack(m, done->fetch_id, true, {});
   log_->debug("installed version {} (step {})", m.version, m.step);
   if (options_.on_update) options_.on_update(ModelView(installed));
@@ -162,8 +168,15 @@ std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch
 }
 
 // Counted and reported before the ack: the ack is what the outside world sees first.
+// What is remembered is the version we asked for: a producer that answers with a manifest of
+// another version (rogue, or a relay that mixes models) would otherwise be asked again at once,
+// for ever. Rejections in a row back off, doubling from one tick to kMaxRejectBackoff.
 void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error) {
-  rejected_.insert(manifest.version);
+  rejected_.insert(asked_for_);
+  while (rejected_.size() > kMaxRemembered) rejected_.erase(rejected_.begin());
+  rejections_in_a_row_ = std::min(rejections_in_a_row_ + 1, 16u);
+  retry_fetch_after_ = Clock::now() + std::min<Clock::duration>(tick() * (1u << (rejections_in_a_row_ - 1)),
+                                                                kMaxRejectBackoff);
   fetch_.forget();
   count([](ConsumerStats& s) { s.versions_rejected++; });
   report(error);

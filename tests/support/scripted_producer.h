@@ -29,7 +29,9 @@ class ScriptedProducer {
   // With a signer, its sockets are CurveZMQ servers under that key and every manifest is signed.
   explicit ScriptedProducer(const modelcast::security::ManifestSigner* signer = nullptr)
       : signer_(signer),
-        transport_(modelcast::transport::make_ucx_transport()),
+        // It sends each version's chunks whether or not the consumer took the version, so a
+        // refused one leaves sends that never end: released after 1 s, not the default 5.
+        transport_(modelcast::transport::make_ucx_transport({.release_timeout = std::chrono::milliseconds(1000)})),
         router_(context_, zmq::socket_type::router),
         publisher_(context_, zmq::socket_type::pub),
         model_(testmodel::make(256)) {
@@ -120,7 +122,18 @@ class ScriptedProducer {
     }
   }
 
+  // Announces `version` until the consumer asks for it; a fetch of an older version (asked
+  // before the announcement arrived) is refused as the real producer refuses it: not held.
   protocol::FetchRequest await_fetch(std::uint64_t version) {
+    for (;;) {
+      auto fetch = next_fetch_announcing(version);
+      if (fetch.version == version) return fetch;
+      reply(protocol::FetchReply{false, protocol::Refusal::kNotHeld, "superseded", fetch.fetch_id, 0, false, {}, {}, {}});
+    }
+  }
+
+  // Announces `version` until the consumer sends a fetch, of whatever version, and returns it.
+  protocol::FetchRequest next_fetch_announcing(std::uint64_t version) {
     for (;;) {
       announce(version);
       zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
