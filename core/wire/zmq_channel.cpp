@@ -1,6 +1,7 @@
 #include "core/wire/zmq_channel.h"
 
 #include <sys/socket.h>
+#include <arpa/inet.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -34,8 +35,14 @@ std::string announce_bind_endpoint(const std::string& control_endpoint) {
 bool is_local_endpoint(const std::string& endpoint) {
   if (endpoint.rfind("ipc://", 0) == 0) return true;
   if (endpoint.rfind("tcp://", 0) != 0) return false;
-  std::string host = endpoint.substr(6, endpoint.rfind(':') - 6);
-  return host.rfind("127.", 0) == 0 || host == "localhost" || host == "[::1]";
+  auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon < 6) return false;
+  std::string host = endpoint.substr(6, colon - 6);
+  if (host == "localhost" || host == "[::1]") return true;
+  // A literal IPv4 address in 127.0.0.0/8, read by inet_pton: a prefix test would take a host
+  // name such as 127.0.0.1.example.com for loopback.
+  in_addr v4{};
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
 void check_ipc_endpoint_free(const std::string& endpoint) {

@@ -3,6 +3,7 @@
 #include <msgpack.hpp>
 
 #include "core/wire/protocol.h"
+#include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
 #include "join_request.h"
 
@@ -190,6 +191,18 @@ TEST(Codec, RandomBytesNeverEscapeAsAnythingButProtocolErrors) {
     } catch (const Error& e) {
       ASSERT_EQ(e.code(), ErrorCode::kProtocol);
     }
+  }
+}
+
+// Plaintext control planes are allowed only where they reach this machine alone.
+TEST(LocalEndpoint, IsExactlyLoopbackOrIpc) {
+  for (const char* local : {"ipc:///tmp/x.sock", "tcp://127.0.0.1:7000", "tcp://127.255.0.9:1", "tcp://localhost:7",
+                            "tcp://[::1]:7000"}) {
+    EXPECT_TRUE(wire::is_local_endpoint(local)) << local;
+  }
+  for (const char* remote : {"tcp://127.0.0.1.attacker.example:7000", "tcp://127.evil:7000", "tcp://1270.0.0.1:7",
+                             "tcp://10.0.0.5:7000", "tcp://128.0.0.1:7000", "tcp://127.0.0.1", "inproc://x"}) {
+    EXPECT_FALSE(wire::is_local_endpoint(remote)) << remote;
   }
 }
 
