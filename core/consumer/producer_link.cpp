@@ -62,10 +62,8 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
   dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   dealer_->set(zmq::sockopt::linger, 0);
   dealer_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::DecodeLimits{}.max_message_bytes));
-  if (pinned_) {
-    security::make_curve_client(*dealer_, *pinned_, own_);
-    watch_handshakes();
-  }
+  if (pinned_) security::make_curve_client(*dealer_, *pinned_, own_);
+  watch_handshakes();
   dealer_->connect(endpoint_);
   wire::send(*dealer_, request);
   joined_ = false;
@@ -106,8 +104,9 @@ bool ProducerLink::join_due(Clock::time_point now) const {
 
 void ProducerLink::send(const protocol::Message& message) { wire::send(*dealer_, message); }
 
-// A CurveZMQ handshake that fails (the wrong producer on the endpoint, or this consumer's key
-// not admitted) is otherwise silent: ZeroMQ just retries. The monitor makes it an error.
+// A handshake that fails (the wrong producer on the endpoint, this consumer's key not admitted,
+// or a keyless consumer at a producer that has keys) is otherwise silent: ZeroMQ just retries.
+// The monitor makes it an error.
 void ProducerLink::watch_handshakes() {
   static std::atomic<std::uint64_t> next_monitor{0};
   std::string address = "inproc://modelcast-handshakes-" + std::to_string(next_monitor++);
@@ -131,10 +130,19 @@ std::pair<std::size_t, std::optional<std::string>> ProducerLink::failed_handshak
     failures++;
     if (handshake_reported_) continue;
     handshake_reported_ = true;
-    report = "handshake with " + endpoint_ + " failed: " +
-             (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH
-                  ? "the producer did not admit this consumer's key (status " + std::to_string(value) + ")"
-                  : std::string("the peer is not the producer whose key is pinned, or speaks no CurveZMQ"));
+    std::string why;
+    if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+      why = "the producer did not admit this consumer's key (status " + std::to_string(value) + ")";
+    } else if (!pinned_) {
+      // ZeroMQ reports a NULL client meeting a CURVE server in more than one way (a mechanism
+      // mismatch, or an unexpected command): either way the peer is not a plaintext producer.
+      why = "the peer speaks no plaintext ZeroMQ: the producer there most likely uses keys (CurveZMQ) and this "
+            "consumer has none; set producer_public_key to the producer's public key, and key_file to a key the "
+            "producer admits (protocol status " + std::to_string(value) + ")";
+    } else {
+      why = "the peer is not the producer whose key is pinned, or speaks no CurveZMQ";
+    }
+    report = "handshake with " + endpoint_ + " failed: " + why;
   }
   return {failures, report};
 }

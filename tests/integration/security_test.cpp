@@ -180,6 +180,24 @@ TEST_F(Secured, AConsumerPinningAnotherKeyOrNotAdmittedGetsNothingAndIsToldWhy) 
   EXPECT_EQ(p.producer->stats().consumers, 1u);
 }
 
+// A consumer given no keys, pointed at a producer that has them, once waited for ever and said
+// nothing: the handshake fails inside ZeroMQ, which only retries. It now says why.
+TEST_F(Secured, AKeylessConsumerOfAKeyedProducerIsToldItNeedsKeys) {
+  TestProducer p(256, producer_options());
+  ErrorLog log;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  options.on_error = log.callback();
+  modelcast::Consumer keyless(options);
+  auto error = log.wait_for(ErrorCode::kAuthentication);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("uses keys"), std::string::npos) << *error;
+  EXPECT_NE(error->find("producer_public_key"), std::string::npos) << *error;
+  EXPECT_GE(keyless.stats().failed_handshakes, 1u);
+  EXPECT_EQ(p.producer->stats().consumers, 0u);
+}
+
 TEST_F(Secured, APlaintextImpostorOnTheEndpointIsNotTrusted) {
   TestProducer impostor(256);  // no key: plaintext, unsigned
   ErrorLog log;
