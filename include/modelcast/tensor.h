@@ -7,8 +7,10 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
+#include "modelcast/error.h"
 #include "modelcast/types.h"
 
 namespace modelcast {
@@ -48,10 +50,33 @@ struct TensorView {
   std::span<const std::byte> bytes() const noexcept {
     return {static_cast<const std::byte*>(data), size_bytes()};
   }
-  // Typed access for host tensors; the caller picks T matching dtype().
+  // Typed access for host tensors. T must match dtype(): double f64, float f32, std::int64_t,
+  // int32_t, int16_t, int8_t, std::uint8_t u8, bool; std::uint16_t reads f16 and bf16 as raw
+  // bits. Throws Error(kInvalidArgument) naming the tensor and both dtypes otherwise (reading an
+  // f32 tensor as double would give garbage and half the element count).
   template <typename T>
-  std::span<const T> as() const noexcept {
+  std::span<const T> as() const {
+    if (!reads_as<T>(dtype())) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + name() + "' is " + std::string(dtype_name(dtype())) +
+                                                   ": as<T>() needs the matching T (see tensor.h)");
+    }
     return {static_cast<const T*>(data), size_bytes() / sizeof(T)};
+  }
+
+ private:
+  template <typename T>
+  static constexpr bool reads_as(DType dtype) noexcept {
+    using U = std::remove_cv_t<T>;
+    if constexpr (std::is_same_v<U, double>) return dtype == DType::kF64;
+    if constexpr (std::is_same_v<U, float>) return dtype == DType::kF32;
+    if constexpr (std::is_same_v<U, std::uint16_t>) return dtype == DType::kF16 || dtype == DType::kBF16;
+    if constexpr (std::is_same_v<U, std::int64_t>) return dtype == DType::kI64;
+    if constexpr (std::is_same_v<U, std::int32_t>) return dtype == DType::kI32;
+    if constexpr (std::is_same_v<U, std::int16_t>) return dtype == DType::kI16;
+    if constexpr (std::is_same_v<U, std::int8_t>) return dtype == DType::kI8;
+    if constexpr (std::is_same_v<U, std::uint8_t>) return dtype == DType::kU8;
+    if constexpr (std::is_same_v<U, bool>) return dtype == DType::kBool;
+    return false;
   }
 };
 

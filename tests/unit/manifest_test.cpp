@@ -5,6 +5,7 @@
 #include "common/digest.h"
 #include "core/model/manifest.h"
 #include "modelcast/error.h"
+#include "modelcast/tensor.h"
 
 namespace modelcast {
 namespace {
@@ -161,6 +162,30 @@ TEST(DType, NamesAndSizesRoundTrip) {
 
 namespace modelcast {
 namespace {
+
+// as<T>() once reinterpreted whatever it was given: as<double>() of an f32 tensor read garbage
+// and half the elements.
+TEST(TensorView, TypedAccessChecksTheDtype) {
+  float weights[4] = {1, 2, 3, 4};
+  TensorSpec spec{"fc.weight", DType::kF32, {2, 2}};
+  TensorView view{&spec, weights};
+  auto typed = view.as<float>();
+  ASSERT_EQ(typed.size(), 4u);
+  EXPECT_EQ(typed[3], 4.0f);
+  try {
+    (void)view.as<double>();
+    FAIL() << "read an f32 tensor as double";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'fc.weight' is f32"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)view.as<std::int32_t>(), Error);
+  std::uint16_t halves[2] = {0x3c00, 0x4000};
+  TensorSpec half{"h", DType::kBF16, {2}};
+  TensorView half_view{&half, halves};
+  EXPECT_EQ(half_view.as<std::uint16_t>().size(), 2u);
+  EXPECT_THROW((void)half_view.as<std::int16_t>(), Error);
+}
 
 TEST(StreamingDigests, EqualOneShotDigestsHoweverThePrefixAdvances) {
   std::uint64_t total = 0;
