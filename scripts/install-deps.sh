@@ -21,7 +21,8 @@ packages=(
   libsystemd-dev                  # modelcastd: sd_notify (systemd Type=notify)
   libcpp-httplib-dev              # modelcastd: ops HTTP endpoint and hooks
   prometheus-cpp-dev              # modelcastd: /metrics
-  iproute2                        # network-namespace test across two "hosts"
+  iproute2                        # network-namespace tests across two "hosts"; tbf for rate and delay
+  nftables                        # the lossy two-host test: random packet loss (numgen), no sch_netem needed
   # fuzz/ (libFuzzer targets, fuzz/run.sh): clang's -fsanitize=fuzzer,address,undefined. The
   # fuzzer and sanitizer runtimes (libclang_rt.fuzzer*.a, asan, ubsan) are in libclang-rt-14-dev,
   # which clang-14 only recommends, so it is listed; libfuzzer-14-dev is not needed.
