@@ -181,10 +181,26 @@ bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetc
 FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const protocol::Ack& ack,
                                             const std::string& consumer_name, Clock::time_point now) {
   AckOutcome outcome;
+  if (ack.incarnation != incarnation_) return outcome;
   auto consumer = fetches_.find(routing_id);
-  if (consumer == fetches_.end() || ack.incarnation != incarnation_) return outcome;
+  if (consumer == fetches_.end() || consumer->second.count(ack.fetch_id) == 0) {
+    auto late = lapsed_.find(routing_id);
+    if (late == lapsed_.end()) return outcome;
+    auto fetch = late->second.find(ack.fetch_id);
+    if (fetch == late->second.end()) return outcome;
+    outcome.known = true;
+    outcome.ok = ack.ok;
+    outcome.after_lease = true;
+    if (ack.ok) {
+      outcome.delivery.version = fetch->second.version;
+      outcome.delivery.consumer = consumer_name;
+      outcome.delivery.bytes = fetch->second.bytes;
+      if (auto since = store_.since_publish(fetch->second.version, now)) outcome.delivery.since_publish = *since;
+    }
+    late->second.erase(fetch);
+    return outcome;
+  }
   auto it = consumer->second.find(ack.fetch_id);
-  if (it == consumer->second.end()) return outcome;
   Fetch fetch = std::move(it->second);
   consumer->second.erase(it);
   outcome.known = true;
@@ -220,6 +236,7 @@ bool FetchServer::serving(const std::string& routing_id) const {
 
 std::size_t FetchServer::drop(const std::string& routing_id) {
   parked_.erase(routing_id);
+  lapsed_.erase(routing_id);
   auto it = fetches_.find(routing_id);
   if (it == fetches_.end()) return 0;
   std::size_t undelivered = 0;
@@ -238,6 +255,9 @@ void FetchServer::expired(const SlotPool::Lease& lease) {
   std::erase_if(it->second, [&](auto& entry) {
     if (entry.second.lease_id != lease.id) return false;
     cancel(entry.second);
+    auto& lapsed = lapsed_[lease.holder];
+    lapsed[entry.first] = Lapsed{entry.second.version, entry.second.bytes};
+    if (lapsed.size() > kMaxLapsed) lapsed.erase(lapsed.begin());  // the oldest fetch id
     return true;
   });
 }

@@ -62,8 +62,9 @@ class FetchServer {
   bool on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok);
 
   struct AckOutcome {
-    bool known = false;  // the ack matched a fetch in flight
+    bool known = false;  // the ack matched a fetch in flight, or one whose lease lapsed
     bool ok = false;
+    bool after_lease = false;  // the fetch's lease had lapsed: the consumer got it all the same
     Delivery delivery;   // when ok
   };
   AckOutcome on_ack(const std::string& routing_id, const protocol::Ack& ack, const std::string& consumer_name,
@@ -78,7 +79,9 @@ class FetchServer {
   std::size_t drop(const std::string& routing_id);
   // Whether the consumer has a fetch under way (whose transfers may still be posted).
   bool serving(const std::string& routing_id) const;
-  // A lease lapsed (SnapshotStore::take_expired): abandons the fetch that held it.
+  // A lease lapsed (SnapshotStore::take_expired): abandons the fetch that held it, but keeps what
+  // its ack needs, so that a consumer that installs the version anyway (UCX went on sending)
+  // is counted as delivered, not as abandoned.
   void expired(const SlotPool::Lease& lease);
 
  private:
@@ -118,6 +121,13 @@ class FetchServer {
   std::set<std::uint64_t> upcoming_;
   std::map<std::string, protocol::FetchRequest> parked_;                 // by routing id: one each
   std::map<std::string, std::map<std::uint64_t, Fetch>> fetches_;       // routing id -> fetch id
+  // Fetches whose lease lapsed, awaiting a late ack: the newest kMaxLapsed of each consumer.
+  struct Lapsed {
+    std::uint64_t version = 0;
+    std::size_t bytes = 0;
+  };
+  static constexpr std::size_t kMaxLapsed = 8;
+  std::map<std::string, std::map<std::uint64_t, Lapsed>> lapsed_;       // routing id -> fetch id
 };
 
 }  // namespace modelcast::producer

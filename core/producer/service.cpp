@@ -229,7 +229,11 @@ void ProducerService::expire_leases() {
   if (expired.empty()) return;
   for (const auto& lease : expired) {
     auto* consumer = membership_.find(lease.holder);
-    log_->warn("lease of '{}' on version {} expired; its transfer is abandoned",
+    // Cancelling does not end UCX sends already under way: the slot may be written again while
+    // they read it, which the consumer sees as a torn version and refuses; or they finish first
+    // and the consumer installs the version, and its ack is then counted as a delivery.
+    log_->warn("lease of '{}' on version {} lapsed: the fetch is no longer waited for and its slot may be "
+               "reused (a late ack still counts)",
                consumer ? consumer->name : std::string("?"), lease.version);
     fetches_.expired(lease);
   }
@@ -388,8 +392,12 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
   });
   if (!outcome.known) return;
   if (!outcome.ok) {
-    log_->warn("consumer '{}' rejected version {}: {}", consumer->name, ack.version, ack.error);
+    log_->warn("consumer '{}' rejected version {}{}: {}", consumer->name, ack.version,
+               outcome.after_lease ? " (after its lease lapsed)" : "", ack.error);
     return;
+  }
+  if (outcome.after_lease) {
+    log_->info("consumer '{}' installed version {} after its lease lapsed", consumer->name, outcome.delivery.version);
   }
   if (options_.on_delivery) options_.on_delivery(outcome.delivery);
 }

@@ -4,6 +4,7 @@
 // make publish() wait on such a client.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -178,6 +179,37 @@ TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) 
   auto old = other.next<protocol::FetchReply>();
   EXPECT_FALSE(old.ok);
   EXPECT_EQ(old.refusal, protocol::Refusal::kNotHeld);
+}
+
+// A lease shorter than the transfer: the producer once logged "transfer abandoned" and counted
+// no delivery while UCX went on sending and the consumer installed the version. A consumer's ack
+// after the lapse now counts as a delivery (once), and an ack of a fetch that never was does not.
+TEST_F(HostileClientTest, AnAckAfterTheLeaseLapsedCountsAsADelivery) {
+  modelcast::ProducerOptions producer_options;
+  producer_options.lease_timeout = 200ms;
+  std::atomic<int> delivered{0};
+  producer_options.on_delivery = [&](const modelcast::Delivery& d) { delivered += d.version == 1 ? 1 : 100; };
+  TestProducer p(256, producer_options);
+  HostileClient client(context_, p.producer->control_endpoint());
+  auto joined = client.join("slow", ucx_->address());
+  ASSERT_TRUE(joined.ok) << joined.error;
+  p.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
+  client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
+  auto reply = client.next<protocol::FetchReply>();
+  ASSERT_TRUE(reply.ok) << reply.error;
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().leases_expired == 1; }));
+  EXPECT_EQ(p.producer->stats().fetches_in_flight, 0u);
+
+  client.send(protocol::Ack{joined.incarnation, 1, 99, true, ""});  // a fetch that never was
+  client.send(protocol::Ack{joined.incarnation, 1, 1, true, ""});
+  client.send(protocol::Ack{joined.incarnation, 1, 1, true, ""});  // and the same ack again
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().deliveries >= 1; }));
+  // The three acks were handled in order: a fourth message answered proves the last was seen.
+  client.send(protocol::FetchRequest{joined.incarnation, 0, 2});
+  (void)client.next<protocol::FetchReply>();
+  EXPECT_EQ(p.producer->stats().deliveries, 1u);
+  EXPECT_EQ(delivered.load(), 1);
 }
 
 // A consumer that joins again (the reply to its first join was slow, or it replaced its control

@@ -313,7 +313,7 @@ TEST(Stages, SeveralAnnouncedVersionsAllWaitForTheirPublication) {
   EXPECT_FALSE(p.server->start("consumer-2", &p.consumer, {kIncarnation, 3, 3}, Clock::now()));
 }
 
-TEST(Stages, AnExpiredLeaseAbandonsItsFetchAndFreesTheSlot) {
+TEST(Stages, AnExpiredLeaseAbandonsItsFetchAndFreesTheSlotAndALateAckStillCounts) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   p.publish(1);
@@ -325,8 +325,12 @@ TEST(Stages, AnExpiredLeaseAbandonsItsFetchAndFreesTheSlot) {
   EXPECT_EQ(expired[0].holder, p.consumer.routing_id);
   p.server->expired(expired[0]);
   EXPECT_EQ(p.store.reader_leases(), 0u);
+  // The consumer got the version all the same (UCX went on sending): its ack counts, once.
   auto late = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, 1, true, ""}, "c", now + 12s);
-  EXPECT_FALSE(late.known);
+  EXPECT_TRUE(late.known && late.ok && late.after_lease);
+  EXPECT_EQ(late.delivery.version, 1u);
+  EXPECT_FALSE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, 1, true, ""}, "c", now + 12s).known);
+  EXPECT_EQ(p.store.reader_leases(), 0u);
   // With the fetch gone, the consumer may ask again.
   auto again = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 2}, now + 12s);
   EXPECT_TRUE(again && again->ok);
