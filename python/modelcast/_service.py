@@ -2,6 +2,8 @@
 closing every live one at interpreter exit, stats, callback error counts, and ``with``."""
 
 import atexit
+import datetime
+import numbers
 import weakref
 
 from .errors import InvalidArgumentError
@@ -22,13 +24,29 @@ def check_callback(what, name, fn):
         raise InvalidArgumentError(f"{what}: {name} must be callable or None, not {type(fn).__name__}")
 
 
+def seconds(what, name, value):
+    """``value`` (int or float seconds, or a datetime.timedelta) as float seconds for the library,
+    which takes durations as float or timedelta only; InvalidArgumentError names ``name`` otherwise."""
+    if isinstance(value, datetime.timedelta):
+        value = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{what}: {name} is a duration in seconds (a number or a timedelta), "
+                                   f"not {type(value).__name__}")
+    if value < 0:
+        raise InvalidArgumentError(f"{what}: {name} must not be negative ({value} s)")
+    return float(value)
+
+
 def options_from(cls, kwargs, what):
-    """An options struct of class ``cls`` with ``kwargs`` set; InvalidArgumentError names an unknown one."""
+    """An options struct of class ``cls`` with ``kwargs`` set; InvalidArgumentError names an unknown one
+    and a duration (an option the library holds as a timedelta) that is no number of seconds."""
     options = cls()
     for key, value in kwargs.items():
         if key.startswith("_") or not hasattr(options, key):
             known = sorted(k for k in dir(options) if not k.startswith("_"))
             raise InvalidArgumentError(f"{what}: unknown option '{key}' (known: {', '.join(known)})")
+        if isinstance(getattr(options, key), datetime.timedelta):
+            value = seconds(what, key, value)
         setattr(options, key, value)
     return options
 

@@ -2,7 +2,7 @@
 
 from . import _core
 from ._dtypes import tensor_spec
-from ._service import Service, _live, check_callback, options_from
+from ._service import Service, _live, check_callback, options_from, seconds
 
 
 class Consumer(Service):
@@ -44,7 +44,7 @@ class Consumer(Service):
     def wait_for_version(self, version, timeout):
         """The newest ModelView once a version >= ``version`` is installed, or None after
         ``timeout`` seconds. Releases the GIL while waiting."""
-        return self._impl.wait_for_version(version, timeout)
+        return self._impl.wait_for_version(version, seconds("wait_for_version", "timeout", timeout))
 
     def close(self):
         """Stops the consumer. Views, arrays and tensors taken from it stay valid. Idempotent."""

@@ -2,7 +2,7 @@
 
 from . import _core
 from ._dtypes import describe_memory
-from ._service import Service, _live, check_callback, options_from
+from ._service import Service, _live, check_callback, options_from, seconds
 from .errors import InvalidArgumentError
 
 class Producer(Service):
@@ -78,7 +78,7 @@ class Producer(Service):
 
     def wait_for_consumers(self, count, timeout):
         """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released)."""
-        return self._impl.wait_for_consumers(count, timeout)
+        return self._impl.wait_for_consumers(count, seconds("wait_for_consumers", "timeout", timeout))
 
     @property
     def control_endpoint(self):

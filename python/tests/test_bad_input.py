@@ -92,6 +92,22 @@ def test_bad_endpoints_and_options():
         modelcast.TensorSpec("x", "f99", [1])
 
 
+def test_durations_take_int_and_float_seconds_and_timedelta(producer, endpoint):
+    # An int once raised TypeError (pybind11 takes float or timedelta only), for the options
+    # without naming which.
+    import datetime
+    with modelcast.Consumer(endpoint, model_name="pytest", producer_timeout=3, transfer_timeout=2.5) as c:
+        assert c.wait_for_version(1, timeout=0) is None
+        assert c.wait_for_version(1, timeout=datetime.timedelta(milliseconds=1)) is None
+    assert producer.wait_for_consumers(5, timeout=0) is False
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "producer_timeout", "str"):
+        modelcast.Consumer(endpoint, producer_timeout="3")
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "timeout", "negative"):
+        producer.wait_for_consumers(1, timeout=-1)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "lease_timeout", "bool"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", lease_timeout=True)
+
+
 def test_persist_options_are_checked_at_construction(tmp_path):
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "persist.every"):
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", persist_directory=str(tmp_path), persist_every=0)
