@@ -9,6 +9,7 @@
 #include <set>
 
 #include "modelcast/error.h"
+#include "modelcast/keys.h"
 
 namespace modelcastd {
 namespace {
@@ -188,6 +189,23 @@ DaemonConfig load_config(const std::string& path) {
     }
   }
   return config;
+}
+
+void check_key_files(const DaemonConfig& config) {
+  for (const auto& model : config.models) {
+    auto check = [&](const char* key, const std::string& file, auto load) {
+      if (file.empty()) return;
+      try {
+        load(file);
+      } catch (const modelcast::Error& e) {
+        throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, model.source + ": model '" + model.name +
+                                                                           "': key '" + key + "' ('" + file +
+                                                                           "'): " + e.what());
+      }
+    };
+    check("producer_key_file", model.producer_key_file, [](const std::string& f) { modelcast::load_public_key(f); });
+    check("key_file", model.key_file, [](const std::string& f) { modelcast::load_key_pair(f); });
+  }
 }
 
 }  // namespace modelcastd

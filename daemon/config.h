@@ -45,4 +45,10 @@ struct DaemonConfig {
 // the file for one that cannot be read or parsed. Thread-safe (no shared state).
 DaemonConfig load_config(const std::string& path);
 
+// What load_config cannot see from the text: each model's key files (producer_key_file,
+// key_file) exist and hold keys. Throws Error(kInvalidArgument) naming the model, where it was
+// declared, the key and the file. `--check`, start and reload call it, so a config that passes
+// --check can start.
+void check_key_files(const DaemonConfig& config);
+
 }  // namespace modelcastd

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   modelcastd::DaemonConfig config;
   try {
     config = modelcastd::load_config(config_path);
+    modelcastd::check_key_files(config);
   } catch (const modelcast::Error& e) {
     log->error("{}", e.what());
     return 2;
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
       sd_notify(0, "RELOADING=1");
       try {
         auto fresh = modelcastd::load_config(config_path);
+        modelcastd::check_key_files(fresh);
         log->set_level(spdlog::level::from_str(fresh.log_level));
         daemon->reload(std::move(fresh));
         log->info("reloaded {}", config_path);

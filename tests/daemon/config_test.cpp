@@ -4,6 +4,7 @@
 
 #include "daemon_fixture.h"
 #include "modelcast/error.h"
+#include "modelcast/keys.h"
 
 namespace daemon_test {
 namespace {
@@ -126,6 +127,39 @@ TEST(DaemonConfig, TheDaemonRefusesABadFileNamingIt) {
     named = named || line.find(dir / "bad.toml:5: key 'model[0].buffers': must be an integer") != std::string::npos;
   }
   EXPECT_TRUE(named);
+}
+
+// A config whose key files are missing once passed --check ("ok, 1 model(s)") and then started
+// a daemon that served nothing and said it was ready. --check, start and reload now load them.
+TEST(DaemonConfig, MissingKeyFilesFailTheCheckAndTheStartNamingModelKeyAndFile) {
+  ScratchDir dir;
+  std::string missing = (dir / "trainer.key.pub");
+  write_file(dir / "keys.toml", std::string(kModel) + "producer_key_file = \"" + missing + "\"\n");
+  auto config = modelcastd::load_config(dir / "keys.toml");  // the text itself is fine
+  try {
+    modelcastd::check_key_files(config);
+    FAIL() << "a missing producer_key_file passed";
+  } catch (const modelcast::Error& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("model 'm'"), std::string::npos) << what;
+    EXPECT_NE(what.find("producer_key_file"), std::string::npos) << what;
+    EXPECT_NE(what.find(missing), std::string::npos) << what;
+  }
+  for (std::vector<std::string> args : {std::vector<std::string>{"--check"}, std::vector<std::string>{}}) {
+    std::vector<std::string> argv{MODELCASTD, "--config", (dir / "keys.toml")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess daemon(argv);
+    EXPECT_EQ(daemon.wait(), 2) << (args.empty() ? "start" : "--check");
+    bool named = false;
+    for (const auto& line : daemon.lines()) named = named || line.find(missing) != std::string::npos;
+    EXPECT_TRUE(named);
+  }
+
+  // With the key there, both pass.
+  modelcast::save_key_pair(modelcast::generate_key_pair(), (dir / "trainer.key"));
+  EXPECT_NO_THROW(modelcastd::check_key_files(config));
+  ChildProcess check({MODELCASTD, "--config", (dir / "keys.toml"), "--check"});
+  EXPECT_EQ(check.wait(), 0);
 }
 
 }  // namespace
