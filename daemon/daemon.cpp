@@ -79,7 +79,8 @@ void Daemon::start_model(const ModelConfig& model) {
   ModelCallbacks callbacks;
   callbacks.on_installed = [this, model](const ServedPtr& version) { on_installed(model, version); };
   callbacks.on_rejected = [this, log](const std::string& name, const modelcast::Error& error) {
-    metrics_.rejected(name);
+    // kResource: updates wait for clients to release held buffers; nothing was rejected.
+    if (error.code() != modelcast::ErrorCode::kResource) metrics_.rejected(name);
     log->warn("model {}: {}", name, error.what());
   };
   try {

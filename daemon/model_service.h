@@ -18,6 +18,7 @@ namespace modelcastd {
 
 struct ModelCallbacks {
   std::function<void(const ServedPtr&)> on_installed;  // a version from the producer is served
+  // A version refused, or (ErrorCode::kResource) updates waiting on buffers that clients hold.
   std::function<void(const std::string& model, const modelcast::Error&)> on_rejected;
 };
 

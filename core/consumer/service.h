@@ -121,6 +121,7 @@ class ConsumerService {
   // Counted and reported before the ack: the ack is what the outside world sees first.
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
   void report(const Error& error);
+  void report_buffers_held(std::uint64_t version);
   void send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error);
 
   ConsumerOptions options_;
@@ -146,6 +147,7 @@ class ConsumerService {
   std::set<std::uint64_t> rejected_;
   std::uint64_t asked_for_ = 0;
   unsigned rejections_in_a_row_ = 0;
+  bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
   std::uint64_t newest_announced_ = 0;
   Clock::time_point retry_fetch_after_{};
   const std::uint64_t session_ = random_session();

@@ -34,7 +34,15 @@ void ConsumerService::maybe_fetch() {
   if (!link_.is_joined() || fetch_.in_flight() || !wants(newest_announced_)) return;
   // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
   // asking the producer again and again.
-  if (now < retry_fetch_after_ || !store_.buffer_available() || (landing_ && !landing_->available())) return;
+  if (now < retry_fetch_after_) return;
+  if (!store_.buffer_available() || (landing_ && !landing_->available())) {
+    report_buffers_held(newest_announced_);
+    return;
+  }
+  if (buffers_held_reported_) {
+    buffers_held_reported_ = false;
+    log_->info("a receive buffer is free again: fetching version {}", newest_announced_);
+  }
   asked_for_ = newest_announced_;
   link_.send(fetch_.begin(link_.incarnation(), asked_for_, now));
 }
@@ -84,12 +92,24 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                           ? "every receive buffer is held by a reader; will fetch the newest when one frees"
                           : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
     log_->debug("{}", why);
+    if (options_.caller_buffers.empty()) report_buffers_held(manifest.version);
     send_ack(manifest, reply.fetch_id, false, why);
     fetch_.forget();
     retry_fetch_after_ = Clock::now() + tick();
     return;
   }
   finish(fetch_.accept(reply, std::move(buffer), Clock::now()));
+}
+
+// The user's rule (views hold buffers) bites here: said once per stall, when it starts, rather
+// than letting updates stop in silence.
+void ConsumerService::report_buffers_held(std::uint64_t version) {
+  if (buffers_held_reported_) return;
+  buffers_held_reported_ = true;
+  report(Error(ErrorCode::kResource, "version " + std::to_string(version) +
+                                         " waits: every receive buffer is held by a view still in use; updates "
+                                         "resume when one is released (hold fewer views, or give the consumer "
+                                         "more buffers)"));
 }
 
 void ConsumerService::on_chunk(const ChunkDone& chunk) {

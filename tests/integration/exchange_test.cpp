@@ -1,5 +1,6 @@
 // Producer in this process, consumers in peer processes: delivery, atomic swaps, late join.
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 
@@ -167,6 +168,12 @@ TEST_P(ExchangeTest, ReadersHoldingEveryBufferDelayUpdatesButNeverCorruptThem) {
   options.producer_endpoint = p.producer->control_endpoint();
   options.model_name = "test";
   options.buffers = 2;
+  // Once silent (no log, no on_error, an empty last_error); now said when it starts.
+  std::promise<modelcast::Error> stalled;
+  std::once_flag once;
+  options.on_error = [&](const modelcast::Error& e) {
+    if (e.code() == modelcast::ErrorCode::kResource) std::call_once(once, [&] { stalled.set_value(e); });
+  };
   modelcast::Consumer consumer(options);
   p.publish(1);
   auto held = consumer.wait_for_version(1, 60s);  // a reader keeps version 1's buffer
@@ -177,6 +184,10 @@ TEST_P(ExchangeTest, ReadersHoldingEveryBufferDelayUpdatesButNeverCorruptThem) {
   // Version 3 can only land in a buffer nobody reads: it waits for the reader of version 1.
   EXPECT_FALSE(consumer.wait_for_version(3, 300ms)) << "version 3 overwrote a buffer a reader holds";
   EXPECT_EQ(testmodel::check(held, 1), "");
+  auto report = stalled.get_future();
+  ASSERT_EQ(report.wait_for(60s), std::future_status::ready) << "the stall was never reported";
+  EXPECT_NE(std::string(report.get().what()).find("every receive buffer is held"), std::string::npos);
+  EXPECT_NE(consumer.stats().last_error.find("every receive buffer is held"), std::string::npos);
   held = modelcast::ModelView();  // the reader lets go
   auto v3 = consumer.wait_for_version(3, 60s);
   ASSERT_TRUE(v3) << "the consumer did not catch up once a buffer was free";
