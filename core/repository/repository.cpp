@@ -41,8 +41,8 @@ int create_file(const std::string& path) {
   return fd;
 }
 
-void write_metadata(const std::string& path, const VersionSnapshot& s, std::int64_t written_at_ns) {
-  nlohmann::json doc = {{"model", s.model},           {"version", s.version},
+void write_metadata(const std::string& path, const VersionSnapshot& s, std::uint64_t number, std::int64_t written_at_ns) {
+  nlohmann::json doc = {{"model", s.model},           {"version", s.version}, {"repository_version", number},
                         {"step", s.step},             {"producer_incarnation", s.incarnation},
                         {"written_at_ns", written_at_ns}, {"metadata", s.metadata},
                         {"tensors", nlohmann::json::array()}};
@@ -81,6 +81,23 @@ bool is_number(const std::string& name) {
 
 }  // namespace
 
+// Directory numbers are what Triton's default policy ("latest") orders by, so they must rise
+// across producer restarts, whose version numbers start again at 1 (a repository holding 1 2 6,
+// the 6 from the previous run, made Triton load the stale 6). A producer incarnation keeps one
+// offset from its version numbers to the directory numbers: the one its stored versions show,
+// or for a new incarnation whatever puts its first version above every number on disk (none on
+// a fresh repository, so there directory numbers are version numbers).
+std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) const {
+  std::uint64_t highest = 0;
+  for (const auto& stored : list(snapshot.model)) {
+    if (stored.incarnation == snapshot.incarnation && stored.number >= stored.version) {
+      return snapshot.version + (stored.number - stored.version);
+    }
+    highest = std::max(highest, stored.number);
+  }
+  return snapshot.version > highest ? snapshot.version : highest + 1;
+}
+
 std::string Repository::write(const VersionSnapshot& snapshot) {
   const std::string model_dir = model_directory(snapshot.model);
   std::error_code ec;
@@ -89,8 +106,9 @@ std::string Repository::write(const VersionSnapshot& snapshot) {
     errno = ec.value();
     io_error("cannot create directory", model_dir);
   }
-  const std::string final_dir = model_dir + "/" + std::to_string(snapshot.version);
-  const std::string temp_dir = model_dir + "/.tmp-" + std::to_string(snapshot.version) + "-" + unique_suffix();
+  const std::uint64_t number = directory_number(snapshot);
+  const std::string final_dir = model_dir + "/" + std::to_string(number);
+  const std::string temp_dir = model_dir + "/.tmp-" + std::to_string(number) + "-" + unique_suffix();
   if (mkdir(temp_dir.c_str(), 0755) != 0) io_error("cannot create directory", temp_dir);
   try {
     const std::string tensor_path = temp_dir + "/" + kTensorFile;
@@ -103,7 +121,7 @@ std::string Repository::write(const VersionSnapshot& snapshot) {
     }
     close(fd);
     auto now = std::chrono::system_clock::now().time_since_epoch();
-    write_metadata(temp_dir + "/" + kMetadataFile, snapshot,
+    write_metadata(temp_dir + "/" + kMetadataFile, snapshot, number,
                    std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
     fsync_directory(temp_dir);
     if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
@@ -158,6 +176,7 @@ std::vector<StoredVersion> Repository::list(const std::string& model) const {
       std::ifstream in(v.directory + "/" + kMetadataFile);
       auto doc = nlohmann::json::parse(in);
       v.version = doc.at("version").get<std::uint64_t>();
+      v.number = doc.value("repository_version", v.version);  // written before numbers were kept apart
       v.step = doc.at("step").get<std::int64_t>();
       v.incarnation = doc.at("producer_incarnation").get<std::uint64_t>();
       v.written_at_ns = doc.at("written_at_ns").get<std::int64_t>();
@@ -166,7 +185,7 @@ std::vector<StoredVersion> Repository::list(const std::string& model) const {
     } catch (const std::exception&) {
       continue;
     }
-    if (std::to_string(v.version) != name || !fs::exists(v.directory + "/" + kTensorFile)) continue;
+    if (std::to_string(v.number) != name || !fs::exists(v.directory + "/" + kTensorFile)) continue;
     out.push_back(std::move(v));
   }
   std::sort(out.begin(), out.end(), [](const StoredVersion& a, const StoredVersion& b) {

@@ -23,7 +23,8 @@ inline constexpr const char* kMetadataFile = "metadata.json";
 // A complete version found on disk (from its metadata.json).
 struct StoredVersion {
   std::string directory;
-  std::uint64_t version = 0;
+  std::uint64_t number = 0;   // the directory's name: rises across producer restarts (Repository::write)
+  std::uint64_t version = 0;  // the producer's version number
   std::int64_t step = 0;
   std::uint64_t incarnation = 0;
   std::int64_t written_at_ns = 0;  // wall clock when it was written: orders versions across producer restarts
@@ -35,8 +36,10 @@ class Repository {
  public:
   explicit Repository(std::string root) : root_(std::move(root)) {}
 
-  // Writes `snapshot` as <root>/<model>/<version>/ (replacing a directory of that number, e.g.
-  // from an earlier producer run, in one atomic exchange). Returns the directory. Throws
+  // Writes `snapshot` as <root>/<model>/<number>/, where the number is the producer's version
+  // number plus an offset kept per producer incarnation, so that numbers rise across producer
+  // restarts (Triton loads the highest). The same version of the same incarnation written again
+  // replaces its directory in one atomic exchange. Returns the directory. Throws
   // modelcast::Error(kResource) naming the path on any I/O failure; the temporary directory
   // is removed and nothing partial becomes visible.
   std::string write(const VersionSnapshot& snapshot);
@@ -55,6 +58,7 @@ class Repository {
   std::string model_directory(const std::string& model) const { return root_ + "/" + model; }
 
  private:
+  std::uint64_t directory_number(const VersionSnapshot& snapshot) const;
   std::string root_;
 };
 

@@ -1,6 +1,7 @@
 // The repository writer on its own (as a producer would use it): a slow disk makes it skip to
 // the newest version without blocking submit(), skipped versions' bytes are released, a version
-// number written again replaces the old directory whole, and bad snapshots are refused.
+// number written again replaces the old directory whole, directory numbers rise across producer
+// restarts, and bad snapshots are refused.
 #include "core/repository/repository_writer.h"
 
 #include <condition_variable>
@@ -84,7 +85,7 @@ TEST(RepositoryWriter, AVersionNumberWrittenAgainReplacesTheOldDirectoryWhole) {
   std::vector<std::uint8_t> other(4096, 0xAB);
   second->tensors[0].data = other.data();
   second->step = 99;
-  repository.write(*second);  // e.g. a restarted trainer numbering from where it began
+  repository.write(*second);  // the same version of the same producer again (a retried write)
   auto stored = repository.list("m");
   ASSERT_EQ(stored.size(), 1u);
   EXPECT_EQ(stored[0].step, 99);
@@ -94,6 +95,29 @@ TEST(RepositoryWriter, AVersionNumberWrittenAgainReplacesTheOldDirectoryWhole) {
   in.seekg(static_cast<std::streamoff>(layout.data_start));
   EXPECT_EQ(in.get(), 0xAB);
   EXPECT_EQ(repository.clean("m"), 0u);  // nothing left behind
+}
+
+// A restarted producer numbers its versions from 1 again. Its directories once took those
+// numbers, leaving 1 2 6 on disk with the 6 from the previous run, which Triton's default policy
+// ("latest": the highest number) then loaded. Numbers now rise across restarts; a fresh
+// repository's numbers are the producer's.
+TEST(RepositoryWriter, DirectoryNumbersRiseAcrossProducerRestarts) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  auto of = [](std::uint64_t incarnation, std::uint64_t version) {
+    auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
+    s->incarnation = incarnation;
+    return s;
+  };
+  for (std::uint64_t v : {1, 2, 6}) repository.write(*of(111, v));
+  for (std::uint64_t v : {1, 2, 4}) repository.write(*of(222, v));  // the producer restarted
+  auto stored = repository.list("m");  // most recently written first
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> numbered;
+  for (const auto& s : stored) numbered.emplace_back(s.number, s.version);
+  using P = std::pair<std::uint64_t, std::uint64_t>;
+  EXPECT_EQ(numbered, (std::vector<P>{{10, 4}, {8, 2}, {7, 1}, {6, 6}, {2, 2}, {1, 1}}));
+  EXPECT_TRUE(std::filesystem::exists(dir / "repo/m/10/model.safetensors"));
+  EXPECT_EQ(stored.front().incarnation, 222u);
 }
 
 TEST(RepositoryWriter, BadSnapshotsAreRefusedAndNothingBecomesVisible) {
