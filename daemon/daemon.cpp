@@ -83,10 +83,12 @@ void Daemon::start_model(const ModelConfig& model) {
     if (error.code() != modelcast::ErrorCode::kResource) metrics_.rejected(name);
     log->warn("model {}: {}", name, error.what());
   };
+  metrics_.model_added(model.name, writer_ && model.persist, !model.hook.empty());
   try {
     auto service = std::make_shared<ModelService>(model, std::move(callbacks));
     if (!config_.repository.empty()) {
       if (auto recovered = recover_newest(config_.repository, model.name, model.max_model_bytes)) {
+        metrics_.serving(model.name, recovered->manifest.version);
         service->serve_recovered(std::move(recovered));
       }
     }
@@ -102,6 +104,7 @@ void Daemon::start_model(const ModelConfig& model) {
 
 void Daemon::on_installed(const ModelConfig& model, const ServedPtr& version) {
   metrics_.installed(model.name, version->update_latency);
+  metrics_.serving(model.name, version->manifest.version);
   spdlog::get("modelcastd")->info("model {}: installed version {} step {} ({} tensors, update {:.2f} ms)", model.name,
                                   version->manifest.version, version->manifest.step, version->manifest.tensors.size(),
                                   std::chrono::duration<double, std::milli>(version->update_latency).count());

@@ -28,7 +28,30 @@ Metrics::Metrics()
       repository_failures_(BuildCounter().Name("modelcastd_repository_write_failures_total").Help("Repository writes that failed").Register(*registry_)),
       repository_duration_(BuildHistogram().Name("modelcastd_repository_write_seconds").Help("Time to write one version durably").Register(*registry_)),
       hook_runs_(BuildCounter().Name("modelcastd_hook_runs_total").Help("Hooks run").Register(*registry_)),
-      hook_failures_(BuildCounter().Name("modelcastd_hook_failures_total").Help("Hooks that failed or timed out").Register(*registry_)) {}
+      hook_failures_(BuildCounter().Name("modelcastd_hook_failures_total").Help("Hooks that failed or timed out").Register(*registry_)),
+      serving_version_(BuildGauge().Name("modelcastd_serving_version").Help("Version served per model (0: none yet)").Register(*registry_)) {}
+
+void Metrics::model_added(const std::string& model, bool persists, bool hooks) {
+  prometheus::Labels labels{{"model", model}};
+  installed_.Add(labels);
+  rejected_.Add(labels);
+  update_latency_.Add(labels, kBuckets);
+  bytes_received_.Add(labels);
+  serving_version_.Add(labels);
+  if (persists) {
+    repository_writes_.Add(labels);
+    repository_failures_.Add(labels);
+    repository_duration_.Add(labels, kBuckets);
+  }
+  if (hooks) {
+    hook_runs_.Add(labels);
+    hook_failures_.Add(labels);
+  }
+}
+
+void Metrics::serving(const std::string& model, std::uint64_t version) {
+  serving_version_.Add({{"model", model}}).Set(static_cast<double>(version));
+}
 
 void Metrics::installed(const std::string& model, std::chrono::nanoseconds update_latency) {
   installed_.Add({{"model", model}}).Increment();

@@ -29,6 +29,11 @@ struct LiveValues {
 class Metrics {
  public:
   Metrics();
+  // A model is configured: every series of it exists from now on, at 0 (Prometheus convention:
+  // an alert on a counter that has never moved needs the series to be there).
+  void model_added(const std::string& model, bool persists, bool hooks);
+  // The version the daemon serves for `model` (from the producer or recovered from disk).
+  void serving(const std::string& model, std::uint64_t version);
   void installed(const std::string& model, std::chrono::nanoseconds update_latency);
   void rejected(const std::string& model);
   void repository_written(const std::string& model, std::chrono::nanoseconds took);
@@ -50,6 +55,7 @@ class Metrics {
   prometheus::Family<prometheus::Histogram>& repository_duration_;
   prometheus::Family<prometheus::Counter>& hook_runs_;
   prometheus::Family<prometheus::Counter>& hook_failures_;
+  prometheus::Family<prometheus::Gauge>& serving_version_;
   std::mutex mutex_;
   std::map<std::string, std::uint64_t> bytes_seen_;  // mutex_: the counter counts increments
 };

@@ -51,6 +51,14 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
   ASSERT_TRUE(not_ready);
   EXPECT_EQ(not_ready->status, 503);  // nothing served yet
   EXPECT_NE(not_ready->body.find("test"), std::string::npos);
+  // Every series of the model is there from the start, at 0 (they once appeared only after their
+  // first event, so an alert on them could not fire).
+  auto early = http.Get("/metrics")->body;
+  for (const char* series : {"modelcastd_versions_installed_total", "modelcastd_versions_rejected_total",
+                             "modelcastd_bytes_received_total", "modelcastd_serving_version",
+                             "modelcastd_update_latency_seconds_count"}) {
+    EXPECT_EQ(metric(early, std::string(series) + "{model=\"test\"}"), 0) << series;
+  }
 
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
   producer.publish(1);
@@ -81,6 +89,7 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
   EXPECT_LE(installed, 2);
   EXPECT_EQ(metric(text, "modelcastd_update_latency_seconds_count{model=\"test\"}"), installed);
   EXPECT_GE(metric(text, "modelcastd_bytes_received_total{model=\"test\"}"), 1024.0 * 1024 * installed);
+  EXPECT_EQ(metric(text, "modelcastd_serving_version{model=\"test\"}"), 2);
   EXPECT_EQ(metric(text, "modelcastd_clients"), 1);
   EXPECT_EQ(metric(text, "modelcastd_client_holds"), 1);
   held = {};  // released: the daemon's count follows once it has read the release
