@@ -1,5 +1,7 @@
 #include "core/producer/control_plane.h"
 
+#include <sys/resource.h>
+
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -11,12 +13,36 @@
 #include "modelcast/error.h"
 
 namespace modelcast::producer {
+namespace {
+
+// Every ZeroMQ connection costs the producer a descriptor whatever max_consumers says, and UCX
+// needs descriptors of its own: at the usual soft limit of 1,024, a thousand idle connections
+// stopped every consumer from joining. Servers raise the soft limit to the hard one at start;
+// so does the producer (ZeroMQ and UCX poll with epoll, so descriptors past 1,024 are fine).
+void raise_open_file_limit(spdlog::logger& log) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  auto before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    log.info("open-file limit raised from {} to its hard limit {}", before, limit.rlim_max);
+  }
+}
+
+// A connection that has not finished its ZeroMQ handshake by then is closed (ZeroMQ's default
+// is 30 s): a peer that connects and says nothing holds a descriptor only this long.
+constexpr int kHandshakeMs = 5000;
+
+}  // namespace
 
 ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
     : router_(context_, zmq::socket_type::router), publisher_(context_, zmq::socket_type::pub) {
   wire::announce_bind_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
   set_up_security(options, log);
+  raise_open_file_limit(log);
   router_.set(zmq::sockopt::linger, 0);
+  router_.set(zmq::sockopt::handshake_ivl, kHandshakeMs);
+  publisher_.set(zmq::sockopt::handshake_ivl, kHandshakeMs);
   router_.set(zmq::sockopt::router_mandatory, false);
   // Requests are small (a join carries a UCX address of a few KiB): a peer sending more is
   // disconnected by ZeroMQ before anything is decoded.

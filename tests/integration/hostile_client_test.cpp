@@ -2,11 +2,18 @@
 // random bytes, joins with forged UCX addresses or another consumer's name, re-fetch loops and
 // join floods. The producer must refuse each with a reason, keep its real consumers, and never
 // make publish() wait on such a client.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -304,6 +311,46 @@ TEST_F(HostileClientTest, AJoinFloodIsCappedAndRefusedWithAReason) {
   auto again = clients.front()->join("flood-0", ucx_->address());
   EXPECT_TRUE(again.ok) << again.error;
   EXPECT_EQ(p.producer->stats().consumers, 4u);
+}
+
+// The producer raises its soft open-file limit to the hard one (a thousand idle connections
+// once exhausted the usual 1,024 and locked every consumer out), and closes a connection that
+// says nothing within the handshake interval (5 s, ZeroMQ's default being 30 s).
+TEST(ConnectionBounds, TheProducerRaisesItsOpenFileLimitAndClosesSilentConnections) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ChildProcess producer({"/usr/bin/prlimit", "--nofile=512:2048", MODELCAST_TEST_PEER, "producer", "--endpoint",
+                         "tcp://127.0.0.1:0", "--versions", "0"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  std::ifstream limits("/proc/" + std::to_string(producer.pid()) + "/limits");
+  std::string line, open_files;
+  while (std::getline(limits, line)) {
+    if (line.rfind("Max open files", 0) == 0) open_files = line;
+  }
+  EXPECT_NE(open_files.find("2048                 2048"), std::string::npos) << open_files;
+
+  // A raw TCP connection that never speaks ZeroMQ is closed by the producer.
+  std::string endpoint = ready->substr(6);
+  int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  auto started = std::chrono::steady_clock::now();
+  bool closed = false;
+  char buffer[256];
+  while (!closed && std::chrono::steady_clock::now() - started < 20s) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 1000) <= 0) continue;
+    ssize_t n = read(fd, buffer, sizeof buffer);  // the producer's greeting, then end of stream
+    closed = n <= 0;
+  }
+  close(fd);
+  EXPECT_TRUE(closed) << "a silent connection stayed open 20 s";
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
 }
 
 }  // namespace
