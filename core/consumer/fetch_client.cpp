@@ -28,14 +28,14 @@ bool FetchClient::reply_overdue(Clock::time_point now, Clock::duration timeout) 
   return fetch_ && !fetch_->replied && now - fetch_->requested_at > timeout;
 }
 
-bool FetchClient::transfer_overdue(Clock::time_point now, Clock::duration timeout) const {
-  return fetch_ && fetch_->replied && now - fetch_->replied_at > timeout;
+bool FetchClient::transfer_stalled(Clock::time_point now, Clock::duration timeout) const {
+  return fetch_ && fetch_->replied && now - fetch_->progressed_at > timeout;
 }
 
 std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& reply,
                                                  std::shared_ptr<detail::ReceiveBuffer> buffer, Clock::time_point now) {
   fetch_->replied = true;
-  fetch_->replied_at = now;
+  fetch_->progressed_at = now;
   fetch_->manifest = reply.manifest;
   fetch_->buffer = std::move(buffer);
   fetch_->plan = {reply.manifest.total_bytes, reply.chunk_bytes};
@@ -70,7 +70,7 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   return maybe_finish();
 }
 
-std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done) {
+std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock::time_point now) {
   if (auto it = draining_.find(done.fetch_id); it != draining_.end()) {
     if (--it->second.pending == 0) draining_.erase(it);  // its buffer may be reused now
     return std::nullopt;
@@ -79,6 +79,7 @@ std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done) {
   if (!done.ok && fetch_->failure.empty()) fetch_->failure = done.error;
   if (done.ok && done.chunk < fetch_->chunk_done.size()) {
     fetch_->chunk_done[done.chunk] = true;
+    fetch_->progressed_at = now;
     while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
       fetch_->done_prefix++;
     }

@@ -60,13 +60,16 @@ class FetchClient {
   // Forgets the request: refused, or not answered in time.
   void forget() { fetch_.reset(); }
   bool reply_overdue(Clock::time_point now, Clock::duration timeout) const;
-  bool transfer_overdue(Clock::time_point now, Clock::duration timeout) const;
+  // The answered fetch has made no progress (the answer, or a chunk completing) for longer
+  // than `timeout`. Progress, not the whole transfer's duration: a slow link is not a dead one.
+  bool transfer_stalled(Clock::time_point now, Clock::duration timeout) const;
 
   // A verified answer: posts one receive per chunk into `buffer`, or on a one-sided route (the
   // reply carries the slot's export) one read per chunk out of the producer's slot.
   std::optional<FinishedFetch> accept(const protocol::FetchReply& reply, std::shared_ptr<detail::ReceiveBuffer> buffer,
                                       Clock::time_point now);
-  std::optional<FinishedFetch> on_chunk(const ChunkDone& done);
+  // `now`: when the completion was handled, which is progress for transfer_stalled().
+  std::optional<FinishedFetch> on_chunk(const ChunkDone& done, Clock::time_point now);
   // Throws Error(kProtocol) for digests that do not fit the manifest.
   std::optional<FinishedFetch> on_digests(const protocol::Digests& digests);
 
@@ -80,7 +83,7 @@ class FetchClient {
     std::uint64_t fetch_id = 0;
     Clock::time_point requested_at{};
     bool replied = false;
-    Clock::time_point replied_at{};
+    Clock::time_point progressed_at{};  // the answer, then each chunk completing
     Manifest manifest;
     std::shared_ptr<detail::ReceiveBuffer> buffer;
     std::vector<transport::TransferId> transfers;

@@ -114,10 +114,11 @@ void ConsumerService::check_producer_alive() {
   }
 }
 
-// A transfer the producer answered but never finishes (its lease lapsed, a sender hung) is
-// given up, so the consumer asks for the newest version again instead of waiting for ever.
+// A transfer the producer answered that stops making progress (its lease lapsed, a sender
+// hung) is given up, so the consumer asks for the newest version again instead of waiting for
+// ever; one that keeps progressing is waited for however long it takes.
 void ConsumerService::check_transfer_deadline() {
-  if (!fetch_.transfer_overdue(Clock::now(), options_.transfer_timeout)) return;
+  if (!fetch_.transfer_stalled(Clock::now(), options_.transfer_timeout)) return;
   if (auto abandoned = abandon_fetch("no transfer progress within " +
                                          std::to_string(options_.transfer_timeout.count()) + " ms",
                                      true)) {

@@ -113,7 +113,7 @@ void ConsumerService::report_buffers_held(std::uint64_t version) {
 }
 
 void ConsumerService::on_chunk(const ChunkDone& chunk) {
-  auto done = fetch_.on_chunk(chunk);
+  auto done = fetch_.on_chunk(chunk, Clock::now());
   if (!done && landing_ && landing_->landing()) landing_->advance(fetch_.received_bytes());
   finish(std::move(done));
 }

@@ -169,11 +169,13 @@ FetchServer::Withdrawn FetchServer::withdraw(const std::string& routing_id, std:
   return withdrawn;
 }
 
-bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok) {
+bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok, Clock::time_point now) {
   auto consumer = fetches_.find(routing_id);
   if (consumer == fetches_.end()) return false;
   auto fetch = consumer->second.find(fetch_id);
-  if (fetch == consumer->second.end() || ok || fetch->second.failed) return false;
+  if (fetch == consumer->second.end()) return false;
+  if (ok) store_.renew(fetch->second.lease_id, now, lease_timeout_);
+  if (ok || fetch->second.failed) return false;
   fetch->second.failed = true;
   return true;
 }

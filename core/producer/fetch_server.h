@@ -1,5 +1,9 @@
 // Serves fetches: decides each request, leases the version, posts the chunk sends, and ends
 // the fetch on the consumer's ack, a send failure, lease expiry or the consumer's departure.
+// A lease lapses after lease_timeout without progress (no chunk send completing), not after
+// lease_timeout from the fetch. One-sided routes (the consumer reads the slot) show the
+// producer no progress: their lease runs from the fetch, which suits the same-host device
+// copies they are.
 // Each call returns what the service loop must send; this stage sends no control message.
 // Service thread only (transfer completions reach it through the loop's event queue).
 #pragma once
@@ -58,8 +62,10 @@ class FetchServer {
   // `version`'s host copy failed: ends every fetch of it that still has chunks to send.
   std::vector<Withdrawn> host_failed(std::uint64_t version, const std::string& error);
 
-  // A chunk send finished. True the first time a send of that fetch fails.
-  bool on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok);
+  // A chunk send finished. A success is progress: the fetch's lease is renewed for another
+  // lease_timeout, so a transfer that keeps moving is never abandoned however long it takes.
+  // True the first time a send of that fetch fails.
+  bool on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok, Clock::time_point now);
 
   struct AckOutcome {
     bool known = false;  // the ack matched a fetch in flight, or one whose lease lapsed

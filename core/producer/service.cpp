@@ -178,7 +178,7 @@ void ProducerService::on_event(DigestsReady& e) {
 }
 
 void ProducerService::on_event(SendDone& e) {
-  if (!fetches_.on_send_done(e.routing_id, e.fetch_id, e.ok)) return;
+  if (!fetches_.on_send_done(e.routing_id, e.fetch_id, e.ok, Clock::now())) return;
   auto* consumer = membership_.find(e.routing_id);
   log_->warn("sending to '{}' failed: {}", consumer ? consumer->name : std::string("?"), e.error);
   stats_.update([](ProducerStats& s) { s.failed_deliveries++; });

@@ -47,13 +47,39 @@ void SlotPool::mark_published(std::size_t slot, std::uint64_t version) {
 void SlotPool::cancel_reservation(std::size_t slot) { writing_.at(slot) = false; }
 
 std::optional<SlotPool::Lease> SlotPool::acquire_lease(std::uint64_t version, const std::string& holder,
-                                                       Clock::time_point now, Clock::duration duration) {
+                                                       Clock::time_point now, Clock::duration duration, Kind kind) {
   if (version == 0) version = newest_version_;
   auto slot = slot_of(version);
   if (!slot) return std::nullopt;
-  Lease lease{next_lease_id_++, *slot, version, holder, now + duration};
+  Lease lease{next_lease_id_++, *slot, version, holder, now + duration, kind};
   leases_.push_back(lease);
   return lease;
+}
+
+bool SlotPool::renew_lease(std::uint64_t lease_id, Clock::time_point now, Clock::duration duration) {
+  auto it = std::find_if(leases_.begin(), leases_.end(), [&](const Lease& l) { return l.id == lease_id; });
+  if (it == leases_.end() || it->kind != Kind::kReader) return false;
+  it->expires = std::max(it->expires, now + duration);
+  return true;
+}
+
+std::size_t SlotPool::revoke_for_write() {
+  auto pinned = [&](std::size_t slot) {
+    return std::any_of(leases_.begin(), leases_.end(),
+                       [&](const Lease& lease) { return lease.slot == slot && lease.kind == Kind::kPin; });
+  };
+  std::optional<std::size_t> victim;
+  for (std::size_t slot = 0; slot < slot_versions_.size(); ++slot) {
+    if (writing_[slot] || pinned(slot)) continue;
+    if (newest_version_ != 0 && slot_versions_[slot] == newest_version_) continue;
+    if (!victim || slot_versions_[slot] < slot_versions_[*victim]) victim = slot;
+  }
+  if (!victim) return 0;
+  auto revoked = std::partition(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.slot != *victim; });
+  const auto count = static_cast<std::size_t>(std::distance(revoked, leases_.end()));
+  expired_.insert(expired_.end(), revoked, leases_.end());
+  leases_.erase(revoked, leases_.end());
+  return count;
 }
 
 bool SlotPool::release_lease(std::uint64_t lease_id) {

@@ -17,12 +17,18 @@ class SlotPool {
  public:
   using Clock = std::chrono::steady_clock;
 
+  // A reader's lease lasts while its transfer makes progress (renew_lease) and may be revoked
+  // by a writer that waited long enough; a pin (the digest thread, host staging) is neither
+  // renewed nor revoked: its holder reads the slot itself and releases it when done.
+  enum class Kind { kReader, kPin };
+
   struct Lease {
     std::uint64_t id = 0;
     std::size_t slot = 0;
     std::uint64_t version = 0;
     std::string holder;
     Clock::time_point expires;
+    Kind kind = Kind::kReader;
   };
 
   explicit SlotPool(std::size_t slot_count);
@@ -40,7 +46,16 @@ class SlotPool {
   // Leases the slot that holds `version` (0 = newest) until now + duration, or nullopt if that
   // version is no longer held.
   std::optional<Lease> acquire_lease(std::uint64_t version, const std::string& holder,
-                                     Clock::time_point now, Clock::duration duration);
+                                     Clock::time_point now, Clock::duration duration, Kind kind = Kind::kReader);
+
+  // The reader made progress: its lease now ends no sooner than now + duration. False if it
+  // had already ended, expired or been revoked.
+  bool renew_lease(std::uint64_t lease_id, Clock::time_point now, Clock::duration duration);
+
+  // For a writer that has waited as long as it may: ends the reader leases on the slot it would
+  // take (the oldest version that is neither the newest nor pinned) and reports them as expired
+  // (take_expired). Returns how many it ended; 0 when pins hold every candidate slot.
+  std::size_t revoke_for_write();
 
   // Ends a lease early (the reader acked). False if it had already ended or expired.
   bool release_lease(std::uint64_t lease_id);
@@ -49,6 +64,8 @@ class SlotPool {
   std::vector<Lease> take_expired(Clock::time_point now);
 
   std::optional<Clock::time_point> next_expiry() const;
+  // Leases a writer ended (lapsed or revoked) that take_expired has not yet returned.
+  bool expired_waiting() const { return !expired_.empty(); }
   std::optional<std::size_t> slot_of(std::uint64_t version) const;
   std::uint64_t newest_version() const { return newest_version_; }
   std::size_t active_leases() const { return leases_.size(); }

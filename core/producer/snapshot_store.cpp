@@ -35,12 +35,26 @@ void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet&
   }
 }
 
+// A reader's lease lasts as long as its transfer progresses, which can be longer than the
+// trainer may wait: after lease_timeout the writer revokes the leases on the slot it needs
+// (the consumer fetches a newer version instead), so publish() never waits longer than it did
+// when leases ran from the fetch.
 std::size_t SnapshotStore::reserve(Clock::duration lease_timeout) {
   std::unique_lock lock(mutex_);
+  const auto revoke_at = Clock::now() + lease_timeout;
   for (;;) {
-    if (auto slot = pool_.reserve_for_write(Clock::now())) return *slot;
-    slot_freed_.wait_until(lock, pool_.next_expiry().value_or(Clock::now() + lease_timeout));
+    auto now = Clock::now();
+    if (auto slot = pool_.reserve_for_write(now)) return *slot;
+    if (now >= revoke_at && pool_.revoke_for_write() > 0) continue;
+    auto wake = std::max(revoke_at, now + std::chrono::milliseconds(1));
+    if (auto expiry = pool_.next_expiry(); expiry && *expiry < wake) wake = *expiry;
+    slot_freed_.wait_until(lock, wake);
   }
+}
+
+bool SnapshotStore::renew(std::uint64_t lease_id, Clock::time_point now, Clock::duration duration) {
+  std::lock_guard lock(mutex_);
+  return pool_.renew_lease(lease_id, now, duration);
 }
 
 void SnapshotStore::cancel(std::size_t slot) {
@@ -86,7 +100,8 @@ void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_poi
   s.signature.clear();
   pool_.mark_published(slot, version);
   s.digests_ready = !pin;
-  s.digest_lease = pin ? pool_.acquire_lease(version, kDigestHolder, Clock::now(), kPinDuration)->id : 0;
+  s.digest_lease =
+      pin ? pool_.acquire_lease(version, kDigestHolder, Clock::now(), kPinDuration, SlotPool::Kind::kPin)->id : 0;
 }
 
 std::vector<std::byte> SnapshotStore::set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
@@ -124,7 +139,7 @@ void SnapshotStore::release(std::uint64_t lease_id) {
 
 std::optional<SnapshotStore::Pinned> SnapshotStore::pin(std::uint64_t version, const std::string& holder) {
   std::lock_guard lock(mutex_);
-  auto lease = pool_.acquire_lease(version, holder, Clock::now(), kPinDuration);
+  auto lease = pool_.acquire_lease(version, holder, Clock::now(), kPinDuration, SlotPool::Kind::kPin);
   if (!lease) return std::nullopt;
   ++pins_;
   const Slot& s = slots_[lease->slot];
@@ -146,6 +161,8 @@ std::vector<SlotPool::Lease> SnapshotStore::take_expired(Clock::time_point now) 
 
 std::optional<SnapshotStore::Clock::time_point> SnapshotStore::next_expiry() const {
   std::lock_guard lock(mutex_);
+  // Leases the writer already ended are due now: their fetches' sends must be cancelled.
+  if (pool_.expired_waiting()) return Clock::now();
   return pool_.next_expiry();
 }
 

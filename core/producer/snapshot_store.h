@@ -58,8 +58,8 @@ class SnapshotStore {
   void allocate(std::uint64_t bytes, const transport::TransportSet& transports,
                 const std::vector<void*>& device_slots = {}, int device = 0);
 
-  // Blocks until a slot may be written: every other slot may be held by readers, until an ack
-  // or a lease lapses (leases are bounded, so is this wait).
+  // Blocks until a slot may be written: every other slot may be held by readers, until an ack,
+  // a lease lapses, or lease_timeout has passed and the readers of one slot lose their leases.
   std::size_t reserve(Clock::duration lease_timeout);
   std::byte* memory(std::size_t slot) { return slots_[slot].memory.data(); }
 
@@ -95,6 +95,9 @@ class SnapshotStore {
   std::optional<Leased> lease(std::uint64_t version, const std::string& holder, Clock::time_point now,
                               Clock::duration duration, std::size_t transport);
   void release(std::uint64_t lease_id);
+  // The lease's transfer made progress: it ends no sooner than now + duration. False once it
+  // has ended (acked, lapsed or revoked).
+  bool renew(std::uint64_t lease_id, Clock::time_point now, Clock::duration duration);
   // Holds `version`'s slot with no expiry and outside reader_leases(); nullopt if the version
   // is no longer held. Any thread; unpin() from any thread once the bytes are no longer read.
   std::optional<Pinned> pin(std::uint64_t version, const std::string& holder);

@@ -52,8 +52,9 @@ struct ConsumerOptions {
   // No announcement or heartbeat for this long: the producer is presumed gone; a transfer in
   // flight is discarded and the consumer reconnects when the producer returns.
   std::chrono::milliseconds producer_timeout{2000};
-  // A transfer the producer answered but that has not completed this long after is given up
-  // and the newest version asked for again.
+  // A transfer the producer answered that makes no progress (no chunk arriving) for this long
+  // is given up and the newest version asked for again; a slow transfer that keeps progressing
+  // is never given up.
   std::chrono::milliseconds transfer_timeout{30000};
   // Largest model this consumer accepts (0: half the machine's memory, or the largest
   // caller buffer); a manifest declaring more is rejected before anything is allocated.

@@ -88,7 +88,7 @@ typedef struct mc_producer_options {
   size_t snapshot_slots;        /* >= 2; default 3 */
   int integrity;                /* nonzero: XXH3 digest per tensor, checked by consumers; default 1 */
   uint64_t first_version;       /* >= 1; default 1 (a restarted trainer may continue its numbering) */
-  int64_t lease_timeout_ms;     /* a consumer's hold on a slot lapses after this; default 10000 */
+  int64_t lease_timeout_ms;     /* a consumer's hold on a slot lapses after this long without progress; default 10000 */
   int64_t heartbeat_interval_ms;/* default 200 */
   size_t transfer_chunk_bytes;  /* default 32 MiB; >= 64 KiB */
   /* Since 0.2 (read only when struct_size covers them; _init sets the defaults). Security: with
@@ -253,7 +253,7 @@ typedef struct mc_consumer_options {
   const char* producer_public_key; /* Z85; pins the producer (CurveZMQ, signed versions); default NULL */
   const char* key_file;          /* this consumer's key pair; NULL = a fresh one per consumer */
   int allow_plaintext_remote;    /* default 0: plaintext only to loopback/ipc:// producers */
-  int64_t transfer_timeout_ms;   /* an answered transfer not done after this is retried; default 30000 */
+  int64_t transfer_timeout_ms;   /* an answered transfer without progress this long is retried; default 30000 */
   uint64_t max_model_bytes;      /* 0 (default) = half the machine's memory */
   /* Callbacks (read only when struct_size covers them; _init sets them to NULL). Both run on
    * the consumer's service thread, one at a time, and the next update waits for them: keep

@@ -53,8 +53,11 @@ struct ProducerOptions {
   std::size_t snapshot_slots = 3;  // >= 2: one holds the newest version while another is written
   bool integrity = true;           // XXH3 digest per tensor, checked by consumers
   std::uint64_t first_version = 1; // a restarted trainer may continue its numbering
-  // A consumer's hold on a slot lapses after this long without an ack, so a dead or hung
-  // consumer cannot pin a slot for ever.
+  // A consumer's hold on a slot lapses after this long without progress (no chunk of its
+  // transfer completing), so a dead or hung consumer cannot pin a slot for ever while a slow
+  // one still finishes. publish() waits at most this long for a slot: it then revokes the
+  // leases on the oldest version, whose consumers fetch a newer one. Must exceed the time one
+  // transfer chunk takes on the slowest link.
   std::chrono::milliseconds lease_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{200};
   std::size_t transfer_chunk_bytes = 32u << 20;  // >= 64 KiB; raised for models over 2^20 chunks

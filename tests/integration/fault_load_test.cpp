@@ -501,29 +501,31 @@ TEST_F(FaultLoadTest, TwoThousandFakeJoinsLeaveTheProducersDescriptorsBounded) {
 
 int run(const std::string& command) { return std::system((command + " >/dev/null 2>&1").c_str()); }
 
-// Like netns_test.cpp's TwoHosts, over a link that limits rate, queues and drops: tbf on both
-// veth ends (100 Mbit/s, up to 20 ms of queue), and nftables dropping 2 % of the packets each
+// Like netns_test.cpp's TwoHosts, over a link that limits rate and queues (tbf on both veth
+// ends) and, with loss_percent() > 0, drops: nftables drops that share of the packets each
 // namespace receives, at random (numgen), before TCP sees them. Neither needs sch_netem, which
 // some kernels (these machines') lack. MODELCAST_TEST_QDISC replaces the tbf spec.
-class LossyTwoHosts : public ::testing::Test {
+class ImpairedTwoHosts : public ::testing::Test {
  protected:
-  static constexpr int kLossPercent = 2;
+  virtual int loss_percent() const = 0;
+  virtual std::string default_qdisc() const = 0;
+  virtual std::string subnet() const = 0;  // "10.232.0": the producer is .1, the consumer .2
   void SetUp() override {
     auto tag = std::to_string(getpid() % 100000);
-    ns_a_ = "mc-la-" + tag;
-    ns_b_ = "mc-lb-" + tag;
-    dev_a_ = "mcla" + tag;
-    dev_b_ = "mclb" + tag;
+    ns_a_ = "mc-ia-" + tag;
+    ns_b_ = "mc-ib-" + tag;
+    dev_a_ = "mcia" + tag;
+    dev_b_ = "mcib" + tag;
     if (geteuid() != 0 || run("ip netns add " + ns_a_) != 0) {
       GTEST_SKIP() << "cannot create network namespaces here (needs root and iproute2's 'ip netns'); "
-                      "the lossy two-host test did not run";
+                      "the impaired two-host test did not run";
     }
     created_ = true;
     bool ok = run("ip netns add " + ns_b_) == 0 &&
               run("ip link add " + dev_a_ + " netns " + ns_a_ + " type veth peer name " + dev_b_ + " netns " +
                   ns_b_) == 0 &&
-              run("ip -n " + ns_a_ + " addr add 10.232.0.1/24 dev " + dev_a_) == 0 &&
-              run("ip -n " + ns_b_ + " addr add 10.232.0.2/24 dev " + dev_b_) == 0 &&
+              run("ip -n " + ns_a_ + " addr add " + subnet() + ".1/24 dev " + dev_a_) == 0 &&
+              run("ip -n " + ns_b_ + " addr add " + subnet() + ".2/24 dev " + dev_b_) == 0 &&
               run("ip -n " + ns_a_ + " link set " + dev_a_ + " up") == 0 &&
               run("ip -n " + ns_b_ + " link set " + dev_b_ + " up") == 0 &&
               run("ip -n " + ns_a_ + " link set lo up") == 0 && run("ip -n " + ns_b_ + " link set lo up") == 0;
@@ -531,15 +533,16 @@ class LossyTwoHosts : public ::testing::Test {
     // Past this point the tools are the project's own dependencies (scripts/install-deps.sh):
     // a failure is a failure, not a skip.
     const char* custom = std::getenv("MODELCAST_TEST_QDISC");
-    qdisc_ = custom && *custom ? custom : "tbf rate 100mbit burst 32kb latency 20ms";
+    qdisc_ = custom && *custom ? custom : default_qdisc();
     for (const auto& [ns, dev] : {std::pair{ns_a_, dev_a_}, std::pair{ns_b_, dev_b_}}) {
       ASSERT_EQ(run("ip netns exec " + ns + " tc qdisc add dev " + dev + " root " + qdisc_), 0)
           << "'tc qdisc add dev " << dev << " root " << qdisc_ << "' failed";
+      if (loss_percent() == 0) continue;
       std::string nft = "ip netns exec " + ns + " nft ";
       ASSERT_EQ(run(nft + "add table inet lossy"), 0) << "nftables (package nftables) is needed";
       ASSERT_EQ(run(nft + "'add chain inet lossy in { type filter hook input priority 0; policy accept; }'"), 0);
       ASSERT_EQ(run(nft + "add rule inet lossy in iifname " + dev + " numgen random mod 100 '<' " +
-                    std::to_string(kLossPercent) + " counter drop"),
+                    std::to_string(loss_percent()) + " counter drop"),
                 0);
     }
     auto running = [&](const std::string& ns, const std::string& dev) {
@@ -547,15 +550,56 @@ class LossyTwoHosts : public ::testing::Test {
     };
     ASSERT_TRUE(eventually([&] { return running(ns_a_, dev_a_) && running(ns_b_, dev_b_); }, 10s))
         << "veth pair never came up";
+    keys_dir_ = std::filesystem::temp_directory_path() / ("modelcast-impaired-keys-" + std::to_string(getpid()));
+    std::filesystem::create_directories(keys_dir_);
+    producer_keys_ = modelcast::generate_key_pair();
+    consumer_keys_ = modelcast::generate_key_pair();
+    modelcast::save_key_pair(producer_keys_, (keys_dir_ / "producer.key").string(), true);
+    modelcast::save_key_pair(consumer_keys_, (keys_dir_ / "consumer.key").string(), true);
   }
   void TearDown() override {
     if (created_) {
       run("ip netns del " + ns_a_);
       run("ip netns del " + ns_b_);
     }
+    if (!keys_dir_.empty()) std::filesystem::remove_all(keys_dir_);
+  }
+  // Across hosts the control plane is CurveZMQ and versions are signed, as a real deployment's.
+  ChildProcess start_producer(std::vector<std::string> extra) {
+    std::vector<std::string> argv{"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer",
+                                  "--endpoint", "tcp://" + subnet() + ".1:0", "--versions", "0", "--key-file",
+                                  (keys_dir_ / "producer.key").string(), "--allow-key", consumer_keys_.public_key};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return ChildProcess(argv, {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
+  }
+  ChildProcess start_consumer(const std::string& endpoint, std::vector<std::string> extra) {
+    std::vector<std::string> argv{"/usr/bin/env", "ip", "netns", "exec", ns_b_, MODELCAST_TEST_PEER, "consumer",
+                                  "--endpoint", endpoint, "--name", "remote", "--key-file",
+                                  (keys_dir_ / "consumer.key").string(), "--producer-key", producer_keys_.public_key};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return ChildProcess(argv, {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_b_});
   }
   std::string ns_a_, ns_b_, dev_a_, dev_b_, qdisc_;
+  std::filesystem::path keys_dir_;
+  modelcast::KeyPair producer_keys_, consumer_keys_;
   bool created_ = false;
+};
+
+// 100 Mbit/s with up to 20 ms of queue, 2 % of packets dropped each way.
+class LossyTwoHosts : public ImpairedTwoHosts {
+ protected:
+  static constexpr int kLossPercent = 2;
+  int loss_percent() const override { return kLossPercent; }
+  std::string default_qdisc() const override { return "tbf rate 100mbit burst 32kb latency 20ms"; }
+  std::string subnet() const override { return "10.232.0"; }
+};
+
+// 8 Mbit/s (1 MB/s), no loss: slow, never stalled.
+class SlowTwoHosts : public ImpairedTwoHosts {
+ protected:
+  int loss_percent() const override { return 0; }
+  std::string default_qdisc() const override { return "tbf rate 8mbit burst 32kb latency 50ms"; }
+  std::string subnet() const override { return "10.233.0"; }
 };
 
 // Each version is published only once the previous one is installed, so all four cross the
@@ -564,24 +608,12 @@ class LossyTwoHosts : public ::testing::Test {
 // 1/sqrt(loss): Mathis, MSS/RTT x 1.22/sqrt(p)).
 TEST_F(LossyTwoHosts, VersionsCrossADelayingLossyLinkBitExact) {
   constexpr std::uint64_t kVersions = 4;
-  auto dir = std::filesystem::temp_directory_path() / ("modelcast-lossy-keys-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  auto producer_keys = modelcast::generate_key_pair();
-  auto consumer_keys = modelcast::generate_key_pair();
-  modelcast::save_key_pair(producer_keys, (dir / "producer.key").string(), true);
-  modelcast::save_key_pair(consumer_keys, (dir / "consumer.key").string(), true);
-  ChildProcess producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
-                           "tcp://10.232.0.1:0", "--versions", "0", "--kib", "1024", "--key-file",
-                           (dir / "producer.key").string(), "--allow-key", consumer_keys.public_key},
-                          {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
+  ChildProcess producer = start_producer({"--kib", "1024"});
   auto ready = producer.wait_for_line("ready ");
   ASSERT_TRUE(ready) << "producer did not start in " << ns_a_;
   std::string endpoint = ready->substr(6);
-  ASSERT_EQ(endpoint.rfind("tcp://10.232.0.1:", 0), 0u) << endpoint;
-  ChildProcess consumer({"/usr/bin/env", "ip", "netns", "exec", ns_b_, MODELCAST_TEST_PEER, "consumer", "--endpoint",
-                         endpoint, "--name", "remote", "--until-version", std::to_string(kVersions), "--key-file",
-                         (dir / "consumer.key").string(), "--producer-key", producer_keys.public_key},
-                        {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_b_});
+  ASSERT_EQ(endpoint.rfind("tcp://" + subnet() + ".1:", 0), 0u) << endpoint;
+  ChildProcess consumer = start_consumer(endpoint, {"--until-version", std::to_string(kVersions)});
   std::vector<double> version_ms;
   for (std::uint64_t v = 1; v <= kVersions; ++v) {
     auto started = Clock::now();
@@ -595,7 +627,6 @@ TEST_F(LossyTwoHosts, VersionsCrossADelayingLossyLinkBitExact) {
   for (const auto& line : consumer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
   producer.close_stdin();
   EXPECT_EQ(producer.wait(), 0);
-  std::filesystem::remove_all(dir);
 
   // The loss was real: both sides dropped packets.
   for (const auto& ns : {ns_a_, ns_b_}) {
@@ -605,6 +636,39 @@ TEST_F(LossyTwoHosts, VersionsCrossADelayingLossyLinkBitExact) {
   std::ostringstream summary;
   summary << "qdisc '" << qdisc_ << "', " << kLossPercent << " % loss each way: ms per version (publish to installed)";
   for (auto t : version_ms) summary << " " << t;
+  RecordProperty("summary", summary.str());
+  std::printf("[   INFO   ] %s\n", summary.str().c_str());
+}
+
+// A version that takes six lease_timeouts to cross the link arrives in one go: the producer's
+// lease and the consumer's transfer_timeout both count from the last chunk, not from the fetch.
+// 6 MiB at 1 MB/s in 256 KiB chunks (a chunk every quarter second) against 1 s for both.
+TEST_F(SlowTwoHosts, AVersionLastingSixLeaseTimeoutsArrivesWithoutALapse) {
+  constexpr int kLeaseMs = 1000;
+  ChildProcess producer = start_producer(
+      {"--kib", "6144", "--chunk-kib", "256", "--lease-timeout-ms", std::to_string(kLeaseMs)});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready) << "producer did not start in " << ns_a_;
+  ChildProcess consumer =
+      start_consumer(ready->substr(6), {"--until-version", "1", "--transfer-timeout-ms", std::to_string(kLeaseMs)});
+  auto started = Clock::now();
+  ASSERT_TRUE(producer.ask("publish", "published 1"));
+  auto installed = consumer.wait_for_line("installed 1", std::chrono::seconds(120));
+  const double took_ms = ms(Clock::now() - started);
+  ASSERT_TRUE(installed) << "version 1 never arrived over '" << qdisc_ << "':\n" << joined_lines(consumer);
+  EXPECT_EQ(consumer.wait(), 0) << joined_lines(consumer);
+  for (const auto& line : consumer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+  auto stats = producer.ask("stats", "stats ");
+  ASSERT_TRUE(stats);
+  EXPECT_NE(stats->find("leases_expired=0 "), std::string::npos) << "a progressing transfer lost its lease: " << *stats;
+  EXPECT_NE(stats->find("deliveries=1 "), std::string::npos) << *stats;
+  // The premise: the link really held the transfer past several lease timeouts.
+  EXPECT_GE(took_ms, 5.0 * kLeaseMs) << "the link was faster than '" << qdisc_ << "' should allow";
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
+  std::ostringstream summary;
+  summary << "6 MiB over '" << qdisc_ << "' with lease_timeout and transfer_timeout " << kLeaseMs << " ms: "
+          << took_ms << " ms";
   RecordProperty("summary", summary.str());
   std::printf("[   INFO   ] %s\n", summary.str().c_str());
 }

@@ -42,6 +42,7 @@ struct Keys {
 struct Tuning {
   std::size_t max_consumers = 0;
   std::uint64_t lease_timeout_ms = 0;
+  std::size_t chunk_kib = 0;
   std::vector<std::string> transports;  // empty: the default
 };
 
@@ -53,8 +54,9 @@ std::string stats_line(const modelcast::Producer& producer) {
 }
 
 int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,
-                 std::uint64_t seed, int reader_threads, const Keys& keys) {
+                 std::uint64_t seed, int reader_threads, const Keys& keys, std::uint64_t transfer_timeout_ms) {
   modelcast::ConsumerOptions options;
+  if (transfer_timeout_ms != 0) options.transfer_timeout = std::chrono::milliseconds(transfer_timeout_ms);
   options.key_file = keys.key_file;
   options.producer_public_key = keys.producer_key;
   options.producer_endpoint = endpoint;
@@ -167,6 +169,7 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
   modelcast::ProducerOptions options;
   if (tuning.max_consumers != 0) options.max_consumers = tuning.max_consumers;
   if (tuning.lease_timeout_ms != 0) options.lease_timeout = std::chrono::milliseconds(tuning.lease_timeout_ms);
+  if (tuning.chunk_kib != 0) options.transfer_chunk_bytes = tuning.chunk_kib << 10;
   options.key_file = keys.key_file;
   options.allowed_consumer_keys = keys.allowed;
   options.transports = tuning.transports;
@@ -242,6 +245,8 @@ int main(int argc, char** argv) {
   int stop_cycles = 0, stop_within_ms = 50;
   consumer->add_option("--stop-cycles", stop_cycles, "stop consumers at random points instead (run_stopper)");
   consumer->add_option("--stop-within-ms", stop_within_ms);
+  std::uint64_t transfer_timeout_ms = 0;
+  consumer->add_option("--transfer-timeout-ms", transfer_timeout_ms);
   auto* producer = app.add_subcommand("producer");
   producer->add_option("--endpoint", endpoint)->required();
   producer->add_option("--versions", versions);
@@ -254,12 +259,13 @@ int main(int argc, char** argv) {
   Tuning tuning;
   producer->add_option("--max-consumers", tuning.max_consumers);
   producer->add_option("--lease-timeout-ms", tuning.lease_timeout_ms);
+  producer->add_option("--chunk-kib", tuning.chunk_kib);
   producer->add_option("--transports", tuning.transports)->delimiter(',');
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*consumer && stop_cycles > 0) return run_stopper(endpoint, name, stop_cycles, stop_within_ms, seed);
-    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys);
+    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys, transfer_timeout_ms);
     return run_producer(endpoint, versions, seed, kib, wait_consumers, keys, tuning);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());

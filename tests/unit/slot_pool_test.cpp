@@ -74,5 +74,47 @@ TEST(SlotPool, ReservationExpiresLeasesAndReportsThemLater) {
   EXPECT_EQ(pool.take_expired(t0 + 2s).size(), 1u) << "the expiry seen by the writer is still reported";
 }
 
+// A slow transfer that keeps progressing outlives any number of lease_timeouts; one that stops
+// lapses lease_timeout after its last progress, not after the fetch.
+TEST(SlotPool, ALeaseRenewedByProgressLastsAsLongAsTheProgress) {
+  SlotPool pool(2);
+  auto t0 = Clock::time_point{} + 1h;
+  pool.mark_published(pool.reserve_for_write(t0).value(), 1);
+  auto lease = pool.acquire_lease(1, "slow", t0, 1s).value();
+  for (int i = 1; i <= 50; ++i) {
+    auto now = t0 + i * 500ms;
+    EXPECT_TRUE(pool.take_expired(now).empty()) << "lapsed after " << i * 500 << " ms of steady progress";
+    EXPECT_TRUE(pool.renew_lease(lease.id, now, 1s));
+  }
+  auto last = t0 + 25s;
+  EXPECT_EQ(pool.next_expiry(), last + 1s);
+  EXPECT_TRUE(pool.take_expired(last + 999ms).empty());
+  ASSERT_EQ(pool.take_expired(last + 1s).size(), 1u);
+  EXPECT_FALSE(pool.renew_lease(lease.id, last + 1s, 1s)) << "a lapsed lease cannot be brought back";
+}
+
+// A writer that may wait no longer takes the oldest version's slot from its readers, never a
+// pinned slot (the digest thread is still reading it) and never the newest version.
+TEST(SlotPool, AWriterRevokesReadersOfTheOldestVersionButNotPins) {
+  SlotPool pool(3);
+  auto t0 = Clock::time_point{} + 1h;
+  for (std::uint64_t v = 1; v <= 3; ++v) pool.mark_published(pool.reserve_for_write(t0).value(), v);
+  auto reader = pool.acquire_lease(1, "slow", t0, 10s).value();
+  auto pin = pool.acquire_lease(2, "(digest thread)", t0, 24h, SlotPool::Kind::kPin).value();
+  auto newest_reader = pool.acquire_lease(3, "fast", t0, 10s).value();
+  EXPECT_FALSE(pool.renew_lease(pin.id, t0, 1s)) << "pins are not reader leases";
+  EXPECT_FALSE(pool.reserve_for_write(t0).has_value());
+  EXPECT_EQ(pool.revoke_for_write(), 1u);
+  EXPECT_EQ(pool.reserve_for_write(t0), reader.slot);
+  auto ended = pool.take_expired(t0);
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].id, reader.id);
+  EXPECT_FALSE(pool.renew_lease(reader.id, t0, 1s));
+  EXPECT_TRUE(pool.renew_lease(newest_reader.id, t0, 1s));
+  // Only the pinned slot and the newest are left besides the one being written: nothing to revoke.
+  EXPECT_EQ(pool.revoke_for_write(), 0u);
+  EXPECT_TRUE(pool.release_lease(pin.id));
+}
+
 }  // namespace
 }  // namespace modelcast

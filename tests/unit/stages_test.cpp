@@ -120,7 +120,7 @@ struct ConsumerSide {
     while (!finished) {
       auto chunk = chunks.pop();
       if (!chunk) throw std::runtime_error("a chunk never arrived");
-      finished = client.on_chunk(*chunk);
+      finished = client.on_chunk(*chunk, Clock::now());
     }
     return std::move(*finished);
   }
@@ -167,7 +167,7 @@ TEST(Stages, ACorruptByteIsCaughtByTheDigestsNamingTheTensor) {
   auto& t3 = reply->manifest.tensors[3];
   auto done = [&] {
     auto finished = c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), Clock::now());
-    while (!finished) finished = c.client.on_chunk(*c.chunks.pop());
+    while (!finished) finished = c.client.on_chunk(*c.chunks.pop(), Clock::now());
     return std::move(*finished);
   }();
   done.buffer->memory[t3.offset + 5] ^= std::byte{0x40};
@@ -243,7 +243,7 @@ TEST(Stages, TwoSidedFetchesOfADeviceVersionSendEachChunkOnlyOnceTheHostCopyHasI
     while (c.client.received_bytes() < prefix / chunk * chunk) {
       auto arrived = c.chunks.pop();
       ASSERT_TRUE(arrived) << "a chunk within the staged prefix was not sent";
-      done = c.client.on_chunk(*arrived);
+      done = c.client.on_chunk(*arrived, Clock::now());
       ASSERT_FALSE(done);
     }
     EXPECT_EQ(c.client.received_bytes(), prefix / chunk * chunk);
@@ -255,7 +255,7 @@ TEST(Stages, TwoSidedFetchesOfADeviceVersionSendEachChunkOnlyOnceTheHostCopyHasI
   while (!done) {
     auto arrived = c.chunks.pop();
     ASSERT_TRUE(arrived) << "the rest was not sent once the host copy was complete";
-    done = c.client.on_chunk(*arrived);
+    done = c.client.on_chunk(*arrived, Clock::now());
   }
   EXPECT_EQ(done->failure, "");
   EXPECT_NO_THROW(consumer::check_digests(done->manifest, done->received));
@@ -275,7 +275,7 @@ TEST(Stages, AFetchHalfSentWhenTheHostCopyFailsIsWithdrawnAndLaterOnesRefused) {
   ASSERT_FALSE(c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), Clock::now()));
   p.store.set_host_prefix(p.last_slot, reply->chunk_bytes);
   EXPECT_TRUE(p.server->host_progress(1).empty());
-  ASSERT_FALSE(c.client.on_chunk(*c.chunks.pop()));
+  ASSERT_FALSE(c.client.on_chunk(*c.chunks.pop(), Clock::now()));
   EXPECT_EQ(p.store.reader_leases(), 1u);
 
   p.store.set_host_state(p.last_slot, false);
@@ -334,6 +334,57 @@ TEST(Stages, AnExpiredLeaseAbandonsItsFetchAndFreesTheSlotAndALateAckStillCounts
   // With the fetch gone, the consumer may ask again.
   auto again = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 2}, now + 12s);
   EXPECT_TRUE(again && again->ok);
+}
+
+// A transfer that keeps moving holds its lease however long it takes (here six lease_timeouts,
+// a chunk every 8 s against a 10 s lease); once its sends stop completing, it lapses one
+// lease_timeout after the last. The consumer's side counts the same way.
+TEST(Stages, ATransferThatKeepsProgressingKeepsItsLeaseAndOneThatStopsLosesIt) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  const auto t0 = Clock::now();
+  auto request = c.client.begin(kIncarnation, 1, t0);
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, t0);
+  ASSERT_TRUE(reply && reply->ok);
+  ASSERT_FALSE(c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), t0));
+  auto last = t0;
+  for (int i = 1; i <= 7; ++i) {
+    last = t0 + i * 8s;
+    EXPECT_TRUE(p.store.take_expired(last).empty()) << "the lease lapsed " << i * 8 << " s in, with progress every 8 s";
+    EXPECT_FALSE(p.server->on_send_done(p.consumer.routing_id, request.fetch_id, true, last));
+    auto arrived = c.chunks.pop();
+    ASSERT_TRUE(arrived);
+    ASSERT_FALSE(c.client.on_chunk(*arrived, last));
+    EXPECT_FALSE(c.client.transfer_stalled(last + 9s, 10s)) << "given up " << i * 8 + 9 << " s in while progressing";
+  }
+  EXPECT_TRUE(c.client.transfer_stalled(last + 11s, 10s)) << "a transfer silent for 11 s is not stalled";
+  EXPECT_TRUE(p.store.take_expired(last + 9s).empty());
+  auto lapsed = p.store.take_expired(last + 10s);
+  ASSERT_EQ(lapsed.size(), 1u) << "the lease outlived lease_timeout without progress";
+  EXPECT_EQ(lapsed[0].holder, p.consumer.routing_id);
+  p.server->expired(lapsed[0]);
+  c.client.abort();
+}
+
+// A slow consumer's lease may outlive any number of lease_timeouts, but never stalls the
+// trainer for longer than one: publish() then revokes it (the consumer fetches a newer version).
+// Here the reader's lease would run for an hour; the writer waits 50 ms.
+TEST(Stages, PublishWaitsForALeasedSlotNoLongerThanTheLeaseTimeout) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  for (std::uint64_t v = 1; v <= 3; ++v) p.publish(v);
+  auto reader = p.store.lease(1, "slow", Clock::now(), 1h, 0).value();
+  auto fast = p.store.lease(2, "fast", Clock::now(), 1h, 0).value();
+  ASSERT_NE(reader.lease.slot, fast.lease.slot);
+  const auto slot = p.store.reserve(50ms);
+  EXPECT_EQ(slot, reader.lease.slot) << "the oldest version's slot is the one to take";
+  auto ended = p.store.take_expired(Clock::now());
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].holder, "slow");
+  EXPECT_FALSE(p.store.renew(reader.lease.id, Clock::now(), 1s)) << "a revoked lease came back";
+  EXPECT_TRUE(p.store.renew(fast.lease.id, Clock::now(), 1s));
+  p.store.cancel(slot);
 }
 
 TEST(Stages, MembershipAdmitsByConnectionNeverByName) {
