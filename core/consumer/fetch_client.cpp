@@ -1,14 +1,18 @@
 #include "core/consumer/fetch_client.h"
 
+#include <cstring>
+
+#include "common/digest.h"
 #include "modelcast/error.h"
 
 namespace modelcast::consumer {
 
-protocol::FetchRequest FetchClient::begin(std::uint64_t incarnation, std::uint64_t version, Clock::time_point now) {
+protocol::FetchRequest FetchClient::begin(std::uint64_t incarnation, std::uint64_t version, std::uint64_t base,
+                                          Clock::time_point now) {
   fetch_.emplace();
   fetch_->fetch_id = next_fetch_id_++;
   fetch_->requested_at = now;
-  return {incarnation, version, fetch_->fetch_id};
+  return {incarnation, version, fetch_->fetch_id, base};
 }
 
 bool FetchClient::answers(const protocol::FetchReply& reply) const {
@@ -33,7 +37,8 @@ bool FetchClient::transfer_stalled(Clock::time_point now, Clock::duration timeou
 }
 
 std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& reply,
-                                                 std::shared_ptr<detail::ReceiveBuffer> buffer, Clock::time_point now) {
+                                                 std::shared_ptr<detail::ReceiveBuffer> buffer, Clock::time_point now,
+                                                 std::shared_ptr<const detail::InstalledVersion> base) {
   fetch_->replied = true;
   fetch_->progressed_at = now;
   fetch_->manifest = reply.manifest;
@@ -43,16 +48,32 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   fetch_->chunk_done.assign(fetch_->plan.count(), false);
   fetch_->digests_pending = reply.manifest.integrity && reply.digests_pending;
   fetch_->signature = reply.signature;
-  // pmix64 digests are taken once the bytes are where they will be read (service.cpp), not
-  // while host chunks land: a device consumer hashes its device copy.
-  if (reply.manifest.integrity && reply.manifest.digest_kind == DigestKind::kXxh3_64) {
+  fetch_->base = std::move(base);
+  auto& buffer_ref = *fetch_->buffer;
+  // Which chunks to receive: all, or a delta's changed blocks; the others are the base's bytes.
+  std::vector<bool> receive(fetch_->plan.count(), !fetch_->base);
+  if (fetch_->base) {
+    for (auto i : transfer::changed_blocks(fetch_->base->manifest.block_digests, fetch_->manifest.block_digests)) {
+      receive[i] = true;
+    }
+    const std::byte* from = fetch_->base->buffer->memory.data();
+    for (std::size_t i = 0; i < receive.size(); ++i) {
+      if (receive[i]) continue;
+      std::memcpy(buffer_ref.memory.data() + fetch_->plan.offset(i), from + fetch_->plan.offset(i),
+                  fetch_->plan.length(i));
+      fetch_->chunk_done[i] = true;
+      --fetch_->pending;
+    }
+  } else if (reply.manifest.integrity && reply.manifest.digest_kind == DigestKind::kXxh3_64) {
+    // pmix64 digests are taken once the bytes are where they will be read (service.cpp), not
+    // while host chunks land: a device consumer hashes its device copy.
     fetch_->digests.emplace(fetch_->manifest.tensors);
   }
-  auto& buffer_ref = *fetch_->buffer;
   auto& transport = *buffer_ref.transport;
   try {
     if (!reply.region.empty()) fetch_->remote = transport.import_region(0, reply.region);
     for (std::size_t i = 0; i < fetch_->plan.count(); ++i) {
+      if (!receive[i]) continue;
       transport::Completion done = [done = on_chunk_, id = fetch_->fetch_id, i](const transport::TransferResult& r) {
         done({id, i, r.ok, r.error});
       };
@@ -67,6 +88,9 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
     fetch_->failure = e.what();
     fetch_->pending = fetch_->transfers.size();
   }
+  while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
+    fetch_->done_prefix++;
+  }
   return maybe_finish();
 }
 
@@ -80,6 +104,13 @@ std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock:
   if (done.ok && done.chunk < fetch_->chunk_done.size()) {
     fetch_->chunk_done[done.chunk] = true;
     fetch_->progressed_at = now;
+    const auto length = fetch_->plan.length(done.chunk);
+    fetch_->bytes_received += length;
+    if (fetch_->base) {
+      // A delta is checked block by block as it lands: its blocks are not a prefix.
+      fetch_->blocks.emplace_back(static_cast<std::uint32_t>(done.chunk),
+                                  digest_bytes(fetch_->buffer->memory.data() + fetch_->plan.offset(done.chunk), length));
+    }
     while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
       fetch_->done_prefix++;
     }
@@ -101,7 +132,12 @@ std::optional<FinishedFetch> FetchClient::on_digests(const protocol::Digests& me
                                           " tensors, the manifest has " +
                                           std::to_string(fetch_->manifest.tensors.size()));
   }
+  if (!message.block_digests.empty() && message.block_digests.size() != block_count(fetch_->manifest)) {
+    throw Error(ErrorCode::kProtocol, "block digests for " + std::to_string(message.block_digests.size()) +
+                                          " blocks, the manifest has " + std::to_string(block_count(fetch_->manifest)));
+  }
   for (std::size_t i = 0; i < message.digests.size(); ++i) fetch_->manifest.tensors[i].digest = message.digests[i];
+  fetch_->manifest.block_digests = message.block_digests;
   fetch_->digests_pending = false;
   fetch_->signature = message.signature;
   return maybe_finish();
@@ -113,8 +149,15 @@ std::optional<FinishedFetch> FetchClient::maybe_finish() {
   if (fetch_->failure.empty() && fetch_->digests_pending) return std::nullopt;
   InFlight fetch = std::move(*fetch_);
   fetch_.reset();
-  FinishedFetch done{fetch.fetch_id, std::move(fetch.manifest), std::move(fetch.buffer), std::move(fetch.signature),
-                     {}, std::move(fetch.failure)};
+  FinishedFetch done{fetch.fetch_id,
+                     std::move(fetch.manifest),
+                     std::move(fetch.buffer),
+                     std::move(fetch.signature),
+                     {},
+                     std::move(fetch.failure),
+                     fetch.base ? fetch.base->manifest.version : 0,
+                     std::move(fetch.blocks),
+                     fetch.bytes_received};
   if (done.failure.empty() && fetch.digests) {
     fetch.digests->advance(done.buffer->memory.data(), done.manifest.total_bytes);
     done.received = fetch.digests->digests();

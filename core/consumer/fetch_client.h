@@ -1,6 +1,8 @@
 // One fetch at a time: asks for a version, posts a receive per chunk into a free buffer once
 // the producer answers, hashes the received prefix while chunks land, collects digests that
-// follow the data, and hands the finished fetch back. It sends nothing itself: begin() returns
+// follow the data, and hands the finished fetch back. A delta (the answer names a base version
+// the consumer offered) receives only the chunks whose block digest changed, copies the others
+// from the base's buffer, and hashes each received block against its digest. It sends nothing itself: begin() returns
 // the request for the service loop to send. Service thread only; chunk completions arrive
 // from the transport's thread through the loop's event queue.
 #pragma once
@@ -36,6 +38,10 @@ struct FinishedFetch {
   std::vector<std::byte> signature;
   std::vector<std::uint64_t> received;      // digests of the bytes that arrived (integrity on)
   std::string failure;                      // a transfer error; empty when every chunk arrived
+  std::uint64_t base_version = 0;           // a delta against this version; 0: received whole
+  // A delta's received blocks with the digests of what arrived (the others are the base's).
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> blocks;
+  std::uint64_t bytes_received = 0;         // over the transport (a delta's changed blocks)
 };
 
 class FetchClient {
@@ -48,7 +54,9 @@ class FetchClient {
 
   bool in_flight() const { return fetch_.has_value(); }
   // The request for `version`; the fetch is in flight until finished, refused or abandoned.
-  protocol::FetchRequest begin(std::uint64_t incarnation, std::uint64_t version, Clock::time_point now);
+  // `base`: a version this consumer holds with block digests, offered as a delta base (0: none).
+  protocol::FetchRequest begin(std::uint64_t incarnation, std::uint64_t version, std::uint64_t base,
+                               Clock::time_point now);
   // True for the producer's answer to the request in flight (a late answer to an older one is not).
   bool answers(const protocol::FetchReply& reply) const;
   // True for a refusal of the fetch in flight after it was answered: the producer withdrew it
@@ -65,9 +73,12 @@ class FetchClient {
   bool transfer_stalled(Clock::time_point now, Clock::duration timeout) const;
 
   // A verified answer: posts one receive per chunk into `buffer`, or on a one-sided route (the
-  // reply carries the slot's export) one read per chunk out of the producer's slot.
+  // reply carries the slot's export) one read per chunk out of the producer's slot. For a delta
+  // answer, `base` is the installed version it is against (checked to match by the caller):
+  // unchanged blocks are copied from it and only the changed ones received.
   std::optional<FinishedFetch> accept(const protocol::FetchReply& reply, std::shared_ptr<detail::ReceiveBuffer> buffer,
-                                      Clock::time_point now);
+                                      Clock::time_point now,
+                                      std::shared_ptr<const detail::InstalledVersion> base = nullptr);
   // `now`: when the completion was handled, which is progress for transfer_stalled().
   std::optional<FinishedFetch> on_chunk(const ChunkDone& done, Clock::time_point now);
   // Throws Error(kProtocol) for digests that do not fit the manifest.
@@ -94,6 +105,9 @@ class FetchClient {
     std::vector<bool> chunk_done;
     std::size_t done_prefix = 0;  // chunks [0, done_prefix) complete
     std::optional<StreamingDigests> digests;
+    std::shared_ptr<const detail::InstalledVersion> base;  // a delta's; held until it finishes
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> blocks;
+    std::uint64_t bytes_received = 0;
     bool digests_pending = false;
     std::vector<std::byte> signature;
   };

@@ -111,6 +111,8 @@ class ConsumerService {
   void on_join_reply(const protocol::JoinReply& reply);
   // What we hold: a newer announced version of this incarnation, or any version of a new one.
   bool wants(std::uint64_t version) const;
+  std::shared_ptr<const detail::InstalledVersion> delta_base() const;
+  void check_delta_base(const protocol::FetchReply& reply) const;
   void maybe_fetch();
   void on_fetch_reply(const protocol::FetchReply& reply);
   // A finished fetch: verified and installed, or rejected; acked either way.
@@ -146,6 +148,8 @@ class ConsumerService {
   static constexpr std::chrono::seconds kMaxRejectBackoff{5};
   std::set<std::uint64_t> rejected_;
   std::uint64_t asked_for_ = 0;
+  // The version offered as the base of the fetch in flight; service thread only.
+  std::shared_ptr<const detail::InstalledVersion> delta_base_;
   unsigned rejections_in_a_row_ = 0;
   bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
   std::uint64_t newest_announced_ = 0;

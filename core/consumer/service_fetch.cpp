@@ -17,6 +17,18 @@ std::vector<std::uint64_t> host_pmix64(const Manifest& manifest, const std::byte
 
 }  // namespace
 
+// The installed version offered as a delta base: one of this producer run, with block digests,
+// whose bytes are in a host receive buffer (a device consumer's are on the device, where the
+// host-side copy of unchanged blocks cannot reach).
+std::shared_ptr<const detail::InstalledVersion> ConsumerService::delta_base() const {
+  auto current = store_.current();
+  if (!current || !current->buffer || landing_ || current->manifest.block_digests.empty() ||
+      current->manifest.incarnation != link_.incarnation()) {
+    return nullptr;
+  }
+  return current;
+}
+
 // What we hold: a newer announced version of this incarnation, or any version of a new one.
 bool ConsumerService::wants(std::uint64_t version) const {
   if (version == 0 || rejected_.count(version)) return false;
@@ -44,7 +56,8 @@ void ConsumerService::maybe_fetch() {
     log_->info("a receive buffer is free again: fetching version {}", newest_announced_);
   }
   asked_for_ = newest_announced_;
-  link_.send(fetch_.begin(link_.incarnation(), asked_for_, now));
+  delta_base_ = delta_base();
+  link_.send(fetch_.begin(link_.incarnation(), asked_for_, delta_base_ ? delta_base_->manifest.version : 0, now));
 }
 
 void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
@@ -71,6 +84,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                                             ", the producer answered with version " + std::to_string(manifest.version));
     }
     check_reply(policy_, reply);
+    if (reply.base_version != 0) check_delta_base(reply);
     buffer = store_.take_buffer(manifest.total_bytes);
     // Device buffers are hashed on the device, with pmix64 only.
     if (buffer && buffer->device_owned && manifest.integrity && manifest.digest_kind != DigestKind::kPmix64) {
@@ -98,7 +112,23 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
     retry_fetch_after_ = Clock::now() + tick();
     return;
   }
-  finish(fetch_.accept(reply, std::move(buffer), Clock::now()));
+  finish(fetch_.accept(reply, std::move(buffer), Clock::now(), reply.base_version ? delta_base_ : nullptr));
+}
+
+// A delta is only as good as its base: the one this consumer offered, with the same blocks.
+void ConsumerService::check_delta_base(const protocol::FetchReply& reply) const {
+  const Manifest& manifest = reply.manifest;
+  if (!delta_base_ || delta_base_->manifest.version != reply.base_version) {
+    throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) + " came as a delta against version " +
+                                          std::to_string(reply.base_version) + ", which this consumer did not offer");
+  }
+  const Manifest& base = delta_base_->manifest;
+  if (base.total_bytes != manifest.total_bytes || base.block_bytes != manifest.block_bytes ||
+      base.block_digests.size() != manifest.block_digests.size()) {
+    throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) +
+                                          " came as a delta against version " + std::to_string(base.version) +
+                                          ", whose blocks are laid out differently");
+  }
 }
 
 // The user's rule (views hold buffers) bites here: said once per stall, when it starts, rather
@@ -145,13 +175,16 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       done->received = host_pmix64(m, done->buffer->memory.data());
     }
     auto current = store_.current();
-    check_arrived(policy_, m, done->received, done->signature, current ? &current->manifest : nullptr);
+    check_arrived(policy_, m, {std::move(done->received), done->base_version != 0, std::move(done->blocks)},
+                  done->signature, current ? &current->manifest : nullptr);
   } catch (const Error& e) {
     return reject(done->manifest, done->fetch_id, e);
   }
   auto installed = std::make_shared<detail::InstalledVersion>();
   installed->update_latency = std::chrono::nanoseconds(realtime_ns() - done->manifest.publish_time_ns);
   installed->manifest = std::move(done->manifest);
+  const std::uint64_t done_bytes = done->bytes_received;
+  delta_base_.reset();
   // Views say where their bytes are: here, not where the producer had them.
   for (auto& t : installed->manifest.tensors) {
     t.spec.memory = options_.memory;
@@ -167,7 +200,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   count([&](ConsumerStats& s) {
     s.current_version = m.version;
     s.versions_installed++;
-    s.bytes_received += m.total_bytes;
+    s.bytes_received += done_bytes;
     s.last_update_latency = installed->update_latency;
   });
   store_.install(installed);

@@ -13,6 +13,14 @@ void check_reply(const VerifierPolicy& policy, const protocol::FetchReply& reply
     throw Error(ErrorCode::kProtocol, "manifest is for model '" + manifest.model + "'");
   }
   transfer::check_plan({manifest.total_bytes, reply.chunk_bytes});
+  // Blocks are chunks: the same boundaries for the digests and the transfer.
+  if (manifest.block_bytes != 0 && manifest.block_bytes != reply.chunk_bytes) {
+    throw Error(ErrorCode::kProtocol, "fetch reply with " + std::to_string(reply.chunk_bytes) + "-byte chunks for " +
+                                          std::to_string(manifest.block_bytes) + "-byte blocks");
+  }
+  if (reply.base_version != 0 && (reply.digests_pending || manifest.block_digests.empty())) {
+    throw Error(ErrorCode::kProtocol, "a delta answer without the block digests that define it");
+  }
   check_expected_layout(policy.expected_layout, manifest);
   if (!policy.producer) return;
   if (!manifest.integrity) {
@@ -42,12 +50,33 @@ void check_not_a_replay(const Manifest* installed, const Manifest& incoming) {
   }
 }
 
-void check_arrived(const VerifierPolicy& policy, const Manifest& manifest, const std::vector<std::uint64_t>& received,
+void check_arrived(const VerifierPolicy& policy, const Manifest& manifest, const Arrived& arrived,
                    std::span<const std::byte> signature, const Manifest* installed) {
-  if (manifest.integrity) check_digests(manifest, received);
+  if (arrived.delta) {
+    check_blocks(manifest, arrived.blocks);
+  } else if (manifest.integrity) {
+    check_digests(manifest, arrived.tensor_digests);
+  }
   if (!policy.producer) return;
   check_signature(*policy.producer, manifest, signature);
   check_not_a_replay(installed, manifest);
+}
+
+void check_blocks(const Manifest& manifest, const std::vector<std::pair<std::uint32_t, std::uint64_t>>& received) {
+  for (const auto& [block, digest] : received) {
+    if (block < manifest.block_digests.size() && digest == manifest.block_digests[block]) continue;
+    const std::uint64_t offset = std::uint64_t{block} * manifest.block_bytes;
+    std::string where;
+    for (const auto& t : manifest.tensors) {
+      if (offset < t.offset + t.size) {
+        where = " (in tensor '" + t.spec.name + "')";
+        break;
+      }
+    }
+    throw Error(ErrorCode::kIntegrity, "block " + std::to_string(block) + " at byte " + std::to_string(offset) + where +
+                                           " of version " + std::to_string(manifest.version) +
+                                           " failed its digest check");
+  }
 }
 
 void check_digests(const Manifest& manifest, const std::vector<std::uint64_t>& received) {

@@ -37,10 +37,22 @@ void check_not_a_replay(const Manifest* installed, const Manifest& incoming);
 // kIntegrity naming the first tensor whose received bytes do not match its digest.
 void check_digests(const Manifest& manifest, const std::vector<std::uint64_t>& received);
 
+// kIntegrity naming the first received block (and the tensor it starts in) whose bytes do not
+// match its digest: `received` holds (block index, digest of what arrived).
+void check_blocks(const Manifest& manifest, const std::vector<std::pair<std::uint32_t, std::uint64_t>>& received);
+
+// What arrived: the digests of every tensor (a whole version), or of a delta's received blocks
+// (the rest being the verified base's bytes, under equal block digests).
+struct Arrived {
+  std::vector<std::uint64_t> tensor_digests;
+  bool delta = false;
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> blocks;
+};
+
 // Everything checked once the bytes are in: the digests (integrity on) and, with a pinned
 // producer, its signature and that the version replays no earlier run (`installed`: the
 // version readers see now, or null).
-void check_arrived(const VerifierPolicy& policy, const Manifest& manifest, const std::vector<std::uint64_t>& received,
+void check_arrived(const VerifierPolicy& policy, const Manifest& manifest, const Arrived& arrived,
                    std::span<const std::byte> signature, const Manifest* installed);
 
 }  // namespace modelcast::consumer

@@ -142,6 +142,17 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
     fail("manifest declares " + std::to_string(manifest.total_bytes) + " bytes but its tensors end at byte " +
          std::to_string(end_of_previous));
   }
+  // Block digests may follow the manifest (with the tensor digests); when present, one a block.
+  if (manifest.block_bytes == 0 && !manifest.block_digests.empty()) fail("manifest has block digests but no block size");
+  if (!manifest.block_digests.empty() && manifest.block_digests.size() != block_count(manifest)) {
+    fail("manifest has " + std::to_string(manifest.block_digests.size()) + " block digests for " +
+         std::to_string(block_count(manifest)) + " blocks");
+  }
+}
+
+std::size_t block_count(const Manifest& manifest) {
+  if (manifest.block_bytes == 0) return 0;
+  return static_cast<std::size_t>((manifest.total_bytes + manifest.block_bytes - 1) / manifest.block_bytes);
 }
 
 void check_expected_layout(const std::vector<TensorSpec>& expected, const Manifest& manifest) {

@@ -36,6 +36,12 @@ struct Manifest {
   DigestKind digest_kind = DigestKind::kXxh3_64;
   std::uint64_t total_bytes = 0;
   std::vector<TensorEntry> tensors;
+  // The snapshot as blocks: block i is bytes [i * block_bytes, min((i + 1) * block_bytes,
+  // total_bytes)), hashed with XXH3-64 like host tensors. What changed between two versions is
+  // the blocks whose digests differ, so a consumer holding one receives only those of the next.
+  // Empty for versions hashed on a device and without integrity: such a version is fetched whole.
+  std::uint64_t block_bytes = 0;
+  std::vector<std::uint64_t> block_digests;
 };
 
 // Lays tensors out back to back (aligned) in the given order. Throws Error(kInvalidArgument)
@@ -57,9 +63,12 @@ struct ManifestLimits {
 // 64 bits (a shape a peer can send but no memory can hold).
 std::optional<std::uint64_t> checked_size_bytes(const TensorSpec& spec);
 
+// Block count of a manifest's block_bytes over its total_bytes (0 without blocks).
+std::size_t block_count(const Manifest& manifest);
+
 // Checks a received manifest is self-consistent and within `limits` (sizes match shapes, no
 // overflow, tensors inside total_bytes and total_bytes no larger than the layout needs, names
-// unique). Throws Error(kProtocol) saying what is wrong.
+// unique, one digest per block). Throws Error(kProtocol) saying what is wrong.
 void validate_manifest(const Manifest& manifest, const ManifestLimits& limits = {});
 
 // Throws Error(kLayoutMismatch) listing the first differences between what a consumer expects

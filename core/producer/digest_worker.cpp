@@ -4,6 +4,17 @@
 
 namespace modelcast::producer {
 
+std::vector<std::uint64_t> block_digests(const std::byte* base, const Manifest& layout) {
+  std::vector<std::uint64_t> digests;
+  const std::size_t blocks = block_count(layout);
+  digests.reserve(blocks);
+  for (std::size_t i = 0; i < blocks; ++i) {
+    const std::uint64_t offset = i * layout.block_bytes;
+    digests.push_back(digest_bytes(base + offset, std::min(layout.block_bytes, layout.total_bytes - offset)));
+  }
+  return digests;
+}
+
 DigestWorker::DigestWorker(Done done) : done_(std::move(done)), thread_([this] { run(); }) {}
 
 DigestWorker::~DigestWorker() {
@@ -15,11 +26,10 @@ DigestWorker::~DigestWorker() {
   thread_.join();
 }
 
-void DigestWorker::submit(std::size_t slot, std::uint64_t version, const std::byte* base,
-                          const std::vector<TensorEntry>& tensors) {
+void DigestWorker::submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back({slot, version, base, &tensors});
+    jobs_.push_back({slot, version, base, &layout});
   }
   cv_.notify_one();
 }
@@ -34,10 +44,11 @@ void DigestWorker::run() {
       job = jobs_.front();
       jobs_.pop_front();
     }
+    const Manifest& layout = *job.layout;
     std::vector<std::uint64_t> digests;
-    digests.reserve(job.tensors->size());
-    for (const auto& t : *job.tensors) digests.push_back(digest_bytes(job.base + t.offset, t.size));
-    done_(job.slot, job.version, std::move(digests));
+    digests.reserve(layout.tensors.size());
+    for (const auto& t : layout.tensors) digests.push_back(digest_bytes(job.base + t.offset, t.size));
+    done_(job.slot, job.version, std::move(digests), block_digests(job.base, layout));
   }
 }
 

@@ -1,5 +1,6 @@
-// The producer's digest thread: hashes each new snapshot (XXH3 per tensor) while it is
-// already being sent, so integrity costs the trainer nothing. The slot stays pinned (see
+// The producer's digest thread: hashes each new snapshot (XXH3 per tensor, and per block when
+// the manifest has blocks) while it is already being sent, so integrity and delta updates cost
+// the trainer nothing. The slot stays pinned (see
 // SnapshotStore::publish) until the digests are handed back.
 #pragma once
 
@@ -16,25 +17,30 @@
 
 namespace modelcast::producer {
 
+// XXH3-64 of each of the layout's blocks of the snapshot at `base` (none without blocks).
+std::vector<std::uint64_t> block_digests(const std::byte* base, const Manifest& layout);
+
 class DigestWorker {
  public:
-  // Runs on the digest thread with each job's digests, in manifest order.
-  using Done = std::function<void(std::size_t slot, std::uint64_t version, std::vector<std::uint64_t> digests)>;
+  // Runs on the digest thread with each job's digests, in manifest order, and its block digests.
+  using Done = std::function<void(std::size_t slot, std::uint64_t version, std::vector<std::uint64_t> digests,
+                                  std::vector<std::uint64_t> block_digests)>;
 
   explicit DigestWorker(Done done);
   ~DigestWorker();  // finishes no further jobs; joins the thread
   DigestWorker(const DigestWorker&) = delete;
   DigestWorker& operator=(const DigestWorker&) = delete;
 
-  // Any thread. `base` must stay valid and unwritten until `done` has run for this job.
-  void submit(std::size_t slot, std::uint64_t version, const std::byte* base, const std::vector<TensorEntry>& tensors);
+  // Any thread. `base` must stay valid and unwritten until `done` has run for this job;
+  // `layout` (tensors, block size) must outlive the worker.
+  void submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout);
 
  private:
   struct Job {
     std::size_t slot;
     std::uint64_t version;
     const std::byte* base;
-    const std::vector<TensorEntry>* tensors;
+    const Manifest* layout;
   };
   void run();
 

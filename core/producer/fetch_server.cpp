@@ -20,6 +20,19 @@ std::vector<std::pair<std::string, protocol::FetchRequest>> FetchServer::publish
   return out;
 }
 
+std::vector<std::pair<std::string, protocol::FetchRequest>> FetchServer::digests_ready(std::uint64_t version) {
+  std::vector<std::pair<std::string, protocol::FetchRequest>> out;
+  for (auto it = parked_for_digests_.begin(); it != parked_for_digests_.end();) {
+    if (it->second.version == version || it->second.version == 0) {
+      out.emplace_back(it->first, it->second);
+      it = parked_for_digests_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return out;
+}
+
 std::optional<protocol::FetchReply> FetchServer::start(const std::string& routing_id, const ConsumerRecord* consumer,
                                                        const protocol::FetchRequest& request, Clock::time_point now) {
   // Announced but still being copied: answer once it is published (the copy cannot fail).
@@ -55,6 +68,17 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   // a two-sided fetch is answered at once and its chunks go out as the copy reaches them, so
   // the device-to-host copy overlaps the transfer.
   const bool two_sided = transports_.at(consumer->transport).capabilities().two_sided;
+  // A delta needs the base's block digests (kept for recent versions) and the new version's,
+  // which the digest thread may still be computing: hashing is far quicker than sending what
+  // did not change, so the request waits for them. One-sided routes read whole versions.
+  std::optional<std::vector<std::uint64_t>> base_blocks;
+  if (two_sided && request.base_version != 0 && request.base_version < newest) {
+    base_blocks = store_.block_digests(request.base_version);
+  }
+  if (base_blocks && !store_.digests_ready(newest)) {
+    parked_for_digests_[routing_id] = request;
+    return std::nullopt;
+  }
   std::uint64_t host_bytes = std::numeric_limits<std::uint64_t>::max();
   if (two_sided) {
     auto copy = store_.host_copy(request.version);
@@ -74,16 +98,29 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   reply.manifest = std::move(leased->manifest);
   reply.signature = std::move(leased->signature);
   reply.digests_pending = leased->digests_pending;
-  auto plan = transfer::producer_plan(reply.manifest.total_bytes, chunk_option_);
+  const Manifest& manifest = reply.manifest;
+  auto plan = manifest.block_bytes != 0 ? transfer::ChunkPlan{manifest.total_bytes, manifest.block_bytes}
+                                        : transfer::producer_plan(manifest.total_bytes, chunk_option_);
   reply.chunk_bytes = plan.chunk_bytes;
+  std::vector<std::uint32_t> blocks;
+  if (base_blocks && !manifest.block_digests.empty() && manifest.block_digests.size() == base_blocks->size()) {
+    reply.base_version = request.base_version;
+    blocks = transfer::changed_blocks(*base_blocks, manifest.block_digests);
+  } else {
+    blocks.resize(plan.count());
+    for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<std::uint32_t>(i);
+  }
+  std::uint64_t bytes = 0;
+  for (auto i : blocks) bytes += plan.length(i);
 
   Fetch fetch;
   fetch.lease_id = leased->lease.id;
   fetch.version = leased->lease.version;
   fetch.awaiting_digests = leased->digests_pending;
-  fetch.bytes = plan.total_bytes;
+  fetch.bytes = two_sided ? bytes : plan.total_bytes;
   fetch.transport = consumer->transport;
   fetch.plan = plan;
+  fetch.blocks = std::move(blocks);
   fetch.peer = consumer->peer;
   fetch.region = leased->region;
   auto& transport = transports_.at(consumer->transport);
@@ -110,12 +147,13 @@ void FetchServer::post_sends(const std::string& routing_id, std::uint64_t fetch_
                              std::uint64_t host_bytes) {
   auto& transport = transports_.at(fetch.transport);
   const auto& plan = fetch.plan;
-  while (fetch.next_chunk < plan.count() && plan.offset(fetch.next_chunk) + plan.length(fetch.next_chunk) <= host_bytes) {
-    const std::size_t i = fetch.next_chunk;
+  while (fetch.next < fetch.blocks.size()) {
+    const std::size_t i = fetch.blocks[fetch.next];
+    if (plan.offset(i) + plan.length(i) > host_bytes) break;
     fetch.transfers.push_back(transport.post_send(
         fetch.peer, *fetch.region, plan.offset(i), plan.length(i), protocol::chunk_tag(fetch_id, i),
         [this, routing_id, fetch_id](const transport::TransferResult& r) { on_send_(routing_id, fetch_id, r); }));
-    ++fetch.next_chunk;
+    ++fetch.next;
   }
 }
 
@@ -124,7 +162,7 @@ void FetchServer::for_each_unsent(std::uint64_t version, Visit&& visit) {
   for (auto& [routing_id, fetches] : fetches_) {
     for (auto it = fetches.begin(); it != fetches.end();) {
       Fetch& fetch = it->second;
-      const bool unsent = fetch.version == version && fetch.next_chunk < fetch.plan.count() &&
+      const bool unsent = fetch.version == version && fetch.next < fetch.blocks.size() &&
                           transports_.at(fetch.transport).capabilities().two_sided;
       it = unsent && !visit(routing_id, it->first, fetch) ? fetches.erase(it) : std::next(it);
     }
@@ -238,6 +276,7 @@ bool FetchServer::serving(const std::string& routing_id) const {
 
 std::size_t FetchServer::drop(const std::string& routing_id) {
   parked_.erase(routing_id);
+  parked_for_digests_.erase(routing_id);
   lapsed_.erase(routing_id);
   auto it = fetches_.find(routing_id);
   if (it == fetches_.end()) return 0;

@@ -43,9 +43,13 @@ class FetchServer {
   void expect(std::uint64_t version) { upcoming_.insert(version); }
   // `version` is published: returns the requests that waited for it, to be started again.
   std::vector<std::pair<std::string, protocol::FetchRequest>> published(std::uint64_t version);
+  // `version`'s digests exist: returns the delta requests that waited for its block digests.
+  std::vector<std::pair<std::string, protocol::FetchRequest>> digests_ready(std::uint64_t version);
 
-  // Decides a fetch. nullopt: parked until the announced version is copied. Otherwise the
-  // reply to send; when ok, the sends are already posted.
+  // Decides a fetch. nullopt: parked until the announced version is copied or, for a request
+  // with a base version whose block digests are known, until the version's block digests exist
+  // (they are the delta: the blocks that differ from the base's are all that is sent).
+  // Otherwise the reply to send; when ok, the sends are already posted.
   std::optional<protocol::FetchReply> start(const std::string& routing_id, const ConsumerRecord* consumer,
                                             const protocol::FetchRequest& request, Clock::time_point now);
 
@@ -99,10 +103,12 @@ class FetchServer {
     std::size_t transport = 0;  // the consumer's, in the set
     std::vector<transport::TransferId> transfers;
     bool failed = false;
-    // Two-sided fetches: chunks [0, next_chunk) are posted; the rest wait for the host copy
-    // (a device version being staged). `region` is the leased slot's, valid while leased.
+    // Two-sided fetches send `blocks` (every chunk, or a delta's changed ones) in order:
+    // blocks[0, next) are posted; the rest wait for the host copy (a device version being
+    // staged). `region` is the leased slot's, valid while leased.
     transfer::ChunkPlan plan;
-    std::size_t next_chunk = 0;
+    std::vector<std::uint32_t> blocks;
+    std::size_t next = 0;
     transport::PeerId peer = 0;
     const transport::MemoryRegion* region = nullptr;
   };
@@ -126,6 +132,7 @@ class FetchServer {
   // Announced, not yet published: more than one while device versions are still staged.
   std::set<std::uint64_t> upcoming_;
   std::map<std::string, protocol::FetchRequest> parked_;                 // by routing id: one each
+  std::map<std::string, protocol::FetchRequest> parked_for_digests_;     // by routing id: one each
   std::map<std::string, std::map<std::uint64_t, Fetch>> fetches_;       // routing id -> fetch id
   // Fetches whose lease lapsed, awaiting a late ack: the newest kMaxLapsed of each consumer.
   struct Lapsed {

@@ -87,11 +87,12 @@ class Producer::Impl {
     service_ = std::make_unique<producer::ProducerService>(options_, incarnation_, store_, *transports_, *control_,
                                                            stats_, log_);
     digests_ = std::make_unique<producer::DigestWorker>(
-        [events = &service_->events()](std::size_t slot, std::uint64_t version, std::vector<std::uint64_t> digests) {
-          events->push(producer::DigestsReady{slot, version, std::move(digests)});
+        [events = &service_->events()](std::size_t slot, std::uint64_t version, std::vector<std::uint64_t> digests,
+                                       std::vector<std::uint64_t> blocks) {
+          events->push(producer::DigestsReady{slot, version, std::move(digests), std::move(blocks)});
         });
     service_->set_digest_submit([this](std::size_t slot, std::uint64_t version) {
-      digests_->submit(slot, version, store_.memory(slot), layout_.tensors);
+      digests_->submit(slot, version, store_.memory(slot), layout_);
     });
     if (persister_) service_->set_persist([p = persister_.get()](std::uint64_t version) { p->consider(version); });
     log_->info("model '{}' serving on {} (announcements on {}), incarnation {:016x}", options_.model_name,
@@ -222,6 +223,12 @@ class Producer::Impl {
     };
     if (!registered_.empty()) {
       const TensorSpec& first = registered_.front().spec;
+    // Host snapshots are also hashed per block, a block being a transfer chunk: a consumer that
+    // holds an earlier version then receives only the chunks that changed. Device snapshots are
+    // hashed per tensor on the device and always travel whole.
+    layout_.block_bytes = options_.integrity && first.memory != MemoryKind::kCuda
+                              ? transfer::producer_plan(layout_.total_bytes, options_.transfer_chunk_bytes).chunk_bytes
+                              : 0;
       bool same = first.memory == spec.memory && (spec.memory == MemoryKind::kHost || first.device == spec.device);
       if (!same) {
         throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' is in " + where(spec.memory, spec.device) +

@@ -99,7 +99,7 @@ void ProducerService::on_event(SnapshotTaken& e) {
   }
   if (integrity && !e.digests_ready) submit_digests_(e.slot, version);
   if (integrity && e.digests_ready) {
-    DigestsReady ready{e.slot, version, std::move(digests)};
+    DigestsReady ready{e.slot, version, std::move(digests), {}};
     on_event(ready);  // signs it and unpins the slot before any fetch is answered
   }
   if (!integrity && persist_ && e.host_ready) persist_(version);
@@ -167,14 +167,16 @@ void ProducerService::on_event(DigestsReady& e) {
   if (persist_) {
     if (auto pinned = store_.pin(e.version, "(persist decision)")) held = pinned->lease_id;
   }
-  auto signature = store_.set_digests(e.slot, e.digests, control_.signer());
+  auto signature = store_.set_digests(e.slot, e.digests, e.block_digests, control_.signer());
   // Before the digests go out: a consumer that has verified this version knows it was considered.
   // A device version is written once its host copy exists (HostStaged).
   if (persist_ && !host_staging_.count(e.version)) persist_(e.version);
   if (held) store_.unpin(*held);
   for (const auto& [routing_id, fetch_id] : fetches_.take_awaiting_digests(e.version)) {
-    reply(routing_id, protocol::Digests{fetch_id, e.version, e.digests, signature});
+    reply(routing_id, protocol::Digests{fetch_id, e.version, e.digests, e.block_digests, signature});
   }
+  // Delta fetches waited for the block digests, which are their delta.
+  for (auto& [routing_id, request] : fetches_.digests_ready(e.version)) on_fetch(routing_id, request);
 }
 
 void ProducerService::on_event(SendDone& e) {

@@ -80,6 +80,7 @@ struct DigestsReady {
   std::size_t slot;
   std::uint64_t version;
   std::vector<std::uint64_t> digests;
+  std::vector<std::uint64_t> block_digests;  // none for a version without blocks (device)
 };
 // The snapshot slots exist now, at `location`: routes are chosen for that memory from here on.
 struct SlotsAllocated {

@@ -105,11 +105,17 @@ void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_poi
 }
 
 std::vector<std::byte> SnapshotStore::set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
+                                                  const std::vector<std::uint64_t>& block_digests,
                                                   const security::ManifestSigner* signer) {
   std::lock_guard lock(mutex_);
   Slot& s = slots_[slot];
   for (std::size_t i = 0; i < digests.size() && i < s.manifest.tensors.size(); ++i) {
     s.manifest.tensors[i].digest = digests[i];
+  }
+  s.manifest.block_digests = block_digests;
+  if (!block_digests.empty()) {
+    block_history_[s.manifest.version] = block_digests;
+    while (block_history_.size() > kBlockHistory) block_history_.erase(block_history_.begin());
   }
   if (signer) s.signature = signer->sign(s.manifest);
   s.digests_ready = true;
@@ -117,6 +123,19 @@ std::vector<std::byte> SnapshotStore::set_digests(std::size_t slot, const std::v
   s.digest_lease = 0;
   slot_freed_.notify_all();
   return s.signature;
+}
+
+std::optional<std::vector<std::uint64_t>> SnapshotStore::block_digests(std::uint64_t version) const {
+  std::lock_guard lock(mutex_);
+  auto it = block_history_.find(version);
+  if (it == block_history_.end()) return std::nullopt;
+  return it->second;
+}
+
+bool SnapshotStore::digests_ready(std::uint64_t version) const {
+  std::lock_guard lock(mutex_);
+  auto slot = pool_.slot_of(version == 0 ? pool_.newest_version() : version);
+  return slot && slots_[*slot].digests_ready;
 }
 
 std::optional<SnapshotStore::Leased> SnapshotStore::lease(std::uint64_t version, const std::string& holder,

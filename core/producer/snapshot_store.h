@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -89,7 +90,14 @@ class SnapshotStore {
   // Fills in a pinned slot's digests (and signature, when `signer`), and unpins it. Returns the
   // signature.
   std::vector<std::byte> set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,
+                                     const std::vector<std::uint64_t>& block_digests,
                                      const security::ManifestSigner* signer);
+  // The block digests of `version` (held or not, among the last kBlockHistory with blocks):
+  // what a consumer holding it needs to be sent of a later version. nullopt if not known.
+  std::optional<std::vector<std::uint64_t>> block_digests(std::uint64_t version) const;
+  // Whether `version`'s digests (tensor and block) exist yet; false if it is not held.
+  bool digests_ready(std::uint64_t version) const;
+  static constexpr std::size_t kBlockHistory = 64;
 
   // `transport`: index into the set given to allocate(), whose registration `region` is.
   std::optional<Leased> lease(std::uint64_t version, const std::string& holder, Clock::time_point now,
@@ -132,6 +140,9 @@ class SnapshotStore {
   std::condition_variable slot_freed_;
   SlotPool pool_;           // guarded by mutex_
   std::size_t pins_ = 0;    // leases taken by pin() and not yet unpinned; mutex_
+  // Block digests of recent versions, kept after their slots are reused (a few KiB each), so a
+  // consumer several versions behind still gets a delta; mutex_.
+  std::map<std::uint64_t, std::vector<std::uint64_t>> block_history_;
   std::vector<Slot> slots_; // bookkeeping guarded by mutex_; memory as the file comment says
 };
 

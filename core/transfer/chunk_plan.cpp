@@ -6,6 +6,14 @@
 
 namespace modelcast::transfer {
 
+std::vector<std::uint32_t> changed_blocks(const std::vector<std::uint64_t>& base, const std::vector<std::uint64_t>& next) {
+  std::vector<std::uint32_t> changed;
+  for (std::size_t i = 0; i < next.size() && i < base.size(); ++i) {
+    if (base[i] != next[i]) changed.push_back(static_cast<std::uint32_t>(i));
+  }
+  return changed;
+}
+
 void check_plan(const ChunkPlan& plan) {
   if (plan.chunk_bytes == 0) throw Error(ErrorCode::kProtocol, "fetch reply with a zero chunk size");
   if (plan.chunk_bytes < std::min(plan.total_bytes, kMinChunkBytes)) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/wire/protocol.h"
 
@@ -36,6 +37,12 @@ struct ChunkPlan {
 inline ChunkPlan producer_plan(std::uint64_t total_bytes, std::uint64_t chunk_option) {
   return {total_bytes, std::max(chunk_option, (total_bytes + kMaxChunks - 1) / kMaxChunks)};
 }
+
+// The blocks whose digests differ between a base version and the next, in order: what a
+// consumer holding the base must receive (the rest it copies from the base). One definition for
+// the producer, which sends them, and the consumer, which posts their receives. Both digest
+// lists must be of one length.
+std::vector<std::uint32_t> changed_blocks(const std::vector<std::uint64_t>& base, const std::vector<std::uint64_t>& next);
 
 // Throws Error(kProtocol) for a plan a receiver must not follow: zero or tiny chunks, or more
 // chunks than a tag can number.

@@ -34,7 +34,7 @@ TensorEntry unpack_tensor(const msgpack::object& object) {
 }  // namespace
 
 void pack_manifest(Packer& pk, const Manifest& m) {
-  pk.pack_map(9 + digest_kind_field_count(m.digest_kind));
+  pk.pack_map(11 + digest_kind_field_count(m.digest_kind));
   pk.pack("model"); pack_str(pk, m.model);
   pk.pack("inc"); pk.pack(m.incarnation);
   pk.pack("ver"); pk.pack(m.version);
@@ -46,6 +46,8 @@ void pack_manifest(Packer& pk, const Manifest& m) {
   pk.pack("tensors");
   pk.pack_array(static_cast<std::uint32_t>(m.tensors.size()));
   for (const auto& t : m.tensors) pack_tensor(pk, t);
+  pk.pack("blk"); pk.pack(m.block_bytes);
+  pk.pack("bxxh3"); pk.pack(m.block_digests);
   pack_digest_kind_field(pk, m.digest_kind);
 }
 
@@ -61,6 +63,8 @@ Manifest unpack_manifest(const msgpack::object& object) {
   m.integrity = f.get<bool>("integrity");
   m.total_bytes = f.get<std::uint64_t>("total");
   m.digest_kind = unpack_digest_kind_field(object);
+  m.block_bytes = f.get<std::uint64_t>("blk");
+  m.block_digests = f.get<std::vector<std::uint64_t>>("bxxh3");
   const auto& tensors = f.at("tensors");
   if (tensors.type != msgpack::type::ARRAY) fail("manifest: field 'tensors' is not an array");
   for (std::uint32_t i = 0; i < tensors.via.array.size; ++i) {

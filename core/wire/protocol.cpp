@@ -57,17 +57,19 @@ struct BodyPacker {
     pk.pack("path"); pk.pack(static_cast<std::uint8_t>(m.path));
   }
   void operator()(const FetchRequest& m) const {
-    pk.pack_map(3);
+    pk.pack_map(4);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("fetch"); pk.pack(m.fetch_id);
+    pk.pack("base"); pk.pack(m.base_version);
   }
   void operator()(const FetchReply& m) const {
-    pk.pack_map(m.region.empty() ? 8 : 9);
+    pk.pack_map(m.region.empty() ? 9 : 10);
     pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("chunk"); pk.pack(m.chunk_bytes);
     pk.pack("pending"); pk.pack(m.digests_pending);
+    pk.pack("base"); pk.pack(m.base_version);
     pk.pack("manifest"); pack_manifest(pk, m.manifest);
     pk.pack("sig"); pack_bin(pk, m.signature);
     if (!m.region.empty()) {
@@ -75,10 +77,11 @@ struct BodyPacker {
     }
   }
   void operator()(const Digests& m) const {
-    pk.pack_map(4);
+    pk.pack_map(5);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("xxh3"); pk.pack(m.digests);
+    pk.pack("bxxh3"); pk.pack(m.block_digests);
     pk.pack("sig"); pack_bin(pk, m.signature);
   }
   void operator()(const Ping& m) const {
@@ -133,7 +136,8 @@ Message unpack_body(Type type, const msgpack::object& body) {
     }
     case Type::kFetchRequest: {
       Fields f(body, "fetch request");
-      return FetchRequest{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch")};
+      return FetchRequest{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
+                          f.get<std::uint64_t>("base")};
     }
     case Type::kFetchReply: {
       Fields f(body, "fetch reply");
@@ -144,6 +148,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
       m.fetch_id = f.get<std::uint64_t>("fetch");
       m.chunk_bytes = f.get<std::uint64_t>("chunk");
       m.digests_pending = f.get<bool>("pending");
+      m.base_version = f.get<std::uint64_t>("base");
       m.manifest = unpack_manifest(f.at("manifest"));
       m.signature = f.bin("sig");
       if (f.has("region")) m.region = f.bin("region");
@@ -157,7 +162,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
     case Type::kDigests: {
       Fields f(body, "digests");
       return Digests{f.get<std::uint64_t>("fetch"), f.get<std::uint64_t>("ver"),
-                     f.get<std::vector<std::uint64_t>>("xxh3"), f.bin("sig")};
+                     f.get<std::vector<std::uint64_t>>("xxh3"), f.get<std::vector<std::uint64_t>>("bxxh3"), f.bin("sig")};
     }
     case Type::kPing: {
       Fields f(body, "ping");

@@ -32,7 +32,7 @@
 namespace modelcast::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4D435354;  // "MCST"
-inline constexpr std::uint16_t kVersion = 3;
+inline constexpr std::uint16_t kVersion = 4;
 
 // Why a request was refused, so the other side can act on it without reading prose.
 enum class Refusal : std::uint8_t {
@@ -101,6 +101,9 @@ struct FetchRequest {
   std::uint64_t incarnation = 0;  // the producer the consumer joined; a stale one is refused
   std::uint64_t version = 0;
   std::uint64_t fetch_id = 0;
+  // A version of this incarnation the consumer holds verified, with its block digests (0:
+  // none): the producer may then send only the blocks that differ from it.
+  std::uint64_t base_version = 0;
 };
 
 // A refusal that carries the id of a fetch already answered withdraws that fetch: the producer
@@ -113,6 +116,10 @@ struct FetchReply {
   std::uint64_t fetch_id = 0;
   std::uint64_t chunk_bytes = 0;
   bool digests_pending = false;  // the manifest's digests follow in a Digests message
+  // Non-zero: a delta against this version (the request's base): only the blocks whose digest
+  // differs from the base's are sent; the consumer copies the others from the base. Never with
+  // digests pending (the block digests are the delta).
+  std::uint64_t base_version = 0;
   Manifest manifest;
   // Ed25519 signature of manifest_signing_bytes(manifest) by the producer's key; empty when the
   // producer signs nothing or the digests (and so the signature) follow in a Digests message.
@@ -128,6 +135,7 @@ struct Digests {
   std::uint64_t fetch_id = 0;
   std::uint64_t version = 0;
   std::vector<std::uint64_t> digests;  // one per manifest tensor, in manifest order
+  std::vector<std::uint64_t> block_digests;  // one per block, or none (a version without blocks)
   std::vector<std::byte> signature;    // of the manifest with these digests, when signing
 };
 

@@ -84,7 +84,7 @@ struct ConsumerStats {
   std::uint64_t bad_messages = 0;       // malformed/truncated/unknown-version, dropped
   std::uint64_t reconnects = 0;
   std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
-  std::uint64_t bytes_received = 0;
+  std::uint64_t bytes_received = 0;  // over the transport: a delta counts only its changed blocks
   std::string transport;  // the transport the producer chose at the last join ("" before one)
   std::string path;       // and the delivery path ("host_ucx", "cuda_ipc", "staged", ...)
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here

@@ -54,7 +54,8 @@ std::string stats_line(const modelcast::Producer& producer) {
 }
 
 int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,
-                 std::uint64_t seed, int reader_threads, const Keys& keys, std::uint64_t transfer_timeout_ms) {
+                 std::uint64_t seed, int reader_threads, const Keys& keys, std::uint64_t transfer_timeout_ms,
+                 int change_pct) {
   modelcast::ConsumerOptions options;
   if (transfer_timeout_ms != 0) options.transfer_timeout = std::chrono::milliseconds(transfer_timeout_ms);
   options.key_file = keys.key_file;
@@ -65,7 +66,7 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
   // Runs once per installed version, in order: the exact sequence the test checks.
   std::atomic<bool> corrupt{false};
   options.on_update = [&](const modelcast::ModelView& view) {
-    if (auto problem = testmodel::check(view, seed); !problem.empty()) {
+    if (auto problem = testmodel::check(view, seed, change_pct); !problem.empty()) {
       say("corrupt " + problem);
       corrupt = true;
     }
@@ -84,7 +85,7 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
       while (!stop) {
         auto view = consumer.acquire();
         if (!view) continue;
-        if (auto problem = testmodel::check(view, seed); !problem.empty()) {
+        if (auto problem = testmodel::check(view, seed, change_pct); !problem.empty()) {
           say("torn " + problem);
           torn = true;
           return;
@@ -109,6 +110,7 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
   for (auto& t : readers) t.join();
   if (torn) return 4;
   if (reader_threads > 0 && status == 0) say("reader checks " + std::to_string(checks.load()));
+  if (status == 0) say("bytes_received " + std::to_string(consumer.stats().bytes_received));
   return status;
 }
 
@@ -165,7 +167,7 @@ int run_stopper(const std::string& endpoint, const std::string& name, int cycles
 }
 
 int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib,
-                 std::size_t wait_consumers, const Keys& keys, const Tuning& tuning) {
+                 std::size_t wait_consumers, const Keys& keys, const Tuning& tuning, int change_pct) {
   modelcast::ProducerOptions options;
   if (tuning.max_consumers != 0) options.max_consumers = tuning.max_consumers;
   if (tuning.lease_timeout_ms != 0) options.lease_timeout = std::chrono::milliseconds(tuning.lease_timeout_ms);
@@ -185,7 +187,7 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
     return 1;
   }
   for (std::uint64_t v = 1; v <= versions; ++v) {
-    testmodel::fill(model, seed, v);
+    testmodel::fill(model, seed, v, change_pct);
     producer.publish(static_cast<std::int64_t>(v));
     say("published " + std::to_string(v));
   }
@@ -203,7 +205,7 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
     std::string command;
     words >> command;
     if (command == "publish") {
-      testmodel::fill(model, seed, next);
+      testmodel::fill(model, seed, next, change_pct);
       auto ticket = producer.publish(static_cast<std::int64_t>(next));
       say("published " + std::to_string(next) + " stall_us=" +
           std::to_string(std::chrono::duration_cast<std::chrono::microseconds>(ticket.stall).count()));
@@ -247,6 +249,8 @@ int main(int argc, char** argv) {
   consumer->add_option("--stop-within-ms", stop_within_ms);
   std::uint64_t transfer_timeout_ms = 0;
   consumer->add_option("--transfer-timeout-ms", transfer_timeout_ms);
+  int change_pct = 100;
+  consumer->add_option("--change-pct", change_pct, "versions change this share of tensors (testmodel::fill)");
   auto* producer = app.add_subcommand("producer");
   producer->add_option("--endpoint", endpoint)->required();
   producer->add_option("--versions", versions);
@@ -260,13 +264,14 @@ int main(int argc, char** argv) {
   producer->add_option("--max-consumers", tuning.max_consumers);
   producer->add_option("--lease-timeout-ms", tuning.lease_timeout_ms);
   producer->add_option("--chunk-kib", tuning.chunk_kib);
+  producer->add_option("--change-pct", change_pct, "versions change this share of tensors (testmodel::fill)");
   producer->add_option("--transports", tuning.transports)->delimiter(',');
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*consumer && stop_cycles > 0) return run_stopper(endpoint, name, stop_cycles, stop_within_ms, seed);
-    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys, transfer_timeout_ms);
-    return run_producer(endpoint, versions, seed, kib, wait_consumers, keys, tuning);
+    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys, transfer_timeout_ms, change_pct);
+    return run_producer(endpoint, versions, seed, kib, wait_consumers, keys, tuning, change_pct);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;

@@ -114,7 +114,7 @@ class ScriptedProducer {
     auto manifest = layout_;
     manifest.version = version;
     tweak(manifest);
-    reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, chunk_bytes, false, manifest,
+    reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, chunk_bytes, false, 0, manifest,
                                signer_ ? signer_->sign(manifest) : std::vector<std::byte>{}, {}});
     for (;;) {
       auto request = next_request();
@@ -128,7 +128,7 @@ class ScriptedProducer {
     for (;;) {
       auto fetch = next_fetch_announcing(version);
       if (fetch.version == version) return fetch;
-      reply(protocol::FetchReply{false, protocol::Refusal::kNotHeld, "superseded", fetch.fetch_id, 0, false, {}, {}, {}});
+      reply(protocol::FetchReply{false, protocol::Refusal::kNotHeld, "superseded", fetch.fetch_id, 0, false, 0, {}, {}, {}});
     }
   }
 
@@ -169,7 +169,7 @@ class ScriptedProducer {
     if (digests_later) {
       for (auto& t : sent.tensors) t.digest = 0;
     }
-    reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, 1u << 20, digests_later, sent,
+    reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, 1u << 20, digests_later, 0, sent,
                                digests_later ? std::vector<std::byte>{} : signature, {}});
     std::size_t chunks = (manifest.total_bytes + (1u << 20) - 1) / (1u << 20);
     for (std::size_t i = 0; i < chunks; ++i) {
@@ -178,7 +178,7 @@ class ScriptedProducer {
                             protocol::chunk_tag(fetch.fetch_id, i), [](const auto&) {});
     }
     if (digests_later) {
-      protocol::Digests digests{fetch.fetch_id, version, {}, signature};
+      protocol::Digests digests{fetch.fetch_id, version, {}, {}, signature};
       for (const auto& t : manifest.tensors) digests.digests.push_back(t.digest);
       reply(digests);
     }

@@ -41,20 +41,35 @@ inline std::uint64_t word(std::uint64_t seed, std::uint64_t version, std::size_t
   return x * 0xBF58476D1CE4E5B9ull;
 }
 
-inline void fill(std::vector<Tensor>& model, std::uint64_t seed, std::uint64_t version) {
+// Versions that change only some tensors, as frozen layers or sparse updates do: with
+// `change_pct` < 100, tensor t changes at version v > 1 with that probability (a pure function
+// of seed, t and v), and otherwise keeps its bytes of the version before. Returns the version
+// whose bytes tensor t holds at `version`.
+inline std::uint64_t source_version(std::uint64_t seed, std::uint64_t version, std::size_t tensor, int change_pct) {
+  if (change_pct >= 100) return version;
+  for (std::uint64_t v = version; v > 1; --v) {
+    if (word(seed ^ 0x5A5A5A5Aull, v, tensor, 0) % 100 < static_cast<std::uint64_t>(change_pct)) return v;
+  }
+  return 1;
+}
+
+inline void fill(std::vector<Tensor>& model, std::uint64_t seed, std::uint64_t version, int change_pct = 100) {
   for (std::size_t t = 0; t < model.size(); ++t) {
-    for (std::size_t i = 0; i < model[t].words.size(); ++i) model[t].words[i] = word(seed, version, t, i);
+    const std::uint64_t source = source_version(seed, version, t, change_pct);
+    for (std::size_t i = 0; i < model[t].words.size(); ++i) model[t].words[i] = word(seed, source, t, i);
   }
 }
 
-// Empty string if `view` holds exactly what fill(seed, view.version()) wrote; else what differs.
-inline std::string check(const modelcast::ModelView& view, std::uint64_t seed) {
+// Empty string if `view` holds exactly what fill(seed, view.version(), change_pct) wrote; else
+// what differs.
+inline std::string check(const modelcast::ModelView& view, std::uint64_t seed, int change_pct = 100) {
   auto tensors = view.tensors();
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     const auto* bytes = static_cast<const unsigned char*>(tensors[t].data);
     std::size_t size = tensors[t].size_bytes();
+    const std::uint64_t source = source_version(seed, view.version(), t, change_pct);
     for (std::size_t i = 0; i * 8 < size; ++i) {
-      std::uint64_t expected = word(seed, view.version(), t, i);
+      std::uint64_t expected = word(seed, source, t, i);
       if (std::memcmp(bytes + i * 8, &expected, std::min<std::size_t>(8, size - i * 8)) != 0) {
         return "tensor '" + tensors[t].name() + "' word " + std::to_string(i) + " differs from version " +
                std::to_string(view.version());

@@ -25,6 +25,8 @@ Manifest sample_manifest() {
   t.offset = 256;
   t.size = 64;
   t.digest = 0xDEADBEEFCAFEF00Dull;
+  m.block_bytes = 256;
+  m.block_digests = {0x1111, 0x2222};
   m.tensors.push_back(t);
   return m;
 }
@@ -32,7 +34,7 @@ Manifest sample_manifest() {
 TEST(Codec, RoundTripsEveryMessageType) {
   std::vector<std::byte> address = {std::byte{1}, std::byte{0}, std::byte{255}};
   std::vector<std::byte> signature(64, std::byte{7});
-  FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, sample_manifest(), signature, {}};
+  FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, 3, sample_manifest(), signature, {}};
   auto join_request = modelcast::testing::ucx_join("model", "consumer", address, "boot-id", 0x1234);
   join_request.offers[0].capabilities.one_sided = true;  // a flag that is not the default
   join_request.memory = transport::MemoryLocation::cuda(3);
@@ -41,11 +43,11 @@ TEST(Codec, RoundTripsEveryMessageType) {
       Announce{1, 2, 3, 4},
       join_request,
       JoinReply{false, Refusal::kNoTransport, "no", 5, "tcp://127.0.0.1:1", 6, "loopback", DeliveryPath::kStaged},
-      FetchRequest{7, 8, 9},
+      FetchRequest{7, 8, 9, 6},
       reply,
       Ack{10, 11, 12, false, "digest"},
       Ping{13},
-      Digests{14, 15, {16, 17}, signature},
+      Digests{14, 15, {16, 17}, {18, 19, 20}, signature},
   };
   for (const auto& message : messages) {
     auto decoded = decode(encode(message));
@@ -82,8 +84,13 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_TRUE(got.tensors[0].spec.same_layout(want.tensors[0].spec));
   EXPECT_EQ(got.tensors[0].offset, 256u);
   EXPECT_EQ(got.tensors[0].digest, want.tensors[0].digest);
+  EXPECT_EQ(got.block_bytes, want.block_bytes);
+  EXPECT_EQ(got.block_digests, want.block_digests);
+  EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).base_version, 3u);
+  EXPECT_EQ(std::get<FetchRequest>(decode(encode(messages[3]))).base_version, 6u);
   auto digests = std::get<Digests>(decode(encode(messages[7])));
   EXPECT_EQ(digests.digests, (std::vector<std::uint64_t>{16, 17}));
+  EXPECT_EQ(digests.block_digests, (std::vector<std::uint64_t>{18, 19, 20}));
   EXPECT_EQ(digests.signature, signature);
   auto ack = std::get<Ack>(decode(encode(messages[5])));
   EXPECT_EQ(ack.error, "digest");
@@ -101,7 +108,7 @@ void expect_protocol_error(std::span<const std::byte> bytes, const std::string& 
 }
 
 TEST(Codec, EveryTruncationIsRejected) {
-  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}, {}});
+  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}});
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_THROW(decode(std::span(bytes.data(), n)), Error) << "prefix of " << n << " bytes";
   }
@@ -161,7 +168,7 @@ TEST(Codec, ContainerBombsAreProtocolErrorsNotAllocations) {
 }
 
 TEST(Codec, MessagesBeyondTheCallersLimitsAreRefused) {
-  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}, {}});
+  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}});
   DecodeLimits small;
   small.max_message_bytes = bytes.size() - 1;
   EXPECT_NO_THROW(decode(bytes));
@@ -180,7 +187,7 @@ TEST(Codec, RandomBytesNeverEscapeAsAnythingButProtocolErrors) {
     state ^= state << 17;
     return state;
   };
-  auto seed = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, sample_manifest(), {}, {}});
+  auto seed = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}});
   for (int i = 0; i < 20000; ++i) {
     std::vector<std::byte> bytes = seed;
     int flips = 1 + static_cast<int>(next() % 8);

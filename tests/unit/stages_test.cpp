@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 
@@ -13,6 +14,7 @@
 #include "core/consumer/fetch_client.h"
 #include "core/consumer/verifier.h"
 #include "core/consumer/version_store.h"
+#include "core/producer/digest_worker.h"
 #include "core/producer/fetch_server.h"
 #include "core/producer/membership.h"
 #include "core/producer/snapshot_store.h"
@@ -63,6 +65,7 @@ struct ProducerSide {
     layout.model = "test";
     layout.incarnation = kIncarnation;
     layout.tensors = plan_layout(specs, &layout.total_bytes);
+    layout.block_bytes = 64u << 10;  // the chunk size below: blocks are chunks
     store.allocate(layout.total_bytes, transports);
     server = std::make_unique<producer::FetchServer>(
         store, transports, kIncarnation, 10s,
@@ -73,19 +76,22 @@ struct ProducerSide {
     consumer.peer = transports.at(0).connect(consumer_transport->address(), false, nullptr);
   }
 
-  // Publishes `version` (bytes of testmodel seed 1), digests and all, as the service loop would.
-  void publish(std::uint64_t version, bool host_ready = true) {
+  // Publishes `version` (bytes of testmodel seed 1, or of `content` when given, changed by
+  // `change`), digests and all, as the service loop would.
+  void publish(std::uint64_t version, bool host_ready = true, std::uint64_t content = 0,
+               const std::function<void(std::byte*)>& change = {}) {
     auto slot = store.reserve(10s);
-    testmodel::fill(model, 1, version);
+    testmodel::fill(model, 1, content ? content : version);
     Manifest manifest = layout;
     manifest.version = version;
     std::vector<std::uint64_t> digests;
     for (std::size_t i = 0; i < model.size(); ++i) {
       std::memcpy(store.memory(slot) + manifest.tensors[i].offset, model[i].words.data(), manifest.tensors[i].size);
-      digests.push_back(digest_bytes(store.memory(slot) + manifest.tensors[i].offset, manifest.tensors[i].size));
     }
+    if (change) change(store.memory(slot));
+    for (const auto& t : manifest.tensors) digests.push_back(digest_bytes(store.memory(slot) + t.offset, t.size));
     store.publish(slot, manifest, Clock::now(), /*pin=*/true, host_ready);
-    store.set_digests(slot, digests, nullptr);
+    store.set_digests(slot, digests, producer::block_digests(store.memory(slot), manifest), nullptr);
     last_slot = slot;
   }
   std::size_t last_slot = 0;
@@ -130,7 +136,7 @@ TEST(Stages, AVersionGoesFromASlotToAnInstalledViewBitExact) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   p.publish(1);
-  auto request = c.client.begin(kIncarnation, 1, Clock::now());
+  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
   auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
   ASSERT_TRUE(reply && reply->ok) << (reply ? reply->error : "parked");
   EXPECT_FALSE(reply->digests_pending);
@@ -159,7 +165,7 @@ TEST(Stages, ACorruptByteIsCaughtByTheDigestsNamingTheTensor) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   p.publish(1);
-  auto request = c.client.begin(kIncarnation, 1, Clock::now());
+  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
   auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
   ASSERT_TRUE(reply && reply->ok);
   // A byte changes on the way (what a bad link or a stray write would do): the digests of
@@ -222,7 +228,7 @@ TEST(Stages, TwoSidedFetchesOfADeviceVersionSendEachChunkOnlyOnceTheHostCopyHasI
   p.publish(1, /*host_ready=*/false);
   std::vector<std::byte> staged(p.store.memory(p.last_slot), p.store.memory(p.last_slot) + p.layout.total_bytes);
   std::memset(p.store.memory(p.last_slot), 0xEE, p.layout.total_bytes);
-  auto request = c.client.begin(kIncarnation, 1, Clock::now());
+  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
   auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
   ASSERT_TRUE(reply && reply->ok) << "a fetch of a version being staged waited for the whole host copy";
   consumer::check_reply(c.policy, *reply);
@@ -269,7 +275,7 @@ TEST(Stages, AFetchHalfSentWhenTheHostCopyFailsIsWithdrawnAndLaterOnesRefused) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   p.publish(1, /*host_ready=*/false);
-  auto request = c.client.begin(kIncarnation, 1, Clock::now());
+  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
   auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
   ASSERT_TRUE(reply && reply->ok);
   ASSERT_FALSE(c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), Clock::now()));
@@ -344,7 +350,7 @@ TEST(Stages, ATransferThatKeepsProgressingKeepsItsLeaseAndOneThatStopsLosesIt) {
   ProducerSide p(c.transport);
   p.publish(1);
   const auto t0 = Clock::now();
-  auto request = c.client.begin(kIncarnation, 1, t0);
+  auto request = c.client.begin(kIncarnation, 1, 0, t0);
   auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, t0);
   ASSERT_TRUE(reply && reply->ok);
   ASSERT_FALSE(c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), t0));
@@ -385,6 +391,88 @@ TEST(Stages, PublishWaitsForALeasedSlotNoLongerThanTheLeaseTimeout) {
   EXPECT_FALSE(p.store.renew(reader.lease.id, Clock::now(), 1s)) << "a revoked lease came back";
   EXPECT_TRUE(p.store.renew(fast.lease.id, Clock::now(), 1s));
   p.store.cancel(slot);
+}
+
+// A consumer holding version 1 fetches version 2, in which two blocks changed: exactly those
+// two travel, the rest is copied from version 1, and the result is version 2 bit-exact. A byte
+// flipped in a received block is caught by its block digest, naming block and tensor.
+TEST(Stages, ADeltaSendsOnlyTheChangedBlocksAndEachIsChecked) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  auto first = c.client.begin(kIncarnation, 1, 0, Clock::now());
+  auto whole = p.server->start(p.consumer.routing_id, &p.consumer, first, Clock::now());
+  ASSERT_TRUE(whole && whole->ok);
+  EXPECT_EQ(whole->base_version, 0u);
+  auto got = c.run(*whole);
+  ASSERT_EQ(got.failure, "");
+  ASSERT_EQ(got.manifest.block_digests.size(), block_count(p.layout));
+  auto base = std::make_shared<detail::InstalledVersion>();
+  base->manifest = got.manifest;
+  base->buffer = got.buffer;
+  c.store.install(base);
+  ASSERT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, first.fetch_id, true, ""}, "c", Clock::now()).ok);
+
+  const std::uint64_t block = p.layout.block_bytes;
+  auto change = [&](std::byte* slot) {
+    slot[2 * block + 17] ^= std::byte{1};
+    slot[5 * block] ^= std::byte{0x80};
+  };
+  p.publish(2, true, /*content=*/1, change);
+  std::vector<std::byte> expected(p.store.memory(p.last_slot), p.store.memory(p.last_slot) + p.layout.total_bytes);
+  for (bool corrupt : {false, true}) {
+    auto request = c.client.begin(kIncarnation, 2, 1, Clock::now());
+    EXPECT_EQ(request.base_version, 1u);
+    auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+    ASSERT_TRUE(reply && reply->ok) << (reply ? reply->error : "parked");
+    EXPECT_EQ(reply->base_version, 1u);
+    auto delivered = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 2, request.fetch_id, true, ""}, "c",
+                                      Clock::now());
+    EXPECT_EQ(delivered.delivery.bytes, 2 * block) << "the producer sent more than the two changed blocks";
+    consumer::check_reply(c.policy, *reply);
+    auto buffer = c.store.take_buffer(reply->manifest.total_bytes);
+    auto finished = c.client.accept(*reply, buffer, Clock::now(), base);
+    while (!finished) {
+      auto chunk = c.chunks.pop();
+      ASSERT_TRUE(chunk) << "a changed block never arrived";
+      // What a bad link or a lying relay would do: a byte of a received block changes.
+      if (corrupt && chunk->chunk == 5) buffer->memory[5 * block + 9] ^= std::byte{4};
+      finished = c.client.on_chunk(*chunk, Clock::now());
+    }
+    ASSERT_EQ(finished->failure, "");
+    EXPECT_EQ(finished->base_version, 1u);
+    EXPECT_EQ(finished->bytes_received, 2 * block);
+    ASSERT_EQ(finished->blocks.size(), 2u);
+    consumer::Arrived arrived{{}, true, finished->blocks};
+    if (!corrupt) {
+      EXPECT_EQ(std::memcmp(finished->buffer->memory.data(), expected.data(), expected.size()), 0)
+          << "the assembled version differs from the producer's";
+      EXPECT_NO_THROW(consumer::check_arrived(c.policy, finished->manifest, arrived, {}, nullptr));
+      continue;
+    }
+    try {
+      consumer::check_arrived(c.policy, finished->manifest, arrived, {}, nullptr);
+      FAIL() << "a corrupt block passed";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIntegrity);
+      EXPECT_NE(std::string(e.what()).find("block 5 "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("in tensor '"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// No base the producer knows (a consumer that joined late, or whose base fell out of the
+// history): the whole version is sent.
+TEST(Stages, ABaseTheProducerDoesNotKnowGetsTheWholeVersion) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(5);
+  auto request = c.client.begin(kIncarnation, 5, 3, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok);
+  EXPECT_EQ(reply->base_version, 0u);
+  auto done = c.run(*reply);
+  EXPECT_EQ(done.bytes_received, p.layout.total_bytes);
 }
 
 TEST(Stages, MembershipAdmitsByConnectionNeverByName) {
