@@ -15,6 +15,10 @@
 //   file_baseline_ms write + fsync + rename, readers poll every 100 ms and read with O_DIRECT,
 //                    start of the write until the last reader is done, median
 //   notify_us_p99    ConsumerStats::last_notify_latency per version per consumer, p99
+//   changed_pct      the share of the model's blocks (transfer chunks) each version changes:
+//                    100 changes every block (training that touches every weight), less a
+//                    random set of blocks, so the consumer receives a delta
+//   wire_bytes       bytes the producer sent per consumer per version (Delivery::bytes), median
 // and writes a JSON array (one object per configuration, with the samples under "extra").
 // `report` merges such files and prints the table or the JSON of the issue.
 // Each repetition runs: UCX ceiling transfer, memcpy (+ diagnostics), publish() and wait for
@@ -98,9 +102,35 @@ struct Model {
     for (std::size_t i = 0; i < size / 8; ++i) words[i] = i * 0x9E3779B97F4A7C15ull;
   }
 
-  // "Training": the weights change between publishes; the first word of each tensor is the version.
-  void stamp(std::uint64_t version) {
-    for (auto offset : offsets) std::memcpy(storage.data() + offset, &version, sizeof version);
+  // "Training": the weights change between publishes. At 100 % the first word of each tensor is
+  // the version (which consumers check) and so is the first word of every block; below, the
+  // first word of a random `changed_pct` share of the blocks (at least one unless 0).
+  void stamp(std::uint64_t version, int changed_pct, std::size_t block_bytes, std::uint64_t seed) {
+    const std::size_t blocks = (storage.size() + block_bytes - 1) / block_bytes;
+    if (changed_pct >= 100) {
+      for (auto offset : offsets) std::memcpy(storage.data() + offset, &version, sizeof version);
+      for (std::size_t b = 0; b < blocks; ++b) std::memcpy(storage.data() + b * block_bytes, &version, sizeof version);
+      return;
+    }
+    std::vector<std::size_t> order(blocks);
+    for (std::size_t b = 0; b < blocks; ++b) order[b] = b;
+    std::uint64_t x = seed * 0x9E3779B97F4A7C15ull + version;
+    for (std::size_t b = blocks; b > 1; --b) {  // Fisher-Yates with a splitmix step
+      x += 0x9E3779B97F4A7C15ull;
+      std::uint64_t z = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+      std::swap(order[b - 1], order[(z ^ (z >> 27)) % b]);
+    }
+    const auto changed = changed_pct <= 0 ? 0 : std::max<std::size_t>(1, blocks * static_cast<std::size_t>(changed_pct) / 100);
+    for (std::size_t i = 0; i < changed; ++i) {
+      std::memcpy(storage.data() + order[i] * block_bytes, &version, sizeof version);
+    }
+  }
+
+  // XOR of each tensor's XXH3-64: what the consumer's last version must hash to.
+  std::uint64_t digest() const {
+    std::uint64_t d = 0;
+    for (const auto& t : tensors) d ^= XXH3_64bits(t.data, t.spec.size_bytes());
+    return d;
   }
 };
 
@@ -116,7 +146,7 @@ struct Sample {
 // The consumer process. Its receive buffers are its own (ConsumerOptions::caller_buffers, two,
 // like buffers = 2) so that the UCX ceiling's receiver can use the one no view holds between
 // two versions: no extra memory, and both transfers land in the same pages.
-int run_consumer(const std::string& endpoint, int index, std::size_t size, std::size_t buffer_count) {
+int run_consumer(const std::string& endpoint, int index, std::size_t size, std::size_t buffer_count, bool stamped) {
   std::vector<bench::TouchedBuffer> buffers;
   for (std::size_t i = 0; i < buffer_count; ++i) buffers.emplace_back(size);
   bench::UcpReceiver ceiling(kChunkBytes);
@@ -140,7 +170,7 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
     for (const auto& tensor : view.tensors()) {
       std::uint64_t word = 0;
       std::memcpy(&word, tensor.data, sizeof word);
-      if (word != view.version()) s.content_ok = false;
+      if (stamped && word != view.version()) s.content_ok = false;
     }
     std::lock_guard lock(mutex);
     samples.push_back(s);
@@ -178,6 +208,12 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
                                                      std::to_string(s.update_ns) + " " + std::to_string(s.notify_ns) +
                                                      " " + (s.content_ok ? "1" : "0"));
       }
+      // Every byte of the last version, hashed off the clock: a delta that assembled the wrong
+      // bytes shows here even where the per-version stamp check cannot look.
+      std::uint64_t digest = 0;
+      auto view = consumer.acquire();
+      for (const auto& tensor : view.tensors()) digest ^= XXH3_64bits(tensor.data, tensor.size_bytes());
+      bench::write_line(bench::kParentWriteFd, "digest " + std::to_string(view.version()) + " " + std::to_string(digest));
       bench::write_line(bench::kParentWriteFd, "end");
       return 0;
     } else {
@@ -201,14 +237,16 @@ struct ExchangeResult {
   std::vector<double> notify_us;    // per measured version per consumer
   std::vector<double> ceiling_ms;   // the UCX ceiling, one transfer right before each version
   std::vector<double> notify_after_stall_us;  // per version per consumer: notify minus that version's stall
+  std::vector<double> wire_bytes;   // per measured version per consumer: Delivery::bytes
   int bad_content = 0;
 };
 
 ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, int warmup, int reps,
-                                std::size_t slots, std::size_t buffers, bool integrity) {
+                                std::size_t slots, std::size_t buffers, bool integrity, int changed_pct) {
   std::mutex mutex;
   std::condition_variable delivered_cv;
   std::map<std::uint64_t, std::vector<double>> delivered;  // version -> since_publish ms per consumer
+  std::map<std::uint64_t, std::vector<double>> sent;       // version -> bytes sent per consumer
 
   modelcast::ProducerOptions options;
   options.model_name = kModelName;
@@ -219,6 +257,7 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
   options.on_delivery = [&](const modelcast::Delivery& d) {
     std::lock_guard lock(mutex);
     delivered[d.version].push_back(to_ms(d.since_publish));
+    sent[d.version].push_back(static_cast<double>(d.bytes));
     delivered_cv.notify_all();
   };
   modelcast::Producer producer(options);
@@ -242,7 +281,7 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
     for (int i = 0; i < consumers; ++i) {
       children.push_back(bench::spawn_child({self, "consumer", "--endpoint", producer.control_endpoint(), "--index",
                                              std::to_string(i), "--size", std::to_string(size), "--buffers",
-                                             std::to_string(buffers)}));
+                                             std::to_string(buffers), "--stamped", changed_pct >= 100 ? "1" : "0"}));
     }
     for (auto& child : children) {
       auto line = bench::read_line(child.from_child, child.pending, 300000);
@@ -271,7 +310,7 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
       }
       double xxh3_ms = static_cast<double>(bench::steady_ns() - t0) / 1e6;
       digest_sink = digest;
-      model.stamp(static_cast<std::uint64_t>(v));
+      model.stamp(static_cast<std::uint64_t>(v), changed_pct, kChunkBytes, size);
       auto called = bench::realtime_ns();
       auto ticket = producer.publish(v);
       if (std::getenv("BENCH_TRACE")) {  // lines comparable with MODELCAST_LOG_LEVEL=debug's timestamps
@@ -293,6 +332,7 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
         result.tensor_copy_ms.push_back(tensor_copy_ms);
         result.xxh3_ms.push_back(xxh3_ms);
         result.delivery_ms.push_back(*std::max_element(delivered[ticket.version].begin(), delivered[ticket.version].end()));
+        for (double bytes : sent[ticket.version]) result.wire_bytes.push_back(bytes);
       }
     }
     std::map<std::uint64_t, double> update;  // version -> max over consumers
@@ -302,6 +342,13 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
         auto line = bench::read_line(child.from_child, child.pending, 120000);
         if (!line) throw std::runtime_error("a consumer process stopped reporting");
         if (*line == "end") break;
+        if (line->rfind("digest ", 0) == 0) {
+          std::istringstream words(line->substr(7));
+          std::uint64_t version = 0, digest = 0;
+          words >> version >> digest;
+          if (version != static_cast<std::uint64_t>(total) || digest != model.digest()) result.bad_content++;
+          continue;
+        }
         std::istringstream in(*line);
         std::string word;
         std::uint64_t version = 0;
@@ -330,7 +377,7 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
   return result;
 }
 
-json summary(std::size_t size, int consumers, const std::string& transport, const ExchangeResult& x,
+json summary(std::size_t size, int consumers, const std::string& transport, int changed_pct, const ExchangeResult& x,
              const std::vector<double>& file) {
   const auto& ceiling = x.ceiling_ms;
   auto number = [](double v) { return std::isnan(v) ? json(nullptr) : json(std::round(v * 1000) / 1000); };
@@ -344,6 +391,8 @@ json summary(std::size_t size, int consumers, const std::string& transport, cons
   row["ucx_ceiling_ms"] = number(bench::median(ceiling));
   row["file_baseline_ms"] = number(bench::median(file));
   row["notify_us_p99"] = number(bench::percentile(x.notify_us, 99));
+  row["changed_pct"] = changed_pct;
+  row["wire_bytes"] = number(bench::median(x.wire_bytes));
   json extra;
   extra["update_ms_samples"] = x.update_ms;
   extra["delivery_ms_samples"] = x.delivery_ms;
@@ -378,6 +427,7 @@ struct RunOptions {
   std::string transport = "shm";
   std::vector<std::size_t> sizes_mib = {16, 256, 1024};
   std::vector<int> consumers = {1, 4};
+  std::vector<int> changed_pcts = {0, 1, 10, 100};
   int reps = 7;
   int warmup = 2;
   int file_reps = 5;
@@ -398,19 +448,23 @@ int run(const RunOptions& o) {
     std::size_t size = mib << 20;
     Model model(size);
     for (int consumers : o.consumers) {
-      progress("[%s] %zu MiB, %d consumer(s): ", o.transport.c_str(), mib, consumers);
+     for (int pct : o.changed_pcts) {
+      // Delta rows (below 100 %) for one consumer: the fan-out rows are whole updates.
+      if (pct < 100 && consumers != 1) continue;
+      progress("[%s] %zu MiB, %d consumer(s), %d %% changed: ", o.transport.c_str(), mib, consumers, pct);
       auto t0 = bench::steady_ns();
       std::size_t slots = o.slots ? o.slots : (mib > 256 ? 2 : 3);
-      auto x = measure_exchange(model, size, consumers, o.warmup, o.reps, slots, o.buffers, !o.no_integrity);
-      progress("update %.1f ms, stall %.1f ms, memcpy %.1f ms, ceiling %.1f ms; ", bench::median(x.update_ms),
-               bench::median(x.stall_ms), bench::median(x.memcpy_ms), bench::median(x.ceiling_ms));
+      auto x = measure_exchange(model, size, consumers, o.warmup, o.reps, slots, o.buffers, !o.no_integrity, pct);
+      progress("update %.1f ms, stall %.1f ms, memcpy %.1f ms, ceiling %.1f ms, wire %.1f MiB; ",
+               bench::median(x.update_ms), bench::median(x.stall_ms), bench::median(x.memcpy_ms),
+               bench::median(x.ceiling_ms), bench::median(x.wire_bytes) / (1 << 20));
       std::vector<double> file, file_write;
-      if (o.file_reps > 0) {
+      if (o.file_reps > 0 && pct >= 100) {
         file = bench::measure_file_baseline(model.storage.data(), size, consumers, o.tmpdir, o.file_reps, &file_write);
         progress("file %.1f ms; ", bench::median(file));
       }
       progress("(%.1f s)\n", static_cast<double>(bench::steady_ns() - t0) / 1e9);
-      auto row = summary(size, consumers, o.transport, x, file);
+      auto row = summary(size, consumers, o.transport, pct, x, file);
       row["extra"]["file_write_fsync_ms"] = bench::median(file_write);
       row["extra"]["file_write_fsync_ms_samples"] = file_write;
       row["extra"]["snapshot_slots"] = slots;
@@ -421,6 +475,7 @@ int run(const RunOptions& o) {
       if (x.bad_content) throw std::runtime_error("a consumer saw the wrong content");
       rows.push_back(row);
       save();
+     }
     }
   }
   if (o.out.empty()) std::printf("%s\n", rows.dump(2).c_str());
@@ -442,13 +497,14 @@ int report(const std::vector<std::string>& files, bool as_json) {
     for (auto& row : part) rows.push_back(row);
   }
   std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
-    return std::tuple(a["size_bytes"].get<std::size_t>(), a["consumers"].get<int>()) <
-           std::tuple(b["size_bytes"].get<std::size_t>(), b["consumers"].get<int>());
+    auto pct = [](const json& row) { return row.contains("changed_pct") ? row["changed_pct"].get<int>() : 100; };
+    return std::tuple(a["size_bytes"].get<std::size_t>(), a["consumers"].get<int>(), pct(a)) <
+           std::tuple(b["size_bytes"].get<std::size_t>(), b["consumers"].get<int>(), pct(b));
   });
   if (as_json) {
     json out = json::array();
-    const char* fields[] = {"size_bytes", "consumers", "transport", "update_ms", "stall_ms",
-                            "memcpy_ms", "ucx_ceiling_ms", "file_baseline_ms", "notify_us_p99"};
+    const char* fields[] = {"size_bytes", "consumers", "transport", "changed_pct", "update_ms", "stall_ms",
+                            "memcpy_ms", "ucx_ceiling_ms", "file_baseline_ms", "notify_us_p99", "wire_bytes"};
     for (auto& row : rows) {
       json o = json::object();
       for (auto* f : fields) o[f] = row.contains(f) ? row[f] : json(nullptr);
@@ -457,9 +513,10 @@ int report(const std::vector<std::string>& files, bool as_json) {
     std::printf("%s\n", out.dump(2).c_str());
     return 0;
   }
-  std::printf("%-8s %4s %-4s %10s %9s %9s %10s %10s %13s | %12s %19s %11s\n", "size", "cons", "tpt", "update_ms",
-              "stall_ms", "memcpy_ms", "ceiling_ms", "file_ms", "notify_p99_us", "stall/memcpy",
-              "update/(st+1.25ce)", "file/update");
+  auto pct_of = [](const json& row) { return row.contains("changed_pct") ? row["changed_pct"].get<int>() : 100; };
+  std::printf("%-8s %4s %-4s %4s %10s %9s %9s %10s %10s %13s %9s | %12s %19s %11s\n", "size", "cons", "tpt", "chg%",
+              "update_ms", "stall_ms", "memcpy_ms", "ceiling_ms", "file_ms", "notify_p99_us", "wire_MiB",
+              "stall/memcpy", "update/(st+1.25ce)", "file/update");
   for (auto& row : rows) {
     double size = static_cast<double>(row["size_bytes"].get<std::size_t>());
     double update = field(row, "update_ms"), stall = field(row, "stall_ms"), copy = field(row, "memcpy_ms");
@@ -467,9 +524,10 @@ int report(const std::vector<std::string>& files, bool as_json) {
     double notify = field(row, "notify_us_p99");
     std::string label = size >= (1u << 30) ? std::to_string(static_cast<int>(size / (1u << 30))) + " GiB"
                                            : std::to_string(static_cast<int>(size / (1u << 20))) + " MiB";
-    std::printf("%-8s %4d %-4s %10.1f %9.1f %9.1f %10.1f %10.1f %13.0f | %12.2f %19.2f %11.1f\n", label.c_str(),
-                row["consumers"].get<int>(), row["transport"].get<std::string>().c_str(), update, stall, copy,
-                ceiling, file, notify, stall / copy, update / (stall + 1.25 * ceiling), file / update);
+    std::printf("%-8s %4d %-4s %4d %10.1f %9.1f %9.1f %10.1f %10.1f %13.0f %9.1f | %12.2f %19.2f %11.1f\n",
+                label.c_str(), row["consumers"].get<int>(), row["transport"].get<std::string>().c_str(), pct_of(row),
+                update, stall, copy, ceiling, file, notify, field(row, "wire_bytes") / (1 << 20), stall / copy,
+                update / (stall + 1.25 * ceiling), file / update);
   }
   std::printf("\ndiagnostics (medians): tensor_copy = the memcpy done tensor by tensor as publish() does; xxh3 = "
               "XXH3-64 over the model once (the digest work on each side); delivery = publish() until the last ack "
@@ -491,10 +549,10 @@ int report(const std::vector<std::string>& files, bool as_json) {
                 field(extra, "file_write_fsync_ms"));
   }
   // The targets the exchange was built to meet.
-  auto find = [&](int consumers) -> const json* {
+  auto find = [&](int consumers, int pct = 100, const std::string& transport = "shm") -> const json* {
     for (auto& row : rows) {
       if (row["size_bytes"].get<std::size_t>() == (std::size_t{1} << 30) && row["consumers"].get<int>() == consumers &&
-          row["transport"].get<std::string>() == "shm") {
+          row["transport"].get<std::string>() == transport && pct_of(row) == pct) {
         return &row;
       }
     }
@@ -518,6 +576,20 @@ int report(const std::vector<std::string>& files, bool as_json) {
     std::printf("  4 consumers: stall_ms %.1f <= 1.2 * memcpy_ms = %.1f: %s\n", stall, 1.2 * copy,
                 verdict(stall <= 1.2 * copy));
   }
+  for (const std::string transport : {"shm", "tcp"}) {
+    const json* full = find(1, 100, transport);
+    const json* tenth = find(1, 10, transport);
+    if (!full || !tenth) continue;
+    double size = static_cast<double>((*tenth)["size_bytes"].get<std::size_t>());
+    double wire = field(*tenth, "wire_bytes"), update = field(*tenth, "update_ms"), whole = field(*full, "update_ms");
+    std::printf("  delta, %s: 10 %% changed: wire %.1f %% of the model <= 12 %%: %s; update_ms %.1f <= 0.25 * %.1f: %s\n",
+                transport.c_str(), 100 * wire / size, verdict(wire <= 0.12 * size), update, whole,
+                verdict(update <= 0.25 * whole));
+    if (const json* none = find(1, 0, transport)) {
+      std::printf("  delta, %s: nothing changed: wire %.0f bytes, update_ms %.1f\n", transport.c_str(),
+                  field(*none, "wire_bytes"), field(*none, "update_ms"));
+    }
+  }
   return 0;
 }
 
@@ -531,6 +603,10 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--transport", o.transport, "label of the UCX environment this runs under (shm, tcp)");
   run_cmd->add_option("--sizes-mib", o.sizes_mib, "model sizes in MiB")->delimiter(',');
   run_cmd->add_option("--consumers", o.consumers, "consumer process counts")->delimiter(',');
+  run_cmd->add_option("--changed-pct", o.changed_pcts,
+                      "shares of blocks each version changes (below 100: delta rows, one consumer only)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 100));
   run_cmd->add_option("--reps", o.reps, "measured versions / repetitions")->check(CLI::Range(1, 1000));
   run_cmd->add_option("--warmup", o.warmup, "warm-up versions (receive buffers are allocated in these)")
       ->check(CLI::Range(0, 100));
@@ -556,6 +632,8 @@ int main(int argc, char** argv) {
   std::size_t size = 0;
   consumer_cmd->add_option("--size", size)->required();
   consumer_cmd->add_option("--buffers", buffers);
+  int stamped = 1;
+  consumer_cmd->add_option("--stamped", stamped, "1: each tensor's first word is the version (check it)");
 
   int reps = 0;
   std::string directory;
@@ -568,7 +646,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return run(o);
     if (*report_cmd) return report(files, as_json);
-    if (*consumer_cmd) return run_consumer(endpoint, index, size, buffers);
+    if (*consumer_cmd) return run_consumer(endpoint, index, size, buffers, stamped != 0);
     if (*file_cmd) return bench::run_file_reader(directory, size, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "modelcast-exchange-bench: %s\n", e.what());
