@@ -38,6 +38,7 @@ PublishPolicy::PublishPolicy(const PolicySettings& settings) : settings_(setting
     options.warmup_step = settings.warmup_step;
     options.costs.request_rate = settings.request_rate;
     options.costs.window_s = settings.window_s;
+    if (settings.background_refit) options.refit_mode = mp::OnlineOptions::RefitMode::kBackground;
     online_ = std::make_unique<mp::OnlineScheduler>(options);
   }
 }

@@ -36,6 +36,10 @@ struct PolicySettings {
   std::int64_t every_n = 0;       // every_n
   double request_rate = 1.0;      // the server's requests per second
   double window_s = 0.0;          // the server's window, from the warm-up version on
+  // online: refit the forecast on a worker thread (OnlineOptions::RefitMode::kBackground), so
+  // that a refit never stalls the training thread. Off for replays: fed points back to back,
+  // their decisions would depend on how fast the worker happens to be.
+  bool background_refit = false;
 };
 
 class PublishPolicy {

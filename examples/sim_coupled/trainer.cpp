@@ -153,6 +153,7 @@ int main(int argc, char** argv) try {
   ps.every_n = s.every_n;
   ps.request_rate = s.request_rate;
   ps.window_s = s.window_s;
+  ps.background_refit = true;  // the scheduler's refits off the training thread being timed
   sim_coupled::PublishPolicy policy(ps);
 
   DeliveryLog deliveries;
