@@ -47,8 +47,8 @@ double percentile(std::vector<double> v, double p) {
 }
 
 // One run: `points` observed before the timed window, `window` timed decisions after it.
-void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOptions::RefitMode mode, double cost_ratio,
-             Sample& out) {
+void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOptions::RefitMode mode, bool reuse_plans,
+             double cost_ratio, Sample& out) {
   const std::size_t total = points + window;
   std::mt19937 rng(seed);
   std::normal_distribution<double> noise(0.0, 0.01);
@@ -59,6 +59,7 @@ void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOp
   o.costs.stall_s = cost_ratio * dt;
   o.costs.delivery_s = 0.5 * o.costs.stall_s;
   o.refit_mode = mode;
+  o.reuse_plans = reuse_plans;
   mp::OnlineScheduler s(o);
   double stalls = 0.0;
   std::size_t fits_before = 0, published_before = 0, plans_before = 0;
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
   std::size_t window = 200;
   unsigned runs = 5;
   double cost_ratio = 2.0;
-  bool json = false;
+  bool json = false, replan_every = false;
   app.add_option("--points", sizes_text, "observed points before the timed window, comma-separated");
   app.add_option("--window", window, "timed decisions per run")->check(CLI::Range(1, 100000));
   app.add_option("--runs", runs, "independent runs (seeds) per size")->check(CLI::Range(1, 1000));
@@ -118,6 +119,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1000.0));
   app.add_option("--mode", modes_text, "refit mode: inline, background or both")
       ->check(CLI::IsMember({"inline", "background", "both"}));
+  app.add_flag("--replan-every-decision", replan_every,
+               "reuse_plans off: an exact plan at every decision (the scheduler's behaviour before plan reuse)");
   app.add_flag("--json", json, "print JSON");
   CLI11_PARSE(app, argc, argv);
   std::vector<std::size_t> sizes;
@@ -136,7 +139,7 @@ int main(int argc, char** argv) {
       Sample s;
       s.points = n;
       s.mode = name;
-      for (unsigned r = 0; r < runs; ++r) measure(n, window, 1000 + r, mode, cost_ratio, s);
+      for (unsigned r = 0; r < runs; ++r) measure(n, window, 1000 + r, mode, !replan_every, cost_ratio, s);
       samples.push_back(std::move(s));
     }
 
@@ -152,14 +155,14 @@ int main(int argc, char** argv) {
                    {"publishes_in_window", s.publishes},
                    {"plans_in_window", s.plans}});
   if (json) {
-    std::cout << Json{{"benchmark", "decision_cost"}, {"window", window}, {"runs", runs}, {"cost_ratio", cost_ratio},
-                      {"results", out}}
+    std::cout << Json{{"benchmark", "decision_cost"}, {"window", window},         {"runs", runs},
+                      {"cost_ratio", cost_ratio},    {"reuse_plans", !replan_every}, {"results", out}}
                      .dump(2)
               << "\n";
     return 0;
   }
-  std::printf("should_publish latency on the calling thread (%u runs x %zu timed decisions, cost %.1fx)\n", runs, window,
-              cost_ratio);
+  std::printf("should_publish latency on the calling thread (%u runs x %zu timed decisions, cost %.1fx, %s)\n", runs,
+              window, cost_ratio, replan_every ? "an exact plan at every decision" : "plans reused while they hold");
   std::printf("%-10s %8s %12s %12s %12s %6s %10s %6s\n", "mode", "points", "median_us", "p99_us", "max_us", "fits", "publishes",
               "plans");
   for (const auto& r : out)
