@@ -60,12 +60,16 @@ class PublishPolicy {
   void update_costs(double stall_s, double delivery_s);
 
   const std::vector<std::int64_t>& viper_plan() const { return viper_plan_; }
+  // Why the Viper rule chose its plan (in particular why it publishes nothing); empty for the
+  // other policies and before start_serving().
+  const std::string& viper_reason() const { return viper_reason_; }
 
  private:
   PolicySettings settings_;
   std::unique_ptr<modelcast::predictor::OnlineScheduler> online_;
   std::vector<modelcast::predictor::CurvePoint> log_;
   std::vector<std::int64_t> viper_plan_;
+  std::string viper_reason_;
   std::set<std::int64_t> viper_pending_;
 };
 

@@ -274,6 +274,8 @@ int main(int argc, char** argv) try {
         const auto t1 = Clock::now();
         policy.start_serving(stall, delivery);
         decide_total += seconds(Clock::now() - t1);
+        if (!policy.viper_reason().empty())
+          std::fprintf(stderr, "trainer: %s: %s\n", s.policy.c_str(), policy.viper_reason().c_str());
       } else {
         stall_total += stall;
         stalls.push_back(stall);
