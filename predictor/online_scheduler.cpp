@@ -11,7 +11,6 @@
 namespace modelcast::predictor {
 namespace {
 constexpr std::size_t kNow = static_cast<std::size_t>(-1);  // the "publish now" candidate
-
 }  // namespace
 
 OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(options)) {
@@ -185,8 +184,10 @@ bool OnlineScheduler::previous_plan_holds(std::int64_t step, double loss_shift, 
   // forecast shifted by its loss residual. Lowering the whole future (now included) by the same
   // amount favours the schedule that publishes first, so only a newest point lower than the
   // plan's anchor can make "publish now" the better move; one at or above it cannot. The plan's
-  // first publish must also lie beyond the next forecast step, so that "now" here was one of
-  // the plan's candidates (and a planned publish is always decided by a fresh plan).
+  // first publish must also lie beyond the next forecast step, so that a planned publish is
+  // always decided by a fresh plan. The argument is exact when "now" is a forecast step (then it
+  // was one of the plan's candidates) and the horizon is not thinned (max_candidates); between
+  // two forecast steps it is not, and the tests check that decisions stay the same there.
   const auto next = std::upper_bound(forecast_.steps.begin(), forecast_.steps.end(), step);
   if (next == forecast_.steps.end()) return false;
   if (memo_.publishes && memo_.first_publish <= *next) return false;

@@ -67,8 +67,9 @@ struct OnlineOptions {
   // forecast step away, the newest loss below the anchor the plan was made on (only a lower
   // point can make publishing now the better move; the proof is at previous_plan_holds() in
   // online_scheduler.cpp), or the time residual moved by more than replan_time_tolerance x the
-  // last logging interval. Otherwise the answer is "wait", as the fresh plan's would be (up to
-  // the thinning of very long horizons, max_candidates). false re-plans at every decision.
+  // last logging interval. Otherwise the answer is "wait", as the fresh plan's would be: exactly
+  // so at forecast steps on an unthinned horizon, and in every replay of the development curves
+  // (bench/RESULTS.md) otherwise. false re-plans at every decision.
   bool reuse_plans = true;
   double replan_time_tolerance = 0.25;
   // Plan on the expected loss over the forecast's scenarios (predictor_hedge.h) rather than on
