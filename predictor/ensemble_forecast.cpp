@@ -1,5 +1,6 @@
-// forecast_curve / forecast_viper: fit every family, weight by back-testing on the tail of the
-// observed prefix, combine, and guard against NaN or exploding extrapolations.
+// forecast_curve: fit every family, weight by back-testing on the tail of the observed prefix,
+// combine, and guard against NaN or exploding extrapolations. forecast_viper: the baseline's
+// least-squares choice of one of Viper's four functions, as its paper states it.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -349,12 +350,68 @@ Forecast flat_forecast(std::span<const CurvePoint> observed, std::span<const std
   return out;
 }
 
+// Viper's training-loss predictor as its paper states it (Ye et al., ICPP 2024, section 4.3):
+// fit Exp2 a·e^(-bx), Exp3 a·e^(-bx)+c, Lin2 a·x+b and Expd3 c-(c-a)·e^(-bx) to the warm-up
+// losses by least squares and keep the one with the lowest mean squared error. So every point
+// weighs the same, none is binned, no outlier is down-weighted and no extrapolation is rejected
+// as implausible (a falling Lin2 may go below zero): each of those would be ours, not Viper's.
+// x is the step over total_steps (the paper uses the iteration number: the same functions with
+// b and a rescaled); step 0, before any training, is not a training loss and is left out.
+Forecast viper_forecast(std::span<const CurvePoint> observed, std::span<const std::int64_t> future_steps,
+                        const ForecastOptions& options) {
+  std::vector<double> x, y;
+  for (const auto& p : observed) {
+    if (p.step <= 0) continue;
+    x.push_back(static_cast<double>(p.step) / static_cast<double>(options.total_steps));
+    y.push_back(p.loss);
+  }
+  const std::vector<double> w(x.size(), 1.0);
+  const auto& families = detail::viper_families();
+  const char* const paper_name[] = {"Exp2", "Exp3", "Lin2", "Expd3"};  // viper_families() order
+  detail::RobustFitOptions plain;
+  plain.irls_rounds = 1;  // ordinary least squares
+  plain.max_starts = options.starts_per_family;
+  std::string note = "viper: MSE on the warm-up:";
+  std::optional<std::size_t> best;
+  double best_mse = std::numeric_limits<double>::infinity();
+  std::vector<detail::ParameterVector> thetas(families.size());
+  for (std::size_t k = 0; k < families.size(); ++k) {
+    const auto& family = families[k];
+    const std::size_t needed = static_cast<std::size_t>(family.num_params) + (family.num_params > 1 ? 1 : 0);
+    detail::FitResult fit;
+    if (x.size() >= needed) fit = detail::robust_fit(family, x, y, w, plain);
+    const double mse = fit.ok ? fit.weighted_rmse * fit.weighted_rmse : std::numeric_limits<double>::quiet_NaN();
+    note += std::string(" ") + paper_name[k] + " " + (fit.ok ? std::to_string(mse) : std::string("not fitted"));
+    if (fit.ok && std::isfinite(mse) && mse < best_mse) {
+      best_mse = mse;
+      best = k;
+      thetas[k] = fit.theta;
+    }
+  }
+  if (!best) return flat_forecast(observed, future_steps, options, "viper: no function could be fitted, flat forecast; ");
+  MemberFit chosen;
+  chosen.name = families[*best].name;
+  for (auto s : future_steps)
+    chosen.prediction.push_back(families[*best].eval(static_cast<double>(s) / static_cast<double>(options.total_steps),
+                                                     thetas[*best].data()));
+  if (!std::all_of(chosen.prediction.begin(), chosen.prediction.end(), [](double v) { return std::isfinite(v); }))
+    return flat_forecast(observed, future_steps, options, note + "; " + paper_name[*best] + " overflows, flat forecast; ");
+  ForecastOptions alone = options;  // Viper keeps its one function whatever the priors say
+  alone.member_prior.clear();
+  return assemble({chosen}, future_steps, alone, note + "; kept " + paper_name[*best] + "; ");
+}
+
 Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptions& options, bool viper) {
   validate_observed(observed, options);
   const auto future_steps = future_grid(observed, options);
+  if (viper) {
+    Forecast out = viper_forecast(observed, future_steps, options);
+    out.time_s = detail::forecast_times(observed, future_steps, options.total_steps, nullptr, out.note);
+    return out;
+  }
   std::string note;
-  const ProgressAxis scheduled(options.total_steps, viper ? std::nullopt : options.lr_schedule);
-  const ReferenceCurve* reference = (!viper && options.reference) ? &*options.reference : nullptr;
+  const ProgressAxis scheduled(options.total_steps, options.lr_schedule);
+  const ReferenceCurve* reference = options.reference ? &*options.reference : nullptr;
   if (reference && (reference->progress.size() < 2 || reference->progress.size() != reference->loss.size()))
     throw Error(ErrorCode::kInvalidArgument, "forecast: reference curve needs >= 2 points and equal-length progress/loss");
 
@@ -420,16 +477,14 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
   }
   const Bounds bounds = sane_bounds(observed);
   std::vector<MemberFit> members;
-  const auto& families = viper ? detail::viper_families() : detail::standard_families();
+  const auto& families = detail::standard_families();
   for (const auto& family : families) {
     if (auto m = fit_member(family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
       members.push_back(std::move(*m));
   }
-  if (!viper) {
-    for (const auto& family : detail::viper_families())
-      if (auto m = fit_member(family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
-        members.push_back(std::move(*m));
-  }
+  for (const auto& family : detail::viper_families())
+    if (auto m = fit_member(family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
+      members.push_back(std::move(*m));
   if (reference) {
     // Reference prior, in step progress (it already contains its own schedule's shape).
     const auto shape = [reference](double u) { return detail::interpolate(reference->progress, reference->loss, u); };
@@ -454,33 +509,7 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
   }
 
   Forecast out;
-  if (viper) {
-    // Viper keeps the single family with the lowest residual on the whole prefix.
-    if (!members.empty()) {
-      // Re-rank by in-sample residual (Viper does not back-test).
-      std::size_t best = 0;
-      double best_err = std::numeric_limits<double>::infinity();
-      for (std::size_t k = 0; k < members.size(); ++k) {
-        const auto& family = *std::find_if(families.begin(), families.end(), [&](const CurveFamily& f) { return f.name == members[k].name; });
-        detail::RobustFitOptions o;
-        o.irls_rounds = 1;
-        const auto fit = detail::robust_fit(family, param.x, param.y, param.w, o);
-        if (fit.ok && fit.weighted_rmse < best_err) {
-          best_err = fit.weighted_rmse;
-          best = k;
-        }
-      }
-      MemberFit chosen = members[best];
-      chosen.backtest_rmse = std::numeric_limits<double>::quiet_NaN();
-      ForecastOptions plain = options;  // Viper keeps its one family whatever the priors say
-      plain.member_prior.clear();
-      out = assemble({chosen}, future_steps, plain, note);
-    } else {
-      // Viper has no fallback: when none of its families can be fitted it predicts no further
-      // improvement (a flat curve), so a plan built on it captures nothing. Baselines stay Viper's.
-      out = flat_forecast(observed, future_steps, options, "viper: no family could be fitted, flat forecast; ");
-    }
-  } else if (members.empty()) {
+  if (members.empty()) {
     out = fallback_forecast(observed, future_steps, axis, options, "no family could be fitted sanely; " + note);
   } else {
     out = assemble(std::move(members), future_steps, options, note);

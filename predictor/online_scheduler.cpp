@@ -1,10 +1,12 @@
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "modelcast/predictor_online.h"
 #include "modelcast/error.h"
+#include "online_refit_worker.h"
 
 namespace modelcast::predictor {
 namespace {
@@ -19,6 +21,11 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0 || options_.refit_band_points < 0 ||
       options_.refit_every_below < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_growth, refit_band_points and refit_every_below must be >= 0");
+  if (!std::isfinite(options_.replan_time_tolerance) || options_.replan_time_tolerance < 0)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: replan_time_tolerance must be finite and >= 0, got " +
+                                                 std::to_string(options_.replan_time_tolerance));
+  if (options_.refit_mode != OnlineOptions::RefitMode::kInline && options_.refit_mode != OnlineOptions::RefitMode::kBackground)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: unknown refit_mode");
   if (!std::isfinite(options_.band_trigger_width) || options_.band_trigger_width <= 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: band_trigger_width must be finite and > 0, got " +
                                                  std::to_string(options_.band_trigger_width));
@@ -26,11 +33,43 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   set_costs(options_.costs.stall_s, options_.costs.delivery_s);
 }
 
+OnlineScheduler::~OnlineScheduler() = default;
+OnlineScheduler::OnlineScheduler(OnlineScheduler&&) noexcept = default;
+OnlineScheduler& OnlineScheduler::operator=(OnlineScheduler&&) noexcept = default;
+
 void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
   if (!std::isfinite(stall_s) || stall_s < 0 || !std::isfinite(delivery_s) || delivery_s < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: stall and delivery times must be finite and >= 0");
+  if (stall_s != options_.costs.stall_s || delivery_s != options_.costs.delivery_s) ++forecast_version_;  // re-plan
   options_.costs.stall_s = stall_s;
   options_.costs.delivery_s = delivery_s;
+}
+
+OnlineScheduler::Fitted OnlineScheduler::fit(std::span<const CurvePoint> regime, const OnlineOptions& options) {
+  Forecast raw = options.forecaster ? options.forecaster(regime, options.forecast) : forecast_curve(regime, options.forecast);
+  Fitted out;
+  if (options.hedge) {
+    auto hedged = hedge_forecast(regime, raw, options.hedge_options);
+    out.forecast = std::move(hedged.forecast);
+    if (hedged.hedged) out.scenarios = std::move(hedged.scenarios);
+  } else {
+    out.forecast = std::move(raw);
+  }
+  return out;
+}
+
+void OnlineScheduler::adopt(Fitted fitted) {
+  forecast_ = std::move(fitted.forecast);
+  scenarios_ = std::move(fitted.scenarios);
+  ++forecast_version_;
+  ++stats_.fits;
+}
+
+void OnlineScheduler::wait_for_refit() {
+  if (!refit_in_flight_) return;
+  refit_in_flight_ = false;  // also when the fit threw: the next due refit starts a new one
+  adopt(worker_->wait());
+  ++stats_.background_fits;
 }
 
 void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s) {
@@ -92,6 +131,20 @@ bool OnlineScheduler::left_band(double* first_half_width) const {
 }
 
 void OnlineScheduler::refit_if_due() {
+  if (refit_in_flight_) {
+    // A new forecast is coming: no refit is due on the old one, and its band says little now.
+    std::optional<Fitted> done;
+    try {
+      done = worker_->take();
+    } catch (...) {
+      refit_in_flight_ = false;
+      throw;
+    }
+    if (!done) return;
+    refit_in_flight_ = false;
+    adopt(std::move(*done));
+    ++stats_.background_fits;
+  }
   const std::size_t n = observed_.size();
   // Growth is counted within the current regime.
   const std::size_t seen = points_at_last_fit_ - std::min(points_at_last_fit_, fit_from_);
@@ -112,17 +165,37 @@ void OnlineScheduler::refit_if_due() {
     ++stats_.band_refits;
   }
   const std::span<const CurvePoint> regime(observed_.data() + fit_from_, n - fit_from_);
-  Forecast raw = options_.forecaster ? options_.forecaster(regime, options_.forecast) : forecast_curve(regime, options_.forecast);
-  scenarios_.clear();
-  if (options_.hedge) {
-    auto hedged = hedge_forecast(regime, raw, options_.hedge_options);
-    forecast_ = std::move(hedged.forecast);
-    if (hedged.hedged) scenarios_ = std::move(hedged.scenarios);
-  } else {
-    forecast_ = std::move(raw);
-  }
   points_at_last_fit_ = n;
-  ++stats_.fits;
+  if (options_.refit_mode == OnlineOptions::RefitMode::kBackground && !forecast_.steps.empty()) {
+    if (!worker_) worker_ = std::make_unique<RefitWorker>(options_);
+    worker_->submit({regime.begin(), regime.end()});
+    refit_in_flight_ = true;
+    return;
+  }
+  adopt(fit(regime, options_));
+}
+
+bool OnlineScheduler::previous_plan_holds(std::int64_t step, double loss_shift, double time_shift) const {
+  if (!options_.reuse_plans || !memo_.valid || memo_.forecast_version != forecast_version_ ||
+      memo_.published != published_.size() || observed_.size() < 2)
+    return false;
+  // Why the last plan's "wait" still holds: it was optimal over every schedule from its step on,
+  // which include every schedule from this step on (none publishes in between), on the same
+  // forecast shifted by its loss residual. Lowering the whole future (now included) by the same
+  // amount favours the schedule that publishes first, so only a newest point lower than the
+  // plan's anchor can make "publish now" the better move; one at or above it cannot. The plan's
+  // first publish must also lie beyond the next forecast step, so that a planned publish is
+  // always decided by a fresh plan. The argument is exact when "now" is a forecast step (then it
+  // was one of the plan's candidates) and the horizon is not thinned (max_candidates); between
+  // two forecast steps it is not, and the tests check that decisions stay the same there.
+  const auto next = std::upper_bound(forecast_.steps.begin(), forecast_.steps.end(), step);
+  if (next == forecast_.steps.end()) return false;
+  if (memo_.publishes && memo_.first_publish <= *next) return false;
+  if (loss_shift < memo_.loss_shift) return false;
+  // A shifted clock moves every candidate and, unless the window is fixed, its end alike; with
+  // a fixed window it does not, so the time residual must stay close to the plan's.
+  const double interval = observed_.back().time_s - observed_[observed_.size() - 2].time_s;
+  return std::abs(time_shift - memo_.time_shift) <= options_.replan_time_tolerance * interval;
 }
 
 bool OnlineScheduler::waiting_pays(const Trajectory& future, const std::vector<std::size_t>& source, double loss_shift,
@@ -167,6 +240,7 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   future.time_s.push_back(now_wall);
   double predicted_end = now.time_s;
   double loss_shift = 0.0, time_shift = 0.0;
+  bool anchored = false;  // the residuals were measured (the step lies within the forecast)
   if (step < options_.forecast.total_steps) {
     refit_if_due();
     // Between refits the forecast was made from an older prefix: anchor it on the newest point
@@ -180,6 +254,11 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
                                           static_cast<double>(forecast_.steps[i] - forecast_.steps[j]);
       loss_shift = now.loss - (forecast_.loss[j] + f * (forecast_.loss[i] - forecast_.loss[j]));
       time_shift = now.time_s - (forecast_.time_s[j] + f * (forecast_.time_s[i] - forecast_.time_s[j]));
+      anchored = true;
+    }
+    if (anchored && previous_plan_holds(step, loss_shift, time_shift)) {
+      ++stats_.plans_reused;
+      return false;
     }
     for (std::size_t i = 0; i < forecast_.steps.size(); ++i) {
       if (forecast_.steps[i] <= step) continue;
@@ -211,6 +290,13 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   const auto plan = plan_from(origin_loss_, origin_servable_s_, static_cast<int>(published_.size()), window_end,
                               future, options_.costs);
   ++stats_.plans;
+  memo_ = {.valid = anchored,
+           .forecast_version = forecast_version_,
+           .published = published_.size(),
+           .loss_shift = loss_shift,
+           .time_shift = time_shift,
+           .publishes = !plan.publish_steps.empty(),
+           .first_publish = plan.publish_steps.empty() ? 0 : plan.publish_steps.front()};
   if (plan.publish_steps.empty() || plan.publish_steps.front() != step) return false;
   if (options_.hindsight_check && scenarios_.size() > 1 && waiting_pays(future, source, loss_shift, window_end)) {
     ++stats_.deferred;

@@ -38,6 +38,7 @@ PublishPolicy::PublishPolicy(const PolicySettings& settings) : settings_(setting
     options.warmup_step = settings.warmup_step;
     options.costs.request_rate = settings.request_rate;
     options.costs.window_s = settings.window_s;
+    if (settings.background_refit) options.refit_mode = mp::OnlineOptions::RefitMode::kBackground;
     online_ = std::make_unique<mp::OnlineScheduler>(options);
   }
 }
@@ -67,8 +68,11 @@ void PublishPolicy::start_serving(double stall_s, double delivery_s) {
   costs.request_rate = settings_.request_rate;
   costs.window_s = settings_.window_s;
   const std::size_t warmup_index = log_.size() - 1;
-  viper_plan_ = settings_.kind == PolicyKind::kViperFixed ? mp::fixed_interval_schedule(predicted, warmup_index, costs)
-                                                          : mp::threshold_schedule(predicted, warmup_index, costs);
+  const mp::ViperSchedule schedule = settings_.kind == PolicyKind::kViperFixed
+                                        ? mp::viper_fixed_interval(predicted, warmup_index, costs)
+                                        : mp::viper_greedy(predicted, warmup_index, costs);
+  viper_plan_ = schedule.publish_steps;
+  viper_reason_ = schedule.reason + " (forecast: " + forecast.note + ")";
   viper_pending_ = {viper_plan_.begin(), viper_plan_.end()};
 }
 

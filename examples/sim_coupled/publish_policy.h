@@ -36,6 +36,10 @@ struct PolicySettings {
   std::int64_t every_n = 0;       // every_n
   double request_rate = 1.0;      // the server's requests per second
   double window_s = 0.0;          // the server's window, from the warm-up version on
+  // online: refit the forecast on a worker thread (OnlineOptions::RefitMode::kBackground), so
+  // that a refit never stalls the training thread. Off for replays: fed points back to back,
+  // their decisions would depend on how fast the worker happens to be.
+  bool background_refit = false;
 };
 
 class PublishPolicy {
@@ -56,12 +60,16 @@ class PublishPolicy {
   void update_costs(double stall_s, double delivery_s);
 
   const std::vector<std::int64_t>& viper_plan() const { return viper_plan_; }
+  // Why the Viper rule chose its plan (in particular why it publishes nothing); empty for the
+  // other policies and before start_serving().
+  const std::string& viper_reason() const { return viper_reason_; }
 
  private:
   PolicySettings settings_;
   std::unique_ptr<modelcast::predictor::OnlineScheduler> online_;
   std::vector<modelcast::predictor::CurvePoint> log_;
   std::vector<std::int64_t> viper_plan_;
+  std::string viper_reason_;
   std::set<std::int64_t> viper_pending_;
 };
 

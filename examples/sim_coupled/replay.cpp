@@ -148,6 +148,7 @@ int main(int argc, char** argv) try {
       }
     }
     if (published.empty()) throw std::runtime_error("--warmup-steps " + std::to_string(warmup_steps) + " is not in the record");
+    if (!policy.viper_reason().empty()) std::fprintf(stderr, "replay: %s: %s\n", name.c_str(), policy.viper_reason().c_str());
 
     const auto dir = std::filesystem::path(out) / name;
     std::filesystem::create_directories(dir);

@@ -153,6 +153,7 @@ int main(int argc, char** argv) try {
   ps.every_n = s.every_n;
   ps.request_rate = s.request_rate;
   ps.window_s = s.window_s;
+  ps.background_refit = true;  // the scheduler's refits off the training thread being timed
   sim_coupled::PublishPolicy policy(ps);
 
   DeliveryLog deliveries;
@@ -273,6 +274,8 @@ int main(int argc, char** argv) try {
         const auto t1 = Clock::now();
         policy.start_serving(stall, delivery);
         decide_total += seconds(Clock::now() - t1);
+        if (!policy.viper_reason().empty())
+          std::fprintf(stderr, "trainer: %s: %s\n", s.policy.c_str(), policy.viper_reason().c_str());
       } else {
         stall_total += stall;
         stalls.push_back(stall);

@@ -7,3 +7,4 @@
 #include "modelcast/predictor_hedge.h"
 #include "modelcast/predictor_online.h"
 #include "modelcast/predictor_planner.h"
+#include "modelcast/predictor_viper.h"

@@ -113,11 +113,14 @@ struct Forecast {
 // Pure function: thread-safe, no shared state.
 Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOptions& options);
 
-// Viper's (ICPP 2024) forecaster, kept for baselines: fits its four families
-// (a·e^(-bx), a·e^(-bx)+c, ax+b, c-(c-a)e^(-bx)) once and keeps the one with the lowest
-// residual. Same contract as forecast_curve; ignores reference, lr_schedule and member_prior. When no family
-// can be fitted (too few points) it returns a flat curve flagged as fallback, as Viper would
-// have no prediction of further improvement.
+// Viper's (Ye et al., ICPP 2024, section 4.3) training-loss predictor, kept for baselines: fits
+// its four functions Exp2 a·e^(-bx), Exp3 a·e^(-bx)+c, Lin2 ax+b and Expd3 c-(c-a)e^(-bx) to the
+// observed losses (after step 0) by ordinary least squares, every point weighted alike, and keeps
+// the one with the lowest mean squared error, however it extrapolates (a falling Lin2 goes on
+// falling). note lists the four MSEs and the function kept; members holds that one. Same contract
+// as forecast_curve; ignores reference, lr_schedule and member_prior. When no function can be
+// fitted (too few points) it returns a flat curve flagged as fallback, as Viper would have no
+// prediction of further improvement.
 Forecast forecast_viper(std::span<const CurvePoint> observed, const ForecastOptions& options);
 
 }  // namespace modelcast::predictor

@@ -1,13 +1,15 @@
 // Online publish scheduler for the producer: feed it every logged loss, ask it at each
 // logged step whether to publish now. It refits the forecast as points arrive (on a geometric
-// schedule, or sooner when the curve leaves the forecast's band), re-plans the rest of the run
-// exactly at every decision, and commits only the next decision.
+// schedule, or sooner when the curve leaves the forecast's band; inline or on a worker thread),
+// re-plans the rest of the run exactly whenever the previous plan may no longer hold, and
+// commits only the next decision.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -38,14 +40,38 @@ struct OnlineOptions {
   //    compared instead so that per-step noise alone does not trigger. The forecast is then
   //    refitted from the jump on, and later refits keep to the new regime. A gradual departure
   //    is left to the geometric schedule. 0 disables it.
-  // Between refits every decision is still taken from a fresh exact plan on the cached
-  // forecast, anchored on the newest observed point (its loss and time residuals against the
-  // forecast are added to the rest of the forecast), so "publish now?" is always weighed
-  // against a future that continues from where the run actually is.
+  // Between refits decisions are taken from an exact plan on the cached forecast, anchored on
+  // the newest observed point (its loss and time residuals against the forecast are added to the
+  // rest of the forecast), so "publish now?" is weighed against a future that continues from
+  // where the run actually is.
   double refit_growth = 0.5;
   int refit_band_points = 5;
   double band_trigger_width = 2.0;
   int refit_every_below = 24;
+  // Where refits run. Fitting is the only part of a decision that takes milliseconds, so on the
+  // training thread it is what a decision costs at its worst.
+  //  - kInline: inside should_publish(), on the caller's thread. Deterministic.
+  //  - kBackground: on a worker thread the scheduler owns. When a refit is due, should_publish()
+  //    hands the worker a copy of the regime's points and goes on deciding on the current
+  //    forecast; the new one is adopted at the first decision after it is ready (typically the
+  //    next one: decisions lag the newest points by about one evaluation), and no further refit
+  //    is started while one is running. The first forecast is fitted inline, as there is nothing
+  //    to decide on before it. wait_for_refit() makes the lag exactly one decision (tests,
+  //    replays that must be reproducible). The forecaster is then called on the worker thread,
+  //    one call at a time.
+  enum class RefitMode { kInline, kBackground };
+  RefitMode refit_mode = RefitMode::kInline;
+  // Re-planning. An exact plan costs hundreds of microseconds on a long horizon, and most
+  // decisions are "wait". With reuse_plans a decision re-plans only when the last plan's "wait"
+  // may no longer hold: a new forecast, a publish, new costs, the plan's first publish at most one
+  // forecast step away, the newest loss below the anchor the plan was made on (only a lower
+  // point can make publishing now the better move; the proof is at previous_plan_holds() in
+  // online_scheduler.cpp), or the time residual moved by more than replan_time_tolerance x the
+  // last logging interval. Otherwise the answer is "wait", as the fresh plan's would be: exactly
+  // so at forecast steps on an unthinned horizon, and in every replay of the development curves
+  // (bench/RESULTS.md) otherwise. false re-plans at every decision.
+  bool reuse_plans = true;
+  double replan_time_tolerance = 0.25;
   // Plan on the expected loss over the forecast's scenarios (predictor_hedge.h) rather than on
   // the point forecast, so that a flat forecast does not rule out publishing.
   bool hedge = true;
@@ -67,15 +93,21 @@ struct OnlineOptions {
 struct OnlineStats {
   std::size_t fits = 0;           // forecasts computed (calls of the forecaster)
   std::size_t band_refits = 0;    // of which triggered by points outside the uncertainty band
-  std::size_t plans = 0;          // exact re-plans (one per decision after the warm-up step)
+  std::size_t plans = 0;          // exact re-plans (at most one per decision after the warm-up step)
+  std::size_t plans_reused = 0;   // decisions answered by the previous plan (reuse_plans)
   std::size_t deferred = 0;       // proposed publishes the hindsight check deferred
+  std::size_t background_fits = 0;  // of fits, those computed on the worker thread
 };
 
-// Not thread-safe: one producer thread drives it. Throws Error(kInvalidArgument) on
+// Not thread-safe: one producer thread drives it (with RefitMode::kBackground it also owns a
+// worker thread, which touches only the copies handed to it). Throws Error(kInvalidArgument) on
 // non-increasing steps, non-finite values or negative costs.
 class OnlineScheduler {
  public:
   explicit OnlineScheduler(OnlineOptions options);
+  ~OnlineScheduler();  // waits for a refit still running on the worker
+  OnlineScheduler(OnlineScheduler&&) noexcept;
+  OnlineScheduler& operator=(OnlineScheduler&&) noexcept;
 
   // wall_time_s: producer's training clock, including the stalls of earlier publishes.
   void observe(std::int64_t step, double loss, double wall_time_s);
@@ -90,6 +122,12 @@ class OnlineScheduler {
   // Update c and d from the producer's measured stall and delivery times.
   void set_costs(double stall_s, double delivery_s);
 
+  // RefitMode::kBackground: blocks until the refit running on the worker (if any) is done and
+  // adopts its forecast, so that the next decision uses it. Rethrows what the forecaster threw.
+  // No effect in kInline mode.
+  void wait_for_refit();
+  bool refit_in_flight() const { return refit_in_flight_; }
+
   const std::vector<std::int64_t>& published_steps() const { return published_; }
   // The forecast used for the latest decision (empty before the warm-up step).
   const Forecast& last_forecast() const { return forecast_; }
@@ -99,7 +137,18 @@ class OnlineScheduler {
   std::int64_t regime_start_step() const { return observed_.empty() ? 0 : observed_[fit_from_].step; }
 
  private:
+  class RefitWorker;  // online_refit_worker.cpp
+  struct Fitted {
+    Forecast forecast;
+    std::vector<Scenario> scenarios;  // empty when not hedged
+  };
+  // The forecast (hedged when options.hedge) of the regime's points: what a refit computes, on
+  // whichever thread runs it.
+  static Fitted fit(std::span<const CurvePoint> regime, const OnlineOptions& options);
+  void adopt(Fitted fitted);
   void refit_if_due();
+  // The previous plan still answers this decision (see OnlineOptions::reuse_plans).
+  bool previous_plan_holds(std::int64_t step, double loss_shift, double time_shift) const;
   // The newest points since the last fit lie outside its band; also gives the widened band's
   // half-width at the first of them.
   bool left_band(double* first_half_width) const;
@@ -120,6 +169,20 @@ class OnlineScheduler {
   Forecast forecast_;
   std::vector<Scenario> scenarios_;  // of the current forecast; empty when not hedged
   OnlineStats stats_;
+  // The last exact plan, for previous_plan_holds().
+  struct PlanMemo {
+    bool valid = false;
+    std::size_t forecast_version = 0, published = 0;
+    double loss_shift = 0.0, time_shift = 0.0;
+    bool publishes = false;        // the plan publishes at all
+    std::int64_t first_publish = 0;
+  };
+  PlanMemo memo_;
+  std::size_t forecast_version_ = 0;  // bumped whenever forecast_ or the costs change
+  // Threads: everything above belongs to the caller's thread. worker_ runs fits on its own
+  // thread on copies of the points and options; the two meet only in RefitWorker's mailbox.
+  std::unique_ptr<RefitWorker> worker_;
+  bool refit_in_flight_ = false;
 };
 
 }  // namespace modelcast::predictor

@@ -77,12 +77,11 @@ std::vector<std::int64_t> every_candidate_schedule(const Trajectory& curve, std:
 // First logged step at or after each multiple of every_steps that lies after W.
 std::vector<std::int64_t> every_n_steps_schedule(const Trajectory& curve, std::size_t warmup_index,
                                                  std::int64_t every_steps);
-// Viper's best fixed interval: publish every k-th candidate, k chosen to minimise CIL on the
-// given (Viper-forecast) curve. Respects max_slowdown_s.
+// Viper's fixed-interval rule (viper_fixed_interval in predictor_viper.h: its steps only).
 std::vector<std::int64_t> fixed_interval_schedule(const Trajectory& predicted, std::size_t warmup_index,
                                                   const PublishCosts& costs);
-// Viper's threshold rule: publish when the predicted loss dropped by at least a threshold since
-// the last published version; the threshold is chosen to minimise CIL on the given curve.
+// Viper's greedy loss-drop rule, its threshold from the warm-up (viper_greedy in
+// predictor_viper.h: its steps only).
 std::vector<std::int64_t> threshold_schedule(const Trajectory& predicted, std::size_t warmup_index,
                                              const PublishCosts& costs);
 

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Decision-cost benchmark: bench/run.sh decision [--json] [options]
+# Builds only modelcast-decision-bench (Release, build-bench/, as bench/predictor.sh does) and
+# times OnlineScheduler::should_publish on the calling thread at 100, 1,000 and 10,000 observed
+# points, refits inline and in the background: median, p99 and max per decision. Options:
+# --points LIST, --window K (timed decisions per run), --runs R (seeds), --cost-ratio X (publish
+# stall in logging intervals), --mode inline|background|both, --replan-every-decision (no plan
+# reuse: the cost before it). MODELCAST_BENCH_JOBS sets the build's parallelism (default 2).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build="$root/build-bench"
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF \
+  -DMODELCAST_BUILD_EXAMPLES=OFF -DMODELCAST_BUILD_BENCH=ON >/dev/null
+cmake --build "$build" -j"${MODELCAST_BENCH_JOBS:-2}" --target modelcast-decision-bench >/dev/null
+exec "$build/bench/predictor/modelcast-decision-bench" "$@"

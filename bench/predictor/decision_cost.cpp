@@ -1,0 +1,174 @@
+// Cost of OnlineScheduler::should_publish on the caller's (training) thread, at 100, 1,000 and
+// 10,000 observed points: the latency of each decision, median and p99, with the built-in
+// forecaster and the library's default options. A synthetic noisy power-law run is fed one point
+// at a time; the decisions up to the measured window are taken but not timed, so that the
+// scheduler has its forecast and its refit schedule is in its steady state when timing starts.
+// The window is repeated over several independent runs (seeds) so that p99 rests on enough
+// decisions. Every decision is timed on its own (steady_clock around the call), so the figures
+// include whatever the call does on the caller's thread: refits when they run inline, the
+// hand-over of points to the worker when they run in the background, and the plans it cannot
+// reuse. Points arrive back to back, so a background refit is usually still running several
+// decisions later (a real run trains between evaluations); "fits" counts those adopted.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "modelcast/predictor_online.h"
+
+namespace mp = modelcast::predictor;
+using Json = nlohmann::json;
+
+namespace {
+
+struct Sample {
+  std::size_t points = 0;
+  std::string mode;
+  std::vector<double> latency_us;
+  std::size_t fits = 0;       // forecasts adopted while timing
+  std::size_t publishes = 0;  // publishes decided while timing
+  std::size_t plans = 0;      // exact plans while timing (the others reused the previous plan)
+};
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return std::nan("");
+  std::sort(v.begin(), v.end());
+  const double rank = p / 100.0 * static_cast<double>(v.size() - 1);
+  const auto lo = static_cast<std::size_t>(std::floor(rank));
+  const auto hi = std::min(v.size() - 1, lo + 1);
+  return v[lo] + (rank - static_cast<double>(lo)) * (v[hi] - v[lo]);
+}
+
+// One run: `points` observed before the timed window, `window` timed decisions after it.
+void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOptions::RefitMode mode, bool reuse_plans,
+             double cost_ratio, Sample& out) {
+  const std::size_t total = points + window;
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.01);
+  const double dt = 2.0;  // seconds between logged points
+  mp::OnlineOptions o;
+  o.forecast.total_steps = static_cast<std::int64_t>(2 * total);  // the run goes on after the window
+  o.warmup_step = static_cast<std::int64_t>(points / 2);           // decisions from half-way to the window
+  o.costs.stall_s = cost_ratio * dt;
+  o.costs.delivery_s = 0.5 * o.costs.stall_s;
+  o.refit_mode = mode;
+  o.reuse_plans = reuse_plans;
+  mp::OnlineScheduler s(o);
+  double stalls = 0.0;
+  std::size_t fits_before = 0, published_before = 0, plans_before = 0;
+  for (std::size_t i = 0; i < total; ++i) {
+    const auto step = static_cast<std::int64_t>(i + 1);
+    const double x = static_cast<double>(step) / static_cast<double>(o.forecast.total_steps);
+    const double loss = 2.0 + 1.5 * std::pow(x, -0.3) * 0.2 + noise(rng);
+    s.observe(step, loss, dt * static_cast<double>(step) + stalls);
+    if (i == points) {
+      fits_before = s.stats().fits;
+      published_before = s.published_steps().size();
+      plans_before = s.stats().plans;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool publish = s.should_publish(step);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (publish) stalls += o.costs.stall_s;
+    if (i >= points) out.latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  out.fits += s.stats().fits - fits_before;
+  out.publishes += s.published_steps().size() - published_before;
+  out.plans += s.stats().plans - plans_before;
+}
+
+std::vector<std::size_t> parse_sizes(const std::string& text) {
+  std::vector<std::size_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v < 10) throw CLI::ValidationError("--points", "'" + item + "' is not an integer >= 10");
+    out.push_back(static_cast<std::size_t>(v));
+  }
+  if (out.empty()) throw CLI::ValidationError("--points", "no sizes given");
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Latency of OnlineScheduler::should_publish on the calling thread"};
+  std::string sizes_text = "100,1000,10000", modes_text = "both";
+  std::size_t window = 200;
+  unsigned runs = 5;
+  double cost_ratio = 2.0;
+  bool json = false, replan_every = false;
+  app.add_option("--points", sizes_text, "observed points before the timed window, comma-separated");
+  app.add_option("--window", window, "timed decisions per run")->check(CLI::Range(1, 100000));
+  app.add_option("--runs", runs, "independent runs (seeds) per size")->check(CLI::Range(1, 1000));
+  app.add_option("--cost-ratio", cost_ratio, "publish stall in units of the time between logged points")
+      ->check(CLI::Range(0.0, 1000.0));
+  app.add_option("--mode", modes_text, "refit mode: inline, background or both")
+      ->check(CLI::IsMember({"inline", "background", "both"}));
+  app.add_flag("--replan-every-decision", replan_every,
+               "reuse_plans off: an exact plan at every decision (the scheduler's behaviour before plan reuse)");
+  app.add_flag("--json", json, "print JSON");
+  CLI11_PARSE(app, argc, argv);
+  std::vector<std::size_t> sizes;
+  try {
+    sizes = parse_sizes(sizes_text);
+  } catch (const CLI::Error& e) {
+    return app.exit(e);
+  }
+  std::vector<std::pair<std::string, mp::OnlineOptions::RefitMode>> modes;
+  if (modes_text != "background") modes.emplace_back("inline", mp::OnlineOptions::RefitMode::kInline);
+  if (modes_text != "inline") modes.emplace_back("background", mp::OnlineOptions::RefitMode::kBackground);
+
+  std::vector<Sample> samples;
+  for (const auto& [name, mode] : modes)
+    for (std::size_t n : sizes) {
+      Sample s;
+      s.points = n;
+      s.mode = name;
+      for (unsigned r = 0; r < runs; ++r) measure(n, window, 1000 + r, mode, !replan_every, cost_ratio, s);
+      samples.push_back(std::move(s));
+    }
+
+  Json out = Json::array();
+  for (const auto& s : samples)
+    out.push_back({{"points", s.points},
+                   {"refit_mode", s.mode},
+                   {"decisions", s.latency_us.size()},
+                   {"median_us", percentile(s.latency_us, 50)},
+                   {"p99_us", percentile(s.latency_us, 99)},
+                   {"max_us", percentile(s.latency_us, 100)},
+                   {"fits_in_window", s.fits},
+                   {"publishes_in_window", s.publishes},
+                   {"plans_in_window", s.plans}});
+  if (json) {
+    std::cout << Json{{"benchmark", "decision_cost"}, {"window", window},         {"runs", runs},
+                      {"cost_ratio", cost_ratio},    {"reuse_plans", !replan_every}, {"results", out}}
+                     .dump(2)
+              << "\n";
+    return 0;
+  }
+  std::printf("should_publish latency on the calling thread (%u runs x %zu timed decisions, cost %.1fx, %s)\n", runs,
+              window, cost_ratio, replan_every ? "an exact plan at every decision" : "plans reused while they hold");
+  std::printf("%-10s %8s %12s %12s %12s %6s %10s %6s\n", "mode", "points", "median_us", "p99_us", "max_us", "fits", "publishes",
+              "plans");
+  for (const auto& r : out)
+    std::printf("%-10s %8zu %12.1f %12.1f %12.1f %6zu %10zu %6zu\n", r["refit_mode"].get<std::string>().c_str(),
+                r["points"].get<std::size_t>(), r["median_us"].get<double>(), r["p99_us"].get<double>(),
+                r["max_us"].get<double>(), r["fits_in_window"].get<std::size_t>(),
+                r["publishes_in_window"].get<std::size_t>(), r["plans_in_window"].get<std::size_t>());
+  return 0;
+}

@@ -1,0 +1,211 @@
+// What keeps OnlineScheduler::should_publish cheap on the training thread: plans are reused
+// while they provably still hold (without changing a single decision), and refits can run on a
+// worker thread whose forecast the next decision picks up.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <mutex>
+#include <random>
+#include <stdexcept>
+#include <thread>
+
+#include "modelcast/predictor_online.h"
+
+namespace modelcast::predictor {
+namespace {
+
+// A noisy power-law run, one point every 2 s.
+std::vector<CurvePoint> noisy_run(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, 0.01);
+  std::vector<CurvePoint> points;
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto step = static_cast<std::int64_t>(10 * (i + 1));
+    points.push_back({step, 2.0 + 3.0 * std::pow(static_cast<double>(i + 1), -0.5) + noise(rng), 2.0 * static_cast<double>(i + 1)});
+  }
+  return points;
+}
+
+std::vector<std::int64_t> replay(OnlineScheduler& s, const std::vector<CurvePoint>& points, double stall,
+                                 bool wait_each = false) {
+  for (const auto& p : points) {
+    s.observe(p.step, p.loss, p.time_s + stall * static_cast<double>(s.published_steps().size()));
+    s.should_publish(p.step);
+    if (wait_each) s.wait_for_refit();
+  }
+  return s.published_steps();
+}
+
+OnlineOptions options_for(const std::vector<CurvePoint>& points, double stall) {
+  OnlineOptions o;
+  o.forecast.total_steps = points.back().step;
+  o.warmup_step = points[points.size() / 5].step;
+  o.costs.stall_s = stall;
+  o.costs.delivery_s = stall / 2;
+  return o;
+}
+
+TEST(OnlineDecisionCost, ReusesPlansWhileTheyHoldAndDecidesExactlyAsFreshPlansWould) {
+  // Built-in forecaster, three costs: re-planning at every decision and re-planning only when
+  // the last plan's "wait" may have changed must publish at the same steps, with far fewer plans.
+  const auto points = noisy_run(300, 7);
+  const std::size_t decisions = points.size() - points.size() / 5 - 1;
+  for (double stall : {1.0, 4.0, 16.0}) {
+    const auto o = options_for(points, stall);
+    OnlineOptions fresh_options = o;
+    fresh_options.reuse_plans = false;
+    OnlineScheduler reusing(o), fresh(fresh_options);
+    const auto reused_steps = replay(reusing, points, stall);
+    const auto fresh_steps = replay(fresh, points, stall);
+    EXPECT_EQ(reused_steps, fresh_steps) << "stall " << stall;
+    EXPECT_EQ(fresh.stats().plans, decisions);
+    EXPECT_EQ(reusing.stats().plans + reusing.stats().plans_reused, decisions);
+    EXPECT_LT(reusing.stats().plans, decisions / 2) << "stall " << stall;
+  }
+}
+
+TEST(OnlineDecisionCost, ReusesPlansOnAForecastGridCoarserThanTheLog) {
+  // Long logs are forecast on a coarser grid (max_future_points): most decisions then fall
+  // between two forecast steps.
+  const auto points = noisy_run(600, 9);
+  const std::size_t decisions = points.size() - points.size() / 5 - 1;
+  for (double stall : {1.0, 4.0, 16.0}) {
+    auto o = options_for(points, stall);
+    o.forecast.max_future_points = 40;
+    OnlineOptions fresh_options = o;
+    fresh_options.reuse_plans = false;
+    OnlineScheduler reusing(o), fresh(fresh_options);
+    EXPECT_EQ(replay(reusing, points, stall), replay(fresh, points, stall)) << "stall " << stall;
+    EXPECT_LT(reusing.stats().plans, decisions / 2) << "stall " << stall;
+  }
+}
+
+TEST(OnlineDecisionCost, AClockThatDriftsFromTheForecastIsReplanned) {
+  // The time residual is the one input whose direction says nothing about "publish now": once
+  // it moves by more than the tolerance the plan is redone. With a zero tolerance and a clock
+  // that runs ever further behind the forecast (the steps take three times as long from the
+  // warm-up on), no plan can be reused.
+  auto points = noisy_run(120, 3);
+  for (std::size_t i = 24; i < points.size(); ++i) points[i].time_s += 4.0 * static_cast<double>(i - 23);
+  auto o = options_for(points, 4.0);
+  o.refit_growth = 10.0;  // one forecast for the whole run: its time model falls behind
+  o.refit_band_points = 0;
+  o.replan_time_tolerance = 0.0;
+  OnlineScheduler strict(o);
+  replay(strict, points, 4.0);
+  EXPECT_EQ(strict.stats().plans_reused, 0U);
+  o.replan_time_tolerance = 1e9;
+  OnlineScheduler loose(o);
+  replay(loose, points, 4.0);
+  EXPECT_GT(loose.stats().plans_reused, 0U);
+}
+
+TEST(OnlineDecisionCost, RefitsOnAWorkerThreadAndTheNextDecisionUsesTheNewForecast) {
+  const auto points = noisy_run(200, 11);
+  std::mutex mutex;
+  std::vector<std::thread::id> fit_threads;
+  std::vector<std::int64_t> fitted_up_to;
+  auto o = options_for(points, 4.0);
+  o.refit_mode = OnlineOptions::RefitMode::kBackground;
+  o.forecaster = [&](std::span<const CurvePoint> seen, const ForecastOptions& fo) {
+    {
+      std::lock_guard lock(mutex);
+      fit_threads.push_back(std::this_thread::get_id());
+      fitted_up_to.push_back(seen.back().step);
+    }
+    return forecast_curve(seen, fo);
+  };
+  OnlineScheduler s(o);
+  std::size_t submitted = 0;
+  for (const auto& p : points) {
+    s.observe(p.step, p.loss, p.time_s + 4.0 * static_cast<double>(s.published_steps().size()));
+    s.should_publish(p.step);
+    if (!s.refit_in_flight()) continue;
+    ++submitted;
+    // The decision went on without the new forecast; once the worker is done, it is adopted.
+    s.wait_for_refit();
+    EXPECT_FALSE(s.refit_in_flight());
+    ASSERT_FALSE(s.last_forecast().steps.empty());
+    EXPECT_GT(s.last_forecast().steps.front(), p.step) << "the forecast adopted is the one fitted up to this step";
+  }
+  std::lock_guard lock(mutex);
+  ASSERT_GE(fit_threads.size(), 3U);
+  EXPECT_EQ(fit_threads.front(), std::this_thread::get_id());  // the first forecast: nothing to decide on before it
+  for (std::size_t i = 1; i < fit_threads.size(); ++i) {
+    EXPECT_NE(fit_threads[i], std::this_thread::get_id()) << "fit " << i;
+    EXPECT_GT(fitted_up_to[i], fitted_up_to[i - 1]);
+  }
+  EXPECT_EQ(submitted, fit_threads.size() - 1);
+  EXPECT_EQ(s.stats().background_fits, submitted);
+  EXPECT_EQ(s.stats().fits, fit_threads.size());
+}
+
+TEST(OnlineDecisionCost, BackgroundRefitsKeepDecisionsOnAnExactForecastOptimal) {
+  // An exact forecast stays exact however late it is adopted, so the lag must cost nothing.
+  const auto points = noisy_run(80, 5);
+  Trajectory truth;
+  for (const auto& p : points) {
+    truth.steps.push_back(p.step);
+    truth.loss.push_back(p.loss);
+    truth.time_s.push_back(p.time_s);
+  }
+  auto o = options_for(points, 3.0);
+  o.refit_mode = OnlineOptions::RefitMode::kBackground;
+  o.forecaster = [&points](std::span<const CurvePoint> seen, const ForecastOptions&) {
+    Forecast f;
+    for (const auto& p : points) {
+      if (p.step <= seen.back().step) continue;
+      f.steps.push_back(p.step);
+      f.loss.push_back(p.loss);
+      f.lower.push_back(p.loss);
+      f.upper.push_back(p.loss);
+      f.time_s.push_back(p.time_s);
+    }
+    return f;
+  };
+  OnlineScheduler s(o);
+  const auto steps = replay(s, points, o.costs.stall_s, /*wait_each=*/true);
+  const std::size_t w = points.size() / 5;
+  const auto best = plan_optimal(truth, w, o.costs);
+  EXPECT_GT(s.stats().background_fits, 0U);
+  EXPECT_NEAR(evaluate_cil(truth, w, o.costs, steps), best.cil, 1e-9 * best.cil);
+}
+
+TEST(OnlineDecisionCost, AFitThatFailsOnTheWorkerIsReportedToTheCaller) {
+  const auto points = noisy_run(60, 2);
+  int calls = 0;  // touched by one thread at a time: the caller's first fit, then the worker's
+  auto o = options_for(points, 2.0);
+  o.refit_mode = OnlineOptions::RefitMode::kBackground;
+  o.forecaster = [&calls](std::span<const CurvePoint> seen, const ForecastOptions& fo) {
+    if (++calls == 2) throw std::runtime_error("forecaster failed");
+    return forecast_curve(seen, fo);
+  };
+  OnlineScheduler s(o);
+  bool thrown = false;
+  for (const auto& p : points) {
+    s.observe(p.step, p.loss, p.time_s);
+    s.should_publish(p.step);
+    if (!s.refit_in_flight()) continue;
+    try {
+      s.wait_for_refit();
+    } catch (const std::runtime_error& e) {
+      EXPECT_STREQ(e.what(), "forecaster failed");
+      thrown = true;
+      break;
+    }
+  }
+  EXPECT_TRUE(thrown);
+  EXPECT_FALSE(s.refit_in_flight());
+}
+
+TEST(OnlineDecisionCost, RejectsABadTimeTolerance) {
+  OnlineOptions o;
+  o.forecast.total_steps = 1000;
+  o.replan_time_tolerance = -0.5;
+  EXPECT_THROW(OnlineScheduler{o}, modelcast::Error);
+  o.replan_time_tolerance = std::nan("");
+  EXPECT_THROW(OnlineScheduler{o}, modelcast::Error);
+}
+
+}  // namespace
+}  // namespace modelcast::predictor
