@@ -146,9 +146,12 @@ struct Sample {
 // The consumer process. Its receive buffers are its own (ConsumerOptions::caller_buffers, two,
 // like buffers = 2) so that the UCX ceiling's receiver can use the one no view holds between
 // two versions: no extra memory, and both transfers land in the same pages.
-int run_consumer(const std::string& endpoint, int index, std::size_t size, std::size_t buffer_count, bool stamped) {
+int run_consumer(const std::string& endpoint, int index, std::size_t size, std::size_t buffer_count, bool stamped,
+                 bool owned) {
+  // Owned buffers (delta rows): modelcast's own, so a delta leaves blocks the buffer still holds
+  // where they are; the ceiling then receives into a buffer of its own (one more model's worth).
   std::vector<bench::TouchedBuffer> buffers;
-  for (std::size_t i = 0; i < buffer_count; ++i) buffers.emplace_back(size);
+  for (std::size_t i = 0; i < (owned ? 1 : buffer_count); ++i) buffers.emplace_back(size);
   bench::UcpReceiver ceiling(kChunkBytes);
   for (auto& b : buffers) ceiling.map(b.data(), size);
 
@@ -161,7 +164,11 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
   options.producer_endpoint = endpoint;
   options.model_name = kModelName;
   options.consumer_name = "bench-consumer-" + std::to_string(index);
-  for (auto& b : buffers) options.caller_buffers.emplace_back(b.data(), size);
+  if (owned) {
+    options.buffers = buffer_count;
+  } else {
+    for (auto& b : buffers) options.caller_buffers.emplace_back(b.data(), size);
+  }
   // Runs on the consumer's service thread right after the install, before it reads the next
   // announcement: last_notify_latency still belongs to this version.
   options.on_update = [&](const modelcast::ModelView& view) {
@@ -191,7 +198,7 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
       const std::byte* current = view ? static_cast<const std::byte*>(view.tensors().front().data) : nullptr;
       std::byte* target = nullptr;
       for (auto& b : buffers) {
-        if (!(current >= b.data() && current < b.data() + size)) target = b.data();
+        if (owned || !(current >= b.data() && current < b.data() + size)) target = b.data();
       }
       ceiling.receive(std::stoi(line->substr(8)), target, size, bench::kParentWriteFd);
     } else if (line->rfind("finish ", 0) == 0) {
@@ -281,7 +288,8 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
     for (int i = 0; i < consumers; ++i) {
       children.push_back(bench::spawn_child({self, "consumer", "--endpoint", producer.control_endpoint(), "--index",
                                              std::to_string(i), "--size", std::to_string(size), "--buffers",
-                                             std::to_string(buffers), "--stamped", changed_pct >= 100 ? "1" : "0"}));
+                                             std::to_string(buffers), "--stamped", changed_pct >= 100 ? "1" : "0",
+                                             "--owned", changed_pct < 100 ? "1" : "0"}));
     }
     for (auto& child : children) {
       auto line = bench::read_line(child.from_child, child.pending, 300000);
@@ -632,8 +640,9 @@ int main(int argc, char** argv) {
   std::size_t size = 0;
   consumer_cmd->add_option("--size", size)->required();
   consumer_cmd->add_option("--buffers", buffers);
-  int stamped = 1;
+  int stamped = 1, owned = 0;
   consumer_cmd->add_option("--stamped", stamped, "1: each tensor's first word is the version (check it)");
+  consumer_cmd->add_option("--owned", owned, "1: modelcast's own receive buffers (the ceiling gets its own)");
 
   int reps = 0;
   std::string directory;
@@ -646,7 +655,7 @@ int main(int argc, char** argv) {
   try {
     if (*run_cmd) return run(o);
     if (*report_cmd) return report(files, as_json);
-    if (*consumer_cmd) return run_consumer(endpoint, index, size, buffers, stamped != 0);
+    if (*consumer_cmd) return run_consumer(endpoint, index, size, buffers, stamped != 0, owned != 0);
     if (*file_cmd) return bench::run_file_reader(directory, size, reps);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "modelcast-exchange-bench: %s\n", e.what());

@@ -50,17 +50,23 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   fetch_->signature = reply.signature;
   fetch_->base = std::move(base);
   auto& buffer_ref = *fetch_->buffer;
-  // Which chunks to receive: all, or a delta's changed blocks; the others are the base's bytes.
+  // From here the buffer's old bytes are no longer intact.
+  const std::vector<std::uint64_t> held = std::move(buffer_ref.held_blocks);
+  buffer_ref.held_blocks.clear();
+  // Which chunks to receive: all, or a delta's changed blocks; the others are the base's bytes,
+  // copied from the base unless this buffer still holds them from the version it had before.
   std::vector<bool> receive(fetch_->plan.count(), !fetch_->base);
   if (fetch_->base) {
-    for (auto i : transfer::changed_blocks(fetch_->base->manifest.block_digests, fetch_->manifest.block_digests)) {
-      receive[i] = true;
-    }
+    const auto& wanted = fetch_->manifest.block_digests;
+    for (auto i : transfer::changed_blocks(fetch_->base->manifest.block_digests, wanted)) receive[i] = true;
     const std::byte* from = fetch_->base->buffer->memory.data();
+    const bool reuse = held.size() == wanted.size();
     for (std::size_t i = 0; i < receive.size(); ++i) {
       if (receive[i]) continue;
-      std::memcpy(buffer_ref.memory.data() + fetch_->plan.offset(i), from + fetch_->plan.offset(i),
-                  fetch_->plan.length(i));
+      if (!reuse || held[i] != wanted[i]) {
+        std::memcpy(buffer_ref.memory.data() + fetch_->plan.offset(i), from + fetch_->plan.offset(i),
+                    fetch_->plan.length(i));
+      }
       fetch_->chunk_done[i] = true;
       --fetch_->pending;
     }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "common/host_buffer.h"
 #include "core/device/device_runtime.h"
@@ -33,6 +34,11 @@ struct ReceiveBuffer {
   std::span<std::byte> memory;
   std::unique_ptr<device::HostPin> pin;             // a device consumer's landing buffer, pinned
   std::unique_ptr<transport::MemoryRegion> region;
+  // Block digests of the verified version whose bytes the buffer still holds intact (set at
+  // install, dropped when a fetch starts writing it; never for caller buffers, which the caller
+  // may write while no view uses them): a delta leaves those blocks where they are. The
+  // consumer's service thread only.
+  std::vector<std::uint64_t> held_blocks;
 };
 
 struct InstalledVersion {

@@ -19,6 +19,9 @@ namespace modelcast::producer {
 
 // XXH3-64 of each of the layout's blocks of the snapshot at `base` (none without blocks).
 std::vector<std::uint64_t> block_digests(const std::byte* base, const Manifest& layout);
+// The tensor digests (digest_bytes of each tensor) and the block digests in one pass.
+std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>> tensor_and_block_digests(const std::byte* base,
+                                                                                            const Manifest& layout);
 
 class DigestWorker {
  public:

@@ -238,3 +238,35 @@ TEST(SnapshotCopy, StreamingCopiesEveryByteAtAnyAlignmentAndLength) {
 
 }  // namespace
 }  // namespace modelcast
+
+#include "core/producer/digest_worker.h"
+
+namespace modelcast {
+namespace {
+
+// The digest thread's one pass gives exactly the one-shot digests, per tensor and per block,
+// with blocks that split tensors and pieces, and a short last block.
+TEST(BlockDigests, OnePassEqualsOneShotPerTensorAndPerBlock) {
+  Manifest layout;
+  layout.tensors = plan_layout({{"a", DType::kF32, {300000}}, {"b", DType::kU8, {77}}, {"c", DType::kF64, {190001}}},
+                               &layout.total_bytes);
+  std::vector<std::byte> buffer(layout.total_bytes);
+  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<std::byte>(i * 31 + 7);
+  for (std::uint64_t block : {std::uint64_t{64} << 10, std::uint64_t{1} << 20, layout.total_bytes}) {
+    layout.block_bytes = block;
+    auto [tensors, blocks] = producer::tensor_and_block_digests(buffer.data(), layout);
+    ASSERT_EQ(blocks.size(), block_count(layout));
+    EXPECT_EQ(blocks, producer::block_digests(buffer.data(), layout));
+    for (std::size_t i = 0; i < blocks.size(); ++i) {
+      const auto offset = i * block;
+      EXPECT_EQ(blocks[i], digest_bytes(buffer.data() + offset, std::min(block, layout.total_bytes - offset)));
+    }
+    ASSERT_EQ(tensors.size(), layout.tensors.size());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      EXPECT_EQ(tensors[i], digest_bytes(buffer.data() + layout.tensors[i].offset, layout.tensors[i].size));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace modelcast
