@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks: bench/run.sh exchange|predictor|decision|soak|fuzz|sidecar|workflow|gpu [--json] [options]
+# Benchmarks: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|sidecar|workflow|gpu [--json] [options]
 # Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
 # with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh);
 # workflow: --seeds LIST --runs K (bench/workflow.sh); decision: the online scheduler's cost per
@@ -11,6 +11,7 @@ what=${1:-}
 shift || true
 case "$what" in
   exchange) exec "$here/exchange.sh" "$@" ;;
+  fanout) exec "$here/fanout.sh" "$@" ;;
   predictor) exec "$here/predictor.sh" "$@" ;;
   decision) exec "$here/decision.sh" "$@" ;;
   soak) exec "$here/soak.sh" "$@" ;;
@@ -18,5 +19,5 @@ case "$what" in
   sidecar) exec "$here/sidecar.sh" "$@" ;;
   workflow) exec "$here/workflow.sh" "$@" ;;
   gpu) exec "$here/gpu.sh" "$@" ;;
-  *) echo "usage: bench/run.sh exchange|predictor|decision|soak|fuzz|sidecar|workflow|gpu [--json] [options]" >&2; exit 2 ;;
+  *) echo "usage: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|sidecar|workflow|gpu [--json] [options]" >&2; exit 2 ;;
 esac

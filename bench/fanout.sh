@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The fan-out benchmark: bench/run.sh fanout [--json] [--consumers 1,2,4,8] [--size-mib 64]
+#   [--link-mb-s 100] [--versions 4]
+# The producer and each consumer run in a network namespace of their own, each joined to a
+# bridge by a veth link limited to --link-mb-s MB/s each way (tc tbf), UCX over TCP only: the
+# producer's one link carries what it sends to every consumer, as a host's NIC would on a fleet,
+# so the one-sender bottleneck shows on a 2-core machine too. Per consumer count it reports the
+# update time (publish until the last consumer's ack, median of the versions after the first),
+# the bytes the producer and the relays sent per version, and the link ceiling measured in the
+# same run (the model over one plain TCP connection across two links). Needs root, iproute2 and
+# tc; elsewhere it says so and exits 0. Build output and progress go to stderr.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build="$root/build-bench"
+
+json=0
+consumers="1,2,4,8"
+size_mib=64
+link=100
+versions=4
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --json) json=1 ;;
+    --consumers) consumers="$2"; shift ;;
+    --size-mib) size_mib="$2"; shift ;;
+    --link-mb-s) link="$2"; shift ;;
+    --versions) versions="$2"; shift ;;
+    *) echo "fanout: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  echo "fanout: skipped: needs root, iproute2 (ip netns) and tc to build its network" >&2
+  [[ $json -eq 1 ]] && echo "[]"
+  exit 0
+fi
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF >&2
+cmake --build "$build" --target modelcast-fanout-bench -j "${MODELCAST_BENCH_JOBS:-$(nproc)}" >&2
+bin="$build/bench/fanout/modelcast-fanout-bench"
+
+max=0
+IFS=, read -ra counts <<<"$consumers"
+for n in "${counts[@]}"; do (( n > max )) && max=$n; done
+tag=$$
+hub="mcf-hub-$tag"
+bytes=$(( size_mib * 1024 * 1024 ))
+rate="$(( link * 8 ))mbit"
+nodes=()
+cleanup() {
+  for ns in "${nodes[@]}" "$hub"; do ip netns del "$ns" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# Node 0 is the producer (10.240.0.1), node i the consumer i (10.240.0.(i+1)).
+ip netns add "$hub"
+ip -n "$hub" link add br0 type bridge
+ip -n "$hub" link set br0 up
+for (( i = 0; i <= max; i++ )); do
+  ns="mcf-$tag-$i"
+  nodes+=("$ns")
+  ip netns add "$ns"
+  ip link add "n$i-$tag" netns "$ns" type veth peer name "h$i-$tag" netns "$hub"
+  ip -n "$ns" link set "n$i-$tag" name eth0
+  ip -n "$ns" addr add "10.240.0.$(( i + 1 ))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  ip -n "$hub" link set "h$i-$tag" master br0
+  ip -n "$hub" link set "h$i-$tag" up
+  # Both directions of the link: the node's sends (its eth0) and what it receives (the hub's end).
+  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 20ms
+  ip netns exec "$hub" tc qdisc add dev "h$i-$tag" root tbf rate "$rate" burst 256kb latency 20ms
+done
+for (( i = 0; i <= max; i++ )); do
+  for (( tries = 0; tries < 100; tries++ )); do
+    ip -n "mcf-$tag-$i" link show eth0 | grep -q 'state UP' && break
+    sleep 0.1
+  done
+done
+echo "fanout: $(date -u +%FT%TZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); links $link MB/s, model $size_mib MiB" >&2
+
+in_ns() { local i=$1; shift; ip netns exec "mcf-$tag-$i" env UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 "$@"; }
+
+# The link ceiling: the model from the producer's namespace to consumer 1's, over two links.
+coproc SINK { in_ns 1 "$bin" sink --port 7100 --bytes "$bytes"; }
+read -r -u "${SINK[0]}" listening
+ceiling_ms=$(in_ns 0 "$bin" source --host 10.240.0.2 --port 7100 --bytes "$bytes")
+wait "$SINK_PID"
+echo "fanout: link ceiling ${ceiling_ms} ms for $size_mib MiB" >&2
+
+rows=()
+port=7200
+for n in "${counts[@]}"; do
+  port=$(( port + 1 ))
+  endpoint="tcp://10.240.0.1:$port"
+  pids=()
+  for (( i = 1; i <= n; i++ )); do
+    in_ns "$i" "$bin" consumer --endpoint "$endpoint" --name "c$i" --until "$versions" &
+    pids+=($!)
+  done
+  row=$(in_ns 0 "$bin" producer --endpoint "$endpoint" --bytes "$bytes" --versions "$versions" --consumers "$n")
+  for pid in "${pids[@]}"; do wait "$pid"; done
+  echo "fanout: $n consumer(s): $row" >&2
+  rows+=("$row")
+done
+
+python3 - "$link" "$ceiling_ms" "$json" "${rows[@]}" <<'EOF'
+import json, sys
+link, ceiling, as_json = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "1"
+rows = [json.loads(r) for r in sys.argv[4:]]
+one = next((r["update_ms"] for r in rows if r["consumers"] == 1), None)
+out = []
+for r in rows:
+    out.append({"consumers": r["consumers"], "link_mb_s": link, "size_mib": r["size_mib"],
+                "update_ms": round(r["update_ms"], 1), "one_consumer_update_ms": one and round(one, 1),
+                "producer_bytes": r["producer_bytes"], "relay_bytes": r["relay_bytes"],
+                "link_ceiling_ms": round(ceiling, 1)})
+if as_json:
+    print(json.dumps(out, indent=2))
+else:
+    print(f"{'cons':>4} {'link_MB/s':>9} {'size_MiB':>8} {'update_ms':>10} {'x one':>6} {'producer_MiB':>12} {'relay_MiB':>9} {'ceiling_ms':>10} {'update/ceil':>11}")
+    for o in out:
+        ratio = o["update_ms"] / one if one else float("nan")
+        print(f"{o['consumers']:>4} {o['link_mb_s']:>9.0f} {o['size_mib']:>8.0f} {o['update_ms']:>10.1f} {ratio:>6.2f} "
+              f"{o['producer_bytes'] / 2**20:>12.1f} {o['relay_bytes'] / 2**20:>9.1f} {o['link_ceiling_ms']:>10.1f} "
+              f"{o['update_ms'] / o['link_ceiling_ms']:>11.2f}")
+    print("targets (issue): update_ms <= 1.3 x one consumer's, producer sends <= 2 models a version")
+EOF
