@@ -19,6 +19,10 @@
 //                    100 changes every block (training that touches every weight), less a
 //                    random set of blocks, so the consumer receives a delta
 //   wire_bytes       bytes the producer sent per consumer per version (Delivery::bytes), median
+//   serve_p99_ms     one consumer, every block changing: a reader thread in the consumer runs an
+//                    inference-like pass (reads every weight of the newest view) in a loop while
+//                    the measured versions arrive; p99 of its pass times. serve_idle_p99_ms: the
+//                    same passes, in the same process, right before, with nothing arriving
 // and writes a JSON array (one object per configuration, with the samples under "extra").
 // `report` merges such files and prints the table or the JSON of the issue.
 // Each repetition runs: UCX ceiling transfer, memcpy (+ diagnostics), publish() and wait for
@@ -150,6 +154,20 @@ struct Sample {
 // The consumer process. Its receive buffers are its own (ConsumerOptions::caller_buffers, two,
 // like buffers = 2) so that the UCX ceiling's receiver can use the one no view holds between
 // two versions: no extra memory, and both transfers land in the same pages.
+// An inference-like pass: every weight of the newest view read once.
+volatile std::uint64_t serve_sink = 0;
+double serve_pass(modelcast::Consumer& consumer) {
+  auto t0 = bench::steady_ns();
+  auto view = consumer.acquire();
+  std::uint64_t sum = 0;
+  for (const auto& tensor : view.tensors()) {
+    const auto* words = static_cast<const std::uint64_t*>(tensor.data);
+    for (std::size_t i = 0; i < tensor.size_bytes() / 8; ++i) sum += words[i];
+  }
+  serve_sink = sum;
+  return static_cast<double>(bench::steady_ns() - t0) / 1e6;
+}
+
 int run_consumer(const std::string& endpoint, int index, std::size_t size, std::size_t buffer_count, bool stamped,
                  bool owned) {
   // Owned buffers (delta rows): modelcast's own, so a delta leaves blocks the buffer still holds
@@ -191,11 +209,22 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
   self = &consumer;
   bench::write_line(bench::kParentWriteFd, "addr " + ceiling.address());
 
+  // The serving reader (thread `server`) owns serve_ms until `serving` is cleared and it is joined.
+  std::vector<double> serve_idle_ms, serve_ms;
+  std::atomic<bool> serving{false};
+  std::thread server;
   std::string pending;
   for (;;) {
     std::optional<std::string> line;
     ceiling.wait_for_command(bench::kParentReadFd, pending, line);
-    if (line->rfind("ceiling ", 0) == 0) {
+    if (line->rfind("serve-idle ", 0) == 0) {
+      for (int i = std::stoi(line->substr(11)); i > 0; --i) serve_idle_ms.push_back(serve_pass(consumer));
+      serving = true;
+      server = std::thread([&] {
+        while (serving) serve_ms.push_back(serve_pass(consumer));
+      });
+      bench::write_line(bench::kParentWriteFd, "serving");
+    } else if (line->rfind("ceiling ", 0) == 0) {
       // The buffer the current version does not live in; modelcast writes into it only
       // during a fetch, and none runs between the producer's versions.
       auto view = consumer.acquire();
@@ -214,6 +243,16 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
                      static_cast<unsigned long long>(versions), consumer.stats().last_error.c_str());
         return 1;
       }
+      lock.unlock();
+      if (server.joinable()) {
+        serving = false;
+        server.join();
+        std::string report = "serve";
+        for (double ms : serve_idle_ms) report += " i" + std::to_string(ms);
+        for (double ms : serve_ms) report += " b" + std::to_string(ms);
+        bench::write_line(bench::kParentWriteFd, report);
+      }
+      lock.lock();
       for (const auto& s : samples) {
         bench::write_line(bench::kParentWriteFd, "sample " + std::to_string(s.version) + " " +
                                                      std::to_string(s.update_ns) + " " + std::to_string(s.notify_ns) +
@@ -249,11 +288,14 @@ struct ExchangeResult {
   std::vector<double> ceiling_ms;   // the UCX ceiling, one transfer right before each version
   std::vector<double> notify_after_stall_us;  // per version per consumer: notify minus that version's stall
   std::vector<double> wire_bytes;   // per measured version per consumer: Delivery::bytes
+  std::vector<double> serve_idle_ms, serve_ms;  // the serving reader's passes (serve rows only)
   int bad_content = 0;
 };
 
 ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, int warmup, int reps,
                                 std::size_t slots, std::size_t buffers, bool integrity, int changed_pct) {
+  // The serving reader runs in the one-consumer row where every block changes.
+  const bool serve = consumers == 1 && changed_pct >= 100;
   std::mutex mutex;
   std::condition_variable delivered_cv;
   std::map<std::uint64_t, std::vector<double>> delivered;  // version -> since_publish ms per consumer
@@ -292,8 +334,11 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
     for (int i = 0; i < consumers; ++i) {
       children.push_back(bench::spawn_child({self, "consumer", "--endpoint", producer.control_endpoint(), "--index",
                                              std::to_string(i), "--size", std::to_string(size), "--buffers",
-                                             std::to_string(buffers), "--stamped", changed_pct >= 100 ? "1" : "0",
-                                             "--owned", changed_pct < 100 ? "1" : "0"}));
+                                             // A reader holds a view through each pass: a third
+                                             // buffer lets a version land meanwhile.
+                                             std::to_string(serve ? std::max<std::size_t>(buffers, 3) : buffers),
+                                             "--stamped", changed_pct >= 100 ? "1" : "0",
+                                             "--owned", changed_pct < 100 || serve ? "1" : "0"}));
     }
     for (auto& child : children) {
       auto line = bench::read_line(child.from_child, child.pending, 300000);
@@ -306,6 +351,13 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
     std::this_thread::sleep_for(300ms);  // let their subscriptions reach the PUB socket
     std::map<std::uint64_t, double> stall;
     for (int v = 1; v <= total; ++v) {
+      if (serve && v == warmup + 1) {
+        for (auto& child : children) bench::write_line(child.to_child, "serve-idle 20");
+        for (auto& child : children) {
+          auto line = bench::read_line(child.from_child, child.pending, 300000);
+          if (!line || *line != "serving") throw std::runtime_error("the serving reader did not start");
+        }
+      }
       double ceiling_ms = ceiling.transfer(v, children);
       auto t0 = bench::steady_ns();
       std::memcpy(copy_target.data(), model.storage.data(), size);
@@ -354,6 +406,12 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
         auto line = bench::read_line(child.from_child, child.pending, 120000);
         if (!line) throw std::runtime_error("a consumer process stopped reporting");
         if (*line == "end") break;
+        if (line->rfind("serve ", 0) == 0) {
+          std::istringstream words(line->substr(6));
+          std::string word;
+          while (words >> word) (word[0] == 'i' ? result.serve_idle_ms : result.serve_ms).push_back(std::stod(word.substr(1)));
+          continue;
+        }
         if (line->rfind("digest ", 0) == 0) {
           std::istringstream words(line->substr(7));
           std::uint64_t version = 0, digest = 0;
@@ -405,6 +463,10 @@ json summary(std::size_t size, int consumers, const std::string& transport, int 
   row["notify_us_p99"] = number(bench::percentile(x.notify_us, 99));
   row["changed_pct"] = changed_pct;
   row["wire_bytes"] = number(bench::median(x.wire_bytes));
+  if (!x.serve_ms.empty()) {
+    row["serve_p99_ms"] = number(bench::percentile(x.serve_ms, 99));
+    row["serve_idle_p99_ms"] = number(bench::percentile(x.serve_idle_ms, 99));
+  }
   json extra;
   extra["update_ms_samples"] = x.update_ms;
   extra["delivery_ms_samples"] = x.delivery_ms;
@@ -431,6 +493,8 @@ json summary(std::size_t size, int consumers, const std::string& transport, int 
   extra["paired_stall_over_memcpy"] = number(bench::median(stall_over_memcpy));
   extra["paired_update_over_bound"] = number(bench::median(update_over_bound));
   extra["wire_bytes_samples"] = x.wire_bytes;
+  extra["serve_ms_samples"] = x.serve_ms;
+  extra["serve_idle_ms_samples"] = x.serve_idle_ms;
   extra["bad_content"] = x.bad_content;
   row["extra"] = extra;
   return row;
@@ -517,7 +581,8 @@ int report(const std::vector<std::string>& files, bool as_json) {
   if (as_json) {
     json out = json::array();
     const char* fields[] = {"size_bytes", "consumers", "transport", "changed_pct", "update_ms", "stall_ms",
-                            "memcpy_ms", "ucx_ceiling_ms", "file_baseline_ms", "notify_us_p99", "wire_bytes"};
+                            "memcpy_ms", "ucx_ceiling_ms", "file_baseline_ms", "notify_us_p99", "wire_bytes",
+                            "serve_p99_ms", "serve_idle_p99_ms"};
     for (auto& row : rows) {
       json o = json::object();
       for (auto* f : fields) o[f] = row.contains(f) ? row[f] : json(nullptr);
@@ -591,6 +656,11 @@ int report(const std::vector<std::string>& files, bool as_json) {
   }
   for (const std::string transport : {"shm", "tcp"}) {
     const json* full = find(1, 100, transport);
+    if (full && full->contains("serve_p99_ms")) {
+      double serve = field(*full, "serve_p99_ms"), idle = field(*full, "serve_idle_p99_ms");
+      std::printf("  serving, %s: serve_p99_ms %.1f <= 1.1 * serve_idle_p99_ms = %.1f: %s\n", transport.c_str(), serve,
+                  1.1 * idle, verdict(serve <= 1.1 * idle));
+    }
     const json* tenth = find(1, 10, transport);
     if (!full || !tenth) continue;
     double size = static_cast<double>((*tenth)["size_bytes"].get<std::size_t>());
