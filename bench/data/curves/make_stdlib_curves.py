@@ -13,7 +13,7 @@ model size or environment:
 charlm:        an MLP over the previous k characters (embeddings, tanh hidden layer, softmax),
                trained from scratch on licence texts in /usr/share/common-licenses (package
                base-files); validation loss on a held-back slice of the same texts.
-charlm_code:   the same model kind on Python 3 source files Debian ships (/usr/lib/python3.X).
+charlm_code:   the same model kind on Python source files Debian ships (/usr/lib/python3.11).
 finetune:      the model is first pretrained (not logged) on GPL-3, then fine-tuned on one other,
                small licence text (Apache-2.0, MPL-2.0, ...): the logged curve is the fine-tuning
                phase, validation on that text; small data, so it may rise again (overfitting).
@@ -33,7 +33,7 @@ train_time_s is not measured: it is a deterministic cost model (floating-point o
 training step at 1 GFLOP/s for the language models; environment steps at 20 us each plus the
 policy update for RL, so RL step times grow as episodes get longer). Evaluation is excluded, as
 in the other curve files. The output is therefore byte-for-byte reproducible with the same Python
-version and the same Debian text files (other Python versions ship other source files).
+version and the same Debian text files (Debian 12: /usr/lib/python3.11).
 
 Usage: nice python3 bench/data/curves/make_stdlib_curves.py [--out-dir DIR] [--only ID,ID]
 Writes DIR/stdlib_val_loss.csv (development) and DIR/heldout_val_loss.csv (held-out); DIR
@@ -46,6 +46,7 @@ import random
 import sys
 
 LICENSES = "/usr/share/common-licenses"
+PYTHON_LIB = "/usr/lib/python3.11"  # Debian 12's
 HELD_OUT = {"charlm_code", "finetune_code", "rl_catch"}
 ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789 .,;:()'\"-_=\n#[]*/<>+%{}!?"
 UNKNOWN = len(ALPHABET)  # every other character
@@ -70,15 +71,9 @@ def licence(name):
 
 
 def python_source(modules):
-    """Source of pure-Python standard-library modules of this interpreter."""
-    import importlib
-    texts = []
-    for m in modules:
-        path = importlib.import_module(m).__file__
-        if not path or not path.endswith(".py"):
-            sys.exit(f"make_stdlib_curves.py: module {m} has no Python source here")
-        texts.append(read_text(path))
-    return "\n".join(texts)
+    """Source files of Debian's Python standard library (package libpython3.11-stdlib or -minimal),
+    not of whatever interpreter runs this script: another Python's copy may differ."""
+    return "\n".join(read_text(os.path.join(PYTHON_LIB, m + ".py")) for m in modules)
 
 
 def lr_factor(schedule, step, total):
