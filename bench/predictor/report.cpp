@@ -33,14 +33,22 @@ Json row(const std::vector<RunEval>& results, const FamilyGroups& groups, const 
   std::vector<double> regrets, denoised;
   std::map<std::string, int> wins, strict;
   int runs = 0, no_gain = 0;
+  // Where the losses come from, over the runs with an achievable gain.
+  int more = 0, fewer = 0, earlier = 0, later = 0, with_consecutive = 0, none = 0;
   for (const auto& r : results) {
     if (!r.evaluated || !groups.covers(family, r.family)) continue;
     for (int c = 0; c < static_cast<int>(costs); ++c) {
       if (cost >= 0 && c != cost) continue;
       const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(mode)][pick(r.family, mode, c)];
       ++runs;
-      if (o.has_gain) regrets.push_back(o.regret);
-      else ++no_gain;
+      if (o.has_gain) {
+        regrets.push_back(o.regret);
+        more += o.publishes > o.optimal_publishes, fewer += o.publishes < o.optimal_publishes;
+        earlier += o.first_earlier, later += o.first_later, with_consecutive += o.consecutive > 0;
+        none += o.publishes == 0 && o.optimal_publishes > 0;
+      } else {
+        ++no_gain;
+      }
       if (o.has_gain_denoised) denoised.push_back(o.regret_denoised);
       for (const auto& [b, v] : o.vs) wins[b] += v >= 0, strict[b] += v > 0;
     }
@@ -50,6 +58,8 @@ Json row(const std::vector<RunEval>& results, const FamilyGroups& groups, const 
   s["mode"] = kModes[mode];
   s["runs"] = runs;
   s["runs_without_achievable_gain"] = no_gain;
+  s["against_optimum"] = {{"more_publishes", more}, {"fewer_publishes", fewer}, {"first_earlier", earlier},
+                          {"first_later", later}, {"consecutive_publishes", with_consecutive}, {"no_publish", none}};
   s["median_regret_pct"] = quantile(regrets, 0.5);
   s["p90_regret_pct"] = quantile(regrets, 0.9);
   // On the denoised true curve against its own optimum (a second figure, not the target's).
@@ -294,6 +304,22 @@ std::string render(const Json& r) {
         << std::setw(8) << t["p90_regret_pct"].get<double>() << std::setw(8) << std::setprecision(0)
         << 100.0 * t["ties_or_beats_every_e"].get<double>() << " %  " << (t["met"].get<bool>() ? "yes" : "NO") << "\n";
     }
+  }
+  o << "\nagainst the optimum in hindsight (runs with a gain, chosen variants): more / fewer publishes, first publish\n"
+    << "earlier / later, publishes at consecutive logged points, no publish at all\n";
+  o << "family         cost  mode    gain   more fewer early  late consec  none\n";
+  for (const auto& s : r["rows"]) {
+    if (!s.contains("against_optimum")) continue;
+    std::ostringstream cost;
+    if (s["cost_x_median_interval"].is_string()) cost << "all";
+    else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
+    const auto& a = s["against_optimum"];
+    o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost.str() << "  " << std::left
+      << std::setw(6) << s["mode"].get<std::string>() << std::right << std::setw(6)
+      << s["runs"].get<int>() - s["runs_without_achievable_gain"].get<int>();
+    for (const char* k : {"more_publishes", "fewer_publishes", "first_earlier", "first_later", "consecutive_publishes", "no_publish"})
+      o << std::setw(6) << a[k].get<int>();
+    o << "\n";
   }
   o << "\nvariants, pooled over costs (median / p90 regret %):\n";
   for (const auto& s : r["variant_summary"])
