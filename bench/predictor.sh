@@ -12,7 +12,7 @@
 # --max-runs-per-family K (default 24; 0 = all), --threads N (default 2), --warmup-pct P,
 # --family F, --json-out FILE, --cross-family-prior off|shape|shape-mixture|members (default off:
 # plans get a prior learned on the other families' forecasts, strictly leave-one-family-out;
-# bench/RESULTS.md, predictor section, 2026-11-24 later).
+# bench/RESULTS.md as of commit 4f57f34, predictor section, 2026-11-24 later).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
