@@ -159,7 +159,8 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     mp::PublishCosts costs;
     costs.stall_s = settings.cost_multipliers[ci] * gap;
     costs.delivery_s = 0.5 * costs.stall_s;
-    const double best = mp::plan_optimal(truth, w, costs).cil;
+    const auto optimal_steps = mp::plan_optimal(truth, w, costs).publish_steps;
+    const double best = mp::evaluate_cil(truth, w, costs, optimal_steps);
     const double none = mp::evaluate_cil(truth, w, costs, {});
     std::map<std::string, double> baseline;
     baseline["every_candidate"] = mp::evaluate_cil(truth, w, costs, mp::every_candidate_schedule(truth, w));
@@ -180,6 +181,16 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     };
     const auto score = [&](const std::vector<std::int64_t>& schedule) {
       Outcome o = score_cil(mp::evaluate_cil(truth, w, costs, schedule));
+      o.publishes = static_cast<int>(schedule.size());
+      o.optimal_publishes = static_cast<int>(optimal_steps.size());
+      for (std::size_t i = 1; i < schedule.size(); ++i) {
+        const auto at = std::lower_bound(truth.steps.begin(), truth.steps.end(), schedule[i - 1]);
+        o.consecutive += at != truth.steps.end() && at + 1 != truth.steps.end() && *(at + 1) == schedule[i];
+      }
+      if (!schedule.empty() && !optimal_steps.empty()) {
+        o.first_earlier = schedule.front() < optimal_steps.front();
+        o.first_later = schedule.front() > optimal_steps.front();
+      }
       const double gain = smooth_none - oracle.cil;
       o.has_gain_denoised = gain > 1e-9 * smooth_none;
       o.regret_denoised = o.has_gain_denoised ? 100.0 * (mp::evaluate_cil(smooth, w, costs, schedule) - oracle.cil) / gain : 0.0;

@@ -93,6 +93,11 @@ struct Outcome {
   bool has_gain_denoised = false;
   double regret_denoised = 0.0;
   std::map<std::string, int> vs;  // +1 better, 0 tie, -1 worse than the baseline
+  // How the schedule differs from the optimum in hindsight (where a loss comes from): more or
+  // fewer publishes, the first one earlier or later, publishes at consecutive logged points
+  // (a stall spent on one evaluation's progress), or none at all while the optimum publishes.
+  int publishes = 0, optimal_publishes = 0, consecutive = 0;
+  bool first_earlier = false, first_later = false;
 };
 
 struct RunEval {

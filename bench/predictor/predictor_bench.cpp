@@ -10,7 +10,9 @@
 // --cross-family-prior (shape, shape-mixture or members), plans made in advance get a prior
 // learned on the other families' plan-time forecast errors, strictly leave-one-family-out: for
 // each held-out family every run is re-planned with that family's prior, and both the family's
-// scores and the choice of its hedge come from those plans (replays never get it).
+// scores and the choice of its hedge come from those plans (replays never get it). Families read
+// with --held-out-data are held out of every choice (the hedge of every family, development ones
+// included, is chosen on development families only) and reported in their own rows.
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <chrono>
@@ -158,7 +160,7 @@ std::vector<mb::RunEval> evaluate_all(const std::vector<std::pair<const mp::Loss
 
 int main(int argc, char** argv) {
   CLI::App app{"modelcast predictor benchmark over real learning curves, leave-one-family-out"};
-  std::vector<std::string> data;
+  std::vector<std::string> data, held_out_data;
   int per_family = 24, threads = 2;
   bool json = false, reference = false, hedge_schedule = false;
   double warmup_pct = 20;
@@ -167,6 +169,8 @@ int main(int argc, char** argv) {
   bool member_prior_replay = false;
   std::string json_out, only_family, lr_schedules_path, shape_prior_mode = "off";
   app.add_option("--data", data, "curves file, optionally FILE=FAMILY (default family: the track column); repeatable")->required();
+  app.add_option("--held-out-data", held_out_data,
+                 "curves file like --data whose families are held out of every choice and reported separately; repeatable");
   app.add_option("--max-runs-per-family", per_family, "deterministic sample, evenly spread over each family's records (0 = all)");
   app.add_option("--threads", threads, "worker threads");
   app.add_option("--warmup-pct", warmup_pct, "warm-up, in % of the logged points");
@@ -196,7 +200,17 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<mp::CurveCollection> collections;
   std::vector<std::string> families_of;
-  for (const auto& d : data) {
+  std::vector<bool> held_out_file;
+  std::vector<std::string> all_data = data;
+  all_data.insert(all_data.end(), held_out_data.begin(), held_out_data.end());
+  if (!held_out_data.empty() && shape_prior_mode != "off") {
+    // Its fits pool every family but the scored one; they would look at the held-out families.
+    std::cerr << "--cross-family-prior cannot be combined with --held-out-data\n";
+    return 2;
+  }
+  for (std::size_t di = 0; di < all_data.size(); ++di) {
+    const auto& d = all_data[di];
+    held_out_file.push_back(di >= data.size());
     const auto eq = d.find('=');
     Source s{d.substr(0, eq), eq == std::string::npos ? "" : d.substr(eq + 1)};
     std::ifstream in(s.path);
@@ -210,12 +224,20 @@ int main(int argc, char** argv) {
   // Families and their runs, sorted by record, then a deterministic even sample.
   std::map<std::string, std::vector<const mp::LossLog*>> by_family;
   std::map<std::string, std::vector<mp::LossLog>> family_logs;
+  mb::FamilyGroups groups;
+  std::set<std::string> dev_families;
   for (std::size_t c = 0; c < collections.size(); ++c)
     for (const auto& r : collections[c].runs) {
       if (r.points.size() < 5 || !r.total_steps) continue;
       const auto fam = families_of[c].empty() ? r.track : families_of[c];
+      (held_out_file[c] ? groups.held_out : dev_families).insert(fam);
       by_family[fam].push_back(&r);
       family_logs[fam].push_back(r);
+    }
+  for (const auto& f : groups.held_out)
+    if (dev_families.count(f)) {
+      std::cerr << "family " << f << " is in both --data and --held-out-data\n";
+      return 2;
     }
   std::vector<std::pair<const mp::LossLog*, std::string>> selected;
   for (auto& [fam, runs] : by_family) {
@@ -329,10 +351,11 @@ int main(int argc, char** argv) {
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  Json out = mb::report(results, settings, only_family, selection.empty() ? nullptr : &selection);
+  Json out = mb::report(results, groups, settings, only_family, selection.empty() ? nullptr : &selection);
   out["cross_family_prior"] = shape_json;
-  if (reference) out["with_reference"] = mb::reference_report(with_ref, settings, {"before", "library defaults"});
+  if (reference) out["with_reference"] = mb::reference_report(with_ref, groups, settings, {"before", "library defaults"});
   out["data"] = data;
+  out["held_out_data"] = held_out_data;
   out["warmup_pct"] = warmup_pct;
   out["lr_schedules"] = lr_schedules_path.empty() ? Json(nullptr) : Json(lr_schedules_path);
   out["runs_with_lr_schedule"] = with_schedule;

@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <limits>
 #include <tuple>
 
 namespace modelcast::bench {
@@ -27,19 +28,27 @@ double quantile(std::vector<double> v, double q) {
 // variant(family, mode, cost index) -> index into the run's outcomes.
 using Selector = std::function<std::size_t(const std::string&, int, int)>;
 
-Json row(const std::vector<RunEval>& results, const std::string& family, int cost, int mode, const Selector& pick,
-         std::size_t costs) {
+Json row(const std::vector<RunEval>& results, const FamilyGroups& groups, const std::string& family, int cost, int mode,
+         const Selector& pick, std::size_t costs) {
   std::vector<double> regrets, denoised;
   std::map<std::string, int> wins, strict;
   int runs = 0, no_gain = 0;
+  // Where the losses come from, over the runs with an achievable gain.
+  int more = 0, fewer = 0, earlier = 0, later = 0, with_consecutive = 0, none = 0;
   for (const auto& r : results) {
-    if (!r.evaluated || (family != "all" && r.family != family)) continue;
+    if (!r.evaluated || !groups.covers(family, r.family)) continue;
     for (int c = 0; c < static_cast<int>(costs); ++c) {
       if (cost >= 0 && c != cost) continue;
       const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(mode)][pick(r.family, mode, c)];
       ++runs;
-      if (o.has_gain) regrets.push_back(o.regret);
-      else ++no_gain;
+      if (o.has_gain) {
+        regrets.push_back(o.regret);
+        more += o.publishes > o.optimal_publishes, fewer += o.publishes < o.optimal_publishes;
+        earlier += o.first_earlier, later += o.first_later, with_consecutive += o.consecutive > 0;
+        none += o.publishes == 0 && o.optimal_publishes > 0;
+      } else {
+        ++no_gain;
+      }
       if (o.has_gain_denoised) denoised.push_back(o.regret_denoised);
       for (const auto& [b, v] : o.vs) wins[b] += v >= 0, strict[b] += v > 0;
     }
@@ -49,6 +58,8 @@ Json row(const std::vector<RunEval>& results, const std::string& family, int cos
   s["mode"] = kModes[mode];
   s["runs"] = runs;
   s["runs_without_achievable_gain"] = no_gain;
+  s["against_optimum"] = {{"more_publishes", more}, {"fewer_publishes", fewer}, {"first_earlier", earlier},
+                          {"first_later", later}, {"consecutive_publishes", with_consecutive}, {"no_publish", none}};
   s["median_regret_pct"] = quantile(regrets, 0.5);
   s["p90_regret_pct"] = quantile(regrets, 0.9);
   // On the denoised true curve against its own optimum (a second figure, not the target's).
@@ -61,14 +72,14 @@ Json row(const std::vector<RunEval>& results, const std::string& family, int cos
   return s;
 }
 
-Json rows(const std::vector<RunEval>& results, const EvalSettings& settings, const std::vector<std::string>& families,
-          const Selector& pick) {
+Json rows(const std::vector<RunEval>& results, const FamilyGroups& groups, const EvalSettings& settings,
+          const std::vector<std::string>& families, const Selector& pick) {
   Json out = Json::array();
   for (const auto& fam : families)
     for (int c = 0; c <= static_cast<int>(settings.cost_multipliers.size()); ++c)
       for (int m = 0; m < 2; ++m) {
         const bool pooled = c == static_cast<int>(settings.cost_multipliers.size());
-        auto s = row(results, fam, pooled ? -1 : c, m, pick, settings.cost_multipliers.size());
+        auto s = row(results, groups, fam, pooled ? -1 : c, m, pick, settings.cost_multipliers.size());
         s["cost_x_median_interval"] = pooled ? Json("all") : Json(settings.cost_multipliers[static_cast<std::size_t>(c)]);
         out.push_back(std::move(s));
       }
@@ -82,20 +93,41 @@ std::vector<std::string> families_of(const std::vector<RunEval>& results) {
   return {f.begin(), f.end()};
 }
 
-std::vector<std::string> shown_all(const std::vector<std::string>& families) {
-  std::vector<std::string> out = {"all"};
+std::vector<std::string> shown_all(const FamilyGroups& groups, const std::vector<std::string>& families) {
+  std::vector<std::string> out = groups.pooled_labels(families);
   out.insert(out.end(), families.begin(), families.end());
+  return out;
+}
+
+// The targets the predictor is held to, per group (development, held-out) and publish cost:
+// replay median <= 3 % and p90 <= 20 %; plans median <= 5 %, p90 <= 25 % and tie or beat
+// publishing every tenth of the run in >= 85 % of cases. A NaN quantile (no run with a gain)
+// counts as not met: nothing was shown.
+Json targets(const Json& rows, const std::vector<std::string>& groups) {
+  Json out = Json::array();
+  for (const auto& g : groups)
+    for (const auto& s : rows) {
+      if (s["family"] != g || s["cost_x_median_interval"].is_string()) continue;
+      const bool plan = s["mode"] == "plan";
+      const double med = s["median_regret_pct"].get<double>(), p90 = s["p90_regret_pct"].get<double>();
+      const double every_e = s["win_rate"]["every_e_steps"].get<double>();
+      const bool met = plan ? med <= 5.0 && p90 <= 25.0 && every_e >= 0.85 : med <= 3.0 && p90 <= 20.0;
+      out.push_back({{"group", g}, {"mode", s["mode"]}, {"cost_x_median_interval", s["cost_x_median_interval"]},
+                     {"runs", s["runs"]}, {"median_regret_pct", med}, {"p90_regret_pct", p90},
+                     {"ties_or_beats_every_e", every_e}, {"met", met}});
+    }
   return out;
 }
 
 }  // namespace
 
-Json report(const std::vector<RunEval>& results, const EvalSettings& settings, const std::string& only_family,
-            const std::map<std::string, std::vector<RunEval>>* selection) {
+Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, const EvalSettings& settings,
+            const std::string& only_family, const std::map<std::string, std::vector<RunEval>>* selection) {
   const auto families = families_of(results);
   const std::size_t nv = settings.variants.size();
-  // Leave-one-family-out: for each held-out family and mode, the hedged variant (index >= 1)
-  // with the lowest median + p90 regret pooled over the other families. Plans are chosen per
+  // Leave-one-family-out: for each scored family and mode, the hedged variant (index >= 1) with
+  // the lowest median + p90 regret pooled over the other development families (a held-out
+  // family's results never enter any choice, its own or another's). Plans are chosen per
   // publish cost (a plan is made knowing its cost, and few expensive publishes want a different
   // hedge than many cheap ones); the online scheduler's variant is pooled over all costs.
   const int nc = static_cast<int>(settings.cost_multipliers.size());
@@ -115,7 +147,7 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
           std::vector<double> regrets;
           const auto& pool = selection && selection->count(held) ? selection->at(held) : results;
           for (const auto& r : pool)
-            if (r.evaluated && r.family != held)
+            if (r.evaluated && groups.may_choose_on(r.family, held))
               for (int rc = 0; rc < nc; ++rc) {
                 if (m == 0 && rc != c) continue;
                 const auto& o = r.outcome[static_cast<std::size_t>(rc)][static_cast<std::size_t>(m)][v];
@@ -133,10 +165,11 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
           lofo[held][kModes[m]] = settings.variants[best_v].name;
         }
       }
-  std::vector<std::string> shown = {"all"};
+  std::vector<std::string> shown = groups.pooled_labels(families);
   for (const auto& f : families)
     if (only_family.empty() || f == only_family) shown.push_back(f);
   Json out;
+  out["held_out_families"] = groups.held_out;
   out["families"] = Json::object();
   for (const auto& f : families) {
     int n = 0;
@@ -148,16 +181,17 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
   out["variant_summary"] = Json::array();
   out["variant_by_cost"] = Json::array();
   for (std::size_t v = 0; v < nv; ++v)
-    for (const auto& f : shown_all(families))
+    for (const auto& f : shown_all(groups, families))
       for (int m = 0; m < 2; ++m)
         for (int c = -1; c < static_cast<int>(settings.cost_multipliers.size()); ++c) {
-          auto s = row(results, f, c, m, [v](const std::string&, int, int) { return v; }, settings.cost_multipliers.size());
+          auto s = row(results, groups, f, c, m, [v](const std::string&, int, int) { return v; }, settings.cost_multipliers.size());
           s["variant"] = settings.variants[v].name;
           s["cost_x_median_interval"] = c < 0 ? Json("all") : Json(settings.cost_multipliers[static_cast<std::size_t>(c)]);
           out[c < 0 ? "variant_summary" : "variant_by_cost"].push_back(std::move(s));
         }
-  out["rows"] = rows(results, settings, shown, [&](const std::string& f, int m, int c) { return chosen.at({f, m, c}); });
-  out["before_rows"] = rows(results, settings, shown, [](const std::string&, int, int) { return std::size_t{0}; });
+  out["rows"] = rows(results, groups, settings, shown, [&](const std::string& f, int m, int c) { return chosen.at({f, m, c}); });
+  out["before_rows"] = rows(results, groups, settings, shown, [](const std::string&, int, int) { return std::size_t{0}; });
+  out["targets"] = targets(out["rows"], groups.pooled_labels(families));
   // Per run, with the chosen variant: regret % per cost (null: no achievable gain).
   out["runs"] = Json::array();
   for (const auto& r : results) {
@@ -178,7 +212,7 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
       std::vector<double> v;
       for (const auto& r : results)
         for (std::size_t rc = 0; rc < ncost; ++rc)
-          if (r.evaluated && (f == "all" || r.family == f) && (c == ncost || rc == c) && !std::isnan(r.smooth_oracle_regret[rc]))
+          if (r.evaluated && groups.covers(f, r.family) && (c == ncost || rc == c) && !std::isnan(r.smooth_oracle_regret[rc]))
             v.push_back(r.smooth_oracle_regret[rc]);
       out["smooth_oracle"].push_back({{"family", f}, {"cost_x_median_interval", c == ncost ? Json("all") : Json(settings.cost_multipliers[c])},
                                       {"median_regret_pct", quantile(v, 0.5)}, {"p90_regret_pct", quantile(v, 0.9)}});
@@ -189,13 +223,14 @@ Json report(const std::vector<RunEval>& results, const EvalSettings& settings, c
   return out;
 }
 
-Json reference_report(const std::vector<RunEval>& results, const EvalSettings& settings,
+Json reference_report(const std::vector<RunEval>& results, const FamilyGroups& groups, const EvalSettings& settings,
                       const std::vector<std::string>& labels) {
   Json out = Json::object();
-  std::vector<std::string> shown = {"all"};
-  for (const auto& f : families_of(results)) shown.push_back(f);
+  const auto families = families_of(results);
+  std::vector<std::string> shown = groups.pooled_labels(families);
+  for (const auto& f : families) shown.push_back(f);
   for (std::size_t v = 0; v < labels.size(); ++v)
-    out[labels[v]] = rows(results, settings, shown, [v](const std::string&, int, int) { return v; });
+    out[labels[v]] = rows(results, groups, settings, shown, [v](const std::string&, int, int) { return v; });
   return out;
 }
 
@@ -204,6 +239,10 @@ std::string render(const Json& r) {
   o << std::fixed;
   o << "families (runs):";
   for (const auto& [f, n] : r["families"].items()) o << " " << f << " (" << n.get<int>() << ")";
+  if (r.contains("held_out_families") && !r["held_out_families"].empty()) {
+    o << "\nheld out of every choice (scored with what the development families chose):";
+    for (const auto& f : r["held_out_families"]) o << " " << f.get<std::string>();
+  }
   o << "\nwarm-up " << r["warmup_pct"].get<double>() << " % of the logged points; " << std::setprecision(1)
     << r["seconds"].get<double>() << " s; slowest replay " << std::setprecision(3) << r["slowest_replay_s"].get<double>() << " s\n";
   if (r.contains("lr_schedules") && !r["lr_schedules"].is_null()) {
@@ -255,6 +294,33 @@ std::string render(const Json& r) {
       o << "\n";
     }
   };
+  if (r.contains("targets")) {
+    o << "\ntargets (replay: median <= 3, p90 <= 20; plan: median <= 5, p90 <= 25, ties or beats every E >= 85 %)\n";
+    o << "group      mode    cost  runs  median     p90  every_E  met\n";
+    for (const auto& t : r["targets"]) {
+      o << std::left << std::setw(11) << t["group"].get<std::string>() << std::setw(7) << t["mode"].get<std::string>()
+        << std::right << std::setprecision(1) << std::setw(5) << t["cost_x_median_interval"].get<double>() << "x"
+        << std::setw(6) << t["runs"].get<int>() << std::setprecision(2) << std::setw(8) << t["median_regret_pct"].get<double>()
+        << std::setw(8) << t["p90_regret_pct"].get<double>() << std::setw(8) << std::setprecision(0)
+        << 100.0 * t["ties_or_beats_every_e"].get<double>() << " %  " << (t["met"].get<bool>() ? "yes" : "NO") << "\n";
+    }
+  }
+  o << "\nagainst the optimum in hindsight (runs with a gain, chosen variants): more / fewer publishes, first publish\n"
+    << "earlier / later, publishes at consecutive logged points, no publish at all\n";
+  o << "family         cost  mode    gain   more fewer early  late consec  none\n";
+  for (const auto& s : r["rows"]) {
+    if (!s.contains("against_optimum")) continue;
+    std::ostringstream cost;
+    if (s["cost_x_median_interval"].is_string()) cost << "all";
+    else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
+    const auto& a = s["against_optimum"];
+    o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost.str() << "  " << std::left
+      << std::setw(6) << s["mode"].get<std::string>() << std::right << std::setw(6)
+      << s["runs"].get<int>() - s["runs_without_achievable_gain"].get<int>();
+    for (const char* k : {"more_publishes", "fewer_publishes", "first_earlier", "first_later", "consecutive_publishes", "no_publish"})
+      o << std::setw(6) << a[k].get<int>();
+    o << "\n";
+  }
   o << "\nvariants, pooled over costs (median / p90 regret %):\n";
   for (const auto& s : r["variant_summary"])
     o << "  " << std::left << std::setw(36) << s["variant"].get<std::string>() << std::setw(14) << s["family"].get<std::string>()

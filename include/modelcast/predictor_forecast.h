@@ -69,15 +69,16 @@ struct ForecastOptions {
   // rate to zero removes the excess. So 1 says "the drop is at least the noise" (a lower bound,
   // not a fit). 0 (default): no prior; the schedule is then set aside while the prefix shows too
   // little decay to measure the drop. Off by default because on the development curves of
-  // bench/data it made plans worse (bench/RESULTS.md, predictor section, 2026-11-24).
+  // bench/data it made plans worse (bench/RESULTS.md as of commit 4f57f34, predictor section,
+  // 2026-11-24).
   double anneal_noise_prior = 0.0;
   // Prior reliability of the ensemble's curve families (by family name, e.g. "pow3"), e.g.
   // learned from how well each family's extrapolation did on earlier runs: each member's
   // back-test weight is multiplied by it and members are ranked by the product (0 drops a
   // family). Families not named get 1; empty (default): back-test weights alone. Values must be
   // finite and >= 0. Off by default: learned leave-one-family-out on the benchmark's curves it
-  // improved the plans' median regret but worsened their p90 (bench/RESULTS.md, predictor
-  // section, 2026-11-24, later: "a prior learned across families").
+  // improved the plans' median regret but worsened their p90 (bench/RESULTS.md as of commit
+  // 4f57f34, predictor section, 2026-11-24, later: "a prior learned across families").
   std::map<std::string, double> member_prior;
   // Optional prior from a comparable run; joins the ensemble as two extra members.
   std::optional<ReferenceCurve> reference;
