@@ -19,10 +19,11 @@
 //                    100 changes every block (training that touches every weight), less a
 //                    random set of blocks, so the consumer receives a delta
 //   wire_bytes       bytes the producer sent per consumer per version (Delivery::bytes), median
-//   serve_p99_ms     one consumer, every block changing: a reader thread in the consumer runs an
-//                    inference-like pass (reads every weight of the newest view) in a loop while
-//                    the measured versions arrive; p99 of its pass times. serve_idle_p99_ms: the
-//                    same passes, in the same process, right before, with nothing arriving
+//   serve_p99_ms     rows marked "serving" (one consumer, every block changing, run again after
+//                    the plain row): a reader thread in the consumer runs an inference-like pass
+//                    (reads every weight of the newest view) in a loop while the measured versions
+//                    arrive; p99 of its pass times. serve_idle_p99_ms: the same passes, in the
+//                    same process, right before, with nothing arriving
 // and writes a JSON array (one object per configuration, with the samples under "extra").
 // `report` merges such files and prints the table or the JSON of the issue.
 // Each repetition runs: UCX ceiling transfer, memcpy (+ diagnostics), publish() and wait for
@@ -293,9 +294,7 @@ struct ExchangeResult {
 };
 
 ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, int warmup, int reps,
-                                std::size_t slots, std::size_t buffers, bool integrity, int changed_pct) {
-  // The serving reader runs in the one-consumer row where every block changes.
-  const bool serve = consumers == 1 && changed_pct >= 100;
+                                std::size_t slots, std::size_t buffers, bool integrity, int changed_pct, bool serve) {
   std::mutex mutex;
   std::condition_variable delivered_cv;
   std::map<std::uint64_t, std::vector<double>> delivered;  // version -> since_publish ms per consumer
@@ -505,6 +504,7 @@ struct RunOptions {
   std::vector<std::size_t> sizes_mib = {16, 256, 1024};
   std::vector<int> consumers = {1, 4};
   std::vector<int> changed_pcts = {0, 1, 10, 100};
+  bool serve = true;
   int reps = 7;
   int warmup = 2;
   int file_reps = 5;
@@ -528,20 +528,27 @@ int run(const RunOptions& o) {
      for (int pct : o.changed_pcts) {
       // Delta rows (below 100 %) for one consumer: the fan-out rows are whole updates.
       if (pct < 100 && consumers != 1) continue;
-      progress("[%s] %zu MiB, %d consumer(s), %d %% changed: ", o.transport.c_str(), mib, consumers, pct);
+      // The serving reader shares the cores with the transfer: its row is a run of its own, so
+      // the plain row's update, stall and notify figures stay comparable.
+      for (bool serve : {false, true}) {
+      if (serve && (consumers != 1 || pct < 100 || !o.serve)) continue;
+      progress("[%s] %zu MiB, %d consumer(s), %d %% changed%s: ", o.transport.c_str(), mib, consumers, pct,
+               serve ? ", serving" : "");
       auto t0 = bench::steady_ns();
       std::size_t slots = o.slots ? o.slots : (mib > 256 ? 2 : 3);
-      auto x = measure_exchange(model, size, consumers, o.warmup, o.reps, slots, o.buffers, !o.no_integrity, pct);
+      auto x =
+          measure_exchange(model, size, consumers, o.warmup, o.reps, slots, o.buffers, !o.no_integrity, pct, serve);
       progress("update %.1f ms, stall %.1f ms, memcpy %.1f ms, ceiling %.1f ms, wire %.1f MiB; ",
                bench::median(x.update_ms), bench::median(x.stall_ms), bench::median(x.memcpy_ms),
                bench::median(x.ceiling_ms), bench::median(x.wire_bytes) / (1 << 20));
       std::vector<double> file, file_write;
-      if (o.file_reps > 0 && pct >= 100) {
+      if (o.file_reps > 0 && pct >= 100 && !serve) {
         file = bench::measure_file_baseline(model.storage.data(), size, consumers, o.tmpdir, o.file_reps, &file_write);
         progress("file %.1f ms; ", bench::median(file));
       }
       progress("(%.1f s)\n", static_cast<double>(bench::steady_ns() - t0) / 1e9);
       auto row = summary(size, consumers, o.transport, pct, x, file);
+      row["serving"] = serve;
       row["extra"]["file_write_fsync_ms"] = bench::median(file_write);
       row["extra"]["file_write_fsync_ms_samples"] = file_write;
       row["extra"]["snapshot_slots"] = slots;
@@ -552,6 +559,7 @@ int run(const RunOptions& o) {
       if (x.bad_content) throw std::runtime_error("a consumer saw the wrong content");
       rows.push_back(row);
       save();
+      }
      }
     }
   }
@@ -575,12 +583,13 @@ int report(const std::vector<std::string>& files, bool as_json) {
   }
   std::stable_sort(rows.begin(), rows.end(), [](const json& a, const json& b) {
     auto pct = [](const json& row) { return row.contains("changed_pct") ? row["changed_pct"].get<int>() : 100; };
-    return std::tuple(a["size_bytes"].get<std::size_t>(), a["consumers"].get<int>(), pct(a)) <
-           std::tuple(b["size_bytes"].get<std::size_t>(), b["consumers"].get<int>(), pct(b));
+    auto serving = [](const json& row) { return row.value("serving", false); };
+    return std::tuple(a["size_bytes"].get<std::size_t>(), a["consumers"].get<int>(), pct(a), serving(a)) <
+           std::tuple(b["size_bytes"].get<std::size_t>(), b["consumers"].get<int>(), pct(b), serving(b));
   });
   if (as_json) {
     json out = json::array();
-    const char* fields[] = {"size_bytes", "consumers", "transport", "changed_pct", "update_ms", "stall_ms",
+    const char* fields[] = {"size_bytes", "consumers", "transport", "changed_pct", "serving", "update_ms", "stall_ms",
                             "memcpy_ms", "ucx_ceiling_ms", "file_baseline_ms", "notify_us_p99", "wire_bytes",
                             "serve_p99_ms", "serve_idle_p99_ms"};
     for (auto& row : rows) {
@@ -592,6 +601,7 @@ int report(const std::vector<std::string>& files, bool as_json) {
     return 0;
   }
   auto pct_of = [](const json& row) { return row.contains("changed_pct") ? row["changed_pct"].get<int>() : 100; };
+  std::printf("rows marked + ran with the serving reader (serve_p99 / serve_idle_p99 ms at the end)\n");
   std::printf("%-8s %4s %-4s %4s %10s %9s %9s %10s %10s %13s %9s | %12s %19s %11s\n", "size", "cons", "tpt", "chg%",
               "update_ms", "stall_ms", "memcpy_ms", "ceiling_ms", "file_ms", "notify_p99_us", "wire_MiB",
               "stall/memcpy", "update/(st+1.25ce)", "file/update");
@@ -602,10 +612,14 @@ int report(const std::vector<std::string>& files, bool as_json) {
     double notify = field(row, "notify_us_p99");
     std::string label = size >= (1u << 30) ? std::to_string(static_cast<int>(size / (1u << 30))) + " GiB"
                                            : std::to_string(static_cast<int>(size / (1u << 20))) + " MiB";
-    std::printf("%-8s %4d %-4s %4d %10.1f %9.1f %9.1f %10.1f %10.1f %13.0f %9.1f | %12.2f %19.2f %11.1f\n",
-                label.c_str(), row["consumers"].get<int>(), row["transport"].get<std::string>().c_str(), pct_of(row),
-                update, stall, copy, ceiling, file, notify, field(row, "wire_bytes") / (1 << 20), stall / copy,
-                update / (stall + 1.25 * ceiling), file / update);
+    std::printf("%-8s %4d %-4s %3d%s %10.1f %9.1f %9.1f %10.1f %10.1f %13.0f %9.1f | %12.2f %19.2f %11.1f", label.c_str(),
+                row["consumers"].get<int>(), row["transport"].get<std::string>().c_str(), pct_of(row),
+                row.value("serving", false) ? "+" : " ", update, stall, copy, ceiling, file, notify,
+                field(row, "wire_bytes") / (1 << 20), stall / copy, update / (stall + 1.25 * ceiling), file / update);
+    if (row.contains("serve_p99_ms")) {
+      std::printf("   serve %.1f / idle %.1f", field(row, "serve_p99_ms"), field(row, "serve_idle_p99_ms"));
+    }
+    std::printf("\n");
   }
   std::printf("\ndiagnostics (medians): tensor_copy = the memcpy done tensor by tensor as publish() does; xxh3 = "
               "XXH3-64 over the model once (the digest work on each side); delivery = publish() until the last ack "
@@ -627,10 +641,12 @@ int report(const std::vector<std::string>& files, bool as_json) {
                 field(extra, "file_write_fsync_ms"));
   }
   // The targets the exchange was built to meet.
-  auto find = [&](int consumers, int pct = 100, const std::string& transport = "shm") -> const json* {
+  auto find = [&](int consumers, int pct = 100, const std::string& transport = "shm",
+                  bool serving = false) -> const json* {
     for (auto& row : rows) {
       if (row["size_bytes"].get<std::size_t>() == (std::size_t{1} << 30) && row["consumers"].get<int>() == consumers &&
-          row["transport"].get<std::string>() == transport && pct_of(row) == pct) {
+          row["transport"].get<std::string>() == transport && pct_of(row) == pct &&
+          row.value("serving", false) == serving) {
         return &row;
       }
     }
@@ -656,8 +672,8 @@ int report(const std::vector<std::string>& files, bool as_json) {
   }
   for (const std::string transport : {"shm", "tcp"}) {
     const json* full = find(1, 100, transport);
-    if (full && full->contains("serve_p99_ms")) {
-      double serve = field(*full, "serve_p99_ms"), idle = field(*full, "serve_idle_p99_ms");
+    if (const json* served = find(1, 100, transport, true); served && served->contains("serve_p99_ms")) {
+      double serve = field(*served, "serve_p99_ms"), idle = field(*served, "serve_idle_p99_ms");
       std::printf("  serving, %s: serve_p99_ms %.1f <= 1.1 * serve_idle_p99_ms = %.1f: %s\n", transport.c_str(), serve,
                   1.1 * idle, verdict(serve <= 1.1 * idle));
     }
@@ -686,6 +702,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--transport", o.transport, "label of the UCX environment this runs under (shm, tcp)");
   run_cmd->add_option("--sizes-mib", o.sizes_mib, "model sizes in MiB")->delimiter(',');
   run_cmd->add_option("--consumers", o.consumers, "consumer process counts")->delimiter(',');
+  run_cmd->add_flag("!--no-serve", o.serve, "skip the serving reader's rows");
   run_cmd->add_option("--changed-pct", o.changed_pcts,
                       "shares of blocks each version changes (below 100: delta rows, one consumer only)")
       ->delimiter(',')
