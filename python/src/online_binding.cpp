@@ -21,12 +21,24 @@ void bind_online(py::module_& m) {
       .def_readwrite("refit_growth", &mp::OnlineOptions::refit_growth)
       .def_readwrite("refit_band_points", &mp::OnlineOptions::refit_band_points)
       .def_readwrite("refit_every_below", &mp::OnlineOptions::refit_every_below)
-      .def_readwrite("max_candidates", &mp::OnlineOptions::max_candidates);
+      .def_readwrite("max_candidates", &mp::OnlineOptions::max_candidates)
+      .def_readwrite("reuse_plans", &mp::OnlineOptions::reuse_plans)
+      .def_readwrite("replan_time_tolerance", &mp::OnlineOptions::replan_time_tolerance)
+      .def_property(
+          "refit_in_background",
+          [](const mp::OnlineOptions& o) { return o.refit_mode == mp::OnlineOptions::RefitMode::kBackground; },
+          [](mp::OnlineOptions& o, bool background) {
+            o.refit_mode = background ? mp::OnlineOptions::RefitMode::kBackground : mp::OnlineOptions::RefitMode::kInline;
+          },
+          "Refit on a worker thread; decisions use the newest finished forecast (RefitMode::kBackground).");
 
   py::class_<mp::OnlineStats>(m, "OnlineStats")
       .def_readonly("fits", &mp::OnlineStats::fits)
       .def_readonly("band_refits", &mp::OnlineStats::band_refits)
-      .def_readonly("plans", &mp::OnlineStats::plans);
+      .def_readonly("plans", &mp::OnlineStats::plans)
+      .def_readonly("plans_reused", &mp::OnlineStats::plans_reused)
+      .def_readonly("deferred", &mp::OnlineStats::deferred)
+      .def_readonly("background_fits", &mp::OnlineStats::background_fits);
 
   const auto nogil = py::call_guard<py::gil_scoped_release>();
   py::class_<mp::OnlineScheduler>(m, "OnlineScheduler",
@@ -38,6 +50,8 @@ void bind_online(py::module_& m) {
       .def("should_publish", &mp::OnlineScheduler::should_publish, py::arg("step"), nogil,
            "True when publishing now starts the best plan for the rest of the run (the publish is then "
            "recorded). `step` must be the latest observed step.")
+      .def("wait_for_refit", &mp::OnlineScheduler::wait_for_refit, nogil,
+           "With refit_in_background: waits for the refit under way, so the next decision uses it.")
       .def("set_costs", &mp::OnlineScheduler::set_costs, py::arg("stall_s"), py::arg("delivery_s"), nogil,
            "Updates the publish stall and delivery latency from measurements.")
       .def_property_readonly("published_steps", &mp::OnlineScheduler::published_steps)

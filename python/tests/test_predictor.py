@@ -56,6 +56,33 @@ def test_online_scheduler_publishes_after_warmup_only():
     assert not scheduler.last_forecast.fallback
 
 
+def test_online_scheduler_reuses_plans_and_refits_in_the_background():
+    # A long run with a slow decay: publishes are far enough apart that most decisions are a
+    # "wait" the last plan still answers (on a short one every decision is near a publish).
+    steps = list(range(10, 3001, 10))
+    long_run = predictor.curve_points(steps, [2.0 + 3.0 * math.exp(-s / 750.0) for s in steps],
+                                      [0.05 * s for s in steps])
+
+    def run(**settings):
+        scheduler = predictor.OnlineScheduler(predictor.online_options(3000, 1000, 0.5, 0.2, **settings))
+        decided = []
+        for p in long_run:
+            scheduler.observe(p.step, p.loss, p.time_s)
+            if scheduler.should_publish(p.step):
+                decided.append(p.step)
+            scheduler.wait_for_refit()
+        return decided, scheduler.stats
+
+    fresh, fresh_stats = run(reuse_plans=False)
+    reused, reused_stats = run()
+    assert reused == fresh, "reusing plans changed the decisions"
+    assert fresh_stats.plans_reused == 0 and reused_stats.plans_reused > 0
+    assert reused_stats.plans < fresh_stats.plans
+    background, background_stats = run(refit_in_background=True)
+    assert background and all(s > 1000 for s in background)
+    assert background_stats.background_fits > 0 and fresh_stats.background_fits == 0
+
+
 def test_predictor_errors_carry_codes():
     scheduler = predictor.OnlineScheduler(predictor.online_options(600, 200, 0.5, 0.2))
     scheduler.observe(10, 4.0, 0.5)
