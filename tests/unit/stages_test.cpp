@@ -533,6 +533,43 @@ TEST(Stages, VerifierRefusesPlansAndReplaysBeforeAnythingIsAllocated) {
   EXPECT_NO_THROW(consumer::check_not_a_replay(nullptr, replayed));
 }
 
+// A peer's blocks are checked before anything is allocated or posted: digests that do not
+// match the block count, blocks cut otherwise than the transfer, a delta without its digests.
+TEST(Stages, VerifierRefusesBlocksThatDoNotFitTheManifestOrTheTransfer) {
+  protocol::FetchReply reply;
+  reply.ok = true;
+  reply.manifest.model = "test";
+  reply.manifest.tensors = plan_layout({{"w", DType::kF32, {1 << 20}}}, &reply.manifest.total_bytes);
+  reply.chunk_bytes = 1u << 20;
+  reply.manifest.block_bytes = 1u << 20;
+  reply.manifest.block_digests.assign(block_count(reply.manifest), 7);
+  consumer::VerifierPolicy policy;
+  policy.model = "test";
+  EXPECT_NO_THROW(consumer::check_reply(policy, reply));
+  auto refused = [&](const std::string& fragment) {
+    try {
+      consumer::check_reply(policy, reply);
+      ADD_FAILURE() << "accepted; expected a refusal naming '" << fragment << "'";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kProtocol);
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  reply.manifest.block_digests.push_back(7);
+  refused("block digests for");
+  reply.manifest.block_digests.pop_back();
+  reply.chunk_bytes = 2u << 20;
+  refused("-byte blocks");
+  reply.chunk_bytes = 1u << 20;
+  reply.base_version = 3;
+  reply.digests_pending = true;
+  refused("a delta answer without the block digests");
+  reply.digests_pending = false;
+  EXPECT_NO_THROW(consumer::check_reply(policy, reply));
+  reply.manifest.block_bytes = 0;
+  refused("block digests but no block size");
+}
+
 TEST(LoopbackTransport, MatchesByTagInEitherOrderAndCancelsReceives) {
   auto a = transport::make_loopback_transport();
   auto b = transport::make_loopback_transport();
