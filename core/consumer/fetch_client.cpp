@@ -36,6 +36,38 @@ bool FetchClient::transfer_stalled(Clock::time_point now, Clock::duration timeou
   return fetch_ && fetch_->replied && now - fetch_->progressed_at > timeout;
 }
 
+const std::string& FetchClient::relay() const {
+  static const std::string none;
+  return fetch_ && fetch_->replied ? fetch_->relay : none;
+}
+
+std::optional<std::pair<std::shared_ptr<detail::ReceiveBuffer>, const Manifest*>> FetchClient::receiving(
+    std::uint64_t version) const {
+  if (!fetch_ || !fetch_->replied || fetch_->manifest.version != version || !fetch_->failure.empty()) {
+    return std::nullopt;
+  }
+  return std::make_pair(fetch_->buffer, &fetch_->manifest);
+}
+
+BlockState FetchClient::block_state(const detail::ReceiveBuffer& buffer, std::uint32_t block) {
+  if (!fetch_ || !fetch_->replied || fetch_->buffer.get() != &buffer || !fetch_->failure.empty()) {
+    return BlockState::kNever;
+  }
+  if (block >= fetch_->chunk_done.size()) return BlockState::kNever;
+  if (!fetch_->chunk_done[block]) return BlockState::kNotYet;
+  if (fetch_->verified[block]) return BlockState::kReady;
+  // Received whole from the producer: checked here, once, when a peer first needs it (the
+  // version's own check comes when it is complete). Digests still to come: wait for them.
+  const auto& digests = fetch_->manifest.block_digests;
+  if (fetch_->digests_pending || digests.size() != fetch_->chunk_done.size()) return BlockState::kNotYet;
+  const auto offset = fetch_->plan.offset(block);
+  if (digest_bytes(fetch_->buffer->memory.data() + offset, fetch_->plan.length(block)) != digests[block]) {
+    return BlockState::kNever;  // this fetch fails its own check too, when it completes
+  }
+  fetch_->verified[block] = true;
+  return BlockState::kReady;
+}
+
 std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& reply,
                                                  std::shared_ptr<detail::ReceiveBuffer> buffer, Clock::time_point now,
                                                  std::shared_ptr<const detail::InstalledVersion> base) {
@@ -49,6 +81,8 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   fetch_->digests_pending = reply.manifest.integrity && reply.digests_pending;
   fetch_->signature = reply.signature;
   fetch_->base = std::move(base);
+  fetch_->relay = reply.relay;
+  fetch_->verified.assign(fetch_->plan.count(), false);
   auto& buffer_ref = *fetch_->buffer;
   // From here the buffer's old bytes are no longer intact.
   const std::vector<std::uint64_t> held = std::move(buffer_ref.held_blocks);
@@ -68,8 +102,11 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
                     fetch_->plan.length(i));
       }
       fetch_->chunk_done[i] = true;
+      fetch_->verified[i] = true;  // the base's verified bytes, under an equal digest
       --fetch_->pending;
     }
+  } else if (!fetch_->relay.empty()) {
+    // Checked block by block as they land (on_chunk): no tensor digests to take.
   } else if (reply.manifest.integrity && reply.manifest.digest_kind == DigestKind::kXxh3_64) {
     // pmix64 digests are taken once the bytes are where they will be read (service.cpp), not
     // while host chunks land: a device consumer hashes its device copy.
@@ -112,10 +149,21 @@ std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock:
     fetch_->progressed_at = now;
     const auto length = fetch_->plan.length(done.chunk);
     fetch_->bytes_received += length;
-    if (fetch_->base) {
-      // A delta is checked block by block as it lands: its blocks are not a prefix.
-      fetch_->blocks.emplace_back(static_cast<std::uint32_t>(done.chunk),
-                                  digest_bytes(fetch_->buffer->memory.data() + fetch_->plan.offset(done.chunk), length));
+    if (fetch_->base || !fetch_->relay.empty()) {
+      // A delta is checked block by block as it lands (its blocks are not a prefix), and so is
+      // a relayed version: a relay that sends a bad block is left at once.
+      const auto digest = digest_bytes(fetch_->buffer->memory.data() + fetch_->plan.offset(done.chunk), length);
+      fetch_->blocks.emplace_back(static_cast<std::uint32_t>(done.chunk), digest);
+      const auto& wanted = fetch_->manifest.block_digests;
+      const bool matches = done.chunk < wanted.size() && wanted[done.chunk] == digest;
+      fetch_->verified[done.chunk] = matches;
+      if (!matches && !fetch_->relay.empty() && fetch_->failure.empty()) {
+        fetch_->failure = "block " + std::to_string(done.chunk) + " of version " +
+                          std::to_string(fetch_->manifest.version) + " from relay '" + fetch_->relay +
+                          "' does not match its signed digest";
+        fetch_->relay_fault = true;
+        for (auto id : fetch_->transfers) fetch_->buffer->transport->cancel(id);
+      }
     }
     while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
       fetch_->done_prefix++;
@@ -163,7 +211,9 @@ std::optional<FinishedFetch> FetchClient::maybe_finish() {
                      std::move(fetch.failure),
                      fetch.base ? fetch.base->manifest.version : 0,
                      std::move(fetch.blocks),
-                     fetch.bytes_received};
+                     fetch.bytes_received,
+                     std::move(fetch.relay),
+                     fetch.relay_fault};
   if (done.failure.empty() && fetch.digests) {
     fetch.digests->advance(done.buffer->memory.data(), done.manifest.total_bytes);
     done.received = fetch.digests->digests();

@@ -2,8 +2,11 @@
 // the producer answers, hashes the received prefix while chunks land, collects digests that
 // follow the data, and hands the finished fetch back. A delta (the answer names a base version
 // the consumer offered) receives only the chunks whose block digest changed, copies the others
-// from the base's buffer, and hashes each received block against its digest. It sends nothing itself: begin() returns
-// the request for the service loop to send. Service thread only; chunk completions arrive
+// from the base's buffer, and hashes each received block against its digest. A relayed fetch
+// (the answer names another consumer as the sender) checks each block as it lands and gives up
+// at the first that does not match, so the service can fetch it from the producer at once.
+// It also tells a relay of this consumer's which blocks of the fetch are in and verified.
+// It sends nothing itself: begin() returns the request for the service loop to send. Service thread only; chunk completions arrive
 // from the transport's thread through the loop's event queue.
 #pragma once
 
@@ -18,6 +21,7 @@
 
 #include "common/digest.h"
 #include "core/model/installed_version.h"
+#include "core/consumer/relay_server.h"
 #include "core/transfer/chunk_plan.h"
 #include "core/wire/protocol.h"
 
@@ -42,6 +46,8 @@ struct FinishedFetch {
   // A delta's received blocks with the digests of what arrived (the others are the base's).
   std::vector<std::pair<std::uint32_t, std::uint64_t>> blocks;
   std::uint64_t bytes_received = 0;         // over the transport (a delta's changed blocks)
+  std::string relay;                        // the consumer that sent the blocks; empty: the producer
+  bool relay_fault = false;                 // that relay sent a block that failed its digest
 };
 
 class FetchClient {
@@ -71,6 +77,14 @@ class FetchClient {
   // The answered fetch has made no progress (the answer, or a chunk completing) for longer
   // than `timeout`. Progress, not the whole transfer's duration: a slow link is not a dead one.
   bool transfer_stalled(Clock::time_point now, Clock::duration timeout) const;
+  // The consumer sending the answered fetch in flight, or empty (the producer, or none).
+  const std::string& relay() const;
+
+  // For serving peers: the buffer and manifest of the answered fetch in flight if it is of
+  // `version` (nullopt otherwise), and whether a block of `buffer` is in and verified.
+  std::optional<std::pair<std::shared_ptr<detail::ReceiveBuffer>, const Manifest*>> receiving(
+      std::uint64_t version) const;
+  BlockState block_state(const detail::ReceiveBuffer& buffer, std::uint32_t block);
 
   // A verified answer: posts one receive per chunk into `buffer`, or on a one-sided route (the
   // reply carries the slot's export) one read per chunk out of the producer's slot. For a delta
@@ -110,6 +124,9 @@ class FetchClient {
     std::uint64_t bytes_received = 0;
     bool digests_pending = false;
     std::vector<std::byte> signature;
+    std::string relay;
+    bool relay_fault = false;
+    std::vector<bool> verified;  // per block: in, and matching its digest
   };
   std::optional<FinishedFetch> maybe_finish();
 

@@ -14,7 +14,8 @@ ConsumerService::ConsumerService(ConsumerOptions options)
       link_(options_),
       offered_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer)),
       store_(options_.buffers, options_.caller_buffers),
-      fetch_([events = events_](const ChunkDone& done) { events->push(done); }) {
+      fetch_([events = events_](const ChunkDone& done) { events->push(done); }),
+      relay_([events = events_](const RelaySent& sent) { events->push(sent); }) {
   policy_.model = options_.model_name;
   policy_.limits.max_total_bytes = model_size_cap(options_);
   policy_.expected_layout = options_.expected_layout;
@@ -47,7 +48,11 @@ void ConsumerService::service_loop() {
           abandon_fetch("consumer shutting down", false);
           return;
         }
-        guarded([&] { on_chunk(std::get<ChunkDone>(event)); });
+        if (auto* sent = std::get_if<RelaySent>(&event)) {
+          guarded([&] { on_relay_sent(*sent); });
+        } else {
+          guarded([&] { on_chunk(std::get<ChunkDone>(event)); });
+        }
       }
     }
     if (items[0].revents & ZMQ_POLLIN) {
@@ -62,6 +67,7 @@ void ConsumerService::service_loop() {
       check_producer_alive();
       check_transfer_deadline();
       maybe_fetch();
+      pump_relays();
     });
   }
 }
@@ -75,7 +81,7 @@ void ConsumerService::join() {
   auto memory = options_.memory == MemoryKind::kCuda ? transport::MemoryLocation::cuda(options_.device)
                                                      : transport::MemoryLocation::host();
   link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,
-              host_id(), process_token(), session_, parse_delivery_path(options_.path)},
+              host_id(), process_token(), session_, parse_delivery_path(options_.path), serves_peers()},
              Clock::now());
 }
 
@@ -85,6 +91,7 @@ void ConsumerService::join() {
 // in). Buffers that views or unfinished receives still hold keep the old transport alive.
 void ConsumerService::rejoin_afresh(const std::string& why) {
   abandon_fetch(why, true);
+  relay_.clear();
   offered_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
   join();
 }
@@ -119,10 +126,20 @@ void ConsumerService::check_producer_alive() {
 // ever; one that keeps progressing is waited for however long it takes.
 void ConsumerService::check_transfer_deadline() {
   if (!fetch_.transfer_stalled(Clock::now(), options_.transfer_timeout)) return;
+  // A relay that stopped sending is left: the producer serves this consumer itself next time.
+  const std::string relay = fetch_.relay();
   if (auto abandoned = abandon_fetch("no transfer progress within " +
-                                         std::to_string(options_.transfer_timeout.count()) + " ms",
+                                         std::to_string(options_.transfer_timeout.count()) + " ms" +
+                                         (relay.empty() ? std::string() : " from relay '" + relay + "'"),
                                      true)) {
-    send_ack(abandoned->first, abandoned->second, false, "transfer timed out");
+    if (!relay.empty()) {
+      count([](ConsumerStats& s) { s.relay_faults++; });
+      report(Error(ErrorCode::kTransport, "relay '" + relay + "' sent nothing of version " +
+                                              std::to_string(abandoned->first.version) + " for " +
+                                              std::to_string(options_.transfer_timeout.count()) +
+                                              " ms; fetching it from the producer"));
+    }
+    send_ack(abandoned->first, abandoned->second, false, "transfer timed out", !relay.empty());
   }
 }
 
@@ -166,6 +183,11 @@ void ConsumerService::on_reply(std::vector<zmq::message_t>& parts) {
   if (!message) return;
   if (auto* join = std::get_if<protocol::JoinReply>(&*message)) return on_join_reply(*join);
   if (auto* fetch = std::get_if<protocol::FetchReply>(&*message)) return on_fetch_reply(*fetch);
+  if (auto* order = std::get_if<protocol::RelayOrder>(&*message)) return on_relay_order(*order);
+  if (auto* cancel = std::get_if<protocol::RelayCancel>(&*message)) {
+    if (cancel->incarnation == link_.incarnation()) relay_.cancel(cancel->order_id);
+    return;
+  }
   if (auto* digests = std::get_if<protocol::Digests>(&*message)) {
     try {
       return finish(fetch_.on_digests(*digests));

@@ -4,6 +4,7 @@
 //   FetchClient      ask for the newest version, receive its chunks, hash them as they land
 //   Verifier         manifest, limits, layout, chunk plan, signature, digests
 //   VersionStore     receive buffers, the installed version, the swap readers see
+//   RelayServer      blocks of what this consumer holds, sent on to peers the producer names
 // Only this service sends control messages (service.cpp: the loop, the link and joins;
 // service_fetch.cpp: fetch, verify, install); the stages return what to send.
 //
@@ -12,7 +13,7 @@
 //  - the service thread owns the link, the fetch client and the store's buffers; it verifies
 //    and installs versions.
 //  - the transport's progress thread writes received bytes into a buffer no view refers to,
-//    and its completions only push events.
+//    reads the buffers relay orders hold, and its completions only push events.
 // `mutex_` guards the stats.
 #pragma once
 
@@ -35,6 +36,7 @@
 #include "core/consumer/device_landing.h"
 #include "core/consumer/fetch_client.h"
 #include "core/consumer/producer_link.h"
+#include "core/consumer/relay_server.h"
 #include "core/consumer/verifier.h"
 #include "core/consumer/version_store.h"
 #include "core/wire/protocol.h"
@@ -44,7 +46,7 @@
 namespace modelcast::consumer {
 
 struct Stop {};
-using Event = std::variant<ChunkDone, Stop>;
+using Event = std::variant<ChunkDone, RelaySent, Stop>;
 
 class ConsumerService {
  public:
@@ -119,12 +121,20 @@ class ConsumerService {
   void finish(std::optional<FinishedFetch> done);
   // A chunk is in: a device consumer copies the grown prefix on to the device at once.
   void on_chunk(const ChunkDone& done);
+  // Serving peers (relay_server.h): an order from the producer, a send finished, and posting
+  // the blocks that became ready (after every turn of the loop).
+  bool serves_peers() const;
+  void on_relay_order(const protocol::RelayOrder& order);
+  void on_relay_sent(const RelaySent& sent);
+  void pump_relays();
+  void relay_failed(const protocol::RelayFailed& failed);
   std::optional<std::pair<Manifest, std::uint64_t>> abandon_fetch(const std::string& why, bool counted);
   // Counted and reported before the ack: the ack is what the outside world sees first.
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
   void report(const Error& error);
   void report_buffers_held(std::uint64_t version);
-  void send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error);
+  void send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,
+                bool relay_fault = false);
 
   ConsumerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
@@ -141,6 +151,7 @@ class ConsumerService {
   VersionStore store_;       // see its header
   std::unique_ptr<DeviceLanding> landing_;  // device consumers only; service thread only
   FetchClient fetch_;        // service thread only
+  RelayServer relay_;        // service thread only
   VerifierPolicy policy_;    // immutable after construction
   // Service thread only: versions refused (the newest kMaxRemembered), the version the fetch in
   // flight asked for, and the refusals since the last install (reject() says why).

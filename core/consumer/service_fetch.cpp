@@ -85,6 +85,13 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
     }
     check_reply(policy_, reply);
     if (reply.base_version != 0) check_delta_base(reply);
+    // Blocks from a relay are checked as they land: their digests must come with the answer.
+    if (!reply.relay.empty() &&
+        (reply.digests_pending || !manifest.integrity || manifest.block_bytes != reply.chunk_bytes ||
+         manifest.block_digests.size() != block_count(manifest))) {
+      throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) + " comes from relay '" +
+                                            reply.relay + "' without the block digests to check it by");
+    }
     buffer = store_.take_buffer(manifest.total_bytes);
     // Device buffers are hashed on the device, with pmix64 only.
     if (buffer && buffer->device_owned && manifest.integrity && manifest.digest_kind != DigestKind::kPmix64) {
@@ -154,8 +161,13 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   if (!done->failure.empty()) {
     if (landing_) landing_->abandon();
     log_->warn("transfer of version {} failed: {}", done->manifest.version, done->failure);
-    send_ack(done->manifest, done->fetch_id, false, done->failure);
-    count([](ConsumerStats& s) { s.transfers_aborted++; });
+    send_ack(done->manifest, done->fetch_id, false, done->failure, done->relay_fault);
+    count([&](ConsumerStats& s) {
+      s.transfers_aborted++;
+      if (done->relay_fault) s.relay_faults++;
+    });
+    // Not a rejection of the version: the next fetch of it comes from the producer.
+    if (done->relay_fault) report(Error(ErrorCode::kIntegrity, done->failure + "; fetching it from the producer"));
     return;
   }
   std::shared_ptr<detail::DeviceBuffer> device_copy;
@@ -175,7 +187,8 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       done->received = host_pmix64(m, done->buffer->memory.data());
     }
     auto current = store_.current();
-    check_arrived(policy_, m, {std::move(done->received), done->base_version != 0, std::move(done->blocks)},
+    const bool by_block = done->base_version != 0 || !done->relay.empty();
+    check_arrived(policy_, m, {std::move(done->received), by_block, std::move(done->blocks)},
                   done->signature, current ? &current->manifest : nullptr);
   } catch (const Error& e) {
     return reject(done->manifest, done->fetch_id, e);
@@ -238,8 +251,9 @@ void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, c
   send_ack(manifest, fetch_id, false, error.what());
 }
 
-void ConsumerService::send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error) {
-  link_.send(protocol::Ack{link_.incarnation(), manifest.version, fetch_id, ok, error});
+void ConsumerService::send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,
+                               bool relay_fault) {
+  link_.send(protocol::Ack{link_.incarnation(), manifest.version, fetch_id, ok, error, relay_fault});
 }
 
 }  // namespace modelcast::consumer

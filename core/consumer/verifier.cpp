@@ -52,7 +52,7 @@ void check_not_a_replay(const Manifest* installed, const Manifest& incoming) {
 
 void check_arrived(const VerifierPolicy& policy, const Manifest& manifest, const Arrived& arrived,
                    std::span<const std::byte> signature, const Manifest* installed) {
-  if (arrived.delta) {
+  if (arrived.by_block) {
     check_blocks(manifest, arrived.blocks);
   } else if (manifest.integrity) {
     check_digests(manifest, arrived.tensor_digests);

@@ -41,11 +41,12 @@ void check_digests(const Manifest& manifest, const std::vector<std::uint64_t>& r
 // match its digest: `received` holds (block index, digest of what arrived).
 void check_blocks(const Manifest& manifest, const std::vector<std::pair<std::uint32_t, std::uint64_t>>& received);
 
-// What arrived: the digests of every tensor (a whole version), or of a delta's received blocks
-// (the rest being the verified base's bytes, under equal block digests).
+// What arrived: the digests of every tensor (a whole version from the producer), or, `by_block`,
+// of the blocks received (every block of a relayed version; a delta's changed ones, the rest
+// being the verified base's bytes under equal block digests).
 struct Arrived {
   std::vector<std::uint64_t> tensor_digests;
-  bool delta = false;
+  bool by_block = false;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> blocks;
 };
 

@@ -3,15 +3,24 @@
 #include <iterator>
 #include <limits>
 
+#include "common/host_identity.h"
+
 namespace modelcast::producer {
 
 FetchServer::FetchServer(SnapshotStore& store, const transport::TransportSet& transports, std::uint64_t incarnation,
-                         Clock::duration lease_timeout, SendCompletion on_send)
+                         Clock::duration lease_timeout, SendCompletion on_send, std::size_t relay_fanout)
     : store_(store),
       transports_(transports),
       incarnation_(incarnation),
       lease_timeout_(lease_timeout),
-      on_send_(std::move(on_send)) {}
+      on_send_(std::move(on_send)),
+      planner_(relay_fanout) {}
+
+void FetchServer::joined(const ConsumerRecord& consumer) {
+  planner_.joined(consumer.routing_id, consumer.name, consumer.host_id,
+                  consumer.serves_peers && transports_.at(consumer.transport).capabilities().two_sided,
+                  consumer.transport);
+}
 
 std::vector<std::pair<std::string, protocol::FetchRequest>> FetchServer::published(std::uint64_t version) {
   upcoming_.erase(version);
@@ -75,7 +84,10 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   if (two_sided && request.base_version != 0 && request.base_version < newest) {
     base_blocks = store_.block_digests(request.base_version);
   }
-  if (base_blocks && !store_.digests_ready(newest)) {
+  // A relayed fetch is checked block by block where it lands, so it too needs the block digests.
+  std::optional<std::string> relay;
+  if (two_sided) relay = planner_.choose(routing_id, newest, now);
+  if ((base_blocks || relay) && !store_.digests_ready(newest)) {
     parked_for_digests_[routing_id] = request;
     return std::nullopt;
   }
@@ -112,6 +124,34 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   }
   std::uint64_t bytes = 0;
   for (auto i : blocks) bytes += plan.length(i);
+  if (relay && manifest.block_digests.size() == plan.count() && manifest.block_bytes == plan.chunk_bytes) {
+    // The relay sends; the producer holds no lease (it serves again only if the relay fails,
+    // and then only a version it still holds).
+    store_.release(leased->lease.id);
+    Fetch fetch;
+    fetch.version = leased->lease.version;
+    fetch.bytes = bytes;
+    fetch.transport = consumer->transport;
+    fetch.relay = *relay;
+    fetch.order_id = next_order_++;
+    protocol::RelayOrder order;
+    order.incarnation = incarnation_;
+    order.order_id = fetch.order_id;
+    order.version = fetch.version;
+    order.fetch_id = request.fetch_id;
+    order.block_bytes = plan.chunk_bytes;
+    order.blocks = std::move(blocks);
+    order.peer_address = consumer->peer_address;
+    // As between the producer and a consumer: on one machine UCX reaches shared memory only
+    // without peer-failure detection.
+    order.detect_failure = !(planner_.host_id(*relay) == consumer->host_id && ucx_shared_memory_allowed());
+    outgoing_.emplace_back(*relay, std::move(order));
+    planner_.assigned(*relay);
+    planner_.receiving(routing_id, fetch.version, now);
+    reply.relay = planner_.name(*relay);
+    fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
+    return reply;
+  }
 
   Fetch fetch;
   fetch.lease_id = leased->lease.id;
@@ -140,6 +180,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     fetches.erase(request.fetch_id);
     return withdrawn.refusal;
   }
+  planner_.receiving(routing_id, placed.version, now);
   return reply;
 }
 
@@ -245,6 +286,19 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   consumer->second.erase(it);
   outcome.known = true;
   outcome.ok = ack.ok;
+  outcome.relay = fetch.relay.empty() ? std::string() : planner_.name(fetch.relay);
+  if (ack.ok) {
+    planner_.delivered(routing_id, fetch.version);
+  } else {
+    planner_.lost(routing_id);
+  }
+  if (!fetch.relay.empty()) {
+    end_relayed(fetch, !ack.ok);
+    if (!ack.ok && ack.relay_fault) {
+      outcome.relay_fault = true;
+      planner_.failed(fetch.relay, routing_id, fetch.version, now);
+    }
+  }
   if (ack.ok) {
     outcome.delivery.version = fetch.version;
     outcome.delivery.consumer = consumer_name;
@@ -253,8 +307,33 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   } else {
     cancel(fetch);
   }
-  store_.release(fetch.lease_id);
+  if (fetch.lease_id != 0) store_.release(fetch.lease_id);
   return outcome;
+}
+
+void FetchServer::end_relayed(const Fetch& fetch, bool tell_relay) {
+  planner_.released(fetch.relay);
+  if (tell_relay) outgoing_.emplace_back(fetch.relay, protocol::RelayCancel{incarnation_, fetch.order_id});
+}
+
+bool FetchServer::relay_failed(const std::string& relay, const protocol::RelayFailed& failed) {
+  if (failed.incarnation != incarnation_) return false;
+  for (auto& [routing_id, fetches] : fetches_) {
+    for (auto it = fetches.begin(); it != fetches.end(); ++it) {
+      if (it->second.relay != relay || it->second.order_id != failed.order_id) continue;
+      planner_.released(relay);
+      planner_.lost(relay);  // what it said it could not serve, it does not hold
+      planner_.lost(routing_id);
+      protocol::FetchReply refusal;
+      refusal.fetch_id = it->first;
+      refusal.refusal = protocol::Refusal::kNotHeld;
+      refusal.error = "relay '" + planner_.name(relay) + "' could not serve it: " + failed.error;
+      outgoing_.emplace_back(routing_id, std::move(refusal));
+      fetches.erase(it);
+      return true;
+    }
+  }
+  return false;
 }
 
 std::vector<std::pair<std::string, std::uint64_t>> FetchServer::take_awaiting_digests(std::uint64_t version) {
@@ -278,12 +357,31 @@ std::size_t FetchServer::drop(const std::string& routing_id) {
   parked_.erase(routing_id);
   parked_for_digests_.erase(routing_id);
   lapsed_.erase(routing_id);
-  auto it = fetches_.find(routing_id);
-  if (it == fetches_.end()) return 0;
   std::size_t undelivered = 0;
+  // Fetches this consumer was relaying: their consumers are told at once and ask again.
+  for (auto& [other, fetches] : fetches_) {
+    for (auto it = fetches.begin(); it != fetches.end();) {
+      if (it->second.relay != routing_id) {
+        ++it;
+        continue;
+      }
+      planner_.lost(other);
+      protocol::FetchReply refusal;
+      refusal.fetch_id = it->first;
+      refusal.refusal = protocol::Refusal::kNotHeld;
+      refusal.error = "its relay '" + planner_.name(routing_id) + "' left";
+      outgoing_.emplace_back(other, std::move(refusal));
+      it = fetches.erase(it);
+      undelivered++;
+    }
+  }
+  planner_.forget(routing_id);
+  auto it = fetches_.find(routing_id);
+  if (it == fetches_.end()) return undelivered;
   for (auto& [id, fetch] : it->second) {
     cancel(fetch);
-    store_.release(fetch.lease_id);
+    if (!fetch.relay.empty()) end_relayed(fetch, true);
+    if (fetch.lease_id != 0) store_.release(fetch.lease_id);
     if (!fetch.failed) undelivered++;
   }
   fetches_.erase(it);

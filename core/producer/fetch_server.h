@@ -4,7 +4,13 @@
 // lease_timeout from the fetch. One-sided routes (the consumer reads the slot) show the
 // producer no progress: their lease runs from the fetch, which suits the same-host device
 // copies they are.
-// Each call returns what the service loop must send; this stage sends no control message.
+// Relays (ProducerOptions::relay_fanout): a fetch that RelayPlanner gives to another consumer
+// is answered with the manifest and the relay's name, and the relay gets a RelayOrder; the
+// producer sends nothing for it and holds no lease (the version stays in its slot until
+// publish() needs the slot, like any other). The fetch ends on the consumer's ack as usual.
+// Each call returns what the service loop must send to the caller; messages for other
+// consumers (relay orders and cancels, fetches withdrawn because their relay failed) are
+// queued for take_outgoing(). This stage sends no control message itself.
 // Service thread only (transfer completions reach it through the loop's event queue).
 #pragma once
 
@@ -15,9 +21,11 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/producer/membership.h"
+#include "core/producer/relay_planner.h"
 #include "core/producer/snapshot_store.h"
 #include "core/transfer/chunk_plan.h"
 #include "core/wire/protocol.h"
@@ -35,7 +43,7 @@ class FetchServer {
       std::function<void(const std::string& routing_id, std::uint64_t fetch_id, const transport::TransferResult&)>;
 
   FetchServer(SnapshotStore& store, const transport::TransportSet& transports, std::uint64_t incarnation,
-              Clock::duration lease_timeout, SendCompletion on_send);
+              Clock::duration lease_timeout, SendCompletion on_send, std::size_t relay_fanout = 0);
 
   void set_chunk_option(std::uint64_t chunk_bytes) { chunk_option_ = chunk_bytes; }
 
@@ -75,6 +83,8 @@ class FetchServer {
     bool known = false;  // the ack matched a fetch in flight, or one whose lease lapsed
     bool ok = false;
     bool after_lease = false;  // the fetch's lease had lapsed: the consumer got it all the same
+    std::string relay;   // the consumer that served the blocks; empty: the producer did
+    bool relay_fault = false;  // that relay failed the fetch (it is passed over for a while)
     Delivery delivery;   // when ok
   };
   AckOutcome on_ack(const std::string& routing_id, const protocol::Ack& ack, const std::string& consumer_name,
@@ -84,9 +94,18 @@ class FetchServer {
   // now marked as sent.
   std::vector<std::pair<std::string, std::uint64_t>> take_awaiting_digests(std::uint64_t version);
 
-  // The consumer is gone: cancels its transfers and ends its leases. Returns how many of its
-  // fetches ended undelivered without a send failure already reported for them.
+  // The consumer is gone: cancels its transfers and ends its leases; fetches it relayed are
+  // withdrawn (queued for take_outgoing). Returns how many fetches ended undelivered without a
+  // send failure already reported for them.
   std::size_t drop(const std::string& routing_id);
+  // A consumer joined (or joined again): what RelayPlanner needs of it.
+  void joined(const ConsumerRecord& consumer);
+  // A relay says it cannot serve an order: the fetch is withdrawn (queued). False for an order
+  // that is not this relay's, or already over.
+  bool relay_failed(const std::string& relay, const protocol::RelayFailed& failed);
+  // Messages for consumers other than the one a call answered, in order.
+  std::vector<std::pair<std::string, protocol::Message>> take_outgoing() { return std::exchange(outgoing_, {}); }
+  const RelayPlanner& relays() const { return planner_; }
   // Whether the consumer has a fetch under way (whose transfers may still be posted).
   bool serving(const std::string& routing_id) const;
   // A lease lapsed (SnapshotStore::take_expired): abandons the fetch that held it, but keeps what
@@ -111,7 +130,12 @@ class FetchServer {
     std::size_t next = 0;
     transport::PeerId peer = 0;
     const transport::MemoryRegion* region = nullptr;
+    // A relayed fetch: the consumer serving it and its order (no lease, no sends here).
+    std::string relay;
+    std::uint64_t order_id = 0;
   };
+  // A fetch ended at the consumer's ack or departure: its relay, if any, is told to stop.
+  void end_relayed(const Fetch& fetch, bool tell_relay);
   // Posts the chunks that lie within the first `host_bytes` of the version. Throws what the
   // transport's post_send throws (the chunks posted before stay posted).
   void post_sends(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch, std::uint64_t host_bytes);
@@ -141,6 +165,9 @@ class FetchServer {
   };
   static constexpr std::size_t kMaxLapsed = 8;
   std::map<std::string, std::map<std::uint64_t, Lapsed>> lapsed_;       // routing id -> fetch id
+  RelayPlanner planner_;
+  std::uint64_t next_order_ = 1;
+  std::vector<std::pair<std::string, protocol::Message>> outgoing_;
 };
 
 }  // namespace modelcast::producer

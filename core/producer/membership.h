@@ -30,6 +30,8 @@ struct ConsumerRecord {
   transport::PeerId peer = 0;  // on that transport
   std::chrono::steady_clock::time_point last_seen{};
   std::vector<std::byte> peer_address;  // the consumer's address the peer was connected to
+  std::string host_id;     // the consumer's machine (JoinRequest::host_id)
+  bool serves_peers = false;  // it relays blocks to other consumers when asked
 };
 
 class Membership {

@@ -28,7 +28,8 @@ ProducerService::ProducerService(const ProducerOptions& options, std::uint64_t i
       fetches_(store, transports, incarnation, options.lease_timeout,
                [this](const std::string& routing_id, std::uint64_t fetch_id, const transport::TransferResult& r) {
                  events_.push(SendDone{routing_id, fetch_id, r.ok, r.error});
-               }) {
+               },
+               options.relay_fanout) {
   fetches_.set_chunk_option(options.transfer_chunk_bytes);
 }
 
@@ -64,11 +65,29 @@ void ProducerService::run() {
     }
     expire_leases();
     drop_silent_consumers();
+    send_outgoing();
   }
 }
 
 void ProducerService::reply(const std::string& routing_id, const protocol::Message& message) {
   wire::send(control_.router(), message, &routing_id);
+}
+
+// What the fetch server queued for consumers other than the one a request came from: relay
+// orders and cancels, and fetches withdrawn because their relay failed or left.
+void ProducerService::send_outgoing() {
+  for (auto& [routing_id, message] : fetches_.take_outgoing()) {
+    if (auto* refusal = std::get_if<protocol::FetchReply>(&message)) {
+      auto* consumer = membership_.find(routing_id);
+      log_->warn("withdrew a relayed fetch of '{}': {}", consumer ? consumer->name : std::string("?"), refusal->error);
+      stats_.update([](ProducerStats& s) { s.failed_deliveries++; });
+    }
+    try {
+      reply(routing_id, message);
+    } catch (const zmq::error_t& e) {
+      log_->warn("could not send a relay message: {}", e.what());
+    }
+  }
 }
 
 void ProducerService::announce() {  // heartbeat: the newest published version
@@ -262,6 +281,10 @@ void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
       on_fetch(routing_id, *fetch);
     } else if (auto* ack = std::get_if<protocol::Ack>(&message)) {
       on_ack(routing_id, *ack);
+    } else if (auto* failed = std::get_if<protocol::RelayFailed>(&message)) {
+      if (membership_.find(routing_id) && fetches_.relay_failed(routing_id, *failed)) {
+        log_->warn("relay '{}' could not serve a fetch: {}", membership_.find(routing_id)->name, failed->error);
+      }
     } else {
       bad_message("unexpected message type on the request channel");
     }
@@ -298,6 +321,7 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
       ConsumerRecord record = admit(join, answer, std::move(earlier));
       record.routing_id = routing_id;
       record.key = key;
+      fetches_.joined(record);
       membership_.add(std::move(record));
       answer.ok = true;
       log_->info("consumer '{}' joined over {} ({})", join.consumer_name, answer.transport,
@@ -345,6 +369,8 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
   ConsumerRecord record;
   record.name = join.consumer_name;
   record.session = join.session;
+  record.host_id = join.host_id;
+  record.serves_peers = join.serves_peers;
   record.transport = t;
   record.peer_address = address;
   record.last_seen = Clock::now();
@@ -387,13 +413,26 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
     if (!outcome.known) return;
     if (outcome.ok) {
       s.deliveries++;
-      s.bytes_sent += outcome.delivery.bytes;
+      if (outcome.relay.empty()) {
+        s.bytes_sent += outcome.delivery.bytes;
+      } else {
+        s.relayed_deliveries++;
+        s.bytes_relayed += outcome.delivery.bytes;
+      }
     } else {
       s.failed_deliveries++;
+      if (outcome.relay_fault) s.relay_faults++;
     }
   });
   if (!outcome.known) return;
   if (!outcome.ok) {
+    if (outcome.relay_fault) {
+      log_->warn("relay '{}' failed consumer '{}' on version {} ({}): passed over for {} s; the producer serves "
+                 "'{}' itself",
+                 outcome.relay, consumer->name, ack.version, ack.error, RelayPlanner::kDistrustFor.count(),
+                 consumer->name);
+      return;
+    }
     log_->warn("consumer '{}' rejected version {}{}: {}", consumer->name, ack.version,
                outcome.after_lease ? " (after its lease lapsed)" : "", ack.error);
     return;

@@ -10,7 +10,10 @@ namespace {
 
 using namespace wire;
 
-enum class Type : std::uint8_t { kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing, kDigests };
+enum class Type : std::uint8_t {
+  kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing, kDigests,
+  kRelayOrder, kRelayCancel, kRelayFailed
+};
 
 
 // --- encoding: bodies are maps keyed by short field names ---------------------------------
@@ -32,7 +35,7 @@ struct BodyPacker {
     pk.pack("t_pub"); pk.pack(m.publish_time_ns);
   }
   void operator()(const JoinRequest& m) const {
-    pk.pack_map(m.path ? 9 : 8);
+    pk.pack_map(m.path ? 10 : 9);
     pk.pack("model"); pack_str(pk, m.model);
     pk.pack("name"); pack_str(pk, m.consumer_name);
     pk.pack("offers");
@@ -43,6 +46,7 @@ struct BodyPacker {
     pk.pack("host"); pack_str(pk, m.host_id);
     pk.pack("proc"); pk.pack(m.process);
     pk.pack("session"); pk.pack(m.session);
+    pk.pack("relays"); pk.pack(m.serves_peers);
     if (m.path) {
       pk.pack("path"); pk.pack(static_cast<std::uint8_t>(*m.path));
     }
@@ -64,7 +68,7 @@ struct BodyPacker {
     pk.pack("base"); pk.pack(m.base_version);
   }
   void operator()(const FetchReply& m) const {
-    pk.pack_map(m.region.empty() ? 9 : 10);
+    pk.pack_map((m.region.empty() ? 9 : 10) + (m.relay.empty() ? 0 : 1));
     pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("chunk"); pk.pack(m.chunk_bytes);
@@ -74,6 +78,9 @@ struct BodyPacker {
     pk.pack("sig"); pack_bin(pk, m.signature);
     if (!m.region.empty()) {
       pk.pack("region"); pack_bin(pk, m.region);
+    }
+    if (!m.relay.empty()) {
+      pk.pack("relay"); pack_str(pk, m.relay);
     }
   }
   void operator()(const Digests& m) const {
@@ -89,11 +96,34 @@ struct BodyPacker {
     pk.pack("inc"); pk.pack(m.incarnation);
   }
   void operator()(const Ack& m) const {
-    pk.pack_map(5);
+    pk.pack_map(6);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("ok"); pk.pack(m.ok);
+    pk.pack("err"); pack_str(pk, m.error);
+    pk.pack("rfault"); pk.pack(m.relay_fault);
+  }
+  void operator()(const RelayOrder& m) const {
+    pk.pack_map(8);
+    pk.pack("inc"); pk.pack(m.incarnation);
+    pk.pack("order"); pk.pack(m.order_id);
+    pk.pack("ver"); pk.pack(m.version);
+    pk.pack("fetch"); pk.pack(m.fetch_id);
+    pk.pack("bbytes"); pk.pack(m.block_bytes);
+    pk.pack("blocks"); pk.pack(m.blocks);
+    pk.pack("addr"); pack_bin(pk, m.peer_address);
+    pk.pack("detect"); pk.pack(m.detect_failure);
+  }
+  void operator()(const RelayCancel& m) const {
+    pk.pack_map(2);
+    pk.pack("inc"); pk.pack(m.incarnation);
+    pk.pack("order"); pk.pack(m.order_id);
+  }
+  void operator()(const RelayFailed& m) const {
+    pk.pack_map(3);
+    pk.pack("inc"); pk.pack(m.incarnation);
+    pk.pack("order"); pk.pack(m.order_id);
     pk.pack("err"); pack_str(pk, m.error);
   }
 };
@@ -126,7 +156,8 @@ Message unpack_body(Type type, const msgpack::object& body) {
                          f.get<std::string>("host"),
                          f.get<std::uint64_t>("proc"),
                          f.get<std::uint64_t>("session"),
-                         f.has("path") ? std::optional(delivery_path(f.get<std::uint8_t>("path"))) : std::nullopt};
+                         f.has("path") ? std::optional(delivery_path(f.get<std::uint8_t>("path"))) : std::nullopt,
+                         f.get<bool>("relays")};
     }
     case Type::kJoinReply: {
       Fields f(body, "join reply");
@@ -152,12 +183,28 @@ Message unpack_body(Type type, const msgpack::object& body) {
       m.manifest = unpack_manifest(f.at("manifest"));
       m.signature = f.bin("sig");
       if (f.has("region")) m.region = f.bin("region");
+      if (f.has("relay")) m.relay = f.get<std::string>("relay");
       return m;
     }
     case Type::kAck: {
       Fields f(body, "ack");
       return Ack{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
-                 f.get<bool>("ok"), f.get<std::string>("err")};
+                 f.get<bool>("ok"), f.get<std::string>("err"), f.get<bool>("rfault")};
+    }
+    case Type::kRelayOrder: {
+      Fields f(body, "relay order");
+      return RelayOrder{f.get<std::uint64_t>("inc"),    f.get<std::uint64_t>("order"),
+                        f.get<std::uint64_t>("ver"),    f.get<std::uint64_t>("fetch"),
+                        f.get<std::uint64_t>("bbytes"), f.get<std::vector<std::uint32_t>>("blocks"),
+                        f.bin("addr"),                  f.get<bool>("detect")};
+    }
+    case Type::kRelayCancel: {
+      Fields f(body, "relay cancel");
+      return RelayCancel{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("order")};
+    }
+    case Type::kRelayFailed: {
+      Fields f(body, "relay failed");
+      return RelayFailed{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("order"), f.get<std::string>("err")};
     }
     case Type::kDigests: {
       Fields f(body, "digests");
@@ -228,7 +275,7 @@ Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits) {
     fail("unsupported protocol version " + std::to_string(version) + " (this build speaks " +
          std::to_string(kVersion) + ")");
   }
-  if (type < 1 || type > static_cast<std::uint8_t>(Type::kDigests)) fail("unknown message type " + std::to_string(type));
+  if (type < 1 || type > static_cast<std::uint8_t>(Type::kRelayFailed)) fail("unknown message type " + std::to_string(type));
   try {
     return unpack_body(static_cast<Type>(type), items[3]);
   } catch (const Error&) {

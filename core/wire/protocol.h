@@ -16,6 +16,12 @@
 //   producer -> consumer                Digests            (only if the reply said pending)
 //   consumer -> producer                Ack                (installed or why not; ends the lease)
 //   consumer -> producer                Ping               (every second while joined)
+// A relayed fetch (the producer's relay_fanout is on): the FetchReply names a relay, and the
+// producer sends that consumer a RelayOrder instead of the chunks:
+//   producer -> relay                   RelayOrder         (send these blocks to that address)
+//   relay -> consumer (data plane)      block i, tag chunk_tag(fetch_id, i), once verified there
+//   relay -> producer                   RelayFailed        (only if it cannot serve the order)
+//   producer -> relay                   RelayCancel        (the fetch ended otherwise)
 #pragma once
 
 #include <cstddef>
@@ -32,7 +38,7 @@
 namespace modelcast::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4D435354;  // "MCST"
-inline constexpr std::uint16_t kVersion = 4;
+inline constexpr std::uint16_t kVersion = 5;
 
 // Why a request was refused, so the other side can act on it without reading prose.
 enum class Refusal : std::uint8_t {
@@ -82,6 +88,8 @@ struct JoinRequest {
   std::uint64_t session = 0;
   // A path the consumer insists on (ConsumerOptions::path); nullopt: the producer chooses.
   std::optional<DeliveryPath> path;
+  // The consumer serves blocks it holds to other consumers when the producer asks it to.
+  bool serves_peers = false;
 };
 
 struct JoinReply {
@@ -127,6 +135,9 @@ struct FetchReply {
   // One-sided routes only: the slot's export (Transport::export_region), which the consumer
   // reads the version out of; nothing is sent. Empty for two-sided routes.
   std::vector<std::byte> region;
+  // Non-empty: the blocks come from this other consumer (its name, for reports), not from the
+  // producer. The manifest then carries its block digests: every block is checked as it lands.
+  std::string relay;
 };
 
 // Producer -> consumer: the digests of a fetch answered before they were computed (the producer
@@ -146,6 +157,37 @@ struct Ack {
   std::uint64_t fetch_id = 0;
   bool ok = false;
   std::string error;
+  // The relay the reply named failed this fetch (a block that did not match its digest, or no
+  // progress): the producer stops choosing it and serves this consumer itself.
+  bool relay_fault = false;
+};
+
+// Producer -> a consumer that holds (or is receiving) `version`: send blocks `blocks` of it to
+// the consumer at `peer_address`, block i with tag chunk_tag(fetch_id, i), each once it is
+// verified here. `block_bytes` must be the version's own block size.
+struct RelayOrder {
+  std::uint64_t incarnation = 0;
+  std::uint64_t order_id = 0;  // unique per producer incarnation
+  std::uint64_t version = 0;
+  std::uint64_t fetch_id = 0;  // the receiving consumer's
+  std::uint64_t block_bytes = 0;
+  std::vector<std::uint32_t> blocks;
+  std::vector<std::byte> peer_address;  // the receiver's transport address
+  bool detect_failure = true;           // connect with peer-failure detection (not on one host)
+};
+
+// Producer -> relay: the fetch an order served ended (failed, or the receiver left): stop.
+struct RelayCancel {
+  std::uint64_t incarnation = 0;
+  std::uint64_t order_id = 0;
+};
+
+// Relay -> producer: the order cannot be served (the version is no longer held here, the
+// receiver is unreachable, a send failed); the producer withdraws the fetch it served.
+struct RelayFailed {
+  std::uint64_t incarnation = 0;
+  std::uint64_t order_id = 0;
+  std::string error;
 };
 
 // Consumer -> producer, periodically: "still here". A consumer silent for long is dropped.
@@ -153,7 +195,8 @@ struct Ping {
   std::uint64_t incarnation = 0;
 };
 
-using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping, Digests>;
+using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping, Digests,
+                             RelayOrder, RelayCancel, RelayFailed>;
 
 inline constexpr unsigned kChunkBits = 20;
 inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {

@@ -56,6 +56,12 @@ struct ConsumerOptions {
   // is given up and the newest version asked for again; a slow transfer that keeps progressing
   // is never given up.
   std::chrono::milliseconds transfer_timeout{30000};
+  // Serve blocks of the versions this consumer holds (and is receiving) to other consumers when
+  // a producer with relay_fanout asks it to, over the transport it receives on. Each block is
+  // sent once verified here, and checked again where it lands. Only host consumers with
+  // modelcast's own buffers serve: caller buffers are the caller's to write whenever no view
+  // uses them, and a device consumer's host buffer is reused as soon as its copy is on the device.
+  bool serve_peers = true;
   // Largest model this consumer accepts (0: half the machine's memory, or the largest
   // caller buffer); a manifest declaring more is rejected before anything is allocated.
   std::uint64_t max_model_bytes = 0;
@@ -85,6 +91,10 @@ struct ConsumerStats {
   std::uint64_t reconnects = 0;
   std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
   std::uint64_t bytes_received = 0;  // over the transport: a delta counts only its changed blocks
+  std::uint64_t bytes_relayed = 0;   // sent to other consumers (serve_peers)
+  // Fetches whose relay failed them (a block that did not match its digest, or no progress);
+  // each was fetched again from the producer. last_error names the relay.
+  std::uint64_t relay_faults = 0;
   std::string transport;  // the transport the producer chose at the last join ("" before one)
   std::string path;       // and the delivery path ("host_ucx", "cuda_ipc", "staged", ...)
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here

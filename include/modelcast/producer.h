@@ -71,6 +71,16 @@ struct ProducerOptions {
   // (a memcpy to a consumer in this same process). Empty: every default one ("ucx"). Each
   // consumer gets the first transport it offers that serves its memory and distance.
   std::vector<std::string> transports;
+  // Consumers that relay (0: off, the producer sends every consumer every block it needs).
+  // N > 0: a consumer's fetch goes, when it can, to another consumer that holds or is receiving
+  // the version (one that serves peers, over the same transport, with fewer than N fetches to
+  // serve); that consumer forwards each block once it has verified it, so versions flow down a
+  // chain and the producer sends each block about once however many consumers there are. The
+  // receiver checks every block against this producer's signed block digests, so a relay cannot
+  // alter a version; a relay that sends bad bytes or stops is passed over and the producer
+  // serves that consumer itself. Needs integrity (block digests) and two-sided routes. Off by
+  // default: relaying puts traffic on the consumers' uplinks, which the operator should choose.
+  std::size_t relay_fanout = 0;
 
   // Security. With a key pair (`key`, or `key_file` from modelcast-keygen) the control plane is
   // CurveZMQ (authenticated, encrypted) and every version is signed; consumers pin the public
@@ -113,7 +123,12 @@ struct ProducerStats {
   std::uint64_t leases_expired = 0;
   std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
   std::uint64_t refused_peers = 0;   // handshakes refused: keys not on the allow-list
-  std::uint64_t bytes_sent = 0;
+  std::uint64_t bytes_sent = 0;      // by this producer (relayed blocks not included)
+  // relay_fanout: deliveries whose blocks another consumer sent, the bytes they carried, and
+  // relayed fetches that failed on their relay (a block that did not match, or no progress).
+  std::uint64_t relayed_deliveries = 0;
+  std::uint64_t bytes_relayed = 0;
+  std::uint64_t relay_faults = 0;
   std::size_t consumers = 0;         // consumers that joined and are not known dead
   std::size_t fetches_in_flight = 0; // transfers started and not yet acked or expired
   // Transport connections made to consumers: one a join, except that a consumer joining again

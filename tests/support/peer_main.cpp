@@ -43,20 +43,34 @@ struct Tuning {
   std::size_t max_consumers = 0;
   std::uint64_t lease_timeout_ms = 0;
   std::size_t chunk_kib = 0;
+  std::size_t relay_fanout = 0;
   std::vector<std::string> transports;  // empty: the default
+};
+
+// How a consumer behaves as a relay: whether it serves peers, and a fault to play.
+struct RelayRole {
+  bool serve = true;
+  // After installing this version, flip a byte of it in memory: from then on this consumer
+  // holds (and relays) bytes that no longer match the producer's digests, as a relay whose
+  // memory went bad would. 0: never.
+  std::uint64_t corrupt_after = 0;
+  bool linger = false;  // after the last version, serve until stdin closes
 };
 
 std::string stats_line(const modelcast::Producer& producer) {
   auto s = producer.stats();
   return "consumers=" + std::to_string(s.consumers) + " fetches_in_flight=" + std::to_string(s.fetches_in_flight) +
          " leases_expired=" + std::to_string(s.leases_expired) + " deliveries=" + std::to_string(s.deliveries) +
-         " bad_messages=" + std::to_string(s.bad_messages) + " latest_version=" + std::to_string(s.latest_version);
+         " bad_messages=" + std::to_string(s.bad_messages) + " latest_version=" + std::to_string(s.latest_version) +
+         " bytes_sent=" + std::to_string(s.bytes_sent) + " relayed_deliveries=" + std::to_string(s.relayed_deliveries) +
+         " bytes_relayed=" + std::to_string(s.bytes_relayed) + " relay_faults=" + std::to_string(s.relay_faults);
 }
 
 int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,
                  std::uint64_t seed, int reader_threads, const Keys& keys, std::uint64_t transfer_timeout_ms,
-                 int change_pct) {
+                 int change_pct, const RelayRole& role) {
   modelcast::ConsumerOptions options;
+  options.serve_peers = role.serve;
   if (transfer_timeout_ms != 0) options.transfer_timeout = std::chrono::milliseconds(transfer_timeout_ms);
   options.key_file = keys.key_file;
   options.producer_public_key = keys.producer_key;
@@ -69,6 +83,11 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
     if (auto problem = testmodel::check(view, seed, change_pct); !problem.empty()) {
       say("corrupt " + problem);
       corrupt = true;
+    }
+    if (view.version() == role.corrupt_after) {
+      auto first = view.tensors().front();
+      const_cast<std::byte*>(first.bytes().data())[0] ^= std::byte{0x5a};
+      say("corrupted " + std::to_string(view.version()));
     }
     say("installed " + std::to_string(view.version()));
   };
@@ -110,7 +129,19 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
   for (auto& t : readers) t.join();
   if (torn) return 4;
   if (reader_threads > 0 && status == 0) say("reader checks " + std::to_string(checks.load()));
-  if (status == 0) say("bytes_received " + std::to_string(consumer.stats().bytes_received));
+  // Serving peers goes on until the test closes stdin (or kills this process): a relay that
+  // has all it wanted may still be feeding others.
+  if (role.linger) {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+    }
+  }
+  if (status == 0) {
+    auto stats = consumer.stats();
+    say("bytes_received " + std::to_string(stats.bytes_received));
+    say("bytes_relayed " + std::to_string(stats.bytes_relayed));
+    say("relay_faults " + std::to_string(stats.relay_faults));
+  }
   return status;
 }
 
@@ -172,6 +203,7 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
   if (tuning.max_consumers != 0) options.max_consumers = tuning.max_consumers;
   if (tuning.lease_timeout_ms != 0) options.lease_timeout = std::chrono::milliseconds(tuning.lease_timeout_ms);
   if (tuning.chunk_kib != 0) options.transfer_chunk_bytes = tuning.chunk_kib << 10;
+  options.relay_fanout = tuning.relay_fanout;
   options.key_file = keys.key_file;
   options.allowed_consumer_keys = keys.allowed;
   options.transports = tuning.transports;
@@ -251,6 +283,10 @@ int main(int argc, char** argv) {
   consumer->add_option("--transfer-timeout-ms", transfer_timeout_ms);
   int change_pct = 100;
   consumer->add_option("--change-pct", change_pct, "versions change this share of tensors (testmodel::fill)");
+  RelayRole role;
+  consumer->add_flag("!--no-serve", role.serve, "decline to relay to other consumers");
+  consumer->add_option("--corrupt-after", role.corrupt_after, "flip a byte of this version once installed");
+  consumer->add_flag("--linger", role.linger, "after the last version, keep serving until stdin closes");
   auto* producer = app.add_subcommand("producer");
   producer->add_option("--endpoint", endpoint)->required();
   producer->add_option("--versions", versions);
@@ -266,11 +302,12 @@ int main(int argc, char** argv) {
   producer->add_option("--chunk-kib", tuning.chunk_kib);
   producer->add_option("--change-pct", change_pct, "versions change this share of tensors (testmodel::fill)");
   producer->add_option("--transports", tuning.transports)->delimiter(',');
+  producer->add_option("--relay-fanout", tuning.relay_fanout);
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*consumer && stop_cycles > 0) return run_stopper(endpoint, name, stop_cycles, stop_within_ms, seed);
-    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys, transfer_timeout_ms, change_pct);
+    if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys, transfer_timeout_ms, change_pct, role);
     return run_producer(endpoint, versions, seed, kib, wait_consumers, keys, tuning, change_pct);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());

@@ -115,7 +115,7 @@ class ScriptedProducer {
     manifest.version = version;
     tweak(manifest);
     reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, chunk_bytes, false, 0, manifest,
-                               signer_ ? signer_->sign(manifest) : std::vector<std::byte>{}, {}});
+                               signer_ ? signer_->sign(manifest) : std::vector<std::byte>{}, {}, {}});
     for (;;) {
       auto request = next_request();
       if (auto* ack = std::get_if<protocol::Ack>(&request)) return *ack;
@@ -128,7 +128,7 @@ class ScriptedProducer {
     for (;;) {
       auto fetch = next_fetch_announcing(version);
       if (fetch.version == version) return fetch;
-      reply(protocol::FetchReply{false, protocol::Refusal::kNotHeld, "superseded", fetch.fetch_id, 0, false, 0, {}, {}, {}});
+      reply(protocol::FetchReply{false, protocol::Refusal::kNotHeld, "superseded", fetch.fetch_id, 0, false, 0, {}, {}, {}, {}});
     }
   }
 
@@ -170,7 +170,7 @@ class ScriptedProducer {
       for (auto& t : sent.tensors) t.digest = 0;
     }
     reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, 1u << 20, digests_later, 0, sent,
-                               digests_later ? std::vector<std::byte>{} : signature, {}});
+                               digests_later ? std::vector<std::byte>{} : signature, {}, {}});
     std::size_t chunks = (manifest.total_bytes + (1u << 20) - 1) / (1u << 20);
     for (std::size_t i = 0; i < chunks; ++i) {
       std::size_t offset = i << 20;

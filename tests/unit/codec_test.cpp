@@ -34,20 +34,25 @@ Manifest sample_manifest() {
 TEST(Codec, RoundTripsEveryMessageType) {
   std::vector<std::byte> address = {std::byte{1}, std::byte{0}, std::byte{255}};
   std::vector<std::byte> signature(64, std::byte{7});
-  FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, 3, sample_manifest(), signature, {}};
+  FetchReply reply{true, Refusal::kNone, "", 9, 1u << 20, true, 3, sample_manifest(), signature, {}, "relay-7"};
   auto join_request = modelcast::testing::ucx_join("model", "consumer", address, "boot-id", 0x1234);
   join_request.offers[0].capabilities.one_sided = true;  // a flag that is not the default
   join_request.memory = transport::MemoryLocation::cuda(3);
   join_request.process = 0xfeedface;
+  join_request.serves_peers = true;
+  RelayOrder order{21, 22, 23, 24, 65536, {0, 3, 7}, address, false};
   std::vector<Message> messages = {
       Announce{1, 2, 3, 4},
       join_request,
       JoinReply{false, Refusal::kNoTransport, "no", 5, "tcp://127.0.0.1:1", 6, "loopback", DeliveryPath::kStaged},
       FetchRequest{7, 8, 9, 6},
       reply,
-      Ack{10, 11, 12, false, "digest"},
+      Ack{10, 11, 12, false, "digest", true},
       Ping{13},
       Digests{14, 15, {16, 17}, {18, 19, 20}, signature},
+      order,
+      RelayCancel{25, 26},
+      RelayFailed{27, 28, "gone"},
   };
   for (const auto& message : messages) {
     auto decoded = decode(encode(message));
@@ -65,6 +70,17 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(join.memory, transport::MemoryLocation::cuda(3));
   EXPECT_EQ(join.process, 0xfeedfaceu);
   EXPECT_EQ(join.session, 0x1234u);
+  EXPECT_TRUE(join.serves_peers);
+  EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).relay, "relay-7");
+  EXPECT_TRUE(std::get<Ack>(decode(encode(messages[5]))).relay_fault);
+  auto relay_order = std::get<RelayOrder>(decode(encode(messages[8])));
+  EXPECT_EQ(relay_order.order_id, 22u);
+  EXPECT_EQ(relay_order.fetch_id, 24u);
+  EXPECT_EQ(relay_order.block_bytes, 65536u);
+  EXPECT_EQ(relay_order.blocks, (std::vector<std::uint32_t>{0, 3, 7}));
+  EXPECT_EQ(relay_order.peer_address, address);
+  EXPECT_FALSE(relay_order.detect_failure);
+  EXPECT_EQ(std::get<RelayFailed>(decode(encode(messages[10]))).error, "gone");
   auto join_reply = std::get<JoinReply>(decode(encode(messages[2])));
   EXPECT_EQ(join_reply.refusal, Refusal::kNoTransport);
   EXPECT_EQ(join_reply.transport, "loopback");
@@ -108,7 +124,7 @@ void expect_protocol_error(std::span<const std::byte> bytes, const std::string& 
 }
 
 TEST(Codec, EveryTruncationIsRejected) {
-  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}});
+  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}, {}});
   for (std::size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_THROW(decode(std::span(bytes.data(), n)), Error) << "prefix of " << n << " bytes";
   }
@@ -168,7 +184,7 @@ TEST(Codec, ContainerBombsAreProtocolErrorsNotAllocations) {
 }
 
 TEST(Codec, MessagesBeyondTheCallersLimitsAreRefused) {
-  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}});
+  auto bytes = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}, {}});
   DecodeLimits small;
   small.max_message_bytes = bytes.size() - 1;
   EXPECT_NO_THROW(decode(bytes));
@@ -187,7 +203,7 @@ TEST(Codec, RandomBytesNeverEscapeAsAnythingButProtocolErrors) {
     state ^= state << 17;
     return state;
   };
-  auto seed = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}});
+  auto seed = encode(FetchReply{true, Refusal::kNone, "", 1, 1024, false, 0, sample_manifest(), {}, {}, {}});
   for (int i = 0; i < 20000; ++i) {
     std::vector<std::byte> bytes = seed;
     int flips = 1 + static_cast<int>(next() % 8);

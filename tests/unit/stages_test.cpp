@@ -489,11 +489,11 @@ TEST(Stages, MembershipAdmitsByConnectionNeverByName) {
   other_model.model = "other";
   EXPECT_EQ(members.decide("a", "", other_model).refusal, protocol::Refusal::kWrongModel);
   EXPECT_EQ(members.decide("a", "", join("", 1)).refusal, protocol::Refusal::kBadRequest);
-  members.add({"shared-name", "a", 11, "", 0, 1, Clock::now(), {}});
+  members.add({"shared-name", "a", 11, "", 0, 1, Clock::now(), {}, {}, false});
   auto same_name = members.decide("b", "", join("shared-name", 22));
   EXPECT_EQ(same_name.refusal, protocol::Refusal::kNone);
   EXPECT_TRUE(same_name.replaces.empty());
-  members.add({"shared-name", "b", 22, "", 0, 2, Clock::now(), {}});
+  members.add({"shared-name", "b", 22, "", 0, 2, Clock::now(), {}, {}, false});
   EXPECT_EQ(members.decide("c", "", join("third", 33)).refusal, protocol::Refusal::kFull);
   // The same consumer object on a new connection (its session) replaces its own record, even
   // when full; with another key it does not.

@@ -1,0 +1,144 @@
+#include "core/consumer/relay_server.h"
+
+#include <algorithm>
+
+#include "modelcast/error.h"
+
+namespace modelcast::consumer {
+
+RelayServer::~RelayServer() { clear(); }
+
+protocol::RelayFailed RelayServer::failure(std::uint64_t order_id, const Order& order, std::string why) const {
+  return protocol::RelayFailed{order.incarnation, order_id, std::move(why)};
+}
+
+std::optional<protocol::RelayFailed> RelayServer::accept(const protocol::RelayOrder& order,
+                                                         std::shared_ptr<detail::ReceiveBuffer> buffer,
+                                                         const Manifest& manifest) {
+  Order placed;
+  placed.incarnation = order.incarnation;
+  placed.fetch_id = order.fetch_id;
+  placed.plan = {manifest.total_bytes, order.block_bytes};
+  auto refuse = [&](const std::string& why) {
+    return protocol::RelayFailed{order.incarnation, order.order_id,
+                                 "version " + std::to_string(order.version) + ": " + why};
+  };
+  if (order.block_bytes == 0 || order.block_bytes != manifest.block_bytes) {
+    return refuse("blocks of " + std::to_string(order.block_bytes) + " bytes asked for, the version has blocks of " +
+                  std::to_string(manifest.block_bytes));
+  }
+  for (auto block : order.blocks) {
+    if (block >= placed.plan.count()) return refuse("block " + std::to_string(block) + " is beyond the version");
+  }
+  if (orders_.count(order.order_id)) return refuse("order " + std::to_string(order.order_id) + " is already served");
+  auto& transport = *buffer->transport;
+  auto key = std::make_pair(static_cast<const transport::Transport*>(&transport), order.peer_address);
+  auto known = peers_.find(key);
+  if (known == peers_.end()) {
+    try {
+      // A receiver that dies fails the sends to it, which ends the order: nothing to do here.
+      auto peer = transport.connect(order.peer_address, order.detect_failure, [](transport::PeerId, const std::string&) {});
+      known = peers_.emplace(key, peer).first;
+      if (std::find(transports_.begin(), transports_.end(), buffer->transport) == transports_.end()) {
+        transports_.push_back(buffer->transport);
+      }
+    } catch (const Error& e) {
+      return refuse(std::string("cannot reach the receiver: ") + e.what());
+    }
+  }
+  placed.peer = known->second;
+  placed.blocks = order.blocks;
+  placed.buffer = std::move(buffer);
+  orders_.emplace(order.order_id, std::move(placed));
+  return std::nullopt;
+}
+
+std::vector<protocol::RelayFailed> RelayServer::pump(const Readiness& ready) {
+  std::vector<protocol::RelayFailed> failed;
+  for (auto it = orders_.begin(); it != orders_.end();) {
+    Order& order = it->second;
+    auto& transport = *order.buffer->transport;
+    std::string why;
+    // In the order's sequence: a block not yet in holds back the ones after it, so each
+    // receiver sees blocks in the order the producer would have sent them.
+    while (order.next < order.blocks.size()) {
+      const std::uint32_t block = order.blocks[order.next];
+      const BlockState state = ready(*order.buffer, block);
+      if (state == BlockState::kNotYet) break;
+      if (state == BlockState::kNever) {
+        why = "block " + std::to_string(block) + " will not arrive here (this consumer's own fetch of it ended)";
+        break;
+      }
+      const std::uint64_t id = it->first, length = order.plan.length(block);
+      try {
+        order.transfers.push_back(transport.post_send(
+            order.peer, *order.buffer->region, order.plan.offset(block), length,
+            protocol::chunk_tag(order.fetch_id, block),
+            [done = on_sent_, id, length](const transport::TransferResult& r) { done({id, length, r.ok, r.error}); }));
+      } catch (const Error& e) {
+        why = std::string("a block could not be sent: ") + e.what();
+        break;
+      }
+      order.pending++;
+      order.next++;
+    }
+    if (!why.empty()) {
+      failed.push_back(failure(it->first, order, why));
+      auto ended = it++;
+      end(ended);
+    } else {
+      ++it;
+    }
+  }
+  return failed;
+}
+
+std::pair<std::uint64_t, std::optional<protocol::RelayFailed>> RelayServer::on_sent(const RelaySent& sent) {
+  if (auto it = draining_.find(sent.order_id); it != draining_.end()) {
+    if (--it->second.pending == 0) draining_.erase(it);
+    return {sent.ok ? sent.bytes : 0, std::nullopt};
+  }
+  auto it = orders_.find(sent.order_id);
+  if (it == orders_.end()) return {0, std::nullopt};
+  Order& order = it->second;
+  order.pending--;
+  if (!sent.ok) {
+    auto report = failure(it->first, order, "a send to the receiver failed: " + sent.error);
+    // The connection may be what failed: the next order to that receiver connects afresh.
+    for (auto p = peers_.begin(); p != peers_.end(); ++p) {
+      if (p->second == order.peer && p->first.first == order.buffer->transport.get()) {
+        order.buffer->transport->disconnect(p->second);
+        peers_.erase(p);
+        break;
+      }
+    }
+    end(it);
+    return {0, report};
+  }
+  if (order.pending == 0 && order.next == order.blocks.size()) orders_.erase(it);  // all sent
+  return {sent.bytes, std::nullopt};
+}
+
+void RelayServer::cancel(std::uint64_t order_id) {
+  if (auto it = orders_.find(order_id); it != orders_.end()) end(it);
+}
+
+void RelayServer::end(std::map<std::uint64_t, Order>::iterator it) {
+  Order& order = it->second;
+  for (auto id : order.transfers) order.buffer->transport->cancel(id);
+  if (order.pending > 0) draining_.emplace(it->first, std::move(order));
+  orders_.erase(it);
+}
+
+void RelayServer::clear() {
+  while (!orders_.empty()) end(orders_.begin());
+  for (const auto& [key, peer] : peers_) {
+    for (const auto& t : transports_) {
+      if (t.get() == key.first) t->disconnect(peer);
+    }
+  }
+  peers_.clear();
+  transports_.clear();
+}
+
+}  // namespace modelcast::consumer

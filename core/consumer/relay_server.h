@@ -1,0 +1,90 @@
+// Serves other consumers the blocks of a version this consumer holds or is still receiving,
+// when the producer orders it (protocol::RelayOrder): each block goes out, tagged for the
+// receiver's fetch, as soon as it is verified here, so a version flows on down a chain while it
+// arrives. The receiver checks every block again against the producer's signed digests: a
+// relay can delay a version, never alter it.
+//
+// An order holds the receive buffer its version is in, which keeps the buffer out of reuse
+// (VersionStore hands out only buffers no one else refers to) until its sends are over; an
+// order cancelled while sends are under way is kept until they complete, so the buffer stays
+// registered while the transport reads it.
+// Service thread only; send completions reach it through the loop's event queue. It sends no
+// control message: the calls return the failures to report to the producer.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/model/installed_version.h"
+#include "core/transfer/chunk_plan.h"
+#include "core/wire/protocol.h"
+
+namespace modelcast::consumer {
+
+struct RelaySent {
+  std::uint64_t order_id = 0;
+  std::uint64_t bytes = 0;
+  bool ok = false;
+  std::string error;
+};
+
+// Whether a block of an order's buffer can be sent: verified here (kReady), still arriving or
+// unverified (kNotYet), or never (the fetch that was filling the buffer ended without it).
+enum class BlockState { kNotYet, kReady, kNever };
+
+class RelayServer {
+ public:
+  // Runs on the transport's thread: push it to the service loop, which calls on_sent.
+  using SendCompletion = std::function<void(const RelaySent&)>;
+  using Readiness = std::function<BlockState(const detail::ReceiveBuffer&, std::uint32_t block)>;
+
+  explicit RelayServer(SendCompletion on_sent) : on_sent_(std::move(on_sent)) {}
+  ~RelayServer();
+
+  // Takes an order whose version is (being) received into `buffer`, laid out as `manifest`
+  // says. Returns the failure to report when it cannot be served: blocks cut otherwise than
+  // the version's, a block beyond it, an unreachable receiver.
+  std::optional<protocol::RelayFailed> accept(const protocol::RelayOrder& order,
+                                              std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest);
+  // Posts the sends of every block now ready; returns the orders that can never be served.
+  std::vector<protocol::RelayFailed> pump(const Readiness& ready);
+  // A send finished: bytes it carried (0 on failure), and the failure to report if it ended
+  // its order.
+  std::pair<std::uint64_t, std::optional<protocol::RelayFailed>> on_sent(const RelaySent& sent);
+  void cancel(std::uint64_t order_id);
+  // A new producer or transport: every order is cancelled and every receiver connection closed.
+  void clear();
+  std::size_t orders() const { return orders_.size(); }
+
+ private:
+  struct Order {
+    std::uint64_t incarnation = 0;
+    std::uint64_t fetch_id = 0;
+    std::vector<std::uint32_t> blocks;
+    std::size_t next = 0;     // blocks[0, next) are posted
+    std::size_t pending = 0;  // posted sends not yet completed
+    transfer::ChunkPlan plan;
+    std::shared_ptr<detail::ReceiveBuffer> buffer;
+    transport::PeerId peer = 0;
+    std::vector<transport::TransferId> transfers;
+  };
+  protocol::RelayFailed failure(std::uint64_t order_id, const Order& order, std::string why) const;
+  // Ends an order: cancels its sends and keeps it draining until they complete.
+  void end(std::map<std::uint64_t, Order>::iterator it);
+
+  SendCompletion on_sent_;
+  std::map<std::uint64_t, Order> orders_;    // by order id
+  std::map<std::uint64_t, Order> draining_;  // ended, sends still completing
+  // Receivers connected to, per transport: a chain passes each consumer one receiver a version,
+  // mostly the same one, so connections are kept.
+  std::map<std::pair<const transport::Transport*, std::vector<std::byte>>, transport::PeerId> peers_;
+  std::vector<std::shared_ptr<transport::Transport>> transports_;  // those peers_ refers to
+};
+
+}  // namespace modelcast::consumer

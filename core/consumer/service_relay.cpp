@@ -1,0 +1,59 @@
+// The serving side of the consumer's service: relay orders from the producer, the blocks they
+// send, and what is reported back. See service.h for the threads and relay_server.h for the stage.
+#include "core/consumer/service.h"
+
+namespace modelcast::consumer {
+
+// Host consumers with modelcast's own buffers only: see ConsumerOptions::serve_peers.
+bool ConsumerService::serves_peers() const {
+  return options_.serve_peers && options_.memory == MemoryKind::kHost && options_.caller_buffers.empty();
+}
+
+void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
+  if (order.incarnation != link_.incarnation()) return;  // an earlier producer's: it is gone
+  auto refuse = [&](const std::string& why) {
+    relay_failed({order.incarnation, order.order_id, "version " + std::to_string(order.version) + ": " + why});
+  };
+  if (!serves_peers()) return refuse("this consumer does not serve peers");
+  // The version's buffer: the one it is arriving in, or the installed version's.
+  std::shared_ptr<detail::ReceiveBuffer> buffer;
+  const Manifest* manifest = nullptr;
+  if (auto arriving = fetch_.receiving(order.version)) {
+    buffer = arriving->first;
+    manifest = arriving->second;
+  }
+  auto current = store_.current();
+  if (!buffer && current && current->buffer && current->manifest.version == order.version &&
+      current->manifest.incarnation == link_.incarnation()) {
+    buffer = current->buffer;
+    manifest = &current->manifest;
+  }
+  if (!buffer) return refuse("not held here (installed or arriving)");
+  if (auto failed = relay_.accept(order, std::move(buffer), *manifest)) relay_failed(*failed);
+  pump_relays();
+}
+
+void ConsumerService::on_relay_sent(const RelaySent& sent) {
+  auto [bytes, failed] = relay_.on_sent(sent);
+  if (bytes > 0) count([&](ConsumerStats& s) { s.bytes_relayed += bytes; });
+  if (failed) relay_failed(*failed);
+}
+
+// A block of an order is ready when it is in this consumer's installed version, or in the
+// fetch under way and verified (the installed version's were verified whole).
+void ConsumerService::pump_relays() {
+  if (relay_.orders() == 0) return;
+  auto current = store_.current();
+  auto failed = relay_.pump([&](const detail::ReceiveBuffer& buffer, std::uint32_t block) {
+    if (current && current->buffer.get() == &buffer) return BlockState::kReady;
+    return fetch_.block_state(buffer, block);
+  });
+  for (const auto& f : failed) relay_failed(f);
+}
+
+void ConsumerService::relay_failed(const protocol::RelayFailed& failed) {
+  log_->warn("cannot relay as the producer asked: {}", failed.error);
+  if (link_.is_joined()) link_.send(failed);
+}
+
+}  // namespace modelcast::consumer
