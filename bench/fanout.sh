@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The fan-out benchmark: bench/run.sh fanout [--json] [--consumers 1,2,4,8] [--size-mib 64]
-#   [--link-mb-s 100] [--versions 4]
+#   [--link-mb-s 100] [--versions 4] [--relay-fanout 0,1]
 # The producer and each consumer run in a network namespace of their own, each joined to a
 # bridge by a veth link limited to --link-mb-s MB/s each way (tc tbf), UCX over TCP only: the
 # producer's one link carries what it sends to every consumer, as a host's NIC would on a fleet,
 # so the one-sender bottleneck shows on a 2-core machine too. Per consumer count it reports the
 # update time (publish until the last consumer's ack, median of the versions after the first),
 # the bytes the producer and the relays sent per version, and the link ceiling measured in the
-# same run (the model over one plain TCP connection across two links). Needs root, iproute2 and
+# same run (the model over one plain TCP connection across two links). Each consumer count runs
+# once per --relay-fanout value (ProducerOptions::relay_fanout; 0: the producer sends to every
+# consumer, 1: consumers relay to each other in chains). Needs root, iproute2 and
 # tc; elsewhere it says so and exits 0. Build output and progress go to stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +21,7 @@ consumers="1,2,4,8"
 size_mib=64
 link=100
 versions=4
+fanouts="0,1"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --json) json=1 ;;
@@ -26,6 +29,7 @@ while [[ $# -gt 0 ]]; do
     --size-mib) size_mib="$2"; shift ;;
     --link-mb-s) link="$2"; shift ;;
     --versions) versions="$2"; shift ;;
+    --relay-fanout) fanouts="$2"; shift ;;
     *) echo "fanout: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -92,38 +96,46 @@ echo "fanout: link ceiling ${ceiling_ms} ms for $size_mib MiB" >&2
 
 rows=()
 port=7200
-for n in "${counts[@]}"; do
-  port=$(( port + 1 ))
-  endpoint="tcp://10.240.0.1:$port"
-  pids=()
-  for (( i = 1; i <= n; i++ )); do
-    in_ns "$i" "$bin" consumer --endpoint "$endpoint" --name "c$i" --until "$versions" &
-    pids+=($!)
+IFS=, read -ra relay_fanouts <<<"$fanouts"
+for fanout in "${relay_fanouts[@]}"; do
+  for n in "${counts[@]}"; do
+    port=$(( port + 1 ))
+    endpoint="tcp://10.240.0.1:$port"
+    pids=()
+    for (( i = 1; i <= n; i++ )); do
+      in_ns "$i" "$bin" consumer --endpoint "$endpoint" --name "c$i" --until "$versions" &
+      pids+=($!)
+    done
+    row=$(in_ns 0 "$bin" producer --endpoint "$endpoint" --bytes "$bytes" --versions "$versions" --consumers "$n" \
+            --relay-fanout "$fanout")
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    echo "fanout: $n consumer(s), relay fan-out $fanout: $row" >&2
+    rows+=("$row")
   done
-  row=$(in_ns 0 "$bin" producer --endpoint "$endpoint" --bytes "$bytes" --versions "$versions" --consumers "$n")
-  for pid in "${pids[@]}"; do wait "$pid"; done
-  echo "fanout: $n consumer(s): $row" >&2
-  rows+=("$row")
 done
 
 python3 - "$link" "$ceiling_ms" "$json" "${rows[@]}" <<'EOF'
 import json, sys
 link, ceiling, as_json = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3] == "1"
 rows = [json.loads(r) for r in sys.argv[4:]]
-one = next((r["update_ms"] for r in rows if r["consumers"] == 1), None)
+# One consumer's update with the same relay fan-out (one consumer has nobody to relay to).
+ones = {r["relay_fanout"]: r["update_ms"] for r in rows if r["consumers"] == 1}
 out = []
 for r in rows:
-    out.append({"consumers": r["consumers"], "link_mb_s": link, "size_mib": r["size_mib"],
-                "update_ms": round(r["update_ms"], 1), "one_consumer_update_ms": one and round(one, 1),
+    one = ones.get(r["relay_fanout"])
+    out.append({"consumers": r["consumers"], "relay_fanout": r["relay_fanout"], "link_mb_s": link,
+                "size_mib": r["size_mib"], "update_ms": round(r["update_ms"], 1),
+                "one_consumer_update_ms": one and round(one, 1),
                 "producer_bytes": r["producer_bytes"], "relay_bytes": r["relay_bytes"],
                 "link_ceiling_ms": round(ceiling, 1)})
 if as_json:
     print(json.dumps(out, indent=2))
 else:
-    print(f"{'cons':>4} {'link_MB/s':>9} {'size_MiB':>8} {'update_ms':>10} {'x one':>6} {'producer_MiB':>12} {'relay_MiB':>9} {'ceiling_ms':>10} {'update/ceil':>11}")
+    print(f"{'cons':>4} {'relay':>5} {'link_MB/s':>9} {'size_MiB':>8} {'update_ms':>10} {'x one':>6} {'producer_MiB':>12} {'relay_MiB':>9} {'ceiling_ms':>10} {'update/ceil':>11}")
     for o in out:
+        one = o["one_consumer_update_ms"]
         ratio = o["update_ms"] / one if one else float("nan")
-        print(f"{o['consumers']:>4} {o['link_mb_s']:>9.0f} {o['size_mib']:>8.0f} {o['update_ms']:>10.1f} {ratio:>6.2f} "
+        print(f"{o['consumers']:>4} {o['relay_fanout']:>5} {o['link_mb_s']:>9.0f} {o['size_mib']:>8.0f} {o['update_ms']:>10.1f} {ratio:>6.2f} "
               f"{o['producer_bytes'] / 2**20:>12.1f} {o['relay_bytes'] / 2**20:>9.1f} {o['link_ceiling_ms']:>10.1f} "
               f"{o['update_ms'] / o['link_ceiling_ms']:>11.2f}")
     print("targets (issue): update_ms <= 1.3 x one consumer's, producer sends <= 2 models a version")

@@ -5,7 +5,8 @@
 //             have joined, each after the last was delivered everywhere, and prints one JSON
 //             row: update_ms (publish() call until the last consumer's ack, median over the
 //             versions after the first) and producer_bytes (bytes it sent per version, median)
-//   consumer  installs versions until `until`, checking each version's first words
+//   consumer  installs versions until `until`, checking words of each tensor, then serves the
+//             others (relays) until the producer is gone
 //   sink / source
 //             the link ceiling: `bytes` over one plain TCP connection through the same links,
 //             timed at the source from connect until the sink's one-byte receipt
@@ -46,14 +47,17 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
-// Eight tensors of equal size whose first word is the version (what consumers check).
+// Eight tensors of equal size. Word i of version v is i * kGolden + v: every block changes
+// each version (a delta would otherwise send only what changed, which is not what this
+// benchmark measures), and a consumer can check any word.
+constexpr std::uint64_t kGolden = 0x9E3779B97F4A7C15ull;
 struct Model {
   std::vector<std::uint64_t> words;
   std::vector<modelcast::TensorRef> tensors;
   explicit Model(std::size_t bytes) : words(bytes / 8) {
     constexpr std::size_t kTensors = 8;
     const std::size_t each = words.size() / kTensors;
-    for (std::size_t i = 0; i < words.size(); ++i) words[i] = i * 0x9E3779B97F4A7C15ull;
+    stamp(0);
     for (std::size_t t = 0; t < kTensors; ++t) {
       modelcast::TensorRef ref;
       ref.spec.name = "w" + std::to_string(t);
@@ -64,12 +68,12 @@ struct Model {
     }
   }
   void stamp(std::uint64_t version) {
-    const std::size_t each = words.size() / tensors.size();
-    for (std::size_t t = 0; t < tensors.size(); ++t) words[t * each] = version;
+    for (std::size_t i = 0; i < words.size(); ++i) words[i] = i * kGolden + version;
   }
 };
 
-int run_producer(const std::string& endpoint, std::size_t bytes, int versions, std::size_t consumers) {
+int run_producer(const std::string& endpoint, std::size_t bytes, int versions, std::size_t consumers,
+                 std::size_t relay_fanout) {
   std::mutex mutex;
   std::condition_variable cv;
   std::map<std::uint64_t, std::vector<modelcast::Delivery>> delivered;
@@ -77,6 +81,7 @@ int run_producer(const std::string& endpoint, std::size_t bytes, int versions, s
   options.model_name = kModel;
   options.control_endpoint = endpoint;
   options.allow_plaintext_remote = true;  // namespaces of this benchmark only
+  options.relay_fanout = relay_fanout;
   options.on_delivery = [&](const modelcast::Delivery& d) {
     std::lock_guard lock(mutex);
     delivered[d.version].push_back(d);
@@ -87,7 +92,7 @@ int run_producer(const std::string& endpoint, std::size_t bytes, int versions, s
   for (auto& t : model.tensors) producer.register_tensor(t);
   producer.prepare();
   if (!producer.wait_for_consumers(consumers, 120s)) throw std::runtime_error("consumers did not join in 120 s");
-  std::vector<double> update_ms, sent;
+  std::vector<double> update_ms, sent, relayed;
   for (int v = 1; v <= versions; ++v) {
     model.stamp(static_cast<std::uint64_t>(v));
     auto ticket = producer.publish(v);
@@ -96,20 +101,22 @@ int run_producer(const std::string& endpoint, std::size_t bytes, int versions, s
       throw std::runtime_error("version " + std::to_string(v) + " did not reach every consumer in 600 s");
     }
     if (v == 1) continue;  // connections and buffers are set up during the first
-    double slowest = 0, bytes_sent = 0;
+    double slowest = 0, bytes_sent = 0, bytes_relayed = 0;
     for (const auto& d : delivered[ticket.version]) {
       slowest = std::max(slowest, std::chrono::duration<double, std::milli>(d.since_publish).count());
-      bytes_sent += static_cast<double>(d.bytes);
+      (d.relay.empty() ? bytes_sent : bytes_relayed) += static_cast<double>(d.bytes);
     }
     update_ms.push_back(slowest);
     sent.push_back(bytes_sent);
+    relayed.push_back(bytes_relayed);
   }
   nlohmann::ordered_json row;
   row["consumers"] = consumers;
   row["size_mib"] = static_cast<double>(bytes) / (1 << 20);
   row["update_ms"] = median(update_ms);
   row["producer_bytes"] = median(sent);
-  row["relay_bytes"] = 0;  // no consumer serves another yet
+  row["relay_bytes"] = median(relayed);
+  row["relay_fanout"] = relay_fanout;
   row["update_ms_samples"] = update_ms;
   std::printf("%s\n", row.dump().c_str());
   return 0;
@@ -131,14 +138,26 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
                    consumer.stats().last_error.c_str());
       return 1;
     }
+    std::uint64_t index = 0;  // of the tensor's first word in the model
     for (const auto& t : view.tensors()) {
-      if (*static_cast<const std::uint64_t*>(t.data) != view.version()) {
+      const auto* words = static_cast<const std::uint64_t*>(t.data);
+      const std::uint64_t count = t.size_bytes() / 8;
+      const bool right = count == 0 || (words[0] == index * kGolden + view.version() &&
+                                        words[count - 1] == (index + count - 1) * kGolden + view.version());
+      index += count;
+      if (!right) {
         std::fprintf(stderr, "%s: version %llu holds the wrong bytes\n", name.c_str(),
                      static_cast<unsigned long long>(view.version()));
         return 3;
       }
     }
     seen = view.version();
+  }
+  // Other consumers may still be fetching the last version's blocks from this one: serve on
+  // until the producer is gone (it exits once every consumer has the last version).
+  const auto lost = consumer.stats().reconnects;
+  for (auto deadline = Clock::now() + 120s; consumer.stats().reconnects == lost && Clock::now() < deadline;) {
+    std::this_thread::sleep_for(20ms);
   }
   return 0;
 }
@@ -208,6 +227,8 @@ int main(int argc, char** argv) {
   producer->add_option("--bytes", bytes);
   producer->add_option("--versions", versions)->check(CLI::Range(2, 1000));
   producer->add_option("--consumers", consumers)->check(CLI::Range(1, 256));
+  std::size_t relay_fanout = 0;
+  producer->add_option("--relay-fanout", relay_fanout, "ProducerOptions::relay_fanout (0: no relays)");
   auto* consumer = app.add_subcommand("consumer");
   consumer->add_option("--endpoint", endpoint)->required();
   consumer->add_option("--name", name);
@@ -221,7 +242,7 @@ int main(int argc, char** argv) {
   source->add_option("--bytes", bytes)->required();
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*producer) return run_producer(endpoint, bytes, versions, consumers);
+    if (*producer) return run_producer(endpoint, bytes, versions, consumers, relay_fanout);
     if (*consumer) return run_consumer(endpoint, name, until);
     if (*sink) return run_sink(port, bytes);
     return run_source(host, port, bytes);

@@ -303,6 +303,7 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
     outcome.delivery.version = fetch.version;
     outcome.delivery.consumer = consumer_name;
     outcome.delivery.bytes = fetch.bytes;
+    outcome.delivery.relay = outcome.relay;
     if (auto since = store_.since_publish(fetch.version, now)) outcome.delivery.since_publish = *since;
   } else {
     cancel(fetch);

@@ -223,12 +223,6 @@ class Producer::Impl {
     };
     if (!registered_.empty()) {
       const TensorSpec& first = registered_.front().spec;
-    // Host snapshots are also hashed per block, a block being a transfer chunk: a consumer that
-    // holds an earlier version then receives only the chunks that changed. Device snapshots are
-    // hashed per tensor on the device and always travel whole.
-    layout_.block_bytes = options_.integrity && first.memory != MemoryKind::kCuda
-                              ? transfer::producer_plan(layout_.total_bytes, options_.transfer_chunk_bytes).chunk_bytes
-                              : 0;
       bool same = first.memory == spec.memory && (spec.memory == MemoryKind::kHost || first.device == spec.device);
       if (!same) {
         throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' is in " + where(spec.memory, spec.device) +
@@ -262,6 +256,16 @@ class Producer::Impl {
     layout_.integrity = options_.integrity;
     layout_.tensors = plan_layout(registered_specs(), &layout_.total_bytes);
     const TensorSpec& first = registered_.front().spec;
+    // Host snapshots are also hashed per block, a block being a transfer chunk: a consumer that
+    // holds an earlier version then receives only the chunks that changed. Device snapshots are
+    // hashed per tensor on the device and always travel whole. With relays, blocks are small
+    // enough that a chain of relays adds little to one transfer.
+    const std::uint64_t chunk_option =
+        options_.relay_fanout > 0 ? transfer::relay_chunk_bytes(layout_.total_bytes, options_.transfer_chunk_bytes)
+                                  : options_.transfer_chunk_bytes;
+    layout_.block_bytes = options_.integrity && first.memory != MemoryKind::kCuda
+                              ? transfer::producer_plan(layout_.total_bytes, chunk_option).chunk_bytes
+                              : 0;
     std::unique_ptr<producer::DeviceSnapshots> device;  // kept only once everything below succeeded
     if (first.memory == MemoryKind::kCuda) {
       layout_.digest_kind = DigestKind::kPmix64;

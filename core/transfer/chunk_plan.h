@@ -38,6 +38,16 @@ inline ChunkPlan producer_plan(std::uint64_t total_bytes, std::uint64_t chunk_op
   return {total_bytes, std::max(chunk_option, (total_bytes + kMaxChunks - 1) / kMaxChunks)};
 }
 
+// Chunks when consumers relay: a block travels down a chain of relays one hop after another,
+// so a chain of n costs about (blocks + n - 1) blocks' time; about 64 blocks a model keep that
+// within a few percent of one transfer for chains of a few consumers. Never above the chunk
+// option, never below 256 KiB (each block is a message and a digest at every hop).
+inline std::uint64_t relay_chunk_bytes(std::uint64_t total_bytes, std::uint64_t chunk_option) {
+  constexpr std::uint64_t kGrain = 64u << 10, kFloor = 256u << 10, kBlocksPerModel = 64;
+  const std::uint64_t wanted = (total_bytes / kBlocksPerModel + kGrain - 1) / kGrain * kGrain;
+  return std::min(chunk_option, std::max(kFloor, wanted));
+}
+
 // The blocks whose digests differ between a base version and the next, in order: what a
 // consumer holding the base must receive (the rest it copies from the base). One definition for
 // the producer, which sends them, and the consumer, which posts their receives. Both digest

@@ -27,6 +27,7 @@ struct Delivery {
   std::string consumer;                       // the consumer's name
   std::chrono::nanoseconds since_publish{0};  // publish() call until the consumer's ack
   std::size_t bytes = 0;
+  std::string relay;  // the consumer that sent the blocks (relay_fanout); empty: this producer
 };
 
 // Crash-safe checkpoints written off the trainer's hot path: every `every`th version, once its
