@@ -109,7 +109,7 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
 
 ModelConfig read_model(const Reader& r, const toml::table& t, const std::string& prefix) {
   r.only(t, prefix, {"name", "endpoint", "max_model_bytes", "buffers", "producer_public_key", "producer_key_file",
-                     "key_file", "persist", "hook"});
+                     "key_file", "persist", "serve_peers", "hook"});
   ModelConfig model;
   model.source = r.where(t);
   r.string(t, "name", prefix, model.name);
@@ -130,6 +130,7 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   }
   r.string(t, "key_file", prefix, model.key_file);
   r.boolean(t, "persist", prefix, model.persist);
+  r.boolean(t, "serve_peers", prefix, model.serve_peers);
   if (const toml::table* hook = r.table(t, "hook", prefix)) model.hook = read_hook(r, *hook, prefix + "hook.");
   return model;
 }
@@ -139,7 +140,7 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
 bool ModelConfig::operator==(const ModelConfig& o) const {
   return name == o.name && endpoint == o.endpoint && max_model_bytes == o.max_model_bytes && buffers == o.buffers &&
          producer_public_key == o.producer_public_key && producer_key_file == o.producer_key_file &&
-         key_file == o.key_file && persist == o.persist && hook.http_post == o.hook.http_post &&
+         key_file == o.key_file && persist == o.persist && serve_peers == o.serve_peers && hook.http_post == o.hook.http_post &&
          hook.command == o.hook.command && hook.timeout == o.hook.timeout;
 }
 

@@ -26,6 +26,7 @@ struct ModelConfig {
   std::string producer_key_file;
   std::string key_file;               // this daemon's key pair, for producers with an allow-list
   bool persist = true;                // write versions to the repository (when one is configured)
+  bool serve_peers = true;            // relay blocks to other consumers when the producer asks
   HookConfig hook;
   std::string source;                 // "file:line" where the model was declared, for messages
   bool operator==(const ModelConfig& other) const;

@@ -20,6 +20,10 @@ ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks)
     // Only the first max_model_bytes are offered: the Consumer's size limit and the buffer agree.
     options.caller_buffers.push_back(buffers_.back()->memory().first(config_.max_model_bytes));
   }
+  // Only modelcast writes these buffers (clients map them read-only; recovery uses buffers of
+  // its own): versions stay as verified, so this daemon serves peers like any consumer.
+  options.caller_buffers_untouched = true;
+  options.serve_peers = config_.serve_peers;
   options.on_update = [this](const modelcast::ModelView& view) { installed(view); };
   options.on_error = [this](const modelcast::Error& error) {
     if (callbacks_.on_rejected) callbacks_.on_rejected(config_.name, error);

@@ -207,8 +207,11 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     installed->device = std::move(device_copy);  // the host buffer is free for the next version
   } else {
     installed->buffer = std::move(done->buffer);
-    // Caller buffers are the caller's to write while no view uses them: only ours stay intact.
-    if (installed->buffer->owned.size() > 0) installed->buffer->held_blocks = installed->manifest.block_digests;
+    // Caller buffers are the caller's to write while no view uses them: only ours stay intact,
+    // unless the caller says it leaves its buffers untouched.
+    if (installed->buffer->owned.size() > 0 || options_.caller_buffers_untouched) {
+      installed->buffer->held_blocks = installed->manifest.block_digests;
+    }
   }
   const Manifest& m = installed->manifest;
   // Stats first: a reader woken by the install sees them already counted.

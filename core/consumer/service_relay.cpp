@@ -4,9 +4,10 @@
 
 namespace modelcast::consumer {
 
-// Host consumers with modelcast's own buffers only: see ConsumerOptions::serve_peers.
+// Host consumers whose buffers hold what was verified: see ConsumerOptions::serve_peers.
 bool ConsumerService::serves_peers() const {
-  return options_.serve_peers && options_.memory == MemoryKind::kHost && options_.caller_buffers.empty();
+  return options_.serve_peers && options_.memory == MemoryKind::kHost &&
+         (options_.caller_buffers.empty() || options_.caller_buffers_untouched);
 }
 
 void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {

@@ -33,6 +33,11 @@ struct ConsumerOptions {
   // Caller-owned receive buffers instead (each large enough for the model, >= 2 of them,
   // valid for the Consumer's lifetime). modelcast never writes into one a live view uses.
   std::vector<std::span<std::byte>> caller_buffers;
+  // The caller never writes its caller_buffers (modelcast alone does, as the sidecar daemon's
+  // shared-memory buffers are written): a version's bytes then stay as they were verified, so
+  // they may be relayed to peers (serve_peers) and a delta leaves unchanged blocks in place.
+  // False: the caller may write a buffer whenever no view uses it, so neither is done.
+  bool caller_buffers_untouched = false;
   // Where views' tensors live: host memory, or a device (MemoryKind::kCuda and its ordinal).
   // A device consumer receives through host buffers, copies each version to the device and
   // checks it there before it becomes visible; its TensorViews hold device pointers, with the
@@ -59,8 +64,9 @@ struct ConsumerOptions {
   // Serve blocks of the versions this consumer holds (and is receiving) to other consumers when
   // a producer with relay_fanout asks it to, over the transport it receives on. Each block is
   // sent once verified here, and checked again where it lands. Only host consumers with
-  // modelcast's own buffers serve: caller buffers are the caller's to write whenever no view
-  // uses them, and a device consumer's host buffer is reused as soon as its copy is on the device.
+  // modelcast's own buffers (or caller buffers the caller leaves untouched) serve: other caller
+  // buffers are the caller's to write whenever no view uses them, and a device consumer's host
+  // buffer is reused as soon as its copy is on the device.
   bool serve_peers = true;
   // Largest model this consumer accepts (0: half the machine's memory, or the largest
   // caller buffer); a manifest declaring more is rejected before anything is allocated.

@@ -11,8 +11,9 @@ class Consumer(Service):
     Keyword options mirror ``modelcast::ConsumerOptions`` (``model_name``, ``consumer_name``,
     ``expected_layout`` as TensorSpecs or (name, dtype, shape) tuples, ``buffers``, ``transports``,
     ``producer_timeout`` and ``transfer_timeout`` in seconds, ``max_model_bytes``,
-    ``producer_public_key``, ``key``, ``key_file``, ``allow_plaintext_remote``). Caller-owned
-    receive buffers are not offered in Python.
+    ``producer_public_key``, ``key``, ``key_file``, ``allow_plaintext_remote``, ``serve_peers``:
+    relay versions to other consumers when the producer asks; stats() counts ``bytes_relayed``
+    and ``relay_faults``). Caller-owned receive buffers are not offered in Python.
 
     ``memory="cuda"`` with ``device=N`` receives every version into memory of CUDA device N
     (checked there before it becomes visible): views then hold device pointers, export them

@@ -10,7 +10,9 @@ class Producer(Service):
 
     Keyword options mirror ``modelcast::ProducerOptions`` (``model_name``, ``control_endpoint``,
     ``snapshot_slots``, ``integrity``, ``first_version``, ``lease_timeout`` and
-    ``heartbeat_interval`` in seconds, ``transfer_chunk_bytes``, ``device_stage_bytes``, ``max_consumers``, ``transports``, ``key``,
+    ``heartbeat_interval`` in seconds, ``transfer_chunk_bytes``, ``device_stage_bytes``, ``max_consumers``, ``transports``,
+    ``relay_fanout`` (consumers relay versions to each other; stats() counts ``relayed_deliveries``,
+    ``bytes_relayed`` and ``relay_faults``, and a Delivery names its ``relay``), ``key``,
     ``key_file``, ``allowed_consumer_keys``, ``allow_any_consumer``, ``allow_plaintext_remote``, and
     ``persist_directory``, ``persist_every``, ``persist_keep`` for ``ProducerOptions::persist``:
     checkpoints as safetensors written off the hot path; stats() counts ``persisted_versions``,

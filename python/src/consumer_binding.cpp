@@ -96,6 +96,7 @@ void bind_consumer(py::module_& m) {
       .def_readwrite("transports", &ConsumerOptions::transports)
       .def_readwrite("producer_timeout", &ConsumerOptions::producer_timeout)
       .def_readwrite("transfer_timeout", &ConsumerOptions::transfer_timeout)
+      .def_readwrite("serve_peers", &ConsumerOptions::serve_peers)
       .def_readwrite("max_model_bytes", &ConsumerOptions::max_model_bytes)
       .def_readwrite("producer_public_key", &ConsumerOptions::producer_public_key)
       .def_readwrite("key", &ConsumerOptions::key)
@@ -116,6 +117,8 @@ void bind_consumer(py::module_& m) {
       .def_readonly("reconnects", &ConsumerStats::reconnects)
       .def_readonly("failed_handshakes", &ConsumerStats::failed_handshakes)
       .def_readonly("bytes_received", &ConsumerStats::bytes_received)
+      .def_readonly("bytes_relayed", &ConsumerStats::bytes_relayed)
+      .def_readonly("relay_faults", &ConsumerStats::relay_faults)
       .def_property_readonly("last_update_latency_s",
                              [](const ConsumerStats& s) { return seconds(s.last_update_latency); })
       .def_property_readonly("last_notify_latency_s",

@@ -142,6 +142,7 @@ void bind_producer(py::module_& m) {
       .def_readwrite("lease_timeout", &ProducerOptions::lease_timeout)
       .def_readwrite("heartbeat_interval", &ProducerOptions::heartbeat_interval)
       .def_readwrite("transfer_chunk_bytes", &ProducerOptions::transfer_chunk_bytes)
+      .def_readwrite("relay_fanout", &ProducerOptions::relay_fanout)
       .def_readwrite("device_stage_bytes", &ProducerOptions::device_stage_bytes)
       .def_readwrite("max_consumers", &ProducerOptions::max_consumers)
       .def_readwrite("transports", &ProducerOptions::transports)
@@ -174,7 +175,8 @@ void bind_producer(py::module_& m) {
       .def_readonly("version", &Delivery::version)
       .def_readonly("consumer", &Delivery::consumer)
       .def_property_readonly("since_publish_s", [](const Delivery& d) { return seconds(d.since_publish); })
-      .def_readonly("bytes", &Delivery::bytes);
+      .def_readonly("bytes", &Delivery::bytes)
+      .def_readonly("relay", &Delivery::relay);
 
   py::class_<ProducerStats>(m, "ProducerStats", "Counters of a Producer (a snapshot).")
       .def_readonly("latest_version", &ProducerStats::latest_version)
@@ -185,6 +187,9 @@ void bind_producer(py::module_& m) {
       .def_readonly("bad_messages", &ProducerStats::bad_messages)
       .def_readonly("refused_peers", &ProducerStats::refused_peers)
       .def_readonly("bytes_sent", &ProducerStats::bytes_sent)
+      .def_readonly("relayed_deliveries", &ProducerStats::relayed_deliveries)
+      .def_readonly("bytes_relayed", &ProducerStats::bytes_relayed)
+      .def_readonly("relay_faults", &ProducerStats::relay_faults)
       .def_readonly("consumers", &ProducerStats::consumers)
       .def_readonly("fetches_in_flight", &ProducerStats::fetches_in_flight)
       .def_property_readonly("last_stall_s", [](const ProducerStats& s) { return seconds(s.last_stall); })

@@ -92,3 +92,36 @@ def test_reader_threads_always_see_whole_versions(producer_process, endpoint):
                 r.join(WAIT_S)
     assert not failures, failures[:5]
     assert all(checked), checked
+
+
+def test_consumers_relay_when_the_producer_asks(endpoint):
+    # relay_fanout: the second consumer to ask gets the version from the first, which holds or
+    # is receiving it; every value still arrives, and the producer counts who sent what.
+    deliveries, both = [], threading.Event()
+
+    def delivered(d):
+        deliveries.append(d)
+        if len(deliveries) == 2:
+            both.set()
+
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest", relay_fanout=1,
+                            transfer_chunk_bytes=64 << 10, on_delivery=delivered) as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest", consumer_name="first") as first, \
+         modelcast.Consumer(endpoint, model_name="pytest", consumer_name="second") as second:
+        weights = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: several blocks
+        producer.register("w", weights)
+        version = producer.publish(1).version
+        for consumer in (first, second):
+            view = consumer.wait_for_version(version, WAIT_S)
+            assert view is not None
+            np.testing.assert_array_equal(view.array("w"), weights)
+        assert both.wait(WAIT_S), f"deliveries: {[(d.consumer, d.relay) for d in deliveries]}"
+        direct = [d for d in deliveries if not d.relay]
+        relayed = [d for d in deliveries if d.relay]
+        assert len(direct) == 1 and len(relayed) == 1
+        assert relayed[0].relay == direct[0].consumer
+        stats = producer.stats()
+        assert stats.relayed_deliveries == 1
+        assert stats.bytes_relayed == relayed[0].bytes
+        assert stats.relay_faults == 0
+        assert first.stats().bytes_relayed + second.stats().bytes_relayed == relayed[0].bytes

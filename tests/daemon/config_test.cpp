@@ -27,6 +27,7 @@ endpoint = "tcp://10.0.0.5:7000"
 max_model_bytes = "1GiB"
 buffers = 5
 persist = false
+serve_peers = false
 [model.hook]
 http_post = "http://127.0.0.1:8000/v2/repository/models/{model}/load"
 
@@ -52,6 +53,8 @@ TEST(DaemonConfig, AGoodFileIsReadAsWritten) {
   EXPECT_EQ(c.models[0].max_model_bytes, 1ull << 30);
   EXPECT_EQ(c.models[0].buffers, 5u);
   EXPECT_FALSE(c.models[0].persist);
+  EXPECT_FALSE(c.models[0].serve_peers);
+  EXPECT_TRUE(c.models[1].serve_peers);  // the default
   EXPECT_EQ(c.models[0].hook.http_post, "http://127.0.0.1:8000/v2/repository/models/{model}/load");
   EXPECT_EQ(c.models[1].max_model_bytes, 1048576u);
   EXPECT_EQ(c.models[1].buffers, 4u);  // the default
