@@ -89,9 +89,11 @@ in_ns() { local i=$1; shift; ip netns exec "mcf-$tag-$i" env UCX_TLS=tcp,self UC
 
 # The link ceiling: the model from the producer's namespace to consumer 1's, over two links.
 coproc SINK { in_ns 1 "$bin" sink --port 7100 --bytes "$bytes"; }
+# Bash unsets SINK_PID once the coprocess ends, which may be before the wait below.
+sink_pid=$SINK_PID
 read -r -u "${SINK[0]}" listening
 ceiling_ms=$(in_ns 0 "$bin" source --host 10.240.0.2 --port 7100 --bytes "$bytes")
-wait "$SINK_PID"
+wait "$sink_pid" 2>/dev/null || true
 echo "fanout: link ceiling ${ceiling_ms} ms for $size_mib MiB" >&2
 
 rows=()
