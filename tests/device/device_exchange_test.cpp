@@ -432,6 +432,43 @@ TEST(DeviceExchange, AHostProducerServesADeviceConsumerWhoseViewsHoldDevicePoint
   EXPECT_EQ(devicemodel::check(rt, view, 5), "");
 }
 
+// Relays reach device consumers too: a device consumer that joins late gets its versions from
+// a host consumer that holds them, lands them in its host buffer block by block (each checked
+// against the producer's block digests), and copies them to the device.
+TEST(DeviceExchange, ADeviceConsumerReceivesARelayedVersionAndItsViewsHoldDevicePointers) {
+  auto& rt = runtime();
+  ChildProcess producer({peer_paths::test_peer(), "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0",
+                         "--seed", "5", "--kib", "512", "--chunk-kib", "64", "--relay-fanout", "1"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  const std::string endpoint = ready->substr(6);
+  ChildProcess relay({peer_paths::test_peer(), "consumer", "--endpoint", endpoint, "--name", "host-relay",
+                      "--seed", "5", "--until-version", "2", "--linger"});
+  ASSERT_TRUE(producer.ask("publish", "published 1"));
+  ASSERT_TRUE(relay.wait_for_line("installed 1"));
+  const int device = devicemodel::other_device(rt);
+  modelcast::Consumer consumer(consumer_options(endpoint, MemoryKind::kCuda, device));
+  auto view = consumer.wait_for_version(1, 60s);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  EXPECT_EQ(devicemodel::check(rt, view, 5), "");
+  ASSERT_TRUE(producer.ask("publish", "published 2"));
+  view = consumer.wait_for_version(2, 60s);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  ASSERT_TRUE(relay.wait_for_line("installed 2"));
+  for (const auto& t : view.tensors()) EXPECT_EQ(rt.pointer_info(t.data).kind, MemoryKind::kCuda) << t.name();
+  EXPECT_EQ(devicemodel::check(rt, view, 5), "");
+  EXPECT_EQ(consumer.stats().relay_faults, 0u);
+  // Version 1 came whole from the host consumer, the only holder then besides the producer
+  // (version 2 came from the producer or the relay, whichever the device consumer asked second).
+  relay.close_stdin();
+  EXPECT_EQ(relay.wait(), 0);
+  std::uint64_t relayed = 0;
+  for (const auto& line : relay.lines()) {
+    if (line.rfind("bytes_relayed ", 0) == 0) relayed = std::stoull(line.substr(14));
+  }
+  EXPECT_GE(relayed, 512u * 1024u);
+}
+
 TEST(DeviceExchange, PublishOrdersItsCopiesAfterTheTrainersStreamWithoutWaitingForIt) {
   auto& rt = runtime();
   modelcast::Producer producer(producer_options());
