@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <set>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -33,10 +34,11 @@ void raise_open_file_limit(spdlog::logger& log) {
 // is 30 s): a peer that connects and says nothing holds a descriptor only this long.
 constexpr int kHandshakeMs = 5000;
 
+
 }  // namespace
 
 ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
-    : router_(context_, zmq::socket_type::router), publisher_(context_, zmq::socket_type::pub) {
+    : router_(context_, zmq::socket_type::router), publisher_(context_, zmq::socket_type::xpub) {
   wire::announce_bind_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
   set_up_security(options, log);
   raise_open_file_limit(log);
@@ -48,6 +50,11 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
   // disconnected by ZeroMQ before anything is decoded.
   router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::kRequestLimits.max_message_bytes));
   publisher_.set(zmq::sockopt::linger, 0);
+  // Subscriptions come to us instead of into ZeroMQ's table, which keeps every topic a peer
+  // sends: only the model's own topic is applied (answer_subscriptions), so no other reaches
+  // the table that every announcement is matched against. ZeroMQ 4.3 still records each one
+  // it passes us until the peer leaves (about 0.8 KiB a random 25-byte topic).
+  publisher_.set(zmq::sockopt::xpub_manual, 1);
   wire::check_ipc_endpoint_free(options.control_endpoint);
   wire::check_ipc_endpoint_free(options.control_endpoint + ".pub");
   try {
@@ -61,6 +68,28 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
 }
 
 ControlPlane::~ControlPlane() = default;
+
+std::size_t ControlPlane::answer_subscriptions(const std::string& topic) {
+  std::size_t ignored = 0;
+  zmq::message_t message;
+  while (publisher_.recv(message, zmq::recv_flags::dontwait)) {
+    const auto* bytes = static_cast<const char*>(message.data());
+    // A (un)subscription is one byte (1: subscribe, 0: unsubscribe) and the topic. Applied to
+    // the connection it came from, as the next setsockopt after a receive is.
+    const bool ours = message.size() == topic.size() + 1 && (bytes[0] == 0 || bytes[0] == 1) &&
+                      std::string_view(bytes + 1, topic.size()) == topic;
+    if (!ours) {
+      ignored++;
+      continue;
+    }
+    if (bytes[0] == 1) {
+      publisher_.set(zmq::sockopt::subscribe, topic);
+    } else {
+      publisher_.set(zmq::sockopt::unsubscribe, topic);
+    }
+  }
+  return ignored;
+}
 
 void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log) {
   if (!options.key_file.empty()) {

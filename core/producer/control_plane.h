@@ -1,5 +1,5 @@
-// The producer's ZeroMQ side: a ROUTER for requests and a PUB for announcements, bound next to
-// each other, and, with a key, CurveZMQ on both with a ZAP handler admitting listed consumer
+// The producer's ZeroMQ side: a ROUTER for requests and an XPUB for announcements, bound next
+// to each other (subscriptions handled here, so only the model's topic takes memory), and, with a key, CurveZMQ on both with a ZAP handler admitting listed consumer
 // keys. Constructed on the caller's thread; then used by the service thread only.
 #pragma once
 
@@ -37,6 +37,9 @@ class ControlPlane {
 
   zmq::socket_t& router() { return router_; }
   zmq::socket_t& publisher() { return publisher_; }
+  // Applies the subscriptions and unsubscriptions waiting on the publisher that name `topic`
+  // (the model) and drops every other; returns how many were dropped. Poll publisher() for them.
+  std::size_t answer_subscriptions(const std::string& topic);
   // The ZAP socket to poll (null on a plaintext control plane) and its answers: the keys refused.
   zmq::socket_t* authentication_socket();
   // See ZapHandler::answer_pending.

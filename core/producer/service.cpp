@@ -46,9 +46,15 @@ void ProducerService::run() {
     zmq::socket_t* zap = control_.authentication_socket();
     zmq::pollitem_t items[] = {{control_.router().handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, events_.fd(), ZMQ_POLLIN, 0},
+                               {control_.publisher().handle(), 0, ZMQ_POLLIN, 0},
                                {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
-    if (zap && (items[2].revents & ZMQ_POLLIN)) {
+    zmq::poll(items, zap ? 4 : 3, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
+    if (items[2].revents & ZMQ_POLLIN) {
+      if (auto ignored = control_.answer_subscriptions(options_.model_name)) {
+        stats_.update([&](ProducerStats& s) { s.ignored_subscriptions += ignored; });
+      }
+    }
+    if (zap && (items[3].revents & ZMQ_POLLIN)) {
       control_.answer_authentication([this](const std::string& key) {
         log_->warn("refused a connection from key {} (CurveZMQ form): not on the allow-list", key);
         stats_.update([](ProducerStats& s) { s.refused_peers++; });

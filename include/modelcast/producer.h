@@ -124,6 +124,7 @@ struct ProducerStats {
   std::uint64_t leases_expired = 0;
   std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
   std::uint64_t refused_peers = 0;   // handshakes refused: keys not on the allow-list
+  std::uint64_t ignored_subscriptions = 0;  // announcement subscriptions to another topic, dropped
   std::uint64_t bytes_sent = 0;      // by this producer (relayed blocks not included)
   // relay_fanout: deliveries whose blocks another consumer sent, the bytes they carried, and
   // relayed fetches that failed on their relay (a block that did not match, or no progress).

@@ -313,6 +313,63 @@ TEST_F(HostileClientTest, AJoinFloodIsCappedAndRefusedWithAReason) {
   EXPECT_EQ(p.producer->stats().consumers, 4u);
 }
 
+std::size_t resident_kib(pid_t pid) {
+  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
+  std::string key;
+  std::size_t value = 0;
+  while (status >> key) {
+    if (key == "VmRSS:" && status >> value) return value;
+  }
+  return 0;
+}
+
+// 100,000 subscriptions to random topics on the announcement socket: the producer applies only
+// its model's topic and counts the others as dropped, and a consumer that joins then still
+// hears the next announcement. (ZeroMQ 4.3 keeps a record of each dropped topic until the peer
+// leaves: the resident growth is printed, and README's limitations say what it costs.)
+TEST_F(HostileClientTest, ASubscriptionFloodIsDroppedAndAnnouncementsStillArrive) {
+  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  const std::string endpoint = ready->substr(6);
+  HostileClient client(context_, endpoint);
+  auto joined = client.join("subscriber", ucx_->address());
+  ASSERT_TRUE(joined.ok) << joined.error;
+  auto dropped = [&] {
+    auto line = producer.ask("stats", "stats ");
+    auto at = line ? line->find("ignored_subscriptions=") : std::string::npos;
+    return at == std::string::npos ? 0ull : std::stoull(line->substr(at + 22));
+  };
+  const std::size_t before = resident_kib(producer.pid());
+  zmq::socket_t flood(context_, zmq::socket_type::sub);
+  flood.set(zmq::sockopt::linger, 0);
+  flood.set(zmq::sockopt::sndhwm, 0);  // no limit: every subscription goes out, none dropped here
+  flood.connect(joined.announce_endpoint);
+  constexpr int kTopics = 100000;
+  std::uint64_t state = 0x2545F4914F6CDD1Dull;
+  for (int i = 0; i < kTopics; ++i) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    flood.set(zmq::sockopt::subscribe, std::to_string(state) + "-" + std::to_string(i));
+  }
+  EXPECT_TRUE(testing_support::eventually([&] { return dropped() >= static_cast<unsigned long long>(kTopics); }, 60s))
+      << "dropped " << dropped();
+  const auto now_kib = resident_kib(producer.pid());
+  std::printf("producer resident growth after %d dropped subscriptions: %zu KiB\n", kTopics,
+              now_kib > before ? now_kib - before : 0);
+  // A consumer joining now learns of version 1 only from its announcement (it joined at 0).
+  const auto started = std::chrono::steady_clock::now();
+  ChildProcess consumer({MODELCAST_TEST_PEER, "consumer", "--endpoint", endpoint, "--until-version", "1"});
+  ASSERT_TRUE(consumer.wait_for_line("joined", 30s));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 2s) << "joining took over 2 s";
+  ASSERT_TRUE(producer.ask("publish", "published 1"));
+  EXPECT_TRUE(consumer.wait_for_line("installed 1", 30s));
+  EXPECT_EQ(consumer.wait(), 0);
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
+}
+
 // The producer raises its soft open-file limit to the hard one (a thousand idle connections
 // once exhausted the usual 1,024 and locked every consumer out), and closes a connection that
 // says nothing within the handshake interval (5 s, ZeroMQ's default being 30 s).

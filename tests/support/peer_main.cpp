@@ -63,7 +63,8 @@ std::string stats_line(const modelcast::Producer& producer) {
          " leases_expired=" + std::to_string(s.leases_expired) + " deliveries=" + std::to_string(s.deliveries) +
          " bad_messages=" + std::to_string(s.bad_messages) + " latest_version=" + std::to_string(s.latest_version) +
          " bytes_sent=" + std::to_string(s.bytes_sent) + " relayed_deliveries=" + std::to_string(s.relayed_deliveries) +
-         " bytes_relayed=" + std::to_string(s.bytes_relayed) + " relay_faults=" + std::to_string(s.relay_faults);
+         " bytes_relayed=" + std::to_string(s.bytes_relayed) + " relay_faults=" + std::to_string(s.relay_faults) +
+         " ignored_subscriptions=" + std::to_string(s.ignored_subscriptions);
 }
 
 int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,
@@ -92,6 +93,14 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
     say("installed " + std::to_string(view.version()));
   };
   modelcast::Consumer consumer(options);
+  // "joined" once the producer accepted the join (stats name the transport it chose then).
+  for (auto deadline = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < deadline;) {
+    if (!consumer.stats().transport.empty()) {
+      say("joined");
+      break;
+    }
+    std::this_thread::sleep_for(1ms);
+  }
 
   // Readers acquire views as an inference server would while versions stream in; every byte of
   // every view must belong to that view's version.
