@@ -106,12 +106,14 @@ contains
   ! Binds control_endpoint (default "tcp://127.0.0.1:0": a free port; read it back with
   ! mc_producer_endpoint) and starts the producer's threads. key_file: a modelcast-keygen key
   ! pair (CurveZMQ, signed versions); without one, plaintext on loopback/ipc:// only.
+  ! relay_fanout > 0: consumers relay versions to each other (ProducerOptions::relay_fanout).
   integer function mc_producer_create(producer, model_name, control_endpoint, key_file, allow_any_consumer, &
-                                      integrity) result(status)
+                                      integrity, relay_fanout) result(status)
     type(mc_producer), intent(out) :: producer
     character(len=*), intent(in) :: model_name
     character(len=*), intent(in), optional :: control_endpoint, key_file
     logical, intent(in), optional :: allow_any_consumer, integrity
+    integer, intent(in), optional :: relay_fanout
     type(mc_producer_options_t) :: options
     character(kind=c_char), allocatable, target :: name_c(:), endpoint_c(:), key_c(:)
     call mc_producer_options_init_c(options)
@@ -131,6 +133,7 @@ contains
     end if
     if (present(allow_any_consumer)) options%allow_any_consumer = merge(1_c_int, 0_c_int, allow_any_consumer)
     if (present(integrity)) options%integrity = merge(1_c_int, 0_c_int, integrity)
+    if (present(relay_fanout)) options%relay_fanout = int(max(relay_fanout, 0), c_size_t)
     status = from_c(mc_producer_create_c(options, producer%handle))
   end function
 

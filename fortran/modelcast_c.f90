@@ -29,6 +29,7 @@ module modelcast_c
     integer(c_int64_t) :: persist_every
     integer(c_size_t) :: persist_keep
     integer(c_size_t) :: device_stage_bytes
+    integer(c_size_t) :: relay_fanout
   end type
 
   type, bind(c), public :: mc_consumer_options_t
@@ -49,6 +50,7 @@ module modelcast_c
     type(c_ptr) :: transports
     integer(c_size_t) :: transport_count
     type(c_ptr) :: path
+    integer(c_int) :: serve_peers
   end type
 
   type, bind(c), public :: mc_tensor_info_t

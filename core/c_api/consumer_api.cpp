@@ -41,6 +41,7 @@ void mc_consumer_options_init(mc_consumer_options* options) {
   options->producer_timeout_ms = defaults.producer_timeout.count();
   options->transfer_timeout_ms = defaults.transfer_timeout.count();
   options->max_model_bytes = defaults.max_model_bytes;
+  options->serve_peers = defaults.serve_peers ? 1 : 0;
 }
 
 mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t** out) {
@@ -104,6 +105,7 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
       }
       if (options->path != nullptr) o.path = options->path;
     }
+    if (has_field(*options, options->serve_peers)) o.serve_peers = options->serve_peers != 0;
     auto handle = std::make_unique<mc_consumer>();
     handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
     *out = handle.release();

@@ -29,6 +29,7 @@ void mc_producer_options_init(mc_producer_options* options) {
   options->persist_every = defaults.persist.every;
   options->persist_keep = defaults.persist.keep;
   options->device_stage_bytes = defaults.device_stage_bytes;
+  options->relay_fanout = defaults.relay_fanout;
 }
 
 mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out[41]) {
@@ -95,6 +96,7 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
       o.persist.keep = options->persist_keep;
     }
     if (has_field(*options, options->device_stage_bytes)) o.device_stage_bytes = options->device_stage_bytes;
+    if (has_field(*options, options->relay_fanout)) o.relay_fanout = options->relay_fanout;
     auto handle = std::make_unique<mc_producer>();
     handle->producer = std::make_unique<modelcast::Producer>(std::move(o));
     handle->endpoint = handle->producer->control_endpoint();

@@ -112,6 +112,10 @@ typedef struct mc_producer_options {
    * of a version runs in pieces of this size, and chunks are sent as the pieces under them
    * complete (ProducerOptions::device_stage_bytes). Default 8 MiB; >= 64 KiB. */
   size_t device_stage_bytes;
+  /* Since 0.5 (read only when struct_size covers it). Consumers relay versions to each other
+   * (ProducerOptions::relay_fanout in producer.h): each serves at most this many others; the
+   * producer sends each block about once. Default 0: off, the producer sends to every consumer. */
+  size_t relay_fanout;
 } mc_producer_options;
 
 /* Description of one tensor for mc_producer_register_tensor_desc: host or device memory. */
@@ -272,6 +276,10 @@ typedef struct mc_consumer_options {
   const char* const* transports;
   size_t transport_count;
   const char* path;
+  /* Since 0.5 (read only when struct_size covers it). Nonzero: relay blocks of the versions this
+   * consumer holds to other consumers when a producer with relay_fanout asks
+   * (ConsumerOptions::serve_peers). Default 1. */
+  int serve_peers;
 } mc_consumer_options;
 
 typedef struct mc_consumer_stats {

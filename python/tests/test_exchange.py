@@ -2,6 +2,7 @@
 every version is checked, through both NumPy arrays and torch tensors."""
 
 import threading
+import time
 
 import numpy as np
 import torch
@@ -124,4 +125,10 @@ def test_consumers_relay_when_the_producer_asks(endpoint):
         assert stats.relayed_deliveries == 1
         assert stats.bytes_relayed == relayed[0].bytes
         assert stats.relay_faults == 0
+        # The relay counts a block once its send completes, which its loop may see after the
+        # receiver has acked: wait (bounded) for the count to arrive.
+        deadline = time.monotonic() + WAIT_S
+        while first.stats().bytes_relayed + second.stats().bytes_relayed < relayed[0].bytes:
+            assert time.monotonic() < deadline, "the relay never counted what it sent"
+            time.sleep(0.001)
         assert first.stats().bytes_relayed + second.stats().bytes_relayed == relayed[0].bytes

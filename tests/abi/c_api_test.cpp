@@ -568,6 +568,17 @@ TEST(CApi, BadOptionsAndEndpointsAreRejected) {
   mc_producer_destroy(producer);
   producer = nullptr;
 
+  // The 0.5 fields: relays off by default at the producer, consumers willing to serve.
+  mc_producer_options_init(&o);
+  EXPECT_EQ(o.relay_fanout, 0u);
+  mc_consumer_options consumer_options;
+  mc_consumer_options_init(&consumer_options);
+  EXPECT_EQ(consumer_options.serve_peers, 1);
+  o.relay_fanout = 2;
+  ASSERT_EQ(mc_producer_create(&o, &producer), MC_OK) << last_error();
+  mc_producer_destroy(producer);
+  producer = nullptr;
+
   mc_producer_options_init(&o);
   o.control_endpoint = "bogus://nowhere";
   EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_INVALID_ARGUMENT);

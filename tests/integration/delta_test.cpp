@@ -5,6 +5,8 @@
 // crossed the transport show that only changed blocks were sent.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -85,6 +87,63 @@ TEST(Delta, ConsumersInstallEveryVersionBitExactReceivingOnlyTheChangedBlocks) {
   EXPECT_EQ(producer.wait(), 0);
   std::printf("[   INFO   ] models' worth received for %llu versions: early %.2f, late %.2f\n",
               static_cast<unsigned long long>(kLast), early_models, late_models);
+}
+
+// Versions where nothing changes cost their manifest only; a consumer that slept through more
+// versions than the producer remembers block digests of (64) offers a base the producer no
+// longer knows, and gets the next version whole, then deltas again.
+TEST(Delta, NothingChangedCostsNothingAndABaseTheProducerForgotGetsTheVersionWhole) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  unsetenv("UCX_TLS");
+  constexpr std::size_t kKib = 1024;
+  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0",
+                         "--kib", std::to_string(kKib), "--chunk-kib", "64", "--change-pct", "0"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  const std::string endpoint = ready->substr(6);
+  constexpr std::uint64_t kLast = 75;
+  auto start = [&](const std::string& name) {
+    return std::make_unique<ChildProcess>(std::vector<std::string>{
+        MODELCAST_TEST_PEER, "consumer", "--endpoint", endpoint, "--name", name, "--until-version",
+        std::to_string(kLast), "--change-pct", "0"});
+  };
+  auto steady = start("steady");
+  auto sleeper = start("sleeper");
+  std::uint64_t v = 0;
+  auto publish = [&] { ASSERT_TRUE(producer.ask("publish", "published " + std::to_string(++v))); };
+  for (int i = 0; i < 3; ++i) {
+    publish();
+    for (auto* c : {steady.get(), sleeper.get()}) ASSERT_TRUE(c->wait_for_line("installed " + std::to_string(v)));
+  }
+  ASSERT_EQ(::kill(sleeper->pid(), SIGSTOP), 0);
+  while (v < 73) {
+    publish();
+    ASSERT_TRUE(steady->wait_for_line("installed " + std::to_string(v))) << joined_lines(*steady);
+  }
+  ASSERT_EQ(::kill(sleeper->pid(), SIGCONT), 0);
+  ASSERT_TRUE(sleeper->wait_for_line("installed 73", std::chrono::seconds(60))) << joined_lines(*sleeper);
+  while (v < kLast) {
+    publish();
+    for (auto* c : {steady.get(), sleeper.get()}) ASSERT_TRUE(c->wait_for_line("installed " + std::to_string(v)));
+  }
+  for (auto* c : {steady.get(), sleeper.get()}) {
+    EXPECT_EQ(c->wait(), 0) << joined_lines(*c);
+    for (const auto& line : c->lines()) {
+      EXPECT_NE(line.rfind("corrupt", 0), 0u) << line;
+      EXPECT_NE(line.rfind("torn", 0), 0u) << line;
+    }
+  }
+  const double model = kKib * 1024.0;
+  const double steady_models = static_cast<double>(bytes_received(*steady)) / model;
+  const double sleeper_models = static_cast<double>(bytes_received(*sleeper)) / model;
+  // 75 versions of one unchanging model: the first whole, every other one its manifest.
+  EXPECT_GT(steady_models, 0.99);
+  EXPECT_LT(steady_models, 1.02);
+  // The first whole, then version 73 whole again (its base, version 3, forgotten), then nothing.
+  EXPECT_GT(sleeper_models, 1.98);
+  EXPECT_LT(sleeper_models, 2.02);
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
 }
 
 }  // namespace
