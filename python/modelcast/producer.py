@@ -1,7 +1,7 @@
 """Producer: lives in the trainer, registers its tensors and publishes versions of them."""
 
 from . import _core
-from ._dtypes import describe_memory
+from ._dtypes import _is_torch_tensor, describe_memory
 from ._service import Service, _live, check_callback, options_from, seconds
 from .errors import InvalidArgumentError
 
@@ -26,6 +26,11 @@ class Producer(Service):
     def __init__(self, *, on_delivery=None, **options):
         check_callback("Producer", "on_delivery", on_delivery)
         self._impl = _core._Producer(options_from(_core.ProducerOptions, options, "Producer"), on_delivery)
+        # Torch tensors registered, with where their memory was: `param.data = ...`, `.half()`
+        # or `.to()` give a tensor object new storage (and may free the old), which publish()
+        # would otherwise go on reading. NumPy arrays cannot be rebound in place (resizing one
+        # we reference is refused by NumPy).
+        self._torch_tensors = []
         _live.add(self)
 
     def register(self, name, tensor):
@@ -44,6 +49,8 @@ class Producer(Service):
         """
         m = describe_memory(name, tensor)
         self._impl.register_memory(name, m.dtype, m.shape, m.address, m.nbytes, m.owners, m.memory, m.device)
+        if _is_torch_tensor(tensor):
+            self._torch_tensors.append((name, tensor, m.address, m.nbytes, tensor.dtype))
 
     def register_all(self, tensors):
         """register() for every (name, tensor) of a mapping, e.g. ``model.state_dict()``."""
@@ -74,9 +81,29 @@ class Producer(Service):
         - neither: the copies follow the legacy default stream; publish() waits for them. Stream
           0 (torch's default stream) is the legacy default stream, so it means the same.
         """
+        self._check_storage()
         meta = {str(k): str(v) for k, v in (metadata or {}).items()}
         return self._impl.publish(int(step), meta, _handle(stream, "stream", ("cuda_stream", "ptr")),
                                   _handle(event, "event", ("cuda_event", "ptr")))
+
+    def _check_storage(self):
+        """InvalidArgumentError naming the first registered torch tensor whose storage changed."""
+        for name, tensor, address, nbytes, dtype in self._torch_tensors:
+            now = (tensor.data_ptr(), tensor.element_size() * tensor.numel(), tensor.dtype)
+            if now == (address, nbytes, dtype):
+                continue
+            what = []
+            if now[2] != dtype:
+                what.append(f"dtype {dtype} -> {now[2]}")
+            if now[1] != nbytes:
+                what.append(f"{nbytes} -> {now[1]} bytes")
+            if now[0] != address:
+                what.append("new memory")
+            raise InvalidArgumentError(
+                f"publish: tensor '{name}' no longer uses the memory registered for it ({', '.join(what)}): its "
+                f"storage was replaced (`.data = ...`, `.half()`, `.to()`, `.set_()`); nothing was published. "
+                f"Update registered tensors in place (optimizer steps, `.copy_()`), or register the new ones "
+                f"on a new Producer")
 
     def wait_for_consumers(self, count, timeout):
         """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released)."""

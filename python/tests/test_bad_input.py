@@ -59,6 +59,33 @@ def test_device_tensors_are_refused_naming_the_tensor(producer):
         producer.register("gpu.weight", torch.empty(3, device="meta"))
 
 
+def test_a_tensor_whose_storage_was_replaced_is_refused_at_publish(producer):
+    # What PyTorch code does all the time: `.data =`, `.half()`, `.to()` give a registered
+    # tensor new memory (and may free the old), which publish() would otherwise go on reading.
+    weight = torch.nn.Parameter(torch.ones(16))
+    bias = torch.zeros(4)
+    producer.register("weight", weight)
+    producer.register("bias", bias)
+    producer.publish(1)
+    with torch.no_grad():
+        weight.mul_(2)  # in place: fine
+    producer.publish(2)
+    weight.data = torch.zeros(16)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'weight'", "new memory",
+                "nothing was published"):
+        producer.publish(3)
+    assert producer.stats().versions_published == 2
+
+
+def test_a_tensor_whose_dtype_changed_is_refused_at_publish(producer):
+    module = torch.nn.Linear(4, 4)
+    producer.register_all(dict(module.named_parameters()))
+    producer.publish(1)
+    module.half()
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'weight'", "torch.float16"):
+        producer.publish(2)
+
+
 def test_library_checks_surface_with_their_codes(producer):
     with raises(modelcast.StateError, ErrorCode.STATE):
         producer.publish(1)  # nothing registered
