@@ -56,7 +56,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
   attach_->start();
   if (!config_.http_listen.empty()) {
     http_ = std::make_unique<OpsHttp>(config_.http_listen,
-                                      OpsProviders{[this](std::string& d) { return ready(d); },
+                                      OpsProviders{[this](const std::string& m, std::string& d) { return ready(m, d); },
                                                    [this] { return models_json(); }, [this] { return metrics_text(); }});
     log->info("ops endpoint at http://{}:{}/", config_.http_listen.substr(0, config_.http_listen.rfind(':')), http_->port());
   }
@@ -142,18 +142,29 @@ ServedPtr Daemon::served(const std::string& model, bool& exists) const {
   return service->current();
 }
 
-bool Daemon::ready(std::string& detail) const {
+int Daemon::ready(const std::string& model, std::string& detail) const {
   std::lock_guard lock(mutex_);
+  if (!model.empty()) {
+    auto it = models_.find(model);
+    if (it == models_.end()) {
+      detail = "no model '" + model + "' is running";
+      return 404;
+    }
+    detail = it->second->current() ? "ready" : "no version yet";
+    return it->second->current() ? 200 : 503;
+  }
   if (models_.empty()) {
     detail = "no model is running";
-    return false;
+    return 503;
   }
-  std::string waiting;
+  std::string serving, waiting;
   for (const auto& [name, service] : models_) {
-    if (!service->current()) waiting += (waiting.empty() ? "" : ", ") + name;
+    std::string& list = service->current() ? serving : waiting;
+    list += (list.empty() ? "" : ", ") + name;
   }
-  detail = waiting.empty() ? "ready" : "no version yet: " + waiting;
-  return waiting.empty();
+  detail = serving.empty() ? "no version yet: " + waiting
+                           : "serving: " + serving + (waiting.empty() ? "" : "; no version yet: " + waiting);
+  return serving.empty() ? 503 : 200;
 }
 
 std::string Daemon::models_json() const {

@@ -45,7 +45,10 @@ class Daemon {
   void on_written(const modelcast::repository::VersionSnapshot& snapshot, const std::string& directory,
                   std::chrono::nanoseconds took);  // writer thread
   HookConfig hook_of(const std::string& model) const;
-  bool ready(std::string& detail) const;
+  // /readyz: 200 once some model serves a version (a model added later, whose producer is not
+  // up yet, does not take the others out of service), 503 before; with `model`, that model's
+  // own readiness (404 for a model not configured).
+  int ready(const std::string& model, std::string& detail) const;
   std::string models_json() const;
   std::string metrics_text();
 

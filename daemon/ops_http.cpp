@@ -17,10 +17,9 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "http listen address '" + listen + "' has no port");
   }
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
-  server_->Get("/readyz", [ready = providers.ready](const httplib::Request&, httplib::Response& res) {
+  server_->Get("/readyz", [ready = providers.ready](const httplib::Request& req, httplib::Response& res) {
     std::string detail;
-    bool ok = ready(detail);
-    res.status = ok ? 200 : 503;
+    res.status = ready(req.get_param_value("model"), detail);
     res.set_content(detail + "\n", "text/plain");
   });
   server_->Get("/v1/models", [models = providers.models_json](const httplib::Request&, httplib::Response& res) {

@@ -17,7 +17,8 @@ class Server;
 namespace modelcastd {
 
 struct OpsProviders {
-  std::function<bool(std::string& detail)> ready;  // every model serves a version
+  // The HTTP status of /readyz (model empty: the daemon; else that model) and its detail.
+  std::function<int(const std::string& model, std::string& detail)> ready;
   std::function<std::string()> models_json;
   std::function<std::string()> metrics_text;
 };

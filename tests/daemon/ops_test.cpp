@@ -101,6 +101,31 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
   EXPECT_EQ(holds, 0);
 }
 
+// A model whose producer is not up yet (added by a reload, say) must not take the daemon out of
+// service while another model is served: /readyz answers for the daemon as a whole (some model
+// served) and, with ?model=, for one model.
+TEST_F(DaemonTest, ReadinessIsPerModelAndOneWaitingModelDoesNotTakeTheOthersOutOfService) {
+  TestProducer producer(1024);
+  const std::string waiting = "[[model]]\nname = \"later\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"1MiB\"\n";
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, waiting, kHttp));
+  int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
+  httplib::Client http("127.0.0.1", port);
+  EXPECT_EQ(http.Get("/readyz")->status, 503);  // nothing served yet
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  auto c = client();
+  ASSERT_TRUE(c.wait_for_version(1, 30s));
+  auto whole = http.Get("/readyz");
+  ASSERT_TRUE(whole);
+  EXPECT_EQ(whole->status, 200) << whole->body;
+  EXPECT_NE(whole->body.find("serving: test"), std::string::npos) << whole->body;
+  EXPECT_NE(whole->body.find("no version yet: later"), std::string::npos) << whole->body;
+  EXPECT_EQ(http.Get("/readyz?model=test")->status, 200);
+  EXPECT_EQ(http.Get("/readyz?model=later")->status, 503);
+  EXPECT_EQ(http.Get("/readyz?model=nonesuch")->status, 404);
+}
+
 TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
   ReadOnlyDirectory repo(dir / "repo");
   if (!repo.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";
