@@ -21,7 +21,7 @@ module modelcast
   public :: MC_OK, MC_ERR_INVALID_ARGUMENT, MC_ERR_LAYOUT_MISMATCH, MC_ERR_PROTOCOL, MC_ERR_TRANSPORT, &
       MC_ERR_TIMEOUT, MC_ERR_INTEGRITY, MC_ERR_STATE, MC_ERR_RESOURCE, MC_ERR_AUTHENTICATION, MC_ERR_UNKNOWN
   public :: mc_producer, mc_consumer, mc_view
-  public :: mc_last_error, mc_status_name, mc_version_string
+  public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key
   public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
       mc_producer_publish, mc_producer_wait_for_consumers
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version
@@ -50,6 +50,10 @@ module modelcast
   ! Copies the tensor `name` of a view into an array of the same type and reversed shape.
   interface mc_view_copy
     module procedure copy_f32, copy_f64, copy_i32, copy_i64
+  end interface
+  ! Publishes a version; the step is an integer of either kind (c_int64_t or default).
+  interface mc_producer_publish
+    module procedure publish_i64, publish_i32
   end interface
 
 contains
@@ -195,13 +199,21 @@ contains
 
   ! Copies every registered array into a snapshot and returns; delivery runs in the background.
   ! version (optional) receives the number assigned to this publish.
-  integer function mc_producer_publish(producer, step, version) result(status)
+  integer function publish_i64(producer, step, version) result(status)
     type(mc_producer), intent(in) :: producer
     integer(c_int64_t), intent(in) :: step
     integer(c_int64_t), intent(out), optional :: version
     type(mc_publish_result_t) :: result
     status = from_c(mc_producer_publish_c(producer%handle, step, c_null_ptr, c_null_ptr, 0_c_size_t, result))
     if (present(version)) version = result%version
+  end function
+
+  ! The same with a default-kind step (`integer :: step`, what a simulation's loop counter is).
+  integer function publish_i32(producer, step, version) result(status)
+    type(mc_producer), intent(in) :: producer
+    integer(c_int32_t), intent(in) :: step
+    integer(c_int64_t), intent(out), optional :: version
+    status = publish_i64(producer, int(step, c_int64_t), version)
   end function
 
   ! Waits at most timeout_ms until `count` consumers have joined (MC_ERR_TIMEOUT otherwise).
@@ -216,6 +228,23 @@ contains
 
   ! Starts a consumer of `model_name` at the producer's control endpoint (it joins in the
   ! background). producer_public_key (Z85) pins the producer; key_file is this consumer's key pair.
+  ! The public key in a `.pub` file (modelcast-keygen writes one next to each key pair), for
+  ! mc_consumer_create's producer_public_key.
+  integer function mc_load_public_key(path, public_key) result(status)
+    character(len=*), intent(in) :: path
+    character(len=40), intent(out) :: public_key
+    character(kind=c_char), allocatable :: path_c(:)
+    character(kind=c_char) :: key_c(41)
+    integer :: i
+    call to_c(path, path_c)
+    public_key = ""
+    status = from_c(mc_load_public_key_c(path_c, key_c))
+    if (status /= MC_OK) return
+    do i = 1, 40
+      public_key(i:i) = key_c(i)
+    end do
+  end function
+
   integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file) &
       result(status)
     type(mc_consumer), intent(out) :: consumer

@@ -100,6 +100,12 @@ module modelcast_c
       import :: c_ptr
       type(c_ptr) :: mc_version_string_c
     end function
+    function mc_load_public_key_c(path, public_key) bind(c, name="mc_load_public_key")
+      import :: c_char, c_int
+      character(kind=c_char), intent(in) :: path(*)
+      character(kind=c_char), intent(out) :: public_key(41)
+      integer(c_int) :: mc_load_public_key_c
+    end function
     function mc_dtype_size_c(dtype) bind(c, name="mc_dtype_size")
       import :: c_int, c_size_t
       integer(c_int), value :: dtype

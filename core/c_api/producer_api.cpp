@@ -42,6 +42,16 @@ mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out
   });
 }
 
+mc_status mc_load_public_key(const char* path, char public_key_out[41]) {
+  return guarded(__func__, [&] {
+    require(path, "path");
+    require(public_key_out, "public_key_out");
+    auto key = modelcast::load_public_key(path);
+    std::snprintf(public_key_out, 41, "%s", key.c_str());
+    return MC_OK;
+  });
+}
+
 void mc_tensor_desc_init(mc_tensor_desc* desc) {
   if (desc == nullptr) return;
   *desc = mc_tensor_desc{};

@@ -161,6 +161,13 @@ MODELCAST_API void mc_producer_options_init(mc_producer_options* options);
  * or cannot be written), MC_ERR_RESOURCE. Thread-safe. */
 MODELCAST_API mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out[41]);
 
+/* Since 0.5. Reads the public key from a `.pub` file (or the public half of a key pair file)
+ * into `public_key_out` (40 Z85 characters and a NUL): what mc_consumer_options'
+ * producer_public_key and mc_producer_options' allowed_consumer_keys take. Errors:
+ * MC_ERR_INVALID_ARGUMENT naming the file (NULL path or output, missing or malformed file).
+ * Thread-safe. */
+MODELCAST_API mc_status mc_load_public_key(const char* path, char public_key_out[41]);
+
 /* Fills `desc` with defaults (host memory, device 0, everything else zero/NULL).
  * No-op on NULL; thread-safe; never fails. */
 MODELCAST_API void mc_tensor_desc_init(mc_tensor_desc* desc);

@@ -752,6 +752,23 @@ TEST(CApi, WaitForConsumersReportsJoinAndTimeout) {
 
 // Keys through the C ABI: key files written by mc_write_key_pair, a producer admitting one
 // consumer key, a consumer pinning the producer; a consumer pinning another key is refused.
+// A public key read from its .pub file, as C and Fortran pin a producer or admit a consumer.
+TEST(CApi, APublicKeyIsLoadedFromItsPubFile) {
+  char dir_template[] = "/tmp/mc-pubkey-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  char written[41] = {}, loaded[41] = {};
+  ASSERT_EQ(mc_write_key_pair((dir + "/k.key").c_str(), 0, written), MC_OK) << last_error();
+  ASSERT_EQ(mc_load_public_key((dir + "/k.key.pub").c_str(), loaded), MC_OK) << last_error();
+  EXPECT_STREQ(loaded, written);
+  EXPECT_EQ(mc_load_public_key((dir + "/missing.pub").c_str(), loaded), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("missing.pub"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_load_public_key(nullptr, loaded), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(mc_load_public_key((dir + "/k.key.pub").c_str(), nullptr), MC_ERR_INVALID_ARGUMENT);
+  for (const char* name : {"k.key", "k.key.pub"}) std::remove((dir + "/" + name).c_str());
+  rmdir(dir.c_str());
+}
+
 TEST(CApi, KeyedProducerAndPinningConsumerExchangeSignedVersions) {
   char dir_template[] = "/tmp/modelcast-abi-keys-XXXXXX";
   ASSERT_NE(mkdtemp(dir_template), nullptr);

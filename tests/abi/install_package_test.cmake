@@ -116,5 +116,15 @@ if(fortran_mod)
   if(NOT run_output MATCHES "tiny_fortran: ok, library ${VERSION} at tcp://127.0.0.1:")
     message(FATAL_ERROR "tiny_fortran did not report success:\n${run_output}")
   endif()
+  # The same program from a Fortran-only CMake project (FindThreads once failed there).
+  set(build ${WORK_DIR}/tiny-fortran-cmake)
+  run(${CMAKE_COMMAND} -S ${MODELCAST_SOURCE_DIR}/tests/abi/tiny_fortran_project -B ${build} -G ${GENERATOR}
+      -DCMAKE_BUILD_TYPE=${BUILD_TYPE} -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF
+      -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF -DCMAKE_Fortran_COMPILER=${Fortran_COMPILER})
+  run(${CMAKE_COMMAND} --build ${build})
+  run(${build}/tiny_fortran)
+  if(NOT run_output MATCHES "tiny_fortran: ok, library ${VERSION} at tcp://127.0.0.1:")
+    message(FATAL_ERROR "tiny_fortran (CMake, Fortran only) did not report success:\n${run_output}")
+  endif()
 endif()
 message(STATUS "package test passed")

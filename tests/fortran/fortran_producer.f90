@@ -40,10 +40,16 @@ program fortran_producer
   character(len=64) :: line
   integer :: v
   integer(c_int), target :: serving_lines = 0
+  character(len=40) :: public_key
 
   call check(mc_set_log_handler(count_serving, c_loc(serving_lines)), "mc_set_log_handler")
   call check(mc_set_log_level(MC_LOG_INFO), "mc_set_log_level")
 
+  ! A missing .pub file is refused by name (the key itself is loaded in the C ABI's tests).
+  if (mc_load_public_key("/nonexistent/trainer.key.pub", public_key) /= MC_ERR_INVALID_ARGUMENT) then
+    call fail("mc_load_public_key of a missing file returned", 0)
+  end if
+  if (index(mc_last_error(), "trainer.key.pub") == 0) call fail("mc_load_public_key's error names no file", 0)
   call check(mc_producer_create(producer, "fortran"), "mc_producer_create")
   call check(mc_producer_register(producer, "w", w), "register w")
   call check(mc_producer_register(producer, "b", b), "register b")
