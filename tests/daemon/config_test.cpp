@@ -62,6 +62,30 @@ TEST(DaemonConfig, AGoodFileIsReadAsWritten) {
   EXPECT_EQ(c.models[1].hook.command, (std::vector<std::string>{"/usr/bin/touch", "{path}"}));
 }
 
+// The daemon configuration shown in the README is one the daemon reads as written.
+TEST(DaemonConfig, TheReadmesConfigIsValid) {
+  std::ifstream readme(std::string(MODELCAST_SOURCE_DIR) + "/README.md");
+  ASSERT_TRUE(readme) << "cannot read README.md";
+  std::string line, toml;
+  bool inside = false;
+  int blocks = 0;
+  while (std::getline(readme, line)) {
+    if (!inside && line == "```toml") {
+      inside = true;
+      blocks++;
+    } else if (inside && line.rfind("```", 0) == 0) {
+      inside = false;
+    } else if (inside) {
+      toml += line + "\n";
+    }
+  }
+  ASSERT_EQ(blocks, 1) << "the README should show one daemon configuration";
+  ScratchDir dir;
+  write_file(dir / "readme.toml", toml);
+  auto config = modelcastd::load_config(dir / "readme.toml");
+  EXPECT_FALSE(config.models.empty());
+}
+
 struct BadCase {
   std::string text;
   int line;
