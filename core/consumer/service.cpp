@@ -139,7 +139,8 @@ void ConsumerService::check_transfer_deadline() {
                                               std::to_string(options_.transfer_timeout.count()) +
                                               " ms; fetching it from the producer"));
     }
-    send_ack(abandoned->first, abandoned->second, false, "transfer timed out", !relay.empty());
+    send_ack(abandoned->first, abandoned->second, false, "transfer timed out",
+             relay.empty() ? protocol::RelayFault::kNone : protocol::RelayFault::kStalled);
   }
 }
 

@@ -134,7 +134,7 @@ class ConsumerService {
   void report(const Error& error);
   void report_buffers_held(std::uint64_t version);
   void send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,
-                bool relay_fault = false);
+                protocol::RelayFault relay_fault = protocol::RelayFault::kNone);
 
   ConsumerOptions options_;
   std::shared_ptr<spdlog::logger> log_;

@@ -161,7 +161,8 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   if (!done->failure.empty()) {
     if (landing_) landing_->abandon();
     log_->warn("transfer of version {} failed: {}", done->manifest.version, done->failure);
-    send_ack(done->manifest, done->fetch_id, false, done->failure, done->relay_fault);
+    send_ack(done->manifest, done->fetch_id, false, done->failure,
+             done->relay_fault ? protocol::RelayFault::kBadBlock : protocol::RelayFault::kNone);
     count([&](ConsumerStats& s) {
       s.transfers_aborted++;
       if (done->relay_fault) s.relay_faults++;
@@ -255,7 +256,7 @@ void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, c
 }
 
 void ConsumerService::send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,
-                               bool relay_fault) {
+                               protocol::RelayFault relay_fault) {
   link_.send(protocol::Ack{link_.incarnation(), manifest.version, fetch_id, ok, error, relay_fault});
 }
 

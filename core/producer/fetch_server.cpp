@@ -294,9 +294,9 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   }
   if (!fetch.relay.empty()) {
     end_relayed(fetch, !ack.ok);
-    if (!ack.ok && ack.relay_fault) {
+    if (!ack.ok && ack.relay_fault != protocol::RelayFault::kNone) {
       outcome.relay_fault = true;
-      planner_.failed(fetch.relay, routing_id, fetch.version, now);
+      planner_.failed(fetch.relay, routing_id, fetch.version, now, ack.relay_fault == protocol::RelayFault::kStalled);
     }
   }
   if (ack.ok) {

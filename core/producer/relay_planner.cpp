@@ -70,8 +70,10 @@ void RelayPlanner::released(const std::string& relay) {
 }
 
 void RelayPlanner::failed(const std::string& relay, const std::string& routing_id, std::uint64_t version,
-                          Clock::time_point now) {
-  if (auto it = nodes_.find(relay); it != nodes_.end()) it->second.distrusted_until = now + kDistrustFor;
+                          Clock::time_point now, bool stalled) {
+  if (auto it = nodes_.find(relay); it != nodes_.end() && (!stalled || it->second.complete)) {
+    it->second.distrusted_until = now + kDistrustFor;
+  }
   if (auto it = nodes_.find(routing_id); it != nodes_.end()) it->second.direct_only = version;
 }
 

@@ -51,9 +51,12 @@ class RelayPlanner {
   // A fetch was given to `relay`, or one it served ended.
   void assigned(const std::string& relay);
   void released(const std::string& relay);
-  // `relay` failed `routing_id`'s fetch of `version`: passed over for kDistrustFor, and that
-  // consumer gets the version from the producer.
-  void failed(const std::string& relay, const std::string& routing_id, std::uint64_t version, Clock::time_point now);
+  // `relay` failed `routing_id`'s fetch of `version`: that consumer gets the version from the
+  // producer, and the relay is passed over for kDistrustFor; after a stall only if it held the
+  // whole version, since one still receiving may have been starved by its own source (the
+  // consumer below a stalled relay stalls too), while bad bytes are always the relay's own.
+  void failed(const std::string& relay, const std::string& routing_id, std::uint64_t version, Clock::time_point now,
+              bool stalled = false);
 
   std::size_t load(const std::string& relay) const;
   std::string name(const std::string& routing_id) const;

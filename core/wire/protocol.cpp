@@ -102,7 +102,7 @@ struct BodyPacker {
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("ok"); pk.pack(m.ok);
     pk.pack("err"); pack_str(pk, m.error);
-    pk.pack("rfault"); pk.pack(m.relay_fault);
+    pk.pack("rfault"); pk.pack(static_cast<std::uint8_t>(m.relay_fault));
   }
   void operator()(const RelayOrder& m) const {
     pk.pack_map(8);
@@ -133,6 +133,11 @@ struct BodyPacker {
 Refusal refusal(std::uint8_t code) {
   if (code > static_cast<std::uint8_t>(Refusal::kNoTransport)) fail("unknown refusal code " + std::to_string(code));
   return static_cast<Refusal>(code);
+}
+
+RelayFault relay_fault(std::uint8_t code) {
+  if (code > static_cast<std::uint8_t>(RelayFault::kBadBlock)) fail("ack: unknown relay fault " + std::to_string(code));
+  return static_cast<RelayFault>(code);
 }
 
 DeliveryPath delivery_path(std::uint8_t code) {
@@ -189,7 +194,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
     case Type::kAck: {
       Fields f(body, "ack");
       return Ack{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
-                 f.get<bool>("ok"), f.get<std::string>("err"), f.get<bool>("rfault")};
+                 f.get<bool>("ok"), f.get<std::string>("err"), relay_fault(f.get<std::uint8_t>("rfault"))};
     }
     case Type::kRelayOrder: {
       Fields f(body, "relay order");

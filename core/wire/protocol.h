@@ -150,6 +150,13 @@ struct Digests {
   std::vector<std::byte> signature;    // of the manifest with these digests, when signing
 };
 
+// How the relay a FetchReply named failed the fetch, if it did.
+enum class RelayFault : std::uint8_t {
+  kNone = 0,
+  kStalled = 1,   // no block for transfer_timeout
+  kBadBlock = 2,  // a block that did not match its signed digest
+};
+
 // Consumer -> producer after a fetch ends: releases the lease; `ok` = installed.
 struct Ack {
   std::uint64_t incarnation = 0;
@@ -157,9 +164,9 @@ struct Ack {
   std::uint64_t fetch_id = 0;
   bool ok = false;
   std::string error;
-  // The relay the reply named failed this fetch (a block that did not match its digest, or no
-  // progress): the producer stops choosing it and serves this consumer itself.
-  bool relay_fault = false;
+  // The relay the reply named failed this fetch: the producer serves this consumer itself, and
+  // passes the relay over (for a stall, only if the relay held the whole version).
+  RelayFault relay_fault = RelayFault::kNone;
 };
 
 // Producer -> a consumer that holds (or is receiving) `version`: send blocks `blocks` of it to

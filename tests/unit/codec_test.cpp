@@ -47,7 +47,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
       JoinReply{false, Refusal::kNoTransport, "no", 5, "tcp://127.0.0.1:1", 6, "loopback", DeliveryPath::kStaged},
       FetchRequest{7, 8, 9, 6},
       reply,
-      Ack{10, 11, 12, false, "digest", true},
+      Ack{10, 11, 12, false, "digest", RelayFault::kBadBlock},
       Ping{13},
       Digests{14, 15, {16, 17}, {18, 19, 20}, signature},
       order,
@@ -72,7 +72,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(join.session, 0x1234u);
   EXPECT_TRUE(join.serves_peers);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).relay, "relay-7");
-  EXPECT_TRUE(std::get<Ack>(decode(encode(messages[5]))).relay_fault);
+  EXPECT_EQ(std::get<Ack>(decode(encode(messages[5]))).relay_fault, RelayFault::kBadBlock);
   auto relay_order = std::get<RelayOrder>(decode(encode(messages[8])));
   EXPECT_EQ(relay_order.order_id, 22u);
   EXPECT_EQ(relay_order.fetch_id, 24u);

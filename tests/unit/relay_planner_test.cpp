@@ -94,4 +94,29 @@ TEST(RelayPlanner, AFailedRelayIsPassedOverForAWhileAndItsConsumerServedDirectly
   EXPECT_EQ(planner.choose("c", 1, t + RelayPlanner::kDistrustFor + std::chrono::seconds(1)), std::nullopt);
 }
 
+TEST(RelayPlanner, AStallIsBlamedOnARelayThatHeldTheVersionNotOnOneStillReceiving) {
+  auto planner = planner_with(1, 5);
+  auto t = Clock::now();
+  // a <- producer, b <- a, c <- b: a stops; b and c both stall.
+  ASSERT_EQ(fetch(planner, "a", 1, t), std::nullopt);
+  ASSERT_EQ(fetch(planner, "b", 1, t), "a");
+  ASSERT_EQ(fetch(planner, "c", 1, t), "b");
+  planner.released("b");
+  planner.lost("c");
+  planner.failed("b", "c", 1, t, /*stalled=*/true);  // b was starved by a: not passed over
+  planner.released("a");
+  planner.lost("b");
+  planner.failed("a", "b", 1, t, /*stalled=*/true);  // a was still receiving too
+  planner.receiving("b", 2, t);
+  EXPECT_EQ(planner.choose("d", 2, t), "b");
+  // A relay holding the whole version that stalls, or any relay that sends a bad block, is.
+  planner.delivered("b", 2);
+  planner.failed("b", "d", 2, t, /*stalled=*/true);
+  EXPECT_EQ(planner.choose("c", 2, t), std::nullopt);
+  planner.receiving("a", 2, t);
+  EXPECT_EQ(planner.choose("e", 2, t), "a");
+  planner.failed("a", "c", 2, t, /*stalled=*/false);
+  EXPECT_EQ(planner.choose("e", 2, t + std::chrono::seconds(1)), std::nullopt);
+}
+
 }  // namespace
