@@ -117,6 +117,7 @@ class Producer(Service):
     def close(self):
         """Stops the producer and releases the registered tensors. Idempotent; later calls raise StateError."""
         self._impl.close()
+        self._torch_tensors = []
 
 
 def _handle(obj, what, attributes):
