@@ -1,4 +1,5 @@
-// The transport seam: one interface, one implementation per folder (ucx/, loopback/).
+// The transport seam: one interface, one implementation per transport, each in its own folder
+// and built as its own library (transports/CMakeLists.txt), created by name (transport_factory.h).
 //
 // Shape taken from NIXL's backend engine: a transport says what it can do (Capabilities), then
 // register (memory, once) / export and import (a region as an opaque descriptor a peer can
