@@ -21,7 +21,7 @@ HostBuffer::HostBuffer(std::size_t size) : size_(size) {
   if (p == MAP_FAILED) {
     throw Error(ErrorCode::kResource, "cannot map " + std::to_string(size) + " bytes: " + std::strerror(errno));
   }
-  // Huge pages: fewer TLB misses in copies and transfers, fewer pages for UCX to register.
+  // Huge pages: fewer TLB misses in copies and transfers, fewer pages for a transport to register.
   // Asked before the touch so the range is backed by them at once (measured: with 4 KiB pages a
   // 1 GiB transfer took twice as long). The price is paid once, at allocation: with THP
   // defrag=madvise the kernel may compact memory on these faults, which took seconds per GiB on a

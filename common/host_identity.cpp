@@ -1,9 +1,7 @@
 #include "common/host_identity.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <random>
-#include <sstream>
 
 namespace modelcast {
 
@@ -20,18 +18,6 @@ std::uint64_t process_token() {
     return (std::uint64_t{device()} << 32) ^ device();
   }();
   return token;
-}
-
-bool ucx_shared_memory_allowed() {
-  const char* tls = std::getenv("UCX_TLS");
-  if (tls == nullptr || *tls == '\0' || *tls == '^') return true;  // default or an exclusion list
-  std::stringstream list(tls);
-  for (std::string item; std::getline(list, item, ',');) {
-    for (const char* shm : {"all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"}) {
-      if (item == shm) return true;
-    }
-  }
-  return false;
 }
 
 }  // namespace modelcast

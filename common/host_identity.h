@@ -1,4 +1,4 @@
-// Is a peer in this process, on this machine, and may UCX use shared memory to reach it?
+// Is a peer in this process, or on this machine?
 #pragma once
 
 #include <cstdint>
@@ -13,8 +13,5 @@ std::string host_id();
 // A random number drawn once per process: equal only within one process. (A pid is not: two
 // containers on one machine share the boot id and may share pids.)
 std::uint64_t process_token();
-
-// Whether UCX_TLS (as set in this process's environment) leaves a shared-memory transport on.
-bool ucx_shared_memory_allowed();
 
 }  // namespace modelcast

@@ -9,7 +9,8 @@ bool is_device(MemoryKind kind) { return kind == MemoryKind::kCuda; }
 
 const char* kind_name(MemoryKind kind) { return is_device(kind) ? "device" : "host"; }
 
-// Whether UCX moves CUDA memory matters only to the ucx_cuda path: elsewhere it would mislead.
+// Whether the transport moves device memory matters only to the ucx_cuda path: elsewhere it would
+// mislead. (The wording names UCX, as the path does: error texts are left as users know them.)
 std::string describe(const PathQuery& q, DeliveryPath path) {
   std::string s = std::string(kind_name(q.producer)) + " -> " + kind_name(q.consumer);
   s += q.same_host ? ", same host" : ", different hosts";

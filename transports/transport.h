@@ -1,4 +1,5 @@
-// The transport seam: one interface, one implementation per folder (ucx/, loopback/).
+// The transport seam: one interface, one implementation per transport, each in its own folder
+// and built as its own library (transports/CMakeLists.txt), created by name (transport_factory.h).
 //
 // Shape taken from NIXL's backend engine: a transport says what it can do (Capabilities), then
 // register (memory, once) / export and import (a region as an opaque descriptor a peer can
@@ -65,8 +66,13 @@ class Transport {
   virtual std::vector<std::byte> address() const = 0;
 
   // Prepares a peer. With `detect_failure`, `on_failure` runs (progress thread) if the peer is
-  // later found dead; some transports (UCX's shared memory) are usable only without it.
+  // later found dead; detects_failure_at() says when to ask for it.
   virtual PeerId connect(std::span<const std::byte> peer_address, bool detect_failure, PeerFailure on_failure) = 0;
+  // The `detect_failure` to connect a peer at `distance` with. Some transports reach a near
+  // peer by their fastest means (shared memory) only without failure detection: they say false
+  // there, and the caller notices a dead peer another way (the producer: the consumer's lease).
+  // A transport that ignores `detect_failure` has nothing to trade and keeps this default.
+  virtual bool detects_failure_at(Reach /*distance*/) const { return true; }
   // Releases a peer; its transfers in flight complete with an error.
   virtual void disconnect(PeerId peer) = 0;
 

@@ -3,9 +3,7 @@
 #include <algorithm>
 
 #include "modelcast/error.h"
-#include "transports/cuda_ipc/cuda_ipc_transport.h"
-#include "transports/loopback/loopback_transport.h"
-#include "transports/ucx/ucx_transport.h"
+#include "transports/builtin_transports.h"
 
 namespace modelcast::transport {
 namespace {
@@ -24,24 +22,9 @@ std::string offers_text(std::span<const TransportOffer> offers) {
 
 }  // namespace
 
-const std::vector<TransportEntry>& builtin_transports() {
-  static const std::vector<TransportEntry> entries = {
-      {"ucx", true,
-       [](Side side) {
-         UcxOptions options;
-         options.indirect_endpoint_ids = side == Side::kConsumer;
-         return make_ucx_transport(options);
-       },
-       {}},
-      {"cuda_ipc", true, [](Side) { return make_cuda_ipc_transport(); }, [] { return cuda_ipc_available(); }},
-      {"loopback", false, [](Side) { return make_loopback_transport(); }, {}},
-  };
-  return entries;
-}
-
-std::vector<const TransportEntry*> resolve_transports(const std::vector<std::string>& requested) {
+std::vector<const TransportFactory*> resolve_transports(const std::vector<std::string>& requested) {
   const auto& all = builtin_transports();
-  std::vector<const TransportEntry*> chosen;
+  std::vector<const TransportFactory*> chosen;
   if (requested.empty()) {
     for (const auto& entry : all) {
       if (entry.on_by_default && (!entry.available || entry.available())) chosen.push_back(&entry);
@@ -49,7 +32,7 @@ std::vector<const TransportEntry*> resolve_transports(const std::vector<std::str
     return chosen;
   }
   for (const auto& name : requested) {
-    auto it = std::find_if(all.begin(), all.end(), [&](const TransportEntry& e) { return e.name == name; });
+    auto it = std::find_if(all.begin(), all.end(), [&](const TransportFactory& e) { return e.name == name; });
     if (it == all.end()) {
       std::string known;
       for (const auto& e : all) known += (known.empty() ? "" : ", ") + e.name;

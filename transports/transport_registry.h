@@ -1,4 +1,4 @@
-// The transports built into this library, and the choice of one per consumer.
+// The transports a user's list selects by name, and the choice of one per consumer.
 //
 // A consumer's join offers the transports it allows, in its order of preference, each with its
 // capabilities (as that side sees them) and its address. The producer picks a route: the best
@@ -9,8 +9,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -18,30 +16,14 @@
 
 #include "transports/delivery_path.h"
 #include "transports/transport.h"
+#include "transports/transport_factory.h"
 
 namespace modelcast::transport {
 
-// Which side of the exchange a transport serves: a transport may set itself up for it.
-enum class Side : std::uint8_t { kProducer, kConsumer };
-
-struct TransportEntry {
-  std::string name;
-  // Used when the user names no transports. The loopback transport is not: it serves only a
-  // producer and consumer of one process, and tests of one process want UCX exercised.
-  bool on_by_default = true;
-  std::function<std::unique_ptr<Transport>(Side)> make;
-  // False where the transport cannot work here (cuda_ipc without a device): left out of the
-  // default list; named explicitly, make() says why. Empty: always available.
-  std::function<bool()> available;
-};
-
-// In preference order: "ucx", "cuda_ipc" (only where there is a device), then "loopback".
-const std::vector<TransportEntry>& builtin_transports();
-
-// The transports a user's list selects, in its order; an empty list selects every
-// on_by_default one. Throws Error(kInvalidArgument) naming an unknown or repeated name and
-// listing the known ones.
-std::vector<const TransportEntry*> resolve_transports(const std::vector<std::string>& requested);
+// The built-in transports (builtin_transports.h) a user's list selects, in its order; an empty
+// list selects every on_by_default one that is available, in the built-in order. Throws
+// Error(kInvalidArgument) naming an unknown or repeated name and listing the known ones.
+std::vector<const TransportFactory*> resolve_transports(const std::vector<std::string>& requested);
 
 // One side's view of one transport in the negotiation.
 struct TransportOffer {

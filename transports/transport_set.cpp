@@ -3,7 +3,7 @@
 namespace modelcast::transport {
 
 TransportSet::TransportSet(const std::vector<std::string>& names, Side side) {
-  for (const TransportEntry* entry : resolve_transports(names)) transports_.push_back(entry->make(side));
+  for (const TransportFactory* factory : resolve_transports(names)) transports_.push_back(factory->make(side));
 }
 
 std::vector<TransportOffer> TransportSet::offers(bool addresses) const {

@@ -30,7 +30,7 @@ class TransportSet {
   std::optional<std::size_t> find(const std::string& name) const;
   // Names, capabilities and, with `addresses`, each transport's address.
   std::vector<TransportOffer> offers(bool addresses) const;
-  // "ucx" or "ucx,loopback": for stats and logs.
+  // The names, comma-separated in the set's order: for stats and logs.
   std::string names() const;
 
  private:

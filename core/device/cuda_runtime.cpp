@@ -88,7 +88,7 @@ class CudaRuntime final : public DeviceRuntime {
   }
   void release_host(void* pointer) noexcept override { cudaFreeHost(pointer); }
 
-  // Memory another library (a UCX built with CUDA) registered already counts as pinned, and
+  // Memory another library (a transport built with CUDA) registered already counts as pinned, and
   // is left for that library to unregister.
   void pin_host(void* pointer, std::size_t bytes) override {
     cudaError_t status = cudaHostRegister(pointer, bytes, cudaHostRegisterPortable);

@@ -3,8 +3,6 @@
 #include <iterator>
 #include <limits>
 
-#include "common/host_identity.h"
-
 namespace modelcast::producer {
 
 FetchServer::FetchServer(SnapshotStore& store, const transport::TransportSet& transports, std::uint64_t incarnation,
@@ -142,9 +140,11 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     order.block_bytes = plan.chunk_bytes;
     order.blocks = std::move(blocks);
     order.peer_address = consumer->peer_address;
-    // As between the producer and a consumer: on one machine UCX reaches shared memory only
-    // without peer-failure detection.
-    order.detect_failure = !(planner_.host_id(*relay) == consumer->host_id && ucx_shared_memory_allowed());
+    // As between the producer and a consumer: the transport says whether the relay may watch
+    // the receiver (equal host ids are one machine).
+    const auto distance =
+        planner_.host_id(*relay) == consumer->host_id ? transport::Reach::kHost : transport::Reach::kNetwork;
+    order.detect_failure = transports_.at(consumer->transport).detects_failure_at(distance);
     outgoing_.emplace_back(*relay, std::move(order));
     planner_.assigned(*relay);
     planner_.receiving(routing_id, fetch.version, now);

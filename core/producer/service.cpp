@@ -367,9 +367,9 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
   }
   answer.transport = offers_[route.producer_transport].name;
   answer.path = route.path;
-  // On one machine UCX reaches shared memory only without peer-failure detection; a consumer
-  // that dies there is noticed through its lease instead.
-  bool detect_failure = !(query.distance != transport::Reach::kNetwork && ucx_shared_memory_allowed());
+  // A consumer the transport may not watch (a near one, reached by shared memory) is noticed
+  // through its lease if it dies.
+  bool detect_failure = transports_.at(route.producer_transport).detects_failure_at(query.distance);
   std::size_t t = route.producer_transport;
   const auto& address = join.offers[route.consumer_offer].address;
   ConsumerRecord record;

@@ -131,6 +131,25 @@ TEST(UcxTransport, GarbageAddressIsAClearError) {
   }
 }
 
+// A producer connects a consumer the way the transport says. UCX offers shared memory only to
+// endpoints without failure detection, so it gives detection up for a peer on this machine
+// whenever UCX_TLS leaves shared memory on, and keeps it otherwise.
+TEST(UcxTransport, DetectsFailureOnOneMachineOnlyWhereSharedMemoryIsOff) {
+  auto transport = make_ucx_transport();
+  for (const char* tls : {"", "^tcp", "tcp,sm", "shm,self", "all"}) {
+    setenv("UCX_TLS", tls, 1);
+    EXPECT_FALSE(transport->detects_failure_at(Reach::kProcess)) << "UCX_TLS=" << tls;
+    EXPECT_FALSE(transport->detects_failure_at(Reach::kHost)) << "UCX_TLS=" << tls;
+    EXPECT_TRUE(transport->detects_failure_at(Reach::kNetwork)) << "UCX_TLS=" << tls;
+  }
+  setenv("UCX_TLS", "tcp,self", 1);
+  EXPECT_TRUE(transport->detects_failure_at(Reach::kProcess));
+  EXPECT_TRUE(transport->detects_failure_at(Reach::kHost));
+  EXPECT_TRUE(transport->detects_failure_at(Reach::kNetwork));
+  unsetenv("UCX_TLS");
+  EXPECT_FALSE(transport->detects_failure_at(Reach::kHost)) << "UCX_TLS unset";
+}
+
 INSTANTIATE_TEST_SUITE_P(ErrorHandling, UcxTransportTest, ::testing::Values(false, true),
                          [](const auto& param_info) { return param_info.param ? "PeerFailureDetection" : "NoFailureDetection"; });
 

@@ -1,7 +1,7 @@
 // Threads: any thread posts; `mutex_` of the receiving transport guards its posted receives
-// and its unexpected sends (a send that found no receive yet waits there, as UCX's unexpected
-// queue does). Completions are queued to the completing transport's own thread, never run
-// under a lock or inside the call that caused them.
+// and its unexpected sends (a send that found no receive yet waits there, as a tag-matching
+// network transport's unexpected queue does). Completions are queued to the completing
+// transport's own thread, never run under a lock or inside the call that caused them.
 #include "transports/loopback/loopback_transport.h"
 
 #include <atomic>
@@ -222,7 +222,8 @@ class LoopbackTransport : public Transport {
     }
     if (done) complete(std::move(done), {false, "cancelled"});
     // A send waits in its target's unexpected queue; the target cancels nothing of ours: a
-    // send is complete for the sender once delivered or matched, as in UCX's eager protocol.
+    // send is complete for the sender once delivered or matched, as in a network transport's
+    // eager protocol.
   }
 
  private:

@@ -1,8 +1,8 @@
 // The staged path's mover: a transfer of `total` bytes is cut into chunks that pass
 // through `depth` bounce buffers in two asynchronous steps,
 //
-//   fill  : source[chunk]  -> bounce buffer     (producer: device->host copy; consumer: UCX receive)
-//   drain : bounce buffer  -> destination[chunk] (producer: UCX send;         consumer: host->device copy)
+//   fill  : source[chunk]  -> bounce buffer     (producer: device->host copy; consumer: transport receive)
+//   drain : bounce buffer  -> destination[chunk] (producer: transport send;    consumer: host->device copy)
 //
 // so copies overlap the network transfer. A bounce buffer is busy from the start of its chunk's
 // fill until the end of its drain, hence at most `depth` chunks are in flight at any time.
@@ -11,7 +11,7 @@
 // in tests, a CUDA stream in cuda_copy_engine.h) into a fill or a drain step.
 //
 // Threads: one thread drives the pipeline (start/poll/run/wait); stage completions may arrive on
-// any thread (a CUDA callback thread, UCX's progress thread) and only queue an event, so a
+// any thread (a CUDA callback thread, a transport's progress thread) and only queue an event, so a
 // completion never re-enters an engine (CUDA forbids API calls inside stream callbacks).
 #pragma once
 

@@ -14,6 +14,7 @@
 #include "transports/ucx/address_layout.h"
 #include "transports/ucx/address_seal.h"
 #include "transports/ucx/ucx_memory.h"
+#include "transports/ucx/ucx_shared_memory.h"
 #include "transports/ucx/ucx_worker.h"
 
 namespace modelcast::transport {
@@ -76,6 +77,12 @@ class UcxTransport final : public Transport {
   }
 
   std::vector<std::byte> address() const override { return address_; }
+
+  // Any peer on this machine, this process included: UCX reaches it by shared memory whenever
+  // UCX_TLS allows, and only to an endpoint without peer-failure handling.
+  bool detects_failure_at(Reach distance) const override {
+    return distance == Reach::kNetwork || !ucx_shared_memory_allowed();
+  }
 
   PeerId connect(std::span<const std::byte> peer_address, bool detect_failure, PeerFailure on_failure) override {
     PeerId id = next_id_++;

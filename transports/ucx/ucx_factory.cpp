@@ -1,0 +1,19 @@
+#include "transports/ucx/ucx_factory.h"
+
+#include "transports/ucx/ucx_transport.h"
+
+namespace modelcast::transport {
+
+TransportFactory ucx_transport_factory() {
+  return {"ucx", true,
+          [](Side side) {
+            // A consumer receives, a producer sends: why the two sides want different endpoint
+            // ids is at UcxOptions::indirect_endpoint_ids.
+            UcxOptions options;
+            options.indirect_endpoint_ids = side == Side::kConsumer;
+            return make_ucx_transport(options);
+          },
+          {}};
+}
+
+}  // namespace modelcast::transport

@@ -1,0 +1,12 @@
+// Whether UCX may reach a peer on this machine through shared memory. UCX offers its
+// shared-memory transports only to endpoints without peer-failure detection, so the answer
+// decides how the UCX transport connects to a near peer (UcxTransport::detects_failure_at).
+#pragma once
+
+namespace modelcast::transport {
+
+// Whether UCX_TLS (as set in this process's environment) leaves a shared-memory transport on.
+// Read at each call: the environment may change between transports (tests set UCX_TLS).
+bool ucx_shared_memory_allowed();
+
+}  // namespace modelcast::transport
