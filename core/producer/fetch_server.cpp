@@ -253,7 +253,17 @@ bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetc
   if (consumer == fetches_.end()) return false;
   auto fetch = consumer->second.find(fetch_id);
   if (fetch == consumer->second.end()) return false;
-  if (ok) store_.renew(fetch->second.lease_id, now, lease_timeout_);
+  if (ok) {
+    Fetch& f = fetch->second;
+    f.sent++;
+    // Once every send has completed nothing here shows progress any more, yet the last bytes may
+    // still be on their way: a TCP send completes when the socket takes it, which on a slow
+    // link can be seconds before they arrive. The lease then waits for the ack, or ends with
+    // the consumer (silent 5 s), or with a writer that needs the slot (publish() takes it after
+    // lease_timeout).
+    const bool all_sent = f.next == f.blocks.size() && f.sent >= f.blocks.size();
+    store_.renew(f.lease_id, now, all_sent ? kAwaitingAck : lease_timeout_);
+  }
   if (ok || fetch->second.failed) return false;
   fetch->second.failed = true;
   return true;

@@ -75,7 +75,8 @@ class FetchServer {
   std::vector<Withdrawn> host_failed(std::uint64_t version, const std::string& error);
 
   // A chunk send finished. A success is progress: the fetch's lease is renewed for another
-  // lease_timeout, so a transfer that keeps moving is never abandoned however long it takes.
+  // lease_timeout, so a transfer that keeps moving is never abandoned however long it takes;
+  // after the last, the lease waits for the ack (kAwaitingAck).
   // True the first time a send of that fetch fails.
   bool on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok, Clock::time_point now);
 
@@ -128,6 +129,7 @@ class FetchServer {
     transfer::ChunkPlan plan;
     std::vector<std::uint32_t> blocks;
     std::size_t next = 0;
+    std::size_t sent = 0;  // sends completed
     transport::PeerId peer = 0;
     const transport::MemoryRegion* region = nullptr;
     // A relayed fetch: the consumer serving it and its order (no lease, no sends here).
@@ -147,6 +149,9 @@ class FetchServer {
   Withdrawn withdraw(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch, const std::string& why);
   void cancel(const Fetch& fetch);
 
+  // A fetch whose sends have all completed holds its lease this long while its ack comes (see
+  // on_send_done): in practice until the ack, the consumer's departure or a writer's need.
+  static constexpr std::chrono::hours kAwaitingAck{1};
   SnapshotStore& store_;
   const transport::TransportSet& transports_;
   const std::uint64_t incarnation_;

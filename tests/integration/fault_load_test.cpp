@@ -643,8 +643,9 @@ TEST_F(LossyTwoHosts, VersionsCrossADelayingLossyLinkBitExact) {
 // A version that takes six lease_timeouts to cross the link arrives in one go: the producer's
 // lease and the consumer's transfer_timeout both count from the last chunk, not from the fetch.
 // 6 MiB at 1 MB/s in 128 KiB chunks (a chunk every eighth of a second) against 1 s for both.
-// (With 256 KiB chunks, a quarter of the lease, a lease lapsed once on a 2-core machine running
-// other tests and a compiler: the producer's loop did not get to a completion for a second.)
+// (The lease once lapsed here on the last chunk: TCP sends complete when the socket takes
+// them, a second or more before a 1 MB/s link delivers the last bytes; a fetch whose sends have
+// all completed now waits for its ack.)
 TEST_F(SlowTwoHosts, AVersionLastingSixLeaseTimeoutsArrivesWithoutALapse) {
   constexpr int kLeaseMs = 1000;
   ChildProcess producer = start_producer(

@@ -373,6 +373,35 @@ TEST(Stages, ATransferThatKeepsProgressingKeepsItsLeaseAndOneThatStopsLosesIt) {
   c.client.abort();
 }
 
+// Once every send of a fetch has completed, the producer sees no more progress, yet the bytes
+// may still be draining through a slow link (a TCP send completes when the socket takes it).
+// The lease then waits for the ack, however late (a lease lapsed this way in CI, on the last
+// chunk of a transfer that went on to arrive).
+TEST(Stages, ALeaseWhoseSendsHaveAllCompletedWaitsForTheAck) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  const auto t0 = Clock::now();
+  auto request = c.client.begin(kIncarnation, 1, 0, t0);
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, t0);
+  ASSERT_TRUE(reply && reply->ok);
+  ASSERT_FALSE(c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), t0));
+  const std::size_t chunks = transfer::ChunkPlan{reply->manifest.total_bytes, reply->chunk_bytes}.count();
+  ASSERT_GT(chunks, 1u);
+  std::optional<consumer::FinishedFetch> done;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    EXPECT_FALSE(p.server->on_send_done(p.consumer.routing_id, request.fetch_id, true, t0 + 1s));
+    auto arrived = c.chunks.pop();
+    ASSERT_TRUE(arrived);
+    done = c.client.on_chunk(*arrived, t0 + 1s);
+  }
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(p.store.take_expired(t0 + 1s + 6 * 10s).empty()) << "the lease lapsed while the ack was on its way";
+  auto outcome = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, {}}, "consumer",
+                                  t0 + 61s);
+  EXPECT_TRUE(outcome.known && outcome.ok && !outcome.after_lease);
+}
+
 // A slow consumer's lease may outlive any number of lease_timeouts, but never stalls the
 // trainer for longer than one: publish() then revokes it (the consumer fetches a newer version).
 // Here the reader's lease would run for an hour; the writer waits 50 ms.
