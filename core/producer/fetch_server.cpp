@@ -3,6 +3,8 @@
 #include <iterator>
 #include <limits>
 
+#include "modelcast/error.h"
+
 namespace modelcast::producer {
 
 FetchServer::FetchServer(SnapshotStore& store, const transport::TransportSet& transports, std::uint64_t incarnation,
@@ -191,6 +193,15 @@ void FetchServer::post_sends(const std::string& routing_id, std::uint64_t fetch_
   while (fetch.next < fetch.blocks.size()) {
     const std::size_t i = fetch.blocks[fetch.next];
     if (plan.offset(i) + plan.length(i) > host_bytes) break;
+    // Told before the first send can read the slot: a writer that ends the lease from now on
+    // leaves the slot alone until the sends have ended. A lease already ended (lapsed or
+    // revoked before the host copy got here) may no longer be sent from.
+    if (!fetch.sending) {
+      if (!store_.set_sending(fetch.lease_id, true)) {
+        throw Error(ErrorCode::kState, "its lease ended before the chunks could be sent");
+      }
+      fetch.sending = true;
+    }
     fetch.transfers.push_back(transport.post_send(
         fetch.peer, *fetch.region, plan.offset(i), plan.length(i), protocol::chunk_tag(fetch_id, i),
         [this, routing_id, fetch_id](const transport::TransferResult& r) { on_send_(routing_id, fetch_id, r); }));
@@ -239,6 +250,8 @@ std::vector<FetchServer::Withdrawn> FetchServer::host_failed(std::uint64_t versi
 FetchServer::Withdrawn FetchServer::withdraw(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch,
                                              const std::string& why) {
   cancel(fetch);
+  // The refusal tells the consumer to stop receiving: sends already posted would never end.
+  retire_and_cut_off(routing_id, fetch_id, fetch, "withdrawn: " + why, std::nullopt);
   store_.release(fetch.lease_id);
   Withdrawn withdrawn;
   withdrawn.routing_id = routing_id;
@@ -248,13 +261,40 @@ FetchServer::Withdrawn FetchServer::withdraw(const std::string& routing_id, std:
   return withdrawn;
 }
 
+std::size_t FetchServer::retire(const std::string& routing_id, std::uint64_t fetch_id, const Fetch& fetch) {
+  const std::size_t sends = in_flight(fetch);
+  if (fetch.sending && sends > 0) draining_[{routing_id, fetch_id}] = Draining{fetch.lease_id, sends};
+  return sends;
+}
+
+void FetchServer::retire_and_cut_off(const std::string& routing_id, std::uint64_t fetch_id, const Fetch& fetch,
+                                     const std::string& why, std::optional<protocol::FetchReply> refusal) {
+  if (auto sends = retire(routing_id, fetch_id, fetch); sends > 0) {
+    cut_off_.push_back(CutOff{routing_id, sends, why, std::move(refusal)});
+  }
+}
+
 bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok, Clock::time_point now) {
-  auto consumer = fetches_.find(routing_id);
-  if (consumer == fetches_.end()) return false;
-  auto fetch = consumer->second.find(fetch_id);
-  if (fetch == consumer->second.end()) return false;
+  Fetch* fetch = nullptr;
+  if (auto consumer = fetches_.find(routing_id); consumer != fetches_.end()) {
+    if (auto it = consumer->second.find(fetch_id); it != consumer->second.end()) fetch = &it->second;
+  }
+  if (!fetch) {
+    // A send of a fetch that already ended: its slot is let go after the last of them.
+    auto drain = draining_.find({routing_id, fetch_id});
+    if (drain != draining_.end() && --drain->second.sends == 0) {
+      store_.set_sending(drain->second.lease_id, false);
+      draining_.erase(drain);
+    }
+    return false;
+  }
+  Fetch& f = *fetch;
+  f.ended++;
+  if (f.sending && in_flight(f) == 0) {
+    store_.set_sending(f.lease_id, false);
+    f.sending = false;
+  }
   if (ok) {
-    Fetch& f = fetch->second;
     f.sent++;
     // Once every send has completed nothing here shows progress any more, yet the last bytes may
     // still be on their way: a TCP send completes when the socket takes it, which on a slow
@@ -264,8 +304,8 @@ bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetc
     const bool all_sent = f.next == f.blocks.size() && f.sent >= f.blocks.size();
     store_.renew(f.lease_id, now, all_sent ? kAwaitingAck : lease_timeout_);
   }
-  if (ok || fetch->second.failed) return false;
-  fetch->second.failed = true;
+  if (ok || f.failed) return false;
+  f.failed = true;
   return true;
 }
 
@@ -294,6 +334,11 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   auto it = consumer->second.find(ack.fetch_id);
   Fetch fetch = std::move(it->second);
   consumer->second.erase(it);
+  if (ack.ok) {
+    retire(routing_id, ack.fetch_id, fetch);  // the last completions may not have reached us yet
+  } else {
+    retire_and_cut_off(routing_id, ack.fetch_id, fetch, "it refused the version", std::nullopt);
+  }
   outcome.known = true;
   outcome.ok = ack.ok;
   outcome.relay = fetch.relay.empty() ? std::string() : planner_.name(fetch.relay);
@@ -391,6 +436,7 @@ std::size_t FetchServer::drop(const std::string& routing_id) {
   if (it == fetches_.end()) return undelivered;
   for (auto& [id, fetch] : it->second) {
     cancel(fetch);
+    retire(routing_id, id, fetch);  // the caller closes the connection, which ends the sends
     if (!fetch.relay.empty()) end_relayed(fetch, true);
     if (fetch.lease_id != 0) store_.release(fetch.lease_id);
     if (!fetch.failed) undelivered++;
@@ -399,17 +445,31 @@ std::size_t FetchServer::drop(const std::string& routing_id) {
   return undelivered;
 }
 
-void FetchServer::expired(const SlotPool::Lease& lease) {
+bool FetchServer::expired(const SlotPool::Lease& lease) {
   auto it = fetches_.find(lease.holder);
-  if (it == fetches_.end()) return;
+  if (it == fetches_.end()) return false;
+  bool cut = false;
   std::erase_if(it->second, [&](auto& entry) {
     if (entry.second.lease_id != lease.id) return false;
     cancel(entry.second);
+    if (in_flight(entry.second) > 0) {
+      protocol::FetchReply refusal;
+      refusal.fetch_id = entry.first;
+      refusal.refusal = protocol::Refusal::kNotHeld;
+      refusal.error = "version " + std::to_string(entry.second.version) +
+                      " stopped: its lease ended (no progress for the lease timeout, or the slot was needed); "
+                      "join again";
+      retire_and_cut_off(lease.holder, entry.first, entry.second, "its lease ended with sends in flight",
+                         std::move(refusal));
+      cut = true;
+      return true;
+    }
     auto& lapsed = lapsed_[lease.holder];
     lapsed[entry.first] = Lapsed{entry.second.version, entry.second.bytes};
     if (lapsed.size() > kMaxLapsed) lapsed.erase(lapsed.begin());  // the oldest fetch id
     return true;
   });
+  return cut;
 }
 
 void FetchServer::cancel(const Fetch& fetch) {

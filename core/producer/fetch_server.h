@@ -11,6 +11,13 @@
 // Each call returns what the service loop must send to the caller; messages for other
 // consumers (relay orders and cancels, fetches withdrawn because their relay failed) are
 // queued for take_outgoing(). This stage sends no control message itself.
+// Sends outlive their fetch: a fetch that ends (acked, lapsed, revoked, refused, withdrawn,
+// its consumer gone) while sends from its slot are in flight leaves the slot held
+// (SlotPool::set_sending) until each send reports its end. A transport may go on reading the
+// slot until then, and cancelling a send does not end it (UCX cancels only receives); closing
+// the connection does. So where the consumer will not take those sends any more (a lapse, a
+// revocation, a refusal, a withdrawal), its connection is to be closed: take_cut_off() lists
+// those consumers, and the service drops them (they join again).
 // Service thread only (transfer completions reach it through the loop's event queue).
 #pragma once
 
@@ -109,10 +116,21 @@ class FetchServer {
   const RelayPlanner& relays() const { return planner_; }
   // Whether the consumer has a fetch under way (whose transfers may still be posted).
   bool serving(const std::string& routing_id) const;
-  // A lease lapsed (SnapshotStore::take_expired): abandons the fetch that held it, but keeps what
-  // its ack needs, so that a consumer that installs the version anyway (UCX went on sending)
-  // is counted as delivered, not as abandoned.
-  void expired(const SlotPool::Lease& lease);
+  // A lease lapsed or a writer revoked it (SnapshotStore::take_expired): abandons the fetch that
+  // held it. With sends still in flight the consumer is cut off (take_cut_off) and true is
+  // returned: the version will not arrive. Otherwise every send has completed, and what its ack
+  // needs is kept, so that a consumer that installs the version anyway counts as delivered.
+  bool expired(const SlotPool::Lease& lease);
+
+  // Consumers whose connection must be closed to end the sends of a fetch that ended, each with
+  // the refusal to send it first when it may still be waiting for that fetch.
+  struct CutOff {
+    std::string routing_id;
+    std::size_t sends = 0;  // in flight when its fetch ended
+    std::string why;
+    std::optional<protocol::FetchReply> refusal;
+  };
+  std::vector<CutOff> take_cut_off() { return std::exchange(cut_off_, {}); }
 
  private:
   struct Fetch {
@@ -129,7 +147,9 @@ class FetchServer {
     transfer::ChunkPlan plan;
     std::vector<std::uint32_t> blocks;
     std::size_t next = 0;
-    std::size_t sent = 0;  // sends completed
+    std::size_t sent = 0;   // sends completed
+    std::size_t ended = 0;  // sends that reported their end, completed or not
+    bool sending = false;   // told the store: the lease holds its slot past its end until clear
     transport::PeerId peer = 0;
     const transport::MemoryRegion* region = nullptr;
     // A relayed fetch: the consumer serving it and its order (no lease, no sends here).
@@ -148,6 +168,15 @@ class FetchServer {
   // Ends a fetch whose remaining chunks will not be sent: cancels its sends, releases its lease.
   Withdrawn withdraw(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch, const std::string& why);
   void cancel(const Fetch& fetch);
+  std::size_t in_flight(const Fetch& fetch) const { return fetch.transfers.size() - fetch.ended; }
+  // Tells the store whether the fetch still has sends in flight (see the file comment).
+  void update_sending(Fetch& fetch);
+  // A fetch is being erased: its sends still in flight are counted down in draining_ until they
+  // end, and then its slot is let go. Returns how many were in flight.
+  std::size_t retire(const std::string& routing_id, std::uint64_t fetch_id, const Fetch& fetch);
+  // retire(), and the consumer is cut off when sends were in flight.
+  void retire_and_cut_off(const std::string& routing_id, std::uint64_t fetch_id, const Fetch& fetch,
+                          const std::string& why, std::optional<protocol::FetchReply> refusal);
 
   // A fetch whose sends have all completed holds its lease this long while its ack comes (see
   // on_send_done): in practice until the ack, the consumer's departure or a writer's need.
@@ -170,6 +199,13 @@ class FetchServer {
   };
   static constexpr std::size_t kMaxLapsed = 8;
   std::map<std::string, std::map<std::uint64_t, Lapsed>> lapsed_;       // routing id -> fetch id
+  // Ended fetches with sends still in flight: (routing id, fetch id) -> lease and sends left.
+  struct Draining {
+    std::uint64_t lease_id = 0;
+    std::size_t sends = 0;
+  };
+  std::map<std::pair<std::string, std::uint64_t>, Draining> draining_;
+  std::vector<CutOff> cut_off_;
   RelayPlanner planner_;
   std::uint64_t next_order_ = 1;
   std::vector<std::pair<std::string, protocol::Message>> outgoing_;

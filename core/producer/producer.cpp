@@ -154,7 +154,15 @@ class Producer::Impl {
       std::lock_guard lock(mutex_);
       prepare_locked();
     }
-    std::size_t slot = store_.reserve(options_.lease_timeout);
+    auto reserved = store_.reserve(options_.lease_timeout);
+    const std::size_t slot = reserved.slot;
+    if (reserved.sends_abandoned > 0) {
+      log_->error("publish() took slot {} while sends of {} ended fetch(es) from it had not reported their end "
+                  "after their connections were closed (UCX 1.13 never ends sends to a dead consumer on this host): the trainer "
+                  "does not wait for the transport longer than twice lease_timeout",
+                  slot, reserved.sends_abandoned);
+      stats_.update([&](ProducerStats& s) { s.sends_abandoned += reserved.sends_abandoned; });
+    }
     Manifest manifest = layout_;
     manifest.version = next_version_++;
     manifest.step = step;

@@ -72,6 +72,7 @@ void ProducerService::run() {
     expire_leases();
     drop_silent_consumers();
     send_outgoing();
+    close_cut_off();
   }
 }
 
@@ -93,6 +94,28 @@ void ProducerService::send_outgoing() {
     } catch (const zmq::error_t& e) {
       log_->warn("could not send a relay message: {}", e.what());
     }
+  }
+}
+
+// Consumers with sends in flight from a fetch that ended without them (FetchServer's file
+// comment): closing the connection is what ends those sends, and with them the slot's hold.
+// The consumer is told first when it may still be waiting, and joins again.
+void ProducerService::close_cut_off() {
+  for (auto& cut : fetches_.take_cut_off()) {
+    auto* consumer = membership_.find(cut.routing_id);
+    if (!consumer) continue;  // already gone: its connection is closed
+    log_->warn("closing the connection of '{}' ({}): {} send(s) from the slot were still in flight, and only "
+               "closing stops them; it joins again",
+               consumer->name, cut.why, cut.sends);
+    if (cut.refusal) {
+      try {
+        reply(cut.routing_id, *cut.refusal);
+      } catch (const zmq::error_t& e) {
+        log_->warn("could not tell '{}': {}", consumer->name, e.what());
+      }
+    }
+    drop_consumer(cut.routing_id);
+    stats_.update([](ProducerStats& s) { s.connections_cut++; });  // after: the count says it is done
   }
 }
 
@@ -256,13 +279,18 @@ void ProducerService::expire_leases() {
   if (expired.empty()) return;
   for (const auto& lease : expired) {
     auto* consumer = membership_.find(lease.holder);
-    // Cancelling does not end UCX sends already under way: the slot may be written again while
-    // they read it, which the consumer sees as a torn version and refuses; or they finish first
-    // and the consumer installs the version, and its ack is then counted as a delivery.
-    log_->warn("lease of '{}' on version {} lapsed: the fetch is no longer waited for and its slot may be "
-               "reused (a late ack still counts)",
-               consumer ? consumer->name : std::string("?"), lease.version);
-    fetches_.expired(lease);
+    const std::string name = consumer ? consumer->name : std::string("?");
+    if (fetches_.expired(lease)) {
+      // Sends still in flight: the consumer is cut off (close_cut_off), and its slot stays held
+      // until those sends have ended.
+      log_->warn("lease of '{}' on version {} ended with sends in flight: the fetch failed", name, lease.version);
+      stats_.update([](ProducerStats& s) { s.failed_deliveries++; });
+    } else {
+      // Every send had completed: the consumer may still install the version, and its ack counts.
+      log_->warn("lease of '{}' on version {} ended while its ack was awaited: its slot may be reused "
+                 "(a late ack still counts)",
+                 name, lease.version);
+    }
   }
 }
 

@@ -150,6 +150,7 @@ class ProducerService {
  private:
   void reply(const std::string& routing_id, const protocol::Message& message);
   void send_outgoing();
+  void close_cut_off();
   void announce();
   void on_event(SnapshotStarted& e);
   void on_event(SnapshotTaken& e);

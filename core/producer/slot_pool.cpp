@@ -1,6 +1,7 @@
 #include "core/producer/slot_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "modelcast/error.h"
 
@@ -14,19 +15,28 @@ SlotPool::SlotPool(std::size_t slot_count) : slot_versions_(slot_count, 0), writ
   }
 }
 
+void SlotPool::end_leases(std::vector<Lease>::iterator first) {
+  for (auto it = first; it != leases_.end(); ++it) {
+    if (it->sending) draining_.push_back(*it);
+  }
+  expired_.insert(expired_.end(), first, leases_.end());
+  leases_.erase(first, leases_.end());
+}
+
+bool SlotPool::held(std::size_t slot) const {
+  auto on_slot = [&](const Lease& lease) { return lease.slot == slot; };
+  return std::any_of(leases_.begin(), leases_.end(), on_slot) ||
+         std::any_of(draining_.begin(), draining_.end(), on_slot);
+}
+
 std::optional<std::size_t> SlotPool::reserve_for_write(Clock::time_point now) {
-  auto expired = std::partition(leases_.begin(), leases_.end(),
-                                [&](const Lease& lease) { return lease.expires > now; });
-  expired_.insert(expired_.end(), expired, leases_.end());
-  leases_.erase(expired, leases_.end());
+  end_leases(std::partition(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.expires > now; }));
 
   std::optional<std::size_t> best;
   for (std::size_t slot = 0; slot < slot_versions_.size(); ++slot) {
     if (writing_[slot]) continue;
     if (newest_version_ != 0 && slot_versions_[slot] == newest_version_) continue;
-    bool leased = std::any_of(leases_.begin(), leases_.end(),
-                              [&](const Lease& lease) { return lease.slot == slot; });
-    if (leased) continue;
+    if (held(slot)) continue;
     // Prefer an empty slot, then the oldest version: keeps recent versions fetchable longest.
     if (!best || slot_versions_[slot] < slot_versions_[*best]) best = slot;
   }
@@ -68,35 +78,62 @@ std::size_t SlotPool::revoke_for_write() {
     return std::any_of(leases_.begin(), leases_.end(),
                        [&](const Lease& lease) { return lease.slot == slot && lease.kind == Kind::kPin; });
   };
+  auto draining = [&](std::size_t slot) {
+    return std::any_of(draining_.begin(), draining_.end(), [&](const Lease& lease) { return lease.slot == slot; });
+  };
+  // A draining slot frees itself when its sends end (their holder is being cut off); revoking
+  // there would end nothing sooner.
   std::optional<std::size_t> victim;
   for (std::size_t slot = 0; slot < slot_versions_.size(); ++slot) {
-    if (writing_[slot] || pinned(slot)) continue;
+    if (writing_[slot] || pinned(slot) || draining(slot)) continue;
     if (newest_version_ != 0 && slot_versions_[slot] == newest_version_) continue;
     if (!victim || slot_versions_[slot] < slot_versions_[*victim]) victim = slot;
   }
   if (!victim) return 0;
   auto revoked = std::partition(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.slot != *victim; });
   const auto count = static_cast<std::size_t>(std::distance(revoked, leases_.end()));
-  expired_.insert(expired_.end(), revoked, leases_.end());
-  leases_.erase(revoked, leases_.end());
+  end_leases(revoked);
   return count;
+}
+
+std::size_t SlotPool::abandon_drain() {
+  auto leased = [&](std::size_t slot) {
+    return std::any_of(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.slot == slot; });
+  };
+  std::optional<std::size_t> victim;
+  for (const auto& drain : draining_) {
+    const std::size_t slot = drain.slot;
+    if (writing_[slot] || leased(slot)) continue;
+    if (newest_version_ != 0 && slot_versions_[slot] == newest_version_) continue;
+    if (!victim || slot_versions_[slot] < slot_versions_[*victim]) victim = slot;
+  }
+  if (!victim) return 0;
+  return static_cast<std::size_t>(std::erase_if(draining_, [&](const Lease& lease) { return lease.slot == *victim; }));
 }
 
 bool SlotPool::release_lease(std::uint64_t lease_id) {
   auto it = std::find_if(leases_.begin(), leases_.end(), [&](const Lease& l) { return l.id == lease_id; });
   if (it == leases_.end()) return false;
+  if (it->sending) draining_.push_back(*it);
   leases_.erase(it);
   return true;
 }
 
+bool SlotPool::set_sending(std::uint64_t lease_id, bool sending) {
+  auto by_id = [&](const Lease& l) { return l.id == lease_id; };
+  if (auto it = std::find_if(leases_.begin(), leases_.end(), by_id); it != leases_.end()) {
+    it->sending = sending;
+    return true;
+  }
+  auto it = std::find_if(draining_.begin(), draining_.end(), by_id);
+  if (it == draining_.end()) return false;
+  if (!sending) draining_.erase(it);
+  return true;
+}
+
 std::vector<SlotPool::Lease> SlotPool::take_expired(Clock::time_point now) {
-  auto expired = std::partition(leases_.begin(), leases_.end(),
-                                [&](const Lease& lease) { return lease.expires > now; });
-  std::vector<Lease> result = std::move(expired_);
-  expired_.clear();
-  result.insert(result.end(), expired, leases_.end());
-  leases_.erase(expired, leases_.end());
-  return result;
+  end_leases(std::partition(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.expires > now; }));
+  return std::exchange(expired_, {});
 }
 
 std::optional<SlotPool::Clock::time_point> SlotPool::next_expiry() const {

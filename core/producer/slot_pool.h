@@ -20,6 +20,10 @@ class SlotPool {
   // A reader's lease lasts while its transfer makes progress (renew_lease) and may be revoked
   // by a writer that waited long enough; a pin (the digest thread, host staging) is neither
   // renewed nor revoked: its holder reads the slot itself and releases it when done.
+  // A reader lease whose holder has sends from the slot in flight (set_sending) keeps the slot
+  // from writers after it ends, however it ends (ack, departure, lapse, revocation), until
+  // set_sending(false): a transport may go on reading the slot until each send reports its end,
+  // and a writer in between would tear the version those sends deliver.
   enum class Kind { kReader, kPin };
 
   struct Lease {
@@ -29,6 +33,7 @@ class SlotPool {
     std::string holder;
     Clock::time_point expires;
     Kind kind = Kind::kReader;
+    bool sending = false;
   };
 
   explicit SlotPool(std::size_t slot_count);
@@ -60,6 +65,16 @@ class SlotPool {
   // Ends a lease early (the reader acked). False if it had already ended or expired.
   bool release_lease(std::uint64_t lease_id);
 
+  // The reader has sends from the slot in flight (true) or none any more (false). A lease that
+  // ended while sending holds its slot until this says false. False if the lease is unknown.
+  bool set_sending(std::uint64_t lease_id, bool sending);
+  // Slots held only by ended leases whose sends are still in flight.
+  std::size_t draining() const { return draining_.size(); }
+  // For a writer that has waited for sends to end as long as it may: forgets the ended leases
+  // holding the slot it would take (the oldest version that is neither the newest, pinned nor
+  // leased). Returns how many; 0 when no slot is held by ended leases alone.
+  std::size_t abandon_drain();
+
   // Removes and returns leases whose time is up.
   std::vector<Lease> take_expired(Clock::time_point now);
 
@@ -78,6 +93,11 @@ class SlotPool {
   std::uint64_t newest_version_ = 0;
   std::uint64_t next_lease_id_ = 1;
   std::vector<Lease> expired_;  // parked by find_writable until take_expired collects them
+  std::vector<Lease> draining_;  // ended while sending: their slots wait for set_sending(false)
+  // Moves the leases in [first, leases_.end()) out of leases_: to expired_ (all) and, when
+  // still sending, to draining_ too.
+  void end_leases(std::vector<Lease>::iterator first);
+  bool held(std::size_t slot) const;
 };
 
 }  // namespace modelcast

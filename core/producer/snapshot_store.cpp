@@ -37,15 +37,29 @@ void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet&
 
 // A reader's lease lasts as long as its transfer progresses, which can be longer than the
 // trainer may wait: after lease_timeout the writer revokes the leases on the slot it needs
-// (the consumer fetches a newer version instead), so publish() never waits longer than it did
-// when leases ran from the fetch.
-std::size_t SnapshotStore::reserve(Clock::duration lease_timeout) {
+// (the consumer fetches a newer version instead). Sends from a revoked lease hold the slot
+// until they end, which the service brings about by closing the consumer's connection (UCX
+// ends a closed endpoint's sends); after another lease_timeout the writer takes the slot all
+// the same and says so: UCX 1.13 never ends sends to a dead same-host peer, which reads
+// nothing more, and the trainer must not wait on a transport for ever.
+SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {
   std::unique_lock lock(mutex_);
   const auto revoke_at = Clock::now() + lease_timeout;
+  const auto abandon_at = revoke_at + lease_timeout;
+  Reserved reserved;
   for (;;) {
     auto now = Clock::now();
-    if (auto slot = pool_.reserve_for_write(now)) return *slot;
+    if (auto slot = pool_.reserve_for_write(now)) {
+      reserved.slot = *slot;
+      return reserved;
+    }
     if (now >= revoke_at && pool_.revoke_for_write() > 0) continue;
+    if (now >= abandon_at) {
+      if (auto abandoned = pool_.abandon_drain(); abandoned > 0) {
+        reserved.sends_abandoned += abandoned;
+        continue;
+      }
+    }
     auto wake = std::max(revoke_at, now + std::chrono::milliseconds(1));
     if (auto expiry = pool_.next_expiry(); expiry && *expiry < wake) wake = *expiry;
     slot_freed_.wait_until(lock, wake);
@@ -55,6 +69,18 @@ std::size_t SnapshotStore::reserve(Clock::duration lease_timeout) {
 bool SnapshotStore::renew(std::uint64_t lease_id, Clock::time_point now, Clock::duration duration) {
   std::lock_guard lock(mutex_);
   return pool_.renew_lease(lease_id, now, duration);
+}
+
+bool SnapshotStore::set_sending(std::uint64_t lease_id, bool sending) {
+  std::lock_guard lock(mutex_);
+  const bool known = pool_.set_sending(lease_id, sending);
+  if (!sending) slot_freed_.notify_all();
+  return known;
+}
+
+std::size_t SnapshotStore::draining_slots() const {
+  std::lock_guard lock(mutex_);
+  return pool_.draining();
 }
 
 void SnapshotStore::cancel(std::size_t slot) {

@@ -61,7 +61,12 @@ class SnapshotStore {
 
   // Blocks until a slot may be written: every other slot may be held by readers, until an ack,
   // a lease lapses, or lease_timeout has passed and the readers of one slot lose their leases.
-  std::size_t reserve(Clock::duration lease_timeout);
+  struct Reserved {
+    std::size_t slot = 0;
+    // Ended leases whose sends had still not ended when the writer stopped waiting for them.
+    std::size_t sends_abandoned = 0;
+  };
+  Reserved reserve(Clock::duration lease_timeout);
   std::byte* memory(std::size_t slot) { return slots_[slot].memory.data(); }
 
   // Gives a reserved slot back unpublished (its snapshot could not be completed).
@@ -106,6 +111,11 @@ class SnapshotStore {
   // The lease's transfer made progress: it ends no sooner than now + duration. False once it
   // has ended (acked, lapsed or revoked).
   bool renew(std::uint64_t lease_id, Clock::time_point now, Clock::duration duration);
+  // The lease's holder has sends from its slot in flight, or none any more (SlotPool::set_sending:
+  // a lease that ended while sending holds its slot until then). Wakes a waiting writer.
+  // False if the lease is unknown (ended, and not holding its slot for sends).
+  bool set_sending(std::uint64_t lease_id, bool sending);
+  std::size_t draining_slots() const;
   // Holds `version`'s slot with no expiry and outside reader_leases(); nullopt if the version
   // is no longer held. Any thread; unpin() from any thread once the bytes are no longer read.
   std::optional<Pinned> pin(std::uint64_t version, const std::string& holder);

@@ -136,6 +136,13 @@ struct ProducerStats {
   // Transport connections made to consumers: one a join, except that a consumer joining again
   // from the address it joined from, with no fetch under way, keeps the connection it had.
   std::uint64_t connections_opened = 0;
+  // Connections closed because a fetch ended (its lease lapsed or was needed, it was refused or
+  // withdrawn) with sends from its slot still in flight: closing is what ends them. Such a
+  // consumer joins again.
+  std::uint64_t connections_cut = 0;
+  // Of those, fetches whose sends had not ended twice lease_timeout after publish() began to
+  // wait for their slot, which it then took (logged as an error).
+  std::uint64_t sends_abandoned = 0;
   std::uint64_t failed_snapshots = 0;  // device versions that could not be staged (never served)
   std::chrono::nanoseconds last_stall{0};
   std::string transport;             // the transports it delivers over, e.g. "ucx" or "ucx,loopback"

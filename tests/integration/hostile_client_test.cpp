@@ -188,12 +188,71 @@ TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) 
   EXPECT_EQ(old.refusal, protocol::Refusal::kNotHeld);
 }
 
-// A lease shorter than the transfer: the producer once logged "transfer abandoned" and counted
-// no delivery while UCX went on sending and the consumer installed the version. A consumer's ack
-// after the lapse now counts as a delivery (once), and an ack of a fetch that never was does not.
-TEST_F(HostileClientTest, AnAckAfterTheLeaseLapsedCountsAsADelivery) {
+// Receives every chunk of a fetch's answer into `received` over `ucx`; false if one failed or
+// they did not all end within a minute.
+bool receive_all(modelcast::transport::Transport& ucx, const protocol::FetchReply& reply,
+                 std::vector<std::byte>& received) {
+  received.assign(reply.manifest.total_bytes, std::byte{0});
+  auto region = ucx.register_memory(received.data(), received.size(), modelcast::transport::MemoryLocation::host());
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::size_t done = 0, failed = 0;
+  const std::size_t chunks = (received.size() + reply.chunk_bytes - 1) / reply.chunk_bytes;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    const std::size_t offset = i * reply.chunk_bytes;
+    ucx.post_recv(*region, offset, std::min<std::size_t>(reply.chunk_bytes, received.size() - offset),
+                  protocol::chunk_tag(reply.fetch_id, i), [&](const modelcast::transport::TransferResult& r) {
+                    std::lock_guard lock(mutex);
+                    (r.ok ? done : failed)++;
+                    cv.notify_all();
+                  });
+  }
+  std::unique_lock lock(mutex);
+  return cv.wait_for(lock, 60s, [&] { return done + failed == chunks; }) && failed == 0;
+}
+
+// A client that takes none of the chunks of its fetch: its lease lapses while the sends are
+// posted. A transport may read the slot until each send ends, and only closing the connection
+// ends them: the producer closes it, tells the client (a refusal of that fetch), keeps the slot
+// from publish() until the sends have ended, and goes on publishing.
+TEST_F(HostileClientTest, AClientThatTakesNoChunksIsCutOffWhenItsLeaseLapses) {
   modelcast::ProducerOptions producer_options;
   producer_options.lease_timeout = 200ms;
+  producer_options.snapshot_slots = 2;
+  TestProducer p(1024, producer_options);
+  HostileClient client(context_, p.producer->control_endpoint());
+  auto joined = client.join("taker-of-nothing", ucx_->address());
+  ASSERT_TRUE(joined.ok) << joined.error;
+  p.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
+  client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
+  auto reply = client.next<protocol::FetchReply>();
+  ASSERT_TRUE(reply.ok) << reply.error;
+  auto stopped = client.next<protocol::FetchReply>();
+  EXPECT_FALSE(stopped.ok);
+  EXPECT_EQ(stopped.fetch_id, 1u);
+  EXPECT_NE(stopped.error.find("lease ended"), std::string::npos) << stopped.error;
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().connections_cut == 1; }));
+  auto stats = p.producer->stats();
+  EXPECT_EQ(stats.consumers, 0u);
+  EXPECT_EQ(stats.failed_deliveries, 1u);
+  EXPECT_EQ(stats.leases_expired, 1u);
+  // With two slots, every publish from here on needs version 1's slot in turn: UCX ended the
+  // closed connection's sends, so none had to be abandoned.
+  for (std::uint64_t v = 2; v <= 4; ++v) p.publish(v);
+  EXPECT_EQ(p.producer->stats().sends_abandoned, 0u);
+  // Cut off means joined no more.
+  client.send(protocol::FetchRequest{joined.incarnation, 0, 2});
+  EXPECT_EQ(client.next<protocol::FetchReply>().refusal, protocol::Refusal::kNotJoined);
+}
+
+// A consumer that took every chunk but acks late, after a writer needed the slot and ended its
+// lease: nothing was in flight any more, so it is not cut off, and its ack counts as a delivery
+// (once); an ack of a fetch that never was does not.
+TEST_F(HostileClientTest, AnAckAfterTheLeaseEndedCountsAsADelivery) {
+  modelcast::ProducerOptions producer_options;
+  producer_options.lease_timeout = 200ms;
+  producer_options.snapshot_slots = 2;
   std::atomic<int> delivered{0};
   producer_options.on_delivery = [&](const modelcast::Delivery& d) { delivered += d.version == 1 ? 1 : 100; };
   TestProducer p(256, producer_options);
@@ -205,6 +264,11 @@ TEST_F(HostileClientTest, AnAckAfterTheLeaseLapsedCountsAsADelivery) {
   client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
   auto reply = client.next<protocol::FetchReply>();
   ASSERT_TRUE(reply.ok) << reply.error;
+  std::vector<std::byte> received;
+  ASSERT_TRUE(receive_all(*ucx_, reply, received));
+  // Version 2 takes the free slot; version 3 needs version 1's and ends its lease.
+  p.publish(2);
+  p.publish(3);
   ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().leases_expired == 1; }));
   EXPECT_EQ(p.producer->stats().fetches_in_flight, 0u);
 
@@ -216,6 +280,7 @@ TEST_F(HostileClientTest, AnAckAfterTheLeaseLapsedCountsAsADelivery) {
   client.send(protocol::FetchRequest{joined.incarnation, 0, 2});
   (void)client.next<protocol::FetchReply>();
   EXPECT_EQ(p.producer->stats().deliveries, 1u);
+  EXPECT_EQ(p.producer->stats().connections_cut, 0u);
   EXPECT_EQ(delivered.load(), 1);
 }
 
@@ -245,26 +310,8 @@ TEST_F(HostileClientTest, AConsumerJoiningAgainFromTheSameAddressKeepsItsConnect
   auto reply = second.next<protocol::FetchReply>();
   ASSERT_TRUE(reply.ok) << reply.error;
   ASSERT_TRUE(reply.region.empty()) << "expected a two-sided route to another host";
-  std::vector<std::byte> received(reply.manifest.total_bytes);
-  auto region = ucx_->register_memory(received.data(), received.size(), modelcast::transport::MemoryLocation::host());
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::size_t done = 0, failed = 0;
-  const std::size_t chunks = (received.size() + reply.chunk_bytes - 1) / reply.chunk_bytes;
-  for (std::size_t i = 0; i < chunks; ++i) {
-    const std::size_t offset = i * reply.chunk_bytes;
-    ucx_->post_recv(*region, offset, std::min<std::size_t>(reply.chunk_bytes, received.size() - offset),
-                    protocol::chunk_tag(reply.fetch_id, i), [&](const modelcast::transport::TransferResult& r) {
-                      std::lock_guard lock(mutex);
-                      (r.ok ? done : failed)++;
-                      cv.notify_all();
-                    });
-  }
-  {
-    std::unique_lock lock(mutex);
-    ASSERT_TRUE(cv.wait_for(lock, 60s, [&] { return done + failed == chunks; })) << done << " of " << chunks;
-    EXPECT_EQ(failed, 0u);
-  }
+  std::vector<std::byte> received;
+  ASSERT_TRUE(receive_all(*ucx_, reply, received));
   ASSERT_EQ(reply.manifest.tensors.size(), p.model.size());
   for (std::size_t t = 0; t < p.model.size(); ++t) {
     const auto& entry = reply.manifest.tensors[t];

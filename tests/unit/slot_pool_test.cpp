@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "core/producer/slot_pool.h"
 #include "modelcast/error.h"
 
@@ -114,6 +116,73 @@ TEST(SlotPool, AWriterRevokesReadersOfTheOldestVersionButNotPins) {
   // Only the pinned slot and the newest are left besides the one being written: nothing to revoke.
   EXPECT_EQ(pool.revoke_for_write(), 0u);
   EXPECT_TRUE(pool.release_lease(pin.id));
+}
+
+// A transport may read a slot until each send from it reports its end, however the lease that
+// posted them ended: the slot stays out of the writer's reach until then.
+TEST(SlotPool, ALeaseEndedWhileSendingHoldsItsSlotUntilTheSendsEnd) {
+  auto t0 = Clock::time_point{} + 1h;
+  for (const char* how : {"lapse", "release", "revocation"}) {
+    SCOPED_TRACE(how);
+    SlotPool pool(2);
+    const auto s1 = pool.reserve_for_write(t0).value();
+    pool.mark_published(s1, 1);
+    auto lease = pool.acquire_lease(1, "reader", t0, 10s).value();
+    ASSERT_TRUE(pool.set_sending(lease.id, true));
+    pool.mark_published(pool.reserve_for_write(t0).value(), 2);
+    auto later = t0;
+    if (std::string(how) == "lapse") {
+      later = t0 + 11s;
+      ASSERT_EQ(pool.take_expired(later).size(), 1u);
+    } else if (std::string(how) == "release") {
+      EXPECT_TRUE(pool.release_lease(lease.id));
+    } else {
+      EXPECT_EQ(pool.revoke_for_write(), 1u);
+      ASSERT_EQ(pool.take_expired(t0).size(), 1u);
+    }
+    EXPECT_EQ(pool.draining(), 1u);
+    EXPECT_FALSE(pool.reserve_for_write(later).has_value()) << "a slot with sends in flight was handed to a writer";
+    EXPECT_EQ(pool.revoke_for_write(), 0u) << "revoking a draining slot frees nothing sooner";
+    EXPECT_FALSE(pool.renew_lease(lease.id, later, 10s)) << "an ended lease came back";
+    EXPECT_TRUE(pool.set_sending(lease.id, false));
+    EXPECT_EQ(pool.draining(), 0u);
+    EXPECT_EQ(pool.reserve_for_write(later), s1);
+  }
+}
+
+TEST(SlotPool, ALeaseNoLongerSendingEndsAtOnceAndAnEndedOneCannotStartSending) {
+  SlotPool pool(2);
+  auto t0 = Clock::time_point{} + 1h;
+  const auto s1 = pool.reserve_for_write(t0).value();
+  pool.mark_published(s1, 1);
+  auto lease = pool.acquire_lease(1, "reader", t0, 10s).value();
+  ASSERT_TRUE(pool.set_sending(lease.id, true));
+  ASSERT_TRUE(pool.set_sending(lease.id, false));  // every send reported its end before the ack
+  pool.mark_published(pool.reserve_for_write(t0).value(), 2);
+  EXPECT_TRUE(pool.release_lease(lease.id));
+  EXPECT_EQ(pool.draining(), 0u);
+  EXPECT_FALSE(pool.set_sending(lease.id, true)) << "sends may not start under an ended lease";
+  EXPECT_EQ(pool.reserve_for_write(t0), s1);
+}
+
+// The writer's last resort when sends never report their end (UCX 1.13 and a dead peer on the
+// same host): it forgets the oldest draining slot's holds, never a leased or pinned slot.
+TEST(SlotPool, AWriterMayAbandonTheDrainOfTheOldestSlotOnly) {
+  SlotPool pool(3);
+  auto t0 = Clock::time_point{} + 1h;
+  const auto s1 = pool.reserve_for_write(t0).value();
+  pool.mark_published(s1, 1);
+  auto first = pool.acquire_lease(1, "a", t0, 10s).value();
+  ASSERT_TRUE(pool.set_sending(first.id, true));
+  const auto s2 = pool.reserve_for_write(t0).value();
+  pool.mark_published(s2, 2);
+  auto second = pool.acquire_lease(2, "b", t0, 10s).value();
+  ASSERT_TRUE(pool.set_sending(second.id, true));
+  pool.mark_published(pool.reserve_for_write(t0).value(), 3);
+  EXPECT_TRUE(pool.release_lease(second.id));  // s2: draining; s1: still leased
+  EXPECT_EQ(pool.abandon_drain(), 1u);
+  EXPECT_EQ(pool.reserve_for_write(t0), s2) << "the leased slot was taken, or the drained one was not freed";
+  EXPECT_EQ(pool.abandon_drain(), 0u) << "nothing else is held by ended leases alone";
 }
 
 }  // namespace

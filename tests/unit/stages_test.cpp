@@ -80,7 +80,7 @@ struct ProducerSide {
   // `change`), digests and all, as the service loop would.
   void publish(std::uint64_t version, bool host_ready = true, std::uint64_t content = 0,
                const std::function<void(std::byte*)>& change = {}) {
-    auto slot = store.reserve(10s);
+    auto slot = store.reserve(10s).slot;
     testmodel::fill(model, 1, content ? content : version);
     Manifest manifest = layout;
     manifest.version = version;
@@ -319,27 +319,86 @@ TEST(Stages, SeveralAnnouncedVersionsAllWaitForTheirPublication) {
   EXPECT_FALSE(p.server->start("consumer-2", &p.consumer, {kIncarnation, 3, 3}, Clock::now()));
 }
 
-TEST(Stages, AnExpiredLeaseAbandonsItsFetchAndFreesTheSlotAndALateAckStillCounts) {
+// A lease that lapses while its sends are in flight: a transport may go on reading the slot
+// until each send reports its end, so the slot stays held until then and the consumer is cut off
+// (closing its connection is what ends the sends), told so with a refusal of that fetch.
+TEST(Stages, ALeaseThatLapsesWithSendsInFlightHoldsItsSlotUntilTheyEndAndCutsTheConsumerOff) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   p.publish(1);
+  const auto slot_of_1 = p.last_slot;
   auto now = Clock::now();
   auto reply = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 1}, now);
   ASSERT_TRUE(reply && reply->ok);
+  const std::size_t chunks = (reply->manifest.total_bytes + reply->chunk_bytes - 1) / reply->chunk_bytes;
+  ASSERT_GT(chunks, 1u);
+  // The sends' completions are held back: as far as the server knows, all are in flight.
   auto expired = p.store.take_expired(now + 11s);
   ASSERT_EQ(expired.size(), 1u);
-  EXPECT_EQ(expired[0].holder, p.consumer.routing_id);
-  p.server->expired(expired[0]);
+  EXPECT_TRUE(p.server->expired(expired[0]));
+  auto cut = p.server->take_cut_off();
+  ASSERT_EQ(cut.size(), 1u);
+  EXPECT_EQ(cut[0].routing_id, p.consumer.routing_id);
+  EXPECT_EQ(cut[0].sends, chunks);
+  ASSERT_TRUE(cut[0].refusal.has_value());
+  EXPECT_EQ(cut[0].refusal->fetch_id, 1u);
+  EXPECT_EQ(cut[0].refusal->refusal, protocol::Refusal::kNotHeld);
   EXPECT_EQ(p.store.reader_leases(), 0u);
-  // The consumer got the version all the same (UCX went on sending): its ack counts, once.
-  auto late = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, 1, true, ""}, "c", now + 12s);
+  EXPECT_EQ(p.store.draining_slots(), 1u);
+  // Two more versions: neither may go into version 1's slot while its sends are in flight.
+  p.publish(2);
+  EXPECT_NE(p.last_slot, slot_of_1);
+  p.publish(3);
+  EXPECT_NE(p.last_slot, slot_of_1);
+  // It cannot arrive any more: a late ack is not a delivery.
+  EXPECT_FALSE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, 1, true, ""}, "c", now + 12s).known);
+  // The sends end (closing the connection ends them): the slot is free after the last one.
+  for (std::size_t i = 0; i < chunks; ++i) {
+    ASSERT_TRUE(p.sends.pop());
+    EXPECT_EQ(p.store.draining_slots(), 1u);
+    p.server->on_send_done(p.consumer.routing_id, 1, false, now + 12s);
+  }
+  EXPECT_EQ(p.store.draining_slots(), 0u);
+  auto reserved = p.store.reserve(10s);
+  EXPECT_EQ(reserved.slot, slot_of_1);
+  EXPECT_EQ(reserved.sends_abandoned, 0u);
+  p.store.cancel(reserved.slot);
+}
+
+// A fetch whose sends have all completed waits for its ack; a writer that needs the slot ends
+// the lease, nothing reads the slot any more, and an ack that comes later still counts.
+TEST(Stages, ALeaseRevokedAfterItsSendsCompletedFreesTheSlotAndALateAckStillCounts) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  const auto slot_of_1 = p.last_slot;
+  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok);
+  auto got = c.run(*reply);
+  ASSERT_EQ(got.failure, "");
+  const std::size_t chunks = (reply->manifest.total_bytes + reply->chunk_bytes - 1) / reply->chunk_bytes;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    ASSERT_TRUE(p.sends.pop());
+    p.server->on_send_done(p.consumer.routing_id, request.fetch_id, true, Clock::now());
+  }
+  p.publish(2);
+  p.publish(3);
+  auto other = p.store.lease(2, "other", Clock::now(), 1h, 0);  // only version 1's slot is left
+  ASSERT_TRUE(other);
+  auto reserved = p.store.reserve(50ms);  // revokes the lease on version 1
+  EXPECT_EQ(reserved.slot, slot_of_1);
+  auto expired = p.store.take_expired(Clock::now());
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_FALSE(p.server->expired(expired[0]));
+  EXPECT_TRUE(p.server->take_cut_off().empty()) << "a consumer with no sends in flight was cut off";
+  auto late = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c",
+                               Clock::now());
   EXPECT_TRUE(late.known && late.ok && late.after_lease);
   EXPECT_EQ(late.delivery.version, 1u);
-  EXPECT_FALSE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, 1, true, ""}, "c", now + 12s).known);
-  EXPECT_EQ(p.store.reader_leases(), 0u);
-  // With the fetch gone, the consumer may ask again.
-  auto again = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 2}, now + 12s);
-  EXPECT_TRUE(again && again->ok);
+  EXPECT_FALSE(
+      p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now()).known);
+  p.store.cancel(reserved.slot);
 }
 
 // A transfer that keeps moving holds its lease however long it takes (here six lease_timeouts,
@@ -412,7 +471,7 @@ TEST(Stages, PublishWaitsForALeasedSlotNoLongerThanTheLeaseTimeout) {
   auto reader = p.store.lease(1, "slow", Clock::now(), 1h, 0).value();
   auto fast = p.store.lease(2, "fast", Clock::now(), 1h, 0).value();
   ASSERT_NE(reader.lease.slot, fast.lease.slot);
-  const auto slot = p.store.reserve(50ms);
+  const auto slot = p.store.reserve(50ms).slot;
   EXPECT_EQ(slot, reader.lease.slot) << "the oldest version's slot is the one to take";
   auto ended = p.store.take_expired(Clock::now());
   ASSERT_EQ(ended.size(), 1u);
