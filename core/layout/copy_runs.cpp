@@ -15,6 +15,23 @@ std::vector<CopyRun> copy_runs(const Box& src, const Box& dst, const Box& region
 
 void append_copy_runs(const Box& src, const Box& dst, const Box& region, std::size_t element_size,
                       std::vector<CopyRun>& out) {
+  std::vector<StridedRun> strided;
+  append_strided_runs(src, dst, region, element_size, strided);
+  for (const StridedRun& r : strided) {
+    for (std::uint64_t i = 0; i < r.count; ++i) {
+      const std::uint64_t s = r.src_offset + i * r.src_stride;
+      const std::uint64_t t = r.dst_offset + i * r.dst_stride;
+      if (!out.empty() && out.back().src_offset + out.back().bytes == s && out.back().dst_offset + out.back().bytes == t) {
+        out.back().bytes += r.bytes;
+      } else {
+        out.push_back({s, t, r.bytes});
+      }
+    }
+  }
+}
+
+void append_strided_runs(const Box& src, const Box& dst, const Box& region, std::size_t element_size,
+                         std::vector<StridedRun>& out) {
   if (element_size == 0) throw Error(ErrorCode::kInvalidArgument, "copy runs: element size 0");
   if (src.rank() != region.rank() || dst.rank() != region.rank()) {
     throw Error(ErrorCode::kInvalidArgument, "copy runs: boxes of different rank: source " + src.to_string() +
@@ -58,37 +75,34 @@ void append_copy_runs(const Box& src, const Box& dst, const Box& region, std::si
     }
   }
 
-  auto emit = [&](std::uint64_t s, std::uint64_t t) {
-    if (!out.empty()) {
-      CopyRun& last = out.back();
-      if (last.src_offset + last.bytes == s && last.dst_offset + last.bytes == t) {
-        last.bytes += run_bytes;
-        return;
-      }
+  // The innermost walked dimension becomes the strided run's count; an odometer walks the rest,
+  // innermost fastest, so runs come in increasing order on both sides.
+  StridedRun run{src_start, dst_start, run_bytes, 1, 0, 0};
+  std::size_t walked = outer;
+  if (walked > 0) {
+    --walked;
+    run.count = static_cast<std::uint64_t>(region.extent(walked));
+    if (run.count > 1) {
+      run.src_stride = src_stride[walked];
+      run.dst_stride = dst_stride[walked];
     }
-    out.push_back({s, t, run_bytes});
-  };
-
-  // Odometer over the walked dimensions, innermost fastest, so runs come in increasing order.
+  }
   std::array<std::int64_t, kMaxRank> index{};
-  std::uint64_t s = src_start;
-  std::uint64_t t = dst_start;
   while (true) {
-    emit(s, t);
-    std::size_t d = outer;
-    while (d > 0) {
+    out.push_back(run);
+    std::size_t d = walked;
+    while (true) {
+      if (d == 0) return;
       --d;
       if (++index[d] < region.extent(d)) {
-        s += src_stride[d];
-        t += dst_stride[d];
+        run.src_offset += src_stride[d];
+        run.dst_offset += dst_stride[d];
         break;
       }
-      s -= static_cast<std::uint64_t>(region.extent(d) - 1) * src_stride[d];
-      t -= static_cast<std::uint64_t>(region.extent(d) - 1) * dst_stride[d];
+      run.src_offset -= static_cast<std::uint64_t>(region.extent(d) - 1) * src_stride[d];
+      run.dst_offset -= static_cast<std::uint64_t>(region.extent(d) - 1) * dst_stride[d];
       index[d] = 0;
-      if (d == 0) return;
     }
-    if (outer == 0) return;
   }
 }
 

@@ -17,6 +17,20 @@ struct CopyRun {
   friend bool operator==(const CopyRun&, const CopyRun&) = default;
 };
 
+// `count` copies of `bytes` bytes, copy i from src_offset + i * src_stride to dst_offset + i *
+// dst_stride: the runs along one dimension in one entry, so that a box cut across the rows of
+// another (a dim-1 shard of dim-0 pieces) costs an entry per piece, not one per row. count 1
+// has strides 0.
+struct StridedRun {
+  std::uint64_t src_offset = 0;
+  std::uint64_t dst_offset = 0;
+  std::uint64_t bytes = 0;
+  std::uint64_t count = 1;
+  std::uint64_t src_stride = 0;
+  std::uint64_t dst_stride = 0;
+  friend bool operator==(const StridedRun&, const StridedRun&) = default;
+};
+
 // The runs that copy `region` from a buffer holding box `src` (row-major, contiguous, element
 // size `element_size`) into a buffer holding box `dst`, in increasing source and destination
 // order. Dimensions that `region` spans fully on both sides are merged into one run, so a dim-0
@@ -25,9 +39,15 @@ struct CopyRun {
 // is not inside both src and dst.
 std::vector<CopyRun> copy_runs(const Box& src, const Box& dst, const Box& region, std::size_t element_size);
 
-// As copy_runs, appending to `out` (the planner reuses one vector for many regions). A run that
-// continues the last one already in `out` on both sides extends it.
+// As copy_runs, appending to `out`. A run that continues the last one already in `out` on both
+// sides extends it.
 void append_copy_runs(const Box& src, const Box& dst, const Box& region, std::size_t element_size,
                       std::vector<CopyRun>& out);
+
+// The same runs as copy_runs, those along the innermost dimension that is walked (not merged into
+// a run) folded into one StridedRun, appended to `out` (the planner reuses one vector). Same
+// errors as copy_runs.
+void append_strided_runs(const Box& src, const Box& dst, const Box& region, std::size_t element_size,
+                         std::vector<StridedRun>& out);
 
 }  // namespace modelcast::layout

@@ -206,12 +206,13 @@ PullPlan plan_pulls(const PieceCatalog& catalog, const ConsumerLayout& layout, c
   plan.bytes_by_rank.assign(catalog.ranks(), 0);
 
   auto pull = [&](const Box& region, PieceRef from, const Box& wanted, std::size_t element_size,
-                  std::uint32_t destination, std::vector<CopyRun>& runs) {
+                  std::uint32_t destination, std::vector<StridedRun>& runs) {
     runs.clear();
-    append_copy_runs(catalog.piece(from).box, wanted, region, element_size, runs);
+    append_strided_runs(catalog.piece(from).box, wanted, region, element_size, runs);
     auto& ranges = plan.by_rank[from.rank];
-    for (const CopyRun& run : runs) {
-      ranges.push_back({from.piece, run.src_offset, run.bytes, destination, run.dst_offset});
+    for (const StridedRun& run : runs) {
+      ranges.push_back({from.piece, run.src_offset, run.bytes, destination, run.dst_offset, run.count,
+                        run.src_stride, run.dst_stride});
     }
     plan.bytes_by_rank[from.rank] += region.volume() * element_size;
   };
@@ -225,7 +226,7 @@ PullPlan plan_pulls(const PieceCatalog& catalog, const ConsumerLayout& layout, c
   };
   std::vector<Replicated> replicated;
   std::vector<Cell> cells;
-  std::vector<CopyRun> runs;
+  std::vector<StridedRun> runs;
   const TensorWant whole = TensorWant::whole();
   const TensorWant nothing = TensorWant::nothing();
 
@@ -318,10 +319,21 @@ PullPlan plan_pulls(const PieceCatalog& catalog, const ConsumerLayout& layout, c
       if (kept > 0) {
         PullRange& last = ranges[kept - 1];
         const PullRange& r = ranges[i];
-        if (last.piece == r.piece && last.destination == r.destination &&
-            last.src_offset + last.length == r.src_offset && last.dst_offset + last.length == r.dst_offset) {
-          last.length += r.length;
-          continue;
+        if (last.piece == r.piece && last.destination == r.destination) {
+          if (last.count == 1 && r.count == 1 && last.src_offset + last.length == r.src_offset &&
+              last.dst_offset + last.length == r.dst_offset) {
+            last.length += r.length;
+            continue;
+          }
+          // The next rows of the same strided range (a replicated cell split in slabs that went
+          // to one rank).
+          if (last.count > 1 && last.length == r.length && (r.count == 1 || (r.src_stride == last.src_stride &&
+                                                                             r.dst_stride == last.dst_stride)) &&
+              last.src_offset + last.count * last.src_stride == r.src_offset &&
+              last.dst_offset + last.count * last.dst_stride == r.dst_offset) {
+            last.count += r.count;
+            continue;
+          }
         }
       }
       ranges[kept++] = ranges[i];

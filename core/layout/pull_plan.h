@@ -88,22 +88,30 @@ struct Destination {
   std::uint64_t bytes = 0;
 };
 
-// One transfer from a rank: `length` bytes at src_offset of the rank's piece buffer `piece` to
-// dst_offset of destination buffer `destination` (an index into PullPlan::destinations).
+// Transfers from a rank: `count` copies of `length` bytes, copy i from src_offset + i *
+// src_stride of the rank's piece buffer `piece` to dst_offset + i * dst_stride of destination
+// buffer `destination` (an index into PullPlan::destinations). count 1 has strides 0; count > 1
+// describes the rows of a box cut across another in one entry instead of one per row.
 struct PullRange {
   std::uint32_t piece = 0;
   std::uint64_t src_offset = 0;
   std::uint64_t length = 0;
   std::uint32_t destination = 0;
   std::uint64_t dst_offset = 0;
+  std::uint64_t count = 1;
+  std::uint64_t src_stride = 0;
+  std::uint64_t dst_stride = 0;
+
+  std::uint64_t bytes() const noexcept { return length * count; }
   friend bool operator==(const PullRange&, const PullRange&) = default;
 };
 
 struct PullPlan {
   // Tensors in the catalog's (name) order, each tensor's boxes in the order asked.
   std::vector<Destination> destinations;
-  // Per rank: ranges sorted by piece then source offset, adjacent ones coalesced. Together they
-  // write every byte of every destination exactly once.
+  // Per rank: ranges sorted by piece then (first) source offset, a range that continues the one
+  // before it on both sides merged into it. Together they write every byte of every destination
+  // exactly once.
   std::vector<std::vector<PullRange>> by_rank;
   std::vector<std::uint64_t> bytes_by_rank;
 

@@ -16,6 +16,8 @@ using modelcast::layout::append_copy_runs;
 using modelcast::layout::Box;
 using modelcast::layout::copy_runs;
 using modelcast::layout::CopyRun;
+using modelcast::layout::append_strided_runs;
+using modelcast::layout::StridedRun;
 
 TEST(CopyRuns, Dim0SliceOfAWholeTensorIsOneRun) {
   Box whole({0, 0}, {1024, 256});
@@ -34,6 +36,24 @@ TEST(CopyRuns, Dim1HalfIsOneRunPerRow) {
   auto back = copy_runs(half, whole, half, 2);
   ASSERT_EQ(back.size(), 4u);
   for (std::uint64_t r = 0; r < 4; ++r) EXPECT_EQ(back[r], (CopyRun{r * 4 * 2, (r * 8 + 4) * 2, 8}));
+}
+
+TEST(CopyRuns, RowsOfACutAreOneStridedRun) {
+  Box whole({0, 0}, {4, 8});
+  Box half({0, 4}, {4, 4});
+  std::vector<StridedRun> runs;
+  append_strided_runs(whole, half, half, 2, runs);
+  EXPECT_EQ(runs, (std::vector<StridedRun>{{4 * 2, 0, 8, 4, 8 * 2, 4 * 2}}));
+  // Rank 3: a box cutting dims 1 and 2 walks dim 0 and strides along dim 1.
+  Box cube({0, 0, 0}, {3, 4, 5});
+  Box inner({1, 1, 1}, {2, 2, 3});
+  runs.clear();
+  append_strided_runs(cube, inner, inner, 1, runs);
+  EXPECT_EQ(runs, (std::vector<StridedRun>{{20 + 5 + 1, 0, 3, 2, 5, 3}, {40 + 5 + 1, 6, 3, 2, 5, 3}}));
+  // A slice of one row is a plain run with strides 0.
+  runs.clear();
+  append_strided_runs(whole, whole, Box({2, 1}, {1, 3}), 4, runs);
+  EXPECT_EQ(runs, (std::vector<StridedRun>{{(16 + 1) * 4, (16 + 1) * 4, 12, 1, 0, 0}}));
 }
 
 TEST(CopyRuns, FullInnerDimensionsCoalesceOutward) {

@@ -189,20 +189,28 @@ void execute_and_check(const std::vector<GlobalTensor>& model, const PieceCatalo
       ASSERT_LT(range.destination, dest.size()) << what;
       const auto& src = buffers[r][range.piece];
       auto& dst = dest[range.destination];
-      ASSERT_LE(range.src_offset + range.length, src.size()) << what;
-      ASSERT_LE(range.dst_offset + range.length, dst.size()) << what;
       ASSERT_GT(range.length, 0u) << what;
-      std::memcpy(dst.data() + range.dst_offset, src.data() + range.src_offset, range.length);
-      for (std::uint64_t b = 0; b < range.length; ++b) ++writes[range.destination][range.dst_offset + b];
-      rank_bytes += range.length;
+      ASSERT_GT(range.count, 0u) << what;
+      if (range.count == 1) {
+        EXPECT_EQ(range.src_stride + range.dst_stride, 0u) << what;
+      }
+      for (std::uint64_t k = 0; k < range.count; ++k) {
+        const std::uint64_t s = range.src_offset + k * range.src_stride;
+        const std::uint64_t t = range.dst_offset + k * range.dst_stride;
+        ASSERT_LE(s + range.length, src.size()) << what;
+        ASSERT_LE(t + range.length, dst.size()) << what;
+        std::memcpy(dst.data() + t, src.data() + s, range.length);
+        for (std::uint64_t b = 0; b < range.length; ++b) ++writes[range.destination][t + b];
+      }
+      rank_bytes += range.bytes();
       if (i > 0) {
         const PullRange& prev = ranges[i - 1];
-        // Sorted by piece and source offset, and coalesced: no range continues the previous one.
-        EXPECT_TRUE(prev.piece < range.piece ||
-                    (prev.piece == range.piece && prev.src_offset + prev.length <= range.src_offset))
+        // Sorted by piece and first source offset, and coalesced: no single range continues the
+        // previous one.
+        EXPECT_TRUE(prev.piece < range.piece || (prev.piece == range.piece && prev.src_offset < range.src_offset))
             << what << " rank " << r << " range " << i;
-        EXPECT_FALSE(prev.piece == range.piece && prev.destination == range.destination &&
-                     prev.src_offset + prev.length == range.src_offset &&
+        EXPECT_FALSE(prev.piece == range.piece && prev.destination == range.destination && prev.count == 1 &&
+                     range.count == 1 && prev.src_offset + prev.length == range.src_offset &&
                      prev.dst_offset + prev.length == range.dst_offset)
             << what << " rank " << r << " range " << i << " not coalesced";
       }
@@ -268,11 +276,11 @@ TEST(PullPlan, ShardsOfTheProducersLayoutAreOneRangePerPiece) {
   PullPlan plan = plan_pulls(catalog, layout);
   EXPECT_EQ(plan.by_rank[2], (std::vector<PullRange>{{0, 0, 256u * 256 * 2, 0, 0}}));
   EXPECT_TRUE(plan.by_rank[0].empty() && plan.by_rank[1].empty() && plan.by_rank[3].empty());
-  // Resharded along the other dimension: one range per row of each rank's piece.
+  // Resharded along the other dimension: the 256 rows of each rank's piece in one strided range.
   layout.tensors["w"] = TensorWant::of({shard_box(shape, 1, 0, 2)});
   plan = plan_pulls(catalog, layout);
-  for (std::size_t r = 0; r < 4; ++r) {
-    EXPECT_EQ(plan.by_rank[r].size(), 256u);
+  for (std::uint64_t r = 0; r < 4; ++r) {
+    EXPECT_EQ(plan.by_rank[r], (std::vector<PullRange>{{0, 0, 128 * 2, 0, r * 256 * 128 * 2, 256, 256 * 2, 128 * 2}}));
     EXPECT_EQ(plan.bytes_by_rank[r], 256u * 128 * 2);
   }
 }
@@ -323,6 +331,20 @@ TEST(PullPlan, PartlyReplicatedRegionGoesToItsOwnersOnly) {
   // Rank 0 alone owns rows 0:4 (16 bytes) and rank 1 rows 6:8 (8): the shared rows go to the less
   // loaded owner one row at a time, rows 4 and 5 to rank 1, rows 8 and 9 to rank 2.
   EXPECT_EQ(plan.bytes_by_rank, (std::vector<std::uint64_t>{16, 16, 8}));
+}
+
+TEST(PullPlan, SlabsOfOneCutThatGoToOneRankMergeIntoOneStridedRange) {
+  // "w" [8, 4] is replicated on ranks 0 and 1; rank 1 is busy with "x". The consumer's dim-1
+  // half of w is split into two 4-row slabs, both go to rank 0 and come back as one range.
+  Shape shape{8, 4};
+  std::vector<std::vector<Piece>> pieces(2);
+  pieces[0].push_back({"w", shape, DType::kU8, Box::whole(shape)});
+  pieces[1].push_back({"w", shape, DType::kU8, Box::whole(shape)});
+  pieces[1].push_back({"x", {100}, DType::kU8, Box({0}, {100})});
+  ConsumerLayout layout;
+  layout.tensors["w"] = TensorWant::of({shard_box(shape, 1, 1, 2)});
+  PullPlan plan = plan_pulls(PieceCatalog(pieces), layout, PlanOptions{1});
+  EXPECT_EQ(plan.by_rank[0], (std::vector<PullRange>{{0, 2, 2, 0, 0, 8, 4, 2}}));
 }
 
 TEST(PullPlan, PlanDependsOnlyOnTheInputsNotOnRegistrationOrder) {
@@ -442,7 +464,7 @@ TEST(PullPlan, CatalogRefusesDisagreeingOutOfShapeAndOverlappingPieces) {
 TEST(PullPlan, ThousandTensorsOnEightRanksWithFourBoxesEach) {
   // The planning scale of a large model (no timing asserted; gtest prints the time taken): 1,000
   // tensors split along dim 0 over 8 ranks, a consumer wanting each tensor as 4 dim-0 quarters,
-  // then as 4 dim-1 quarters (a range per row of each piece).
+  // then as 4 dim-1 quarters (cutting across every piece's rows).
   std::vector<std::vector<Piece>> pieces(8);
   Shape shape{256, 128};
   for (int t = 0; t < 1000; ++t) {
@@ -462,9 +484,9 @@ TEST(PullPlan, ThousandTensorsOnEightRanksWithFourBoxesEach) {
     EXPECT_EQ(plan.total_bytes(), 1000u * 256 * 128 * 2);
     std::size_t ranges = 0;
     for (const auto& r : plan.by_rank) ranges += r.size();
-    // dim 0: each rank's piece is half of a quarter, and consecutive pieces go to the same
-    // destination contiguously: one range per piece. dim 1: 32 rows x 4 quarters per piece.
-    EXPECT_EQ(ranges, dim == 0 ? 8000u : 8000u * 32 * 4);
+    // dim 0: each rank's piece is half of a quarter: one range per piece. dim 1: a strided
+    // range (32 rows) per piece and quarter.
+    EXPECT_EQ(ranges, dim == 0 ? 8000u : 8000u * 4);
   }
 }
 
