@@ -109,52 +109,86 @@ constexpr std::array<float, 256> kF8Values = make_f8_table();
 // f16/bf16 with ties to even rounds the product once, where two nearest-even roundings could
 // round a value just off a tie as if it were on it.
 float round_to_odd(double value) noexcept {
-  float f = static_cast<float>(value);
+  const float f = static_cast<float>(value);
   if (static_cast<double>(f) == value || std::isinf(f) || std::isnan(f)) return f;
-  if ((std::bit_cast<std::uint32_t>(f) & 1u) == 0) {
-    f = std::nextafter(f, static_cast<float>(value > static_cast<double>(f) ? std::numeric_limits<float>::infinity()
-                                                                              : -std::numeric_limits<float>::infinity()));
+  auto bits = std::bit_cast<std::uint32_t>(f);
+  if ((bits & 1u) == 0) {
+    // The other float bracketing value, one step up or down in magnitude (sign and magnitude
+    // bits: the step does not depend on the sign).
+    bits = std::fabs(value) > std::fabs(static_cast<double>(f)) ? bits + 1 : bits - 1;
   }
-  return f;
+  return std::bit_cast<float>(bits);
+}
+
+// x / s in double is the exact quotient rounded once to 53 bits, and no 24-bit x over a 24-bit s
+// lies within 2^-53 relative of an fp8 tie without being on it, so rounding that double to fp8
+// rounds the exact quotient.
+std::uint8_t quantize_one(float x, double scale) noexcept {
+  return f8e4m3_from_double(static_cast<double>(x) / scale);
 }
 
 template <Format From>
 void quantize_run(const void* src, std::uint8_t* dst, std::size_t count, float scale) {
   const double s = scale;
-  // x / s in double is the exact quotient rounded once to 53 bits, and no 24-bit x over a 24-bit
-  // s lies within 2^-53 relative of an fp8 tie without being on it, so rounding that double to
-  // fp8 rounds the exact quotient.
-  for (std::size_t i = 0; i < count; ++i) dst[i] = f8e4m3_from_double(static_cast<double>(load(From, src, i)) / s);
+  for (std::size_t i = 0; i < count; ++i) dst[i] = quantize_one(load(From, src, i), s);
+}
+
+// A 16-bit input has 65,536 values: for a long run the codes of all of them for this scale cost
+// less than a division and rounding per element (bf16 -> fp8 of a large tensor is the common case).
+constexpr std::size_t kTableWorthIt = std::size_t{1} << 18;
+
+template <Format From>
+void quantize_run_by_table(const void* src, std::uint8_t* dst, std::size_t count, float scale) {
+  std::vector<std::uint8_t> table(65536);
+  const double s = scale;
+  for (std::uint32_t bits = 0; bits < 65536; ++bits) {
+    const auto b = static_cast<std::uint16_t>(bits);
+    table[bits] = quantize_one(load(From, &b, 0), s);
+  }
+  const auto* in = static_cast<const unsigned char*>(src);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::uint16_t bits;
+    std::memcpy(&bits, in + 2 * i, 2);
+    dst[i] = table[bits];
+  }
 }
 
 void quantize(Format from, const void* src, std::uint8_t* dst, std::size_t count, float scale) {
   switch (from) {
     case Format::kF32: return quantize_run<Format::kF32>(src, dst, count, scale);
-    case Format::kF16: return quantize_run<Format::kF16>(src, dst, count, scale);
-    case Format::kBF16: return quantize_run<Format::kBF16>(src, dst, count, scale);
+    case Format::kF16:
+      if (count >= kTableWorthIt) return quantize_run_by_table<Format::kF16>(src, dst, count, scale);
+      return quantize_run<Format::kF16>(src, dst, count, scale);
+    case Format::kBF16:
+      if (count >= kTableWorthIt) return quantize_run_by_table<Format::kBF16>(src, dst, count, scale);
+      return quantize_run<Format::kBF16>(src, dst, count, scale);
     case Format::kF8E4M3: return;
   }
 }
 
-template <Format To>
+// fp8 has 256 codes: the target's bits for each at this scale, then one lookup per element.
+template <Format To, typename Bits>
 void dequantize_run(const std::uint8_t* src, void* dst, std::size_t count, float scale) {
+  std::array<Bits, 256> table{};
   const double s = scale;
-  for (std::size_t i = 0; i < count; ++i) {
+  for (std::size_t code = 0; code < 256; ++code) {
     // An fp8 value has 4 significant bits and the scale 24: the product is exact in double.
-    const double product = static_cast<double>(kF8Values[src[i]]) * s;
+    const double product = static_cast<double>(kF8Values[code]) * s;
     if constexpr (To == Format::kF32) {
-      store(To, dst, i, static_cast<float>(product));
+      store(To, &table[code], 0, static_cast<float>(product));
     } else {
-      store(To, dst, i, round_to_odd(product));
+      store(To, &table[code], 0, round_to_odd(product));
     }
   }
+  auto* out = static_cast<unsigned char*>(dst);
+  for (std::size_t i = 0; i < count; ++i) std::memcpy(out + i * sizeof(Bits), &table[src[i]], sizeof(Bits));
 }
 
 void dequantize(const std::uint8_t* src, Format to, void* dst, std::size_t count, float scale) {
   switch (to) {
-    case Format::kF32: return dequantize_run<Format::kF32>(src, dst, count, scale);
-    case Format::kF16: return dequantize_run<Format::kF16>(src, dst, count, scale);
-    case Format::kBF16: return dequantize_run<Format::kBF16>(src, dst, count, scale);
+    case Format::kF32: return dequantize_run<Format::kF32, std::uint32_t>(src, dst, count, scale);
+    case Format::kF16: return dequantize_run<Format::kF16, std::uint16_t>(src, dst, count, scale);
+    case Format::kBF16: return dequantize_run<Format::kBF16, std::uint16_t>(src, dst, count, scale);
     case Format::kF8E4M3: return;
   }
 }
@@ -296,7 +330,8 @@ std::uint8_t f8e4m3_from_double(double value) noexcept {
   const double scaled = magnitude * pow2(3 - e);  // exact: a power of two, in [0, 16]
   auto n = static_cast<std::uint32_t>(scaled);
   const double fraction = scaled - n;
-  if (fraction > 0.5 || (fraction == 0.5 && (n & 1u))) ++n;
+  // Branch-free: the comparisons come out at random on real data.
+  n += static_cast<std::uint32_t>(fraction > 0.5) | (static_cast<std::uint32_t>(fraction == 0.5) & n & 1u);
   // Codes increase with the value, so n == 16 carries into the next exponent by itself, and for
   // e == -6 the code is n whether it is subnormal (n < 8) or not.
   return static_cast<std::uint8_t>(sign | static_cast<std::uint32_t>(((e + 7) << 3) + static_cast<int>(n) - 8));

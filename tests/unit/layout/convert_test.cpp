@@ -314,6 +314,24 @@ TEST(Convert, Fp8QuantizesWithNearestEvenSaturationAndNaN) {
   EXPECT_EQ(layout::f8e4m3_from_double(248.0), 0x78);  // 240 + 8: a tie that carries into 256
 }
 
+TEST(Convert, LongSixteenBitRunsQuantizeLikeShortOnes) {
+  // Runs of 2^18 elements or more of f16 and bf16 go through a table of all 65,536 inputs: every
+  // pattern, four times over, against the reference.
+  const Grid g = f8_grid();
+  std::vector<std::uint16_t> in(std::size_t{1} << 18);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<std::uint16_t>(i * 40503u);  // odd: all patterns
+  std::vector<std::uint8_t> out(in.size());
+  for (Format f : {Format::kF16, Format::kBF16}) {
+    for (float scale : {1.0f, 0.37f, 1e-5f}) {
+      layout::quantize_fp8(f, in.data(), out.data(), in.size(), scale);
+      for (std::size_t i = 0; i < in.size(); ++i) {
+        const double v = f == Format::kF16 ? f16_value(in[i]) : bf16_value(in[i]);
+        ASSERT_EQ(out[i], reference_round(g, v, scale)) << layout::format_name(f) << " 0x" << std::hex << in[i];
+      }
+    }
+  }
+}
+
 TEST(Convert, Fp8RoundTripsEveryCodeFromEveryFormat) {
   // Every finite fp8 value, written in f32, f16 and bf16 and scaled, quantizes back to its code.
   auto codes = all8();
