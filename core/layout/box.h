@@ -30,6 +30,8 @@ class Box {
   // The box covering a whole tensor of `shape` (offset 0). Same errors as the constructor.
   static Box whole(std::span<const std::int64_t> shape);
 
+  // Per-dimension accessors; dim must be < rank() (not checked: they sit in the planner's loops).
+  // end(dim) is offset + extent, one past the box's last index.
   std::size_t rank() const noexcept { return rank_; }
   std::int64_t offset(std::size_t dim) const noexcept { return offset_[dim]; }
   std::int64_t extent(std::size_t dim) const noexcept { return extent_[dim]; }
@@ -37,20 +39,24 @@ class Box {
   std::span<const std::int64_t> offsets() const noexcept { return {offset_.data(), rank_}; }
   std::span<const std::int64_t> extents() const noexcept { return {extent_.data(), rank_}; }
 
-  // Elements in the box (1 for rank 0).
+  // Elements in the box (1 for rank 0); empty() when it has none. The caller keeps volumes within
+  // 2^64 (any tensor that fits in memory does).
   std::uint64_t volume() const noexcept;
   bool empty() const noexcept { return volume() == 0; }
 
   // Whether every element of `inner` lies in this box; an empty inner box of the same rank is
   // contained anywhere. Throws Error(kInvalidArgument) when the ranks differ.
   bool contains(const Box& inner) const;
-  // Whether the box lies inside a tensor of `shape` (same rank, end <= shape per dimension).
+  // Whether the box lies inside a tensor of `shape` (same rank, end <= shape per dimension); false,
+  // not an error, for another rank, since callers report it with their own context.
   bool within(std::span<const std::int64_t> shape) const noexcept;
 
-  // "[0:512, 256:1024]" (offset:end per dimension), "[]" for a scalar: for error messages.
+  // "[0:512, 256:1024]" (offset:end per dimension), "[]" for a scalar: the form every error message
+  // about a box uses, so that users see one notation.
   std::string to_string() const;
 
-  // Same rank, offsets and extents (two empty boxes at different places are not equal).
+  // Same rank, offsets and extents: structural, so two empty boxes at different places differ
+  // (the planner never compares empty boxes; tests compare exact results).
   friend bool operator==(const Box& a, const Box& b) noexcept;
 
  private:
@@ -59,7 +65,8 @@ class Box {
   std::array<std::int64_t, kMaxRank> extent_{};
 };
 
-// "[2048, 1000]": a shape for error messages.
+// "[2048, 1000]": a shape in the notation of the error messages. No errors; the span is only
+// read during the call.
 std::string shape_to_string(std::span<const std::int64_t> shape);
 
 // The common part of a and b, empty (extents 0, at a's offset) when they do not meet. Throws

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/layout/box.h"
@@ -48,12 +49,14 @@ class PieceCatalog {
   // a size, or two pieces of one rank and tensor that overlap. Every message names the tensor.
   explicit PieceCatalog(std::vector<std::vector<Piece>> pieces_by_rank);
 
+  // The ranks and their pieces as given; rank and piece ids out of range throw std::out_of_range
+  // (a caller bug, not an input error). References stay valid while the catalog lives.
   std::size_t ranks() const noexcept { return pieces_by_rank_.size(); }
   const std::vector<Piece>& pieces(std::size_t rank) const { return pieces_by_rank_.at(rank); }
   const Piece& piece(PieceRef ref) const { return pieces_by_rank_.at(ref.rank).at(ref.piece); }
-  // Every tensor, sorted by name.
+  // Every tensor, sorted by name (so that plans do not depend on registration order), and the
+  // one called `name` (nullptr if none). Pointers stay valid while the catalog lives.
   const std::vector<Tensor>& tensors() const noexcept { return tensors_; }
-  // The tensor called `name`, or nullptr.
   const Tensor* find(std::string_view name) const;
 
  private:
@@ -68,6 +71,8 @@ struct TensorWant {
   Kind kind = Kind::kWhole;
   std::vector<Box> boxes;  // for kBoxes: disjoint boxes inside the tensor's shape, each its own buffer
 
+  // The three kinds of want; `of` takes the boxes by value (each becomes one destination buffer,
+  // in the order given). Checked only when planned.
   static TensorWant whole() { return {}; }
   static TensorWant nothing() { return {Kind::kNothing, {}}; }
   static TensorWant of(std::vector<Box> boxes) { return {Kind::kBoxes, std::move(boxes)}; }
@@ -102,6 +107,7 @@ struct PullRange {
   std::uint64_t src_stride = 0;
   std::uint64_t dst_stride = 0;
 
+  // Bytes this entry moves (length * count).
   std::uint64_t bytes() const noexcept { return length * count; }
   friend bool operator==(const PullRange&, const PullRange&) = default;
 };
@@ -115,6 +121,8 @@ struct PullPlan {
   std::vector<std::vector<PullRange>> by_rank;
   std::vector<std::uint64_t> bytes_by_rank;
 
+  // Bytes pulled from all ranks together: the sum of the destinations' sizes, since no byte is
+  // pulled twice.
   std::uint64_t total_bytes() const noexcept;
 };
 
