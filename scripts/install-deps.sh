@@ -13,7 +13,7 @@ packages=(
   libsodium-dev                   # key pairs and signed versions (Ed25519); CurveZMQ keys
   libtomlplusplus-dev             # key files
   libcli11-dev nlohmann-json3-dev # command lines, JSON output
-  libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting
+  libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting; layout: f16 and bf16 conversions
   libcsv-dev                      # predictor: loss logs as RFC 4180 CSV (quoted fields)
   gfortran                        # the Fortran module (fortran/) and its test
   # python3-torch and dataset-fashion-mnist (below) also make bench/data/curves/ (make_curves.py)
