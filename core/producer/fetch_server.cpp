@@ -7,6 +7,20 @@
 
 namespace modelcast::producer {
 
+namespace {
+
+// The answer that ends a fetch already answered (withdrawn, its relay gone, its lease ended):
+// the consumer stops receiving it and asks again.
+protocol::FetchReply stopped(std::uint64_t fetch_id, std::string why) {
+  protocol::FetchReply refusal;
+  refusal.fetch_id = fetch_id;
+  refusal.refusal = protocol::Refusal::kNotHeld;
+  refusal.error = std::move(why);
+  return refusal;
+}
+
+}  // namespace
+
 FetchServer::FetchServer(SnapshotStore& store, const transport::TransportSet& transports, std::uint64_t incarnation,
                          Clock::duration lease_timeout, SendCompletion on_send, std::size_t relay_fanout)
     : store_(store),
@@ -255,9 +269,7 @@ FetchServer::Withdrawn FetchServer::withdraw(const std::string& routing_id, std:
   store_.release(fetch.lease_id);
   Withdrawn withdrawn;
   withdrawn.routing_id = routing_id;
-  withdrawn.refusal.fetch_id = fetch_id;
-  withdrawn.refusal.refusal = protocol::Refusal::kNotHeld;
-  withdrawn.refusal.error = why;
+  withdrawn.refusal = stopped(fetch_id, why);
   return withdrawn;
 }
 
@@ -380,11 +392,8 @@ bool FetchServer::relay_failed(const std::string& relay, const protocol::RelayFa
       planner_.released(relay);
       planner_.lost(relay);  // what it said it could not serve, it does not hold
       planner_.lost(routing_id);
-      protocol::FetchReply refusal;
-      refusal.fetch_id = it->first;
-      refusal.refusal = protocol::Refusal::kNotHeld;
-      refusal.error = "relay '" + planner_.name(relay) + "' could not serve it: " + failed.error;
-      outgoing_.emplace_back(routing_id, std::move(refusal));
+      outgoing_.emplace_back(routing_id,
+                             stopped(it->first, "relay '" + planner_.name(relay) + "' could not serve it: " + failed.error));
       fetches.erase(it);
       return true;
     }
@@ -422,11 +431,7 @@ std::size_t FetchServer::drop(const std::string& routing_id) {
         continue;
       }
       planner_.lost(other);
-      protocol::FetchReply refusal;
-      refusal.fetch_id = it->first;
-      refusal.refusal = protocol::Refusal::kNotHeld;
-      refusal.error = "its relay '" + planner_.name(routing_id) + "' left";
-      outgoing_.emplace_back(other, std::move(refusal));
+      outgoing_.emplace_back(other, stopped(it->first, "its relay '" + planner_.name(routing_id) + "' left"));
       it = fetches.erase(it);
       undelivered++;
     }
@@ -453,14 +458,10 @@ bool FetchServer::expired(const SlotPool::Lease& lease) {
     if (entry.second.lease_id != lease.id) return false;
     cancel(entry.second);
     if (in_flight(entry.second) > 0) {
-      protocol::FetchReply refusal;
-      refusal.fetch_id = entry.first;
-      refusal.refusal = protocol::Refusal::kNotHeld;
-      refusal.error = "version " + std::to_string(entry.second.version) +
-                      " stopped: its lease ended (no progress for the lease timeout, or the slot was needed); "
-                      "join again";
       retire_and_cut_off(lease.holder, entry.first, entry.second, "its lease ended with sends in flight",
-                         std::move(refusal));
+                         stopped(entry.first, "version " + std::to_string(entry.second.version) +
+                                                  " stopped: its lease ended (no progress for the lease timeout, "
+                                                  "or the slot was needed); join again"));
       cut = true;
       return true;
     }
