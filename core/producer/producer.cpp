@@ -157,10 +157,11 @@ class Producer::Impl {
     auto reserved = store_.reserve(options_.lease_timeout);
     const std::size_t slot = reserved.slot;
     if (reserved.sends_abandoned > 0) {
-      log_->error("publish() took slot {} while sends of {} ended fetch(es) from it had not reported their end "
-                  "after their connections were closed (UCX 1.13 never ends sends to a dead consumer on this host): the trainer "
-                  "does not wait for the transport longer than twice lease_timeout",
-                  slot, reserved.sends_abandoned);
+      log_->warn("publish() took slot {} although sends of {} ended fetch(es) from it never reported their end "
+                 "after their connections were closed (UCX 1.13 does not end sends to a consumer on this host that "
+                 "died); the trainer waits for that at most {} ms",
+                 slot, reserved.sends_abandoned,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(producer::SnapshotStore::kDrainGrace).count());
       stats_.update([&](ProducerStats& s) { s.sends_abandoned += reserved.sends_abandoned; });
     }
     Manifest manifest = layout_;

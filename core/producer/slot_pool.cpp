@@ -17,10 +17,15 @@ SlotPool::SlotPool(std::size_t slot_count) : slot_versions_(slot_count, 0), writ
 
 void SlotPool::end_leases(std::vector<Lease>::iterator first) {
   for (auto it = first; it != leases_.end(); ++it) {
-    if (it->sending) draining_.push_back(*it);
+    if (it->sending) start_drain(*it);
   }
   expired_.insert(expired_.end(), first, leases_.end());
   leases_.erase(first, leases_.end());
+}
+
+void SlotPool::start_drain(Lease lease) {
+  lease.expires = Clock::time_point::max();  // abandon_drain's clock, started when a writer needs the slot
+  draining_.push_back(std::move(lease));
 }
 
 bool SlotPool::held(std::size_t slot) const {
@@ -96,25 +101,42 @@ std::size_t SlotPool::revoke_for_write() {
   return count;
 }
 
-std::size_t SlotPool::abandon_drain() {
-  auto leased = [&](std::size_t slot) {
-    return std::any_of(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.slot == slot; });
+std::size_t SlotPool::abandon_drain(Clock::time_point now, Clock::duration grace) {
+  auto candidate = [&](std::size_t slot) {
+    if (writing_[slot] || (newest_version_ != 0 && slot_versions_[slot] == newest_version_)) return false;
+    return std::none_of(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.slot == slot; });
   };
+  // A draining lease's `expires` is its abandon time, unset (max) until a writer first needs it.
+  for (auto& drain : draining_) {
+    if (drain.expires == Clock::time_point::max() && candidate(drain.slot)) drain.expires = now + grace;
+  }
   std::optional<std::size_t> victim;
-  for (const auto& drain : draining_) {
-    const std::size_t slot = drain.slot;
-    if (writing_[slot] || leased(slot)) continue;
-    if (newest_version_ != 0 && slot_versions_[slot] == newest_version_) continue;
-    if (!victim || slot_versions_[slot] < slot_versions_[*victim]) victim = slot;
+  for (std::size_t slot = 0; slot < slot_versions_.size(); ++slot) {
+    if (!candidate(slot)) continue;
+    bool held = false, due = true;
+    for (const auto& drain : draining_) {
+      if (drain.slot != slot) continue;
+      held = true;
+      due = due && drain.expires <= now;
+    }
+    if (held && due && (!victim || slot_versions_[slot] < slot_versions_[*victim])) victim = slot;
   }
   if (!victim) return 0;
   return static_cast<std::size_t>(std::erase_if(draining_, [&](const Lease& lease) { return lease.slot == *victim; }));
 }
 
+std::optional<SlotPool::Clock::time_point> SlotPool::next_abandon() const {
+  std::optional<Clock::time_point> next;
+  for (const auto& drain : draining_) {
+    if (drain.expires != Clock::time_point::max() && (!next || drain.expires < *next)) next = drain.expires;
+  }
+  return next;
+}
+
 bool SlotPool::release_lease(std::uint64_t lease_id) {
   auto it = std::find_if(leases_.begin(), leases_.end(), [&](const Lease& l) { return l.id == lease_id; });
   if (it == leases_.end()) return false;
-  if (it->sending) draining_.push_back(*it);
+  if (it->sending) start_drain(*it);
   leases_.erase(it);
   return true;
 }

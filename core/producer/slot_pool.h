@@ -70,10 +70,12 @@ class SlotPool {
   bool set_sending(std::uint64_t lease_id, bool sending);
   // Slots held only by ended leases whose sends are still in flight.
   std::size_t draining() const { return draining_.size(); }
-  // For a writer that has waited for sends to end as long as it may: forgets the ended leases
-  // holding the slot it would take (the oldest version that is neither the newest, pinned nor
-  // leased). Returns how many; 0 when no slot is held by ended leases alone.
-  std::size_t abandon_drain();
+  // For a writer that cannot wait for sends for ever. Slots held by ended leases alone (not the
+  // newest, leased, pinned or being written) get `grace` from the first call that sees them;
+  // then the oldest such slot's holds are forgotten. Returns how many; 0 when none is due.
+  std::size_t abandon_drain(Clock::time_point now, Clock::duration grace);
+  // When the next abandon_drain could forget something (a writer's wake-up), if ever.
+  std::optional<Clock::time_point> next_abandon() const;
 
   // Removes and returns leases whose time is up.
   std::vector<Lease> take_expired(Clock::time_point now);
@@ -98,6 +100,7 @@ class SlotPool {
   // still sending, to draining_ too.
   void end_leases(std::vector<Lease>::iterator first);
   bool held(std::size_t slot) const;
+  void start_drain(Lease lease);
 };
 
 }  // namespace modelcast

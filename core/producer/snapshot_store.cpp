@@ -37,15 +37,16 @@ void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet&
 
 // A reader's lease lasts as long as its transfer progresses, which can be longer than the
 // trainer may wait: after lease_timeout the writer revokes the leases on the slot it needs
-// (the consumer fetches a newer version instead). Sends from a revoked lease hold the slot
-// until they end, which the service brings about by closing the consumer's connection (UCX
-// ends a closed endpoint's sends); after another lease_timeout the writer takes the slot all
-// the same and says so: UCX 1.13 never ends sends to a dead same-host peer, which reads
-// nothing more, and the trainer must not wait on a transport for ever.
+// (the consumer fetches a newer version instead). Sends from an ended lease hold the slot
+// until they end, which the service brings about by closing the consumer's connection: UCX
+// ends a closed endpoint's sends within a progress round or two. Those still there after
+// kDrainGrace never end (UCX 1.13 and a dead peer on the same host, which reads nothing more):
+// the writer then takes the slot all the same and says so, as the trainer must not wait on a
+// transport for ever.
 SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {
   std::unique_lock lock(mutex_);
   const auto revoke_at = Clock::now() + lease_timeout;
-  const auto abandon_at = revoke_at + lease_timeout;
+  const auto grace = std::min<Clock::duration>(lease_timeout, kDrainGrace);
   Reserved reserved;
   for (;;) {
     auto now = Clock::now();
@@ -54,14 +55,13 @@ SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {
       return reserved;
     }
     if (now >= revoke_at && pool_.revoke_for_write() > 0) continue;
-    if (now >= abandon_at) {
-      if (auto abandoned = pool_.abandon_drain(); abandoned > 0) {
-        reserved.sends_abandoned += abandoned;
-        continue;
-      }
+    if (auto abandoned = pool_.abandon_drain(now, grace); abandoned > 0) {
+      reserved.sends_abandoned += abandoned;
+      continue;
     }
     auto wake = std::max(revoke_at, now + std::chrono::milliseconds(1));
     if (auto expiry = pool_.next_expiry(); expiry && *expiry < wake) wake = *expiry;
+    if (auto abandon = pool_.next_abandon(); abandon && *abandon < wake) wake = *abandon;
     slot_freed_.wait_until(lock, wake);
   }
 }

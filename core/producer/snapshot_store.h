@@ -61,6 +61,9 @@ class SnapshotStore {
 
   // Blocks until a slot may be written: every other slot may be held by readers, until an ack,
   // a lease lapses, or lease_timeout has passed and the readers of one slot lose their leases.
+  // How long a writer waits for the sends of an ended lease (SlotPool::set_sending) once their
+  // connection is closed, at most: see reserve().
+  static constexpr std::chrono::seconds kDrainGrace{1};
   struct Reserved {
     std::size_t slot = 0;
     // Ended leases whose sends had still not ended when the writer stopped waiting for them.

@@ -140,8 +140,8 @@ struct ProducerStats {
   // withdrawn) with sends from its slot still in flight: closing is what ends them. Such a
   // consumer joins again.
   std::uint64_t connections_cut = 0;
-  // Of those, fetches whose sends had not ended twice lease_timeout after publish() began to
-  // wait for their slot, which it then took (logged as an error).
+  // Ended fetches whose sends never reported their end, even with their connection closed, so that
+  // publish() took their slot after waiting a second for them (logged).
   std::uint64_t sends_abandoned = 0;
   std::uint64_t failed_snapshots = 0;  // device versions that could not be staged (never served)
   std::chrono::nanoseconds last_stall{0};

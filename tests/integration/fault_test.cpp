@@ -145,6 +145,49 @@ TEST_P(FaultTest, ConsumersStoppedMidTransferAtRandomPointsExitCleanlyAndTheOthe
   EXPECT_EQ(testmodel::check(view, 1), "");
 }
 
+// Trainers that stop while a version is arriving: 50 producers on one endpoint, one after
+// another, each stopped at a random point 0-50 ms after publishing the version after the one the
+// consumer has (destroyed, destroyed from another thread after one more publish, or left to the
+// process's end). No producer process may crash or grow with the cycles (slots and their
+// registrations go with each producer), and the consumer serves a whole version throughout and
+// follows each new producer.
+TEST_P(FaultTest, ProducersStoppedMidTransferAtRandomPointsExitCleanlyAndTheConsumerFollows) {
+  const std::string endpoint = temp_ipc_endpoint();
+  std::atomic<std::uint64_t> torn{0};
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.producer_timeout = 300ms;
+  options.on_update = [&](const modelcast::ModelView& view) {
+    if (!testmodel::check(view, 1).empty()) ++torn;
+  };
+  modelcast::Consumer consumer(options);
+  constexpr int kCycles = 50;
+  ChildProcess stopper({MODELCAST_TEST_PEER, "producer", "--endpoint", endpoint, "--kib", std::to_string(16 * 1024),
+                        "--stop-cycles", std::to_string(kCycles), "--stop-within-ms", "50", "--seed", "1"});
+  int status = stopper.wait();
+  EXPECT_EQ(status, 0) << joined_lines(stopper);
+  std::vector<std::size_t> rss;
+  int stopped = 0, mid_transfer = 0;
+  for (const auto& line : stopper.lines()) {
+    if (line.rfind("rss_kib ", 0) == 0) rss.push_back(std::stoul(line.substr(8)));
+    if (line.rfind("stopped ", 0) == 0) ++stopped;
+    if (line.rfind("stopped ", 0) == 0 && line.find(" in_flight=0") == std::string::npos) ++mid_transfer;
+  }
+  EXPECT_EQ(stopped, kCycles);
+  RecordProperty("stopped_mid_transfer", mid_transfer);
+  EXPECT_GE(mid_transfer, kCycles / 10) << "too few stops caught a transfer under way to test anything";
+  ASSERT_EQ(rss.size(), 2u) << joined_lines(stopper);
+  // Each producer's three slots are 16 MiB apiece: 45 cycles that each left one behind would add 720 MiB.
+  EXPECT_LT(rss[1], rss[0] + 64 * 1024) << "resident memory grew from " << rss[0] << " to " << rss[1] << " KiB";
+  // Version 1 of each producer was delivered here before it stopped.
+  EXPECT_GE(consumer.stats().versions_installed, static_cast<std::uint64_t>(kCycles) + 1);
+  EXPECT_EQ(torn.load(), 0u);
+  auto view = consumer.acquire();
+  ASSERT_TRUE(view);
+  EXPECT_EQ(testmodel::check(view, 1), "");
+}
+
 TEST_P(FaultTest, ProducerKilledAndRestartedConsumerKeepsServingThenFollows) {
   const std::string endpoint = temp_ipc_endpoint();
   std::mutex mutex;

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
+#include <mutex>
 #include <random>
 #include <memory>
 #include <algorithm>
@@ -206,6 +208,64 @@ int run_stopper(const std::string& endpoint, const std::string& name, int cycles
   return 0;
 }
 
+// Trainers that stop while a version is on its way: each cycle starts a producer on `endpoint`,
+// publishes version 1 and waits until a consumer has it, publishes version 2, then stops a random
+// 0 to `within_ms` ms later, usually with version 2's sends in flight. Even cycles destroy the
+// producer; odd ones destroy it from another thread while this one publishes version 3. The
+// last is left to the end of the process. Prints "stopped I in_flight=F" per cycle (F: fetches
+// under way just before the stop), "rss_kib N" after cycles/10 and after the last.
+int run_producer_stopper(const std::string& endpoint, int cycles, int within_ms, std::uint64_t seed, std::size_t kib) {
+  std::mt19937_64 random(seed);
+  auto model = testmodel::make(kib);
+  auto random_point = [&] {
+    // Not a synchronisation: the random point of the transfer where the producer stops.
+    std::this_thread::sleep_for(std::chrono::microseconds(random() % (1000 * static_cast<std::uint64_t>(within_ms) + 1)));
+  };
+  auto start = [&](std::unique_ptr<modelcast::Producer>& producer) {
+    auto delivered = std::make_shared<std::promise<void>>();
+    auto once = std::make_shared<std::once_flag>();
+    modelcast::ProducerOptions options;
+    options.model_name = "test";
+    options.control_endpoint = endpoint;
+    options.on_delivery = [delivered, once](const modelcast::Delivery& d) {
+      if (d.version == 1) std::call_once(*once, [&] { delivered->set_value(); });
+    };
+    producer = std::make_unique<modelcast::Producer>(options);
+    for (auto& t : model) producer->register_tensor({t.spec, t.words.data()});
+    testmodel::fill(model, seed, 1);
+    producer->publish(1);
+    if (delivered->get_future().wait_for(60s) != std::future_status::ready) return false;
+    testmodel::fill(model, seed, 2);
+    producer->publish(2);
+    return true;
+  };
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    std::unique_ptr<modelcast::Producer> producer;
+    if (!start(producer)) {
+      say("timeout cycle " + std::to_string(cycle));
+      return 2;
+    }
+    random_point();
+    const auto in_flight = producer->stats().fetches_in_flight;
+    if (cycle % 2 == 0) {
+      producer.reset();
+    } else {
+      // publish() racing the destructor is the caller's bug; a publish that returned is not.
+      testmodel::fill(model, seed, 3);
+      producer->publish(3);
+      std::thread([&] { producer.reset(); }).join();
+    }
+    say("stopped " + std::to_string(cycle) + " in_flight=" + std::to_string(in_flight));
+    if (cycle + 1 == std::max(1, cycles / 10)) say("rss_kib " + std::to_string(resident_kib()));
+  }
+  say("rss_kib " + std::to_string(resident_kib()));
+  std::unique_ptr<modelcast::Producer> last;
+  if (!start(last)) return 2;
+  random_point();
+  say("exiting");
+  return 0;
+}
+
 int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib,
                  std::size_t wait_consumers, const Keys& keys, const Tuning& tuning, int change_pct) {
   modelcast::ProducerOptions options;
@@ -312,10 +372,16 @@ int main(int argc, char** argv) {
   producer->add_option("--change-pct", change_pct, "versions change this share of tensors (testmodel::fill)");
   producer->add_option("--transports", tuning.transports)->delimiter(',');
   producer->add_option("--relay-fanout", tuning.relay_fanout);
+  int producer_stop_cycles = 0;
+  producer->add_option("--stop-cycles", producer_stop_cycles, "stop producers at random points instead");
+  producer->add_option("--stop-within-ms", stop_within_ms);
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*consumer && stop_cycles > 0) return run_stopper(endpoint, name, stop_cycles, stop_within_ms, seed);
+    if (*producer && producer_stop_cycles > 0) {
+      return run_producer_stopper(endpoint, producer_stop_cycles, stop_within_ms, seed, kib);
+    }
     if (*consumer) return run_consumer(endpoint, name, versions, seed, readers, keys, transfer_timeout_ms, change_pct, role);
     return run_producer(endpoint, versions, seed, kib, wait_consumers, keys, tuning, change_pct);
   } catch (const modelcast::Error& e) {

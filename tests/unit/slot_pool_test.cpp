@@ -166,8 +166,9 @@ TEST(SlotPool, ALeaseNoLongerSendingEndsAtOnceAndAnEndedOneCannotStartSending) {
 }
 
 // The writer's last resort when sends never report their end (UCX 1.13 and a dead peer on the
-// same host): it forgets the oldest draining slot's holds, never a leased or pinned slot.
-TEST(SlotPool, AWriterMayAbandonTheDrainOfTheOldestSlotOnly) {
+// same host): after `grace` from when it first needed the slot, it forgets the oldest draining
+// slot's holds, never a leased one.
+TEST(SlotPool, AWriterMayAbandonTheDrainOfTheOldestSlotOnlyAfterTheGrace) {
   SlotPool pool(3);
   auto t0 = Clock::time_point{} + 1h;
   const auto s1 = pool.reserve_for_write(t0).value();
@@ -180,9 +181,13 @@ TEST(SlotPool, AWriterMayAbandonTheDrainOfTheOldestSlotOnly) {
   ASSERT_TRUE(pool.set_sending(second.id, true));
   pool.mark_published(pool.reserve_for_write(t0).value(), 3);
   EXPECT_TRUE(pool.release_lease(second.id));  // s2: draining; s1: still leased
-  EXPECT_EQ(pool.abandon_drain(), 1u);
-  EXPECT_EQ(pool.reserve_for_write(t0), s2) << "the leased slot was taken, or the drained one was not freed";
-  EXPECT_EQ(pool.abandon_drain(), 0u) << "nothing else is held by ended leases alone";
+  EXPECT_FALSE(pool.next_abandon().has_value()) << "the grace started before a writer needed the slot";
+  EXPECT_EQ(pool.abandon_drain(t0, 1s), 0u) << "abandoned before its grace";
+  EXPECT_EQ(pool.next_abandon(), t0 + 1s);
+  EXPECT_EQ(pool.abandon_drain(t0 + 999ms, 1s), 0u) << "abandoned before its grace";
+  EXPECT_EQ(pool.abandon_drain(t0 + 1s, 1s), 1u);
+  EXPECT_EQ(pool.reserve_for_write(t0 + 1s), s2) << "the leased slot was taken, or the drained one was not freed";
+  EXPECT_EQ(pool.abandon_drain(t0 + 1h, 1s), 0u) << "nothing else is held by ended leases alone";
 }
 
 }  // namespace
