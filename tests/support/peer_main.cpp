@@ -210,7 +210,7 @@ int run_stopper(const std::string& endpoint, const std::string& name, int cycles
 
 // Trainers that stop while a version is on its way: each cycle starts a producer on `endpoint`,
 // publishes version 1 and waits until a consumer has it, publishes version 2, then stops a random
-// 0 to `within_ms` ms later, usually with version 2's sends in flight. Even cycles destroy the
+// 0 to `within_ms` ms after the consumer's fetch of it started, often with its sends in flight. Even cycles destroy the
 // producer; odd ones destroy it from another thread while this one publishes version 3. The
 // last is left to the end of the process. Prints "stopped I in_flight=F" per cycle (F: fetches
 // under way just before the stop), "rss_kib N" after cycles/10 and after the last.
@@ -237,6 +237,12 @@ int run_producer_stopper(const std::string& endpoint, int cycles, int within_ms,
     if (delivered->get_future().wait_for(60s) != std::future_status::ready) return false;
     testmodel::fill(model, seed, 2);
     producer->publish(2);
+    // The stopping point is drawn from the transfer's start: the consumer's fetch comes a few
+    // milliseconds after the publish, and over shared memory it is over a few later.
+    const auto give_up = std::chrono::steady_clock::now() + 1s;
+    while (producer->stats().fetches_in_flight == 0 && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::yield();
+    }
     return true;
   };
   for (int cycle = 0; cycle < cycles; ++cycle) {
