@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "core/repository/repository.h"
 #include "daemon/recovery.h"
 #include "modelcast/error.h"
 
@@ -186,7 +187,7 @@ std::string Daemon::models_json() const {
       m["serving"] = {{"version", current->manifest.version},
                       {"step", current->manifest.step},
                       {"source", current->manifest.source},
-                      {"producer_incarnation", current->manifest.incarnation},
+                      {"producer_incarnation", repo::incarnation_hex(current->manifest.incarnation)},
                       {"age_seconds", std::chrono::duration<double>(now - current->installed_at).count()},
                       {"update_latency_ms", std::chrono::duration<double, std::milli>(current->update_latency).count()},
                       {"tensors", current->manifest.tensors.size()}};
@@ -211,9 +212,18 @@ std::string Daemon::metrics_text() {
   live.holds = attach.holds;
   {
     std::lock_guard lock(mutex_);
-    for (const auto& [name, service] : models_) live.bytes_received[name] = service->consumer_stats().bytes_received;
+    for (const auto& [name, service] : models_) {
+      auto stats = service->consumer_stats();
+      live.bytes_received[name] = stats.bytes_received;
+      live.producer_connected[name] = stats.producer_connected;
+    }
   }
   return metrics_.render(live);
+}
+
+void Daemon::refuse_reload(const std::string& why) {
+  metrics_.reload_refused();  // before the log line: whoever reads the line finds it counted
+  spdlog::get("modelcastd")->error("reload refused, keeping the running configuration: {}", why);
 }
 
 void Daemon::reload(DaemonConfig config) {

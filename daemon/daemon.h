@@ -35,6 +35,8 @@ class Daemon {
   // restarted; unchanged ones keep serving. Settings that need a restart (socket, HTTP listen
   // address, repository) are kept and a warning logged. Main thread only.
   void reload(DaemonConfig config);
+  // A re-read config that could not be used (`why`): logged and counted. Main thread only.
+  void refuse_reload(const std::string& why);
 
   ServedPtr served(const std::string& model, bool& exists) const;  // any thread
   int http_port() const { return http_ ? http_->port() : 0; }

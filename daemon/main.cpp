@@ -14,10 +14,22 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "modelcast/error.h"
+#include "modelcast/modelcast_runtime.h"
 
 #ifndef MODELCASTD_VERSION
 #define MODELCASTD_VERSION "unknown"
 #endif
+
+namespace {
+
+// The daemon's level and the library's: the library filters before its messages reach us.
+void set_log_level(const std::string& name) {
+  auto level = spdlog::level::from_str(name);
+  spdlog::get("modelcastd")->set_level(level);
+  mc_set_log_level(static_cast<mc_log_level>(level));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"modelcastd: receives models from modelcast producers and serves them to local processes"};
@@ -32,6 +44,14 @@ int main(int argc, char** argv) {
   auto log = spdlog::stdout_logger_mt("modelcastd");
   log->set_pattern("%Y-%m-%dT%H:%M:%S.%e %l %v");
   log->flush_on(spdlog::level::info);
+  // The library's own messages (joins, reconnects, refusals) come out here too, so the journal
+  // gets one format on one stream instead of a second, timestamp-less one on stderr.
+  mc_set_log_handler(
+      [](mc_log_level level, const char* component, const char* message, void* logger) {
+        static_cast<spdlog::logger*>(logger)->log(static_cast<spdlog::level::level_enum>(level), "{}: {}", component,
+                                                  message);
+      },
+      log.get());
 
   modelcastd::DaemonConfig config;
   try {
@@ -45,7 +65,7 @@ int main(int argc, char** argv) {
     log->info("{}: ok, {} model(s)", config_path, config.models.size());
     return 0;
   }
-  log->set_level(spdlog::level::from_str(config.log_level));
+  set_log_level(config.log_level);
 
   sigset_t signals;
   sigemptyset(&signals);
@@ -70,11 +90,11 @@ int main(int argc, char** argv) {
       try {
         auto fresh = modelcastd::load_config(config_path);
         modelcastd::check_key_files(fresh);
-        log->set_level(spdlog::level::from_str(fresh.log_level));
+        set_log_level(fresh.log_level);
         daemon->reload(std::move(fresh));
         log->info("reloaded {}", config_path);
       } catch (const modelcast::Error& e) {
-        log->error("reload refused, keeping the running configuration: {}", e.what());
+        daemon->refuse_reload(e.what());
       }
       sd_notify(0, "READY=1");
     } else if (signal == SIGTERM || signal == SIGINT) {

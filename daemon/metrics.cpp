@@ -29,7 +29,11 @@ Metrics::Metrics()
       repository_duration_(BuildHistogram().Name("modelcastd_repository_write_seconds").Help("Time to write one version durably").Register(*registry_)),
       hook_runs_(BuildCounter().Name("modelcastd_hook_runs_total").Help("Hooks run").Register(*registry_)),
       hook_failures_(BuildCounter().Name("modelcastd_hook_failures_total").Help("Hooks that failed or timed out").Register(*registry_)),
-      serving_version_(BuildGauge().Name("modelcastd_serving_version").Help("Version served per model (0: none yet)").Register(*registry_)) {}
+      serving_version_(BuildGauge().Name("modelcastd_serving_version").Help("Version served per model (0: none yet)").Register(*registry_)),
+      producer_connected_(BuildGauge().Name("modelcastd_producer_connected").Help("1 while the model's producer is joined, 0 before and after").Register(*registry_)),
+      reloads_refused_(BuildCounter().Name("modelcastd_reloads_refused_total").Help("SIGHUP reloads refused (the running configuration was kept)").Register(*registry_)) {
+  reloads_refused_.Add({});
+}
 
 void Metrics::model_added(const std::string& model, bool persists, bool hooks) {
   prometheus::Labels labels{{"model", model}};
@@ -38,6 +42,10 @@ void Metrics::model_added(const std::string& model, bool persists, bool hooks) {
   update_latency_.Add(labels, kBuckets);
   bytes_received_.Add(labels);
   serving_version_.Add(labels);
+  {
+    std::lock_guard lock(mutex_);
+    connected_[model] = &producer_connected_.Add(labels);
+  }
   if (persists) {
     repository_writes_.Add(labels);
     repository_failures_.Add(labels);
@@ -57,6 +65,8 @@ void Metrics::installed(const std::string& model, std::chrono::nanoseconds updat
   installed_.Add({{"model", model}}).Increment();
   update_latency_.Add({{"model", model}}, kBuckets).Observe(seconds(update_latency));
 }
+
+void Metrics::reload_refused() { reloads_refused_.Add({}).Increment(); }
 
 void Metrics::rejected(const std::string& model) { rejected_.Add({{"model", model}}).Increment(); }
 
@@ -84,6 +94,10 @@ std::string Metrics::render(const LiveValues& live) {
       auto delta = bytes >= seen ? bytes - seen : bytes;
       bytes_received_.Add({{"model", model}}).Increment(static_cast<double>(delta));
       seen = bytes;
+    }
+    for (auto& [model, gauge] : connected_) {
+      auto it = live.producer_connected.find(model);
+      gauge->Set(it != live.producer_connected.end() && it->second ? 1 : 0);
     }
   }
   return prometheus::TextSerializer().Serialize(registry_->Collect());

@@ -24,6 +24,7 @@ struct LiveValues {
   std::size_t clients = 0;
   std::size_t holds = 0;
   std::map<std::string, std::uint64_t> bytes_received;  // by model, cumulative
+  std::map<std::string, bool> producer_connected;       // by model
 };
 
 class Metrics {
@@ -39,6 +40,8 @@ class Metrics {
   void repository_written(const std::string& model, std::chrono::nanoseconds took);
   void repository_failed(const std::string& model);
   void hook_ran(const std::string& model, bool ok);
+  // A SIGHUP whose config could not be used; the running one was kept.
+  void reload_refused();
   // The text exposition format (text/plain; version=0.0.4).
   std::string render(const LiveValues& live);
 
@@ -56,8 +59,12 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& hook_runs_;
   prometheus::Family<prometheus::Counter>& hook_failures_;
   prometheus::Family<prometheus::Gauge>& serving_version_;
+  prometheus::Family<prometheus::Gauge>& producer_connected_;
+  prometheus::Family<prometheus::Counter>& reloads_refused_;
   std::mutex mutex_;
   std::map<std::string, std::uint64_t> bytes_seen_;  // mutex_: the counter counts increments
+  // mutex_: every model ever added, so one removed by a reload reads 0 rather than its last value.
+  std::map<std::string, prometheus::Gauge*> connected_;
 };
 
 }  // namespace modelcastd

@@ -83,6 +83,7 @@ void ConsumerService::join() {
   link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,
               host_id(), process_token(), session_, parse_delivery_path(options_.path), serves_peers()},
              Clock::now());
+  count([](ConsumerStats& s) { s.producer_connected = false; });
 }
 
 // After the producer died or restarted: fresh transports (a fresh UCX worker). On one host endpoints run without
@@ -221,6 +222,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   });
   bool new_producer = reply.incarnation != link_.incarnation();
   link_.joined(reply, Clock::now());
+  count([](ConsumerStats& s) { s.producer_connected = true; });
   if (new_producer) {  // version numbers restart with a new producer
     rejected_.clear();
     rejections_in_a_row_ = 0;

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
@@ -21,6 +23,18 @@
 namespace modelcast::repository {
 namespace fs = std::filesystem;
 namespace {
+
+// metadata.json's producer_incarnation: hex text, or a number as written before it was text.
+std::uint64_t incarnation_of(const nlohmann::json& value) {
+  if (!value.is_string()) return value.get<std::uint64_t>();
+  const auto& text = value.get_ref<const std::string&>();
+  std::uint64_t out = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out, 16);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw std::invalid_argument("producer_incarnation is not hexadecimal: '" + text + "'");
+  }
+  return out;
+}
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
   throw Error(ErrorCode::kResource, "repository: " + what + " '" + path + "': " + std::strerror(errno));
@@ -43,7 +57,7 @@ int create_file(const std::string& path) {
 
 void write_metadata(const std::string& path, const VersionSnapshot& s, std::uint64_t number, std::int64_t written_at_ns) {
   nlohmann::json doc = {{"model", s.model},           {"version", s.version}, {"repository_version", number},
-                        {"step", s.step},             {"producer_incarnation", s.incarnation},
+                        {"step", s.step},             {"producer_incarnation", incarnation_hex(s.incarnation)},
                         {"written_at_ns", written_at_ns}, {"metadata", s.metadata},
                         {"tensors", nlohmann::json::array()}};
   for (const auto& t : s.tensors) doc["tensors"].push_back(t.name);
@@ -80,6 +94,12 @@ bool is_number(const std::string& name) {
 }
 
 }  // namespace
+
+std::string incarnation_hex(std::uint64_t incarnation) {
+  char text[17];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(incarnation));
+  return text;
+}
 
 // Directory numbers are what Triton's default policy ("latest") orders by, so they must rise
 // across producer restarts, whose version numbers start again at 1 (a repository holding 1 2 6,
@@ -178,7 +198,7 @@ std::vector<StoredVersion> Repository::list(const std::string& model) const {
       v.version = doc.at("version").get<std::uint64_t>();
       v.number = doc.value("repository_version", v.version);  // written before numbers were kept apart
       v.step = doc.at("step").get<std::int64_t>();
-      v.incarnation = doc.at("producer_incarnation").get<std::uint64_t>();
+      v.incarnation = incarnation_of(doc.at("producer_incarnation"));
       v.written_at_ns = doc.at("written_at_ns").get<std::int64_t>();
       v.metadata = doc.at("metadata").get<std::map<std::string, std::string>>();
       v.tensor_order = doc.at("tensors").get<std::vector<std::string>>();

@@ -20,6 +20,11 @@ namespace modelcast::repository {
 inline constexpr const char* kTensorFile = "model.safetensors";
 inline constexpr const char* kMetadataFile = "metadata.json";
 
+// A producer incarnation as the daemon writes it in JSON (metadata.json, /v1/models): 16 hex
+// digits, as the logs show it. Not a JSON number: most JSON readers (JavaScript, jq, pandas)
+// hold numbers as doubles, and a random 64-bit value above 2^53 would reach them rounded.
+std::string incarnation_hex(std::uint64_t incarnation);
+
 // A complete version found on disk (from its metadata.json).
 struct StoredVersion {
   std::string directory;

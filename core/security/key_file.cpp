@@ -2,6 +2,10 @@
 // reader so that line numbers in errors, quoting and comments behave as users expect.
 #include <sodium.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <fstream>
 #include <toml++/toml.h>
@@ -18,6 +22,10 @@ namespace {
 }
 
 toml::table parse(const std::string& path) {
+  // toml++ reports an unreadable file as a parse error at "line 0"; say what is wrong instead.
+  if (::access(path.c_str(), R_OK) != 0) {
+    bad_file(path, errno == ENOENT ? "does not exist" : std::string("cannot be read: ") + std::strerror(errno));
+  }
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {

@@ -90,7 +90,10 @@ def write_svg(path, runs):
     mode = "replay" if any(k[0] == "replay" for k in runs) else "live"
     seed = min(s for m, s, _ in runs if m == mode)
     lines = {p: runs[(mode, seed, p)][0]["rows"] for p in POLICIES if (mode, seed, p) in runs}
-    width, height, left, right, top, bottom = 900, 520, 70, 170, 40, 60 + 14 * len(lines)
+    # The lane labels stand right-aligned left of the axis: the margin holds the longest one
+    # (about 6 px a character at font size 10), or "viper_greedy" is cut at the left edge.
+    left = max(70, 12 + 6 * max(len(p) for p in lines))
+    width, height, right, top, bottom = 900, 520, 170, 40, 60 + 14 * len(lines)
     t_max = max(r[-1]["time_s"] for r in lines.values())
     per_second = lambda rows: max(1, round(len(rows) / max(rows[-1]["time_s"], 1e-9)))  # requests in 1 s
     series = {p: ([r["time_s"] for r in rows], smooth([r["loss"] for r in rows], per_second(rows)))

@@ -90,6 +90,9 @@ struct ConsumerOptions {
 
 struct ConsumerStats {
   std::uint64_t current_version = 0;
+  // Joined to the producer and not given up on it (no word for producer_timeout, or it
+  // restarted): false until the first join and while joining again.
+  bool producer_connected = false;
   std::uint64_t versions_installed = 0;
   std::uint64_t versions_rejected = 0;  // digest or layout failures
   std::uint64_t transfers_aborted = 0;  // producer lost mid-transfer, timeouts

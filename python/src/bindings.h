@@ -23,4 +23,21 @@ void bind_device(py::module_& m);     // device_binding.cpp: memory kinds, DLPac
 // MemoryKind named "host" or "cuda"; InvalidArgumentError starting with `what` for another name.
 MemoryKind memory_kind(const std::string& name, const std::string& what);
 
+// "TypeName(field=value, ...)" over the instance properties of `self`'s class, in the order they
+// were bound: a counters snapshot printed in a REPL or a log shows its numbers, and a field
+// added to the binding shows up without anyone updating a format string.
+inline py::str fields_repr(const py::object& self) {
+  py::object type = py::type::of(self);
+  py::object property = py::module_::import("builtins").attr("property");
+  std::string text = py::cast<std::string>(type.attr("__name__")) + "(";
+  bool first = true;
+  for (auto item : py::dict(type.attr("__dict__"))) {
+    auto name = py::cast<std::string>(item.first);
+    if (name.empty() || name[0] == '_' || !py::isinstance(item.second, property)) continue;
+    text += (first ? "" : ", ") + name + "=" + py::cast<std::string>(py::repr(self.attr(item.first)));
+    first = false;
+  }
+  return text + ")";
+}
+
 }  // namespace modelcast::python

@@ -110,6 +110,7 @@ void bind_consumer(py::module_& m) {
 
   py::class_<ConsumerStats>(m, "ConsumerStats", "Counters of a Consumer (a snapshot).")
       .def_readonly("current_version", &ConsumerStats::current_version)
+      .def_readonly("producer_connected", &ConsumerStats::producer_connected)
       .def_readonly("versions_installed", &ConsumerStats::versions_installed)
       .def_readonly("versions_rejected", &ConsumerStats::versions_rejected)
       .def_readonly("transfers_aborted", &ConsumerStats::transfers_aborted)
@@ -124,7 +125,8 @@ void bind_consumer(py::module_& m) {
       .def_property_readonly("last_notify_latency_s",
                              [](const ConsumerStats& s) { return seconds(s.last_notify_latency); })
       .def_readonly("last_error", &ConsumerStats::last_error)
-      .def_readonly("transport", &ConsumerStats::transport);
+      .def_readonly("transport", &ConsumerStats::transport)
+      .def("__repr__", &fields_repr);
 
   py::class_<PyConsumer>(m, "_Consumer", "Internal: use modelcast.Consumer.")
       .def(py::init<ConsumerOptions, py::object, py::object>(), py::arg("options"), py::arg("on_update"),

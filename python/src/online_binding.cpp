@@ -38,7 +38,8 @@ void bind_online(py::module_& m) {
       .def_readonly("plans", &mp::OnlineStats::plans)
       .def_readonly("plans_reused", &mp::OnlineStats::plans_reused)
       .def_readonly("deferred", &mp::OnlineStats::deferred)
-      .def_readonly("background_fits", &mp::OnlineStats::background_fits);
+      .def_readonly("background_fits", &mp::OnlineStats::background_fits)
+      .def("__repr__", &fields_repr);
 
   const auto nogil = py::call_guard<py::gil_scoped_release>();
   py::class_<mp::OnlineScheduler>(m, "OnlineScheduler",

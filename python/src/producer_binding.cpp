@@ -176,7 +176,8 @@ void bind_producer(py::module_& m) {
       .def_readonly("consumer", &Delivery::consumer)
       .def_property_readonly("since_publish_s", [](const Delivery& d) { return seconds(d.since_publish); })
       .def_readonly("bytes", &Delivery::bytes)
-      .def_readonly("relay", &Delivery::relay);
+      .def_readonly("relay", &Delivery::relay)
+      .def("__repr__", &fields_repr);
 
   py::class_<ProducerStats>(m, "ProducerStats", "Counters of a Producer (a snapshot).")
       .def_readonly("latest_version", &ProducerStats::latest_version)
@@ -199,7 +200,8 @@ void bind_producer(py::module_& m) {
       .def_readonly("persisted_versions", &ProducerStats::persisted_versions)
       .def_readonly("persist_failures", &ProducerStats::persist_failures)
       .def_readonly("persist_skipped", &ProducerStats::persist_skipped)
-      .def_readonly("persist_last_error", &ProducerStats::persist_last_error);
+      .def_readonly("persist_last_error", &ProducerStats::persist_last_error)
+      .def("__repr__", &fields_repr);
 
   py::class_<PyProducer>(m, "_Producer", "Internal: use modelcast.Producer.")
       .def(py::init<ProducerOptions, py::object>(), py::arg("options"), py::arg("on_delivery"))

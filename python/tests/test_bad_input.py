@@ -102,6 +102,23 @@ def test_library_checks_surface_with_their_codes(producer):
         producer.publish(2)
 
 
+def test_a_step_that_is_not_an_integer_is_refused_naming_it(producer):
+    # int() would make publish(1.5) step 1 without a word.
+    producer.register("w", np.ones(3, dtype=np.float32))
+    for step in (1.5, 2.0, "3"):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "step", repr(step)):
+            producer.publish(step)
+    assert producer.stats().versions_published == 0
+    assert producer.publish(np.int64(4)).step == 4  # integer types other than int are integers
+    assert producer.publish(torch.tensor(5)).step == 5
+
+
+def test_a_missing_key_file_is_named_and_said_not_to_exist(tmp_path):
+    missing = str(tmp_path / "absent.pub")  # was "line 0: File could not be opened for reading"
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, f"key file '{missing}': does not exist"):
+        modelcast.load_public_key(missing)
+
+
 def test_bad_endpoints_and_options():
     with raises(modelcast.Error, ErrorCode.INVALID_ARGUMENT, "udp://"):
         modelcast.Producer(control_endpoint="udp://127.0.0.1:9")

@@ -39,6 +39,10 @@ def test_versions_cross_processes_with_every_value(producer_process, endpoint):
         assert stats.current_version == 4
         assert stats.versions_rejected == 0
         assert stats.bytes_received > 0
+        assert stats.producer_connected
+        # Printed, a snapshot shows its fields and values (not "<ConsumerStats object at 0x...>").
+        assert repr(stats).startswith("ConsumerStats(current_version=4, producer_connected=True, ")
+        assert f"bytes_received={stats.bytes_received}" in repr(stats)
 
 
 def test_expected_layout_accepts_the_producers_layout(producer_process, endpoint):
@@ -61,6 +65,8 @@ def test_transport_options_choose_the_in_process_loopback(endpoint):
         np.testing.assert_array_equal(view.array("w"), weights)
         assert consumer.stats().transport == "loopback"
         assert producer.stats().transport == "ucx,loopback"
+        assert "versions_published=1, " in repr(producer.stats())
+        assert "transport='ucx,loopback'" in repr(producer.stats())
 
 
 def test_reader_threads_always_see_whole_versions(producer_process, endpoint):

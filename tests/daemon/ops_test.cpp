@@ -77,6 +77,9 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
   EXPECT_EQ(m["name"], "test");
   EXPECT_EQ(m["serving"]["version"], 2);
   EXPECT_EQ(m["serving"]["source"], "producer");
+  // Hex text, as the logs show it: a JSON number above 2^53 reaches most JSON readers rounded.
+  ASSERT_TRUE(m["serving"]["producer_incarnation"].is_string()) << m["serving"];
+  EXPECT_TRUE(std::regex_match(m["serving"]["producer_incarnation"].get<std::string>(), std::regex("[0-9a-f]{16}")));
   EXPECT_EQ(m["client_holds"], 1);
   EXPECT_EQ(doc["clients"], 1);
 
@@ -99,6 +102,59 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
     holds = metric(http.Get("/metrics")->body, "modelcastd_client_holds");
   }
   EXPECT_EQ(holds, 0);
+}
+
+// Whether each model's producer is connected and how many reloads were refused: both series
+// exist from the start at 0, so an alert on them can fire before their first change.
+TEST_F(DaemonTest, MetricsSayWhichProducersAreConnectedAndCountRefusedReloads) {
+  auto producer = std::make_unique<TestProducer>(64);
+  const std::string never = "[[model]]\nname = \"never\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"1MiB\"\n";
+  const std::string good = config(producer->producer->control_endpoint(), 4, never, kHttp);
+  auto daemon = start_daemon(good);
+  int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
+  httplib::Client http("127.0.0.1", port);
+  auto early = http.Get("/metrics")->body;
+  EXPECT_EQ(metric(early, "modelcastd_reloads_refused_total"), 0);
+  EXPECT_EQ(metric(early, "modelcastd_producer_connected{model=\"never\"}"), 0);
+
+  // Reads `series` until it shows `value` (the daemon reads its Consumers' state when asked).
+  auto reaches = [&](const std::string& series, double value) {
+    auto deadline = std::chrono::steady_clock::now() + 30s;
+    double seen = -1;
+    while (seen != value && std::chrono::steady_clock::now() < deadline) seen = metric(http.Get("/metrics")->body, series);
+    return seen;
+  };
+  ASSERT_TRUE(producer->producer->wait_for_consumers(1, 30s));
+  EXPECT_EQ(reaches("modelcastd_producer_connected{model=\"test\"}", 1), 1);
+  EXPECT_EQ(metric(http.Get("/metrics")->body, "modelcastd_producer_connected{model=\"never\"}"), 0);
+
+  write_file(dir / "modelcastd.toml", good + "colour = \"blue\"\n");
+  kill(daemon->pid(), SIGHUP);
+  ASSERT_NE(wait_for_text(*daemon, "reload refused"), "");
+  EXPECT_EQ(metric(http.Get("/metrics")->body, "modelcastd_reloads_refused_total"), 1);
+
+  producer.reset();  // the daemon gives it up after its producer_timeout of silence
+  EXPECT_EQ(reaches("modelcastd_producer_connected{model=\"test\"}", 0), 0);
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
+// The library's messages (here the Consumer's join) come out on the daemon's stdout in the
+// daemon's own format, named by component, not in a second format on stderr.
+TEST_F(DaemonTest, TheLibrarysMessagesComeOutInTheDaemonsLogFormat) {
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  const std::string text = "modelcast.consumer: joined model 'test' at ";
+  std::string joined;
+  for (const auto& line : startup_lines) {
+    if (line.find(text) != std::string::npos) joined = line;
+  }
+  if (joined.empty()) joined = wait_for_text(*daemon, text, 30s);
+  EXPECT_TRUE(std::regex_search(joined, std::regex("^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{12} info " + text))) << joined;
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
 }
 
 // A model whose producer is not up yet (added by a reload, say) must not take the daemon out of

@@ -6,6 +6,8 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 
 #include "core/repository/safetensors.h"
@@ -118,6 +120,26 @@ TEST(RepositoryWriter, DirectoryNumbersRiseAcrossProducerRestarts) {
   EXPECT_EQ(numbered, (std::vector<P>{{10, 4}, {8, 2}, {7, 1}, {6, 6}, {2, 2}, {1, 1}}));
   EXPECT_TRUE(std::filesystem::exists(dir / "repo/m/10/model.safetensors"));
   EXPECT_EQ(stored.front().incarnation, 222u);
+}
+
+// Incarnations are random 64-bit values: as a JSON number one above 2^53 is rounded by most JSON
+// readers, so metadata.json holds it as hex text. Repositories written before still read.
+TEST(RepositoryWriter, TheIncarnationIsWrittenAsHexTextAndNumbersWrittenBeforeStillRead) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(1));
+  s->incarnation = 0xfedcba9876543211ull;
+  auto written = repository.write(*s);
+  std::ifstream in(written + "/" + repo::kMetadataFile);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"producer_incarnation\": \"fedcba9876543211\""), std::string::npos) << text;
+  ASSERT_EQ(repository.list("m").size(), 1u);
+  EXPECT_EQ(repository.list("m").front().incarnation, 0xfedcba9876543211ull);
+
+  auto at = text.find("\"fedcba9876543211\"");
+  write_file(written + "/" + repo::kMetadataFile, text.replace(at, 18, "12345"));
+  ASSERT_EQ(repository.list("m").size(), 1u);
+  EXPECT_EQ(repository.list("m").front().incarnation, 12345u);
 }
 
 TEST(RepositoryWriter, BadSnapshotsAreRefusedAndNothingBecomesVisible) {

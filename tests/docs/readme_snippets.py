@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """The README's code, checked as written, so it cannot drift from the library: every C++ block
 compiles (each inside a function, after a prelude that declares the names the prose leaves to
-the reader: the trainer's pointers, `step`, `run_inference`, ...); every Fortran block compiles
+the reader: the trainer's pointers, `step`, `run_inference`, ...); every C block compiles the same
+way against modelcast.h with $CC (cc if unset); every Fortran block compiles
 as a program against the built module; every Python block is valid Python. (The daemon's TOML
 block is read by modelcastd's own loader in tests/daemon/config_test.cpp.)
 
 usage: readme_snippets.py README.md INCLUDE_DIR GENERATED_INCLUDE_DIR CXX [FORTRAN FORTRAN_MOD_DIR]
 Prints one line per block; exits 1 naming the first block (by its README line) that fails."""
 
+import os
 import pathlib
 import re
 import subprocess
@@ -31,6 +33,12 @@ extern std::string endpoint;
 extern modelcast::Producer producer;
 void optimizer_step(void* stream);
 template <typename T> void run_inference(const T& weights);
+"""
+
+
+C_PRELUDE = """#include <stdint.h>
+#include <stdio.h>
+#include <modelcast/modelcast.h>
 """
 
 
@@ -61,6 +69,15 @@ def check_cpp(code, line, work, include, generated, cxx):
                           capture_output=True, text=True)
 
 
+def check_c(code, line, work, include, generated, cc):
+    includes = [l for l in code.splitlines() if l.startswith("#include")]
+    body = [l for l in code.splitlines() if not l.startswith("#include")]
+    source = work / f"readme_line{line}.c"
+    source.write_text(C_PRELUDE + "\n".join(includes) + "\nint readme_snippet(void) {\n" + "\n".join(body) + "\nreturn 0;\n}\n")
+    return subprocess.run([cc, "-std=c11", "-Wall", "-Werror", "-Wno-unused-variable", "-fsyntax-only", "-I", include,
+                           "-I", generated, str(source)], capture_output=True, text=True)
+
+
 def check_fortran(code, line, work, fortran, mod_dir):
     source = work / f"readme_line{line}.f90"
     source.write_text(f"program readme_line{line}\n" + code + "end program\n")
@@ -77,6 +94,8 @@ def main(argv):
         for language, line, code in blocks(pathlib.Path(readme).read_text()):
             if language == "cpp":
                 result = check_cpp(code, line, work, include, generated, cxx)
+            elif language == "c":
+                result = check_c(code, line, work, include, generated, os.environ.get("CC", "cc"))
             elif language == "fortran" and fortran:
                 result = check_fortran(code, line, work, fortran, mod_dir)
             elif language == "python":

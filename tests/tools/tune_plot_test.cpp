@@ -47,5 +47,33 @@ TEST(SvgPlot, EscapesTextAndLabelsTicksRoundly) {
   EXPECT_NE(svg.find("text-anchor='end'>3.2</text>"), std::string::npos) << svg;
 }
 
+// The legend names what is drawn and nothing else: replay and evaluate draw no forecast, and
+// their legends once listed "forecast (band shaded)" all the same.
+TEST(SvgPlot, TheLegendListsOnlyWhatIsDrawn) {
+  PlotData d;
+  d.observed.x = {0, 10, 20};
+  d.observed.y = {3, 2, 1.5};
+  d.served.x = {10, 20};
+  d.served.y = {2, 2};
+  d.publish_times = {15};
+  const auto path = (std::filesystem::temp_directory_path() / "mc_tune_legend_test.svg").string();
+  auto legend_of = [&](const PlotData& data) {
+    write_svg(path, data);
+    std::ifstream in(path);
+    const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string labels;
+    for (const char* label : {">observed loss<", ">forecast band<", ">forecast<", ">served loss (staircase)<",
+                              ">publish (step completes)<"}) {
+      if (svg.find(label) != std::string::npos) labels += label;
+    }
+    return labels;
+  };
+  EXPECT_EQ(legend_of(d), ">observed loss<>served loss (staircase)<>publish (step completes)<");
+  d.forecast.x = {20, 30};
+  d.forecast.y = {1.5, 1.2};
+  d.band_lower = d.band_upper = d.forecast;
+  EXPECT_EQ(legend_of(d), ">observed loss<>forecast band<>forecast<>served loss (staircase)<>publish (step completes)<");
+}
+
 }  // namespace
 }  // namespace modelcast::tune

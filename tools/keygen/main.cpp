@@ -3,6 +3,8 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
+#include <string>
 
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
@@ -16,6 +18,15 @@ int main(int argc, char** argv) {
   app.add_option("file", path, "key pair file to write; its public key goes to FILE.pub")->required();
   app.add_flag("--force", force, "overwrite existing files");
   CLI11_PARSE(app, argc, argv);
+  if (!force) {
+    // Checked here, not left to save_key_pair(): only this tool knows its way to overwrite.
+    for (const std::string& file : {path, path + ".pub"}) {
+      if (std::filesystem::exists(file)) {
+        std::fprintf(stderr, "modelcast-keygen: %s exists already; --force overwrites it\n", file.c_str());
+        return 1;
+      }
+    }
+  }
   try {
     auto keys = modelcast::generate_key_pair();
     modelcast::save_key_pair(keys, path, force);

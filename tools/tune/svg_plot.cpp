@@ -5,9 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace modelcast::tune {
 namespace {
@@ -19,6 +23,12 @@ struct Scale {
   double px(double x) const { return kLeft + (x - x0) / (x1 - x0) * (kWidth - kLeft - kRight); }
   double py(double y) const { return kHeight - kBottom - (y - y0) / (y1 - y0) * (kHeight - kTop - kBottom); }
 };
+
+std::string fmt(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
 
 std::string polyline(const Series& s, const Scale& sc) {
   std::ostringstream o;
@@ -112,16 +122,44 @@ void write_svg(const std::string& path, const PlotData& d) {
   for (std::size_t i = 0; i < d.observed.x.size(); ++i)
     out << "<circle r='2.5' fill='#333' cx='" << sc.px(d.observed.x[i]) << "' cy='" << sc.py(d.observed.y[i]) << "'/>\n";
   out << "</g>\n";
-  // Legend.
+  // Legend: an entry for each thing drawn, and only those (replay and evaluate draw no forecast).
   const double lx = kWidth - kRight - 230, ly = kTop + 10;
-  out << "<g><rect x='" << lx - 8 << "' y='" << ly - 12 << "' width='236' height='76' fill='white' stroke='#ccc'/>"
-      << "<circle r='3' fill='#333' cx='" << lx << "' cy='" << ly << "'/><text x='" << lx + 12 << "' y='" << ly + 4 << "'>observed loss</text>"
-      << "<line stroke='#1f77b4' stroke-width='2' x1='" << lx - 5 << "' y1='" << ly + 18 << "' x2='" << lx + 5 << "' y2='" << ly + 18
-      << "'/><text x='" << lx + 12 << "' y='" << ly + 22 << "'>forecast (band shaded)</text>"
-      << "<line stroke='#d62728' stroke-width='2' x1='" << lx - 5 << "' y1='" << ly + 36 << "' x2='" << lx + 5 << "' y2='" << ly + 36
-      << "'/><text x='" << lx + 12 << "' y='" << ly + 40 << "'>served loss (staircase)</text>"
-      << "<line stroke='#2ca02c' stroke-dasharray='4,3' x1='" << lx << "' y1='" << ly + 48 << "' x2='" << lx << "' y2='" << ly + 60
-      << "'/><text x='" << lx + 12 << "' y='" << ly + 58 << "'>publish (step completes)</text></g>\n</svg>\n";
+  const std::string x = fmt(lx), x_from = fmt(lx - 5), x_to = fmt(lx + 5);
+  std::vector<std::string> entries;
+  // `mark(y)`: the symbol centred at height y.
+  auto entry = [&](const std::function<std::string(double)>& mark, const std::string& label) {
+    const double y = ly + 18 * static_cast<double>(entries.size());
+    entries.push_back(mark(y) + "<text x='" + fmt(lx + 12) + "' y='" + fmt(y + 4) + "'>" + label + "</text>");
+  };
+  auto line = [&](const std::string& colour) {
+    return [=](double y) {
+      return "<line stroke='" + colour + "' stroke-width='2' x1='" + x_from + "' y1='" + fmt(y) + "' x2='" + x_to +
+             "' y2='" + fmt(y) + "'/>";
+    };
+  };
+  if (!d.observed.x.empty()) {
+    entry([&](double y) { return "<circle r='3' fill='#333' cx='" + x + "' cy='" + fmt(y) + "'/>"; }, "observed loss");
+  }
+  if (!d.band_lower.x.empty()) {
+    entry([&](double y) {
+      return "<rect x='" + x_from + "' y='" + fmt(y - 6) + "' width='10' height='12' fill='#1f77b4' fill-opacity='0.15'/>";
+    }, "forecast band");
+  }
+  if (!d.forecast.x.empty()) entry(line("#1f77b4"), "forecast");
+  if (!d.served.x.empty()) entry(line("#d62728"), "served loss (staircase)");
+  if (!d.publish_times.empty()) {
+    entry([&](double y) {
+      return "<line stroke='#2ca02c' stroke-dasharray='4,3' x1='" + x + "' y1='" + fmt(y - 6) + "' x2='" + x + "' y2='" +
+             fmt(y + 6) + "'/>";
+    }, "publish (step completes)");
+  }
+  if (!entries.empty()) {
+    out << "<g><rect x='" << lx - 8 << "' y='" << ly - 12 << "' width='236' height='" << 18 * entries.size() + 6
+        << "' fill='white' stroke='#ccc'/>";
+    for (const auto& e : entries) out << e;
+    out << "</g>\n";
+  }
+  out << "</svg>\n";
   if (!out) throw modelcast::Error(modelcast::ErrorCode::kResource, "failed writing plot file " + path);
 }
 

@@ -109,6 +109,11 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
 // Index of the warm-up step: the last logged step <= W.
 std::size_t warmup_index_of(const mp::LossLog& log, std::int64_t w) {
   if (w < log.points.front().step) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--warmup-steps " + std::to_string(w) + " is before the first logged step");
+  // Taking the last point instead would plan or score a warm-up the user did not ask for.
+  if (w > log.points.back().step)
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "--warmup-steps " + std::to_string(w) + " is beyond the log, which ends at step " +
+                               std::to_string(log.points.back().step) + " (" + std::to_string(log.points.size()) + " points)");
   std::size_t i = 0;
   while (i + 1 < log.points.size() && log.points[i + 1].step <= w) ++i;
   return i;
