@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include <msgpack.hpp>
 
 #include "core/wire/protocol.h"
@@ -44,7 +47,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
   std::vector<Message> messages = {
       Announce{1, 2, 3, 4},
       join_request,
-      JoinReply{false, Refusal::kNoTransport, "no", 5, "tcp://127.0.0.1:1", 6, "loopback", DeliveryPath::kStaged},
+      JoinReply{false, Refusal::kNoTransport, "no", 5, 6, "loopback", DeliveryPath::kStaged},
       FetchRequest{7, 8, 9, 6},
       reply,
       Ack{10, 11, 12, false, "digest", RelayFault::kBadBlock},
@@ -85,6 +88,8 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(join_reply.refusal, Refusal::kNoTransport);
   EXPECT_EQ(join_reply.transport, "loopback");
   EXPECT_EQ(join_reply.path, DeliveryPath::kStaged);
+  EXPECT_EQ(join_reply.incarnation, 5u);
+  EXPECT_EQ(join_reply.latest_version, 6u);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).signature, signature);
   EXPECT_TRUE(std::get<FetchReply>(decode(encode(reply))).region.empty());
   reply.region = address;  // a one-sided route's slot export travels with the reply
@@ -156,6 +161,45 @@ TEST(Codec, RejectsForeignAndFutureMessages) {
   auto good = encode(Announce{1, 2, 3, 4});
   good.push_back(std::byte{0});
   expect_protocol_error(good, "trailing");
+}
+
+// Announcements travel with the replies now (protocol 6): the join reply names no announcement
+// endpoint, and a consumer of protocol 5 asking to join is answered with a refusal in its own
+// protocol's words, which it decodes and reports, instead of silence.
+TEST(Codec, AConsumerOfTheLastProtocolIsToldWhyItCannotJoin) {
+  EXPECT_EQ(kVersion, 6);
+  auto join = encode(modelcast::testing::ucx_join("model", "old", {std::byte{1}}, "boot", 1));
+  EXPECT_EQ(foreign_version(join), std::nullopt);  // this build's own
+  auto old = join;
+  old[6] = std::byte{5};  // the envelope: fixarray, magic as uint32 (5 bytes), then the version
+  expect_protocol_error(old, "unsupported protocol version 5");
+  ASSERT_EQ(foreign_version(old), std::optional<std::uint16_t>(5));
+  EXPECT_EQ(foreign_version(pack_envelope(kMagic, std::uint16_t{300}, std::uint8_t{2}, 0)),
+            std::optional<std::uint16_t>(300));
+  EXPECT_EQ(foreign_version(pack_envelope(0x12345678u, std::uint16_t{5}, std::uint8_t{2}, 0)), std::nullopt);
+  EXPECT_EQ(foreign_version(std::vector<std::byte>(3, std::byte{0x94})), std::nullopt);
+
+  EXPECT_EQ(encode_version_refusal(4), std::nullopt);  // a join reply this build cannot write
+  EXPECT_EQ(encode_version_refusal(7), std::nullopt);
+  auto refusal = encode_version_refusal(5);
+  ASSERT_TRUE(refusal);
+  // Exactly protocol 5's join reply: its envelope and its eight fields, the announcement
+  // endpoint among them (its decoder requires every one).
+  auto handle = msgpack::unpack(reinterpret_cast<const char*>(refusal->data()), refusal->size());
+  const auto& root = handle.get();
+  ASSERT_EQ(root.type, msgpack::type::ARRAY);
+  ASSERT_EQ(root.via.array.size, 4u);
+  EXPECT_EQ(root.via.array.ptr[0].as<std::uint32_t>(), kMagic);
+  EXPECT_EQ(root.via.array.ptr[1].as<std::uint16_t>(), 5);
+  EXPECT_EQ(root.via.array.ptr[2].as<std::uint8_t>(), 3);  // JoinReply
+  auto body = root.via.array.ptr[3].as<std::map<std::string, msgpack::object>>();
+  std::set<std::string> keys;
+  for (const auto& [key, value] : body) keys.insert(key);
+  EXPECT_EQ(keys, (std::set<std::string>{"ok", "why", "err", "inc", "pub", "latest", "transport", "path"}));
+  EXPECT_FALSE(body.at("ok").as<bool>());
+  auto error = body.at("err").as<std::string>();
+  EXPECT_NE(error.find("protocol version 6"), std::string::npos) << error;
+  EXPECT_NE(error.find("unsupported protocol version 5"), std::string::npos) << error;
 }
 
 std::vector<std::byte> hex_bytes(std::initializer_list<unsigned> values) {
