@@ -273,5 +273,50 @@ TEST(LocalEndpoint, IsExactlyLoopbackOrIpc) {
   }
 }
 
+// What the producer's service loop relies on when it announces to every joined consumer over its
+// ROUTER: a consumer that reads nothing fills its queue, and from then on what is sent to it is
+// dropped at once; the loop never waits for it, and the messages to others still go.
+TEST(RouterSend, APeerThatReadsNothingHasMessagesDroppedNotWaitedFor) {
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::router_mandatory, false);  // as the producer's
+  router.set(zmq::sockopt::sndhwm, 10);
+  router.bind("inproc://router-send");
+  zmq::socket_t stuck(context, zmq::socket_type::dealer), reader(context, zmq::socket_type::dealer);
+  for (auto* dealer : {&stuck, &reader}) {
+    dealer->set(zmq::sockopt::linger, 0);
+    dealer->set(zmq::sockopt::rcvhwm, 10);
+    dealer->connect("inproc://router-send");
+    wire::send(*dealer, Ping{1});
+  }
+  std::string stuck_id, reader_id;
+  for (auto* id : {&stuck_id, &reader_id}) {
+    zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, std::chrono::seconds(5)), 1);
+    auto parts = wire::receive(router);
+    ASSERT_TRUE(parts && parts->size() == 2);
+    *id = (*parts)[0].to_string();
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::size_t read = 0;
+  for (std::uint64_t i = 1; i <= 10000; ++i) {
+    wire::send(router, Announce{1, i, 0, 0}, &stuck_id);
+    if (i % 100 != 0) continue;
+    // ZeroMQ hears that a peer has read (and has room again) when the socket processes its
+    // commands, as the producer's loop does each time it polls.
+    (void)router.get(zmq::sockopt::events);
+    wire::send(router, Announce{1, i, 0, 0}, &reader_id);
+    zmq::pollitem_t item{reader.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::seconds(1)) == 1 && wire::receive(reader)) read++;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(read, 100u) << "a peer that reads lost messages to one that does not";
+  std::size_t queued = 0;
+  while (wire::receive(stuck)) queued++;
+  EXPECT_GT(queued, 0u);
+  EXPECT_LE(queued, 40u) << "the stuck peer's queue grew past its high-water marks";
+}
+
 }  // namespace
 }  // namespace modelcast::protocol
