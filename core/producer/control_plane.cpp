@@ -45,8 +45,8 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
   router_.set(zmq::sockopt::handshake_ivl, kHandshakeMs);
   // The service loop sends announcements, replies and relay orders on this socket and must
   // never wait on a consumer: without ROUTER_MANDATORY a message to a connection whose queue
-  // (SNDHWM, 1,000 messages) is full, or that is gone, is dropped. Such a consumer misses a
-  // heartbeat, not the trainer its publish.
+  // (SNDHWM, 1,000 messages) is full, or that is gone, is dropped (and sends never block, see
+  // wire::send): that consumer misses a heartbeat, and neither the loop nor the trainer waits.
   router_.set(zmq::sockopt::router_mandatory, false);
   // Requests are small (a join carries a UCX address of a few KiB): a peer sending more is
   // disconnected by ZeroMQ before anything is decoded.
