@@ -170,7 +170,6 @@ int main(int argc, char** argv) {
   mp::JoinReply joined;
   joined.ok = true;
   joined.incarnation = 42;
-  joined.announce_endpoint = "tcp://127.0.0.1:5556";
   joined.latest_version = 3;
   joined.transport = "ucx";
   mp::JoinReply full;

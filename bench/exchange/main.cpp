@@ -347,7 +347,6 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
     if (!producer.wait_for_consumers(static_cast<std::size_t>(consumers), 120s)) {
       throw std::runtime_error("consumers did not join within 120 s");
     }
-    std::this_thread::sleep_for(300ms);  // let their subscriptions reach the PUB socket
     std::map<std::uint64_t, double> stall;
     for (int v = 1; v <= total; ++v) {
       if (serve && v == warmup + 1) {

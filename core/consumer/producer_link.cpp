@@ -9,24 +9,9 @@
 #include "modelcast/keys.h"
 
 namespace modelcast::consumer {
-namespace {
-
-// "tcp://0.0.0.0:PORT" (or * or [::]) is how a producer bound to every interface sees its
-// announcement endpoint; the consumer reaches it on the host it reached the producer on.
-std::string reachable_endpoint(const std::string& announced, const std::string& producer_endpoint) {
-  for (const char* wildcard : {"tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"}) {
-    std::string prefix(wildcard);
-    if (announced.rfind(prefix, 0) != 0 || producer_endpoint.rfind("tcp://", 0) != 0) continue;
-    auto colon = producer_endpoint.rfind(':');
-    return producer_endpoint.substr(0, colon + 1) + announced.substr(prefix.size());
-  }
-  return announced;
-}
-
-}  // namespace
 
 ProducerLink::ProducerLink(ConsumerOptions& options)
-    : endpoint_(options.producer_endpoint), model_(options.model_name), timeout_(options.producer_timeout) {
+    : endpoint_(options.producer_endpoint), timeout_(options.producer_timeout) {
   // ZeroMQ parses an endpoint only when connecting, and throws there: on the service thread
   // that would end the process, so a bad one is refused here, in the caller's thread.
   if (endpoint_.rfind("tcp://", 0) != 0 && endpoint_.rfind("ipc://", 0) != 0) {
@@ -72,23 +57,6 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
 }
 
 void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point now) {
-  auto endpoint = reachable_endpoint(reply.announce_endpoint, endpoint_);
-  auto unusable = [&](const std::string& why) {
-    join_refused_ = true;
-    throw Error(ErrorCode::kProtocol, "producer named an unusable announcement endpoint '" + endpoint + "'" + why);
-  };
-  if (endpoint.rfind("tcp://", 0) != 0 && endpoint.rfind("ipc://", 0) != 0) unusable("");
-  auto subscriber = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::sub);
-  subscriber->set(zmq::sockopt::linger, 0);
-  subscriber->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::kAnnounceLimits.max_message_bytes));
-  subscriber->set(zmq::sockopt::subscribe, model_);
-  if (pinned_) security::make_curve_client(*subscriber, *pinned_, own_);
-  try {
-    subscriber->connect(endpoint);
-  } catch (const zmq::error_t& e) {
-    unusable(std::string(": ") + e.what());
-  }
-  subscriber_ = std::move(subscriber);
   incarnation_ = reply.incarnation;
   joined_ = true;
   handshake_reported_ = false;
@@ -106,28 +74,33 @@ void ProducerLink::send(const protocol::Message& message) { wire::send(*dealer_,
 
 // A handshake that fails (the wrong producer on the endpoint, this consumer's key not admitted,
 // or a keyless consumer at a producer that has keys) is otherwise silent: ZeroMQ just retries.
-// The monitor makes it an error.
+// The monitor makes it an error. A connection that closes (the producer died or restarted)
+// is otherwise noticed only when announcements stop, producer_timeout later.
 void ProducerLink::watch_handshakes() {
   static std::atomic<std::uint64_t> next_monitor{0};
   std::string address = "inproc://modelcast-handshakes-" + std::to_string(next_monitor++);
   int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED;
   if (zmq_socket_monitor(dealer_->handle(), address.c_str(), events) != 0) return;
   monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
   monitor_->set(zmq::sockopt::linger, 0);
   monitor_->connect(address);
 }
 
-std::pair<std::size_t, std::optional<std::string>> ProducerLink::failed_handshakes() {
-  std::size_t failures = 0;
-  std::optional<std::string> report;
+ProducerLink::MonitorNews ProducerLink::read_monitor() {
+  MonitorNews news;
   while (auto parts = wire::receive(*monitor_)) {
     if (parts->empty() || (*parts)[0].size() < 6) continue;
     std::uint16_t event = 0;
     std::uint32_t value = 0;
     std::memcpy(&event, (*parts)[0].data(), 2);
     std::memcpy(&value, static_cast<const char*>((*parts)[0].data()) + 2, 4);
-    failures++;
+    if (event == ZMQ_EVENT_DISCONNECTED) {
+      // Before the join is answered, ZeroMQ's own reconnecting and the join's retry cover it.
+      news.disconnected = news.disconnected || joined_;
+      continue;
+    }
+    news.failed_handshakes++;
     if (handshake_reported_) continue;
     handshake_reported_ = true;
     std::string why;
@@ -142,9 +115,9 @@ std::pair<std::size_t, std::optional<std::string>> ProducerLink::failed_handshak
     } else {
       why = "the peer is not the producer whose key is pinned, or speaks no CurveZMQ";
     }
-    report = "handshake with " + endpoint_ + " failed: " + why;
+    news.report = "handshake with " + endpoint_ + " failed: " + why;
   }
-  return {failures, report};
+  return news;
 }
 
 }  // namespace modelcast::consumer

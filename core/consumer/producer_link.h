@@ -1,6 +1,7 @@
-// The consumer's control-plane connection to its producer: the DEALER (requests and replies)
-// and the SUB (announcements), with CurveZMQ when the producer's key is pinned, a monitor that
-// turns failed handshakes into errors, and the join/ping/liveness state. Service thread only.
+// The consumer's control-plane connection to its producer: one DEALER (requests, replies and
+// the announcements the producer sends every joined consumer), with CurveZMQ when the
+// producer's key is pinned, a monitor that turns failed handshakes into errors and notices a
+// lost connection, and the join/ping/liveness state. Service thread only.
 #pragma once
 
 #include <chrono>
@@ -30,8 +31,7 @@ class ProducerLink {
 
   // A fresh DEALER (nothing queued for a dead producer is replayed) and a join request on it.
   void join(const protocol::JoinRequest& request, Clock::time_point now);
-  // Applies an accepted join: subscribes to the announcement endpoint. Throws Error(kProtocol)
-  // for an endpoint that cannot be used (the join is then tried again).
+  // Applies an accepted join: from now on announcements are due.
   void joined(const protocol::JoinReply& reply, Clock::time_point now);
   void refused() { join_refused_ = true; }
   bool is_joined() const { return joined_; }
@@ -42,17 +42,25 @@ class ProducerLink {
   bool ping_due(Clock::time_point now) const { return joined_ && now - last_ping_ > kPingInterval; }
   void pinged(Clock::time_point now) { last_ping_ = now; }
   void heard(Clock::time_point now) { last_heard_ = now; }
+  // Joined, and no announcement for producer_timeout: the producer is gone, or has forgotten
+  // this consumer (it announces to the consumers it knows only).
   bool silent(Clock::time_point now) const { return joined_ && now - last_heard_ > timeout_; }
 
-  // Sockets to poll: dealer, monitor (or null), subscriber (or null).
+  // Sockets to poll: dealer, monitor (or null).
   zmq::socket_t& dealer() { return *dealer_; }
   zmq::socket_t* monitor() { return monitor_.get(); }
-  zmq::socket_t* subscriber() { return subscriber_.get(); }
   void send(const protocol::Message& message);
 
-  // Reads the monitor: how many handshakes failed, and a description of the first failure
-  // since the last successful join (once per failing streak, not per retry).
-  std::pair<std::size_t, std::optional<std::string>> failed_handshakes();
+  // What the monitor saw since it was last read: how many handshakes failed, a description of
+  // the first failure since the last successful join (once per failing streak, not per retry),
+  // and whether a connection of a joined link closed. The producer knows a consumer by its
+  // connection: after a reconnect it has forgotten this one, and announces nothing to it.
+  struct MonitorNews {
+    std::size_t failed_handshakes = 0;
+    std::optional<std::string> report;
+    bool disconnected = false;
+  };
+  MonitorNews read_monitor();
 
   // The producer drops consumers silent for 5 s or more: ping well inside that.
   static constexpr std::chrono::milliseconds kPingInterval{1000};
@@ -61,14 +69,12 @@ class ProducerLink {
   void watch_handshakes();
 
   std::string endpoint_;
-  std::string model_;
   std::chrono::milliseconds timeout_;
   std::optional<security::PublicKey> pinned_;
   security::SecretKey own_{};
   zmq::context_t context_;
   std::unique_ptr<zmq::socket_t> dealer_;
   std::unique_ptr<zmq::socket_t> monitor_;
-  std::unique_ptr<zmq::socket_t> subscriber_;
   bool joined_ = false;
   bool join_refused_ = false;
   bool handshake_reported_ = false;

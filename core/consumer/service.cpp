@@ -35,13 +35,11 @@ void ConsumerService::service_loop() {
   join();
   for (;;) {
     zmq::socket_t* monitor = link_.monitor();
-    zmq::socket_t* subscriber = link_.subscriber();
-    zmq::pollitem_t items[4] = {{link_.dealer().handle(), 0, ZMQ_POLLIN, 0},
+    zmq::pollitem_t items[3] = {{link_.dealer().handle(), 0, ZMQ_POLLIN, 0},
                                 {nullptr, events_->fd(), ZMQ_POLLIN, 0},
-                                {monitor ? monitor->handle() : nullptr, 0, ZMQ_POLLIN, 0},
-                                {subscriber ? subscriber->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, subscriber ? 4 : monitor ? 3 : 2, tick());
-    if (monitor && (items[2].revents & ZMQ_POLLIN)) guarded([&] { on_handshake_events(); });
+                                {monitor ? monitor->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, monitor ? 3 : 2, tick());
+    if (monitor && (items[2].revents & ZMQ_POLLIN)) guarded([&] { on_monitor_events(); });
     if (items[1].revents & ZMQ_POLLIN) {
       for (auto& event : events_->drain()) {
         if (std::holds_alternative<Stop>(event)) {
@@ -55,14 +53,7 @@ void ConsumerService::service_loop() {
         }
       }
     }
-    if (items[0].revents & ZMQ_POLLIN) {
-      while (auto parts = wire::receive(link_.dealer())) guarded([&] { on_reply(*parts); });
-    }
-    // A join reply just handled may have replaced the subscriber: poll results of the old
-    // one no longer apply (and its socket is gone).
-    if (subscriber && subscriber == link_.subscriber() && (items[3].revents & ZMQ_POLLIN)) {
-      while (auto parts = wire::receive(*link_.subscriber())) guarded([&] { on_announce(*parts); });
-    }
+    if (items[0].revents & ZMQ_POLLIN) read_dealer();
     guarded([&] {
       check_producer_alive();
       check_transfer_deadline();
@@ -97,10 +88,28 @@ void ConsumerService::rejoin_afresh(const std::string& why) {
   join();
 }
 
-void ConsumerService::on_handshake_events() {
-  auto [failures, report_text] = link_.failed_handshakes();
-  count([&](ConsumerStats& s) { s.failed_handshakes += failures; });
-  if (report_text) report(Error(ErrorCode::kAuthentication, *report_text));
+void ConsumerService::on_monitor_events() {
+  auto news = link_.read_monitor();
+  if (news.failed_handshakes) count([&](ConsumerStats& s) { s.failed_handshakes += news.failed_handshakes; });
+  if (news.report) report(Error(ErrorCode::kAuthentication, *news.report));
+  if (news.disconnected) {
+    // ZeroMQ reconnects by itself, but the producer knows a consumer by its connection: a new
+    // one is a stranger to it (and after a restart, so is everything else).
+    log_->warn("connection to the producer lost; joining again");
+    count([](ConsumerStats& s) { s.reconnects++; });
+    rejoin_afresh("connection to the producer lost");
+  }
+}
+
+// Replies and announcements, in the order the producer sent them. Handling one may replace the
+// DEALER (every join gets a fresh one): what is left on the old one is the old link's.
+void ConsumerService::read_dealer() {
+  zmq::socket_t* dealer = &link_.dealer();
+  while (dealer == &link_.dealer()) {
+    auto parts = wire::receive(*dealer);
+    if (!parts) break;
+    guarded([&] { on_reply(*parts); });
+  }
 }
 
 void ConsumerService::check_producer_alive() {
@@ -110,13 +119,15 @@ void ConsumerService::check_producer_alive() {
     link_.send(protocol::Ping{link_.incarnation()});
     link_.pinged(now);
   }
-  if (link_.silent(now) && link_.subscriber()) {
+  if (link_.silent(now)) {
     // This thread may just have been busy (allocating a large buffer takes a while): read
     // what the producer said meanwhile before judging it silent.
-    while (auto parts = wire::receive(*link_.subscriber())) on_announce(*parts);
+    read_dealer();
   }
   if (link_.silent(now)) {
-    log_->warn("no word from the producer for {} ms; reconnecting", options_.producer_timeout.count());
+    // Gone, or alive but no longer announcing to this consumer: it forgets a consumer whose
+    // connection it closed or that it heard nothing from, and all of them when it restarts.
+    log_->warn("no announcement from the producer for {} ms; joining again", options_.producer_timeout.count());
     count([](ConsumerStats& s) { s.reconnects++; });
     rejoin_afresh("producer lost");
   }
@@ -159,22 +170,20 @@ std::optional<protocol::Message> ConsumerService::decode(const zmq::message_t& f
   }
 }
 
-void ConsumerService::on_announce(std::vector<zmq::message_t>& parts) {
-  if (parts.size() != 2) return bad_message("announcement with " + std::to_string(parts.size()) + " frames");
-  auto message = decode(parts[1], protocol::kAnnounceLimits);
-  if (!message) return;
-  auto* announce = std::get_if<protocol::Announce>(&*message);
-  if (!announce) return bad_message("unexpected message type on the announcement channel");
-  if (announce->incarnation != link_.incarnation()) {
+void ConsumerService::on_announce(const protocol::Announce& announce) {
+  // The producer announces to joined consumers only: one that arrives before this link's join
+  // was answered says nothing about it.
+  if (!link_.is_joined()) return;
+  if (announce.incarnation != link_.incarnation()) {
     // A restarted producer: its old connection state is gone, so join it afresh.
-    log_->info("producer restarted (incarnation {:016x}); joining again", announce->incarnation);
+    log_->info("producer restarted (incarnation {:016x}); joining again", announce.incarnation);
     return rejoin_afresh("producer restarted");
   }
   link_.heard(Clock::now());
-  if (announce->version > newest_announced_) {
-    newest_announced_ = announce->version;
+  if (announce.version > newest_announced_) {
+    newest_announced_ = announce.version;
     count([&](ConsumerStats& s) {
-      s.last_notify_latency = std::chrono::nanoseconds(realtime_ns() - announce->publish_time_ns);
+      s.last_notify_latency = std::chrono::nanoseconds(realtime_ns() - announce.publish_time_ns);
     });
   }
 }
@@ -183,6 +192,7 @@ void ConsumerService::on_reply(std::vector<zmq::message_t>& parts) {
   if (parts.size() != 1) return bad_message("reply with " + std::to_string(parts.size()) + " frames");
   auto message = decode(parts[0], {});
   if (!message) return;
+  if (auto* announce = std::get_if<protocol::Announce>(&*message)) return on_announce(*announce);
   if (auto* join = std::get_if<protocol::JoinReply>(&*message)) return on_join_reply(*join);
   if (auto* fetch = std::get_if<protocol::FetchReply>(&*message)) return on_fetch_reply(*fetch);
   if (auto* order = std::get_if<protocol::RelayOrder>(&*message)) return on_relay_order(*order);

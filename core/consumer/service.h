@@ -1,6 +1,7 @@
 // The consumer's service: the one thread that talks to the producer. A version's way in, one
 // stage per file:
-//   ProducerLink     join, announcements, pings, liveness; CurveZMQ and handshake failures
+//   ProducerLink     join, pings, liveness (announcements, a lost connection); CurveZMQ and
+//                    handshake failures
 //   FetchClient      ask for the newest version, receive its chunks, hash them as they land
 //   Verifier         manifest, limits, layout, chunk plan, signature, digests
 //   VersionStore     receive buffers, the installed version, the swap readers see
@@ -101,14 +102,16 @@ class ConsumerService {
   // producer's data came in). Buffers that views or unfinished receives still hold keep the old
   // transport alive.
   void rejoin_afresh(const std::string& why);
-  void on_handshake_events();
+  // The DEALER's monitor: failed handshakes are reported; a lost connection means joining again.
+  void on_monitor_events();
+  void read_dealer();
   void check_producer_alive();
   // A transfer the producer answered but never finishes (its lease lapsed, a sender hung) is
   // given up, so the consumer asks for the newest version again instead of waiting for ever.
   void check_transfer_deadline();
   void bad_message(const std::string& what);
   std::optional<protocol::Message> decode(const zmq::message_t& frame, const protocol::DecodeLimits& limits);
-  void on_announce(std::vector<zmq::message_t>& parts);
+  void on_announce(const protocol::Announce& announce);
   void on_reply(std::vector<zmq::message_t>& parts);
   void on_join_reply(const protocol::JoinReply& reply);
   // What we hold: a newer announced version of this incarnation, or any version of a new one.

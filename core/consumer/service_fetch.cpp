@@ -61,6 +61,14 @@ void ConsumerService::maybe_fetch() {
 }
 
 void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
+  if (reply.fetch_id == 0 && !reply.ok && reply.refusal == protocol::Refusal::kNotJoined) {
+    // Answers no fetch: the producer dropped this consumer, and will announce nothing more to it.
+    if (!link_.is_joined()) return;
+    log_->warn("{}", reply.error);
+    abandon_fetch("the producer dropped this consumer", true);
+    retry_fetch_after_ = Clock::now() + tick();
+    return join();
+  }
   if (fetch_.withdraws(reply)) {
     abandon_fetch("the producer withdrew it: " + reply.error, true);
     retry_fetch_after_ = Clock::now() + tick();

@@ -3,7 +3,6 @@
 #include <sys/resource.h>
 
 #include <set>
-#include <string_view>
 
 #include <spdlog/spdlog.h>
 
@@ -38,58 +37,30 @@ constexpr int kHandshakeMs = 5000;
 }  // namespace
 
 ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
-    : router_(context_, zmq::socket_type::router), publisher_(context_, zmq::socket_type::xpub) {
-  wire::announce_bind_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
+    : router_(context_, zmq::socket_type::router) {
+  wire::check_control_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
   set_up_security(options, log);
   raise_open_file_limit(log);
   router_.set(zmq::sockopt::linger, 0);
   router_.set(zmq::sockopt::handshake_ivl, kHandshakeMs);
-  publisher_.set(zmq::sockopt::handshake_ivl, kHandshakeMs);
+  // The service loop sends announcements, replies and relay orders on this socket and must
+  // never wait on a consumer: without ROUTER_MANDATORY a message to a connection whose queue
+  // (SNDHWM, 1,000 messages) is full, or that is gone, is dropped (and sends never block, see
+  // wire::send): that consumer misses a heartbeat, and neither the loop nor the trainer waits.
   router_.set(zmq::sockopt::router_mandatory, false);
   // Requests are small (a join carries a UCX address of a few KiB): a peer sending more is
   // disconnected by ZeroMQ before anything is decoded.
   router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::kRequestLimits.max_message_bytes));
-  publisher_.set(zmq::sockopt::linger, 0);
-  // Subscriptions come to us instead of into ZeroMQ's table, which keeps every topic a peer
-  // sends: only the model's own topic is applied (answer_subscriptions), so no other reaches
-  // the table that every announcement is matched against. ZeroMQ 4.3 still records each one
-  // it passes us until the peer leaves (about 0.8 KiB a random 25-byte topic).
-  publisher_.set(zmq::sockopt::xpub_manual, 1);
   wire::check_ipc_endpoint_free(options.control_endpoint);
-  wire::check_ipc_endpoint_free(options.control_endpoint + ".pub");
   try {
     router_.bind(wire::bind_spelling(options.control_endpoint));
     endpoint_ = wire::bound_endpoint(router_);
-    publisher_.bind(wire::announce_bind_endpoint(endpoint_));
-    announce_endpoint_ = wire::bound_endpoint(publisher_);
   } catch (const zmq::error_t& e) {
     throw Error(ErrorCode::kTransport, "cannot bind '" + options.control_endpoint + "': " + e.what());
   }
 }
 
 ControlPlane::~ControlPlane() = default;
-
-std::size_t ControlPlane::answer_subscriptions(const std::string& topic) {
-  std::size_t ignored = 0;
-  zmq::message_t message;
-  while (publisher_.recv(message, zmq::recv_flags::dontwait)) {
-    const auto* bytes = static_cast<const char*>(message.data());
-    // A (un)subscription is one byte (1: subscribe, 0: unsubscribe) and the topic. Applied to
-    // the connection it came from, as the next setsockopt after a receive is.
-    const bool ours = message.size() == topic.size() + 1 && (bytes[0] == 0 || bytes[0] == 1) &&
-                      std::string_view(bytes + 1, topic.size()) == topic;
-    if (!ours) {
-      ignored++;
-      continue;
-    }
-    if (bytes[0] == 1) {
-      publisher_.set(zmq::sockopt::subscribe, topic);
-    } else {
-      publisher_.set(zmq::sockopt::unsubscribe, topic);
-    }
-  }
-  return ignored;
-}
 
 void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log) {
   if (!options.key_file.empty()) {
@@ -118,7 +89,6 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
   std::set<std::string> allowed(options.allowed_consumer_keys.begin(), options.allowed_consumer_keys.end());
   zap_ = std::make_unique<security::ZapHandler>(context_, allowed, options.allow_any_consumer);
   security::make_curve_server(router_, signer_->secret());
-  security::make_curve_server(publisher_, signer_->secret());
   log.info("CurveZMQ control plane, versions signed by {}; {}", options.key.public_key,
            options.allow_any_consumer ? std::string("any consumer admitted")
                                       : std::to_string(allowed.size()) + " consumer keys admitted");

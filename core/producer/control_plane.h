@@ -1,6 +1,12 @@
-// The producer's ZeroMQ side: a ROUTER for requests and an XPUB for announcements, bound next
-// to each other (subscriptions handled here, so only the model's topic takes memory), and, with a key, CurveZMQ on both with a ZAP handler admitting listed consumer
-// keys. Constructed on the caller's thread; then used by the service thread only.
+// The producer's ZeroMQ side: one ROUTER for requests, replies and announcements, and, with a
+// key, CurveZMQ on it with a ZAP handler admitting listed consumer keys. Constructed on the
+// caller's thread; then used by the service thread only.
+//
+// Announcements go over the ROUTER to joined consumers only, not through a PUB socket: ZeroMQ
+// keeps a record of every subscription a connected peer sends until it leaves, so any process
+// that could connect to a PUB could make the producer hold memory for it (100,000 random topics
+// cost about 80 MB). Over the ROUTER, what a peer can make the producer hold is bounded by
+// max_consumers (a record each) and the ROUTER's per-connection queues.
 #pragma once
 
 #include <functional>
@@ -25,21 +31,16 @@ namespace modelcast::producer {
 
 class ControlPlane {
  public:
-  // Resolves the key (options.key_file), applies the plaintext rule, binds both sockets.
+  // Resolves the key (options.key_file), applies the plaintext rule, binds the ROUTER.
   // Throws Error(kInvalidArgument) for bad options or keys, Error(kTransport) if binding fails.
   ControlPlane(ProducerOptions& options, spdlog::logger& log);
   ~ControlPlane();
 
   const std::string& endpoint() const { return endpoint_; }
-  const std::string& announce_endpoint() const { return announce_endpoint_; }
   // Signs manifests; null on a plaintext control plane.
   const security::ManifestSigner* signer() const { return signer_.get(); }
 
   zmq::socket_t& router() { return router_; }
-  zmq::socket_t& publisher() { return publisher_; }
-  // Applies the subscriptions and unsubscriptions waiting on the publisher that name `topic`
-  // (the model) and drops every other; returns how many were dropped. Poll publisher() for them.
-  std::size_t answer_subscriptions(const std::string& topic);
   // The ZAP socket to poll (null on a plaintext control plane) and its answers: the keys refused.
   zmq::socket_t* authentication_socket();
   // See ZapHandler::answer_pending.
@@ -52,9 +53,7 @@ class ControlPlane {
   std::unique_ptr<security::ManifestSigner> signer_;
   std::unique_ptr<security::ZapHandler> zap_;  // before the sockets it authenticates
   zmq::socket_t router_;
-  zmq::socket_t publisher_;
   std::string endpoint_;
-  std::string announce_endpoint_;
 };
 
 }  // namespace modelcast::producer

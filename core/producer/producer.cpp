@@ -95,8 +95,8 @@ class Producer::Impl {
       digests_->submit(slot, version, store_.memory(slot), layout_);
     });
     if (persister_) service_->set_persist([p = persister_.get()](std::uint64_t version) { p->consider(version); });
-    log_->info("model '{}' serving on {} (announcements on {}), incarnation {:016x}", options_.model_name,
-               control_->endpoint(), control_->announce_endpoint(), incarnation_);
+    log_->info("model '{}' serving on {}, incarnation {:016x}", options_.model_name, control_->endpoint(),
+               incarnation_);
     thread_ = std::thread([this] { service_->run(); });
   }
 

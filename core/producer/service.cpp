@@ -46,15 +46,9 @@ void ProducerService::run() {
     zmq::socket_t* zap = control_.authentication_socket();
     zmq::pollitem_t items[] = {{control_.router().handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, events_.fd(), ZMQ_POLLIN, 0},
-                               {control_.publisher().handle(), 0, ZMQ_POLLIN, 0},
                                {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, zap ? 4 : 3, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
-    if (items[2].revents & ZMQ_POLLIN) {
-      if (auto ignored = control_.answer_subscriptions(options_.model_name)) {
-        stats_.update([&](ProducerStats& s) { s.ignored_subscriptions += ignored; });
-      }
-    }
-    if (zap && (items[3].revents & ZMQ_POLLIN)) {
+    zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
+    if (zap && (items[2].revents & ZMQ_POLLIN)) {
       control_.answer_authentication([this](const std::string& key) {
         log_->warn("refused a connection from key {} (CurveZMQ form): not on the allow-list", key);
         stats_.update([](ProducerStats& s) { s.refused_peers++; });
@@ -114,20 +108,35 @@ void ProducerService::close_cut_off() {
         log_->warn("could not tell '{}': {}", consumer->name, e.what());
       }
     }
-    drop_consumer(cut.routing_id);
+    drop_consumer(cut.routing_id, "its connection was closed");
     stats_.update([](ProducerStats& s) { s.connections_cut++; });  // after: the count says it is done
   }
 }
 
 void ProducerService::announce() {  // heartbeat: the newest published version
   auto [step, time] = store_.newest_step_and_time();
-  wire::send(control_.publisher(), protocol::Announce{incarnation_, store_.newest_version(), step, time},
-             &options_.model_name);
+  announce(protocol::Announce{incarnation_, store_.newest_version(), step, time});
+}
+
+// To every joined consumer, over the ROUTER (control_plane.h says why not a PUB socket). A
+// consumer that is not reading has its copy dropped (ZMQ_SNDHWM) and hears the next one; one
+// the producer has forgotten hears none and joins again after its producer_timeout.
+void ProducerService::announce(const protocol::Announce& announcement) {
+  auto bytes = protocol::encode(announcement);
+  for (const auto& routing_id : membership_.routing_ids()) send_encoded(routing_id, bytes);
+}
+
+void ProducerService::send_encoded(const std::string& routing_id, std::span<const std::byte> bytes) {
+  try {
+    control_.router().send(zmq::buffer(routing_id), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    (void)control_.router().send(zmq::buffer(bytes.data(), bytes.size()), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {
+    log_->warn("could not send a control message: {}", e.what());
+  }
 }
 
 void ProducerService::on_event(SnapshotStarted& e) {
-  wire::send(control_.publisher(), protocol::Announce{incarnation_, e.version, e.step, e.publish_time_ns},
-             &options_.model_name);
+  announce(protocol::Announce{incarnation_, e.version, e.step, e.publish_time_ns});
   fetches_.expect(e.version);
 }
 
@@ -204,7 +213,7 @@ void ProducerService::withdraw(const std::vector<FetchServer::Withdrawn>& withdr
 void ProducerService::on_event(SlotsAllocated& e) {
   if (e.location == slots_) return;
   slots_ = e.location;
-  for (const auto& routing_id : membership_.routing_ids()) drop_consumer(routing_id);
+  for (const auto& routing_id : membership_.routing_ids()) drop_consumer(routing_id, "the slots moved");
 }
 
 void ProducerService::on_event(DigestsReady& e) {
@@ -237,13 +246,23 @@ void ProducerService::on_event(SendDone& e) {
 void ProducerService::on_event(PeerFailed& e) {
   if (auto routing_id = membership_.find_peer(e.transport, e.peer)) {
     log_->warn("consumer '{}' lost ({}); releasing its leases", membership_.find(*routing_id)->name, e.error);
-    drop_consumer(*routing_id);
+    drop_consumer(*routing_id, "its transport connection failed");
   }
 }
 
 
 void ProducerService::drop_consumer(const std::string& routing_id) {
   if (auto record = forget_consumer(routing_id)) transports_.at(record->transport).disconnect(record->peer);
+}
+
+// A consumer dropped while it may be alive is told, or it would learn only from the silence,
+// producer_timeout later (announcements go to joined consumers only).
+void ProducerService::drop_consumer(const std::string& routing_id, const std::string& why) {
+  drop_consumer(routing_id);
+  protocol::FetchReply dropped;
+  dropped.refusal = protocol::Refusal::kNotJoined;
+  dropped.error = "the producer dropped this consumer (" + why + "); join again";
+  send_encoded(routing_id, protocol::encode(dropped));
 }
 
 std::optional<ConsumerRecord> ProducerService::forget_consumer(const std::string& routing_id) {
@@ -265,7 +284,7 @@ void ProducerService::drop_silent_consumers() {
   for (const auto& routing_id : membership_.silent(Clock::now(), limit)) {
     log_->warn("consumer '{}' silent for over {} ms; dropping it", membership_.find(routing_id)->name,
                std::chrono::duration_cast<std::chrono::milliseconds>(limit).count());
-    drop_consumer(routing_id);
+    drop_consumer(routing_id, "it was silent");
   }
 }
 
@@ -302,6 +321,11 @@ void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
     message = protocol::decode({static_cast<const std::byte*>(parts[1].data()), parts[1].size()},
                                protocol::kRequestLimits);
   } catch (const Error& e) {
+    // A consumer of the previous protocol is told why it cannot join, in words it decodes;
+    // dropped silently, it would send its join again and again and never say why.
+    if (auto version = protocol::foreign_version({static_cast<const std::byte*>(parts[1].data()), parts[1].size()})) {
+      if (auto refusal = protocol::encode_version_refusal(*version)) send_encoded(routing_id, *refusal);
+    }
     return bad_message(e.what());
   }
   // Whatever a request makes go wrong costs that request only: the trainer keeps training.
@@ -335,7 +359,6 @@ void ProducerService::bad_message(const std::string& what) {
 void ProducerService::on_join(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join) {
   protocol::JoinReply answer;
   answer.incarnation = incarnation_;
-  answer.announce_endpoint = control_.announce_endpoint();
   auto decision = membership_.decide(routing_id, key, join);
   answer.refusal = decision.refusal;
   answer.error = decision.error;

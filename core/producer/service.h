@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -152,6 +153,10 @@ class ProducerService {
   void send_outgoing();
   void close_cut_off();
   void announce();
+  void announce(const protocol::Announce& announcement);
+  // One encoded message to one connection; never throws (a message that cannot go out is lost,
+  // as one to a full queue is).
+  void send_encoded(const std::string& routing_id, std::span<const std::byte> bytes);
   void on_event(SnapshotStarted& e);
   void on_event(SnapshotTaken& e);
   void on_event(SnapshotFailed& e);
@@ -164,6 +169,8 @@ class ProducerService {
   void on_event(PeerFailed& e);
   void on_event(Stop&) {}
   void drop_consumer(const std::string& routing_id);
+  // The same, telling the consumer why (it joins again at once).
+  void drop_consumer(const std::string& routing_id, const std::string& why);
   // drop_consumer() that keeps the record's transport connection and returns the record.
   std::optional<ConsumerRecord> forget_consumer(const std::string& routing_id);
   void drop_silent_consumers();

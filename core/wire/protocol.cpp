@@ -52,10 +52,9 @@ struct BodyPacker {
     }
   }
   void operator()(const JoinReply& m) const {
-    pk.pack_map(8);
+    pk.pack_map(7);
     pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("inc"); pk.pack(m.incarnation);
-    pk.pack("pub"); pack_str(pk, m.announce_endpoint);
     pk.pack("latest"); pk.pack(m.latest_version);
     pk.pack("transport"); pack_str(pk, m.transport);
     pk.pack("path"); pk.pack(static_cast<std::uint8_t>(m.path));
@@ -167,7 +166,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
     case Type::kJoinReply: {
       Fields f(body, "join reply");
       return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), f.get<std::string>("err"),
-                       f.get<std::uint64_t>("inc"), f.get<std::string>("pub"), f.get<std::uint64_t>("latest"),
+                       f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("latest"),
                        f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path"))};
     }
     case Type::kFetchRequest: {
@@ -236,6 +235,50 @@ std::vector<std::byte> encode(const Message& message) {
   std::visit(BodyPacker{pk}, message);
   const auto* p = reinterpret_cast<const std::byte*>(buffer.data());
   return {p, p + buffer.size()};
+}
+
+std::optional<std::uint16_t> foreign_version(std::span<const std::byte> bytes) {
+  // An envelope starts with the same 8 or so bytes in every version: a 4-element array, the
+  // magic as a uint32, the version as a positive fixint or a uint8/uint16.
+  if (bytes.size() < 7 || bytes[0] != std::byte{0x94} || bytes[1] != std::byte{0xce}) return std::nullopt;
+  std::uint32_t magic = 0;
+  for (int i = 2; i < 6; ++i) magic = (magic << 8) | std::to_integer<std::uint32_t>(bytes[i]);
+  if (magic != kMagic) return std::nullopt;
+  auto tag = std::to_integer<unsigned>(bytes[6]);
+  std::uint16_t version = 0;
+  if (tag <= 0x7f) {
+    version = static_cast<std::uint16_t>(tag);
+  } else if (tag == 0xcc && bytes.size() >= 8) {
+    version = std::to_integer<std::uint16_t>(bytes[7]);
+  } else if (tag == 0xcd && bytes.size() >= 9) {
+    version = static_cast<std::uint16_t>(std::to_integer<unsigned>(bytes[7]) << 8 | std::to_integer<unsigned>(bytes[8]));
+  } else {
+    return std::nullopt;
+  }
+  if (version == kVersion) return std::nullopt;
+  return version;
+}
+
+std::optional<std::vector<std::byte>> encode_version_refusal(std::uint16_t version) {
+  if (version != 5) return std::nullopt;
+  // Protocol 5's join reply: this build's, with the announcement endpoint it named then.
+  msgpack::sbuffer buffer;
+  Packer pk(&buffer);
+  pk.pack_array(4);
+  pk.pack(kMagic);
+  pk.pack(version);
+  pk.pack(static_cast<std::uint8_t>(Type::kJoinReply));
+  pk.pack_map(8);
+  pack_outcome(pk, false, Refusal::kBadRequest,
+               "unsupported protocol version " + std::to_string(version) + ": this producer speaks protocol version " +
+                   std::to_string(kVersion) + "; use a consumer of the same modelcast release");
+  pk.pack("inc"); pk.pack(std::uint64_t{0});
+  pk.pack("pub"); pack_str(pk, "");
+  pk.pack("latest"); pk.pack(std::uint64_t{0});
+  pk.pack("transport"); pack_str(pk, "");
+  pk.pack("path"); pk.pack(static_cast<std::uint8_t>(DeliveryPath::kHostUcx));
+  const auto* p = reinterpret_cast<const std::byte*>(buffer.data());
+  return std::vector<std::byte>(p, p + buffer.size());
 }
 
 Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits) {

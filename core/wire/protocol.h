@@ -8,14 +8,16 @@
 //
 // Message order, one consumer and one version:
 //   consumer DEALER -> producer ROUTER  JoinRequest        (again after a refusal or a restart)
-//   producer ROUTER -> consumer DEALER  JoinReply          (announce endpoint, newest version)
-//   producer PUB    -> consumer SUB     Announce           (at publish() entry; heartbeats)
+//   producer ROUTER -> consumer DEALER  JoinReply          (incarnation, newest version)
+//   producer ROUTER -> consumer DEALER  Announce           (at publish() entry; heartbeats), to
+//                                                          joined consumers only
 //   consumer -> producer                FetchRequest       (the newest announced version)
 //   producer -> consumer                FetchReply         (manifest, signature if signed)
 //   producer -> consumer (data plane)   chunk i of the slot, tag chunk_tag(fetch_id, i)
 //   producer -> consumer                Digests            (only if the reply said pending)
 //   consumer -> producer                Ack                (installed or why not; ends the lease)
 //   consumer -> producer                Ping               (every second while joined)
+//   producer -> consumer                FetchReply         (fetch id 0, kNotJoined: it was dropped)
 // A relayed fetch (the producer's relay_fanout is on): the FetchReply names a relay, and the
 // producer sends that consumer a RelayOrder instead of the chunks:
 //   producer -> relay                   RelayOrder         (send these blocks to that address)
@@ -38,7 +40,7 @@
 namespace modelcast::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4D435354;  // "MCST"
-inline constexpr std::uint16_t kVersion = 5;
+inline constexpr std::uint16_t kVersion = 6;
 
 // Why a request was refused, so the other side can act on it without reading prose.
 enum class Refusal : std::uint8_t {
@@ -65,8 +67,9 @@ struct DecodeLimits {
   std::size_t max_depth = 8;
 };
 
-// PUB -> SUB, topic frame = model name. Sent at each publish and as a periodic heartbeat;
-// `version` is the newest published (0 before the first).
+// ROUTER -> each joined consumer's DEALER. Sent at each publish and as a periodic heartbeat;
+// `version` is the newest published (0 before the first). A consumer that hears none for its
+// producer_timeout has been forgotten (or the producer is gone) and joins again.
 struct Announce {
   std::uint64_t incarnation = 0;
   std::uint64_t version = 0;
@@ -97,7 +100,6 @@ struct JoinReply {
   Refusal refusal = Refusal::kNone;
   std::string error;
   std::uint64_t incarnation = 0;
-  std::string announce_endpoint;
   std::uint64_t latest_version = 0;
   std::string transport;  // the offer the producer chose
   DeliveryPath path = DeliveryPath::kHostUcx;
@@ -116,7 +118,9 @@ struct FetchRequest {
 
 // A refusal that carries the id of a fetch already answered withdraws that fetch: the producer
 // sends no more of it and has released its lease (a device version whose host copy failed
-// while its chunks were going out).
+// while its chunks were going out). A kNotJoined refusal with fetch id 0 (no fetch has it)
+// answers nothing: the producer has dropped this consumer and announces nothing more to it;
+// the consumer joins again.
 struct FetchReply {
   bool ok = false;
   Refusal refusal = Refusal::kNone;
@@ -211,19 +215,21 @@ inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {
 }
 
 // What each channel accepts: requests to the producer are small (a join's address is the
-// largest part); announcements are a few dozen bytes; replies carry manifests (the defaults).
+// largest part); what the producer sends carries manifests (the defaults).
 inline const DecodeLimits kRequestLimits = [] {
   DecodeLimits limits;
   limits.max_message_bytes = 256u << 10;
   return limits;
 }();
-inline const DecodeLimits kAnnounceLimits = [] {
-  DecodeLimits limits;
-  limits.max_message_bytes = 4096;
-  return limits;
-}();
-
 std::vector<std::byte> encode(const Message& message);
+
+// The protocol version a message claims, when it is a modelcast envelope (magic checked) of
+// another version than this build's; std::nullopt for anything else. Reads the envelope only.
+std::optional<std::uint16_t> foreign_version(std::span<const std::byte> bytes);
+// A join refusal that a consumer speaking protocol `version` decodes, saying it speaks another
+// version than this producer; std::nullopt for any version but 5, the one before this, whose
+// join reply this build still writes. Without it such a consumer would wait for ever, silently.
+std::optional<std::vector<std::byte>> encode_version_refusal(std::uint16_t version);
 // Throws Error(kProtocol) for anything but a well-formed message of this protocol version
 // within `limits`; never throws anything else and never allocates beyond the limits.
 Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits = {});

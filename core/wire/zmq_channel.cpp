@@ -19,15 +19,15 @@ std::string bind_spelling(const std::string& endpoint) {
   return endpoint;
 }
 
-std::string announce_bind_endpoint(const std::string& control_endpoint) {
+void check_control_endpoint(const std::string& control_endpoint) {
   if (control_endpoint.rfind("tcp://", 0) == 0) {
     auto colon = control_endpoint.rfind(':');
     if (colon == std::string::npos || colon < 6) {
       throw Error(ErrorCode::kInvalidArgument, "control endpoint '" + control_endpoint + "' has no port");
     }
-    return control_endpoint.substr(0, colon) + ":*";
+    return;
   }
-  if (control_endpoint.rfind("ipc://", 0) == 0) return control_endpoint + ".pub";
+  if (control_endpoint.rfind("ipc://", 0) == 0) return;
   throw Error(ErrorCode::kInvalidArgument,
               "control endpoint '" + control_endpoint + "' must start with tcp:// or ipc://");
 }

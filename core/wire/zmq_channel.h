@@ -14,9 +14,9 @@ namespace modelcast::wire {
 // "tcp://HOST:0" -> "tcp://HOST:*" (ZeroMQ's spelling of "pick a free port"); others unchanged.
 std::string bind_spelling(const std::string& endpoint);
 
-// The PUB endpoint to bind next to a bound control endpoint: same host, any port for tcp;
-// PATH.pub for ipc. Throws Error(kInvalidArgument) for other schemes.
-std::string announce_bind_endpoint(const std::string& control_endpoint);
+// Throws Error(kInvalidArgument) unless `control_endpoint` is ipc:// or tcp:// with a port:
+// ZeroMQ would reject others only when binding, with a less helpful message.
+void check_control_endpoint(const std::string& control_endpoint);
 
 // True for ipc:// and for tcp:// on a loopback host (127.0.0.0/8, localhost, [::1]): the
 // endpoints where a plaintext control plane reaches only this machine.
@@ -30,8 +30,9 @@ void check_ipc_endpoint_free(const std::string& endpoint);
 // Endpoint as bound (ZMQ_LAST_ENDPOINT), with the port ZeroMQ picked.
 std::string bound_endpoint(zmq::socket_t& socket);
 
-// Sends one protocol message as a single frame, optionally after a routing-id frame (ROUTER)
-// or a topic frame (PUB). Never blocks: a peer that cannot take it drops it (ZeroMQ semantics).
+// Sends one protocol message as a single frame, optionally after a routing-id frame (ROUTER).
+// Never blocks: on a ROUTER (without ZMQ_ROUTER_MANDATORY), a message to a peer whose queue is
+// full or who is gone is dropped; elsewhere a full queue throws nothing and drops it too.
 void send(zmq::socket_t& socket, const protocol::Message& message, const std::string* first_frame = nullptr);
 
 // Receives one multipart message without blocking; std::nullopt if none is waiting.

@@ -54,8 +54,10 @@ struct ConsumerOptions {
   // Transports this consumer offers, in order of preference: "ucx", "loopback" (only with a
   // producer in this same process). Empty: every default one ("ucx").
   std::vector<std::string> transports;
-  // No announcement or heartbeat for this long: the producer is presumed gone; a transfer in
-  // flight is discarded and the consumer reconnects when the producer returns.
+  // No announcement or heartbeat for this long: the producer is presumed gone (or to have
+  // forgotten this consumer: it announces only to consumers it knows); a transfer in flight is
+  // discarded and the consumer joins again when the producer answers. A closed connection is
+  // noticed at once.
   std::chrono::milliseconds producer_timeout{2000};
   // A transfer the producer answered that makes no progress (no chunk arriving) for this long
   // is given up and the newest version asked for again; a slow transfer that keeps progressing

@@ -49,7 +49,7 @@ struct PersistOptions {
 struct ProducerOptions {
   std::string model_name = "model";
   // ROUTER endpoint consumers connect to: tcp://HOST:PORT (PORT 0 picks a free one) or ipc://PATH.
-  // The announcement (PUB) endpoint is chosen next to it and told to consumers when they join.
+  // The only endpoint: requests, replies and announcements all go over it.
   std::string control_endpoint = "tcp://127.0.0.1:0";
   std::size_t snapshot_slots = 3;  // >= 2: one holds the newest version while another is written
   bool integrity = true;           // XXH3 digest per tensor, checked by consumers
@@ -124,7 +124,6 @@ struct ProducerStats {
   std::uint64_t leases_expired = 0;
   std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
   std::uint64_t refused_peers = 0;   // handshakes refused: keys not on the allow-list
-  std::uint64_t ignored_subscriptions = 0;  // announcement subscriptions to another topic, dropped
   std::uint64_t bytes_sent = 0;      // by this producer (relayed blocks not included)
   // relay_fanout: deliveries whose blocks another consumer sent, the bytes they carried, and
   // relayed fetches that failed on their relay (a block that did not match, or no progress).

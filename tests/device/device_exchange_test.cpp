@@ -157,6 +157,30 @@ TEST(DeviceExchange, AReaderNeverSeesATornVersionDuringAStreamOfUpdatesStaged) {
   stream_updates_under_a_reader("ucx", "", "ucx path=staged");
 }
 
+// A consumer that joins before the producer's slots exist is routed for host slots; the first
+// publish puts them on the device and drops it so that it joins again for a route that fits.
+// The producer announces to joined consumers only, so it tells the consumer it was dropped:
+// the consumer joins again at once, not after a producer_timeout without announcements.
+TEST(DeviceExchange, AConsumerJoinedBeforeTheSlotsMovedToTheDeviceIsToldAndJoinsAgain) {
+  auto& rt = runtime();
+  auto options = small_piece_options();
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  auto consumer_opts = consumer_options(producer.control_endpoint(), MemoryKind::kHost, 0);
+  consumer_opts.producer_timeout = 60s;  // so that only being told can explain a quick rejoin
+  modelcast::Consumer consumer(consumer_opts);
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  model.upload(5, 1);
+  const auto published = std::chrono::steady_clock::now();
+  producer.publish(1);
+  auto view = consumer.wait_for_version(1, 60s);
+  ASSERT_TRUE(view);
+  EXPECT_LT(std::chrono::steady_clock::now() - published, 10s);
+  EXPECT_EQ(consumer.stats().path, "staged");
+  EXPECT_EQ(consumer.stats().reconnects, 0u) << "it rejoined only after producer_timeout";
+}
+
 // A consumer that dies while versions are in flight to it costs the producer nothing it keeps:
 // publishing goes on, another consumer gets every later version exactly. With two slots, one
 // holds the newest version and the other is written next, so a lease the dead consumer kept

@@ -190,6 +190,31 @@ TEST_P(FaultTest, ProducersStoppedMidTransferAtRandomPointsExitCleanlyAndTheCons
   EXPECT_EQ(testmodel::check(view, 1), "");
 }
 
+// A restarted producer knows nothing of the consumers of the one before: it announces nothing to
+// them. The consumer notices the closed connection itself and joins again at once, long before
+// its producer_timeout (a minute here) would have told it.
+TEST_P(FaultTest, AConsumerFollowsARestartedProducerWhenItsConnectionClosesNotAfterItsTimeout) {
+  const std::string endpoint = temp_ipc_endpoint();
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.producer_timeout = 60s;
+  modelcast::Consumer consumer(options);
+  auto first = start_producer(endpoint, 1, /*seed=*/1, 2048);
+  auto v1 = consumer.wait_for_version(1, 60s);
+  ASSERT_TRUE(v1);
+  first->kill_now();
+  first->wait();
+  auto second = start_producer(endpoint, 1, /*seed=*/2, 2048);
+  ASSERT_TRUE(second->wait_for_line("published 1"));
+  const auto restarted = std::chrono::steady_clock::now();
+  ASSERT_TRUE(eventually([&] { return consumer.acquire().producer_incarnation() != v1.producer_incarnation(); }, 20s))
+      << "the consumer did not follow the restart within 20 s";
+  EXPECT_LT(std::chrono::steady_clock::now() - restarted, 10s);
+  EXPECT_EQ(testmodel::check(consumer.acquire(), 2), "");
+  EXPECT_EQ(consumer.stats().reconnects, 1u);
+}
+
 TEST_P(FaultTest, ProducerKilledAndRestartedConsumerKeepsServingThenFollows) {
   const std::string endpoint = temp_ipc_endpoint();
   std::mutex mutex;

@@ -65,8 +65,7 @@ std::string stats_line(const modelcast::Producer& producer) {
          " leases_expired=" + std::to_string(s.leases_expired) + " deliveries=" + std::to_string(s.deliveries) +
          " bad_messages=" + std::to_string(s.bad_messages) + " latest_version=" + std::to_string(s.latest_version) +
          " bytes_sent=" + std::to_string(s.bytes_sent) + " relayed_deliveries=" + std::to_string(s.relayed_deliveries) +
-         " bytes_relayed=" + std::to_string(s.bytes_relayed) + " relay_faults=" + std::to_string(s.relay_faults) +
-         " ignored_subscriptions=" + std::to_string(s.ignored_subscriptions);
+         " bytes_relayed=" + std::to_string(s.bytes_relayed) + " relay_faults=" + std::to_string(s.relay_faults);
 }
 
 int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,

@@ -26,23 +26,17 @@ namespace protocol = modelcast::protocol;
 
 class ScriptedProducer {
  public:
-  // With a signer, its sockets are CurveZMQ servers under that key and every manifest is signed.
+  // With a signer, its socket is a CurveZMQ server under that key and every manifest is signed.
   explicit ScriptedProducer(const modelcast::security::ManifestSigner* signer = nullptr)
       : signer_(signer),
         // It sends each version's chunks whether or not the consumer took the version, so a
         // refused one leaves sends that never end: released after 1 s, not the default 5.
         transport_(modelcast::transport::make_ucx_transport({.release_timeout = std::chrono::milliseconds(1000)})),
         router_(context_, zmq::socket_type::router),
-        publisher_(context_, zmq::socket_type::pub),
         model_(testmodel::make(256)) {
     router_.set(zmq::sockopt::linger, 0);
-    publisher_.set(zmq::sockopt::linger, 0);
-    if (signer_) {
-      modelcast::security::make_curve_server(router_, signer_->secret());
-      modelcast::security::make_curve_server(publisher_, signer_->secret());
-    }
+    if (signer_) modelcast::security::make_curve_server(router_, signer_->secret());
     router_.bind("tcp://127.0.0.1:*");
-    publisher_.bind("tcp://127.0.0.1:*");
     std::vector<modelcast::TensorSpec> specs;
     for (auto& t : model_) specs.push_back(t.spec);
     layout_.model = "test";
@@ -81,28 +75,26 @@ class ScriptedProducer {
     router_.send(zmq::buffer(routing_id_), zmq::send_flags::sndmore);
     router_.send(zmq::buffer(bytes.data(), bytes.size()));
   }
-  void announce_raw(std::span<const std::byte> bytes) {
-    publisher_.send(zmq::str_buffer("test"), zmq::send_flags::sndmore);
-    publisher_.send(zmq::buffer(bytes.data(), bytes.size()));
-  }
+  // To the consumer that sent the last request, as the producer announces to joined consumers.
+  void announce_raw(std::span<const std::byte> bytes) { reply_raw(bytes); }
   void announce(std::uint64_t version) { announce_raw(protocol::encode(protocol::Announce{kIncarnation, version, 0, 1})); }
 
-  void accept_join(std::string announce_endpoint = {}) {
-    protocol::JoinRequest join;
+  void accept_join() {
     for (;;) {  // a consumer whose join went unanswered asks again: take the newest
       auto request = next_request();
-      if (auto* j = std::get_if<protocol::JoinRequest>(&request)) {
-        join = *j;
-        break;
-      }
+      if (auto* join = std::get_if<protocol::JoinRequest>(&request)) return answer_join(*join);
     }
-    if (peer_ == 0) {
-      auto offer = std::find_if(join.offers.begin(), join.offers.end(), [](const auto& o) { return o.name == "ucx"; });
-      if (offer == join.offers.end()) throw std::runtime_error("the consumer offered no UCX transport");
+  }
+  // Accepts `join`, the last request read. A consumer that joins again from a new UCX worker
+  // (it does after losing its producer) is connected anew.
+  void answer_join(const protocol::JoinRequest& join) {
+    auto offer = std::find_if(join.offers.begin(), join.offers.end(), [](const auto& o) { return o.name == "ucx"; });
+    if (offer == join.offers.end()) throw std::runtime_error("the consumer offered no UCX transport");
+    if (peer_ == 0 || offer->address != peer_address_) {
       peer_ = transport_->connect(offer->address, false, nullptr);
+      peer_address_ = offer->address;
     }
-    if (announce_endpoint.empty()) announce_endpoint = publisher_.get(zmq::sockopt::last_endpoint);
-    reply(protocol::JoinReply{true, protocol::Refusal::kNone, "", kIncarnation, announce_endpoint, 0, "ucx"});
+    reply(protocol::JoinReply{true, protocol::Refusal::kNone, "", kIncarnation, 0, "ucx"});
   }
 
   // Announces `version` until the consumer asks for it, then answers with the layout as
@@ -143,8 +135,7 @@ class ScriptedProducer {
     }
   }
 
-  // Announces `version` until the consumer asks for it (PUB drops messages to a subscriber that
-  // is still connecting), then serves it; `corrupt` flips one byte after the digests are taken.
+  // Announces `version` until the consumer asks for it, then serves it; `corrupt` flips one byte after the digests are taken.
   // With `digests_later`, the manifest goes out without digests and they follow the data in a
   // Digests message, as the real producer does when a fetch beats its digest thread.
   protocol::Ack serve(std::uint64_t version, bool corrupt, bool digests_later = false,
@@ -193,12 +184,12 @@ class ScriptedProducer {
   std::unique_ptr<modelcast::transport::Transport> transport_;
   zmq::context_t context_;
   zmq::socket_t router_;
-  zmq::socket_t publisher_;
   std::vector<testmodel::Tensor> model_;
   modelcast::Manifest layout_;
   modelcast::HostBuffer slot_;
   std::unique_ptr<modelcast::transport::MemoryRegion> region_;
   modelcast::transport::PeerId peer_ = 0;
+  std::vector<std::byte> peer_address_;
   std::string routing_id_;
 };
 

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include <msgpack.hpp>
 
 #include "core/wire/protocol.h"
@@ -44,7 +47,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
   std::vector<Message> messages = {
       Announce{1, 2, 3, 4},
       join_request,
-      JoinReply{false, Refusal::kNoTransport, "no", 5, "tcp://127.0.0.1:1", 6, "loopback", DeliveryPath::kStaged},
+      JoinReply{false, Refusal::kNoTransport, "no", 5, 6, "loopback", DeliveryPath::kStaged},
       FetchRequest{7, 8, 9, 6},
       reply,
       Ack{10, 11, 12, false, "digest", RelayFault::kBadBlock},
@@ -85,6 +88,8 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(join_reply.refusal, Refusal::kNoTransport);
   EXPECT_EQ(join_reply.transport, "loopback");
   EXPECT_EQ(join_reply.path, DeliveryPath::kStaged);
+  EXPECT_EQ(join_reply.incarnation, 5u);
+  EXPECT_EQ(join_reply.latest_version, 6u);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).signature, signature);
   EXPECT_TRUE(std::get<FetchReply>(decode(encode(reply))).region.empty());
   reply.region = address;  // a one-sided route's slot export travels with the reply
@@ -158,6 +163,45 @@ TEST(Codec, RejectsForeignAndFutureMessages) {
   expect_protocol_error(good, "trailing");
 }
 
+// Announcements travel with the replies now (protocol 6): the join reply names no announcement
+// endpoint, and a consumer of protocol 5 asking to join is answered with a refusal in its own
+// protocol's words, which it decodes and reports, instead of silence.
+TEST(Codec, AConsumerOfTheLastProtocolIsToldWhyItCannotJoin) {
+  EXPECT_EQ(kVersion, 6);
+  auto join = encode(modelcast::testing::ucx_join("model", "old", {std::byte{1}}, "boot", 1));
+  EXPECT_EQ(foreign_version(join), std::nullopt);  // this build's own
+  auto old = join;
+  old[6] = std::byte{5};  // the envelope: fixarray, magic as uint32 (5 bytes), then the version
+  expect_protocol_error(old, "unsupported protocol version 5");
+  ASSERT_EQ(foreign_version(old), std::optional<std::uint16_t>(5));
+  EXPECT_EQ(foreign_version(pack_envelope(kMagic, std::uint16_t{300}, std::uint8_t{2}, 0)),
+            std::optional<std::uint16_t>(300));
+  EXPECT_EQ(foreign_version(pack_envelope(0x12345678u, std::uint16_t{5}, std::uint8_t{2}, 0)), std::nullopt);
+  EXPECT_EQ(foreign_version(std::vector<std::byte>(3, std::byte{0x94})), std::nullopt);
+
+  EXPECT_EQ(encode_version_refusal(4), std::nullopt);  // a join reply this build cannot write
+  EXPECT_EQ(encode_version_refusal(7), std::nullopt);
+  auto refusal = encode_version_refusal(5);
+  ASSERT_TRUE(refusal);
+  // Exactly protocol 5's join reply: its envelope and its eight fields, the announcement
+  // endpoint among them (its decoder requires every one).
+  auto handle = msgpack::unpack(reinterpret_cast<const char*>(refusal->data()), refusal->size());
+  const auto& root = handle.get();
+  ASSERT_EQ(root.type, msgpack::type::ARRAY);
+  ASSERT_EQ(root.via.array.size, 4u);
+  EXPECT_EQ(root.via.array.ptr[0].as<std::uint32_t>(), kMagic);
+  EXPECT_EQ(root.via.array.ptr[1].as<std::uint16_t>(), 5);
+  EXPECT_EQ(root.via.array.ptr[2].as<std::uint8_t>(), 3);  // JoinReply
+  auto body = root.via.array.ptr[3].as<std::map<std::string, msgpack::object>>();
+  std::set<std::string> keys;
+  for (const auto& [key, value] : body) keys.insert(key);
+  EXPECT_EQ(keys, (std::set<std::string>{"ok", "why", "err", "inc", "pub", "latest", "transport", "path"}));
+  EXPECT_FALSE(body.at("ok").as<bool>());
+  auto error = body.at("err").as<std::string>();
+  EXPECT_NE(error.find("protocol version 6"), std::string::npos) << error;
+  EXPECT_NE(error.find("unsupported protocol version 5"), std::string::npos) << error;
+}
+
 std::vector<std::byte> hex_bytes(std::initializer_list<unsigned> values) {
   std::vector<std::byte> bytes;
   for (auto v : values) bytes.push_back(static_cast<std::byte>(v));
@@ -227,6 +271,51 @@ TEST(LocalEndpoint, IsExactlyLoopbackOrIpc) {
                              "tcp://10.0.0.5:7000", "tcp://128.0.0.1:7000", "tcp://127.0.0.1", "inproc://x"}) {
     EXPECT_FALSE(wire::is_local_endpoint(remote)) << remote;
   }
+}
+
+// What the producer's service loop relies on when it announces to every joined consumer over its
+// ROUTER: a consumer that reads nothing fills its queue, and from then on what is sent to it is
+// dropped at once; the loop never waits for it, and the messages to others still go.
+TEST(RouterSend, APeerThatReadsNothingHasMessagesDroppedNotWaitedFor) {
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::router_mandatory, false);  // as the producer's
+  router.set(zmq::sockopt::sndhwm, 10);
+  router.bind("inproc://router-send");
+  zmq::socket_t stuck(context, zmq::socket_type::dealer), reader(context, zmq::socket_type::dealer);
+  for (auto* dealer : {&stuck, &reader}) {
+    dealer->set(zmq::sockopt::linger, 0);
+    dealer->set(zmq::sockopt::rcvhwm, 10);
+    dealer->connect("inproc://router-send");
+    wire::send(*dealer, Ping{1});
+  }
+  std::string stuck_id, reader_id;
+  for (auto* id : {&stuck_id, &reader_id}) {
+    zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+    ASSERT_EQ(zmq::poll(&item, 1, std::chrono::seconds(5)), 1);
+    auto parts = wire::receive(router);
+    ASSERT_TRUE(parts && parts->size() == 2);
+    *id = (*parts)[0].to_string();
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::size_t read = 0;
+  for (std::uint64_t i = 1; i <= 10000; ++i) {
+    wire::send(router, Announce{1, i, 0, 0}, &stuck_id);
+    if (i % 100 != 0) continue;
+    // ZeroMQ hears that a peer has read (and has room again) when the socket processes its
+    // commands, as the producer's loop does each time it polls.
+    (void)router.get(zmq::sockopt::events);
+    wire::send(router, Announce{1, i, 0, 0}, &reader_id);
+    zmq::pollitem_t item{reader.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::seconds(1)) == 1 && wire::receive(reader)) read++;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(read, 100u) << "a peer that reads lost messages to one that does not";
+  std::size_t queued = 0;
+  while (wire::receive(stuck)) queued++;
+  EXPECT_GT(queued, 0u);
+  EXPECT_LE(queued, 40u) << "the stuck peer's queue grew past its high-water marks";
 }
 
 }  // namespace
