@@ -15,6 +15,8 @@ TEST(UcxQuirks, EachVersionGetsTheWorkaroundsItWasNotShownToDoWithout) {
   wireup_fixed.peer_death_in_tcp_wireup_asserts = false;
   UcxQuirks bound = wireup_fixed;
   bound.single_thread_worker_bound_to_first_thread = true;
+  UcxQuirks narrow_namespace = bound;
+  narrow_namespace.tcp_loopback_namespace_is_64_bit = false;
   struct Case {
     UcxVersion version;
     UcxQuirks expected;
@@ -28,9 +30,9 @@ TEST(UcxQuirks, EachVersionGetsTheWorkaroundsItWasNotShownToDoWithout) {
       {{1, 17, 9}, wireup_fixed},
       {{1, 18, 0}, bound},         // single-thread workers tied to their first thread
       {{1, 21, 5}, bound},
-      {{1, 22, 0}, bound},  // measured: the other defects are still there
-      {{1, 30, 0}, bound},  // not measured: keeps what 1.22 needed
-      {{2, 0, 0}, bound},
+      {{1, 22, 0}, narrow_namespace},  // measured: the other defects are still there
+      {{1, 30, 0}, narrow_namespace},  // not measured: keeps what 1.22 needed
+      {{2, 0, 0}, narrow_namespace},
   };
   for (const auto& c : cases) {
     EXPECT_EQ(ucx_quirks_for(c.version), c.expected)
@@ -40,7 +42,7 @@ TEST(UcxQuirks, EachVersionGetsTheWorkaroundsItWasNotShownToDoWithout) {
 }
 
 TEST(UcxQuirks, NamesTheWorkaroundsInForce) {
-  UcxQuirks none{false, false, false, false, false, false, false, false};
+  UcxQuirks none{false, false, false, false, false, false, false, false, false};
   EXPECT_EQ(to_string(none), "none");
   UcxQuirks two = none;
   two.matched_receive_ignores_cancel = true;

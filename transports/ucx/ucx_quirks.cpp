@@ -16,6 +16,8 @@ UcxQuirks ucx_quirks_for(UcxVersion version) {
   // Everything else was reproduced unchanged on 1.22.0 (scripts/ucx-defects/): no threshold.
   // Upstream commit bdd207e6ba, first released in 1.18.0; met on 1.22.0 by every UCX unit test.
   if (version >= UcxVersion{1, 18, 0}) quirks.single_thread_worker_bound_to_first_thread = true;
+  // Upstream commit ef3890931a (ucs_sys_ns_t from ino_t to uint32_t), first released in 1.22.0.
+  if (version >= UcxVersion{1, 22, 0}) quirks.tcp_loopback_namespace_is_64_bit = false;
   return quirks;
 }
 
@@ -50,6 +52,7 @@ std::string to_string(const UcxQuirks& quirks) {
       {quirks.peer_mode_lacks_shared_memory, "peer_mode_lacks_shared_memory"},
       {quirks.peer_death_in_tcp_wireup_asserts, "peer_death_in_tcp_wireup_asserts"},
       {quirks.single_thread_worker_bound_to_first_thread, "single_thread_worker_bound_to_first_thread"},
+      {quirks.tcp_loopback_namespace_is_64_bit, "tcp_loopback_namespace_is_64_bit"},
   };
   std::string out;
   for (const auto& [on, name] : fields) {

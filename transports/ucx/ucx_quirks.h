@@ -45,6 +45,11 @@ struct UcxQuirks {
   // the caller's thread and then used on its progress thread alone: serialized mode says so
   // (UcxWorker). Off where single-thread mode allowed it, keeping those versions as they were.
   bool single_thread_worker_bound_to_first_thread = false;
+  // An address format fact rather than a defect: TCP's loopback device address carries a 64-bit
+  // network namespace id up to 1.21 and a 32-bit one from 1.22.0 (18 or 14 bytes), and the
+  // check of peers' addresses (check_peer_address) accepts only the one this UCX packs and
+  // reads. UCX versions on either side of it cannot connect over loopback TCP.
+  bool tcp_loopback_namespace_is_64_bit = true;
 
   bool operator==(const UcxQuirks&) const = default;
 };

@@ -95,7 +95,7 @@ class UcxTransport final : public Transport {
                                          "format modelcast reads (UCX_UNIFIED_MODE is not supported): " +
                                              own_layout_error_);
     }
-    check_peer_address(body, *own_layout_);
+    check_peer_address(body, *own_layout_, quirks_);
     std::vector<std::byte> copy(body.begin(), body.end());
     worker_.run([&] {
       auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
