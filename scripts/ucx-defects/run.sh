@@ -48,3 +48,22 @@ for which in debian newer; do
     done
   done
 done
+
+# Python exit: the interpreter ends with a producer and a consumer still open. Debian's
+# interpreter: the one the binding is built for.
+pybuild=${MODELCAST_BUILD:-$root/build}/python
+if [[ -d $pybuild/modelcast ]]; then
+  for which in debian newer; do
+    e=(PYTHONPATH="$pybuild")
+    [[ $which == newer ]] && e+=(LD_LIBRARY_PATH="$newer/lib" UCX_MODULE_DIR="$newer/lib/ucx")
+    for tls in shm tcp; do
+      t=(); [[ $tls == tcp ]] && t=(UCX_TLS=tcp,self)
+      dir=$(mktemp -d /tmp/mcexit-XXXXXX)
+      out=$(env "${e[@]}" "${t[@]}" timeout 120 /usr/bin/python3 "$here/python_exit.py" "ipc://$dir/p.sock" 2>&1); rc=$?
+      rm -rf "$dir"
+      echo "[$which $tls] python-exit: exit $rc, $(grep -c 'not returned to mpool' <<<"$out") \"not returned to mpool\" warnings, $(grep -c 'installed' <<<"$out") installed"
+    done
+  done
+else
+  echo "python-exit: skipped (no $pybuild/modelcast; build the modelcast_python target)"
+fi
