@@ -10,8 +10,8 @@ namespace modelcast::transport {
 
 UcxQuirks ucx_quirks_for(UcxVersion version) {
   UcxQuirks quirks;  // every work-around: 1.13, and whatever was not measured
-  // The assertion was removed upstream (pull request 8175), first released in 1.14.0; 1.22.0
-  // was run against the fault tests without it.
+  // The assertion was removed upstream (pull request 8175), first released in 1.14.0: shown by
+  // the source, since the fault tests avoid the window on purpose.
   if (version >= UcxVersion{1, 14, 0}) quirks.peer_death_in_tcp_wireup_asserts = false;
   // Everything else was reproduced unchanged on 1.22.0 (scripts/ucx-defects/): no threshold.
   // Upstream commit bdd207e6ba, first released in 1.18.0; met on 1.22.0 by every UCX unit test.
