@@ -42,7 +42,7 @@ TEST(UcxQuirks, EachVersionGetsTheWorkaroundsItWasNotShownToDoWithout) {
 }
 
 TEST(UcxQuirks, NamesTheWorkaroundsInForce) {
-  UcxQuirks none{false, false, false, false, false, false, false, false, false};
+  UcxQuirks none{false, false, false, false, false, false, false, false, false, false};
   EXPECT_EQ(to_string(none), "none");
   UcxQuirks two = none;
   two.matched_receive_ignores_cancel = true;

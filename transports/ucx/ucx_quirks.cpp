@@ -53,6 +53,7 @@ std::string to_string(const UcxQuirks& quirks) {
       {quirks.peer_death_in_tcp_wireup_asserts, "peer_death_in_tcp_wireup_asserts"},
       {quirks.single_thread_worker_bound_to_first_thread, "single_thread_worker_bound_to_first_thread"},
       {quirks.tcp_loopback_namespace_is_64_bit, "tcp_loopback_namespace_is_64_bit"},
+      {quirks.forced_close_of_busy_tcp_endpoint_may_assert, "forced_close_of_busy_tcp_endpoint_may_assert"},
   };
   std::string out;
   for (const auto& [on, name] : fields) {

@@ -322,13 +322,11 @@ class UcxTransport final : public Transport {
   // returns, UCX neither reads nor writes the region: its owner may free the memory. Cancel the
   // receives, give the sends half of release_timeout to complete (a live peer takes them in
   // moments), then close by force the endpoints with sends still from the region, and progress
-  // until nothing uses it. Closing first was quicker, but UCX 1.13's TCP transport sometimes
-  // fails an assertion (uct_iface.h, `comp->count > 0`) when an endpoint with sends under way is
-  // closed by force: one producer in a few hundred stopped mid-transfer died of it. Where a
-  // matched rendezvous receive ignores the cancel (it keeps landing until its last byte or until
-  // its UCX-internal endpoint fails) or a send to a dead near peer never ends (UcxQuirks), that
-  // may be never: past release_timeout the worker is halted, never progressed again, so nothing
-  // moves.
+  // until nothing uses it. Closing first is quicker, but where a forced close of a busy TCP
+  // endpoint may assert (UcxQuirks) the sends get that head start. Where a matched rendezvous
+  // receive ignores the cancel (it keeps landing until its last byte or until its UCX-internal
+  // endpoint fails) or a send to a dead near peer never ends (UcxQuirks), that may be never:
+  // past release_timeout the worker is halted, never progressed again, so nothing moves.
   void quiesce(ucp_mem_h memh) {
     // Collected first: a cancel may complete synchronously and erase from in_flight_.
     std::vector<void*> receives;
@@ -340,7 +338,8 @@ class UcxTransport final : public Transport {
     if (worker_.halted()) return;
     const bool may_never_end = quirks_.matched_receive_ignores_cancel || quirks_.sends_to_dead_near_peer_never_end;
     const auto start = std::chrono::steady_clock::now();
-    const auto close_at = start + options_.release_timeout / 2;
+    const auto close_at =
+        quirks_.forced_close_of_busy_tcp_endpoint_may_assert ? start + options_.release_timeout / 2 : start;
     const auto deadline = start + options_.release_timeout;
     bool closed = false;
     while (in_use(memh)) {
