@@ -25,11 +25,13 @@ namespace {
 }
 
 // The very context and worker modelcast's UCX transport uses (UcxWorker, same features, thread
-// mode and, for a receiver, indirect endpoint ids), progressed by this program's own thread
+// mode for the running UCX and, for a receiver, indirect endpoint ids), progressed by this program's own thread
 // instead of UcxWorker's (never started).
 class Ucp {
  public:
-  explicit Ucp(bool receiver) : worker_(UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP, receiver) {}
+  explicit Ucp(bool receiver)
+      : worker_(UCP_FEATURE_TAG | UCP_FEATURE_RMA | UCP_FEATURE_WAKEUP, receiver,
+                modelcast::transport::running_ucx_quirks()) {}
   ~Ucp() {
     for (auto* memh : maps_) ucp_mem_unmap(worker_.context(), memh);
   }

@@ -21,9 +21,10 @@ std::vector<std::byte> live_address() {
   return {sealed.begin() + kAddressHeader, sealed.end()};
 }
 
-std::string refusal(const std::vector<std::byte>& peer, const UcxAddressLayout& own) {
+std::string refusal(const std::vector<std::byte>& peer, const UcxAddressLayout& own,
+                    const UcxQuirks& ucx = running_ucx_quirks()) {
   try {
-    check_peer_address(peer, own);
+    check_peer_address(peer, own, ucx);
     return "";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kTransport);
@@ -96,29 +97,43 @@ std::vector<std::byte> packed(const std::vector<Device>& devices) {
 TEST(AddressLayout, TcpEntriesAreCheckedByTheFormsUcxsTcpPacksOthersByThisUcxsOwnLengths) {
   EXPECT_EQ(kTcpTransportChecksum, ucs_crc16_string("tcp"));
   const std::uint16_t cma = ucs_crc16_string("cma");
-  std::vector<std::uint8_t> loopback(18, 0), ipv4{0, 2, 10, 0, 0, 5}, ipv6(18, 0);
+  // Loopback: system id and namespace id, the latter 64-bit before UCX 1.22 and 32-bit from it.
+  std::vector<std::uint8_t> loopback(18, 0), loopback_122(14, 0), ipv4{0, 2, 10, 0, 0, 5}, ipv6(18, 0);
   loopback[0] = 1, loopback[1] = 2, ipv6[1] = 10;
+  loopback_122[0] = 1, loopback_122[1] = 2;
+  const UcxQuirks ucx_113 = ucx_quirks_for({1, 13, 1}), ucx_122 = ucx_quirks_for({1, 22, 0});
+  {
+    auto own = read_address_layout(packed({{loopback_122, kTcpTransportChecksum, 2}}));
+    EXPECT_EQ(refusal(packed({{loopback_122, kTcpTransportChecksum, 2}}), own, ucx_122), "");
+    EXPECT_NE(refusal(packed({{loopback, kTcpTransportChecksum, 2}}), own, ucx_122).find("TCP entry"),
+              std::string::npos);
+    EXPECT_NE(refusal(packed({{loopback_122, kTcpTransportChecksum, 2}}), own, ucx_113).find("TCP entry"),
+              std::string::npos);
+  }
+  // The rest as UCX 1.13 packs it.
   auto own = read_address_layout(packed({{loopback, kTcpTransportChecksum, 2}, {{7, 7, 7, 7, 7, 7, 7, 7}, cma, 8}}));
 
   // A peer whose TCP device is not a loopback one (another host, or eth0 beside lo) packs
   // another length than ours; so does IPv6. Both are TCP's own forms.
-  EXPECT_EQ(refusal(packed({{ipv4, kTcpTransportChecksum, 2}}), own), "");
-  EXPECT_EQ(refusal(packed({{ipv6, kTcpTransportChecksum, 2}}), own), "");
-  EXPECT_EQ(refusal(packed({{loopback, kTcpTransportChecksum, 2}}), own), "");
+  EXPECT_EQ(refusal(packed({{ipv4, kTcpTransportChecksum, 2}}), own, ucx_113), "");
+  EXPECT_EQ(refusal(packed({{ipv6, kTcpTransportChecksum, 2}}), own, ucx_113), "");
+  EXPECT_EQ(refusal(packed({{loopback, kTcpTransportChecksum, 2}}), own, ucx_113), "");
 
   auto bad_family = ipv4;
   bad_family[1] = 7;
-  EXPECT_NE(refusal(packed({{bad_family, kTcpTransportChecksum, 2}}), own).find("TCP entry"), std::string::npos);
+  EXPECT_NE(refusal(packed({{bad_family, kTcpTransportChecksum, 2}}), own, ucx_113).find("TCP entry"),
+            std::string::npos);
   auto short_loopback = ipv4;
   short_loopback[0] = 1;  // says loopback, carries an IPv4 address's length
-  EXPECT_NE(refusal(packed({{short_loopback, kTcpTransportChecksum, 2}}), own).find("TCP entry"), std::string::npos);
-  EXPECT_NE(refusal(packed({{ipv4, kTcpTransportChecksum, 0}}), own).find("TCP entry"), std::string::npos);
+  EXPECT_NE(refusal(packed({{short_loopback, kTcpTransportChecksum, 2}}), own, ucx_113).find("TCP entry"),
+            std::string::npos);
+  EXPECT_NE(refusal(packed({{ipv4, kTcpTransportChecksum, 0}}), own, ucx_113).find("TCP entry"), std::string::npos);
 
   // cma with a zero-length interface address: UCX hands cma a NULL address (the crash).
-  EXPECT_NE(refusal(packed({{{7, 7, 7, 7, 7, 7, 7, 7}, cma, 0}}), own).find("never packs"), std::string::npos);
-  EXPECT_EQ(refusal(packed({{{7, 7, 7, 7, 7, 7, 7, 7}, cma, 8}}), own), "");
+  EXPECT_NE(refusal(packed({{{7, 7, 7, 7, 7, 7, 7, 7}, cma, 0}}), own, ucx_113).find("never packs"), std::string::npos);
+  EXPECT_EQ(refusal(packed({{{7, 7, 7, 7, 7, 7, 7, 7}, cma, 8}}), own, ucx_113), "");
   // A transport we do not run: only its bounds matter.
-  EXPECT_EQ(refusal(packed({{{1, 2, 3}, 0x4242, 0}}), own), "");
+  EXPECT_EQ(refusal(packed({{{1, 2, 3}, 0x4242, 0}}), own, ucx_113), "");
 }
 
 TEST(AddressLayout, AProducerSurvivesEverySingleBitFlipAndRandomByteOfALiveAddress) {

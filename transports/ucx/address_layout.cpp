@@ -140,22 +140,25 @@ UcxAddressLayout read_address_layout(std::span<const std::byte> address) {
 namespace {
 
 // UCX's TCP transport (src/uct/tcp/tcp.h): a device address is a flags byte, the address family
-// and then an IPv4 or IPv6 address, or for a loopback device a system id and a network
-// namespace id (8 bytes each); the interface address is the 2-byte port.
-bool tcp_entry_well_formed(const UcxAddressEntry& entry) {
+// and then an IPv4 or IPv6 address, or for a loopback device an 8-byte system id and a network
+// namespace id (UcxQuirks::tcp_loopback_namespace_is_64_bit); the interface address is the
+// 2-byte port.
+bool tcp_entry_well_formed(const UcxAddressEntry& entry, const UcxQuirks& ucx) {
   constexpr std::uint8_t kLoopback = 0x01;
   constexpr std::uint8_t kFamilyInet = 2, kFamilyInet6 = 10;  // Linux's AF_INET, AF_INET6
   if (entry.iface_address_length != 2 || entry.device_address_length < 2) return false;
   std::uint8_t flags = entry.device_head[0], family = entry.device_head[1];
   if ((flags & ~kLoopback) != 0) return false;
   if (family != kFamilyInet && family != kFamilyInet6) return false;
-  if ((flags & kLoopback) != 0) return entry.device_address_length == 2 + 16;
+  if ((flags & kLoopback) != 0) {
+    return entry.device_address_length == 2 + 8 + (ucx.tcp_loopback_namespace_is_64_bit ? 8 : 4);
+  }
   return entry.device_address_length == 2 + (family == kFamilyInet ? 4 : 16);
 }
 
 }  // namespace
 
-void check_peer_address(std::span<const std::byte> peer, const UcxAddressLayout& own) {
+void check_peer_address(std::span<const std::byte> peer, const UcxAddressLayout& own, const UcxQuirks& ucx) {
   UcxAddressLayout layout = read_address_layout(peer);
   if (layout.format != own.format) {
     throw Error(ErrorCode::kTransport, "UCX worker address in format " + std::to_string(layout.format) +
@@ -165,7 +168,7 @@ void check_peer_address(std::span<const std::byte> peer, const UcxAddressLayout&
     bool runs_tcp = std::any_of(own.entries.begin(), own.entries.end(),
                                 [](const auto& mine) { return mine.transport_checksum == kTcpTransportChecksum; });
     if (entry.transport_checksum == kTcpTransportChecksum && runs_tcp) {
-      if (!tcp_entry_well_formed(entry)) {
+      if (!tcp_entry_well_formed(entry, ucx)) {
         throw Error(ErrorCode::kTransport, "UCX worker address refused: a TCP entry with device and interface "
                                            "addresses of " + std::to_string(entry.device_address_length) + " and " +
                                                std::to_string(entry.iface_address_length) +

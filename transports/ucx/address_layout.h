@@ -11,8 +11,9 @@
 // its last byte, and that every entry for a transport this UCX runs has lengths that transport
 // packs, so that it never reads more than a genuine peer's address holds. TCP's device address
 // has one of three forms, told by its own first two bytes (IPv4, IPv6, or loopback with a
-// namespace id); every other transport's lengths must be the ones this UCX's own address gives
-// it (shared memory and self are fixed-size; InfiniBand devices of one fabric pack alike).
+// system id and a namespace id, whose width depends on the UCX version); every other
+// transport's lengths must be the ones this UCX's own address gives it (shared memory and self
+// are fixed-size; InfiniBand devices of one fabric pack alike).
 // Entries for transports we do not run are only bounds-checked: UCX compares their checksum
 // and reads nothing else of them.
 //
@@ -25,6 +26,8 @@
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "transports/ucx/ucx_quirks.h"
 
 namespace modelcast::transport {
 
@@ -51,7 +54,7 @@ UcxAddressLayout read_address_layout(std::span<const std::byte> address);
 
 // Throws Error(kTransport) unless `peer` reads as a layout (read_address_layout) in the format of
 // `own`, names at least one transport, and each of its entries for a transport `own` has is in a
-// form that transport packs (see above).
-void check_peer_address(std::span<const std::byte> peer, const UcxAddressLayout& own);
+// form that transport packs (see above; `ucx`: the UCX that will read it, for TCP's loopback form).
+void check_peer_address(std::span<const std::byte> peer, const UcxAddressLayout& own, const UcxQuirks& ucx);
 
 }  // namespace modelcast::transport

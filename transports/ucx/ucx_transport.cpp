@@ -14,6 +14,7 @@
 #include "transports/ucx/address_layout.h"
 #include "transports/ucx/address_seal.h"
 #include "transports/ucx/ucx_memory.h"
+#include "transports/ucx/ucx_quirks.h"
 #include "transports/ucx/ucx_shared_memory.h"
 #include "transports/ucx/ucx_worker.h"
 
@@ -27,8 +28,9 @@ class UcxTransport final : public Transport {
   explicit UcxTransport(UcxOptions options)
       : log_(log::get("ucx")),
         options_(options),
+        quirks_(running_ucx_quirks()),
         worker_(UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP | (options.one_sided ? UCP_FEATURE_RMA : 0),
-                options.indirect_endpoint_ids) {
+                options.indirect_endpoint_ids, quirks_) {
     ucp_address_t* address = nullptr;
     std::size_t length = 0;
     if (auto s = ucp_worker_get_address(worker_.worker(), &address, &length); s != UCS_OK) {
@@ -79,9 +81,10 @@ class UcxTransport final : public Transport {
   std::vector<std::byte> address() const override { return address_; }
 
   // Any peer on this machine, this process included: UCX reaches it by shared memory whenever
-  // UCX_TLS allows, and only to an endpoint without peer-failure handling.
+  // UCX_TLS allows, and (UcxQuirks::peer_mode_lacks_shared_memory) only to an endpoint without
+  // peer-failure handling.
   bool detects_failure_at(Reach distance) const override {
-    return distance == Reach::kNetwork || !ucx_shared_memory_allowed();
+    return distance == Reach::kNetwork || !quirks_.peer_mode_lacks_shared_memory || !ucx_shared_memory_allowed();
   }
 
   PeerId connect(std::span<const std::byte> peer_address, bool detect_failure, PeerFailure on_failure) override {
@@ -92,7 +95,7 @@ class UcxTransport final : public Transport {
                                          "format modelcast reads (UCX_UNIFIED_MODE is not supported): " +
                                              own_layout_error_);
     }
-    check_peer_address(body, *own_layout_);
+    check_peer_address(body, *own_layout_, quirks_);
     std::vector<std::byte> copy(body.begin(), body.end());
     worker_.run([&] {
       auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
@@ -100,7 +103,7 @@ class UcxTransport final : public Transport {
       ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
       ep.address = reinterpret_cast<const ucp_address_t*>(copy.data());
-      // UCX 1.13 offers no shared-memory transport in PEER mode; callers on one host pass false.
+      // Callers ask detects_failure_at() first: PEER mode may cost a near peer its shared memory.
       ep.err_mode = detect_failure ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
       ep.err_handler.cb = &UcxTransport::on_peer_error;
       ep.err_handler.arg = context.get();
@@ -316,16 +319,14 @@ class UcxTransport final : public Transport {
   }
 
   // Progress thread, from ~UcxRegion before ucp_mem_unmap; never from a UCX callback. When it
-  // returns, UCX neither reads nor writes the region: its owner may free the memory. UCX 1.13
-  // cancels only receives not yet matched; a matched rendezvous receive keeps landing until its
-  // last byte or until its (UCX-internal) endpoint fails, and a send ends only when it completes
-  // or its endpoint is closed by force. So: cancel the receives, give the sends half of
-  // release_timeout to complete (a live peer takes them in moments), then close by force the
-  // endpoints with sends still from the region, and progress until nothing uses it. Closing
-  // first was quicker, but UCX 1.13's TCP transport sometimes fails an assertion
-  // (uct_iface.h, `comp->count > 0`) when an endpoint with sends under way is closed by force:
-  // one producer in a few hundred stopped mid-transfer died of it. Past release_timeout (a
-  // stalled or dead peer) the worker is halted: never progressed again, so nothing moves.
+  // returns, UCX neither reads nor writes the region: its owner may free the memory. Cancel the
+  // receives, give the sends half of release_timeout to complete (a live peer takes them in
+  // moments), then close by force the endpoints with sends still from the region, and progress
+  // until nothing uses it. Closing first is quicker, but where a forced close of a busy TCP
+  // endpoint may assert (UcxQuirks) the sends get that head start. Where a matched rendezvous
+  // receive ignores the cancel (it keeps landing until its last byte or until its UCX-internal
+  // endpoint fails) or a send to a dead near peer never ends (UcxQuirks), that may be never:
+  // past release_timeout the worker is halted, never progressed again, so nothing moves.
   void quiesce(ucp_mem_h memh) {
     // Collected first: a cancel may complete synchronously and erase from in_flight_.
     std::vector<void*> receives;
@@ -335,8 +336,10 @@ class UcxTransport final : public Transport {
     if (!in_use(memh)) return;
     for (void* request : receives) ucp_request_cancel(worker_.worker(), request);
     if (worker_.halted()) return;
+    const bool may_never_end = quirks_.matched_receive_ignores_cancel || quirks_.sends_to_dead_near_peer_never_end;
     const auto start = std::chrono::steady_clock::now();
-    const auto close_at = start + options_.release_timeout / 2;
+    const auto close_at =
+        quirks_.forced_close_of_busy_tcp_endpoint_may_assert ? start + options_.release_timeout / 2 : start;
     const auto deadline = start + options_.release_timeout;
     bool closed = false;
     while (in_use(memh)) {
@@ -350,7 +353,7 @@ class UcxTransport final : public Transport {
         closed = true;
         continue;
       }
-      if (now >= deadline) {
+      if (may_never_end && now >= deadline) {
         log_->error("transfers still using a region being released after {} ms: halting this UCX worker",
                     options_.release_timeout.count());
         worker_.halt();
@@ -383,6 +386,7 @@ class UcxTransport final : public Transport {
 
   std::shared_ptr<spdlog::logger> log_;
   const UcxOptions options_;
+  const UcxQuirks quirks_;  // before worker_, which is made from it
   UcxWorker worker_;
   std::vector<std::byte> address_;
   std::optional<UcxAddressLayout> own_layout_;  // set once in the constructor

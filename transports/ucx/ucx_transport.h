@@ -16,17 +16,17 @@ struct UcxOptions {
   // rendezvous) is what was measured and load-tested; on only for users of one-sided reads.
   bool one_sided = false;
   // Endpoint ids on the wire are looked up in a table instead of being raw pointers (UCX's
-  // PROTO_INDIRECT_ID), for endpoints without peer-failure detection too. On for receivers
-  // (consumers): without it, a consumer on its producer's host dies when the producer dies
-  // mid-transfer. Its read of the dead producer's memory fails, UCX destroys the endpoint it
-  // made for the producer, and the rendezvous requests still queued name that endpoint by its
-  // freed address (UCX 1.13 asserts; without assertions it reads freed memory). Off for
-  // senders: UCX 1.13 then asserts when it destroys an endpoint with sends still outstanding,
-  // which a producer's endpoint to a dead consumer on its host always has (they never end).
-  // A UCX_PROTO_INDIRECT_ID in the environment wins over either.
+  // PROTO_INDIRECT_ID), for endpoints without peer-failure detection too. The factory chooses
+  // per side from UcxQuirks: on for receivers (consumers) where direct ids are unsafe for them
+  // (a consumer on its producer's host would die when the producer dies mid-transfer: its read
+  // of the dead producer's memory fails, UCX destroys the endpoint it made for the producer,
+  // and the rendezvous requests still queued name that endpoint by its freed address); off for
+  // senders where indirect ids assert on an endpoint whose sends never ended, which a
+  // producer's endpoint to a dead consumer on its host has. A UCX_PROTO_INDIRECT_ID in the
+  // environment wins over either.
   bool indirect_endpoint_ids = false;
-  // How long destroying a region waits for receives/reads still writing into it (a matched
-  // rendezvous receive cannot be cancelled in UCX 1.13); past it the worker is halted.
+  // How long destroying a region waits for receives/reads still writing into it, and sends still
+  // reading it, where UCX may never end them (UcxQuirks); past it the worker is halted.
   std::chrono::milliseconds release_timeout{5000};
 };
 

@@ -10,7 +10,8 @@ void throw_ucx(const std::string& what, ucs_status_t status) {
   throw Error(ErrorCode::kTransport, what + ": " + ucs_status_string(status));
 }
 
-UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids) {
+UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks& quirks)
+    : leak_when_halted_(quirks.destroying_busy_worker_asserts) {
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw_ucx("ucp_config_read", s);
   // UcxOptions::indirect_endpoint_ids says why; the user's environment wins.
@@ -30,7 +31,9 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids) {
 
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wparams.thread_mode = UCS_THREAD_MODE_SINGLE;
+  // One thread at a time: this one until start(), the progress thread after it.
+  wparams.thread_mode = quirks.single_thread_worker_bound_to_first_thread ? UCS_THREAD_MODE_SERIALIZED
+                                                                          : UCS_THREAD_MODE_SINGLE;
   if (s = ucp_worker_create(context_, &wparams, &worker_); s != UCS_OK) {
     ucp_cleanup(context_);
     throw_ucx("ucp_worker_create", s);
@@ -41,7 +44,7 @@ UcxWorker::~UcxWorker() { destroy(); }
 
 void UcxWorker::destroy() {
   stop();
-  if (halted_) {
+  if (halted_ && leak_when_halted_) {
     worker_ = nullptr;  // leaked on purpose: see destroy() in the header
     context_ = nullptr;
     return;

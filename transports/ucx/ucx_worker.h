@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "transports/ucx/ucx_quirks.h"
+
 namespace modelcast::transport {
 
 [[noreturn]] void throw_ucx(const std::string& what, ucs_status_t status);
@@ -33,7 +35,7 @@ class UcxWorker {
 
   // Throws Error(kTransport) naming the UCP call that failed.
   // `indirect_ids`: UcxOptions::indirect_endpoint_ids.
-  UcxWorker(std::uint64_t features, bool indirect_ids);
+  UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks& quirks);
   ~UcxWorker();  // destroy()
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
@@ -42,8 +44,8 @@ class UcxWorker {
   void start(Hooks hooks);
   // Runs at_shutdown on the progress thread and joins it. Idempotent.
   void stop();
-  // stop(), then destroys the worker and the context. A halted worker is leaked instead: UCX 1.13
-  // asserts (ucp_ep_destroy_base) on an endpoint still tracking a matched rendezvous receive.
+  // stop(), then destroys the worker and the context. A halted worker is leaked instead where
+  // UcxQuirks::destroying_busy_worker_asserts: it may still track a matched rendezvous receive.
   void destroy();
   // Progress thread: never call ucp_worker_progress again (commands still run), so nothing
   // arrives or completes any more. For receives that cannot be stopped before their memory goes.
@@ -75,6 +77,7 @@ class UcxWorker {
   Hooks hooks_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> halted_{false};
+  const bool leak_when_halted_;
   std::mutex commands_mutex_;
   std::condition_variable commands_ready_;  // wakes a halted progress thread
   std::vector<std::function<void()>> commands_;  // guarded by commands_mutex_
