@@ -66,11 +66,17 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
 
 Daemon::~Daemon() {
   http_.reset();
-  attach_.reset();
+  // The Consumers stop first: a version still being installed calls on_installed, which wakes
+  // the attach server and feeds the writer and hooks, so those must outlive it (a SIGTERM during
+  // a transfer once found the attach server gone). Destroyed outside mutex_, which the attach
+  // server's thread takes.
+  std::map<std::string, std::shared_ptr<ModelService>> models;
   {
     std::lock_guard lock(mutex_);
-    models_.clear();  // Consumers stop: no more installs
+    models.swap(models_);
   }
+  models.clear();  // no more installs
+  attach_.reset();
   writer_.reset();  // finishes the write in progress
   hooks_.reset();
 }

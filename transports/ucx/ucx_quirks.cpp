@@ -1,10 +1,7 @@
+// The version-to-work-arounds table: pure, without UCX, so that the address fuzzer links it.
 #include "transports/ucx/ucx_quirks.h"
 
-#include <ucp/api/ucp.h>
-
 #include <utility>
-
-#include "common/log.h"
 
 namespace modelcast::transport {
 
@@ -18,23 +15,6 @@ UcxQuirks ucx_quirks_for(UcxVersion version) {
   if (version >= UcxVersion{1, 18, 0}) quirks.single_thread_worker_bound_to_first_thread = true;
   // Upstream commit ef3890931a (ucs_sys_ns_t from ino_t to uint32_t), first released in 1.22.0.
   if (version >= UcxVersion{1, 22, 0}) quirks.tcp_loopback_namespace_is_64_bit = false;
-  return quirks;
-}
-
-UcxVersion running_ucx_version() {
-  UcxVersion v;
-  ucp_get_version(&v.major, &v.minor, &v.release);
-  return v;
-}
-
-const UcxQuirks& running_ucx_quirks() {
-  static const UcxQuirks quirks = [] {
-    UcxVersion version = running_ucx_version();
-    UcxQuirks q = ucx_quirks_for(version);
-    log::get("ucx")->debug("UCX {} ({}); work-arounds in force: {}", to_string(version), ucp_get_version_string(),
-                           to_string(q));
-    return q;
-  }();
   return quirks;
 }
 
