@@ -1,6 +1,7 @@
 #include "core/producer/slot_pool.h"
 
 #include <algorithm>
+#include <functional>
 #include <utility>
 
 #include "modelcast/error.h"
@@ -28,23 +29,29 @@ void SlotPool::start_drain(Lease lease) {
   draining_.push_back(std::move(lease));
 }
 
-bool SlotPool::held(std::size_t slot) const {
-  auto on_slot = [&](const Lease& lease) { return lease.slot == slot; };
-  return std::any_of(leases_.begin(), leases_.end(), on_slot) ||
-         std::any_of(draining_.begin(), draining_.end(), on_slot);
+namespace {
+
+bool any_on(const std::vector<SlotPool::Lease>& leases, std::size_t slot) {
+  return std::any_of(leases.begin(), leases.end(), [&](const SlotPool::Lease& lease) { return lease.slot == slot; });
+}
+
+}  // namespace
+
+std::optional<std::size_t> SlotPool::oldest_slot(const std::function<bool(std::size_t)>& eligible) const {
+  std::optional<std::size_t> oldest;
+  for (std::size_t slot = 0; slot < slot_versions_.size(); ++slot) {
+    if (writing_[slot] || (newest_version_ != 0 && slot_versions_[slot] == newest_version_)) continue;
+    if (!eligible(slot)) continue;
+    // An empty slot first, then the oldest version: keeps recent versions fetchable longest.
+    if (!oldest || slot_versions_[slot] < slot_versions_[*oldest]) oldest = slot;
+  }
+  return oldest;
 }
 
 std::optional<std::size_t> SlotPool::reserve_for_write(Clock::time_point now) {
   end_leases(std::partition(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.expires > now; }));
 
-  std::optional<std::size_t> best;
-  for (std::size_t slot = 0; slot < slot_versions_.size(); ++slot) {
-    if (writing_[slot]) continue;
-    if (newest_version_ != 0 && slot_versions_[slot] == newest_version_) continue;
-    if (held(slot)) continue;
-    // Prefer an empty slot, then the oldest version: keeps recent versions fetchable longest.
-    if (!best || slot_versions_[slot] < slot_versions_[*best]) best = slot;
-  }
+  auto best = oldest_slot([&](std::size_t slot) { return !any_on(leases_, slot) && !any_on(draining_, slot); });
   if (best) {
     writing_[*best] = true;
     slot_versions_[*best] = 0;
@@ -83,17 +90,9 @@ std::size_t SlotPool::revoke_for_write() {
     return std::any_of(leases_.begin(), leases_.end(),
                        [&](const Lease& lease) { return lease.slot == slot && lease.kind == Kind::kPin; });
   };
-  auto draining = [&](std::size_t slot) {
-    return std::any_of(draining_.begin(), draining_.end(), [&](const Lease& lease) { return lease.slot == slot; });
-  };
   // A draining slot frees itself when its sends end (their holder is being cut off); revoking
   // there would end nothing sooner.
-  std::optional<std::size_t> victim;
-  for (std::size_t slot = 0; slot < slot_versions_.size(); ++slot) {
-    if (writing_[slot] || pinned(slot) || draining(slot)) continue;
-    if (newest_version_ != 0 && slot_versions_[slot] == newest_version_) continue;
-    if (!victim || slot_versions_[slot] < slot_versions_[*victim]) victim = slot;
-  }
+  auto victim = oldest_slot([&](std::size_t slot) { return !pinned(slot) && !any_on(draining_, slot); });
   if (!victim) return 0;
   auto revoked = std::partition(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.slot != *victim; });
   const auto count = static_cast<std::size_t>(std::distance(revoked, leases_.end()));
@@ -103,24 +102,18 @@ std::size_t SlotPool::revoke_for_write() {
 
 std::size_t SlotPool::abandon_drain(Clock::time_point now, Clock::duration grace) {
   auto candidate = [&](std::size_t slot) {
-    if (writing_[slot] || (newest_version_ != 0 && slot_versions_[slot] == newest_version_)) return false;
-    return std::none_of(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.slot == slot; });
+    const bool newest = newest_version_ != 0 && slot_versions_[slot] == newest_version_;
+    return !writing_[slot] && !newest && !any_on(leases_, slot);
   };
   // A draining lease's `expires` is its abandon time, unset (max) until a writer first needs it.
   for (auto& drain : draining_) {
     if (drain.expires == Clock::time_point::max() && candidate(drain.slot)) drain.expires = now + grace;
   }
-  std::optional<std::size_t> victim;
-  for (std::size_t slot = 0; slot < slot_versions_.size(); ++slot) {
-    if (!candidate(slot)) continue;
-    bool held = false, due = true;
-    for (const auto& drain : draining_) {
-      if (drain.slot != slot) continue;
-      held = true;
-      due = due && drain.expires <= now;
-    }
-    if (held && due && (!victim || slot_versions_[slot] < slot_versions_[*victim])) victim = slot;
-  }
+  auto victim = oldest_slot([&](std::size_t slot) {
+    return !any_on(leases_, slot) && any_on(draining_, slot) &&
+           std::all_of(draining_.begin(), draining_.end(),
+                       [&](const Lease& drain) { return drain.slot != slot || drain.expires <= now; });
+  });
   if (!victim) return 0;
   return static_cast<std::size_t>(std::erase_if(draining_, [&](const Lease& lease) { return lease.slot == *victim; }));
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,7 +100,9 @@ class SlotPool {
   // Moves the leases in [first, leases_.end()) out of leases_: to expired_ (all) and, when
   // still sending, to draining_ too.
   void end_leases(std::vector<Lease>::iterator first);
-  bool held(std::size_t slot) const;
+  // Among slots neither being written nor holding the newest version that `eligible` accepts,
+  // the empty one or the one with the oldest version: what a writer takes, or takes from, next.
+  std::optional<std::size_t> oldest_slot(const std::function<bool(std::size_t)>& eligible) const;
   void start_drain(Lease lease);
 };
 
