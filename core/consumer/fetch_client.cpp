@@ -56,16 +56,9 @@ BlockState FetchClient::block_state(const detail::ReceiveBuffer& buffer, std::ui
   if (block >= fetch_->chunk_done.size()) return BlockState::kNever;
   if (!fetch_->chunk_done[block]) return BlockState::kNotYet;
   if (fetch_->verified[block]) return BlockState::kReady;
-  // Received whole from the producer: checked here, once, when a peer first needs it (the
-  // version's own check comes when it is complete). Digests still to come: wait for them.
-  const auto& digests = fetch_->manifest.block_digests;
-  if (fetch_->digests_pending || digests.size() != fetch_->chunk_done.size()) return BlockState::kNotYet;
-  const auto offset = fetch_->plan.offset(block);
-  if (digest_bytes(fetch_->buffer->memory.data() + offset, fetch_->plan.length(block)) != digests[block]) {
-    return BlockState::kNever;  // this fetch fails its own check too, when it completes
-  }
-  fetch_->verified[block] = true;
-  return BlockState::kReady;
+  // Hashed when it landed; the producer's digests, still to come, decide. Once they are in, a
+  // landed block that is not verified failed its check (and so will this fetch).
+  return fetch_->digests_pending ? BlockState::kNotYet : BlockState::kNever;
 }
 
 std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& reply,
@@ -79,6 +72,7 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   fetch_->pending = fetch_->plan.count();
   fetch_->chunk_done.assign(fetch_->plan.count(), false);
   fetch_->digests_pending = reply.manifest.integrity && reply.digests_pending;
+  fetch_->by_block = checked_by_block(reply.manifest);
   fetch_->signature = reply.signature;
   fetch_->base = std::move(base);
   fetch_->relay = reply.relay;
@@ -90,28 +84,22 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   // Which chunks to receive: all, or a delta's changed blocks; the others are the base's bytes,
   // copied from the base unless this buffer still holds them from the version it had before.
   std::vector<bool> receive(fetch_->plan.count(), !fetch_->base);
+  std::vector<std::size_t> from_base;  // copied below, once the receives are posted
   if (fetch_->base) {
     const auto& wanted = fetch_->manifest.block_digests;
     for (auto i : transfer::changed_blocks(fetch_->base->manifest.block_digests, wanted)) receive[i] = true;
-    const std::byte* from = fetch_->base->buffer->memory.data();
     const bool reuse = held.size() == wanted.size();
     for (std::size_t i = 0; i < receive.size(); ++i) {
       if (receive[i]) continue;
-      if (!reuse || held[i] != wanted[i]) {
-        std::memcpy(buffer_ref.memory.data() + fetch_->plan.offset(i), from + fetch_->plan.offset(i),
-                    fetch_->plan.length(i));
-      }
+      if (!reuse || held[i] != wanted[i]) from_base.push_back(i);
       fetch_->chunk_done[i] = true;
       fetch_->verified[i] = true;  // the base's verified bytes, under an equal digest
       --fetch_->pending;
     }
-  } else if (!fetch_->relay.empty()) {
-    // Checked block by block as they land (on_chunk): no tensor digests to take.
-  } else if (reply.manifest.integrity && reply.manifest.digest_kind == DigestKind::kXxh3_64) {
-    // pmix64 digests are taken once the bytes are where they will be read (service.cpp), not
-    // while host chunks land: a device consumer hashes its device copy.
-    fetch_->digests.emplace(fetch_->manifest.tensors);
   }
+  // Host versions are checked block by block as the blocks land (on_chunk). pmix64 digests (a
+  // device producer's, per tensor) are taken once the bytes are where they will be read
+  // (service.cpp), not while host chunks land: a device consumer hashes its device copy.
   auto& transport = *buffer_ref.transport;
   try {
     if (!reply.region.empty()) fetch_->remote = transport.import_region(0, reply.region);
@@ -131,6 +119,15 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
     fetch_->failure = e.what();
     fetch_->pending = fetch_->transfers.size();
   }
+  // The local copies go while the changed blocks arrive (on the transport's thread), not before
+  // the receives that let them: the producer's sends wait for those.
+  if (fetch_->failure.empty()) {
+    const std::byte* from = fetch_->base ? fetch_->base->buffer->memory.data() : nullptr;
+    for (auto i : from_base) {
+      const auto offset = fetch_->plan.offset(i);
+      std::memcpy(buffer_ref.memory.data() + offset, from + offset, fetch_->plan.length(i));
+    }
+  }
   while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
     fetch_->done_prefix++;
   }
@@ -149,13 +146,14 @@ std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock:
     fetch_->progressed_at = now;
     const auto length = fetch_->plan.length(done.chunk);
     fetch_->bytes_received += length;
-    if (fetch_->base || !fetch_->relay.empty()) {
-      // A delta is checked block by block as it lands (its blocks are not a prefix), and so is
-      // a relayed version: a relay that sends a bad block is left at once.
+    if (fetch_->by_block) {
+      // Hashed as it lands, while its bytes may still be in cache, whatever its source; checked
+      // now if the producer's digests are known, else when they come (on_digests). A relay
+      // that sends a bad block is left at once.
       const auto digest = digest_bytes(fetch_->buffer->memory.data() + fetch_->plan.offset(done.chunk), length);
       fetch_->blocks.emplace_back(static_cast<std::uint32_t>(done.chunk), digest);
       const auto& wanted = fetch_->manifest.block_digests;
-      const bool matches = done.chunk < wanted.size() && wanted[done.chunk] == digest;
+      const bool matches = !fetch_->digests_pending && done.chunk < wanted.size() && wanted[done.chunk] == digest;
       fetch_->verified[done.chunk] = matches;
       if (!matches && !fetch_->relay.empty() && fetch_->failure.empty()) {
         fetch_->failure = "block " + std::to_string(done.chunk) + " of version " +
@@ -168,10 +166,6 @@ std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock:
     while (fetch_->done_prefix < fetch_->chunk_done.size() && fetch_->chunk_done[fetch_->done_prefix]) {
       fetch_->done_prefix++;
     }
-    // Hashing overlaps the transfer: the contiguous prefix of completed chunks is hashed as it grows.
-    if (fetch_->digests) {
-      fetch_->digests->advance(fetch_->buffer->memory.data(), fetch_->plan.prefix_end(fetch_->done_prefix));
-    }
   }
   --fetch_->pending;
   return maybe_finish();
@@ -181,18 +175,19 @@ std::optional<FinishedFetch> FetchClient::on_digests(const protocol::Digests& me
   if (!fetch_ || !fetch_->replied || message.fetch_id != fetch_->fetch_id || !fetch_->digests_pending) {
     return std::nullopt;
   }
-  if (message.digests.size() != fetch_->manifest.tensors.size()) {
-    throw Error(ErrorCode::kProtocol, "digests for " + std::to_string(message.digests.size()) +
-                                          " tensors, the manifest has " +
-                                          std::to_string(fetch_->manifest.tensors.size()));
-  }
-  if (!message.block_digests.empty() && message.block_digests.size() != block_count(fetch_->manifest)) {
-    throw Error(ErrorCode::kProtocol, "block digests for " + std::to_string(message.block_digests.size()) +
-                                          " blocks, the manifest has " + std::to_string(block_count(fetch_->manifest)));
+  // A version with blocks is digested per block only; one without, per tensor only.
+  if (fetch_->by_block ? !message.digests.empty() || message.block_digests.size() != block_count(fetch_->manifest)
+                       : message.digests.size() != fetch_->manifest.tensors.size() || !message.block_digests.empty()) {
+    throw Error(ErrorCode::kProtocol,
+                "digests for " + std::to_string(message.digests.size()) + " tensors and " +
+                    std::to_string(message.block_digests.size()) + " blocks; the manifest has " +
+                    std::to_string(fetch_->manifest.tensors.size()) + " tensors and " +
+                    std::to_string(fetch_->by_block ? block_count(fetch_->manifest) : 0) + " blocks");
   }
   for (std::size_t i = 0; i < message.digests.size(); ++i) fetch_->manifest.tensors[i].digest = message.digests[i];
   fetch_->manifest.block_digests = message.block_digests;
   fetch_->digests_pending = false;
+  for (const auto& [block, digest] : fetch_->blocks) fetch_->verified[block] = message.block_digests[block] == digest;
   fetch_->signature = message.signature;
   return maybe_finish();
 }
@@ -214,10 +209,6 @@ std::optional<FinishedFetch> FetchClient::maybe_finish() {
                      fetch.bytes_received,
                      std::move(fetch.relay),
                      fetch.relay_fault};
-  if (done.failure.empty() && fetch.digests) {
-    fetch.digests->advance(done.buffer->memory.data(), done.manifest.total_bytes);
-    done.received = fetch.digests->digests();
-  }
   return done;
 }
 

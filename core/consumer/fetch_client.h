@@ -1,13 +1,13 @@
 // One fetch at a time: asks for a version, posts a receive per chunk into a free buffer once
-// the producer answers, hashes the received prefix while chunks land, collects digests that
+// the producer answers, hashes each block of a host version as it lands, collects digests that
 // follow the data, and hands the finished fetch back. A delta (the answer names a base version
-// the consumer offered) receives only the chunks whose block digest changed, copies the others
-// from the base's buffer, and hashes each received block against its digest. A relayed fetch
-// (the answer names another consumer as the sender) checks each block as it lands and gives up
-// at the first that does not match, so the service can fetch it from the producer at once.
-// It also tells a relay of this consumer's which blocks of the fetch are in and verified.
-// It sends nothing itself: begin() returns the request for the service loop to send. Service thread only; chunk completions arrive
-// from the transport's thread through the loop's event queue.
+// the consumer offered) receives only the chunks whose block digest changed and copies the
+// others from the base's buffer. A relayed fetch (the answer names another consumer as the
+// sender) comes with its digests and gives up at the first block that does not match, so the
+// service can fetch it from the producer at once. It also tells a relay of this consumer's which
+// blocks of the fetch are in and verified. It sends nothing itself: begin() returns the request
+// for the service loop to send. Service thread only; chunk completions arrive from the
+// transport's thread through the loop's event queue.
 #pragma once
 
 #include <chrono>
@@ -40,10 +40,10 @@ struct FinishedFetch {
   Manifest manifest;                        // with the producer's digests
   std::shared_ptr<detail::ReceiveBuffer> buffer;
   std::vector<std::byte> signature;
-  std::vector<std::uint64_t> received;      // digests of the bytes that arrived (integrity on)
+  std::vector<std::uint64_t> received;      // pmix64 digests of the tensors that arrived (device)
   std::string failure;                      // a transfer error; empty when every chunk arrived
   std::uint64_t base_version = 0;           // a delta against this version; 0: received whole
-  // A delta's received blocks with the digests of what arrived (the others are the base's).
+  // The received blocks with the digests of what arrived (a delta's others are the base's).
   std::vector<std::pair<std::uint32_t, std::uint64_t>> blocks;
   std::uint64_t bytes_received = 0;         // over the transport (a delta's changed blocks)
   std::string relay;                        // the consumer that sent the blocks; empty: the producer
@@ -118,9 +118,9 @@ class FetchClient {
     transfer::ChunkPlan plan;
     std::vector<bool> chunk_done;
     std::size_t done_prefix = 0;  // chunks [0, done_prefix) complete
-    std::optional<StreamingDigests> digests;
     std::shared_ptr<const detail::InstalledVersion> base;  // a delta's; held until it finishes
-    std::vector<std::pair<std::uint32_t, std::uint64_t>> blocks;
+    bool by_block = false;  // checked_by_block(manifest): each block hashed as it lands
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> blocks;  // (block, digest of what landed)
     std::uint64_t bytes_received = 0;
     bool digests_pending = false;
     std::vector<std::byte> signature;

@@ -196,7 +196,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       done->received = host_pmix64(m, done->buffer->memory.data());
     }
     auto current = store_.current();
-    const bool by_block = done->base_version != 0 || !done->relay.empty();
+    const bool by_block = checked_by_block(m);
     check_arrived(policy_, m, {std::move(done->received), by_block, std::move(done->blocks)},
                   done->signature, current ? &current->manifest : nullptr);
   } catch (const Error& e) {

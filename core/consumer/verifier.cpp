@@ -18,6 +18,11 @@ void check_reply(const VerifierPolicy& policy, const protocol::FetchReply& reply
     throw Error(ErrorCode::kProtocol, "fetch reply with " + std::to_string(reply.chunk_bytes) + "-byte chunks for " +
                                           std::to_string(manifest.block_bytes) + "-byte blocks");
   }
+  // XXH3 integrity is checked block by block: without blocks nothing would check the bytes.
+  if (manifest.integrity && manifest.digest_kind == DigestKind::kXxh3_64 && manifest.block_bytes == 0) {
+    throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) +
+                                          " carries XXH3 integrity without the blocks it is checked by");
+  }
   if (reply.base_version != 0 && (reply.digests_pending || manifest.block_digests.empty())) {
     throw Error(ErrorCode::kProtocol, "a delta answer without the block digests that define it");
   }
@@ -66,13 +71,15 @@ void check_blocks(const Manifest& manifest, const std::vector<std::pair<std::uin
   for (const auto& [block, digest] : received) {
     if (block < manifest.block_digests.size() && digest == manifest.block_digests[block]) continue;
     const std::uint64_t offset = std::uint64_t{block} * manifest.block_bytes;
-    std::string where;
+    const std::uint64_t end = offset + manifest.block_bytes;
+    // The tensors whose bytes the block holds: what a reader of the error can look at.
+    std::vector<std::string> names;
     for (const auto& t : manifest.tensors) {
-      if (offset < t.offset + t.size) {
-        where = " (in tensor '" + t.spec.name + "')";
-        break;
-      }
+      if (t.size != 0 && t.offset < end && offset < t.offset + t.size) names.push_back("'" + t.spec.name + "'");
     }
+    std::string where;
+    if (names.size() == 1) where = " (in tensor " + names.front() + ")";
+    if (names.size() > 1) where = " (in tensors " + names.front() + " to " + names.back() + ")";
     throw Error(ErrorCode::kIntegrity, "block " + std::to_string(block) + " at byte " + std::to_string(offset) + where +
                                            " of version " + std::to_string(manifest.version) +
                                            " failed its digest check");

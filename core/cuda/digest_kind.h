@@ -8,11 +8,11 @@
 // historical) and in the Digests message, whose kind is that of the fetch's manifest.
 //
 // Verification, by consumer memory:
-//   host consumer:   xxh3-64 -> digest_bytes / StreamingDigests (as today);
+//   host consumer:   xxh3-64 -> digest_bytes per block as it lands (FetchClient);
 //                    pmix64  -> pmix64::digest_host over the received bytes
 //   device consumer: pmix64  -> pmix64::digest_device before the version becomes visible;
-//                    xxh3-64 (a host producer) -> hashed on the host while the bytes pass
-//                    through the staging bounce buffers (StagingPipeline's progress prefix);
+//                    xxh3-64 (a host producer) -> hashed per block on the host as it lands
+//                    in the bounce buffer, before it goes on to the device;
 //                    with ucx_cuda (no host copy) the producer must send pmix64 instead:
 //                    digest_kind_for() takes the consumer's memory into account.
 #pragma once

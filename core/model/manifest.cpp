@@ -155,6 +155,10 @@ std::size_t block_count(const Manifest& manifest) {
   return static_cast<std::size_t>((manifest.total_bytes + manifest.block_bytes - 1) / manifest.block_bytes);
 }
 
+bool checked_by_block(const Manifest& manifest) {
+  return manifest.integrity && manifest.digest_kind == DigestKind::kXxh3_64 && manifest.block_bytes != 0;
+}
+
 void check_expected_layout(const std::vector<TensorSpec>& expected, const Manifest& manifest) {
   if (expected.empty()) return;
   std::map<std::string, const TensorSpec*> sent;

@@ -21,7 +21,9 @@ struct TensorEntry {
   TensorSpec spec;
   std::uint64_t offset = 0;  // from the start of the slot
   std::uint64_t size = 0;    // bytes
-  std::uint64_t digest = 0;  // of the bytes (the manifest's digest_kind), when it says integrity
+  // Of the bytes, when the manifest says integrity and has no blocks (device versions: pmix64);
+  // 0 for a version checked by its blocks.
+  std::uint64_t digest = 0;
 };
 
 struct Manifest {
@@ -32,14 +34,17 @@ struct Manifest {
   std::int64_t publish_time_ns = 0;  // CLOCK_REALTIME at the publish() call
   std::map<std::string, std::string> metadata;
   bool integrity = true;
-  // XXH3-64 for host snapshots; pmix64-v1 for device snapshots, hashed where they live.
+  // XXH3-64 per block for host snapshots; pmix64-v1 per tensor for device snapshots, hashed
+  // where they live.
   DigestKind digest_kind = DigestKind::kXxh3_64;
   std::uint64_t total_bytes = 0;
   std::vector<TensorEntry> tensors;
   // The snapshot as blocks: block i is bytes [i * block_bytes, min((i + 1) * block_bytes,
-  // total_bytes)), hashed with XXH3-64 like host tensors. What changed between two versions is
-  // the blocks whose digests differ, so a consumer holding one receives only those of the next.
-  // Empty for versions hashed on a device and without integrity: such a version is fetched whole.
+  // total_bytes)), hashed with XXH3-64: a host version's integrity is its block digests, which
+  // the signature covers, so any block can be checked on its own, from any source. What changed
+  // between two versions is the blocks whose digests differ, so a consumer holding one receives
+  // only those of the next. Empty for versions hashed on a device and without integrity: such a
+  // version is fetched whole.
   std::uint64_t block_bytes = 0;
   std::vector<std::uint64_t> block_digests;
 };
@@ -65,6 +70,10 @@ std::optional<std::uint64_t> checked_size_bytes(const TensorSpec& spec);
 
 // Block count of a manifest's block_bytes over its total_bytes (0 without blocks).
 std::size_t block_count(const Manifest& manifest);
+
+// Whether a version's bytes are checked block by block (integrity with XXH3 blocks) rather than
+// tensor by tensor (pmix64 on a device) or not at all.
+bool checked_by_block(const Manifest& manifest);
 
 // Checks a received manifest is self-consistent and within `limits` (sizes match shapes, no
 // overflow, tensors inside total_bytes and total_bytes no larger than the layout needs, names

@@ -1,41 +1,10 @@
 #include "core/producer/digest_worker.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
-#include <memory>
-#include <new>
 
 #include "common/digest.h"
 
 namespace modelcast::producer {
-
-// Both hashes read each byte once from memory: the snapshot is walked in cache-sized pieces,
-// each fed to its block's and its tensors' XXH3 states while it is still in cache. Hashing
-// twice would double the digest thread's memory traffic, and a delta waits for these digests.
-std::pair<std::vector<std::uint64_t>, std::vector<std::uint64_t>> tensor_and_block_digests(const std::byte* base,
-                                                                                            const Manifest& layout) {
-  constexpr std::uint64_t kPiece = 256u << 10;
-  StreamingDigests tensors(layout.tensors);
-  std::vector<std::uint64_t> blocks;
-  const std::size_t count = block_count(layout);
-  blocks.reserve(count);
-  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(), &XXH3_freeState);
-  if (!state) throw std::bad_alloc();
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::uint64_t begin = i * layout.block_bytes;
-    const std::uint64_t end = std::min(begin + layout.block_bytes, layout.total_bytes);
-    XXH3_64bits_reset(state.get());
-    for (std::uint64_t at = begin; at < end; at += kPiece) {
-      const std::uint64_t piece = std::min(kPiece, end - at);
-      XXH3_64bits_update(state.get(), base + at, piece);
-      tensors.advance(base, at + piece);
-    }
-    blocks.push_back(XXH3_64bits_digest(state.get()));
-  }
-  tensors.advance(base, layout.total_bytes);
-  return {tensors.digests(), std::move(blocks)};
-}
 
 std::vector<std::uint64_t> block_digests(const std::byte* base, const Manifest& layout) {
   std::vector<std::uint64_t> digests;
@@ -59,10 +28,11 @@ DigestWorker::~DigestWorker() {
   thread_.join();
 }
 
-void DigestWorker::submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout) {
+void DigestWorker::submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout,
+                          std::shared_ptr<const CopyProgress> copied) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back({slot, version, base, &layout});
+    jobs_.push_back({slot, version, base, &layout, std::move(copied)});
   }
   cv_.notify_one();
 }
@@ -78,15 +48,19 @@ void DigestWorker::run() {
       jobs_.pop_front();
     }
     const Manifest& layout = *job.layout;
-    if (layout.block_bytes == 0) {
-      std::vector<std::uint64_t> digests;
-      digests.reserve(layout.tensors.size());
-      for (const auto& t : layout.tensors) digests.push_back(digest_bytes(job.base + t.offset, t.size));
-      done_(job.slot, job.version, std::move(digests), {});
-      continue;
+    // Blocks are what consumers check (and what a delta compares): one XXH3 pass. Hashing each
+    // tensor too would double the digest thread's work, which is on the path of every delta.
+    std::vector<std::uint64_t> digests;
+    const std::size_t blocks = block_count(layout);
+    digests.reserve(blocks);
+    for (std::size_t i = 0; i < blocks; ++i) {
+      const std::uint64_t offset = i * layout.block_bytes;
+      const std::uint64_t length = std::min(layout.block_bytes, layout.total_bytes - offset);
+      job.copied->wait_for(offset + length);
+      digests.push_back(digest_bytes(job.base + offset, length));
     }
-    auto [digests, blocks] = tensor_and_block_digests(job.base, layout);
-    done_(job.slot, job.version, std::move(digests), std::move(blocks));
+    job.copied->wait_for(CopyProgress::kFinished);  // the version has reached the service first
+    done_(job.slot, job.version, std::move(digests));
   }
 }
 

@@ -225,17 +225,24 @@ Message unpack_body(Type type, const msgpack::object& body) {
 
 }  // namespace
 
-std::vector<std::byte> encode(const Message& message) {
+namespace {
+
+// A message in this build's body format, in an envelope claiming `version`.
+std::vector<std::byte> encode_as(const Message& message, std::uint16_t version) {
   msgpack::sbuffer buffer;
   Packer pk(&buffer);
   pk.pack_array(4);
   pk.pack(kMagic);
-  pk.pack(kVersion);
+  pk.pack(version);
   pk.pack(static_cast<std::uint8_t>(message.index() + 1));
   std::visit(BodyPacker{pk}, message);
   const auto* p = reinterpret_cast<const std::byte*>(buffer.data());
   return {p, p + buffer.size()};
 }
+
+}  // namespace
+
+std::vector<std::byte> encode(const Message& message) { return encode_as(message, kVersion); }
 
 std::optional<std::uint16_t> foreign_version(std::span<const std::byte> bytes) {
   // An envelope starts with the same 8 or so bytes in every version: a 4-element array, the
@@ -260,6 +267,11 @@ std::optional<std::uint16_t> foreign_version(std::span<const std::byte> bytes) {
 }
 
 std::optional<std::vector<std::byte>> encode_version_refusal(std::uint16_t version) {
+  const std::string why = "unsupported protocol version " + std::to_string(version) +
+                          ": this producer speaks protocol version " + std::to_string(kVersion) +
+                          "; use a consumer of the same modelcast release";
+  // Protocol 6 checked a host version by its tensor digests; its join reply is this build's.
+  if (version == 6) return encode_as(JoinReply{false, Refusal::kBadRequest, why, 0, 0, "", DeliveryPath::kHostUcx}, 6);
   if (version != 5) return std::nullopt;
   // Protocol 5's join reply: this build's, with the announcement endpoint it named then.
   msgpack::sbuffer buffer;
@@ -269,9 +281,7 @@ std::optional<std::vector<std::byte>> encode_version_refusal(std::uint16_t versi
   pk.pack(version);
   pk.pack(static_cast<std::uint8_t>(Type::kJoinReply));
   pk.pack_map(8);
-  pack_outcome(pk, false, Refusal::kBadRequest,
-               "unsupported protocol version " + std::to_string(version) + ": this producer speaks protocol version " +
-                   std::to_string(kVersion) + "; use a consumer of the same modelcast release");
+  pack_outcome(pk, false, Refusal::kBadRequest, why);
   pk.pack("inc"); pk.pack(std::uint64_t{0});
   pk.pack("pub"); pack_str(pk, "");
   pk.pack("latest"); pk.pack(std::uint64_t{0});

@@ -340,9 +340,9 @@ TEST_F(HostileClientTest, AConsumerJoiningAgainFromTheSameAddressKeepsItsConnect
   EXPECT_EQ(p.producer->stats().consumers, 1u);
 }
 
-// A consumer of the previous protocol (5, whose announcements came from a PUB socket) cannot
-// join; it is told so in a join refusal of its own protocol, which it reports, rather than
-// asking again and again unanswered.
+// A consumer of a previous protocol (5, whose announcements came from a PUB socket; 6, which
+// checked host versions by tensor digests) cannot join; it is told so in a join refusal of its
+// own protocol, which it reports, rather than asking again and again unanswered.
 TEST_F(HostileClientTest, AConsumerOfThePreviousProtocolIsRefusedInItsOwnWords) {
   TestProducer p(256);
   HostileClient old(context_, p.producer->control_endpoint());
@@ -358,10 +358,22 @@ TEST_F(HostileClientTest, AConsumerOfThePreviousProtocolIsRefusedInItsOwnWords) 
   EXPECT_NE(refusal.error.find("unsupported protocol version 5"), std::string::npos) << refusal.error;
   EXPECT_EQ(p.producer->stats().consumers, 0u);
   ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().bad_messages == 1; }));
+  // Protocol 6 (which checked a host version by tensor digests, which this producer no longer
+  // sends) is refused the same way, in its join reply, which has this build's fields.
+  join[6] = std::byte{6};
+  old.send_raw(join);
+  reply = old.next_raw();
+  ASSERT_GT(reply.size(), 7u);
+  EXPECT_EQ(reply[6], std::byte{6}) << "the refusal is not in protocol 6";
+  reply[6] = static_cast<std::byte>(protocol::kVersion);
+  refusal = std::get<protocol::JoinReply>(protocol::decode(reply));
+  EXPECT_FALSE(refusal.ok);
+  EXPECT_NE(refusal.error.find("unsupported protocol version 6"), std::string::npos) << refusal.error;
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().bad_messages == 2; }));
   // Another protocol altogether is dropped unanswered: this build knows no join reply of it.
   join[6] = std::byte{4};
   old.send_raw(join);
-  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().bad_messages == 2; }));
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().bad_messages == 3; }));
   // And this protocol's join is answered as ever on the same connection.
   auto joined = old.join("current", ucx_->address());
   EXPECT_TRUE(joined.ok) << joined.error;

@@ -256,9 +256,11 @@ TEST_F(Secured, TamperedManifestsAndBytesAreRejectedAndTheLastGoodVersionStays) 
       {"step", [](modelcast::Manifest& m, std::byte*) { m.step += 1000; }},
       {"integrity off", [](modelcast::Manifest& m, std::byte*) { m.integrity = false; }},
       {"bytes and their digest", [](modelcast::Manifest& m, std::byte* slot) {
-         auto& t = m.tensors[3];
-         slot[t.offset] ^= std::byte{1};
-         t.digest = modelcast::digest_bytes(slot + t.offset, t.size);
+         const auto at = m.tensors[3].offset;
+         slot[at] ^= std::byte{1};
+         const auto block = at / m.block_bytes;
+         const auto begin = block * m.block_bytes;
+         m.block_digests[block] = modelcast::digest_bytes(slot + begin, std::min(m.block_bytes, m.total_bytes - begin));
        }},
       {"dtype of a same-size tensor", [](modelcast::Manifest& m, std::byte*) {
          m.tensors[1].spec.dtype = modelcast::DType::kF16;  // t1 is bf16: same size, other meaning

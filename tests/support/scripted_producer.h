@@ -42,6 +42,7 @@ class ScriptedProducer {
     layout_.model = "test";
     layout_.incarnation = kIncarnation;
     layout_.tensors = modelcast::plan_layout(specs, &layout_.total_bytes);
+    layout_.block_bytes = kBlockBytes;  // a host version is checked block by block, as the producer's
     slot_ = modelcast::HostBuffer(layout_.total_bytes);
     region_ = transport_->register_memory(slot_.data(), slot_.size(), modelcast::transport::MemoryLocation::host());
   }
@@ -55,6 +56,16 @@ class ScriptedProducer {
 
   std::string endpoint() { return router_.get(zmq::sockopt::last_endpoint); }
   static constexpr std::uint64_t kIncarnation = 77;
+  static constexpr std::uint64_t kBlockBytes = 1u << 20;  // = the chunks it sends
+
+  // XXH3 of each block of the slot as it is now, the producer's digest thread's answer.
+  std::vector<std::uint64_t> block_digests_of_slot() const {
+    std::vector<std::uint64_t> digests;
+    for (std::uint64_t at = 0; at < layout_.total_bytes; at += kBlockBytes) {
+      digests.push_back(modelcast::digest_bytes(slot_.data() + at, std::min(kBlockBytes, layout_.total_bytes - at)));
+    }
+    return digests;
+  }
 
   // Next request from the consumer, decoded (routing id kept for replies).
   protocol::Message next_request() {
@@ -105,6 +116,7 @@ class ScriptedProducer {
     auto fetch = await_fetch(version);
     auto manifest = layout_;
     manifest.version = version;
+    manifest.block_digests = block_digests_of_slot();
     tweak(manifest);
     reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, chunk_bytes, false, 0, manifest,
                                signer_ ? signer_->sign(manifest) : std::vector<std::byte>{}, {}, {}});
@@ -148,8 +160,8 @@ class ScriptedProducer {
     for (std::size_t i = 0; i < model_.size(); ++i) {
       auto& entry = manifest.tensors[i];
       std::memcpy(slot_.data() + entry.offset, model_[i].words.data(), entry.size);
-      entry.digest = modelcast::digest_bytes(slot_.data() + entry.offset, entry.size);
     }
+    manifest.block_digests = block_digests_of_slot();
     if (corrupt) slot_.data()[manifest.tensors[5].offset + 3] ^= std::byte{0x10};
     if (tweak) tweak(manifest);
     std::vector<std::byte> signature;
@@ -157,9 +169,7 @@ class ScriptedProducer {
     // What a relay on the way would do: change the manifest (and the bytes) after signing.
     if (tamper) tamper(manifest, slot_.data());
     auto sent = manifest;
-    if (digests_later) {
-      for (auto& t : sent.tensors) t.digest = 0;
-    }
+    if (digests_later) sent.block_digests.clear();
     reply(protocol::FetchReply{true, protocol::Refusal::kNone, "", fetch.fetch_id, 1u << 20, digests_later, 0, sent,
                                digests_later ? std::vector<std::byte>{} : signature, {}, {}});
     std::size_t chunks = (manifest.total_bytes + (1u << 20) - 1) / (1u << 20);
@@ -169,9 +179,7 @@ class ScriptedProducer {
                             protocol::chunk_tag(fetch.fetch_id, i), [](const auto&) {});
     }
     if (digests_later) {
-      protocol::Digests digests{fetch.fetch_id, version, {}, {}, signature};
-      for (const auto& t : manifest.tensors) digests.digests.push_back(t.digest);
-      reply(digests);
+      reply(protocol::Digests{fetch.fetch_id, version, {}, manifest.block_digests, signature});
     }
     for (;;) {
       auto request = next_request();

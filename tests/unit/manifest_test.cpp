@@ -187,28 +187,6 @@ TEST(TensorView, TypedAccessChecksTheDtype) {
   EXPECT_THROW((void)half_view.as<std::int16_t>(), Error);
 }
 
-TEST(StreamingDigests, EqualOneShotDigestsHoweverThePrefixAdvances) {
-  std::uint64_t total = 0;
-  auto tensors = plan_layout({{"a", DType::kF32, {1000}}, {"empty", DType::kF32, {0}}, {"b", DType::kU8, {77}},
-                              {"c", DType::kF64, {4096}}},
-                             &total);
-  std::vector<std::byte> buffer(total);
-  for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<std::byte>(i * 7 + 3);
-  for (std::uint64_t step : {std::uint64_t{1}, std::uint64_t{100}, std::uint64_t{4096}, total}) {
-    StreamingDigests streaming(tensors);
-    for (std::uint64_t prefix = 0; prefix < total; prefix += step) {
-      streaming.advance(buffer.data(), prefix);
-      EXPECT_FALSE(streaming.complete() && prefix < tensors.back().offset + tensors.back().size);
-    }
-    streaming.advance(buffer.data(), total);
-    ASSERT_TRUE(streaming.complete()) << "step " << step;
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      EXPECT_EQ(streaming.digests()[i], digest_bytes(buffer.data() + tensors[i].offset, tensors[i].size))
-          << tensors[i].spec.name << " step " << step;
-    }
-  }
-}
-
 }  // namespace
 }  // namespace modelcast
 
@@ -244,9 +222,9 @@ TEST(SnapshotCopy, StreamingCopiesEveryByteAtAnyAlignmentAndLength) {
 namespace modelcast {
 namespace {
 
-// The digest thread's one pass gives exactly the one-shot digests, per tensor and per block,
-// with blocks that split tensors and pieces, and a short last block.
-TEST(BlockDigests, OnePassEqualsOneShotPerTensorAndPerBlock) {
+// The digest thread's block digests are the one-shot digests of each block's bytes, with
+// blocks that split tensors, a short last block, and one block for the whole model.
+TEST(BlockDigests, EachIsTheDigestOfItsBlocksBytes) {
   Manifest layout;
   layout.tensors = plan_layout({{"a", DType::kF32, {300000}}, {"b", DType::kU8, {77}}, {"c", DType::kF64, {190001}}},
                                &layout.total_bytes);
@@ -254,16 +232,11 @@ TEST(BlockDigests, OnePassEqualsOneShotPerTensorAndPerBlock) {
   for (std::size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<std::byte>(i * 31 + 7);
   for (std::uint64_t block : {std::uint64_t{64} << 10, std::uint64_t{1} << 20, layout.total_bytes}) {
     layout.block_bytes = block;
-    auto [tensors, blocks] = producer::tensor_and_block_digests(buffer.data(), layout);
+    auto blocks = producer::block_digests(buffer.data(), layout);
     ASSERT_EQ(blocks.size(), block_count(layout));
-    EXPECT_EQ(blocks, producer::block_digests(buffer.data(), layout));
     for (std::size_t i = 0; i < blocks.size(); ++i) {
       const auto offset = i * block;
       EXPECT_EQ(blocks[i], digest_bytes(buffer.data() + offset, std::min(block, layout.total_bytes - offset)));
-    }
-    ASSERT_EQ(tensors.size(), layout.tensors.size());
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      EXPECT_EQ(tensors[i], digest_bytes(buffer.data() + layout.tensors[i].offset, layout.tensors[i].size));
     }
   }
 }
