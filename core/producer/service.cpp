@@ -6,6 +6,7 @@
 
 #include "common/host_identity.h"
 #include "core/security/curve.h"
+#include "core/security/curve_to_ed25519.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
@@ -50,7 +51,7 @@ void ProducerService::run() {
     zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
     if (zap && (items[2].revents & ZMQ_POLLIN)) {
       control_.answer_authentication([this](const std::string& key) {
-        log_->warn("refused a connection from key {} (CurveZMQ form): not on the allow-list", key);
+        log_->warn("refused a connection from key {}: not on the allow-list", security::describe_curve_key(key));
         stats_.update([](ProducerStats& s) { s.refused_peers++; });
       });
     }
