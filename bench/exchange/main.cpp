@@ -712,7 +712,7 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--file-reps", o.file_reps, "file baseline repetitions (0: skip)")->check(CLI::Range(0, 100));
   run_cmd->add_option("--buffers", o.buffers, "consumer receive buffers")->check(CLI::Range(2, 8));
   run_cmd->add_option("--slots", o.slots, "producer snapshot slots (0: 3 up to 256 MiB, 2 above)");
-  run_cmd->add_flag("--no-integrity", o.no_integrity, "switch the per-tensor digests off");
+  run_cmd->add_flag("--no-integrity", o.no_integrity, "switch integrity (the block digests) off");
   run_cmd->add_option("--tmpdir", o.tmpdir, "directory on the local disk for the file baseline");
   run_cmd->add_option("--out", o.out, "write the JSON here (after every configuration) instead of stdout");
 

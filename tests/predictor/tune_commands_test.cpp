@@ -88,6 +88,37 @@ TEST(TuneCommands, ReplayAndEvaluateAgreeOnTheTrueCurve) {
   EXPECT_GE(eval["predicted_cil"].get<double>(), eval["optimal"]["predicted_cil"].get<double>() - 1e-9);
 }
 
+// plan, replay and evaluate of one run report CIL over one window: the warm-up to the run's end
+// (plan once integrated to the forecast's end and replay to the log's, which differ whenever
+// --total-steps is not the log's last step); a replay or evaluation cannot score past the log.
+TEST(TuneCommands, EveryCommandReportsCilOverTheWarmUpToTheEndOfTheRun) {
+  auto a = base(write_log("mc_tune_window.csv", 40));  // steps 0 to 3900
+  a.warmup_step = 800;
+  a.total_steps = 3900;
+  const auto plan = run_plan(a);
+  const auto replay = run_replay(a);
+  const auto eval = run_evaluate(a, {1200, 2400});
+  for (const auto* r : {&plan, &replay, &eval}) {
+    EXPECT_EQ((*r)["cil_window"]["from_step"].get<std::int64_t>(), 800) << (*r)["command"];
+    EXPECT_EQ((*r)["cil_window"]["to_step"].get<std::int64_t>(), 3900) << (*r)["command"];
+    EXPECT_NE(render_text(*r).find("over steps 800 to 3900"), std::string::npos) << render_text(*r);
+  }
+  auto beyond = a;
+  beyond.total_steps = 9000;
+  for (bool replaying : {true, false}) {
+    try {
+      replaying ? run_replay(beyond) : run_evaluate(beyond, {1200});
+      ADD_FAILURE() << "a --total-steps past the log was scored over the log only";
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--total-steps 9000 is beyond the log, which ends at step 3900"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // plan forecasts past the log: its window is the run's, wherever the log ends.
+  EXPECT_EQ(run_plan(beyond)["cil_window"]["to_step"].get<std::int64_t>(), 9000);
+}
+
 TEST(TuneCommands, RejectsBadCostsAndSteps) {
   auto a = base(write_log("mc_tune_bad.csv", 20));
   a.warmup_step = 500;

@@ -120,6 +120,24 @@ std::size_t warmup_index_of(const mp::LossLog& log, std::int64_t w) {
 }
 
 
+// Every command's CIL covers one window: from the warm-up step to the end of the run. plan's
+// run ends at --total-steps (its forecast goes there); replay and evaluate score the logged
+// curve, so their run ends where the log does, and a --total-steps beyond it is refused rather
+// than scored over a shorter window than the same run's plan.
+Json cil_window_json(const mp::Trajectory& scored, std::size_t w) {
+  return Json{{"from_step", scored.steps[w]}, {"to_step", scored.steps.back()}};
+}
+
+void check_total_within_log(const CommonArgs& a, const mp::LossLog& log) {
+  if (a.total_steps && *a.total_steps > log.points.back().step) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "--total-steps " + std::to_string(*a.total_steps) + " is beyond the log, which ends at step " +
+                               std::to_string(log.points.back().step) +
+                               ": CIL here is measured on the logged curve, from the warm-up to the end of the run, "
+                               "so the log must reach the run's end (or leave --total-steps out)");
+  }
+}
+
 Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double stall_s) {
   return Json{{"publish_steps", steps}, {"predicted_cil", cil}, {"slowdown_s", stall_s * static_cast<double>(steps.size())}};
 }
@@ -180,6 +198,7 @@ Json run_plan(const CommonArgs& a) {
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
   r["publish_steps"] = plan.publish_steps;
+  r["cil_window"] = cil_window_json(planned, w);
   // On the forecast's own time axis, like the baselines; expected_cil averages the time scenarios.
   r["predicted_cil"] = mp::evaluate_cil(planned, w, costs, plan.publish_steps);
   r["expected_cil"] = plan.cil;
@@ -225,7 +244,8 @@ Json run_replay(const CommonArgs& a) {
   const std::size_t w = warmup_index_of(log, *a.warmup_step);
   if (w + 1 >= log.points.size()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "nothing logged after the warm-up step");
   if (w < 1) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "too few points up to the warm-up step (need at least 2)");
-  const std::int64_t total = std::max(a.total_steps.value_or(log.points.back().step), log.points.back().step);
+  check_total_within_log(a, log);
+  const std::int64_t total = log.points.back().step;
   const auto costs = costs_of(a);
   mp::OnlineOptions oo;
   oo.forecast = forecast_options(a, total);
@@ -255,6 +275,7 @@ Json run_replay(const CommonArgs& a) {
   if (!log.warnings.empty()) r["warnings"] = log.warnings;
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
+  r["cil_window"] = cil_window_json(truth, w);
   r["scheduler"] = {{"fits", scheduler.stats().fits}, {"band_refits", scheduler.stats().band_refits},
                     {"plans", scheduler.stats().plans}};
   r["predicted_cil"] = cil;  // the log is the true curve: this is the schedule's actual CIL
@@ -277,6 +298,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   if (!a.warmup_step) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--warmup-steps is required");
   const auto log = load_log(a, 2);
   const std::size_t w = warmup_index_of(log, *a.warmup_step);
+  check_total_within_log(a, log);
   const auto truth = mp::trajectory_of(log.points);
   const auto costs = costs_of(a);
   const double cil = mp::evaluate_cil(truth, w, costs, publish_steps);
@@ -288,6 +310,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   if (!log.warnings.empty()) r["warnings"] = log.warnings;
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = publish_steps;
+  r["cil_window"] = cil_window_json(truth, w);
   r["predicted_cil"] = cil;  // on the true (logged) curve
   r["slowdown_s"] = costs.stall_s * static_cast<double>(publish_steps.size());
   r["optimal"] = schedule_json(best.publish_steps, best.cil, costs.stall_s);
@@ -325,7 +348,9 @@ std::string render_text(const Json& r) {
     return out.empty() ? std::string("(none)") : out + " [" + std::to_string(n) + " publishes]";
   };
   const std::string cmd = r["command"];
-  o << cmd << " (warm-up step " << r["warmup_step"].get<std::int64_t>() << ")\n";
+  o << cmd << " (warm-up step " << r["warmup_step"].get<std::int64_t>() << "; every CIL below is over steps "
+    << r["cil_window"]["from_step"].get<std::int64_t>() << " to " << r["cil_window"]["to_step"].get<std::int64_t>()
+    << ", the warm-up to the end of the run)\n";
   if (r.contains("warning")) o << "warning: " << r["warning"].get<std::string>() << "\n";
   const char* cil_label = cmd == "plan" ? "predicted CIL" : "CIL";
   o << "  " << (cmd == "plan" ? "plan" : cmd == "replay" ? "online scheduler" : "schedule") << ": publish at " << steps(r["publish_steps"])
