@@ -8,9 +8,9 @@
 
 #include "child_process.h"
 #include "core/consumer/device_landing.h"
-#include "core/cuda/pmix64.h"
-#include "core/device/device_runtime.h"
-#include "core/device/simulated_faults.h"
+#include "device/pmix64.h"
+#include "device/device_runtime.h"
+#include "device/simulated_faults.h"
 #include "modelcast/error.h"
 #include "peer_paths.h"
 

@@ -26,9 +26,9 @@
 #include <thread>
 #include <utility>
 
-#include "core/cuda/pmix64.h"
-#include "core/device/device_runtime.h"
-#include "core/device/simulated_faults.h"
+#include "device/pmix64.h"
+#include "device/device_runtime.h"
+#include "device/simulated_faults.h"
 #include "modelcast/error.h"
 
 namespace modelcast::device {

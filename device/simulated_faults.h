@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <future>
 
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 
 namespace modelcast::device {
 
