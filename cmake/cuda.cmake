@@ -5,16 +5,14 @@
 #   AUTO: on when a CUDA compiler is found (/usr/local/cuda/bin/nvcc, CUDACXX, CMAKE_CUDA_COMPILER
 #         or nvcc on PATH, via check_language(CUDA)); off otherwise, with a status line.
 #   ON:   as AUTO, but a missing toolkit is a configure error.
-#   OFF:  never looks for CUDA; the pure C++ parts (path selection, staging pipeline, IPC handle
-#         cache and codec, host reference of the GPU digest) still build and are tested.
+#   OFF:  never looks for CUDA; the device layer (device/) still builds, with the simulated
+#         device and the host reference of the GPU digest.
 #
 # Defines:
 #   MODELCAST_HAVE_CUDA          ON/OFF, the outcome
 #   MODELCAST_CUDA_LIBRARIES     CUDA::cudart when on, empty when off: what a target built from
-#                                $<TARGET_OBJECTS:modelcast_cuda_objects> must link
-#   modelcast_cuda_objects       OBJECT library (PIC) with all GPU groundwork sources; its usage
-#                                requirements carry MODELCAST_HAVE_CUDA=1|0, the include roots
-#                                and (when on) CUDA::cudart.
+#                                $<TARGET_OBJECTS:modelcast_device> must link
+# The device layer itself, the only code that calls CUDA, is device/CMakeLists.txt.
 #
 # CUDA::cuda_driver is found (the VMM export path, cuMemExportToShareableHandle, will need it)
 # but deliberately NOT linked: the toolkit only ships a stub libcuda.so whose SONAME is
@@ -85,45 +83,4 @@ else()
   message(STATUS "modelcast: CUDA off (MODELCAST_WITH_CUDA=OFF)")
 endif()
 
-set(_mc_root ${CMAKE_CURRENT_LIST_DIR}/..)
-cmake_path(NORMAL_PATH _mc_root)
-
-add_library(modelcast_cuda_objects OBJECT
-  ${_mc_root}/core/cuda/pmix64.cpp
-  ${_mc_root}/core/cuda/digest_kind.cpp
-  ${_mc_root}/transports/staging/staging_pipeline.cpp
-  ${_mc_root}/transports/staging/cuda_copy_engine.cpp
-  ${_mc_root}/transports/cuda_ipc/ipc_handle_cache.cpp
-  ${_mc_root}/transports/cuda_ipc/ipc_codec.cpp
-  ${_mc_root}/transports/cuda_ipc/cuda_ipc.cpp
-  ${_mc_root}/core/device/cuda_runtime.cpp)
-if(MODELCAST_HAVE_CUDA)
-  # The only nvcc-compiled file: one small kernel (compile time stays in seconds).
-  target_sources(modelcast_cuda_objects PRIVATE ${_mc_root}/core/cuda/pmix64_kernel.cu)
-  # Whole-program compilation: no device link step.
-  set_target_properties(modelcast_cuda_objects PROPERTIES
-    CUDA_SEPARABLE_COMPILATION OFF CUDA_RUNTIME_LIBRARY Shared)
-  target_link_libraries(modelcast_cuda_objects PUBLIC CUDA::cudart)
-endif()
-set_target_properties(modelcast_cuda_objects PROPERTIES
-  POSITION_INDEPENDENT_CODE ON CXX_VISIBILITY_PRESET hidden CUDA_VISIBILITY_PRESET hidden
-  VISIBILITY_INLINES_HIDDEN ON)
-# C++20 for the host code (as the top level's CMAKE_CXX_STANDARD); not a PUBLIC compile feature,
-# which CMake 3.25 would turn into a "CUDA20" demand on every target linking these objects.
-set_target_properties(modelcast_cuda_objects PROPERTIES CXX_STANDARD 20 CXX_STANDARD_REQUIRED ON)
-target_include_directories(modelcast_cuda_objects PUBLIC ${_mc_root}/include ${_mc_root})
-target_compile_definitions(modelcast_cuda_objects PUBLIC
-  MODELCAST_HAVE_CUDA=$<IF:$<BOOL:${MODELCAST_HAVE_CUDA}>,1,0> MSGPACK_NO_BOOST)
-# The project's warning policy for the C++ sources only: modelcast_warnings adds -Werror for
-# every language, which nvcc rejects (its -Werror takes a value), so its options are taken
-# over under a CXX-only condition instead of linking it.
-if(TARGET modelcast_warnings)
-  target_compile_options(modelcast_cuda_objects PRIVATE
-    $<$<COMPILE_LANGUAGE:CXX>:$<TARGET_PROPERTY:modelcast_warnings,INTERFACE_COMPILE_OPTIONS>>)
-endif()
-# msgpack (header-only) for the IPC handle codec: the same target the core uses.
-if(MODELCAST_MSGPACK_TARGET)
-  target_link_libraries(modelcast_cuda_objects PUBLIC ${MODELCAST_MSGPACK_TARGET})
-endif()
-unset(_mc_root)
 unset(_mc_cuda_mode)

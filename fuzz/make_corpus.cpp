@@ -17,7 +17,7 @@
 
 #include "core/model/manifest.h"
 #include "core/wire/protocol.h"
-#include "transports/cuda_ipc/ipc_codec.h"
+#include "transports/cuda_ipc/ipc_descriptor.h"
 #include "transports/ucx/address_seal.h"
 
 namespace fs = std::filesystem;
@@ -244,35 +244,20 @@ int main(int argc, char** argv) {
     write("fuzz_manifest", "known-crash-tensors-array32", cat(sbuffer_bytes(buffer), raw({0xdd, 0xff, 0xff, 0xff, 0xff})));
   }
 
-  // --- fuzz_ipc_handle: body maps with and without the "ipc" field -------------------------
-  modelcast::cuda_ipc::IpcExport exported;
-  exported.slot = 2;
-  exported.device = 0;
-  exported.size = 1 << 26;
-  for (std::size_t i = 0; i < exported.handle.size(); ++i) exported.handle[i] = static_cast<std::byte>(0xa0 + i);
+  // --- fuzz_ipc_descriptor: a cuda_ipc region descriptor as export_region writes it ---------
   {
-    msgpack::sbuffer buffer;
-    msgpack::packer<msgpack::sbuffer> pk(&buffer);
-    pk.pack_map(modelcast::cuda_ipc::ipc_field_count(exported));
-    modelcast::cuda_ipc::pack_ipc_field(pk, exported);
-    write("fuzz_ipc_handle", "ipc_only", sbuffer_bytes(buffer));
+    modelcast::cuda_ipc::IpcDescriptor d;
+    d.exporter = 0x5eed5eed12345678ULL;
+    d.source.slot = 2;
+    d.source.device = 0;
+    d.source.size = 1 << 26;
+    for (std::size_t i = 0; i < d.source.handle.size(); ++i) d.source.handle[i] = static_cast<std::byte>(0xa0 + i);
+    write("fuzz_ipc_descriptor", "slot_on_device_0", modelcast::cuda_ipc::encode_descriptor(d));
+    d.source.slot = 0xffffffffu;
+    d.source.device = 0x7fffffff;
+    d.source.size = ~std::uint64_t{0};
+    write("fuzz_ipc_descriptor", "fields_at_their_limits", modelcast::cuda_ipc::encode_descriptor(d));
   }
-  {
-    // A whole FetchReply body (a fixmap) with the field appended as its last entry, the way
-    // core/wire/protocol.cpp would send it.
-    Bytes body = body_of(mp::encode(refused));
-    if (body.empty() || (body[0] & std::byte{0xf0}) != std::byte{0x80} || body[0] == std::byte{0x8f}) {
-      std::fprintf(stderr, "make_corpus: a FetchReply body is not a fixmap\n");
-      return 1;
-    }
-    body[0] = static_cast<std::byte>(static_cast<int>(body[0]) + 1);
-    msgpack::sbuffer buffer;
-    msgpack::packer<msgpack::sbuffer> pk(&buffer);
-    modelcast::cuda_ipc::pack_ipc_field(pk, exported);
-    write("fuzz_ipc_handle", "reply_with_ipc", cat(body, sbuffer_bytes(buffer)));
-    write("fuzz_ipc_handle", "reply_without_ipc", body_of(mp::encode(refused)));
-  }
-  write("fuzz_ipc_handle", "known-crash-array32-alone", raw({0xdd, 0xff, 0xff, 0xff, 0xff}));
 
   // --- fuzz_curve_csv: first byte picks the reader (see fuzz_curve_csv.cpp) -----------------
   write("fuzz_curve_csv", "plain_header", text("0step,loss\n0,10.5\n100,4.25\n200,3.5\n300,3.125\n"));

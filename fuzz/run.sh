@@ -21,7 +21,7 @@ root=$(cd "$here/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}
 jobs=${FUZZ_JOBS:-2}
-all_targets=(fuzz_control_message fuzz_manifest fuzz_ipc_handle fuzz_curve_csv fuzz_transport_address fuzz_key_file)
+all_targets=(fuzz_control_message fuzz_manifest fuzz_ipc_descriptor fuzz_curve_csv fuzz_transport_address fuzz_key_file)
 
 seconds=10
 runs=

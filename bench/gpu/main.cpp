@@ -30,7 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../exchange/common.h"
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"

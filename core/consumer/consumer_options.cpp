@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "transports/delivery_path.h"
 #include "modelcast/error.h"
 

@@ -14,7 +14,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "core/model/installed_version.h"
 #include "core/model/manifest.h"
 

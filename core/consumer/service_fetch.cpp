@@ -3,7 +3,7 @@
 #include "core/consumer/service.h"
 
 #include "common/clock.h"
-#include "core/cuda/pmix64.h"
+#include "device/pmix64.h"
 
 namespace modelcast::consumer {
 namespace {

@@ -26,7 +26,7 @@ namespace modelcast {
 
 enum class DigestKind : std::uint8_t {
   kXxh3_64 = 0,  // XXH3-64 of the tensor's bytes (libxxhash): host slots
-  kPmix64 = 1,   // pmix64-v1 (core/cuda/pmix64.h): device slots, computed on the GPU
+  kPmix64 = 1,   // pmix64-v1 (device/pmix64.h): device slots, computed on the GPU
 };
 
 std::string_view digest_kind_name(DigestKind kind) noexcept;  // "xxh3-64", "pmix64-v1"

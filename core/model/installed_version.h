@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "common/host_buffer.h"
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "core/model/manifest.h"
 #include "transports/transport.h"
 

@@ -25,7 +25,7 @@
 #include <thread>
 #include <vector>
 
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "core/model/manifest.h"
 #include "modelcast/producer.h"
 

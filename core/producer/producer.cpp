@@ -34,7 +34,7 @@
 #include "common/log.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "core/producer/device_snapshots.h"
 #include "core/producer/copy_progress.h"
 #include "core/producer/digest_worker.h"

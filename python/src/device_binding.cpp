@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "bindings.h"
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "errors.h"
 #include "modelcast/error.h"
 

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "child_process.h"
-#include "core/device/simulated_faults.h"
+#include "device/simulated_faults.h"
 #include "core/model/manifest.h"
 #include "device_model.h"
 #include "eventually.h"

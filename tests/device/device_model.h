@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "modelcast/model_view.h"
 #include "test_model.h"
 

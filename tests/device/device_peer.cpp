@@ -19,8 +19,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "core/cuda/pmix64.h"
-#include "core/device/device_runtime.h"
+#include "device/pmix64.h"
+#include "device/device_runtime.h"
 #include "device_model.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"

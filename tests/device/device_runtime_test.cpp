@@ -8,9 +8,9 @@
 
 #include "child_process.h"
 #include "core/consumer/device_landing.h"
-#include "core/cuda/pmix64.h"
-#include "core/device/device_runtime.h"
-#include "core/device/simulated_faults.h"
+#include "device/pmix64.h"
+#include "device/device_runtime.h"
+#include "device/simulated_faults.h"
 #include "modelcast/error.h"
 #include "peer_paths.h"
 
@@ -185,6 +185,50 @@ TEST(DeviceRuntime, TheSimulationsInjectedCopyFailureSurfacesOnceAtTheNextEvent)
   EXPECT_NO_THROW(sim->synchronize_stream(stream));
   sim->destroy_event(event);
   sim->destroy_stream(stream);
+  sim->release(d);
+}
+
+// A held copy to the host waits its turn and then its release, and copies as usual; the count
+// of bytes copied from host to device grows as each such copy completes, not when it is queued.
+TEST(DeviceRuntime, TheSimulationHoldsACopyToTheHostUntilReleasedAndCountsCopiesToTheDevice) {
+  auto sim = modelcast::device::make_simulated_runtime();
+  auto* faults = modelcast::device::simulated_faults(*sim);
+  ASSERT_NE(faults, nullptr);
+  std::promise<void> never;
+  EXPECT_THROW(faults->hold_copy_to_host(0, never.get_future().share()), modelcast::Error);
+  EXPECT_THROW(faults->hold_copy_to_host(1, {}), modelcast::Error);
+  const std::size_t n = 4096;
+  void* d = sim->allocate(0, n);
+  void* other = sim->allocate(1, n);
+  void* stream = sim->create_stream(0);
+  void* event = sim->create_event(0);
+  std::vector<std::byte> source(n, std::byte{9}), back(n);
+  Gate gate;
+  gate.close_on(*sim, stream);
+  sim->copy_async(d, source.data(), n, stream);
+  sim->copy_async(other, d, n, stream);  // device to device: not counted
+  sim->record(event, stream);
+  EXPECT_EQ(faults->copied_host_to_device(), 0u) << "counted when queued, not when done";
+  gate.open();
+  sim->synchronize(event);
+  EXPECT_EQ(faults->copied_host_to_device(), n);
+  std::promise<void> release;
+  auto reached = faults->hold_copy_to_host(2, release.get_future().share());
+  std::vector<std::byte> first(n);
+  sim->copy_async(first.data(), d, n, stream);  // the first copy to the host: not the one
+  sim->copy_async(back.data(), d, n, stream);   // the second: held
+  sim->record(event, stream);
+  ASSERT_EQ(reached.wait_for(std::chrono::seconds(20)), std::future_status::ready) << "the held copy was not reached";
+  EXPECT_EQ(first, source);
+  EXPECT_FALSE(sim->ready(event)) << "the held copy must wait for its release";
+  EXPECT_EQ(back, std::vector<std::byte>(n)) << "the held copy ran before its release";
+  release.set_value();
+  EXPECT_NO_THROW(sim->synchronize(event));
+  EXPECT_EQ(back, source);
+  EXPECT_EQ(faults->copied_host_to_device(), n);
+  sim->destroy_event(event);
+  sim->destroy_stream(stream);
+  sim->release(other);
   sim->release(d);
 }
 

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "core/producer/device_snapshots.h"
 #include "modelcast/error.h"
 

@@ -1,62 +1,42 @@
-// Tests that need a CUDA device (label `gpu`). Each skips with "no CUDA device: ..." when the
-// build has no CUDA or the machine has no usable device, so CI (nvcc, no GPU) passes them as
-// skipped. On the GPU machine they check the kernel, the CUDA copy engine in the staging
-// pipeline and the IPC export/open/cache across two processes.
+// Tests that need a CUDA device (label `gpu`), through the device runtime's CUDA implementation
+// (device/cuda_runtime.cpp) like the library: nothing here calls CUDA itself. Each skips with
+// "no CUDA device: ..." when the build has no CUDA or the machine has no usable device, so CI
+// (nvcc, no GPU) passes them as skipped. On the GPU machine they check the pmix64 kernel against
+// its host reference, and the IPC export, open and cache across two processes.
 //
 // main() is ours: `modelcast_gpu_device_tests --ipc-child` is the second process of the IPC test.
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "core/cuda/pmix64.h"
+#include "device/device_runtime.h"
+#include "device/pmix64.h"
 #include "modelcast/error.h"
-#include "transports/cuda_ipc/cuda_ipc.h"
-#include "transports/staging/cuda_copy_engine.h"
-#include "transports/staging/staging_pipeline.h"
+#include "transports/cuda_ipc/ipc_handle_cache.h"
 
-#if MODELCAST_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 extern char** environ;
-#endif
 
 namespace modelcast {
 namespace {
 
-// Empty when a device is usable; otherwise why not.
-std::string why_no_device() {
-#if MODELCAST_HAVE_CUDA
-  int count = 0;
-  const cudaError_t status = cudaGetDeviceCount(&count);
-  if (status != cudaSuccess) {
-    return std::string("cudaGetDeviceCount failed: ") + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")";
-  }
-  if (count == 0) return "cudaGetDeviceCount returned 0";
-  return {};
-#else
-  return "modelcast was built without CUDA (MODELCAST_HAVE_CUDA=0)";
-#endif
+// The CUDA runtime, made once; nullptr when the build has no CUDA or the machine no device.
+device::DeviceRuntime* cuda() {
+  static std::unique_ptr<device::DeviceRuntime> runtime = device::make_cuda_runtime();
+  return runtime.get();
 }
 
-#define REQUIRE_CUDA_DEVICE()                                     \
-  do {                                                            \
-    const std::string why = why_no_device();                      \
-    if (!why.empty()) GTEST_SKIP() << "no CUDA device: " << why;  \
-  } while (0)
-
-#if MODELCAST_HAVE_CUDA
-
-#define CUDA_OK(call)                                                                        \
-  do {                                                                                       \
-    const cudaError_t status_ = (call);                                                      \
-    ASSERT_EQ(status_, cudaSuccess) << #call << ": " << cudaGetErrorString(status_);         \
+#define REQUIRE_CUDA_DEVICE()                                                                      \
+  do {                                                                                             \
+    if (!cuda()) GTEST_SKIP() << "no CUDA device: the build has no CUDA or the machine no device"; \
   } while (0)
 
 std::vector<unsigned char> random_bytes(std::size_t n, std::uint32_t seed) {
@@ -69,40 +49,35 @@ std::vector<unsigned char> random_bytes(std::size_t n, std::uint32_t seed) {
   return v;
 }
 
+// Device memory and a stream of the CUDA runtime, released with the object.
 struct DeviceBuffer {
-  void* p = nullptr;
-  explicit DeviceBuffer(std::size_t n) {
-    if (cudaMalloc(&p, n) != cudaSuccess) p = nullptr;
-  }
-  ~DeviceBuffer() { cudaFree(p); }
+  void* p;
+  explicit DeviceBuffer(std::size_t n) : p(cuda()->allocate(0, n)) {}
+  ~DeviceBuffer() { cuda()->release(p); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 };
 
-struct PinnedBuffer {
-  void* p = nullptr;
-  explicit PinnedBuffer(std::size_t n) {
-    if (cudaHostAlloc(&p, n, cudaHostAllocDefault) != cudaSuccess) p = nullptr;
+struct Stream {
+  device::StreamHandle s = cuda()->create_stream(0);
+  ~Stream() { cuda()->destroy_stream(s); }
+  void copy(void* to, const void* from, std::size_t n) {
+    cuda()->copy_async(to, from, n, s);
+    cuda()->synchronize_stream(s);
   }
-  ~PinnedBuffer() { cudaFreeHost(p); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
 };
-
-#endif
 
 TEST(GpuDigest, DeviceDigestEqualsHostReferenceAndSeesOneCorruptByte) {
   REQUIRE_CUDA_DEVICE();
-#if MODELCAST_HAVE_CUDA
   // Tensors with tails of every length mod 16, one unaligned, one empty, one of many segments.
-  const std::vector<pmix64::Range> tensors = {
+  const std::vector<device::ByteRange> tensors = {
       {0, 1}, {256, 15}, {512, 16}, {768, 17}, {1024 + 3, 1000}, {4096, 0}, {8192, (std::uint64_t{64} << 20) + 5}};
   const std::size_t total = 8192 + (std::size_t{64} << 20) + 5;
   auto host = random_bytes(total, 11);
-  DeviceBuffer device(total);
-  ASSERT_NE(device.p, nullptr);
-  CUDA_OK(cudaMemcpy(device.p, host.data(), total, cudaMemcpyHostToDevice));
-  auto digests = pmix64::digest_device(0, device.p, tensors, nullptr);
+  DeviceBuffer buffer(total);
+  Stream stream;
+  stream.copy(buffer.p, host.data(), total);
+  auto digests = cuda()->digest(0, buffer.p, tensors, stream.s);
   ASSERT_EQ(digests.size(), tensors.size());
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     EXPECT_EQ(digests[t], pmix64::digest_host(host.data() + tensors[t].offset, tensors[t].size)) << "tensor " << t;
@@ -110,63 +85,32 @@ TEST(GpuDigest, DeviceDigestEqualsHostReferenceAndSeesOneCorruptByte) {
   // Corrupt one byte of the big tensor on the device, on purpose.
   const std::size_t at = 8192 + 12345678;
   const unsigned char bad = static_cast<unsigned char>(host[at] ^ 0x10);
-  CUDA_OK(cudaMemcpy(static_cast<unsigned char*>(device.p) + at, &bad, 1, cudaMemcpyHostToDevice));
-  auto corrupted = pmix64::digest_device(0, device.p, tensors, nullptr);
+  stream.copy(static_cast<unsigned char*>(buffer.p) + at, &bad, 1);
+  auto corrupted = cuda()->digest(0, buffer.p, tensors, stream.s);
   EXPECT_NE(corrupted[6], digests[6]);
   for (std::size_t t = 0; t < 6; ++t) EXPECT_EQ(corrupted[t], digests[t]) << "tensor " << t;
   host[at] = bad;
   EXPECT_EQ(corrupted[6], pmix64::digest_host(host.data() + 8192, tensors[6].size));
-#endif
 }
 
-TEST(GpuStaging, DeviceToDeviceThroughPinnedBounceBuffers) {
-  REQUIRE_CUDA_DEVICE();
-#if MODELCAST_HAVE_CUDA
-  const std::size_t chunk = std::size_t{1} << 20;
-  const std::size_t size = 10 * chunk + 3;
-  const auto host = random_bytes(size, 12);
-  DeviceBuffer src(size), dst(size);
-  ASSERT_NE(src.p, nullptr);
-  ASSERT_NE(dst.p, nullptr);
-  CUDA_OK(cudaMemcpy(src.p, host.data(), size, cudaMemcpyHostToDevice));
-  for (std::size_t depth = 1; depth <= 4; ++depth) {
-    SCOPED_TRACE("depth " + std::to_string(depth));
-    CUDA_OK(cudaMemset(dst.p, 0, size));
-    PinnedBuffer bounce(depth * chunk);
-    ASSERT_NE(bounce.p, nullptr);
-    staging::CudaCopyEngine d2h(0), h2d(0);  // two streams: copies in both directions overlap
-    staging::CopyStage fill(d2h, staging::CopyStage::Direction::kFill, static_cast<std::byte*>(src.p));
-    staging::CopyStage drain(h2d, staging::CopyStage::Direction::kDrain, static_cast<std::byte*>(dst.p));
-    staging::StagingPipeline pipeline({chunk, depth}, std::span(static_cast<std::byte*>(bounce.p), depth * chunk));
-    const auto result = pipeline.run(size, fill, drain);
-    ASSERT_TRUE(result.ok) << result.error;
-    EXPECT_EQ(result.done_bytes, size);
-    std::vector<unsigned char> back(size);
-    CUDA_OK(cudaMemcpy(back.data(), dst.p, size, cudaMemcpyDeviceToHost));
-    EXPECT_EQ(back, host);
-  }
-#endif
-}
-
-#if MODELCAST_HAVE_CUDA
 struct IpcRequest {
   cuda_ipc::IpcExport source;
-  std::uint64_t size;
   std::uint64_t expected_digest;
 };
-#endif
 
 TEST(GpuCudaIpc, SecondProcessMapsTheSlotOnceAndReadsItExactly) {
   REQUIRE_CUDA_DEVICE();
-#if MODELCAST_HAVE_CUDA
   const std::size_t size = (std::size_t{32} << 20) + 77;
   const auto host = random_bytes(size, 13);
   DeviceBuffer slot(size);
-  ASSERT_NE(slot.p, nullptr);
-  CUDA_OK(cudaMemcpy(slot.p, host.data(), size, cudaMemcpyHostToDevice));
-  IpcRequest request{cuda_ipc::export_allocation(slot.p, size, 1), size, pmix64::digest_host(host.data(), size)};
-  EXPECT_EQ(request.source.slot, 1u);
-  EXPECT_EQ(request.source.size, size);
+  Stream stream;
+  stream.copy(slot.p, host.data(), size);
+  IpcRequest request{};
+  request.source.slot = 1;
+  request.source.device = 0;
+  request.source.size = size;
+  request.source.handle = cuda()->export_allocation(slot.p);
+  request.expected_digest = pmix64::digest_host(host.data(), size);
 
   int pipe_fds[2];
   ASSERT_EQ(pipe(pipe_fds), 0);
@@ -192,10 +136,8 @@ TEST(GpuCudaIpc, SecondProcessMapsTheSlotOnceAndReadsItExactly) {
   ASSERT_EQ(waitpid(child, &status, 0), child);  // the slot stays allocated until the child is done
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the IPC child reported a failure (its stderr says which)";
-#endif
 }
 
-#if MODELCAST_HAVE_CUDA
 // The consumer side, in its own process: open through the cache twice (one open), read the
 // bytes on the host and on the device, compare with the producer's digest.
 int ipc_child() {
@@ -210,24 +152,29 @@ int ipc_child() {
     got += static_cast<std::size_t>(n);
   }
   try {
-    cuda_ipc::IpcHandleCache cache(cuda_ipc::cuda_ipc_ops(0));
+    if (!cuda()) {
+      std::fprintf(stderr, "ipc child: no CUDA device\n");
+      return 3;
+    }
+    cuda_ipc::IpcOps ops;
+    ops.open = [](const cuda_ipc::IpcExport& source) { return cuda()->open_ipc(source.handle, 0); };
+    ops.close = [](void* base, const cuda_ipc::IpcExport&) { cuda()->close_ipc(base); };
+    cuda_ipc::IpcHandleCache cache(std::move(ops));
     auto first = cache.acquire(1234, request.source);
     auto second = cache.acquire(1234, request.source);  // the next version in the same slot
     if (first->base != second->base || cache.opens() != 1) {
       std::fprintf(stderr, "ipc child: the cache reopened the handle\n");
       return 3;
     }
-    std::vector<unsigned char> bytes(request.size);
-    if (cudaMemcpy(bytes.data(), first->base, request.size, cudaMemcpyDeviceToHost) != cudaSuccess) {
-      std::fprintf(stderr, "ipc child: copy out of the mapping failed\n");
-      return 4;
-    }
+    std::vector<unsigned char> bytes(request.source.size);
+    Stream stream;
+    stream.copy(bytes.data(), first->base, bytes.size());
     if (pmix64::digest_host(bytes.data(), bytes.size()) != request.expected_digest) {
       std::fprintf(stderr, "ipc child: bytes differ from the producer's\n");
       return 5;
     }
-    const pmix64::Range all{0, request.size};
-    if (pmix64::digest_device(0, first->base, std::span(&all, 1), nullptr)[0] != request.expected_digest) {
+    const device::ByteRange all{0, request.source.size};
+    if (cuda()->digest(0, first->base, std::span(&all, 1), stream.s)[0] != request.expected_digest) {
       std::fprintf(stderr, "ipc child: device digest of the mapping differs\n");
       return 6;
     }
@@ -237,15 +184,12 @@ int ipc_child() {
   }
   return 0;
 }
-#endif
 
 }  // namespace
 }  // namespace modelcast
 
 int main(int argc, char** argv) {
-#if MODELCAST_HAVE_CUDA
   if (argc > 1 && std::strcmp(argv[1], "--ipc-child") == 0) return modelcast::ipc_child();
-#endif
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
 }

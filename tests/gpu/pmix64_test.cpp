@@ -1,5 +1,5 @@
 // pmix64-v1 on the host: its definition, its guarantees, and the segment plan the kernel uses.
-#include "core/cuda/pmix64.h"
+#include "device/pmix64.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <set>
 #include <vector>
 
-#include "core/cuda/pmix64_mix.h"
+#include "device/pmix64_mix.h"
 #include "modelcast/error.h"
 
 namespace modelcast::pmix64 {

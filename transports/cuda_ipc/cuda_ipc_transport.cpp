@@ -4,25 +4,18 @@
 #include <map>
 #include <mutex>
 #include <random>
+#include <type_traits>
 
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 #include "modelcast/error.h"
+#include "transports/cuda_ipc/ipc_descriptor.h"
 #include "transports/cuda_ipc/ipc_handle_cache.h"
 
 namespace modelcast::transport {
 namespace {
 
-constexpr char kMagic[8] = {'m', 'c', 'i', 'p', 'c', 'r', 'g', '1'};
-
-// The descriptor export_region gives: fixed size, plain bytes.
-struct Descriptor {
-  char magic[8];
-  std::uint64_t exporter;
-  std::uint32_t slot;
-  std::int32_t device;
-  std::uint64_t size;
-  std::array<std::byte, device::kIpcHandleBytes> handle;
-};
+static_assert(std::is_same_v<decltype(cuda_ipc::IpcExport::handle), device::IpcHandle>,
+              "the descriptor carries the device runtime's IPC handle as it is");
 
 class IpcRegion final : public MemoryRegion {
  public:
@@ -106,31 +99,18 @@ class CudaIpcTransport final : public Transport {
     if (r.location().kind != MemoryKind::kCuda) {
       throw Error(ErrorCode::kTransport, "cuda_ipc exports device memory only");
     }
-    Descriptor d{};
-    std::memcpy(d.magic, kMagic, sizeof kMagic);
+    cuda_ipc::IpcDescriptor d;
     d.exporter = exporter_;
-    d.slot = r.slot();
-    d.device = r.location().device;
-    d.size = r.length();
-    d.handle = runtime_.export_allocation(r.base());
-    std::vector<std::byte> out(sizeof d);
-    std::memcpy(out.data(), &d, sizeof d);
-    return out;
+    d.source.slot = r.slot();
+    d.source.device = r.location().device;
+    d.source.size = r.length();
+    d.source.handle = runtime_.export_allocation(r.base());
+    return cuda_ipc::encode_descriptor(d);
   }
 
   std::unique_ptr<RemoteRegion> import_region(PeerId peer, std::span<const std::byte> descriptor) override {
-    Descriptor d;
-    if (descriptor.size() != sizeof d) throw Error(ErrorCode::kTransport, "not a cuda_ipc region descriptor");
-    std::memcpy(&d, descriptor.data(), sizeof d);
-    if (std::memcmp(d.magic, kMagic, sizeof kMagic) != 0) {
-      throw Error(ErrorCode::kTransport, "not a cuda_ipc region descriptor");
-    }
-    cuda_ipc::IpcExport source;
-    source.slot = d.slot;
-    source.device = d.device;
-    source.size = d.size;
-    source.handle = d.handle;
-    return std::make_unique<IpcRemoteRegion>(peer, d.exporter, source);
+    auto d = cuda_ipc::decode_descriptor(descriptor);
+    return std::make_unique<IpcRemoteRegion>(peer, d.exporter, d.source);
   }
 
   TransferId post_read(const RemoteRegion& source, std::size_t source_offset, const MemoryRegion& destination,

@@ -3,14 +3,14 @@
 //
 // The producer registers each device slot and exports it once (export_region: the
 // allocation's IPC handle, its size, the slot's index and a random id of this transport); the
-// FetchReply carries that descriptor and the consumer reads the version out of the mapped slot
-// with device-to-device copies. Mappings are opened once and cached by (exporter, slot)
+// FetchReply carries that descriptor (ipc_descriptor.h) and the consumer reads the version out
+// of the mapped slot with device-to-device copies. Mappings are opened once and cached by (exporter, slot)
 // (IpcHandleCache): opening costs milliseconds, and a producer reuses a handful of slots for
 // every version. A slot that comes back with a new handle, or a new exporter (the producer
 // restarted), closes the old mapping once no read holds it.
 //
 // Capabilities: device -> device and device -> host, reach host, one-sided only. Everything
-// goes through the device runtime (core/device), so the simulated device runs it in CI.
+// goes through the device runtime (device/), so the simulated device runs it in CI.
 // Completions run on the runtime's thread (a host function queued after each copy).
 #pragma once
 

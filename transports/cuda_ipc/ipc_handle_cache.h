@@ -1,6 +1,6 @@
 // Consumer side of the CUDA IPC path: the producer's device slots, mapped once.
 //
-// cudaIpcOpenMemHandle is expensive (it maps the allocation into this process, milliseconds)
+// Opening a handle is expensive (it maps the allocation into this process, milliseconds)
 // and a producer reuses a handful of slots for every version, so mappings are cached by
 // (producer incarnation, slot) and reused across versions. A mapping is closed
 //  - when the producer's incarnation changes (the old process is gone or restarted: all of its
@@ -12,8 +12,8 @@
 // (ops.close) runs when the cache and every holder have let go. Hold it for as long as a copy
 // out of the mapping may be in flight.
 //
-// The open/close functions are injected: cuda_ipc_ops() (cuda_ipc.h) gives the CUDA ones,
-// tests give counting fakes. Thread-safe (one mutex); ops.open runs under it.
+// The open/close functions are injected: the transport gives the device runtime's (open_ipc,
+// close_ipc), tests give counting fakes. Thread-safe (one mutex); ops.open runs under it.
 #pragma once
 
 #include <cstddef>

@@ -18,7 +18,9 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
+#include <memory>
 #include <optional>
 #include <mutex>
 #include <random>
@@ -26,9 +28,9 @@
 #include <thread>
 #include <utility>
 
-#include "core/cuda/pmix64.h"
-#include "core/device/device_runtime.h"
-#include "core/device/simulated_faults.h"
+#include "device/pmix64.h"
+#include "device/device_runtime.h"
+#include "device/simulated_faults.h"
 #include "modelcast/error.h"
 
 namespace modelcast::device {
@@ -263,21 +265,29 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     not_from_a_host_function("copy_async");
     check_extent("copy destination", destination, n);
     check_extent("copy source", source, n);
-    if (auto release = take_copy_to_host_fault(destination, source)) {
+    if (auto fault = take_copy_to_host_fault(destination, source); fault && fault->fail) {
       std::string what = "simulated device: a copy of " + std::to_string(n) +
                          " bytes from device memory to the host failed (injected fault)";
       if (!stream) {
-        release->wait();
+        fault->release.wait();
         throw Error(ErrorCode::kTransport, what);
       }
       auto* s = static_cast<SimStream*>(stream);
-      return s->enqueue([s, release = *release, what] {
+      return s->enqueue([s, release = fault->release, what] {
         release.wait();
         s->set_fault(what);
       });
+    } else if (fault) {
+      // Held, then copied below.
+      submit(stream, [release = fault->release, reached = fault->reached] {
+        reached->set_value();
+        release.wait();
+      });
     }
+    const bool to_device = is_device(destination);
+    auto* landed = to_device && !is_device(source) ? &host_to_device_bytes_ : nullptr;
     std::byte* flip = nullptr;
-    if (flip_at_ && is_device(destination)) {
+    if (flip_at_ && to_device) {
       // Counted in queue order, which for one stream is the order the copies land in.
       std::uint64_t before = copied_to_device_.fetch_add(n);
       if (*flip_at_ >= before && *flip_at_ < before + n) flip = static_cast<std::byte*>(destination) + (*flip_at_ - before);
@@ -285,6 +295,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     submit(stream, [=] {
       std::memcpy(destination, source, n);
       if (flip) *flip ^= std::byte{0x01};
+      if (landed) landed->fetch_add(n);
     });
   }
 
@@ -428,15 +439,16 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   }
 
   void fail_copy_to_host(std::uint64_t nth, std::shared_future<void> release) override {
-    if (nth == 0) throw Error(ErrorCode::kInvalidArgument, "simulated device: the failing copy counts from 1");
-    if (!release.valid()) throw Error(ErrorCode::kInvalidArgument, "simulated device: a held copy needs a release");
-    std::lock_guard lock(faults_mutex_);
-    copy_to_host_fault_ = CopyFault{nth, std::move(release)};
+    arm_copy_to_host(nth, std::move(release), true);
+  }
+  std::shared_future<void> hold_copy_to_host(std::uint64_t nth, std::shared_future<void> release) override {
+    return arm_copy_to_host(nth, std::move(release), false);
   }
   void disarm() override {
     std::lock_guard lock(faults_mutex_);
     copy_to_host_fault_.reset();
   }
+  std::uint64_t copied_host_to_device() const override { return host_to_device_bytes_.load(); }
 
  private:
   struct Allocation {
@@ -494,8 +506,26 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     if (a.fd >= 0) close(a.fd);
   }
 
-  // The release of the armed fault when this copy is the one it names.
-  std::optional<std::shared_future<void>> take_copy_to_host_fault(const void* destination, const void* source) {
+  // Returns when the stream reaches the faulty copy.
+  std::shared_future<void> arm_copy_to_host(std::uint64_t nth, std::shared_future<void> release, bool fail) {
+    if (nth == 0) throw Error(ErrorCode::kInvalidArgument, "simulated device: the faulty copy counts from 1");
+    if (!release.valid()) throw Error(ErrorCode::kInvalidArgument, "simulated device: a held copy needs a release");
+    auto reached = std::make_shared<std::promise<void>>();
+    auto when = reached->get_future().share();
+    std::lock_guard lock(faults_mutex_);
+    copy_to_host_fault_ = CopyFault{nth, std::move(release), fail, std::move(reached)};
+    return when;
+  }
+
+  struct CopyFault {
+    std::uint64_t countdown = 0;  // copies to the host until the faulty one
+    std::shared_future<void> release;
+    bool fail = true;  // false: held until the release, then copied
+    std::shared_ptr<std::promise<void>> reached;  // set when a held copy starts to wait
+  };
+
+  // The armed fault when this copy is the one it names (it is disarmed then).
+  std::optional<CopyFault> take_copy_to_host_fault(const void* destination, const void* source) {
     {
       std::lock_guard lock(faults_mutex_);
       if (!copy_to_host_fault_) return std::nullopt;
@@ -503,9 +533,9 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     if (!is_device(source) || is_device(destination)) return std::nullopt;
     std::lock_guard lock(faults_mutex_);
     if (!copy_to_host_fault_ || --copy_to_host_fault_->countdown != 0) return std::nullopt;
-    auto release = std::move(copy_to_host_fault_->release);
+    auto fault = std::move(*copy_to_host_fault_);
     copy_to_host_fault_.reset();
-    return release;
+    return fault;
   }
 
   static std::shared_ptr<SimEvent> state(EventHandle event) { return *static_cast<std::shared_ptr<SimEvent>*>(event); }
@@ -534,10 +564,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   // write would do.
   std::optional<std::uint64_t> flip_at_;
   std::atomic<std::uint64_t> copied_to_device_{0};
-  struct CopyFault {
-    std::uint64_t countdown = 0;  // copies to the host until the failing one
-    std::shared_future<void> release;
-  };
+  std::atomic<std::uint64_t> host_to_device_bytes_{0};  // completed host-to-device copies
   std::mutex faults_mutex_;                   // not held with mutex_
   std::optional<CopyFault> copy_to_host_fault_;  // guarded by faults_mutex_
   mutable std::mutex mutex_;

@@ -1,8 +1,8 @@
 // The pmix64-v1 kernel: see pmix64.h. The only file nvcc compiles (kept small for CI).
 #include <cuda_runtime.h>
 
-#include "core/cuda/pmix64_segment.h"
-#include "core/cuda/pmix64_mix.h"
+#include "device/pmix64_segment.h"
+#include "device/pmix64_mix.h"
 
 namespace modelcast::pmix64 {
 namespace {

@@ -1,5 +1,7 @@
 // The device calls the library makes, behind one small interface: allocation, stream-ordered
-// copies, events, the pmix64 digest, and IPC export/open of allocations.
+// copies, events, the pmix64 digest, and IPC export/open of allocations. This layer (device/)
+// is the only code that calls CUDA: core/ and transports/ build on it and reach a device through
+// this interface alone.
 //
 // Why an interface: CI machines have no GPU, and the device paths (a producer snapshotting
 // device tensors, a consumer receiving into device memory, CUDA IPC between processes) must
@@ -104,7 +106,7 @@ class DeviceRuntime {
   // stream waits for it to return (cudaLaunchHostFunc). It must not call the runtime.
   virtual void host_function(StreamHandle stream, std::function<void()> function) = 0;
 
-  // pmix64-v1 digests (core/cuda/pmix64.h) of `ranges` inside device memory at `base`,
+  // pmix64-v1 digests (pmix64.h) of `ranges` inside device memory at `base`,
   // ordered after earlier work on `stream`; blocks until computed.
   virtual std::vector<std::uint64_t> digest(int device, const void* base, std::span<const ByteRange> ranges,
                                             StreamHandle stream) = 0;

@@ -5,14 +5,14 @@
 // how an export checks that it was given an allocation's base (cudaIpcGetMemHandle on an interior
 // pointer silently returns the whole allocation's handle, and the importer would map the base),
 // its IPC mappings, the host memory it pinned, and the device of each event.
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 
 #include "modelcast/error.h"
 
 #if MODELCAST_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
-#include "core/device/cuda_device_scope.h"
+#include "device/cuda_device_scope.h"
 
 #include <cstring>
 #include <map>
@@ -20,7 +20,7 @@
 #include <optional>
 #include <set>
 
-#include "core/cuda/pmix64.h"
+#include "device/pmix64.h"
 #endif
 
 namespace modelcast::device {

@@ -31,7 +31,7 @@
 #include <span>
 #include <vector>
 
-#include "core/cuda/pmix64_segment.h"
+#include "device/pmix64_segment.h"
 
 
 namespace modelcast::pmix64 {

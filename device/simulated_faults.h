@@ -1,12 +1,13 @@
 // Faults the simulated device injects when a test asks, for the tests of what the library does
-// when device work fails. A GPU fails such work rarely and never on demand, so only the
-// simulation can make these tests deterministic; they skip on a real device.
+// when device work fails or runs late, and what it lets a test see of the copies it ran. A GPU
+// fails or delays such work rarely and never on demand, so only the simulation can make these
+// tests deterministic; they skip on a real device.
 #pragma once
 
 #include <cstdint>
 #include <future>
 
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 
 namespace modelcast::device {
 
@@ -23,8 +24,18 @@ class SimulatedFaults {
   // so a test can show what the library does next. Throws kInvalidArgument for nth 0 or a
   // `release` without a state. Thread-safe; one armed fault at a time (arming replaces it).
   virtual void fail_copy_to_host(std::uint64_t nth, std::shared_future<void> release) = 0;
+  // The same copy, held but not failed: it waits on its stream until `release` is ready and then
+  // copies as usual (a device-to-host copy that runs late, so a test can see what the library
+  // does meanwhile). Returns a future that becomes ready when the stream reaches the copy and
+  // starts to wait: from then on, the stream's later work waits too. Shares the one armed fault
+  // with fail_copy_to_host.
+  virtual std::shared_future<void> hold_copy_to_host(std::uint64_t nth, std::shared_future<void> release) = 0;
   // Disarms a fault not yet reached (a test that ends early must not leave it to the next).
   virtual void disarm() = 0;
+
+  // Bytes copied from host memory into device memory so far by this process, counted as each
+  // copy completes on its stream (a landing's progress on the device, seen from outside).
+  virtual std::uint64_t copied_host_to_device() const = 0;
 };
 
 // The faults of `runtime` when it is the simulated device; nullptr for any other.

@@ -1,4 +1,4 @@
-#include "core/device/device_runtime.h"
+#include "device/device_runtime.h"
 
 #include <cstdlib>
 #include <mutex>

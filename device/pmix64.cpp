@@ -1,13 +1,13 @@
 // Host side of pmix64 (see pmix64.h): the reference, segment planning and the launch wrapper.
 // Compiled by the host compiler; CUDA runtime calls only under MODELCAST_HAVE_CUDA.
-#include "core/cuda/pmix64.h"
+#include "device/pmix64.h"
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
 
-#include "core/cuda/pmix64_mix.h"
+#include "device/pmix64_mix.h"
 #include "modelcast/error.h"
 
 #if MODELCAST_HAVE_CUDA
