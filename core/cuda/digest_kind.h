@@ -1,5 +1,6 @@
-// Which digest a manifest's per-tensor values are. Host slots keep XXH3-64; device
-// slots are hashed on the GPU with pmix64-v1 (pmix64.h explains why not XXH3 there).
+// Which digest a manifest carries. Host versions are checked block by block with XXH3-64 (the
+// manifest's block digests); device slots are hashed per tensor on the GPU with pmix64-v1
+// (pmix64.h explains why not XXH3 there).
 //
 // Wire: an optional key "dkind" (uint) in the manifest map, written only for kinds other than
 // XXH3-64, so manifests of host-only versions stay byte-for-byte what they are today and a
@@ -25,7 +26,7 @@
 namespace modelcast {
 
 enum class DigestKind : std::uint8_t {
-  kXxh3_64 = 0,  // XXH3-64 of the tensor's bytes (libxxhash): host slots
+  kXxh3_64 = 0,  // XXH3-64 of each block's bytes (libxxhash): host slots
   kPmix64 = 1,   // pmix64-v1 (device/pmix64.h): device slots, computed on the GPU
 };
 
