@@ -28,11 +28,10 @@ DigestWorker::~DigestWorker() {
   thread_.join();
 }
 
-void DigestWorker::submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout,
-                          std::shared_ptr<const CopyProgress> copied) {
+void DigestWorker::submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back({slot, version, base, &layout, std::move(copied)});
+    jobs_.push_back({slot, version, base, &layout});
   }
   cv_.notify_one();
 }
@@ -50,17 +49,7 @@ void DigestWorker::run() {
     const Manifest& layout = *job.layout;
     // Blocks are what consumers check (and what a delta compares): one XXH3 pass. Hashing each
     // tensor too would double the digest thread's work, which is on the path of every delta.
-    std::vector<std::uint64_t> digests;
-    const std::size_t blocks = block_count(layout);
-    digests.reserve(blocks);
-    for (std::size_t i = 0; i < blocks; ++i) {
-      const std::uint64_t offset = i * layout.block_bytes;
-      const std::uint64_t length = std::min(layout.block_bytes, layout.total_bytes - offset);
-      job.copied->wait_for(offset + length);
-      digests.push_back(digest_bytes(job.base + offset, length));
-    }
-    job.copied->wait_for(CopyProgress::kFinished);  // the version has reached the service first
-    done_(job.slot, job.version, std::move(digests));
+    done_(job.slot, job.version, block_digests(job.base, layout));
   }
 }
 

@@ -1,7 +1,6 @@
 // The producer's digest thread: hashes each new snapshot (XXH3 per block, the blocks being the
-// transfer's chunks) on its own core, right behind publish()'s copy into the slot (CopyProgress),
-// so integrity and delta updates cost the trainer nothing and the digests are ready about when
-// the copy ends. The slot stays pinned (see SnapshotStore::publish) until the digests are
+// transfer's chunks) while it is already being sent, so integrity and delta updates cost the
+// trainer nothing. The slot stays pinned (see SnapshotStore::publish) until the digests are
 // handed back.
 #pragma once
 
@@ -10,13 +9,11 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "core/model/manifest.h"
-#include "core/producer/copy_progress.h"
 
 namespace modelcast::producer {
 
@@ -34,14 +31,9 @@ class DigestWorker {
   DigestWorker(const DigestWorker&) = delete;
   DigestWorker& operator=(const DigestWorker&) = delete;
 
-  // Any thread. Each block of `base` is hashed once `copied` has passed its end; `done` for
-  // this job never runs before the caller's copied.finish(),
-  // so what the caller hands on before it (the version, to the service) arrives first. The
-  // copied bytes must stay valid and unwritten until `done` has run; `layout` (tensors, block
-  // size) must outlive the worker. A job whose copy never finishes keeps the worker from
-  // finishing (publish() always finishes its copy).
-  void submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout,
-              std::shared_ptr<const CopyProgress> copied);
+  // Any thread. `base` must stay valid and unwritten until `done` has run for this job;
+  // `layout` (tensors, block size) must outlive the worker.
+  void submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout);
 
  private:
   struct Job {
@@ -49,7 +41,6 @@ class DigestWorker {
     std::uint64_t version;
     const std::byte* base;
     const Manifest* layout;
-    std::shared_ptr<const CopyProgress> copied;
   };
   void run();
 

@@ -1,7 +1,7 @@
 // Producer: see include/modelcast/producer.h. A version's way out, one stage per file:
 //   publish() (this file)          reserve a slot, copy the tensors: the trainer's whole stall
 //   SnapshotStore                  slots, leases, manifests and signatures
-//   DigestWorker                   XXH3 per block right behind publish()'s copy, on its own thread
+//   DigestWorker                   XXH3 per block while the version is already being sent
 //   DeviceSnapshots                device tensors: copies into a device slot, then staged to the
 //                                  host slot (pmix64 digest on the device) on a thread of its own
 //   ProducerService                the service loop: the only place that sends messages
@@ -36,7 +36,6 @@
 #include "core/producer/control_plane.h"
 #include "device/device_runtime.h"
 #include "core/producer/device_snapshots.h"
-#include "core/producer/copy_progress.h"
 #include "core/producer/digest_worker.h"
 #include "core/producer/persister.h"
 #include "core/producer/service.h"
@@ -91,6 +90,9 @@ class Producer::Impl {
         [events = &service_->events()](std::size_t slot, std::uint64_t version, std::vector<std::uint64_t> blocks) {
           events->push(producer::DigestsReady{slot, version, {}, std::move(blocks)});
         });
+    service_->set_digest_submit([this](std::size_t slot, std::uint64_t version) {
+      digests_->submit(slot, version, store_.memory(slot), layout_);
+    });
     if (persister_) service_->set_persist([p = persister_.get()](std::uint64_t version) { p->consider(version); });
     log_->info("model '{}' serving on {}, incarnation {:016x}", options_.model_name, control_->endpoint(),
                incarnation_);
@@ -184,32 +186,20 @@ class Producer::Impl {
       device_->stage(slot, std::move(manifest), base, called_at);
       return ticket;
     }
-    // The only work in the trainer's stall: the copy, tensor by tensor in offset order (the
-    // layout's order), in pieces. The digest thread hashes each block on another core as soon
-    // as the copy has passed it (CopyProgress), so the digests are ready about when the copy
-    // ends; nobody else touches the slot until it is published.
-    std::shared_ptr<producer::CopyProgress> copied;
-    if (manifest.integrity) {
-      copied = std::make_shared<producer::CopyProgress>();
-      digests_->submit(slot, manifest.version, base, layout_, copied);
-    }
-    const bool streaming = manifest.total_bytes >= kStreamingSnapshotBytes;
+    // The only work in the trainer's stall: one copy per tensor. Digests are taken later by the
+    // digest thread from the slot, which nobody else touches until it is published. Hashing
+    // behind the copy on the other core was tried: it made the digests ready at the end of the
+    // copy, but the two compete for memory bandwidth, and the stall doubled on the 2-core
+    // machine measured (bench/RESULTS.md), for no gain in the delta's update time.
     for (std::size_t i = 0; i < registered_.size(); ++i) {
-      const auto& t = manifest.tensors[i];
       // An empty tensor may be registered with a null pointer, which memcpy must never see.
-      for (std::uint64_t done = 0; done < t.size;) {
-        const std::uint64_t piece = std::min(kCopyPieceBytes, t.size - done);
-        snapshot_copy(base + t.offset + done, static_cast<const std::byte*>(registered_[i].data) + done, piece,
-                      streaming);
-        done += piece;
-        if (copied) copied->advance(t.offset + done);
-      }
+      if (manifest.tensors[i].size == 0) continue;
+      snapshot_copy(base + manifest.tensors[i].offset, registered_[i].data, manifest.tensors[i].size,
+                    manifest.total_bytes >= kStreamingSnapshotBytes);
     }
     auto stall = Clock::now() - called_at;
     PublishTicket ticket = account(manifest, step, stall);
     service_->events().push(producer::SnapshotTaken{slot, std::move(manifest), called_at});
-    // After the version is on the service's queue, so that its digests always follow it there.
-    if (copied) copied->finish();
     return ticket;
   }
 

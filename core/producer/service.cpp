@@ -155,7 +155,7 @@ void ProducerService::on_event(SnapshotTaken& e) {
     // The staging thread still copies out of the device slot: no reuse until it is done.
     if (auto pinned = store_.pin(version, "(host staging)")) host_staging_[version] = pinned->lease_id;
   }
-  // A host snapshot's digests are on their way: the digest thread hashes behind publish()'s copy.
+  if (integrity && !e.digests_ready) submit_digests_(e.slot, version);
   if (integrity && e.digests_ready) {
     DigestsReady ready{e.slot, version, std::move(digests), {}};
     on_event(ready);  // signs it and unpins the slot before any fetch is answered

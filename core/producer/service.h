@@ -44,9 +44,7 @@ struct SnapshotTaken {
   std::size_t slot;
   Manifest manifest;  // digests filled in only when digests_ready
   std::chrono::steady_clock::time_point called_at;
-  // true: a device snapshot, hashed on the device while it was staged; false: a host snapshot,
-  // whose block digests follow from the digest thread (DigestsReady, always after this event).
-  bool digests_ready = false;
+  bool digests_ready = false;  // a device snapshot, hashed on the device while it was staged
   bool host_ready = true;      // false: a device snapshot whose host copy follows (HostStaged)
 };
 // The staging thread has copied the first `bytes` of a device snapshot to its host slot: the
@@ -142,6 +140,10 @@ class ProducerService {
   EventQueue<Event>& events() { return events_; }
   // The service thread: returns after a Stop event.
   void run();
+  // Set before the first publish: where new snapshots are hashed (DigestsReady comes back).
+  void set_digest_submit(std::function<void(std::size_t slot, std::uint64_t version)> submit) {
+    submit_digests_ = std::move(submit);
+  }
   // Optional, set before the first publish: told each version once its digests are in (or at
   // once without integrity), so persisted bytes are the ones consumers verify.
   void set_persist(std::function<void(std::uint64_t version)> persist) { persist_ = std::move(persist); }
@@ -201,6 +203,7 @@ class ProducerService {
   // Where the snapshot slots are (host until a device producer allocates its device slots).
   transport::MemoryLocation slots_ = transport::MemoryLocation::host();
   FetchServer fetches_;
+  std::function<void(std::size_t, std::uint64_t)> submit_digests_;
   std::function<void(std::uint64_t)> persist_;
 };
 

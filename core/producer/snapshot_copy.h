@@ -2,18 +2,12 @@
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 
 namespace modelcast {
 
 // Snapshots at least this large do not fit the last-level cache, so caching the destination
 // only costs read-for-ownership traffic: they are copied with streaming stores.
 inline constexpr std::size_t kStreamingSnapshotBytes = 64u << 20;
-
-// publish() copies in pieces of at most this many bytes and tells the digest thread after each
-// how far it has got, so that hashing behind the copy starts early even in a model made of one
-// large tensor. Large enough that the calls cost nothing against the bytes.
-inline constexpr std::uint64_t kCopyPieceBytes = 8u << 20;
 
 // Copies n bytes. With `streaming`, uses non-temporal stores where the CPU has them.
 //
