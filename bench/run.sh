@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|sidecar|workflow|gpu [--json] [options]
+# Benchmarks (bench/exchange_ab.sh compares two builds of the exchange benchmark in turn): bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|sidecar|workflow|gpu [--json] [options]
 # Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
 # with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh);
 # workflow: --seeds LIST --runs K (bench/workflow.sh); decision: the online scheduler's cost per
