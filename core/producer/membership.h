@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,7 @@ struct ConsumerRecord {
   std::string routing_id;
   std::uint64_t session = 0;
   std::string key;         // CurveZMQ key of an authenticated connection, else empty
+  int connection_fd = -1;  // the control connection's descriptor (ZMQ_SRCFD of the join)
   std::size_t transport = 0;  // index into the producer's TransportSet, chosen at the join
   transport::PeerId peer = 0;  // on that transport
   std::chrono::steady_clock::time_point last_seen{};
@@ -55,6 +57,8 @@ class Membership {
   std::vector<std::string> silent(Clock::time_point now, Clock::duration limit) const;
   std::size_t size() const { return consumers_.size(); }
   std::vector<std::string> routing_ids() const;
+  // The control connections' descriptors of the joined consumers.
+  std::set<int> connection_fds() const;
 
  private:
   std::string model_;
