@@ -8,6 +8,7 @@
 
 #include "core/security/curve.h"
 #include "core/security/manifest_signature.h"
+#include "core/wire/ipc_directory.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
@@ -79,6 +80,7 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
                       "' is reachable from other hosts: give the producer a key (modelcast-keygen) or set "
                       "allow_plaintext_remote");
     }
+    wire::check_private_ipc_directory(options.control_endpoint, "producer");
     log.warn("plaintext control plane on {}: any {} can join, and versions are unsigned", options.control_endpoint,
              local ? "local process" : "host that reaches it");
     return;
