@@ -27,13 +27,13 @@ struct ConsumerRecord {
   std::string routing_id;
   std::uint64_t session = 0;
   std::string key;         // CurveZMQ key of an authenticated connection, else empty
-  int connection_fd = -1;  // the control connection's descriptor (ZMQ_SRCFD of the join)
   std::size_t transport = 0;  // index into the producer's TransportSet, chosen at the join
   transport::PeerId peer = 0;  // on that transport
   std::chrono::steady_clock::time_point last_seen{};
   std::vector<std::byte> peer_address;  // the consumer's address the peer was connected to
   std::string host_id;     // the consumer's machine (JoinRequest::host_id)
   bool serves_peers = false;  // it relays blocks to other consumers when asked
+  int connection_fd = -1;  // the control connection's descriptor (ZMQ_SRCFD of the join)
 };
 
 class Membership {
