@@ -7,6 +7,7 @@
 #include <ucs/algorithm/crc.h>
 
 #include "child_process.h"
+#include "hostile_scale.h"
 #include "modelcast/error.h"
 #include "transports/ucx/address_layout.h"
 #include "transports/ucx/address_seal.h"
@@ -144,7 +145,8 @@ TEST(AddressLayout, AProducerSurvivesEverySingleBitFlipAndRandomByteOfALiveAddre
     std::vector<std::string> crashes;
     bool original_accepted = false;
     for (int run = 0; run < 64; ++run) {
-      testing_support::ChildProcess peer({MODELCAST_ADDRESS_MUTATION_PEER, std::to_string(next), "400", "7",
+      testing_support::ChildProcess peer({MODELCAST_ADDRESS_MUTATION_PEER, std::to_string(next),
+                                          std::to_string(400 * testing_support::hostile_scale()), "7",
                                           detect_failure});
       int status = peer.wait();
       std::string last_try;
