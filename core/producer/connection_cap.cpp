@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "modelcast/error.h"
+
 namespace modelcast::producer {
 namespace {
 
@@ -31,7 +33,8 @@ ConnectionCap::ConnectionCap(zmq::context_t& context, zmq::socket_t& router, std
   static std::atomic<std::uint64_t> next{0};
   const std::string address = "inproc://modelcast-connections-" + std::to_string(next++);
   if (zmq_socket_monitor(router.handle(), address.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
-    throw zmq::error_t();
+    throw Error(ErrorCode::kTransport,
+                std::string("cannot watch the control socket's connections: ") + zmq_strerror(zmq_errno()));
   }
   // No limit on the monitor's queue: ZeroMQ drops events that do not fit, and a dropped
   // "accepted" would be a connection the cap never counts. The service thread drains it.

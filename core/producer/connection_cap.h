@@ -22,8 +22,8 @@
 // shuts the socket down (shutdown(2)): ZeroMQ's I/O thread reads the end of the stream, closes
 // the connection and its descriptor as for any peer that left. Descriptors are recycled, so
 // before shutting one down the cap checks that it is still the socket it accepted (the same
-// socket inode, a number Linux does not reuse while the socket lives); a descriptor that is no
-// longer that socket is forgotten, never touched.
+// socket inode: Linux numbers sockets from a counter, so a later socket on a reused descriptor
+// has another); a descriptor that is no longer that socket is forgotten, never touched.
 #pragma once
 
 #include <chrono>
@@ -42,6 +42,7 @@ class ConnectionCap {
   using Clock = std::chrono::steady_clock;
 
   // Watches `router`'s connections; call before it binds. `cap`: connections held at most.
+  // Throws Error(kTransport) if ZeroMQ cannot monitor the socket.
   ConnectionCap(zmq::context_t& context, zmq::socket_t& router, std::size_t cap);
   ~ConnectionCap();
   ConnectionCap(const ConnectionCap&) = delete;
