@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Benchmarks (bench/exchange_ab.sh compares two builds of the exchange benchmark in turn): bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|sidecar|workflow|gpu [--json] [options]
+# Benchmarks (bench/exchange_ab.sh compares two builds of the exchange benchmark in turn): bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu [--json] [options]
 # Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
 # with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh);
 # workflow: --seeds LIST --runs K (bench/workflow.sh); decision: the online scheduler's cost per
-# decision on the training thread (bench/decision.sh).
+# decision on the training thread (bench/decision.sh); hostile: the hostile-client and
+# hostile-producer tests with --scale N times their iterations (bench/hostile.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -16,8 +17,9 @@ case "$what" in
   decision) exec "$here/decision.sh" "$@" ;;
   soak) exec "$here/soak.sh" "$@" ;;
   fuzz) exec "$here/fuzz.sh" "$@" ;;
+  hostile) exec "$here/hostile.sh" "$@" ;;
   sidecar) exec "$here/sidecar.sh" "$@" ;;
   workflow) exec "$here/workflow.sh" "$@" ;;
   gpu) exec "$here/gpu.sh" "$@" ;;
-  *) echo "usage: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|sidecar|workflow|gpu [--json] [options]" >&2; exit 2 ;;
+  *) echo "usage: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu [--json] [options]" >&2; exit 2 ;;
 esac

@@ -109,7 +109,8 @@ contains
 
   ! Binds control_endpoint (default "tcp://127.0.0.1:0": a free port; read it back with
   ! mc_producer_endpoint) and starts the producer's threads. key_file: a modelcast-keygen key
-  ! pair (CurveZMQ, signed versions); without one, plaintext on loopback/ipc:// only.
+  ! pair (CurveZMQ, signed versions); without one, plaintext on loopback/ipc:// only (ipc:// in a
+  ! directory no other user can write).
   ! relay_fanout > 0: consumers relay versions to each other (ProducerOptions::relay_fanout).
   integer function mc_producer_create(producer, model_name, control_endpoint, key_file, allow_any_consumer, &
                                       integrity, relay_fanout) result(status)

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/security/curve.h"
+#include "core/wire/ipc_directory.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
@@ -34,6 +35,7 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
                                                    "' is on another host: pin the producer's public key "
                                                    "(producer_public_key) or set allow_plaintext_remote");
     }
+    wire::check_private_ipc_directory(endpoint_, "consumer");
     return;
   }
   pinned_ = security::decode_public_key(options.producer_public_key, "producer_public_key");

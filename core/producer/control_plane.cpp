@@ -8,6 +8,7 @@
 
 #include "core/security/curve.h"
 #include "core/security/manifest_signature.h"
+#include "core/wire/ipc_directory.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
@@ -19,14 +20,16 @@ namespace {
 // needs descriptors of its own: at the usual soft limit of 1,024, a thousand idle connections
 // stopped every consumer from joining. Servers raise the soft limit to the hard one at start;
 // so does the producer (ZeroMQ and UCX poll with epoll, so descriptors past 1,024 are fine).
-void raise_open_file_limit(spdlog::logger& log) {
+// Returns the soft limit in effect.
+std::uint64_t raise_open_file_limit(spdlog::logger& log) {
   rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
+  if (limit.rlim_cur >= limit.rlim_max) return limit.rlim_cur;
   auto before = limit.rlim_cur;
   limit.rlim_cur = limit.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &limit) == 0) {
-    log.info("open-file limit raised from {} to its hard limit {}", before, limit.rlim_max);
-  }
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return before;
+  log.info("open-file limit raised from {} to its hard limit {}", before, limit.rlim_max);
+  return limit.rlim_cur;
 }
 
 // A connection that has not finished its ZeroMQ handshake by then is closed (ZeroMQ's default
@@ -40,7 +43,8 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
     : router_(context_, zmq::socket_type::router) {
   wire::check_control_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
   set_up_security(options, log);
-  raise_open_file_limit(log);
+  auto open_files = raise_open_file_limit(log);
+  connections_ = std::make_unique<ConnectionCap>(context_, router_, ConnectionCap::for_open_file_limit(open_files));
   router_.set(zmq::sockopt::linger, 0);
   router_.set(zmq::sockopt::handshake_ivl, kHandshakeMs);
   // The service loop sends announcements, replies and relay orders on this socket and must
@@ -55,6 +59,7 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
   try {
     router_.bind(wire::bind_spelling(options.control_endpoint));
     endpoint_ = wire::bound_endpoint(router_);
+    connections_->set_listener(endpoint_);
   } catch (const zmq::error_t& e) {
     throw Error(ErrorCode::kTransport, "cannot bind '" + options.control_endpoint + "': " + e.what());
   }
@@ -75,6 +80,7 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
                       "' is reachable from other hosts: give the producer a key (modelcast-keygen) or set "
                       "allow_plaintext_remote");
     }
+    wire::check_private_ipc_directory(options.control_endpoint, "producer");
     log.warn("plaintext control plane on {}: any {} can join, and versions are unsigned", options.control_endpoint,
              local ? "local process" : "host that reaches it");
     return;

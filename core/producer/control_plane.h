@@ -16,6 +16,7 @@
 
 #include <zmq.hpp>
 
+#include "core/producer/connection_cap.h"
 #include "modelcast/producer.h"
 
 namespace spdlog {
@@ -41,6 +42,8 @@ class ControlPlane {
   const security::ManifestSigner* signer() const { return signer_.get(); }
 
   zmq::socket_t& router() { return router_; }
+  // The cap on the ROUTER's connections (connection_cap.h).
+  ConnectionCap& connections() { return *connections_; }
   // The ZAP socket to poll (null on a plaintext control plane) and its answers: the keys refused.
   zmq::socket_t* authentication_socket();
   // See ZapHandler::answer_pending.
@@ -53,6 +56,7 @@ class ControlPlane {
   std::unique_ptr<security::ManifestSigner> signer_;
   std::unique_ptr<security::ZapHandler> zap_;  // before the sockets it authenticates
   zmq::socket_t router_;
+  std::unique_ptr<ConnectionCap> connections_;  // after the router it watches
   std::string endpoint_;
 };
 

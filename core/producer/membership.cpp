@@ -66,4 +66,10 @@ std::vector<std::string> Membership::routing_ids() const {
   return ids;
 }
 
+std::set<int> Membership::connection_fds() const {
+  std::set<int> fds;
+  for (const auto& [id, record] : consumers_) fds.insert(record.connection_fd);
+  return fds;
+}
+
 }  // namespace modelcast::producer

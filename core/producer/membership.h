@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct ConsumerRecord {
   std::vector<std::byte> peer_address;  // the consumer's address the peer was connected to
   std::string host_id;     // the consumer's machine (JoinRequest::host_id)
   bool serves_peers = false;  // it relays blocks to other consumers when asked
+  int connection_fd = -1;  // the control connection's descriptor (ZMQ_SRCFD of the join)
 };
 
 class Membership {
@@ -55,6 +57,8 @@ class Membership {
   std::vector<std::string> silent(Clock::time_point now, Clock::duration limit) const;
   std::size_t size() const { return consumers_.size(); }
   std::vector<std::string> routing_ids() const;
+  // The control connections' descriptors of the joined consumers.
+  std::set<int> connection_fds() const;
 
  private:
   std::string model_;

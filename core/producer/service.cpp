@@ -47,9 +47,10 @@ void ProducerService::run() {
     zmq::socket_t* zap = control_.authentication_socket();
     zmq::pollitem_t items[] = {{control_.router().handle(), 0, ZMQ_POLLIN, 0},
                                {nullptr, events_.fd(), ZMQ_POLLIN, 0},
+                               {control_.connections().events().handle(), 0, ZMQ_POLLIN, 0},
                                {zap ? zap->handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-    zmq::poll(items, zap ? 3 : 2, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
-    if (zap && (items[2].revents & ZMQ_POLLIN)) {
+    zmq::poll(items, zap ? 4 : 3, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
+    if (zap && (items[3].revents & ZMQ_POLLIN)) {
       control_.answer_authentication([this](const std::string& key) {
         log_->warn("refused a connection from key {}: not on the allow-list", security::describe_curve_key(key));
         stats_.update([](ProducerStats& s) { s.refused_peers++; });
@@ -64,11 +65,28 @@ void ProducerService::run() {
     if (items[0].revents & ZMQ_POLLIN) {
       while (auto parts = wire::receive(control_.router())) on_request(*parts);
     }
+    // After the requests: a join already read makes its connection safe from eviction.
+    if (items[2].revents & ZMQ_POLLIN) cap_connections();
     expire_leases();
     drop_silent_consumers();
     send_outgoing();
     close_cut_off();
   }
+}
+
+void ProducerService::cap_connections() {
+  auto& connections = control_.connections();
+  auto enforced = connections.enforce(membership_.connection_fds());
+  if (enforced.evicted == 0) return;
+  // A flood would log a line per connection: the first time, and then a count every 10 s.
+  evicted_unlogged_ += enforced.evicted;
+  auto now = Clock::now();
+  if (!enforced.first && now < next_eviction_log_) return;
+  log_->warn("{} control connections open, the cap ({}, half the open-file limit): closed {} that had not joined, "
+             "the oldest first",
+             connections.open(), connections.cap(), evicted_unlogged_);
+  evicted_unlogged_ = 0;
+  next_eviction_log_ = now + std::chrono::seconds(10);
 }
 
 void ProducerService::reply(const std::string& routing_id, const protocol::Message& message) {
@@ -333,7 +351,8 @@ void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
   try {
     if (auto* consumer = membership_.find(routing_id)) consumer->last_seen = Clock::now();
     if (auto* join = std::get_if<protocol::JoinRequest>(&message)) {
-      on_join(routing_id, security::peer_key(parts[1]).value_or(""), *join);
+      on_join(routing_id, security::peer_key(parts[1]).value_or(""), zmq_msg_get(parts[1].handle(), ZMQ_SRCFD),
+              *join);
     } else if (std::holds_alternative<protocol::Ping>(message)) {
       // last_seen is all a ping updates
     } else if (auto* fetch = std::get_if<protocol::FetchRequest>(&message)) {
@@ -357,7 +376,8 @@ void ProducerService::bad_message(const std::string& what) {
   stats_.update([](ProducerStats& s) { s.bad_messages++; });
 }
 
-void ProducerService::on_join(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join) {
+void ProducerService::on_join(const std::string& routing_id, const std::string& key, int connection_fd,
+                              const protocol::JoinRequest& join) {
   protocol::JoinReply answer;
   answer.incarnation = incarnation_;
   auto decision = membership_.decide(routing_id, key, join);
@@ -379,6 +399,7 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
       ConsumerRecord record = admit(join, answer, std::move(earlier));
       record.routing_id = routing_id;
       record.key = key;
+      record.connection_fd = connection_fd;
       fetches_.joined(record);
       membership_.add(std::move(record));
       answer.ok = true;

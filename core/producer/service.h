@@ -149,6 +149,8 @@ class ProducerService {
   void set_persist(std::function<void(std::uint64_t version)> persist) { persist_ = std::move(persist); }
 
  private:
+  // Counts and closes control connections past the cap (connection_cap.h), sparing joined ones.
+  void cap_connections();
   void reply(const std::string& routing_id, const protocol::Message& message);
   void send_outgoing();
   void close_cut_off();
@@ -177,7 +179,9 @@ class ProducerService {
   void expire_leases();
   void on_request(std::vector<zmq::message_t>& parts);
   void bad_message(const std::string& what);
-  void on_join(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join);
+  // `connection_fd`: the descriptor the join came in on (the connection cap spares it).
+  void on_join(const std::string& routing_id, const std::string& key, int connection_fd,
+               const protocol::JoinRequest& join);
   // Chooses the consumer's transport and connects to it, or takes over the connection of an
   // earlier record of the same consumer at the same address (disconnecting the others); fills
   // the reply's transport and path. Throws Error naming why no transport fits or the chosen one
@@ -205,6 +209,8 @@ class ProducerService {
   FetchServer fetches_;
   std::function<void(std::size_t, std::uint64_t)> submit_digests_;
   std::function<void(std::uint64_t)> persist_;
+  std::size_t evicted_unlogged_ = 0;  // cap_connections(): evictions not logged yet
+  Clock::time_point next_eviction_log_{};
 };
 
 }  // namespace modelcast::producer

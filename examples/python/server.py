@@ -1,7 +1,7 @@
 """The inference server of the PyTorch example: serves Fashion-MNIST predictions from the newest
 version the trainer published, and reports the test accuracy of each version it serves.
 
-    python3 server.py [--endpoint ipc:///tmp/modelcast-fashion.sock]
+    python3 server.py [--endpoint ipc://$XDG_RUNTIME_DIR/modelcast-fashion.sock]
 
 The weights are used where modelcast received them: the view's torch tensors (no copy) go
 straight into the network's forward pass, and each version stays valid while it is served even
@@ -20,9 +20,15 @@ import fashion_mnist  # noqa: E402
 import modelcast  # noqa: E402
 
 
+# A plaintext ipc:// endpoint must lie in a directory only this user can write (modelcast refuses
+# /tmp): the user's runtime directory (0700), else the home directory.
+DEFAULT_ENDPOINT = "ipc://" + os.path.join(os.environ.get("XDG_RUNTIME_DIR") or os.path.expanduser("~"),
+                                           "modelcast-fashion.sock")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--endpoint", default="ipc:///tmp/modelcast-fashion.sock", help="producer endpoint (default %(default)s)")
+    p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="producer endpoint (default %(default)s)")
     p.add_argument("--max-seconds", type=float, default=600.0, help="give up after this long (default %(default)s)")
     args = p.parse_args()
     torch.set_num_threads(1)

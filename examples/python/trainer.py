@@ -1,7 +1,7 @@
 """The trainer of the PyTorch example: trains a small network on Fashion-MNIST and publishes its
 weights with modelcast when the online scheduler says a publish pays off.
 
-    python3 trainer.py [--steps 3000] [--endpoint ipc:///tmp/modelcast-fashion.sock]
+    python3 trainer.py [--steps 3000] [--endpoint ipc://$XDG_RUNTIME_DIR/modelcast-fashion.sock]
 
 The model's parameters are registered once (their memory, no copy); publish() snapshots them as
 they are after the optimizer step. The scheduler sees the training loss every --log-every steps
@@ -24,9 +24,15 @@ import modelcast  # noqa: E402
 from modelcast import predictor  # noqa: E402
 
 
+# A plaintext ipc:// endpoint must lie in a directory only this user can write (modelcast refuses
+# /tmp): the user's runtime directory (0700), else the home directory.
+DEFAULT_ENDPOINT = "ipc://" + os.path.join(os.environ.get("XDG_RUNTIME_DIR") or os.path.expanduser("~"),
+                                           "modelcast-fashion.sock")
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--endpoint", default="ipc:///tmp/modelcast-fashion.sock", help="control endpoint (default %(default)s)")
+    p.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="control endpoint (default %(default)s)")
     p.add_argument("--steps", type=int, default=3000, help="training steps (default %(default)s)")
     p.add_argument("--log-every", type=int, default=20, help="steps between logged losses (default %(default)s)")
     p.add_argument("--warmup-step", type=int, default=None,

@@ -77,7 +77,8 @@ struct ConsumerOptions {
   // with that producer only, and a version is installed only if its signature verifies with
   // this key (Error(kAuthentication) otherwise; the last good version stays). Empty: plaintext
   // and unsigned versions accepted, on loopback and ipc:// endpoints only unless
-  // allow_plaintext_remote.
+  // allow_plaintext_remote; a plaintext ipc:// endpoint only in a directory no other user can
+  // write (Error(kInvalidArgument) names the directory otherwise).
   std::string producer_public_key;
   // This consumer's own key pair, for a producer that admits listed keys only. Empty: a fresh
   // key pair per Consumer (enough for a producer that admits any consumer).

@@ -94,7 +94,7 @@ typedef struct mc_producer_options {
   /* Since 0.2 (read only when struct_size covers them; _init sets the defaults). Security: with
    * a key file (modelcast-keygen or mc_write_key_pair) the control plane is CurveZMQ and
    * versions are signed; without one, plaintext is allowed on loopback/ipc:// endpoints only
-   * unless allow_plaintext_remote. */
+   * unless allow_plaintext_remote, and ipc:// only in a directory no other user can write. */
   const char* key_file;                       /* default NULL: no key */
   const char* const* allowed_consumer_keys;   /* Z85 public keys of admitted consumers */
   size_t allowed_consumer_key_count;

@@ -86,7 +86,9 @@ struct ProducerOptions {
   // Security. With a key pair (`key`, or `key_file` from modelcast-keygen) the control plane is
   // CurveZMQ (authenticated, encrypted) and every version is signed; consumers pin the public
   // key. Without one the control plane is plaintext and versions are unsigned: allowed on
-  // loopback and ipc:// endpoints, elsewhere only with allow_plaintext_remote.
+  // loopback and ipc:// endpoints, elsewhere only with allow_plaintext_remote; a plaintext
+  // ipc:// endpoint only in a directory no other user can write (Error(kInvalidArgument) names
+  // the directory otherwise), so that no stranger can replace its socket file.
   KeyPair key;
   std::string key_file;
   // Consumers admitted (Ed25519 public keys, Z85). Empty: none, unless allow_any_consumer.

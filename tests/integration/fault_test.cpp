@@ -6,7 +6,6 @@
 #include <condition_variable>
 #include <map>
 #include <mutex>
-#include <random>
 #include <set>
 #include <thread>
 
@@ -17,16 +16,13 @@
 #include "exchange_fixture.h"
 #include "modelcast/error.h"
 #include "join_request.h"
+#include "private_directory.h"
 
 namespace exchange_test {
 namespace {
 
 class FaultTest : public ExchangeTest {};
 
-std::string temp_ipc_endpoint() {
-  std::random_device device;
-  return "ipc:///tmp/modelcast-test-" + std::to_string(getpid()) + "-" + std::to_string(device());
-}
 
 using testing_support::eventually;
 
@@ -152,7 +148,8 @@ TEST_P(FaultTest, ConsumersStoppedMidTransferAtRandomPointsExitCleanlyAndTheOthe
 // registrations go with each producer), and the consumer serves a whole version throughout and
 // follows each new producer.
 TEST_P(FaultTest, ProducersStoppedMidTransferAtRandomPointsExitCleanlyAndTheConsumerFollows) {
-  const std::string endpoint = temp_ipc_endpoint();
+  testing_support::PrivateDirectory directory;  // a plaintext ipc:// endpoint must be private
+  const std::string endpoint = directory.ipc_endpoint();
   std::atomic<std::uint64_t> torn{0};
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
@@ -194,7 +191,8 @@ TEST_P(FaultTest, ProducersStoppedMidTransferAtRandomPointsExitCleanlyAndTheCons
 // them. The consumer notices the closed connection itself and joins again at once, long before
 // its producer_timeout (a minute here) would have told it.
 TEST_P(FaultTest, AConsumerFollowsARestartedProducerWhenItsConnectionClosesNotAfterItsTimeout) {
-  const std::string endpoint = temp_ipc_endpoint();
+  testing_support::PrivateDirectory directory;  // a plaintext ipc:// endpoint must be private
+  const std::string endpoint = directory.ipc_endpoint();
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
   options.model_name = "test";
@@ -216,7 +214,8 @@ TEST_P(FaultTest, AConsumerFollowsARestartedProducerWhenItsConnectionClosesNotAf
 }
 
 TEST_P(FaultTest, ProducerKilledAndRestartedConsumerKeepsServingThenFollows) {
-  const std::string endpoint = temp_ipc_endpoint();
+  testing_support::PrivateDirectory directory;  // a plaintext ipc:// endpoint must be private
+  const std::string endpoint = directory.ipc_endpoint();
   std::mutex mutex;
   std::condition_variable cv;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> installed;  // (incarnation, version)

@@ -9,8 +9,11 @@
 #include <future>
 #include <mutex>
 
+#include <zmq.hpp>
+
 #include "exchange_fixture.h"
 #include "modelcast/keys.h"
+#include "private_directory.h"
 #include "scripted_producer.h"
 
 namespace exchange_test {
@@ -32,8 +35,10 @@ std::string error_of(auto&& f, ErrorCode expected) {
 
 class TempDir {
  public:
+  // Private (0700): keys are secrets, and a plaintext ipc:// endpoint here must be.
   TempDir() : path_(fs::temp_directory_path() / ("modelcast-keys-" + std::to_string(getpid()))) {
     fs::create_directories(path_);
+    fs::permissions(path_, fs::perms::owner_all);
   }
   ~TempDir() { fs::remove_all(path_); }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
@@ -233,6 +238,72 @@ TEST_F(Secured, PlaintextIsRefusedOffLoopbackAndIpcPathsAreNotTakenOver) {
   modelcast::Producer first(ipc);
   EXPECT_NE(error_of([&] { modelcast::Producer second(ipc); }, ErrorCode::kTransport).find("in use"),
             std::string::npos);
+}
+
+// Without keys, the socket file is all that tells a consumer who serves it: a stranger who
+// could write its directory deleted the producer's socket files and bound their own, and
+// captured every consumer that joined or reconnected (seven rogue versions installed). A
+// plaintext ipc:// endpoint must now lie in a directory no other user can write: the producer
+// will not bind one elsewhere, and the consumer will not connect to one elsewhere, so that a
+// consumer never reaches a socket a stranger could have put there. Each refusal names the
+// endpoint, the directory and what is wrong with it. Keys lift the rule (the handshake proves
+// who serves), and a private directory works.
+TEST_F(Secured, PlaintextIpcIsRefusedInADirectoryOthersCanWriteSoItCannotBeTakenOver) {
+  testing_support::PrivateDirectory root;
+  const std::string shared = root.file("shared"), group = root.file("group");
+  ASSERT_EQ(mkdir(shared.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);  // as /tmp: world-writable, sticky
+  ASSERT_EQ(mkdir(group.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(group.c_str(), 0770), 0);
+
+  // The stranger's socket, already bound where the producer would be (the end state of a
+  // takeover): a consumer told to use it refuses to connect, before any byte goes out.
+  const std::string taken = "ipc://" + shared + "/model.sock";
+  zmq::context_t context;
+  zmq::socket_t rogue(context, zmq::socket_type::router);
+  rogue.set(zmq::sockopt::linger, 0);
+  rogue.bind(taken);
+  modelcast::ConsumerOptions consumer;
+  consumer.producer_endpoint = taken;
+  consumer.model_name = "test";
+  auto refused = error_of([&] { modelcast::Consumer c(consumer); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.find("'" + taken + "'"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("'" + shared + "' is writable by every user (mode 1777)"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("mkdir -m 700"), std::string::npos) << refused;
+  rogue.close();
+
+  // The producer does not bind there either, nor in a group-writable directory, nor on an
+  // abstract socket name (which any local process can take first and reach).
+  modelcast::ProducerOptions plaintext;
+  plaintext.control_endpoint = taken;
+  auto not_bound = error_of([&] { TestProducer p(64, plaintext); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(not_bound.find("plaintext producer endpoint '" + taken + "'"), std::string::npos) << not_bound;
+  EXPECT_NE(not_bound.find("writable by every user"), std::string::npos) << not_bound;
+  plaintext.control_endpoint = "ipc://" + group + "/model.sock";
+  auto group_writable = error_of([&] { TestProducer p(64, plaintext); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(group_writable.find("'" + group + "' is writable by its group (mode 0770)"), std::string::npos)
+      << group_writable;
+  plaintext.control_endpoint = "ipc://@modelcast-abstract-" + std::to_string(getpid());
+  EXPECT_NE(error_of([&] { TestProducer p(64, plaintext); }, ErrorCode::kInvalidArgument).find("abstract"),
+            std::string::npos);
+
+  // With keys the shared directory is fine: a stranger's socket there fails the handshake.
+  auto keyed = producer_options();
+  keyed.control_endpoint = "ipc://" + shared + "/keyed.sock";
+  TestProducer signing(64, keyed);
+  modelcast::Consumer pinned(consumer_options(signing.producer->control_endpoint()));
+  signing.publish(1);
+  EXPECT_TRUE(pinned.wait_for_version(1, 30s)) << pinned.stats().last_error;
+
+  // A private directory (mkdtemp: 0700) works in plaintext.
+  plaintext.control_endpoint = root.ipc_endpoint("plain.sock");
+  TestProducer open(64, plaintext);
+  consumer.producer_endpoint = open.producer->control_endpoint();
+  modelcast::Consumer local(consumer);
+  open.publish(1);
+  auto view = local.wait_for_version(1, 30s);
+  ASSERT_TRUE(view) << local.stats().last_error;
+  EXPECT_EQ(testmodel::check(view, 1), "");
 }
 
 // Everything a relay could change after the producer signed: each is rejected with

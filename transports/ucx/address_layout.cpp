@@ -70,12 +70,17 @@ class Reader {
   std::size_t at_ = 0;
 };
 
+// Format v1's floats: overhead, bandwidth, latency (seconds, bytes per second). UCX scores each
+// transport pair from them and asserts that no score is negative (select.c: one random byte in
+// an overhead or latency made it so and aborted the producer), so neither may be negative; a
+// negative bandwidth is how v1 says "shared", and is allowed.
 void check_attributes(std::span<const std::byte> attr, unsigned format, std::size_t at) {
-  if (format != kFormatV1) return;  // v2 packs 8-bit codes, all of which decode to finite values
+  if (format != kFormatV1) return;  // v2 packs unsigned 8-bit codes, all of which decode to finite values
   for (std::size_t i = 0; i < 3; ++i) {
     float value;
     std::memcpy(&value, attr.data() + 4 * i, sizeof value);
     if (!std::isfinite(value)) refuse(at + 4 * i, "an interface attribute is not a finite number");
+    if (i != 1 && value < 0) refuse(at + 4 * i, "an interface's overhead or latency is negative");
   }
 }
 

@@ -1,0 +1,123 @@
+#include "core/producer/connection_cap.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "modelcast/error.h"
+
+namespace modelcast::producer {
+namespace {
+
+// The socket's inode, or 0 if `fd` is not an open socket.
+std::uint64_t socket_inode(int fd) {
+  struct stat info {};
+  if (fstat(fd, &info) != 0 || !S_ISSOCK(info.st_mode)) return 0;
+  return static_cast<std::uint64_t>(info.st_ino);
+}
+
+}  // namespace
+
+std::size_t ConnectionCap::for_open_file_limit(std::uint64_t limit) {
+  return static_cast<std::size_t>(std::max<std::uint64_t>(limit / 2, 16));
+}
+
+ConnectionCap::ConnectionCap(zmq::context_t& context, zmq::socket_t& router, std::size_t cap)
+    : router_(router), events_(context, zmq::socket_type::pair), cap_(cap) {
+  static std::atomic<std::uint64_t> next{0};
+  const std::string address = "inproc://modelcast-connections-" + std::to_string(next++);
+  if (zmq_socket_monitor(router.handle(), address.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+    throw Error(ErrorCode::kTransport,
+                std::string("cannot watch the control socket's connections: ") + zmq_strerror(zmq_errno()));
+  }
+  // No limit on the monitor's queue: ZeroMQ drops events that do not fit, and a dropped
+  // "accepted" would be a connection the cap never counts. The service thread drains it.
+  events_.set(zmq::sockopt::rcvhwm, 0);
+  events_.set(zmq::sockopt::linger, 0);
+  events_.connect(address);
+}
+
+ConnectionCap::~ConnectionCap() { zmq_socket_monitor(router_.handle(), nullptr, 0); }
+
+void ConnectionCap::set_listener(const std::string& bound_endpoint) {
+  if (bound_endpoint.rfind("ipc://", 0) == 0) {
+    listener_path_ = bound_endpoint.substr(6);
+  } else if (auto colon = bound_endpoint.rfind(':'); colon != std::string::npos) {
+    listener_port_ = std::stoi(bound_endpoint.substr(colon + 1));
+  }
+}
+
+// An accepted socket has the listener's local address: the port of a TCP listener, the path
+// of an ipc:// one. A descriptor already closed and reused by anything else (a UCX socket, a
+// file) does not, and is not counted.
+bool ConnectionCap::is_listener_socket(int fd) const {
+  sockaddr_storage local{};
+  socklen_t length = sizeof local;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0) return false;
+  if (local.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in&>(local).sin_port) == listener_port_;
+  if (local.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6&>(local).sin6_port) == listener_port_;
+  if (local.ss_family == AF_UNIX) {
+    const auto& unix_address = reinterpret_cast<sockaddr_un&>(local);
+    auto path_length = length > offsetof(sockaddr_un, sun_path) ? length - offsetof(sockaddr_un, sun_path) : 0;
+    if (path_length == 0) return false;
+    // An abstract name starts with a NUL byte, which ZeroMQ spells '@'.
+    std::string path = unix_address.sun_path[0] == '\0'
+                           ? "@" + std::string(unix_address.sun_path + 1, path_length - 1)
+                           : std::string(unix_address.sun_path, strnlen(unix_address.sun_path, path_length));
+    return !listener_path_.empty() && path == listener_path_;
+  }
+  return false;
+}
+
+void ConnectionCap::accepted(int fd) {
+  std::uint64_t inode = socket_inode(fd);
+  if (inode == 0 || !is_listener_socket(fd)) {
+    open_.erase(fd);
+    return;
+  }
+  open_[fd] = Accepted{inode, Clock::now()};
+}
+
+ConnectionCap::Enforced ConnectionCap::enforce(const std::set<int>& joined) {
+  Enforced result;
+  for (;;) {
+    zmq::message_t event, endpoint;
+    if (!events_.recv(event, zmq::recv_flags::dontwait)) break;
+    if (event.more()) (void)events_.recv(endpoint, zmq::recv_flags::none);  // the endpoint: unused
+    if (event.size() < 6) continue;
+    std::uint16_t code = 0;
+    std::int32_t fd = -1;
+    std::memcpy(&code, event.data(), sizeof code);
+    std::memcpy(&fd, static_cast<const char*>(event.data()) + sizeof code, sizeof fd);
+    if (code == ZMQ_EVENT_ACCEPTED) accepted(fd);
+    if (code == ZMQ_EVENT_DISCONNECTED) open_.erase(fd);
+  }
+  while (open_.size() > cap_) {
+    auto oldest = open_.end();
+    for (auto it = open_.begin(); it != open_.end(); ++it) {
+      if (joined.count(it->first)) continue;
+      if (oldest == open_.end() || it->second.at < oldest->second.at) oldest = it;
+    }
+    if (oldest == open_.end()) break;  // every connection is a joined consumer's
+    // Still the socket accepted (see the file comment): a descriptor closed since, and maybe
+    // reused, is only forgotten.
+    if (socket_inode(oldest->first) == oldest->second.inode) {
+      ::shutdown(oldest->first, SHUT_RDWR);
+      result.evicted++;
+    }
+    open_.erase(oldest);
+  }
+  if (result.evicted > 0 && !reached_) {
+    reached_ = true;
+    result.first = true;
+  }
+  return result;
+}
+
+}  // namespace modelcast::producer
