@@ -347,7 +347,11 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   Fetch fetch = std::move(it->second);
   consumer->second.erase(it);
   if (ack.ok) {
-    retire(routing_id, ack.fetch_id, fetch);  // the last completions may not have reached us yet
+    // Nothing is left to drain: the consumer has every byte it asked for, so no transport reads
+    // the slot for it any more, whether or not the sends' completions have reached us (they lag
+    // the data, by over a second while another peer on the same worker is stopped). Their
+    // reports, if they come, find no fetch and are ignored.
+    if (fetch.lease_id != 0 && fetch.sending) store_.set_sending(fetch.lease_id, false);
   } else {
     retire_and_cut_off(routing_id, ack.fetch_id, fetch, "it refused the version", std::nullopt);
   }

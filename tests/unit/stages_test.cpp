@@ -363,6 +363,36 @@ TEST(Stages, ALeaseThatLapsesWithSendsInFlightHoldsItsSlotUntilTheyEndAndCutsThe
   p.store.cancel(reserved.slot);
 }
 
+// An ack of a complete version frees the slot at once, although the sends' completions have not
+// reached the producer yet: the consumer has every byte, so nothing reads the slot for it any
+// more (waiting for the completions stalled publish() for the drain grace on every slot).
+TEST(Stages, AnOkAckFreesTheSlotBeforeTheSendsReportTheirEnd) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  const auto slot_of_1 = p.last_slot;
+  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok);
+  auto got = c.run(*reply);
+  ASSERT_EQ(got.failure, "");
+  // The consumer has it all; the producer has heard of none of its sends' ends.
+  EXPECT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now()).ok);
+  EXPECT_EQ(p.store.reader_leases(), 0u);
+  EXPECT_EQ(p.store.draining_slots(), 0u);
+  p.publish(2);
+  p.publish(3);  // the empty slots go first
+  p.publish(4);  // then the oldest: version 1's, neither held nor draining
+  EXPECT_EQ(p.last_slot, slot_of_1);
+  // The completions that come later are ignored.
+  const std::size_t chunks = (reply->manifest.total_bytes + reply->chunk_bytes - 1) / reply->chunk_bytes;
+  for (std::size_t i = 0; i < chunks; ++i) {
+    ASSERT_TRUE(p.sends.pop());
+    EXPECT_FALSE(p.server->on_send_done(p.consumer.routing_id, request.fetch_id, true, Clock::now()));
+  }
+  EXPECT_EQ(p.store.draining_slots(), 0u);
+}
+
 // A fetch whose sends have all completed waits for its ack; a writer that needs the slot ends
 // the lease, nothing reads the slot any more, and an ack that comes later still counts.
 TEST(Stages, ALeaseRevokedAfterItsSendsCompletedFreesTheSlotAndALateAckStillCounts) {
