@@ -107,6 +107,17 @@ int run_producer(const std::string& endpoint, std::size_t bytes, int versions, s
       (d.relay.empty() ? bytes_sent : bytes_relayed) += static_cast<double>(d.bytes);
     }
     update_ms.push_back(slowest);
+    // Diagnostic (stderr): each consumer's delivery, in order, and who served it: a chain of
+    // relays shows as evenly spaced steps, whose spacing is the cost of one hop.
+    std::vector<std::pair<double, std::string>> order;
+    for (const auto& d : delivered[ticket.version]) {
+      order.emplace_back(std::chrono::duration<double, std::milli>(d.since_publish).count(),
+                         d.consumer + "<" + (d.relay.empty() ? std::string("producer") : d.relay));
+    }
+    std::sort(order.begin(), order.end());
+    std::fprintf(stderr, "version %d:", v);
+    for (const auto& [ms, who] : order) std::fprintf(stderr, " %.0f %s", ms, who.c_str());
+    std::fprintf(stderr, "\n");
     sent.push_back(bytes_sent);
     relayed.push_back(bytes_relayed);
   }

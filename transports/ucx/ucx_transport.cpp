@@ -46,7 +46,7 @@ class UcxTransport final : public Transport {
     } catch (const Error& e) {
       own_layout_error_ = e.what();
     }
-    worker_.start({[this] { reap_closing(); }, [this] { shutdown_in_progress_thread(); }});
+    worker_.start({[this] { reap_closing(); }, [this] { shutdown_in_progress_thread(); }}, options_.idle_spin);
   }
 
   ~UcxTransport() override { worker_.destroy(); }

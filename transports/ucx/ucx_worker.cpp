@@ -55,9 +55,9 @@ void UcxWorker::destroy() {
   context_ = nullptr;
 }
 
-void UcxWorker::start(Hooks hooks) {
+void UcxWorker::start(Hooks hooks, std::chrono::microseconds idle_spin) {
   hooks_ = std::move(hooks);
-  thread_ = std::thread([this] { progress_loop(); });
+  thread_ = std::thread([this, idle_spin] { progress_loop(IdleSpin(idle_spin)); });
 }
 
 void UcxWorker::stop() {
@@ -76,11 +76,7 @@ void UcxWorker::post(std::function<void()> command) {
   ucp_worker_signal(worker_);
 }
 
-void UcxWorker::progress_loop() {
-  // Spin this many idle rounds before sleeping: keeps notification latency in microseconds
-  // while a transfer is active without burning a core when nothing happens.
-  constexpr int kIdleSpins = 2000;
-  int idle = 0;
+void UcxWorker::progress_loop(IdleSpin spin) {
   for (;;) {
     std::vector<std::function<void()>> commands;
     {
@@ -96,12 +92,12 @@ void UcxWorker::progress_loop() {
     }
     unsigned progressed = ucp_worker_progress(worker_);
     if (hooks_.after_progress) hooks_.after_progress();
+    const auto now = IdleSpin::Clock::now();
     if (progressed != 0 || !commands.empty()) {
-      idle = 0;
+      spin.progressed(now);
       continue;
     }
-    if (++idle < kIdleSpins) continue;
-    idle = 0;
+    if (spin.keep_polling(now)) continue;
     if (ucp_worker_arm(worker_) == UCS_ERR_BUSY) continue;
     {
       std::lock_guard lock(commands_mutex_);

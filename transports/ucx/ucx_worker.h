@@ -9,6 +9,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <future>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "transports/ucx/idle_spin.h"
 #include "transports/ucx/ucx_quirks.h"
 
 namespace modelcast::transport {
@@ -40,8 +42,9 @@ class UcxWorker {
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
 
-  // Starts the progress thread; once, after the owner is ready for hooks to run.
-  void start(Hooks hooks);
+  // Starts the progress thread; once, after the owner is ready for hooks to run. It polls for
+  // `idle_spin` after the last progress before it sleeps (IdleSpin).
+  void start(Hooks hooks, std::chrono::microseconds idle_spin);
   // Runs at_shutdown on the progress thread and joins it. Idempotent.
   void stop();
   // stop(), then destroys the worker and the context. A halted worker is leaked instead where
@@ -70,7 +73,7 @@ class UcxWorker {
   }
 
  private:
-  void progress_loop();
+  void progress_loop(IdleSpin spin);
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
