@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <cstring>
 
@@ -131,6 +132,26 @@ TEST(Manifest, ExpectedLayoutDifferencesAreListed) {
   auto shape = error_of([&] { check_expected_layout({{"a", DType::kF32, {2, 2}}, {"b", DType::kI16, {8}}}, m); },
                         ErrorCode::kLayoutMismatch);
   EXPECT_NE(shape.find("shape [4], expected [2,2]"), std::string::npos) << shape;
+}
+
+// The AVX2 build (common/digest_avx2.cpp, picked on CPUs that have AVX2) must be XXH3-64 bit for
+// bit, as libxxhash computes it: every length up to a few stripes and blocks, and odd offsets.
+TEST(Digest, EqualsLibxxhashAtEveryLengthAndAlignment) {
+  std::vector<unsigned char> data((4u << 20) + 4096);
+  std::uint64_t x = 0x9E3779B97F4A7C15ull;
+  for (auto& b : data) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    b = static_cast<unsigned char>(x);
+  }
+  for (std::size_t size = 0; size <= 2048; ++size) {
+    ASSERT_EQ(digest_bytes(data.data() + 1, size), XXH3_64bits(data.data() + 1, size)) << size << " bytes";
+  }
+  for (std::size_t size : {std::size_t{4096}, std::size_t{65537}, std::size_t{1} << 20, std::size_t{4} << 20}) {
+    for (std::size_t offset : {0, 3, 64}) {
+      EXPECT_EQ(digest_bytes(data.data() + offset, size), XXH3_64bits(data.data() + offset, size))
+          << size << " bytes at offset " << offset;
+    }
+  }
 }
 
 TEST(Digest, IsXxh3AndSeesEveryByte) {
