@@ -8,6 +8,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 
 #include "common/digest.h"
@@ -69,7 +70,7 @@ struct ProducerSide {
     store.allocate(layout.total_bytes, transports);
     server = std::make_unique<producer::FetchServer>(
         store, transports, kIncarnation, 10s,
-        [this](const std::string&, std::uint64_t, const transport::TransferResult& r) { sends.push(r.ok); });
+        [box = sends_box](const std::string&, std::uint64_t, const transport::TransferResult& r) { box->push(r.ok); });
     server->set_chunk_option(64u << 10);  // several chunks for a 1 MiB model
     consumer.routing_id = "consumer-1";
     consumer.name = "c";
@@ -95,25 +96,30 @@ struct ProducerSide {
   std::size_t last_slot = 0;
 
   std::vector<testmodel::Tensor> model;
-  transport::TransportSet transports;
-  producer::SnapshotStore store;
-  Manifest layout;
+  // Destroyed after the transports, as in the producer: their last send completions call it.
   std::unique_ptr<producer::FetchServer> server;
+  std::shared_ptr<Mailbox<bool>> sends_box = std::make_shared<Mailbox<bool>>();
+  Mailbox<bool>& sends = *sends_box;
+  transport::TransportSet transports;
+  producer::SnapshotStore store;  // its registrations go before the transports
+  Manifest layout;
   producer::ConsumerRecord consumer;
-  Mailbox<bool> sends;
 };
 
 struct ConsumerSide {
   ConsumerSide()
       : transport(transport::make_loopback_transport()),
         store(3, {}),
-        client([this](const consumer::ChunkDone& done) { chunks.push(done); }) {
+        client([box = chunks_box](const consumer::ChunkDone& done) { box->push(done); }) {
     policy.model = "test";
     store.use_transport(transport);
   }
   std::shared_ptr<transport::Transport> transport;
   consumer::VersionStore store;
-  Mailbox<consumer::ChunkDone> chunks;
+  // Shared with the completions: receives still posted when this side is destroyed complete,
+  // failed, when the transport (held by its buffers too) goes.
+  std::shared_ptr<Mailbox<consumer::ChunkDone>> chunks_box = std::make_shared<Mailbox<consumer::ChunkDone>>();
+  Mailbox<consumer::ChunkDone>& chunks = *chunks_box;
   consumer::FetchClient client;
   consumer::VerifierPolicy policy;
 
@@ -363,19 +369,36 @@ TEST(Stages, ALeaseThatLapsesWithSendsInFlightHoldsItsSlotUntilTheyEndAndCutsThe
   p.store.cancel(reserved.slot);
 }
 
+// Version 1, published and received whole by the consumer (its chunk sends are still queued:
+// the producer has heard of none of their ends).
+struct FetchedWhole {
+  std::size_t slot = 0;
+  protocol::FetchRequest request;
+  protocol::FetchReply reply;
+  std::size_t chunks() const { return (reply.manifest.total_bytes + reply.chunk_bytes - 1) / reply.chunk_bytes; }
+};
+FetchedWhole publish_and_fetch_version_1(ConsumerSide& c, ProducerSide& p) {
+  FetchedWhole f;
+  p.publish(1);
+  f.slot = p.last_slot;
+  f.request = c.client.begin(kIncarnation, 1, 0, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, f.request, Clock::now());
+  EXPECT_TRUE(reply && reply->ok);
+  if (reply) f.reply = *reply;
+  EXPECT_EQ(c.run(f.reply).failure, "");
+  return f;
+}
+
 // An ack of a complete version frees the slot at once, although the sends' completions have not
 // reached the producer yet: the consumer has every byte, so nothing reads the slot for it any
 // more (waiting for the completions stalled publish() for the drain grace on every slot).
 TEST(Stages, AnOkAckFreesTheSlotBeforeTheSendsReportTheirEnd) {
   ConsumerSide c;
   ProducerSide p(c.transport);
-  p.publish(1);
-  const auto slot_of_1 = p.last_slot;
-  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
-  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
-  ASSERT_TRUE(reply && reply->ok);
-  auto got = c.run(*reply);
-  ASSERT_EQ(got.failure, "");
+  const auto fetched = publish_and_fetch_version_1(c, p);
+  ASSERT_FALSE(HasFailure());
+  const auto slot_of_1 = fetched.slot;
+  const auto& request = fetched.request;
   // The consumer has it all; the producer has heard of none of its sends' ends.
   EXPECT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now()).ok);
   EXPECT_EQ(p.store.reader_leases(), 0u);
@@ -385,8 +408,7 @@ TEST(Stages, AnOkAckFreesTheSlotBeforeTheSendsReportTheirEnd) {
   p.publish(4);  // then the oldest: version 1's, neither held nor draining
   EXPECT_EQ(p.last_slot, slot_of_1);
   // The completions that come later are ignored.
-  const std::size_t chunks = (reply->manifest.total_bytes + reply->chunk_bytes - 1) / reply->chunk_bytes;
-  for (std::size_t i = 0; i < chunks; ++i) {
+  for (std::size_t i = 0; i < fetched.chunks(); ++i) {
     ASSERT_TRUE(p.sends.pop());
     EXPECT_FALSE(p.server->on_send_done(p.consumer.routing_id, request.fetch_id, true, Clock::now()));
   }
@@ -398,15 +420,11 @@ TEST(Stages, AnOkAckFreesTheSlotBeforeTheSendsReportTheirEnd) {
 TEST(Stages, ALeaseRevokedAfterItsSendsCompletedFreesTheSlotAndALateAckStillCounts) {
   ConsumerSide c;
   ProducerSide p(c.transport);
-  p.publish(1);
-  const auto slot_of_1 = p.last_slot;
-  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
-  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
-  ASSERT_TRUE(reply && reply->ok);
-  auto got = c.run(*reply);
-  ASSERT_EQ(got.failure, "");
-  const std::size_t chunks = (reply->manifest.total_bytes + reply->chunk_bytes - 1) / reply->chunk_bytes;
-  for (std::size_t i = 0; i < chunks; ++i) {
+  const auto fetched = publish_and_fetch_version_1(c, p);
+  ASSERT_FALSE(HasFailure());
+  const auto slot_of_1 = fetched.slot;
+  const auto& request = fetched.request;
+  for (std::size_t i = 0; i < fetched.chunks(); ++i) {
     ASSERT_TRUE(p.sends.pop());
     p.server->on_send_done(p.consumer.routing_id, request.fetch_id, true, Clock::now());
   }

@@ -1,7 +1,9 @@
 // Threads: any thread posts; `mutex_` of the receiving transport guards its posted receives
 // and its unexpected sends (a send that found no receive yet waits there, as a tag-matching
-// network transport's unexpected queue does). Completions are queued to the completing
-// transport's own thread, never run under a lock or inside the call that caused them.
+// network transport's unexpected queue does). Completions are queued to the thread of the
+// transport that posted the transfer (a send's to its sender's, a receive's to its receiver's),
+// never run under a lock or inside the call that caused them; a transport's thread is joined
+// when it is destroyed, so no callback of its runs after that.
 #include "transports/loopback/loopback_transport.h"
 
 #include <atomic>
@@ -233,7 +235,7 @@ class LoopbackTransport : public Transport {
     std::size_t length;
     std::uint64_t tag;
     Completion done;
-    LoopbackTransport* sender;
+    LoopbackTransport* sender;  // null once queued as unexpected (its completion already ran)
   };
   struct Receive {
     TransferId id;
@@ -254,26 +256,36 @@ class LoopbackTransport : public Transport {
       match(std::move(send), std::move(receive));
       return;
     }
-    // No receive yet: the bytes are copied now (the sender may reuse its memory once done).
+    // No receive yet: the bytes are copied now (the sender may reuse its memory once done), and
+    // the send is complete for its sender, as an eager send is. The queued copy names no sender:
+    // the sender may be gone by the time a receive matches it.
     auto copy = std::make_shared<std::vector<std::byte>>(send.data, send.data + send.length);
     send.data = copy->data();
     auto sender_done = std::move(send.done);
+    LoopbackTransport* sender = send.sender;
     send.done = [copy](const TransferResult&) {};
+    send.sender = nullptr;
     unexpected_.push_back(std::move(send));
     lock.unlock();
-    complete(std::move(sender_done), {true, {}});
+    sender->complete(std::move(sender_done), {true, {}});
   }
 
+  // Each side's completion runs on its own transport's thread, as with a network transport: a
+  // sender's callbacks never outlive the sender (its thread is joined when it goes). The
+  // sender, when named, is alive: deliver() runs under the fabric lock within its post_send.
   void match(Send send, Receive receive) {
+    auto complete_send = [&](TransferResult result) {
+      if (send.sender) send.sender->complete(std::move(send.done), std::move(result));
+    };
     if (send.length > receive.length) {
       complete(std::move(receive.done), {false, "message of " + std::to_string(send.length) +
                                                     " bytes for a receive of " + std::to_string(receive.length)});
-      complete(std::move(send.done), {false, "receiver's buffer too small"});
+      complete_send({false, "receiver's buffer too small"});
       return;
     }
     std::memcpy(receive.data, send.data, send.length);
     complete(std::move(receive.done), {true, {}});
-    complete(std::move(send.done), {true, {}});
+    complete_send({true, {}});
   }
 
   void complete(Completion done, TransferResult result) {

@@ -1,0 +1,60 @@
+// The loopback transport's threads: each side's completions run on the thread of the transport
+// that posted the transfer, so a sender's callbacks are over once the sender is destroyed, as
+// with a network transport. (They used to run on the receiver's thread, where a send that found
+// no receive could complete after its sender and everything its callback touched were gone.)
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+
+#include "common/host_buffer.h"
+#include "transports/loopback/loopback_transport.h"
+
+namespace modelcast::transport {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(LoopbackTransport, ASendersCompletionsAreOverWhenTheSenderIsDestroyed) {
+  auto receiver = make_loopback_transport();
+  auto sender = make_loopback_transport();
+  HostBuffer memory(4096);
+  auto sender_region = sender->register_memory(memory.data(), 2048, MemoryLocation::host());
+  auto receiver_region = receiver->register_memory(memory.data() + 2048, 2048, MemoryLocation::host());
+  const PeerId peer = sender->connect(receiver->address(), false, nullptr);
+
+  // The receiver's thread is kept busy in a receive's completion until the end of the test.
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  std::promise<void> busy;
+  receiver->post_recv(*receiver_region, 0, 64, 1, [&busy, released](const TransferResult&) {
+    busy.set_value();
+    released.wait();
+  });
+  std::atomic<int> sender_completions{0};
+  sender->post_send(peer, *sender_region, 0, 64, 1, [&](const TransferResult& r) {
+    EXPECT_TRUE(r.ok) << r.error;
+    sender_completions++;
+  });
+  ASSERT_EQ(busy.get_future().wait_for(30s), std::future_status::ready);
+  // A send no receive waits for: complete for its sender once queued at the receiver.
+  sender->post_send(peer, *sender_region, 64, 64, 2, [&](const TransferResult& r) {
+    EXPECT_TRUE(r.ok) << r.error;
+    sender_completions++;
+  });
+  sender_region.reset();
+  sender.reset();
+  EXPECT_EQ(sender_completions.load(), 2) << "a send completion was left to the receiver's (busy) thread";
+  release.set_value();
+
+  // The queued send is still received whole after its sender is gone.
+  std::promise<TransferResult> got;
+  receiver->post_recv(*receiver_region, 64, 64, 2, [&](const TransferResult& r) { got.set_value(r); });
+  auto result = got.get_future();
+  ASSERT_EQ(result.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(result.get().ok);
+  EXPECT_EQ(sender_completions.load(), 2);
+}
+
+}  // namespace
+}  // namespace modelcast::transport
