@@ -51,9 +51,9 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <xxhash.h>
 
 #include "common.h"
+#include "common/digest.h"
 #include "file_baseline.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -138,7 +138,7 @@ struct Model {
   // XOR of each tensor's XXH3-64: what the consumer's last version must hash to.
   std::uint64_t digest() const {
     std::uint64_t d = 0;
-    for (const auto& t : tensors) d ^= XXH3_64bits(t.data, t.spec.size_bytes());
+    for (const auto& t : tensors) d ^= modelcast::digest_bytes(t.data, t.spec.size_bytes());
     return d;
   }
 };
@@ -263,7 +263,7 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
       // bytes shows here even where the per-version stamp check cannot look.
       std::uint64_t digest = 0;
       auto view = consumer.acquire();
-      for (const auto& tensor : view.tensors()) digest ^= XXH3_64bits(tensor.data, tensor.size_bytes());
+      for (const auto& tensor : view.tensors()) digest ^= modelcast::digest_bytes(tensor.data, tensor.size_bytes());
       bench::write_line(bench::kParentWriteFd, "digest " + std::to_string(view.version()) + " " + std::to_string(digest));
       bench::write_line(bench::kParentWriteFd, "end");
       return 0;
@@ -284,7 +284,7 @@ struct ExchangeResult {
   std::vector<double> stall_ms;
   std::vector<double> memcpy_ms;
   std::vector<double> tensor_copy_ms;  // diagnostic: the same bytes copied tensor by tensor, as publish() does
-  std::vector<double> xxh3_ms;         // diagnostic: XXH3-64 over every tensor once (one side's digest work)
+  std::vector<double> xxh3_ms;         // diagnostic: modelcast's XXH3-64 (digest_bytes) over every tensor once (one side's digest work)
   std::vector<double> notify_us;    // per measured version per consumer
   std::vector<double> ceiling_ms;   // the UCX ceiling, one transfer right before each version
   std::vector<double> notify_after_stall_us;  // per version per consumer: notify minus that version's stall
@@ -368,7 +368,7 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
       t0 = bench::steady_ns();
       std::uint64_t digest = 0;
       for (std::size_t i = 0; i < model.tensors.size(); ++i) {
-        digest ^= XXH3_64bits(copy_target.data() + model.offsets[i], model.tensors[i].spec.size_bytes());
+        digest ^= modelcast::digest_bytes(copy_target.data() + model.offsets[i], model.tensors[i].spec.size_bytes());
       }
       double xxh3_ms = static_cast<double>(bench::steady_ns() - t0) / 1e6;
       digest_sink = digest;
