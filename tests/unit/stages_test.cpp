@@ -397,20 +397,18 @@ TEST(Stages, AnOkAckFreesTheSlotBeforeTheSendsReportTheirEnd) {
   ProducerSide p(c.transport);
   const auto fetched = publish_and_fetch_version_1(c, p);
   ASSERT_FALSE(HasFailure());
-  const auto slot_of_1 = fetched.slot;
-  const auto& request = fetched.request;
   // The consumer has it all; the producer has heard of none of its sends' ends.
-  EXPECT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now()).ok);
+  EXPECT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, fetched.request.fetch_id, true, ""}, "c", Clock::now()).ok);
   EXPECT_EQ(p.store.reader_leases(), 0u);
   EXPECT_EQ(p.store.draining_slots(), 0u);
   p.publish(2);
   p.publish(3);  // the empty slots go first
   p.publish(4);  // then the oldest: version 1's, neither held nor draining
-  EXPECT_EQ(p.last_slot, slot_of_1);
+  EXPECT_EQ(p.last_slot, fetched.slot);
   // The completions that come later are ignored.
   for (std::size_t i = 0; i < fetched.chunks(); ++i) {
     ASSERT_TRUE(p.sends.pop());
-    EXPECT_FALSE(p.server->on_send_done(p.consumer.routing_id, request.fetch_id, true, Clock::now()));
+    EXPECT_FALSE(p.server->on_send_done(p.consumer.routing_id, fetched.request.fetch_id, true, Clock::now()));
   }
   EXPECT_EQ(p.store.draining_slots(), 0u);
 }
@@ -422,28 +420,26 @@ TEST(Stages, ALeaseRevokedAfterItsSendsCompletedFreesTheSlotAndALateAckStillCoun
   ProducerSide p(c.transport);
   const auto fetched = publish_and_fetch_version_1(c, p);
   ASSERT_FALSE(HasFailure());
-  const auto slot_of_1 = fetched.slot;
-  const auto& request = fetched.request;
   for (std::size_t i = 0; i < fetched.chunks(); ++i) {
     ASSERT_TRUE(p.sends.pop());
-    p.server->on_send_done(p.consumer.routing_id, request.fetch_id, true, Clock::now());
+    p.server->on_send_done(p.consumer.routing_id, fetched.request.fetch_id, true, Clock::now());
   }
   p.publish(2);
   p.publish(3);
   auto other = p.store.lease(2, "other", Clock::now(), 1h, 0);  // only version 1's slot is left
   ASSERT_TRUE(other);
   auto reserved = p.store.reserve(50ms);  // revokes the lease on version 1
-  EXPECT_EQ(reserved.slot, slot_of_1);
+  EXPECT_EQ(reserved.slot, fetched.slot);
   auto expired = p.store.take_expired(Clock::now());
   ASSERT_EQ(expired.size(), 1u);
   EXPECT_FALSE(p.server->expired(expired[0]));
   EXPECT_TRUE(p.server->take_cut_off().empty()) << "a consumer with no sends in flight was cut off";
-  auto late = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c",
+  auto late = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, fetched.request.fetch_id, true, ""}, "c",
                                Clock::now());
   EXPECT_TRUE(late.known && late.ok && late.after_lease);
   EXPECT_EQ(late.delivery.version, 1u);
   EXPECT_FALSE(
-      p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now()).known);
+      p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, fetched.request.fetch_id, true, ""}, "c", Clock::now()).known);
   p.store.cancel(reserved.slot);
 }
 
