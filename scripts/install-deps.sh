@@ -9,7 +9,7 @@ packages=(
   libzmq3-dev cppzmq-dev          # control plane
   libmsgpack-cxx-dev libboost-dev # wire codec (msgpack's CMake config needs Boost headers)
   libspdlog-dev libfmt-dev        # logging
-  libxxhash-dev                   # per-tensor digests (XXH3)
+  libxxhash-dev                   # block digests (XXH3; xxhash.h is also built for AVX2)
   libsodium-dev                   # key pairs and signed versions (Ed25519); CurveZMQ keys
   libtomlplusplus-dev             # key files
   libcli11-dev nlohmann-json3-dev # command lines, JSON output
