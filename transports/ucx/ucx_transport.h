@@ -29,9 +29,9 @@ struct UcxOptions {
   // reading it, where UCX may never end them (UcxQuirks); past it the worker is halted.
   std::chrono::milliseconds release_timeout{5000};
   // How long the progress thread polls after its last progress before it sleeps (IdleSpin says
-  // why it is a time): 100 us kept one consumer's update as fast as the old 2,000 idle rounds
-  // over shared memory and TCP, and eight relaying consumers on rate-limited links within 1%
-  // of never polling.
+  // why it is a time): with 100 us one consumer's update over shared memory and TCP stayed
+  // within the noise of the old 2,000 idle rounds, and eight relaying consumers on rate-limited
+  // links within 2 % of never polling (bench/RESULTS.md, fan-out).
   std::chrono::microseconds idle_spin{100};
 };
 
