@@ -84,6 +84,7 @@ void ConsumerService::join() {
 void ConsumerService::rejoin_afresh(const std::string& why) {
   abandon_fetch(why, true);
   relay_.clear();
+  release_landed_host();
   offered_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
   join();
 }

@@ -131,6 +131,11 @@ class ConsumerService {
   void on_relay_sent(const RelaySent& sent);
   void pump_relays();
   void relay_failed(const protocol::RelayFailed& failed);
+  std::shared_ptr<detail::ReceiveBuffer> installed_host_bytes(
+      const std::shared_ptr<const detail::InstalledVersion>& current) const;
+  // A staged device consumer's host copy of the version it installs (see landed_host_).
+  void keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, std::uint64_t version);
+  void release_landed_host();
   std::optional<std::pair<Manifest, std::uint64_t>> abandon_fetch(const std::string& why, bool counted);
   // Counted and reported before the ack: the ack is what the outside world sees first.
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
@@ -164,6 +169,12 @@ class ConsumerService {
   std::uint64_t asked_for_ = 0;
   // The version offered as the base of the fetch in flight; service thread only.
   std::shared_ptr<const detail::InstalledVersion> delta_base_;
+  // A staged device consumer's installed version is on the device, but the host buffer it
+  // arrived in still holds its verified bytes: kept here (not in the InstalledVersion, so views
+  // pin only device memory) to serve peers from, and let go as soon as a fetch needs a buffer
+  // and none other is free. Service thread only; null when not serving peers.
+  std::shared_ptr<detail::ReceiveBuffer> landed_host_;
+  std::uint64_t landed_host_version_ = 0;
   unsigned rejections_in_a_row_ = 0;
   bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
   std::uint64_t newest_announced_ = 0;

@@ -47,6 +47,9 @@ void ConsumerService::maybe_fetch() {
   // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
   // asking the producer again and again.
   if (now < retry_fetch_after_) return;
+  // The host copy kept for peers yields to the next version (a relay order that still sends
+  // from it holds it on its own until its sends are over).
+  if (landed_host_ && !store_.buffer_available()) release_landed_host();
   if (!store_.buffer_available() || (landing_ && !landing_->available())) {
     report_buffers_held(newest_announced_);
     return;
@@ -213,8 +216,11 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     t.spec.device = options_.memory == MemoryKind::kCuda ? options_.device : 0;
   }
   if (device_copy) {
-    installed->device = std::move(device_copy);  // the host buffer is free for the next version
+    installed->device = std::move(device_copy);
+    // Views need only the device copy; the host buffer stays for peers until a fetch needs it.
+    keep_landed_host(std::move(done->buffer), installed->manifest.version);
   } else {
+    release_landed_host();
     installed->buffer = std::move(done->buffer);
     // Caller buffers are the caller's to write while no view uses them: only ours stay intact,
     // unless the caller says it leaves its buffers untouched.

@@ -4,10 +4,33 @@
 
 namespace modelcast::consumer {
 
-// Host consumers whose buffers hold what was verified: see ConsumerOptions::serve_peers.
+// Consumers whose buffers hold what was verified: see ConsumerOptions::serve_peers. A device
+// consumer serves from the host buffers a staged route lands in; on a route that reads straight
+// into device memory it has none, and the producer, which asks only consumers on a two-sided
+// transport, never orders it to.
 bool ConsumerService::serves_peers() const {
-  return options_.serve_peers && options_.memory == MemoryKind::kHost &&
-         (options_.caller_buffers.empty() || options_.caller_buffers_untouched);
+  return options_.serve_peers && (options_.caller_buffers.empty() || options_.caller_buffers_untouched);
+}
+
+// The host buffer that holds the installed version's verified bytes: the version's own for a
+// host consumer, the one it landed from for a staged device consumer while still kept.
+std::shared_ptr<detail::ReceiveBuffer> ConsumerService::installed_host_bytes(
+    const std::shared_ptr<const detail::InstalledVersion>& current) const {
+  if (!current) return nullptr;
+  if (current->buffer) return current->buffer;
+  if (landed_host_ && landed_host_version_ == current->manifest.version) return landed_host_;
+  return nullptr;
+}
+
+void ConsumerService::keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, std::uint64_t version) {
+  if (!serves_peers() || !buffer || buffer->device_owned) return release_landed_host();
+  landed_host_ = std::move(buffer);
+  landed_host_version_ = version;
+}
+
+void ConsumerService::release_landed_host() {
+  landed_host_.reset();
+  landed_host_version_ = 0;
 }
 
 void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
@@ -24,12 +47,14 @@ void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
     manifest = arriving->second;
   }
   auto current = store_.current();
-  if (!buffer && current && current->buffer && current->manifest.version == order.version &&
+  auto installed = installed_host_bytes(current);
+  if (!buffer && installed && current->manifest.version == order.version &&
       current->manifest.incarnation == link_.incarnation()) {
-    buffer = current->buffer;
+    buffer = std::move(installed);
     manifest = &current->manifest;
   }
   if (!buffer) return refuse("not held here (installed or arriving)");
+  if (buffer->device_owned) return refuse("it arrives straight in device memory, which this consumer does not serve from");
   if (auto failed = relay_.accept(order, std::move(buffer), *manifest)) relay_failed(*failed);
   pump_relays();
 }
@@ -44,9 +69,9 @@ void ConsumerService::on_relay_sent(const RelaySent& sent) {
 // fetch under way and verified (the installed version's were verified whole).
 void ConsumerService::pump_relays() {
   if (relay_.orders() == 0) return;
-  auto current = store_.current();
+  auto installed = installed_host_bytes(store_.current());
   auto failed = relay_.pump([&](const detail::ReceiveBuffer& buffer, std::uint32_t block) {
-    if (current && current->buffer.get() == &buffer) return BlockState::kReady;
+    if (installed.get() == &buffer) return BlockState::kReady;
     return fetch_.block_state(buffer, block);
   });
   for (const auto& f : failed) relay_failed(f);

@@ -65,10 +65,11 @@ struct ConsumerOptions {
   std::chrono::milliseconds transfer_timeout{30000};
   // Serve blocks of the versions this consumer holds (and is receiving) to other consumers when
   // a producer with relay_fanout asks it to, over the transport it receives on. Each block is
-  // sent once verified here, and checked again where it lands. Only host consumers with
-  // modelcast's own buffers (or caller buffers the caller leaves untouched) serve: other caller
-  // buffers are the caller's to write whenever no view uses them, and a device consumer's host
-  // buffer is reused as soon as its copy is on the device.
+  // sent once verified here, and checked again where it lands. Only consumers with modelcast's
+  // own buffers (or caller buffers the caller leaves untouched) serve: other caller buffers are
+  // the caller's to write whenever no view uses them. A device consumer serves from the host
+  // buffer a staged route lands in, the installed version's until the next version needs that
+  // buffer; one whose route reads straight into device memory (CUDA IPC) does not serve.
   bool serve_peers = true;
   // Largest model this consumer accepts (0: half the machine's memory, or the largest
   // caller buffer); a manifest declaring more is rejected before anything is allocated.
