@@ -134,7 +134,7 @@ class ConsumerService {
   std::shared_ptr<detail::ReceiveBuffer> installed_host_bytes(
       const std::shared_ptr<const detail::InstalledVersion>& current) const;
   // A staged device consumer's host copy of the version it installs (see landed_host_).
-  void keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, std::uint64_t version);
+  void keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest);
   void release_landed_host();
   std::optional<std::pair<Manifest, std::uint64_t>> abandon_fetch(const std::string& why, bool counted);
   // Counted and reported before the ack: the ack is what the outside world sees first.
@@ -171,8 +171,9 @@ class ConsumerService {
   std::shared_ptr<const detail::InstalledVersion> delta_base_;
   // A staged device consumer's installed version is on the device, but the host buffer it
   // arrived in still holds its verified bytes: kept here (not in the InstalledVersion, so views
-  // pin only device memory) to serve peers from, and let go as soon as a fetch needs a buffer
-  // and none other is free. Service thread only; null when not serving peers.
+  // pin only device memory) to serve peers from and as the base of a delta, and let go as soon
+  // as a fetch needs a buffer and none other is free. Service thread only; null when there is
+  // none (caller buffers the caller may write, a route that reads into device memory).
   std::shared_ptr<detail::ReceiveBuffer> landed_host_;
   std::uint64_t landed_host_version_ = 0;
   unsigned rejections_in_a_row_ = 0;

@@ -17,16 +17,45 @@ std::vector<std::uint64_t> host_pmix64(const Manifest& manifest, const std::byte
 
 }  // namespace
 
+// The host buffer that holds the installed version's verified bytes: the version's own for a
+// host consumer, the one it landed from for a staged device consumer while still kept.
+std::shared_ptr<detail::ReceiveBuffer> ConsumerService::installed_host_bytes(
+    const std::shared_ptr<const detail::InstalledVersion>& current) const {
+  if (!current) return nullptr;
+  if (current->buffer) return current->buffer;
+  if (landed_host_ && landed_host_version_ == current->manifest.version) return landed_host_;
+  return nullptr;
+}
+
+// Only buffers whose bytes stay as verified: modelcast's own, or caller buffers left untouched.
+void ConsumerService::keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest) {
+  const bool intact = buffer && !buffer->device_owned && (buffer->owned.size() > 0 || options_.caller_buffers_untouched);
+  if (!intact) return release_landed_host();
+  buffer->held_blocks = manifest.block_digests;
+  landed_host_ = std::move(buffer);
+  landed_host_version_ = manifest.version;
+}
+
+void ConsumerService::release_landed_host() {
+  landed_host_.reset();
+  landed_host_version_ = 0;
+}
+
 // The installed version offered as a delta base: one of this producer run, with block digests,
-// whose bytes are in a host receive buffer (a device consumer's are on the device, where the
-// host-side copy of unchanged blocks cannot reach).
+// whose bytes are in a host receive buffer: a host consumer's own, or the one a staged device
+// consumer landed it from while still kept (the unchanged blocks are copied on the host, and
+// the whole version then goes to the device as a full one does).
 std::shared_ptr<const detail::InstalledVersion> ConsumerService::delta_base() const {
   auto current = store_.current();
-  if (!current || !current->buffer || landing_ || current->manifest.block_digests.empty() ||
-      current->manifest.incarnation != link_.incarnation()) {
+  auto host = installed_host_bytes(current);
+  if (!host || current->manifest.block_digests.empty() || current->manifest.incarnation != link_.incarnation()) {
     return nullptr;
   }
-  return current;
+  if (current->buffer) return current;
+  auto base = std::make_shared<detail::InstalledVersion>();
+  base->manifest = current->manifest;
+  base->buffer = std::move(host);
+  return base;
 }
 
 // What we hold: a newer announced version of this incarnation, or any version of a new one.
@@ -218,7 +247,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   if (device_copy) {
     installed->device = std::move(device_copy);
     // Views need only the device copy; the host buffer stays for peers until a fetch needs it.
-    keep_landed_host(std::move(done->buffer), installed->manifest.version);
+    keep_landed_host(std::move(done->buffer), installed->manifest);
   } else {
     release_landed_host();
     installed->buffer = std::move(done->buffer);

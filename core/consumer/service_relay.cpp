@@ -12,27 +12,6 @@ bool ConsumerService::serves_peers() const {
   return options_.serve_peers && (options_.caller_buffers.empty() || options_.caller_buffers_untouched);
 }
 
-// The host buffer that holds the installed version's verified bytes: the version's own for a
-// host consumer, the one it landed from for a staged device consumer while still kept.
-std::shared_ptr<detail::ReceiveBuffer> ConsumerService::installed_host_bytes(
-    const std::shared_ptr<const detail::InstalledVersion>& current) const {
-  if (!current) return nullptr;
-  if (current->buffer) return current->buffer;
-  if (landed_host_ && landed_host_version_ == current->manifest.version) return landed_host_;
-  return nullptr;
-}
-
-void ConsumerService::keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, std::uint64_t version) {
-  if (!serves_peers() || !buffer || buffer->device_owned) return release_landed_host();
-  landed_host_ = std::move(buffer);
-  landed_host_version_ = version;
-}
-
-void ConsumerService::release_landed_host() {
-  landed_host_.reset();
-  landed_host_version_ = 0;
-}
-
 void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
   if (order.incarnation != link_.incarnation()) return;  // an earlier producer's: it is gone
   auto refuse = [&](const std::string& why) {

@@ -525,6 +525,39 @@ TEST(DeviceExchange, AStagedDeviceConsumerRelaysFromTheHostBufferItsVersionsLand
   EXPECT_EQ(consumer.stats().relay_faults, 0u);
 }
 
+// Deltas reach staged device consumers: the unchanged blocks are copied from the host buffer
+// the version it holds landed in, only the changed ones cross the transport, and every byte of
+// every version is checked on the device, including after versions it skipped.
+TEST(DeviceExchange, AStagedDeviceConsumerReceivesOnlyTheChangedBlocks) {
+  auto& rt = runtime();
+  constexpr int kChangePct = 25;
+  constexpr std::uint64_t kModelKib = 2048;
+  ChildProcess producer({peer_paths::test_peer(), "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0",
+                         "--seed", "5", "--kib", std::to_string(kModelKib), "--chunk-kib", "64", "--change-pct",
+                         std::to_string(kChangePct)});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  modelcast::Consumer consumer(consumer_options(ready->substr(6), MemoryKind::kCuda, devicemodel::other_device(rt)));
+  auto publish_and_check = [&](std::uint64_t v) {
+    ASSERT_TRUE(producer.ask("publish", "published " + std::to_string(v)));
+    auto view = consumer.wait_for_version(v, 60s);
+    ASSERT_TRUE(view) << "version " << v << ": " << consumer.stats().last_error;
+    ASSERT_NE(consumer.stats().path, "cuda_ipc") << "this test needs a route that lands in host buffers";
+    EXPECT_EQ(devicemodel::check(rt, view, 5, kChangePct), "") << "version " << view.version();
+  };
+  for (std::uint64_t v = 1; v <= 5; ++v) publish_and_check(v);
+  // Back to back: the consumer may skip some, and its delta is then against an older base.
+  for (std::uint64_t v = 6; v <= 8; ++v) ASSERT_TRUE(producer.ask("publish", "published " + std::to_string(v)));
+  publish_and_check(9);
+  auto stats = consumer.stats();
+  EXPECT_EQ(stats.versions_rejected, 0u) << stats.last_error;
+  // A quarter of the tensors change a version: whole versions would be 6 models or more.
+  const double models = static_cast<double>(stats.bytes_received) / (kModelKib * 1024.0);
+  EXPECT_GT(models, 1.0) << "the first version must come whole";
+  EXPECT_LT(models, 0.6 * static_cast<double>(stats.versions_installed))
+      << models << " models' worth received for " << stats.versions_installed << " versions";
+}
+
 TEST(DeviceExchange, PublishOrdersItsCopiesAfterTheTrainersStreamWithoutWaitingForIt) {
   auto& rt = runtime();
   modelcast::Producer producer(producer_options());

@@ -82,8 +82,10 @@ class DeviceModel {
   std::vector<void*> allocations_;  // what was allocated (the tensors' bases, or one block)
 };
 
-// Empty if every tensor of `view` (device or host memory) holds what fill(seed, version) wrote.
-inline std::string check(DeviceRuntime& runtime, const modelcast::ModelView& view, std::uint64_t seed) {
+// Empty if every tensor of `view` (device or host memory) holds what fill(seed, version) wrote
+// (testmodel::fill's, with `change_pct` < 100: versions that change only some tensors).
+inline std::string check(DeviceRuntime& runtime, const modelcast::ModelView& view, std::uint64_t seed,
+                         int change_pct = 100) {
   auto tensors = view.tensors();
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     std::size_t size = tensors[t].size_bytes();
@@ -95,7 +97,7 @@ inline std::string check(DeviceRuntime& runtime, const modelcast::ModelView& vie
       std::memcpy(bytes.data(), tensors[t].data, size);
     }
     for (std::size_t i = 0; i * 8 < size; ++i) {
-      std::uint64_t expected = testmodel::word(seed, view.version(), t, i);
+      std::uint64_t expected = testmodel::word(seed, testmodel::source_version(seed, view.version(), t, change_pct), t, i);
       if (std::memcmp(bytes.data() + i * 8, &expected, std::min<std::size_t>(8, size - i * 8)) != 0) {
         return "tensor '" + tensors[t].name() + "' word " + std::to_string(i) + " differs from version " +
                std::to_string(view.version());
