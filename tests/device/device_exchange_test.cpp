@@ -494,8 +494,9 @@ TEST(DeviceExchange, ADeviceConsumerReceivesARelayedVersionAndItsViewsHoldDevice
 }
 
 // And they serve: a device consumer on a staged route keeps the host buffer its version landed
-// in (its views hold only device memory) and relays from it, the installed version to a peer
-// that joins late and the next version while it still arrives. The peer checks every byte.
+// in (its views hold only device memory) and relays from it, the installed version to another
+// device consumer that joins late and the next version while it still arrives. The peer checks
+// every byte on its device.
 TEST(DeviceExchange, AStagedDeviceConsumerRelaysFromTheHostBufferItsVersionsLandIn) {
   auto& rt = runtime();
   ChildProcess producer({peer_paths::test_peer(), "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0",
@@ -510,8 +511,8 @@ TEST(DeviceExchange, AStagedDeviceConsumerRelaysFromTheHostBufferItsVersionsLand
   ASSERT_TRUE(view) << consumer.stats().last_error;
   ASSERT_NE(consumer.stats().path, "cuda_ipc") << "this test needs a route that lands in host buffers";
   // The only holder of version 1 besides the producer is the device consumer.
-  ChildProcess peer({peer_paths::test_peer(), "consumer", "--endpoint", endpoint, "--name", "host-peer", "--seed",
-                     "5", "--until-version", "2", "--no-serve"});
+  ChildProcess peer({peer_paths::device_peer(), "consumer", "--endpoint", endpoint, "--until-version", "2", "--seed",
+                     "5", "--memory", "cuda", "--device", std::to_string(device)});
   ASSERT_TRUE(peer.wait_for_line("installed 1"));
   ASSERT_TRUE(eventually([&] { return consumer.stats().bytes_relayed >= 512u * 1024u; }, 60s))
       << "the device consumer relayed " << consumer.stats().bytes_relayed << " bytes; " << consumer.stats().last_error;
@@ -520,7 +521,8 @@ TEST(DeviceExchange, AStagedDeviceConsumerRelaysFromTheHostBufferItsVersionsLand
   ASSERT_TRUE(view) << consumer.stats().last_error;
   EXPECT_EQ(devicemodel::check(rt, view, 5), "");
   for (const auto& t : view.tensors()) EXPECT_EQ(rt.pointer_info(t.data).kind, MemoryKind::kCuda) << t.name();
-  EXPECT_EQ(peer.wait(), 0);  // 3: a byte it installed did not match the producer's model
+  ASSERT_TRUE(peer.wait_for_line("installed 2"));
+  EXPECT_EQ(peer.wait(), 0);
   for (const auto& line : peer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
   EXPECT_EQ(consumer.stats().relay_faults, 0u);
 }
