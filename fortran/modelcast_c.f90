@@ -12,7 +12,8 @@ module modelcast_c
       MC_ERR_RESOURCE = 8, MC_ERR_AUTHENTICATION = 9, MC_ERR_UNKNOWN = 99
   ! mc_dtype
   integer(c_int), parameter, public :: MC_DTYPE_F64 = 0, MC_DTYPE_F32 = 1, MC_DTYPE_F16 = 2, MC_DTYPE_BF16 = 3, &
-      MC_DTYPE_I64 = 4, MC_DTYPE_I32 = 5, MC_DTYPE_I16 = 6, MC_DTYPE_I8 = 7, MC_DTYPE_U8 = 8, MC_DTYPE_BOOL = 9
+      MC_DTYPE_I64 = 4, MC_DTYPE_I32 = 5, MC_DTYPE_I16 = 6, MC_DTYPE_I8 = 7, MC_DTYPE_U8 = 8, MC_DTYPE_BOOL = 9, &
+      MC_DTYPE_F8E4M3 = 10
 
   type, bind(c), public :: mc_producer_options_t
     integer(c_size_t) :: struct_size

@@ -24,6 +24,7 @@ static_assert(MC_DTYPE_I16 == static_cast<int>(modelcast::DType::kI16));
 static_assert(MC_DTYPE_I8 == static_cast<int>(modelcast::DType::kI8));
 static_assert(MC_DTYPE_U8 == static_cast<int>(modelcast::DType::kU8));
 static_assert(MC_DTYPE_BOOL == static_cast<int>(modelcast::DType::kBool));
+static_assert(MC_DTYPE_F8E4M3 == static_cast<int>(modelcast::DType::kF8E4M3));
 static_assert(MC_MEMORY_HOST == static_cast<int>(modelcast::MemoryKind::kHost));
 static_assert(MC_MEMORY_CUDA == static_cast<int>(modelcast::MemoryKind::kCuda));
 

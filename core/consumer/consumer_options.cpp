@@ -54,6 +54,10 @@ ConsumerOptions checked(ConsumerOptions options) {
     if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
   }
   if (options.memory == MemoryKind::kCuda) {
+    if (!options.conversions.empty()) {
+      throw Error(ErrorCode::kInvalidArgument, "conversions run on host consumers only: converting on the device "
+                                               "is not built yet (memory = cuda)");
+    }
     if (!options.caller_buffers.empty()) {
       throw Error(ErrorCode::kInvalidArgument, "caller_buffers are host memory: not with memory = cuda");
     }

@@ -15,7 +15,8 @@ ConsumerService::ConsumerService(ConsumerOptions options)
       offered_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer)),
       store_(options_.buffers, options_.caller_buffers),
       fetch_([events = events_](const ChunkDone& done) { events->push(done); }),
-      relay_([events = events_](const RelaySent& sent) { events->push(sent); }) {
+      relay_([events = events_](const RelaySent& sent) { events->push(sent); }),
+      converter_(options_.conversions) {
   policy_.model = options_.model_name;
   policy_.limits.max_total_bytes = model_size_cap(options_);
   policy_.expected_layout = options_.expected_layout;

@@ -6,6 +6,7 @@
 //   Verifier         manifest, limits, layout, chunk plan, signature, digests
 //   VersionStore     receive buffers, the installed version, the swap readers see
 //   RelayServer      blocks of what this consumer holds, sent on to peers the producer names
+//   TensorConverter  tensors a host consumer serves in another dtype, converted once verified
 // Only this service sends control messages (service.cpp: the loop, the link and joins;
 // service_fetch.cpp: fetch, verify, install); the stages return what to send.
 //
@@ -38,6 +39,7 @@
 #include "core/consumer/fetch_client.h"
 #include "core/consumer/producer_link.h"
 #include "core/consumer/relay_server.h"
+#include "core/consumer/tensor_converter.h"
 #include "core/consumer/verifier.h"
 #include "core/consumer/version_store.h"
 #include "core/wire/protocol.h"
@@ -160,6 +162,7 @@ class ConsumerService {
   std::unique_ptr<DeviceLanding> landing_;  // device consumers only; service thread only
   FetchClient fetch_;        // service thread only
   RelayServer relay_;        // service thread only
+  TensorConverter converter_;  // service thread only after construction
   VerifierPolicy policy_;    // immutable after construction
   // Service thread only: versions refused (the newest kMaxRemembered), the version the fetch in
   // flight asked for, and the refusals since the last install (reject() says why).

@@ -212,6 +212,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     return;
   }
   std::shared_ptr<detail::DeviceBuffer> device_copy;
+  auto installed = std::make_shared<detail::InstalledVersion>();
   try {
     const Manifest& m = done->manifest;
     bool pmix = m.integrity && m.digest_kind == DigestKind::kPmix64;
@@ -231,10 +232,15 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     const bool by_block = checked_by_block(m);
     check_arrived(policy_, m, {std::move(done->received), by_block, std::move(done->blocks)},
                   done->signature, current ? &current->manifest : nullptr);
+    // What was verified is what the producer sent; conversion follows (host consumers only).
+    converter_.apply(m, done->buffer->memory.data(), *installed);
   } catch (const Error& e) {
     return reject(done->manifest, done->fetch_id, e);
+  } catch (const std::bad_alloc&) {
+    return reject(done->manifest, done->fetch_id,
+                  Error(ErrorCode::kResource, "cannot allocate memory to convert version " +
+                                                  std::to_string(done->manifest.version)));
   }
-  auto installed = std::make_shared<detail::InstalledVersion>();
   installed->update_latency = std::chrono::nanoseconds(realtime_ns() - done->manifest.publish_time_ns);
   installed->manifest = std::move(done->manifest);
   const std::uint64_t done_bytes = done->bytes_received;
@@ -293,7 +299,11 @@ void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, c
   retry_fetch_after_ = Clock::now() + std::min<Clock::duration>(tick() * (1u << (rejections_in_a_row_ - 1)),
                                                                 kMaxRejectBackoff);
   fetch_.forget();
-  count([](ConsumerStats& s) { s.versions_rejected++; });
+  // One update, so a reader that sees the count sees why.
+  count([&](ConsumerStats& s) {
+    s.versions_rejected++;
+    s.last_error = error.what();
+  });
   report(error);
   send_ack(manifest, fetch_id, false, error.what());
 }

@@ -230,6 +230,7 @@ std::optional<Format> format_of(DType dtype) noexcept {
     case DType::kF32: return Format::kF32;
     case DType::kF16: return Format::kF16;
     case DType::kBF16: return Format::kBF16;
+    case DType::kF8E4M3: return Format::kF8E4M3;
     default: return std::nullopt;
   }
 }

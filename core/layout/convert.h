@@ -27,9 +27,8 @@
 //     hold the product (always with s = 1, so fp8 -> any target is bit-exact without a scale);
 //     NaN gives the target's quiet NaN with the sign kept; a product past f16's range gives inf.
 //
-// The format enum below is local: fp8 has no modelcast::DType yet (DType values are wire
-// protocol and fp8's belongs with the data path's change), and fp8 is hand-written here because
-// Debian's archive has no library for it (Eigen 3.4 stops at half and bfloat16).
+// fp8 is hand-written here because Debian's archive has no library for it (Eigen 3.4 stops at
+// half and bfloat16).
 #pragma once
 
 #include <cstddef>
@@ -51,7 +50,7 @@ inline constexpr float kF8E4M3Max = 448.0f;
 std::size_t format_size(Format format) noexcept;
 // "f32", "f16", "bf16", "f8e4m3": for messages.
 std::string_view format_name(Format format) noexcept;
-// The format of a tensor of `dtype`: f32, f16 and bf16 have one; other dtypes std::nullopt.
+// The format of a tensor of `dtype`: f32, f16, bf16 and f8e4m3 have one; other dtypes std::nullopt.
 std::optional<Format> format_of(DType dtype) noexcept;
 
 // Converts `count` elements from `src` (in `from`) to `dst` (in `to`); both f32, f16 or bf16,

@@ -29,6 +29,7 @@ DTypeFacts facts(DType dtype) noexcept {
     case DType::kI8: return {1, "i8"};
     case DType::kU8: return {1, "u8"};
     case DType::kBool: return {1, "bool"};
+    case DType::kF8E4M3: return {1, "f8e4m3"};
   }
   return {0, "unknown"};
 }

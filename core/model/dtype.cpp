@@ -10,10 +10,11 @@ struct DTypeInfo {
   std::string_view name;
   std::size_t size;
 };
-constexpr std::array<DTypeInfo, 10> kDTypes{{
+constexpr std::array<DTypeInfo, 11> kDTypes{{
     {DType::kF64, "f64", 8}, {DType::kF32, "f32", 4}, {DType::kF16, "f16", 2},
     {DType::kBF16, "bf16", 2}, {DType::kI64, "i64", 8}, {DType::kI32, "i32", 4},
     {DType::kI16, "i16", 2}, {DType::kI8, "i8", 1}, {DType::kU8, "u8", 1}, {DType::kBool, "bool", 1},
+    {DType::kF8E4M3, "f8e4m3", 1},
 }};
 }  // namespace
 

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -41,10 +42,23 @@ struct ReceiveBuffer {
   std::vector<std::uint64_t> held_blocks;
 };
 
+// A tensor the consumer converted to another dtype (ConsumerOptions::conversions): its spec as
+// views see it, and where its bytes are in the version's converted memory.
+struct ConvertedTensor {
+  TensorSpec spec;
+  std::uint64_t offset = 0;
+  std::vector<float> scales;  // f8e4m3: one per scale_block elements (0: one for the tensor)
+  std::size_t scale_block = 0;
+};
+
 struct InstalledVersion {
   Manifest manifest;                     // tensor specs say where the view's bytes are
   std::shared_ptr<ReceiveBuffer> buffer; // host consumers: the bytes; null for a device consumer
   std::shared_ptr<DeviceBuffer> device;  // device consumers: the bytes
+  // Converted tensors, by the manifest's tensor index (empty: none), and the memory they are
+  // in. The manifest stays as the producer sent it: deltas and relays work on those bytes.
+  std::vector<std::optional<ConvertedTensor>> converted;
+  std::shared_ptr<const HostBuffer> converted_memory;
   std::chrono::nanoseconds update_latency{0};
 };
 

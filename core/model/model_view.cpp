@@ -9,9 +9,14 @@ const detail::InstalledVersion& checked(const std::shared_ptr<const detail::Inst
   if (!state) throw Error(ErrorCode::kState, "empty ModelView: no version installed yet");
   return *state;
 }
-TensorView view_of(const detail::InstalledVersion& v, const TensorEntry& entry) {
+TensorView view_of(const detail::InstalledVersion& v, std::size_t index) {
+  if (!v.converted.empty() && v.converted[index]) {
+    const auto& c = *v.converted[index];
+    return TensorView{&c.spec, v.converted_memory->data() + c.offset, c.scales, c.scale_block};
+  }
+  const TensorEntry& entry = v.manifest.tensors[index];
   std::byte* base = v.device ? static_cast<std::byte*>(v.device->base) : v.buffer->memory.data();
-  return TensorView{&entry.spec, base + entry.offset};
+  return TensorView{&entry.spec, base + entry.offset, {}, 0};
 }
 }  // namespace
 
@@ -28,14 +33,14 @@ std::vector<TensorView> ModelView::tensors() const {
   const auto& v = checked(state_);
   std::vector<TensorView> views;
   views.reserve(v.manifest.tensors.size());
-  for (const auto& entry : v.manifest.tensors) views.push_back(view_of(v, entry));
+  for (std::size_t i = 0; i < v.manifest.tensors.size(); ++i) views.push_back(view_of(v, i));
   return views;
 }
 
 std::optional<TensorView> ModelView::find(std::string_view name) const {
   const auto& v = checked(state_);
-  for (const auto& entry : v.manifest.tensors) {
-    if (entry.spec.name == name) return view_of(v, entry);
+  for (std::size_t i = 0; i < v.manifest.tensors.size(); ++i) {
+    if (v.manifest.tensors[i].spec.name == name) return view_of(v, i);
   }
   return std::nullopt;
 }

@@ -45,7 +45,7 @@ struct DTypeName {
 constexpr DTypeName kNames[] = {{DType::kF64, "F64"}, {DType::kF32, "F32"}, {DType::kF16, "F16"},
                                 {DType::kBF16, "BF16"}, {DType::kI64, "I64"}, {DType::kI32, "I32"},
                                 {DType::kI16, "I16"}, {DType::kI8, "I8"}, {DType::kU8, "U8"},
-                                {DType::kBool, "BOOL"}};
+                                {DType::kBool, "BOOL"}, {DType::kF8E4M3, "F8_E4M3"}};
 
 }  // namespace
 

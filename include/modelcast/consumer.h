@@ -20,6 +20,16 @@
 
 namespace modelcast {
 
+// A tensor served in another precision than the producer's. Each version is verified as the
+// producer sent it and converted after, before it is installed. Rounding and fp8 scales:
+// core/layout/convert.h (widening is bit-exact; narrowing rounds to nearest even, once).
+struct TensorConversion {
+  std::string tensor;          // a tensor's name, or "*": every f32, f16 and bf16 tensor not named
+  DType to = DType::kBF16;     // f32, f16, bf16 or f8e4m3
+  // f8e4m3 only: elements per scale (0: one scale for the whole tensor, amax / 448).
+  std::size_t fp8_block = 0;
+};
+
 struct ConsumerOptions {
   std::string producer_endpoint;   // the producer's control endpoint (tcp://... or ipc://...)
   std::string model_name = "model";
@@ -86,6 +96,10 @@ struct ConsumerOptions {
   KeyPair key;
   std::string key_file;
   bool allow_plaintext_remote = false;
+  // Tensors that views hold in another dtype (see TensorConversion); host consumers only
+  // (Error(kInvalidArgument) with memory = cuda). A version with a named tensor that is absent
+  // or not f32, f16 or bf16 is rejected naming it, and the last good version stays.
+  std::vector<TensorConversion> conversions;
   // Runs on the consumer's service thread after a version is installed, or when one is
   // rejected. Keep them short: the next update waits for them.
   std::function<void(const ModelView&)> on_update;

@@ -49,7 +49,8 @@ typedef enum mc_dtype {
   MC_DTYPE_I16 = 6,
   MC_DTYPE_I8 = 7,
   MC_DTYPE_U8 = 8,
-  MC_DTYPE_BOOL = 9 /* one byte per element */
+  MC_DTYPE_BOOL = 9, /* one byte per element */
+  MC_DTYPE_F8E4M3 = 10 /* since 0.5: fp8 e4m3 (OCP E4M3FN), one byte per element */
 } mc_dtype;
 
 /* Mirrors modelcast::MemoryKind numerically. */

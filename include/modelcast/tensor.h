@@ -42,6 +42,11 @@ struct TensorRef {
 struct TensorView {
   const TensorSpec* spec = nullptr;
   const void* data = nullptr;
+  // An f8e4m3 tensor the consumer converted (ConsumerOptions::conversions): element i is
+  // decode(code) * scales[i / scale_block], one scale for the whole tensor when scale_block is
+  // 0. Empty for every other tensor.
+  std::span<const float> scales{};
+  std::size_t scale_block = 0;
 
   const std::string& name() const noexcept { return spec->name; }
   DType dtype() const noexcept { return spec->dtype; }

@@ -14,6 +14,9 @@ namespace modelcast {
 enum class DType : std::uint8_t {
   kF64 = 0, kF32 = 1, kF16 = 2, kBF16 = 3,
   kI64 = 4, kI32 = 5, kI16 = 6, kI8 = 7, kU8 = 8, kBool = 9,
+  // fp8 e4m3 (OCP E4M3FN): what a consumer converts to for fp8 serving (ConsumerOptions::
+  // conversions); a producer may register it too, as opaque bytes.
+  kF8E4M3 = 10,
 };
 
 // Where a tensor's bytes live. Device memory is described by MemoryKind::kCuda plus a

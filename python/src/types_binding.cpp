@@ -26,7 +26,7 @@ void bind_types(py::module_& m) {
         "for an unknown name.");
   m.def("dtype_names", [] {
     std::vector<std::string> names;
-    for (int i = 0; i <= static_cast<int>(DType::kBool); ++i) names.emplace_back(dtype_name(static_cast<DType>(i)));
+    for (int i = 0; i <= static_cast<int>(DType::kF8E4M3); ++i) names.emplace_back(dtype_name(static_cast<DType>(i)));
     return names;
   }, "The dtype names modelcast knows, in wire order.");
 

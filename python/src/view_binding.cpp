@@ -37,6 +37,7 @@ const char* numpy_type(DType d) {
     case DType::kI8: return "int8";
     case DType::kU8: return "uint8";
     case DType::kBool: return "bool";
+    case DType::kF8E4M3: return "uint8";  // the raw codes: NumPy has no fp8
   }
   return nullptr;
 }
@@ -55,6 +56,7 @@ DLDataType dlpack_type(DType d) {
     case DType::kI8: return {kDLInt, 8, 1};
     case DType::kU8: return {kDLUInt, 8, 1};
     case DType::kBool: return {kDLUInt, 8, 1};
+    case DType::kF8E4M3: return {kDLUInt, 8, 1};  // DLPack 0.6 and torch 1.13 have no fp8: the raw codes
   }
   return {kDLUInt, 8, 1};
 }
