@@ -64,7 +64,7 @@ void require(const void* pointer, const char* what) {
   if (pointer == nullptr) invalid(std::string(what) + " is NULL");
 }
 
-bool valid_dtype(int dtype) { return dtype >= MC_DTYPE_F64 && dtype <= MC_DTYPE_BOOL; }
+bool valid_dtype(int dtype) { return dtype >= MC_DTYPE_F64 && dtype <= MC_DTYPE_F8E4M3; }
 
 std::chrono::milliseconds timeout_of(std::int64_t ms, const char* what) {
   if (ms < 0) invalid(std::string(what) + " is negative (" + std::to_string(ms) + ")");
@@ -77,7 +77,7 @@ modelcast::TensorRef tensor_ref(const char* name, int dtype, std::size_t ndim, c
   require(name, "tensor name");
   std::string label = std::string("tensor '") + name + "'";
   if (!valid_dtype(dtype)) {
-    invalid(label + " has an unknown dtype " + std::to_string(dtype) + " (valid: 0..9, see mc_dtype)");
+    invalid(label + " has an unknown dtype " + std::to_string(dtype) + " (valid: 0..10, see mc_dtype)");
   }
   if (memory != MC_MEMORY_HOST && memory != MC_MEMORY_CUDA) {
     invalid(label + " has an unknown memory kind " + std::to_string(memory));

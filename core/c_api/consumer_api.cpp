@@ -106,6 +106,16 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
       if (options->path != nullptr) o.path = options->path;
     }
     if (has_field(*options, options->serve_peers)) o.serve_peers = options->serve_peers != 0;
+    if (has_field(*options, options->conversion_count)) {
+      if (options->conversion_count > 0) require(options->conversions, "options.conversions");
+      for (std::size_t i = 0; i < options->conversion_count; ++i) {
+        const auto& c = options->conversions[i];
+        const std::string label = "options.conversions[" + std::to_string(i) + "]";
+        if (c.tensor == nullptr) invalid(label + ".tensor is NULL");
+        if (!valid_dtype(raw(c.to))) invalid(label + ".to is not an mc_dtype: " + std::to_string(raw(c.to)));
+        o.conversions.push_back({c.tensor, static_cast<modelcast::DType>(c.to), c.fp8_block});
+      }
+    }
     auto handle = std::make_unique<mc_consumer>();
     handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
     *out = handle.release();

@@ -1,6 +1,7 @@
 // The C ABI's view entry points and small helpers (include/modelcast/modelcast.h).
 #include "core/c_api/c_boundary.h"
 
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -29,7 +30,8 @@ const char* mc_status_name(mc_status status) {
 
 const char* mc_dtype_name(mc_dtype dtype) {
   // Same spelling as modelcast::dtype_name, but NUL-terminated by construction.
-  static constexpr const char* kNames[] = {"f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool"};
+  static constexpr const char* kNames[] = {"f64", "f32", "f16", "bf16", "i64", "i32", "i16", "i8", "u8", "bool", "f8e4m3"};
+  static_assert(std::size(kNames) == MC_DTYPE_F8E4M3 + 1, "a name for every mc_dtype");
   int d = raw(dtype);
   if (!valid_dtype(d)) return nullptr;
   return kNames[d];
@@ -111,6 +113,28 @@ mc_status mc_view_tensor_at(const mc_view_t* view, size_t index, mc_tensor_info*
               std::to_string(view->view.version()) + " has " + std::to_string(view->tensors.size()) + " tensors)");
     }
     fill_info(view->tensors[index], out);
+    return MC_OK;
+  });
+}
+
+mc_status mc_view_tensor_scales(const mc_view_t* view, size_t index, const float** scales, size_t* count,
+                                size_t* scale_block) {
+  if (scales != nullptr) *scales = nullptr;
+  if (count != nullptr) *count = 0;
+  if (scale_block != nullptr) *scale_block = 0;
+  return guarded(__func__, [&] {
+    require(view, "view");
+    require(scales, "scales");
+    require(count, "count");
+    require(scale_block, "scale_block");
+    if (index >= view->tensors.size()) {
+      invalid("tensor index " + std::to_string(index) + " is out of range (version " +
+              std::to_string(view->view.version()) + " has " + std::to_string(view->tensors.size()) + " tensors)");
+    }
+    const auto& t = view->tensors[index];
+    if (!t.scales.empty()) *scales = t.scales.data();
+    *count = t.scales.size();
+    *scale_block = t.scale_block;
     return MC_OK;
   });
 }

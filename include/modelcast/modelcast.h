@@ -288,7 +288,21 @@ typedef struct mc_consumer_options {
    * consumer holds to other consumers when a producer with relay_fanout asks
    * (ConsumerOptions::serve_peers). Default 1. */
   int serve_peers;
+  /* Since 0.5 (read only when struct_size covers them). Tensors views hold in another dtype
+   * (ConsumerOptions::conversions; host consumers only): count 0 (default) = none. */
+  const struct mc_tensor_conversion* conversions;
+  size_t conversion_count;
 } mc_consumer_options;
+
+/* Since 0.5. A tensor a consumer serves in another dtype, converted once the version is
+ * verified: `tensor` is a name, or "*" for every f32, f16 and bf16 tensor not named; `to` is
+ * MC_DTYPE_F32, _F16, _BF16 or _F8E4M3; `fp8_block` (f8e4m3 only) is the elements per scale,
+ * 0 for one scale per tensor. Rounding: the README's "Conversions". */
+typedef struct mc_tensor_conversion {
+  const char* tensor;
+  mc_dtype to;
+  size_t fp8_block;
+} mc_tensor_conversion;
 
 typedef struct mc_consumer_stats {
   uint64_t current_version;
@@ -380,6 +394,13 @@ MODELCAST_API mc_status mc_view_find_tensor(const mc_view_t* view, const char* n
 /* Fills *out for the index-th tensor in the producer's registration order (pointers owned by
  * the view). Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT (NULL view/out, index >= count). */
 MODELCAST_API mc_status mc_view_tensor_at(const mc_view_t* view, size_t index, mc_tensor_info* out);
+
+/* Since 0.5. The fp8 scales of the index-th tensor (an f8e4m3 tensor the consumer converted):
+ * element i is its code's value times (*scales)[i / *scale_block], or times (*scales)[0] when
+ * *scale_block is 0. Other tensors: *scales NULL, *count 0. Pointers owned by the view.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL argument, index >= count). */
+MODELCAST_API mc_status mc_view_tensor_scales(const mc_view_t* view, size_t index, const float** scales,
+                                              size_t* count, size_t* scale_block);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,7 +1,7 @@
 """Consumer: lives in the inference process and always has the newest installed version."""
 
 from . import _core
-from ._dtypes import tensor_spec
+from ._dtypes import dtype_name, tensor_spec
 from ._service import Service, _live, check_callback, options_from, seconds
 
 
@@ -14,6 +14,13 @@ class Consumer(Service):
     ``producer_public_key``, ``key``, ``key_file``, ``allow_plaintext_remote``, ``serve_peers``:
     relay versions to other consumers when the producer asks; stats() counts ``bytes_relayed``
     and ``relay_faults``). Caller-owned receive buffers are not offered in Python.
+
+    ``conversions`` serves tensors in another dtype, converted once each version is verified
+    (host consumers only): a dict ``{name: dtype}`` or a list of ``(name, dtype)`` or
+    ``(name, dtype, fp8_block)``, ``name`` ``"*"`` for every f32, f16 and bf16 tensor not named,
+    ``dtype`` ``"f32"``, ``"f16"``, ``"bf16"`` or ``"f8e4m3"`` (a torch or NumPy dtype works for
+    the first three). f8e4m3 tensors come as their uint8 codes; ``view.scales(name)`` gives
+    their scales.
 
     ``memory="cuda"`` with ``device=N`` receives every version into memory of CUDA device N
     (checked there before it becomes visible): views then hold device pointers, export them
@@ -28,13 +35,16 @@ class Consumer(Service):
     All methods are thread-safe.
     """
 
-    def __init__(self, producer_endpoint, *, on_update=None, on_error=None, expected_layout=None, **options):
+    def __init__(self, producer_endpoint, *, on_update=None, on_error=None, expected_layout=None, conversions=None,
+                 **options):
         check_callback("Consumer", "on_update", on_update)
         check_callback("Consumer", "on_error", on_error)
         opts = options_from(_core.ConsumerOptions, options, "Consumer")
         opts.producer_endpoint = producer_endpoint
         if expected_layout is not None:
             opts.expected_layout = [tensor_spec(e) for e in expected_layout]
+        if conversions is not None:
+            opts.conversions = _conversions(conversions)
         self._impl = _core._Consumer(opts, on_update, on_error)
         _live.add(self)
 
@@ -50,3 +60,12 @@ class Consumer(Service):
     def close(self):
         """Stops the consumer. Views, arrays and tensors taken from it stay valid. Idempotent."""
         self._impl.close()
+
+
+def _conversions(conversions):
+    items = conversions.items() if isinstance(conversions, dict) else conversions
+    out = []
+    for item in items:
+        name, dtype, *rest = item
+        out.append(_core.TensorConversion(name, dtype_name(dtype), *rest))
+    return out

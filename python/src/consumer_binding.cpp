@@ -86,6 +86,20 @@ class PyConsumer {
 }  // namespace
 
 void bind_consumer(py::module_& m) {
+  py::class_<TensorConversion>(m, "TensorConversion",
+                               "A tensor views hold in another dtype: `tensor` (a name, or '*'), `to` "
+                               "('f32', 'f16', 'bf16' or 'f8e4m3') and, for f8e4m3, `fp8_block` elements per "
+                               "scale (0: one scale for the tensor).")
+      .def(py::init([](std::string tensor, const std::string& to, std::size_t fp8_block) {
+             auto d = parse_dtype(to);
+             if (!d) throw Error(ErrorCode::kInvalidArgument, "conversion of '" + tensor + "': unknown dtype '" + to + "'");
+             return TensorConversion{std::move(tensor), *d, fp8_block};
+           }),
+           py::arg("tensor"), py::arg("to"), py::arg("fp8_block") = 0)
+      .def_readonly("tensor", &TensorConversion::tensor)
+      .def_property_readonly("to", [](const TensorConversion& c) { return std::string(dtype_name(c.to)); })
+      .def_readonly("fp8_block", &TensorConversion::fp8_block);
+
   py::class_<ConsumerOptions>(m, "ConsumerOptions", "Mirrors modelcast::ConsumerOptions; durations in seconds.")
       .def(py::init<>())
       .def_readwrite("producer_endpoint", &ConsumerOptions::producer_endpoint)
@@ -97,6 +111,7 @@ void bind_consumer(py::module_& m) {
       .def_readwrite("producer_timeout", &ConsumerOptions::producer_timeout)
       .def_readwrite("transfer_timeout", &ConsumerOptions::transfer_timeout)
       .def_readwrite("serve_peers", &ConsumerOptions::serve_peers)
+      .def_readwrite("conversions", &ConsumerOptions::conversions)
       .def_readwrite("max_model_bytes", &ConsumerOptions::max_model_bytes)
       .def_readwrite("producer_public_key", &ConsumerOptions::producer_public_key)
       .def_readwrite("key", &ConsumerOptions::key)

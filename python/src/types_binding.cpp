@@ -14,7 +14,7 @@ namespace {
 
 DType dtype_from_name(const std::string& name) {
   auto d = parse_dtype(name);
-  if (!d) throw_invalid("unknown dtype '" + name + "' (expected f64, f32, f16, bf16, i64, i32, i16, i8, u8 or bool)");
+  if (!d) throw_invalid("unknown dtype '" + name + "' (expected f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool or f8e4m3)");
   return *d;
 }
 

@@ -190,6 +190,12 @@ void bind_view(py::module_& m) {
         for (const auto& t : require_version(v).tensors()) specs.push_back(*t.spec);
         return specs;
       }, "TensorSpec of every tensor, in the producer's registration order.")
+      .def("scales", [](const ModelView& v, const std::string& name) {
+        auto t = require_version(v).tensor(name);
+        return py::make_tuple(std::vector<float>(t.scales.begin(), t.scales.end()), t.scale_block);
+      }, py::arg("name"),
+           "(scales, scale_block) of an f8e4m3 tensor the consumer converted: element i is its code's value "
+           "times scales[i // scale_block] (scales[0] when scale_block is 0); ([], 0) for other tensors.")
       .def("spec", [](const ModelView& v, const std::string& name) { return *require_version(v).tensor(name).spec; },
            py::arg("name"), "TensorSpec of `name`; InvalidArgumentError naming it if absent.")
       .def("array", &make_array, py::arg("name"),

@@ -223,6 +223,63 @@ TEST(CApi, RoundTripIsBitExactAcrossVersions) {
   EXPECT_STREQ(cs.last_error, "");
 }
 
+// Conversions through the C ABI: an f32 tensor served as fp8 with its scale, another as bf16
+// ("*"), against codes worked out by hand (e4m3: bias 7, 3 mantissa bits).
+TEST(CApi, ConvertedTensorsComeInTheirNewDtypeWithTheirScales) {
+  std::vector<float> q = {896.0f, -448.0f, 2.0f, 0.0f};  // amax 896: scale 896 / 448 = 2
+  std::vector<float> b = {1.0f, -2.5f};
+  const std::int64_t q_shape[] = {4}, b_shape[] = {2};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "q", MC_DTYPE_F32, 1, q_shape, q.data()), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "b", MC_DTYPE_F32, 1, b_shape, b.data()), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_prepare(producer.p), MC_OK) << last_error();
+  const mc_tensor_conversion conversions[] = {{"q", MC_DTYPE_F8E4M3, 0}, {"*", MC_DTYPE_BF16, 0}};
+  mc_consumer_options o;
+  mc_consumer_options_init(&o);
+  o.producer_endpoint = mc_producer_endpoint(producer.p);
+  o.model_name = "abi";
+  o.conversions = conversions;
+  o.conversion_count = 2;
+  ConsumerPtr consumer;
+  ASSERT_EQ(mc_consumer_create(&o, &consumer.c), MC_OK) << last_error();
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(producer.p, 1, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, result.version, kWaitMs, &view.v), MC_OK) << last_error();
+
+  mc_tensor_info info{};
+  ASSERT_EQ(mc_view_tensor_at(view.v, 0, &info), MC_OK) << last_error();
+  EXPECT_EQ(info.dtype, MC_DTYPE_F8E4M3);
+  ASSERT_EQ(info.size_bytes, 4u);
+  const unsigned char expected_codes[] = {0x7e, 0xf6, 0x38, 0x00};  // 448, -224, 1, 0 times the scale
+  EXPECT_EQ(std::memcmp(info.data, expected_codes, 4), 0);
+  const float* scales = nullptr;
+  std::size_t count = 0, block = 7;
+  ASSERT_EQ(mc_view_tensor_scales(view.v, 0, &scales, &count, &block), MC_OK) << last_error();
+  ASSERT_EQ(count, 1u);
+  EXPECT_EQ(scales[0], 2.0f);
+  EXPECT_EQ(block, 0u);
+
+  ASSERT_EQ(mc_view_tensor_at(view.v, 1, &info), MC_OK) << last_error();
+  EXPECT_EQ(info.dtype, MC_DTYPE_BF16);
+  const std::uint16_t expected_bf16[] = {0x3f80, 0xc020};
+  ASSERT_EQ(info.size_bytes, 4u);
+  EXPECT_EQ(std::memcmp(info.data, expected_bf16, 4), 0);
+  ASSERT_EQ(mc_view_tensor_scales(view.v, 1, &scales, &count, &block), MC_OK) << last_error();
+  EXPECT_EQ(scales, nullptr);
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(mc_view_tensor_scales(view.v, 2, &scales, &count, &block), MC_ERR_INVALID_ARGUMENT);
+
+  // A conversion to a dtype that is not a float is refused at creation, naming it.
+  const mc_tensor_conversion bad[] = {{"q", MC_DTYPE_I32, 0}};
+  o.conversions = bad;
+  o.conversion_count = 1;
+  ConsumerPtr refused;
+  EXPECT_EQ(mc_consumer_create(&o, &refused.c), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'q'"), std::string::npos) << last_error();
+}
+
 TEST(CApi, PublishWithoutMetadataAndDescriptorRegistration) {
   std::vector<std::int32_t> values(10);
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int32_t>(i * i) - 7;
@@ -609,11 +666,11 @@ TEST(CApi, BadOptionsAndEndpointsAreRejected) {
   mc_tensor_desc bad;
   mc_tensor_desc_init(&bad);
   bad.name = "w";
-  abi_set_desc_dtype(&bad, 10);
+  abi_set_desc_dtype(&bad, 11);
   co.expected_layout = &bad;
   co.expected_layout_count = 1;
   EXPECT_EQ(mc_consumer_create(&co, &consumer), MC_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("tensor 'w' has an unknown dtype 10"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("tensor 'w' has an unknown dtype 11"), std::string::npos) << last_error();
 }
 
 TEST(CApi, ViewLookupsOutOfRangeAreRejected) {
@@ -719,14 +776,15 @@ TEST(CApi, HelpersMirrorTheCppEnums) {
   EXPECT_STREQ(mc_dtype_name(MC_DTYPE_F64), "f64");
   EXPECT_STREQ(mc_dtype_name(MC_DTYPE_BF16), "bf16");
   EXPECT_STREQ(mc_dtype_name(MC_DTYPE_BOOL), "bool");
-  EXPECT_EQ(abi_dtype_name(10), nullptr);
+  EXPECT_STREQ(mc_dtype_name(MC_DTYPE_F8E4M3), "f8e4m3");
+  EXPECT_EQ(abi_dtype_name(11), nullptr);
   EXPECT_EQ(abi_dtype_name(-7), nullptr);
-  const std::size_t sizes[] = {8, 4, 2, 2, 8, 4, 2, 1, 1, 1};
-  for (int d = MC_DTYPE_F64; d <= MC_DTYPE_BOOL; ++d) {
+  const std::size_t sizes[] = {8, 4, 2, 2, 8, 4, 2, 1, 1, 1, 1};
+  for (int d = MC_DTYPE_F64; d <= MC_DTYPE_F8E4M3; ++d) {
     EXPECT_EQ(mc_dtype_size(static_cast<mc_dtype>(d)), sizes[d]) << mc_dtype_name(static_cast<mc_dtype>(d));
   }
   EXPECT_EQ(abi_dtype_size(-1), 0u);
-  EXPECT_EQ(abi_dtype_size(10), 0u);
+  EXPECT_EQ(abi_dtype_size(11), 0u);
   EXPECT_STREQ(mc_status_name(MC_OK), "ok");
   EXPECT_STREQ(mc_status_name(MC_ERR_TIMEOUT), "timeout");
   EXPECT_STREQ(mc_status_name(MC_ERR_UNKNOWN), "unknown");
