@@ -52,6 +52,8 @@ module modelcast_c
     integer(c_size_t) :: transport_count
     type(c_ptr) :: path
     integer(c_int) :: serve_peers
+    type(c_ptr) :: conversions
+    integer(c_size_t) :: conversion_count
   end type
 
   type, bind(c), public :: mc_tensor_info_t

@@ -10,6 +10,8 @@
 
 #include "child_process.h"
 #include "modelcast/consumer.h"
+#include "modelcast/modelcast.h"
+#include "modelcast/modelcast_scheduler.h"
 #include "modelcast/predictor_online.h"
 
 #ifndef FORTRAN_PRODUCER
@@ -52,6 +54,15 @@ std::string cpp_scheduler_steps() {
 
 TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
   testing_support::ChildProcess producer({FORTRAN_PRODUCER});
+  auto sizes = producer.wait_for_line("sizes ");
+  ASSERT_TRUE(sizes) << "the Fortran producer did not start";
+  // The module's bind(c) mirrors of the C ABI's structs, which the _init functions fill whole.
+  EXPECT_EQ(*sizes, "sizes " + std::to_string(sizeof(mc_producer_options)) + " " +
+                        std::to_string(sizeof(mc_consumer_options)) + " " + std::to_string(sizeof(mc_tensor_info)) +
+                        " " + std::to_string(sizeof(mc_scheduler_options)) + " " +
+                        std::to_string(sizeof(mc_publish_result)))
+      << "(producer options, consumer options, tensor info, scheduler options, publish result): "
+         "a struct in fortran/modelcast_c.f90 no longer matches modelcast.h";
   auto endpoint = producer.wait_for_line("endpoint ");
   ASSERT_TRUE(endpoint) << "the Fortran producer did not start";
   modelcast::ConsumerOptions options;

@@ -2,7 +2,7 @@
 ! producer of four arrays of different types and ranks, and a Fortran consumer of its own
 ! model that reads every version back through mc_view_copy; modelcast's log goes through a
 ! Fortran handler; then the online scheduler runs over a known loss curve. Protocol on
-! stdout/stdin: prints "endpoint <E>", then for each version "published <v>" and waits for a
+! stdout/stdin: prints "sizes <bytes of each bind(c) mirror of a C ABI struct>", "endpoint <E>", then for each version "published <v>" and waits for a
 ! line on stdin before the next publish; then "scheduler <steps>" and "fortran: ok". Any
 ! failure: "FAILED ..." and exit 1.
 module fortran_log_counter
@@ -42,6 +42,7 @@ program fortran_producer
   integer(c_int), target :: serving_lines = 0
   character(len=40) :: public_key
 
+  call print_struct_sizes()
   call check(mc_set_log_handler(count_serving, c_loc(serving_lines)), "mc_set_log_handler")
   call check(mc_set_log_level(MC_LOG_INFO), "mc_set_log_level")
 
@@ -165,5 +166,19 @@ contains
     write(output_unit, '(a,a,a,i0)') "FAILED ", what, " ", value
     flush(output_unit)
     error stop 1
+  end subroutine
+  ! The C ABI's _init functions write the whole C struct: a mirror shorter than it would be
+  ! overrun. The test compares these with the C sizes.
+  subroutine print_struct_sizes()
+    use modelcast_c, only: mc_producer_options_t, mc_consumer_options_t, mc_tensor_info_t, &
+                           mc_scheduler_options_t, mc_publish_result_t
+    type(mc_producer_options_t) :: producer_options
+    type(mc_consumer_options_t) :: consumer_options
+    type(mc_tensor_info_t) :: tensor_info
+    type(mc_scheduler_options_t) :: scheduler_options
+    type(mc_publish_result_t) :: publish_result
+    write(output_unit, '(a,5(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
+        c_sizeof(tensor_info), c_sizeof(scheduler_options), c_sizeof(publish_result)
+    flush(output_unit)
   end subroutine
 end program fortran_producer
