@@ -2,6 +2,8 @@
 // in other processes, a host producer to a device consumer, publish ordered against the
 // trainer's stream, and misplaced memory refused. The device is whichever MODELCAST_DEVICE
 // selects: the simulation in the ordinary suite, the GPU on a machine with one.
+#include <signal.h>
+
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -491,6 +493,51 @@ TEST(DeviceExchange, ADeviceConsumerReceivesARelayedVersionAndItsViewsHoldDevice
     if (line.rfind("bytes_relayed ", 0) == 0) relayed = std::stoull(line.substr(14));
   }
   EXPECT_GE(relayed, 512u * 1024u);
+}
+
+// A relay whose copy went bad in memory, then one that stalls: the device consumer catches the
+// first at its first bad block and the second after transfer_timeout without progress, leaves
+// the relay's landing unfinished, and gets the version from the producer, every byte checked on
+// the device.
+TEST(DeviceExchange, ADeviceConsumerRoutesAroundARelayThatSendsBadBytesOrStalls) {
+  auto& rt = runtime();
+  ChildProcess producer({peer_paths::test_peer(), "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0",
+                         "--seed", "5", "--kib", "1024", "--chunk-kib", "64", "--relay-fanout", "1"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  const std::string endpoint = ready->substr(6);
+  ChildProcess bad({peer_paths::test_peer(), "consumer", "--endpoint", endpoint, "--name", "bad-relay", "--seed", "5",
+                    "--until-version", "1", "--corrupt-after", "1", "--linger"});
+  ASSERT_TRUE(producer.ask("publish", "published 1"));
+  ASSERT_TRUE(bad.wait_for_line("corrupted 1"));
+  auto options = consumer_options(endpoint, MemoryKind::kCuda, devicemodel::other_device(rt));
+  options.transfer_timeout = 1s;
+  {
+    // Joins late: the only holder of version 1 besides the producer is the bad relay.
+    modelcast::Consumer consumer(options);
+    auto view = consumer.wait_for_version(1, 60s);
+    ASSERT_TRUE(view) << consumer.stats().last_error;
+    EXPECT_EQ(devicemodel::check(rt, view, 5), "");
+    EXPECT_EQ(consumer.stats().relay_faults, 1u) << consumer.stats().last_error;
+    EXPECT_NE(consumer.stats().last_error.find("bad-relay"), std::string::npos) << consumer.stats().last_error;
+  }
+  bad.close_stdin();
+  EXPECT_EQ(bad.wait(), 0);
+
+  ChildProcess stalled({peer_paths::test_peer(), "consumer", "--endpoint", endpoint, "--name", "stalled-relay",
+                        "--seed", "5", "--until-version", "2", "--linger"});
+  ASSERT_TRUE(producer.ask("publish", "published 2"));
+  ASSERT_TRUE(stalled.wait_for_line("installed 2"));
+  // Stopped, it still counts as a holder of version 2 until the producer finds it silent.
+  ASSERT_EQ(::kill(stalled.pid(), SIGSTOP), 0);
+  modelcast::Consumer consumer(options);
+  auto view = consumer.wait_for_version(2, 60s);
+  ::kill(stalled.pid(), SIGCONT);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  EXPECT_EQ(devicemodel::check(rt, view, 5), "");
+  EXPECT_EQ(consumer.stats().relay_faults, 1u) << consumer.stats().last_error;
+  stalled.close_stdin();
+  EXPECT_EQ(stalled.wait(), 0);
 }
 
 // And they serve: a device consumer on a staged route keeps the host buffer its version landed
