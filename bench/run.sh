@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Benchmarks (bench/exchange_ab.sh compares two builds of the exchange benchmark in turn): bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu [--json] [options]
+# Benchmarks (bench/exchange_ab.sh compares two builds of the exchange benchmark in turn): bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu|convert [--json] [options]
 # Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
 # with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh);
 # workflow: --seeds LIST --runs K (bench/workflow.sh); decision: the online scheduler's cost per
 # decision on the training thread (bench/decision.sh); hostile: the hostile-client and
-# hostile-producer tests with --scale N times their iterations (bench/hostile.sh).
+# hostile-producer tests with --scale N times their iterations (bench/hostile.sh); convert: a consumer's
+# dtype conversions against memcpy (bench/convert.sh).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
@@ -21,5 +22,6 @@ case "$what" in
   sidecar) exec "$here/sidecar.sh" "$@" ;;
   workflow) exec "$here/workflow.sh" "$@" ;;
   gpu) exec "$here/gpu.sh" "$@" ;;
-  *) echo "usage: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu [--json] [options]" >&2; exit 2 ;;
+  convert) exec "$here/convert.sh" "$@" ;;
+  *) echo "usage: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu|convert [--json] [options]" >&2; exit 2 ;;
 esac
