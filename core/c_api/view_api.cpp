@@ -7,6 +7,21 @@
 
 using namespace modelcast::c_api;
 
+namespace {
+
+// The index-th tensor of a view; throws (through guarded) naming a NULL view or an index past
+// the end.
+const modelcast::TensorView& tensor_at(const mc_view_t* view, std::size_t index) {
+  require(view, "view");
+  if (index >= view->tensors.size()) {
+    invalid("tensor index " + std::to_string(index) + " is out of range (version " +
+            std::to_string(view->view.version()) + " has " + std::to_string(view->tensors.size()) + " tensors)");
+  }
+  return view->tensors[index];
+}
+
+}  // namespace
+
 extern "C" {
 
 const char* mc_last_error(void) { return last_error().c_str(); }
@@ -108,11 +123,7 @@ mc_status mc_view_tensor_at(const mc_view_t* view, size_t index, mc_tensor_info*
   return guarded(__func__, [&] {
     require(view, "view");
     require(out, "out");
-    if (index >= view->tensors.size()) {
-      invalid("tensor index " + std::to_string(index) + " is out of range (version " +
-              std::to_string(view->view.version()) + " has " + std::to_string(view->tensors.size()) + " tensors)");
-    }
-    fill_info(view->tensors[index], out);
+    fill_info(tensor_at(view, index), out);
     return MC_OK;
   });
 }
@@ -127,11 +138,7 @@ mc_status mc_view_tensor_scales(const mc_view_t* view, size_t index, const float
     require(scales, "scales");
     require(count, "count");
     require(scale_block, "scale_block");
-    if (index >= view->tensors.size()) {
-      invalid("tensor index " + std::to_string(index) + " is out of range (version " +
-              std::to_string(view->view.version()) + " has " + std::to_string(view->tensors.size()) + " tensors)");
-    }
-    const auto& t = view->tensors[index];
+    const auto& t = tensor_at(view, index);
     if (!t.scales.empty()) *scales = t.scales.data();
     *count = t.scales.size();
     *scale_block = t.scale_block;

@@ -105,14 +105,18 @@ for seed in "${seed_list[@]}"; do
     # The replay: one record, every policy, the publish costs measured by the live runs above.
     base="$out/seed$seed/run$run"
     echo "workflow: seed $seed run $run replay" >&2
-    read -r stall delivery < <(python3 - "$base"/live/*/trainer.json <<'PY'
+    # The online policy is charged its live run's decision time (replay.cpp says why).
+    read -r stall delivery online_decide < <(python3 - "$base"/live/*/trainer.json <<'PY'
 import json, statistics, sys
 runs = [json.load(open(p)) for p in sys.argv[1:]]
-print(statistics.median(r["stall_median_s"] for r in runs), statistics.median(r["delivery_median_s"] for r in runs))
+online = [r["decide_s"] for r in runs if r["policy"] == "online"]
+print(statistics.median(r["stall_median_s"] for r in runs), statistics.median(r["delivery_median_s"] for r in runs),
+      online[0] if online else -1)
 PY
 )
     timeout 300 "$bin/modelcast_sim_replay" --record "$base/record.bin" --out "$base/replay" --seed "$seed" \
       --warmup-steps "$warmup" --rate "$rate" --window-s "$window_s" --stall-s "$stall" --delivery-s "$delivery" \
+      --online-decide-s "$online_decide" \
       2>"$base/replay.err" || { echo "workflow: replay failed:" >&2; cat "$base/replay.err" >&2; exit 1; }
     rm "$base/record.bin"  # tens of MB; the replay's outputs are what the report reads
   done
