@@ -135,6 +135,8 @@ class ConsumerService {
   void relay_failed(const protocol::RelayFailed& failed);
   std::shared_ptr<detail::ReceiveBuffer> installed_host_bytes(
       const std::shared_ptr<const detail::InstalledVersion>& current) const;
+  // Whether `buffer` keeps a verified version's bytes until modelcast writes it again.
+  bool stays_intact(const detail::ReceiveBuffer& buffer) const;
   // A staged device consumer's host copy of the version it installs (see landed_host_).
   void keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest);
   void release_landed_host();

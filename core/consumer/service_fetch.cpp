@@ -27,10 +27,14 @@ std::shared_ptr<detail::ReceiveBuffer> ConsumerService::installed_host_bytes(
   return nullptr;
 }
 
-// Only buffers whose bytes stay as verified: modelcast's own, or caller buffers left untouched.
+// Caller buffers are the caller's to write while no view uses them: only ours keep the bytes
+// as verified, unless the caller says it leaves its buffers untouched.
+bool ConsumerService::stays_intact(const detail::ReceiveBuffer& buffer) const {
+  return buffer.owned.size() > 0 || options_.caller_buffers_untouched;
+}
+
 void ConsumerService::keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest) {
-  const bool intact = buffer && !buffer->device_owned && (buffer->owned.size() > 0 || options_.caller_buffers_untouched);
-  if (!intact) return release_landed_host();
+  if (!buffer || buffer->device_owned || !stays_intact(*buffer)) return release_landed_host();
   buffer->held_blocks = manifest.block_digests;
   landed_host_ = std::move(buffer);
   landed_host_version_ = manifest.version;
@@ -252,16 +256,13 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   }
   if (device_copy) {
     installed->device = std::move(device_copy);
-    // Views need only the device copy; the host buffer stays for peers until a fetch needs it.
+    // Views need only the device copy; the host buffer stays (for peers and as a delta base)
+    // until a fetch needs it.
     keep_landed_host(std::move(done->buffer), installed->manifest);
   } else {
     release_landed_host();
     installed->buffer = std::move(done->buffer);
-    // Caller buffers are the caller's to write while no view uses them: only ours stay intact,
-    // unless the caller says it leaves its buffers untouched.
-    if (installed->buffer->owned.size() > 0 || options_.caller_buffers_untouched) {
-      installed->buffer->held_blocks = installed->manifest.block_digests;
-    }
+    if (stays_intact(*installed->buffer)) installed->buffer->held_blocks = installed->manifest.block_digests;
   }
   const Manifest& m = installed->manifest;
   // Stats first: a reader woken by the install sees them already counted.
