@@ -32,6 +32,10 @@ static_assert(sizeof(cudaIpcMemHandle_t) == kIpcHandleBytes, "cudaIpcMemHandle_t
 
 void check(cudaError_t status, const std::string& what, ErrorCode code = ErrorCode::kTransport) {
   if (status == cudaSuccess) return;
+  // A failed call also leaves its error as the thread's last error, which the next kernel launch
+  // (it can only read cudaGetLastError) would report as its own: an allocation that did not fit
+  // failed the next digest. Taken here, once it is reported; a sticky error comes back anyway.
+  cudaGetLastError();
   if (status == cudaErrorMemoryAllocation) code = ErrorCode::kResource;
   throw Error(code, "CUDA: " + what + " failed: " + cudaGetErrorName(status) + ": " + cudaGetErrorString(status));
 }

@@ -91,7 +91,9 @@ class DeviceRuntime {
   virtual EventHandle create_event(int device) = 0;
   virtual void destroy_event(EventHandle event) noexcept = 0;
 
-  // Queues a copy of n bytes in any direction (host or device at either end) on `stream`.
+  // Queues a copy of n bytes in any direction (host or device at either end) on `stream`. With
+  // pageable (unpinned) host memory at either end CUDA may return only once the stream has reached
+  // and done the copy: never queue one behind work that this thread must release later.
   virtual void copy_async(void* destination, const void* source, std::size_t n, StreamHandle stream) = 0;
   // Completes `event` when `stream` reaches this point. Stream nullptr: the legacy default stream
   // of the event's device, whichever device is current.

@@ -2,6 +2,7 @@
 // runtime the process selected (MODELCAST_DEVICE), and checked by copying device views back.
 #pragma once
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -47,22 +48,32 @@ class DeviceModel {
     allocations_.push_back(base);
     for (auto offset : offsets) pointers_.push_back(base + offset);
   }
+  // The caller has synchronised the streams it uploaded on (or destroyed them, which waits).
   ~DeviceModel() {
+    for (auto* p : staged_) runtime_.release_host(p);
     for (auto* p : allocations_) runtime_.release(p);
   }
   DeviceModel(const DeviceModel&) = delete;
   DeviceModel& operator=(const DeviceModel&) = delete;
 
   // Writes fill(seed, version) into the device tensors, ordered on `stream` (nullptr: now).
+  // A copy queued on a stream comes from pinned memory: CUDA may make a copy from pageable memory
+  // wait for the stream to reach it, which deadlocks a test holding that stream until later.
   void upload(std::uint64_t seed, std::uint64_t version, void* stream = nullptr) {
     testmodel::fill(host_, seed, version);
-    staged_.push_back(host_);  // the copies may run later: their source must stay
-    for (std::size_t i = 0; i < host_.size(); ++i) {
-      runtime_.copy_async(pointers_[i], staged_.back()[i].words.data(), host_[i].spec.size_bytes(), stream);
-    }
     if (!stream) {
+      for (std::size_t i = 0; i < host_.size(); ++i) {
+        runtime_.copy_async(pointers_[i], host_[i].words.data(), host_[i].spec.size_bytes(), nullptr);
+      }
       runtime_.synchronize_stream(nullptr);
-      staged_.clear();
+      return;
+    }
+    for (std::size_t i = 0; i < host_.size(); ++i) {
+      const std::size_t size = host_[i].spec.size_bytes();
+      void* pinned = runtime_.allocate_host(std::max<std::size_t>(size, 1));
+      staged_.push_back(pinned);  // the copy may run later: its source must stay
+      std::memcpy(pinned, host_[i].words.data(), size);
+      runtime_.copy_async(pointers_[i], pinned, size, stream);
     }
   }
 
@@ -77,7 +88,7 @@ class DeviceModel {
   DeviceRuntime& runtime_;
   int device_;
   std::vector<testmodel::Tensor> host_;
-  std::vector<std::vector<testmodel::Tensor>> staged_;
+  std::vector<void*> staged_;  // pinned sources of stream-ordered uploads
   std::vector<void*> pointers_;     // one per tensor
   std::vector<void*> allocations_;  // what was allocated (the tensors' bases, or one block)
 };
