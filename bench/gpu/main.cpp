@@ -1,8 +1,9 @@
 // The GPU benchmark: bench/run.sh gpu [--json] (see bench/gpu.sh).
 //
 // For each size, in one run: the ceilings measured here (one device-to-device copy of the size,
-// pinned device-to-host and host-to-device, a host memcpy, and today's file practice: device to
-// host, write + fsync, cold read, host to device), then each delivery path end to end with the
+// pinned device-to-host and host-to-device, a host memcpy, the two digests an update takes (pmix64
+// on the device over kTensors tensors, XXH3 on the host over the same bytes), and today's file
+// practice: device to host, write + fsync, cold read, host to device), then each delivery path end to end with the
 // consumer in a child process of this binary:
 //   cuda_ipc   device producer -> device consumer, same host (the consumer maps the slot)
 //   staged     device producer -> device consumer over UCX, staged through host memory
@@ -30,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../exchange/common.h"
+#include "common/digest.h"
 #include "device/device_runtime.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -75,6 +77,7 @@ struct Model {
 
 struct Ceilings {
   double d2d_copy_ms = 0, d2h_ms = 0, h2d_ms = 0, host_ceiling_ms = 0, file_baseline_ms = 0;
+  double device_digest_ms = 0, host_digest_ms = 0;
 };
 
 template <typename F>
@@ -124,8 +127,18 @@ Ceilings measure_ceilings(device::DeviceRuntime& rt, std::size_t bytes, int reps
   c.d2h_ms = median_ms(reps, [&] { rt.copy_async(pinned, a, bytes, stream); rt.synchronize_stream(stream); });
   c.h2d_ms = median_ms(reps, [&] { rt.copy_async(a, pinned, bytes, stream); rt.synchronize_stream(stream); });
   {
+    // The digests a device path takes on each side (one range per tensor, as the producer's
+    // snapshot has them): what an update costs beyond its copies.
+    std::vector<device::ByteRange> ranges;
+    const std::size_t per = bytes / kTensors;
+    for (int i = 0; i < kTensors; ++i) ranges.push_back({static_cast<std::size_t>(i) * per, per});
+    c.device_digest_ms = median_ms(reps, [&] { rt.digest(0, a, ranges, stream); });
+  }
+  {
     bench::TouchedBuffer x(bytes), y(bytes);
     c.host_ceiling_ms = median_ms(reps, [&] { std::memcpy(y.data(), x.data(), bytes); });
+    volatile std::uint64_t sink = 0;
+    c.host_digest_ms = median_ms(reps, [&] { sink = sink + modelcast::digest_bytes(x.data(), bytes); });
   }
   std::filesystem::create_directories(tmpdir);
   std::string path = tmpdir + "/gpu-file-baseline.bin";
@@ -297,6 +310,7 @@ int main(int argc, char** argv) {
         results.push_back({{"size_bytes", bytes}, {"path", p.path}, {"device", rt.name()},
                            {"update_ms", p.update_ms}, {"stall_ms", p.stall_ms}, {"d2d_copy_ms", c.d2d_copy_ms},
                            {"d2h_ms", c.d2h_ms}, {"h2d_ms", c.h2d_ms}, {"host_ceiling_ms", c.host_ceiling_ms},
+                           {"device_digest_ms", c.device_digest_ms}, {"host_digest_ms", c.host_digest_ms},
                            {"file_baseline_ms", c.file_baseline_ms}, {"reps", reps},
                            {"update_over_d2d", p.update_ms / c.d2d_copy_ms},
                            {"file_over_update", c.file_baseline_ms / p.update_ms}});
@@ -308,18 +322,20 @@ int main(int argc, char** argv) {
       std::cout << results.dump(2) << "\n";
       return status;
     }
-    std::printf("%11s %9s %10s %9s %9s %9s %9s %9s %10s %9s %9s\n", "size_mib", "path", "update_ms", "stall_ms",
-                "d2d_ms", "d2h_ms", "h2d_ms", "host_ms", "file_ms", "upd/d2d", "file/upd");
+    std::printf("%11s %9s %10s %9s %9s %9s %9s %9s %9s %9s %10s %9s %9s\n", "size_mib", "path", "update_ms",
+                "stall_ms", "d2d_ms", "d2h_ms", "h2d_ms", "host_ms", "ddig_ms", "hdig_ms", "file_ms", "upd/d2d",
+                "file/upd");
     for (const auto& r : results) {
       if (r.contains("error")) {
         std::printf("%11zu %9s failed: %s\n", r["size_bytes"].get<std::size_t>() >> 20,
                     r["path"].get<std::string>().c_str(), r["error"].get<std::string>().c_str());
         continue;
       }
-      std::printf("%11zu %9s %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %10.1f %9.2f %9.1f\n",
+      std::printf("%11zu %9s %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f %10.1f %9.2f %9.1f\n",
                   r["size_bytes"].get<std::size_t>() >> 20, r["path"].get<std::string>().c_str(),
                   r["update_ms"].get<double>(), r["stall_ms"].get<double>(), r["d2d_copy_ms"].get<double>(),
                   r["d2h_ms"].get<double>(), r["h2d_ms"].get<double>(), r["host_ceiling_ms"].get<double>(),
+                  r["device_digest_ms"].get<double>(), r["host_digest_ms"].get<double>(),
                   r["file_baseline_ms"].get<double>(), r["update_over_d2d"].get<double>(),
                   r["file_over_update"].get<double>());
     }
