@@ -77,6 +77,15 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   fetch_->base = std::move(base);
   fetch_->relay = reply.relay;
   fetch_->verified.assign(fetch_->plan.count(), false);
+  // Summed as each chunk lands, so that the check costs almost nothing once the last one is in.
+  // Only for a version received whole (those digests have no blocks, so no delta or relay).
+  if (tensor_digests_on_host_ && reply.manifest.integrity && reply.manifest.digest_kind == DigestKind::kPmix64 &&
+      !fetch_->base && !fetch_->buffer->device_owned) {
+    std::vector<pmix64::Range> tensors;
+    tensors.reserve(reply.manifest.tensors.size());
+    for (const auto& t : reply.manifest.tensors) tensors.push_back({t.offset, t.size});
+    fetch_->tensor_digests.emplace(std::move(tensors));
+  }
   auto& buffer_ref = *fetch_->buffer;
   // From here the buffer's old bytes are no longer intact.
   const std::vector<std::uint64_t> held = std::move(buffer_ref.held_blocks);
@@ -97,9 +106,9 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
       --fetch_->pending;
     }
   }
-  // Host versions are checked block by block as the blocks land (on_chunk). pmix64 digests (a
-  // device producer's, per tensor) are taken once the bytes are where they will be read
-  // (service.cpp), not while host chunks land: a device consumer hashes its device copy.
+  // Host versions are checked block by block as the blocks land (on_chunk); a device producer's
+  // per-tensor pmix64 digests are summed as the chunks land in a host consumer, and a device
+  // consumer takes them on its device copy (service_fetch.cpp).
   auto& transport = *buffer_ref.transport;
   try {
     if (!reply.region.empty()) fetch_->remote = transport.import_region(0, reply.region);
@@ -146,6 +155,9 @@ std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock:
     fetch_->progressed_at = now;
     const auto length = fetch_->plan.length(done.chunk);
     fetch_->bytes_received += length;
+    if (fetch_->tensor_digests) {
+      fetch_->tensor_digests->add(fetch_->buffer->memory.data(), fetch_->plan.offset(done.chunk), length);
+    }
     if (fetch_->by_block) {
       // Hashed as it lands, while its bytes may still be in cache, whatever its source; checked
       // now if the producer's digests are known, else when they come (on_digests). A relay
@@ -198,11 +210,13 @@ std::optional<FinishedFetch> FetchClient::maybe_finish() {
   if (fetch_->failure.empty() && fetch_->digests_pending) return std::nullopt;
   InFlight fetch = std::move(*fetch_);
   fetch_.reset();
+  std::vector<std::uint64_t> received;
+  if (fetch.tensor_digests && fetch.failure.empty()) received = fetch.tensor_digests->finish(fetch.buffer->memory.data());
   FinishedFetch done{fetch.fetch_id,
                      std::move(fetch.manifest),
                      std::move(fetch.buffer),
                      std::move(fetch.signature),
-                     {},
+                     std::move(received),
                      std::move(fetch.failure),
                      fetch.base ? fetch.base->manifest.version : 0,
                      std::move(fetch.blocks),

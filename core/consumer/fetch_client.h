@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/digest.h"
+#include "device/pmix64_accumulator.h"
 #include "core/model/installed_version.h"
 #include "core/consumer/relay_server.h"
 #include "core/transfer/chunk_plan.h"
@@ -40,7 +41,7 @@ struct FinishedFetch {
   Manifest manifest;                        // with the producer's digests
   std::shared_ptr<detail::ReceiveBuffer> buffer;
   std::vector<std::byte> signature;
-  std::vector<std::uint64_t> received;      // pmix64 digests of the tensors that arrived (device)
+  std::vector<std::uint64_t> received;      // pmix64 digests of what arrived, when taken as it landed
   std::string failure;                      // a transfer error; empty when every chunk arrived
   std::uint64_t base_version = 0;           // a delta against this version; 0: received whole
   // The received blocks with the digests of what arrived (a delta's others are the base's).
@@ -56,7 +57,10 @@ class FetchClient {
   // Runs on the transport's thread: push it to the service loop, which calls on_chunk.
   using ChunkCompletion = std::function<void(const ChunkDone&)>;
 
-  explicit FetchClient(ChunkCompletion on_chunk) : on_chunk_(std::move(on_chunk)) {}
+  // `tensor_digests_on_host`: a host consumer, which takes a device producer's pmix64 digests on
+  // the host as the chunks land (a device consumer takes them on its device).
+  FetchClient(ChunkCompletion on_chunk, bool tensor_digests_on_host)
+      : on_chunk_(std::move(on_chunk)), tensor_digests_on_host_(tensor_digests_on_host) {}
 
   bool in_flight() const { return fetch_.has_value(); }
   // The request for `version`; the fetch is in flight until finished, refused or abandoned.
@@ -127,10 +131,14 @@ class FetchClient {
     std::string relay;
     bool relay_fault = false;
     std::vector<bool> verified;  // per block: in, and matching its digest
+    // A device producer's per-tensor pmix64 digests, summed chunk by chunk as they land in a host
+    // consumer's buffer (a device consumer takes them on its device instead).
+    std::optional<pmix64::Accumulator> tensor_digests;
   };
   std::optional<FinishedFetch> maybe_finish();
 
   ChunkCompletion on_chunk_;
+  bool tensor_digests_on_host_ = false;
   std::uint64_t next_fetch_id_ = 1;
   std::optional<InFlight> fetch_;
   std::map<std::uint64_t, InFlight> draining_;  // abandoned fetches whose receives are still live

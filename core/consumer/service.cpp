@@ -14,7 +14,7 @@ ConsumerService::ConsumerService(ConsumerOptions options)
       link_(options_),
       offered_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer)),
       store_(options_.buffers, options_.caller_buffers),
-      fetch_([events = events_](const ChunkDone& done) { events->push(done); }),
+      fetch_([events = events_](const ChunkDone& done) { events->push(done); }, options_.memory != MemoryKind::kCuda),
       relay_([events = events_](const RelaySent& sent) { events->push(sent); }),
       converter_(options_.conversions) {
   policy_.model = options_.model_name;

@@ -229,8 +229,8 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       auto landed = landing_->complete(m, pmix);
       device_copy = std::move(landed.buffer);
       if (pmix) done->received = std::move(landed.digests);
-    } else if (pmix) {
-      done->received = host_pmix64(m, done->buffer->memory.data());
+    } else if (pmix && done->received.size() != m.tensors.size()) {
+      done->received = host_pmix64(m, done->buffer->memory.data());  // not summed as it landed
     }
     auto current = store_.current();
     const bool by_block = checked_by_block(m);

@@ -110,7 +110,7 @@ struct ConsumerSide {
   ConsumerSide()
       : transport(transport::make_loopback_transport()),
         store(3, {}),
-        client([box = chunks_box](const consumer::ChunkDone& done) { box->push(done); }) {
+        client([box = chunks_box](const consumer::ChunkDone& done) { box->push(done); }, true) {
     policy.model = "test";
     store.use_transport(transport);
   }
