@@ -54,6 +54,8 @@ module modelcast_c
     integer(c_int) :: serve_peers
     type(c_ptr) :: conversions
     integer(c_size_t) :: conversion_count
+    type(c_ptr) :: group
+    integer(c_int32_t) :: group_size
   end type
 
   type, bind(c), public :: mc_tensor_info_t

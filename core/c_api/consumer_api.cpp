@@ -116,6 +116,10 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
         o.conversions.push_back({c.tensor, static_cast<modelcast::DType>(c.to), c.fp8_block});
       }
     }
+    if (has_field(*options, options->group_size)) {
+      if (options->group != nullptr) o.group = options->group;
+      o.group_size = options->group_size;
+    }
     auto handle = std::make_unique<mc_consumer>();
     handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
     *out = handle.release();
@@ -174,6 +178,16 @@ mc_status mc_consumer_get_stats(const mc_consumer_t* consumer, mc_consumer_stats
     out->last_update_latency_ns = s.last_update_latency.count();
     out->last_notify_latency_ns = s.last_notify_latency.count();
     copy_text(s.last_error, out->last_error, sizeof(out->last_error));
+    return MC_OK;
+  });
+}
+
+mc_status mc_consumer_get_group(const mc_consumer_t* consumer, mc_group_state* out) {
+  return guarded(__func__, [&] {
+    require(consumer, "consumer");
+    require(out, "out");
+    auto s = consumer->consumer->stats();
+    *out = mc_group_state{s.group_version, s.prepared_version, s.group_waiting ? 1 : 0};
     return MC_OK;
   });
 }

@@ -67,6 +67,19 @@ ConsumerOptions checked(ConsumerOptions options) {
                                                    std::to_string(runtime.device_count()) + " devices)");
     }
   }
+  if (!options.group.empty()) {
+    if (options.group_size == 0) {
+      throw Error(ErrorCode::kInvalidArgument, "group '" + options.group + "' needs group_size (its members, >= 1)");
+    }
+    // One buffer serves readers, one holds the version waiting for the group, one receives.
+    const std::size_t buffers = options.caller_buffers.empty() ? options.buffers : options.caller_buffers.size();
+    if (buffers < 3) {
+      throw Error(ErrorCode::kInvalidArgument, "a group member needs >= 3 buffers (serving, prepared, receiving), got " +
+                                                   std::to_string(buffers));
+    }
+  } else if (options.group_size != 0) {
+    throw Error(ErrorCode::kInvalidArgument, "group_size is set but group is empty");
+  }
   parse_delivery_path(options.path);  // throws kInvalidArgument listing the valid names
   if (options.transfer_timeout.count() <= 0) throw Error(ErrorCode::kInvalidArgument, "transfer_timeout must be positive");
   return options;

@@ -73,7 +73,8 @@ void ConsumerService::join() {
   auto memory = options_.memory == MemoryKind::kCuda ? transport::MemoryLocation::cuda(options_.device)
                                                      : transport::MemoryLocation::host();
   link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,
-              host_id(), process_token(), session_, parse_delivery_path(options_.path), serves_peers()},
+              host_id(), process_token(), session_, parse_delivery_path(options_.path), serves_peers(),
+              options_.group, options_.group_size},
              Clock::now());
   count([](ConsumerStats& s) { s.producer_connected = false; });
 }
@@ -182,6 +183,7 @@ void ConsumerService::on_announce(const protocol::Announce& announce) {
     return rejoin_afresh("producer restarted");
   }
   link_.heard(Clock::now());
+  if (announce.group) return on_group_announce(announce);
   if (announce.version > newest_announced_) {
     newest_announced_ = announce.version;
     count([&](ConsumerStats& s) {
@@ -238,8 +240,18 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   if (new_producer) {  // version numbers restart with a new producer
     rejected_.clear();
     rejections_in_a_row_ = 0;
+    group_committed_ = 0;
   }
-  newest_announced_ = reply.latest_version;
+  // A member that joins again is a new member to its group: what it had prepared counted for
+  // its old place, and is fetched again if the group still wants it.
+  if (prepared_) {
+    prepared_.reset();
+    count([](ConsumerStats& s) { s.prepared_version = 0; });
+  }
+  // A group member fetches only what its group's announcements name (the producer sends one
+  // right after this reply): the newest version may not be the group's next, and a version
+  // fetched outside the group's round would never be counted toward a commit.
+  newest_announced_ = options_.group.empty() ? reply.latest_version : 0;
   log_->info("joined model '{}' at {} over {} ({}; latest version {})", options_.model_name,
              options_.producer_endpoint, reply.transport, delivery_path_name(reply.path), reply.latest_version);
 }

@@ -145,6 +145,12 @@ class ConsumerService {
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
   void report(const Error& error);
   void report_buffers_held(std::uint64_t version);
+  // Makes a verified version what readers get (stats first, then the store); the caller then
+  // runs on_update.
+  void make_visible(std::shared_ptr<detail::InstalledVersion> installed);
+  // A group member's announcement: the group's target becomes what to fetch, and a commit of
+  // the prepared version makes it visible.
+  void on_group_announce(const protocol::Announce& announce);
   void send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,
                 protocol::RelayFault relay_fault = protocol::RelayFault::kNone);
 
@@ -184,6 +190,12 @@ class ConsumerService {
   unsigned rejections_in_a_row_ = 0;
   bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
   std::uint64_t newest_announced_ = 0;
+  // Group members (ConsumerOptions::group), service thread only: the version held verified until
+  // the group commits it, what the group last committed (this producer incarnation's), and
+  // whether it waits for members (reported once per wait).
+  std::shared_ptr<detail::InstalledVersion> prepared_;
+  std::uint64_t group_committed_ = 0;
+  bool group_waiting_ = false;
   Clock::time_point retry_fetch_after_{};
   const std::uint64_t session_ = random_session();
   std::thread service_;

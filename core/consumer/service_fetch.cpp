@@ -65,6 +65,7 @@ std::shared_ptr<const detail::InstalledVersion> ConsumerService::delta_base() co
 // What we hold: a newer announced version of this incarnation, or any version of a new one.
 bool ConsumerService::wants(std::uint64_t version) const {
   if (version == 0 || rejected_.count(version)) return false;
+  if (prepared_ && version <= prepared_->manifest.version) return false;  // held, waiting for the group
   auto current = store_.current();
   if (!current || current->manifest.incarnation != link_.incarnation()) return true;
   return version > current->manifest.version;
@@ -80,6 +81,14 @@ void ConsumerService::maybe_fetch() {
   // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
   // asking the producer again and again.
   if (now < retry_fetch_after_) return;
+  // A version prepared for the group that the group has moved past (its target changed) is
+  // of no use any more, and its buffer is.
+  if (prepared_) {
+    log_->info("group '{}' moved on to version {}: dropping version {} it had not committed", options_.group,
+               newest_announced_, prepared_->manifest.version);
+    prepared_.reset();
+    count([](ConsumerStats& s) { s.prepared_version = 0; });
+  }
   // The host copy kept for peers yields to the next version (a relay order that still sends
   // from it holds it on its own until its sends are over).
   if (landed_host_ && !store_.buffer_available()) release_landed_host();
@@ -245,7 +254,6 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
                   Error(ErrorCode::kResource, "cannot allocate memory to convert version " +
                                                   std::to_string(done->manifest.version)));
   }
-  installed->update_latency = std::chrono::nanoseconds(realtime_ns() - done->manifest.publish_time_ns);
   installed->manifest = std::move(done->manifest);
   const std::uint64_t done_bytes = done->bytes_received;
   delta_base_.reset();
@@ -265,18 +273,35 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     if (stays_intact(*installed->buffer)) installed->buffer->held_blocks = installed->manifest.block_digests;
   }
   const Manifest& m = installed->manifest;
+  count([&](ConsumerStats& s) { s.bytes_received += done_bytes; });
+  rejections_in_a_row_ = 0;
+  // A group member holds a version its group has not committed yet: the ack tells the producer
+  // it is ready, and the group's commit makes it visible (on_group_announce).
+  if (!options_.group.empty() && m.version > group_committed_) {
+    const std::uint64_t version = m.version;
+    prepared_ = std::move(installed);
+    count([&](ConsumerStats& s) { s.prepared_version = version; });
+    log_->debug("version {} verified; waiting for group '{}' to commit it", version, options_.group);
+    send_ack(prepared_->manifest, done->fetch_id, true, {});
+    return;
+  }
+  make_visible(installed);
+  // Acked before on_update: whoever the callback tells finds the producer told already.
+  send_ack(installed->manifest, done->fetch_id, true, {});
+  if (options_.on_update) options_.on_update(ModelView(installed));
+}
+
+void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> installed) {
+  installed->update_latency = std::chrono::nanoseconds(realtime_ns() - installed->manifest.publish_time_ns);
+  const Manifest& m = installed->manifest;
   // Stats first: a reader woken by the install sees them already counted.
   count([&](ConsumerStats& s) {
     s.current_version = m.version;
     s.versions_installed++;
-    s.bytes_received += done_bytes;
     s.last_update_latency = installed->update_latency;
   });
   store_.install(installed);
-  rejections_in_a_row_ = 0;
-  send_ack(m, done->fetch_id, true, {});
   log_->debug("installed version {} (step {})", m.version, m.step);
-  if (options_.on_update) options_.on_update(ModelView(installed));
 }
 
 std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch(const std::string& why, bool counted) {

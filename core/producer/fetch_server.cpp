@@ -57,7 +57,8 @@ std::vector<std::pair<std::string, protocol::FetchRequest>> FetchServer::digests
 }
 
 std::optional<protocol::FetchReply> FetchServer::start(const std::string& routing_id, const ConsumerRecord* consumer,
-                                                       const protocol::FetchRequest& request, Clock::time_point now) {
+                                                       const protocol::FetchRequest& request, Clock::time_point now,
+                                                       std::uint64_t group_target) {
   // Announced but still being copied: answer once it is published (the copy cannot fail).
   // One parked request per connection, so a flood parks nothing more.
   if (!upcoming_.empty() && request.incarnation == incarnation_ &&
@@ -81,12 +82,14 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   if (auto it = fetches_.find(routing_id); it != fetches_.end() && !it->second.empty()) {
     return refuse(protocol::Refusal::kBusy, "a fetch of this consumer is still in flight");
   }
-  // Only the newest version is served: older slots are what publish() writes next.
+  // Only the newest version is served (older slots are what publish() writes next), and the
+  // version the consumer's group is switching to, which the group holds pinned until then.
   auto newest = store_.newest_version();
-  if (request.version != 0 && request.version != newest) {
+  if (request.version != 0 && request.version != newest && request.version != group_target) {
     return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(request.version) +
                                                    " is superseded; the newest is " + std::to_string(newest));
   }
+  const std::uint64_t serving = request.version != 0 ? request.version : newest;
   // A device version is readable from its device slot at once, but sent from its host copy:
   // a two-sided fetch is answered at once and its chunks go out as the copy reaches them, so
   // the device-to-host copy overlaps the transfer.
@@ -95,13 +98,13 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   // which the digest thread may still be computing: hashing is far quicker than sending what
   // did not change, so the request waits for them. One-sided routes read whole versions.
   std::optional<std::vector<std::uint64_t>> base_blocks;
-  if (two_sided && request.base_version != 0 && request.base_version < newest) {
+  if (two_sided && request.base_version != 0 && request.base_version < serving) {
     base_blocks = store_.block_digests(request.base_version);
   }
   // A relayed fetch is checked block by block where it lands, so it too needs the block digests.
   std::optional<std::string> relay;
-  if (two_sided) relay = planner_.choose(routing_id, newest, now);
-  if ((base_blocks || relay) && !store_.digests_ready(newest)) {
+  if (two_sided) relay = planner_.choose(routing_id, serving, now);
+  if ((base_blocks || relay) && !store_.digests_ready(serving)) {
     parked_for_digests_[routing_id] = request;
     return std::nullopt;
   }

@@ -64,9 +64,11 @@ class FetchServer {
   // Decides a fetch. nullopt: parked until the announced version is copied or, for a request
   // with a base version whose block digests are known, until the version's block digests exist
   // (they are the delta: the blocks that differ from the base's are all that is sent).
-  // Otherwise the reply to send; when ok, the sends are already posted.
+  // Otherwise the reply to send; when ok, the sends are already posted. `group_target`: a
+  // version the consumer's group is switching to (GroupCommit), served besides the newest.
   std::optional<protocol::FetchReply> start(const std::string& routing_id, const ConsumerRecord* consumer,
-                                            const protocol::FetchRequest& request, Clock::time_point now);
+                                            const protocol::FetchRequest& request, Clock::time_point now,
+                                            std::uint64_t group_target = 0);
 
   // More of `version`'s host copy exists (SnapshotStore::set_host_prefix, set_host_state): posts
   // the chunk sends of its fetches that it now covers.

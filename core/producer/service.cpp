@@ -30,7 +30,8 @@ ProducerService::ProducerService(const ProducerOptions& options, std::uint64_t i
                [this](const std::string& routing_id, std::uint64_t fetch_id, const transport::TransferResult& r) {
                  events_.push(SendDone{routing_id, fetch_id, r.ok, r.error});
                },
-               options.relay_fanout) {
+               options.relay_fanout),
+      groups_(store) {
   fetches_.set_chunk_option(options.transfer_chunk_bytes);
 }
 
@@ -134,7 +135,7 @@ void ProducerService::close_cut_off() {
 
 void ProducerService::announce() {  // heartbeat: the newest published version
   auto [step, time] = store_.newest_step_and_time();
-  announce(protocol::Announce{incarnation_, store_.newest_version(), step, time});
+  announce(protocol::Announce{incarnation_, store_.newest_version(), step, time, std::nullopt});
 }
 
 // To every joined consumer, over the ROUTER (control_plane.h says why not a PUB socket). A
@@ -142,7 +143,31 @@ void ProducerService::announce() {  // heartbeat: the newest published version
 // the producer has forgotten hears none and joins again after its producer_timeout.
 void ProducerService::announce(const protocol::Announce& announcement) {
   auto bytes = protocol::encode(announcement);
-  for (const auto& routing_id : membership_.routing_ids()) send_encoded(routing_id, bytes);
+  for (const auto& routing_id : membership_.routing_ids()) {
+    if (auto told = groups_.announcement(routing_id)) {
+      protocol::Announce to_member = announcement;
+      to_member.version = told->first;
+      to_member.group = told->second;
+      send_encoded(routing_id, protocol::encode(to_member));
+    } else {
+      send_encoded(routing_id, bytes);
+    }
+  }
+}
+
+void ProducerService::announce_group_changes() {
+  auto members = groups_.take_changed();
+  if (members.empty()) return;
+  auto [step, time] = store_.newest_step_and_time();
+  protocol::Announce base{incarnation_, store_.newest_version(), step, time, std::nullopt};
+  for (const auto& routing_id : members) {
+    auto told = groups_.announcement(routing_id);
+    if (!told) continue;
+    protocol::Announce to_member = base;
+    to_member.version = told->first;
+    to_member.group = told->second;
+    send_encoded(routing_id, protocol::encode(to_member));
+  }
 }
 
 void ProducerService::send_encoded(const std::string& routing_id, std::span<const std::byte> bytes) {
@@ -155,7 +180,7 @@ void ProducerService::send_encoded(const std::string& routing_id, std::span<cons
 }
 
 void ProducerService::on_event(SnapshotStarted& e) {
-  announce(protocol::Announce{incarnation_, e.version, e.step, e.publish_time_ns});
+  announce(protocol::Announce{incarnation_, e.version, e.step, e.publish_time_ns, std::nullopt});
   fetches_.expect(e.version);
 }
 
@@ -180,6 +205,8 @@ void ProducerService::on_event(SnapshotTaken& e) {
   }
   if (!integrity && persist_ && e.host_ready) persist_(version);
   log_->debug("version {} published in slot {}", version, e.slot);
+  groups_.published(version);
+  announce_group_changes();
   for (auto& [routing_id, request] : fetches_.published(version)) on_fetch(routing_id, request);
 }
 
@@ -289,6 +316,12 @@ std::optional<ConsumerRecord> ProducerService::forget_consumer(const std::string
   // failure said so first (which of the two UCX reports first is a race).
   auto undelivered = fetches_.drop(routing_id);
   auto record = membership_.remove(routing_id);
+  if (auto committed = groups_.committed_of(routing_id); record && groups_.announcement(routing_id)) {
+    log_->warn("consumer '{}' left its group, which stays on version {} until a member takes its place", record->name,
+               committed);
+  }
+  groups_.left(routing_id);
+  announce_group_changes();
   stats_.update([&](ProducerStats& s) {
     s.consumers = membership_.size();
     s.failed_deliveries += undelivered;
@@ -383,7 +416,15 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   auto decision = membership_.decide(routing_id, key, join);
   answer.refusal = decision.refusal;
   answer.error = decision.error;
-  if (decision.refusal == protocol::Refusal::kNone) {
+  // A reconnecting member's old record leaves its place in the group first.
+  if (decision.refusal == protocol::Refusal::kNone && !join.group.empty()) {
+    for (const auto& old : decision.replaces) groups_.left(old);
+    if (auto why = groups_.refusal(join.group, join.group_size); !why.empty()) {
+      answer.refusal = protocol::Refusal::kBadRequest;
+      answer.error = why;
+    }
+  }
+  if (answer.refusal == protocol::Refusal::kNone) {
     // Earlier records of this consumer, whose connection it may keep. Not one with a fetch under
     // way: cancelling does not end UCX sends, closing the connection does, and sends left
     // posted would read a slot whose lease has ended.
@@ -402,6 +443,7 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
       record.connection_fd = connection_fd;
       fetches_.joined(record);
       membership_.add(std::move(record));
+      if (!join.group.empty()) groups_.joined(routing_id, join.group, join.group_size);
       answer.ok = true;
       log_->info("consumer '{}' joined over {} ({})", join.consumer_name, answer.transport,
                  delivery_path_name(answer.path));
@@ -414,6 +456,7 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   stats_.update([&](ProducerStats& s) { s.consumers = membership_.size(); });
   if (!answer.ok) log_->warn("refused a join: {}", answer.error);
   reply(routing_id, answer);
+  announce_group_changes();  // after the reply: a member hears its group once joined
 }
 
 ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protocol::JoinReply& answer,
@@ -478,7 +521,8 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
 }
 
 void ProducerService::on_fetch(const std::string& routing_id, const protocol::FetchRequest& request) {
-  if (auto answer = fetches_.start(routing_id, membership_.find(routing_id), request, Clock::now())) {
+  if (auto answer = fetches_.start(routing_id, membership_.find(routing_id), request, Clock::now(),
+                                   groups_.target_of(routing_id))) {
     reply(routing_id, *answer);
   }
 }
@@ -504,6 +548,18 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
     }
   });
   if (!outcome.known) return;
+  // A relay fault is no verdict on the version: the consumer fetches it again from the producer.
+  if (!outcome.relay_fault) {
+    const std::uint64_t committed = groups_.committed_of(routing_id);
+    groups_.acked(routing_id, ack.version, outcome.ok);
+    if (groups_.committed_of(routing_id) != committed) {
+      log_->info("group of '{}' switches to version {}", consumer->name, groups_.committed_of(routing_id));
+    } else if (!outcome.ok && groups_.announcement(routing_id)) {
+      log_->warn("consumer '{}' rejected its group's next version {}: the group stays on version {}", consumer->name,
+                 ack.version, committed);
+    }
+    announce_group_changes();
+  }
   if (!outcome.ok) {
     if (outcome.relay_fault) {
       log_->warn("relay '{}' failed consumer '{}' on version {} ({}): passed over for {} s; the producer serves "

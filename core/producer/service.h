@@ -20,6 +20,7 @@
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
 #include "core/producer/fetch_server.h"
+#include "core/producer/group_commit.h"
 #include "core/producer/membership.h"
 #include "core/producer/snapshot_store.h"
 #include "modelcast/producer.h"
@@ -155,7 +156,11 @@ class ProducerService {
   void send_outgoing();
   void close_cut_off();
   void announce();
+  // To every joined consumer; a group member hears its group's target and state instead of the
+  // newest version (GroupCommit).
   void announce(const protocol::Announce& announcement);
+  // To the members of groups whose state changed, at once.
+  void announce_group_changes();
   // One encoded message to one connection; never throws (a message that cannot go out is lost,
   // as one to a full queue is).
   void send_encoded(const std::string& routing_id, std::span<const std::byte> bytes);
@@ -207,6 +212,7 @@ class ProducerService {
   // Where the snapshot slots are (host until a device producer allocates its device slots).
   transport::MemoryLocation slots_ = transport::MemoryLocation::host();
   FetchServer fetches_;
+  GroupCommit groups_;
   std::function<void(std::size_t, std::uint64_t)> submit_digests_;
   std::function<void(std::uint64_t)> persist_;
   std::size_t evicted_unlogged_ = 0;  // cap_connections(): evictions not logged yet

@@ -28,14 +28,18 @@ void pack_outcome(Packer& pk, bool ok, Refusal refusal, const std::string& error
 struct BodyPacker {
   Packer& pk;
   void operator()(const Announce& m) const {
-    pk.pack_map(4);
+    pk.pack_map(m.group ? 6 : 4);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("step"); pk.pack(m.step);
     pk.pack("t_pub"); pk.pack(m.publish_time_ns);
+    if (m.group) {
+      pk.pack("gcommit"); pk.pack(m.group->committed);
+      pk.pack("gmembers"); pk.pack(m.group->members);
+    }
   }
   void operator()(const JoinRequest& m) const {
-    pk.pack_map(m.path ? 10 : 9);
+    pk.pack_map((m.path ? 10 : 9) + (m.group.empty() ? 0 : 2));
     pk.pack("model"); pack_str(pk, m.model);
     pk.pack("name"); pack_str(pk, m.consumer_name);
     pk.pack("offers");
@@ -49,6 +53,10 @@ struct BodyPacker {
     pk.pack("relays"); pk.pack(m.serves_peers);
     if (m.path) {
       pk.pack("path"); pk.pack(static_cast<std::uint8_t>(*m.path));
+    }
+    if (!m.group.empty()) {
+      pk.pack("group"); pack_str(pk, m.group);
+      pk.pack("gsize"); pk.pack(m.group_size);
     }
   }
   void operator()(const JoinReply& m) const {
@@ -148,8 +156,10 @@ Message unpack_body(Type type, const msgpack::object& body) {
   switch (type) {
     case Type::kAnnounce: {
       Fields f(body, "announce");
-      return Announce{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::int64_t>("step"),
-                      f.get<std::int64_t>("t_pub")};
+      Announce m{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::int64_t>("step"),
+                 f.get<std::int64_t>("t_pub"), std::nullopt};
+      if (f.has("gcommit")) m.group = GroupState{f.get<std::uint64_t>("gcommit"), f.get<std::uint32_t>("gmembers")};
+      return m;
     }
     case Type::kJoinRequest: {
       Fields f(body, "join request");
@@ -161,7 +171,9 @@ Message unpack_body(Type type, const msgpack::object& body) {
                          f.get<std::uint64_t>("proc"),
                          f.get<std::uint64_t>("session"),
                          f.has("path") ? std::optional(delivery_path(f.get<std::uint8_t>("path"))) : std::nullopt,
-                         f.get<bool>("relays")};
+                         f.get<bool>("relays"),
+                         f.has("group") ? f.get<std::string>("group") : std::string(),
+                         f.has("group") ? f.get<std::uint32_t>("gsize") : 0u};
     }
     case Type::kJoinReply: {
       Fields f(body, "join reply");

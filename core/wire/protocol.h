@@ -11,6 +11,8 @@
 //   producer ROUTER -> consumer DEALER  JoinReply          (incarnation, newest version)
 //   producer ROUTER -> consumer DEALER  Announce           (at publish() entry; heartbeats), to
 //                                                          joined consumers only
+// A group member (JoinRequest::group) fetches the version its announcements name, holds it
+// verified, acks, and switches when an announcement says the group committed it.
 //   consumer -> producer                FetchRequest       (the newest announced version)
 //   producer -> consumer                FetchReply         (manifest, signature if signed)
 //   producer -> consumer (data plane)   chunk i of the slot, tag chunk_tag(fetch_id, i)
@@ -67,6 +69,12 @@ struct DecodeLimits {
   std::size_t max_depth = 8;
 };
 
+// What a group of consumers (ConsumerOptions::group) has committed, told with each announcement.
+struct GroupState {
+  std::uint64_t committed = 0;  // every member switches to this version (0: none yet)
+  std::uint32_t members = 0;    // joined members; fewer than the group's size: it waits
+};
+
 // ROUTER -> each joined consumer's DEALER. Sent at each publish and as a periodic heartbeat;
 // `version` is the newest published (0 before the first). A consumer that hears none for its
 // producer_timeout has been forgotten (or the producer is gone) and joins again.
@@ -75,6 +83,9 @@ struct Announce {
   std::uint64_t version = 0;
   std::int64_t step = 0;
   std::int64_t publish_time_ns = 0;  // CLOCK_REALTIME of the publish() call (0 in heartbeats before any)
+  // To members of a group only (JoinRequest::group): `version` is then the version the group is
+  // to fetch (its target, or the committed one when none), and `group` says what it committed.
+  std::optional<GroupState> group;
 };
 
 // DEALER -> ROUTER: a consumer introduces itself, where it receives, and the transports it
@@ -93,6 +104,9 @@ struct JoinRequest {
   std::optional<DeliveryPath> path;
   // The consumer serves blocks it holds to other consumers when the producer asks it to.
   bool serves_peers = false;
+  // A member of this group of `group_size` consumers that switch versions together; empty: none.
+  std::string group;
+  std::uint32_t group_size = 0;
 };
 
 struct JoinReply {

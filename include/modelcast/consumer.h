@@ -100,6 +100,15 @@ struct ConsumerOptions {
   // (Error(kInvalidArgument) with memory = cuda). A version with a named tensor that is absent
   // or not f32, f16 or bf16 is rejected naming it, and the last good version stays.
   std::vector<TensorConversion> conversions;
+  // A group of consumers that switch versions together: the tensor-parallel ranks of one
+  // server, each a Consumer (usually in its own process) with the same `group` name and
+  // `group_size`. The producer picks one version for the group; each member fetches and
+  // verifies it but keeps serving the version before; only when every member holds it does the
+  // producer tell them all to switch (two-phase commit). A member that leaves, dies or rejects
+  // the version leaves the others on the last version they all had, and they say so (on_error,
+  // stats().group_waiting). Needs buffers >= 3 (serving, prepared, receiving). Empty: no group.
+  std::string group;
+  std::uint32_t group_size = 0;
   // Runs on the consumer's service thread after a version is installed, or when one is
   // rejected. Keep them short: the next update waits for them.
   std::function<void(const ModelView&)> on_update;
@@ -127,6 +136,12 @@ struct ConsumerStats {
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here
   std::chrono::nanoseconds last_notify_latency{0};  // publish() call until announced here
   std::string last_error;
+  // Group members (ConsumerOptions::group): the version the group last switched to (what
+  // current_version becomes on every member), the version this member holds verified and
+  // waits to switch to (0: none), and whether the group waits for members it lacks.
+  std::uint64_t group_version = 0;
+  std::uint64_t prepared_version = 0;
+  bool group_waiting = false;
 };
 
 class MODELCAST_API Consumer {

@@ -292,7 +292,21 @@ typedef struct mc_consumer_options {
    * (ConsumerOptions::conversions; host consumers only): count 0 (default) = none. */
   const struct mc_tensor_conversion* conversions;
   size_t conversion_count;
+  /* Since 0.6 (read only when struct_size covers them). A group of `group_size` consumers (a
+   * sharded server's ranks) that switch versions together (ConsumerOptions::group; needs
+   * buffers >= 3): NULL or "" (default) = none. mc_consumer_get_group says where it stands. */
+  const char* group;
+  uint32_t group_size;
 } mc_consumer_options;
+
+/* Since 0.6. Where a group member stands (ConsumerOptions::group): the version its group last
+ * switched to, the version it holds verified waiting for the others (0: none), and whether the
+ * group lacks members (it then stays on group_version). */
+typedef struct mc_group_state {
+  uint64_t group_version;
+  uint64_t prepared_version;
+  int waiting;
+} mc_group_state;
 
 /* Since 0.5. A tensor a consumer serves in another dtype, converted once the version is
  * verified: `tensor` is a name, or "*" for every f32, f16 and bf16 tensor not named; `to` is
@@ -358,6 +372,10 @@ MODELCAST_API mc_status mc_consumer_wait_for_version(const mc_consumer_t* consum
 /* Copies a snapshot of the consumer's counters into *out. Thread-safe.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL consumer or out). */
 MODELCAST_API mc_status mc_consumer_get_stats(const mc_consumer_t* consumer, mc_consumer_stats* out);
+
+/* Since 0.6. Copies where the consumer's group stands into *out (zeros for a consumer in no
+ * group). Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT (NULL consumer or out). */
+MODELCAST_API mc_status mc_consumer_get_group(const mc_consumer_t* consumer, mc_group_state* out);
 
 /* ---- views ------------------------------------------------------------------------------ */
 

@@ -22,6 +22,10 @@ class Consumer(Service):
     the first three). f8e4m3 tensors come as their uint8 codes; ``view.scales(name)`` gives
     their scales.
 
+    ``group="name", group_size=N`` makes this consumer one of the N ranks of a server that switch
+    versions together: a version becomes visible here only once every rank holds it verified
+    (stats() gives ``group_version``, ``prepared_version`` and ``group_waiting``; ``buffers`` >= 3).
+
     ``memory="cuda"`` with ``device=N`` receives every version into memory of CUDA device N
     (checked there before it becomes visible): views then hold device pointers, export them
     through DLPack as kDLCUDA on device N (``torch.from_dlpack(view.dlpack(name))`` or

@@ -112,6 +112,8 @@ void bind_consumer(py::module_& m) {
       .def_readwrite("transfer_timeout", &ConsumerOptions::transfer_timeout)
       .def_readwrite("serve_peers", &ConsumerOptions::serve_peers)
       .def_readwrite("conversions", &ConsumerOptions::conversions)
+      .def_readwrite("group", &ConsumerOptions::group)
+      .def_readwrite("group_size", &ConsumerOptions::group_size)
       .def_readwrite("max_model_bytes", &ConsumerOptions::max_model_bytes)
       .def_readwrite("producer_public_key", &ConsumerOptions::producer_public_key)
       .def_readwrite("key", &ConsumerOptions::key)
@@ -135,6 +137,9 @@ void bind_consumer(py::module_& m) {
       .def_readonly("bytes_received", &ConsumerStats::bytes_received)
       .def_readonly("bytes_relayed", &ConsumerStats::bytes_relayed)
       .def_readonly("relay_faults", &ConsumerStats::relay_faults)
+      .def_readonly("group_version", &ConsumerStats::group_version)
+      .def_readonly("prepared_version", &ConsumerStats::prepared_version)
+      .def_readonly("group_waiting", &ConsumerStats::group_waiting)
       .def_property_readonly("last_update_latency_s",
                              [](const ConsumerStats& s) { return seconds(s.last_update_latency); })
       .def_property_readonly("last_notify_latency_s",

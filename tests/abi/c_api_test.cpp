@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -278,6 +279,60 @@ TEST(CApi, ConvertedTensorsComeInTheirNewDtypeWithTheirScales) {
   ConsumerPtr refused;
   EXPECT_EQ(mc_consumer_create(&o, &refused.c), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("'q'"), std::string::npos) << last_error();
+}
+
+TEST(CApi, GroupMembersSwitchTogetherAndSayWhereTheirGroupStands) {
+  std::vector<float> w = {1.0f, 2.0f, 3.0f};
+  const std::int64_t shape[] = {3};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "w", MC_DTYPE_F32, 1, shape, w.data()), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_prepare(producer.p), MC_OK) << last_error();
+  mc_consumer_options o;
+  mc_consumer_options_init(&o);
+  o.producer_endpoint = mc_producer_endpoint(producer.p);
+  o.model_name = "abi";
+  o.group = "tp";
+  o.group_size = 2;
+  ConsumerPtr first;
+  ASSERT_EQ(mc_consumer_create(&o, &first.c), MC_OK) << last_error();
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(producer.p, 1, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  // Alone, the first member says its group waits, and serves nothing.
+  mc_group_state state{};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kWaitMs);
+  while (!state.waiting && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_EQ(mc_consumer_get_group(first.c, &state), MC_OK) << last_error();
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(state.waiting, 1);
+  ViewPtr none;
+  ASSERT_EQ(mc_consumer_acquire(first.c, &none.v), MC_OK) << last_error();
+  EXPECT_EQ(none.v, nullptr);
+  ConsumerPtr second;
+  ASSERT_EQ(mc_consumer_create(&o, &second.c), MC_OK) << last_error();
+  for (auto* c : {first.c, second.c}) {
+    ViewPtr view;
+    ASSERT_EQ(mc_consumer_wait_for_version(c, result.version, kWaitMs, &view.v), MC_OK) << last_error();
+    EXPECT_EQ(mc_view_version(view.v), result.version);
+    ASSERT_EQ(mc_consumer_get_group(c, &state), MC_OK) << last_error();
+    EXPECT_EQ(state.group_version, result.version);
+    EXPECT_EQ(state.prepared_version, 0u);
+  }
+  // Not a member: zeros. A group without a size is refused at creation.
+  mc_consumer_options plain;
+  mc_consumer_options_init(&plain);
+  plain.producer_endpoint = o.producer_endpoint;
+  plain.model_name = "abi";
+  ConsumerPtr outsider;
+  ASSERT_EQ(mc_consumer_create(&plain, &outsider.c), MC_OK) << last_error();
+  ASSERT_EQ(mc_consumer_get_group(outsider.c, &state), MC_OK) << last_error();
+  EXPECT_EQ(state.group_version, 0u);
+  EXPECT_EQ(mc_consumer_get_group(nullptr, &state), MC_ERR_INVALID_ARGUMENT);
+  o.group_size = 0;
+  ConsumerPtr refused;
+  EXPECT_EQ(mc_consumer_create(&o, &refused.c), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("group_size"), std::string::npos) << last_error();
 }
 
 TEST(CApi, PublishWithoutMetadataAndDescriptorRegistration) {

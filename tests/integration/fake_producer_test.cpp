@@ -43,10 +43,10 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   // Malformed announcements and replies: each is dropped and counted.
   std::vector<std::byte> garbage(40, std::byte{0xC1});
   producer.announce_raw(garbage);
-  auto future_version = protocol::encode(protocol::Announce{ScriptedProducer::kIncarnation, 9, 0, 0});
+  auto future_version = protocol::encode(protocol::Announce{ScriptedProducer::kIncarnation, 9, 0, 0, std::nullopt});
   future_version[6] = std::byte{0x63};  // protocol version 99
   producer.announce_raw(future_version);
-  auto truncated = protocol::encode(protocol::Announce{ScriptedProducer::kIncarnation, 9, 0, 0});
+  auto truncated = protocol::encode(protocol::Announce{ScriptedProducer::kIncarnation, 9, 0, 0, std::nullopt});
   truncated.resize(truncated.size() / 2);
   producer.announce_raw(truncated);
   producer.reply_raw(garbage);

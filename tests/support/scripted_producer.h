@@ -88,7 +88,7 @@ class ScriptedProducer {
   }
   // To the consumer that sent the last request, as the producer announces to joined consumers.
   void announce_raw(std::span<const std::byte> bytes) { reply_raw(bytes); }
-  void announce(std::uint64_t version) { announce_raw(protocol::encode(protocol::Announce{kIncarnation, version, 0, 1})); }
+  void announce(std::uint64_t version) { announce_raw(protocol::encode(protocol::Announce{kIncarnation, version, 0, 1, std::nullopt})); }
 
   void accept_join() {
     for (;;) {  // a consumer whose join went unanswered asks again: take the newest

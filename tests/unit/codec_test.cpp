@@ -45,7 +45,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
   join_request.serves_peers = true;
   RelayOrder order{21, 22, 23, 24, 65536, {0, 3, 7}, address, false};
   std::vector<Message> messages = {
-      Announce{1, 2, 3, 4},
+      Announce{1, 2, 3, 4, std::nullopt},
       join_request,
       JoinReply{false, Refusal::kNoTransport, "no", 5, 6, "loopback", DeliveryPath::kStaged},
       FetchRequest{7, 8, 9, 6},
@@ -108,6 +108,20 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(got.block_bytes, want.block_bytes);
   EXPECT_EQ(got.block_digests, want.block_digests);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).base_version, 3u);
+  // Group membership and state travel only where they are set.
+  EXPECT_TRUE(join.group.empty());
+  EXPECT_FALSE(std::get<Announce>(decode(encode(messages[0]))).group.has_value());
+  join_request.group = "tp-server";
+  join_request.group_size = 4;
+  auto member = std::get<JoinRequest>(decode(encode(join_request)));
+  EXPECT_EQ(member.group, "tp-server");
+  EXPECT_EQ(member.group_size, 4u);
+  Announce to_member{1, 9, 3, 4, GroupState{7, 3}};
+  auto heard = std::get<Announce>(decode(encode(to_member)));
+  ASSERT_TRUE(heard.group.has_value());
+  EXPECT_EQ(heard.version, 9u);
+  EXPECT_EQ(heard.group->committed, 7u);
+  EXPECT_EQ(heard.group->members, 3u);
   EXPECT_EQ(std::get<FetchRequest>(decode(encode(messages[3]))).base_version, 6u);
   auto digests = std::get<Digests>(decode(encode(messages[7])));
   EXPECT_EQ(digests.digests, (std::vector<std::uint64_t>{16, 17}));
@@ -158,7 +172,7 @@ TEST(Codec, RejectsForeignAndFutureMessages) {
   expect_protocol_error(pack_envelope(kMagic, kVersion, std::uint8_t{1}, wrong), "wrong type");
   std::vector<std::byte> garbage(64, std::byte{0xC1});  // 0xC1 is never valid msgpack
   expect_protocol_error(garbage, "malformed");
-  auto good = encode(Announce{1, 2, 3, 4});
+  auto good = encode(Announce{1, 2, 3, 4, std::nullopt});
   good.push_back(std::byte{0});
   expect_protocol_error(good, "trailing");
 }
@@ -311,12 +325,12 @@ TEST(RouterSend, APeerThatReadsNothingHasMessagesDroppedNotWaitedFor) {
   const auto started = std::chrono::steady_clock::now();
   std::size_t read = 0;
   for (std::uint64_t i = 1; i <= 10000; ++i) {
-    wire::send(router, Announce{1, i, 0, 0}, &stuck_id);
+    wire::send(router, Announce{1, i, 0, 0, std::nullopt}, &stuck_id);
     if (i % 100 != 0) continue;
     // ZeroMQ hears that a peer has read (and has room again) when the socket processes its
     // commands, as the producer's loop does each time it polls.
     (void)router.get(zmq::sockopt::events);
-    wire::send(router, Announce{1, i, 0, 0}, &reader_id);
+    wire::send(router, Announce{1, i, 0, 0, std::nullopt}, &reader_id);
     zmq::pollitem_t item{reader.handle(), 0, ZMQ_POLLIN, 0};
     if (zmq::poll(&item, 1, std::chrono::seconds(1)) == 1 && wire::receive(reader)) read++;
   }

@@ -1,0 +1,47 @@
+// The group side of the consumer's service (ConsumerOptions::group): what to fetch is the
+// group's target, and a verified version becomes visible only when the producer says the whole
+// group holds it. See core/producer/group_commit.h for the protocol, service.h for the threads.
+#include "core/consumer/service.h"
+
+#include "common/clock.h"
+
+namespace modelcast::consumer {
+
+void ConsumerService::on_group_announce(const protocol::Announce& announce) {
+  // The producer's word on what to fetch (it may name an older version than the newest: the one
+  // the group is switching to).
+  newest_announced_ = announce.version;
+  const auto& group = *announce.group;
+  group_committed_ = std::max(group_committed_, group.committed);
+  std::shared_ptr<detail::InstalledVersion> committed;
+  if (prepared_ && prepared_->manifest.version <= group_committed_) {
+    log_->debug("group '{}' committed version {}", options_.group, group_committed_);
+    committed = std::move(prepared_);
+    prepared_.reset();
+  }
+  const bool waiting = group.members < options_.group_size;
+  // Reported before the stats say so: a reader that sees group_waiting sees why.
+  if (waiting && !group_waiting_) {
+    report(Error(ErrorCode::kState, "group '" + options_.group + "' has " + std::to_string(group.members) + " of its " +
+                                        std::to_string(options_.group_size) + " members: it stays on version " +
+                                        std::to_string(group_committed_) + " until the others join"));
+  } else if (!waiting && group_waiting_) {
+    log_->info("group '{}' has all its {} members again", options_.group, options_.group_size);
+  }
+  group_waiting_ = waiting;
+  count([&](ConsumerStats& s) {
+    s.group_version = group_committed_;
+    s.prepared_version = prepared_ ? prepared_->manifest.version : 0;
+    s.group_waiting = waiting;
+    if (announce.publish_time_ns != 0) {
+      s.last_notify_latency = std::chrono::nanoseconds(realtime_ns() - announce.publish_time_ns);
+    }
+  });
+  // After the group's stats: a reader woken by the switch finds them already saying so.
+  if (committed) {
+    make_visible(committed);
+    if (options_.on_update) options_.on_update(ModelView(committed));
+  }
+}
+
+}  // namespace modelcast::consumer

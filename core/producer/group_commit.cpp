@@ -1,0 +1,125 @@
+#include "core/producer/group_commit.h"
+
+namespace modelcast::producer {
+
+GroupCommit::~GroupCommit() {
+  for (auto& [name, group] : groups_) drop_target(group);
+}
+
+std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) const {
+  if (size == 0) return "group '" + group + "' has no size (group_size 0)";
+  auto it = groups_.find(group);
+  if (it == groups_.end()) return {};
+  if (it->second.size != size) {
+    return "group '" + group + "' has " + std::to_string(it->second.size) + " members, this consumer says " +
+           std::to_string(size);
+  }
+  if (it->second.members.size() >= size) {
+    return "group '" + group + "' already has its " + std::to_string(size) + " members";
+  }
+  return {};
+}
+
+void GroupCommit::joined(const std::string& routing_id, const std::string& name, std::uint32_t size) {
+  auto& group = groups_[name];
+  group.size = size;
+  group.members.insert(routing_id);
+  member_[routing_id] = name;
+  changed_.insert(name);
+  choose_target(name, group);
+}
+
+void GroupCommit::left(const std::string& routing_id) {
+  auto it = member_.find(routing_id);
+  if (it == member_.end()) return;
+  const std::string name = it->second;
+  member_.erase(it);
+  auto& group = groups_.at(name);
+  group.members.erase(routing_id);
+  group.prepared.erase(routing_id);
+  changed_.insert(name);
+  // The last member gone: nothing to keep for it (a group formed again starts afresh).
+  if (group.members.empty()) {
+    drop_target(group);
+    groups_.erase(name);
+    changed_.erase(name);
+  }
+}
+
+void GroupCommit::acked(const std::string& routing_id, std::uint64_t version, bool ok) {
+  auto it = member_.find(routing_id);
+  if (it == member_.end()) return;
+  auto& group = groups_.at(it->second);
+  if (version == 0 || version != group.target) return;  // a late ack of an earlier target
+  if (!ok) {
+    group.failed = group.target;
+    drop_target(group);
+    changed_.insert(it->second);
+    return;
+  }
+  group.prepared.insert(routing_id);
+  if (group.members.size() < group.size || group.prepared.size() < group.members.size()) return;
+  group.committed = group.target;
+  drop_target(group);
+  changed_.insert(it->second);
+  choose_target(it->second, group);
+}
+
+void GroupCommit::published(std::uint64_t) {
+  for (auto& [name, group] : groups_) choose_target(name, group);
+}
+
+void GroupCommit::choose_target(const std::string& name, Group& group) {
+  if (group.target != 0 || group.members.size() < group.size) return;
+  const std::uint64_t newest = store_.newest_version();
+  if (newest <= group.committed || newest <= group.failed) return;
+  auto pinned = store_.pin(newest, "(group " + name + ")");
+  if (!pinned) return;  // not held (any more): the next publish brings another
+  group.target = newest;
+  group.pin = pinned->lease_id;
+  group.prepared.clear();
+  changed_.insert(name);
+}
+
+void GroupCommit::drop_target(Group& group) {
+  if (group.pin != 0) store_.unpin(group.pin);
+  group.pin = 0;
+  group.target = 0;
+  group.prepared.clear();
+}
+
+const GroupCommit::Group* GroupCommit::group_of(const std::string& routing_id) const {
+  auto it = member_.find(routing_id);
+  return it == member_.end() ? nullptr : &groups_.at(it->second);
+}
+
+std::optional<std::pair<std::uint64_t, protocol::GroupState>> GroupCommit::announcement(
+    const std::string& routing_id) const {
+  const Group* group = group_of(routing_id);
+  if (!group) return std::nullopt;
+  protocol::GroupState state{group->committed, static_cast<std::uint32_t>(group->members.size())};
+  return std::make_pair(group->target != 0 ? group->target : group->committed, state);
+}
+
+std::uint64_t GroupCommit::target_of(const std::string& routing_id) const {
+  const Group* group = group_of(routing_id);
+  return group ? group->target : 0;
+}
+
+std::uint64_t GroupCommit::committed_of(const std::string& routing_id) const {
+  const Group* group = group_of(routing_id);
+  return group ? group->committed : 0;
+}
+
+std::vector<std::string> GroupCommit::take_changed() {
+  std::vector<std::string> out;
+  for (const auto& name : changed_) {
+    auto it = groups_.find(name);
+    if (it == groups_.end()) continue;
+    out.insert(out.end(), it->second.members.begin(), it->second.members.end());
+  }
+  changed_.clear();
+  return out;
+}
+
+}  // namespace modelcast::producer

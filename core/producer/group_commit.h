@@ -1,0 +1,86 @@
+// Groups of consumers that switch versions together: the tensor-parallel ranks of one server,
+// which compute garbage if rank 0 serves version 7 while rank 1 serves version 6.
+//
+// A two-phase commit with the producer as coordinator. Once every member of a group has joined,
+// the group gets a target: the newest version, pinned in its slot until the group is done with it
+// (one slot per group at most, so publish() keeps the others). Members are told the target in
+// their announcements, fetch and verify it, keep serving the version before, and ack. When every
+// member has acked the target, the group commits it: the next announcement to each member says
+// so, and each switches. Then the next target is the newest version, if newer: a group never
+// chases versions published while it prepares one.
+//
+// Faults: a member that leaves (dropped, silent, its connection closed) makes the group wait, on
+// the version it last committed, until a member takes its place; the target stays pinned, so the
+// members that prepared it need not fetch it again. A member that rejects the target (a digest
+// that does not match, say) ends that target: the group stays where it is and takes the next
+// version published. Announcements carry the number of members, so members can say the group
+// waits.
+//
+// Service thread only: it reads and pins the store's slots, and returns who to tell; it sends
+// nothing itself.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/producer/snapshot_store.h"
+#include "core/wire/protocol.h"
+
+namespace modelcast::producer {
+
+class GroupCommit {
+ public:
+  explicit GroupCommit(SnapshotStore& store) : store_(store) {}
+  ~GroupCommit();
+  GroupCommit(const GroupCommit&) = delete;
+  GroupCommit& operator=(const GroupCommit&) = delete;
+
+  // Why `group` of `size` members cannot take another member (empty: it can): a size other than
+  // the group's, or a group already full.
+  std::string refusal(const std::string& group, std::uint32_t size) const;
+  // Membership: `joined` after refusal() said yes; `left` for any consumer (a non-member is
+  // ignored).
+  void joined(const std::string& routing_id, const std::string& group, std::uint32_t size);
+  void left(const std::string& routing_id);
+  // A member's ack of a fetch of `version`: it holds it verified (ok) or rejected it.
+  void acked(const std::string& routing_id, std::uint64_t version, bool ok);
+  // A new version is published (in the store, with a slot to pin).
+  void published(std::uint64_t version);
+
+  // What an announcement tells a member: the version to fetch (the target, or the committed
+  // version when there is none) and the group's state. nullopt for a consumer in no group.
+  std::optional<std::pair<std::uint64_t, protocol::GroupState>> announcement(const std::string& routing_id) const;
+  // The version a member may fetch besides the newest (its group's target; 0: none).
+  std::uint64_t target_of(const std::string& routing_id) const;
+  // Members of the groups whose target, commit or membership changed since the last call: they
+  // are to be told now rather than at the next heartbeat.
+  std::vector<std::string> take_changed();
+  // For logs: the committed version of the member's group (0 for none).
+  std::uint64_t committed_of(const std::string& routing_id) const;
+
+ private:
+  struct Group {
+    std::uint32_t size = 0;
+    std::set<std::string> members;   // routing ids
+    std::set<std::string> prepared;  // members that acked the target
+    std::uint64_t committed = 0;
+    std::uint64_t target = 0;
+    std::uint64_t pin = 0;           // the target's pin (lease id), 0: none
+    std::uint64_t failed = 0;        // a target a member rejected: not taken again
+  };
+  void choose_target(const std::string& name, Group& group);
+  void drop_target(Group& group);
+  const Group* group_of(const std::string& routing_id) const;
+
+  SnapshotStore& store_;
+  std::map<std::string, Group> groups_;        // by name
+  std::map<std::string, std::string> member_;  // routing id -> group name
+  std::set<std::string> changed_;              // group names
+};
+
+}  // namespace modelcast::producer

@@ -1,0 +1,254 @@
+// Groups of consumers that switch versions together (ConsumerOptions::group): a member makes a
+// version visible only once every member holds it verified, a slow member holds the others on
+// the version they share, a member that leaves makes the group wait, and one that takes its
+// place brings the group to the newest version. Every byte each member serves is checked.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "eventually.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/producer.h"
+
+using namespace std::chrono_literals;
+using testing_support::eventually;
+
+namespace {
+
+constexpr std::size_t kElements = 64 << 10;
+
+struct Fixture {
+  std::vector<float> a = std::vector<float>(kElements), b = std::vector<float>(kElements / 2);
+  std::unique_ptr<modelcast::Producer> producer;
+  Fixture() {
+    modelcast::ProducerOptions options;
+    options.model_name = "test";
+    options.control_endpoint = "tcp://127.0.0.1:0";
+    options.snapshot_slots = 4;
+    producer = std::make_unique<modelcast::Producer>(options);
+    std::vector<modelcast::TensorRef> refs = {
+        {{"a", modelcast::DType::kF32, {static_cast<std::int64_t>(a.size())}}, a.data()},
+        {{"b", modelcast::DType::kF32, {static_cast<std::int64_t>(b.size())}}, b.data()}};
+    producer->register_tensors(refs);
+    producer->prepare();
+  }
+  void publish(std::uint64_t version) {
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(version * 1000003 + i);
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = -static_cast<float>(version * 7 + i);
+    producer->publish(static_cast<std::int64_t>(version));
+  }
+};
+
+// Empty if `view` holds what Fixture::publish(view.version()) wrote.
+std::string check(const modelcast::ModelView& view) {
+  const std::uint64_t v = view.version();
+  auto a = view.tensor("a");
+  auto b = view.tensor("b");
+  const auto* pa = static_cast<const float*>(a.data);
+  const auto* pb = static_cast<const float*>(b.data);
+  for (std::size_t i = 0; i < kElements; ++i) {
+    if (pa[i] != static_cast<float>(v * 1000003 + i)) return "a[" + std::to_string(i) + "] of version " + std::to_string(v);
+  }
+  for (std::size_t i = 0; i < kElements / 2; ++i) {
+    if (pb[i] != -static_cast<float>(v * 7 + i)) return "b[" + std::to_string(i) + "] of version " + std::to_string(v);
+  }
+  return {};
+}
+
+modelcast::ConsumerOptions member_options(const std::string& endpoint, const std::string& group, std::uint32_t size,
+                                          const std::string& name) {
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.consumer_name = name;
+  options.group = group;
+  options.group_size = size;
+  options.buffers = 3;
+  return options;
+}
+
+// Members whose every switch is checked against the others: when one makes version v visible,
+// every other member must already hold v (prepared or visible). Violations are collected.
+class Members {
+ public:
+  Members(const std::string& endpoint, std::uint32_t size) : endpoint_(endpoint), size_(size) {}
+  ~Members() {
+    for (auto& m : members_) m.reset();
+  }
+
+  // Adds a member; `on_update` (optional) runs after its own check, on its service thread.
+  modelcast::Consumer& add(std::function<void(const modelcast::ModelView&)> on_update = nullptr) {
+    const std::size_t index = members_.size();
+    auto options = member_options(endpoint_, "tp", size_, "rank" + std::to_string(index));
+    options.on_update = [this, index, on_update](const modelcast::ModelView& view) {
+      {
+        std::lock_guard lock(mutex_);
+        for (std::size_t j = 0; j < members_.size(); ++j) {
+          if (j == index || !members_[j]) continue;
+          auto s = members_[j]->stats();
+          if (s.prepared_version != view.version() && s.current_version < view.version()) {
+            violations_.push_back("rank" + std::to_string(index) + " switched to version " +
+                                  std::to_string(view.version()) + " while rank" + std::to_string(j) + " held " +
+                                  std::to_string(s.current_version) + " (prepared " +
+                                  std::to_string(s.prepared_version) + ")");
+          }
+        }
+      }
+      if (on_update) on_update(view);
+    };
+    std::lock_guard lock(mutex_);
+    members_.push_back(std::make_unique<modelcast::Consumer>(options));
+    return *members_.back();
+  }
+  modelcast::Consumer& operator[](std::size_t i) { return *members_.at(i); }
+  void remove(std::size_t i) {
+    std::unique_ptr<modelcast::Consumer> gone;
+    {
+      std::lock_guard lock(mutex_);
+      gone = std::move(members_.at(i));
+    }
+  }
+  std::size_t size() const { return members_.size(); }
+  std::vector<std::string> violations() {
+    std::lock_guard lock(mutex_);
+    return violations_;
+  }
+
+ private:
+  std::string endpoint_;
+  std::uint32_t size_;
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<modelcast::Consumer>> members_;
+  std::vector<std::string> violations_;
+};
+
+void slow_member_holds_the_group(std::uint32_t size) {
+  Fixture f;
+  Members members(f.producer->control_endpoint(), size);
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  std::atomic<bool> held{false};
+  for (std::uint32_t i = 0; i + 1 < size; ++i) members.add();
+  // The last rank stalls its service thread in its first update until the gate opens: it
+  // cannot fetch the next version, as a rank busy serving or on a slow link could not.
+  members.add([&](const modelcast::ModelView&) {
+    if (!held.exchange(true)) opened.wait();
+  });
+  ASSERT_TRUE(f.producer->wait_for_consumers(size, 60s));
+  f.publish(1);
+  for (std::uint32_t i = 0; i < size; ++i) {
+    auto view = members[i].wait_for_version(1, 60s);
+    ASSERT_TRUE(view) << "rank " << i << ": " << members[i].stats().last_error;
+    EXPECT_EQ(check(view), "") << "rank " << i;
+  }
+  ASSERT_TRUE(eventually([&] { return held.load(); }, 60s));
+  f.publish(2);
+  // The other ranks fetch and verify version 2, and keep serving version 1.
+  for (std::uint32_t i = 0; i + 1 < size; ++i) {
+    ASSERT_TRUE(eventually([&] { return members[i].stats().prepared_version == 2; }, 60s))
+        << "rank " << i << ": " << members[i].stats().last_error;
+    EXPECT_EQ(members[i].acquire().version(), 1u) << "rank " << i << " switched without the slow rank";
+    EXPECT_EQ(members[i].stats().group_version, 1u);
+  }
+  gate.set_value();
+  for (std::uint32_t i = 0; i < size; ++i) {
+    auto view = members[i].wait_for_version(2, 60s);
+    ASSERT_TRUE(view) << "rank " << i << ": " << members[i].stats().last_error;
+    EXPECT_EQ(view.version(), 2u);
+    EXPECT_EQ(check(view), "") << "rank " << i;
+    EXPECT_EQ(members[i].stats().versions_rejected, 0u) << members[i].stats().last_error;
+  }
+  EXPECT_EQ(members.violations(), std::vector<std::string>{});
+}
+
+}  // namespace
+
+TEST(GroupCommit, TwoMembersSwitchOnlyOnceTheSlowOneHoldsTheVersionToo) { slow_member_holds_the_group(2); }
+
+TEST(GroupCommit, FourMembersSwitchOnlyOnceTheSlowOneHoldsTheVersionToo) { slow_member_holds_the_group(4); }
+
+TEST(GroupCommit, AGroupWaitsForAMissingMemberAndOneTakingItsPlaceBringsItToTheNewest) {
+  Fixture f;
+  Members members(f.producer->control_endpoint(), 2);
+  auto& first = members.add();
+  ASSERT_TRUE(f.producer->wait_for_consumers(1, 60s));
+  f.publish(1);
+  // Alone, the first rank waits and says so; it serves nothing, since its group never had version 1.
+  ASSERT_TRUE(eventually([&] { return first.stats().group_waiting; }, 60s));
+  EXPECT_NE(first.stats().last_error.find("1 of its 2 members"), std::string::npos) << first.stats().last_error;
+  EXPECT_TRUE(first.acquire().empty());
+  members.add();
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto view = members[i].wait_for_version(1, 60s);
+    ASSERT_TRUE(view) << "rank " << i << ": " << members[i].stats().last_error;
+    EXPECT_EQ(check(view), "");
+  }
+  EXPECT_FALSE(first.stats().group_waiting);
+
+  // The second rank goes (its process ends): the first stays on version 1 through versions 2 and
+  // 3, which a consumer in no group gets meanwhile.
+  members.remove(1);
+  ASSERT_TRUE(eventually([&] { return first.stats().group_waiting; }, 60s));
+  modelcast::ConsumerOptions plain;
+  plain.producer_endpoint = f.producer->control_endpoint();
+  plain.model_name = "test";
+  modelcast::Consumer watcher(plain);
+  ASSERT_TRUE(f.producer->wait_for_consumers(2, 60s));
+  f.publish(2);
+  f.publish(3);
+  ASSERT_TRUE(watcher.wait_for_version(3, 60s)) << watcher.stats().last_error;
+  EXPECT_EQ(first.acquire().version(), 1u);
+  EXPECT_EQ(first.stats().prepared_version, 0u) << "a group short of a member has no version to prepare";
+
+  // A rank taking its place: the group goes to the newest version together.
+  members.add();
+  for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {
+    auto view = members[i].wait_for_version(3, 60s);
+    ASSERT_TRUE(view) << "rank " << i << ": " << members[i].stats().last_error;
+    EXPECT_EQ(view.version(), 3u);
+    EXPECT_EQ(check(view), "") << "rank " << i;
+  }
+  EXPECT_EQ(members.violations(), std::vector<std::string>{});
+}
+
+TEST(GroupCommit, AJoinThatDoesNotFitTheGroupIsRefusedNamingWhy) {
+  Fixture f;
+  Members members(f.producer->control_endpoint(), 2);
+  members.add();
+  members.add();
+  ASSERT_TRUE(f.producer->wait_for_consumers(2, 60s));
+  auto third = member_options(f.producer->control_endpoint(), "tp", 2, "rank-extra");
+  modelcast::Consumer extra(third);
+  auto other_size = member_options(f.producer->control_endpoint(), "tp", 3, "rank-odd");
+  modelcast::Consumer odd(other_size);
+  ASSERT_TRUE(eventually([&] { return !extra.stats().last_error.empty() && !odd.stats().last_error.empty(); }, 60s));
+  EXPECT_NE(extra.stats().last_error.find("already has its 2 members"), std::string::npos) << extra.stats().last_error;
+  EXPECT_NE(odd.stats().last_error.find("has 2 members, this consumer says 3"), std::string::npos)
+      << odd.stats().last_error;
+}
+
+TEST(GroupCommit, OptionsAGroupCannotWorkWithAreRefusedAtConstruction) {
+  auto refused = [](modelcast::ConsumerOptions options, const std::string& words) {
+    try {
+      modelcast::Consumer consumer(options);
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << "accepted; expected an error saying: " << words;
+  };
+  auto no_size = member_options("tcp://127.0.0.1:1", "tp", 0, "r");
+  refused(no_size, "needs group_size");
+  auto two_buffers = member_options("tcp://127.0.0.1:1", "tp", 2, "r");
+  two_buffers.buffers = 2;
+  refused(two_buffers, ">= 3 buffers");
+  auto size_only = member_options("tcp://127.0.0.1:1", "", 2, "r");
+  refused(size_only, "group is empty");
+}
