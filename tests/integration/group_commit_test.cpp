@@ -11,12 +11,19 @@
 #include <mutex>
 #include <vector>
 
+#include <signal.h>
+
+#include <map>
+#include <sstream>
+
+#include "child_process.h"
 #include "eventually.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
 
 using namespace std::chrono_literals;
+using testing_support::ChildProcess;
 using testing_support::eventually;
 
 namespace {
@@ -130,10 +137,21 @@ class Members {
 
 void slow_member_holds_the_group(std::uint32_t size) {
   Fixture f;
-  Members members(f.producer->control_endpoint(), size);
   std::promise<void> gate;
   auto opened = gate.get_future().share();
+  // Opened on every way out (a failed assertion too): the held rank must not hang its teardown.
+  struct OpenOnExit {
+    std::promise<void>& gate;
+    bool open = false;
+    void now() {
+      if (!open) gate.set_value();
+      open = true;
+    }
+    ~OpenOnExit() { now(); }
+  };
   std::atomic<bool> held{false};
+  Members members(f.producer->control_endpoint(), size);
+  OpenOnExit open_gate{gate};  // after the members: destroyed, so opened, before them
   for (std::uint32_t i = 0; i + 1 < size; ++i) members.add();
   // The last rank stalls its service thread in its first update until the gate opens: it
   // cannot fetch the next version, as a rank busy serving or on a slow link could not.
@@ -156,7 +174,7 @@ void slow_member_holds_the_group(std::uint32_t size) {
     EXPECT_EQ(members[i].acquire().version(), 1u) << "rank " << i << " switched without the slow rank";
     EXPECT_EQ(members[i].stats().group_version, 1u);
   }
-  gate.set_value();
+  open_gate.now();
   for (std::uint32_t i = 0; i < size; ++i) {
     auto view = members[i].wait_for_version(2, 60s);
     ASSERT_TRUE(view) << "rank " << i << ": " << members[i].stats().last_error;
@@ -251,4 +269,74 @@ TEST(GroupCommit, OptionsAGroupCannotWorkWithAreRefusedAtConstruction) {
   refused(two_buffers, ">= 3 buffers");
   auto size_only = member_options("tcp://127.0.0.1:1", "", 2, "r");
   refused(size_only, "group is empty");
+}
+
+namespace {
+
+bool printed(const ChildProcess& child, const std::string& line) {
+  for (const auto& l : child.lines()) {
+    if (l == line) return true;
+  }
+  return false;
+}
+
+// One counter of the peer producer's "stats k=v k=v ..." line.
+std::uint64_t producer_stat(ChildProcess& producer, const std::string& key) {
+  auto line = producer.ask("stats", "stats ");
+  if (!line) return 0;
+  std::istringstream words(line->substr(6));
+  std::string word;
+  while (words >> word) {
+    if (word.rfind(key + "=", 0) == 0) return std::stoull(word.substr(key.size() + 1));
+  }
+  return 0;
+}
+
+}  // namespace
+
+// Across processes: a rank stopped, then killed, mid-version; the other rank, which holds the
+// version verified, never switches to it alone; a rank started in its place brings both to it.
+// Each rank checks every byte of every version it installs (tests/support/test_model.h).
+TEST(GroupCommit, ARankKilledMidVersionLeavesTheOtherOnTheVersionTheyShareUntilARankReplacesIt) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0",
+                         "--kib", "512"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  const std::string endpoint = ready->substr(6);
+  auto rank = [&](const std::string& name, std::uint64_t until) {
+    return std::make_unique<ChildProcess>(std::vector<std::string>{
+        MODELCAST_TEST_PEER, "consumer", "--endpoint", endpoint, "--name", name, "--until-version",
+        std::to_string(until), "--group", "tp", "--group-size", "2", "--linger"});
+  };
+  auto rank0 = rank("rank0", 2);
+  auto rank1 = rank("rank1", 2);
+  ASSERT_TRUE(producer.ask("publish", "published 1"));
+  ASSERT_TRUE(rank0->wait_for_line("installed 1", 60s));
+  ASSERT_TRUE(rank1->wait_for_line("installed 1", 60s));
+  ASSERT_TRUE(eventually([&] { return producer_stat(producer, "deliveries") == 2; }, 60s));
+
+  // Rank 1 stops before it can fetch version 2; rank 0 fetches and verifies it (its ack is the
+  // producer's third delivery) but keeps serving version 1.
+  ASSERT_EQ(kill(rank1->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(producer.ask("publish", "published 2"));
+  ASSERT_TRUE(eventually([&] { return producer_stat(producer, "deliveries") == 3; }, 60s));
+  rank1->kill_now();
+  rank1->wait();
+  // Once the producer has let rank 1 go, rank 0 (which acked version 2 before) would have said
+  // it installed it if it could switch alone. What it printed so far is read here: the poll
+  // returns as soon as there is output, and gives up after 100 ms of none.
+  ASSERT_TRUE(eventually([&] { return producer_stat(producer, "consumers") == 1; }, 60s));
+  EXPECT_FALSE(rank0->wait_for_line("installed 2", 100ms)) << "rank 0 switched without rank 1";
+
+  // A rank in rank 1's place: both switch to version 2.
+  auto rank2 = rank("rank2", 2);
+  EXPECT_TRUE(rank2->wait_for_line("installed 2", 60s));
+  EXPECT_TRUE(rank0->wait_for_line("installed 2", 60s));
+  for (auto* r : {rank0.get(), rank2.get()}) {
+    r->close_stdin();
+    EXPECT_EQ(r->wait(), 0);
+    for (const auto& line : r->lines()) EXPECT_NE(line.rfind("corrupt", 0), 0u) << line;
+  }
+  EXPECT_FALSE(printed(*rank2, "installed 1")) << "the replacement joined a group already past version 1";
 }

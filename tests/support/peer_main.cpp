@@ -57,6 +57,9 @@ struct RelayRole {
   // memory went bad would. 0: never.
   std::uint64_t corrupt_after = 0;
   bool linger = false;  // after the last version, serve until stdin closes
+  // A member of this group of group_size consumers that switch versions together; empty: none.
+  std::string group;
+  std::uint32_t group_size = 0;
 };
 
 std::string stats_line(const modelcast::Producer& producer) {
@@ -73,6 +76,8 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
                  int change_pct, const RelayRole& role) {
   modelcast::ConsumerOptions options;
   options.serve_peers = role.serve;
+  options.group = role.group;
+  options.group_size = role.group_size;
   if (transfer_timeout_ms != 0) options.transfer_timeout = std::chrono::milliseconds(transfer_timeout_ms);
   options.key_file = keys.key_file;
   options.producer_public_key = keys.producer_key;
@@ -361,6 +366,8 @@ int main(int argc, char** argv) {
   consumer->add_flag("!--no-serve", role.serve, "decline to relay to other consumers");
   consumer->add_option("--corrupt-after", role.corrupt_after, "flip a byte of this version once installed");
   consumer->add_flag("--linger", role.linger, "after the last version, keep serving until stdin closes");
+  consumer->add_option("--group", role.group, "a member of this group (ConsumerOptions::group)");
+  consumer->add_option("--group-size", role.group_size, "the group's members");
   auto* producer = app.add_subcommand("producer");
   producer->add_option("--endpoint", endpoint)->required();
   producer->add_option("--versions", versions);
