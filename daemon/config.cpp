@@ -109,7 +109,7 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
 
 ModelConfig read_model(const Reader& r, const toml::table& t, const std::string& prefix) {
   r.only(t, prefix, {"name", "endpoint", "max_model_bytes", "buffers", "producer_public_key", "producer_key_file",
-                     "key_file", "persist", "serve_peers", "hook"});
+                     "key_file", "persist", "serve_peers", "group", "group_size", "hook"});
   ModelConfig model;
   model.source = r.where(t);
   r.string(t, "name", prefix, model.name);
@@ -131,6 +131,15 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   r.string(t, "key_file", prefix, model.key_file);
   r.boolean(t, "persist", prefix, model.persist);
   r.boolean(t, "serve_peers", prefix, model.serve_peers);
+  r.string(t, "group", prefix, model.group);
+  if (const toml::node* node = t.get("group_size")) {
+    model.group_size = static_cast<std::uint32_t>(r.integer(*node, prefix + "group_size", 1, 4096));
+  }
+  if (!model.group.empty() && model.group_size == 0) r.fail(t, prefix + "group_size", "is required with group");
+  if (model.group.empty() && model.group_size != 0) r.fail(*t.get("group_size"), prefix + "group", "is required with group_size");
+  if (!model.group.empty() && model.buffers < 3) {
+    r.fail(*t.get("buffers"), prefix + "buffers", "must be >= 3 for a group member (serving, prepared, receiving)");
+  }
   if (const toml::table* hook = r.table(t, "hook", prefix)) model.hook = read_hook(r, *hook, prefix + "hook.");
   return model;
 }
@@ -140,7 +149,8 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
 bool ModelConfig::operator==(const ModelConfig& o) const {
   return name == o.name && endpoint == o.endpoint && max_model_bytes == o.max_model_bytes && buffers == o.buffers &&
          producer_public_key == o.producer_public_key && producer_key_file == o.producer_key_file &&
-         key_file == o.key_file && persist == o.persist && serve_peers == o.serve_peers && hook.http_post == o.hook.http_post &&
+         key_file == o.key_file && persist == o.persist && serve_peers == o.serve_peers && group == o.group &&
+         group_size == o.group_size && hook.http_post == o.hook.http_post &&
          hook.command == o.hook.command && hook.timeout == o.hook.timeout;
 }
 

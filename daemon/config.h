@@ -27,6 +27,10 @@ struct ModelConfig {
   std::string key_file;               // this daemon's key pair, for producers with an allow-list
   bool persist = true;                // write versions to the repository (when one is configured)
   bool serve_peers = true;            // relay blocks to other consumers when the producer asks
+  // One of the group_size ranks of a server that switch versions together (ConsumerOptions::group,
+  // needs buffers >= 3); empty: none.
+  std::string group;
+  std::uint32_t group_size = 0;
   HookConfig hook;
   std::string source;                 // "file:line" where the model was declared, for messages
   bool operator==(const ModelConfig& other) const;

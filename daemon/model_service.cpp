@@ -24,6 +24,8 @@ ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks)
   // its own): versions stay as verified, so this daemon serves peers like any consumer.
   options.caller_buffers_untouched = true;
   options.serve_peers = config_.serve_peers;
+  options.group = config_.group;
+  options.group_size = config_.group_size;
   options.on_update = [this](const modelcast::ModelView& view) { installed(view); };
   options.on_error = [this](const modelcast::Error& error) {
     if (callbacks_.on_rejected) callbacks_.on_rejected(config_.name, error);

@@ -28,6 +28,8 @@ max_model_bytes = "1GiB"
 buffers = 5
 persist = false
 serve_peers = false
+group = "resnet-tp"
+group_size = 2
 [model.hook]
 http_post = "http://127.0.0.1:8000/v2/repository/models/{model}/load"
 
@@ -55,6 +57,9 @@ TEST(DaemonConfig, AGoodFileIsReadAsWritten) {
   EXPECT_FALSE(c.models[0].persist);
   EXPECT_FALSE(c.models[0].serve_peers);
   EXPECT_TRUE(c.models[1].serve_peers);  // the default
+  EXPECT_EQ(c.models[0].group, "resnet-tp");
+  EXPECT_EQ(c.models[0].group_size, 2u);
+  EXPECT_TRUE(c.models[1].group.empty());  // the default: no group
   EXPECT_EQ(c.models[0].hook.http_post, "http://127.0.0.1:8000/v2/repository/models/{model}/load");
   EXPECT_EQ(c.models[1].max_model_bytes, 1048576u);
   EXPECT_EQ(c.models[1].buffers, 4u);  // the default
@@ -115,6 +120,10 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {(model + "[model.hook]\ncommand = []\n"), 6, "model[0].hook.command", "non-empty array"},
       {(model + "[model.hook]\nretries = 2\n"), 6, "model[0].hook.retries", "unknown key"},
       {(model + "persist = \"yes\"\n"), 5, "model[0].persist", "true or false"},
+      {(model + "group = \"tp\"\n"), 1, "model[0].group_size", "is required with group"},
+      {(model + "group_size = 2\n"), 5, "model[0].group", "is required with group_size"},
+      {(model + "group = \"tp\"\ngroup_size = 0\n"), 6, "model[0].group_size", "between 1 and"},
+      {(model + "buffers = 2\ngroup = \"tp\"\ngroup_size = 2\n"), 5, "model[0].buffers", ">= 3 for a group member"},
   };
   ScratchDir dir;
   int index = 0;
