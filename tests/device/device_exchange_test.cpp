@@ -4,6 +4,7 @@
 // selects: the simulation in the ordinary suite, the GPU on a machine with one.
 #include <signal.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -671,5 +672,61 @@ TEST(DeviceExchange, AStagingPieceBelowTheMinimumIsRefusedNamingTheOption) {
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("device_stage_bytes"), std::string::npos) << e.what();
+  }
+}
+
+// Device consumers as the ranks of one server (ConsumerOptions::group): a rank that holds the
+// next version verified on its device keeps serving the version before until the slow rank
+// holds it too; then both switch. Every byte is checked on the device.
+TEST(DeviceExchange, DeviceRanksOfAGroupSwitchOnlyOnceTheSlowOneHoldsTheVersion) {
+  auto& rt = runtime();
+  ChildProcess producer({peer_paths::test_peer(), "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0",
+                         "--seed", "7", "--kib", "512"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  std::promise<void> gate;
+  auto opened = gate.get_future().share();
+  std::atomic<bool> held{false};
+  auto rank_options = [&](const std::string& name) {
+    auto options = consumer_options(ready->substr(6), MemoryKind::kCuda, devicemodel::other_device(rt));
+    options.consumer_name = name;
+    options.group = "tp";
+    options.group_size = 2;
+    options.buffers = 3;
+    return options;
+  };
+  modelcast::Consumer rank0(rank_options("rank0"));
+  auto slow = rank_options("rank1");
+  slow.on_update = [&](const modelcast::ModelView&) {
+    if (!held.exchange(true)) opened.wait();
+  };
+  modelcast::Consumer rank1(slow);
+  struct OpenOnExit {  // destroyed before the ranks: a failed assertion must not hang them
+    std::promise<void>& gate;
+    bool open = false;
+    void now() {
+      if (!open) gate.set_value();
+      open = true;
+    }
+    ~OpenOnExit() { now(); }
+  } open_gate{gate};
+  ASSERT_TRUE(producer.ask("publish", "published 1"));
+  for (auto* rank : {&rank0, &rank1}) {
+    auto view = rank->wait_for_version(1, 60s);
+    ASSERT_TRUE(view) << rank->stats().last_error;
+    EXPECT_EQ(devicemodel::check(rt, view, 7), "");
+  }
+  ASSERT_TRUE(testing_support::eventually([&] { return held.load(); }, 60s));
+  ASSERT_TRUE(producer.ask("publish", "published 2"));
+  ASSERT_TRUE(testing_support::eventually([&] { return rank0.stats().prepared_version == 2; }, 60s))
+      << rank0.stats().last_error;
+  EXPECT_EQ(rank0.acquire().version(), 1u) << "rank 0 switched without the slow rank";
+  open_gate.now();
+  for (auto* rank : {&rank0, &rank1}) {
+    auto view = rank->wait_for_version(2, 60s);
+    ASSERT_TRUE(view) << rank->stats().last_error;
+    EXPECT_EQ(view.version(), 2u);
+    EXPECT_EQ(devicemodel::check(rt, view, 7), "");
+    EXPECT_EQ(rank->stats().versions_rejected, 0u) << rank->stats().last_error;
   }
 }
