@@ -18,6 +18,7 @@
 #include "core/model/manifest.h"
 #include "device_model.h"
 #include "eventually.h"
+#include "gate.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
@@ -684,8 +685,7 @@ TEST(DeviceExchange, DeviceRanksOfAGroupSwitchOnlyOnceTheSlowOneHoldsTheVersion)
                          "--seed", "7", "--kib", "512"});
   auto ready = producer.wait_for_line("ready ");
   ASSERT_TRUE(ready);
-  std::promise<void> gate;
-  auto opened = gate.get_future().share();
+  testing_support::Gate gate;
   std::atomic<bool> held{false};
   auto rank_options = [&](const std::string& name) {
     auto options = consumer_options(ready->substr(6), MemoryKind::kCuda, devicemodel::other_device(rt));
@@ -698,18 +698,10 @@ TEST(DeviceExchange, DeviceRanksOfAGroupSwitchOnlyOnceTheSlowOneHoldsTheVersion)
   modelcast::Consumer rank0(rank_options("rank0"));
   auto slow = rank_options("rank1");
   slow.on_update = [&](const modelcast::ModelView&) {
-    if (!held.exchange(true)) opened.wait();
+    if (!held.exchange(true)) gate.wait();
   };
   modelcast::Consumer rank1(slow);
-  struct OpenOnExit {  // destroyed before the ranks: a failed assertion must not hang them
-    std::promise<void>& gate;
-    bool open = false;
-    void now() {
-      if (!open) gate.set_value();
-      open = true;
-    }
-    ~OpenOnExit() { now(); }
-  } open_gate{gate};
+  testing_support::Gate::Opener open_at_exit(gate);
   ASSERT_TRUE(producer.ask("publish", "published 1"));
   for (auto* rank : {&rank0, &rank1}) {
     auto view = rank->wait_for_version(1, 60s);
@@ -721,7 +713,7 @@ TEST(DeviceExchange, DeviceRanksOfAGroupSwitchOnlyOnceTheSlowOneHoldsTheVersion)
   ASSERT_TRUE(testing_support::eventually([&] { return rank0.stats().prepared_version == 2; }, 60s))
       << rank0.stats().last_error;
   EXPECT_EQ(rank0.acquire().version(), 1u) << "rank 0 switched without the slow rank";
-  open_gate.now();
+  gate.open();
   for (auto* rank : {&rank0, &rank1}) {
     auto view = rank->wait_for_version(2, 60s);
     ASSERT_TRUE(view) << rank->stats().last_error;

@@ -18,6 +18,7 @@
 
 #include "child_process.h"
 #include "eventually.h"
+#include "gate.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
@@ -137,26 +138,15 @@ class Members {
 
 void slow_member_holds_the_group(std::uint32_t size) {
   Fixture f;
-  std::promise<void> gate;
-  auto opened = gate.get_future().share();
-  // Opened on every way out (a failed assertion too): the held rank must not hang its teardown.
-  struct OpenOnExit {
-    std::promise<void>& gate;
-    bool open = false;
-    void now() {
-      if (!open) gate.set_value();
-      open = true;
-    }
-    ~OpenOnExit() { now(); }
-  };
+  testing_support::Gate gate;
   std::atomic<bool> held{false};
   Members members(f.producer->control_endpoint(), size);
-  OpenOnExit open_gate{gate};  // after the members: destroyed, so opened, before them
+  testing_support::Gate::Opener open_at_exit(gate);
   for (std::uint32_t i = 0; i + 1 < size; ++i) members.add();
   // The last rank stalls its service thread in its first update until the gate opens: it
   // cannot fetch the next version, as a rank busy serving or on a slow link could not.
   members.add([&](const modelcast::ModelView&) {
-    if (!held.exchange(true)) opened.wait();
+    if (!held.exchange(true)) gate.wait();
   });
   ASSERT_TRUE(f.producer->wait_for_consumers(size, 60s));
   f.publish(1);
@@ -174,7 +164,7 @@ void slow_member_holds_the_group(std::uint32_t size) {
     EXPECT_EQ(members[i].acquire().version(), 1u) << "rank " << i << " switched without the slow rank";
     EXPECT_EQ(members[i].stats().group_version, 1u);
   }
-  open_gate.now();
+  gate.open();
   for (std::uint32_t i = 0; i < size; ++i) {
     auto view = members[i].wait_for_version(2, 60s);
     ASSERT_TRUE(view) << "rank " << i << ": " << members[i].stats().last_error;
