@@ -9,7 +9,12 @@ GroupCommit::~GroupCommit() {
 std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) const {
   if (size == 0) return "group '" + group + "' has no size (group_size 0)";
   auto it = groups_.find(group);
-  if (it == groups_.end()) return {};
+  if (it == groups_.end()) {
+    if (groups_.size() < max_groups_) return {};
+    return "group '" + group + "' would be group " + std::to_string(groups_.size() + 1) + ", and this producer's " +
+           std::to_string(max_groups_ + 2) + " snapshot slots hold " + std::to_string(max_groups_) +
+           " (snapshot_slots - 2: each group pins one slot while it switches, and publish() needs one free)";
+  }
   if (it->second.size != size) {
     return "group '" + group + "' has " + std::to_string(it->second.size) + " members, this consumer says " +
            std::to_string(size);

@@ -20,6 +20,7 @@
 // nothing itself.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -35,13 +36,16 @@ namespace modelcast::producer {
 
 class GroupCommit {
  public:
-  explicit GroupCommit(SnapshotStore& store) : store_(store) {}
+  // `max_groups`: how many groups may exist at once. Each pins at most one slot, and publish()
+  // needs a slot that is neither the newest nor pinned: with snapshot_slots slots, that is
+  // snapshot_slots - 2 groups, or a group waiting for a member would stall the trainer.
+  GroupCommit(SnapshotStore& store, std::size_t max_groups) : store_(store), max_groups_(max_groups) {}
   ~GroupCommit();
   GroupCommit(const GroupCommit&) = delete;
   GroupCommit& operator=(const GroupCommit&) = delete;
 
   // Why `group` of `size` members cannot take another member (empty: it can): a size other than
-  // the group's, or a group already full.
+  // the group's, a group already full, or a new group beyond max_groups.
   std::string refusal(const std::string& group, std::uint32_t size) const;
   // Membership: `joined` after refusal() said yes; `left` for any consumer (a non-member is
   // ignored).
@@ -78,6 +82,7 @@ class GroupCommit {
   const Group* group_of(const std::string& routing_id) const;
 
   SnapshotStore& store_;
+  const std::size_t max_groups_;
   std::map<std::string, Group> groups_;        // by name
   std::map<std::string, std::string> member_;  // routing id -> group name
   std::set<std::string> changed_;              // group names

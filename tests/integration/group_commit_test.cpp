@@ -239,6 +239,14 @@ TEST(GroupCommit, AJoinThatDoesNotFitTheGroupIsRefusedNamingWhy) {
   EXPECT_NE(extra.stats().last_error.find("already has its 2 members"), std::string::npos) << extra.stats().last_error;
   EXPECT_NE(odd.stats().last_error.find("has 2 members, this consumer says 3"), std::string::npos)
       << odd.stats().last_error;
+  // Four snapshot slots hold two groups: each pins one while it switches, and publish() must
+  // always find one free, or a group waiting for a member would stall the trainer.
+  modelcast::Consumer solo(member_options(f.producer->control_endpoint(), "other", 1, "solo"));
+  ASSERT_TRUE(eventually([&] { return solo.stats().producer_connected; }, 60s)) << solo.stats().last_error;
+  modelcast::Consumer late(member_options(f.producer->control_endpoint(), "third", 1, "late"));
+  ASSERT_TRUE(eventually([&] { return !late.stats().last_error.empty(); }, 60s));
+  EXPECT_NE(late.stats().last_error.find("snapshot_slots - 2"), std::string::npos) << late.stats().last_error;
+  EXPECT_FALSE(late.stats().producer_connected);
 }
 
 TEST(GroupCommit, OptionsAGroupCannotWorkWithAreRefusedAtConstruction) {
