@@ -56,6 +56,8 @@ module modelcast_c
     integer(c_size_t) :: conversion_count
     type(c_ptr) :: group
     integer(c_int32_t) :: group_size
+    type(c_ptr) :: wants
+    integer(c_size_t) :: want_count
   end type
 
   type, bind(c), public :: mc_tensor_info_t

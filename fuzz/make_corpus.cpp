@@ -193,6 +193,10 @@ int main(int argc, char** argv) {
 
   write("fuzz_control_message", "announce", mp::encode(announce));
   write("fuzz_control_message", "join_request", mp::encode(join));
+  mp::JoinRequest wanting = join;
+  wanting.wants = {modelcast::TensorWant::shard("*", 1, 0, 2), modelcast::TensorWant::nothing("emb"),
+                   modelcast::TensorWant::of("w", {{{0, 8}, {4, 8}}, {{4, 0}, {4, 8}}})};
+  write("fuzz_control_message", "join_request_wants", mp::encode(wanting));
   write("fuzz_control_message", "join_reply", mp::encode(joined));
   write("fuzz_control_message", "join_refused", mp::encode(full));
   write("fuzz_control_message", "fetch_request", mp::encode(fetch));

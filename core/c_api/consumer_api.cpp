@@ -120,6 +120,28 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
       if (options->group != nullptr) o.group = options->group;
       o.group_size = options->group_size;
     }
+    if (has_field(*options, options->want_count)) {
+      if (options->want_count > 0) require(options->wants, "options.wants");
+      for (std::size_t i = 0; i < options->want_count; ++i) {
+        const auto& w = options->wants[i];
+        const std::string label = "options.wants[" + std::to_string(i) + "]";
+        if (w.tensor == nullptr) invalid(label + ".tensor is NULL");
+        const auto kind = static_cast<int>(w.kind);
+        if (kind < MC_WANT_WHOLE || kind > MC_WANT_NOTHING) invalid(label + ".kind is not an mc_want_kind: " + std::to_string(kind));
+        modelcast::TensorWant want{w.tensor, static_cast<modelcast::TensorWant::Kind>(kind), w.dim, w.index, w.count, {}};
+        if (w.kind == MC_WANT_BOXES) {
+          if (w.box_count > 0 && w.ndim > 0) {
+            require(w.box_offsets, (label + ".box_offsets").c_str());
+            require(w.box_extents, (label + ".box_extents").c_str());
+          }
+          for (std::size_t b = 0; b < w.box_count; ++b) {
+            want.boxes.push_back({{w.box_offsets + b * w.ndim, w.box_offsets + (b + 1) * w.ndim},
+                                  {w.box_extents + b * w.ndim, w.box_extents + (b + 1) * w.ndim}});
+          }
+        }
+        o.wants.push_back(std::move(want));
+      }
+    }
     auto handle = std::make_unique<mc_consumer>();
     handle->consumer = std::make_unique<modelcast::Consumer>(std::move(o));
     *out = handle.release();

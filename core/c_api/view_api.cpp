@@ -146,4 +146,23 @@ mc_status mc_view_tensor_scales(const mc_view_t* view, size_t index, const float
   });
 }
 
+mc_status mc_view_tensor_box(const mc_view_t* view, size_t index, const int64_t** offset, const int64_t** whole_shape,
+                             size_t* ndim) {
+  if (offset != nullptr) *offset = nullptr;
+  if (whole_shape != nullptr) *whole_shape = nullptr;
+  if (ndim != nullptr) *ndim = 0;
+  return guarded(__func__, [&] {
+    require(view, "view");
+    require(offset, "offset");
+    require(whole_shape, "whole_shape");
+    require(ndim, "ndim");
+    const auto& t = tensor_at(view, index);
+    if (!t.is_part()) return MC_OK;
+    *offset = t.box_offset.data();
+    *whole_shape = t.whole_shape.data();
+    *ndim = t.whole_shape.size();
+    return MC_OK;
+  });
+}
+
 }  // extern "C"

@@ -1,5 +1,7 @@
 #include "core/consumer/consumer_options.h"
 
+#include "core/model/tensor_selection.h"
+
 #include <sys/sysinfo.h>
 #include <unistd.h>
 
@@ -53,7 +55,12 @@ ConsumerOptions checked(ConsumerOptions options) {
   for (const auto& spec : options.expected_layout) {
     if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
   }
+  TensorSelection::check(options.wants);
   if (options.memory == MemoryKind::kCuda) {
+    if (!options.wants.empty()) {
+      throw Error(ErrorCode::kInvalidArgument, "wants (parts of tensors) apply to host consumers only: cutting "
+                                               "versions on the device is not built yet (memory = cuda)");
+    }
     if (!options.conversions.empty()) {
       throw Error(ErrorCode::kInvalidArgument, "conversions run on host consumers only: converting on the device "
                                                "is not built yet (memory = cuda)");

@@ -63,7 +63,8 @@ BlockState FetchClient::block_state(const detail::ReceiveBuffer& buffer, std::ui
 
 std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& reply,
                                                  std::shared_ptr<detail::ReceiveBuffer> buffer, Clock::time_point now,
-                                                 std::shared_ptr<const detail::InstalledVersion> base) {
+                                                 std::shared_ptr<const detail::InstalledVersion> base,
+                                                 const std::vector<bool>& wanted_blocks) {
   fetch_->replied = true;
   fetch_->progressed_at = now;
   fetch_->manifest = reply.manifest;
@@ -92,14 +93,23 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   buffer_ref.held_blocks.clear();
   // Which chunks to receive: all, or a delta's changed blocks; the others are the base's bytes,
   // copied from the base unless this buffer still holds them from the version it had before.
+  // A mask of another chunking than the reply's cannot be the producer's: everything comes.
+  const bool masked = wanted_blocks.size() == fetch_->plan.count();
+  auto kept = [&](std::size_t i) { return !masked || wanted_blocks[i]; };
   std::vector<bool> receive(fetch_->plan.count(), !fetch_->base);
   std::vector<std::size_t> from_base;  // copied below, once the receives are posted
+  for (std::size_t i = 0; i < receive.size(); ++i) {
+    if (kept(i)) continue;
+    receive[i] = false;
+    fetch_->chunk_done[i] = true;  // not part of what this consumer holds
+    --fetch_->pending;
+  }
   if (fetch_->base) {
     const auto& wanted = fetch_->manifest.block_digests;
-    for (auto i : transfer::changed_blocks(fetch_->base->manifest.block_digests, wanted)) receive[i] = true;
+    for (auto i : transfer::changed_blocks(fetch_->base->manifest.block_digests, wanted)) receive[i] = kept(i);
     const bool reuse = held.size() == wanted.size();
     for (std::size_t i = 0; i < receive.size(); ++i) {
-      if (receive[i]) continue;
+      if (receive[i] || !kept(i)) continue;
       if (!reuse || held[i] != wanted[i]) from_base.push_back(i);
       fetch_->chunk_done[i] = true;
       fetch_->verified[i] = true;  // the base's verified bytes, under an equal digest

@@ -93,10 +93,13 @@ class FetchClient {
   // A verified answer: posts one receive per chunk into `buffer`, or on a one-sided route (the
   // reply carries the slot's export) one read per chunk out of the producer's slot. For a delta
   // answer, `base` is the installed version it is against (checked to match by the caller):
-  // unchanged blocks are copied from it and only the changed ones received.
+  // unchanged blocks are copied from it and only the changed ones received. `wanted_blocks`
+  // (one flag per chunk, empty: all) leaves out the blocks of tensors the consumer does not
+  // keep (TensorSelection::blocks): neither received nor copied, they are not part of it.
   std::optional<FinishedFetch> accept(const protocol::FetchReply& reply, std::shared_ptr<detail::ReceiveBuffer> buffer,
                                       Clock::time_point now,
-                                      std::shared_ptr<const detail::InstalledVersion> base = nullptr);
+                                      std::shared_ptr<const detail::InstalledVersion> base = nullptr,
+                                      const std::vector<bool>& wanted_blocks = {});
   // `now`: when the completion was handled, which is progress for transfer_stalled().
   std::optional<FinishedFetch> on_chunk(const ChunkDone& done, Clock::time_point now);
   // Throws Error(kProtocol) for digests that do not fit the manifest.

@@ -16,7 +16,7 @@ ConsumerService::ConsumerService(ConsumerOptions options)
       store_(options_.buffers, options_.caller_buffers),
       fetch_([events = events_](const ChunkDone& done) { events->push(done); }, options_.memory != MemoryKind::kCuda),
       relay_([events = events_](const RelaySent& sent) { events->push(sent); }),
-      converter_(options_.conversions) {
+      shaper_(options_.conversions) {
   policy_.model = options_.model_name;
   policy_.limits.max_total_bytes = model_size_cap(options_);
   policy_.expected_layout = options_.expected_layout;
@@ -74,7 +74,7 @@ void ConsumerService::join() {
                                                      : transport::MemoryLocation::host();
   link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,
               host_id(), process_token(), session_, parse_delivery_path(options_.path), serves_peers(),
-              options_.group, options_.group_size},
+              options_.group, options_.group_size, options_.wants},
              Clock::now());
   count([](ConsumerStats& s) { s.producer_connected = false; });
 }

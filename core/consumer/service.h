@@ -6,7 +6,8 @@
 //   Verifier         manifest, limits, layout, chunk plan, signature, digests
 //   VersionStore     receive buffers, the installed version, the swap readers see
 //   RelayServer      blocks of what this consumer holds, sent on to peers the producer names
-//   TensorConverter  tensors a host consumer serves in another dtype, converted once verified
+//   TensorShaper     what a host consumer's views hold: the tensors and parts it wants, in the
+//                    dtypes it asks for, cut and converted once verified
 // Only this service sends control messages (service.cpp: the loop, the link and joins;
 // service_fetch.cpp: fetch, verify, install); the stages return what to send.
 //
@@ -39,7 +40,7 @@
 #include "core/consumer/fetch_client.h"
 #include "core/consumer/producer_link.h"
 #include "core/consumer/relay_server.h"
-#include "core/consumer/tensor_converter.h"
+#include "core/consumer/tensor_shaper.h"
 #include "core/consumer/verifier.h"
 #include "core/consumer/version_store.h"
 #include "core/wire/protocol.h"
@@ -170,7 +171,10 @@ class ConsumerService {
   std::unique_ptr<DeviceLanding> landing_;  // device consumers only; service thread only
   FetchClient fetch_;        // service thread only
   RelayServer relay_;        // service thread only
-  TensorConverter converter_;  // service thread only after construction
+  TensorShaper shaper_;       // service thread only after construction
+  // What the fetch in flight keeps of its version (ConsumerOptions::wants resolved against its
+  // manifest when the producer answered). Service thread only.
+  TensorSelection selection_;
   VerifierPolicy policy_;    // immutable after construction
   // Service thread only: versions refused (the newest kMaxRemembered), the version the fetch in
   // flight asked for, and the refusals since the last install (reject() says why).

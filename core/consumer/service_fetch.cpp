@@ -137,6 +137,8 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                                             ", the producer answered with version " + std::to_string(manifest.version));
     }
     check_reply(policy_, reply);
+    // Refused before a byte is received: a version the wants do not fit.
+    selection_ = TensorSelection::resolve(options_.wants, manifest);
     if (reply.base_version != 0) check_delta_base(reply);
     // Blocks from a relay are checked as they land: their digests must come with the answer.
     if (!reply.relay.empty() &&
@@ -172,7 +174,8 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
     retry_fetch_after_ = Clock::now() + tick();
     return;
   }
-  finish(fetch_.accept(reply, std::move(buffer), Clock::now(), reply.base_version ? delta_base_ : nullptr));
+  finish(fetch_.accept(reply, std::move(buffer), Clock::now(), reply.base_version ? delta_base_ : nullptr,
+                       selection_.blocks(manifest)));
 }
 
 // A delta is only as good as its base: the one this consumer offered, with the same blocks.
@@ -245,13 +248,14 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     const bool by_block = checked_by_block(m);
     check_arrived(policy_, m, {std::move(done->received), by_block, std::move(done->blocks)},
                   done->signature, current ? &current->manifest : nullptr);
-    // What was verified is what the producer sent; conversion follows (host consumers only).
-    converter_.apply(m, done->buffer->memory.data(), *installed);
+    // What was verified is what the producer sent; cutting and conversion follow (host
+    // consumers only).
+    shaper_.apply(m, selection_, done->buffer->memory.data(), *installed);
   } catch (const Error& e) {
     return reject(done->manifest, done->fetch_id, e);
   } catch (const std::bad_alloc&) {
     return reject(done->manifest, done->fetch_id,
-                  Error(ErrorCode::kResource, "cannot allocate memory to convert version " +
+                  Error(ErrorCode::kResource, "cannot allocate memory to cut or convert version " +
                                                   std::to_string(done->manifest.version)));
   }
   installed->manifest = std::move(done->manifest);
@@ -273,7 +277,10 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     if (stays_intact(*installed->buffer)) installed->buffer->held_blocks = installed->manifest.block_digests;
   }
   const Manifest& m = installed->manifest;
-  count([&](ConsumerStats& s) { s.bytes_received += done_bytes; });
+  count([&, wanted = selection_.wanted_bytes()](ConsumerStats& s) {
+    s.bytes_received += done_bytes;
+    s.wanted_bytes = wanted;
+  });
   rejections_in_a_row_ = 0;
   // A group member holds a version its group has not committed yet: the ack tells the producer
   // it is ready, and the group's commit makes it visible (on_group_announce).

@@ -2,6 +2,8 @@
 // send, and what is reported back. See service.h for the threads and relay_server.h for the stage.
 #include "core/consumer/service.h"
 
+#include <algorithm>
+
 namespace modelcast::consumer {
 
 // Consumers whose buffers hold what was verified: see ConsumerOptions::serve_peers. A device
@@ -9,7 +11,12 @@ namespace modelcast::consumer {
 // into device memory it has none, and the producer, which asks only consumers on a two-sided
 // transport, never orders it to.
 bool ConsumerService::serves_peers() const {
-  return options_.serve_peers && (options_.caller_buffers.empty() || options_.caller_buffers_untouched);
+  // A consumer that keeps parts of the model holds only the blocks of those parts.
+  const bool holds_everything = std::all_of(options_.wants.begin(), options_.wants.end(), [](const TensorWant& w) {
+    return w.kind == TensorWant::Kind::kWhole;
+  });
+  return options_.serve_peers && holds_everything &&
+         (options_.caller_buffers.empty() || options_.caller_buffers_untouched);
 }
 
 void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {

@@ -42,23 +42,32 @@ struct ReceiveBuffer {
   std::vector<std::uint64_t> held_blocks;
 };
 
-// A tensor the consumer converted to another dtype (ConsumerOptions::conversions): its spec as
-// views see it, and where its bytes are in the version's converted memory.
-struct ConvertedTensor {
-  TensorSpec spec;
+// One tensor view of a host consumer that shapes its views (ConsumerOptions::wants and
+// conversions, core/consumer/tensor_shaper.h): a whole tensor or a part of one, maybe in another
+// dtype, and where its bytes are.
+struct ShapedTensor {
+  TensorSpec spec;  // as views see it: the dtype converted to, the part's extent as shape
+  // In the receive buffer at byte `offset` (a whole tensor or a contiguous part, not converted),
+  // else in the version's shaped memory at `offset`.
+  bool in_receive_buffer = true;
   std::uint64_t offset = 0;
   std::vector<float> scales;  // f8e4m3: one per scale_block elements (0: one for the tensor)
   std::size_t scale_block = 0;
+  // A part: where it starts in the whole tensor, and the whole tensor's shape. Empty: whole.
+  std::vector<std::int64_t> box_offset;
+  std::vector<std::int64_t> whole_shape;
 };
 
 struct InstalledVersion {
   Manifest manifest;                     // tensor specs say where the view's bytes are
   std::shared_ptr<ReceiveBuffer> buffer; // host consumers: the bytes; null for a device consumer
   std::shared_ptr<DeviceBuffer> device;  // device consumers: the bytes
-  // Converted tensors, by the manifest's tensor index (empty: none), and the memory they are
-  // in. The manifest stays as the producer sent it: deltas and relays work on those bytes.
-  std::vector<std::optional<ConvertedTensor>> converted;
-  std::shared_ptr<const HostBuffer> converted_memory;
+  // The views, when the consumer shapes them (empty: the manifest's tensors as they arrived),
+  // and the memory of those it gathered or converted. The manifest stays as the producer sent
+  // it: deltas and relays work on those bytes.
+  std::vector<ShapedTensor> shaped;
+  bool shapes_views = false;  // views are `shaped` (which may be empty: nothing wanted)
+  std::shared_ptr<const HostBuffer> shaped_memory;
   std::chrono::nanoseconds update_latency{0};
 };
 

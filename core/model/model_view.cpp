@@ -10,13 +10,23 @@ const detail::InstalledVersion& checked(const std::shared_ptr<const detail::Inst
   return *state;
 }
 TensorView view_of(const detail::InstalledVersion& v, std::size_t index) {
-  if (!v.converted.empty() && v.converted[index]) {
-    const auto& c = *v.converted[index];
-    return TensorView{&c.spec, v.converted_memory->data() + c.offset, c.scales, c.scale_block};
+  if (v.shapes_views) {
+    const auto& t = v.shaped[index];
+    const std::byte* base = t.in_receive_buffer ? v.buffer->memory.data() : v.shaped_memory->data();
+    TensorView view{&t.spec, base + t.offset, t.scales, t.scale_block};
+    view.box_offset = t.box_offset;
+    view.whole_shape = t.whole_shape;
+    return view;
   }
   const TensorEntry& entry = v.manifest.tensors[index];
   std::byte* base = v.device ? static_cast<std::byte*>(v.device->base) : v.buffer->memory.data();
   return TensorView{&entry.spec, base + entry.offset, {}, 0};
+}
+std::size_t count_of(const detail::InstalledVersion& v) {
+  return v.shapes_views ? v.shaped.size() : v.manifest.tensors.size();
+}
+const std::string& name_of(const detail::InstalledVersion& v, std::size_t index) {
+  return v.shapes_views ? v.shaped[index].spec.name : v.manifest.tensors[index].spec.name;
 }
 }  // namespace
 
@@ -27,20 +37,29 @@ std::int64_t ModelView::step() const { return checked(state_).manifest.step; }
 std::uint64_t ModelView::producer_incarnation() const { return checked(state_).manifest.incarnation; }
 const std::map<std::string, std::string>& ModelView::metadata() const { return checked(state_).manifest.metadata; }
 std::chrono::nanoseconds ModelView::update_latency() const { return checked(state_).update_latency; }
-std::size_t ModelView::tensor_count() const { return checked(state_).manifest.tensors.size(); }
+std::size_t ModelView::tensor_count() const { return count_of(checked(state_)); }
 
 std::vector<TensorView> ModelView::tensors() const {
   const auto& v = checked(state_);
   std::vector<TensorView> views;
-  views.reserve(v.manifest.tensors.size());
-  for (std::size_t i = 0; i < v.manifest.tensors.size(); ++i) views.push_back(view_of(v, i));
+  views.reserve(count_of(v));
+  for (std::size_t i = 0; i < count_of(v); ++i) views.push_back(view_of(v, i));
+  return views;
+}
+
+std::vector<TensorView> ModelView::parts(std::string_view name) const {
+  const auto& v = checked(state_);
+  std::vector<TensorView> views;
+  for (std::size_t i = 0; i < count_of(v); ++i) {
+    if (name_of(v, i) == name) views.push_back(view_of(v, i));
+  }
   return views;
 }
 
 std::optional<TensorView> ModelView::find(std::string_view name) const {
   const auto& v = checked(state_);
-  for (std::size_t i = 0; i < v.manifest.tensors.size(); ++i) {
-    if (v.manifest.tensors[i].spec.name == name) return view_of(v, i);
+  for (std::size_t i = 0; i < count_of(v); ++i) {
+    if (name_of(v, i) == name) return view_of(v, i);
   }
   return std::nullopt;
 }

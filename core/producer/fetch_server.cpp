@@ -1,5 +1,7 @@
 #include "core/producer/fetch_server.h"
 
+#include "core/model/tensor_selection.h"
+
 #include <iterator>
 #include <limits>
 
@@ -138,6 +140,17 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   } else {
     blocks.resize(plan.count());
     for (std::size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<std::uint32_t>(i);
+  }
+  // A consumer that keeps parts of the model gets the blocks that hold them; one whose wants do
+  // not fit this version gets none, and refuses the version on this reply.
+  if (!consumer->wants.empty() && manifest.block_bytes != 0) {
+    std::vector<bool> wanted;
+    try {
+      wanted = TensorSelection::resolve(consumer->wants, manifest).blocks(manifest);
+    } catch (const Error&) {
+      wanted.assign(plan.count(), false);
+    }
+    if (wanted.size() == plan.count()) std::erase_if(blocks, [&](std::uint32_t i) { return !wanted[i]; });
   }
   std::uint64_t bytes = 0;
   for (auto i : blocks) bytes += plan.length(i);

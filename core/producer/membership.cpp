@@ -1,8 +1,25 @@
 #include "core/producer/membership.h"
 
+#include "core/model/tensor_selection.h"
+#include "modelcast/error.h"
+
 #include <algorithm>
 
 namespace modelcast::producer {
+
+namespace {
+
+// What is wrong with a join's wants (TensorSelection::check), if anything.
+std::optional<std::string> bad_wants(const std::vector<TensorWant>& wants) {
+  try {
+    TensorSelection::check(wants);
+  } catch (const Error& e) {
+    return std::string("wants: ") + e.what();
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 Membership::JoinDecision Membership::decide(const std::string& routing_id, const std::string& key,
                                             const protocol::JoinRequest& join) const {
@@ -19,6 +36,9 @@ Membership::JoinDecision Membership::decide(const std::string& routing_id, const
   } else if (join.consumer_name.empty()) {
     decision.refusal = protocol::Refusal::kBadRequest;
     decision.error = "consumer name is empty";
+  } else if (auto bad = bad_wants(join.wants)) {
+    decision.refusal = protocol::Refusal::kBadRequest;
+    decision.error = *bad;
   } else if (decision.replaces.empty() && consumers_.size() >= max_) {
     decision.refusal = protocol::Refusal::kFull;
     decision.error = "the producer serves " + std::to_string(max_) + " consumers already";

@@ -493,6 +493,7 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
   record.session = join.session;
   record.host_id = join.host_id;
   record.serves_peers = join.serves_peers;
+  record.wants = join.wants;
   record.transport = t;
   record.peer_address = address;
   record.last_seen = Clock::now();

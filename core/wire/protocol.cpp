@@ -3,6 +3,7 @@
 #include "core/wire/manifest_codec.h"
 #include "core/wire/msgpack_fields.h"
 #include "core/wire/offer_codec.h"
+#include "core/wire/want_codec.h"
 #include "modelcast/error.h"
 
 namespace modelcast::protocol {
@@ -39,7 +40,7 @@ struct BodyPacker {
     }
   }
   void operator()(const JoinRequest& m) const {
-    pk.pack_map((m.path ? 10 : 9) + (m.group.empty() ? 0 : 2));
+    pk.pack_map((m.path ? 10 : 9) + (m.group.empty() ? 0 : 2) + (m.wants.empty() ? 0 : 1));
     pk.pack("model"); pack_str(pk, m.model);
     pk.pack("name"); pack_str(pk, m.consumer_name);
     pk.pack("offers");
@@ -57,6 +58,11 @@ struct BodyPacker {
     if (!m.group.empty()) {
       pk.pack("group"); pack_str(pk, m.group);
       pk.pack("gsize"); pk.pack(m.group_size);
+    }
+    if (!m.wants.empty()) {
+      pk.pack("wants");
+      pk.pack_array(static_cast<std::uint32_t>(m.wants.size()));
+      for (const auto& want : m.wants) pack_want(pk, want);
     }
   }
   void operator()(const JoinReply& m) const {
@@ -173,7 +179,8 @@ Message unpack_body(Type type, const msgpack::object& body) {
                          f.has("path") ? std::optional(delivery_path(f.get<std::uint8_t>("path"))) : std::nullopt,
                          f.get<bool>("relays"),
                          f.has("group") ? f.get<std::string>("group") : std::string(),
-                         f.has("group") ? f.get<std::uint32_t>("gsize") : 0u};
+                         f.has("group") ? f.get<std::uint32_t>("gsize") : 0u,
+                         f.has("wants") ? unpack_wants(f.at("wants")) : std::vector<TensorWant>{}};
     }
     case Type::kJoinReply: {
       Fields f(body, "join reply");

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "core/model/manifest.h"
+#include "modelcast/consumer.h"
 #include "transports/transport_registry.h"
 
 namespace modelcast::protocol {
@@ -107,6 +108,9 @@ struct JoinRequest {
   // A member of this group of `group_size` consumers that switch versions together; empty: none.
   std::string group;
   std::uint32_t group_size = 0;
+  // What the consumer keeps of each tensor (ConsumerOptions::wants; empty: everything): the
+  // producer sends it only the blocks that hold those bytes.
+  std::vector<TensorWant> wants;
 };
 
 struct JoinReply {

@@ -30,6 +30,41 @@ struct TensorConversion {
   std::size_t fp8_block = 0;
 };
 
+// A rectangular part of a row-major tensor: per dimension the index of its first element in the
+// whole tensor and its extent.
+struct TensorBox {
+  std::vector<std::int64_t> offset;
+  std::vector<std::int64_t> extent;
+};
+
+// What a consumer keeps of a tensor (ConsumerOptions::wants): all of it, a tensor-parallel
+// shard, boxes, or nothing. Only the blocks that hold wanted bytes are fetched (and verified
+// against the producer's signed block digests); views then hold just the parts asked for, each
+// with its place in the whole tensor (TensorView::box_offset, whole_shape).
+struct TensorWant {
+  enum class Kind : std::uint8_t { kWhole = 0, kShard = 1, kBoxes = 2, kNothing = 3 };
+  std::string tensor;  // a tensor's name, or "*": every tensor no other want names
+  Kind kind = Kind::kWhole;
+  // kShard: part `index` of `count` along dimension `dim`, as torch.chunk and DTensor's
+  // Shard(dim) split it (parts of ceil(size / count) elements, the last ones smaller or empty).
+  // Under "*", a tensor with no dimension `dim` (a bias of a row-parallel layer, a scalar) is
+  // kept whole, as tensor parallelism replicates it; a named one is an error.
+  std::size_t dim = 0;
+  std::size_t index = 0;
+  std::size_t count = 1;
+  // kBoxes: disjoint boxes inside the tensor, each a TensorView of its own, in this order.
+  std::vector<TensorBox> boxes;
+
+  static TensorWant whole(std::string tensor) { return {std::move(tensor), Kind::kWhole, 0, 0, 1, {}}; }
+  static TensorWant nothing(std::string tensor) { return {std::move(tensor), Kind::kNothing, 0, 0, 1, {}}; }
+  static TensorWant shard(std::string tensor, std::size_t dim, std::size_t index, std::size_t count) {
+    return {std::move(tensor), Kind::kShard, dim, index, count, {}};
+  }
+  static TensorWant of(std::string tensor, std::vector<TensorBox> boxes) {
+    return {std::move(tensor), Kind::kBoxes, 0, 0, 1, std::move(boxes)};
+  }
+};
+
 struct ConsumerOptions {
   std::string producer_endpoint;   // the producer's control endpoint (tcp://... or ipc://...)
   std::string model_name = "model";
@@ -96,6 +131,13 @@ struct ConsumerOptions {
   KeyPair key;
   std::string key_file;
   bool allow_plaintext_remote = false;
+  // What views hold of each tensor (see TensorWant); empty: every tensor whole. A version that
+  // lacks a named tensor, or whose shape a want does not fit (a box outside the tensor, a shard
+  // along a dimension it lacks), is rejected naming the tensor and the box, before any byte is
+  // received, and the last good version stays. Host consumers only (Error(kInvalidArgument) with
+  // memory = cuda). A consumer that keeps only parts of the model serves no peers. Versions the
+  // producer hashes per tensor (device producers) are received whole and then cut to the wants.
+  std::vector<TensorWant> wants;
   // Tensors that views hold in another dtype (see TensorConversion); host consumers only
   // (Error(kInvalidArgument) with memory = cuda). A version with a named tensor that is absent
   // or not f32, f16 or bf16 is rejected naming it, and the last good version stays.
@@ -127,6 +169,9 @@ struct ConsumerStats {
   std::uint64_t reconnects = 0;
   std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
   std::uint64_t bytes_received = 0;  // over the transport: a delta counts only its changed blocks
+  // Of the last version installed, the bytes of the tensors and boxes its views hold, in the
+  // producer's dtype (ConsumerOptions::wants: what a part costs against the whole model).
+  std::uint64_t wanted_bytes = 0;
   std::uint64_t bytes_relayed = 0;   // sent to other consumers (serve_peers)
   // Fetches whose relay failed them (a block that did not match its digest, or no progress);
   // each was fetched again from the producer. last_error names the relay.

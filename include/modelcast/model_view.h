@@ -38,9 +38,15 @@ class MODELCAST_API ModelView {
   // Producer's publish() call until this consumer installed the version (same-host clocks).
   std::chrono::nanoseconds update_latency() const;
 
+  // One view per tensor, or per part of a tensor a consumer keeps in parts
+  // (ConsumerOptions::wants), in the producer's registration order; tensors the consumer
+  // wants none of are absent.
   std::size_t tensor_count() const;
-  std::vector<TensorView> tensors() const;  // in the producer's registration order
+  std::vector<TensorView> tensors() const;
+  // The first view of the tensor (its only one unless the consumer asked for several boxes).
   std::optional<TensorView> find(std::string_view name) const;
+  // Every view of the tensor, in the order its boxes were asked for; empty if it has none.
+  std::vector<TensorView> parts(std::string_view name) const;
   // Throws Error(kInvalidArgument) naming the tensor if it is absent.
   TensorView tensor(std::string_view name) const;
 

@@ -297,7 +297,35 @@ typedef struct mc_consumer_options {
    * buffers >= 3): NULL or "" (default) = none. mc_consumer_get_group says where it stands. */
   const char* group;
   uint32_t group_size;
+  /* Since 0.7 (read only when struct_size covers them). What views hold of each tensor
+   * (ConsumerOptions::wants; host consumers only): count 0 (default) = every tensor whole.
+   * mc_view_tensor_box says where a view's part lies in its tensor. */
+  const struct mc_tensor_want* wants;
+  size_t want_count;
 } mc_consumer_options;
+
+/* Since 0.7. What a consumer keeps of a tensor (ConsumerOptions::wants). */
+typedef enum mc_want_kind {
+  MC_WANT_WHOLE = 0,
+  MC_WANT_SHARD = 1,   /* part `index` of `count` along `dim`, as torch.chunk splits it */
+  MC_WANT_BOXES = 2,   /* `box_count` boxes of `ndim` dimensions */
+  MC_WANT_NOTHING = 3
+} mc_want_kind;
+
+/* Since 0.7. `tensor` is a name, or "*" for every tensor not named. For MC_WANT_BOXES, box b
+ * starts at box_offsets[b * ndim + d] and spans box_extents[b * ndim + d] in dimension d; the
+ * arrays are read during mc_consumer_create only. */
+typedef struct mc_tensor_want {
+  const char* tensor;
+  mc_want_kind kind;
+  size_t dim;
+  size_t index;
+  size_t count;
+  size_t ndim;
+  size_t box_count;
+  const int64_t* box_offsets;
+  const int64_t* box_extents;
+} mc_tensor_want;
 
 /* Since 0.6. Where a group member stands (ConsumerOptions::group): the version its group last
  * switched to, the version it holds verified waiting for the others (0: none), and whether the
@@ -419,6 +447,14 @@ MODELCAST_API mc_status mc_view_tensor_at(const mc_view_t* view, size_t index, m
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL argument, index >= count). */
 MODELCAST_API mc_status mc_view_tensor_scales(const mc_view_t* view, size_t index, const float** scales,
                                               size_t* count, size_t* scale_block);
+
+/* Since 0.7. Where the index-th view lies in its tensor, for a consumer that keeps parts
+ * (mc_consumer_options.wants): *ndim dimensions, the part starting at (*offset)[d] of a whole
+ * tensor of shape (*whole_shape)[d]; the view's own shape is the part's extent. A whole tensor:
+ * *offset and *whole_shape NULL, *ndim 0. Pointers owned by the view.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL argument, index >= count). */
+MODELCAST_API mc_status mc_view_tensor_box(const mc_view_t* view, size_t index, const int64_t** offset,
+                                           const int64_t** whole_shape, size_t* ndim);
 
 #ifdef __cplusplus
 } /* extern "C" */

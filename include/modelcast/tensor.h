@@ -47,7 +47,13 @@ struct TensorView {
   // 0. Empty for every other tensor.
   std::span<const float> scales{};
   std::size_t scale_block = 0;
+  // A part of the tensor (ConsumerOptions::wants): per dimension where the view's box starts in
+  // the whole tensor, and the whole tensor's shape; shape() is the box's extent. Both empty for a
+  // whole tensor.
+  std::span<const std::int64_t> box_offset{};
+  std::span<const std::int64_t> whole_shape{};
 
+  bool is_part() const noexcept { return !whole_shape.empty(); }
   const std::string& name() const noexcept { return spec->name; }
   DType dtype() const noexcept { return spec->dtype; }
   const std::vector<std::int64_t>& shape() const noexcept { return spec->shape; }

@@ -3,6 +3,7 @@
 from . import _core
 from ._dtypes import dtype_name, tensor_spec
 from ._service import Service, _live, check_callback, options_from, seconds
+from .errors import InvalidArgumentError
 
 
 class Consumer(Service):
@@ -22,6 +23,14 @@ class Consumer(Service):
     the first three). f8e4m3 tensors come as their uint8 codes; ``view.scales(name)`` gives
     their scales.
 
+    ``wants`` keeps parts of the model (host consumers only): a dict ``{name: want}``, ``name``
+    ``"*"`` for every tensor not named, a want being ``"whole"``, ``None`` (nothing of it),
+    ``("shard", dim, index, count)`` (part ``index`` of ``count`` along ``dim``, as torch.chunk
+    splits it; under ``"*"`` a tensor without ``dim`` is kept whole) or a list of
+    ``(offset, extent)`` boxes. Only the blocks holding those bytes are fetched; a view's array
+    or tensor is then the part, ``view.box(name)`` gives ``(offset, whole_shape)``, and stats()
+    ``wanted_bytes``. With several boxes of a tensor, views give the first.
+
     ``group="name", group_size=N`` makes this consumer one of the N ranks of a server that switch
     versions together: a version becomes visible here only once every rank holds it verified
     (stats() gives ``group_version``, ``prepared_version`` and ``group_waiting``; ``buffers`` >= 3).
@@ -40,7 +49,7 @@ class Consumer(Service):
     """
 
     def __init__(self, producer_endpoint, *, on_update=None, on_error=None, expected_layout=None, conversions=None,
-                 **options):
+                 wants=None, **options):
         check_callback("Consumer", "on_update", on_update)
         check_callback("Consumer", "on_error", on_error)
         opts = options_from(_core.ConsumerOptions, options, "Consumer")
@@ -49,6 +58,8 @@ class Consumer(Service):
             opts.expected_layout = [tensor_spec(e) for e in expected_layout]
         if conversions is not None:
             opts.conversions = _conversions(conversions)
+        if wants is not None:
+            opts.wants = _wants(wants)
         self._impl = _core._Consumer(opts, on_update, on_error)
         _live.add(self)
 
@@ -72,4 +83,24 @@ def _conversions(conversions):
     for item in items:
         name, dtype, *rest = item
         out.append(_core.TensorConversion(name, dtype_name(dtype), *rest))
+    return out
+
+
+def _wants(wants):
+    out = []
+    for name, want in wants.items():
+        if want is None or want == "nothing":
+            out.append(_core.TensorWant(name, "nothing"))
+        elif want == "whole":
+            out.append(_core.TensorWant(name, "whole"))
+        elif isinstance(want, tuple) and want and want[0] == "shard":
+            if len(want) != 4:
+                raise InvalidArgumentError(f"the want of '{name}': ('shard', dim, index, count), got {want!r}")
+            out.append(_core.TensorWant(name, "shard", *want[1:]))
+        elif isinstance(want, list):
+            out.append(_core.TensorWant(name, "boxes", boxes=[(list(o), list(e)) for o, e in want]))
+        else:
+            raise InvalidArgumentError(
+                f"the want of '{name}' is {want!r}: 'whole', None, ('shard', dim, index, count) or a list of "
+                "(offset, extent) boxes")
     return out

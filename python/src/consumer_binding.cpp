@@ -100,6 +100,29 @@ void bind_consumer(py::module_& m) {
       .def_property_readonly("to", [](const TensorConversion& c) { return std::string(dtype_name(c.to)); })
       .def_readonly("fp8_block", &TensorConversion::fp8_block);
 
+  py::class_<TensorWant>(m, "TensorWant",
+                         "What views hold of a tensor: `tensor` (a name, or '*'), `kind` ('whole', "
+                         "'shard', 'boxes' or 'nothing'), for a shard part `index` of `count` along `dim` "
+                         "(as torch.chunk splits it), for boxes a list of (offset, extent) tuples.")
+      .def(py::init([](std::string tensor, const std::string& kind, std::size_t dim, std::size_t index,
+                       std::size_t count, const std::vector<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>>& boxes) {
+             static const std::pair<const char*, TensorWant::Kind> kinds[] = {{"whole", TensorWant::Kind::kWhole},
+                                                                               {"shard", TensorWant::Kind::kShard},
+                                                                               {"boxes", TensorWant::Kind::kBoxes},
+                                                                               {"nothing", TensorWant::Kind::kNothing}};
+             for (const auto& [name, k] : kinds) {
+               if (kind != name) continue;
+               TensorWant want{std::move(tensor), k, dim, index, count, {}};
+               for (const auto& [offset, extent] : boxes) want.boxes.push_back({offset, extent});
+               return want;
+             }
+             throw Error(ErrorCode::kInvalidArgument, "the want of '" + tensor + "' is of kind '" + kind +
+                                                          "': one of 'whole', 'shard', 'boxes', 'nothing'");
+           }),
+           py::arg("tensor"), py::arg("kind"), py::arg("dim") = 0, py::arg("index") = 0, py::arg("count") = 1,
+           py::arg("boxes") = std::vector<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>>{})
+      .def_readonly("tensor", &TensorWant::tensor);
+
   py::class_<ConsumerOptions>(m, "ConsumerOptions", "Mirrors modelcast::ConsumerOptions; durations in seconds.")
       .def(py::init<>())
       .def_readwrite("producer_endpoint", &ConsumerOptions::producer_endpoint)
@@ -112,6 +135,7 @@ void bind_consumer(py::module_& m) {
       .def_readwrite("transfer_timeout", &ConsumerOptions::transfer_timeout)
       .def_readwrite("serve_peers", &ConsumerOptions::serve_peers)
       .def_readwrite("conversions", &ConsumerOptions::conversions)
+      .def_readwrite("wants", &ConsumerOptions::wants)
       .def_readwrite("group", &ConsumerOptions::group)
       .def_readwrite("group_size", &ConsumerOptions::group_size)
       .def_readwrite("max_model_bytes", &ConsumerOptions::max_model_bytes)
@@ -135,6 +159,7 @@ void bind_consumer(py::module_& m) {
       .def_readonly("reconnects", &ConsumerStats::reconnects)
       .def_readonly("failed_handshakes", &ConsumerStats::failed_handshakes)
       .def_readonly("bytes_received", &ConsumerStats::bytes_received)
+      .def_readonly("wanted_bytes", &ConsumerStats::wanted_bytes)
       .def_readonly("bytes_relayed", &ConsumerStats::bytes_relayed)
       .def_readonly("relay_faults", &ConsumerStats::relay_faults)
       .def_readonly("group_version", &ConsumerStats::group_version)

@@ -196,6 +196,15 @@ void bind_view(py::module_& m) {
       }, py::arg("name"),
            "(scales, scale_block) of an f8e4m3 tensor the consumer converted: element i is its code's value "
            "times scales[i // scale_block] (scales[0] when scale_block is 0); ([], 0) for other tensors.")
+      .def("box", [](const ModelView& v, const std::string& name) -> py::object {
+        auto t = require_version(v).tensor(name);
+        if (!t.is_part()) return py::none();
+        return py::make_tuple(py::tuple(py::cast(std::vector<std::int64_t>(t.box_offset.begin(), t.box_offset.end()))),
+                              py::tuple(py::cast(std::vector<std::int64_t>(t.whole_shape.begin(), t.whole_shape.end()))));
+      }, py::arg("name"),
+           "(offset, whole_shape) of a tensor this consumer keeps a part of (its `wants`): where the part "
+           "starts in the whole tensor, per dimension, and the whole tensor's shape; the view's own shape "
+           "is the part's. None for a whole tensor.")
       .def("spec", [](const ModelView& v, const std::string& name) { return *require_version(v).tensor(name).spec; },
            py::arg("name"), "TensorSpec of `name`; InvalidArgumentError naming it if absent.")
       .def("array", &make_array, py::arg("name"),

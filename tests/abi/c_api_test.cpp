@@ -281,6 +281,72 @@ TEST(CApi, ConvertedTensorsComeInTheirNewDtypeWithTheirScales) {
   EXPECT_NE(last_error().find("'q'"), std::string::npos) << last_error();
 }
 
+// Wants through the C ABI: a dim-1 shard of a matrix, a box of another tensor, nothing of the
+// rest; each view's part and its place in the tensor, against values worked out by hand.
+TEST(CApi, AConsumerKeepsTheShardsAndBoxesItWants) {
+  std::vector<float> m = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};  // [3, 4]
+  std::vector<float> v = {20, 21, 22, 23, 24};                     // [5]
+  std::vector<float> z = {30};
+  const std::int64_t m_shape[] = {3, 4}, v_shape[] = {5}, z_shape[] = {1};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "m", MC_DTYPE_F32, 2, m_shape, m.data()), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "v", MC_DTYPE_F32, 1, v_shape, v.data()), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "z", MC_DTYPE_F32, 1, z_shape, z.data()), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_prepare(producer.p), MC_OK) << last_error();
+  const std::int64_t offsets[] = {1}, extents[] = {3};
+  const mc_tensor_want wants[] = {{"m", MC_WANT_SHARD, 1, 1, 2, 0, 0, nullptr, nullptr},
+                                  {"v", MC_WANT_BOXES, 0, 0, 1, 1, 1, offsets, extents},
+                                  {"*", MC_WANT_NOTHING, 0, 0, 1, 0, 0, nullptr, nullptr}};
+  mc_consumer_options o;
+  mc_consumer_options_init(&o);
+  o.producer_endpoint = mc_producer_endpoint(producer.p);
+  o.model_name = "abi";
+  o.wants = wants;
+  o.want_count = 3;
+  ConsumerPtr consumer;
+  ASSERT_EQ(mc_consumer_create(&o, &consumer.c), MC_OK) << last_error();
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(producer.p, 1, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, result.version, kWaitMs, &view.v), MC_OK) << last_error();
+  ASSERT_EQ(mc_view_tensor_count(view.v), 2u);
+
+  mc_tensor_info info{};
+  ASSERT_EQ(mc_view_tensor_at(view.v, 0, &info), MC_OK) << last_error();
+  EXPECT_STREQ(info.name, "m");
+  ASSERT_EQ(info.ndim, 2u);
+  EXPECT_EQ(info.shape[0], 3);
+  EXPECT_EQ(info.shape[1], 2);
+  const float expected_m[] = {2, 3, 6, 7, 10, 11};  // columns 2 and 3
+  ASSERT_EQ(info.size_bytes, sizeof expected_m);
+  EXPECT_EQ(std::memcmp(info.data, expected_m, sizeof expected_m), 0);
+  const std::int64_t* offset = nullptr;
+  const std::int64_t* whole = nullptr;
+  std::size_t ndim = 0;
+  ASSERT_EQ(mc_view_tensor_box(view.v, 0, &offset, &whole, &ndim), MC_OK) << last_error();
+  ASSERT_EQ(ndim, 2u);
+  EXPECT_EQ(offset[0], 0);
+  EXPECT_EQ(offset[1], 2);
+  EXPECT_EQ(whole[0], 3);
+  EXPECT_EQ(whole[1], 4);
+
+  ASSERT_EQ(mc_view_find_tensor(view.v, "v", &info), MC_OK) << last_error();
+  const float expected_v[] = {21, 22, 23};
+  ASSERT_EQ(info.size_bytes, sizeof expected_v);
+  EXPECT_EQ(std::memcmp(info.data, expected_v, sizeof expected_v), 0);
+  EXPECT_EQ(mc_view_find_tensor(view.v, "z", &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(mc_view_tensor_box(view.v, 2, &offset, &whole, &ndim), MC_ERR_INVALID_ARGUMENT);
+
+  // A shard past the count is refused at creation, naming the tensor.
+  const mc_tensor_want bad[] = {{"m", MC_WANT_SHARD, 0, 2, 2, 0, 0, nullptr, nullptr}};
+  o.wants = bad;
+  o.want_count = 1;
+  ConsumerPtr refused;
+  EXPECT_EQ(mc_consumer_create(&o, &refused.c), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'m'"), std::string::npos) << last_error();
+}
+
 TEST(CApi, GroupMembersSwitchTogetherAndSayWhereTheirGroupStands) {
   std::vector<float> w = {1.0f, 2.0f, 3.0f};
   const std::int64_t shape[] = {3};

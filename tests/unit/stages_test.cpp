@@ -619,6 +619,12 @@ TEST(Stages, MembershipAdmitsByConnectionNeverByName) {
   other_model.model = "other";
   EXPECT_EQ(members.decide("a", "", other_model).refusal, protocol::Refusal::kWrongModel);
   EXPECT_EQ(members.decide("a", "", join("", 1)).refusal, protocol::Refusal::kBadRequest);
+  // Wants no version could meet are refused at the join, saying which.
+  auto bad_wants = join("x", 1);
+  bad_wants.wants = {modelcast::TensorWant::shard("w", 0, 2, 2)};
+  auto refused = members.decide("a", "", bad_wants);
+  EXPECT_EQ(refused.refusal, protocol::Refusal::kBadRequest);
+  EXPECT_NE(refused.error.find("'w'"), std::string::npos) << refused.error;
   members.add({"shared-name", "a", 11, "", 0, 1, Clock::now(), {}, {}, false});
   auto same_name = members.decide("b", "", join("shared-name", 22));
   EXPECT_EQ(same_name.refusal, protocol::Refusal::kNone);

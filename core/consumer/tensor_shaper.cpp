@@ -1,0 +1,172 @@
+#include "core/consumer/tensor_shaper.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "core/layout/convert.h"
+#include "core/layout/copy_runs.h"
+#include "modelcast/error.h"
+
+namespace modelcast::consumer {
+namespace {
+
+constexpr std::size_t kAlignment = 64;  // each converted tensor starts a cache line
+
+std::size_t aligned(std::size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+bool convertible(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
+
+}  // namespace
+
+TensorShaper::TensorShaper(std::vector<TensorConversion> conversions) : conversions_(std::move(conversions)) {
+  std::set<std::string> names;
+  for (const auto& c : conversions_) {
+    if (c.tensor.empty()) throw Error(ErrorCode::kInvalidArgument, "a conversion names no tensor (\"*\" for all)");
+    const std::string what = "the conversion of '" + c.tensor + "'";
+    if (!convertible(c.to) && c.to != DType::kF8E4M3) {
+      throw Error(ErrorCode::kInvalidArgument, what + " is to " + std::string(dtype_name(c.to)) +
+                                                   ": conversions are to f32, f16, bf16 or f8e4m3");
+    }
+    if (c.fp8_block != 0 && c.to != DType::kF8E4M3) {
+      throw Error(ErrorCode::kInvalidArgument, what + " has fp8_block " + std::to_string(c.fp8_block) +
+                                                   " but converts to " + std::string(dtype_name(c.to)));
+    }
+    if (!names.insert(c.tensor).second) throw Error(ErrorCode::kInvalidArgument, "'" + c.tensor + "' is converted twice");
+  }
+  for (const auto& c : conversions_) {
+    if (c.tensor == "*") wildcard_ = &c;
+  }
+}
+
+const TensorConversion* TensorShaper::conversion_for(const TensorSpec& spec) const {
+  for (const auto& c : conversions_) {
+    if (c.tensor == spec.name) return &c;
+  }
+  return wildcard_ && convertible(spec.dtype) ? wildcard_ : nullptr;
+}
+
+std::shared_ptr<HostBuffer> TensorShaper::free_memory(std::size_t bytes) {
+  // Views hold the memory of the versions they see; one no view holds is taken again, grown if
+  // a version needs more. The pool grows with the views held, as receive buffers cannot.
+  for (auto& memory : pool_) {
+    if (memory.use_count() != 1) continue;
+    if (memory->size() < bytes) memory = std::make_shared<HostBuffer>(bytes);
+    return memory;
+  }
+  pool_.push_back(std::make_shared<HostBuffer>(bytes));
+  return pool_.back();
+}
+
+void TensorShaper::apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
+                         detail::InstalledVersion& version) {
+  if (leaves_as_is(selection)) return;
+  // Plan first: a version that cannot be converted as asked is refused before any work.
+  for (const auto& c : conversions_) {
+    if (c.tensor == "*") continue;
+    auto it = std::find_if(manifest.tensors.begin(), manifest.tensors.end(),
+                           [&](const TensorEntry& t) { return t.spec.name == c.tensor; });
+    if (it == manifest.tensors.end()) {
+      throw Error(ErrorCode::kLayoutMismatch, "version " + std::to_string(manifest.version) + " has no tensor '" +
+                                                  c.tensor + "' to convert to " + std::string(dtype_name(c.to)));
+    }
+    if (!convertible(it->spec.dtype)) {
+      throw Error(ErrorCode::kLayoutMismatch, "tensor '" + c.tensor + "' of version " + std::to_string(manifest.version) +
+                                                  " is " + std::string(dtype_name(it->spec.dtype)) +
+                                                  ": only f32, f16 and bf16 tensors convert");
+    }
+  }
+  // Each view: where its bytes come from (runs of its tensor) and where they go.
+  struct Planned {
+    detail::ShapedTensor view;
+    const TensorEntry* entry = nullptr;
+    const TensorConversion* conversion = nullptr;
+    std::vector<layout::CopyRun> runs;  // from the tensor's first byte; empty for a whole tensor
+  };
+  std::vector<Planned> planned;
+  std::size_t bytes = 0;
+  auto place = [&](Planned& p, std::uint64_t elements) {
+    const DType to = p.conversion ? p.conversion->to : p.entry->spec.dtype;
+    p.view.spec.dtype = to;
+    p.view.in_receive_buffer = false;
+    p.view.offset = bytes;
+    bytes += aligned(elements * dtype_size(to));
+  };
+  for (const auto& kept : selection.kept()) {
+    const TensorEntry& entry = manifest.tensors[kept.tensor];
+    const TensorConversion* conversion = conversion_for(entry.spec);
+    if (kept.whole) {
+      Planned p{{entry.spec, true, entry.offset, {}, 0, {}, {}}, &entry, conversion, {}};
+      if (conversion) place(p, entry.spec.element_count());
+      planned.push_back(std::move(p));
+      continue;
+    }
+    const auto whole = layout::Box::whole(entry.spec.shape);
+    for (const auto& part : kept.parts) {
+      Planned p{{entry.spec, true, 0, {}, 0, {}, {}}, &entry, conversion, {}};
+      p.view.spec.shape.assign(part.extents().begin(), part.extents().end());
+      p.view.box_offset.assign(part.offsets().begin(), part.offsets().end());
+      p.view.whole_shape = entry.spec.shape;
+      p.runs = layout::copy_runs(whole, part, part, dtype_size(entry.spec.dtype));
+      if (p.runs.size() <= 1 && !conversion) {
+        p.view.offset = entry.offset + (p.runs.empty() ? 0 : p.runs.front().src_offset);  // a slab: read in place
+      } else {
+        place(p, part.volume());
+      }
+      planned.push_back(std::move(p));
+    }
+  }
+  std::shared_ptr<HostBuffer> memory;
+  if (bytes > 0) memory = free_memory(bytes);
+  for (auto& p : planned) {
+    if (p.view.in_receive_buffer) continue;
+    const std::byte* tensor = base + p.entry->offset;
+    std::byte* dst = memory->data() + p.view.offset;
+    const std::size_t count = p.view.spec.element_count();
+    // The source as one contiguous run of the producer's dtype: in place, or gathered.
+    const std::byte* src = tensor;
+    if (!p.runs.empty()) {
+      if (p.runs.size() == 1) {
+        src = tensor + p.runs.front().src_offset;
+      } else {
+        std::byte* into = dst;
+        if (p.conversion) {
+          gathered_.resize(count * dtype_size(p.entry->spec.dtype));
+          into = gathered_.data();
+        }
+        for (const auto& run : p.runs) std::memcpy(into + run.dst_offset, tensor + run.src_offset, run.bytes);
+        if (!p.conversion) continue;
+        src = gathered_.data();
+      }
+    }
+    if (!p.conversion) {
+      std::memcpy(dst, src, count * dtype_size(p.entry->spec.dtype));
+      continue;
+    }
+    const auto from = *layout::format_of(p.entry->spec.dtype);
+    const auto to = p.conversion->to;
+    if (count > 0) {
+      if (to == DType::kF8E4M3) {
+        auto* codes = reinterpret_cast<std::uint8_t*>(dst);
+        if (p.conversion->fp8_block == 0) {
+          p.view.scales = {layout::quantize_fp8_per_tensor(from, src, codes, count)};
+        } else {
+          p.view.scales = layout::quantize_fp8_per_block(from, src, codes, count, p.conversion->fp8_block);
+          p.view.scale_block = p.conversion->fp8_block;
+        }
+      } else {
+        layout::convert(from, src, *layout::format_of(to), dst, count);
+      }
+    } else if (to == DType::kF8E4M3) {
+      p.view.scales = {1.0f};
+    }
+  }
+  std::vector<detail::ShapedTensor> shaped;
+  shaped.reserve(planned.size());
+  for (auto& p : planned) shaped.push_back(std::move(p.view));
+  version.shaped = std::move(shaped);
+  version.shapes_views = true;
+  version.shaped_memory = std::move(memory);
+}
+
+}  // namespace modelcast::consumer

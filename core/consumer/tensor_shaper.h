@@ -1,0 +1,53 @@
+// What a host consumer's views hold of each tensor of a verified version: the tensors and parts
+// it wants (ConsumerOptions::wants, resolved into a TensorSelection) in the dtypes it asks for
+// (ConsumerOptions::conversions). A whole tensor, or a part that is one contiguous run of it, in
+// the producer's dtype stays where it arrived, in the receive buffer; every other part is
+// gathered (and converted) into memory of the version's own. The receive buffer keeps the
+// producer's bytes, so deltas, relays and digests work on what the producer signed.
+//
+// Threads: the consumer's service thread only. Shaped memory is shared with installed versions;
+// a piece is reused for a later version only when no view holds it.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "common/host_buffer.h"
+#include "core/model/installed_version.h"
+#include "core/model/manifest.h"
+#include "core/model/tensor_selection.h"
+#include "modelcast/consumer.h"
+
+namespace modelcast::consumer {
+
+class TensorShaper {
+ public:
+  // Throws Error(kInvalidArgument) for a conversion that can never apply: no tensor name, a
+  // target other than f32, f16, bf16 or f8e4m3, fp8_block without f8e4m3, a name given twice.
+  explicit TensorShaper(std::vector<TensorConversion> conversions);
+
+  // Whether views are always the manifest's tensors as they arrived (no conversions, and a
+  // selection that keeps everything whole).
+  bool leaves_as_is(const TensorSelection& selection) const noexcept {
+    return conversions_.empty() && selection.everything();
+  }
+
+  // Fills `version`'s views (and shaped memory) with what `selection` keeps of `manifest`
+  // (bytes at `base`), converted as asked. Throws Error(kLayoutMismatch) naming the tensor when a
+  // named conversion's tensor is absent or is not f32, f16 or bf16; std::bad_alloc when memory
+  // for the result cannot be had. `version` is untouched then.
+  void apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
+             detail::InstalledVersion& version);
+
+ private:
+  const TensorConversion* conversion_for(const TensorSpec& spec) const;
+  std::shared_ptr<HostBuffer> free_memory(std::size_t bytes);
+
+  std::vector<TensorConversion> conversions_;
+  const TensorConversion* wildcard_ = nullptr;  // the "*" conversion, if any
+  std::vector<std::shared_ptr<HostBuffer>> pool_;  // free when only the pool refers to one
+  std::vector<std::byte> gathered_;  // a part of several runs, gathered before fp8 scaling
+};
+
+}  // namespace modelcast::consumer

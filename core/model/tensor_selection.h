@@ -1,0 +1,55 @@
+// What of each tensor of a version a consumer keeps (ConsumerOptions::wants resolved against the
+// version's manifest) and which of the version's blocks hold those bytes. The producer and the
+// consumer compute it from the same wants and manifest, so the producer sends exactly the blocks
+// the consumer posts receives for; the block digests verify them as they verify any block.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/layout/box.h"
+#include "core/model/manifest.h"
+#include "modelcast/consumer.h"
+
+namespace modelcast {
+
+class TensorSelection {
+ public:
+  // One tensor kept: its index in the manifest, and either the whole tensor or its parts (each
+  // a view of its own, in the order wanted).
+  struct Kept {
+    std::size_t tensor = 0;
+    bool whole = true;
+    std::vector<layout::Box> parts;
+  };
+
+  // Wants that no manifest could satisfy: Error(kInvalidArgument) naming the want (an empty or
+  // repeated name, a shard with count 0 or index >= count, boxes whose offset and extent differ
+  // in rank, a negative number, no boxes). Checked once, on the consumer's options.
+  static void check(const std::vector<TensorWant>& wants);
+
+  // The wants applied to `manifest`. Throws Error(kLayoutMismatch) naming the tensor for a named
+  // tensor the version lacks, and the box and the shape for a box outside its tensor, boxes that
+  // overlap, a box of another rank, or a shard along a dimension a named tensor lacks. Empty
+  // wants keep everything whole.
+  static TensorSelection resolve(const std::vector<TensorWant>& wants, const Manifest& manifest);
+
+  // Kept tensors in manifest order.
+  const std::vector<Kept>& kept() const noexcept { return kept_; }
+  // Every tensor of the manifest kept whole: views are the manifest's tensors as they are.
+  bool everything() const noexcept { return everything_; }
+  // Bytes of the kept tensors and parts, in the producer's dtype.
+  std::uint64_t wanted_bytes() const noexcept { return wanted_bytes_; }
+
+  // Per block of `manifest` (the one resolved), whether it holds a wanted byte; empty when every
+  // block is wanted, or when the version has no blocks (block_bytes 0: it travels whole).
+  std::vector<bool> blocks(const Manifest& manifest) const;
+
+ private:
+  std::vector<Kept> kept_;
+  bool everything_ = true;
+  std::uint64_t wanted_bytes_ = 0;
+};
+
+}  // namespace modelcast
