@@ -31,6 +31,10 @@ module modelcast_c
     integer(c_size_t) :: persist_keep
     integer(c_size_t) :: device_stage_bytes
     integer(c_size_t) :: relay_fanout
+    integer(c_int32_t) :: rank
+    integer(c_int32_t) :: rank_count
+    type(c_ptr) :: rank_endpoints
+    integer(c_size_t) :: rank_endpoint_count
   end type
 
   type, bind(c), public :: mc_consumer_options_t

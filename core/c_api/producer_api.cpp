@@ -30,6 +30,8 @@ void mc_producer_options_init(mc_producer_options* options) {
   options->persist_keep = defaults.persist.keep;
   options->device_stage_bytes = defaults.device_stage_bytes;
   options->relay_fanout = defaults.relay_fanout;
+  options->rank = defaults.rank;
+  options->rank_count = defaults.rank_count;
 }
 
 mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out[41]) {
@@ -107,6 +109,16 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
     }
     if (has_field(*options, options->device_stage_bytes)) o.device_stage_bytes = options->device_stage_bytes;
     if (has_field(*options, options->relay_fanout)) o.relay_fanout = options->relay_fanout;
+    if (has_field(*options, options->rank_endpoint_count)) {
+      o.rank = options->rank;
+      o.rank_count = options->rank_count;
+      if (options->rank_endpoint_count > 0) require(options->rank_endpoints, "options.rank_endpoints");
+      for (std::size_t i = 0; i < options->rank_endpoint_count; ++i) {
+        // Rank 0's own entry is not read: NULL there is fine.
+        const char* e = options->rank_endpoints[i];
+        o.rank_endpoints.emplace_back(e != nullptr ? e : "");
+      }
+    }
     auto handle = std::make_unique<mc_producer>();
     handle->producer = std::make_unique<modelcast::Producer>(std::move(o));
     handle->endpoint = handle->producer->control_endpoint();
@@ -147,6 +159,23 @@ mc_status mc_producer_register_tensor_desc(mc_producer_t* producer, const mc_ten
     if (desc->struct_size < kTensorDescV1) invalid("desc.struct_size is not set: call mc_tensor_desc_init first");
     producer->producer->register_tensor(
         tensor_ref(desc->name, raw(desc->dtype), desc->ndim, desc->shape, desc->data, raw(desc->memory), desc->device));
+    return MC_OK;
+  });
+}
+
+mc_status mc_producer_register_piece(mc_producer_t* producer, const char* name, mc_dtype dtype, size_t ndim,
+                                     const int64_t* shape, const int64_t* global_shape, const int64_t* global_offset,
+                                     const void* data) {
+  return guarded(__func__, [&] {
+    require(producer, "producer");
+    if (ndim > 0) {
+      require(global_shape, "global_shape");
+      require(global_offset, "global_offset");
+    }
+    auto ref = tensor_ref(name, raw(dtype), ndim, shape, data, MC_MEMORY_HOST, 0);
+    ref.global_shape.assign(global_shape, global_shape + ndim);
+    ref.global_offset.assign(global_offset, global_offset + ndim);
+    producer->producer->register_tensor(ref);
     return MC_OK;
   });
 }

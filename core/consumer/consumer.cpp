@@ -1,13 +1,144 @@
 // Consumer: see include/modelcast/consumer.h; the work is in ConsumerService (service.h).
+//
+// One producer: one service, whose store readers see. A model that several producer ranks
+// publish: the service of the endpoint the user gave learns the others from its join reply
+// (on_ranks), and the Consumer starts one service per other rank; every service then hands the
+// versions it installs (that rank's pieces) to one RankAssembler, whose store readers see.
+//
+// Threads: on_ranks runs on the first service's thread and is the only writer of `assembler_` and
+// `others_` (under `mutex_`). Readers use `readers_` (VersionStore: its own lock), which the
+// first service's thread or the assembler (under its lock) install into.
 #include "modelcast/consumer.h"
 
+#include <mutex>
+
+#include "core/consumer/rank_assembler.h"
 #include "core/consumer/service.h"
 
 namespace modelcast {
 
-class Consumer::Impl : public consumer::ConsumerService {
+class Consumer::Impl {
  public:
-  using ConsumerService::ConsumerService;
+  explicit Impl(ConsumerOptions options) : options_(options) {
+    ConsumerOptions first = std::move(options);
+    // The user's callbacks see whole versions: the first service's own only while it is the
+    // only one.
+    first.on_update = [this](const ModelView& view) {
+      if (!ranked() && options_.on_update) options_.on_update(view);
+    };
+    consumer::ServiceHooks hooks;
+    hooks.on_ranks = [this](std::uint32_t rank, const std::vector<std::string>& endpoints) {
+      return start_ranks(rank, endpoints);
+    };
+    hooks.on_installed = [this](std::shared_ptr<const detail::InstalledVersion> version) {
+      if (auto a = assembler()) {
+        a->offer(first_rank_, std::move(version));
+      } else {
+        readers_.install(std::move(version));
+      }
+    };
+    first_ = std::make_unique<consumer::ConsumerService>(std::move(first), std::move(hooks));
+  }
+
+  ~Impl() {
+    // Every service's thread ends before any service goes: a callback on one of those threads
+    // (the user's on_update calling stats(), an offer to the assembler) finds them all still there.
+    // others_ is not written once the first service's thread has stopped.
+    first_->stop();
+    for (auto& other : others_) other->stop();
+  }
+
+  ModelView acquire() const { return readers_.acquire(); }
+
+  ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
+    return readers_.wait_for(version, timeout);
+  }
+
+  ConsumerStats stats() const {
+    ConsumerStats s = first_->stats();
+    auto a = assembler();
+    if (!a) return s;
+    // Of the model as readers see it: the assembled versions, with the ranks' transfers summed.
+    std::lock_guard lock(mutex_);
+    for (const auto& other : others_) {
+      const auto o = other->stats();
+      s.producer_connected = s.producer_connected && o.producer_connected;
+      s.versions_rejected += o.versions_rejected;
+      s.transfers_aborted += o.transfers_aborted;
+      s.bad_messages += o.bad_messages;
+      s.reconnects += o.reconnects;
+      s.failed_handshakes += o.failed_handshakes;
+      s.bytes_received += o.bytes_received;
+      if (s.last_error.empty()) s.last_error = o.last_error;
+    }
+    const auto c = a->counts();
+    s.current_version = c.current_version;
+    s.versions_installed = c.versions_installed;
+    s.versions_rejected += c.versions_rejected;
+    s.wanted_bytes = c.wanted_bytes;
+    if (!c.last_error.empty()) s.last_error = c.last_error;
+    return s;
+  }
+
+ private:
+  bool ranked() const {
+    std::lock_guard lock(mutex_);
+    return assembler_ != nullptr;
+  }
+  std::shared_ptr<consumer::RankAssembler> assembler() const {
+    std::lock_guard lock(mutex_);
+    return assembler_;
+  }
+
+  // On the first service's thread, at its join: the producer is rank `rank` of endpoints.size().
+  bool start_ranks(std::uint32_t rank, const std::vector<std::string>& endpoints) {
+    std::lock_guard lock(mutex_);
+    if (assembler_) return true;
+    auto fail = [&](const std::string& why) {
+      if (options_.on_error) options_.on_error(Error(ErrorCode::kInvalidArgument, why));
+      return true;  // its versions are pieces: never shown as the model
+    };
+    if (!options_.group.empty()) return fail("a group of consumers of a model published by several ranks is not built yet");
+    if (options_.memory == MemoryKind::kCuda) return fail("device consumers of a model published by several ranks are not built yet");
+    if (!options_.caller_buffers.empty()) return fail("caller_buffers with a model published by several ranks are not built yet");
+    if (rank >= endpoints.size()) return fail("the producer says it is rank " + std::to_string(rank) + " of " +
+                                              std::to_string(endpoints.size()));
+    first_rank_ = rank;
+    assembler_ = std::make_shared<consumer::RankAssembler>(endpoints.size(), options_.wants, options_.conversions,
+                                                           options_.on_update, options_.on_error, readers_);
+    for (std::uint32_t r = 0; r < endpoints.size(); ++r) {
+      if (r == rank) continue;
+      ConsumerOptions o = options_;
+      o.producer_endpoint = endpoints[r];
+      o.consumer_name = (options_.consumer_name.empty() ? std::string("consumer") : options_.consumer_name) +
+                        "/rank" + std::to_string(r);
+      o.conversions.clear();
+      o.on_update = nullptr;
+      o.serve_peers = false;
+      consumer::ServiceHooks hooks;
+      hooks.feeds_assembler = true;
+      hooks.on_installed = [assembler = assembler_, r](std::shared_ptr<const detail::InstalledVersion> version) {
+        assembler->offer(r, std::move(version));
+      };
+      try {
+        others_.push_back(std::make_unique<consumer::ConsumerService>(std::move(o), std::move(hooks)));
+      } catch (const Error& e) {
+        if (options_.on_error) options_.on_error(Error(e.code(), "rank " + std::to_string(r) + " at '" + endpoints[r] +
+                                                                     "': " + e.what()));
+      }
+    }
+    return true;
+  }
+
+  const ConsumerOptions options_;  // the user's
+  // What readers see: the first service's versions, or the assembled ones. Declared before the
+  // services, which install into it, so that it outlives them.
+  consumer::VersionStore readers_{0, {}};
+  std::unique_ptr<consumer::ConsumerService> first_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<consumer::RankAssembler> assembler_;  // guarded by mutex_
+  std::vector<std::unique_ptr<consumer::ConsumerService>> others_;  // guarded by mutex_
+  std::uint32_t first_rank_ = 0;  // written before assembler_ is set, under mutex_
 };
 
 Consumer::Consumer(ConsumerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}

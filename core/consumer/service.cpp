@@ -8,8 +8,10 @@
 #include "core/wire/zmq_channel.h"
 
 namespace modelcast::consumer {
-ConsumerService::ConsumerService(ConsumerOptions options)
+ConsumerService::ConsumerService(ConsumerOptions options, ServiceHooks hooks)
     : options_(checked(std::move(options))),
+      hooks_(std::move(hooks)),
+      feeds_assembler_(hooks_.feeds_assembler),
       log_(log::get("consumer")),
       link_(options_),
       offered_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer)),
@@ -27,7 +29,10 @@ ConsumerService::ConsumerService(ConsumerOptions options)
   service_ = std::thread([this] { service_loop(); });
 }
 
-ConsumerService::~ConsumerService() {
+ConsumerService::~ConsumerService() { stop(); }
+
+void ConsumerService::stop() {
+  if (!service_.joinable()) return;
   events_->push(Stop{});
   service_.join();
 }
@@ -236,6 +241,9 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   });
   bool new_producer = reply.incarnation != link_.incarnation();
   link_.joined(reply, Clock::now());
+  if (!reply.rank_endpoints.empty() && !feeds_assembler_ && hooks_.on_ranks) {
+    feeds_assembler_ = hooks_.on_ranks(reply.rank, reply.rank_endpoints);
+  }
   count([](ConsumerStats& s) { s.producer_connected = true; });
   if (new_producer) {  // version numbers restart with a new producer
     rejected_.clear();

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -52,19 +53,32 @@ namespace modelcast::consumer {
 struct Stop {};
 using Event = std::variant<ChunkDone, RelaySent, Stop>;
 
+// What the Consumer that owns a service hears from it: each version it installs (which the
+// Consumer makes what readers see, itself or through an assembler of several ranks' pieces,
+// rank_assembler.h) and, for a model that several producer ranks publish, the ranks. Both run
+// on the service thread.
+struct ServiceHooks {
+  // The producer joined says it is rank `rank` of the ranks at `endpoints`. Returns whether the
+  // service's versions go to an assembler from now on.
+  std::function<bool(std::uint32_t rank, const std::vector<std::string>& endpoints)> on_ranks;
+  // A version this service installed (after its own store, before on_update).
+  std::function<void(std::shared_ptr<const detail::InstalledVersion>)> on_installed;
+  // Feeds an assembler from the start (the services of the other ranks).
+  bool feeds_assembler = false;
+};
+
 class ConsumerService {
  public:
   using Clock = std::chrono::steady_clock;
 
   // Checks the options (Error(kInvalidArgument)), creates the transports and starts the
   // service thread, which begins to join the producer.
-  explicit ConsumerService(ConsumerOptions options);
-  ~ConsumerService();  // stops the service thread; views already handed out stay valid
+  explicit ConsumerService(ConsumerOptions options, ServiceHooks hooks = {});
+  ~ConsumerService();  // stop(); views already handed out stay valid
+  // Stops the service thread (idempotent). The object stays usable for stats() and views, so a
+  // callback that ran on that thread may still call into its owner while it stops.
+  void stop();
 
-  ModelView acquire() const { return store_.acquire(); }
-  ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
-    return store_.wait_for(version, timeout);
-  }
   ConsumerStats stats() const {
     std::lock_guard lock(mutex_);
     return stats_;
@@ -156,6 +170,10 @@ class ConsumerService {
                 protocol::RelayFault relay_fault = protocol::RelayFault::kNone);
 
   ConsumerOptions options_;
+  ServiceHooks hooks_;  // immutable after construction
+  // Its versions are one rank's pieces, for an assembler: not shaped (the assembler cuts and
+  // converts the whole), handed on once installed. Service thread only after construction.
+  bool feeds_assembler_ = false;
   std::shared_ptr<spdlog::logger> log_;
   // Shared with transfer completions: views keep the transport (and so late completions of
   // cancelled receives) alive after this Consumer is gone.

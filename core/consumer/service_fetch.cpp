@@ -250,7 +250,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
                   done->signature, current ? &current->manifest : nullptr);
     // What was verified is what the producer sent; cutting and conversion follow (host
     // consumers only).
-    shaper_.apply(m, selection_, done->buffer->memory.data(), *installed);
+    if (!feeds_assembler_) shaper_.apply(m, selection_, done->buffer->memory.data(), *installed);
   } catch (const Error& e) {
     return reject(done->manifest, done->fetch_id, e);
   } catch (const std::bad_alloc&) {
@@ -309,6 +309,7 @@ void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> ins
   });
   store_.install(installed);
   log_->debug("installed version {} (step {})", m.version, m.step);
+  if (hooks_.on_installed) hooks_.on_installed(installed);
 }
 
 std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch(const std::string& why, bool counted) {

@@ -19,6 +19,24 @@ bool convertible(DType dtype) { return dtype == DType::kF32 || dtype == DType::k
 
 }  // namespace
 
+void convert_elements(DType from_dtype, const std::byte* src, const TensorConversion& conversion, std::byte* dst,
+                      std::size_t count, std::vector<float>& scales, std::size_t& scale_block) {
+  const auto from = *layout::format_of(from_dtype);
+  const auto to = conversion.to;
+  if (count == 0) {
+    if (to == DType::kF8E4M3) scales = {1.0f};
+    return;
+  }
+  if (to != DType::kF8E4M3) return layout::convert(from, src, *layout::format_of(to), dst, count);
+  auto* codes = reinterpret_cast<std::uint8_t*>(dst);
+  if (conversion.fp8_block == 0) {
+    scales = {layout::quantize_fp8_per_tensor(from, src, codes, count)};
+  } else {
+    scales = layout::quantize_fp8_per_block(from, src, codes, count, conversion.fp8_block);
+    scale_block = conversion.fp8_block;
+  }
+}
+
 TensorShaper::TensorShaper(std::vector<TensorConversion> conversions) : conversions_(std::move(conversions)) {
   std::set<std::string> names;
   for (const auto& c : conversions_) {
@@ -107,6 +125,15 @@ void TensorShaper::apply(const Manifest& manifest, const TensorSelection& select
       p.view.spec.shape.assign(part.extents().begin(), part.extents().end());
       p.view.box_offset.assign(part.offsets().begin(), part.offsets().end());
       p.view.whole_shape = entry.spec.shape;
+      if (!kept.origin.empty()) {  // a piece of a tensor several ranks hold: placed in the whole
+        for (std::size_t d = 0; d < p.view.box_offset.size(); ++d) p.view.box_offset[d] += kept.origin[d];
+        p.view.whole_shape = kept.global_shape;
+      }
+      // A part that is all of the tensor (a piece that is the whole) is the tensor.
+      if (p.view.spec.shape == p.view.whole_shape) {
+        p.view.box_offset.clear();
+        p.view.whole_shape.clear();
+      }
       p.runs = layout::copy_runs(whole, part, part, dtype_size(entry.spec.dtype));
       if (p.runs.size() <= 1 && !conversion) {
         p.view.offset = entry.offset + (p.runs.empty() ? 0 : p.runs.front().src_offset);  // a slab: read in place
@@ -143,23 +170,7 @@ void TensorShaper::apply(const Manifest& manifest, const TensorSelection& select
       std::memcpy(dst, src, count * dtype_size(p.entry->spec.dtype));
       continue;
     }
-    const auto from = *layout::format_of(p.entry->spec.dtype);
-    const auto to = p.conversion->to;
-    if (count > 0) {
-      if (to == DType::kF8E4M3) {
-        auto* codes = reinterpret_cast<std::uint8_t*>(dst);
-        if (p.conversion->fp8_block == 0) {
-          p.view.scales = {layout::quantize_fp8_per_tensor(from, src, codes, count)};
-        } else {
-          p.view.scales = layout::quantize_fp8_per_block(from, src, codes, count, p.conversion->fp8_block);
-          p.view.scale_block = p.conversion->fp8_block;
-        }
-      } else {
-        layout::convert(from, src, *layout::format_of(to), dst, count);
-      }
-    } else if (to == DType::kF8E4M3) {
-      p.view.scales = {1.0f};
-    }
+    convert_elements(p.entry->spec.dtype, src, *p.conversion, dst, count, p.view.scales, p.view.scale_block);
   }
   std::vector<detail::ShapedTensor> shaped;
   shaped.reserve(planned.size());

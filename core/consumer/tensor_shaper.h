@@ -21,6 +21,11 @@
 
 namespace modelcast::consumer {
 
+// Converts `count` elements of dtype `from` (f32, f16 or bf16) at `src` into `dst` as
+// `conversion` asks; an f8e4m3 target sets `scales` and `scale_block` (view.scales' meaning).
+void convert_elements(DType from, const std::byte* src, const TensorConversion& conversion, std::byte* dst,
+                      std::size_t count, std::vector<float>& scales, std::size_t& scale_block);
+
 class TensorShaper {
  public:
   // Throws Error(kInvalidArgument) for a conversion that can never apply: no tensor name, a
@@ -40,8 +45,10 @@ class TensorShaper {
   void apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
              detail::InstalledVersion& version);
 
- private:
+  // The conversion that applies to a tensor of `spec` (named, or "*" for a float), or nullptr.
   const TensorConversion* conversion_for(const TensorSpec& spec) const;
+
+ private:
   std::shared_ptr<HostBuffer> free_memory(std::size_t bytes);
 
   std::vector<TensorConversion> conversions_;

@@ -34,7 +34,7 @@ DTypeFacts facts(DType dtype) noexcept {
   return {0, "unknown"};
 }
 
-std::string quoted(const std::string& name) { return "tensor \"" + name + "\""; }
+std::string quoted(const std::string& name) { return "tensor '" + name + "'"; }
 
 std::string where(const std::string& tensor, std::size_t rank, std::size_t piece) {
   return quoted(tensor) + ", rank " + std::to_string(rank) + " piece " + std::to_string(piece);
@@ -228,16 +228,16 @@ PullPlan plan_pulls(const PieceCatalog& catalog, const ConsumerLayout& layout, c
   std::vector<Replicated> replicated;
   std::vector<Cell> cells;
   std::vector<StridedRun> runs;
-  const TensorWant whole = TensorWant::whole();
-  const TensorWant nothing = TensorWant::nothing();
+  const PullWant whole = PullWant::whole();
+  const PullWant nothing = PullWant::nothing();
 
   for (const auto& tensor : catalog.tensors()) {
     auto listed = layout.tensors.find(tensor.name);
-    const TensorWant& want =
+    const PullWant& want =
         listed != layout.tensors.end() ? listed->second : (layout.unlisted_whole ? whole : nothing);
-    if (want.kind == TensorWant::Kind::kNothing) continue;
+    if (want.kind == PullWant::Kind::kNothing) continue;
     std::vector<Box> boxes;
-    if (want.kind == TensorWant::Kind::kWhole) {
+    if (want.kind == PullWant::Kind::kWhole) {
       boxes.push_back(Box::whole(tensor.shape));
     } else {
       boxes = want.boxes;

@@ -66,22 +66,22 @@ class PieceCatalog {
 };
 
 // What a consumer wants of one tensor.
-struct TensorWant {
+struct PullWant {
   enum class Kind : std::uint8_t { kWhole, kBoxes, kNothing };
   Kind kind = Kind::kWhole;
   std::vector<Box> boxes;  // for kBoxes: disjoint boxes inside the tensor's shape, each its own buffer
 
   // The three kinds of want; `of` takes the boxes by value (each becomes one destination buffer,
   // in the order given). Checked only when planned.
-  static TensorWant whole() { return {}; }
-  static TensorWant nothing() { return {Kind::kNothing, {}}; }
-  static TensorWant of(std::vector<Box> boxes) { return {Kind::kBoxes, std::move(boxes)}; }
+  static PullWant whole() { return {}; }
+  static PullWant nothing() { return {Kind::kNothing, {}}; }
+  static PullWant of(std::vector<Box> boxes) { return {Kind::kBoxes, std::move(boxes)}; }
 };
 
 // What a consumer wants of a model: per named tensor, and for the tensors it does not name either
 // all of them (the default) or none (a consumer wanting single tensors).
 struct ConsumerLayout {
-  std::unordered_map<std::string, TensorWant> tensors;
+  std::unordered_map<std::string, PullWant> tensors;
   bool unlisted_whole = true;
 };
 

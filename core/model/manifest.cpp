@@ -41,6 +41,23 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
 
 }  // namespace
 
+void check_placement(const TensorEntry& entry, ErrorCode code) {
+  if (entry.global_shape.empty() && entry.global_offset.empty()) return;
+  const auto& shape = entry.spec.shape;
+  const std::string what = "tensor '" + entry.spec.name + "' of shape " + shape_string(shape);
+  if (entry.global_shape.size() != shape.size() || entry.global_offset.size() != shape.size()) {
+    throw Error(code, what + " is placed with a global shape of " + std::to_string(entry.global_shape.size()) +
+                          " dimensions and an offset of " + std::to_string(entry.global_offset.size()));
+  }
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const auto g = entry.global_shape[d], o = entry.global_offset[d];
+    if (g < 0 || o < 0 || o > g || shape[d] > g - o) {
+      throw Error(code, what + " at offset " + shape_string(entry.global_offset) + " does not fit in its global shape " +
+                            shape_string(entry.global_shape));
+    }
+  }
+}
+
 std::optional<std::uint64_t> checked_size_bytes(const TensorSpec& spec) {
   std::uint64_t bytes = dtype_size(spec.dtype);
   for (auto extent : spec.shape) {
@@ -135,6 +152,10 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
       throw Error(ErrorCode::kProtocol, "tensor '" + entry.spec.name + "' overlaps or precedes the tensor before it");
     }
     end_of_previous = entry.offset + entry.size;
+    check_placement(entry, ErrorCode::kProtocol);
+  }
+  if (manifest.rank_count == 0 || manifest.rank >= manifest.rank_count) {
+    fail("manifest is rank " + std::to_string(manifest.rank) + " of " + std::to_string(manifest.rank_count));
   }
   // Buffers are sized by total_bytes: a total beyond what the tensors need (plus the last
   // tensor's alignment padding) would make a consumer allocate memory that carries nothing.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cuda/digest_kind.h"
+#include "modelcast/error.h"
 #include "modelcast/tensor.h"
 
 namespace modelcast {
@@ -24,6 +25,12 @@ struct TensorEntry {
   // Of the bytes, when the manifest says integrity and has no blocks (device versions: pmix64);
   // 0 for a version checked by its blocks.
   std::uint64_t digest = 0;
+  // A piece of a tensor held by several producer ranks (TensorRef::global_shape): the whole
+  // tensor's shape and the piece's offset in it. Both empty: the tensor whole.
+  std::vector<std::int64_t> global_shape;
+  std::vector<std::int64_t> global_offset;
+
+  bool is_piece() const noexcept { return !global_shape.empty(); }
 };
 
 struct Manifest {
@@ -47,6 +54,10 @@ struct Manifest {
   // version is fetched whole.
   std::uint64_t block_bytes = 0;
   std::vector<std::uint64_t> block_digests;
+  // A model published by several producer ranks (ProducerOptions::rank_count): this version is
+  // rank `rank`'s pieces of step `step`. rank_count 1: the whole model.
+  std::uint32_t rank = 0;
+  std::uint32_t rank_count = 1;
 };
 
 // Lays tensors out back to back (aligned) in the given order. Throws Error(kInvalidArgument)
@@ -67,6 +78,10 @@ struct ManifestLimits {
 // Bytes a tensor of this spec holds, or nullopt when the element count or byte size overflows
 // 64 bits (a shape a peer can send but no memory can hold).
 std::optional<std::uint64_t> checked_size_bytes(const TensorSpec& spec);
+
+// Throws Error(code) naming the tensor when its placement (a piece's global shape and offset) is
+// not both-or-neither, of its rank, and inside the global shape.
+void check_placement(const TensorEntry& entry, ErrorCode code);
 
 // Block count of a manifest's block_bytes over its total_bytes (0 without blocks).
 std::size_t block_count(const Manifest& manifest);

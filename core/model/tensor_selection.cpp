@@ -25,7 +25,49 @@ void mark(std::vector<bool>& blocks, std::uint64_t block_bytes, std::uint64_t be
   for (std::uint64_t b = begin / block_bytes; b <= last && b < blocks.size(); ++b) blocks[b] = true;
 }
 
+// What `want` (from "*" when `wildcard`) asks of a tensor of `shape`: see wanted_of.
+std::optional<std::vector<layout::Box>> wanted_by(const TensorWant* want, bool wildcard,
+                                                 const std::vector<std::int64_t>& shape, const std::string& what) {
+  std::vector<layout::Box> wanted;  // none: all of it
+  if (!want || want->kind == TensorWant::Kind::kWhole) return wanted;
+  if (want->kind == TensorWant::Kind::kNothing) return std::nullopt;
+  if (want->kind == TensorWant::Kind::kShard) {
+    if (want->dim < shape.size()) {
+      wanted.push_back(layout::shard_box(shape, want->dim, want->index, want->count));
+    } else if (!wildcard) {
+      mismatch(what + " has no dimension " + std::to_string(want->dim) + " to shard along");
+    }
+    // Under "*", tensor parallelism replicates what it cannot split (biases of row-parallel layers).
+    return wanted;
+  }
+  for (const auto& asked : want->boxes) {
+    const auto box = box_of(asked);
+    if (box.rank() != shape.size() || !box.within(shape)) {
+      mismatch(what + ": the wanted box " + box.to_string() + " lies outside it");
+    }
+    for (const auto& earlier : wanted) {
+      if (layout::overlaps(earlier, box)) {
+        mismatch(what + ": the wanted boxes " + earlier.to_string() + " and " + box.to_string() + " overlap");
+      }
+    }
+    wanted.push_back(box);
+  }
+  return wanted;
+}
+
 }  // namespace
+
+std::optional<std::vector<layout::Box>> TensorSelection::wanted_of(const std::vector<TensorWant>& wants,
+                                                                   const std::string& name,
+                                                                   const std::vector<std::int64_t>& shape,
+                                                                   const std::string& what) {
+  const TensorWant* others = nullptr;
+  for (const auto& want : wants) {
+    if (want.tensor == name) return wanted_by(&want, false, shape, what);
+    if (want.tensor == "*") others = &want;
+  }
+  return wanted_by(others, true, shape, what);
+}
 
 void TensorSelection::check(const std::vector<TensorWant>& wants) {
   std::set<std::string> names;
@@ -70,55 +112,54 @@ TensorSelection TensorSelection::resolve(const std::vector<TensorWant>& wants, c
       named.emplace(want.tensor, &want);
     }
   }
+  // One rank of several need not hold every tensor (pipeline stages): whether the ranks together
+  // hold what is named is the assembling consumer's to check.
   for (const auto& [name, want] : named) {
     const bool present = std::any_of(manifest.tensors.begin(), manifest.tensors.end(),
                                      [&](const TensorEntry& t) { return t.spec.name == name; });
-    if (!present) {
+    if (!present && manifest.rank_count <= 1) {
       mismatch("version " + std::to_string(manifest.version) + " has no tensor '" + name + "' (ConsumerOptions::wants)");
     }
   }
   for (std::size_t i = 0; i < manifest.tensors.size(); ++i) {
     const auto& entry = manifest.tensors[i];
-    const auto& shape = entry.spec.shape;
+    // Wants are of the whole tensor; a piece is placed in it.
+    const auto& shape = entry.is_piece() ? entry.global_shape : entry.spec.shape;
     auto it = named.find(entry.spec.name);
     const TensorWant* want = it != named.end() ? it->second : others;
     const std::string what = "tensor '" + entry.spec.name + "' of shape " + layout::shape_to_string(shape) +
                              " in version " + std::to_string(manifest.version);
-    Kept kept;
-    kept.tensor = i;
-    if (want && want->kind == TensorWant::Kind::kNothing) {
+    auto asked = wanted_by(want, want == others, shape, what);
+    if (!asked) {
       selection.everything_ = false;
       continue;
     }
-    if (want && want->kind == TensorWant::Kind::kShard) {
-      if (want->dim < shape.size()) {
-        kept.whole = false;
-        kept.parts.push_back(layout::shard_box(shape, want->dim, want->index, want->count));
-      } else if (want == others) {
-        // Tensor parallelism replicates what it cannot split (biases of row-parallel layers).
-      } else {
-        mismatch(what + " has no dimension " + std::to_string(want->dim) + " to shard along");
+    std::vector<layout::Box> wanted = std::move(*asked);
+    Kept kept;
+    kept.tensor = i;
+    if (entry.is_piece()) {
+      const layout::Box piece(entry.global_offset, entry.spec.shape);
+      if (wanted.empty()) wanted.push_back(layout::Box::whole(shape));
+      std::vector<std::int64_t> local(shape.size());
+      for (const auto& w : wanted) {
+        const auto part = layout::intersect(w, piece);
+        if (part.empty()) continue;
+        for (std::size_t d = 0; d < shape.size(); ++d) local[d] = part.offset(d) - piece.offset(d);
+        kept.parts.push_back(layout::Box(local, part.extents()));
       }
-    }
-    if (want && want->kind == TensorWant::Kind::kBoxes) {
       kept.whole = false;
-      for (const auto& wanted : want->boxes) {
-        const auto box = box_of(wanted);
-        if (box.rank() != shape.size() || !box.within(shape)) {
-          mismatch(what + ": the wanted box " + box.to_string() + " lies outside it");
-        }
-        for (const auto& earlier : kept.parts) {
-          if (layout::overlaps(earlier, box)) {
-            mismatch(what + ": the wanted boxes " + earlier.to_string() + " and " + box.to_string() + " overlap");
-          }
-        }
-        kept.parts.push_back(box);
-      }
+      kept.origin = entry.global_offset;
+      kept.global_shape = entry.global_shape;
+      selection.everything_ = false;
+      if (kept.parts.empty()) continue;  // this rank holds none of what is wanted of it
+    } else if (!wanted.empty()) {
+      kept.whole = false;
+      kept.parts = std::move(wanted);
+      selection.everything_ = false;
     }
     if (kept.whole) {
       selection.wanted_bytes_ += entry.size;
     } else {
-      selection.everything_ = false;
       for (const auto& part : kept.parts) selection.wanted_bytes_ += part.volume() * dtype_size(entry.spec.dtype);
     }
     selection.kept_.push_back(std::move(kept));

@@ -6,6 +6,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "core/layout/box.h"
@@ -18,10 +20,15 @@ class TensorSelection {
  public:
   // One tensor kept: its index in the manifest, and either the whole tensor or its parts (each
   // a view of its own, in the order wanted).
+  // For a piece of a tensor that several producer ranks hold (TensorEntry::is_piece), the wants
+  // are of the whole tensor: the parts are what of them lies in this piece, in the piece's own
+  // coordinates, and `origin` and `global_shape` place the piece in the whole tensor.
   struct Kept {
     std::size_t tensor = 0;
     bool whole = true;
     std::vector<layout::Box> parts;
+    std::vector<std::int64_t> origin;        // empty unless a piece
+    std::vector<std::int64_t> global_shape;  // empty unless a piece
   };
 
   // Wants that no manifest could satisfy: Error(kInvalidArgument) naming the want (an empty or
@@ -30,10 +37,16 @@ class TensorSelection {
   static void check(const std::vector<TensorWant>& wants);
 
   // The wants applied to `manifest`. Throws Error(kLayoutMismatch) naming the tensor for a named
-  // tensor the version lacks, and the box and the shape for a box outside its tensor, boxes that
-  // overlap, a box of another rank, or a shard along a dimension a named tensor lacks. Empty
-  // wants keep everything whole.
+  // tensor the version lacks (unless it is one rank's of several: another rank may hold it), and
+  // the box and the shape for a box outside its tensor, boxes that overlap, a box of another
+  // rank, or a shard along a dimension a named tensor lacks. Empty wants keep everything whole.
   static TensorSelection resolve(const std::vector<TensorWant>& wants, const Manifest& manifest);
+
+  // What `wants` ask of the tensor called `name`, of (whole) shape `shape`: nullopt for nothing,
+  // an empty list for all of it, else boxes in it. Same errors as resolve, `what` naming the
+  // tensor in them. For a consumer that assembles the pieces of several ranks.
+  static std::optional<std::vector<layout::Box>> wanted_of(const std::vector<TensorWant>& wants, const std::string& name,
+                                                           const std::vector<std::int64_t>& shape, const std::string& what);
 
   // Kept tensors in manifest order.
   const std::vector<Kept>& kept() const noexcept { return kept_; }

@@ -80,6 +80,19 @@ class Producer::Impl {
                                                    std::to_string(options_.device_stage_bytes));
     }
     if (options_.max_consumers == 0) throw Error(ErrorCode::kInvalidArgument, "max_consumers is 0");
+    if (options_.rank_count == 0 || options_.rank >= options_.rank_count) {
+      throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(options_.rank) + " of rank_count " +
+                                                   std::to_string(options_.rank_count));
+    }
+    if (options_.rank == 0 && options_.rank_count > 1 && options_.rank_endpoints.size() != options_.rank_count) {
+      throw Error(ErrorCode::kInvalidArgument, "rank 0 of " + std::to_string(options_.rank_count) +
+                                                   " needs rank_endpoints, one per rank; got " +
+                                                   std::to_string(options_.rank_endpoints.size()));
+    }
+    if (options_.rank != 0 && !options_.rank_endpoints.empty()) {
+      throw Error(ErrorCode::kInvalidArgument, "rank_endpoints are rank 0's to tell consumers; rank " +
+                                                   std::to_string(options_.rank) + " was given them");
+    }
     if (!options_.persist.directory.empty()) {
       persister_ = std::make_unique<producer::Persister>(options_, incarnation_, store_, stats_, log_);
     }
@@ -136,6 +149,13 @@ class Producer::Impl {
       throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' takes the model past 2^64 bytes");
     }
     check_memory(tensor);
+    if (!tensor.global_shape.empty() || !tensor.global_offset.empty()) {
+      TensorEntry placed;
+      placed.spec = spec;
+      placed.global_shape = tensor.global_shape;
+      placed.global_offset = tensor.global_offset;
+      check_placement(placed, ErrorCode::kInvalidArgument);
+    }
     names_.insert(spec.name);
     planned_bytes_ = total;
     registered_.push_back(tensor);
@@ -266,6 +286,12 @@ class Producer::Impl {
     layout_.incarnation = incarnation_;
     layout_.integrity = options_.integrity;
     layout_.tensors = plan_layout(registered_specs(), &layout_.total_bytes);
+    for (std::size_t i = 0; i < registered_.size(); ++i) {
+      layout_.tensors[i].global_shape = registered_[i].global_shape;
+      layout_.tensors[i].global_offset = registered_[i].global_offset;
+    }
+    layout_.rank = options_.rank;
+    layout_.rank_count = options_.rank_count;
     const TensorSpec& first = registered_.front().spec;
     // Host snapshots are also hashed per block, a block being a transfer chunk: a consumer that
     // holds an earlier version then receives only the chunks that changed. Device snapshots are

@@ -453,6 +453,8 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
     }
   }
   answer.latest_version = store_.newest_version();
+  answer.rank = options_.rank;
+  if (options_.rank == 0 && options_.rank_count > 1) answer.rank_endpoints = options_.rank_endpoints;
   stats_.update([&](ProducerStats& s) { s.consumers = membership_.size(); });
   if (!answer.ok) log_->warn("refused a join: {}", answer.error);
   reply(routing_id, answer);

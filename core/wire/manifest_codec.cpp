@@ -6,7 +6,7 @@ namespace modelcast::wire {
 namespace {
 
 void pack_tensor(Packer& pk, const TensorEntry& t) {
-  pk.pack_map(8);
+  pk.pack_map(t.is_piece() ? 10 : 8);
   pk.pack("name"); pack_str(pk, t.spec.name);
   pk.pack("dtype"); pk.pack(static_cast<std::uint8_t>(t.spec.dtype));
   pk.pack("shape"); pk.pack(t.spec.shape);
@@ -15,6 +15,10 @@ void pack_tensor(Packer& pk, const TensorEntry& t) {
   pk.pack("off"); pk.pack(t.offset);
   pk.pack("size"); pk.pack(t.size);
   pk.pack("xxh3"); pk.pack(t.digest);
+  if (t.is_piece()) {
+    pk.pack("gshape"); pk.pack(t.global_shape);
+    pk.pack("goff"); pk.pack(t.global_offset);
+  }
 }
 
 TensorEntry unpack_tensor(const msgpack::object& object) {
@@ -28,13 +32,17 @@ TensorEntry unpack_tensor(const msgpack::object& object) {
   t.offset = f.get<std::uint64_t>("off");
   t.size = f.get<std::uint64_t>("size");
   t.digest = f.get<std::uint64_t>("xxh3");
+  if (f.has("gshape")) {
+    t.global_shape = f.get<std::vector<std::int64_t>>("gshape");
+    t.global_offset = f.get<std::vector<std::int64_t>>("goff");
+  }
   return t;
 }
 
 }  // namespace
 
 void pack_manifest(Packer& pk, const Manifest& m) {
-  pk.pack_map(11 + digest_kind_field_count(m.digest_kind));
+  pk.pack_map(11 + digest_kind_field_count(m.digest_kind) + (m.rank_count > 1 ? 2 : 0));
   pk.pack("model"); pack_str(pk, m.model);
   pk.pack("inc"); pk.pack(m.incarnation);
   pk.pack("ver"); pk.pack(m.version);
@@ -49,6 +57,10 @@ void pack_manifest(Packer& pk, const Manifest& m) {
   pk.pack("blk"); pk.pack(m.block_bytes);
   pk.pack("bxxh3"); pk.pack(m.block_digests);
   pack_digest_kind_field(pk, m.digest_kind);
+  if (m.rank_count > 1) {
+    pk.pack("rank"); pk.pack(m.rank);
+    pk.pack("ranks"); pk.pack(m.rank_count);
+  }
 }
 
 Manifest unpack_manifest(const msgpack::object& object) {
@@ -65,6 +77,10 @@ Manifest unpack_manifest(const msgpack::object& object) {
   m.digest_kind = unpack_digest_kind_field(object);
   m.block_bytes = f.get<std::uint64_t>("blk");
   m.block_digests = f.get<std::vector<std::uint64_t>>("bxxh3");
+  if (f.has("ranks")) {
+    m.rank = f.get<std::uint32_t>("rank");
+    m.rank_count = f.get<std::uint32_t>("ranks");
+  }
   const auto& tensors = f.at("tensors");
   if (tensors.type != msgpack::type::ARRAY) fail("manifest: field 'tensors' is not an array");
   for (std::uint32_t i = 0; i < tensors.via.array.size; ++i) {

@@ -66,12 +66,16 @@ struct BodyPacker {
     }
   }
   void operator()(const JoinReply& m) const {
-    pk.pack_map(7);
+    pk.pack_map(m.rank_endpoints.empty() ? 7 : 9);
     pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("latest"); pk.pack(m.latest_version);
     pk.pack("transport"); pack_str(pk, m.transport);
     pk.pack("path"); pk.pack(static_cast<std::uint8_t>(m.path));
+    if (!m.rank_endpoints.empty()) {
+      pk.pack("rank"); pk.pack(m.rank);
+      pk.pack("ranks"); pk.pack(m.rank_endpoints);
+    }
   }
   void operator()(const FetchRequest& m) const {
     pk.pack_map(4);
@@ -186,7 +190,9 @@ Message unpack_body(Type type, const msgpack::object& body) {
       Fields f(body, "join reply");
       return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), f.get<std::string>("err"),
                        f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("latest"),
-                       f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path"))};
+                       f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path")),
+                       f.has("ranks") ? f.get<std::uint32_t>("rank") : 0u,
+                       f.has("ranks") ? f.get<std::vector<std::string>>("ranks") : std::vector<std::string>{}};
     }
     case Type::kFetchRequest: {
       Fields f(body, "fetch request");

@@ -121,6 +121,10 @@ struct JoinReply {
   std::uint64_t latest_version = 0;
   std::string transport;  // the offer the producer chose
   DeliveryPath path = DeliveryPath::kHostUcx;
+  // A model published by several producer ranks: this producer's rank, and (from rank 0) every
+  // rank's control endpoint in rank order; the consumer joins the others there. Empty: one producer.
+  std::uint32_t rank = 0;
+  std::vector<std::string> rank_endpoints{};
 };
 
 // Ask for a version (0 = newest). The producer leases the slot and starts sending chunk i with

@@ -117,6 +117,14 @@ typedef struct mc_producer_options {
    * (ProducerOptions::relay_fanout in producer.h): each serves at most this many others; the
    * producer sends each block about once. Default 0: off, the producer sends to every consumer. */
   size_t relay_fanout;
+  /* Since 0.7 (read only when struct_size covers them). A model trained sharded
+   * (ProducerOptions::rank in producer.h): this producer is rank `rank` of `rank_count`; rank 0
+   * of several also gets every rank's control endpoint, `rank_endpoint_count` of them in rank
+   * order, and tells consumers. Pieces: mc_producer_register_piece. */
+  uint32_t rank;
+  uint32_t rank_count;
+  const char* const* rank_endpoints;
+  size_t rank_endpoint_count;
 } mc_producer_options;
 
 /* Description of one tensor for mc_producer_register_tensor_desc: host or device memory. */
@@ -198,6 +206,14 @@ MODELCAST_API mc_status mc_producer_register_tensor(mc_producer_t* producer, con
 /* Same as mc_producer_register_tensor from a descriptor (memory kind, device ordinal).
  * Errors as there; device memory gives MC_ERR_INVALID_ARGUMENT in a build without GPU support. */
 MODELCAST_API mc_status mc_producer_register_tensor_desc(mc_producer_t* producer, const mc_tensor_desc* desc);
+
+/* Since 0.7. Registers a host tensor that is this rank's piece of a tensor of `ndim` dimensions:
+ * the whole tensor is `global_shape`, the piece starts at `global_offset` in it and spans
+ * `shape` (each `ndim` entries, read during the call). Errors as mc_producer_register_tensor,
+ * and MC_ERR_INVALID_ARGUMENT (naming the tensor) for a piece outside its global shape. */
+MODELCAST_API mc_status mc_producer_register_piece(mc_producer_t* producer, const char* name, mc_dtype dtype,
+                                                   size_t ndim, const int64_t* shape, const int64_t* global_shape,
+                                                   const int64_t* global_offset, const void* data);
 
 /* Allocates and registers the snapshot slots now so the first publish does not pay for it.
  * Optional; one thread at a time. Errors: MC_ERR_STATE (nothing registered), MC_ERR_RESOURCE. */

@@ -95,6 +95,16 @@ struct ProducerOptions {
   std::vector<std::string> allowed_consumer_keys;
   bool allow_any_consumer = false;  // any consumer that completes the handshake; still encrypted
   bool allow_plaintext_remote = false;
+  // A model trained sharded: this producer is rank `rank` of `rank_count`, each registering its
+  // pieces of the tensors (TensorRef::global_shape, global_offset) and publishing its own
+  // snapshot with publish(step), with no barrier between ranks; a consumer installs a step once
+  // it holds the pieces it wants of that step from every rank. Consumers are told rank 0's
+  // endpoint: rank 0 needs `rank_endpoints`, every rank's control endpoint in rank order (its
+  // own entry is not read), and tells them the others. So start ranks 1.. first (port 0 is
+  // fine), gather their control_endpoint() (an all_gather), then rank 0.
+  std::uint32_t rank = 0;
+  std::uint32_t rank_count = 1;
+  std::vector<std::string> rank_endpoints;
   std::function<void(const Delivery&)> on_delivery;  // optional; runs on the service thread
   PersistOptions persist;  // checkpoints on disk, off the hot path; off unless directory is set
 };

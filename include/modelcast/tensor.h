@@ -36,6 +36,11 @@ struct MODELCAST_API TensorSpec {
 struct TensorRef {
   TensorSpec spec;
   const void* data = nullptr;
+  // A piece of a tensor that several producer ranks hold (ProducerOptions::rank_count > 1): the
+  // whole tensor's shape and where this piece starts in it, per dimension; spec.shape is the
+  // piece's extent. Ranks registering the same box replicate it. Both empty: the whole tensor.
+  std::vector<std::int64_t> global_shape{};
+  std::vector<std::int64_t> global_offset{};
 };
 
 // One tensor inside a ModelView: read-only bytes that stay valid while the view is held.

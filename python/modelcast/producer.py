@@ -35,7 +35,7 @@ class Producer(Service):
         self._torch_tensors = []
         _live.add(self)
 
-    def register(self, name, tensor):
+    def register(self, name, tensor, *, global_shape=None, global_offset=None):
         """Registers ``tensor`` under ``name``, without a copy: a NumPy array, a torch tensor on the
         CPU or a CUDA device, or any object with ``__cuda_array_interface__`` or
         ``__dlpack__``/``__dlpack_device__`` (CUDA memory when they say so).
@@ -48,9 +48,17 @@ class Producer(Service):
         it is not dense (contiguous) memory of a supported dtype, is not where it says it is, or
         the name is empty or taken; StateError for device memory without a device, or after the
         first publish.
+
+        A model trained sharded (``rank=r, rank_count=M``; rank 0 also ``rank_endpoints``, every
+        rank's ``control_endpoint`` in rank order, e.g. from ``torch.distributed.all_gather_object``):
+        each rank registers its piece of a tensor with the whole tensor's ``global_shape`` and the
+        piece's ``global_offset`` in it (a DTensor's local shard: its ``shape`` and offsets); ranks
+        registering the same box replicate it. Consumers told rank 0's endpoint assemble a step
+        once every rank published it.
         """
         m = describe_memory(name, tensor)
-        self._impl.register_memory(name, m.dtype, m.shape, m.address, m.nbytes, m.owners, m.memory, m.device)
+        self._impl.register_memory(name, m.dtype, m.shape, m.address, m.nbytes, m.owners, m.memory, m.device,
+                                   list(global_shape or []), list(global_offset or []))
         if _is_torch_tensor(tensor):
             self._torch_tensors.append((name, tensor, m.address, m.nbytes, tensor.dtype))
 

@@ -66,11 +66,13 @@ class PyProducer {
   // `address` is a device pointer on `device`); the library checks that the memory is there.
   void register_memory(const std::string& name, const std::string& dtype, std::vector<std::int64_t> shape,
                        std::uintptr_t address, std::size_t nbytes, py::object owner, const std::string& memory,
-                       int device) {
+                       int device, std::vector<std::int64_t> global_shape, std::vector<std::int64_t> global_offset) {
     auto d = parse_dtype(dtype);
     if (!d) throw_invalid("tensor '" + name + "': unknown dtype '" + dtype + "'");
     TensorRef ref{{name, *d, std::move(shape)}, reinterpret_cast<const void*>(address)};
     ref.spec.memory = memory_kind(memory, "tensor '" + name + "'");
+    ref.global_shape = std::move(global_shape);
+    ref.global_offset = std::move(global_offset);
     ref.spec.device = device;
     if (ref.spec.memory == MemoryKind::kCuda && device < 0)
       throw_invalid("tensor '" + name + "': device ordinal " + std::to_string(device) + " is negative");
@@ -143,6 +145,9 @@ void bind_producer(py::module_& m) {
       .def_readwrite("heartbeat_interval", &ProducerOptions::heartbeat_interval)
       .def_readwrite("transfer_chunk_bytes", &ProducerOptions::transfer_chunk_bytes)
       .def_readwrite("relay_fanout", &ProducerOptions::relay_fanout)
+      .def_readwrite("rank", &ProducerOptions::rank)
+      .def_readwrite("rank_count", &ProducerOptions::rank_count)
+      .def_readwrite("rank_endpoints", &ProducerOptions::rank_endpoints)
       .def_readwrite("device_stage_bytes", &ProducerOptions::device_stage_bytes)
       .def_readwrite("max_consumers", &ProducerOptions::max_consumers)
       .def_readwrite("transports", &ProducerOptions::transports)
@@ -207,7 +212,8 @@ void bind_producer(py::module_& m) {
       .def(py::init<ProducerOptions, py::object>(), py::arg("options"), py::arg("on_delivery"))
       .def("register_memory", &PyProducer::register_memory, py::arg("name"), py::arg("dtype"), py::arg("shape"),
            py::arg("address"), py::arg("nbytes"), py::arg("owner"), py::arg("memory") = "host",
-           py::arg("device") = 0)
+           py::arg("device") = 0, py::arg("global_shape") = std::vector<std::int64_t>{},
+           py::arg("global_offset") = std::vector<std::int64_t>{})
       .def("publish", &PyProducer::publish, py::arg("step"), py::arg("metadata"), py::arg("stream") = 0,
            py::arg("event") = 0)
       .def("prepare", &PyProducer::prepare)

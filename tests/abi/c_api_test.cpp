@@ -347,6 +347,48 @@ TEST(CApi, AConsumerKeepsTheShardsAndBoxesItWants) {
   EXPECT_NE(last_error().find("'m'"), std::string::npos) << last_error();
 }
 
+// A model published by two ranks through the C ABI: each registers its rows of "m" as a piece;
+// a consumer told rank 0's endpoint sees the whole tensor once both published the step.
+TEST(CApi, TwoRanksPublishPiecesOneConsumerAssemblesThem) {
+  std::vector<float> top = {0, 1, 2, 3, 4, 5}, bottom = {6, 7, 8, 9};  // rows 0-2 and 3-4 of [5, 2]
+  const std::int64_t whole[] = {5, 2}, top_shape[] = {3, 2}, bottom_shape[] = {2, 2};
+  const std::int64_t top_at[] = {0, 0}, bottom_at[] = {3, 0};
+  mc_producer_options o;
+  mc_producer_options_init(&o);
+  o.model_name = "abi";
+  o.control_endpoint = "tcp://127.0.0.1:0";
+  o.rank = 1;
+  o.rank_count = 2;
+  ProducerPtr rank1;
+  ASSERT_EQ(mc_producer_create(&o, &rank1.p), MC_OK) << last_error();
+  const char* endpoints[] = {nullptr, mc_producer_endpoint(rank1.p)};
+  o.rank = 0;
+  o.rank_endpoints = endpoints;
+  o.rank_endpoint_count = 2;
+  ProducerPtr rank0;
+  ASSERT_EQ(mc_producer_create(&o, &rank0.p), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_register_piece(rank0.p, "m", MC_DTYPE_F32, 2, top_shape, whole, top_at, top.data()), MC_OK)
+      << last_error();
+  ASSERT_EQ(mc_producer_register_piece(rank1.p, "m", MC_DTYPE_F32, 2, bottom_shape, whole, bottom_at, bottom.data()),
+            MC_OK) << last_error();
+  const std::int64_t outside[] = {4, 0};  // rows 4-5 of a 5-row tensor
+  EXPECT_EQ(mc_producer_register_piece(rank1.p, "x", MC_DTYPE_F32, 2, bottom_shape, whole, outside, bottom.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("'x'"), std::string::npos) << last_error();
+  ConsumerPtr consumer{make_consumer(rank0.p)};
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(rank0.p, 7, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_publish(rank1.p, 7, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, 1, kWaitMs, &view.v), MC_OK) << last_error();
+  EXPECT_EQ(mc_view_step(view.v), 7);
+  mc_tensor_info info{};
+  ASSERT_EQ(mc_view_find_tensor(view.v, "m", &info), MC_OK) << last_error();
+  const float expected[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+  ASSERT_EQ(info.size_bytes, sizeof expected);
+  EXPECT_EQ(std::memcmp(info.data, expected, sizeof expected), 0);
+}
+
 TEST(CApi, GroupMembersSwitchTogetherAndSayWhereTheirGroupStands) {
   std::vector<float> w = {1.0f, 2.0f, 3.0f};
   const std::int64_t shape[] = {3};

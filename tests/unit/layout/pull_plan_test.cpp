@@ -28,7 +28,7 @@ using modelcast::layout::PlanOptions;
 using modelcast::layout::PullPlan;
 using modelcast::layout::PullRange;
 using modelcast::layout::shard_box;
-using modelcast::layout::TensorWant;
+using modelcast::layout::PullWant;
 using Shape = std::vector<std::int64_t>;
 
 struct GlobalTensor {
@@ -142,7 +142,7 @@ std::vector<Want> wants_for(const std::vector<GlobalTensor>& model) {
     for (std::size_t dim : {0, 1}) {
       for (std::size_t k = 0; k < n; ++k) {
         ConsumerLayout layout;
-        for (const auto& g : model) layout.tensors[g.name] = TensorWant::of({shard_or_whole(g.shape, dim, k, n)});
+        for (const auto& g : model) layout.tensors[g.name] = PullWant::of({shard_or_whole(g.shape, dim, k, n)});
         out.push_back({"tp" + std::to_string(n) + "-dim" + std::to_string(dim) + "-rank" + std::to_string(k), layout});
       }
     }
@@ -150,7 +150,7 @@ std::vector<Want> wants_for(const std::vector<GlobalTensor>& model) {
   for (const auto& g : model) {
     ConsumerLayout layout;
     layout.unlisted_whole = false;
-    layout.tensors[g.name] = TensorWant::whole();
+    layout.tensors[g.name] = PullWant::whole();
     out.push_back({"only-" + g.name, layout});
   }
   ConsumerLayout all_quarters;
@@ -158,13 +158,13 @@ std::vector<Want> wants_for(const std::vector<GlobalTensor>& model) {
     std::vector<Box> boxes;
     for (std::size_t k = 0; k < 4; ++k) boxes.push_back(shard_or_whole(g.shape, 1, k, 4));
     if (g.shape.empty()) boxes.resize(1);  // a scalar has one box
-    all_quarters.tensors[g.name] = TensorWant::of(boxes);
+    all_quarters.tensors[g.name] = PullWant::of(boxes);
   }
   out.push_back({"quarters-as-boxes", all_quarters});
   ConsumerLayout one_half_nothing_else;
   one_half_nothing_else.unlisted_whole = false;
-  one_half_nothing_else.tensors["mlp.weight"] = TensorWant::of({shard_box(model[1].shape, 1, 1, 2)});
-  one_half_nothing_else.tensors["attn.weight"] = TensorWant::nothing();
+  one_half_nothing_else.tensors["mlp.weight"] = PullWant::of({shard_box(model[1].shape, 1, 1, 2)});
+  one_half_nothing_else.tensors["attn.weight"] = PullWant::nothing();
   out.push_back({"one-half", one_half_nothing_else});
   return out;
 }
@@ -272,12 +272,12 @@ TEST(PullPlan, ShardsOfTheProducersLayoutAreOneRangePerPiece) {
   for (std::size_t r = 0; r < 4; ++r) pieces[r].push_back({"w", shape, DType::kBF16, shard_box(shape, 0, r, 4)});
   PieceCatalog catalog(pieces);
   ConsumerLayout layout;
-  layout.tensors["w"] = TensorWant::of({shard_box(shape, 0, 2, 4)});
+  layout.tensors["w"] = PullWant::of({shard_box(shape, 0, 2, 4)});
   PullPlan plan = plan_pulls(catalog, layout);
   EXPECT_EQ(plan.by_rank[2], (std::vector<PullRange>{{0, 0, 256u * 256 * 2, 0, 0}}));
   EXPECT_TRUE(plan.by_rank[0].empty() && plan.by_rank[1].empty() && plan.by_rank[3].empty());
   // Resharded along the other dimension: the 256 rows of each rank's piece in one strided range.
-  layout.tensors["w"] = TensorWant::of({shard_box(shape, 1, 0, 2)});
+  layout.tensors["w"] = PullWant::of({shard_box(shape, 1, 0, 2)});
   plan = plan_pulls(catalog, layout);
   for (std::uint64_t r = 0; r < 4; ++r) {
     EXPECT_EQ(plan.by_rank[r], (std::vector<PullRange>{{0, 0, 128 * 2, 0, r * 256 * 128 * 2, 256, 256 * 2, 128 * 2}}));
@@ -342,7 +342,7 @@ TEST(PullPlan, SlabsOfOneCutThatGoToOneRankMergeIntoOneStridedRange) {
   pieces[1].push_back({"w", shape, DType::kU8, Box::whole(shape)});
   pieces[1].push_back({"x", {100}, DType::kU8, Box({0}, {100})});
   ConsumerLayout layout;
-  layout.tensors["w"] = TensorWant::of({shard_box(shape, 1, 1, 2)});
+  layout.tensors["w"] = PullWant::of({shard_box(shape, 1, 1, 2)});
   PullPlan plan = plan_pulls(PieceCatalog(pieces), layout, PlanOptions{1});
   EXPECT_EQ(plan.by_rank[0], (std::vector<PullRange>{{0, 2, 2, 0, 0, 8, 4, 2}}));
 }
@@ -385,12 +385,12 @@ TEST(PullPlan, MissingBoxIsRefusedNamingTensorAndBox) {
   PieceCatalog catalog(pieces);
   Error e = error_of([&] { plan_pulls(catalog, {}); });
   EXPECT_EQ(e.code(), ErrorCode::kLayoutMismatch);
-  EXPECT_EQ(std::string(e.what()), "tensor \"w\": no rank owns [512:1024, 0:256] (wanted [0:1024, 0:1024])");
+  EXPECT_EQ(std::string(e.what()), "tensor 'w': no rank owns [512:1024, 0:256] (wanted [0:1024, 0:1024])");
   // A box inside what is owned plans; one reaching into the hole names only the part missing.
   ConsumerLayout layout;
-  layout.tensors["w"] = TensorWant::of({Box({0, 0}, {512, 1024})});
+  layout.tensors["w"] = PullWant::of({Box({0, 0}, {512, 1024})});
   EXPECT_EQ(plan_pulls(catalog, layout).total_bytes(), 512u * 1024 * 4);
-  layout.tensors["w"] = TensorWant::of({Box({500, 100}, {20, 200})});
+  layout.tensors["w"] = PullWant::of({Box({500, 100}, {20, 200})});
   e = error_of([&] { plan_pulls(catalog, layout); });
   EXPECT_NE(std::string(e.what()).find("no rank owns [512:520, 100:256]"), std::string::npos) << e.what();
 }
@@ -401,27 +401,27 @@ TEST(PullPlan, RefusesUnknownTensorsAndBadWants) {
   pieces[0].push_back({"w", shape, DType::kF32, Box::whole(shape)});
   PieceCatalog catalog(pieces);
   ConsumerLayout layout;
-  layout.tensors["v"] = TensorWant::whole();
+  layout.tensors["v"] = PullWant::whole();
   Error e = error_of([&] { plan_pulls(catalog, layout); });
   EXPECT_EQ(e.code(), ErrorCode::kLayoutMismatch);
-  EXPECT_NE(std::string(e.what()).find("\"v\""), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("'v'"), std::string::npos) << e.what();
 
   layout.tensors.clear();
-  layout.tensors["w"] = TensorWant::of({Box({4, 0}, {5, 8})});
+  layout.tensors["w"] = PullWant::of({Box({4, 0}, {5, 8})});
   e = error_of([&] { plan_pulls(catalog, layout); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(std::string(e.what()).find("[4:9, 0:8]"), std::string::npos) << e.what();
 
-  layout.tensors["w"] = TensorWant::of({Box({0}, {8})});
+  layout.tensors["w"] = PullWant::of({Box({0}, {8})});
   EXPECT_EQ(error_of([&] { plan_pulls(catalog, layout); }).code(), ErrorCode::kInvalidArgument);
 
-  layout.tensors["w"] = TensorWant::of({Box({0, 0}, {4, 8}), Box({3, 0}, {2, 8})});
+  layout.tensors["w"] = PullWant::of({Box({0, 0}, {4, 8}), Box({3, 0}, {2, 8})});
   e = error_of([&] { plan_pulls(catalog, layout); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
 
   // Adjacent boxes and an empty one are fine.
-  layout.tensors["w"] = TensorWant::of({Box({0, 0}, {4, 8}), Box({4, 0}, {4, 8}), Box({8, 0}, {0, 8})});
+  layout.tensors["w"] = PullWant::of({Box({0, 0}, {4, 8}), Box({4, 0}, {4, 8}), Box({8, 0}, {0, 8})});
   PullPlan plan = plan_pulls(catalog, layout);
   EXPECT_EQ(plan.destinations.size(), 3u);
   EXPECT_EQ(plan.total_bytes(), 256u);
@@ -436,7 +436,7 @@ TEST(PullPlan, CatalogRefusesDisagreeingOutOfShapeAndOverlappingPieces) {
   Error e = catalog_error({{{"w", shape, DType::kF32, Box({0, 0}, {4, 8})}},
                           {{"w", {8, 9}, DType::kF32, Box({4, 0}, {4, 8})}}});
   EXPECT_EQ(e.code(), ErrorCode::kLayoutMismatch);
-  EXPECT_NE(std::string(e.what()).find("tensor \"w\": rank 1 registers it as [8, 9] f32 but rank 0 as [8, 8] f32"),
+  EXPECT_NE(std::string(e.what()).find("tensor 'w': rank 1 registers it as [8, 9] f32 but rank 0 as [8, 8] f32"),
             std::string::npos)
       << e.what();
   e = catalog_error({{{"w", shape, DType::kF32, Box({0, 0}, {4, 8})}},
@@ -477,7 +477,7 @@ TEST(PullPlan, ThousandTensorsOnEightRanksWithFourBoxesEach) {
     for (const auto& t : catalog.tensors()) {
       std::vector<Box> quarters;
       for (std::size_t k = 0; k < 4; ++k) quarters.push_back(shard_box(shape, dim, k, 4));
-      layout.tensors[t.name] = TensorWant::of(std::move(quarters));
+      layout.tensors[t.name] = PullWant::of(std::move(quarters));
     }
     PullPlan plan = plan_pulls(catalog, layout);
     EXPECT_EQ(plan.destinations.size(), 4000u);

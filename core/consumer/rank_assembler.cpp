@@ -1,0 +1,216 @@
+#include "core/consumer/rank_assembler.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/clock.h"
+#include "core/layout/pull_plan.h"
+#include "core/model/tensor_selection.h"
+#include "modelcast/error.h"
+
+namespace modelcast::consumer {
+namespace {
+
+constexpr std::size_t kAlignment = 64;  // each assembled box starts a cache line
+
+std::uint64_t aligned(std::uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
+
+// Which versions a set of pieces is, by producer run and version number: kept instead of the
+// versions themselves, whose receive buffers the rank services need back.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
+    const std::vector<std::shared_ptr<const detail::InstalledVersion>>& pieces) {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> key;
+  for (const auto& p : pieces) key.emplace_back(p->manifest.incarnation, p->manifest.version);
+  return key;
+}
+
+}  // namespace
+
+RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
+                             std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
+                             VersionStore& readers)
+    : ranks_(ranks),
+      wants_(std::move(wants)),
+      shaper_(std::move(conversions)),
+      on_update_(std::move(on_update)),
+      on_error_(std::move(on_error)),
+      held_(ranks),
+      store_(readers) {}
+
+RankAssembler::Counts RankAssembler::counts() const {
+  std::lock_guard lock(mutex_);
+  return counts_;
+}
+
+void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version) {
+  std::shared_ptr<detail::InstalledVersion> installed;
+  std::optional<Error> failure;
+  {
+    std::lock_guard lock(mutex_);
+    if (rank >= ranks_ || !version) return;
+    auto& mine = held_[rank];
+    mine.push_back(std::move(version));
+    if (mine.size() > 2) mine.erase(mine.begin());
+    // The newest step every rank holds a version of (the newest such version of each rank).
+    std::vector<Held> pieces;
+    for (auto it = held_[0].rbegin(); it != held_[0].rend() && pieces.empty(); ++it) {
+      const std::int64_t step = (*it)->manifest.step;
+      std::vector<Held> candidate{*it};
+      for (std::size_t r = 1; r < ranks_; ++r) {
+        auto match = std::find_if(held_[r].rbegin(), held_[r].rend(),
+                                  [&](const Held& h) { return h->manifest.step == step; });
+        if (match == held_[r].rend()) break;
+        candidate.push_back(*match);
+      }
+      if (candidate.size() == ranks_) pieces = std::move(candidate);
+    }
+    if (pieces.empty() || key_of(pieces) == assembled_from_ || key_of(pieces) == refused_) return;
+    // A step older than the one readers see is not gone back to (a rank that restarted and
+    // publishes from an earlier step makes a newer version once every rank reaches it).
+    auto current = store_.current();
+    if (current && pieces.front()->manifest.incarnation == current->manifest.incarnation &&
+        pieces.front()->manifest.step < current->manifest.step) {
+      return;
+    }
+    try {
+      installed = assemble(pieces);
+      installed->manifest.version = next_version_++;
+      assembled_from_ = key_of(pieces);
+      counts_.current_version = installed->manifest.version;
+      counts_.versions_installed++;
+      store_.install(installed);
+    } catch (const Error& e) {
+      failure = e;
+    } catch (const std::bad_alloc&) {
+      failure = Error(ErrorCode::kResource, "out of memory while assembling the ranks' pieces of step " +
+                                                std::to_string(pieces.front()->manifest.step));
+    }
+    if (failure) {
+      refused_ = key_of(pieces);
+      counts_.versions_rejected++;
+      counts_.last_error = failure->what();
+    }
+  }
+  // One callback at a time, whichever rank's thread brought it.
+  std::lock_guard callbacks(callback_mutex_);
+  if (failure && on_error_) on_error_(*failure);
+  if (installed && on_update_) on_update_(ModelView(installed));
+}
+
+std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vector<Held>& pieces) {
+  const std::int64_t step = pieces.front()->manifest.step;
+  // Every rank's pieces in the whole tensors' coordinates; a piece's id is its manifest index.
+  std::vector<std::vector<layout::Piece>> by_rank(ranks_);
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    const Manifest& m = pieces[r]->manifest;
+    if (m.rank != r || m.rank_count != ranks_) {
+      throw Error(ErrorCode::kLayoutMismatch, "the producer reached as rank " + std::to_string(r) + " says it is rank " +
+                                                  std::to_string(m.rank) + " of " + std::to_string(m.rank_count) +
+                                                  "; rank 0 lists " + std::to_string(ranks_) + " ranks");
+    }
+    if (!pieces[r]->buffer) throw Error(ErrorCode::kState, "rank " + std::to_string(r) + "'s version has no host bytes");
+    for (const auto& t : m.tensors) {
+      layout::Piece piece;
+      piece.tensor = t.spec.name;
+      piece.global_shape = t.is_piece() ? t.global_shape : t.spec.shape;
+      piece.dtype = t.spec.dtype;
+      piece.box = t.is_piece() ? layout::Box(t.global_offset, t.spec.shape) : layout::Box::whole(t.spec.shape);
+      by_rank[r].push_back(std::move(piece));
+    }
+  }
+  const layout::PieceCatalog catalog(std::move(by_rank));
+  // The consumer's wants, tensor by tensor (named ones the ranks lack are refused by the plan).
+  layout::ConsumerLayout wanted;
+  wanted.unlisted_whole = false;
+  for (const auto& want : wants_) {
+    if (want.tensor != "*" && !catalog.find(want.tensor)) {
+      throw Error(ErrorCode::kLayoutMismatch, "step " + std::to_string(step) + ": no rank holds tensor '" +
+                                                  want.tensor + "' (ConsumerOptions::wants)");
+    }
+  }
+  for (const auto& tensor : catalog.tensors()) {
+    const std::string what = "tensor '" + tensor.name + "' of shape " + layout::shape_to_string(tensor.shape) +
+                             " at step " + std::to_string(step);
+    auto boxes = TensorSelection::wanted_of(wants_, tensor.name, tensor.shape, what);
+    if (!boxes) continue;
+    wanted.tensors[tensor.name] = boxes->empty() ? layout::PullWant::whole() : layout::PullWant::of(std::move(*boxes));
+  }
+  // plan_pulls names any wanted box no rank holds; the message says which step it was.
+  layout::PullPlan plan;
+  try {
+    plan = layout::plan_pulls(catalog, wanted);
+  } catch (const Error& e) {
+    throw Error(e.code(), "step " + std::to_string(step) + ": " + e.what());
+  }
+
+  auto installed = std::make_shared<detail::InstalledVersion>();
+  Manifest& m = installed->manifest;
+  const Manifest& first = pieces.front()->manifest;
+  m.model = first.model;
+  m.incarnation = first.incarnation;
+  m.step = step;
+  m.metadata = first.metadata;
+  m.integrity = first.integrity;
+  m.publish_time_ns = 0;
+  for (const auto& p : pieces) m.publish_time_ns = std::max(m.publish_time_ns, p->manifest.publish_time_ns);
+
+  // The boxes in the producer's dtype, back to back; then, for those a conversion names, the
+  // converted bytes after them (the producer's bytes of a converted box are scratch).
+  std::uint64_t bytes = 0;
+  std::vector<std::uint64_t> at(plan.destinations.size());
+  std::vector<const TensorConversion*> conversion(plan.destinations.size(), nullptr);
+  std::vector<std::uint64_t> converted_at(plan.destinations.size(), 0);
+  for (std::size_t d = 0; d < plan.destinations.size(); ++d) {
+    at[d] = bytes;
+    bytes += aligned(plan.destinations[d].bytes);
+  }
+  for (std::size_t d = 0; d < plan.destinations.size(); ++d) {
+    const auto& dest = plan.destinations[d];
+    conversion[d] = shaper_.conversion_for(TensorSpec{dest.tensor, dest.dtype, {}});
+    if (!conversion[d]) continue;
+    converted_at[d] = bytes;
+    bytes += aligned(dest.box.volume() * dtype_size(conversion[d]->to));
+  }
+  auto memory = std::make_shared<HostBuffer>(std::max<std::uint64_t>(bytes, 1));
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    const Manifest& rm = pieces[r]->manifest;
+    const std::byte* base = pieces[r]->buffer->memory.data();
+    for (const auto& range : plan.by_rank[r]) {
+      const std::byte* src = base + rm.tensors[range.piece].offset + range.src_offset;
+      std::byte* dst = memory->data() + at[range.destination] + range.dst_offset;
+      for (std::uint64_t i = 0; i < range.count; ++i) {
+        std::memcpy(dst + i * range.dst_stride, src + i * range.src_stride, range.length);
+      }
+    }
+  }
+  std::uint64_t wanted_bytes = 0;
+  for (std::size_t d = 0; d < plan.destinations.size(); ++d) {
+    const auto& dest = plan.destinations[d];
+    const auto* tensor = catalog.find(dest.tensor);
+    detail::ShapedTensor view;
+    view.spec.name = dest.tensor;
+    view.spec.dtype = dest.dtype;
+    view.spec.shape.assign(dest.box.extents().begin(), dest.box.extents().end());
+    view.in_receive_buffer = false;
+    view.offset = at[d];
+    if (!(dest.box == layout::Box::whole(tensor->shape))) {
+      view.box_offset.assign(dest.box.offsets().begin(), dest.box.offsets().end());
+      view.whole_shape = tensor->shape;
+    }
+    if (conversion[d]) {
+      view.spec.dtype = conversion[d]->to;
+      view.offset = converted_at[d];
+      convert_elements(dest.dtype, memory->data() + at[d], *conversion[d], memory->data() + converted_at[d],
+                       dest.box.volume(), view.scales, view.scale_block);
+    }
+    wanted_bytes += dest.bytes;
+    installed->shaped.push_back(std::move(view));
+  }
+  installed->shapes_views = true;
+  installed->shaped_memory = std::move(memory);
+  installed->update_latency = std::chrono::nanoseconds(realtime_ns() - m.publish_time_ns);
+  counts_.wanted_bytes = wanted_bytes;
+  return installed;
+}
+
+}  // namespace modelcast::consumer

@@ -1,0 +1,82 @@
+// A model that M producer ranks publish in pieces (ProducerOptions::rank_count). The consumer runs
+// one ConsumerService per rank; each receives, verifies and installs that rank's pieces of what
+// the consumer wants (TensorSelection of a piece), and hands every version it installs here.
+// Once every rank holds a version of one step, the assembler plans which rank each wanted byte
+// comes from (layout::plan_pulls: one owner per byte, replicated regions spread over their
+// owners), copies the pieces into the wanted boxes, converts them if asked, and installs the
+// whole as one version: what readers see. Ranks at different steps never mix; a rank that is
+// gone leaves readers on the last step every rank had.
+//
+// Threads: offer() runs on the rank services' threads, one at a time under `mutex_`; readers
+// call acquire()/wait_for()/counts() from any thread. An installed version is never written.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/consumer/tensor_shaper.h"
+#include "core/consumer/version_store.h"
+#include "core/model/installed_version.h"
+#include "modelcast/consumer.h"
+
+namespace modelcast::consumer {
+
+class RankAssembler {
+ public:
+  // `ranks` services will offer versions (rank ids 0 .. ranks - 1). `wants` and `conversions`
+  // are the consumer's (checked already). on_update and on_error run on the offering rank's
+  // service thread, outside the assembler's lock.
+  // Assembled versions are installed in `readers` (acquire/wait_for/install only), which must
+  // outlive the assembler.
+  RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
+                std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
+                VersionStore& readers);
+
+  // Rank `rank` installed `version` (its pieces, verified). Assembles and installs a new version
+  // when every rank now holds one of a step not assembled yet. Never throws: a set of pieces that
+  // does not make the wanted boxes (ranks that disagree on a tensor, a wanted box no rank holds)
+  // is reported, and the last assembled version stays.
+  void offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version);
+
+  struct Counts {
+    std::uint64_t current_version = 0;
+    std::uint64_t versions_installed = 0;
+    std::uint64_t versions_rejected = 0;
+    std::uint64_t wanted_bytes = 0;
+    std::string last_error;
+  };
+  Counts counts() const;
+
+ private:
+  using Held = std::shared_ptr<const detail::InstalledVersion>;
+  // The pieces of every rank (one version each, of one step) as one version. Throws Error.
+  std::shared_ptr<detail::InstalledVersion> assemble(const std::vector<Held>& pieces);
+
+  const std::size_t ranks_;
+  const std::vector<TensorWant> wants_;
+  TensorShaper shaper_;  // for its conversions; under mutex_
+  const std::function<void(const ModelView&)> on_update_;
+  const std::function<void(const Error&)> on_error_;
+
+  std::mutex callback_mutex_;  // held while on_update or on_error runs
+  mutable std::mutex mutex_;
+  // Per rank, its last two versions (older first): ranks that publish faster than a transfer
+  // may each skip steps, and a step two ranks hold is found among the last two. Two is what a
+  // rank's service can spare of its three receive buffers while it receives the next.
+  std::vector<std::vector<Held>> held_;
+  // The pieces (incarnation, version per rank) the current version was made of, and the last
+  // set that did not assemble (not tried again).
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> assembled_from_;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> refused_;
+  std::uint64_t next_version_ = 1;
+  Counts counts_;
+  VersionStore& store_;  // the readers'; assembled versions own their memory
+};
+
+}  // namespace modelcast::consumer

@@ -1,0 +1,330 @@
+// A model trained sharded: M producer ranks each register their pieces of the tensors (dim-0
+// pieces, dim-1 pieces, replicated ones, one held by one rank only) and publish on their own;
+// consumers told rank 0's endpoint want the whole model, tensor-parallel halves and quarters
+// along either dimension, or single tensors. Every byte of every assembled view is compared with
+// the global tensor cut element by element here; steps never mix; a rank that stops leaves
+// consumers on the last step every rank had, and a restarted rank brings them on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "eventually.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/producer.h"
+
+using namespace std::chrono_literals;
+using modelcast::DType;
+using modelcast::TensorWant;
+
+namespace {
+
+struct Global {
+  std::string name;
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::byte> bytes;
+  std::size_t element_size() const { return modelcast::dtype_size(dtype); }
+};
+
+// Values of every element are a function of (tensor, index, step), so any byte from another step
+// or another place shows.
+std::vector<Global> global_model(std::int64_t step) {
+  std::vector<Global> model{{"w", DType::kF32, {2048, 40}, {}},    // split along dim 0 across ranks
+                            {"e", DType::kI16, {30, 64}, {}},      // split along dim 1
+                            {"b", DType::kF32, {40}, {}},          // replicated on every rank
+                            {"head", DType::kI32, {10, 7}, {}}};   // held whole by the last rank
+  for (std::size_t t = 0; t < model.size(); ++t) {
+    auto& g = model[t];
+    std::int64_t n = 1;
+    for (auto e : g.shape) n *= e;
+    g.bytes.resize(static_cast<std::size_t>(n) * g.element_size());
+    std::mt19937_64 rng(static_cast<std::uint64_t>(step) * 1000 + t);
+    for (auto& b : g.bytes) b = static_cast<std::byte>(rng());
+    if (g.dtype == DType::kF32) {  // finite floats: NaN patterns compare by bytes anyway
+      auto* f = reinterpret_cast<float*>(g.bytes.data());
+      for (std::int64_t i = 0; i < n; ++i) f[i] = static_cast<float>(step * 100000 + static_cast<std::int64_t>(t) * 10000 + i);
+    }
+  }
+  return model;
+}
+
+std::vector<std::byte> cut(const Global& t, const std::vector<std::int64_t>& offset, const std::vector<std::int64_t>& extent) {
+  const std::size_t rank = t.shape.size(), size = t.element_size();
+  std::int64_t volume = 1;
+  for (auto e : extent) volume *= e;
+  std::vector<std::byte> out;
+  std::vector<std::int64_t> index(rank, 0);
+  for (std::int64_t n = 0; n < volume; ++n) {
+    std::int64_t flat = 0;
+    for (std::size_t d = 0; d < rank; ++d) flat = flat * t.shape[d] + offset[d] + index[d];
+    const auto* from = t.bytes.data() + flat * static_cast<std::int64_t>(size);
+    out.insert(out.end(), from, from + size);
+    for (std::size_t d = rank; d-- > 0;) {
+      if (++index[d] < extent[d]) break;
+      index[d] = 0;
+    }
+  }
+  return out;
+}
+
+std::pair<std::int64_t, std::int64_t> chunk(std::int64_t size, std::size_t k, std::size_t n) {
+  const std::int64_t step = (size + static_cast<std::int64_t>(n) - 1) / static_cast<std::int64_t>(n);
+  const std::int64_t begin = std::min<std::int64_t>(size, step * static_cast<std::int64_t>(k));
+  return {begin, std::min<std::int64_t>(size, begin + step) - begin};
+}
+
+// One producer rank: its pieces of the global model, copied out of it at each publish.
+struct Rank {
+  std::uint32_t rank, ranks;
+  std::vector<Global> pieces;  // each piece's own bytes
+  std::vector<std::vector<std::int64_t>> offsets, globals;
+  std::unique_ptr<modelcast::Producer> producer;
+
+  // `hole`: the last rank registers no piece of "w", whose last rows then belong to nobody.
+  Rank(std::uint32_t r, std::uint32_t m, std::vector<std::string> endpoints, const std::string& bind, bool hole = false)
+      : rank(r), ranks(m) {
+    const auto model = global_model(0);
+    for (const auto& g : model) {
+      std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
+      if (g.name == "w") std::tie(offset[0], extent[0]) = chunk(g.shape[0], r, m);
+      if (g.name == "e") std::tie(offset[1], extent[1]) = chunk(g.shape[1], r, m);
+      if (g.name == "head" && r != m - 1) continue;
+      if (g.name == "w" && hole && r == m - 1) continue;
+      pieces.push_back({g.name, g.dtype, extent, cut(g, offset, extent)});
+      offsets.push_back(offset);
+      globals.push_back(g.shape);
+    }
+    modelcast::ProducerOptions options;
+    options.model_name = "sharded";
+    options.control_endpoint = bind;
+    options.transfer_chunk_bytes = 64 << 10;
+    options.rank = r;
+    options.rank_count = m;
+    if (r == 0) options.rank_endpoints = std::move(endpoints);
+    producer = std::make_unique<modelcast::Producer>(options);
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      modelcast::TensorRef ref{{pieces[i].name, pieces[i].dtype, pieces[i].shape}, pieces[i].bytes.data()};
+      ref.global_shape = globals[i];
+      ref.global_offset = offsets[i];
+      producer->register_tensor(ref);
+    }
+    producer->prepare();
+  }
+
+  void publish(std::int64_t step) {
+    const auto model = global_model(step);
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      for (const auto& g : model) {
+        if (g.name != pieces[i].name) continue;
+        // Into the registered memory: the producer copies from the pointers it was given.
+        const auto fresh = cut(g, offsets[i], pieces[i].shape);
+        std::memcpy(pieces[i].bytes.data(), fresh.data(), fresh.size());
+      }
+    }
+    producer->publish(step);
+  }
+};
+
+// Ranks 1.. first (any port), then rank 0 told their endpoints.
+struct Ranks {
+  std::vector<std::unique_ptr<Rank>> ranks;
+  explicit Ranks(std::uint32_t m, bool hole = false) {
+    ranks.resize(m);
+    std::vector<std::string> endpoints(m);
+    for (std::uint32_t r = 1; r < m; ++r) {
+      ranks[r] = std::make_unique<Rank>(r, m, std::vector<std::string>{}, "tcp://127.0.0.1:0", hole);
+      endpoints[r] = ranks[r]->producer->control_endpoint();
+    }
+    ranks[0] = std::make_unique<Rank>(0, m, endpoints, "tcp://127.0.0.1:0", hole);
+  }
+  std::string endpoint() const { return ranks[0]->producer->control_endpoint(); }
+  void publish(std::int64_t step) {
+    for (auto& r : ranks) r->publish(step);
+  }
+};
+
+// Empty if `view` holds, of every tensor of step `step`, what `boxes_of` says is wanted of it
+// (nullopt: the whole tensor; an empty list: none of it), each part with its place.
+template <typename BoxesOf>
+std::string check(const modelcast::ModelView& view, std::int64_t step, BoxesOf&& boxes_of) {
+  if (view.step() != step) return "step " + std::to_string(view.step()) + ", expected " + std::to_string(step);
+  for (const auto& g : global_model(step)) {
+    std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> box = boxes_of(g);
+    auto v = view.find(g.name);
+    if (box && box->second.empty()) {
+      if (v) return "'" + g.name + "' is there, not wanted";
+      continue;
+    }
+    if (!v) return "'" + g.name + "' is missing";
+    std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
+    if (box) std::tie(offset, extent) = *box;
+    if (v->shape() != extent) return "'" + g.name + "' has another shape";
+    const bool whole = offset == std::vector<std::int64_t>(g.shape.size(), 0) && extent == g.shape;
+    if (whole ? v->is_part() : !v->is_part()) return "'" + g.name + "' part or whole wrongly";
+    if (!whole && std::vector<std::int64_t>(v->box_offset.begin(), v->box_offset.end()) != offset) {
+      return "'" + g.name + "' offset";
+    }
+    auto expected = cut(g, offset, extent);
+    if (v->size_bytes() != expected.size() || std::memcmp(v->data, expected.data(), expected.size()) != 0) {
+      return "'" + g.name + "' differs at step " + std::to_string(step);
+    }
+  }
+  return {};
+}
+
+modelcast::ConsumerOptions options_for(const std::string& endpoint, std::vector<TensorWant> wants = {}) {
+  modelcast::ConsumerOptions o;
+  o.producer_endpoint = endpoint;
+  o.model_name = "sharded";
+  o.wants = std::move(wants);
+  return o;
+}
+
+}  // namespace
+
+class ProducerRanks : public testing::TestWithParam<std::uint32_t> {};
+
+// Whole-model consumers and tensor-parallel halves and quarters along both dimensions, resharded
+// from M ranks' dim-0, dim-1, replicated and single-rank pieces, over two steps.
+TEST_P(ProducerRanks, ConsumersAssembleWhatTheyWantFromEveryRankEveryByteChecked) {
+  const std::uint32_t m = GetParam();
+  Ranks ranks(m);
+  struct Want {
+    std::size_t dim, k, n;
+  };
+  std::vector<Want> shards{{0, 0, 2}, {0, 1, 2}, {1, 1, 2}, {1, 3, 4}, {0, 2, 4}};
+  modelcast::Consumer whole(options_for(ranks.endpoint()));
+  std::vector<std::unique_ptr<modelcast::Consumer>> tp;
+  for (const auto& s : shards) {
+    tp.push_back(std::make_unique<modelcast::Consumer>(options_for(ranks.endpoint(), {TensorWant::shard("*", s.dim, s.k, s.n)})));
+  }
+  for (std::int64_t step = 10; step <= 20; step += 10) {
+    ranks.publish(step);
+    ASSERT_TRUE(testing_support::eventually([&] {
+      auto v = whole.acquire();
+      return v && v.step() == step;
+    }, 60s)) << whole.stats().last_error;
+    EXPECT_EQ(check(whole.acquire(), step, [](const Global&) { return std::nullopt; }), "") << "whole, M " << m;
+    for (std::size_t i = 0; i < shards.size(); ++i) {
+      ASSERT_TRUE(testing_support::eventually([&] {
+        auto v = tp[i]->acquire();
+        return v && v.step() == step;
+      }, 60s)) << tp[i]->stats().last_error;
+      const auto s = shards[i];
+      auto boxes = [&](const Global& g) -> std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> {
+        if (s.dim >= g.shape.size()) return std::nullopt;
+        std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
+        std::tie(offset[s.dim], extent[s.dim]) = chunk(g.shape[s.dim], s.k, s.n);
+        return std::make_pair(offset, extent);
+      };
+      EXPECT_EQ(check(tp[i]->acquire(), step, boxes), "") << "shard " << s.k << " of " << s.n << " along " << s.dim
+                                                          << ", M " << m;
+    }
+  }
+  // A dim-0 half of a model whose "w" is split along dim 0 in as many parts: it pulls less than
+  // the whole model does.
+  EXPECT_LT(tp[0]->stats().bytes_received * 10, whole.stats().bytes_received * 8);
+  EXPECT_EQ(whole.stats().versions_rejected, 0u) << whole.stats().last_error;
+}
+
+INSTANTIATE_TEST_SUITE_P(OneTwoFour, ProducerRanks, testing::Values(1u, 2u, 4u),
+                         [](const testing::TestParamInfo<std::uint32_t>& p) { return "M" + std::to_string(p.param); });
+
+TEST(ProducerRanksFaults, StepsNeverMixAStoppedRankHoldsTheLastCommonStepAndARestartedOneCatchesUp) {
+  Ranks ranks(2);
+  std::mutex mutex;
+  std::vector<std::string> seen;  // every assembled version checked as it is installed
+  auto options = options_for(ranks.endpoint(), {TensorWant::nothing("*"), TensorWant::whole("w"), TensorWant::whole("head")});
+  options.on_update = [&](const modelcast::ModelView& view) {
+    auto wanted = [](const Global& g) -> std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> {
+      if (g.name == "w" || g.name == "head") return std::nullopt;
+      return std::make_pair(std::vector<std::int64_t>{}, std::vector<std::int64_t>{});
+    };
+    std::lock_guard lock(mutex);
+    seen.push_back(check(view, view.step(), wanted));
+  };
+  modelcast::Consumer consumer(options);
+  ranks.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == 1; }, 60s))
+      << consumer.stats().last_error;
+  // Rank 0 moves on alone: its consumer service takes step 2, and no mixed version appears.
+  ranks.ranks[0]->publish(2);
+  ASSERT_TRUE(testing_support::eventually([&] { return ranks.ranks[0]->producer->stats().deliveries >= 2; }, 60s));
+  EXPECT_EQ(consumer.acquire().step(), 1);
+  ranks.ranks[1]->publish(2);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 2; }, 60s)) << consumer.stats().last_error;
+  // Rank 1 stops (its producer is gone); rank 0 publishes step 3: the consumer stays on step 2.
+  const std::string rank1 = ranks.ranks[1]->producer->control_endpoint();
+  ranks.ranks[1].reset();
+  ranks.ranks[0]->publish(3);
+  ASSERT_TRUE(testing_support::eventually([&] { return ranks.ranks[0]->producer->stats().deliveries >= 3; }, 60s));
+  EXPECT_EQ(consumer.acquire().step(), 2);
+  // A restarted rank 1 at the same endpoint publishes step 3: the consumer rejoins it and moves on.
+  ranks.ranks[1] = std::make_unique<Rank>(1, 2, std::vector<std::string>{}, rank1);
+  ranks.ranks[1]->publish(3);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 3; }, 60s)) << consumer.stats().last_error;
+  // on_update runs after the install readers see.
+  ASSERT_TRUE(testing_support::eventually([&] {
+    std::lock_guard lock(mutex);
+    return seen.size() >= 3;
+  }, 60s));
+  std::lock_guard lock(mutex);
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], "") << "assembled version " << i;
+}
+
+TEST(ProducerRanksFaults, AWantNoRankHoldsIsRefusedNamingTheMissingBox) {
+  // Two ranks, and rank 1 registers no piece of "w": its rows 1024..2048 belong to nobody.
+  Ranks ranks(2, true);
+  modelcast::Consumer whole(options_for(ranks.endpoint()));
+  modelcast::Consumer top(options_for(ranks.endpoint(), {TensorWant::shard("w", 0, 0, 2), TensorWant::nothing("*")}));
+  modelcast::Consumer absent(options_for(ranks.endpoint(), {TensorWant::whole("nope")}));
+  ranks.publish(1);
+  for (auto* c : {&whole, &absent}) {
+    ASSERT_TRUE(testing_support::eventually([&] { return c->stats().versions_rejected >= 1; }, 60s));
+    EXPECT_TRUE(c->acquire().empty());
+  }
+  EXPECT_NE(whole.stats().last_error.find("[1024:2048, 0:40]"), std::string::npos) << whole.stats().last_error;
+  EXPECT_NE(whole.stats().last_error.find("'w'"), std::string::npos) << whole.stats().last_error;
+  EXPECT_NE(absent.stats().last_error.find("'nope'"), std::string::npos) << absent.stats().last_error;
+  // What the ranks do hold is served: the top half of "w" is all rank 0's.
+  ASSERT_TRUE(testing_support::eventually([&] { return top.acquire() && top.acquire().step() == 1; }, 60s))
+      << top.stats().last_error;
+  const auto w = global_model(1)[0];
+  auto part = top.acquire().tensor("w");
+  auto expected = cut(w, {0, 0}, {1024, 40});
+  ASSERT_EQ(part.size_bytes(), expected.size());
+  EXPECT_EQ(std::memcmp(part.data, expected.data(), expected.size()), 0);
+}
+
+TEST(ProducerRanksFaults, RanksAreCheckedWhereTheyAreConfigured) {
+  modelcast::ProducerOptions options;
+  options.rank = 2;
+  options.rank_count = 2;
+  EXPECT_THROW(modelcast::Producer{options}, modelcast::Error);
+  options.rank = 0;
+  try {
+    modelcast::Producer p(options);
+    ADD_FAILURE() << "rank 0 of 2 without rank_endpoints was accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_endpoints"), std::string::npos) << e.what();
+  }
+  modelcast::ProducerOptions one;
+  modelcast::Producer producer(one);
+  std::vector<float> x(8);
+  modelcast::TensorRef ref{{"x", DType::kF32, {2, 4}}, x.data()};
+  ref.global_shape = {4, 4};
+  ref.global_offset = {3, 0};  // rows 3..5 of a 4-row tensor
+  try {
+    producer.register_tensor(ref);
+    ADD_FAILURE() << "a piece outside its global shape was accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+  }
+}
