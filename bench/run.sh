@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks (bench/exchange_ab.sh compares two builds of the exchange benchmark in turn): bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu|convert [--json] [options]
+# Benchmarks (bench/exchange_ab.sh compares two builds of the exchange benchmark in turn): bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu|convert|sharded [--json] [options]
 # Builds what it needs (Release, in build-bench/; fuzz: build-fuzz/) and prints a table, or JSON
 # with --json. soak: --minutes N (bench/soak.sh --help); fuzz: --seconds N per target (bench/fuzz.sh);
 # workflow: --seeds LIST --runs K (bench/workflow.sh); decision: the online scheduler's cost per
@@ -23,5 +23,6 @@ case "$what" in
   workflow) exec "$here/workflow.sh" "$@" ;;
   gpu) exec "$here/gpu.sh" "$@" ;;
   convert) exec "$here/convert.sh" "$@" ;;
-  *) echo "usage: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu|convert [--json] [options]" >&2; exit 2 ;;
+  sharded) exec "$here/sharded.sh" "$@" ;;
+  *) echo "usage: bench/run.sh exchange|fanout|predictor|decision|soak|fuzz|hostile|sidecar|workflow|gpu|convert|sharded [--json] [options]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# The sharded benchmark: bench/run.sh sharded [--json] [--producers 1,4] [--consumers 4]
+#   [--layouts whole,dim0,dim1] [--size-mib 64] [--row-bytes 1048576] [--chunk-bytes 65536]
+#   [--link-mb-s 100] [--versions 4]
+# A model trained on M producer ranks (each holding its rows, a dim-0 piece, of every tensor) and
+# served by N consumers that each want the whole model, or their quarter (part k of N) along dim 0
+# or resharded along dim 1. Every producer and consumer runs in a network namespace of its own,
+# joined to a bridge by a veth link limited to --link-mb-s MB/s each way (tc tbf), UCX over TCP
+# only, as in bench/fanout.sh. The ranks publish each step together (they meet in a directory
+# before it, as a training loop keeps ranks together). Per (M, layout) it reports the update time
+# (the last rank's publish() until a consumer installed the step, the slowest consumer's median
+# over the steps after the first), the bytes a consumer wants and receives per step, and the link ceiling
+# measured in the same run: the wanted bytes over one plain TCP connection across two links.
+# Needs root, iproute2 and tc; elsewhere it says so and exits 0. Progress goes to stderr.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build="$root/build-bench"
+
+json=0
+producers="1,4"
+consumers=4
+layouts="whole,dim0,dim1"
+size_mib=64
+row_bytes=1048576
+chunk_bytes=65536
+link=100
+versions=4
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --json) json=1 ;;
+    --producers) producers="$2"; shift ;;
+    --consumers) consumers="$2"; shift ;;
+    --layouts) layouts="$2"; shift ;;
+    --size-mib) size_mib="$2"; shift ;;
+    --row-bytes) row_bytes="$2"; shift ;;
+    --chunk-bytes) chunk_bytes="$2"; shift ;;
+    --link-mb-s) link="$2"; shift ;;
+    --versions) versions="$2"; shift ;;
+    *) echo "sharded: unknown option $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  echo "sharded: skipped: needs root, iproute2 (ip netns) and tc to build its network" >&2
+  [[ $json -eq 1 ]] && echo "[]"
+  exit 0
+fi
+
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF >&2
+cmake --build "$build" --target modelcast-sharded-bench modelcast-fanout-bench -j "${MODELCAST_BENCH_JOBS:-$(nproc)}" >&2
+bin="$build/bench/sharded/modelcast-sharded-bench"
+link_bin="$build/bench/fanout/modelcast-fanout-bench"
+
+max_m=0
+IFS=, read -ra ms <<<"$producers"
+for m in "${ms[@]}"; do (( m > max_m )) && max_m=$m; done
+nodes_total=$(( max_m + consumers ))
+tag=$$
+hub="mcs-hub-$tag"
+bytes=$(( size_mib * 1024 * 1024 ))
+rate="$(( link * 8 ))mbit"
+nodes=()
+work=$(mktemp -d)
+cleanup() {
+  for ns in "${nodes[@]}" "$hub"; do ip netns del "$ns" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Node i (0-based) is 10.241.0.(i+1): producers first, then consumers.
+ip netns add "$hub"
+ip -n "$hub" link add br0 type bridge
+ip -n "$hub" link set br0 up
+for (( i = 0; i < nodes_total; i++ )); do
+  ns="mcs-$tag-$i"
+  nodes+=("$ns")
+  ip netns add "$ns"
+  ip link add "s$i-$tag" netns "$ns" type veth peer name "g$i-$tag" netns "$hub"
+  ip -n "$ns" link set "s$i-$tag" name eth0
+  ip -n "$ns" addr add "10.241.0.$(( i + 1 ))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+  ip -n "$hub" link set "g$i-$tag" master br0
+  ip -n "$hub" link set "g$i-$tag" up
+  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 20ms
+  ip netns exec "$hub" tc qdisc add dev "g$i-$tag" root tbf rate "$rate" burst 256kb latency 20ms
+done
+for (( i = 0; i < nodes_total; i++ )); do
+  for (( tries = 0; tries < 100; tries++ )); do
+    ip -n "mcs-$tag-$i" link show eth0 | grep -q 'state UP' && break
+    sleep 0.1
+  done
+done
+echo "sharded: $(date -u +%FT%TZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); links $link MB/s, model $size_mib MiB, rows $row_bytes B, blocks $chunk_bytes B" >&2
+
+in_ns() { local i=$1; shift; ip netns exec "mcs-$tag-$i" env UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 "$@"; }
+
+# The link ceiling: the whole model from node 0 to the first consumer's node, over two links;
+# a layout's ceiling is its share of it (the links are rate-limited, so time is linear in bytes).
+coproc SINK { in_ns "$max_m" "$link_bin" sink --port 7100 --bytes "$bytes"; }
+sink_pid=$SINK_PID
+read -r -u "${SINK[0]}" listening
+ceiling_ms=$(in_ns 0 "$link_bin" source --host "10.241.0.$(( max_m + 1 ))" --port 7100 --bytes "$bytes")
+wait "$sink_pid" 2>/dev/null || true
+echo "sharded: link ceiling ${ceiling_ms} ms for $size_mib MiB" >&2
+
+rows=()
+port=7200
+IFS=, read -ra layout_list <<<"$layouts"
+common=(--bytes "$bytes" --row-bytes "$row_bytes" --versions "$versions")
+for m in "${ms[@]}"; do
+  for layout in "${layout_list[@]}"; do
+    port=$(( port + 10 ))
+    endpoints=()
+    for (( r = 0; r < m; r++ )); do endpoints+=("tcp://10.241.0.$(( r + 1 )):$(( port + r ))"); done
+    rank_list=$(IFS=,; echo "${endpoints[*]}")
+    pids=()
+    barrier="$work/barrier-$m-$layout"
+    mkdir -p "$barrier"
+    # Ranks 1.. first, then rank 0 (told the others), then the consumers.
+    for (( r = m - 1; r >= 0; r-- )); do
+      rm -f "$work/ready"
+      extra=()
+      (( r == 0 )) && extra=(--rank-endpoints "$rank_list")
+      in_ns "$r" "$bin" producer --endpoint "${endpoints[$r]}" --rank "$r" --ranks "$m" --consumers "$consumers" \
+        --chunk-bytes "$chunk_bytes" --ready-file "$work/ready" --barrier-dir "$barrier" "${extra[@]}" "${common[@]}" &
+      pids+=($!)
+      for (( tries = 0; tries < 600; tries++ )); do [[ -e "$work/ready" ]] && break; sleep 0.05; done
+    done
+    outs=()
+    cpids=()
+    for (( k = 0; k < consumers; k++ )); do
+      case "$layout" in
+        whole) want=whole ;;
+        dim0) want="shard:0:$k:$consumers" ;;
+        dim1) want="shard:1:$k:$consumers" ;;
+        *) echo "sharded: unknown layout $layout" >&2; exit 2 ;;
+      esac
+      in_ns $(( max_m + k )) "$bin" consumer --endpoint "${endpoints[0]}" --name "c$k" --want "$want" \
+        --producers "$m" "${common[@]}" >"$work/c$k.json" &
+      cpids+=($!)
+    done
+    for pid in "${cpids[@]}"; do wait "$pid"; done
+    for pid in "${pids[@]}"; do wait "$pid"; done
+    for (( k = 0; k < consumers; k++ )); do outs+=("$(cat "$work/c$k.json")"); done
+    echo "sharded: $m producer(s), $layout: ${outs[*]}" >&2
+    rows+=("$(printf '%s\n' "${outs[@]}" | python3 -c '
+import json, sys
+rows = [json.loads(l) for l in sys.stdin if l.strip()]
+slowest = max(rows, key=lambda r: r["update_ms"])
+slowest["consumers"] = len(rows)
+slowest["layout"] = slowest["layout"].split(":")[0] if slowest["layout"] == "whole" else "dim" + slowest["layout"].split(":")[1] + "_1_of_" + slowest["layout"].split(":")[3]
+print(json.dumps(slowest))')")
+  done
+done
+
+python3 - "$link" "$ceiling_ms" "$bytes" "$json" "${rows[@]}" <<'PY'
+import json, sys
+link, ceiling, model, as_json = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4] == "1"
+out = []
+for r in map(json.loads, sys.argv[5:]):
+    out.append({"producers": r["producers"], "consumers": r["consumers"], "layout": r["layout"],
+                "size_mib": r["size_mib"], "update_ms": round(r["update_ms"], 1), "wanted_bytes": r["wanted_bytes"],
+                "bytes_received": int(r["bytes_received"]),
+                "link_ceiling_ms": round(ceiling * r["wanted_bytes"] / model, 1), "link_mb_s": link})
+if as_json:
+    print(json.dumps(out, indent=2))
+else:
+    print(f"{'M':>2} {'N':>2} {'layout':>12} {'size_MiB':>8} {'update_ms':>10} {'wanted_MiB':>10} {'received_MiB':>12} {'recv/want':>9} {'ceiling_ms':>10} {'update/ceil':>11}")
+    for o in out:
+        print(f"{o['producers']:>2} {o['consumers']:>2} {o['layout']:>12} {o['size_mib']:>8.0f} {o['update_ms']:>10.1f} "
+              f"{o['wanted_bytes'] / 2**20:>10.1f} {o['bytes_received'] / 2**20:>12.1f} "
+              f"{o['bytes_received'] / max(o['wanted_bytes'], 1):>9.2f} {o['link_ceiling_ms']:>10.1f} "
+              f"{o['update_ms'] / max(o['link_ceiling_ms'], 1e-9):>11.2f}")
+PY
