@@ -104,8 +104,12 @@ class Consumer::Impl {
     if (rank >= endpoints.size()) return fail("the producer says it is rank " + std::to_string(rank) + " of " +
                                               std::to_string(endpoints.size()));
     first_rank_ = rank;
+    rank_of_.assign(endpoints.size(), nullptr);
     assembler_ = std::make_shared<consumer::RankAssembler>(endpoints.size(), options_.wants, options_.conversions,
-                                                           options_.on_update, options_.on_error, readers_);
+                                                           options_.on_update, options_.on_error, readers_,
+                                                           [this](std::size_t r, std::vector<TensorWant> wants) {
+                                                             if (auto* s = service_of(r)) s->set_wants(std::move(wants));
+                                                           });
     for (std::uint32_t r = 0; r < endpoints.size(); ++r) {
       if (r == rank) continue;
       ConsumerOptions o = options_;
@@ -122,13 +126,20 @@ class Consumer::Impl {
       };
       try {
         others_.push_back(std::make_unique<consumer::ConsumerService>(std::move(o), std::move(hooks)));
+        rank_of_[r] = others_.back().get();
       } catch (const Error& e) {
         if (options_.on_error) options_.on_error(Error(e.code(), "rank " + std::to_string(r) + " at '" + endpoints[r] +
                                                                      "': " + e.what()));
       }
     }
+    rank_of_[rank] = first_.get();
     return true;
   }
+
+  // Rank r's service (the first one for the rank the user's endpoint is), null if it could not
+  // start. Called by the assembler, which assembles only once every rank offered a version: after
+  // start_ranks (on the first service's thread, which offers too) filled rank_of_ for good.
+  consumer::ConsumerService* service_of(std::size_t r) { return r < rank_of_.size() ? rank_of_[r] : nullptr; }
 
   const ConsumerOptions options_;  // the user's
   // What readers see: the first service's versions, or the assembled ones. Declared before the
@@ -139,6 +150,7 @@ class Consumer::Impl {
   std::shared_ptr<consumer::RankAssembler> assembler_;  // guarded by mutex_
   std::vector<std::unique_ptr<consumer::ConsumerService>> others_;  // guarded by mutex_
   std::uint32_t first_rank_ = 0;  // written before assembler_ is set, under mutex_
+  std::vector<consumer::ConsumerService*> rank_of_;  // by rank; filled by start_ranks
 };
 
 Consumer::Consumer(ConsumerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}

@@ -28,12 +28,14 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
 
 RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
                              std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
-                             VersionStore& readers)
+                             VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine)
     : ranks_(ranks),
       wants_(std::move(wants)),
       shaper_(std::move(conversions)),
       on_update_(std::move(on_update)),
       on_error_(std::move(on_error)),
+      refine_(std::move(refine)),
+      asked_(ranks),
       held_(ranks),
       store_(readers) {}
 
@@ -74,6 +76,7 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     }
     try {
       installed = assemble(pieces);
+      if (!installed) return;  // a rank's next version, fetched for the plan, completes it
       installed->manifest.version = next_version_++;
       assembled_from_ = key_of(pieces);
       counts_.current_version = installed->manifest.version;
@@ -141,6 +144,27 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
     plan = layout::plan_pulls(catalog, wanted);
   } catch (const Error& e) {
     throw Error(e.code(), "step " + std::to_string(step) + ": " + e.what());
+  }
+
+  refine_wants(plan);
+  // Every byte the plan takes from a rank must be in the blocks that rank's version holds.
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    const auto& held = pieces[r]->blocks_held;
+    if (held.empty()) continue;
+    const Manifest& rm = pieces[r]->manifest;
+    auto holds = [&](std::uint64_t begin, std::uint64_t length) {
+      if (length == 0) return true;
+      for (std::uint64_t b = begin / rm.block_bytes; b <= (begin + length - 1) / rm.block_bytes; ++b) {
+        if (b >= held.size() || !held[b]) return false;
+      }
+      return true;
+    };
+    for (const auto& range : plan.by_rank[r]) {
+      const std::uint64_t first = rm.tensors[range.piece].offset + range.src_offset;
+      for (std::uint64_t i = 0; i < range.count; ++i) {
+        if (!holds(first + i * range.src_stride, range.length)) return nullptr;
+      }
+    }
   }
 
   auto installed = std::make_shared<detail::InstalledVersion>();
@@ -211,6 +235,33 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
   installed->update_latency = std::chrono::nanoseconds(realtime_ns() - m.publish_time_ns);
   counts_.wanted_bytes = wanted_bytes;
   return installed;
+}
+
+void RankAssembler::refine_wants(const layout::PullPlan& plan) {
+  if (!refine_) return;
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    // The regions of each tensor this rank provides, and none of any other tensor.
+    std::vector<TensorWant> wants;
+    for (const auto& [tensor, box] : plan.regions_by_rank[r]) {
+      auto it = std::find_if(wants.begin(), wants.end(), [&](const TensorWant& w) { return w.tensor == tensor; });
+      if (it == wants.end()) it = wants.insert(wants.end(), TensorWant::of(tensor, {}));
+      it->boxes.push_back({{box.offsets().begin(), box.offsets().end()}, {box.extents().begin(), box.extents().end()}});
+    }
+    wants.push_back(TensorWant::nothing("*"));
+    auto same = [](const std::vector<TensorWant>& a, const std::vector<TensorWant>& b) {
+      if (a.size() != b.size()) return false;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (a[i].tensor != b[i].tensor || a[i].kind != b[i].kind || a[i].boxes.size() != b[i].boxes.size()) return false;
+        for (std::size_t j = 0; j < a[i].boxes.size(); ++j) {
+          if (a[i].boxes[j].offset != b[i].boxes[j].offset || a[i].boxes[j].extent != b[i].boxes[j].extent) return false;
+        }
+      }
+      return true;
+    };
+    if (same(wants, asked_[r])) continue;
+    asked_[r] = wants;
+    refine_(r, std::move(wants));
+  }
 }
 
 }  // namespace modelcast::consumer

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/consumer/tensor_shaper.h"
+#include "core/layout/pull_plan.h"
 #include "core/consumer/version_store.h"
 #include "core/model/installed_version.h"
 #include "modelcast/consumer.h"
@@ -36,7 +37,7 @@ class RankAssembler {
   // outlive the assembler.
   RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
                 std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
-                VersionStore& readers);
+                VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine);
 
   // Rank `rank` installed `version` (its pieces, verified). Assembles and installs a new version
   // when every rank now holds one of a step not assembled yet. Never throws: a set of pieces that
@@ -55,14 +56,21 @@ class RankAssembler {
 
  private:
   using Held = std::shared_ptr<const detail::InstalledVersion>;
-  // The pieces of every rank (one version each, of one step) as one version. Throws Error.
+  // The pieces of every rank (one version each, of one step) as one version; null when a rank's
+  // version lacks blocks the plan takes from it (fetched before it was asked for just those:
+  // its next version has them). Throws Error.
   std::shared_ptr<detail::InstalledVersion> assemble(const std::vector<Held>& pieces);
+  // Asks each rank for just the regions the plan takes from it, where that changed.
+  void refine_wants(const layout::PullPlan& plan);
 
   const std::size_t ranks_;
   const std::vector<TensorWant> wants_;
   TensorShaper shaper_;  // for its conversions; under mutex_
   const std::function<void(const ModelView&)> on_update_;
   const std::function<void(const Error&)> on_error_;
+  // Tells rank r's service what to fetch from now on (ConsumerService::set_wants).
+  const std::function<void(std::size_t, std::vector<TensorWant>)> refine_;
+  std::vector<std::vector<TensorWant>> asked_;  // what each rank was last asked for; under mutex_
 
   std::mutex callback_mutex_;  // held while on_update or on_error runs
   mutable std::mutex mutex_;

@@ -31,6 +31,11 @@ ConsumerService::ConsumerService(ConsumerOptions options, ServiceHooks hooks)
 
 ConsumerService::~ConsumerService() { stop(); }
 
+void ConsumerService::set_wants(std::vector<TensorWant> wants) {
+  std::lock_guard lock(wants_mutex_);
+  next_wants_ = std::move(wants);
+}
+
 void ConsumerService::stop() {
   if (!service_.joinable()) return;
   events_->push(Stop{});

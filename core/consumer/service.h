@@ -79,6 +79,10 @@ class ConsumerService {
   // callback that ran on that thread may still call into its owner while it stops.
   void stop();
 
+  // What to fetch of each tensor from the next fetch on, instead of the options' wants (an
+  // assembler asks each rank for the regions it takes from it). Any thread.
+  void set_wants(std::vector<TensorWant> wants);
+
   ConsumerStats stats() const {
     std::lock_guard lock(mutex_);
     return stats_;
@@ -190,6 +194,12 @@ class ConsumerService {
   FetchClient fetch_;        // service thread only
   RelayServer relay_;        // service thread only
   TensorShaper shaper_;       // service thread only after construction
+  // Wants set by set_wants, not yet taken by the service thread (under wants_mutex_), and those
+  // of the fetches from then on with their generation (service thread only).
+  std::mutex wants_mutex_;
+  std::optional<std::vector<TensorWant>> next_wants_;
+  std::optional<std::vector<TensorWant>> fetch_wants_;
+  std::uint64_t wants_generation_ = 0;
   // What the fetch in flight keeps of its version (ConsumerOptions::wants resolved against its
   // manifest when the producer answered). Service thread only.
   TensorSelection selection_;

@@ -52,7 +52,8 @@ void ConsumerService::release_landed_host() {
 std::shared_ptr<const detail::InstalledVersion> ConsumerService::delta_base() const {
   auto current = store_.current();
   auto host = installed_host_bytes(current);
-  if (!host || current->manifest.block_digests.empty() || current->manifest.incarnation != link_.incarnation()) {
+  if (!host || current->manifest.block_digests.empty() || current->manifest.incarnation != link_.incarnation() ||
+      current->wants_generation != wants_generation_) {
     return nullptr;
   }
   if (current->buffer) return current;
@@ -100,9 +101,22 @@ void ConsumerService::maybe_fetch() {
     buffers_held_reported_ = false;
     log_->info("a receive buffer is free again: fetching version {}", newest_announced_);
   }
+  {
+    std::lock_guard lock(wants_mutex_);
+    if (next_wants_) {
+      fetch_wants_ = std::move(next_wants_);
+      next_wants_.reset();
+      ++wants_generation_;
+    }
+  }
   asked_for_ = newest_announced_;
   delta_base_ = delta_base();
-  link_.send(fetch_.begin(link_.incarnation(), asked_for_, delta_base_ ? delta_base_->manifest.version : 0, now));
+  auto request = fetch_.begin(link_.incarnation(), asked_for_, delta_base_ ? delta_base_->manifest.version : 0, now);
+  if (fetch_wants_) {
+    request.has_wants = true;
+    request.wants = *fetch_wants_;
+  }
+  link_.send(request);
 }
 
 void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
@@ -138,7 +152,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
     }
     check_reply(policy_, reply);
     // Refused before a byte is received: a version the wants do not fit.
-    selection_ = TensorSelection::resolve(options_.wants, manifest);
+    selection_ = TensorSelection::resolve(fetch_wants_ ? *fetch_wants_ : options_.wants, manifest);
     if (reply.base_version != 0) check_delta_base(reply);
     // Blocks from a relay are checked as they land: their digests must come with the answer.
     if (!reply.relay.empty() &&
@@ -259,6 +273,8 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
                                                   std::to_string(done->manifest.version)));
   }
   installed->manifest = std::move(done->manifest);
+  installed->wants_generation = wants_generation_;
+  installed->blocks_held = selection_.blocks(installed->manifest);
   const std::uint64_t done_bytes = done->bytes_received;
   delta_base_.reset();
   // Views say where their bytes are: here, not where the producer had them.
@@ -274,7 +290,11 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   } else {
     release_landed_host();
     installed->buffer = std::move(done->buffer);
-    if (stays_intact(*installed->buffer)) installed->buffer->held_blocks = installed->manifest.block_digests;
+    // A buffer holding only the blocks of some parts is not reused in place: a later fetch may
+    // keep other parts (its unchanged blocks then come from the base).
+    if (stays_intact(*installed->buffer) && selection_.everything()) {
+      installed->buffer->held_blocks = installed->manifest.block_digests;
+    }
   }
   const Manifest& m = installed->manifest;
   count([&, wanted = selection_.wanted_bytes()](ConsumerStats& s) {

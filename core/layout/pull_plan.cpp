@@ -204,6 +204,7 @@ PullPlan plan_pulls(const PieceCatalog& catalog, const ConsumerLayout& layout, c
 
   PullPlan plan;
   plan.by_rank.resize(catalog.ranks());
+  plan.regions_by_rank.resize(catalog.ranks());
   plan.bytes_by_rank.assign(catalog.ranks(), 0);
 
   auto pull = [&](const Box& region, PieceRef from, const Box& wanted, std::size_t element_size,
@@ -216,6 +217,7 @@ PullPlan plan_pulls(const PieceCatalog& catalog, const ConsumerLayout& layout, c
                         run.src_stride, run.dst_stride});
     }
     plan.bytes_by_rank[from.rank] += region.volume() * element_size;
+    plan.regions_by_rank[from.rank].emplace_back(catalog.piece(from).tensor, region);
   };
 
   // Replicated cells wait until every singly owned byte is counted, so that their parts go to the

@@ -120,6 +120,9 @@ struct PullPlan {
   // exactly once.
   std::vector<std::vector<PullRange>> by_rank;
   std::vector<std::uint64_t> bytes_by_rank;
+  // Per rank, the regions of the whole tensors it provides, (tensor, box) in the order planned:
+  // what that rank need send and nothing more.
+  std::vector<std::vector<std::pair<std::string, Box>>> regions_by_rank;
 
   // Bytes pulled from all ranks together: the sum of the destinations' sizes, since no byte is
   // pulled twice.

@@ -68,6 +68,12 @@ struct InstalledVersion {
   std::vector<ShapedTensor> shaped;
   bool shapes_views = false;  // views are `shaped` (which may be empty: nothing wanted)
   std::shared_ptr<const HostBuffer> shaped_memory;
+  // Which wants the consumer fetched it with (its service's count of changes to them): a delta
+  // against it copies only blocks those wants kept, so it is a base only for the same wants.
+  std::uint64_t wants_generation = 0;
+  // Per block of the manifest, whether its bytes are in `buffer` (only the blocks of the parts
+  // the consumer keeps are fetched); empty: every block.
+  std::vector<bool> blocks_held;
   std::chrono::nanoseconds update_latency{0};
 };
 

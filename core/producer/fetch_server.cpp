@@ -143,10 +143,11 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   }
   // A consumer that keeps parts of the model gets the blocks that hold them; one whose wants do
   // not fit this version gets none, and refuses the version on this reply.
-  if (!consumer->wants.empty() && manifest.block_bytes != 0) {
+  const auto& wants = request.has_wants ? request.wants : consumer->wants;
+  if (!wants.empty() && manifest.block_bytes != 0) {
     std::vector<bool> wanted;
     try {
-      wanted = TensorSelection::resolve(consumer->wants, manifest).blocks(manifest);
+      wanted = TensorSelection::resolve(wants, manifest).blocks(manifest);
     } catch (const Error&) {
       wanted.assign(plan.count(), false);
     }

@@ -78,11 +78,16 @@ struct BodyPacker {
     }
   }
   void operator()(const FetchRequest& m) const {
-    pk.pack_map(4);
+    pk.pack_map(m.has_wants ? 5 : 4);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("fetch"); pk.pack(m.fetch_id);
     pk.pack("base"); pk.pack(m.base_version);
+    if (m.has_wants) {
+      pk.pack("wants");
+      pk.pack_array(static_cast<std::uint32_t>(m.wants.size()));
+      for (const auto& want : m.wants) pack_want(pk, want);
+    }
   }
   void operator()(const FetchReply& m) const {
     pk.pack_map((m.region.empty() ? 9 : 10) + (m.relay.empty() ? 0 : 1));
@@ -196,8 +201,13 @@ Message unpack_body(Type type, const msgpack::object& body) {
     }
     case Type::kFetchRequest: {
       Fields f(body, "fetch request");
-      return FetchRequest{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
-                          f.get<std::uint64_t>("base")};
+      FetchRequest request{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
+                           f.get<std::uint64_t>("base")};
+      if (f.has("wants")) {
+        request.has_wants = true;
+        request.wants = unpack_wants(f.at("wants"));
+      }
+      return request;
     }
     case Type::kFetchReply: {
       Fields f(body, "fetch reply");

@@ -136,6 +136,10 @@ struct FetchRequest {
   // A version of this incarnation the consumer holds verified, with its block digests (0:
   // none): the producer may then send only the blocks that differ from it.
   std::uint64_t base_version = 0;
+  // What to send of this version, when it is not the join's wants (a consumer assembling several
+  // ranks asks each for the regions it takes from it); empty with has_wants false: the join's.
+  bool has_wants = false;
+  std::vector<TensorWant> wants{};
 };
 
 // A refusal that carries the id of a fetch already answered withdraws that fetch: the producer

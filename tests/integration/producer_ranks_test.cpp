@@ -38,6 +38,7 @@ std::vector<Global> global_model(std::int64_t step) {
   std::vector<Global> model{{"w", DType::kF32, {2048, 40}, {}},    // split along dim 0 across ranks
                             {"e", DType::kI16, {30, 64}, {}},      // split along dim 1
                             {"b", DType::kF32, {40}, {}},          // replicated on every rank
+                            {"emb", DType::kF32, {4096, 128}, {}},  // replicated too, 2 MiB
                             {"head", DType::kI32, {10, 7}, {}}};   // held whole by the last rank
   for (std::size_t t = 0; t < model.size(); ++t) {
     auto& g = model[t];
@@ -226,6 +227,23 @@ TEST_P(ProducerRanks, ConsumersAssembleWhatTheyWantFromEveryRankEveryByteChecked
       EXPECT_EQ(check(tp[i]->acquire(), step, boxes), "") << "shard " << s.k << " of " << s.n << " along " << s.dim
                                                           << ", M " << m;
     }
+  }
+  // After the first step each rank is asked for just what the plan takes from it: a step of the
+  // whole model crosses about once, replicated tensors included (not once per rank holding them).
+  {
+    const auto before = whole.stats().bytes_received;
+    ranks.publish(30);
+    ASSERT_TRUE(testing_support::eventually([&] {
+      auto v = whole.acquire();
+      return v && v.step() == 30;
+    }, 60s)) << whole.stats().last_error;
+    std::uint64_t model_bytes = 0;
+    for (const auto& g : global_model(30)) model_bytes += g.bytes.size();
+    const std::uint64_t step_bytes = whole.stats().bytes_received - before;
+    EXPECT_GE(step_bytes, model_bytes);
+    // At most the blocks at the edges of what each rank leaves out of its snapshot.
+    EXPECT_LE(step_bytes, model_bytes + 6 * m * (64u << 10)) << "M " << m;
+    EXPECT_EQ(check(whole.acquire(), 30, [](const Global&) { return std::nullopt; }), "") << "whole, M " << m;
   }
   // A dim-0 half of a model whose "w" is split along dim 0 in as many parts: it pulls less than
   // the whole model does.
