@@ -200,6 +200,14 @@ int main(int argc, char** argv) {
   write("fuzz_control_message", "join_reply", mp::encode(joined));
   write("fuzz_control_message", "join_refused", mp::encode(full));
   write("fuzz_control_message", "fetch_request", mp::encode(fetch));
+  mp::FetchRequest fetch_wanting = fetch;
+  fetch_wanting.has_wants = true;
+  fetch_wanting.wants = {modelcast::TensorWant::of("w", {{{0, 0}, {8, 4}}}), modelcast::TensorWant::nothing("*")};
+  write("fuzz_control_message", "fetch_request_wants", mp::encode(fetch_wanting));
+  mp::JoinReply ranked = joined;
+  ranked.rank = 0;
+  ranked.rank_endpoints = {"tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"};
+  write("fuzz_control_message", "join_reply_ranks", mp::encode(ranked));
   write("fuzz_control_message", "fetch_reply", mp::encode(reply));
   write("fuzz_control_message", "fetch_refused", mp::encode(refused));
   write("fuzz_control_message", "ack", mp::encode(ack));
@@ -215,6 +223,18 @@ int main(int argc, char** argv) {
   write("fuzz_manifest", "reply", body_of(mp::encode(reply)));
   write("fuzz_manifest", "reply_pending", body_of(mp::encode(pending)));
   write("fuzz_manifest", "reply_refused", body_of(mp::encode(refused)));
+  {
+    mp::FetchReply piece = reply;  // rank 1 of 2, its tensors pieces of whole ones
+    piece.manifest.rank = 1;
+    piece.manifest.rank_count = 2;
+    for (auto& t : piece.manifest.tensors) {
+      t.global_shape = t.spec.shape;
+      t.global_offset.assign(t.spec.shape.size(), 0);
+      if (!t.global_shape.empty()) t.global_shape[0] *= 2;
+      if (!t.global_offset.empty()) t.global_offset[0] = t.spec.shape[0];
+    }
+    write("fuzz_manifest", "reply_rank_pieces", body_of(mp::encode(piece)));
+  }
   {
     mp::FetchReply empty;
     empty.ok = true;

@@ -248,6 +248,11 @@ void RankAssembler::refine_wants(const layout::PullPlan& plan) {
       it->boxes.push_back({{box.offsets().begin(), box.offsets().end()}, {box.extents().begin(), box.extents().end()}});
     }
     wants.push_back(TensorWant::nothing("*"));
+    // A plan cut finer than a want may list stays with what the rank was asked before.
+    if (std::any_of(wants.begin(), wants.end(),
+                    [](const TensorWant& w) { return w.boxes.size() > TensorSelection::kMaxBoxes; })) {
+      continue;
+    }
     auto same = [](const std::vector<TensorWant>& a, const std::vector<TensorWant>& b) {
       if (a.size() != b.size()) return false;
       for (std::size_t i = 0; i < a.size(); ++i) {

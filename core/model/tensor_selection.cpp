@@ -87,6 +87,10 @@ void TensorSelection::check(const std::vector<TensorWant>& wants) {
         break;
       case TensorWant::Kind::kBoxes:
         if (want.boxes.empty()) invalid(want_name(want) + " lists no boxes (TensorWant::nothing keeps none of it)");
+        if (want.boxes.size() > kMaxBoxes) {
+          invalid(want_name(want) + " lists " + std::to_string(want.boxes.size()) + " boxes; at most " +
+                  std::to_string(kMaxBoxes));
+        }
         for (const auto& box : want.boxes) {
           try {
             box_of(box);

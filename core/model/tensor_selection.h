@@ -31,9 +31,14 @@ class TensorSelection {
     std::vector<std::int64_t> global_shape;  // empty unless a piece
   };
 
+  // Boxes one want may list: boxes are checked pairwise for overlap, and a producer checks the
+  // wants of every consumer that joins, so their number is bounded.
+  static constexpr std::size_t kMaxBoxes = 1024;
+
   // Wants that no manifest could satisfy: Error(kInvalidArgument) naming the want (an empty or
   // repeated name, a shard with count 0 or index >= count, boxes whose offset and extent differ
-  // in rank, a negative number, no boxes). Checked once, on the consumer's options.
+  // in rank, a negative number, no boxes, more than kMaxBoxes). Checked on the consumer's
+  // options, and by the producer on what a consumer sends.
   static void check(const std::vector<TensorWant>& wants);
 
   // The wants applied to `manifest`. Throws Error(kLayoutMismatch) naming the tensor for a named

@@ -147,6 +147,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   if (!wants.empty() && manifest.block_bytes != 0) {
     std::vector<bool> wanted;
     try {
+      if (request.has_wants) TensorSelection::check(wants);  // the join's were checked at the join
       wanted = TensorSelection::resolve(wants, manifest).blocks(manifest);
     } catch (const Error&) {
       wanted.assign(plan.count(), false);

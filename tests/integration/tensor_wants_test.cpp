@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/layout/convert.h"
+#include "core/model/tensor_selection.h"
 #include "eventually.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -349,6 +350,8 @@ TEST(TensorWants, WantsThatCanNeverBeMetAreRefusedAtConstruction) {
   refused({TensorWant::of("w", {{{0}, {1, 2}}})}, "1 offsets for 2 extents");
   refused({TensorWant::of("w", {{{-1}, {2}}})}, "negative");
   refused({TensorWant::whole("")}, "names no tensor");
+  std::vector<modelcast::TensorBox> many(modelcast::TensorSelection::kMaxBoxes + 1, {{0}, {1}});
+  refused({TensorWant::of("w", many)}, "at most 1024");
   auto device = options_for("tcp://127.0.0.1:1", {TensorWant::shard("*", 0, 0, 2)});
   device.memory = modelcast::MemoryKind::kCuda;
   try {
