@@ -49,40 +49,12 @@ max=0
 IFS=, read -ra counts <<<"$consumers"
 for n in "${counts[@]}"; do (( n > max )) && max=$n; done
 tag=$$
-hub="mcf-hub-$tag"
 bytes=$(( size_mib * 1024 * 1024 ))
 rate="$(( link * 8 ))mbit"
-nodes=()
-cleanup() {
-  for ns in "${nodes[@]}" "$hub"; do ip netns del "$ns" 2>/dev/null || true; done
-}
-trap cleanup EXIT
-
 # Node 0 is the producer (10.240.0.1), node i the consumer i (10.240.0.(i+1)).
-ip netns add "$hub"
-ip -n "$hub" link add br0 type bridge
-ip -n "$hub" link set br0 up
-for (( i = 0; i <= max; i++ )); do
-  ns="mcf-$tag-$i"
-  nodes+=("$ns")
-  ip netns add "$ns"
-  ip link add "n$i-$tag" netns "$ns" type veth peer name "h$i-$tag" netns "$hub"
-  ip -n "$ns" link set "n$i-$tag" name eth0
-  ip -n "$ns" addr add "10.240.0.$(( i + 1 ))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  ip -n "$hub" link set "h$i-$tag" master br0
-  ip -n "$hub" link set "h$i-$tag" up
-  # Both directions of the link: the node's sends (its eth0) and what it receives (the hub's end).
-  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 20ms
-  ip netns exec "$hub" tc qdisc add dev "h$i-$tag" root tbf rate "$rate" burst 256kb latency 20ms
-done
-for (( i = 0; i <= max; i++ )); do
-  for (( tries = 0; tries < 100; tries++ )); do
-    ip -n "mcf-$tag-$i" link show eth0 | grep -q 'state UP' && break
-    sleep 0.1
-  done
-done
+source "$here/star_network.sh"
+trap star_network_cleanup EXIT
+star_network "mcf-$tag" 10.240.0 $(( max + 1 )) "$rate"
 echo "fanout: $(date -u +%FT%TZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); links $link MB/s, model $size_mib MiB" >&2
 
 in_ns() { local i=$1; shift; ip netns exec "mcf-$tag-$i" env UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 "$@"; }

@@ -58,41 +58,13 @@ IFS=, read -ra ms <<<"$producers"
 for m in "${ms[@]}"; do (( m > max_m )) && max_m=$m; done
 nodes_total=$(( max_m + consumers ))
 tag=$$
-hub="mcs-hub-$tag"
 bytes=$(( size_mib * 1024 * 1024 ))
 rate="$(( link * 8 ))mbit"
-nodes=()
 work=$(mktemp -d)
-cleanup() {
-  for ns in "${nodes[@]}" "$hub"; do ip netns del "$ns" 2>/dev/null || true; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-
 # Node i (0-based) is 10.241.0.(i+1): producers first, then consumers.
-ip netns add "$hub"
-ip -n "$hub" link add br0 type bridge
-ip -n "$hub" link set br0 up
-for (( i = 0; i < nodes_total; i++ )); do
-  ns="mcs-$tag-$i"
-  nodes+=("$ns")
-  ip netns add "$ns"
-  ip link add "s$i-$tag" netns "$ns" type veth peer name "g$i-$tag" netns "$hub"
-  ip -n "$ns" link set "s$i-$tag" name eth0
-  ip -n "$ns" addr add "10.241.0.$(( i + 1 ))/24" dev eth0
-  ip -n "$ns" link set eth0 up
-  ip -n "$ns" link set lo up
-  ip -n "$hub" link set "g$i-$tag" master br0
-  ip -n "$hub" link set "g$i-$tag" up
-  ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 20ms
-  ip netns exec "$hub" tc qdisc add dev "g$i-$tag" root tbf rate "$rate" burst 256kb latency 20ms
-done
-for (( i = 0; i < nodes_total; i++ )); do
-  for (( tries = 0; tries < 100; tries++ )); do
-    ip -n "mcs-$tag-$i" link show eth0 | grep -q 'state UP' && break
-    sleep 0.1
-  done
-done
+source "$here/star_network.sh"
+trap 'star_network_cleanup; rm -rf "$work"' EXIT
+star_network "mcs-$tag" 10.241.0 "$nodes_total" "$rate"
 echo "sharded: $(date -u +%FT%TZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); links $link MB/s, model $size_mib MiB, rows $row_bytes B, blocks $chunk_bytes B" >&2
 
 in_ns() { local i=$1; shift; ip netns exec "mcs-$tag-$i" env UCX_TLS=tcp,self UCX_NET_DEVICES=eth0 "$@"; }

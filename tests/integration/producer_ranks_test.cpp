@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "eventually.h"
+#include "reference_box.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
@@ -55,29 +56,13 @@ std::vector<Global> global_model(std::int64_t step) {
   return model;
 }
 
-std::vector<std::byte> cut(const Global& t, const std::vector<std::int64_t>& offset, const std::vector<std::int64_t>& extent) {
-  const std::size_t rank = t.shape.size(), size = t.element_size();
-  std::int64_t volume = 1;
-  for (auto e : extent) volume *= e;
-  std::vector<std::byte> out;
-  std::vector<std::int64_t> index(rank, 0);
-  for (std::int64_t n = 0; n < volume; ++n) {
-    std::int64_t flat = 0;
-    for (std::size_t d = 0; d < rank; ++d) flat = flat * t.shape[d] + offset[d] + index[d];
-    const auto* from = t.bytes.data() + flat * static_cast<std::int64_t>(size);
-    out.insert(out.end(), from, from + size);
-    for (std::size_t d = rank; d-- > 0;) {
-      if (++index[d] < extent[d]) break;
-      index[d] = 0;
-    }
-  }
-  return out;
+std::vector<std::byte> cut(const Global& t, const std::vector<std::int64_t>& offset,
+                           const std::vector<std::int64_t>& extent) {
+  return testing_support::cut_box(t.bytes.data(), t.shape, t.element_size(), offset, extent);
 }
 
 std::pair<std::int64_t, std::int64_t> chunk(std::int64_t size, std::size_t k, std::size_t n) {
-  const std::int64_t step = (size + static_cast<std::int64_t>(n) - 1) / static_cast<std::int64_t>(n);
-  const std::int64_t begin = std::min<std::int64_t>(size, step * static_cast<std::int64_t>(k));
-  return {begin, std::min<std::int64_t>(size, begin + step) - begin};
+  return testing_support::chunk_of(size, k, n);
 }
 
 // One producer rank: its pieces of the global model, copied out of it at each publish.

@@ -13,6 +13,7 @@
 #include "core/layout/convert.h"
 #include "core/model/tensor_selection.h"
 #include "eventually.h"
+#include "reference_box.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
@@ -86,30 +87,12 @@ struct Model {
 // The box [offset, offset + extent) of `t`, element by element in row-major order.
 std::vector<std::byte> cut(const Tensor& t, const std::vector<std::int64_t>& offset,
                            const std::vector<std::int64_t>& extent) {
-  const std::size_t rank = t.shape.size(), size = t.element_size();
-  std::int64_t volume = 1;
-  for (auto e : extent) volume *= e;
-  std::vector<std::byte> out;
-  out.reserve(static_cast<std::size_t>(volume) * size);
-  std::vector<std::int64_t> index(rank, 0);
-  for (std::int64_t n = 0; n < volume; ++n) {
-    std::int64_t flat = 0;
-    for (std::size_t d = 0; d < rank; ++d) flat = flat * t.shape[d] + offset[d] + index[d];
-    const auto* from = t.bytes.data() + flat * static_cast<std::int64_t>(size);
-    out.insert(out.end(), from, from + size);
-    for (std::size_t d = rank; d-- > 0;) {
-      if (++index[d] < extent[d]) break;
-      index[d] = 0;
-    }
-  }
-  return out;
+  return testing_support::cut_box(t.bytes.data(), t.shape, t.element_size(), offset, extent);
 }
 
 // torch.chunk's part k of n along `dim`: (offset, extent) of that dimension.
 std::pair<std::int64_t, std::int64_t> chunk(std::int64_t size, std::size_t k, std::size_t n) {
-  const std::int64_t step = (size + static_cast<std::int64_t>(n) - 1) / static_cast<std::int64_t>(n);
-  const std::int64_t begin = std::min<std::int64_t>(size, step * static_cast<std::int64_t>(k));
-  return {begin, std::min<std::int64_t>(size, begin + step) - begin};
+  return testing_support::chunk_of(size, k, n);
 }
 
 std::string same(const modelcast::TensorView& view, const std::vector<std::byte>& expected) {
