@@ -13,7 +13,12 @@
 #include <string>
 #include <vector>
 
+#include <csignal>
+#include <sstream>
+
+#include "child_process.h"
 #include "eventually.h"
+#include "test_model.h"
 #include "reference_box.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -329,5 +334,93 @@ TEST(ProducerRanksFaults, RanksAreCheckedWhereTheyAreConfigured) {
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
+  }
+}
+
+namespace {
+
+std::uint64_t peer_stat(testing_support::ChildProcess& peer, const std::string& key) {
+  auto line = peer.ask("stats", "stats ");
+  if (!line) return 0;
+  std::istringstream words(line->substr(6));
+  for (std::string word; words >> word;) {
+    if (word.rfind(key + "=", 0) == 0) return std::stoull(word.substr(key.size() + 1));
+  }
+  return 0;
+}
+
+// Empty if every tensor of `view` is two copies, end to end, of the test model's tensor at `step`
+// (both ranks hold the same values: their pieces are the halves).
+std::string check_halves(const modelcast::ModelView& view, std::int64_t step) {
+  auto model = testmodel::make(512);
+  testmodel::fill(model, 1, static_cast<std::uint64_t>(step));
+  if (view.step() != step) return "step " + std::to_string(view.step());
+  for (const auto& t : model) {
+    auto v = view.find(t.spec.name);
+    if (!v) return "'" + t.spec.name + "' is missing";
+    const std::size_t half = t.spec.size_bytes();
+    if (v->size_bytes() != 2 * half) return "'" + t.spec.name + "' has " + std::to_string(v->size_bytes()) + " bytes";
+    for (int h = 0; h < 2; ++h) {
+      if (std::memcmp(static_cast<const std::byte*>(v->data) + h * half, t.words.data(), half) != 0) {
+        return "'" + t.spec.name + "' half " + std::to_string(h) + " differs";
+      }
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+// Ranks as processes: rank 1 is stopped and killed after rank 0 published a step rank 1 never
+// sent; consumers stay on the step before, and a rank 1 restarted at its endpoint brings them on.
+TEST(ProducerRanksFaults, ARankKilledMidStepLeavesConsumersOnTheLastCommonStepAndARestartedOneBringsThemOn) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  using testing_support::ChildProcess;
+  auto start = [](std::vector<std::string> args) {
+    std::vector<std::string> all{MODELCAST_TEST_PEER, "producer", "--versions", "0", "--kib", "512", "--chunk-kib", "64",
+                                 "--ranks", "2"};
+    all.insert(all.end(), args.begin(), args.end());
+    return std::make_unique<ChildProcess>(all);
+  };
+  auto rank1 = start({"--endpoint", "tcp://127.0.0.1:0", "--rank", "1"});
+  auto ready1 = rank1->wait_for_line("ready ");
+  ASSERT_TRUE(ready1);
+  const std::string endpoint1 = ready1->substr(6);
+  auto rank0 = start({"--endpoint", "tcp://127.0.0.1:0", "--rank", "0", "--rank-endpoints", "-," + endpoint1});
+  auto ready0 = rank0->wait_for_line("ready ");
+  ASSERT_TRUE(ready0);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = ready0->substr(6);
+  options.model_name = "test";
+  options.producer_timeout = std::chrono::milliseconds(500);
+  modelcast::Consumer consumer(options);
+  ASSERT_TRUE(rank0->ask("publish", "published 1"));
+  ASSERT_TRUE(rank1->ask("publish", "published 1"));
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == 1; }, 60s))
+      << consumer.stats().last_error;
+  EXPECT_EQ(check_halves(consumer.acquire(), 1), "");
+
+  // Rank 1 stops; rank 0 publishes step 2, which reaches the consumer's rank-0 side (rank 0's
+  // second delivery); rank 1 is killed with step 2 never sent.
+  ASSERT_EQ(kill(rank1->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(rank0->ask("publish", "published 2"));
+  ASSERT_TRUE(testing_support::eventually([&] { return peer_stat(*rank0, "deliveries") >= 2; }, 60s));
+  rank1->kill_now();
+  rank1->wait();
+  ASSERT_TRUE(testing_support::eventually([&] { return !consumer.stats().producer_connected; }, 60s));
+  EXPECT_EQ(consumer.acquire().step(), 1) << "a step rank 1 never sent was installed";
+  EXPECT_EQ(check_halves(consumer.acquire(), 1), "");
+
+  // Rank 1 again, at its endpoint, publishing steps 1 and 2: the consumer joins it and moves on.
+  rank1 = start({"--endpoint", endpoint1, "--rank", "1"});
+  ASSERT_TRUE(rank1->wait_for_line("ready "));
+  ASSERT_TRUE(rank1->ask("publish", "published 1"));
+  ASSERT_TRUE(rank1->ask("publish", "published 2"));
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 2; }, 60s))
+      << consumer.stats().last_error;
+  EXPECT_EQ(check_halves(consumer.acquire(), 2), "");
+  for (auto* r : {rank0.get(), rank1.get()}) {
+    r->close_stdin();
+    EXPECT_EQ(r->wait(), 0);
   }
 }

@@ -47,6 +47,12 @@ struct Tuning {
   std::size_t chunk_kib = 0;
   std::size_t relay_fanout = 0;
   std::vector<std::string> transports;  // empty: the default
+  // Rank `rank` of `ranks` of a sharded model: each tensor of the test model is this rank's piece,
+  // rows rank * n .. (rank + 1) * n of a tensor `ranks` times as long (rank 0 also gets every
+  // rank's endpoint, its own entry unread).
+  std::uint32_t rank = 0;
+  std::uint32_t ranks = 1;
+  std::vector<std::string> rank_endpoints;
 };
 
 // How a consumer behaves as a relay: whether it serves peers, and a fault to play.
@@ -288,9 +294,19 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
   options.transports = tuning.transports;
   options.model_name = "test";
   options.control_endpoint = endpoint;
+  options.rank = tuning.rank;
+  options.rank_count = tuning.ranks;
+  options.rank_endpoints = tuning.rank_endpoints;
   modelcast::Producer producer(options);
   auto model = testmodel::make(kib);
-  for (auto& t : model) producer.register_tensor({t.spec, t.words.data()});
+  for (auto& t : model) {
+    modelcast::TensorRef ref{t.spec, t.words.data()};
+    if (tuning.ranks > 1) {
+      ref.global_shape = {t.spec.shape[0] * tuning.ranks};
+      ref.global_offset = {t.spec.shape[0] * tuning.rank};
+    }
+    producer.register_tensor(ref);
+  }
   producer.prepare();
   say("ready " + producer.control_endpoint());
   if (wait_consumers > 0 && !producer.wait_for_consumers(wait_consumers, 60s)) {
@@ -384,6 +400,9 @@ int main(int argc, char** argv) {
   producer->add_option("--change-pct", change_pct, "versions change this share of tensors (testmodel::fill)");
   producer->add_option("--transports", tuning.transports)->delimiter(',');
   producer->add_option("--relay-fanout", tuning.relay_fanout);
+  producer->add_option("--rank", tuning.rank, "this producer's rank of a sharded model");
+  producer->add_option("--ranks", tuning.ranks, "the sharded model's producer ranks");
+  producer->add_option("--rank-endpoints", tuning.rank_endpoints, "rank 0: every rank's endpoint")->delimiter(',');
   int producer_stop_cycles = 0;
   producer->add_option("--stop-cycles", producer_stop_cycles, "stop producers at random points instead");
   producer->add_option("--stop-within-ms", stop_within_ms);
