@@ -98,7 +98,6 @@ class Consumer::Impl {
       if (options_.on_error) options_.on_error(Error(ErrorCode::kInvalidArgument, why));
       return true;  // its versions are pieces: never shown as the model
     };
-    if (!options_.group.empty()) return fail("a group of consumers of a model published by several ranks is not built yet");
     if (options_.memory == MemoryKind::kCuda) return fail("device consumers of a model published by several ranks are not built yet");
     if (!options_.caller_buffers.empty()) return fail("caller_buffers with a model published by several ranks are not built yet");
     if (rank >= endpoints.size()) return fail("the producer says it is rank " + std::to_string(rank) + " of " +

@@ -12,8 +12,9 @@ steps each rank publishes its own snapshot, with no barrier.
 
 Server: two server ranks (threads of this process here, standing for a tensor-parallel inference
 server's processes), each a Consumer keeping its half of the weight's input columns (row
-parallelism: `wants={"w": ("shard", 1, k, 2)}`, the other dimension than the trainers'). Each
-computes its partial product; their sum is the server's answer, whose loss on fresh inputs is
+parallelism: `wants={"w": ("shard", 1, k, 2)}`, the other dimension than the trainers'), the two
+in one group (`group="server", group_size=2`: they switch steps together). Each computes its
+partial product; their sum is the server's answer, whose loss on fresh inputs is
 printed for every step served. The script exits 1 unless the last step served beats the first.
 """
 
@@ -72,7 +73,9 @@ def trainer(rank, world, init_file, steps, every, endpoints_out, served):
 def serve(endpoint, k, views, last):
     """Server rank k: keeps columns half k of the weight and hands each step's view on, until the
     last step."""
-    consumer = modelcast.Consumer(endpoint, model_name="sharded-linear", wants={"w": ("shard", 1, k, 2)})
+    # One group: a step becomes visible to either server rank only once both hold it.
+    consumer = modelcast.Consumer(endpoint, model_name="sharded-linear", wants={"w": ("shard", 1, k, 2)},
+                                  group="server", group_size=2, consumer_name=f"server-rank-{k}")
     version, step = 0, 0
     while step < last:
         view = consumer.wait_for_version(version + 1, 120)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 #include <random>
@@ -18,6 +19,7 @@
 
 #include "child_process.h"
 #include "eventually.h"
+#include "gate.h"
 #include "test_model.h"
 #include "reference_box.h"
 #include "modelcast/consumer.h"
@@ -423,4 +425,63 @@ TEST(ProducerRanksFaults, ARankKilledMidStepLeavesConsumersOnTheLastCommonStepAn
     r->close_stdin();
     EXPECT_EQ(r->wait(), 0);
   }
+}
+
+// Two server ranks in a group, each keeping a half of every tensor of a model two producer ranks
+// publish: each producer rank commits its versions to the group, so a member assembles a step
+// only once every member holds every rank's pieces of it. One member is held in its first
+// update: the other prepares step 2 from both ranks and stays on step 1 until it is let go.
+TEST(ProducerRanksFaults, AGroupOfServerRanksSwitchesStepsTogether) {
+  Ranks ranks(2);
+  testing_support::Gate gate;
+  std::atomic<bool> held{false};
+  std::mutex mutex;
+  std::vector<std::vector<std::int64_t>> steps(2);
+  std::vector<std::unique_ptr<modelcast::Consumer>> members;
+  testing_support::Gate::Opener open_at_exit(gate);
+  for (std::size_t k = 0; k < 2; ++k) {
+    auto o = options_for(ranks.endpoint(), {TensorWant::shard("*", 0, k, 2)});
+    o.group = "tp";
+    o.group_size = 2;
+    o.consumer_name = "member" + std::to_string(k);
+    o.on_update = [&, k](const modelcast::ModelView& view) {
+      {
+        std::lock_guard lock(mutex);
+        steps[k].push_back(view.step());
+      }
+      if (k == 1 && !held.exchange(true)) gate.wait();
+    };
+    members.push_back(std::make_unique<modelcast::Consumer>(o));
+  }
+  ranks.publish(1);
+  for (auto& m : members) {
+    ASSERT_TRUE(testing_support::eventually([&] { return m->acquire() && m->acquire().step() == 1; }, 60s))
+        << m->stats().last_error;
+  }
+  ASSERT_TRUE(testing_support::eventually([&] { return held.load(); }, 60s));
+  ranks.publish(2);
+  // Member 1's held thread is one rank's; its other rank's side and both of member 0's fetch and
+  // verify step 2 and ack it: 4 deliveries of step 1 and 3 of step 2 across the producers. Member
+  // 0 then holds every piece of step 2, yet serves step 1.
+  auto deliveries = [&] {
+    std::uint64_t n = 0;
+    for (auto& r : ranks.ranks) n += r->producer->stats().deliveries;
+    return n;
+  };
+  ASSERT_TRUE(testing_support::eventually([&] { return deliveries() >= 7; }, 60s)) << members[0]->stats().last_error;
+  EXPECT_EQ(members[0]->acquire().step(), 1) << "member 0 switched without member 1";
+  gate.open();
+  for (std::size_t k = 0; k < 2; ++k) {
+    ASSERT_TRUE(testing_support::eventually([&] { return members[k]->acquire().step() == 2; }, 60s))
+        << members[k]->stats().last_error;
+    auto boxes = [&](const Global& g) -> std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> {
+      std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
+      std::tie(offset[0], extent[0]) = chunk(g.shape[0], k, 2);
+      return std::make_pair(offset, extent);
+    };
+    EXPECT_EQ(check(members[k]->acquire(), 2, boxes), "") << "member " << k;
+  }
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(steps[0], (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(steps[1], (std::vector<std::int64_t>{1, 2}));
 }
