@@ -131,6 +131,20 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
                                                   want.tensor + "' (ConsumerOptions::wants)");
     }
   }
+  // As on one producer: a conversion names a tensor of the model, of a dtype that converts.
+  for (const auto& c : shaper_.conversions()) {
+    if (c.tensor == "*") continue;
+    const auto* tensor = catalog.find(c.tensor);
+    if (!tensor) {
+      throw Error(ErrorCode::kLayoutMismatch, "step " + std::to_string(step) + ": no rank holds tensor '" + c.tensor +
+                                                  "' to convert to " + std::string(dtype_name(c.to)));
+    }
+    if (tensor->dtype != DType::kF32 && tensor->dtype != DType::kF16 && tensor->dtype != DType::kBF16) {
+      throw Error(ErrorCode::kLayoutMismatch, "tensor '" + c.tensor + "' at step " + std::to_string(step) + " is " +
+                                                  std::string(dtype_name(tensor->dtype)) +
+                                                  ": only f32, f16 and bf16 tensors convert");
+    }
+  }
   for (const auto& tensor : catalog.tensors()) {
     const std::string what = "tensor '" + tensor.name + "' of shape " + layout::shape_to_string(tensor.shape) +
                              " at step " + std::to_string(step);

@@ -47,6 +47,8 @@ class TensorShaper {
 
   // The conversion that applies to a tensor of `spec` (named, or "*" for a float), or nullptr.
   const TensorConversion* conversion_for(const TensorSpec& spec) const;
+  // The conversions as given (checked at construction).
+  const std::vector<TensorConversion>& conversions() const noexcept { return conversions_; }
 
  private:
   std::shared_ptr<HostBuffer> free_memory(std::size_t bytes);

@@ -294,14 +294,19 @@ TEST(ProducerRanksFaults, AWantNoRankHoldsIsRefusedNamingTheMissingBox) {
   modelcast::Consumer whole(options_for(ranks.endpoint()));
   modelcast::Consumer top(options_for(ranks.endpoint(), {TensorWant::shard("w", 0, 0, 2), TensorWant::nothing("*")}));
   modelcast::Consumer absent(options_for(ranks.endpoint(), {TensorWant::whole("nope")}));
+  auto converting = options_for(ranks.endpoint(), {TensorWant::nothing("*"), TensorWant::shard("w", 0, 0, 2)});
+  converting.conversions = {{"e", DType::kBF16, 0}};  // an i16 tensor: refused as on one producer
+  modelcast::Consumer integer(converting);
   ranks.publish(1);
-  for (auto* c : {&whole, &absent}) {
+  for (auto* c : {&whole, &absent, &integer}) {
     ASSERT_TRUE(testing_support::eventually([&] { return c->stats().versions_rejected >= 1; }, 60s));
     EXPECT_TRUE(c->acquire().empty());
   }
   EXPECT_NE(whole.stats().last_error.find("[1024:2048, 0:40]"), std::string::npos) << whole.stats().last_error;
   EXPECT_NE(whole.stats().last_error.find("'w'"), std::string::npos) << whole.stats().last_error;
   EXPECT_NE(absent.stats().last_error.find("'nope'"), std::string::npos) << absent.stats().last_error;
+  EXPECT_NE(integer.stats().last_error.find("'e'"), std::string::npos) << integer.stats().last_error;
+  EXPECT_NE(integer.stats().last_error.find("i16"), std::string::npos) << integer.stats().last_error;
   // What the ranks do hold is served: the top half of "w" is all rank 0's.
   ASSERT_TRUE(testing_support::eventually([&] { return top.acquire() && top.acquire().step() == 1; }, 60s))
       << top.stats().last_error;
