@@ -90,6 +90,9 @@ def check_version(path, seed):
 
 def main():
     model_dir, seed = sys.argv[1], int(sys.argv[2])
+    # A daemon killed before its first write has not made the model's directory yet: no entries.
+    if not os.path.isdir(model_dir):
+        return
     for name in sorted(os.listdir(model_dir)):
         path = os.path.join(model_dir, name)
         if name.startswith(".tmp-") or name.startswith(".del-"):
