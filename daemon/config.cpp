@@ -5,7 +5,9 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <charconv>
+#include <tuple>
 #include <set>
 
 #include "modelcast/error.h"
@@ -107,9 +109,92 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
   return hook;
 }
 
+std::vector<std::int64_t> extents(const Reader& r, const toml::node& node, const std::string& key) {
+  const toml::array* list = node.as_array();
+  if (!list) r.fail(node, key, "must be an array of integers >= 0");
+  std::vector<std::int64_t> out;
+  for (const auto& item : *list) out.push_back(static_cast<std::int64_t>(r.integer(item, key, 0, std::uint64_t{1} << 62)));
+  return out;
+}
+
+// [model.wants]: per tensor name (or "*"), "whole", "nothing", a shard { dim, index, count } or
+// { boxes = [{ offset = [...], extent = [...] }, ...] }. Whether a want fits the model is the
+// Consumer's check, made against each version's manifest.
+std::vector<modelcast::TensorWant> read_wants(const Reader& r, const toml::table& t, const std::string& prefix) {
+  std::vector<modelcast::TensorWant> wants;
+  for (const auto& [name_key, node] : t) {
+    const std::string name(name_key.str());
+    const std::string key = prefix + "\"" + name + "\"";
+    if (auto word = node.value<std::string>(); word && node.is_string()) {
+      if (*word == "whole") wants.push_back(modelcast::TensorWant::whole(name));
+      else if (*word == "nothing") wants.push_back(modelcast::TensorWant::nothing(name));
+      else r.fail(node, key, "must be \"whole\", \"nothing\", { dim, index, count } or { boxes = [...] }");
+      continue;
+    }
+    const toml::table* want = node.as_table();
+    if (!want) r.fail(node, key, "must be \"whole\", \"nothing\", { dim, index, count } or { boxes = [...] }");
+    if (const toml::node* boxes = want->get("boxes")) {
+      r.only(*want, key + ".", {"boxes"});
+      const toml::array* list = boxes->as_array();
+      if (!list || list->empty()) r.fail(*boxes, key + ".boxes", "must be a non-empty array of { offset, extent }");
+      std::vector<modelcast::TensorBox> parsed;
+      for (const auto& item : *list) {
+        const toml::table* box = item.as_table();
+        if (!box) r.fail(item, key + ".boxes", "must be a non-empty array of { offset, extent }");
+        r.only(*box, key + ".boxes.", {"offset", "extent"});
+        const toml::node* offset = box->get("offset");
+        const toml::node* extent = box->get("extent");
+        if (!offset || !extent) r.fail(item, key + ".boxes", "each box needs offset and extent");
+        parsed.push_back({extents(r, *offset, key + ".boxes.offset"), extents(r, *extent, key + ".boxes.extent")});
+        if (parsed.back().offset.size() != parsed.back().extent.size()) {
+          r.fail(item, key + ".boxes", "offset and extent must have one entry per dimension each");
+        }
+      }
+      wants.push_back(modelcast::TensorWant::of(name, std::move(parsed)));
+      continue;
+    }
+    r.only(*want, key + ".", {"dim", "index", "count"});
+    const toml::node* dim = want->get("dim");
+    const toml::node* index = want->get("index");
+    const toml::node* count = want->get("count");
+    if (!dim || !index || !count) r.fail(node, key, "a shard needs dim, index and count");
+    const auto n = r.integer(*count, key + ".count", 1, 1u << 20);
+    wants.push_back(modelcast::TensorWant::shard(name, r.integer(*dim, key + ".dim", 0, 63),
+                                                 r.integer(*index, key + ".index", 0, n - 1), n));
+  }
+  return wants;
+}
+
+// [model.convert]: per tensor name (or "*"), a dtype ("bf16") or { to = "f8e4m3", fp8_block = N }.
+std::vector<modelcast::TensorConversion> read_conversions(const Reader& r, const toml::table& t, const std::string& prefix) {
+  std::vector<modelcast::TensorConversion> conversions;
+  for (const auto& [name_key, node] : t) {
+    const std::string name(name_key.str());
+    const std::string key = prefix + "\"" + name + "\"";
+    modelcast::TensorConversion c{name, modelcast::DType::kBF16, 0};
+    const toml::node* to = &node;
+    if (const toml::table* table = node.as_table()) {
+      r.only(*table, key + ".", {"to", "fp8_block"});
+      to = table->get("to");
+      if (!to) r.fail(node, key + ".to", "is required");
+      if (const toml::node* block = table->get("fp8_block")) c.fp8_block = r.integer(*block, key + ".fp8_block", 1, 1u << 30);
+    }
+    auto dtype = to->value<std::string>();
+    auto parsed = dtype && to->is_string() ? modelcast::parse_dtype(*dtype) : std::nullopt;
+    if (!parsed || (*parsed != modelcast::DType::kF32 && *parsed != modelcast::DType::kF16 &&
+                    *parsed != modelcast::DType::kBF16 && *parsed != modelcast::DType::kF8E4M3)) {
+      r.fail(*to, key, "must be one of \"f32\", \"f16\", \"bf16\", \"f8e4m3\" (or { to, fp8_block })");
+    }
+    c.to = *parsed;
+    if (c.fp8_block != 0 && c.to != modelcast::DType::kF8E4M3) r.fail(node, key + ".fp8_block", "applies to f8e4m3 only");
+    conversions.push_back(std::move(c));
+  }
+  return conversions;
+}
+
 ModelConfig read_model(const Reader& r, const toml::table& t, const std::string& prefix) {
   r.only(t, prefix, {"name", "endpoint", "max_model_bytes", "buffers", "producer_public_key", "producer_key_file",
-                     "key_file", "persist", "serve_peers", "group", "group_size", "hook"});
+                     "key_file", "persist", "serve_peers", "group", "group_size", "wants", "convert", "hook"});
   ModelConfig model;
   model.source = r.where(t);
   r.string(t, "name", prefix, model.name);
@@ -140,8 +225,38 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   if (!model.group.empty() && model.buffers < 3) {
     r.fail(*t.get("buffers"), prefix + "buffers", "must be >= 3 for a group member (serving, prepared, receiving)");
   }
+  if (const toml::table* wants = r.table(t, "wants", prefix)) model.wants = read_wants(r, *wants, prefix + "wants.");
+  if (const toml::table* convert = r.table(t, "convert", prefix)) {
+    model.conversions = read_conversions(r, *convert, prefix + "convert.");
+  }
+  if (model.persist && (!model.wants.empty() || !model.conversions.empty())) {
+    r.fail(*t.get(model.wants.empty() ? "convert" : "wants"), prefix + (model.wants.empty() ? "convert" : "wants"),
+           "needs persist = false: the repository stores whole models as the producer sent them");
+  }
   if (const toml::table* hook = r.table(t, "hook", prefix)) model.hook = read_hook(r, *hook, prefix + "hook.");
   return model;
+}
+
+}  // namespace
+
+namespace {
+
+bool same(const std::vector<modelcast::TensorWant>& a, const std::vector<modelcast::TensorWant>& b) {
+  auto key = [](const modelcast::TensorWant& w) {
+    std::vector<std::vector<std::int64_t>> boxes;
+    for (const auto& box : w.boxes) {
+      boxes.push_back(box.offset);
+      boxes.push_back(box.extent);
+    }
+    return std::tuple(w.tensor, w.kind, w.dim, w.index, w.count, boxes);
+  };
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [&](const auto& x, const auto& y) { return key(x) == key(y); });
+}
+
+bool same(const std::vector<modelcast::TensorConversion>& a, const std::vector<modelcast::TensorConversion>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
+    return x.tensor == y.tensor && x.to == y.to && x.fp8_block == y.fp8_block;
+  });
 }
 
 }  // namespace
@@ -150,7 +265,8 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
   return name == o.name && endpoint == o.endpoint && max_model_bytes == o.max_model_bytes && buffers == o.buffers &&
          producer_public_key == o.producer_public_key && producer_key_file == o.producer_key_file &&
          key_file == o.key_file && persist == o.persist && serve_peers == o.serve_peers && group == o.group &&
-         group_size == o.group_size && hook.http_post == o.hook.http_post &&
+         group_size == o.group_size && same(wants, o.wants) && same(conversions, o.conversions) &&
+         hook.http_post == o.hook.http_post &&
          hook.command == o.hook.command && hook.timeout == o.hook.timeout;
 }
 

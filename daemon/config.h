@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "modelcast/consumer.h"
+
 namespace modelcastd {
 
 // What to tell the inference server once a version is in (and on disk, with a repository).
@@ -31,6 +33,12 @@ struct ModelConfig {
   // needs buffers >= 3); empty: none.
   std::string group;
   std::uint32_t group_size = 0;
+  // What this server keeps of each tensor, and in which dtype (ConsumerOptions::wants and
+  // conversions): a tensor-parallel rank's shard, in the precision it serves. Clients then see
+  // parts (with their place in the whole tensor) and converted tensors, which the daemon copies
+  // into a shared-memory buffer of its own. Not with persist: the repository holds whole models.
+  std::vector<modelcast::TensorWant> wants;
+  std::vector<modelcast::TensorConversion> conversions;
   HookConfig hook;
   std::string source;                 // "file:line" where the model was declared, for messages
   bool operator==(const ModelConfig& other) const;

@@ -1,5 +1,8 @@
 #include "daemon/model_service.h"
 
+#include <algorithm>
+#include <cstring>
+
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 
@@ -26,6 +29,8 @@ ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks)
   options.serve_peers = config_.serve_peers;
   options.group = config_.group;
   options.group_size = config_.group_size;
+  options.wants = config_.wants;
+  options.conversions = config_.conversions;
   options.on_update = [this](const modelcast::ModelView& view) { installed(view); };
   options.on_error = [this](const modelcast::Error& error) {
     if (callbacks_.on_rejected) callbacks_.on_rejected(config_.name, error);
@@ -35,21 +40,51 @@ ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks)
 
 ModelService::~ModelService() { consumer_.reset(); }
 
+std::shared_ptr<ShmBuffer> ModelService::copy_buffer(std::size_t bytes) {
+  for (auto& buffer : copies_) {
+    if (buffer.use_count() != 1) continue;  // a served version (a client's hold, the writer) has it
+    if (buffer->size() < bytes) buffer = std::make_shared<ShmBuffer>("modelcastd:" + config_.name + ":copy", bytes);
+    return buffer;
+  }
+  copies_.push_back(std::make_shared<ShmBuffer>("modelcastd:" + config_.name + ":copy", bytes));
+  return copies_.back();
+}
+
 void ModelService::installed(const modelcast::ModelView& view) {
   auto served = std::make_shared<ServedVersion>();
   auto tensors = view.tensors();
+  const std::shared_ptr<ShmBuffer>* in = nullptr;  // the receive buffer every view lies in
   for (const auto& buffer : buffers_) {
-    if (!tensors.empty() && buffer->contains(tensors.front().data)) served->buffer = buffer;
+    if (tensors.empty() || buffer->contains(tensors.front().data)) in = &buffer;
   }
-  if (!served->buffer) {
-    // Cannot happen with caller buffers (every byte lands in one of ours); refuse rather than
-    // serve memory clients could not map.
-    if (callbacks_.on_rejected) {
-      callbacks_.on_rejected(config_.name, modelcast::Error(modelcast::ErrorCode::kState,
-                                                            "version " + std::to_string(view.version()) +
-                                                                " is not in a shared-memory buffer; not served"));
+  for (const auto& t : tensors) {
+    if (in && t.size_bytes() > 0 && !(*in)->contains(t.data)) in = nullptr;
+  }
+  std::vector<std::uint64_t> offsets;
+  if (in) {
+    served->buffer = *in;
+    served->view = view;  // pins the receive buffer while the version is served
+    for (const auto& t : tensors) offsets.push_back(served->buffer->offset_of(t.data));
+  } else {
+    // Shaped or assembled views: one copy into memory clients can map.
+    constexpr std::size_t kAlignment = 64;
+    std::size_t bytes = 0;
+    for (const auto& t : tensors) {
+      offsets.push_back(bytes);
+      bytes += (t.size_bytes() + kAlignment - 1) / kAlignment * kAlignment;
     }
-    return;
+    try {
+      served->buffer = copy_buffer(std::max<std::size_t>(bytes, 1));
+    } catch (const modelcast::Error& e) {
+      if (callbacks_.on_rejected) {
+        callbacks_.on_rejected(config_.name, modelcast::Error(e.code(), "version " + std::to_string(view.version()) +
+                                                                             " not served: " + e.what()));
+      }
+      return;
+    }
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      std::memcpy(served->buffer->memory().data() + offsets[i], tensors[i].data, tensors[i].size_bytes());
+    }
   }
   served->model = config_.name;
   auto& m = served->manifest;
@@ -60,10 +95,12 @@ void ModelService::installed(const modelcast::ModelView& view) {
   m.incarnation = view.producer_incarnation();
   m.source = "producer";
   m.metadata = view.metadata();
-  for (const auto& t : tensors) {
-    m.tensors.push_back({t.name(), t.dtype(), t.shape(), served->buffer->offset_of(t.data), t.size_bytes()});
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const auto& t = tensors[i];
+    m.tensors.push_back({t.name(), t.dtype(), t.shape(), offsets[i], t.size_bytes(),
+                         {t.box_offset.begin(), t.box_offset.end()}, {t.whole_shape.begin(), t.whole_shape.end()},
+                         {t.scales.begin(), t.scales.end()}, t.scale_block});
   }
-  served->view = view;
   served->installed_at = std::chrono::system_clock::now();
   served->update_latency = view.update_latency();
   {

@@ -1,8 +1,15 @@
 // One configured model: its shared-memory receive buffers, the Consumer that fills them, and
 // the version clients are served (the newest installed, or one recovered from disk until then).
 //
-// Threads: the Consumer's service thread runs on_installed/on_rejected; current() is called
-// from any thread (one shared_ptr under a mutex).
+// A version whose views lie in one receive buffer (the whole model, as the producer sent it) is
+// served from that buffer without a copy. Views the Consumer shaped (parts a [model.wants] keeps,
+// tensors [model.convert] converted) or assembled from producer ranks live in the Consumer's own
+// memory, which clients cannot map: they are copied once into a shared-memory buffer of the
+// daemon's (`copies_`), reused once no served version refers to it.
+//
+// Threads: the Consumer's update callbacks run on_installed/on_rejected, one at a time (a rank's
+// service thread or the assembler's caller, serialised by the Consumer); they alone touch
+// `copies_`. current() is called from any thread (one shared_ptr under a mutex).
 #pragma once
 
 #include <functional>
@@ -39,10 +46,13 @@ class ModelService {
 
  private:
   void installed(const modelcast::ModelView& view);  // Consumer's service thread
+  // A buffer of `bytes` for a copied version that no served version refers to.
+  std::shared_ptr<ShmBuffer> copy_buffer(std::size_t bytes);
 
   const ModelConfig config_;
   const ModelCallbacks callbacks_;
   std::vector<std::shared_ptr<ShmBuffer>> buffers_;
+  std::vector<std::shared_ptr<ShmBuffer>> copies_;  // update callbacks only
   mutable std::mutex mutex_;
   ServedPtr current_;           // guarded by mutex_
   bool from_producer_ = false;  // guarded by mutex_

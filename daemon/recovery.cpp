@@ -73,7 +73,7 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
         if (t == layout.tensors.end()) {
           throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "tensor '" + name + "' missing from " + path);
         }
-        m.tensors.push_back({t->name, t->dtype, t->shape, t->begin, t->end - t->begin});
+        m.tensors.push_back({t->name, t->dtype, t->shape, t->begin, t->end - t->begin, {}, {}, {}, 0});
       }
       served->installed_at = std::chrono::system_clock::now();
       served->repository_path = stored.directory;

@@ -18,7 +18,9 @@ struct ServedVersion {
   std::string model;
   attach::Manifest manifest;          // hold = 0; tensor offsets are within `buffer`
   std::shared_ptr<ShmBuffer> buffer;
-  modelcast::ModelView view;          // empty for a version recovered from the repository
+  // The Consumer's version whose receive buffer `buffer` is; empty for a version copied into a
+  // buffer of the daemon's (shaped or assembled views) or recovered from the repository.
+  modelcast::ModelView view;
   std::chrono::system_clock::time_point installed_at;
   std::chrono::nanoseconds update_latency{0};  // producer's publish() until installed here
   std::string repository_path;        // set when recovered from disk

@@ -10,6 +10,7 @@
 // first service's thread or the assembler (under its lock) install into.
 #include "modelcast/consumer.h"
 
+#include <algorithm>
 #include <mutex>
 
 #include "core/consumer/rank_assembler.h"
@@ -99,7 +100,11 @@ class Consumer::Impl {
       return true;  // its versions are pieces: never shown as the model
     };
     if (options_.memory == MemoryKind::kCuda) return fail("device consumers of a model published by several ranks are not built yet");
-    if (!options_.caller_buffers.empty()) return fail("caller_buffers with a model published by several ranks are not built yet");
+    // The assembler keeps each rank's last two versions while the next one arrives.
+    if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < 3) {
+      return fail("a model published by several ranks needs >= 3 caller_buffers (two held for assembly, one "
+                  "receiving), got " + std::to_string(options_.caller_buffers.size()));
+    }
     if (rank >= endpoints.size()) return fail("the producer says it is rank " + std::to_string(rank) + " of " +
                                               std::to_string(endpoints.size()));
     first_rank_ = rank;
@@ -116,6 +121,10 @@ class Consumer::Impl {
       o.consumer_name = (options_.consumer_name.empty() ? std::string("consumer") : options_.consumer_name) +
                         "/rank" + std::to_string(r);
       o.conversions.clear();
+      // The caller's buffers are the first service's: the other ranks receive into their own.
+      o.caller_buffers.clear();
+      o.caller_buffers_untouched = false;
+      o.buffers = std::max<std::size_t>(options_.buffers, 3);
       o.on_update = nullptr;
       o.serve_peers = false;
       consumer::ServiceHooks hooks;

@@ -117,12 +117,24 @@ std::vector<char> encode(const Reply& reply) {
   pk.pack("tensors");
   pk.pack_array(static_cast<std::uint32_t>(m.tensors.size()));
   for (const auto& t : m.tensors) {
-    pk.pack_array(5);
+    const bool part = !t.whole_shape.empty();
+    const bool scaled = !t.scales.empty();
+    pk.pack_array(part || scaled ? 6 : 5);
     pk.pack(t.name);
     pk.pack(std::string(modelcast::dtype_name(t.dtype)));
     pk.pack(t.shape);
     pk.pack(t.offset);
     pk.pack(t.bytes);
+    if (!part && !scaled) continue;
+    pk.pack_map((part ? 2 : 0) + (scaled ? 2 : 0));
+    if (part) {
+      pk.pack("box_offset"); pk.pack(t.box_offset);
+      pk.pack("whole_shape"); pk.pack(t.whole_shape);
+    }
+    if (scaled) {
+      pk.pack("scales"); pk.pack(t.scales);
+      pk.pack("scale_block"); pk.pack(t.scale_block);
+    }
   }
   return to_vector(buffer);
 }
@@ -171,7 +183,9 @@ Reply decode_reply(std::span<const char> bytes) {
   if (!tensors || tensors->type != msgpack::type::ARRAY) fail("field 'tensors' is not an array");
   for (std::uint32_t i = 0; i < tensors->via.array.size; ++i) {
     const msgpack::object& item = tensors->via.array.ptr[i];
-    if (item.type != msgpack::type::ARRAY || item.via.array.size != 5) fail("tensor entry is not a 5-element array");
+    if (item.type != msgpack::type::ARRAY || (item.via.array.size != 5 && item.via.array.size != 6)) {
+      fail("tensor entry is not a 5- or 6-element array");
+    }
     const msgpack::object* e = item.via.array.ptr;
     TensorEntry t;
     try {
@@ -182,10 +196,30 @@ Reply decode_reply(std::span<const char> bytes) {
       t.shape = e[2].as<std::vector<std::int64_t>>();
       t.offset = e[3].as<std::uint64_t>();
       t.bytes = e[4].as<std::uint64_t>();
+      if (item.via.array.size == 6) {
+        Fields extra(e[5]);
+        if (extra.find("whole_shape")) {
+          t.box_offset = extra.get<std::vector<std::int64_t>>("box_offset");
+          t.whole_shape = extra.get<std::vector<std::int64_t>>("whole_shape");
+        }
+        if (extra.find("scales")) {
+          t.scales = extra.get<std::vector<float>>("scales");
+          t.scale_block = extra.get<std::uint64_t>("scale_block");
+        }
+      }
     } catch (const modelcast::Error&) {
       throw;
     } catch (const std::exception&) {
       fail("tensor entry " + std::to_string(i) + " has a field of the wrong type");
+    }
+    if (t.box_offset.size() != t.whole_shape.size() || (!t.whole_shape.empty() && t.whole_shape.size() != t.shape.size())) {
+      fail("tensor '" + t.name + "' has a box that does not match its shape");
+    }
+    for (std::size_t d = 0; d < t.whole_shape.size(); ++d) {
+      if (t.box_offset[d] < 0 || t.shape[d] < 0 || t.box_offset[d] > t.whole_shape[d] ||
+          t.shape[d] > t.whole_shape[d] - t.box_offset[d]) {
+        fail("tensor '" + t.name + "' has a box outside the whole tensor");
+      }
     }
     if (t.offset > m.buffer_bytes || t.bytes > m.buffer_bytes - t.offset) {
       fail("tensor '" + t.name + "' lies outside its buffer");

@@ -40,6 +40,13 @@ struct TensorEntry {
   std::vector<std::int64_t> shape;
   std::uint64_t offset = 0;  // within the buffer
   std::uint64_t bytes = 0;
+  // A part of the tensor (the model's wants): where it starts in the whole tensor, and the
+  // whole's shape; both empty for a whole tensor. An f8e4m3 conversion's scales (TensorView's
+  // meaning). Sent as a sixth element, a map, only when one is set.
+  std::vector<std::int64_t> box_offset;
+  std::vector<std::int64_t> whole_shape;
+  std::vector<float> scales;
+  std::uint64_t scale_block = 0;
 };
 
 struct Manifest {

@@ -46,6 +46,11 @@ struct AttachedVersion {
   std::shared_ptr<Connection> connection;
   ~AttachedVersion() { connection->release(manifest.hold); }
   const void* data(std::size_t i) const { return mapping->base + manifest.tensors[i].offset; }
+  // The i-th tensor as readers see it: its part's place and its fp8 scales point into `manifest`.
+  TensorView view(std::size_t i) const {
+    const auto& t = manifest.tensors[i];
+    return {&specs[i], data(i), t.scales, t.scale_block, t.box_offset, t.whole_shape};
+  }
 };
 
 }  // namespace modelcast::sidecar::detail

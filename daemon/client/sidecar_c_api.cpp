@@ -131,6 +131,38 @@ mc_status mcs_view_tensor_at(const mcs_view_t* view, size_t index, mc_tensor_inf
   });
 }
 
+mc_status mcs_view_tensor_scales(const mcs_view_t* view, size_t index, const float** scales, size_t* count,
+                                 size_t* scale_block) {
+  return guarded("mcs_view_tensor_scales", [&] {
+    if (view == nullptr || scales == nullptr || count == nullptr || scale_block == nullptr ||
+        index >= view->tensors.size()) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                             "no argument may be NULL and index must be below mcs_view_tensor_count");
+    }
+    const auto& t = view->tensors[index];
+    *scales = t.scales.empty() ? nullptr : t.scales.data();
+    *count = t.scales.size();
+    *scale_block = t.scale_block;
+    return MC_OK;
+  });
+}
+
+mc_status mcs_view_tensor_box(const mcs_view_t* view, size_t index, const int64_t** offset, const int64_t** whole_shape,
+                              size_t* ndim) {
+  return guarded("mcs_view_tensor_box", [&] {
+    if (view == nullptr || offset == nullptr || whole_shape == nullptr || ndim == nullptr ||
+        index >= view->tensors.size()) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                             "no argument may be NULL and index must be below mcs_view_tensor_count");
+    }
+    const auto& t = view->tensors[index];
+    *offset = t.is_part() ? t.box_offset.data() : nullptr;
+    *whole_shape = t.is_part() ? t.whole_shape.data() : nullptr;
+    *ndim = t.whole_shape.size();
+    return MC_OK;
+  });
+}
+
 mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tensor_info* out) {
   return guarded("mcs_view_find_tensor", [&] {
     if (view == nullptr || out == nullptr || name == nullptr) {

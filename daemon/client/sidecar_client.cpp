@@ -263,13 +263,13 @@ std::size_t View::tensor_count() const { return state_->specs.size(); }
 std::vector<TensorView> View::tensors() const {
   std::vector<TensorView> out;
   out.reserve(state_->specs.size());
-  for (std::size_t i = 0; i < state_->specs.size(); ++i) out.push_back({&state_->specs[i], state_->data(i)});
+  for (std::size_t i = 0; i < state_->specs.size(); ++i) out.push_back(state_->view(i));
   return out;
 }
 
 std::optional<TensorView> View::find(std::string_view name) const {
   for (std::size_t i = 0; i < state_->specs.size(); ++i) {
-    if (state_->specs[i].name == name) return TensorView{&state_->specs[i], state_->data(i)};
+    if (state_->specs[i].name == name) return state_->view(i);
   }
   return std::nullopt;
 }

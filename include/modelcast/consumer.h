@@ -77,6 +77,9 @@ struct ConsumerOptions {
   std::size_t buffers = 3;
   // Caller-owned receive buffers instead (each large enough for the model, >= 2 of them,
   // valid for the Consumer's lifetime). modelcast never writes into one a live view uses.
+  // Views of parts or conversions not kept in place, and of a model several producer ranks
+  // publish, live in memory of the Consumer's own; with ranks, these buffers receive the pieces
+  // of the rank producer_endpoint names (>= 3 of them then), the other ranks' go elsewhere.
   std::vector<std::span<std::byte>> caller_buffers;
   // The caller never writes its caller_buffers (modelcast alone does, as the sidecar daemon's
   // shared-memory buffers are written): a version's bytes then stay as they were verified, so

@@ -47,6 +47,13 @@ MODELCAST_API size_t mcs_view_tensor_count(const mcs_view_t* view);
  * for an index out of range or an unknown name. */
 MODELCAST_API mc_status mcs_view_tensor_at(const mcs_view_t* view, size_t index, mc_tensor_info* out);
 MODELCAST_API mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tensor_info* out);
+/* As mc_view_tensor_scales and mc_view_tensor_box, for a model the daemon converts or keeps parts
+ * of ([model.convert], [model.wants]). MC_ERR_INVALID_ARGUMENT for a NULL argument or an index
+ * out of range. */
+MODELCAST_API mc_status mcs_view_tensor_scales(const mcs_view_t* view, size_t index, const float** scales,
+                                               size_t* count, size_t* scale_block);
+MODELCAST_API mc_status mcs_view_tensor_box(const mcs_view_t* view, size_t index, const int64_t** offset,
+                                            const int64_t** whole_shape, size_t* ndim);
 /* The value of metadata `key`, or NULL if absent; owned by the view. */
 MODELCAST_API const char* mcs_view_metadata_get(const mcs_view_t* view, const char* key);
 

@@ -2,6 +2,8 @@
 // and the key named, by load_config and by modelcastd itself.
 #include "daemon/config.h"
 
+#include <tuple>
+
 #include "daemon_fixture.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
@@ -30,6 +32,14 @@ persist = false
 serve_peers = false
 group = "resnet-tp"
 group_size = 2
+[model.wants]
+"*" = { dim = 1, index = 1, count = 2 }
+"lm_head.weight" = "whole"
+"aux" = "nothing"
+"emb" = { boxes = [{ offset = [0, 8], extent = [16, 8] }] }
+[model.convert]
+"*" = "bf16"
+"lm_head.weight" = { to = "f8e4m3", fp8_block = 128 }
 [model.hook]
 http_post = "http://127.0.0.1:8000/v2/repository/models/{model}/load"
 
@@ -60,6 +70,38 @@ TEST(DaemonConfig, AGoodFileIsReadAsWritten) {
   EXPECT_EQ(c.models[0].group, "resnet-tp");
   EXPECT_EQ(c.models[0].group_size, 2u);
   EXPECT_TRUE(c.models[1].group.empty());  // the default: no group
+  using modelcast::TensorWant;
+  const auto& wants = c.models[0].wants;
+  ASSERT_EQ(wants.size(), 4u);  // in key order
+  EXPECT_EQ(wants[0].tensor, "*");
+  EXPECT_EQ(wants[0].kind, TensorWant::Kind::kShard);
+  EXPECT_EQ(std::tuple(wants[0].dim, wants[0].index, wants[0].count), std::tuple(1u, 1u, 2u));
+  EXPECT_EQ(wants[1].tensor, "aux");
+  EXPECT_EQ(wants[1].kind, TensorWant::Kind::kNothing);
+  EXPECT_EQ(wants[2].tensor, "emb");
+  ASSERT_EQ(wants[2].kind, TensorWant::Kind::kBoxes);
+  ASSERT_EQ(wants[2].boxes.size(), 1u);
+  EXPECT_EQ(wants[2].boxes[0].offset, (std::vector<std::int64_t>{0, 8}));
+  EXPECT_EQ(wants[2].boxes[0].extent, (std::vector<std::int64_t>{16, 8}));
+  EXPECT_EQ(wants[3].tensor, "lm_head.weight");
+  EXPECT_EQ(wants[3].kind, TensorWant::Kind::kWhole);
+  const auto& conversions = c.models[0].conversions;
+  ASSERT_EQ(conversions.size(), 2u);
+  EXPECT_EQ(conversions[0].tensor, "*");
+  EXPECT_EQ(conversions[0].to, modelcast::DType::kBF16);
+  EXPECT_EQ(conversions[1].tensor, "lm_head.weight");
+  EXPECT_EQ(conversions[1].to, modelcast::DType::kF8E4M3);
+  EXPECT_EQ(conversions[1].fp8_block, 128u);
+  EXPECT_TRUE(c.models[1].wants.empty());  // the default: every tensor whole, as sent
+  EXPECT_TRUE(c.models[1].conversions.empty());
+  // A reload sees a change of wants or conversions as a changed model.
+  auto changed = c.models[0];
+  changed.wants[0].index = 0;
+  EXPECT_FALSE(changed == c.models[0]);
+  changed = c.models[0];
+  changed.conversions[1].fp8_block = 64;
+  EXPECT_FALSE(changed == c.models[0]);
+  EXPECT_TRUE(c.models[0] == c.models[0]);
   EXPECT_EQ(c.models[0].hook.http_post, "http://127.0.0.1:8000/v2/repository/models/{model}/load");
   EXPECT_EQ(c.models[1].max_model_bytes, 1048576u);
   EXPECT_EQ(c.models[1].buffers, 4u);  // the default
@@ -124,6 +166,19 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {(model + "group_size = 2\n"), 5, "model[0].group", "is required with group_size"},
       {(model + "group = \"tp\"\ngroup_size = 0\n"), 6, "model[0].group_size", "between 1 and"},
       {(model + "buffers = 2\ngroup = \"tp\"\ngroup_size = 2\n"), 5, "model[0].buffers", ">= 3 for a group member"},
+      {(model + "persist = false\n[model.wants]\nw = \"half\"\n"), 7, "model[0].wants.\"w\"", "\"whole\", \"nothing\""},
+      {(model + "persist = false\n[model.wants]\nw = { dim = 0, index = 2, count = 2 }\n"), 7,
+       "model[0].wants.\"w\".index", "between 0 and 1"},
+      {(model + "persist = false\n[model.wants]\nw = { dim = 0, count = 2 }\n"), 7, "model[0].wants.\"w\"",
+       "needs dim, index and count"},
+      {(model + "persist = false\n[model.wants]\nw = { boxes = [{ offset = [0], extent = [1, 2] }] }\n"), 7,
+       "model[0].wants.\"w\".boxes", "one entry per dimension"},
+      {(model + "persist = false\n[model.wants]\nw = { boxes = [{ offset = [-1], extent = [1] }] }\n"), 7,
+       "model[0].wants.\"w\".boxes.offset", "between 0 and"},
+      {(model + "persist = false\n[model.convert]\nw = \"f64\"\n"), 7, "model[0].convert.\"w\"", "must be one of"},
+      {(model + "persist = false\n[model.convert]\nw = { to = \"bf16\", fp8_block = 32 }\n"), 7,
+       "model[0].convert.\"w\".fp8_block", "f8e4m3 only"},
+      {(model + "[model.convert]\nw = \"bf16\"\n"), 5, "model[0].convert", "needs persist = false"},
   };
   ScratchDir dir;
   int index = 0;

@@ -49,7 +49,9 @@ TEST_F(DaemonTest, NotifiesSystemdWhenReadyReloadingAndStopping) {
 
 TEST(DaemonConfig, TheExampleConfigIsValid) {
   auto config = modelcastd::load_config(MODELCASTD_EXAMPLE_CONFIG);
-  ASSERT_EQ(config.models.size(), 2u);
+  ASSERT_EQ(config.models.size(), 3u);
+  EXPECT_EQ(config.models[2].wants.size(), 2u);  // the tensor-parallel rank's shard
+  EXPECT_EQ(config.models[2].conversions.size(), 1u);
   EXPECT_EQ(config.models[0].hook.http_post, "http://127.0.0.1:8000/v2/repository/models/{model}/load");
   EXPECT_EQ(config.http_listen, "127.0.0.1:9180");
 }

@@ -1,0 +1,131 @@
+// modelcastd serving one tensor-parallel rank of a model that two producer ranks publish: the
+// daemon's [model.wants] and [model.convert] make it keep the second half along dim 1 in bf16, and
+// a client sees just that, with each part's place in the whole tensor, every element checked.
+#include <cstring>
+
+#include "daemon_fixture.h"
+#include "modelcast/producer.h"
+#include "modelcast/sidecar_c.h"
+
+namespace daemon_test {
+namespace {
+
+constexpr std::int64_t kRows = 64, kCols = 32;
+
+// Element (i, j) of "w" at `step`: an integer below 2^8, so that bf16 holds it exactly.
+float w_at(std::int64_t step, std::int64_t i, std::int64_t j) { return static_cast<float>((step * 7 + i * 3 + j) % 251); }
+float b_at(std::int64_t step, std::int64_t j) { return static_cast<float>(step * 1000 + j); }
+
+// Rank r of 2 holds rows [32 r, 32 r + 32) of "w" and all of "b" (replicated).
+struct Rank {
+  std::vector<float> w = std::vector<float>(kRows / 2 * kCols), b = std::vector<float>(kCols);
+  std::int64_t first_row;
+  std::unique_ptr<modelcast::Producer> producer;
+  Rank(std::uint32_t r, std::vector<std::string> endpoints) : first_row(r * kRows / 2) {
+    modelcast::ProducerOptions options;
+    options.model_name = "test";
+    options.control_endpoint = "tcp://127.0.0.1:0";
+    options.rank = r;
+    options.rank_count = 2;
+    options.rank_endpoints = std::move(endpoints);
+    producer = std::make_unique<modelcast::Producer>(options);
+    modelcast::TensorRef w_ref{{"w", modelcast::DType::kF32, {kRows / 2, kCols}}, w.data()};
+    w_ref.global_shape = {kRows, kCols};
+    w_ref.global_offset = {first_row, 0};
+    producer->register_tensor(w_ref);
+    producer->register_tensor({{"b", modelcast::DType::kF32, {kCols}}, b.data()});
+    producer->prepare();
+  }
+  void publish(std::int64_t step) {
+    for (std::int64_t i = 0; i < kRows / 2; ++i) {
+      for (std::int64_t j = 0; j < kCols; ++j) w[i * kCols + j] = w_at(step, first_row + i, j);
+    }
+    for (std::int64_t j = 0; j < kCols; ++j) b[j] = b_at(step, j);
+    producer->publish(step);
+  }
+};
+
+std::uint16_t bf16_of(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return static_cast<std::uint16_t>(bits >> 16);  // exact for these values: no rounding
+}
+
+// Empty if `view` is step `step`'s second dim-1 half of "w" in bf16 and all of "b" in f32.
+std::string check(const modelcast::sidecar::View& view, std::int64_t step) {
+  if (view.step() != step) return "step " + std::to_string(view.step());
+  auto w = view.find("w");
+  auto b = view.find("b");
+  if (!w || !b) return "a tensor is missing";
+  if (w->dtype() != modelcast::DType::kBF16) return "w is not bf16";
+  if (w->shape() != std::vector<std::int64_t>{kRows, kCols / 2}) return "w has another shape";
+  if (!w->is_part() || std::vector<std::int64_t>(w->box_offset.begin(), w->box_offset.end()) !=
+                           std::vector<std::int64_t>{0, kCols / 2} ||
+      std::vector<std::int64_t>(w->whole_shape.begin(), w->whole_shape.end()) != std::vector<std::int64_t>{kRows, kCols}) {
+    return "w's place in the whole tensor is wrong";
+  }
+  auto codes = w->as<std::uint16_t>();
+  for (std::int64_t i = 0; i < kRows; ++i) {
+    for (std::int64_t j = 0; j < kCols / 2; ++j) {
+      if (codes[i * (kCols / 2) + j] != bf16_of(w_at(step, i, kCols / 2 + j))) {
+        return "w[" + std::to_string(i) + ", " + std::to_string(kCols / 2 + j) + "] differs";
+      }
+    }
+  }
+  if (b->dtype() != modelcast::DType::kF32 || b->is_part() || b->shape() != std::vector<std::int64_t>{kCols}) {
+    return "b is not the whole f32 tensor";
+  }
+  for (std::int64_t j = 0; j < kCols; ++j) {
+    if (b->as<float>()[j] != b_at(step, j)) return "b[" + std::to_string(j) + "] differs";
+  }
+  return {};
+}
+
+TEST_F(DaemonTest, ARankOfATensorParallelServerGetsItsHalfOfATwoRankModelInBf16) {
+  Rank rank1(1, {});
+  Rank rank0(0, {"", rank1.producer->control_endpoint()});
+  auto daemon = start_daemon(config(rank0.producer->control_endpoint(), 4,
+                                    "persist = false\n"
+                                    "[model.wants]\n\"*\" = { dim = 1, index = 1, count = 2 }\n"
+                                    "[model.convert]\n\"w\" = \"bf16\"\n"));
+  ASSERT_TRUE(rank0.producer->wait_for_consumers(1, 30s));
+  ASSERT_TRUE(rank1.producer->wait_for_consumers(1, 30s));
+  auto c = client();
+  for (std::int64_t step : {5, 6}) {
+    rank0.publish(step);
+    rank1.publish(step);
+    modelcast::sidecar::View view;
+    for (std::uint64_t v = 1; !view || view.step() != step; ++v) {
+      view = c.wait_for_version(v, 30s);
+      ASSERT_TRUE(view) << "step " << step << " never served";
+    }
+    EXPECT_EQ(check(view, step), "") << "step " << step;
+  }
+  // The C ABI says the same of the part's place.
+  mcs_client_t* handle = nullptr;
+  ASSERT_EQ(mcs_client_open(socket().c_str(), "test", 30000, &handle), MC_OK) << mcs_last_error();
+  mcs_view_t* view = nullptr;
+  ASSERT_EQ(mcs_acquire(handle, &view), MC_OK);
+  ASSERT_NE(view, nullptr);
+  const int64_t *offset = nullptr, *whole = nullptr;
+  std::size_t ndim = 0;
+  for (std::size_t i = 0; i < mcs_view_tensor_count(view); ++i) {
+    mc_tensor_info info{};
+    ASSERT_EQ(mcs_view_tensor_at(view, i, &info), MC_OK);
+    ASSERT_EQ(mcs_view_tensor_box(view, i, &offset, &whole, &ndim), MC_OK);
+    if (std::string(info.name) == "w") {
+      ASSERT_EQ(ndim, 2u);
+      EXPECT_EQ(offset[1], kCols / 2);
+      EXPECT_EQ(whole[0], kRows);
+    } else {
+      EXPECT_EQ(ndim, 0u);  // "b" is whole
+      EXPECT_EQ(offset, nullptr);
+    }
+  }
+  EXPECT_EQ(mcs_view_tensor_box(view, mcs_view_tensor_count(view), &offset, &whole, &ndim), MC_ERR_INVALID_ARGUMENT);
+  mcs_view_release(view);
+  mcs_client_close(handle);
+}
+
+}  // namespace
+}  // namespace daemon_test
