@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 
+#include "device/convert_kernel.h"
 #include "device/pmix64.h"
 #endif
 
@@ -192,6 +193,80 @@ class CudaRuntime final : public DeviceRuntime {
     return pmix64::digest_device(device, base, r, static_cast<CUstream_st*>(stream));
   }
 
+  // Runs of equal length at a constant stride on both sides (the rows of a box) go as one 2D
+  // copy: a box of a large matrix is thousands of runs, and a copy call costs microseconds.
+  void gather_async(void* destination, const void* source, std::span<const ByteRun> runs,
+                    StreamHandle stream) override {
+    auto* dst = static_cast<char*>(destination);
+    const auto* src = static_cast<const char*>(source);
+    const auto s = static_cast<cudaStream_t>(stream);
+    constexpr std::uint64_t kMaxPitch = std::uint64_t{1} << 31;  // within every device's cudaDevAttrMaxPitch
+    for (std::size_t i = 0; i < runs.size();) {
+      const ByteRun& first = runs[i];
+      std::size_t n = 1;
+      if (i + 1 < runs.size() && runs[i + 1].bytes == first.bytes && runs[i + 1].src_offset > first.src_offset &&
+          runs[i + 1].dst_offset > first.dst_offset) {
+        const std::uint64_t src_pitch = runs[i + 1].src_offset - first.src_offset;
+        const std::uint64_t dst_pitch = runs[i + 1].dst_offset - first.dst_offset;
+        if (src_pitch >= first.bytes && dst_pitch >= first.bytes && src_pitch < kMaxPitch && dst_pitch < kMaxPitch) {
+          while (i + n < runs.size() && runs[i + n].bytes == first.bytes &&
+                 runs[i + n].src_offset == first.src_offset + n * src_pitch &&
+                 runs[i + n].dst_offset == first.dst_offset + n * dst_pitch) {
+            ++n;
+          }
+          check(cudaMemcpy2DAsync(dst + first.dst_offset, dst_pitch, src + first.src_offset, src_pitch, first.bytes, n,
+                                  cudaMemcpyDeviceToDevice, s),
+                "cudaMemcpy2DAsync (gather of " + std::to_string(n) + " runs)");
+          i += n;
+          continue;
+        }
+      }
+      check(cudaMemcpyAsync(dst + first.dst_offset, src + first.src_offset, first.bytes, cudaMemcpyDeviceToDevice, s),
+            "cudaMemcpyAsync (gather)");
+      ++i;
+    }
+  }
+
+  void convert_async(void* destination, DType to, const void* source, DType from, std::size_t count,
+                     StreamHandle stream) override {
+    check(static_cast<cudaError_t>(kernels::launch_convert(destination, element(to), source, element(from), count,
+                                                           static_cast<CUstream_st*>(stream))),
+          "the conversion kernel (" + std::to_string(count) + " elements)");
+  }
+
+  std::vector<float> quantize_fp8(void* destination, const void* source, DType from, std::size_t count,
+                                  std::size_t block, StreamHandle stream) override {
+    const auto s = static_cast<cudaStream_t>(stream);
+    const std::size_t per = block == 0 ? std::max<std::size_t>(count, 1) : block;
+    const std::size_t blocks = count == 0 ? 1 : (count + per - 1) / per;
+    std::vector<float> scales(blocks, 1.0f);
+    if (count == 0) return scales;
+    // Scratch on the stream's pool: the amaxes' bits, then the scales.
+    void* scratch = nullptr;
+    check(cudaMallocAsync(&scratch, blocks * 8, s), "cudaMallocAsync (fp8 scales)");
+    auto* amax_bits = static_cast<std::uint32_t*>(scratch);
+    auto* device_scales = reinterpret_cast<float*>(amax_bits + blocks);
+    try {
+      check(cudaMemsetAsync(amax_bits, 0, blocks * 4, s), "cudaMemsetAsync (fp8 amax)");
+      check(static_cast<cudaError_t>(kernels::launch_block_amax(source, element(from), count, per, amax_bits,
+                                                                static_cast<CUstream_st*>(stream))),
+            "the fp8 amax kernel");
+      check(static_cast<cudaError_t>(kernels::launch_quantize_fp8(static_cast<std::uint8_t*>(destination), source,
+                                                                  element(from), count, per, amax_bits, device_scales,
+                                                                  static_cast<CUstream_st*>(stream))),
+            "the fp8 quantization kernel");
+      check(cudaMemcpyAsync(scales.data(), device_scales, blocks * 4, cudaMemcpyDeviceToHost, s),
+            "cudaMemcpyAsync (fp8 scales)");
+      check(cudaFreeAsync(scratch, s), "cudaFreeAsync (fp8 scales)");
+      scratch = nullptr;
+      check(cudaStreamSynchronize(s), "cudaStreamSynchronize (fp8 quantization)");
+    } catch (...) {
+      if (scratch) cudaFreeAsync(scratch, s);
+      throw;
+    }
+    return scales;
+  }
+
   IpcHandle export_allocation(const void* base) override {
     int device = 0;
     {
@@ -241,6 +316,17 @@ class CudaRuntime final : public DeviceRuntime {
     if (device < 0 || device >= devices_) {
       throw Error(ErrorCode::kInvalidArgument,
                   "no CUDA device " + std::to_string(device) + " (there are " + std::to_string(devices_) + ")");
+    }
+  }
+
+  static kernels::Element element(DType dtype) {
+    switch (dtype) {
+      case DType::kF32: return kernels::Element::kF32;
+      case DType::kF16: return kernels::Element::kF16;
+      case DType::kBF16: return kernels::Element::kBF16;
+      default:
+        throw Error(ErrorCode::kInvalidArgument, "device conversions are between f32, f16 and bf16, not " +
+                                                     std::string(dtype_name(dtype)));
     }
   }
 

@@ -59,6 +59,13 @@ struct ByteRange {
   std::uint64_t size = 0;
 };
 
+// One run of a gather: `bytes` from the source's byte `src_offset` to the destination's `dst_offset`.
+struct ByteRun {
+  std::uint64_t src_offset = 0;
+  std::uint64_t dst_offset = 0;
+  std::uint64_t bytes = 0;
+};
+
 // Every method is thread-safe. Failures throw Error(kTransport) naming the call (kResource for
 // an allocation that does not fit, kInvalidArgument for a pointer or device that is not valid).
 class DeviceRuntime {
@@ -112,6 +119,22 @@ class DeviceRuntime {
   // ordered after earlier work on `stream`; blocks until computed.
   virtual std::vector<std::uint64_t> digest(int device, const void* base, std::span<const ByteRange> ranges,
                                             StreamHandle stream) = 0;
+
+  // Device-side shaping of a version a consumer received (parts and dtypes): the arithmetic is
+  // device/element_format.h's, so the results are bit for bit a host consumer's.
+  // Queues, on `stream`, the copies of `runs` from `source` to `destination` (device memory of
+  // the stream's device, not overlapping).
+  virtual void gather_async(void* destination, const void* source, std::span<const ByteRun> runs,
+                            StreamHandle stream) = 0;
+  // Queues, on `stream`, the conversion of `count` elements at `source` (dtype `from`) into
+  // `destination` (dtype `to`); both f32, f16 or bf16 (kInvalidArgument otherwise).
+  virtual void convert_async(void* destination, DType to, const void* source, DType from, std::size_t count,
+                             StreamHandle stream) = 0;
+  // fp8 e4m3 codes of `count` elements at `source` (f32, f16 or bf16) into `destination`, one
+  // scale (amax / 448 over the finite elements) per `block` elements, or one for all with block
+  // 0; ordered after earlier work on `stream`; blocks until done and returns the scales.
+  virtual std::vector<float> quantize_fp8(void* destination, const void* source, DType from, std::size_t count,
+                                          std::size_t block, StreamHandle stream) = 0;
 
   // A handle another process opens to map the allocation starting at `base` (whole
   // allocations only: an interior pointer throws kInvalidArgument).

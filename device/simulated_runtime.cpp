@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdio>
@@ -28,6 +29,7 @@
 #include <thread>
 #include <utility>
 
+#include "device/element_format.h"
 #include "device/pmix64.h"
 #include "device/device_runtime.h"
 #include "device/simulated_faults.h"
@@ -159,6 +161,26 @@ class SimStream {
 // (it fails or deadlocks), and a simulation that allowed it would hide such a call until a GPU
 // ran the code. A call from there ends the process, naming the call.
 thread_local bool in_host_function = false;
+
+// Elements as the kernels read and write them (device/convert_kernel.cu), on the host.
+float load_element(DType dtype, const std::byte* base, std::size_t i) {
+  if (dtype == DType::kF32) {
+    float f;
+    std::memcpy(&f, base + 4 * i, 4);
+    return f;
+  }
+  std::uint16_t bits;
+  std::memcpy(&bits, base + 2 * i, 2);
+  return dtype == DType::kF16 ? element::f16_to_f32(bits) : element::bf16_to_f32(bits);
+}
+
+void store_element(DType dtype, std::byte* base, std::size_t i, float value) {
+  if (dtype == DType::kF32) return void(std::memcpy(base + 4 * i, &value, 4));
+  const std::uint16_t bits = dtype == DType::kF16 ? element::f32_to_f16(value) : element::f32_to_bf16(value);
+  std::memcpy(base + 2 * i, &bits, 2);
+}
+
+bool float_element(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
 
 void not_from_a_host_function(const char* call) {
   if (!in_host_function) return;
@@ -379,6 +401,64 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     return digests;
   }
 
+  void gather_async(void* destination, const void* source, std::span<const ByteRun> runs,
+                    StreamHandle stream) override {
+    not_from_a_host_function("gather_async");
+    for (const auto& r : runs) {
+      check_on_device("gather destination", static_cast<std::byte*>(destination) + r.dst_offset, r.bytes);
+      check_on_device("gather source", static_cast<const std::byte*>(source) + r.src_offset, r.bytes);
+    }
+    submit(stream, [destination, source, runs = std::vector<ByteRun>(runs.begin(), runs.end())] {
+      for (const auto& r : runs) {
+        std::memcpy(static_cast<std::byte*>(destination) + r.dst_offset,
+                    static_cast<const std::byte*>(source) + r.src_offset, r.bytes);
+      }
+    });
+  }
+
+  void convert_async(void* destination, DType to, const void* source, DType from, std::size_t count,
+                     StreamHandle stream) override {
+    not_from_a_host_function("convert_async");
+    if (!float_element(to) || !float_element(from)) {
+      throw Error(ErrorCode::kInvalidArgument, "simulated device: conversions are between f32, f16 and bf16");
+    }
+    check_on_device("conversion destination", destination, count * dtype_size(to));
+    check_on_device("conversion source", source, count * dtype_size(from));
+    submit(stream, [=] {
+      auto* out = static_cast<std::byte*>(destination);
+      const auto* in = static_cast<const std::byte*>(source);
+      for (std::size_t i = 0; i < count; ++i) store_element(to, out, i, load_element(from, in, i));
+    });
+  }
+
+  std::vector<float> quantize_fp8(void* destination, const void* source, DType from, std::size_t count,
+                                  std::size_t block, StreamHandle stream) override {
+    not_from_a_host_function("quantize_fp8");
+    if (!float_element(from)) {
+      throw Error(ErrorCode::kInvalidArgument, "simulated device: fp8 quantizes f32, f16 or bf16");
+    }
+    check_on_device("quantization destination", destination, count);
+    check_on_device("quantization source", source, count * dtype_size(from));
+    const std::size_t per = block == 0 ? std::max<std::size_t>(count, 1) : block;
+    std::vector<float> scales(count == 0 ? 1 : (count + per - 1) / per, 1.0f);
+    SimEvent done(stream ? static_cast<SimStream*>(stream)->device() : 0);
+    const std::uint64_t generation = done.arm();
+    submit(stream, [&, generation] {
+      auto* out = static_cast<std::uint8_t*>(destination);
+      const auto* in = static_cast<const std::byte*>(source);
+      for (std::size_t b = 0; b * per < count; ++b) {
+        const std::size_t end = std::min(count, (b + 1) * per);
+        float amax = 0.0f;
+        for (std::size_t i = b * per; i < end; ++i) amax = std::max(amax, element::finite_magnitude(load_element(from, in, i)));
+        scales[b] = element::fp8_scale(amax);
+        for (std::size_t i = b * per; i < end; ++i) out[i] = element::f8e4m3_quantize(load_element(from, in, i), scales[b]);
+      }
+      done.complete(generation);
+    });
+    done.wait_for(generation);
+    return scales;
+  }
+
   IpcHandle export_allocation(const void* base) override {
     not_from_a_host_function("export_allocation");
     std::lock_guard lock(mutex_);
@@ -477,6 +557,15 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
       throw Error(ErrorCode::kInvalidArgument, std::string("simulated device: ") + what + " of " + std::to_string(n) +
                                                    " bytes runs past the end of its device allocation");
     }
+  }
+
+  // Kernels read and write device memory only (a host pointer would fault on a GPU).
+  void check_on_device(const char* what, const void* pointer, std::size_t n) const {
+    if (n == 0) return;
+    if (!is_device(pointer)) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("simulated device: the ") + what + " is not device memory");
+    }
+    check_extent(what, pointer, n);
   }
 
   bool is_device(const void* pointer) const {

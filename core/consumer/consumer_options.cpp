@@ -57,14 +57,6 @@ ConsumerOptions checked(ConsumerOptions options) {
   }
   TensorSelection::check(options.wants);
   if (options.memory == MemoryKind::kCuda) {
-    if (!options.wants.empty()) {
-      throw Error(ErrorCode::kInvalidArgument, "wants (parts of tensors) apply to host consumers only: cutting "
-                                               "versions on the device is not built yet (memory = cuda)");
-    }
-    if (!options.conversions.empty()) {
-      throw Error(ErrorCode::kInvalidArgument, "conversions run on host consumers only: converting on the device "
-                                               "is not built yet (memory = cuda)");
-    }
     if (!options.caller_buffers.empty()) {
       throw Error(ErrorCode::kInvalidArgument, "caller_buffers are host memory: not with memory = cuda");
     }

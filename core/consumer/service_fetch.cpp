@@ -262,9 +262,14 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     const bool by_block = checked_by_block(m);
     check_arrived(policy_, m, {std::move(done->received), by_block, std::move(done->blocks)},
                   done->signature, current ? &current->manifest : nullptr);
-    // What was verified is what the producer sent; cutting and conversion follow (host
-    // consumers only).
-    if (!feeds_assembler_) shaper_.apply(m, selection_, done->buffer->memory.data(), *installed);
+    // What was verified is what the producer sent; cutting and conversion follow, on the device
+    // for a device consumer (on its copy, or on the device buffer a one-sided route read into).
+    if (!feeds_assembler_ && landing_) {
+      const auto* base = device_copy ? static_cast<const std::byte*>(device_copy->base) : done->buffer->memory.data();
+      shaper_.apply(m, selection_, base, *installed, {device::device_runtime(), landing_->device(), landing_->stream()});
+    } else if (!feeds_assembler_) {
+      shaper_.apply(m, selection_, done->buffer->memory.data(), *installed);
+    }
   } catch (const Error& e) {
     return reject(done->manifest, done->fetch_id, e);
   } catch (const std::bad_alloc&) {
@@ -279,6 +284,10 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   delta_base_.reset();
   // Views say where their bytes are: here, not where the producer had them.
   for (auto& t : installed->manifest.tensors) {
+    t.spec.memory = options_.memory;
+    t.spec.device = options_.memory == MemoryKind::kCuda ? options_.device : 0;
+  }
+  for (auto& t : installed->shaped) {
     t.spec.memory = options_.memory;
     t.spec.device = options_.memory == MemoryKind::kCuda ? options_.device : 0;
   }

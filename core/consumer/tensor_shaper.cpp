@@ -76,10 +76,16 @@ std::shared_ptr<HostBuffer> TensorShaper::free_memory(std::size_t bytes) {
   return pool_.back();
 }
 
-void TensorShaper::apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
-                         detail::InstalledVersion& version) {
-  if (leaves_as_is(selection)) return;
-  // Plan first: a version that cannot be converted as asked is refused before any work.
+struct TensorShaper::Planned {
+  detail::ShapedTensor view;
+  const TensorEntry* entry = nullptr;
+  const TensorConversion* conversion = nullptr;
+  std::vector<layout::CopyRun> runs;  // from the tensor's first byte; empty for a whole tensor
+};
+
+std::vector<TensorShaper::Planned> TensorShaper::plan(const Manifest& manifest, const TensorSelection& selection,
+                                                      std::size_t& bytes) const {
+  // A version that cannot be converted as asked is refused before any work.
   for (const auto& c : conversions_) {
     if (c.tensor == "*") continue;
     auto it = std::find_if(manifest.tensors.begin(), manifest.tensors.end(),
@@ -95,14 +101,8 @@ void TensorShaper::apply(const Manifest& manifest, const TensorSelection& select
     }
   }
   // Each view: where its bytes come from (runs of its tensor) and where they go.
-  struct Planned {
-    detail::ShapedTensor view;
-    const TensorEntry* entry = nullptr;
-    const TensorConversion* conversion = nullptr;
-    std::vector<layout::CopyRun> runs;  // from the tensor's first byte; empty for a whole tensor
-  };
   std::vector<Planned> planned;
-  std::size_t bytes = 0;
+  bytes = 0;
   auto place = [&](Planned& p, std::uint64_t elements) {
     const DType to = p.conversion ? p.conversion->to : p.entry->spec.dtype;
     p.view.spec.dtype = to;
@@ -143,6 +143,22 @@ void TensorShaper::apply(const Manifest& manifest, const TensorSelection& select
       planned.push_back(std::move(p));
     }
   }
+  return planned;
+}
+
+void TensorShaper::install(std::vector<Planned>& planned, detail::InstalledVersion& version) {
+  std::vector<detail::ShapedTensor> shaped;
+  shaped.reserve(planned.size());
+  for (auto& p : planned) shaped.push_back(std::move(p.view));
+  version.shaped = std::move(shaped);
+  version.shapes_views = true;
+}
+
+void TensorShaper::apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
+                         detail::InstalledVersion& version) {
+  if (leaves_as_is(selection)) return;
+  std::size_t bytes = 0;
+  auto planned = plan(manifest, selection, bytes);
   std::shared_ptr<HostBuffer> memory;
   if (bytes > 0) memory = free_memory(bytes);
   for (auto& p : planned) {
@@ -172,12 +188,79 @@ void TensorShaper::apply(const Manifest& manifest, const TensorSelection& select
     }
     convert_elements(p.entry->spec.dtype, src, *p.conversion, dst, count, p.view.scales, p.view.scale_block);
   }
-  std::vector<detail::ShapedTensor> shaped;
-  shaped.reserve(planned.size());
-  for (auto& p : planned) shaped.push_back(std::move(p.view));
-  version.shaped = std::move(shaped);
-  version.shapes_views = true;
+  install(planned, version);
   version.shaped_memory = std::move(memory);
+}
+
+std::shared_ptr<detail::DeviceBuffer> TensorShaper::free_device_memory(const OnDevice& on, std::size_t bytes) {
+  auto make = [&] {
+    auto buffer = std::make_shared<detail::DeviceBuffer>();
+    buffer->runtime = on.runtime;
+    buffer->base = on.runtime->allocate(on.device, bytes);
+    buffer->size = bytes;
+    return buffer;
+  };
+  for (auto& memory : device_pool_) {
+    if (memory.use_count() != 1) continue;
+    if (memory->size < bytes) memory = make();
+    return memory;
+  }
+  device_pool_.push_back(make());
+  return device_pool_.back();
+}
+
+void TensorShaper::apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
+                         detail::InstalledVersion& version, const OnDevice& on) {
+  if (leaves_as_is(selection)) return;
+  std::size_t bytes = 0;
+  auto planned = plan(manifest, selection, bytes);
+  std::shared_ptr<detail::DeviceBuffer> memory;
+  if (bytes > 0) memory = free_device_memory(on, bytes);
+  auto& runtime = *on.runtime;
+  std::vector<device::ByteRun> runs;
+  for (auto& p : planned) {
+    if (p.view.in_receive_buffer) continue;
+    const std::byte* tensor = base + p.entry->offset;
+    std::byte* dst = static_cast<std::byte*>(memory->base) + p.view.offset;
+    const std::size_t count = p.view.spec.element_count();
+    const DType from = p.entry->spec.dtype;
+    // As on the host: the source as one contiguous run of the producer's dtype.
+    const std::byte* src = tensor;
+    if (p.runs.size() == 1) {
+      src = tensor + p.runs.front().src_offset;
+    } else if (p.runs.size() > 1) {
+      std::byte* into = dst;
+      if (p.conversion) {
+        const std::size_t need = count * dtype_size(from);
+        if (!device_gathered_ || device_gathered_->size < need) {
+          runtime.synchronize_stream(on.stream);  // nothing queued may still use the old one
+          device_gathered_.reset();
+          auto scratch = std::make_shared<detail::DeviceBuffer>();
+          scratch->runtime = on.runtime;
+          scratch->base = runtime.allocate(on.device, need);
+          scratch->size = need;
+          device_gathered_ = std::move(scratch);
+        }
+        into = static_cast<std::byte*>(device_gathered_->base);
+      }
+      runs.clear();
+      for (const auto& run : p.runs) runs.push_back({run.src_offset, run.dst_offset, run.bytes});
+      runtime.gather_async(into, tensor, runs, on.stream);
+      if (!p.conversion) continue;
+      src = into;
+    }
+    if (!p.conversion) {
+      runtime.copy_async(dst, src, count * dtype_size(from), on.stream);
+    } else if (p.conversion->to != DType::kF8E4M3) {
+      runtime.convert_async(dst, p.conversion->to, src, from, count, on.stream);
+    } else {
+      p.view.scales = runtime.quantize_fp8(dst, src, from, count, p.conversion->fp8_block, on.stream);
+      p.view.scale_block = p.conversion->fp8_block;
+    }
+  }
+  runtime.synchronize_stream(on.stream);
+  install(planned, version);
+  version.shaped_device = std::move(memory);
 }
 
 }  // namespace modelcast::consumer

@@ -1,6 +1,5 @@
 #include "core/layout/convert.h"
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -9,6 +8,7 @@
 #include <limits>
 #include <string>
 
+#include "device/element_format.h"
 #include "modelcast/error.h"
 
 namespace modelcast::layout {
@@ -34,12 +34,12 @@ float load(Format format, const void* src, std::size_t i) noexcept {
     case Format::kF16: {
       std::uint16_t bits;
       std::memcpy(&bits, static_cast<const char*>(src) + i * 2, 2);
-      return static_cast<float>(std::bit_cast<Eigen::half>(bits));
+      return element::f16_to_f32(bits);
     }
     case Format::kBF16: {
       std::uint16_t bits;
       std::memcpy(&bits, static_cast<const char*>(src) + i * 2, 2);
-      return static_cast<float>(std::bit_cast<Eigen::bfloat16>(bits));
+      return element::bf16_to_f32(bits);
     }
     case Format::kF8E4M3: break;
   }
@@ -52,12 +52,12 @@ void store(Format format, void* dst, std::size_t i, float value) noexcept {
       std::memcpy(static_cast<char*>(dst) + i * 4, &value, 4);
       return;
     case Format::kF16: {
-      auto bits = std::bit_cast<std::uint16_t>(Eigen::half(value));
+      const std::uint16_t bits = element::f32_to_f16(value);
       std::memcpy(static_cast<char*>(dst) + i * 2, &bits, 2);
       return;
     }
     case Format::kBF16: {
-      auto bits = std::bit_cast<std::uint16_t>(Eigen::bfloat16(value));
+      const std::uint16_t bits = element::f32_to_bf16(value);
       std::memcpy(static_cast<char*>(dst) + i * 2, &bits, 2);
       return;
     }
@@ -81,7 +81,7 @@ void convert_from(const void* src, Format to, void* dst, std::size_t count) {
   }
 }
 
-// 2^k for the small k the fp8 encoder needs, built from its bits (exact, no libm call).
+// 2^k for the small k the fp8 table needs, built from its bits (exact, no libm call).
 constexpr double pow2(int k) noexcept { return std::bit_cast<double>(static_cast<std::uint64_t>(1023 + k) << 52); }
 
 constexpr std::array<float, 256> make_f8_table() noexcept {
@@ -120,17 +120,11 @@ float round_to_odd(double value) noexcept {
   return std::bit_cast<float>(bits);
 }
 
-// x / s in double is the exact quotient rounded once to 53 bits, and no 24-bit x over a 24-bit s
-// lies within 2^-53 relative of an fp8 tie without being on it, so rounding that double to fp8
-// rounds the exact quotient.
-std::uint8_t quantize_one(float x, double scale) noexcept {
-  return f8e4m3_from_double(static_cast<double>(x) / scale);
-}
+std::uint8_t quantize_one(float x, float scale) noexcept { return element::f8e4m3_quantize(x, scale); }
 
 template <Format From>
 void quantize_run(const void* src, std::uint8_t* dst, std::size_t count, float scale) {
-  const double s = scale;
-  for (std::size_t i = 0; i < count; ++i) dst[i] = quantize_one(load(From, src, i), s);
+  for (std::size_t i = 0; i < count; ++i) dst[i] = quantize_one(load(From, src, i), scale);
 }
 
 // A 16-bit input has 65,536 values: for a long run the codes of all of them for this scale cost
@@ -140,10 +134,9 @@ constexpr std::size_t kTableWorthIt = std::size_t{1} << 18;
 template <Format From>
 void quantize_run_by_table(const void* src, std::uint8_t* dst, std::size_t count, float scale) {
   std::vector<std::uint8_t> table(65536);
-  const double s = scale;
   for (std::uint32_t bits = 0; bits < 65536; ++bits) {
     const auto b = static_cast<std::uint16_t>(bits);
-    table[bits] = quantize_one(load(From, &b, 0), s);
+    table[bits] = quantize_one(load(From, &b, 0), scale);
   }
   const auto* in = static_cast<const unsigned char*>(src);
   for (std::size_t i = 0; i < count; ++i) {
@@ -196,10 +189,7 @@ void dequantize(const std::uint8_t* src, Format to, void* dst, std::size_t count
 template <Format From>
 float amax_run(const void* src, std::size_t count) {
   float m = 0.0f;
-  for (std::size_t i = 0; i < count; ++i) {
-    const float a = std::fabs(load(From, src, i));
-    if (a > m && a <= std::numeric_limits<float>::max()) m = a;  // NaN and inf compare out
-  }
+  for (std::size_t i = 0; i < count; ++i) m = std::max(m, element::finite_magnitude(load(From, src, i)));
   return m;
 }
 
@@ -261,10 +251,7 @@ float finite_amax(Format from, const void* src, std::size_t count) {
   return 0.0f;
 }
 
-float fp8_scale(float amax) noexcept {
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;
-  return std::max(amax / kF8E4M3Max, std::numeric_limits<float>::denorm_min());
-}
+float fp8_scale(float amax) noexcept { return element::fp8_scale(amax); }
 
 void quantize_fp8(Format from, const void* src, std::uint8_t* dst, std::size_t count, float scale) {
   require_ieee(from, "quantize_fp8");
@@ -318,25 +305,7 @@ void dequantize_fp8_per_block(const std::uint8_t* src, Format to, void* dst, std
   }
 }
 
-std::uint8_t f8e4m3_from_double(double value) noexcept {
-  const auto bits = std::bit_cast<std::uint64_t>(value);
-  const auto sign = static_cast<std::uint8_t>((bits >> 63) << 7);
-  const double magnitude = std::fabs(value);
-  if (std::isnan(magnitude) || std::isinf(magnitude)) return sign | 0x7f;
-  if (magnitude >= 448.0) return sign | 0x7e;
-  // e: the binade of the value, or that of the smallest normal for subnormals (whose spacing,
-  // 2^-9, continues the first binade's); n: the value in units of the binade's spacing 2^(e-3).
-  const int binade = static_cast<int>((bits >> 52) & 0x7ff) - 1023;
-  const int e = std::max(binade, -6);
-  const double scaled = magnitude * pow2(3 - e);  // exact: a power of two, in [0, 16]
-  auto n = static_cast<std::uint32_t>(scaled);
-  const double fraction = scaled - n;
-  // Branch-free: the comparisons come out at random on real data.
-  n += static_cast<std::uint32_t>(fraction > 0.5) | (static_cast<std::uint32_t>(fraction == 0.5) & n & 1u);
-  // Codes increase with the value, so n == 16 carries into the next exponent by itself, and for
-  // e == -6 the code is n whether it is subnormal (n < 8) or not.
-  return static_cast<std::uint8_t>(sign | static_cast<std::uint32_t>(((e + 7) << 3) + static_cast<int>(n) - 8));
-}
+std::uint8_t f8e4m3_from_double(double value) noexcept { return element::f8e4m3_from_double(value); }
 
 float f8e4m3_to_float(std::uint8_t code) noexcept { return kF8Values[code]; }
 

@@ -42,13 +42,14 @@ struct ReceiveBuffer {
   std::vector<std::uint64_t> held_blocks;
 };
 
-// One tensor view of a host consumer that shapes its views (ConsumerOptions::wants and
-// conversions, core/consumer/tensor_shaper.h): a whole tensor or a part of one, maybe in another
-// dtype, and where its bytes are.
+// One tensor view of a consumer that shapes its views (ConsumerOptions::wants and conversions,
+// core/consumer/tensor_shaper.h): a whole tensor or a part of one, maybe in another dtype, and
+// where its bytes are.
 struct ShapedTensor {
   TensorSpec spec;  // as views see it: the dtype converted to, the part's extent as shape
-  // In the receive buffer at byte `offset` (a whole tensor or a contiguous part, not converted),
-  // else in the version's shaped memory at `offset`.
+  // With the version's bytes at byte `offset` (a whole tensor or a contiguous part, not
+  // converted: in the receive buffer, or a device consumer's copy), else in the version's shaped
+  // memory at `offset`.
   bool in_receive_buffer = true;
   std::uint64_t offset = 0;
   std::vector<float> scales;  // f8e4m3: one per scale_block elements (0: one for the tensor)
@@ -68,6 +69,7 @@ struct InstalledVersion {
   std::vector<ShapedTensor> shaped;
   bool shapes_views = false;  // views are `shaped` (which may be empty: nothing wanted)
   std::shared_ptr<const HostBuffer> shaped_memory;
+  std::shared_ptr<const DeviceBuffer> shaped_device;  // a device consumer's shaped memory
   // Which wants the consumer fetched it with (its service's count of changes to them): a delta
   // against it copies only blocks those wants kept, so it is a base only for the same wants.
   std::uint64_t wants_generation = 0;

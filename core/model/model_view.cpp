@@ -12,7 +12,10 @@ const detail::InstalledVersion& checked(const std::shared_ptr<const detail::Inst
 TensorView view_of(const detail::InstalledVersion& v, std::size_t index) {
   if (v.shapes_views) {
     const auto& t = v.shaped[index];
-    const std::byte* base = t.in_receive_buffer ? v.buffer->memory.data() : v.shaped_memory->data();
+    const std::byte* base = t.in_receive_buffer ? (v.device ? static_cast<const std::byte*>(v.device->base)
+                                                             : v.buffer->memory.data())
+                            : v.shaped_device ? static_cast<const std::byte*>(v.shaped_device->base)
+                                              : v.shaped_memory->data();
     TensorView view{&t.spec, base + t.offset, t.scales, t.scale_block};
     view.box_offset = t.box_offset;
     view.whole_shape = t.whole_shape;

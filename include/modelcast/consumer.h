@@ -137,13 +137,13 @@ struct ConsumerOptions {
   // What views hold of each tensor (see TensorWant); empty: every tensor whole. A version that
   // lacks a named tensor, or whose shape a want does not fit (a box outside the tensor, a shard
   // along a dimension it lacks), is rejected naming the tensor and the box, before any byte is
-  // received, and the last good version stays. Host consumers only (Error(kInvalidArgument) with
-  // memory = cuda). A consumer that keeps only parts of the model serves no peers. Versions the
+  // received, and the last good version stays. A device consumer cuts its parts on the device.
+  // A consumer that keeps only parts of the model serves no peers. Versions the
   // producer hashes per tensor (device producers) are received whole and then cut to the wants.
   std::vector<TensorWant> wants;
-  // Tensors that views hold in another dtype (see TensorConversion); host consumers only
-  // (Error(kInvalidArgument) with memory = cuda). A version with a named tensor that is absent
-  // or not f32, f16 or bf16 is rejected naming it, and the last good version stays.
+  // Tensors that views hold in another dtype (see TensorConversion); a device consumer converts
+  // on the device, to the same bits as a host consumer. A version with a named tensor that is
+  // absent or not f32, f16 or bf16 is rejected naming it, and the last good version stays.
   std::vector<TensorConversion> conversions;
   // A group of consumers that switch versions together: the tensor-parallel ranks of one
   // server, each a Consumer (usually in its own process) with the same `group` name and

@@ -305,7 +305,7 @@ typedef struct mc_consumer_options {
    * (ConsumerOptions::serve_peers). Default 1. */
   int serve_peers;
   /* Since 0.5 (read only when struct_size covers them). Tensors views hold in another dtype
-   * (ConsumerOptions::conversions; host consumers only): count 0 (default) = none. */
+   * (ConsumerOptions::conversions; on the device for a device consumer): count 0 (default) = none. */
   const struct mc_tensor_conversion* conversions;
   size_t conversion_count;
   /* Since 0.6 (read only when struct_size covers them). A group of `group_size` consumers (a
@@ -314,7 +314,7 @@ typedef struct mc_consumer_options {
   const char* group;
   uint32_t group_size;
   /* Since 0.7 (read only when struct_size covers them). What views hold of each tensor
-   * (ConsumerOptions::wants; host consumers only): count 0 (default) = every tensor whole.
+   * (ConsumerOptions::wants; cut on the device for a device consumer): count 0 (default) = every tensor whole.
    * mc_view_tensor_box says where a view's part lies in its tensor. */
   const struct mc_tensor_want* wants;
   size_t want_count;

@@ -16,20 +16,21 @@ class Consumer(Service):
     relay versions to other consumers when the producer asks; stats() counts ``bytes_relayed``
     and ``relay_faults``). Caller-owned receive buffers are not offered in Python.
 
-    ``conversions`` serves tensors in another dtype, converted once each version is verified
-    (host consumers only): a dict ``{name: dtype}`` or a list of ``(name, dtype)`` or
-    ``(name, dtype, fp8_block)``, ``name`` ``"*"`` for every f32, f16 and bf16 tensor not named,
-    ``dtype`` ``"f32"``, ``"f16"``, ``"bf16"`` or ``"f8e4m3"`` (a torch or NumPy dtype works for
-    the first three). f8e4m3 tensors come as their uint8 codes; ``view.scales(name)`` gives
-    their scales.
+    ``conversions`` serves tensors in another dtype, converted once each version is verified (on
+    the device for a device consumer): a dict ``{name: dtype}`` or a list of ``(name, dtype)``
+    or ``(name, dtype, fp8_block)``, ``name`` ``"*"`` for every f32, f16 and bf16 tensor not
+    named, ``dtype`` ``"f32"``, ``"f16"``, ``"bf16"`` or ``"f8e4m3"`` (a torch or NumPy dtype
+    works for the first three). f8e4m3 tensors come as their uint8 codes; ``view.scales(name)``
+    gives their scales.
 
-    ``wants`` keeps parts of the model (host consumers only): a dict ``{name: want}``, ``name``
-    ``"*"`` for every tensor not named, a want being ``"whole"``, ``None`` (nothing of it),
-    ``("shard", dim, index, count)`` (part ``index`` of ``count`` along ``dim``, as torch.chunk
-    splits it; under ``"*"`` a tensor without ``dim`` is kept whole) or a list of
-    ``(offset, extent)`` boxes. Only the blocks holding those bytes are fetched; a view's array
-    or tensor is then the part, ``view.box(name)`` gives ``(offset, whole_shape)``, and stats()
-    ``wanted_bytes``. With several boxes of a tensor, views give the first.
+    ``wants`` keeps parts of the model (cut on the device for a device consumer): a dict
+    ``{name: want}``, ``name`` ``"*"`` for every tensor not named, a want being ``"whole"``,
+    ``None`` (nothing of it), ``("shard", dim, index, count)`` (part ``index`` of ``count``
+    along ``dim``, as torch.chunk splits it; under ``"*"`` a tensor without ``dim`` is kept
+    whole) or a list of ``(offset, extent)`` boxes. Only the blocks holding those bytes are
+    fetched; a view's array or tensor is then the part, ``view.box(name)`` gives ``(offset,
+    whole_shape)``, and stats() ``wanted_bytes``. With several boxes of a tensor, views give the
+    first.
 
     ``group="name", group_size=N`` makes this consumer one of the N ranks of a server that switch
     versions together: a version becomes visible here only once every rank holds it verified
