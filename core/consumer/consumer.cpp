@@ -3,7 +3,9 @@
 // One producer: one service, whose store readers see. A model that several producer ranks
 // publish: the service of the endpoint the user gave learns the others from its join reply
 // (on_ranks), and the Consumer starts one service per other rank; every service then hands the
-// versions it installs (that rank's pieces) to one RankAssembler, whose store readers see.
+// versions it installs (that rank's pieces) to one RankAssembler, whose store readers see. A
+// device consumer's services land their pieces on its device, where the assembler copies and
+// converts them.
 //
 // Threads: on_ranks runs on the first service's thread and is the only writer of `assembler_` and
 // `others_` (under `mutex_`). Readers use `readers_` (VersionStore: its own lock), which the
@@ -99,7 +101,6 @@ class Consumer::Impl {
       if (options_.on_error) options_.on_error(Error(ErrorCode::kInvalidArgument, why));
       return true;  // its versions are pieces: never shown as the model
     };
-    if (options_.memory == MemoryKind::kCuda) return fail("device consumers of a model published by several ranks are not built yet");
     // The assembler keeps each rank's last two versions while the next one arrives.
     if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < 3) {
       return fail("a model published by several ranks needs >= 3 caller_buffers (two held for assembly, one "
@@ -113,7 +114,8 @@ class Consumer::Impl {
                                                            options_.on_update, options_.on_error, readers_,
                                                            [this](std::size_t r, std::vector<TensorWant> wants) {
                                                              if (auto* s = service_of(r)) s->set_wants(std::move(wants));
-                                                           });
+                                                           },
+                                                           assembly_target());
     for (std::uint32_t r = 0; r < endpoints.size(); ++r) {
       if (r == rank) continue;
       ConsumerOptions o = options_;
@@ -142,6 +144,14 @@ class Consumer::Impl {
     }
     rank_of_[rank] = first_.get();
     return true;
+  }
+
+  // Where assembled versions live: a device consumer's device (its ranks' services land their
+  // pieces there too, so the pieces are copied and converted on the device), or host memory.
+  std::unique_ptr<consumer::ShapingTarget> assembly_target() const {
+    if (options_.memory != MemoryKind::kCuda) return std::make_unique<consumer::ShapingTarget>();
+    return std::make_unique<consumer::ShapingTarget>(device::require_device_runtime("a device consumer"),
+                                                     options_.device);
   }
 
   // Rank r's service (the first one for the rank the user's endpoint is), null if it could not

@@ -28,7 +28,8 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
 
 RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
                              std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
-                             VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine)
+                             VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine,
+                             std::unique_ptr<ShapingTarget> target)
     : ranks_(ranks),
       wants_(std::move(wants)),
       shaper_(std::move(conversions)),
@@ -37,6 +38,7 @@ RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, s
       refine_(std::move(refine)),
       asked_(ranks),
       held_(ranks),
+      target_(target ? std::move(target) : std::make_unique<ShapingTarget>()),
       store_(readers) {}
 
 RankAssembler::Counts RankAssembler::counts() const {
@@ -111,7 +113,12 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
                                                   std::to_string(m.rank) + " of " + std::to_string(m.rank_count) +
                                                   "; rank 0 lists " + std::to_string(ranks_) + " ranks");
     }
-    if (!pieces[r]->buffer) throw Error(ErrorCode::kState, "rank " + std::to_string(r) + "'s version has no host bytes");
+    if (!pieces[r]->buffer && !pieces[r]->device) {
+      throw Error(ErrorCode::kState, "rank " + std::to_string(r) + "'s version has no bytes");
+    }
+    if ((pieces[r]->device != nullptr || pieces[r]->buffer->device_owned != nullptr) != target_->on_device()) {
+      throw Error(ErrorCode::kState, "rank " + std::to_string(r) + "'s version is not where assembled versions go");
+    }
     for (const auto& t : m.tensors) {
       layout::Piece piece;
       piece.tensor = t.spec.name;
@@ -209,17 +216,23 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
     converted_at[d] = bytes;
     bytes += aligned(dest.box.volume() * dtype_size(conversion[d]->to));
   }
-  auto memory = std::make_shared<HostBuffer>(std::max<std::uint64_t>(bytes, 1));
+  std::byte* memory = target_->take(bytes);
+  std::vector<layout::CopyRun> runs;
   for (std::size_t r = 0; r < ranks_; ++r) {
     const Manifest& rm = pieces[r]->manifest;
-    const std::byte* base = pieces[r]->buffer->memory.data();
+    // A device consumer's ranks hold their pieces in device memory (a copy, or the buffer a
+    // one-sided route read into), as the target's memory is.
+    const std::byte* base = pieces[r]->device ? static_cast<const std::byte*>(pieces[r]->device->base)
+                                              : pieces[r]->buffer->memory.data();
+    runs.clear();
     for (const auto& range : plan.by_rank[r]) {
-      const std::byte* src = base + rm.tensors[range.piece].offset + range.src_offset;
-      std::byte* dst = memory->data() + at[range.destination] + range.dst_offset;
+      const std::uint64_t src = rm.tensors[range.piece].offset + range.src_offset;
+      const std::uint64_t dst = at[range.destination] + range.dst_offset;
       for (std::uint64_t i = 0; i < range.count; ++i) {
-        std::memcpy(dst + i * range.dst_stride, src + i * range.src_stride, range.length);
+        runs.push_back({src + i * range.src_stride, dst + i * range.dst_stride, range.length});
       }
     }
+    target_->gather(memory, base, runs);
   }
   std::uint64_t wanted_bytes = 0;
   for (std::size_t d = 0; d < plan.destinations.size(); ++d) {
@@ -229,6 +242,8 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
     view.spec.name = dest.tensor;
     view.spec.dtype = dest.dtype;
     view.spec.shape.assign(dest.box.extents().begin(), dest.box.extents().end());
+    view.spec.memory = target_->on_device() ? MemoryKind::kCuda : MemoryKind::kHost;
+    view.spec.device = target_->device();
     view.in_receive_buffer = false;
     view.offset = at[d];
     if (!(dest.box == layout::Box::whole(tensor->shape))) {
@@ -238,14 +253,14 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
     if (conversion[d]) {
       view.spec.dtype = conversion[d]->to;
       view.offset = converted_at[d];
-      convert_elements(dest.dtype, memory->data() + at[d], *conversion[d], memory->data() + converted_at[d],
-                       dest.box.volume(), view.scales, view.scale_block);
+      target_->convert(dest.dtype, memory + at[d], *conversion[d], memory + converted_at[d], dest.box.volume(),
+                       view.scales, view.scale_block);
     }
     wanted_bytes += dest.bytes;
     installed->shaped.push_back(std::move(view));
   }
+  target_->install(*installed);
   installed->shapes_views = true;
-  installed->shaped_memory = std::move(memory);
   installed->update_latency = std::chrono::nanoseconds(realtime_ns() - m.publish_time_ns);
   counts_.wanted_bytes = wanted_bytes;
   return installed;

@@ -34,10 +34,13 @@ class RankAssembler {
   // are the consumer's (checked already). on_update and on_error run on the offering rank's
   // service thread, outside the assembler's lock.
   // Assembled versions are installed in `readers` (acquire/wait_for/install only), which must
-  // outlive the assembler.
+  // outlive the assembler. `target` says where assembled versions live and does the copies:
+  // host memory (null), or a device consumer's device, whose rank services hold their pieces
+  // in device memory.
   RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
                 std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
-                VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine);
+                VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine,
+                std::unique_ptr<ShapingTarget> target = nullptr);
 
   // Rank `rank` installed `version` (its pieces, verified). Assembles and installs a new version
   // when every rank now holds one of a step not assembled yet. Never throws: a set of pieces that
@@ -84,6 +87,7 @@ class RankAssembler {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> refused_;
   std::uint64_t next_version_ = 1;
   Counts counts_;
+  std::unique_ptr<ShapingTarget> target_;  // under mutex_
   VersionStore& store_;  // the readers'; assembled versions own their memory
 };
 

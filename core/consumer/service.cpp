@@ -25,6 +25,9 @@ ConsumerService::ConsumerService(ConsumerOptions options, ServiceHooks hooks)
   policy_.producer = link_.pinned_key();
   if (options_.memory == MemoryKind::kCuda) {
     landing_ = std::make_unique<DeviceLanding>(*device::device_runtime(), options_.device, options_.buffers);
+    target_ = std::make_unique<ShapingTarget>(*device::device_runtime(), options_.device);
+  } else {
+    target_ = std::make_unique<ShapingTarget>();
   }
   service_ = std::thread([this] { service_loop(); });
 }

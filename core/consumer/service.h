@@ -194,6 +194,8 @@ class ConsumerService {
   FetchClient fetch_;        // service thread only
   RelayServer relay_;        // service thread only
   TensorShaper shaper_;       // service thread only after construction
+  // Where shaped views go: host memory, or a device consumer's device (its own stream).
+  std::unique_ptr<ShapingTarget> target_;  // service thread only after construction
   // Wants set by set_wants, not yet taken by the service thread (under wants_mutex_), and those
   // of the fetches from then on with their generation (service thread only).
   std::mutex wants_mutex_;

@@ -264,11 +264,9 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
                   done->signature, current ? &current->manifest : nullptr);
     // What was verified is what the producer sent; cutting and conversion follow, on the device
     // for a device consumer (on its copy, or on the device buffer a one-sided route read into).
-    if (!feeds_assembler_ && landing_) {
+    if (!feeds_assembler_) {
       const auto* base = device_copy ? static_cast<const std::byte*>(device_copy->base) : done->buffer->memory.data();
-      shaper_.apply(m, selection_, base, *installed, {device::device_runtime(), landing_->device(), landing_->stream()});
-    } else if (!feeds_assembler_) {
-      shaper_.apply(m, selection_, done->buffer->memory.data(), *installed);
+      shaper_.apply(m, selection_, base, *installed, *target_);
     }
   } catch (const Error& e) {
     return reject(done->manifest, done->fetch_id, e);

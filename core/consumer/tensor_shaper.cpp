@@ -4,7 +4,6 @@
 #include <cstring>
 #include <set>
 
-#include "core/layout/convert.h"
 #include "core/layout/copy_runs.h"
 #include "modelcast/error.h"
 
@@ -18,24 +17,6 @@ std::size_t aligned(std::size_t n) { return (n + kAlignment - 1) / kAlignment * 
 bool convertible(DType dtype) { return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16; }
 
 }  // namespace
-
-void convert_elements(DType from_dtype, const std::byte* src, const TensorConversion& conversion, std::byte* dst,
-                      std::size_t count, std::vector<float>& scales, std::size_t& scale_block) {
-  const auto from = *layout::format_of(from_dtype);
-  const auto to = conversion.to;
-  if (count == 0) {
-    if (to == DType::kF8E4M3) scales = {1.0f};
-    return;
-  }
-  if (to != DType::kF8E4M3) return layout::convert(from, src, *layout::format_of(to), dst, count);
-  auto* codes = reinterpret_cast<std::uint8_t*>(dst);
-  if (conversion.fp8_block == 0) {
-    scales = {layout::quantize_fp8_per_tensor(from, src, codes, count)};
-  } else {
-    scales = layout::quantize_fp8_per_block(from, src, codes, count, conversion.fp8_block);
-    scale_block = conversion.fp8_block;
-  }
-}
 
 TensorShaper::TensorShaper(std::vector<TensorConversion> conversions) : conversions_(std::move(conversions)) {
   std::set<std::string> names;
@@ -62,18 +43,6 @@ const TensorConversion* TensorShaper::conversion_for(const TensorSpec& spec) con
     if (c.tensor == spec.name) return &c;
   }
   return wildcard_ && convertible(spec.dtype) ? wildcard_ : nullptr;
-}
-
-std::shared_ptr<HostBuffer> TensorShaper::free_memory(std::size_t bytes) {
-  // Views hold the memory of the versions they see; one no view holds is taken again, grown if
-  // a version needs more. The pool grows with the views held, as receive buffers cannot.
-  for (auto& memory : pool_) {
-    if (memory.use_count() != 1) continue;
-    if (memory->size() < bytes) memory = std::make_shared<HostBuffer>(bytes);
-    return memory;
-  }
-  pool_.push_back(std::make_shared<HostBuffer>(bytes));
-  return pool_.back();
 }
 
 struct TensorShaper::Planned {
@@ -146,121 +115,40 @@ std::vector<TensorShaper::Planned> TensorShaper::plan(const Manifest& manifest, 
   return planned;
 }
 
-void TensorShaper::install(std::vector<Planned>& planned, detail::InstalledVersion& version) {
+void TensorShaper::apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
+                         detail::InstalledVersion& version, ShapingTarget& target) const {
+  if (leaves_as_is(selection)) return;
+  std::size_t bytes = 0;
+  auto planned = plan(manifest, selection, bytes);
+  std::byte* memory = bytes > 0 ? target.take(bytes) : nullptr;
+  for (auto& p : planned) {
+    if (p.view.in_receive_buffer) continue;
+    const std::byte* tensor = base + p.entry->offset;
+    std::byte* dst = memory + p.view.offset;
+    const std::size_t count = p.view.spec.element_count();
+    const DType from = p.entry->spec.dtype;
+    // The source as one contiguous run of the producer's dtype: in place, or gathered.
+    const std::byte* src = tensor;
+    if (p.runs.size() == 1) {
+      src = tensor + p.runs.front().src_offset;
+    } else if (p.runs.size() > 1) {
+      std::byte* into = p.conversion ? target.scratch(count * dtype_size(from)) : dst;
+      target.gather(into, tensor, p.runs);
+      if (!p.conversion) continue;
+      src = into;
+    }
+    if (p.conversion) {
+      target.convert(from, src, *p.conversion, dst, count, p.view.scales, p.view.scale_block);
+    } else {
+      target.copy(dst, src, count * dtype_size(from));
+    }
+  }
+  target.install(version);
   std::vector<detail::ShapedTensor> shaped;
   shaped.reserve(planned.size());
   for (auto& p : planned) shaped.push_back(std::move(p.view));
   version.shaped = std::move(shaped);
   version.shapes_views = true;
-}
-
-void TensorShaper::apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
-                         detail::InstalledVersion& version) {
-  if (leaves_as_is(selection)) return;
-  std::size_t bytes = 0;
-  auto planned = plan(manifest, selection, bytes);
-  std::shared_ptr<HostBuffer> memory;
-  if (bytes > 0) memory = free_memory(bytes);
-  for (auto& p : planned) {
-    if (p.view.in_receive_buffer) continue;
-    const std::byte* tensor = base + p.entry->offset;
-    std::byte* dst = memory->data() + p.view.offset;
-    const std::size_t count = p.view.spec.element_count();
-    // The source as one contiguous run of the producer's dtype: in place, or gathered.
-    const std::byte* src = tensor;
-    if (!p.runs.empty()) {
-      if (p.runs.size() == 1) {
-        src = tensor + p.runs.front().src_offset;
-      } else {
-        std::byte* into = dst;
-        if (p.conversion) {
-          gathered_.resize(count * dtype_size(p.entry->spec.dtype));
-          into = gathered_.data();
-        }
-        for (const auto& run : p.runs) std::memcpy(into + run.dst_offset, tensor + run.src_offset, run.bytes);
-        if (!p.conversion) continue;
-        src = gathered_.data();
-      }
-    }
-    if (!p.conversion) {
-      std::memcpy(dst, src, count * dtype_size(p.entry->spec.dtype));
-      continue;
-    }
-    convert_elements(p.entry->spec.dtype, src, *p.conversion, dst, count, p.view.scales, p.view.scale_block);
-  }
-  install(planned, version);
-  version.shaped_memory = std::move(memory);
-}
-
-std::shared_ptr<detail::DeviceBuffer> TensorShaper::free_device_memory(const OnDevice& on, std::size_t bytes) {
-  auto make = [&] {
-    auto buffer = std::make_shared<detail::DeviceBuffer>();
-    buffer->runtime = on.runtime;
-    buffer->base = on.runtime->allocate(on.device, bytes);
-    buffer->size = bytes;
-    return buffer;
-  };
-  for (auto& memory : device_pool_) {
-    if (memory.use_count() != 1) continue;
-    if (memory->size < bytes) memory = make();
-    return memory;
-  }
-  device_pool_.push_back(make());
-  return device_pool_.back();
-}
-
-void TensorShaper::apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
-                         detail::InstalledVersion& version, const OnDevice& on) {
-  if (leaves_as_is(selection)) return;
-  std::size_t bytes = 0;
-  auto planned = plan(manifest, selection, bytes);
-  std::shared_ptr<detail::DeviceBuffer> memory;
-  if (bytes > 0) memory = free_device_memory(on, bytes);
-  auto& runtime = *on.runtime;
-  std::vector<device::ByteRun> runs;
-  for (auto& p : planned) {
-    if (p.view.in_receive_buffer) continue;
-    const std::byte* tensor = base + p.entry->offset;
-    std::byte* dst = static_cast<std::byte*>(memory->base) + p.view.offset;
-    const std::size_t count = p.view.spec.element_count();
-    const DType from = p.entry->spec.dtype;
-    // As on the host: the source as one contiguous run of the producer's dtype.
-    const std::byte* src = tensor;
-    if (p.runs.size() == 1) {
-      src = tensor + p.runs.front().src_offset;
-    } else if (p.runs.size() > 1) {
-      std::byte* into = dst;
-      if (p.conversion) {
-        const std::size_t need = count * dtype_size(from);
-        if (!device_gathered_ || device_gathered_->size < need) {
-          runtime.synchronize_stream(on.stream);  // nothing queued may still use the old one
-          device_gathered_.reset();
-          auto scratch = std::make_shared<detail::DeviceBuffer>();
-          scratch->runtime = on.runtime;
-          scratch->base = runtime.allocate(on.device, need);
-          scratch->size = need;
-          device_gathered_ = std::move(scratch);
-        }
-        into = static_cast<std::byte*>(device_gathered_->base);
-      }
-      runs.clear();
-      for (const auto& run : p.runs) runs.push_back({run.src_offset, run.dst_offset, run.bytes});
-      runtime.gather_async(into, tensor, runs, on.stream);
-      if (!p.conversion) continue;
-      src = into;
-    }
-    if (!p.conversion) {
-      runtime.copy_async(dst, src, count * dtype_size(from), on.stream);
-    } else if (p.conversion->to != DType::kF8E4M3) {
-      runtime.convert_async(dst, p.conversion->to, src, from, count, on.stream);
-    } else {
-      p.view.scales = runtime.quantize_fp8(dst, src, from, count, p.conversion->fp8_block, on.stream);
-      p.view.scale_block = p.conversion->fp8_block;
-    }
-  }
-  runtime.synchronize_stream(on.stream);
-  install(planned, version);
-  version.shaped_device = std::move(memory);
 }
 
 }  // namespace modelcast::consumer

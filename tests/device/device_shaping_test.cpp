@@ -276,4 +276,71 @@ TEST(DeviceShaping, ADeviceProducersVersionsAreCutAndConvertedOnTheDeviceConsume
   });
 }
 
+// A model two producer ranks publish, each holding half of "w" (dim 0) and all of "b": a device
+// consumer assembles (and converts) the pieces on its device, to the host consumer's bits.
+TEST(DeviceShaping, ADeviceConsumerAssemblesProducerRanksPiecesOnTheDevice) {
+  auto& rt = runtime();
+  constexpr std::int64_t kRows = 512, kCols = 64;
+  struct Rank {
+    std::vector<float> w = std::vector<float>(kRows / 2 * kCols), b = std::vector<float>(kCols);
+    std::unique_ptr<modelcast::Producer> producer;
+  };
+  Rank ranks[2];
+  std::string endpoint1;
+  for (int r : {1, 0}) {
+    modelcast::ProducerOptions options;
+    options.model_name = "shaped";
+    options.control_endpoint = "tcp://127.0.0.1:0";
+    options.rank = static_cast<std::uint32_t>(r);
+    options.rank_count = 2;
+    if (r == 0) options.rank_endpoints = {"", endpoint1};
+    ranks[r].producer = std::make_unique<modelcast::Producer>(options);
+    modelcast::TensorRef w{{"w", DType::kF32, {kRows / 2, kCols}}, ranks[r].w.data()};
+    w.global_shape = {kRows, kCols};
+    w.global_offset = {r * kRows / 2, 0};
+    ranks[r].producer->register_tensor(w);
+    ranks[r].producer->register_tensor({{"b", DType::kF32, {kCols}}, ranks[r].b.data()});
+    ranks[r].producer->prepare();
+    if (r == 1) endpoint1 = ranks[r].producer->control_endpoint();
+  }
+  auto options = [&](MemoryKind memory, bool shaped) {
+    modelcast::ConsumerOptions o;
+    o.producer_endpoint = ranks[0].producer->control_endpoint();
+    o.model_name = "shaped";
+    o.memory = memory;
+    if (shaped) {
+      o.wants = {TensorWant::shard("*", 1, 0, 2)};  // across both ranks' pieces of "w"
+      o.conversions = {{"w", DType::kBF16, 0}, {"b", DType::kF8E4M3, 16}};
+    }
+    return o;
+  };
+  modelcast::Consumer host(options(MemoryKind::kHost, true));
+  modelcast::Consumer device(options(MemoryKind::kCuda, true));
+  modelcast::Consumer device_whole(options(MemoryKind::kCuda, false));
+  modelcast::Consumer host_whole(options(MemoryKind::kHost, false));
+  for (std::int64_t step : {3, 4}) {
+    const auto w = awkward_floats(kRows * kCols, static_cast<std::uint64_t>(step));
+    const auto b = awkward_floats(kCols, static_cast<std::uint64_t>(step) + 50);
+    for (int r : {0, 1}) {
+      std::copy(w.begin() + r * kRows / 2 * kCols, w.begin() + (r + 1) * kRows / 2 * kCols, ranks[r].w.begin());
+      std::copy(b.begin(), b.end(), ranks[r].b.begin());
+      ranks[r].producer->publish(step);
+    }
+    for (auto pair : {std::pair{&device, &host}, std::pair{&device_whole, &host_whole}}) {
+      modelcast::ModelView on_device, on_host;
+      for (std::uint64_t v = 1; on_device.empty() || on_device.step() != step; ++v) {
+        on_device = pair.first->wait_for_version(v, 60s);
+        ASSERT_FALSE(on_device.empty()) << "step " << step << ": " << pair.first->stats().last_error;
+      }
+      for (std::uint64_t v = 1; on_host.empty() || on_host.step() != step; ++v) {
+        on_host = pair.second->wait_for_version(v, 60s);
+        ASSERT_FALSE(on_host.empty()) << "step " << step << ": " << pair.second->stats().last_error;
+      }
+      EXPECT_EQ(same(rt, on_device, on_host), "") << "step " << step;
+    }
+    EXPECT_EQ(device.acquire().find("w")->shape(), (std::vector<std::int64_t>{kRows, kCols / 2}));
+    EXPECT_EQ(device_whole.acquire().find("w")->shape(), (std::vector<std::int64_t>{kRows, kCols}));
+  }
+}
+
 }  // namespace

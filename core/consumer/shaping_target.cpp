@@ -1,0 +1,121 @@
+#include "core/consumer/shaping_target.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/layout/convert.h"
+
+namespace modelcast::consumer {
+
+void convert_elements(DType from_dtype, const std::byte* src, const TensorConversion& conversion, std::byte* dst,
+                      std::size_t count, std::vector<float>& scales, std::size_t& scale_block) {
+  const auto from = *layout::format_of(from_dtype);
+  const auto to = conversion.to;
+  if (count == 0) {
+    if (to == DType::kF8E4M3) scales = {1.0f};
+    return;
+  }
+  if (to != DType::kF8E4M3) return layout::convert(from, src, *layout::format_of(to), dst, count);
+  auto* codes = reinterpret_cast<std::uint8_t*>(dst);
+  if (conversion.fp8_block == 0) {
+    scales = {layout::quantize_fp8_per_tensor(from, src, codes, count)};
+  } else {
+    scales = layout::quantize_fp8_per_block(from, src, codes, count, conversion.fp8_block);
+    scale_block = conversion.fp8_block;
+  }
+}
+
+namespace {
+
+std::shared_ptr<detail::DeviceBuffer> device_buffer(device::DeviceRuntime& runtime, int device, std::size_t bytes) {
+  auto buffer = std::make_shared<detail::DeviceBuffer>();
+  buffer->runtime = &runtime;
+  buffer->base = runtime.allocate(device, bytes);
+  buffer->size = bytes;
+  return buffer;
+}
+
+// The pool's member no installed version holds, grown to `bytes`, or a new one.
+template <typename Buffer, typename Make>
+std::shared_ptr<Buffer> free_one(std::vector<std::shared_ptr<Buffer>>& pool, std::size_t bytes, std::size_t (*size)(const Buffer&),
+                                 Make&& make) {
+  for (auto& buffer : pool) {
+    if (buffer.use_count() != 1) continue;
+    if (size(*buffer) < bytes) buffer = make();
+    return buffer;
+  }
+  pool.push_back(make());
+  return pool.back();
+}
+
+}  // namespace
+
+ShapingTarget::ShapingTarget(device::DeviceRuntime& runtime, int device)
+    : runtime_(&runtime), device_(device), stream_(runtime.create_stream(device)) {}
+
+ShapingTarget::~ShapingTarget() {
+  if (runtime_) runtime_->destroy_stream(stream_);
+}
+
+std::byte* ShapingTarget::take(std::size_t bytes) {
+  bytes = std::max<std::size_t>(bytes, 1);
+  if (runtime_) {
+    taken_device_ = free_one<detail::DeviceBuffer>(
+        device_pool_, bytes, [](const detail::DeviceBuffer& b) { return b.size; },
+        [&] { return device_buffer(*runtime_, device_, bytes); });
+    return static_cast<std::byte*>(taken_device_->base);
+  }
+  taken_host_ = free_one<HostBuffer>(host_pool_, bytes, [](const HostBuffer& b) { return b.size(); },
+                                     [&] { return std::make_shared<HostBuffer>(bytes); });
+  return taken_host_->data();
+}
+
+void ShapingTarget::gather(std::byte* dst, const std::byte* src, std::span<const layout::CopyRun> runs) {
+  if (!runtime_) {
+    for (const auto& run : runs) std::memcpy(dst + run.dst_offset, src + run.src_offset, run.bytes);
+    return;
+  }
+  runs_.clear();
+  for (const auto& run : runs) runs_.push_back({run.src_offset, run.dst_offset, run.bytes});
+  runtime_->gather_async(dst, src, runs_, stream_);
+}
+
+void ShapingTarget::copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (runtime_) return runtime_->copy_async(dst, src, bytes, stream_);
+  std::memcpy(dst, src, bytes);
+}
+
+std::byte* ShapingTarget::scratch(std::size_t bytes) {
+  if (!runtime_) {
+    host_scratch_.resize(bytes);
+    return host_scratch_.data();
+  }
+  if (!device_scratch_ || device_scratch_->size < bytes) {
+    runtime_->synchronize_stream(stream_);  // nothing queued may still use the old one
+    device_scratch_.reset();
+    device_scratch_ = device_buffer(*runtime_, device_, std::max<std::size_t>(bytes, 1));
+  }
+  return static_cast<std::byte*>(device_scratch_->base);
+}
+
+void ShapingTarget::convert(DType from, const std::byte* src, const TensorConversion& conversion, std::byte* dst,
+                            std::size_t count, std::vector<float>& scales, std::size_t& scale_block) {
+  if (!runtime_ || count == 0) return convert_elements(from, src, conversion, dst, count, scales, scale_block);
+  if (conversion.to != DType::kF8E4M3) return runtime_->convert_async(dst, conversion.to, src, from, count, stream_);
+  scales = runtime_->quantize_fp8(dst, src, from, count, conversion.fp8_block, stream_);
+  if (conversion.fp8_block != 0) scale_block = conversion.fp8_block;
+}
+
+void ShapingTarget::install(detail::InstalledVersion& version) {
+  if (runtime_) {
+    runtime_->synchronize_stream(stream_);
+    version.shaped_device = std::move(taken_device_);
+  } else {
+    version.shaped_memory = std::move(taken_host_);
+  }
+  taken_device_.reset();
+  taken_host_.reset();
+}
+
+}  // namespace modelcast::consumer
