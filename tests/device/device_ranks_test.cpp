@@ -29,8 +29,6 @@ bool reaches(const modelcast::Consumer& consumer, std::int64_t step) {
   }, 60s);
 }
 
-using Boxes = std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>>;
-
 class DeviceRanks : public testing::TestWithParam<std::uint32_t> {};
 
 TEST_P(DeviceRanks, DeviceConsumersAssembleWhatTheyWantFromEveryRankEveryByteChecked) {
@@ -60,13 +58,7 @@ TEST_P(DeviceRanks, DeviceConsumersAssembleWhatTheyWantFromEveryRankEveryByteChe
     for (std::size_t i = 0; i < shards.size(); ++i) {
       ASSERT_TRUE(reaches(*tp[i], step)) << tp[i]->stats().last_error;
       const auto s = shards[i];
-      auto boxes = [&](const Global& g) -> Boxes {
-        if (s.dim >= g.shape.size()) return std::nullopt;
-        std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
-        std::tie(offset[s.dim], extent[s.dim]) = chunk(g.shape[s.dim], s.k, s.n);
-        return std::make_pair(offset, extent);
-      };
-      EXPECT_EQ(check(tp[i]->acquire(), step, boxes), "") << "shard " << s.k << " of " << s.n << " along " << s.dim
+      EXPECT_EQ(check(tp[i]->acquire(), step, shard_of(s.dim, s.k, s.n)), "") << "shard " << s.k << " of " << s.n << " along " << s.dim
                                                           << ", M " << m;
       EXPECT_EQ(tp[i]->acquire().find("w")->spec->memory, modelcast::MemoryKind::kCuda);
     }
@@ -80,12 +72,7 @@ INSTANTIATE_TEST_SUITE_P(OneTwoFour, DeviceRanks, testing::Values(1u, 2u, 4u),
 TEST(DeviceRanksFaults, AStoppedRankHoldsTheLastCommonStepAndARestartedOneCatchesUp) {
   Ranks ranks(2);
   modelcast::Consumer consumer(on_device(ranks.endpoint(), {TensorWant::shard("*", 1, 0, 2)}));
-  auto half = [](const Global& g) -> Boxes {
-    if (g.shape.size() < 2) return std::nullopt;
-    std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
-    std::tie(offset[1], extent[1]) = chunk(g.shape[1], 0, 2);
-    return std::make_pair(offset, extent);
-  };
+  const auto half = shard_of(1, 0, 2);
   ranks.publish(1);
   ASSERT_TRUE(reaches(consumer, 1)) << consumer.stats().last_error;
   // Rank 1 stops; rank 0 publishes step 2: the consumer stays on step 1, whole and correct.

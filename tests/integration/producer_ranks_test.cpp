@@ -65,13 +65,7 @@ TEST_P(ProducerRanks, ConsumersAssembleWhatTheyWantFromEveryRankEveryByteChecked
         return v && v.step() == step;
       }, 60s)) << tp[i]->stats().last_error;
       const auto s = shards[i];
-      auto boxes = [&](const Global& g) -> std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> {
-        if (s.dim >= g.shape.size()) return std::nullopt;
-        std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
-        std::tie(offset[s.dim], extent[s.dim]) = chunk(g.shape[s.dim], s.k, s.n);
-        return std::make_pair(offset, extent);
-      };
-      EXPECT_EQ(check(tp[i]->acquire(), step, boxes), "") << "shard " << s.k << " of " << s.n << " along " << s.dim
+      EXPECT_EQ(check(tp[i]->acquire(), step, shard_of(s.dim, s.k, s.n)), "") << "shard " << s.k << " of " << s.n << " along " << s.dim
                                                           << ", M " << m;
     }
   }

@@ -10,6 +10,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -168,6 +169,20 @@ std::string check(const modelcast::ModelView& view, std::int64_t step, BoxesOf&&
     }
   }
   return {};
+}
+
+// What a check wants of a tensor: nullopt for all of it, an empty box for none, else one box.
+using Boxes = std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>>;
+
+// What shard k of n along `dim` keeps of each tensor (TensorWant::shard under "*": a tensor
+// without that dimension whole).
+inline auto shard_of(std::size_t dim, std::size_t k, std::size_t n) {
+  return [=](const Global& g) -> Boxes {
+    if (dim >= g.shape.size()) return std::nullopt;
+    std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
+    std::tie(offset[dim], extent[dim]) = chunk(g.shape[dim], k, n);
+    return std::make_pair(offset, extent);
+  };
 }
 
 inline modelcast::ConsumerOptions options_for(const std::string& endpoint, std::vector<TensorWant> wants = {}) {
