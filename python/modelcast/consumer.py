@@ -29,8 +29,9 @@ class Consumer(Service):
     along ``dim``, as torch.chunk splits it; under ``"*"`` a tensor without ``dim`` is kept
     whole) or a list of ``(offset, extent)`` boxes. Only the blocks holding those bytes are
     fetched; a view's array or tensor is then the part, ``view.box(name)`` gives ``(offset,
-    whole_shape)``, and stats() ``wanted_bytes``. With several boxes of a tensor, views give the
-    first.
+    whole_shape)``, and stats() ``wanted_bytes``. With several boxes of a tensor,
+    ``view.parts(name)`` lists them and the ``part=`` argument of ``array``, ``tensor``,
+    ``box``, ``scales`` and ``dlpack`` picks one (0, the first, by default).
 
     ``group="name", group_size=N`` makes this consumer one of the N ranks of a server that switch
     versions together: a version becomes visible here only once every rank holds it verified

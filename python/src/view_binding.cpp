@@ -24,6 +24,20 @@ const ModelView& require_version(const ModelView& v) {
   return v;
 }
 
+// The `part`-th view of `name`: a tensor the consumer keeps as several boxes (wants) has one view
+// per box, in its want's order; part 0 is the first (the only one of any other tensor).
+TensorView part_of(const ModelView& view, const std::string& name, std::size_t part) {
+  const ModelView& v = require_version(view);
+  if (part == 0) return v.tensor(name);  // names the tensor if absent
+  auto parts = v.parts(name);
+  if (part >= parts.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "tensor '" + name + "' has " + std::to_string(parts.size()) +
+                                                 " part(s) in version " + std::to_string(v.version()) + ": no part " +
+                                                 std::to_string(part));
+  }
+  return parts[part];
+}
+
 // NumPy type name for a dtype; nullptr where NumPy has none (bf16).
 const char* numpy_type(DType d) {
   switch (d) {
@@ -79,8 +93,8 @@ void dlpack_capsule_destructor(PyObject* capsule) {
   if (t && t->deleter) t->deleter(t);
 }
 
-py::capsule make_dlpack(const ModelView& view, const std::string& name) {
-  const TensorView tv = require_version(view).tensor(name);
+py::capsule make_dlpack(const ModelView& view, const std::string& name, std::size_t part) {
+  const TensorView tv = part_of(view, name, part);
   auto owner = std::make_unique<DlpackOwner>();
   owner->view = view;
   owner->shape = tv.shape();
@@ -101,9 +115,8 @@ py::capsule make_dlpack(const ModelView& view, const std::string& name) {
 }
 
 // A read-only NumPy array over the tensor's bytes whose base is the Python ModelView `self`.
-py::array make_array(const py::object& self, const std::string& name) {
-  const ModelView& view = require_version(self.cast<const ModelView&>());
-  const TensorView tv = view.tensor(name);
+py::array make_array(const py::object& self, const std::string& name, std::size_t part) {
+  const TensorView tv = part_of(self.cast<const ModelView&>(), name, part);
   if (tv.spec->memory == MemoryKind::kCuda)
     throw Error(ErrorCode::kInvalidArgument,
                 "tensor '" + name + "' is in device memory (cuda:" + std::to_string(tv.spec->device) +
@@ -121,16 +134,16 @@ py::array make_array(const py::object& self, const std::string& name) {
 }
 
 // A torch tensor over the tensor's bytes (DLPack, no copy); imports torch on first use.
-py::object make_torch_tensor(const ModelView& view, const std::string& name) {
-  const DType dtype = require_version(view).tensor(name).dtype();
-  py::object t = py::module_::import("torch.utils.dlpack").attr("from_dlpack")(make_dlpack(view, name));
+py::object make_torch_tensor(const ModelView& view, const std::string& name, std::size_t part) {
+  const DType dtype = part_of(view, name, part).dtype();
+  py::object t = py::module_::import("torch.utils.dlpack").attr("from_dlpack")(make_dlpack(view, name, part));
   if (dtype == DType::kBool) t = t.attr("view")(py::module_::import("torch").attr("bool"));
   return t;
 }
 
 // (DLPack device type, device id) of a tensor, as __dlpack_device__ returns them.
-py::tuple dlpack_device(const ModelView& view, const std::string& name) {
-  const TensorSpec& spec = *require_version(view).tensor(name).spec;
+py::tuple dlpack_device(const ModelView& view, const std::string& name, std::size_t part) {
+  const TensorSpec& spec = *part_of(view, name, part).spec;
   if (spec.memory == MemoryKind::kCuda) return py::make_tuple(static_cast<int>(kDLCUDA), spec.device);
   return py::make_tuple(static_cast<int>(kDLCPU), 0);
 }
@@ -140,7 +153,15 @@ py::tuple dlpack_device(const ModelView& view, const std::string& name) {
 struct ViewTensor {
   ModelView view;
   std::string name;
+  std::size_t part = 0;
 };
+
+// (offset, whole_shape) of a part, or None for a whole tensor.
+py::object box_of(const TensorView& t) {
+  if (!t.is_part()) return py::none();
+  return py::make_tuple(py::tuple(py::cast(std::vector<std::int64_t>(t.box_offset.begin(), t.box_offset.end()))),
+                        py::tuple(py::cast(std::vector<std::int64_t>(t.whole_shape.begin(), t.whole_shape.end()))));
+}
 
 }  // namespace
 
@@ -153,19 +174,19 @@ void bind_view(py::module_& m) {
         // A version becomes visible only after its bytes are complete and checked on the device,
         // so there is no pending work for the consumer's stream to wait for.
         (void)stream;
-        return make_dlpack(t.view, t.name);
+        return make_dlpack(t.view, t.name, t.part);
       }, py::arg("stream") = py::none(),
            "A DLPack capsule over the tensor (no copy). `stream` is accepted and needs no ordering: "
            "the version's bytes are complete before the version is visible.")
-      .def("__dlpack_device__", [](const ViewTensor& t) { return dlpack_device(t.view, t.name); },
+      .def("__dlpack_device__", [](const ViewTensor& t) { return dlpack_device(t.view, t.name, t.part); },
            "(device type, device id): (1, 0) for host memory (kDLCPU), (2, N) for cuda:N (kDLCUDA).")
       .def_property_readonly("name", [](const ViewTensor& t) { return t.name; })
-      .def_property_readonly("spec", [](const ViewTensor& t) { return *t.view.tensor(t.name).spec; })
+      .def_property_readonly("spec", [](const ViewTensor& t) { return *part_of(t.view, t.name, t.part).spec; })
       .def_property_readonly("data_ptr", [](const ViewTensor& t) {
-        return reinterpret_cast<std::uintptr_t>(t.view.tensor(t.name).data);
+        return reinterpret_cast<std::uintptr_t>(part_of(t.view, t.name, t.part).data);
       }, "Address of the bytes (a device pointer for device memory).")
       .def("__repr__", [](const ViewTensor& t) {
-        const TensorSpec& spec = *t.view.tensor(t.name).spec;
+        const TensorSpec& spec = *part_of(t.view, t.name, t.part).spec;
         return "ViewTensor('" + t.name + "', version=" + std::to_string(t.view.version()) + ", " +
                (spec.memory == MemoryKind::kCuda ? "cuda:" + std::to_string(spec.device) : std::string("host")) + ")";
       });
@@ -190,31 +211,36 @@ void bind_view(py::module_& m) {
         for (const auto& t : require_version(v).tensors()) specs.push_back(*t.spec);
         return specs;
       }, "TensorSpec of every tensor, in the producer's registration order.")
-      .def("scales", [](const ModelView& v, const std::string& name) {
-        auto t = require_version(v).tensor(name);
+      .def("scales", [](const ModelView& v, const std::string& name, std::size_t part) {
+        auto t = part_of(v, name, part);
         return py::make_tuple(std::vector<float>(t.scales.begin(), t.scales.end()), t.scale_block);
-      }, py::arg("name"),
+      }, py::arg("name"), py::arg("part") = 0,
            "(scales, scale_block) of an f8e4m3 tensor the consumer converted: element i is its code's value "
            "times scales[i // scale_block] (scales[0] when scale_block is 0); ([], 0) for other tensors.")
-      .def("box", [](const ModelView& v, const std::string& name) -> py::object {
-        auto t = require_version(v).tensor(name);
-        if (!t.is_part()) return py::none();
-        return py::make_tuple(py::tuple(py::cast(std::vector<std::int64_t>(t.box_offset.begin(), t.box_offset.end()))),
-                              py::tuple(py::cast(std::vector<std::int64_t>(t.whole_shape.begin(), t.whole_shape.end()))));
-      }, py::arg("name"),
+      .def("box", [](const ModelView& v, const std::string& name, std::size_t part) { return box_of(part_of(v, name, part)); },
+           py::arg("name"), py::arg("part") = 0,
            "(offset, whole_shape) of a tensor this consumer keeps a part of (its `wants`): where the part "
            "starts in the whole tensor, per dimension, and the whole tensor's shape; the view's own shape "
-           "is the part's. None for a whole tensor.")
-      .def("spec", [](const ModelView& v, const std::string& name) { return *require_version(v).tensor(name).spec; },
-           py::arg("name"), "TensorSpec of `name`; InvalidArgumentError naming it if absent.")
-      .def("array", &make_array, py::arg("name"),
+           "is the part's. None for a whole tensor. `part` picks one of several boxes (see parts()).")
+      .def("parts", [](const ModelView& v, const std::string& name) {
+        py::list boxes;
+        for (const auto& t : require_version(v).parts(name)) boxes.append(box_of(t));
+        return boxes;
+      }, py::arg("name"),
+           "The box of each view of `name`, in its want's order: one per box the consumer keeps (index them "
+           "with the `part` argument of array(), tensor(), box(), scales(), dlpack()), [None] for a whole "
+           "tensor, [] for one it does not keep.")
+      .def("spec", [](const ModelView& v, const std::string& name, std::size_t part) {
+        return *part_of(v, name, part).spec;
+      }, py::arg("name"), py::arg("part") = 0, "TensorSpec of `name`; InvalidArgumentError naming it if absent.")
+      .def("array", &make_array, py::arg("name"), py::arg("part") = 0,
            "A read-only NumPy array over the tensor's bytes in this version, no copy. Its base is this "
            "view, so it stays valid while the array lives. InvalidArgumentError if `name` is absent, "
            "its dtype (bf16) has no NumPy type, or it is in device memory (Consumer with memory='cuda').")
-      .def("data_ptr", [](const ModelView& v, const std::string& name) {
-        return reinterpret_cast<std::uintptr_t>(require_version(v).tensor(name).data);
-      }, py::arg("name"), "Address of the tensor's bytes inside this version (for zero-copy checks).")
-      .def("tensor", &make_torch_tensor, py::arg("name"),
+      .def("data_ptr", [](const ModelView& v, const std::string& name, std::size_t part) {
+        return reinterpret_cast<std::uintptr_t>(part_of(v, name, part).data);
+      }, py::arg("name"), py::arg("part") = 0, "Address of the tensor's bytes inside this version (for zero-copy checks).")
+      .def("tensor", &make_torch_tensor, py::arg("name"), py::arg("part") = 0,
            "A torch tensor over the tensor's bytes in this version, no copy (DLPack); it keeps a copy of "
            "this view alive until torch frees it. Treat it as read-only: writing into it changes what "
            "every reader of this version sees (torch has no read-only tensors). InvalidArgumentError if "
@@ -227,22 +253,22 @@ void bind_view(py::module_& m) {
       }, "Tensor names in the producer's registration order.")
       .def("arrays", [](const py::object& self) {
         py::dict d;
-        for (const auto& t : require_version(self.cast<const ModelView&>()).tensors()) d[py::str(t.name())] = make_array(self, t.name());
+        for (const auto& t : require_version(self.cast<const ModelView&>()).tensors()) d[py::str(t.name())] = make_array(self, t.name(), 0);
         return d;
       }, "{name: read-only NumPy array} for every tensor (see array()).")
       .def("state_dict", [](const ModelView& v) {
         py::dict d;
-        for (const auto& t : require_version(v).tensors()) d[py::str(t.name())] = make_torch_tensor(v, t.name());
+        for (const auto& t : require_version(v).tensors()) d[py::str(t.name())] = make_torch_tensor(v, t.name(), 0);
         return d;
       }, "{name: torch tensor} for every tensor, no copy (see tensor()); suits Module.load_state_dict, "
          "which copies into the module's own parameters.")
-      .def("dlpack", [](const ModelView& v, const std::string& name) {
-        require_version(v).tensor(name);  // InvalidArgumentError now for an absent name
-        return ViewTensor{v, name};
-      }, py::arg("name"),
+      .def("dlpack", [](const ModelView& v, const std::string& name, std::size_t part) {
+        part_of(v, name, part);  // InvalidArgumentError now for an absent name or part
+        return ViewTensor{v, name, part};
+      }, py::arg("name"), py::arg("part") = 0,
            "The tensor as a DLPack producer (a ViewTensor with __dlpack__ and __dlpack_device__), e.g. for "
            "torch.from_dlpack: no copy; kDLCUDA and the device for a Consumer with memory='cuda'.")
-      .def("_dlpack", &make_dlpack, py::arg("name"),
+      .def("_dlpack", &make_dlpack, py::arg("name"), py::arg("part") = 0,
            "A DLPack capsule over the tensor (owns a view copy until the consumer's deleter runs).")
       .def("__repr__", [](const ModelView& v) {
         if (v.empty()) return std::string("ModelView(empty)");

@@ -57,6 +57,29 @@ def test_boxes_and_nothing(endpoint):
             assert view.box("w") == ((5, 7), (40, 30))
 
 
+def test_several_boxes_of_a_tensor_are_parts_picked_by_index(endpoint):
+    w = torch.arange(40 * 30, dtype=torch.float32).reshape(40, 30)
+    boxes = [((0, 0), (8, 30)), ((20, 10), (5, 4)), ((30, 0), (10, 2))]
+    with modelcast.Producer(control_endpoint=endpoint, model_name="parts") as producer:
+        producer.register("w", w)
+        producer.register("b", torch.ones(7))
+        producer.prepare()
+        with modelcast.Consumer(endpoint, model_name="parts", wants={"w": boxes}) as consumer:
+            view = consumer.wait_for_version(producer.publish(1).version, WAIT_S)
+            assert view is not None, consumer.stats().last_error
+            assert view.parts("w") == [(offset, (40, 30)) for offset, _ in boxes]
+            assert view.parts("b") == [None]
+            for part, (offset, extent) in enumerate(boxes):
+                want = w[offset[0]:offset[0] + extent[0], offset[1]:offset[1] + extent[1]]
+                assert torch.equal(view.tensor("w", part=part), want), part
+                assert (view.array("w", part) == want.numpy()).all(), part
+                assert torch.equal(torch.from_dlpack(view.dlpack("w", part=part)), want), part
+                assert view.box("w", part) == (offset, (40, 30))
+            assert torch.equal(view.tensor("w"), view.tensor("w", part=0))  # the first by default
+            with pytest.raises(modelcast.InvalidArgumentError, match="'w' has 3 part.*no part 3"):
+                view.tensor("w", part=3)
+
+
 def test_bad_wants_are_refused_naming_them(endpoint):
     with pytest.raises(modelcast.InvalidArgumentError, match="'w'"):
         modelcast.Consumer(endpoint, model_name="x", wants={"w": ("shard", 0, 3, 2)})
