@@ -109,6 +109,11 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
   return hook;
 }
 
+// The Consumer's own limits on wants (TensorSelection), checked here too so that --check finds
+// them with the file, line and key.
+constexpr std::size_t kMaxRank = 16;
+constexpr std::size_t kMaxBoxes = 1024;
+
 std::vector<std::int64_t> extents(const Reader& r, const toml::node& node, const std::string& key) {
   const toml::array* list = node.as_array();
   if (!list) r.fail(node, key, "must be an array of integers >= 0");
@@ -137,6 +142,7 @@ std::vector<modelcast::TensorWant> read_wants(const Reader& r, const toml::table
       r.only(*want, key + ".", {"boxes"});
       const toml::array* list = boxes->as_array();
       if (!list || list->empty()) r.fail(*boxes, key + ".boxes", "must be a non-empty array of { offset, extent }");
+      if (list->size() > kMaxBoxes) r.fail(*boxes, key + ".boxes", "lists more than " + std::to_string(kMaxBoxes) + " boxes");
       std::vector<modelcast::TensorBox> parsed;
       for (const auto& item : *list) {
         const toml::table* box = item.as_table();
@@ -146,8 +152,9 @@ std::vector<modelcast::TensorWant> read_wants(const Reader& r, const toml::table
         const toml::node* extent = box->get("extent");
         if (!offset || !extent) r.fail(item, key + ".boxes", "each box needs offset and extent");
         parsed.push_back({extents(r, *offset, key + ".boxes.offset"), extents(r, *extent, key + ".boxes.extent")});
-        if (parsed.back().offset.size() != parsed.back().extent.size()) {
-          r.fail(item, key + ".boxes", "offset and extent must have one entry per dimension each");
+        if (parsed.back().offset.size() != parsed.back().extent.size() || parsed.back().offset.size() > kMaxRank) {
+          r.fail(item, key + ".boxes", "offset and extent must have one entry per dimension each (at most " +
+                                           std::to_string(kMaxRank) + ")");
         }
       }
       wants.push_back(modelcast::TensorWant::of(name, std::move(parsed)));
@@ -159,7 +166,7 @@ std::vector<modelcast::TensorWant> read_wants(const Reader& r, const toml::table
     const toml::node* count = want->get("count");
     if (!dim || !index || !count) r.fail(node, key, "a shard needs dim, index and count");
     const auto n = r.integer(*count, key + ".count", 1, 1u << 20);
-    wants.push_back(modelcast::TensorWant::shard(name, r.integer(*dim, key + ".dim", 0, 63),
+    wants.push_back(modelcast::TensorWant::shard(name, r.integer(*dim, key + ".dim", 0, kMaxRank - 1),
                                                  r.integer(*index, key + ".index", 0, n - 1), n));
   }
   return wants;
@@ -177,7 +184,7 @@ std::vector<modelcast::TensorConversion> read_conversions(const Reader& r, const
       r.only(*table, key + ".", {"to", "fp8_block"});
       to = table->get("to");
       if (!to) r.fail(node, key + ".to", "is required");
-      if (const toml::node* block = table->get("fp8_block")) c.fp8_block = r.integer(*block, key + ".fp8_block", 1, 1u << 30);
+      if (const toml::node* block = table->get("fp8_block")) c.fp8_block = r.integer(*block, key + ".fp8_block", 0, 1u << 30);
     }
     auto dtype = to->value<std::string>();
     auto parsed = dtype && to->is_string() ? modelcast::parse_dtype(*dtype) : std::nullopt;

@@ -43,8 +43,19 @@ ModelService::~ModelService() { consumer_.reset(); }
 std::shared_ptr<ShmBuffer> ModelService::copy_buffer(std::size_t bytes) {
   for (auto& buffer : copies_) {
     if (buffer.use_count() != 1) continue;  // a served version (a client's hold, the writer) has it
-    if (buffer->size() < bytes) buffer = std::make_shared<ShmBuffer>("modelcastd:" + config_.name + ":copy", bytes);
+    if (buffer->size() < bytes) {
+      buffer.reset();  // the old one goes first: never two of them at once
+      buffer = std::make_shared<ShmBuffer>("modelcastd:" + config_.name + ":copy", bytes);
+    }
     return buffer;
+  }
+  // As many as receive buffers: clients that hold more versions hold updates back, as they do
+  // for a model served where it landed.
+  if (copies_.size() >= config_.buffers) {
+    throw modelcast::Error(modelcast::ErrorCode::kResource,
+                           "every one of the " + std::to_string(copies_.size()) +
+                               " shared-memory buffers for shaped versions is held by a client or the repository "
+                               "writer; updates resume when one is released");
   }
   copies_.push_back(std::make_shared<ShmBuffer>("modelcastd:" + config_.name + ":copy", bytes));
   return copies_.back();
@@ -59,6 +70,17 @@ void ModelService::installed(const modelcast::ModelView& view) {
   }
   for (const auto& t : tensors) {
     if (in && t.size_bytes() > 0 && !(*in)->contains(t.data)) in = nullptr;
+  }
+  for (const auto& t : tensors) {
+    if (t.scales.size() > attach::kMaxScalesPerTensor) {
+      if (callbacks_.on_rejected) {
+        callbacks_.on_rejected(config_.name, modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+            "version " + std::to_string(view.version()) + " not served: tensor '" + t.name() + "' has " +
+            std::to_string(t.scales.size()) + " fp8 scales, more than the " + std::to_string(attach::kMaxScalesPerTensor) +
+            " a client takes (a larger fp8_block in [model.convert] gives fewer)"));
+      }
+      return;
+    }
   }
   std::vector<std::uint64_t> offsets;
   if (in) {
@@ -105,6 +127,12 @@ void ModelService::installed(const modelcast::ModelView& view) {
   served->update_latency = view.update_latency();
   {
     std::lock_guard lock(mutex_);
+    // Never back to an older version of the same producer run (callbacks of two versions could
+    // in principle arrive out of order).
+    if (from_producer_ && current_ && current_->manifest.incarnation == m.incarnation &&
+        current_->manifest.version >= m.version) {
+      return;
+    }
     current_ = served;
     from_producer_ = true;
   }

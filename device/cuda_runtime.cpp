@@ -118,11 +118,15 @@ class CudaRuntime final : public DeviceRuntime {
     CudaDeviceScope scope(device);
     cudaStream_t s = nullptr;
     check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+    std::lock_guard lock(mutex_);
+    stream_devices_[s] = device;
     return s;
   }
   void destroy_stream(StreamHandle stream) noexcept override {
     cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
     cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+    std::lock_guard lock(mutex_);
+    stream_devices_.erase(stream);
   }
   EventHandle create_event(int device) override {
     check_device(device);
@@ -197,6 +201,7 @@ class CudaRuntime final : public DeviceRuntime {
   // copy: a box of a large matrix is thousands of runs, and a copy call costs microseconds.
   void gather_async(void* destination, const void* source, std::span<const ByteRun> runs,
                     StreamHandle stream) override {
+    CudaDeviceScope scope(stream_device(stream));  // work goes to a stream of the current device
     auto* dst = static_cast<char*>(destination);
     const auto* src = static_cast<const char*>(source);
     const auto s = static_cast<cudaStream_t>(stream);
@@ -229,6 +234,13 @@ class CudaRuntime final : public DeviceRuntime {
 
   void convert_async(void* destination, DType to, const void* source, DType from, std::size_t count,
                      StreamHandle stream) override {
+    CudaDeviceScope scope(stream_device(stream));
+    if (to == from) {  // the bytes as they are, as the host copies them (NaN payloads included)
+      check(cudaMemcpyAsync(destination, source, count * dtype_size(to), cudaMemcpyDeviceToDevice,
+                            static_cast<cudaStream_t>(stream)),
+            "cudaMemcpyAsync (a conversion to the same dtype)");
+      return;
+    }
     check(static_cast<cudaError_t>(kernels::launch_convert(destination, element(to), source, element(from), count,
                                                            static_cast<CUstream_st*>(stream))),
           "the conversion kernel (" + std::to_string(count) + " elements)");
@@ -236,6 +248,7 @@ class CudaRuntime final : public DeviceRuntime {
 
   std::vector<float> quantize_fp8(void* destination, const void* source, DType from, std::size_t count,
                                   std::size_t block, StreamHandle stream) override {
+    CudaDeviceScope scope(stream_device(stream));
     const auto s = static_cast<cudaStream_t>(stream);
     const std::size_t per = block == 0 ? std::max<std::size_t>(count, 1) : block;
     const std::size_t blocks = count == 0 ? 1 : (count + per - 1) / per;
@@ -330,6 +343,18 @@ class CudaRuntime final : public DeviceRuntime {
     }
   }
 
+  // The device of a stream this runtime made (kernels launch only on the current device's
+  // streams); the current device for the legacy default stream.
+  int stream_device(StreamHandle stream) const {
+    if (stream) {
+      std::lock_guard lock(mutex_);
+      if (auto it = stream_devices_.find(stream); it != stream_devices_.end()) return it->second;
+    }
+    int current = 0;
+    if (cudaGetDevice(&current) != cudaSuccess) cudaGetLastError();
+    return current;
+  }
+
   int event_device(EventHandle event) const {
     std::lock_guard lock(mutex_);
     auto it = event_devices_.find(event);
@@ -346,6 +371,7 @@ class CudaRuntime final : public DeviceRuntime {
   std::map<void*, int> opened_;         // guarded by mutex_: IPC mappings and their device
   std::set<void*> pinned_;              // guarded by mutex_: host memory this runtime pinned
   std::map<const void*, int> event_devices_;  // guarded by mutex_: each live event's device
+  std::map<const void*, int> stream_devices_;  // guarded by mutex_: each live stream's device
 };
 
 }  // namespace

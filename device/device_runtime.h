@@ -127,7 +127,8 @@ class DeviceRuntime {
   virtual void gather_async(void* destination, const void* source, std::span<const ByteRun> runs,
                             StreamHandle stream) = 0;
   // Queues, on `stream`, the conversion of `count` elements at `source` (dtype `from`) into
-  // `destination` (dtype `to`); both f32, f16 or bf16 (kInvalidArgument otherwise).
+  // `destination` (dtype `to`); both f32, f16 or bf16 (kInvalidArgument otherwise); equal dtypes
+  // copy the bytes as they are (NaN payloads too), as the host does.
   virtual void convert_async(void* destination, DType to, const void* source, DType from, std::size_t count,
                              StreamHandle stream) = 0;
   // fp8 e4m3 codes of `count` elements at `source` (f32, f16 or bf16) into `destination`, one

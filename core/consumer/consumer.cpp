@@ -149,9 +149,11 @@ class Consumer::Impl {
   // Where assembled versions live: a device consumer's device (its ranks' services land their
   // pieces there too, so the pieces are copied and converted on the device), or host memory.
   std::unique_ptr<consumer::ShapingTarget> assembly_target() const {
-    if (options_.memory != MemoryKind::kCuda) return std::make_unique<consumer::ShapingTarget>();
+    // As many as the consumer's buffers: views readers hold keep theirs.
+    const std::size_t buffers = std::max(options_.buffers, options_.caller_buffers.size());
+    if (options_.memory != MemoryKind::kCuda) return std::make_unique<consumer::ShapingTarget>(buffers);
     return std::make_unique<consumer::ShapingTarget>(device::require_device_runtime("a device consumer"),
-                                                     options_.device);
+                                                     options_.device, buffers);
   }
 
   // Rank r's service (the first one for the rank the user's endpoint is), null if it could not

@@ -38,7 +38,7 @@ RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, s
       refine_(std::move(refine)),
       asked_(ranks),
       held_(ranks),
-      target_(target ? std::move(target) : std::make_unique<ShapingTarget>()),
+      target_(target ? std::move(target) : std::make_unique<ShapingTarget>(3)),
       store_(readers) {}
 
 RankAssembler::Counts RankAssembler::counts() const {
@@ -96,10 +96,15 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
       counts_.last_error = failure->what();
     }
   }
-  // One callback at a time, whichever rank's thread brought it.
+  // One callback at a time, whichever rank's thread brought it, and in version order: two rank
+  // threads may reach here in the other order than they installed; the older one is not told
+  // (readers already see the newer).
   std::lock_guard callbacks(callback_mutex_);
   if (failure && on_error_) on_error_(*failure);
-  if (installed && on_update_) on_update_(ModelView(installed));
+  if (installed && installed->manifest.version > notified_) {
+    notified_ = installed->manifest.version;
+    if (on_update_) on_update_(ModelView(installed));
+  }
 }
 
 std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vector<Held>& pieces) {

@@ -76,6 +76,7 @@ class RankAssembler {
   std::vector<std::vector<TensorWant>> asked_;  // what each rank was last asked for; under mutex_
 
   std::mutex callback_mutex_;  // held while on_update or on_error runs
+  std::uint64_t notified_ = 0;  // the newest version on_update was told of; under callback_mutex_
   mutable std::mutex mutex_;
   // Per rank, its last two versions (older first): ranks that publish faster than a transfer
   // may each skip steps, and a step two ranks hold is found among the last two. Two is what a

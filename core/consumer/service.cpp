@@ -25,9 +25,9 @@ ConsumerService::ConsumerService(ConsumerOptions options, ServiceHooks hooks)
   policy_.producer = link_.pinned_key();
   if (options_.memory == MemoryKind::kCuda) {
     landing_ = std::make_unique<DeviceLanding>(*device::device_runtime(), options_.device, options_.buffers);
-    target_ = std::make_unique<ShapingTarget>(*device::device_runtime(), options_.device);
+    target_ = std::make_unique<ShapingTarget>(*device::device_runtime(), options_.device, options_.buffers);
   } else {
-    target_ = std::make_unique<ShapingTarget>();
+    target_ = std::make_unique<ShapingTarget>(std::max(options_.buffers, options_.caller_buffers.size()));
   }
   service_ = std::thread([this] { service_loop(); });
 }

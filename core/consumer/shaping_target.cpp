@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/layout/convert.h"
+#include "modelcast/error.h"
 
 namespace modelcast::consumer {
 
@@ -35,14 +36,25 @@ std::shared_ptr<detail::DeviceBuffer> device_buffer(device::DeviceRuntime& runti
   return buffer;
 }
 
-// The pool's member no installed version holds, grown to `bytes`, or a new one.
+// The pool's member no installed version holds, grown to `bytes`, or a new one while the pool
+// has fewer than `most`. A member is replaced only after the old one is gone (never two at
+// once); an allocation that fails leaves an empty member, taken again next time.
 template <typename Buffer, typename Make>
-std::shared_ptr<Buffer> free_one(std::vector<std::shared_ptr<Buffer>>& pool, std::size_t bytes, std::size_t (*size)(const Buffer&),
-                                 Make&& make) {
+std::shared_ptr<Buffer> free_one(std::vector<std::shared_ptr<Buffer>>& pool, std::size_t bytes, std::size_t most,
+                                 std::size_t (*size)(const Buffer&), Make&& make) {
   for (auto& buffer : pool) {
-    if (buffer.use_count() != 1) continue;
-    if (size(*buffer) < bytes) buffer = make();
+    if (buffer && buffer.use_count() != 1) continue;
+    if (!buffer || size(*buffer) < bytes) {
+      buffer.reset();
+      buffer = make();
+    }
     return buffer;
+  }
+  if (pool.size() >= most) {
+    throw Error(ErrorCode::kResource, "every one of the " + std::to_string(pool.size()) +
+                                          " buffers for shaped views is held by a view still in use; updates "
+                                          "resume when one is released (hold fewer views, or give the consumer "
+                                          "more buffers)");
   }
   pool.push_back(make());
   return pool.back();
@@ -50,8 +62,11 @@ std::shared_ptr<Buffer> free_one(std::vector<std::shared_ptr<Buffer>>& pool, std
 
 }  // namespace
 
-ShapingTarget::ShapingTarget(device::DeviceRuntime& runtime, int device)
-    : runtime_(&runtime), device_(device), stream_(runtime.create_stream(device)) {}
+ShapingTarget::ShapingTarget(std::size_t max_buffers) : max_buffers_(std::max<std::size_t>(max_buffers, 1)) {}
+
+ShapingTarget::ShapingTarget(device::DeviceRuntime& runtime, int device, std::size_t max_buffers)
+    : runtime_(&runtime), device_(device), stream_(runtime.create_stream(device)),
+      max_buffers_(std::max<std::size_t>(max_buffers, 1)) {}
 
 ShapingTarget::~ShapingTarget() {
   if (runtime_) runtime_->destroy_stream(stream_);
@@ -61,11 +76,11 @@ std::byte* ShapingTarget::take(std::size_t bytes) {
   bytes = std::max<std::size_t>(bytes, 1);
   if (runtime_) {
     taken_device_ = free_one<detail::DeviceBuffer>(
-        device_pool_, bytes, [](const detail::DeviceBuffer& b) { return b.size; },
+        device_pool_, bytes, max_buffers_, [](const detail::DeviceBuffer& b) { return b.size; },
         [&] { return device_buffer(*runtime_, device_, bytes); });
     return static_cast<std::byte*>(taken_device_->base);
   }
-  taken_host_ = free_one<HostBuffer>(host_pool_, bytes, [](const HostBuffer& b) { return b.size(); },
+  taken_host_ = free_one<HostBuffer>(host_pool_, bytes, max_buffers_, [](const HostBuffer& b) { return b.size(); },
                                      [&] { return std::make_shared<HostBuffer>(bytes); });
   return taken_host_->data();
 }

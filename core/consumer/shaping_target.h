@@ -32,10 +32,12 @@ void convert_elements(DType from, const std::byte* src, const TensorConversion& 
 
 class ShapingTarget {
  public:
-  ShapingTarget() = default;  // host memory
+  // Host memory; at most `max_buffers` versions' shaped views at once (a consumer's buffers:
+  // versions readers hold keep theirs).
+  explicit ShapingTarget(std::size_t max_buffers);
   // Device memory of `device`; the work goes on a stream of the target's own. Throws
   // Error(kTransport) if the stream cannot be made.
-  ShapingTarget(device::DeviceRuntime& runtime, int device);
+  ShapingTarget(device::DeviceRuntime& runtime, int device, std::size_t max_buffers);
   ~ShapingTarget();  // waits for the stream; memory held by views stays valid
   ShapingTarget(const ShapingTarget&) = delete;
   ShapingTarget& operator=(const ShapingTarget&) = delete;
@@ -44,7 +46,8 @@ class ShapingTarget {
   int device() const noexcept { return device_; }  // 0 for host memory
 
   // Memory for `bytes` of a version's shaped views that no installed version holds; taken by
-  // install(). std::bad_alloc or Error(kResource) when it cannot be had.
+  // install(). std::bad_alloc or Error(kResource) when it cannot be had, or when every one of
+  // the max_buffers is held by a view.
   std::byte* take(std::size_t bytes);
   // Queues the copies of `runs` from `src` to `dst`; one run copies `bytes` bytes.
   void gather(std::byte* dst, const std::byte* src, std::span<const layout::CopyRun> runs);
@@ -61,6 +64,7 @@ class ShapingTarget {
   device::DeviceRuntime* runtime_ = nullptr;
   int device_ = 0;
   device::StreamHandle stream_ = nullptr;
+  std::size_t max_buffers_ = 1;
   std::shared_ptr<HostBuffer> taken_host_;
   std::shared_ptr<detail::DeviceBuffer> taken_device_;
   std::vector<std::shared_ptr<HostBuffer>> host_pool_;  // free when only the pool refers to one

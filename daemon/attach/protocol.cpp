@@ -1,5 +1,8 @@
 #include "daemon/attach/protocol.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include <msgpack.hpp>
@@ -219,6 +222,24 @@ Reply decode_reply(std::span<const char> bytes) {
       if (t.box_offset[d] < 0 || t.shape[d] < 0 || t.box_offset[d] > t.whole_shape[d] ||
           t.shape[d] > t.whole_shape[d] - t.box_offset[d]) {
         fail("tensor '" + t.name + "' has a box outside the whole tensor");
+      }
+    }
+    if (!t.scales.empty()) {
+      // What a client dequantizes with: one scale per scale_block elements (one for all with 0).
+      std::uint64_t elements = 1;
+      for (auto extent : t.shape) {
+        const auto n = static_cast<std::uint64_t>(extent < 0 ? 0 : extent);
+        elements = n != 0 && elements > UINT64_MAX / n ? 0 : elements * n;
+      }
+      const std::uint64_t expected =
+          t.scale_block == 0 ? 1
+                             : std::max<std::uint64_t>(1, elements / t.scale_block + (elements % t.scale_block != 0));
+      if (t.dtype != modelcast::DType::kF8E4M3 || t.scales.size() != expected) {
+        fail("tensor '" + t.name + "' has " + std::to_string(t.scales.size()) + " fp8 scales for " +
+             std::to_string(expected) + " blocks");
+      }
+      for (float scale : t.scales) {
+        if (!(scale > 0.0f) || !std::isfinite(scale)) fail("tensor '" + t.name + "' has an fp8 scale that is not finite and > 0");
       }
     }
     if (t.offset > m.buffer_bytes || t.bytes > m.buffer_bytes - t.offset) {

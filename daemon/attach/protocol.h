@@ -25,6 +25,7 @@ namespace modelcastd::attach {
 inline constexpr std::size_t kMaxMessageBytes = 1u << 20;      // one socket message
 inline constexpr std::size_t kInlineReplyBytes = 32u << 10;    // larger replies travel in a memfd
 inline constexpr std::size_t kMaxManifestBytes = 64u << 20;    // the producer's own message limit
+inline constexpr std::size_t kMaxScalesPerTensor = 1u << 17;   // any one array the decoder takes
 
 struct Request {
   enum class Op { kAcquire, kRelease } op = Op::kAcquire;

@@ -255,13 +255,15 @@ void bind_view(py::module_& m) {
         py::dict d;
         for (const auto& t : require_version(self.cast<const ModelView&>()).tensors()) d[py::str(t.name())] = make_array(self, t.name(), 0);
         return d;
-      }, "{name: read-only NumPy array} for every tensor (see array()).")
+      }, "{name: read-only NumPy array} for every tensor (see array()); of a tensor kept as several "
+         "boxes, its first part (the others: array(name, part)).")
       .def("state_dict", [](const ModelView& v) {
         py::dict d;
         for (const auto& t : require_version(v).tensors()) d[py::str(t.name())] = make_torch_tensor(v, t.name(), 0);
         return d;
       }, "{name: torch tensor} for every tensor, no copy (see tensor()); suits Module.load_state_dict, "
-         "which copies into the module's own parameters.")
+         "which copies into the module's own parameters. Of a tensor kept as several boxes, its first "
+         "part (the others: tensor(name, part)).")
       .def("dlpack", [](const ModelView& v, const std::string& name, std::size_t part) {
         part_of(v, name, part);  // InvalidArgumentError now for an absent name or part
         return ViewTensor{v, name, part};

@@ -1,5 +1,6 @@
 // The attach protocol's tensor entries: a part's place and an fp8 tensor's scales travel to the
-// client as written, and an entry whose box does not fit its whole tensor is refused, named.
+// client as written, and an entry whose box does not fit its whole tensor, or whose scales do
+// not cover it, is refused, named.
 #include <gtest/gtest.h>
 
 #include "daemon/attach/protocol.h"
@@ -41,8 +42,13 @@ TEST(AttachProtocol, APartsPlaceAndFp8ScalesRoundTrip) {
 TEST(AttachProtocol, ABoxOutsideItsWholeTensorIsRefusedNamingTheTensor) {
   TensorEntry outside{"w", modelcast::DType::kBF16, {64, 16}, 0, 2048, {0, 20}, {64, 32}, {}, 0};
   TensorEntry ranks{"v", modelcast::DType::kBF16, {64, 16}, 0, 2048, {0}, {64}, {}, 0};
+  // A client dequantizes with scales[i / scale_block]: too few would read past them.
+  TensorEntry few{"h", modelcast::DType::kF8E4M3, {256}, 0, 256, {}, {}, {0.5f}, 128};
+  TensorEntry zero{"z", modelcast::DType::kF8E4M3, {256}, 0, 256, {}, {}, {0.0f}, 0};
   for (const auto& [entry, why] : {std::pair{outside, "a box outside the whole tensor"},
-                                   std::pair{ranks, "a box that does not match its shape"}}) {
+                                   std::pair{ranks, "a box that does not match its shape"},
+                                   std::pair{few, "1 fp8 scales for 2 blocks"},
+                                   std::pair{zero, "an fp8 scale that is not finite and > 0"}}) {
     auto bytes = modelcastd::attach::encode(with({entry}));
     try {
       modelcastd::attach::decode_reply(bytes);

@@ -175,6 +175,8 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
        "model[0].wants.\"w\".boxes", "one entry per dimension"},
       {(model + "persist = false\n[model.wants]\nw = { boxes = [{ offset = [-1], extent = [1] }] }\n"), 7,
        "model[0].wants.\"w\".boxes.offset", "between 0 and"},
+      {(model + "persist = false\n[model.wants]\nw = { dim = 16, index = 0, count = 2 }\n"), 7,
+       "model[0].wants.\"w\".dim", "between 0 and 15"},
       {(model + "persist = false\n[model.convert]\nw = \"f64\"\n"), 7, "model[0].convert.\"w\"", "must be one of"},
       {(model + "persist = false\n[model.convert]\nw = { to = \"bf16\", fp8_block = 32 }\n"), 7,
        "model[0].convert.\"w\".fp8_block", "f8e4m3 only"},

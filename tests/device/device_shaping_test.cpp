@@ -109,6 +109,16 @@ TEST(DeviceShaping, GatherConversionAndFp8OnTheDeviceGiveTheHostsBits) {
           << modelcast::dtype_name(from.dtype) << " block " << block;
     }
   }
+  // A conversion to the same dtype copies the bytes, NaN payloads included, as the host does.
+  {
+    const std::uint16_t payloads[] = {0x7f81, 0xffa5, 0x3f80, 0x7fc0};
+    DeviceBytes in(rt, sizeof payloads), out(rt, sizeof payloads);
+    in.upload(payloads);
+    rt.convert_async(out.p, DType::kBF16, in.p, DType::kBF16, std::size(payloads), stream);
+    rt.synchronize_stream(stream);
+    auto bytes = out.download(sizeof payloads);
+    EXPECT_EQ(std::memcmp(bytes.data(), payloads, sizeof payloads), 0);
+  }
   // A gather: the rows 3..40 of columns 5..21 of a 64 x 32 matrix of 4-byte elements.
   std::vector<modelcast::device::ByteRun> runs;
   for (std::uint64_t r = 0; r < 37; ++r) runs.push_back({((3 + r) * 32 + 5) * 4, r * 16 * 4, 16 * 4});

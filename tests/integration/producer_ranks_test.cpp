@@ -137,6 +137,35 @@ TEST(ProducerRanksFaults, StepsNeverMixAStoppedRankHoldsTheLastCommonStepAndARes
   for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], "") << "assembled version " << i;
 }
 
+// Assembled versions have memory of their own, as many as the consumer's buffers: readers that
+// hold all of them hold updates back, said as such, and the last version stays; once they let
+// go, the next step is assembled.
+TEST(ProducerRanksFaults, ReadersHoldingEveryAssembledBufferHoldUpdatesBackUntilTheyLetGo) {
+  Ranks ranks(2);
+  auto options = options_for(ranks.endpoint(), {TensorWant::shard("*", 1, 0, 2)});
+  options.buffers = 3;
+  modelcast::Consumer consumer(options);
+  std::vector<modelcast::ModelView> held;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    ranks.publish(step);
+    ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == step; }, 60s))
+        << consumer.stats().last_error;
+    held.push_back(consumer.acquire());  // steps 1, 2, 3: every assembled buffer
+  }
+  const auto rejected = consumer.stats().versions_rejected;
+  ranks.publish(4);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().versions_rejected > rejected; }, 60s));
+  EXPECT_NE(consumer.stats().last_error.find("held by a view still in use"), std::string::npos)
+      << consumer.stats().last_error;
+  EXPECT_EQ(consumer.acquire().step(), 3);
+  EXPECT_EQ(check(consumer.acquire(), 3, shard_of(1, 0, 2)), "");
+  held.clear();
+  ranks.publish(5);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 5; }, 60s))
+      << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 5, shard_of(1, 0, 2)), "");
+}
+
 TEST(ProducerRanksFaults, AWantNoRankHoldsIsRefusedNamingTheMissingBox) {
   // Two ranks, and rank 1 registers no piece of "w": its rows 1024..2048 belong to nobody.
   Ranks ranks(2, true);
