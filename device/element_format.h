@@ -10,6 +10,7 @@
 // packaged library has fp8, and Eigen's half types are host code.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -61,21 +62,21 @@ MODELCAST_ELEMENT_HD double double_of(std::uint64_t b) {
 #endif
 }
 
-// Exact: every f16 is a float (NaN payloads kept, shifted into the float's mantissa).
+// Exact: every f16 is a float (NaN payloads kept, shifted into the float's mantissa). Branches
+// only on the exponent's rare values (F. Giesen's method, which Eigen's half uses): a subnormal
+// is rebuilt by one float subtraction, exact in every IEEE mode without flush-to-zero.
 MODELCAST_ELEMENT_HD float f16_to_f32(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exponent = (h >> 10) & 0x1fu;
-  std::uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return float_of(sign | 0x7f800000u | (mantissa << 13));  // inf, NaN
-  if (exponent != 0) return float_of(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  if (mantissa == 0) return float_of(sign);
-  // Subnormal: normalise (value = mantissa * 2^-24).
-  std::uint32_t e = 113;
-  while ((mantissa & 0x400u) == 0) {
-    mantissa <<= 1;
-    --e;
+  std::uint32_t bits = static_cast<std::uint32_t>(h & 0x7fffu) << 13;  // exponent and mantissa
+  const std::uint32_t exponent = bits & (0x7c00u << 13);
+  bits += (127u - 15u) << 23;                                          // rebias
+  if (exponent == (0x7c00u << 13)) {
+    bits += (128u - 16u) << 23;                                        // inf, NaN
+  } else if (exponent == 0) {
+    bits += 1u << 23;                                                  // subnormal or zero:
+    bits = bits_of(float_of(bits) - float_of(113u << 23));             // value = that - 2^-14
   }
-  return float_of(sign | (e << 23) | ((mantissa & 0x3ffu) << 13));
+  return float_of(bits | sign);
 }
 
 // Exact: a bf16 is the upper half of a float.
@@ -91,12 +92,10 @@ MODELCAST_ELEMENT_HD std::uint16_t f32_to_f16(float value) {
   const std::uint32_t e = f >> 23;
   std::uint32_t m = (f & 0x7fffffu) | 0x800000u;  // the value is m * 2^(e - 150)
   if (e >= 113) {
-    // Normal in f16: drop 13 bits with rounding; a carry into the exponent (and up to inf at
-    // 65520) is the right result.
-    const std::uint32_t rest = f & 0x1fffu;
-    std::uint32_t h = ((e - 112) << 10) | ((f >> 13) & 0x3ffu);
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-    return static_cast<std::uint16_t>(sign | h);
+    // Normal in f16: drop 13 bits, rounding to nearest even without a branch (add half an ulp
+    // less one, plus the kept lowest bit); a carry into the exponent (and up to inf at 65520)
+    // is the right result.
+    return static_cast<std::uint16_t>(sign | ((f - (112u << 23) + 0xfffu + ((f >> 13) & 1u)) >> 13));
   }
   if (e < 102) return sign;  // below 2^-25, half the smallest subnormal: +-0
   // Subnormal in f16, in units of 2^-24: m * 2^(e - 126), rounded.
@@ -148,10 +147,15 @@ MODELCAST_ELEMENT_HD std::uint8_t f8e4m3_quantize(float x, float scale) {
   return f8e4m3_from_double(static_cast<double>(x) / static_cast<double>(scale));
 }
 
-// |x| when it is finite, else 0: what an amax over the finite elements takes.
+// |x| when it is finite, else 0: what an amax over the finite elements takes. (NaN fails the
+// comparison; |x| is never -0, so its bits order as the magnitudes do, for the kernel's atomicMax.)
 MODELCAST_ELEMENT_HD float finite_magnitude(float x) {
-  const std::uint32_t magnitude = bits_of(x) & 0x7fffffffu;
-  return magnitude < 0x7f800000u ? float_of(magnitude) : 0.0f;
+#if defined(__CUDA_ARCH__)
+  const float a = fabsf(x);
+#else
+  const float a = std::fabs(x);
+#endif
+  return a <= 3.40282347e38f ? a : 0.0f;
 }
 
 // The scale of a per-tensor or per-block fp8 quantization from its finite amax: amax / 448, at

@@ -127,5 +127,66 @@ TEST_F(DaemonTest, ARankOfATensorParallelServerGetsItsHalfOfATwoRankModelInBf16)
   mcs_client_close(handle);
 }
 
+// Shaped versions are copied into buffers of the daemon's, as many as `buffers`: clients holding
+// all of them hold updates back (the daemon says so), what they hold stays as it was, and the
+// next version is served once they let go.
+TEST_F(DaemonTest, ClientsHoldingEveryCopyBufferHoldShapedUpdatesBackAndLoseNothing) {
+  Rank rank1(1, {});
+  Rank rank0(0, {"", rank1.producer->control_endpoint()});
+  auto daemon = start_daemon(config(rank0.producer->control_endpoint(), 3,
+                                    "persist = false\n"
+                                    "[model.wants]\n\"*\" = { dim = 1, index = 1, count = 2 }\n"
+                                    "[model.convert]\n\"w\" = \"bf16\"\n"));
+  ASSERT_TRUE(rank0.producer->wait_for_consumers(1, 30s));
+  ASSERT_TRUE(rank1.producer->wait_for_consumers(1, 30s));
+  auto c = client();
+  auto publish_and_wait = [&](std::int64_t step) {
+    rank0.publish(step);
+    rank1.publish(step);
+    modelcast::sidecar::View view;
+    for (std::uint64_t v = 1; !view || view.step() != step; ++v) {
+      view = c.wait_for_version(v, 30s);
+      if (!view) break;
+    }
+    return view;
+  };
+  std::vector<modelcast::sidecar::View> held;
+  for (std::int64_t step : {1, 2, 3}) {
+    held.push_back(publish_and_wait(step));
+    ASSERT_TRUE(held.back()) << "step " << step;
+  }
+  rank0.publish(4);
+  rank1.publish(4);
+  EXPECT_NE(wait_for_text(*daemon, "is held by a client"), "") << "the daemon never said why step 4 waits";
+  EXPECT_EQ(c.acquire().step(), 3);
+  for (std::size_t i = 0; i < held.size(); ++i) EXPECT_EQ(check(held[i], static_cast<std::int64_t>(i) + 1), "");
+  held.clear();
+  auto next = publish_and_wait(5);
+  ASSERT_TRUE(next) << "step 5 never served after the holds were released";
+  EXPECT_EQ(check(next, 5), "");
+}
+
+// A per-block fp8 conversion whose scales a client could not take (more than 2^17 for one
+// tensor) is refused by the daemon, saying what to change; nothing half-described is served.
+TEST_F(DaemonTest, AConversionWithMoreFp8ScalesThanAClientTakesIsRefusedSayingWhy) {
+  std::vector<float> w(131073, 0.5f);  // with fp8_block = 1: one scale per element, one too many
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  modelcast::Producer producer(options);
+  producer.register_tensor({{"w", modelcast::DType::kF32, {static_cast<std::int64_t>(w.size())}}, w.data()});
+  producer.prepare();
+  auto daemon = start_daemon(config(producer.control_endpoint(), 3,
+                                    "persist = false\n"
+                                    "[model.convert]\n\"w\" = { to = \"f8e4m3\", fp8_block = 1 }\n"));
+  ASSERT_TRUE(producer.wait_for_consumers(1, 30s));
+  producer.publish(1);
+  const auto line = wait_for_text(*daemon, "fp8 scales, more than");
+  ASSERT_NE(line, "") << "the daemon did not refuse version 1";
+  EXPECT_NE(line.find("tensor 'w' has 131073"), std::string::npos) << line;
+  EXPECT_NE(line.find("larger fp8_block"), std::string::npos) << line;
+  EXPECT_FALSE(client().acquire()) << "a version the client could not read was served";
+}
+
 }  // namespace
 }  // namespace daemon_test
