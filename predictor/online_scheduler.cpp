@@ -6,11 +6,28 @@
 
 #include "modelcast/predictor_online.h"
 #include "modelcast/error.h"
-#include "online_refit_worker.h"
+#include "online_worker.h"
 
 namespace modelcast::predictor {
 namespace {
 constexpr std::size_t kNow = static_cast<std::size_t>(-1);  // the "publish now" candidate
+
+// A point's loss and time residuals against the forecast (interpolated between its steps), by
+// which the forecast's future is shifted to continue from that point; none where the point lies
+// outside the forecast.
+struct Residuals {
+  double loss = 0.0, time_s = 0.0;
+};
+std::optional<Residuals> residuals_at(const Forecast& forecast, std::int64_t step, double loss, double time_s) {
+  const auto it = std::lower_bound(forecast.steps.begin(), forecast.steps.end(), step);
+  if (it == forecast.steps.end() || (*it != step && it == forecast.steps.begin())) return std::nullopt;
+  const auto i = static_cast<std::size_t>(it - forecast.steps.begin());
+  const std::size_t j = *it == step ? i : i - 1;  // interpolate between j and i (j == i: exact)
+  const double f = j == i ? 0.0 : static_cast<double>(step - forecast.steps[j]) /
+                                      static_cast<double>(forecast.steps[i] - forecast.steps[j]);
+  return Residuals{loss - (forecast.loss[j] + f * (forecast.loss[i] - forecast.loss[j])),
+                   time_s - (forecast.time_s[j] + f * (forecast.time_s[i] - forecast.time_s[j]))};
+}
 }  // namespace
 
 OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(options)) {
@@ -24,13 +41,15 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   if (!std::isfinite(options_.replan_time_tolerance) || options_.replan_time_tolerance < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: replan_time_tolerance must be finite and >= 0, got " +
                                                  std::to_string(options_.replan_time_tolerance));
-  if (options_.refit_mode != OnlineOptions::RefitMode::kInline && options_.refit_mode != OnlineOptions::RefitMode::kBackground)
-    throw Error(ErrorCode::kInvalidArgument, "online scheduler: unknown refit_mode");
+  if (options_.work_mode != OnlineOptions::WorkMode::kInline && options_.work_mode != OnlineOptions::WorkMode::kRefitsInBackground &&
+      options_.work_mode != OnlineOptions::WorkMode::kBackground)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: unknown work_mode");
   if (!std::isfinite(options_.band_trigger_width) || options_.band_trigger_width <= 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: band_trigger_width must be finite and > 0, got " +
                                                  std::to_string(options_.band_trigger_width));
   if (options_.hedge) hedge_forecast(std::vector<CurvePoint>{{0, 1.0, 0.0}}, Forecast{}, options_.hedge_options);  // checks the options
   set_costs(options_.costs.stall_s, options_.costs.delivery_s);
+  fitted_ = std::make_shared<const Fitted>();
 }
 
 OnlineScheduler::~OnlineScheduler() = default;
@@ -59,17 +78,23 @@ OnlineScheduler::Fitted OnlineScheduler::fit(std::span<const CurvePoint> regime,
 }
 
 void OnlineScheduler::adopt(Fitted fitted) {
-  forecast_ = std::move(fitted.forecast);
-  scenarios_ = std::move(fitted.scenarios);
+  fitted_ = std::make_shared<const Fitted>(std::move(fitted));
   ++forecast_version_;
   ++stats_.fits;
 }
 
-void OnlineScheduler::wait_for_refit() {
-  if (!refit_in_flight_) return;
-  refit_in_flight_ = false;  // also when the fit threw: the next due refit starts a new one
-  adopt(worker_->wait());
-  ++stats_.background_fits;
+void OnlineScheduler::wait_for_background() {
+  if (refit_in_flight_) {
+    refit_in_flight_ = false;  // also when the fit threw: the next due refit starts a new one
+    adopt(refit_worker_->wait());
+    ++stats_.background_fits;
+    stats_.worker_s = refit_worker_->busy_s() + (plan_worker_ ? plan_worker_->busy_s() : 0.0);
+  }
+  if (plan_in_flight_) {
+    plan_in_flight_ = false;  // also when the plan threw
+    answered_ = plan_worker_->wait();
+    stats_.worker_s = plan_worker_->busy_s() + (refit_worker_ ? refit_worker_->busy_s() : 0.0);
+  }
 }
 
 void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s) {
@@ -96,25 +121,26 @@ std::size_t OnlineScheduler::band_points() const {
 }
 
 bool OnlineScheduler::left_band(double* first_half_width) const {
-  if (options_.refit_band_points == 0 || forecast_.steps.empty()) return false;
+  const Forecast& forecast = fitted_->forecast;
+  if (options_.refit_band_points == 0 || forecast.steps.empty()) return false;
   const std::size_t k = band_points();
   if (observed_.size() < points_at_last_fit_ + k) return false;
-  if (forecast_.lower.size() != forecast_.steps.size() || forecast_.upper.size() != forecast_.steps.size())
+  if (forecast.lower.size() != forecast.steps.size() || forecast.upper.size() != forecast.steps.size())
     return false;  // a custom forecaster without a band
   // Residuals against the band's centre (the point forecast; the hedged loss sits below it),
   // in units of the widened half-width.
   std::vector<double> z;
   for (std::size_t j = observed_.size() - k; j < observed_.size(); ++j) {
     const auto& p = observed_[j];
-    const auto it = std::lower_bound(forecast_.steps.begin(), forecast_.steps.end(), p.step);
-    if (it == forecast_.steps.end()) return false;  // past the forecast horizon: nothing to compare
-    const auto i = static_cast<std::size_t>(it - forecast_.steps.begin());
-    double lo = forecast_.lower[i], hi = forecast_.upper[i];
+    const auto it = std::lower_bound(forecast.steps.begin(), forecast.steps.end(), p.step);
+    if (it == forecast.steps.end()) return false;  // past the forecast horizon: nothing to compare
+    const auto i = static_cast<std::size_t>(it - forecast.steps.begin());
+    double lo = forecast.lower[i], hi = forecast.upper[i];
     if (*it != p.step && i > 0) {  // between two forecast steps: interpolate the band
-      const double f = static_cast<double>(p.step - forecast_.steps[i - 1]) /
-                       static_cast<double>(forecast_.steps[i] - forecast_.steps[i - 1]);
-      lo = forecast_.lower[i - 1] + f * (lo - forecast_.lower[i - 1]);
-      hi = forecast_.upper[i - 1] + f * (hi - forecast_.upper[i - 1]);
+      const double f = static_cast<double>(p.step - forecast.steps[i - 1]) /
+                       static_cast<double>(forecast.steps[i] - forecast.steps[i - 1]);
+      lo = forecast.lower[i - 1] + f * (lo - forecast.lower[i - 1]);
+      hi = forecast.upper[i - 1] + f * (hi - forecast.upper[i - 1]);
     }
     const double half = 0.5 * (hi - lo) * options_.band_trigger_width;
     if (!(half > 0)) return false;  // a forecast declared certain has no band to leave
@@ -135,7 +161,7 @@ void OnlineScheduler::refit_if_due() {
     // A new forecast is coming: no refit is due on the old one, and its band says little now.
     std::optional<Fitted> done;
     try {
-      done = worker_->take();
+      done = refit_worker_->take();
     } catch (...) {
       refit_in_flight_ = false;
       throw;
@@ -144,11 +170,13 @@ void OnlineScheduler::refit_if_due() {
     refit_in_flight_ = false;
     adopt(std::move(*done));
     ++stats_.background_fits;
+    stats_.worker_s = refit_worker_->busy_s() + (plan_worker_ ? plan_worker_->busy_s() : 0.0);
   }
+  const Forecast& forecast = fitted_->forecast;
   const std::size_t n = observed_.size();
   // Growth is counted within the current regime.
   const std::size_t seen = points_at_last_fit_ - std::min(points_at_last_fit_, fit_from_);
-  bool due = forecast_.steps.empty() || n < static_cast<std::size_t>(options_.refit_every_below);
+  bool due = forecast.steps.empty() || n < static_cast<std::size_t>(options_.refit_every_below);
   due = due || n - fit_from_ >= std::max<std::size_t>(seen + 1, static_cast<std::size_t>(std::ceil(static_cast<double>(seen) *
                                                                                                     (1.0 + options_.refit_growth))));
   // A regime change: the newest points left the band, and the departure began with a jump
@@ -156,7 +184,7 @@ void OnlineScheduler::refit_if_due() {
   // the jump no longer describe the curve. A gradual departure is left to the geometric
   // schedule: on the development curves refitting early on it made decisions worse.
   double half_width = 0.0;
-  bool band = !forecast_.steps.empty() && left_band(&half_width);
+  bool band = !forecast.steps.empty() && left_band(&half_width);
   const std::size_t change = n - std::min(n, band_points());
   band = band && change > fit_from_ && std::abs(observed_[change].loss - observed_[change - 1].loss) > half_width;
   if (n <= points_at_last_fit_ || !(due || band)) return;
@@ -166,9 +194,13 @@ void OnlineScheduler::refit_if_due() {
   }
   const std::span<const CurvePoint> regime(observed_.data() + fit_from_, n - fit_from_);
   points_at_last_fit_ = n;
-  if (options_.refit_mode == OnlineOptions::RefitMode::kBackground && !forecast_.steps.empty()) {
-    if (!worker_) worker_ = std::make_unique<RefitWorker>(options_);
-    worker_->submit({regime.begin(), regime.end()});
+  if (options_.work_mode != OnlineOptions::WorkMode::kInline && !forecast.steps.empty()) {
+    if (!refit_worker_) {
+      // The worker's own copy of the options, never written after this.
+      refit_worker_ = std::make_unique<detail::OnlineWorker<std::vector<CurvePoint>, Fitted>>(
+          [options = options_](std::vector<CurvePoint>& points) { return fit(points, options); });
+    }
+    refit_worker_->submit({regime.begin(), regime.end()});
     refit_in_flight_ = true;
     return;
   }
@@ -188,8 +220,9 @@ bool OnlineScheduler::previous_plan_holds(std::int64_t step, double loss_shift, 
   // always decided by a fresh plan. The argument is exact when "now" is a forecast step (then it
   // was one of the plan's candidates) and the horizon is not thinned (max_candidates); between
   // two forecast steps it is not, and the tests check that decisions stay the same there.
-  const auto next = std::upper_bound(forecast_.steps.begin(), forecast_.steps.end(), step);
-  if (next == forecast_.steps.end()) return false;
+  const Forecast& forecast = fitted_->forecast;
+  const auto next = std::upper_bound(forecast.steps.begin(), forecast.steps.end(), step);
+  if (next == forecast.steps.end()) return false;
   if (memo_.publishes && memo_.first_publish <= *next) return false;
   if (loss_shift < memo_.loss_shift) return false;
   // A shifted clock moves every candidate and, unless the window is fixed, its end alike; with
@@ -198,79 +231,54 @@ bool OnlineScheduler::previous_plan_holds(std::int64_t step, double loss_shift, 
   return std::abs(time_shift - memo_.time_shift) <= options_.replan_time_tolerance * interval;
 }
 
-bool OnlineScheduler::waiting_pays(const Trajectory& future, const std::vector<std::size_t>& source, double loss_shift,
-                                   double window_end) const {
+bool OnlineScheduler::waiting_pays(const PlanInput& in, const Trajectory& future, const std::vector<std::size_t>& source,
+                                   double window_end) {
   // Hindsight check: in each scenario, the best the run can still do if it publishes now, and
   // if it waits (and then, having seen more, follows that scenario's best plan). Waiting keeps
   // the option to publish when the loss has really dropped; the mean-path plan alone does not
   // value that option, and at a high publish cost spends its few publishes too early.
-  const auto& costs = options_.costs;
+  const auto& costs = in.costs;
   const double s_now = future.time_s[0] + costs.stall_s + costs.delivery_s;
-  const int done = static_cast<int>(published_.size());
+  const int done = static_cast<int>(in.published);
   double publish_now = 0.0, wait = 0.0;
   Trajectory rest, rest_after_stall;
-  for (const auto& scenario : scenarios_) {
+  for (const auto& scenario : in.fitted->scenarios) {
     rest.steps.assign(future.steps.begin() + 1, future.steps.end());
     rest.time_s.assign(future.time_s.begin() + 1, future.time_s.end());
     rest.loss.clear();
-    for (std::size_t k = 1; k < source.size(); ++k) rest.loss.push_back(scenario.loss[source[k]] + loss_shift);
+    for (std::size_t k = 1; k < source.size(); ++k) rest.loss.push_back(scenario.loss[source[k]] + in.loss_shift);
     rest_after_stall = rest;
     for (double& t : rest_after_stall.time_s) t += costs.stall_s;  // publishing now delays every later step
-    const double served_until_now = origin_loss_ * std::max(0.0, s_now - origin_servable_s_);
-    wait += scenario.weight * plan_from(origin_loss_, origin_servable_s_, done, window_end, rest, costs).cil;
+    const double served_until_now = in.origin_loss * std::max(0.0, s_now - in.origin_servable_s);
+    wait += scenario.weight * plan_from(in.origin_loss, in.origin_servable_s, done, window_end, rest, costs).cil;
     publish_now += scenario.weight * (costs.request_rate * served_until_now +
                                       plan_from(future.loss[0], s_now, done + 1, window_end, rest_after_stall, costs).cil);
   }
   return wait < publish_now;
 }
 
-bool OnlineScheduler::should_publish(std::int64_t step) {
-  if (observed_.empty() || observed_.back().step != step)
-    throw Error(ErrorCode::kInvalidArgument, "online scheduler: should_publish(" + std::to_string(step) +
-                                ") must follow observe() of the same step");
-  if (std::isnan(warmup_time_s_) || step <= options_.warmup_step) return false;
-  const auto& now = observed_.back();
-  const double now_wall = now.time_s + stall_total_s_;
-
+OnlineScheduler::PlanOutcome OnlineScheduler::plan(const PlanInput& in) {
+  const Forecast& forecast = in.fitted->forecast;
+  const double now_wall = in.now.time_s + in.stall_total_s;
   // Candidates on the producer's clock: now, then the forecast's future steps.
   Trajectory future;
   std::vector<std::size_t> source = {kNow};  // forecast index of each candidate
-  future.steps.push_back(now.step);
-  future.loss.push_back(now.loss);
+  future.steps.push_back(in.now.step);
+  future.loss.push_back(in.now.loss);
   future.time_s.push_back(now_wall);
-  double predicted_end = now.time_s;
-  double loss_shift = 0.0, time_shift = 0.0;
-  bool anchored = false;  // the residuals were measured (the step lies within the forecast)
-  if (step < options_.forecast.total_steps) {
-    refit_if_due();
-    // Between refits the forecast was made from an older prefix: anchor it on the newest point
-    // (shift its loss and time by their residuals here), so that "publish now" is weighed
-    // against a future that continues from where the run actually is.
-    const auto it = std::lower_bound(forecast_.steps.begin(), forecast_.steps.end(), step);
-    if (it != forecast_.steps.end() && (*it == step || it != forecast_.steps.begin())) {
-      const auto i = static_cast<std::size_t>(it - forecast_.steps.begin());
-      const std::size_t j = *it == step ? i : i - 1;  // interpolate between j and i (j == i: exact)
-      const double f = j == i ? 0.0 : static_cast<double>(step - forecast_.steps[j]) /
-                                          static_cast<double>(forecast_.steps[i] - forecast_.steps[j]);
-      loss_shift = now.loss - (forecast_.loss[j] + f * (forecast_.loss[i] - forecast_.loss[j]));
-      time_shift = now.time_s - (forecast_.time_s[j] + f * (forecast_.time_s[i] - forecast_.time_s[j]));
-      anchored = true;
-    }
-    if (anchored && previous_plan_holds(step, loss_shift, time_shift)) {
-      ++stats_.plans_reused;
-      return false;
-    }
-    for (std::size_t i = 0; i < forecast_.steps.size(); ++i) {
-      if (forecast_.steps[i] <= step) continue;
-      future.steps.push_back(forecast_.steps[i]);
-      future.loss.push_back(forecast_.loss[i] + loss_shift);
-      future.time_s.push_back(std::max(forecast_.time_s[i] + time_shift + stall_total_s_, future.time_s.back()));
+  double predicted_end = in.now.time_s;
+  if (in.in_horizon) {
+    for (std::size_t i = 0; i < forecast.steps.size(); ++i) {
+      if (forecast.steps[i] <= in.now.step) continue;
+      future.steps.push_back(forecast.steps[i]);
+      future.loss.push_back(forecast.loss[i] + in.loss_shift);
+      future.time_s.push_back(std::max(forecast.time_s[i] + in.time_shift + in.stall_total_s, future.time_s.back()));
       source.push_back(i);
     }
-    if (!forecast_.time_s.empty()) predicted_end = std::max(predicted_end, forecast_.time_s.back() + time_shift);
+    if (!forecast.time_s.empty()) predicted_end = std::max(predicted_end, forecast.time_s.back() + in.time_shift);
   }
   // Thin very long horizons evenly, always keeping "now" and the last step.
-  const auto limit = static_cast<std::size_t>(options_.max_candidates);
+  const auto limit = static_cast<std::size_t>(in.max_candidates);
   if (future.steps.size() > limit) {
     Trajectory thin;
     std::vector<std::size_t> thin_source;
@@ -285,28 +293,248 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
     future = std::move(thin);
     source = std::move(thin_source);
   }
-  const double window = std::isfinite(options_.costs.window_s) ? options_.costs.window_s : predicted_end - warmup_time_s_;
-  const double window_end = warmup_time_s_ + window;  // producer clock: no stall before W
-  const auto plan = plan_from(origin_loss_, origin_servable_s_, static_cast<int>(published_.size()), window_end,
-                              future, options_.costs);
-  ++stats_.plans;
-  memo_ = {.valid = anchored,
-           .forecast_version = forecast_version_,
-           .published = published_.size(),
-           .loss_shift = loss_shift,
-           .time_shift = time_shift,
-           .publishes = !plan.publish_steps.empty(),
-           .first_publish = plan.publish_steps.empty() ? 0 : plan.publish_steps.front()};
-  if (plan.publish_steps.empty() || plan.publish_steps.front() != step) return false;
-  if (options_.hindsight_check && scenarios_.size() > 1 && waiting_pays(future, source, loss_shift, window_end)) {
-    ++stats_.deferred;
-    return false;
+  const double window = std::isfinite(in.costs.window_s) ? in.costs.window_s : predicted_end - in.warmup_time_s;
+  const double window_end = in.warmup_time_s + window;  // producer clock: no stall before W
+  const auto best = plan_from(in.origin_loss, in.origin_servable_s, static_cast<int>(in.published), window_end, future,
+                              in.costs);
+  PlanOutcome out;
+  out.memo = {.valid = in.anchored,
+              .forecast_version = in.forecast_version,
+              .published = in.published,
+              .loss_shift = in.loss_shift,
+              .time_shift = in.time_shift,
+              .publishes = !best.publish_steps.empty(),
+              .first_publish = best.publish_steps.empty() ? 0 : best.publish_steps.front()};
+  if (best.publish_steps.empty() || best.publish_steps.front() != in.now.step) return out;
+  if (in.hindsight_check && in.fitted->scenarios.size() > 1 && waiting_pays(in, future, source, window_end)) {
+    out.deferred = true;
+    return out;
   }
-  published_.push_back(step);
+  out.publish = true;
+  return out;
+}
+
+std::optional<OnlineScheduler::PlanOutcome> OnlineScheduler::collect_plan() {
+  std::optional<PlanOutcome> done = std::exchange(answered_, std::nullopt);
+  if (!done && plan_in_flight_) {
+    try {
+      done = plan_worker_->take();
+    } catch (...) {
+      plan_in_flight_ = false;
+      throw;
+    }
+    if (done) plan_in_flight_ = false;
+  }
+  if (done) {
+    ++stats_.plans;
+    ++stats_.background_plans;
+    stats_.worker_s = plan_worker_->busy_s() + (refit_worker_ ? refit_worker_->busy_s() : 0.0);
+  }
+  return done;
+}
+
+void OnlineScheduler::publish_now() {
+  const auto& now = observed_.back();
+  const double now_wall = now.time_s + stall_total_s_;
+  published_.push_back(now.step);
   origin_loss_ = now.loss;
   origin_servable_s_ = now_wall + options_.costs.stall_s + options_.costs.delivery_s;
   stall_total_s_ += options_.costs.stall_s;
+}
+
+bool OnlineScheduler::should_publish(std::int64_t step) {
+  if (observed_.empty() || observed_.back().step != step)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: should_publish(" + std::to_string(step) +
+                                ") must follow observe() of the same step");
+  if (std::isnan(warmup_time_s_) || step <= options_.warmup_step) return false;
+  const auto& now = observed_.back();
+  const bool in_horizon = step < options_.forecast.total_steps;
+  if (in_horizon) refit_if_due();
+
+  const bool background = options_.work_mode == OnlineOptions::WorkMode::kBackground;
+  if (background) {
+    const std::optional<PlanOutcome> answer = collect_plan();
+    if (answer) {
+      if (answer->deferred) ++stats_.deferred;
+      memo_ = answer->memo;
+      prepared_ = answer->next;
+    }
+    // The answer prepared for this point, if it came where it was expected.
+    const Prepared ready = std::exchange(prepared_, Prepared{});
+    if (ready.valid && ready.step == step && ready.published == published_.size() &&
+        ready.stall_s == options_.costs.stall_s && ready.delivery_s == options_.costs.delivery_s &&
+        std::abs(now.time_s - ready.time_s) <= options_.replan_time_tolerance * ready.interval_s && now.loss >= ready.low &&
+        now.loss <= ready.high) {
+      ++stats_.answered_ahead;
+      const bool publish = now.loss <= ready.threshold;
+      if (publish) publish_now();
+      prepare(step, in_horizon);
+      return publish;
+    }
+    // Otherwise act on the plan of the earlier point: its "publish now" publishes the newer model.
+    if (answer && answer->publish && answer->memo.published == published_.size()) {
+      ++stats_.answered_late;
+      publish_now();
+      prepare(step, in_horizon);
+      return true;
+    }
+    if (plan_in_flight_) {
+      ++stats_.answered_late;  // the worker is behind: its answer comes at a later decision
+      return false;
+    }
+  }
+
+  // Between refits the forecast was made from an older prefix: anchor it on the newest point
+  // (shift its loss and time by their residuals here), so that "publish now" is weighed against
+  // a future that continues from where the run actually is.
+  double loss_shift = 0.0, time_shift = 0.0;
+  bool anchored = false;  // the residuals were measured (the step lies within the forecast)
+  if (in_horizon) {
+    if (const auto r = residuals_at(fitted_->forecast, step, now.loss, now.time_s)) {
+      loss_shift = r->loss;
+      time_shift = r->time_s;
+      anchored = true;
+    }
+  }
+  const bool reused = anchored && previous_plan_holds(step, loss_shift, time_shift);
+  if (background) {
+    // "Wait": proven by the last plan, or for want of an answer for this point (late: the plan
+    // of this point answers at the next decision).
+    ++(reused ? stats_.plans_reused : stats_.answered_late);
+    prepare(step, in_horizon);
+    return false;
+  }
+  if (reused) {
+    ++stats_.plans_reused;
+    return false;
+  }
+  const PlanOutcome answer = plan(plan_input(in_horizon, loss_shift, time_shift, anchored));
+  ++stats_.plans;
+  memo_ = answer.memo;
+  if (answer.deferred) ++stats_.deferred;
+  if (!answer.publish) return false;
+  publish_now();
   return true;
+}
+
+OnlineScheduler::PlanInput OnlineScheduler::plan_input(bool in_horizon, double loss_shift,
+                                                       double time_shift, bool anchored) const {
+  const auto& now = observed_.back();
+  return PlanInput{.fitted = fitted_,
+                   .now = now,
+                   .in_horizon = in_horizon,
+                   .anchored = anchored,
+                   .loss_shift = loss_shift,
+                   .time_shift = time_shift,
+                   .stall_total_s = stall_total_s_,
+                   .warmup_time_s = warmup_time_s_,
+                   .origin_loss = origin_loss_,
+                   .origin_servable_s = origin_servable_s_,
+                   .published = published_.size(),
+                   .forecast_version = forecast_version_,
+                   .costs = options_.costs,
+                   .max_candidates = options_.max_candidates,
+                   .hindsight_check = options_.hindsight_check,
+                   .total_steps = options_.forecast.total_steps};
+}
+
+void OnlineScheduler::prepare(std::int64_t step, bool in_horizon) {
+  // Plan this point (the late answer, and the memo) and prepare the next, with the state after
+  // this decision (a publish just recorded included).
+  double loss_shift = 0.0, time_shift = 0.0;
+  bool anchored = false;
+  const auto& now = observed_.back();
+  if (in_horizon) {
+    if (const auto r = residuals_at(fitted_->forecast, step, now.loss, now.time_s)) {
+      loss_shift = r->loss;
+      time_shift = r->time_s;
+      anchored = true;
+    }
+  }
+  PlanInput input = plan_input(in_horizon, loss_shift, time_shift, anchored);
+  if (observed_.size() >= 2) {
+    const auto& before = observed_[observed_.size() - 2];
+    input.next_step = std::min(step + (step - before.step), options_.forecast.total_steps);
+    input.next_time_s = now.time_s + (now.time_s - before.time_s);
+    if (input.next_step <= step) input.next_step = 0;  // the run's last point: nothing comes next
+  }
+  if (!plan_worker_) {
+    plan_worker_ = std::make_unique<detail::OnlineWorker<PlanInput, PlanOutcome>>([](PlanInput& in) {
+      PlanOutcome out = plan(in);
+      if (in.next_step > 0) out.next = prepare_next(in);
+      return out;
+    });
+  }
+  plan_worker_->submit(std::move(input));
+  plan_in_flight_ = true;
+}
+
+OnlineScheduler::Prepared OnlineScheduler::prepare_next(const PlanInput& in) {
+  Prepared out;
+  const Forecast& forecast = in.fitted->forecast;
+  const auto at_zero = residuals_at(forecast, in.next_step, 0.0, in.next_time_s);
+  if (!at_zero) return out;  // beyond the forecast: the late answer will do
+  const double expected = -at_zero->loss;  // the forecast's loss at the next step
+  PlanInput probe = in;
+  probe.next_step = 0;
+  probe.in_horizon = in.next_step < in.total_steps;
+  probe.anchored = true;
+  probe.time_shift = at_zero->time_s;
+  auto publishes = [&](double loss) {
+    probe.now = {in.next_step, loss, in.next_time_s};
+    probe.loss_shift = loss - expected;
+    return plan(probe).publish;
+  };
+  // Search around the loss the current residual predicts there, on the scale of the forecast's
+  // band (or of the residual itself, where the band is narrower).
+  double half_band = 0.0;
+  const auto it = std::lower_bound(forecast.steps.begin(), forecast.steps.end(), in.next_step);
+  if (it != forecast.steps.end() && forecast.lower.size() == forecast.steps.size() && forecast.upper.size() == forecast.steps.size()) {
+    const auto i = static_cast<std::size_t>(it - forecast.steps.begin());
+    half_band = 0.5 * (forecast.upper[i] - forecast.lower[i]);
+  }
+  const double scale = std::max({half_band, std::abs(in.loss_shift), 1e-9 * std::max(1.0, std::abs(expected))});
+  double high = expected + in.loss_shift + scale, low = high - 4.0 * scale;
+  out.low = -std::numeric_limits<double>::infinity();
+  out.high = std::numeric_limits<double>::infinity();
+  // A plan's "publish now" can only go from true to false as the loss rises, so one flip
+  // bounds the answer on both sides (previous_plan_holds() has the argument; the hindsight check
+  // favours waiting less as the loss falls for the same reason).
+  constexpr int kWiden = 3, kBisect = 10;
+  bool high_publishes = publishes(high);
+  for (int k = 0; high_publishes && k < kWiden; ++k) {
+    low = high;
+    high += 4.0 * scale * static_cast<double>(1 << (2 * k));
+    high_publishes = publishes(high);
+  }
+  if (high_publishes) {
+    out.threshold = out.high = high;  // publishes up to there; above, not known
+  } else {
+    bool low_publishes = publishes(low);
+    for (int k = 0; !low_publishes && k < kWiden; ++k) {
+      high = low;
+      low -= 4.0 * scale * static_cast<double>(1 << (2 * k));
+      low_publishes = publishes(low);
+    }
+    if (!low_publishes) {
+      out.low = low;  // waits from there up; below, not known
+      out.threshold = -std::numeric_limits<double>::infinity();
+    } else {
+      for (int k = 0; k < kBisect; ++k) {
+        const double mid = 0.5 * (low + high);
+        (publishes(mid) ? low : high) = mid;
+      }
+      out.threshold = low;
+    }
+  }
+  out.valid = true;
+  out.step = in.next_step;
+  out.time_s = in.next_time_s;
+  out.interval_s = in.next_time_s - in.now.time_s;
+  out.published = in.published;
+  out.stall_s = in.costs.stall_s;
+  out.delivery_s = in.costs.delivery_s;
+  return out;
 }
 
 }  // namespace modelcast::predictor

@@ -35,6 +35,7 @@ struct Sample {
   std::size_t fits = 0;       // forecasts adopted while timing
   std::size_t publishes = 0;  // publishes decided while timing
   std::size_t plans = 0;      // exact plans while timing (the others reused the previous plan)
+  std::size_t ahead = 0;      // kBackground: decisions answered by the threshold prepared for them
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -47,7 +48,7 @@ double percentile(std::vector<double> v, double p) {
 }
 
 // One run: `points` observed before the timed window, `window` timed decisions after it.
-void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOptions::RefitMode mode, bool reuse_plans,
+void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOptions::WorkMode mode, bool reuse_plans,
              double cost_ratio, Sample& out) {
   const std::size_t total = points + window;
   std::mt19937 rng(seed);
@@ -58,11 +59,11 @@ void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOp
   o.warmup_step = static_cast<std::int64_t>(points / 2);           // decisions from half-way to the window
   o.costs.stall_s = cost_ratio * dt;
   o.costs.delivery_s = 0.5 * o.costs.stall_s;
-  o.refit_mode = mode;
+  o.work_mode = mode;
   o.reuse_plans = reuse_plans;
   mp::OnlineScheduler s(o);
   double stalls = 0.0;
-  std::size_t fits_before = 0, published_before = 0, plans_before = 0;
+  std::size_t fits_before = 0, published_before = 0, plans_before = 0, ahead_before = 0;
   for (std::size_t i = 0; i < total; ++i) {
     const auto step = static_cast<std::int64_t>(i + 1);
     const double x = static_cast<double>(step) / static_cast<double>(o.forecast.total_steps);
@@ -72,6 +73,7 @@ void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOp
       fits_before = s.stats().fits;
       published_before = s.published_steps().size();
       plans_before = s.stats().plans;
+      ahead_before = s.stats().answered_ahead;
     }
     const auto t0 = std::chrono::steady_clock::now();
     const bool publish = s.should_publish(step);
@@ -82,6 +84,7 @@ void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOp
   out.fits += s.stats().fits - fits_before;
   out.publishes += s.published_steps().size() - published_before;
   out.plans += s.stats().plans - plans_before;
+  out.ahead += s.stats().answered_ahead - ahead_before;
 }
 
 std::vector<std::size_t> parse_sizes(const std::string& text) {
@@ -107,7 +110,7 @@ std::vector<std::size_t> parse_sizes(const std::string& text) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Latency of OnlineScheduler::should_publish on the calling thread"};
-  std::string sizes_text = "100,1000,10000", modes_text = "both";
+  std::string sizes_text = "100,1000,10000", modes_text = "all";
   std::size_t window = 200;
   unsigned runs = 5;
   double cost_ratio = 2.0;
@@ -117,8 +120,8 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "independent runs (seeds) per size")->check(CLI::Range(1, 1000));
   app.add_option("--cost-ratio", cost_ratio, "publish stall in units of the time between logged points")
       ->check(CLI::Range(0.0, 1000.0));
-  app.add_option("--mode", modes_text, "refit mode: inline, background or both")
-      ->check(CLI::IsMember({"inline", "background", "both"}));
+  app.add_option("--mode", modes_text, "OnlineOptions::work_mode: inline, refits_in_background, background or all")
+      ->check(CLI::IsMember({"inline", "refits_in_background", "background", "all"}));
   app.add_flag("--replan-every-decision", replan_every,
                "reuse_plans off: an exact plan at every decision (the scheduler's behaviour before plan reuse)");
   app.add_flag("--json", json, "print JSON");
@@ -129,9 +132,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::Error& e) {
     return app.exit(e);
   }
-  std::vector<std::pair<std::string, mp::OnlineOptions::RefitMode>> modes;
-  if (modes_text != "background") modes.emplace_back("inline", mp::OnlineOptions::RefitMode::kInline);
-  if (modes_text != "inline") modes.emplace_back("background", mp::OnlineOptions::RefitMode::kBackground);
+  std::vector<std::pair<std::string, mp::OnlineOptions::WorkMode>> modes;
+  for (const auto& [name, mode] : {std::pair{"inline", mp::OnlineOptions::WorkMode::kInline},
+                                   {"refits_in_background", mp::OnlineOptions::WorkMode::kRefitsInBackground},
+                                   {"background", mp::OnlineOptions::WorkMode::kBackground}})
+    if (modes_text == "all" || modes_text == name) modes.emplace_back(name, mode);
 
   std::vector<Sample> samples;
   for (const auto& [name, mode] : modes)
@@ -146,14 +151,15 @@ int main(int argc, char** argv) {
   Json out = Json::array();
   for (const auto& s : samples)
     out.push_back({{"points", s.points},
-                   {"refit_mode", s.mode},
+                   {"work_mode", s.mode},
                    {"decisions", s.latency_us.size()},
                    {"median_us", percentile(s.latency_us, 50)},
                    {"p99_us", percentile(s.latency_us, 99)},
                    {"max_us", percentile(s.latency_us, 100)},
                    {"fits_in_window", s.fits},
                    {"publishes_in_window", s.publishes},
-                   {"plans_in_window", s.plans}});
+                   {"plans_in_window", s.plans},
+                   {"answered_ahead_in_window", s.ahead}});
   if (json) {
     std::cout << Json{{"benchmark", "decision_cost"}, {"window", window},         {"runs", runs},
                       {"cost_ratio", cost_ratio},    {"reuse_plans", !replan_every}, {"results", out}}
@@ -163,12 +169,13 @@ int main(int argc, char** argv) {
   }
   std::printf("should_publish latency on the calling thread (%u runs x %zu timed decisions, cost %.1fx, %s)\n", runs,
               window, cost_ratio, replan_every ? "an exact plan at every decision" : "plans reused while they hold");
-  std::printf("%-10s %8s %12s %12s %12s %6s %10s %6s\n", "mode", "points", "median_us", "p99_us", "max_us", "fits", "publishes",
-              "plans");
+  std::printf("%-20s %8s %12s %12s %12s %6s %10s %6s %6s\n", "mode", "points", "median_us", "p99_us", "max_us", "fits",
+              "publishes", "plans", "ahead");
   for (const auto& r : out)
-    std::printf("%-10s %8zu %12.1f %12.1f %12.1f %6zu %10zu %6zu\n", r["refit_mode"].get<std::string>().c_str(),
+    std::printf("%-20s %8zu %12.1f %12.1f %12.1f %6zu %10zu %6zu %6zu\n", r["work_mode"].get<std::string>().c_str(),
                 r["points"].get<std::size_t>(), r["median_us"].get<double>(), r["p99_us"].get<double>(),
                 r["max_us"].get<double>(), r["fits_in_window"].get<std::size_t>(),
-                r["publishes_in_window"].get<std::size_t>(), r["plans_in_window"].get<std::size_t>());
+                r["publishes_in_window"].get<std::size_t>(), r["plans_in_window"].get<std::size_t>(),
+                r["answered_ahead_in_window"].get<std::size_t>());
   return 0;
 }

@@ -220,12 +220,14 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
         oo.hindsight_check = v.hindsight_check;
         oo.band_trigger_width = v.band_trigger_width;
       }
+      oo.work_mode = settings.work_mode;
       const auto t0 = std::chrono::steady_clock::now();
       mp::OnlineScheduler scheduler(oo);
       for (std::size_t i = 0; i < n; ++i) {
         const double wall = run.points[i].time_s + costs.stall_s * static_cast<double>(scheduler.published_steps().size());
         scheduler.observe(run.points[i].step, run.points[i].loss, wall);
         scheduler.should_publish(run.points[i].step);
+        scheduler.wait_for_background();
       }
       result.replay_seconds = std::max(result.replay_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
       result.outcome[ci][1].push_back(score(scheduler.published_steps()));

@@ -73,6 +73,9 @@ struct EvalSettings {
   // Plans only: replay outcomes are left empty (the caller copies them from a run without a
   // shape prior, which they do not depend on).
   bool skip_replay = false;
+  // OnlineOptions::work_mode of the replays; they wait for the workers after every decision, as
+  // a trainer whose workers keep up sees them.
+  predictor::OnlineOptions::WorkMode work_mode = predictor::OnlineOptions::WorkMode::kInline;
 };
 
 // The warm-up used for a run of n logged points (the first k points form the prefix), and the

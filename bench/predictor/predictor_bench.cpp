@@ -167,6 +167,7 @@ int main(int argc, char** argv) {
   double anneal_noise_prior = std::nan("");
   double member_prior_power = 2.0;
   bool member_prior_replay = false;
+  std::string work_mode = "inline";
   std::string json_out, only_family, lr_schedules_path, shape_prior_mode = "off";
   app.add_option("--data", data, "curves file, optionally FILE=FAMILY (default family: the track column); repeatable")->required();
   app.add_option("--held-out-data", held_out_data,
@@ -192,6 +193,10 @@ int main(int argc, char** argv) {
                  "with --cross-family-prior members: each member's prior is 1 / E^power (default 2, the back-test weights' form)");
   app.add_flag("--member-prior-replay", member_prior_replay,
                "with --cross-family-prior members: the online scheduler's refits get the member prior too");
+  app.add_option("--work-mode", work_mode,
+                 "the replays' OnlineOptions::work_mode (inline: the library's default; refits_in_background; "
+                 "background: plans too)")
+      ->check(CLI::IsMember({"inline", "refits_in_background", "background"}));
   app.add_flag("--reference", reference, "also score with an analogue prior from other records of the same family");
   app.add_flag("--json", json, "print JSON");
   app.add_option("--json-out", json_out, "also write the JSON to this file");
@@ -278,6 +283,9 @@ int main(int argc, char** argv) {
   if (!lr_schedules_path.empty()) settings.lr_schedules = &lr_schedules;
   settings.anneal_noise_prior = anneal_noise_prior;
   settings.hedge_schedule = hedge_schedule;
+  settings.work_mode = work_mode == "background"              ? mp::OnlineOptions::WorkMode::kBackground
+                      : work_mode == "refits_in_background" ? mp::OnlineOptions::WorkMode::kRefitsInBackground
+                                                            : mp::OnlineOptions::WorkMode::kInline;
   settings.variants = variants();
   auto results = evaluate_all(selected, settings, false, priors, threads);
   // Shape prior, leave-one-family-out (plans only; replays do not depend on it).

@@ -19,6 +19,13 @@ PolicyKind parse_policy(const std::string& name) {
 
 std::string policy_name(PolicyKind kind) { return kNames[static_cast<int>(kind)]; }
 
+mp::OnlineOptions::WorkMode parse_work_mode(const std::string& name) {
+  if (name == "inline") return mp::OnlineOptions::WorkMode::kInline;
+  if (name == "refits_in_background") return mp::OnlineOptions::WorkMode::kRefitsInBackground;
+  if (name == "background") return mp::OnlineOptions::WorkMode::kBackground;
+  throw std::invalid_argument("unknown work mode '" + name + "' (expected inline, refits_in_background or background)");
+}
+
 PublishPolicy::PublishPolicy(const PolicySettings& settings) : settings_(settings) {
   if (settings.total_steps <= 0) throw std::invalid_argument("total_steps must be > 0");
   if (settings.eval_every <= 0) throw std::invalid_argument("eval_every must be > 0");
@@ -38,7 +45,7 @@ PublishPolicy::PublishPolicy(const PolicySettings& settings) : settings_(setting
     options.warmup_step = settings.warmup_step;
     options.costs.request_rate = settings.request_rate;
     options.costs.window_s = settings.window_s;
-    if (settings.background_refit) options.refit_mode = mp::OnlineOptions::RefitMode::kBackground;
+    options.work_mode = settings.work_mode;
     online_ = std::make_unique<mp::OnlineScheduler>(options);
   }
 }
@@ -90,6 +97,10 @@ bool PublishPolicy::should_publish(std::int64_t step, bool evaluated) {
       return evaluated && viper_pending_.erase(step) > 0;
   }
   return false;
+}
+
+void PublishPolicy::settle() {
+  if (online_) online_->wait_for_background();
 }
 
 void PublishPolicy::update_costs(double stall_s, double delivery_s) {

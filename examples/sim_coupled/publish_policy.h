@@ -25,6 +25,9 @@ enum class PolicyKind { kOnline, kEveryEpoch, kEveryN, kViperFixed, kViperGreedy
 
 // Throws std::invalid_argument naming the value and the accepted names.
 PolicyKind parse_policy(const std::string& name);
+// inline, refits_in_background or background (OnlineOptions::WorkMode); std::invalid_argument
+// naming the value otherwise.
+modelcast::predictor::OnlineOptions::WorkMode parse_work_mode(const std::string& name);
 std::string policy_name(PolicyKind kind);
 
 struct PolicySettings {
@@ -36,10 +39,10 @@ struct PolicySettings {
   std::int64_t every_n = 0;       // every_n
   double request_rate = 1.0;      // the server's requests per second
   double window_s = 0.0;          // the server's window, from the warm-up version on
-  // online: refit the forecast on a worker thread (OnlineOptions::RefitMode::kBackground), so
-  // that a refit never stalls the training thread. Off for replays: fed points back to back,
-  // their decisions would depend on how fast the worker happens to be.
-  bool background_refit = false;
+  // online: where the scheduler refits and plans (OnlineOptions::WorkMode). Replays fed points
+  // back to back call settle() after each decision, so that a worker's lag is exactly one
+  // evaluation whatever its speed.
+  modelcast::predictor::OnlineOptions::WorkMode work_mode = modelcast::predictor::OnlineOptions::WorkMode::kInline;
 };
 
 class PublishPolicy {
@@ -56,6 +59,8 @@ class PublishPolicy {
   void start_serving(double stall_s, double delivery_s);
   // Whether to publish after `step` (> warm-up); `evaluated`: observe() was called for it.
   bool should_publish(std::int64_t step, bool evaluated);
+  // Waits for the online scheduler's workers, if it has any.
+  void settle();
   // Costs measured by later publishes (the online scheduler re-plans with them).
   void update_costs(double stall_s, double delivery_s);
 

@@ -5,13 +5,15 @@
 // measured by the live runs), and each policy's own decision time is measured here as it runs
 // and added to the training clock. The online policy is the exception when --online-decide-s
 // gives its live run's decision time on the training thread: the live trainer refits in the
-// background, while the replay refits inline (so that its decisions do not depend on thread
-// timing) and would otherwise charge the whole refit, four times the live cost here; that
-// time is then spread evenly over its decisions. Requests and their ground truth are the inference server's
+// background (--work-mode), while the replay refits inline by default (its decisions then do
+// not depend on thread timing) and would otherwise charge the whole refit, four times the live
+// cost here; that time is then spread evenly over its decisions. With --work-mode other than
+// inline the replay waits for the scheduler's workers after each decision, outside the timed
+// region, so that a worker's lag is exactly one evaluation. Requests and their ground truth are the inference server's
 // (same seed, rate, stride, window); outputs have the live runs' format (server.csv,
 // trainer.json) so the report reads both alike.
 //
-// Single-threaded.
+// One thread drives everything; the online policy's scheduler owns its two worker threads.
 #include <torch/torch.h>
 
 #include <CLI/CLI.hpp>
@@ -79,6 +81,7 @@ int main(int argc, char** argv) try {
   int horizon = 10, stride = 7, hidden = 128;
   std::int64_t warmup_steps = 600, every_n = 100, epoch_steps = 160;
   double rate = 200, window_s = 20, stall_s = -1, delivery_s = -1, online_decide_s = -1;
+  std::string work_mode = "inline";
   CLI::App app{"Scores publish policies on a recorded training run of the Lorenz-63 surrogate"};
   app.add_option("--record", record, "the trainer's --record file")->required();
   app.add_option("--out", out, "directory for <policy>/server.csv and <policy>/trainer.json")->required();
@@ -88,6 +91,10 @@ int main(int argc, char** argv) try {
   app.add_option("--online-decide-s", online_decide_s,
                  "the live online run's decision time on the training thread (s), charged to the replayed "
                  "online policy instead of its inline time; negative (default): measure here");
+  app.add_option("--work-mode", work_mode,
+                 "online: where the scheduler refits and plans (inline, refits_in_background, background); the replay "
+                 "waits for its workers after each decision")
+      ->capture_default_str();
   app.add_option("--seed", seed, "as the trainer's and the server's")->capture_default_str();
   app.add_option("--horizon", horizon, "as the trainer's")->capture_default_str();
   app.add_option("--hidden", hidden, "as the trainer's")->capture_default_str();
@@ -129,6 +136,7 @@ int main(int argc, char** argv) try {
     sim_coupled::PolicySettings ps{.kind = sim_coupled::parse_policy(name), .total_steps = total, .eval_every = eval_every,
                                    .warmup_step = warmup_steps, .epoch_steps = epoch_steps, .every_n = every_n,
                                    .request_rate = rate, .window_s = window_s};
+    ps.work_mode = sim_coupled::parse_work_mode(work_mode);
     sim_coupled::PublishPolicy policy(ps);
     double extra = 0, decide = 0;  // clock added by stalls and decisions; decisions alone
     const bool charged = ps.kind == sim_coupled::parse_policy("online") && online_decide_s >= 0;
@@ -151,6 +159,7 @@ int main(int argc, char** argv) try {
         now = policy.should_publish(snap.step, true);
       }
       const double spent = !charged ? seconds_since(t0) : snap.step > warmup_steps ? online_decide_s / decisions : 0.0;
+      policy.settle();
       decide += spent;
       extra += spent;
       if (now) {

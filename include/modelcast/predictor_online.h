@@ -10,6 +10,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -19,6 +20,11 @@
 #include "modelcast/predictor_planner.h"
 
 namespace modelcast::predictor {
+
+namespace detail {
+template <class Job, class Result>
+class OnlineWorker;  // online_worker.h
+}  // namespace detail
 
 struct OnlineOptions {
   ForecastOptions forecast;    // total_steps required
@@ -48,19 +54,33 @@ struct OnlineOptions {
   int refit_band_points = 5;
   double band_trigger_width = 2.0;
   int refit_every_below = 24;
-  // Where refits run. Fitting is the only part of a decision that takes milliseconds, so on the
-  // training thread it is what a decision costs at its worst.
-  //  - kInline: inside should_publish(), on the caller's thread. Deterministic.
-  //  - kBackground: on a worker thread the scheduler owns. When a refit is due, should_publish()
-  //    hands the worker a copy of the regime's points and goes on deciding on the current
-  //    forecast; the new one is adopted at the first decision after it is ready (typically the
-  //    next one: decisions lag the newest points by about one evaluation), and no further refit
-  //    is started while one is running. The first forecast is fitted inline, as there is nothing
-  //    to decide on before it. wait_for_refit() makes the lag exactly one decision (tests,
-  //    replays that must be reproducible). The forecaster is then called on the worker thread,
-  //    one call at a time.
-  enum class RefitMode { kInline, kBackground };
-  RefitMode refit_mode = RefitMode::kInline;
+  // Where a decision's work runs. Refits (tens of ms on a long log) and exact plans (0.5-8 ms,
+  // most of it the hindsight check of a proposed publish) are the only parts of a decision that
+  // take more than a microsecond.
+  //  - kInline: both inside should_publish(), on the caller's thread; the answer is the plan's
+  //    for this point. Deterministic.
+  //  - kRefitsInBackground: refits on a worker thread the scheduler owns. When a refit is due,
+  //    should_publish() hands the worker a copy of the regime's points and goes on deciding on
+  //    the current forecast, adopting the new one at the first decision after it is ready
+  //    (typically the next: the forecast lags the newest points by about one evaluation); no
+  //    further refit starts while one is running. The first forecast is fitted inline, as there
+  //    is nothing to decide on before it. The forecaster is then called on the worker, one call
+  //    at a time. Plans stay on the caller's thread.
+  //  - kBackground: refits as above, and plans on a second worker, so that the caller's thread
+  //    only does bookkeeping (a plan never queues behind a refit). After each decision the plan
+  //    worker plans the current point and, for the point expected next (one more logging
+  //    interval on), finds the loss below which publishing there is the plan's first move.
+  //    When that point arrives where expected (at that step, its time within
+  //    replan_time_tolerance of the expected one), the decision is a comparison with that
+  //    threshold. Otherwise (irregular logging, a loss outside the range searched, a worker that
+  //    has not finished) it acts on the plan of the point before: a "publish now" there
+  //    publishes at this point, one evaluation late. Costs more than kRefitsInBackground in
+  //    regret (bench/RESULTS.md, "Predictor across curve families"): a threshold found on the
+  //    expected time and the last forecast is not always the plan's answer at the real point.
+  // wait_for_background() lets the workers finish before the next point (tests, replays that
+  // must be reproducible).
+  enum class WorkMode { kInline, kRefitsInBackground, kBackground };
+  WorkMode work_mode = WorkMode::kInline;
   // Re-planning. An exact plan costs hundreds of microseconds on a long horizon, and most
   // decisions are "wait". With reuse_plans a decision re-plans only when the last plan's "wait"
   // may no longer hold: a new forecast, a publish, new costs, the plan's first publish at most one
@@ -97,15 +117,22 @@ struct OnlineStats {
   std::size_t plans_reused = 0;   // decisions answered by the previous plan (reuse_plans)
   std::size_t deferred = 0;       // proposed publishes the hindsight check deferred
   std::size_t background_fits = 0;  // of fits, those computed on the worker thread
+  std::size_t background_plans = 0;  // of plans, those computed on the worker thread
+  // kBackground decisions: answered by the threshold prepared for them (as the plan at this point
+  // would answer), or acting on the plan of an earlier point (late: the point was not where it
+  // was expected, its loss outside the prepared range, or the worker had not finished).
+  std::size_t answered_ahead = 0;
+  std::size_t answered_late = 0;
+  double worker_s = 0.0;  // time the workers spent on collected refits and plans (kBackground)
 };
 
-// Not thread-safe: one producer thread drives it (with RefitMode::kBackground it also owns a
-// worker thread, which touches only the copies handed to it). Throws Error(kInvalidArgument) on
+// Not thread-safe: one producer thread drives it (with WorkMode::kBackground it also owns two
+// worker threads, which touch only the copies handed to them). Throws Error(kInvalidArgument) on
 // non-increasing steps, non-finite values or negative costs.
 class OnlineScheduler {
  public:
   explicit OnlineScheduler(OnlineOptions options);
-  ~OnlineScheduler();  // waits for a refit still running on the worker
+  ~OnlineScheduler();  // waits for a refit or plan still running on a worker
   OnlineScheduler(OnlineScheduler&&) noexcept;
   OnlineScheduler& operator=(OnlineScheduler&&) noexcept;
 
@@ -115,45 +142,104 @@ class OnlineScheduler {
   // Decision for the latest observed step (must equal `step`). Refits the forecast when the
   // refit policy (OnlineOptions) says so, then re-plans the rest of the run exactly from the
   // newest observed point on the current forecast, and returns true when publishing now is the
-  // first move of that plan; the publish is then recorded with the current stall cost. Always
-  // false up to the warm-up step.
+  // first move of that plan (WorkMode::kBackground: of the last plan that answered, see there);
+  // the publish is then recorded with the current stall cost. Always false up to the warm-up
+  // step. Rethrows what a worker's forecaster or plan threw.
   bool should_publish(std::int64_t step);
 
   // Update c and d from the producer's measured stall and delivery times.
   void set_costs(double stall_s, double delivery_s);
 
-  // RefitMode::kBackground: blocks until the refit running on the worker (if any) is done and
-  // adopts its forecast, so that the next decision uses it. Rethrows what the forecaster threw.
-  // No effect in kInline mode.
-  void wait_for_refit();
+  // Blocks until the refit and the plan running on the workers (if any) are done, so that the
+  // next decision uses their results. Rethrows what they threw. No effect in kInline mode.
+  void wait_for_background();
   bool refit_in_flight() const { return refit_in_flight_; }
+  bool plan_in_flight() const { return plan_in_flight_; }
 
   const std::vector<std::int64_t>& published_steps() const { return published_; }
   // The forecast used for the latest decision (empty before the warm-up step).
-  const Forecast& last_forecast() const { return forecast_; }
+  const Forecast& last_forecast() const { return fitted_->forecast; }
   const OnlineStats& stats() const { return stats_; }
   // First step of the regime the forecast is fitted on (the first observed step until the
   // band trigger detects a change).
   std::int64_t regime_start_step() const { return observed_.empty() ? 0 : observed_[fit_from_].step; }
 
  private:
-  class RefitWorker;  // online_refit_worker.cpp
   struct Fitted {
     Forecast forecast;
     std::vector<Scenario> scenarios;  // empty when not hedged
   };
+  // The last exact plan, for previous_plan_holds().
+  struct PlanMemo {
+    bool valid = false;
+    std::size_t forecast_version = 0, published = 0;
+    double loss_shift = 0.0, time_shift = 0.0;
+    bool publishes = false;  // the plan publishes at all
+    std::int64_t first_publish = 0;
+  };
+  // Everything a plan reads, by value or immutable: it may run on a worker.
+  struct PlanInput {
+    std::shared_ptr<const Fitted> fitted;
+    CurvePoint now;              // the newest point, on the stall-free clock
+    bool in_horizon = false;     // now.step < total_steps: the forecast's future is a candidate
+    bool anchored = false;       // loss_shift and time_shift were measured at now
+    double loss_shift = 0.0, time_shift = 0.0;
+    double stall_total_s = 0.0;  // stalls so far: the producer's clock is now.time_s + this
+    double warmup_time_s = 0.0, origin_loss = 0.0, origin_servable_s = 0.0;
+    std::size_t published = 0, forecast_version = 0;
+    PublishCosts costs;
+    int max_candidates = 0;
+    bool hindsight_check = false;
+    std::int64_t total_steps = 0;
+    // The point expected next (the last logging interval again), to prepare its answer ahead
+    // (kBackground); next_step 0: none.
+    std::int64_t next_step = 0;
+    double next_time_s = 0.0;
+  };
+  // The answer for the point expected next, prepared while the caller trains: at next_step, at a
+  // time within the tolerance of next_time_s and with nothing published since, a loss in
+  // [low, high] publishes when it is <= threshold. Only a lower point can make publishing now the
+  // better move (previous_plan_holds()), so the threshold is found by bisection over plans at
+  // that point, on the expected time.
+  struct Prepared {
+    bool valid = false;
+    std::int64_t step = 0;
+    double time_s = 0.0, interval_s = 0.0;
+    double threshold = 0.0, low = 0.0, high = 0.0;
+    std::size_t published = 0;
+    double stall_s = 0.0, delivery_s = 0.0;  // the costs it was prepared with
+  };
+  struct PlanOutcome {
+    PlanMemo memo;
+    bool publish = false;   // publishing at the input's step is the plan's first move, not deferred
+    bool deferred = false;  // the plan's first move was to publish; the hindsight check said wait
+    Prepared next;          // kBackground only
+  };
   // The forecast (hedged when options.hedge) of the regime's points: what a refit computes, on
   // whichever thread runs it.
   static Fitted fit(std::span<const CurvePoint> regime, const OnlineOptions& options);
+  // The exact plan from the input's newest point, and the hindsight check of a proposed publish:
+  // what a decision computes, on whichever thread runs it.
+  static PlanOutcome plan(const PlanInput& input);
+  // The answer for input.next_step, prepared ahead (kBackground's worker).
+  static Prepared prepare_next(const PlanInput& input);
+  static bool waiting_pays(const PlanInput& input, const Trajectory& future, const std::vector<std::size_t>& source,
+                           double window_end);
   void adopt(Fitted fitted);
   void refit_if_due();
+  // Takes the answer of the plan under way, if there is one by now (kBackground).
+  std::optional<PlanOutcome> collect_plan();
+  // Records a publish at the newest point.
+  void publish_now();
+  // The plan's inputs at the newest point; prepare() hands them to the plan worker with the
+  // point expected next (kBackground).
+  PlanInput plan_input(bool in_horizon, double loss_shift, double time_shift, bool anchored) const;
+  void prepare(std::int64_t step, bool in_horizon);
   // The previous plan still answers this decision (see OnlineOptions::reuse_plans).
   bool previous_plan_holds(std::int64_t step, double loss_shift, double time_shift) const;
   // The newest points since the last fit lie outside its band; also gives the widened band's
   // half-width at the first of them.
   bool left_band(double* first_half_width) const;
-  bool waiting_pays(const Trajectory& future, const std::vector<std::size_t>& source, double loss_shift,
-                    double window_end) const;
 
   OnlineOptions options_;
   std::vector<CurvePoint> observed_;  // times with past stalls removed
@@ -166,23 +252,21 @@ class OnlineScheduler {
   std::size_t points_at_last_fit_ = 0;
   std::size_t fit_from_ = 0;  // first observed point of the current regime
   std::size_t band_points() const;
-  Forecast forecast_;
-  std::vector<Scenario> scenarios_;  // of the current forecast; empty when not hedged
+  // The current forecast and its scenarios, immutable once made, so that a plan on a worker can
+  // hold it while the caller adopts a newer one.
+  std::shared_ptr<const Fitted> fitted_;
   OnlineStats stats_;
-  // The last exact plan, for previous_plan_holds().
-  struct PlanMemo {
-    bool valid = false;
-    std::size_t forecast_version = 0, published = 0;
-    double loss_shift = 0.0, time_shift = 0.0;
-    bool publishes = false;        // the plan publishes at all
-    std::int64_t first_publish = 0;
-  };
   PlanMemo memo_;
   std::size_t forecast_version_ = 0;  // bumped whenever forecast_ or the costs change
-  // Threads: everything above belongs to the caller's thread. worker_ runs fits on its own
-  // thread on copies of the points and options; the two meet only in RefitWorker's mailbox.
-  std::unique_ptr<RefitWorker> worker_;
+  // Threads: everything above belongs to the caller's thread. refit_worker_ runs fits on copies
+  // of the points and options, plan_worker_ plans on a PlanInput (copies, and the immutable
+  // fitted_ it was made with); each meets the caller only in its mailbox (online_worker.h).
+  std::unique_ptr<detail::OnlineWorker<std::vector<CurvePoint>, Fitted>> refit_worker_;
+  std::unique_ptr<detail::OnlineWorker<PlanInput, PlanOutcome>> plan_worker_;
   bool refit_in_flight_ = false;
+  bool plan_in_flight_ = false;
+  std::optional<PlanOutcome> answered_;  // a plan's answer that wait_for_background() took
+  Prepared prepared_;  // the newest answer prepared for the point expected next
 };
 
 }  // namespace modelcast::predictor

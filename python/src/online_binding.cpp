@@ -10,6 +10,25 @@ namespace modelcast::python {
 
 namespace mp = modelcast::predictor;
 
+namespace {
+const char* work_mode_name(mp::OnlineOptions::WorkMode mode) {
+  switch (mode) {
+    case mp::OnlineOptions::WorkMode::kInline: return "inline";
+    case mp::OnlineOptions::WorkMode::kRefitsInBackground: return "refits_in_background";
+    case mp::OnlineOptions::WorkMode::kBackground: return "background";
+  }
+  return "unknown";
+}
+
+mp::OnlineOptions::WorkMode parse_work_mode(const std::string& name) {
+  for (auto mode : {mp::OnlineOptions::WorkMode::kInline, mp::OnlineOptions::WorkMode::kRefitsInBackground,
+                    mp::OnlineOptions::WorkMode::kBackground})
+    if (name == work_mode_name(mode)) return mode;
+  throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                         "work_mode must be 'inline', 'refits_in_background' or 'background', got '" + name + "'");
+}
+}  // namespace
+
 void bind_online(py::module_& m) {
   py::class_<mp::OnlineOptions>(m, "OnlineOptions",
                                 "Mirrors predictor::OnlineOptions (forecast.total_steps required). A custom "
@@ -25,12 +44,10 @@ void bind_online(py::module_& m) {
       .def_readwrite("reuse_plans", &mp::OnlineOptions::reuse_plans)
       .def_readwrite("replan_time_tolerance", &mp::OnlineOptions::replan_time_tolerance)
       .def_property(
-          "refit_in_background",
-          [](const mp::OnlineOptions& o) { return o.refit_mode == mp::OnlineOptions::RefitMode::kBackground; },
-          [](mp::OnlineOptions& o, bool background) {
-            o.refit_mode = background ? mp::OnlineOptions::RefitMode::kBackground : mp::OnlineOptions::RefitMode::kInline;
-          },
-          "Refit on a worker thread; decisions use the newest finished forecast (RefitMode::kBackground).");
+          "work_mode",
+          [](const mp::OnlineOptions& o) { return work_mode_name(o.work_mode); },
+          [](mp::OnlineOptions& o, const std::string& name) { o.work_mode = parse_work_mode(name); },
+          "Where refits and plans run: 'inline', 'refits_in_background' or 'background' (OnlineOptions::WorkMode).");
 
   py::class_<mp::OnlineStats>(m, "OnlineStats")
       .def_readonly("fits", &mp::OnlineStats::fits)
@@ -39,6 +56,10 @@ void bind_online(py::module_& m) {
       .def_readonly("plans_reused", &mp::OnlineStats::plans_reused)
       .def_readonly("deferred", &mp::OnlineStats::deferred)
       .def_readonly("background_fits", &mp::OnlineStats::background_fits)
+      .def_readonly("background_plans", &mp::OnlineStats::background_plans)
+      .def_readonly("answered_ahead", &mp::OnlineStats::answered_ahead)
+      .def_readonly("answered_late", &mp::OnlineStats::answered_late)
+      .def_readonly("worker_s", &mp::OnlineStats::worker_s)
       .def("__repr__", &fields_repr);
 
   const auto nogil = py::call_guard<py::gil_scoped_release>();
@@ -51,8 +72,8 @@ void bind_online(py::module_& m) {
       .def("should_publish", &mp::OnlineScheduler::should_publish, py::arg("step"), nogil,
            "True when publishing now starts the best plan for the rest of the run (the publish is then "
            "recorded). `step` must be the latest observed step.")
-      .def("wait_for_refit", &mp::OnlineScheduler::wait_for_refit, nogil,
-           "With refit_in_background: waits for the refit under way, so the next decision uses it.")
+      .def("wait_for_background", &mp::OnlineScheduler::wait_for_background, nogil,
+           "With in_background: waits for the refit and plan under way, so the next decision uses them.")
       .def("set_costs", &mp::OnlineScheduler::set_costs, py::arg("stall_s"), py::arg("delivery_s"), nogil,
            "Updates the publish stall and delivery latency from measurements.")
       .def_property_readonly("published_steps", &mp::OnlineScheduler::published_steps)

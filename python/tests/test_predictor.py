@@ -70,7 +70,7 @@ def test_online_scheduler_reuses_plans_and_refits_in_the_background():
             scheduler.observe(p.step, p.loss, p.time_s)
             if scheduler.should_publish(p.step):
                 decided.append(p.step)
-            scheduler.wait_for_refit()
+            scheduler.wait_for_background()
         return decided, scheduler.stats
 
     fresh, fresh_stats = run(reuse_plans=False)
@@ -78,9 +78,13 @@ def test_online_scheduler_reuses_plans_and_refits_in_the_background():
     assert reused == fresh, "reusing plans changed the decisions"
     assert fresh_stats.plans_reused == 0 and reused_stats.plans_reused > 0
     assert reused_stats.plans < fresh_stats.plans
-    background, background_stats = run(refit_in_background=True)
+    background, background_stats = run(work_mode="background")
     assert background and all(s > 1000 for s in background)
     assert background_stats.background_fits > 0 and fresh_stats.background_fits == 0
+    # Every plan ran on the worker; points logged at a regular interval are answered by the
+    # threshold prepared for them.
+    assert background_stats.background_plans == background_stats.plans > 0
+    assert background_stats.answered_ahead > len(long_run) // 2
 
 
 def test_predictor_errors_carry_codes():

@@ -3,7 +3,9 @@
 // worker thread whose forecast the next decision picks up.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <stdexcept>
@@ -31,7 +33,7 @@ std::vector<std::int64_t> replay(OnlineScheduler& s, const std::vector<CurvePoin
   for (const auto& p : points) {
     s.observe(p.step, p.loss, p.time_s + stall * static_cast<double>(s.published_steps().size()));
     s.should_publish(p.step);
-    if (wait_each) s.wait_for_refit();
+    if (wait_each) s.wait_for_background();
   }
   return s.published_steps();
 }
@@ -106,7 +108,7 @@ TEST(OnlineDecisionCost, RefitsOnAWorkerThreadAndTheNextDecisionUsesTheNewForeca
   std::vector<std::thread::id> fit_threads;
   std::vector<std::int64_t> fitted_up_to;
   auto o = options_for(points, 4.0);
-  o.refit_mode = OnlineOptions::RefitMode::kBackground;
+  o.work_mode = OnlineOptions::WorkMode::kRefitsInBackground;
   o.forecaster = [&](std::span<const CurvePoint> seen, const ForecastOptions& fo) {
     {
       std::lock_guard lock(mutex);
@@ -123,7 +125,7 @@ TEST(OnlineDecisionCost, RefitsOnAWorkerThreadAndTheNextDecisionUsesTheNewForeca
     if (!s.refit_in_flight()) continue;
     ++submitted;
     // The decision went on without the new forecast; once the worker is done, it is adopted.
-    s.wait_for_refit();
+    s.wait_for_background();
     EXPECT_FALSE(s.refit_in_flight());
     ASSERT_FALSE(s.last_forecast().steps.empty());
     EXPECT_GT(s.last_forecast().steps.front(), p.step) << "the forecast adopted is the one fitted up to this step";
@@ -140,18 +142,9 @@ TEST(OnlineDecisionCost, RefitsOnAWorkerThreadAndTheNextDecisionUsesTheNewForeca
   EXPECT_EQ(s.stats().fits, fit_threads.size());
 }
 
-TEST(OnlineDecisionCost, BackgroundRefitsKeepDecisionsOnAnExactForecastOptimal) {
-  // An exact forecast stays exact however late it is adopted, so the lag must cost nothing.
-  const auto points = noisy_run(80, 5);
-  Trajectory truth;
-  for (const auto& p : points) {
-    truth.steps.push_back(p.step);
-    truth.loss.push_back(p.loss);
-    truth.time_s.push_back(p.time_s);
-  }
-  auto o = options_for(points, 3.0);
-  o.refit_mode = OnlineOptions::RefitMode::kBackground;
-  o.forecaster = [&points](std::span<const CurvePoint> seen, const ForecastOptions&) {
+// A forecaster that knows the run: every refit returns the true rest of it.
+std::function<Forecast(std::span<const CurvePoint>, const ForecastOptions&)> exact_forecaster(const std::vector<CurvePoint>& points) {
+  return [&points](std::span<const CurvePoint> seen, const ForecastOptions&) {
     Forecast f;
     for (const auto& p : points) {
       if (p.step <= seen.back().step) continue;
@@ -163,19 +156,69 @@ TEST(OnlineDecisionCost, BackgroundRefitsKeepDecisionsOnAnExactForecastOptimal) 
     }
     return f;
   };
+}
+
+TEST(OnlineDecisionCost, BackgroundDecisionsAnswerAheadAsAFreshPlanWould) {
+  // Logged at a regular interval, every point arrives where the worker expected it, so each
+  // decision compares the loss with the threshold prepared for it: the schedule must be the one
+  // the inline scheduler plans point by point, with every plan made off the caller's thread.
+  const auto points = noisy_run(120, 5);
+  for (double stall : {1.0, 3.0, 8.0}) {
+    auto o = options_for(points, stall);
+    o.forecaster = exact_forecaster(points);
+    OnlineScheduler inline_scheduler(o);
+    const auto inline_steps = replay(inline_scheduler, points, stall);
+    o.work_mode = OnlineOptions::WorkMode::kBackground;
+    OnlineScheduler background(o);
+    const auto background_steps = replay(background, points, stall, /*wait_each=*/true);
+    ASSERT_FALSE(inline_steps.empty()) << "stall " << stall;
+    EXPECT_EQ(background_steps, inline_steps) << "stall " << stall;
+    EXPECT_GT(background.stats().answered_ahead, points.size() / 2) << "stall " << stall;
+    EXPECT_EQ(background.stats().background_plans, background.stats().plans);
+    EXPECT_EQ(inline_scheduler.stats().background_plans, 0U);
+    EXPECT_GT(background.stats().worker_s, 0.0);
+  }
+}
+
+TEST(OnlineDecisionCost, APointWhereNoneWasExpectedActsOnThePlanOfThePointBefore) {
+  // Logging intervals alternate (10 and 20 steps), so no point arrives where the one before it
+  // expected the next: every decision acts on the plan made at the point before, and the first
+  // publish comes exactly one point after the inline scheduler's.
+  auto points = noisy_run(120, 8);
+  std::int64_t step = 0;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    step += i % 2 == 0 ? 10 : 20;
+    points[i].step = step;
+  }
+  auto o = options_for(points, 2.0);
+  o.forecaster = exact_forecaster(points);
+  OnlineScheduler inline_scheduler(o);
+  const auto inline_steps = replay(inline_scheduler, points, 2.0);
+  o.work_mode = OnlineOptions::WorkMode::kBackground;
   OnlineScheduler s(o);
-  const auto steps = replay(s, points, o.costs.stall_s, /*wait_each=*/true);
-  const std::size_t w = points.size() / 5;
-  const auto best = plan_optimal(truth, w, o.costs);
-  EXPECT_GT(s.stats().background_fits, 0U);
-  EXPECT_NEAR(evaluate_cil(truth, w, o.costs, steps), best.cil, 1e-9 * best.cil);
+  std::size_t late_publishes = 0;
+  for (const auto& p : points) {
+    s.observe(p.step, p.loss, p.time_s + 2.0 * static_cast<double>(s.published_steps().size()));
+    const std::size_t plans_before = s.stats().plans;
+    if (s.should_publish(p.step)) {
+      ++late_publishes;
+      EXPECT_EQ(s.stats().plans, plans_before + 1) << "a publish acts on the plan made at the point before";
+    }
+    s.wait_for_background();
+  }
+  EXPECT_EQ(s.stats().answered_ahead, 0U);
+  ASSERT_FALSE(inline_steps.empty());
+  ASSERT_GT(late_publishes, 0U);
+  const auto first = std::find_if(points.begin(), points.end(), [&](const CurvePoint& p) { return p.step == inline_steps.front(); });
+  ASSERT_NE(first + 1, points.end());
+  EXPECT_EQ(s.published_steps().front(), (first + 1)->step);
 }
 
 TEST(OnlineDecisionCost, AFitThatFailsOnTheWorkerIsReportedToTheCaller) {
   const auto points = noisy_run(60, 2);
   int calls = 0;  // touched by one thread at a time: the caller's first fit, then the worker's
   auto o = options_for(points, 2.0);
-  o.refit_mode = OnlineOptions::RefitMode::kBackground;
+  o.work_mode = OnlineOptions::WorkMode::kRefitsInBackground;
   o.forecaster = [&calls](std::span<const CurvePoint> seen, const ForecastOptions& fo) {
     if (++calls == 2) throw std::runtime_error("forecaster failed");
     return forecast_curve(seen, fo);
@@ -187,7 +230,7 @@ TEST(OnlineDecisionCost, AFitThatFailsOnTheWorkerIsReportedToTheCaller) {
     s.should_publish(p.step);
     if (!s.refit_in_flight()) continue;
     try {
-      s.wait_for_refit();
+      s.wait_for_background();
     } catch (const std::runtime_error& e) {
       EXPECT_STREQ(e.what(), "forecaster failed");
       thrown = true;
