@@ -84,16 +84,23 @@ void OnlineScheduler::adopt(Fitted fitted) {
 }
 
 void OnlineScheduler::wait_for_background() {
-  if (refit_in_flight_) {
+  if (refit_in_flight_ && refit_worker_) {
     refit_in_flight_ = false;  // also when the fit threw: the next due refit starts a new one
     adopt(refit_worker_->wait());
     ++stats_.background_fits;
-    stats_.worker_s = refit_worker_->busy_s() + (plan_worker_ ? plan_worker_->busy_s() : 0.0);
+    stats_.worker_s = refit_worker_->busy_s();
   }
   if (plan_in_flight_) {
-    plan_in_flight_ = false;  // also when the plan threw
-    answered_ = plan_worker_->wait();
-    stats_.worker_s = plan_worker_->busy_s() + (refit_worker_ ? refit_worker_->busy_s() : 0.0);
+    PlanOutcome answer;
+    try {
+      answer = plan_worker_->wait();
+    } catch (...) {
+      plan_in_flight_ = false;
+      if (std::exchange(refit_in_plan_job_, false)) refit_in_flight_ = false;
+      throw;
+    }
+    absorb(answer);
+    answered_ = std::move(answer);
   }
 }
 
@@ -157,6 +164,8 @@ bool OnlineScheduler::left_band(double* first_half_width) const {
 }
 
 void OnlineScheduler::refit_if_due() {
+  const bool background = options_.work_mode == OnlineOptions::WorkMode::kBackground;
+  if (refit_in_flight_ && background) return;  // its forecast comes with a plan's answer
   if (refit_in_flight_) {
     // A new forecast is coming: no refit is due on the old one, and its band says little now.
     std::optional<Fitted> done;
@@ -170,7 +179,7 @@ void OnlineScheduler::refit_if_due() {
     refit_in_flight_ = false;
     adopt(std::move(*done));
     ++stats_.background_fits;
-    stats_.worker_s = refit_worker_->busy_s() + (plan_worker_ ? plan_worker_->busy_s() : 0.0);
+    stats_.worker_s = refit_worker_->busy_s();
   }
   const Forecast& forecast = fitted_->forecast;
   const std::size_t n = observed_.size();
@@ -194,7 +203,12 @@ void OnlineScheduler::refit_if_due() {
   }
   const std::span<const CurvePoint> regime(observed_.data() + fit_from_, n - fit_from_);
   points_at_last_fit_ = n;
-  if (options_.work_mode != OnlineOptions::WorkMode::kInline && !forecast.steps.empty()) {
+  if (background && !forecast.steps.empty() && !short_log()) {
+    refit_regime_.assign(regime.begin(), regime.end());  // the next plan job fits it first
+    refit_in_flight_ = true;
+    return;
+  }
+  if (options_.work_mode == OnlineOptions::WorkMode::kRefitsInBackground && !forecast.steps.empty() && !short_log()) {
     if (!refit_worker_) {
       // The worker's own copy of the options, never written after this.
       refit_worker_ = std::make_unique<detail::OnlineWorker<std::vector<CurvePoint>, Fitted>>(
@@ -315,22 +329,54 @@ OnlineScheduler::PlanOutcome OnlineScheduler::plan(const PlanInput& in) {
 }
 
 std::optional<OnlineScheduler::PlanOutcome> OnlineScheduler::collect_plan() {
-  std::optional<PlanOutcome> done = std::exchange(answered_, std::nullopt);
-  if (!done && plan_in_flight_) {
-    try {
-      done = plan_worker_->take();
-    } catch (...) {
-      plan_in_flight_ = false;
-      throw;
-    }
-    if (done) plan_in_flight_ = false;
+  if (answered_) return std::exchange(answered_, std::nullopt);  // booked in by wait_for_background()
+  if (!plan_in_flight_) return std::nullopt;
+  std::optional<PlanOutcome> done;
+  try {
+    done = plan_worker_->take();
+  } catch (...) {
+    plan_in_flight_ = false;
+    if (std::exchange(refit_in_plan_job_, false)) refit_in_flight_ = false;
+    throw;
   }
-  if (done) {
-    ++stats_.plans;
-    ++stats_.background_plans;
-    stats_.worker_s = plan_worker_->busy_s() + (refit_worker_ ? refit_worker_->busy_s() : 0.0);
-  }
+  if (done) absorb(*done);
   return done;
+}
+
+void OnlineScheduler::absorb(PlanOutcome& answer) {
+  plan_in_flight_ = false;
+  ++stats_.plans;
+  ++stats_.background_plans;
+  stats_.worker_s = plan_worker_->busy_s();
+  if (answer.refitted) {
+    fitted_ = std::move(answer.refitted);
+    ++forecast_version_;
+    ++stats_.fits;
+    ++stats_.background_fits;
+    refit_in_flight_ = refit_in_plan_job_ = false;
+  }
+}
+
+OnlineScheduler::PlanOutcome OnlineScheduler::plan_job(PlanInput& in, const OnlineOptions& options) {
+  std::shared_ptr<const Fitted> refitted;
+  if (!in.refit_regime.empty()) {
+    refitted = std::make_shared<const Fitted>(fit(in.refit_regime, options));
+    in.fitted = refitted;
+    ++in.forecast_version;  // as the caller's, once it adopts this forecast
+    in.anchored = false;
+    in.loss_shift = in.time_shift = 0.0;
+    if (in.in_horizon) {
+      if (const auto r = residuals_at(refitted->forecast, in.now.step, in.now.loss, in.now.time_s)) {
+        in.loss_shift = r->loss;
+        in.time_shift = r->time_s;
+        in.anchored = true;
+      }
+    }
+  }
+  PlanOutcome out = plan(in);
+  if (in.next_step > 0) out.next = prepare_next(in);
+  out.refitted = std::move(refitted);
+  return out;
 }
 
 void OnlineScheduler::publish_now() {
@@ -349,11 +395,13 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   if (std::isnan(warmup_time_s_) || step <= options_.warmup_step) return false;
   const auto& now = observed_.back();
   const bool in_horizon = step < options_.forecast.total_steps;
+  const bool background = options_.work_mode == OnlineOptions::WorkMode::kBackground && !short_log();
+  // kBackground: the worker's answer (and the forecast it refitted) before deciding on a refit.
+  std::optional<PlanOutcome> answer;
+  if (background) answer = collect_plan();
   if (in_horizon) refit_if_due();
 
-  const bool background = options_.work_mode == OnlineOptions::WorkMode::kBackground;
   if (background) {
-    const std::optional<PlanOutcome> answer = collect_plan();
     if (answer) {
       if (answer->deferred) ++stats_.deferred;
       memo_ = answer->memo;
@@ -361,12 +409,13 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
     }
     // The answer prepared for this point, if it came where it was expected.
     const Prepared ready = std::exchange(prepared_, Prepared{});
-    if (ready.valid && ready.step == step && ready.published == published_.size() &&
-        ready.stall_s == options_.costs.stall_s && ready.delivery_s == options_.costs.delivery_s &&
-        std::abs(now.time_s - ready.time_s) <= options_.replan_time_tolerance * ready.interval_s && now.loss >= ready.low &&
-        now.loss <= ready.high) {
+    const std::optional<bool> ahead = ready.published == published_.size() && ready.stall_s == options_.costs.stall_s &&
+                                              ready.delivery_s == options_.costs.delivery_s
+                                          ? ready.answer(now)
+                                          : std::nullopt;
+    if (ahead) {
       ++stats_.answered_ahead;
-      const bool publish = now.loss <= ready.threshold;
+      const bool publish = *ahead;
       if (publish) publish_now();
       prepare(step, in_horizon);
       return publish;
@@ -404,17 +453,22 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
     prepare(step, in_horizon);
     return false;
   }
+  bool publish = false;
   if (reused) {
     ++stats_.plans_reused;
-    return false;
+  } else {
+    const PlanOutcome fresh = plan(plan_input(in_horizon, loss_shift, time_shift, anchored));
+    ++stats_.plans;
+    memo_ = fresh.memo;
+    if (fresh.deferred) ++stats_.deferred;
+    publish = fresh.publish;
+    if (publish) publish_now();
   }
-  const PlanOutcome answer = plan(plan_input(in_horizon, loss_shift, time_shift, anchored));
-  ++stats_.plans;
-  memo_ = answer.memo;
-  if (answer.deferred) ++stats_.deferred;
-  if (!answer.publish) return false;
-  publish_now();
-  return true;
+  // The last decision on a short log prepares the first one in the background.
+  if (options_.work_mode == OnlineOptions::WorkMode::kBackground &&
+      observed_.size() + 1 >= static_cast<std::size_t>(options_.refit_every_below))
+    prepare(step, in_horizon);
+  return publish;
 }
 
 OnlineScheduler::PlanInput OnlineScheduler::plan_input(bool in_horizon, double loss_shift,
@@ -435,7 +489,10 @@ OnlineScheduler::PlanInput OnlineScheduler::plan_input(bool in_horizon, double l
                    .costs = options_.costs,
                    .max_candidates = options_.max_candidates,
                    .hindsight_check = options_.hindsight_check,
-                   .total_steps = options_.forecast.total_steps};
+                   .total_steps = options_.forecast.total_steps,
+                   .next_step = 0,
+                   .next_time_s = 0.0,
+                   .refit_regime = {}};
 }
 
 void OnlineScheduler::prepare(std::int64_t step, bool in_horizon) {
@@ -458,83 +515,158 @@ void OnlineScheduler::prepare(std::int64_t step, bool in_horizon) {
     input.next_time_s = now.time_s + (now.time_s - before.time_s);
     if (input.next_step <= step) input.next_step = 0;  // the run's last point: nothing comes next
   }
+  if (refit_in_flight_ && !refit_regime_.empty()) {
+    input.refit_regime = std::move(refit_regime_);
+    refit_regime_.clear();
+    refit_in_plan_job_ = true;
+  }
   if (!plan_worker_) {
-    plan_worker_ = std::make_unique<detail::OnlineWorker<PlanInput, PlanOutcome>>([](PlanInput& in) {
-      PlanOutcome out = plan(in);
-      if (in.next_step > 0) out.next = prepare_next(in);
-      return out;
-    });
+    // The worker's own copy of the options (for refits), never written after this.
+    plan_worker_ = std::make_unique<detail::OnlineWorker<PlanInput, PlanOutcome>>(
+        [options = options_](PlanInput& in) { return plan_job(in, options); });
   }
   plan_worker_->submit(std::move(input));
   plan_in_flight_ = true;
 }
 
+namespace {
+// Where a plan's answer at one point flips from "publish" (below) to "wait" (above), and the
+// range of losses over which that is known.
+struct Flip {
+  double threshold = 0.0, gap_high = -std::numeric_limits<double>::infinity();
+  double low = -std::numeric_limits<double>::infinity(), high = std::numeric_limits<double>::infinity();
+};
+
+// `publishes(loss)`: the plan's answer at that loss. A plan's "publish now" can only go from true
+// to false as the loss rises (only a lower point can make publishing now the better move: the
+// argument at previous_plan_holds(); the hindsight check values waiting less as the loss falls,
+// for the same reason), so one flip bounds the answer on both sides. Searched from the bracket
+// [low, high], widened once by `step` where the flip lies outside it; bisection runs until
+// the flip is known to `resolution`, and a loss inside that last interval is left unanswered
+// (gap_high).
+template <class Publishes>
+Flip find_flip(Publishes&& publishes, double low, double high, double step, double resolution) {
+  constexpr int kWiden = 1, kMaxBisect = 60;
+  Flip out;
+  bool high_publishes = publishes(high);
+  for (int k = 0; high_publishes && k < kWiden; ++k) {
+    low = high;
+    high += step * static_cast<double>(1 << (2 * k));
+    high_publishes = publishes(high);
+  }
+  if (high_publishes) {
+    out.threshold = out.high = high;  // publishes up to there; above, not known
+    return out;
+  }
+  bool low_publishes = publishes(low);
+  for (int k = 0; !low_publishes && k < kWiden; ++k) {
+    high = low;
+    low -= step * static_cast<double>(1 << (2 * k));
+    low_publishes = publishes(low);
+  }
+  if (!low_publishes) {
+    out.low = low;  // waits from there up; below, not known
+    out.threshold = -std::numeric_limits<double>::infinity();
+    return out;
+  }
+  for (int k = 0; k < kMaxBisect && high - low > resolution; ++k) {
+    const double mid = 0.5 * (low + high);
+    (publishes(mid) ? low : high) = mid;
+  }
+  out.threshold = low;
+  out.gap_high = high;
+  return out;
+}
+}  // namespace
+
 OnlineScheduler::Prepared OnlineScheduler::prepare_next(const PlanInput& in) {
   Prepared out;
   const Forecast& forecast = in.fitted->forecast;
-  const auto at_zero = residuals_at(forecast, in.next_step, 0.0, in.next_time_s);
-  if (!at_zero) return out;  // beyond the forecast: the late answer will do
-  const double expected = -at_zero->loss;  // the forecast's loss at the next step
-  PlanInput probe = in;
-  probe.next_step = 0;
-  probe.in_horizon = in.next_step < in.total_steps;
-  probe.anchored = true;
-  probe.time_shift = at_zero->time_s;
-  auto publishes = [&](double loss) {
-    probe.now = {in.next_step, loss, in.next_time_s};
-    probe.loss_shift = loss - expected;
-    return plan(probe).publish;
-  };
+  const double interval = in.next_time_s - in.now.time_s;
+  if (!(interval > 0)) return out;
   // Search around the loss the current residual predicts there, on the scale of the forecast's
-  // band (or of the residual itself, where the band is narrower).
+  // band (or of the residual itself, where the band is narrower), to a hundredth of it.
   double half_band = 0.0;
   const auto it = std::lower_bound(forecast.steps.begin(), forecast.steps.end(), in.next_step);
   if (it != forecast.steps.end() && forecast.lower.size() == forecast.steps.size() && forecast.upper.size() == forecast.steps.size()) {
     const auto i = static_cast<std::size_t>(it - forecast.steps.begin());
     half_band = 0.5 * (forecast.upper[i] - forecast.lower[i]);
   }
-  const double scale = std::max({half_band, std::abs(in.loss_shift), 1e-9 * std::max(1.0, std::abs(expected))});
-  double high = expected + in.loss_shift + scale, low = high - 4.0 * scale;
-  out.low = -std::numeric_limits<double>::infinity();
-  out.high = std::numeric_limits<double>::infinity();
-  // A plan's "publish now" can only go from true to false as the loss rises, so one flip
-  // bounds the answer on both sides (previous_plan_holds() has the argument; the hindsight check
-  // favours waiting less as the loss falls for the same reason).
-  constexpr int kWiden = 3, kBisect = 10;
-  bool high_publishes = publishes(high);
-  for (int k = 0; high_publishes && k < kWiden; ++k) {
-    low = high;
-    high += 4.0 * scale * static_cast<double>(1 << (2 * k));
-    high_publishes = publishes(high);
-  }
-  if (high_publishes) {
-    out.threshold = out.high = high;  // publishes up to there; above, not known
-  } else {
-    bool low_publishes = publishes(low);
-    for (int k = 0; !low_publishes && k < kWiden; ++k) {
-      high = low;
-      low -= 4.0 * scale * static_cast<double>(1 << (2 * k));
-      low_publishes = publishes(low);
-    }
-    if (!low_publishes) {
-      out.low = low;  // waits from there up; below, not known
-      out.threshold = -std::numeric_limits<double>::infinity();
-    } else {
-      for (int k = 0; k < kBisect; ++k) {
-        const double mid = 0.5 * (low + high);
-        (publishes(mid) ? low : high) = mid;
+  // The next point's time is known only roughly (logging intervals jitter by tens of percent on
+  // the development runs): the flip is found at the two ends of a window of one interval either
+  // side of the expected time and interpolated between.
+  Flip flips[2];
+  for (int e = 0; e < 2; ++e) {
+    const double time_s = in.next_time_s + (e == 0 ? -1.0 : 1.0) * interval;
+    const auto at_zero = residuals_at(forecast, in.next_step, 0.0, time_s);
+    if (!at_zero) return out;  // beyond the forecast: the late answer will do
+    const double expected = -at_zero->loss;  // the forecast's loss at the next step
+    const double scale = std::max({half_band, std::abs(in.loss_shift), 1e-9 * std::max(1.0, std::abs(expected))});
+    const double resolution = 0.01 * scale;
+    PlanInput probe = in;
+    probe.next_step = 0;
+    probe.in_horizon = in.next_step < in.total_steps;
+    probe.anchored = true;
+    probe.time_shift = at_zero->time_s;
+    auto publishes = [&](double loss) {
+      probe.now = {in.next_step, loss, time_s};
+      probe.loss_shift = loss - expected;
+      return plan(probe).publish;
+    };
+    // First where the plan on the mean path flips, with the hindsight check off (a plan that
+    // proposes a publish then costs one plan, not two per scenario), from around the current
+    // residual at the first end and around the first end's flip at the second. The hindsight
+    // check can only move the flip down (it defers publishes), so it is then searched below.
+    if (e == 1 && !std::isfinite(flips[0].threshold)) {
+      // It waited at every loss searched at the first end: where it still does at this one,
+      // the answer is the same over the window.
+      if (!publishes(flips[0].low)) {
+        flips[1] = flips[0];
+        continue;
       }
-      out.threshold = low;
     }
+    const bool hindsight = probe.hindsight_check;
+    probe.hindsight_check = false;
+    const double centre = e == 0 || !std::isfinite(flips[0].threshold) ? expected + in.loss_shift : flips[0].threshold;
+    const double reach = e == 0 ? scale : 0.25 * scale;
+    Flip mean_path = find_flip(publishes, centre - 3.0 * reach, centre + reach, 4.0 * scale, resolution);
+    probe.hindsight_check = hindsight;
+    if (!hindsight || !std::isfinite(mean_path.threshold) || publishes(mean_path.threshold)) {
+      flips[e] = mean_path;
+      continue;
+    }
+    Flip checked = find_flip(publishes, mean_path.threshold - scale, mean_path.threshold, 4.0 * scale, resolution);
+    checked.high = std::min(checked.high, mean_path.high);
+    flips[e] = checked;
   }
   out.valid = true;
   out.step = in.next_step;
-  out.time_s = in.next_time_s;
-  out.interval_s = in.next_time_s - in.now.time_s;
+  out.time_lo = in.next_time_s - interval;
+  out.time_hi = in.next_time_s + interval;
+  out.threshold_lo = flips[0].threshold;
+  out.threshold_hi = flips[1].threshold;
+  out.gap_lo = flips[0].gap_high;
+  out.gap_hi = flips[1].gap_high;
+  out.low = std::max(flips[0].low, flips[1].low);
+  out.high = std::min(flips[0].high, flips[1].high);
   out.published = in.published;
   out.stall_s = in.costs.stall_s;
   out.delivery_s = in.costs.delivery_s;
   return out;
+}
+
+std::optional<bool> OnlineScheduler::Prepared::answer(const CurvePoint& point) const {
+  if (!valid || point.step != step || !(point.time_s >= time_lo && point.time_s <= time_hi)) return std::nullopt;
+  if (!(point.loss >= low && point.loss <= high)) return std::nullopt;
+  const double f = (point.time_s - time_lo) / (time_hi - time_lo);
+  auto between = [f](double a, double b) {
+    if (std::isinf(a) || std::isinf(b)) return a == b ? a : (f < 0.5 ? a : b);  // an unbounded end: the nearer one
+    return a + f * (b - a);
+  };
+  const double threshold = between(threshold_lo, threshold_hi);
+  const double gap = std::max(between(gap_lo, gap_hi), threshold);
+  if (point.loss > threshold && point.loss < gap) return std::nullopt;  // not resolved
+  return point.loss <= threshold;
 }
 
 }  // namespace modelcast::predictor

@@ -19,6 +19,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "modelcast/predictor_online.h"
@@ -36,6 +37,8 @@ struct Sample {
   std::size_t publishes = 0;  // publishes decided while timing
   std::size_t plans = 0;      // exact plans while timing (the others reused the previous plan)
   std::size_t ahead = 0;      // kBackground: decisions answered by the threshold prepared for them
+  double worker_s = 0.0;      // time the scheduler's workers spent (whole runs)
+  std::size_t worker_jobs = 0;  // refits and plans the workers ran (whole runs)
 };
 
 double percentile(std::vector<double> v, double p) {
@@ -49,7 +52,7 @@ double percentile(std::vector<double> v, double p) {
 
 // One run: `points` observed before the timed window, `window` timed decisions after it.
 void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOptions::WorkMode mode, bool reuse_plans,
-             double cost_ratio, Sample& out) {
+             double cost_ratio, double train_ms, Sample& out) {
   const std::size_t total = points + window;
   std::mt19937 rng(seed);
   std::normal_distribution<double> noise(0.0, 0.01);
@@ -80,7 +83,13 @@ void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOp
     const auto t1 = std::chrono::steady_clock::now();
     if (publish) stalls += o.costs.stall_s;
     if (i >= points) out.latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    // The training between two logged points, in the timed window only: the time the workers
+    // have to answer before the next decision (a workload model, not synchronisation).
+    if (i >= points && train_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(train_ms));
   }
+  s.wait_for_background();
+  out.worker_s += s.stats().worker_s;
+  out.worker_jobs += s.stats().background_plans + (mode == mp::OnlineOptions::WorkMode::kRefitsInBackground ? s.stats().background_fits : 0);
   out.fits += s.stats().fits - fits_before;
   out.publishes += s.published_steps().size() - published_before;
   out.plans += s.stats().plans - plans_before;
@@ -113,13 +122,17 @@ int main(int argc, char** argv) {
   std::string sizes_text = "100,1000,10000", modes_text = "all";
   std::size_t window = 200;
   unsigned runs = 5;
-  double cost_ratio = 2.0;
+  double cost_ratio = 2.0, train_ms = 0.0;
   bool json = false, replan_every = false;
   app.add_option("--points", sizes_text, "observed points before the timed window, comma-separated");
   app.add_option("--window", window, "timed decisions per run")->check(CLI::Range(1, 100000));
   app.add_option("--runs", runs, "independent runs (seeds) per size")->check(CLI::Range(1, 1000));
   app.add_option("--cost-ratio", cost_ratio, "publish stall in units of the time between logged points")
       ->check(CLI::Range(0.0, 1000.0));
+  app.add_option("--train-ms", train_ms,
+                 "training time between two timed decisions (the workers' time to answer before the next one); "
+                 "default 0: points back to back")
+      ->check(CLI::Range(0.0, 10000.0));
   app.add_option("--mode", modes_text, "OnlineOptions::work_mode: inline, refits_in_background, background or all")
       ->check(CLI::IsMember({"inline", "refits_in_background", "background", "all"}));
   app.add_flag("--replan-every-decision", replan_every,
@@ -144,7 +157,7 @@ int main(int argc, char** argv) {
       Sample s;
       s.points = n;
       s.mode = name;
-      for (unsigned r = 0; r < runs; ++r) measure(n, window, 1000 + r, mode, !replan_every, cost_ratio, s);
+      for (unsigned r = 0; r < runs; ++r) measure(n, window, 1000 + r, mode, !replan_every, cost_ratio, train_ms, s);
       samples.push_back(std::move(s));
     }
 
@@ -159,23 +172,25 @@ int main(int argc, char** argv) {
                    {"fits_in_window", s.fits},
                    {"publishes_in_window", s.publishes},
                    {"plans_in_window", s.plans},
-                   {"answered_ahead_in_window", s.ahead}});
+                   {"answered_ahead_in_window", s.ahead},
+                   {"worker_ms_per_job", s.worker_jobs ? 1e3 * s.worker_s / static_cast<double>(s.worker_jobs) : 0.0}});
   if (json) {
     std::cout << Json{{"benchmark", "decision_cost"}, {"window", window},         {"runs", runs},
-                      {"cost_ratio", cost_ratio},    {"reuse_plans", !replan_every}, {"results", out}}
+                      {"cost_ratio", cost_ratio},    {"reuse_plans", !replan_every}, {"train_ms", train_ms},
+                      {"results", out}}
                      .dump(2)
               << "\n";
     return 0;
   }
   std::printf("should_publish latency on the calling thread (%u runs x %zu timed decisions, cost %.1fx, %s)\n", runs,
               window, cost_ratio, replan_every ? "an exact plan at every decision" : "plans reused while they hold");
-  std::printf("%-20s %8s %12s %12s %12s %6s %10s %6s %6s\n", "mode", "points", "median_us", "p99_us", "max_us", "fits",
-              "publishes", "plans", "ahead");
+  std::printf("%-20s %8s %12s %12s %12s %6s %10s %6s %6s %14s\n", "mode", "points", "median_us", "p99_us", "max_us", "fits",
+              "publishes", "plans", "ahead", "worker_ms/job");
   for (const auto& r : out)
-    std::printf("%-20s %8zu %12.1f %12.1f %12.1f %6zu %10zu %6zu %6zu\n", r["work_mode"].get<std::string>().c_str(),
+    std::printf("%-20s %8zu %12.1f %12.1f %12.1f %6zu %10zu %6zu %6zu %14.2f\n", r["work_mode"].get<std::string>().c_str(),
                 r["points"].get<std::size_t>(), r["median_us"].get<double>(), r["p99_us"].get<double>(),
                 r["max_us"].get<double>(), r["fits_in_window"].get<std::size_t>(),
                 r["publishes_in_window"].get<std::size_t>(), r["plans_in_window"].get<std::size_t>(),
-                r["answered_ahead_in_window"].get<std::size_t>());
+                r["answered_ahead_in_window"].get<std::size_t>(), r["worker_ms_per_job"].get<double>());
   return 0;
 }

@@ -9,17 +9,20 @@
 # then the report (report.py) over all of them.
 #
 # usage: run_workflow.sh --bin DIR --out DIR [--policies a,b,..] [--seeds 1,2,..] [--runs K]
-#                        [--short] [--json] [--check]
+#                        [--short] [--json] [--check] [--work-mode MODE]
 #   --bin       directory holding modelcast_sim_trainer, modelcast_sim_server, modelcast_sim_replay
 #   --policies  the live runs' policies (online is always run: it makes the record; the replay
 #               scores all five)
 #   --short     fewer steps and a shorter window (the test suite's run)
 #   --check     fail unless online's cumulative inference loss <= every_epoch's on every seed
+#   --work-mode where the online scheduler refits and plans, live and in the replay: inline,
+#               refits_in_background or background (default: background, decisions that cost
+#               the training thread microseconds; the replay waits for its workers after each one)
 # Environment: UCX_NET_DEVICES=lo is set unless already set.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin="" out="" policies="online,every_epoch,every_n,viper_fixed,viper_greedy" seeds="1" runs=1
-short=0 report_args=()
+short=0 report_args=() work_mode=background
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --bin) bin=$2; shift 2 ;;
@@ -28,6 +31,7 @@ while [[ $# -gt 0 ]]; do
     --seeds) seeds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --short) short=1; shift ;;
+    --work-mode) work_mode=$2; shift 2 ;;
     --json) report_args+=(--json); shift ;;
     --check) report_args+=(--check); shift ;;
     *) echo "run_workflow.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -84,7 +88,7 @@ for seed in "${seed_list[@]}"; do
       hold="$sockdir/$seed-$run-$policy.hold"
       mkfifo "$hold"
       timeout 300 "$bin/modelcast_sim_trainer" --endpoint "$endpoint" --seed "$seed" --policy "$policy" \
-        "${common[@]}" --eval-log "$dir/eval.csv" --summary "$dir/trainer.json" --hold-until-eof \
+        --work-mode "$work_mode" "${common[@]}" --eval-log "$dir/eval.csv" --summary "$dir/trainer.json" --hold-until-eof \
         $([[ $policy == online ]] && echo --record "$out/seed$seed/run$run/record.bin") \
         <"$hold" >/dev/null 2>"$dir/trainer.err" &
       trainer_pid=$!
@@ -116,7 +120,7 @@ PY
 )
     timeout 300 "$bin/modelcast_sim_replay" --record "$base/record.bin" --out "$base/replay" --seed "$seed" \
       --warmup-steps "$warmup" --rate "$rate" --window-s "$window_s" --stall-s "$stall" --delivery-s "$delivery" \
-      --online-decide-s "$online_decide" \
+      --online-decide-s "$online_decide" --work-mode "$work_mode" \
       2>"$base/replay.err" || { echo "workflow: replay failed:" >&2; cat "$base/replay.err" >&2; exit 1; }
     rm "$base/record.bin"  # tens of MB; the replay's outputs are what the report reads
   done

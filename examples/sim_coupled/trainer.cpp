@@ -68,7 +68,7 @@ class DeliveryLog {
 };
 
 struct Settings {
-  std::string endpoint, policy = "online", eval_log, summary, record, work_mode = "refits_in_background";
+  std::string endpoint, policy = "online", eval_log, summary, record, work_mode = "background";
   std::uint64_t seed = 1;
   std::int64_t steps = 6000, eval_every = 20, warmup_steps = 600, every_n = 100;
   int batch = 64, buffer = 10240, samples_per_step = 2, hidden = 128, horizon = 10, validation = 512;
@@ -155,8 +155,7 @@ int main(int argc, char** argv) try {
   ps.every_n = s.every_n;
   ps.request_rate = s.request_rate;
   ps.window_s = s.window_s;
-  // The scheduler's work off the training thread being timed: refits by default (the figures
-  // in bench/RESULTS.md); "background" moves the plans there too.
+  // The scheduler's refits and plans off the training thread being timed (--work-mode).
   ps.work_mode = sim_coupled::parse_work_mode(s.work_mode);
   sim_coupled::PublishPolicy policy(ps);
 

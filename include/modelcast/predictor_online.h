@@ -63,20 +63,20 @@ struct OnlineOptions {
   //    should_publish() hands the worker a copy of the regime's points and goes on deciding on
   //    the current forecast, adopting the new one at the first decision after it is ready
   //    (typically the next: the forecast lags the newest points by about one evaluation); no
-  //    further refit starts while one is running. The first forecast is fitted inline, as there
-  //    is nothing to decide on before it. The forecaster is then called on the worker, one call
+  //    further refit starts while one is running. The forecaster is then called on the worker, one call
   //    at a time. Plans stay on the caller's thread.
-  //  - kBackground: refits as above, and plans on a second worker, so that the caller's thread
-  //    only does bookkeeping (a plan never queues behind a refit). After each decision the plan
-  //    worker plans the current point and, for the point expected next (one more logging
+  //  - kBackground: refits and plans on one worker, so that the caller's thread only does
+  //    bookkeeping. After each decision the worker refits if a refit is due, then plans the
+  //    current point on the newest forecast and, for the point expected next (one more logging
   //    interval on), finds the loss below which publishing there is the plan's first move.
-  //    When that point arrives where expected (at that step, its time within
-  //    replan_time_tolerance of the expected one), the decision is a comparison with that
-  //    threshold. Otherwise (irregular logging, a loss outside the range searched, a worker that
+  //    When that point arrives where expected (at that step, within one interval of the
+  //    expected time), the decision is a comparison with that threshold. Otherwise (irregular logging, a loss outside the range searched, a worker that
   //    has not finished) it acts on the plan of the point before: a "publish now" there
   //    publishes at this point, one evaluation late. Costs more than kRefitsInBackground in
   //    regret (bench/RESULTS.md, "Predictor across curve families"): a threshold found on the
   //    expected time and the last forecast is not always the plan's answer at the real point.
+  // While fewer than refit_every_below points are observed, both modes refit and plan inline:
+  // short logs are cheap to fit and plan, and there each point changes the forecast most.
   // wait_for_background() lets the workers finish before the next point (tests, replays that
   // must be reproducible).
   enum class WorkMode { kInline, kRefitsInBackground, kBackground };
@@ -195,25 +195,34 @@ class OnlineScheduler {
     // (kBackground); next_step 0: none.
     std::int64_t next_step = 0;
     double next_time_s = 0.0;
+    // kBackground: a refit due, of these points, to run first; the plans are then made on it.
+    std::vector<CurvePoint> refit_regime;
   };
-  // The answer for the point expected next, prepared while the caller trains: at next_step, at a
-  // time within the tolerance of next_time_s and with nothing published since, a loss in
-  // [low, high] publishes when it is <= threshold. Only a lower point can make publishing now the
-  // better move (previous_plan_holds()), so the threshold is found by bisection over plans at
-  // that point, on the expected time.
+  // The answer for the point expected next, prepared while the caller trains: at `step`, at a
+  // time within [time_lo, time_hi] (one logging interval either side of the expected one) and
+  // with nothing published since, a loss in [low, high] publishes when it is at most the
+  // threshold, interpolated in time between the two found at time_lo and time_hi. Only a lower
+  // point can make publishing now the better move (previous_plan_holds()), so each threshold is
+  // found by bisection over plans at that point; a loss just above it, closer than the
+  // bisection resolved (below gap_lo / gap_hi), is not answered.
   struct Prepared {
     bool valid = false;
     std::int64_t step = 0;
-    double time_s = 0.0, interval_s = 0.0;
-    double threshold = 0.0, low = 0.0, high = 0.0;
+    double time_lo = 0.0, time_hi = 0.0;
+    double threshold_lo = 0.0, threshold_hi = 0.0;
+    double gap_lo = 0.0, gap_hi = 0.0;
+    double low = 0.0, high = 0.0;
     std::size_t published = 0;
     double stall_s = 0.0, delivery_s = 0.0;  // the costs it was prepared with
+    // Publish or wait at this point (stall-free clock), or nothing where it does not answer.
+    std::optional<bool> answer(const CurvePoint& point) const;
   };
   struct PlanOutcome {
     PlanMemo memo;
     bool publish = false;   // publishing at the input's step is the plan's first move, not deferred
     bool deferred = false;  // the plan's first move was to publish; the hindsight check said wait
     Prepared next;          // kBackground only
+    std::shared_ptr<const Fitted> refitted;  // kBackground: the forecast fitted for this job
   };
   // The forecast (hedged when options.hedge) of the regime's points: what a refit computes, on
   // whichever thread runs it.
@@ -226,9 +235,18 @@ class OnlineScheduler {
   static bool waiting_pays(const PlanInput& input, const Trajectory& future, const std::vector<std::size_t>& source,
                            double window_end);
   void adopt(Fitted fitted);
+  // Fewer than refit_every_below points: refits and plans run inline in every mode, as they are
+  // cheap on a short log and each new point changes them most (a forecast one point behind cost
+  // the whole gain on some short development runs).
+  bool short_log() const { return observed_.size() < static_cast<std::size_t>(options_.refit_every_below); }
   void refit_if_due();
   // Takes the answer of the plan under way, if there is one by now (kBackground).
   std::optional<PlanOutcome> collect_plan();
+  // Books a plan worker's answer in, adopting the forecast fitted with it.
+  void absorb(PlanOutcome& answer);
+  // The plan worker's job: a refit if one came with it, then the plan of the input's point and
+  // the answer prepared for the next.
+  static PlanOutcome plan_job(PlanInput& input, const OnlineOptions& options);
   // Records a publish at the newest point.
   void publish_now();
   // The plan's inputs at the newest point; prepare() hands them to the plan worker with the
@@ -258,13 +276,18 @@ class OnlineScheduler {
   OnlineStats stats_;
   PlanMemo memo_;
   std::size_t forecast_version_ = 0;  // bumped whenever forecast_ or the costs change
-  // Threads: everything above belongs to the caller's thread. refit_worker_ runs fits on copies
-  // of the points and options, plan_worker_ plans on a PlanInput (copies, and the immutable
-  // fitted_ it was made with); each meets the caller only in its mailbox (online_worker.h).
+  // Threads: everything above belongs to the caller's thread. refit_worker_ (kRefitsInBackground)
+  // runs fits on copies of the points and options, plan_worker_ (kBackground) refits and plans
+  // on a PlanInput (copies, and the immutable fitted_ it was made with); each meets the caller
+  // only in its mailbox (online_worker.h).
   std::unique_ptr<detail::OnlineWorker<std::vector<CurvePoint>, Fitted>> refit_worker_;
   std::unique_ptr<detail::OnlineWorker<PlanInput, PlanOutcome>> plan_worker_;
-  bool refit_in_flight_ = false;
+  bool refit_in_flight_ = false;  // a refit is running (kRefitsInBackground) or due (kBackground)
   bool plan_in_flight_ = false;
+  // kBackground: the points of a refit that is due, for the next plan job; whether the job in
+  // flight carries one.
+  std::vector<CurvePoint> refit_regime_;
+  bool refit_in_plan_job_ = false;
   std::optional<PlanOutcome> answered_;  // a plan's answer that wait_for_background() took
   Prepared prepared_;  // the newest answer prepared for the point expected next
 };

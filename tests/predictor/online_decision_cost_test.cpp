@@ -199,10 +199,10 @@ TEST(OnlineDecisionCost, APointWhereNoneWasExpectedActsOnThePlanOfThePointBefore
   std::size_t late_publishes = 0;
   for (const auto& p : points) {
     s.observe(p.step, p.loss, p.time_s + 2.0 * static_cast<double>(s.published_steps().size()));
-    const std::size_t plans_before = s.stats().plans;
+    const std::size_t late_before = s.stats().answered_late;
     if (s.should_publish(p.step)) {
       ++late_publishes;
-      EXPECT_EQ(s.stats().plans, plans_before + 1) << "a publish acts on the plan made at the point before";
+      EXPECT_EQ(s.stats().answered_late, late_before + 1) << "a publish acts on the plan made at the point before";
     }
     s.wait_for_background();
   }
@@ -214,6 +214,56 @@ TEST(OnlineDecisionCost, APointWhereNoneWasExpectedActsOnThePlanOfThePointBefore
   EXPECT_EQ(s.published_steps().front(), (first + 1)->step);
 }
 
+TEST(OnlineDecisionCost, ShortLogsAreFittedAndPlannedInlineInEveryMode) {
+  // Below refit_every_below points each new point changes the forecast most and fits are cheap:
+  // a forecast one point behind there cost whole gains, so both background modes fit (and
+  // kBackground plans) on the caller's thread until then, and on the workers after; the last
+  // decision before prepares the first one after, which is then answered ahead.
+  const auto points = noisy_run(60, 4);
+  for (auto mode : {OnlineOptions::WorkMode::kRefitsInBackground, OnlineOptions::WorkMode::kBackground}) {
+    std::mutex mutex;
+    std::vector<std::pair<std::size_t, bool>> fits;  // points seen, on the caller's thread
+    auto o = options_for(points, 2.0);
+    o.warmup_step = points[4].step;
+    o.refit_every_below = 20;
+    o.work_mode = mode;
+    const auto caller = std::this_thread::get_id();
+    o.forecaster = [&](std::span<const CurvePoint> seen, const ForecastOptions& fo) {
+      std::lock_guard lock(mutex);
+      fits.emplace_back(seen.size(), std::this_thread::get_id() == caller);
+      return forecast_curve(seen, fo);
+    };
+    OnlineScheduler s(o);
+    std::size_t plans_inline = 0, background_plans_on_short_log = 0;
+    for (std::size_t i = 0; i < points.size(); ++i) {
+      const auto& p = points[i];
+      s.observe(p.step, p.loss, p.time_s + 2.0 * static_cast<double>(s.published_steps().size()));
+      const std::size_t background_before = s.stats().background_plans, plans_before = s.stats().plans;
+      s.should_publish(p.step);
+      s.wait_for_background();
+      // The last decision on the short log (19 points) also prepares the first one after it.
+      if (i + 1 < 19) {
+        plans_inline += s.stats().plans - plans_before;
+        background_plans_on_short_log += s.stats().background_plans - background_before;
+      }
+    }
+    std::lock_guard lock(mutex);
+    std::size_t on_worker = 0;
+    for (const auto& [seen, on_caller] : fits) {
+      EXPECT_EQ(on_caller, seen < 20) << "a fit of " << seen << " points";
+      on_worker += on_caller ? 0 : 1;
+    }
+    EXPECT_GT(fits.size() - on_worker, 10U);
+    EXPECT_GT(on_worker, 0U);
+    EXPECT_GT(plans_inline, 0U);
+    EXPECT_EQ(background_plans_on_short_log, 0U);
+    if (mode == OnlineOptions::WorkMode::kBackground) {
+      EXPECT_GT(s.stats().background_plans, 0U);
+      EXPECT_EQ(s.stats().answered_late, 0U);
+    }
+  }
+}
+
 TEST(OnlineDecisionCost, AFitThatFailsOnTheWorkerIsReportedToTheCaller) {
   const auto points = noisy_run(60, 2);
   int calls = 0;  // touched by one thread at a time: the caller's first fit, then the worker's
@@ -223,6 +273,7 @@ TEST(OnlineDecisionCost, AFitThatFailsOnTheWorkerIsReportedToTheCaller) {
     if (++calls == 2) throw std::runtime_error("forecaster failed");
     return forecast_curve(seen, fo);
   };
+  o.refit_every_below = 0;  // the second fit on the worker, not inline on a short log
   OnlineScheduler s(o);
   bool thrown = false;
   for (const auto& p : points) {
