@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Simulation-coupled workflow benchmark: bench/run.sh workflow [--json] [--seeds 1,2,3] [--runs K]
+# Simulation-coupled workflow benchmark: bench/run.sh workflow [--json] [--seeds 1,2,3] [--runs K] [--work-mode M]
 # Builds the example's programs (Release, build-bench/), then runs examples/sim_coupled/run_workflow.sh
 # at full length (6000 steps, a 36 s serving window) for every policy live and in the replay, and
 # prints the report (medians over runs per mode, seed and policy). Outputs stay in
@@ -14,7 +14,8 @@ while [[ $# -gt 0 ]]; do
     --seeds) seeds=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --json) pass+=(--json); shift ;;
-    *) echo "bench/run.sh workflow: unknown argument '$1' (--json, --seeds LIST, --runs K)" >&2; exit 2 ;;
+    --work-mode) pass+=(--work-mode "$2"); shift 2 ;;
+    *) echo "bench/run.sh workflow: unknown argument '$1' (--json, --seeds LIST, --runs K, --work-mode MODE)" >&2; exit 2 ;;
   esac
 done
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF \

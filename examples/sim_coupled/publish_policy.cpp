@@ -99,6 +99,8 @@ bool PublishPolicy::should_publish(std::int64_t step, bool evaluated) {
   return false;
 }
 
+mp::OnlineStats PublishPolicy::online_stats() const { return online_ ? online_->stats() : mp::OnlineStats{}; }
+
 void PublishPolicy::settle() {
   if (online_) online_->wait_for_background();
 }

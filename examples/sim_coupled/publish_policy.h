@@ -65,6 +65,8 @@ class PublishPolicy {
   void update_costs(double stall_s, double delivery_s);
 
   const std::vector<std::int64_t>& viper_plan() const { return viper_plan_; }
+  // The online scheduler's counters (all zero for the other policies).
+  modelcast::predictor::OnlineStats online_stats() const;
   // Why the Viper rule chose its plan (in particular why it publishes nothing); empty for the
   // other policies and before start_serving().
   const std::string& viper_reason() const { return viper_reason_; }

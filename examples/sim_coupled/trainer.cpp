@@ -301,6 +301,9 @@ int main(int argc, char** argv) try {
        << ", \"train_s\": " << train_s << ", \"stall_s\": " << stall_total << ", \"decide_s\": " << decide_total
        << ", \"training_slowdown_pct\": " << slowdown_pct << ", \"final_val_loss\": " << final_val_loss
        << ", \"stall_median_s\": " << median(stalls) << ", \"delivery_median_s\": " << median(deliveries.all())
+       << ", \"work_mode\": \"" << s.work_mode << "\", \"worker_s\": " << policy.online_stats().worker_s
+       << ", \"answered_ahead\": " << policy.online_stats().answered_ahead
+       << ", \"answered_late\": " << policy.online_stats().answered_late
        << ", \"publish_steps\": [";
   for (std::size_t i = 0; i < publish_steps.size(); ++i) json << (i ? ", " : "") << publish_steps[i];
   json << "]}";
