@@ -203,8 +203,10 @@ void OnlineScheduler::refit_if_due() {
   }
   const std::span<const CurvePoint> regime(observed_.data() + fit_from_, n - fit_from_);
   points_at_last_fit_ = n;
-  if (background && !forecast.steps.empty() && !short_log()) {
-    refit_regime_.assign(regime.begin(), regime.end());  // the next plan job fits it first
+  if (background && !short_log()) {
+    // The next plan job fits it first; the first forecast too (the decisions wait for it), so
+    // that not even a warm-up longer than refit_every_below points fits on the caller's thread.
+    refit_regime_.assign(regime.begin(), regime.end());
     refit_in_flight_ = true;
     return;
   }
