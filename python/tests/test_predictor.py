@@ -97,3 +97,8 @@ def test_predictor_errors_carry_codes():
         predictor.plan(curve(), warmup_step=205, total_steps=600, costs=predictor.PublishCosts())
     with pytest.raises(modelcast.InvalidArgumentError):
         predictor.online_options(600, 200, 0.5, 0.2, refit_grwoth=1.0)
+
+
+def test_online_options_refuse_an_unknown_work_mode():
+    with pytest.raises(modelcast.InvalidArgumentError, match="work_mode"):
+        predictor.online_options(600, 200, 0.5, 0.2, work_mode="sometimes")
