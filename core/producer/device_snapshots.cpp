@@ -1,6 +1,7 @@
 #include "core/producer/device_snapshots.h"
 
 #include <algorithm>
+#include <string>
 
 #include "modelcast/error.h"
 
@@ -15,6 +16,7 @@ DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std
   // On any failure below the destructor does not run: release what was made so far.
   try {
     for (std::size_t i = 0; i < options_.stage_depth; ++i) piece_done_.push_back(runtime_.create_event(device));
+    staged_jobs_.resize(slots);
     for (std::size_t i = 0; i < slots; ++i) {
       slots_.push_back(runtime_.allocate(device, bytes));
       copied_.push_back(runtime_.create_event(device));
@@ -84,10 +86,21 @@ void DeviceSnapshots::copy(std::size_t slot, const Manifest& layout, std::span<c
   }
 }
 
-void DeviceSnapshots::stage(std::size_t slot, Manifest manifest, std::byte* host, Clock::time_point called_at) {
+void DeviceSnapshots::stage(std::size_t slot, Manifest manifest, std::byte* host, Clock::time_point called_at,
+                            HostCopy host_copy) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back(Job{slot, std::move(manifest), host, called_at});
+    jobs_.push_back(Job{slot, std::move(manifest), host, called_at, host_copy});
+  }
+  cv_.notify_all();
+}
+
+void DeviceSnapshots::copy_to_host(std::size_t slot, std::uint64_t version) {
+  {
+    std::lock_guard lock(mutex_);
+    Job job{slot, {}, nullptr, {}, HostCopy::kNow, true};
+    job.manifest.version = version;  // the rest is the staged job's, taken on the staging thread
+    jobs_.push_back(std::move(job));
   }
   cv_.notify_all();
 }
@@ -103,15 +116,27 @@ void DeviceSnapshots::run() {
       jobs_.pop_front();
     }
     std::string error;
-    try {
-      digest(job);
-    } catch (const std::exception& e) {
-      error = e.what();
+    if (job.host_only) {
+      const std::uint64_t version = job.manifest.version;
+      if (staged_jobs_[job.slot].manifest.version != version) {
+        staged_(Step::kOnHost, job.slot, job.manifest, job.called_at, 0,
+                "version " + std::to_string(version) + " is no longer in its device slot");
+        continue;
+      }
+      job = staged_jobs_[job.slot];
+    } else {
+      try {
+        digest(job);
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      const bool now = job.host_copy == HostCopy::kNow;
+      if (error.empty()) staged_jobs_[job.slot] = job;
+      staged_(now ? Step::kDigested : Step::kDigestedDeviceOnly, job.slot, job.manifest, job.called_at, 0, error);
+      if (!error.empty() || !now) continue;
     }
-    staged_(Step::kDigested, job.slot, job.manifest, job.called_at, 0, error);
-    if (!error.empty()) continue;
     try {
-      copy_to_host(job);
+      stage_to_host(job);
     } catch (const std::exception& e) {
       error = e.what();
       // Nothing queued may still write the host slot or read the device slot once this
@@ -127,7 +152,7 @@ void DeviceSnapshots::run() {
 
 // Up to stage_depth pieces are queued on the staging stream, each followed by an event; the
 // thread waits for the oldest, reports the prefix it completes, and queues the next piece.
-void DeviceSnapshots::copy_to_host(const Job& job) {
+void DeviceSnapshots::stage_to_host(const Job& job) {
   const std::uint64_t total = job.manifest.total_bytes;
   const std::uint64_t piece = options_.stage_piece_bytes;
   const std::size_t depth = piece_done_.size();

@@ -4,6 +4,7 @@
 
 #include <iterator>
 #include <limits>
+#include <utility>
 
 #include "modelcast/error.h"
 
@@ -117,7 +118,10 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
       return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(store_.newest_version()) +
                                                      " could not be copied to host memory; wait for the next one");
     }
+    // kNotCopied: no consumer needed the host copy when the version was published (they all
+    // read the device slot); this fetch starts it below, and its chunks follow it as above.
     if (copy.state == SnapshotStore::HostState::kPending) host_bytes = copy.bytes;
+    if (copy.state == SnapshotStore::HostState::kNotCopied) host_bytes = 0;
   }
   auto leased = store_.lease(request.version, routing_id, now, lease_timeout_, consumer->transport);
   if (!leased) {
@@ -204,6 +208,9 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
     return reply;
   }
+  if (host_bytes == 0) {
+    if (auto slot = store_.begin_host_copy(fetch.version)) host_copies_.emplace_back(*slot, fetch.version);
+  }
   auto& fetches = fetches_[routing_id];
   auto& placed = fetches.emplace(request.fetch_id, std::move(fetch)).first->second;
   try {
@@ -267,6 +274,10 @@ std::vector<FetchServer::Withdrawn> FetchServer::host_progress(std::uint64_t ver
     }
   });
   return out;
+}
+
+std::vector<std::pair<std::size_t, std::uint64_t>> FetchServer::take_host_copies() {
+  return std::exchange(host_copies_, {});
 }
 
 std::vector<FetchServer::Withdrawn> FetchServer::host_failed(std::uint64_t version, const std::string& error) {

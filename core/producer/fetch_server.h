@@ -80,6 +80,10 @@ class FetchServer {
   };
   // Returns the fetches withdrawn because a send could not be posted.
   std::vector<Withdrawn> host_progress(std::uint64_t version);
+  // Device versions whose host copy a two-sided fetch started (SnapshotStore::begin_host_copy:
+  // they are kPending now), as (slot, version): the caller has each copied and reports the
+  // progress as for any host copy. Emptied by the call.
+  std::vector<std::pair<std::size_t, std::uint64_t>> take_host_copies();
   // `version`'s host copy failed: ends every fetch of it that still has chunks to send.
   std::vector<Withdrawn> host_failed(std::uint64_t version, const std::string& error);
 
@@ -193,6 +197,7 @@ class FetchServer {
   std::set<std::uint64_t> upcoming_;
   std::map<std::string, protocol::FetchRequest> parked_;                 // by routing id: one each
   std::map<std::string, protocol::FetchRequest> parked_for_digests_;     // by routing id: one each
+  std::vector<std::pair<std::size_t, std::uint64_t>> host_copies_;      // see take_host_copies
   std::map<std::string, std::map<std::uint64_t, Fetch>> fetches_;       // routing id -> fetch id
   // Fetches whose lease lapsed, awaiting a late ack: the newest kMaxLapsed of each consumer.
   struct Lapsed {

@@ -106,6 +106,9 @@ class Producer::Impl {
     service_->set_digest_submit([this](std::size_t slot, std::uint64_t version) {
       digests_->submit(slot, version, store_.memory(slot), layout_);
     });
+    // Called on the service thread, only for a version publish() staged, so after prepare()
+    // set device_ (publish -> staging thread -> event queue -> service thread).
+    service_->set_host_copy([this](std::size_t slot, std::uint64_t version) { device_->copy_to_host(slot, version); });
     if (persister_) service_->set_persist([p = persister_.get()](std::uint64_t version) { p->consider(version); });
     log_->info("model '{}' serving on {}, incarnation {:016x}", options_.model_name, control_->endpoint(),
                incarnation_);
@@ -203,7 +206,9 @@ class Producer::Impl {
       }
       auto stall = Clock::now() - called_at;
       PublishTicket ticket = account(manifest, step, stall);
-      device_->stage(slot, std::move(manifest), base, called_at);
+      device_->stage(slot, std::move(manifest), base, called_at,
+                     service_->host_copies_wanted() ? producer::DeviceSnapshots::HostCopy::kNow
+                                                    : producer::DeviceSnapshots::HostCopy::kOnRequest);
       return ticket;
     }
     // The only work in the trainer's stall: one copy per tensor. Digests are taken later by the
@@ -312,12 +317,15 @@ class Producer::Impl {
           [events = &service_->events()](producer::DeviceSnapshots::Step step, std::size_t slot,
                                          const Manifest& manifest, Clock::time_point called_at,
                                          std::uint64_t host_bytes, const std::string& error) {
-            if (step == producer::DeviceSnapshots::Step::kHostPrefix) {
+            using Step = producer::DeviceSnapshots::Step;
+            using HostState = producer::SnapshotStore::HostState;
+            if (step == Step::kHostPrefix) {
               events->push(producer::HostProgress{slot, manifest.version, host_bytes});
-            } else if (step == producer::DeviceSnapshots::Step::kOnHost) {
+            } else if (step == Step::kOnHost) {
               events->push(producer::HostStaged{slot, manifest.version, error});
             } else if (error.empty()) {
-              events->push(producer::SnapshotTaken{slot, manifest, called_at, true, false});
+              events->push(producer::SnapshotTaken{
+                  slot, manifest, called_at, true, step == Step::kDigested ? HostState::kPending : HostState::kNotCopied});
             } else {
               events->push(producer::SnapshotFailed{slot, manifest.version, error});
             }

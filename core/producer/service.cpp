@@ -193,8 +193,8 @@ void ProducerService::on_event(SnapshotTaken& e) {
   if (integrity && e.digests_ready) {
     for (const auto& t : e.manifest.tensors) digests.push_back(t.digest);
   }
-  store_.publish(e.slot, std::move(e.manifest), e.called_at, integrity, e.host_ready);
-  if (!e.host_ready) {
+  store_.publish(e.slot, std::move(e.manifest), e.called_at, integrity, e.host);
+  if (e.host == SnapshotStore::HostState::kPending) {
     // The staging thread still copies out of the device slot: no reuse until it is done.
     if (auto pinned = store_.pin(version, "(host staging)")) host_staging_[version] = pinned->lease_id;
   }
@@ -203,7 +203,7 @@ void ProducerService::on_event(SnapshotTaken& e) {
     DigestsReady ready{e.slot, version, std::move(digests), {}};
     on_event(ready);  // signs it and unpins the slot before any fetch is answered
   }
-  if (!integrity && persist_ && e.host_ready) persist_(version);
+  if (!integrity && persist_ && e.host == SnapshotStore::HostState::kReady) persist_(version);
   log_->debug("version {} published in slot {}", version, e.slot);
   groups_.published(version);
   announce_group_changes();
@@ -231,6 +231,7 @@ void ProducerService::on_event(HostStaged& e) {
     stats_.update([](ProducerStats& s) { s.failed_snapshots++; });
     withdraw(fetches_.host_failed(e.version, e.error));
   } else {
+    stats_.update([](ProducerStats& s) { s.host_copies++; });
     withdraw(fetches_.host_progress(e.version));
   }
   // Considered while the staging pin still holds the slot (see DigestsReady).
@@ -273,7 +274,7 @@ void ProducerService::on_event(DigestsReady& e) {
   auto signature = store_.set_digests(e.slot, e.digests, e.block_digests, control_.signer());
   // Before the digests go out: a consumer that has verified this version knows it was considered.
   // A device version is written once its host copy exists (HostStaged).
-  if (persist_ && !host_staging_.count(e.version)) persist_(e.version);
+  if (persist_ && store_.host_state(e.version) == SnapshotStore::HostState::kReady) persist_(e.version);
   if (held) store_.unpin(*held);
   for (const auto& [routing_id, fetch_id] : fetches_.take_awaiting_digests(e.version)) {
     reply(routing_id, protocol::Digests{fetch_id, e.version, e.digests, e.block_digests, signature});
@@ -316,6 +317,7 @@ std::optional<ConsumerRecord> ProducerService::forget_consumer(const std::string
   // failure said so first (which of the two UCX reports first is a race).
   auto undelivered = fetches_.drop(routing_id);
   auto record = membership_.remove(routing_id);
+  refresh_host_copies();
   if (auto committed = groups_.committed_of(routing_id); record && groups_.announcement(routing_id)) {
     log_->warn("consumer '{}' left its group, which stays on version {} until a member takes its place", record->name,
                committed);
@@ -443,6 +445,7 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
       record.connection_fd = connection_fd;
       fetches_.joined(record);
       membership_.add(std::move(record));
+      refresh_host_copies();
       if (!join.group.empty()) groups_.joined(routing_id, join.group, join.group_size);
       answer.ok = true;
       log_->info("consumer '{}' joined over {} ({})", join.consumer_name, answer.transport,
@@ -524,10 +527,28 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
 }
 
 void ProducerService::on_fetch(const std::string& routing_id, const protocol::FetchRequest& request) {
-  if (auto answer = fetches_.start(routing_id, membership_.find(routing_id), request, Clock::now(),
-                                   groups_.target_of(routing_id))) {
-    reply(routing_id, *answer);
+  auto answer =
+      fetches_.start(routing_id, membership_.find(routing_id), request, Clock::now(), groups_.target_of(routing_id));
+  start_host_copies();
+  if (answer) reply(routing_id, *answer);
+}
+
+void ProducerService::start_host_copies() {
+  for (const auto& [slot, version] : fetches_.take_host_copies()) {
+    // As for a copy started at publish: the slot is not written again until HostStaged.
+    if (auto pinned = store_.pin(version, "(host staging)")) host_staging_[version] = pinned->lease_id;
+    log_->debug("version {}: a two-sided fetch asked for its host copy", version);
+    host_copy_(slot, version);
   }
+}
+
+void ProducerService::refresh_host_copies() {
+  bool wanted = static_cast<bool>(persist_);
+  for (const auto& routing_id : membership_.routing_ids()) {
+    const auto* consumer = membership_.find(routing_id);
+    wanted = wanted || (consumer && transports_.at(consumer->transport).capabilities().two_sided);
+  }
+  host_copies_wanted_.store(wanted, std::memory_order_relaxed);
 }
 
 void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack& ack) {

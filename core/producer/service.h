@@ -3,6 +3,7 @@
 // FetchServer, SnapshotStore) what to do and sends what they return.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -46,7 +47,9 @@ struct SnapshotTaken {
   Manifest manifest;  // digests filled in only when digests_ready
   std::chrono::steady_clock::time_point called_at;
   bool digests_ready = false;  // a device snapshot, hashed on the device while it was staged
-  bool host_ready = true;      // false: a device snapshot whose host copy follows (HostStaged)
+  // kReady: a host snapshot. kPending: a device snapshot whose host copy follows (HostStaged).
+  // kNotCopied: a device snapshot copied to the host only once a two-sided fetch asks for it.
+  SnapshotStore::HostState host = SnapshotStore::HostState::kReady;
 };
 // The staging thread has copied the first `bytes` of a device snapshot to its host slot: the
 // chunks of two-sided fetches that lie within them may be sent.
@@ -147,7 +150,19 @@ class ProducerService {
   }
   // Optional, set before the first publish: told each version once its digests are in (or at
   // once without integrity), so persisted bytes are the ones consumers verify.
-  void set_persist(std::function<void(std::uint64_t version)> persist) { persist_ = std::move(persist); }
+  void set_persist(std::function<void(std::uint64_t version)> persist) {
+    persist_ = std::move(persist);
+    refresh_host_copies();
+  }
+  // Set before the first publish: has `version`, published as HostState::kNotCopied in `slot`,
+  // copied to its host slot (HostProgress and HostStaged come back). Service thread.
+  void set_host_copy(std::function<void(std::size_t slot, std::uint64_t version)> copy) {
+    host_copy_ = std::move(copy);
+  }
+  // Any thread: whether a device version published now should be copied to the host at once
+  // (a joined consumer receives over a two-sided transport, or versions are persisted) rather
+  // than when a two-sided fetch first asks for it.
+  bool host_copies_wanted() const { return host_copies_wanted_.load(std::memory_order_relaxed); }
 
  private:
   // Counts and closes control connections past the cap (connection_cap.h), sparing joined ones.
@@ -215,6 +230,14 @@ class ProducerService {
   GroupCommit groups_;
   std::function<void(std::size_t, std::uint64_t)> submit_digests_;
   std::function<void(std::uint64_t)> persist_;
+  std::function<void(std::size_t, std::uint64_t)> host_copy_;
+  // Written by the service thread on joins and departures (refresh_host_copies), read by the
+  // trainer's publish(). A stale read costs nothing but time: a version published without its
+  // host copy gets one when a two-sided fetch asks.
+  std::atomic<bool> host_copies_wanted_{false};
+  void refresh_host_copies();
+  // Has the host copies the fetch server started made (take_host_copies), holding their slots.
+  void start_host_copies();
   std::size_t evicted_unlogged_ = 0;  // cap_connections(): evictions not logged yet
   Clock::time_point next_eviction_log_{};
 };

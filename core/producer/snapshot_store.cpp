@@ -114,12 +114,21 @@ SnapshotStore::HostCopy SnapshotStore::host_copy(std::uint64_t version) const {
   return {s.host, s.host == HostState::kReady ? s.manifest.total_bytes : s.host == HostState::kPending ? s.host_bytes : 0};
 }
 
+std::optional<std::size_t> SnapshotStore::begin_host_copy(std::uint64_t version) {
+  std::lock_guard lock(mutex_);
+  auto slot = pool_.slot_of(version);
+  if (!slot || slots_[*slot].host != HostState::kNotCopied) return std::nullopt;
+  slots_[*slot].host = HostState::kPending;
+  slots_[*slot].host_bytes = 0;
+  return slot;
+}
+
 void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin,
-                            bool host_ready) {
+                            HostState host) {
   std::lock_guard lock(mutex_);
   Slot& s = slots_[slot];
-  s.host = host_ready ? HostState::kReady : HostState::kPending;
-  s.host_bytes = host_ready ? manifest.total_bytes : 0;
+  s.host = host;
+  s.host_bytes = s.host == HostState::kReady ? manifest.total_bytes : 0;
   std::uint64_t version = manifest.version;
   s.manifest = std::move(manifest);
   s.published_at = called_at;

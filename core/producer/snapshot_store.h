@@ -74,19 +74,25 @@ class SnapshotStore {
 
   // Gives a reserved slot back unpublished (its snapshot could not be completed).
   void cancel(std::size_t slot);
+  // Where a version stands in its host slot. kReady: all of it is there (every host snapshot).
+  // kPending: a device snapshot whose host copy is being made. kNotCopied: a device snapshot
+  // whose host copy is made only once a two-sided fetch asks for it (begin_host_copy).
+  // kFailed: the host copy failed; only one-sided readers of the device slot get the version.
+  enum class HostState { kReady, kPending, kNotCopied, kFailed };
   // The reserved slot now holds manifest.version, the newest. With `pin`, the digest thread
-  // holds it until set_digests.
-  // With !host_ready (a device snapshot whose host copy is still being made) two-sided sends
-  // follow the host copy (set_host_prefix, set_host_state); one-sided reads of the device slot
-  // need not wait for it.
-  void publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin, bool host_ready = true);
+  // holds it until set_digests. With `host` kPending, two-sided sends follow the host copy
+  // (set_host_prefix, set_host_state); one-sided reads of the device slot never wait for it.
+  void publish(std::size_t slot, Manifest manifest, Clock::time_point called_at, bool pin,
+               HostState host = HostState::kReady);
+  // A kNotCopied `version` becomes kPending with nothing copied yet, and its slot is returned:
+  // the caller has the copy made. nullopt if the version is not held or not kNotCopied.
+  std::optional<std::size_t> begin_host_copy(std::uint64_t version);
   // The host copy of a device snapshot is done, or failed (then only one-sided readers of the
   // device slot get the version).
   void set_host_state(std::size_t slot, bool ok);
   // The staging thread has copied the first `bytes` of a pending device snapshot to its host
   // slot (the prefix only grows; ignored once the copy is over).
   void set_host_prefix(std::size_t slot, std::uint64_t bytes);
-  enum class HostState { kReady, kPending, kFailed };
   struct HostCopy {
     HostState state = HostState::kReady;
     std::uint64_t bytes = 0;  // the prefix of the version that is in the host slot

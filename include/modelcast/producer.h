@@ -155,6 +155,10 @@ struct ProducerStats {
   // publish() took their slot after waiting a second for them (logged).
   std::uint64_t sends_abandoned = 0;
   std::uint64_t failed_snapshots = 0;  // device versions that could not be staged (never served)
+  // Device versions copied to host memory: at publish while a consumer receives over a
+  // two-sided transport or versions are persisted, else when such a fetch first asks. While
+  // every consumer reads the device slot (CUDA IPC), none.
+  std::uint64_t host_copies = 0;
   std::chrono::nanoseconds last_stall{0};
   std::string transport;             // the transports it delivers over, e.g. "ucx" or "ucx,loopback"
   // options.persist: versions written completely, writes that failed (logged; training and

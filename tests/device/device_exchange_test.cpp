@@ -380,6 +380,51 @@ TEST(DeviceExchange, AConsumerThatJoinedBeforeTheDeviceSlotsExistedIsReroutedOnt
   for (const auto& line : peer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
 }
 
+// While every consumer reads the device slot over CUDA IPC, no version is copied to host memory
+// (the copy would compete with their reads for the GPU). A host consumer that joins then gets
+// the newest version all the same: its fetch has the copy made, the chunks following it; and the
+// next version is copied at once, a consumer that needs it being joined.
+TEST(DeviceExchange, OnlyAConsumerThatReceivesThroughHostMemoryHasVersionsCopiedThere) {
+  auto& rt = runtime();
+  modelcast::Producer producer(small_piece_options());
+  devicemodel::DeviceModel model(rt, 0, 512, 12);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  const int device = devicemodel::other_device(rt);
+  ChildProcess ipc({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
+                    "--until-version", "3", "--seed", "5", "--memory", "cuda", "--device", std::to_string(device),
+                    "--transports", "ucx,cuda_ipc"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  for (std::uint64_t v = 1; v <= 2; ++v) {
+    model.upload(5, v);
+    producer.publish(static_cast<std::int64_t>(v));
+    auto line = ipc.wait_for_line("installed " + std::to_string(v));
+    ASSERT_TRUE(line) << "ipc peer: " << (ipc.lines().empty() ? "(nothing)" : ipc.lines().back());
+    EXPECT_NE(line->find("transport=cuda_ipc"), std::string::npos) << *line;
+  }
+  EXPECT_EQ(producer.stats().host_copies, 0u) << "versions read only over CUDA IPC were copied to host memory";
+
+  ChildProcess host({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
+                     "--until-version", "3", "--seed", "5", "--memory", "host", "--transports", "ucx"});
+  auto line = host.wait_for_line("installed 2");
+  ASSERT_TRUE(line) << "host peer: " << (host.lines().empty() ? "(nothing)" : host.lines().back());
+  EXPECT_NE(line->find("memory=host"), std::string::npos) << *line;
+  EXPECT_NE(line->find("transport=ucx"), std::string::npos) << *line;
+  EXPECT_EQ(producer.stats().host_copies, 1u) << "the late host consumer's fetch did not have version 2 copied";
+
+  model.upload(5, 3);
+  producer.publish(3);
+  ASSERT_TRUE(ipc.wait_for_line("installed 3"));
+  ASSERT_TRUE(host.wait_for_line("installed 3"));
+  EXPECT_EQ(producer.stats().host_copies, 2u);
+  EXPECT_EQ(ipc.wait(), 0);
+  EXPECT_EQ(host.wait(), 0);
+  for (const auto* peer : {&ipc, &host}) {
+    for (const auto& l : peer->lines()) EXPECT_EQ(l.rfind("corrupt", 0), std::string::npos) << l;
+  }
+  EXPECT_EQ(producer.stats().failed_snapshots, 0u);
+}
+
 // A device producer's persist option writes its versions from their host copies: every byte in
 // the files is the trainer's, read back by the independent reader.
 TEST(DeviceExchange, DeviceVersionsArePersistedFromTheirHostCopy) {

@@ -2,6 +2,8 @@
 // device-to-host copy of a version is reported prefix by prefix, and every prefix reported is
 // really in the host slot when it is reported (the fetch server sends chunks on that word).
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <future>
 #include <mutex>
 
@@ -69,6 +71,73 @@ TEST(DeviceSnapshots, TheHostCopyIsReportedPieceByPieceAndEachReportedPrefixIsIn
   EXPECT_EQ(reports.back().step, DeviceSnapshots::Step::kOnHost);
   EXPECT_EQ(reports.back().host_bytes, total);
   EXPECT_EQ(reports.back().error, "");
+  EXPECT_EQ(host, expected);
+}
+
+// HostCopy::kOnRequest: the version is digested and reported readable from the device, and the
+// host slot is left alone until copy_to_host() asks; then the copy is reported as usual. A copy
+// asked for a version the slot no longer holds fails, saying so.
+TEST(DeviceSnapshots, AVersionStagedOnRequestIsCopiedToTheHostOnlyWhenAsked) {
+  auto& rt = runtime();
+  const std::uint64_t piece = 64 << 10;
+  const std::uint64_t total = piece * 3;
+  std::vector<std::byte> expected(total);
+  for (std::size_t i = 0; i < total; ++i) expected[i] = static_cast<std::byte>((i * 37) ^ (i >> 7));
+  std::vector<std::byte> host(total, std::byte{0});
+
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<Report> reports;
+  DeviceSnapshots snapshots(
+      rt, 0, 1, total,
+      [&](DeviceSnapshots::Step step, std::size_t, const modelcast::Manifest&, DeviceSnapshots::Clock::time_point,
+          std::uint64_t host_bytes, const std::string& error) {
+        bool in_host = std::equal(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(host_bytes),
+                                  host.begin());
+        std::lock_guard lock(mutex);
+        reports.push_back({step, host_bytes, in_host, error});
+        cv.notify_all();
+      },
+      DeviceSnapshots::Options{piece, 2});
+  rt.copy_async(snapshots.slots()[0], expected.data(), total, nullptr);
+  rt.synchronize_stream(nullptr);
+  auto wait_for = [&](std::size_t n) {
+    std::unique_lock lock(mutex);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return reports.size() >= n; });
+  };
+
+  modelcast::Manifest manifest;
+  manifest.version = 4;
+  manifest.total_bytes = total;
+  manifest.integrity = false;
+  snapshots.stage(0, manifest, host.data(), DeviceSnapshots::Clock::now(), DeviceSnapshots::HostCopy::kOnRequest);
+  ASSERT_TRUE(wait_for(1));
+  // A later job runs after the staging of version 4 is over: nothing more was reported for it.
+  snapshots.copy_to_host(0, 3);
+  ASSERT_TRUE(wait_for(2));
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(reports[0].step, DeviceSnapshots::Step::kDigestedDeviceOnly);
+    EXPECT_EQ(reports[0].error, "");
+    EXPECT_EQ(reports[1].step, DeviceSnapshots::Step::kOnHost) << "version 4 was copied without being asked";
+    EXPECT_NE(reports[1].error.find("version 3 is no longer in its device slot"), std::string::npos)
+        << reports[1].error;
+  }
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](std::byte b) { return b == std::byte{0}; }))
+      << "the host slot was written before the copy was asked for";
+
+  snapshots.copy_to_host(0, 4);
+  ASSERT_TRUE(wait_for(5));  // two prefixes, then on host
+  snapshots.stop();
+  ASSERT_EQ(reports.size(), 5u);
+  for (std::size_t i = 2; i <= 3; ++i) {
+    EXPECT_EQ(reports[i].step, DeviceSnapshots::Step::kHostPrefix);
+    EXPECT_EQ(reports[i].host_bytes, piece * (i - 1));
+    EXPECT_TRUE(reports[i].prefix_in_host);
+  }
+  EXPECT_EQ(reports[4].step, DeviceSnapshots::Step::kOnHost);
+  EXPECT_EQ(reports[4].error, "");
+  EXPECT_EQ(reports[4].host_bytes, total);
   EXPECT_EQ(host, expected);
 }
 

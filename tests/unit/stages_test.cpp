@@ -79,8 +79,9 @@ struct ProducerSide {
 
   // Publishes `version` (bytes of testmodel seed 1, or of `content` when given, changed by
   // `change`), digests and all, as the service loop would.
-  void publish(std::uint64_t version, bool host_ready = true, std::uint64_t content = 0,
-               const std::function<void(std::byte*)>& change = {}) {
+  void publish(std::uint64_t version,
+               producer::SnapshotStore::HostState host = producer::SnapshotStore::HostState::kReady,
+               std::uint64_t content = 0, const std::function<void(std::byte*)>& change = {}) {
     auto slot = store.reserve(10s).slot;
     testmodel::fill(model, 1, content ? content : version);
     Manifest manifest = layout;
@@ -89,7 +90,7 @@ struct ProducerSide {
       std::memcpy(store.memory(slot) + manifest.tensors[i].offset, model[i].words.data(), manifest.tensors[i].size);
     }
     if (change) change(store.memory(slot));
-    store.publish(slot, manifest, Clock::now(), /*pin=*/true, host_ready);
+    store.publish(slot, manifest, Clock::now(), /*pin=*/true, host);
     store.set_digests(slot, {}, producer::block_digests(store.memory(slot), manifest), nullptr);
     last_slot = slot;
   }
@@ -229,7 +230,7 @@ TEST(Stages, FetchServerRefusesBusySupersededAndStaleRequestsAndParksTheUpcoming
 TEST(Stages, TwoSidedFetchesOfADeviceVersionSendEachChunkOnlyOnceTheHostCopyHasIt) {
   ConsumerSide c;
   ProducerSide p(c.transport);
-  p.publish(1, /*host_ready=*/false);
+  p.publish(1, producer::SnapshotStore::HostState::kPending);
   std::vector<std::byte> staged(p.store.memory(p.last_slot), p.store.memory(p.last_slot) + p.layout.total_bytes);
   std::memset(p.store.memory(p.last_slot), 0xEE, p.layout.total_bytes);
   auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
@@ -273,12 +274,49 @@ TEST(Stages, TwoSidedFetchesOfADeviceVersionSendEachChunkOnlyOnceTheHostCopyHasI
   EXPECT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, request.fetch_id, true, ""}, "c", Clock::now()).ok);
 }
 
+// A device version published without its host copy (every consumer read the device slot): the
+// first two-sided fetch is answered at once and has the copy made, once; its chunks wait for
+// the copy as for any version being staged (the host slot holds garbage until then: a chunk
+// sent early would carry it).
+TEST(Stages, ATwoSidedFetchOfADeviceVersionNotCopiedToTheHostHasItCopiedOnce) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1, producer::SnapshotStore::HostState::kNotCopied);
+  std::vector<std::byte> staged(p.store.memory(p.last_slot), p.store.memory(p.last_slot) + p.layout.total_bytes);
+  std::memset(p.store.memory(p.last_slot), 0xEE, p.layout.total_bytes);
+  EXPECT_TRUE(p.server->take_host_copies().empty());
+
+  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok) << (reply ? reply->error : "parked");
+  consumer::check_reply(c.policy, *reply);
+  ASSERT_FALSE(c.client.accept(*reply, c.store.take_buffer(reply->manifest.total_bytes), Clock::now()));
+  auto copies = p.server->take_host_copies();
+  ASSERT_EQ(copies.size(), 1u) << "the fetch did not ask for the host copy";
+  EXPECT_EQ(copies[0], std::make_pair(p.last_slot, std::uint64_t{1}));
+  EXPECT_TRUE(p.server->take_host_copies().empty());
+  EXPECT_EQ(p.store.host_state(1), producer::SnapshotStore::HostState::kPending);
+  EXPECT_FALSE(p.store.begin_host_copy(1)) << "a second fetch would start a second copy";
+
+  std::memcpy(p.store.memory(p.last_slot), staged.data(), staged.size());
+  p.store.set_host_state(p.last_slot, true);
+  EXPECT_TRUE(p.server->host_progress(1).empty());
+  std::optional<consumer::FinishedFetch> done;
+  while (!done) {
+    auto arrived = c.chunks.pop();
+    ASSERT_TRUE(arrived) << "the chunks were not sent once the host copy was complete";
+    done = c.client.on_chunk(*arrived, Clock::now());
+  }
+  EXPECT_EQ(done->failure, "");
+  EXPECT_EQ(std::memcmp(done->buffer->memory.data(), staged.data(), staged.size()), 0);
+}
+
 // The host copy fails while a fetch is half sent: the fetch is withdrawn (its lease released, the
 // consumer told with a refusal of the same fetch id), and later fetches are refused saying why.
 TEST(Stages, AFetchHalfSentWhenTheHostCopyFailsIsWithdrawnAndLaterOnesRefused) {
   ConsumerSide c;
   ProducerSide p(c.transport);
-  p.publish(1, /*host_ready=*/false);
+  p.publish(1, producer::SnapshotStore::HostState::kPending);
   auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
   auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
   ASSERT_TRUE(reply && reply->ok);
@@ -548,7 +586,7 @@ TEST(Stages, ADeltaSendsOnlyTheChangedBlocksAndEachIsChecked) {
     slot[2 * block + 17] ^= std::byte{1};
     slot[5 * block] ^= std::byte{0x80};
   };
-  p.publish(2, true, /*content=*/1, change);
+  p.publish(2, producer::SnapshotStore::HostState::kReady, /*content=*/1, change);
   std::vector<std::byte> expected(p.store.memory(p.last_slot), p.store.memory(p.last_slot) + p.layout.total_bytes);
   for (bool corrupt : {false, true}) {
     auto request = c.client.begin(kIncarnation, 2, 1, Clock::now());
