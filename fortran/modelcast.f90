@@ -27,7 +27,8 @@ module modelcast
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy
   public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
-      mc_scheduler_should_publish, mc_scheduler_set_costs
+      mc_scheduler_should_publish, mc_scheduler_set_costs, mc_scheduler_wait_for_background
+  public :: MC_SCHEDULER_INLINE, MC_SCHEDULER_REFITS_IN_BACKGROUND, MC_SCHEDULER_BACKGROUND
   public :: MC_LOG_TRACE, MC_LOG_DEBUG, MC_LOG_INFO, MC_LOG_WARN, MC_LOG_ERROR, MC_LOG_CRITICAL, MC_LOG_OFF
   public :: mc_log_handler, mc_set_log_handler, mc_set_log_level, mc_string
 

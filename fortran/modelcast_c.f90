@@ -14,6 +14,9 @@ module modelcast_c
   integer(c_int), parameter, public :: MC_DTYPE_F64 = 0, MC_DTYPE_F32 = 1, MC_DTYPE_F16 = 2, MC_DTYPE_BF16 = 3, &
       MC_DTYPE_I64 = 4, MC_DTYPE_I32 = 5, MC_DTYPE_I16 = 6, MC_DTYPE_I8 = 7, MC_DTYPE_U8 = 8, MC_DTYPE_BOOL = 9, &
       MC_DTYPE_F8E4M3 = 10
+  ! mc_scheduler_work_mode
+  integer(c_int), parameter, public :: MC_SCHEDULER_INLINE = 0, MC_SCHEDULER_REFITS_IN_BACKGROUND = 1, &
+      MC_SCHEDULER_BACKGROUND = 2
 
   type, bind(c), public :: mc_producer_options_t
     integer(c_size_t) :: struct_size
@@ -77,7 +80,7 @@ module modelcast_c
     integer(c_size_t) :: struct_size
     integer(c_int64_t) :: total_steps, warmup_step
     real(c_double) :: publish_cost_s, update_latency_s, request_rate, window_s, max_slowdown_s, refit_growth
-    integer(c_int) :: refit_band_points, refit_every_below, max_candidates
+    integer(c_int) :: refit_band_points, refit_every_below, max_candidates, work_mode
   end type
 
   ! mc_log_level
@@ -252,6 +255,11 @@ module modelcast_c
       integer(c_int64_t), value :: step
       integer(c_int), intent(out) :: publish
       integer(c_int) :: mc_scheduler_should_publish_c
+    end function
+    function mc_scheduler_wait_for_background_c(scheduler) bind(c, name="mc_scheduler_wait_for_background")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: scheduler
+      integer(c_int) :: mc_scheduler_wait_for_background_c
     end function
     function mc_scheduler_set_costs_c(scheduler, publish_cost_s, update_latency_s) bind(c, name="mc_scheduler_set_costs")
       import :: c_ptr, c_int, c_double

@@ -9,7 +9,8 @@ module modelcast_scheduler
   implicit none
   private
   public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
-      mc_scheduler_should_publish, mc_scheduler_set_costs
+      mc_scheduler_should_publish, mc_scheduler_set_costs, mc_scheduler_wait_for_background
+  public :: MC_SCHEDULER_INLINE, MC_SCHEDULER_REFITS_IN_BACKGROUND, MC_SCHEDULER_BACKGROUND
 
   type :: mc_scheduler
     type(c_ptr) :: handle = c_null_ptr
@@ -19,13 +20,17 @@ contains
 
   ! total_steps: planned length of the run (> 0); warmup_step: inference starts when it completes
   ! (default 0); publish_cost_s (c) and update_latency_s (d), >= 0, default 0; request_rate
-  ! (default 1); window_s (default: forecast end minus warm-up time); max_slowdown_s (default none).
+  ! (default 1); window_s (default: forecast end minus warm-up time); max_slowdown_s (default none);
+  ! work_mode: MC_SCHEDULER_INLINE (default), MC_SCHEDULER_REFITS_IN_BACKGROUND or
+  ! MC_SCHEDULER_BACKGROUND (forecasts and plans on a worker thread: the trainer's call costs
+  ! microseconds, and may act one evaluation late).
   integer function mc_scheduler_create(scheduler, total_steps, warmup_step, publish_cost_s, update_latency_s, &
-                                       request_rate, window_s, max_slowdown_s) result(status)
+                                       request_rate, window_s, max_slowdown_s, work_mode) result(status)
     type(mc_scheduler), intent(out) :: scheduler
     integer(c_int64_t), intent(in) :: total_steps
     integer(c_int64_t), intent(in), optional :: warmup_step
     real(c_double), intent(in), optional :: publish_cost_s, update_latency_s, request_rate, window_s, max_slowdown_s
+    integer(c_int), intent(in), optional :: work_mode
     type(mc_scheduler_options_t) :: options
     call mc_scheduler_options_init_c(options)
     if (options%struct_size /= c_sizeof(options)) then
@@ -39,6 +44,7 @@ contains
     if (present(request_rate)) options%request_rate = request_rate
     if (present(window_s)) options%window_s = window_s
     if (present(max_slowdown_s)) options%max_slowdown_s = max_slowdown_s
+    if (present(work_mode)) options%work_mode = work_mode
     status = from_c(mc_scheduler_create_c(options, scheduler%handle))
   end function
 
@@ -64,6 +70,12 @@ contains
     integer(c_int) :: answer
     status = from_c(mc_scheduler_should_publish_c(scheduler%handle, step, answer))
     publish = answer /= 0
+  end function
+
+  ! Waits for the worker threads to finish what the last decision gave them (reproducible replays).
+  integer function mc_scheduler_wait_for_background(scheduler) result(status)
+    type(mc_scheduler), intent(in) :: scheduler
+    status = from_c(mc_scheduler_wait_for_background_c(scheduler%handle))
   end function
 
   ! Measured costs (e.g. the publish's stall) replace c and d.

@@ -19,6 +19,21 @@ void check_cost(double value, const char* what) {
   if (!std::isfinite(value) || value < 0) invalid(std::string(what) + " must be a finite number >= 0 (got " + std::to_string(value) + ")");
 }
 
+using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;
+
+WorkMode work_mode(int value) {
+  switch (value) {
+    case MC_SCHEDULER_INLINE:
+      return WorkMode::kInline;
+    case MC_SCHEDULER_REFITS_IN_BACKGROUND:
+      return WorkMode::kRefitsInBackground;
+    case MC_SCHEDULER_BACKGROUND:
+      return WorkMode::kBackground;
+  }
+  invalid("options.work_mode is " + std::to_string(value) +
+          ": use MC_SCHEDULER_INLINE (0), MC_SCHEDULER_REFITS_IN_BACKGROUND (1) or MC_SCHEDULER_BACKGROUND (2)");
+}
+
 }  // namespace
 
 extern "C" {
@@ -38,6 +53,9 @@ void mc_scheduler_options_init(mc_scheduler_options* options) {
   options->refit_band_points = defaults.refit_band_points;
   options->refit_every_below = defaults.refit_every_below;
   options->max_candidates = defaults.max_candidates;
+  options->work_mode = defaults.work_mode == WorkMode::kBackground            ? MC_SCHEDULER_BACKGROUND
+                       : defaults.work_mode == WorkMode::kRefitsInBackground ? MC_SCHEDULER_REFITS_IN_BACKGROUND
+                                                                             : MC_SCHEDULER_INLINE;
 }
 
 mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_t** out) {
@@ -69,6 +87,7 @@ mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_
     o.refit_band_points = options->refit_band_points;
     o.refit_every_below = options->refit_every_below;
     o.max_candidates = options->max_candidates;
+    if (has_field(*options, options->work_mode)) o.work_mode = work_mode(options->work_mode);
     *out = new mc_scheduler{modelcast::predictor::OnlineScheduler(std::move(o))};
     return MC_OK;
   });
@@ -90,6 +109,14 @@ mc_status mc_scheduler_should_publish(mc_scheduler_t* scheduler, int64_t step, i
     require(scheduler, "scheduler");
     require(publish, "publish");
     *publish = scheduler->scheduler.should_publish(step) ? 1 : 0;
+    return MC_OK;
+  });
+}
+
+mc_status mc_scheduler_wait_for_background(mc_scheduler_t* scheduler) {
+  return guarded(__func__, [&] {
+    require(scheduler, "scheduler");
+    scheduler->scheduler.wait_for_background();
     return MC_OK;
   });
 }

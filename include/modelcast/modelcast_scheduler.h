@@ -15,6 +15,17 @@ extern "C" {
  * loss saved by serving fresher weights (the model of modelcast-tune). */
 typedef struct mc_scheduler mc_scheduler_t; /* opaque */
 
+/* Where a decision's work runs (OnlineOptions::WorkMode documents each):
+ * MC_SCHEDULER_INLINE: forecast and plan inside mc_scheduler_should_publish (deterministic);
+ * MC_SCHEDULER_REFITS_IN_BACKGROUND: forecasts on a worker thread, plans inline;
+ * MC_SCHEDULER_BACKGROUND: both on a worker thread; the trainer's call is a comparison with a
+ * threshold prepared for it, or acts on the previous point's plan (one evaluation late). */
+typedef enum mc_scheduler_work_mode {
+  MC_SCHEDULER_INLINE = 0,
+  MC_SCHEDULER_REFITS_IN_BACKGROUND = 1,
+  MC_SCHEDULER_BACKGROUND = 2
+} mc_scheduler_work_mode;
+
 typedef struct mc_scheduler_options {
   size_t struct_size;        /* set by mc_scheduler_options_init; do not change */
   int64_t total_steps;       /* required, > 0: planned length of the run (last logged step) */
@@ -31,6 +42,9 @@ typedef struct mc_scheduler_options {
   int refit_band_points;
   int refit_every_below;
   int max_candidates;        /* future publish candidates a plan weighs; default 160 */
+  /* Since 0.8 (read only when struct_size covers it): an mc_scheduler_work_mode; default
+   * MC_SCHEDULER_INLINE. */
+  int work_mode;
 } mc_scheduler_options;
 
 /* Fills `options` with the defaults above (and struct_size). No-op on NULL; thread-safe. */
@@ -56,6 +70,13 @@ MODELCAST_API mc_status mc_scheduler_observe(mc_scheduler_t* scheduler, int64_t 
  * the warm-up step. May take tens of ms when it refits the forecast.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL scheduler/publish, step not the latest observed). */
 MODELCAST_API mc_status mc_scheduler_should_publish(mc_scheduler_t* scheduler, int64_t step, int* publish);
+
+/* Returns once the worker threads (MC_SCHEDULER_REFITS_IN_BACKGROUND, MC_SCHEDULER_BACKGROUND)
+ * have finished the work the last decision gave them, so that the next decision is the one an
+ * unhurried worker would give: for replays and tests that must be reproducible. No-op inline.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL scheduler); a failure of the worker's forecast or plan,
+ * with its message. */
+MODELCAST_API mc_status mc_scheduler_wait_for_background(mc_scheduler_t* scheduler);
 
 /* Updates c and d from measured values (e.g. mc_publish_result.stall_ns).
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL scheduler, negative or non-finite values). */

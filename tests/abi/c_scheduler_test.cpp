@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
+#include <string>
 #include <cstdint>
 #include <vector>
 
@@ -40,6 +42,7 @@ std::vector<std::int64_t> run_c(const mc_scheduler_options& options) {
       steps.push_back(p.step);
       stalls += options.publish_cost_s;
     }
+    EXPECT_EQ(mc_scheduler_wait_for_background(scheduler), MC_OK) << mc_last_error();
   }
   mc_scheduler_destroy(scheduler);
   return steps;
@@ -58,11 +61,16 @@ std::vector<std::int64_t> run_cpp(const mc_scheduler_options& c) {
   o.refit_band_points = c.refit_band_points;
   o.refit_every_below = c.refit_every_below;
   o.max_candidates = c.max_candidates;
+  using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;
+  o.work_mode = c.work_mode == MC_SCHEDULER_BACKGROUND            ? WorkMode::kBackground
+                : c.work_mode == MC_SCHEDULER_REFITS_IN_BACKGROUND ? WorkMode::kRefitsInBackground
+                                                                  : WorkMode::kInline;
   modelcast::predictor::OnlineScheduler scheduler(o);
   double stalls = 0;
   for (const auto& p : curve()) {
     scheduler.observe(p.step, p.loss, p.time_s + stalls);
     if (scheduler.should_publish(p.step)) stalls += c.publish_cost_s;
+    scheduler.wait_for_background();
   }
   return scheduler.published_steps();
 }
@@ -74,13 +82,15 @@ TEST(CScheduler, DecidesAsTheCppSchedulerForEveryOption) {
   base.warmup_step = 600;
   base.publish_cost_s = 20;
   base.update_latency_s = 10;
-  std::vector<mc_scheduler_options> variants(6, base);
+  std::vector<mc_scheduler_options> variants(8, base);
   variants[1].publish_cost_s = 120;
   variants[2].request_rate = 0.01;
   variants[3].max_slowdown_s = 40;
   variants[4].window_s = 400;
   variants[5].refit_growth = 0;
   variants[5].max_candidates = 8;
+  variants[6].work_mode = MC_SCHEDULER_REFITS_IN_BACKGROUND;
+  variants[7].work_mode = MC_SCHEDULER_BACKGROUND;
   std::vector<std::vector<std::int64_t>> seen;
   for (const auto& options : variants) {
     const auto c = run_c(options);
@@ -90,6 +100,23 @@ TEST(CScheduler, DecidesAsTheCppSchedulerForEveryOption) {
   // The options change the decisions, so agreement above is not agreement on a constant.
   EXPECT_NE(seen[0], seen[1]);
   EXPECT_LE(seen[3].size(), 2u);  // 40 s of slowdown at 20 s per publish
+}
+
+// The work mode is read, checked, and ignored where the caller's struct predates it.
+TEST(CScheduler, AnUnknownWorkModeIsRefusedNamingTheFieldUnlessTheStructPredatesIt) {
+  mc_scheduler_options options;
+  mc_scheduler_options_init(&options);
+  EXPECT_EQ(options.work_mode, MC_SCHEDULER_INLINE);
+  options.total_steps = 1000;
+  options.work_mode = 7;
+  mc_scheduler_t* scheduler = nullptr;
+  EXPECT_EQ(mc_scheduler_create(&options, &scheduler), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(scheduler, nullptr);
+  EXPECT_NE(std::string(mc_last_error()).find("options.work_mode is 7"), std::string::npos) << mc_last_error();
+  options.struct_size = offsetof(mc_scheduler_options, work_mode);  // a caller built before the field
+  ASSERT_EQ(mc_scheduler_create(&options, &scheduler), MC_OK) << mc_last_error();
+  mc_scheduler_destroy(scheduler);
+  EXPECT_EQ(mc_scheduler_wait_for_background(nullptr), MC_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

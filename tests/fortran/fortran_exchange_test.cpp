@@ -32,8 +32,9 @@ const T* values(const modelcast::ModelView& view, const std::string& name, model
 }
 
 // What fortran_producer.f90's run_scheduler prints, computed with the C++ scheduler: " 600 900 ...".
-std::string cpp_scheduler_steps() {
+std::string cpp_scheduler_steps(modelcast::predictor::OnlineOptions::WorkMode work_mode) {
   modelcast::predictor::OnlineOptions options;
+  options.work_mode = work_mode;
   options.forecast.total_steps = 3000;
   options.warmup_step = 500;
   options.costs.stall_s = 2.0;
@@ -47,6 +48,7 @@ std::string cpp_scheduler_steps() {
       stalls += 2.0;
       text += " " + std::to_string(step);
     }
+    scheduler.wait_for_background();
   }
   EXPECT_FALSE(text.empty()) << "the curve should call for at least one publish";
   return text;
@@ -97,9 +99,13 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
     producer.send_line("next");
   }
   // The Fortran scheduler decided as this process's C++ scheduler does on the same curve.
-  auto scheduler_line = producer.wait_for_line("scheduler");
+  using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;
+  auto scheduler_line = producer.wait_for_line("scheduler ");
   ASSERT_TRUE(scheduler_line) << "the Fortran scheduler printed nothing";
-  EXPECT_EQ(*scheduler_line, "scheduler" + cpp_scheduler_steps());
+  EXPECT_EQ(*scheduler_line, "scheduler" + cpp_scheduler_steps(WorkMode::kInline));
+  scheduler_line = producer.wait_for_line("scheduler-background ");
+  ASSERT_TRUE(scheduler_line) << "the Fortran scheduler printed nothing in the background mode";
+  EXPECT_EQ(*scheduler_line, "scheduler-background" + cpp_scheduler_steps(WorkMode::kBackground));
   auto done = producer.wait_for_line("fortran: ok");
   const int status = producer.wait();
   std::string output;

@@ -90,15 +90,19 @@ program fortran_producer
   call mc_producer_destroy(producer)
   call check(mc_set_log_handler(), "mc_set_log_handler (back to stderr)")
   if (serving_lines /= 1) call fail("log lines 'serving on' seen by the Fortran handler:", int(serving_lines))
-  call run_scheduler()
+  call run_scheduler(MC_SCHEDULER_INLINE, "scheduler")
+  call run_scheduler(MC_SCHEDULER_BACKGROUND, "scheduler-background")
   write(output_unit, '(a,a)') "fortran: ok, library ", mc_version_string()
 
 contains
 
   ! The online scheduler over the curve loss = 2 + 8 / (1 + step / 300), a step taking 0.5 s,
-  ! steps 100..3000 by 100, warm-up 500, c = 2 s, d = 1 s; prints its publish steps for the C++
-  ! side to compare with its own scheduler's.
-  subroutine run_scheduler()
+  ! steps 100..3000 by 100, warm-up 500, c = 2 s, d = 1 s, in `work_mode` (waiting for the
+  ! worker after each decision, so the answers are reproducible); prints `label` and its publish
+  ! steps for the C++ side to compare with its own scheduler's.
+  subroutine run_scheduler(work_mode, label)
+    integer(c_int), intent(in) :: work_mode
+    character(*), intent(in) :: label
     type(mc_scheduler) :: scheduler
     integer(c_int64_t) :: step, published(64)
     integer :: count
@@ -106,8 +110,12 @@ contains
     real(c_double) :: stalls
     if (mc_scheduler_create(scheduler, 0_c_int64_t) /= MC_ERR_INVALID_ARGUMENT) call fail("total_steps 0 accepted", 0)
     if (index(mc_last_error(), "total_steps") == 0) call fail("unclear error: " // mc_last_error(), 0)
+    if (mc_scheduler_create(scheduler, 3000_c_int64_t, work_mode=7_c_int) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("work_mode 7 accepted", 0)
+    if (index(mc_last_error(), "work_mode") == 0) call fail("unclear error: " // mc_last_error(), 0)
     call check(mc_scheduler_create(scheduler, 3000_c_int64_t, warmup_step=500_c_int64_t, &
-                                   publish_cost_s=2.0_c_double, update_latency_s=1.0_c_double), "mc_scheduler_create")
+                                   publish_cost_s=2.0_c_double, update_latency_s=1.0_c_double, work_mode=work_mode), &
+               "mc_scheduler_create")
     count = 0
     stalls = 0
     do step = 100, 3000, 100
@@ -120,11 +128,12 @@ contains
         published(count) = step
         stalls = stalls + 2.0_c_double
       end if
+      call check(mc_scheduler_wait_for_background(scheduler), "mc_scheduler_wait_for_background")
     end do
     if (mc_scheduler_observe(scheduler, 3000_c_int64_t, 2.0_c_double, 9999.0_c_double) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a repeated step was accepted", 3000)
     call mc_scheduler_destroy(scheduler)
-    write(output_unit, '(a,*(1x,i0))') "scheduler", published(1:count)
+    write(output_unit, '(a,*(1x,i0))') label, published(1:count)
     flush(output_unit)
   end subroutine
 
