@@ -203,9 +203,9 @@ class OnlineScheduler {
   // time within [time_lo, time_hi] (one logging interval either side of the expected one) and
   // with nothing published since, a loss in [low, high] publishes when it is at most the
   // threshold, interpolated in time between the two found at time_lo and time_hi. Only a lower
-  // point can make publishing now the better move (previous_plan_holds()), so each threshold is
-  // found by bisection over plans at that point; a loss just above it, closer than the
-  // bisection resolved (below gap_lo / gap_hi), is not answered.
+  // point can make publishing now the better move (previous_plan_holds()), so there is one
+  // threshold at each time; prepare_next() solves for it (see there). A loss just above it,
+  // below gap_lo / gap_hi, is not answered: there the plan's own rounding may decide either way.
   struct Prepared {
     bool valid = false;
     std::int64_t step = 0;
@@ -231,6 +231,15 @@ class OnlineScheduler {
   // The exact plan from the input's newest point, and the hindsight check of a proposed publish:
   // what a decision computes, on whichever thread runs it.
   static PlanOutcome plan(const PlanInput& input);
+  // The candidates plan() weighs: "now" first, then the forecast's future steps on the
+  // producer's clock, thinned to max_candidates; source[k]: forecast index of candidate k (kNow
+  // for the first); and the end of the inference window on that clock.
+  struct Candidates {
+    Trajectory future;
+    std::vector<std::size_t> source;
+    double window_end = 0.0;
+  };
+  static Candidates candidates(const PlanInput& input);
   // The answer for input.next_step, prepared ahead (kBackground's worker).
   static Prepared prepare_next(const PlanInput& input);
   static bool waiting_pays(const PlanInput& input, const Trajectory& future, const std::vector<std::size_t>& source,

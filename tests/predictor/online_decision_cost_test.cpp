@@ -180,6 +180,60 @@ TEST(OnlineDecisionCost, BackgroundDecisionsAnswerAheadAsAFreshPlanWould) {
   }
 }
 
+TEST(OnlineDecisionCost, BackgroundThresholdsIncludeTheHindsightCheck) {
+  // Two equally likely futures, as in OnlineScheduler.HindsightCheckWaitsForADropThatOnlySome-
+  // ScenariosExpect: the loss keeps its slow fall, or it also drops by 0.9 at step 40 (what the
+  // run does, and all the forecast expects once it has seen it). The plan on their mean would
+  // publish early; the hindsight check defers that. The thresholds prepared in the background
+  // must defer exactly where the inline scheduler does, and answer most decisions ahead.
+  // (After step 39 the fall bends, so that no two schedules tie exactly, as on a straight line.)
+  const auto slow = [](std::int64_t s) {
+    return 2.0 - 0.02 * static_cast<double>(std::min<std::int64_t>(s, 39)) -
+           0.1 * (1.0 - std::exp(-static_cast<double>(std::max<std::int64_t>(s - 39, 0)) / 15.0));
+  };
+  const auto dropped = [&](std::int64_t s) { return slow(s) - (s < 40 ? 0.0 : 0.9); };
+  std::vector<CurvePoint> points;
+  for (int s = 0; s <= 100; ++s) points.push_back({s, dropped(s), static_cast<double>(s)});
+  const auto two_futures = [&](std::span<const CurvePoint> seen, const ForecastOptions& o) {
+    Forecast f;
+    ForecastMember stays{"stays", 0.5, std::nan(""), {}}, drops{"drops", 0.5, std::nan(""), {}};
+    for (std::int64_t s = seen.back().step + 1; s <= o.total_steps; ++s) {
+      f.steps.push_back(s);
+      f.time_s.push_back(static_cast<double>(s));
+      // Once the drop is seen, both futures are the run itself.
+      stays.loss.push_back(seen.back().step < 40 ? slow(s) : dropped(s));
+      drops.loss.push_back(dropped(s));
+      f.loss.push_back(0.5 * (stays.loss.back() + drops.loss.back()));
+      f.lower.push_back(drops.loss.back());
+      f.upper.push_back(stays.loss.back());
+    }
+    f.members = {stays, drops};
+    return f;
+  };
+  std::size_t deferred = 0;
+  for (double stall : {1.0, 2.0, 4.0, 8.0}) {
+    OnlineOptions o;
+    o.forecast.total_steps = 100;
+    o.costs.stall_s = stall;
+    o.costs.delivery_s = 0.0;
+    o.warmup_step = 10;
+    o.refit_band_points = 0;
+    o.refit_growth = 0.0;  // a forecast from every point, in both modes
+    o.hedge_options.change_probability = 0.0;
+    o.hedge_options.band_probability = 0.0;
+    o.forecaster = two_futures;
+    OnlineScheduler inline_scheduler(o);
+    const auto inline_steps = replay(inline_scheduler, points, stall);
+    o.work_mode = OnlineOptions::WorkMode::kBackground;
+    OnlineScheduler background(o);
+    const auto background_steps = replay(background, points, stall, /*wait_each=*/true);
+    deferred += inline_scheduler.stats().deferred;
+    EXPECT_EQ(background_steps, inline_steps) << "stall " << stall;
+    EXPECT_GT(background.stats().answered_ahead, points.size() / 2) << "stall " << stall;
+  }
+  EXPECT_GE(deferred, 1U) << "the hindsight check never deferred a publish: the test tests nothing";
+}
+
 TEST(OnlineDecisionCost, APointWhereNoneWasExpectedActsOnThePlanOfThePointBefore) {
   // Logging intervals alternate (10 and 20 steps), so no point arrives where the one before it
   // expected the next: every decision acts on the plan made at the point before, and the first
