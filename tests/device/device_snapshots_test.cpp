@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <future>
 #include <mutex>
 
 #include <gtest/gtest.h>
@@ -26,6 +25,33 @@ struct Report {
   std::string error;
 };
 
+// Records what the staging thread reports, checking each reported prefix against `expected`
+// in `host` as it is reported.
+struct Reports {
+  Reports(const std::vector<std::byte>& expected_bytes, const std::vector<std::byte>& host_slot)
+      : expected(expected_bytes), host(host_slot) {}
+  const std::vector<std::byte>& expected;
+  const std::vector<std::byte>& host;
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::vector<Report> list;
+
+  DeviceSnapshots::Staged callback() {
+    return [this](DeviceSnapshots::Step step, std::size_t, const modelcast::Manifest&, DeviceSnapshots::Clock::time_point,
+                  std::uint64_t host_bytes, const std::string& error) {
+      bool in_host = std::equal(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(host_bytes), host.begin());
+      std::lock_guard lock(mutex);
+      list.push_back({step, host_bytes, in_host, error});
+      cv.notify_all();
+    };
+  }
+  // Waits until `n` reports are in (false after 30 s).
+  bool wait_for(std::size_t n) {
+    std::unique_lock lock(mutex);
+    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return list.size() >= n; });
+  }
+};
+
 }  // namespace
 
 TEST(DeviceSnapshots, TheHostCopyIsReportedPieceByPieceAndEachReportedPrefixIsInTheHostSlot) {
@@ -36,20 +62,8 @@ TEST(DeviceSnapshots, TheHostCopyIsReportedPieceByPieceAndEachReportedPrefixIsIn
   for (std::size_t i = 0; i < total; ++i) expected[i] = static_cast<std::byte>((i * 131) ^ (i >> 9));
   std::vector<std::byte> host(total, std::byte{0});
 
-  std::mutex mutex;
-  std::vector<Report> reports;
-  std::promise<void> finished;
-  DeviceSnapshots snapshots(
-      rt, 0, 1, total,
-      [&](DeviceSnapshots::Step step, std::size_t, const modelcast::Manifest&, DeviceSnapshots::Clock::time_point,
-          std::uint64_t host_bytes, const std::string& error) {
-        bool in_host = std::equal(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(host_bytes),
-                                  host.begin());
-        std::lock_guard lock(mutex);
-        reports.push_back({step, host_bytes, in_host, error});
-        if (step == DeviceSnapshots::Step::kOnHost) finished.set_value();
-      },
-      DeviceSnapshots::Options{piece, 2});
+  Reports recorded(expected, host);
+  DeviceSnapshots snapshots(rt, 0, 1, total, recorded.callback(), DeviceSnapshots::Options{piece, 2});
   rt.copy_async(snapshots.slots()[0], expected.data(), total, nullptr);
   rt.synchronize_stream(nullptr);
 
@@ -58,8 +72,9 @@ TEST(DeviceSnapshots, TheHostCopyIsReportedPieceByPieceAndEachReportedPrefixIsIn
   manifest.total_bytes = total;
   manifest.integrity = false;
   snapshots.stage(0, manifest, host.data(), DeviceSnapshots::Clock::now());
-  finished.get_future().wait();
+  ASSERT_TRUE(recorded.wait_for(7));  // digested, five prefixes, on host
   snapshots.stop();
+  const auto& reports = recorded.list;
 
   ASSERT_EQ(reports.size(), 7u);  // digested, five prefixes, on host
   EXPECT_EQ(reports.front().step, DeviceSnapshots::Step::kDigested);
@@ -85,38 +100,23 @@ TEST(DeviceSnapshots, AVersionStagedOnRequestIsCopiedToTheHostOnlyWhenAsked) {
   for (std::size_t i = 0; i < total; ++i) expected[i] = static_cast<std::byte>((i * 37) ^ (i >> 7));
   std::vector<std::byte> host(total, std::byte{0});
 
-  std::mutex mutex;
-  std::condition_variable cv;
-  std::vector<Report> reports;
-  DeviceSnapshots snapshots(
-      rt, 0, 1, total,
-      [&](DeviceSnapshots::Step step, std::size_t, const modelcast::Manifest&, DeviceSnapshots::Clock::time_point,
-          std::uint64_t host_bytes, const std::string& error) {
-        bool in_host = std::equal(expected.begin(), expected.begin() + static_cast<std::ptrdiff_t>(host_bytes),
-                                  host.begin());
-        std::lock_guard lock(mutex);
-        reports.push_back({step, host_bytes, in_host, error});
-        cv.notify_all();
-      },
-      DeviceSnapshots::Options{piece, 2});
+  Reports recorded(expected, host);
+  DeviceSnapshots snapshots(rt, 0, 1, total, recorded.callback(), DeviceSnapshots::Options{piece, 2});
   rt.copy_async(snapshots.slots()[0], expected.data(), total, nullptr);
   rt.synchronize_stream(nullptr);
-  auto wait_for = [&](std::size_t n) {
-    std::unique_lock lock(mutex);
-    return cv.wait_for(lock, std::chrono::seconds(30), [&] { return reports.size() >= n; });
-  };
+  const auto& reports = recorded.list;
 
   modelcast::Manifest manifest;
   manifest.version = 4;
   manifest.total_bytes = total;
   manifest.integrity = false;
   snapshots.stage(0, manifest, host.data(), DeviceSnapshots::Clock::now(), DeviceSnapshots::HostCopy::kOnRequest);
-  ASSERT_TRUE(wait_for(1));
+  ASSERT_TRUE(recorded.wait_for(1));
   // A later job runs after the staging of version 4 is over: nothing more was reported for it.
   snapshots.copy_to_host(0, 3);
-  ASSERT_TRUE(wait_for(2));
+  ASSERT_TRUE(recorded.wait_for(2));
   {
-    std::lock_guard lock(mutex);
+    std::lock_guard lock(recorded.mutex);
     EXPECT_EQ(reports[0].step, DeviceSnapshots::Step::kDigestedDeviceOnly);
     EXPECT_EQ(reports[0].error, "");
     EXPECT_EQ(reports[1].step, DeviceSnapshots::Step::kOnHost) << "version 4 was copied without being asked";
@@ -127,7 +127,7 @@ TEST(DeviceSnapshots, AVersionStagedOnRequestIsCopiedToTheHostOnlyWhenAsked) {
       << "the host slot was written before the copy was asked for";
 
   snapshots.copy_to_host(0, 4);
-  ASSERT_TRUE(wait_for(5));  // two prefixes, then on host
+  ASSERT_TRUE(recorded.wait_for(5));  // two prefixes, then on host
   snapshots.stop();
   ASSERT_EQ(reports.size(), 5u);
   for (std::size_t i = 2; i <= 3; ++i) {
