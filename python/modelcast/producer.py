@@ -18,7 +18,9 @@ class Producer(Service):
     ``key_file``, ``allowed_consumer_keys``, ``allow_any_consumer``, ``allow_plaintext_remote``, and
     ``persist_directory``, ``persist_every``, ``persist_keep`` for ``ProducerOptions::persist``:
     checkpoints as safetensors written off the hot path; stats() counts ``persisted_versions``,
-    ``persist_failures`` and ``persist_skipped``).
+    ``persist_failures`` and ``persist_skipped``). For device (CUDA) tensors stats() also counts
+    ``failed_snapshots`` and ``host_copies`` (versions copied to host memory: none while every
+    consumer reads the GPU over CUDA IPC).
     ``on_delivery(delivery)`` runs on the producer's service thread with the GIL taken; an
     exception it raises is reported through ``sys.unraisablehook`` and counted in
     ``callback_errors``. Raises InvalidArgumentError for bad options, TransportError if the
