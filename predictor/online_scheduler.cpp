@@ -95,8 +95,7 @@ void OnlineScheduler::wait_for_background() {
     try {
       answer = plan_worker_->wait();
     } catch (...) {
-      plan_in_flight_ = false;
-      if (std::exchange(refit_in_plan_job_, false)) refit_in_flight_ = false;
+      end_failed_plan_job();
       throw;
     }
     absorb(answer);
@@ -335,6 +334,12 @@ OnlineScheduler::PlanOutcome OnlineScheduler::plan(const PlanInput& in) {
   return out;
 }
 
+void OnlineScheduler::end_failed_plan_job() {
+  plan_in_flight_ = false;
+  // A refit that rode in the failed job is over too: the next due refit starts a new one.
+  if (std::exchange(refit_in_plan_job_, false)) refit_in_flight_ = false;
+}
+
 std::optional<OnlineScheduler::PlanOutcome> OnlineScheduler::collect_plan() {
   if (answered_) return std::exchange(answered_, std::nullopt);  // booked in by wait_for_background()
   if (!plan_in_flight_) return std::nullopt;
@@ -342,8 +347,7 @@ std::optional<OnlineScheduler::PlanOutcome> OnlineScheduler::collect_plan() {
   try {
     done = plan_worker_->take();
   } catch (...) {
-    plan_in_flight_ = false;
-    if (std::exchange(refit_in_plan_job_, false)) refit_in_flight_ = false;
+    end_failed_plan_job();
     throw;
   }
   if (done) absorb(*done);

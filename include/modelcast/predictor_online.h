@@ -252,6 +252,8 @@ class OnlineScheduler {
   void refit_if_due();
   // Takes the answer of the plan under way, if there is one by now (kBackground).
   std::optional<PlanOutcome> collect_plan();
+  // The plan job under way threw: nothing is in flight any more (before the error goes on).
+  void end_failed_plan_job();
   // Books a plan worker's answer in, adopting the forecast fitted with it.
   void absorb(PlanOutcome& answer);
   // The plan worker's job: a refit if one came with it, then the plan of the input's point and
