@@ -8,16 +8,26 @@
 // three times slower here. Compiled here, GCC ends the function with vzeroupper.
 // The same xxhash.h as the library's (libxxhash-dev), inlined: the result is XXH3-64 bit for bit
 // (XXH3 is defined independently of the vector unit; tests/unit/manifest_test.cpp checks it
-// against the library). This file includes nothing else, so no inline function of another
-// header is compiled for AVX2 and shared with code that runs on older CPUs.
+// against the library). This file includes nothing else of ours but digest.h's plain
+// declarations, so no inline function of another header is compiled for AVX2 and shared with
+// code that runs on older CPUs.
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include <cstddef>
 #include <cstdint>
 
+#include "common/digest.h"
+
 namespace modelcast::detail {
 
 std::uint64_t digest_bytes_avx2(const void* data, std::size_t size) noexcept { return XXH3_64bits(data, size); }
+
+std::uint64_t digest_pieces_avx2(const DigestPiece* pieces, std::size_t count) noexcept {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (std::size_t i = 0; i < count; ++i) XXH3_64bits_update(&state, pieces[i].data, pieces[i].size);
+  return XXH3_64bits_digest(&state);
+}
 
 }  // namespace modelcast::detail

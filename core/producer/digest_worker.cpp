@@ -29,27 +29,30 @@ DigestWorker::~DigestWorker() {
 }
 
 void DigestWorker::submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout) {
+  // Blocks are what consumers check (and what a delta compares): one XXH3 pass. Hashing each
+  // tensor too would double the digest thread's work, which is on the path of every delta.
+  help([this, slot, version, base, &layout] { done_(slot, version, block_digests(base, layout)); });
+}
+
+void DigestWorker::help(std::function<void()> task) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back({slot, version, base, &layout});
+    jobs_.push_back(std::move(task));
   }
   cv_.notify_one();
 }
 
 void DigestWorker::run() {
   for (;;) {
-    Job job;
+    std::function<void()> job;
     {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
       if (stop_) return;
-      job = jobs_.front();
+      job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    const Manifest& layout = *job.layout;
-    // Blocks are what consumers check (and what a delta compares): one XXH3 pass. Hashing each
-    // tensor too would double the digest thread's work, which is on the path of every delta.
-    done_(job.slot, job.version, block_digests(job.base, layout));
+    job();
   }
 }
 

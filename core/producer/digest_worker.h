@@ -1,7 +1,8 @@
 // The producer's digest thread: hashes each new snapshot (XXH3 per block, the blocks being the
 // transfer's chunks) while it is already being sent, so integrity and delta updates cost the
 // trainer nothing. The slot stays pinned (see SnapshotStore::publish) until the digests are
-// handed back.
+// handed back. When publish() hashes a snapshot itself (changed_blocks_copy.h), the thread,
+// idle then, takes a share of the blocks (help).
 #pragma once
 
 #include <condition_variable>
@@ -34,20 +35,17 @@ class DigestWorker {
   // Any thread. `base` must stay valid and unwritten until `done` has run for this job;
   // `layout` (tensors, block size) must outlive the worker.
   void submit(std::size_t slot, std::uint64_t version, const std::byte* base, const Manifest& layout);
+  // Any thread. Runs `task` on the digest thread after the jobs submitted before it (never, if
+  // the worker is destroyed first).
+  void help(std::function<void()> task);
 
  private:
-  struct Job {
-    std::size_t slot;
-    std::uint64_t version;
-    const std::byte* base;
-    const Manifest* layout;
-  };
   void run();
 
   Done done_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Job> jobs_;
+  std::deque<std::function<void()>> jobs_;
   bool stop_ = false;
   std::thread thread_;
 };

@@ -1,5 +1,6 @@
 // Producer: see include/modelcast/producer.h. A version's way out, one stage per file:
 //   publish() (this file)          reserve a slot, copy the tensors: the trainer's whole stall
+//   copy_changed_blocks            or, while little changes, hash them and copy what changed
 //   SnapshotStore                  slots, leases, manifests and signatures
 //   DigestWorker                   XXH3 per block while the version is already being sent
 //   DeviceSnapshots                device tensors: copies into a device slot, then staged to the
@@ -14,7 +15,9 @@
 //  - the caller's thread (the trainer) registers tensors and runs publish(): it copies into a
 //    reserved slot and hands the slot to the service thread as an event.
 //  - the service thread (ProducerService::run) owns the control plane, membership and fetches.
-//  - the digest thread hashes each new snapshot; the slot stays pinned until it is done.
+//  - the digest thread hashes each new snapshot; the slot stays pinned until it is done. When
+//    publish() hashes the tensors itself (copy_changed_blocks), the digest thread takes a share
+//    of the blocks; publish() returns only once every block is done.
 //  - with device tensors, the staging thread digests each version on the device and hands it to
 //    the service thread (readable from the device slot from then on), then copies it to the
 //    host slot and says so (two-sided sends wait for that; the slot stays pinned until then).
@@ -35,6 +38,7 @@
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
 #include "device/device_runtime.h"
+#include "core/producer/changed_blocks_copy.h"
 #include "core/producer/device_snapshots.h"
 #include "core/producer/digest_worker.h"
 #include "core/producer/persister.h"
@@ -205,26 +209,46 @@ class Producer::Impl {
         throw;
       }
       auto stall = Clock::now() - called_at;
-      PublishTicket ticket = account(manifest, step, stall);
+      PublishTicket ticket = account(manifest, step, stall, tensor_bytes_);
       device_->stage(slot, std::move(manifest), base, called_at,
                      service_->host_copies_wanted() ? producer::DeviceSnapshots::HostCopy::kNow
                                                     : producer::DeviceSnapshots::HostCopy::kOnRequest);
       return ticket;
     }
-    // The only work in the trainer's stall: one copy per tensor. Digests are taken later by the
-    // digest thread from the slot, which nobody else touches until it is published. Hashing
-    // behind the copy on the other core was tried: it made the digests ready at the end of the
-    // copy, but the two compete for memory bandwidth, and the stall doubled on the 2-core
+    const bool streaming = manifest.total_bytes >= kStreamingSnapshotBytes;
+    // While little of the model changes, the stall is a hash of it and a copy of the blocks the
+    // slot does not hold already, and the digests come out of it (changed_blocks_copy.h).
+    // The newest digests known: this thread's own when it hashed the last version, which the
+    // service thread may not have stored yet.
+    const auto& newest = !last_hashed_.second.empty() && last_hashed_.first + 1 == manifest.version
+                             ? last_hashed_.second
+                             : reserved.newest_blocks;
+    if (producer::copy_changed_blocks_pays(reserved.held_blocks, newest)) {
+      auto copied = producer::copy_changed_blocks(base, manifest, sources_, reserved.held_blocks, streaming,
+                                                  [this](std::function<void()> task) { digests_->help(std::move(task)); });
+      auto stall = Clock::now() - called_at;
+      PublishTicket ticket = account(manifest, step, stall, copied.bytes_copied);
+      last_hashed_ = {manifest.version, copied.block_digests};
+      service_->events().push(producer::SnapshotTaken{slot, std::move(manifest), called_at, true,
+                                                      producer::SnapshotStore::HostState::kReady,
+                                                      std::move(copied.block_digests)});
+      return ticket;
+    }
+    // Otherwise the only work in the trainer's stall: one copy per tensor. Digests are taken
+    // later by the digest thread from the slot, which nobody else touches until it is published.
+    // Hashing behind the copy on the other core was tried: it made the digests ready at the end
+    // of the copy, but the two compete for memory bandwidth, and the stall doubled on the 2-core
     // machine measured (bench/RESULTS.md), for no gain in the delta's update time.
     for (std::size_t i = 0; i < registered_.size(); ++i) {
       // An empty tensor may be registered with a null pointer, which memcpy must never see.
       if (manifest.tensors[i].size == 0) continue;
-      snapshot_copy(base + manifest.tensors[i].offset, registered_[i].data, manifest.tensors[i].size,
-                    manifest.total_bytes >= kStreamingSnapshotBytes);
+      snapshot_copy(base + manifest.tensors[i].offset, registered_[i].data, manifest.tensors[i].size, streaming);
     }
     auto stall = Clock::now() - called_at;
-    PublishTicket ticket = account(manifest, step, stall);
-    service_->events().push(producer::SnapshotTaken{slot, std::move(manifest), called_at});
+    PublishTicket ticket = account(manifest, step, stall, tensor_bytes_);
+    last_hashed_ = {};
+    service_->events().push(producer::SnapshotTaken{slot, std::move(manifest), called_at, false,
+                                                    producer::SnapshotStore::HostState::kReady, {}});
     return ticket;
   }
 
@@ -243,10 +267,11 @@ class Producer::Impl {
   std::string control_endpoint() const { return control_->endpoint(); }
 
  private:
-  PublishTicket account(const Manifest& manifest, std::int64_t step, Clock::duration stall) {
+  PublishTicket account(const Manifest& manifest, std::int64_t step, Clock::duration stall, std::uint64_t copied) {
     stats_.update([&](ProducerStats& s) {
       s.last_stall = stall;
       s.versions_published++;
+      s.snapshot_bytes_copied += copied;
     });
     return PublishTicket{manifest.version, step, stall, manifest.total_bytes};
   }
@@ -325,7 +350,8 @@ class Producer::Impl {
               events->push(producer::HostStaged{slot, manifest.version, error});
             } else if (error.empty()) {
               events->push(producer::SnapshotTaken{
-                  slot, manifest, called_at, true, step == Step::kDigested ? HostState::kPending : HostState::kNotCopied});
+                  slot, manifest, called_at, true, step == Step::kDigested ? HostState::kPending : HostState::kNotCopied,
+                  {}});
             } else {
               events->push(producer::SnapshotFailed{slot, manifest.version, error});
             }
@@ -344,6 +370,12 @@ class Producer::Impl {
     } else {
       store_.allocate(layout_.total_bytes, *transports_);
     }
+    sources_.clear();
+    tensor_bytes_ = 0;
+    for (std::size_t i = 0; i < registered_.size(); ++i) {
+      sources_.push_back(static_cast<const std::byte*>(registered_[i].data));
+      tensor_bytes_ += layout_.tensors[i].size;
+    }
     prepared_ = true;
     log_->info("prepared {} snapshot slots of {} bytes for {} tensors", options_.snapshot_slots, layout_.total_bytes,
                layout_.tensors.size());
@@ -360,6 +392,11 @@ class Producer::Impl {
   std::uint64_t planned_bytes_ = 0;    // guarded by mutex_: their aligned sizes, summed
   Manifest layout_;                    // immutable once prepared
   std::uint64_t next_version_;         // publishing thread only
+  // Publishing thread only: the tensors' data in the layout's order (set once prepared), and the
+  // version publish() last hashed itself with its block digests ({0, {}} after a whole copy).
+  std::vector<const std::byte*> sources_;
+  std::uint64_t tensor_bytes_ = 0;  // the tensors' bytes, without the gaps between them
+  std::pair<std::uint64_t, std::vector<std::uint64_t>> last_hashed_;
   producer::StatsBox stats_;
 
   producer::SnapshotStore store_;

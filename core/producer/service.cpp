@@ -190,7 +190,7 @@ void ProducerService::on_event(SnapshotTaken& e) {
   std::uint64_t version = e.manifest.version;
   bool integrity = e.manifest.integrity;
   std::vector<std::uint64_t> digests;
-  if (integrity && e.digests_ready) {
+  if (integrity && e.digests_ready && e.block_digests.empty()) {
     for (const auto& t : e.manifest.tensors) digests.push_back(t.digest);
   }
   store_.publish(e.slot, std::move(e.manifest), e.called_at, integrity, e.host);
@@ -200,7 +200,7 @@ void ProducerService::on_event(SnapshotTaken& e) {
   }
   if (integrity && !e.digests_ready) submit_digests_(e.slot, version);
   if (integrity && e.digests_ready) {
-    DigestsReady ready{e.slot, version, std::move(digests), {}};
+    DigestsReady ready{e.slot, version, std::move(digests), std::move(e.block_digests)};
     on_event(ready);  // signs it and unpins the slot before any fetch is answered
   }
   if (!integrity && persist_ && e.host == SnapshotStore::HostState::kReady) persist_(version);

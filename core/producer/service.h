@@ -46,10 +46,13 @@ struct SnapshotTaken {
   std::size_t slot;
   Manifest manifest;  // digests filled in only when digests_ready
   std::chrono::steady_clock::time_point called_at;
-  bool digests_ready = false;  // a device snapshot, hashed on the device while it was staged
+  // A device snapshot, hashed on the device while it was staged, or a host snapshot that
+  // publish() hashed as it copied (block_digests).
+  bool digests_ready = false;
   // kReady: a host snapshot. kPending: a device snapshot whose host copy follows (HostStaged).
   // kNotCopied: a device snapshot copied to the host only once a two-sided fetch asks for it.
   SnapshotStore::HostState host = SnapshotStore::HostState::kReady;
+  std::vector<std::uint64_t> block_digests;  // digests_ready, a host snapshot
 };
 // The staging thread has copied the first `bytes` of a device snapshot to its host slot: the
 // chunks of two-sided fetches that lie within them may be sent.

@@ -52,6 +52,11 @@ SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {
     auto now = Clock::now();
     if (auto slot = pool_.reserve_for_write(now)) {
       reserved.slot = *slot;
+      const Slot& s = slots_[*slot];
+      if (s.digests_ready && s.host == HostState::kReady && s.manifest.version != 0) {
+        reserved.held_blocks = s.manifest.block_digests;
+      }
+      if (!block_history_.empty()) reserved.newest_blocks = block_history_.rbegin()->second;
       return reserved;
     }
     if (now >= revoke_at && pool_.revoke_for_write() > 0) continue;

@@ -68,6 +68,11 @@ class SnapshotStore {
     std::size_t slot = 0;
     // Ended leases whose sends had still not ended when the writer stopped waiting for them.
     std::size_t sends_abandoned = 0;
+    // The block digests of the host snapshot the slot's memory holds (empty when not known: a
+    // slot never written, or one whose host bytes are not a whole version), and those of the
+    // newest version hashed so far: what copy_changed_blocks_pays() weighs.
+    std::vector<std::uint64_t> held_blocks;
+    std::vector<std::uint64_t> newest_blocks;
   };
   Reserved reserve(Clock::duration lease_timeout);
   std::byte* memory(std::size_t slot) { return slots_[slot].memory.data(); }

@@ -159,6 +159,10 @@ struct ProducerStats {
   // two-sided transport or versions are persisted, else when such a fetch first asks. While
   // every consumer reads the device slot (CUDA IPC), none.
   std::uint64_t host_copies = 0;
+  // Bytes publish() copied into snapshot slots. While little of a host model changes between
+  // versions, publish() hashes the tensors and copies only the blocks the slot does not hold
+  // already (then less than versions_published times the model); otherwise it copies all.
+  std::uint64_t snapshot_bytes_copied = 0;
   std::chrono::nanoseconds last_stall{0};
   std::string transport;             // the transports it delivers over, e.g. "ucx" or "ucx,loopback"
   // options.persist: versions written completely, writes that failed (logged; training and

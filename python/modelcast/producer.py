@@ -20,7 +20,9 @@ class Producer(Service):
     checkpoints as safetensors written off the hot path; stats() counts ``persisted_versions``,
     ``persist_failures`` and ``persist_skipped``). For device (CUDA) tensors stats() also counts
     ``failed_snapshots`` and ``host_copies`` (versions copied to host memory: none while every
-    consumer reads the GPU over CUDA IPC).
+    consumer reads the GPU over CUDA IPC). ``snapshot_bytes_copied`` is what publish() copied
+    into snapshot slots: less than the model per version while little of it changes (publish()
+    then copies only the blocks the slot lacks).
     ``on_delivery(delivery)`` runs on the producer's service thread with the GIL taken; an
     exception it raises is reported through ``sys.unraisablehook`` and counted in
     ``callback_errors``. Raises InvalidArgumentError for bad options, TransportError if the

@@ -202,6 +202,7 @@ void bind_producer(py::module_& m) {
       .def_readonly("fetches_in_flight", &ProducerStats::fetches_in_flight)
       .def_readonly("failed_snapshots", &ProducerStats::failed_snapshots)
       .def_readonly("host_copies", &ProducerStats::host_copies)
+      .def_readonly("snapshot_bytes_copied", &ProducerStats::snapshot_bytes_copied)
       .def_property_readonly("last_stall_s", [](const ProducerStats& s) { return seconds(s.last_stall); })
       .def_readonly("transport", &ProducerStats::transport)
       .def_readonly("persisted_versions", &ProducerStats::persisted_versions)

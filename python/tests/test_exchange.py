@@ -138,3 +138,28 @@ def test_consumers_relay_when_the_producer_asks(endpoint):
             assert time.monotonic() < deadline, "the relay never counted what it sent"
             time.sleep(0.001)
         assert first.stats().bytes_relayed + second.stats().bytes_relayed == relayed[0].bytes
+
+
+def test_publish_copies_only_what_the_slot_lacks_while_little_changes(endpoint):
+    # A frozen body and a head that changes: once every slot holds a version whose block
+    # digests are known, publish() copies only the blocks that differ, and the consumer still
+    # gets every value.
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest", transfer_chunk_bytes=64 << 10) as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        body = np.arange(1 << 18, dtype=np.float64)  # 2 MiB: 32 blocks
+        head = np.zeros(16, dtype=np.float64)
+        producer.register("body", body)
+        producer.register("head", head)
+        copied = []
+        for version in range(1, 7):
+            head[:] = version
+            before = producer.stats().snapshot_bytes_copied
+            assert producer.publish(version).version == version
+            copied.append(producer.stats().snapshot_bytes_copied - before)
+            view = consumer.wait_for_version(version, WAIT_S)
+            assert view is not None
+            np.testing.assert_array_equal(view.array("body"), body)
+            np.testing.assert_array_equal(view.array("head"), head)
+        whole = body.nbytes + head.nbytes
+        assert copied[:3] == [whole] * 3, f"the first version in each of the three slots is copied whole: {copied}"
+        assert all(0 < c <= 64 << 10 for c in copied[3:]), f"only the head's block should be copied: {copied}"

@@ -7,11 +7,15 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "child_process.h"
+#include "modelcast/consumer.h"
+#include "modelcast/producer.h"
 #include "test_model.h"
 
 namespace {
@@ -144,6 +148,95 @@ TEST(Delta, NothingChangedCostsNothingAndABaseTheProducerForgotGetsTheVersionWho
   EXPECT_LT(sleeper_models, 2.02);
   producer.close_stdin();
   EXPECT_EQ(producer.wait(), 0);
+}
+
+// While little of the model changes, publish() hashes the tensors and copies into the slot only
+// the blocks it does not hold already (the slot holds a version two or more back): a frozen
+// body and a head that changes every version. A consumer checks every byte of every version,
+// so a block left stale in the slot would show; the bytes publish() copied show which way it
+// took: whole copies while it knows no slot's bytes, blocks once it does, whole again after a
+// version changed half the model.
+TEST(Delta, PublishCopiesOnlyTheBlocksTheSlotLacksWhileLittleChanges) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  unsetenv("UCX_TLS");
+  using namespace std::chrono_literals;
+  constexpr std::uint64_t kBlock = 64 << 10;
+  // About 12 blocks each for the body's two tensors, a few KiB of head between them; odd
+  // sizes, so that blocks cut across tensors and the gaps between them.
+  struct Tensor {
+    std::string name;
+    std::vector<std::int32_t> values;
+    std::uint64_t content = 0;  // the version whose values it holds
+  };
+  std::vector<Tensor> model{{"body.a", std::vector<std::int32_t>(200001)},
+                            {"head", std::vector<std::int32_t>(1001)},
+                            {"body.b", std::vector<std::int32_t>(196613)}};
+  auto fill = [&](Tensor& t, std::uint64_t version) {
+    t.content = version;
+    for (std::size_t i = 0; i < t.values.size(); ++i) {
+      t.values[i] = static_cast<std::int32_t>(i * 2654435761u + version * 40503u + t.name.size());
+    }
+  };
+  for (auto& t : model) fill(t, 1);
+  modelcast::ProducerOptions options;
+  options.model_name = "frozen-body";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  options.transfer_chunk_bytes = kBlock;
+  ASSERT_EQ(options.snapshot_slots, 3u) << "the versions below are planned for three slots";
+  modelcast::Producer producer(options);
+  std::uint64_t tensor_bytes = 0;
+  for (auto& t : model) {
+    producer.register_tensor({{t.name, modelcast::DType::kI32, {static_cast<std::int64_t>(t.values.size())}},
+                              t.values.data()});
+    tensor_bytes += t.values.size() * sizeof(std::int32_t);
+  }
+  modelcast::ConsumerOptions consumer_options;
+  consumer_options.producer_endpoint = producer.control_endpoint();
+  consumer_options.model_name = "frozen-body";
+  modelcast::Consumer consumer(consumer_options);
+
+  // Publishes `version` and returns the bytes publish() copied for it, once the consumer has
+  // it and every byte of every tensor is checked.
+  auto publish = [&](std::uint64_t version) -> std::uint64_t {
+    const auto before = producer.stats().snapshot_bytes_copied;
+    producer.publish(static_cast<std::int64_t>(version));
+    const auto copied = producer.stats().snapshot_bytes_copied - before;
+    auto view = consumer.wait_for_version(version, 60s);
+    EXPECT_TRUE(view) << "version " << version << " did not arrive";
+    if (!view) return copied;
+    for (const auto& t : model) {
+      auto got = view.tensor(t.name);
+      EXPECT_EQ(got.size_bytes(), t.values.size() * sizeof(std::int32_t));
+      EXPECT_EQ(std::memcmp(got.data, t.values.data(), got.size_bytes()), 0)
+          << "version " << version << ": tensor '" << t.name << "' is not version " << t.content << "'s";
+    }
+    return copied;
+  };
+  // Three slots, none known yet: whole copies.
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    fill(model[1], v);
+    EXPECT_EQ(publish(v), tensor_bytes) << "version " << v;
+  }
+  // The first slot holds version 1; from it to version 3 only the head's blocks changed.
+  fill(model[1], 4);
+  const auto head_only = publish(4);
+  EXPECT_GT(head_only, 0u);
+  EXPECT_LE(head_only, 2 * kBlock) << "version 4 changed only the head, at most two blocks";
+  // Half the model changes: the second slot (version 2) lacks the head's blocks and body.b's.
+  fill(model[1], 5);
+  fill(model[2], 5);
+  const auto half = publish(5);
+  EXPECT_GE(half, model[2].values.size() * sizeof(std::int32_t));
+  EXPECT_LT(half, tensor_bytes - 10 * kBlock) << "body.a did not change, yet it was copied";
+  // From the third slot's version (3) to the newest (5) half the blocks changed: hashing first
+  // would not pay, the whole model is copied.
+  fill(model[1], 6);
+  EXPECT_EQ(publish(6), tensor_bytes);
+  // Nothing changes for a while: the slots catch up, then nothing is copied at all.
+  std::uint64_t copied = 0;
+  for (std::uint64_t v = 7; v <= 12; ++v) copied = publish(v);
+  EXPECT_EQ(copied, 0u) << "version 12 changed nothing and its slot held the same bytes";
+  EXPECT_EQ(producer.stats().versions_published, 12u);
 }
 
 }  // namespace
