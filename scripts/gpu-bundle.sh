@@ -7,7 +7,8 @@
 #
 # The bundle holds:
 #   libexec/   the stripped binaries: the device tests and their two peers, the gpu-labelled
-#              tests, the GPU benchmark;
+#              tests, the GPU benchmark, and the host exchange benchmark (the device machine has
+#              cores to spare: there its notification and serving rows are not a busy core's);
 #   lib/       their ldd closure and that of UCX's transport modules, glibc's loader and libc
 #              included (the device's glibc may be older than ours), the NVIDIA driver's libcuda
 #              excluded (it must be the device machine's own; cudart is carried);
@@ -39,13 +40,14 @@ done
 
 # name in libexec/ = name in bin/ : path in the build tree
 targets=(modelcast_device_tests modelcast-device-peer modelcast-test-peer modelcast_gpu_device_tests
-         modelcast-gpu-bench)
+         modelcast-gpu-bench modelcast-exchange-bench)
 declare -A built=(
   [modelcast_device_tests]=tests/device/modelcast_device_tests
   [modelcast-device-peer]=tests/device/modelcast-device-peer
   [modelcast-test-peer]=tests/support/modelcast-test-peer
   [modelcast_gpu_device_tests]=tests/gpu/modelcast_gpu_device_tests
   [modelcast-gpu-bench]=bench/gpu/modelcast-gpu-bench
+  [modelcast-exchange-bench]=bench/exchange/modelcast-exchange-bench
 )
 
 if [ "$do_build" = 1 ]; then
@@ -149,7 +151,9 @@ export UCX_MODULE_DIR="$MODELCAST_BUNDLE/lib/ucx"
 export MODELCAST_DEVICE_PEER="$MODELCAST_BUNDLE/bin/modelcast-device-peer"
 export MODELCAST_TEST_PEER="$MODELCAST_BUNDLE/bin/modelcast-test-peer"
 export MODELCAST_GPU_TEST_SELF="$MODELCAST_BUNDLE/bin/modelcast_gpu_device_tests"
-export MODELCAST_BENCH_SELF="$MODELCAST_BUNDLE/bin/modelcast-gpu-bench"
+# The benchmarks' own way back in: the GPU benchmark's unless a caller named another (the
+# exchange benchmark's step in run-gpu-checks.sh names its own).
+export MODELCAST_BENCH_SELF="${MODELCAST_BENCH_SELF:-$MODELCAST_BUNDLE/bin/modelcast-gpu-bench}"
 EOF
 
 for t in "${targets[@]}"; do

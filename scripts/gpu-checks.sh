@@ -22,7 +22,12 @@
 #   MODELCAST_GPU_CHECKS_DEVICE     cuda (default) or simulated (host memory: tries the script
 #                                   on a machine without a GPU; the gpu tests then skip)
 #   MODELCAST_GPU_CHECKS_STEPS      which groups run, default tests,sanitizer,bench (so that two
-#                                   device commands can share the work when one is not enough)
+#                                   device commands can share the work when one is not enough);
+#                                   `exchange` (not a default) adds the host exchange benchmark
+#                                   (exchange-{shm,tcp}.json, MODELCAST_GPU_EXCHANGE_ARGS its
+#                                   options) on the device machine's cores
+#   MODELCAST_GPU_EXCHANGE_ARGS     default --sizes-mib 256,1024 --consumers 1,4 --changed-pct
+#                                   0,10,100 --reps 9 --file-reps 0
 #   MODELCAST_GPU_CHECKS_SANITIZER  0 skips the compute-sanitizer steps
 #   MODELCAST_GPU_CHECKS_BENCH_RESERVE_S  seconds of the budget the steps before the benchmark
 #                                   leave to it, default 300 (0 when the bench is not run)
@@ -201,6 +206,24 @@ EOF
   fi
 else
   echo "gpu-bench rc=skipped (MODELCAST_GPU_CHECKS_STEPS)" | tee -a "$summary"
+fi
+
+# The host exchange benchmark on this machine's cores (opt in: MODELCAST_GPU_CHECKS_STEPS
+# with exchange). Its notification and serving rows on 2 shared cores cannot tell the design's
+# share from a busy core's; here cores are to spare. One run over shared memory and one over
+# TCP, each row as bench/run.sh exchange runs it.
+if wants exchange; then
+  exchange_args=${MODELCAST_GPU_EXCHANGE_ARGS:---sizes-mib 256,1024 --consumers 1,4 --changed-pct 0,10,100 --reps 9 --file-reps 0}
+  for tpt in shm tcp; do
+    tls=(env -u UCX_TLS)
+    [ "$tpt" = tcp ] && tls=(env UCX_TLS=tcp,self)
+    # shellcheck disable=SC2086  # the arguments are words on purpose
+    step "exchange-$tpt" "$(( $(remaining) / 2 ))" "${tls[@]}" UCX_NET_DEVICES=lo \
+      MODELCAST_BENCH_SELF="$bundle/bin/modelcast-exchange-bench" "$bundle/bin/modelcast-exchange-bench" run \
+      --transport "$tpt" $exchange_args --out "$out/exchange-$tpt.json"
+  done
+else
+  echo "exchange rc=skipped (not in MODELCAST_GPU_CHECKS_STEPS)" | tee -a "$summary"
 fi
 
 echo "== summary ($(( $(date +%s) - started ))s of ${budget}s; $out/summary.txt)"
