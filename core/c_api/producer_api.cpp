@@ -252,6 +252,15 @@ mc_status mc_producer_get_stats(const mc_producer_t* producer, mc_producer_stats
   });
 }
 
+mc_status mc_producer_get_copy_stats(const mc_producer_t* producer, uint64_t* snapshot_bytes_copied) {
+  return guarded(__func__, [&] {
+    require(producer, "producer");
+    require(snapshot_bytes_copied, "snapshot_bytes_copied");
+    *snapshot_bytes_copied = producer->producer->stats().snapshot_bytes_copied;
+    return MC_OK;
+  });
+}
+
 mc_status mc_producer_get_persist_stats(const mc_producer_t* producer, uint64_t* persisted, uint64_t* failures,
                                         uint64_t* skipped) {
   return guarded(__func__, [&] {

@@ -252,6 +252,12 @@ MODELCAST_API mc_status mc_producer_get_stats(const mc_producer_t* producer, mc_
 MODELCAST_API mc_status mc_producer_get_persist_stats(const mc_producer_t* producer, uint64_t* persisted,
                                                       uint64_t* failures, uint64_t* skipped);
 
+/* Bytes mc_producer_publish has copied into snapshot slots, all versions together: the whole
+ * model per version, or less while little of a host model changes between versions (publish then
+ * hashes the tensors and copies only the blocks the slot does not hold already). Since 0.8.
+ * Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT (NULL producer or out). */
+MODELCAST_API mc_status mc_producer_get_copy_stats(const mc_producer_t* producer, uint64_t* snapshot_bytes_copied);
+
 /* ---- consumer (inference side) ---------------------------------------------------------- */
 
 /* A version was installed: `view` is that version, owned by modelcast and valid during the call

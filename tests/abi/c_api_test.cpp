@@ -224,6 +224,40 @@ TEST(CApi, RoundTripIsBitExactAcrossVersions) {
   EXPECT_STREQ(cs.last_error, "");
 }
 
+// A frozen body and a head that changes: once each of the three slots holds a version, publish
+// copies only the head's block, and the copy stats say so.
+TEST(CApi, CopyStatsSayPublishCopiedOnlyTheChangedBlocks) {
+  mc_producer_options o;
+  mc_producer_options_init(&o);
+  o.model_name = "abi";
+  o.control_endpoint = "tcp://127.0.0.1:0";
+  o.transfer_chunk_bytes = 64 << 10;
+  ProducerPtr producer;
+  ASSERT_EQ(mc_producer_create(&o, &producer.p), MC_OK) << last_error();
+  std::vector<float> body(1 << 18, 0.5f), head(16, 0.0f);  // 1 MiB: 16 blocks, then the head
+  const int64_t body_shape[] = {static_cast<int64_t>(body.size())}, head_shape[] = {16};
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "body", MC_DTYPE_F32, 1, body_shape, body.data()), MC_OK)
+      << last_error();
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "head", MC_DTYPE_F32, 1, head_shape, head.data()), MC_OK)
+      << last_error();
+  const uint64_t model = (body.size() + head.size()) * sizeof(float);
+  uint64_t copied = 0;
+  for (int version = 1; version <= 6; ++version) {
+    head[0] = static_cast<float>(version);
+    mc_publish_result result;
+    ASSERT_EQ(mc_producer_publish(producer.p, version, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+    ASSERT_EQ(mc_producer_get_copy_stats(producer.p, &copied), MC_OK) << last_error();
+    if (version <= 3) {
+      EXPECT_EQ(copied, version * model) << "version " << version << ": no slot known yet";
+    }
+  }
+  EXPECT_GT(copied, 3 * model);
+  EXPECT_LE(copied, 3 * model + 3 * (64u << 10)) << "versions 4-6 changed only the head's block";
+  EXPECT_EQ(mc_producer_get_copy_stats(nullptr, &copied), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(mc_producer_get_copy_stats(producer.p, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(mc_last_error()).find("snapshot_bytes_copied"), std::string::npos) << mc_last_error();
+}
+
 // Conversions through the C ABI: an f32 tensor served as fp8 with its scale, another as bf16
 // ("*"), against codes worked out by hand (e4m3: bias 7, 3 mantissa bits).
 TEST(CApi, ConvertedTensorsComeInTheirNewDtypeWithTheirScales) {
