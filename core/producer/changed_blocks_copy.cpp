@@ -6,14 +6,14 @@
 #include <mutex>
 
 #include "common/digest.h"
+#include "core/transfer/chunk_plan.h"
 #include "core/producer/snapshot_copy.h"
 
 namespace modelcast::producer {
 
 bool copy_changed_blocks_pays(const std::vector<std::uint64_t>& held, const std::vector<std::uint64_t>& newest) {
   if (held.empty() || newest.size() != held.size()) return false;
-  std::size_t changed = 0;
-  for (std::size_t i = 0; i < held.size(); ++i) changed += held[i] != newest[i];
+  const auto changed = transfer::changed_blocks(held, newest).size();  // what a delta would send
   return static_cast<double>(changed) <= kCompareBelowChangedShare * static_cast<double>(held.size());
 }
 
