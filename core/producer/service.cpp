@@ -198,10 +198,17 @@ void ProducerService::on_event(SnapshotTaken& e) {
     // The staging thread still copies out of the device slot: no reuse until it is done.
     if (auto pinned = store_.pin(version, "(host staging)")) host_staging_[version] = pinned->lease_id;
   }
-  if (integrity && !e.digests_ready) submit_digests_(e.slot, version);
+  if (integrity && !e.digests_ready) {
+    submit_digests_(e.slot, version);
+    digests_hashing_.insert(version);
+  }
   if (integrity && e.digests_ready) {
     DigestsReady ready{e.slot, version, std::move(digests), std::move(e.block_digests)};
-    on_event(ready);  // signs it and unpins the slot before any fetch is answered
+    if (digests_hashing_.empty()) {
+      digests_in(ready);  // signs it and unpins the slot before any fetch is answered
+    } else {
+      digests_waiting_.emplace(version, std::move(ready));  // older versions' digests first
+    }
   }
   if (!integrity && persist_ && e.host == SnapshotStore::HostState::kReady) persist_(version);
   log_->debug("version {} published in slot {}", version, e.slot);
@@ -264,6 +271,19 @@ void ProducerService::on_event(SlotsAllocated& e) {
 }
 
 void ProducerService::on_event(DigestsReady& e) {
+  digests_hashing_.erase(e.version);
+  digests_in(e);
+  // Versions hashed by publish() that waited for this one's digests, while nothing older is
+  // still on the digest thread.
+  while (!digests_waiting_.empty() &&
+         (digests_hashing_.empty() || digests_waiting_.begin()->first < *digests_hashing_.begin())) {
+    auto next = std::move(digests_waiting_.begin()->second);
+    digests_waiting_.erase(digests_waiting_.begin());
+    digests_in(next);
+  }
+}
+
+void ProducerService::digests_in(DigestsReady& e) {
   // The digest lease is what keeps publish() from reusing the slot. set_digests() ends it, so the
   // slot is held over until the persist decision has pinned it: a publish() in between would
   // take it and leave the version due for writing with nothing to write from.

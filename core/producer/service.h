@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <string>
 #include <variant>
@@ -190,6 +191,7 @@ class ProducerService {
   void withdraw(const std::vector<FetchServer::Withdrawn>& withdrawn);
   void on_event(SlotsAllocated& e);
   void on_event(DigestsReady& e);
+  void digests_in(DigestsReady& e);  // signs, persists and answers: in version order
   void on_event(SendDone& e);
   void on_event(PeerFailed& e);
   void on_event(Stop&) {}
@@ -232,6 +234,12 @@ class ProducerService {
   FetchServer fetches_;
   GroupCommit groups_;
   std::function<void(std::size_t, std::uint64_t)> submit_digests_;
+  // Digests take effect in version order (a consumer that verified v knows every version before
+  // it was signed and considered for persisting), though publish() may hash a version itself
+  // while the digest thread still hashes an older one: versions on the digest thread, and those
+  // hashed by publish() that wait for them.
+  std::set<std::uint64_t> digests_hashing_;
+  std::map<std::uint64_t, DigestsReady> digests_waiting_;
   std::function<void(std::uint64_t)> persist_;
   std::function<void(std::size_t, std::uint64_t)> host_copy_;
   // Written by the service thread on joins and departures (refresh_host_copies), read by the
