@@ -2,7 +2,7 @@
 // clients use, the repository writer, hooks, metrics and the ops endpoint; and reconfiguration.
 //
 // Threads: the main thread constructs, reloads and destroys the Daemon. Consumers' service
-// threads report installs (on_installed); the writer and hook threads report results; the
+// threads, and each model's copy thread for shaped versions, report installs (on_installed); the writer and hook threads report results; the
 // attach server's and HTTP threads read status. `models_` is what they share (`mutex_`).
 #pragma once
 
@@ -43,7 +43,7 @@ class Daemon {
 
  private:
   void start_model(const ModelConfig& model);                      // main thread
-  void on_installed(const ModelConfig& model, const ServedPtr& version);  // a Consumer's thread
+  void on_installed(const ModelConfig& model, const ServedPtr& version);  // a Consumer's or copy thread
   void on_written(const modelcast::repository::VersionSnapshot& snapshot, const std::string& directory,
                   std::chrono::nanoseconds took);  // writer thread
   HookConfig hook_of(const std::string& model) const;

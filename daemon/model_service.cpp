@@ -36,9 +36,19 @@ ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks)
     if (callbacks_.on_rejected) callbacks_.on_rejected(config_.name, error);
   };
   consumer_ = std::make_unique<modelcast::Consumer>(std::move(options));
+  copier_ = std::thread([this] { copy_loop(); });
 }
 
-ModelService::~ModelService() { consumer_.reset(); }
+ModelService::~ModelService() {
+  consumer_.reset();  // no more installs
+  {
+    std::lock_guard lock(queue_->mutex);
+    queue_->stop = true;
+    queue_->next.reset();
+  }
+  queue_->wake.notify_all();
+  copier_.join();
+}
 
 std::shared_ptr<ShmBuffer> ModelService::copy_buffer(std::size_t bytes) {
   for (auto& buffer : copies_) {
@@ -51,26 +61,13 @@ std::shared_ptr<ShmBuffer> ModelService::copy_buffer(std::size_t bytes) {
   }
   // As many as receive buffers: clients that hold more versions hold updates back, as they do
   // for a model served where it landed.
-  if (copies_.size() >= config_.buffers) {
-    throw modelcast::Error(modelcast::ErrorCode::kResource,
-                           "every one of the " + std::to_string(copies_.size()) +
-                               " shared-memory buffers for shaped versions is held by a client or the repository "
-                               "writer; updates resume when one is released");
-  }
+  if (copies_.size() >= config_.buffers) return nullptr;
   copies_.push_back(std::make_shared<ShmBuffer>("modelcastd:" + config_.name + ":copy", bytes));
   return copies_.back();
 }
 
 void ModelService::installed(const modelcast::ModelView& view) {
-  auto served = std::make_shared<ServedVersion>();
   auto tensors = view.tensors();
-  const std::shared_ptr<ShmBuffer>* in = nullptr;  // the receive buffer every view lies in
-  for (const auto& buffer : buffers_) {
-    if (tensors.empty() || buffer->contains(tensors.front().data)) in = &buffer;
-  }
-  for (const auto& t : tensors) {
-    if (in && t.size_bytes() > 0 && !(*in)->contains(t.data)) in = nullptr;
-  }
   for (const auto& t : tensors) {
     if (t.scales.size() > attach::kMaxScalesPerTensor) {
       if (callbacks_.on_rejected) {
@@ -82,32 +79,102 @@ void ModelService::installed(const modelcast::ModelView& view) {
       return;
     }
   }
-  std::vector<std::uint64_t> offsets;
-  if (in) {
-    served->buffer = *in;
-    served->view = view;  // pins the receive buffer while the version is served
-    for (const auto& t : tensors) offsets.push_back(served->buffer->offset_of(t.data));
-  } else {
-    // Shaped or assembled views: one copy into memory clients can map.
-    constexpr std::size_t kAlignment = 64;
-    std::size_t bytes = 0;
-    for (const auto& t : tensors) {
-      offsets.push_back(bytes);
-      bytes += (t.size_bytes() + kAlignment - 1) / kAlignment * kAlignment;
-    }
-    try {
-      served->buffer = copy_buffer(std::max<std::size_t>(bytes, 1));
-    } catch (const modelcast::Error& e) {
-      if (callbacks_.on_rejected) {
-        callbacks_.on_rejected(config_.name, modelcast::Error(e.code(), "version " + std::to_string(view.version()) +
-                                                                             " not served: " + e.what()));
-      }
-      return;
-    }
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      std::memcpy(served->buffer->memory().data() + offsets[i], tensors[i].data, tensors[i].size_bytes());
-    }
+  const std::shared_ptr<ShmBuffer>* in = nullptr;  // the receive buffer every view lies in
+  for (const auto& buffer : buffers_) {
+    if (tensors.empty() || buffer->contains(tensors.front().data)) in = &buffer;
   }
+  for (const auto& t : tensors) {
+    if (in && t.size_bytes() > 0 && !(*in)->contains(t.data)) in = nullptr;
+  }
+  if (!in) {
+    // Shaped or assembled views: the copy thread copies them into memory clients can map. A
+    // version still waiting there for a free buffer is replaced: only the newest is worth serving.
+    {
+      std::lock_guard lock(queue_->mutex);
+      queue_->next = view;
+    }
+    queue_->wake.notify_all();
+    return;
+  }
+  auto served = std::make_shared<ServedVersion>();
+  served->buffer = *in;
+  served->view = view;  // pins the receive buffer while the version is served
+  std::vector<std::uint64_t> offsets;
+  for (const auto& t : tensors) offsets.push_back(served->buffer->offset_of(t.data));
+  serve(std::move(served), view, offsets);
+}
+
+void ModelService::copy_loop() {
+  std::uint64_t reported = 0;  // the last version said to wait for a buffer
+  std::uint64_t tried = 0;     // the version that found every buffer held
+  std::uint64_t releases = 0;  // queue_->releases when it did
+  std::unique_lock lock(queue_->mutex);
+  for (;;) {
+    queue_->wake.wait(lock, [&] {
+      return queue_->stop || (queue_->next && (queue_->next->version() != tried || queue_->releases != releases));
+    });
+    if (queue_->stop) return;
+    modelcast::ModelView view = *queue_->next;
+    releases = queue_->releases;
+    lock.unlock();
+    const bool done = serve_copy(view, reported);
+    lock.lock();
+    tried = done ? 0 : view.version();
+    if (done && queue_->next && queue_->next->version() == view.version()) queue_->next.reset();
+  }
+}
+
+bool ModelService::serve_copy(const modelcast::ModelView& view, std::uint64_t& reported) {
+  auto tensors = view.tensors();
+  constexpr std::size_t kAlignment = 64;
+  std::vector<std::uint64_t> offsets;
+  std::size_t bytes = 0;
+  for (const auto& t : tensors) {
+    offsets.push_back(bytes);
+    bytes += (t.size_bytes() + kAlignment - 1) / kAlignment * kAlignment;
+  }
+  std::shared_ptr<ShmBuffer> buffer;
+  try {
+    buffer = copy_buffer(std::max<std::size_t>(bytes, 1));
+  } catch (const modelcast::Error& e) {  // the buffer could not be made: this version is lost
+    if (callbacks_.on_rejected) {
+      callbacks_.on_rejected(config_.name, modelcast::Error(e.code(), "version " + std::to_string(view.version()) +
+                                                                           " not served: " + e.what()));
+    }
+    return true;
+  }
+  if (!buffer) {
+    if (reported != view.version() && callbacks_.on_rejected) {
+      reported = view.version();
+      callbacks_.on_rejected(config_.name, modelcast::Error(modelcast::ErrorCode::kResource,
+          "version " + std::to_string(view.version()) + " waits: every one of the " + std::to_string(copies_.size()) +
+              " shared-memory buffers for shaped versions is held by a client or the repository writer; it is "
+              "served once one is released, unless a newer version comes first"));
+    }
+    return false;
+  }
+  // Dropping the last hold of a copied version may free the buffer another version waits for.
+  std::shared_ptr<ServedVersion> served(new ServedVersion, [queue = std::weak_ptr<CopyQueue>(queue_)](ServedVersion* v) {
+    delete v;
+    if (auto q = queue.lock()) {
+      {
+        std::lock_guard lock(q->mutex);
+        q->releases++;
+      }
+      q->wake.notify_all();
+    }
+  });
+  served->buffer = std::move(buffer);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    std::memcpy(served->buffer->memory().data() + offsets[i], tensors[i].data, tensors[i].size_bytes());
+  }
+  serve(std::move(served), view, offsets);
+  return true;
+}
+
+void ModelService::serve(std::shared_ptr<ServedVersion> served, const modelcast::ModelView& view,
+                         const std::vector<std::uint64_t>& offsets) {
+  auto tensors = view.tensors();
   served->model = config_.name;
   auto& m = served->manifest;
   m.buffer_id = served->buffer->id();
@@ -125,6 +192,7 @@ void ModelService::installed(const modelcast::ModelView& view) {
   }
   served->installed_at = std::chrono::system_clock::now();
   served->update_latency = view.update_latency();
+  ServedPtr replaced;  // dropped outside the lock: its deleter may wake the copy thread
   {
     std::lock_guard lock(mutex_);
     // Never back to an older version of the same producer run (callbacks of two versions could
@@ -133,6 +201,7 @@ void ModelService::installed(const modelcast::ModelView& view) {
         current_->manifest.version >= m.version) {
       return;
     }
+    replaced = std::move(current_);
     current_ = served;
     from_producer_ = true;
   }

@@ -7,14 +7,25 @@
 // memory, which clients cannot map: they are copied once into a shared-memory buffer of the
 // daemon's (`copies_`), reused once no served version refers to it.
 //
-// Threads: the Consumer's update callbacks run on_installed/on_rejected, one at a time (a rank's
-// service thread or the assembler's caller, serialised by the Consumer); they alone touch
-// `copies_`. current() is called from any thread (one shared_ptr under a mutex).
+// A shaped version waits while clients (or the repository writer) hold every copy buffer, and is
+// served as soon as one is released, unless a newer version replaces it first: updates never
+// stop for good because a client held on too long.
+//
+// Threads: the Consumer's update callbacks run installed() one at a time (a rank's service
+// thread or the assembler's caller, serialised by the Consumer); a version served in place is
+// installed there. The copy thread (`copier_`) copies the others: it alone touches `copies_`, so
+// a copy never stalls the Consumer's loop. A copy buffer's release wakes it (the ServedVersion's
+// deleter, on whatever thread drops the last hold). current() is called from any thread (one
+// shared_ptr under a mutex).
 #pragma once
 
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <vector>
 
 #include "daemon/config.h"
@@ -45,17 +56,38 @@ class ModelService {
   modelcast::ConsumerStats consumer_stats() const { return consumer_->stats(); }
 
  private:
+  // What the copy thread waits on, shared with the deleters of copied versions (which may outlive
+  // the service, so they hold it weakly).
+  struct CopyQueue {
+    std::mutex mutex;
+    std::condition_variable wake;
+    std::optional<modelcast::ModelView> next;  // the newest version waiting for its copy; mutex
+    std::uint64_t releases = 0;                // copied versions dropped so far; mutex
+    bool stop = false;                         // mutex
+  };
+
   void installed(const modelcast::ModelView& view);  // Consumer's service thread
-  // A buffer of `bytes` for a copied version that no served version refers to.
+  void copy_loop();                                  // the copy thread
+  // Copies `view` into a free copy buffer and serves it; false when every buffer is held
+  // (reported once per version: `reported` holds the last version reported). Copy thread.
+  bool serve_copy(const modelcast::ModelView& view, std::uint64_t& reported);
+  // Describes `served` (its buffer and `offsets` set) from `view`, makes it current unless a newer
+  // version is, and tells the callbacks.
+  void serve(std::shared_ptr<ServedVersion> served, const modelcast::ModelView& view,
+             const std::vector<std::uint64_t>& offsets);
+  // A buffer of `bytes` for a copied version that no served version refers to, or nullptr when
+  // every one of config.buffers is held.
   std::shared_ptr<ShmBuffer> copy_buffer(std::size_t bytes);
 
   const ModelConfig config_;
   const ModelCallbacks callbacks_;
   std::vector<std::shared_ptr<ShmBuffer>> buffers_;
-  std::vector<std::shared_ptr<ShmBuffer>> copies_;  // update callbacks only
+  std::vector<std::shared_ptr<ShmBuffer>> copies_;  // copy thread only
   mutable std::mutex mutex_;
   ServedPtr current_;           // guarded by mutex_
   bool from_producer_ = false;  // guarded by mutex_
+  const std::shared_ptr<CopyQueue> queue_ = std::make_shared<CopyQueue>();
+  std::thread copier_;
   std::unique_ptr<modelcast::Consumer> consumer_;  // last: its callbacks use the members above
 };
 

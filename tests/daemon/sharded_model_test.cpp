@@ -129,7 +129,7 @@ TEST_F(DaemonTest, ARankOfATensorParallelServerGetsItsHalfOfATwoRankModelInBf16)
 
 // Shaped versions are copied into buffers of the daemon's, as many as `buffers`: clients holding
 // all of them hold updates back (the daemon says so), what they hold stays as it was, and the
-// next version is served once they let go.
+// version that waited is served once they let go.
 TEST_F(DaemonTest, ClientsHoldingEveryCopyBufferHoldShapedUpdatesBackAndLoseNothing) {
   Rank rank1(1, {});
   Rank rank0(0, {"", rank1.producer->control_endpoint()});
@@ -161,8 +161,15 @@ TEST_F(DaemonTest, ClientsHoldingEveryCopyBufferHoldShapedUpdatesBackAndLoseNoth
   EXPECT_EQ(c.acquire().step(), 3);
   for (std::size_t i = 0; i < held.size(); ++i) EXPECT_EQ(check(held[i], static_cast<std::int64_t>(i) + 1), "");
   held.clear();
+  // The version that waited is served once a buffer is free, with no newer version to prompt it.
+  modelcast::sidecar::View waited;
+  for (std::uint64_t v = 4; !waited || waited.step() != 4; ++v) {
+    waited = c.wait_for_version(v, 30s);
+    ASSERT_TRUE(waited) << "step 4 never served after the holds were released";
+  }
+  EXPECT_EQ(check(waited, 4), "");
   auto next = publish_and_wait(5);
-  ASSERT_TRUE(next) << "step 5 never served after the holds were released";
+  ASSERT_TRUE(next) << "step 5 never served";
   EXPECT_EQ(check(next, 5), "");
 }
 
