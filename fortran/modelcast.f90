@@ -23,7 +23,7 @@ module modelcast
   public :: mc_producer, mc_consumer, mc_view
   public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key
   public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
-      mc_producer_publish, mc_producer_wait_for_consumers
+      mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_copy_stats, mc_producer_persist_stats
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy
   public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
@@ -224,6 +224,22 @@ contains
     integer, intent(in) :: count
     integer(c_int64_t), intent(in) :: timeout_ms
     status = from_c(mc_producer_wait_for_consumers_c(producer%handle, int(count, c_size_t), timeout_ms))
+  end function
+
+  ! Bytes mc_producer_publish has copied into snapshot slots, all versions together: the whole
+  ! model per version, or less while little of the model changes between versions.
+  integer function mc_producer_copy_stats(producer, snapshot_bytes_copied) result(status)
+    type(mc_producer), intent(in) :: producer
+    integer(c_int64_t), intent(out) :: snapshot_bytes_copied
+    status = from_c(mc_producer_get_copy_stats_c(producer%handle, snapshot_bytes_copied))
+  end function
+
+  ! The persist option's counters: versions written, writes that failed, versions skipped while
+  ! a write was going.
+  integer function mc_producer_persist_stats(producer, persisted, failures, skipped) result(status)
+    type(mc_producer), intent(in) :: producer
+    integer(c_int64_t), intent(out) :: persisted, failures, skipped
+    status = from_c(mc_producer_get_persist_stats_c(producer%handle, persisted, failures, skipped))
   end function
 
   ! ---- consumer ------------------------------------------------------------------------

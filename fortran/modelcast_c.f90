@@ -169,6 +169,19 @@ module modelcast_c
       integer(c_int64_t), value :: timeout_ms
       integer(c_int) :: mc_producer_wait_for_consumers_c
     end function
+    function mc_producer_get_persist_stats_c(producer, persisted, failures, skipped) &
+        bind(c, name="mc_producer_get_persist_stats")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: producer
+      integer(c_int64_t), intent(out) :: persisted, failures, skipped  ! uint64_t in C
+      integer(c_int) :: mc_producer_get_persist_stats_c
+    end function
+    function mc_producer_get_copy_stats_c(producer, snapshot_bytes_copied) bind(c, name="mc_producer_get_copy_stats")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: producer
+      integer(c_int64_t), intent(out) :: snapshot_bytes_copied  ! uint64_t in C
+      integer(c_int) :: mc_producer_get_copy_stats_c
+    end function
     subroutine mc_consumer_options_init_c(options) bind(c, name="mc_consumer_options_init")
       import :: mc_consumer_options_t
       type(mc_consumer_options_t), intent(out) :: options

@@ -36,7 +36,7 @@ program fortran_producer
   type(mc_producer) :: producer
   type(mc_consumer) :: consumer
   type(mc_view) :: view
-  integer(c_int64_t) :: version
+  integer(c_int64_t) :: version, copied, persisted, persist_failures, persist_skipped
   character(len=64) :: line
   integer :: v
   integer(c_int), target :: serving_lines = 0
@@ -86,6 +86,19 @@ program fortran_producer
     flush(output_unit)
     read(*, '(a)') line  ! the C++ consumer has checked this version
   end do
+  ! Each version changed every array and went into a slot of its own: whole copies. (Counters
+  ! start at -1: a binding that wrote nothing would leave them so.)
+  copied = -1
+  persisted = -1
+  persist_failures = -1
+  persist_skipped = -1
+  call check(mc_producer_copy_stats(producer, copied), "mc_producer_copy_stats")
+  if (copied /= versions * (c_sizeof(w) + c_sizeof(b) + c_sizeof(k) + c_sizeof(s))) &
+      call fail("publish copied other than the whole model per version, bytes:", int(copied))
+  call check(mc_producer_persist_stats(producer, persisted, persist_failures, persist_skipped), &
+             "mc_producer_persist_stats")
+  if (persisted /= 0 .or. persist_failures /= 0 .or. persist_skipped /= 0) &
+      call fail("persist counters moved without the persist option", int(persisted))
   call mc_consumer_destroy(consumer)
   call mc_producer_destroy(producer)
   call check(mc_set_log_handler(), "mc_set_log_handler (back to stderr)")
