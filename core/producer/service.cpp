@@ -200,14 +200,14 @@ void ProducerService::on_event(SnapshotTaken& e) {
   }
   if (integrity && !e.digests_ready) {
     submit_digests_(e.slot, version);
-    digests_hashing_.insert(version);
+    digest_order_.hashing(version);
   }
   if (integrity && e.digests_ready) {
-    DigestsReady ready{e.slot, version, std::move(digests), std::move(e.block_digests)};
-    if (digests_hashing_.empty()) {
-      digests_in(ready);  // signs it and unpins the slot before any fetch is answered
-    } else {
-      digests_waiting_.emplace(version, std::move(ready));  // older versions' digests first
+    // Signed and the slot unpinned before any fetch is answered, unless an older version's
+    // digests are still to come (then with them).
+    for (auto& ready : digest_order_.ready(
+             version, DigestsReady{e.slot, version, std::move(digests), std::move(e.block_digests)})) {
+      digests_in(ready);
     }
   }
   if (!integrity && persist_ && e.host == SnapshotStore::HostState::kReady) persist_(version);
@@ -271,16 +271,8 @@ void ProducerService::on_event(SlotsAllocated& e) {
 }
 
 void ProducerService::on_event(DigestsReady& e) {
-  digests_hashing_.erase(e.version);
-  digests_in(e);
-  // Versions hashed by publish() that waited for this one's digests, while nothing older is
-  // still on the digest thread.
-  while (!digests_waiting_.empty() &&
-         (digests_hashing_.empty() || digests_waiting_.begin()->first < *digests_hashing_.begin())) {
-    auto next = std::move(digests_waiting_.begin()->second);
-    digests_waiting_.erase(digests_waiting_.begin());
-    digests_in(next);
-  }
+  const std::uint64_t version = e.version;
+  for (auto& ready : digest_order_.ready(version, std::move(e))) digests_in(ready);
 }
 
 void ProducerService::digests_in(DigestsReady& e) {

@@ -10,7 +10,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <span>
 #include <string>
 #include <variant>
@@ -21,6 +20,7 @@
 #include "common/event_queue.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
+#include "core/producer/digest_order.h"
 #include "core/producer/fetch_server.h"
 #include "core/producer/group_commit.h"
 #include "core/producer/membership.h"
@@ -234,12 +234,7 @@ class ProducerService {
   FetchServer fetches_;
   GroupCommit groups_;
   std::function<void(std::size_t, std::uint64_t)> submit_digests_;
-  // Digests take effect in version order (a consumer that verified v knows every version before
-  // it was signed and considered for persisting), though publish() may hash a version itself
-  // while the digest thread still hashes an older one: versions on the digest thread, and those
-  // hashed by publish() that wait for them.
-  std::set<std::uint64_t> digests_hashing_;
-  std::map<std::uint64_t, DigestsReady> digests_waiting_;
+  DigestOrder<DigestsReady> digest_order_;
   std::function<void(std::uint64_t)> persist_;
   std::function<void(std::size_t, std::uint64_t)> host_copy_;
   // Written by the service thread on joins and departures (refresh_host_copies), read by the
