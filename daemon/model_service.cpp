@@ -92,6 +92,7 @@ void ModelService::installed(const modelcast::ModelView& view) {
     {
       std::lock_guard lock(queue_->mutex);
       queue_->next = view;
+      ++queue_->arrivals;
     }
     queue_->wake.notify_all();
     return;
@@ -105,26 +106,28 @@ void ModelService::installed(const modelcast::ModelView& view) {
 }
 
 void ModelService::copy_loop() {
-  std::uint64_t reported = 0;  // the last version said to wait for a buffer
-  std::uint64_t tried = 0;     // the version that found every buffer held
+  // Versions are told apart by their arrival here, not by number: a restarted producer numbers
+  // its versions from 1 again.
+  std::uint64_t tried = 0;     // the arrival that found every buffer held (0: none)
   std::uint64_t releases = 0;  // queue_->releases when it did
   std::unique_lock lock(queue_->mutex);
   for (;;) {
     queue_->wake.wait(lock, [&] {
-      return queue_->stop || (queue_->next && (queue_->next->version() != tried || queue_->releases != releases));
+      return queue_->stop || (queue_->next && (queue_->arrivals != tried || queue_->releases != releases));
     });
     if (queue_->stop) return;
     modelcast::ModelView view = *queue_->next;
+    const std::uint64_t arrival = queue_->arrivals;
     releases = queue_->releases;
     lock.unlock();
-    const bool done = serve_copy(view, reported);
+    const bool done = serve_copy(view, arrival != tried);
     lock.lock();
-    tried = done ? 0 : view.version();
-    if (done && queue_->next && queue_->next->version() == view.version()) queue_->next.reset();
+    tried = done ? 0 : arrival;
+    if (done && queue_->arrivals == arrival) queue_->next.reset();
   }
 }
 
-bool ModelService::serve_copy(const modelcast::ModelView& view, std::uint64_t& reported) {
+bool ModelService::serve_copy(const modelcast::ModelView& view, bool report_wait) {
   auto tensors = view.tensors();
   constexpr std::size_t kAlignment = 64;
   std::vector<std::uint64_t> offsets;
@@ -144,8 +147,7 @@ bool ModelService::serve_copy(const modelcast::ModelView& view, std::uint64_t& r
     return true;
   }
   if (!buffer) {
-    if (reported != view.version() && callbacks_.on_rejected) {
-      reported = view.version();
+    if (report_wait && callbacks_.on_rejected) {
       callbacks_.on_rejected(config_.name, modelcast::Error(modelcast::ErrorCode::kResource,
           "version " + std::to_string(view.version()) + " waits: every one of the " + std::to_string(copies_.size()) +
               " shared-memory buffers for shaped versions is held by a client or the repository writer; it is "

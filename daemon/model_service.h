@@ -62,15 +62,16 @@ class ModelService {
     std::mutex mutex;
     std::condition_variable wake;
     std::optional<modelcast::ModelView> next;  // the newest version waiting for its copy; mutex
+    std::uint64_t arrivals = 0;                // versions handed over so far; mutex
     std::uint64_t releases = 0;                // copied versions dropped so far; mutex
     bool stop = false;                         // mutex
   };
 
   void installed(const modelcast::ModelView& view);  // Consumer's service thread
   void copy_loop();                                  // the copy thread
-  // Copies `view` into a free copy buffer and serves it; false when every buffer is held
-  // (reported once per version: `reported` holds the last version reported). Copy thread.
-  bool serve_copy(const modelcast::ModelView& view, std::uint64_t& reported);
+  // Copies `view` into a free copy buffer and serves it; false when every buffer is held (said
+  // through on_rejected when `report_wait`: once per version). Copy thread.
+  bool serve_copy(const modelcast::ModelView& view, bool report_wait);
   // Describes `served` (its buffer and `offsets` set) from `view`, makes it current unless a newer
   // version is, and tells the callbacks.
   void serve(std::shared_ptr<ServedVersion> served, const modelcast::ModelView& view,
