@@ -134,9 +134,14 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
                                                protocol::chunk_tag(fetch_->fetch_id, i), std::move(done)));
     }
   } catch (const Error& e) {
-    // What was posted still completes (and is counted off); nothing more will come.
+    // What was posted still completes (and is counted off); nothing more will come. A relay's
+    // export that cannot be imported, mapped or read is the relay's fault: the producer serves next.
     fetch_->failure = e.what();
     fetch_->pending = fetch_->transfers.size();
+    if (!fetch_->relay.empty() && !reply.region.empty()) {
+      fetch_->failure = "the export of relay '" + fetch_->relay + "' cannot be read: " + fetch_->failure;
+      fetch_->relay_fault = true;
+    }
   }
   // The local copies go while the changed blocks arrive (on the transport's thread), not before
   // the receives that let them: the producer's sends wait for those.

@@ -119,8 +119,27 @@ std::pair<std::uint64_t, std::optional<protocol::RelayFailed>> RelayServer::on_s
   return {sent.bytes, std::nullopt};
 }
 
-void RelayServer::cancel(std::uint64_t order_id) {
+protocol::RelayOffer RelayServer::export_buffer(const protocol::RelayOrder& order,
+                                                std::shared_ptr<detail::ReceiveBuffer> buffer, std::uint64_t bytes) {
+  if (exported_.count(order.order_id) || orders_.count(order.order_id)) {
+    throw Error(ErrorCode::kProtocol, "order " + std::to_string(order.order_id) + " is already served");
+  }
+  if (!buffer->transport || !buffer->region) {
+    throw Error(ErrorCode::kState, "its buffer is not registered with a transport");
+  }
+  // Throws for memory the transport cannot export (cuda_ipc exports device memory only).
+  protocol::RelayOffer offer{order.incarnation, order.order_id, buffer->transport->export_region(*buffer->region)};
+  exported_.emplace(order.order_id, Exported{std::move(buffer), bytes});
+  return offer;
+}
+
+std::uint64_t RelayServer::cancel(std::uint64_t order_id, bool delivered) {
   if (auto it = orders_.find(order_id); it != orders_.end()) end(it);
+  auto it = exported_.find(order_id);
+  if (it == exported_.end()) return 0;
+  const std::uint64_t bytes = delivered ? it->second.bytes : 0;
+  exported_.erase(it);
+  return bytes;
 }
 
 void RelayServer::end(std::map<std::uint64_t, Order>::iterator it) {
@@ -132,6 +151,7 @@ void RelayServer::end(std::map<std::uint64_t, Order>::iterator it) {
 
 void RelayServer::clear() {
   while (!orders_.empty()) end(orders_.begin());
+  exported_.clear();
   for (const auto& [key, peer] : peers_) {
     for (const auto& t : transports_) {
       if (t.get() == key.first) t->disconnect(peer);

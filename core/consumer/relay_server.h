@@ -8,6 +8,10 @@
 // (VersionStore hands out only buffers no one else refers to) until its sends are over; an
 // order cancelled while sends are under way is kept until they complete, so the buffer stays
 // registered while the transport reads it.
+// On a one-sided route (CUDA IPC between device consumers on one host) the receiver reads
+// instead: an export_region order pins the installed version's buffer and returns its export
+// (export_buffer), and the buffer stays pinned until the producer cancels the order, which it
+// does once the receiver's fetch has ended, however it ended.
 // Service thread only; send completions reach it through the loop's event queue. It sends no
 // control message: the calls return the failures to report to the producer.
 #pragma once
@@ -57,7 +61,13 @@ class RelayServer {
   // A send finished: bytes it carried (0 on failure), and the failure to report if it ended
   // its order.
   std::pair<std::uint64_t, std::optional<protocol::RelayFailed>> on_sent(const RelaySent& sent);
-  void cancel(std::uint64_t order_id);
+  // Pins `buffer` (the installed version, `bytes` long) for an export_region order and returns
+  // the offer carrying its export. Throws Error naming why it cannot be exported.
+  protocol::RelayOffer export_buffer(const protocol::RelayOrder& order, std::shared_ptr<detail::ReceiveBuffer> buffer,
+                                     std::uint64_t bytes);
+  // Ends an order. Returns the bytes an exported order served when its receiver installed
+  // them (`delivered`), else 0.
+  std::uint64_t cancel(std::uint64_t order_id, bool delivered = false);
   // A new producer or transport: every order is cancelled and every receiver connection closed.
   void clear();
   std::size_t orders() const { return orders_.size(); }
@@ -81,6 +91,11 @@ class RelayServer {
   SendCompletion on_sent_;
   std::map<std::uint64_t, Order> orders_;    // by order id
   std::map<std::uint64_t, Order> draining_;  // ended, sends still completing
+  struct Exported {
+    std::shared_ptr<detail::ReceiveBuffer> buffer;  // pinned: out of reuse while a peer may read it
+    std::uint64_t bytes = 0;
+  };
+  std::map<std::uint64_t, Exported> exported_;  // by order id
   // Receivers connected to, per transport: a chain passes each consumer one receiver a version,
   // mostly the same one, so connections are kept.
   std::map<std::pair<const transport::Transport*, std::vector<std::byte>>, transport::PeerId> peers_;

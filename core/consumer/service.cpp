@@ -214,7 +214,10 @@ void ConsumerService::on_reply(std::vector<zmq::message_t>& parts) {
   if (auto* fetch = std::get_if<protocol::FetchReply>(&*message)) return on_fetch_reply(*fetch);
   if (auto* order = std::get_if<protocol::RelayOrder>(&*message)) return on_relay_order(*order);
   if (auto* cancel = std::get_if<protocol::RelayCancel>(&*message)) {
-    if (cancel->incarnation == link_.incarnation()) relay_.cancel(cancel->order_id);
+    if (cancel->incarnation != link_.incarnation()) return;
+    if (auto served = relay_.cancel(cancel->order_id, cancel->delivered)) {
+      count([&](ConsumerStats& s) { s.bytes_relayed += served; });
+    }
     return;
   }
   if (auto* digests = std::get_if<protocol::Digests>(&*message)) {

@@ -149,6 +149,7 @@ class ConsumerService {
   // the blocks that became ready (after every turn of the loop).
   bool serves_peers() const;
   void on_relay_order(const protocol::RelayOrder& order);
+  void export_installed(const protocol::RelayOrder& order);
   void on_relay_sent(const RelaySent& sent);
   void pump_relays();
   void relay_failed(const protocol::RelayFailed& failed);

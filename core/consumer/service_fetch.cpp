@@ -155,9 +155,13 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
     selection_ = TensorSelection::resolve(fetch_wants_ ? *fetch_wants_ : options_.wants, manifest);
     if (reply.base_version != 0) check_delta_base(reply);
     // Blocks from a relay are checked as they land: their digests must come with the answer.
+    // A one-sided route (region: the relay's export) reads the whole version and checks it
+    // whole, on the tensor digests the answer carries.
+    const bool relay_read = !reply.region.empty();
     if (!reply.relay.empty() &&
-        (reply.digests_pending || !manifest.integrity || manifest.block_bytes != reply.chunk_bytes ||
-         manifest.block_digests.size() != block_count(manifest))) {
+        (reply.digests_pending || !manifest.integrity ||
+         (!relay_read && (manifest.block_bytes != reply.chunk_bytes ||
+                          manifest.block_digests.size() != block_count(manifest))))) {
       throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) + " comes from relay '" +
                                             reply.relay + "' without the block digests to check it by");
     }
@@ -269,6 +273,14 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       shaper_.apply(m, selection_, base, *installed, *target_);
     }
   } catch (const Error& e) {
+    // Bytes read out of a relay's buffer that fail their check are the relay's doing (the
+    // digests came from the producer): no verdict on the version, which comes from the
+    // producer next (if the producer's own bytes are bad, that fetch rejects it).
+    if (!done->relay.empty() && e.code() == ErrorCode::kIntegrity) {
+      done->failure = std::string(e.what()) + " (read from relay '" + done->relay + "')";
+      done->relay_fault = true;
+      return finish(std::move(done));
+    }
     return reject(done->manifest, done->fetch_id, e);
   } catch (const std::bad_alloc&) {
     return reject(done->manifest, done->fetch_id,

@@ -8,8 +8,8 @@ namespace modelcast::consumer {
 
 // Consumers whose buffers hold what was verified: see ConsumerOptions::serve_peers. A device
 // consumer serves from the host buffers a staged route lands in; on a route that reads straight
-// into device memory it has none, and the producer, which asks only consumers on a two-sided
-// transport, never orders it to.
+// into device memory (CUDA IPC) it exports its installed version's device buffer instead, for a
+// device consumer on the same host to read (export_region orders).
 bool ConsumerService::serves_peers() const {
   // A consumer that keeps parts of the model holds only the blocks of those parts.
   const bool holds_everything = std::all_of(options_.wants.begin(), options_.wants.end(), [](const TensorWant& w) {
@@ -25,6 +25,7 @@ void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
     relay_failed({order.incarnation, order.order_id, "version " + std::to_string(order.version) + ": " + why});
   };
   if (!serves_peers()) return refuse("this consumer does not serve peers");
+  if (order.export_region) return export_installed(order);
   // The version's buffer: the one it is arriving in, or the installed version's.
   std::shared_ptr<detail::ReceiveBuffer> buffer;
   const Manifest* manifest = nullptr;
@@ -43,6 +44,30 @@ void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
   if (buffer->device_owned) return refuse("it arrives straight in device memory, which this consumer does not serve from");
   if (auto failed = relay_.accept(order, std::move(buffer), *manifest)) relay_failed(*failed);
   pump_relays();
+}
+
+// An export_region order: the receiver reads the installed version out of this consumer's
+// device buffer, which stays pinned until the producer cancels the order. Only a version held
+// whole, verified and as the producer sent it: a shaped or partial copy is not the slot's layout.
+void ConsumerService::export_installed(const protocol::RelayOrder& order) {
+  auto refuse = [&](const std::string& why) {
+    relay_failed({order.incarnation, order.order_id, "version " + std::to_string(order.version) + ": " + why});
+  };
+  auto current = store_.current();
+  if (!current || current->manifest.version != order.version || current->manifest.incarnation != link_.incarnation()) {
+    return refuse("not installed here");
+  }
+  const auto& held = current->blocks_held;
+  if (!current->buffer || !current->buffer->device_owned ||
+      std::find(held.begin(), held.end(), false) != held.end()) {
+    return refuse("not held whole in a device buffer here, which is what a reader over CUDA IPC reads");
+  }
+  try {
+    link_.send(relay_.export_buffer(order, current->buffer, current->manifest.total_bytes));
+  } catch (const Error& e) {
+    relay_.cancel(order.order_id);
+    refuse(std::string("cannot export its buffer: ") + e.what());
+  }
 }
 
 void ConsumerService::on_relay_sent(const RelaySent& sent) {

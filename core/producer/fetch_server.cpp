@@ -34,8 +34,11 @@ FetchServer::FetchServer(SnapshotStore& store, const transport::TransportSet& tr
       planner_(relay_fanout) {}
 
 void FetchServer::joined(const ConsumerRecord& consumer) {
-  planner_.joined(consumer.routing_id, consumer.name, consumer.host_id,
-                  consumer.serves_peers && transports_.at(consumer.transport).capabilities().two_sided,
+  // A relay sends what it holds over a two-sided transport; over a one-sided one (CUDA IPC) it
+  // exports its buffer, which only device memory can be.
+  const bool can_serve = transports_.at(consumer.transport).capabilities().two_sided ||
+                         consumer.memory.kind == MemoryKind::kCuda;
+  planner_.joined(consumer.routing_id, consumer.name, consumer.host_id, consumer.serves_peers && can_serve,
                   consumer.transport);
 }
 
@@ -83,7 +86,16 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   // One lease per consumer: a client re-fetching in a loop pins at most one slot, and only
   // until its lease lapses, so publish() never waits on it for longer than that.
   if (auto it = fetches_.find(routing_id); it != fetches_.end() && !it->second.empty()) {
-    return refuse(protocol::Refusal::kBusy, "a fetch of this consumer is still in flight");
+    // Unanswered because its relay has not offered its buffer yet: the consumer gave up
+    // waiting (producer_timeout), so the relay is taken to have stalled and the producer serves.
+    auto unanswered = it->second.begin();
+    if (it->second.size() != 1 || !unanswered->second.awaiting_offer) {
+      return refuse(protocol::Refusal::kBusy, "a fetch of this consumer is still in flight");
+    }
+    planner_.failed(unanswered->second.relay, routing_id, unanswered->second.version, now, true);
+    unanswered_relays_.push_back({planner_.name(unanswered->second.relay), routing_id, unanswered->second.version});
+    end_relayed(unanswered->second, false);
+    it->second.erase(unanswered);
   }
   // Only the newest version is served (older slots are what publish() writes next), and the
   // version the consumer's group is switching to, which the group holds pinned until then.
@@ -105,8 +117,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     base_blocks = store_.block_digests(request.base_version);
   }
   // A relayed fetch is checked block by block where it lands, so it too needs the block digests.
-  std::optional<std::string> relay;
-  if (two_sided) relay = planner_.choose(routing_id, serving, now);
+  std::optional<std::string> relay = planner_.choose(routing_id, serving, now, !two_sided);
   if ((base_blocks || relay) && !store_.digests_ready(serving)) {
     parked_for_digests_[routing_id] = request;
     return std::nullopt;
@@ -191,6 +202,31 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     return reply;
   }
 
+  if (relay && !two_sided && manifest.integrity && !reply.digests_pending) {
+    // A one-sided route reads the relay's buffer: the relay pins and exports it first, and the
+    // consumer is answered once it has (relay_offered). It checks the whole version against
+    // the tensor digests this reply carries, as it does the producer's slot.
+    store_.release(leased->lease.id);
+    Fetch fetch;
+    fetch.version = leased->lease.version;
+    fetch.bytes = plan.total_bytes;
+    fetch.transport = consumer->transport;
+    fetch.relay = *relay;
+    fetch.order_id = next_order_++;
+    fetch.awaiting_offer = true;
+    reply.relay = planner_.name(*relay);
+    fetch.reply = std::move(reply);
+    protocol::RelayOrder order;
+    order.incarnation = incarnation_;
+    order.order_id = fetch.order_id;
+    order.version = fetch.version;
+    order.fetch_id = request.fetch_id;
+    order.export_region = true;
+    outgoing_.emplace_back(*relay, std::move(order));
+    planner_.assigned(*relay);
+    fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
+    return std::nullopt;
+  }
   Fetch fetch;
   fetch.lease_id = leased->lease.id;
   fetch.version = leased->lease.version;
@@ -393,7 +429,7 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
     planner_.lost(routing_id);
   }
   if (!fetch.relay.empty()) {
-    end_relayed(fetch, !ack.ok);
+    end_relayed(fetch, !ack.ok, ack.ok);
     if (!ack.ok && ack.relay_fault != protocol::RelayFault::kNone) {
       outcome.relay_fault = true;
       planner_.failed(fetch.relay, routing_id, fetch.version, now, ack.relay_fault == protocol::RelayFault::kStalled);
@@ -412,9 +448,29 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   return outcome;
 }
 
-void FetchServer::end_relayed(const Fetch& fetch, bool tell_relay) {
+void FetchServer::end_relayed(const Fetch& fetch, bool tell_relay, bool delivered) {
   planner_.released(fetch.relay);
-  if (tell_relay) outgoing_.emplace_back(fetch.relay, protocol::RelayCancel{incarnation_, fetch.order_id});
+  // A relay that exported its buffer keeps it pinned until told, however the fetch ended.
+  if (tell_relay || fetch.exported) {
+    outgoing_.emplace_back(fetch.relay, protocol::RelayCancel{incarnation_, fetch.order_id, delivered});
+  }
+}
+
+bool FetchServer::relay_offered(const std::string& relay, const protocol::RelayOffer& offer, Clock::time_point now) {
+  if (offer.incarnation != incarnation_) return false;
+  for (auto& [routing_id, fetches] : fetches_) {
+    for (auto& [fetch_id, fetch] : fetches) {
+      if (fetch.relay != relay || fetch.order_id != offer.order_id || !fetch.awaiting_offer) continue;
+      fetch.awaiting_offer = false;
+      fetch.exported = true;
+      fetch.reply->region = offer.region;
+      outgoing_.emplace_back(routing_id, std::move(*fetch.reply));
+      fetch.reply.reset();
+      planner_.receiving(routing_id, fetch.version, now);
+      return true;
+    }
+  }
+  return false;
 }
 
 bool FetchServer::relay_failed(const std::string& relay, const protocol::RelayFailed& failed) {

@@ -5,7 +5,8 @@
 // producer no progress: their lease runs from the fetch, which suits the same-host device
 // copies they are.
 // Relays (ProducerOptions::relay_fanout): a fetch that RelayPlanner gives to another consumer
-// is answered with the manifest and the relay's name, and the relay gets a RelayOrder; the
+// is answered with the manifest and the relay's name (on a one-sided route, once the relay has
+// exported its buffer: protocol.h), and the relay gets a RelayOrder; the
 // producer sends nothing for it and holds no lease (the version stays in its slot until
 // publish() needs the slot, like any other). The fetch ends on the consumer's ack as usual.
 // Each call returns what the service loop must send to the caller; messages for other
@@ -117,6 +118,9 @@ class FetchServer {
   // A relay says it cannot serve an order: the fetch is withdrawn (queued). False for an order
   // that is not this relay's, or already over.
   bool relay_failed(const std::string& relay, const protocol::RelayFailed& failed);
+  // A relay exported the buffer an order asked for: the fetch waiting for it is answered
+  // (queued). False for an offer that is not this relay's, or that no fetch waits for.
+  bool relay_offered(const std::string& relay, const protocol::RelayOffer& offer, Clock::time_point now);
   // Messages for consumers other than the one a call answered, in order.
   std::vector<std::pair<std::string, protocol::Message>> take_outgoing() { return std::exchange(outgoing_, {}); }
   const RelayPlanner& relays() const { return planner_; }
@@ -137,6 +141,14 @@ class FetchServer {
     std::optional<protocol::FetchReply> refusal;
   };
   std::vector<CutOff> take_cut_off() { return std::exchange(cut_off_, {}); }
+  // Relays that never exported the buffer a fetch waited for (its consumer asked again): each
+  // is passed over for a while, and the producer served that consumer itself.
+  struct UnansweredRelay {
+    std::string relay;     // its name
+    std::string consumer;  // routing id
+    std::uint64_t version = 0;
+  };
+  std::vector<UnansweredRelay> take_unanswered_relays() { return std::exchange(unanswered_relays_, {}); }
 
  private:
   struct Fetch {
@@ -161,9 +173,15 @@ class FetchServer {
     // A relayed fetch: the consumer serving it and its order (no lease, no sends here).
     std::string relay;
     std::uint64_t order_id = 0;
+    // A one-sided relayed fetch: unanswered until the relay offers its buffer's export
+    // (`reply` is the answer, less the region), then exported (the relay holds it pinned).
+    bool awaiting_offer = false;
+    bool exported = false;
+    std::optional<protocol::FetchReply> reply;
   };
-  // A fetch ended at the consumer's ack or departure: its relay, if any, is told to stop.
-  void end_relayed(const Fetch& fetch, bool tell_relay);
+  // A fetch ended at the consumer's ack or departure: its relay, if any, is told to stop (an
+  // exported one always, with whether the consumer installed the version).
+  void end_relayed(const Fetch& fetch, bool tell_relay, bool delivered = false);
   // Posts the chunks that lie within the first `host_bytes` of the version. Throws what the
   // transport's post_send throws (the chunks posted before stay posted).
   void post_sends(const std::string& routing_id, std::uint64_t fetch_id, Fetch& fetch, std::uint64_t host_bytes);
@@ -216,6 +234,7 @@ class FetchServer {
   RelayPlanner planner_;
   std::uint64_t next_order_ = 1;
   std::vector<std::pair<std::string, protocol::Message>> outgoing_;
+  std::vector<UnansweredRelay> unanswered_relays_;  // see take_unanswered_relays
 };
 
 }  // namespace modelcast::producer

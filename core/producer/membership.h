@@ -33,6 +33,7 @@ struct ConsumerRecord {
   std::vector<std::byte> peer_address;  // the consumer's address the peer was connected to
   std::string host_id;     // the consumer's machine (JoinRequest::host_id)
   bool serves_peers = false;  // it relays blocks to other consumers when asked
+  transport::MemoryLocation memory{};  // where its receive buffers live (JoinRequest::memory)
   std::vector<TensorWant> wants{};  // what it keeps of each tensor (checked at the join)
   int connection_fd = -1;  // the control connection's descriptor (ZMQ_SRCFD of the join)
 };

@@ -40,7 +40,7 @@ void RelayPlanner::lost(const std::string& routing_id) {
 }
 
 std::optional<std::string> RelayPlanner::choose(const std::string& routing_id, std::uint64_t version,
-                                                Clock::time_point now) const {
+                                                Clock::time_point now, bool read_by_requester) const {
   if (!enabled()) return std::nullopt;
   auto requester = nodes_.find(routing_id);
   if (requester == nodes_.end() || requester->second.direct_only == version) return std::nullopt;
@@ -52,6 +52,7 @@ std::optional<std::string> RelayPlanner::choose(const std::string& routing_id, s
   for (const auto& [id, node] : nodes_) {
     if (id == routing_id || !node.serves || node.version != version || node.transport != want.transport) continue;
     if (node.load >= fanout_ || now < node.distrusted_until) continue;
+    if (read_by_requester && (!node.complete || node.host_id != want.host_id)) continue;
     if (!best_node || rank(node) < rank(*best_node)) {
       best = &id;
       best_node = &node;

@@ -7,6 +7,8 @@
 // has not failed a fetch lately; among equals, a complete holder, then the one that began
 // receiving last (the tail of the chain). Failing that, the producer serves: it is the source
 // of last resort, and the only one for a consumer a relay has failed on this version.
+// On a one-sided route (CUDA IPC) the requester reads the relay's buffer itself and cannot tell
+// which blocks are in: there, only a complete holder on the requester's machine is chosen.
 // Chains, not trees: on links that are equal both ways a node that forwards to one peer keeps
 // its uplink as busy as its downlink, so a chain of n takes one model's transfer plus a block
 // per hop, where a tree of fan-out k takes k times the model per level.
@@ -47,7 +49,9 @@ class RelayPlanner {
   void lost(const std::string& routing_id);
 
   // The relay for `routing_id`'s fetch of `version`, or nullopt: the producer serves it.
-  std::optional<std::string> choose(const std::string& routing_id, std::uint64_t version, Clock::time_point now) const;
+  // `read_by_requester`: a one-sided route (see above).
+  std::optional<std::string> choose(const std::string& routing_id, std::uint64_t version, Clock::time_point now,
+                                    bool read_by_requester = false) const;
   // A fetch was given to `relay`, or one it served ended.
   void assigned(const std::string& relay);
   void released(const std::string& relay);

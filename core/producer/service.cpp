@@ -95,10 +95,11 @@ void ProducerService::reply(const std::string& routing_id, const protocol::Messa
 }
 
 // What the fetch server queued for consumers other than the one a request came from: relay
-// orders and cancels, and fetches withdrawn because their relay failed or left.
+// orders and cancels, fetches withdrawn because their relay failed or left, and answers that
+// waited for a relay's export.
 void ProducerService::send_outgoing() {
   for (auto& [routing_id, message] : fetches_.take_outgoing()) {
-    if (auto* refusal = std::get_if<protocol::FetchReply>(&message)) {
+    if (auto* refusal = std::get_if<protocol::FetchReply>(&message); refusal && !refusal->ok) {
       auto* consumer = membership_.find(routing_id);
       log_->warn("withdrew a relayed fetch of '{}': {}", consumer ? consumer->name : std::string("?"), refusal->error);
       stats_.update([](ProducerStats& s) { s.failed_deliveries++; });
@@ -410,6 +411,8 @@ void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
       if (membership_.find(routing_id) && fetches_.relay_failed(routing_id, *failed)) {
         log_->warn("relay '{}' could not serve a fetch: {}", membership_.find(routing_id)->name, failed->error);
       }
+    } else if (auto* offer = std::get_if<protocol::RelayOffer>(&message)) {
+      if (membership_.find(routing_id)) fetches_.relay_offered(routing_id, *offer, Clock::now());
     } else {
       bad_message("unexpected message type on the request channel");
     }
@@ -510,6 +513,7 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
   record.session = join.session;
   record.host_id = join.host_id;
   record.serves_peers = join.serves_peers;
+  record.memory = join.memory;
   record.wants = join.wants;
   record.transport = t;
   record.peer_address = address;
@@ -541,6 +545,13 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
 void ProducerService::on_fetch(const std::string& routing_id, const protocol::FetchRequest& request) {
   auto answer =
       fetches_.start(routing_id, membership_.find(routing_id), request, Clock::now(), groups_.target_of(routing_id));
+  for (const auto& unanswered : fetches_.take_unanswered_relays()) {
+    auto* consumer = membership_.find(unanswered.consumer);
+    log_->warn("relay '{}' never exported version {} for consumer '{}': passed over for {} s; the producer serves it",
+               unanswered.relay, unanswered.version, consumer ? consumer->name : std::string("?"),
+               RelayPlanner::kDistrustFor.count());
+    stats_.update([](ProducerStats& s) { s.relay_faults++; });
+  }
   start_host_copies();
   if (answer) reply(routing_id, *answer);
 }

@@ -13,7 +13,7 @@ using namespace wire;
 
 enum class Type : std::uint8_t {
   kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing, kDigests,
-  kRelayOrder, kRelayCancel, kRelayFailed
+  kRelayOrder, kRelayCancel, kRelayFailed, kRelayOffer
 };
 
 
@@ -127,7 +127,7 @@ struct BodyPacker {
     pk.pack("rfault"); pk.pack(static_cast<std::uint8_t>(m.relay_fault));
   }
   void operator()(const RelayOrder& m) const {
-    pk.pack_map(8);
+    pk.pack_map(m.export_region ? 9 : 8);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("order"); pk.pack(m.order_id);
     pk.pack("ver"); pk.pack(m.version);
@@ -136,11 +136,19 @@ struct BodyPacker {
     pk.pack("blocks"); pk.pack(m.blocks);
     pk.pack("addr"); pack_bin(pk, m.peer_address);
     pk.pack("detect"); pk.pack(m.detect_failure);
+    if (m.export_region) { pk.pack("export"); pk.pack(true); }
   }
   void operator()(const RelayCancel& m) const {
-    pk.pack_map(2);
+    pk.pack_map(3);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("order"); pk.pack(m.order_id);
+    pk.pack("done"); pk.pack(m.delivered);
+  }
+  void operator()(const RelayOffer& m) const {
+    pk.pack_map(3);
+    pk.pack("inc"); pk.pack(m.incarnation);
+    pk.pack("order"); pk.pack(m.order_id);
+    pk.pack("region"); pack_bin(pk, m.region);
   }
   void operator()(const RelayFailed& m) const {
     pk.pack_map(3);
@@ -235,11 +243,17 @@ Message unpack_body(Type type, const msgpack::object& body) {
       return RelayOrder{f.get<std::uint64_t>("inc"),    f.get<std::uint64_t>("order"),
                         f.get<std::uint64_t>("ver"),    f.get<std::uint64_t>("fetch"),
                         f.get<std::uint64_t>("bbytes"), f.get<std::vector<std::uint32_t>>("blocks"),
-                        f.bin("addr"),                  f.get<bool>("detect")};
+                        f.bin("addr"),                  f.get<bool>("detect"),
+                        f.has("export") && f.get<bool>("export")};
     }
     case Type::kRelayCancel: {
       Fields f(body, "relay cancel");
-      return RelayCancel{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("order")};
+      return RelayCancel{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("order"),
+                         f.has("done") && f.get<bool>("done")};
+    }
+    case Type::kRelayOffer: {
+      Fields f(body, "relay offer");
+      return RelayOffer{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("order"), f.bin("region")};
     }
     case Type::kRelayFailed: {
       Fields f(body, "relay failed");
@@ -368,7 +382,7 @@ Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits) {
     fail("unsupported protocol version " + std::to_string(version) + " (this build speaks " +
          std::to_string(kVersion) + ")");
   }
-  if (type < 1 || type > static_cast<std::uint8_t>(Type::kRelayFailed)) fail("unknown message type " + std::to_string(type));
+  if (type < 1 || type > static_cast<std::uint8_t>(Type::kRelayOffer)) fail("unknown message type " + std::to_string(type));
   try {
     return unpack_body(static_cast<Type>(type), items[3]);
   } catch (const Error&) {

@@ -26,6 +26,14 @@
 //   relay -> consumer (data plane)      block i, tag chunk_tag(fetch_id, i), once verified there
 //   relay -> producer                   RelayFailed        (only if it cannot serve the order)
 //   producer -> relay                   RelayCancel        (the fetch ended otherwise)
+// On a one-sided route (CUDA IPC between device consumers on one host) the consumer reads the
+// relay's installed buffer itself, so the producer answers the fetch only once the relay has
+// pinned that buffer and exported it:
+//   producer -> relay                   RelayOrder         (export_region: pin it, export it)
+//   relay -> producer                   RelayOffer         (the buffer's export) or RelayFailed
+//   producer -> consumer                FetchReply         (names the relay; region: its export)
+//   consumer -> producer                Ack                (as usual)
+//   producer -> relay                   RelayCancel        (always: the relay unpins the buffer)
 #pragma once
 
 #include <cstddef>
@@ -211,12 +219,26 @@ struct RelayOrder {
   std::vector<std::uint32_t> blocks;
   std::vector<std::byte> peer_address;  // the receiver's transport address
   bool detect_failure = true;           // connect with peer-failure detection (not on one host)
+  // A one-sided route: send nothing; pin the buffer holding the installed version (whole) and
+  // answer with a RelayOffer carrying its export, which the receiver reads. Nothing is sent
+  // to `peer_address` (empty) and `blocks` is empty: the receiver reads the whole version.
+  bool export_region = false;
 };
 
 // Producer -> relay: the fetch an order served ended (failed, or the receiver left): stop.
+// Also ends an exported order, whose buffer stays pinned until this comes.
 struct RelayCancel {
   std::uint64_t incarnation = 0;
   std::uint64_t order_id = 0;
+  bool delivered = false;  // the receiver installed what the order served (for the relay's counters)
+};
+
+// Relay -> producer: an export_region order is served: its buffer is pinned and `region` is its
+// export (Transport::export_region), which the producer passes on in the receiver's FetchReply.
+struct RelayOffer {
+  std::uint64_t incarnation = 0;
+  std::uint64_t order_id = 0;
+  std::vector<std::byte> region;
 };
 
 // Relay -> producer: the order cannot be served (the version is no longer held here, the
@@ -233,7 +255,7 @@ struct Ping {
 };
 
 using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping, Digests,
-                             RelayOrder, RelayCancel, RelayFailed>;
+                             RelayOrder, RelayCancel, RelayFailed, RelayOffer>;
 
 inline constexpr unsigned kChunkBits = 20;
 inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {

@@ -345,7 +345,7 @@ void drop_a_fetch_whose_host_copy_failed(const std::string& memory) {
   }
   // One transfer dropped (the withdrawn one), nothing rejected: a refusal before the answer
   // would have been dropped without counting.
-  EXPECT_EQ(stats, "stats aborted=1 rejected=0");
+  EXPECT_EQ(stats.rfind("stats aborted=1 rejected=0 ", 0), 0u) << stats;
   EXPECT_EQ(producer.stats().deliveries, 2u);
 }
 
@@ -652,6 +652,122 @@ TEST(DeviceExchange, AStagedDeviceConsumerReceivesOnlyTheChangedBlocks) {
   EXPECT_GT(models, 1.0) << "the first version must come whole";
   EXPECT_LT(models, 0.6 * static_cast<double>(stats.versions_installed))
       << models << " models' worth received for " << stats.versions_installed << " versions";
+}
+
+namespace {
+
+// A device consumer process on the CUDA IPC route (device_peer), holding versions up to `until`.
+std::unique_ptr<ChildProcess> ipc_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until,
+                                           std::vector<std::string> extra = {}) {
+  std::vector<std::string> argv{peer_paths::device_peer(), "consumer", "--endpoint", endpoint, "--name", name,
+                                "--until-version", std::to_string(until), "--seed", "9", "--memory", "cuda",
+                                "--device", std::to_string(devicemodel::other_device(runtime())), "--transports",
+                                "cuda_ipc"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return std::make_unique<ChildProcess>(argv);
+}
+
+// A counter from the peer's last line ("stats ... key=N ..."); -1 when missing.
+long long peer_stat(ChildProcess& peer, const std::string& key) {
+  for (auto it = peer.lines().rbegin(); it != peer.lines().rend(); ++it) {
+    if (it->rfind("stats ", 0) != 0) continue;
+    auto at = it->find(" " + key + "=");
+    if (at == std::string::npos) return -1;
+    return std::stoll(it->substr(at + key.size() + 2));
+  }
+  return -1;
+}
+
+void expect_exact(ChildProcess& peer) {
+  for (const auto& line : peer.lines()) EXPECT_EQ(line.rfind("corrupt ", 0), std::string::npos) << line;
+}
+
+}  // namespace
+
+// Device consumers on one host serve each other over CUDA IPC: one that joins late reads the
+// version out of another's device buffer (which that one pins and exports when the producer
+// asks, and unpins when the reader is done) instead of the producer's slot, and checks every
+// byte on its device against the producer's digests.
+TEST(DeviceExchange, ADeviceConsumerReadsAnotherDeviceConsumersVersionOverCudaIpc) {
+  auto& rt = runtime();
+  auto options = producer_options();
+  options.relay_fanout = 1;
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  auto holder = ipc_consumer(producer.control_endpoint(), "ipc-holder", 1, {"--linger"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  model.upload(9, 1);
+  producer.publish(1);
+  auto installed = holder->wait_for_line("installed 1");
+  ASSERT_TRUE(installed) << joined_lines(*holder);
+  ASSERT_NE(installed->find("transport=cuda_ipc"), std::string::npos) << *installed;
+  auto reader = ipc_consumer(producer.control_endpoint(), "ipc-reader", 1);
+  installed = reader->wait_for_line("installed 1");
+  ASSERT_TRUE(installed) << joined_lines(*reader);
+  EXPECT_NE(installed->find("memory=cuda"), std::string::npos) << *installed;
+  EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
+  expect_exact(*reader);
+  EXPECT_EQ(peer_stat(*reader, "relay_faults"), 0) << joined_lines(*reader);
+  auto stats = producer.stats();
+  EXPECT_EQ(stats.relayed_deliveries, 1u);
+  EXPECT_GE(stats.bytes_relayed, 512u * 1024u);
+  // The holder counts what it served once the producer tells it the reader installed it.
+  holder->close_stdin();
+  EXPECT_EQ(holder->wait(), 0) << joined_lines(*holder);
+  EXPECT_EQ(peer_stat(*holder, "bytes_relayed"), static_cast<long long>(stats.bytes_relayed)) << joined_lines(*holder);
+}
+
+// A holder whose device copy went bad after it was checked: the reader's check on its device
+// catches it, blames the holder (it never rejects the version) and reads the producer's slot.
+// Then a holder that stopped answering: the reader, unanswered, asks again and the producer
+// serves it. Every byte is checked on the reader's device.
+TEST(DeviceExchange, ADeviceConsumerRoutesAroundAnIpcHolderWithBadBytesOrStopped) {
+  auto& rt = runtime();
+  auto options = producer_options();
+  options.relay_fanout = 1;
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  auto bad = ipc_consumer(producer.control_endpoint(), "ipc-bad-holder", 1, {"--corrupt-after", "1", "--linger"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  model.upload(9, 1);
+  producer.publish(1);
+  ASSERT_TRUE(bad->wait_for_line("corrupted 1")) << joined_lines(*bad);
+  auto reader = ipc_consumer(producer.control_endpoint(), "ipc-reader", 1);
+  ASSERT_TRUE(reader->wait_for_line("installed 1")) << joined_lines(*reader);
+  EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
+  expect_exact(*reader);
+  EXPECT_EQ(peer_stat(*reader, "relay_faults"), 1) << joined_lines(*reader);
+  EXPECT_EQ(peer_stat(*reader, "rejected"), 0) << joined_lines(*reader);
+  bool named = false;
+  for (const auto& line : reader->lines()) named = named || line.find("ipc-bad-holder") != std::string::npos;
+  EXPECT_TRUE(named) << "the reader's report names the holder:\n" << joined_lines(*reader);
+  EXPECT_EQ(producer.stats().relay_faults, 1u);
+  bad->close_stdin();
+  EXPECT_EQ(bad->wait(), 0) << joined_lines(*bad);
+  EXPECT_EQ(peer_stat(*bad, "bytes_relayed"), 0) << "nothing it served was installed";
+
+  auto stopped = ipc_consumer(producer.control_endpoint(), "ipc-stopped-holder", 2, {"--linger"});
+  const auto delivered = producer.stats().deliveries;
+  model.upload(9, 2);
+  producer.publish(2);
+  ASSERT_TRUE(stopped->wait_for_line("installed 2")) << joined_lines(*stopped);
+  // Stopped once the producer knows it holds version 2, which makes it the one to read from.
+  ASSERT_TRUE(eventually([&] { return producer.stats().deliveries > delivered; }, 60s));
+  ASSERT_EQ(::kill(stopped->pid(), SIGSTOP), 0);
+  auto late = ipc_consumer(producer.control_endpoint(), "ipc-late-reader", 2);
+  auto installed = late->wait_for_line("installed 2");
+  ::kill(stopped->pid(), SIGCONT);
+  ASSERT_TRUE(installed) << joined_lines(*late);
+  EXPECT_EQ(late->wait(), 0) << joined_lines(*late);
+  expect_exact(*late);
+  EXPECT_EQ(producer.stats().relay_faults, 2u) << "the stopped holder is counted as a relay that failed";
+  stopped->close_stdin();
+  EXPECT_EQ(stopped->wait(), 0) << joined_lines(*stopped);
+  EXPECT_EQ(peer_stat(*stopped, "bytes_relayed"), 0);
 }
 
 TEST(DeviceExchange, PublishOrdersItsCopiesAfterTheTrainersStreamWithoutWaitingForIt) {

@@ -5,10 +5,14 @@
 //             device tensors; publishes N versions once a consumer joined, then serves until
 //             stdin closes
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
-//             [--transports a,b] [--path P] [--read-loop] [--transfer-timeout-ms T] checks every
-//             installed version ("installed V memory=M device=D transport=T path=P", "corrupt ...",
-//             "rejected ..."); with --read-loop a thread also acquires and checks views until the
-//             end ("reads N"); last "stats aborted=A rejected=R" (transfers dropped, versions refused)
+//             [--transports a,b] [--path P] [--read-loop] [--transfer-timeout-ms T] [--name N]
+//             [--corrupt-after V] [--linger] checks every installed version ("installed V memory=M
+//             device=D transport=T path=P", "corrupt ...", "rejected ..."); with --read-loop a
+//             thread also acquires and checks views until the end ("reads N"); --corrupt-after
+//             flips a byte of version V where it is held once checked ("corrupted V"); --linger
+//             serves peers after the last version until stdin closes; last "stats aborted=A
+//             rejected=R relay_faults=F bytes_relayed=B" (transfers dropped, versions refused,
+//             relays caught, bytes served to peers)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -86,8 +90,10 @@ int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t 
 
 int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t seed, const std::string& memory, int dev,
              const std::vector<std::string>& transports, const std::string& path, bool read_loop,
-             std::chrono::milliseconds transfer_timeout) {
+             std::chrono::milliseconds transfer_timeout, const std::string& name, std::uint64_t corrupt_after,
+             bool linger) {
   modelcast::ConsumerOptions options;
+  if (!name.empty()) options.consumer_name = name;
   options.producer_endpoint = endpoint;
   options.model_name = "test";
   options.memory = memory == "cuda" ? modelcast::MemoryKind::kCuda : modelcast::MemoryKind::kHost;
@@ -105,6 +111,20 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
       corrupt = true;
     }
     auto first = view.tensors().front();
+    if (view.version() == corrupt_after) {
+      // The bytes a peer reading this version would get: its memory goes bad after the check.
+      std::byte byte{};
+      if (runtime) {
+        runtime->copy_async(&byte, first.data, 1, nullptr);
+        runtime->synchronize_stream(nullptr);
+        byte ^= std::byte{0x5a};
+        runtime->copy_async(const_cast<void*>(first.data), &byte, 1, nullptr);
+        runtime->synchronize_stream(nullptr);
+      } else {
+        const_cast<std::byte*>(first.bytes().data())[0] ^= std::byte{0x5a};
+      }
+      say("corrupted " + std::to_string(view.version()));
+    }
     say("installed " + std::to_string(view.version()) + " memory=" +
         std::string(modelcast::memory_kind_name(first.spec->memory)) + " device=" + std::to_string(first.spec->device) +
         " transport=" + transport());
@@ -151,8 +171,14 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
     reader.join();
     say("reads " + std::to_string(reads.load()));
   }
+  if (linger && status == 0) {
+    std::string line;
+    while (std::getline(std::cin, line)) {
+    }
+  }
   auto stats = consumer.stats();
-  say("stats aborted=" + std::to_string(stats.transfers_aborted) + " rejected=" + std::to_string(stats.versions_rejected));
+  say("stats aborted=" + std::to_string(stats.transfers_aborted) + " rejected=" + std::to_string(stats.versions_rejected) +
+      " relay_faults=" + std::to_string(stats.relay_faults) + " bytes_relayed=" + std::to_string(stats.bytes_relayed));
   if (status) return status;
   return corrupt ? 3 : 0;
 }
@@ -189,13 +215,19 @@ int main(int argc, char** argv) {
   cons->add_flag("--read-loop", read_loop, "a thread acquires and checks views while updates land");
   std::int64_t transfer_timeout_ms = 0;
   cons->add_option("--transfer-timeout-ms", transfer_timeout_ms, "ConsumerOptions::transfer_timeout (0: default)");
+  std::string name;
+  cons->add_option("--name", name, "ConsumerOptions::consumer_name");
+  std::uint64_t corrupt_after = 0;
+  cons->add_option("--corrupt-after", corrupt_after, "flip a byte of this version where it is held, once checked");
+  bool linger = false;
+  cons->add_flag("--linger", linger, "after the last version, keep serving peers until stdin closes");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*read) return ipc_read(hex, size, dev);
     if (*prod) return producer(endpoint, versions, seed, kib, dev);
     return consumer(endpoint, versions, seed, memory, dev, transports, path, read_loop,
-                    std::chrono::milliseconds(transfer_timeout_ms));
+                    std::chrono::milliseconds(transfer_timeout_ms), name, corrupt_after, linger);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;

@@ -21,15 +21,10 @@
 namespace {
 
 using testing_support::ChildProcess;
+using testing_support::joined_lines;
 
 constexpr int kChangePct = 25;
 constexpr std::size_t kModelKib = 4096;
-
-std::string joined_lines(const ChildProcess& child) {
-  std::string all;
-  for (const auto& line : child.lines()) all += line + "\n";
-  return all;
-}
 
 std::uint64_t bytes_received(const ChildProcess& consumer) {
   for (const auto& line : consumer.lines()) {

@@ -35,6 +35,7 @@ namespace protocol = modelcast::protocol;
 using Clock = std::chrono::steady_clock;
 
 using testing_support::eventually;
+using testing_support::joined_lines;
 
 double ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
@@ -53,12 +54,6 @@ std::size_t open_fds(pid_t pid) {
     n++;
   }
   return n;
-}
-
-std::string joined_lines(const ChildProcess& child) {
-  std::string all;
-  for (const auto& line : child.lines()) all += line + "\n";
-  return all;
 }
 
 // Leases the producer has handed out so far, as far as its counters show them: each is in

@@ -25,12 +25,7 @@ class FaultTest : public ExchangeTest {};
 
 
 using testing_support::eventually;
-
-std::string joined_lines(const ChildProcess& child) {
-  std::string all;
-  for (const auto& line : child.lines()) all += line + "\n";
-  return all;
-}
+using testing_support::joined_lines;
 
 TEST_P(FaultTest, ConsumerKilledMidTransferDoesNotStopTheOthers) {
   std::mutex mutex;

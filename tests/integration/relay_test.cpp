@@ -20,12 +20,7 @@
 namespace {
 
 using testing_support::ChildProcess;
-
-std::string joined_lines(const ChildProcess& child) {
-  std::string all;
-  for (const auto& line : child.lines()) all += line + "\n";
-  return all;
-}
+using testing_support::joined_lines;
 
 // "name value" lines a consumer prints when it is done.
 std::uint64_t reported(const ChildProcess& consumer, const std::string& name) {

@@ -135,4 +135,11 @@ class ChildProcess {
   std::vector<std::string> lines_;
 };
 
+// Everything the child said so far, one line each: for failure messages.
+inline std::string joined_lines(const ChildProcess& child) {
+  std::string all;
+  for (const auto& line : child.lines()) all += line + "\n";
+  return all;
+}
+
 }  // namespace testing_support

@@ -54,8 +54,9 @@ TEST(Codec, RoundTripsEveryMessageType) {
       Ping{13},
       Digests{14, 15, {16, 17}, {18, 19, 20}, signature},
       order,
-      RelayCancel{25, 26},
+      RelayCancel{25, 26, true},
       RelayFailed{27, 28, "gone"},
+      RelayOffer{29, 30, address},
   };
   for (const auto& message : messages) {
     auto decoded = decode(encode(message));
@@ -83,7 +84,15 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(relay_order.blocks, (std::vector<std::uint32_t>{0, 3, 7}));
   EXPECT_EQ(relay_order.peer_address, address);
   EXPECT_FALSE(relay_order.detect_failure);
+  EXPECT_FALSE(relay_order.export_region);
+  order.export_region = true;  // a one-sided route's order: pin and export, send nothing
+  EXPECT_TRUE(std::get<RelayOrder>(decode(encode(order))).export_region);
+  EXPECT_TRUE(std::get<RelayCancel>(decode(encode(messages[9]))).delivered);
+  EXPECT_FALSE(std::get<RelayCancel>(decode(encode(RelayCancel{25, 26, false}))).delivered);
   EXPECT_EQ(std::get<RelayFailed>(decode(encode(messages[10]))).error, "gone");
+  auto offer = std::get<RelayOffer>(decode(encode(messages[11])));
+  EXPECT_EQ(offer.order_id, 30u);
+  EXPECT_EQ(offer.region, address);
   auto join_reply = std::get<JoinReply>(decode(encode(messages[2])));
   EXPECT_EQ(join_reply.refusal, Refusal::kNoTransport);
   EXPECT_EQ(join_reply.transport, "loopback");

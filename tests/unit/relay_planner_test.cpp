@@ -120,3 +120,20 @@ TEST(RelayPlanner, AStallIsBlamedOnARelayThatHeldTheVersionNotOnOneStillReceivin
 }
 
 }  // namespace
+
+// A reader of a relay's buffer (CUDA IPC) cannot tell which blocks are in, and reaches only its
+// own machine: it is given a complete holder on its host, never one still receiving or elsewhere.
+TEST(RelayPlanner, AReaderOfARelaysBufferGetsOnlyACompleteHolderOnItsOwnHost) {
+  RelayPlanner planner(2);
+  planner.joined("receiving", "receiving", "host-a", true, 0);
+  planner.joined("elsewhere", "elsewhere", "host-b", true, 0);
+  planner.joined("reader", "reader", "host-a", true, 0);
+  auto t = Clock::now();
+  planner.receiving("receiving", 1, t);
+  planner.delivered("elsewhere", 1);
+  EXPECT_EQ(planner.choose("reader", 1, t, true), std::nullopt);
+  // Over a route that sends, both would do (the one receiving last is the tail of the chain).
+  EXPECT_TRUE(planner.choose("reader", 1, t, false).has_value());
+  planner.delivered("receiving", 1);
+  EXPECT_EQ(planner.choose("reader", 1, t, true), "receiving");
+}

@@ -3,8 +3,10 @@
 // Opening a handle is expensive (it maps the allocation into this process, milliseconds)
 // and a producer reuses a handful of slots for every version, so mappings are cached by
 // (producer incarnation, slot) and reused across versions. A mapping is closed
-//  - when the producer's incarnation changes (the old process is gone or restarted: all of its
-//    mappings go at the next acquire for a new incarnation),
+//  - when the exporter changes (the producer restarted, or a fetch reads another consumer's
+//    exported buffer, a relay, instead): all other exporters' mappings go at that acquire. A
+//    reader that switches between the producer and a relay reopens (milliseconds a version)
+//    rather than keep mappings that may pin the memory of a process that is gone,
 //  - when a slot arrives with a different handle (the producer reallocated it),
 //  - when the cache holds more than `capacity` mappings (least recently used first),
 //  - by clear() and the destructor,
