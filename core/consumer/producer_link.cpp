@@ -74,6 +74,13 @@ bool ProducerLink::join_due(Clock::time_point now) const {
 
 void ProducerLink::send(const protocol::Message& message) { wire::send(*dealer_, message); }
 
+void ProducerLink::leave() {
+  if (!joined_) return;
+  dealer_->set(zmq::sockopt::linger, static_cast<int>(kLeaveLinger.count()));
+  send(protocol::Leave{incarnation_});
+  joined_ = false;
+}
+
 // A handshake that fails (the wrong producer on the endpoint, this consumer's key not admitted,
 // or a keyless consumer at a producer that has keys) is otherwise silent: ZeroMQ just retries.
 // The monitor makes it an error. A connection that closes (the producer died or restarted)

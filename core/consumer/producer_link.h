@@ -50,6 +50,10 @@ class ProducerLink {
   zmq::socket_t& dealer() { return *dealer_; }
   zmq::socket_t* monitor() { return monitor_.get(); }
   void send(const protocol::Message& message);
+  // The consumer is closing: tells a producer it joined (protocol::Leave), and gives the message
+  // kLeaveLinger to go out when the DEALER closes (it drops what is unsent otherwise).
+  void leave();
+  static constexpr std::chrono::milliseconds kLeaveLinger{100};
 
   // What the monitor saw since it was last read: how many handshakes failed, a description of
   // the first failure since the last successful join (once per failing streak, not per retry),

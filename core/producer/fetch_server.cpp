@@ -94,7 +94,9 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     }
     planner_.failed(unanswered->second.relay, routing_id, unanswered->second.version, now, true);
     unanswered_relays_.push_back({planner_.name(unanswered->second.relay), routing_id, unanswered->second.version});
-    end_relayed(unanswered->second, false);
+    // Told all the same: a relay that was only slow pins its buffer when the order reaches it,
+    // and the cancel, behind the order on the same connection, unpins it.
+    end_relayed(unanswered->second, true);
     it->second.erase(unanswered);
   }
   // Only the newest version is served (older slots are what publish() writes next), and the

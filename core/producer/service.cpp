@@ -403,6 +403,11 @@ void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
               *join);
     } else if (std::holds_alternative<protocol::Ping>(message)) {
       // last_seen is all a ping updates
+    } else if (auto* leave = std::get_if<protocol::Leave>(&message)) {
+      if (auto* consumer = membership_.find(routing_id); consumer && leave->incarnation == incarnation_) {
+        log_->info("consumer '{}' left", consumer->name);
+        drop_consumer(routing_id);
+      }
     } else if (auto* fetch = std::get_if<protocol::FetchRequest>(&message)) {
       on_fetch(routing_id, *fetch);
     } else if (auto* ack = std::get_if<protocol::Ack>(&message)) {

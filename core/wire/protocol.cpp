@@ -13,7 +13,7 @@ using namespace wire;
 
 enum class Type : std::uint8_t {
   kAnnounce = 1, kJoinRequest, kJoinReply, kFetchRequest, kFetchReply, kAck, kPing, kDigests,
-  kRelayOrder, kRelayCancel, kRelayFailed, kRelayOffer
+  kRelayOrder, kRelayCancel, kRelayFailed, kRelayOffer, kLeave
 };
 
 
@@ -144,6 +144,10 @@ struct BodyPacker {
     pk.pack("order"); pk.pack(m.order_id);
     pk.pack("done"); pk.pack(m.delivered);
   }
+  void operator()(const Leave& m) const {
+    pk.pack_map(1);
+    pk.pack("inc"); pk.pack(m.incarnation);
+  }
   void operator()(const RelayOffer& m) const {
     pk.pack_map(3);
     pk.pack("inc"); pk.pack(m.incarnation);
@@ -250,6 +254,10 @@ Message unpack_body(Type type, const msgpack::object& body) {
       Fields f(body, "relay cancel");
       return RelayCancel{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("order"),
                          f.has("done") && f.get<bool>("done")};
+    }
+    case Type::kLeave: {
+      Fields f(body, "leave");
+      return Leave{f.get<std::uint64_t>("inc")};
     }
     case Type::kRelayOffer: {
       Fields f(body, "relay offer");
@@ -382,7 +390,7 @@ Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits) {
     fail("unsupported protocol version " + std::to_string(version) + " (this build speaks " +
          std::to_string(kVersion) + ")");
   }
-  if (type < 1 || type > static_cast<std::uint8_t>(Type::kRelayOffer)) fail("unknown message type " + std::to_string(type));
+  if (type < 1 || type > static_cast<std::uint8_t>(Type::kLeave)) fail("unknown message type " + std::to_string(type));
   try {
     return unpack_body(static_cast<Type>(type), items[3]);
   } catch (const Error&) {

@@ -19,6 +19,7 @@
 //   producer -> consumer                Digests            (only if the reply said pending)
 //   consumer -> producer                Ack                (installed or why not; ends the lease)
 //   consumer -> producer                Ping               (every second while joined)
+//   consumer -> producer                Leave              (when it closes: forget it now)
 //   producer -> consumer                FetchReply         (fetch id 0, kNotJoined: it was dropped)
 // A relayed fetch (the producer's relay_fanout is on): the FetchReply names a relay, and the
 // producer sends that consumer a RelayOrder instead of the chunks:
@@ -254,8 +255,14 @@ struct Ping {
   std::uint64_t incarnation = 0;
 };
 
+// Consumer -> producer, when it closes: forget it now (its fetch ends, the fetches it relays are
+// withdrawn, it is no relay any more), not once the silence limit has passed.
+struct Leave {
+  std::uint64_t incarnation = 0;
+};
+
 using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping, Digests,
-                             RelayOrder, RelayCancel, RelayFailed, RelayOffer>;
+                             RelayOrder, RelayCancel, RelayFailed, RelayOffer, Leave>;
 
 inline constexpr unsigned kChunkBits = 20;
 inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {

@@ -682,6 +682,27 @@ void expect_exact(ChildProcess& peer) {
   for (const auto& line : peer.lines()) EXPECT_EQ(line.rfind("corrupt ", 0), std::string::npos) << line;
 }
 
+// A device producer with relays on (a relay serves one reader at a time) and its model.
+struct RelayingDeviceProducer {
+  explicit RelayingDeviceProducer(std::size_t kib)
+      : producer([] {
+          auto options = producer_options();
+          options.relay_fanout = 1;
+          return options;
+        }()),
+        model(runtime(), 0, kib) {
+    producer.register_tensors(model.refs());
+    producer.prepare();
+  }
+  void publish(std::uint64_t version) {
+    model.upload(9, version);
+    producer.publish(static_cast<std::int64_t>(version));
+  }
+  std::string endpoint() const { return producer.control_endpoint(); }
+  modelcast::Producer producer;
+  devicemodel::DeviceModel model;
+};
+
 }  // namespace
 
 // Device consumers on one host serve each other over CUDA IPC: one that joins late reads the
@@ -689,21 +710,15 @@ void expect_exact(ChildProcess& peer) {
 // asks, and unpins when the reader is done) instead of the producer's slot, and checks every
 // byte on its device against the producer's digests.
 TEST(DeviceExchange, ADeviceConsumerReadsAnotherDeviceConsumersVersionOverCudaIpc) {
-  auto& rt = runtime();
-  auto options = producer_options();
-  options.relay_fanout = 1;
-  modelcast::Producer producer(options);
-  devicemodel::DeviceModel model(rt, 0, 512);
-  producer.register_tensors(model.refs());
-  producer.prepare();
-  auto holder = ipc_consumer(producer.control_endpoint(), "ipc-holder", 1, {"--linger"});
+  RelayingDeviceProducer p(512);
+  auto& producer = p.producer;
+  auto holder = ipc_consumer(p.endpoint(), "ipc-holder", 1, {"--linger"});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
-  model.upload(9, 1);
-  producer.publish(1);
+  p.publish(1);
   auto installed = holder->wait_for_line("installed 1");
   ASSERT_TRUE(installed) << joined_lines(*holder);
   ASSERT_NE(installed->find("transport=cuda_ipc"), std::string::npos) << *installed;
-  auto reader = ipc_consumer(producer.control_endpoint(), "ipc-reader", 1);
+  auto reader = ipc_consumer(p.endpoint(), "ipc-reader", 1);
   installed = reader->wait_for_line("installed 1");
   ASSERT_TRUE(installed) << joined_lines(*reader);
   EXPECT_NE(installed->find("memory=cuda"), std::string::npos) << *installed;
@@ -719,24 +734,47 @@ TEST(DeviceExchange, ADeviceConsumerReadsAnotherDeviceConsumersVersionOverCudaIp
   EXPECT_EQ(peer_stat(*holder, "bytes_relayed"), static_cast<long long>(stats.bytes_relayed)) << joined_lines(*holder);
 }
 
+// Eight device consumers joining one after another: each reads version 1 out of one that holds
+// it (a relay serves one reader at a time here), so the producer's slot is read once for all
+// eight, and every byte is checked on each reader's device.
+TEST(DeviceExchange, EightDeviceConsumersJoiningInTurnReadTheVersionFromEachOtherNotTheProducer) {
+  RelayingDeviceProducer p(256);
+  auto& producer = p.producer;
+  p.publish(1);
+  std::vector<std::unique_ptr<ChildProcess>> consumers;
+  for (int i = 0; i < 8; ++i) {
+    consumers.push_back(ipc_consumer(p.endpoint(), "ipc-" + std::to_string(i), 1, {"--linger"}));
+    ASSERT_TRUE(consumers.back()->wait_for_line("installed 1")) << joined_lines(*consumers.back());
+    // The next one joins once the producer knows this one holds the version.
+    ASSERT_TRUE(eventually([&] { return producer.stats().deliveries == consumers.size(); }, 60s));
+  }
+  auto stats = producer.stats();
+  EXPECT_EQ(stats.relayed_deliveries, 7u);
+  EXPECT_EQ(stats.bytes_relayed, 7 * stats.bytes_sent) << "one model from the producer, seven from relays";
+  EXPECT_EQ(stats.relay_faults, 0u);
+  long long served = 0;
+  for (auto& c : consumers) {
+    c->close_stdin();
+    EXPECT_EQ(c->wait(), 0) << joined_lines(*c);
+    expect_exact(*c);
+    EXPECT_EQ(peer_stat(*c, "relay_faults"), 0) << joined_lines(*c);
+    served += peer_stat(*c, "bytes_relayed");
+  }
+  EXPECT_EQ(served, static_cast<long long>(stats.bytes_relayed));
+}
+
 // A holder whose device copy went bad after it was checked: the reader's check on its device
 // catches it, blames the holder (it never rejects the version) and reads the producer's slot.
 // Then a holder that stopped answering: the reader, unanswered, asks again and the producer
 // serves it. Every byte is checked on the reader's device.
 TEST(DeviceExchange, ADeviceConsumerRoutesAroundAnIpcHolderWithBadBytesOrStopped) {
-  auto& rt = runtime();
-  auto options = producer_options();
-  options.relay_fanout = 1;
-  modelcast::Producer producer(options);
-  devicemodel::DeviceModel model(rt, 0, 512);
-  producer.register_tensors(model.refs());
-  producer.prepare();
-  auto bad = ipc_consumer(producer.control_endpoint(), "ipc-bad-holder", 1, {"--corrupt-after", "1", "--linger"});
+  RelayingDeviceProducer p(512);
+  auto& producer = p.producer;
+  auto bad = ipc_consumer(p.endpoint(), "ipc-bad-holder", 1, {"--corrupt-after", "1", "--linger"});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
-  model.upload(9, 1);
-  producer.publish(1);
+  p.publish(1);
   ASSERT_TRUE(bad->wait_for_line("corrupted 1")) << joined_lines(*bad);
-  auto reader = ipc_consumer(producer.control_endpoint(), "ipc-reader", 1);
+  auto reader = ipc_consumer(p.endpoint(), "ipc-reader", 1);
   ASSERT_TRUE(reader->wait_for_line("installed 1")) << joined_lines(*reader);
   EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
   expect_exact(*reader);
@@ -750,15 +788,14 @@ TEST(DeviceExchange, ADeviceConsumerRoutesAroundAnIpcHolderWithBadBytesOrStopped
   EXPECT_EQ(bad->wait(), 0) << joined_lines(*bad);
   EXPECT_EQ(peer_stat(*bad, "bytes_relayed"), 0) << "nothing it served was installed";
 
-  auto stopped = ipc_consumer(producer.control_endpoint(), "ipc-stopped-holder", 2, {"--linger"});
+  auto stopped = ipc_consumer(p.endpoint(), "ipc-stopped-holder", 2, {"--linger"});
   const auto delivered = producer.stats().deliveries;
-  model.upload(9, 2);
-  producer.publish(2);
+  p.publish(2);
   ASSERT_TRUE(stopped->wait_for_line("installed 2")) << joined_lines(*stopped);
   // Stopped once the producer knows it holds version 2, which makes it the one to read from.
   ASSERT_TRUE(eventually([&] { return producer.stats().deliveries > delivered; }, 60s));
   ASSERT_EQ(::kill(stopped->pid(), SIGSTOP), 0);
-  auto late = ipc_consumer(producer.control_endpoint(), "ipc-late-reader", 2);
+  auto late = ipc_consumer(p.endpoint(), "ipc-late-reader", 2);
   auto installed = late->wait_for_line("installed 2");
   ::kill(stopped->pid(), SIGCONT);
   ASSERT_TRUE(installed) << joined_lines(*late);

@@ -275,6 +275,27 @@ TEST_P(FaultTest, ProducerKilledAndRestartedConsumerKeepsServingThenFollows) {
   EXPECT_GE(consumer.stats().versions_installed, 3u);
 }
 
+// A consumer that closes says so: the producer forgets it at once (its record, its relays),
+// not once it has been silent past max(lease_timeout, 5 s), a minute here.
+TEST(Faults, AConsumerThatClosesIsForgottenAtOnceNotAfterTheSilenceLimit) {
+  modelcast::ProducerOptions options;
+  options.lease_timeout = 60s;
+  TestProducer p(64, options);
+  p.publish(1);
+  {
+    modelcast::ConsumerOptions consumer_options;
+    consumer_options.producer_endpoint = p.producer->control_endpoint();
+    consumer_options.model_name = "test";
+    modelcast::Consumer consumer(consumer_options);
+    ASSERT_TRUE(consumer.wait_for_version(1, 60s));
+    ASSERT_TRUE(eventually([&] { return p.producer->stats().deliveries == 1; }, 30s));
+    EXPECT_EQ(p.producer->stats().consumers, 1u);
+  }
+  EXPECT_TRUE(eventually([&] { return p.producer->stats().consumers == 0; }, 20s))
+      << "the producer still counts the closed consumer";
+  EXPECT_EQ(p.producer->stats().failed_deliveries, 0u);
+}
+
 TEST(Faults, MalformedRequestsAreDroppedCountedAndServiceGoesOn) {
   setenv("UCX_NET_DEVICES", "lo", 1);
   TestProducer p(256);

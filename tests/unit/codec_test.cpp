@@ -57,6 +57,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
       RelayCancel{25, 26, true},
       RelayFailed{27, 28, "gone"},
       RelayOffer{29, 30, address},
+      Leave{31},
   };
   for (const auto& message : messages) {
     auto decoded = decode(encode(message));
@@ -93,6 +94,7 @@ TEST(Codec, RoundTripsEveryMessageType) {
   auto offer = std::get<RelayOffer>(decode(encode(messages[11])));
   EXPECT_EQ(offer.order_id, 30u);
   EXPECT_EQ(offer.region, address);
+  EXPECT_EQ(std::get<Leave>(decode(encode(messages[12]))).incarnation, 31u);
   auto join_reply = std::get<JoinReply>(decode(encode(messages[2])));
   EXPECT_EQ(join_reply.refusal, Refusal::kNoTransport);
   EXPECT_EQ(join_reply.transport, "loopback");
