@@ -213,6 +213,15 @@ int main(int argc, char** argv) {
   write("fuzz_control_message", "ack", mp::encode(ack));
   write("fuzz_control_message", "ping", mp::encode(ping));
   write("fuzz_control_message", "digests", mp::encode(digests));
+  // Relays: an order to send blocks, one to export a buffer (CUDA IPC), the offer, cancel, failure.
+  mp::RelayOrder order{42, 5, 3, 7, 65536, {0, 2, 5}, sig(40), true, false};
+  write("fuzz_control_message", "relay_order", mp::encode(order));
+  mp::RelayOrder export_order{42, 6, 3, 8, 0, {}, {}, false, true};
+  write("fuzz_control_message", "relay_order_export", mp::encode(export_order));
+  write("fuzz_control_message", "relay_offer", mp::encode(mp::RelayOffer{42, 6, sig(96)}));
+  write("fuzz_control_message", "relay_cancel", mp::encode(mp::RelayCancel{42, 6, true}));
+  write("fuzz_control_message", "relay_failed", mp::encode(mp::RelayFailed{42, 5, "not held here"}));
+  write("fuzz_control_message", "leave", mp::encode(mp::Leave{42}));
   // Known crashes (unbounded msgpack decoding): an array32 header claiming 2^32-1 elements, alone
   // and as the body of a FetchReply envelope.
   write("fuzz_control_message", "known-crash-array32-alone", raw({0xdd, 0xff, 0xff, 0xff, 0xff}));
