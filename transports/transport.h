@@ -97,6 +97,11 @@ class Transport {
 
   // Completes the transfer with an error if it has not completed yet. Never blocks on the peer.
   virtual void cancel(TransferId transfer) = 0;
+  // The caller will not read `source` again (a relay's buffer, which the relay frees or reuses
+  // once the reader is done): a transport that keeps what it imported lets it go, at once where
+  // no read of it is in flight. Call from a thread that may call the transport, with no read
+  // of it posted after.
+  virtual void forget_import(const RemoteRegion& /*source*/) {}
 };
 
 // Throws Error(kInvalidArgument) unless [offset, offset+length) lies within `size` bytes.

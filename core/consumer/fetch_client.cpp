@@ -225,8 +225,11 @@ std::optional<FinishedFetch> FetchClient::maybe_finish() {
   if (fetch_->failure.empty() && fetch_->digests_pending) return std::nullopt;
   InFlight fetch = std::move(*fetch_);
   fetch_.reset();
+  // Every read is done: a relay's buffer is not mapped here any more once the relay is told.
+  if (fetch.remote && !fetch.relay.empty()) fetch.buffer->transport->forget_import(*fetch.remote);
   std::vector<std::uint64_t> received;
   if (fetch.tensor_digests && fetch.failure.empty()) received = fetch.tensor_digests->finish(fetch.buffer->memory.data());
+  const bool relay_read = fetch.remote != nullptr && !fetch.relay.empty();
   FinishedFetch done{fetch.fetch_id,
                      std::move(fetch.manifest),
                      std::move(fetch.buffer),
@@ -237,7 +240,8 @@ std::optional<FinishedFetch> FetchClient::maybe_finish() {
                      std::move(fetch.blocks),
                      fetch.bytes_received,
                      std::move(fetch.relay),
-                     fetch.relay_fault};
+                     fetch.relay_fault,
+                     relay_read};
   return done;
 }
 

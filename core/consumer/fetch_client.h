@@ -49,6 +49,7 @@ struct FinishedFetch {
   std::uint64_t bytes_received = 0;         // over the transport (a delta's changed blocks)
   std::string relay;                        // the consumer that sent the blocks; empty: the producer
   bool relay_fault = false;                 // that relay sent a block that failed its digest
+  bool relay_read = false;                  // read out of that relay's exported buffer (one-sided)
 };
 
 class FetchClient {

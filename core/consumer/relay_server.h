@@ -11,7 +11,8 @@
 // On a one-sided route (CUDA IPC between device consumers on one host) the receiver reads
 // instead: an export_region order pins the installed version's buffer and returns its export
 // (export_buffer), and the buffer stays pinned until the producer cancels the order, which it
-// does once the receiver's fetch has ended, however it ended.
+// does once the receiver's fetch has ended, however it ended, or until clear() (the consumer
+// joins again: a producer that forgot it forgot its orders).
 // Service thread only; send completions reach it through the loop's event queue. It sends no
 // control message: the calls return the failures to report to the producer.
 #pragma once

@@ -84,6 +84,9 @@ std::chrono::milliseconds ConsumerService::tick() const {
 }
 
 void ConsumerService::join() {
+  // A producer that hears this join has forgotten any orders this consumer served (it forgets a
+  // consumer before it asks it to join again): their sends stop and their buffers are unpinned.
+  relay_.clear();
   auto memory = options_.memory == MemoryKind::kCuda ? transport::MemoryLocation::cuda(options_.device)
                                                      : transport::MemoryLocation::host();
   link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,
@@ -99,7 +102,6 @@ void ConsumerService::join() {
 // in). Buffers that views or unfinished receives still hold keep the old transport alive.
 void ConsumerService::rejoin_afresh(const std::string& why) {
   abandon_fetch(why, true);
-  relay_.clear();
   release_landed_host();
   offered_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
   join();

@@ -273,10 +273,11 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       shaper_.apply(m, selection_, base, *installed, *target_);
     }
   } catch (const Error& e) {
-    // Bytes read out of a relay's buffer that fail their check are the relay's doing (the
-    // digests came from the producer): no verdict on the version, which comes from the
-    // producer next (if the producer's own bytes are bad, that fetch rejects it).
-    if (!done->relay.empty() && e.code() == ErrorCode::kIntegrity) {
+    // Bytes read out of a relay's buffer, checked whole here, that fail their check are the
+    // relay's doing (the digests came from the producer): no verdict on the version, which
+    // comes from the producer next (if the producer's own bytes are bad, that fetch rejects it).
+    // A relay that sends is checked block by block as the blocks land, in FetchClient.
+    if (done->relay_read && e.code() == ErrorCode::kIntegrity) {
       done->failure = std::string(e.what()) + " (read from relay '" + done->relay + "')";
       done->relay_fault = true;
       return finish(std::move(done));

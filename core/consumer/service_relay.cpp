@@ -46,27 +46,29 @@ void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
   pump_relays();
 }
 
-// An export_region order: the receiver reads the installed version out of this consumer's
-// device buffer, which stays pinned until the producer cancels the order. Only a version held
-// whole, verified and as the producer sent it: a shaped or partial copy is not the slot's layout.
+// An export_region order: the receiver reads the version out of this consumer's device buffer,
+// which stays pinned until the producer cancels the order (or this consumer joins again). The
+// installed version, or the one a group member holds verified until its group switches; only
+// held whole and as the producer sent it (a shaped or partial copy is not the slot's layout).
 void ConsumerService::export_installed(const protocol::RelayOrder& order) {
   auto refuse = [&](const std::string& why) {
     relay_failed({order.incarnation, order.order_id, "version " + std::to_string(order.version) + ": " + why});
   };
-  auto current = store_.current();
-  if (!current || current->manifest.version != order.version || current->manifest.incarnation != link_.incarnation()) {
+  std::shared_ptr<const detail::InstalledVersion> version = store_.current();
+  if (prepared_ && prepared_->manifest.version == order.version) version = prepared_;
+  if (!version || version->manifest.version != order.version || version->manifest.incarnation != link_.incarnation()) {
     return refuse("not installed here");
   }
-  const auto& held = current->blocks_held;
-  if (!current->buffer || !current->buffer->device_owned ||
+  const auto& held = version->blocks_held;
+  if (!version->buffer || !version->buffer->device_owned ||
       std::find(held.begin(), held.end(), false) != held.end()) {
     return refuse("not held whole in a device buffer here, which is what a reader over CUDA IPC reads");
   }
+  if (!link_.is_joined()) return;
   try {
-    link_.send(relay_.export_buffer(order, current->buffer, current->manifest.total_bytes));
+    link_.send(relay_.export_buffer(order, version->buffer, version->manifest.total_bytes));
   } catch (const Error& e) {
-    relay_.cancel(order.order_id);
-    refuse(std::string("cannot export its buffer: ") + e.what());
+    refuse(std::string("cannot export its buffer: ") + e.what());  // export_buffer pinned nothing
   }
 }
 

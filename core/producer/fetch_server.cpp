@@ -86,18 +86,23 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   // One lease per consumer: a client re-fetching in a loop pins at most one slot, and only
   // until its lease lapses, so publish() never waits on it for longer than that.
   if (auto it = fetches_.find(routing_id); it != fetches_.end() && !it->second.empty()) {
-    // Unanswered because its relay has not offered its buffer yet: the consumer gave up
-    // waiting (producer_timeout), so the relay is taken to have stalled and the producer serves.
-    auto unanswered = it->second.begin();
-    if (it->second.size() != 1 || !unanswered->second.awaiting_offer) {
+    // A fetch read out of a relay's buffer holds no lease, and the consumer asks again only
+    // once it has given that fetch up: unanswered because the relay never offered its buffer
+    // (the relay is taken to have stalled, and the producer serves), or answered too late for
+    // the consumer, which had stopped waiting (producer_timeout) and dropped the answer.
+    auto earlier = it->second.begin();
+    const Fetch& given_up = earlier->second;
+    if (it->second.size() != 1 || (!given_up.awaiting_offer && !given_up.exported)) {
       return refuse(protocol::Refusal::kBusy, "a fetch of this consumer is still in flight");
     }
-    planner_.failed(unanswered->second.relay, routing_id, unanswered->second.version, now, true);
-    unanswered_relays_.push_back({planner_.name(unanswered->second.relay), routing_id, unanswered->second.version});
-    // Told all the same: a relay that was only slow pins its buffer when the order reaches it,
+    if (given_up.awaiting_offer) {
+      planner_.failed(given_up.relay, routing_id, given_up.version, now, true);
+      unanswered_relays_.push_back({planner_.name(given_up.relay), routing_id, given_up.version});
+    }
+    // Told either way: a relay that was only slow pins its buffer when the order reaches it,
     // and the cancel, behind the order on the same connection, unpins it.
-    end_relayed(unanswered->second, true);
-    it->second.erase(unanswered);
+    end_relayed(given_up, true);
+    it->second.erase(earlier);
   }
   // Only the newest version is served (older slots are what publish() writes next), and the
   // version the consumer's group is switching to, which the group holds pinned until then.
@@ -173,7 +178,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   }
   std::uint64_t bytes = 0;
   for (auto i : blocks) bytes += plan.length(i);
-  if (relay && manifest.block_digests.size() == plan.count() && manifest.block_bytes == plan.chunk_bytes) {
+  if (relay && two_sided && manifest.block_digests.size() == plan.count() && manifest.block_bytes == plan.chunk_bytes) {
     // The relay sends; the producer holds no lease (it serves again only if the relay fails,
     // and then only a version it still holds).
     store_.release(leased->lease.id);

@@ -327,8 +327,11 @@ std::optional<std::vector<std::byte>> encode_version_refusal(std::uint16_t versi
   const std::string why = "unsupported protocol version " + std::to_string(version) +
                           ": this producer speaks protocol version " + std::to_string(kVersion) +
                           "; use a consumer of the same modelcast release";
-  // Protocol 6 checked a host version by its tensor digests; its join reply is this build's.
-  if (version == 6) return encode_as(JoinReply{false, Refusal::kBadRequest, why, 0, 0, "", DeliveryPath::kHostUcx}, 6);
+  // Protocol 6 checked a host version by its tensor digests, protocol 7 knew neither Leave nor
+  // relays read over CUDA IPC; their join replies are this build's.
+  if (version == 6 || version == 7) {
+    return encode_as(JoinReply{false, Refusal::kBadRequest, why, 0, 0, "", DeliveryPath::kHostUcx}, version);
+  }
   if (version != 5) return std::nullopt;
   // Protocol 5's join reply: this build's, with the announcement endpoint it named then.
   msgpack::sbuffer buffer;

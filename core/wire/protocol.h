@@ -34,7 +34,7 @@
 //   relay -> producer                   RelayOffer         (the buffer's export) or RelayFailed
 //   producer -> consumer                FetchReply         (names the relay; region: its export)
 //   consumer -> producer                Ack                (as usual)
-//   producer -> relay                   RelayCancel        (always: the relay unpins the buffer)
+//   producer -> relay                   RelayCancel        (whenever the fetch ends: unpin it)
 #pragma once
 
 #include <cstddef>
@@ -52,7 +52,7 @@
 namespace modelcast::protocol {
 
 inline constexpr std::uint32_t kMagic = 0x4D435354;  // "MCST"
-inline constexpr std::uint16_t kVersion = 7;
+inline constexpr std::uint16_t kVersion = 8;
 
 // Why a request was refused, so the other side can act on it without reading prose.
 enum class Refusal : std::uint8_t {
@@ -282,8 +282,8 @@ std::vector<std::byte> encode(const Message& message);
 // another version than this build's; std::nullopt for anything else. Reads the envelope only.
 std::optional<std::uint16_t> foreign_version(std::span<const std::byte> bytes);
 // A join refusal that a consumer speaking protocol `version` decodes, saying it speaks another
-// version than this producer; std::nullopt for any version but 5 and 6, the ones before this,
-// whose join replies this build still writes. Without it such a consumer would wait for ever,
+// version than this producer; std::nullopt for any version but 5, 6 and 7, the ones before
+// this, whose join replies this build still writes. Without it such a consumer would wait for ever,
 // silently.
 std::optional<std::vector<std::byte>> encode_version_refusal(std::uint16_t version);
 // Throws Error(kProtocol) for anything but a well-formed message of this protocol version

@@ -97,6 +97,27 @@ TEST(IpcHandleCache, ChangedHandleForASlotReopens) {
   EXPECT_EQ(fake.opened.size(), 2u);
 }
 
+// A reader done with a relay's buffer lets its mapping go, and only that one.
+TEST(IpcHandleCache, ForgetClosesOneMappingAtOnceOrWhenReleased) {
+  FakeCuda fake;
+  IpcHandleCache cache(fake.ops());
+  void* kept = cache.acquire(5, slot_export(0, 1))->base;
+  void* gone = cache.acquire(5, slot_export(1, 2))->base;
+  cache.forget(5, 1);
+  ASSERT_EQ(fake.closed.size(), 1u);
+  EXPECT_EQ(fake.closed[0], gone);
+  EXPECT_EQ(cache.acquire(5, slot_export(0, 1))->base, kept);
+  cache.forget(6, 0);  // another exporter's slot 0: not this one
+  EXPECT_EQ(cache.size(), 1u);
+  auto held = cache.acquire(5, slot_export(0, 1));  // a read still in flight
+  cache.forget(5, 0);
+  EXPECT_EQ(cache.size(), 0u);
+  EXPECT_EQ(fake.closed.size(), 1u) << "closed while held";
+  held.reset();
+  ASSERT_EQ(fake.closed.size(), 2u);
+  EXPECT_EQ(fake.closed[1], kept);
+}
+
 TEST(IpcHandleCache, HeldMappingStaysOpenUntilReleased) {
   FakeCuda fake;
   IpcHandleCache cache(fake.ops());

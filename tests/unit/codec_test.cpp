@@ -192,7 +192,7 @@ TEST(Codec, RejectsForeignAndFutureMessages) {
 // endpoint, and a consumer of protocol 5 asking to join is answered with a refusal in its own
 // protocol's words, which it decodes and reports, instead of silence.
 TEST(Codec, AConsumerOfTheLastProtocolIsToldWhyItCannotJoin) {
-  EXPECT_EQ(kVersion, 7);
+  EXPECT_EQ(kVersion, 8);
   auto join = encode(modelcast::testing::ucx_join("model", "old", {std::byte{1}}, "boot", 1));
   EXPECT_EQ(foreign_version(join), std::nullopt);  // this build's own
   auto old = join;
@@ -205,7 +205,7 @@ TEST(Codec, AConsumerOfTheLastProtocolIsToldWhyItCannotJoin) {
   EXPECT_EQ(foreign_version(std::vector<std::byte>(3, std::byte{0x94})), std::nullopt);
 
   EXPECT_EQ(encode_version_refusal(4), std::nullopt);  // a join reply this build cannot write
-  EXPECT_EQ(encode_version_refusal(8), std::nullopt);
+  EXPECT_EQ(encode_version_refusal(9), std::nullopt);
   auto refusal = encode_version_refusal(5);
   ASSERT_TRUE(refusal);
   // Exactly protocol 5's join reply: its envelope and its eight fields, the announcement
@@ -223,18 +223,22 @@ TEST(Codec, AConsumerOfTheLastProtocolIsToldWhyItCannotJoin) {
   EXPECT_EQ(keys, (std::set<std::string>{"ok", "why", "err", "inc", "pub", "latest", "transport", "path"}));
   EXPECT_FALSE(body.at("ok").as<bool>());
   auto error = body.at("err").as<std::string>();
-  EXPECT_NE(error.find("protocol version 7"), std::string::npos) << error;
+  EXPECT_NE(error.find("protocol version 8"), std::string::npos) << error;
   EXPECT_NE(error.find("unsupported protocol version 5"), std::string::npos) << error;
 
   // Protocol 6's join reply has this build's fields: it is one, in a protocol-6 envelope.
   auto six = encode_version_refusal(6);
   ASSERT_TRUE(six);
   EXPECT_EQ(foreign_version(*six), std::optional<std::uint16_t>(6));
-  auto as_seven = *six;
-  as_seven[6] = std::byte{7};
-  auto reply = std::get<JoinReply>(decode(as_seven));
+  auto as_this = *six;
+  as_this[6] = static_cast<std::byte>(kVersion);
+  auto reply = std::get<JoinReply>(decode(as_this));
   EXPECT_FALSE(reply.ok);
   EXPECT_NE(reply.error.find("unsupported protocol version 6"), std::string::npos) << reply.error;
+  // And protocol 7's (before Leave and relays read over CUDA IPC).
+  auto seven = encode_version_refusal(7);
+  ASSERT_TRUE(seven);
+  EXPECT_EQ(foreign_version(*seven), std::optional<std::uint16_t>(7));
 }
 
 std::vector<std::byte> hex_bytes(std::initializer_list<unsigned> values) {

@@ -143,6 +143,19 @@ class CudaIpcTransport final : public Transport {
 
   void cancel(TransferId) override {}  // a queued device copy runs to its end; it never waits on a peer
 
+  // The mapping closes here if every read of it has completed (their mappings are let go first),
+  // else once the last one has, at a later call (release_finished).
+  void forget_import(const RemoteRegion& source) override {
+    const auto& remote = dynamic_cast<const IpcRemoteRegion&>(source);
+    release_finished();
+    std::vector<cuda_ipc::IpcHandleCache*> caches;
+    {
+      std::lock_guard lock(mutex_);
+      for (auto& [device, reader] : readers_) caches.push_back(reader.mappings.get());
+    }
+    for (auto* cache : caches) cache->forget(remote.exporter(), remote.source().slot);
+  }
+
  private:
   // Per device that reads: a stream, and the mappings opened there (a mapping belongs to the
   // device it was opened on; reading into device N maps onto device N).

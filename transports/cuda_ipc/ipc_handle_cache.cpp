@@ -46,6 +46,17 @@ std::shared_ptr<const Mapping> IpcHandleCache::acquire(std::uint64_t incarnation
   return result;  // `dropped` goes here: closes what nobody holds
 }
 
+void IpcHandleCache::forget(std::uint64_t incarnation, std::uint32_t slot) {
+  std::list<Entry> dropped;  // released after the lock: a close must not run under it
+  std::lock_guard lock(mutex_);
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->incarnation == incarnation && it->slot == slot) {
+      dropped.splice(dropped.end(), entries_, it);
+      break;
+    }
+  }
+}
+
 void IpcHandleCache::clear() {
   std::list<Entry> dropped;
   {

@@ -9,6 +9,9 @@
 //    rather than keep mappings that may pin the memory of a process that is gone,
 //  - when a slot arrives with a different handle (the producer reallocated it),
 //  - when the cache holds more than `capacity` mappings (least recently used first),
+//  - by forget() (the reader is done with an export it will not read again: a relay's buffer,
+//    which the relay may free once told the reader is done, and CUDA leaves undefined a free
+//    before the importer's close),
 //  - by clear() and the destructor,
 // but never while a caller still holds it: acquire() returns a shared_ptr and the close
 // (ops.close) runs when the cache and every holder have let go. Hold it for as long as a copy
@@ -52,6 +55,8 @@ class IpcHandleCache {
   // The mapping of `source` from producer `incarnation`, opened now only if not cached (or its
   // handle changed). An open failure propagates and caches nothing.
   std::shared_ptr<const Mapping> acquire(std::uint64_t incarnation, const IpcExport& source);
+  // Drops the mapping of `slot` from `incarnation`, if cached (held, it closes when released).
+  void forget(std::uint64_t incarnation, std::uint32_t slot);
   // Drops every cached mapping (held ones close when released).
   void clear();
 
