@@ -36,6 +36,8 @@ class SimulatedFaults {
   // Bytes copied from host memory into device memory so far by this process, counted as each
   // copy completes on its stream (a landing's progress on the device, seen from outside).
   virtual std::uint64_t copied_host_to_device() const = 0;
+  // Other processes' allocations this process has mapped (open_ipc) and not closed yet.
+  virtual std::size_t open_ipc_mappings() const = 0;
 };
 
 // The faults of `runtime` when it is the simulated device; nullptr for any other.

@@ -530,6 +530,12 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     copy_to_host_fault_.reset();
   }
   std::uint64_t copied_host_to_device() const override { return host_to_device_bytes_.load(); }
+  std::size_t open_ipc_mappings() const override {
+    std::lock_guard lock(mutex_);
+    std::size_t n = 0;
+    for (const auto& [base, allocation] : allocations_) n += allocation.imported ? 1 : 0;
+    return n;
+  }
 
  private:
   struct Allocation {

@@ -710,6 +710,7 @@ struct RelayingDeviceProducer {
 // asks, and unpins when the reader is done) instead of the producer's slot, and checks every
 // byte on its device against the producer's digests.
 TEST(DeviceExchange, ADeviceConsumerReadsAnotherDeviceConsumersVersionOverCudaIpc) {
+  auto& rt = runtime();
   RelayingDeviceProducer p(512);
   auto& producer = p.producer;
   auto holder = ipc_consumer(p.endpoint(), "ipc-holder", 1, {"--linger"});
@@ -725,6 +726,10 @@ TEST(DeviceExchange, ADeviceConsumerReadsAnotherDeviceConsumersVersionOverCudaIp
   EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
   expect_exact(*reader);
   EXPECT_EQ(peer_stat(*reader, "relay_faults"), 0) << joined_lines(*reader);
+  // Done with the holder's buffer before its ack lets the holder free it: no mapping is left.
+  if (rt.name() == "simulated") {
+    EXPECT_EQ(peer_stat(*reader, "ipc_open"), 0) << joined_lines(*reader);
+  }
   auto stats = producer.stats();
   EXPECT_EQ(stats.relayed_deliveries, 1u);
   EXPECT_GE(stats.bytes_relayed, 512u * 1024u);

@@ -11,8 +11,9 @@
 //             thread also acquires and checks views until the end ("reads N"); --corrupt-after
 //             flips a byte of version V where it is held once checked ("corrupted V"); --linger
 //             serves peers after the last version until stdin closes; last "stats aborted=A
-//             rejected=R relay_faults=F bytes_relayed=B" (transfers dropped, versions refused,
-//             relays caught, bytes served to peers)
+//             rejected=R relay_faults=F bytes_relayed=B ipc_open=M" (transfers dropped, versions
+//             refused, relays caught, bytes served to peers, other processes' allocations still
+//             mapped: simulated device only, "?" elsewhere)
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -25,6 +26,7 @@
 
 #include "device/pmix64.h"
 #include "device/device_runtime.h"
+#include "device/simulated_faults.h"
 #include "device_model.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -171,6 +173,11 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
     reader.join();
     say("reads " + std::to_string(reads.load()));
   }
+  // Mappings of other processes' allocations still open (the simulated device counts them).
+  auto ipc_open = [&]() -> std::string {
+    auto* faults = runtime ? device::simulated_faults(*runtime) : nullptr;
+    return faults ? std::to_string(faults->open_ipc_mappings()) : std::string("?");
+  };
   if (linger && status == 0) {
     std::string line;
     while (std::getline(std::cin, line)) {
@@ -178,7 +185,8 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
   }
   auto stats = consumer.stats();
   say("stats aborted=" + std::to_string(stats.transfers_aborted) + " rejected=" + std::to_string(stats.versions_rejected) +
-      " relay_faults=" + std::to_string(stats.relay_faults) + " bytes_relayed=" + std::to_string(stats.bytes_relayed));
+      " relay_faults=" + std::to_string(stats.relay_faults) + " bytes_relayed=" + std::to_string(stats.bytes_relayed) +
+      " ipc_open=" + ipc_open());
   if (status) return status;
   return corrupt ? 3 : 0;
 }

@@ -133,10 +133,14 @@ class CudaIpcTransport final : public Transport {
       id = ++next_transfer_;
       in_flight_.emplace(id, std::move(mapping));
     }
+    // Listed as finished before the caller hears of it, so that a caller done with the source
+    // (forget_import) finds every read of it let go.
     runtime_.host_function(reader.stream, [this, id, done = std::move(done)] {
+      {
+        std::lock_guard lock(mutex_);
+        finished_.push_back(id);
+      }
       done({true, {}});
-      std::lock_guard lock(mutex_);
-      finished_.push_back(id);
     });
     return id;
   }
