@@ -30,6 +30,12 @@ class SimulatedFaults {
   // starts to wait: from then on, the stream's later work waits too. Shares the one armed fault
   // with fail_copy_to_host.
   virtual std::shared_future<void> hold_copy_to_host(std::uint64_t nth, std::shared_future<void> release) = 0;
+  // The `nth` copy from another process's allocation mapped here (open_ipc) queued from now on,
+  // held as hold_copy_to_host holds its copy: a peer's read of an exporter's memory under way,
+  // so a test can see what the exporter does meanwhile. Shares the one armed fault.
+  // Released allocations that were exported (export_allocation) are overwritten first, as a GPU
+  // reuses freed memory: a copy that reads one after its release gets bytes that fail digests.
+  virtual std::shared_future<void> hold_copy_from_peer(std::uint64_t nth, std::shared_future<void> release) = 0;
   // Disarms a fault not yet reached (a test that ends early must not leave it to the next).
   virtual void disarm() = 0;
 

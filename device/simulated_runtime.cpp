@@ -287,7 +287,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     not_from_a_host_function("copy_async");
     check_extent("copy destination", destination, n);
     check_extent("copy source", source, n);
-    if (auto fault = take_copy_to_host_fault(destination, source); fault && fault->fail) {
+    if (auto fault = take_copy_fault(destination, source); fault && fault->fail) {
       std::string what = "simulated device: a copy of " + std::to_string(n) +
                          " bytes from device memory to the host failed (injected fault)";
       if (!stream) {
@@ -468,6 +468,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
       throw Error(ErrorCode::kInvalidArgument,
                   "simulated device: IPC export needs the base of an allocation of this process");
     }
+    it->second.exported = true;
     SimHandle h{};
     std::memcpy(h.magic, kMagic, sizeof kMagic);
     h.pid = getpid();
@@ -525,9 +526,12 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   std::shared_future<void> hold_copy_to_host(std::uint64_t nth, std::shared_future<void> release) override {
     return arm_copy_to_host(nth, std::move(release), false);
   }
+  std::shared_future<void> hold_copy_from_peer(std::uint64_t nth, std::shared_future<void> release) override {
+    return arm_copy(nth, std::move(release), false, CopyKind::kFromPeer);
+  }
   void disarm() override {
     std::lock_guard lock(faults_mutex_);
-    copy_to_host_fault_.reset();
+    copy_fault_.reset();
   }
   std::uint64_t copied_host_to_device() const override { return host_to_device_bytes_.load(); }
   std::size_t open_ipc_mappings() const override {
@@ -545,6 +549,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     std::uint64_t token = 0;
     bool imported = false;
     const void* base = nullptr;
+    bool exported = false;  // export_allocation was called: other processes may map it
   };
 
   void check_device(int device) const {
@@ -579,6 +584,12 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     std::lock_guard lock(mutex_);
     return find(pointer) != nullptr;
   }
+  // In another process's allocation, mapped here (open_ipc).
+  bool is_imported(const void* pointer) const {
+    std::lock_guard lock(mutex_);
+    const Allocation* a = find(pointer);
+    return a != nullptr && a->imported;
+  }
 
   const Allocation* find(const void* pointer) const {
     auto address = reinterpret_cast<std::uintptr_t>(pointer);
@@ -598,18 +609,28 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
       a = it->second;
       allocations_.erase(it);
     }
+    // A mapping another process opened keeps these pages; on a GPU the freed memory is reused at
+    // once, so what that process reads afterwards is not what was exported: poisoned here, so a
+    // peer that reads after the free sees bytes that fail their digests, as it would on a GPU.
+    if (a.exported) std::memset(pointer, 0xdb, a.size);
     munmap(pointer, a.size);
     if (a.fd >= 0) close(a.fd);
   }
 
   // Returns when the stream reaches the faulty copy.
+  enum class CopyKind { kToHost, kFromPeer };
+
   std::shared_future<void> arm_copy_to_host(std::uint64_t nth, std::shared_future<void> release, bool fail) {
+    return arm_copy(nth, std::move(release), fail, CopyKind::kToHost);
+  }
+
+  std::shared_future<void> arm_copy(std::uint64_t nth, std::shared_future<void> release, bool fail, CopyKind kind) {
     if (nth == 0) throw Error(ErrorCode::kInvalidArgument, "simulated device: the faulty copy counts from 1");
     if (!release.valid()) throw Error(ErrorCode::kInvalidArgument, "simulated device: a held copy needs a release");
     auto reached = std::make_shared<std::promise<void>>();
     auto when = reached->get_future().share();
     std::lock_guard lock(faults_mutex_);
-    copy_to_host_fault_ = CopyFault{nth, std::move(release), fail, std::move(reached)};
+    copy_fault_ = CopyFault{nth, std::move(release), fail, std::move(reached), kind};
     return when;
   }
 
@@ -618,19 +639,23 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     std::shared_future<void> release;
     bool fail = true;  // false: held until the release, then copied
     std::shared_ptr<std::promise<void>> reached;  // set when a held copy starts to wait
+    CopyKind kind = CopyKind::kToHost;  // which copies count toward it
   };
 
   // The armed fault when this copy is the one it names (it is disarmed then).
-  std::optional<CopyFault> take_copy_to_host_fault(const void* destination, const void* source) {
+  std::optional<CopyFault> take_copy_fault(const void* destination, const void* source) {
     {
       std::lock_guard lock(faults_mutex_);
-      if (!copy_to_host_fault_) return std::nullopt;
+      if (!copy_fault_) return std::nullopt;
     }
-    if (!is_device(source) || is_device(destination)) return std::nullopt;
+    const bool to_host = is_device(source) && !is_device(destination);
+    const bool from_peer = is_imported(source);
     std::lock_guard lock(faults_mutex_);
-    if (!copy_to_host_fault_ || --copy_to_host_fault_->countdown != 0) return std::nullopt;
-    auto fault = std::move(*copy_to_host_fault_);
-    copy_to_host_fault_.reset();
+    if (!copy_fault_) return std::nullopt;
+    if (!(copy_fault_->kind == CopyKind::kToHost ? to_host : from_peer)) return std::nullopt;
+    if (--copy_fault_->countdown != 0) return std::nullopt;
+    auto fault = std::move(*copy_fault_);
+    copy_fault_.reset();
     return fault;
   }
 
@@ -662,7 +687,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   std::atomic<std::uint64_t> copied_to_device_{0};
   std::atomic<std::uint64_t> host_to_device_bytes_{0};  // completed host-to-device copies
   std::mutex faults_mutex_;                   // not held with mutex_
-  std::optional<CopyFault> copy_to_host_fault_;  // guarded by faults_mutex_
+  std::optional<CopyFault> copy_fault_;  // guarded by faults_mutex_
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, Allocation> allocations_;  // guarded by mutex_
   std::uint64_t token_seed_ = 0, tokens_ = 0;         // guarded by mutex_

@@ -72,6 +72,8 @@ class RelayServer {
   // A new producer or transport: every order is cancelled and every receiver connection closed.
   void clear();
   std::size_t orders() const { return orders_.size(); }
+  // Exported buffers a peer may be reading now (orders not yet cancelled).
+  std::size_t exported() const { return exported_.size(); }
 
  private:
   struct Order {

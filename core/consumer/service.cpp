@@ -58,6 +58,7 @@ void ConsumerService::service_loop() {
       for (auto& event : events_->drain()) {
         if (std::holds_alternative<Stop>(event)) {
           abandon_fetch("consumer shutting down", false);
+          guarded([&] { drain_exports(); });
           guarded([&] { link_.leave(); });
           return;
         }

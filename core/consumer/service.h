@@ -150,6 +150,8 @@ class ConsumerService {
   bool serves_peers() const;
   void on_relay_order(const protocol::RelayOrder& order);
   void export_installed(const protocol::RelayOrder& order);
+  // Closing: waits, bounded, until no peer may still be reading an exported buffer.
+  void drain_exports();
   void on_relay_sent(const RelaySent& sent);
   void pump_relays();
   void relay_failed(const protocol::RelayFailed& failed);
@@ -232,6 +234,7 @@ class ConsumerService {
   std::uint64_t group_committed_ = 0;
   bool group_waiting_ = false;
   Clock::time_point retry_fetch_after_{};
+  bool closing_ = false;  // stop() was asked: no relay order is taken any more. Service thread only.
   const std::uint64_t session_ = random_session();
   std::thread service_;
 };

@@ -25,6 +25,7 @@ void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
     relay_failed({order.incarnation, order.order_id, "version " + std::to_string(order.version) + ": " + why});
   };
   if (!serves_peers()) return refuse("this consumer does not serve peers");
+  if (closing_) return refuse("this consumer is closing");
   if (order.export_region) return export_installed(order);
   // The version's buffer: the one it is arriving in, or the installed version's.
   std::shared_ptr<detail::ReceiveBuffer> buffer;
@@ -69,6 +70,31 @@ void ConsumerService::export_installed(const protocol::RelayOrder& order) {
     link_.send(relay_.export_buffer(order, version->buffer, version->manifest.total_bytes));
   } catch (const Error& e) {
     refuse(std::string("cannot export its buffer: ") + e.what());  // export_buffer pinned nothing
+  }
+}
+
+// A peer reading an exported buffer copies out of this consumer's device memory with no word
+// to it; freeing the buffer under that copy hands the reader whatever reuses the memory (on a
+// GPU, at once; undefined behaviour in CUDA's terms). So a closing consumer keeps its buffers
+// until the producer cancels each exported order, which it does once the reader's fetch ended,
+// and takes no order meanwhile. Bounded by producer_timeout: a producer gone or a reader hung
+// delays the close by no more than that.
+void ConsumerService::drain_exports() {
+  closing_ = true;
+  if (relay_.exported() == 0 || !link_.is_joined()) return;
+  const auto deadline = Clock::now() + options_.producer_timeout;
+  log_->info("closing: waiting up to {} ms for {} peer(s) reading a version exported to them",
+             options_.producer_timeout.count(), relay_.exported());
+  while (relay_.exported() > 0 && Clock::now() < deadline) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    zmq::pollitem_t item{link_.dealer().handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::clamp(left, std::chrono::milliseconds(1), tick()));
+    if (item.revents & ZMQ_POLLIN) read_dealer();  // a rejoin in there clears the orders
+  }
+  if (relay_.exported() > 0) {
+    log_->warn("closing with {} exported version(s) not released by the producer after {} ms: a peer still "
+               "reading one may read freed memory",
+               relay_.exported(), options_.producer_timeout.count());
   }
 }
 

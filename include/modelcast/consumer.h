@@ -117,7 +117,9 @@ struct ConsumerOptions {
   // own buffers (or caller buffers the caller leaves untouched) serve: other caller buffers are
   // the caller's to write whenever no view uses them. A device consumer serves from the host
   // buffer a staged route lands in, the installed version's until the next version needs that
-  // buffer; one whose route reads straight into device memory (CUDA IPC) does not serve.
+  // buffer; one whose route reads straight into device memory (CUDA IPC) lets device consumers
+  // on its host read its installed version out of its device buffer, which stays out of reuse
+  // until the producer says the reader is done.
   bool serve_peers = true;
   // Largest model this consumer accepts (0: half the machine's memory, or the largest
   // caller buffer); a manifest declaring more is rejected before anything is allocated.
@@ -198,7 +200,9 @@ class MODELCAST_API Consumer {
   // for it (a producer that starts later is found). Throws Error(kInvalidArgument) for bad
   // options, Error(kState) for device memory in a process without a device.
   explicit Consumer(ConsumerOptions options);
-  ~Consumer();  // stops threads; views already handed out stay valid
+  // Stops threads; views already handed out stay valid. A consumer whose device buffer peers
+  // are reading (serve_peers over CUDA IPC) first waits for them, up to producer_timeout.
+  ~Consumer();
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;
 

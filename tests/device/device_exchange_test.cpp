@@ -812,6 +812,35 @@ TEST(DeviceExchange, ADeviceConsumerRoutesAroundAnIpcHolderWithBadBytesOrStopped
   EXPECT_EQ(peer_stat(*stopped, "bytes_relayed"), 0);
 }
 
+// A device consumer that closes while a peer reads its exported version keeps the buffer until
+// the producer says the reader is done: freed under the copy, it would hand the reader whatever
+// reuses the memory (the simulated device overwrites a released exported allocation, as a GPU
+// reuses freed memory at once).
+TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader) {
+  if (runtime().name() != "simulated") GTEST_SKIP() << "holds a peer's copy half way: simulated device only";
+  RelayingDeviceProducer p(512);
+  auto& producer = p.producer;
+  auto holder = ipc_consumer(p.endpoint(), "ipc-closing-holder", 1, {"--linger", "--echo-log"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  p.publish(1);
+  ASSERT_TRUE(holder->wait_for_line("installed 1")) << joined_lines(*holder);
+  // The producer knows it holds version 1, which makes it the one to read from.
+  ASSERT_TRUE(eventually([&] { return producer.stats().deliveries >= 1; }, 60s));
+  auto reader = ipc_consumer(p.endpoint(), "ipc-held-reader", 1, {"--hold-peer-read"});
+  ASSERT_TRUE(reader->wait_for_line("holding peer read")) << joined_lines(*reader);
+  holder->close_stdin();
+  // Without the wait it would free its buffer and exit here, under the reader's copy.
+  ASSERT_TRUE(holder->wait_for_line("log closing: waiting")) << joined_lines(*holder);
+  reader->send_line("release");
+  ASSERT_TRUE(reader->wait_for_line("installed 1")) << joined_lines(*reader);
+  EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
+  expect_exact(*reader);
+  EXPECT_EQ(peer_stat(*reader, "relay_faults"), 0) << "it read the version, not freed memory:\n" << joined_lines(*reader);
+  EXPECT_EQ(holder->wait(), 0) << joined_lines(*holder);
+  EXPECT_EQ(producer.stats().relayed_deliveries, 1u);
+  EXPECT_EQ(producer.stats().relay_faults, 0u);
+}
+
 TEST(DeviceExchange, PublishOrdersItsCopiesAfterTheTrainersStreamWithoutWaitingForIt) {
   auto& rt = runtime();
   modelcast::Producer producer(producer_options());

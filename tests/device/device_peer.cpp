@@ -6,18 +6,22 @@
 //             stdin closes
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
 //             [--transports a,b] [--path P] [--read-loop] [--transfer-timeout-ms T] [--name N]
-//             [--corrupt-after V] [--linger] checks every installed version ("installed V memory=M
+//             [--corrupt-after V] [--linger] [--hold-peer-read] [--echo-log]
+//             checks every installed version ("installed V memory=M
 //             device=D transport=T path=P", "corrupt ...", "rejected ..."); with --read-loop a
 //             thread also acquires and checks views until the end ("reads N"); --corrupt-after
 //             flips a byte of version V where it is held once checked ("corrupted V"); --linger
 //             serves peers after the last version until stdin closes; last "stats aborted=A
 //             rejected=R relay_faults=F bytes_relayed=B ipc_open=M" (transfers dropped, versions
 //             refused, relays caught, bytes served to peers, other processes' allocations still
-//             mapped: simulated device only, "?" elsewhere)
+//             mapped: simulated device only, "?" elsewhere); --hold-peer-read holds the first copy
+//             out of another consumer's export ("holding peer read") until stdin says "release"
+//             (simulated device only); --echo-log prints the library's log ("log TEXT")
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -26,6 +30,7 @@
 
 #include "device/pmix64.h"
 #include "device/device_runtime.h"
+#include "common/log_routing.h"
 #include "device/simulated_faults.h"
 #include "device_model.h"
 #include "modelcast/consumer.h"
@@ -90,20 +95,62 @@ int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t 
   return 0;
 }
 
-int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t seed, const std::string& memory, int dev,
-             const std::vector<std::string>& transports, const std::string& path, bool read_loop,
-             std::chrono::milliseconds transfer_timeout, const std::string& name, std::uint64_t corrupt_after,
-             bool linger) {
+struct ConsumerArgs {
+  std::string endpoint;
+  std::uint64_t until = 1;
+  std::uint64_t seed = 1;
+  std::string memory = "host";
+  int device = 0;
+  std::vector<std::string> transports;
+  std::string path;
+  bool read_loop = false;
+  std::int64_t transfer_timeout_ms = 0;
+  std::string name;
+  std::uint64_t corrupt_after = 0;
+  bool linger = false;
+  bool hold_peer_read = false;
+  bool echo_log = false;
+};
+
+int consumer(const ConsumerArgs& args) {
+  const std::string& endpoint = args.endpoint;
+  const std::uint64_t until = args.until, seed = args.seed, corrupt_after = args.corrupt_after;
+  const std::string& name = args.name;
+  const bool read_loop = args.read_loop, linger = args.linger;
+  const std::chrono::milliseconds transfer_timeout(args.transfer_timeout_ms);
+  if (args.echo_log) {
+    // The library's log on stdout, so a test can wait for what it says while it closes.
+    modelcast::log::set_handler([](spdlog::level::level_enum, std::string_view, std::string_view text) {
+      say("log " + std::string(text));
+    });
+  }
+  device::DeviceRuntime* runtime = device::device_runtime();
+  // A peer's read of another consumer's exported version, held at its first copy until the
+  // test writes "release" (simulated device only).
+  std::promise<void> release_read;
+  std::thread held_read;
+  if (args.hold_peer_read) {
+    auto* faults = runtime ? device::simulated_faults(*runtime) : nullptr;
+    if (!faults) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--hold-peer-read needs the simulated device");
+    auto reached = faults->hold_copy_from_peer(1, release_read.get_future().share());
+    held_read = std::thread([reached, &release_read] {
+      reached.wait();
+      say("holding peer read");
+      std::string line;
+      while (std::getline(std::cin, line) && line != "release") {
+      }
+      release_read.set_value();
+    });
+  }
   modelcast::ConsumerOptions options;
   if (!name.empty()) options.consumer_name = name;
   options.producer_endpoint = endpoint;
   options.model_name = "test";
-  options.memory = memory == "cuda" ? modelcast::MemoryKind::kCuda : modelcast::MemoryKind::kHost;
-  options.device = dev;
-  options.transports = transports;
-  options.path = path;
+  options.memory = args.memory == "cuda" ? modelcast::MemoryKind::kCuda : modelcast::MemoryKind::kHost;
+  options.device = args.device;
+  options.transports = args.transports;
+  options.path = args.path;
   if (transfer_timeout.count() > 0) options.transfer_timeout = transfer_timeout;
-  device::DeviceRuntime* runtime = device::device_runtime();
   std::atomic<bool> corrupt{false};
   std::function<std::string()> transport = [] { return std::string("?"); };
   options.on_update = [&](const modelcast::ModelView& view) {
@@ -187,6 +234,8 @@ int consumer(const std::string& endpoint, std::uint64_t until, std::uint64_t see
   say("stats aborted=" + std::to_string(stats.transfers_aborted) + " rejected=" + std::to_string(stats.versions_rejected) +
       " relay_faults=" + std::to_string(stats.relay_faults) + " bytes_relayed=" + std::to_string(stats.bytes_relayed) +
       " ipc_open=" + ipc_open());
+  // A hold never reached leaves its thread waiting: it ends with the process.
+  if (held_read.joinable()) held_read.detach();
   if (status) return status;
   return corrupt ? 3 : 0;
 }
@@ -210,32 +259,28 @@ int main(int argc, char** argv) {
   prod->add_option("--kib", kib);
   prod->add_option("--device", dev);
   auto* cons = app.add_subcommand("consumer");
-  cons->add_option("--endpoint", endpoint)->required();
-  cons->add_option("--until-version", versions);
-  cons->add_option("--seed", seed);
-  cons->add_option("--memory", memory)->check(CLI::IsMember({"host", "cuda"}));
-  cons->add_option("--device", dev);
-  std::vector<std::string> transports;
-  cons->add_option("--transports", transports)->delimiter(',');
-  std::string path;
-  cons->add_option("--path", path);
-  bool read_loop = false;
-  cons->add_flag("--read-loop", read_loop, "a thread acquires and checks views while updates land");
-  std::int64_t transfer_timeout_ms = 0;
-  cons->add_option("--transfer-timeout-ms", transfer_timeout_ms, "ConsumerOptions::transfer_timeout (0: default)");
-  std::string name;
-  cons->add_option("--name", name, "ConsumerOptions::consumer_name");
-  std::uint64_t corrupt_after = 0;
-  cons->add_option("--corrupt-after", corrupt_after, "flip a byte of this version where it is held, once checked");
-  bool linger = false;
-  cons->add_flag("--linger", linger, "after the last version, keep serving peers until stdin closes");
+  ConsumerArgs c;
+  cons->add_option("--endpoint", c.endpoint)->required();
+  cons->add_option("--until-version", c.until);
+  cons->add_option("--seed", c.seed);
+  cons->add_option("--memory", c.memory)->check(CLI::IsMember({"host", "cuda"}));
+  cons->add_option("--device", c.device);
+  cons->add_option("--transports", c.transports)->delimiter(',');
+  cons->add_option("--path", c.path);
+  cons->add_flag("--read-loop", c.read_loop, "a thread acquires and checks views while updates land");
+  cons->add_option("--transfer-timeout-ms", c.transfer_timeout_ms, "ConsumerOptions::transfer_timeout (0: default)");
+  cons->add_option("--name", c.name, "ConsumerOptions::consumer_name");
+  cons->add_option("--corrupt-after", c.corrupt_after, "flip a byte of this version where it is held, once checked");
+  cons->add_flag("--linger", c.linger, "after the last version, keep serving peers until stdin closes");
+  cons->add_flag("--hold-peer-read", c.hold_peer_read,
+                 "hold the first copy from another consumer's export until stdin says \"release\"");
+  cons->add_flag("--echo-log", c.echo_log, "print the library's log lines on stdout (\"log ...\")");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
   try {
     if (*read) return ipc_read(hex, size, dev);
     if (*prod) return producer(endpoint, versions, seed, kib, dev);
-    return consumer(endpoint, versions, seed, memory, dev, transports, path, read_loop,
-                    std::chrono::milliseconds(transfer_timeout_ms), name, corrupt_after, linger);
+    return consumer(c);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());
     return 1;
