@@ -812,6 +812,37 @@ TEST(DeviceExchange, ADeviceConsumerRoutesAroundAnIpcHolderWithBadBytesOrStopped
   EXPECT_EQ(peer_stat(*stopped, "bytes_relayed"), 0);
 }
 
+// A rank of a group holds the next version verified but keeps serving the one before until the
+// group switches; that prepared version is what a slower rank reads over CUDA IPC, instead of
+// the producer's slot.
+TEST(DeviceExchange, ARankReadsTheVersionAnotherRankOfItsGroupHoldsPreparedOverCudaIpc) {
+  RelayingDeviceProducer p(512);
+  auto& producer = p.producer;
+  const std::vector<std::string> group{"--group", "tp", "--group-size", "2"};
+  auto fast = ipc_consumer(p.endpoint(), "ipc-rank-0", 2, group);
+  auto slow = ipc_consumer(p.endpoint(), "ipc-rank-1", 2, group);
+  ASSERT_TRUE(producer.wait_for_consumers(2, 60s));
+  p.publish(1);
+  for (auto* rank : {fast.get(), slow.get()}) ASSERT_TRUE(rank->wait_for_line("installed 1")) << joined_lines(*rank);
+  ASSERT_TRUE(eventually([&] { return producer.stats().deliveries == 2; }, 60s));
+  const auto relayed = producer.stats().relayed_deliveries;
+  // The slow rank asks for version 2 only once the fast one holds it prepared (acked, not
+  // installed: the group has not switched).
+  ASSERT_EQ(::kill(slow->pid(), SIGSTOP), 0);
+  p.publish(2);
+  auto prepared = eventually([&] { return producer.stats().deliveries == 3; }, 60s);
+  ::kill(slow->pid(), SIGCONT);
+  ASSERT_TRUE(prepared);
+  for (auto* rank : {fast.get(), slow.get()}) {
+    ASSERT_TRUE(rank->wait_for_line("installed 2")) << joined_lines(*rank);
+    EXPECT_EQ(rank->wait(), 0) << joined_lines(*rank);
+    expect_exact(*rank);
+    EXPECT_EQ(peer_stat(*rank, "relay_faults"), 0) << joined_lines(*rank);
+  }
+  EXPECT_EQ(producer.stats().relayed_deliveries, relayed + 1) << "the slow rank read the fast one's prepared version";
+  EXPECT_EQ(producer.stats().relay_faults, 0u);
+}
+
 // A device consumer that closes while a peer reads its exported version keeps the buffer until
 // the producer says the reader is done: freed under the copy, it would hand the reader whatever
 // reuses the memory (the simulated device overwrites a released exported allocation, as a GPU

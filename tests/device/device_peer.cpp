@@ -6,7 +6,7 @@
 //             stdin closes
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
 //             [--transports a,b] [--path P] [--read-loop] [--transfer-timeout-ms T] [--name N]
-//             [--corrupt-after V] [--linger] [--hold-peer-read] [--echo-log]
+//             [--corrupt-after V] [--linger] [--hold-peer-read] [--echo-log] [--group G --group-size N]
 //             checks every installed version ("installed V memory=M
 //             device=D transport=T path=P", "corrupt ...", "rejected ..."); with --read-loop a
 //             thread also acquires and checks views until the end ("reads N"); --corrupt-after
@@ -110,6 +110,8 @@ struct ConsumerArgs {
   bool linger = false;
   bool hold_peer_read = false;
   bool echo_log = false;
+  std::string group;
+  std::uint32_t group_size = 0;
 };
 
 int consumer(const ConsumerArgs& args) {
@@ -151,6 +153,8 @@ int consumer(const ConsumerArgs& args) {
   options.transports = args.transports;
   options.path = args.path;
   if (transfer_timeout.count() > 0) options.transfer_timeout = transfer_timeout;
+  options.group = args.group;
+  options.group_size = args.group_size;
   std::atomic<bool> corrupt{false};
   std::function<std::string()> transport = [] { return std::string("?"); };
   options.on_update = [&](const modelcast::ModelView& view) {
@@ -274,6 +278,8 @@ int main(int argc, char** argv) {
   cons->add_flag("--linger", c.linger, "after the last version, keep serving peers until stdin closes");
   cons->add_flag("--hold-peer-read", c.hold_peer_read,
                  "hold the first copy from another consumer's export until stdin says \"release\"");
+  cons->add_option("--group", c.group, "ConsumerOptions::group");
+  cons->add_option("--group-size", c.group_size, "ConsumerOptions::group_size");
   cons->add_flag("--echo-log", c.echo_log, "print the library's log lines on stdout (\"log ...\")");
   app.require_subcommand(1);
   CLI11_PARSE(app, argc, argv);
