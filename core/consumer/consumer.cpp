@@ -47,8 +47,10 @@ class Consumer::Impl {
     // Every service's thread ends before any service goes: a callback on one of those threads
     // (the user's on_update calling stats(), an offer to the assembler) finds them all still there.
     // others_ is not written once the first service's thread has stopped.
+    // The others stop side by side: each may wait for peers reading what it exported.
     first_->stop();
-    for (auto& other : others_) other->stop();
+    for (auto& other : others_) other->request_stop();
+    for (auto& other : others_) other->wait_stopped();
   }
 
   ModelView acquire() const { return readers_.acquire(); }

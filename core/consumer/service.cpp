@@ -40,9 +40,16 @@ void ConsumerService::set_wants(std::vector<TensorWant> wants) {
 }
 
 void ConsumerService::stop() {
-  if (!service_.joinable()) return;
-  events_->push(Stop{});
-  service_.join();
+  request_stop();
+  wait_stopped();
+}
+
+void ConsumerService::request_stop() {
+  if (service_.joinable()) events_->push(Stop{});
+}
+
+void ConsumerService::wait_stopped() {
+  if (service_.joinable()) service_.join();
 }
 
 void ConsumerService::service_loop() {
@@ -217,13 +224,7 @@ void ConsumerService::on_reply(std::vector<zmq::message_t>& parts) {
   if (auto* join = std::get_if<protocol::JoinReply>(&*message)) return on_join_reply(*join);
   if (auto* fetch = std::get_if<protocol::FetchReply>(&*message)) return on_fetch_reply(*fetch);
   if (auto* order = std::get_if<protocol::RelayOrder>(&*message)) return on_relay_order(*order);
-  if (auto* cancel = std::get_if<protocol::RelayCancel>(&*message)) {
-    if (cancel->incarnation != link_.incarnation()) return;
-    if (auto served = relay_.cancel(cancel->order_id, cancel->delivered)) {
-      count([&](ConsumerStats& s) { s.bytes_relayed += served; });
-    }
-    return;
-  }
+  if (auto* cancel = std::get_if<protocol::RelayCancel>(&*message)) return on_relay_cancel(*cancel);
   if (auto* digests = std::get_if<protocol::Digests>(&*message)) {
     try {
       return finish(fetch_.on_digests(*digests));

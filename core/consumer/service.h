@@ -76,8 +76,13 @@ class ConsumerService {
   explicit ConsumerService(ConsumerOptions options, ServiceHooks hooks = {});
   ~ConsumerService();  // stop(); views already handed out stay valid
   // Stops the service thread (idempotent). The object stays usable for stats() and views, so a
-  // callback that ran on that thread may still call into its owner while it stops.
+  // callback that ran on that thread may still call into its owner while it stops. A service
+  // whose device buffer peers read first waits for them (drain_exports), up to producer_timeout.
   void stop();
+  // stop() in two halves, so that several services stop side by side: asks the thread to stop
+  // (any thread, repeatable), then waits for it (idempotent).
+  void request_stop();
+  void wait_stopped();
 
   // What to fetch of each tensor from the next fetch on, instead of the options' wants (an
   // assembler asks each rank for the regions it takes from it). Any thread.
@@ -152,6 +157,7 @@ class ConsumerService {
   void export_installed(const protocol::RelayOrder& order);
   // Closing: waits, bounded, until no peer may still be reading an exported buffer.
   void drain_exports();
+  void on_relay_cancel(const protocol::RelayCancel& cancel);
   void on_relay_sent(const RelaySent& sent);
   void pump_relays();
   void relay_failed(const protocol::RelayFailed& failed);

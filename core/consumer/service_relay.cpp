@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/wire/zmq_channel.h"
+
 namespace modelcast::consumer {
 
 // Consumers whose buffers hold what was verified: see ConsumerOptions::serve_peers. A device
@@ -76,9 +78,11 @@ void ConsumerService::export_installed(const protocol::RelayOrder& order) {
 // A peer reading an exported buffer copies out of this consumer's device memory with no word
 // to it; freeing the buffer under that copy hands the reader whatever reuses the memory (on a
 // GPU, at once; undefined behaviour in CUDA's terms). So a closing consumer keeps its buffers
-// until the producer cancels each exported order, which it does once the reader's fetch ended,
-// and takes no order meanwhile. Bounded by producer_timeout: a producer gone or a reader hung
-// delays the close by no more than that.
+// until the producer cancels each exported order (it does once the reader's fetch ended, however
+// it ended), and meanwhile only pings, refuses orders and takes cancels: nothing that would
+// install, rejoin or fetch (a producer that forgot this consumer sends no cancel, and then the
+// bound ends the wait). Bounded by producer_timeout: a producer gone or a reader hung delays
+// the close by no more than that.
 void ConsumerService::drain_exports() {
   closing_ = true;
   if (relay_.exported() == 0 || !link_.is_joined()) return;
@@ -86,15 +90,34 @@ void ConsumerService::drain_exports() {
   log_->info("closing: waiting up to {} ms for {} peer(s) reading a version exported to them",
              options_.producer_timeout.count(), relay_.exported());
   while (relay_.exported() > 0 && Clock::now() < deadline) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    auto now = Clock::now();
+    if (link_.ping_due(now)) {  // or the producer drops this consumer and its readers' fetches
+      link_.send(protocol::Ping{link_.incarnation()});
+      link_.pinged(now);
+    }
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
     zmq::pollitem_t item{link_.dealer().handle(), 0, ZMQ_POLLIN, 0};
     zmq::poll(&item, 1, std::clamp(left, std::chrono::milliseconds(1), tick()));
-    if (item.revents & ZMQ_POLLIN) read_dealer();  // a rejoin in there clears the orders
+    if (!(item.revents & ZMQ_POLLIN)) continue;
+    while (auto parts = wire::receive(link_.dealer())) {
+      if (parts->size() != 1) continue;
+      auto message = decode((*parts)[0], {});
+      if (!message) continue;
+      if (auto* cancel = std::get_if<protocol::RelayCancel>(&*message)) on_relay_cancel(*cancel);
+      if (auto* order = std::get_if<protocol::RelayOrder>(&*message)) on_relay_order(*order);  // refused
+    }
   }
   if (relay_.exported() > 0) {
     log_->warn("closing with {} exported version(s) not released by the producer after {} ms: a peer still "
                "reading one may read freed memory",
                relay_.exported(), options_.producer_timeout.count());
+  }
+}
+
+void ConsumerService::on_relay_cancel(const protocol::RelayCancel& cancel) {
+  if (cancel.incarnation != link_.incarnation()) return;
+  if (auto served = relay_.cancel(cancel.order_id, cancel.delivered)) {
+    count([&](ConsumerStats& s) { s.bytes_relayed += served; });
   }
 }
 

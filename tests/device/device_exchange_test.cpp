@@ -851,7 +851,9 @@ TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader)
   if (runtime().name() != "simulated") GTEST_SKIP() << "holds a peer's copy half way: simulated device only";
   RelayingDeviceProducer p(512);
   auto& producer = p.producer;
-  auto holder = ipc_consumer(p.endpoint(), "ipc-closing-holder", 1, {"--linger", "--echo-log"});
+  // A bound far beyond the reader's copy: it waits for the reader, not for the bound.
+  auto holder = ipc_consumer(p.endpoint(), "ipc-closing-holder", 1,
+                             {"--linger", "--echo-log", "--producer-timeout-ms", "60000"});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
   p.publish(1);
   ASSERT_TRUE(holder->wait_for_line("installed 1")) << joined_lines(*holder);
@@ -868,6 +870,9 @@ TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader)
   expect_exact(*reader);
   EXPECT_EQ(peer_stat(*reader, "relay_faults"), 0) << "it read the version, not freed memory:\n" << joined_lines(*reader);
   EXPECT_EQ(holder->wait(), 0) << joined_lines(*holder);
+  for (const auto& line : holder->lines()) {
+    EXPECT_EQ(line.rfind("log closing with", 0), std::string::npos) << "the producer's cancel ended the wait: " << line;
+  }
   EXPECT_EQ(producer.stats().relayed_deliveries, 1u);
   EXPECT_EQ(producer.stats().relay_faults, 0u);
 }

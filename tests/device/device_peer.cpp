@@ -7,6 +7,7 @@
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
 //             [--transports a,b] [--path P] [--read-loop] [--transfer-timeout-ms T] [--name N]
 //             [--corrupt-after V] [--linger] [--hold-peer-read] [--echo-log] [--group G --group-size N]
+//             [--producer-timeout-ms T]
 //             checks every installed version ("installed V memory=M
 //             device=D transport=T path=P", "corrupt ...", "rejected ..."); with --read-loop a
 //             thread also acquires and checks views until the end ("reads N"); --corrupt-after
@@ -30,6 +31,7 @@
 
 #include "device/pmix64.h"
 #include "device/device_runtime.h"
+#include "common/log.h"
 #include "common/log_routing.h"
 #include "device/simulated_faults.h"
 #include "device_model.h"
@@ -112,6 +114,7 @@ struct ConsumerArgs {
   bool echo_log = false;
   std::string group;
   std::uint32_t group_size = 0;
+  std::int64_t producer_timeout_ms = 0;
 };
 
 int consumer(const ConsumerArgs& args) {
@@ -122,26 +125,34 @@ int consumer(const ConsumerArgs& args) {
   const std::chrono::milliseconds transfer_timeout(args.transfer_timeout_ms);
   if (args.echo_log) {
     // The library's log on stdout, so a test can wait for what it says while it closes.
+    modelcast::log::set_level(spdlog::level::info);
     modelcast::log::set_handler([](spdlog::level::level_enum, std::string_view, std::string_view text) {
       say("log " + std::string(text));
     });
   }
   device::DeviceRuntime* runtime = device::device_runtime();
   // A peer's read of another consumer's exported version, held at its first copy until the
-  // test writes "release" (simulated device only).
-  std::promise<void> release_read;
-  std::thread held_read;
+  // test writes "release" (simulated device only). The thread that waits for it ends with the
+  // process when the hold is never reached (it is detached on every way out).
+  struct Detached {
+    std::thread thread;
+    ~Detached() {
+      if (thread.joinable()) thread.detach();
+    }
+  } held_read;
   if (args.hold_peer_read) {
     auto* faults = runtime ? device::simulated_faults(*runtime) : nullptr;
     if (!faults) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--hold-peer-read needs the simulated device");
-    auto reached = faults->hold_copy_from_peer(1, release_read.get_future().share());
-    held_read = std::thread([reached, &release_read] {
+    if (args.linger) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--hold-peer-read reads stdin: no --linger");
+    auto release = std::make_shared<std::promise<void>>();
+    auto reached = faults->hold_copy_from_peer(1, release->get_future().share());
+    held_read.thread = std::thread([reached, release] {
       reached.wait();
       say("holding peer read");
       std::string line;
       while (std::getline(std::cin, line) && line != "release") {
       }
-      release_read.set_value();
+      release->set_value();
     });
   }
   modelcast::ConsumerOptions options;
@@ -153,6 +164,7 @@ int consumer(const ConsumerArgs& args) {
   options.transports = args.transports;
   options.path = args.path;
   if (transfer_timeout.count() > 0) options.transfer_timeout = transfer_timeout;
+  if (args.producer_timeout_ms > 0) options.producer_timeout = std::chrono::milliseconds(args.producer_timeout_ms);
   options.group = args.group;
   options.group_size = args.group_size;
   std::atomic<bool> corrupt{false};
@@ -238,8 +250,6 @@ int consumer(const ConsumerArgs& args) {
   say("stats aborted=" + std::to_string(stats.transfers_aborted) + " rejected=" + std::to_string(stats.versions_rejected) +
       " relay_faults=" + std::to_string(stats.relay_faults) + " bytes_relayed=" + std::to_string(stats.bytes_relayed) +
       " ipc_open=" + ipc_open());
-  // A hold never reached leaves its thread waiting: it ends with the process.
-  if (held_read.joinable()) held_read.detach();
   if (status) return status;
   return corrupt ? 3 : 0;
 }
@@ -278,6 +288,7 @@ int main(int argc, char** argv) {
   cons->add_flag("--linger", c.linger, "after the last version, keep serving peers until stdin closes");
   cons->add_flag("--hold-peer-read", c.hold_peer_read,
                  "hold the first copy from another consumer's export until stdin says \"release\"");
+  cons->add_option("--producer-timeout-ms", c.producer_timeout_ms, "ConsumerOptions::producer_timeout (0: default)");
   cons->add_option("--group", c.group, "ConsumerOptions::group");
   cons->add_option("--group-size", c.group_size, "ConsumerOptions::group_size");
   cons->add_flag("--echo-log", c.echo_log, "print the library's log lines on stdout (\"log ...\")");
