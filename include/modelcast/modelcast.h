@@ -405,7 +405,8 @@ MODELCAST_API void mc_consumer_options_init(mc_consumer_options* options);
 MODELCAST_API mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t** out);
 
 /* Stops the consumer's threads and frees it; views already acquired stay valid until released.
- * NULL is a no-op. Do not call while another thread uses the consumer. */
+ * A device consumer whose buffer peers are reading (CUDA IPC) first waits for them, up to its
+ * producer_timeout_ms. NULL is a no-op. Do not call while another thread uses the consumer. */
 MODELCAST_API void mc_consumer_destroy(mc_consumer_t* consumer);
 
 /* *out gets the newest installed version (the caller owns it: mc_view_release), or NULL with

@@ -75,7 +75,10 @@ class Consumer(Service):
         return self._impl.wait_for_version(version, seconds("wait_for_version", "timeout", timeout))
 
     def close(self):
-        """Stops the consumer. Views, arrays and tensors taken from it stay valid. Idempotent."""
+        """Stops the consumer. Views, arrays and tensors taken from it stay valid. Idempotent.
+
+        A device consumer whose buffer peers are reading (CUDA IPC) first waits for them, up to
+        its ``producer_timeout``."""
         self._impl.close()
 
 
