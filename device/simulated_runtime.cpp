@@ -617,9 +617,9 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     if (a.fd >= 0) close(a.fd);
   }
 
-  // Returns when the stream reaches the faulty copy.
   enum class CopyKind { kToHost, kFromPeer };
 
+  // Each returns when the stream reaches the faulty copy.
   std::shared_future<void> arm_copy_to_host(std::uint64_t nth, std::shared_future<void> release, bool fail) {
     return arm_copy(nth, std::move(release), fail, CopyKind::kToHost);
   }
