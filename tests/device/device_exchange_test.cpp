@@ -684,10 +684,12 @@ void expect_exact(ChildProcess& peer) {
 
 // A device producer with relays on (a relay serves one reader at a time) and its model.
 struct RelayingDeviceProducer {
-  explicit RelayingDeviceProducer(std::size_t kib)
-      : producer([] {
+  explicit RelayingDeviceProducer(std::size_t kib,
+                                  std::chrono::milliseconds lease_timeout = producer_options().lease_timeout)
+      : producer([lease_timeout] {
           auto options = producer_options();
           options.relay_fanout = 1;
+          options.lease_timeout = lease_timeout;
           return options;
         }()),
         model(runtime(), 0, kib) {
@@ -849,7 +851,8 @@ TEST(DeviceExchange, ARankReadsTheVersionAnotherRankOfItsGroupHoldsPreparedOverC
 // reuses freed memory at once).
 TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader) {
   if (runtime().name() != "simulated") GTEST_SKIP() << "holds a peer's copy half way: simulated device only";
-  RelayingDeviceProducer p(512);
+  // The shortest silence the producer allows (5 s; lease_timeout below that does not shorten it).
+  RelayingDeviceProducer p(512, 1000ms);
   auto& producer = p.producer;
   // A bound far beyond the reader's copy: it waits for the reader, not for the bound.
   auto holder = ipc_consumer(p.endpoint(), "ipc-closing-holder", 1,
@@ -864,6 +867,10 @@ TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader)
   holder->close_stdin();
   // Without the wait it would free its buffer and exit here, under the reader's copy.
   ASSERT_TRUE(holder->wait_for_line("log closing: waiting")) << joined_lines(*holder);
+  // A reader may take longer than the producer's silence bound; a holder that stopped pinging
+  // while it waits would be dropped, its reader's fetch withdrawn and its wait left to the bound.
+  EXPECT_FALSE(eventually([&] { return producer.stats().consumers < 2; }, 7s))
+      << "the closing holder was dropped as silent:\n" << joined_lines(*holder);
   reader->send_line("release");
   ASSERT_TRUE(reader->wait_for_line("installed 1")) << joined_lines(*reader);
   EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
