@@ -884,6 +884,39 @@ TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader)
   EXPECT_EQ(producer.stats().relay_faults, 0u);
 }
 
+// A producer that dropped a relay (silent past its bound) sends it no cancel for what it had
+// exported: it forgot the orders. The relay, joining again, must drop them itself, or it keeps
+// the buffers pinned for good and, closing, waits for readers that are long gone.
+TEST(DeviceExchange, ARelayDroppedWhileAPeerReadsItsVersionUnpinsItWhenItJoinsAgain) {
+  if (runtime().name() != "simulated") GTEST_SKIP() << "holds a peer's copy half way: simulated device only";
+  RelayingDeviceProducer p(512, 1000ms);  // dropped after 5 s of silence
+  auto& producer = p.producer;
+  auto holder = ipc_consumer(p.endpoint(), "ipc-dropped-holder", 1,
+                             {"--linger", "--echo-log", "--producer-timeout-ms", "60000"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  p.publish(1);
+  ASSERT_TRUE(holder->wait_for_line("installed 1")) << joined_lines(*holder);
+  ASSERT_TRUE(eventually([&] { return producer.stats().deliveries >= 1; }, 60s));
+  auto reader = ipc_consumer(p.endpoint(), "ipc-held-reader", 1, {"--hold-peer-read"});
+  ASSERT_TRUE(reader->wait_for_line("holding peer read")) << joined_lines(*reader);
+  ASSERT_EQ(::kill(holder->pid(), SIGSTOP), 0);
+  const bool dropped = eventually([&] { return producer.stats().consumers == 1; }, 60s);
+  ::kill(holder->pid(), SIGCONT);
+  ASSERT_TRUE(dropped) << "the stopped holder was never dropped";
+  reader->send_line("release");
+  ASSERT_TRUE(reader->wait_for_line("installed 1")) << joined_lines(*reader);
+  EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
+  expect_exact(*reader);
+  // The holder finds itself forgotten and joins again; its join is what unpins the export.
+  ASSERT_TRUE(holder->wait_for_line("log joined")) << joined_lines(*holder);
+  holder->close_stdin();
+  EXPECT_EQ(holder->wait(), 0) << joined_lines(*holder);
+  for (const auto& line : holder->lines()) {
+    EXPECT_EQ(line.rfind("log closing", 0), std::string::npos) << "an order the producer forgot is still pinned: " << line;
+  }
+  EXPECT_EQ(producer.stats().relayed_deliveries, 0u) << "the reader's relayed fetch ended with its relay";
+}
+
 TEST(DeviceExchange, PublishOrdersItsCopiesAfterTheTrainersStreamWithoutWaitingForIt) {
   auto& rt = runtime();
   modelcast::Producer producer(producer_options());
