@@ -196,7 +196,9 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       o.regret_denoised = o.has_gain_denoised ? 100.0 * (mp::evaluate_cil(smooth, w, costs, schedule) - oracle.cil) / gain : 0.0;
       return o;
     };
-    result.smooth_oracle_regret.push_back(score_cil(mp::evaluate_cil(truth, w, costs, oracle.publish_steps)).regret);
+    const Outcome floor = score_cil(mp::evaluate_cil(truth, w, costs, oracle.publish_steps));
+    result.smooth_oracle_regret.push_back(floor.regret);
+    result.smooth_oracle_vs_every_e.push_back(floor.vs.at("every_e_steps"));
     if (!score_cil(0).has_gain) result.smooth_oracle_regret.back() = std::nan("");
     result.outcome[ci].resize(2);
     for (std::size_t vi = 0; vi < settings.variants.size(); ++vi) {

@@ -113,6 +113,8 @@ struct RunEval {
   // Noise floor of any plan made in advance: regret of the exact plan on the true curve
   // smoothed (5-point running median), scored on the true curve; per cost, NaN: no gain.
   std::vector<double> smooth_oracle_regret;
+  // That plan against publishing every tenth of the run, per cost: +1 better, 0 tie, -1 worse.
+  std::vector<int> smooth_oracle_vs_every_e;
 };
 
 RunEval evaluate_run(const predictor::LossLog& run, const std::string& family, const EvalSettings& settings);

@@ -210,12 +210,17 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
   for (const auto& f : shown)
     for (std::size_t c = 0; c <= ncost; ++c) {
       std::vector<double> v;
+      std::size_t runs = 0, ties_or_beats = 0;  // over every run, as the win rates are
       for (const auto& r : results)
-        for (std::size_t rc = 0; rc < ncost; ++rc)
-          if (r.evaluated && groups.covers(f, r.family) && (c == ncost || rc == c) && !std::isnan(r.smooth_oracle_regret[rc]))
-            v.push_back(r.smooth_oracle_regret[rc]);
+        for (std::size_t rc = 0; rc < ncost; ++rc) {
+          if (!r.evaluated || !groups.covers(f, r.family) || (c != ncost && rc != c)) continue;
+          ++runs;
+          ties_or_beats += r.smooth_oracle_vs_every_e[rc] >= 0;
+          if (!std::isnan(r.smooth_oracle_regret[rc])) v.push_back(r.smooth_oracle_regret[rc]);
+        }
       out["smooth_oracle"].push_back({{"family", f}, {"cost_x_median_interval", c == ncost ? Json("all") : Json(settings.cost_multipliers[c])},
-                                      {"median_regret_pct", quantile(v, 0.5)}, {"p90_regret_pct", quantile(v, 0.9)}});
+                                      {"median_regret_pct", quantile(v, 0.5)}, {"p90_regret_pct", quantile(v, 0.9)},
+                                      {"ties_or_beats_every_e", runs ? static_cast<double>(ties_or_beats) / runs : 0.0}});
     }
   double slowest = 0.0;
   for (const auto& r : results) slowest = std::max(slowest, r.replay_seconds);
@@ -332,7 +337,8 @@ std::string render(const Json& r) {
     if (s["cost_x_median_interval"].is_string()) cost << "all";
     else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
     o << "  " << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(4) << cost.str()
-      << "  median " << std::setprecision(2) << s["median_regret_pct"].get<double>() << "  p90 " << s["p90_regret_pct"].get<double>() << "\n";
+      << "  median " << std::setprecision(2) << s["median_regret_pct"].get<double>() << "  p90 " << s["p90_regret_pct"].get<double>()
+      << "  every_E " << std::setprecision(0) << 100.0 * s["ties_or_beats_every_e"].get<double>() << " %\n";
   }
   table(r["rows"], "AFTER: hedged plans, regime-change refits (no reference run), variant chosen leave-one-family-out");
   table(r["before_rows"], "BEFORE: plans on the point forecast, no regime-change trigger (no reference run)");
