@@ -705,6 +705,25 @@ struct RelayingDeviceProducer {
   devicemodel::DeviceModel model;
 };
 
+// A device consumer holding version 1 (lingering, its log on stdout, and a producer_timeout far
+// beyond any read: what it waits for is the reader, not that bound) and a second one whose copy
+// out of the first one's export is held half way until it is sent "release".
+struct HeldRelayRead {
+  std::unique_ptr<ChildProcess> holder, reader;
+};
+
+void start_held_relay_read(RelayingDeviceProducer& p, const std::string& holder_name, HeldRelayRead& out) {
+  auto& producer = p.producer;
+  out.holder = ipc_consumer(p.endpoint(), holder_name, 1, {"--linger", "--echo-log", "--producer-timeout-ms", "60000"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  p.publish(1);
+  ASSERT_TRUE(out.holder->wait_for_line("installed 1")) << joined_lines(*out.holder);
+  // The producer knows it holds version 1, which makes it the one to read from.
+  ASSERT_TRUE(eventually([&] { return producer.stats().deliveries >= 1; }, 60s));
+  out.reader = ipc_consumer(p.endpoint(), "ipc-held-reader", 1, {"--hold-peer-read"});
+  ASSERT_TRUE(out.reader->wait_for_line("holding peer read")) << joined_lines(*out.reader);
+}
+
 }  // namespace
 
 // Device consumers on one host serve each other over CUDA IPC: one that joins late reads the
@@ -854,16 +873,9 @@ TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader)
   // The shortest silence the producer allows (5 s; lease_timeout below that does not shorten it).
   RelayingDeviceProducer p(512, 1000ms);
   auto& producer = p.producer;
-  // A bound far beyond the reader's copy: it waits for the reader, not for the bound.
-  auto holder = ipc_consumer(p.endpoint(), "ipc-closing-holder", 1,
-                             {"--linger", "--echo-log", "--producer-timeout-ms", "60000"});
-  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
-  p.publish(1);
-  ASSERT_TRUE(holder->wait_for_line("installed 1")) << joined_lines(*holder);
-  // The producer knows it holds version 1, which makes it the one to read from.
-  ASSERT_TRUE(eventually([&] { return producer.stats().deliveries >= 1; }, 60s));
-  auto reader = ipc_consumer(p.endpoint(), "ipc-held-reader", 1, {"--hold-peer-read"});
-  ASSERT_TRUE(reader->wait_for_line("holding peer read")) << joined_lines(*reader);
+  HeldRelayRead read;
+  ASSERT_NO_FATAL_FAILURE(start_held_relay_read(p, "ipc-closing-holder", read));
+  auto& [holder, reader] = read;
   holder->close_stdin();
   // Without the wait it would free its buffer and exit here, under the reader's copy.
   ASSERT_TRUE(holder->wait_for_line("log closing: waiting")) << joined_lines(*holder);
@@ -891,14 +903,9 @@ TEST(DeviceExchange, ARelayDroppedWhileAPeerReadsItsVersionUnpinsItWhenItJoinsAg
   if (runtime().name() != "simulated") GTEST_SKIP() << "holds a peer's copy half way: simulated device only";
   RelayingDeviceProducer p(512, 1000ms);  // dropped after 5 s of silence
   auto& producer = p.producer;
-  auto holder = ipc_consumer(p.endpoint(), "ipc-dropped-holder", 1,
-                             {"--linger", "--echo-log", "--producer-timeout-ms", "60000"});
-  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
-  p.publish(1);
-  ASSERT_TRUE(holder->wait_for_line("installed 1")) << joined_lines(*holder);
-  ASSERT_TRUE(eventually([&] { return producer.stats().deliveries >= 1; }, 60s));
-  auto reader = ipc_consumer(p.endpoint(), "ipc-held-reader", 1, {"--hold-peer-read"});
-  ASSERT_TRUE(reader->wait_for_line("holding peer read")) << joined_lines(*reader);
+  HeldRelayRead read;
+  ASSERT_NO_FATAL_FAILURE(start_held_relay_read(p, "ipc-dropped-holder", read));
+  auto& [holder, reader] = read;
   ASSERT_EQ(::kill(holder->pid(), SIGSTOP), 0);
   const bool dropped = eventually([&] { return producer.stats().consumers == 1; }, 60s);
   ::kill(holder->pid(), SIGCONT);
