@@ -1,6 +1,7 @@
 #include "daemon/attach/seqpacket.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -33,7 +34,18 @@ int listen_at(const std::string& path) {
     close(probe);
     throw modelcast::Error(modelcast::ErrorCode::kTransport, "socket '" + path + "' is served by another process");
   }
-  unlink(path.c_str());  // a stale file from a daemon that died
+  // A socket left by a daemon that died is removed; anything else at the path is the user's
+  // (a file, a directory) and is never removed.
+  struct stat st{};
+  if (lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                             "socket path '" + path + "' is taken by a " +
+                                 (S_ISDIR(st.st_mode) ? "directory" : "file that is not a socket") +
+                                 ", which is left as it is: set daemon.socket to a free path");
+    }
+    unlink(path.c_str());
+  }
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 128) != 0) {
     std::string why = std::strerror(errno);
