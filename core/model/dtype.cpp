@@ -49,4 +49,20 @@ std::size_t TensorSpec::element_count() const noexcept {
   return count;
 }
 
+std::optional<std::uint64_t> TensorSpec::checked_size_bytes() const noexcept {
+  std::uint64_t bytes = dtype_size(dtype);
+  for (auto extent : shape) {
+    if (extent < 0) return std::nullopt;
+    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(extent), &bytes)) return std::nullopt;
+  }
+  // An empty tensor (an extent of 0) holds no bytes whatever its other extents are, but its
+  // shape must still be countable: a 0 after an overflowing product would hide the overflow.
+  std::uint64_t elements = 1;
+  for (auto extent : shape) {
+    if (extent == 0) continue;
+    if (__builtin_mul_overflow(elements, static_cast<std::uint64_t>(extent), &elements)) return std::nullopt;
+  }
+  return bytes;
+}
+
 }  // namespace modelcast

@@ -33,7 +33,7 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
                             shape_string(spec.shape));
     }
   }
-  if (!checked_size_bytes(spec)) {
+  if (!spec.checked_size_bytes()) {
     throw Error(code, "tensor '" + spec.name + "' with shape " + shape_string(spec.shape) +
                           " has more bytes than 64 bits can count");
   }
@@ -58,22 +58,6 @@ void check_placement(const TensorEntry& entry, ErrorCode code) {
   }
 }
 
-std::optional<std::uint64_t> checked_size_bytes(const TensorSpec& spec) {
-  std::uint64_t bytes = dtype_size(spec.dtype);
-  for (auto extent : spec.shape) {
-    if (extent < 0) return std::nullopt;
-    if (__builtin_mul_overflow(bytes, static_cast<std::uint64_t>(extent), &bytes)) return std::nullopt;
-  }
-  // An empty tensor (an extent of 0) holds no bytes whatever its other extents are, but its
-  // shape must still be countable: a 0 after an overflowing product would hide the overflow.
-  std::uint64_t elements = 1;
-  for (auto extent : spec.shape) {
-    if (extent == 0) continue;
-    if (__builtin_mul_overflow(elements, static_cast<std::uint64_t>(extent), &elements)) return std::nullopt;
-  }
-  return bytes;
-}
-
 std::vector<TensorEntry> plan_layout(const std::vector<TensorSpec>& specs, std::uint64_t* total_bytes) {
   std::vector<TensorEntry> entries;
   entries.reserve(specs.size());
@@ -87,7 +71,7 @@ std::vector<TensorEntry> plan_layout(const std::vector<TensorSpec>& specs, std::
     TensorEntry entry;
     entry.spec = spec;
     entry.offset = offset;
-    entry.size = *checked_size_bytes(spec);
+    entry.size = *spec.checked_size_bytes();
     std::uint64_t end = 0;
     if (__builtin_add_overflow(offset, entry.size, &end) || end > std::numeric_limits<std::uint64_t>::max() - kTensorAlignment) {
       throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' takes the model past 2^64 bytes");
@@ -137,11 +121,11 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
     }
     // Overflow-safe bounds check: a hostile manifest must not make us read or write outside
     // the receive buffer.
-    if (entry.size != *checked_size_bytes(entry.spec)) {
+    if (entry.size != *entry.spec.checked_size_bytes()) {
       throw Error(ErrorCode::kProtocol, "manifest size of tensor '" + entry.spec.name + "' is " +
                                             std::to_string(entry.size) + " bytes but its shape " +
                                             shape_string(entry.spec.shape) + " needs " +
-                                            std::to_string(*checked_size_bytes(entry.spec)));
+                                            std::to_string(*entry.spec.checked_size_bytes()));
     }
     if (entry.offset > manifest.total_bytes || entry.size > manifest.total_bytes - entry.offset) {
       throw Error(ErrorCode::kProtocol, "tensor '" + entry.spec.name + "' lies outside the " +

@@ -75,10 +75,6 @@ struct ManifestLimits {
   std::size_t max_metadata_bytes = std::size_t{1} << 20;  // keys and values together
 };
 
-// Bytes a tensor of this spec holds, or nullopt when the element count or byte size overflows
-// 64 bits (a shape a peer can send but no memory can hold).
-std::optional<std::uint64_t> checked_size_bytes(const TensorSpec& spec);
-
 // Throws Error(code) naming the tensor when its placement (a piece's global shape and offset) is
 // not both-or-neither, of its rank, and inside the global shape.
 void check_placement(const TensorEntry& entry, ErrorCode code);

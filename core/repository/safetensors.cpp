@@ -110,18 +110,26 @@ SafetensorsLayout read_safetensors_layout(const std::string& path) {
       }
       StoredTensor t;
       t.name = name;
-      auto dtype_text = entry.at("dtype").get<std::string>();
+      std::vector<std::uint64_t> offsets;
+      std::string dtype_text;
+      try {
+        dtype_text = entry.at("dtype").get<std::string>();
+        t.shape = entry.at("shape").get<std::vector<std::int64_t>>();
+        offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
+      } catch (const nlohmann::json::exception& e) {
+        bad_file(path, "tensor '" + name + "': " + e.what());
+      }
       auto known = std::find_if(std::begin(kNames), std::end(kNames), [&](auto& n) { return dtype_text == n.name; });
       if (known == std::end(kNames)) bad_file(path, "tensor '" + name + "' has unknown dtype " + dtype_text);
       t.dtype = known->dtype;
-      t.shape = entry.at("shape").get<std::vector<std::int64_t>>();
-      auto offsets = entry.at("data_offsets").get<std::vector<std::uint64_t>>();
       if (offsets.size() != 2 || offsets[0] > offsets[1]) bad_file(path, "tensor '" + name + "' has bad data_offsets");
       t.begin = offsets[0];
       t.end = offsets[1];
-      if (TensorSpec{t.name, t.dtype, t.shape}.size_bytes() != t.end - t.begin) {
-        bad_file(path, "tensor '" + name + "': shape and data_offsets disagree");
-      }
+      // Checked: a shape whose size overflows, or with a negative extent, would otherwise pass
+      // with a wrapped or zero size and reach readers that trust the shape.
+      auto bytes = TensorSpec{t.name, t.dtype, t.shape}.checked_size_bytes();
+      if (!bytes) bad_file(path, "tensor '" + name + "' has a negative extent or a size beyond 2^64 bytes");
+      if (*bytes != t.end - t.begin) bad_file(path, "tensor '" + name + "': shape and data_offsets disagree");
       layout.tensors.push_back(std::move(t));
     }
   } catch (const nlohmann::json::exception& e) {

@@ -177,9 +177,10 @@ class Client::Impl {
     state->mapping = map(*connection, state->manifest, fd);
     for (const auto& t : state->manifest.tensors) {
       TensorSpec spec{t.name, t.dtype, t.shape};
-      if (spec.size_bytes() != t.bytes) {
-        throw Error(ErrorCode::kProtocol, "modelcastd: tensor '" + t.name + "' has " + std::to_string(t.bytes) +
-                                              " bytes, its shape and dtype say " + std::to_string(spec.size_bytes()));
+      if (auto size = spec.checked_size_bytes(); !size || *size != t.bytes) {
+        throw Error(ErrorCode::kProtocol,
+                    "modelcastd: tensor '" + t.name + "' has " + std::to_string(t.bytes) + " bytes, its shape and dtype say " +
+                        (size ? std::to_string(*size) : std::string("a negative extent or over 2^64 bytes")));
       }
       state->specs.push_back(std::move(spec));
     }

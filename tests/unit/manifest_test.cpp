@@ -88,8 +88,8 @@ TEST(Manifest, ValidationBoundsWhatAPeerCanMakeTheConsumerAllocate) {
   hidden.tensors[0].spec.shape = {0, std::int64_t{1} << 40, std::int64_t{1} << 40};
   hidden.tensors[0].size = 0;
   EXPECT_NE(error_of([&] { validate_manifest(hidden); }, ErrorCode::kProtocol).find("64 bits"), std::string::npos);
-  EXPECT_FALSE(checked_size_bytes({"x", DType::kF64, {std::int64_t{1} << 62}}));
-  EXPECT_EQ(checked_size_bytes({"x", DType::kF64, {0, 5}}), 0u);
+  EXPECT_FALSE((TensorSpec{"x", DType::kF64, {std::int64_t{1} << 62}}.checked_size_bytes()));
+  EXPECT_EQ((TensorSpec{"x", DType::kF64, {0, 5}}.checked_size_bytes()), 0u);
   // A declared size beyond the consumer's limit, or beyond what the tensors need.
   auto tib = valid_manifest();
   tib.total_bytes = std::uint64_t{1} << 40;
