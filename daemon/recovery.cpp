@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <cerrno>
 #include <cstring>
 
@@ -45,6 +46,7 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
     log->warn("model {}: removed {} unfinished repository entr{} left by an interrupted write", model, removed,
               removed == 1 ? "y" : "ies");
   }
+  for (const auto& why : repository.damaged(model)) log->warn("model {}: not served: {}", model, why);
   for (const auto& stored : repository.list(model)) {
     std::string path = stored.directory + "/" + repo::kTensorFile;
     try {
@@ -68,7 +70,12 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
       m.incarnation = stored.incarnation;
       m.source = "repository";
       m.metadata = stored.metadata;
+      std::set<std::string> named;  // with the counts equal, distinct names are every tensor once
       for (const auto& name : stored.tensor_order) {
+        if (!named.insert(name).second) {
+          throw modelcast::Error(modelcast::ErrorCode::kIntegrity,
+                                 "metadata.json of " + stored.directory + " names tensor '" + name + "' twice");
+        }
         auto t = std::find_if(layout.tensors.begin(), layout.tensors.end(), [&](auto& x) { return x.name == name; });
         if (t == layout.tensors.end()) {
           throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "tensor '" + name + "' missing from " + path);

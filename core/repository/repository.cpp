@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <stdexcept>
 
@@ -184,29 +185,58 @@ void Repository::prune(const std::string& model, std::size_t keep) {
   }
 }
 
+namespace {
+
+// One numbered directory of a model: the version it holds, or why it holds none it can serve
+// (empty why and no version: not a version directory at all, so not ours to report).
+struct StoredEntry {
+  std::optional<StoredVersion> version;
+  std::string why;
+};
+
+StoredEntry read_entry(const fs::directory_entry& entry) {
+  std::string name = entry.path().filename().string();
+  if (!is_number(name) || !entry.is_directory()) return {};
+  StoredVersion v;
+  v.directory = entry.path().string();
+  try {
+    std::ifstream in(v.directory + "/" + kMetadataFile);
+    if (!in) return {std::nullopt, std::string(kMetadataFile) + " cannot be opened"};
+    auto doc = nlohmann::json::parse(in);
+    v.version = doc.at("version").get<std::uint64_t>();
+    v.number = doc.value("repository_version", v.version);  // written before numbers were kept apart
+    v.step = doc.at("step").get<std::int64_t>();
+    v.incarnation = incarnation_of(doc.at("producer_incarnation"));
+    v.written_at_ns = doc.at("written_at_ns").get<std::int64_t>();
+    v.metadata = doc.at("metadata").get<std::map<std::string, std::string>>();
+    v.tensor_order = doc.at("tensors").get<std::vector<std::string>>();
+  } catch (const std::exception& e) {
+    return {std::nullopt, std::string(kMetadataFile) + " cannot be read: " + e.what()};
+  }
+  if (std::to_string(v.number) != name) {
+    return {std::nullopt, std::string(kMetadataFile) + " says repository version " + std::to_string(v.number)};
+  }
+  if (!fs::exists(v.directory + "/" + kTensorFile)) return {std::nullopt, std::string("no ") + kTensorFile};
+  return {std::move(v), {}};
+}
+
+}  // namespace
+
+std::vector<std::string> Repository::damaged(const std::string& model) const {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
+    if (auto read = read_entry(entry); !read.why.empty()) out.push_back(entry.path().string() + ": " + read.why);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 std::vector<StoredVersion> Repository::list(const std::string& model) const {
   std::vector<StoredVersion> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
-    std::string name = entry.path().filename().string();
-    if (!is_number(name) || !entry.is_directory()) continue;
-    StoredVersion v;
-    v.directory = entry.path().string();
-    try {
-      std::ifstream in(v.directory + "/" + kMetadataFile);
-      auto doc = nlohmann::json::parse(in);
-      v.version = doc.at("version").get<std::uint64_t>();
-      v.number = doc.value("repository_version", v.version);  // written before numbers were kept apart
-      v.step = doc.at("step").get<std::int64_t>();
-      v.incarnation = incarnation_of(doc.at("producer_incarnation"));
-      v.written_at_ns = doc.at("written_at_ns").get<std::int64_t>();
-      v.metadata = doc.at("metadata").get<std::map<std::string, std::string>>();
-      v.tensor_order = doc.at("tensors").get<std::vector<std::string>>();
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (std::to_string(v.number) != name || !fs::exists(v.directory + "/" + kTensorFile)) continue;
-    out.push_back(std::move(v));
+    if (auto read = read_entry(entry); read.version) out.push_back(std::move(*read.version));
   }
   std::sort(out.begin(), out.end(), [](const StoredVersion& a, const StoredVersion& b) {
     return a.written_at_ns != b.written_at_ns ? a.written_at_ns > b.written_at_ns : a.version > b.version;

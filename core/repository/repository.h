@@ -56,6 +56,9 @@ class Repository {
   // Complete versions of `model`, most recently written first. Directories whose name is not
   // a number or whose metadata.json cannot be read are skipped (they are not ours or are damaged).
   std::vector<StoredVersion> list(const std::string& model) const;
+  // The numbered directories list() skips as damaged, each as "directory: why" (for a log:
+  // nothing there is served).
+  std::vector<std::string> damaged(const std::string& model) const;
 
   // Removes what interrupted writes and deletions left behind; returns how many entries.
   std::size_t clean(const std::string& model);
