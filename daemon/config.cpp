@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <tuple>
+#include <filesystem>
 #include <set>
 
 #include "modelcast/error.h"
@@ -277,8 +278,24 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
          hook.command == o.hook.command && hook.timeout == o.hook.timeout;
 }
 
+std::optional<std::uint16_t> listen_port(const std::string& listen) {
+  auto colon = listen.rfind(':');
+  if (colon == std::string::npos) return std::nullopt;
+  const char* first = listen.data() + colon + 1;
+  const char* last = listen.data() + listen.size();
+  unsigned port = 0;
+  auto [end, ec] = std::from_chars(first, last, port);
+  if (first == last || ec != std::errc{} || end != last || port > 65535) return std::nullopt;
+  return static_cast<std::uint16_t>(port);
+}
+
 DaemonConfig load_config(const std::string& path) {
   toml::table root;
+  // toml++ reads a directory as an empty document; an empty config is valid (every default),
+  // so a directory given by mistake would start, or reload, with no model at all.
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": is a directory, not a config file");
+  }
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
@@ -301,9 +318,8 @@ DaemonConfig load_config(const std::string& path) {
   if (const toml::table* http = r.table(root, "http", "")) {
     r.only(*http, "http.", {"listen"});
     r.string(*http, "listen", "http.", config.http_listen);
-    auto colon = config.http_listen.rfind(':');
-    if (!config.http_listen.empty() && (colon == std::string::npos || colon + 1 == config.http_listen.size())) {
-      r.fail(*http->get("listen"), "http.listen", "must be HOST:PORT, or \"\" to disable");
+    if (!config.http_listen.empty() && !listen_port(config.http_listen)) {
+      r.fail(*http->get("listen"), "http.listen", "must be HOST:PORT with PORT 0-65535, or \"\" to disable");
     }
   }
   if (const toml::table* repo = r.table(root, "repository", "")) {

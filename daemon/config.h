@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,10 @@ struct DaemonConfig {
   std::size_t keep_versions = 3;               // newest K per model kept on disk
   std::vector<ModelConfig> models;
 };
+
+// The port of a HOST:PORT listen address ("[::1]:80" too), or nullopt when there is none or it
+// lies outside 0-65535 (0: any free port).
+std::optional<std::uint16_t> listen_port(const std::string& listen);
 
 // Reads and checks `path`. Throws modelcast::Error(kInvalidArgument) whose message starts with
 // "<path>:<line>: key '<key>':" for an unknown key, a wrong type or a bad value, and names

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include "daemon/config.h"
 #include "modelcast/error.h"
 
 namespace modelcastd {
@@ -10,12 +11,12 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   auto colon = listen.rfind(':');
   std::string host = listen.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int port = 0;
-  try {
-    port = std::stoi(listen.substr(colon + 1));
-  } catch (const std::exception&) {
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "http listen address '" + listen + "' has no port");
+  auto parsed = listen_port(listen);
+  if (!parsed) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "http listen address '" + listen + "' has no port in 0-65535");
   }
+  int port = *parsed;
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
   server_->Get("/readyz", [ready = providers.ready](const httplib::Request& req, httplib::Response& res) {
     std::string detail;

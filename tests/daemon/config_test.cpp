@@ -149,6 +149,8 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {"[daemon]\nlog_level = \"loud\"\n", 2, "daemon.log_level", "must be one of"},
       {"[daemon]\nsocket = 5\n", 2, "daemon.socket", "must be a string"},
       {"[http]\nlisten = \"localhost\"\n", 2, "http.listen", "HOST:PORT"},
+      {"[http]\nlisten = \"127.0.0.1:99999\"\n", 2, "http.listen", "PORT 0-65535"},
+      {"[http]\nlisten = \"127.0.0.1:80x\"\n", 2, "http.listen", "PORT 0-65535"},
       {"[repository]\npath = \"/r\"\nkeep = 0\n", 3, "repository.keep", "between 1 and"},
       {"colour = \"blue\"\n", 1, "colour", "unknown key"},
       {(model + "buffers = 1\n"), 5, "model[0].buffers", "between 2 and"},
@@ -207,6 +209,19 @@ TEST(DaemonConfig, ATomlSyntaxErrorNamesFileAndLine) {
     FAIL();
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(std::string(e.what()).rfind(dir / "broken.toml:2: ", 0), 0u) << e.what();
+  }
+}
+
+// toml++ reads a directory as an empty document, which is a valid config with no model: given
+// by mistake at start or at a reload, it would drop every model.
+TEST(DaemonConfig, ADirectoryIsRefusedAsAConfig) {
+  ScratchDir dir;
+  try {
+    modelcastd::load_config(dir.path);
+    FAIL() << "a directory was read as a config";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()), dir.path + ": is a directory, not a config file");
   }
 }
 
