@@ -71,6 +71,8 @@ struct RowReader {
 
 // time_offset carries the shift applied after a timer restart to the following rows.
 void append_point(LossLog& log, const std::string& source, std::size_t line_no, CurvePoint p, double& time_offset) {
+  if (p.step > kMaxCurveStep || p.step < -kMaxCurveStep)
+    throw CsvError(source, line_no, "step " + std::to_string(p.step) + " is beyond 2^53, the largest step the predictor takes");
   if (!log.points.empty() && p.step <= log.points.back().step)
     throw CsvError(source, line_no, "steps not increasing: step " + std::to_string(p.step) + " follows step " +
                                         std::to_string(log.points.back().step));

@@ -25,10 +25,16 @@ void validate_observed(std::span<const CurvePoint> observed, const ForecastOptio
   for (std::size_t i = 0; i < observed.size(); ++i) {
     if (!std::isfinite(observed[i].loss))
       throw Error(ErrorCode::kInvalidArgument, "forecast: loss at step " + std::to_string(observed[i].step) + " is not finite");
+    if (observed[i].step > kMaxCurveStep || observed[i].step < -kMaxCurveStep)
+      throw Error(ErrorCode::kInvalidArgument, "forecast: step " + std::to_string(observed[i].step) +
+                                                   " is beyond 2^53, the largest step the predictor takes");
     if (i > 0 && observed[i].step <= observed[i - 1].step)
       throw Error(ErrorCode::kInvalidArgument, "forecast: steps must be strictly increasing (step " +
                                   std::to_string(observed[i].step) + ")");
   }
+  if (options.total_steps > kMaxCurveStep)
+    throw Error(ErrorCode::kInvalidArgument, "forecast: total_steps (" + std::to_string(options.total_steps) +
+                                                 ") is beyond 2^53, the largest step the predictor takes");
   if (options.total_steps <= observed.back().step)
     throw Error(ErrorCode::kInvalidArgument, "forecast: total_steps (" + std::to_string(options.total_steps) +
                                 ") must exceed the last observed step (" +

@@ -32,6 +32,8 @@ std::optional<Residuals> residuals_at(const Forecast& forecast, std::int64_t ste
 
 OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(options)) {
   if (options_.forecast.total_steps <= 0) throw Error(ErrorCode::kInvalidArgument, "online scheduler: total_steps must be positive");
+  if (options_.forecast.total_steps > kMaxCurveStep)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: total_steps is beyond 2^53, the largest step the predictor takes");
   if (options_.warmup_step < 0 || options_.warmup_step >= options_.forecast.total_steps)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: warm-up step must be in [0, total_steps)");
   if (options_.max_candidates < 2) throw Error(ErrorCode::kInvalidArgument, "online scheduler: max_candidates must be >= 2");

@@ -102,6 +102,9 @@ void validate_trajectory(const Trajectory& t) {
   for (std::size_t i = 0; i < t.steps.size(); ++i) {
     if (!std::isfinite(t.loss[i]) || !std::isfinite(t.time_s[i]))
       throw Error(ErrorCode::kInvalidArgument, "trajectory: non-finite loss or time at step " + std::to_string(t.steps[i]));
+    if (t.steps[i] > kMaxCurveStep || t.steps[i] < -kMaxCurveStep)
+      throw Error(ErrorCode::kInvalidArgument, "trajectory: step " + std::to_string(t.steps[i]) +
+                                                   " is beyond 2^53, the largest step the predictor takes");
     if (i > 0 && t.steps[i] <= t.steps[i - 1])
       throw Error(ErrorCode::kInvalidArgument, "trajectory: steps must be strictly increasing at step " + std::to_string(t.steps[i]));
     if (i > 0 && t.time_s[i] < t.time_s[i - 1])

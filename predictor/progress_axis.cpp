@@ -10,6 +10,7 @@ namespace modelcast::predictor::detail {
 ProgressAxis::ProgressAxis(std::int64_t total_steps, const std::optional<LrSchedule>& schedule)
     : total_steps_(total_steps), schedule_(schedule) {
   if (total_steps <= 0) throw Error(ErrorCode::kInvalidArgument, "total_steps must be positive");
+  if (total_steps > kMaxCurveStep) throw Error(ErrorCode::kInvalidArgument, "total_steps is beyond 2^53, the largest step the predictor takes");
   if (!schedule) return;
   const auto& s = *schedule;
   if (s.steps.empty() || s.steps.size() != s.lr.size())

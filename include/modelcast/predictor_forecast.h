@@ -14,6 +14,11 @@
 
 namespace modelcast::predictor {
 
+// The largest step, and total_steps, the predictor takes (and the most negative step): steps
+// are fitted as doubles, which count integers exactly only up to 2^53, and plans add spans of
+// steps, which must not overflow. Beyond it, calls throw Error(kInvalidArgument).
+inline constexpr std::int64_t kMaxCurveStep = std::int64_t{1} << 53;
+
 // One logged point of a training run. time_s is the wall-clock training time at which
 // the step completed (NaN when unknown).
 struct CurvePoint {

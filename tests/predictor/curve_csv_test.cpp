@@ -108,6 +108,13 @@ TEST(CurveCsv, StepsMustIncrease) {
   expect_error("step,loss\n10,4.0\n5,3.9\n", 3, "steps not increasing");
 }
 
+// Steps are fitted as doubles and spans of them added in plans: past 2^53 they are refused
+// by line, not wrapped into a step the user never wrote or a plan that never ends.
+TEST(CurveCsv, StepsBeyondTwoToThe53AreRefused) {
+  expect_error("step,loss\n0,4.0\n4611686018427387904,3.9\n", 3, "beyond 2^53");
+  expect_error("step,loss\n-9007199254740993,4.0\n0,3.9\n", 2, "beyond 2^53");
+}
+
 TEST(CurveCsv, TooFewPointsAndEmptyInput) {
   expect_error("step,loss\n10,4.0\n", 2, "too few points");
   CsvOptions o;

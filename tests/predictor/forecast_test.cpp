@@ -239,6 +239,15 @@ TEST(Forecast, RejectsBadInput) {
   EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{100, 1.0, 1.0}}, o), modelcast::Error);  // nothing left
   o.lr_schedule = LrSchedule{{0, 50}, {1.0}};
   EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}}, o), modelcast::Error);
+  o.lr_schedule.reset();
+  // A run longer than 2^53 steps: its future grid once overflowed into an endless loop.
+  o.total_steps = std::numeric_limits<std::int64_t>::max();
+  try {
+    forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}, {20, 0.9, 2.0}}, o);
+    ADD_FAILURE() << "a total_steps beyond 2^53 was taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("beyond 2^53"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Forecast, MemberPriorReweightsTheEnsemblesFamilies) {
