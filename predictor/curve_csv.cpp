@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -48,6 +49,10 @@ struct RowReader {
   std::size_t line_no;
   const std::vector<std::string>& fields;
 
+  // A field as quoted back in an error: at most 40 characters of it.
+  static std::string shown(const std::string& field) {
+    return field.size() <= 40 ? field : field.substr(0, 40) + "... (" + std::to_string(field.size()) + " characters)";
+  }
   const std::string& at(int column, const char* name) const {
     if (column >= static_cast<int>(fields.size()))
       throw CsvError(source, line_no, std::string("missing value for column '") + name + "'");
@@ -56,15 +61,15 @@ struct RowReader {
   std::int64_t integer(int column, const char* name) const {
     std::int64_t v = 0;
     if (!parse_int(at(column, name), v))
-      throw CsvError(source, line_no, std::string("column '") + name + "' is not an integer: '" + at(column, name) + "'");
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not an integer: '" + shown(at(column, name)) + "'");
     return v;
   }
   double number(int column, const char* name) const {
     double v = 0;
     if (!parse_double(at(column, name), v))
-      throw CsvError(source, line_no, std::string("column '") + name + "' is not a number: '" + at(column, name) + "'");
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not a number: '" + shown(at(column, name)) + "'");
     if (!std::isfinite(v))
-      throw CsvError(source, line_no, std::string("column '") + name + "' is not finite: '" + at(column, name) + "'");
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not finite: '" + shown(at(column, name)) + "'");
     return v;
   }
 };
@@ -109,6 +114,8 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
   // First non-empty line: header or (plain, headerless) data.
   while (std::getline(in, line)) {
     ++line_no;
+    // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first field.
+    if (line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     if (line.find_first_not_of(" \t\r") != std::string::npos) break;
   }
   if (line_no == 0 || line.find_first_not_of(" \t\r") == std::string::npos)
@@ -147,6 +154,11 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     col.loss = 1;
     col.time = first.size() >= 3 ? 2 : -1;
     pending_line = line_no;
+  }
+  if (!curves && !options.run.empty()) {
+    throw CsvError(source, line_no, "a run id ('" + options.run +
+                                        "') selects a run of a curves file (with run and total_steps columns); "
+                                        "this is a single run's step,loss[,time_s] log");
   }
   log.has_time = col.time >= 0;
   bool found_run = false;
@@ -187,6 +199,8 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
 }
 
 LossLog read_loss_log_file(const std::string& path, const CsvOptions& options) {
+  // A directory opens as a stream that reads nothing, which would be reported as an empty file.
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) throw CsvError(path, 0, "is a directory, not a file");
   std::ifstream in(path);
   if (!in) throw CsvError(path, 0, "cannot open file");
   return read_loss_log(in, path, options);

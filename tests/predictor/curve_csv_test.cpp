@@ -115,6 +115,31 @@ TEST(CurveCsv, StepsBeyondTwoToThe53AreRefused) {
   expect_error("step,loss\n-9007199254740993,4.0\n0,3.9\n", 2, "beyond 2^53");
 }
 
+TEST(CurveCsv, AByteOrderMarkIsNotPartOfTheHeader) {
+  std::istringstream in("\xEF\xBB\xBFstep,loss,time_s\n10,4.0,1\n20,3.9,2\n");
+  auto log = read_loss_log(in, "bom.csv", {});
+  ASSERT_EQ(log.points.size(), 2u);
+  EXPECT_EQ(log.points[1].step, 20);
+}
+
+TEST(CurveCsv, ARunIdForASingleRunLogIsRefused) {
+  CsvOptions o;
+  o.run = "r7";
+  expect_error("step,loss\n10,4.0\n20,3.9\n", 1, "single run", o);
+}
+
+TEST(CurveCsv, ALongBadFieldIsQuotedInPart) {
+  const std::string field(100000, 'x');
+  try {
+    std::istringstream in("step,loss\n10,4.0\n20," + field + "\n");
+    read_loss_log(in, "long.csv", {});
+    FAIL();
+  } catch (const CsvError& e) {
+    EXPECT_LT(std::string(e.what()).size(), 200u) << "the message holds the whole field";
+    EXPECT_NE(std::string(e.what()).find("100000 characters"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CurveCsv, TooFewPointsAndEmptyInput) {
   expect_error("step,loss\n10,4.0\n", 2, "too few points");
   CsvOptions o;

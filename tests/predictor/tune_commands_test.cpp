@@ -139,6 +139,19 @@ TEST(TuneCommands, RejectsBadCostsAndSteps) {
   auto plan = a;
   plan.total_steps = 100;  // not beyond the warm-up prefix
   EXPECT_THROW(run_plan(plan), modelcast::Error);
+  // Given but not positive: said so, not taken for missing.
+  plan.total_steps = -5;
+  try {
+    run_plan(plan);
+    ADD_FAILURE() << "a negative --total-steps was taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--total-steps must be positive, got -5"), std::string::npos) << e.what();
+  }
+  // A run ending before the log does: its window would silently be the log's.
+  auto shorter = a;
+  shorter.total_steps = 1500;  // the log ends at 1900
+  EXPECT_THROW(run_replay(shorter), modelcast::Error);
+  EXPECT_THROW(run_evaluate(shorter, {}), modelcast::Error);
   auto png = a;
   png.plot_path = "/tmp/x.png";
   EXPECT_THROW(run_replay(png), modelcast::Error);

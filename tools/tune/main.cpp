@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <iostream>
 
 #include "modelcast/predictor_csv.h"
@@ -10,6 +11,20 @@
 #include "tune_commands.h"
 
 namespace {
+
+// NaN passes CLI11's own number checks, and an option left out is NaN here ("not given"): a
+// "nan" typed by the user would read as missing, or slip through a range test.
+const CLI::Validator kNotNaN(
+    [](std::string& text) {
+      double v = 0;
+      try {
+        v = std::stod(text);
+      } catch (const std::exception&) {
+        return std::string();  // not a number at all: CLI11's own conversion says so
+      }
+      return std::isnan(v) ? std::string("must be a number, got '" + text + "'") : std::string();
+    },
+    "NUMBER");
 
 void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   // time_s is required: every cost in the model (c, d, the window) is in seconds of training
@@ -20,11 +35,11 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   cmd.add_option("--run", a.run, "curves format: run id to use");
   cmd.add_option("--loss-col", a.loss_column, "curves format: val_loss or train_loss")->capture_default_str()->check(CLI::IsMember({"val_loss", "train_loss"}));
   cmd.add_option("--total-steps", a.total_steps, "planned length of the run (steps)");
-  cmd.add_option("--publish-cost", a.publish_cost_s, "c: training stall per publish (s)")->required();
-  cmd.add_option("--update-latency", a.update_latency_s, "d: stall end -> version servable (s)")->required();
-  cmd.add_option("--request-rate", a.request_rate, "r: inference requests per second")->capture_default_str();
-  cmd.add_option("--window", a.window_s, "H: inference window (s); default t(last) - t(warm-up)");
-  cmd.add_option("--max-slowdown", a.max_slowdown_s, "cap on total training slowdown c x publishes (s); inf = no cap")->capture_default_str();
+  cmd.add_option("--publish-cost", a.publish_cost_s, "c: training stall per publish (s)")->required()->check(kNotNaN);
+  cmd.add_option("--update-latency", a.update_latency_s, "d: stall end -> version servable (s)")->required()->check(kNotNaN);
+  cmd.add_option("--request-rate", a.request_rate, "r: inference requests per second")->capture_default_str()->check(kNotNaN);
+  cmd.add_option("--window", a.window_s, "H: inference window (s); default t(last) - t(warm-up)")->check(kNotNaN);
+  cmd.add_option("--max-slowdown", a.max_slowdown_s, "cap on total training slowdown c x publishes (s); inf = no cap")->capture_default_str()->check(kNotNaN);
   cmd.add_option("--epoch-steps", a.epoch_steps, "E for the every-E-steps baseline (default total/10)");
   cmd.add_option("--reference", a.reference_path, "prior: CSV step,loss[,time_s] of a comparable earlier run (time_s optional here)");
   cmd.add_option("--lr-schedule", a.lr_schedule_path, "CSV step,lr: the learning-rate schedule, when known");

@@ -41,6 +41,10 @@ void check_costs(const CommonArgs& a) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--window must be a finite number >= 0");
   if (std::isnan(a.max_slowdown_s) || a.max_slowdown_s < 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--max-slowdown must be >= 0");
   if (a.epoch_steps && *a.epoch_steps <= 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--epoch-steps must be positive");
+  if (a.total_steps && *a.total_steps <= 0) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "--total-steps must be positive, got " + std::to_string(*a.total_steps));
+  }
 }
 
 mp::PublishCosts costs_of(const CommonArgs& a) {
@@ -129,6 +133,13 @@ Json cil_window_json(const mp::Trajectory& scored, std::size_t w) {
 }
 
 void check_total_within_log(const CommonArgs& a, const mp::LossLog& log) {
+  if (a.total_steps && *a.total_steps < log.points.back().step) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "--total-steps " + std::to_string(*a.total_steps) + " ends before the log, which ends at step " +
+                               std::to_string(log.points.back().step) +
+                               ": CIL here is measured on the logged curve to its end (leave --total-steps out, or cut "
+                               "the log at the run's end)");
+  }
   if (a.total_steps && *a.total_steps > log.points.back().step) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                            "--total-steps " + std::to_string(*a.total_steps) + " is beyond the log, which ends at step " +
