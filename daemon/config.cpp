@@ -212,6 +212,12 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
     r.fail(*t.get("name"), prefix + "name", "must not contain '/' or start with '.' (it names a directory)");
   }
   if (model.endpoint.empty()) r.fail(t, prefix + "endpoint", "is required and must not be empty");
+  // Its form only, so that --check catches a typo; the library checks the rest when it connects
+  // (a private directory for ipc://, encryption off this host).
+  const bool ipc = model.endpoint.rfind("ipc://", 0) == 0 && model.endpoint.size() > 6;
+  const bool tcp = model.endpoint.rfind("tcp://", 0) == 0 && model.endpoint.rfind(':') > 6 &&
+                   listen_port(model.endpoint.substr(6)).value_or(0) != 0;
+  if (!ipc && !tcp) r.fail(*t.get("endpoint"), prefix + "endpoint", "must be tcp://HOST:PORT (PORT 1-65535) or ipc://PATH");
   const toml::node* size = t.get("max_model_bytes");
   if (!size) r.fail(t, prefix + "max_model_bytes", "is required (it sizes the shared-memory buffers)");
   model.max_model_bytes = r.bytes(*size, prefix + "max_model_bytes");
@@ -325,6 +331,12 @@ DaemonConfig load_config(const std::string& path) {
   if (const toml::table* repo = r.table(root, "repository", "")) {
     r.only(*repo, "repository.", {"path", "keep"});
     r.string(*repo, "path", "repository.", config.repository);
+    // A path that cannot be written is reported per write and delivery goes on (a read-only
+    // mount, say); one that names a file can never hold a version.
+    if (std::error_code ec; !config.repository.empty() && std::filesystem::exists(config.repository, ec) &&
+                            !std::filesystem::is_directory(config.repository, ec)) {
+      r.fail(*repo->get("path"), "repository.path", "'" + config.repository + "' is a file, not a directory");
+    }
     if (const toml::node* keep = repo->get("keep")) config.keep_versions = r.integer(*keep, "repository.keep", 1, 1000);
   }
   if (const toml::node* models = root.get("model")) {

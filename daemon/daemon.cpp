@@ -61,7 +61,13 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
                                                    [this] { return models_json(); }, [this] { return metrics_text(); }});
     log->info("ops endpoint at http://{}:{}/", config_.http_listen.substr(0, config_.http_listen.rfind(':')), http_->port());
   }
-  log->info("serving {} model(s); clients attach at {}", config_.models.size(), config_.socket_path);
+  std::size_t running = 0;
+  {
+    std::lock_guard lock(mutex_);
+    running = models_.size();
+  }
+  log->info("serving {} of {} configured model(s); clients attach at {}", running, config_.models.size(),
+            config_.socket_path);
 }
 
 Daemon::~Daemon() {
@@ -101,10 +107,13 @@ void Daemon::start_model(const ModelConfig& model) {
     }
     std::lock_guard lock(mutex_);
     models_[model.name] = std::move(service);
+    not_started_.erase(model.name);
     log->info("model {}: subscribed to {} ({} buffers of {} bytes)", model.name, model.endpoint, model.buffers,
               model.max_model_bytes);
   } catch (const modelcast::Error& e) {
     log->error("model {} ({}): not started: {}", model.name, model.source, e.what());
+    std::lock_guard lock(mutex_);
+    not_started_[model.name] = e.what();
   }
   if (attach_) attach_->notify();
 }
@@ -154,14 +163,20 @@ int Daemon::ready(const std::string& model, std::string& detail) const {
   if (!model.empty()) {
     auto it = models_.find(model);
     if (it == models_.end()) {
-      detail = "no model '" + model + "' is running";
+      if (auto failed = not_started_.find(model); failed != not_started_.end()) {
+        detail = "model '" + model + "' is configured but did not start: " + failed->second;
+        return 503;
+      }
+      detail = "no model '" + model + "' is configured";
       return 404;
     }
     detail = it->second->current() ? "ready" : "no version yet";
     return it->second->current() ? 200 : 503;
   }
+  std::string failed;
+  for (const auto& [name, why] : not_started_) failed += (failed.empty() ? "" : ", ") + name;
   if (models_.empty()) {
-    detail = "no model is running";
+    detail = "no model is running" + (failed.empty() ? std::string() : "; did not start: " + failed);
     return 503;
   }
   std::string serving, waiting;
@@ -171,6 +186,7 @@ int Daemon::ready(const std::string& model, std::string& detail) const {
   }
   detail = serving.empty() ? "no version yet: " + waiting
                            : "serving: " + serving + (waiting.empty() ? "" : "; no version yet: " + waiting);
+  if (!failed.empty()) detail += "; did not start: " + failed;
   return serving.empty() ? 503 : 200;
 }
 
@@ -200,6 +216,9 @@ std::string Daemon::models_json() const {
       if (!current->repository_path.empty()) m["serving"]["repository_path"] = current->repository_path;
     }
     out["models"].push_back(std::move(m));
+  }
+  for (const auto& [name, why] : not_started_) {
+    out["models"].push_back({{"name", name}, {"serving", nullptr}, {"not_started", why}});
   }
   auto attach = attach_->stats();
   out["clients"] = attach.clients;
@@ -253,6 +272,10 @@ void Daemon::reload(DaemonConfig config) {
         ++it;
       }
     }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    std::erase_if(not_started_, [&](const auto& entry) { return !wanted.contains(entry.first); });
   }
   stopping.clear();  // Consumers stop outside the lock; clients' holds keep their versions
   for (const auto& m : config.models) {

@@ -60,6 +60,8 @@ class Daemon {
   std::unique_ptr<modelcast::repository::RepositoryWriter> writer_;  // null without a repository
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<ModelService>> models_;  // guarded by mutex_
+  // Configured models that could not start, with why (a reload tries them again); mutex_.
+  std::map<std::string, std::string> not_started_;
   std::unique_ptr<attach::AttachServer> attach_;
   std::unique_ptr<OpsHttp> http_;
 };

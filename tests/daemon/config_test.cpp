@@ -158,6 +158,11 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"12 parsecs\"\n", 4,
        "model[0].max_model_bytes", "not a byte count"},
       {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:1\"\n", 1, "model[0].max_model_bytes", "is required"},
+      {"[[model]]\nname = \"m\"\nendpoint = \"garbage\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint", "tcp://HOST:PORT"},
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint",
+       "tcp://HOST:PORT"},
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:0\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint",
+       "PORT 1-65535"},
       {"[[model]]\nname = \"a/b\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name", "must not contain"},
       {(model + model), 5, "model[1].name", "listed twice"},
       {(model + "[model.hook]\nhttp_post = \"ftp://x\"\n"), 6, "model[0].hook.http_post", "http://"},
@@ -222,6 +227,19 @@ TEST(DaemonConfig, ADirectoryIsRefusedAsAConfig) {
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
     EXPECT_EQ(std::string(e.what()), dir.path + ": is a directory, not a config file");
+  }
+}
+
+TEST(DaemonConfig, ARepositoryPathThatNamesAFileIsRefused) {
+  ScratchDir dir;
+  write_file(dir / "afile", "not a directory");
+  write_file(dir / "c.toml", "[repository]\npath = \"" + dir / "afile" + "\"\n");
+  try {
+    modelcastd::load_config(dir / "c.toml");
+    FAIL() << "a file was taken as the repository";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(dir / "c.toml:2: key 'repository.path': ", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is a file, not a directory"), std::string::npos) << e.what();
   }
 }
 

@@ -186,6 +186,28 @@ TEST_F(DaemonTest, ReadinessIsPerModelAndOneWaitingModelDoesNotTakeTheOthersOutO
   EXPECT_EQ(http.Get("/readyz?model=nonesuch")->status, 404);
 }
 
+// A configured model that cannot start (here: a plaintext ipc:// endpoint in a directory others
+// can write, which the library refuses) is not "no such model": readiness and the model list say
+// that it did not start, and why.
+TEST_F(DaemonTest, AModelThatDidNotStartIsReportedAsSuch) {
+  TestProducer producer(1024);
+  const std::string broken =
+      "[[model]]\nname = \"broken\"\nendpoint = \"ipc:///tmp/modelcast-shared-dir.sock\"\nmax_model_bytes = \"1MiB\"\n";
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, broken, kHttp));
+  int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
+  httplib::Client http("127.0.0.1", port);
+  auto one = http.Get("/readyz?model=broken");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 503);
+  EXPECT_NE(one->body.find("configured but did not start: "), std::string::npos) << one->body;
+  EXPECT_NE(http.Get("/readyz")->body.find("did not start: broken"), std::string::npos);
+  auto models = http.Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_NE(models->body.find("\"not_started\""), std::string::npos) << models->body;
+  EXPECT_EQ(http.Get("/readyz?model=nonesuch")->status, 404);
+}
+
 TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
   ReadOnlyDirectory repo(dir / "repo");
   if (!repo.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";
