@@ -74,8 +74,11 @@ class Reader {
     std::string unit(end, static_cast<const char*>(text->data() + text->size()));
     std::uint64_t scale = unit == "" || unit == "B" ? 1 : unit == "KiB" ? 1u << 10 : unit == "MiB" ? 1u << 20
                         : unit == "GiB" ? std::uint64_t{1} << 30 : 0;
-    if (error != std::errc{} || scale == 0 || number == 0 || number > (std::uint64_t{1} << 50) / scale) {
+    if (error != std::errc{} || scale == 0) {
       fail(node, key, "'" + *text + "' is not a byte count (an integer with B, KiB, MiB or GiB)");
+    }
+    if (number == 0 || number > (std::uint64_t{1} << 50) / scale) {
+      fail(node, key, "'" + *text + "' is out of range: from 1 byte to 1 PiB");
     }
     return number * scale;
   }
