@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include <fstream>
@@ -26,6 +27,8 @@ toml::table parse(const std::string& path) {
   if (::access(path.c_str(), R_OK) != 0) {
     bad_file(path, errno == ENOENT ? "does not exist" : std::string("cannot be read: ") + std::strerror(errno));
   }
+  // toml++ reads a directory as an empty table, which would be reported as a missing key.
+  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) bad_file(path, "is a directory");
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {
@@ -95,6 +98,14 @@ KeyPair load_key_pair(const std::string& path) {
   check_keys(table, path);
   KeyPair keys{string_at(table, path, "public", true), string_at(table, path, "secret", true)};
   security::decode_secret_key(keys, "key file '" + path + "'");
+  // As ssh does with a private key: a secret others can read proves nothing about its holder.
+  // Checked last, so that a malformed file is reported as such whatever its mode.
+  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    bad_file(path, std::string("holds a secret key but other users may read or write it (mode ") + mode +
+                       "): chmod 600 it");
+  }
   return keys;
 }
 

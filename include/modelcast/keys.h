@@ -28,7 +28,8 @@ MODELCAST_API void save_key_pair(const KeyPair& keys, const std::string& path, b
 
 // Reads a key pair file written by save_key_pair (or modelcast-keygen). Throws
 // Error(kInvalidArgument) naming the file, the line and the key for anything malformed,
-// including a secret key that does not belong to its public key.
+// including a secret key that does not belong to its public key, and for a file that users other
+// than its owner may read or write (mode & 077).
 MODELCAST_API KeyPair load_key_pair(const std::string& path);
 
 // Reads the public key from a key file or a ".pub" file.

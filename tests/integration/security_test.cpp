@@ -91,6 +91,21 @@ TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
   EXPECT_NE(absent.find("key file '" + dir.file("absent") + "': does not exist"), std::string::npos) << absent;
   auto absent_pair = error_of([&] { modelcast::load_key_pair(dir.file("absent")); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(absent_pair.find("does not exist"), std::string::npos) << absent_pair;
+  std::filesystem::create_directory(dir.file("adir"));
+  auto directory = error_of([&] { modelcast::load_key_pair(dir.file("adir")); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(directory.find("is a directory"), std::string::npos) << directory;
+}
+
+// As ssh does: a secret key others can read is refused, naming the mode and the fix.
+TEST(Keys, ASecretKeyOthersCanReadIsRefused) {
+  TempDir dir;
+  modelcast::save_key_pair(modelcast::generate_key_pair(), dir.file("p.key"));
+  ASSERT_NO_THROW(modelcast::load_key_pair(dir.file("p.key")));
+  ASSERT_EQ(chmod(dir.file("p.key").c_str(), 0644), 0);
+  auto readable = error_of([&] { modelcast::load_key_pair(dir.file("p.key")); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(readable.find("mode 0644"), std::string::npos) << readable;
+  EXPECT_NE(readable.find("chmod 600"), std::string::npos) << readable;
+  EXPECT_NO_THROW(modelcast::load_public_key(dir.file("p.key.pub"))) << "a public key is for everyone";
 }
 
 // A consumer's errors, for tests that wait for one.
