@@ -122,8 +122,17 @@ std::vector<std::int64_t> extents(const Reader& r, const toml::node& node, const
   const toml::array* list = node.as_array();
   if (!list) r.fail(node, key, "must be an array of integers >= 0");
   std::vector<std::int64_t> out;
-  for (const auto& item : *list) out.push_back(static_cast<std::int64_t>(r.integer(item, key, 0, std::uint64_t{1} << 62)));
+  for (const auto& item : *list) out.push_back(static_cast<std::int64_t>(r.integer(item, key, 0, (std::uint64_t{1} << 62) - 1)));
   return out;
+}
+
+// Whether two boxes of one rank, none empty, share an element: layout::overlaps, which the
+// daemon cannot reach (libmodelcast exports its public API only).
+bool boxes_overlap(const modelcast::TensorBox& a, const modelcast::TensorBox& b) {
+  for (std::size_t d = 0; d < a.offset.size(); ++d) {
+    if (std::max(a.offset[d], b.offset[d]) >= std::min(a.offset[d] + a.extent[d], b.offset[d] + b.extent[d])) return false;
+  }
+  return true;
 }
 
 // [model.wants]: per tensor name (or "*"), "whole", "nothing", a shard { dim, index, count } or
@@ -159,6 +168,18 @@ std::vector<modelcast::TensorWant> read_wants(const Reader& r, const toml::table
         if (parsed.back().offset.size() != parsed.back().extent.size() || parsed.back().offset.size() > kMaxRank) {
           r.fail(item, key + ".boxes", "offset and extent must have one entry per dimension each (at most " +
                                            std::to_string(kMaxRank) + ")");
+        }
+        const auto& added = parsed.back();
+        if (added.extent.size() != parsed.front().extent.size()) {
+          r.fail(item, key + ".boxes", "every box must have as many dimensions as the first");
+        }
+        if (std::find(added.extent.begin(), added.extent.end(), 0) != added.extent.end()) {
+          r.fail(item, key + ".boxes", "a box with an extent of 0 holds nothing; leave it out (or want \"nothing\")");
+        }
+        for (std::size_t i = 0; i + 1 < parsed.size(); ++i) {
+          if (boxes_overlap(parsed[i], added)) {
+            r.fail(item, key + ".boxes", "box " + std::to_string(parsed.size()) + " overlaps box " + std::to_string(i + 1));
+          }
         }
       }
       wants.push_back(modelcast::TensorWant::of(name, std::move(parsed)));

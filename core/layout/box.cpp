@@ -1,6 +1,7 @@
 #include "core/layout/box.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "modelcast/error.h"
 
@@ -30,6 +31,11 @@ Box::Box(std::span<const std::int64_t> offset, std::span<const std::int64_t> ext
     if (offset[d] < 0 || extent[d] < 0) {
       invalid("box: negative offset or extent in dimension " + std::to_string(d) + " (offset " +
               std::to_string(offset[d]) + ", extent " + std::to_string(extent[d]) + ")");
+    }
+    // end() must be representable: boxes come from consumers' wants, not only from shapes.
+    if (extent[d] > std::numeric_limits<std::int64_t>::max() - offset[d]) {
+      invalid("box: offset " + std::to_string(offset[d]) + " + extent " + std::to_string(extent[d]) +
+              " in dimension " + std::to_string(d) + " exceeds 2^63 - 1");
     }
     offset_[d] = offset[d];
     extent_[d] = extent[d];

@@ -39,10 +39,15 @@ class Box {
   std::span<const std::int64_t> offsets() const noexcept { return {offset_.data(), rank_}; }
   std::span<const std::int64_t> extents() const noexcept { return {extent_.data(), rank_}; }
 
-  // Elements in the box (1 for rank 0); empty() when it has none. The caller keeps volumes within
-  // 2^64 (any tensor that fits in memory does).
+  // Elements in the box (1 for rank 0). The caller keeps volumes within 2^64 (any tensor that
+  // fits in memory does); empty(), true when an extent is 0, needs no such bound.
   std::uint64_t volume() const noexcept;
-  bool empty() const noexcept { return volume() == 0; }
+  bool empty() const noexcept {
+    for (std::size_t d = 0; d < rank_; ++d) {
+      if (extent_[d] == 0) return true;
+    }
+    return false;
+  }
 
   // Whether every element of `inner` lies in this box; an empty inner box of the same rank is
   // contained anywhere. Throws Error(kInvalidArgument) when the ranks differ.

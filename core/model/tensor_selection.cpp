@@ -45,12 +45,7 @@ std::optional<std::vector<layout::Box>> wanted_by(const TensorWant* want, bool w
     if (box.rank() != shape.size() || !box.within(shape)) {
       mismatch(what + ": the wanted box " + box.to_string() + " lies outside it");
     }
-    for (const auto& earlier : wanted) {
-      if (layout::overlaps(earlier, box)) {
-        mismatch(what + ": the wanted boxes " + earlier.to_string() + " and " + box.to_string() + " overlap");
-      }
-    }
-    wanted.push_back(box);
+    wanted.push_back(box);  // disjoint and not empty: TensorSelection::check
   }
   return wanted;
 }
@@ -91,11 +86,31 @@ void TensorSelection::check(const std::vector<TensorWant>& wants) {
           invalid(want_name(want) + " lists " + std::to_string(want.boxes.size()) + " boxes; at most " +
                   std::to_string(kMaxBoxes));
         }
-        for (const auto& box : want.boxes) {
-          try {
-            box_of(box);
-          } catch (const Error& e) {
-            invalid(want_name(want) + ": " + e.what());
+        {
+          // Shape-free, so refused before any version: boxes of one rank, none empty, none
+          // overlapping another (a byte would land in two views, and the same shape-free rule
+          // lets the producer refuse such wants from a consumer that skipped this check).
+          std::vector<layout::Box> boxes;
+          for (const auto& asked : want.boxes) {
+            try {
+              boxes.push_back(box_of(asked));
+            } catch (const Error& e) {
+              invalid(want_name(want) + ": " + e.what());
+            }
+            const auto& box = boxes.back();
+            if (box.rank() != boxes.front().rank()) {
+              invalid(want_name(want) + ": the boxes " + boxes.front().to_string() + " and " + box.to_string() +
+                      " are of different rank");
+            }
+            if (box.empty()) {
+              invalid(want_name(want) + ": the box " + box.to_string() +
+                      " is empty (an extent of 0); leave it out, or want nothing of the tensor");
+            }
+            for (std::size_t i = 0; i + 1 < boxes.size(); ++i) {
+              if (layout::overlaps(boxes[i], box)) {
+                invalid(want_name(want) + ": the boxes " + boxes[i].to_string() + " and " + box.to_string() + " overlap");
+              }
+            }
           }
         }
         break;

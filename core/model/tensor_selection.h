@@ -37,14 +37,15 @@ class TensorSelection {
 
   // Wants that no manifest could satisfy: Error(kInvalidArgument) naming the want (an empty or
   // repeated name, a shard with count 0 or index >= count, boxes whose offset and extent differ
-  // in rank, a negative number, no boxes, more than kMaxBoxes). Checked on the consumer's
+  // in rank, boxes of different ranks, an empty box, boxes that overlap, a negative number, an
+  // offset + extent past 2^63 - 1, no boxes, more than kMaxBoxes). Checked on the consumer's
   // options, and by the producer on what a consumer sends.
   static void check(const std::vector<TensorWant>& wants);
 
   // The wants applied to `manifest`. Throws Error(kLayoutMismatch) naming the tensor for a named
   // tensor the version lacks (unless it is one rank's of several: another rank may hold it), and
-  // the box and the shape for a box outside its tensor, boxes that overlap, a box of another
-  // rank, or a shard along a dimension a named tensor lacks. Empty wants keep everything whole.
+  // the box and the shape for a box outside its tensor or of another rank, or a shard along a
+  // dimension a named tensor lacks. `wants` passed check(). Empty wants keep everything whole.
   static TensorSelection resolve(const std::vector<TensorWant>& wants, const Manifest& manifest);
 
   // What `wants` ask of the tensor called `name`, of (whole) shape `shape`: nullopt for nothing,

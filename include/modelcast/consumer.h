@@ -52,7 +52,8 @@ struct TensorWant {
   std::size_t dim = 0;
   std::size_t index = 0;
   std::size_t count = 1;
-  // kBoxes: disjoint boxes inside the tensor, each a TensorView of its own, in this order.
+  // kBoxes: disjoint, non-empty boxes of one rank inside the tensor, each a TensorView of its
+  // own, in this order (other boxes are refused when the Consumer is built).
   std::vector<TensorBox> boxes;
 
   static TensorWant whole(std::string tensor) { return {std::move(tensor), Kind::kWhole, 0, 0, 1, {}}; }

@@ -186,6 +186,12 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
        "model[0].wants.\"w\".boxes", "one entry per dimension"},
       {(model + "persist = false\n[model.wants]\nw = { boxes = [{ offset = [-1], extent = [1] }] }\n"), 7,
        "model[0].wants.\"w\".boxes.offset", "between 0 and"},
+      {(model + "persist = false\n[model.wants]\nw = { boxes = [{ offset = [0, 0], extent = [4, 4] }, "
+                "{ offset = [2, 2], extent = [4, 4] }] }\n"), 7, "model[0].wants.\"w\".boxes", "box 2 overlaps box 1"},
+      {(model + "persist = false\n[model.wants]\nw = { boxes = [{ offset = [0, 0], extent = [4, 0] }] }\n"), 7,
+       "model[0].wants.\"w\".boxes", "extent of 0 holds nothing"},
+      {(model + "persist = false\n[model.wants]\nw = { boxes = [{ offset = [0, 0], extent = [4, 4] }, "
+                "{ offset = [8], extent = [4] }] }\n"), 7, "model[0].wants.\"w\".boxes", "as many dimensions as the first"},
       {(model + "persist = false\n[model.wants]\nw = { dim = 16, index = 0, count = 2 }\n"), 7,
        "model[0].wants.\"w\".dim", "between 0 and 15"},
       {(model + "persist = false\n[model.convert]\nw = \"f64\"\n"), 7, "model[0].convert.\"w\"", "must be one of"},

@@ -2,6 +2,7 @@
 // force over a small grid) and tensor-parallel shards.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <random>
 #include <set>
 #include <vector>
@@ -30,12 +31,17 @@ TEST(Box, VolumeOfScalarIsOneAndOfAZeroExtentIsZero) {
   EXPECT_FALSE(Box().empty());
   EXPECT_EQ(Box({1, 2, 3}, {2, 3, 4}).volume(), 24u);
   EXPECT_TRUE(Box({0, 0}, {5, 0}).empty());
+  // Emptiness is an extent of 0, not a volume that wrapped around 2^64.
+  EXPECT_FALSE(Box({0, 0}, {std::int64_t{1} << 32, std::int64_t{1} << 32}).empty());
 }
 
 TEST(Box, RefusesNegativeMismatchedAndTooHighRank) {
   EXPECT_THROW(Box({-1}, {2}), Error);
   EXPECT_THROW(Box({0}, {-2}), Error);
   EXPECT_THROW(Box({0, 0}, {2}), Error);
+  // An end past 2^63 - 1 is refused rather than wrapped.
+  EXPECT_THROW(Box({std::numeric_limits<std::int64_t>::max() - 1}, {2}), Error);
+  EXPECT_EQ(Box({std::numeric_limits<std::int64_t>::max() - 2}, {2}).end(0), std::numeric_limits<std::int64_t>::max());
   std::vector<std::int64_t> seventeen(17, 1);
   try {
     Box::whole(seventeen);
