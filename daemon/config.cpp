@@ -3,6 +3,7 @@
 // fall back to a default.
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -135,6 +136,14 @@ bool boxes_overlap(const modelcast::TensorBox& a, const modelcast::TensorBox& b)
   return true;
 }
 
+// Whether a tcp:// endpoint's host is this one: the library's rule for where plaintext is allowed
+// (localhost, [::1], a literal address in 127.0.0.0/8), which the daemon cannot reach.
+bool loopback_host(const std::string& host) {
+  if (host == "localhost" || host == "[::1]") return true;
+  in_addr v4{};
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+}
+
 // [model.wants]: per tensor name (or "*"), "whole", "nothing", a shard { dim, index, count } or
 // { boxes = [{ offset = [...], extent = [...] }, ...] }. Whether a want fits the model is the
 // Consumer's check, made against each version's manifest.
@@ -237,7 +246,7 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   }
   if (model.endpoint.empty()) r.fail(t, prefix + "endpoint", "is required and must not be empty");
   // Its form only, so that --check catches a typo; the library checks the rest when it connects
-  // (a private directory for ipc://, encryption off this host).
+  // (a private directory for ipc://); a key for another host, below.
   const bool ipc = model.endpoint.rfind("ipc://", 0) == 0 && model.endpoint.size() > 6;
   const bool tcp = model.endpoint.rfind("tcp://", 0) == 0 && model.endpoint.rfind(':') > 6 &&
                    listen_port(model.endpoint.substr(6)).value_or(0) != 0;
@@ -250,6 +259,14 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   r.string(t, "producer_key_file", prefix, model.producer_key_file);
   if (!model.producer_public_key.empty() && !model.producer_key_file.empty()) {
     r.fail(*t.get("producer_key_file"), prefix + "producer_key_file", "give producer_public_key or producer_key_file, not both");
+  }
+  // The daemon never takes plaintext versions from another host (it has no allow_plaintext_remote,
+  // whose name the library's own message would give), so a remote endpoint needs the key here.
+  if (tcp && !loopback_host(model.endpoint.substr(6, model.endpoint.rfind(':') - 6)) &&
+      model.producer_public_key.empty() && model.producer_key_file.empty()) {
+    r.fail(*t.get("endpoint"), prefix + "endpoint",
+           "'" + model.endpoint + "' is on another host: pin the producer's key with producer_key_file or "
+           "producer_public_key (versions from another host are encrypted and signed)");
   }
   r.string(t, "key_file", prefix, model.key_file);
   r.boolean(t, "persist", prefix, model.persist);

@@ -26,6 +26,7 @@ keep = 5
 [[model]]
 name = "resnet"
 endpoint = "tcp://10.0.0.5:7000"
+producer_key_file = "/etc/modelcastd/trainer.key.pub"
 max_model_bytes = "1GiB"
 buffers = 5
 persist = false
@@ -167,6 +168,10 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
        "tcp://HOST:PORT"},
       {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:0\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint",
        "PORT 1-65535"},
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://10.0.0.5:7000\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint",
+       "on another host: pin the producer's key with producer_key_file"},
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1.example.com:7000\"\nmax_model_bytes = 1\n", 3,
+       "model[0].endpoint", "on another host"},
       {"[[model]]\nname = \"a/b\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name", "must not contain"},
       {(model + model), 5, "model[1].name", "listed twice"},
       {(model + "[model.hook]\nhttp_post = \"ftp://x\"\n"), 6, "model[0].hook.http_post", "http://"},
@@ -214,6 +219,22 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       EXPECT_NE(std::string(e.what()).find(c.why), std::string::npos) << e.what();
     }
   }
+}
+
+// Plaintext stays on this host: any loopback form needs no key, another host needs one.
+TEST(DaemonConfig, OnlyAnotherHostsEndpointNeedsTheProducersKey) {
+  ScratchDir dir;
+  int index = 0;
+  for (const char* endpoint : {"tcp://127.0.0.1:7000", "tcp://127.1.2.3:7000", "tcp://localhost:7000",
+                               "tcp://[::1]:7000", "ipc:///run/m.sock"}) {
+    std::string path = dir / ("local" + std::to_string(index++) + ".toml");
+    write_file(path, std::string("[[model]]\nname = \"m\"\nendpoint = \"") + endpoint + "\"\nmax_model_bytes = 1\n");
+    EXPECT_NO_THROW(modelcastd::load_config(path)) << endpoint;
+  }
+  write_file(dir / "remote.toml",
+             "[[model]]\nname = \"m\"\nendpoint = \"tcp://10.0.0.5:7000\"\nmax_model_bytes = 1\n"
+             "producer_public_key = \"k\"\n");
+  EXPECT_EQ(modelcastd::load_config(dir / "remote.toml").models.at(0).endpoint, "tcp://10.0.0.5:7000");
 }
 
 TEST(DaemonConfig, ATomlSyntaxErrorNamesFileAndLine) {
