@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "modelcast/error.h"
@@ -87,8 +88,16 @@ ViperThreshold viper_drop_threshold(const Trajectory& curve, std::size_t warmup_
   }
   t.sd_drop = std::sqrt(ss / static_cast<double>(t.drops));
   t.threshold = t.mean_drop + t.sd_drop;
-  if (!std::isfinite(t.threshold))
-    throw Error(ErrorCode::kInvalidArgument, "viper threshold: warm-up losses must be finite");
+  if (!std::isfinite(t.threshold)) {
+    // Finite losses can still overflow here (drops of 1e308 squared): name the largest one.
+    double largest = 0.0;
+    for (std::size_t i = 0; i <= warmup_index; ++i) largest = std::max(largest, std::abs(curve.loss[i]));
+    std::ostringstream why;
+    why << "viper threshold: the loss drops of the warm-up (points 0-" << warmup_index
+        << ") are not finite numbers: its largest |loss| is " << largest
+        << (std::isfinite(largest) ? "; losses this large overflow, rescale them" : "");
+    throw Error(ErrorCode::kInvalidArgument, why.str());
+  }
   return t;
 }
 

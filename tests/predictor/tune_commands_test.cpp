@@ -168,6 +168,21 @@ TEST(TuneCommands, NeedsTimesInTheLog) {
   EXPECT_THROW(run_evaluate(a, {}), modelcast::Error);
 }
 
+// A time_s column of zeros once scored every schedule as costing nothing.
+TEST(TuneCommands, RefusesTimesThatDoNotAdvance) {
+  const auto path = (std::filesystem::temp_directory_path() / "mc_tune_stopped_clock.csv").string();
+  std::ofstream(path) << "step,loss,time_s\n0,5,0\n10,4,0\n20,3,0\n30,2.5,0\n";
+  auto a = base(path);
+  a.warmup_step = 10;
+  try {
+    run_evaluate(a, {});
+    FAIL() << "a log whose clock never moves was accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("mc_tune_stopped_clock.csv: time_s does not advance (0 s at step 0, 0 s at step 30)"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST(TuneCommands, EveryCommandWritesAPlot) {
   const auto log = write_log("mc_tune_plot.csv", 20);
   auto a = base(log);

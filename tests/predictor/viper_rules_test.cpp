@@ -67,6 +67,17 @@ TEST(ViperGreedy, ThresholdIsTheMeanPlusTheSdOfTheWarmupDrops) {
   EXPECT_THROW(viper_drop_threshold(t, 4), modelcast::Error);
 }
 
+TEST(ViperGreedy, FiniteLossesWhoseDropsOverflowAreNamedWithTheirSize) {
+  const Trajectory t{{0, 1, 2}, {1e308, -1e308, 0.0}, {0.0, 1.0, 2.0}};
+  try {
+    viper_drop_threshold(t, 2);
+    FAIL() << "a threshold of inf accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("largest |loss| is 1e+308; losses this large overflow"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(ViperGreedy, PublishesWhereTheForecastFellByMoreThanTheThreshold) {
   // Same warm-up (threshold 2.816), then forecast 3.5, 2.0, 1.5, 0.9, 0.5. From the warm-up
   // loss 4 the drops are 0.5, 2.0, 2.5, then 3.1 at step 7: publish; from 0.9, 0.4 at step 8.

@@ -66,6 +66,14 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--loss-col must be val_loss or train_loss");
   auto log = mp::read_loss_log_file(a.log_path, o);
   if (!log.has_time) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, a.log_path + ": no time column (time_s): the workflow model needs training times");
+  // Every cost is in seconds of training: a clock that never moves would score any schedule as free.
+  if (log.points.size() >= 2 && !(log.points.back().time_s > log.points.front().time_s)) {
+    std::ostringstream why;
+    why << a.log_path << ": time_s does not advance (" << log.points.front().time_s << " s at step "
+        << log.points.front().step << ", " << log.points.back().time_s << " s at step " << log.points.back().step
+        << "): the workflow model needs training times";
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
+  }
   return log;
 }
 
