@@ -60,6 +60,13 @@ std::uint64_t Box::volume() const noexcept {
   return v;
 }
 
+bool Box::empty() const noexcept {
+  for (std::size_t d = 0; d < rank_; ++d) {
+    if (extent_[d] == 0) return true;
+  }
+  return false;
+}
+
 bool Box::contains(const Box& inner) const {
   require_same_rank(*this, inner, "contains");
   if (inner.empty()) return true;

@@ -42,12 +42,7 @@ class Box {
   // Elements in the box (1 for rank 0). The caller keeps volumes within 2^64 (any tensor that
   // fits in memory does); empty(), true when an extent is 0, needs no such bound.
   std::uint64_t volume() const noexcept;
-  bool empty() const noexcept {
-    for (std::size_t d = 0; d < rank_; ++d) {
-      if (extent_[d] == 0) return true;
-    }
-    return false;
-  }
+  bool empty() const noexcept;
 
   // Whether every element of `inner` lies in this box; an empty inner box of the same rank is
   // contained anywhere. Throws Error(kInvalidArgument) when the ranks differ.
