@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <random>
+#include <set>
 #include <string>
 
+#include "common/duration_option.h"
 #include "device/device_runtime.h"
 #include "transports/delivery_path.h"
 #include "modelcast/error.h"
@@ -41,6 +43,37 @@ std::uint64_t model_size_cap(const ConsumerOptions& options) {
   return cap;
 }
 
+namespace {
+
+// Caller buffers are written while views of the others are read: one that overlaps another
+// would change a view under its reader. Each must also hold something and keep 8-byte tensors
+// aligned (the producer aligns tensors to 256 bytes from the buffer's start).
+void check_caller_buffers(const std::vector<std::span<std::byte>>& buffers) {
+  constexpr std::uintptr_t kAlignment = 16;
+  std::vector<std::pair<std::uintptr_t, std::size_t>> spans;  // start, index
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const auto name = "caller_buffers[" + std::to_string(i) + "]";
+    if (buffers[i].empty()) throw Error(ErrorCode::kInvalidArgument, name + " is empty");
+    const auto start = reinterpret_cast<std::uintptr_t>(buffers[i].data());
+    if (start % kAlignment != 0) {
+      throw Error(ErrorCode::kInvalidArgument, name + " starts at an address that is not a multiple of " +
+                                                   std::to_string(kAlignment) + " bytes: tensors in it would be misaligned");
+    }
+    spans.emplace_back(start, i);
+  }
+  std::sort(spans.begin(), spans.end());
+  for (std::size_t k = 1; k < spans.size(); ++k) {
+    const auto [start, i] = spans[k - 1];
+    const auto [next, j] = spans[k];
+    if (next - start < buffers[i].size()) {
+      throw Error(ErrorCode::kInvalidArgument, "caller_buffers[" + std::to_string(i) + "] and caller_buffers[" +
+                                                   std::to_string(j) + "] overlap: each buffer must be memory of its own");
+    }
+  }
+}
+
+}  // namespace
+
 ConsumerOptions checked(ConsumerOptions options) {
   if (options.producer_endpoint.empty()) throw Error(ErrorCode::kInvalidArgument, "producer_endpoint is empty");
   if (options.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
@@ -52,8 +85,17 @@ ConsumerOptions checked(ConsumerOptions options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "caller_buffers needs >= 2 buffers, got " + std::to_string(options.caller_buffers.size()));
   }
+  check_caller_buffers(options.caller_buffers);
+  std::set<std::string> expected;
   for (const auto& spec : options.expected_layout) {
     if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
+    if (!expected.insert(spec.name).second) {
+      throw Error(ErrorCode::kInvalidArgument, "expected_layout lists '" + spec.name + "' twice");
+    }
+    if (!spec.checked_size_bytes()) {
+      throw Error(ErrorCode::kInvalidArgument, "expected_layout: tensor '" + spec.name +
+                                                   "' has a negative extent or more bytes than 64 bits can count");
+    }
   }
   TensorSelection::check(options.wants);
   if (options.memory == MemoryKind::kCuda) {
@@ -80,7 +122,8 @@ ConsumerOptions checked(ConsumerOptions options) {
     throw Error(ErrorCode::kInvalidArgument, "group_size is set but group is empty");
   }
   parse_delivery_path(options.path);  // throws kInvalidArgument listing the valid names
-  if (options.transfer_timeout.count() <= 0) throw Error(ErrorCode::kInvalidArgument, "transfer_timeout must be positive");
+  check_duration_option("producer_timeout", options.producer_timeout);
+  check_duration_option("transfer_timeout", options.transfer_timeout);
   return options;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "modelcast/error.h"
 
 namespace modelcast::consumer {
@@ -16,7 +17,7 @@ ModelView VersionStore::acquire() const {
 
 ModelView VersionStore::wait_for(std::uint64_t version, std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mutex_);
-  bool reached = installed_.wait_for(lock, timeout, [&] { return current_ && current_->manifest.version >= version; });
+  bool reached = installed_.wait_until(lock, deadline_after(timeout), [&] { return current_ && current_->manifest.version >= version; });
   return reached ? ModelView(current_) : ModelView();
 }
 

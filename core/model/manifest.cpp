@@ -1,6 +1,7 @@
 #include "core/model/manifest.h"
 
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -23,6 +24,20 @@ std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
 
 void check_spec(const TensorSpec& spec, ErrorCode code) {
   if (spec.name.empty()) throw Error(code, "tensor with an empty name");
+  const ManifestLimits limits;
+  if (spec.name.size() > limits.max_name_bytes) {
+    throw Error(code, "a tensor name of " + std::to_string(spec.name.size()) + " bytes (starting '" +
+                          spec.name.substr(0, 40) + "'); the limit is " + std::to_string(limits.max_name_bytes));
+  }
+  if (auto why = name_problem(spec.name)) throw Error(code, "tensor name " + *why);
+  if (spec.shape.size() > limits.max_rank) {
+    throw Error(code, "tensor '" + spec.name + "' has rank " + std::to_string(spec.shape.size()) + "; the limit is " +
+                          std::to_string(limits.max_rank));
+  }
+  if (spec.memory != MemoryKind::kHost && spec.memory != MemoryKind::kCuda) {
+    throw Error(code, "tensor '" + spec.name + "' has an unknown memory kind " +
+                          std::to_string(static_cast<int>(spec.memory)));
+  }
   if (dtype_size(spec.dtype) == 0) {
     throw Error(code, "tensor '" + spec.name + "' has an unknown dtype " +
                           std::to_string(static_cast<int>(spec.dtype)));
@@ -40,6 +55,29 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
 }
 
 }  // namespace
+
+// Hand-written rather than a library's: Debian 12 packages no small UTF-8 validator (ICU would
+// be a large dependency for one check), and the rules are short (RFC 3629, section 4).
+std::optional<std::string> name_problem(std::string_view name) {
+  for (std::size_t i = 0; i < name.size();) {
+    const auto byte = static_cast<unsigned char>(name[i]);
+    if (byte == 0) return "contains a NUL byte at " + std::to_string(i);
+    std::size_t length = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xE ? 3 : (byte >> 3) == 0x1E ? 4 : 0;
+    bool valid = length != 0 && i + length <= name.size();
+    std::uint32_t code = length == 1 ? byte : length == 2 ? (byte & 0x1F) : length == 3 ? (byte & 0x0F) : (byte & 0x07);
+    for (std::size_t k = 1; valid && k < length; ++k) {
+      const auto next = static_cast<unsigned char>(name[i + k]);
+      valid = (next >> 6) == 0x2;
+      code = (code << 6) | (next & 0x3F);
+    }
+    // Overlong forms, UTF-16 surrogates and values past U+10FFFF are not UTF-8 either.
+    constexpr std::uint32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    valid = valid && code >= kSmallest[length] && code <= 0x10FFFF && !(code >= 0xD800 && code <= 0xDFFF);
+    if (!valid) return "is not valid UTF-8 (byte " + std::to_string(i) + ")";
+    i += length;
+  }
+  return std::nullopt;
+}
 
 void check_placement(const TensorEntry& entry, ErrorCode code) {
   if (entry.global_shape.empty() && entry.global_offset.empty()) return;

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/cuda/digest_kind.h"
@@ -74,6 +75,10 @@ struct ManifestLimits {
   std::size_t max_metadata_entries = 1024;
   std::size_t max_metadata_bytes = std::size_t{1} << 20;  // keys and values together
 };
+
+// What makes `name` unusable as a tensor or model name (a NUL byte, not UTF-8: readers in C and
+// Python could not name it), or nullopt.
+std::optional<std::string> name_problem(std::string_view name);
 
 // Throws Error(code) naming the tensor when its placement (a piece's global shape and offset) is
 // not both-or-neither, of its rank, and inside the global shape.

@@ -28,12 +28,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "common/clock.h"
+#include "common/duration_option.h"
 #include "common/log.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
@@ -60,43 +62,61 @@ std::uint64_t random_incarnation() {
   return value == 0 ? 1 : value;
 }
 
+// Each slot is a full copy of the model; more than this is a mistake, not a configuration.
+constexpr std::size_t kMaxSnapshotSlots = 64;
+
+// The options' own bounds, checked before anything is built from them (a slot count or a chunk
+// size sizes allocations): Error(kInvalidArgument) naming the option and its value.
+ProducerOptions checked(ProducerOptions options) {
+  auto invalid = [](const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); };
+  if (options.model_name.empty()) invalid("model_name is empty");
+  if (options.model_name.size() > ManifestLimits{}.max_name_bytes) {
+    invalid("model_name is " + std::to_string(options.model_name.size()) + " bytes; the limit is " +
+            std::to_string(ManifestLimits{}.max_name_bytes));
+  }
+  if (auto why = name_problem(options.model_name)) invalid("model_name " + *why);
+  if (options.first_version == 0) invalid("first_version must be >= 1");
+  if (options.snapshot_slots > kMaxSnapshotSlots) {
+    invalid("snapshot_slots must be <= " + std::to_string(kMaxSnapshotSlots) + " (each is a copy of the model), got " +
+            std::to_string(options.snapshot_slots));
+  }
+  for (auto [name, value] : {std::pair{"transfer_chunk_bytes", options.transfer_chunk_bytes},
+                             std::pair{"device_stage_bytes", options.device_stage_bytes}}) {
+    if (value < transfer::kMinChunkBytes || value > transfer::kMaxChunkBytes) {
+      invalid(std::string(name) + " must be between " + std::to_string(transfer::kMinChunkBytes) + " and " +
+              std::to_string(transfer::kMaxChunkBytes) + ", got " + std::to_string(value));
+    }
+  }
+  check_duration_option("lease_timeout", options.lease_timeout);
+  check_duration_option("heartbeat_interval", options.heartbeat_interval);
+  if (options.max_consumers == 0) invalid("max_consumers is 0");
+  if (options.rank_count == 0 || options.rank >= options.rank_count) {
+    invalid("rank " + std::to_string(options.rank) + " of rank_count " + std::to_string(options.rank_count));
+  }
+  if (options.rank == 0 && options.rank_count > 1 && options.rank_endpoints.size() != options.rank_count) {
+    invalid("rank 0 of " + std::to_string(options.rank_count) + " needs rank_endpoints, one per rank; got " +
+            std::to_string(options.rank_endpoints.size()));
+  }
+  if (options.rank != 0 && !options.rank_endpoints.empty()) {
+    invalid("rank_endpoints are rank 0's to tell consumers; rank " + std::to_string(options.rank) + " was given them");
+  }
+  if (options.relay_fanout > 0 && !options.integrity) {
+    invalid("relay_fanout needs integrity: relayed blocks are checked against the signed block digests");
+  }
+  return options;
+}
+
 }  // namespace
 
 class Producer::Impl {
  public:
   explicit Impl(ProducerOptions options)
-      : options_(std::move(options)),
+      : options_(checked(std::move(options))),
         log_(log::get("producer")),
         incarnation_(random_incarnation()),
         next_version_(options_.first_version),
         store_(options_.snapshot_slots),
         transports_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kProducer)) {
-    if (options_.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
-    if (options_.first_version == 0) throw Error(ErrorCode::kInvalidArgument, "first_version must be >= 1");
-    if (options_.transfer_chunk_bytes < transfer::kMinChunkBytes) {
-      throw Error(ErrorCode::kInvalidArgument, "transfer_chunk_bytes must be >= " +
-                                                   std::to_string(transfer::kMinChunkBytes) + ", got " +
-                                                   std::to_string(options_.transfer_chunk_bytes));
-    }
-    if (options_.device_stage_bytes < transfer::kMinChunkBytes) {
-      throw Error(ErrorCode::kInvalidArgument, "device_stage_bytes must be >= " +
-                                                   std::to_string(transfer::kMinChunkBytes) + ", got " +
-                                                   std::to_string(options_.device_stage_bytes));
-    }
-    if (options_.max_consumers == 0) throw Error(ErrorCode::kInvalidArgument, "max_consumers is 0");
-    if (options_.rank_count == 0 || options_.rank >= options_.rank_count) {
-      throw Error(ErrorCode::kInvalidArgument, "rank " + std::to_string(options_.rank) + " of rank_count " +
-                                                   std::to_string(options_.rank_count));
-    }
-    if (options_.rank == 0 && options_.rank_count > 1 && options_.rank_endpoints.size() != options_.rank_count) {
-      throw Error(ErrorCode::kInvalidArgument, "rank 0 of " + std::to_string(options_.rank_count) +
-                                                   " needs rank_endpoints, one per rank; got " +
-                                                   std::to_string(options_.rank_endpoints.size()));
-    }
-    if (options_.rank != 0 && !options_.rank_endpoints.empty()) {
-      throw Error(ErrorCode::kInvalidArgument, "rank_endpoints are rank 0's to tell consumers; rank " +
-                                                   std::to_string(options_.rank) + " was given them");
-    }
     if (!options_.persist.directory.empty()) {
       persister_ = std::make_unique<producer::Persister>(options_, incarnation_, store_, stats_, log_);
     }
@@ -179,6 +199,12 @@ class Producer::Impl {
     {
       std::lock_guard lock(mutex_);
       prepare_locked();
+    }
+    // Before a slot is taken: what every consumer would refuse is refused here, naming it.
+    check_metadata(metadata);
+    if (next_version_ == std::numeric_limits<std::uint64_t>::max()) {
+      throw Error(ErrorCode::kState, "version numbers are used up (the next would pass 2^64 - 1; first_version was " +
+                                         std::to_string(options_.first_version) + ")");
     }
     auto reserved = store_.reserve(options_.lease_timeout);
     const std::size_t slot = reserved.slot;
@@ -277,6 +303,21 @@ class Producer::Impl {
   }
 
   // Device tensors must be where their spec says, and all of a producer's tensors in one place.
+  static void check_metadata(const Metadata& metadata) {
+    const ManifestLimits limits;
+    if (metadata.size() > limits.max_metadata_entries) {
+      throw Error(ErrorCode::kInvalidArgument, "publish() metadata has " + std::to_string(metadata.size()) +
+                                                   " entries; the limit is " + std::to_string(limits.max_metadata_entries));
+    }
+    std::size_t bytes = 0;
+    for (const auto& [key, value] : metadata) bytes += key.size() + value.size();
+    if (bytes > limits.max_metadata_bytes) {
+      throw Error(ErrorCode::kInvalidArgument, "publish() metadata holds " + std::to_string(bytes) +
+                                                   " bytes of keys and values; the limit is " +
+                                                   std::to_string(limits.max_metadata_bytes));
+    }
+  }
+
   void check_memory(const TensorRef& tensor) {
     const TensorSpec& spec = tensor.spec;
     auto where = [](MemoryKind kind, int device) {
@@ -312,6 +353,15 @@ class Producer::Impl {
   void prepare_locked() {
     if (prepared_) return;
     if (registered_.empty()) throw Error(ErrorCode::kState, "publish with no tensors registered");
+    const ManifestLimits limits;
+    if (registered_.size() > limits.max_tensors) {
+      throw Error(ErrorCode::kInvalidArgument, std::to_string(registered_.size()) + " tensors registered; consumers take at most " +
+                                                   std::to_string(limits.max_tensors));
+    }
+    if (planned_bytes_ > limits.max_total_bytes) {
+      throw Error(ErrorCode::kInvalidArgument, "the registered tensors take " + std::to_string(planned_bytes_) +
+                                                   " bytes; consumers take at most " + std::to_string(limits.max_total_bytes));
+    }
     layout_.model = options_.model_name;
     layout_.incarnation = incarnation_;
     layout_.integrity = options_.integrity;

@@ -17,6 +17,7 @@
 
 #include <zmq.hpp>
 
+#include "common/clock.h"
 #include "common/event_queue.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
@@ -127,7 +128,7 @@ class StatsBox {
   }
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
     std::unique_lock lock(mutex_);
-    return changed_.wait_for(lock, timeout, [&] { return stats_.consumers >= count; });
+    return changed_.wait_until(lock, deadline_after(timeout), [&] { return stats_.consumers >= count; });
   }
 
  private:

@@ -17,6 +17,9 @@ namespace modelcast::transfer {
 // Each chunk costs the receiver one posted receive and its bookkeeping: chunks this small or
 // smaller are refused (a hostile plan of 1-byte chunks would cost hundreds of bytes per byte).
 inline constexpr std::uint64_t kMinChunkBytes = 64u << 10;
+// One chunk is one posted transfer and one verified block: a gibibyte bounds what a receiver
+// holds unverified and keeps every sum of an offset and a chunk far from 2^64.
+inline constexpr std::uint64_t kMaxChunkBytes = std::uint64_t{1} << 30;
 // The chunk index has kChunkBits bits of the tag.
 inline constexpr std::uint64_t kMaxChunks = std::uint64_t{1} << protocol::kChunkBits;
 
@@ -25,7 +28,8 @@ struct ChunkPlan {
   std::uint64_t chunk_bytes = 0;
 
   std::size_t count() const {
-    return chunk_bytes == 0 ? 0 : static_cast<std::size_t>((total_bytes + chunk_bytes - 1) / chunk_bytes);
+    // Not (total + chunk - 1) / chunk: that wraps to 0 chunks for a chunk near 2^64.
+    return chunk_bytes == 0 ? 0 : static_cast<std::size_t>(total_bytes / chunk_bytes + (total_bytes % chunk_bytes != 0));
   }
   std::uint64_t offset(std::size_t chunk) const { return chunk * chunk_bytes; }
   std::uint64_t length(std::size_t chunk) const { return std::min(chunk_bytes, total_bytes - offset(chunk)); }

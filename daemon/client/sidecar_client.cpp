@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "common/clock.h"
 #include "daemon/attach/seqpacket.h"
 #include "daemon/client/attached_version.h"
 #include "modelcast/error.h"
@@ -63,7 +64,7 @@ class Client::Impl {
   // (it restarted) is replaced and the request sent again, within reconnect_timeout; views of
   // the old connection keep their mappings and holds (a dead daemon's holds are gone anyway).
   View request(std::uint64_t min_version, std::chrono::milliseconds timeout) {
-    auto wait_until = std::chrono::steady_clock::now() + timeout;
+    auto wait_until = modelcast::deadline_after(timeout);
     std::optional<std::chrono::steady_clock::time_point> first_loss;
     for (;;) {
       auto connection = current();
@@ -110,7 +111,7 @@ class Client::Impl {
   // Tries until `timeout` with a backoff of 10 ms doubling to 500 ms: a restarting daemon
   // binds its socket in well under a second, and a dead one is not hammered.
   std::shared_ptr<Connection> connect(std::chrono::milliseconds timeout, const std::string& failure) {
-    auto deadline = std::chrono::steady_clock::now() + timeout;
+    auto deadline = modelcast::deadline_after(timeout);
     auto pause = std::chrono::milliseconds(10);
     for (;;) {
       int fd = modelcastd::attach::connect_to(socket_path);

@@ -3,8 +3,10 @@
 // tcp://127.0.0.1 (UCX_NET_DEVICES=lo comes from ctest; main() sets it when run by hand).
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -762,15 +764,33 @@ TEST(CApi, PublishOrPrepareWithNothingRegisteredIsAStateError) {
 }
 
 TEST(CApi, SnapshotTooLargeForMemoryIsAResourceError) {
-  // 1 PiB: more than any x86-64 process can map, whatever the overcommit policy. prepare()
-  // only maps the snapshot slots; the tensor's bytes are never read.
+  // 1 TiB, the most a consumer takes, in three slots: more than this process may map once its
+  // address space is limited to 256 GiB, whatever the overcommit policy. prepare() only maps
+  // the snapshot slots; the tensor's bytes are never read.
+  unsigned char byte = 0;
+  const std::int64_t shape[] = {std::int64_t{1} << 40};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "huge", MC_DTYPE_U8, 1, shape, &byte), MC_OK) << last_error();
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+  rlimit limited = saved;
+  limited.rlim_cur = std::min<rlim_t>(saved.rlim_max, rlim_t{256} << 30);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &limited), 0);
+  const auto rc = mc_producer_prepare(producer.p);
+  setrlimit(RLIMIT_AS, &saved);
+  EXPECT_EQ(rc, MC_ERR_RESOURCE);
+  EXPECT_NE(last_error().find("mc_producer_prepare: cannot map"), std::string::npos) << last_error();
+}
+
+TEST(CApi, AModelPastWhatConsumersTakeIsRefusedNamingTheLimit) {
   unsigned char byte = 0;
   const std::int64_t shape[] = {std::int64_t{1} << 50};
   ProducerPtr producer{make_producer()};
   ASSERT_NE(producer.p, nullptr);
   ASSERT_EQ(mc_producer_register_tensor(producer.p, "huge", MC_DTYPE_U8, 1, shape, &byte), MC_OK) << last_error();
-  EXPECT_EQ(mc_producer_prepare(producer.p), MC_ERR_RESOURCE);
-  EXPECT_NE(last_error().find("mc_producer_prepare: cannot map"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_producer_prepare(producer.p), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("consumers take at most 1099511627776"), std::string::npos) << last_error();
 }
 
 TEST(CApi, RegisterAfterPublishIsAStateError) {
@@ -816,7 +836,8 @@ TEST(CApi, BadOptionsAndEndpointsAreRejected) {
   EXPECT_EQ(o.device_stage_bytes, std::size_t{8} << 20);
   o.device_stage_bytes = 4096;
   EXPECT_EQ(mc_producer_create(&o, &producer), MC_ERR_INVALID_ARGUMENT);
-  EXPECT_NE(last_error().find("device_stage_bytes must be >= 65536, got 4096"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("device_stage_bytes must be between 65536 and 1073741824, got 4096"), std::string::npos)
+      << last_error();
   o.struct_size = offsetof(mc_producer_options, device_stage_bytes);
   ASSERT_EQ(mc_producer_create(&o, &producer), MC_OK) << last_error();
   mc_producer_destroy(producer);

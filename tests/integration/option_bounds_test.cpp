@@ -1,0 +1,223 @@
+// Options and inputs at the edge of what modelcast can honour: each is refused when it is given,
+// naming what is wrong, instead of being accepted and then delivering nothing (or stale bytes)
+// with no error. And waits meant as "for ever" wait.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <future>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/transfer/chunk_plan.h"
+#include "modelcast/consumer.h"
+#include "modelcast/error.h"
+#include "modelcast/producer.h"
+
+namespace {
+
+using modelcast::Consumer;
+using modelcast::ConsumerOptions;
+using modelcast::DType;
+using modelcast::Error;
+using modelcast::ErrorCode;
+using modelcast::Producer;
+using modelcast::ProducerOptions;
+using modelcast::TensorRef;
+using namespace std::chrono_literals;
+
+constexpr auto kForever = std::chrono::milliseconds::max();
+
+// The message of the Error(code) that `f` throws, or a failure.
+template <typename F>
+std::string error_of(F&& f, ErrorCode code) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "accepted";
+  return "";
+}
+
+#define EXPECT_REFUSED(expression, code, words)                                   \
+  do {                                                                             \
+    const std::string message = error_of([&] { (void)(expression); }, code);       \
+    EXPECT_NE(message.find(words), std::string::npos) << "got: " << message;       \
+  } while (false)
+
+ConsumerOptions consumer_options(const std::string& endpoint) {
+  ConsumerOptions o;
+  o.producer_endpoint = endpoint;
+  o.model_name = "bounds";
+  return o;
+}
+
+TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
+  auto with = [](auto change) {
+    ProducerOptions o;
+    o.model_name = "bounds";
+    change(o);
+    return o;
+  };
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.snapshot_slots = 65; })), ErrorCode::kInvalidArgument,
+                 "snapshot_slots must be <= 64");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.snapshot_slots = std::numeric_limits<std::size_t>::max(); })),
+                 ErrorCode::kInvalidArgument, "snapshot_slots must be <= 64");
+  // A chunk near 2^64 once made a plan of no chunks: consumers installed zeros as verified.
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.transfer_chunk_bytes = std::numeric_limits<std::size_t>::max(); })),
+                 ErrorCode::kInvalidArgument, "transfer_chunk_bytes must be between 65536 and 1073741824");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.lease_timeout = 0ms; })), ErrorCode::kInvalidArgument,
+                 "lease_timeout must be between 1 ms and");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.lease_timeout = kForever; })), ErrorCode::kInvalidArgument,
+                 "lease_timeout must be between 1 ms and");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.heartbeat_interval = -5ms; })), ErrorCode::kInvalidArgument,
+                 "heartbeat_interval must be between 1 ms and");
+  EXPECT_REFUSED(Producer(with([](auto& o) {
+                   o.relay_fanout = 2;
+                   o.integrity = false;
+                 })),
+                 ErrorCode::kInvalidArgument, "relay_fanout needs integrity");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.model_name = std::string("a\0b", 3); })), ErrorCode::kInvalidArgument,
+                 "model_name contains a NUL byte at 1");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.model_name = "caf\xe9"; })), ErrorCode::kInvalidArgument,
+                 "model_name is not valid UTF-8 (byte 3)");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.model_name = std::string(5000, 'm'); })), ErrorCode::kInvalidArgument,
+                 "model_name is 5000 bytes; the limit is 4096");
+  // The longest of each still works.
+  Producer fine(with([](auto& o) {
+    o.snapshot_slots = 64;
+    o.transfer_chunk_bytes = modelcast::transfer::kMaxChunkBytes;
+    o.model_name = "caf\xc3\xa9 \xf0\x9f\x98\x80";  // valid UTF-8, four-byte form included
+  }));
+}
+
+TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
+  Producer producer([] {
+    ProducerOptions o;
+    o.model_name = "bounds";
+    return o;
+  }());
+  float value = 0;
+  auto tensor = [&](std::string name, std::vector<std::int64_t> shape) {
+    return TensorRef{{std::move(name), DType::kF32, std::move(shape)}, &value};
+  };
+  EXPECT_REFUSED(producer.register_tensor(tensor(std::string(4097, 'w'), {1})), ErrorCode::kInvalidArgument,
+                 "a tensor name of 4097 bytes");
+  EXPECT_REFUSED(producer.register_tensor(tensor(std::string("w\0x", 3), {1})), ErrorCode::kInvalidArgument,
+                 "tensor name contains a NUL byte at 1");
+  EXPECT_REFUSED(producer.register_tensor(tensor("\xff\xfe", {1})), ErrorCode::kInvalidArgument,
+                 "tensor name is not valid UTF-8 (byte 0)");
+  EXPECT_REFUSED(producer.register_tensor(tensor("\xc0\xaf", {1})), ErrorCode::kInvalidArgument,
+                 "not valid UTF-8");  // an overlong '/'
+  EXPECT_REFUSED(producer.register_tensor(tensor("w", std::vector<std::int64_t>(17, 1))), ErrorCode::kInvalidArgument,
+                 "has rank 17; the limit is 16");
+  auto odd = tensor("w", {1});
+  odd.spec.memory = static_cast<modelcast::MemoryKind>(7);
+  EXPECT_REFUSED(producer.register_tensor(odd), ErrorCode::kInvalidArgument, "unknown memory kind 7");
+  // Nothing of the refused ones stays registered: the next publish has just the good tensor.
+  producer.register_tensor(tensor("w", {1}));
+  EXPECT_EQ(producer.publish(1).version, 1u);
+}
+
+TEST(OptionBounds, MetadataPastTheConsumersLimitsIsRefusedAndTheProducerGoesOn) {
+  Producer producer([] {
+    ProducerOptions o;
+    o.model_name = "bounds";
+    return o;
+  }());
+  float value = 1;
+  producer.register_tensor({{"w", DType::kF32, {1}}, &value});
+  modelcast::Metadata many;
+  for (int i = 0; i < 1025; ++i) many["k" + std::to_string(i)] = "v";
+  EXPECT_REFUSED(producer.publish(1, many), ErrorCode::kInvalidArgument,
+                 "metadata has 1025 entries; the limit is 1024");
+  EXPECT_REFUSED(producer.publish(1, {{"blob", std::string((1u << 20) + 1, 'x')}}), ErrorCode::kInvalidArgument,
+                 "holds 1048581 bytes of keys and values; the limit is 1048576");
+  EXPECT_EQ(producer.publish(1, {{"ok", "yes"}}).version, 1u) << "a refused publish must not use up a version or a slot";
+}
+
+TEST(OptionBounds, VersionNumbersDoNotWrapAround) {
+  Producer producer([] {
+    ProducerOptions o;
+    o.model_name = "bounds";
+    o.first_version = std::numeric_limits<std::uint64_t>::max() - 1;
+    return o;
+  }());
+  float value = 1;
+  producer.register_tensor({{"w", DType::kF32, {1}}, &value});
+  EXPECT_EQ(producer.publish(1).version, std::numeric_limits<std::uint64_t>::max() - 1);
+  EXPECT_REFUSED(producer.publish(2), ErrorCode::kState, "version numbers are used up");
+}
+
+TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
+  auto with = [](auto change) {
+    auto o = consumer_options("tcp://127.0.0.1:1");
+    change(o);
+    return o;
+  };
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_timeout = 0ms; })), ErrorCode::kInvalidArgument,
+                 "producer_timeout must be between 1 ms and");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_timeout = kForever; })), ErrorCode::kInvalidArgument,
+                 "producer_timeout must be between 1 ms and");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.transfer_timeout = kForever; })), ErrorCode::kInvalidArgument,
+                 "transfer_timeout must be between 1 ms and");
+  EXPECT_REFUSED(Consumer(with([](auto& o) {
+                   o.expected_layout = {{"w", DType::kF32, {2}}, {"w", DType::kF32, {2}}};
+                 })),
+                 ErrorCode::kInvalidArgument, "expected_layout lists 'w' twice");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.expected_layout = {{"w", DType::kF32, {-2}}}; })),
+                 ErrorCode::kInvalidArgument, "expected_layout: tensor 'w' has a negative extent");
+}
+
+TEST(OptionBounds, CallerBuffersThatOverlapAreEmptyOrMisalignedAreRefused) {
+  alignas(64) static std::byte memory[3 * 8192 + 64];
+  auto with = [](std::vector<std::span<std::byte>> buffers) {
+    auto o = consumer_options("tcp://127.0.0.1:1");
+    o.caller_buffers = std::move(buffers);
+    return o;
+  };
+  // Overlapping buffers once let a version land in a view still being read.
+  EXPECT_REFUSED(Consumer(with({{memory, 8192}, {memory + 1024, 8192}})), ErrorCode::kInvalidArgument,
+                 "caller_buffers[0] and caller_buffers[1] overlap");
+  EXPECT_REFUSED(Consumer(with({{memory + 8192, 8192}, {memory, 8192}, {memory + 8192, 8192}})),
+                 ErrorCode::kInvalidArgument, "overlap");
+  EXPECT_REFUSED(Consumer(with({{memory, 8192}, {memory + 8192, 0}})), ErrorCode::kInvalidArgument,
+                 "caller_buffers[1] is empty");
+  EXPECT_REFUSED(Consumer(with({{memory, 8192}, {memory + 8192 + 1, 8192}})), ErrorCode::kInvalidArgument,
+                 "caller_buffers[1] starts at an address that is not a multiple of 16");
+  // Adjacent is not overlapping.
+  Consumer adjacent(with({{memory, 8192}, {memory + 8192, 8192}, {memory + 2 * 8192, 8192}}));
+}
+
+TEST(OptionBounds, ChunkPlansCountTheirChunksWhateverTheChunkSize) {
+  EXPECT_EQ((modelcast::transfer::ChunkPlan{4096, std::numeric_limits<std::uint64_t>::max()}.count()), 1u);
+  EXPECT_EQ((modelcast::transfer::ChunkPlan{std::numeric_limits<std::uint64_t>::max(), std::uint64_t{1} << 63}.count()), 2u);
+  EXPECT_EQ((modelcast::transfer::ChunkPlan{0, 65536}.count()), 0u);
+  EXPECT_EQ((modelcast::transfer::ChunkPlan{65537, 65536}.count()), 2u);
+}
+
+// A timeout of milliseconds::max() ("for ever") once overflowed steady_clock and returned at once.
+TEST(OptionBounds, WaitsOfMillisecondsMaxWaitForWhatTheyWaitFor) {
+  Producer producer([] {
+    ProducerOptions o;
+    o.model_name = "bounds";
+    return o;
+  }());
+  float value = 3;
+  producer.register_tensor({{"w", DType::kF32, {1}}, &value});
+  auto joined = std::async(std::launch::async, [&] { return producer.wait_for_consumers(1, kForever); });
+  Consumer consumer(consumer_options(producer.control_endpoint()));
+  auto installed = std::async(std::launch::async, [&] { return consumer.wait_for_version(1, kForever); });
+  ASSERT_TRUE(joined.get()) << "wait_for_consumers(1, max) returned without a consumer";
+  producer.publish(1);
+  const auto view = installed.get();
+  ASSERT_FALSE(view.empty()) << "wait_for_version(1, max) returned without the version";
+  EXPECT_EQ(view.version(), 1u);
+  EXPECT_EQ(view.tensor("w").as<float>()[0], 3.0f);
+}
+
+}  // namespace
