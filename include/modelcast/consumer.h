@@ -76,8 +76,8 @@ struct ConsumerOptions {
   // Receive buffers allocated by modelcast (>= 2: one served while the next arrives; one more
   // lets readers hold an older view without stalling updates).
   std::size_t buffers = 3;
-  // Caller-owned receive buffers instead (each large enough for the model, >= 2 of them,
-  // valid for the Consumer's lifetime). modelcast never writes into one a live view uses.
+  // Caller-owned receive buffers instead (each large enough for the model, >= 2 of them, not
+  // overlapping, each starting at a multiple of 16 bytes, valid for the Consumer's lifetime). modelcast never writes into one a live view uses.
   // Views of parts or conversions not kept in place, and of a model several producer ranks
   // publish, live in memory of the Consumer's own; with ranks, these buffers receive the pieces
   // of the rank producer_endpoint names (>= 3 of them then), the other ranks' go elsewhere.
@@ -110,7 +110,7 @@ struct ConsumerOptions {
   std::chrono::milliseconds producer_timeout{2000};
   // A transfer the producer answered that makes no progress (no chunk arriving) for this long
   // is given up and the newest version asked for again; a slow transfer that keeps progressing
-  // is never given up.
+  // is never given up. It and producer_timeout: 1 ms to 100 years.
   std::chrono::milliseconds transfer_timeout{30000};
   // Serve blocks of the versions this consumer holds (and is receiving) to other consumers when
   // a producer with relay_fanout asks it to, over the transport it receives on. Each block is
@@ -211,7 +211,8 @@ class MODELCAST_API Consumer {
   // on transfers.
   ModelView acquire() const;
 
-  // Waits until a version >= `version` is installed; returns it, or an empty view on timeout.
+  // Waits until a version >= `version` is installed; returns it, or an empty view on timeout
+  // (milliseconds::max() and anything past 100 years wait for ever, in practice).
   ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
 
   ConsumerStats stats() const;  // thread-safe snapshot

@@ -51,20 +51,20 @@ struct ProducerOptions {
   // ROUTER endpoint consumers connect to: tcp://HOST:PORT (PORT 0 picks a free one) or ipc://PATH.
   // The only endpoint: requests, replies and announcements all go over it.
   std::string control_endpoint = "tcp://127.0.0.1:0";
-  std::size_t snapshot_slots = 3;  // >= 2: one holds the newest version while another is written
+  std::size_t snapshot_slots = 3;  // 2-64: one holds the newest version while another is written
   bool integrity = true;           // XXH3 digest per tensor, checked by consumers
   std::uint64_t first_version = 1; // a restarted trainer may continue its numbering
   // A consumer's hold on a slot lapses after this long without progress (no chunk of its
   // transfer completing), so a dead or hung consumer cannot pin a slot for ever while a slow
   // one still finishes. publish() waits at most this long for a slot: it then revokes the
   // leases on the oldest version, whose consumers fetch a newer one. Must exceed the time one
-  // transfer chunk takes on the slowest link.
+  // transfer chunk takes on the slowest link. It and heartbeat_interval: 1 ms to 100 years.
   std::chrono::milliseconds lease_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{200};
-  std::size_t transfer_chunk_bytes = 32u << 20;  // >= 64 KiB; raised for models over 2^20 chunks
+  std::size_t transfer_chunk_bytes = 32u << 20;  // 64 KiB-1 GiB; raised for models over 2^20 chunks
   // Device tensors: a version is copied from its device slot to host memory (for two-sided
   // routes) in pieces of this many bytes, and chunks are sent as soon as the pieces under them
-  // are in, so the device-to-host copy overlaps the network transfer. >= 64 KiB.
+  // are in, so the device-to-host copy overlaps the network transfer. 64 KiB-1 GiB.
   std::size_t device_stage_bytes = 8u << 20;
   // Joins beyond this many consumers are refused: each costs a connection and a UCX endpoint.
   std::size_t max_consumers = 256;
@@ -197,7 +197,9 @@ class MODELCAST_API Producer {
   // Copies every registered tensor into a free snapshot slot and returns; notification and
   // transfer run in the background. Blocks beyond the copy only if every slot is held by
   // readers (at most lease_timeout). Call from one thread at a time. Throws Error(kState) if
-  // nothing is registered; on any error the previous versions stay served.
+  // nothing is registered or version numbers are used up (2^64 - 1), Error(kInvalidArgument)
+  // for metadata past what consumers take (1,024 entries, 1 MiB); on any error the previous
+  // versions stay served.
   PublishTicket publish(std::int64_t step, const Metadata& metadata = {});
   // The same, with device tensors' copies ordered per `order`. All tensors of a producer live
   // in one place: host memory, or one device (register_tensor refuses a mix).
