@@ -15,15 +15,42 @@
 #include <algorithm>
 #include <mutex>
 
+#include "common/log.h"
 #include "core/consumer/rank_assembler.h"
 #include "core/consumer/service.h"
 
 namespace modelcast {
+namespace {
+
+// Runs a callback of the user's on a thread of modelcast's: what it throws is logged and
+// dropped, neither taken for the producer's fault nor let out of the thread (which would end
+// the process).
+template <typename Argument>
+std::function<void(const Argument&)> contained(std::function<void(const Argument&)> callback, const char* name) {
+  if (!callback) return callback;
+  return [callback = std::move(callback), name, log = log::get("consumer")](const Argument& argument) {
+    try {
+      callback(argument);
+    } catch (const std::exception& e) {
+      log->error("{} threw: {}; ignored", name, e.what());
+    } catch (...) {
+      log->error("{} threw something that is not a std::exception; ignored", name);
+    }
+  };
+}
+
+ConsumerOptions with_contained_callbacks(ConsumerOptions options) {
+  options.on_update = contained(std::move(options.on_update), "on_update");
+  options.on_error = contained(std::move(options.on_error), "on_error");
+  return options;
+}
+
+}  // namespace
 
 class Consumer::Impl {
  public:
-  explicit Impl(ConsumerOptions options) : options_(options) {
-    ConsumerOptions first = std::move(options);
+  explicit Impl(ConsumerOptions options) : options_(with_contained_callbacks(std::move(options))) {
+    ConsumerOptions first = options_;
     // The user's callbacks see whole versions: the first service's own only while it is the
     // only one.
     first.on_update = [this](const ModelView& view) {

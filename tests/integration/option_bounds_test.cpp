@@ -3,15 +3,18 @@
 // with no error. And waits meant as "for ever" wait.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <future>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/transfer/chunk_plan.h"
+#include "eventually.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
@@ -132,7 +135,7 @@ TEST(OptionBounds, MetadataPastTheConsumersLimitsIsRefusedAndTheProducerGoesOn) 
   float value = 1;
   producer.register_tensor({{"w", DType::kF32, {1}}, &value});
   modelcast::Metadata many;
-  for (int i = 0; i < 1025; ++i) many["k" + std::to_string(i)] = "v";
+  for (int i = 0; i < 1025; ++i) many.emplace(std::to_string(i), std::string(1, 'v'));
   EXPECT_REFUSED(producer.publish(1, many), ErrorCode::kInvalidArgument,
                  "metadata has 1025 entries; the limit is 1024");
   EXPECT_REFUSED(producer.publish(1, {{"blob", std::string((1u << 20) + 1, 'x')}}), ErrorCode::kInvalidArgument,
@@ -218,6 +221,58 @@ TEST(OptionBounds, WaitsOfMillisecondsMaxWaitForWhatTheyWaitFor) {
   ASSERT_FALSE(view.empty()) << "wait_for_version(1, max) returned without the version";
   EXPECT_EQ(view.version(), 1u);
   EXPECT_EQ(view.tensor("w").as<float>()[0], 3.0f);
+}
+
+}  // namespace
+
+namespace {
+
+// Callbacks run on the consumer's thread: one that throws once ended the process (on_error) or
+// was reported as the producer's fault (on_update).
+TEST(OptionBounds, CallbacksThatThrowLeaveTheConsumerServing) {
+  Producer producer([] {
+    ProducerOptions o;
+    o.model_name = "bounds";
+    return o;
+  }());
+  float value = 3;
+  producer.register_tensor({{"w", DType::kF32, {1}}, &value});
+  std::atomic<int> updates{0}, errors{0};
+  auto o = consumer_options(producer.control_endpoint());
+  o.on_update = [&](const modelcast::ModelView&) {
+    updates++;
+    throw std::runtime_error("on_update of the test");
+  };
+  o.on_error = [&](const Error&) {
+    errors++;
+    throw 7;  // not even a std::exception
+  };
+  o.expected_layout = {{"w", DType::kF32, {1}}};
+  Consumer consumer(o);
+  ASSERT_TRUE(producer.wait_for_consumers(1, 30s));
+  ASSERT_FALSE(consumer.wait_for_version(producer.publish(1).version, 30s).empty());
+  ASSERT_TRUE(testing_support::eventually([&] { return updates.load() == 1; }, 30s));  // on_update follows the install
+  EXPECT_EQ(consumer.stats().last_error, "") << "the user's exception was taken for a failure of the update";
+  EXPECT_EQ(consumer.stats().versions_rejected, 0u);
+  // A version the consumer rejects calls on_error, which throws; the consumer serves on.
+  Producer other([] {
+    ProducerOptions p;
+    p.model_name = "bounds";
+    return p;
+  }());
+  float wrong[2] = {1, 2};
+  other.register_tensor({{"w", DType::kF32, {2}}, wrong});
+  auto rejecting = consumer_options(other.control_endpoint());
+  rejecting.on_error = o.on_error;
+  rejecting.expected_layout = o.expected_layout;
+  Consumer strict(rejecting);
+  ASSERT_TRUE(other.wait_for_consumers(1, 30s));
+  other.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return strict.stats().versions_rejected >= 1; }, 30s));
+  ASSERT_TRUE(testing_support::eventually([&] { return errors.load() >= 1; }, 30s));  // on_error follows the count
+  value = 4;
+  ASSERT_FALSE(consumer.wait_for_version(producer.publish(2).version, 30s).empty());
+  EXPECT_EQ(consumer.acquire().tensor("w").as<float>()[0], 4.0f);
 }
 
 }  // namespace
