@@ -64,6 +64,11 @@ void fill(const modelcast::TensorView& t, mc_tensor_info* out) {
   out->device = 0;
 }
 
+// Refuses a bad argument, naming it.
+void require(bool holds, const std::string& what) {
+  if (!holds) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, what);
+}
+
 }  // namespace
 
 extern "C" {
@@ -72,11 +77,11 @@ const char* mcs_last_error(void) { return t_last_error.c_str(); }
 
 mc_status mcs_client_open(const char* socket_path, const char* model, int64_t connect_timeout_ms, mcs_client_t** out) {
   return guarded("mcs_client_open", [&] {
-    if (out == nullptr || socket_path == nullptr || model == nullptr || connect_timeout_ms < 0) {
-      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                             "socket_path, model and out must not be NULL; connect_timeout_ms must be >= 0");
-    }
-    *out = nullptr;
+    if (out != nullptr) *out = nullptr;  // whatever else is wrong
+    require(out != nullptr, "out is NULL");
+    require(socket_path != nullptr, "socket_path is NULL");
+    require(model != nullptr, "model is NULL");
+    require(connect_timeout_ms >= 0, "connect_timeout_ms is negative (" + std::to_string(connect_timeout_ms) + ")");
     modelcast::sidecar::ClientOptions options;
     options.socket_path = socket_path;
     options.model = model;
@@ -90,10 +95,9 @@ void mcs_client_close(mcs_client_t* client) { delete client; }
 
 mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out) {
   return guarded("mcs_acquire", [&] {
-    if (client == nullptr || out == nullptr) {
-      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "client and out must not be NULL");
-    }
-    *out = nullptr;
+    if (out != nullptr) *out = nullptr;
+    require(out != nullptr, "out is NULL");
+    require(client != nullptr, "client is NULL");
     *out = wrap(client->client->acquire());
     return MC_OK;
   });
@@ -101,11 +105,10 @@ mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out) {
 
 mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int64_t timeout_ms, mcs_view_t** out) {
   return guarded("mcs_wait_for_version", [&] {
-    if (client == nullptr || out == nullptr || timeout_ms < 0) {
-      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                             "client and out must not be NULL; timeout_ms must be >= 0");
-    }
-    *out = nullptr;
+    if (out != nullptr) *out = nullptr;
+    require(out != nullptr, "out is NULL");
+    require(client != nullptr, "client is NULL");
+    require(timeout_ms >= 0, "timeout_ms is negative (" + std::to_string(timeout_ms) + ")");
     *out = wrap(client->client->wait_for_version(version, std::chrono::milliseconds(timeout_ms)));
     if (*out == nullptr) {
       throw modelcast::Error(modelcast::ErrorCode::kTimeout, "no version >= " + std::to_string(version) + " within " +

@@ -255,23 +255,30 @@ View Client::wait_for_version(std::uint64_t version, std::chrono::milliseconds t
 
 View::View(std::shared_ptr<const detail::AttachedVersion> state) : state_(std::move(state)) {}
 
-std::uint64_t View::version() const { return state_->manifest.version; }
-std::int64_t View::step() const { return state_->manifest.step; }
-std::uint64_t View::producer_incarnation() const { return state_->manifest.incarnation; }
-const std::map<std::string, std::string>& View::metadata() const { return state_->manifest.metadata; }
-const std::string& View::source() const { return state_->manifest.source; }
-std::size_t View::tensor_count() const { return state_->specs.size(); }
+const detail::AttachedVersion& View::state() const {
+  if (!state_) throw Error(ErrorCode::kState, "empty sidecar View: no version acquired");
+  return *state_;
+}
+
+std::uint64_t View::version() const { return state().manifest.version; }
+std::int64_t View::step() const { return state().manifest.step; }
+std::uint64_t View::producer_incarnation() const { return state().manifest.incarnation; }
+const std::map<std::string, std::string>& View::metadata() const { return state().manifest.metadata; }
+const std::string& View::source() const { return state().manifest.source; }
+std::size_t View::tensor_count() const { return state().specs.size(); }
 
 std::vector<TensorView> View::tensors() const {
+  const auto& held = state();
   std::vector<TensorView> out;
-  out.reserve(state_->specs.size());
-  for (std::size_t i = 0; i < state_->specs.size(); ++i) out.push_back(state_->view(i));
+  out.reserve(held.specs.size());
+  for (std::size_t i = 0; i < held.specs.size(); ++i) out.push_back(held.view(i));
   return out;
 }
 
 std::optional<TensorView> View::find(std::string_view name) const {
-  for (std::size_t i = 0; i < state_->specs.size(); ++i) {
-    if (state_->specs[i].name == name) return state_->view(i);
+  const auto& held = state();
+  for (std::size_t i = 0; i < held.specs.size(); ++i) {
+    if (held.specs[i].name == name) return held.view(i);
   }
   return std::nullopt;
 }

@@ -35,7 +35,7 @@ struct AttachedVersion;
 // A held version, like ModelView: cheap to copy, immutable, and its bytes stay valid and
 // unchanged while any copy is alive (the daemon keeps the version pinned for this client),
 // even after the Client is destroyed. Memory is mapped read-only: writing to it faults.
-// Safe to use from any thread. Accessors below require !empty().
+// Safe to use from any thread. Accessors below throw Error(kState) when empty().
 class MODELCAST_API View {
  public:
   View() = default;
@@ -57,6 +57,7 @@ class MODELCAST_API View {
   TensorView tensor(std::string_view name) const;  // Error(kInvalidArgument) if absent
 
  private:
+  const detail::AttachedVersion& state() const;  // Error(kState) when empty
   std::shared_ptr<const detail::AttachedVersion> state_;
 };
 

@@ -4,6 +4,11 @@
 #include "sidecar_c_callers.h"
 #include "sidecar_check.h"
 
+#include <functional>
+#include <initializer_list>
+
+#include "modelcast/sidecar.h"
+
 namespace daemon_test {
 namespace {
 
@@ -34,6 +39,45 @@ TEST_F(DaemonTest, TheCAbiSeesTheSameVersionAsTheCppClient) {
   EXPECT_NE(std::string(error).find("nope"), std::string::npos) << error;
   EXPECT_EQ(sidecar_c_sum((dir / "absent.sock").c_str(), "test", 0, 1, &version, &tensors, &sum, error, sizeof error),
             MC_ERR_TRANSPORT);
+}
+
+// A caller that cleans up whatever *out holds after a failure must find NULL there, and the
+// message must name the argument that was wrong.
+TEST(SidecarCAbi, AFailedCallClearsOutAndNamesTheBadArgument) {
+  auto* sentinel = reinterpret_cast<mcs_client_t*>(0x1);
+  mcs_client_t* client = sentinel;
+  EXPECT_EQ(mcs_client_open(nullptr, "m", 0, &client), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_STREQ(mcs_last_error(), "mcs_client_open: socket_path is NULL");
+  client = sentinel;
+  EXPECT_EQ(mcs_client_open("/x.sock", "m", -1, &client), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_NE(std::string(mcs_last_error()).find("connect_timeout_ms is negative (-1)"), std::string::npos)
+      << mcs_last_error();
+  auto* view_sentinel = reinterpret_cast<mcs_view_t*>(0x1);
+  mcs_view_t* view = view_sentinel;
+  EXPECT_EQ(mcs_acquire(nullptr, &view), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(view, nullptr);
+  EXPECT_STREQ(mcs_last_error(), "mcs_acquire: client is NULL");
+  view = view_sentinel;
+  EXPECT_EQ(mcs_wait_for_version(nullptr, 1, 0, &view), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(view, nullptr);
+}
+
+// An empty View's accessors once read through a null pointer.
+TEST(SidecarView, AnEmptyViewsAccessorsSayItIsEmpty) {
+  modelcast::sidecar::View empty;
+  for (auto call : std::initializer_list<std::function<void()>>{
+           [&] { (void)empty.version(); }, [&] { (void)empty.tensors(); }, [&] { (void)empty.find("w"); },
+           [&] { (void)empty.metadata(); }, [&] { (void)empty.tensor_count(); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "an empty View answered";
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kState);
+      EXPECT_NE(std::string(e.what()).find("empty sidecar View"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
