@@ -18,6 +18,7 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
   if (endpoint_.rfind("tcp://", 0) != 0 && endpoint_.rfind("ipc://", 0) != 0) {
     throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint_ + "' must start with tcp:// or ipc://");
   }
+  wire::check_tcp_port(endpoint_, "producer_endpoint", false);
   try {
     zmq::socket_t probe(context_, zmq::socket_type::dealer);
     probe.set(zmq::sockopt::linger, 0);

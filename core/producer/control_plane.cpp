@@ -74,6 +74,12 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
   }
   bool local = wire::is_local_endpoint(options.control_endpoint);
   if (options.key.empty()) {
+    // A plaintext control plane cannot tell consumers apart: a list would admit anyone.
+    if (!options.allowed_consumer_keys.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "allowed_consumer_keys needs the producer's own key (key or key_file): without one the "
+                  "control plane is plaintext and admits any consumer");
+    }
     if (!local && !options.allow_plaintext_remote) {
       throw Error(ErrorCode::kInvalidArgument,
                   "control endpoint '" + options.control_endpoint +

@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -19,12 +20,25 @@ std::string bind_spelling(const std::string& endpoint) {
   return endpoint;
 }
 
+void check_tcp_port(const std::string& endpoint, const std::string& what, bool any_port) {
+  if (endpoint.rfind("tcp://", 0) != 0) return;
+  auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon < 6) throw Error(ErrorCode::kInvalidArgument, what + " '" + endpoint + "' has no port");
+  const std::string port = endpoint.substr(colon + 1);
+  if (any_port && port == "*") return;  // ZeroMQ's spelling of "any free port"
+  // ZeroMQ reads the port with atoi and keeps it modulo 2^16: 99999 would bind 34463.
+  const bool digits = !port.empty() && port.size() <= 5 &&
+                      std::all_of(port.begin(), port.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const long number = digits ? std::stol(port) : -1;
+  if (number < (any_port ? 0 : 1) || number > 65535) {
+    throw Error(ErrorCode::kInvalidArgument, what + " '" + endpoint + "' has port '" + port + "'; a port is " +
+                                                 (any_port ? "0 (any free one)" : "1") + " to 65535");
+  }
+}
+
 void check_control_endpoint(const std::string& control_endpoint) {
   if (control_endpoint.rfind("tcp://", 0) == 0) {
-    auto colon = control_endpoint.rfind(':');
-    if (colon == std::string::npos || colon < 6) {
-      throw Error(ErrorCode::kInvalidArgument, "control endpoint '" + control_endpoint + "' has no port");
-    }
+    check_tcp_port(control_endpoint, "control endpoint", true);
     return;
   }
   if (control_endpoint.rfind("ipc://", 0) == 0) return;

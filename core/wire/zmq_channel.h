@@ -14,6 +14,10 @@ namespace modelcast::wire {
 // "tcp://HOST:0" -> "tcp://HOST:*" (ZeroMQ's spelling of "pick a free port"); others unchanged.
 std::string bind_spelling(const std::string& endpoint);
 
+// For a tcp:// endpoint, throws Error(kInvalidArgument) naming `what` unless its port is 1-65535
+// (0 and "*", any free port, too when `any_port`: a producer binding).
+void check_tcp_port(const std::string& endpoint, const std::string& what, bool any_port);
+
 // Throws Error(kInvalidArgument) unless `control_endpoint` is ipc:// or tcp:// with a port:
 // ZeroMQ would reject others only when binding, with a less helpful message.
 void check_control_endpoint(const std::string& control_endpoint);

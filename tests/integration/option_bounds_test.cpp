@@ -90,6 +90,14 @@ TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  "model_name is not valid UTF-8 (byte 3)");
   EXPECT_REFUSED(Producer(with([](auto& o) { o.model_name = std::string(5000, 'm'); })), ErrorCode::kInvalidArgument,
                  "model_name is 5000 bytes; the limit is 4096");
+  // ZeroMQ keeps a port modulo 2^16: 99999 once bound 34463.
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = "tcp://127.0.0.1:99999"; })),
+                 ErrorCode::kInvalidArgument, "has port '99999'; a port is 0 (any free one) to 65535");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = "tcp://127.0.0.1:-1"; })),
+                 ErrorCode::kInvalidArgument, "has port '-1'");
+  // A list of consumers on a plaintext control plane, which cannot tell consumers apart, was ignored.
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.allowed_consumer_keys = {"notakey"}; })), ErrorCode::kInvalidArgument,
+                 "allowed_consumer_keys needs the producer's own key");
   // The longest of each still works.
   Producer fine(with([](auto& o) {
     o.snapshot_slots = 64;
@@ -162,6 +170,10 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
     change(o);
     return o;
   };
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://127.0.0.1:99999"; })),
+                 ErrorCode::kInvalidArgument, "producer_endpoint 'tcp://127.0.0.1:99999' has port '99999'; a port is 1 to 65535");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://127.0.0.1:0"; })),
+                 ErrorCode::kInvalidArgument, "a port is 1 to 65535");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_timeout = 0ms; })), ErrorCode::kInvalidArgument,
                  "producer_timeout must be between 1 ms and");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_timeout = kForever; })), ErrorCode::kInvalidArgument,
