@@ -3,6 +3,7 @@ closing every live one at interpreter exit, stats, callback error counts, and ``
 
 import atexit
 import datetime
+import math
 import numbers
 import weakref
 
@@ -24,16 +25,29 @@ def check_callback(what, name, fn):
         raise InvalidArgumentError(f"{what}: {name} must be callable or None, not {type(fn).__name__}")
 
 
-def seconds(what, name, value):
+# The longest duration the library takes at its word (common/clock.h, kLongestWait: 100 years);
+# longer ones would overflow its clock. A wait may ask for longer (math.inf: for ever) and waits
+# this long; an option may not.
+LONGEST_S = 100 * 365 * 24 * 3600.0
+
+
+def seconds(what, name, value, forever_ok=False):
     """``value`` (int or float seconds, or a datetime.timedelta) as float seconds for the library,
-    which takes durations as float or timedelta only; InvalidArgumentError names ``name`` otherwise."""
+    which takes durations as float or timedelta only; InvalidArgumentError names ``name`` otherwise.
+    With ``forever_ok`` (a wait), anything past LONGEST_S, math.inf included, waits LONGEST_S."""
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentError(f"{what}: {name} is a duration in seconds (a number or a timedelta), "
                                    f"not {type(value).__name__}")
+    if math.isnan(value):
+        raise InvalidArgumentError(f"{what}: {name} is not a number (nan)")
     if value < 0:
         raise InvalidArgumentError(f"{what}: {name} must not be negative ({value} s)")
+    if value > LONGEST_S:
+        if forever_ok:
+            return LONGEST_S
+        raise InvalidArgumentError(f"{what}: {name} must be at most {LONGEST_S:.0f} s (100 years), got {value} s")
     return float(value)
 
 

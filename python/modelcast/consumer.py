@@ -72,7 +72,7 @@ class Consumer(Service):
     def wait_for_version(self, version, timeout):
         """The newest ModelView once a version >= ``version`` is installed, or None after
         ``timeout`` seconds. Releases the GIL while waiting."""
-        return self._impl.wait_for_version(version, seconds("wait_for_version", "timeout", timeout))
+        return self._impl.wait_for_version(version, seconds("wait_for_version", "timeout", timeout, forever_ok=True))
 
     def close(self):
         """Stops the consumer. Views, arrays and tensors taken from it stay valid. Idempotent.

@@ -127,7 +127,7 @@ class Producer(Service):
 
     def wait_for_consumers(self, count, timeout):
         """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released)."""
-        return self._impl.wait_for_consumers(count, seconds("wait_for_consumers", "timeout", timeout))
+        return self._impl.wait_for_consumers(count, seconds("wait_for_consumers", "timeout", timeout, forever_ok=True))
 
     @property
     def control_endpoint(self):

@@ -36,10 +36,15 @@ void bind_types(py::module_& m) {
              s.name = std::move(name);
              s.dtype = dtype_from_name(dtype);
              s.shape = std::move(shape);
+             // size_bytes would otherwise wrap (a negative extent, a size past 2^64 bytes).
+             if (!s.checked_size_bytes()) {
+               throw Error(ErrorCode::kInvalidArgument, "TensorSpec '" + s.name +
+                                                            "': a negative extent or more bytes than 64 bits can count");
+             }
              return s;
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"),
-           "Raises InvalidArgumentError for an unknown dtype name.")
+           "Raises InvalidArgumentError for an unknown dtype name, a negative extent or a size past 2^64 bytes.")
       .def_readonly("name", &TensorSpec::name)
       .def_property_readonly("dtype", [](const TensorSpec& s) { return std::string(dtype_name(s.dtype)); })
       .def_readonly("shape", &TensorSpec::shape)

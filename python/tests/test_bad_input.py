@@ -150,6 +150,32 @@ def test_durations_take_int_and_float_seconds_and_timedelta(producer, endpoint):
         producer.wait_for_consumers(1, timeout=-1)
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "lease_timeout", "bool"):
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", lease_timeout=True)
+    # nan, infinite and zero durations were accepted and delivered nothing, saying nothing.
+    for bad, words in ((float("nan"), "not a number"), (float("inf"), "at most"), (0, "between 1 ms")):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "lease_timeout", words):
+            modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", lease_timeout=bad)
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "producer_timeout", words):
+            modelcast.Consumer(endpoint, producer_timeout=bad)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "timeout", "not a number"):
+        producer.wait_for_consumers(1, timeout=float("nan"))
+
+
+def test_an_infinite_wait_waits(producer, endpoint):
+    # inf once overflowed the library's clock and returned False at once.
+    joined = []
+    waiter = threading.Thread(target=lambda: joined.append(producer.wait_for_consumers(1, timeout=float("inf"))))
+    waiter.start()
+    with modelcast.Consumer(endpoint, model_name="pytest"):
+        waiter.join(WAIT_S)
+        assert joined == [True]
+
+
+def test_a_tensor_spec_whose_size_cannot_be_counted_is_refused():
+    # size_bytes once wrapped: 0 for [-1], 4 for [2**63 - 1, 2**63 - 1].
+    for shape in ([-1], [2**62, 8], [2**63 - 1, 2**63 - 1]):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "64 bits"):
+            modelcast.TensorSpec("x", "f32", shape)
+    assert modelcast.TensorSpec("x", "f32", [2, 3]).size_bytes == 24
 
 
 def test_persist_options_are_checked_at_construction(tmp_path):
