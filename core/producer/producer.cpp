@@ -157,6 +157,25 @@ class Producer::Impl {
 
   void register_tensor(const TensorRef& tensor) {
     std::lock_guard lock(mutex_);
+    register_locked(tensor);
+  }
+
+  // All or none: a refused tensor leaves none of the list registered.
+  void register_tensors(std::span<const TensorRef> tensors) {
+    std::lock_guard lock(mutex_);
+    const std::size_t registered = registered_.size();
+    const std::uint64_t planned = planned_bytes_;
+    try {
+      for (const auto& t : tensors) register_locked(t);
+    } catch (...) {
+      for (std::size_t i = registered; i < registered_.size(); ++i) names_.erase(registered_[i].spec.name);
+      registered_.resize(registered);
+      planned_bytes_ = planned;
+      throw;
+    }
+  }
+
+  void register_locked(const TensorRef& tensor) {
     const TensorSpec& spec = tensor.spec;
     if (prepared_) {
       throw Error(ErrorCode::kState, "cannot register tensor '" + spec.name + "' after the first publish");
@@ -463,7 +482,7 @@ Producer::Producer(ProducerOptions options) : impl_(std::make_unique<Impl>(std::
 Producer::~Producer() = default;
 void Producer::register_tensor(const TensorRef& tensor) { impl_->register_tensor(tensor); }
 void Producer::register_tensors(std::span<const TensorRef> tensors) {
-  for (const auto& t : tensors) impl_->register_tensor(t);
+  impl_->register_tensors(tensors);
 }
 void Producer::prepare() { impl_->prepare(); }
 PublishTicket Producer::publish(std::int64_t step, const Metadata& metadata) {

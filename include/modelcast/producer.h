@@ -188,6 +188,7 @@ class MODELCAST_API Producer {
   // memory that is not where spec.memory and spec.device say; Error(kState) for device memory
   // in a process without a device.
   void register_tensor(const TensorRef& tensor);
+  // All or none: when one is refused (as register_tensor would), none of `tensors` stays registered.
   void register_tensors(std::span<const TensorRef> tensors);
 
   // Allocates and registers the snapshot slots now so the first publish() does not pay for

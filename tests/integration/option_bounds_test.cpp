@@ -134,6 +134,22 @@ TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
   EXPECT_EQ(producer.publish(1).version, 1u);
 }
 
+// A list with one bad tensor once left the good ones before it registered.
+TEST(OptionBounds, RegisteringAListIsAllOrNone) {
+  Producer producer([] {
+    ProducerOptions o;
+    o.model_name = "bounds";
+    return o;
+  }());
+  float a = 1, b = 2, c = 3;
+  const std::vector<TensorRef> list = {{{"a", DType::kF32, {1}}, &a}, {{"b", DType::kF32, {1}}, &b},
+                                       {{"a", DType::kF32, {1}}, &c}};
+  EXPECT_REFUSED(producer.register_tensors(list), ErrorCode::kInvalidArgument, "duplicate tensor name 'a'");
+  // Were a and b still registered, these would be duplicates.
+  producer.register_tensors(std::vector<TensorRef>{{{"a", DType::kF32, {1}}, &a}, {{"b", DType::kF32, {1}}, &b}});
+  EXPECT_EQ(producer.publish(1).version, 1u);
+}
+
 TEST(OptionBounds, MetadataPastTheConsumersLimitsIsRefusedAndTheProducerGoesOn) {
   Producer producer([] {
     ProducerOptions o;
