@@ -8,6 +8,13 @@ namespace modelcast::consumer {
 
 void check_reply(const VerifierPolicy& policy, const protocol::FetchReply& reply) {
   const Manifest& manifest = reply.manifest;
+  // This consumer's own capacity, not a fault of the producer's: said as such.
+  if (manifest.total_bytes > policy.limits.max_total_bytes) {
+    throw Error(ErrorCode::kResource, "version " + std::to_string(manifest.version) + " is a " +
+                                          std::to_string(manifest.total_bytes) + "-byte model; this consumer takes at most " +
+                                          std::to_string(policy.limits.max_total_bytes) +
+                                          " (max_model_bytes, its largest caller buffer, or half the machine's memory)");
+  }
   validate_manifest(manifest, policy.limits);
   if (manifest.model != policy.model) {
     throw Error(ErrorCode::kProtocol, "manifest is for model '" + manifest.model + "'");

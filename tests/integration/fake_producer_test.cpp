@@ -196,7 +196,8 @@ TEST(ConsumerAgainstScriptedProducer, SurvivesHostileRepliesManifestsAndEndpoint
     EXPECT_NE(ack.error.find(why), std::string::npos) << ack.error;
     EXPECT_EQ(consumer.acquire().version(), 1u);
   };
-  expect_refused(2, 1u << 20, [](modelcast::Manifest& m) { m.total_bytes = std::uint64_t{1} << 40; }, "at most");
+  expect_refused(2, 1u << 20, [](modelcast::Manifest& m) { m.total_bytes = std::uint64_t{1} << 40; },
+                 "this consumer takes at most 67108864 (max_model_bytes");
   expect_refused(3, 1u << 20, [](modelcast::Manifest& m) { m.total_bytes = ~std::uint64_t{0}; }, "at most");
   expect_refused(4, 1, [](modelcast::Manifest&) {}, "-byte chunks");
   expect_refused(5, 1u << 20, [](modelcast::Manifest& m) {
