@@ -188,16 +188,16 @@ mc_status mc_producer_prepare(mc_producer_t* producer) {
   });
 }
 
-mc_status mc_producer_publish(mc_producer_t* producer, int64_t step, const char* const* keys,
-                              const char* const* values, size_t count, mc_publish_result* out) {
-  return mc_producer_publish_device(producer, step, keys, values, count, nullptr, nullptr, out);
-}
+}  // extern "C"
 
-mc_status mc_producer_publish_device(mc_producer_t* producer, int64_t step, const char* const* keys,
-                                     const char* const* values, size_t count, void* cuda_stream, void* cuda_event,
-                                     mc_publish_result* out) {
+namespace {
+
+// Both publish calls; `function` names the one the caller made in its errors.
+mc_status publish_as(const char* function, mc_producer_t* producer, int64_t step, const char* const* keys,
+                     const char* const* values, size_t count, void* cuda_stream, void* cuda_event,
+                     mc_publish_result* out) {
   if (out != nullptr) *out = mc_publish_result{};
-  return guarded(__func__, [&] {
+  return guarded(function, [&] {
     require(producer, "producer");
     modelcast::Metadata metadata;
     if (count > 0) {
@@ -218,6 +218,21 @@ mc_status mc_producer_publish_device(mc_producer_t* producer, int64_t step, cons
     }
     return MC_OK;
   });
+}
+
+}  // namespace
+
+extern "C" {
+
+mc_status mc_producer_publish(mc_producer_t* producer, int64_t step, const char* const* keys,
+                              const char* const* values, size_t count, mc_publish_result* out) {
+  return publish_as(__func__, producer, step, keys, values, count, nullptr, nullptr, out);
+}
+
+mc_status mc_producer_publish_device(mc_producer_t* producer, int64_t step, const char* const* keys,
+                                     const char* const* values, size_t count, void* cuda_stream, void* cuda_event,
+                                     mc_publish_result* out) {
+  return publish_as(__func__, producer, step, keys, values, count, cuda_stream, cuda_event, out);
 }
 
 mc_status mc_producer_wait_for_consumers(const mc_producer_t* producer, size_t count, int64_t timeout_ms) {

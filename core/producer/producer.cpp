@@ -178,7 +178,7 @@ class Producer::Impl {
   void register_locked(const TensorRef& tensor) {
     const TensorSpec& spec = tensor.spec;
     if (prepared_) {
-      throw Error(ErrorCode::kState, "cannot register tensor '" + spec.name + "' after the first publish");
+      throw Error(ErrorCode::kState, "cannot register tensor '" + spec.name + "' after prepare() or the first publish");
     }
     if (tensor.data == nullptr && spec.size_bytes() != 0) {
       throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' has a null data pointer");
@@ -371,7 +371,7 @@ class Producer::Impl {
 
   void prepare_locked() {
     if (prepared_) return;
-    if (registered_.empty()) throw Error(ErrorCode::kState, "publish with no tensors registered");
+    if (registered_.empty()) throw Error(ErrorCode::kState, "no tensors registered: nothing to prepare or publish");
     const ManifestLimits limits;
     if (registered_.size() > limits.max_tensors) {
       throw Error(ErrorCode::kInvalidArgument, std::to_string(registered_.size()) + " tensors registered; consumers take at most " +

@@ -199,7 +199,7 @@ MODELCAST_API const char* mc_producer_endpoint(const mc_producer_t* producer);
  * must stay valid and unmoved while the producer lives. Only before the first publish; one
  * thread at a time. Errors: MC_ERR_INVALID_ARGUMENT (NULL producer/name, empty or duplicate
  * name, unknown dtype, negative extent, NULL shape with ndim > 0, NULL data for a non-empty
- * tensor), MC_ERR_STATE (after the first publish). */
+ * tensor), MC_ERR_STATE (after mc_producer_prepare or the first publish). */
 MODELCAST_API mc_status mc_producer_register_tensor(mc_producer_t* producer, const char* name, mc_dtype dtype,
                                                     size_t ndim, const int64_t* shape, const void* data);
 
