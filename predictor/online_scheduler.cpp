@@ -2,6 +2,7 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <sstream>
 #include <string>
 
 #include "modelcast/predictor_online.h"
@@ -10,6 +11,7 @@
 
 namespace modelcast::predictor {
 namespace {
+constexpr double kMaxObservedLoss = 1e100;
 constexpr std::size_t kNow = static_cast<std::size_t>(-1);  // the "publish now" candidate
 
 // A point's loss and time residuals against the forecast (interpolated between its steps), by
@@ -111,7 +113,21 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
   if (!observed_.empty() && step <= observed_.back().step)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: step " + std::to_string(step) + " is not after step " +
                                 std::to_string(observed_.back().step));
+  // Refused here, naming the point, rather than later by a forecast in terms of steps the caller
+  // never gave: fits square losses (beyond 1e100 they overflow), and the time model needs a clock.
+  if (std::abs(loss) > kMaxObservedLoss) {
+    std::ostringstream why;
+    why << "online scheduler: loss " << loss << " at step " << step << " is beyond +-1e100; rescale the loss";
+    throw Error(ErrorCode::kInvalidArgument, why.str());
+  }
+  if (wall_time_s < 0 || (!observed_.empty() && wall_time_s < last_wall_time_s_)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "online scheduler: wall time " + std::to_string(wall_time_s) + " s at step " + std::to_string(step) +
+                    (wall_time_s < 0 ? " is negative" : " is before the previous point's") +
+                    " (seconds of training since it started, never decreasing)");
+  }
   // Work on the stall-free training clock, as the forecast's time model expects.
+  last_wall_time_s_ = wall_time_s;
   observed_.push_back({step, loss, wall_time_s - stall_total_s_});
   if (step == options_.warmup_step || (std::isnan(warmup_time_s_) && step > options_.warmup_step)) {
     warmup_time_s_ = observed_.back().time_s;

@@ -137,7 +137,9 @@ class OnlineScheduler {
   OnlineScheduler(OnlineScheduler&&) noexcept;
   OnlineScheduler& operator=(OnlineScheduler&&) noexcept;
 
-  // wall_time_s: producer's training clock, including the stalls of earlier publishes.
+  // wall_time_s: producer's training clock, including the stalls of earlier publishes. Throws
+  // Error(kInvalidArgument), keeping nothing of the point, for a step not after the last, a loss
+  // that is not finite or beyond +-1e100, or a time that is negative or before the last point's.
   void observe(std::int64_t step, double loss, double wall_time_s);
 
   // Decision for the latest observed step (must equal `step`). Refits the forecast when the
@@ -275,6 +277,7 @@ class OnlineScheduler {
   std::vector<CurvePoint> observed_;  // times with past stalls removed
   std::vector<std::int64_t> published_;
   double stall_total_s_ = 0.0;
+  double last_wall_time_s_ = 0.0;  // observe()'s, as given: it never decreases
   double warmup_time_s_ = std::numeric_limits<double>::quiet_NaN();
   double window_end_s_ = std::numeric_limits<double>::quiet_NaN();  // on the stall-free clock
   double origin_loss_ = 0.0;

@@ -312,6 +312,19 @@ TEST(OnlineScheduler, RejectsContractViolations) {
   s.observe(10, 5.0, 1.0);
   EXPECT_THROW(s.observe(10, 4.0, 2.0), modelcast::Error);
   EXPECT_THROW(s.observe(20, std::nan(""), 2.0), modelcast::Error);
+  // Points a forecast could not use are refused naming them, not later in terms of other steps.
+  auto refused = [&](std::int64_t step, double loss, double time, const std::string& words) {
+    try {
+      s.observe(step, loss, time);
+      ADD_FAILURE() << "accepted step " << step;
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused(20, -1e308, 2.0, "loss -1e+308 at step 20 is beyond +-1e100");
+  refused(20, 4.0, 0.5, "wall time 0.500000 s at step 20 is before the previous point's");
+  refused(20, 4.0, -1.0, "is negative");
+  s.observe(20, 4.0, 2.0);  // nothing of the refused points was kept
   EXPECT_THROW(s.should_publish(5), modelcast::Error);
   EXPECT_THROW(s.set_costs(1.0, -2.0), modelcast::Error);
   OnlineOptions bad_refit = o;
