@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <cerrno>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -61,7 +62,11 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
     endpoint_ = wire::bound_endpoint(router_);
     connections_->set_listener(endpoint_);
   } catch (const zmq::error_t& e) {
-    throw Error(ErrorCode::kTransport, "cannot bind '" + options.control_endpoint + "': " + e.what());
+    // ZeroMQ reads the host as an interface name or an IPv4 address and resolves no names.
+    const std::string hint = e.num() == ENODEV ? " (give an IPv4 address such as 127.0.0.1, or an interface name: "
+                                                 "host names and IPv6 addresses are not bound)"
+                                               : "";
+    throw Error(ErrorCode::kTransport, "cannot bind '" + options.control_endpoint + "': " + e.what() + hint);
   }
 }
 

@@ -95,6 +95,8 @@ TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  ErrorCode::kInvalidArgument, "has port '99999'; a port is 0 (any free one) to 65535");
   EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = "tcp://127.0.0.1:-1"; })),
                  ErrorCode::kInvalidArgument, "has port '-1'");
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = "tcp://localhost:0"; })), ErrorCode::kTransport,
+                 "give an IPv4 address such as 127.0.0.1");
   // A list of consumers on a plaintext control plane, which cannot tell consumers apart, was ignored.
   EXPECT_REFUSED(Producer(with([](auto& o) { o.allowed_consumer_keys = {"notakey"}; })), ErrorCode::kInvalidArgument,
                  "allowed_consumer_keys needs the producer's own key");
@@ -190,6 +192,10 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  ErrorCode::kInvalidArgument, "producer_endpoint 'tcp://127.0.0.1:99999' has port '99999'; a port is 1 to 65535");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://127.0.0.1:0"; })),
                  ErrorCode::kInvalidArgument, "a port is 1 to 65535");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.model_name = std::string(1 << 20, 'm'); })), ErrorCode::kInvalidArgument,
+                 "model_name is 1048576 bytes; the limit is 4096");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.model_name = "\xff"; })), ErrorCode::kInvalidArgument,
+                 "model_name is not valid UTF-8");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_timeout = 0ms; })), ErrorCode::kInvalidArgument,
                  "producer_timeout must be between 1 ms and");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_timeout = kForever; })), ErrorCode::kInvalidArgument,
