@@ -52,6 +52,12 @@ std::string error_of(F&& f, ErrorCode code) {
     EXPECT_NE(message.find(words), std::string::npos) << "got: " << message;       \
   } while (false)
 
+ProducerOptions producer_options() {
+  ProducerOptions o;
+  o.model_name = "bounds";
+  return o;
+}
+
 ConsumerOptions consumer_options(const std::string& endpoint) {
   ConsumerOptions o;
   o.producer_endpoint = endpoint;
@@ -61,8 +67,7 @@ ConsumerOptions consumer_options(const std::string& endpoint) {
 
 TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
   auto with = [](auto change) {
-    ProducerOptions o;
-    o.model_name = "bounds";
+    auto o = producer_options();
     change(o);
     return o;
   };
@@ -109,11 +114,7 @@ TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
 }
 
 TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
-  Producer producer([] {
-    ProducerOptions o;
-    o.model_name = "bounds";
-    return o;
-  }());
+  Producer producer(producer_options());
   float value = 0;
   auto tensor = [&](std::string name, std::vector<std::int64_t> shape) {
     return TensorRef{{std::move(name), DType::kF32, std::move(shape)}, &value};
@@ -138,11 +139,7 @@ TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
 
 // A list with one bad tensor once left the good ones before it registered.
 TEST(OptionBounds, RegisteringAListIsAllOrNone) {
-  Producer producer([] {
-    ProducerOptions o;
-    o.model_name = "bounds";
-    return o;
-  }());
+  Producer producer(producer_options());
   float a = 1, b = 2, c = 3;
   const std::vector<TensorRef> list = {{{"a", DType::kF32, {1}}, &a}, {{"b", DType::kF32, {1}}, &b},
                                        {{"a", DType::kF32, {1}}, &c}};
@@ -153,11 +150,7 @@ TEST(OptionBounds, RegisteringAListIsAllOrNone) {
 }
 
 TEST(OptionBounds, MetadataPastTheConsumersLimitsIsRefusedAndTheProducerGoesOn) {
-  Producer producer([] {
-    ProducerOptions o;
-    o.model_name = "bounds";
-    return o;
-  }());
+  Producer producer(producer_options());
   float value = 1;
   producer.register_tensor({{"w", DType::kF32, {1}}, &value});
   modelcast::Metadata many;
@@ -170,12 +163,9 @@ TEST(OptionBounds, MetadataPastTheConsumersLimitsIsRefusedAndTheProducerGoesOn) 
 }
 
 TEST(OptionBounds, VersionNumbersDoNotWrapAround) {
-  Producer producer([] {
-    ProducerOptions o;
-    o.model_name = "bounds";
-    o.first_version = std::numeric_limits<std::uint64_t>::max() - 1;
-    return o;
-  }());
+  auto options = producer_options();
+  options.first_version = std::numeric_limits<std::uint64_t>::max() - 1;
+  Producer producer(options);
   float value = 1;
   producer.register_tensor({{"w", DType::kF32, {1}}, &value});
   EXPECT_EQ(producer.publish(1).version, std::numeric_limits<std::uint64_t>::max() - 1);
@@ -239,11 +229,7 @@ TEST(OptionBounds, ChunkPlansCountTheirChunksWhateverTheChunkSize) {
 
 // A timeout of milliseconds::max() ("for ever") once overflowed steady_clock and returned at once.
 TEST(OptionBounds, WaitsOfMillisecondsMaxWaitForWhatTheyWaitFor) {
-  Producer producer([] {
-    ProducerOptions o;
-    o.model_name = "bounds";
-    return o;
-  }());
+  Producer producer(producer_options());
   float value = 3;
   producer.register_tensor({{"w", DType::kF32, {1}}, &value});
   auto joined = std::async(std::launch::async, [&] { return producer.wait_for_consumers(1, kForever); });
@@ -264,11 +250,7 @@ namespace {
 // Callbacks run on the consumer's thread: one that throws once ended the process (on_error) or
 // was reported as the producer's fault (on_update).
 TEST(OptionBounds, CallbacksThatThrowLeaveTheConsumerServing) {
-  Producer producer([] {
-    ProducerOptions o;
-    o.model_name = "bounds";
-    return o;
-  }());
+  Producer producer(producer_options());
   float value = 3;
   producer.register_tensor({{"w", DType::kF32, {1}}, &value});
   std::atomic<int> updates{0}, errors{0};
@@ -289,11 +271,7 @@ TEST(OptionBounds, CallbacksThatThrowLeaveTheConsumerServing) {
   EXPECT_EQ(consumer.stats().last_error, "") << "the user's exception was taken for a failure of the update";
   EXPECT_EQ(consumer.stats().versions_rejected, 0u);
   // A version the consumer rejects calls on_error, which throws; the consumer serves on.
-  Producer other([] {
-    ProducerOptions p;
-    p.model_name = "bounds";
-    return p;
-  }());
+  Producer other(producer_options());
   float wrong[2] = {1, 2};
   other.register_tensor({{"w", DType::kF32, {2}}, wrong});
   auto rejecting = consumer_options(other.control_endpoint());
