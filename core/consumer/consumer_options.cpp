@@ -79,10 +79,6 @@ ConsumerOptions checked(ConsumerOptions options) {
   if (options.producer_endpoint.empty()) throw Error(ErrorCode::kInvalidArgument, "producer_endpoint is empty");
   if (options.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
   // No producer could serve another name: it would be refused at the join, or never answered.
-  if (options.model_name.size() > ManifestLimits{}.max_name_bytes) {
-    throw Error(ErrorCode::kInvalidArgument, "model_name is " + std::to_string(options.model_name.size()) +
-                                                 " bytes; the limit is " + std::to_string(ManifestLimits{}.max_name_bytes));
-  }
   if (auto why = name_problem(options.model_name)) throw Error(ErrorCode::kInvalidArgument, "model_name " + *why);
   if (options.consumer_name.empty()) options.consumer_name = default_consumer_name();
   if (options.caller_buffers.empty() && options.buffers < 2) {

@@ -76,8 +76,8 @@ struct ManifestLimits {
   std::size_t max_metadata_bytes = std::size_t{1} << 20;  // keys and values together
 };
 
-// What makes `name` unusable as a tensor or model name (a NUL byte, not UTF-8: readers in C and
-// Python could not name it), or nullopt.
+// What makes `name` unusable as a tensor or model name (longer than ManifestLimits allows, a NUL
+// byte, not UTF-8: consumers, and readers in C and Python, could not take it), or nullopt.
 std::optional<std::string> name_problem(std::string_view name);
 
 // Throws Error(code) naming the tensor when its placement (a piece's global shape and offset) is

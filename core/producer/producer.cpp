@@ -70,10 +70,6 @@ constexpr std::size_t kMaxSnapshotSlots = 64;
 ProducerOptions checked(ProducerOptions options) {
   auto invalid = [](const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); };
   if (options.model_name.empty()) invalid("model_name is empty");
-  if (options.model_name.size() > ManifestLimits{}.max_name_bytes) {
-    invalid("model_name is " + std::to_string(options.model_name.size()) + " bytes; the limit is " +
-            std::to_string(ManifestLimits{}.max_name_bytes));
-  }
   if (auto why = name_problem(options.model_name)) invalid("model_name " + *why);
   if (options.first_version == 0) invalid("first_version must be >= 1");
   if (options.snapshot_slots > kMaxSnapshotSlots) {

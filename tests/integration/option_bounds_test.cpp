@@ -120,7 +120,7 @@ TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
     return TensorRef{{std::move(name), DType::kF32, std::move(shape)}, &value};
   };
   EXPECT_REFUSED(producer.register_tensor(tensor(std::string(4097, 'w'), {1})), ErrorCode::kInvalidArgument,
-                 "a tensor name of 4097 bytes");
+                 "tensor name is 4097 bytes; the limit is 4096");
   EXPECT_REFUSED(producer.register_tensor(tensor(std::string("w\0x", 3), {1})), ErrorCode::kInvalidArgument,
                  "tensor name contains a NUL byte at 1");
   EXPECT_REFUSED(producer.register_tensor(tensor("\xff\xfe", {1})), ErrorCode::kInvalidArgument,
