@@ -12,6 +12,7 @@ packages=(
   libxxhash-dev                   # block digests (XXH3; xxhash.h is also built for AVX2)
   libsodium-dev                   # key pairs and signed versions (Ed25519); CurveZMQ keys
   libtomlplusplus-dev             # key files
+  libutfcpp-dev                   # names checked as UTF-8
   libcli11-dev nlohmann-json3-dev # command lines, JSON output
   libeigen3-dev                   # predictor: Levenberg-Marquardt curve fitting; layout: f16 and bf16 conversions
   libcsv-dev                      # predictor: loss logs as RFC 4180 CSV (quoted fields)

@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include <utf8.h>
+
 #include "modelcast/error.h"
 
 namespace modelcast {
@@ -52,29 +54,17 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
 
 }  // namespace
 
-// Hand-written (RFC 3629, section 4: overlong forms, surrogates and values past U+10FFFF are
-// invalid). utfcpp (Debian 12's libutfcpp-dev, utf8::find_invalid) does the same and is the
-// better home for it; it is not a dependency yet, and this is the project's only UTF-8 check.
+// UTF-8 as RFC 3629 has it (no overlong forms, surrogates or values past U+10FFFF), by
+// utfcpp. NUL is UTF-8 too, but a C or Fortran caller's name ends there: refused as well.
 std::optional<std::string> name_problem(std::string_view name) {
   if (const auto limit = ManifestLimits{}.max_name_bytes; name.size() > limit) {
     return "is " + std::to_string(name.size()) + " bytes; the limit is " + std::to_string(limit);
   }
-  for (std::size_t i = 0; i < name.size();) {
-    const auto byte = static_cast<unsigned char>(name[i]);
-    if (byte == 0) return "contains a NUL byte at " + std::to_string(i);
-    std::size_t length = byte < 0x80 ? 1 : (byte >> 5) == 0x6 ? 2 : (byte >> 4) == 0xE ? 3 : (byte >> 3) == 0x1E ? 4 : 0;
-    bool valid = length != 0 && i + length <= name.size();
-    std::uint32_t code = length == 1 ? byte : length == 2 ? (byte & 0x1F) : length == 3 ? (byte & 0x0F) : (byte & 0x07);
-    for (std::size_t k = 1; valid && k < length; ++k) {
-      const auto next = static_cast<unsigned char>(name[i + k]);
-      valid = (next >> 6) == 0x2;
-      code = (code << 6) | (next & 0x3F);
-    }
-    // Overlong forms, UTF-16 surrogates and values past U+10FFFF are not UTF-8 either.
-    constexpr std::uint32_t kSmallest[] = {0, 0, 0x80, 0x800, 0x10000};
-    valid = valid && code >= kSmallest[length] && code <= 0x10FFFF && !(code >= 0xD800 && code <= 0xDFFF);
-    if (!valid) return "is not valid UTF-8 (byte " + std::to_string(i) + ")";
-    i += length;
+  if (const auto nul = name.find('\0'); nul != std::string_view::npos) {
+    return "contains a NUL byte at " + std::to_string(nul);
+  }
+  if (const auto bad = utf8::find_invalid(name.begin(), name.end()); bad != name.end()) {
+    return "is not valid UTF-8 (byte " + std::to_string(bad - name.begin()) + ")";
   }
   return std::nullopt;
 }
