@@ -172,6 +172,7 @@ int main(int argc, char** argv) {
   joined.incarnation = 42;
   joined.latest_version = 3;
   joined.transport = "ucx";
+  joined.model_bytes = 1u << 20;
   mp::JoinReply full;
   full.error = "producer full";
   full.incarnation = 42;

@@ -350,6 +350,8 @@ void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> ins
   store_.install(installed);
   log_->debug("installed version {} (step {})", m.version, m.step);
   if (hooks_.on_installed) hooks_.on_installed(installed);
+  // The next version most likely has this one's size: its buffer is made while none arrives.
+  store_.allocate_ahead(m.total_bytes);
 }
 
 std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch(const std::string& why, bool counted) {

@@ -435,6 +435,7 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
                               const protocol::JoinRequest& join) {
   protocol::JoinReply answer;
   answer.incarnation = incarnation_;
+  answer.model_bytes = store_.slot_bytes();
   auto decision = membership_.decide(routing_id, key, join);
   answer.refusal = decision.refusal;
   answer.error = decision.error;

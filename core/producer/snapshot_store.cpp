@@ -33,6 +33,12 @@ void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet&
       }
     }
   }
+  slot_bytes_ = bytes;
+}
+
+std::uint64_t SnapshotStore::slot_bytes() const {
+  std::lock_guard lock(mutex_);
+  return slot_bytes_;
 }
 
 // A reader's lease lasts as long as its transfer progresses, which can be longer than the

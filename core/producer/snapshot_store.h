@@ -58,6 +58,8 @@ class SnapshotStore {
   // host slots. Throws Error(kResource) or Error(kTransport).
   void allocate(std::uint64_t bytes, const transport::TransportSet& transports,
                 const std::vector<void*>& device_slots = {}, int device = 0);
+  // The bytes allocate() gave each slot: a snapshot's size (0 before allocate).
+  std::uint64_t slot_bytes() const;
 
   // Blocks until a slot may be written: every other slot may be held by readers, until an ack,
   // a lease lapses, or lease_timeout has passed and the readers of one slot lose their leases.
@@ -164,6 +166,7 @@ class SnapshotStore {
   std::condition_variable slot_freed_;
   SlotPool pool_;           // guarded by mutex_
   std::size_t pins_ = 0;    // leases taken by pin() and not yet unpinned; mutex_
+  std::uint64_t slot_bytes_ = 0;  // mutex_
   // Block digests of recent versions, kept after their slots are reused (a few KiB each), so a
   // consumer several versions behind still gets a delta; mutex_.
   std::map<std::uint64_t, std::vector<std::uint64_t>> block_history_;

@@ -66,7 +66,7 @@ struct BodyPacker {
     }
   }
   void operator()(const JoinReply& m) const {
-    pk.pack_map(m.rank_endpoints.empty() ? 7 : 9);
+    pk.pack_map((m.rank_endpoints.empty() ? 7 : 9) + (m.model_bytes ? 1 : 0));
     pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("latest"); pk.pack(m.latest_version);
@@ -75,6 +75,9 @@ struct BodyPacker {
     if (!m.rank_endpoints.empty()) {
       pk.pack("rank"); pk.pack(m.rank);
       pk.pack("ranks"); pk.pack(m.rank_endpoints);
+    }
+    if (m.model_bytes) {
+      pk.pack("bytes"); pk.pack(m.model_bytes);
     }
   }
   void operator()(const FetchRequest& m) const {
@@ -209,7 +212,8 @@ Message unpack_body(Type type, const msgpack::object& body) {
                        f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("latest"),
                        f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path")),
                        f.has("ranks") ? f.get<std::uint32_t>("rank") : 0u,
-                       f.has("ranks") ? f.get<std::vector<std::string>>("ranks") : std::vector<std::string>{}};
+                       f.has("ranks") ? f.get<std::vector<std::string>>("ranks") : std::vector<std::string>{},
+                       f.has("bytes") ? f.get<std::uint64_t>("bytes") : std::uint64_t{0}};
     }
     case Type::kFetchRequest: {
       Fields f(body, "fetch request");

@@ -134,6 +134,9 @@ struct JoinReply {
   // rank's control endpoint in rank order; the consumer joins the others there. Empty: one producer.
   std::uint32_t rank = 0;
   std::vector<std::string> rank_endpoints{};
+  // The size of the producer's snapshots once its tensors are prepared (0: not yet), so that the
+  // consumer can make its first receive buffer before the first version.
+  std::uint64_t model_bytes = 0;
 };
 
 // Ask for a version (0 = newest). The producer leases the slot and starts sending chunk i with

@@ -74,7 +74,9 @@ struct ConsumerOptions {
   // order); another layout is rejected with Error(kLayoutMismatch) and the last good version stays.
   std::vector<TensorSpec> expected_layout;
   // Receive buffers allocated by modelcast (>= 2: one served while the next arrives; one more
-  // lets readers hold an older view without stalling updates).
+  // lets readers hold an older view without stalling updates). The next version's buffer is
+  // made ahead, in the background: at the join once the producer has prepared, and after each
+  // install (so two are allocated soon after the first version, never more than this count).
   std::size_t buffers = 3;
   // Caller-owned receive buffers instead (each large enough for the model, >= 2 of them, not
   // overlapping, each starting at a multiple of 16 bytes, valid for the Consumer's lifetime). modelcast never writes into one a live view uses.

@@ -101,6 +101,10 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(join_reply.path, DeliveryPath::kStaged);
   EXPECT_EQ(join_reply.incarnation, 5u);
   EXPECT_EQ(join_reply.latest_version, 6u);
+  EXPECT_EQ(join_reply.model_bytes, 0u);  // before the producer prepared: not sent at all
+  JoinReply sized{true, Refusal::kNone, "", 5, 6, "loopback", DeliveryPath::kHostUcx};
+  sized.model_bytes = 258276608;
+  EXPECT_EQ(std::get<JoinReply>(decode(encode(sized))).model_bytes, 258276608u);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).signature, signature);
   EXPECT_TRUE(std::get<FetchReply>(decode(encode(reply))).region.empty());
   reply.region = address;  // a one-sided route's slot export travels with the reply

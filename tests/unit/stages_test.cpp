@@ -193,6 +193,36 @@ TEST(Stages, ACorruptByteIsCaughtByItsBlocksDigestNamingTheTensor) {
   }
 }
 
+// A buffer made ahead is the one the next version takes (its size tells it apart from one
+// allocated for the version), one made for a model over twice as large is dropped, and making
+// buffers ahead never goes past the configured count.
+TEST(Stages, ReceiveBuffersMadeAheadAreTakenButNeverPastTheCount) {
+  constexpr std::uint64_t kBytes = 3u << 20;
+  consumer::VersionStore store(2, {});
+  store.use_transport(transport::make_loopback_transport());
+  store.allocate_ahead(kBytes + kBytes / 2);
+  auto first = store.take_buffer(kBytes);
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->memory.size(), kBytes + kBytes / 2);
+
+  store.allocate_ahead(8 * kBytes);
+  auto second = store.take_buffer(kBytes);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->memory.size(), kBytes);
+
+  store.allocate_ahead(kBytes);  // both held by readers: no third
+  EXPECT_FALSE(store.take_buffer(kBytes));
+  EXPECT_FALSE(store.buffer_available());
+
+  // A free buffer large enough is taken again; nothing is made beside it.
+  std::byte* freed = second->memory.data();
+  second.reset();
+  store.allocate_ahead(kBytes);
+  auto again = store.take_buffer(kBytes);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->memory.data(), freed);
+}
+
 TEST(Stages, FetchServerRefusesBusySupersededAndStaleRequestsAndParksTheUpcomingVersion) {
   ConsumerSide c;
   ProducerSide p(c.transport);

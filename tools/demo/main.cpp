@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -71,7 +72,8 @@ pid_t spawn_consumer(const std::string& self, const std::string& endpoint, int i
   return pid;
 }
 
-int run_producer(const std::string& self, int consumers, int versions, std::size_t size_mib, bool integrity) {
+int run_producer(const std::string& self, int consumers, int versions, std::size_t size_mib, bool integrity,
+                 int train_ms) {
   auto model = demo::make_default_model(size_mib);
   std::size_t bytes = 0;
   for (auto& t : model) bytes += t.spec.size_bytes();
@@ -93,8 +95,9 @@ int run_producer(const std::string& self, int consumers, int versions, std::size
   for (auto& t : model) producer.register_tensor({t.spec, t.data()});
   producer.prepare();
 
-  std::printf("modelcast demo: model of %zu tensors, %.1f MiB; %d consumer processes; %d versions; integrity %s\n",
-              model.size(), bytes / 1048576.0, consumers, versions, integrity ? "on" : "off");
+  std::printf("modelcast demo: model of %zu tensors, %.1f MiB; %d consumer processes; %d versions, %d ms of "
+              "training before each; integrity %s\n",
+              model.size(), bytes / 1048576.0, consumers, versions, train_ms, integrity ? "on" : "off");
   std::vector<pid_t> children;
   for (int i = 1; i <= consumers; ++i) {
     children.push_back(spawn_consumer(self, producer.control_endpoint(), i, versions, size_mib));
@@ -108,7 +111,10 @@ int run_producer(const std::string& self, int consumers, int versions, std::size
   for (int i = 1; i <= consumers; ++i) std::printf(" %14s", ("consumer-" + std::to_string(i) + "_ms").c_str());
   std::printf(" %12s\n", "bytes");
   for (int v = 1; v <= versions && status_code == 0; ++v) {
-    // "Training": the weights change between publishes.
+    // "Training": the weights change between publishes, and it takes a while. Meanwhile the
+    // consumers get ready (the first ones make their receive buffers), as beside a real trainer;
+    // with --train-ms 0 the first versions' times include that.
+    std::this_thread::sleep_for(std::chrono::milliseconds(train_ms));
     for (std::size_t i = 0; i < model.size(); ++i) demo::fill(model[i], static_cast<std::uint64_t>(v), i);
     auto ticket = producer.publish(v * 100, {{"demo", "true"}});
     std::unique_lock lock(mutex);
@@ -151,10 +157,12 @@ int main(int argc, char** argv) {
   int versions = 5;
   std::size_t size_mib = 256;
   bool no_integrity = false;
+  int train_ms = 1000;
   app.add_option("--consumers", consumers, "consumer processes")->check(CLI::Range(1, 16));
   app.add_option("--versions", versions, "versions to publish")->check(CLI::Range(1, 1000));
   app.add_option("--size-mib", size_mib, "model size in MiB")->check(CLI::Range(1, 65536));
   app.add_flag("--no-integrity", no_integrity, "skip per-tensor digests");
+  app.add_option("--train-ms", train_ms, "time the trainer spends before each publish")->check(CLI::Range(0, 3600000));
   auto* consumer = app.add_subcommand("consumer", "run one consumer (started by the demo itself)");
   std::string endpoint;
   int index = 1;
@@ -166,7 +174,7 @@ int main(int argc, char** argv) {
   try {
     if (*consumer) return run_consumer(endpoint, index, versions, size_mib);
     std::string self = std::filesystem::canonical("/proc/self/exe").string();
-    return run_producer(self, consumers, versions, size_mib, !no_integrity);
+    return run_producer(self, consumers, versions, size_mib, !no_integrity, train_ms);
   } catch (const modelcast::Error& e) {
     std::fprintf(stderr, "modelcast-demo: %s\n", e.what());
     return 1;
