@@ -85,6 +85,7 @@ class Consumer::Impl {
   ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
     return readers_.wait_for(version, timeout);
   }
+  void cancel_waits() { readers_.cancel_waits(); }
 
   ConsumerStats stats() const {
     ConsumerStats s = first_->stats();
@@ -208,6 +209,7 @@ ModelView Consumer::acquire() const { return impl_->acquire(); }
 ModelView Consumer::wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
   return impl_->wait_for_version(version, timeout);
 }
+void Consumer::cancel_waits() { impl_->cancel_waits(); }
 ConsumerStats Consumer::stats() const { return impl_->stats(); }
 
 }  // namespace modelcast

@@ -19,8 +19,17 @@ ModelView VersionStore::acquire() const {
 
 ModelView VersionStore::wait_for(std::uint64_t version, std::chrono::milliseconds timeout) const {
   std::unique_lock lock(mutex_);
-  bool reached = installed_.wait_until(lock, deadline_after(timeout), [&] { return current_ && current_->manifest.version >= version; });
-  return reached ? ModelView(current_) : ModelView();
+  auto reached = [&] { return current_ && current_->manifest.version >= version; };
+  installed_.wait_until(lock, deadline_after(timeout), [&] { return waits_cancelled_ || reached(); });
+  return reached() && !waits_cancelled_ ? ModelView(current_) : ModelView();
+}
+
+void VersionStore::cancel_waits() {
+  {
+    std::lock_guard lock(mutex_);
+    waits_cancelled_ = true;
+  }
+  installed_.notify_all();
 }
 
 std::shared_ptr<const detail::InstalledVersion> VersionStore::current() const {

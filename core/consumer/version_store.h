@@ -30,8 +30,10 @@ class VersionStore {
 
   // ---- any thread ----
   ModelView acquire() const;
-  // The first installed version >= `version`, or an empty view after `timeout`.
+  // The first installed version >= `version`, or an empty view after `timeout` or once waits
+  // are cancelled.
   ModelView wait_for(std::uint64_t version, std::chrono::milliseconds timeout) const;
+  void cancel_waits();  // ends every wait_for, those under way and those to come
   std::shared_ptr<const detail::InstalledVersion> current() const;
 
   // ---- service thread ----
@@ -63,6 +65,7 @@ class VersionStore {
   mutable std::mutex mutex_;
   mutable std::condition_variable installed_;
   std::shared_ptr<const detail::InstalledVersion> current_;  // guarded by mutex_
+  bool waits_cancelled_ = false;                             // guarded by mutex_
 
   // Service thread only:
   const std::size_t buffers_;

@@ -296,6 +296,7 @@ class Producer::Impl {
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
     return stats_.wait_for_consumers(count, timeout);
   }
+  void cancel_waits() { stats_.cancel_waits(); }
 
   ProducerStats stats() const {
     ProducerStats copy =
@@ -490,6 +491,7 @@ PublishTicket Producer::publish(std::int64_t step, const Metadata& metadata, con
 bool Producer::wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
   return impl_->wait_for_consumers(count, timeout);
 }
+void Producer::cancel_waits() { impl_->cancel_waits(); }
 ProducerStats Producer::stats() const { return impl_->stats(); }
 std::string Producer::control_endpoint() const { return impl_->control_endpoint(); }
 

@@ -126,15 +126,21 @@ class StatsBox {
     read(copy);
     return copy;
   }
+  // False after `timeout`, or once waits are cancelled.
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
     std::unique_lock lock(mutex_);
-    return changed_.wait_until(lock, deadline_after(timeout), [&] { return stats_.consumers >= count; });
+    changed_.wait_until(lock, deadline_after(timeout), [&] { return waits_cancelled_ || stats_.consumers >= count; });
+    return !waits_cancelled_ && stats_.consumers >= count;
+  }
+  void cancel_waits() {
+    update([&](ProducerStats&) { waits_cancelled_ = true; });
   }
 
  private:
   mutable std::mutex mutex_;
   mutable std::condition_variable changed_;
   ProducerStats stats_;
+  bool waits_cancelled_ = false;
 };
 
 class ProducerService {

@@ -217,6 +217,10 @@ class MODELCAST_API Consumer {
   // Waits until a version >= `version` is installed; returns it, or an empty view on timeout
   // (milliseconds::max() and anything past 100 years wait for ever, in practice).
   ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
+  // Ends every wait_for_version under way, and every later one at once, with an empty view;
+  // nothing else changes (versions still arrive, acquire() still works). For the thread that is
+  // about to destroy a Consumer others wait on: they return, then it may go. Thread-safe.
+  void cancel_waits();
 
   ConsumerStats stats() const;  // thread-safe snapshot
 

@@ -208,6 +208,9 @@ class MODELCAST_API Producer {
 
   // Blocks until at least `count` consumers have joined; false on timeout. Thread-safe.
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const;
+  // Ends every wait_for_consumers under way, and every later one at once, with false; nothing
+  // else changes. For the thread that is about to destroy a Producer others wait on. Thread-safe.
+  void cancel_waits();
 
   // Thread-safe snapshot of counters.
   ProducerStats stats() const;

@@ -71,11 +71,13 @@ class Consumer(Service):
 
     def wait_for_version(self, version, timeout):
         """The newest ModelView once a version >= ``version`` is installed, or None after
-        ``timeout`` seconds. Releases the GIL while waiting."""
+        ``timeout`` seconds. Releases the GIL while waiting; raises StateError if another thread
+        closes the consumer meanwhile."""
         return self._impl.wait_for_version(version, seconds("wait_for_version", "timeout", timeout, forever_ok=True))
 
     def close(self):
         """Stops the consumer. Views, arrays and tensors taken from it stay valid. Idempotent.
+        A ``wait_for_version`` on another thread returns at once, raising StateError.
 
         A device consumer whose buffer peers are reading (CUDA IPC) first waits for them, up to
         its ``producer_timeout``."""

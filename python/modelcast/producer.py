@@ -126,7 +126,8 @@ class Producer(Service):
                 f"on a new Producer")
 
     def wait_for_consumers(self, count, timeout):
-        """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released)."""
+        """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released).
+        Raises StateError if another thread closes the producer meanwhile."""
         return self._impl.wait_for_consumers(count, seconds("wait_for_consumers", "timeout", timeout, forever_ok=True))
 
     @property
@@ -135,7 +136,8 @@ class Producer(Service):
         return self._impl.control_endpoint()
 
     def close(self):
-        """Stops the producer and releases the registered tensors. Idempotent; later calls raise StateError."""
+        """Stops the producer and releases the registered tensors. Idempotent; later calls raise StateError.
+        A ``wait_for_consumers`` on another thread returns at once, raising StateError."""
         self._impl.close()
         self._torch_tensors = []
 

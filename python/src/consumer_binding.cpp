@@ -50,18 +50,21 @@ class PyConsumer {
 
   std::optional<ModelView> acquire() { return with_consumer([](Consumer& c) { return or_none(c.acquire()); }); }
   std::optional<ModelView> wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) {
-    return with_consumer([&](Consumer& c) { return or_none(c.wait_for_version(version, timeout)); });
+    auto view = with_consumer([&](Consumer& c) { return or_none(c.wait_for_version(version, timeout)); });
+    if (!view && closed()) throw Error(ErrorCode::kState, "the Consumer was closed during wait_for_version");
+    return view;
   }
   ConsumerStats stats() { return with_consumer([](Consumer& c) { return c.stats(); }); }
   std::uint64_t callback_errors() const { return callback_errors_->load(); }
   bool closed() const { return consumer_ == nullptr; }
 
   // Stops the consumer; its threads finish with the GIL released (a callback in flight needs
-  // it). Views already handed out stay valid. A call still running on another thread keeps the
-  // Consumer alive until it returns.
+  // it). Views already handed out stay valid. A wait_for_version on another thread returns at
+  // once (raising: closed); any other call still running keeps the Consumer alive until it returns.
   void close() {
     std::shared_ptr<Consumer> c = std::move(consumer_);
     if (!c) return;
+    c->cancel_waits();
     py::gil_scoped_release nogil;
     c.reset();
   }

@@ -95,16 +95,22 @@ class PyProducer {
   }
   void prepare() { with_producer([](Producer& p) { p.prepare(); }); }
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) {
-    return with_producer([&](Producer& p) { return p.wait_for_consumers(count, timeout); });
+    bool joined = with_producer([&](Producer& p) { return p.wait_for_consumers(count, timeout); });
+    if (!joined && closed()) throw Error(ErrorCode::kState, "the Producer was closed during wait_for_consumers");
+    return joined;
   }
   ProducerStats stats() { return with_producer([](Producer& p) { return p.stats(); }); }
   std::string control_endpoint() { return with_producer([](Producer& p) { return p.control_endpoint(); }); }
   std::uint64_t callback_errors() const { return callback_errors_->load(); }
   bool closed() const { return state_ == nullptr; }
 
-  // Stops the producer and drops the owners. A call still running on another thread (a
-  // publish()) keeps both alive until it returns, so it never reads released memory.
-  void close() { release_without_gil(std::move(state_)); }
+  // Stops the producer and drops the owners. A wait_for_consumers on another thread returns at
+  // once (raising: closed); any other call still running (a publish()) keeps both alive until it
+  // returns, so it never reads released memory.
+  void close() {
+    if (state_) state_->producer->cancel_waits();
+    release_without_gil(std::move(state_));
+  }
 
  private:
   static void release_without_gil(std::shared_ptr<Registered> state) {

@@ -2,6 +2,7 @@
 view object, the Consumer and the Producer are gone, and while newer versions arrive."""
 
 import gc
+import math
 
 import numpy as np
 import torch
@@ -74,3 +75,39 @@ def test_producer_holds_registered_tensors_until_closed(endpoint):
     p.close()
     gc.collect()
     assert watch() is None  # and close() lets it go
+
+
+def _blocked_in(call, ready, outcome):
+    """Runs call() on this thread after a first short call shows the object works; sets `ready`
+    just before the long call, and records in `outcome` what it raised or returned."""
+    try:
+        call(0.01)
+        ready.set()
+        outcome.append(call(math.inf))  # wait for ever
+    except Exception as e:  # noqa: BLE001 - the test checks which
+        outcome.append(e)
+
+
+def test_close_ends_a_wait_on_another_thread(endpoint):
+    import threading
+
+    import modelcast
+
+    p = LocalPair(endpoint, {"w": torch.from_numpy(values(1).copy())})
+    try:
+        waits = {
+            "consumer": lambda timeout: p.consumer.wait_for_version(1, timeout),
+            "producer": lambda timeout: p.producer.wait_for_consumers(2, timeout),
+        }
+        for name, call in waits.items():
+            ready, outcome = threading.Event(), []
+            waiter = threading.Thread(target=_blocked_in, args=(call, ready, outcome), daemon=True)
+            waiter.start()
+            assert ready.wait(30), f"the {name}'s first wait never returned"
+            (p.consumer if name == "consumer" else p.producer).close()
+            waiter.join(30)
+            assert not waiter.is_alive(), f"close() left the {name}'s wait_for_* waiting"
+            assert len(outcome) == 1 and isinstance(outcome[0], modelcast.StateError), outcome
+            assert "closed" in str(outcome[0])
+    finally:
+        p.close()

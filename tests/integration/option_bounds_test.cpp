@@ -243,6 +243,29 @@ TEST(OptionBounds, WaitsOfMillisecondsMaxWaitForWhatTheyWaitFor) {
   EXPECT_EQ(view.tensor("w").as<float>()[0], 3.0f);
 }
 
+// The thread about to destroy a Producer or Consumer that others wait on for ever (Python's
+// close() on another thread's wait) ends their waits first; nothing else stops.
+TEST(OptionBounds, CancelledWaitsReturnEmptyHandedAndNothingElseStops) {
+  Producer producer(producer_options());
+  float value = 3;
+  producer.register_tensor({{"w", DType::kF32, {1}}, &value});
+  Consumer consumer(consumer_options(producer.control_endpoint()));
+  auto joined = std::async(std::launch::async, [&] { return producer.wait_for_consumers(2, kForever); });
+  auto installed = std::async(std::launch::async, [&] { return consumer.wait_for_version(1, kForever); });
+  producer.cancel_waits();
+  consumer.cancel_waits();
+  EXPECT_FALSE(joined.get());
+  EXPECT_TRUE(installed.get().empty());
+  // Later waits return at once, whatever they wait for; versions still arrive and are read.
+  EXPECT_FALSE(producer.wait_for_consumers(1, kForever));
+  producer.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] {
+    const auto view = consumer.acquire();
+    return !view.empty() && view.version() == 1;
+  }, 30s));
+  EXPECT_TRUE(consumer.wait_for_version(1, kForever).empty());
+}
+
 }  // namespace
 
 namespace {
