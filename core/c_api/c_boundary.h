@@ -3,6 +3,7 @@
 // Internal to the C ABI's sources (core/c_api/*.cpp).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -21,10 +22,12 @@
 struct mc_producer {
   std::unique_ptr<modelcast::Producer> producer;
   std::string endpoint;  // the bound control endpoint, kept for mc_producer_endpoint
+  std::atomic<bool> waits_cancelled{false};  // tells a cancelled wait from a timeout
 };
 
 struct mc_consumer {
   std::unique_ptr<modelcast::Consumer> consumer;
+  std::atomic<bool> waits_cancelled{false};  // tells a cancelled wait from a timeout
 };
 
 struct mc_view {

@@ -175,11 +175,21 @@ mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t v
     auto timeout = timeout_of(timeout_ms, "timeout_ms");
     auto view = consumer->consumer->wait_for_version(version, timeout);
     if (!view) {
+      if (consumer->waits_cancelled) throw CError{MC_ERR_STATE, "waits on this consumer were cancelled"};
       throw CError{MC_ERR_TIMEOUT, "version " + std::to_string(version) + " did not arrive within " +
                                        std::to_string(timeout_ms) + " ms (current version " +
                                        std::to_string(consumer->consumer->stats().current_version) + ")"};
     }
     *out = make_view(std::move(view));
+    return MC_OK;
+  });
+}
+
+mc_status mc_consumer_cancel_waits(mc_consumer_t* consumer) {
+  return guarded(__func__, [&] {
+    require(consumer, "consumer");
+    consumer->waits_cancelled = true;  // before the wake: a woken wait must see it
+    consumer->consumer->cancel_waits();
     return MC_OK;
   });
 }

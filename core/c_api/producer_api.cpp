@@ -240,9 +240,19 @@ mc_status mc_producer_wait_for_consumers(const mc_producer_t* producer, size_t c
     require(producer, "producer");
     auto timeout = timeout_of(timeout_ms, "timeout_ms");
     if (!producer->producer->wait_for_consumers(count, timeout)) {
+      if (producer->waits_cancelled) throw CError{MC_ERR_STATE, "waits on this producer were cancelled"};
       throw CError{MC_ERR_TIMEOUT, std::to_string(count) + " consumer(s) did not join within " +
                                        std::to_string(timeout_ms) + " ms"};
     }
+    return MC_OK;
+  });
+}
+
+mc_status mc_producer_cancel_waits(mc_producer_t* producer) {
+  return guarded(__func__, [&] {
+    require(producer, "producer");
+    producer->waits_cancelled = true;  // before the wake: a woken wait must see it
+    producer->producer->cancel_waits();
     return MC_OK;
   });
 }

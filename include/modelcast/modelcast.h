@@ -238,9 +238,15 @@ MODELCAST_API mc_status mc_producer_publish_device(mc_producer_t* producer, int6
                                                    void* cuda_event, mc_publish_result* out);
 
 /* Blocks until at least `count` consumers have joined, at most timeout_ms (>= 0).
- * Thread-safe. Errors: MC_ERR_TIMEOUT, MC_ERR_INVALID_ARGUMENT (NULL producer, negative timeout). */
+ * Thread-safe. Errors: MC_ERR_TIMEOUT, MC_ERR_STATE (waits cancelled: mc_producer_cancel_waits),
+ * MC_ERR_INVALID_ARGUMENT (NULL producer, negative timeout). */
 MODELCAST_API mc_status mc_producer_wait_for_consumers(const mc_producer_t* producer, size_t count,
                                                        int64_t timeout_ms);
+
+/* Since 0.6. Ends every mc_producer_wait_for_consumers under way, and every later one at once,
+ * with MC_ERR_STATE; nothing else changes. For the thread about to destroy a producer others
+ * wait on: they return, then it may destroy it. Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT. */
+MODELCAST_API mc_status mc_producer_cancel_waits(mc_producer_t* producer);
 
 /* Copies a snapshot of the producer's counters into *out. Thread-safe.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL producer or out). */
@@ -415,10 +421,17 @@ MODELCAST_API void mc_consumer_destroy(mc_consumer_t* consumer);
 MODELCAST_API mc_status mc_consumer_acquire(const mc_consumer_t* consumer, mc_view_t** out);
 
 /* Waits at most timeout_ms (>= 0) until a version >= `version` is installed; *out gets it
- * (caller owns: mc_view_release). Thread-safe. Errors (*out NULL): MC_ERR_TIMEOUT,
- * MC_ERR_INVALID_ARGUMENT (NULL consumer or out, negative timeout). */
+ * (caller owns: mc_view_release). Thread-safe. Errors (*out NULL): MC_ERR_TIMEOUT, MC_ERR_STATE
+ * (waits cancelled: mc_consumer_cancel_waits), MC_ERR_INVALID_ARGUMENT (NULL consumer or out,
+ * negative timeout). */
 MODELCAST_API mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t version,
                                                      int64_t timeout_ms, mc_view_t** out);
+
+/* Since 0.6. Ends every mc_consumer_wait_for_version under way, and every later one at once,
+ * with MC_ERR_STATE; nothing else changes (versions still arrive, mc_consumer_acquire works).
+ * For the thread about to destroy a consumer others wait on. Thread-safe.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL consumer). */
+MODELCAST_API mc_status mc_consumer_cancel_waits(mc_consumer_t* consumer);
 
 /* Copies a snapshot of the consumer's counters into *out. Thread-safe.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL consumer or out). */

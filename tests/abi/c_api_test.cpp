@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "c_callers.h"
+#include "eventually.h"
 #include "modelcast/modelcast.h"
 
 namespace {
@@ -616,6 +617,49 @@ TEST(CApi, WaitForVersionTimesOut) {
   EXPECT_NE(last_error().find("timeout_ms is negative"), std::string::npos) << last_error();
 }
 
+// A thread about to destroy a producer or consumer that other threads wait on ends their
+// waits first: they return MC_ERR_STATE, not a timeout, and nothing else stops.
+TEST(CApi, CancelledWaitsReturnAStateErrorAtOnce) {
+  std::vector<float> x(4, 1.0f);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+  constexpr std::int64_t kHour = 3600 * 1000;
+  std::string consumer_error, producer_error;
+  mc_status consumer_status = MC_OK, producer_status = MC_OK;
+  std::thread consumer_waiter([&] {
+    mc_view_t* view = nullptr;
+    consumer_status = mc_consumer_wait_for_version(consumer.c, 1, kHour, &view);
+    consumer_error = mc_last_error();
+  });
+  std::thread producer_waiter([&] {
+    producer_status = mc_producer_wait_for_consumers(producer.p, 2, kHour);
+    producer_error = mc_last_error();
+  });
+  EXPECT_EQ(mc_consumer_cancel_waits(consumer.c), MC_OK);
+  EXPECT_EQ(mc_producer_cancel_waits(producer.p), MC_OK);
+  consumer_waiter.join();
+  producer_waiter.join();
+  EXPECT_EQ(consumer_status, MC_ERR_STATE);
+  EXPECT_NE(consumer_error.find("waits on this consumer were cancelled"), std::string::npos) << consumer_error;
+  EXPECT_EQ(producer_status, MC_ERR_STATE);
+  EXPECT_NE(producer_error.find("waits on this producer were cancelled"), std::string::npos) << producer_error;
+
+  // Versions still arrive; only the waits are over.
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(producer.p, 0, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  mc_consumer_stats stats{};
+  ASSERT_TRUE(testing_support::eventually([&] {
+    return mc_consumer_get_stats(consumer.c, &stats) == MC_OK && stats.current_version == 1;
+  }));
+  mc_view_t* view = nullptr;
+  EXPECT_EQ(mc_consumer_wait_for_version(consumer.c, 1, kHour, &view), MC_ERR_STATE);
+  EXPECT_EQ(view, nullptr);
+}
+
 TEST(CApi, DuplicateTensorNameIsRejected) {
   std::vector<float> x(4), y(4);
   const std::int64_t shape[] = {4};
@@ -942,9 +986,11 @@ TEST(CApi, NullHandlesDoNotCrash) {
       {"mc_producer_publish", mc_producer_publish(nullptr, 0, nullptr, nullptr, 0, nullptr)},
       {"mc_producer_wait_for_consumers", mc_producer_wait_for_consumers(nullptr, 1, 0)},
       {"mc_producer_get_stats", mc_producer_get_stats(nullptr, &ps)},
+      {"mc_producer_cancel_waits", mc_producer_cancel_waits(nullptr)},
       {"mc_consumer_acquire", mc_consumer_acquire(nullptr, &view)},
       {"mc_consumer_wait_for_version", mc_consumer_wait_for_version(nullptr, 1, 0, &view)},
       {"mc_consumer_get_stats", mc_consumer_get_stats(nullptr, &cs)},
+      {"mc_consumer_cancel_waits", mc_consumer_cancel_waits(nullptr)},
       {"mc_view_find_tensor", mc_view_find_tensor(nullptr, "x", &info)},
       {"mc_view_tensor_at", mc_view_tensor_at(nullptr, 0, &info)},
       {"mc_view_metadata_at", mc_view_metadata_at(nullptr, 0, &key, &value)},
