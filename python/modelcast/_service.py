@@ -59,9 +59,17 @@ def options_from(cls, kwargs, what):
         if key.startswith("_") or not hasattr(options, key):
             known = sorted(k for k in dir(options) if not k.startswith("_"))
             raise InvalidArgumentError(f"{what}: unknown option '{key}' (known: {', '.join(known)})")
-        if isinstance(getattr(options, key), datetime.timedelta):
+        default = getattr(options, key)
+        if isinstance(default, datetime.timedelta):
             value = seconds(what, key, value)
-        setattr(options, key, value)
+        try:
+            setattr(options, key, value)
+        except TypeError:
+            # pybind11's own message names neither the option nor what was wrong with the value.
+            if isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
+                raise InvalidArgumentError(f"{what}: option '{key}' is out of range ({value})") from None
+            raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, "
+                                       f"not {type(value).__name__} ({value!r})") from None
     return options
 
 

@@ -85,29 +85,58 @@ class Consumer(Service):
 
 
 def _conversions(conversions):
-    items = conversions.items() if isinstance(conversions, dict) else conversions
+    if isinstance(conversions, dict):
+        items = conversions.items()
+    elif isinstance(conversions, (list, tuple)):
+        items = conversions
+    else:
+        raise InvalidArgumentError(f"Consumer: conversions is a dict {{name: dtype}} or a list of (name, dtype) or "
+                                   f"(name, dtype, fp8_block), not {type(conversions).__name__}")
     out = []
     for item in items:
-        name, dtype, *rest = item
-        out.append(_core.TensorConversion(name, dtype_name(dtype), *rest))
+        try:
+            name, dtype, *rest = item
+            out.append(_core.TensorConversion(name, dtype_name(dtype), *rest))
+        except InvalidArgumentError:
+            raise
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"Consumer: the conversion {item!r} is not (name, dtype) or "
+                                       f"(name, dtype, fp8_block) ({_reason(e)})") from None
     return out
+
+
+def _reason(error):
+    """What a TypeError or ValueError from unpacking or pybind11 says, in one line."""
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return "an element of the wrong type (sizes and indices are ints)" if "incompatible" in first else first
 
 
 def _wants(wants):
+    if not isinstance(wants, dict):
+        raise InvalidArgumentError(f"Consumer: wants is a dict {{name: want}}, not {type(wants).__name__}")
     out = []
     for name, want in wants.items():
-        if want is None or want == "nothing":
-            out.append(_core.TensorWant(name, "nothing"))
-        elif want == "whole":
-            out.append(_core.TensorWant(name, "whole"))
-        elif isinstance(want, tuple) and want and want[0] == "shard":
-            if len(want) != 4:
-                raise InvalidArgumentError(f"the want of '{name}': ('shard', dim, index, count), got {want!r}")
-            out.append(_core.TensorWant(name, "shard", *want[1:]))
-        elif isinstance(want, list):
-            out.append(_core.TensorWant(name, "boxes", boxes=[(list(o), list(e)) for o, e in want]))
-        else:
-            raise InvalidArgumentError(
-                f"the want of '{name}' is {want!r}: 'whole', None, ('shard', dim, index, count) or a list of "
-                "(offset, extent) boxes")
+        try:
+            out.append(_want(name, want))
+        except InvalidArgumentError:
+            raise
+        except (TypeError, ValueError) as e:
+            # pybind11's and unpacking's own messages name neither the tensor nor the form wanted.
+            raise InvalidArgumentError(f"the want of '{name}' is {want!r}: {_reason(e)}") from None
     return out
+
+
+def _want(name, want):
+    if want is None or want == "nothing":
+        return _core.TensorWant(name, "nothing")
+    if want == "whole":
+        return _core.TensorWant(name, "whole")
+    if isinstance(want, tuple) and want and want[0] == "shard":
+        if len(want) != 4 or not all(isinstance(x, int) and not isinstance(x, bool) for x in want[1:]):
+            raise InvalidArgumentError(f"the want of '{name}': ('shard', dim, index, count) with ints, got {want!r}")
+        return _core.TensorWant(name, "shard", *want[1:])
+    if isinstance(want, list):
+        return _core.TensorWant(name, "boxes", boxes=[(list(o), list(e)) for o, e in want])
+    raise InvalidArgumentError(
+        f"the want of '{name}' is {want!r}: 'whole', None, ('shard', dim, index, count) or a list of "
+        "(offset, extent) boxes")

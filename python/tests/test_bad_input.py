@@ -136,6 +136,28 @@ def test_bad_endpoints_and_options():
         modelcast.TensorSpec("x", "f99", [1])
 
 
+def test_options_of_the_wrong_type_or_range_are_refused_naming_them():
+    # pybind11's own TypeError named neither the option nor the entry.
+    cases = [
+        (dict(buffers=-1), "option 'buffers' is out of range (-1)"),
+        (dict(buffers=2**70), "option 'buffers' is out of range"),
+        (dict(buffers="3"), "option 'buffers' takes int, not str"),
+        (dict(wants=5), "wants is a dict"),
+        (dict(wants={"w": ("shard", "a", 0, 2)}), "the want of 'w': ('shard', dim, index, count) with ints"),
+        (dict(wants={"w": [(0,)]}), "the want of 'w' is [(0,)]: not enough values to unpack"),
+        (dict(wants={"w": [(["a"], [1])]}), "the want of 'w'", "wrong type"),
+        (dict(conversions=3), "conversions is a dict"),
+        (dict(conversions=[("w",)]), "the conversion ('w',) is not (name, dtype)"),
+        (dict(conversions=[("w", "f16", "x")]), "the conversion ('w', 'f16', 'x')", "wrong type"),
+    ]
+    for case in cases:
+        options, *words = case
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, *words):
+            modelcast.Consumer("tcp://127.0.0.1:9", **options)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'snapshot_slots' takes int"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", snapshot_slots=2.5)
+
+
 def test_durations_take_int_and_float_seconds_and_timedelta(producer, endpoint):
     # An int once raised TypeError (pybind11 takes float or timedelta only), for the options
     # without naming which.
