@@ -183,9 +183,14 @@ void ConsumerService::check_transfer_deadline() {
   }
 }
 
+// Dropped without on_error (nothing was rejected), but named in last_error: a consumer that
+// stops receiving versions from a producer speaking another protocol must say why.
 void ConsumerService::bad_message(const std::string& what) {
   log_->warn("dropped a bad control message: {}", what);
-  count([](ConsumerStats& s) { s.bad_messages++; });
+  count([&](ConsumerStats& s) {
+    s.bad_messages++;
+    s.last_error = "dropped a bad control message: " + what;
+  });
 }
 
 std::optional<protocol::Message> ConsumerService::decode(const zmq::message_t& frame, const protocol::DecodeLimits& limits) {

@@ -174,7 +174,7 @@ struct ConsumerStats {
   std::uint64_t versions_installed = 0;
   std::uint64_t versions_rejected = 0;  // digest or layout failures
   std::uint64_t transfers_aborted = 0;  // producer lost mid-transfer, timeouts
-  std::uint64_t bad_messages = 0;       // malformed/truncated/unknown-version, dropped
+  std::uint64_t bad_messages = 0;       // malformed/truncated/unknown-version, dropped (last_error says why)
   std::uint64_t reconnects = 0;
   std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
   std::uint64_t bytes_received = 0;  // over the transport: a delta counts only its changed blocks

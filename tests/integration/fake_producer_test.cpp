@@ -10,6 +10,7 @@
 
 #include <zmq.hpp>
 
+#include "eventually.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "scripted_producer.h"
@@ -50,6 +51,9 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   truncated.resize(truncated.size() / 2);
   producer.announce_raw(truncated);
   producer.reply_raw(garbage);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().bad_messages == 4; }));
+  EXPECT_NE(consumer.stats().last_error.find("dropped a bad control message"), std::string::npos)
+      << consumer.stats().last_error;
 
   // A version whose bytes do not match their digests is rejected, naming the block and the
   // tensors it holds (the byte is in t5; this small model is one block).
