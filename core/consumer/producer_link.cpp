@@ -22,6 +22,7 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
   try {
     zmq::socket_t probe(context_, zmq::socket_type::dealer);
     probe.set(zmq::sockopt::linger, 0);
+    wire::allow_ipv6_for(probe, endpoint_);
     probe.connect(endpoint_);
   } catch (const zmq::error_t& e) {
     throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint_ + "' is not usable: " + e.what());
@@ -51,6 +52,7 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
   dealer_->set(zmq::sockopt::linger, 0);
   dealer_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::DecodeLimits{}.max_message_bytes));
   if (pinned_) security::make_curve_client(*dealer_, *pinned_, own_);
+  wire::allow_ipv6_for(*dealer_, endpoint_);
   watch_handshakes();
   dealer_->connect(endpoint_);
   wire::send(*dealer_, request);

@@ -57,14 +57,16 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
   // disconnected by ZeroMQ before anything is decoded.
   router_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::kRequestLimits.max_message_bytes));
   wire::check_ipc_endpoint_free(options.control_endpoint);
+  wire::allow_ipv6_for(router_, options.control_endpoint);
   try {
     router_.bind(wire::bind_spelling(options.control_endpoint));
     endpoint_ = wire::bound_endpoint(router_);
     connections_->set_listener(endpoint_);
   } catch (const zmq::error_t& e) {
     // ZeroMQ reads the host as an interface name or an IPv4 address and resolves no names.
-    const std::string hint = e.num() == ENODEV ? " (give an IPv4 address such as 127.0.0.1, or an interface name: "
-                                                 "host names and IPv6 addresses are not bound)"
+    const std::string hint = e.num() == ENODEV ? " (give an IPv4 address such as 127.0.0.1, an IPv6 address in "
+                                                 "brackets such as [::1], or an interface name: host names are not "
+                                                 "bound)"
                                                : "";
     throw Error(ErrorCode::kTransport, "cannot bind '" + options.control_endpoint + "': " + e.what() + hint);
   }

@@ -59,6 +59,10 @@ bool is_local_endpoint(const std::string& endpoint) {
   return inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
+void allow_ipv6_for(zmq::socket_t& socket, const std::string& endpoint) {
+  if (endpoint.rfind("tcp://[", 0) == 0) socket.set(zmq::sockopt::ipv6, true);
+}
+
 void check_ipc_endpoint_free(const std::string& endpoint) {
   if (endpoint.rfind("ipc://", 0) != 0) return;
   std::string path = endpoint.substr(6);

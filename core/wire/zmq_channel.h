@@ -26,6 +26,10 @@ void check_control_endpoint(const std::string& control_endpoint);
 // endpoints where a plaintext control plane reaches only this machine.
 bool is_local_endpoint(const std::string& endpoint);
 
+// ZeroMQ takes IPv6 addresses (tcp://[::1]:7000) only on a socket with ZMQ_IPV6 set; this sets
+// it for such an endpoint, before the socket binds or connects there.
+void allow_ipv6_for(zmq::socket_t& socket, const std::string& endpoint);
+
 // ZeroMQ unlinks an existing ipc:// socket file when binding, silently taking a live
 // producer's endpoint. Throws Error(kTransport) if `endpoint` is ipc:// and a process is
 // listening there; a stale file left by a dead process is fine.

@@ -49,6 +49,7 @@ struct PersistOptions {
 struct ProducerOptions {
   std::string model_name = "model";
   // ROUTER endpoint consumers connect to: tcp://HOST:PORT (PORT 0 picks a free one) or ipc://PATH.
+  // HOST: an IPv4 address, an IPv6 one in brackets ([::1]), an interface name or *; not a name.
   // The only endpoint: requests, replies and announcements all go over it.
   std::string control_endpoint = "tcp://127.0.0.1:0";
   std::size_t snapshot_slots = 3;  // 2-64: one holds the newest version while another is written

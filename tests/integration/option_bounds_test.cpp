@@ -2,6 +2,9 @@
 // naming what is wrong, instead of being accepted and then delivering nothing (or stale bytes)
 // with no error. And waits meant as "for ever" wait.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -241,6 +244,35 @@ TEST(OptionBounds, WaitsOfMillisecondsMaxWaitForWhatTheyWaitFor) {
   ASSERT_FALSE(view.empty()) << "wait_for_version(1, max) returned without the version";
   EXPECT_EQ(view.version(), 1u);
   EXPECT_EQ(view.tensor("w").as<float>()[0], 3.0f);
+}
+
+bool ipv6_loopback_available() {
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_loopback;
+  const bool bound = ::bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  return bound;
+}
+
+// ZeroMQ refuses IPv6 addresses unless a socket is told to take them: a producer on [::1]
+// could not be bound ("No such device") and no consumer could reach one.
+TEST(OptionBounds, AProducerOnIPv6LoopbackServesAConsumer) {
+  if (!ipv6_loopback_available()) GTEST_SKIP() << "this machine has no IPv6 loopback (::1)";
+  auto options = producer_options();
+  options.control_endpoint = "tcp://[::1]:0";
+  Producer producer(options);
+  EXPECT_EQ(producer.control_endpoint().rfind("tcp://[::1]:", 0), 0u) << producer.control_endpoint();
+  float value = 5;
+  producer.register_tensor({{"w", DType::kF32, {1}}, &value});
+  Consumer consumer(consumer_options(producer.control_endpoint()));
+  ASSERT_TRUE(producer.wait_for_consumers(1, 30s)) << consumer.stats().last_error;
+  producer.publish(1);
+  const auto view = consumer.wait_for_version(1, 30s);
+  ASSERT_FALSE(view.empty()) << consumer.stats().last_error;
+  EXPECT_EQ(view.tensor("w").as<float>()[0], 5.0f);
 }
 
 // The thread about to destroy a Producer or Consumer that others wait on for ever (Python's
