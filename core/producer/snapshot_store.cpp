@@ -15,12 +15,13 @@ const std::string kDigestHolder = "(digest thread)";
 
 SnapshotStore::SnapshotStore(std::size_t slot_count) : pool_(slot_count), slots_(slot_count) {}
 
+// Mapping, touching and registering the slots takes seconds for a large model: done before
+// taking the lock, so that the service thread (joins, heartbeats) never waits on it.
 void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet& transports,
                              const std::vector<void*>& device_slots, int device) {
-  std::lock_guard lock(mutex_);
-  for (std::size_t i = 0; i < slots_.size(); ++i) {
-    Slot& slot = slots_[i];
-    slot.regions.clear();  // a retried allocation after a failure: nothing of the last one stays
+  std::vector<Slot> made(slots_.size());
+  for (std::size_t i = 0; i < made.size(); ++i) {
+    Slot& slot = made[i];
     slot.memory = HostBuffer(std::max<std::uint64_t>(bytes, 1));
     for (std::size_t t = 0; t < transports.size(); ++t) {
       auto capabilities = transports.at(t).capabilities();
@@ -32,6 +33,11 @@ void SnapshotStore::allocate(std::uint64_t bytes, const transport::TransportSet&
                                                                 transport::MemoryLocation::host()));
       }
     }
+  }
+  std::lock_guard lock(mutex_);
+  for (std::size_t i = 0; i < slots_.size(); ++i) {
+    slots_[i].regions = std::move(made[i].regions);  // a retry after a failure keeps nothing of the last
+    slots_[i].memory = std::move(made[i].memory);
   }
   slot_bytes_ = bytes;
 }
