@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <system_error>
+#include <utility>
 
 #include "core/layout/convert.h"
 #include "modelcast/error.h"
@@ -80,9 +82,59 @@ std::byte* ShapingTarget::take(std::size_t bytes) {
         [&] { return device_buffer(*runtime_, device_, bytes); });
     return static_cast<std::byte*>(taken_device_->base);
   }
+  if (auto ahead = take_ahead(bytes)) {
+    taken_host_ = std::move(ahead);
+    return taken_host_->data();
+  }
   taken_host_ = free_one<HostBuffer>(host_pool_, bytes, max_buffers_, [](const HostBuffer& b) { return b.size(); },
                                      [&] { return std::make_shared<HostBuffer>(bytes); });
   return taken_host_->data();
+}
+
+// Mapping and touching the memory of a version's shaped views took 0.3-1 s per 256 MiB on a
+// loaded host, which the first versions otherwise waited for (as with receive buffers).
+void ShapingTarget::allocate_ahead(std::size_t bytes) {
+  if (runtime_ || bytes == 0 || (ahead_.valid() && ahead_bytes_ >= bytes)) return;
+  std::size_t held = 0;
+  for (const auto& buffer : host_pool_) {
+    if (buffer && buffer.use_count() > 1) {
+      ++held;
+    } else if (buffer && buffer->size() >= bytes) {
+      return;  // a free one large enough: the next version takes it
+    }
+  }
+  if (held >= max_buffers_) return;
+  ahead_ = {};
+  try {
+    ahead_ = std::async(std::launch::async, [bytes] { return HostBuffer(bytes); });
+    ahead_bytes_ = bytes;
+  } catch (const std::system_error&) {
+    // No thread to spare: take() allocates when the version comes, as without this.
+  }
+}
+
+// The memory made ahead, put in the pool in place of a free member (or beside the others when
+// there is room), or nullptr: none under way, one for a size that does not fit `bytes`, or
+// one that could not be mapped (take() then allocates, and reports what still fails).
+std::shared_ptr<HostBuffer> ShapingTarget::take_ahead(std::size_t bytes) {
+  if (!ahead_.valid()) return nullptr;
+  auto ahead = std::exchange(ahead_, {});
+  if (ahead_bytes_ < bytes || ahead_bytes_ / 2 > bytes) return nullptr;
+  std::shared_ptr<HostBuffer> made;
+  try {
+    made = std::make_shared<HostBuffer>(ahead.get());
+  } catch (const Error&) {
+    return nullptr;
+  }
+  for (auto& buffer : host_pool_) {
+    if (!buffer || buffer.use_count() == 1) {
+      buffer = made;
+      return made;
+    }
+  }
+  if (host_pool_.size() >= max_buffers_) return nullptr;
+  host_pool_.push_back(made);
+  return made;
 }
 
 void ShapingTarget::gather(std::byte* dst, const std::byte* src, std::span<const layout::CopyRun> runs) {
@@ -127,6 +179,7 @@ void ShapingTarget::install(detail::InstalledVersion& version) {
     runtime_->synchronize_stream(stream_);
     version.shaped_device = std::move(taken_device_);
   } else {
+    if (taken_host_) allocate_ahead(taken_host_->size());
     version.shaped_memory = std::move(taken_host_);
   }
   taken_device_.reset();

@@ -7,11 +7,14 @@
 //
 // Threads: one caller at a time (a consumer's service thread, or the rank assembler under its
 // lock). Memory handed out is shared with installed versions; a piece is reused for a later
-// version only when no view holds it.
+// version only when no view holds it. After each install the next version's host memory is made
+// ahead on a helper thread of its own (std::async), which only maps and touches it; the caller
+// alone owns the future.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <span>
 #include <vector>
@@ -57,10 +60,13 @@ class ShapingTarget {
   // convert_elements on this target's memory.
   void convert(DType from, const std::byte* src, const TensorConversion& conversion, std::byte* dst,
                std::size_t count, std::vector<float>& scales, std::size_t& scale_block);
-  // Waits for the queued work and gives `version` the memory take() handed out (if any).
+  // Waits for the queued work and gives `version` the memory take() handed out (if any), then
+  // starts making host memory of that size for the next version, when the pool has room.
   void install(detail::InstalledVersion& version);
 
  private:
+  void allocate_ahead(std::size_t bytes);
+  std::shared_ptr<HostBuffer> take_ahead(std::size_t bytes);
   device::DeviceRuntime* runtime_ = nullptr;
   int device_ = 0;
   device::StreamHandle stream_ = nullptr;
@@ -68,6 +74,8 @@ class ShapingTarget {
   std::shared_ptr<HostBuffer> taken_host_;
   std::shared_ptr<detail::DeviceBuffer> taken_device_;
   std::vector<std::shared_ptr<HostBuffer>> host_pool_;  // free when only the pool refers to one
+  std::future<HostBuffer> ahead_;  // host memory being made for the next version, not yet pooled
+  std::size_t ahead_bytes_ = 0;
   std::vector<std::shared_ptr<detail::DeviceBuffer>> device_pool_;
   std::vector<std::byte> host_scratch_;
   std::shared_ptr<detail::DeviceBuffer> device_scratch_;

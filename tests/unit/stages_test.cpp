@@ -13,6 +13,7 @@
 
 #include "common/digest.h"
 #include "core/consumer/fetch_client.h"
+#include "core/consumer/shaping_target.h"
 #include "core/consumer/verifier.h"
 #include "core/consumer/version_store.h"
 #include "core/producer/digest_worker.h"
@@ -221,6 +222,30 @@ TEST(Stages, ReceiveBuffersMadeAheadAreTakenButNeverPastTheCount) {
   auto again = store.take_buffer(kBytes);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->memory.data(), freed);
+}
+
+// The memory of shaped views (parts, conversions) is made ahead after each install too: the
+// next version takes it (its size tells it apart), and never past the count of buffers.
+TEST(Stages, ShapedViewMemoryMadeAheadIsTakenButNeverPastTheCount) {
+  constexpr std::size_t kBytes = 3u << 20;
+  consumer::ShapingTarget target(2);
+  auto first = std::make_shared<detail::InstalledVersion>();
+  target.take(kBytes + kBytes / 2);
+  target.install(*first);  // makes memory of that size ahead
+  auto second = std::make_shared<detail::InstalledVersion>();
+  target.take(kBytes);
+  target.install(*second);  // both buffers held by versions: nothing more is made
+  ASSERT_TRUE(second->shaped_memory);
+  EXPECT_EQ(second->shaped_memory->size(), kBytes + kBytes / 2);
+  EXPECT_NE(second->shaped_memory->data(), first->shaped_memory->data());
+  EXPECT_THROW(target.take(kBytes), Error);
+
+  // Once a version is gone, its memory is taken again; nothing is made beside it.
+  const std::byte* freed = first->shaped_memory->data();
+  first.reset();
+  auto third = std::make_shared<detail::InstalledVersion>();
+  EXPECT_EQ(target.take(kBytes), freed);
+  target.install(*third);
 }
 
 TEST(Stages, FetchServerRefusesBusySupersededAndStaleRequestsAndParksTheUpcomingVersion) {
