@@ -350,8 +350,10 @@ void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> ins
   store_.install(installed);
   log_->debug("installed version {} (step {})", m.version, m.step);
   if (hooks_.on_installed) hooks_.on_installed(installed);
-  // The next version most likely has this one's size: its buffer is made while none arrives.
+  // The next version most likely has this one's size: its buffers are made while none arrives
+  // (now that the version before is no longer the one readers see, and may be free).
   store_.allocate_ahead(m.total_bytes);
+  if (installed->shaped_memory) target_->allocate_ahead(installed->shaped_memory->size());
 }
 
 std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch(const std::string& why, bool counted) {

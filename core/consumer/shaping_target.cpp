@@ -82,7 +82,11 @@ std::byte* ShapingTarget::take(std::size_t bytes) {
         [&] { return device_buffer(*runtime_, device_, bytes); });
     return static_cast<std::byte*>(taken_device_->base);
   }
-  if (auto ahead = take_ahead(bytes)) {
+  // A free member first: memory made ahead is for when none is (it stays ready meanwhile).
+  const bool free_fits = std::any_of(host_pool_.begin(), host_pool_.end(), [&](const auto& buffer) {
+    return buffer && buffer.use_count() == 1 && buffer->size() >= bytes;
+  });
+  if (auto ahead = free_fits ? nullptr : take_ahead(bytes)) {
     taken_host_ = std::move(ahead);
     return taken_host_->data();
   }
@@ -179,7 +183,6 @@ void ShapingTarget::install(detail::InstalledVersion& version) {
     runtime_->synchronize_stream(stream_);
     version.shaped_device = std::move(taken_device_);
   } else {
-    if (taken_host_) allocate_ahead(taken_host_->size());
     version.shaped_memory = std::move(taken_host_);
   }
   taken_device_.reset();

@@ -7,9 +7,9 @@
 //
 // Threads: one caller at a time (a consumer's service thread, or the rank assembler under its
 // lock). Memory handed out is shared with installed versions; a piece is reused for a later
-// version only when no view holds it. After each install the next version's host memory is made
-// ahead on a helper thread of its own (std::async), which only maps and touches it; the caller
-// alone owns the future.
+// version only when no view holds it. allocate_ahead() makes the next version's host memory on a
+// helper thread of its own (std::async), which only maps and touches it; the caller alone owns
+// the future.
 #pragma once
 
 #include <cstddef>
@@ -60,12 +60,15 @@ class ShapingTarget {
   // convert_elements on this target's memory.
   void convert(DType from, const std::byte* src, const TensorConversion& conversion, std::byte* dst,
                std::size_t count, std::vector<float>& scales, std::size_t& scale_block);
-  // Waits for the queued work and gives `version` the memory take() handed out (if any), then
-  // starts making host memory of that size for the next version, when the pool has room.
+  // Waits for the queued work and gives `version` the memory take() handed out (if any).
   void install(detail::InstalledVersion& version);
+  // Starts making host memory of `bytes` for the next version on a helper thread, when no free
+  // member of the pool is large enough and the pool has room; nothing for device memory. Call
+  // once the version installed last is the one readers see (the one before it then released),
+  // or a member about to be freed would be made again.
+  void allocate_ahead(std::size_t bytes);
 
  private:
-  void allocate_ahead(std::size_t bytes);
   std::shared_ptr<HostBuffer> take_ahead(std::size_t bytes);
   device::DeviceRuntime* runtime_ = nullptr;
   int device_ = 0;

@@ -224,17 +224,19 @@ TEST(Stages, ReceiveBuffersMadeAheadAreTakenButNeverPastTheCount) {
   EXPECT_EQ(again->memory.data(), freed);
 }
 
-// The memory of shaped views (parts, conversions) is made ahead after each install too: the
-// next version takes it (its size tells it apart), and never past the count of buffers.
+// The memory of shaped views (parts, conversions) is made ahead too: the next version takes it
+// (its size tells it apart) when no free member fits, and never past the count of buffers.
 TEST(Stages, ShapedViewMemoryMadeAheadIsTakenButNeverPastTheCount) {
   constexpr std::size_t kBytes = 3u << 20;
   consumer::ShapingTarget target(2);
   auto first = std::make_shared<detail::InstalledVersion>();
   target.take(kBytes + kBytes / 2);
-  target.install(*first);  // makes memory of that size ahead
+  target.install(*first);
+  target.allocate_ahead(kBytes + kBytes / 2);
   auto second = std::make_shared<detail::InstalledVersion>();
   target.take(kBytes);
-  target.install(*second);  // both buffers held by versions: nothing more is made
+  target.install(*second);
+  target.allocate_ahead(kBytes);  // both buffers held by versions: nothing more is made
   ASSERT_TRUE(second->shaped_memory);
   EXPECT_EQ(second->shaped_memory->size(), kBytes + kBytes / 2);
   EXPECT_NE(second->shaped_memory->data(), first->shaped_memory->data());
@@ -243,6 +245,7 @@ TEST(Stages, ShapedViewMemoryMadeAheadIsTakenButNeverPastTheCount) {
   // Once a version is gone, its memory is taken again; nothing is made beside it.
   const std::byte* freed = first->shaped_memory->data();
   first.reset();
+  target.allocate_ahead(kBytes);
   auto third = std::make_shared<detail::InstalledVersion>();
   EXPECT_EQ(target.take(kBytes), freed);
   target.install(*third);
