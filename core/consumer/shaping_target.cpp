@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <system_error>
 #include <utility>
 
 #include "core/layout/convert.h"
@@ -95,10 +94,8 @@ std::byte* ShapingTarget::take(std::size_t bytes) {
   return taken_host_->data();
 }
 
-// Mapping and touching the memory of a version's shaped views took 0.3-1 s per 256 MiB on a
-// loaded host, which the first versions otherwise waited for (as with receive buffers).
 void ShapingTarget::allocate_ahead(std::size_t bytes) {
-  if (runtime_ || bytes == 0 || (ahead_.valid() && ahead_bytes_ >= bytes)) return;
+  if (runtime_ || bytes == 0 || ahead_.covers(bytes)) return;
   std::size_t held = 0;
   for (const auto& buffer : host_pool_) {
     if (buffer && buffer.use_count() > 1) {
@@ -108,28 +105,15 @@ void ShapingTarget::allocate_ahead(std::size_t bytes) {
     }
   }
   if (held >= max_buffers_) return;
-  ahead_ = {};
-  try {
-    ahead_ = std::async(std::launch::async, [bytes] { return HostBuffer(bytes); });
-    ahead_bytes_ = bytes;
-  } catch (const std::system_error&) {
-    // No thread to spare: take() allocates when the version comes, as without this.
-  }
+  ahead_.start(bytes);
 }
 
 // The memory made ahead, put in the pool in place of a free member (or beside the others when
-// there is room), or nullptr: none under way, one for a size that does not fit `bytes`, or
-// one that could not be mapped (take() then allocates, and reports what still fails).
+// there is room), or nullptr when HostBufferAhead::take has none for `bytes`.
 std::shared_ptr<HostBuffer> ShapingTarget::take_ahead(std::size_t bytes) {
-  if (!ahead_.valid()) return nullptr;
-  auto ahead = std::exchange(ahead_, {});
-  if (ahead_bytes_ < bytes || ahead_bytes_ / 2 > bytes) return nullptr;
-  std::shared_ptr<HostBuffer> made;
-  try {
-    made = std::make_shared<HostBuffer>(ahead.get());
-  } catch (const Error&) {
-    return nullptr;
-  }
+  auto taken = ahead_.take(bytes);
+  if (!taken) return nullptr;
+  auto made = std::make_shared<HostBuffer>(std::move(*taken));
   for (auto& buffer : host_pool_) {
     if (!buffer || buffer.use_count() == 1) {
       buffer = made;

@@ -8,18 +8,17 @@
 // Threads: one caller at a time (a consumer's service thread, or the rank assembler under its
 // lock). Memory handed out is shared with installed versions; a piece is reused for a later
 // version only when no view holds it. allocate_ahead() makes the next version's host memory on a
-// helper thread of its own (std::async), which only maps and touches it; the caller alone owns
-// the future.
+// helper thread of its own (HostBufferAhead); the caller alone owns it.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <future>
 #include <memory>
 #include <span>
 #include <vector>
 
 #include "common/host_buffer.h"
+#include "common/host_buffer_ahead.h"
 #include "core/layout/copy_runs.h"
 #include "core/model/installed_version.h"
 #include "device/device_runtime.h"
@@ -77,8 +76,7 @@ class ShapingTarget {
   std::shared_ptr<HostBuffer> taken_host_;
   std::shared_ptr<detail::DeviceBuffer> taken_device_;
   std::vector<std::shared_ptr<HostBuffer>> host_pool_;  // free when only the pool refers to one
-  std::future<HostBuffer> ahead_;  // host memory being made for the next version, not yet pooled
-  std::size_t ahead_bytes_ = 0;
+  HostBufferAhead ahead_;  // host memory being made for the next version, not yet pooled
   std::vector<std::shared_ptr<detail::DeviceBuffer>> device_pool_;
   std::vector<std::byte> host_scratch_;
   std::shared_ptr<detail::DeviceBuffer> device_scratch_;

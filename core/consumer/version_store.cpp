@@ -1,7 +1,6 @@
 #include "core/consumer/version_store.h"
 
 #include <algorithm>
-#include <system_error>
 #include <utility>
 
 #include "common/clock.h"
@@ -50,7 +49,7 @@ void VersionStore::use_transport(std::shared_ptr<transport::Transport> transport
   if (location.kind == MemoryKind::kCuda && !caller_buffers_.empty()) {
     throw Error(ErrorCode::kState, "caller buffers are host memory: a route into device memory cannot use them");
   }
-  if (location.kind == MemoryKind::kCuda) ahead_ = {};
+  if (location.kind == MemoryKind::kCuda) ahead_.drop();
   location_ = location;
   for (auto& buffer : pool_) retired_.push_back(buffer);
   pool_.clear();
@@ -95,17 +94,7 @@ std::shared_ptr<detail::ReceiveBuffer> VersionStore::take_buffer(std::uint64_t b
   for (auto& buffer : pool_) {
     if (buffer.use_count() == 1 && buffer->memory.size() >= bytes) return buffer;
   }
-  if (ahead_.valid()) {
-    auto ahead = std::exchange(ahead_, {});
-    // One made for a model much larger is dropped rather than kept: memory is what is scarce.
-    if (ahead_bytes_ >= bytes && ahead_bytes_ / 2 <= bytes) {
-      try {
-        return make_buffer({}, ahead.get());  // waits for the rest of it
-      } catch (const Error&) {
-        // It could not be mapped: allocated again below, which reports what still fails.
-      }
-    }
-  }
+  if (auto made = ahead_.take(bytes)) return make_buffer({}, std::move(*made));
   // Drop free buffers too small for this model, then allocate up to the configured count.
   std::erase_if(pool_, [&](const auto& b) { return b.use_count() == 1 && b->memory.size() < bytes; });
   if (pool_.size() >= buffers_) return nullptr;
@@ -124,20 +113,14 @@ std::shared_ptr<detail::ReceiveBuffer> VersionStore::take_buffer(std::uint64_t b
 
 void VersionStore::allocate_ahead(std::uint64_t bytes) {
   if (!caller_buffers_.empty() || location_.kind == MemoryKind::kCuda || bytes == 0) return;
-  if (ahead_.valid() && ahead_bytes_ >= bytes) return;
+  if (ahead_.covers(bytes)) return;
   for (const auto& buffer : pool_) {
     if (buffer.use_count() == 1 && buffer->memory.size() >= bytes) return;
   }
   const std::size_t kept = static_cast<std::size_t>(
       std::count_if(pool_.begin(), pool_.end(), [&](const auto& b) { return b.use_count() > 1 || b->memory.size() >= bytes; }));
   if (kept >= buffers_) return;
-  ahead_ = {};  // one too small: take_buffer would drop it
-  try {
-    ahead_ = std::async(std::launch::async, [bytes] { return HostBuffer(bytes); });
-    ahead_bytes_ = bytes;
-  } catch (const std::system_error&) {
-    // No thread to spare: take_buffer allocates when the version comes, as without this.
-  }
+  ahead_.start(bytes);
 }
 
 bool VersionStore::buffer_available() const {

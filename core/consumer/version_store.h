@@ -6,18 +6,18 @@
 // one shared_ptr under `mutex_`: readers see the old version or the new one, never a mix, and a
 // view they hold keeps its buffer out of reuse (a buffer is free exactly when only the pool
 // refers to it, and only the service thread hands out references).
-// A buffer allocated ahead is made on a helper thread of its own (std::async), which only maps
-// and touches memory; the service thread alone owns the future and registers the result.
+// A buffer allocated ahead (HostBufferAhead) is made on a helper thread of its own; the service
+// thread alone owns it and registers the result.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
-#include <future>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <vector>
 
+#include "common/host_buffer_ahead.h"
 #include "core/model/installed_version.h"
 #include "modelcast/consumer.h"
 #include "modelcast/model_view.h"
@@ -49,11 +49,9 @@ class VersionStore {
   // Error(kState) before use_transport.
   std::shared_ptr<detail::ReceiveBuffer> take_buffer(std::uint64_t bytes);
   bool buffer_available() const;  // take_buffer could succeed for some size
-  // Starts making a host buffer of `bytes` in the background, for take_buffer to find ready:
-  // mapping and touching huge pages took 0.3-0.7 s per 256 MiB on a loaded host, which the
-  // first versions otherwise spent in their update latency. Nothing when a free buffer or one
-  // under way is large enough, no more may be allocated, or buffers are the caller's or on
-  // the device. A failure to allocate surfaces from the take_buffer that wants the buffer.
+  // Starts making a host buffer of `bytes` in the background (HostBufferAhead), for
+  // take_buffer to find ready. Nothing when a free buffer or one under way is large enough, no
+  // more may be allocated, or buffers are the caller's or on the device.
   void allocate_ahead(std::uint64_t bytes);
   // Makes `version` the one readers see and wakes waiters.
   void install(std::shared_ptr<const detail::InstalledVersion> version);
@@ -74,8 +72,7 @@ class VersionStore {
   transport::MemoryLocation location_;
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;    // registered with transport_
   std::vector<std::weak_ptr<detail::ReceiveBuffer>> retired_;  // registered with an older one
-  std::future<HostBuffer> ahead_;  // a buffer being made by allocate_ahead, not yet registered
-  std::uint64_t ahead_bytes_ = 0;
+  HostBufferAhead ahead_;  // a buffer being made by allocate_ahead, not yet registered
 };
 
 }  // namespace modelcast::consumer
