@@ -23,8 +23,10 @@ module modelcast
   public :: mc_producer, mc_consumer, mc_view
   public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key
   public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
-      mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_copy_stats, mc_producer_persist_stats
-  public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version
+      mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_cancel_waits, mc_producer_copy_stats, &
+      mc_producer_persist_stats
+  public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
+      mc_consumer_cancel_waits
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy
   public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
       mc_scheduler_should_publish, mc_scheduler_set_costs, mc_scheduler_wait_for_background
@@ -226,6 +228,13 @@ contains
     status = from_c(mc_producer_wait_for_consumers_c(producer%handle, int(count, c_size_t), timeout_ms))
   end function
 
+  ! Ends every mc_producer_wait_for_consumers under way (another thread's, e.g. an OpenMP
+  ! section's) and every later one with MC_ERR_STATE; call it before destroying a waited-on producer.
+  integer function mc_producer_cancel_waits(producer) result(status)
+    type(mc_producer), intent(in) :: producer
+    status = from_c(mc_producer_cancel_waits_c(producer%handle))
+  end function
+
   ! Bytes mc_producer_publish has copied into snapshot slots, all versions together: the whole
   ! model per version, or less while little of the model changes between versions.
   integer function mc_producer_copy_stats(producer, snapshot_bytes_copied) result(status)
@@ -310,6 +319,13 @@ contains
     integer(c_int64_t), intent(in) :: version, timeout_ms
     type(mc_view), intent(out) :: view
     status = from_c(mc_consumer_wait_for_version_c(consumer%handle, version, timeout_ms, view%handle))
+  end function
+
+  ! Ends every mc_consumer_wait_for_version under way and every later one with MC_ERR_STATE;
+  ! versions still arrive and mc_consumer_acquire works. Call it before destroying a waited-on consumer.
+  integer function mc_consumer_cancel_waits(consumer) result(status)
+    type(mc_consumer), intent(in) :: consumer
+    status = from_c(mc_consumer_cancel_waits_c(consumer%handle))
   end function
 
   ! ---- views ---------------------------------------------------------------------------

@@ -169,6 +169,11 @@ module modelcast_c
       integer(c_int64_t), value :: timeout_ms
       integer(c_int) :: mc_producer_wait_for_consumers_c
     end function
+    function mc_producer_cancel_waits_c(producer) bind(c, name="mc_producer_cancel_waits")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: producer
+      integer(c_int) :: mc_producer_cancel_waits_c
+    end function
     function mc_producer_get_persist_stats_c(producer, persisted, failures, skipped) &
         bind(c, name="mc_producer_get_persist_stats")
       import :: c_ptr, c_int, c_int64_t
@@ -209,6 +214,11 @@ module modelcast_c
       integer(c_int64_t), value :: version, timeout_ms
       type(c_ptr), intent(out) :: out
       integer(c_int) :: mc_consumer_wait_for_version_c
+    end function
+    function mc_consumer_cancel_waits_c(consumer) bind(c, name="mc_consumer_cancel_waits")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: consumer
+      integer(c_int) :: mc_consumer_cancel_waits_c
     end function
     subroutine mc_view_release_c(view) bind(c, name="mc_view_release")
       import :: c_ptr

@@ -99,6 +99,17 @@ program fortran_producer
              "mc_producer_persist_stats")
   if (persisted /= 0 .or. persist_failures /= 0 .or. persist_skipped /= 0) &
       call fail("persist counters moved without the persist option", int(persisted))
+  ! Cancelled waits end at once with MC_ERR_STATE, not after their timeout; versions are still
+  ! readable. (A binding that did not cancel would wait the full minute and fail here.)
+  call check(mc_consumer_cancel_waits(consumer), "mc_consumer_cancel_waits")
+  if (mc_consumer_wait_for_version(consumer, int(versions + 1, c_int64_t), 60000_c_int64_t, view) /= MC_ERR_STATE) &
+      call fail("a cancelled wait_for_version did not return MC_ERR_STATE", 0)
+  call check(mc_consumer_acquire(consumer, view), "acquire after cancel_waits")
+  if (mc_view_version(view) /= versions) call fail("acquire after cancel_waits gave version", int(mc_view_version(view)))
+  call mc_view_release(view)
+  call check(mc_producer_cancel_waits(producer), "mc_producer_cancel_waits")
+  if (mc_producer_wait_for_consumers(producer, 99, 60000_c_int64_t) /= MC_ERR_STATE) &
+      call fail("a cancelled wait_for_consumers did not return MC_ERR_STATE", 0)
   call mc_consumer_destroy(consumer)
   call mc_producer_destroy(producer)
   call check(mc_set_log_handler(), "mc_set_log_handler (back to stderr)")
