@@ -235,10 +235,11 @@ class ConsumerService {
   std::uint64_t newest_announced_ = 0;
   // Group members (ConsumerOptions::group), service thread only: the version held verified until
   // the group commits it, what the group last committed (this producer incarnation's), and
-  // whether it waits for members (reported once per wait).
+  // whether it waits for members (reported once per wait), and whether it was ever whole.
   std::shared_ptr<detail::InstalledVersion> prepared_;
   std::uint64_t group_committed_ = 0;
   bool group_waiting_ = false;
+  bool group_was_whole_ = false;
   Clock::time_point retry_fetch_after_{};
   bool closing_ = false;  // stop() was asked: no relay order is taken any more. Service thread only.
   const std::uint64_t session_ = random_session();

@@ -20,15 +20,26 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     prepared_.reset();
   }
   const bool waiting = group.members < options_.group_size;
-  // Reported before the stats say so: a reader that sees group_waiting sees why.
+  // Said before the stats say so: a reader that sees group_waiting finds why in last_error. A
+  // group that was never whole is starting (its members join one by one, and every server
+  // start would otherwise raise an alarm): named in last_error and logged, not an error; a
+  // member gone from a whole group is one (on_error).
   if (waiting && !group_waiting_) {
-    report(Error(ErrorCode::kState, "group '" + options_.group + "' has " + std::to_string(group.members) + " of its " +
-                                        std::to_string(options_.group_size) + " members: it stays on version " +
-                                        std::to_string(group_committed_) + " until the others join"));
+    Error why(ErrorCode::kState, "group '" + options_.group + "' has " + std::to_string(group.members) + " of its " +
+                                     std::to_string(options_.group_size) + " members: it stays on version " +
+                                     std::to_string(group_committed_) + " until the others join");
+    if (group_was_whole_) {
+      report(why);
+    } else {
+      log_->info("{}", why.what());
+      count([&](ConsumerStats& s) { s.last_error = why.what(); });
+    }
   } else if (!waiting && group_waiting_) {
-    log_->info("group '{}' has all its {} members again", options_.group, options_.group_size);
+    log_->info("group '{}' has all its {} members{}", options_.group, options_.group_size,
+               group_was_whole_ ? " again" : "");
   }
   group_waiting_ = waiting;
+  group_was_whole_ = group_was_whole_ || !waiting;
   count([&](ConsumerStats& s) {
     s.group_version = group_committed_;
     s.prepared_version = prepared_ ? prepared_->manifest.version : 0;

@@ -15,7 +15,8 @@ server's processes), each a Consumer keeping its half of the weight's input colu
 parallelism: `wants={"w": ("shard", 1, k, 2)}`, the other dimension than the trainers'), the two
 in one group (`group="server", group_size=2`: they switch steps together). Each computes its
 partial product; their sum is the server's answer, whose loss on fresh inputs is
-printed for every step served. The script exits 1 unless the last step served beats the first.
+printed for every step served. The script exits 1 unless both server ranks reached the last step
+and its loss beats the first step's.
 """
 
 import argparse
@@ -70,9 +71,9 @@ def trainer(rank, world, init_file, steps, every, endpoints_out, served):
     dist.destroy_process_group()
 
 
-def serve(endpoint, k, views, last):
-    """Server rank k: keeps columns half k of the weight and hands each step's view on, until the
-    last step."""
+def serve(endpoint, k, served_halves, last):
+    """Server rank k: keeps columns half k of the weight and hands a copy of each step's half on,
+    until the last step."""
     # One group: a step becomes visible to either server rank only once both hold it.
     consumer = modelcast.Consumer(endpoint, model_name="sharded-linear", wants={"w": ("shard", 1, k, 2)},
                                   group="server", group_size=2, consumer_name=f"server-rank-{k}")
@@ -83,7 +84,10 @@ def serve(endpoint, k, views, last):
             print(f"server rank {k}: no step after {step}: {consumer.stats().last_error}", file=sys.stderr)
             break
         version, step = view.version, view.step
-        views[k][step] = view  # this thread's own dict
+        # A copy, and the view let go at once: a server that kept every view would hold all of
+        # the consumer's buffers (3 by default), and no later step could be installed.
+        served_halves[k][step] = (view.tensor("w").clone(), view.box("w"))  # this thread's own dict
+        del view
     consumer.close()
 
 
@@ -103,8 +107,8 @@ def main():
         proc.start()
     endpoint = endpoints.get(timeout=120)  # rank 0's, once bound: the server is told nothing else
     last = args.steps - args.steps % args.publish_every
-    views = [{}, {}]
-    servers = [threading.Thread(target=serve, args=(endpoint, k, views, last)) for k in range(2)]
+    halves_by_step = [{}, {}]
+    servers = [threading.Thread(target=serve, args=(endpoint, k, halves_by_step, last)) for k in range(2)]
     for s in servers:
         s.start()
     for s in servers:
@@ -114,17 +118,20 @@ def main():
         proc.join()
     a = target()
     x = torch.randn(512, IN, generator=torch.Generator().manual_seed(7))
-    served = sorted(set(views[0]) & set(views[1]))
+    served = sorted(set(halves_by_step[0]) & set(halves_by_step[1]))
     losses = []
     for step in served:
-        halves = [views[k][step].tensor("w") for k in range(2)]
+        halves = [halves_by_step[k][step][0] for k in range(2)]
         cols = torch.chunk(torch.arange(IN), 2)
         y = sum(x[:, cols[k]] @ halves[k].T for k in range(2))  # row-parallel: partial sums
         loss = float(((y - x @ a.T) ** 2).mean())
-        offset, whole = views[0][step].box("w")
+        offset, whole = halves_by_step[0][step][1]
         losses.append(loss)
         print(f"step {step:4d}: served from {args.trainers} trainer ranks to 2 server ranks "
               f"(each [{halves[0].shape[0]}, {halves[0].shape[1]}] of {list(whole)}), loss {loss:.4f}")
+    if not served or served[-1] != last:
+        print(f"the server did not reach the last step ({last}); it served {served}", file=sys.stderr)
+        return 1
     if len(losses) < 2 or not losses[-1] < losses[0]:
         print("the server's loss did not fall", file=sys.stderr)
         return 1

@@ -156,7 +156,9 @@ struct ConsumerOptions {
   // verifies it but keeps serving the version before; only when every member holds it does the
   // producer tell them all to switch (two-phase commit). A member that leaves, dies or rejects
   // the version leaves the others on the last version they all had, and they say so (on_error,
-  // stats().group_waiting). Needs buffers >= 3 (serving, prepared, receiving). Empty: no group.
+  // stats().group_waiting). Before the group was first whole, waiting for members is start-up:
+  // last_error and group_waiting say so, on_error does not. Needs buffers >= 3 (serving,
+  // prepared, receiving). Empty: no group.
   std::string group;
   std::uint32_t group_size = 0;
   // Runs on the consumer's service thread after a version is installed, or when one is

@@ -4,6 +4,7 @@
 // place brings the group to the newest version. Every byte each member serves is checked.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <future>
@@ -110,6 +111,10 @@ class Members {
       }
       if (on_update) on_update(view);
     };
+    options.on_error = [this, index](const modelcast::Error& error) {
+      std::lock_guard lock(mutex_);
+      errors_[index].push_back(error.what());
+    };
     std::lock_guard lock(mutex_);
     members_.push_back(std::make_unique<modelcast::Consumer>(options));
     return *members_.back();
@@ -127,6 +132,11 @@ class Members {
     std::lock_guard lock(mutex_);
     return violations_;
   }
+  // What on_error told member i so far, in order.
+  std::vector<std::string> errors(std::size_t i) {
+    std::lock_guard lock(mutex_);
+    return errors_[i];
+  }
 
  private:
   std::string endpoint_;
@@ -134,6 +144,7 @@ class Members {
   std::mutex mutex_;
   std::vector<std::unique_ptr<modelcast::Consumer>> members_;
   std::vector<std::string> violations_;
+  std::map<std::size_t, std::vector<std::string>> errors_;
 };
 
 void slow_member_holds_the_group(std::uint32_t size) {
@@ -187,7 +198,8 @@ TEST(GroupCommit, AGroupWaitsForAMissingMemberAndOneTakingItsPlaceBringsItToTheN
   auto& first = members.add();
   ASSERT_TRUE(f.producer->wait_for_consumers(1, 60s));
   f.publish(1);
-  // Alone, the first rank waits and says so; it serves nothing, since its group never had version 1.
+  // Alone, the first rank waits and says so in last_error; it serves nothing, since its group
+  // never had version 1. A group never yet whole is starting: no on_error for it.
   ASSERT_TRUE(eventually([&] { return first.stats().group_waiting; }, 60s));
   EXPECT_NE(first.stats().last_error.find("1 of its 2 members"), std::string::npos) << first.stats().last_error;
   EXPECT_TRUE(first.acquire().empty());
@@ -199,10 +211,16 @@ TEST(GroupCommit, AGroupWaitsForAMissingMemberAndOneTakingItsPlaceBringsItToTheN
   }
   EXPECT_FALSE(first.stats().group_waiting);
 
+  EXPECT_EQ(members.errors(0), std::vector<std::string>{}) << "members joining one by one is start-up";
+
   // The second rank goes (its process ends): the first stays on version 1 through versions 2 and
-  // 3, which a consumer in no group gets meanwhile.
+  // 3, which a consumer in no group gets meanwhile; a group that was whole says so as an error.
   members.remove(1);
   ASSERT_TRUE(eventually([&] { return first.stats().group_waiting; }, 60s));
+  const auto told = members.errors(0);
+  EXPECT_TRUE(std::any_of(told.begin(), told.end(),
+                          [](const std::string& e) { return e.find("1 of its 2 members") != std::string::npos; }))
+      << ::testing::PrintToString(told);
   modelcast::ConsumerOptions plain;
   plain.producer_endpoint = f.producer->control_endpoint();
   plain.model_name = "test";
