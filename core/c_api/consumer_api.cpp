@@ -176,9 +176,13 @@ mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t v
     auto view = consumer->consumer->wait_for_version(version, timeout);
     if (!view) {
       if (consumer->waits_cancelled) throw CError{MC_ERR_STATE, "waits on this consumer were cancelled"};
+      // The consumer's last error goes with the timeout: a C or Fortran caller that only checks
+      // statuses would otherwise see "did not arrive" where the cause is a refused join.
+      const auto stats = consumer->consumer->stats();
       throw CError{MC_ERR_TIMEOUT, "version " + std::to_string(version) + " did not arrive within " +
                                        std::to_string(timeout_ms) + " ms (current version " +
-                                       std::to_string(consumer->consumer->stats().current_version) + ")"};
+                                       std::to_string(stats.current_version) +
+                                       (stats.last_error.empty() ? "" : "; last error: " + stats.last_error) + ")"};
     }
     *out = make_view(std::move(view));
     return MC_OK;

@@ -619,6 +619,27 @@ TEST(CApi, WaitForVersionTimesOut) {
 
 // A thread about to destroy a producer or consumer that other threads wait on ends their
 // waits first: they return MC_ERR_STATE, not a timeout, and nothing else stops.
+// A caller that checks only statuses learns why nothing arrives: the timeout names the
+// consumer's last error (here the producer's refusal of another model's consumer).
+TEST(CApi, AWaitThatTimesOutNamesTheConsumersLastError) {
+  std::vector<float> x(4, 1.0f);
+  const std::int64_t shape[] = {4};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "x", MC_DTYPE_F32, 1, shape, x.data()), MC_OK);
+  ConsumerPtr consumer{make_consumer(producer.p, "another-model")};
+  ASSERT_NE(consumer.c, nullptr);
+  mc_consumer_stats stats;
+  ASSERT_TRUE(testing_support::eventually([&] {
+    return mc_consumer_get_stats(consumer.c, &stats) == MC_OK && stats.last_error[0] != '\0';
+  }, std::chrono::seconds(60)));
+  mc_view_t* view = nullptr;
+  EXPECT_EQ(mc_consumer_wait_for_version(consumer.c, 1, 50, &view), MC_ERR_TIMEOUT);
+  EXPECT_NE(last_error().find("version 1 did not arrive within 50 ms"), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("last error: "), std::string::npos) << last_error();
+  EXPECT_NE(last_error().find("another-model"), std::string::npos) << last_error();
+}
+
 TEST(CApi, CancelledWaitsReturnAStateErrorAtOnce) {
   std::vector<float> x(4, 1.0f);
   const std::int64_t shape[] = {4};
