@@ -34,7 +34,9 @@ module modelcast
   public :: MC_LOG_TRACE, MC_LOG_DEBUG, MC_LOG_INFO, MC_LOG_WARN, MC_LOG_ERROR, MC_LOG_CRITICAL, MC_LOG_OFF
   public :: mc_log_handler, mc_set_log_handler, mc_set_log_level, mc_string
 
-  ! Handles; each owns its C object until the matching _destroy / _release.
+  ! Handles; each owns its C object until the matching _destroy / _release, which nulls the
+  ! handle passed. A copy (p2 = p) names the same object: once one is destroyed or released, the
+  ! copies must not be used (the module cannot see them; the C object is gone).
   type :: mc_producer
     type(c_ptr) :: handle = c_null_ptr
   end type
@@ -114,16 +116,28 @@ contains
   ! mc_producer_endpoint) and starts the producer's threads. key_file: a modelcast-keygen key
   ! pair (CurveZMQ, signed versions); without one, plaintext on loopback/ipc:// only (ipc:// in a
   ! directory no other user can write).
+  ! With a key file, consumers are admitted by their public keys (Z85, 40 characters each, e.g.
+  ! read with mc_load_public_key): allowed_consumer_keys, or allow_any_consumer.
   ! relay_fanout > 0: consumers relay versions to each other (ProducerOptions::relay_fanout).
   integer function mc_producer_create(producer, model_name, control_endpoint, key_file, allow_any_consumer, &
-                                      integrity, relay_fanout) result(status)
+                                      integrity, relay_fanout, allowed_consumer_keys) result(status)
     type(mc_producer), intent(out) :: producer
     character(len=*), intent(in) :: model_name
     character(len=*), intent(in), optional :: control_endpoint, key_file
     logical, intent(in), optional :: allow_any_consumer, integrity
     integer, intent(in), optional :: relay_fanout
+    character(len=*), intent(in), optional :: allowed_consumer_keys(:)
     type(mc_producer_options_t) :: options
-    character(kind=c_char), allocatable, target :: name_c(:), endpoint_c(:), key_c(:)
+    character(kind=c_char), allocatable, target :: name_c(:), endpoint_c(:), key_c(:), keys_c(:, :)
+    type(c_ptr), allocatable, target :: key_pointers(:)
+    integer :: i, j
+    if (present(relay_fanout)) then
+      if (relay_fanout < 0) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_create: relay_fanout is negative")
+        return
+      end if
+    end if
+    if (holds_nul("mc_producer_create", model_name, status)) return
     call mc_producer_options_init_c(options)
     if (options%struct_size /= c_sizeof(options)) then
       status = struct_mismatch("mc_producer_create", options%struct_size, c_sizeof(options))
@@ -141,7 +155,22 @@ contains
     end if
     if (present(allow_any_consumer)) options%allow_any_consumer = merge(1_c_int, 0_c_int, allow_any_consumer)
     if (present(integrity)) options%integrity = merge(1_c_int, 0_c_int, integrity)
-    if (present(relay_fanout)) options%relay_fanout = int(max(relay_fanout, 0), c_size_t)
+    if (present(relay_fanout)) options%relay_fanout = int(relay_fanout, c_size_t)
+    if (present(allowed_consumer_keys)) then
+      ! One NUL-terminated copy per key (trailing blanks dropped), and the array of pointers to
+      ! them the C struct takes; both live until the create call returns, which copies them.
+      allocate(keys_c(len(allowed_consumer_keys) + 1, size(allowed_consumer_keys)))
+      allocate(key_pointers(max(1, size(allowed_consumer_keys))))
+      do i = 1, size(allowed_consumer_keys)
+        keys_c(:, i) = c_null_char
+        do j = 1, len_trim(allowed_consumer_keys(i))
+          keys_c(j, i) = allowed_consumer_keys(i)(j:j)
+        end do
+        key_pointers(i) = c_loc(keys_c(1, i))
+      end do
+      options%allowed_consumer_keys = c_loc(key_pointers)
+      options%allowed_consumer_key_count = int(size(allowed_consumer_keys), c_size_t)
+    end if
     status = from_c(mc_producer_create_c(options, producer%handle))
   end function
 
@@ -159,6 +188,14 @@ contains
     endpoint = f_string(mc_producer_endpoint_c(producer%handle))
   end function
 
+  ! A strided section would be copied into a temporary that the call frees: the producer would
+  ! snapshot freed memory. (Without the contiguous attribute the array arrives as it is.)
+  integer function not_contiguous(name) result(status)
+    character(len=*), intent(in) :: name
+    status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
+        "' is not contiguous (a strided section?); register a whole array or a contiguous section")
+  end function
+
   integer function register_raw(producer, name, dtype, extents, data) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
@@ -168,6 +205,7 @@ contains
     character(kind=c_char), allocatable, target :: name_c(:)
     integer(c_int64_t) :: shape(max(1, size(extents)))
     integer :: i, n
+    if (holds_nul("mc_producer_register", name, status)) return
     n = size(extents)
     do i = 1, n  ! column-major extents, reversed into row-major order
       shape(i) = int(extents(n + 1 - i), c_int64_t)
@@ -179,25 +217,41 @@ contains
   integer function register_f32(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
-    real(c_float), dimension(..), target, contiguous, intent(in) :: array
+    real(c_float), dimension(..), target, intent(in) :: array
+    if (.not. is_contiguous(array)) then
+      status = not_contiguous(name)
+      return
+    end if
     status = register_raw(producer, name, MC_DTYPE_F32, shape(array), c_loc(array))
   end function
   integer function register_f64(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
-    real(c_double), dimension(..), target, contiguous, intent(in) :: array
+    real(c_double), dimension(..), target, intent(in) :: array
+    if (.not. is_contiguous(array)) then
+      status = not_contiguous(name)
+      return
+    end if
     status = register_raw(producer, name, MC_DTYPE_F64, shape(array), c_loc(array))
   end function
   integer function register_i32(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
-    integer(c_int32_t), dimension(..), target, contiguous, intent(in) :: array
+    integer(c_int32_t), dimension(..), target, intent(in) :: array
+    if (.not. is_contiguous(array)) then
+      status = not_contiguous(name)
+      return
+    end if
     status = register_raw(producer, name, MC_DTYPE_I32, shape(array), c_loc(array))
   end function
   integer function register_i64(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
-    integer(c_int64_t), dimension(..), target, contiguous, intent(in) :: array
+    integer(c_int64_t), dimension(..), target, intent(in) :: array
+    if (.not. is_contiguous(array)) then
+      status = not_contiguous(name)
+      return
+    end if
     status = register_raw(producer, name, MC_DTYPE_I64, shape(array), c_loc(array))
   end function
 
@@ -225,6 +279,10 @@ contains
     type(mc_producer), intent(in) :: producer
     integer, intent(in) :: count
     integer(c_int64_t), intent(in) :: timeout_ms
+    if (count < 0) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_wait_for_consumers: count is negative")
+      return
+    end if
     status = from_c(mc_producer_wait_for_consumers_c(producer%handle, int(count, c_size_t), timeout_ms))
   end function
 
@@ -359,6 +417,7 @@ contains
     type(c_ptr) :: ignored
     integer(c_int64_t), pointer :: shape(:)
     integer :: n
+    if (holds_nul("mc_view_copy", name, status)) return
     call to_c(name, name_c)
     status = from_c(mc_view_find_tensor_c(view%handle, c_loc(name_c), info))
     if (status /= MC_OK) return
@@ -371,8 +430,8 @@ contains
     call c_f_pointer(info%shape, shape, [int(info%ndim)])
     if (int(info%ndim) /= n .or. any(shape /= int(extents(n:1:-1), c_int64_t))) then
       status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // "' has shape " // &
-          shape_text(shape) // "; the Fortran array must have the reversed shape, not " // &
-          shape_text(int(extents, c_int64_t)))
+          shape_text(shape) // "; the Fortran array must have the reversed shape " // &
+          extents_text(shape(size(shape):1:-1)) // ", not " // extents_text(int(extents, c_int64_t)))
       return
     end if
     ignored = c_memcpy(destination, info%data, info%size_bytes)

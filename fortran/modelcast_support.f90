@@ -5,7 +5,8 @@ module modelcast_support
   use modelcast_c
   implicit none
   private
-  public :: to_c, f_string, mc_last_error, from_c, module_failure, struct_mismatch, shape_text
+  public :: to_c, f_string, mc_last_error, from_c, module_failure, struct_mismatch, shape_text, extents_text, &
+      holds_nul
 
   ! A failure this module found itself (no C call failed): mc_last_error reports it until the
   ! next failing call. Per process, like the module's other state.
@@ -90,5 +91,31 @@ contains
       text = text // trim(number) // merge(",", "]", i < size(extents))
     end do
     if (size(extents) == 0) text = "[]"
+  end function
+
+  ! "(4, 3)", a Fortran array's extents, for messages.
+  function extents_text(extents) result(text)
+    integer(c_int64_t), intent(in) :: extents(:)
+    character(len=:), allocatable :: text
+    character(len=24) :: number
+    integer :: i
+    text = "("
+    do i = 1, size(extents)
+      write(number, '(i0)') extents(i)
+      text = text // trim(number)
+      if (i < size(extents)) text = text // ", "
+    end do
+    text = text // ")"
+  end function
+
+  ! True (status set to MC_ERR_INVALID_ARGUMENT) when `name` holds a NUL, which would end the
+  ! C string early: the library would see another, shorter name.
+  logical function holds_nul(what, name, status)
+    character(len=*), intent(in) :: what, name
+    integer, intent(out) :: status
+    holds_nul = index(name, c_null_char) > 0
+    status = MC_OK
+    if (holds_nul) status = module_failure(MC_ERR_INVALID_ARGUMENT, what // ": the name '" // &
+        name(1:index(name, c_null_char) - 1) // "' is followed by a NUL character")
   end function
 end module modelcast_support

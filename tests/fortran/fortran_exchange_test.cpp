@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "private_directory.h"
 #include "modelcast/consumer.h"
 #include "modelcast/modelcast.h"
 #include "modelcast/modelcast_scheduler.h"
@@ -55,7 +56,13 @@ std::string cpp_scheduler_steps(modelcast::predictor::OnlineOptions::WorkMode wo
 }
 
 TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
-  testing_support::ChildProcess producer({FORTRAN_PRODUCER});
+  // Key pairs for the Fortran side's keyed exchange (the README's keyed producer).
+  testing_support::PrivateDirectory keys;
+  char public_key[41];
+  for (const char* name : {"trainer.key", "server.key"}) {
+    ASSERT_EQ(mc_write_key_pair((keys.path() + "/" + name).c_str(), 0, public_key), MC_OK) << mc_last_error();
+  }
+  testing_support::ChildProcess producer({FORTRAN_PRODUCER, keys.path()});
   auto sizes = producer.wait_for_line("sizes ");
   ASSERT_TRUE(sizes) << "the Fortran producer did not start";
   // The module's bind(c) mirrors of the C ABI's structs, which the _init functions fill whole.
@@ -98,6 +105,7 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
     ASSERT_EQ(s[0], 5000000000LL + vi);
     producer.send_line("next");
   }
+  EXPECT_TRUE(producer.wait_for_line("keyed: ok")) << "the Fortran keyed exchange did not finish";
   // The Fortran scheduler decided as this process's C++ scheduler does on the same curve.
   using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;
   auto scheduler_line = producer.wait_for_line("scheduler ");

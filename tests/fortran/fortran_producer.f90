@@ -41,6 +41,7 @@ program fortran_producer
   integer :: v
   integer(c_int), target :: serving_lines = 0
   character(len=40) :: public_key
+  character(len=4096) :: key_directory
 
   call print_struct_sizes()
   call check(mc_set_log_handler(count_serving, c_loc(serving_lines)), "mc_set_log_handler")
@@ -77,7 +78,8 @@ program fortran_producer
         call fail("the Fortran consumer read other values at version", v)
     ! The shape rule is enforced: w(n, m) does not fit a w(m, n) array, nor f32 an f64 one.
     if (mc_view_copy(view, "w", w_wrong) /= MC_ERR_LAYOUT_MISMATCH) call fail("copy into w(m, n) was accepted", v)
-    if (index(mc_last_error(), "reversed shape") == 0) call fail("unclear shape error: " // mc_last_error(), v)
+    if (index(mc_last_error(), "reversed shape (3, 4), not (4, 3)") == 0) &
+        call fail("unclear shape error: " // mc_last_error(), v)
     if (mc_view_copy(view, "w", b_back) /= MC_ERR_LAYOUT_MISMATCH) call fail("copy f32 into f64 was accepted", v)
     if (mc_view_copy(view, "nope", b_back) /= MC_ERR_INVALID_ARGUMENT) call fail("missing tensor accepted", v)
     if (index(mc_last_error(), "nope") == 0) call fail("unclear missing-tensor error: " // mc_last_error(), v)
@@ -114,6 +116,11 @@ program fortran_producer
   call mc_producer_destroy(producer)
   call check(mc_set_log_handler(), "mc_set_log_handler (back to stderr)")
   if (serving_lines /= 1) call fail("log lines 'serving on' seen by the Fortran handler:", int(serving_lines))
+  call misuse_is_refused()
+  if (command_argument_count() >= 1) then
+    call get_command_argument(1, key_directory)
+    call keyed_exchange(trim(key_directory))
+  end if
   call run_scheduler(MC_SCHEDULER_INLINE, "scheduler")
   call run_scheduler(MC_SCHEDULER_BACKGROUND, "scheduler-background")
   write(output_unit, '(a,a)') "fortran: ok, library ", mc_version_string()
@@ -124,6 +131,63 @@ contains
   ! steps 100..3000 by 100, warm-up 500, c = 2 s, d = 1 s, in `work_mode` (waiting for the
   ! worker after each decision, so the answers are reproducible); prints `label` and its publish
   ! steps for the C++ side to compare with its own scheduler's.
+  ! Arrays and arguments the module must refuse by name rather than pass on: a strided section
+  ! (the compiler would hand over a temporary that the call frees), a name holding a NUL (C
+  ! would read a shorter one), a negative consumer count or relay fanout.
+  subroutine misuse_is_refused()
+    type(mc_producer) :: p
+    real(c_float), target :: big(8, 6)
+    big = 1
+    call check(mc_producer_create(p, "misuse"), "mc_producer_create (misuse)")
+    if (mc_producer_register(p, "sec", big(1:8:2, 1:6:2)) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a strided section was registered", 0)
+    if (index(mc_last_error(), "'sec' is not contiguous") == 0) call fail("unclear section error: " // mc_last_error(), 0)
+    call check(mc_producer_register(p, "cols", big(:, 2:3)), "register a contiguous section")
+    if (mc_producer_register(p, "a" // c_null_char // "b", big) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a name holding a NUL was registered", 0)
+    if (index(mc_last_error(), "NUL") == 0) call fail("unclear NUL error: " // mc_last_error(), 0)
+    if (mc_producer_wait_for_consumers(p, -1, 10_c_int64_t) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("wait_for_consumers took a negative count", 0)
+    call mc_producer_destroy(p)
+    if (mc_producer_create(p, "misuse", relay_fanout=-5) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a negative relay_fanout was taken", 0)
+    if (index(mc_last_error(), "relay_fanout") == 0) call fail("unclear relay_fanout error: " // mc_last_error(), 0)
+  end subroutine
+
+  ! The README's keyed producer: a key file, consumers admitted by their public keys, and a
+  ! consumer pinning the producer's key; dir holds trainer.key and server.key with their .pub.
+  subroutine keyed_exchange(dir)
+    character(len=*), intent(in) :: dir
+    type(mc_producer) :: p
+    type(mc_consumer) :: c
+    type(mc_view) :: kview
+    character(len=40) :: trainer_public, server_public
+    real(c_float), target :: x(7), x_back(7)
+    integer(c_int64_t) :: kversion
+    integer :: i
+    call check(mc_load_public_key(dir // "/trainer.key.pub", trainer_public), "load trainer.key.pub")
+    call check(mc_load_public_key(dir // "/server.key.pub", server_public), "load server.key.pub")
+    if (mc_producer_create(p, "keyed", key_file=dir // "/trainer.key") == MC_OK) &
+        call fail("a keyed producer admitting no consumer was created", 0)
+    if (index(mc_last_error(), "allowed_consumer_keys") == 0) call fail("unclear keyed error: " // mc_last_error(), 0)
+    call check(mc_producer_create(p, "keyed", key_file=dir // "/trainer.key", allowed_consumer_keys=[server_public]), &
+               "mc_producer_create (keyed)")
+    x = [(real(i, c_float) / 4, i = 1, 7)]
+    call check(mc_producer_register(p, "x", x), "register x (keyed)")
+    call check(mc_consumer_create(c, mc_producer_endpoint(p), "keyed", producer_public_key=trainer_public, &
+                                  key_file=dir // "/server.key"), "mc_consumer_create (keyed)")
+    call check(mc_producer_wait_for_consumers(p, 1, 30000_c_int64_t), "the keyed consumer joins")
+    call check(mc_producer_publish(p, 1_c_int64_t, kversion), "publish (keyed)")
+    call check(mc_consumer_wait_for_version(c, kversion, 30000_c_int64_t, kview), "wait_for_version (keyed)")
+    call check(mc_view_copy(kview, "x", x_back), "copy x (keyed)")
+    if (any(x_back /= x)) call fail("the keyed consumer read other values", 0)
+    call mc_view_release(kview)
+    call mc_consumer_destroy(c)
+    call mc_producer_destroy(p)
+    write(output_unit, '(a)') "keyed: ok"
+    flush(output_unit)
+  end subroutine
+
   subroutine run_scheduler(work_mode, label)
     integer(c_int), intent(in) :: work_mode
     character(*), intent(in) :: label
