@@ -46,6 +46,15 @@ if(NOT run_output MATCHES "ok: 2 versions published, 2 deliveries verified")
   message(FATAL_ERROR "the installed modelcast-demo did not complete its run:\n${run_output}")
 endif()
 
+# ---- the systemd unit starts the daemon installed under this prefix -----------------------
+if(NOT EXISTS ${prefix}/sbin/modelcastd)
+  message(FATAL_ERROR "modelcastd is not installed under ${prefix}/sbin")
+endif()
+file(READ ${prefix}/lib/systemd/system/modelcastd.service unit)
+if(NOT unit MATCHES "\nExecStart=${prefix}/sbin/modelcastd ")
+  message(FATAL_ERROR "the installed modelcastd.service does not start ${prefix}/sbin/modelcastd:\n${unit}")
+endif()
+
 # ---- the library's SONAME carries the 0.x ABI version; licence and pkg-config file installed
 file(GLOB_RECURSE lib ${prefix}/*/libmodelcast.so.${VERSION})
 if(NOT lib)
