@@ -79,33 +79,33 @@ contains
     struct_mismatch = module_failure(MC_ERR_UNKNOWN, trim(text))
   end function
 
-  ! "[4,3]" for messages.
+  ! "[4,3]", a tensor's shape, for messages.
   function shape_text(extents) result(text)
     integer(c_int64_t), intent(in) :: extents(:)
     character(len=:), allocatable :: text
-    character(len=24) :: number
-    integer :: i
-    text = "["
-    do i = 1, size(extents)
-      write(number, '(i0)') extents(i)
-      text = text // trim(number) // merge(",", "]", i < size(extents))
-    end do
-    if (size(extents) == 0) text = "[]"
+    text = list_text(extents, "[", ",", "]")
   end function
 
   ! "(4, 3)", a Fortran array's extents, for messages.
   function extents_text(extents) result(text)
     integer(c_int64_t), intent(in) :: extents(:)
     character(len=:), allocatable :: text
+    text = list_text(extents, "(", ", ", ")")
+  end function
+
+  function list_text(values, open, separator, close) result(text)
+    integer(c_int64_t), intent(in) :: values(:)
+    character(len=*), intent(in) :: open, separator, close
+    character(len=:), allocatable :: text
     character(len=24) :: number
     integer :: i
-    text = "("
-    do i = 1, size(extents)
-      write(number, '(i0)') extents(i)
+    text = open
+    do i = 1, size(values)
+      write(number, '(i0)') values(i)
       text = text // trim(number)
-      if (i < size(extents)) text = text // ", "
+      if (i < size(values)) text = text // separator
     end do
-    text = text // ")"
+    text = text // close
   end function
 
   ! True (status set to MC_ERR_INVALID_ARGUMENT) when `name` holds a NUL, which would end the
