@@ -86,6 +86,10 @@ std::vector<protocol::RelayFailed> RelayServer::pump(const Readiness& ready) {
       failed.push_back(failure(it->first, order, why));
       auto ended = it++;
       end(ended);
+    } else if (order.next == order.blocks.size() && order.pending == 0) {
+      // Nothing left to send or to wait for. An order of no blocks (the receiver's delta
+      // changed none) ends here: no send completes it in on_sent, and it holds its buffer.
+      it = orders_.erase(it);
     } else {
       ++it;
     }

@@ -36,14 +36,21 @@ void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
     buffer = arriving->first;
     manifest = arriving->second;
   }
-  auto current = store_.current();
-  auto installed = installed_host_bytes(current);
-  if (!buffer && installed && current->manifest.version == order.version &&
-      current->manifest.incarnation == link_.incarnation()) {
-    buffer = std::move(installed);
-    manifest = &current->manifest;
+  // Or the installed version's, or the one a group member holds verified until its group
+  // switches (as good a source: every block of it was checked).
+  std::shared_ptr<const detail::InstalledVersion> held;  // keeps *manifest alive below
+  for (auto candidate : {store_.current(), std::shared_ptr<const detail::InstalledVersion>(prepared_)}) {
+    if (buffer || !candidate || candidate->manifest.version != order.version ||
+        candidate->manifest.incarnation != link_.incarnation()) {
+      continue;
+    }
+    if (auto bytes = installed_host_bytes(candidate)) {
+      buffer = std::move(bytes);
+      held = std::move(candidate);
+      manifest = &held->manifest;
+    }
   }
-  if (!buffer) return refuse("not held here (installed or arriving)");
+  if (!buffer) return refuse("not held here (installed, verified for its group or arriving)");
   if (buffer->device_owned) return refuse("it arrives straight in device memory, which this consumer does not serve from");
   if (auto failed = relay_.accept(order, std::move(buffer), *manifest)) relay_failed(*failed);
   pump_relays();
@@ -127,13 +134,15 @@ void ConsumerService::on_relay_sent(const RelaySent& sent) {
   if (failed) relay_failed(*failed);
 }
 
-// A block of an order is ready when it is in this consumer's installed version, or in the
-// fetch under way and verified (the installed version's were verified whole).
+// A block of an order is ready when it is in this consumer's installed version or the version a
+// group member holds for its group (both verified whole), or in the fetch under way and verified.
+// The fetch that fills a buffer ends before its version is installed or held for the group.
 void ConsumerService::pump_relays() {
   if (relay_.orders() == 0) return;
   auto installed = installed_host_bytes(store_.current());
+  auto held_for_group = installed_host_bytes(prepared_);
   auto failed = relay_.pump([&](const detail::ReceiveBuffer& buffer, std::uint32_t block) {
-    if (installed.get() == &buffer) return BlockState::kReady;
+    if (installed.get() == &buffer || held_for_group.get() == &buffer) return BlockState::kReady;
     return fetch_.block_state(buffer, block);
   });
   for (const auto& f : failed) relay_failed(f);

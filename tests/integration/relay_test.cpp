@@ -120,6 +120,45 @@ TEST_F(Relays, EightConsumersGetEveryVersionBitExactWhileTheProducerSendsEachBlo
   EXPECT_EQ(relayed_by_consumers, stats["bytes_relayed"]);
 }
 
+// A version that changes nothing costs its manifest: a relay ordered to serve it has no block
+// to send, and the order must still end (it holds the buffer the version is in: a relay that
+// kept such orders ran out of receive buffers after a few versions and stopped for good).
+TEST_F(Relays, VersionsThatChangeNothingKeepFlowingThroughRelays) {
+  constexpr std::uint64_t kLast = 10;
+  start_producer(1024, 0);
+  std::vector<std::unique_ptr<ChildProcess>> consumers;
+  for (int i = 0; i < 3; ++i) consumers.push_back(consumer("c" + std::to_string(i), kLast, {}));
+  for (std::uint64_t v = 1; v <= kLast; ++v) {
+    publish(v);
+    for (auto& c : consumers) expect_installed(*c, v);
+  }
+  EXPECT_GE(producer_stats(*producer_)["relayed_deliveries"], 1u) << "no relay was used: the test shows nothing";
+  for (auto& c : consumers) expect_clean_exit(*c);
+}
+
+// Group members relay the version they hold verified until their group switches, as they do an
+// installed one: its buffer is no longer being fetched into, and must not be taken for a fetch
+// that ended without its blocks (which withdrew the fetches it served).
+TEST_F(Relays, GroupMembersServeTheVersionTheyHoldForTheirGroup) {
+  constexpr std::uint64_t kLast = 6;
+  start_producer(1024, 25);
+  std::vector<std::unique_ptr<ChildProcess>> consumers;
+  for (int i = 0; i < 2; ++i) {
+    consumers.push_back(consumer("g" + std::to_string(i), kLast, {"--group", "tp", "--group-size", "2"}));
+  }
+  for (int i = 0; i < 2; ++i) consumers.push_back(consumer("c" + std::to_string(i), kLast, {}));
+  for (std::uint64_t v = 1; v <= kLast; ++v) {
+    publish(v);
+    for (auto& c : consumers) expect_installed(*c, v);
+  }
+  auto stats = producer_stats(*producer_);
+  EXPECT_GE(stats["relayed_deliveries"], 1u) << "no relay was used: the test shows nothing";
+  for (auto& c : consumers) {
+    expect_clean_exit(*c);
+    EXPECT_EQ(reported(*c, "transfers_aborted"), 0u) << joined_lines(*c);
+  }
+}
+
 TEST_F(Relays, ARelaySendingBadBytesIsCaughtRoutedAroundAndReported) {
   start_producer(1024, 100);
   // Verifies version 1, installs it, then its copy goes bad in memory.

@@ -162,6 +162,7 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
     say("bytes_received " + std::to_string(stats.bytes_received));
     say("bytes_relayed " + std::to_string(stats.bytes_relayed));
     say("relay_faults " + std::to_string(stats.relay_faults));
+    say("transfers_aborted " + std::to_string(stats.transfers_aborted));
   }
   return status;
 }
