@@ -78,9 +78,13 @@ bool ProducerLink::join_due(Clock::time_point now) const {
 void ProducerLink::send(const protocol::Message& message) { wire::send(*dealer_, message); }
 
 void ProducerLink::leave() {
-  if (!joined_) return;
+  // A join sent and not yet answered may have been taken: the producer would keep this consumer
+  // (and its place under max_consumers) until the silence limit. Leave{0} follows the join on
+  // the same connection, so the producer reads it after the join, whatever it answered.
+  const bool join_unanswered = !joined_ && !join_refused_ && dealer_;
+  if (!joined_ && !join_unanswered) return;
   dealer_->set(zmq::sockopt::linger, static_cast<int>(kLeaveLinger.count()));
-  send(protocol::Leave{incarnation_});
+  send(protocol::Leave{joined_ ? incarnation_ : 0});
   joined_ = false;
 }
 

@@ -50,8 +50,9 @@ class ProducerLink {
   zmq::socket_t& dealer() { return *dealer_; }
   zmq::socket_t* monitor() { return monitor_.get(); }
   void send(const protocol::Message& message);
-  // The consumer is closing: tells a producer it joined (protocol::Leave), and gives the message
-  // kLeaveLinger to go out when the DEALER closes (it drops what is unsent otherwise).
+  // The consumer is closing: tells a producer it joined, or whose answer to its join has not come
+  // yet (protocol::Leave), and gives the message kLeaveLinger to go out when the DEALER closes
+  // (it drops what is unsent otherwise).
   void leave();
   static constexpr std::chrono::milliseconds kLeaveLinger{100};
 

@@ -404,7 +404,8 @@ void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
     } else if (std::holds_alternative<protocol::Ping>(message)) {
       // last_seen is all a ping updates
     } else if (auto* leave = std::get_if<protocol::Leave>(&message)) {
-      if (auto* consumer = membership_.find(routing_id); consumer && leave->incarnation == incarnation_) {
+      auto* consumer = membership_.find(routing_id);
+      if (consumer && (leave->incarnation == incarnation_ || leave->incarnation == 0)) {
         log_->info("consumer '{}' left", consumer->name);
         drop_consumer(routing_id);
       }

@@ -259,7 +259,9 @@ struct Ping {
 };
 
 // Consumer -> producer, when it closes: forget it now (its fetch ends, the fetches it relays are
-// withdrawn, it is no relay any more), not once the silence limit has passed.
+// withdrawn, it is no relay any more), not once the silence limit has passed. Incarnation 0 (no
+// producer has one): the consumer closed before the answer to its join came; the connection
+// names it.
 struct Leave {
   std::uint64_t incarnation = 0;
 };

@@ -151,6 +151,28 @@ TEST_F(HostileClientTest, AJoinUnderAnotherConsumersNameDoesNotEvictIt) {
   ASSERT_TRUE(consumer.wait_for_version(1, 30s));
 }
 
+// A consumer that closes before the answer to its join comes says Leave with no incarnation
+// (it knows none yet): the producer, which took the join, forgets it at once instead of keeping
+// it, and its place under max_consumers, until the silence limit (a minute here).
+TEST_F(HostileClientTest, AConsumerLeavingBeforeItsJoinWasAnsweredIsForgottenAtOnce) {
+  modelcast::ProducerOptions options;
+  options.lease_timeout = 60s;
+  TestProducer p(256, options);
+  p.publish(1);
+  HostileClient closing(context_, p.producer->control_endpoint());
+  closing.send(modelcast::testing::ucx_join("test", "closing", ucx_->address(), "another-host", 0));
+  closing.send(protocol::Leave{0});
+  // Read only now (the producer took the join and the Leave in that order, whatever it replied);
+  // a fetch on the same connection, behind the Leave, finds the consumer forgotten.
+  auto joined = closing.next<protocol::JoinReply>();
+  ASSERT_TRUE(joined.ok) << joined.error;
+  closing.send(protocol::FetchRequest{joined.incarnation, 1, 1});
+  auto fetch = closing.next<protocol::FetchReply>();
+  EXPECT_FALSE(fetch.ok);
+  EXPECT_EQ(fetch.refusal, protocol::Refusal::kNotJoined) << fetch.error;
+  EXPECT_EQ(p.producer->stats().consumers, 0u);
+}
+
 TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) {
   modelcast::ProducerOptions producer_options;
   producer_options.lease_timeout = 600s;  // a pinned slot would hold publish() for the whole test
