@@ -190,6 +190,18 @@ class Producer::Impl {
     if (__builtin_add_overflow(planned_bytes_, size, &total)) {
       throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' takes the model past 2^64 bytes");
     }
+    // What every consumer would refuse in the manifest, refused here, at the call that went past it.
+    const ManifestLimits limits;
+    if (registered_.size() + 1 > limits.max_tensors) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' would be tensor " +
+                                                   std::to_string(registered_.size() + 1) + "; consumers take at most " +
+                                                   std::to_string(limits.max_tensors) + " tensors");
+    }
+    if (total > limits.max_total_bytes) {
+      throw Error(ErrorCode::kInvalidArgument, "tensor '" + spec.name + "' takes the snapshot to " + std::to_string(total) +
+                                                   " bytes (the tensors and their 256-byte alignment); consumers take at most " +
+                                                   std::to_string(limits.max_total_bytes));
+    }
     check_memory(tensor);
     if (!tensor.global_shape.empty() || !tensor.global_offset.empty()) {
       TensorEntry placed;
@@ -369,15 +381,6 @@ class Producer::Impl {
   void prepare_locked() {
     if (prepared_) return;
     if (registered_.empty()) throw Error(ErrorCode::kState, "no tensors registered: nothing to prepare or publish");
-    const ManifestLimits limits;
-    if (registered_.size() > limits.max_tensors) {
-      throw Error(ErrorCode::kInvalidArgument, std::to_string(registered_.size()) + " tensors registered; consumers take at most " +
-                                                   std::to_string(limits.max_tensors));
-    }
-    if (planned_bytes_ > limits.max_total_bytes) {
-      throw Error(ErrorCode::kInvalidArgument, "the registered tensors take " + std::to_string(planned_bytes_) +
-                                                   " bytes; consumers take at most " + std::to_string(limits.max_total_bytes));
-    }
     layout_.model = options_.model_name;
     layout_.incarnation = incarnation_;
     layout_.integrity = options_.integrity;

@@ -124,8 +124,9 @@ struct ConsumerOptions {
   // on its host read its installed version out of its device buffer, which stays out of reuse
   // until the producer says the reader is done.
   bool serve_peers = true;
-  // Largest model this consumer accepts (0: half the machine's memory, or the largest
-  // caller buffer); a manifest declaring more is rejected before anything is allocated.
+  // Largest model this consumer accepts, counted as the snapshot it receives: the tensors and
+  // their 256-byte alignment padding (PublishTicket::bytes; 0: half the machine's memory, or the
+  // largest caller buffer); a manifest declaring more is rejected before anything is allocated.
   std::uint64_t max_model_bytes = 0;
   // The producer's public key (Z85, from its ".pub" file): the control plane is then CurveZMQ
   // with that producer only, and a version is installed only if its signature verifies with

@@ -185,7 +185,8 @@ class MODELCAST_API Producer {
   Producer& operator=(const Producer&) = delete;
 
   // Registers a tensor the caller owns (see TensorRef). Only before the first publish().
-  // Throws Error(kInvalidArgument) for an empty/duplicate name, null data or bad shape, or
+  // Throws Error(kInvalidArgument) for an empty/duplicate name, null data or bad shape, a tensor
+  // past what consumers take (65,536 tensors, a 1 TiB snapshot with alignment padding), or
   // memory that is not where spec.memory and spec.device say; Error(kState) for device memory
   // in a process without a device.
   void register_tensor(const TensorRef& tensor);

@@ -853,9 +853,10 @@ TEST(CApi, AModelPastWhatConsumersTakeIsRefusedNamingTheLimit) {
   const std::int64_t shape[] = {std::int64_t{1} << 50};
   ProducerPtr producer{make_producer()};
   ASSERT_NE(producer.p, nullptr);
-  ASSERT_EQ(mc_producer_register_tensor(producer.p, "huge", MC_DTYPE_U8, 1, shape, &byte), MC_OK) << last_error();
-  EXPECT_EQ(mc_producer_prepare(producer.p), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "huge", MC_DTYPE_U8, 1, shape, &byte), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 'huge' takes the snapshot to"), std::string::npos) << last_error();
   EXPECT_NE(last_error().find("consumers take at most 1099511627776"), std::string::npos) << last_error();
+  EXPECT_EQ(mc_producer_prepare(producer.p), MC_ERR_STATE) << "the refused tensor stayed registered";
 }
 
 TEST(CApi, RegisterAfterPublishIsAStateError) {

@@ -140,6 +140,21 @@ TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
   EXPECT_EQ(producer.publish(1).version, 1u);
 }
 
+// The count of tensors every consumer takes: the tensor past it is refused when it is
+// registered, naming it (it used to be accepted and the first publish refused).
+TEST(OptionBounds, TheTensorPastTheCountConsumersTakeIsRefusedAtRegistration) {
+  Producer producer(producer_options());
+  float value = 0;
+  std::vector<TensorRef> many;
+  for (std::size_t i = 0; i < (std::size_t{1} << 16); ++i) {
+    many.push_back(TensorRef{{"t" + std::to_string(i), DType::kF32, {1}}, &value});
+  }
+  producer.register_tensors(many);
+  EXPECT_REFUSED(producer.register_tensor(TensorRef{{"one-too-many", DType::kF32, {1}}, &value}),
+                 ErrorCode::kInvalidArgument, "tensor 'one-too-many' would be tensor 65537; consumers take at most 65536");
+  EXPECT_EQ(producer.publish(1).version, 1u);
+}
+
 // A list with one bad tensor once left the good ones before it registered.
 TEST(OptionBounds, RegisteringAListIsAllOrNone) {
   Producer producer(producer_options());
