@@ -188,24 +188,25 @@ contains
     endpoint = f_string(mc_producer_endpoint_c(producer%handle))
   end function
 
-  ! A strided section would be copied into a temporary that the call frees: the producer would
-  ! snapshot freed memory. (Without the contiguous attribute the array arrives as it is.)
-  integer function not_contiguous(name) result(status)
-    character(len=*), intent(in) :: name
-    status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
-        "' is not contiguous (a strided section?); register a whole array or a contiguous section")
-  end function
-
-  integer function register_raw(producer, name, dtype, extents, data) result(status)
+  ! `contiguous` is the array's: the register functions take arrays without the contiguous
+  ! attribute, so a strided section arrives as it is (with it, gfortran would pass a temporary
+  ! copy that the call frees, and the producer would snapshot freed memory) and is refused here.
+  integer function register_raw(producer, name, dtype, extents, data, contiguous) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int), intent(in) :: dtype
     integer, intent(in) :: extents(:)
     type(c_ptr), intent(in) :: data
+    logical, intent(in) :: contiguous
     character(kind=c_char), allocatable, target :: name_c(:)
     integer(c_int64_t) :: shape(max(1, size(extents)))
     integer :: i, n
     if (holds_nul("mc_producer_register", name, status)) return
+    if (.not. contiguous) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
+          "' is not contiguous (a strided section?); register a whole array or a contiguous section")
+      return
+    end if
     n = size(extents)
     do i = 1, n  ! column-major extents, reversed into row-major order
       shape(i) = int(extents(n + 1 - i), c_int64_t)
@@ -218,41 +219,25 @@ contains
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     real(c_float), dimension(..), target, intent(in) :: array
-    if (.not. is_contiguous(array)) then
-      status = not_contiguous(name)
-      return
-    end if
-    status = register_raw(producer, name, MC_DTYPE_F32, shape(array), c_loc(array))
+    status = register_raw(producer, name, MC_DTYPE_F32, shape(array), c_loc(array), is_contiguous(array))
   end function
   integer function register_f64(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     real(c_double), dimension(..), target, intent(in) :: array
-    if (.not. is_contiguous(array)) then
-      status = not_contiguous(name)
-      return
-    end if
-    status = register_raw(producer, name, MC_DTYPE_F64, shape(array), c_loc(array))
+    status = register_raw(producer, name, MC_DTYPE_F64, shape(array), c_loc(array), is_contiguous(array))
   end function
   integer function register_i32(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int32_t), dimension(..), target, intent(in) :: array
-    if (.not. is_contiguous(array)) then
-      status = not_contiguous(name)
-      return
-    end if
-    status = register_raw(producer, name, MC_DTYPE_I32, shape(array), c_loc(array))
+    status = register_raw(producer, name, MC_DTYPE_I32, shape(array), c_loc(array), is_contiguous(array))
   end function
   integer function register_i64(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int64_t), dimension(..), target, intent(in) :: array
-    if (.not. is_contiguous(array)) then
-      status = not_contiguous(name)
-      return
-    end if
-    status = register_raw(producer, name, MC_DTYPE_I64, shape(array), c_loc(array))
+    status = register_raw(producer, name, MC_DTYPE_I64, shape(array), c_loc(array), is_contiguous(array))
   end function
 
   ! Copies every registered array into a snapshot and returns; delivery runs in the background.
