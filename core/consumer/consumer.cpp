@@ -24,11 +24,15 @@ namespace {
 
 // Runs a callback of the user's on a thread of modelcast's: what it throws is logged and
 // dropped, neither taken for the producer's fault nor let out of the thread (which would end
-// the process).
+// the process). `serial` is shared by all of a consumer's callbacks: with several producer ranks
+// each rank's service thread may report, and the headers promise one callback at a time.
 template <typename Argument>
-std::function<void(const Argument&)> contained(std::function<void(const Argument&)> callback, const char* name) {
+std::function<void(const Argument&)> contained(std::function<void(const Argument&)> callback, const char* name,
+                                               std::shared_ptr<std::mutex> serial) {
   if (!callback) return callback;
-  return [callback = std::move(callback), name, log = log::get("consumer")](const Argument& argument) {
+  return [callback = std::move(callback), name, serial = std::move(serial),
+          log = log::get("consumer")](const Argument& argument) {
+    std::lock_guard one_at_a_time(*serial);
     try {
       callback(argument);
     } catch (const std::exception& e) {
@@ -40,8 +44,9 @@ std::function<void(const Argument&)> contained(std::function<void(const Argument
 }
 
 ConsumerOptions with_contained_callbacks(ConsumerOptions options) {
-  options.on_update = contained(std::move(options.on_update), "on_update");
-  options.on_error = contained(std::move(options.on_error), "on_error");
+  auto serial = std::make_shared<std::mutex>();
+  options.on_update = contained(std::move(options.on_update), "on_update", serial);
+  options.on_error = contained(std::move(options.on_error), "on_error", serial);
   return options;
 }
 
@@ -125,19 +130,27 @@ class Consumer::Impl {
 
   // On the first service's thread, at its join: the producer is rank `rank` of endpoints.size().
   bool start_ranks(std::uint32_t rank, const std::vector<std::string>& endpoints) {
+    // Reported once mutex_ is released: on_error may call stats(), which takes it.
+    std::vector<Error> failures;
+    join_ranks(rank, endpoints, failures);
+    if (options_.on_error) {
+      for (const auto& failure : failures) options_.on_error(failure);
+    }
+    return true;  // with or without the other ranks, its versions are pieces: never shown as the model
+  }
+
+  void join_ranks(std::uint32_t rank, const std::vector<std::string>& endpoints, std::vector<Error>& failures) {
     std::lock_guard lock(mutex_);
-    if (assembler_) return true;
-    auto fail = [&](const std::string& why) {
-      if (options_.on_error) options_.on_error(Error(ErrorCode::kInvalidArgument, why));
-      return true;  // its versions are pieces: never shown as the model
-    };
+    if (assembler_) return;
+    auto fail = [&](const std::string& why) { failures.emplace_back(ErrorCode::kInvalidArgument, why); };
     // The assembler keeps each rank's last two versions while the next one arrives.
     if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < 3) {
       return fail("a model published by several ranks needs >= 3 caller_buffers (two held for assembly, one "
                   "receiving), got " + std::to_string(options_.caller_buffers.size()));
     }
-    if (rank >= endpoints.size()) return fail("the producer says it is rank " + std::to_string(rank) + " of " +
-                                              std::to_string(endpoints.size()));
+    if (rank >= endpoints.size()) {
+      return fail("the producer says it is rank " + std::to_string(rank) + " of " + std::to_string(endpoints.size()));
+    }
     first_rank_ = rank;
     rank_of_.assign(endpoints.size(), nullptr);
     assembler_ = std::make_shared<consumer::RankAssembler>(endpoints.size(), options_.wants, options_.conversions,
@@ -168,12 +181,10 @@ class Consumer::Impl {
         others_.push_back(std::make_unique<consumer::ConsumerService>(std::move(o), std::move(hooks)));
         rank_of_[r] = others_.back().get();
       } catch (const Error& e) {
-        if (options_.on_error) options_.on_error(Error(e.code(), "rank " + std::to_string(r) + " at '" + endpoints[r] +
-                                                                     "': " + e.what()));
+        failures.emplace_back(e.code(), "rank " + std::to_string(r) + " at '" + endpoints[r] + "': " + e.what());
       }
     }
     rank_of_[rank] = first_.get();
-    return true;
   }
 
   // Where assembled versions live: a device consumer's device (its ranks' services land their

@@ -162,9 +162,10 @@ struct ConsumerOptions {
   // prepared, receiving). Empty: no group.
   std::string group;
   std::uint32_t group_size = 0;
-  // Runs on the consumer's service thread after a version is installed, or when one is
-  // rejected. Keep them short: the next update waits for them. What they throw is logged and
-  // ignored. They must not destroy the Consumer (its destructor joins the thread they run on).
+  // Run on a thread of the consumer's (one per producer rank) after a version is installed, or
+  // when one is rejected; never two at once. Keep them short: the next update waits for them.
+  // They may call acquire() and stats(). What they throw is logged and ignored. They must not
+  // destroy the Consumer (its destructor joins the thread they run on).
   std::function<void(const ModelView&)> on_update;
   std::function<void(const Error&)> on_error;
 };

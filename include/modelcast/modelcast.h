@@ -296,8 +296,8 @@ typedef struct mc_consumer_options {
   int64_t transfer_timeout_ms;   /* an answered transfer without progress this long is retried; default 30000 */
   uint64_t max_model_bytes;      /* 0 (default) = half the machine's memory */
   /* Callbacks (read only when struct_size covers them; _init sets them to NULL). Both run on
-   * the consumer's service thread, one at a time, and the next update waits for them: keep
-   * them short. They may call mc_consumer_acquire, mc_consumer_get_stats and the mc_view_*
+   * a thread of the consumer's (one per producer rank), one at a time, and the next update
+   * waits for them: keep them short. They may call mc_consumer_acquire, mc_consumer_get_stats and the mc_view_*
    * getters, but not mc_consumer_destroy. `callback_user_data` is passed back unchanged. */
   mc_update_fn on_update;        /* a version was installed */
   mc_error_fn on_error;          /* a version was rejected, or a handshake failed */

@@ -10,7 +10,9 @@
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -193,6 +195,44 @@ TEST(ProducerRanksFaults, AWantNoRankHoldsIsRefusedNamingTheMissingBox) {
   auto expected = cut(w, {0, 0}, {1024, 40});
   ASSERT_EQ(part.size_bytes(), expected.size());
   EXPECT_EQ(std::memcmp(part.data, expected.data(), expected.size()), 0);
+}
+
+TEST(ProducerRanksFaults, AnOnErrorThatReadsStatsWhileTheRanksAreRefusedReturns) {
+  // Two caller buffers are too few to assemble ranks: the join reply's rank list is refused
+  // through on_error, which reads stats() as the headers allow. Reported under the consumer's
+  // own lock, that call never returned and ~Consumer hung joining the service thread.
+  Ranks ranks(2);
+  constexpr std::size_t kBuffer = 4 << 20;
+  std::vector<std::byte> memory(2 * kBuffer + 16);
+  auto* base = reinterpret_cast<std::byte*>((reinterpret_cast<std::uintptr_t>(memory.data()) + 15) & ~std::uintptr_t{15});
+  auto options = options_for(ranks.endpoint());
+  options.caller_buffers = {std::span<std::byte>(base, kBuffer), std::span<std::byte>(base + kBuffer, kBuffer)};
+  testing_support::Gate constructed;  // on_error may run before the constructor has returned
+  std::unique_ptr<modelcast::Consumer> consumer;
+  std::atomic<int> returned{0};
+  std::mutex mutex;
+  std::string seen;
+  options.on_error = [&](const modelcast::Error& e) {
+    constructed.wait();
+    const auto stats = consumer->stats();
+    {
+      std::lock_guard lock(mutex);
+      seen = e.what();
+    }
+    EXPECT_EQ(stats.current_version, 0u);
+    returned.fetch_add(1);
+  };
+  testing_support::Gate::Opener opener(constructed);
+  consumer = std::make_unique<modelcast::Consumer>(options);
+  constructed.open();
+  ASSERT_TRUE(testing_support::eventually([&] { return returned.load() >= 1; }, 60s))
+      << "on_error did not return after calling stats()";
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_NE(seen.find(">= 3 caller_buffers"), std::string::npos) << seen;
+  }
+  ranks.publish(1);
+  consumer.reset();  // joins the service thread, which must not be stuck in the callback
 }
 
 TEST(ProducerRanksFaults, RanksAreCheckedWhereTheyAreConfigured) {
