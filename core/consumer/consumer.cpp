@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "common/contained_callback.h"
 #include "common/log.h"
 #include "core/consumer/rank_assembler.h"
 #include "core/consumer/service.h"
@@ -22,31 +23,13 @@
 namespace modelcast {
 namespace {
 
-// Runs a callback of the user's on a thread of modelcast's: what it throws is logged and
-// dropped, neither taken for the producer's fault nor let out of the thread (which would end
-// the process). `serial` is shared by all of a consumer's callbacks: with several producer ranks
-// each rank's service thread may report, and the headers promise one callback at a time.
-template <typename Argument>
-std::function<void(const Argument&)> contained(std::function<void(const Argument&)> callback, const char* name,
-                                               std::shared_ptr<std::mutex> serial) {
-  if (!callback) return callback;
-  return [callback = std::move(callback), name, serial = std::move(serial),
-          log = log::get("consumer")](const Argument& argument) {
-    std::lock_guard one_at_a_time(*serial);
-    try {
-      callback(argument);
-    } catch (const std::exception& e) {
-      log->error("{} threw: {}; ignored", name, e.what());
-    } catch (...) {
-      log->error("{} threw something that is not a std::exception; ignored", name);
-    }
-  };
-}
-
+// The user's callbacks, contained; one at a time, since with several producer ranks each rank's
+// service thread may report, and the headers promise one callback at a time.
 ConsumerOptions with_contained_callbacks(ConsumerOptions options) {
   auto serial = std::make_shared<std::mutex>();
-  options.on_update = contained(std::move(options.on_update), "on_update", serial);
-  options.on_error = contained(std::move(options.on_error), "on_error", serial);
+  const auto log = log::get("consumer");
+  options.on_update = contained(std::move(options.on_update), "on_update", log, serial);
+  options.on_error = contained(std::move(options.on_error), "on_error", log, serial);
   return options;
 }
 

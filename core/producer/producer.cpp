@@ -35,6 +35,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/contained_callback.h"
 #include "common/duration_option.h"
 #include "common/log.h"
 #include "core/model/manifest.h"
@@ -102,12 +103,23 @@ ProducerOptions checked(ProducerOptions options) {
   return options;
 }
 
+// The user's callbacks run on the service and writer threads: what they throw must not end the
+// trainer.
+ProducerOptions with_contained_callbacks(ProducerOptions options) {
+  const auto log = log::get("producer");
+  options.on_delivery = contained(std::move(options.on_delivery), "on_delivery", log);
+  options.persist.on_persisted = contained(std::move(options.persist.on_persisted), "persist.on_persisted", log);
+  options.persist.on_persist_failed =
+      contained(std::move(options.persist.on_persist_failed), "persist.on_persist_failed", log);
+  return options;
+}
+
 }  // namespace
 
 class Producer::Impl {
  public:
   explicit Impl(ProducerOptions options)
-      : options_(checked(std::move(options))),
+      : options_(with_contained_callbacks(checked(std::move(options)))),
         log_(log::get("producer")),
         incarnation_(random_incarnation()),
         next_version_(options_.first_version),

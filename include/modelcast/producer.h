@@ -42,6 +42,7 @@ struct PersistOptions {
   // Optional; run on the writer thread after each complete version (`path` is its directory),
   // e.g. to upload it, and after each failed write (also logged and counted in ProducerStats).
   // The slot is already released; a version that comes due meanwhile waits, newer ones skip.
+  // What they throw is logged and ignored.
   std::function<void(std::uint64_t version, const std::string& path)> on_persisted;
   std::function<void(std::uint64_t version, const std::string& error)> on_persist_failed;
 };
@@ -106,7 +107,9 @@ struct ProducerOptions {
   std::uint32_t rank = 0;
   std::uint32_t rank_count = 1;
   std::vector<std::string> rank_endpoints;
-  std::function<void(const Delivery&)> on_delivery;  // optional; runs on the service thread
+  // Optional; runs on the service thread after each delivery a consumer confirmed. Keep it short:
+  // the service waits for it. What it throws is logged and ignored.
+  std::function<void(const Delivery&)> on_delivery;
   PersistOptions persist;  // checkpoints on disk, off the hot path; off unless directory is set
 };
 

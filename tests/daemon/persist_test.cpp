@@ -138,6 +138,26 @@ TEST_F(DaemonTest, PersistNeverBlocksPublishOnAStalledWriterAndSkipsVersionsDueM
   EXPECT_EQ(read_repository(dir / "ckpt"), (std::vector<std::string>{ok_line(producer, 1), ok_line(producer, 2)}));
 }
 
+TEST_F(DaemonTest, PersistCallbacksThatThrowAreLoggedAndTheWriterGoesOn) {
+  // An on_persisted that throws (an upload that failed) ended the trainer: the throw left the
+  // writer thread.
+  WriterEvents events;
+  auto options = persisting(dir / "ckpt", 1, 3, events);
+  options.persist.on_persisted = [record = options.persist.on_persisted](std::uint64_t version,
+                                                                         const std::string& path) {
+    record(version, path);
+    if (version == 1) throw std::runtime_error("upload failed");
+    throw 42;
+  };
+  TestProducer producer(256, options);
+  for (std::uint64_t v = 1; v <= 2; ++v) {
+    producer.publish(v);
+    ASSERT_TRUE(events.wait_persisted(v)) << "version " << v << " was not persisted";
+  }
+  EXPECT_EQ(events.persisted, (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(read_repository(dir / "ckpt"), (std::vector<std::string>{ok_line(producer, 1), ok_line(producer, 2)}));
+}
+
 TEST_F(DaemonTest, PersistFailuresAreCountedWhileDeliveryGoesOn) {
   WriterEvents events;
   TestProducer producer(256, persisting(dir / "ckpt", 1, 3, events));

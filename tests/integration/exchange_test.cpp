@@ -72,6 +72,34 @@ TEST_P(ExchangeTest, TwoConsumerProcessesGetEveryVersionBitExactWithoutTornReads
   EXPECT_EQ(stats.bad_messages, 0u);
 }
 
+TEST(ProducerCallbacks, AnOnDeliveryThatThrowsIsLoggedAndDeliveryGoesOn) {
+  // A throw from on_delivery ran inside the handling of the consumer's message: a std::exception
+  // was counted as a bad message from the consumer, anything else ended the trainer.
+  DeliveryLog log;
+  modelcast::ProducerOptions options;
+  options.on_delivery = [record = log.callback()](const modelcast::Delivery& delivery) {
+    record(delivery);
+    if (delivery.version % 2 == 1) throw std::runtime_error("metrics push failed");
+    throw 42;
+  };
+  TestProducer p(256, options);
+  modelcast::ConsumerOptions consumer_options;
+  consumer_options.producer_endpoint = p.producer->control_endpoint();
+  consumer_options.model_name = "test";
+  modelcast::Consumer consumer(consumer_options);
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    p.publish(v);
+    ASSERT_TRUE(log.wait(v, 1)) << "version " << v << " was not delivered";
+  }
+  auto view = consumer.wait_for_version(3, 60s);
+  ASSERT_TRUE(view);
+  EXPECT_EQ(testmodel::check(view, 1), "");
+  const auto stats = p.producer->stats();
+  EXPECT_EQ(stats.bad_messages, 0u);
+  EXPECT_EQ(stats.consumers, 1u);
+}
+
 TEST_P(ExchangeTest, LateJoinerGetsTheNewestVersionAtOnce) {
   TestProducer p(512);
   for (std::uint64_t v = 1; v <= 3; ++v) p.publish(v);
