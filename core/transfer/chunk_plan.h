@@ -37,9 +37,16 @@ struct ChunkPlan {
   std::uint64_t prefix_end(std::size_t chunks) const { return std::min(chunks * chunk_bytes, total_bytes); }
 };
 
-// The producer's plan for a model: its chunk option, raised for models too large for the tag.
+// A version's block list (its block digests; the blocks a fetch sends) travels as one msgpack
+// array, which receivers decode up to DecodeLimits::max_array elements: a model cut into more
+// blocks could never be received.
+inline constexpr std::uint64_t kMaxBlocks = std::uint64_t{1} << 17;
+static_assert(kMaxBlocks <= kMaxChunks && kMaxBlocks <= protocol::DecodeLimits{}.max_array);
+
+// The producer's plan for a model: its chunk option, raised for a model that would otherwise
+// have more than kMaxBlocks blocks.
 inline ChunkPlan producer_plan(std::uint64_t total_bytes, std::uint64_t chunk_option) {
-  return {total_bytes, std::max(chunk_option, (total_bytes + kMaxChunks - 1) / kMaxChunks)};
+  return {total_bytes, std::max(chunk_option, (total_bytes + kMaxBlocks - 1) / kMaxBlocks)};
 }
 
 // Chunks when consumers relay: a block travels down a chain of relays one hop after another,

@@ -63,7 +63,7 @@ struct ProducerOptions {
   // transfer chunk takes on the slowest link. It and heartbeat_interval: 1 ms to 100 years.
   std::chrono::milliseconds lease_timeout{10000};
   std::chrono::milliseconds heartbeat_interval{200};
-  std::size_t transfer_chunk_bytes = 32u << 20;  // 64 KiB-1 GiB; raised for models over 2^20 chunks
+  std::size_t transfer_chunk_bytes = 32u << 20;  // 64 KiB-1 GiB; raised for models over 2^17 chunks
   // Device tensors: a version is copied from its device slot to host memory (for two-sided
   // routes) in pieces of this many bytes, and chunks are sent as soon as the pieces under them
   // are in, so the device-to-host copy overlaps the network transfer. 64 KiB-1 GiB.

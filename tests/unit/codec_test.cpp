@@ -5,6 +5,7 @@
 
 #include <msgpack.hpp>
 
+#include "core/transfer/chunk_plan.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
@@ -145,6 +146,25 @@ TEST(Codec, RoundTripsEveryMessageType) {
   auto ack = std::get<Ack>(decode(encode(messages[5])));
   EXPECT_EQ(ack.error, "digest");
   EXPECT_FALSE(ack.ok);
+}
+
+TEST(Codec, TheBlockListsOfTheLargestModelsDecodeWithinTheDefaultLimits) {
+  // With small chunks, a large model was cut into up to 2^20 blocks, and a list of more than
+  // max_array block digests was refused by every consumer: the version could never arrive.
+  for (const std::uint64_t total : {(std::uint64_t{8} << 30) + 1, std::uint64_t{1} << 40}) {
+    const auto plan = transfer::producer_plan(total, transfer::kMinChunkBytes);
+    ASSERT_LE(plan.count(), DecodeLimits{}.max_array) << total << " bytes";
+    FetchReply reply;
+    reply.ok = true;
+    reply.chunk_bytes = plan.chunk_bytes;
+    reply.manifest = sample_manifest();
+    reply.manifest.total_bytes = total;
+    reply.manifest.block_bytes = plan.chunk_bytes;
+    reply.manifest.block_digests.assign(plan.count(), 0x0123456789ABCDEFull);
+    EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).manifest.block_digests.size(), plan.count());
+    Digests digests{1, 42, {7}, reply.manifest.block_digests, {}};
+    EXPECT_EQ(std::get<Digests>(decode(encode(digests))).block_digests.size(), plan.count());
+  }
 }
 
 void expect_protocol_error(std::span<const std::byte> bytes, const std::string& fragment) {
