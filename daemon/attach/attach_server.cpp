@@ -154,7 +154,8 @@ bool AttachServer::serve(Client& client) {
   if (version && version->manifest.version >= request.min_version) return answer(client, version);
   if (request.timeout_ms == 0) return answer(client, nullptr);
   client.waiting = request;
-  client.deadline = Clock::now() + std::chrono::milliseconds(std::min<std::uint64_t>(request.timeout_ms, 86'400'000));
+  const auto longest = static_cast<std::uint64_t>(attach::kLongestWait.count());
+  client.deadline = Clock::now() + std::chrono::milliseconds(std::min(request.timeout_ms, longest));
   return true;
 }
 

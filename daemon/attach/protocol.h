@@ -11,6 +11,7 @@
 // Requests are answered in order. Holds belong to the connection: closing it releases them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -27,11 +28,15 @@ inline constexpr std::size_t kInlineReplyBytes = 32u << 10;    // larger replies
 inline constexpr std::size_t kMaxManifestBytes = 64u << 20;    // the producer's own message limit
 inline constexpr std::size_t kMaxScalesPerTensor = 1u << 17;   // any one array the decoder takes
 
+// The longest wait one request asks of the daemon: the daemon's poll timeouts are ints of
+// milliseconds. A client waiting longer sends the request again for the rest.
+inline constexpr std::chrono::milliseconds kLongestWait = std::chrono::hours(24);
+
 struct Request {
   enum class Op { kAcquire, kRelease } op = Op::kAcquire;
   std::string model;
   std::uint64_t min_version = 0;  // 0: whatever is newest now, without waiting
-  std::uint64_t timeout_ms = 0;
+  std::uint64_t timeout_ms = 0;   // the daemon waits at most kLongestWait; a client asks again
   std::uint64_t hold = 0;         // kRelease
 };
 

@@ -69,8 +69,11 @@ class Client::Impl {
     for (;;) {
       auto connection = current();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - std::chrono::steady_clock::now());
+      left = std::max(left, std::chrono::milliseconds(0));
       try {
-        return exchange(connection, min_version, std::max(left, std::chrono::milliseconds(0)));
+        View view = exchange(connection, min_version, std::min(left, modelcastd::attach::kLongestWait));
+        // The daemon ends a wait at kLongestWait: a longer one is asked again for the rest.
+        if (view || left <= modelcastd::attach::kLongestWait) return view;
       } catch (const Lost& lost) {
         forget(connection, lost.why);
         // A daemon that accepts and then drops every connection would otherwise keep us here.
@@ -148,7 +151,7 @@ class Client::Impl {
       }
       // The daemon answers by the deadline; the margin covers a loaded machine.
       pollfd p{connection->fd, POLLIN, 0};
-      int wait_ms = static_cast<int>(std::min<std::int64_t>(timeout.count() + 10'000, 86'400'000));
+      const int wait_ms = static_cast<int>(timeout.count() + 10'000);  // timeout <= kLongestWait
       int ready;
       do {
         ready = poll(&p, 1, wait_ms);

@@ -204,7 +204,8 @@ MODELCAST_API mc_status mc_producer_register_tensor(mc_producer_t* producer, con
                                                     size_t ndim, const int64_t* shape, const void* data);
 
 /* Same as mc_producer_register_tensor from a descriptor (memory kind, device ordinal).
- * Errors as there; device memory gives MC_ERR_INVALID_ARGUMENT in a build without GPU support. */
+ * Errors as there; device memory gives MC_ERR_STATE in a process without a device (a build
+ * without GPU support, or no device on the machine). */
 MODELCAST_API mc_status mc_producer_register_tensor_desc(mc_producer_t* producer, const mc_tensor_desc* desc);
 
 /* Since 0.7. Registers a host tensor that is this rank's piece of a tensor of `ndim` dimensions:
@@ -407,7 +408,8 @@ MODELCAST_API void mc_consumer_options_init(mc_consumer_options* options);
 /* Starts the consumer's threads and begins to join the producer (does not wait for it; a
  * producer that starts later is found). *out gets a consumer the caller owns (mc_consumer_destroy).
  * On error *out is NULL: MC_ERR_INVALID_ARGUMENT (NULL options/out, no endpoint, bad buffers or
- * layout), MC_ERR_TRANSPORT (UCX unusable). */
+ * layout), MC_ERR_STATE (device memory in a process without a device), MC_ERR_TRANSPORT (UCX
+ * unusable). */
 MODELCAST_API mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t** out);
 
 /* Stops the consumer's threads and frees it; views already acquired stay valid until released.

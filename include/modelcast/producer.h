@@ -182,16 +182,18 @@ class MODELCAST_API Producer {
   // Binds the control endpoint and starts the service and transport threads.
   // Throws Error(kInvalidArgument) for bad options, Error(kTransport) if binding fails.
   explicit Producer(ProducerOptions options);
-  // Stops background threads; transfers in flight are abandoned (consumers discard them).
+  // Stops background threads; transfers in flight are abandoned (consumers discard them). No
+  // other thread may be inside a call on this producer (publish() copies into its slots).
   ~Producer();
   Producer(const Producer&) = delete;
   Producer& operator=(const Producer&) = delete;
 
-  // Registers a tensor the caller owns (see TensorRef). Only before the first publish().
-  // Throws Error(kInvalidArgument) for an empty/duplicate name, null data or bad shape, a tensor
-  // past what consumers take (65,536 tensors, a 1 TiB snapshot with alignment padding), or
-  // memory that is not where spec.memory and spec.device say; Error(kState) for device memory
-  // in a process without a device.
+  // Registers a tensor the caller owns (see TensorRef). Only before prepare() or the first
+  // publish(): after them, Error(kState). Throws Error(kInvalidArgument) for an empty/duplicate
+  // name, null data or bad shape, a tensor past what consumers take (65,536 tensors, a 1 TiB
+  // snapshot with alignment padding), or device memory not on spec.device; Error(kState) for
+  // device memory in a process without a device. A host tensor's pointer is not checked: that
+  // would start a device runtime in every host-only trainer.
   void register_tensor(const TensorRef& tensor);
   // All or none: when one is refused (as register_tensor would), none of `tensors` stays registered.
   void register_tensors(std::span<const TensorRef> tensors);
