@@ -91,10 +91,9 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
     }
     if (has_field(*options, options->callback_user_data)) set_callbacks(*options, o);
     if (has_field(*options, options->device)) {
-      if (options->memory != MC_MEMORY_HOST && options->memory != MC_MEMORY_CUDA) {
-        invalid("options.memory is not an mc_memory_kind");
-      }
-      o.memory = static_cast<modelcast::MemoryKind>(options->memory);
+      const int memory = raw(options->memory);
+      if (memory != MC_MEMORY_HOST && memory != MC_MEMORY_CUDA) invalid("options.memory is not an mc_memory_kind");
+      o.memory = static_cast<modelcast::MemoryKind>(memory);
       o.device = options->device;
     }
     if (has_field(*options, options->path)) {
@@ -126,10 +125,10 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
         const auto& w = options->wants[i];
         const std::string label = "options.wants[" + std::to_string(i) + "]";
         if (w.tensor == nullptr) invalid(label + ".tensor is NULL");
-        const auto kind = static_cast<int>(w.kind);
+        const int kind = raw(w.kind);
         if (kind < MC_WANT_WHOLE || kind > MC_WANT_NOTHING) invalid(label + ".kind is not an mc_want_kind: " + std::to_string(kind));
         modelcast::TensorWant want{w.tensor, static_cast<modelcast::TensorWant::Kind>(kind), w.dim, w.index, w.count, {}};
-        if (w.kind == MC_WANT_BOXES) {
+        if (kind == MC_WANT_BOXES) {
           if (w.box_count > 0 && w.ndim > 0) {
             require(w.box_offsets, (label + ".box_offsets").c_str());
             require(w.box_extents, (label + ".box_extents").c_str());

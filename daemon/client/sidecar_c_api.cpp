@@ -183,9 +183,13 @@ mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tens
 
 const char* mcs_view_metadata_get(const mcs_view_t* view, const char* key) {
   if (view == nullptr || key == nullptr) return nullptr;
-  const auto& metadata = view->view.metadata();
-  auto it = metadata.find(key);
-  return it == metadata.end() ? nullptr : it->second.c_str();
+  try {  // the lookup builds a std::string, which may throw; nothing may cross the C boundary
+    const auto& metadata = view->view.metadata();
+    auto it = metadata.find(key);
+    return it == metadata.end() ? nullptr : it->second.c_str();
+  } catch (...) {
+    return nullptr;
+  }
 }
 
 }  // extern "C"
