@@ -7,8 +7,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <optional>
+#include <span>
 
 #include <spdlog/spdlog.h>
 
@@ -18,6 +21,19 @@
 namespace modelcastd::attach {
 
 using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Sends to a client; on failure says why, and the caller drops the client.
+bool send_to(int fd, std::span<const char> message, std::span<const int> fds = {}) {
+  if (send_message(fd, message, fds)) return true;
+  const bool full = errno == EAGAIN || errno == EWOULDBLOCK;
+  spdlog::get("modelcastd")->warn("attach: client dropped, cannot send to it: {}",
+                                  full ? "it does not read its replies" : std::strerror(errno));
+  return false;
+}
+
+}  // namespace
 
 struct AttachServer::Client {
   int fd = -1;
@@ -112,7 +128,9 @@ void AttachServer::run() {
 
 void AttachServer::accept_clients() {
   for (;;) {
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    // Non-blocking: a client that does not read its replies fills its socket and is dropped
+    // (send fails with EAGAIN) instead of blocking this one thread, which serves every client.
+    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) return;
     auto client = std::make_unique<Client>();
     client->fd = fd;
@@ -145,7 +163,7 @@ bool AttachServer::serve(Client& client) {
     Reply reply;
     reply.code = static_cast<int>(code);
     reply.error = why;
-    return send_message(client.fd, encode(reply));
+    return send_to(client.fd, encode(reply));
   };
   if (client.waiting) return refuse(modelcast::ErrorCode::kState, "a request is already waiting on this connection");
   bool exists = false;
@@ -161,11 +179,11 @@ bool AttachServer::serve(Client& client) {
 
 bool AttachServer::answer(Client& client, ServedPtr version) {
   Reply reply;
-  if (!version) return send_message(client.fd, encode(reply));
+  if (!version) return send_to(client.fd, encode(reply));
   if (client.holds.size() >= max_holds_) {
     reply.code = static_cast<int>(modelcast::ErrorCode::kResource);
     reply.error = "this connection holds " + std::to_string(max_holds_) + " versions already; release some";
-    return send_message(client.fd, encode(reply));
+    return send_to(client.fd, encode(reply));
   }
   std::uint64_t hold = next_hold_++;
   reply.manifest = version->manifest;
@@ -177,9 +195,7 @@ bool AttachServer::answer(Client& client, ServedPtr version) {
   auto encoded = encode(reply);
   int buffer_fd = version->buffer->read_only_fd();
   if (encoded.size() <= kInlineReplyBytes) {
-    if (send_message(client.fd, encoded, std::span<const int>(&buffer_fd, 1))) return true;
-    spdlog::get("modelcastd")->warn("attach: client dropped, cannot send to it: {}", std::strerror(errno));
-    return false;
+    return send_to(client.fd, encoded, std::span<const int>(&buffer_fd, 1));
   }
   // Too large for one socket message (the kernel caps those at a few hundred KiB): the reply
   // goes in a sealed memfd beside the buffer's descriptor.
@@ -188,7 +204,7 @@ bool AttachServer::answer(Client& client, ServedPtr version) {
             fcntl(manifest_fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0;
   if (ok) {
     int fds[2] = {buffer_fd, manifest_fd};
-    ok = send_message(client.fd, encode_manifest_in_fd(), fds);
+    ok = send_to(client.fd, encode_manifest_in_fd(), fds);
   } else {
     spdlog::get("modelcastd")->error("attach: cannot pass a manifest of {} bytes: {}", encoded.size(), std::strerror(errno));
   }
@@ -209,7 +225,7 @@ void AttachServer::check_waiters() {
     Reply removed;
     removed.code = static_cast<int>(modelcast::ErrorCode::kInvalidArgument);
     removed.error = "the model was removed from the configuration";
-    bool ok = exists ? answer(*client, ready ? version : nullptr) : send_message(fd, encode(removed));
+    bool ok = exists ? answer(*client, ready ? version : nullptr) : send_to(fd, encode(removed));
     if (!ok) dead.push_back(fd);
   }
   for (int fd : dead) drop_client(fd);

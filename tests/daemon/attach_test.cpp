@@ -1,7 +1,15 @@
 // modelcastd with a producer and local clients: every byte of every version in two client
 // processes while updates stream, holds that pin old versions, and a killed client's holds.
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
+#include "daemon/attach/protocol.h"
+#include "daemon/attach/seqpacket.h"
 #include "daemon_fixture.h"
 #include "modelcast/sidecar.h"
 #include "sidecar_check.h"
@@ -133,6 +141,43 @@ TEST_F(DaemonTest, UnknownModelIsAnInvalidArgument) {
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos);
+  }
+}
+
+TEST_F(DaemonTest, AClientThatDoesNotReadItsRepliesIsDroppedAndTheOthersAreServed) {
+  // One thread serves every client. Blocking sends to a client that never read stopped it once
+  // that client's socket was full: every other client waited, and timed out.
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
+  modelcast::sidecar::Client other({socket(), "nope", 30s});  // returns once the daemon listens
+  const int flood = modelcastd::attach::connect_to(socket());
+  ASSERT_GE(flood, 0) << std::strerror(errno);
+  struct CloseAtExit {
+    int fd;
+    ~CloseAtExit() { close(fd); }
+  } close_at_exit{flood};
+  ASSERT_EQ(fcntl(flood, F_SETFL, fcntl(flood, F_GETFL) | O_NONBLOCK), 0);
+  modelcastd::attach::Request request;
+  request.model = "nope";  // answered at once, with an error
+  const auto message = modelcastd::attach::encode(request);
+  // Requests until the daemon drops this connection; when the socket is full, wait for room,
+  // which a daemon stuck sending to this client never makes.
+  int dropped_with = 0;
+  for (int sent = 0; sent < 1'000'000 && dropped_with == 0; ++sent) {
+    if (modelcastd::attach::send_message(flood, message)) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      dropped_with = errno;
+      break;
+    }
+    pollfd room{flood, POLLOUT, 0};
+    ASSERT_EQ(poll(&room, 1, 60'000), 1) << "the daemon stopped reading: it is stuck sending to this client";
+  }
+  EXPECT_TRUE(dropped_with == EPIPE || dropped_with == ECONNRESET) << std::strerror(dropped_with);
+  try {
+    other.acquire();
+    FAIL() << "acquire of an unconfigured model succeeded";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << e.what();
   }
 }
 
