@@ -1,5 +1,7 @@
 #include "daemon/ops_http.h"
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include "daemon/config.h"
@@ -29,9 +31,17 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   server_->Get("/metrics", [metrics = providers.metrics_text](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics(), "text/plain; version=0.0.4");
   });
+  // cpp-httplib sets SO_REUSEPORT by default: a second daemon on the same address would then
+  // bind too and take every other scrape. SO_REUSEADDR alone lets a restart rebind at once
+  // (past TIME_WAIT) and refuses an address another process listens on.
+  server_->set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   port_ = port == 0 ? server_->bind_to_any_port(host) : (server_->bind_to_port(host, port) ? port : -1);
   if (port_ <= 0) {
-    throw modelcast::Error(modelcast::ErrorCode::kTransport, "cannot serve HTTP at '" + listen + "'");
+    throw modelcast::Error(modelcast::ErrorCode::kTransport,
+                           "cannot serve HTTP at '" + listen + "' (is another process listening there?)");
   }
   thread_ = std::thread([this] { server_->listen_after_bind(); });
 }

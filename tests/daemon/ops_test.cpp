@@ -12,6 +12,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/ops_http.h"
 #include "daemon_fixture.h"
 #include "eventually.h"
 #include "read_only_directory.h"
@@ -110,6 +111,22 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
 
 // Whether each model's producer is connected and how many reloads were refused: both series
 // exist from the start at 0, so an alert on them can fire before their first change.
+TEST(OpsHttpAddress, AnAddressAlreadyServedIsRefused) {
+  // cpp-httplib's default SO_REUSEPORT let a second daemon bind the same address, and the
+  // kernel then split scrapes between the two.
+  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
+                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  modelcastd::OpsHttp first("127.0.0.1:0", providers);
+  ASSERT_GT(first.port(), 0);
+  try {
+    modelcastd::OpsHttp second("127.0.0.1:" + std::to_string(first.port()), providers);
+    FAIL() << "a second ops endpoint bound port " << first.port();
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kTransport);
+    EXPECT_NE(std::string(e.what()).find(std::to_string(first.port())), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(DaemonTest, MetricsSayWhichProducersAreConnectedAndCountRefusedReloads) {
   auto producer = std::make_unique<TestProducer>(64);
   const std::string never = "[[model]]\nname = \"never\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"1MiB\"\n";
