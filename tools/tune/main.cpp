@@ -12,10 +12,12 @@
 
 namespace {
 
-// NaN passes CLI11's own number checks, and an option left out is NaN here ("not given"): a
-// "nan" typed by the user would read as missing, or slip through a range test.
-const CLI::Validator kNotNaN(
+// Every numeric option goes through this check. CLI11 converts an empty value to 0, and NaN
+// passes its own number checks, while an option left out is NaN here ("not given"): an empty
+// value or a "nan" typed by the user would read as 0 or as missing, or slip through a range test.
+const CLI::Validator kNumber(
     [](std::string& text) {
+      if (text.find_first_not_of(" \t") == std::string::npos) return std::string("empty value, expected a number");
       double v = 0;
       try {
         v = std::stod(text);
@@ -26,6 +28,11 @@ const CLI::Validator kNotNaN(
     },
     "NUMBER");
 
+template <class T>
+CLI::Option* add_number(CLI::App& cmd, const std::string& name, T& value, const std::string& description) {
+  return cmd.add_option(name, value, description)->check(kNumber);
+}
+
 void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   // time_s is required: every cost in the model (c, d, the window) is in seconds of training
   // time, and steps alone do not say when a version would be servable.
@@ -34,13 +41,13 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
                  "or the shared curves format")->required();
   cmd.add_option("--run", a.run, "curves format: run id to use");
   cmd.add_option("--loss-col", a.loss_column, "curves format: val_loss or train_loss")->capture_default_str()->check(CLI::IsMember({"val_loss", "train_loss"}));
-  cmd.add_option("--total-steps", a.total_steps, "planned length of the run (steps)");
-  cmd.add_option("--publish-cost", a.publish_cost_s, "c: training stall per publish (s)")->required()->check(kNotNaN);
-  cmd.add_option("--update-latency", a.update_latency_s, "d: stall end -> version servable (s)")->required()->check(kNotNaN);
-  cmd.add_option("--request-rate", a.request_rate, "r: inference requests per second")->capture_default_str()->check(kNotNaN);
-  cmd.add_option("--window", a.window_s, "H: inference window (s); default t(last) - t(warm-up)")->check(kNotNaN);
-  cmd.add_option("--max-slowdown", a.max_slowdown_s, "cap on total training slowdown c x publishes (s); inf = no cap")->capture_default_str()->check(kNotNaN);
-  cmd.add_option("--epoch-steps", a.epoch_steps, "E for the every-E-steps baseline (default total/10)");
+  add_number(cmd, "--total-steps", a.total_steps, "planned length of the run (steps)");
+  add_number(cmd, "--publish-cost", a.publish_cost_s, "c: training stall per publish (s)")->required();
+  add_number(cmd, "--update-latency", a.update_latency_s, "d: stall end -> version servable (s)")->required();
+  add_number(cmd, "--request-rate", a.request_rate, "r: inference requests per second")->capture_default_str();
+  add_number(cmd, "--window", a.window_s, "H: inference window (s); default t(last) - t(warm-up)");
+  add_number(cmd, "--max-slowdown", a.max_slowdown_s, "cap on total training slowdown c x publishes (s); inf = no cap")->capture_default_str();
+  add_number(cmd, "--epoch-steps", a.epoch_steps, "E for the every-E-steps baseline (default total/10)");
   cmd.add_option("--reference", a.reference_path, "prior: CSV step,loss[,time_s] of a comparable earlier run (time_s optional here)");
   cmd.add_option("--lr-schedule", a.lr_schedule_path, "CSV step,lr: the learning-rate schedule, when known");
   cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast where there is one, publishes, served loss)");
@@ -80,17 +87,17 @@ int main(int argc, char** argv) {
 
   auto* plan = app.add_subcommand("plan", "plan publishes from a warm-up prefix (the log, or its points up to --warmup-steps)");
   add_common(*plan, args);
-  plan->add_option("--warmup-steps", args.warmup_step, "use only the log's points up to this step");
+  add_number(*plan, "--warmup-steps", args.warmup_step, "use only the log's points up to this step");
   plan->add_flag("--json", json, "print JSON");
 
   auto* replay = app.add_subcommand("replay", "run the online scheduler over a full log, showing it one point at a time");
   add_common(*replay, args);
-  replay->add_option("--warmup-steps", args.warmup_step, "W: inference starts when this step completes")->required();
+  add_number(*replay, "--warmup-steps", args.warmup_step, "W: inference starts when this step completes")->required();
   replay->add_flag("--json", json, "print JSON");
 
   auto* evaluate = app.add_subcommand("evaluate", "CIL of a given schedule on the true (logged) curve");
   add_common(*evaluate, args);
-  evaluate->add_option("--warmup-steps", args.warmup_step, "W: inference starts when this step completes")->required();
+  add_number(*evaluate, "--warmup-steps", args.warmup_step, "W: inference starts when this step completes")->required();
   evaluate->add_option("--publish-steps", publish_steps, "comma-separated publish steps (logged steps after W)")->required();
   evaluate->add_flag("--json", json, "print JSON");
 

@@ -36,7 +36,11 @@ void check_costs(const CommonArgs& a) {
   };
   need(a.publish_cost_s, "--publish-cost");
   need(a.update_latency_s, "--update-latency");
-  if (!std::isfinite(a.request_rate) || a.request_rate <= 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--request-rate must be > 0");
+  if (!std::isfinite(a.request_rate) || a.request_rate <= 0) {
+    std::ostringstream why;
+    why << "--request-rate must be a finite number > 0, got " << a.request_rate;
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
+  }
   if (!std::isnan(a.window_s) && (!std::isfinite(a.window_s) || a.window_s < 0))
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--window must be a finite number >= 0");
   if (std::isnan(a.max_slowdown_s) || a.max_slowdown_s < 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--max-slowdown must be >= 0");
