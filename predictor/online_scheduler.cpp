@@ -13,6 +13,9 @@ namespace modelcast::predictor {
 namespace {
 constexpr double kMaxObservedLoss = 1e100;
 constexpr std::size_t kNow = static_cast<std::size_t>(-1);  // the "publish now" candidate
+// OnlineOptions::costs as the caller set them.
+constexpr PublishCostNames kCostNames{"online scheduler: ", "costs.stall_s", "costs.delivery_s", "costs.request_rate",
+                                      "costs.window_s", "costs.max_slowdown_s"};
 
 // A point's loss and time residuals against the forecast (interpolated between its steps), by
 // which the forecast's future is shifted to continue from that point; none where the point lies
@@ -61,8 +64,12 @@ OnlineScheduler::OnlineScheduler(OnlineScheduler&&) noexcept = default;
 OnlineScheduler& OnlineScheduler::operator=(OnlineScheduler&&) noexcept = default;
 
 void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
-  if (!std::isfinite(stall_s) || stall_s < 0 || !std::isfinite(delivery_s) || delivery_s < 0)
-    throw Error(ErrorCode::kInvalidArgument, "online scheduler: stall and delivery times must be finite and >= 0");
+  // Every field, not only the two set here: the constructor checks the options' costs this way,
+  // rather than leaving a bad rate or window to the first decision after the warm-up.
+  PublishCosts costs = options_.costs;
+  costs.stall_s = stall_s;
+  costs.delivery_s = delivery_s;
+  validate_costs(costs, kCostNames);
   if (stall_s != options_.costs.stall_s || delivery_s != options_.costs.delivery_s) ++forecast_version_;  // re-plan
   options_.costs.stall_s = stall_s;
   options_.costs.delivery_s = delivery_s;

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -83,19 +84,6 @@ double window_end(const Trajectory& curve, std::size_t w, const PublishCosts& co
   return curve.time_s[w] + h;
 }
 
-void validate_costs(const PublishCosts& costs) {
-  if (!std::isfinite(costs.stall_s) || costs.stall_s < 0)
-    throw Error(ErrorCode::kInvalidArgument, "publish cost (stall) must be finite and >= 0, got " + std::to_string(costs.stall_s));
-  if (!std::isfinite(costs.delivery_s) || costs.delivery_s < 0)
-    throw Error(ErrorCode::kInvalidArgument, "update latency (delivery) must be finite and >= 0, got " + std::to_string(costs.delivery_s));
-  if (!std::isfinite(costs.request_rate) || costs.request_rate <= 0)
-    throw Error(ErrorCode::kInvalidArgument, "request rate must be finite and > 0, got " + std::to_string(costs.request_rate));
-  if (!std::isnan(costs.window_s) && (!std::isfinite(costs.window_s) || costs.window_s < 0))
-    throw Error(ErrorCode::kInvalidArgument, "window must be finite and >= 0, got " + std::to_string(costs.window_s));
-  if (std::isnan(costs.max_slowdown_s) || costs.max_slowdown_s < 0)
-    throw Error(ErrorCode::kInvalidArgument, "max slowdown must be >= 0, got " + std::to_string(costs.max_slowdown_s));
-}
-
 void validate_trajectory(const Trajectory& t) {
   if (t.steps.size() != t.loss.size() || t.steps.size() != t.time_s.size())
     throw Error(ErrorCode::kInvalidArgument, "trajectory: steps, loss and time_s must have the same length");
@@ -113,6 +101,21 @@ void validate_trajectory(const Trajectory& t) {
 }
 
 }  // namespace
+
+void validate_costs(const PublishCosts& costs, const PublishCostNames& names) {
+  auto refuse = [&](std::string_view field, const char* rule, double value) {
+    std::ostringstream why;
+    why << names.context << field << " must be " << rule << ", got " << value;
+    throw Error(ErrorCode::kInvalidArgument, why.str());
+  };
+  if (!std::isfinite(costs.stall_s) || costs.stall_s < 0) refuse(names.stall_s, "finite and >= 0", costs.stall_s);
+  if (!std::isfinite(costs.delivery_s) || costs.delivery_s < 0) refuse(names.delivery_s, "finite and >= 0", costs.delivery_s);
+  if (!std::isfinite(costs.request_rate) || costs.request_rate <= 0) refuse(names.request_rate, "finite and > 0", costs.request_rate);
+  if (!std::isnan(costs.window_s) && (!std::isfinite(costs.window_s) || costs.window_s < 0))
+    refuse(names.window_s, "finite and >= 0 (or NaN: not given)", costs.window_s);
+  if (std::isnan(costs.max_slowdown_s) || costs.max_slowdown_s < 0)
+    refuse(names.max_slowdown_s, ">= 0 (infinity: no cap)", costs.max_slowdown_s);
+}
 
 void validate_problem(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs) {
   validate_trajectory(curve);

@@ -132,6 +132,8 @@ struct OnlineStats {
 // non-increasing steps, non-finite values or negative costs.
 class OnlineScheduler {
  public:
+  // Throws Error(kInvalidArgument) for options out of range, every cost field included
+  // (validate_costs), here rather than at the first decision after the warm-up.
   explicit OnlineScheduler(OnlineOptions options);
   ~OnlineScheduler();  // waits for a refit or plan still running on a worker
   OnlineScheduler(OnlineScheduler&&) noexcept;
@@ -150,7 +152,8 @@ class OnlineScheduler {
   // step. Rethrows what a worker's forecaster or plan threw.
   bool should_publish(std::int64_t step);
 
-  // Update c and d from the producer's measured stall and delivery times.
+  // Update c and d from the producer's measured stall and delivery times. Throws
+  // Error(kInvalidArgument), changing nothing, for a value that is negative or not finite.
   void set_costs(double stall_s, double delivery_s);
 
   // Blocks until the refit and the plan running on the workers (if any) are done, so that the

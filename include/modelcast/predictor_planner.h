@@ -14,6 +14,7 @@
 #include <limits>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "modelcast/error.h"
@@ -48,6 +49,22 @@ struct ScheduleResult {
   double cil = 0.0;
   double slowdown_s = 0.0;
 };
+
+// How validate_costs names each field in its messages, after `context` (the online scheduler
+// and the C ABI name the fields as their callers set them).
+struct PublishCostNames {
+  std::string_view context;
+  std::string_view stall_s = "publish cost (stall)";
+  std::string_view delivery_s = "update latency (delivery)";
+  std::string_view request_rate = "request rate";
+  std::string_view window_s = "window";
+  std::string_view max_slowdown_s = "max slowdown";
+};
+
+// Throws Error(kInvalidArgument), naming the field and its value, unless stall_s and delivery_s
+// are finite and >= 0, request_rate is finite and > 0, window_s is NaN (not given) or finite and
+// >= 0, and max_slowdown_s is >= 0 (infinity: no cap). The one check of every entry point.
+void validate_costs(const PublishCosts& costs, const PublishCostNames& names = {});
 
 // Throws Error(kInvalidArgument) unless the trajectory is well formed, warmup_index is valid
 // and the costs are finite and non-negative (rate > 0).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "modelcast/predictor_online.h"
@@ -336,6 +337,35 @@ TEST(OnlineScheduler, RejectsContractViolations) {
   OnlineOptions bad_hedge = o;
   bad_hedge.hedge_options.change_probability = 1.5;
   EXPECT_THROW(OnlineScheduler{bad_hedge}, modelcast::Error);
+}
+
+// Costs the planner refuses were once accepted here and refused only at the first decision
+// after the warm-up, far from the code that set them.
+TEST(OnlineScheduler, RefusesBadCostsAtConstructionAndInSetCosts) {
+  OnlineOptions o;
+  o.forecast.total_steps = 1000;
+  const double nan = std::nan(""), inf = std::numeric_limits<double>::infinity();
+  auto refused = [&](void (*set)(PublishCosts&, double), double value, const std::string& words) {
+    OnlineOptions bad = o;
+    set(bad.costs, value);
+    try {
+      OnlineScheduler s(bad);
+      ADD_FAILURE() << "accepted " << words << " = " << value;
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  for (double v : {0.0, -1.0, nan, inf}) refused([](PublishCosts& c, double x) { c.request_rate = x; }, v, "costs.request_rate must be");
+  for (double v : {-1.0, inf}) refused([](PublishCosts& c, double x) { c.window_s = x; }, v, "costs.window_s must be");
+  for (double v : {-1.0, nan}) refused([](PublishCosts& c, double x) { c.max_slowdown_s = x; }, v, "costs.max_slowdown_s must be");
+  for (double v : {-1.0, nan, inf}) refused([](PublishCosts& c, double x) { c.stall_s = x; }, v, "costs.stall_s must be");
+  for (double v : {-1.0, nan, inf}) refused([](PublishCosts& c, double x) { c.delivery_s = x; }, v, "costs.delivery_s must be");
+  OnlineOptions capped = o;
+  capped.costs.max_slowdown_s = inf;  // no cap
+  capped.costs.window_s = 50.0;
+  OnlineScheduler s(capped);
+  EXPECT_THROW(s.set_costs(nan, 1.0), modelcast::Error);
+  s.set_costs(2.0, 1.0);
 }
 
 }  // namespace
