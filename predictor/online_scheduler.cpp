@@ -117,6 +117,9 @@ void OnlineScheduler::wait_for_background() {
 void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s) {
   if (!std::isfinite(loss) || !std::isfinite(wall_time_s))
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: non-finite loss or time at step " + std::to_string(step));
+  if (step > kMaxCurveStep || step < -kMaxCurveStep)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: step " + std::to_string(step) +
+                                                 " is beyond 2^53, the largest step the predictor takes");
   if (!observed_.empty() && step <= observed_.back().step)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: step " + std::to_string(step) + " is not after step " +
                                 std::to_string(observed_.back().step));

@@ -140,7 +140,8 @@ class OnlineScheduler {
   OnlineScheduler& operator=(OnlineScheduler&&) noexcept;
 
   // wall_time_s: producer's training clock, including the stalls of earlier publishes. Throws
-  // Error(kInvalidArgument), keeping nothing of the point, for a step not after the last, a loss
+  // Error(kInvalidArgument), keeping nothing of the point, for a step not after the last or
+  // beyond kMaxCurveStep (2^53), a loss
   // that is not finite or beyond +-1e100, or a time that is negative or before the last point's.
   void observe(std::int64_t step, double loss, double wall_time_s);
 

@@ -368,5 +368,23 @@ TEST(OnlineScheduler, RefusesBadCostsAtConstructionAndInSetCosts) {
   s.set_costs(2.0, 1.0);
 }
 
+// A step the forecast cannot take was once kept, and the next decision threw in terms of the
+// forecast; the header promises observe() refuses it, keeping nothing of the point.
+TEST(OnlineScheduler, RefusesAStepBeyondTwoToThe53KeepingNothing) {
+  OnlineOptions o;
+  o.forecast.total_steps = 1000;
+  o.warmup_step = 500;
+  OnlineScheduler s(o);
+  s.observe(0, 5.0, 0.0);
+  try {
+    s.observe(kMaxCurveStep + 1, 4.0, 1.0);
+    ADD_FAILURE() << "accepted a step beyond 2^53";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 9007199254740993 is beyond 2^53"), std::string::npos) << e.what();
+  }
+  s.observe(10, 4.0, 1.0);  // nothing of the refused point was kept
+  EXPECT_FALSE(s.should_publish(10));
+}
+
 }  // namespace
 }  // namespace modelcast::predictor
