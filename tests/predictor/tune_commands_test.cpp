@@ -219,5 +219,27 @@ TEST(TuneCommands, ReadsAQuotedLearningRateScheduleAndNamesABadLine) {
   }
 }
 
+std::string write_file(const std::string& name, const std::string& text) {
+  const auto path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Negative losses with nothing to gain printed "regret -nan %": the guard compared the gain with
+// a fraction of a negative no-publish CIL.
+TEST(TuneCommands, NegativeLossesWithNoGainSayNoGainAchievable) {
+  std::string text = "step,loss,time_s\n";
+  for (int i = 0; i <= 10; ++i) text += std::to_string(i * 10) + ",-2," + std::to_string(i * 10) + "\n";
+  auto a = base(write_file("mc_tune_neg_flat.csv", text));
+  a.warmup_step = 20;
+  for (const auto& r : {run_evaluate(a, {50}), run_replay(a)}) {
+    EXPECT_LT(r["no_publish_cil"].get<double>(), 0.0);
+    EXPECT_TRUE(r["regret_pct"].is_null()) << r["regret_pct"];
+    const auto shown = render_text(r);
+    EXPECT_NE(shown.find("no gain achievable"), std::string::npos) << shown;
+    EXPECT_EQ(shown.find("nan"), std::string::npos) << shown;
+  }
+}
+
 }  // namespace
 }  // namespace modelcast::tune

@@ -161,6 +161,13 @@ void check_total_within_log(const CommonArgs& a, const mp::LossLog& log) {
   }
 }
 
+// Regret as a share of the achievable gain, or null where there is none to speak of. The gain is
+// compared with the size of the no-publish CIL: losses (and so CIL) may be negative.
+Json regret_pct_json(double cil, double best, double none) {
+  const double gain = none - best;
+  return gain > 1e-12 * std::abs(none) ? Json(100.0 * (cil - best) / gain) : Json();
+}
+
 Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double stall_s) {
   return Json{{"publish_steps", steps}, {"predicted_cil", cil}, {"slowdown_s", stall_s * static_cast<double>(steps.size())}};
 }
@@ -305,7 +312,7 @@ Json run_replay(const CommonArgs& a) {
   r["slowdown_s"] = costs.stall_s * static_cast<double>(steps.size());
   r["optimal"] = schedule_json(best.publish_steps, best.cil, costs.stall_s);
   r["no_publish_cil"] = none;
-  r["regret_pct"] = none - best.cil > 1e-12 * none ? Json(100.0 * (cil - best.cil) / (none - best.cil)) : Json();
+  r["regret_pct"] = regret_pct_json(cil, best.cil, none);
   r["baselines"] = baselines_json(truth, w, costs, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)), viper_curve);
   if (!a.plot_path.empty()) {
     PlotData d;
@@ -338,7 +345,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   r["slowdown_s"] = costs.stall_s * static_cast<double>(publish_steps.size());
   r["optimal"] = schedule_json(best.publish_steps, best.cil, costs.stall_s);
   r["no_publish_cil"] = none;
-  r["regret_pct"] = none - best.cil > 1e-12 * none ? Json(100.0 * (cil - best.cil) / (none - best.cil)) : Json();
+  r["regret_pct"] = regret_pct_json(cil, best.cil, none);
   Json b = Json::object();
   b["every_candidate"] = schedule_json(mp::every_candidate_schedule(truth, w), mp::evaluate_cil(truth, w, costs, mp::every_candidate_schedule(truth, w)), costs.stall_s);
   const auto e = mp::every_n_steps_schedule(truth, w, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)));
