@@ -2,6 +2,9 @@
 
 #include <csv.h>
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <new>
 #include <utility>
 
@@ -34,6 +37,8 @@ class Parser {
   csv_parser parser_{};
 };
 
+bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
+
 }  // namespace
 
 std::vector<std::string> split_csv_record(const std::string& line, const std::string& source, std::size_t line_no) {
@@ -45,6 +50,34 @@ std::vector<std::string> split_csv_record(const std::string& line, const std::st
                                         "): " + line);
   }
   return std::move(collector.fields);
+}
+
+FirstRecord read_first_record(std::istream& in, const std::string& source) {
+  FirstRecord first;
+  std::string line;
+  while (std::getline(in, line)) {
+    ++first.line_no;
+    if (first.line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
+    if (!blank(line)) break;
+  }
+  if (first.line_no == 0 || blank(line)) throw CsvError(source, std::max<std::size_t>(first.line_no, 1), "empty file");
+  first.fields = split_csv_record(line, source, first.line_no);
+  const std::string& f = first.fields.front();
+  double probe = 0;
+  const auto [ptr, ec] = std::from_chars(f.data(), f.data() + f.size(), probe);
+  first.header = f.empty() || ec != std::errc() || ptr != f.data() + f.size();
+  return first;
+}
+
+int find_column(const std::vector<std::string>& header, std::string_view name) {
+  auto same = [name](const std::string& column) {
+    return column.size() == name.size() &&
+           std::equal(column.begin(), column.end(), name.begin(), [](char a, char b) {
+             return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+           });
+  };
+  const auto it = std::find_if(header.begin(), header.end(), same);
+  return it == header.end() ? -1 : static_cast<int>(it - header.begin());
 }
 
 }  // namespace modelcast::predictor

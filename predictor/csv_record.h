@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstddef>
+#include <istream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace modelcast::predictor {
@@ -13,5 +15,19 @@ namespace modelcast::predictor {
 // Throws CsvError(source, line_no) for a malformed record (an unterminated quote, a quote
 // inside an unquoted field).
 std::vector<std::string> split_csv_record(const std::string& line, const std::string& source, std::size_t line_no);
+
+// What every CSV input of the predictor (loss logs, references, learning-rate schedules) does
+// with its first line, so that they accept the same files.
+struct FirstRecord {
+  std::vector<std::string> fields;
+  std::size_t line_no = 0;  // 1-based
+  bool header = false;      // the first field is not a number: a header, columns by name
+};
+// The first non-blank line, split. A UTF-8 byte order mark before it (spreadsheet exports write
+// one) is not part of the first field. Throws CsvError for an empty input.
+FirstRecord read_first_record(std::istream& in, const std::string& source);
+
+// Index of a header's column named `name`, in any case ("Step", "LR"); -1 when there is none.
+int find_column(const std::vector<std::string>& header, std::string_view name);
 
 }  // namespace modelcast::predictor

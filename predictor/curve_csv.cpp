@@ -39,11 +39,6 @@ struct Columns {
   int step = -1, loss = -1, time = -1, run = -1, track = -1, record = -1, total = -1;
 };
 
-int find_column(const std::vector<std::string>& header, const std::string& name) {
-  const auto it = std::find(header.begin(), header.end(), name);
-  return it == header.end() ? -1 : static_cast<int>(it - header.begin());
-}
-
 struct RowReader {
   const std::string& source;
   std::size_t line_no;
@@ -109,20 +104,12 @@ CsvError::CsvError(const std::string& source, std::size_t line, const std::strin
 
 LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOptions& options) {
   std::string line;
-  std::size_t line_no = 0;
   std::vector<std::string> header;
   // First non-empty line: header or (plain, headerless) data.
-  while (std::getline(in, line)) {
-    ++line_no;
-    // A UTF-8 byte order mark (spreadsheet exports write one) is not part of the first field.
-    if (line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
-    if (line.find_first_not_of(" \t\r") != std::string::npos) break;
-  }
-  if (line_no == 0 || line.find_first_not_of(" \t\r") == std::string::npos)
-    throw CsvError(source, std::max<std::size_t>(line_no, 1), "empty file");
-  auto first = split_csv_record(line, source, line_no);
-  double probe = 0;
-  const bool has_header = !parse_double(first.front(), probe);
+  auto first_record = read_first_record(in, source);
+  const std::vector<std::string> first = std::move(first_record.fields);
+  std::size_t line_no = first_record.line_no;
+  const bool has_header = first_record.header;
   LossLog log;
   Columns col;
   bool curves = false;

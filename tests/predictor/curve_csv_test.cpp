@@ -175,5 +175,13 @@ TEST(CurveCsv, RejectsMalformedQuotingWithItsLine) {
   expect_error("step,loss,time_s\n0,5\"x\",0\n", 2, "malformed CSV record");
 }
 
+// Header names are matched in any case, as the learning-rate schedule's reader does.
+TEST(CurveCsv, HeaderNamesInAnyCase) {
+  const auto log = parse("Step,Loss,Time_s\n0,10.5,0\n100,4.25,12.5\n");
+  ASSERT_EQ(log.points.size(), 2u);
+  EXPECT_TRUE(log.has_time);
+  EXPECT_DOUBLE_EQ(log.points[1].time_s, 12.5);
+}
+
 }  // namespace
 }  // namespace modelcast::predictor

@@ -241,5 +241,20 @@ TEST(TuneCommands, NegativeLossesWithNoGainSayNoGainAchievable) {
   }
 }
 
+// The schedule's reader refused what the loss-log reader takes: a byte order mark, a header in capitals.
+TEST(TuneCommands, ReadsALearningRateScheduleAsTheLossLogIsRead) {
+  auto a = base(write_log("mc_tune_lr2_log.csv", 20));
+  a.warmup_step = 600;
+  a.total_steps = 1900;
+  a.lr_schedule_path = write_file("mc_tune_lr2.csv", "step,lr\n0,0.001\n1000,0.001\n1900,0.0001\n");
+  const auto plain = run_plan(a);
+  for (const char* header : {"\xEF\xBB\xBFstep,lr", "Step,LR", "STEP,Lr"}) {
+    a.lr_schedule_path = write_file("mc_tune_lr2.csv", std::string(header) + "\n0,0.001\n1000,0.001\n1900,0.0001\n");
+    nlohmann::json r;
+    ASSERT_NO_THROW(r = run_plan(a)) << header;
+    EXPECT_EQ(r["publish_steps"], plain["publish_steps"]) << header;
+  }
+}
+
 }  // namespace
 }  // namespace modelcast::tune

@@ -98,18 +98,25 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw mp::CsvError(path, 0, "cannot open file");
   mp::LrSchedule s;
+  // The first line as the loss logs' reader takes it (byte order mark, header in any case).
+  auto first = mp::read_first_record(in, path);
+  std::size_t n = first.line_no;
+  int step_col = 0, lr_col = 1;
+  std::size_t columns = 2;
+  if (first.header) {
+    step_col = mp::find_column(first.fields, "step");
+    lr_col = mp::find_column(first.fields, "lr");
+    if (step_col < 0 || lr_col < 0)
+      throw mp::CsvError(path, n, std::string("missing column '") + (step_col < 0 ? "step" : "lr") + "' (expected step,lr)");
+    columns = first.fields.size();
+  }
   std::string line;
-  std::size_t n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const auto fields = mp::split_csv_record(line, path, n);  // RFC 4180, as the loss logs
-    if (n == 1 && fields.front() == "step") continue;           // header
-    if (fields.size() != 2) throw mp::CsvError(path, n, "expected step,lr");
+  auto row = [&](const std::vector<std::string>& fields) {
+    if (fields.size() != columns) throw mp::CsvError(path, n, first.header ? "expected one value per header column" : "expected step,lr");
     std::int64_t step = 0;
     double lr = 0;
-    const std::string& a = fields[0];
-    const std::string& b = fields[1];
+    const std::string& a = fields[static_cast<std::size_t>(step_col)];
+    const std::string& b = fields[static_cast<std::size_t>(lr_col)];
     if (std::from_chars(a.data(), a.data() + a.size(), step).ptr != a.data() + a.size())
       throw mp::CsvError(path, n, "step is not an integer: '" + a + "'");
     if (std::from_chars(b.data(), b.data() + b.size(), lr).ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
@@ -117,6 +124,12 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
     if (!s.steps.empty() && step <= s.steps.back()) throw mp::CsvError(path, n, "steps not increasing");
     s.steps.push_back(step);
     s.lr.push_back(lr);
+  };
+  if (!first.header) row(first.fields);
+  while (std::getline(in, line)) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    row(mp::split_csv_record(line, path, n));  // RFC 4180, as the loss logs
   }
   if (s.steps.empty()) throw mp::CsvError(path, n, "no schedule rows");
   return s;
