@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <new>
 #include <utility>
 
@@ -37,6 +38,26 @@ class Parser {
   csv_parser parser_{};
 };
 
+// The start of a line as an error quotes it, at most 80 characters with other than printable
+// ASCII escaped: a binary file's line can be megabytes of bytes a terminal would act on.
+std::string excerpt(const std::string& line) {
+  constexpr std::size_t kShown = 80;
+  std::string out;
+  std::size_t i = 0;
+  for (; i < line.size() && out.size() < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(line[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", c);
+      out += hex;
+    }
+  }
+  if (i < line.size()) out += "... (" + std::to_string(line.size()) + " bytes)";
+  return out;
+}
+
 bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
 
 }  // namespace
@@ -47,7 +68,7 @@ std::vector<std::string> split_csv_record(const std::string& line, const std::st
   const bool parsed = csv_parse(parser.get(), line.data(), line.size(), on_field, on_record_end, &collector) == line.size();
   if (!parsed || csv_fini(parser.get(), on_field, on_record_end, &collector) != 0) {
     throw CsvError(source, line_no, std::string("malformed CSV record (") + csv_strerror(csv_error(parser.get())) +
-                                        "): " + line);
+                                        "): " + excerpt(line));
   }
   return std::move(collector.fields);
 }
@@ -57,6 +78,8 @@ FirstRecord read_first_record(std::istream& in, const std::string& source) {
   std::string line;
   while (std::getline(in, line)) {
     ++first.line_no;
+    if (first.line_no == 1 && line.rfind("\x1f\x8b", 0) == 0)
+      throw CsvError(source, 1, "looks gzip-compressed; decompress it first (gunzip)");
     if (first.line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     if (!blank(line)) break;
   }

@@ -13,7 +13,7 @@
 namespace modelcast::predictor {
 
 // Throws CsvError(source, line_no) for a malformed record (an unterminated quote, a quote
-// inside an unquoted field).
+// inside an unquoted field), quoting the start of the line with control and non-ASCII bytes escaped.
 std::vector<std::string> split_csv_record(const std::string& line, const std::string& source, std::size_t line_no);
 
 // What every CSV input of the predictor (loss logs, references, learning-rate schedules) does
@@ -24,7 +24,8 @@ struct FirstRecord {
   bool header = false;      // the first field is not a number: a header, columns by name
 };
 // The first non-blank line, split. A UTF-8 byte order mark before it (spreadsheet exports write
-// one) is not part of the first field. Throws CsvError for an empty input.
+// one) is not part of the first field. Throws CsvError for an empty input, and for a gzip file
+// (its magic bytes) rather than a malformed record of compressed bytes.
 FirstRecord read_first_record(std::istream& in, const std::string& source);
 
 // Index of a header's column named `name`, in any case ("Step", "LR"); -1 when there is none.

@@ -44,7 +44,8 @@ struct CsvOptions {
 // Parses either format (detected from the header). A decreasing time_s (timer restart) is
 // repaired by shifting the later times and reported in warnings. Throws CsvError on missing columns,
 // non-numeric/NaN/inf values, steps not strictly increasing or beyond kMaxCurveStep, fewer
-// than min_points rows, an unknown run, or a run given for a single-run log. A UTF-8 byte order mark before the first line is skipped, and header
+// than min_points rows, an unknown run, or a run given for a single-run log, and says so for a
+// gzip-compressed file. A UTF-8 byte order mark before the first line is skipped, and header
 // names match in any case ("Step,Loss"). Stateless; thread-safe.
 LossLog read_loss_log(std::istream& in, const std::string& source_name, const CsvOptions& options);
 LossLog read_loss_log_file(const std::string& path, const CsvOptions& options);

@@ -175,6 +175,30 @@ TEST(CurveCsv, RejectsMalformedQuotingWithItsLine) {
   expect_error("step,loss,time_s\n0,5\"x\",0\n", 2, "malformed CSV record");
 }
 
+// A gzip file was reported as a malformed record followed by its compressed bytes.
+TEST(CurveCsv, AGzipFileIsNamedAsSuch) {
+  expect_error(std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xad\x92\"\x01\n", 15), 1,
+               "looks gzip-compressed; decompress it first");
+}
+
+// Binary garbage in a malformed record was echoed whole, control bytes and all.
+TEST(CurveCsv, AMalformedRecordIsShownInPartWithControlBytesEscaped) {
+  std::string garbage = "step,loss\n0,5\n10,\"4";
+  for (int i = 0; i < 5000; ++i) garbage += static_cast<char>(i % 32 == 10 ? 1 : i % 32);
+  garbage += "\n";
+  try {
+    parse(garbage);
+    ADD_FAILURE() << "accepted";
+  } catch (const CsvError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("malformed CSV record"), std::string::npos) << what;
+    EXPECT_LT(what.size(), 200u) << what;
+    EXPECT_NE(what.find("\\x01"), std::string::npos) << what;
+    EXPECT_NE(what.find("(5005 bytes)"), std::string::npos) << what;
+    for (char c : what) EXPECT_GE(static_cast<unsigned char>(c), 0x20) << "raw control byte in: " << what;
+  }
+}
+
 // Header names are matched in any case, as the learning-rate schedule's reader does.
 TEST(CurveCsv, HeaderNamesInAnyCase) {
   const auto log = parse("Step,Loss,Time_s\n0,10.5,0\n100,4.25,12.5\n");

@@ -98,7 +98,7 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw mp::CsvError(path, 0, "cannot open file");
   mp::LrSchedule s;
-  // The first line as the loss logs' reader takes it (byte order mark, header in any case).
+  // The first line as the loss logs' reader takes it (byte order mark, header in any case, gzip).
   auto first = mp::read_first_record(in, path);
   std::size_t n = first.line_no;
   int step_col = 0, lr_col = 1;
