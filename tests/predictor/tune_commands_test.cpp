@@ -241,6 +241,30 @@ TEST(TuneCommands, NegativeLossesWithNoGainSayNoGainAchievable) {
   }
 }
 
+// A reference ending at or before step 0 was divided by its last step: points dropped or
+// progress reversed without a word. A many-run reference was told to use --run, an option of --log.
+TEST(TuneCommands, RefusesAReferenceWithoutPositiveStepsOrWithManyRuns) {
+  auto a = base(write_log("mc_tune_ref_log.csv", 20));
+  a.warmup_step = 600;
+  a.total_steps = 1900;
+  auto refused = [&](const std::string& text, const std::string& words) {
+    a.reference_path = write_file("mc_tune_ref.csv", text);
+    try {
+      run_plan(a);
+      ADD_FAILURE() << "accepted reference:\n" << text;
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(a.reference_path), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused("step,loss\n-10,5\n0,3\n", "its steps end at 0");
+  refused("step,loss\n-20,5\n-10,3\n", "its steps end at -10");
+  refused("run,track,record,step,total_steps,val_loss,train_time_s\nr1,t,a,0,10,5,0\nr1,t,a,10,10,4,1\n",
+          "--reference needs a single run's step,loss[,time_s] log");
+  a.reference_path = write_file("mc_tune_ref.csv", "step,loss\n0,5\n10,3\n");
+  EXPECT_NO_THROW(run_plan(a));
+}
+
 // The schedule's reader refused what the loss-log reader takes: a byte order mark, a header in capitals.
 TEST(TuneCommands, ReadsALearningRateScheduleAsTheLossLogIsRead) {
   auto a = base(write_log("mc_tune_lr2_log.csv", 20));

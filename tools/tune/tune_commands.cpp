@@ -82,7 +82,20 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
 }
 
 mp::ReferenceCurve load_reference(const std::string& path) {
+  // --run picks a run of --log, not of the reference; the reader's own message would point there.
+  if (std::ifstream probe(path); probe) {
+    const auto first = mp::read_first_record(probe, path);
+    if (first.header && mp::find_column(first.fields, "run") >= 0 && mp::find_column(first.fields, "total_steps") >= 0)
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                             path + ": a curves file of many runs; --reference needs a single run's step,loss[,time_s] log "
+                                    "(--run selects a run of --log only)");
+  }
   auto log = mp::read_loss_log_file(path, {});
+  // Progress is step / last step: a last step at or below 0 would reverse it or divide by 0.
+  if (log.points.back().step <= 0)
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           path + ": its steps end at " + std::to_string(log.points.back().step) +
+                               "; a --reference run's progress is step / last step, so its last step must be > 0");
   mp::ReferenceCurve ref;
   const double last_step = static_cast<double>(log.points.back().step);
   const double last_time = log.points.back().time_s;
