@@ -15,9 +15,10 @@ using namespace modelcast::c_api;
 
 namespace {
 
-void check_cost(double value, const char* what) {
-  if (!std::isfinite(value) || value < 0) invalid(std::string(what) + " must be a finite number >= 0 (got " + std::to_string(value) + ")");
-}
+// The fields as a C caller sets them, in the messages of the predictor's own cost check.
+constexpr modelcast::predictor::PublishCostNames kCostNames{"", "options.publish_cost_s", "options.update_latency_s",
+                                                            "options.request_rate", "options.window_s",
+                                                            "options.max_slowdown_s"};
 
 using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;
 
@@ -68,21 +69,18 @@ mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_
               ": call mc_scheduler_options_init first");
     }
     if (options->total_steps <= 0) invalid("options.total_steps must be > 0 (the planned length of the run)");
-    check_cost(options->publish_cost_s, "options.publish_cost_s");
-    check_cost(options->update_latency_s, "options.update_latency_s");
-    if (!std::isfinite(options->request_rate) || options->request_rate <= 0) invalid("options.request_rate must be > 0");
-    if (!std::isnan(options->window_s)) check_cost(options->window_s, "options.window_s");
-    if (std::isnan(options->max_slowdown_s) || options->max_slowdown_s < 0) invalid("options.max_slowdown_s must be >= 0");
-    if (!std::isfinite(options->refit_growth) || options->refit_growth < 0) invalid("options.refit_growth must be >= 0");
-    if (options->max_candidates < 1) invalid("options.max_candidates must be >= 1");
     modelcast::predictor::OnlineOptions o;
-    o.forecast.total_steps = options->total_steps;
-    o.warmup_step = options->warmup_step;
     o.costs.stall_s = options->publish_cost_s;
     o.costs.delivery_s = options->update_latency_s;
     o.costs.request_rate = options->request_rate;
     o.costs.window_s = options->window_s;
     o.costs.max_slowdown_s = options->max_slowdown_s;
+    modelcast::predictor::validate_costs(o.costs, kCostNames);
+    if (!std::isfinite(options->refit_growth) || options->refit_growth < 0) invalid("options.refit_growth must be >= 0");
+    // The scheduler's own bound: a plan weighs "now" and at least one future step.
+    if (options->max_candidates < 2) invalid("options.max_candidates must be >= 2");
+    o.forecast.total_steps = options->total_steps;
+    o.warmup_step = options->warmup_step;
     o.refit_growth = options->refit_growth;
     o.refit_band_points = options->refit_band_points;
     o.refit_every_below = options->refit_every_below;
@@ -124,8 +122,10 @@ mc_status mc_scheduler_wait_for_background(mc_scheduler_t* scheduler) {
 mc_status mc_scheduler_set_costs(mc_scheduler_t* scheduler, double publish_cost_s, double update_latency_s) {
   return guarded(__func__, [&] {
     require(scheduler, "scheduler");
-    check_cost(publish_cost_s, "publish_cost_s");
-    check_cost(update_latency_s, "update_latency_s");
+    modelcast::predictor::PublishCosts costs;
+    costs.stall_s = publish_cost_s;
+    costs.delivery_s = update_latency_s;
+    modelcast::predictor::validate_costs(costs, {.context = "", .stall_s = "publish_cost_s", .delivery_s = "update_latency_s"});
     scheduler->scheduler.set_costs(publish_cost_s, update_latency_s);
     return MC_OK;
   });

@@ -37,11 +37,11 @@ typedef struct mc_scheduler_options {
   double max_slowdown_s;     /* cap on publish_cost_s x publishes; default +infinity (no cap) */
   /* Refit policy, as OnlineOptions documents it: refit when the observed points grew by this
    * factor (default 0.5), at every point below refit_every_below points (default 24), or when
-   * refit_band_points points left the forecast band (default 0: off). */
+   * refit_band_points points left the forecast band (default 5; 0: off). */
   double refit_growth;
   int refit_band_points;
   int refit_every_below;
-  int max_candidates;        /* future publish candidates a plan weighs; default 160 */
+  int max_candidates;        /* publish candidates a plan weighs ("now" included), >= 2; default 160 */
   /* Since 0.8 (read only when struct_size covers it): an mc_scheduler_work_mode; default
    * MC_SCHEDULER_INLINE. */
   int work_mode;
@@ -52,7 +52,8 @@ MODELCAST_API void mc_scheduler_options_init(mc_scheduler_options* options);
 
 /* *out gets a scheduler the caller owns (mc_scheduler_destroy); NULL on error.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL options/out, struct_size unset, total_steps <= 0,
- * negative or non-finite costs, request_rate <= 0). Thread-safe. */
+ * negative or non-finite costs, request_rate <= 0, window_s negative or infinite, max_slowdown_s
+ * NaN or negative, max_candidates < 2), the message naming the field. Thread-safe. */
 MODELCAST_API mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_t** out);
 
 /* Frees the scheduler. NULL is a no-op. */

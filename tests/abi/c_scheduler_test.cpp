@@ -119,4 +119,37 @@ TEST(CScheduler, AnUnknownWorkModeIsRefusedNamingTheFieldUnlessTheStructPredates
   EXPECT_EQ(mc_scheduler_wait_for_background(nullptr), MC_ERR_INVALID_ARGUMENT);
 }
 
+// The defaults are the C++ scheduler's, and the C checks are its bounds, named as the C caller
+// set them (max_candidates 1 once passed the C check and failed in C++ without naming the field).
+TEST(CScheduler, DefaultsAndBoundsAreTheCppSchedulersNamedByField) {
+  mc_scheduler_options options;
+  mc_scheduler_options_init(&options);
+  const modelcast::predictor::OnlineOptions cpp;
+  EXPECT_EQ(options.refit_band_points, cpp.refit_band_points);
+  EXPECT_EQ(options.max_candidates, cpp.max_candidates);
+  options.total_steps = 1000;
+  auto refused = [&](mc_scheduler_options bad, const std::string& words) {
+    mc_scheduler_t* scheduler = nullptr;
+    EXPECT_EQ(mc_scheduler_create(&bad, &scheduler), MC_ERR_INVALID_ARGUMENT) << words;
+    EXPECT_EQ(scheduler, nullptr);
+    EXPECT_NE(std::string(mc_last_error()).find(words), std::string::npos) << mc_last_error();
+  };
+  mc_scheduler_options bad = options;
+  bad.max_candidates = 1;
+  refused(bad, "options.max_candidates must be >= 2");
+  bad = options;
+  bad.request_rate = std::nan("");
+  refused(bad, "options.request_rate must be finite and > 0");
+  bad = options;
+  bad.window_s = -1;
+  refused(bad, "options.window_s must be finite and >= 0");
+  bad = options;
+  bad.max_slowdown_s = -1;
+  refused(bad, "options.max_slowdown_s must be >= 0");
+  options.max_candidates = 2;
+  mc_scheduler_t* scheduler = nullptr;
+  ASSERT_EQ(mc_scheduler_create(&options, &scheduler), MC_OK) << mc_last_error();
+  mc_scheduler_destroy(scheduler);
+}
+
 }  // namespace
