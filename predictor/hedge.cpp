@@ -312,6 +312,7 @@ RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmu
     throw Error(ErrorCode::kInvalidArgument, "regret spread: warm-up index " + std::to_string(warmup_index) + " is past the prefix");
   RegretSpread out;
   std::vector<std::pair<double, double>> regrets;  // (regret %, weight)
+  double shortfall = 0.0, gain = 0.0;              // weighted sums of (ours - best) and (none - best)
   Forecast f = hedged.forecast;
   std::vector<TimeScenario> times = hedged.time_scenarios;
   if (times.empty()) times.push_back({"forecast", 1.0, f.time_s});
@@ -323,13 +324,19 @@ RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmu
       const double none = evaluate_cil(curve, warmup_index, costs, {});
       const double best = plan_optimal(curve, warmup_index, costs).cil;
       const double ours = evaluate_cil(curve, warmup_index, costs, publish_steps);
+      ++out.pairs;
       if (none - best <= 1e-9 * std::abs(none)) continue;
-      regrets.emplace_back(100.0 * (ours - best) / (none - best), s.weight * t.weight);
+      const double weight = s.weight * t.weight;
+      regrets.emplace_back(100.0 * (ours - best) / (none - best), weight);
+      shortfall += weight * (ours - best);
+      gain += weight * (none - best);
     }
   out.scenarios = regrets.size();
   for (const auto& [r, w] : regrets) out.gain_probability += w;
   if (regrets.empty()) return out;
-  for (const auto& [r, w] : regrets) out.expected_pct += r * w / out.gain_probability;
+  // Not the mean of the ratios: a scenario with almost nothing to gain has a huge ratio for a
+  // tiny shortfall, and would outweigh every scenario where CIL is really at stake.
+  out.expected_pct = 100.0 * shortfall / gain;
   out.p10_pct = weighted_quantile(regrets, 0.1);
   out.p50_pct = weighted_quantile(regrets, 0.5);
   out.p90_pct = weighted_quantile(regrets, 0.9);

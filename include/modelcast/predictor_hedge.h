@@ -129,11 +129,18 @@ ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmu
                            const HedgedForecast& hedged, const PublishCosts& costs);
 
 // How a schedule fares in each scenario, against that scenario's own optimum.
+// A scenario here is a pair of a loss scenario and a time scenario, weighted by the product of
+// their weights.
 struct RegretSpread {
-  double expected_pct = 0.0;  // weighted mean regret over scenarios with an achievable gain
-  double p10_pct = 0.0, p50_pct = 0.0, p90_pct = 0.0;  // weighted quantiles
+  // Expected regret: the expected shortfall of the schedule behind each scenario's optimum over
+  // the expected achievable gain, sum w (cil - best) / sum w (none - best), over the scenarios
+  // with an achievable gain (in %). A scenario with almost nothing to gain cannot dominate it, as
+  // it would a mean of the per-scenario ratios.
+  double expected_pct = 0.0;
+  double p10_pct = 0.0, p50_pct = 0.0, p90_pct = 0.0;  // weighted quantiles of the per-scenario regret %
   std::size_t scenarios = 0;         // scenarios with an achievable gain
-  double gain_probability = 0.0;     // their total weight
+  std::size_t pairs = 0;             // scenarios weighed: loss scenarios x time scenarios
+  double gain_probability = 0.0;     // total weight of those with a gain
 };
 
 // Regret of publish_steps (steps of the forecast grid or the prefix after the warm-up) in every

@@ -169,6 +169,39 @@ TEST(Hedge, RegretSpreadOfPublishingNothingIsTotal) {
   EXPECT_NEAR(spread.p10_pct, 100.0, 1e-9);
 }
 
+// One scenario with almost nothing to gain once made the expected regret: its regret ratio
+// (thousands of %) was averaged with the others'. The expected figure is the expected shortfall
+// over the expected gain; the quantiles stay per scenario.
+TEST(Hedge, ExpectedRegretIsTheExpectedShortfallOverTheExpectedGain) {
+  const std::vector<CurvePoint> prefix = {{0, 5.0, 0.0}, {10, 4.0, 10.0}};
+  HedgedForecast h;
+  h.forecast.steps = {20, 30, 40, 50, 60};
+  h.forecast.time_s = {20.0, 30.0, 40.0, 50.0, 60.0};
+  // Publishing at step 20 is the drop's optimum; the late dip offers almost nothing, and there
+  // the publish is all loss.
+  h.scenarios = {{"drop", 0.9, {2.0, 2.0, 2.0, 2.0, 2.0}}, {"late_dip", 0.1, {4.0, 4.0, 4.0, 3.99, 3.99}}};
+  h.forecast.loss = h.scenarios[0].loss;
+  h.time_scenarios = {{"forecast", 1.0, h.forecast.time_s}};
+  h.hedged = true;
+  PublishCosts costs;
+  costs.stall_s = 1.0;
+  const std::vector<std::int64_t> publish = {20};
+  double shortfall = 0, gain = 0;
+  for (const auto& sc : h.scenarios) {
+    Forecast f = h.forecast;
+    f.loss = sc.loss;
+    const auto curve = extend_with_forecast(prefix, f);
+    const double none = evaluate_cil(curve, 1, costs, {}), best = plan_optimal(curve, 1, costs).cil;
+    shortfall += sc.weight * (evaluate_cil(curve, 1, costs, publish) - best);
+    gain += sc.weight * (none - best);
+  }
+  const auto spread = regret_spread(prefix, 1, h, costs, publish);
+  ASSERT_EQ(spread.scenarios, 2U);
+  EXPECT_EQ(spread.pairs, 2U);
+  EXPECT_NEAR(spread.expected_pct, 100.0 * shortfall / gain, 1e-9);
+  EXPECT_LT(spread.expected_pct, 1.0);  // the mean of the ratios: 10 % or more, from the dip alone
+}
+
 // A short run whose steps get slower (a sequence-length ramp): 250 steps take 8 s at first and
 // 21 s at the end, so the run lasts almost twice as long as the first interval suggests.
 std::vector<CurvePoint> slowing_run() {

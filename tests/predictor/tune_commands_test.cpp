@@ -46,6 +46,13 @@ TEST(TuneCommands, PlanJsonHasTheDocumentedFields) {
   const auto& e = r["expected_regret"];
   ASSERT_TRUE(e.is_object());
   EXPECT_GT(e["scenarios"].get<int>(), 1);
+  // The text counted loss scenarios while the JSON counted (loss, time) pairs with a gain.
+  EXPECT_LE(e["scenarios_with_gain"].get<int>(), e["scenarios"].get<int>());
+  EXPECT_EQ(e["scenarios"].get<std::size_t>(), e["loss_scenarios"].get<std::size_t>() * r["time_scenarios"].size());
+  const auto shown = render_text(r);
+  EXPECT_NE(shown.find("expected regret over the " + std::to_string(e["scenarios_with_gain"].get<int>()) + " of " +
+                       std::to_string(e["scenarios"].get<int>()) + " forecast scenarios with a gain"),
+            std::string::npos) << shown;
   EXPECT_GE(e["expected_pct"].get<double>(), 0.0);
   EXPECT_LE(e["p10_pct"].get<double>(), e["p50_pct"].get<double>());
   EXPECT_LE(e["p50_pct"].get<double>(), e["p90_pct"].get<double>());

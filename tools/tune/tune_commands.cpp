@@ -264,9 +264,11 @@ Json run_plan(const CommonArgs& a) {
   for (const auto& m : forecast.members)
     members.push_back({{"family", m.family}, {"weight", m.weight}, {"backtest_rmse", std::isfinite(m.backtest_rmse) ? Json(m.backtest_rmse) : Json()}});
   const auto spread = mp::regret_spread(prefix, w, hedged, costs, plan.publish_steps);
+  // A scenario is a (loss, time) pair here, as regret_spread weighs them; the text counts the same.
   r["expected_regret"] = {{"expected_pct", spread.expected_pct}, {"p10_pct", spread.p10_pct}, {"p50_pct", spread.p50_pct},
                           {"p90_pct", spread.p90_pct}, {"scenarios_with_gain", spread.scenarios},
-                          {"gain_probability", spread.gain_probability}, {"scenarios", hedged.scenarios.size()}};
+                          {"gain_probability", spread.gain_probability}, {"scenarios", spread.pairs},
+                          {"loss_scenarios", hedged.scenarios.size()}};
   Json time_scenarios = Json::array();
   for (const auto& t : hedged.time_scenarios)
     time_scenarios.push_back({{"kind", t.kind}, {"weight", t.weight}, {"end_time_s", t.time_s.empty() ? Json() : Json(t.time_s.back())}});
@@ -425,8 +427,10 @@ std::string render_text(const Json& r) {
   }
   if (r.contains("expected_regret")) {
     const auto& e = r["expected_regret"];
-    o << "  expected regret over " << e["scenarios"].get<std::size_t>() << " forecast scenarios: " << e["expected_pct"].get<double>()
-      << " % (p10 " << e["p10_pct"].get<double>() << ", p50 " << e["p50_pct"].get<double>() << ", p90 " << e["p90_pct"].get<double>() << ")\n";
+    o << "  expected regret over the " << e["scenarios_with_gain"].get<std::size_t>() << " of "
+      << e["scenarios"].get<std::size_t>() << " forecast scenarios with a gain: " << e["expected_pct"].get<double>()
+      << " % of the expected gain (per scenario: p10 " << e["p10_pct"].get<double>() << ", p50 " << e["p50_pct"].get<double>()
+      << ", p90 " << e["p90_pct"].get<double>() << ")\n";
   }
   if (r.contains("forecast")) {
     o << "  forecast members:";
