@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "modelcast/predictor_csv.h"
 #include "tune_commands.h"
@@ -285,6 +286,24 @@ TEST(TuneCommands, ReadsALearningRateScheduleAsTheLossLogIsRead) {
     ASSERT_NO_THROW(r = run_plan(a)) << header;
     EXPECT_EQ(r["publish_steps"], plain["publish_steps"]) << header;
   }
+}
+
+// The every-candidate and every-E-steps baselines ignored --max-slowdown while the plan, the
+// scheduler, the optimum and the VIPER baselines kept to it, so their CIL was not comparable.
+TEST(TuneCommands, EveryBaselineKeepsToTheSlowdownCap) {
+  auto a = base(write_log("mc_tune_capped.csv", 40));
+  a.warmup_step = 500;
+  a.epoch_steps = 300;
+  a.max_slowdown_s = 2.5 * a.publish_cost_s;  // two publishes
+  for (const auto& r : {run_replay(a), run_evaluate(a, {600, 900})}) {
+    ASSERT_TRUE(r["baselines"].contains("every_candidate"));
+    for (const auto& [name, b] : r["baselines"].items()) {
+      EXPECT_LE(b["publish_steps"].size(), 2u) << r["command"] << " " << name;
+      EXPECT_LE(b["slowdown_s"].get<double>(), a.max_slowdown_s) << r["command"] << " " << name;
+    }
+  }
+  a.max_slowdown_s = std::numeric_limits<double>::infinity();
+  EXPECT_GT(run_evaluate(a, {600})["baselines"]["every_candidate"]["publish_steps"].size(), 2u);
 }
 
 }  // namespace

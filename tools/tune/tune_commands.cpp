@@ -206,6 +206,17 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
   return fo;
 }
 
+// A fixed-rule baseline under --max-slowdown: its first publishes that fit under the cap, as the
+// VIPER baselines keep to it (viper_rules.cpp), so that every schedule reported is one the run
+// could have made and their CILs compare.
+std::vector<std::int64_t> within_slowdown(std::vector<std::int64_t> steps, const mp::PublishCosts& costs) {
+  if (costs.stall_s > 0 && std::isfinite(costs.max_slowdown_s)) {
+    const double fit = std::floor(costs.max_slowdown_s / costs.stall_s + 1e-9);
+    if (fit < static_cast<double>(steps.size())) steps.resize(static_cast<std::size_t>(fit));
+  }
+  return steps;
+}
+
 Json baselines_json(const mp::Trajectory& truth_or_forecast, std::size_t w, const mp::PublishCosts& costs,
                     std::int64_t epoch_steps, const mp::Trajectory& viper_curve) {
   Json b = Json::object();
@@ -213,8 +224,8 @@ Json baselines_json(const mp::Trajectory& truth_or_forecast, std::size_t w, cons
     steps = mp::snap_to_candidates(steps, truth_or_forecast, w);
     b[name] = schedule_json(steps, mp::evaluate_cil(truth_or_forecast, w, costs, steps), costs.stall_s);
   };
-  add("every_candidate", mp::every_candidate_schedule(truth_or_forecast, w));
-  add("every_e_steps", mp::every_n_steps_schedule(truth_or_forecast, w, epoch_steps));
+  add("every_candidate", within_slowdown(mp::every_candidate_schedule(truth_or_forecast, w), costs));
+  add("every_e_steps", within_slowdown(mp::every_n_steps_schedule(truth_or_forecast, w, epoch_steps), costs));
   add("viper_fixed_interval", mp::fixed_interval_schedule(viper_curve, w, costs));
   add("viper_threshold", mp::threshold_schedule(viper_curve, w, costs));
   return b;
@@ -375,8 +386,9 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   r["no_publish_cil"] = none;
   r["regret_pct"] = regret_pct_json(cil, best.cil, none);
   Json b = Json::object();
-  b["every_candidate"] = schedule_json(mp::every_candidate_schedule(truth, w), mp::evaluate_cil(truth, w, costs, mp::every_candidate_schedule(truth, w)), costs.stall_s);
-  const auto e = mp::every_n_steps_schedule(truth, w, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)));
+  const auto every = within_slowdown(mp::every_candidate_schedule(truth, w), costs);
+  b["every_candidate"] = schedule_json(every, mp::evaluate_cil(truth, w, costs, every), costs.stall_s);
+  const auto e = within_slowdown(mp::every_n_steps_schedule(truth, w, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10))), costs);
   b["every_e_steps"] = schedule_json(e, mp::evaluate_cil(truth, w, costs, e), costs.stall_s);
   r["baselines"] = b;
   if (!a.plot_path.empty()) {
