@@ -306,6 +306,18 @@ ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmu
   return plan_expected_cil(prefix, warmup_index, hedged, costs);
 }
 
+PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions& options, const PublishCosts& costs) {
+  if (prefix.empty()) throw Error(ErrorCode::kInvalidArgument, "plan: no points up to the warm-up step");
+  PrefixPlan out;
+  out.point_forecast = forecast_curve(prefix, options);
+  // Plan on the expected loss over the forecast's scenarios, not on the point forecast alone.
+  out.hedged = hedge_forecast(prefix, out.point_forecast, {});
+  // Lowest expected CIL over the loss and time scenarios (the exact plan on the expected path
+  // when the time axis is not in doubt).
+  out.plan = plan_hedged(prefix, prefix.size() - 1, out.hedged, costs);
+  return out;
+}
+
 RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
                            const PublishCosts& costs, std::span<const std::int64_t> publish_steps) {
   if (warmup_index >= prefix.size())

@@ -128,6 +128,16 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
 ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index,
                            const HedgedForecast& hedged, const PublishCosts& costs);
 
+// What modelcast-tune plan computes, and Python's modelcast.predictor.plan: the point forecast of
+// the rest of the run from the prefix (forecast_curve with options), hedged with the default
+// HedgeOptions, and plan_hedged on it from the prefix's last point (the warm-up step).
+struct PrefixPlan {
+  Forecast point_forecast;
+  HedgedForecast hedged;  // hedged.forecast.loss: the expected path the plan is made on
+  ScheduleResult plan;    // cil: the expected CIL over the loss and time scenarios
+};
+PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions& options, const PublishCosts& costs);
+
 // How a schedule fares in each scenario, against that scenario's own optimum.
 // A scenario here is a pair of a loss scenario and a time scenario, weighted by the product of
 // their weights.

@@ -11,11 +11,11 @@ from ._core.predictor import (CurvePoint, Forecast, ForecastMember, ForecastOpti
                               OnlineOptions, OnlineScheduler, OnlineStats, PublishCosts, ReferenceCurve,
                               ScheduleResult, Trajectory, every_candidate_schedule, every_n_steps_schedule,
                               evaluate_cil, extend_with_forecast, fixed_interval_schedule, forecast_curve,
-                              forecast_viper, plan_from, plan_optimal, read_loss_log_file, snap_to_candidates,
+                              forecast_viper, plan_from, plan_optimal, plan_prefix, read_loss_log_file, snap_to_candidates,
                               threshold_schedule, trajectory_of, validate_problem)
 from .errors import InvalidArgumentError
 
-Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index")
+Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index expected_cil point_forecast")
 
 
 def curve_points(steps, loss, time_s=None):
@@ -28,13 +28,18 @@ def curve_points(steps, loss, time_s=None):
 
 
 def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule=None):
-    """The publish plan ``modelcast-tune plan`` makes: forecast the run from the points logged up to
-    ``warmup_step`` (a logged step: inference starts when it completes) until ``total_steps``,
-    then the exact minimum-CIL schedule on that forecast under ``costs`` (a PublishCosts).
+    """The publish plan ``modelcast-tune plan`` makes, through the same library call (plan_prefix):
+    forecast the run from the points logged up to ``warmup_step`` (a logged step: inference starts
+    when it completes) until ``total_steps``, turn the forecast into weighted scenarios (hedge), and
+    take the schedule with the lowest expected cumulative inference loss over them under ``costs``
+    (a PublishCosts).
 
-    Returns a Plan (publish_steps, cil, slowdown_s, forecast, curve, warmup_index). Pure; raises
-    InvalidArgumentError for a warm-up step that was not logged, fewer than 2 points up to it,
-    or total_steps not beyond it.
+    Returns a Plan: publish_steps, cil (on ``curve``, the tool's "predicted CIL"), slowdown_s,
+    forecast (the scenarios' expected path the plan is made on), curve (the points up to the
+    warm-up step, then that forecast), warmup_index, expected_cil (over the scenarios, the tool's
+    ``expected_cil``; equal to cil unless the time axis is in doubt) and point_forecast (the
+    forecast before hedging). Pure; raises InvalidArgumentError for a warm-up step that was not
+    logged, fewer than 2 points up to it, or total_steps not beyond it.
     """
     prefix = [p for p in points if p.step <= warmup_step]
     if not prefix or prefix[-1].step != warmup_step:
@@ -47,10 +52,13 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     options.total_steps = int(total_steps)
     options.reference = reference
     options.lr_schedule = lr_schedule
-    forecast = forecast_curve(prefix, options)
+    planned = plan_prefix(prefix, options, costs)
+    forecast = planned.forecast
     curve = extend_with_forecast(prefix, forecast)
-    result = plan_optimal(curve, len(prefix) - 1, costs)
-    return Plan(result.publish_steps, result.cil, result.slowdown_s, forecast, curve, len(prefix) - 1)
+    steps = planned.plan.publish_steps
+    cil = evaluate_cil(curve, len(prefix) - 1, costs, steps)
+    return Plan(steps, cil, planned.plan.slowdown_s, forecast, curve, len(prefix) - 1, planned.plan.cil,
+                planned.point_forecast)
 
 
 def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1.0, **settings):

@@ -104,6 +104,13 @@ void bind_forecast(py::module_& m) {
         "Cumulative inference loss of publishing at publish_steps; InvalidArgumentError naming a bad step.");
   m.def("plan_optimal", &mp::plan_optimal, py::arg("curve"), py::arg("warmup_index"), py::arg("costs"), nogil,
         "Exact minimum-CIL schedule on `curve` with inference starting at curve.steps[warmup_index].");
+  py::class_<mp::PrefixPlan>(m, "PrefixPlan", "What modelcast-tune plan computes: point forecast, hedged forecast, plan.")
+      .def_readonly("point_forecast", &mp::PrefixPlan::point_forecast)
+      .def_property_readonly("forecast", [](const mp::PrefixPlan& p) { return p.hedged.forecast; })
+      .def_readonly("plan", &mp::PrefixPlan::plan);
+  m.def("plan_prefix", [](const Points& p, const mp::ForecastOptions& o, const mp::PublishCosts& c) { return mp::plan_prefix(p, o, c); },
+        py::arg("prefix"), py::arg("options"), py::arg("costs"), nogil,
+        "The forecast from the prefix hedged over its scenarios and the plan with the lowest expected CIL.");
   m.def("plan_from", &mp::plan_from, py::arg("origin_loss"), py::arg("origin_servable_s"), py::arg("publishes_done"),
         py::arg("window_end_s"), py::arg("future"), py::arg("costs"), nogil, "Mid-run planning (see predictor_planner.h).");
   m.def("every_candidate_schedule", &mp::every_candidate_schedule, py::arg("curve"), py::arg("warmup_index"), nogil);

@@ -1,6 +1,9 @@
 """The predictor from Python: plan() and OnlineScheduler on a synthetic loss curve."""
 
+import json
 import math
+import os
+import subprocess
 
 import pytest
 
@@ -30,6 +33,29 @@ def test_plan_forecasts_and_plans_optimally():
                      predictor.every_n_steps_schedule(plan.curve, plan.warmup_index, 100), []):
         assert plan.cil <= predictor.evaluate_cil(plan.curve, plan.warmup_index, costs, baseline) + 1e-9
     assert plan.slowdown_s == pytest.approx(0.5 * len(plan.publish_steps))
+
+
+@pytest.mark.parametrize("warmup_step", [30, 200])
+def test_plan_is_what_the_tool_plans(tmp_path, warmup_step):
+    # plan() once planned on the bare point forecast while the tool hedges over its scenarios; a
+    # warm-up of 3 points also leaves the time axis in doubt (several time scenarios).
+    tune = os.environ.get("MODELCAST_TUNE")
+    if not tune:
+        pytest.skip("MODELCAST_TUNE (the modelcast-tune binary) not set")
+    points = curve()
+    log = tmp_path / "log.csv"
+    log.write_text("step,loss,time_s\n" + "".join(f"{p.step},{p.loss!r},{p.time_s!r}\n" for p in points))
+    out = subprocess.run([tune, "plan", "--log", str(log), "--warmup-steps", str(warmup_step), "--total-steps", "600",
+                          "--publish-cost", "0.5", "--update-latency", "0.2", "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    tool = json.loads(out)
+    plan = predictor.plan(points, warmup_step=warmup_step, total_steps=600,
+                          costs=predictor.PublishCosts(stall_s=0.5, delivery_s=0.2))
+    assert list(plan.publish_steps) == tool["publish_steps"]
+    assert plan.cil == pytest.approx(tool["predicted_cil"], rel=1e-12)
+    assert plan.expected_cil == pytest.approx(tool["expected_cil"], rel=1e-12)
+    assert list(plan.forecast.loss) == pytest.approx(tool["forecast"]["loss"], rel=1e-12)
+    assert list(plan.point_forecast.loss) == pytest.approx(tool["forecast"]["point_loss"], rel=1e-12)
 
 
 def test_costlier_publishes_mean_fewer_publishes():

@@ -247,17 +247,16 @@ Json run_plan(const CommonArgs& a) {
                                 std::to_string(prefix.back().step) + ")");
   const auto costs = costs_of(a);
   const auto fo = forecast_options(a, total);
-  const auto point_forecast = mp::forecast_curve(prefix, fo);
-  // Plan on the expected loss over the forecast's scenarios, not on the point forecast alone.
-  const auto hedged = mp::hedge_forecast(prefix, point_forecast, {});
+  // The library's plan from a prefix, which Python's modelcast.predictor.plan calls too.
+  const auto planned_prefix = mp::plan_prefix(prefix, fo, costs);
+  const auto& point_forecast = planned_prefix.point_forecast;
+  const auto& hedged = planned_prefix.hedged;
   const auto& forecast = hedged.forecast;
+  const auto& plan = planned_prefix.plan;
   const auto viper = mp::forecast_viper(prefix, fo);
   const auto planned = mp::extend_with_forecast(prefix, forecast);
   const auto viper_curve = mp::extend_with_forecast(prefix, viper);
   const std::size_t w = prefix.size() - 1;
-  // Lowest expected CIL over the loss and time scenarios (the exact plan on the expected path
-  // when the time axis is not in doubt).
-  const auto plan = mp::plan_hedged(prefix, w, hedged, costs);
 
   Json r;
   r["command"] = "plan";
