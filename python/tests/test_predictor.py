@@ -123,6 +123,15 @@ def test_predictor_errors_carry_codes():
         predictor.plan(curve(), warmup_step=205, total_steps=600, costs=predictor.PublishCosts())
     with pytest.raises(modelcast.InvalidArgumentError):
         predictor.online_options(600, 200, 0.5, 0.2, refit_grwoth=1.0)
+    # Costs out of range are refused when the scheduler is made, naming the field (they were
+    # once refused only at the first decision after the warm-up).
+    for bad in (dict(request_rate=0.0), dict(request_rate=math.inf), dict(request_rate=math.nan)):
+        with pytest.raises(modelcast.InvalidArgumentError, match="costs.request_rate"):
+            predictor.OnlineScheduler(predictor.online_options(600, 200, 0.5, 0.2, **bad))
+    options = predictor.online_options(600, 200, 0.5, 0.2)
+    options.costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2, max_slowdown_s=math.nan)
+    with pytest.raises(modelcast.InvalidArgumentError, match="costs.max_slowdown_s"):
+        predictor.OnlineScheduler(options)
 
 
 def test_online_options_refuse_an_unknown_work_mode():
