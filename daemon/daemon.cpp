@@ -92,8 +92,10 @@ void Daemon::start_model(const ModelConfig& model) {
   ModelCallbacks callbacks;
   callbacks.on_installed = [this, model](const ServedPtr& version) { on_installed(model, version); };
   callbacks.on_rejected = [this, log](const std::string& name, const modelcast::Error& error) {
-    // kResource: updates wait for clients to release held buffers; nothing was rejected.
-    if (error.code() != modelcast::ErrorCode::kResource) metrics_.rejected(name);
+    metrics_.rejected(name);
+    log->warn("model {}: {}", name, error.what());
+  };
+  callbacks.on_error = [log](const std::string& name, const modelcast::Error& error) {
     log->warn("model {}: {}", name, error.what());
   };
   metrics_.model_added(model.name, writer_ && model.persist, !model.hook.empty());
@@ -240,6 +242,7 @@ std::string Daemon::metrics_text() {
     for (const auto& [name, service] : models_) {
       auto stats = service->consumer_stats();
       live.bytes_received[name] = stats.bytes_received;
+      live.versions_rejected[name] = stats.versions_rejected;
       live.producer_connected[name] = stats.producer_connected;
     }
   }

@@ -19,7 +19,7 @@ double seconds(std::chrono::nanoseconds d) { return std::chrono::duration<double
 
 Metrics::Metrics()
     : installed_(BuildCounter().Name("modelcastd_versions_installed_total").Help("Versions received and served").Register(*registry_)),
-      rejected_(BuildCounter().Name("modelcastd_versions_rejected_total").Help("Versions refused (digest, layout, signature) or transfers failed").Register(*registry_)),
+      rejected_(BuildCounter().Name("modelcastd_versions_rejected_total").Help("Versions refused (digest, layout, signature, size) by the consumer, or received and not served").Register(*registry_)),
       update_latency_(BuildHistogram().Name("modelcastd_update_latency_seconds").Help("Producer's publish() until served by the daemon").Register(*registry_)),
       bytes_received_(BuildCounter().Name("modelcastd_bytes_received_total").Help("Model bytes received from producers").Register(*registry_)),
       clients_(BuildGauge().Name("modelcastd_clients").Help("Local client connections").Register(*registry_)),
@@ -88,12 +88,16 @@ std::string Metrics::render(const LiveValues& live) {
   holds_.Add({}).Set(static_cast<double>(live.holds));
   {
     std::lock_guard lock(mutex_);
+    // A restarted model's Consumer counts from 0 again: count from there.
+    auto add_since_seen = [](prometheus::Counter& counter, std::uint64_t now, std::uint64_t& seen) {
+      counter.Increment(static_cast<double>(now >= seen ? now - seen : now));
+      seen = now;
+    };
     for (const auto& [model, bytes] : live.bytes_received) {
-      auto& seen = bytes_seen_[model];
-      // A restarted model's Consumer counts from 0 again: count its bytes from there.
-      auto delta = bytes >= seen ? bytes - seen : bytes;
-      bytes_received_.Add({{"model", model}}).Increment(static_cast<double>(delta));
-      seen = bytes;
+      add_since_seen(bytes_received_.Add({{"model", model}}), bytes, bytes_seen_[model]);
+    }
+    for (const auto& [model, rejected] : live.versions_rejected) {
+      add_since_seen(rejected_.Add({{"model", model}}), rejected, rejected_seen_[model]);
     }
     for (auto& [model, gauge] : connected_) {
       auto it = live.producer_connected.find(model);

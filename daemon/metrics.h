@@ -24,6 +24,7 @@ struct LiveValues {
   std::size_t clients = 0;
   std::size_t holds = 0;
   std::map<std::string, std::uint64_t> bytes_received;  // by model, cumulative
+  std::map<std::string, std::uint64_t> versions_rejected;  // by model, by its consumer, cumulative
   std::map<std::string, bool> producer_connected;       // by model
 };
 
@@ -36,6 +37,8 @@ class Metrics {
   // The version the daemon serves for `model` (from the producer or recovered from disk).
   void serving(const std::string& model, std::uint64_t version);
   void installed(const std::string& model, std::chrono::nanoseconds update_latency);
+  // A version the daemon does not serve; the versions a model's consumer rejects are counted
+  // from LiveValues at render().
   void rejected(const std::string& model);
   void repository_written(const std::string& model, std::chrono::nanoseconds took);
   void repository_failed(const std::string& model);
@@ -63,6 +66,7 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& reloads_refused_;
   std::mutex mutex_;
   std::map<std::string, std::uint64_t> bytes_seen_;  // mutex_: the counter counts increments
+  std::map<std::string, std::uint64_t> rejected_seen_;  // mutex_: as bytes_seen_
   // mutex_: every model ever added, so one removed by a reload reads 0 rather than its last value.
   std::map<std::string, prometheus::Gauge*> connected_;
 };

@@ -33,7 +33,7 @@ ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks)
   options.conversions = config_.conversions;
   options.on_update = [this](const modelcast::ModelView& view) { installed(view); };
   options.on_error = [this](const modelcast::Error& error) {
-    if (callbacks_.on_rejected) callbacks_.on_rejected(config_.name, error);
+    if (callbacks_.on_error) callbacks_.on_error(config_.name, error);
   };
   consumer_ = std::make_unique<modelcast::Consumer>(std::move(options));
   copier_ = std::thread([this] { copy_loop(); });
@@ -147,8 +147,8 @@ bool ModelService::serve_copy(const modelcast::ModelView& view, bool report_wait
     return true;
   }
   if (!buffer) {
-    if (report_wait && callbacks_.on_rejected) {
-      callbacks_.on_rejected(config_.name, modelcast::Error(modelcast::ErrorCode::kResource,
+    if (report_wait && callbacks_.on_error) {
+      callbacks_.on_error(config_.name, modelcast::Error(modelcast::ErrorCode::kResource,
           "version " + std::to_string(view.version()) + " waits: every one of the " + std::to_string(copies_.size()) +
               " shared-memory buffers for shaped versions is held by a client or the repository writer; it is "
               "served once one is released, unless a newer version comes first"));

@@ -36,8 +36,11 @@ namespace modelcastd {
 
 struct ModelCallbacks {
   std::function<void(const ServedPtr&)> on_installed;  // a version from the producer is served
-  // A version refused, or (ErrorCode::kResource) updates waiting on buffers that clients hold.
+  // A version the consumer installed that the daemon does not serve (it counts as rejected).
   std::function<void(const std::string& model, const modelcast::Error&)> on_rejected;
+  // Everything else to report: the consumer's errors (the versions it rejects are counted from
+  // its stats) and updates waiting on buffers that clients hold.
+  std::function<void(const std::string& model, const modelcast::Error&)> on_error;
 };
 
 class ModelService {

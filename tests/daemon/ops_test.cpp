@@ -109,8 +109,6 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
   EXPECT_EQ(holds, 0);
 }
 
-// Whether each model's producer is connected and how many reloads were refused: both series
-// exist from the start at 0, so an alert on them can fire before their first change.
 TEST(OpsHttpAddress, AnAddressAlreadyServedIsRefused) {
   // cpp-httplib's default SO_REUSEPORT let a second daemon bind the same address, and the
   // kernel then split scrapes between the two.
@@ -127,6 +125,31 @@ TEST(OpsHttpAddress, AnAddressAlreadyServedIsRefused) {
   }
 }
 
+TEST_F(DaemonTest, VersionsTooLargeForTheModelAreCountedAsRejected) {
+  // The consumer refuses a model past max_model_bytes with kResource, which the daemon took for
+  // "updates wait for held buffers" and did not count: an alert on rejections never fired.
+  TestProducer producer(2048);  // 2 MiB, over the 1 MiB below
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2, "", kHttp, "1MiB"));
+  const int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
+  httplib::Client http("127.0.0.1", port);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  producer.publish(2);
+  double counted = -1;
+  std::uint64_t rejected = 0;
+  EXPECT_TRUE(testing_support::eventually(
+      [&] {
+        rejected = nlohmann::json::parse(http.Get("/v1/models")->body)["models"][0]["versions_rejected"];
+        counted = metric(http.Get("/metrics")->body, "modelcastd_versions_rejected_total{model=\"test\"}");
+        return rejected >= 2 && counted == static_cast<double>(rejected);
+      },
+      60s))
+      << "the consumer rejected " << rejected << ", the metric says " << counted;
+}
+
+// Whether each model's producer is connected and how many reloads were refused: both series
+// exist from the start at 0, so an alert on them can fire before their first change.
 TEST_F(DaemonTest, MetricsSayWhichProducersAreConnectedAndCountRefusedReloads) {
   auto producer = std::make_unique<TestProducer>(64);
   const std::string never = "[[model]]\nname = \"never\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"1MiB\"\n";
