@@ -121,7 +121,10 @@ bool HookRunner::run_command(const HookCall& call, std::string& detail) {
   posix_spawnattr_init(&attr);
   // The daemon blocks SIGTERM/SIGHUP in its threads; the hook starts with nothing blocked.
   posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  // Its own process group (pgid = its pid), so that a timeout kills what it started too: a
+  // shell script's curl would otherwise outlive it, one per version.
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
   int rc = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
@@ -140,7 +143,7 @@ bool HookRunner::run_command(const HookCall& call, std::string& detail) {
     exited = ready > 0;
     close(pidfd);
   }
-  if (!exited) kill(pid, SIGKILL);
+  if (!exited) kill(-pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
   if (!exited) {

@@ -4,12 +4,14 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
 #include <httplib.h>
 
 #include "daemon_fixture.h"
+#include "eventually.h"
 #include "sidecar_check.h"
 
 namespace daemon_test {
@@ -74,6 +76,33 @@ TEST_F(DaemonTest, ACommandHookRunsAndAFailingOneIsReported) {
 
   auto failing = start_daemon(config(producer.producer->control_endpoint(), 4, "[model.hook]\ncommand = [\"/bin/false\"]\n"));
   EXPECT_NE(wait_for_text(*failing, "hook for version 1 failed: /bin/false exited with 1"), "");
+}
+
+// Whether process `pid` still runs (a zombie has ended; it waits for its parent to reap it).
+bool running(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() && line[close + 2] != 'Z';
+}
+
+TEST_F(DaemonTest, ACommandHookThatTimesOutIsKilledWithWhatItStarted) {
+  // Only the hook's own process was killed: a shell's child (a hung curl) lived on.
+  TestProducer producer(64);
+  const std::string pid_file = dir / "child.pid";
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4,
+                                    "[model.hook]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 300 & echo $! > " + pid_file +
+                                        "; wait\"]\ntimeout_ms = 1000\n"));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  ASSERT_NE(wait_for_text(*daemon, "hook for version 1 failed: /bin/sh timed out after 1000 ms and was killed"), "");
+  std::ifstream file(pid_file);
+  pid_t child = 0;
+  ASSERT_TRUE(file >> child) << "the hook wrote no pid";
+  EXPECT_TRUE(testing_support::eventually([&] { return !running(child); }, 30s)) << "the hook's child " << child
+                                                                                    << " outlived it";
+  if (running(child)) kill(child, SIGKILL);
 }
 
 TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
