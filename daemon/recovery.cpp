@@ -42,9 +42,13 @@ void load(const std::string& path, const repo::SafetensorsLayout& layout, ShmBuf
 ServedPtr recover_newest(const std::string& root, const std::string& model, std::uint64_t max_bytes) {
   auto log = spdlog::get("modelcastd");
   repo::Repository repository(root);
-  if (auto removed = repository.clean(model)) {
-    log->warn("model {}: removed {} unfinished repository entr{} left by an interrupted write", model, removed,
-              removed == 1 ? "y" : "ies");
+  const auto cleaned = repository.clean(model);
+  if (cleaned.removed > 0) {
+    log->warn("model {}: removed {} unfinished repository entr{} left by an interrupted write", model, cleaned.removed,
+              cleaned.removed == 1 ? "y" : "ies");
+  }
+  for (const auto& why : cleaned.left) {
+    log->warn("model {}: cannot remove an unfinished repository entry (it is not served): {}", model, why);
   }
   for (const auto& why : repository.damaged(model)) log->warn("model {}: not served: {}", model, why);
   for (const auto& stored : repository.list(model)) {

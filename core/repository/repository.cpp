@@ -244,18 +244,22 @@ std::vector<StoredVersion> Repository::list(const std::string& model) const {
   return out;
 }
 
-std::size_t Repository::clean(const std::string& model) {
-  std::size_t removed = 0;
+Repository::Cleaned Repository::clean(const std::string& model) {
+  Cleaned cleaned;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
     std::string name = entry.path().filename().string();
     if (name.rfind(".tmp-", 0) == 0 || name.rfind(".del-", 0) == 0) {
-      std::error_code ignored;
-      fs::remove_all(entry.path(), ignored);
-      ++removed;
+      std::error_code failed;
+      fs::remove_all(entry.path(), failed);
+      if (failed) {
+        cleaned.left.push_back(entry.path().string() + ": " + failed.message());
+      } else {
+        ++cleaned.removed;
+      }
     }
   }
-  return removed;
+  return cleaned;
 }
 
 }  // namespace modelcast::repository

@@ -60,8 +60,13 @@ class Repository {
   // nothing there is served).
   std::vector<std::string> damaged(const std::string& model) const;
 
-  // Removes what interrupted writes and deletions left behind; returns how many entries.
-  std::size_t clean(const std::string& model);
+  // Removes what interrupted writes and deletions left behind: how many entries went, and each
+  // one that could not be removed as "path: why" (a read-only disk keeps them; none is served).
+  struct Cleaned {
+    std::size_t removed = 0;
+    std::vector<std::string> left;
+  };
+  Cleaned clean(const std::string& model);
 
   std::string model_directory(const std::string& model) const { return root_ + "/" + model; }
 

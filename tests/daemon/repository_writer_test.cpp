@@ -4,12 +4,16 @@
 // restarts, and bad snapshots are refused.
 #include "core/repository/repository_writer.h"
 
+#include <sys/mount.h>
+#include <unistd.h>
+
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
 
+#include "core/repository/repository.h"
 #include "core/repository/safetensors.h"
 #include "daemon_fixture.h"
 #include "modelcast/error.h"
@@ -96,7 +100,7 @@ TEST(RepositoryWriter, AVersionNumberWrittenAgainReplacesTheOldDirectoryWhole) {
   std::ifstream in(dir / "repo/m/7/model.safetensors", std::ios::binary);
   in.seekg(static_cast<std::streamoff>(layout.data_start));
   EXPECT_EQ(in.get(), 0xAB);
-  EXPECT_EQ(repository.clean("m"), 0u);  // nothing left behind
+  EXPECT_EQ(repository.clean("m").removed, 0u);  // nothing left behind
 }
 
 // A restarted producer numbers its versions from 1 again. Its directories once took those
@@ -142,6 +146,38 @@ TEST(RepositoryWriter, TheIncarnationIsWrittenAsHexTextAndNumbersWrittenBeforeSt
   EXPECT_EQ(repository.list("m").front().incarnation, 12345u);
 }
 
+TEST(RepositoryWriter, LeftoversThatCannotBeRemovedAreNamedNotCountedAsRemoved) {
+  // On a read-only disk the removal failed in silence and was counted: the daemon logged
+  // "removed 1 unfinished repository entry" for an entry still there.
+  ScratchDir dir;
+  const std::string model_dir = dir / "repo/m";
+  const std::string leftover = model_dir + "/.tmp-9-1-0";
+  std::filesystem::create_directories(leftover);
+  write_file(leftover + "/model.safetensors", "partial");
+  bool read_only = false;
+  if (geteuid() == 0) {  // root writes through permissions: a read-only bind mount instead
+    read_only = mount(model_dir.c_str(), model_dir.c_str(), nullptr, MS_BIND, nullptr) == 0 &&
+                mount(nullptr, model_dir.c_str(), nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY, nullptr) == 0;
+  } else {
+    std::filesystem::permissions(model_dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    read_only = true;
+  }
+  struct Restore {
+    std::string path;
+    ~Restore() {
+      umount(path.c_str());
+      std::error_code ignored;
+      std::filesystem::permissions(path, std::filesystem::perms::owner_all, ignored);
+    }
+  } restore{model_dir};
+  if (!read_only) GTEST_SKIP() << "cannot make " << model_dir << " read-only here";
+  const auto cleaned = repo::Repository(dir / "repo").clean("m");
+  EXPECT_EQ(cleaned.removed, 0u);
+  ASSERT_EQ(cleaned.left.size(), 1u);
+  EXPECT_NE(cleaned.left[0].find(".tmp-9-1-0"), std::string::npos) << cleaned.left[0];
+  EXPECT_TRUE(std::filesystem::exists(leftover));
+}
+
 TEST(RepositoryWriter, BadSnapshotsAreRefusedAndNothingBecomesVisible) {
   ScratchDir dir;
   repo::Repository repository(dir / "repo");
@@ -158,7 +194,7 @@ TEST(RepositoryWriter, BadSnapshotsAreRefusedAndNothingBecomesVisible) {
     }
   }
   EXPECT_TRUE(repository.list("m").empty());
-  EXPECT_EQ(repository.clean("m"), 0u);
+  EXPECT_EQ(repository.clean("m").removed, 0u);
 }
 
 }  // namespace
