@@ -319,7 +319,7 @@ bool same(const std::vector<modelcast::TensorConversion>& a, const std::vector<m
 bool ModelConfig::operator==(const ModelConfig& o) const {
   return name == o.name && endpoint == o.endpoint && max_model_bytes == o.max_model_bytes && buffers == o.buffers &&
          producer_public_key == o.producer_public_key && producer_key_file == o.producer_key_file &&
-         key_file == o.key_file && persist == o.persist && serve_peers == o.serve_peers && group == o.group &&
+         key_file == o.key_file && keys_held == o.keys_held && persist == o.persist && serve_peers == o.serve_peers && group == o.group &&
          group_size == o.group_size && same(wants, o.wants) && same(conversions, o.conversions) &&
          hook.http_post == o.hook.http_post &&
          hook.command == o.hook.command && hook.timeout == o.hook.timeout;
@@ -394,8 +394,8 @@ DaemonConfig load_config(const std::string& path) {
   return config;
 }
 
-void check_key_files(const DaemonConfig& config) {
-  for (const auto& model : config.models) {
+void check_key_files(DaemonConfig& config) {
+  for (auto& model : config.models) {
     auto check = [&](const char* key, const std::string& file, auto load) {
       if (file.empty()) return;
       try {
@@ -406,8 +406,11 @@ void check_key_files(const DaemonConfig& config) {
                                                                            "'): " + e.what());
       }
     };
-    check("producer_key_file", model.producer_key_file, [](const std::string& f) { modelcast::load_public_key(f); });
-    check("key_file", model.key_file, [](const std::string& f) { modelcast::load_key_pair(f); });
+    std::string producer_key, own_key;
+    check("producer_key_file", model.producer_key_file,
+          [&](const std::string& f) { producer_key = modelcast::load_public_key(f); });
+    check("key_file", model.key_file, [&](const std::string& f) { own_key = modelcast::load_key_pair(f).public_key; });
+    model.keys_held = producer_key + " " + own_key;
   }
 }
 

@@ -28,6 +28,9 @@ struct ModelConfig {
   std::string producer_public_key;    // Z85; or producer_key_file
   std::string producer_key_file;
   std::string key_file;               // this daemon's key pair, for producers with an allow-list
+  // The public keys the two files held when check_key_files read them: a key rotated in place
+  // (same path, new key) makes the model a changed one, which a reload restarts.
+  std::string keys_held;
   bool persist = true;                // write versions to the repository (when one is configured)
   bool serve_peers = true;            // relay blocks to other consumers when the producer asks
   // One of the group_size ranks of a server that switch versions together (ConsumerOptions::group,
@@ -64,9 +67,9 @@ std::optional<std::uint16_t> listen_port(const std::string& listen);
 DaemonConfig load_config(const std::string& path);
 
 // What load_config cannot see from the text: each model's key files (producer_key_file,
-// key_file) exist and hold keys. Throws Error(kInvalidArgument) naming the model, where it was
-// declared, the key and the file. `--check`, start and reload call it, so a config that passes
-// --check can start.
-void check_key_files(const DaemonConfig& config);
+// key_file) exist and hold keys, which it records in keys_held. Throws Error(kInvalidArgument)
+// naming the model, where it was declared, the key and the file. `--check`, start and reload
+// call it, so a config that passes --check can start.
+void check_key_files(DaemonConfig& config);
 
 }  // namespace modelcastd

@@ -286,6 +286,23 @@ TEST(DaemonConfig, TheDaemonRefusesABadFileNamingIt) {
   EXPECT_TRUE(named);
 }
 
+TEST(DaemonConfig, AKeyRotatedInPlaceMakesTheModelAChangedOne) {
+  // A reload compared key file paths only: a key replaced at the same path was "unchanged", so
+  // SIGHUP said "reloaded" and the model kept the old key until a restart.
+  ScratchDir dir;
+  modelcast::save_key_pair(modelcast::generate_key_pair(), (dir / "daemon.key"));
+  write_file(dir / "keys.toml", std::string(kModel) + "key_file = \"" + (dir / "daemon.key") + "\"\n");
+  auto running = modelcastd::load_config(dir / "keys.toml");
+  modelcastd::check_key_files(running);
+  auto same = modelcastd::load_config(dir / "keys.toml");
+  modelcastd::check_key_files(same);
+  EXPECT_TRUE(same.models[0] == running.models[0]);
+  modelcast::save_key_pair(modelcast::generate_key_pair(), (dir / "daemon.key"), /*overwrite=*/true);
+  auto rotated = modelcastd::load_config(dir / "keys.toml");
+  modelcastd::check_key_files(rotated);
+  EXPECT_FALSE(rotated.models[0] == running.models[0]);
+}
+
 // A config whose key files are missing once passed --check ("ok, 1 model(s)") and then started
 // a daemon that served nothing and said it was ready. --check, start and reload now load them.
 TEST(DaemonConfig, MissingKeyFilesFailTheCheckAndTheStartNamingModelKeyAndFile) {
