@@ -43,10 +43,17 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
     throw modelcast::Error(modelcast::ErrorCode::kTransport,
                            "cannot serve HTTP at '" + listen + "' (is another process listening there?)");
   }
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = std::thread([this] {
+    server_->listen_after_bind();
+    listening_ended_ = true;
+  });
 }
 
 OpsHttp::~OpsHttp() {
+  // httplib's stop() does nothing until the listener runs (it checks is_running(), which the
+  // listener thread sets as it starts): stopped any earlier, the listener would then run for
+  // ever and the join below hang. A listener that failed to start ends on its own.
+  while (!server_->is_running() && !listening_ended_) std::this_thread::yield();
   server_->stop();
   thread_.join();
 }

@@ -5,6 +5,7 @@
 // thread-safe.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -36,6 +37,7 @@ class OpsHttp {
  private:
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
+  std::atomic<bool> listening_ended_{false};  // set by the listener thread as it returns
   std::thread thread_;
 };
 
