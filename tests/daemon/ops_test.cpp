@@ -135,14 +135,14 @@ TEST_F(DaemonTest, VersionsTooLargeForTheModelAreCountedAsRejected) {
   httplib::Client http("127.0.0.1", port);
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
   producer.publish(1);
-  producer.publish(2);
+  producer.publish(2);  // the consumer may skip 1 for 2: one rejection at least
   double counted = -1;
   std::uint64_t rejected = 0;
   EXPECT_TRUE(testing_support::eventually(
       [&] {
         rejected = nlohmann::json::parse(http.Get("/v1/models")->body)["models"][0]["versions_rejected"];
         counted = metric(http.Get("/metrics")->body, "modelcastd_versions_rejected_total{model=\"test\"}");
-        return rejected >= 2 && counted == static_cast<double>(rejected);
+        return rejected >= 1 && counted == static_cast<double>(rejected);
       },
       60s))
       << "the consumer rejected " << rejected << ", the metric says " << counted;
