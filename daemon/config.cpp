@@ -4,9 +4,13 @@
 #include "daemon/config.h"
 
 #include <arpa/inet.h>
+#include <sys/un.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <charconv>
 #include <tuple>
 #include <filesystem>
@@ -343,6 +347,10 @@ DaemonConfig load_config(const std::string& path) {
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": is a directory, not a config file");
   }
+  // toml++ says "File could not be opened for reading" at line 0, without the reason.
+  if (std::ifstream probe(path); !probe) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": cannot be read: " + std::strerror(errno));
+  }
   try {
     root = toml::parse_file(path);
   } catch (const toml::parse_error& e) {
@@ -361,6 +369,13 @@ DaemonConfig load_config(const std::string& path) {
       r.fail(*daemon->get("log_level"), "daemon.log_level", "must be one of trace, debug, info, warn, error, off");
     }
     if (config.socket_path.empty()) r.fail(*daemon->get("socket"), "daemon.socket", "must not be empty");
+    // A Unix socket's path must fit sockaddr_un::sun_path, with its terminating NUL: found here,
+    // --check says so, rather than the start.
+    if (config.socket_path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+      r.fail(*daemon->get("socket"), "daemon.socket",
+             "is " + std::to_string(config.socket_path.size()) + " bytes long; a Unix socket path holds at most " +
+                 std::to_string(sizeof(sockaddr_un{}.sun_path) - 1));
+    }
   }
   if (const toml::table* http = r.table(root, "http", "")) {
     r.only(*http, "http.", {"listen"});

@@ -149,6 +149,8 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {"[daemon]\nsockte = \"/x\"\n", 2, "daemon.sockte", "unknown key"},
       {"[daemon]\nlog_level = \"loud\"\n", 2, "daemon.log_level", "must be one of"},
       {"[daemon]\nsocket = 5\n", 2, "daemon.socket", "must be a string"},
+      // Passed --check and then stopped the start.
+      {"[daemon]\nsocket = \"/" + std::string(120, 'a') + "\"\n", 2, "daemon.socket", "at most 107"},
       {"[http]\nlisten = \"localhost\"\n", 2, "http.listen", "HOST:PORT"},
       {"[http]\nlisten = \"127.0.0.1:99999\"\n", 2, "http.listen", "PORT 0-65535"},
       {"[http]\nlisten = \"127.0.0.1:80x\"\n", 2, "http.listen", "PORT 0-65535"},
@@ -250,6 +252,18 @@ TEST(DaemonConfig, ATomlSyntaxErrorNamesFileAndLine) {
 
 // toml++ reads a directory as an empty document, which is a valid config with no model: given
 // by mistake at start or at a reload, it would drop every model.
+TEST(DaemonConfig, AFileThatCannotBeReadSaysWhy) {
+  // toml++ said "<file>:0: File could not be opened for reading", without the reason.
+  ScratchDir dir;
+  try {
+    modelcastd::load_config(dir / "missing.toml");
+    FAIL() << "a missing file was read as a config";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()), (dir / "missing.toml") + ": cannot be read: No such file or directory");
+  }
+}
+
 TEST(DaemonConfig, ADirectoryIsRefusedAsAConfig) {
   ScratchDir dir;
   try {
