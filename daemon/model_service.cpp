@@ -19,7 +19,13 @@ ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks)
                                     : modelcast::load_public_key(config_.producer_key_file);
   options.key_file = config_.key_file;
   for (std::size_t i = 0; i < config_.buffers; ++i) {
-    buffers_.push_back(std::make_shared<ShmBuffer>("modelcastd:" + config_.name, config_.max_model_bytes));
+    try {
+      buffers_.push_back(std::make_shared<ShmBuffer>("modelcastd:" + config_.name, config_.max_model_bytes));
+    } catch (const modelcast::Error& e) {  // say which setting asked for it
+      throw modelcast::Error(e.code(), "buffer " + std::to_string(i + 1) + " of " + std::to_string(config_.buffers) +
+                                           " (buffers) of max_model_bytes = " +
+                                           std::to_string(config_.max_model_bytes) + " bytes: " + e.what());
+    }
     // Only the first max_model_bytes are offered: the Consumer's size limit and the buffer agree.
     options.caller_buffers.push_back(buffers_.back()->memory().first(config_.max_model_bytes));
   }
