@@ -8,6 +8,7 @@
 #include <string>
 
 #include "curve_families.h"
+#include "loss_floor.h"
 #include "modelcast/error.h"
 #include "modelcast/predictor_forecast.h"
 #include "progress_axis.h"
@@ -98,10 +99,7 @@ Bounds sane_bounds(std::span<const CurvePoint> observed) {
     y_max = std::max(y_max, p.loss);
   }
   const double span = std::max(y_max - y_min, 0.05 * std::abs(observed.back().loss) + 1e-9);
-  double lo = y_min - span;
-  const bool positive = std::all_of(observed.begin(), observed.end(), [](const CurvePoint& p) { return p.loss > 0; });
-  if (positive) lo = std::max(lo, 0.0);
-  return {lo, observed.back().loss + span};
+  return {std::max(y_min - span, detail::loss_floor(observed)), observed.back().loss + span};
 }
 
 bool prediction_is_sane(const std::vector<double>& p, const Bounds& b) {
@@ -521,6 +519,9 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
     out = assemble(std::move(members), future_steps, options, note);
     if (out.members.empty()) out = fallback_forecast(observed, future_steps, axis, options, note);
   }
+  // The band is the ensemble's spread and back-test error around its mean, which a positive loss
+  // near its floor would take below 0; the members and the mean are within bounds already.
+  detail::raise_to_floor(out.lower, detail::loss_floor(observed));
   out.time_s = detail::forecast_times(observed, future_steps, options.total_steps, reference, out.note);
   return out;
 }

@@ -6,6 +6,7 @@
 #include <numeric>
 #include <string>
 
+#include "loss_floor.h"
 #include "modelcast/predictor_hedge.h"
 #include "progress_axis.h"
 
@@ -182,6 +183,9 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
     }
     out.scenarios.push_back({"early_saturation", options.early_saturation_probability, std::move(path)});
   }
+  // A change scenario's drop and the band's lower edge are sized on the run's level, not on how
+  // far the forecast is from the floor: near it they would plan for a loss below 0.
+  for (auto& sc : out.scenarios) detail::raise_to_floor(sc.loss, detail::loss_floor(observed));
   if (options.cap_at_current_level) {
     std::vector<double> recent;
     for (std::size_t i = observed.size() - std::min<std::size_t>(3, observed.size()); i < observed.size(); ++i)

@@ -49,6 +49,29 @@ TEST(Hedge, AKnownScheduleTimesTheRegimeChangeAtTheAnneal) {
   EXPECT_EQ(std::count_if(done.scenarios.begin(), done.scenarios.end(), [](const Scenario& s) { return s.kind == "anneal"; }), 0);
 }
 
+TEST(Hedge, APositiveLossIsNeitherForecastNorPlannedBelowZero) {
+  // The first 500 steps of a nanoGPT speed-run record (bench/data/nanogpt_val_loss.csv, r0000):
+  // the loss falls from 11 to 4 and an exponential through it reaches about 0.06 by step 6000.
+  // The band around it and the hedge's drops (sized on the level now, about 4) went below 0.
+  const std::vector<CurvePoint> prefix = {
+      {0, 11.0149, 0.305}, {125, 5.6402, 42.345}, {250, 4.6476, 87.335}, {375, 4.1989, 133.084}, {500, 4.0219, 178.052}};
+  ForecastOptions fo;
+  fo.total_steps = 6000;
+  const auto point = forecast_curve(prefix, fo);
+  ASSERT_FALSE(point.lower.empty());
+  EXPECT_GE(*std::min_element(point.lower.begin(), point.lower.end()), 0.0);
+  HedgeOptions o;
+  o.change_probability = 0.3;
+  o.band_probability = 0.2;
+  const auto hedged = hedge_forecast(prefix, point, o);
+  for (const auto& s : hedged.scenarios) EXPECT_GE(*std::min_element(s.loss.begin(), s.loss.end()), 0.0) << s.kind;
+  // A run that logs a quantity below 0 (a negated return) has no floor at 0.
+  std::vector<CurvePoint> negated = prefix;
+  for (auto& p : negated) p.loss -= 20.0;
+  const auto below = forecast_curve(negated, fo);
+  EXPECT_LT(*std::max_element(below.lower.begin(), below.lower.end()), 0.0);
+}
+
 TEST(Hedge, AFlatPrefixStillGetsAPlanThatPublishes) {
   const auto run = plateau_then_drop();
   const std::vector<CurvePoint> prefix(run.begin() + 1, run.begin() + 21);  // 20 % warm-up, on the plateau
