@@ -105,7 +105,7 @@ struct ForecastMember {
 struct Forecast {
   std::vector<std::int64_t> steps;
   std::vector<double> loss;     // ensemble mean
-  std::vector<double> lower;    // uncertainty band
+  std::vector<double> lower;    // uncertainty band; not below 0 when every observed loss is positive
   std::vector<double> upper;
   std::vector<double> time_s;   // predicted training time (no publish stalls)
   std::vector<ForecastMember> members;

@@ -109,7 +109,8 @@ struct HedgedForecast {
 
 // Scenarios of the rest of the run around forecast (made from observed). A forecast whose band
 // has zero width everywhere is a caller's statement of certainty (e.g. a known curve) and is
-// returned unchanged as the only scenario. Throws Error(kInvalidArgument) on a malformed forecast
+// returned unchanged as the only scenario. When every observed loss is positive, no scenario goes
+// below 0. Throws Error(kInvalidArgument) on a malformed forecast
 // (lengths differ) or options out of range (probabilities outside [0, 1] or summing above 1,
 // negative depth, change_times < 1, time_stretch < 1).
 HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Forecast& forecast,
