@@ -120,7 +120,10 @@ void TensorShaper::apply(const Manifest& manifest, const TensorSelection& select
   if (leaves_as_is(selection)) return;
   std::size_t bytes = 0;
   auto planned = plan(manifest, selection, bytes);
-  std::byte* memory = bytes > 0 ? target.take(bytes) : nullptr;
+  // Memory whenever a part lives outside the receive buffer, even when every such part is empty
+  // (a converted 0-element tensor, an empty shard): its view points into that memory.
+  const bool outside = std::any_of(planned.begin(), planned.end(), [](const auto& p) { return !p.view.in_receive_buffer; });
+  std::byte* memory = outside ? target.take(bytes) : nullptr;
   for (auto& p : planned) {
     if (p.view.in_receive_buffer) continue;
     const std::byte* tensor = base + p.entry->offset;

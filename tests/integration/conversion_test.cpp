@@ -176,3 +176,28 @@ TEST(Conversion, ConversionsThatCanNeverApplyAreRefusedAtConstruction) {
   refused({{"w", DType::kBF16, 0}, {"w", DType::kF16, 0}}, "converted twice");
   refused({{"", DType::kBF16, 0}}, "names no tensor");
 }
+
+// A converted tensor of 0 elements needs no bytes, yet its view points into the converted
+// memory: a model of only such tensors left that memory unmade, and reading the view crashed.
+TEST(Conversion, AModelWhoseConvertedTensorsAreEmptyServesEmptyViews) {
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  modelcast::Producer producer(options);
+  float unused = 0.0f;
+  std::vector<modelcast::TensorRef> refs = {{modelcast::TensorSpec{"empty", DType::kF32, {0}}, &unused}};
+  producer.register_tensors(refs);
+  producer.prepare();
+  auto consumer_opts = consumer_options(producer.control_endpoint());
+  consumer_opts.conversions = {{"*", DType::kF16, 0}};
+  modelcast::Consumer consumer(consumer_opts);
+  producer.publish(1);
+  auto view = consumer.wait_for_version(1, 60s);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  auto empty = view.tensor("empty");
+  EXPECT_EQ(empty.dtype(), DType::kF16);
+  EXPECT_EQ(empty.size_bytes(), 0u);
+  const auto all = view.tensors();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all.front().name(), "empty");
+}
