@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <cstring>
 
-#include <fstream>
 #include <toml++/toml.h>
 
 #include "core/security/key_codec.h"
@@ -27,8 +26,10 @@ toml::table parse(const std::string& path) {
   if (::access(path.c_str(), R_OK) != 0) {
     bad_file(path, errno == ENOENT ? "does not exist" : std::string("cannot be read: ") + std::strerror(errno));
   }
-  // toml++ reads a directory as an empty table, which would be reported as a missing key.
-  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) bad_file(path, "is a directory");
+  // toml++ reads a directory as an empty table, which would be reported as a missing key, and
+  // waits for ever on a FIFO nobody writes.
+  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    bad_file(path, S_ISDIR(st.st_mode) ? "is a directory" : "is not a regular file");
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {
@@ -73,24 +74,54 @@ KeyPair generate_key_pair() {
   return keys;
 }
 
+namespace {
+
+// Each file is written in full to a new file of the same directory, made by mkstemp (mode 0600,
+// O_EXCL), and then linked or renamed into place. Opening the final path instead left the secret
+// readable by others between the file's creation (under the umask) and a chmod, to anyone who
+// opened it in that window; followed a link planted at the path; and kept the owner of a file it
+// overwrote.
+void write_key_file(const std::string& file, const std::string& text, mode_t mode, bool overwrite) {
+  if (struct stat existing {}; !overwrite && ::lstat(file.c_str(), &existing) == 0) bad_file(file, "exists already");
+  std::string temp = file + ".XXXXXX";
+  const int fd = ::mkstemp(temp.data());
+  if (fd < 0) bad_file(file, std::string("cannot be written: ") + std::strerror(errno));
+  const auto fail = [&](const std::string& what) {
+    ::unlink(temp.c_str());
+    bad_file(file, what);
+  };
+  bool written = ::fchmod(fd, mode) == 0;
+  for (std::size_t at = 0; written && at < text.size();) {
+    const auto n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    written = n > 0;
+    if (written) at += static_cast<std::size_t>(n);
+  }
+  const int write_errno = errno;
+  if (::close(fd) != 0 || !written) fail(std::string("write failed: ") + std::strerror(written ? errno : write_errno));
+  if (overwrite) {
+    if (::rename(temp.c_str(), file.c_str()) != 0) fail(std::string("cannot be written: ") + std::strerror(errno));
+    return;
+  }
+  // link, unlike rename, fails when the path exists: no check-then-replace race.
+  if (::link(temp.c_str(), file.c_str()) != 0) {
+    const int e = errno;
+    fail(e == EEXIST ? std::string("exists already") : std::string("cannot be written: ") + std::strerror(e));
+  }
+  ::unlink(temp.c_str());
+}
+
+}  // namespace
+
 void save_key_pair(const KeyPair& keys, const std::string& path, bool overwrite) {
   security::decode_secret_key(keys, "key pair");  // refuse to write a pair that does not match
-  auto write = [&](const std::string& file, const std::string& text, mode_t mode) {
-    struct stat existing {};
-    if (!overwrite && stat(file.c_str(), &existing) == 0) bad_file(file, "exists already");
-    std::ofstream out(file, std::ios::trunc);
-    if (!out) bad_file(file, "cannot be written");
-    ::chmod(file.c_str(), mode);  // before the secret goes in
-    out << text;
-    out.close();
-    if (!out) bad_file(file, "write failed");
-  };
-  write(path,
-        "# modelcast key pair (Ed25519, Z85). Keep this file secret: it proves its holder's identity.\n"
-        "public = \"" + keys.public_key + "\"\nsecret = \"" + keys.secret_key + "\"\n",
-        0600);
-  write(path + ".pub", "# modelcast public key (Ed25519, Z85): give it to your peers.\npublic = \"" + keys.public_key + "\"\n",
-        0644);
+  write_key_file(path,
+                 "# modelcast key pair (Ed25519, Z85). Keep this file secret: it proves its holder's identity.\n"
+                 "public = \"" + keys.public_key + "\"\nsecret = \"" + keys.secret_key + "\"\n",
+                 0600, overwrite);
+  write_key_file(path + ".pub",
+                 "# modelcast public key (Ed25519, Z85): give it to your peers.\npublic = \"" + keys.public_key + "\"\n",
+                 0644, overwrite);
 }
 
 KeyPair load_key_pair(const std::string& path) {

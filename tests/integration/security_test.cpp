@@ -96,6 +96,38 @@ TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
   EXPECT_NE(directory.find("is a directory"), std::string::npos) << directory;
 }
 
+// A key written through a link planted at its path would land wherever the link points.
+TEST(Keys, SavingOverALinkReplacesTheLinkAndLeavesItsTargetAlone) {
+  TempDir dir;
+  write(dir.file("elsewhere"), "untouched\n");
+  ASSERT_EQ(symlink(dir.file("elsewhere").c_str(), dir.file("p.key").c_str()), 0);
+  EXPECT_NE(error_of([&] { modelcast::save_key_pair(modelcast::generate_key_pair(), dir.file("p.key")); }, ErrorCode::kInvalidArgument)
+                .find("exists already"),
+            std::string::npos);
+  modelcast::save_key_pair(modelcast::generate_key_pair(), dir.file("p.key"), /*overwrite=*/true);
+  std::ifstream target(dir.file("elsewhere"));
+  std::string line;
+  std::getline(target, line);
+  EXPECT_EQ(line, "untouched");
+  struct stat info {};
+  ASSERT_EQ(lstat(dir.file("p.key").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISREG(info.st_mode));
+  EXPECT_EQ(info.st_mode & 0777, 0600u);
+  EXPECT_NO_THROW(modelcast::load_key_pair(dir.file("p.key")));
+  // Nothing is left behind but the pair.
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(dir.file("p.key")).parent_path())) ++files;
+  EXPECT_EQ(files, 3u);
+}
+
+// toml++ waits for ever on a FIFO that nobody writes.
+TEST(Keys, AKeyPathThatIsNotARegularFileIsRefused) {
+  TempDir dir;
+  ASSERT_EQ(mkfifo(dir.file("fifo").c_str(), 0600), 0);
+  auto fifo = error_of([&] { modelcast::load_public_key(dir.file("fifo")); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(fifo.find("'" + dir.file("fifo") + "': is not a regular file"), std::string::npos) << fifo;
+}
+
 // As ssh does: a secret key others can read is refused, naming the mode and the fix.
 TEST(Keys, ASecretKeyOthersCanReadIsRefused) {
   TempDir dir;
