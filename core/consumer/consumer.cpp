@@ -19,6 +19,7 @@
 #include "common/log.h"
 #include "core/consumer/rank_assembler.h"
 #include "core/consumer/service.h"
+#include "core/wire/protocol.h"
 
 namespace modelcast {
 namespace {
@@ -133,6 +134,10 @@ class Consumer::Impl {
     }
     if (rank >= endpoints.size()) {
       return fail("the producer says it is rank " + std::to_string(rank) + " of " + std::to_string(endpoints.size()));
+    }
+    if (endpoints.size() > protocol::kMaxRanks) {
+      return fail("the producer says its model has " + std::to_string(endpoints.size()) + " ranks; a consumer takes at most " +
+                  std::to_string(protocol::kMaxRanks));
     }
     first_rank_ = rank;
     rank_of_.assign(endpoints.size(), nullptr);

@@ -40,6 +40,7 @@
 #include "common/log.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
+#include "core/wire/protocol.h"
 #include "device/device_runtime.h"
 #include "core/producer/changed_blocks_copy.h"
 #include "core/producer/device_snapshots.h"
@@ -89,6 +90,10 @@ ProducerOptions checked(ProducerOptions options) {
   if (options.max_consumers == 0) invalid("max_consumers is 0");
   if (options.rank_count == 0 || options.rank >= options.rank_count) {
     invalid("rank " + std::to_string(options.rank) + " of rank_count " + std::to_string(options.rank_count));
+  }
+  if (options.rank_count > protocol::kMaxRanks) {
+    invalid("rank_count " + std::to_string(options.rank_count) + " is more than the " + std::to_string(protocol::kMaxRanks) +
+            " ranks a consumer takes");
   }
   if (options.rank == 0 && options.rank_count > 1 && options.rank_endpoints.size() != options.rank_count) {
     invalid("rank 0 of " + std::to_string(options.rank_count) + " needs rank_endpoints, one per rank; got " +

@@ -54,6 +54,11 @@ namespace modelcast::protocol {
 inline constexpr std::uint32_t kMagic = 0x4D435354;  // "MCST"
 inline constexpr std::uint16_t kVersion = 8;
 
+// The most producer ranks one model may have. A consumer runs a connection, a UCX worker and a
+// service thread per rank; without a bound, one join reply listing 100,000 endpoints (from a
+// misconfigured trainer, or anyone on a plaintext control plane) exhausts its process.
+inline constexpr std::uint32_t kMaxRanks = 256;
+
 // Why a request was refused, so the other side can act on it without reading prose.
 enum class Refusal : std::uint8_t {
   kNone = 0,

@@ -105,7 +105,7 @@ struct ProducerOptions {
   // own entry is not read), and tells them the others. So start ranks 1.. first (port 0 is
   // fine), gather their control_endpoint() (an all_gather), then rank 0.
   std::uint32_t rank = 0;
-  std::uint32_t rank_count = 1;
+  std::uint32_t rank_count = 1;  // at most 256, the ranks a consumer takes
   std::vector<std::string> rank_endpoints;
   // Optional; runs on the service thread after each delivery a consumer confirmed. Keep it short:
   // the service waits for it. What it throws is logged and ignored.

@@ -244,6 +244,31 @@ TEST(ConsumerAgainstScriptedProducer, AnAnsweredTransferThatNeverCompletesTimesO
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
 }
 
+// A consumer starts a service (a connection, a UCX worker, a thread) per producer rank: a join
+// reply that lists 100,000 of them is refused, not followed.
+TEST(ConsumerAgainstScriptedProducer, AJoinReplyListingMoreRanksThanAConsumerTakesIsRefused) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ScriptedProducer producer;
+  std::promise<std::string> first_error;
+  std::once_flag once;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 60s;
+  options.on_error = [&](const modelcast::Error& e) { std::call_once(once, [&] { first_error.set_value(e.what()); }); };
+  modelcast::Consumer consumer(options);
+  while (!std::holds_alternative<protocol::JoinRequest>(producer.next_request())) {
+  }
+  protocol::JoinReply reply{true, protocol::Refusal::kNone, "", ScriptedProducer::kIncarnation, 0, "ucx"};
+  reply.rank_endpoints.assign(protocol::kMaxRanks + 1, "tcp://127.0.0.1:1");
+  producer.reply(reply);
+  auto error = first_error.get_future();
+  ASSERT_EQ(error.wait_for(30s), std::future_status::ready) << "no error for " << protocol::kMaxRanks + 1 << " ranks";
+  const auto what = error.get();
+  EXPECT_NE(what.find("at most " + std::to_string(protocol::kMaxRanks)), std::string::npos) << what;
+  EXPECT_TRUE(consumer.acquire().empty());
+}
+
 TEST(ConsumerOptionsCheck, AnUnusableProducerEndpointIsAnInvalidArgument) {
   for (const char* endpoint : {"tcp://", "tcp://host-without-port", "udp://127.0.0.1:5", "ipc://"}) {
     modelcast::ConsumerOptions options;

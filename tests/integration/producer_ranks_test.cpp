@@ -247,6 +247,14 @@ TEST(ProducerRanksFaults, RanksAreCheckedWhereTheyAreConfigured) {
   } catch (const modelcast::Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank_endpoints"), std::string::npos) << e.what();
   }
+  options.rank_count = 257;  // more than a consumer takes
+  options.rank_endpoints.assign(257, "tcp://127.0.0.1:0");
+  try {
+    modelcast::Producer p(options);
+    ADD_FAILURE() << "rank_count 257 was accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_count 257 is more than the 256 ranks"), std::string::npos) << e.what();
+  }
   modelcast::ProducerOptions one;
   modelcast::Producer producer(one);
   std::vector<float> x(8);
