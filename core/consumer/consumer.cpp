@@ -7,9 +7,13 @@
 // device consumer's services land their pieces on its device, where the assembler copies and
 // converts them.
 //
-// Threads: on_ranks runs on the first service's thread and is the only writer of `assembler_` and
-// `others_` (under `mutex_`). Readers use `readers_` (VersionStore: its own lock), which the
-// first service's thread or the assembler (under its lock) install into.
+// The ranks are learnt again at every join: a trainer restarted with another layout (other ranks,
+// or none) is followed, the services of the old one stopped, and readers keep the last version
+// until the new layout brings one.
+//
+// Threads: on_ranks runs on the first service's thread and is the only writer of `ranked_`,
+// `assembler_`, `others_` and `rank_of_` (under `mutex_`). Readers use `readers_` (VersionStore:
+// its own lock), which the first service's thread or the assembler (under its lock) install into.
 #include "modelcast/consumer.h"
 
 #include <algorithm>
@@ -50,8 +54,17 @@ class Consumer::Impl {
       return start_ranks(rank, endpoints);
     };
     hooks.on_installed = [this](std::shared_ptr<const detail::InstalledVersion> version) {
-      if (auto a = assembler()) {
-        a->offer(first_rank_, std::move(version));
+      std::shared_ptr<consumer::RankAssembler> a;
+      std::uint32_t rank = 0;
+      {
+        std::lock_guard lock(mutex_);
+        // One rank's pieces are never shown as the model, even when the ranks could not start.
+        if (ranked_ && !assembler_) return;
+        a = assembler_;
+        rank = first_rank_;
+      }
+      if (a) {
+        a->offer(rank, std::move(version));
       } else {
         readers_.install(std::move(version));
       }
@@ -105,15 +118,28 @@ class Consumer::Impl {
  private:
   bool ranked() const {
     std::lock_guard lock(mutex_);
-    return assembler_ != nullptr;
+    return ranked_;
   }
   std::shared_ptr<consumer::RankAssembler> assembler() const {
     std::lock_guard lock(mutex_);
     return assembler_;
   }
 
-  // On the first service's thread, at its join: the producer is rank `rank` of endpoints.size().
+  // On the first service's thread, at each join: the producer is rank `rank` of endpoints.size(),
+  // or publishes the whole model (no endpoints). Returns whether its versions are pieces.
   bool start_ranks(std::uint32_t rank, const std::vector<std::string>& endpoints) {
+    {
+      std::lock_guard lock(mutex_);
+      if (rank == layout_rank_ && endpoints == layout_endpoints_) return ranked_;
+    }
+    if (!layout_endpoints_.empty()) {
+      log::get("consumer")->info("the producer's ranks changed ({} before, {} now): assembling afresh",
+                                 layout_endpoints_.size(), endpoints.size());
+    }
+    leave_ranks();
+    // The user's wants again, not the regions an old assembler asked of this rank.
+    first_->set_wants(options_.wants);
+    if (endpoints.empty()) return false;
     // Reported once mutex_ is released: on_error may call stats(), which takes it.
     std::vector<Error> failures;
     join_ranks(rank, endpoints, failures);
@@ -123,9 +149,32 @@ class Consumer::Impl {
     return true;  // with or without the other ranks, its versions are pieces: never shown as the model
   }
 
+  // Stops the services of the ranks before; readers keep what they see until the next install.
+  void leave_ranks() {
+    std::vector<std::unique_ptr<consumer::ConsumerService>> old;
+    {
+      std::lock_guard lock(mutex_);
+      old = std::move(others_);
+      others_.clear();
+      assembler_.reset();
+      ranked_ = false;
+      layout_endpoints_.clear();
+      layout_rank_ = 0;
+    }
+    // Outside the lock: a callback on their threads may call stats(). They may still offer to
+    // the old assembler, which asks rank_of_ for them: cleared once they are stopped.
+    for (auto& other : old) other->request_stop();
+    for (auto& other : old) other->wait_stopped();
+    old.clear();
+    std::lock_guard lock(mutex_);
+    rank_of_.clear();
+  }
+
   void join_ranks(std::uint32_t rank, const std::vector<std::string>& endpoints, std::vector<Error>& failures) {
     std::lock_guard lock(mutex_);
-    if (assembler_) return;
+    ranked_ = true;
+    layout_rank_ = rank;
+    layout_endpoints_ = endpoints;
     auto fail = [&](const std::string& why) { failures.emplace_back(ErrorCode::kInvalidArgument, why); };
     // The assembler keeps each rank's last two versions while the next one arrives.
     if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < 3) {
@@ -196,10 +245,15 @@ class Consumer::Impl {
   consumer::VersionStore readers_{0, {}};
   std::unique_ptr<consumer::ConsumerService> first_;
   mutable std::mutex mutex_;
-  std::shared_ptr<consumer::RankAssembler> assembler_;  // guarded by mutex_
+  // The layout the producer last joined said (no endpoints: the whole model from one), and
+  // whether its versions are pieces. Guarded by mutex_.
+  std::uint32_t layout_rank_ = 0;
+  std::vector<std::string> layout_endpoints_;
+  bool ranked_ = false;
+  std::shared_ptr<consumer::RankAssembler> assembler_;  // guarded by mutex_; null if the ranks could not start
   std::vector<std::unique_ptr<consumer::ConsumerService>> others_;  // guarded by mutex_
   std::uint32_t first_rank_ = 0;  // written before assembler_ is set, under mutex_
-  std::vector<consumer::ConsumerService*> rank_of_;  // by rank; filled by start_ranks
+  std::vector<consumer::ConsumerService*> rank_of_;  // by rank; filled by join_ranks, cleared by leave_ranks
 };
 
 Consumer::Consumer(ConsumerOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}

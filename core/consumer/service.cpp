@@ -262,9 +262,8 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   });
   bool new_producer = reply.incarnation != link_.incarnation();
   link_.joined(reply, Clock::now());
-  if (!reply.rank_endpoints.empty() && !feeds_assembler_ && hooks_.on_ranks) {
-    feeds_assembler_ = hooks_.on_ranks(reply.rank, reply.rank_endpoints);
-  }
+  // At every join: a producer restarted with other ranks, or none, changes what versions are.
+  if (hooks_.on_ranks) feeds_assembler_ = hooks_.on_ranks(reply.rank, reply.rank_endpoints);
   count([](ConsumerStats& s) { s.producer_connected = true; });
   if (new_producer) {  // version numbers restart with a new producer
     rejected_.clear();

@@ -58,8 +58,8 @@ using Event = std::variant<ChunkDone, RelaySent, Stop>;
 // rank_assembler.h) and, for a model that several producer ranks publish, the ranks. Both run
 // on the service thread.
 struct ServiceHooks {
-  // The producer joined says it is rank `rank` of the ranks at `endpoints`. Returns whether the
-  // service's versions go to an assembler from now on.
+  // At each join: the producer says it is rank `rank` of the ranks at `endpoints` (none: it
+  // publishes the whole model). Returns whether the service's versions go to an assembler now.
   std::function<bool(std::uint32_t rank, const std::vector<std::string>& endpoints)> on_ranks;
   // A version this service installed (after its own store, before on_update).
   std::function<void(std::shared_ptr<const detail::InstalledVersion>)> on_installed;

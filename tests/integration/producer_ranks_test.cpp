@@ -139,6 +139,36 @@ TEST(ProducerRanksFaults, StepsNeverMixAStoppedRankHoldsTheLastCommonStepAndARes
   for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], "") << "assembled version " << i;
 }
 
+// A trainer restarted at rank 0's endpoint with other ranks, then with none: the consumer
+// follows each layout (every byte checked) and serves the last version until the next arrives.
+TEST(ProducerRanksFaults, AConsumerFollowsATrainerRestartedWithOtherRanksOrWithNone) {
+  auto ranks = std::make_unique<Ranks>(2);
+  const std::string endpoint0 = ranks->endpoint();
+  auto options = options_for(endpoint0);
+  options.producer_timeout = 2s;  // how soon it notices its producer went
+  modelcast::Consumer consumer(options);
+  const auto whole = [](const Global&) -> Boxes { return std::nullopt; };
+  auto reaches = [&](std::int64_t step) {
+    return testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == step; }, 60s);
+  };
+  ranks->publish(1);
+  ASSERT_TRUE(reaches(1)) << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 1, whole), "");
+
+  ranks.reset();
+  ranks = std::make_unique<Ranks>(3, false, endpoint0);
+  EXPECT_EQ(check(consumer.acquire(), 1, whole), "") << "the last version, until the new ranks publish";
+  ranks->publish(2);
+  ASSERT_TRUE(reaches(2)) << "three ranks after two: " << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 2, whole), "");
+
+  ranks.reset();
+  Rank alone(0, 1, {}, endpoint0);
+  alone.publish(3);
+  ASSERT_TRUE(reaches(3)) << "one producer after three ranks: " << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 3, whole), "");
+}
+
 // Assembled versions have memory of their own, as many as the consumer's buffers: readers that
 // hold all of them hold updates back, said as such, and the last version stays; once they let
 // go, the next step is assembled.

@@ -116,17 +116,17 @@ struct Rank {
   }
 };
 
-// Ranks 1.. first (any port), then rank 0 told their endpoints.
+// Ranks 1.. first (any port), then rank 0 told their endpoints, at `bind0`.
 struct Ranks {
   std::vector<std::unique_ptr<Rank>> ranks;
-  explicit Ranks(std::uint32_t m, bool hole = false) {
+  explicit Ranks(std::uint32_t m, bool hole = false, const std::string& bind0 = "tcp://127.0.0.1:0") {
     ranks.resize(m);
     std::vector<std::string> endpoints(m);
     for (std::uint32_t r = 1; r < m; ++r) {
       ranks[r] = std::make_unique<Rank>(r, m, std::vector<std::string>{}, "tcp://127.0.0.1:0", hole);
       endpoints[r] = ranks[r]->producer->control_endpoint();
     }
-    ranks[0] = std::make_unique<Rank>(0, m, endpoints, "tcp://127.0.0.1:0", hole);
+    ranks[0] = std::make_unique<Rank>(0, m, endpoints, bind0, hole);
   }
   std::string endpoint() const { return ranks[0]->producer->control_endpoint(); }
   void publish(std::int64_t step) {
