@@ -99,13 +99,17 @@ class ScriptedProducer {
   // Accepts `join`, the last request read. A consumer that joins again from a new UCX worker
   // (it does after losing its producer) is connected anew.
   void answer_join(const protocol::JoinRequest& join) {
+    connect(join);
+    reply(protocol::JoinReply{true, protocol::Refusal::kNone, "", kIncarnation, 0, "ucx"});
+  }
+  // Connects to the UCX worker `join` offers, for a test that then replies its own way.
+  void connect(const protocol::JoinRequest& join) {
     auto offer = std::find_if(join.offers.begin(), join.offers.end(), [](const auto& o) { return o.name == "ucx"; });
     if (offer == join.offers.end()) throw std::runtime_error("the consumer offered no UCX transport");
     if (peer_ == 0 || offer->address != peer_address_) {
       peer_ = transport_->connect(offer->address, false, nullptr);
       peer_address_ = offer->address;
     }
-    reply(protocol::JoinReply{true, protocol::Refusal::kNone, "", kIncarnation, 0, "ucx"});
   }
 
   // Announces `version` until the consumer asks for it, then answers with the layout as
