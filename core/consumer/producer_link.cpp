@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "core/security/curve.h"
-#include "core/wire/ipc_directory.h"
+#include "core/wire/socket_directory.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"

@@ -9,7 +9,7 @@
 
 #include "core/security/curve.h"
 #include "core/security/manifest_signature.h"
-#include "core/wire/ipc_directory.h"
+#include "core/wire/socket_directory.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"

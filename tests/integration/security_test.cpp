@@ -294,7 +294,7 @@ TEST_F(Secured, PlaintextIsRefusedOffLoopbackAndIpcPathsAreNotTakenOver) {
 // will not bind one elsewhere, and the consumer will not connect to one elsewhere, so that a
 // consumer never reaches a socket a stranger could have put there. Each refusal names the
 // endpoint, the directory and what is wrong with it. Keys lift the rule (the handshake proves
-// who serves), and a private directory works.
+// who serves), and a private directory works; one under a directory others can write does not.
 TEST_F(Secured, PlaintextIpcIsRefusedInADirectoryOthersCanWriteSoItCannotBeTakenOver) {
   testing_support::PrivateDirectory root;
   const std::string shared = root.file("shared"), group = root.file("group");
@@ -330,6 +330,17 @@ TEST_F(Secured, PlaintextIpcIsRefusedInADirectoryOthersCanWriteSoItCannotBeTaken
   auto group_writable = error_of([&] { TestProducer p(64, plaintext); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(group_writable.find("'" + group + "' is writable by its group (mode 0770)"), std::string::npos)
       << group_writable;
+  // Nor in a private directory under one that others can write without the sticky bit: they
+  // could move the private one away and put theirs in its place.
+  const std::string open_parent = root.file("open"), inner = open_parent + "/inner";
+  ASSERT_EQ(mkdir(open_parent.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(open_parent.c_str(), 0777), 0);
+  ASSERT_EQ(mkdir(inner.c_str(), 0700), 0);
+  plaintext.control_endpoint = "ipc://" + inner + "/model.sock";
+  auto under_open = error_of([&] { TestProducer p(64, plaintext); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(under_open.find("'" + open_parent + "' above it is writable by every user without the sticky bit"),
+            std::string::npos)
+      << under_open;
   plaintext.control_endpoint = "ipc://@modelcast-abstract-" + std::to_string(getpid());
   EXPECT_NE(error_of([&] { TestProducer p(64, plaintext); }, ErrorCode::kInvalidArgument).find("abstract"),
             std::string::npos);

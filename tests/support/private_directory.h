@@ -1,6 +1,6 @@
 // A fresh directory only this user can write (mkdtemp: mode 0700), removed with everything in
 // it: where tests put plaintext ipc:// endpoints, which the producer and consumer refuse in a
-// directory others can write (core/wire/ipc_directory.h).
+// directory others can write (core/wire/socket_directory.h).
 #pragma once
 
 #include <stdlib.h>
