@@ -7,10 +7,13 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 
+#include <filesystem>
+
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "daemon/attach/seqpacket.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "modelcast/error.h"
@@ -57,6 +60,10 @@ int main(int argc, char** argv) {
   try {
     config = modelcastd::load_config(config_path);
     modelcastd::check_key_files(config);
+    // Checked again when the daemon listens; a directory systemd makes at start may not be there yet.
+    if (check_only && std::filesystem::exists(std::filesystem::path(config.socket_path).parent_path())) {
+      modelcastd::attach::check_listen_directory(config.socket_path);
+    }
   } catch (const modelcast::Error& e) {
     log->error("{}", e.what());
     return 2;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/wire/socket_directory.h"
 #include "daemon/attach/protocol.h"
 #include "modelcast/error.h"
 
@@ -27,8 +28,17 @@ sockaddr_un address(const std::string& path) {
 
 }  // namespace
 
+void check_listen_directory(const std::string& path) {
+  modelcast::wire::check_socket_directory(
+      path, "daemon.socket '" + path + "': ",
+      ": another local user could bind their own socket there while the daemon is down and serve its clients any "
+      "model. Use a directory only the daemon's user can write, such as systemd's RuntimeDirectory (/run/modelcastd, "
+      "mode 0750), or mkdir -m 755");
+}
+
 int listen_at(const std::string& path) {
   sockaddr_un addr = address(path);
+  check_listen_directory(path);
   int probe = connect_to(path);
   if (probe >= 0) {
     close(probe);
@@ -66,6 +76,25 @@ int connect_to(const std::string& path) {
     return -1;
   }
   return fd;
+}
+
+void check_listener(int fd, const std::string& path) {
+  ucred peer{};
+  socklen_t size = sizeof peer;
+  if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
+    throw modelcast::Error(modelcast::ErrorCode::kAuthentication,
+                           "cannot tell who serves '" + path + "': " + std::strerror(errno));
+  }
+  const uid_t self = geteuid();
+  if (peer.uid == self || peer.uid == 0) return;
+  const uid_t owner = modelcast::wire::socket_directory_owner(path);
+  if (peer.uid == owner) return;
+  throw modelcast::Error(modelcast::ErrorCode::kAuthentication,
+                         "'" + path + "' is served by user " + std::to_string(peer.uid) + " (pid " +
+                             std::to_string(peer.pid) + "), which is not this process's user (" +
+                             std::to_string(self) + "), root, or the owner of the socket's directory (" +
+                             std::to_string(owner) +
+                             "): another user may have bound the path while modelcastd was down; not attaching");
 }
 
 bool send_message(int fd, std::span<const char> message, std::span<const int> fds) {

@@ -8,12 +8,27 @@
 
 namespace modelcastd::attach {
 
-// Binds and listens at `path`. A socket file left by a dead daemon is replaced; one a live
-// process serves is not (Error(kTransport)). Returns the listening fd (caller closes it).
+// Nothing but the file system says who answers at a socket path, so the daemon listens only in
+// a directory that no other user can write (core/wire/socket_directory.h), and a client attaches
+// only to a listener run by itself, root, or the directory's owner: otherwise another user could
+// bind the path while the daemon is down and serve clients any model.
+
+// Throws Error(kInvalidArgument) naming `path`'s directory and what is wrong with it unless no
+// other user can write it. listen_at checks; so does `modelcastd --check`.
+void check_listen_directory(const std::string& path);
+
+// Binds and listens at `path`, after check_listen_directory. A socket file left by a dead daemon
+// is replaced; one a live process serves is not (Error(kTransport)). Returns the listening fd
+// (caller closes it).
 int listen_at(const std::string& path);
 
 // Connects to `path`; returns the fd, or -1 with errno set (caller retries or reports).
 int connect_to(const std::string& path);
+
+// Throws Error(kAuthentication), naming the listener's user and process, unless the process
+// listening at the other end of `fd` (connected to `path`) runs as this process's user, root or
+// the owner of `path`'s directory. The caller keeps `fd` either way.
+void check_listener(int fd, const std::string& path);
 
 inline constexpr std::size_t kMaxFdsPerMessage = 2;
 

@@ -119,6 +119,13 @@ class Client::Impl {
     for (;;) {
       int fd = modelcastd::attach::connect_to(socket_path);
       if (fd >= 0) {
+        // Not retried: while another user's process holds the path, the daemon cannot bind it.
+        try {
+          modelcastd::attach::check_listener(fd, socket_path);
+        } catch (const Error&) {
+          close(fd);
+          throw;
+        }
         auto connection = std::make_shared<Connection>();
         connection->fd = fd;
         return connection;

@@ -22,7 +22,8 @@ MODELCAST_API const char* mcs_last_error(void);
 
 /* Connects to the daemon at `socket_path` for `model`, retrying for up to connect_timeout_ms.
  * *out gets a client the caller owns (mcs_client_close). Errors (*out NULL):
- * MC_ERR_INVALID_ARGUMENT, MC_ERR_TRANSPORT. Thread-safe. */
+ * MC_ERR_INVALID_ARGUMENT, MC_ERR_TRANSPORT, MC_ERR_AUTHENTICATION (the listener is another user's:
+ * see modelcast::sidecar::Client). Thread-safe. */
 MODELCAST_API mc_status mcs_client_open(const char* socket_path, const char* model, int64_t connect_timeout_ms,
                                         mcs_client_t** out);
 /* Closes the client; views it handed out stay valid until released. NULL is a no-op. */

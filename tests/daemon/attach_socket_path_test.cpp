@@ -1,10 +1,14 @@
 // The daemon's attach socket path: a socket left by a daemon that died is taken over, one a live
 // daemon serves is refused, and a file or directory there is refused and left as it is (the
-// path is the user's to choose; what is there may be theirs).
+// path is the user's to choose; what is there may be theirs). A directory others can write is
+// refused, and a client attaches to no other user's listener (one that bound the path while
+// the daemon was down): run as root, a child process becomes `nobody` to play that user.
 #include <gtest/gtest.h>
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -14,6 +18,7 @@
 
 #include "daemon/attach/seqpacket.h"
 #include "modelcast/error.h"
+#include "modelcast/sidecar.h"
 #include "private_directory.h"
 
 namespace {
@@ -65,6 +70,102 @@ TEST(AttachSocketPath, ASocketLeftByADeadDaemonIsTakenOverAndALiveOneRefused) {
   EXPECT_GE(live, 0);
   EXPECT_THROW(listen_at(path), modelcast::Error) << "a second daemon took a live socket over";
   close(live);
+}
+
+TEST(AttachSocketPath, ADirectoryOtherUsersCanWriteIsRefused) {
+  testing_support::PrivateDirectory dir;
+  for (auto [mode, who] : {std::pair{01777, "every user"}, std::pair{0770, "its group"}}) {
+    ASSERT_EQ(chmod(dir.path().c_str(), mode), 0);
+    const auto path = dir.file("attach.sock");
+    expect_refused(path, who);
+    EXPECT_FALSE(std::filesystem::exists(path)) << "bound before the directory was checked";
+    try {
+      modelcastd::attach::check_listen_directory(path);
+      ADD_FAILURE() << "--check passed a directory of mode " << std::oct << mode;
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(dir.path()), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Another user, `nobody`: a child process that binds `path` as that user and listens until the
+// test ends. Root only (setuid).
+class OtherUsersListener {
+ public:
+  static constexpr uid_t kNobody = 65534;
+  explicit OtherUsersListener(const std::string& path) {
+    int ready[2];
+    if (pipe(ready) != 0 || pipe(end_) != 0) throw std::runtime_error("pipe");
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+    pid_ = fork();
+    if (pid_ == 0) {  // async-signal-safe calls only: the test process has threads
+      close(ready[0]);
+      close(end_[1]);
+      int fd = -1;
+      if (setgid(kNobody) == 0 && setuid(kNobody) == 0) fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+      char ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && listen(fd, 8) == 0;
+      (void)!write(ready[1], &ok, 1);
+      char byte;
+      (void)!read(end_[0], &byte, 1);  // until the test closes its end
+      _exit(0);
+    }
+    close(ready[1]);
+    close(end_[0]);
+    char ok = 0;
+    (void)!read(ready[0], &ok, 1);
+    close(ready[0]);
+    listening_ = ok == 1;
+  }
+  ~OtherUsersListener() {
+    close(end_[1]);
+    if (pid_ > 0) waitpid(pid_, nullptr, 0);
+  }
+  bool listening() const { return listening_; }
+
+ private:
+  pid_t pid_ = -1;
+  int end_[2] = {-1, -1};
+  bool listening_ = false;
+};
+
+TEST(AttachSocketPath, AClientAttachesToNoOtherUsersListener) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run a listener as another user";
+  testing_support::PrivateDirectory dir;
+  // A shared directory, as /tmp is: anyone may bind a name in it first.
+  ASSERT_EQ(chmod(dir.path().c_str(), 01777), 0);
+  const auto path = dir.file("attach.sock");
+  OtherUsersListener impostor(path);
+  ASSERT_TRUE(impostor.listening());
+  const int fd = modelcastd::attach::connect_to(path);
+  ASSERT_GE(fd, 0);
+  EXPECT_THROW(modelcastd::attach::check_listener(fd, path), modelcast::Error);
+  close(fd);
+  try {
+    modelcast::sidecar::Client client({path, "test", std::chrono::seconds(5)});
+    (void)client.acquire();
+    ADD_FAILURE() << "attached to user " << OtherUsersListener::kNobody << "'s listener";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kAuthentication) << e.what();
+    EXPECT_NE(std::string(e.what()).find("user " + std::to_string(OtherUsersListener::kNobody)), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(AttachSocketPath, AListenerOwningTheDirectoryIsTheDaemon) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to run a listener as another user";
+  testing_support::PrivateDirectory dir;
+  // The daemon's own runtime directory, as systemd makes it for User=modelcastd.
+  ASSERT_EQ(chown(dir.path().c_str(), OtherUsersListener::kNobody, OtherUsersListener::kNobody), 0);
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const auto path = dir.file("attach.sock");
+  OtherUsersListener daemon(path);
+  ASSERT_TRUE(daemon.listening());
+  const int fd = modelcastd::attach::connect_to(path);
+  ASSERT_GE(fd, 0);
+  EXPECT_NO_THROW(modelcastd::attach::check_listener(fd, path));
+  close(fd);
 }
 
 }  // namespace
