@@ -350,5 +350,28 @@ TEST(DaemonConfig, MissingKeyFilesFailTheCheckAndTheStartNamingModelKeyAndFile) 
   EXPECT_EQ(check.wait(), 0);
 }
 
+// A socket in a directory others can write (as /tmp) could be bound by another user while the
+// daemon restarts: --check and the start refuse it, naming the directory and why.
+TEST(DaemonConfig, ASocketInADirectoryOthersCanWriteFailsTheCheckAndTheStart) {
+  ScratchDir dir;
+  const std::string shared = dir / "shared";
+  std::filesystem::create_directory(shared);
+  std::filesystem::permissions(shared, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+  write_file(dir / "shared.toml", "[daemon]\nsocket = \"" + shared + "/attach.sock\"\n[http]\nlisten = \"\"\n" +
+                                      std::string(kModel));
+  for (auto [args, code] : {std::pair{std::vector<std::string>{"--check"}, 2}, std::pair{std::vector<std::string>{}, 1}}) {
+    std::vector<std::string> argv{MODELCASTD, "--config", (dir / "shared.toml")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess daemon(argv);
+    EXPECT_EQ(daemon.wait(), code) << (args.empty() ? "start" : "--check");
+    bool named = false;
+    for (const auto& line : daemon.lines()) {
+      named = named || (line.find("'" + shared + "' is writable by every user") != std::string::npos);
+    }
+    EXPECT_TRUE(named) << (args.empty() ? "start" : "--check");
+  }
+  EXPECT_FALSE(std::filesystem::exists(shared + "/attach.sock"));
+}
+
 }  // namespace
 }  // namespace daemon_test
