@@ -186,7 +186,9 @@ void ConsumerService::check_transfer_deadline() {
 // Dropped without on_error (nothing was rejected), but named in last_error: a consumer that
 // stops receiving versions from a producer speaking another protocol must say why.
 void ConsumerService::bad_message(const std::string& what) {
-  log_->warn("dropped a bad control message: {}", what);
+  if (auto note = bad_messages_logged_.admit(LogRate::Clock::now())) {
+    log_->warn("dropped a bad control message: {}{}", what, *note);
+  }
   count([&](ConsumerStats& s) {
     s.bad_messages++;
     s.last_error = "dropped a bad control message: " + what;

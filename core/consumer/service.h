@@ -36,6 +36,7 @@
 
 #include "common/event_queue.h"
 #include "common/log.h"
+#include "common/log_rate.h"
 #include "core/consumer/consumer_options.h"
 #include "core/consumer/device_landing.h"
 #include "core/consumer/fetch_client.h"
@@ -188,6 +189,8 @@ class ConsumerService {
   // converts the whole), handed on once installed. Service thread only after construction.
   bool feeds_assembler_ = false;
   std::shared_ptr<spdlog::logger> log_;
+  // Bad messages are logged at most once per 10 s (counted every time). Service thread only.
+  LogRate bad_messages_logged_;
   // Shared with transfer completions: views keep the transport (and so late completions of
   // cancelled receives) alive after this Consumer is gone.
   std::shared_ptr<EventQueue<Event>> events_ = std::make_shared<EventQueue<Event>>();

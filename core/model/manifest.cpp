@@ -1,5 +1,6 @@
 #include "core/model/manifest.h"
 
+#include <cstdio>
 #include <limits>
 #include <optional>
 #include <set>
@@ -24,10 +25,27 @@ std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
+// How a name that cannot be used is shown: its first 40 bytes, anything but printable ASCII as
+// \xNN (it may be far too long, hold a NUL, or not be UTF-8).
+std::string shown_name(std::string_view name) {
+  constexpr std::size_t kShown = 40;
+  std::string out = "'";
+  for (unsigned char c : name.substr(0, kShown)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  return out + (name.size() > kShown ? "'..." : "'");
+}
+
 void check_spec(const TensorSpec& spec, ErrorCode code) {
   if (spec.name.empty()) throw Error(code, "tensor with an empty name");
   const ManifestLimits limits;
-  if (auto why = name_problem(spec.name)) throw Error(code, "tensor name " + *why);
+  if (auto why = name_problem(spec.name)) throw Error(code, "tensor name " + shown_name(spec.name) + " " + *why);
   if (spec.shape.size() > limits.max_rank) {
     throw Error(code, "tensor '" + spec.name + "' has rank " + std::to_string(spec.shape.size()) + "; the limit is " +
                           std::to_string(limits.max_rank));

@@ -53,7 +53,10 @@ void ProducerService::run() {
     zmq::poll(items, zap ? 4 : 3, std::chrono::milliseconds(std::max<long>(wait, 0) + 1));
     if (zap && (items[3].revents & ZMQ_POLLIN)) {
       control_.answer_authentication([this](const std::string& key) {
-        log_->warn("refused a connection from key {}: not on the allow-list", security::describe_curve_key(key));
+        if (auto note = refusals_logged_.admit(LogRate::Clock::now())) {
+          log_->warn("refused a connection from key {}: not on the allow-list{}", security::describe_curve_key(key),
+                     *note);
+        }
         stats_.update([](ProducerStats& s) { s.refused_peers++; });
       });
     }
@@ -428,7 +431,9 @@ void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
 }
 
 void ProducerService::bad_message(const std::string& what) {
-  log_->warn("dropped a bad control message: {}", what);
+  if (auto note = bad_messages_logged_.admit(LogRate::Clock::now())) {
+    log_->warn("dropped a bad control message: {}{}", what, *note);
+  }
   stats_.update([](ProducerStats& s) { s.bad_messages++; });
 }
 

@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/event_queue.h"
+#include "common/log_rate.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
 #include "core/producer/digest_order.h"
@@ -232,6 +233,8 @@ class ProducerService {
   ControlPlane& control_;
   StatsBox& stats_;
   std::shared_ptr<spdlog::logger> log_;
+  // What peers can cause at will is logged at most once per 10 s each (counted every time).
+  LogRate refusals_logged_, bad_messages_logged_;
   EventQueue<Event> events_;
   Membership membership_;
   // Device versions whose host copy is still being made, and the pin that keeps each slot.

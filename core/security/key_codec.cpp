@@ -14,14 +14,24 @@ void ensure_sodium() {
   if (!ready) throw Error(ErrorCode::kResource, "libsodium could not be initialised");
 }
 
-PublicKey decode_public_key(const std::string& z85, const std::string& what) {
-  PublicKey key{};
+namespace {
+
+// 32 bytes from 40 Z85 characters. What was given is quoted for a public key only: a mistyped
+// secret is still most of a secret, and error messages end up in logs.
+std::array<std::uint8_t, 32> decode_z85(const std::string& z85, const std::string& what, bool secret) {
+  std::array<std::uint8_t, 32> key{};
   if (z85.size() != 40 || zmq_z85_decode(key.data(), z85.c_str()) == nullptr) {
-    throw Error(ErrorCode::kInvalidArgument, what + " is not a key: expected 40 Z85 characters, got '" +
-                                                 (z85.size() > 60 ? z85.substr(0, 60) + "..." : z85) + "'");
+    throw Error(ErrorCode::kInvalidArgument,
+                what + " is not a key: expected 40 Z85 characters, got " +
+                    (secret ? std::to_string(z85.size()) + " characters (not shown: it is secret)"
+                            : "'" + (z85.size() > 60 ? z85.substr(0, 60) + "..." : z85) + "'"));
   }
   return key;
 }
+
+}  // namespace
+
+PublicKey decode_public_key(const std::string& z85, const std::string& what) { return decode_z85(z85, what, false); }
 
 std::string encode_key(const std::array<std::uint8_t, 32>& key) {
   char text[41] = {};
@@ -31,8 +41,8 @@ std::string encode_key(const std::array<std::uint8_t, 32>& key) {
 
 SecretKey decode_secret_key(const KeyPair& keys, const std::string& what) {
   ensure_sodium();
-  auto seed = decode_public_key(keys.secret_key, what + "'s secret key");
-  auto expected = decode_public_key(keys.public_key, what + "'s public key");
+  auto seed = decode_z85(keys.secret_key, "the secret key of " + what, true);
+  auto expected = decode_public_key(keys.public_key, "the public key of " + what);
   PublicKey derived{};
   SecretKey secret{};
   crypto_sign_seed_keypair(derived.data(), secret.data(), seed.data());

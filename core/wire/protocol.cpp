@@ -177,8 +177,10 @@ RelayFault relay_fault(std::uint8_t code) {
   return static_cast<RelayFault>(code);
 }
 
-DeliveryPath delivery_path(std::uint8_t code) {
-  if (code > static_cast<std::uint8_t>(DeliveryPath::kStaged)) fail("join reply: unknown delivery path");
+DeliveryPath delivery_path(std::uint8_t code, const char* message) {
+  if (code > static_cast<std::uint8_t>(DeliveryPath::kStaged)) {
+    fail(std::string(message) + ": unknown delivery path " + std::to_string(code));
+  }
   return static_cast<DeliveryPath>(code);
 }
 
@@ -200,7 +202,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
                          f.get<std::string>("host"),
                          f.get<std::uint64_t>("proc"),
                          f.get<std::uint64_t>("session"),
-                         f.has("path") ? std::optional(delivery_path(f.get<std::uint8_t>("path"))) : std::nullopt,
+                         f.has("path") ? std::optional(delivery_path(f.get<std::uint8_t>("path"), "join request")) : std::nullopt,
                          f.get<bool>("relays"),
                          f.has("group") ? f.get<std::string>("group") : std::string(),
                          f.has("group") ? f.get<std::uint32_t>("gsize") : 0u,
@@ -210,7 +212,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
       Fields f(body, "join reply");
       return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), f.get<std::string>("err"),
                        f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("latest"),
-                       f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path")),
+                       f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path"), "join reply"),
                        f.has("ranks") ? f.get<std::uint32_t>("rank") : 0u,
                        f.has("ranks") ? f.get<std::vector<std::string>>("ranks") : std::vector<std::string>{},
                        f.has("bytes") ? f.get<std::uint64_t>("bytes") : std::uint64_t{0}};

@@ -61,6 +61,12 @@ class Producer(Service):
         once every rank published it.
         """
         m = describe_memory(name, tensor)
+        # A shape from an interface (not from real memory) may claim any size: said here, rather
+        # than as the binding's TypeError for a number past 64 bits.
+        if any(extent < 0 for extent in m.shape):
+            raise InvalidArgumentError(f"tensor '{name}' has a negative extent in shape {m.shape}")
+        if m.nbytes >= 2**64:
+            raise InvalidArgumentError(f"tensor '{name}' with shape {m.shape} has more bytes than 64 bits can count")
         self._impl.register_memory(name, m.dtype, m.shape, m.address, m.nbytes, m.owners, m.memory, m.device,
                                    list(global_shape or []), list(global_offset or []))
         if _is_torch_tensor(tensor):

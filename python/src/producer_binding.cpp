@@ -76,9 +76,12 @@ class PyProducer {
     ref.spec.device = device;
     if (ref.spec.memory == MemoryKind::kCuda && device < 0)
       throw_invalid("tensor '" + name + "': device ordinal " + std::to_string(device) + " is negative");
-    if (ref.spec.size_bytes() != nbytes)
+    // A shape whose size overflows (or has a negative extent) is refused by register_tensor
+    // naming the shape; comparing its wrapped size here would quote a wrong number.
+    const auto shaped = ref.spec.checked_size_bytes();
+    if (shaped && *shaped != nbytes)
       throw_invalid("tensor '" + name + "': " + std::to_string(nbytes) + " bytes of memory for a shape and dtype of " +
-                    std::to_string(ref.spec.size_bytes()) + " bytes");
+                    std::to_string(*shaped) + " bytes");
     // Our own reference, so the owner is recorded even if close() runs meanwhile on another thread.
     struct Hold {
       std::shared_ptr<Registered> state;

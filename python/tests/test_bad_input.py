@@ -200,6 +200,18 @@ def test_a_tensor_spec_whose_size_cannot_be_counted_is_refused():
     assert modelcast.TensorSpec("x", "f32", [2, 3]).size_bytes == 24
 
 
+def test_an_interface_claiming_a_size_past_64_bits_or_a_negative_extent_is_refused_naming_the_tensor(producer):
+    # Once a TypeError from the binding, for a byte count past 64 bits.
+    class Claimed:
+        def __init__(self, shape):
+            self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (4096, False), "version": 3}
+
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "tensor 'huge'", "64 bits"):
+        producer.register("huge", Claimed((2**62, 8)))
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "tensor 'backwards'", "negative extent"):
+        producer.register("backwards", Claimed((-1, -1)))
+
+
 def test_persist_options_are_checked_at_construction(tmp_path):
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "persist.every"):
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", persist_directory=str(tmp_path), persist_every=0)

@@ -83,6 +83,14 @@ TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
   EXPECT_NE(error_of([&] { modelcast::load_key_pair(dir.file("mismatch")); }, ErrorCode::kInvalidArgument)
                 .find("does not belong"),
             std::string::npos);
+  // A mistyped secret is most of a secret: named, never quoted.
+  const std::string typo = keys.secret_key.substr(0, 39);
+  write(dir.file("typo"), "public = \"" + keys.public_key + "\"\nsecret = \"" + typo + "\"\n");
+  std::filesystem::permissions(dir.file("typo"), std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto mistyped = error_of([&] { modelcast::load_key_pair(dir.file("typo")); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(mistyped.find("the secret key of key file '" + dir.file("typo") + "' is not a key"), std::string::npos)
+      << mistyped;
+  EXPECT_EQ(mistyped.find(typo.substr(0, 8)), std::string::npos) << "the secret is in the message: " << mistyped;
   write(dir.file("short"), "public = \"abc\"\n");
   EXPECT_NE(error_of([&] { modelcast::load_public_key(dir.file("short")); }, ErrorCode::kInvalidArgument).find("Z85"),
             std::string::npos);

@@ -210,6 +210,12 @@ TEST(Codec, RejectsForeignAndFutureMessages) {
   auto good = encode(Announce{1, 2, 3, 4, std::nullopt});
   good.push_back(std::byte{0});
   expect_protocol_error(good, "trailing");
+  // An unknown delivery path is named in the message that carried it.
+  auto join_request = modelcast::testing::ucx_join("model", "consumer", {std::byte{1}}, "boot-id", 1);
+  join_request.path = static_cast<modelcast::DeliveryPath>(9);
+  expect_protocol_error(encode(join_request), "join request: unknown delivery path 9");
+  expect_protocol_error(encode(JoinReply{true, Refusal::kNone, "", 5, 6, "ucx", static_cast<modelcast::DeliveryPath>(9)}),
+                        "join reply: unknown delivery path 9");
 }
 
 // Announcements travel with the replies now (protocol 6): the join reply names no announcement

@@ -1,0 +1,42 @@
+// One log line per interval for events a peer can cause at will (refused handshakes, malformed
+// messages), so that a flood of them cannot flood the log; the line that is let through says how
+// many were held back. Counters (ProducerStats, ConsumerStats) still count every event. A dozen
+// lines: spdlog has no rate limit of its own.
+// Threads: one caller at a time (the service thread that owns it).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace modelcast {
+
+class LogRate {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit LogRate(Clock::duration interval = std::chrono::seconds(10)) : interval_(interval) {}
+
+  // Whether an event at `now` is logged: then the words to append to its line ("" or " (and N
+  // more since the last one logged)"), else nullopt and the event is counted as held back.
+  std::optional<std::string> admit(Clock::time_point now) {
+    if (logged_once_ && now - last_ < interval_) {
+      ++held_back_;
+      return std::nullopt;
+    }
+    std::string note;
+    if (held_back_ > 0) note = " (and " + std::to_string(held_back_) + " more since the last one logged)";
+    logged_once_ = true;
+    last_ = now;
+    held_back_ = 0;
+    return note;
+  }
+
+ private:
+  Clock::duration interval_;
+  bool logged_once_ = false;
+  Clock::time_point last_{};
+  std::uint64_t held_back_ = 0;
+};
+
+}  // namespace modelcast

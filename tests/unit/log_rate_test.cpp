@@ -1,0 +1,25 @@
+// Events a peer can cause at will are logged once per interval, and the line let through says
+// how many were held back since the last.
+#include <gtest/gtest.h>
+
+#include "common/log_rate.h"
+
+namespace {
+
+using modelcast::LogRate;
+using namespace std::chrono_literals;
+
+TEST(LogRate, OneLinePerIntervalSayingHowManyWereHeldBack) {
+  LogRate rate(10s);
+  const LogRate::Clock::time_point t0{};
+  ASSERT_TRUE(rate.admit(t0 + 1s));
+  EXPECT_EQ(*rate.admit(t0 + 100s), "") << "nothing was held back";
+  for (int i = 0; i < 500; ++i) EXPECT_FALSE(rate.admit(t0 + 100s + i * 10ms)) << "event " << i;
+  auto note = rate.admit(t0 + 110s);
+  ASSERT_TRUE(note) << "the interval passed";
+  EXPECT_EQ(*note, " (and 500 more since the last one logged)");
+  EXPECT_FALSE(rate.admit(t0 + 115s));
+  EXPECT_EQ(*rate.admit(t0 + 121s), " (and 1 more since the last one logged)");
+}
+
+}  // namespace
