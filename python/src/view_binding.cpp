@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -248,9 +249,13 @@ void bind_view(py::module_& m) {
            "tensor (torch needs CUDA for that).")
       .def("names", [](const ModelView& v) {
         std::vector<std::string> names;
-        for (const auto& t : require_version(v).tensors()) names.push_back(t.name());
+        std::set<std::string> seen;  // a tensor kept as several boxes has a view per box
+        for (const auto& t : require_version(v).tensors()) {
+          if (seen.insert(t.name()).second) names.push_back(t.name());
+        }
         return names;
-      }, "Tensor names in the producer's registration order.")
+      }, "Tensor names, each once, in the order of the views (the producer's registration order); "
+         "a tensor kept as several boxes is listed once (its boxes: parts(name)).")
       .def("arrays", [](const py::object& self) {
         py::dict d;
         for (const auto& t : require_version(self.cast<const ModelView&>()).tensors()) d[py::str(t.name())] = make_array(self, t.name(), 0);

@@ -69,6 +69,7 @@ def test_several_boxes_of_a_tensor_are_parts_picked_by_index(endpoint):
             assert view is not None, consumer.stats().last_error
             assert view.parts("w") == [(offset, (40, 30)) for offset, _ in boxes]
             assert view.parts("b") == [None]
+            assert view.names() == ["w", "b"], "each name once, however many boxes"
             for part, (offset, extent) in enumerate(boxes):
                 want = w[offset[0]:offset[0] + extent[0], offset[1]:offset[1] + extent[1]]
                 assert torch.equal(view.tensor("w", part=part), want), part
