@@ -145,6 +145,15 @@ std::string load_public_key(const std::string& path) {
   check_keys(table, path);
   auto key = string_at(table, path, "public", true);
   security::decode_public_key(key, "key file '" + path + "': 'public'");
+  // A public key file says whom to trust (the producer a consumer pins, the consumers a producer
+  // admits): one that other users may write lets them put their own key there. As ssh refuses an
+  // authorized_keys file others can write. Checked last, as for the secret.
+  if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    bad_file(path, std::string("says whom to trust but ") + ((st.st_mode & S_IWOTH) ? "every user" : "its group") +
+                       " may write it (mode " + mode + "): chmod go-w it");
+  }
   return key;
 }
 

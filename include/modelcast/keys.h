@@ -32,7 +32,9 @@ MODELCAST_API void save_key_pair(const KeyPair& keys, const std::string& path, b
 // than its owner may read or write (mode & 077).
 MODELCAST_API KeyPair load_key_pair(const std::string& path);
 
-// Reads the public key from a key file or a ".pub" file.
+// Reads the public key from a key file or a ".pub" file. Throws Error(kInvalidArgument) naming
+// the file for anything malformed, and for a file its group or other users may write (it says
+// whom to trust: they could put their own key there).
 MODELCAST_API std::string load_public_key(const std::string& path);
 
 }  // namespace modelcast

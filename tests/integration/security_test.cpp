@@ -129,6 +129,21 @@ TEST(Keys, SavingOverALinkReplacesTheLinkAndLeavesItsTargetAlone) {
 }
 
 // toml++ waits for ever on a FIFO that nobody writes.
+// A public key file others may write would let them put their own key in place of the one
+// trusted (the pinned producer, an admitted consumer).
+TEST(Keys, APublicKeyFileOthersCanWriteIsRefused) {
+  TempDir dir;
+  modelcast::save_key_pair(modelcast::generate_key_pair(), dir.file("trainer.key"));
+  const std::string pub = dir.file("trainer.key.pub");
+  EXPECT_NO_THROW(modelcast::load_public_key(pub)) << "mode 0644, as saved";
+  for (auto [mode, who] : {std::pair{0666, "every user"}, std::pair{0664, "its group"}}) {
+    ASSERT_EQ(chmod(pub.c_str(), mode), 0);
+    auto refused = error_of([&] { modelcast::load_public_key(pub); }, ErrorCode::kInvalidArgument);
+    EXPECT_NE(refused.find(pub), std::string::npos) << refused;
+    EXPECT_NE(refused.find(std::string(who) + " may write it"), std::string::npos) << refused;
+  }
+}
+
 TEST(Keys, AKeyPathThatIsNotARegularFileIsRefused) {
   TempDir dir;
   ASSERT_EQ(mkfifo(dir.file("fifo").c_str(), 0600), 0);
