@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     config = modelcastd::load_config(config_path);
     modelcastd::check_key_files(config);
     // Checked again when the daemon listens; a directory systemd makes at start may not be there yet.
-    if (check_only && std::filesystem::exists(std::filesystem::path(config.socket_path).parent_path())) {
+    if (check_only && std::filesystem::exists(std::filesystem::absolute(config.socket_path).parent_path())) {
       modelcastd::attach::check_listen_directory(config.socket_path);
     }
   } catch (const modelcast::Error& e) {

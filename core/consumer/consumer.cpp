@@ -128,13 +128,19 @@ class Consumer::Impl {
   // On the first service's thread, at each join: the producer is rank `rank` of endpoints.size(),
   // or publishes the whole model (no endpoints). Returns whether its versions are pieces.
   bool start_ranks(std::uint32_t rank, const std::vector<std::string>& endpoints) {
+    const bool first_join = !joined_once_;
+    joined_once_ = true;
     {
       std::lock_guard lock(mutex_);
       if (rank == layout_rank_ && endpoints == layout_endpoints_) return ranked_;
     }
-    if (!layout_endpoints_.empty()) {
-      log::get("consumer")->info("the producer's ranks changed ({} before, {} now): assembling afresh",
-                                 layout_endpoints_.size(), endpoints.size());
+    const auto described = [](std::size_t ranks) {
+      return ranks == 0 ? std::string("one producer") : std::to_string(ranks) + " ranks";
+    };
+    if (!first_join) {
+      log::get("consumer")->info("the producer's layout changed ({} before, {} now){}",
+                                 described(layout_endpoints_.size()), described(endpoints.size()),
+                                 endpoints.empty() ? "" : ": assembling afresh");
     }
     leave_ranks();
     // The user's wants again, not the regions an old assembler asked of this rank.
@@ -250,6 +256,7 @@ class Consumer::Impl {
   std::uint32_t layout_rank_ = 0;
   std::vector<std::string> layout_endpoints_;
   bool ranked_ = false;
+  bool joined_once_ = false;  // the first service's thread only
   std::shared_ptr<consumer::RankAssembler> assembler_;  // guarded by mutex_; null if the ranks could not start
   std::vector<std::unique_ptr<consumer::ConsumerService>> others_;  // guarded by mutex_
   std::uint32_t first_rank_ = 0;  // written before assembler_ is set, under mutex_

@@ -33,7 +33,7 @@ void check_listen_directory(const std::string& path) {
       path, "daemon.socket '" + path + "': ",
       ": another local user could bind their own socket there while the daemon is down and serve its clients any "
       "model. Use a directory only the daemon's user can write, such as systemd's RuntimeDirectory (/run/modelcastd, "
-      "mode 0750), or mkdir -m 755");
+      "mode 0750, with UMask=0007 so that clients in the daemon's group can connect)");
 }
 
 int listen_at(const std::string& path) {
