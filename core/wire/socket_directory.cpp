@@ -3,14 +3,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <vector>
 
 #include "modelcast/error.h"
 
 namespace modelcast::wire {
 namespace {
+
+namespace fs = std::filesystem;
 
 std::string octal_mode(mode_t mode) {
   char text[8];
@@ -18,64 +24,145 @@ std::string octal_mode(mode_t mode) {
   return text;
 }
 
-// The directory the socket file is in, with symbolic links resolved (the one whose permissions
-// decide who can replace the file), and its status.
-std::pair<std::filesystem::path, struct stat> directory_of(const std::string& path, const std::string& what) {
-  std::error_code error;
-  std::filesystem::path directory = std::filesystem::absolute(std::filesystem::path(path), error).parent_path();
-  auto resolved = std::filesystem::canonical(directory, error);
-  if (error) {
-    throw Error(ErrorCode::kInvalidArgument,
-                what + "its directory '" + directory.string() + "' cannot be used: " + error.message());
-  }
+bool others_can_write(const struct stat& info) { return (info.st_mode & (S_IWGRP | S_IWOTH)) != 0; }
+std::string writers(const struct stat& info) { return (info.st_mode & S_IWOTH) ? "every user" : "its group"; }
+
+// One name looked up on the way to the socket's directory: the directory it was looked up in
+// (whose writers can replace it) and what the name is (a directory or a symbolic link, whose
+// owner can replace it where the sticky bit lets only owners do so).
+struct Step {
+  fs::path container;
+  struct stat container_info {};
+  fs::path entry;
+  struct stat entry_info {};
+};
+
+// The way from / to the directory of socket file `path`, with every symbolic link followed by
+// hand, as the kernel does, so that each link and each directory passed is seen: resolving
+// first (realpath) would hide a link that another user owns and can point elsewhere.
+struct Route {
+  std::vector<Step> steps;
+  fs::path directory;
   struct stat info {};
-  if (::stat(resolved.c_str(), &info) != 0) {
-    throw Error(ErrorCode::kInvalidArgument,
-                what + "its directory '" + resolved.string() + "' cannot be used: " + std::strerror(errno));
+};
+
+Route route_to_directory(const std::string& path, const std::string& what, ErrorCode code) {
+  std::error_code error;
+  const fs::path named = fs::absolute(fs::path(path), error).parent_path();
+  auto fail = [&](const fs::path& at, const std::string& why) {
+    throw Error(code, what + (at == named ? "its directory '" : "the path to its directory '") + at.string() +
+                          "' cannot be used: " + why);
+  };
+  if (error) fail(named, error.message());
+  std::deque<std::string> pending;
+  for (const auto& part : named.relative_path()) pending.push_back(part.string());
+  Route route;
+  route.directory = "/";
+  if (::stat("/", &route.info) != 0) fail("/", std::strerror(errno));
+  int links = 0;
+  while (!pending.empty()) {
+    const std::string name = pending.front();
+    pending.pop_front();
+    if (name.empty() || name == ".") continue;
+    if (name == "..") {  // the parent of a directory already reached was passed on the way to it
+      route.directory = route.directory.parent_path();
+      if (::stat(route.directory.c_str(), &route.info) != 0) fail(route.directory, std::strerror(errno));
+      continue;
+    }
+    Step step{route.directory, route.info, route.directory / name, {}};
+    if (::lstat(step.entry.c_str(), &step.entry_info) != 0) fail(step.entry, std::strerror(errno));
+    route.steps.push_back(step);
+    if (S_ISLNK(step.entry_info.st_mode)) {
+      if (++links > 40) fail(named, std::strerror(ELOOP));
+      std::vector<char> target(PATH_MAX + 1);
+      const ssize_t size = ::readlink(step.entry.c_str(), target.data(), PATH_MAX);
+      if (size < 0) fail(step.entry, std::strerror(errno));
+      const fs::path to(std::string(target.data(), static_cast<size_t>(size)));
+      std::vector<std::string> parts;
+      for (const auto& part : to.relative_path()) parts.push_back(part.string());
+      pending.insert(pending.begin(), parts.begin(), parts.end());
+      if (to.is_absolute()) {
+        route.directory = "/";
+        if (::stat("/", &route.info) != 0) fail("/", std::strerror(errno));
+      }
+    } else if (S_ISDIR(step.entry_info.st_mode)) {
+      route.directory = step.entry;
+      route.info = step.entry_info;
+    } else {
+      fail(step.entry, "not a directory");
+    }
   }
-  return {resolved, info};
+  return route;
+}
+
+// Whoever can replace a name on the route can send the socket's path elsewhere: the writers of
+// the directory it is in (unless the sticky bit keeps them to their own entries, as in /tmp),
+// and the name's owner. In a directory others may write, anyone could also have made the name
+// first, so there only this user's and root's names count. `owner` (the socket directory's
+// owner, for a client; this user otherwise) is trusted elsewhere on the route; whether the
+// socket's directory itself is fit is left to the caller.
+void check_route(const Route& route, const std::string& what, const std::string& remedy, ErrorCode code,
+                 uid_t owner) {
+  const uid_t user = ::geteuid();
+  auto is_ours = [&](uid_t uid) { return uid == user || uid == 0; };
+  auto is_trusted = [&](uid_t uid) { return is_ours(uid) || uid == owner; };
+  for (size_t i = 0; i < route.steps.size(); ++i) {
+    const Step& step = route.steps[i];
+    const bool link = S_ISLNK(step.entry_info.st_mode);
+    const bool the_directory = !link && i + 1 == route.steps.size() && step.entry == route.directory;
+    const std::string kind = link ? "the symbolic link '" : the_directory ? "its directory '" : "the directory '";
+    const std::string entry = kind + step.entry.string() + "'" + (link || the_directory ? "" : " above it");
+    const std::string above = "the directory '" + step.container.string() + "' above it ";
+    if (!is_trusted(step.container_info.st_uid)) {
+      throw Error(code, what + above + "belongs to user " + std::to_string(step.container_info.st_uid) +
+                            ", who could replace the socket's directory" + remedy);
+    }
+    if (others_can_write(step.container_info)) {
+      if ((step.container_info.st_mode & S_ISVTX) == 0) {
+        throw Error(code, what + above + "is writable by " + writers(step.container_info) +
+                              " without the sticky bit (mode " + octal_mode(step.container_info.st_mode) +
+                              "), who could replace the socket's directory" + remedy);
+      }
+      if (!is_ours(step.entry_info.st_uid)) {
+        throw Error(code, what + entry + " belongs to user " + std::to_string(step.entry_info.st_uid) + " and is in '" +
+                              step.container.string() + "', which " + writers(step.container_info) +
+                              " can write (mode " + octal_mode(step.container_info.st_mode) +
+                              "): anyone could have made it first" + remedy);
+      }
+    }
+    if (!the_directory && !is_trusted(step.entry_info.st_uid)) {
+      throw Error(code, what + entry + " belongs to user " + std::to_string(step.entry_info.st_uid) + ", who could " +
+                            (link ? "point it at a directory of theirs" : "replace the socket's directory") + remedy);
+    }
+  }
 }
 
 }  // namespace
 
 void check_socket_directory(const std::string& path, const std::string& what, const std::string& remedy) {
-  const auto [resolved, info] = directory_of(path, what);
+  const Route route = route_to_directory(path, what, ErrorCode::kInvalidArgument);
   const uid_t user = ::geteuid();
-  if (info.st_uid != user && info.st_uid != 0) {
-    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + resolved.string() + "' belongs to user " +
-                                                 std::to_string(info.st_uid) + ", not to this process's user " +
+  check_route(route, what, remedy, ErrorCode::kInvalidArgument, user);
+  const std::string directory = route.directory.string();
+  if (route.info.st_uid != user && route.info.st_uid != 0) {
+    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' belongs to user " +
+                                                 std::to_string(route.info.st_uid) + ", not to this process's user " +
                                                  std::to_string(user) + remedy);
   }
-  if ((info.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + resolved.string() + "' is writable by " +
-                                                 ((info.st_mode & S_IWOTH) ? "every user" : "its group") + " (mode " +
-                                                 octal_mode(info.st_mode) + ")" + remedy);
-  }
-  // Whoever can write a directory above can rename the private one away and put their own in its
-  // place, unless the sticky bit keeps them to their own entries (as in /tmp).
-  for (auto above = resolved.parent_path();; above = above.parent_path()) {
-    struct stat up {};
-    if (::stat(above.c_str(), &up) != 0) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  what + "the directory '" + above.string() + "' above it cannot be used: " + std::strerror(errno));
-    }
-    const std::string at = what + "the directory '" + above.string() + "' above it ";
-    if (up.st_uid != user && up.st_uid != 0) {
-      throw Error(ErrorCode::kInvalidArgument, at + "belongs to user " + std::to_string(up.st_uid) +
-                                                   ", who could replace the socket's directory" + remedy);
-    }
-    if ((up.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (up.st_mode & S_ISVTX) == 0) {
-      throw Error(ErrorCode::kInvalidArgument, at + "is writable by " +
-                                                   ((up.st_mode & S_IWOTH) ? "every user" : "its group") +
-                                                   " without the sticky bit (mode " + octal_mode(up.st_mode) +
-                                                   "), who could replace the socket's directory" + remedy);
-    }
-    if (above == above.parent_path()) break;
+  if (others_can_write(route.info)) {
+    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' is writable by " +
+                                                 writers(route.info) + " (mode " + octal_mode(route.info.st_mode) +
+                                                 ")" + remedy);
   }
 }
 
-uid_t socket_directory_owner(const std::string& path) {
-  return directory_of(path, "socket '" + path + "': ").second.st_uid;
+uid_t socket_directory_owner(const std::string& path, const std::string& what) {
+  const std::string remedy = "; only a directory that its owner, this process's user or root made and alone control "
+                             "says who the daemon is (systemd's RuntimeDirectory, /run/modelcastd, is one)";
+  const Route route = route_to_directory(path, what, ErrorCode::kAuthentication);
+  const uid_t owner = route.info.st_uid;
+  check_route(route, what, remedy, ErrorCode::kAuthentication, owner);
+  return owner;
 }
 
 void check_private_ipc_directory(const std::string& endpoint, const std::string& role) {

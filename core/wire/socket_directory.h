@@ -7,7 +7,8 @@
 // refused; mkdtemp() and `mkdir -m 700` make directories that pass. Every directory above it
 // must be owned by this user or root and writable by no one else, or have its sticky bit (as
 // /tmp has): otherwise whoever can write one could move the private directory away and put their
-// own in its place. Used for plaintext ipc://
+// own in its place. A symbolic link on the way must be owned by this user or root: its owner
+// could replace it (in /tmp, for one) and point it at a directory of theirs. Used for plaintext ipc://
 // control endpoints (with keys, the handshake proves the producer's identity and any directory
 // will do) and for modelcastd's attach socket. Also compiled into the daemon's attach library.
 #pragma once
@@ -22,10 +23,12 @@ namespace modelcast::wire {
 // `remedy`, unless the directory of the socket file `path` passes the rule above.
 void check_socket_directory(const std::string& path, const std::string& what, const std::string& remedy);
 
-// The user owning the directory of socket file `path` (symbolic links resolved): the one who
-// decides who may bind there. Throws Error(kInvalidArgument) naming the directory if it cannot
-// be read.
-uid_t socket_directory_owner(const std::string& path);
+// The user owning the directory of socket file `path` (symbolic links followed), who decides who
+// may bind there: a client trusts a listener running as that user. Throws Error(kAuthentication),
+// `what` first, naming the directory or link on the way if another user (not this process's,
+// root or that owner) controls it, or could have made the directory first (in /tmp, for one), or
+// if it cannot be read.
+uid_t socket_directory_owner(const std::string& path, const std::string& what);
 
 // check_socket_directory for a plaintext ipc:// `endpoint` (tcp:// is not checked here), with an
 // abstract socket name refused too. The producer checks before binding, the consumer before

@@ -87,11 +87,12 @@ void check_listener(int fd, const std::string& path) {
   }
   const uid_t self = geteuid();
   if (peer.uid == self || peer.uid == 0) return;
-  const uid_t owner = modelcast::wire::socket_directory_owner(path);
+  const std::string served_by =
+      "'" + path + "' is served by user " + std::to_string(peer.uid) + " (pid " + std::to_string(peer.pid) + ")";
+  const uid_t owner = modelcast::wire::socket_directory_owner(path, served_by + ", not attaching: ");
   if (peer.uid == owner) return;
   throw modelcast::Error(modelcast::ErrorCode::kAuthentication,
-                         "'" + path + "' is served by user " + std::to_string(peer.uid) + " (pid " +
-                             std::to_string(peer.pid) + "), which is not this process's user (" +
+                         served_by + ", which is not this process's user (" +
                              std::to_string(self) + "), root, or the owner of the socket's directory (" +
                              std::to_string(owner) +
                              "): another user may have bound the path while modelcastd was down; not attaching");

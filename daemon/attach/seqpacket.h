@@ -27,7 +27,8 @@ int connect_to(const std::string& path);
 
 // Throws Error(kAuthentication), naming the listener's user and process, unless the process
 // listening at the other end of `fd` (connected to `path`) runs as this process's user, root or
-// the owner of `path`'s directory. The caller keeps `fd` either way.
+// the owner of `path`'s directory, where no other user controls the way there or could have made
+// that directory (wire::socket_directory_owner). The caller keeps `fd` either way.
 void check_listener(int fd, const std::string& path);
 
 inline constexpr std::size_t kMaxFdsPerMessage = 2;

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 
 #include "daemon/attach/seqpacket.h"
@@ -156,16 +157,105 @@ TEST(AttachSocketPath, AClientAttachesToNoOtherUsersListener) {
 TEST(AttachSocketPath, AListenerOwningTheDirectoryIsTheDaemon) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root, to run a listener as another user";
   testing_support::PrivateDirectory dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);  // as /run: root's, and no one else writes it
   // The daemon's own runtime directory, as systemd makes it for User=modelcastd.
-  ASSERT_EQ(chown(dir.path().c_str(), OtherUsersListener::kNobody, OtherUsersListener::kNobody), 0);
-  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
-  const auto path = dir.file("attach.sock");
+  const auto run = dir.file("run");
+  ASSERT_EQ(mkdir(run.c_str(), 0755), 0);
+  ASSERT_EQ(chown(run.c_str(), OtherUsersListener::kNobody, OtherUsersListener::kNobody), 0);
+  const auto path = run + "/attach.sock";
   OtherUsersListener daemon(path);
   ASSERT_TRUE(daemon.listening());
   const int fd = modelcastd::attach::connect_to(path);
   ASSERT_GE(fd, 0);
   EXPECT_NO_THROW(modelcastd::attach::check_listener(fd, path));
   close(fd);
+}
+
+std::string refusal(const std::function<void()>& attempt, modelcast::ErrorCode code) {
+  try {
+    attempt();
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "not refused";
+  return {};
+}
+
+// A directory in a place others can write (as /tmp) that another user owns says nothing about
+// who the daemon is: that user could have made it first, or made a symbolic link there to a
+// directory of theirs. Resolving the path before looking took such a link's target as the
+// socket's directory, and its owner for the daemon.
+TEST(AttachSocketPath, AClientTrustsADirectoryOwnerOnlyWhereNoOneElseCouldHaveChosenTheDirectory) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to make files another user owns";
+  testing_support::PrivateDirectory dir;
+  ASSERT_EQ(chmod(dir.path().c_str(), 0755), 0);
+  const auto shared = dir.file("shared"), theirs = dir.file("theirs");
+  ASSERT_EQ(mkdir(shared.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  for (const auto& made : {theirs, shared + "/first"}) {  // theirs: a directory only they write
+    ASSERT_EQ(mkdir(made.c_str(), 0755), 0);
+    ASSERT_EQ(chown(made.c_str(), OtherUsersListener::kNobody, OtherUsersListener::kNobody), 0);
+  }
+  const auto link = shared + "/modelcastd";
+  ASSERT_EQ(symlink(theirs.c_str(), link.c_str()), 0);
+  ASSERT_EQ(lchown(link.c_str(), OtherUsersListener::kNobody, OtherUsersListener::kNobody), 0);
+
+  OtherUsersListener via_link(theirs + "/attach.sock"), made_first(shared + "/first/attach.sock");
+  ASSERT_TRUE(via_link.listening());
+  ASSERT_TRUE(made_first.listening());
+  for (const auto& [path, named] : {std::pair{link + "/attach.sock", "the symbolic link '" + link + "'"},
+                                    std::pair{shared + "/first/attach.sock", "its directory '" + shared + "/first'"}}) {
+    const int fd = modelcastd::attach::connect_to(path);
+    ASSERT_GE(fd, 0) << path;
+    const auto why = refusal([&] { modelcastd::attach::check_listener(fd, path); },
+                             modelcast::ErrorCode::kAuthentication);
+    close(fd);
+    EXPECT_NE(why.find(named + " belongs to user " + std::to_string(OtherUsersListener::kNobody) + " and is in '" +
+                       shared + "', which every user can write"),
+              std::string::npos)
+        << why;
+    EXPECT_NE(why.find("not attaching"), std::string::npos) << why;
+  }
+  // The directory the link points at is theirs alone, in a directory only root writes: named
+  // directly, its owner is the daemon.
+  const auto direct = theirs + "/attach.sock";
+  const int fd = modelcastd::attach::connect_to(direct);
+  ASSERT_GE(fd, 0);
+  EXPECT_NO_THROW(modelcastd::attach::check_listener(fd, direct));
+  close(fd);
+}
+
+// The daemon's own check follows links by hand too: a link another user owns, on the way to a
+// directory only this user can write, could be pointed at a directory of theirs while the daemon
+// is down. A link root owns there is fine.
+TEST(AttachSocketPath, ADaemonListensThroughNoSymbolicLinkAnotherUserOwns) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root, to make a link another user owns";
+  testing_support::PrivateDirectory dir;
+  const auto shared = dir.file("shared"), mine = dir.file("mine");
+  ASSERT_EQ(mkdir(shared.c_str(), 0700), 0);
+  ASSERT_EQ(chmod(shared.c_str(), 01777), 0);
+  ASSERT_EQ(mkdir(mine.c_str(), 0700), 0);
+  const auto link = shared + "/modelcastd", path = link + "/attach.sock";
+  ASSERT_EQ(symlink(mine.c_str(), link.c_str()), 0);
+  ASSERT_EQ(lchown(link.c_str(), OtherUsersListener::kNobody, OtherUsersListener::kNobody), 0);
+  const auto why = refusal([&] { modelcastd::attach::check_listen_directory(path); },
+                           modelcast::ErrorCode::kInvalidArgument);
+  EXPECT_NE(why.find("the symbolic link '" + link + "' belongs to user " +
+                     std::to_string(OtherUsersListener::kNobody)),
+            std::string::npos)
+      << why;
+  ASSERT_EQ(lchown(link.c_str(), 0, 0), 0);
+  EXPECT_NO_THROW(modelcastd::attach::check_listen_directory(path));
+  // A relative link, and a way back up through "..", are followed as the kernel follows them.
+  const auto relative = dir.file("relative");
+  ASSERT_EQ(symlink("shared/../mine", relative.c_str()), 0);
+  EXPECT_NO_THROW(modelcastd::attach::check_listen_directory(relative + "/attach.sock"));
+  ASSERT_EQ(chmod(mine.c_str(), 0770), 0);
+  EXPECT_NE(refusal([&] { modelcastd::attach::check_listen_directory(relative + "/attach.sock"); },
+                    modelcast::ErrorCode::kInvalidArgument)
+                .find("'" + mine + "' is writable by its group"),
+            std::string::npos);
 }
 
 }  // namespace
