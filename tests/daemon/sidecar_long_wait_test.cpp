@@ -3,6 +3,7 @@
 // socket stands in for modelcastd, so the test reads the requests themselves and waits no day.
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,6 +33,10 @@ TEST(SidecarLongWait, AWaitLongerThanTheDaemonsIsAskedAgainForTheRest) {
   // with an error, which ends the caller's wait; it hands back the requests it read.
   auto daemon = std::async(std::launch::async, [listening] {
     std::vector<attach::Request> requests;
+    // The listening socket does not block (the daemon polls it): wait for the client here, or
+    // an accept run before the client connects ends the script and leaves the client waiting.
+    pollfd ready{listening, POLLIN, 0};
+    if (poll(&ready, 1, 60'000) != 1) return requests;
     const int fd = accept(listening, nullptr, nullptr);
     if (fd < 0) return requests;
     std::vector<char> message;
