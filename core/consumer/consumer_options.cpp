@@ -81,6 +81,13 @@ ConsumerOptions checked(ConsumerOptions options) {
   // No producer could serve another name: it would be refused at the join, or never answered.
   if (auto why = name_problem(options.model_name)) throw Error(ErrorCode::kInvalidArgument, "model_name " + *why);
   if (options.consumer_name.empty()) options.consumer_name = default_consumer_name();
+  // The producer refuses a join whose names it could not show in its logs: say so here.
+  if (auto why = name_problem(options.consumer_name)) {
+    throw Error(ErrorCode::kInvalidArgument, "consumer_name " + shown_name(options.consumer_name) + " " + *why);
+  }
+  if (auto why = name_problem(options.group)) {
+    throw Error(ErrorCode::kInvalidArgument, "group " + shown_name(options.group) + " " + *why);
+  }
   if (options.caller_buffers.empty() && options.buffers < 2) {
     throw Error(ErrorCode::kInvalidArgument, "buffers must be >= 2, got " + std::to_string(options.buffers));
   }

@@ -8,6 +8,7 @@
 
 #include <utf8.h>
 
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 
 namespace modelcast {
@@ -23,23 +24,6 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 
 std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
-}
-
-// How a name that cannot be used is shown: its first 40 bytes, anything but printable ASCII as
-// \xNN (it may be far too long, hold a NUL, or not be UTF-8).
-std::string shown_name(std::string_view name) {
-  constexpr std::size_t kShown = 40;
-  std::string out = "'";
-  for (unsigned char c : name.substr(0, kShown)) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-      out += escaped;
-    }
-  }
-  return out + (name.size() > kShown ? "'..." : "'");
 }
 
 void check_spec(const TensorSpec& spec, ErrorCode code) {
@@ -72,6 +56,8 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
 
 }  // namespace
 
+std::string shown_name(std::string_view name) { return shown_text(name, 40); }
+
 // UTF-8 as RFC 3629 has it (no overlong forms, surrogates or values past U+10FFFF), by
 // utfcpp. NUL is UTF-8 too, but a C or Fortran caller's name ends there: refused as well.
 std::optional<std::string> name_problem(std::string_view name) {
@@ -80,6 +66,12 @@ std::optional<std::string> name_problem(std::string_view name) {
   }
   if (const auto nul = name.find('\0'); nul != std::string_view::npos) {
     return "contains a NUL byte at " + std::to_string(nul);
+  }
+  // A newline or an escape sequence in a name would forge or garble the log lines and errors
+  // that show it, on every host it reaches.
+  for (std::size_t i = 0; i < name.size(); ++i) {
+    const auto c = static_cast<unsigned char>(name[i]);
+    if (c < 0x20 || c == 0x7f) return "contains a control character at byte " + std::to_string(i);
   }
   if (const auto bad = utf8::find_invalid(name.begin(), name.end()); bad != name.end()) {
     return "is not valid UTF-8 (byte " + std::to_string(bad - name.begin()) + ")";
@@ -140,6 +132,7 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
          std::to_string(limits.max_tensors));
   }
   if (manifest.model.size() > limits.max_name_bytes) fail("manifest's model name is longer than the limit");
+  if (auto why = name_problem(manifest.model)) fail("manifest's model name " + shown_name(manifest.model) + " " + *why);
   if (manifest.metadata.size() > limits.max_metadata_entries) {
     fail("manifest carries " + std::to_string(manifest.metadata.size()) + " metadata entries; the limit is " +
          std::to_string(limits.max_metadata_entries));
@@ -156,6 +149,9 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
     if (entry.spec.name.size() > limits.max_name_bytes) {
       fail("manifest names a tensor with " + std::to_string(entry.spec.name.size()) + " bytes; the limit is " +
            std::to_string(limits.max_name_bytes));
+    }
+    if (auto why = name_problem(entry.spec.name)) {
+      fail("manifest names tensor " + shown_name(entry.spec.name) + ", which " + *why);
     }
     if (entry.spec.shape.size() > limits.max_rank) {
       fail("tensor '" + entry.spec.name + "' has rank " + std::to_string(entry.spec.shape.size()) +

@@ -76,9 +76,14 @@ struct ManifestLimits {
   std::size_t max_metadata_bytes = std::size_t{1} << 20;  // keys and values together
 };
 
-// What makes `name` unusable as a tensor or model name (longer than ManifestLimits allows, a NUL
-// byte, not UTF-8: consumers, and readers in C and Python, could not take it), or nullopt.
+// What makes `name` unusable as a tensor, model, consumer or group name (longer than
+// ManifestLimits allows, a NUL byte, not UTF-8: consumers, and readers in C and Python, could not
+// take it; a control character: logs and errors show it), or nullopt.
 std::optional<std::string> name_problem(std::string_view name);
+
+// How a name that may be unusable is shown in an error: its first 40 bytes, quoted, anything but
+// printable ASCII escaped (common/shown_text.h).
+std::string shown_name(std::string_view name);
 
 // Throws Error(code) naming the tensor when its placement (a piece's global shape and offset) is
 // not both-or-neither, of its rank, and inside the global shape.

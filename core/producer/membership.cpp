@@ -1,5 +1,6 @@
 #include "core/producer/membership.h"
 
+#include "core/model/manifest.h"
 #include "core/model/tensor_selection.h"
 #include "modelcast/error.h"
 
@@ -30,12 +31,21 @@ Membership::JoinDecision Membership::decide(const std::string& routing_id, const
   for (const auto& [id, record] : consumers_) {
     if (same_consumer(record)) decision.replaces.push_back(id);
   }
+  // The names a join brings go into the producer's log lines and errors: one it could not show
+  // as it is (a newline would forge a line) is refused, and shown escaped and cut short.
+  auto bad_name = [](const std::string& name) { return name.empty() ? std::optional<std::string>() : name_problem(name); };
   if (join.model != model_) {
     decision.refusal = protocol::Refusal::kWrongModel;
-    decision.error = "this producer serves model '" + model_ + "', not '" + join.model + "'";
+    decision.error = "this producer serves model '" + model_ + "', not " + shown_name(join.model);
   } else if (join.consumer_name.empty()) {
     decision.refusal = protocol::Refusal::kBadRequest;
     decision.error = "consumer name is empty";
+  } else if (auto why = bad_name(join.consumer_name)) {
+    decision.refusal = protocol::Refusal::kBadRequest;
+    decision.error = "consumer name " + shown_name(join.consumer_name) + " " + *why;
+  } else if (auto group_why = bad_name(join.group)) {
+    decision.refusal = protocol::Refusal::kBadRequest;
+    decision.error = "group " + shown_name(join.group) + " " + *group_why;
   } else if (auto bad = bad_wants(join.wants)) {
     decision.refusal = protocol::Refusal::kBadRequest;
     decision.error = *bad;

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/host_identity.h"
+#include "common/shown_text.h"
 #include "core/security/curve.h"
 #include "core/security/curve_to_ed25519.h"
 #include "core/wire/protocol.h"
@@ -486,7 +487,13 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   answer.rank = options_.rank;
   if (options_.rank == 0 && options_.rank_count > 1) answer.rank_endpoints = options_.rank_endpoints;
   stats_.update([&](ProducerStats& s) { s.consumers = membership_.size(); });
-  if (!answer.ok) log_->warn("refused a join: {}", answer.error);
+  if (!answer.ok) {
+    // The error may quote what the stranger sent (its transports, for one): shown escaped.
+    if (auto note = refused_joins_logged_.admit(LogRate::Clock::now())) {
+      log_->warn("refused a join from {}: {}{}", shown_text(join.consumer_name), printable_text(answer.error, 400),
+                 *note);
+    }
+  }
   reply(routing_id, answer);
   announce_group_changes();  // after the reply: a member hears its group once joined
 }

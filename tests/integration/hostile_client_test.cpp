@@ -151,6 +151,49 @@ TEST_F(HostileClientTest, AJoinUnderAnotherConsumersNameDoesNotEvictIt) {
   ASSERT_TRUE(consumer.wait_for_version(1, 30s));
 }
 
+
+// What a join names goes into the producer's log and errors: a name with a newline could forge a
+// log line, one of megabytes make a line of megabytes. Such joins are refused, the names shown
+// escaped and cut short, and refused joins (which strangers can send at will) are logged at most
+// once per interval.
+TEST_F(HostileClientTest, NamesALogCouldNotShowAreRefusedAndRefusalsAreLoggedOncePerInterval) {
+  TestProducer p(256);
+  HostileClient stranger(context_, p.producer->control_endpoint());
+  ::testing::internal::CaptureStderr();  // the producer logs to stderr, before it replies
+  auto forged = stranger.join("x\n[modelcast.producer] [info] consumer 'admin' joined", ucx_->address());
+  auto huge = stranger.join(std::string(200'000, 'n'), ucx_->address());
+  stranger.send(modelcast::testing::ucx_join("test\x1b[2J", "y", ucx_->address(), "h", 0));
+  auto wrong_model = stranger.next<protocol::JoinReply>();
+  auto grouped = modelcast::testing::ucx_join("test", "z", ucx_->address(), "h", 0);
+  grouped.group = "g\r";
+  grouped.group_size = 2;
+  stranger.send(grouped);
+  auto bad_group = stranger.next<protocol::JoinReply>();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+
+  EXPECT_FALSE(forged.ok);
+  EXPECT_EQ(forged.refusal, protocol::Refusal::kBadRequest);
+  EXPECT_NE(forged.error.find("consumer name 'x\\x0a[modelcast.producer] [info] consumer '...' contains a control "
+                              "character at byte 1"),
+            std::string::npos)
+      << forged.error;
+  EXPECT_FALSE(huge.ok);
+  EXPECT_LT(huge.error.size(), 200u) << huge.error;
+  EXPECT_EQ(wrong_model.refusal, protocol::Refusal::kWrongModel);
+  EXPECT_NE(wrong_model.error.find("not 'test\\x1b[2J'"), std::string::npos) << wrong_model.error;
+  EXPECT_EQ(bad_group.refusal, protocol::Refusal::kBadRequest);
+  EXPECT_NE(bad_group.error.find("group 'g\\x0d'"), std::string::npos) << bad_group.error;
+
+  std::size_t refusals = 0;
+  for (std::size_t at = log.find("refused a join"); at != std::string::npos; at = log.find("refused a join", at + 1)) {
+    ++refusals;
+  }
+  EXPECT_EQ(refusals, 1u) << log;
+  EXPECT_EQ(log.find("\n[modelcast.producer] [info] consumer 'admin'"), std::string::npos) << log;
+  EXPECT_LT(log.size(), 4096u) << "a refused name made the log " << log.size() << " bytes";
+  EXPECT_EQ(p.producer->stats().consumers, 0u);
+}
+
 // A consumer that closes before the answer to its join comes says Leave with no incarnation
 // (it knows none yet): the producer, which took the join, forgets it at once instead of keeping
 // it, and its place under max_consumers, until the silence limit (a minute here).

@@ -123,7 +123,12 @@ TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
     return TensorRef{{std::move(name), DType::kF32, std::move(shape)}, &value};
   };
   EXPECT_REFUSED(producer.register_tensor(tensor(std::string(4097, 'w'), {1})), ErrorCode::kInvalidArgument,
-                 "tensor name '" + std::string(40, 'w') + "'... is 4097 bytes; the limit is 4096");
+                 "tensor name '" + std::string(40, 'w') + "...' is 4097 bytes; the limit is 4096");
+  // Control characters would forge or garble the log lines and errors that show the name.
+  EXPECT_REFUSED(producer.register_tensor(tensor("w\nINFO forged", {1})), ErrorCode::kInvalidArgument,
+                 "tensor name 'w\\x0aINFO forged' contains a control character at byte 1");
+  EXPECT_REFUSED(producer.register_tensor(tensor("w\x1b[2J", {1})), ErrorCode::kInvalidArgument,
+                 "contains a control character at byte 1");
   EXPECT_REFUSED(producer.register_tensor(tensor(std::string("w\0x", 3), {1})), ErrorCode::kInvalidArgument,
                  "tensor name 'w\\x00x' contains a NUL byte at 1");
   EXPECT_REFUSED(producer.register_tensor(tensor("\xff\xfe", {1})), ErrorCode::kInvalidArgument,
@@ -204,6 +209,15 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  "model_name is 1048576 bytes; the limit is 4096");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.model_name = "\xff"; })), ErrorCode::kInvalidArgument,
                  "model_name is not valid UTF-8");
+  // The producer would refuse the join: a name it could not show in its log.
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.consumer_name = "a\nb"; })), ErrorCode::kInvalidArgument,
+                 "consumer_name 'a\\x0ab' contains a control character at byte 1");
+  EXPECT_REFUSED(Consumer(with([](auto& o) {
+                   o.group = "g\x1b";
+                   o.group_size = 2;
+                   o.buffers = 3;
+                 })),
+                 ErrorCode::kInvalidArgument, "group 'g\\x1b' contains a control character at byte 1");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_timeout = 0ms; })), ErrorCode::kInvalidArgument,
                  "producer_timeout must be between 1 ms and");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_timeout = kForever; })), ErrorCode::kInvalidArgument,

@@ -1,0 +1,35 @@
+// How text that a peer or a caller chose (a consumer's or a tensor's name, the model a join asked
+// for, a peer's error) is shown in an error or a log line: quoted, at most `limit` bytes of it,
+// anything but printable ASCII as \xNN. So it can neither forge a log line (a newline), drive a
+// terminal (escape sequences) nor make a line of megabytes. A dozen lines: fmt's "{:?}" escapes
+// but does not cap, and errors here are built as strings before any logger sees them.
+// Threads: any (a pure function).
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace modelcast {
+
+// `text` with anything but printable ASCII as \xNN, cut at `limit` bytes ("..." then).
+inline std::string printable_text(std::string_view text, std::size_t limit) {
+  std::string out;
+  for (unsigned char c : text.substr(0, limit)) {
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  return text.size() > limit ? out + "..." : out;
+}
+
+// A name, quoted: 'printable text'.
+inline std::string shown_text(std::string_view text, std::size_t limit = 40) {
+  return "'" + printable_text(text, limit) + "'";
+}
+
+}  // namespace modelcast
