@@ -15,6 +15,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/shown_text.h"
 #include "daemon/attach/seqpacket.h"
 #include "modelcast/error.h"
 
@@ -22,18 +23,17 @@ namespace modelcastd::attach {
 
 using Clock = std::chrono::steady_clock;
 
-namespace {
-
-// Sends to a client; on failure says why, and the caller drops the client.
-bool send_to(int fd, std::span<const char> message, std::span<const int> fds = {}) {
+// Sends to a client; on failure says why (at most once per 10 s: clients can fail at will), and
+// the caller drops the client.
+bool AttachServer::send_to(int fd, std::span<const char> message, std::span<const int> fds) {
   if (send_message(fd, message, fds)) return true;
   const bool full = errno == EAGAIN || errno == EWOULDBLOCK;
-  spdlog::get("modelcastd")->warn("attach: client dropped, cannot send to it: {}",
-                                  full ? "it does not read its replies" : std::strerror(errno));
+  const std::string why = full ? "it does not read its replies" : std::strerror(errno);
+  if (auto note = drops_logged_.admit(Clock::now())) {
+    spdlog::get("modelcastd")->warn("attach: client dropped, cannot send to it: {}{}", why, *note);
+  }
   return false;
 }
-
-}  // namespace
 
 struct AttachServer::Client {
   int fd = -1;
@@ -148,7 +148,9 @@ bool AttachServer::serve(Client& client) {
   try {
     request = decode_request(message);
   } catch (const modelcast::Error& e) {
-    spdlog::get("modelcastd")->warn("attach client dropped: {}", e.what());
+    if (auto note = malformed_logged_.admit(Clock::now())) {
+      spdlog::get("modelcastd")->warn("attach client dropped: {}{}", modelcast::printable_text(e.what(), 400), *note);
+    }
     return false;
   }
   if (request.op == Request::Op::kRelease) {

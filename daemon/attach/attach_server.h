@@ -11,10 +11,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/log_rate.h"
 #include "daemon/served_version.h"
 
 namespace modelcastd::attach {
@@ -50,6 +52,7 @@ class AttachServer {
   void accept_clients();
   bool serve(Client& client);  // false: close the connection
   bool answer(Client& client, ServedPtr version);
+  bool send_to(int fd, std::span<const char> message, std::span<const int> fds = {});
   void check_waiters();
   void count_hold(const ServedPtr& version, int delta);
   void drop_client(int fd);
@@ -67,6 +70,9 @@ class AttachServer {
   // Server thread only:
   std::map<int, std::unique_ptr<Client>> clients_;
   std::uint64_t next_hold_ = 1;
+  // What clients can cause at will (malformed requests, unread replies) is logged at most once
+  // per 10 s each.
+  modelcast::LogRate malformed_logged_, drops_logged_;
   std::thread thread_;  // last: starts after the members above exist
 };
 

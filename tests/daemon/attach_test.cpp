@@ -3,9 +3,11 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 
 #include "daemon/attach/protocol.h"
@@ -179,6 +181,40 @@ TEST_F(DaemonTest, AClientThatDoesNotReadItsRepliesIsDroppedAndTheOthersAreServe
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << e.what();
   }
+}
+
+// A client sending what is not a request is dropped; clients can do that at will, so the daemon
+// logs it at most once per interval, escaped, saying how many it held back.
+TEST_F(DaemonTest, MalformedRequestsDropTheirClientsAndAreLoggedOncePerInterval) {
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
+  modelcast::sidecar::Client other({socket(), "nope", 30s});  // returns once the daemon listens
+  const std::string garbage = "\xc1 not msgpack\nmodelcastd forged line";
+  constexpr int kClients = 5;
+  for (int i = 0; i < kClients; ++i) {
+    const int fd = modelcastd::attach::connect_to(socket());
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    ASSERT_TRUE(modelcastd::attach::send_message(fd, std::span<const char>(garbage.data(), garbage.size())));
+    char byte;
+    pollfd closed{fd, POLLIN, 0};
+    ASSERT_EQ(poll(&closed, 1, 60'000), 1) << "client " << i << " was not dropped";
+    EXPECT_EQ(recv(fd, &byte, 1, 0), 0) << "client " << i << " was answered, not dropped";
+    close(fd);
+  }
+  try {  // the daemon serves on
+    other.acquire();
+    FAIL() << "acquire of an unconfigured model succeeded";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << e.what();
+  }
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+  int logged = 0;
+  for (const auto& line : daemon->lines()) {
+    logged += line.find("attach client dropped") != std::string::npos;
+    EXPECT_NE(line.rfind("modelcastd forged line", 0), 0u) << "a client wrote a log line: " << line;
+  }
+  EXPECT_EQ(logged, 1) << joined_lines(*daemon);
 }
 
 }  // namespace
