@@ -91,10 +91,16 @@ class Consumer::Impl {
 
   ConsumerStats stats() const {
     ConsumerStats s = first_->stats();
-    auto a = assembler();
-    if (!a) return s;
-    // Of the model as readers see it: the assembled versions, with the ranks' transfers summed.
     std::lock_guard lock(mutex_);
+    if (!ever_ranked_) return s;
+    // Of the model as readers see it, across every layout the producer has had: the versions
+    // readers were given, those the ranks or an assembler refused, and the ranks' transfers
+    // summed. A rank whose service could not start leaves the model unassembled: not connected.
+    s.current_version = 0;
+    if (auto current = readers_.current()) s.current_version = current->manifest.version;
+    s.versions_installed = readers_.installs();
+    s.versions_rejected += retired_rejected_;
+    if (!ranked_) return s;
     for (const auto& other : others_) {
       const auto o = other->stats();
       s.producer_connected = s.producer_connected && o.producer_connected;
@@ -106,12 +112,16 @@ class Consumer::Impl {
       s.bytes_received += o.bytes_received;
       if (s.last_error.empty()) s.last_error = o.last_error;
     }
-    const auto c = a->counts();
-    s.current_version = c.current_version;
-    s.versions_installed = c.versions_installed;
-    s.versions_rejected += c.versions_rejected;
-    s.wanted_bytes = c.wanted_bytes;
-    if (!c.last_error.empty()) s.last_error = c.last_error;
+    if (!rank_failure_.empty()) {
+      s.producer_connected = false;
+      s.last_error = rank_failure_;
+    }
+    if (assembler_) {
+      const auto c = assembler_->counts();
+      s.versions_rejected += c.versions_rejected;
+      s.wanted_bytes = c.wanted_bytes;
+      if (!c.last_error.empty()) s.last_error = c.last_error;
+    }
     return s;
   }
 
@@ -120,11 +130,6 @@ class Consumer::Impl {
     std::lock_guard lock(mutex_);
     return ranked_;
   }
-  std::shared_ptr<consumer::RankAssembler> assembler() const {
-    std::lock_guard lock(mutex_);
-    return assembler_;
-  }
-
   // On the first service's thread, at each join: the producer is rank `rank` of endpoints.size(),
   // or publishes the whole model (no endpoints). Returns whether its versions are pieces.
   bool start_ranks(std::uint32_t rank, const std::vector<std::string>& endpoints) {
@@ -162,7 +167,9 @@ class Consumer::Impl {
       std::lock_guard lock(mutex_);
       old = std::move(others_);
       others_.clear();
+      if (assembler_) retired_rejected_ += assembler_->counts().versions_rejected;
       assembler_.reset();
+      rank_failure_.clear();
       ranked_ = false;
       layout_endpoints_.clear();
       layout_rank_ = 0;
@@ -179,9 +186,13 @@ class Consumer::Impl {
   void join_ranks(std::uint32_t rank, const std::vector<std::string>& endpoints, std::vector<Error>& failures) {
     std::lock_guard lock(mutex_);
     ranked_ = true;
+    ever_ranked_ = true;
     layout_rank_ = rank;
     layout_endpoints_ = endpoints;
-    auto fail = [&](const std::string& why) { failures.emplace_back(ErrorCode::kInvalidArgument, why); };
+    auto fail = [&](const std::string& why) {
+      failures.emplace_back(ErrorCode::kInvalidArgument, why);
+      rank_failure_ = why;
+    };
     // The assembler keeps each rank's last two versions while the next one arrives.
     if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < 3) {
       return fail("a model published by several ranks needs >= 3 caller_buffers (two held for assembly, one "
@@ -225,6 +236,7 @@ class Consumer::Impl {
         rank_of_[r] = others_.back().get();
       } catch (const Error& e) {
         failures.emplace_back(e.code(), "rank " + std::to_string(r) + " at '" + endpoints[r] + "': " + e.what());
+        if (rank_failure_.empty()) rank_failure_ = failures.back().what();
       }
     }
     rank_of_[rank] = first_.get();
@@ -256,6 +268,9 @@ class Consumer::Impl {
   std::uint32_t layout_rank_ = 0;
   std::vector<std::string> layout_endpoints_;
   bool ranked_ = false;
+  bool ever_ranked_ = false;        // guarded by mutex_: stats() then speaks of readers' versions
+  std::uint64_t retired_rejected_ = 0;  // guarded by mutex_: refusals of assemblers gone
+  std::string rank_failure_;        // guarded by mutex_: why a rank of this layout could not start
   bool joined_once_ = false;  // the first service's thread only
   std::shared_ptr<consumer::RankAssembler> assembler_;  // guarded by mutex_; null if the ranks could not start
   std::vector<std::unique_ptr<consumer::ConsumerService>> others_;  // guarded by mutex_

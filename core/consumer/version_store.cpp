@@ -40,8 +40,14 @@ void VersionStore::install(std::shared_ptr<const detail::InstalledVersion> versi
   {
     std::lock_guard lock(mutex_);
     current_ = std::move(version);
+    ++installs_;
   }
   installed_.notify_all();
+}
+
+std::uint64_t VersionStore::installs() const {
+  std::lock_guard lock(mutex_);
+  return installs_;
 }
 
 void VersionStore::use_transport(std::shared_ptr<transport::Transport> transport, transport::MemoryLocation location) {

@@ -35,6 +35,7 @@ class VersionStore {
   ModelView wait_for(std::uint64_t version, std::chrono::milliseconds timeout) const;
   void cancel_waits();  // ends every wait_for, those under way and those to come
   std::shared_ptr<const detail::InstalledVersion> current() const;
+  std::uint64_t installs() const;  // versions made the one readers see, since construction
 
   // ---- service thread ----
   // The transport versions arrive over from now on (the one the producer chose at the join).
@@ -63,6 +64,7 @@ class VersionStore {
   mutable std::mutex mutex_;
   mutable std::condition_variable installed_;
   std::shared_ptr<const detail::InstalledVersion> current_;  // guarded by mutex_
+  std::uint64_t installs_ = 0;                               // guarded by mutex_
   bool waits_cancelled_ = false;                             // guarded by mutex_
 
   // Service thread only:

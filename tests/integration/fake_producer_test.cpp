@@ -276,6 +276,13 @@ TEST(ConsumerAgainstScriptedProducer, AJoinReplyListingMoreRanksThanAConsumerTak
   EXPECT_TRUE(producer.serve(1, false).ok);
   EXPECT_TRUE(producer.serve(2, false).ok);
   EXPECT_TRUE(consumer.acquire().empty()) << "a piece is shown as version " << consumer.acquire().version();
+  // Its stats say so: the model cannot be had, and why.
+  const auto stats = consumer.stats();
+  EXPECT_FALSE(stats.producer_connected);
+  EXPECT_NE(stats.last_error.find("at most " + std::to_string(protocol::kMaxRanks)), std::string::npos)
+      << stats.last_error;
+  EXPECT_EQ(stats.current_version, 0u);
+  EXPECT_EQ(stats.versions_installed, 0u);
 }
 
 TEST(ConsumerOptionsCheck, AnUnusableProducerEndpointIsAnInvalidArgument) {

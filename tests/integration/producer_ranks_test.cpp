@@ -151,22 +151,37 @@ TEST(ProducerRanksFaults, AConsumerFollowsATrainerRestartedWithOtherRanksOrWithN
   auto reaches = [&](std::int64_t step) {
     return testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == step; }, 60s);
   };
+  // The stats speak of what readers see, whatever the layout: the version they hold, and how
+  // many versions they were given in all.
+  std::uint64_t installed = 0;
+  auto stats_follow_readers = [&](const char* when) {
+    const auto stats = consumer.stats();
+    EXPECT_EQ(stats.current_version, consumer.acquire().version()) << when;
+    EXPECT_GT(stats.versions_installed, installed) << when;
+    installed = stats.versions_installed;
+  };
   ranks->publish(1);
   ASSERT_TRUE(reaches(1)) << consumer.stats().last_error;
   EXPECT_EQ(check(consumer.acquire(), 1, whole), "");
+  stats_follow_readers("two ranks");
 
   ranks.reset();
   ranks = std::make_unique<Ranks>(3, false, endpoint0);
+  for (auto& rank : ranks->ranks) ASSERT_TRUE(rank->producer->wait_for_consumers(1, 60s));  // the new layout is joined
   EXPECT_EQ(check(consumer.acquire(), 1, whole), "") << "the last version, until the new ranks publish";
+  EXPECT_EQ(consumer.stats().current_version, consumer.acquire().version()) << "before the new ranks publish";
+  EXPECT_EQ(consumer.stats().versions_installed, installed) << "before the new ranks publish";
   ranks->publish(2);
   ASSERT_TRUE(reaches(2)) << "three ranks after two: " << consumer.stats().last_error;
   EXPECT_EQ(check(consumer.acquire(), 2, whole), "");
+  stats_follow_readers("three ranks");
 
   ranks.reset();
   Rank alone(0, 1, {}, endpoint0);
   alone.publish(3);
   ASSERT_TRUE(reaches(3)) << "one producer after three ranks: " << consumer.stats().last_error;
   EXPECT_EQ(check(consumer.acquire(), 3, whole), "");
+  stats_follow_readers("one producer");
 }
 
 // Assembled versions have memory of their own, as many as the consumer's buffers: readers that
