@@ -421,6 +421,14 @@ void check_key_files(DaemonConfig& config) {
                                                                            "'): " + e.what());
       }
     };
+    if (!model.producer_public_key.empty()) {
+      try {
+        modelcast::check_public_key(model.producer_public_key, "producer_public_key");
+      } catch (const modelcast::Error& e) {
+        throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                               model.source + ": model '" + model.name + "': " + e.what());
+      }
+    }
     std::string producer_key, own_key;
     check("producer_key_file", model.producer_key_file,
           [&](const std::string& f) { producer_key = modelcast::load_public_key(f); });

@@ -13,6 +13,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "core/wire/socket_directory.h"
 #include "daemon/attach/seqpacket.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
@@ -63,6 +64,15 @@ int main(int argc, char** argv) {
     // Checked again when the daemon listens; a directory systemd makes at start may not be there yet.
     if (check_only && std::filesystem::exists(std::filesystem::absolute(config.socket_path).parent_path())) {
       modelcastd::attach::check_listen_directory(config.socket_path);
+    }
+    // What each model's consumer checks when it starts: a plaintext ipc:// producer endpoint in a
+    // directory others can write. The producer may not have made its directory yet.
+    for (const auto& model : config.models) {
+      const bool plaintext = model.producer_public_key.empty() && model.producer_key_file.empty();
+      if (check_only && plaintext && model.endpoint.rfind("ipc://", 0) == 0 &&
+          std::filesystem::exists(std::filesystem::absolute(model.endpoint.substr(6)).parent_path())) {
+        modelcast::wire::check_private_ipc_directory(model.endpoint, "consumer");
+      }
     }
   } catch (const modelcast::Error& e) {
     log->error("{}", e.what());

@@ -41,7 +41,8 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
     return;
   }
   pinned_ = security::decode_public_key(options.producer_public_key, "producer_public_key");
-  security::curve_public(*pinned_);  // refuses a key that is no Ed25519 point, here and not later
+  // Refuses a key that is no Ed25519 point here, not at the first connection.
+  security::curve_public(*pinned_, "producer_public_key");
   if (options.key.empty()) options.key = generate_key_pair();
   own_ = security::decode_secret_key(options.key, "consumer key");
 }

@@ -15,11 +15,11 @@ void make_curve_server(zmq::socket_t& socket, const SecretKey& secret) {
 }
 
 void make_curve_client(zmq::socket_t& socket, const PublicKey& server, const SecretKey& own) {
-  auto server_curve = curve_public(server);
+  auto server_curve = curve_public(server, "the producer's public key");
   auto own_secret = curve_secret(own);
   PublicKey own_public{};
   std::copy(own.begin() + 32, own.end(), own_public.begin());  // libsodium: seed then public key
-  auto own_curve = curve_public(own_public);
+  auto own_curve = curve_public(own_public, "this consumer's own public key");
   socket.set(zmq::sockopt::curve_serverkey, zmq::const_buffer(server_curve.data(), server_curve.size()));
   socket.set(zmq::sockopt::curve_publickey, zmq::const_buffer(own_curve.data(), own_curve.size()));
   socket.set(zmq::sockopt::curve_secretkey, zmq::const_buffer(own_secret.data(), own_secret.size()));
@@ -34,7 +34,8 @@ std::optional<std::string> peer_key(const zmq::message_t& message) {
 ZapHandler::ZapHandler(zmq::context_t& context, const std::set<std::string>& allowed, bool allow_any)
     : socket_(context, zmq::socket_type::rep), allow_any_(allow_any) {
   for (const auto& key : allowed) {
-    allowed_curve_.insert(encode_key(curve_public(decode_public_key(key, "allowed consumer key"))));
+    const auto ed25519 = decode_public_key(key, "allowed consumer key");
+    allowed_curve_.insert(encode_key(curve_public(ed25519, "allowed consumer key")));
   }
   socket_.set(zmq::sockopt::linger, 0);
   socket_.bind("inproc://zeromq.zap.01");

@@ -21,10 +21,12 @@ namespace {
 std::array<std::uint8_t, 32> decode_z85(const std::string& z85, const std::string& what, bool secret) {
   std::array<std::uint8_t, 32> key{};
   if (z85.size() != 40 || zmq_z85_decode(key.data(), z85.c_str()) == nullptr) {
+    const std::string got = z85.size() == 40 ? "40 characters, not all of them Z85"
+                                             : std::to_string(z85.size()) + " characters";
     throw Error(ErrorCode::kInvalidArgument,
                 what + " is not a key: expected 40 Z85 characters, got " +
-                    (secret ? std::to_string(z85.size()) + " characters (not shown: it is secret)"
-                            : "'" + (z85.size() > 60 ? z85.substr(0, 60) + "..." : z85) + "'"));
+                    (secret ? got + " (not shown: it is secret)"
+                            : got + ": '" + (z85.size() > 60 ? z85.substr(0, 60) + "..." : z85) + "'"));
   }
   return key;
 }
@@ -53,11 +55,13 @@ SecretKey decode_secret_key(const KeyPair& keys, const std::string& what) {
   return secret;
 }
 
-CurveKey curve_public(const PublicKey& key) {
+CurveKey curve_public(const PublicKey& key, const std::string& what) {
   ensure_sodium();
   CurveKey out{};
   if (crypto_sign_ed25519_pk_to_curve25519(out.data(), key.data()) != 0) {
-    throw Error(ErrorCode::kInvalidArgument, "public key " + encode_key(key) + " is not a valid Ed25519 point");
+    // Not quoted: the likeliest such key is a secret key given where the public one belongs.
+    throw Error(ErrorCode::kInvalidArgument, what + " is not an Ed25519 public key (not shown: is it a secret key? "
+                                                    "Give the 'public' value of the key file)");
   }
   return out;
 }

@@ -22,7 +22,7 @@ std::string encode_key(const std::array<std::uint8_t, 32>& key);
 SecretKey decode_secret_key(const KeyPair& keys, const std::string& what);
 
 // The CurveZMQ form of an Ed25519 key (libsodium's birational map), as ZeroMQ's options take it.
-CurveKey curve_public(const PublicKey& key);
+CurveKey curve_public(const PublicKey& key, const std::string& what);
 CurveKey curve_secret(const SecretKey& key);
 
 // Starts libsodium once; throws Error(kResource) if it cannot.

@@ -33,7 +33,10 @@ toml::table parse(const std::string& path) {
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {
-    bad_file(path, "line " + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+    // toml++'s words quote the text where it stopped, which may be part of a secret key.
+    bad_file(path, "line " + std::to_string(e.source().begin.line) + ", column " +
+                       std::to_string(e.source().begin.column) +
+                       ": not valid TOML (the parser's words are not shown: they may quote a key)");
   }
 }
 
@@ -53,8 +56,13 @@ std::string string_at(const toml::table& table, const std::string& path, const c
 void check_keys(const toml::table& table, const std::string& path) {
   for (const auto& [key, node] : table) {
     if (key.str() != "public" && key.str() != "secret") {
-      bad_file(path, "line " + std::to_string(node.source().begin.line) + ": unknown key '" + std::string(key.str()) +
-                         "' (expected 'public' and, in a key pair file, 'secret')");
+      // A misspelt name is shown; anything else may be a piece of a key pasted in the wrong place.
+      const std::string_view name = key.str();
+      const bool word = name.size() <= 16 && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz_") == std::string::npos;
+      bad_file(path, "line " + std::to_string(node.source().begin.line) + ": unknown key " +
+                         (word ? "'" + std::string(name) + "'"
+                               : "of " + std::to_string(name.size()) + " characters (not shown: it may be part of a key)") +
+                         " (expected 'public' and, in a key pair file, 'secret')");
     }
   }
 }
@@ -140,11 +148,15 @@ KeyPair load_key_pair(const std::string& path) {
   return keys;
 }
 
+void check_public_key(const std::string& key, const std::string& what) {
+  security::curve_public(security::decode_public_key(key, what), what);
+}
+
 std::string load_public_key(const std::string& path) {
   auto table = parse(path);
   check_keys(table, path);
   auto key = string_at(table, path, "public", true);
-  security::decode_public_key(key, "key file '" + path + "': 'public'");
+  check_public_key(key, "key file '" + path + "': 'public'");
   // A public key file says whom to trust (the producer a consumer pins, the consumers a producer
   // admits): one that other users may write lets them put their own key there. As ssh refuses an
   // authorized_keys file others can write. Checked last, as for the secret.

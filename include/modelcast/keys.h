@@ -37,4 +37,9 @@ MODELCAST_API KeyPair load_key_pair(const std::string& path);
 // whom to trust: they could put their own key there).
 MODELCAST_API std::string load_public_key(const std::string& path);
 
+// Throws Error(kInvalidArgument), `what` first, unless `key` is a public key as generate_key_pair
+// makes one (40 Z85 characters of an Ed25519 point). For options given inline; never quotes a
+// key that may be a secret one.
+MODELCAST_API void check_public_key(const std::string& key, const std::string& what);
+
 }  // namespace modelcast

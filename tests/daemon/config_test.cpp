@@ -373,5 +373,47 @@ TEST(DaemonConfig, ASocketInADirectoryOthersCanWriteFailsTheCheckAndTheStart) {
   EXPECT_FALSE(std::filesystem::exists(shared + "/attach.sock"));
 }
 
+// --check finds what each model's consumer would refuse at the start: a plaintext ipc://
+// endpoint in a directory others can write, and an inline producer key that is no public key
+// (never quoted: it may be a secret key put there by mistake).
+TEST(DaemonConfig, TheCheckFindsWhatAModelsConsumerWouldRefuse) {
+  ScratchDir dir;
+  const std::string shared = dir / "shared";
+  std::filesystem::create_directory(shared);
+  std::filesystem::permissions(shared, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+  const std::string daemon = "[daemon]\nsocket = \"" + (dir / "attach.sock") + "\"\n[http]\nlisten = \"\"\n";
+  const std::string model = "[[model]]\nname = \"m\"\nmax_model_bytes = \"1MiB\"\n";
+  // A key pair whose secret key is no Ed25519 point (about half of them), to give as the public key.
+  auto keys = modelcast::generate_key_pair();
+  for (int tries = 0; tries < 200; ++tries, keys = modelcast::generate_key_pair()) {
+    try {
+      modelcast::check_public_key(keys.secret_key, "secret");
+    } catch (const modelcast::Error&) {
+      break;
+    }
+  }
+  struct Case {
+    std::string file, model, said;
+  };
+  const std::vector<Case> cases{
+      {"ipc.toml", "endpoint = \"ipc://" + shared + "/model.sock\"\n", "'" + shared + "' is writable by every user"},
+      {"short.toml", "endpoint = \"tcp://127.0.0.1:1\"\nproducer_public_key = \"abc\"\n",
+       "producer_public_key is not a key: expected 40 Z85 characters, got 3 characters"},
+      {"secret.toml", "endpoint = \"tcp://127.0.0.1:1\"\nproducer_public_key = \"" + keys.secret_key + "\"\n",
+       "producer_public_key is not an Ed25519 public key"},
+  };
+  for (const auto& c : cases) {
+    write_file(dir / c.file, daemon + model + c.model);
+    ChildProcess check({MODELCASTD, "--config", dir / c.file, "--check"});
+    EXPECT_EQ(check.wait(), 2) << c.file << ": " << joined_lines(check);
+    bool named = false;
+    for (const auto& line : check.lines()) {
+      named = named || line.find(c.said) != std::string::npos;
+      EXPECT_EQ(line.find(keys.secret_key.substr(0, 8)), std::string::npos) << "the secret key is quoted: " << line;
+    }
+    EXPECT_TRUE(named) << c.file << ": " << joined_lines(check);
+  }
+}
+
 }  // namespace
 }  // namespace daemon_test

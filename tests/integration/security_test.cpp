@@ -91,6 +91,40 @@ TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
   EXPECT_NE(mistyped.find("the secret key of key file '" + dir.file("typo") + "' is not a key"), std::string::npos)
       << mistyped;
   EXPECT_EQ(mistyped.find(typo.substr(0, 8)), std::string::npos) << "the secret is in the message: " << mistyped;
+  // Nor is anything the parser stopped at, nor a key name that may be a piece of the secret.
+  write(dir.file("unquoted"), "public = \"" + keys.public_key + "\"\nsecret = " + keys.secret_key + "\n");
+  std::filesystem::permissions(dir.file("unquoted"),
+                               std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto unquoted = error_of([&] { modelcast::load_key_pair(dir.file("unquoted")); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(unquoted.find("line 2, column"), std::string::npos) << unquoted;
+  for (std::size_t at = 0; at + 4 <= keys.secret_key.size(); ++at) {
+    EXPECT_EQ(unquoted.find(keys.secret_key.substr(at, 4)), std::string::npos) << "the secret is in: " << unquoted;
+  }
+  const std::string pasted = "Ab3" + keys.secret_key.substr(0, 20);
+  write(dir.file("pasted"), "public = \"" + keys.public_key + "\"\n\"" + pasted + "\" = 1\n");
+  auto as_key = error_of([&] { modelcast::load_public_key(dir.file("pasted")); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(as_key.find("unknown key of 23 characters"), std::string::npos) << as_key;
+  EXPECT_EQ(as_key.find(pasted.substr(3, 8)), std::string::npos) << as_key;
+  // A secret key given as a public one: most are no Ed25519 point, and the error never shows it.
+  const auto secret_as_public = [&] {
+    for (int tries = 0; tries < 200; ++tries) {
+      auto pair = modelcast::generate_key_pair();
+      try {
+        modelcast::ProducerOptions options;
+        options.control_endpoint = "tcp://127.0.0.1:0";
+        options.allowed_consumer_keys = {pair.secret_key};
+        options.key = keys;
+        modelcast::Producer producer(options);
+      } catch (const modelcast::Error& e) {
+        return std::pair{pair.secret_key, std::string(e.what())};
+      }
+    }
+    return std::pair{std::string("?"), std::string("every secret key passed as a public one")};
+  }();
+  EXPECT_NE(secret_as_public.second.find("allowed consumer key is not an Ed25519 public key"), std::string::npos)
+      << secret_as_public.second;
+  EXPECT_EQ(secret_as_public.second.find(secret_as_public.first.substr(0, 8)), std::string::npos)
+      << secret_as_public.second;
   write(dir.file("short"), "public = \"abc\"\n");
   EXPECT_NE(error_of([&] { modelcast::load_public_key(dir.file("short")); }, ErrorCode::kInvalidArgument).find("Z85"),
             std::string::npos);

@@ -15,18 +15,18 @@ TEST(CurveToEd25519, EveryKeyIsOneOfTheTwoKeysItsCurveFormMapsBackTo) {
   for (int i = 0; i < 500; ++i) {
     const auto pair = generate_key_pair();
     const auto key = decode_public_key(pair.public_key, "key");
-    const auto candidates = ed25519_candidates(curve_public(key));
+    const auto candidates = ed25519_candidates(curve_public(key, "key"));
     ASSERT_TRUE(candidates.has_value()) << pair.public_key;
     EXPECT_TRUE((*candidates)[0] == key || (*candidates)[1] == key) << pair.public_key;
     EXPECT_NE((*candidates)[0], (*candidates)[1]);
     // Both are keys whose CurveZMQ form is the one reported.
-    for (const auto& candidate : *candidates) EXPECT_EQ(curve_public(candidate), curve_public(key));
+    for (const auto& candidate : *candidates) EXPECT_EQ(curve_public(candidate, "candidate"), curve_public(key, "key"));
   }
 }
 
 TEST(CurveToEd25519, TheLogNamesThePubFormAndTheCurveForm) {
   const auto pair = generate_key_pair();
-  const auto curve = encode_key(curve_public(decode_public_key(pair.public_key, "key")));
+  const auto curve = encode_key(curve_public(decode_public_key(pair.public_key, "key"), "key"));
   const auto text = describe_curve_key(curve);
   EXPECT_NE(text.find(pair.public_key), std::string::npos) << text;
   EXPECT_NE(text.find("CurveZMQ form " + curve), std::string::npos) << text;
