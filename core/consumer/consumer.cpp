@@ -17,6 +17,7 @@
 #include "modelcast/consumer.h"
 
 #include <algorithm>
+#include <future>
 #include <mutex>
 
 #include "common/contained_callback.h"
@@ -46,14 +47,26 @@ class Consumer::Impl {
     ConsumerOptions first = options_;
     // The user's callbacks see whole versions: the first service's own only while it is the
     // only one.
+    // The first service's thread starts inside its constructor and may join, install or fail
+    // before first_ is set: every way in from that thread waits for the Impl to be whole (a join
+    // reply naming ranks once reached first_ while it was still null).
     first.on_update = [this](const ModelView& view) {
+      constructed_.wait();
       if (!ranked() && options_.on_update) options_.on_update(view);
     };
+    if (options_.on_error) {
+      first.on_error = [this](const Error& error) {
+        constructed_.wait();
+        options_.on_error(error);
+      };
+    }
     consumer::ServiceHooks hooks;
     hooks.on_ranks = [this](std::uint32_t rank, const std::vector<std::string>& endpoints) {
+      constructed_.wait();
       return start_ranks(rank, endpoints);
     };
     hooks.on_installed = [this](std::shared_ptr<const detail::InstalledVersion> version) {
+      constructed_.wait();
       std::shared_ptr<consumer::RankAssembler> a;
       std::uint32_t rank = 0;
       {
@@ -70,6 +83,7 @@ class Consumer::Impl {
       }
     };
     first_ = std::make_unique<consumer::ConsumerService>(std::move(first), std::move(hooks));
+    whole_.set_value();  // if the service could not start, no thread of it waits
   }
 
   ~Impl() {
@@ -261,6 +275,8 @@ class Consumer::Impl {
   // What readers see: the first service's versions, or the assembled ones. Declared before the
   // services, which install into it, so that it outlives them.
   consumer::VersionStore readers_{0, {}};
+  std::promise<void> whole_;  // set once first_ is
+  std::shared_future<void> constructed_ = whole_.get_future().share();
   std::unique_ptr<consumer::ConsumerService> first_;
   mutable std::mutex mutex_;
   // The layout the producer last joined said (no endpoints: the whole model from one), and
