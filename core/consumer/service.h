@@ -243,6 +243,7 @@ class ConsumerService {
   std::uint64_t group_committed_ = 0;
   bool group_waiting_ = false;
   bool group_was_whole_ = false;
+  std::string group_waiting_said_;  // the last_error that says the group waits, while it does
   Clock::time_point retry_fetch_after_{};
   bool closing_ = false;  // stop() was asked: no relay order is taken any more. Service thread only.
   const std::uint64_t session_ = random_session();

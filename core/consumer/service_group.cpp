@@ -34,6 +34,7 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
       log_->info("{}", why.what());
       count([&](ConsumerStats& s) { s.last_error = why.what(); });
     }
+    group_waiting_said_ = why.what();
   } else if (!waiting && group_waiting_) {
     log_->info("group '{}' has all its {} members{}", options_.group, options_.group_size,
                group_was_whole_ ? " again" : "");
@@ -44,10 +45,14 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     s.group_version = group_committed_;
     s.prepared_version = prepared_ ? prepared_->manifest.version : 0;
     s.group_waiting = waiting;
+    // A group whole again no longer waits: its wait is not left as the member's last error
+    // (any other error said since stays).
+    if (!waiting && !group_waiting_said_.empty() && s.last_error == group_waiting_said_) s.last_error.clear();
     if (announce.publish_time_ns != 0) {
       s.last_notify_latency = std::chrono::nanoseconds(realtime_ns() - announce.publish_time_ns);
     }
   });
+  if (!waiting) group_waiting_said_.clear();
   // After the group's stats: a reader woken by the switch finds them already saying so.
   if (committed) {
     make_visible(committed);

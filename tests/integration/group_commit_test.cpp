@@ -210,6 +210,7 @@ TEST(GroupCommit, AGroupWaitsForAMissingMemberAndOneTakingItsPlaceBringsItToTheN
     EXPECT_EQ(check(view), "");
   }
   EXPECT_FALSE(first.stats().group_waiting);
+  EXPECT_EQ(first.stats().last_error, "") << "the wait is over, and still said";
 
   EXPECT_EQ(members.errors(0), std::vector<std::string>{}) << "members joining one by one is start-up";
 
@@ -240,6 +241,9 @@ TEST(GroupCommit, AGroupWaitsForAMissingMemberAndOneTakingItsPlaceBringsItToTheN
     EXPECT_EQ(view.version(), 3u);
     EXPECT_EQ(check(view), "") << "rank " << i;
   }
+  EXPECT_TRUE(eventually([&] { return !first.stats().group_waiting; }, 60s));
+  EXPECT_EQ(first.stats().last_error.find("of its 2 members"), std::string::npos)
+      << "whole again, and still said: " << first.stats().last_error;
   EXPECT_EQ(members.violations(), std::vector<std::string>{});
 }
 
