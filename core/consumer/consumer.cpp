@@ -45,11 +45,11 @@ class Consumer::Impl {
  public:
   explicit Impl(ConsumerOptions options) : options_(with_contained_callbacks(std::move(options))) {
     ConsumerOptions first = options_;
-    // The user's callbacks see whole versions: the first service's own only while it is the
-    // only one.
     // The first service's thread starts inside its constructor and may join, install or fail
     // before first_ is set: every way in from that thread waits for the Impl to be whole (a join
     // reply naming ranks once reached first_ while it was still null).
+    // The user's callbacks see whole versions: the first service's own only while it is the
+    // only one.
     first.on_update = [this](const ModelView& view) {
       constructed_.wait();
       if (!ranked() && options_.on_update) options_.on_update(view);

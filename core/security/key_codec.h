@@ -22,6 +22,8 @@ std::string encode_key(const std::array<std::uint8_t, 32>& key);
 SecretKey decode_secret_key(const KeyPair& keys, const std::string& what);
 
 // The CurveZMQ form of an Ed25519 key (libsodium's birational map), as ZeroMQ's options take it.
+// Throws Error(kInvalidArgument), `what` first, if `key` is no Ed25519 point; the key is not
+// quoted (it may be a secret key given by mistake).
 CurveKey curve_public(const PublicKey& key, const std::string& what);
 CurveKey curve_secret(const SecretKey& key);
 
