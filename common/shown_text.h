@@ -12,11 +12,16 @@
 
 namespace modelcast {
 
+// Whether a backslash is shown as \x5c. A name is: "a\x0ab" then means a newline, not those
+// four characters. A peer's message text is not, so that a name the peer showed escaped
+// reads the same once more (a peer's text, unlike a name, is never matched against anything).
+enum class Backslash { kEscaped, kKept };
+
 // `text` with anything but printable ASCII as \xNN, cut at `limit` bytes ("..." then).
-inline std::string printable_text(std::string_view text, std::size_t limit) {
+inline std::string printable_text(std::string_view text, std::size_t limit, Backslash backslash = Backslash::kEscaped) {
   std::string out;
   for (unsigned char c : text.substr(0, limit)) {
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
+    if (c >= 0x20 && c < 0x7f && (c != '\\' || backslash == Backslash::kKept)) {
       out += static_cast<char>(c);
     } else {
       char escaped[8];

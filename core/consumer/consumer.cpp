@@ -22,6 +22,7 @@
 
 #include "common/contained_callback.h"
 #include "common/log.h"
+#include "common/shown_text.h"
 #include "core/consumer/rank_assembler.h"
 #include "core/consumer/service.h"
 #include "core/wire/protocol.h"
@@ -218,6 +219,16 @@ class Consumer::Impl {
     if (endpoints.size() > protocol::kMaxRanks) {
       return fail("the producer says its model has " + std::to_string(endpoints.size()) + " ranks; a consumer takes at most " +
                   std::to_string(protocol::kMaxRanks));
+    }
+    // Endpoints are the producer's words that this consumer connects to and names in its errors.
+    for (std::size_t r = 0; r < endpoints.size(); ++r) {
+      const std::string& endpoint = endpoints[r];
+      if (endpoint.size() > protocol::kShownPeerTextBytes ||
+          printable_text(endpoint, endpoint.size(), Backslash::kKept) != endpoint) {
+        return fail("the producer gives rank " + std::to_string(r) + " the endpoint " + shown_text(endpoint) +
+                    ", which is no endpoint (control or non-ASCII characters, or over " +
+                    std::to_string(protocol::kShownPeerTextBytes) + " bytes)");
+      }
     }
     first_rank_ = rank;
     rank_of_.assign(endpoints.size(), nullptr);

@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "common/host_identity.h"
+#include "common/shown_text.h"
 #include "core/consumer/consumer_options.h"
 #include "core/wire/zmq_channel.h"
 
@@ -250,8 +251,8 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   auto chosen = offered_->find(reply.transport);
   if (!chosen) {
     link_.refused();
-    return report(Error(ErrorCode::kTransport, "producer chose transport '" + reply.transport +
-                                                   "', which this consumer did not offer (" + offered_->names() + ")"));
+    return report(Error(ErrorCode::kTransport, "producer chose transport " + shown_text(reply.transport) +
+                                                   ", which this consumer did not offer (" + offered_->names() + ")"));
   }
   // A one-sided device route reads straight into device buffers; every other route lands in
   // host buffers (a device consumer then copies each version to the device: DeviceLanding).

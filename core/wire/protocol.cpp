@@ -4,6 +4,7 @@
 #include "core/wire/msgpack_fields.h"
 #include "core/wire/offer_codec.h"
 #include "core/wire/want_codec.h"
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 
 namespace modelcast::protocol {
@@ -184,6 +185,11 @@ DeliveryPath delivery_path(std::uint8_t code, const char* message) {
   return static_cast<DeliveryPath>(code);
 }
 
+// Made printable where it enters, not where it is shown: every later use is then safe.
+std::string peer_text(const Fields& f, const char* key) {
+  return printable_text(f.get<std::string>(key), kShownPeerTextBytes, Backslash::kKept);
+}
+
 Message unpack_body(Type type, const msgpack::object& body) {
   switch (type) {
     case Type::kAnnounce: {
@@ -210,7 +216,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
     }
     case Type::kJoinReply: {
       Fields f(body, "join reply");
-      return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), f.get<std::string>("err"),
+      return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), peer_text(f, "err"),
                        f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("latest"),
                        f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path"), "join reply"),
                        f.has("ranks") ? f.get<std::uint32_t>("rank") : 0u,
@@ -232,7 +238,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
       FetchReply m;
       m.ok = f.get<bool>("ok");
       m.refusal = refusal(f.get<std::uint8_t>("why"));
-      m.error = f.get<std::string>("err");
+      m.error = peer_text(f, "err");
       m.fetch_id = f.get<std::uint64_t>("fetch");
       m.chunk_bytes = f.get<std::uint64_t>("chunk");
       m.digests_pending = f.get<bool>("pending");
@@ -240,13 +246,13 @@ Message unpack_body(Type type, const msgpack::object& body) {
       m.manifest = unpack_manifest(f.at("manifest"));
       m.signature = f.bin("sig");
       if (f.has("region")) m.region = f.bin("region");
-      if (f.has("relay")) m.relay = f.get<std::string>("relay");
+      if (f.has("relay")) m.relay = peer_text(f, "relay");
       return m;
     }
     case Type::kAck: {
       Fields f(body, "ack");
       return Ack{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::uint64_t>("fetch"),
-                 f.get<bool>("ok"), f.get<std::string>("err"), relay_fault(f.get<std::uint8_t>("rfault"))};
+                 f.get<bool>("ok"), peer_text(f, "err"), relay_fault(f.get<std::uint8_t>("rfault"))};
     }
     case Type::kRelayOrder: {
       Fields f(body, "relay order");
@@ -271,7 +277,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
     }
     case Type::kRelayFailed: {
       Fields f(body, "relay failed");
-      return RelayFailed{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("order"), f.get<std::string>("err")};
+      return RelayFailed{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("order"), peer_text(f, "err")};
     }
     case Type::kDigests: {
       Fields f(body, "digests");

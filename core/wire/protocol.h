@@ -6,6 +6,10 @@
 // DecodeLimits): no message, however it is crafted, makes the decoder allocate more than a
 // small multiple of its own size.
 //
+// Text a peer wrote for people (every `error`, FetchReply::relay) ends up in our errors and
+// logs; decode() hands it over printable (printable_text, backslashes kept) and cut to
+// kShownPeerTextBytes, so that no use of it can let a peer forge a log line or log megabytes.
+//
 // Message order, one consumer and one version:
 //   consumer DEALER -> producer ROUTER  JoinRequest        (again after a refusal or a restart)
 //   producer ROUTER -> consumer DEALER  JoinReply          (incarnation, newest version)
@@ -273,6 +277,9 @@ struct Leave {
 
 using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, FetchReply, Ack, Ping, Digests,
                              RelayOrder, RelayCancel, RelayFailed, RelayOffer, Leave>;
+
+// The most of a peer's text (see the top of this file) that decode() keeps.
+inline constexpr std::size_t kShownPeerTextBytes = 1024;
 
 inline constexpr unsigned kChunkBits = 20;
 inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {

@@ -3,6 +3,7 @@
 // or reject each, say why, and keep serving its last good version.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <future>
@@ -283,6 +284,53 @@ TEST(ConsumerAgainstScriptedProducer, AJoinReplyListingMoreRanksThanAConsumerTak
       << stats.last_error;
   EXPECT_EQ(stats.current_version, 0u);
   EXPECT_EQ(stats.versions_installed, 0u);
+}
+
+// A producer's words (its refusal, the ranks' endpoints it lists) reach the consumer's errors,
+// stats and log: one on a plaintext plane could otherwise forge the consumer's log lines.
+TEST(ConsumerAgainstScriptedProducer, AProducersWordsReachItsErrorsEscaped) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  const std::string forged = "go away\n[modelcast.consumer] [info] joined model 'test'\x1b[2J";
+  auto printable = [](const std::string& text) {
+    return std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  };
+  for (bool as_rank_endpoint : {false, true}) {
+    SCOPED_TRACE(as_rank_endpoint ? "a rank's endpoint" : "a refusal");
+    ScriptedProducer producer;
+    std::promise<std::string> first_error;
+    std::once_flag once;
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = producer.endpoint();
+    options.model_name = "test";
+    options.producer_timeout = 60s;
+    options.on_error = [&](const modelcast::Error& e) { std::call_once(once, [&] { first_error.set_value(e.what()); }); };
+    modelcast::Consumer consumer(options);
+    for (;;) {
+      auto request = producer.next_request();
+      if (auto* join = std::get_if<protocol::JoinRequest>(&request)) {
+        producer.connect(*join);
+        break;
+      }
+    }
+    if (as_rank_endpoint) {
+      protocol::JoinReply reply{true, protocol::Refusal::kNone, "", ScriptedProducer::kIncarnation, 0, "ucx"};
+      reply.rank_endpoints = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2" + forged};
+      producer.reply(reply);
+    } else {
+      producer.reply(protocol::JoinReply{false, protocol::Refusal::kBadRequest, forged, 0, 0, ""});
+    }
+    auto error = first_error.get_future();
+    ASSERT_EQ(error.wait_for(30s), std::future_status::ready) << "no error";
+    const auto what = error.get();
+    EXPECT_TRUE(printable(what)) << what;
+    EXPECT_NE(what.find("go away\\x0a[modelcast"), std::string::npos) << what;
+    if (as_rank_endpoint) {
+      EXPECT_NE(what.find("the producer gives rank 1 the endpoint"), std::string::npos) << what;
+    }
+    const auto stats = consumer.stats();
+    EXPECT_TRUE(printable(stats.last_error)) << stats.last_error;
+    EXPECT_FALSE(stats.producer_connected);
+  }
 }
 
 TEST(ConsumerOptionsCheck, AnUnusableProducerEndpointIsAnInvalidArgument) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -305,6 +306,36 @@ TEST(Codec, MessagesBeyondTheCallersLimitsAreRefused) {
   DecodeLimits few_tensors;
   few_tensors.max_map = 2;  // the manifest's metadata map has two entries; its body maps more
   EXPECT_THROW(decode(bytes, few_tensors), Error);
+}
+
+// A peer's words reach errors and logs: a newline in them would forge a log line, an escape
+// sequence drive a terminal, a megabyte make a megabyte line. Decoding hands them over shown.
+TEST(Codec, APeersTextIsDecodedPrintableAndCut) {
+  const std::string forged = "refused\n[modelcast.consumer] [info] joined\x1b[2J \\x0a\xc3\xa9";
+  const std::string shown = "refused\\x0a[modelcast.consumer] [info] joined\\x1b[2J \\x0a\\xc3\\xa9";
+  const std::string huge(1u << 19, 'e');
+  auto printable = [](const std::string& text) {
+    return std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  };
+  for (const std::string& text : {forged, huge}) {
+    SCOPED_TRACE(text.substr(0, 40));
+    const bool cut = text.size() > kShownPeerTextBytes;
+    auto check = [&](const std::string& decoded) {
+      EXPECT_TRUE(printable(decoded)) << decoded;
+      if (cut) {
+        EXPECT_EQ(decoded, text.substr(0, kShownPeerTextBytes) + "...");
+      } else {
+        EXPECT_EQ(decoded, shown);  // backslashes as sent: a name the peer escaped reads the same
+      }
+    };
+    check(std::get<JoinReply>(decode(encode(JoinReply{false, Refusal::kBadRequest, text, 1, 0, "ucx"}))).error);
+    FetchReply reply{false, Refusal::kNotHeld, text, 9, 0, false, 0, {}, {}, {}, text};
+    auto fetch = std::get<FetchReply>(decode(encode(reply)));
+    check(fetch.error);
+    check(fetch.relay);
+    check(std::get<Ack>(decode(encode(Ack{1, 2, 3, false, text, RelayFault::kNone}))).error);
+    check(std::get<RelayFailed>(decode(encode(RelayFailed{1, 2, text}))).error);
+  }
 }
 
 // Random bytes are either a message or a protocol error: never another exception, never a crash.
