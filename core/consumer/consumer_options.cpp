@@ -1,5 +1,6 @@
 #include "core/consumer/consumer_options.h"
 
+#include "common/shown_text.h"
 #include "core/model/tensor_selection.h"
 
 #include <sys/sysinfo.h>
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "common/duration_option.h"
+#include "common/shown_text.h"
 #include "core/model/manifest.h"
 #include "device/device_runtime.h"
 #include "transports/delivery_path.h"
@@ -83,10 +85,10 @@ ConsumerOptions checked(ConsumerOptions options) {
   if (options.consumer_name.empty()) options.consumer_name = default_consumer_name();
   // The producer refuses a join whose names it could not show in its logs: say so here.
   if (auto why = name_problem(options.consumer_name)) {
-    throw Error(ErrorCode::kInvalidArgument, "consumer_name " + shown_name(options.consumer_name) + " " + *why);
+    throw Error(ErrorCode::kInvalidArgument, "consumer_name " + shown_text(options.consumer_name) + " " + *why);
   }
   if (auto why = name_problem(options.group)) {
-    throw Error(ErrorCode::kInvalidArgument, "group " + shown_name(options.group) + " " + *why);
+    throw Error(ErrorCode::kInvalidArgument, "group " + shown_text(options.group) + " " + *why);
   }
   if (options.caller_buffers.empty() && options.buffers < 2) {
     throw Error(ErrorCode::kInvalidArgument, "buffers must be >= 2, got " + std::to_string(options.buffers));

@@ -29,7 +29,7 @@ std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
 void check_spec(const TensorSpec& spec, ErrorCode code) {
   if (spec.name.empty()) throw Error(code, "tensor with an empty name");
   const ManifestLimits limits;
-  if (auto why = name_problem(spec.name)) throw Error(code, "tensor name " + shown_name(spec.name) + " " + *why);
+  if (auto why = name_problem(spec.name)) throw Error(code, "tensor name " + shown_text(spec.name) + " " + *why);
   if (spec.shape.size() > limits.max_rank) {
     throw Error(code, "tensor '" + spec.name + "' has rank " + std::to_string(spec.shape.size()) + "; the limit is " +
                           std::to_string(limits.max_rank));
@@ -55,8 +55,6 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
 }
 
 }  // namespace
-
-std::string shown_name(std::string_view name) { return shown_text(name, 40); }
 
 // UTF-8 as RFC 3629 has it (no overlong forms, surrogates or values past U+10FFFF), by
 // utfcpp. NUL is UTF-8 too, but a C or Fortran caller's name ends there: refused as well.
@@ -132,7 +130,7 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
          std::to_string(limits.max_tensors));
   }
   if (manifest.model.size() > limits.max_name_bytes) fail("manifest's model name is longer than the limit");
-  if (auto why = name_problem(manifest.model)) fail("manifest's model name " + shown_name(manifest.model) + " " + *why);
+  if (auto why = name_problem(manifest.model)) fail("manifest's model name " + shown_text(manifest.model) + " " + *why);
   if (manifest.metadata.size() > limits.max_metadata_entries) {
     fail("manifest carries " + std::to_string(manifest.metadata.size()) + " metadata entries; the limit is " +
          std::to_string(limits.max_metadata_entries));
@@ -151,7 +149,7 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
            std::to_string(limits.max_name_bytes));
     }
     if (auto why = name_problem(entry.spec.name)) {
-      fail("manifest names tensor " + shown_name(entry.spec.name) + ", which " + *why);
+      fail("manifest names tensor " + shown_text(entry.spec.name) + ", which " + *why);
     }
     if (entry.spec.shape.size() > limits.max_rank) {
       fail("tensor '" + entry.spec.name + "' has rank " + std::to_string(entry.spec.shape.size()) +

@@ -81,10 +81,6 @@ struct ManifestLimits {
 // take it; a control character: logs and errors show it), or nullopt.
 std::optional<std::string> name_problem(std::string_view name);
 
-// How a name that may be unusable is shown in an error: its first 40 bytes, quoted, anything but
-// printable ASCII escaped (common/shown_text.h).
-std::string shown_name(std::string_view name);
-
 // Throws Error(code) naming the tensor when its placement (a piece's global shape and offset) is
 // not both-or-neither, of its rank, and inside the global shape.
 void check_placement(const TensorEntry& entry, ErrorCode code);

@@ -5,6 +5,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "common/shown_text.h"
 #include "core/layout/copy_runs.h"
 #include "core/model/manifest.h"
 #include "modelcast/error.h"
@@ -69,7 +70,7 @@ void TensorSelection::check(const std::vector<TensorWant>& wants) {
   std::set<std::string> names;
   for (const auto& want : wants) {
     if (want.tensor.empty()) invalid("a want names no tensor (\"*\" for every tensor not named)");
-    if (auto why = name_problem(want.tensor)) invalid("a want names tensor " + shown_name(want.tensor) + ", which " + *why);
+    if (auto why = name_problem(want.tensor)) invalid("a want names tensor " + shown_text(want.tensor) + ", which " + *why);
     if (!names.insert(want.tensor).second) invalid("'" + want.tensor + "' is wanted twice");
     switch (want.kind) {
       case TensorWant::Kind::kWhole:

@@ -1,5 +1,6 @@
 #include "core/producer/membership.h"
 
+#include "common/shown_text.h"
 #include "core/model/manifest.h"
 #include "core/model/tensor_selection.h"
 #include "modelcast/error.h"
@@ -36,16 +37,16 @@ Membership::JoinDecision Membership::decide(const std::string& routing_id, const
   auto bad_name = [](const std::string& name) { return name.empty() ? std::optional<std::string>() : name_problem(name); };
   if (join.model != model_) {
     decision.refusal = protocol::Refusal::kWrongModel;
-    decision.error = "this producer serves model '" + model_ + "', not " + shown_name(join.model);
+    decision.error = "this producer serves model '" + model_ + "', not " + shown_text(join.model);
   } else if (join.consumer_name.empty()) {
     decision.refusal = protocol::Refusal::kBadRequest;
     decision.error = "consumer name is empty";
   } else if (auto why = bad_name(join.consumer_name)) {
     decision.refusal = protocol::Refusal::kBadRequest;
-    decision.error = "consumer name " + shown_name(join.consumer_name) + " " + *why;
+    decision.error = "consumer name " + shown_text(join.consumer_name) + " " + *why;
   } else if (auto group_why = bad_name(join.group)) {
     decision.refusal = protocol::Refusal::kBadRequest;
-    decision.error = "group " + shown_name(join.group) + " " + *group_why;
+    decision.error = "group " + shown_text(join.group) + " " + *group_why;
   } else if (auto bad = bad_wants(join.wants)) {
     decision.refusal = protocol::Refusal::kBadRequest;
     decision.error = *bad;
