@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "common/file_writers.h"
 #include "core/security/key_codec.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
@@ -163,7 +164,7 @@ std::string load_public_key(const std::string& path) {
   if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
-    bad_file(path, std::string("says whom to trust but ") + ((st.st_mode & S_IWOTH) ? "every user" : "its group") +
+    bad_file(path, "says whom to trust but " + writers_besides_owner(path, st) +
                        " may write it (mode " + mode + "): chmod go-w it");
   }
   return key;

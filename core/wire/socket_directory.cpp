@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <vector>
 
+#include "common/file_writers.h"
 #include "modelcast/error.h"
 
 namespace modelcast::wire {
@@ -25,7 +26,6 @@ std::string octal_mode(mode_t mode) {
 }
 
 bool others_can_write(const struct stat& info) { return (info.st_mode & (S_IWGRP | S_IWOTH)) != 0; }
-std::string writers(const struct stat& info) { return (info.st_mode & S_IWOTH) ? "every user" : "its group"; }
 
 // One name looked up on the way to the socket's directory: the directory it was looked up in
 // (whose writers can replace it) and what the name is (a directory or a symbolic link, whose
@@ -118,14 +118,15 @@ void check_route(const Route& route, const std::string& what, const std::string&
                             ", who could replace the socket's directory" + remedy);
     }
     if (others_can_write(step.container_info)) {
+      const std::string writers = writers_besides_owner(step.container.string(), step.container_info);
       if ((step.container_info.st_mode & S_ISVTX) == 0) {
-        throw Error(code, what + above + "is writable by " + writers(step.container_info) +
-                              " without the sticky bit (mode " + octal_mode(step.container_info.st_mode) +
-                              "), who could replace the socket's directory" + remedy);
+        throw Error(code, what + above + "is writable by " + writers + " without the sticky bit (mode " +
+                              octal_mode(step.container_info.st_mode) + "), who could replace the socket's directory" +
+                              remedy);
       }
       if (!is_ours(step.entry_info.st_uid)) {
         throw Error(code, what + entry + " belongs to user " + std::to_string(step.entry_info.st_uid) + " and is in '" +
-                              step.container.string() + "', which " + writers(step.container_info) +
+                              step.container.string() + "', which " + writers +
                               " can write (mode " + octal_mode(step.container_info.st_mode) +
                               "): anyone could have made it first" + remedy);
       }
@@ -151,8 +152,8 @@ void check_socket_directory(const std::string& path, const std::string& what, co
   }
   if (others_can_write(route.info)) {
     throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' is writable by " +
-                                                 writers(route.info) + " (mode " + octal_mode(route.info.st_mode) +
-                                                 ")" + remedy);
+                                                 writers_besides_owner(directory, route.info) + " (mode " +
+                                                 octal_mode(route.info.st_mode) + ")" + remedy);
   }
 }
 

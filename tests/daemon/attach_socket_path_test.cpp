@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +21,7 @@
 #include "daemon/attach/seqpacket.h"
 #include "modelcast/error.h"
 #include "modelcast/sidecar.h"
+#include "access_acl.h"
 #include "private_directory.h"
 
 namespace {
@@ -87,6 +89,12 @@ TEST(AttachSocketPath, ADirectoryOtherUsersCanWriteIsRefused) {
       EXPECT_NE(std::string(e.what()).find(dir.path()), std::string::npos) << e.what();
     }
   }
+  // Write granted by an ACL: the group bits are its mask, and the error says where to look.
+  ASSERT_EQ(chmod(dir.path().c_str(), 0700), 0);
+  if (!testing_support::grant_write_by_acl(dir.path(), 65534)) {
+    GTEST_SKIP() << "this file system keeps no ACLs (" << std::strerror(errno) << ")";
+  }
+  expect_refused(dir.file("attach.sock"), "is writable by the users and groups its access ACL names");
 }
 
 // Another user, `nobody`: a child process that binds `path` as that user and listens until the

@@ -4,6 +4,8 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -13,6 +15,7 @@
 
 #include "exchange_fixture.h"
 #include "modelcast/keys.h"
+#include "access_acl.h"
 #include "private_directory.h"
 #include "scripted_producer.h"
 
@@ -176,6 +179,13 @@ TEST(Keys, APublicKeyFileOthersCanWriteIsRefused) {
     EXPECT_NE(refused.find(pub), std::string::npos) << refused;
     EXPECT_NE(refused.find(std::string(who) + " may write it"), std::string::npos) << refused;
   }
+  ASSERT_EQ(chmod(pub.c_str(), 0644), 0);
+  if (!testing_support::grant_write_by_acl(pub, 65534)) {
+    GTEST_SKIP() << "this file system keeps no ACLs (" << std::strerror(errno) << ")";
+  }
+  auto refused = error_of([&] { modelcast::load_public_key(pub); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.find("the users and groups its access ACL names (getfacl lists them) may write it"),
+            std::string::npos) << refused;
 }
 
 TEST(Keys, AKeyPathThatIsNotARegularFileIsRefused) {
