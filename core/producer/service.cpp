@@ -486,7 +486,10 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   answer.latest_version = store_.newest_version();
   answer.rank = options_.rank;
   if (options_.rank == 0 && options_.rank_count > 1) answer.rank_endpoints = options_.rank_endpoints;
-  stats_.update([&](ProducerStats& s) { s.consumers = membership_.size(); });
+  stats_.update([&](ProducerStats& s) {
+    s.consumers = membership_.size();
+    if (!answer.ok) s.refused_joins++;
+  });
   if (!answer.ok) {
     // The error may quote what the stranger sent (its transports, for one): shown escaped.
     if (auto note = refused_joins_logged_.admit(LogRate::Clock::now())) {

@@ -140,6 +140,9 @@ struct ProducerStats {
   std::uint64_t leases_expired = 0;
   std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
   std::uint64_t refused_peers = 0;   // handshakes refused: keys not on the allow-list
+  // Joins refused, each told why in its reply (another model, a bad name, a full producer, no
+  // usable transport); the log shows at most one every 10 s.
+  std::uint64_t refused_joins = 0;
   std::uint64_t bytes_sent = 0;      // by this producer (relayed blocks not included)
   // relay_fanout: deliveries whose blocks another consumer sent, the bytes they carried, and
   // relayed fetches that failed on their relay (a block that did not match, or no progress).

@@ -203,6 +203,7 @@ void bind_producer(py::module_& m) {
       .def_readonly("sends_abandoned", &ProducerStats::sends_abandoned)
       .def_readonly("bad_messages", &ProducerStats::bad_messages)
       .def_readonly("refused_peers", &ProducerStats::refused_peers)
+      .def_readonly("refused_joins", &ProducerStats::refused_joins)
       .def_readonly("bytes_sent", &ProducerStats::bytes_sent)
       .def_readonly("relayed_deliveries", &ProducerStats::relayed_deliveries)
       .def_readonly("bytes_relayed", &ProducerStats::bytes_relayed)

@@ -192,6 +192,8 @@ TEST_F(HostileClientTest, NamesALogCouldNotShowAreRefusedAndRefusalsAreLoggedOnc
   EXPECT_EQ(log.find("\n[modelcast.producer] [info] consumer 'admin'"), std::string::npos) << log;
   EXPECT_LT(log.size(), 4096u) << "a refused name made the log " << log.size() << " bytes";
   EXPECT_EQ(p.producer->stats().consumers, 0u);
+  // The log holds back all but one refusal; the stats count every one.
+  EXPECT_EQ(p.producer->stats().refused_joins, 4u);
 }
 
 // A consumer that closes before the answer to its join comes says Leave with no incarnation
