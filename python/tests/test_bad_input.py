@@ -252,3 +252,20 @@ def test_missing_tensor_in_a_view(endpoint):
         with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "absent"):
             view.array("absent")
         assert "absent" not in view and "w" in view
+
+
+def test_a_join_for_another_model_is_refused_told_why_and_counted(endpoint):
+    errors, reported = [], threading.Event()
+
+    def on_error(error):
+        errors.append(error)
+        reported.set()
+
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+         modelcast.Consumer(endpoint, model_name="other", on_error=on_error) as consumer:
+        assert reported.wait(WAIT_S), "the refused join was not reported"
+        # The producer counts a refusal before it replies, so the consumer's error comes after.
+        assert producer.stats().refused_joins >= 1
+        assert producer.stats().consumers == 0
+        assert "serves model 'pytest', not 'other'" in str(errors[0])
+        assert not consumer.stats().producer_connected
