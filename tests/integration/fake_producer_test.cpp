@@ -22,6 +22,23 @@ using namespace std::chrono_literals;
 namespace protocol = modelcast::protocol;
 using testing_support::ScriptedProducer;
 
+// Options of a consumer of the scripted producer's model whose first error's text lands in
+// `first_error` (the script sends no heartbeats between its steps: a long producer timeout).
+struct FirstError {
+  std::promise<std::string> text;
+  std::once_flag once;
+};
+modelcast::ConsumerOptions scripted_options(ScriptedProducer& producer, FirstError& first_error) {
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 60s;
+  options.on_error = [&first_error](const modelcast::Error& e) {
+    std::call_once(first_error.once, [&] { first_error.text.set_value(e.what()); });
+  };
+  return options;
+}
+
 TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVersions) {
   setenv("UCX_NET_DEVICES", "lo", 1);
   ScriptedProducer producer;
@@ -250,25 +267,13 @@ TEST(ConsumerAgainstScriptedProducer, AnAnsweredTransferThatNeverCompletesTimesO
 TEST(ConsumerAgainstScriptedProducer, AJoinReplyListingMoreRanksThanAConsumerTakesIsRefused) {
   setenv("UCX_NET_DEVICES", "lo", 1);
   ScriptedProducer producer;
-  std::promise<std::string> first_error;
-  std::once_flag once;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 60s;
-  options.on_error = [&](const modelcast::Error& e) { std::call_once(once, [&] { first_error.set_value(e.what()); }); };
-  modelcast::Consumer consumer(options);
-  for (;;) {
-    auto request = producer.next_request();
-    if (auto* join = std::get_if<protocol::JoinRequest>(&request)) {
-      producer.connect(*join);
-      break;
-    }
-  }
+  FirstError first_error;
+  modelcast::Consumer consumer(scripted_options(producer, first_error));
+  producer.connect(producer.next_join());
   protocol::JoinReply reply{true, protocol::Refusal::kNone, "", ScriptedProducer::kIncarnation, 0, "ucx"};
   reply.rank_endpoints.assign(protocol::kMaxRanks + 1, "tcp://127.0.0.1:1");
   producer.reply(reply);
-  auto error = first_error.get_future();
+  auto error = first_error.text.get_future();
   ASSERT_EQ(error.wait_for(30s), std::future_status::ready) << "no error for " << protocol::kMaxRanks + 1 << " ranks";
   const auto what = error.get();
   EXPECT_NE(what.find("at most " + std::to_string(protocol::kMaxRanks)), std::string::npos) << what;
@@ -297,21 +302,9 @@ TEST(ConsumerAgainstScriptedProducer, AProducersWordsReachItsErrorsEscaped) {
   for (bool as_rank_endpoint : {false, true}) {
     SCOPED_TRACE(as_rank_endpoint ? "a rank's endpoint" : "a refusal");
     ScriptedProducer producer;
-    std::promise<std::string> first_error;
-    std::once_flag once;
-    modelcast::ConsumerOptions options;
-    options.producer_endpoint = producer.endpoint();
-    options.model_name = "test";
-    options.producer_timeout = 60s;
-    options.on_error = [&](const modelcast::Error& e) { std::call_once(once, [&] { first_error.set_value(e.what()); }); };
-    modelcast::Consumer consumer(options);
-    for (;;) {
-      auto request = producer.next_request();
-      if (auto* join = std::get_if<protocol::JoinRequest>(&request)) {
-        producer.connect(*join);
-        break;
-      }
-    }
+    FirstError first_error;
+    modelcast::Consumer consumer(scripted_options(producer, first_error));
+    producer.connect(producer.next_join());
     if (as_rank_endpoint) {
       protocol::JoinReply reply{true, protocol::Refusal::kNone, "", ScriptedProducer::kIncarnation, 0, "ucx"};
       reply.rank_endpoints = {"tcp://127.0.0.1:1", "tcp://127.0.0.1:2" + forged};
@@ -319,7 +312,7 @@ TEST(ConsumerAgainstScriptedProducer, AProducersWordsReachItsErrorsEscaped) {
     } else {
       producer.reply(protocol::JoinReply{false, protocol::Refusal::kBadRequest, forged, 0, 0, ""});
     }
-    auto error = first_error.get_future();
+    auto error = first_error.text.get_future();
     ASSERT_EQ(error.wait_for(30s), std::future_status::ready) << "no error";
     const auto what = error.get();
     EXPECT_TRUE(printable(what)) << what;

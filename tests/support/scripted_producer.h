@@ -90,10 +90,12 @@ class ScriptedProducer {
   void announce_raw(std::span<const std::byte> bytes) { reply_raw(bytes); }
   void announce(std::uint64_t version) { announce_raw(protocol::encode(protocol::Announce{kIncarnation, version, 0, 1, std::nullopt})); }
 
-  void accept_join() {
+  void accept_join() { answer_join(next_join()); }
+  // The next join request, unanswered (other requests before it are dropped).
+  protocol::JoinRequest next_join() {
     for (;;) {  // a consumer whose join went unanswered asks again: take the newest
       auto request = next_request();
-      if (auto* join = std::get_if<protocol::JoinRequest>(&request)) return answer_join(*join);
+      if (auto* join = std::get_if<protocol::JoinRequest>(&request)) return *join;
     }
   }
   // Accepts `join`, the last request read. A consumer that joins again from a new UCX worker
