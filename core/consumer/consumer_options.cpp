@@ -1,6 +1,5 @@
 #include "core/consumer/consumer_options.h"
 
-#include "common/shown_text.h"
 #include "core/model/tensor_selection.h"
 
 #include <sys/sysinfo.h>

@@ -1,10 +1,10 @@
 #include "core/wire/protocol.h"
 
+#include "common/shown_text.h"
 #include "core/wire/manifest_codec.h"
 #include "core/wire/msgpack_fields.h"
 #include "core/wire/offer_codec.h"
 #include "core/wire/want_codec.h"
-#include "common/shown_text.h"
 #include "modelcast/error.h"
 
 namespace modelcast::protocol {
