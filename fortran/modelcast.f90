@@ -24,7 +24,7 @@ module modelcast
   public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key
   public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
       mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_cancel_waits, mc_producer_copy_stats, &
-      mc_producer_persist_stats
+      mc_producer_persist_stats, mc_producer_refusal_stats
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
       mc_consumer_cancel_waits
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy
@@ -292,6 +292,14 @@ contains
     type(mc_producer), intent(in) :: producer
     integer(c_int64_t), intent(out) :: persisted, failures, skipped
     status = from_c(mc_producer_get_persist_stats_c(producer%handle, persisted, failures, skipped))
+  end function
+
+  ! Who the producer turned away: joins it refused (each joiner is told why) and key handshakes
+  ! refused (keys not on the allow-list).
+  integer function mc_producer_refusal_stats(producer, refused_joins, refused_peers) result(status)
+    type(mc_producer), intent(in) :: producer
+    integer(c_int64_t), intent(out) :: refused_joins, refused_peers
+    status = from_c(mc_producer_get_refusal_stats_c(producer%handle, refused_joins, refused_peers))
   end function
 
   ! ---- consumer ------------------------------------------------------------------------

@@ -181,6 +181,13 @@ module modelcast_c
       integer(c_int64_t), intent(out) :: persisted, failures, skipped  ! uint64_t in C
       integer(c_int) :: mc_producer_get_persist_stats_c
     end function
+    function mc_producer_get_refusal_stats_c(producer, refused_joins, refused_peers) &
+        bind(c, name="mc_producer_get_refusal_stats")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: producer
+      integer(c_int64_t), intent(out) :: refused_joins, refused_peers  ! uint64_t in C
+      integer(c_int) :: mc_producer_get_refusal_stats_c
+    end function
     function mc_producer_get_copy_stats_c(producer, snapshot_bytes_copied) bind(c, name="mc_producer_get_copy_stats")
       import :: c_ptr, c_int, c_int64_t
       type(c_ptr), value :: producer

@@ -286,6 +286,17 @@ mc_status mc_producer_get_copy_stats(const mc_producer_t* producer, uint64_t* sn
   });
 }
 
+mc_status mc_producer_get_refusal_stats(const mc_producer_t* producer, uint64_t* refused_joins,
+                                        uint64_t* refused_peers) {
+  return guarded(__func__, [&] {
+    require(producer, "producer");
+    auto s = producer->producer->stats();
+    if (refused_joins != nullptr) *refused_joins = s.refused_joins;
+    if (refused_peers != nullptr) *refused_peers = s.refused_peers;
+    return MC_OK;
+  });
+}
+
 mc_status mc_producer_get_persist_stats(const mc_producer_t* producer, uint64_t* persisted, uint64_t* failures,
                                         uint64_t* skipped) {
   return guarded(__func__, [&] {

@@ -265,6 +265,13 @@ MODELCAST_API mc_status mc_producer_get_persist_stats(const mc_producer_t* produ
  * Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT (NULL producer or out). */
 MODELCAST_API mc_status mc_producer_get_copy_stats(const mc_producer_t* producer, uint64_t* snapshot_bytes_copied);
 
+/* Who the producer turned away: joins it refused (another model, a bad name, no room, no usable
+ * transport; each joiner is told why, the log shows at most one every 10 s) and CurveZMQ
+ * handshakes refused (keys not on the allow-list). Either may be NULL. Since 0.8. Thread-safe.
+ * Errors: MC_ERR_INVALID_ARGUMENT (NULL producer). */
+MODELCAST_API mc_status mc_producer_get_refusal_stats(const mc_producer_t* producer, uint64_t* refused_joins,
+                                                      uint64_t* refused_peers);
+
 /* ---- consumer (inference side) ---------------------------------------------------------- */
 
 /* A version was installed: `view` is that version, owned by modelcast and valid during the call

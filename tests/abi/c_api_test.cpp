@@ -638,6 +638,13 @@ TEST(CApi, AWaitThatTimesOutNamesTheConsumersLastError) {
   EXPECT_NE(last_error().find("version 1 did not arrive within 50 ms"), std::string::npos) << last_error();
   EXPECT_NE(last_error().find("last error: "), std::string::npos) << last_error();
   EXPECT_NE(last_error().find("another-model"), std::string::npos) << last_error();
+  // The producer counted the refusal (before it replied, so before the consumer's last_error).
+  uint64_t refused_joins = 0, refused_peers = 99;
+  ASSERT_EQ(mc_producer_get_refusal_stats(producer.p, &refused_joins, &refused_peers), MC_OK) << last_error();
+  EXPECT_GE(refused_joins, 1u);
+  EXPECT_EQ(refused_peers, 0u);  // no keys: no handshake to refuse
+  EXPECT_EQ(mc_producer_get_refusal_stats(producer.p, nullptr, nullptr), MC_OK);
+  EXPECT_EQ(mc_producer_get_refusal_stats(nullptr, &refused_joins, nullptr), MC_ERR_INVALID_ARGUMENT);
 }
 
 TEST(CApi, CancelledWaitsReturnAStateErrorAtOnce) {

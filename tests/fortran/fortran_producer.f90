@@ -37,6 +37,7 @@ program fortran_producer
   type(mc_consumer) :: consumer
   type(mc_view) :: view
   integer(c_int64_t) :: version, copied, persisted, persist_failures, persist_skipped
+  integer(c_int64_t) :: refused_joins, refused_peers
   character(len=64) :: line
   integer :: v
   integer(c_int), target :: serving_lines = 0
@@ -101,6 +102,12 @@ program fortran_producer
              "mc_producer_persist_stats")
   if (persisted /= 0 .or. persist_failures /= 0 .or. persist_skipped /= 0) &
       call fail("persist counters moved without the persist option", int(persisted))
+  ! Its one consumer joined: nobody was turned away.
+  refused_joins = -1
+  refused_peers = -1
+  call check(mc_producer_refusal_stats(producer, refused_joins, refused_peers), "mc_producer_refusal_stats")
+  if (refused_joins /= 0 .or. refused_peers /= 0) &
+      call fail("refusal counters moved though nobody was refused", int(refused_joins))
   ! Cancelled waits end at once with MC_ERR_STATE, not after their timeout; versions are still
   ! readable. (A binding that did not cancel would wait the full minute and fail here.)
   call check(mc_consumer_cancel_waits(consumer), "mc_consumer_cancel_waits")
