@@ -22,7 +22,9 @@ class Producer(Service):
     ``failed_snapshots`` and ``host_copies`` (versions copied to host memory: none while every
     consumer reads the GPU over CUDA IPC). ``snapshot_bytes_copied`` is what publish() copied
     into snapshot slots: less than the model per version while little of it changes (publish()
-    then copies only the blocks the slot lacks).
+    then copies only the blocks the slot lacks). ``refused_joins`` counts joins it refused (each
+    joiner is told why; the log shows at most one every 10 s) and ``refused_peers`` key handshakes
+    it refused.
     ``on_delivery(delivery)`` runs on the producer's service thread with the GIL taken; an
     exception it raises is reported through ``sys.unraisablehook`` and counted in
     ``callback_errors``. Raises InvalidArgumentError for bad options, TransportError if the
