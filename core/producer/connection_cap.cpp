@@ -84,8 +84,8 @@ void ConnectionCap::accepted(int fd) {
   open_[fd] = Accepted{inode, Clock::now()};
 }
 
-ConnectionCap::Enforced ConnectionCap::enforce(const std::set<int>& joined) {
-  Enforced result;
+std::vector<int> ConnectionCap::read_events() {
+  std::vector<int> closed;
   for (;;) {
     zmq::message_t event, endpoint;
     if (!events_.recv(event, zmq::recv_flags::dontwait)) break;
@@ -96,8 +96,16 @@ ConnectionCap::Enforced ConnectionCap::enforce(const std::set<int>& joined) {
     std::memcpy(&code, event.data(), sizeof code);
     std::memcpy(&fd, static_cast<const char*>(event.data()) + sizeof code, sizeof fd);
     if (code == ZMQ_EVENT_ACCEPTED) accepted(fd);
-    if (code == ZMQ_EVENT_DISCONNECTED) open_.erase(fd);
+    if (code == ZMQ_EVENT_DISCONNECTED) {
+      open_.erase(fd);
+      closed.push_back(fd);
+    }
   }
+  return closed;
+}
+
+ConnectionCap::Enforced ConnectionCap::enforce(const std::set<int>& joined) {
+  Enforced result;
   while (open_.size() > cap_) {
     auto oldest = open_.end();
     for (auto it = open_.begin(); it != open_.end(); ++it) {

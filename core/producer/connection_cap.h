@@ -1,6 +1,7 @@
-// A cap on the control plane's connections, below the producer's open-file limit. Constructed
-// by the ControlPlane on the caller's thread (before the ROUTER binds); then used by the service
-// thread only.
+// A cap on the control plane's connections, below the producer's open-file limit, read from the
+// ROUTER's connection events, which also say which connections closed. Constructed by the
+// ControlPlane on the caller's thread (before the ROUTER binds); then used by the service thread
+// only.
 //
 // Every ZeroMQ connection costs the producer a descriptor, whatever max_consumers says, and
 // ZeroMQ offers no way to refuse one for being too many: a thousand connections that completed
@@ -32,6 +33,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -54,13 +56,17 @@ class ConnectionCap {
   // The monitor socket to poll for connection events.
   zmq::socket_t& events() { return events_; }
 
+  // Reads the pending connection events: counts the connections accepted, and returns the
+  // descriptors of the connections that closed since the last call (any of the ROUTER's,
+  // counted or not), in the order they closed.
+  std::vector<int> read_events();
+
   struct Enforced {
     std::size_t evicted = 0;  // connections closed by this call
     bool first = false;       // the cap was reached for the first time
   };
-  // Reads the pending connection events and, while more connections are open than the cap,
-  // closes the oldest whose descriptor is not in `joined` (the connections joined consumers
-  // spoke from).
+  // While more connections are open than the cap, closes the oldest whose descriptor is not in
+  // `joined` (the connections joined consumers spoke from). Counts what read_events() read.
   Enforced enforce(const std::set<int>& joined);
 
   std::size_t cap() const { return cap_; }

@@ -103,4 +103,13 @@ std::set<int> Membership::connection_fds() const {
   return fds;
 }
 
+std::vector<std::string> Membership::spoke_over(int fd) const {
+  std::vector<std::string> ids;
+  if (fd < 0) return ids;
+  for (const auto& [id, record] : consumers_) {
+    if (record.connection_fd == fd && record.spoke_since_join) ids.push_back(id);
+  }
+  return ids;
+}
+
 }  // namespace modelcast::producer

@@ -36,6 +36,9 @@ struct ConsumerRecord {
   transport::MemoryLocation memory{};  // where its receive buffers live (JoinRequest::memory)
   std::vector<TensorWant> wants{};  // what it keeps of each tensor (checked at the join)
   int connection_fd = -1;  // the control connection's descriptor (ZMQ_SRCFD of the join)
+  // A message other than its join came from it: it heard its join answered (a consumer pings,
+  // fetches and acks only once joined), so it will not send that join again on a new connection.
+  bool spoke_since_join = false;
 };
 
 class Membership {
@@ -61,6 +64,9 @@ class Membership {
   std::vector<std::string> routing_ids() const;
   // The control connections' descriptors of the joined consumers.
   std::set<int> connection_fds() const;
+  // Routing ids of the consumers that joined over the connection with descriptor `fd` and have
+  // spoken since (ConsumerRecord::spoke_since_join).
+  std::vector<std::string> spoke_over(int fd) const;
 
  private:
   std::string model_;

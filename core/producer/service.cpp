@@ -71,11 +71,33 @@ void ProducerService::run() {
       while (auto parts = wire::receive(control_.router())) on_request(*parts);
     }
     // After the requests: a join already read makes its connection safe from eviction.
-    if (items[2].revents & ZMQ_POLLIN) cap_connections();
+    if (items[2].revents & ZMQ_POLLIN) {
+      drop_closed_connections();
+      cap_connections();
+    }
     expire_leases();
     drop_silent_consumers();
     send_outgoing();
     close_cut_off();
+  }
+}
+
+// A consumer that dies (killed, crashed) without saying Leave has its control connection closed
+// by its kernel: it is dropped then, not after the silence limit, so that its lease goes, the
+// fetches it relays go to others at once, and it is chosen as a relay no more. Only consumers
+// that spoke since their join: one that did not may still be waiting for the answer, and then
+// sends its join again on a new connection, keeping its transport connection (on_join).
+//
+// Why the events before every join (on_join calls this): a descriptor is reused once closed, and
+// the event of a connection that closed is queued before its descriptor is freed, so before any
+// join on a connection that reuses it; read first, it cannot be taken for the new connection's.
+void ProducerService::drop_closed_connections() {
+  for (int fd : control_.connections().read_events()) {
+    for (const auto& routing_id : membership_.spoke_over(fd)) {
+      // Info, as for a Leave: the Leave of a consumer that closed may be read after this event.
+      log_->info("the control connection of consumer '{}' closed: dropping it", membership_.find(routing_id)->name);
+      drop_consumer(routing_id);
+    }
   }
 }
 
@@ -401,8 +423,12 @@ void ProducerService::on_request(std::vector<zmq::message_t>& parts) {
   }
   // Whatever a request makes go wrong costs that request only: the trainer keeps training.
   try {
-    if (auto* consumer = membership_.find(routing_id)) consumer->last_seen = Clock::now();
-    if (auto* join = std::get_if<protocol::JoinRequest>(&message)) {
+    auto* join = std::get_if<protocol::JoinRequest>(&message);
+    if (auto* consumer = membership_.find(routing_id)) {
+      consumer->last_seen = Clock::now();
+      if (!join) consumer->spoke_since_join = true;
+    }
+    if (join) {
       on_join(routing_id, security::peer_key(parts[1]).value_or(""), zmq_msg_get(parts[1].handle(), ZMQ_SRCFD),
               *join);
     } else if (std::holds_alternative<protocol::Ping>(message)) {
@@ -440,6 +466,7 @@ void ProducerService::bad_message(const std::string& what) {
 
 void ProducerService::on_join(const std::string& routing_id, const std::string& key, int connection_fd,
                               const protocol::JoinRequest& join) {
+  drop_closed_connections();
   protocol::JoinReply answer;
   answer.incarnation = incarnation_;
   answer.model_bytes = store_.slot_bytes();

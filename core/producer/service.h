@@ -177,7 +177,9 @@ class ProducerService {
   bool host_copies_wanted() const { return host_copies_wanted_.load(std::memory_order_relaxed); }
 
  private:
-  // Counts and closes control connections past the cap (connection_cap.h), sparing joined ones.
+  // Drops the consumers whose control connection closed (connection_cap.h reads the events).
+  void drop_closed_connections();
+  // Closes control connections past the cap (connection_cap.h), sparing joined ones.
   void cap_connections();
   void reply(const std::string& routing_id, const protocol::Message& message);
   void send_outgoing();

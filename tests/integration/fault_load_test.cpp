@@ -211,8 +211,8 @@ TEST_F(FaultLoadTest, HundredConsumersKilledMidTransferCostNothingButTheirLeases
                          << reclaim_ms << " ms after the last kill (lease_timeout 2000 ms)";
   EXPECT_LE(reclaim_ms, ms(kLease + 2s)) << "leases of dead consumers outlived lease_timeout by far";
   // Every victim that did not ack before its kill left a lease behind, and it was reclaimed:
-  // by expiry (leases_expired), or sooner when UCX reported the victim dead and its record went
-  // with the lease (failed_deliveries, counted once per fetch).
+  // by expiry (leases_expired), or sooner when its control connection closed or UCX reported it
+  // dead and its record went with the lease (failed_deliveries, counted once per fetch).
   // The counters are updated just after the leases go (two locks, not one): wait, bounded, for
   // them to catch up rather than read them in that gap.
   const std::size_t victims_acked = deliveries.consumers_with_prefix("victim-");

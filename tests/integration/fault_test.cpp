@@ -71,13 +71,39 @@ TEST_P(FaultTest, ConsumerKilledMidTransferDoesNotStopTheOthers) {
     p.publish(v);
     ASSERT_TRUE(acked_by(v, "survivor")) << "survivor stopped receiving at version " << v;
   }
-  // The victim's lease lapses (or its death is detected): no slot stays pinned; and the dead
-  // consumer itself is forgotten (silent past max(lease_timeout, 5 s)) while the survivor stays.
+  // The victim's lease lapses (or its death is detected: its connections close): no slot stays
+  // pinned; and the dead consumer itself is forgotten while the survivor stays.
   EXPECT_TRUE(eventually([&] { return p.producer->stats().fetches_in_flight == 0; }));
   EXPECT_TRUE(eventually([&] { return p.producer->stats().consumers == 1; }, 30s));
   p.publish(kLast);
   EXPECT_EQ(survivor->wait(), 0) << joined_lines(*survivor);
   EXPECT_TRUE(caught_mid_transfer) << "never caught two transfers in flight; the kill was between transfers";
+}
+
+// Killed, a consumer's control connection closes, and the producer drops it then: its lease (if
+// the kill caught its fetch) and its place go at once, not after its silence, here a minute (the
+// lease timeout, which also bounds how long a dead consumer's lease pins a slot). Over TCP UCX
+// reports the dead peer itself; over shared memory nothing else would.
+TEST_P(FaultTest, AKilledConsumerIsDroppedWhenItsConnectionClosesNotAfterItsSilence) {
+  modelcast::ProducerOptions options;
+  options.lease_timeout = 60s;
+  TestProducer p(16 * 1024, options);
+  auto victim = start_consumer(p.producer->control_endpoint(), "victim", 1000000);
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
+  p.publish(1);
+  const bool caught_fetching = eventually([&] { return p.producer->stats().fetches_in_flight == 1; }, 2s);
+  victim->kill_now();
+  RecordProperty("killed_mid_transfer", caught_fetching ? "yes" : "no");
+  EXPECT_EQ(victim->wait(), 128 + SIGKILL);
+  modelcast::ProducerStats stats;
+  EXPECT_TRUE(eventually([&] {
+    stats = p.producer->stats();
+    return stats.consumers == 0 && stats.fetches_in_flight == 0;
+  })) << stats.consumers << " consumer(s) and " << stats.fetches_in_flight << " lease(s) left 20 s after the kill";
+  // Publishing goes on (the slot is free: publish() waits for none).
+  p.publish(2);
+  p.publish(3);
+  EXPECT_TRUE(eventually([&] { return p.producer->stats().latest_version == 3; }));
 }
 
 // Inference processes that stop while a version is arriving: 100 consumers, one after another,

@@ -405,6 +405,40 @@ TEST_F(HostileClientTest, AConsumerJoiningAgainFromTheSameAddressKeepsItsConnect
   EXPECT_EQ(p.producer->stats().consumers, 1u);
 }
 
+// A consumer whose join reply is slow sends its join again on a new control socket, closing the
+// old one. The record of a join that was never answered as far as the producer knows (nothing
+// came after it) is not dropped when its connection closes: that would close a transport
+// connection maybe still wiring up and open another to the same worker (see above); the second
+// join takes it over. A consumer that has spoken since its join is dropped when its connection
+// closes (it died), long before its silence (a minute here) would say so.
+TEST_F(HostileClientTest, AClosedConnectionDropsAConsumerThatSpokeNotOneWhoseJoinMayBeUnanswered) {
+  modelcast::ProducerOptions options;
+  options.lease_timeout = 60s;
+  TestProducer p(256, options);
+  {
+    HostileClient first(context_, p.producer->control_endpoint());
+    first.send(modelcast::testing::ucx_join("test", "rejoiner", ucx_->address(), "another-host", 7));
+    ASSERT_TRUE(p.producer->wait_for_consumers(1, 30s));
+  }  // closed, its reply unread
+  HostileClient second(context_, p.producer->control_endpoint());
+  auto again = second.join("rejoiner", ucx_->address(), 7);
+  ASSERT_TRUE(again.ok) << again.error;
+  EXPECT_EQ(p.producer->stats().consumers, 1u);
+  EXPECT_EQ(p.producer->stats().connections_opened, 1u) << "the first join's transport connection was closed";
+  {
+    HostileClient third(context_, p.producer->control_endpoint());
+    auto joined = third.join("speaker", ucx_->address(), 8);
+    ASSERT_TRUE(joined.ok) << joined.error;
+    // Any request after the join (a fetch from a producer that is not this one, refused) is word
+    // that this consumer heard its join answered.
+    third.send(protocol::FetchRequest{joined.incarnation + 1, 0, 1});
+    EXPECT_EQ(third.next<protocol::FetchReply>().refusal, protocol::Refusal::kStaleIncarnation);
+    EXPECT_EQ(p.producer->stats().consumers, 2u);
+  }  // closed without a Leave, as by a process killed
+  EXPECT_TRUE(testing_support::eventually([&] { return p.producer->stats().consumers == 1; }))
+      << "a consumer whose connection closed was still joined 20 s later";
+}
+
 // A consumer of a previous protocol (5, whose announcements came from a PUB socket; 6, which
 // checked host versions by tensor digests) cannot join; it is told so in a join refusal of its
 // own protocol, which it reports, rather than asking again and again unanswered.

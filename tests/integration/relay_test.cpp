@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "child_process.h"
+#include "eventually.h"
 #include "test_model.h"
 
 namespace {
@@ -51,12 +52,14 @@ class Relays : public ::testing::Test {
     unsetenv("UCX_TLS");
   }
   // 64 KiB blocks, chains of relays (fan-out 1).
-  void start_producer(std::size_t kib, int change_pct) {
+  void start_producer(std::size_t kib, int change_pct, std::vector<std::string> extra = {}) {
     kib_ = kib;
     change_pct_ = change_pct;
-    producer_ = std::make_unique<ChildProcess>(std::vector<std::string>{
-        MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0", "--kib",
-        std::to_string(kib), "--chunk-kib", "64", "--change-pct", std::to_string(change_pct), "--relay-fanout", "1"});
+    std::vector<std::string> argv{MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions",
+                                  "0", "--kib", std::to_string(kib), "--chunk-kib", "64", "--change-pct",
+                                  std::to_string(change_pct), "--relay-fanout", "1"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    producer_ = std::make_unique<ChildProcess>(argv);
     auto ready = producer_->wait_for_line("ready ");
     ASSERT_TRUE(ready);
     endpoint_ = ready->substr(6);
@@ -190,6 +193,34 @@ TEST_F(Relays, ARelayThatStallsIsLeftAfterTheTransferTimeout) {
   EXPECT_EQ(reported(*late, "relay_faults"), 1u) << joined_lines(*late);
   EXPECT_EQ(producer_stats(*producer_)["relay_faults"], 1u);
   stalled->close_stdin();
+}
+
+// Killed, a relay's control connection closes, and the producer drops it then: the fetch it was
+// to serve is withdrawn (or, if the kill comes first, never given to it), rather than waiting
+// for its silence (here a minute: the lease timeout) or for the receiver to give up (a minute
+// too). Stopped first, so that it cannot serve the fetch before it dies.
+TEST_F(Relays, ARelayKilledIsLeftWhenItsConnectionClosesNotAfterItsSilence) {
+  start_producer(1024, 100, {"--lease-timeout-ms", "60000"});
+  auto relay = consumer("relay", 1, {});
+  publish(1);
+  expect_installed(*relay, 1);
+  // Acked: the one lease is the late consumer's, if the producer serves it itself.
+  ASSERT_TRUE(testing_support::eventually([&] { return producer_stats(*producer_)["fetches_in_flight"] == 0; }));
+  ASSERT_EQ(::kill(relay->pid(), SIGSTOP), 0);
+  auto late = consumer("late", 1, {"--transfer-timeout-ms", "60000"});
+  // Joined, it fetches at once, and the producer gives the stopped relay that fetch to serve.
+  ASSERT_TRUE(late->wait_for_line("joined"));
+  relay->kill_now();
+  EXPECT_EQ(relay->wait(), 128 + SIGKILL);
+  EXPECT_TRUE(late->wait_for_line("installed 1", std::chrono::seconds(20)))
+      << "not installed 20 s after its relay was killed:\n" << joined_lines(*late);
+  expect_clean_exit(*late);
+  EXPECT_EQ(reported(*late, "relay_faults"), 0u) << "the late consumer timed the relay out: " << joined_lines(*late);
+  auto stats = producer_stats(*producer_);
+  EXPECT_EQ(stats["consumers"], 0u);
+  EXPECT_EQ(stats["relay_faults"], 0u);
+  EXPECT_EQ(stats["relayed_deliveries"], 0u);
+  RecordProperty("withdrawn", std::to_string(reported(*late, "transfers_aborted")));
 }
 
 TEST_F(Relays, ARelayKilledMidVersionCostsTheOthersARetryNotAVersion) {
