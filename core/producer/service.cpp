@@ -70,10 +70,12 @@ void ProducerService::run() {
     if (items[0].revents & ZMQ_POLLIN) {
       while (auto parts = wire::receive(control_.router())) on_request(*parts);
     }
-    // After the requests: a join already read makes its connection safe from eviction.
-    if (items[2].revents & ZMQ_POLLIN) {
+    // After the requests: a join already read makes its connection safe from eviction. A join
+    // may have read the connection events already (on_join): those are capped here too.
+    if ((items[2].revents & ZMQ_POLLIN) || cap_due_) {
       drop_closed_connections();
       cap_connections();
+      cap_due_ = false;
     }
     expire_leases();
     drop_silent_consumers();
@@ -92,6 +94,7 @@ void ProducerService::run() {
 // the event of a connection that closed is queued before its descriptor is freed, so before any
 // join on a connection that reuses it; read first, it cannot be taken for the new connection's.
 void ProducerService::drop_closed_connections() {
+  cap_due_ = true;  // the accepted connections read with them are counted, not yet capped
   for (int fd : control_.connections().read_events()) {
     for (const auto& routing_id : membership_.spoke_over(fd)) {
       // Info, as for a Leave: the Leave of a consumer that closed may be read after this event.
@@ -370,8 +373,9 @@ std::optional<ConsumerRecord> ProducerService::forget_consumer(const std::string
   return record;
 }
 
-// Consumers ping at least every second; one silent this long has died or hung. (Across hosts
-// UCX usually reports it sooner; on one host this is how its record goes.)
+// Consumers ping at least every second; one silent this long has hung, or died where its
+// connection's end did not reach the producer (a host or network gone). One that died on a live
+// host had its connection closed (drop_closed_connections); across hosts UCX reports it too.
 void ProducerService::drop_silent_consumers() {
   auto limit = std::max<Clock::duration>(options_.lease_timeout, std::chrono::seconds(5));
   for (const auto& routing_id : membership_.silent(Clock::now(), limit)) {

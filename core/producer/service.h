@@ -257,6 +257,7 @@ class ProducerService {
   // Has the host copies the fetch server started made (take_host_copies), holding their slots.
   void start_host_copies();
   std::size_t evicted_unlogged_ = 0;  // cap_connections(): evictions not logged yet
+  bool cap_due_ = false;  // connection events were read and the cap not enforced since
   Clock::time_point next_eviction_log_{};
 };
 

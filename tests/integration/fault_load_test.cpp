@@ -240,8 +240,8 @@ TEST_F(FaultLoadTest, HundredConsumersKilledMidTransferCostNothingButTheirLeases
   EXPECT_LT(during_ms, 5 * before_ms + 5) << "publish stall during the kills";
   EXPECT_LT(after_ms, 5 * before_ms + 5) << "publish stall after the kills";
 
-  // The dead consumers' records go too (silent past max(lease_timeout, 5 s)), and with them
-  // whatever descriptors their endpoints used.
+  // The dead consumers' records go too (their connections closed, or silent past
+  // max(lease_timeout, 5 s)), and with them whatever descriptors their endpoints used.
   bool forgotten = eventually([&] { return p.producer->stats().consumers == 1; }, 15s);
   EXPECT_TRUE(forgotten) << p.producer->stats().consumers << " consumers still listed";
   const std::size_t fds_after = open_fds(getpid());

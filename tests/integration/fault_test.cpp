@@ -301,8 +301,9 @@ TEST_P(FaultTest, ProducerKilledAndRestartedConsumerKeepsServingThenFollows) {
   EXPECT_GE(consumer.stats().versions_installed, 3u);
 }
 
-// A consumer that closes says so: the producer forgets it at once (its record, its relays),
-// not once it has been silent past max(lease_timeout, 5 s), a minute here.
+// A consumer that closes says so, and closes its connection: the producer forgets it at once
+// (its record, its relays), not once it has been silent past max(lease_timeout, 5 s), a minute
+// here. (The Leave alone: HostileClientTest.AJoinedConsumerLeavingIsForgottenAtOnce...)
 TEST(Faults, AConsumerThatClosesIsForgottenAtOnceNotAfterTheSilenceLimit) {
   modelcast::ProducerOptions options;
   options.lease_timeout = 60s;

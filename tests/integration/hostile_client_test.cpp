@@ -218,6 +218,26 @@ TEST_F(HostileClientTest, AConsumerLeavingBeforeItsJoinWasAnsweredIsForgottenAtO
   EXPECT_EQ(p.producer->stats().consumers, 0u);
 }
 
+// A joined consumer that says Leave is forgotten at once, its connection still open: a fetch
+// behind the Leave, on the same connection, finds it gone. (A consumer that closes also closes
+// its connection, which drops a consumer that has spoken anyway: here the Leave alone must.)
+TEST_F(HostileClientTest, AJoinedConsumerLeavingIsForgottenAtOnceItsConnectionStillOpen) {
+  modelcast::ProducerOptions options;
+  options.lease_timeout = 60s;
+  TestProducer p(256, options);
+  p.publish(1);
+  HostileClient leaving(context_, p.producer->control_endpoint());
+  auto joined = leaving.join("leaving", ucx_->address(), 9);
+  ASSERT_TRUE(joined.ok) << joined.error;
+  leaving.send(protocol::Ping{joined.incarnation});
+  leaving.send(protocol::Leave{joined.incarnation});
+  leaving.send(protocol::FetchRequest{joined.incarnation, 1, 1});
+  auto fetch = leaving.next<protocol::FetchReply>();
+  EXPECT_FALSE(fetch.ok);
+  EXPECT_EQ(fetch.refusal, protocol::Refusal::kNotJoined) << fetch.error;
+  EXPECT_EQ(p.producer->stats().consumers, 0u);
+}
+
 TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) {
   modelcast::ProducerOptions producer_options;
   producer_options.lease_timeout = 600s;  // a pinned slot would hold publish() for the whole test
