@@ -149,8 +149,25 @@ std::uint64_t RelayServer::cancel(std::uint64_t order_id, bool delivered) {
 void RelayServer::end(std::map<std::uint64_t, Order>::iterator it) {
   Order& order = it->second;
   for (auto id : order.transfers) order.buffer->transport->cancel(id);
-  if (order.pending > 0) draining_.emplace(it->first, std::move(order));
+  if (order.pending > 0) {
+    order.ended = std::chrono::steady_clock::now();
+    draining_.emplace(it->first, std::move(order));
+  }
   orders_.erase(it);
+}
+
+std::size_t RelayServer::give_up_stuck(std::chrono::steady_clock::time_point ended_before) {
+  std::size_t given_up = 0;
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    if (it->second.ended >= ended_before) {
+      ++it;
+      continue;
+    }
+    it->second.buffer->sends_given_up += it->second.pending;
+    it = draining_.erase(it);  // a completion that still comes finds no order (on_sent)
+    ++given_up;
+  }
+  return given_up;
 }
 
 void RelayServer::clear() {

@@ -17,6 +17,7 @@
 // control message: the calls return the failures to report to the producer.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -71,7 +72,15 @@ class RelayServer {
   std::uint64_t cancel(std::uint64_t order_id, bool delivered = false);
   // A new producer or transport: every order is cancelled and every receiver connection closed.
   void clear();
+  // Gives up the orders that ended before `ended_before` with sends still posted, and returns
+  // how many. A send to a receiver on this host that died never ends in UCX 1.13 (UcxQuirks),
+  // so such an order would hold its buffer for ever; given up, the buffer goes back to reuse
+  // (a late send reads newer bytes: the receiver's fetch has ended, and any receiver checks
+  // every block) and is marked (ReceiveBuffer::sends_given_up) so that it is never released.
+  std::size_t give_up_stuck(std::chrono::steady_clock::time_point ended_before);
   std::size_t orders() const { return orders_.size(); }
+  // Orders ended with sends still posted (each holds its buffer until they end or are given up).
+  std::size_t draining() const { return draining_.size(); }
   // Exported buffers a peer may be reading now (orders not yet cancelled).
   std::size_t exported() const { return exported_.size(); }
 
@@ -86,6 +95,7 @@ class RelayServer {
     std::shared_ptr<detail::ReceiveBuffer> buffer;
     transport::PeerId peer = 0;
     std::vector<transport::TransferId> transfers;
+    std::chrono::steady_clock::time_point ended{};  // when it moved to draining_
   };
   protocol::RelayFailed failure(std::uint64_t order_id, const Order& order, std::string why) const;
   // Ends an order: cancels its sends and keeps it draining until they complete.

@@ -222,6 +222,8 @@ class ConsumerService {
   // flight asked for, and the refusals since the last install (reject() says why).
   static constexpr std::size_t kMaxRemembered = 1024;
   static constexpr std::chrono::seconds kMaxRejectBackoff{5};
+  // How long a relay order's sends may stay posted after it ended before they are given up.
+  static constexpr std::chrono::seconds kStuckRelaySends{1};
   std::set<std::uint64_t> rejected_;
   std::uint64_t asked_for_ = 0;
   // The version offered as the base of the fetch in flight; service thread only.

@@ -90,6 +90,16 @@ void ConsumerService::maybe_fetch() {
     prepared_.reset();
     count([](ConsumerStats& s) { s.prepared_version = 0; });
   }
+  // Relay sends still posted a second after their order ended were to a receiver that died on
+  // this host (UCX never ends those): given up, as publish() gives up a slot's, or two such
+  // receivers would hold every buffer for ever.
+  if (!store_.buffer_available()) {
+    if (auto given_up = relay_.give_up_stuck(now - kStuckRelaySends)) {
+      log_->warn("gave up the sends of {} relay order(s) that never ended a second after the order did (a "
+                 "receiver that died on this host): their buffers are reused",
+                 given_up);
+    }
+  }
   // The host copy kept for peers yields to the next version (a relay order that still sends
   // from it holds it on its own until its sends are over).
   if (landed_host_ && !store_.buffer_available()) release_landed_host();
@@ -217,6 +227,16 @@ void ConsumerService::check_delta_base(const protocol::FetchReply& reply) const 
 void ConsumerService::report_buffers_held(std::uint64_t version) {
   if (buffers_held_reported_) return;
   buffers_held_reported_ = true;
+  // Views are the usual holders, and the user's to release; relay orders whose sends have not
+  // ended are the other, and go by themselves (given up a second after they ended).
+  if (relay_.draining() > 0) {
+    report(Error(ErrorCode::kResource, "version " + std::to_string(version) +
+                                           " waits: every receive buffer is held by a view still in use or by " +
+                                           std::to_string(relay_.draining()) +
+                                           " relay order(s) whose sends have not ended (given up a second after "
+                                           "their order ended)"));
+    return;
+  }
   report(Error(ErrorCode::kResource, "version " + std::to_string(version) +
                                          " waits: every receive buffer is held by a view still in use; updates "
                                          "resume when one is released (hold fewer views, or give the consumer "

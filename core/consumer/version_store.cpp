@@ -57,7 +57,10 @@ void VersionStore::use_transport(std::shared_ptr<transport::Transport> transport
   }
   if (location.kind == MemoryKind::kCuda) ahead_.drop();
   location_ = location;
-  for (auto& buffer : pool_) retired_.push_back(buffer);
+  for (auto& buffer : pool_) {
+    if (buffer->sends_given_up > 0) kept_for_sends_.push_back(buffer);
+    retired_.push_back(buffer);
+  }
   pool_.clear();
   std::erase_if(retired_, [](const auto& weak) { return weak.expired(); });
   transport_ = std::move(transport);
@@ -102,7 +105,11 @@ std::shared_ptr<detail::ReceiveBuffer> VersionStore::take_buffer(std::uint64_t b
   }
   if (auto made = ahead_.take(bytes)) return make_buffer({}, std::move(*made));
   // Drop free buffers too small for this model, then allocate up to the configured count.
-  std::erase_if(pool_, [&](const auto& b) { return b.use_count() == 1 && b->memory.size() < bytes; });
+  std::erase_if(pool_, [&](const auto& b) {
+    if (b.use_count() > 1 || b->memory.size() >= bytes) return false;
+    if (b->sends_given_up > 0) kept_for_sends_.push_back(b);
+    return true;
+  });
   if (pool_.size() >= buffers_) return nullptr;
   if (location_.kind == MemoryKind::kCuda) {
     auto owned = std::make_unique<detail::DeviceBuffer>();

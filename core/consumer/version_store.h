@@ -73,6 +73,9 @@ class VersionStore {
   std::shared_ptr<transport::Transport> transport_;
   transport::MemoryLocation location_;
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;    // registered with transport_
+  // Buffers out of the pool (too small, or of a retired transport) that relay sends given up
+  // may still read (ReceiveBuffer::sends_given_up): kept, registered, until the store goes.
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> kept_for_sends_;
   std::vector<std::weak_ptr<detail::ReceiveBuffer>> retired_;  // registered with an older one
   HostBufferAhead ahead_;  // a buffer being made by allocate_ahead, not yet registered
 };

@@ -40,6 +40,10 @@ struct ReceiveBuffer {
   // may write while no view uses them): a delta leaves those blocks where they are. The
   // consumer's service thread only.
   std::vector<std::uint64_t> held_blocks;
+  // Relay sends from this buffer given up while still posted (RelayServer::give_up_stuck): to
+  // a receiver that died on this host, which UCX never ends. The buffer is reused, but never
+  // released while the consumer runs (the release would wait on those sends). Service thread.
+  std::size_t sends_given_up = 0;
 };
 
 // One tensor view of a consumer that shapes its views (ConsumerOptions::wants and conversions,

@@ -238,6 +238,47 @@ TEST_F(HostileClientTest, AJoinedConsumerLeavingIsForgottenAtOnceItsConnectionSt
   EXPECT_EQ(p.producer->stats().consumers, 0u);
 }
 
+// A relay's sends to a receiver that never takes them (here one that asks for a version, is
+// given the relay, and closes its control connection without receiving; in life one that died
+// on the relay's host, whose sends UCX 1.13 never ends) stay posted after the producer cancels
+// the order, and each held the relay's buffer of that version: two such receivers, one version
+// apart, left a relay with three buffers none to receive into, for ever. Given up a second after
+// their order ended, they leave the relay receiving.
+TEST_F(HostileClientTest, ARelayWhoseReceiversNeverTakeTheirBlocksKeepsReceiving) {
+  modelcast::ProducerOptions options;
+  options.relay_fanout = 1;
+  options.lease_timeout = 60s;
+  TestProducer p(4096, options);
+  modelcast::ConsumerOptions relay_options;
+  relay_options.producer_endpoint = p.producer->control_endpoint();
+  relay_options.model_name = "test";
+  relay_options.consumer_name = "relay";
+  modelcast::Consumer relay(relay_options);
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 30s));
+  for (std::uint64_t v = 1; v <= 2; ++v) {
+    p.publish(v);
+    ASSERT_TRUE(relay.wait_for_version(v, 30s));
+    ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().deliveries == v; }));
+    HostileClient receiver(context_, p.producer->control_endpoint());
+    auto joined = receiver.join("receiver", ucx_->address(), 100 + v);
+    ASSERT_TRUE(joined.ok) << joined.error;
+    receiver.send(protocol::FetchRequest{joined.incarnation, v, 1});
+    auto reply = receiver.next<protocol::FetchReply>();
+    ASSERT_TRUE(reply.ok) << reply.error;
+    ASSERT_EQ(reply.relay, "relay") << "version " << v << " was not given to the relay to serve";
+  }  // each closed: dropped by the producer, which cancels the relay's order
+  for (std::uint64_t v = 3; v <= 5; ++v) {
+    p.publish(v);
+    EXPECT_TRUE(relay.wait_for_version(v, 20s)) << "the relay stopped receiving at version " << v << ": "
+                                                << relay.stats().last_error;
+  }
+  // While it waited, its error named the relay sends, not only views, as what held its buffers.
+  const std::string error = relay.stats().last_error;
+  if (error.find("waits") != std::string::npos) {
+    EXPECT_NE(error.find("relay order(s)"), std::string::npos) << error;
+  }
+}
+
 TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) {
   modelcast::ProducerOptions producer_options;
   producer_options.lease_timeout = 600s;  // a pinned slot would hold publish() for the whole test
