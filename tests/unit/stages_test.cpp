@@ -224,6 +224,32 @@ TEST(Stages, ReceiveBuffersMadeAheadAreTakenButNeverPastTheCount) {
   EXPECT_EQ(again->memory.data(), freed);
 }
 
+// A buffer whose relay sends were given up while still posted (to a receiver that died on this
+// host, which UCX never ends) may still be read by them: the store never releases it, not when a
+// larger model drops it from the pool nor when the transport changes. Another is released.
+TEST(Stages, AReceiveBufferWithSendsGivenUpIsNeverReleased) {
+  constexpr std::uint64_t kBytes = 1u << 20;
+  consumer::VersionStore store(2, {});
+  store.use_transport(transport::make_loopback_transport());
+  auto stuck = store.take_buffer(kBytes);
+  auto plain = store.take_buffer(kBytes);
+  ASSERT_TRUE(stuck && plain);
+  stuck->sends_given_up = 1;
+  std::weak_ptr<detail::ReceiveBuffer> stuck_weak = stuck, plain_weak = plain;
+  stuck.reset();
+  plain.reset();
+  auto larger = store.take_buffer(2 * kBytes);  // the two small ones leave the pool
+  ASSERT_TRUE(larger);
+  EXPECT_TRUE(plain_weak.expired()) << "a buffer too small for the model was kept";
+  EXPECT_FALSE(stuck_weak.expired()) << "a buffer relay sends may still read was released";
+
+  larger->sends_given_up = 1;
+  std::weak_ptr<detail::ReceiveBuffer> larger_weak = larger;
+  larger.reset();
+  store.use_transport(transport::make_loopback_transport());
+  EXPECT_FALSE(larger_weak.expired()) << "a retired transport's buffer relay sends may still read was released";
+}
+
 // The memory of shaped views (parts, conversions) is made ahead too: the next version takes it
 // (its size tells it apart) when no free member fits, and never past the count of buffers.
 TEST(Stages, ShapedViewMemoryMadeAheadIsTakenButNeverPastTheCount) {
