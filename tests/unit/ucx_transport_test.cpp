@@ -5,6 +5,7 @@
 #include <future>
 #include <numeric>
 
+#include "child_process.h"
 #include "common/host_buffer.h"
 #include "modelcast/error.h"
 #include "transports/ucx/ucx_transport.h"
@@ -148,6 +149,47 @@ TEST(UcxTransport, DetectsFailureOnOneMachineOnlyWhereSharedMemoryIsOff) {
   EXPECT_TRUE(transport->detects_failure_at(Reach::kNetwork));
   unsetenv("UCX_TLS");
   EXPECT_FALSE(transport->detects_failure_at(Reach::kHost)) << "UCX_TLS unset";
+}
+
+// A consumer on this host killed while a version is sent to it: UCX 1.13 never ends those sends,
+// not even once their endpoint is closed by force (UcxQuirks::sends_to_dead_near_peer_never_end),
+// so releasing their region used to wait out release_timeout before it halted the worker: a
+// producer whose consumer had died took 5 s to exit. Sends whose endpoint was closed a second
+// before are given up at once. Here release_timeout is a minute; the release must not wait it.
+TEST(UcxTransport, ReleasingARegionDoesNotWaitOnSendsToADeadPeerWhoseEndpointClosed) {
+  Done sent, after;  // outlive the transport: a halted worker is never progressed, so never called
+  testing_support::ChildProcess sink({MODELCAST_UCX_SINK_PEER});
+  auto hex = sink.read_line();
+  ASSERT_TRUE(hex && !hex->empty() && hex->size() % 2 == 0) << "the sink peer printed no address";
+  std::vector<std::byte> address;
+  for (std::size_t i = 0; i < hex->size(); i += 2) {
+    address.push_back(static_cast<std::byte>(std::stoul(hex->substr(i, 2), nullptr, 16)));
+  }
+  auto sender = make_ucx_transport({.release_timeout = 60s});
+  constexpr std::size_t kSize = 16u << 20;  // rendezvous
+  HostBuffer source(kSize);
+  auto region = sender->register_memory(source.data(), source.size(), MemoryLocation::host());
+  auto peer = sender->connect(address, sender->detects_failure_at(Reach::kHost), nullptr);
+  sender->post_send(peer, *region, 0, kSize, /*tag=*/1, sent.callback());
+  sink.kill_now();
+  ASSERT_EQ(sink.wait(), 128 + SIGKILL);
+  sender->disconnect(peer);  // as the producer does when it drops the consumer
+
+  auto released = std::async(std::launch::async, [&] { region.reset(); });
+  EXPECT_EQ(released.wait_for(30s), std::future_status::ready)
+      << "releasing the region waited on sends to a dead peer (release_timeout is 60 s)";
+  released.wait();
+  // Either the send ended (a UCX that ends such sends) or the worker was halted, so that
+  // nothing reads the freed memory: new transfers then fail at once, saying so.
+  HostBuffer other(4096);
+  auto other_region = sender->register_memory(other.data(), other.size(), MemoryLocation::host());
+  sender->post_send(peer, *other_region, 0, other.size(), 2, after.callback());
+  auto r = after.get();
+  EXPECT_FALSE(r.ok);
+  auto s = sent.promise.get_future();
+  if (s.wait_for(0s) != std::future_status::ready) {
+    EXPECT_NE(r.error.find("halted"), std::string::npos) << r.error;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ErrorHandling, UcxTransportTest, ::testing::Values(false, true),

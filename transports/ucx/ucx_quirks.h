@@ -22,7 +22,8 @@ struct UcxQuirks {
   // worker (UcxTransport::quiesce).
   bool matched_receive_ignores_cancel = true;
   // Sends to a dead peer reached by shared memory (no failure detection) never end: not when
-  // cancelled, not when their endpoint is closed by force. Same remedy as above.
+  // cancelled, not when their endpoint is closed by force. Same remedy as above, without the
+  // wait once only such sends are left, a second past their endpoint's close.
   bool sends_to_dead_near_peer_never_end = true;
   // Destroying a worker that still tracks an unfinished rendezvous receive asserts: a halted
   // worker is leaked instead (UcxWorker::destroy).

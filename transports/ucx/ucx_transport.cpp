@@ -228,7 +228,15 @@ class UcxTransport final : public Transport {
     std::unique_ptr<CallbackContext> context;
     ucp_mem_h memh;  // the region the operation reads (a send) or writes (a receive, a read)
     bool writes;
+    // When its endpoint was closed by force (close_peer), if it was: from then on a send ends
+    // in moments, or never (UcxQuirks::sends_to_dead_near_peer_never_end).
+    std::optional<std::chrono::steady_clock::time_point> endpoint_closed_at;
   };
+  // How long after its endpoint's forced close a send still in flight is taken for one that
+  // never ends. A forced close ends a live peer's sends locally, within a few progress rounds;
+  // a second is far beyond that, and short enough that a producer whose consumer died on its
+  // host exits at once rather than after release_timeout.
+  static constexpr std::chrono::seconds kClosedSendGrace{1};
 
   void require_one_sided() const {
     if (!options_.one_sided) {
@@ -252,7 +260,7 @@ class UcxTransport final : public Transport {
     } else if (UCS_PTR_IS_ERR(request)) {
       done({false, ucs_status_string(UCS_PTR_STATUS(request))});
     } else {
-      in_flight_.emplace(id, InFlight{request, peer, std::move(done), std::move(context), memh, writes});
+      in_flight_.emplace(id, InFlight{request, peer, std::move(done), std::move(context), memh, writes, std::nullopt});
     }
   }
 
@@ -296,6 +304,10 @@ class UcxTransport final : public Transport {
   void close_peer(PeerId peer) {
     auto it = peers_.find(peer);
     if (it == peers_.end()) return;
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [id, transfer] : in_flight_) {
+      if (transfer.peer == peer && !transfer.endpoint_closed_at) transfer.endpoint_closed_at = now;
+    }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -318,6 +330,19 @@ class UcxTransport final : public Transport {
     return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const auto& t) { return t.second.memh == memh; });
   }
 
+  // Whether every operation still using the region is a send that outlived its endpoint's
+  // forced close by kClosedSendGrace, counted from `since` at the earliest (the release's start:
+  // the progress thread may not have progressed the close before it).
+  bool only_sends_that_never_end(ucp_mem_h memh, std::chrono::steady_clock::time_point since,
+                                 std::chrono::steady_clock::time_point now) const {
+    return std::all_of(in_flight_.begin(), in_flight_.end(), [&](const auto& t) {
+      const InFlight& transfer = t.second;
+      if (transfer.memh != memh) return true;
+      return !transfer.writes && transfer.endpoint_closed_at &&
+             now - std::max(*transfer.endpoint_closed_at, since) >= kClosedSendGrace;
+    });
+  }
+
   // Progress thread, from ~UcxRegion before ucp_mem_unmap; never from a UCX callback. When it
   // returns, UCX neither reads nor writes the region: its owner may free the memory. Cancel the
   // receives, give the sends half of release_timeout to complete (a live peer takes them in
@@ -326,7 +351,9 @@ class UcxTransport final : public Transport {
   // endpoint may assert (UcxQuirks) the sends get that head start. Where a matched rendezvous
   // receive ignores the cancel (it keeps landing until its last byte or until its UCX-internal
   // endpoint fails) or a send to a dead near peer never ends (UcxQuirks), that may be never:
-  // past release_timeout the worker is halted, never progressed again, so nothing moves.
+  // past release_timeout the worker is halted, never progressed again, so nothing moves; and as
+  // soon as all that is left are sends kClosedSendGrace past their endpoint's close, since
+  // waiting longer would only delay the same halt (a producer's exit after its consumer died).
   void quiesce(ucp_mem_h memh) {
     // Collected first: a cancel may complete synchronously and erase from in_flight_.
     std::vector<void*> receives;
@@ -356,6 +383,14 @@ class UcxTransport final : public Transport {
       if (may_never_end && now >= deadline) {
         log_->error("transfers still using a region being released after {} ms: halting this UCX worker",
                     options_.release_timeout.count());
+        worker_.halt();
+        return;
+      }
+      // Sends to a peer on this host that died: waiting out release_timeout would change nothing.
+      if (quirks_.sends_to_dead_near_peer_never_end && only_sends_that_never_end(memh, start, now)) {
+        log_->warn("sends still reading a region being released {} s after their endpoint was closed (a peer on "
+                   "this host that died): halting this UCX worker",
+                   kClosedSendGrace.count());
         worker_.halt();
         return;
       }

@@ -26,7 +26,8 @@ struct UcxOptions {
   // environment wins over either.
   bool indirect_endpoint_ids = false;
   // How long destroying a region waits for receives/reads still writing into it, and sends still
-  // reading it, where UCX may never end them (UcxQuirks); past it the worker is halted.
+  // reading it, where UCX may never end them (UcxQuirks); past it the worker is halted (sooner
+  // where only sends are left whose endpoint was closed a second before: they never end).
   std::chrono::milliseconds release_timeout{5000};
   // How long the progress thread polls after its last progress before it sleeps (IdleSpin says
   // why it is a time): with 100 us one consumer's update over shared memory and TCP stayed
