@@ -90,15 +90,23 @@ namespace {
 // readable by others between the file's creation (under the umask) and a chmod, to anyone who
 // opened it in that window; followed a link planted at the path; and kept the owner of a file it
 // overwrote.
-void write_key_file(const std::string& file, const std::string& text, mode_t mode, bool overwrite) {
-  if (struct stat existing {}; !overwrite && ::lstat(file.c_str(), &existing) == 0) bad_file(file, "exists already");
-  std::string temp = file + ".XXXXXX";
-  const int fd = ::mkstemp(temp.data());
+// A key file written beside its final path, committed by commit_key_file. Split so that a pair
+// is committed only once both files are written: a failure then leaves the old pair whole.
+struct PreparedKeyFile {
+  std::string file, temp;
+};
+
+void discard(const PreparedKeyFile& prepared) { ::unlink(prepared.temp.c_str()); }
+
+PreparedKeyFile prepare_key_file(const std::string& file, const std::string& text, mode_t mode, bool overwrite) {
+  if (struct stat existing {}; ::lstat(file.c_str(), &existing) == 0) {
+    if (!overwrite) bad_file(file, "exists already");
+    // rename() would fail on a directory only after the other file of the pair was replaced.
+    if (S_ISDIR(existing.st_mode)) bad_file(file, "is a directory");
+  }
+  PreparedKeyFile prepared{file, file + ".XXXXXX"};
+  const int fd = ::mkstemp(prepared.temp.data());
   if (fd < 0) bad_file(file, std::string("cannot be written: ") + std::strerror(errno));
-  const auto fail = [&](const std::string& what) {
-    ::unlink(temp.c_str());
-    bad_file(file, what);
-  };
   bool written = ::fchmod(fd, mode) == 0;
   for (std::size_t at = 0; written && at < text.size();) {
     const auto n = ::write(fd, text.data() + at, text.size() - at);
@@ -107,30 +115,59 @@ void write_key_file(const std::string& file, const std::string& text, mode_t mod
     if (written) at += static_cast<std::size_t>(n);
   }
   const int write_errno = errno;
-  if (::close(fd) != 0 || !written) fail(std::string("write failed: ") + std::strerror(written ? errno : write_errno));
+  if (::close(fd) != 0 || !written) {
+    const int e = written ? errno : write_errno;
+    discard(prepared);
+    bad_file(file, std::string("write failed: ") + std::strerror(e));
+  }
+  return prepared;
+}
+
+void commit_key_file(const PreparedKeyFile& prepared, bool overwrite) {
+  const auto fail = [&](const std::string& what) {
+    discard(prepared);
+    bad_file(prepared.file, what);
+  };
   if (overwrite) {
-    if (::rename(temp.c_str(), file.c_str()) != 0) fail(std::string("cannot be written: ") + std::strerror(errno));
+    if (::rename(prepared.temp.c_str(), prepared.file.c_str()) != 0) fail(std::string("cannot be written: ") + std::strerror(errno));
     return;
   }
   // link, unlike rename, fails when the path exists: no check-then-replace race.
-  if (::link(temp.c_str(), file.c_str()) != 0) {
+  if (::link(prepared.temp.c_str(), prepared.file.c_str()) != 0) {
     const int e = errno;
     fail(e == EEXIST ? std::string("exists already") : std::string("cannot be written: ") + std::strerror(e));
   }
-  ::unlink(temp.c_str());
+  discard(prepared);
 }
 
 }  // namespace
 
 void save_key_pair(const KeyPair& keys, const std::string& path, bool overwrite) {
   security::decode_secret_key(keys, "key pair");  // refuse to write a pair that does not match
-  write_key_file(path,
-                 "# modelcast key pair (Ed25519, Z85). Keep this file secret: it proves its holder's identity.\n"
-                 "public = \"" + keys.public_key + "\"\nsecret = \"" + keys.secret_key + "\"\n",
-                 0600, overwrite);
-  write_key_file(path + ".pub",
-                 "# modelcast public key (Ed25519, Z85): give it to your peers.\npublic = \"" + keys.public_key + "\"\n",
-                 0644, overwrite);
+  const auto pair = prepare_key_file(
+      path,
+      "# modelcast key pair (Ed25519, Z85). Keep this file secret: it proves its holder's identity.\n"
+      "public = \"" + keys.public_key + "\"\nsecret = \"" + keys.secret_key + "\"\n",
+      0600, overwrite);
+  PreparedKeyFile pub;
+  try {
+    pub = prepare_key_file(
+        path + ".pub",
+        "# modelcast public key (Ed25519, Z85): give it to your peers.\npublic = \"" + keys.public_key + "\"\n", 0644,
+        overwrite);
+  } catch (...) {
+    discard(pair);
+    throw;
+  }
+  // The public file first: were the secret's commit to fail after it, the secret kept is the old
+  // one, which still holds its own public key; the other order would lose a secret.
+  try {
+    commit_key_file(pub, overwrite);
+  } catch (...) {
+    discard(pair);
+    throw;
+  }
+  commit_key_file(pair, overwrite);
 }
 
 KeyPair load_key_pair(const std::string& path) {

@@ -165,6 +165,24 @@ TEST(Keys, SavingOverALinkReplacesTheLinkAndLeavesItsTargetAlone) {
   EXPECT_EQ(files, 3u);
 }
 
+// A pair is replaced whole or not at all: a public file that cannot be replaced (here a
+// directory at its path) must not cost the secret it belongs to.
+TEST(Keys, APairThatCannotBeWrittenWholeLeavesTheOldPairAsItWas) {
+  TempDir dir;
+  const auto old_keys = modelcast::generate_key_pair();
+  modelcast::save_key_pair(old_keys, dir.file("p.key"));
+  ASSERT_EQ(unlink(dir.file("p.key.pub").c_str()), 0);
+  ASSERT_EQ(mkdir(dir.file("p.key.pub").c_str(), 0700), 0);
+  const auto error = error_of([&] { modelcast::save_key_pair(modelcast::generate_key_pair(), dir.file("p.key"), true); },
+                              ErrorCode::kInvalidArgument);
+  EXPECT_NE(error.find("p.key.pub"), std::string::npos) << error;
+  EXPECT_NE(error.find("is a directory"), std::string::npos) << error;
+  EXPECT_EQ(modelcast::load_key_pair(dir.file("p.key")).secret_key, old_keys.secret_key);
+  std::size_t files = 0;  // no temporary file left behind
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(dir.file("p.key")).parent_path())) ++files;
+  EXPECT_EQ(files, 2u);
+}
+
 // toml++ waits for ever on a FIFO that nobody writes.
 // A public key file others may write would let them put their own key in place of the one
 // trusted (the pinned producer, an admitted consumer).

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <string>
 
@@ -21,7 +22,10 @@ int main(int argc, char** argv) {
   if (!force) {
     // Checked here, not left to save_key_pair(): only this tool knows its way to overwrite.
     for (const std::string& file : {path, path + ".pub"}) {
-      if (std::filesystem::exists(file)) {
+      // A path that cannot be looked up (too long, a file for a directory) is save_key_pair's
+      // to report, naming why.
+      std::error_code unknown;
+      if (std::filesystem::exists(std::filesystem::symlink_status(file, unknown))) {
         std::fprintf(stderr, "modelcast-keygen: %s exists already; --force overwrites it\n", file.c_str());
         return 1;
       }
@@ -33,7 +37,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", keys.public_key.c_str());
     std::fprintf(stderr, "wrote %s (keep it secret) and %s.pub (give it to peers)\n", path.c_str(), path.c_str());
     return 0;
-  } catch (const modelcast::Error& e) {
+  } catch (const std::exception& e) {
     std::fprintf(stderr, "modelcast-keygen: %s\n", e.what());
     return 1;
   }
