@@ -10,6 +10,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/repository/regular_file.h"
 #include "core/repository/repository.h"
 #include "core/repository/safetensors.h"
 #include "modelcast/error.h"
@@ -21,20 +22,16 @@ namespace repo = modelcast::repository;
 
 // Reads the tensor bytes of `path` into `buffer`.
 void load(const std::string& path, const repo::SafetensorsLayout& layout, ShmBuffer& buffer) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw modelcast::Error(modelcast::ErrorCode::kResource, "cannot open '" + path + "': " + std::strerror(errno));
+  const repo::RegularFile file(path);
+  const int fd = file.fd();
   std::uint64_t done = 0;
   while (done < layout.data_bytes) {
     auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(layout.data_bytes - done, 64u << 20));
     ssize_t n = pread(fd, buffer.memory().data() + done, piece, static_cast<off_t>(layout.data_start + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      close(fd);
-      throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "cannot read '" + path + "' to its end");
-    }
+    if (n <= 0) throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "cannot read '" + path + "' to its end");
     done += static_cast<std::uint64_t>(n);
   }
-  close(fd);
 }
 
 }  // namespace

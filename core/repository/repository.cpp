@@ -13,11 +13,11 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
-#include <fstream>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
+#include "core/repository/regular_file.h"
 #include "core/repository/safetensors.h"
 #include "modelcast/error.h"
 
@@ -187,6 +187,16 @@ void Repository::prune(const std::string& model, std::size_t keep) {
 
 namespace {
 
+// As large as a safetensors header may be: metadata.json lists the same tensors.
+constexpr std::size_t kMaxMetadataBytes = 100u << 20;
+
+// nlohmann-json converts -1 to an unsigned integer without a word (to 2^64 - 1).
+std::uint64_t unsigned_at(const nlohmann::json& doc, const char* key) {
+  const auto& value = doc.at(key);
+  if (!value.is_number_unsigned()) throw std::invalid_argument(std::string("'") + key + "' is not an integer >= 0");
+  return value.get<std::uint64_t>();
+}
+
 // One numbered directory of a model: the version it holds, or why it holds none it can serve
 // (empty why and no version: not a version directory at all, so not ours to report).
 struct StoredEntry {
@@ -200,11 +210,10 @@ StoredEntry read_entry(const fs::directory_entry& entry) {
   StoredVersion v;
   v.directory = entry.path().string();
   try {
-    std::ifstream in(v.directory + "/" + kMetadataFile);
-    if (!in) return {std::nullopt, std::string(kMetadataFile) + " cannot be opened"};
-    auto doc = nlohmann::json::parse(in);
-    v.version = doc.at("version").get<std::uint64_t>();
-    v.number = doc.value("repository_version", v.version);  // written before numbers were kept apart
+    auto doc = nlohmann::json::parse(RegularFile(v.directory + "/" + kMetadataFile).read_all(kMaxMetadataBytes));
+    v.version = unsigned_at(doc, "version");
+    // Written before numbers were kept apart.
+    v.number = doc.contains("repository_version") ? unsigned_at(doc, "repository_version") : v.version;
     v.step = doc.at("step").get<std::int64_t>();
     v.incarnation = incarnation_of(doc.at("producer_incarnation"));
     v.written_at_ns = doc.at("written_at_ns").get<std::int64_t>();

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/repository/regular_file.h"
 #include "modelcast/error.h"
 #include "modelcast/tensor.h"
 
@@ -82,15 +83,9 @@ void write_safetensors(int fd, const std::string& path, const VersionSnapshot& s
 }
 
 SafetensorsLayout read_safetensors_layout(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) io_error("cannot open", path);
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  struct stat st {};
-  if (fstat(fd, &st) != 0) io_error("cannot stat", path);
-  auto file_bytes = static_cast<std::uint64_t>(st.st_size);
+  const RegularFile file(path);
+  const int fd = file.fd();
+  const auto file_bytes = static_cast<std::uint64_t>(file.size());
   unsigned char prefix[8];
   if (file_bytes < 8 || pread(fd, prefix, 8, 0) != 8) bad_file(path, "shorter than its 8-byte header length");
   std::uint64_t length = 0;

@@ -6,7 +6,13 @@
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <fstream>
+#include <future>
 #include <iterator>
 #include <regex>
 #include <sstream>
@@ -30,13 +36,13 @@ struct CapturedLog {
   std::ostringstream out;
 };
 
-// Version 3 of model "m", tensors "a" and "b" of 16 bytes each.
-void write_version(const std::string& root) {
-  auto bytes = std::make_shared<std::vector<std::uint8_t>>(32, 3);
+// Version `version` of model "m", tensors "a" and "b" of 16 bytes each.
+void write_version(const std::string& root, std::uint64_t version = 3) {
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(32, static_cast<std::uint8_t>(version));
   repo::VersionSnapshot s;
   s.model = "m";
-  s.version = 3;
-  s.step = 30;
+  s.version = version;
+  s.step = static_cast<std::int64_t>(version) * 10;
   s.tensors.push_back({"a", modelcast::DType::kU8, {16}, bytes->data(), 16});
   s.tensors.push_back({"b", modelcast::DType::kU8, {16}, bytes->data() + 16, 16});
   s.keepalive = bytes;
@@ -71,6 +77,47 @@ TEST(Recovery, AVersionWhoseMetadataCannotBeReadIsReportedNotSkippedSilently) {
   const auto said = log.out.str();
   EXPECT_NE(said.find(dir / "repo/m/3: metadata.json cannot be read"), std::string::npos) << said;
   EXPECT_EQ(repo::Repository(dir / "repo").damaged("m").size(), 1u);
+}
+
+// A FIFO where a file should be (planted, or left by a tool) would block open() until a writer
+// came, and with it the daemon's start, its reload and its shutdown. The newest version is then
+// skipped, named, and the one before it served.
+TEST(Recovery, AFifoInPlaceOfAVersionFileIsSkippedWithoutWaitingForAWriter) {
+  using namespace std::chrono_literals;
+  for (const char* file : {"model.safetensors", "metadata.json"}) {
+    SCOPED_TRACE(file);
+    ScratchDir dir;
+    CapturedLog log;
+    write_version(dir / "repo", 3);
+    write_version(dir / "repo", 4);
+    const auto fifo = dir / (std::string("repo/m/4/") + file);
+    ASSERT_EQ(unlink(fifo.c_str()), 0);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    auto recovered = std::async(std::launch::async, [&] { return modelcastd::recover_newest(dir / "repo", "m", 1 << 20); });
+    if (recovered.wait_for(30s) != std::future_status::ready) {
+      ADD_FAILURE() << "recovery waits for a writer of " << fifo;
+      ::close(::open(fifo.c_str(), O_WRONLY | O_NONBLOCK));  // lets the blocked open return
+    }
+    auto served = recovered.get();
+    ASSERT_TRUE(served) << log.out.str();
+    EXPECT_EQ(served->manifest.version, 3u);
+    EXPECT_NE(log.out.str().find(fifo + "' is not a regular file"), std::string::npos) << log.out.str();
+  }
+}
+
+// nlohmann-json reads -1 as 2^64 - 1 when asked for an unsigned number: a version so damaged
+// would be served as the newest there could ever be.
+TEST(Recovery, AVersionNumberBelowZeroIsNotServed) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  const auto metadata = dir / "repo/m/3/metadata.json";
+  auto text = read_file(metadata);
+  auto negative = std::regex_replace(text, std::regex(R"("version": ?3)"), R"("version":-1)");
+  ASSERT_NE(negative, text) << text;
+  write_file(metadata, negative);
+  EXPECT_FALSE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20));
+  EXPECT_NE(log.out.str().find("'version' is not an integer >= 0"), std::string::npos) << log.out.str();
 }
 
 }  // namespace
