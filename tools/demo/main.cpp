@@ -3,6 +3,7 @@
 // consumer had the version (verified byte for byte) and the bytes moved.
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,7 +33,11 @@ using namespace std::chrono_literals;
 
 double ms(std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-int run_consumer(const std::string& endpoint, int index, int versions, std::size_t size_mib) {
+int run_consumer(const std::string& endpoint, int index, int versions, std::size_t size_mib, pid_t parent) {
+  // A demo stopped (SIGTERM, a crash) takes its consumers with it; checked after the request in
+  // case it stopped before.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) return 1;
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
   options.model_name = "demo";
@@ -61,7 +66,8 @@ int run_consumer(const std::string& endpoint, int index, int versions, std::size
 
 pid_t spawn_consumer(const std::string& self, const std::string& endpoint, int index, int versions, std::size_t mib) {
   std::vector<std::string> args = {self, "consumer", "--endpoint", endpoint, "--index", std::to_string(index),
-                                   "--versions", std::to_string(versions), "--size-mib", std::to_string(mib)};
+                                   "--versions", std::to_string(versions), "--size-mib", std::to_string(mib),
+                                   "--parent", std::to_string(getpid())};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -70,6 +76,63 @@ pid_t spawn_consumer(const std::string& self, const std::string& endpoint, int i
     throw std::runtime_error("cannot start consumer process " + self);
   }
   return pid;
+}
+
+// The demo's consumer processes. Main thread only.
+class Children {
+ public:
+  void add(pid_t pid) { children_.push_back({pid, static_cast<int>(children_.size()) + 1}); }
+
+  // A consumer that has exited already, said on stderr: the demo stops then rather than wait for
+  // a version that consumer will never take.
+  bool one_exited(const std::string& awaited) {
+    for (auto& child : children_) {
+      if (child.reaped || waitpid(child.pid, &child.status, WNOHANG) != child.pid) continue;
+      child.reaped = true;
+      std::fprintf(stderr, "demo: consumer-%d exited (%s %d) while waiting for %s\n", child.index,
+                   WIFEXITED(child.status) ? "status" : "signal",
+                   WIFEXITED(child.status) ? WEXITSTATUS(child.status) : WTERMSIG(child.status), awaited.c_str());
+      return true;
+    }
+    return false;
+  }
+
+  // Waits for every consumer (stopping each first after a failure); true if all succeeded.
+  bool wait_all(bool stop) {
+    bool ok = true;
+    for (auto& child : children_) {
+      if (!child.reaped) {
+        if (stop) kill(child.pid, SIGTERM);
+        waitpid(child.pid, &child.status, 0);
+        child.reaped = true;
+      }
+      ok = ok && WIFEXITED(child.status) && WEXITSTATUS(child.status) == 0;
+    }
+    return ok;
+  }
+
+ private:
+  struct Child {
+    pid_t pid;
+    int index;
+    bool reaped = false;
+    int status = 0;
+  };
+  std::vector<Child> children_;
+};
+
+// Waits until `done` or `timeout`, checking the consumers meanwhile; false if either ended it.
+template <typename Done>
+bool wait_watching(Children& children, std::chrono::seconds timeout, const std::string& awaited, Done&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!done(200ms)) {
+    if (children.one_exited(awaited)) return false;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::fprintf(stderr, "demo: waited %lld s for %s\n", static_cast<long long>(timeout.count()), awaited.c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
 int run_producer(const std::string& self, int consumers, int versions, std::size_t size_mib, bool integrity,
@@ -98,13 +161,12 @@ int run_producer(const std::string& self, int consumers, int versions, std::size
   std::printf("modelcast demo: model of %zu tensors, %.1f MiB; %d consumer processes; %d versions, %d ms of "
               "training before each; integrity %s\n",
               model.size(), bytes / 1048576.0, consumers, versions, train_ms, integrity ? "on" : "off");
-  std::vector<pid_t> children;
-  for (int i = 1; i <= consumers; ++i) {
-    children.push_back(spawn_consumer(self, producer.control_endpoint(), i, versions, size_mib));
-  }
+  Children children;
+  for (int i = 1; i <= consumers; ++i) children.add(spawn_consumer(self, producer.control_endpoint(), i, versions, size_mib));
   int status_code = 0;
-  if (!producer.wait_for_consumers(static_cast<std::size_t>(consumers), 60s)) {
-    std::fprintf(stderr, "demo: consumers did not join within 60 s\n");
+  if (!wait_watching(children, 60s, "every consumer to join", [&](auto slice) {
+        return producer.wait_for_consumers(static_cast<std::size_t>(consumers), slice);
+      })) {
     status_code = 1;
   }
   std::printf("%-8s %-6s %10s", "version", "step", "stall_ms");
@@ -118,12 +180,12 @@ int run_producer(const std::string& self, int consumers, int versions, std::size
     for (std::size_t i = 0; i < model.size(); ++i) demo::fill(model[i], static_cast<std::uint64_t>(v), i);
     auto ticket = producer.publish(v * 100, {{"demo", "true"}});
     std::unique_lock lock(mutex);
-    bool all = delivered_cv.wait_for(lock, 120s, [&] {
-      return delivered[ticket.version].size() == static_cast<std::size_t>(consumers);
-    });
-    if (!all) {
-      std::fprintf(stderr, "demo: version %llu did not reach every consumer in 120 s\n",
-                   static_cast<unsigned long long>(ticket.version));
+    if (!wait_watching(children, 120s, "version " + std::to_string(ticket.version) + " to reach every consumer",
+                       [&](auto slice) {
+                         return delivered_cv.wait_for(lock, slice, [&] {
+                           return delivered[ticket.version].size() == static_cast<std::size_t>(consumers);
+                         });
+                       })) {
       status_code = 1;
       break;
     }
@@ -133,12 +195,7 @@ int run_producer(const std::string& self, int consumers, int versions, std::size
     std::printf(" %12zu\n", ticket.bytes * static_cast<std::size_t>(consumers));
     std::fflush(stdout);
   }
-  for (pid_t child : children) {
-    if (status_code != 0) kill(child, SIGTERM);
-    int status = 0;
-    waitpid(child, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) status_code = 1;
-  }
+  if (!children.wait_all(/*stop=*/status_code != 0)) status_code = 1;
   auto stats = producer.stats();
   std::printf("%s: %llu versions published, %llu deliveries verified, %llu bytes sent over %s\n",
               status_code == 0 ? "ok" : "FAILED", static_cast<unsigned long long>(stats.versions_published),
@@ -170,9 +227,11 @@ int main(int argc, char** argv) {
   consumer->add_option("--index", index);
   consumer->add_option("--versions", versions);
   consumer->add_option("--size-mib", size_mib);
+  pid_t parent = 0;
+  consumer->add_option("--parent", parent, "the demo's process id")->required();
   CLI11_PARSE(app, argc, argv);
   try {
-    if (*consumer) return run_consumer(endpoint, index, versions, size_mib);
+    if (*consumer) return run_consumer(endpoint, index, versions, size_mib, parent);
     std::string self = std::filesystem::canonical("/proc/self/exe").string();
     return run_producer(self, consumers, versions, size_mib, !no_integrity, train_ms);
   } catch (const modelcast::Error& e) {
