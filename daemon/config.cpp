@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <fstream>
 #include <charconv>
@@ -247,6 +248,10 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   if (model.name.empty()) r.fail(t, prefix + "name", "is required and must not be empty");
   if (model.name.find_first_of("/\\") != std::string::npos || model.name[0] == '.') {
     r.fail(*t.get("name"), prefix + "name", "must not contain '/' or start with '.' (it names a directory)");
+  }
+  if (model.name.size() > NAME_MAX) {
+    r.fail(*t.get("name"), prefix + "name",
+           "is " + std::to_string(model.name.size()) + " bytes; at most " + std::to_string(NAME_MAX) + " (it names a directory)");
   }
   if (model.endpoint.empty()) r.fail(t, prefix + "endpoint", "is required and must not be empty");
   // Its form only, so that --check catches a typo; the library checks the rest when it connects

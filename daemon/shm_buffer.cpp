@@ -24,7 +24,8 @@ std::atomic<std::uint64_t> next_id{1};
 ShmBuffer::ShmBuffer(const std::string& name, std::size_t bytes) : id_(next_id++) {
   const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   size_ = (bytes + page - 1) / page * page;
-  fd_ = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  // The name is a label (/proc/PID/fd), cut to the 249 bytes memfd_create takes.
+  fd_ = memfd_create(name.substr(0, 249).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd_ < 0) fail("memfd_create");
   if (ftruncate(fd_, static_cast<off_t>(size_)) != 0) {
     close(fd_);

@@ -175,6 +175,9 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1.example.com:7000\"\nmax_model_bytes = 1\n", 3,
        "model[0].endpoint", "on another host"},
       {"[[model]]\nname = \"a/b\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name", "must not contain"},
+      // Passed --check and then stopped the start (memfd_create: Invalid argument).
+      {"[[model]]\nname = \"" + std::string(300, 'm') + "\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name",
+       "is 300 bytes; at most 255"},
       {(model + model), 5, "model[1].name", "listed twice"},
       {(model + "[model.hook]\nhttp_post = \"ftp://x\"\n"), 6, "model[0].hook.http_post", "http://"},
       {(model + "[model.hook]\ncommand = []\n"), 6, "model[0].hook.command", "non-empty array"},

@@ -36,11 +36,11 @@ struct CapturedLog {
   std::ostringstream out;
 };
 
-// Version `version` of model "m", tensors "a" and "b" of 16 bytes each.
-void write_version(const std::string& root, std::uint64_t version = 3) {
+// Version `version` of `model`, tensors "a" and "b" of 16 bytes each.
+void write_version(const std::string& root, std::uint64_t version = 3, const std::string& model = "m") {
   auto bytes = std::make_shared<std::vector<std::uint8_t>>(32, static_cast<std::uint8_t>(version));
   repo::VersionSnapshot s;
-  s.model = "m";
+  s.model = model;
   s.version = version;
   s.step = static_cast<std::int64_t>(version) * 10;
   s.tensors.push_back({"a", modelcast::DType::kU8, {16}, bytes->data(), 16});
@@ -118,6 +118,18 @@ TEST(Recovery, AVersionNumberBelowZeroIsNotServed) {
   write_file(metadata, negative);
   EXPECT_FALSE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20));
   EXPECT_NE(log.out.str().find("'version' is not an integer >= 0"), std::string::npos) << log.out.str();
+}
+
+// The longest model name the config takes (a directory name's 255 bytes) is served: its
+// shared-memory buffer is named after it, and memfd_create takes 249 bytes at most.
+TEST(Recovery, AModelNameAsLongAsADirectoryNameIsServed) {
+  ScratchDir dir;
+  CapturedLog log;
+  const std::string model(255, 'm');
+  write_version(dir / "repo", 3, model);
+  auto served = modelcastd::recover_newest(dir / "repo", model, 1 << 20);
+  ASSERT_TRUE(served) << log.out.str();
+  EXPECT_EQ(served->manifest.version, 3u);
 }
 
 }  // namespace
