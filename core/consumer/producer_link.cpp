@@ -125,10 +125,13 @@ ProducerLink::MonitorNews ProducerLink::read_monitor() {
       why = "the producer did not admit this consumer's key (status " + std::to_string(value) + ")";
     } else if (!pinned_) {
       // ZeroMQ reports a NULL client meeting a CURVE server in more than one way (a mechanism
-      // mismatch, or an unexpected command): either way the peer is not a plaintext producer.
-      why = "the peer speaks no plaintext ZeroMQ: the producer there most likely uses keys (CurveZMQ) and this "
-            "consumer has none; set producer_public_key to the producer's public key, and key_file to a key the "
-            "producer admits (protocol status " + std::to_string(value) + ")";
+      // mismatch, an unexpected command, or the connection broken off with an errno), the last
+      // exactly as it reports a server that speaks no ZeroMQ at all (an HTTP server answering):
+      // the message names both.
+      why = "the peer speaks no plaintext ZeroMQ: most likely the producer there uses keys (CurveZMQ) and this "
+            "consumer has none, so set producer_public_key to the producer's public key, and key_file to a key "
+            "the producer admits; otherwise what listens there is no modelcast producer, so check the endpoint "
+            "(protocol status " + std::to_string(value) + ")";
     } else {
       why = "the peer is not the producer whose key is pinned, or speaks no CurveZMQ";
     }

@@ -333,6 +333,8 @@ TEST_F(Secured, AKeylessConsumerOfAKeyedProducerIsToldItNeedsKeys) {
   ASSERT_TRUE(error);
   EXPECT_NE(error->find("uses keys"), std::string::npos) << *error;
   EXPECT_NE(error->find("producer_public_key"), std::string::npos) << *error;
+  // ZeroMQ reports this as it reports a server that is no producer at all: the other cause named.
+  EXPECT_NE(error->find("check the endpoint"), std::string::npos) << *error;
   EXPECT_GE(keyless.stats().failed_handshakes, 1u);
   EXPECT_EQ(p.producer->stats().consumers, 0u);
 }
