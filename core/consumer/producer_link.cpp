@@ -60,11 +60,13 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
   joined_ = false;
   join_refused_ = false;
   join_sent_ = now;
+  if (!unanswered_since_) unanswered_since_ = now;
 }
 
 void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point now) {
   incarnation_ = reply.incarnation;
   joined_ = true;
+  unanswered_since_.reset();
   handshake_reported_ = false;
   last_heard_ = now;
 }

@@ -33,8 +33,16 @@ class ProducerLink {
   void join(const protocol::JoinRequest& request, Clock::time_point now);
   // Applies an accepted join: from now on announcements are due.
   void joined(const protocol::JoinReply& reply, Clock::time_point now);
-  void refused() { join_refused_ = true; }
+  void refused() {
+    join_refused_ = true;
+    unanswered_since_.reset();
+  }
   bool is_joined() const { return joined_; }
+  // How long joins have gone without any answer (none while joined, or since a refusal).
+  std::optional<Clock::duration> unanswered_for(Clock::time_point now) const {
+    if (joined_ || !unanswered_since_) return std::nullopt;
+    return now - *unanswered_since_;
+  }
   std::uint64_t incarnation() const { return incarnation_; }
 
   // The join should be sent again: unanswered for a while, or refused a moment ago.
@@ -85,6 +93,7 @@ class ProducerLink {
   bool handshake_reported_ = false;
   std::uint64_t incarnation_ = 0;
   Clock::time_point join_sent_{};
+  std::optional<Clock::time_point> unanswered_since_;  // the first join of an unanswered streak
   Clock::time_point last_heard_{};
   Clock::time_point last_ping_{};
 };

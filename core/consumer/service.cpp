@@ -140,8 +140,23 @@ void ConsumerService::read_dealer() {
   }
 }
 
+// Nothing answers a join where no producer runs (yet), or at a mistyped endpoint, and ZeroMQ
+// says nothing either: said once per unanswered streak, in last_error and the log, as a state
+// rather than an error (a consumer started before its producer is normal: no on_error). Five
+// producer timeouts: 10 s by default, well past a producer that is merely starting or busy.
+void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
+  const auto unanswered = link_.unanswered_for(now);
+  if (!unanswered || *unanswered < 5 * options_.producer_timeout || !unanswered_said_.empty()) return;
+  unanswered_said_ = "no answer from a producer at " + options_.producer_endpoint + " for " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(*unanswered).count()) +
+                     " s: none runs there yet, or the endpoint is wrong; still asking";
+  log_->warn("{}", unanswered_said_);
+  count([&](ConsumerStats& s) { s.last_error = unanswered_said_; });
+}
+
 void ConsumerService::check_producer_alive() {
   auto now = Clock::now();
+  notice_unanswered_joins(now);
   if (link_.join_due(now)) return join();
   if (link_.ping_due(now)) {
     link_.send(protocol::Ping{link_.incarnation()});
@@ -244,6 +259,13 @@ void ConsumerService::on_reply(std::vector<zmq::message_t>& parts) {
 }
 
 void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
+  if (!unanswered_said_.empty()) {
+    // Answered at last: the wait is not left as the last error (any error said since stays).
+    count([&](ConsumerStats& s) {
+      if (s.last_error == unanswered_said_) s.last_error.clear();
+    });
+    unanswered_said_.clear();
+  }
   if (!reply.ok) {
     link_.refused();
     return report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));

@@ -133,6 +133,7 @@ class ConsumerService {
   void on_monitor_events();
   void read_dealer();
   void check_producer_alive();
+  void notice_unanswered_joins(Clock::time_point now);
   // A transfer the producer answered but never finishes (its lease lapsed, a sender hung) is
   // given up, so the consumer asks for the newest version again instead of waiting for ever.
   void check_transfer_deadline();
@@ -246,6 +247,7 @@ class ConsumerService {
   bool group_waiting_ = false;
   bool group_was_whole_ = false;
   std::string group_waiting_said_;  // the last_error that says the group waits, while it does
+  std::string unanswered_said_;      // the last_error that says joins go unanswered, while they do
   Clock::time_point retry_fetch_after_{};
   bool closing_ = false;  // stop() was asked: no relay order is taken any more. Service thread only.
   const std::uint64_t session_ = random_session();

@@ -106,6 +106,33 @@ TEST_P(FaultTest, AKilledConsumerIsDroppedWhenItsConnectionClosesNotAfterItsSile
   EXPECT_TRUE(eventually([&] { return p.producer->stats().latest_version == 3; }));
 }
 
+// A consumer started where no producer runs (yet, or at a mistyped endpoint) hears nothing, and
+// ZeroMQ, which only retries, says nothing: last_error says so after five producer timeouts, and
+// is cleared when a producer answers.
+TEST(ConsumerBeforeProducer, SaysNoProducerAnswersUntilOneDoes) {
+  testing_support::PrivateDirectory directory;  // a plaintext ipc:// endpoint must be private
+  const std::string endpoint = directory.ipc_endpoint();
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.producer_timeout = 200ms;
+  modelcast::Consumer consumer(options);
+  std::string said;
+  EXPECT_TRUE(eventually([&] {
+    said = consumer.stats().last_error;
+    return !said.empty();
+  }));
+  EXPECT_NE(said.find("no answer from a producer at " + endpoint), std::string::npos) << said;
+  EXPECT_FALSE(consumer.stats().producer_connected);
+
+  modelcast::ProducerOptions producer_options;
+  producer_options.control_endpoint = endpoint;
+  TestProducer p(64, producer_options);
+  p.publish(1);
+  ASSERT_TRUE(consumer.wait_for_version(1, 30s));
+  EXPECT_EQ(consumer.stats().last_error, "");
+}
+
 // Inference processes that stop while a version is arriving: 100 consumers, one after another,
 // each stopped at a random point 0-50 ms after its first version while the producer publishes
 // without pause (odd ones destroyed while a view still holds their transport, the last one left
