@@ -99,7 +99,9 @@ TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
   std::filesystem::permissions(dir.file("unquoted"),
                                std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   auto unquoted = error_of([&] { modelcast::load_key_pair(dir.file("unquoted")); }, ErrorCode::kInvalidArgument);
-  EXPECT_NE(unquoted.find("line 2, column"), std::string::npos) << unquoted;
+  // A syntax error at a position, or (for the rare secret that reads as another TOML value) a
+  // secret that is not a string: either way on line 2.
+  EXPECT_NE(unquoted.find("line 2"), std::string::npos) << unquoted;
   for (std::size_t at = 0; at + 4 <= keys.secret_key.size(); ++at) {
     EXPECT_EQ(unquoted.find(keys.secret_key.substr(at, 4)), std::string::npos) << "the secret is in: " << unquoted;
   }
