@@ -31,6 +31,14 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   server_->Get("/metrics", [metrics = providers.metrics_text](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics(), "text/plain; version=0.0.4");
   });
+  // cpp-httplib gives each connection a pooled thread until it closes or sends nothing for the
+  // read timeout: 8 threads and 5 s by default, so 8 idle connections from anyone who can reach
+  // the port kept probes unanswered. Probes and scrapes send their request at once and are
+  // answered in microseconds: a second's silence is plenty, and 64 threads (idle, they cost a
+  // stack each) take a flood of that many connections a second to starve.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  server_->set_read_timeout(1, 0);
+  server_->set_keep_alive_timeout(1);
   // cpp-httplib sets SO_REUSEPORT by default: a second daemon on the same address would then
   // bind too and take every other scrape. SO_REUSEADDR alone lets a restart rebind at once
   // (past TIME_WAIT) and refuses an address another process listens on.

@@ -1,7 +1,11 @@
 // The ops endpoint fetched by a real HTTP client (httplib), a read-only repository (delivery
 // goes on; the failure is in the log and the metrics), hooks, and SIGHUP reloads.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/mount.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
 
 #include <filesystem>
 #include <thread>
@@ -123,6 +127,34 @@ TEST(OpsHttpAddress, AnAddressAlreadyServedIsRefused) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kTransport);
     EXPECT_NE(std::string(e.what()).find(std::to_string(first.port())), std::string::npos) << e.what();
   }
+}
+
+// Connections that send nothing once held every one of cpp-httplib's 8 threads for its 5 s read
+// timeout, and probes went unanswered meanwhile. With twice as many idle connections as there
+// used to be threads, /healthz still answers well inside a probe's timeout.
+TEST(OpsHttpAddress, IdleConnectionsDoNotKeepProbesUnanswered) {
+  using namespace std::chrono_literals;
+  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
+                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  modelcastd::OpsHttp ops("127.0.0.1:0", providers);
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<std::uint16_t>(ops.port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
+    idle.push_back(fd);
+  }
+  // The server accepts connections in the order they came: the probe's after these.
+  httplib::Client http("127.0.0.1", ops.port());
+  http.set_connection_timeout(3s);
+  http.set_read_timeout(3s);
+  auto answer = http.Get("/healthz");
+  for (int fd : idle) close(fd);
+  ASSERT_TRUE(answer) << "no answer within 3 s: " << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->status, 200);
 }
 
 TEST_F(DaemonTest, VersionsTooLargeForTheModelAreCountedAsRejected) {
