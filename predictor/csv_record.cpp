@@ -84,11 +84,23 @@ FirstRecord read_first_record(std::istream& in, const std::string& source) {
     if (!blank(line)) break;
   }
   if (first.line_no == 0 || blank(line)) throw CsvError(source, std::max<std::size_t>(first.line_no, 1), "empty file");
+  // getline splits at LF only: a file whose lines end in CR alone reads as one long line.
+  if (const auto cr = line.find('\r'); cr != std::string::npos && cr + 1 < line.size()) {
+    throw CsvError(source, first.line_no, "lines end in CR alone (classic Mac OS): convert them to LF or CRLF");
+  }
   first.fields = split_csv_record(line, source, first.line_no);
   const std::string& f = first.fields.front();
   double probe = 0;
   const auto [ptr, ec] = std::from_chars(f.data(), f.data() + f.size(), probe);
   first.header = f.empty() || ec != std::errc() || ptr != f.data() + f.size();
+  // Columns are found by name: a name twice would read one of them silently.
+  for (std::size_t i = 0; first.header && i < first.fields.size(); ++i) {
+    const std::string& name = first.fields[i];
+    if (name.empty()) continue;
+    if (find_column(first.fields, name) != static_cast<int>(i)) {
+      throw CsvError(source, first.line_no, "column '" + name + "' appears twice in the header");
+    }
+  }
   return first;
 }
 

@@ -24,8 +24,9 @@ struct FirstRecord {
   bool header = false;      // the first field is not a number: a header, columns by name
 };
 // The first non-blank line, split. A UTF-8 byte order mark before it (spreadsheet exports write
-// one) is not part of the first field. Throws CsvError for an empty input, and for a gzip file
-// (its magic bytes) rather than a malformed record of compressed bytes.
+// one) is not part of the first field. Throws CsvError for an empty input, for a gzip file
+// (its magic bytes) rather than a malformed record of compressed bytes, for lines that end in CR
+// alone, and for a header that names a column twice.
 FirstRecord read_first_record(std::istream& in, const std::string& source);
 
 // Index of a header's column named `name`, in any case ("Step", "LR"); -1 when there is none.

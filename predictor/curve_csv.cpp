@@ -127,7 +127,9 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       col.time = find_column(header, "train_time_s");
       if (col.step < 0) throw CsvError(source, line_no, "missing column 'step'");
       if (col.loss < 0) throw CsvError(source, line_no, "missing loss column '" + options.loss_column + "'");
-      if (options.run.empty()) throw CsvError(source, line_no, "curves file holds many runs: choose one with --run ID");
+      if (options.run.empty()) {
+        throw CsvError(source, line_no, "a curves file (it has run and total_steps columns): choose its run with --run ID");
+      }
     } else {
       col.step = find_column(header, "step");
       col.loss = find_column(header, "loss");
@@ -167,7 +169,14 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     CurvePoint p;
     p.step = row.integer(col.step, "step");
     p.loss = row.number(col.loss, curves ? options.loss_column.c_str() : "loss");
-    if (col.time >= 0) p.time_s = row.number(col.time, curves ? "train_time_s" : "time_s");
+    if (col.time >= 0) {
+      const char* name = curves ? "train_time_s" : "time_s";
+      p.time_s = row.number(col.time, name);
+      if (p.time_s < 0) {
+        throw CsvError(source, at_line, std::string("column '") + name + "' is negative (" + RowReader::shown(row.at(col.time, name)) +
+                                            "): it is seconds of training since it started");
+      }
+    }
     append_point(log, source, at_line, p, time_offset);
     return true;
   };

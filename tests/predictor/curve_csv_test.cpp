@@ -122,6 +122,34 @@ TEST(CurveCsv, AByteOrderMarkIsNotPartOfTheHeader) {
   EXPECT_EQ(log.points[1].step, 20);
 }
 
+// Times are seconds of training since it started: the online scheduler refuses a negative one,
+// and a plan made from the same log must not take it either.
+TEST(CurveCsv, ANegativeTimeIsRefused) {
+  expect_error("step,loss,time_s\n10,4.0,-1\n20,3.9,2\n", 2, "column 'time_s' is negative (-1)");
+  CsvOptions o;
+  o.run = "r1";
+  expect_error("run,track,record,step,total_steps,val_loss,train_time_s\nr1,t,a,0,10,5,0\nr1,t,a,5,10,4,-0.5\n", 3,
+               "column 'train_time_s' is negative", o);
+}
+
+// Read by getline, a file whose lines end in CR alone is one long line: said so, not "too few
+// points".
+TEST(CurveCsv, LinesEndingInCarriageReturnAloneAreNamed) {
+  expect_error("step,loss\r10,4.0\r20,3.9\r", 1, "lines end in CR alone");
+  const auto log = parse("step,loss\r\n10,4.0\r\n20,3.9\r\n");  // CRLF is fine
+  EXPECT_EQ(log.points.size(), 2u);
+}
+
+// Columns are read by name: a name twice would have one of them read and the other ignored.
+TEST(CurveCsv, AColumnNamedTwiceIsRefused) {
+  expect_error("step,loss,Loss\n10,4.0,9\n20,3.9,9\n", 1, "column 'Loss' appears twice");
+}
+
+TEST(CurveCsv, ACurvesFileWithoutARunIdIsToldToChooseOne) {
+  expect_error("run,track,record,step,total_steps,val_loss,train_time_s\nr1,t,a,0,10,5,0\n", 1,
+               "a curves file (it has run and total_steps columns): choose its run with --run ID");
+}
+
 TEST(CurveCsv, ARunIdForASingleRunLogIsRefused) {
   CsvOptions o;
   o.run = "r7";
