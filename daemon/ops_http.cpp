@@ -36,7 +36,7 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   // the port kept probes unanswered. Probes and scrapes send their request at once and are
   // answered in microseconds: a second's silence is plenty, and 64 threads (idle, they cost a
   // stack each) take a flood of that many connections a second to starve.
-  server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   server_->set_read_timeout(1, 0);
   server_->set_keep_alive_timeout(1);
   // cpp-httplib sets SO_REUSEPORT by default: a second daemon on the same address would then

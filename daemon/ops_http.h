@@ -33,8 +33,6 @@ class OpsHttp {
   OpsHttp(const OpsHttp&) = delete;
   OpsHttp& operator=(const OpsHttp&) = delete;
   int port() const { return port_; }
-  // Connections served at once (ops_http.cpp says why this many).
-  static constexpr std::size_t kThreads = 64;
 
  private:
   std::unique_ptr<httplib::Server> server_;

@@ -1,12 +1,10 @@
 #include "daemon/recovery.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <set>
 #include <cerrno>
-#include <cstring>
 
 #include <spdlog/spdlog.h>
 

@@ -2,8 +2,6 @@
 // nlohmann-json (Debian's nlohmann-json3-dev) so quoting and escaping are a library's job.
 #include "core/repository/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>

@@ -89,9 +89,8 @@ namespace {
 // O_EXCL), and then linked or renamed into place. Opening the final path instead left the secret
 // readable by others between the file's creation (under the umask) and a chmod, to anyone who
 // opened it in that window; followed a link planted at the path; and kept the owner of a file it
-// overwrote.
-// A key file written beside its final path, committed by commit_key_file. Split so that a pair
-// is committed only once both files are written: a failure then leaves the old pair whole.
+// overwrote. Writing (prepare_key_file) and putting in place (commit_key_file) are apart so that
+// a pair is put in place only once both its files are written: a failure leaves the old pair whole.
 struct PreparedKeyFile {
   std::string file, temp;
 };
