@@ -113,31 +113,37 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
   LossLog log;
   Columns col;
   bool curves = false;
+  std::string loss_name = "loss";
   std::size_t pending_line = 0;  // headerless: the first line is data
   if (has_header) {
     header = first;
     curves = find_column(header, "run") >= 0 && find_column(header, "total_steps") >= 0;
+    loss_name = !options.loss_column.empty() ? options.loss_column : curves ? "val_loss" : "loss";
     if (curves) {
       col.run = find_column(header, "run");
       col.track = find_column(header, "track");
       col.record = find_column(header, "record");
       col.total = find_column(header, "total_steps");
       col.step = find_column(header, "step");
-      col.loss = find_column(header, options.loss_column);
+      col.loss = find_column(header, loss_name);
       col.time = find_column(header, "train_time_s");
       if (col.step < 0) throw CsvError(source, line_no, "missing column 'step'");
-      if (col.loss < 0) throw CsvError(source, line_no, "missing loss column '" + options.loss_column + "'");
+      if (col.loss < 0) throw CsvError(source, line_no, "missing loss column '" + loss_name + "'");
       if (options.run.empty()) {
         throw CsvError(source, line_no, "a curves file (it has run and total_steps columns): choose its run with --run ID");
       }
     } else {
       col.step = find_column(header, "step");
-      col.loss = find_column(header, "loss");
+      col.loss = find_column(header, loss_name);
       col.time = find_column(header, "time_s");
       if (col.step < 0) throw CsvError(source, line_no, "missing column 'step' (expected step,loss[,time_s])");
-      if (col.loss < 0) throw CsvError(source, line_no, "missing column 'loss' (expected step,loss[,time_s])");
+      if (col.loss < 0) throw CsvError(source, line_no, "missing column '" + loss_name + "' (expected step," + loss_name + "[,time_s])");
     }
   } else {
+    // Reading the second column instead would score a loss the caller did not ask for.
+    if (!options.loss_column.empty())
+      throw CsvError(source, line_no, "a loss column ('" + options.loss_column +
+                                          "') names a header column; this log has no header (its columns are step,loss[,time_s])");
     if (first.size() < 2) throw CsvError(source, line_no, "expected step,loss[,time_s], got " + std::to_string(first.size()) + " column(s)");
     col.step = 0;
     col.loss = 1;
@@ -168,7 +174,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     }
     CurvePoint p;
     p.step = row.integer(col.step, "step");
-    p.loss = row.number(col.loss, curves ? options.loss_column.c_str() : "loss");
+    p.loss = row.number(col.loss, loss_name.c_str());
     if (col.time >= 0) {
       const char* name = curves ? "train_time_s" : "time_s";
       p.time_s = row.number(col.time, name);

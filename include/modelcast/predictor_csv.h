@@ -37,13 +37,15 @@ struct LossLog {
 
 struct CsvOptions {
   std::string run;                  // curves format: run id to select (required there; refused elsewhere)
-  std::string loss_column = "val_loss";  // curves format: val_loss | train_loss
+  // The loss column's header name; empty: the format's own (val_loss in a curves file, loss in a
+  // step,loss[,time_s] log). A name is refused for a log without a header, which has no names.
+  std::string loss_column;
   std::size_t min_points = 2;
 };
 
 // Parses either format (detected from the header). A decreasing time_s (timer restart) is
 // repaired by shifting the later times and reported in warnings. Throws CsvError on missing columns,
-// non-numeric/NaN/inf values, steps not strictly increasing or beyond kMaxCurveStep, fewer
+// non-numeric/NaN/inf values, a loss_column given for a headerless log, steps not strictly increasing or beyond kMaxCurveStep, fewer
 // than min_points rows, an unknown run, or a run given for a single-run log, and says so for a
 // gzip-compressed file. A UTF-8 byte order mark before the first line is skipped, and header
 // names match in any case ("Step,Loss"). Stateless; thread-safe.

@@ -136,8 +136,9 @@ void bind_forecast(py::module_& m) {
           o.min_points = min_points;
           return mp::read_loss_log_file(path, o);
         },
-        py::arg("path"), py::arg("run") = "", py::arg("loss_column") = "val_loss", py::arg("min_points") = 2, nogil,
-        "Reads a step,loss[,time_s] CSV or the curves format; InvalidArgumentError naming file and line.");
+        py::arg("path"), py::arg("run") = "", py::arg("loss_column") = "", py::arg("min_points") = 2, nogil,
+        "Reads a step,loss[,time_s] CSV or the curves format; InvalidArgumentError naming file and line.\n"
+        "loss_column: the loss column's header name; empty: val_loss in the curves format, loss otherwise.");
 }
 
 }  // namespace modelcast::python

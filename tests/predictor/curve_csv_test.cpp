@@ -95,6 +95,20 @@ TEST(CurveCsv, MissingColumns) {
   expect_error("7\n", 1, "expected step,loss");
 }
 
+// A loss column named by the caller is read from a plain log too, or refused where there are no
+// names: reading the second column instead would score a loss the caller did not ask for.
+TEST(CurveCsv, ANamedLossColumnIsReadFromAPlainLogOrRefusedWithoutAHeader) {
+  CsvOptions o;
+  o.loss_column = "train_loss";
+  const auto log = parse("step,loss,train_loss,time_s\n10,4.0,3.0,1\n20,3.5,2.5,2\n", o);
+  ASSERT_EQ(log.points.size(), 2u);
+  EXPECT_DOUBLE_EQ(log.points[0].loss, 3.0);
+  EXPECT_DOUBLE_EQ(log.points[1].loss, 2.5);
+  EXPECT_DOUBLE_EQ(parse("step,loss,train_loss,time_s\n10,4.0,3.0,1\n20,3.5,2.5,2\n").points[0].loss, 4.0);
+  expect_error("step,loss,time_s\n10,4.0,1\n20,3.5,2\n", 1, "missing column 'train_loss' (expected step,train_loss[,time_s])", o);
+  expect_error("10,4.0,1\n20,3.5,2\n", 1, "a loss column ('train_loss') names a header column; this log has no header", o);
+}
+
 TEST(CurveCsv, NonNumericAndNonFiniteValues) {
   expect_error("step,loss\n10,4.0\n20,abc\n", 3, "not a number");
   expect_error("step,loss\n10,4.0\n20,nan\n30,3.0\n", 3, "not finite");

@@ -40,7 +40,8 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
                  "loss log: CSV step,loss,time_s (time_s required; header optional, fields may be quoted) "
                  "or the shared curves format")->required();
   cmd.add_option("--run", a.run, "curves format: run id to use");
-  cmd.add_option("--loss-col", a.loss_column, "curves format: val_loss or train_loss")->capture_default_str()->check(CLI::IsMember({"val_loss", "train_loss"}));
+  cmd.add_option("--loss-col", a.loss_column,
+                 "the loss column's header name (e.g. train_loss); default val_loss in the curves format, loss in a step,loss,time_s log");
   add_number(cmd, "--total-steps", a.total_steps, "planned length of the run (steps)");
   add_number(cmd, "--publish-cost", a.publish_cost_s, "c: training stall per publish (s)")->required();
   add_number(cmd, "--update-latency", a.update_latency_s, "d: stall end -> version servable (s)")->required();

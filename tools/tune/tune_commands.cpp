@@ -66,8 +66,6 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
   o.run = a.run;
   o.loss_column = a.loss_column;
   o.min_points = min_points;
-  if (a.loss_column != "val_loss" && a.loss_column != "train_loss")
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--loss-col must be val_loss or train_loss");
   auto log = mp::read_loss_log_file(a.log_path, o);
   if (!log.has_time) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, a.log_path + ": no time column (time_s): the workflow model needs training times");
   // Every cost is in seconds of training: a clock that never moves would score any schedule as free.

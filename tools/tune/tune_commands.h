@@ -13,7 +13,7 @@ namespace modelcast::tune {
 struct CommonArgs {
   std::string log_path;
   std::string run;                       // curves format
-  std::string loss_column = "val_loss";  // curves format
+  std::string loss_column;               // empty: the format's own (CsvOptions::loss_column)
   std::optional<std::int64_t> total_steps;
   double publish_cost_s = std::numeric_limits<double>::quiet_NaN();
   double update_latency_s = std::numeric_limits<double>::quiet_NaN();
