@@ -168,6 +168,30 @@ TEST(TuneCommands, RejectsBadCostsAndSteps) {
   EXPECT_THROW(run_evaluate(no_file, {}), predictor::CsvError);
 }
 
+// A rate of 1e308 requests a second once printed an infinite CIL and a regret of "-nan %" as a
+// result (rc 0); every command now refuses it, naming the rate, and writes no plot.
+TEST(TuneCommands, ACilThatOverflowsIsRefusedNamingTheRequestRate) {
+  auto a = base(write_log("mc_tune_overflow.csv", 20));
+  a.warmup_step = 300;
+  a.total_steps = 1900;
+  a.request_rate = 1e308;
+  a.plot_path = (std::filesystem::temp_directory_path() / "mc_tune_overflow.svg").string();
+  for (const char* command : {"plan", "replay", "evaluate"}) {
+    std::filesystem::remove(a.plot_path);
+    const std::string name = command;
+    try {
+      name == "plan" ? run_plan(a) : name == "replay" ? run_replay(a) : run_evaluate(a, {600, 1200});
+      ADD_FAILURE() << command << " scored a CIL that overflows";
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the CIL overflows a double (inf) with --request-rate 1e+308"), std::string::npos)
+          << command << ": " << e.what();
+    }
+    EXPECT_FALSE(std::filesystem::exists(a.plot_path)) << command;
+  }
+  a.request_rate = 1e6;  // large, and finite: scored
+  EXPECT_TRUE(std::isfinite(run_evaluate(a, {600, 1200})["predicted_cil"].get<double>()));
+}
+
 TEST(TuneCommands, NeedsTimesInTheLog) {
   const auto path = (std::filesystem::temp_directory_path() / "mc_tune_notime.csv").string();
   std::ofstream(path) << "step,loss\n0,5\n10,4\n20,3\n";

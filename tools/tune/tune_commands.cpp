@@ -230,6 +230,25 @@ Json baselines_json(const mp::Trajectory& truth_or_forecast, std::size_t w, cons
 }
 
 
+// CIL is the request rate times a loss integral over seconds, so a huge rate (or loss, or window)
+// overflows a double; every schedule then scores inf and every regret NaN, which would read as a
+// result. Refused instead, naming the rate: the schedules do not depend on it, only the CIL's scale.
+void require_finite_cils(const Json& r, const CommonArgs& a) {
+  std::vector<const Json*> cils = {&r.at("predicted_cil")};
+  if (r.contains("expected_cil")) cils.push_back(&r.at("expected_cil"));
+  if (r.contains("no_publish_cil")) cils.push_back(&r.at("no_publish_cil"));
+  if (r.contains("optimal")) cils.push_back(&r.at("optimal").at("predicted_cil"));
+  for (const auto& b : r.at("baselines")) cils.push_back(&b.at("predicted_cil"));
+  for (const Json* c : cils) {
+    if (std::isfinite(c->get<double>())) continue;
+    std::ostringstream why;
+    why << "the CIL overflows a double (" << c->get<double>() << ") with --request-rate " << a.request_rate
+        << ": CIL is the rate times the integral of the served loss over the window; the schedules do not depend on "
+           "the rate, so give a smaller one (1 scores CIL per request)";
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
+  }
+}
+
 }  // namespace
 
 Json run_plan(const CommonArgs& a) {
@@ -285,6 +304,7 @@ Json run_plan(const CommonArgs& a) {
                    {"lower", forecast.lower}, {"upper", forecast.upper},
                    {"time_s", forecast.time_s}, {"members", members}, {"fallback", forecast.fallback}, {"note", forecast.note}};
   if (forecast.fallback) r["warning"] = "forecast fell back to a conservative curve: " + forecast.note;
+  require_finite_cils(r, a);
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune plan: " + (log.run.empty() ? a.log_path : log.run) + ", warm-up step " + std::to_string(prefix.back().step);
@@ -350,6 +370,7 @@ Json run_replay(const CommonArgs& a) {
   r["no_publish_cil"] = none;
   r["regret_pct"] = regret_pct_json(cil, best.cil, none);
   r["baselines"] = baselines_json(truth, w, costs, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10)), viper_curve);
+  require_finite_cils(r, a);
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune replay: " + (log.run.empty() ? a.log_path : log.run);
@@ -388,6 +409,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   const auto e = within_slowdown(mp::every_n_steps_schedule(truth, w, a.epoch_steps.value_or(std::max<std::int64_t>(1, total / 10))), costs);
   b["every_e_steps"] = schedule_json(e, mp::evaluate_cil(truth, w, costs, e), costs.stall_s);
   r["baselines"] = b;
+  require_finite_cils(r, a);
   if (!a.plot_path.empty()) {
     PlotData d;
     d.title = "modelcast-tune evaluate: " + (log.run.empty() ? a.log_path : log.run);
