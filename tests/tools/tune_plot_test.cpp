@@ -1,6 +1,9 @@
 // modelcast-tune's chart: round tick values on both axes and XML-escaped text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -45,6 +48,61 @@ TEST(SvgPlot, EscapesTextAndLabelsTicksRoundly) {
   EXPECT_EQ(svg.find("<A&B>"), std::string::npos);
   EXPECT_NE(svg.find("text-anchor='middle'>100</text>"), std::string::npos) << svg;
   EXPECT_NE(svg.find("text-anchor='end'>3.2</text>"), std::string::npos) << svg;
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+std::size_t count_of(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (auto at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A log with a point per step (200,000 rows) once wrote an 11 MB chart: a circle per point and a
+// marker per publish. What is drawn is thinned to the chart's pixels, and what shows is kept: the
+// curve's lowest and highest points and the served line's extremes.
+TEST(SvgPlot, AChartOfAHugeLogIsThinnedToItsPixelsAndKeepsItsExtremes) {
+  PlotData d;
+  const std::size_t n = 200000;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double t = static_cast<double>(i);
+    d.observed.x.push_back(t);
+    // A falling curve with a deterministic scatter of +-0.05 and one deep dip late in the run.
+    d.observed.y.push_back(i == 150000 ? 0.5 : 2.0 + 1.0 / (1.0 + t / 1000.0) + 0.05 * std::sin(t * 12.9898));
+    if (i % 2 == 1) d.publish_times.push_back(t);
+  }
+  d.served.x = {0};
+  d.served.y = {3};
+  for (std::size_t i = 1; i < n; i += 2) {
+    d.served.x.push_back(static_cast<double>(i)), d.served.y.push_back(d.served.y.back());
+    d.served.x.push_back(static_cast<double>(i)), d.served.y.push_back(i == 150001 ? 0.5 : d.observed.y[i]);
+  }
+  const auto path = (std::filesystem::temp_directory_path() / "mc_tune_huge_plot.svg").string();
+  write_svg(path, d);
+  const std::string svg = read_text(path);
+  EXPECT_LT(svg.size(), 2u << 20) << "bytes";
+  EXPECT_LT(count_of(svg, "<circle r='2.5'"), 50000u);
+  EXPECT_LE(count_of(svg, "stroke-dasharray='4,3' x1"), 900u);  // a marker per pixel column at most
+  // The dip (0.5, the lowest y: the bottom of the padded axis) is drawn as a dot and in the served line.
+  PlotData dip_only;
+  dip_only.observed.x = {0, 150000, 199999};
+  dip_only.observed.y = {d.observed.y[0], 0.5, d.observed.y[n - 1]};
+  const auto small = (std::filesystem::temp_directory_path() / "mc_tune_dip_plot.svg").string();
+  write_svg(small, dip_only);
+  const std::string reference = read_text(small);
+  // The dip's circle, as the three-point chart draws it on the same axes' bottom.
+  const auto cy_of_dip = [](const std::string& text) {
+    double lowest = 0;
+    for (auto at = text.find("<circle r='2.5'"); at != std::string::npos; at = text.find("<circle r='2.5'", at + 1)) {
+      const auto cy = text.find("cy='", at) + 4;
+      lowest = std::max(lowest, std::strtod(text.c_str() + cy, nullptr));
+    }
+    return lowest;
+  };
+  EXPECT_NEAR(cy_of_dip(svg), cy_of_dip(reference), 1.0);
 }
 
 // The legend names what is drawn and nothing else: replay and evaluate draw no forecast, and

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -30,9 +31,53 @@ std::string fmt(double v) {
   return o.str();
 }
 
+// A log with a point per step has far more points than the chart has pixels (200,000 rows once
+// wrote an 11 MB file that viewers choke on), so what is drawn is thinned to what shows at the
+// chart's resolution; everything that would be seen is kept.
+
+// A line's vertices within one pixel column drawn as its first, lowest, highest and last (in
+// their order): the same ink as every vertex, since the line passes through all four.
+Series thin_line(const Series& s, const Scale& sc) {
+  if (s.x.size() <= 4) return s;
+  Series out;
+  auto flush = [&](std::size_t from, std::size_t to) {  // [from, to): one column's run
+    std::size_t lo = from, hi = from;
+    for (std::size_t i = from; i < to; ++i) {
+      if (s.y[i] < s.y[lo]) lo = i;
+      if (s.y[i] > s.y[hi]) hi = i;
+    }
+    std::vector<std::size_t> keep = {from, lo, hi, to - 1};
+    std::sort(keep.begin(), keep.end());
+    keep.erase(std::unique(keep.begin(), keep.end()), keep.end());
+    for (std::size_t i : keep) out.x.push_back(s.x[i]), out.y.push_back(s.y[i]);
+  };
+  std::size_t from = 0;
+  for (std::size_t i = 1; i <= s.x.size(); ++i) {
+    if (i == s.x.size() || std::floor(sc.px(s.x[i])) != std::floor(sc.px(s.x[from]))) {
+      flush(from, i);
+      from = i;
+    }
+  }
+  return out;
+}
+
+// Dots within one 2-pixel cell are one dot: a dot is 5 pixels wide, so the cell's first covers
+// the others but for a pixel's rim. Dots outside the plot area are clipped, so not written.
+Series thin_dots(const Series& s, const Scale& sc) {
+  Series out;
+  std::set<std::pair<long, long>> cells;
+  for (std::size_t i = 0; i < s.x.size(); ++i) {
+    const double x = sc.px(s.x[i]), y = sc.py(s.y[i]);
+    if (x < kLeft - 3 || x > kWidth - kRight + 3 || y < kTop - 3 || y > kHeight - kBottom + 3) continue;
+    if (cells.emplace(std::lround(x / 2), std::lround(y / 2)).second) out.x.push_back(s.x[i]), out.y.push_back(s.y[i]);
+  }
+  return out;
+}
+
 std::string polyline(const Series& s, const Scale& sc) {
   std::ostringstream o;
-  for (std::size_t i = 0; i < s.x.size(); ++i) o << sc.px(s.x[i]) << ',' << sc.py(s.y[i]) << ' ';
+  const Series thin = thin_line(s, sc);
+  for (std::size_t i = 0; i < thin.x.size(); ++i) o << sc.px(thin.x[i]) << ',' << sc.py(thin.y[i]) << ' ';
   return o.str();
 }
 
@@ -112,15 +157,20 @@ void write_svg(const std::string& path, const PlotData& d) {
     }
     out << "<polygon fill='#1f77b4' fill-opacity='0.15' stroke='none' points='" << polyline(band, sc) << "'/>\n";
   }
-  for (double t : d.publish_times)
+  long last_marker = std::numeric_limits<long>::min();  // markers at the same pixel are one marker
+  for (double t : d.publish_times) {
+    if (std::lround(sc.px(t)) == last_marker) continue;
+    last_marker = std::lround(sc.px(t));
     out << "<line stroke='#2ca02c' stroke-dasharray='4,3' x1='" << sc.px(t) << "' y1='" << kTop << "' x2='" << sc.px(t)
         << "' y2='" << kHeight - kBottom << "'/>\n";
+  }
   if (!d.forecast.x.empty())
     out << "<polyline fill='none' stroke='#1f77b4' stroke-width='2' points='" << polyline(d.forecast, sc) << "'/>\n";
   if (!d.served.x.empty())
     out << "<polyline fill='none' stroke='#d62728' stroke-width='2' points='" << polyline(d.served, sc) << "'/>\n";
-  for (std::size_t i = 0; i < d.observed.x.size(); ++i)
-    out << "<circle r='2.5' fill='#333' cx='" << sc.px(d.observed.x[i]) << "' cy='" << sc.py(d.observed.y[i]) << "'/>\n";
+  const Series dots = thin_dots(d.observed, sc);
+  for (std::size_t i = 0; i < dots.x.size(); ++i)
+    out << "<circle r='2.5' fill='#333' cx='" << sc.px(dots.x[i]) << "' cy='" << sc.py(dots.y[i]) << "'/>\n";
   out << "</g>\n";
   // Legend: an entry for each thing drawn, and only those (replay and evaluate draw no forecast).
   const double lx = kWidth - kRight - 230, ly = kTop + 10;
