@@ -408,6 +408,14 @@ DaemonConfig load_config(const std::string& path) {
       std::string prefix = "model[" + std::to_string(i) + "].";
       auto model = read_model(r, *list->get(i)->as_table(), prefix);
       if (!names.insert(model.name).second) r.fail(*list->get(i), prefix + "name", "'" + model.name + "' is listed twice");
+      // Its versions are written under <path>/<name>: a file there would fail every write, one
+      // "cannot create directory" at a time, while the config looked fine.
+      if (const std::string dir = config.repository + "/" + model.name; !config.repository.empty() && model.persist) {
+        if (std::error_code ec; std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
+          r.fail(*list->get(i)->as_table()->get("name"), prefix + "name",
+                 "'" + dir + "', where the repository keeps this model's versions, is a file, not a directory");
+        }
+      }
       config.models.push_back(std::move(model));
     }
   }

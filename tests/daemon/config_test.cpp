@@ -291,6 +291,26 @@ TEST(DaemonConfig, ARepositoryPathThatNamesAFileIsRefused) {
   }
 }
 
+// A file where a persisted model's directory goes failed every version's write at run time while
+// --check passed; a model that is not persisted does not write there.
+TEST(DaemonConfig, AFileWhereAModelsRepositoryDirectoryGoesIsRefused) {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir / "repo");
+  write_file(dir / "repo/resnet", "not a directory");
+  const std::string model = "[[model]]\nname = \"resnet\"\nendpoint = \"tcp://127.0.0.1:7000\"\nmax_model_bytes = \"1MiB\"\n";
+  write_file(dir / "c.toml", "[repository]\npath = \"" + dir / "repo" + "\"\n" + model);
+  try {
+    modelcastd::load_config(dir / "c.toml");
+    FAIL() << "a file was taken as the model's repository directory";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(dir / "c.toml:4: key 'model[0].name': ", 0), 0u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'" + dir / "repo" + "/resnet', where the repository keeps this model's versions, is a file"),
+              std::string::npos) << e.what();
+  }
+  write_file(dir / "c.toml", "[repository]\npath = \"" + dir / "repo" + "\"\n" + model + "persist = false\n");
+  EXPECT_EQ(modelcastd::load_config(dir / "c.toml").models.size(), 1u);
+}
+
 TEST(DaemonConfig, TheDaemonRefusesABadFileNamingIt) {
   ScratchDir dir;
   write_file(dir / "bad.toml", std::string(kModel) + "buffers = \"many\"\n");
