@@ -104,7 +104,9 @@ void ConsumerService::maybe_fetch() {
   // from it holds it on its own until its sends are over).
   if (landed_host_ && !store_.buffer_available()) release_landed_host();
   if (!store_.buffer_available() || (landing_ && !landing_->available())) {
-    report_buffers_held(newest_announced_);
+    // Relay orders still within their second end or are given up by themselves, and may free a
+    // buffer: the stall is the user's to hear of only once none is left (views hold the rest).
+    if (relay_.draining() == 0) report_buffers_held(newest_announced_);
     return;
   }
   if (buffers_held_reported_) {
@@ -196,7 +198,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                           ? "every receive buffer is held by a reader; will fetch the newest when one frees"
                           : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
     log_->debug("{}", why);
-    if (options_.caller_buffers.empty()) report_buffers_held(manifest.version);
+    if (options_.caller_buffers.empty() && relay_.draining() == 0) report_buffers_held(manifest.version);
     send_ack(manifest, reply.fetch_id, false, why);
     fetch_.forget();
     retry_fetch_after_ = Clock::now() + tick();
@@ -223,20 +225,11 @@ void ConsumerService::check_delta_base(const protocol::FetchReply& reply) const 
 }
 
 // The user's rule (views hold buffers) bites here: said once per stall, when it starts, rather
-// than letting updates stop in silence.
+// than letting updates stop in silence. Relay orders that hold a buffer are not the user's to
+// release and go by themselves, so a stall is not reported while one remains.
 void ConsumerService::report_buffers_held(std::uint64_t version) {
   if (buffers_held_reported_) return;
   buffers_held_reported_ = true;
-  // Views are the usual holders, and the user's to release; relay orders whose sends have not
-  // ended are the other, and go by themselves (given up a second after they ended).
-  if (relay_.draining() > 0) {
-    report(Error(ErrorCode::kResource, "version " + std::to_string(version) +
-                                           " waits: every receive buffer is held by a view still in use or by " +
-                                           std::to_string(relay_.draining()) +
-                                           " relay order(s) whose sends have not ended (given up a second after "
-                                           "their order ended)"));
-    return;
-  }
   report(Error(ErrorCode::kResource, "version " + std::to_string(version) +
                                          " waits: every receive buffer is held by a view still in use; updates "
                                          "resume when one is released (hold fewer views, or give the consumer "
