@@ -59,6 +59,8 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
   wire::send(*dealer_, request);
   joined_ = false;
   join_refused_ = false;
+  lost_unanswered_ = false;
+  handshake_failed_ = false;
   join_sent_ = now;
   if (!unanswered_since_) unanswered_since_ = now;
 }
@@ -73,6 +75,7 @@ void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point no
 
 bool ProducerLink::join_due(Clock::time_point now) const {
   if (joined_) return false;
+  if (lost_unanswered_) return now - join_sent_ >= kRejoinFloor;
   // Unanswered: the producer may not be up yet. Refused: ask again a little later.
   auto wait = join_refused_ ? std::min<Clock::duration>(timeout_ / 2, kPingInterval) : Clock::duration(timeout_ / 2);
   return now - join_sent_ > wait;
@@ -115,10 +118,15 @@ ProducerLink::MonitorNews ProducerLink::read_monitor() {
     std::memcpy(&event, (*parts)[0].data(), 2);
     std::memcpy(&value, static_cast<const char*>((*parts)[0].data()) + 2, 4);
     if (event == ZMQ_EVENT_DISCONNECTED) {
-      // Before the join is answered, ZeroMQ's own reconnecting and the join's retry cover it.
       news.disconnected = news.disconnected || joined_;
+      // Before the join is answered the join may have gone with the connection (a producer
+      // under a connection flood closes the connections that have not joined): asked again
+      // soon (join_due), not after the unanswered join's wait. Not after a failed handshake,
+      // which ZeroMQ retries on its own and which would only fail again.
+      if (!joined_ && !join_refused_ && !handshake_failed_) lost_unanswered_ = true;
       continue;
     }
+    handshake_failed_ = true;
     news.failed_handshakes++;
     if (handshake_reported_) continue;
     handshake_reported_ = true;

@@ -45,7 +45,8 @@ class ProducerLink {
   }
   std::uint64_t incarnation() const { return incarnation_; }
 
-  // The join should be sent again: unanswered for a while, or refused a moment ago.
+  // The join should be sent again: unanswered for a while, refused a moment ago, or its
+  // connection closed before any answer came.
   bool join_due(Clock::time_point now) const;
   bool ping_due(Clock::time_point now) const { return joined_ && now - last_ping_ > kPingInterval; }
   void pinged(Clock::time_point now) { last_ping_ = now; }
@@ -77,6 +78,9 @@ class ProducerLink {
 
   // The producer drops consumers silent for 5 s or more: ping well inside that.
   static constexpr std::chrono::milliseconds kPingInterval{1000};
+  // The soonest a join whose connection closed unanswered is sent again: ZeroMQ's own reconnect
+  // interval, so that a producer closing every connection at once is not asked faster than that.
+  static constexpr std::chrono::milliseconds kRejoinFloor{100};
 
  private:
   void watch_handshakes();
@@ -91,6 +95,8 @@ class ProducerLink {
   bool joined_ = false;
   bool join_refused_ = false;
   bool handshake_reported_ = false;
+  bool handshake_failed_ = false;  // since the last join was sent
+  bool lost_unanswered_ = false;   // the last join's connection closed before an answer
   std::uint64_t incarnation_ = 0;
   Clock::time_point join_sent_{};
   std::optional<Clock::time_point> unanswered_since_;  // the first join of an unanswered streak

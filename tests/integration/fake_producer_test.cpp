@@ -178,6 +178,30 @@ TEST(ConsumerAgainstScriptedProducer, AConsumerNoLongerAnnouncedToJoinsAgainWith
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
 }
 
+// A producer under a connection flood closes the connections that have not joined yet, and a
+// consumer's may be one of them, its join read or not. The consumer asks again as soon as it
+// sees the connection close, not after an unanswered join's wait (half its producer_timeout,
+// 10 s here): in a flood that wait made joining take seconds.
+TEST(ConsumerAgainstScriptedProducer, AJoinWhoseConnectionClosesUnansweredIsSentAgainAtOnce) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ScriptedProducer producer;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 20s;
+  modelcast::Consumer consumer(options);
+  (void)producer.next_join();
+  producer.close_connection_of_last_request();
+  const auto closed_at = std::chrono::steady_clock::now();
+  const auto again = producer.next_join();
+  const auto waited = std::chrono::steady_clock::now() - closed_at;
+  // The floor of 100 ms and a service tick (500 ms here): the wait for an unanswered join is 10 s.
+  EXPECT_LT(waited, 5s) << "asked again only after " << std::chrono::duration<double>(waited).count() << " s";
+  producer.answer_join(again);
+  ASSERT_TRUE(producer.serve(1, /*corrupt=*/false).ok);
+  EXPECT_EQ(consumer.acquire().version(), 1u);
+}
+
 std::vector<std::byte> bytes_of(std::initializer_list<unsigned> values) {
   std::vector<std::byte> bytes;
   for (auto v : values) bytes.push_back(static_cast<std::byte>(v));

@@ -2,6 +2,8 @@
 // that need malformed, hostile or tampered traffic no real Producer would send.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -75,8 +77,13 @@ class ScriptedProducer {
     (void)router_.recv(id);
     (void)router_.recv(body);
     routing_id_ = id.to_string();
+    last_request_fd_ = zmq_msg_get(body.handle(), ZMQ_SRCFD);
     return protocol::decode({static_cast<const std::byte*>(body.data()), body.size()});
   }
+
+  // Closes the connection the last request came over, as a producer capping its connections
+  // does (ZeroMQ has no call for it: the descriptor is shut down under it).
+  void close_connection_of_last_request() { ::shutdown(last_request_fd_, SHUT_RDWR); }
 
   void reply(const protocol::Message& message) {
     auto bytes = protocol::encode(message);
@@ -205,6 +212,7 @@ class ScriptedProducer {
   modelcast::transport::PeerId peer_ = 0;
   std::vector<std::byte> peer_address_;
   std::string routing_id_;
+  int last_request_fd_ = -1;  // ZMQ_SRCFD of the last request
 };
 
 }  // namespace testing_support
