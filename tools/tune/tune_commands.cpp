@@ -243,8 +243,8 @@ void require_finite_cils(const Json& r, const CommonArgs& a) {
     if (std::isfinite(c->get<double>())) continue;
     std::ostringstream why;
     why << "the CIL overflows a double (" << c->get<double>() << ") with --request-rate " << a.request_rate
-        << ": CIL is the rate times the integral of the served loss over the window; the schedules do not depend on "
-           "the rate, so give a smaller one (1 scores CIL per request)";
+        << ": CIL is the rate times the integral of the served loss over the window, and the schedules do not depend "
+           "on the rate, so give a smaller one (1 scores CIL per request), or rescale the losses";
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
 }
