@@ -245,6 +245,9 @@ ScheduleResult plan_optimal(const Trajectory& curve, std::size_t warmup_index, c
 
 std::vector<std::int64_t> snap_to_candidates(std::span<const std::int64_t> planned, const Trajectory& curve,
                                              std::size_t warmup_index) {
+  validate_trajectory(curve);  // sorted steps, which the search below takes for granted
+  if (warmup_index >= curve.steps.size())
+    throw Error(ErrorCode::kInvalidArgument, "warm-up index " + std::to_string(warmup_index) + " is past the end of the curve");
   std::vector<std::int64_t> out;
   for (auto p : planned) {
     const auto first = curve.steps.begin() + static_cast<std::ptrdiff_t>(warmup_index + 1);

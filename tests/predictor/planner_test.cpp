@@ -221,6 +221,21 @@ TEST(SnapToCandidates, MapsToTheNextLoggedStepAfterWarmup) {
   EXPECT_EQ(snap_to_candidates(std::vector<std::int64_t>{5, 12, 19, 31}, t, 0), (std::vector<std::int64_t>{10, 20}));
 }
 
+// An index past the curve's end once read beyond it (garbage steps, or a crash from Python).
+TEST(SnapToCandidates, AWarmUpIndexPastTheEndIsAnError) {
+  const auto t = simple();
+  const std::vector<std::int64_t> planned{5};
+  for (std::size_t w : {t.steps.size(), std::size_t{1} << 40}) {
+    try {
+      snap_to_candidates(planned, t, w);
+      ADD_FAILURE() << "index " << w << " taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("warm-up index " + std::to_string(w) + " is past the end"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(snap_to_candidates(planned, Trajectory{}, 0), Error);
+}
+
 TEST(PlanFrom, MidRunStateMatchesTheFullPlanWhenNothingWasPublished) {
   const Trajectory t{{0, 10, 20, 30, 40}, {5.0, 4.0, 3.5, 2.0, 1.9}, {0.0, 10.0, 20.0, 30.0, 40.0}};
   PublishCosts c;
