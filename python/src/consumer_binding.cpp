@@ -13,6 +13,7 @@
 #include "bindings.h"
 #include "errors.h"
 #include "modelcast/consumer.h"
+#include "deferred_destruction.h"
 #include "py_callback.h"
 
 namespace modelcast::python {
@@ -44,7 +45,7 @@ class PyConsumer {
       };
     }
     py::gil_scoped_release nogil;
-    consumer_ = std::make_shared<Consumer>(std::move(options));
+    consumer_ = destroyed_off_callback_threads(std::make_unique<Consumer>(std::move(options)));
   }
   ~PyConsumer() { close(); }
 

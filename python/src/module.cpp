@@ -1,6 +1,7 @@
 // The extension module modelcast._core. The Python package (python/modelcast/) wraps it; users
 // import modelcast, not _core.
 #include "bindings.h"
+#include "deferred_destruction.h"
 
 PYBIND11_MODULE(_core, m) {
   namespace mp = modelcast::python;
@@ -14,4 +15,10 @@ PYBIND11_MODULE(_core, m) {
   auto predictor = m.def_submodule("predictor", "loss-curve forecasting and publish scheduling");
   mp::bind_forecast(predictor);
   mp::bind_online(predictor);
+  // Before finalizing: a Producer or Consumer closed inside its own callback may still be
+  // stopping on a thread of its own, which takes the GIL to drop its callbacks.
+  pybind11::module_::import("atexit").attr("register")(pybind11::cpp_function([] {
+    pybind11::gil_scoped_release nogil;
+    mp::wait_for_later_destructions();
+  }));
 }

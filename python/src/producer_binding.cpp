@@ -15,6 +15,7 @@
 #include "bindings.h"
 #include "errors.h"
 #include "modelcast/producer.h"
+#include "deferred_destruction.h"
 #include "py_callback.h"
 
 namespace modelcast::python {
@@ -52,7 +53,7 @@ class PyProducer {
         cb.call("modelcast.Producer on_delivery callback", [&] { return py::make_tuple(d); });
       };
     }
-    auto state = std::make_shared<Registered>();
+    auto state = destroyed_off_callback_threads(std::make_unique<Registered>());
     {
       py::gil_scoped_release nogil;
       state->producer = std::make_unique<Producer>(std::move(options));

@@ -26,6 +26,9 @@ inline bool python_alive() {
 #endif
 }
 
+// True on a library thread while it runs one of our callbacks (PyCallback::call).
+inline thread_local bool in_library_callback = false;
+
 class PyCallback {
  public:
   PyCallback() = default;
@@ -40,6 +43,11 @@ class PyCallback {
   template <typename MakeArgs>
   void call(const char* where, MakeArgs&& make_args) const {
     if (!fn_ || !python_alive()) return;
+    struct Mark {
+      bool was = in_library_callback;
+      Mark() { in_library_callback = true; }
+      ~Mark() { in_library_callback = was; }
+    } mark;
     py::gil_scoped_acquire gil;
     try {
       (*fn_)(*make_args());

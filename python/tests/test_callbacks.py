@@ -108,3 +108,78 @@ def test_close_while_a_callback_needs_the_gil_does_not_deadlock(endpoint):
                             text=True, timeout=WAIT_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "closed"
+
+
+# Closing a Producer or Consumer joins its service thread, which runs its callbacks: a close()
+# inside one of them, or one that drops the last reference while a callback still uses the object,
+# once aborted the process ("Resource deadlock avoided"). Each case runs in a child process, so an
+# abort fails its case alone.
+CLOSED_FROM_A_CALLBACK = {
+    "on_delivery closes its producer": """
+def on_delivery(d):
+    producer.close()
+    done.set()
+producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest", on_delivery=on_delivery)
+producer.register("w", weights)
+consumer = modelcast.Consumer(producer.control_endpoint, model_name="pytest")
+producer.publish(1)
+assert done.wait(20)
+assert_closed(producer)
+consumer.close()
+""",
+    "on_error closes its consumer": """
+def on_error(e):
+    consumer.close()
+    done.set()
+producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest")
+producer.register("w", weights)
+consumer = modelcast.Consumer(producer.control_endpoint, model_name="not-served", on_error=on_error)
+assert done.wait(20)
+assert_closed(consumer)
+producer.close()
+""",
+    "on_update closes its consumer": """
+def on_update(view):
+    consumer.close()
+    done.set()
+producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest")
+producer.register("w", weights)
+consumer = modelcast.Consumer(producer.control_endpoint, model_name="pytest", on_update=on_update)
+producer.publish(1)
+assert done.wait(20)
+assert_closed(consumer)
+producer.close()
+""",
+    "close() while on_update waits on its consumer": """
+entered = threading.Event()
+def on_update(view):
+    entered.set()
+    try:
+        consumer.wait_for_version(5, 20)  # returns when closed, holding the last reference
+    finally:
+        done.set()
+producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest")
+producer.register("w", weights)
+consumer = modelcast.Consumer(producer.control_endpoint, model_name="pytest", on_update=on_update)
+producer.publish(1)
+assert entered.wait(20)
+consumer.close()
+assert done.wait(20)
+producer.close()
+""",
+}
+
+
+def test_a_callback_may_close_what_runs_it(endpoint):
+    prelude = ("import sys, threading\nimport numpy as np\nimport modelcast\n"
+               "endpoint = sys.argv[1]\ndone = threading.Event()\nweights = np.zeros(16, dtype=np.float32)\n"
+               "def assert_closed(o):\n"
+               "    try:\n        o.stats()\n    except modelcast.StateError:\n        return\n"
+               "    raise AssertionError('still open')\n")
+    failed = []
+    for case, script in CLOSED_FROM_A_CALLBACK.items():
+        result = subprocess.run([sys.executable, "-c", prelude + script + "print('ok')\n", endpoint],
+                                capture_output=True, text=True, timeout=WAIT_S)
+        if result.returncode != 0 or result.stdout.strip() != "ok":
+            failed.append(f"{case}: rc {result.returncode}, {result.stderr.strip().splitlines()[-1:]}")
+    assert not failed, "\n".join(failed)
