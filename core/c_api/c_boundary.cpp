@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/model/manifest.h"
+
 namespace modelcast::c_api {
 
 static_assert(MC_ERR_INVALID_ARGUMENT == static_cast<int>(ErrorCode::kInvalidArgument));
@@ -81,6 +83,10 @@ modelcast::TensorRef tensor_ref(const char* name, int dtype, std::size_t ndim, c
   }
   if (memory != MC_MEMORY_HOST && memory != MC_MEMORY_CUDA) {
     invalid(label + " has an unknown memory kind " + std::to_string(memory));
+  }
+  // Before the shape is read: ndim elements are read from it.
+  if (ndim > modelcast::ManifestLimits{}.max_rank) {
+    invalid(label + " has ndim " + std::to_string(ndim) + "; the limit is " + std::to_string(modelcast::ManifestLimits{}.max_rank));
   }
   if (ndim > 0 && shape == nullptr) invalid(label + " has ndim " + std::to_string(ndim) + " but a NULL shape");
   modelcast::TensorRef ref;

@@ -1,5 +1,6 @@
 // The C ABI's consumer entry points (include/modelcast/modelcast.h).
 #include "core/c_api/c_boundary.h"
+#include "core/model/manifest.h"
 
 #include <map>
 #include <string>
@@ -129,6 +130,12 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
         if (kind < MC_WANT_WHOLE || kind > MC_WANT_NOTHING) invalid(label + ".kind is not an mc_want_kind: " + std::to_string(kind));
         modelcast::TensorWant want{w.tensor, static_cast<modelcast::TensorWant::Kind>(kind), w.dim, w.index, w.count, {}};
         if (kind == MC_WANT_BOXES) {
+          // Before the arrays are read: box_count x ndim elements are read from each.
+          const std::size_t max_rank = modelcast::ManifestLimits{}.max_rank;
+          if (w.box_count > 0 && (w.ndim == 0 || w.ndim > max_rank)) {
+            invalid(label + ".ndim is " + std::to_string(w.ndim) + " for " + std::to_string(w.box_count) +
+                    " box(es): a box has one offset and extent per dimension, 1 to " + std::to_string(max_rank));
+          }
           if (w.box_count > 0 && w.ndim > 0) {
             require(w.box_offsets, (label + ".box_offsets").c_str());
             require(w.box_extents, (label + ".box_extents").c_str());

@@ -44,9 +44,11 @@ std::optional<std::vector<layout::Box>> wanted_by(const TensorWant* want, bool w
   }
   for (const auto& asked : want->boxes) {
     const auto box = box_of(asked);
-    if (box.rank() != shape.size() || !box.within(shape)) {
-      mismatch(what + ": the wanted box " + box.to_string() + " lies outside it");
+    if (box.rank() != shape.size()) {
+      mismatch(what + " has " + std::to_string(shape.size()) + " dimensions; the wanted box " + box.to_string() +
+               " has " + std::to_string(box.rank()));
     }
+    if (!box.within(shape)) mismatch(what + ": the wanted box " + box.to_string() + " lies outside it");
     wanted.push_back(box);  // disjoint and not empty: TensorSelection::check
   }
   return wanted;

@@ -382,6 +382,16 @@ TEST(CApi, AConsumerKeepsTheShardsAndBoxesItWants) {
   ConsumerPtr refused;
   EXPECT_EQ(mc_consumer_create(&o, &refused.c), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("'m'"), std::string::npos) << last_error();
+  // Boxes of no dimensions, or of more than a tensor can have, are refused before their arrays
+  // are read (box_count x ndim elements of each): they were read, and then called overlapping.
+  for (std::size_t box_ndim : {std::size_t{0}, std::size_t{17}}) {
+    const mc_tensor_want boxes[] = {{"v", MC_WANT_BOXES, 0, 0, 1, box_ndim, 5, offsets, extents}};
+    o.wants = boxes;
+    ConsumerPtr none;
+    EXPECT_EQ(mc_consumer_create(&o, &none.c), MC_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(last_error().find("options.wants[0].ndim is " + std::to_string(box_ndim) + " for 5 box(es)"), std::string::npos)
+        << last_error();
+  }
 }
 
 // A model published by two ranks through the C ABI: each registers its rows of "m" as a piece;
@@ -773,6 +783,12 @@ TEST(CApi, NullPointersAreRejectedByName) {
   EXPECT_EQ(mc_producer_register_tensor(producer.p, "noshape", MC_DTYPE_F32, 2, nullptr, x.data()),
             MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("tensor 'noshape' has ndim 2 but a NULL shape"), std::string::npos) << last_error();
+
+  // An ndim beyond the rank limit is refused before the shape is read (ndim elements of it):
+  // 2^40 was read, and reported as out of memory.
+  EXPECT_EQ(mc_producer_register_tensor(producer.p, "deep", MC_DTYPE_F32, std::size_t{1} << 40, shape, x.data()),
+            MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("tensor 'deep' has ndim 1099511627776; the limit is 16"), std::string::npos) << last_error();
 
   EXPECT_EQ(mc_producer_register_tensor_desc(producer.p, nullptr), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("desc is NULL"), std::string::npos) << last_error();

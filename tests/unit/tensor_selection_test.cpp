@@ -99,5 +99,22 @@ TEST(TensorSelection, AShardUnderTheWildcardKeepsWholeWhatLacksTheDimension) {
   }
 }
 
+// A box of another rank than its tensor's was reported as lying outside it, which sent the user
+// looking at offsets rather than at the number of dimensions.
+TEST(TensorSelection, ABoxOfAnotherRankIsNamedSo) {
+  Manifest m;
+  m.version = 1;
+  m.tensors = plan_layout({{"w", DType::kF32, {8, 6}}}, &m.total_bytes);
+  TensorWant want{"w", TensorWant::Kind::kBoxes, 0, 0, 1, {}};
+  want.boxes.push_back({{0}, {1}});
+  try {
+    TensorSelection::resolve({want}, m);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kLayoutMismatch);
+    EXPECT_NE(std::string(e.what()).find("has 2 dimensions; the wanted box [0:1] has 1"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace modelcast
