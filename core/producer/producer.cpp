@@ -38,9 +38,11 @@
 #include "common/contained_callback.h"
 #include "common/duration_option.h"
 #include "common/log.h"
+#include "common/shown_text.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
 #include "core/wire/protocol.h"
+#include "core/wire/zmq_channel.h"
 #include "device/device_runtime.h"
 #include "core/producer/changed_blocks_copy.h"
 #include "core/producer/device_snapshots.h"
@@ -73,7 +75,9 @@ ProducerOptions checked(ProducerOptions options) {
   auto invalid = [](const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); };
   if (options.model_name.empty()) invalid("model_name is empty");
   if (auto why = name_problem(options.model_name)) invalid("model_name " + *why);
-  if (options.first_version == 0) invalid("first_version must be >= 1");
+  // 2^64 - 1 is never published (the count cannot go past it), so it cannot be the first either.
+  if (options.first_version == 0 || options.first_version == std::numeric_limits<std::uint64_t>::max())
+    invalid("first_version must be 1 to 2^64 - 2, got " + std::to_string(options.first_version));
   if (options.snapshot_slots > kMaxSnapshotSlots) {
     invalid("snapshot_slots must be <= " + std::to_string(kMaxSnapshotSlots) + " (each is a copy of the model), got " +
             std::to_string(options.snapshot_slots));
@@ -98,6 +102,18 @@ ProducerOptions checked(ProducerOptions options) {
   if (options.rank == 0 && options.rank_count > 1 && options.rank_endpoints.size() != options.rank_count) {
     invalid("rank 0 of " + std::to_string(options.rank_count) + " needs rank_endpoints, one per rank; got " +
             std::to_string(options.rank_endpoints.size()));
+  }
+  // Every consumer connects to these and would refuse a malformed one, each on its own and
+  // late: refused here, where the trainer can still fix it. Rank 0's own entry is not read.
+  for (std::size_t r = 1; r < options.rank_endpoints.size(); ++r) {
+    const std::string& e = options.rank_endpoints[r];
+    const std::string what = "rank_endpoints[" + std::to_string(r) + "]";
+    if (e.size() > protocol::kShownPeerTextBytes || printable_text(e, e.size(), Backslash::kKept) != e)
+      invalid(what + " " + shown_text(e) + " holds control or non-ASCII characters, or is over " +
+              std::to_string(protocol::kShownPeerTextBytes) + " bytes");
+    if (e.rfind("tcp://", 0) != 0 && e.rfind("ipc://", 0) != 0)
+      invalid(what + " " + shown_text(e) + " must start with tcp:// or ipc:// (rank " + std::to_string(r) + "'s control endpoint)");
+    wire::check_tcp_port(e, what, false);
   }
   if (options.rank != 0 && !options.rank_endpoints.empty()) {
     invalid("rank_endpoints are rank 0's to tell consumers; rank " + std::to_string(options.rank) + " was given them");

@@ -55,7 +55,7 @@ struct ProducerOptions {
   std::string control_endpoint = "tcp://127.0.0.1:0";
   std::size_t snapshot_slots = 3;  // 2-64: one holds the newest version while another is written
   bool integrity = true;           // XXH3 digest per tensor, checked by consumers
-  std::uint64_t first_version = 1; // a restarted trainer may continue its numbering
+  std::uint64_t first_version = 1; // 1 to 2^64 - 2; a restarted trainer may continue its numbering
   // A consumer's hold on a slot lapses after this long without progress (no chunk of its
   // transfer completing), so a dead or hung consumer cannot pin a slot for ever while a slow
   // one still finishes. publish() waits at most this long for a slot: it then revokes the

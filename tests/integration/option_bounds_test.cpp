@@ -193,6 +193,9 @@ TEST(OptionBounds, VersionNumbersDoNotWrapAround) {
   producer.register_tensor({{"w", DType::kF32, {1}}, &value});
   EXPECT_EQ(producer.publish(1).version, std::numeric_limits<std::uint64_t>::max() - 1);
   EXPECT_REFUSED(producer.publish(2), ErrorCode::kState, "version numbers are used up");
+  // A first version that could never be published is refused when the producer is made.
+  options.first_version = std::numeric_limits<std::uint64_t>::max();
+  EXPECT_REFUSED(Producer(options), ErrorCode::kInvalidArgument, "first_version must be 1 to 2^64 - 2, got 18446744073709551615");
 }
 
 TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {

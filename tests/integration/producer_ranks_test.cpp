@@ -300,6 +300,22 @@ TEST(ProducerRanksFaults, RanksAreCheckedWhereTheyAreConfigured) {
   } catch (const modelcast::Error& e) {
     EXPECT_NE(std::string(e.what()).find("rank_count 257 is more than the 256 ranks"), std::string::npos) << e.what();
   }
+  // Endpoints every consumer would refuse, each on its own once it joined, are refused here.
+  options.rank_count = 2;
+  for (const auto& [endpoint, said] : std::vector<std::pair<std::string, std::string>>{
+           {"bogus://x", "rank_endpoints[1] 'bogus://x' must start with tcp:// or ipc://"},
+           {"tcp://127.0.0.1:99999", "rank_endpoints[1] 'tcp://127.0.0.1:99999' has port '99999'"},
+           {"", "rank_endpoints[1] '' must start with"},
+           {"tcp://a\nb:1", "holds control or non-ASCII characters"}}) {
+    options.rank_endpoints = {"", endpoint};
+    try {
+      modelcast::Producer p(options);
+      ADD_FAILURE() << "rank endpoint '" << endpoint << "' was accepted";
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
+    }
+  }
   modelcast::ProducerOptions one;
   modelcast::Producer producer(one);
   std::vector<float> x(8);
