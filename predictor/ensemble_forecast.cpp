@@ -45,6 +45,15 @@ void validate_observed(std::span<const CurvePoint> observed, const ForecastOptio
       throw Error(ErrorCode::kInvalidArgument, "forecast: member_prior for '" + family + "' must be finite and >= 0");
   if (!(options.backtest_fraction > 0 && options.backtest_fraction < 1))
     throw Error(ErrorCode::kInvalidArgument, "forecast: backtest_fraction must be in (0, 1)");
+  // NaN made every band NaN, and a negative one put lower above upper.
+  if (!(std::isfinite(options.band_z) && options.band_z >= 0))
+    throw Error(ErrorCode::kInvalidArgument, "forecast: band_z must be finite and >= 0, got " + std::to_string(options.band_z));
+  // Fewer would leave nothing to forecast with but the fallback, whatever fits.
+  if (options.max_members < 1)
+    throw Error(ErrorCode::kInvalidArgument, "forecast: max_members must be >= 1, got " + std::to_string(options.max_members));
+  if (options.starts_per_family < 1)
+    throw Error(ErrorCode::kInvalidArgument,
+                "forecast: starts_per_family must be >= 1, got " + std::to_string(options.starts_per_family));
 }
 
 // Future logged steps: given, or the recent cadence continued to total_steps.

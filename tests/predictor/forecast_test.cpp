@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 
 #include "modelcast/predictor_forecast.h"
@@ -247,6 +248,25 @@ TEST(Forecast, RejectsBadInput) {
     ADD_FAILURE() << "a total_steps beyond 2^53 was taken";
   } catch (const modelcast::Error& e) {
     EXPECT_NE(std::string(e.what()).find("beyond 2^53"), std::string::npos) << e.what();
+  }
+  // Settings that gave a NaN band (band_z NaN), a lower edge above the upper (negative), a
+  // fallback whatever fitted (no member or no start), or a crash (negative starts).
+  const std::vector<CurvePoint> prefix{{10, 1.0, 1.0}, {20, 0.9, 2.0}, {30, 0.85, 3.0}};
+  const std::vector<std::pair<std::function<void(ForecastOptions&)>, std::string>> refused = {
+      {[](ForecastOptions& f) { f.band_z = std::nan(""); }, "band_z must be finite and >= 0"},
+      {[](ForecastOptions& f) { f.band_z = -3; }, "band_z must be finite and >= 0, got -3"},
+      {[](ForecastOptions& f) { f.max_members = 0; }, "max_members must be >= 1, got 0"},
+      {[](ForecastOptions& f) { f.starts_per_family = -1; }, "starts_per_family must be >= 1, got -1"}};
+  for (const auto& [change, said] : refused) {
+    ForecastOptions bad;
+    bad.total_steps = 100;
+    change(bad);
+    try {
+      forecast_curve(prefix, bad);
+      ADD_FAILURE() << "taken: " << said;
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
+    }
   }
 }
 
