@@ -13,6 +13,7 @@
 #include "common/duration_option.h"
 #include "common/shown_text.h"
 #include "core/model/manifest.h"
+#include "core/wire/zmq_channel.h"
 #include "device/device_runtime.h"
 #include "transports/delivery_path.h"
 #include "modelcast/error.h"
@@ -78,6 +79,7 @@ void check_caller_buffers(const std::vector<std::span<std::byte>>& buffers) {
 
 ConsumerOptions checked(ConsumerOptions options) {
   if (options.producer_endpoint.empty()) throw Error(ErrorCode::kInvalidArgument, "producer_endpoint is empty");
+  wire::check_no_nul(options.producer_endpoint, "producer_endpoint");
   if (options.model_name.empty()) throw Error(ErrorCode::kInvalidArgument, "model_name is empty");
   // No producer could serve another name: it would be refused at the join, or never answered.
   if (auto why = name_problem(options.model_name)) throw Error(ErrorCode::kInvalidArgument, "model_name " + *why);

@@ -20,6 +20,13 @@ std::string bind_spelling(const std::string& endpoint) {
   return endpoint;
 }
 
+void check_no_nul(const std::string& endpoint, const std::string& what) {
+  if (const auto nul = endpoint.find('\0'); nul != std::string::npos) {
+    throw Error(ErrorCode::kInvalidArgument, what + " '" + endpoint.substr(0, nul) + "' goes on past a NUL byte at byte " +
+                                                 std::to_string(nul) + ": ZeroMQ would take only the part before it");
+  }
+}
+
 void check_tcp_port(const std::string& endpoint, const std::string& what, bool any_port) {
   if (endpoint.rfind("tcp://", 0) != 0) return;
   auto colon = endpoint.rfind(':');
@@ -37,6 +44,7 @@ void check_tcp_port(const std::string& endpoint, const std::string& what, bool a
 }
 
 void check_control_endpoint(const std::string& control_endpoint) {
+  check_no_nul(control_endpoint, "control endpoint");
   if (control_endpoint.rfind("tcp://", 0) == 0) {
     check_tcp_port(control_endpoint, "control endpoint", true);
     return;

@@ -14,6 +14,8 @@ namespace modelcast::wire {
 // "tcp://HOST:0" -> "tcp://HOST:*" (ZeroMQ's spelling of "pick a free port"); others unchanged.
 std::string bind_spelling(const std::string& endpoint);
 
+// Throws Error(kInvalidArgument) naming `what` if `endpoint` holds a NUL byte (ZeroMQ takes C strings).
+void check_no_nul(const std::string& endpoint, const std::string& what);
 // For a tcp:// endpoint, throws Error(kInvalidArgument) naming `what` unless its port is 1-65535
 // (0 and "*", any free port, too when `any_port`: a producer binding).
 void check_tcp_port(const std::string& endpoint, const std::string& what, bool any_port);

@@ -76,6 +76,9 @@ TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
   };
   EXPECT_REFUSED(Producer(with([](auto& o) { o.snapshot_slots = 65; })), ErrorCode::kInvalidArgument,
                  "snapshot_slots must be <= 64");
+  // Bound to the part before a NUL, the producer would serve another endpoint than the one given.
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = std::string("tcp://127.0.0.1:0\0junk", 22); })),
+                 ErrorCode::kInvalidArgument, "control endpoint 'tcp://127.0.0.1:0' goes on past a NUL byte at byte 17");
   EXPECT_REFUSED(Producer(with([](auto& o) { o.snapshot_slots = std::numeric_limits<std::size_t>::max(); })),
                  ErrorCode::kInvalidArgument, "snapshot_slots must be <= 64");
   // A chunk near 2^64 once made a plan of no chunks: consumers installed zeros as verified.
@@ -208,6 +211,9 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  ErrorCode::kInvalidArgument, "producer_endpoint 'tcp://127.0.0.1:99999' has port '99999'; a port is 1 to 65535");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://127.0.0.1:0"; })),
                  ErrorCode::kInvalidArgument, "a port is 1 to 65535");
+  // ZeroMQ takes C strings: the part before a NUL would be used, another endpoint than the one given.
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = std::string("tcp://127.0.0.1:7\0junk", 22); })),
+                 ErrorCode::kInvalidArgument, "producer_endpoint 'tcp://127.0.0.1:7' goes on past a NUL byte at byte 17");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.model_name = std::string(1 << 20, 'm'); })), ErrorCode::kInvalidArgument,
                  "model_name is 1048576 bytes; the limit is 4096");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.model_name = "\xff"; })), ErrorCode::kInvalidArgument,
