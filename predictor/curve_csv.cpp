@@ -2,8 +2,10 @@
 //   plain:  step,loss[,time_s]       (header optional; columns by name when present)
 //   curves: run,track,record,step,total_steps,<loss column>,train_time_s
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -201,10 +203,13 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
 }
 
 LossLog read_loss_log_file(const std::string& path, const CsvOptions& options) {
+  // The file system takes the path up to a NUL: another file than the one named would be read.
+  if (const auto nul = path.find('\0'); nul != std::string::npos)
+    throw CsvError(path.substr(0, nul), 0, "the path goes on past a NUL byte at byte " + std::to_string(nul) + ", which no file name holds");
   // A directory opens as a stream that reads nothing, which would be reported as an empty file.
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) throw CsvError(path, 0, "is a directory, not a file");
   std::ifstream in(path);
-  if (!in) throw CsvError(path, 0, "cannot open file");
+  if (!in) throw CsvError(path, 0, std::string("cannot open file: ") + std::strerror(errno));
   return read_loss_log(in, path, options);
 }
 

@@ -8,7 +8,12 @@
 namespace modelcast::python {
 
 py::object python_error(ErrorCode code, const std::string& message) {
-  return py::module_::import("modelcast.errors").attr("error_for")(static_cast<int>(code), message);
+  // A message quotes input (a file's bytes, a name) that need not be UTF-8: decoded strictly, it
+  // became a UnicodeDecodeError that lost the error and what it named.
+  auto text = py::reinterpret_steal<py::str>(
+      PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace"));
+  if (!text) throw py::error_already_set();
+  return py::module_::import("modelcast.errors").attr("error_for")(static_cast<int>(code), text);
 }
 
 void throw_invalid(const std::string& message) { throw Error(ErrorCode::kInvalidArgument, message); }

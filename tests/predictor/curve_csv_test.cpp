@@ -109,6 +109,23 @@ TEST(CurveCsv, ANamedLossColumnIsReadFromAPlainLogOrRefusedWithoutAHeader) {
   expect_error("10,4.0,1\n20,3.5,2\n", 1, "a loss column ('train_loss') names a header column; this log has no header", o);
 }
 
+// The file system takes a path up to a NUL: the file named before it was read instead.
+TEST(CurveCsv, APathWithANulByteIsRefusedAndAMissingFileSaysWhy) {
+  try {
+    read_loss_log_file(std::string("/tmp/log.csv\0junk", 17), {});
+    ADD_FAILURE() << "a path with a NUL byte was taken";
+  } catch (const CsvError& e) {
+    EXPECT_NE(std::string(e.what()).find("/tmp/log.csv:0: the path goes on past a NUL byte at byte 12"), std::string::npos)
+        << e.what();
+  }
+  try {
+    read_loss_log_file("/nonexistent/log.csv", {});
+    ADD_FAILURE() << "a missing file was read";
+  } catch (const CsvError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open file: No such file or directory"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CurveCsv, NonNumericAndNonFiniteValues) {
   expect_error("step,loss\n10,4.0\n20,abc\n", 3, "not a number");
   expect_error("step,loss\n10,4.0\n20,nan\n30,3.0\n", 3, "not finite");
