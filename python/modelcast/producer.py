@@ -105,7 +105,10 @@ class Producer(Service):
         """
         self._check_storage()
         try:
-            # Not int(): a float step (a fraction of an epoch, say) would silently lose its fraction.
+            # Not int(): a float step (a fraction of an epoch, say) would silently lose its fraction;
+            # nor a bool, which operator.index takes as 0 or 1.
+            if isinstance(step, bool):
+                raise TypeError
             step = operator.index(step)
         except TypeError:
             raise InvalidArgumentError(f"publish(): step must be an integer, got {step!r} "

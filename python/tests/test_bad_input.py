@@ -105,7 +105,7 @@ def test_library_checks_surface_with_their_codes(producer):
 def test_a_step_that_is_not_an_integer_is_refused_naming_it(producer):
     # int() would make publish(1.5) step 1 without a word.
     producer.register("w", np.ones(3, dtype=np.float32))
-    for step in (1.5, 2.0, "3"):
+    for step in (1.5, 2.0, "3", True):
         with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "step", repr(step)):
             producer.publish(step)
     assert producer.stats().versions_published == 0

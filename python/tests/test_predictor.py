@@ -5,6 +5,7 @@ import math
 import os
 import subprocess
 
+import numpy as np
 import pytest
 
 import modelcast
@@ -132,6 +133,33 @@ def test_predictor_errors_carry_codes():
     options.costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2, max_slowdown_s=math.nan)
     with pytest.raises(modelcast.InvalidArgumentError, match="costs.max_slowdown_s"):
         predictor.OnlineScheduler(options)
+
+
+def test_a_loss_log_with_odd_bytes_or_path_is_an_error_naming_it(tmp_path):
+    # A byte that is not UTF-8 in a quoted field once turned the error into a UnicodeDecodeError
+    # that lost its file and line; a NUL in the path read the file named before it.
+    log = tmp_path / "odd.csv"
+    log.write_bytes(b"step,loss,time_s\n10,4.0,1\n20,\xff,2\n")
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"odd\.csv:3: .*\\xff"):
+        predictor.read_loss_log_file(str(log))
+    good = tmp_path / "good.csv"
+    good.write_text("step,loss,time_s\n10,4.0,1\n20,3.0,2\n")
+    with pytest.raises(modelcast.InvalidArgumentError, match="past a NUL byte at byte"):
+        predictor.read_loss_log_file(str(good) + "\x00junk")
+    with pytest.raises(modelcast.InvalidArgumentError, match="cannot open file: No such file or directory"):
+        predictor.read_loss_log_file(str(tmp_path / "missing.csv"))
+
+
+def test_a_step_that_is_not_an_integer_is_refused_naming_it():
+    # int() made step 1.7 step 1 and a run of 600.7 steps one of 600, without a word.
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"steps\[1\] must be an integer, got 1.7"):
+        predictor.curve_points([1, 1.7], [2.0, 1.0])
+    costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2)
+    with pytest.raises(modelcast.InvalidArgumentError, match="total_steps must be an integer, got 600.7"):
+        predictor.plan(curve(), warmup_step=200, total_steps=600.7, costs=costs)
+    with pytest.raises(modelcast.InvalidArgumentError, match="warmup_step must be an integer, got True"):
+        predictor.online_options(600, True, 0.5, 0.2)
+    assert predictor.curve_points([np.int64(3)], [1.0])[0].step == 3  # integer types other than int are integers
 
 
 def test_online_options_refuse_an_unknown_work_mode():
