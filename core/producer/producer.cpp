@@ -39,6 +39,7 @@
 #include "common/duration_option.h"
 #include "common/log.h"
 #include "common/shown_text.h"
+#include "core/layout/box.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
 #include "core/wire/protocol.h"
@@ -242,6 +243,16 @@ class Producer::Impl {
       placed.global_shape = tensor.global_shape;
       placed.global_offset = tensor.global_offset;
       check_placement(placed, ErrorCode::kInvalidArgument);
+      // The only rank publishes every piece there is: the rest of the tensor would be nowhere,
+      // and a consumer wanting it would get nothing of it, without a word.
+      if (options_.rank_count == 1 && (tensor.global_shape != spec.shape ||
+                                       std::any_of(tensor.global_offset.begin(), tensor.global_offset.end(),
+                                                   [](std::int64_t o) { return o != 0; }))) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "tensor '" + spec.name + "' is a piece of shape " + layout::shape_to_string(spec.shape) + " at " +
+                        layout::shape_to_string(tensor.global_offset) + " of " + layout::shape_to_string(tensor.global_shape) +
+                        ", but this producer is its model's only rank (rank_count 1): no rank would publish the rest");
+      }
     }
     names_.insert(spec.name);
     planned_bytes_ = total;

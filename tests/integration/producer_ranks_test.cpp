@@ -329,6 +329,21 @@ TEST(ProducerRanksFaults, RanksAreCheckedWhereTheyAreConfigured) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("'x'"), std::string::npos) << e.what();
   }
+  // A piece that fits, on a producer that is its model's only rank: the rest of the tensor would
+  // be published by no one, and a consumer wanting it got a model without it, without a word.
+  ref.global_offset = {2, 0};
+  try {
+    producer.register_tensor(ref);
+    ADD_FAILURE() << "a piece on the only rank was accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tensor 'x' is a piece of shape [2, 4] at [2, 0] of [4, 4], but this producer is "
+                                         "its model's only rank (rank_count 1)"),
+              std::string::npos) << e.what();
+  }
+  ref.global_offset = {0, 0};  // the whole of it, as a piece: fine
+  ref.global_shape = {2, 4};
+  EXPECT_NO_THROW(producer.register_tensor(ref));
 }
 
 namespace {
