@@ -102,13 +102,16 @@ struct ProducerOptions {
   // snapshot with publish(step), with no barrier between ranks; a consumer installs a step once
   // it holds the pieces it wants of that step from every rank. Consumers are told rank 0's
   // endpoint: rank 0 needs `rank_endpoints`, every rank's control endpoint in rank order (its
-  // own entry is not read), and tells them the others. So start ranks 1.. first (port 0 is
-  // fine), gather their control_endpoint() (an all_gather), then rank 0.
+  // own entry is not read; the others must be tcp:// or ipc:// endpoints a consumer can connect
+  // to), and tells them the others. So start ranks 1.. first (port 0 is fine), gather their
+  // control_endpoint() (an all_gather), then rank 0. With rank_count 1 a piece must be its whole
+  // tensor: no other rank publishes the rest.
   std::uint32_t rank = 0;
   std::uint32_t rank_count = 1;  // at most 256, the ranks a consumer takes
   std::vector<std::string> rank_endpoints;
   // Optional; runs on the service thread after each delivery a consumer confirmed. Keep it short:
-  // the service waits for it. What it throws is logged and ignored.
+  // the service waits for it. What it throws is logged and ignored. It must not destroy the
+  // Producer (its destructor joins the thread it runs on).
   std::function<void(const Delivery&)> on_delivery;
   PersistOptions persist;  // checkpoints on disk, off the hot path; off unless directory is set
 };
