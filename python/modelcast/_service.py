@@ -1,10 +1,11 @@
-"""What Producer and Consumer share: option structs from keyword arguments, callback checks,
+"""What Producer and Consumer share: option structs from keyword arguments, argument and callback checks,
 closing every live one at interpreter exit, stats, callback error counts, and ``with``."""
 
 import atexit
 import datetime
 import math
 import numbers
+import operator
 import weakref
 
 from .errors import InvalidArgumentError
@@ -23,6 +24,18 @@ def check_callback(what, name, fn):
     """InvalidArgumentError unless ``fn`` is None or callable."""
     if fn is not None and not callable(fn):
         raise InvalidArgumentError(f"{what}: {name} must be callable or None, not {type(fn).__name__}")
+
+
+def integer(name, value):
+    """``value`` as an int; InvalidArgumentError naming ``name`` for anything else. Not int(): a
+    float (a fraction of an epoch, say) would silently lose its fraction; nor a bool, which
+    operator.index takes as 0 or 1. Integer types other than int (NumPy's, a 0-d tensor) are taken."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise InvalidArgumentError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
 # The longest duration the library takes at its word (common/clock.h, kLongestWait: 100 years);

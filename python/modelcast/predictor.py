@@ -6,7 +6,6 @@ the same names; :func:`plan` and :func:`online_options` are conveniences on top.
 
 import collections
 import math
-import operator
 
 from ._core.predictor import (CurvePoint, Forecast, ForecastMember, ForecastOptions, LossLog, LrSchedule,
                               OnlineOptions, OnlineScheduler, OnlineStats, PublishCosts, ReferenceCurve,
@@ -14,20 +13,10 @@ from ._core.predictor import (CurvePoint, Forecast, ForecastMember, ForecastOpti
                               evaluate_cil, extend_with_forecast, fixed_interval_schedule, forecast_curve,
                               forecast_viper, plan_from, plan_optimal, plan_prefix, read_loss_log_file, snap_to_candidates,
                               threshold_schedule, trajectory_of, validate_problem)
+from ._service import integer
 from .errors import InvalidArgumentError
 
 Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index expected_cil point_forecast")
-
-
-def _step(value, what):
-    """``value`` as an integer step; InvalidArgumentError naming ``what`` for a float (int() would
-    drop its fraction and plan for another step) or a bool."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return operator.index(value)
-    except TypeError:
-        raise InvalidArgumentError(f"{what} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
 def curve_points(steps, loss, time_s=None):
@@ -36,7 +25,7 @@ def curve_points(steps, loss, time_s=None):
         time_s = [math.nan] * len(steps)
     if not len(steps) == len(loss) == len(time_s):
         raise InvalidArgumentError(f"steps, loss and time_s differ in length ({len(steps)}, {len(loss)}, {len(time_s)})")
-    return [CurvePoint(_step(s, f"steps[{i}]"), float(l), float(t)) for i, (s, l, t) in enumerate(zip(steps, loss, time_s))]
+    return [CurvePoint(integer(f"steps[{i}]", s), float(l), float(t)) for i, (s, l, t) in enumerate(zip(steps, loss, time_s))]
 
 
 def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule=None):
@@ -53,8 +42,8 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     forecast before hedging). Pure; raises InvalidArgumentError for a warm-up step that was not
     logged, fewer than 2 points up to it, or total_steps not beyond it.
     """
-    warmup_step = _step(warmup_step, "warmup_step")
-    total_steps = _step(total_steps, "total_steps")
+    warmup_step = integer("warmup_step", warmup_step)
+    total_steps = integer("total_steps", total_steps)
     prefix = [p for p in points if p.step <= warmup_step]
     if not prefix or prefix[-1].step != warmup_step:
         raise InvalidArgumentError(f"warm-up step {warmup_step} is not a logged step")
@@ -81,10 +70,10 @@ def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1
     (InvalidArgumentError for an unknown one)."""
     options = OnlineOptions()
     forecast = options.forecast
-    forecast.total_steps = _step(total_steps, "total_steps")
+    forecast.total_steps = integer("total_steps", total_steps)
     options.forecast = forecast
     options.costs = PublishCosts(stall_s=stall_s, delivery_s=delivery_s, request_rate=request_rate)
-    options.warmup_step = _step(warmup_step, "warmup_step")
+    options.warmup_step = integer("warmup_step", warmup_step)
     for key, value in settings.items():
         if key.startswith("_") or not hasattr(options, key):
             raise InvalidArgumentError(f"OnlineOptions has no field '{key}'")

@@ -1,10 +1,8 @@
 """Producer: lives in the trainer, registers its tensors and publishes versions of them."""
 
-import operator
-
 from . import _core
 from ._dtypes import _is_torch_tensor, describe_memory
-from ._service import Service, _live, check_callback, options_from, seconds
+from ._service import Service, _live, check_callback, integer, options_from, seconds
 from .errors import InvalidArgumentError
 
 class Producer(Service):
@@ -104,15 +102,7 @@ class Producer(Service):
           0 (torch's default stream) is the legacy default stream, so it means the same.
         """
         self._check_storage()
-        try:
-            # Not int(): a float step (a fraction of an epoch, say) would silently lose its fraction;
-            # nor a bool, which operator.index takes as 0 or 1.
-            if isinstance(step, bool):
-                raise TypeError
-            step = operator.index(step)
-        except TypeError:
-            raise InvalidArgumentError(f"publish(): step must be an integer, got {step!r} "
-                                       f"({type(step).__name__})") from None
+        step = integer("publish(): step", step)
         meta = {str(k): str(v) for k, v in (metadata or {}).items()}
         return self._impl.publish(step, meta, _handle(stream, "stream", ("cuda_stream", "ptr")),
                                   _handle(event, "event", ("cuda_event", "ptr")))
