@@ -26,16 +26,44 @@ def check_callback(what, name, fn):
         raise InvalidArgumentError(f"{what}: {name} must be callable or None, not {type(fn).__name__}")
 
 
-def integer(name, value):
-    """``value`` as an int; InvalidArgumentError naming ``name`` for anything else. Not int(): a
-    float (a fraction of an epoch, say) would silently lose its fraction; nor a bool, which
-    operator.index takes as 0 or 1. Integer types other than int (NumPy's, a 0-d tensor) are taken."""
+def integer(name, value, minimum=None, maximum=None):
+    """``value`` as an int within [minimum, maximum] (either bound optional); InvalidArgumentError
+    naming ``name`` for anything else. Not int(): a float (a fraction of an epoch, say) would
+    silently lose its fraction; nor a bool, which operator.index takes as 0 or 1. Integer types
+    other than int (NumPy's, a 0-d tensor) are taken. The bounds are the C++ type's, checked here
+    because pybind11's own refusal of a value out of range names no parameter."""
     try:
         if isinstance(value, bool):
             raise TypeError
-        return operator.index(value)
+        number = operator.index(value)
     except TypeError:
         raise InvalidArgumentError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
+    if minimum is not None and number < minimum:
+        raise InvalidArgumentError(f"{name} must be at least {minimum}, got {number}")
+    if maximum is not None and number > maximum:
+        raise InvalidArgumentError(f"{name} must be at most {maximum}, got {number}")
+    return number
+
+
+# The ranges of the C++ integer types the library takes (std::int64_t, std::uint64_t, std::size_t).
+INT64 = (-2**63, 2**63 - 1)
+UINT64 = (0, 2**64 - 1)
+
+
+def text(name, value):
+    """``value`` if it is a str; InvalidArgumentError naming ``name`` otherwise (None included:
+    pybind11 would refuse it with a TypeError naming no parameter)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{name} must be a str, not {type(value).__name__}")
+    return value
+
+
+def integers(name, values, minimum=None, maximum=None):
+    """A list of ints from a sequence (a list, tuple, torch.Size); InvalidArgumentError naming
+    ``name`` and the element that is not an integer in range."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(f"{name} must be a sequence of integers, not {type(values).__name__}")
+    return [integer(f"{name}[{i}]", v, minimum, maximum) for i, v in enumerate(values)]
 
 
 # The longest duration the library takes at its word (common/clock.h, kLongestWait: 100 years);

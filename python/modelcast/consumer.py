@@ -2,7 +2,7 @@
 
 from . import _core
 from ._dtypes import dtype_name, tensor_spec
-from ._service import Service, _live, check_callback, options_from, seconds
+from ._service import UINT64, Service, _live, check_callback, integer, options_from, seconds, text
 from .errors import InvalidArgumentError
 
 
@@ -55,7 +55,7 @@ class Consumer(Service):
         check_callback("Consumer", "on_update", on_update)
         check_callback("Consumer", "on_error", on_error)
         opts = options_from(_core.ConsumerOptions, options, "Consumer")
-        opts.producer_endpoint = producer_endpoint
+        opts.producer_endpoint = text("Consumer: producer_endpoint", producer_endpoint)
         if expected_layout is not None:
             opts.expected_layout = [tensor_spec(e) for e in expected_layout]
         if conversions is not None:
@@ -73,6 +73,7 @@ class Consumer(Service):
         """The newest ModelView once a version >= ``version`` is installed, or None after
         ``timeout`` seconds. Releases the GIL while waiting; raises StateError if another thread
         closes the consumer meanwhile."""
+        version = integer("wait_for_version(): version", version, *UINT64)
         return self._impl.wait_for_version(version, seconds("wait_for_version", "timeout", timeout, forever_ok=True))
 
     def close(self):

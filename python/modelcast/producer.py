@@ -2,7 +2,7 @@
 
 from . import _core
 from ._dtypes import _is_torch_tensor, describe_memory
-from ._service import Service, _live, check_callback, integer, options_from, seconds
+from ._service import INT64, UINT64, Service, _live, check_callback, integer, integers, options_from, seconds, text
 from .errors import InvalidArgumentError
 
 class Producer(Service):
@@ -60,6 +60,9 @@ class Producer(Service):
         registering the same box replicate it. Consumers told rank 0's endpoint assemble a step
         once every rank published it.
         """
+        text("register(): name", name)
+        global_shape = integers("register(): global_shape", global_shape or [], 0, INT64[1])
+        global_offset = integers("register(): global_offset", global_offset or [], 0, INT64[1])
         m = describe_memory(name, tensor)
         # A shape from an interface (not from real memory) may claim any size: said here, rather
         # than as the binding's TypeError for a number past 64 bits.
@@ -68,7 +71,7 @@ class Producer(Service):
         if m.nbytes >= 2**64:
             raise InvalidArgumentError(f"tensor '{name}' with shape {m.shape} has more bytes than 64 bits can count")
         self._impl.register_memory(name, m.dtype, m.shape, m.address, m.nbytes, m.owners, m.memory, m.device,
-                                   list(global_shape or []), list(global_offset or []))
+                                   global_shape, global_offset)
         if _is_torch_tensor(tensor):
             self._torch_tensors.append((name, tensor, m.address, m.nbytes, tensor.dtype))
 
@@ -102,7 +105,10 @@ class Producer(Service):
           0 (torch's default stream) is the legacy default stream, so it means the same.
         """
         self._check_storage()
-        step = integer("publish(): step", step)
+        step = integer("publish(): step", step, *INT64)
+        if metadata is not None and not callable(getattr(metadata, "items", None)):
+            raise InvalidArgumentError(f"publish(): metadata must be a mapping of names to values (a dict) or None, "
+                                       f"not {type(metadata).__name__}")
         meta = {str(k): str(v) for k, v in (metadata or {}).items()}
         return self._impl.publish(step, meta, _handle(stream, "stream", ("cuda_stream", "ptr")),
                                   _handle(event, "event", ("cuda_event", "ptr")))
@@ -129,6 +135,7 @@ class Producer(Service):
     def wait_for_consumers(self, count, timeout):
         """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released).
         Raises StateError if another thread closes the producer meanwhile."""
+        count = integer("wait_for_consumers(): count", count, *UINT64)
         return self._impl.wait_for_consumers(count, seconds("wait_for_consumers", "timeout", timeout, forever_ok=True))
 
     @property

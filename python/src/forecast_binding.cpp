@@ -5,7 +5,9 @@
 #include <limits>
 #include <vector>
 
+#include "arguments.h"
 #include "bindings.h"
+#include "errors.h"
 #include "modelcast/predictor.h"
 
 namespace modelcast::python {
@@ -129,14 +131,25 @@ void bind_forecast(py::module_& m) {
       .def_readonly("has_time", &mp::LossLog::has_time)
       .def_readonly("run", &mp::LossLog::run)
       .def_readonly("warnings", &mp::LossLog::warnings);
-  m.def("read_loss_log_file", [](const std::string& path, const std::string& run, const std::string& loss_column, std::size_t min_points) {
+  m.def("read_loss_log_file", [](const py::object& path, const py::object& run, const py::object& loss_column,
+                                 const py::object& min_points) {
+          // A path may be a pathlib.Path (os.fspath), as open() takes it.
+          const py::object fspath = py::module_::import("os").attr("fspath");
+          py::object text_path;
+          try {
+            text_path = fspath(path);
+          } catch (const py::error_already_set&) {
+            throw_invalid(std::string("read_loss_log_file(): path must be a str or a path, not ") + Py_TYPE(path.ptr())->tp_name);
+          }
+          const std::string file = text_argument(text_path, "read_loss_log_file(): path");
           mp::CsvOptions o;
-          o.run = run;
-          o.loss_column = loss_column;
-          o.min_points = min_points;
-          return mp::read_loss_log_file(path, o);
+          o.run = text_argument(run, "read_loss_log_file(): run");
+          o.loss_column = text_argument(loss_column, "read_loss_log_file(): loss_column");
+          o.min_points = index_argument(min_points, "read_loss_log_file(): min_points");
+          py::gil_scoped_release released;
+          return mp::read_loss_log_file(file, o);
         },
-        py::arg("path"), py::arg("run") = "", py::arg("loss_column") = "", py::arg("min_points") = 2, nogil,
+        py::arg("path"), py::arg("run") = "", py::arg("loss_column") = "", py::arg("min_points") = 2,
         "Reads a step,loss[,time_s] CSV or the curves format; InvalidArgumentError naming file and line.\n"
         "loss_column: the loss column's header name; empty: val_loss in the curves format, loss otherwise.");
 }

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "arguments.h"
 #include "bindings.h"
 #include "errors.h"
 #include "modelcast/error.h"
@@ -157,6 +158,17 @@ struct ViewTensor {
   std::size_t part = 0;
 };
 
+// The (name, part) arguments of a ModelView method, checked by us (arguments.h says why).
+struct TensorAt {
+  std::string name;
+  std::size_t part;
+};
+
+TensorAt tensor_at(const py::handle& name, const py::handle& part, const char* method) {
+  const std::string prefix = std::string("ModelView.") + method + "(): ";
+  return {text_argument(name, prefix + "name"), index_argument(part, prefix + "part")};
+}
+
 // (offset, whole_shape) of a part, or None for a whole tensor.
 py::object box_of(const TensorView& t) {
   if (!t.is_part()) return py::none();
@@ -204,44 +216,57 @@ void bind_view(py::module_& m) {
         return std::chrono::duration<double>(require_version(v).update_latency()).count();
       }, "Seconds from the producer's publish() call until this consumer installed the version.")
       .def("__len__", [](const ModelView& v) { return v.empty() ? std::size_t{0} : v.tensor_count(); })
-      .def("__contains__", [](const ModelView& v, const std::string& name) {
-        return !v.empty() && v.find(name).has_value();
+      .def("__contains__", [](const ModelView& v, const py::object& name) {
+        // As a dict answers for a key of another type: not there (tensor names are str).
+        return py::isinstance<py::str>(name) && !v.empty() && v.find(name.cast<std::string>()).has_value();
       })
       .def("specs", [](const ModelView& v) {
         std::vector<TensorSpec> specs;
         for (const auto& t : require_version(v).tensors()) specs.push_back(*t.spec);
         return specs;
       }, "TensorSpec of every tensor, in the producer's registration order.")
-      .def("scales", [](const ModelView& v, const std::string& name, std::size_t part) {
-        auto t = part_of(v, name, part);
+      .def("scales", [](const ModelView& v, const py::object& name, const py::object& part) {
+        const auto at = tensor_at(name, part, "scales");
+        auto t = part_of(v, at.name, at.part);
         return py::make_tuple(std::vector<float>(t.scales.begin(), t.scales.end()), t.scale_block);
       }, py::arg("name"), py::arg("part") = 0,
            "(scales, scale_block) of an f8e4m3 tensor the consumer converted: element i is its code's value "
            "times scales[i // scale_block] (scales[0] when scale_block is 0); ([], 0) for other tensors.")
-      .def("box", [](const ModelView& v, const std::string& name, std::size_t part) { return box_of(part_of(v, name, part)); },
+      .def("box", [](const ModelView& v, const py::object& name, const py::object& part) {
+             const auto at = tensor_at(name, part, "box");
+             return box_of(part_of(v, at.name, at.part));
+           },
            py::arg("name"), py::arg("part") = 0,
            "(offset, whole_shape) of a tensor this consumer keeps a part of (its `wants`): where the part "
            "starts in the whole tensor, per dimension, and the whole tensor's shape; the view's own shape "
            "is the part's. None for a whole tensor. `part` picks one of several boxes (see parts()).")
-      .def("parts", [](const ModelView& v, const std::string& name) {
+      .def("parts", [](const ModelView& v, const py::object& name) {
         py::list boxes;
-        for (const auto& t : require_version(v).parts(name)) boxes.append(box_of(t));
+        for (const auto& t : require_version(v).parts(text_argument(name, "ModelView.parts(): name"))) boxes.append(box_of(t));
         return boxes;
       }, py::arg("name"),
            "The box of each view of `name`, in its want's order: one per box the consumer keeps (index them "
            "with the `part` argument of array(), tensor(), box(), scales(), dlpack()), [None] for a whole "
            "tensor, [] for one it does not keep.")
-      .def("spec", [](const ModelView& v, const std::string& name, std::size_t part) {
-        return *part_of(v, name, part).spec;
+      .def("spec", [](const ModelView& v, const py::object& name, const py::object& part) {
+        const auto at = tensor_at(name, part, "spec");
+        return *part_of(v, at.name, at.part).spec;
       }, py::arg("name"), py::arg("part") = 0, "TensorSpec of `name`; InvalidArgumentError naming it if absent.")
-      .def("array", &make_array, py::arg("name"), py::arg("part") = 0,
+      .def("array", [](const py::object& self, const py::object& name, const py::object& part) {
+             const auto at = tensor_at(name, part, "array");
+             return make_array(self, at.name, at.part);
+           }, py::arg("name"), py::arg("part") = 0,
            "A read-only NumPy array over the tensor's bytes in this version, no copy. Its base is this "
            "view, so it stays valid while the array lives. InvalidArgumentError if `name` is absent, "
            "its dtype (bf16) has no NumPy type, or it is in device memory (Consumer with memory='cuda').")
-      .def("data_ptr", [](const ModelView& v, const std::string& name, std::size_t part) {
-        return reinterpret_cast<std::uintptr_t>(part_of(v, name, part).data);
+      .def("data_ptr", [](const ModelView& v, const py::object& name, const py::object& part) {
+        const auto at = tensor_at(name, part, "data_ptr");
+        return reinterpret_cast<std::uintptr_t>(part_of(v, at.name, at.part).data);
       }, py::arg("name"), py::arg("part") = 0, "Address of the tensor's bytes inside this version (for zero-copy checks).")
-      .def("tensor", &make_torch_tensor, py::arg("name"), py::arg("part") = 0,
+      .def("tensor", [](const ModelView& v, const py::object& name, const py::object& part) {
+             const auto at = tensor_at(name, part, "tensor");
+             return make_torch_tensor(v, at.name, at.part);
+           }, py::arg("name"), py::arg("part") = 0,
            "A torch tensor over the tensor's bytes in this version, no copy (DLPack); it keeps a copy of "
            "this view alive until torch frees it. Treat it as read-only: writing into it changes what "
            "every reader of this version sees (torch has no read-only tensors). InvalidArgumentError if "
@@ -269,13 +294,17 @@ void bind_view(py::module_& m) {
       }, "{name: torch tensor} for every tensor, no copy (see tensor()); suits Module.load_state_dict, "
          "which copies into the module's own parameters. Of a tensor kept as several boxes, its first "
          "part (the others: tensor(name, part)).")
-      .def("dlpack", [](const ModelView& v, const std::string& name, std::size_t part) {
-        part_of(v, name, part);  // InvalidArgumentError now for an absent name or part
-        return ViewTensor{v, name, part};
+      .def("dlpack", [](const ModelView& v, const py::object& name, const py::object& part) {
+        auto at = tensor_at(name, part, "dlpack");
+        part_of(v, at.name, at.part);  // InvalidArgumentError now for an absent name or part
+        return ViewTensor{v, std::move(at.name), at.part};
       }, py::arg("name"), py::arg("part") = 0,
            "The tensor as a DLPack producer (a ViewTensor with __dlpack__ and __dlpack_device__), e.g. for "
            "torch.from_dlpack: no copy; kDLCUDA and the device for a Consumer with memory='cuda'.")
-      .def("_dlpack", &make_dlpack, py::arg("name"), py::arg("part") = 0,
+      .def("_dlpack", [](const ModelView& v, const py::object& name, const py::object& part) {
+             const auto at = tensor_at(name, part, "_dlpack");
+             return make_dlpack(v, at.name, at.part);
+           }, py::arg("name"), py::arg("part") = 0,
            "A DLPack capsule over the tensor (owns a view copy until the consumer's deleter runs).")
       .def("__repr__", [](const ModelView& v) {
         if (v.empty()) return std::string("ModelView(empty)");

@@ -113,6 +113,49 @@ def test_a_step_that_is_not_an_integer_is_refused_naming_it(producer):
     assert producer.publish(torch.tensor(5)).step == 5
 
 
+def test_arguments_of_the_wrong_type_or_range_are_refused_naming_them(endpoint):
+    # Each was pybind11's TypeError ("incompatible function arguments"), which named no parameter
+    # and escaped `except modelcast.Error`; a metadata that is no mapping was an AttributeError.
+    def refused(call, *words):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, *words):
+            call()
+
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer:
+        w = np.ones(4, dtype=np.float32)
+        refused(lambda: producer.register(None, w), "register(): name must be a str, not NoneType")
+        refused(lambda: producer.register(b"w", w), "register(): name must be a str, not bytes")
+        refused(lambda: producer.register("w", w, global_shape="4", global_offset=[0]),
+                "register(): global_shape must be a sequence of integers, not str")
+        refused(lambda: producer.register("w", w, global_shape=[8], global_offset=[1.5]),
+                "register(): global_offset[0] must be an integer, got 1.5")
+        refused(lambda: producer.register("w", w, global_shape=[-8], global_offset=[0]),
+                "register(): global_shape[0] must be at least 0, got -8")
+        producer.register("w", w, global_shape=torch.Size([4]), global_offset=(np.int64(0),))
+        refused(lambda: producer.publish(2**63), "publish(): step must be at most 9223372036854775807")
+        refused(lambda: producer.publish(1, metadata=["lr", 0.1]), "publish(): metadata must be a mapping", "list")
+        refused(lambda: producer.wait_for_consumers(-1, 0), "wait_for_consumers(): count must be at least 0, got -1")
+        refused(lambda: producer.wait_for_consumers(None, 0), "wait_for_consumers(): count must be an integer")
+        assert producer.stats().versions_published == 0
+        refused(lambda: modelcast.Consumer(None), "Consumer: producer_endpoint must be a str, not NoneType")
+
+        with modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+            refused(lambda: consumer.wait_for_version(-1, 0), "wait_for_version(): version must be at least 0, got -1")
+            refused(lambda: consumer.wait_for_version(2**64, 0), "wait_for_version(): version must be at most")
+            refused(lambda: consumer.wait_for_version("1", 0), "wait_for_version(): version must be an integer, got '1'")
+            view = consumer.wait_for_version(producer.publish(1, metadata={"lr": 0.1}).version, WAIT_S)
+            for method in ("array", "tensor", "box", "spec", "scales", "dlpack", "data_ptr"):
+                call = getattr(view, method)
+                refused(lambda: call(None), f"ModelView.{method}(): name must be a str, not NoneType")
+                refused(lambda: call("w", part=-1), f"ModelView.{method}(): part must not be negative, got -1")
+                refused(lambda: call("w", part=1.0), f"ModelView.{method}(): part must be an integer, got 1.0")
+                refused(lambda: call("w", part=True), f"ModelView.{method}(): part must be an integer, got True")
+            refused(lambda: view.array("w", part=2**70), "ModelView.array(): part is too large")
+            refused(lambda: view.parts(3), "ModelView.parts(): name must be a str, not int")
+            # What is right still works: an integer type other than int, and `in` with another type.
+            assert view.array("w", part=np.int64(0)).tolist() == [1.0] * 4
+            assert 3 not in view and "w" in view
+
+
 def test_a_missing_key_file_is_named_and_said_not_to_exist(tmp_path):
     missing = str(tmp_path / "absent.pub")  # was "line 0: File could not be opened for reading"
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, f"key file '{missing}': does not exist"):

@@ -148,6 +148,14 @@ def test_a_loss_log_with_odd_bytes_or_path_is_an_error_naming_it(tmp_path):
         predictor.read_loss_log_file(str(good) + "\x00junk")
     with pytest.raises(modelcast.InvalidArgumentError, match="cannot open file: No such file or directory"):
         predictor.read_loss_log_file(str(tmp_path / "missing.csv"))
+    # Once pybind11's TypeError naming no parameter; a pathlib.Path was refused too.
+    assert len(predictor.read_loss_log_file(good).points) == 2
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"read_loss_log_file\(\): min_points must not be negative"):
+        predictor.read_loss_log_file(good, min_points=-1)
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"read_loss_log_file\(\): path must be a str or a path"):
+        predictor.read_loss_log_file(None)
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"read_loss_log_file\(\): run must be a str, not int"):
+        predictor.read_loss_log_file(good, run=3)
 
 
 def test_a_step_that_is_not_an_integer_is_refused_naming_it():

@@ -1,0 +1,39 @@
+#include "arguments.h"
+
+#include "errors.h"
+
+namespace modelcast::python {
+namespace {
+
+std::string type_name(const py::handle& value) { return Py_TYPE(value.ptr())->tp_name; }
+
+std::string repr_of(const py::handle& value) {
+  std::string text = py::repr(value).cast<std::string>();
+  return text.size() > 60 ? text.substr(0, 57) + "..." : text;
+}
+
+}  // namespace
+
+std::string text_argument(const py::handle& value, const std::string& what) {
+  if (!PyUnicode_Check(value.ptr())) throw_invalid(what + " must be a str, not " + type_name(value));
+  return value.cast<std::string>();
+}
+
+std::size_t index_argument(const py::handle& value, const std::string& what) {
+  // As Python's own indexing takes it (operator.index); a bool is an int there, but `part=True`
+  // is a slip, not a request for part 1.
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+    throw_invalid(what + " must be an integer, got " + repr_of(value) + " (" + type_name(value) + ")");
+  auto number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!number) throw py::error_already_set();
+  if (PyObject_RichCompareBool(number.ptr(), py::int_(0).ptr(), Py_LT) == 1)
+    throw_invalid(what + " must not be negative, got " + repr_of(number));
+  const std::size_t index = PyLong_AsSize_t(number.ptr());
+  if (index == static_cast<std::size_t>(-1) && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw_invalid(what + " is too large, got " + repr_of(number));
+  }
+  return index;
+}
+
+}  // namespace modelcast::python
