@@ -9,6 +9,7 @@
 #include <new>
 #include <utility>
 
+#include "common/shown_text.h"
 #include "modelcast/predictor_csv.h"
 
 namespace modelcast::predictor {
@@ -98,7 +99,7 @@ FirstRecord read_first_record(std::istream& in, const std::string& source) {
     const std::string& name = first.fields[i];
     if (name.empty()) continue;
     if (find_column(first.fields, name) != static_cast<int>(i)) {
-      throw CsvError(source, first.line_no, "column '" + name + "' appears twice in the header");
+      throw CsvError(source, first.line_no, "column " + shown_text(name) + " appears twice in the header");
     }
   }
   return first;

@@ -11,6 +11,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/shown_text.h"
 #include "modelcast/predictor_csv.h"
 #include "csv_record.h"
 
@@ -46,9 +47,10 @@ struct RowReader {
   std::size_t line_no;
   const std::vector<std::string>& fields;
 
-  // A field as quoted back in an error: at most 40 characters of it.
+  // A field as quoted back in an error: at most 40 bytes of it, anything but printable ASCII as
+  // \xNN (a NUL byte would end the message there: what() is a C string).
   static std::string shown(const std::string& field) {
-    return field.size() <= 40 ? field : field.substr(0, 40) + "... (" + std::to_string(field.size()) + " characters)";
+    return shown_text(field) + (field.size() > 40 ? " (" + std::to_string(field.size()) + " bytes)" : "");
   }
   const std::string& at(int column, const char* name) const {
     if (column >= static_cast<int>(fields.size()))
@@ -58,15 +60,15 @@ struct RowReader {
   std::int64_t integer(int column, const char* name) const {
     std::int64_t v = 0;
     if (!parse_int(at(column, name), v))
-      throw CsvError(source, line_no, std::string("column '") + name + "' is not an integer: '" + shown(at(column, name)) + "'");
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not an integer: " + shown(at(column, name)));
     return v;
   }
   double number(int column, const char* name) const {
     double v = 0;
     if (!parse_double(at(column, name), v))
-      throw CsvError(source, line_no, std::string("column '") + name + "' is not a number: '" + shown(at(column, name)) + "'");
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not a number: " + shown(at(column, name)));
     if (!std::isfinite(v))
-      throw CsvError(source, line_no, std::string("column '") + name + "' is not finite: '" + shown(at(column, name)) + "'");
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not finite: " + shown(at(column, name)));
     return v;
   }
 };
@@ -130,7 +132,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       col.loss = find_column(header, loss_name);
       col.time = find_column(header, "train_time_s");
       if (col.step < 0) throw CsvError(source, line_no, "missing column 'step'");
-      if (col.loss < 0) throw CsvError(source, line_no, "missing loss column '" + loss_name + "'");
+      if (col.loss < 0) throw CsvError(source, line_no, "missing loss column " + shown_text(loss_name));
       if (options.run.empty()) {
         throw CsvError(source, line_no, "a curves file (it has run and total_steps columns): choose its run with --run ID");
       }
@@ -139,13 +141,13 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       col.loss = find_column(header, loss_name);
       col.time = find_column(header, "time_s");
       if (col.step < 0) throw CsvError(source, line_no, "missing column 'step' (expected step,loss[,time_s])");
-      if (col.loss < 0) throw CsvError(source, line_no, "missing column '" + loss_name + "' (expected step," + loss_name + "[,time_s])");
+      if (col.loss < 0) throw CsvError(source, line_no, "missing column " + shown_text(loss_name) + " (expected step," + printable_text(loss_name, 40) + "[,time_s])");
     }
   } else {
     // Reading the second column instead would score a loss the caller did not ask for.
     if (!options.loss_column.empty())
-      throw CsvError(source, line_no, "a loss column ('" + options.loss_column +
-                                          "') names a header column; this log has no header (its columns are step,loss[,time_s])");
+      throw CsvError(source, line_no, "a loss column (" + shown_text(options.loss_column) +
+                                          ") names a header column; this log has no header (its columns are step,loss[,time_s])");
     if (first.size() < 2) throw CsvError(source, line_no, "expected step,loss[,time_s], got " + std::to_string(first.size()) + " column(s)");
     col.step = 0;
     col.loss = 1;
@@ -153,8 +155,8 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     pending_line = line_no;
   }
   if (!curves && !options.run.empty()) {
-    throw CsvError(source, line_no, "a run id ('" + options.run +
-                                        "') selects a run of a curves file (with run and total_steps columns); "
+    throw CsvError(source, line_no, "a run id (" + shown_text(options.run) +
+                                        ") selects a run of a curves file (with run and total_steps columns); "
                                         "this is a single run's step,loss[,time_s] log");
   }
   log.has_time = col.time >= 0;
@@ -195,7 +197,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     last_line = line_no;
     if (!handle(split_csv_record(line, source, line_no), line_no)) break;
   }
-  if (curves && !found_run) throw CsvError(source, last_line, "run '" + options.run + "' not found");
+  if (curves && !found_run) throw CsvError(source, last_line, "run " + shown_text(options.run) + " not found");
   if (log.points.size() < options.min_points)
     throw CsvError(source, last_line, "too few points: " + std::to_string(log.points.size()) + " (need at least " +
                                           std::to_string(options.min_points) + ")");
@@ -229,7 +231,7 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
   col.time = find_column(header, "train_time_s");
   for (auto [c, name] : {std::pair{col.run, "run"}, {col.total, "total_steps"}, {col.step, "step"}, {col.time, "train_time_s"}})
     if (c < 0) throw CsvError(source, 1, std::string("missing column '") + name + "'");
-  if (col.loss < 0) throw CsvError(source, 1, "missing loss column '" + loss_column + "'");
+  if (col.loss < 0) throw CsvError(source, 1, "missing loss column " + shown_text(loss_column));
   CurveCollection out;
   bool current_bad = false;
   while (std::getline(in, line)) {

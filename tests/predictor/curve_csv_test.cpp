@@ -156,7 +156,7 @@ TEST(CurveCsv, AByteOrderMarkIsNotPartOfTheHeader) {
 // Times are seconds of training since it started: the online scheduler refuses a negative one,
 // and a plan made from the same log must not take it either.
 TEST(CurveCsv, ANegativeTimeIsRefused) {
-  expect_error("step,loss,time_s\n10,4.0,-1\n20,3.9,2\n", 2, "column 'time_s' is negative (-1)");
+  expect_error("step,loss,time_s\n10,4.0,-1\n20,3.9,2\n", 2, "column 'time_s' is negative ('-1')");
   CsvOptions o;
   o.run = "r1";
   expect_error("run,track,record,step,total_steps,val_loss,train_time_s\nr1,t,a,0,10,5,0\nr1,t,a,5,10,4,-0.5\n", 3,
@@ -195,7 +195,7 @@ TEST(CurveCsv, ALongBadFieldIsQuotedInPart) {
     FAIL();
   } catch (const CsvError& e) {
     EXPECT_LT(std::string(e.what()).size(), 200u) << "the message holds the whole field";
-    EXPECT_NE(std::string(e.what()).find("100000 characters"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(100000 bytes)"), std::string::npos) << e.what();
   }
 }
 
@@ -238,6 +238,15 @@ TEST(CurveCsv, RejectsMalformedQuotingWithItsLine) {
 TEST(CurveCsv, AGzipFileIsNamedAsSuch) {
   expect_error(std::string("\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03\xad\x92\"\x01\n", 15), 1,
                "looks gzip-compressed; decompress it first");
+}
+
+// A cell or header name was quoted raw: a NUL byte ended the message there (what() is a C
+// string), and a newline or escape sequence reached the terminal.
+TEST(CurveCsv, ACellOrNameWithControlBytesIsQuotedEscapedAndWhole) {
+  expect_error(std::string("step,loss,time_s\n10,4.0,1\n20,ab\0cd,2\n", 37), 3,
+               "column 'loss' is not a number: 'ab\\x00cd'");
+  expect_error("step,loss,time_s\n10,\"4\x1b[2J\",1\n", 2, "column 'loss' is not a number: '4\\x1b[2J'");
+  expect_error(std::string("step,loss,l\0x,l\0x\n10,4.0,1,1\n", 29), 1, "column 'l\\x00x' appears twice");
 }
 
 // Binary garbage in a malformed record was echoed whole, control bytes and all.

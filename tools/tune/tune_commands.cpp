@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "common/shown_text.h"
 #include "csv_record.h"  // predictor/: the loss logs' record splitter
 #include "modelcast/predictor.h"
 #include "progress_meter.h"
@@ -129,9 +130,9 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
     const std::string& a = fields[static_cast<std::size_t>(step_col)];
     const std::string& b = fields[static_cast<std::size_t>(lr_col)];
     if (std::from_chars(a.data(), a.data() + a.size(), step).ptr != a.data() + a.size())
-      throw mp::CsvError(path, n, "step is not an integer: '" + a + "'");
+      throw mp::CsvError(path, n, "step is not an integer: " + shown_text(a));
     if (std::from_chars(b.data(), b.data() + b.size(), lr).ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
-      throw mp::CsvError(path, n, "lr is not a finite number >= 0: '" + b + "'");
+      throw mp::CsvError(path, n, "lr is not a finite number >= 0: " + shown_text(b));
     if (!s.steps.empty() && step <= s.steps.back()) throw mp::CsvError(path, n, "steps not increasing");
     s.steps.push_back(step);
     s.lr.push_back(lr);
