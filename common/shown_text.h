@@ -34,7 +34,12 @@ inline std::string printable_text(std::string_view text, std::size_t limit, Back
 
 // A name, quoted: 'printable text'.
 inline std::string shown_text(std::string_view text, std::size_t limit = 40) {
-  return "'" + printable_text(text, limit) + "'";
+  // Appended rather than `"'" + ... + "'"`, which gcc 12 at -O3 reports as -Wrestrict (GCC bug
+  // 105329, a false positive) wherever this is inlined.
+  std::string out(1, '\'');
+  out += printable_text(text, limit);
+  out += '\'';
+  return out;
 }
 
 }  // namespace modelcast
