@@ -247,9 +247,11 @@ std::vector<StoredVersion> Repository::list(const std::string& model) const {
   for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
     if (auto read = read_entry(entry); read.version) out.push_back(std::move(*read.version));
   }
-  std::sort(out.begin(), out.end(), [](const StoredVersion& a, const StoredVersion& b) {
-    return a.written_at_ns != b.written_at_ns ? a.written_at_ns > b.written_at_ns : a.version > b.version;
-  });
+  // By number, not by written_at_ns: numbers rise in the order versions are written (write()),
+  // and the highest is what Triton loads; a wall clock stepped back, or a repository copied from
+  // a host whose clock runs ahead, would otherwise order the version just written last, and
+  // prune() delete it at once.
+  std::sort(out.begin(), out.end(), [](const StoredVersion& a, const StoredVersion& b) { return a.number > b.number; });
   return out;
 }
 

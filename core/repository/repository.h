@@ -32,7 +32,7 @@ struct StoredVersion {
   std::uint64_t version = 0;  // the producer's version number
   std::int64_t step = 0;
   std::uint64_t incarnation = 0;
-  std::int64_t written_at_ns = 0;  // wall clock when it was written: orders versions across producer restarts
+  std::int64_t written_at_ns = 0;  // wall clock when it was written (shown only: numbers give the order)
   std::map<std::string, std::string> metadata;
   std::vector<std::string> tensor_order;  // registration order
 };
@@ -49,12 +49,13 @@ class Repository {
   // is removed and nothing partial becomes visible.
   std::string write(const VersionSnapshot& snapshot);
 
-  // Removes all but the `keep` most recently written versions of `model`.
+  // Removes all but the `keep` most recently written versions of `model` (the highest numbers).
   // Throws Error(kResource) on I/O failure.
   void prune(const std::string& model, std::size_t keep);
 
-  // Complete versions of `model`, most recently written first. Directories whose name is not
-  // a number or whose metadata.json cannot be read are skipped (they are not ours or are damaged).
+  // Complete versions of `model`, most recently written (highest number) first. Directories
+  // whose name is not a number or whose metadata.json cannot be read are skipped (they are not
+  // ours or are damaged).
   std::vector<StoredVersion> list(const std::string& model) const;
   // The numbered directories list() skips as damaged, each as "directory: why" (for a log:
   // nothing there is served).

@@ -126,6 +126,33 @@ TEST(RepositoryWriter, DirectoryNumbersRiseAcrossProducerRestarts) {
   EXPECT_EQ(stored.front().incarnation, 222u);
 }
 
+// Versions were ordered by their written_at_ns: with that clock ahead on the versions on disk (a
+// repository copied from another host, a wall clock stepped back), the version just written came
+// last, prune() deleted it at once, and a restart served the stale one. The number orders them.
+TEST(RepositoryWriter, TheVersionJustWrittenIsTheNewestWhateverTheClockSaidBefore) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  for (std::uint64_t v : {1, 2, 3}) {
+    repository.write(*snapshot(v));
+    // Written "in the future", as a repository copied from a host whose clock runs ahead.
+    const std::string path = dir / ("repo/m/" + std::to_string(v) + "/metadata.json");
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const auto at = text.find("\"written_at_ns\":");
+    ASSERT_NE(at, std::string::npos) << text;
+    const auto end = text.find_first_of(",}", at);
+    text.replace(at, end - at, "\"written_at_ns\":" + std::to_string(4'000'000'000'000'000'000 + v));
+    std::ofstream(path, std::ios::trunc) << text;
+  }
+  ASSERT_EQ(repository.list("m").at(0).version, 3u);  // the edit left the files readable
+  repository.write(*snapshot(4));
+  repository.prune("m", 3);
+  std::vector<std::uint64_t> kept;
+  for (const auto& stored : repository.list("m")) kept.push_back(stored.version);
+  EXPECT_EQ(kept, (std::vector<std::uint64_t>{4, 3, 2}));
+  EXPECT_TRUE(std::filesystem::exists(dir / "repo/m/4/model.safetensors"));
+}
+
 // Incarnations are random 64-bit values: as a JSON number one above 2^53 is rounded by most JSON
 // readers, so metadata.json holds it as hex text. Repositories written before still read.
 TEST(RepositoryWriter, TheIncarnationIsWrittenAsHexTextAndNumbersWrittenBeforeStillRead) {
