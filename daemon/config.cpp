@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <set>
 
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 
@@ -101,6 +102,25 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
   r.string(t, "http_post", prefix, hook.http_post);
   if (!hook.http_post.empty() && hook.http_post.rfind("http://", 0) != 0) {
     r.fail(*t.get("http_post"), prefix + "http_post", "must start with http://");
+  }
+  if (!hook.http_post.empty()) {
+    // HOST[:PORT] checked here: httplib reads the port with std::stoi, which throws on the hook
+    // thread for one past an int and takes one past 65535 modulo 2^16, another port.
+    const std::string authority = hook.http_post.substr(7, hook.http_post.find('/', 7) - 7);
+    const bool bracketed = authority.rfind('[', 0) == 0;  // an IPv6 literal: [::1]:8000
+    const auto close = authority.find(']');
+    const auto colon = authority.rfind(':');
+    const bool has_port = colon != std::string::npos && (!bracketed || (close != std::string::npos && colon > close));
+    const std::string host = has_port ? authority.substr(0, colon) : authority;
+    if (host.empty() || (bracketed && close != host.size() - 1) || host.find_first_of("{}@?#% ") != std::string::npos) {
+      r.fail(*t.get("http_post"), prefix + "http_post",
+             "must be http://HOST[:PORT]/PATH with a literal HOST (placeholders go in the path), got " +
+                 modelcast::shown_text(authority, 80) + " before the path");
+    }
+    if (has_port && listen_port(authority).value_or(0) == 0) {
+      r.fail(*t.get("http_post"), prefix + "http_post",
+             "has port " + modelcast::shown_text(authority.substr(colon + 1), 20) + "; a port is 1-65535");
+    }
   }
   if (const toml::node* node = t.get("command")) {
     const toml::array* argv = node->as_array();
@@ -238,6 +258,17 @@ std::vector<modelcast::TensorConversion> read_conversions(const Reader& r, const
   return conversions;
 }
 
+// A name with a control character (NUL included) is refused: the library's consumer refuses it
+// at the start, so --check must too, and it would forge the log lines that show the name.
+void no_control_characters(const Reader& r, const toml::table& t, const std::string& prefix, const char* key,
+                           const std::string& value) {
+  const auto bad = std::find_if(value.begin(), value.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (bad != value.end()) {
+    r.fail(*t.get(key), prefix + key,
+           modelcast::shown_text(value) + " has a control character at byte " + std::to_string(bad - value.begin()));
+  }
+}
+
 ModelConfig read_model(const Reader& r, const toml::table& t, const std::string& prefix) {
   r.only(t, prefix, {"name", "endpoint", "max_model_bytes", "buffers", "producer_public_key", "producer_key_file",
                      "key_file", "persist", "serve_peers", "group", "group_size", "wants", "convert", "hook"});
@@ -249,6 +280,7 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   if (model.name.find_first_of("/\\") != std::string::npos || model.name[0] == '.') {
     r.fail(*t.get("name"), prefix + "name", "must not contain '/' or start with '.' (it names a directory)");
   }
+  no_control_characters(r, t, prefix, "name", model.name);
   if (model.name.size() > NAME_MAX) {
     r.fail(*t.get("name"), prefix + "name",
            "is " + std::to_string(model.name.size()) + " bytes; at most " + std::to_string(NAME_MAX) + " (it names a directory)");
@@ -281,6 +313,7 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   r.boolean(t, "persist", prefix, model.persist);
   r.boolean(t, "serve_peers", prefix, model.serve_peers);
   r.string(t, "group", prefix, model.group);
+  no_control_characters(r, t, prefix, "group", model.group);
   if (const toml::node* node = t.get("group_size")) {
     model.group_size = static_cast<std::uint32_t>(r.integer(*node, prefix + "group_size", 1, 4096));
   }
@@ -418,6 +451,12 @@ DaemonConfig load_config(const std::string& path) {
       }
       config.models.push_back(std::move(model));
     }
+  }
+  // An empty file is what an editor or a config tool leaves while it rewrites one: read at a
+  // reload, it would stop every model. A daemon with no model has nothing to do.
+  if (config.models.empty()) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           path + ": configures no model (a [[model]] table with name, endpoint and max_model_bytes)");
   }
   return config;
 }

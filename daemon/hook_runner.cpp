@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 
 #include <httplib.h>
 
@@ -80,7 +81,14 @@ void HookRunner::run() {
     pending_.erase(pending_.begin());
     lock.unlock();
     std::string detail;
-    bool ok = call.hook.http_post.empty() ? run_command(call, detail) : run_http(call, detail);
+    bool ok = false;
+    // An exception here would end the daemon (std::terminate on this thread): a hook that fails
+    // in a way the config check did not foresee is a failed hook, reported like any other.
+    try {
+      ok = call.hook.http_post.empty() ? run_command(call, detail) : run_http(call, detail);
+    } catch (const std::exception& e) {
+      detail = std::string("hook failed: ") + e.what();
+    }
     if (on_result_) on_result_(call, ok, detail);
     lock.lock();
   }

@@ -181,6 +181,22 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {(model + model), 5, "model[1].name", "listed twice"},
       {(model + "[model.hook]\nhttp_post = \"ftp://x\"\n"), 6, "model[0].hook.http_post", "http://"},
       {(model + "[model.hook]\ncommand = []\n"), 6, "model[0].hook.command", "non-empty array"},
+      // httplib's std::stoi threw on the hook thread at the first version (the daemon aborted);
+      // 70000 posted to port 4464 and was logged as a success.
+      {(model + "[model.hook]\nhttp_post = \"http://127.0.0.1:99999999999/load\"\n"), 6, "model[0].hook.http_post",
+       "a port is 1-65535"},
+      {(model + "[model.hook]\nhttp_post = \"http://127.0.0.1:70000/load\"\n"), 6, "model[0].hook.http_post",
+       "has port '70000'"},
+      {(model + "[model.hook]\nhttp_post = \"http://{model}:8000/load\"\n"), 6, "model[0].hook.http_post",
+       "with a literal HOST"},
+      {(model + "[model.hook]\nhttp_post = \"http://[::1:8000/load\"\n"), 6, "model[0].hook.http_post",
+       "with a literal HOST"},
+      // Passed --check, then the consumer refused them at the start (and the log showed them raw).
+      {"[[model]]\nname = \"a\\nb\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name",
+       "'a\\x0ab' has a control character at byte 1"},
+      {"[[model]]\nname = \"a\\u0000b\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name",
+       "'a\\x00b' has a control character at byte 1"},
+      {(model + "group = \"t\\tp\"\ngroup_size = 2\nbuffers = 3\n"), 5, "model[0].group", "control character at byte 1"},
       {(model + "[model.hook]\nretries = 2\n"), 6, "model[0].hook.retries", "unknown key"},
       {(model + "persist = \"yes\"\n"), 5, "model[0].persist", "true or false"},
       {(model + "group = \"tp\"\n"), 1, "model[0].group_size", "is required with group"},
@@ -275,6 +291,21 @@ TEST(DaemonConfig, ADirectoryIsRefusedAsAConfig) {
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
     EXPECT_EQ(std::string(e.what()), dir.path + ": is a directory, not a config file");
+  }
+}
+
+// An empty file, as an editor leaves it mid-write, read at a reload stopped every model.
+TEST(DaemonConfig, AConfigWithNoModelIsRefused) {
+  ScratchDir dir;
+  for (const char* text : {"", "# comments only\n", "[daemon]\nlog_level = \"debug\"\n"}) {
+    write_file(dir / "c.toml", text);
+    try {
+      modelcastd::load_config(dir / "c.toml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+      EXPECT_EQ(std::string(e.what()).rfind(dir / "c.toml: configures no model", 0), 0u) << e.what();
+    }
   }
 }
 

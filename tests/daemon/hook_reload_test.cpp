@@ -10,6 +10,7 @@
 
 #include <httplib.h>
 
+#include "daemon/hook_runner.h"
 #include "daemon_fixture.h"
 #include "eventually.h"
 #include "sidecar_check.h"
@@ -105,6 +106,26 @@ TEST_F(DaemonTest, ACommandHookThatTimesOutIsKilledWithWhatItStarted) {
   if (running(child)) kill(child, SIGKILL);
 }
 
+// httplib read a port past an int with std::stoi, whose exception ended the daemon on the hook
+// thread (the config now refuses such a URL; the runner must not die of what it did not foresee).
+TEST(HookRunner, AHookThatThrowsIsAFailedHookNotAnEndedDaemon) {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<std::pair<bool, std::string>> results;
+  modelcastd::HookRunner runner([&](const modelcastd::HookCall&, bool ok, const std::string& detail) {
+    std::lock_guard lock(mutex);
+    results.emplace_back(ok, detail);
+    done.notify_all();
+  });
+  modelcastd::HookCall call{.model = "m", .version = 1, .path = "", .hook = {}};
+  call.hook.http_post = "http://127.0.0.1:99999999999/load";
+  runner.submit(call);
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return !results.empty(); }));
+  EXPECT_FALSE(results[0].first);
+  EXPECT_NE(results[0].second.find("hook failed: "), std::string::npos) << results[0].second;
+}
+
 TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
   TestProducer first(1024);
   auto daemon = start_daemon(config(first.producer->control_endpoint(), 4));
@@ -131,7 +152,15 @@ TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
   EXPECT_NE(wait_for_text(*daemon, "reload refused, keeping the running configuration: " + (dir / "modelcastd.toml")), "");
   EXPECT_EQ(c.acquire().version(), 10u);  // still served
 
-  write_file(dir / "modelcastd.toml", "[daemon]\nsocket = \"" + socket() + "\"\n[http]\nlisten = \"\"\n");
+  // An empty file (an editor's, mid-write) configures no model: refused, the model still served.
+  write_file(dir / "modelcastd.toml", "");
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "configures no model"), "");
+  EXPECT_EQ(c.acquire().version(), 10u);
+
+  // "test" removed, another model in its place (whose producer is not there yet).
+  write_file(dir / "modelcastd.toml", "[daemon]\nsocket = \"" + socket() + "\"\n[http]\nlisten = \"\"\n"
+                                      "[[model]]\nname = \"other\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = 1024\n");
   kill(daemon->pid(), SIGHUP);
   EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
   try {
