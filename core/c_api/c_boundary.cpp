@@ -51,6 +51,14 @@ mc_status status_of(ErrorCode code) noexcept {
 
 const std::string& last_error() noexcept { return t_last_error; }
 
+void set_last_error(const char* text) noexcept {
+  try {
+    t_last_error = text;
+  } catch (...) {
+    // Out of memory: keep whatever text was there.
+  }
+}
+
 mc_status fail(const char* function, mc_status status, const std::string& message) noexcept {
   try {
     t_last_error = std::string(function) + ": " + message;

@@ -66,6 +66,8 @@ mc_status status_of(modelcast::ErrorCode code) noexcept;
 // Records "function: message" as this thread's last error and returns `status`.
 mc_status fail(const char* function, mc_status status, const std::string& message) noexcept;
 const std::string& last_error() noexcept;
+// Replaces this thread's last error with `text` as it is (keeps the old text if out of memory).
+void set_last_error(const char* text) noexcept;
 
 // Runs `body` and converts every exception into a status; `body` returns MC_OK or throws.
 template <typename Body>

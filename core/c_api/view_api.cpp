@@ -26,6 +26,11 @@ extern "C" {
 
 const char* mc_last_error(void) { return last_error().c_str(); }
 
+mc_status mc_set_last_error(mc_status status, const char* text) {
+  set_last_error(text ? text : "");
+  return status;
+}
+
 const char* mc_status_name(mc_status status) {
   switch (raw(status)) {
     case MC_OK: return "ok";

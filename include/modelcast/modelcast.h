@@ -66,6 +66,11 @@ typedef struct mc_view mc_view_t;         /* opaque: one held, immutable model v
  * Owned by modelcast, valid until the next failing modelcast call on this thread. */
 MODELCAST_API const char* mc_last_error(void);
 
+/* Records `text` (NULL: "") as the calling thread's last error and returns `status`: for a
+ * binding that finds a failure itself (the Fortran module's argument checks), so that
+ * mc_last_error reports it per thread, as the library's own. Thread-safe; never fails. */
+MODELCAST_API mc_status mc_set_last_error(mc_status status, const char* text);
+
 /* Stable short name of a status ("ok", "invalid_argument", ...; "?" if out of range).
  * Static storage; thread-safe; never fails. */
 MODELCAST_API const char* mc_status_name(mc_status status);

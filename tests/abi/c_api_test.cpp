@@ -1081,6 +1081,22 @@ TEST(CApi, LastErrorIsPerThread) {
   EXPECT_EQ(last_error(), mine);
 }
 
+// What a binding records itself (the Fortran module's argument checks) is this thread's only:
+// the module once kept it in one variable, which two failing threads freed twice.
+TEST(CApi, ABindingsOwnErrorIsPerThreadToo) {
+  EXPECT_EQ(mc_set_last_error(MC_ERR_STATE, "binding: mine"), MC_ERR_STATE);
+  std::string theirs;
+  std::thread other([&] {
+    EXPECT_EQ(mc_set_last_error(MC_ERR_INVALID_ARGUMENT, "binding: theirs"), MC_ERR_INVALID_ARGUMENT);
+    theirs = last_error();
+    mc_set_last_error(MC_ERR_INVALID_ARGUMENT, nullptr);
+    theirs += "|" + last_error();
+  });
+  other.join();
+  EXPECT_EQ(theirs, "binding: theirs|");
+  EXPECT_EQ(last_error(), "binding: mine");
+}
+
 TEST(CApi, HelpersMirrorTheCppEnums) {
   EXPECT_STREQ(mc_dtype_name(MC_DTYPE_F64), "f64");
   EXPECT_STREQ(mc_dtype_name(MC_DTYPE_BF16), "bf16");
