@@ -121,7 +121,7 @@ contains
   ! relay_fanout > 0: consumers relay versions to each other (ProducerOptions::relay_fanout).
   integer function mc_producer_create(producer, model_name, control_endpoint, key_file, allow_any_consumer, &
                                       integrity, relay_fanout, allowed_consumer_keys) result(status)
-    type(mc_producer), intent(out) :: producer
+    type(mc_producer), intent(inout) :: producer
     character(len=*), intent(in) :: model_name
     character(len=*), intent(in), optional :: control_endpoint, key_file
     logical, intent(in), optional :: allow_any_consumer, integrity
@@ -137,7 +137,24 @@ contains
         return
       end if
     end if
+    if (c_associated(producer%handle)) then
+      ! intent(out) reset the handle and lost the live producer: its threads ran on, its port stayed bound.
+      status = module_failure(MC_ERR_STATE, "mc_producer_create: the producer variable holds a live producer; "// &
+          "mc_producer_destroy it first")
+      return
+    end if
     if (holds_nul("mc_producer_create", model_name, status)) return
+    if (present(control_endpoint)) then
+      if (bad_text("mc_producer_create: control_endpoint", control_endpoint, status)) return
+    end if
+    if (present(key_file)) then
+      if (bad_text("mc_producer_create: key_file", key_file, status)) return
+    end if
+    if (present(allowed_consumer_keys)) then
+      do i = 1, size(allowed_consumer_keys)
+        if (holds_nul("mc_producer_create: allowed_consumer_keys", allowed_consumer_keys(i), status)) return
+      end do
+    end if
     call mc_producer_options_init_c(options)
     if (options%struct_size /= c_sizeof(options)) then
       status = struct_mismatch("mc_producer_create", options%struct_size, c_sizeof(options))
@@ -195,7 +212,7 @@ contains
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int), intent(in) :: dtype
-    integer, intent(in) :: extents(:)
+    integer(c_int64_t), intent(in) :: extents(:)
     type(c_ptr), intent(in) :: data
     logical, intent(in) :: contiguous
     character(kind=c_char), allocatable, target :: name_c(:)
@@ -209,7 +226,7 @@ contains
     end if
     n = size(extents)
     do i = 1, n  ! column-major extents, reversed into row-major order
-      shape(i) = int(extents(n + 1 - i), c_int64_t)
+      shape(i) = extents(n + 1 - i)
     end do
     call to_c(name, name_c)
     status = from_c(mc_producer_register_tensor_c(producer%handle, c_loc(name_c), dtype, int(n, c_size_t), shape, data))
@@ -219,25 +236,25 @@ contains
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     real(c_float), dimension(..), target, intent(in) :: array
-    status = register_raw(producer, name, MC_DTYPE_F32, shape(array), c_loc(array), is_contiguous(array))
+    status = register_raw(producer, name, MC_DTYPE_F32, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
   end function
   integer function register_f64(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     real(c_double), dimension(..), target, intent(in) :: array
-    status = register_raw(producer, name, MC_DTYPE_F64, shape(array), c_loc(array), is_contiguous(array))
+    status = register_raw(producer, name, MC_DTYPE_F64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
   end function
   integer function register_i32(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int32_t), dimension(..), target, intent(in) :: array
-    status = register_raw(producer, name, MC_DTYPE_I32, shape(array), c_loc(array), is_contiguous(array))
+    status = register_raw(producer, name, MC_DTYPE_I32, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
   end function
   integer function register_i64(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int64_t), dimension(..), target, intent(in) :: array
-    status = register_raw(producer, name, MC_DTYPE_I64, shape(array), c_loc(array), is_contiguous(array))
+    status = register_raw(producer, name, MC_DTYPE_I64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
   end function
 
   ! Copies every registered array into a snapshot and returns; delivery runs in the background.
@@ -314,8 +331,9 @@ contains
     character(kind=c_char), allocatable :: path_c(:)
     character(kind=c_char) :: key_c(41)
     integer :: i
-    call to_c(path, path_c)
     public_key = ""
+    if (bad_text("mc_load_public_key: path", path, status)) return
+    call to_c(path, path_c)
     status = from_c(mc_load_public_key_c(path_c, key_c))
     if (status /= MC_OK) return
     do i = 1, 40
@@ -325,11 +343,25 @@ contains
 
   integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file) &
       result(status)
-    type(mc_consumer), intent(out) :: consumer
+    type(mc_consumer), intent(inout) :: consumer
     character(len=*), intent(in) :: producer_endpoint, model_name
     character(len=*), intent(in), optional :: producer_public_key, key_file
     type(mc_consumer_options_t) :: options
     character(kind=c_char), allocatable, target :: endpoint_c(:), name_c(:), public_c(:), key_c(:)
+    if (c_associated(consumer%handle)) then
+      status = module_failure(MC_ERR_STATE, "mc_consumer_create: the consumer variable holds a live consumer; "// &
+          "mc_consumer_destroy it first")
+      return
+    end if
+    if (holds_nul("mc_consumer_create: producer_endpoint", producer_endpoint, status)) return
+    if (holds_nul("mc_consumer_create: model_name", model_name, status)) return
+    ! A blank producer_public_key would pin nothing (mc_load_public_key leaves the key blank when it fails).
+    if (present(producer_public_key)) then
+      if (bad_text("mc_consumer_create: producer_public_key", producer_public_key, status)) return
+    end if
+    if (present(key_file)) then
+      if (bad_text("mc_consumer_create: key_file", key_file, status)) return
+    end if
     call mc_consumer_options_init_c(options)
     if (options%struct_size /= c_sizeof(options)) then
       status = struct_mismatch("mc_consumer_create", options%struct_size, c_sizeof(options))
@@ -357,20 +389,38 @@ contains
     consumer%handle = c_null_ptr
   end subroutine
 
-  ! The newest installed version (view%handle stays c_null_ptr before the first one).
+  ! The newest installed version (view%handle stays c_null_ptr before the first one). A view
+  ! that `view` still holds is released once the new one is in (kept if the call fails), so a
+  ! loop may acquire into the same variable: the old versions' buffers go back to the consumer.
   integer function mc_consumer_acquire(consumer, view) result(status)
     type(mc_consumer), intent(in) :: consumer
-    type(mc_view), intent(out) :: view
-    status = from_c(mc_consumer_acquire_c(consumer%handle, view%handle))
+    type(mc_view), intent(inout) :: view
+    type(c_ptr) :: acquired
+    acquired = c_null_ptr
+    status = from_c(mc_consumer_acquire_c(consumer%handle, acquired))
+    if (status == MC_OK) call replace_view(view, acquired)
   end function
 
-  ! Waits at most timeout_ms for version `version` or newer (MC_ERR_TIMEOUT otherwise).
+  ! Waits at most timeout_ms for version `version` or newer (MC_ERR_TIMEOUT otherwise); a view
+  ! `view` held is released once the new one is in, as with mc_consumer_acquire.
   integer function mc_consumer_wait_for_version(consumer, version, timeout_ms, view) result(status)
     type(mc_consumer), intent(in) :: consumer
     integer(c_int64_t), intent(in) :: version, timeout_ms
-    type(mc_view), intent(out) :: view
-    status = from_c(mc_consumer_wait_for_version_c(consumer%handle, version, timeout_ms, view%handle))
+    type(mc_view), intent(inout) :: view
+    type(c_ptr) :: acquired
+    acquired = c_null_ptr
+    status = from_c(mc_consumer_wait_for_version_c(consumer%handle, version, timeout_ms, acquired))
+    if (status == MC_OK) call replace_view(view, acquired)
   end function
+
+  ! With intent(out) the view a variable held was lost, never released: after `buffers` such
+  ! acquires every receive buffer was held and no version could arrive again.
+  subroutine replace_view(view, acquired)
+    type(mc_view), intent(inout) :: view
+    type(c_ptr), intent(in) :: acquired
+    if (c_associated(view%handle)) call mc_view_release_c(view%handle)
+    view%handle = acquired
+  end subroutine
 
   ! Ends every mc_consumer_wait_for_version under way and every later one with MC_ERR_STATE;
   ! versions still arrive and mc_consumer_acquire works. Call it before destroying a waited-on consumer.
@@ -403,7 +453,7 @@ contains
     type(mc_view), intent(in) :: view
     character(len=*), intent(in) :: name
     integer(c_int), intent(in) :: dtype
-    integer, intent(in) :: extents(:)
+    integer(c_int64_t), intent(in) :: extents(:)
     type(c_ptr), intent(in) :: destination
     character(kind=c_char), allocatable, target :: name_c(:)
     type(mc_tensor_info_t) :: info
@@ -416,15 +466,17 @@ contains
     if (status /= MC_OK) return
     n = size(extents)
     if (info%dtype /= dtype) then
-      status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // &
-          "' holds another element type than the Fortran array")
+      status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // "' holds " // &
+          f_string(mc_dtype_name_c(info%dtype)) // " elements; the Fortran array's are " // &
+          f_string(mc_dtype_name_c(dtype)) // " (f32, f64, i32 and i64 tensors copy into real(c_float), " // &
+          "real(c_double), integer(c_int32_t) and integer(c_int64_t) arrays; others into none)")
       return
     end if
     call c_f_pointer(info%shape, shape, [int(info%ndim)])
-    if (int(info%ndim) /= n .or. any(shape /= int(extents(n:1:-1), c_int64_t))) then
+    if (int(info%ndim) /= n .or. any(shape /= extents(n:1:-1))) then
       status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // "' has shape " // &
           shape_text(shape) // "; the Fortran array must have the reversed shape " // &
-          extents_text(shape(size(shape):1:-1)) // ", not " // extents_text(int(extents, c_int64_t)))
+          extents_text(shape(size(shape):1:-1)) // ", not " // extents_text(extents))
       return
     end if
     ignored = c_memcpy(destination, info%data, info%size_bytes)
@@ -435,24 +487,24 @@ contains
     type(mc_view), intent(in) :: view
     character(len=*), intent(in) :: name
     real(c_float), dimension(..), target, contiguous, intent(inout) :: array
-    status = copy_raw(view, name, MC_DTYPE_F32, shape(array), c_loc(array))
+    status = copy_raw(view, name, MC_DTYPE_F32, shape(array, kind=c_int64_t), c_loc(array))
   end function
   integer function copy_f64(view, name, array) result(status)
     type(mc_view), intent(in) :: view
     character(len=*), intent(in) :: name
     real(c_double), dimension(..), target, contiguous, intent(inout) :: array
-    status = copy_raw(view, name, MC_DTYPE_F64, shape(array), c_loc(array))
+    status = copy_raw(view, name, MC_DTYPE_F64, shape(array, kind=c_int64_t), c_loc(array))
   end function
   integer function copy_i32(view, name, array) result(status)
     type(mc_view), intent(in) :: view
     character(len=*), intent(in) :: name
     integer(c_int32_t), dimension(..), target, contiguous, intent(inout) :: array
-    status = copy_raw(view, name, MC_DTYPE_I32, shape(array), c_loc(array))
+    status = copy_raw(view, name, MC_DTYPE_I32, shape(array, kind=c_int64_t), c_loc(array))
   end function
   integer function copy_i64(view, name, array) result(status)
     type(mc_view), intent(in) :: view
     character(len=*), intent(in) :: name
     integer(c_int64_t), dimension(..), target, contiguous, intent(inout) :: array
-    status = copy_raw(view, name, MC_DTYPE_I64, shape(array), c_loc(array))
+    status = copy_raw(view, name, MC_DTYPE_I64, shape(array, kind=c_int64_t), c_loc(array))
   end function
 end module modelcast

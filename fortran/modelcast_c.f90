@@ -105,6 +105,17 @@ module modelcast_c
       import :: c_ptr
       type(c_ptr) :: mc_last_error_c
     end function
+    function mc_set_last_error_c(status, text) bind(c, name="mc_set_last_error")
+      import :: c_int, c_char
+      integer(c_int), value :: status
+      character(kind=c_char), intent(in) :: text(*)
+      integer(c_int) :: mc_set_last_error_c
+    end function
+    function mc_dtype_name_c(dtype) bind(c, name="mc_dtype_name")
+      import :: c_ptr, c_int
+      integer(c_int), value :: dtype
+      type(c_ptr) :: mc_dtype_name_c
+    end function
     function mc_status_name_c(status) bind(c, name="mc_status_name")
       import :: c_ptr, c_int
       integer(c_int), value :: status

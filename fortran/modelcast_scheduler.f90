@@ -26,12 +26,17 @@ contains
   ! microseconds, and may act one evaluation late).
   integer function mc_scheduler_create(scheduler, total_steps, warmup_step, publish_cost_s, update_latency_s, &
                                        request_rate, window_s, max_slowdown_s, work_mode) result(status)
-    type(mc_scheduler), intent(out) :: scheduler
+    type(mc_scheduler), intent(inout) :: scheduler
     integer(c_int64_t), intent(in) :: total_steps
     integer(c_int64_t), intent(in), optional :: warmup_step
     real(c_double), intent(in), optional :: publish_cost_s, update_latency_s, request_rate, window_s, max_slowdown_s
     integer(c_int), intent(in), optional :: work_mode
     type(mc_scheduler_options_t) :: options
+    if (c_associated(scheduler%handle)) then
+      status = module_failure(MC_ERR_STATE, "mc_scheduler_create: the scheduler variable holds a live scheduler; "// &
+          "mc_scheduler_destroy it first")
+      return
+    end if
     call mc_scheduler_options_init_c(options)
     if (options%struct_size /= c_sizeof(options)) then
       status = struct_mismatch("mc_scheduler_create", options%struct_size, c_sizeof(options))

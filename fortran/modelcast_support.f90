@@ -6,11 +6,7 @@ module modelcast_support
   implicit none
   private
   public :: to_c, f_string, mc_last_error, from_c, module_failure, struct_mismatch, shape_text, extents_text, &
-      holds_nul
-
-  ! A failure this module found itself (no C call failed): mc_last_error reports it until the
-  ! next failing call. Per process, like the module's other state.
-  character(len=:), allocatable :: module_error
+      holds_nul, bad_text
 
 contains
 
@@ -43,29 +39,27 @@ contains
     end do
   end function
 
-  ! The text of the last failure ("" if none): the C library's (per thread) or this module's.
+  ! The text of the last failure on this thread ("" if none), the C library's or this module's.
   function mc_last_error() result(text)
     character(len=:), allocatable :: text
-    if (allocated(module_error)) then
-      text = module_error
-    else
-      text = f_string(mc_last_error_c())
-    end if
+    text = f_string(mc_last_error_c())
   end function
 
-  ! A status from the C library; a failure there replaces any failure of this module.
+  ! A status from the C library, as the module's functions return it.
   integer function from_c(status)
     integer(c_int), intent(in) :: status
-    if (status /= MC_OK .and. allocated(module_error)) deallocate(module_error)
     from_c = status
   end function
 
-  ! A failure found by this module: remembered for mc_last_error, returned as the status.
+  ! A failure found by this module: recorded as this thread's last error in the C library (one
+  ! per thread, as the library's own: a module variable was shared by every thread, and two
+  ! failing at once freed it twice), returned as the status.
   integer function module_failure(status, text)
     integer(c_int), intent(in) :: status
     character(len=*), intent(in) :: text
-    module_error = text
-    module_failure = status
+    character(kind=c_char), allocatable :: text_c(:)
+    call to_c(text, text_c)
+    module_failure = mc_set_last_error_c(status, text_c)
   end function
 
   ! The check both create functions make: this module's copy of the options struct must be the
@@ -117,5 +111,24 @@ contains
     status = MC_OK
     if (holds_nul) status = module_failure(MC_ERR_INVALID_ARGUMENT, what // ": the name '" // &
         name(1:index(name, c_null_char) - 1) // "' is followed by a NUL character")
+  end function
+
+  ! True (status set to MC_ERR_INVALID_ARGUMENT, naming `what`) when an optional text argument
+  ! that was given is blank or holds a NUL. Both would reach the C library as another text: blank
+  ! as "" (the option's default: a blank key_file is no key, and the producer plaintext), a NUL
+  ! as the part before it.
+  logical function bad_text(what, text, status)
+    character(len=*), intent(in) :: what, text
+    integer, intent(out) :: status
+    status = MC_OK
+    bad_text = .true.
+    if (len_trim(text) == 0) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, what // " is blank; leave it out for the default")
+    else if (index(text, c_null_char) > 0) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, what // ": '" // text(1:index(text, c_null_char) - 1) // &
+          "' is followed by a NUL character")
+    else
+      bad_text = .false.
+    end if
   end function
 end module modelcast_support

@@ -124,6 +124,7 @@ program fortran_producer
   call check(mc_set_log_handler(), "mc_set_log_handler (back to stderr)")
   if (serving_lines /= 1) call fail("log lines 'serving on' seen by the Fortran handler:", int(serving_lines))
   call misuse_is_refused()
+  call a_view_variable_is_reused()
   if (command_argument_count() >= 1) then
     call get_command_argument(1, key_directory)
     call keyed_exchange(trim(key_directory))
@@ -143,7 +144,9 @@ contains
   ! would read a shorter one), a negative consumer count or relay fanout.
   subroutine misuse_is_refused()
     type(mc_producer) :: p
+    type(mc_consumer) :: c
     real(c_float), target :: big(8, 6)
+    real(c_float), pointer :: huge(:)
     big = 1
     call check(mc_producer_create(p, "misuse"), "mc_producer_create (misuse)")
     if (mc_producer_register(p, "sec", big(1:8:2, 1:6:2)) /= MC_ERR_INVALID_ARGUMENT) &
@@ -155,10 +158,58 @@ contains
     if (index(mc_last_error(), "NUL") == 0) call fail("unclear NUL error: " // mc_last_error(), 0)
     if (mc_producer_wait_for_consumers(p, -1, 10_c_int64_t) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("wait_for_consumers took a negative count", 0)
+    ! An extent past 2^31 was read as a default integer: refused as negative, or (past 2^32)
+    ! registered as its low 32 bits, a shorter tensor published without a word. Registering reads
+    ! no element, so a pointer over a small array stands for the huge one.
+    call c_f_pointer(c_loc(big), huge, [2_c_int64_t**31 + 10_c_int64_t])
+    call check(mc_producer_register(p, "huge", huge), "register an extent past 2^31")
+    ! create on a variable holding a live producer lost it (its threads ran on, its port stayed bound).
+    if (mc_producer_create(p, "misuse") /= MC_ERR_STATE) call fail("create over a live producer", 0)
+    if (index(mc_last_error(), "holds a live producer") == 0) call fail("unclear create error: " // mc_last_error(), 0)
     call mc_producer_destroy(p)
+    ! A blank key_file was no key: a plaintext producer; a NUL cut the endpoint short.
+    if (mc_producer_create(p, "misuse", key_file="   ") /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a blank key_file was taken as none", 0)
+    if (index(mc_last_error(), "key_file is blank") == 0) call fail("unclear key_file error: " // mc_last_error(), 0)
+    if (mc_producer_create(p, "misuse", control_endpoint="tcp://127.0.0.1:0" // c_null_char // "x") &
+        /= MC_ERR_INVALID_ARGUMENT) call fail("an endpoint holding a NUL was taken", 0)
+    if (mc_consumer_create(c, "tcp://127.0.0.1:1", "m" // c_null_char // "junk") /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a consumer's model name holding a NUL was taken", 0)
+    if (mc_consumer_create(c, "tcp://127.0.0.1:1", "m", producer_public_key="") /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a blank producer_public_key pinned nothing without a word", 0)
+    if (index(mc_last_error(), "producer_public_key is blank") == 0) &
+        call fail("unclear producer_public_key error: " // mc_last_error(), 0)
     if (mc_producer_create(p, "misuse", relay_fanout=-5) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a negative relay_fanout was taken", 0)
     if (index(mc_last_error(), "relay_fanout") == 0) call fail("unclear relay_fanout error: " // mc_last_error(), 0)
+  end subroutine
+
+  ! Waiting into the same view variable, version after version, without releasing it: the
+  ! module releases the view the variable held (with intent(out) it was lost, and after
+  ! `buffers` versions every receive buffer was held and no version arrived again).
+  subroutine a_view_variable_is_reused()
+    type(mc_producer) :: p
+    type(mc_consumer) :: c
+    type(mc_view) :: view
+    real(c_float), target :: y(5), y_back(5)
+    integer(c_int64_t) :: version
+    integer :: round
+    call check(mc_producer_create(p, "reuse"), "mc_producer_create (reuse)")
+    call check(mc_producer_register(p, "y", y), "register y (reuse)")
+    call check(mc_consumer_create(c, mc_producer_endpoint(p), "reuse"), "mc_consumer_create (reuse)")
+    call check(mc_producer_wait_for_consumers(p, 1, 30000_c_int64_t), "the reuse consumer joins")
+    do round = 1, 8
+      y = real(round, c_float)
+      call check(mc_producer_publish(p, int(round, c_int64_t), version), "publish (reuse)")
+      call check(mc_consumer_wait_for_version(c, version, 30000_c_int64_t, view), "wait_for_version into a held view")
+      call check(mc_view_copy(view, "y", y_back), "copy y (reuse)")
+      if (any(y_back /= y)) call fail("the reused view holds another version's values, round", round)
+    end do
+    call mc_view_release(view)
+    call mc_consumer_destroy(c)
+    call mc_producer_destroy(p)
+    write(output_unit, '(a)') "view reuse: ok"
+    flush(output_unit)
   end subroutine
 
   ! The README's keyed producer: a key file, consumers admitted by their public keys, and a
