@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -44,8 +46,22 @@ struct AttachServer::Client {
   ~Client() { close(fd); }
 };
 
-AttachServer::AttachServer(const std::string& socket_path, Lookup lookup, std::size_t max_holds_per_client)
-    : path_(socket_path), lookup_(std::move(lookup)), max_holds_(max_holds_per_client) {
+namespace {
+
+std::size_t default_max_clients() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 4096;
+  return std::max<std::size_t>(16, static_cast<std::size_t>(limit.rlim_cur) / 2);
+}
+
+}  // namespace
+
+AttachServer::AttachServer(const std::string& socket_path, Lookup lookup, std::size_t max_holds_per_client,
+                           std::size_t max_clients)
+    : path_(socket_path),
+      lookup_(std::move(lookup)),
+      max_holds_(max_holds_per_client),
+      max_clients_(max_clients != 0 ? max_clients : default_max_clients()) {
   listen_fd_ = listen_at(path_);
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 }
@@ -95,10 +111,11 @@ void AttachServer::run() {
   std::vector<pollfd> fds;
   while (!stop_) {
     fds.clear();
-    fds.push_back({listen_fd_, POLLIN, 0});
-    fds.push_back({wake_fd_, POLLIN, 0});
-    int timeout_ms = -1;
     auto now = Clock::now();
+    const bool accepting = now >= accept_paused_until_;
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});  // a negative fd is skipped by poll
+    fds.push_back({wake_fd_, POLLIN, 0});
+    int timeout_ms = accepting ? -1 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(accept_paused_until_ - now).count());
     for (auto& [fd, client] : clients_) {
       fds.push_back({fd, POLLIN, 0});
       if (client->waiting) {
@@ -131,7 +148,28 @@ void AttachServer::accept_clients() {
     // Non-blocking: a client that does not read its replies fills its socket and is dropped
     // (send fails with EAGAIN) instead of blocking this one thread, which serves every client.
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+        if (auto note = refusals_logged_.admit(Clock::now())) {
+          spdlog::get("modelcastd")->warn("attach: cannot accept a client: {} ({} clients); new ones wait{}",
+                                          std::strerror(errno), clients_.size(), *note);
+        }
+      }
+      return;
+    }
+    if (clients_.size() >= max_clients_) {
+      Reply reply;
+      reply.code = static_cast<int>(modelcast::ErrorCode::kResource);
+      reply.error = "modelcastd serves at most " + std::to_string(max_clients_) +
+                    " attach clients at once (half its open-file limit); try again once others have closed";
+      send_message(fd, encode(reply));  // best effort: the client may be gone already
+      close(fd);
+      if (auto note = refusals_logged_.admit(Clock::now())) {
+        spdlog::get("modelcastd")->warn("attach: client refused: {} clients already{}", clients_.size(), *note);
+      }
+      continue;
+    }
     auto client = std::make_unique<Client>();
     client->fd = fd;
     clients_[fd] = std::move(client);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -34,8 +35,12 @@ struct AttachStats {
 class AttachServer {
  public:
   // Listens at `socket_path` (see listen_at); connections wait in the backlog until start().
-  // Throws modelcast::Error(kTransport) if the socket cannot be had.
-  AttachServer(const std::string& socket_path, Lookup lookup, std::size_t max_holds_per_client = 4096);
+  // At most `max_clients` connections at once (0: half the process's open-file limit, so that
+  // local clients cannot take the descriptors the transports and the repository need); one
+  // more is told so (kResource) and closed. Throws modelcast::Error(kTransport) if the socket
+  // cannot be had.
+  AttachServer(const std::string& socket_path, Lookup lookup, std::size_t max_holds_per_client = 4096,
+               std::size_t max_clients = 0);
   // Starts the server thread, once `lookup` knows every configured model: a client that
   // reconnects while the daemon starts must not be told its model does not exist. Idempotent.
   void start();
@@ -60,6 +65,7 @@ class AttachServer {
   const std::string path_;
   const Lookup lookup_;
   const std::size_t max_holds_;
+  const std::size_t max_clients_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd
   std::atomic<bool> stop_{false};
@@ -70,9 +76,12 @@ class AttachServer {
   // Server thread only:
   std::map<int, std::unique_ptr<Client>> clients_;
   std::uint64_t next_hold_ = 1;
+  // Out of descriptors (EMFILE): the listening socket stays readable, so it is left out of poll
+  // until then rather than polled (and failed) in a busy loop.
+  std::chrono::steady_clock::time_point accept_paused_until_{};
   // What clients can cause at will (malformed requests, unread replies) is logged at most once
   // per 10 s each.
-  modelcast::LogRate malformed_logged_, drops_logged_;
+  modelcast::LogRate malformed_logged_, drops_logged_, refusals_logged_;
   std::thread thread_;  // last: starts after the members above exist
 };
 

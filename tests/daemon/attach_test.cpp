@@ -10,9 +10,13 @@
 #include <csignal>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
+#include "daemon/attach/attach_server.h"
 #include "daemon/attach/protocol.h"
 #include "daemon/attach/seqpacket.h"
 #include "daemon_fixture.h"
+#include "eventually.h"
 #include "modelcast/sidecar.h"
 #include "sidecar_check.h"
 
@@ -181,6 +185,60 @@ TEST_F(DaemonTest, AClientThatDoesNotReadItsRepliesIsDroppedAndTheOthersAreServe
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << e.what();
   }
+}
+
+// One reply from the server on `fd` (a request for model `ask` sent first unless empty).
+modelcastd::attach::Reply ask(int fd, const std::string& model) {
+  if (!model.empty()) {
+    modelcastd::attach::Request request;
+    request.model = model;
+    EXPECT_TRUE(modelcastd::attach::send_message(fd, modelcastd::attach::encode(request))) << std::strerror(errno);
+  }
+  pollfd ready{fd, POLLIN, 0};
+  EXPECT_EQ(poll(&ready, 1, 60'000), 1) << "no reply";
+  std::vector<char> message;
+  std::vector<int> fds;
+  if (!modelcastd::attach::receive_message(fd, message, fds)) return {.code = -1, .error = "closed", .manifest = {}, .manifest_in_fd = false};
+  return modelcastd::attach::decode_reply(message);
+}
+
+// 400 local connections against an open-file limit of 256 once left the daemon without
+// descriptors: accept() failed with EMFILE on a listening socket that stayed readable (a busy
+// loop), repository writes failed, new clients hung in connect(). Past its cap a connection is
+// told why and closed, and the cap leaves the rest of the descriptors to the daemon.
+TEST(AttachServer, AConnectionPastTheCapIsToldWhyAndClosed) {
+  // The server logs to the daemon's logger, which only modelcastd's main() makes.
+  if (!spdlog::get("modelcastd")) spdlog::register_logger(std::make_shared<spdlog::logger>("modelcastd"));
+  ScratchDir dir;
+  modelcastd::attach::AttachServer server(
+      dir / "a.sock", [](const std::string&, bool& exists) { exists = false; return modelcastd::ServedPtr{}; },
+      4096, 3);
+  server.start();
+  std::vector<int> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(modelcastd::attach::connect_to(dir / "a.sock"));
+    ASSERT_GE(clients.back(), 0) << std::strerror(errno);
+    EXPECT_EQ(ask(clients.back(), "nope").code, static_cast<int>(modelcast::ErrorCode::kInvalidArgument));  // served
+  }
+  const int fourth = modelcastd::attach::connect_to(dir / "a.sock");
+  ASSERT_GE(fourth, 0) << std::strerror(errno);
+  const auto refused = ask(fourth, "");
+  EXPECT_EQ(refused.code, static_cast<int>(modelcast::ErrorCode::kResource)) << refused.error;
+  EXPECT_NE(refused.error.find("at most 3 attach clients"), std::string::npos) << refused.error;
+  char byte;
+  EXPECT_EQ(recv(fourth, &byte, 1, 0), 0) << "the refused connection was left open";
+  close(fourth);
+  EXPECT_EQ(server.stats().clients, 3u);
+  close(clients[0]);
+  // Once the server has seen that close, a new client is served again.
+  EXPECT_TRUE(testing_support::eventually([&] {
+    const int fd = modelcastd::attach::connect_to(dir / "a.sock");
+    const bool served = fd >= 0 && ask(fd, "nope").code == static_cast<int>(modelcast::ErrorCode::kInvalidArgument);
+    if (fd >= 0) close(fd);
+    return served;
+  }));
+  close(clients[1]);
+  close(clients[2]);
 }
 
 // A client sending what is not a request is dropped; clients can do that at will, so the daemon
