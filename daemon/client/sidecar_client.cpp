@@ -244,6 +244,12 @@ class Client::Impl {
 
 Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
   if (options.model.empty()) throw Error(ErrorCode::kInvalidArgument, "sidecar client: no model name");
+  // The daemon's own limit (a model's name names a directory, NAME_MAX): a longer one can name no
+  // model, and past a socket message it failed only after reconnect_timeout, as a lost connection.
+  if (options.model.size() > 255) {
+    throw Error(ErrorCode::kInvalidArgument, "sidecar client: the model name is " + std::to_string(options.model.size()) +
+                                                 " bytes; a model's name is at most 255");
+  }
   if (options.reconnect_timeout.count() < 0) {
     throw Error(ErrorCode::kInvalidArgument, "sidecar client: reconnect_timeout is negative");
   }

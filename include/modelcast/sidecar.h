@@ -64,7 +64,7 @@ class MODELCAST_API View {
 class MODELCAST_API Client {
  public:
   // Connects to the daemon. Throws Error(kTransport) if it cannot within connect_timeout,
-  // Error(kInvalidArgument) for an empty model name, a negative reconnect_timeout or a socket
+  // Error(kInvalidArgument) for an empty model name or one past 255 bytes, a negative reconnect_timeout or a socket
   // path that is too long, Error(kAuthentication) if the listener runs as a user that is not
   // this process's, root or the owner of the socket's directory (so does a reconnect).
   explicit Client(ClientOptions options);

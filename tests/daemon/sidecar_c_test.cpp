@@ -54,6 +54,12 @@ TEST(SidecarCAbi, AFailedCallClearsOutAndNamesTheBadArgument) {
   EXPECT_EQ(client, nullptr);
   EXPECT_NE(std::string(mcs_last_error()).find("connect_timeout_ms is negative (-1)"), std::string::npos)
       << mcs_last_error();
+  // Failed only after the reconnect timeout (10 s), as a lost connection, past a socket message.
+  client = sentinel;
+  EXPECT_EQ(mcs_client_open("/x.sock", std::string(300'000, 'm').c_str(), 0, &client), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(client, nullptr);
+  EXPECT_NE(std::string(mcs_last_error()).find("the model name is 300000 bytes; a model's name is at most 255"),
+            std::string::npos) << mcs_last_error();
   auto* view_sentinel = reinterpret_cast<mcs_view_t*>(0x1);
   mcs_view_t* view = view_sentinel;
   EXPECT_EQ(mcs_acquire(nullptr, &view), MC_ERR_INVALID_ARGUMENT);
