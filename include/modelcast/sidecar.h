@@ -64,9 +64,10 @@ class MODELCAST_API View {
 class MODELCAST_API Client {
  public:
   // Connects to the daemon. Throws Error(kTransport) if it cannot within connect_timeout,
-  // Error(kInvalidArgument) for an empty model name or one past 255 bytes, a negative reconnect_timeout or a socket
-  // path that is too long, Error(kAuthentication) if the listener runs as a user that is not
-  // this process's, root or the owner of the socket's directory (so does a reconnect).
+  // Error(kInvalidArgument) for an empty model name or one past 255 bytes, a negative
+  // reconnect_timeout or a socket path that is too long, Error(kAuthentication) if the listener
+  // runs as a user that is not this process's, root or the owner of the socket's directory (so
+  // does a reconnect).
   explicit Client(ClientOptions options);
   ~Client();  // views already handed out stay valid (their holds stay with the daemon)
   Client(const Client&) = delete;
