@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
     // Checked again when the daemon listens; a directory systemd makes at start may not be there yet.
     if (check_only && std::filesystem::exists(std::filesystem::absolute(config.socket_path).parent_path())) {
       modelcastd::attach::check_listen_directory(config.socket_path);
+      modelcastd::attach::check_socket_path_free(config.socket_path);
     }
     // What each model's consumer checks when it starts: a plaintext ipc:// producer endpoint in a
     // directory others can write. The producer may not have made its directory yet.

@@ -36,6 +36,16 @@ void check_listen_directory(const std::string& path) {
       "mode 0750, with UMask=0007 so that clients in the daemon's group can connect)");
 }
 
+void check_socket_path_free(const std::string& path) {
+  struct stat st{};
+  if (lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "socket path '" + path + "' is taken by a " +
+                               (S_ISDIR(st.st_mode) ? "directory" : "file that is not a socket") +
+                               ", which is left as it is: set daemon.socket to a free path");
+  }
+}
+
 int listen_at(const std::string& path) {
   sockaddr_un addr = address(path);
   check_listen_directory(path);
@@ -46,16 +56,8 @@ int listen_at(const std::string& path) {
   }
   // A socket left by a daemon that died is removed; anything else at the path is the user's
   // (a file, a directory) and is never removed.
-  struct stat st{};
-  if (lstat(path.c_str(), &st) == 0) {
-    if (!S_ISSOCK(st.st_mode)) {
-      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                             "socket path '" + path + "' is taken by a " +
-                                 (S_ISDIR(st.st_mode) ? "directory" : "file that is not a socket") +
-                                 ", which is left as it is: set daemon.socket to a free path");
-    }
-    unlink(path.c_str());
-  }
+  check_socket_path_free(path);
+  unlink(path.c_str());
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 128) != 0) {
     std::string why = std::strerror(errno);

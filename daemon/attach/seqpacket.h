@@ -17,6 +17,10 @@ namespace modelcastd::attach {
 // other user can write it. listen_at checks; so does `modelcastd --check`.
 void check_listen_directory(const std::string& path);
 
+// Throws Error(kInvalidArgument) if something other than a socket is at `path` (a file, a
+// directory), which listen_at leaves as it is. listen_at checks; so does `modelcastd --check`.
+void check_socket_path_free(const std::string& path);
+
 // Binds and listens at `path`, after check_listen_directory. A socket file left by a dead daemon
 // is replaced; one a live process serves is not (Error(kTransport)). Returns the listening fd
 // (caller closes it).

@@ -427,6 +427,24 @@ TEST(DaemonConfig, ASocketInADirectoryOthersCanWriteFailsTheCheckAndTheStart) {
   EXPECT_FALSE(std::filesystem::exists(shared + "/attach.sock"));
 }
 
+// A directory at the socket path passed --check and stopped the start.
+TEST(DaemonConfig, ADirectoryAtTheSocketPathFailsTheCheckAndTheStart) {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir / "attach.sock");
+  write_file(dir / "c.toml", "[daemon]\nsocket = \"" + (dir / "attach.sock") + "\"\n[http]\nlisten = \"\"\n" +
+                                 std::string(kModel));
+  for (auto [args, code] : {std::pair{std::vector<std::string>{"--check"}, 2}, std::pair{std::vector<std::string>{}, 1}}) {
+    std::vector<std::string> argv{MODELCASTD, "--config", (dir / "c.toml")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess daemon(argv);
+    EXPECT_EQ(daemon.wait(), code) << (args.empty() ? "start" : "--check");
+    bool named = false;
+    for (const auto& line : daemon.lines()) named = named || line.find("is taken by a directory") != std::string::npos;
+    EXPECT_TRUE(named) << (args.empty() ? "start" : "--check") << ": " << joined_lines(daemon);
+  }
+  EXPECT_TRUE(std::filesystem::is_directory(dir / "attach.sock"));
+}
+
 // --check finds what each model's consumer would refuse at the start: a plaintext ipc://
 // endpoint in a directory others can write, and an inline producer key that is no public key
 // (never quoted: it may be a secret key put there by mistake).
