@@ -31,6 +31,20 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   server_->Get("/metrics", [metrics = providers.metrics_text](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics(), "text/plain; version=0.0.4");
   });
+  // Read-only endpoints: another method was a 400 or 404 with no body, which names nothing.
+  static constexpr const char* kPaths = "/healthz, /readyz[?model=NAME], /v1/models, /metrics";
+  server_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "GET" || req.method == "HEAD") return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 405;
+    res.set_header("Allow", "GET, HEAD");
+    res.set_content("modelcastd's ops endpoints answer GET and HEAD only: " + std::string(kPaths) + "\n", "text/plain");
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  server_->set_error_handler([](const httplib::Request&, httplib::Response& res) {
+    if (res.status == 404 && res.body.empty()) {
+      res.set_content(std::string("no such path; modelcastd serves ") + kPaths + "\n", "text/plain");
+    }
+  });
   // cpp-httplib gives each connection a pooled thread until it closes or sends nothing for the
   // read timeout: 8 threads and 5 s by default, so 8 idle connections from anyone who can reach
   // the port kept probes unanswered. Probes and scrapes send their request at once and are

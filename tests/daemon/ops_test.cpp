@@ -128,6 +128,29 @@ TEST(OpsHttpAddress, AnAddressAlreadyServedIsRefused) {
   }
 }
 
+// Another method than GET was a 400 with no body (404 for some), and an unknown path a 404 with
+// no body: neither said what the endpoint serves.
+TEST(OpsHttpAddress, AnotherMethodOrAnUnknownPathIsToldWhatIsServed) {
+  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
+                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  modelcastd::OpsHttp ops("127.0.0.1:0", providers);
+  httplib::Client http("127.0.0.1", ops.port());
+  for (const auto& answer : {http.Post("/healthz", "", "text/plain"), http.Put("/metrics", "", "text/plain"),
+                             http.Delete("/v1/models")}) {
+    ASSERT_TRUE(answer) << httplib::to_string(answer.error());
+    EXPECT_EQ(answer->status, 405);
+    EXPECT_EQ(answer->get_header_value("Allow"), "GET, HEAD");
+    EXPECT_NE(answer->body.find("GET and HEAD only: /healthz"), std::string::npos) << answer->body;
+  }
+  auto unknown = http.Get("/helthz");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_NE(unknown->body.find("no such path; modelcastd serves /healthz"), std::string::npos) << unknown->body;
+  auto head = http.Head("/healthz");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
+}
+
 // Connections that send nothing once held every one of cpp-httplib's 8 threads for its 5 s read
 // timeout, and probes went unanswered meanwhile. With twice as many idle connections as there
 // used to be threads, /healthz still answers well inside a probe's timeout.
