@@ -409,6 +409,11 @@ contains
     type(mc_view), intent(inout) :: view
     type(c_ptr) :: acquired
     acquired = c_null_ptr
+    ! The C ABI's version is unsigned: -1 became 2^64 - 1, a version that never comes.
+    if (version < 0) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_wait_for_version: version is negative")
+      return
+    end if
     status = from_c(mc_consumer_wait_for_version_c(consumer%handle, version, timeout_ms, acquired))
     if (status == MC_OK) call replace_view(view, acquired)
   end function
@@ -461,6 +466,11 @@ contains
     integer(c_int64_t), pointer :: shape(:)
     integer :: n
     if (holds_nul("mc_view_copy", name, status)) return
+    if (.not. c_associated(view%handle)) then
+      status = module_failure(MC_ERR_STATE, "mc_view_copy: the view holds no version (acquired before the first " // &
+          "one was installed, or released)")
+      return
+    end if
     call to_c(name, name_c)
     status = from_c(mc_view_find_tensor_c(view%handle, c_loc(name_c), info))
     if (status /= MC_OK) return

@@ -145,6 +145,7 @@ contains
   subroutine misuse_is_refused()
     type(mc_producer) :: p
     type(mc_consumer) :: c
+    type(mc_view) :: view
     real(c_float), target :: big(8, 6)
     real(c_float), pointer :: huge(:)
     big = 1
@@ -175,6 +176,13 @@ contains
         /= MC_ERR_INVALID_ARGUMENT) call fail("an endpoint holding a NUL was taken", 0)
     if (mc_consumer_create(c, "tcp://127.0.0.1:1", "m" // c_null_char // "junk") /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a consumer's model name holding a NUL was taken", 0)
+    ! The C ABI's version is unsigned: -1 became a version that never comes, waited for in silence.
+    call check(mc_consumer_create(c, "tcp://127.0.0.1:1", "m"), "mc_consumer_create (misuse)")
+    if (mc_consumer_wait_for_version(c, -1_c_int64_t, 10_c_int64_t, view) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a negative version was waited for", 0)
+    if (mc_view_copy(view, "w", big) /= MC_ERR_STATE) call fail("a copy from an empty view", 0)
+    if (index(mc_last_error(), "holds no version") == 0) call fail("unclear empty view error: " // mc_last_error(), 0)
+    call mc_consumer_destroy(c)
     if (mc_consumer_create(c, "tcp://127.0.0.1:1", "m", producer_public_key="") /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a blank producer_public_key pinned nothing without a word", 0)
     if (index(mc_last_error(), "producer_public_key is blank") == 0) &
