@@ -189,6 +189,11 @@ bool AttachServer::serve(Client& client) {
     if (auto note = malformed_logged_.admit(Clock::now())) {
       spdlog::get("modelcastd")->warn("attach client dropped: {}{}", modelcast::printable_text(e.what(), 400), *note);
     }
+    // Told why before the close (best effort), rather than left to guess from an end of file.
+    Reply reply;
+    reply.code = static_cast<int>(modelcast::ErrorCode::kProtocol);
+    reply.error = "malformed request, connection closed: " + modelcast::printable_text(e.what(), 400);
+    send_message(client.fd, encode(reply));
     return false;
   }
   if (request.op == Request::Op::kRelease) {
