@@ -81,6 +81,9 @@ class Reader {
     std::string unit(end, static_cast<const char*>(text->data() + text->size()));
     std::uint64_t scale = unit == "" || unit == "B" ? 1 : unit == "KiB" ? 1u << 10 : unit == "MiB" ? 1u << 20
                         : unit == "GiB" ? std::uint64_t{1} << 30 : 0;
+    if (error == std::errc::result_out_of_range && scale != 0) {
+      fail(node, key, "'" + *text + "' is out of range: from 1 byte to 1 PiB");
+    }
     if (error != std::errc{} || scale == 0) {
       fail(node, key, "'" + *text + "' is not a byte count (an integer with B, KiB, MiB or GiB)");
     }
@@ -289,9 +292,15 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   // Its form only, so that --check catches a typo; the library checks the rest when it connects
   // (a private directory for ipc://); a key for another host, below.
   const bool ipc = model.endpoint.rfind("ipc://", 0) == 0 && model.endpoint.size() > 6;
-  const bool tcp = model.endpoint.rfind("tcp://", 0) == 0 && model.endpoint.rfind(':') > 6 &&
+  // No blank or control character anywhere: "tcp://127.0.0.1 :7000" was taken as another host.
+  const bool printable = std::none_of(model.endpoint.begin(), model.endpoint.end(),
+                                      [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; });
+  const bool tcp = printable && model.endpoint.rfind("tcp://", 0) == 0 && model.endpoint.rfind(':') > 6 &&
                    listen_port(model.endpoint.substr(6)).value_or(0) != 0;
-  if (!ipc && !tcp) r.fail(*t.get("endpoint"), prefix + "endpoint", "must be tcp://HOST:PORT (PORT 1-65535) or ipc://PATH");
+  if (!ipc && !tcp) {
+    r.fail(*t.get("endpoint"), prefix + "endpoint",
+           "must be tcp://HOST:PORT (PORT 1-65535) or ipc://PATH, without blanks; got " + modelcast::shown_text(model.endpoint, 80));
+  }
   const toml::node* size = t.get("max_model_bytes");
   if (!size) r.fail(t, prefix + "max_model_bytes", "is required (it sizes the shared-memory buffers)");
   model.max_model_bytes = r.bytes(*size, prefix + "max_model_bytes");

@@ -164,6 +164,12 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
        "model[0].max_model_bytes", "out of range"},
       {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"2000000GiB\"\n", 4,
        "model[0].max_model_bytes", "out of range"},
+      // Past 64 bits: was "not a byte count".
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:1\"\nmax_model_bytes = \"99999999999999999999999GiB\"\n", 4,
+       "model[0].max_model_bytes", "out of range"},
+      // A blank before the port: was "on another host".
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1 :7000\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint",
+       "without blanks; got 'tcp://127.0.0.1 :7000'"},
       {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1:1\"\n", 1, "model[0].max_model_bytes", "is required"},
       {"[[model]]\nname = \"m\"\nendpoint = \"garbage\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint", "tcp://HOST:PORT"},
       {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint",
