@@ -410,6 +410,19 @@ TEST(DaemonConfig, MissingKeyFilesFailTheCheckAndTheStartNamingModelKeyAndFile) 
   EXPECT_EQ(check.wait(), 0);
 }
 
+// modelcastd with `config` fails --check (exit 2) and the start (exit 1), each saying `said`.
+void expect_check_and_start_fail(const std::string& config, const std::string& said) {
+  for (auto [args, code] : {std::pair{std::vector<std::string>{"--check"}, 2}, std::pair{std::vector<std::string>{}, 1}}) {
+    std::vector<std::string> argv{MODELCASTD, "--config", config};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ChildProcess daemon(argv);
+    EXPECT_EQ(daemon.wait(), code) << (args.empty() ? "start" : "--check");
+    bool named = false;
+    for (const auto& line : daemon.lines()) named = named || line.find(said) != std::string::npos;
+    EXPECT_TRUE(named) << (args.empty() ? "start" : "--check") << " did not say " << said << ": " << joined_lines(daemon);
+  }
+}
+
 // A socket in a directory others can write (as /tmp) could be bound by another user while the
 // daemon restarts: --check and the start refuse it, naming the directory and why.
 TEST(DaemonConfig, ASocketInADirectoryOthersCanWriteFailsTheCheckAndTheStart) {
@@ -419,17 +432,7 @@ TEST(DaemonConfig, ASocketInADirectoryOthersCanWriteFailsTheCheckAndTheStart) {
   std::filesystem::permissions(shared, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
   write_file(dir / "shared.toml", "[daemon]\nsocket = \"" + shared + "/attach.sock\"\n[http]\nlisten = \"\"\n" +
                                       std::string(kModel));
-  for (auto [args, code] : {std::pair{std::vector<std::string>{"--check"}, 2}, std::pair{std::vector<std::string>{}, 1}}) {
-    std::vector<std::string> argv{MODELCASTD, "--config", (dir / "shared.toml")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    ChildProcess daemon(argv);
-    EXPECT_EQ(daemon.wait(), code) << (args.empty() ? "start" : "--check");
-    bool named = false;
-    for (const auto& line : daemon.lines()) {
-      named = named || (line.find("'" + shared + "' is writable by every user") != std::string::npos);
-    }
-    EXPECT_TRUE(named) << (args.empty() ? "start" : "--check");
-  }
+  expect_check_and_start_fail(dir / "shared.toml", "'" + shared + "' is writable by every user");
   EXPECT_FALSE(std::filesystem::exists(shared + "/attach.sock"));
 }
 
@@ -439,15 +442,7 @@ TEST(DaemonConfig, ADirectoryAtTheSocketPathFailsTheCheckAndTheStart) {
   std::filesystem::create_directory(dir / "attach.sock");
   write_file(dir / "c.toml", "[daemon]\nsocket = \"" + (dir / "attach.sock") + "\"\n[http]\nlisten = \"\"\n" +
                                  std::string(kModel));
-  for (auto [args, code] : {std::pair{std::vector<std::string>{"--check"}, 2}, std::pair{std::vector<std::string>{}, 1}}) {
-    std::vector<std::string> argv{MODELCASTD, "--config", (dir / "c.toml")};
-    argv.insert(argv.end(), args.begin(), args.end());
-    ChildProcess daemon(argv);
-    EXPECT_EQ(daemon.wait(), code) << (args.empty() ? "start" : "--check");
-    bool named = false;
-    for (const auto& line : daemon.lines()) named = named || line.find("is taken by a directory") != std::string::npos;
-    EXPECT_TRUE(named) << (args.empty() ? "start" : "--check") << ": " << joined_lines(daemon);
-  }
+  expect_check_and_start_fail(dir / "c.toml", "is taken by a directory");
   EXPECT_TRUE(std::filesystem::is_directory(dir / "attach.sock"));
 }
 
