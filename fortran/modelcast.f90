@@ -219,6 +219,12 @@ contains
     integer(c_int64_t) :: shape(max(1, size(extents)))
     integer :: i, n
     if (holds_nul("mc_producer_register", name, status)) return
+    ! An assumed-size dummy (a(n, *)) has no last extent: shape() says -1.
+    if (any(extents < 0)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
+          "' is assumed-size (declared a(n, *)): its size is unknown; pass it with its whole shape (a(n, m))")
+      return
+    end if
     if (.not. contiguous) then
       status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
           "' is not contiguous (a strided section?); register a whole array or a contiguous section")

@@ -167,6 +167,7 @@ contains
     ! create on a variable holding a live producer lost it (its threads ran on, its port stayed bound).
     if (mc_producer_create(p, "misuse") /= MC_ERR_STATE) call fail("create over a live producer", 0)
     if (index(mc_last_error(), "holds a live producer") == 0) call fail("unclear create error: " // mc_last_error(), 0)
+    call register_assumed_size(p, big, 8)
     call mc_producer_destroy(p)
     ! A blank key_file was no key: a plaintext producer; a NUL cut the endpoint short.
     if (mc_producer_create(p, "misuse", key_file="   ") /= MC_ERR_INVALID_ARGUMENT) &
@@ -190,6 +191,18 @@ contains
     if (mc_producer_create(p, "misuse", relay_fanout=-5) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a negative relay_fanout was taken", 0)
     if (index(mc_last_error(), "relay_fanout") == 0) call fail("unclear relay_fanout error: " // mc_last_error(), 0)
+  end subroutine
+
+  ! A legacy assumed-size dummy, as old simulation codes pass their fields: its size is unknown
+  ! (shape() gives -1), which was reported as "a negative extent in shape [-1,8]".
+  subroutine register_assumed_size(p, field, n)
+    type(mc_producer), intent(in) :: p
+    integer, intent(in) :: n
+    real(c_float), target, intent(in) :: field(n, *)
+    if (mc_producer_register(p, "legacy", field) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("an assumed-size array was registered", 0)
+    if (index(mc_last_error(), "'legacy' is assumed-size") == 0) &
+        call fail("unclear assumed-size error: " // mc_last_error(), 0)
   end subroutine
 
   ! Waiting into the same view variable, version after version, without releasing it: the
