@@ -61,8 +61,9 @@ class Producer(Service):
         once every rank published it.
         """
         text("register(): name", name)
-        global_shape = integers("register(): global_shape", global_shape or [], 0, INT64[1])
-        global_offset = integers("register(): global_offset", global_offset or [], 0, INT64[1])
+        # `is None`, not `or []`: a NumPy array has no truth value.
+        global_shape = integers("register(): global_shape", [] if global_shape is None else global_shape, 0, INT64[1])
+        global_offset = integers("register(): global_offset", [] if global_offset is None else global_offset, 0, INT64[1])
         m = describe_memory(name, tensor)
         # A shape from an interface (not from real memory) may claim any size: said here, rather
         # than as the binding's TypeError for a number past 64 bits.

@@ -130,7 +130,7 @@ def test_arguments_of_the_wrong_type_or_range_are_refused_naming_them(endpoint):
                 "register(): global_offset[0] must be an integer, got 1.5")
         refused(lambda: producer.register("w", w, global_shape=[-8], global_offset=[0]),
                 "register(): global_shape[0] must be at least 0, got -8")
-        producer.register("w", w, global_shape=torch.Size([4]), global_offset=(np.int64(0),))
+        producer.register("w", w, global_shape=torch.Size([4]), global_offset=np.zeros(1, dtype=np.int64))
         refused(lambda: producer.publish(2**63), "publish(): step must be at most 9223372036854775807")
         refused(lambda: producer.publish(1, metadata=["lr", 0.1]), "publish(): metadata must be a mapping", "list")
         refused(lambda: producer.wait_for_consumers(-1, 0), "wait_for_consumers(): count must be at least 0, got -1")
