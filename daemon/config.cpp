@@ -265,7 +265,8 @@ std::vector<modelcast::TensorConversion> read_conversions(const Reader& r, const
 // at the start, so --check must too, and it would forge the log lines that show the name.
 void no_control_characters(const Reader& r, const toml::table& t, const std::string& prefix, const char* key,
                            const std::string& value) {
-  const auto bad = std::find_if(value.begin(), value.end(), [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  const auto bad = std::find_if(value.begin(), value.end(),
+                                [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
   if (bad != value.end()) {
     r.fail(*t.get(key), prefix + key,
            modelcast::shown_text(value) + " has a control character at byte " + std::to_string(bad - value.begin()));
@@ -299,7 +300,8 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
                    listen_port(model.endpoint.substr(6)).value_or(0) != 0;
   if (!ipc && !tcp) {
     r.fail(*t.get("endpoint"), prefix + "endpoint",
-           "must be tcp://HOST:PORT (PORT 1-65535) or ipc://PATH, without blanks; got " + modelcast::shown_text(model.endpoint, 80));
+           "must be tcp://HOST:PORT (PORT 1-65535) or ipc://PATH, without blanks; got " +
+               modelcast::shown_text(model.endpoint, 80));
   }
   const toml::node* size = t.get("max_model_bytes");
   if (!size) r.fail(t, prefix + "max_model_bytes", "is required (it sizes the shared-memory buffers)");

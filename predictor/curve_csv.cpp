@@ -141,7 +141,10 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       col.loss = find_column(header, loss_name);
       col.time = find_column(header, "time_s");
       if (col.step < 0) throw CsvError(source, line_no, "missing column 'step' (expected step,loss[,time_s])");
-      if (col.loss < 0) throw CsvError(source, line_no, "missing column " + shown_text(loss_name) + " (expected step," + printable_text(loss_name, 40) + "[,time_s])");
+      if (col.loss < 0) {
+        throw CsvError(source, line_no, "missing column " + shown_text(loss_name) + " (expected step," +
+                                            printable_text(loss_name, 40) + "[,time_s])");
+      }
     }
   } else {
     // Reading the second column instead would score a loss the caller did not ask for.

@@ -115,7 +115,8 @@ void AttachServer::run() {
     const bool accepting = now >= accept_paused_until_;
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});  // a negative fd is skipped by poll
     fds.push_back({wake_fd_, POLLIN, 0});
-    int timeout_ms = accepting ? -1 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(accept_paused_until_ - now).count());
+    int timeout_ms =
+        accepting ? -1 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(accept_paused_until_ - now).count());
     for (auto& [fd, client] : clients_) {
       fds.push_back({fd, POLLIN, 0});
       if (client->waiting) {

@@ -139,7 +139,8 @@ void bind_forecast(py::module_& m) {
           try {
             text_path = fspath(path);
           } catch (const py::error_already_set&) {
-            throw_invalid(std::string("read_loss_log_file(): path must be a str or a path, not ") + Py_TYPE(path.ptr())->tp_name);
+            throw_invalid(std::string("read_loss_log_file(): path must be a str or a path, not ") +
+                          Py_TYPE(path.ptr())->tp_name);
           }
           const std::string file = text_argument(text_path, "read_loss_log_file(): path");
           mp::CsvOptions o;

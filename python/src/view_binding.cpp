@@ -242,7 +242,8 @@ void bind_view(py::module_& m) {
            "is the part's. None for a whole tensor. `part` picks one of several boxes (see parts()).")
       .def("parts", [](const ModelView& v, const py::object& name) {
         py::list boxes;
-        for (const auto& t : require_version(v).parts(text_argument(name, "ModelView.parts(): name"))) boxes.append(box_of(t));
+        const std::string tensor = text_argument(name, "ModelView.parts(): name");
+        for (const auto& t : require_version(v).parts(tensor)) boxes.append(box_of(t));
         return boxes;
       }, py::arg("name"),
            "The box of each view of `name`, in its want's order: one per box the consumer keeps (index them "

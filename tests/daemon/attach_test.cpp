@@ -198,7 +198,9 @@ modelcastd::attach::Reply ask(int fd, const std::string& model) {
   EXPECT_EQ(poll(&ready, 1, 60'000), 1) << "no reply";
   std::vector<char> message;
   std::vector<int> fds;
-  if (!modelcastd::attach::receive_message(fd, message, fds)) return {.code = -1, .error = "closed", .manifest = {}, .manifest_in_fd = false};
+  if (!modelcastd::attach::receive_message(fd, message, fds)) {
+    return {.code = -1, .error = "closed", .manifest = {}, .manifest_in_fd = false};
+  }
   return modelcastd::attach::decode_reply(message);
 }
 
