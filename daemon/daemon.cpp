@@ -211,7 +211,7 @@ std::string Daemon::models_json() const {
       m["serving"] = {{"version", current->manifest.version},
                       {"step", current->manifest.step},
                       {"source", current->manifest.source},
-                      {"producer_incarnation", repo::incarnation_hex(current->manifest.incarnation)},
+                      {"producer_incarnation", repo::hex64(current->manifest.incarnation)},
                       {"age_seconds", std::chrono::duration<double>(now - current->installed_at).count()},
                       {"update_latency_ms", std::chrono::duration<double, std::milli>(current->update_latency).count()},
                       {"tensors", current->manifest.tensors.size()}};

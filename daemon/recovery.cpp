@@ -79,7 +79,12 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
         if (t == layout.tensors.end()) {
           throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "tensor '" + name + "' missing from " + path);
         }
+        repo::check_tensor_bytes(stored, name, served->buffer->memory().data() + t->begin, t->end - t->begin);
         m.tensors.push_back({t->name, t->dtype, t->shape, t->begin, t->end - t->begin, {}, {}, {}, 0});
+      }
+      if (stored.tensor_digests.empty()) {
+        log->warn("model {}: {} was written without digests (by an older modelcastd): its bytes are served unchecked",
+                  model, stored.directory);
       }
       served->installed_at = std::chrono::system_clock::now();
       served->repository_path = stored.directory;

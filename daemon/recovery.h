@@ -9,8 +9,9 @@
 namespace modelcastd {
 
 // Removes leftovers of interrupted writes under <root>/<model>, then loads the most recently
-// written complete version that fits in `max_bytes`. A version whose files do not check out is
-// skipped with a warning (the next older one is tried). Returns nullptr if there is none.
+// written complete version that fits in `max_bytes`. A version whose files do not check out
+// (metadata.json, the safetensors layout, each tensor's bytes against the digest written with
+// it) is skipped with a warning (the next older one is tried). Returns nullptr if there is none.
 // Throws modelcast::Error(kResource) if shared memory cannot be had.
 ServedPtr recover_newest(const std::string& root, const std::string& model, std::uint64_t max_bytes);
 

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/repository/regular_file.h"
+#include "common/digest.h"
 #include "core/repository/safetensors.h"
 #include "modelcast/error.h"
 
@@ -25,16 +26,22 @@ namespace modelcast::repository {
 namespace fs = std::filesystem;
 namespace {
 
-// metadata.json's producer_incarnation: hex text, or a number as written before it was text.
-std::uint64_t incarnation_of(const nlohmann::json& value) {
-  if (!value.is_string()) return value.get<std::uint64_t>();
+// A 64-bit value metadata.json holds as hex text (hex64()); `what` names it in the error.
+std::uint64_t hex_value(const nlohmann::json& value, const std::string& what) {
+  if (!value.is_string()) throw std::invalid_argument(what + " is not hexadecimal text");
   const auto& text = value.get_ref<const std::string&>();
   std::uint64_t out = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out, 16);
   if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
-    throw std::invalid_argument("producer_incarnation is not hexadecimal: '" + text + "'");
+    throw std::invalid_argument(what + " is not hexadecimal: '" + text + "'");
   }
   return out;
+}
+
+// metadata.json's producer_incarnation: hex text, or a number as written before it was text.
+std::uint64_t incarnation_of(const nlohmann::json& value) {
+  if (!value.is_string()) return value.get<std::uint64_t>();
+  return hex_value(value, "producer_incarnation");
 }
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
@@ -58,10 +65,15 @@ int create_file(const std::string& path) {
 
 void write_metadata(const std::string& path, const VersionSnapshot& s, std::uint64_t number, std::int64_t written_at_ns) {
   nlohmann::json doc = {{"model", s.model},           {"version", s.version}, {"repository_version", number},
-                        {"step", s.step},             {"producer_incarnation", incarnation_hex(s.incarnation)},
+                        {"step", s.step},             {"producer_incarnation", hex64(s.incarnation)},
                         {"written_at_ns", written_at_ns}, {"metadata", s.metadata},
                         {"tensors", nlohmann::json::array()}};
   for (const auto& t : s.tensors) doc["tensors"].push_back(t.name);
+  // Per tensor rather than the producer's block digests: blocks do not follow tensor bounds, a
+  // device snapshot has none of XXH3, and recovery reads the file tensor by tensor. Hashing
+  // memory costs little beside writing and fsyncing the same bytes.
+  auto& digests = doc["tensor_xxh3"] = nlohmann::json::object();
+  for (const auto& t : s.tensors) digests[t.name] = hex64(digest_bytes(t.data, t.bytes));
   std::string text = doc.dump(2) + "\n";
   int fd = create_file(path);
   const char* p = text.data();
@@ -96,9 +108,9 @@ bool is_number(const std::string& name) {
 
 }  // namespace
 
-std::string incarnation_hex(std::uint64_t incarnation) {
+std::string hex64(std::uint64_t value) {
   char text[17];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(incarnation));
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(value));
   return text;
 }
 
@@ -219,6 +231,13 @@ StoredEntry read_entry(const fs::directory_entry& entry) {
     v.written_at_ns = doc.at("written_at_ns").get<std::int64_t>();
     v.metadata = doc.at("metadata").get<std::map<std::string, std::string>>();
     v.tensor_order = doc.at("tensors").get<std::vector<std::string>>();
+    if (doc.contains("tensor_xxh3")) {  // absent in versions written before digests were kept
+      const auto& digests = doc.at("tensor_xxh3");
+      for (const auto& tensor : v.tensor_order) {
+        if (!digests.contains(tensor)) throw std::invalid_argument("tensor_xxh3 has no digest of tensor '" + tensor + "'");
+        v.tensor_digests[tensor] = hex_value(digests.at(tensor), "the tensor_xxh3 of tensor '" + tensor + "'");
+      }
+    }
   } catch (const std::exception& e) {
     return {std::nullopt, std::string(kMetadataFile) + " cannot be read: " + e.what()};
   }
@@ -230,6 +249,16 @@ StoredEntry read_entry(const fs::directory_entry& entry) {
 }
 
 }  // namespace
+
+void check_tensor_bytes(const StoredVersion& version, const std::string& tensor, const void* data,
+                        std::uint64_t bytes) {
+  auto written = version.tensor_digests.find(tensor);
+  if (written == version.tensor_digests.end()) return;
+  if (digest_bytes(data, bytes) != written->second) {
+    throw Error(ErrorCode::kIntegrity, "the bytes of tensor '" + tensor + "' in " + version.directory + "/" + kTensorFile +
+                                           " are not those written (their XXH3 differs from metadata.json's): the file was altered or damaged");
+  }
+}
 
 std::vector<std::string> Repository::damaged(const std::string& model) const {
   std::vector<std::string> out;

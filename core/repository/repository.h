@@ -20,10 +20,11 @@ namespace modelcast::repository {
 inline constexpr const char* kTensorFile = "model.safetensors";
 inline constexpr const char* kMetadataFile = "metadata.json";
 
-// A producer incarnation as the daemon writes it in JSON (metadata.json, /v1/models): 16 hex
-// digits, as the logs show it. Not a JSON number: most JSON readers (JavaScript, jq, pandas)
-// hold numbers as doubles, and a random 64-bit value above 2^53 would reach them rounded.
-std::string incarnation_hex(std::uint64_t incarnation);
+// A 64-bit value (a producer incarnation, a digest) as the daemon writes it in JSON
+// (metadata.json, /v1/models): 16 hex digits, as the logs show it. Not a JSON number: most JSON
+// readers (JavaScript, jq, pandas) hold numbers as doubles, and a random 64-bit value above 2^53
+// would reach them rounded.
+std::string hex64(std::uint64_t value);
 
 // A complete version found on disk (from its metadata.json).
 struct StoredVersion {
@@ -35,7 +36,15 @@ struct StoredVersion {
   std::int64_t written_at_ns = 0;  // wall clock when it was written (shown only: numbers give the order)
   std::map<std::string, std::string> metadata;
   std::vector<std::string> tensor_order;  // registration order
+  // XXH3-64 of each tensor's bytes as written (metadata.json's "tensor_xxh3"); empty for a
+  // version written before digests were kept, whose bytes nothing can check.
+  std::map<std::string, std::uint64_t> tensor_digests;
 };
+
+// Throws modelcast::Error(kIntegrity) naming the tensor and the version's directory when `data`
+// (`bytes` bytes read back from model.safetensors) is not what was written. Any thread.
+void check_tensor_bytes(const StoredVersion& version, const std::string& tensor, const void* data,
+                        std::uint64_t bytes);
 
 class Repository {
  public:

@@ -1,6 +1,6 @@
 // What a restarted daemon recovers from its repository, on its own: a version whose
-// metadata.json names a tensor twice (so another would never be served) or cannot be read is
-// not served, and the log names the directory and why.
+// metadata.json names a tensor twice (so another would never be served) or cannot be read, or
+// whose bytes are not those written, is not served, and the log names the directory and why.
 #include "daemon/recovery.h"
 
 #include <spdlog/sinks/ostream_sink.h>
@@ -16,6 +16,8 @@
 #include <iterator>
 #include <regex>
 #include <sstream>
+
+#include <nlohmann/json.hpp>
 
 #include "core/repository/repository.h"
 #include "daemon_fixture.h"
@@ -77,6 +79,52 @@ TEST(Recovery, AVersionWhoseMetadataCannotBeReadIsReportedNotSkippedSilently) {
   const auto said = log.out.str();
   EXPECT_NE(said.find(dir / "repo/m/3: metadata.json cannot be read"), std::string::npos) << said;
   EXPECT_EQ(repo::Repository(dir / "repo").damaged("m").size(), 1u);
+}
+
+// A byte changed on disk (a bad sector, a tool that rewrote the file) passes every layout check:
+// the version is skipped, named with the tensor, and the one before it served.
+TEST(Recovery, AVersionWhoseTensorBytesWereAlteredIsNotServed) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  write_version(dir / "repo", 4);
+  const auto tensors = dir / "repo/m/4/model.safetensors";
+  auto bytes = read_file(tensors);
+  bytes.back() = static_cast<char>(bytes.back() ^ 0x01);  // the last byte of tensor 'b'
+  write_file(tensors, bytes);
+  auto served = modelcastd::recover_newest(dir / "repo", "m", 1 << 20);
+  ASSERT_TRUE(served) << log.out.str();
+  EXPECT_EQ(served->manifest.version, 3u) << "served the altered version";
+  EXPECT_NE(log.out.str().find("the bytes of tensor 'b' in " + tensors + " are not those written"), std::string::npos)
+      << log.out.str();
+}
+
+// Versions written before digests were kept are still served, and the log says they are unchecked;
+// a digest list that misses a tensor is a damaged version.
+TEST(Recovery, DigestsInMetadataAreCheckedWhenPresentAndNamedWhenDamaged) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  const auto metadata = dir / "repo/m/3/metadata.json";
+  auto doc = nlohmann::json::parse(read_file(metadata));
+  ASSERT_TRUE(doc.contains("tensor_xxh3")) << doc.dump();
+  auto without = doc;
+  without.erase("tensor_xxh3");
+  write_file(metadata, without.dump());
+  ASSERT_TRUE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20)) << log.out.str();
+  EXPECT_NE(log.out.str().find("written without digests"), std::string::npos) << log.out.str();
+
+  auto missing = doc;
+  missing["tensor_xxh3"].erase("b");
+  write_file(metadata, missing.dump());
+  EXPECT_FALSE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20));
+  EXPECT_NE(log.out.str().find("tensor_xxh3 has no digest of tensor 'b'"), std::string::npos) << log.out.str();
+
+  auto number = doc;
+  number["tensor_xxh3"]["a"] = 12;
+  write_file(metadata, number.dump());
+  EXPECT_FALSE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20));
+  EXPECT_NE(log.out.str().find("the tensor_xxh3 of tensor 'a' is not hexadecimal"), std::string::npos) << log.out.str();
 }
 
 // A FIFO where a file should be (planted, or left by a tool) would block open() until a writer
