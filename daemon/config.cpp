@@ -431,6 +431,11 @@ DaemonConfig load_config(const std::string& path) {
     r.string(*http, "listen", "http.", config.http_listen);
     if (!config.http_listen.empty() && !listen_port(config.http_listen)) {
       r.fail(*http->get("listen"), "http.listen", "must be HOST:PORT with PORT 0-65535, or \"\" to disable");
+    } else if (!config.http_listen.empty() && config.http_listen.front() == ':') {
+      // ":PORT" is every interface to some tools and an error to others; the endpoint is only
+      // ever exposed on purpose.
+      r.fail(*http->get("listen"), "http.listen",
+             "has no HOST: give 127.0.0.1:PORT for this machine only, 0.0.0.0:PORT or [::]:PORT for every interface");
     }
   }
   if (const toml::table* repo = r.table(root, "repository", "")) {

@@ -17,6 +17,7 @@
 #include "daemon/attach/seqpacket.h"
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "daemon/ops_http.h"
 #include "modelcast/error.h"
 #include "modelcast/modelcast_runtime.h"
 
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
       modelcastd::attach::check_listen_directory(config.socket_path);
       modelcastd::attach::check_socket_path_free(config.socket_path);
     }
+    if (check_only && !config.http_listen.empty()) modelcastd::check_http_host(config.http_listen);
     // What each model's consumer checks when it starts: a plaintext ipc:// producer endpoint in a
     // directory others can write. The producer may not have made its directory yet.
     for (const auto& model : config.models) {

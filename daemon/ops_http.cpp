@@ -1,6 +1,11 @@
 #include "daemon/ops_http.h"
 
+#include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <httplib.h>
 
@@ -9,10 +14,48 @@
 
 namespace modelcastd {
 
-OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(std::make_unique<httplib::Server>()) {
-  auto colon = listen.rfind(':');
-  std::string host = listen.substr(0, colon);
+namespace {
+
+std::string host_of(const std::string& listen) {
+  std::string host = listen.substr(0, listen.rfind(':'));
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+}  // namespace
+
+// httplib's bind says only that it failed, so an unknown name or another machine's address read
+// as "is another process listening there?"; resolving and binding port 0 here says which.
+void check_http_host(const std::string& listen) {
+  const std::string host = host_of(listen);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (int rc = getaddrinfo(host.c_str(), "0", &hints, &found); rc != 0) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "http listen address '" + listen + "': host '" + host + "' does not resolve (" + gai_strerror(rc) + ")");
+  }
+  std::string why;
+  bool bound = false;
+  for (addrinfo* a = found; a != nullptr && !bound; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    bound = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!bound) why = std::strerror(errno);
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (!bound) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "http listen address '" + listen + "': cannot bind host '" +
+                                                                       host + "' (" + why + "; is it an address of this machine?)");
+  }
+}
+
+OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(std::make_unique<httplib::Server>()) {
+  const std::string host = host_of(listen);
+  check_http_host(listen);
   auto parsed = listen_port(listen);
   if (!parsed) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,

@@ -24,10 +24,14 @@ struct OpsProviders {
   std::function<std::string()> metrics_text;
 };
 
+// Throws modelcast::Error(kInvalidArgument) naming `listen` (HOST:PORT) when HOST does not
+// resolve or is not an address of this machine. Any thread; may ask the resolver.
+void check_http_host(const std::string& listen);
+
 class OpsHttp {
  public:
   // Binds HOST:PORT (PORT 0 picks one; see port()) and starts serving. Throws
-  // modelcast::Error(kTransport) if the address cannot be bound.
+  // modelcast::Error: kInvalidArgument as check_http_host(), kTransport if the port is taken.
   OpsHttp(const std::string& listen, OpsProviders providers);
   ~OpsHttp();
   OpsHttp(const OpsHttp&) = delete;

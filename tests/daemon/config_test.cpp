@@ -154,6 +154,8 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {"[http]\nlisten = \"localhost\"\n", 2, "http.listen", "HOST:PORT"},
       {"[http]\nlisten = \"127.0.0.1:99999\"\n", 2, "http.listen", "PORT 0-65535"},
       {"[http]\nlisten = \"127.0.0.1:80x\"\n", 2, "http.listen", "PORT 0-65535"},
+      // Passed --check; the start said "is another process listening there?".
+      {"[http]\nlisten = \":9180\"\n", 2, "http.listen", "has no HOST"},
       {"[repository]\npath = \"/r\"\nkeep = 0\n", 3, "repository.keep", "between 1 and"},
       {"colour = \"blue\"\n", 1, "colour", "unknown key"},
       {(model + "buffers = 1\n"), 5, "model[0].buffers", "between 2 and"},
@@ -444,6 +446,22 @@ TEST(DaemonConfig, ADirectoryAtTheSocketPathFailsTheCheckAndTheStart) {
                                  std::string(kModel));
   expect_check_and_start_fail(dir / "c.toml", "is taken by a directory");
   EXPECT_TRUE(std::filesystem::is_directory(dir / "attach.sock"));
+}
+
+// An ops address no resolver knows, or another machine's, passed --check, and the start said "is
+// another process listening there?".
+TEST(DaemonConfig, AnHttpHostThatIsNotThisMachinesFailsTheCheckAndTheStart) {
+  ScratchDir dir;
+  const std::string daemon = "[daemon]\nsocket = \"" + (dir / "attach.sock") + "\"\n[http]\nlisten = ";
+  // .invalid never resolves (RFC 6761); 192.0.2.1 is a documentation address (RFC 5737), on no
+  // interface here.
+  write_file(dir / "name.toml", daemon + "\"nohost.invalid:0\"\n" + std::string(kModel));
+  expect_check_and_start_fail(dir / "name.toml", "host 'nohost.invalid' does not resolve");
+  write_file(dir / "other.toml", daemon + "\"192.0.2.1:0\"\n" + std::string(kModel));
+  expect_check_and_start_fail(dir / "other.toml", "cannot bind host '192.0.2.1' (Cannot assign requested address");
+  write_file(dir / "here.toml", daemon + "\"localhost:0\"\n" + std::string(kModel));
+  ChildProcess check({MODELCASTD, "--config", (dir / "here.toml"), "--check"});
+  EXPECT_EQ(check.wait(), 0) << joined_lines(check);
 }
 
 // --check finds what each model's consumer would refuse at the start: a plaintext ipc://
