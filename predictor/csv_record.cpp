@@ -15,15 +15,21 @@
 namespace modelcast::predictor {
 namespace {
 
+// One line's fields. libcsv ends a record at a CR outside quotes too: fields after one are
+// another record on the same line, which taking columns by index dropped without a word.
 struct Collector {
   std::vector<std::string> fields;
+  bool ended = false;            // a record ended
+  bool field_after_end = false;  // and a field followed it
 };
 
 void on_field(void* text, std::size_t length, void* data) {
-  static_cast<Collector*>(data)->fields.emplace_back(static_cast<const char*>(text), length);
+  auto* c = static_cast<Collector*>(data);
+  c->field_after_end = c->field_after_end || c->ended;
+  c->fields.emplace_back(static_cast<const char*>(text), length);
 }
 
-void on_record_end(int, void*) {}
+void on_record_end(int, void* data) { static_cast<Collector*>(data)->ended = true; }
 
 class Parser {
  public:
@@ -70,6 +76,10 @@ std::vector<std::string> split_csv_record(const std::string& line, const std::st
   if (!parsed || csv_fini(parser.get(), on_field, on_record_end, &collector) != 0) {
     throw CsvError(source, line_no, std::string("malformed CSV record (") + csv_strerror(csv_error(parser.get())) +
                                         "): " + excerpt(line));
+  }
+  if (collector.field_after_end) {
+    throw CsvError(source, line_no, "a CR inside the line (outside quotes) ends a record there: lines end in LF or CRLF: " +
+                                        excerpt(line));
   }
   return std::move(collector.fields);
 }

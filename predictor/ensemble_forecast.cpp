@@ -33,27 +33,11 @@ void validate_observed(std::span<const CurvePoint> observed, const ForecastOptio
       throw Error(ErrorCode::kInvalidArgument, "forecast: steps must be strictly increasing (step " +
                                   std::to_string(observed[i].step) + ")");
   }
-  if (options.total_steps > kMaxCurveStep)
-    throw Error(ErrorCode::kInvalidArgument, "forecast: total_steps (" + std::to_string(options.total_steps) +
-                                                 ") is beyond 2^53, the largest step the predictor takes");
+  check_forecast_options(options);
   if (options.total_steps <= observed.back().step)
     throw Error(ErrorCode::kInvalidArgument, "forecast: total_steps (" + std::to_string(options.total_steps) +
                                 ") must exceed the last observed step (" +
                                 std::to_string(observed.back().step) + ")");
-  for (const auto& [family, prior] : options.member_prior)
-    if (!std::isfinite(prior) || prior < 0)
-      throw Error(ErrorCode::kInvalidArgument, "forecast: member_prior for '" + family + "' must be finite and >= 0");
-  if (!(options.backtest_fraction > 0 && options.backtest_fraction < 1))
-    throw Error(ErrorCode::kInvalidArgument, "forecast: backtest_fraction must be in (0, 1)");
-  // NaN made every band NaN, and a negative one put lower above upper.
-  if (!(std::isfinite(options.band_z) && options.band_z >= 0))
-    throw Error(ErrorCode::kInvalidArgument, "forecast: band_z must be finite and >= 0, got " + std::to_string(options.band_z));
-  // Fewer would leave nothing to forecast with but the fallback, whatever fits.
-  if (options.max_members < 1)
-    throw Error(ErrorCode::kInvalidArgument, "forecast: max_members must be >= 1, got " + std::to_string(options.max_members));
-  if (options.starts_per_family < 1)
-    throw Error(ErrorCode::kInvalidArgument,
-                "forecast: starts_per_family must be >= 1, got " + std::to_string(options.starts_per_family));
 }
 
 // Future logged steps: given, or the recent cadence continued to total_steps.
@@ -74,8 +58,7 @@ std::vector<std::int64_t> future_grid(std::span<const CurvePoint> observed, cons
     std::nth_element(gaps.begin(), gaps.begin() + static_cast<std::ptrdiff_t>(gaps.size() / 2), gaps.end());
     gap = std::max<std::int64_t>(1, gaps[gaps.size() / 2]);
   }
-  if (options.max_future_points > 0)
-    gap = std::max(gap, (options.total_steps - last + options.max_future_points - 1) / options.max_future_points);
+  gap = std::max(gap, (options.total_steps - last + options.max_future_points - 1) / options.max_future_points);
   for (std::int64_t s = last + gap; s < options.total_steps; s += gap) steps.push_back(s);
   steps.push_back(options.total_steps);
   return steps;
@@ -425,8 +408,6 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
   std::string note;
   const ProgressAxis scheduled(options.total_steps, options.lr_schedule);
   const ReferenceCurve* reference = options.reference ? &*options.reference : nullptr;
-  if (reference && (reference->progress.size() < 2 || reference->progress.size() != reference->loss.size()))
-    throw Error(ErrorCode::kInvalidArgument, "forecast: reference curve needs >= 2 points and equal-length progress/loss");
 
   double anneal_drop = 0.0;
   bool use_schedule = scheduled.schedule_aware();
@@ -536,6 +517,44 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
 }
 
 }  // namespace
+
+void check_forecast_options(const ForecastOptions& options) {
+  auto refuse = [](const std::string& why) { throw Error(ErrorCode::kInvalidArgument, "forecast: " + why); };
+  if (options.total_steps <= 0) refuse("total_steps must be positive, got " + std::to_string(options.total_steps));
+  if (options.total_steps > kMaxCurveStep)
+    refuse("total_steps (" + std::to_string(options.total_steps) + ") is beyond 2^53, the largest step the predictor takes");
+  // Without a bound a log with a point per step and a long run grew a future point per step
+  // (2^40 of them ran out of memory).
+  if (options.max_future_points < 1) refuse("max_future_points must be >= 1, got " + std::to_string(options.max_future_points));
+  // A relative reliability (families not named have 1); past 1e6 a weight divided by a small
+  // back-test error overflowed, and the forecast came out NaN.
+  for (const auto& [family, prior] : options.member_prior)
+    if (!std::isfinite(prior) || prior < 0 || prior > 1e6)
+      refuse("member_prior for '" + family + "' must be in [0, 1e6], got " + std::to_string(prior));
+  if (!(options.backtest_fraction > 0 && options.backtest_fraction < 1))
+    refuse("backtest_fraction must be in (0, 1), got " + std::to_string(options.backtest_fraction));
+  // NaN made every band NaN, and a negative one put lower above upper.
+  if (!(std::isfinite(options.band_z) && options.band_z >= 0))
+    refuse("band_z must be finite and >= 0, got " + std::to_string(options.band_z));
+  // Fewer would leave nothing to forecast with but the fallback, whatever fits.
+  if (options.max_members < 1) refuse("max_members must be >= 1, got " + std::to_string(options.max_members));
+  if (options.starts_per_family < 1) refuse("starts_per_family must be >= 1, got " + std::to_string(options.starts_per_family));
+  if (options.lr_schedule) detail::ProgressAxis(options.total_steps, options.lr_schedule);  // throws naming what is wrong
+  if (const auto& r = options.reference) {
+    // Interpolated by binary search: a NaN or unsorted progress read past the curve's end.
+    if (r->progress.size() < 2 || r->progress.size() != r->loss.size())
+      refuse("reference curve needs >= 2 points and as many losses as progress values");
+    if (!r->time_fraction.empty() && r->time_fraction.size() != r->progress.size())
+      refuse("reference curve's time_fraction must be empty or as long as its progress");
+    for (std::size_t i = 0; i < r->progress.size(); ++i) {
+      const std::string at = " at reference point " + std::to_string(i);
+      if (!std::isfinite(r->progress[i]) || (i > 0 && !(r->progress[i] > r->progress[i - 1])))
+        refuse("reference progress must be finite and strictly increasing" + at);
+      if (!std::isfinite(r->loss[i])) refuse("reference loss is not finite" + at);
+      if (!r->time_fraction.empty() && !std::isfinite(r->time_fraction[i])) refuse("reference time_fraction is not finite" + at);
+    }
+  }
+}
 
 Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOptions& options) {
   return forecast_impl(observed, options, false);

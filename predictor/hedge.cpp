@@ -34,8 +34,19 @@ void validate(const Forecast& f, const HedgeOptions& o) {
                                                  std::to_string(o.time_stretch_probability) + ", " + std::to_string(o.time_stretch) + ")");
   if (!std::isfinite(o.change_depth) || o.change_depth < 0)
     throw Error(ErrorCode::kInvalidArgument, "hedge: change_depth must be finite and >= 0, got " + std::to_string(o.change_depth));
-  if (o.change_times < 1)
-    throw Error(ErrorCode::kInvalidArgument, "hedge: change_times must be >= 1, got " + std::to_string(o.change_times));
+  // Each change time is a scenario every plan is scored in: 200000 took a minute a decision.
+  if (o.change_times < 1 || o.change_times > 1000)
+    throw Error(ErrorCode::kInvalidArgument, "hedge: change_times must be in [1, 1000], got " + std::to_string(o.change_times));
+  // Its knots, here rather than at the first forecast the schedule is read against (its last
+  // knot as the run's end cannot make the rate zero over the run: constant after it).
+  if (o.lr_schedule) {
+    try {
+      detail::ProgressAxis(std::max<std::int64_t>(1, o.lr_schedule->steps.empty() ? 1 : o.lr_schedule->steps.back()),
+                           o.lr_schedule);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("hedge: ") + e.what());
+    }
+  }
 }
 
 bool declared_certain(const Forecast& f) {
@@ -96,6 +107,8 @@ std::vector<std::int64_t> evenly_spread(const std::vector<std::int64_t>& steps, 
 HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Forecast& forecast, const HedgeOptions& options) {
   validate(forecast, options);
   if (observed.empty()) throw Error(ErrorCode::kInvalidArgument, "hedge: no observed points");
+  for (const auto& point : observed)  // a NaN made every change scenario NaN
+    if (!std::isfinite(point.loss)) throw Error(ErrorCode::kInvalidArgument, "hedge: loss at step " + std::to_string(point.step) + " is not finite");
   HedgedForecast out;
   out.forecast = forecast;
   out.plan_choice = options.plan_choice;

@@ -33,6 +33,28 @@ std::optional<Residuals> residuals_at(const Forecast& forecast, std::int64_t ste
   return Residuals{loss - (forecast.loss[j] + f * (forecast.loss[i] - forecast.loss[j])),
                    time_s - (forecast.time_s[j] + f * (forecast.time_s[i] - forecast.time_s[j]))};
 }
+// What a caller's forecaster returned, before anything indexes it by the forecast's steps (short
+// vectors read past their end) or plans on it (a NaN was reported as a "trajectory" error).
+void check_forecaster_result(const Forecast& f) {
+  auto refuse = [](const std::string& why) {
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: the forecaster returned " + why);
+  };
+  const std::size_t n = f.steps.size();
+  if (f.loss.size() != n || f.time_s.size() != n || (!f.lower.empty() && f.lower.size() != n) ||
+      (!f.upper.empty() && f.upper.size() != n)) {
+    refuse(std::to_string(n) + " steps, " + std::to_string(f.loss.size()) + " losses, " + std::to_string(f.time_s.size()) +
+           " times and a band of " + std::to_string(f.lower.size()) + " / " + std::to_string(f.upper.size()) +
+           " (all as many as the steps, or no band)");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string at = " at step " + std::to_string(f.steps[i]);
+    if (i > 0 && f.steps[i] <= f.steps[i - 1]) refuse("steps not strictly increasing" + at);
+    if (!std::isfinite(f.loss[i])) refuse("a non-finite loss" + at);
+    if (!std::isfinite(f.time_s[i])) refuse("a non-finite time" + at);
+    if (!f.lower.empty() && !(std::isfinite(f.lower[i]) && std::isfinite(f.upper[i]))) refuse("a non-finite band" + at);
+  }
+}
+
 }  // namespace
 
 OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(options)) {
@@ -42,9 +64,21 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   if (options_.warmup_step < 0 || options_.warmup_step >= options_.forecast.total_steps)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: warm-up step must be in [0, total_steps)");
   if (options_.max_candidates < 2) throw Error(ErrorCode::kInvalidArgument, "online scheduler: max_candidates must be >= 2");
-  if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0 || options_.refit_band_points < 0 ||
-      options_.refit_every_below < 0)
-    throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_growth, refit_band_points and refit_every_below must be >= 0");
+  if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_growth must be finite and >= 0, got " +
+                                                 std::to_string(options_.refit_growth));
+  if (options_.refit_band_points < 0)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_band_points must be >= 0, got " +
+                                                 std::to_string(options_.refit_band_points));
+  if (options_.refit_every_below < 0)
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_every_below must be >= 0, got " +
+                                                 std::to_string(options_.refit_every_below));
+  // Here rather than at every decision after the warm-up, where a bad option first showed.
+  try {
+    check_forecast_options(options_.forecast);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kInvalidArgument, std::string("online scheduler: options.forecast: ") + e.what());
+  }
   if (!std::isfinite(options_.replan_time_tolerance) || options_.replan_time_tolerance < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: replan_time_tolerance must be finite and >= 0, got " +
                                                  std::to_string(options_.replan_time_tolerance));
@@ -54,7 +88,13 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   if (!std::isfinite(options_.band_trigger_width) || options_.band_trigger_width <= 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: band_trigger_width must be finite and > 0, got " +
                                                  std::to_string(options_.band_trigger_width));
-  if (options_.hedge) hedge_forecast(std::vector<CurvePoint>{{0, 1.0, 0.0}}, Forecast{}, options_.hedge_options);  // checks the options
+  if (options_.hedge) {
+    try {
+      hedge_forecast(std::vector<CurvePoint>{{0, 1.0, 0.0}}, Forecast{}, options_.hedge_options);  // checks the options
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("online scheduler: options.hedge_options: ") + e.what());
+    }
+  }
   set_costs(options_.costs.stall_s, options_.costs.delivery_s);
   fitted_ = std::make_shared<const Fitted>();
 }
@@ -77,6 +117,7 @@ void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
 
 OnlineScheduler::Fitted OnlineScheduler::fit(std::span<const CurvePoint> regime, const OnlineOptions& options) {
   Forecast raw = options.forecaster ? options.forecaster(regime, options.forecast) : forecast_curve(regime, options.forecast);
+  if (options.forecaster) check_forecaster_result(raw);
   Fitted out;
   if (options.hedge) {
     auto hedged = hedge_forecast(regime, raw, options.hedge_options);
@@ -115,8 +156,12 @@ void OnlineScheduler::wait_for_background() {
 }
 
 void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s) {
-  if (!std::isfinite(loss) || !std::isfinite(wall_time_s))
-    throw Error(ErrorCode::kInvalidArgument, "online scheduler: non-finite loss or time at step " + std::to_string(step));
+  if (!std::isfinite(loss))
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: loss " + std::to_string(loss) + " at step " +
+                                                 std::to_string(step) + " is not finite");
+  if (!std::isfinite(wall_time_s))
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: wall time " + std::to_string(wall_time_s) + " at step " +
+                                                 std::to_string(step) + " is not finite");
   if (step > kMaxCurveStep || step < -kMaxCurveStep)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: step " + std::to_string(step) +
                                                  " is beyond 2^53, the largest step the predictor takes");
@@ -213,8 +258,10 @@ void OnlineScheduler::refit_if_due() {
   // Growth is counted within the current regime.
   const std::size_t seen = points_at_last_fit_ - std::min(points_at_last_fit_, fit_from_);
   bool due = forecast.steps.empty() || n < static_cast<std::size_t>(options_.refit_every_below);
-  due = due || n - fit_from_ >= std::max<std::size_t>(seen + 1, static_cast<std::size_t>(std::ceil(static_cast<double>(seen) *
-                                                                                                    (1.0 + options_.refit_growth))));
+  // In doubles: a large refit_growth (1e19: "never again") is past size_t, and casting it was
+  // undefined (it came out as "refit at every point").
+  const double grown = std::max(static_cast<double>(seen + 1), std::ceil(static_cast<double>(seen) * (1.0 + options_.refit_growth)));
+  due = due || static_cast<double>(n - fit_from_) >= grown;
   // A regime change: the newest points left the band, and the departure began with a jump
   // larger than the widened band (new data, a shift, a sudden drop or rise). The points before
   // the jump no longer describe the curve. A gradual departure is left to the geometric

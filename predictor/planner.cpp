@@ -117,6 +117,14 @@ void validate_costs(const PublishCosts& costs, const PublishCostNames& names) {
     refuse(names.max_slowdown_s, ">= 0 (infinity: no cap)", costs.max_slowdown_s);
 }
 
+std::size_t publishes_allowed(const PublishCosts& costs, std::size_t limit) {
+  if (!(costs.stall_s > 0) || !std::isfinite(costs.max_slowdown_s)) return limit;
+  // Compared as doubles: a cap of 1e20 s (or a denormal stall) is past every integer type, and
+  // casting it was undefined (it came out as "no publish").
+  const double fit = std::floor(costs.max_slowdown_s / costs.stall_s + 1e-9);
+  return fit < static_cast<double>(limit) ? static_cast<std::size_t>(fit) : limit;
+}
+
 void validate_problem(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs) {
   validate_trajectory(curve);
   if (warmup_index >= curve.steps.size())
@@ -156,6 +164,16 @@ ScheduleResult plan_from(double origin_loss, double origin_servable_s, int publi
                          const Trajectory& future, const PublishCosts& costs) {
   validate_trajectory(future);
   validate_costs(costs);
+  // A NaN here made every schedule's CIL NaN (or the window empty: "publish nothing", CIL 0).
+  for (auto [name, value] : {std::pair{"origin_loss", origin_loss}, std::pair{"origin_servable_s", origin_servable_s},
+                             std::pair{"window_end_s", window_end_s}}) {
+    if (!std::isfinite(value)) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("plan_from: ") + name + " must be finite, got " + std::to_string(value));
+    }
+  }
+  if (publishes_done < 0) {
+    throw Error(ErrorCode::kInvalidArgument, "plan_from: publishes_done must be >= 0, got " + std::to_string(publishes_done));
+  }
   const std::size_t n = future.steps.size();
   const double c = costs.stall_s, d = costs.delivery_s, end = window_end_s;
   ScheduleResult result;
@@ -163,10 +181,7 @@ ScheduleResult plan_from(double origin_loss, double origin_servable_s, int publi
   int best_j = 0;
   std::size_t best_i = 0;
 
-  long max_publishes = static_cast<long>(n);
-  if (c > 0 && std::isfinite(costs.max_slowdown_s))
-    max_publishes = std::min(max_publishes, static_cast<long>(std::floor(costs.max_slowdown_s / c + 1e-9)) - publishes_done);
-  if (c == 0 && costs.max_slowdown_s < 0) max_publishes = 0;
+  const long max_publishes = static_cast<long>(publishes_allowed(costs, n + static_cast<std::size_t>(publishes_done))) - publishes_done;
 
   // parent[j][i]: previous candidate of the optimal path to state (i, j+1); -1 = origin.
   std::vector<std::vector<int>> parent;
@@ -269,6 +284,11 @@ Trajectory trajectory_of(std::span<const CurvePoint> points) {
 }
 
 Trajectory extend_with_forecast(std::span<const CurvePoint> prefix, const Forecast& forecast) {
+  if (forecast.loss.size() != forecast.steps.size() || forecast.time_s.size() != forecast.steps.size()) {
+    throw Error(ErrorCode::kInvalidArgument, "forecast: " + std::to_string(forecast.steps.size()) + " steps, " +
+                                                 std::to_string(forecast.loss.size()) + " losses and " +
+                                                 std::to_string(forecast.time_s.size()) + " times; they must be as many");
+  }
   auto t = trajectory_of(prefix);
   for (std::size_t i = 0; i < forecast.steps.size(); ++i) {
     t.steps.push_back(forecast.steps[i]);

@@ -36,6 +36,11 @@ ProgressAxis::ProgressAxis(std::int64_t total_steps, const std::optional<LrSched
     cumulative_[static_cast<std::size_t>(c) + 1] =
         cumulative_[static_cast<std::size_t>(c)] + 0.5 * (lr_at(a) + lr_at(b)) * (b - a);
   }
+  // Progress is the share of the run's cumulative rate: with none, every forecast was NaN.
+  if (!(cumulative_.back() > 0)) {
+    throw Error(ErrorCode::kInvalidArgument, "lr_schedule: the rate is zero over the whole run (steps 0 to " +
+                                                 std::to_string(total_steps) + ")");
+  }
 }
 
 double ProgressAxis::lr_at(double step) const {

@@ -12,12 +12,6 @@
 namespace modelcast::predictor {
 namespace {
 
-std::size_t publish_cap(const PublishCosts& costs, std::size_t n) {
-  if (costs.stall_s > 0 && std::isfinite(costs.max_slowdown_s))
-    return std::min(n, static_cast<std::size_t>(std::floor(costs.max_slowdown_s / costs.stall_s + 1e-9)));
-  return n;
-}
-
 std::string num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
@@ -29,7 +23,7 @@ std::string num(double v) {
 ViperSchedule viper_fixed_interval(const Trajectory& predicted, std::size_t warmup_index, const PublishCosts& costs) {
   validate_problem(predicted, warmup_index, costs);
   const std::size_t n = predicted.steps.size() - warmup_index - 1;
-  const std::size_t cap = publish_cap(costs, n);
+  const std::size_t cap = publishes_allowed(costs, n);
   const double nothing = evaluate_cil(predicted, warmup_index, costs, {});
   ViperSchedule best;
   best.predicted_cil = std::numeric_limits<double>::infinity();
@@ -104,7 +98,7 @@ ViperThreshold viper_drop_threshold(const Trajectory& curve, std::size_t warmup_
 ViperSchedule viper_greedy(const Trajectory& predicted, std::size_t warmup_index, const PublishCosts& costs) {
   validate_problem(predicted, warmup_index, costs);
   const ViperThreshold t = viper_drop_threshold(predicted, warmup_index);
-  const std::size_t cap = publish_cap(costs, predicted.steps.size());
+  const std::size_t cap = publishes_allowed(costs, predicted.steps.size());
   ViperSchedule out;
   out.threshold = t.threshold;
   double last = predicted.loss[warmup_index];

@@ -50,10 +50,10 @@ struct ForecastOptions {
   // (median of the recent step gaps) up to total_steps, which is always included.
   std::vector<std::int64_t> future_steps;
   // When the continued cadence would give more future points than this, the cadence is
-  // coarsened (bounds the planner's cost on logs with a point per step).
+  // coarsened (bounds the planner's cost on logs with a point per step). >= 1.
   int max_future_points = 400;
   // Longer prefixes are averaged into this many consecutive bins before fitting (speed; the
-  // bin means also damp per-step noise).
+  // bin means also damp per-step noise). <= 0: every point is fitted.
   int max_fit_points = 120;
   // When set, the families are fitted against the cumulative learning rate (progress made)
   // instead of the step, and a learning-rate "noise floor" term lets the loss drop when the
@@ -112,6 +112,10 @@ struct Forecast {
   bool fallback = false;        // true when no family could be trusted; see note
   std::string note;             // human-readable explanation of any fallback
 };
+
+// Throws Error(kInvalidArgument), naming the field and its value, unless forecast_curve takes
+// `options` (all but how total_steps relates to the points observed). Thread-safe.
+void check_forecast_options(const ForecastOptions& options);
 
 // Forecasts the rest of the curve from the observed prefix (steps strictly increasing, finite
 // values, at least one point). Never returns NaN/inf; when no family fits sanely it falls back

@@ -47,7 +47,7 @@ struct HedgeOptions {
   // it goes, assumes neither a regime change nor early saturation (OnlineOptions::hedge_options).
   double change_probability = 0.15;
   double change_depth = 0.15;
-  int change_times = 4;
+  int change_times = 4;  // 1 to 1000
   // The learning-rate schedule the run was configured with, when known (total steps: the
   // forecast's last step). When the rate anneals after the last observed step, the regime
   // change is placed where it anneals instead of at change_times evenly spread points: one
@@ -111,8 +111,9 @@ struct HedgedForecast {
 // has zero width everywhere is a caller's statement of certainty (e.g. a known curve) and is
 // returned unchanged as the only scenario. When every observed loss is positive, no scenario goes
 // below 0. Throws Error(kInvalidArgument) on a malformed forecast
-// (lengths differ) or options out of range (probabilities outside [0, 1] or summing above 1,
-// negative depth, change_times < 1, time_stretch < 1).
+// (lengths differ), a non-finite observed loss or options out of range (probabilities outside
+// [0, 1] or summing above 1, negative depth, change_times outside [1, 1000], time_stretch < 1,
+// a malformed lr_schedule).
 HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Forecast& forecast,
                               const HedgeOptions& options);
 

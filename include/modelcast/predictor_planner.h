@@ -33,7 +33,8 @@ struct Trajectory {
 Trajectory trajectory_of(std::span<const CurvePoint> points);
 
 // The logged prefix followed by a forecast of the rest: what the planner plans on. Forecast
-// times are clamped so they never run backwards from the last logged point.
+// times are clamped so they never run backwards from the last logged point. Throws
+// Error(kInvalidArgument) unless the forecast has as many losses and times as steps.
 Trajectory extend_with_forecast(std::span<const CurvePoint> prefix, const Forecast& forecast);
 
 struct PublishCosts {
@@ -65,6 +66,10 @@ struct PublishCostNames {
 // are finite and >= 0, request_rate is finite and > 0, window_s is NaN (not given) or finite and
 // >= 0, and max_slowdown_s is >= 0 (infinity: no cap). The one check of every entry point.
 void validate_costs(const PublishCosts& costs, const PublishCostNames& names = {});
+
+// How many publishes max_slowdown_s allows at stall_s, at most `limit` (also with no cap: an
+// infinite max_slowdown_s or a zero stall). Costs as validate_costs() accepts them; any thread.
+std::size_t publishes_allowed(const PublishCosts& costs, std::size_t limit);
 
 // Throws Error(kInvalidArgument) unless the trajectory is well formed, warmup_index is valid
 // and the costs are finite and non-negative (rate > 0).

@@ -171,6 +171,12 @@ TEST(CurveCsv, LinesEndingInCarriageReturnAloneAreNamed) {
   EXPECT_EQ(log.points.size(), 2u);
 }
 
+// A CR alone after the first line ended a CSV record inside the line, and the rows after it on
+// that line were dropped without a word.
+TEST(CurveCsv, ACarriageReturnInsideALaterLineIsNamed) {
+  expect_error("step,loss,time_s\n10,2,1\r20,1.5,2\r30,1.2,3\n", 2, "a CR inside the line (outside quotes)");
+}
+
 // Columns are read by name: a name twice would have one of them read and the other ignored.
 TEST(CurveCsv, AColumnNamedTwiceIsRefused) {
   expect_error("step,loss,Loss\n10,4.0,9\n20,3.9,9\n", 1, "column 'Loss' appears twice");

@@ -256,7 +256,22 @@ TEST(Forecast, RejectsBadInput) {
       {[](ForecastOptions& f) { f.band_z = std::nan(""); }, "band_z must be finite and >= 0"},
       {[](ForecastOptions& f) { f.band_z = -3; }, "band_z must be finite and >= 0, got -3"},
       {[](ForecastOptions& f) { f.max_members = 0; }, "max_members must be >= 1, got 0"},
-      {[](ForecastOptions& f) { f.starts_per_family = -1; }, "starts_per_family must be >= 1, got -1"}};
+      {[](ForecastOptions& f) { f.starts_per_family = -1; }, "starts_per_family must be >= 1, got -1"},
+      // Read past the reference curve's end (a NaN or unsorted progress), a NaN forecast (a rate
+      // that is zero over the whole run; a prior whose weight overflowed), a future point per
+      // step (no bound: 2^40 of them ran out of memory).
+      {[](ForecastOptions& f) { f.reference = ReferenceCurve{{0.0, 0.5, std::nan("")}, {5, 3, 2}, {}}; },
+       "reference progress must be finite and strictly increasing at reference point 2"},
+      {[](ForecastOptions& f) { f.reference = ReferenceCurve{{0.0, 0.5, 0.4}, {5, 3, 2}, {}}; },
+       "strictly increasing at reference point 2"},
+      {[](ForecastOptions& f) { f.reference = ReferenceCurve{{0.0, 0.5}, {5, 3}, {0.1}}; }, "time_fraction must be empty"},
+      {[](ForecastOptions& f) {
+         f.lr_schedule = LrSchedule{{2000, 3000}, {0.0, 1.0}};
+         f.anneal_drop = 0.1;
+       },
+       "lr_schedule: the rate is zero over the whole run (steps 0 to 100)"},
+      {[](ForecastOptions& f) { f.member_prior["pow3"] = 1e308; }, "member_prior for 'pow3' must be in [0, 1e6]"},
+      {[](ForecastOptions& f) { f.max_future_points = 0; }, "max_future_points must be >= 1, got 0"}};
   for (const auto& [change, said] : refused) {
     ForecastOptions bad;
     bad.total_steps = 100;

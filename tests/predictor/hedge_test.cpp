@@ -361,6 +361,13 @@ TEST(Hedge, RejectsBadOptionsAndForecasts) {
   bad.change_probability = 0.9;
   bad.band_probability = 0.2;  // sums above 1
   EXPECT_THROW(hedge_forecast(prefix, f, bad), Error);
+  // A NaN observed loss made every change scenario NaN.
+  try {
+    hedge_forecast(std::vector<CurvePoint>{{0, 3.0, 0.0}, {10, std::nan(""), 1.0}}, f, HedgeOptions{});
+    ADD_FAILURE() << "hedged a NaN loss";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hedge: loss at step 10 is not finite"), std::string::npos) << e.what();
+  }
   HedgeOptions depth;
   depth.change_depth = -0.1;
   EXPECT_THROW(hedge_forecast(prefix, f, depth), Error);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <random>
 
@@ -337,6 +338,85 @@ TEST(OnlineScheduler, RejectsContractViolations) {
   OnlineOptions bad_hedge = o;
   bad_hedge.hedge_options.change_probability = 1.5;
   EXPECT_THROW(OnlineScheduler{bad_hedge}, modelcast::Error);
+
+  // Options a forecast or a hedge takes were refused only at every decision after the warm-up.
+  const std::vector<std::pair<std::function<void(OnlineOptions&)>, std::string>> at_construction = {
+      {[](OnlineOptions& x) { x.forecast.backtest_fraction = 5; }, "options.forecast: forecast: backtest_fraction must be in (0, 1)"},
+      {[](OnlineOptions& x) { x.forecast.max_members = 0; }, "options.forecast: forecast: max_members must be >= 1"},
+      {[](OnlineOptions& x) { x.forecast.lr_schedule = LrSchedule{{0, 50}, {1.0}}; }, "options.forecast: lr_schedule"},
+      {[](OnlineOptions& x) { x.hedge_options.lr_schedule = LrSchedule{{50, 0}, {1.0, 1.0}}; },
+       "options.hedge_options: hedge: lr_schedule: steps must be strictly increasing"},
+      {[](OnlineOptions& x) { x.hedge_options.change_times = 200000; }, "change_times must be in [1, 1000], got 200000"},
+      {[](OnlineOptions& x) { x.refit_band_points = -2; }, "refit_band_points must be >= 0, got -2"}};
+  for (const auto& [change, said] : at_construction) {
+    OnlineOptions bad = o;
+    change(bad);
+    try {
+      OnlineScheduler{bad};
+      ADD_FAILURE() << "constructed with: " << said;
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A caller's forecaster whose vectors are shorter than its steps was read past their end; one
+// that returns a NaN was reported as a "trajectory" the caller never made.
+TEST(OnlineScheduler, AForecastersMalformedAnswerIsRefusedNamingIt) {
+  const auto run = random_run(3, 40);
+  const std::vector<std::pair<std::function<void(Forecast&)>, std::string>> cases = {
+      {[](Forecast& f) { f.loss.resize(f.loss.size() / 2); }, "the forecaster returned"},
+      {[](Forecast& f) { f.time_s.pop_back(); }, "times and a band of"},
+      {[](Forecast& f) { f.loss[1] = std::nan(""); }, "the forecaster returned a non-finite loss at step"},
+      {[](Forecast& f) { std::swap(f.steps[0], f.steps[1]); }, "steps not strictly increasing"}};
+  for (bool hedge : {false, true}) {
+    for (const auto& [spoil, said] : cases) {
+      OnlineOptions o;
+      o.forecast.total_steps = run.truth.steps.back();
+      o.warmup_step = run.truth.steps[9];
+      o.hedge = hedge;
+      o.costs.stall_s = 2.0;
+      o.forecaster = [&run, spoil = spoil](std::span<const CurvePoint> seen, const ForecastOptions& fo) {
+        Forecast f = oracle(run)(seen, fo);
+        if (f.steps.size() >= 2) spoil(f);
+        return f;
+      };
+      OnlineScheduler s(o);
+      std::string what;
+      for (const auto& p : run.points) {
+        s.observe(p.step, p.loss, p.time_s);
+        try {
+          s.should_publish(p.step);
+        } catch (const modelcast::Error& e) {
+          what = e.what();
+          break;
+        }
+      }
+      EXPECT_NE(what.find(said), std::string::npos) << "hedge " << hedge << ": " << what;
+    }
+  }
+}
+
+// A refit_growth past size_t (1e19: "refit hardly ever") was cast undefined and came out as a
+// refit at every point.
+TEST(OnlineScheduler, AHugeRefitGrowthRefitsAsSeldomAsALargeOne) {
+  const auto run = smooth_run(200);
+  auto fits = [&](double growth) {
+    OnlineOptions o;
+    o.forecast.total_steps = run.truth.steps.back();
+    o.warmup_step = run.truth.steps[19];
+    o.costs.stall_s = 3.0;
+    o.refit_growth = growth;
+    o.refit_every_below = 0;
+    o.forecaster = oracle(run);
+    OnlineScheduler s(o);
+    replay(s, run, o.costs.stall_s);
+    return s.stats().fits;
+  };
+  const auto large = fits(1e6);
+  EXPECT_LE(large, 3U);
+  EXPECT_EQ(fits(1e19), large);
+  EXPECT_EQ(fits(1e300), large);
 }
 
 // Costs the planner refuses were once accepted here and refused only at the first decision

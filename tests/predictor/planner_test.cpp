@@ -2,9 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "modelcast/predictor_planner.h"
+#include "modelcast/predictor_viper.h"
 
 namespace modelcast::predictor {
 namespace {
@@ -28,6 +30,13 @@ TEST(Trajectory, ForecastExtendsThePrefixAndTimeNeverRunsBackwards) {
   EXPECT_EQ(t.steps, (std::vector<std::int64_t>{0, 10, 20, 30}));
   EXPECT_EQ(t.loss, (std::vector<double>{5.0, 4.0, 3.5, 3.0}));
   EXPECT_EQ(t.time_s, (std::vector<double>{0.0, 100.0, 100.0, 150.0}));
+}
+
+PublishCosts c_with(double stall_s, double max_slowdown_s) {
+  PublishCosts c;
+  c.stall_s = stall_s;
+  c.max_slowdown_s = max_slowdown_s;
+  return c;
 }
 
 Trajectory simple() { return {{0, 10, 20, 30}, {4.0, 3.0, 2.0, 1.0}, {0.0, 10.0, 20.0, 30.0}}; }
@@ -234,6 +243,71 @@ TEST(SnapToCandidates, AWarmUpIndexPastTheEndIsAnError) {
     }
   }
   EXPECT_THROW(snap_to_candidates(planned, Trajectory{}, 0), Error);
+}
+
+// A forecast with fewer losses or times than steps was read past its end.
+TEST(Trajectory, AForecastWithFewerValuesThanStepsIsRefused) {
+  const std::vector<CurvePoint> prefix{{0, 5.0, 0.0}};
+  Forecast short_time;
+  short_time.steps = {10, 20, 30};
+  short_time.loss = {4.0, 3.0, 2.0};
+  short_time.time_s = {1.0};
+  try {
+    extend_with_forecast(prefix, short_time);
+    ADD_FAILURE() << "extended with a forecast of 3 steps and 1 time";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("3 steps, 3 losses and 1 times"), std::string::npos) << e.what();
+  }
+}
+
+// A cap past every integer (1e20 s, or a denormal stall under a finite cap) was cast undefined
+// and came out as "no publish", in the plans and in Viper's rules alike.
+TEST(PlanOptimal, AHugeSlowdownCapIsNoCap) {
+  Trajectory t;
+  for (int i = 0; i < 40; ++i) {
+    t.steps.push_back(i * 10);
+    t.loss.push_back(5.0 / (1.0 + i));
+    t.time_s.push_back(i * 10.0);
+  }
+  PublishCosts free;
+  free.stall_s = 1.0;
+  free.delivery_s = 0.5;
+  const auto uncapped = plan_optimal(t, 3, free);
+  ASSERT_FALSE(uncapped.publish_steps.empty());
+  EXPECT_EQ(viper_fixed_interval(t, 3, free).publish_steps.empty(), false);
+  for (double cap : {1e20, std::numeric_limits<double>::max()}) {
+    PublishCosts c = free;
+    c.max_slowdown_s = cap;
+    EXPECT_EQ(plan_optimal(t, 3, c).publish_steps, uncapped.publish_steps) << cap;
+    EXPECT_EQ(viper_fixed_interval(t, 3, c).publish_steps, viper_fixed_interval(t, 3, free).publish_steps) << cap;
+  }
+  PublishCosts tiny = free;
+  tiny.stall_s = 1e-310;  // denormal
+  tiny.max_slowdown_s = 100;
+  PublishCosts tiny_free = tiny;
+  tiny_free.max_slowdown_s = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(plan_optimal(t, 3, tiny).publish_steps, plan_optimal(t, 3, tiny_free).publish_steps);
+  EXPECT_EQ(publishes_allowed(c_with(2.0, 7.0), 100), 3U);
+  EXPECT_EQ(publishes_allowed(c_with(2.0, 7.0), 2), 2U);
+}
+
+// A NaN origin made every schedule's CIL NaN; a NaN window end made it "publish nothing", CIL 0.
+TEST(PlanFrom, ANonFiniteStateIsRefusedNamingIt) {
+  const Trajectory future{{10, 20}, {4.0, 3.5}, {10.0, 20.0}};
+  PublishCosts c;
+  c.stall_s = 1;
+  const auto refused = [&](double loss, double servable, int done, double end, const std::string& said) {
+    try {
+      plan_from(loss, servable, done, end, future, c);
+      ADD_FAILURE() << "planned: " << said;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
+    }
+  };
+  refused(std::nan(""), 0.0, 0, 40.0, "origin_loss must be finite");
+  refused(5.0, std::nan(""), 0, 40.0, "origin_servable_s must be finite");
+  refused(5.0, 0.0, 0, std::nan(""), "window_end_s must be finite");
+  refused(5.0, 0.0, -1, 40.0, "publishes_done must be >= 0, got -1");
 }
 
 TEST(PlanFrom, MidRunStateMatchesTheFullPlanWhenNothingWasPublished) {

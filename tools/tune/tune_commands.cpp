@@ -209,10 +209,7 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
 // VIPER baselines keep to it (viper_rules.cpp), so that every schedule reported is one the run
 // could have made and their CILs compare.
 std::vector<std::int64_t> within_slowdown(std::vector<std::int64_t> steps, const mp::PublishCosts& costs) {
-  if (costs.stall_s > 0 && std::isfinite(costs.max_slowdown_s)) {
-    const double fit = std::floor(costs.max_slowdown_s / costs.stall_s + 1e-9);
-    if (fit < static_cast<double>(steps.size())) steps.resize(static_cast<std::size_t>(fit));
-  }
+  steps.resize(mp::publishes_allowed(costs, steps.size()));
   return steps;
 }
 
