@@ -73,10 +73,37 @@ struct RowReader {
   }
 };
 
+// Both readers take a row's values by these rules, so a file one refuses the other does not take.
+std::int64_t step_of(const RowReader& row, int column) {
+  const std::int64_t step = row.integer(column, "step");
+  if (step > kMaxCurveStep || step < -kMaxCurveStep)
+    throw CsvError(row.source, row.line_no, "step " + std::to_string(step) + " is beyond 2^53, the largest step the predictor takes");
+  return step;
+}
+
+double time_of(const RowReader& row, int column, const char* name) {
+  const double time_s = row.number(column, name);
+  if (time_s < 0) {
+    throw CsvError(row.source, row.line_no, std::string("column '") + name + "' is negative (" +
+                                                RowReader::shown(row.at(column, name)) + "): it is seconds of training since it started");
+  }
+  return time_s;
+}
+
+// A curves row's total_steps: the run's planned length, within which each of its steps lies.
+std::int64_t total_steps_of(const RowReader& row, int column, std::int64_t step) {
+  const std::int64_t total = row.integer(column, "total_steps");
+  if (total <= 0 || total > kMaxCurveStep) {
+    throw CsvError(row.source, row.line_no, "total_steps " + std::to_string(total) + " is not in [1, 2^53]");
+  }
+  if (step > total) {
+    throw CsvError(row.source, row.line_no, "step " + std::to_string(step) + " is past the run's total_steps " + std::to_string(total));
+  }
+  return total;
+}
+
 // time_offset carries the shift applied after a timer restart to the following rows.
 void append_point(LossLog& log, const std::string& source, std::size_t line_no, CurvePoint p, double& time_offset) {
-  if (p.step > kMaxCurveStep || p.step < -kMaxCurveStep)
-    throw CsvError(source, line_no, "step " + std::to_string(p.step) + " is beyond 2^53, the largest step the predictor takes");
   if (!log.points.empty() && p.step <= log.points.back().step)
     throw CsvError(source, line_no, "steps not increasing: step " + std::to_string(p.step) + " follows step " +
                                         std::to_string(log.points.back().step));
@@ -177,19 +204,12 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       log.run = options.run;
       if (col.track >= 0) log.track = row.at(col.track, "track");
       if (col.record >= 0) log.record = row.at(col.record, "record");
-      log.total_steps = row.integer(col.total, "total_steps");
     }
     CurvePoint p;
-    p.step = row.integer(col.step, "step");
+    p.step = step_of(row, col.step);
+    if (curves) log.total_steps = total_steps_of(row, col.total, p.step);
     p.loss = row.number(col.loss, loss_name.c_str());
-    if (col.time >= 0) {
-      const char* name = curves ? "train_time_s" : "time_s";
-      p.time_s = row.number(col.time, name);
-      if (p.time_s < 0) {
-        throw CsvError(source, at_line, std::string("column '") + name + "' is negative (" + RowReader::shown(row.at(col.time, name)) +
-                                            "): it is seconds of training since it started");
-      }
-    }
+    if (col.time >= 0) p.time_s = time_of(row, col.time, curves ? "train_time_s" : "time_s");
     append_point(log, source, at_line, p, time_offset);
     return true;
   };
@@ -220,10 +240,10 @@ LossLog read_loss_log_file(const std::string& path, const CsvOptions& options) {
 
 CurveCollection read_curve_collection(std::istream& in, const std::string& source, const std::string& loss_column) {
   std::string line;
-  std::size_t line_no = 0;
-  if (!std::getline(in, line)) throw CsvError(source, 1, "empty file");
-  ++line_no;
-  const auto header = split_csv_record(line, source, line_no);
+  // As read_loss_log reads it: a byte order mark, blank lines before the header, a gzip file.
+  auto first_record = read_first_record(in, source);
+  std::size_t line_no = first_record.line_no;
+  const auto header = std::move(first_record.fields);
   Columns col;
   col.run = find_column(header, "run");
   col.track = find_column(header, "track");
@@ -233,10 +253,11 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
   col.loss = find_column(header, loss_column);
   col.time = find_column(header, "train_time_s");
   for (auto [c, name] : {std::pair{col.run, "run"}, {col.total, "total_steps"}, {col.step, "step"}, {col.time, "train_time_s"}})
-    if (c < 0) throw CsvError(source, 1, std::string("missing column '") + name + "'");
-  if (col.loss < 0) throw CsvError(source, 1, "missing loss column " + shown_text(loss_column));
+    if (c < 0) throw CsvError(source, line_no, std::string("missing column '") + name + "'");
+  if (col.loss < 0) throw CsvError(source, line_no, "missing loss column " + shown_text(loss_column));
   CurveCollection out;
   bool current_bad = false;
+  std::map<std::string, std::size_t> first_line_of_run;  // rows of one run must be together
   while (std::getline(in, line)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
@@ -244,6 +265,11 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
     RowReader row{source, line_no, fields};
     const auto& run = row.at(col.run, "run");
     if (out.runs.empty() || out.runs.back().run != run) {
+      // Read as two runs of one id, each scored apart, before.
+      if (auto [seen, fresh] = first_line_of_run.emplace(run, line_no); !fresh) {
+        throw CsvError(source, line_no, "rows of run " + shown_text(run) + " are not together: the run also has rows from line " +
+                                            std::to_string(seen->second) + ", with other runs between");
+      }
       if (current_bad) {
         out.skipped_runs.push_back(out.runs.back().run);
         out.runs.pop_back();
@@ -253,13 +279,13 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
       log.run = run;
       log.track = col.track >= 0 ? row.at(col.track, "track") : "";
       log.record = col.record >= 0 ? row.at(col.record, "record") : "";
-      log.total_steps = row.integer(col.total, "total_steps");
       log.has_time = true;
       out.runs.push_back(std::move(log));
     }
     if (current_bad) continue;
-    CurvePoint p{row.integer(col.step, "step"), row.number(col.loss, loss_column.c_str()), row.number(col.time, "train_time_s")};
+    CurvePoint p{step_of(row, col.step), row.number(col.loss, loss_column.c_str()), time_of(row, col.time, "train_time_s")};
     auto& log = out.runs.back();
+    log.total_steps = total_steps_of(row, col.total, p.step);
     if (!log.points.empty() && p.step <= log.points.back().step) {
       current_bad = true;  // concatenated restarts of one run id
       continue;

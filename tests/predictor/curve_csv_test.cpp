@@ -75,6 +75,48 @@ TEST(CurveCsv, CollectionSkipsRunsWithRestarts) {
   EXPECT_EQ(all.skipped_runs, std::vector<std::string>{"r1"});
 }
 
+// The collection (the benchmark's and the tuning tool's reader) took what read_loss_log refuses:
+// a step beyond 2^53, a negative time, a total_steps of -5 or below the run's steps; it read a
+// header after a byte order mark or a blank line as missing 'run'; and a run whose rows were
+// not together became two runs of one id, scored apart.
+TEST(CurveCsv, TheCollectionReadsAndRefusesAsTheSingleRunReaderDoes) {
+  const std::string header = "run,track,record,step,total_steps,val_loss,train_time_s\n";
+  const auto collection = [](const std::string& text) {
+    std::istringstream in(text);
+    return read_curve_collection(in, "test.csv", "val_loss");
+  };
+  const auto refused = [&](const std::string& text, std::size_t line, const std::string& said) {
+    try {
+      collection(text);
+      ADD_FAILURE() << "read:\n" << text;
+    } catch (const CsvError& e) {
+      EXPECT_EQ(e.line(), line) << e.what();
+      EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
+    }
+    CsvOptions o;  // the single-run reader says the same
+    o.run = "r1";
+    expect_error(text, line, said, o);
+  };
+  refused(header + "r1,t,a,0,100,5,0\nr1,t,a,9000000000000000000,9000000000000000000,4,1\n", 3, "is beyond 2^53");
+  refused(header + "r1,t,a,0,100,5,0\nr1,t,a,10,100,4,-5\n", 3, "column 'train_time_s' is negative");
+  refused(header + "r1,t,a,0,-5,5,0\n", 2, "total_steps -5 is not in [1, 2^53]");
+  refused(header + "r1,t,a,0,7,5,0\nr1,t,a,10,7,4,1\n", 3, "step 10 is past the run's total_steps 7");
+
+  const auto bom = collection("\xEF\xBB\xBF\n" + header + "r1,t,a,0,100,5,0\nr1,t,a,100,100,4,1\n");
+  ASSERT_EQ(bom.runs.size(), 1u);
+  EXPECT_EQ(bom.runs[0].points.size(), 2u);
+
+  try {
+    collection(header + "r1,t,a,0,100,5,0\nr2,t,a,0,100,5,0\nr1,t,a,100,100,4,1\n");
+    ADD_FAILURE() << "read a run whose rows are apart";
+  } catch (const CsvError& e) {
+    EXPECT_EQ(e.line(), 4u) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rows of run 'r1' are not together: the run also has rows from line 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CurveCsv, RepairsATimerRestartWithAWarning) {
   // Real logs exclude warm-up steps from the timer: the clock restarts near 0 at step 40.
   const auto log = parse("step,loss,time_s\n10,9.0,25.0\n20,8.0,26.0\n30,7.0,27.0\n40,6.0,0.5\n50,5.0,1.5\n");
