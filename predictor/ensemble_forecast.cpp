@@ -32,6 +32,13 @@ void validate_observed(std::span<const CurvePoint> observed, const ForecastOptio
     if (i > 0 && observed[i].step <= observed[i - 1].step)
       throw Error(ErrorCode::kInvalidArgument, "forecast: steps must be strictly increasing (step " +
                                   std::to_string(observed[i].step) + ")");
+    // NaN is "not logged"; a clock that runs backwards made the rest of the run take no time.
+    if (std::isinf(observed[i].time_s))
+      throw Error(ErrorCode::kInvalidArgument, "forecast: time at step " + std::to_string(observed[i].step) + " is not finite");
+    if (i > 0 && observed[i].time_s < observed[i - 1].time_s)
+      throw Error(ErrorCode::kInvalidArgument, "forecast: time at step " + std::to_string(observed[i].step) + " (" +
+                                                   std::to_string(observed[i].time_s) + " s) is before the previous point's (" +
+                                                   std::to_string(observed[i - 1].time_s) + " s)");
   }
   check_forecast_options(options);
   if (options.total_steps <= observed.back().step)

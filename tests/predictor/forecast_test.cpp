@@ -241,6 +241,16 @@ TEST(Forecast, RejectsBadInput) {
   o.lr_schedule = LrSchedule{{0, 50}, {1.0}};
   EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 1.0}}, o), modelcast::Error);
   o.lr_schedule.reset();
+  // A clock running backwards made the rest of the run take no time at all.
+  try {
+    forecast_curve(std::vector<CurvePoint>{{10, 1.0, 5.0}, {20, 0.9, 6.0}, {30, 0.8, 2.0}}, o);
+    ADD_FAILURE() << "forecast on a clock that runs backwards";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("time at step 30 (2.000000 s) is before the previous point's (6.000000 s)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(forecast_curve(std::vector<CurvePoint>{{10, 1.0, 5.0}, {20, 0.9, INFINITY}}, o), modelcast::Error);
   // A run longer than 2^53 steps: its future grid once overflowed into an endless loop.
   o.total_steps = std::numeric_limits<std::int64_t>::max();
   try {
