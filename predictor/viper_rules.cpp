@@ -70,6 +70,13 @@ ViperThreshold viper_drop_threshold(const Trajectory& curve, std::size_t warmup_
   if (warmup_index >= curve.loss.size())
     throw Error(ErrorCode::kInvalidArgument, "viper threshold: warm-up index " + std::to_string(warmup_index) +
                                                  " is past the end of the curve");
+  for (std::size_t i = 0; i <= warmup_index; ++i) {  // a NaN was reported as "losses this large overflow"
+    if (!std::isfinite(curve.loss[i])) {
+      throw Error(ErrorCode::kInvalidArgument, "viper threshold: the loss at warm-up point " + std::to_string(i) +
+                                                   " (step " + (i < curve.steps.size() ? std::to_string(curve.steps[i]) : "?") +
+                                                   ") is not finite");
+    }
+  }
   ViperThreshold t;
   if (warmup_index < 1) return t;  // no drop to measure: every predicted fall counts (ours)
   t.drops = warmup_index;
@@ -88,8 +95,7 @@ ViperThreshold viper_drop_threshold(const Trajectory& curve, std::size_t warmup_
     for (std::size_t i = 0; i <= warmup_index; ++i) largest = std::max(largest, std::abs(curve.loss[i]));
     std::ostringstream why;
     why << "viper threshold: the loss drops of the warm-up (points 0-" << warmup_index
-        << ") are not finite numbers: its largest |loss| is " << largest
-        << (std::isfinite(largest) ? "; losses this large overflow, rescale them" : "");
+        << ") are not finite numbers: its largest |loss| is " << largest << "; losses this large overflow, rescale them";
     throw Error(ErrorCode::kInvalidArgument, why.str());
   }
   return t;

@@ -67,6 +67,17 @@ TEST(ViperGreedy, ThresholdIsTheMeanPlusTheSdOfTheWarmupDrops) {
   EXPECT_THROW(viper_drop_threshold(t, 4), modelcast::Error);
 }
 
+// A NaN in the warm-up was reported as "losses this large overflow, rescale them".
+TEST(ViperGreedy, ANonFiniteWarmUpLossIsNamed) {
+  const Trajectory t{{0, 10, 20}, {3.0, std::nan(""), 1.0}, {0.0, 1.0, 2.0}};
+  try {
+    viper_drop_threshold(t, 2);
+    FAIL() << "a NaN loss accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the loss at warm-up point 1 (step 10) is not finite"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ViperGreedy, FiniteLossesWhoseDropsOverflowAreNamedWithTheirSize) {
   const Trajectory t{{0, 1, 2}, {1e308, -1e308, 0.0}, {0.0, 1.0, 2.0}};
   try {
