@@ -59,14 +59,23 @@ struct RowReader {
   }
   std::int64_t integer(int column, const char* name) const {
     std::int64_t v = 0;
-    if (!parse_int(at(column, name), v))
-      throw CsvError(source, line_no, std::string("column '") + name + "' is not an integer: " + shown(at(column, name)));
+    if (!parse_int(at(column, name), v)) {
+      double d = 0;  // "1e16" is an integer, but one a double may hold rounded
+      const bool large = parse_double(at(column, name), d) && std::isfinite(d) && d == std::floor(d);
+      throw CsvError(source, line_no, std::string("column '") + name + "' is not an integer" +
+                                          (large ? " written exactly (past 9e15, a decimal or an exponent may be rounded: write its digits)" : "") + ": " +
+                                          shown(at(column, name)));
+    }
     return v;
   }
   double number(int column, const char* name) const {
     double v = 0;
-    if (!parse_double(at(column, name), v))
-      throw CsvError(source, line_no, std::string("column '") + name + "' is not a number: " + shown(at(column, name)));
+    if (!parse_double(at(column, name), v)) {
+      const std::string& text = at(column, name);
+      const bool range = !text.empty() && std::from_chars(text.data(), text.data() + text.size(), v).ec == std::errc::result_out_of_range;
+      throw CsvError(source, line_no, std::string("column '") + name + (range ? "' is out of a double's range: " : "' is not a number: ") +
+                                          shown(text));
+    }
     if (!std::isfinite(v))
       throw CsvError(source, line_no, std::string("column '") + name + "' is not finite: " + shown(at(column, name)));
     return v;

@@ -174,6 +174,9 @@ TEST(CurveCsv, NonNumericAndNonFiniteValues) {
   expect_error("step,loss\n10,4.0\n20,inf\n", 3, "not finite");
   expect_error("step,loss\n10,4.0\n2x,3.9\n", 3, "not an integer");
   expect_error("step,loss,time_s\n10,4.0,1\n20,3.9,\n", 3, "not a number");
+  // Both said "not a number" / "not an integer" without why.
+  expect_error("step,loss\n10,4.0\n20,1e400\n", 3, "column 'loss' is out of a double's range: '1e400'");
+  expect_error("step,loss\n10,4.0\n1e16,3.9\n", 3, "is not an integer written exactly (past 9e15");
 }
 
 TEST(CurveCsv, StepsMustIncrease) {
