@@ -396,12 +396,21 @@ DaemonConfig load_config(const std::string& path) {
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": is a directory, not a config file");
   }
-  // toml++ says "File could not be opened for reading" at line 0, without the reason.
-  if (std::ifstream probe(path); !probe) {
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": cannot be read: " + std::strerror(errno));
+  // Read here rather than by toml::parse_file, which says "File could not be opened for reading"
+  // at line 0 without the reason, and of a pipe (-c /dev/stdin) says so too: it asks the size.
+  // Bounded, so /dev/zero given by mistake is refused rather than read until memory runs out.
+  constexpr std::size_t kMaxConfigBytes = 16u << 20;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": cannot be read: " + std::strerror(errno));
+  std::string text(kMaxConfigBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": cannot be read: " + std::strerror(errno));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxConfigBytes) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": is larger than 16 MiB: not a config file");
   }
   try {
-    root = toml::parse_file(path);
+    root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                            path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));

@@ -2,6 +2,10 @@
 // and the key named, by load_config and by modelcastd itself.
 #include "daemon/config.h"
 
+#include <sys/stat.h>
+
+#include <fstream>
+#include <thread>
 #include <tuple>
 
 #include "daemon_fixture.h"
@@ -288,6 +292,28 @@ TEST(DaemonConfig, AFileThatCannotBeReadSaysWhy) {
   } catch (const modelcast::Error& e) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
     EXPECT_EQ(std::string(e.what()), (dir / "missing.toml") + ": cannot be read: No such file or directory");
+  }
+}
+
+// A pipe (modelcastd -c /dev/stdin, a process substitution) was "File could not be opened for
+// reading": toml++ asks a file for its size. /dev/zero, unbounded, would be read until memory ran out.
+TEST(DaemonConfig, AConfigFromAPipeIsReadAndAnEndlessOneRefused) {
+  ScratchDir dir;
+  const std::string fifo = dir / "config.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::thread writer([&] {
+    std::ofstream out(fifo);  // opens once the reader does
+    out << kModel;
+  });
+  const auto config = modelcastd::load_config(fifo);
+  writer.join();
+  ASSERT_EQ(config.models.size(), 1u);
+  EXPECT_EQ(config.models[0].name, "m");
+  try {
+    modelcastd::load_config("/dev/zero");
+    FAIL() << "/dev/zero was read as a config";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(std::string(e.what()), "/dev/zero: is larger than 16 MiB: not a config file");
   }
 }
 
