@@ -12,7 +12,22 @@
 
 #include <spdlog/spdlog.h>
 
+#include "modelcast/error.h"
+
 namespace modelcast {
+
+// The name of the user's callback this thread is in (nullptr outside one). A wait made there
+// (wait_for_version in on_update, wait_for_consumers in on_delivery) waits for the very thread
+// that runs it: it never ended, and the destructor joining that thread hung with it.
+inline thread_local const char* running_callback = nullptr;
+
+// Throws Error(kState) naming `wait` and the callback when called from inside one.
+inline void refuse_wait_in_callback(const char* wait) {
+  if (running_callback == nullptr) return;
+  throw Error(ErrorCode::kState, std::string(wait) + " called from " + running_callback +
+                                     ", on the thread that runs it: it would wait for what only that thread can do; "
+                                     "wait on a thread of your own");
+}
 
 // `serial`, when given, is shared by callbacks that must never run at the same time (one
 // consumer's, whose producer ranks each report from their own thread). An empty callback stays
@@ -26,6 +41,11 @@ std::function<void(Args...)> contained(std::function<void(Args...)> callback, st
           serial = std::move(serial)](Args... args) {
     std::unique_lock<std::mutex> one_at_a_time;
     if (serial) one_at_a_time = std::unique_lock(*serial);
+    struct Running {  // restored however the callback ends
+      const char* before = running_callback;
+      explicit Running(const char* now) { running_callback = now; }
+      ~Running() { running_callback = before; }
+    } running(name.c_str());
     try {
       callback(std::forward<Args>(args)...);
     } catch (const std::exception& e) {

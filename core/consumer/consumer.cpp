@@ -88,6 +88,8 @@ class Consumer::Impl {
   }
 
   ~Impl() {
+    // Waits end first: one made on a thread about to be joined (a callback's) would hold it.
+    readers_.cancel_waits();
     // Every service's thread ends before any service goes: a callback on one of those threads
     // (the user's on_update calling stats(), an offer to the assembler) finds them all still there.
     // others_ is not written once the first service's thread has stopped.
@@ -100,6 +102,10 @@ class Consumer::Impl {
   ModelView acquire() const { return readers_.acquire(); }
 
   ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
+    refuse_wait_in_callback("wait_for_version");
+    if (timeout.count() < 0) {
+      throw Error(ErrorCode::kInvalidArgument, "wait_for_version: timeout " + std::to_string(timeout.count()) + " ms is negative");
+    }
     return readers_.wait_for(version, timeout);
   }
   void cancel_waits() { readers_.cancel_waits(); }

@@ -91,8 +91,9 @@ ConsumerOptions checked(ConsumerOptions options) {
   if (auto why = name_problem(options.group)) {
     throw Error(ErrorCode::kInvalidArgument, "group " + shown_text(options.group) + " " + *why);
   }
-  if (options.caller_buffers.empty() && options.buffers < 2) {
-    throw Error(ErrorCode::kInvalidArgument, "buffers must be >= 2, got " + std::to_string(options.buffers));
+  // Each buffer holds a whole version while a view holds it: more than a thousand is a typo.
+  if (options.caller_buffers.empty() && (options.buffers < 2 || options.buffers > 1024)) {
+    throw Error(ErrorCode::kInvalidArgument, "buffers must be between 2 and 1024, got " + std::to_string(options.buffers));
   }
   if (!options.caller_buffers.empty() && options.caller_buffers.size() < 2) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -102,12 +103,15 @@ ConsumerOptions checked(ConsumerOptions options) {
   std::set<std::string> expected;
   for (const auto& spec : options.expected_layout) {
     if (spec.name.empty()) throw Error(ErrorCode::kInvalidArgument, "expected_layout has a tensor with an empty name");
+    // As the producer checks what it registers: an unknown dtype or an unusable name was taken
+    // here, and then every version was rejected ("expected unknown").
+    try {
+      check_spec(spec, ErrorCode::kInvalidArgument);
+    } catch (const Error& e) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("expected_layout: ") + e.what());
+    }
     if (!expected.insert(spec.name).second) {
       throw Error(ErrorCode::kInvalidArgument, "expected_layout lists '" + spec.name + "' twice");
-    }
-    if (!spec.checked_size_bytes()) {
-      throw Error(ErrorCode::kInvalidArgument, "expected_layout: tensor '" + spec.name +
-                                                   "' has a negative extent or more bytes than 64 bits can count");
     }
   }
   TensorSelection::check(options.wants);

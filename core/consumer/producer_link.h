@@ -39,6 +39,8 @@ class ProducerLink {
   }
   bool is_joined() const { return joined_; }
   // How long joins have gone without any answer (none while joined, or since a refusal).
+  // A handshake failed since the last successful join (and was reported).
+  bool handshake_failing() const { return handshake_reported_; }
   std::optional<Clock::duration> unanswered_for(Clock::time_point now) const {
     if (joined_ || !unanswered_since_) return std::nullopt;
     return now - *unanswered_since_;

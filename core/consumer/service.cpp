@@ -147,9 +147,12 @@ void ConsumerService::read_dealer() {
 void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
   const auto unanswered = link_.unanswered_for(now);
   if (!unanswered || *unanswered < 5 * options_.producer_timeout || !unanswered_said_.empty()) return;
+  // A failed handshake is why nothing answers, and last_error says so already: "none runs
+  // there" would be false (one does, and refused this consumer's key).
+  if (link_.handshake_failing()) return;
   unanswered_said_ = "no answer from a producer at " + options_.producer_endpoint + " for " +
-                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(*unanswered).count()) +
-                     " s: none runs there yet, or the endpoint is wrong; still asking";
+                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*unanswered).count()) +
+                     " ms: none runs there yet, or the endpoint is wrong; still asking";
   log_->warn("{}", unanswered_said_);
   count([&](ConsumerStats& s) { s.last_error = unanswered_said_; });
 }

@@ -373,9 +373,16 @@ std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch
   if (!fetch_.in_flight()) return std::nullopt;
   if (landing_) landing_->abandon();  // before the host buffer can go back to the store
   auto abandoned = fetch_.abort();
-  log_->warn("discarding the transfer{}: {}",
-             abandoned ? " of version " + std::to_string(abandoned->first.version) : std::string(), why);
-  if (counted) count([](ConsumerStats& s) { s.transfers_aborted++; });
+  const std::string said = "discarded the transfer" +
+                           (abandoned ? " of version " + std::to_string(abandoned->first.version) : std::string()) + ": " + why;
+  log_->warn("{}", said);
+  // In last_error too: a consumer whose every transfer ends so showed nothing wrong but a count.
+  if (counted) {
+    count([&](ConsumerStats& s) {
+      s.transfers_aborted++;
+      s.last_error = said;
+    });
+  }
   return abandoned;
 }
 

@@ -26,6 +26,9 @@ std::uint64_t align_up(std::uint64_t value, std::uint64_t alignment) {
   return (value + alignment - 1) / alignment * alignment;
 }
 
+
+}  // namespace
+
 void check_spec(const TensorSpec& spec, ErrorCode code) {
   if (spec.name.empty()) throw Error(code, "tensor with an empty name");
   const ManifestLimits limits;
@@ -53,8 +56,6 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
                           " has more bytes than 64 bits can count");
   }
 }
-
-}  // namespace
 
 // UTF-8 as RFC 3629 has it (no overlong forms, surrogates or values past U+10FFFF), by
 // utfcpp. NUL is UTF-8 too, but a C or Fortran caller's name ends there: refused as well.

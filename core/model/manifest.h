@@ -81,6 +81,10 @@ struct ManifestLimits {
 // take it; a control character: logs and errors show it), or nullopt.
 std::optional<std::string> name_problem(std::string_view name);
 
+// Throws Error(code) naming the tensor when its spec cannot be: an empty or unusable name
+// (name_problem), a rank past ManifestLimits, an unknown memory kind or dtype, a negative extent.
+void check_spec(const TensorSpec& spec, ErrorCode code);
+
 // Throws Error(code) naming the tensor when its placement (a piece's global shape and offset) is
 // not both-or-neither, of its rank, and inside the global shape.
 void check_placement(const TensorEntry& entry, ErrorCode code);

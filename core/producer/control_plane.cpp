@@ -101,10 +101,11 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
   if (!options.integrity) {
     throw Error(ErrorCode::kInvalidArgument, "a signing producer needs integrity on: the signature covers the digests");
   }
+  // The key first: a key that is no key was reported as an empty allow-list.
+  signer_ = std::make_unique<security::ManifestSigner>(options.key);
   if (options.allowed_consumer_keys.empty() && !options.allow_any_consumer) {
     throw Error(ErrorCode::kInvalidArgument, "no consumer could join: list allowed_consumer_keys or set allow_any_consumer");
   }
-  signer_ = std::make_unique<security::ManifestSigner>(options.key);
   std::set<std::string> allowed(options.allowed_consumer_keys.begin(), options.allowed_consumer_keys.end());
   zap_ = std::make_unique<security::ZapHandler>(context_, allowed, options.allow_any_consumer);
   security::make_curve_server(router_, signer_->secret());

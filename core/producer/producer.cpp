@@ -170,6 +170,7 @@ class Producer::Impl {
   }
 
   ~Impl() {
+    stats_.cancel_waits();  // first: a wait on the service thread (a callback's) would hold its join
     service_->events().push(producer::Stop{});
     thread_.join();
     digests_.reset();
@@ -350,6 +351,7 @@ class Producer::Impl {
   }
 
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
+    refuse_wait_in_callback("wait_for_consumers");
     return stats_.wait_for_consumers(count, timeout);
   }
   void cancel_waits() { stats_.cancel_waits(); }

@@ -73,7 +73,7 @@ struct ConsumerOptions {
   // If non-empty, every version must have exactly these tensors (name, dtype, shape, in any
   // order); another layout is rejected with Error(kLayoutMismatch) and the last good version stays.
   std::vector<TensorSpec> expected_layout;
-  // Receive buffers allocated by modelcast (>= 2: one served while the next arrives; one more
+  // Receive buffers allocated by modelcast (2 to 1024: one served while the next arrives; one more
   // lets readers hold an older view without stalling updates). The next version's buffer is
   // made ahead, in the background: at the join once the producer has prepared, and after each
   // install (so two are allocated soon after the first version, never more than this count).
@@ -164,7 +164,8 @@ struct ConsumerOptions {
   std::uint32_t group_size = 0;
   // Run on a thread of the consumer's (one per producer rank) after a version is installed, or
   // when one is rejected; never two at once. Keep them short: the next update waits for them.
-  // They may call acquire() and stats(). What they throw is logged and ignored. They must not
+  // They may call acquire() and stats(); a wait_for_version there throws Error(kState) (it would
+  // wait for the thread it runs on). What they throw is logged and ignored. They must not
   // destroy the Consumer (its destructor joins the thread they run on).
   std::function<void(const ModelView&)> on_update;
   std::function<void(const Error&)> on_error;
@@ -221,7 +222,8 @@ class MODELCAST_API Consumer {
   ModelView acquire() const;
 
   // Waits until a version >= `version` is installed; returns it, or an empty view on timeout
-  // (milliseconds::max() and anything past 100 years wait for ever, in practice).
+  // (milliseconds::max() and anything past 100 years wait for ever, in practice). Throws
+  // Error(kInvalidArgument) on a negative timeout, Error(kState) from on_update or on_error.
   ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
   // Ends every wait_for_version under way, and every later one at once, with an empty view;
   // nothing else changes (versions still arrive, acquire() still works). For the thread that is

@@ -109,6 +109,27 @@ TEST_P(FaultTest, AKilledConsumerIsDroppedWhenItsConnectionClosesNotAfterItsSile
 // A consumer started where no producer runs (yet, or at a mistyped endpoint) hears nothing, and
 // ZeroMQ, which only retries, says nothing: last_error says so after five producer timeouts, and
 // is cleared when a producer answers.
+// A consumer whose every transfer was withdrawn (a lease far too short for the model) showed
+// nothing wrong but a count: last_error was empty, the reason only in the log.
+TEST(Faults, ATransferTheProducerWithdrawsIsNamedInLastError) {
+  modelcast::ProducerOptions producer_options;
+  producer_options.lease_timeout = 1ms;
+  TestProducer p(32 * 1024, producer_options);  // 32 MiB: far past what 1 ms lets anyone fetch
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  modelcast::Consumer consumer(options);
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 30s));
+  std::uint64_t version = 0;
+  ASSERT_TRUE(eventually([&] {
+    p.publish(++version);
+    return consumer.stats().transfers_aborted > 0;
+  }, 60s)) << "no transfer was withdrawn";
+  const auto said = consumer.stats().last_error;
+  EXPECT_NE(said.find("discarded the transfer of version "), std::string::npos) << said;
+  EXPECT_NE(said.find("the producer withdrew it"), std::string::npos) << said;
+}
+
 TEST(ConsumerBeforeProducer, SaysNoProducerAnswersUntilOneDoes) {
   testing_support::PrivateDirectory directory;  // a plaintext ipc:// endpoint must be private
   const std::string endpoint = directory.ipc_endpoint();

@@ -76,6 +76,9 @@ TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
   };
   EXPECT_REFUSED(Producer(with([](auto& o) { o.snapshot_slots = 65; })), ErrorCode::kInvalidArgument,
                  "snapshot_slots must be <= 64");
+  // Was "no consumer could join: list allowed_consumer_keys": the key itself is what is wrong.
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.key = {"abc", "def"}; })), ErrorCode::kInvalidArgument,
+                 "is not a key: expected 40 Z85 characters, got 3");
   // Bound to the part before a NUL, the producer would serve another endpoint than the one given.
   EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = std::string("tcp://127.0.0.1:0\0junk", 22); })),
                  ErrorCode::kInvalidArgument, "control endpoint 'tcp://127.0.0.1:0' goes on past a NUL byte at byte 17");
@@ -239,6 +242,15 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  ErrorCode::kInvalidArgument, "expected_layout lists 'w' twice");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.expected_layout = {{"w", DType::kF32, {-2}}}; })),
                  ErrorCode::kInvalidArgument, "expected_layout: tensor 'w' has a negative extent");
+  // Taken, and then every version was rejected: "tensor 'a' is f32, expected unknown".
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.expected_layout = {{"w", static_cast<DType>(77), {2}}}; })),
+                 ErrorCode::kInvalidArgument, "expected_layout: tensor 'w' has an unknown dtype 77");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.expected_layout = {{"w\xff", DType::kF32, {2}}}; })),
+                 ErrorCode::kInvalidArgument, "expected_layout: tensor name 'w\\xff' is not valid UTF-8 (byte 1)");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.buffers = 1'000'000'000'000; })), ErrorCode::kInvalidArgument,
+                 "buffers must be between 2 and 1024, got 1000000000000");
+  Consumer fine(with([](auto&) {}));
+  EXPECT_REFUSED(fine.wait_for_version(1, -5ms), ErrorCode::kInvalidArgument, "wait_for_version: timeout -5 ms is negative");
 }
 
 TEST(OptionBounds, CallerBuffersThatOverlapAreEmptyOrMisalignedAreRefused) {
@@ -339,6 +351,57 @@ TEST(OptionBounds, CancelledWaitsReturnEmptyHandedAndNothingElseStops) {
 }  // namespace
 
 namespace {
+
+// A wait inside a callback waits for the thread it runs on: it never ended, and the destructor
+// that joins that thread hung with it. Now the wait is refused naming both; the destructors also
+// end waits before they join.
+TEST(OptionBounds, AWaitInsideACallbackIsRefusedAndNoDestructorHangs) {
+  std::promise<std::string> consumer_said, producer_said;
+  auto po = producer_options();
+  Producer* self = nullptr;
+  std::atomic<bool> delivered_once{false};
+  po.on_delivery = [&](const modelcast::Delivery&) {
+    if (delivered_once.exchange(true)) return;
+    try {
+      self->wait_for_consumers(2, kForever);
+      producer_said.set_value("returned");
+    } catch (const Error& e) {
+      producer_said.set_value(e.what());
+    }
+  };
+  auto producer = std::make_unique<Producer>(po);
+  self = producer.get();
+  float value = 3;
+  producer->register_tensor({{"w", DType::kF32, {1}}, &value});
+  auto co = consumer_options(producer->control_endpoint());
+  Consumer* me = nullptr;
+  std::atomic<bool> updated_once{false};
+  co.on_update = [&](const modelcast::ModelView& view) {
+    if (updated_once.exchange(true)) return;
+    try {
+      me->wait_for_version(view.version() + 1, kForever);
+      consumer_said.set_value("returned");
+    } catch (const Error& e) {
+      consumer_said.set_value(e.what());
+    }
+  };
+  auto consumer = std::make_unique<Consumer>(co);
+  me = consumer.get();
+  ASSERT_TRUE(producer->wait_for_consumers(1, 30s));
+  producer->publish(1);
+  auto said = consumer_said.get_future();
+  ASSERT_EQ(said.wait_for(60s), std::future_status::ready) << "on_update's wait never returned";
+  EXPECT_NE(said.get().find("wait_for_version called from on_update, on the thread that runs it"), std::string::npos);
+  auto told = producer_said.get_future();
+  ASSERT_EQ(told.wait_for(60s), std::future_status::ready) << "on_delivery's wait never returned";
+  EXPECT_NE(told.get().find("wait_for_consumers called from on_delivery"), std::string::npos);
+  // The consumer serves on: the next version arrives.
+  value = 4;
+  ASSERT_FALSE(consumer->wait_for_version(producer->publish(2).version, 30s).empty()) << consumer->stats().last_error;
+  EXPECT_EQ(consumer->acquire().tensor("w").as<float>()[0], 4.0f);
+  consumer.reset();
+  producer.reset();
+}
 
 // Callbacks run on the consumer's thread: one that throws once ended the process (on_error) or
 // was reported as the producer's fault (on_update).

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <future>
 #include <mutex>
+#include <thread>
 
 #include <zmq.hpp>
 
@@ -330,9 +331,18 @@ TEST_F(Secured, AKeylessConsumerOfAKeyedProducerIsToldItNeedsKeys) {
   options.producer_endpoint = p.producer->control_endpoint();
   options.model_name = "test";
   options.on_error = log.callback();
+  options.producer_timeout = 50ms;
   modelcast::Consumer keyless(options);
   auto error = log.wait_for(ErrorCode::kAuthentication);
   ASSERT_TRUE(error);
+  // last_error keeps the reason: five producer timeouts later it said "no answer from a producer
+  // ... none runs there yet", which is false. Watched for twenty timeouts.
+  const auto until = std::chrono::steady_clock::now() + 20 * options.producer_timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    const auto said = keyless.stats().last_error;
+    ASSERT_NE(said.find("uses keys"), std::string::npos) << said;
+    std::this_thread::sleep_for(10ms);  // polling a state that must not change, not waiting for one
+  }
   EXPECT_NE(error->find("uses keys"), std::string::npos) << *error;
   EXPECT_NE(error->find("producer_public_key"), std::string::npos) << *error;
   // ZeroMQ reports this as it reports a server that is no producer at all: the other cause named.
