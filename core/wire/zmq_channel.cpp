@@ -1,6 +1,7 @@
 #include "core/wire/zmq_channel.h"
 
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <arpa/inet.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -76,6 +77,13 @@ void check_ipc_endpoint_free(const std::string& endpoint) {
   std::string path = endpoint.substr(6);
   sockaddr_un address{};
   if (path.empty() || path.size() >= sizeof address.sun_path || path[0] == '@') return;  // abstract: the kernel refuses
+  // ZeroMQ unlinks the path before it binds, whatever is there: a regular file named by mistake
+  // (a model's weights) was deleted, and a directory read as "Address already in use".
+  if (struct stat st{}; ::lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+    throw Error(ErrorCode::kInvalidArgument, "'" + endpoint + "' names " +
+                                                 (S_ISDIR(st.st_mode) ? "a directory" : "a file that is not a socket") +
+                                                 ": give the path of a socket to create (what is there is left alone)");
+  }
   address.sun_family = AF_UNIX;
   std::memcpy(address.sun_path, path.c_str(), path.size());
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -32,9 +32,10 @@ bool is_local_endpoint(const std::string& endpoint);
 // it for such an endpoint, before the socket binds or connects there.
 void allow_ipv6_for(zmq::socket_t& socket, const std::string& endpoint);
 
-// ZeroMQ unlinks an existing ipc:// socket file when binding, silently taking a live
-// producer's endpoint. Throws Error(kTransport) if `endpoint` is ipc:// and a process is
-// listening there; a stale file left by a dead process is fine.
+// ZeroMQ unlinks whatever is at an ipc:// path when binding, silently taking a live producer's
+// endpoint or deleting a file. Throws Error(kTransport) if `endpoint` is ipc:// and a process is
+// listening there, Error(kInvalidArgument) if the path holds something other than a socket; a
+// stale socket left by a dead process is fine.
 void check_ipc_endpoint_free(const std::string& endpoint);
 
 // Endpoint as bound (ZMQ_LAST_ENDPOINT), with the port ZeroMQ picked.

@@ -10,6 +10,8 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <limits>
 #include <stdexcept>
@@ -18,6 +20,7 @@
 
 #include "core/transfer/chunk_plan.h"
 #include "eventually.h"
+#include "private_directory.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/producer.h"
@@ -58,6 +61,12 @@ std::string error_of(F&& f, ErrorCode code) {
 ProducerOptions producer_options() {
   ProducerOptions o;
   o.model_name = "bounds";
+  return o;
+}
+
+ProducerOptions with_endpoint(const std::string& endpoint) {
+  ProducerOptions o = producer_options();
+  o.control_endpoint = endpoint;
   return o;
 }
 
@@ -351,6 +360,23 @@ TEST(OptionBounds, CancelledWaitsReturnEmptyHandedAndNothingElseStops) {
 }  // namespace
 
 namespace {
+
+// ZeroMQ unlinks whatever is at an ipc:// path before it binds: a producer pointed at a file by
+// mistake deleted it (a model's weights, a config) and served there.
+TEST(OptionBounds, AnIpcEndpointThatNamesAFileOrDirectoryIsRefusedAndLeftAlone) {
+  testing_support::PrivateDirectory directory;
+  const std::string file = directory.file("weights.bin");
+  std::ofstream(file) << "precious";
+  EXPECT_REFUSED(Producer(with_endpoint("ipc://" + file)), ErrorCode::kInvalidArgument,
+                 "'ipc://" + file + "' names a file that is not a socket");
+  std::ifstream kept(file);
+  std::string text;
+  kept >> text;
+  EXPECT_EQ(text, "precious") << "the file was replaced by a socket";
+  const std::string sub = directory.file("sockets");
+  std::filesystem::create_directory(sub);
+  EXPECT_REFUSED(Producer(with_endpoint("ipc://" + sub)), ErrorCode::kInvalidArgument, "'ipc://" + sub + "' names a directory");
+}
 
 // A wait inside a callback waits for the thread it runs on: it never ended, and the destructor
 // that joins that thread hung with it. Now the wait is refused naming both; the destructors also
