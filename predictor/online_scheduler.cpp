@@ -58,9 +58,12 @@ void check_forecaster_result(const Forecast& f) {
 }  // namespace
 
 OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(options)) {
-  if (options_.forecast.total_steps <= 0) throw Error(ErrorCode::kInvalidArgument, "online scheduler: total_steps must be positive");
-  if (options_.forecast.total_steps > kMaxCurveStep)
-    throw Error(ErrorCode::kInvalidArgument, "online scheduler: total_steps is beyond 2^53, the largest step the predictor takes");
+  // Here rather than at every decision after the warm-up, where a bad option first showed.
+  try {
+    check_forecast_options(options_.forecast);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kInvalidArgument, std::string("online scheduler: options.forecast: ") + e.what());
+  }
   if (options_.warmup_step < 0 || options_.warmup_step >= options_.forecast.total_steps)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: warm-up step must be in [0, total_steps)");
   if (options_.max_candidates < 2) throw Error(ErrorCode::kInvalidArgument, "online scheduler: max_candidates must be >= 2");
@@ -73,12 +76,6 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   if (options_.refit_every_below < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_every_below must be >= 0, got " +
                                                  std::to_string(options_.refit_every_below));
-  // Here rather than at every decision after the warm-up, where a bad option first showed.
-  try {
-    check_forecast_options(options_.forecast);
-  } catch (const Error& e) {
-    throw Error(ErrorCode::kInvalidArgument, std::string("online scheduler: options.forecast: ") + e.what());
-  }
   if (!std::isfinite(options_.replan_time_tolerance) || options_.replan_time_tolerance < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: replan_time_tolerance must be finite and >= 0, got " +
                                                  std::to_string(options_.replan_time_tolerance));
