@@ -92,15 +92,29 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
       throw Error(ErrorCode::kInvalidArgument, std::string("online scheduler: options.hedge_options: ") + e.what());
     }
   }
-  set_costs(options_.costs.stall_s, options_.costs.delivery_s);
   fitted_ = std::make_shared<const Fitted>();
+  set_costs(options_.costs.stall_s, options_.costs.delivery_s);
 }
 
 OnlineScheduler::~OnlineScheduler() = default;
 OnlineScheduler::OnlineScheduler(OnlineScheduler&&) noexcept = default;
 OnlineScheduler& OnlineScheduler::operator=(OnlineScheduler&&) noexcept = default;
 
+void OnlineScheduler::refuse_if_moved_from(const char* call) const {
+  // A moved-from shared_ptr is empty (the standard says so), and a live scheduler always holds a
+  // forecast, so this tells the two apart; its other members were dereferenced as they were.
+  if (!fitted_)
+    throw Error(ErrorCode::kState, std::string("online scheduler: ") + call +
+                                       " on a scheduler that was moved from (only destroying or assigning it is allowed)");
+}
+
+const Forecast& OnlineScheduler::last_forecast() const {
+  refuse_if_moved_from("last_forecast()");
+  return fitted_->forecast;
+}
+
 void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
+  refuse_if_moved_from("set_costs()");
   // Every field, not only the two set here: the constructor checks the options' costs this way,
   // rather than leaving a bad rate or window to the first decision after the warm-up.
   PublishCosts costs = options_.costs;
@@ -133,6 +147,7 @@ void OnlineScheduler::adopt(Fitted fitted) {
 }
 
 void OnlineScheduler::wait_for_background() {
+  refuse_if_moved_from("wait_for_background()");
   if (refit_in_flight_ && refit_worker_) {
     refit_in_flight_ = false;  // also when the fit threw: the next due refit starts a new one
     adopt(refit_worker_->wait());
@@ -153,6 +168,7 @@ void OnlineScheduler::wait_for_background() {
 }
 
 void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s) {
+  refuse_if_moved_from("observe()");
   if (!std::isfinite(loss))
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: loss " + std::to_string(loss) + " at step " +
                                                  std::to_string(step) + " is not finite");
@@ -472,6 +488,7 @@ void OnlineScheduler::publish_now() {
 }
 
 bool OnlineScheduler::should_publish(std::int64_t step) {
+  refuse_if_moved_from("should_publish()");
   if (observed_.empty() || observed_.back().step != step)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: should_publish(" + std::to_string(step) +
                                 ") must follow observe() of the same step");

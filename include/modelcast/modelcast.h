@@ -153,7 +153,9 @@ typedef struct mc_publish_result {
 } mc_publish_result;
 
 typedef struct mc_producer_stats {
-  uint64_t latest_version;      /* 0 before the first publish */
+  uint64_t latest_version;      /* newest version offered to consumers, 0 before the first
+                                   publish; may lag versions_published for moments after
+                                   mc_producer_publish returns (the service thread takes it) */
   uint64_t versions_published;
   uint64_t deliveries;          /* verified acks from consumers */
   uint64_t failed_deliveries;

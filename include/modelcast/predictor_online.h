@@ -136,6 +136,7 @@ class OnlineScheduler {
   // (validate_costs), here rather than at the first decision after the warm-up.
   explicit OnlineScheduler(OnlineOptions options);
   ~OnlineScheduler();  // waits for a refit or plan still running on a worker
+  // A moved-from scheduler may be destroyed or assigned to; its other calls throw Error(kState).
   OnlineScheduler(OnlineScheduler&&) noexcept;
   OnlineScheduler& operator=(OnlineScheduler&&) noexcept;
 
@@ -165,7 +166,7 @@ class OnlineScheduler {
 
   const std::vector<std::int64_t>& published_steps() const { return published_; }
   // The forecast used for the latest decision (empty before the warm-up step).
-  const Forecast& last_forecast() const { return fitted_->forecast; }
+  const Forecast& last_forecast() const;
   const OnlineStats& stats() const { return stats_; }
   // First step of the regime the forecast is fitted on (the first observed step until the
   // band trigger detects a change).
@@ -251,6 +252,8 @@ class OnlineScheduler {
   static bool waiting_pays(const PlanInput& input, const Trajectory& future, const std::vector<std::size_t>& source,
                            double window_end);
   void adopt(Fitted fitted);
+  // Throws Error(kState) naming `call` when this scheduler was moved from.
+  void refuse_if_moved_from(const char* call) const;
   // Fewer than refit_every_below points: refits and plans run inline in every mode, as they are
   // cheap on a short log and each new point changes them most (a forecast one point behind cost
   // the whole gain on some short development runs).

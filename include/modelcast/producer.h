@@ -137,7 +137,9 @@ struct PublishTicket {
 };
 
 struct ProducerStats {
-  std::uint64_t latest_version = 0;  // 0 before the first publish
+  // The newest version offered to consumers (0 before the first publish). The service thread
+  // takes a snapshot moments after publish() returns, so this may lag versions_published briefly.
+  std::uint64_t latest_version = 0;
   std::uint64_t versions_published = 0;
   std::uint64_t deliveries = 0;      // verified acks from consumers
   std::uint64_t failed_deliveries = 0;  // send failures, rejections, and fetches of consumers that went

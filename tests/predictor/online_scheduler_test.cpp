@@ -466,5 +466,56 @@ TEST(OnlineScheduler, RefusesAStepBeyondTwoToThe53KeepingNothing) {
   EXPECT_FALSE(s.should_publish(10));
 }
 
+TEST(OnlineScheduler, AMovedFromSchedulerRefusesCallsAndTheMovedToOneDecidesAsBefore) {
+  // Every work mode: in the background modes the moved-from scheduler has no workers either.
+  for (const auto mode : {OnlineOptions::WorkMode::kInline, OnlineOptions::WorkMode::kRefitsInBackground,
+                          OnlineOptions::WorkMode::kBackground}) {
+    const auto run = random_run(7, 12);
+    OnlineOptions o;
+    o.forecast.total_steps = run.truth.steps.back();
+    o.warmup_step = 300;
+    o.forecaster = oracle(run);
+    o.work_mode = mode;
+    o.refit_every_below = 0;  // so that the background modes use their workers
+    // Waiting after each decision makes the background modes' answers independent of timing.
+    auto drive = [&](OnlineScheduler& s, std::size_t from, std::size_t to) {
+      for (std::size_t i = from; i < to; ++i) {
+        s.observe(run.points[i].step, run.points[i].loss, run.points[i].time_s);
+        s.should_publish(run.points[i].step);
+        s.wait_for_background();
+      }
+    };
+    OnlineScheduler unmoved(o);
+    drive(unmoved, 0, run.points.size());
+    const auto expected = unmoved.published_steps();
+    ASSERT_FALSE(expected.empty());
+
+    OnlineScheduler first(o);
+    drive(first, 0, 6);
+    OnlineScheduler second(std::move(first));
+    auto refused = [&](const std::function<void()>& call, const std::string& name) {
+      try {
+        call();
+        ADD_FAILURE() << name << " was accepted on a moved-from scheduler";
+      } catch (const modelcast::Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kState) << name;
+        EXPECT_NE(std::string(e.what()).find(name + " on a scheduler that was moved from"), std::string::npos) << e.what();
+      }
+    };
+    // It crashed: each of these dereferenced the forecast or a worker the move took.
+    refused([&] { first.observe(run.points[6].step, run.points[6].loss, run.points[6].time_s); }, "observe()");
+    refused([&] { first.should_publish(run.points[6].step); }, "should_publish()");
+    refused([&] { first.set_costs(1.0, 1.0); }, "set_costs()");
+    refused([&] { first.wait_for_background(); }, "wait_for_background()");
+    refused([&] { (void)first.last_forecast(); }, "last_forecast()");
+
+    drive(second, 6, run.points.size());
+    OnlineScheduler assigned(o);
+    assigned = std::move(second);  // assigning to a scheduler (and to a moved-from one) is allowed
+    first = std::move(assigned);
+    EXPECT_EQ(first.published_steps(), expected) << static_cast<int>(mode);
+  }
+}
+
 }  // namespace
 }  // namespace modelcast::predictor
