@@ -126,6 +126,36 @@ TEST(PlanOptimal, AgreesWithBruteForceOnRandomSmallProblems) {
   }
 }
 
+TEST(PlanOptimal, AgreesWithBruteForceWhereLossesRepeatAndRise) {
+  // Losses on a coarse grid, so that many candidates tie with an earlier one or lie above it: the
+  // planner searches only candidates below every earlier one, and ties must still go to the
+  // schedule with fewer publishes.
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const std::size_t n = 4 + trial % 9;  // 4..12 points
+    Trajectory t;
+    double time = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      t.steps.push_back(static_cast<std::int64_t>(i * 10));
+      t.loss.push_back(std::round(4.0 * (5.0 - 0.4 * static_cast<double>(i) + 1.5 * u(rng))) / 4.0);
+      t.time_s.push_back(time);
+      time += trial % 2 == 0 ? 2.0 : 0.5 + 3.0 * u(rng);
+    }
+    const std::size_t w = trial % 3 == 0 ? 1 : 0;
+    PublishCosts c;
+    c.stall_s = trial % 7 == 0 ? 0.0 : 3.0 * u(rng);
+    c.delivery_s = trial % 5 == 0 ? 0.0 : 2.0 * u(rng);
+    if (trial % 4 == 1) c.max_slowdown_s = c.stall_s * static_cast<double>(trial % 3);
+    std::size_t brute_count = 1000;
+    const double brute = brute_force(t, w, c, brute_count);
+    const auto plan = plan_optimal(t, w, c);
+    ASSERT_NEAR(plan.cil, brute, 1e-9 * std::abs(brute)) << "trial " << trial;
+    EXPECT_NEAR(evaluate_cil(t, w, c, plan.publish_steps), plan.cil, 1e-9 * std::abs(brute)) << "trial " << trial;
+    EXPECT_EQ(plan.publish_steps.size(), brute_count) << "ties must go to fewer publishes, trial " << trial;
+  }
+}
+
 // Straightforward O(n^2 x publishes) version of the recurrence, as a reference for the planner's
 // envelope-accelerated DP on problems too large for brute force.
 double naive_dp(const Trajectory& t, std::size_t w, const PublishCosts& c) {
