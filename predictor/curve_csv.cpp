@@ -42,6 +42,19 @@ struct Columns {
   int step = -1, loss = -1, time = -1, run = -1, track = -1, record = -1, total = -1;
 };
 
+// A loss column that is the step, time or another column the reader uses for something else
+// (--loss-col time_s) would be planned on as a loss without a word: refused, naming both roles.
+void refuse_loss_column_of_another_role(const Columns& col, const std::string& source, std::size_t line_no,
+                                        const std::string& loss_name) {
+  for (auto [column, role] : {std::pair{col.step, "step"}, std::pair{col.time, "time"}, std::pair{col.run, "run"},
+                              std::pair{col.track, "track"}, std::pair{col.record, "record"},
+                              std::pair{col.total, "total_steps"}}) {
+    if (column >= 0 && column == col.loss)
+      throw CsvError(source, line_no, "the loss column " + shown_text(loss_name) + " is the log's " + role +
+                                          " column; name a column of losses");
+  }
+}
+
 struct RowReader {
   const std::string& source;
   std::size_t line_no;
@@ -169,6 +182,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       col.time = find_column(header, "train_time_s");
       if (col.step < 0) throw CsvError(source, line_no, "missing column 'step'");
       if (col.loss < 0) throw CsvError(source, line_no, "missing loss column " + shown_text(loss_name));
+      refuse_loss_column_of_another_role(col, source, line_no, loss_name);
       if (options.run.empty()) {
         throw CsvError(source, line_no, "a curves file (it has run and total_steps columns): choose its run with --run ID");
       }
@@ -181,6 +195,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
         throw CsvError(source, line_no, "missing column " + shown_text(loss_name) + " (expected step," +
                                             printable_text(loss_name, 40) + "[,time_s])");
       }
+      refuse_loss_column_of_another_role(col, source, line_no, loss_name);
     }
   } else {
     // Reading the second column instead would score a loss the caller did not ask for.
@@ -264,6 +279,7 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
   for (auto [c, name] : {std::pair{col.run, "run"}, {col.total, "total_steps"}, {col.step, "step"}, {col.time, "train_time_s"}})
     if (c < 0) throw CsvError(source, line_no, std::string("missing column '") + name + "'");
   if (col.loss < 0) throw CsvError(source, line_no, "missing loss column " + shown_text(loss_column));
+  refuse_loss_column_of_another_role(col, source, line_no, loss_column);
   CurveCollection out;
   bool current_bad = false;
   std::map<std::string, std::size_t> first_line_of_run;  // rows of one run must be together

@@ -1,6 +1,7 @@
 // The C ABI's online publish scheduler (modelcast::predictor::OnlineScheduler).
 #include <cmath>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -76,7 +77,11 @@ mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_
     o.costs.window_s = options->window_s;
     o.costs.max_slowdown_s = options->max_slowdown_s;
     modelcast::predictor::validate_costs(o.costs, kCostNames);
-    if (!std::isfinite(options->refit_growth) || options->refit_growth < 0) invalid("options.refit_growth must be >= 0");
+    if (!std::isfinite(options->refit_growth) || options->refit_growth < 0) {
+      std::ostringstream why;
+      why << "options.refit_growth must be finite and >= 0, got " << options->refit_growth;
+      invalid(why.str());
+    }
     // The scheduler's own bound: a plan weighs "now" and at least one future step.
     if (options->max_candidates < 2) invalid("options.max_candidates must be >= 2");
     o.forecast.total_steps = options->total_steps;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstddef>
 #include <string>
 #include <cstdint>
@@ -146,6 +147,9 @@ TEST(CScheduler, DefaultsAndBoundsAreTheCppSchedulersNamedByField) {
   bad = options;
   bad.max_slowdown_s = -1;
   refused(bad, "options.max_slowdown_s must be >= 0");
+  bad = options;
+  bad.refit_growth = std::numeric_limits<double>::infinity();  // it said "must be >= 0"
+  refused(bad, "options.refit_growth must be finite and >= 0, got inf");
   options.max_candidates = 2;
   mc_scheduler_t* scheduler = nullptr;
   ASSERT_EQ(mc_scheduler_create(&options, &scheduler), MC_OK) << mc_last_error();

@@ -330,5 +330,82 @@ TEST(TuneCommands, EveryBaselineKeepsToTheSlowdownCap) {
   EXPECT_GT(run_evaluate(a, {600})["baselines"]["every_candidate"]["publish_steps"].size(), 2u);
 }
 
+// evaluate scored a schedule over the cap against capped optima: "regret -34 %".
+TEST(TuneCommands, EvaluateRefusesASchedulePastTheSlowdownCapSayingWhatFits) {
+  auto a = base(write_log("mc_tune_evaluate_cap.csv", 40));
+  a.warmup_step = 500;
+  a.max_slowdown_s = 2.5 * a.publish_cost_s;  // two publishes
+  EXPECT_NO_THROW(run_evaluate(a, {600, 900}));
+  try {
+    run_evaluate(a, {600, 900, 1200});
+    ADD_FAILURE() << "three publishes were scored under a cap of two";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("--publish-steps: 3 publishes stall training 90 s, over --max-slowdown 75 s "
+                                         "(at --publish-cost 30 s, 2 fit)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// The schedules do not depend on the rate; a CIL in subnormal numbers lost digits and moved the
+// regrets (5e-324: 1.0 % became 0.45 %).
+TEST(TuneCommands, ACilThatUnderflowsIsRefusedNamingTheRequestRate) {
+  auto a = base(write_log("mc_tune_underflow.csv", 20));
+  a.warmup_step = 300;
+  a.total_steps = 1900;
+  a.request_rate = 5e-324;
+  for (const char* command : {"plan", "replay", "evaluate"}) {
+    const std::string name = command;
+    try {
+      name == "plan" ? run_plan(a) : name == "replay" ? run_replay(a) : run_evaluate(a, {600, 1200});
+      ADD_FAILURE() << command << " scored a CIL in subnormal numbers";
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("the CIL underflows a double"), std::string::npos) << command << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("--request-rate 4.94066e-324"), std::string::npos) << e.what();
+    }
+  }
+  a.request_rate = 1e-280;  // small, and normal: scored
+  EXPECT_GT(run_evaluate(a, {600, 1200})["predicted_cil"].get<double>(), 0.0);
+}
+
+// from_chars leaves an out-of-range value at 0: 1e400 or 1e-400 read as an lr of 0, silently.
+TEST(TuneCommands, ALearningRateOrStepOutOfRangeIsRefusedNamingTheLine) {
+  auto a = base(write_log("mc_tune_lr_range_log.csv", 20));
+  a.warmup_step = 600;
+  a.total_steps = 1900;
+  const std::pair<const char*, const char*> cases[] = {
+      {"step,lr\n0,0.001\n1000,1e400\n1900,0.001\n", ":3: lr is out of a double's range: '1e400'"},
+      {"step,lr\n0,0.001\n1000,1e-400\n1900,0.001\n", ":3: lr is out of a double's range: '1e-400'"},
+      {"step,lr\n0,0.001\n99999999999999999999,0.001\n", ":3: step is out of range: '99999999999999999999'"}};
+  for (const auto& [text, words] : cases) {
+    a.lr_schedule_path = write_file("mc_tune_lr_range.csv", text);
+    try {
+      run_plan(a);
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const modelcast::predictor::CsvError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  }
+}
+
+// --loss-col time_s planned on the times as if they were losses.
+TEST(TuneCommands, ALossColumnThatIsTheStepOrTimeColumnIsRefused) {
+  auto a = base(write_log("mc_tune_loss_col_role.csv", 20));
+  a.warmup_step = 600;
+  a.total_steps = 1900;
+  for (const auto& [column, role] : {std::pair{"time_s", "time"}, std::pair{"step", "step"}}) {
+    a.loss_column = column;
+    try {
+      run_plan(a);
+      ADD_FAILURE() << "planned on column " << column << " as the loss";
+    } catch (const modelcast::predictor::CsvError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("the loss column '") + column + "' is the log's " + role + " column"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace modelcast::tune

@@ -2,8 +2,10 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cmath>
 #include <iostream>
+#include <sstream>
 
 #include "modelcast/predictor_csv.h"
 #include "modelcast/error.h"
@@ -24,7 +26,11 @@ const CLI::Validator kNumber(
       } catch (const std::exception&) {
         return std::string();  // not a number at all: CLI11's own conversion says so
       }
-      return std::isnan(v) ? std::string("must be a number, got '" + text + "'") : std::string();
+      if (std::isnan(v)) return std::string("must be a number, got '" + text + "'");
+      // CLI11 (and stod) read 0x10 as 16, which the log reader and --publish-steps refuse: one
+      // rule for numbers, decimal, everywhere.
+      if (text.find_first_of("xX") != std::string::npos) return std::string("must be a decimal number, got '" + text + "'");
+      return std::string();
     },
     "NUMBER");
 
@@ -55,22 +61,31 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   cmd.add_flag("--progress", a.progress, "report progress on stderr (default: only when stderr is a terminal)");
 }
 
+// "100, 200" as well as "100,200"; an empty list is an empty schedule, an empty item ("1,,2") an
+// error, as is a step past an int64 (named as out of range, not as "not an integer").
 std::vector<std::int64_t> parse_steps(const std::string& text) {
+  auto trimmed = [](const std::string& s) {
+    const auto first = s.find_first_not_of(" \t");
+    return first == std::string::npos ? std::string() : s.substr(first, s.find_last_not_of(" \t") - first + 1);
+  };
   std::vector<std::int64_t> out;
+  if (trimmed(text).empty()) return out;
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    if (item.empty()) continue;
-    std::size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != item.size()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--publish-steps: '" + item + "' is not an integer step");
+    item = trimmed(item);
+    auto refuse = [&](const std::string& why) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--publish-steps: " + why + " (in '" + text + "')");
+    };
+    if (item.empty()) refuse("an empty item between commas");
+    std::int64_t v = 0;
+    const auto read = std::from_chars(item.data(), item.data() + item.size(), v);
+    if (read.ec == std::errc::result_out_of_range) refuse("'" + item + "' is out of range for a step");
+    if (read.ec != std::errc() || read.ptr != item.data() + item.size()) refuse("'" + item + "' is not an integer step");
     out.push_back(v);
   }
+  if (text.find_last_not_of(" \t") != std::string::npos && text[text.find_last_not_of(" \t")] == ',')
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--publish-steps: an empty item after the last comma (in '" + text + "')");
   return out;
 }
 
@@ -111,6 +126,13 @@ int main(int argc, char** argv) {
     else result = modelcast::tune::run_evaluate(args, parse_steps(publish_steps));
     if (json) std::cout << result.dump(2) << "\n";
     else std::cout << modelcast::tune::render_text(result);
+    // Buffered output fails at the flush (a full disk, /dev/full, a closed pipe): the result is
+    // lost, and the exit status must say so.
+    std::cout.flush();
+    if (!std::cout) {
+      std::cerr << "error: could not write the result to standard output\n";
+      return 1;
+    }
     if (result.contains("warnings"))
       for (const auto& w : result["warnings"]) std::cerr << "warning: " << w.get<std::string>() << "\n";
     if (result.contains("warning")) std::cerr << "warning: " << result["warning"].get<std::string>() << "\n";

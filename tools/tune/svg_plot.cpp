@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -130,8 +132,11 @@ void write_svg(const std::string& path, const PlotData& d) {
   const double pad = 0.05 * (y1 - y0);
   const Scale sc{x0, x1, y0 - pad, y1 + pad};
 
+  // The stream's failures carry no reason of their own; errno holds the system's when it set one.
+  auto reason = [] { return errno != 0 ? std::string(": ") + std::strerror(errno) : std::string(); };
+  errno = 0;
   std::ofstream out(path);
-  if (!out) throw modelcast::Error(modelcast::ErrorCode::kResource, "cannot write plot file " + path);
+  if (!out) throw modelcast::Error(modelcast::ErrorCode::kResource, "cannot write plot file " + path + reason());
   out << "<svg xmlns='http://www.w3.org/2000/svg' width='" << kWidth << "' height='" << kHeight
       << "' font-family='sans-serif' font-size='12'>\n<rect width='100%' height='100%' fill='white'/>\n";
   out << "<defs><clipPath id='plot'><rect x='" << kLeft << "' y='" << kTop << "' width='" << kWidth - kLeft - kRight
@@ -210,7 +215,10 @@ void write_svg(const std::string& path, const PlotData& d) {
     out << "</g>\n";
   }
   out << "</svg>\n";
-  if (!out) throw modelcast::Error(modelcast::ErrorCode::kResource, "failed writing plot file " + path);
+  // Checked after close(): what is still buffered is written there, and a full disk (or
+  // /dev/full) shows only then; before, such a plot was reported as written.
+  out.close();
+  if (!out) throw modelcast::Error(modelcast::ErrorCode::kResource, "failed writing plot file " + path + reason());
 }
 
 }  // namespace modelcast::tune

@@ -129,9 +129,17 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
     double lr = 0;
     const std::string& a = fields[static_cast<std::size_t>(step_col)];
     const std::string& b = fields[static_cast<std::size_t>(lr_col)];
-    if (std::from_chars(a.data(), a.data() + a.size(), step).ptr != a.data() + a.size())
+    // from_chars leaves the value at 0 when it is out of range (1e400, 1e-400, a step past 2^63),
+    // and an lr of 0 is a schedule: the error code is checked, not only where parsing stopped.
+    const auto step_read = std::from_chars(a.data(), a.data() + a.size(), step);
+    if (step_read.ec == std::errc::result_out_of_range)
+      throw mp::CsvError(path, n, "step is out of range: " + shown_text(a));
+    if (step_read.ec != std::errc() || step_read.ptr != a.data() + a.size())
       throw mp::CsvError(path, n, "step is not an integer: " + shown_text(a));
-    if (std::from_chars(b.data(), b.data() + b.size(), lr).ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
+    const auto lr_read = std::from_chars(b.data(), b.data() + b.size(), lr);
+    if (lr_read.ec == std::errc::result_out_of_range)
+      throw mp::CsvError(path, n, "lr is out of a double's range: " + shown_text(b));
+    if (lr_read.ec != std::errc() || lr_read.ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
       throw mp::CsvError(path, n, "lr is not a finite number >= 0: " + shown_text(b));
     if (!s.steps.empty() && step <= s.steps.back()) throw mp::CsvError(path, n, "steps not increasing");
     s.steps.push_back(step);
@@ -238,6 +246,14 @@ void require_finite_cils(const Json& r, const CommonArgs& a) {
   if (r.contains("optimal")) cils.push_back(&r.at("optimal").at("predicted_cil"));
   for (const auto& b : r.at("baselines")) cils.push_back(&b.at("predicted_cil"));
   for (const Json* c : cils) {
+    // A CIL below the smallest normal double has lost digits (a rate of 5e-324 moved regrets by
+    // half a point): refused like an overflow, the other way.
+    if (std::fpclassify(c->get<double>()) == FP_SUBNORMAL) {
+      std::ostringstream why;
+      why << "the CIL underflows a double (" << c->get<double>() << ") with --request-rate " << a.request_rate
+          << ", losing digits: the schedules do not depend on the rate, so give a larger one (1 scores CIL per request)";
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
+    }
     if (std::isfinite(c->get<double>())) continue;
     std::ostringstream why;
     why << "the CIL overflows a double (" << c->get<double>() << ") with --request-rate " << a.request_rate
@@ -386,6 +402,15 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   check_total_within_log(a, log);
   const auto truth = mp::trajectory_of(log.points);
   const auto costs = costs_of(a);
+  // The optimum and the baselines keep to the cap, so a schedule over it would be scored against
+  // schedules it was not compared fairly with (a negative regret): refused, saying what fits.
+  if (const std::size_t fit = mp::publishes_allowed(costs, publish_steps.size()); fit < publish_steps.size()) {
+    std::ostringstream why;
+    why << "--publish-steps: " << publish_steps.size() << " publishes stall training "
+        << costs.stall_s * static_cast<double>(publish_steps.size()) << " s, over --max-slowdown " << costs.max_slowdown_s
+        << " s (at --publish-cost " << costs.stall_s << " s, " << fit << " fit)";
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
+  }
   const double cil = mp::evaluate_cil(truth, w, costs, publish_steps);
   const auto best = mp::plan_optimal(truth, w, costs);
   const double none = mp::evaluate_cil(truth, w, costs, {});

@@ -1,0 +1,46 @@
+#!/bin/sh
+# modelcast-tune's command line: --publish-steps read one way (spaces around items allowed, an
+# empty item or a step past int64 refused by name), numbers decimal only (0x10 was read as 16),
+# and a result or plot that cannot be written fails the command (both exited 0 on a full disk).
+# Usage: tune_cli_inputs.sh MODELCAST_TUNE DATA_DIR
+set -eu
+tune=$1
+log=$2/small.csv
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "$*" >&2; cat "$dir/err" >&2; exit 1; }
+evaluate() { "$tune" evaluate --log "$log" --warmup-steps 200 --publish-cost 2 --update-latency 1 "$@"; }
+
+# Each item may carry spaces; the same schedule whichever side they are on.
+evaluate --publish-steps "300, 500" --json > "$dir/a" 2>"$dir/err" || fail "'300, 500' refused"
+evaluate --publish-steps "300 ,500 " --json > "$dir/b" 2>"$dir/err" || fail "'300 ,500 ' refused"
+cmp -s "$dir/a" "$dir/b" || fail "spaces changed the schedule"
+grep -q '"publish_steps": \[' "$dir/a" || fail "no schedule in the result"
+
+refused() {
+  words=$1
+  shift
+  if "$@" > /dev/null 2>"$dir/err"; then fail "accepted: $*"; fi
+  grep -q -- "$words" "$dir/err" || fail "'$words' not said for: $*"
+}
+refused "--publish-steps: an empty item between commas" evaluate --publish-steps "300,,500"
+refused "--publish-steps: an empty item after the last comma" evaluate --publish-steps "300,"
+refused "--publish-steps: an empty item between commas" evaluate --publish-steps ","
+refused "'99999999999999999999' is out of range for a step" evaluate --publish-steps 99999999999999999999
+refused "'3x' is not an integer step" evaluate --publish-steps 300,3x
+refused "--publish-cost: must be a decimal number, got '0x10'" evaluate --publish-steps 300 --publish-cost 0x10
+refused "--warmup-steps: must be a decimal number, got '0xc8'" "$tune" evaluate --log "$log" --warmup-steps 0xc8 \
+  --publish-cost 2 --update-latency 1 --publish-steps 300
+
+# A full disk: the result on standard output, and the plot file.
+if [ -w /dev/full ]; then
+  refused "could not write the result to standard output" sh -c "\"\$0\" \"\$@\" > /dev/full" "$tune" evaluate \
+    --log "$log" --warmup-steps 200 --publish-cost 2 --update-latency 1 --publish-steps 300
+  ln -s /dev/full "$dir/full.svg"
+  refused "failed writing plot file $dir/full.svg" evaluate --publish-steps 300 --plot "$dir/full.svg"
+  refused "failed writing plot file $dir/full.svg" "$tune" replay --log "$log" --warmup-steps 200 \
+    --publish-cost 2 --update-latency 1 --plot "$dir/full.svg"
+else
+  echo "no writable /dev/full here: the full-disk cases were not run"
+fi
+echo "publish steps, decimal numbers and failed writes are handled as documented"
