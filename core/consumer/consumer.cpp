@@ -171,6 +171,7 @@ class Consumer::Impl {
     leave_ranks();
     // The user's wants again, not the regions an old assembler asked of this rank.
     first_->set_wants(options_.wants);
+    if (endpoints.empty() && rank != 0) return refuse_other_rank(rank);
     if (endpoints.empty()) return false;
     // Reported once mutex_ is released: on_error may call stats(), which takes it.
     std::vector<Error> failures;
@@ -179,6 +180,27 @@ class Consumer::Impl {
       for (const auto& failure : failures) options_.on_error(failure);
     }
     return true;  // with or without the other ranks, its versions are pieces: never shown as the model
+  }
+
+  // The producer at the user's endpoint is rank `rank` (not 0) of a sharded model: only rank 0
+  // tells consumers where the others are, so its pieces alone would have been installed as the
+  // model (a [4, 4] part of an [8, 4] tensor, with no word). Its versions are pieces, never shown.
+  bool refuse_other_rank(std::uint32_t rank) {
+    const std::string why = "the producer at '" + options_.producer_endpoint + "' is rank " + std::to_string(rank) +
+                            " of a model several ranks publish, and holds only its own pieces: point producer_endpoint "
+                            "at rank 0, which tells consumers where every rank is";
+    {
+      std::lock_guard lock(mutex_);
+      ranked_ = true;
+      ever_ranked_ = true;
+      layout_rank_ = rank;
+      layout_endpoints_.clear();
+      rank_failure_ = why;
+    }
+    log::get("consumer")->error("{}", why);
+    // Reported once mutex_ is released: on_error may call stats(), which takes it.
+    if (options_.on_error) options_.on_error(Error(ErrorCode::kInvalidArgument, why));
+    return true;
   }
 
   // Stops the services of the ranks before; readers keep what they see until the next install.

@@ -8,6 +8,11 @@ GroupCommit::~GroupCommit() {
 
 std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) const {
   if (size == 0) return "group '" + group + "' has no size (group_size 0)";
+  // It waited for ever for members the producer would never admit (group_size 4294967295).
+  if (size > max_members_) {
+    return "group '" + group + "' has group_size " + std::to_string(size) + ", but this producer admits at most " +
+           std::to_string(max_members_) + " consumers (max_consumers): the group could never be whole";
+  }
   auto it = groups_.find(group);
   if (it == groups_.end()) {
     if (groups_.size() < max_groups_) return {};

@@ -39,13 +39,15 @@ class GroupCommit {
   // `max_groups`: how many groups may exist at once. Each pins at most one slot, and publish()
   // needs a slot that is neither the newest nor pinned: with snapshot_slots slots, that is
   // snapshot_slots - 2 groups, or a group waiting for a member would stall the trainer.
-  GroupCommit(SnapshotStore& store, std::size_t max_groups) : store_(store), max_groups_(max_groups) {}
+  // max_members: the consumers the producer admits at all (a larger group could never be whole).
+  GroupCommit(SnapshotStore& store, std::size_t max_groups, std::size_t max_members)
+      : store_(store), max_groups_(max_groups), max_members_(max_members) {}
   ~GroupCommit();
   GroupCommit(const GroupCommit&) = delete;
   GroupCommit& operator=(const GroupCommit&) = delete;
 
   // Why `group` of `size` members cannot take another member (empty: it can): a size other than
-  // the group's, a group already full, or a new group beyond max_groups.
+  // the group's or beyond max_members, a group already full, or a new group beyond max_groups.
   std::string refusal(const std::string& group, std::uint32_t size) const;
   // Membership: `joined` after refusal() said yes; `left` for any consumer (a non-member is
   // ignored).
@@ -83,6 +85,7 @@ class GroupCommit {
 
   SnapshotStore& store_;
   const std::size_t max_groups_;
+  const std::size_t max_members_;
   std::map<std::string, Group> groups_;        // by name
   std::map<std::string, std::string> member_;  // routing id -> group name
   std::set<std::string> changed_;              // group names

@@ -104,6 +104,12 @@ ProducerOptions checked(ProducerOptions options) {
     invalid("rank 0 of " + std::to_string(options.rank_count) + " needs rank_endpoints, one per rank; got " +
             std::to_string(options.rank_endpoints.size()));
   }
+  // With rank_count 1 extra entries were ignored without a word (a world size passed wrongly);
+  // one entry, the rank's own (an all_gather of one), is fine.
+  if (options.rank_count == 1 && options.rank_endpoints.size() > 1) {
+    invalid("rank_endpoints has " + std::to_string(options.rank_endpoints.size()) +
+            " entries, but rank_count is 1 (one per rank, in rank order)");
+  }
   // Every consumer connects to these and would refuse a malformed one, each on its own and
   // late: refused here, where the trainer can still fix it. Rank 0's own entry is not read.
   for (std::size_t r = 1; r < options.rank_endpoints.size(); ++r) {
@@ -115,6 +121,16 @@ ProducerOptions checked(ProducerOptions options) {
     if (e.rfind("tcp://", 0) != 0 && e.rfind("ipc://", 0) != 0)
       invalid(what + " " + shown_text(e) + " must start with tcp:// or ipc:// (rank " + std::to_string(r) + "'s control endpoint)");
     wire::check_tcp_port(e, what, false);
+    // Consumers connect there: a wildcard is an address to bind, not one to reach.
+    if (e.rfind("tcp://*", 0) == 0)
+      invalid(what + " " + shown_text(e) + " names no host; give the address consumers reach rank " + std::to_string(r) +
+              " at (its control_endpoint() says which)");
+    // Two ranks at one endpoint: consumers would take the same rank's pieces twice and miss the other's.
+    for (std::size_t earlier = 0; earlier < r; ++earlier) {
+      if (options.rank_endpoints[earlier] == e)
+        invalid(what + " and rank_endpoints[" + std::to_string(earlier) + "] are both " + shown_text(e) +
+                "; each rank has a control endpoint of its own");
+    }
   }
   if (options.rank != 0 && !options.rank_endpoints.empty()) {
     invalid("rank_endpoints are rank 0's to tell consumers; rank " + std::to_string(options.rank) + " was given them");

@@ -67,14 +67,19 @@ struct BodyPacker {
     }
   }
   void operator()(const JoinReply& m) const {
-    pk.pack_map((m.rank_endpoints.empty() ? 7 : 9) + (m.model_bytes ? 1 : 0));
+    // Ranks other than 0 say their rank too (without the list, which is rank 0's to give), so that
+    // a consumer pointed at one of them knows it holds pieces, not the model.
+    const bool has_rank = m.rank != 0 || !m.rank_endpoints.empty();
+    pk.pack_map(7 + (has_rank ? 1 : 0) + (m.rank_endpoints.empty() ? 0 : 1) + (m.model_bytes ? 1 : 0));
     pack_outcome(pk, m.ok, m.refusal, m.error);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("latest"); pk.pack(m.latest_version);
     pk.pack("transport"); pack_str(pk, m.transport);
     pk.pack("path"); pk.pack(static_cast<std::uint8_t>(m.path));
-    if (!m.rank_endpoints.empty()) {
+    if (has_rank) {
       pk.pack("rank"); pk.pack(m.rank);
+    }
+    if (!m.rank_endpoints.empty()) {
       pk.pack("ranks"); pk.pack(m.rank_endpoints);
     }
     if (m.model_bytes) {
@@ -219,7 +224,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
       return JoinReply{f.get<bool>("ok"), refusal(f.get<std::uint8_t>("why")), peer_text(f, "err"),
                        f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("latest"),
                        f.get<std::string>("transport"), delivery_path(f.get<std::uint8_t>("path"), "join reply"),
-                       f.has("ranks") ? f.get<std::uint32_t>("rank") : 0u,
+                       f.has("rank") ? f.get<std::uint32_t>("rank") : 0u,
                        f.has("ranks") ? f.get<std::vector<std::string>>("ranks") : std::vector<std::string>{},
                        f.has("bytes") ? f.get<std::uint64_t>("bytes") : std::uint64_t{0}};
     }

@@ -159,7 +159,7 @@ struct ConsumerOptions {
   // the version leaves the others on the last version they all had, and they say so (on_error,
   // stats().group_waiting). Before the group was first whole, waiting for members is start-up:
   // last_error and group_waiting say so, on_error does not. Needs buffers >= 3 (serving,
-  // prepared, receiving). Empty: no group.
+  // prepared, receiving); a producer refuses a group_size above its max_consumers. Empty: no group.
   std::string group;
   std::uint32_t group_size = 0;
   // Run on a thread of the consumer's (one per producer rank) after a version is installed, or

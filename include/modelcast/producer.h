@@ -102,8 +102,9 @@ struct ProducerOptions {
   // snapshot with publish(step), with no barrier between ranks; a consumer installs a step once
   // it holds the pieces it wants of that step from every rank. Consumers are told rank 0's
   // endpoint: rank 0 needs `rank_endpoints`, every rank's control endpoint in rank order (its
-  // own entry is not read; the others must be tcp:// or ipc:// endpoints a consumer can connect
-  // to), and tells them the others. So start ranks 1.. first (port 0 is fine), gather their
+  // own entry is not read; the others must be distinct tcp:// or ipc:// endpoints a consumer can
+  // connect to, not a wildcard host), and tells them the others; a consumer pointed at another
+  // rank is refused, naming rank 0. So start ranks 1.. first (port 0 is fine), gather their
   // control_endpoint() (an all_gather), then rank 0. With rank_count 1 a piece must be its whole
   // tensor: no other rank publishes the rest.
   std::uint32_t rank = 0;

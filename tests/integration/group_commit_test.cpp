@@ -261,6 +261,14 @@ TEST(GroupCommit, AJoinThatDoesNotFitTheGroupIsRefusedNamingWhy) {
   EXPECT_NE(extra.stats().last_error.find("already has its 2 members"), std::string::npos) << extra.stats().last_error;
   EXPECT_NE(odd.stats().last_error.find("has 2 members, this consumer says 3"), std::string::npos)
       << odd.stats().last_error;
+  // A group larger than the producer admits consumers could never be whole: it waited for ever.
+  modelcast::Consumer huge(member_options(f.producer->control_endpoint(), "huge", 1000, "rank-huge"));
+  ASSERT_TRUE(eventually([&] { return !huge.stats().last_error.empty(); }, 60s));
+  EXPECT_NE(huge.stats().last_error.find("group 'huge' has group_size 1000, but this producer admits at most 256 "
+                                         "consumers (max_consumers)"),
+            std::string::npos)
+      << huge.stats().last_error;
+  EXPECT_FALSE(huge.stats().producer_connected);
   // Four snapshot slots hold two groups: each pins one while it switches, and publish() must
   // always find one free, or a group waiting for a member would stall the trainer.
   modelcast::Consumer solo(member_options(f.producer->control_endpoint(), "other", 1, "solo"));

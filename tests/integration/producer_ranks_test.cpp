@@ -242,6 +242,35 @@ TEST(ProducerRanksFaults, AWantNoRankHoldsIsRefusedNamingTheMissingBox) {
   EXPECT_EQ(std::memcmp(part.data, expected.data(), expected.size()), 0);
 }
 
+// Only rank 0 tells consumers where the other ranks are: a consumer pointed at rank 1 took it for
+// a whole producer and installed its [1024, 40] piece of "w" as the model, without a word.
+TEST(ProducerRanksFaults, AConsumerPointedAtAnotherRankThanZeroIsToldToUseRankZero) {
+  Ranks ranks(2);
+  auto options = options_for(ranks.ranks[1]->producer->control_endpoint());
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  options.on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);
+    errors.emplace_back(e.what());
+  };
+  modelcast::Consumer wrong(options);
+  modelcast::Consumer right(options_for(ranks.endpoint()));
+  ranks.publish(1);
+  ASSERT_TRUE(right.wait_for_version(1, 60s)) << right.stats().last_error;
+  const std::string said = "is rank 1 of a model several ranks publish, and holds only its own pieces: point "
+                           "producer_endpoint at rank 0";
+  ASSERT_TRUE(testing_support::eventually([&] { return wrong.stats().last_error.find(said) != std::string::npos; }, 60s))
+      << wrong.stats().last_error;
+  ranks.publish(2);
+  ASSERT_TRUE(right.wait_for_version(2, 60s)) << right.stats().last_error;
+  EXPECT_TRUE(wrong.acquire().empty()) << "rank 1's pieces were installed as the model";
+  EXPECT_EQ(wrong.stats().current_version, 0u);
+  EXPECT_FALSE(wrong.stats().producer_connected);
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(errors.size(), 1u) << "said once, not at every join";
+  EXPECT_NE(errors[0].find(said), std::string::npos) << errors[0];
+}
+
 TEST(ProducerRanksFaults, AnOnErrorThatReadsStatsWhileTheRanksAreRefusedReturns) {
   // Two caller buffers are too few to assemble ranks: the join reply's rank list is refused
   // through on_error, which reads stats() as the headers allow. Reported under the consumer's
@@ -316,6 +345,37 @@ TEST(ProducerRanksFaults, RanksAreCheckedWhereTheyAreConfigured) {
       EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
     }
   }
+  // Two ranks at one endpoint, a wildcard consumers cannot reach, and entries a rank_count of 1
+  // ignored: each was accepted, and consumers failed later or took one rank's pieces twice.
+  options.rank_count = 3;
+  for (const auto& [endpoints, said] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"", "tcp://127.0.0.1:5001", "tcp://127.0.0.1:5001"},
+            "rank_endpoints[2] and rank_endpoints[1] are both 'tcp://127.0.0.1:5001'; each rank has a control endpoint"},
+           {{"tcp://127.0.0.1:5001", "tcp://127.0.0.1:5001", "tcp://127.0.0.1:5002"},
+            "rank_endpoints[1] and rank_endpoints[0] are both 'tcp://127.0.0.1:5001'"},
+           {{"", "tcp://*:5001", "tcp://127.0.0.1:5002"},
+            "rank_endpoints[1] 'tcp://*:5001' names no host; give the address consumers reach rank 1 at"}}) {
+    options.rank_endpoints = endpoints;
+    try {
+      modelcast::Producer p(options);
+      ADD_FAILURE() << said;
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(said), std::string::npos) << e.what();
+    }
+  }
+  options.rank_count = 1;
+  options.rank_endpoints = {"tcp://127.0.0.1:5001", "tcp://127.0.0.1:5002"};
+  try {
+    modelcast::Producer p(options);
+    ADD_FAILURE() << "two rank_endpoints with rank_count 1 were accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_endpoints has 2 entries, but rank_count is 1"), std::string::npos) << e.what();
+  }
+  options.rank_endpoints = {"tcp://127.0.0.1:0"};  // its own, from an all_gather of one: fine
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  EXPECT_NO_THROW(modelcast::Producer{options});
+
   modelcast::ProducerOptions one;
   modelcast::Producer producer(one);
   std::vector<float> x(8);
