@@ -23,6 +23,7 @@
 #include "common/contained_callback.h"
 #include "common/log.h"
 #include "common/shown_text.h"
+#include "core/consumer/consumer_options.h"
 #include "core/consumer/rank_assembler.h"
 #include "core/consumer/service.h"
 #include "core/wire/protocol.h"
@@ -122,7 +123,9 @@ class Consumer::Impl {
     s.versions_installed = readers_.installs();
     s.versions_rejected += retired_rejected_;
     if (!ranked_) return s;
-    for (const auto& other : others_) {
+    for (std::size_t r = 0; r < rank_of_.size(); ++r) {
+      const auto* other = rank_of_[r];
+      if (other == nullptr || other == first_.get()) continue;
       const auto o = other->stats();
       s.producer_connected = s.producer_connected && o.producer_connected;
       s.versions_rejected += o.versions_rejected;
@@ -131,7 +134,7 @@ class Consumer::Impl {
       s.reconnects += o.reconnects;
       s.failed_handshakes += o.failed_handshakes;
       s.bytes_received += o.bytes_received;
-      if (s.last_error.empty()) s.last_error = o.last_error;
+      if (s.last_error.empty() && !o.last_error.empty()) s.last_error = rank_said(r, layout_endpoints_[r]) + o.last_error;
     }
     if (!rank_failure_.empty()) {
       s.producer_connected = false;
@@ -270,8 +273,16 @@ class Consumer::Impl {
       if (r == rank) continue;
       ConsumerOptions o = options_;
       o.producer_endpoint = endpoints[r];
-      o.consumer_name = (options_.consumer_name.empty() ? std::string("consumer") : options_.consumer_name) +
-                        "/rank" + std::to_string(r);
+      // host:pid as the first service's, so that the producer ranks' logs tell consumers apart.
+      o.consumer_name =
+          (options_.consumer_name.empty() ? consumer::default_consumer_name() : options_.consumer_name) + "/rank" +
+          std::to_string(r);
+      // What goes wrong with another rank names it: the user configured rank 0's endpoint only.
+      if (options_.on_error) {
+        o.on_error = [on_error = options_.on_error, said = rank_said(r, endpoints[r])](const Error& e) {
+          on_error(Error(e.code(), said + e.what()));
+        };
+      }
       o.conversions.clear();
       // The caller's buffers are the first service's: the other ranks receive into their own.
       o.caller_buffers.clear();
@@ -293,6 +304,11 @@ class Consumer::Impl {
       }
     }
     rank_of_[rank] = first_.get();
+  }
+
+  // How an error of rank r's service starts.
+  static std::string rank_said(std::size_t r, const std::string& endpoint) {
+    return "rank " + std::to_string(r) + " at '" + endpoint + "': ";
   }
 
   // Where assembled versions live: a device consumer's device (its ranks' services land their

@@ -19,15 +19,11 @@
 #include "modelcast/error.h"
 
 namespace modelcast::consumer {
-namespace {
-
 std::string default_consumer_name() {
   char host[256] = {};
   gethostname(host, sizeof host - 1);
   return std::string(host) + ":" + std::to_string(getpid());
 }
-
-}  // namespace
 
 std::uint64_t random_session() {
   std::random_device device;

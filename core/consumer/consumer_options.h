@@ -8,6 +8,9 @@
 
 namespace modelcast::consumer {
 
+// The name of a consumer that was given none: host:pid, which the producer's logs show.
+std::string default_consumer_name();
+
 // Throws Error(kInvalidArgument) naming the bad option; fills in the default consumer name.
 ConsumerOptions checked(ConsumerOptions options);
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
+#include <unordered_map>
 
 #include "common/clock.h"
 #include "core/layout/pull_plan.h"
@@ -264,6 +266,18 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
     wanted_bytes += dest.bytes;
     installed->shaped.push_back(std::move(view));
   }
+  // The plan goes tensor by tensor in name order (plans must not depend on registration order);
+  // readers see the producer's registration order, as on one producer: rank 0's tensors as it
+  // registered them, then those only later ranks hold, each rank's in its order. Stable, so a
+  // tensor's boxes stay in the order they were asked for.
+  std::unordered_map<std::string_view, std::size_t> registered_at;
+  for (const auto& p : pieces) {
+    for (const auto& t : p->manifest.tensors) registered_at.try_emplace(t.spec.name, registered_at.size());
+  }
+  std::stable_sort(installed->shaped.begin(), installed->shaped.end(),
+                   [&](const detail::ShapedTensor& a, const detail::ShapedTensor& b) {
+                     return registered_at.at(a.spec.name) < registered_at.at(b.spec.name);
+                   });
   target_->install(*installed);
   installed->shapes_views = true;
   installed->update_latency = std::chrono::nanoseconds(realtime_ns() - m.publish_time_ns);

@@ -44,6 +44,9 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
   count([&](ConsumerStats& s) {
     s.group_version = group_committed_;
     s.prepared_version = prepared_ ? prepared_->manifest.version : 0;
+    // In the same update as prepared_version: between two, a reader saw the committed version
+    // neither prepared nor current (a group member's check of the others called it a split).
+    if (committed) s.current_version = committed->manifest.version;
     s.group_waiting = waiting;
     // A group whole again no longer waits: its wait is not left as the member's last error
     // (any other error said since stays).

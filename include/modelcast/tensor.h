@@ -42,7 +42,10 @@ struct TensorRef {
   const void* data = nullptr;
   // A piece of a tensor that several producer ranks hold (ProducerOptions::rank_count > 1): the
   // whole tensor's shape and where this piece starts in it, per dimension; spec.shape is the
-  // piece's extent. Ranks registering the same box replicate it. Both empty: the whole tensor.
+  // piece's extent. Ranks registering the same box replicate it; boxes of different ranks that
+  // overlap in part (halo rows) replicate the overlap: it must hold the same bytes on each, as a
+  // consumer takes each part of it from whichever rank balances the load. Both empty: the whole
+  // tensor.
   std::vector<std::int64_t> global_shape{};
   std::vector<std::int64_t> global_offset{};
 };

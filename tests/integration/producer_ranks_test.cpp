@@ -242,6 +242,69 @@ TEST(ProducerRanksFaults, AWantNoRankHoldsIsRefusedNamingTheMissingBox) {
   EXPECT_EQ(std::memcmp(part.data, expected.data(), expected.size()), 0);
 }
 
+// ModelView::tensors() is in the producer's registration order; assembled from ranks it came in
+// name order (b, e, emb, head, w), as the pull plan goes.
+TEST(ProducerRanksFaults, AnAssembledModelListsItsTensorsInRegistrationOrder) {
+  Ranks ranks(3);
+  modelcast::Consumer whole(options_for(ranks.endpoint()));
+  modelcast::Consumer halves(options_for(ranks.endpoint(), {TensorWant::shard("*", 0, 0, 2)}));
+  ranks.publish(1);
+  for (auto* c : {&whole, &halves}) {
+    auto view = c->wait_for_version(1, 60s);
+    ASSERT_TRUE(view) << c->stats().last_error;
+    std::vector<std::string> names;
+    for (const auto& t : view.tensors()) names.push_back(t.spec->name);
+    // Rank 0 registers w, e, b, emb; only the last rank holds head.
+    EXPECT_EQ(names, (std::vector<std::string>{"w", "e", "b", "emb", "head"}));
+  }
+}
+
+// What goes wrong with another rank than the one the user configured says which: a join rank 1
+// refused read "producer refused to join: ..." with no rank or endpoint.
+TEST(ProducerRanksFaults, AnotherRanksRefusalNamesTheRankAndItsEndpoint) {
+  // Rank 1 admits a single consumer; rank 0 the default. The second consumer is refused by rank 1.
+  std::vector<std::string> endpoints(2);
+  modelcast::ProducerOptions small;
+  small.model_name = "sharded";
+  small.rank = 1;
+  small.rank_count = 2;
+  small.max_consumers = 1;
+  modelcast::Producer rank1(small);
+  endpoints[1] = rank1.control_endpoint();
+  modelcast::ProducerOptions first;
+  first.model_name = "sharded";
+  first.rank_count = 2;
+  first.rank_endpoints = endpoints;
+  modelcast::Producer rank0(first);
+  std::vector<float> x(4, 1.0f);
+  for (auto* p : {&rank0, &rank1}) {
+    modelcast::TensorRef ref{{"x", DType::kF32, {2, 2}}, x.data()};
+    ref.global_shape = {4, 2};
+    ref.global_offset = {p == &rank0 ? 0 : 2, 0};
+    p->register_tensor(ref);
+  }
+  modelcast::Consumer admitted(options_for(rank0.control_endpoint()));
+  ASSERT_TRUE(rank1.wait_for_consumers(1, 60s));
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  auto options = options_for(rank0.control_endpoint());
+  options.on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);
+    errors.emplace_back(e.what());
+  };
+  modelcast::Consumer refused(options);
+  const std::string said = "rank 1 at '" + endpoints[1] + "': producer refused to join";
+  ASSERT_TRUE(testing_support::eventually([&] { return refused.stats().last_error.find(said) == 0; }, 60s))
+      << refused.stats().last_error;
+  // on_error runs after last_error is set.
+  ASSERT_TRUE(testing_support::eventually([&] {
+    std::lock_guard lock(mutex);
+    return !errors.empty();
+  }, 60s));
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(errors[0].find(said), 0u) << errors[0];
+}
+
 // Only rank 0 tells consumers where the other ranks are: a consumer pointed at rank 1 took it for
 // a whole producer and installed its [1024, 40] piece of "w" as the model, without a word.
 TEST(ProducerRanksFaults, AConsumerPointedAtAnotherRankThanZeroIsToldToUseRankZero) {
