@@ -264,6 +264,7 @@ class Consumer::Impl {
     first_rank_ = rank;
     rank_of_.assign(endpoints.size(), nullptr);
     assembler_ = std::make_shared<consumer::RankAssembler>(endpoints.size(), options_.wants, options_.conversions,
+                                                           options_.expected_layout,
                                                            options_.on_update, options_.on_error, readers_,
                                                            [this](std::size_t r, std::vector<TensorWant> wants) {
                                                              if (auto* s = service_of(r)) s->set_wants(std::move(wants));

@@ -29,11 +29,12 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
 }  // namespace
 
 RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
-                             std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
+                             std::vector<TensorSpec> expected_layout, std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
                              VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine,
                              std::unique_ptr<ShapingTarget> target)
     : ranks_(ranks),
       wants_(std::move(wants)),
+      expected_layout_(std::move(expected_layout)),
       shaper_(std::move(conversions)),
       on_update_(std::move(on_update)),
       on_error_(std::move(on_error)),
@@ -136,6 +137,23 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
     }
   }
   const layout::PieceCatalog catalog(std::move(by_rank));
+  // ConsumerOptions::expected_layout is of the model, so of the whole tensors; the ranks' services
+  // do not check it on their pieces.
+  if (!expected_layout_.empty()) {
+    Manifest whole;
+    whole.model = pieces.front()->manifest.model;
+    whole.version = next_version_;  // the number it would be installed as
+    for (const auto& tensor : catalog.tensors()) {
+      TensorEntry entry;
+      entry.spec = TensorSpec{tensor.name, tensor.dtype, tensor.shape};
+      whole.tensors.push_back(std::move(entry));
+    }
+    try {
+      check_expected_layout(expected_layout_, whole);
+    } catch (const Error& e) {
+      throw Error(e.code(), "step " + std::to_string(step) + ": " + e.what());
+    }
+  }
   // The consumer's wants, tensor by tensor (named ones the ranks lack are refused by the plan).
   layout::ConsumerLayout wanted;
   wanted.unlisted_whole = false;

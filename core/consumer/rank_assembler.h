@@ -30,15 +30,16 @@ namespace modelcast::consumer {
 
 class RankAssembler {
  public:
-  // `ranks` services will offer versions (rank ids 0 .. ranks - 1). `wants` and `conversions`
-  // are the consumer's (checked already). on_update and on_error run on the offering rank's
+  // `ranks` services will offer versions (rank ids 0 .. ranks - 1). `wants`, `conversions` and
+  // `expected_layout` are the consumer's (checked already); the layout is checked against the
+  // whole tensors the ranks' pieces make, as each rank's pieces are not the model. on_update and on_error run on the offering rank's
   // service thread, outside the assembler's lock.
   // Assembled versions are installed in `readers` (acquire/wait_for/install only), which must
   // outlive the assembler. `target` says where assembled versions live and does the copies:
   // host memory (null), or a device consumer's device, whose rank services hold their pieces
   // in device memory.
   RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
-                std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
+                std::vector<TensorSpec> expected_layout, std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
                 VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine,
                 std::unique_ptr<ShapingTarget> target = nullptr);
 
@@ -68,6 +69,7 @@ class RankAssembler {
 
   const std::size_t ranks_;
   const std::vector<TensorWant> wants_;
+  const std::vector<TensorSpec> expected_layout_;
   TensorShaper shaper_;  // for its conversions; under mutex_
   const std::function<void(const ModelView&)> on_update_;
   const std::function<void(const Error&)> on_error_;

@@ -72,6 +72,7 @@ struct ConsumerOptions {
   std::string consumer_name;       // default: "<hostname>:<pid>"
   // If non-empty, every version must have exactly these tensors (name, dtype, shape, in any
   // order); another layout is rejected with Error(kLayoutMismatch) and the last good version stays.
+  // With producer ranks: the whole tensors their pieces make, before wants cut them.
   std::vector<TensorSpec> expected_layout;
   // Receive buffers allocated by modelcast (2 to 1024: one served while the next arrives; one more
   // lets readers hold an older view without stalling updates). The next version's buffer is

@@ -259,6 +259,32 @@ TEST(ProducerRanksFaults, AnAssembledModelListsItsTensorsInRegistrationOrder) {
   }
 }
 
+// expected_layout is the model's: checked on the whole tensors the ranks' pieces make. Each rank's
+// service checked it on its own pieces, and refused the right layout ("'w' has shape [1024,40],
+// expected [2048,40]; missing tensor 'head'").
+TEST(ProducerRanksFaults, TheExpectedLayoutIsCheckedOnTheAssembledModel) {
+  Ranks ranks(2);
+  std::vector<modelcast::TensorSpec> layout;
+  for (const auto& g : global_model(1)) layout.push_back({g.name, g.dtype, g.shape});
+  auto right_options = options_for(ranks.endpoint());
+  right_options.expected_layout = layout;
+  modelcast::Consumer right(right_options);
+  auto wrong_options = options_for(ranks.endpoint());
+  wrong_options.expected_layout = layout;
+  wrong_options.expected_layout[0].shape = {2048, 41};
+  modelcast::Consumer wrong(wrong_options);
+  ranks.publish(1);
+  auto view = right.wait_for_version(1, 60s);
+  ASSERT_TRUE(view) << right.stats().last_error;
+  EXPECT_EQ(check(view, 1, [](const Global&) -> Boxes { return std::nullopt; }), "");
+  ASSERT_TRUE(testing_support::eventually([&] { return wrong.stats().versions_rejected >= 1; }, 60s));
+  EXPECT_NE(wrong.stats().last_error.find("step 1: model 'sharded' version 1 does not match the expected layout: tensor "
+                                          "'w' has shape [2048,40], expected [2048,41]"),
+            std::string::npos)
+      << wrong.stats().last_error;
+  EXPECT_TRUE(wrong.acquire().empty());
+}
+
 // What goes wrong with another rank than the one the user configured says which: a join rank 1
 // refused read "producer refused to join: ..." with no rank or endpoint.
 TEST(ProducerRanksFaults, AnotherRanksRefusalNamesTheRankAndItsEndpoint) {
