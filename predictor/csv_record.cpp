@@ -97,6 +97,9 @@ FirstRecord read_first_record(std::istream& in, const std::string& source) {
   if (first.line_no == 0 || blank(line)) throw CsvError(source, std::max<std::size_t>(first.line_no, 1), "empty file");
   // getline splits at LF only: a file whose lines end in CR alone reads as one long line.
   if (const auto cr = line.find('\r'); cr != std::string::npos && cr + 1 < line.size()) {
+    // An executable or archive has CRs and NULs in its first "line": not a Mac text file.
+    if (line.find('\0') != std::string::npos)
+      throw CsvError(source, first.line_no, "holds NUL bytes and CRs inside a line: not a text CSV file (a binary file?)");
     throw CsvError(source, first.line_no, "lines end in CR alone (classic Mac OS): convert them to LF or CRLF");
   }
   first.fields = split_csv_record(line, source, first.line_no);

@@ -291,6 +291,13 @@ TEST(CurveCsv, AGzipFileIsNamedAsSuch) {
                "looks gzip-compressed; decompress it first");
 }
 
+// An executable given as the log was said to have "lines end in CR alone (classic Mac OS)".
+TEST(CurveCsv, ABinaryFileIsNamedAsSuch) {
+  expect_error(std::string("\x7f" "ELF\x02\x01\x01\0\0\0\r\0\x03\0>\0\x01\0\0\0\n", 21), 1,
+               "holds NUL bytes and CRs inside a line: not a text CSV file");
+  expect_error("step,loss\r10,4\r20,3\r", 1, "lines end in CR alone");  // a Mac text file is still one
+}
+
 // A cell or header name was quoted raw: a NUL byte ended the message there (what() is a C
 // string), and a newline or escape sequence reached the terminal.
 TEST(CurveCsv, ACellOrNameWithControlBytesIsQuotedEscapedAndWhole) {
