@@ -196,50 +196,76 @@ ScheduleResult plan_on_record_lows(double origin_loss, double origin_servable_s,
   std::size_t best_i = 0;
 
   const long max_publishes = static_cast<long>(publishes_allowed(costs, n + static_cast<std::size_t>(publishes_done))) - publishes_done;
+  const auto& t = future.time_s;
+  const auto& loss = future.loss;
+  auto beaten = [&](double bound) { return bound >= best - 1e-12 * std::abs(best); };
 
-  // parent[j][i]: previous candidate of the optimal path to state (i, j+1); -1 = origin.
-  std::vector<std::vector<int>> parent;
+  // Branch and bound. After the publish at candidate i as publish j (servable at
+  // s = t_i + j·c + d), no schedule serves less than free publishing of every later candidate
+  // with no stall beyond the j already made: candidate k servable at t_k + j·c + d, and, losses
+  // falling, the newest of them served. So the rest of the window costs at least the integral of
+  // that staircase, stair(E - j·c - d) - stair(t_i), where stair(x) integrates from t_0 to x the
+  // loss of the newest candidate at or before x. A state whose cost so far plus that bound
+  // cannot beat the best schedule found is dropped, and the layers end when none is left: on a
+  // smooth per-step curve (all candidates record lows) this keeps the layers and the states in
+  // each to a band around the optimum (ties go to fewer publishes, so "cannot beat" includes
+  // the tie tolerance).
+  std::vector<double> stair(n, 0.0);
+  for (std::size_t k = 1; k < n; ++k) stair[k] = stair[k - 1] + loss[k - 1] * (t[k] - t[k - 1]);
+  auto rest_bound = [&](std::size_t i, long j) {
+    const double x = end - static_cast<double>(j) * c - d;
+    if (!(x > t[i])) return 0.0;
+    const auto k = static_cast<std::size_t>(std::upper_bound(t.begin(), t.end(), x) - t.begin()) - 1;
+    return stair[k] + loss[k] * (x - t[k]) - stair[i];
+  };
+
+  // parent[j]: for the states (k, j+1) left after the bound, (k, previous candidate of the
+  // optimal path to it; -1 = origin), by k. Only those are kept: dense rows (publishes x n) took
+  // gigabytes on long smooth curves.
+  std::vector<std::vector<std::pair<int, int>>> parent;
   std::vector<double> f(n, kInf), next(n, kInf);
+  std::vector<std::pair<int, int>> first_layer;
   for (std::size_t i = 0; i < n; ++i) {
-    const double s = future.time_s[i] + c + d;
-    if (s < end && s >= origin_servable_s) f[i] = origin_loss * (s - origin_servable_s);
+    const double s = t[i] + c + d;
+    if (s < end && s >= origin_servable_s) {
+      f[i] = origin_loss * (s - origin_servable_s);
+      first_layer.emplace_back(static_cast<int>(i), -1);
+    }
   }
-  parent.emplace_back(n, -1);
-  // suffix_min[i]: lowest loss among candidates i.. (a version served after the publish at i
-  // is one of them), for a lower bound on every schedule that extends a state.
-  std::vector<double> suffix_min(n, kInf);
-  for (std::size_t i = n; i-- > 0;) suffix_min[i] = std::min(future.loss[i], i + 1 < n ? suffix_min[i + 1] : kInf);
+  parent.push_back(std::move(first_layer));
   for (long j = 1; j <= max_publishes; ++j) {
-    bool any = false;
-    double lower_bound = kInf;  // no schedule extending a state of this layer costs less
     for (std::size_t i = 0; i < n; ++i) {
       if (f[i] == kInf) continue;
-      any = true;
-      const double s = future.time_s[i] + static_cast<double>(j) * c + d;
-      const double total = f[i] + future.loss[i] * (end - s);
+      const double s = t[i] + static_cast<double>(j) * c + d;
+      const double total = f[i] + loss[i] * (end - s);
       if (total < best - 1e-12 * std::abs(best)) {
         best = total;
         best_j = static_cast<int>(j);
         best_i = i;
       }
-      lower_bound = std::min(lower_bound, f[i] + suffix_min[i] * (end - s));
     }
-    if (!any || j == max_publishes) break;
-    // Branch and bound: the served loss after s is at least suffix_min[i] until the window
-    // ends, so when no state can beat the best schedule by more than the tie tolerance, more
-    // publishes cannot either (and ties go to fewer publishes).
-    if (lower_bound >= best - 1e-12 * std::abs(best)) break;
-    std::vector<int> par(n, -1);
+    if (j == max_publishes) break;
+    bool any = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (f[i] == kInf) continue;
+      if (beaten(f[i] + rest_bound(i, j))) {
+        f[i] = kInf;
+      } else {
+        any = true;
+      }
+    }
+    if (!any) break;
+    std::vector<std::pair<int, int>> par;
     std::fill(next.begin(), next.end(), kInf);
-    LowerEnvelope envelope(future.time_s);
+    LowerEnvelope envelope(t);
     for (std::size_t k = 1; k < n; ++k) {
       // Line of predecessor k-1: f(i, j) + L_i·(t_k - t_i + c) = L_i·t_k + (f(i, j) - L_i·(t_i - c)).
-      if (f[k - 1] != kInf)
-        envelope.insert(future.loss[k - 1], f[k - 1] - future.loss[k - 1] * (future.time_s[k - 1] - c), static_cast<int>(k - 1));
-      if (future.time_s[k] + static_cast<double>(j + 1) * c + d >= end) continue;
+      if (f[k - 1] != kInf) envelope.insert(loss[k - 1], f[k - 1] - loss[k - 1] * (t[k - 1] - c), static_cast<int>(k - 1));
+      if (t[k] + static_cast<double>(j + 1) * c + d >= end) continue;
       const auto [v, arg] = envelope.query(k);
+      if (arg < 0 || beaten(v + rest_bound(k, j + 1))) continue;
       next[k] = v;
-      par[k] = arg;
+      par.emplace_back(static_cast<int>(k), arg);
     }
     parent.push_back(std::move(par));
     std::swap(f, next);
@@ -249,7 +275,11 @@ ScheduleResult plan_on_record_lows(double origin_loss, double origin_servable_s,
     int i = static_cast<int>(best_i);
     for (int j = best_j; j >= 1 && i >= 0; --j) {
       steps.push_back(future.steps[static_cast<std::size_t>(i)]);
-      i = parent[static_cast<std::size_t>(j - 1)][static_cast<std::size_t>(i)];
+      const auto& layer = parent[static_cast<std::size_t>(j - 1)];
+      const auto it = std::lower_bound(layer.begin(), layer.end(), std::pair<int, int>{i, std::numeric_limits<int>::min()});
+      // Every state on the best schedule's path was kept when it was made (it led to the best).
+      if (it == layer.end() || it->first != i) throw std::logic_error("plan: a state on the best path was not kept");
+      i = it->second;
     }
     std::reverse(steps.begin(), steps.end());
     result.publish_steps = std::move(steps);

@@ -82,10 +82,11 @@ double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const Pub
 
 // Exact minimum-CIL schedule by dynamic programming over (last publish, number of publishes),
 // honouring max_slowdown_s. Ties go to fewer publishes. Only record lows (a loss below every
-// earlier one) can be published in some optimum, so n counts those: O(n log n x publishes), where
-// the layers stop once a lower bound (served loss never below the lowest loss still to come)
-// shows that more publishes cannot beat the best schedule found. A noisy log of 10^6 points has a
-// few hundred record lows; a smooth one is all record lows (10^5 points: minutes). Thread-safe.
+// earlier one) can be published in some optimum, so n counts those: O(n log n) per layer (number
+// of publishes), and states that cannot beat the best schedule found even if every later
+// candidate were published for free are dropped, which ends the layers. A noisy log of 10^6
+// points has a few hundred record lows (milliseconds); a smooth one is all record lows (10^5
+// points: about 10 s and 350 MB on one core). Thread-safe.
 ScheduleResult plan_optimal(const Trajectory& curve, std::size_t warmup_index,
                             const PublishCosts& costs);
 

@@ -203,6 +203,32 @@ TEST(PlanOptimal, AgreesWithTheNaiveRecurrenceOnLargerProblems) {
   }
 }
 
+// Smooth falling curves make every point a record low, so the search runs on all of them and
+// only the bound (free publishing of the rest) keeps its layers and states few: it must never
+// drop the optimum, at stalls from tiny (hundreds of publishes) to large.
+TEST(PlanOptimal, AgreesWithTheNaiveRecurrenceOnSmoothCurvesWhereEveryPointIsACandidate) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  for (int trial = 0; trial < 24; ++trial) {
+    Trajectory t;
+    double time = 0.0;
+    const double scale = 20.0 + 200.0 * u(rng);
+    for (int i = 0; i < 160; ++i) {
+      t.steps.push_back(i);
+      t.loss.push_back(2.0 + 3.0 * std::exp(-i / scale) + (trial % 2 ? 0.0 : 1.0 / (1.0 + i)));
+      t.time_s.push_back(time);
+      time += trial % 3 == 0 ? 1.0 : 0.5 + u(rng);
+    }
+    PublishCosts c;
+    c.stall_s = trial % 4 == 0 ? 0.01 : std::pow(10.0, -1.0 + 2.5 * u(rng));
+    c.delivery_s = 2.0 * u(rng);
+    const auto plan = plan_optimal(t, 10, c);
+    const double reference = naive_dp(t, 10, c);
+    ASSERT_NEAR(plan.cil, reference, 1e-9 * reference) << "trial " << trial;
+    EXPECT_NEAR(evaluate_cil(t, 10, c, plan.publish_steps), plan.cil, 1e-9 * reference) << "trial " << trial;
+  }
+}
+
 TEST(PlanOptimal, FreePublishingMeansPublishingEveryUsefulStep) {
   PublishCosts c;  // c = d = 0
   const auto plan = plan_optimal(simple(), 0, c);
