@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/shown_text.h"
 #include "core/repository/repository.h"
 #include "daemon/recovery.h"
 #include "modelcast/error.h"
@@ -79,6 +80,11 @@ Daemon::~Daemon() {
   std::map<std::string, std::shared_ptr<ModelService>> models;
   {
     std::lock_guard lock(mutex_);
+    // Until the attach server goes, it answers from what each model served last: a stop is not
+    // a removal (waiting clients were told "removed from the configuration" and gave up, where
+    // a closed connection makes them reconnect to the restarted daemon).
+    for (const auto& [name, service] : models_) stopped_with_[name] = service->current();
+    stopping_ = true;
     models.swap(models_);
   }
   models.clear();  // no more installs
@@ -152,6 +158,11 @@ ServedPtr Daemon::served(const std::string& model, bool& exists) const {
   std::shared_ptr<ModelService> service;
   {
     std::lock_guard lock(mutex_);
+    if (stopping_) {
+      const auto it = stopped_with_.find(model);
+      exists = it != stopped_with_.end();
+      return exists ? it->second : nullptr;
+    }
     auto it = models_.find(model);
     exists = it != models_.end();
     if (!exists) return nullptr;
@@ -169,7 +180,7 @@ int Daemon::ready(const std::string& model, std::string& detail) const {
         detail = "model '" + model + "' is configured but did not start: " + failed->second;
         return 503;
       }
-      detail = "no model '" + model + "' is configured";
+      detail = "no model " + modelcast::shown_text(model) + " is configured";
       return 404;
     }
     detail = it->second->current() ? "ready" : "no version yet";

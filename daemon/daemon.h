@@ -60,6 +60,10 @@ class Daemon {
   std::unique_ptr<modelcast::repository::RepositoryWriter> writer_;  // null without a repository
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<ModelService>> models_;  // guarded by mutex_
+  // Set by the destructor (guarded by mutex_): the models are stopping, and served() answers
+  // from the version each served last.
+  bool stopping_ = false;
+  std::map<std::string, ServedPtr> stopped_with_;
   // Configured models that could not start, with why (a reload tries them again); mutex_.
   std::map<std::string, std::string> not_started_;
   std::unique_ptr<attach::AttachServer> attach_;

@@ -214,7 +214,7 @@ bool AttachServer::serve(Client& client) {
   if (client.waiting) return refuse(modelcast::ErrorCode::kState, "a request is already waiting on this connection");
   bool exists = false;
   ServedPtr version = lookup_(request.model, exists);
-  if (!exists) return refuse(modelcast::ErrorCode::kInvalidArgument, "no model '" + request.model + "' is configured");
+  if (!exists) return refuse(modelcast::ErrorCode::kInvalidArgument, "no model " + modelcast::shown_text(request.model) + " is configured");
   if (version && version->manifest.version >= request.min_version) return answer(client, version);
   if (request.timeout_ms == 0) return answer(client, nullptr);
   client.waiting = request;

@@ -111,6 +111,17 @@ class Client::Impl {
     }
   }
 
+  // Why connecting failed: a path that is there but is no socket is named as what it is (it said
+  // "Connection refused", as for a daemon that is not running).
+  std::string why_not_connected(int error) const {
+    struct stat st {};
+    if (stat(socket_path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
+      return std::string(S_ISDIR(st.st_mode) ? "it is a directory" : "it is a file") +
+             ", not a socket (modelcastd's [daemon] socket names the path)";
+    }
+    return std::strerror(error);
+  }
+
   // Tries until `timeout` with a backoff of 10 ms doubling to 500 ms: a restarting daemon
   // binds its socket in well under a second, and a dead one is not hammered.
   std::shared_ptr<Connection> connect(std::chrono::milliseconds timeout, const std::string& failure) {
@@ -131,7 +142,7 @@ class Client::Impl {
         return connection;
       }
       auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) throw Error(ErrorCode::kTransport, failure + ": " + std::strerror(errno));
+      if (now >= deadline) throw Error(ErrorCode::kTransport, failure + ": " + why_not_connected(errno));
       // Nothing to wait on before the daemon binds: polling for its socket is all there is.
       std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
       pause = std::min(pause * 2, std::chrono::milliseconds(500));
@@ -244,11 +255,26 @@ class Client::Impl {
 
 Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
   if (options.model.empty()) throw Error(ErrorCode::kInvalidArgument, "sidecar client: no model name");
+  if (options.socket_path.empty()) throw Error(ErrorCode::kInvalidArgument, "sidecar client: no socket_path");
   // The daemon's own limit (a model's name names a directory, NAME_MAX): a longer one can name no
   // model, and past a socket message it failed only after reconnect_timeout, as a lost connection.
   if (options.model.size() > 255) {
     throw Error(ErrorCode::kInvalidArgument, "sidecar client: the model name is " + std::to_string(options.model.size()) +
                                                  " bytes; a model's name is at most 255");
+  }
+  // modelcastd refuses such names in its configuration, so none can be served; and its answer
+  // quoted the name back, where a newline or an escape sequence reached the caller's logs.
+  const auto control = std::find_if(options.model.begin(), options.model.end(),
+                                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+  if (control != options.model.end()) {
+    throw Error(ErrorCode::kInvalidArgument, "sidecar client: the model name has a control character at byte " +
+                                                 std::to_string(control - options.model.begin()) +
+                                                 "; modelcastd serves no such name");
+  }
+  // As the C API refuses them: a negative wait is no wait, and was taken as "try once".
+  if (options.connect_timeout.count() < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "sidecar client: connect_timeout is negative (" + std::to_string(options.connect_timeout.count()) + " ms)");
   }
   if (options.reconnect_timeout.count() < 0) {
     throw Error(ErrorCode::kInvalidArgument, "sidecar client: reconnect_timeout is negative");
@@ -264,6 +290,10 @@ Client::~Client() = default;
 View Client::acquire() const { return impl_->request(0, std::chrono::milliseconds(0)); }
 
 View Client::wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
+  if (timeout.count() < 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "sidecar client: wait_for_version timeout is negative (" + std::to_string(timeout.count()) + " ms)");
+  }
   return impl_->request(std::max<std::uint64_t>(version, 1), timeout);
 }
 

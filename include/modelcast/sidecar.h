@@ -64,8 +64,8 @@ class MODELCAST_API View {
 class MODELCAST_API Client {
  public:
   // Connects to the daemon. Throws Error(kTransport) if it cannot within connect_timeout,
-  // Error(kInvalidArgument) for an empty model name or one past 255 bytes, a negative
-  // reconnect_timeout or a socket path that is too long, Error(kAuthentication) if the listener
+  // Error(kInvalidArgument) for an empty model name, one past 255 bytes or with a control
+  // character, a negative connect_timeout or reconnect_timeout or a socket path that is too long, Error(kAuthentication) if the listener
   // runs as a user that is not this process's, root or the owner of the socket's directory (so
   // does a reconnect).
   explicit Client(ClientOptions options);
@@ -82,7 +82,8 @@ class MODELCAST_API Client {
   View acquire() const;
 
   // Waits until the daemon serves a version >= `version`; returns it, or an empty view on timeout.
-  // Reconnects like acquire(); the time spent reconnecting counts against `timeout`.
+  // Reconnects like acquire(); the time spent reconnecting counts against `timeout`. Throws
+  // Error(kInvalidArgument) for a negative timeout.
   View wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
 
  private:

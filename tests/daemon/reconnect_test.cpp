@@ -43,6 +43,28 @@ TEST_F(DaemonTest, AClientReconnectsToARestartedDaemonAndKeepsItsOldViews) {
   EXPECT_EQ(old.version(), 1u);
 }
 
+// A clean stop (SIGTERM, as a restart by the service manager) is not a removal: a waiting client
+// was answered "the model was removed from the configuration" as the stopping daemon let go of its
+// models, and gave up instead of reconnecting.
+TEST_F(DaemonTest, AWaitingClientOutlivesACleanRestartOfTheDaemon) {
+  TestProducer producer(1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4));
+  modelcast::sidecar::Client c({socket(), "test", 30s, 120s});
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  ASSERT_TRUE(c.wait_for_version(1, 60s));
+  auto waiting = std::async(std::launch::async, [&] { return c.wait_for_version(2, 120s); });
+  daemon->terminate();
+  EXPECT_EQ(daemon->wait(), 0);
+  daemon = start_daemon(config(producer.producer->control_endpoint(), 4));
+  producer.publish(2);
+  modelcast::sidecar::View fresh;
+  ASSERT_NO_THROW(fresh = waiting.get()) << "the wait did not survive the restart";
+  ASSERT_TRUE(fresh) << "no version 2 through the restarted daemon";
+  EXPECT_EQ(fresh.version(), 2u);
+  EXPECT_EQ(sidecar_test::check(fresh, 1), "");
+}
+
 TEST_F(DaemonTest, AClientGivesUpClearlyWhenTheDaemonStaysDown) {
   TestProducer producer(64);
   auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4));

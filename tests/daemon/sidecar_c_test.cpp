@@ -70,6 +70,42 @@ TEST(SidecarCAbi, AFailedCallClearsOutAndNamesTheBadArgument) {
   EXPECT_EQ(view, nullptr);
 }
 
+// The C++ client refuses what the C API refuses (a negative connect_timeout was "try once", a
+// negative wait returned at once), a name no daemon can serve (its control characters came back
+// in the daemon's answer), and names a socket path that is no socket as what it is (it said
+// "Connection refused", as for a daemon that is not running).
+TEST_F(DaemonTest, TheCppClientRefusesWhatNoDaemonCouldServeAndNamesAPathThatIsNoSocket) {
+  using modelcast::sidecar::Client;
+  auto refused = [](modelcast::sidecar::ClientOptions options, modelcast::ErrorCode code, const std::string& words) {
+    try {
+      Client c(std::move(options));
+      ADD_FAILURE() << "accepted: " << words;
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  refused({socket(), "te\xffst\n", 0ms}, modelcast::ErrorCode::kInvalidArgument,
+          "the model name has a control character at byte 5");
+  refused({socket(), "test", -1ms}, modelcast::ErrorCode::kInvalidArgument, "connect_timeout is negative (-1 ms)");
+  refused({"", "test", 0ms}, modelcast::ErrorCode::kInvalidArgument, "no socket_path");
+  write_file(dir / "file.sock", "not a socket");
+  refused({dir / "file.sock", "test", 0ms}, modelcast::ErrorCode::kTransport, "it is a file, not a socket");
+  std::filesystem::create_directory(dir / "dir.sock");
+  refused({dir / "dir.sock", "test", 0ms}, modelcast::ErrorCode::kTransport, "it is a directory, not a socket");
+
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4));
+  Client c({socket(), "test", 30s});
+  try {
+    c.wait_for_version(1, -5ms);
+    ADD_FAILURE() << "a negative wait was accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("wait_for_version timeout is negative (-5 ms)"), std::string::npos) << e.what();
+  }
+}
+
 // An empty View's accessors once read through a null pointer.
 TEST(SidecarView, AnEmptyViewsAccessorsSayItIsEmpty) {
   modelcast::sidecar::View empty;

@@ -113,6 +113,7 @@ class ChildProcess {
     stdin_ = -1;
   }
   void kill_now() { kill(pid_, SIGKILL); }
+  void terminate() { kill(pid_, SIGTERM); }  // a clean stop, as a service manager asks for one
 
   // Collects the rest of the output into lines(), then returns the exit status (or 128 + signal).
   int wait() {
