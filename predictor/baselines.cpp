@@ -11,8 +11,9 @@
 namespace modelcast::predictor {
 
 std::vector<std::int64_t> every_candidate_schedule(const Trajectory& curve, std::size_t warmup_index) {
-  if (warmup_index >= curve.steps.size()) throw Error(ErrorCode::kInvalidArgument, "warm-up index past the end of the curve");
-  return {curve.steps.begin() + static_cast<std::ptrdiff_t>(warmup_index + 1), curve.steps.end()};
+  // Through snap_to_candidates, which checks the curve as every other baseline's path does: a
+  // trajectory with fewer losses than steps gave a schedule here and an error everywhere else.
+  return snap_to_candidates(curve.steps, curve, warmup_index);
 }
 
 std::vector<std::int64_t> every_n_steps_schedule(const Trajectory& curve, std::size_t warmup_index,

@@ -84,10 +84,34 @@ std::vector<std::string> split_csv_record(const std::string& line, const std::st
   return std::move(collector.fields);
 }
 
+bool read_csv_line(std::istream& in, std::string& line, const std::string& source, std::size_t line_no) {
+  line.clear();
+  bool any = false;
+  char chunk[8192];
+  for (;;) {
+    in.getline(chunk, sizeof chunk);
+    const auto got = static_cast<std::size_t>(in.gcount());
+    if (in.bad()) return any;
+    if (!in.fail()) {  // a whole line: got counts its LF, unless the input ended first
+      line.append(chunk, in.eof() ? got : got - 1);
+      return true;
+    }
+    if (in.eof()) return any || got > 0;  // the input ended before any byte of a line
+    // The chunk filled before the LF: the line goes on.
+    line.append(chunk, got);
+    any = true;
+    in.clear();
+    if (line.size() > kMaxCsvLineBytes) {
+      throw CsvError(source, line_no, "the line is longer than " + std::to_string(kMaxCsvLineBytes >> 20) +
+                                          " MiB: not a CSV loss log (a device or a file without line ends?)");
+    }
+  }
+}
+
 FirstRecord read_first_record(std::istream& in, const std::string& source) {
   FirstRecord first;
   std::string line;
-  while (std::getline(in, line)) {
+  while (read_csv_line(in, line, source, first.line_no + 1)) {
     ++first.line_no;
     if (first.line_no == 1 && line.rfind("\x1f\x8b", 0) == 0)
       throw CsvError(source, 1, "looks gzip-compressed; decompress it first (gunzip)");

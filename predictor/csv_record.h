@@ -16,6 +16,14 @@ namespace modelcast::predictor {
 // inside an unquoted field), quoting the start of the line with control and non-ASCII bytes escaped.
 std::vector<std::string> split_csv_record(const std::string& line, const std::string& source, std::size_t line_no);
 
+// Longest line a CSV input of the predictor may have: a loss log's line is tens of bytes, and
+// without a bound /dev/zero (or a file with no newline) was read into memory until it ran out.
+inline constexpr std::size_t kMaxCsvLineBytes = std::size_t{64} << 20;
+
+// std::getline with that bound: the next line (without its LF) into `line`; false at the end of
+// the input. Throws CsvError(source, line_no) for a line past kMaxCsvLineBytes.
+bool read_csv_line(std::istream& in, std::string& line, const std::string& source, std::size_t line_no);
+
 // What every CSV input of the predictor (loss logs, references, learning-rate schedules) does
 // with its first line, so that they accept the same files.
 struct FirstRecord {

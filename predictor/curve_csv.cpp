@@ -238,7 +238,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     return true;
   };
   if (pending_line) handle(first, pending_line);
-  while (std::getline(in, line)) {
+  while (read_csv_line(in, line, source, line_no + 1)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     last_line = line_no;
@@ -283,7 +283,7 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
   CurveCollection out;
   bool current_bad = false;
   std::map<std::string, std::size_t> first_line_of_run;  // rows of one run must be together
-  while (std::getline(in, line)) {
+  while (read_csv_line(in, line, source, line_no + 1)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto fields = split_csv_record(line, source, line_no);

@@ -533,6 +533,13 @@ void check_forecast_options(const ForecastOptions& options) {
   // Without a bound a log with a point per step and a long run grew a future point per step
   // (2^40 of them ran out of memory).
   if (options.max_future_points < 1) refuse("max_future_points must be >= 1, got " + std::to_string(options.max_future_points));
+  // The grid keeps only steps after the previous one: an unsorted list lost steps without a word
+  // ([1500, 400, 900] planned on 1500 and the end only).
+  for (std::size_t i = 1; i < options.future_steps.size(); ++i) {
+    if (!(options.future_steps[i] > options.future_steps[i - 1]))
+      refuse("future_steps must be strictly increasing: " + std::to_string(options.future_steps[i]) + " at index " +
+             std::to_string(i) + " follows " + std::to_string(options.future_steps[i - 1]));
+  }
   // A relative reliability (families not named have 1); past 1e6 a weight divided by a small
   // back-test error overflowed, and the forecast came out NaN.
   for (const auto& [family, prior] : options.member_prior)

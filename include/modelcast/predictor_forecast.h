@@ -46,8 +46,9 @@ struct ReferenceCurve {
 struct ForecastOptions {
   // Planned length of the run (the last step that will be logged). Required, > last observed step.
   std::int64_t total_steps = 0;
-  // Future steps at which the loss will be logged. Empty: continue the observed cadence
-  // (median of the recent step gaps) up to total_steps, which is always included.
+  // Future steps at which the loss will be logged, strictly increasing (those not after the last
+  // observed step or past total_steps are skipped). Empty: continue the observed cadence (median
+  // of the recent step gaps) up to total_steps, which is always included.
   std::vector<std::int64_t> future_steps;
   // When the continued cadence would give more future points than this, the cadence is
   // coarsened (bounds the planner's cost on logs with a point per step). >= 1.

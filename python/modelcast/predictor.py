@@ -13,7 +13,7 @@ from ._core.predictor import (CurvePoint, Forecast, ForecastMember, ForecastOpti
                               evaluate_cil, extend_with_forecast, fixed_interval_schedule, forecast_curve,
                               forecast_viper, plan_from, plan_optimal, plan_prefix, read_loss_log_file, snap_to_candidates,
                               threshold_schedule, trajectory_of, validate_problem)
-from ._service import integer
+from ._service import INT64, integer
 from .errors import InvalidArgumentError
 
 Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index expected_cil point_forecast")
@@ -25,7 +25,7 @@ def curve_points(steps, loss, time_s=None):
         time_s = [math.nan] * len(steps)
     if not len(steps) == len(loss) == len(time_s):
         raise InvalidArgumentError(f"steps, loss and time_s differ in length ({len(steps)}, {len(loss)}, {len(time_s)})")
-    return [CurvePoint(integer(f"steps[{i}]", s), float(l), float(t)) for i, (s, l, t) in enumerate(zip(steps, loss, time_s))]
+    return [CurvePoint(integer(f"steps[{i}]", s, *INT64), float(l), float(t)) for i, (s, l, t) in enumerate(zip(steps, loss, time_s))]
 
 
 def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule=None):
@@ -42,8 +42,8 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     forecast before hedging). Pure; raises InvalidArgumentError for a warm-up step that was not
     logged, fewer than 2 points up to it, or total_steps not beyond it.
     """
-    warmup_step = integer("warmup_step", warmup_step)
-    total_steps = integer("total_steps", total_steps)
+    warmup_step = integer("warmup_step", warmup_step, *INT64)
+    total_steps = integer("total_steps", total_steps, *INT64)
     prefix = [p for p in points if p.step <= warmup_step]
     if not prefix or prefix[-1].step != warmup_step:
         raise InvalidArgumentError(f"warm-up step {warmup_step} is not a logged step")
@@ -70,10 +70,10 @@ def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1
     (InvalidArgumentError for an unknown one)."""
     options = OnlineOptions()
     forecast = options.forecast
-    forecast.total_steps = integer("total_steps", total_steps)
+    forecast.total_steps = integer("total_steps", total_steps, *INT64)
     options.forecast = forecast
     options.costs = PublishCosts(stall_s=stall_s, delivery_s=delivery_s, request_rate=request_rate)
-    options.warmup_step = integer("warmup_step", warmup_step)
+    options.warmup_step = integer("warmup_step", warmup_step, *INT64)
     for key, value in settings.items():
         if key.startswith("_") or not hasattr(options, key):
             raise InvalidArgumentError(f"OnlineOptions has no field '{key}'")

@@ -168,6 +168,13 @@ def test_a_step_that_is_not_an_integer_is_refused_naming_it():
     with pytest.raises(modelcast.InvalidArgumentError, match="warmup_step must be an integer, got True"):
         predictor.online_options(600, True, 0.5, 0.2)
     assert predictor.curve_points([np.int64(3)], [1.0])[0].step == 3  # integer types other than int are integers
+    # Past an int64 it was pybind11's TypeError listing every argument, not a parameter's name.
+    with pytest.raises(modelcast.InvalidArgumentError, match="total_steps must be at most 9223372036854775807"):
+        predictor.plan(curve(), warmup_step=200, total_steps=2**63, costs=costs)
+    with pytest.raises(modelcast.InvalidArgumentError, match="warmup_step must be at least -9223372036854775808"):
+        predictor.online_options(600, -2**63 - 1, 0.5, 0.2)
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"steps\[0\] must be at most 9223372036854775807"):
+        predictor.curve_points([2**64], [1.0])
 
 
 def test_online_options_refuse_an_unknown_work_mode():

@@ -291,6 +291,35 @@ TEST(CurveCsv, AGzipFileIsNamedAsSuch) {
                "looks gzip-compressed; decompress it first");
 }
 
+// An endless stream of bytes without a line end, as /dev/zero is: it was read into memory until
+// the process ran out (0.5 GB/s). Now the line is refused once it passes the bound.
+TEST(CurveCsv, ALineWithoutEndIsRefusedOnceItPassesTheBound) {
+  // `head`, then '7' for ever.
+  struct Endless : std::streambuf {
+    std::string head;
+    char block[4096];
+    explicit Endless(std::string h) : head(std::move(h)) {
+      std::fill(std::begin(block), std::end(block), '7');
+      if (!head.empty()) setg(head.data(), head.data(), head.data() + head.size());
+    }
+    int_type underflow() override {
+      setg(block, block, block + sizeof block);
+      return traits_type::to_int_type(block[0]);
+    }
+  };
+  for (const std::string head : {"", "step,loss,time_s\n10,1.0,1\n"}) {
+    Endless endless(head);
+    std::istream in(&endless);
+    try {
+      read_loss_log(in, "endless", {});
+      ADD_FAILURE() << "an endless line was read";
+    } catch (const CsvError& e) {
+      EXPECT_EQ(e.line(), head.empty() ? 1u : 3u) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the line is longer than 64 MiB"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // An executable given as the log was said to have "lines end in CR alone (classic Mac OS)".
 TEST(CurveCsv, ABinaryFileIsNamedAsSuch) {
   expect_error(std::string("\x7f" "ELF\x02\x01\x01\0\0\0\r\0\x03\0>\0\x01\0\0\0\n", 21), 1,

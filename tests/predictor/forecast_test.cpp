@@ -231,6 +231,25 @@ TEST(Forecast, ViperPredictsAFlatCurveWhenItCannotFit) {
   for (double v : f.loss) EXPECT_DOUBLE_EQ(v, 5.0);
 }
 
+// An unsorted future_steps lost steps without a word: [1500, 400, 900] forecast 1500 and the end.
+TEST(Forecast, UnsortedFutureStepsAreRefusedNamingTheFirstOutOfOrder) {
+  ForecastOptions o;
+  o.total_steps = 2000;
+  o.future_steps = {1500, 400, 900};
+  try {
+    forecast_curve(std::vector<CurvePoint>{{100, 2.0, 1.0}, {200, 1.5, 2.0}, {300, 1.2, 3.0}}, o);
+    ADD_FAILURE() << "unsorted future_steps were taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("future_steps must be strictly increasing: 400 at index 1 follows 1500"),
+              std::string::npos)
+        << e.what();
+  }
+  o.future_steps = {400, 900, 1500};
+  EXPECT_EQ(forecast_curve(std::vector<CurvePoint>{{100, 2.0, 1.0}, {200, 1.5, 2.0}, {300, 1.2, 3.0}}, o).steps,
+            (std::vector<std::int64_t>{400, 900, 1500, 2000}));
+}
+
 TEST(Forecast, RejectsBadInput) {
   ForecastOptions o;
   o.total_steps = 100;

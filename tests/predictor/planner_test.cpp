@@ -236,6 +236,14 @@ TEST(PlanOptimal, FreePublishingMeansPublishingEveryUsefulStep) {
   EXPECT_DOUBLE_EQ(plan.cil, 4 * 10 + 3 * 10 + 2 * 10.0);
 }
 
+// It returned the steps after the warm-up of a trajectory with fewer losses than steps, which
+// every other function refuses.
+TEST(Baselines, EveryCandidateRefusesAMalformedTrajectory) {
+  Trajectory t{{0, 1, 2, 3}, {1.0}, {}};
+  EXPECT_THROW(every_candidate_schedule(t, 0), modelcast::Error);
+  EXPECT_EQ(every_candidate_schedule(simple(), 1), (std::vector<std::int64_t>{20, 30}));
+}
+
 TEST(Baselines, EveryNStepsPublishesAtTheFirstLoggedStepOfEachEpoch) {
   Trajectory t;
   for (int i = 0; i <= 10; ++i) {

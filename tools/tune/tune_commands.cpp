@@ -146,7 +146,7 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
     s.lr.push_back(lr);
   };
   if (!first.header) row(first.fields);
-  while (std::getline(in, line)) {
+  while (mp::read_csv_line(in, line, path, n + 1)) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     row(mp::split_csv_record(line, path, n));  // RFC 4180, as the loss logs
