@@ -318,12 +318,16 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
       note += "fallback: flat forecast at the last observed loss; ";
     }
   } else {
-    note += "fallback: x^-0.5 decay through the last two points; ";
+    note += "fallback: x^-0.5 decay through the last two points, at most halfway to the loss floor; ";
   }
   const double g_last = std::pow(axis.progress(last.step), -0.5);
   const Bounds bounds = sane_bounds(observed);
+  // The line through two early points, carried to the end of the run, falls through any floor
+  // (5, 4, 1 at steps 0, 10, 20 of 2,000 gave 0 at once): a fallback is the forecast of last
+  // resort, so it falls at most halfway from the last loss to the lowest the bounds allow.
+  const double lowest = bounds.lo + 0.5 * (last.loss - bounds.lo);
   for (auto s : future_steps) {
-    double v = last.loss + a * (std::pow(axis.progress(s), -0.5) - g_last);
+    double v = std::max(lowest, last.loss + a * (std::pow(axis.progress(s), -0.5) - g_last));
     if (exponent != 0.5) v = last.loss * std::pow(axis.progress(s) / axis.progress(last.step), -exponent);
     out.loss.push_back(std::clamp(v, bounds.lo, bounds.hi));
   }

@@ -223,6 +223,21 @@ TEST(Forecast, WithoutAnyShapeAssumesAGentleDecayAndSaysSo) {
   EXPECT_NEAR(f.loss.back(), 5.0 * std::pow(10.0, -0.05), 1e-9);
 }
 
+// Two early points that fall steeply: the x^-0.5 line through them, carried to the end of the
+// run, went through the floor, and the fallback forecast 0 from the next step on.
+TEST(Forecast, TheFallbackThroughTwoSteepPointsFallsAtMostHalfwayToTheFloor) {
+  ForecastOptions o;
+  o.total_steps = 2000;
+  const auto f = forecast_curve(std::vector<CurvePoint>{{0, 5.0, 0.0}, {10, 4.0, 1.0}, {20, 1.0, 2.0}}, o);
+  ASSERT_TRUE(f.fallback);
+  EXPECT_NE(f.note.find("at most halfway to the loss floor"), std::string::npos) << f.note;
+  ASSERT_FALSE(f.loss.empty());
+  // The floor of positive losses is 0: halfway from 1 is 0.5, and the forecast still falls.
+  for (double v : f.loss) EXPECT_GE(v, 0.5 - 1e-12);
+  EXPECT_LT(f.loss.front(), 1.0);
+  EXPECT_NEAR(f.loss.back(), 0.5, 1e-12);
+}
+
 TEST(Forecast, ViperPredictsAFlatCurveWhenItCannotFit) {
   ForecastOptions o;
   o.total_steps = 1000;
