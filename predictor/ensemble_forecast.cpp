@@ -568,6 +568,10 @@ void check_forecast_options(const ForecastOptions& options) {
       const std::string at = " at reference point " + std::to_string(i);
       if (!std::isfinite(r->progress[i]) || (i > 0 && !(r->progress[i] > r->progress[i - 1])))
         refuse("reference progress must be finite and strictly increasing" + at);
+      // Progress is step / total_steps: past 1 (steps given as progress, say) the reference was
+      // read as a run several times longer than this one, without a word.
+      if (r->progress[i] < 0 || r->progress[i] > 1)
+        refuse("reference progress must be in [0, 1] (step / total_steps), got " + std::to_string(r->progress[i]) + at);
       if (!std::isfinite(r->loss[i])) refuse("reference loss is not finite" + at);
       if (!r->time_fraction.empty() && !std::isfinite(r->time_fraction[i])) refuse("reference time_fraction is not finite" + at);
     }

@@ -246,6 +246,24 @@ TEST(Forecast, ViperPredictsAFlatCurveWhenItCannotFit) {
   for (double v : f.loss) EXPECT_DOUBLE_EQ(v, 5.0);
 }
 
+// Progress is step / total_steps; [0, 5, 10] (steps given as progress) was taken without a word.
+TEST(Forecast, AReferenceWithProgressPastOneIsRefused) {
+  ForecastOptions o;
+  o.total_steps = 2000;
+  o.reference = ReferenceCurve{{0.0, 5.0, 10.0}, {3.0, 2.0, 1.0}, {}};
+  try {
+    forecast_curve(std::vector<CurvePoint>{{100, 2.0, 1.0}, {200, 1.5, 2.0}, {300, 1.2, 3.0}}, o);
+    ADD_FAILURE() << "a reference with progress 5 and 10 was taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("reference progress must be in [0, 1] (step / total_steps), got 5.000000 at "
+                                         "reference point 1"),
+              std::string::npos)
+        << e.what();
+  }
+  o.reference = ReferenceCurve{{0.0, 0.5, 1.0}, {3.0, 2.0, 1.0}, {}};
+  EXPECT_NO_THROW(forecast_curve(std::vector<CurvePoint>{{100, 2.0, 1.0}, {200, 1.5, 2.0}, {300, 1.2, 3.0}}, o));
+}
+
 // An unsorted future_steps lost steps without a word: [1500, 400, 900] forecast 1500 and the end.
 TEST(Forecast, UnsortedFutureStepsAreRefusedNamingTheFirstOutOfOrder) {
   ForecastOptions o;
