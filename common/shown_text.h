@@ -32,6 +32,16 @@ inline std::string printable_text(std::string_view text, std::size_t limit, Back
   return text.size() > limit ? out + "..." : out;
 }
 
+// Where `text` has its first control character (below 0x20, or DEL), which would forge or garble
+// a log line showing it; npos when it has none. The one rule names are checked by.
+inline std::size_t control_character_at(std::string_view text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) return i;
+  }
+  return std::string_view::npos;
+}
+
 // A name, quoted: 'printable text'.
 inline std::string shown_text(std::string_view text, std::size_t limit = 40) {
   // Appended rather than `"'" + ... + "'"`, which gcc 12 at -O3 reports as -Wrestrict (GCC bug

@@ -265,11 +265,8 @@ std::vector<modelcast::TensorConversion> read_conversions(const Reader& r, const
 // at the start, so --check must too, and it would forge the log lines that show the name.
 void no_control_characters(const Reader& r, const toml::table& t, const std::string& prefix, const char* key,
                            const std::string& value) {
-  const auto bad = std::find_if(value.begin(), value.end(),
-                                [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-  if (bad != value.end()) {
-    r.fail(*t.get(key), prefix + key,
-           modelcast::shown_text(value) + " has a control character at byte " + std::to_string(bad - value.begin()));
+  if (const auto at = modelcast::control_character_at(value); at != std::string::npos) {
+    r.fail(*t.get(key), prefix + key, modelcast::shown_text(value) + " has a control character at byte " + std::to_string(at));
   }
 }
 

@@ -68,9 +68,8 @@ std::optional<std::string> name_problem(std::string_view name) {
   }
   // A newline or an escape sequence in a name would forge or garble the log lines and errors
   // that show it, on every host it reaches.
-  for (std::size_t i = 0; i < name.size(); ++i) {
-    const auto c = static_cast<unsigned char>(name[i]);
-    if (c < 0x20 || c == 0x7f) return "contains a control character at byte " + std::to_string(i);
+  if (const auto at = control_character_at(name); at != std::string_view::npos) {
+    return "contains a control character at byte " + std::to_string(at);
   }
   if (const auto bad = utf8::find_invalid(name.begin(), name.end()); bad != name.end()) {
     return "is not valid UTF-8 (byte " + std::to_string(bad - name.begin()) + ")";

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "common/clock.h"
+#include "common/shown_text.h"
 #include "daemon/attach/seqpacket.h"
 #include "daemon/client/attached_version.h"
 #include "modelcast/error.h"
@@ -264,12 +265,9 @@ Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
   }
   // modelcastd refuses such names in its configuration, so none can be served; and its answer
   // quoted the name back, where a newline or an escape sequence reached the caller's logs.
-  const auto control = std::find_if(options.model.begin(), options.model.end(),
-                                     [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
-  if (control != options.model.end()) {
+  if (const auto at = modelcast::control_character_at(options.model); at != std::string::npos) {
     throw Error(ErrorCode::kInvalidArgument, "sidecar client: the model name has a control character at byte " +
-                                                 std::to_string(control - options.model.begin()) +
-                                                 "; modelcastd serves no such name");
+                                                 std::to_string(at) + "; modelcastd serves no such name");
   }
   // As the C API refuses them: a negative wait is no wait, and was taken as "try once".
   if (options.connect_timeout.count() < 0) {
