@@ -239,7 +239,7 @@ class Consumer::Impl {
       failures.emplace_back(ErrorCode::kInvalidArgument, why);
       rank_failure_ = why;
     };
-    // The assembler keeps each rank's last two versions while the next one arrives.
+    // The assembler keeps two versions of each rank while the next one arrives.
     if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < 3) {
       return fail("a model published by several ranks needs >= 3 caller_buffers (two held for assembly, one "
                   "receiving), got " + std::to_string(options_.caller_buffers.size()));

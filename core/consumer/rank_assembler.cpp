@@ -57,7 +57,7 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     if (rank >= ranks_ || !version) return;
     auto& mine = held_[rank];
     mine.push_back(std::move(version));
-    if (mine.size() > 2) mine.erase(mine.begin());
+    if (mine.size() > 2) mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(older_to_drop(rank)));
     // The newest step every rank holds a version of (the newest such version of each rank).
     std::vector<Held> pieces;
     for (auto it = held_[0].rbegin(); it != held_[0].rend() && pieces.empty(); ++it) {
@@ -108,6 +108,34 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     notified_ = installed->manifest.version;
     if (on_update_) on_update_(ModelView(installed));
   }
+}
+
+std::size_t RankAssembler::older_to_drop(std::size_t rank) const {
+  const auto& mine = held_[rank];
+  // Whether rank q may still bring a version of `step`: it holds one, or has not reached it yet
+  // (a rank's versions come in step order within a run).
+  auto may_meet = [&](std::size_t q, std::int64_t step, bool& holds) {
+    holds = std::any_of(held_[q].begin(), held_[q].end(), [&](const Held& h) { return h->manifest.step == step; });
+    return holds || held_[q].empty() || held_[q].back()->manifest.step < step;
+  };
+  // Keep the oldest version that a rank still behind may meet: a rank that lags several of
+  // this rank's versions (it publishes late, or its transfers take longer) then meets it at
+  // that step. Dropping the oldest instead would leave it chasing steps this rank no longer
+  // holds, and nothing would ever assemble. The newest version is always kept.
+  for (std::size_t i = 0; i + 1 < mine.size(); ++i) {
+    const std::int64_t step = mine[i]->manifest.step;
+    bool every_rank_holds = true;
+    bool meetable = true;
+    for (std::size_t q = 0; q < ranks_ && meetable; ++q) {
+      if (q == rank) continue;
+      bool holds = false;
+      meetable = may_meet(q, step, holds);
+      every_rank_holds = every_rank_holds && holds;
+    }
+    // A step every rank holds was assembled (or refused) when its last piece came.
+    if (meetable && !every_rank_holds) return i == 0 ? 1 : 0;
+  }
+  return 0;
 }
 
 std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vector<Held>& pieces) {

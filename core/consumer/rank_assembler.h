@@ -64,6 +64,8 @@ class RankAssembler {
   // version lacks blocks the plan takes from it (fetched before it was asked for just those:
   // its next version has them). Throws Error.
   std::shared_ptr<detail::InstalledVersion> assemble(const std::vector<Held>& pieces);
+  // Which of rank `rank`'s three held versions to let go (0 or 1; the newest, 2, stays).
+  std::size_t older_to_drop(std::size_t rank) const;
   // Asks each rank for just the regions the plan takes from it, where that changed.
   void refine_wants(const layout::PullPlan& plan);
 
@@ -80,9 +82,10 @@ class RankAssembler {
   std::mutex callback_mutex_;  // held while on_update or on_error runs
   std::uint64_t notified_ = 0;  // the newest version on_update was told of; under callback_mutex_
   mutable std::mutex mutex_;
-  // Per rank, its last two versions (older first): ranks that publish faster than a transfer
-  // may each skip steps, and a step two ranks hold is found among the last two. Two is what a
-  // rank's service can spare of its three receive buffers while it receives the next.
+  // Per rank, two versions (older first): its newest, and the older one a rank behind it may
+  // still meet (older_to_drop), else its last but one. Ranks that publish faster than a transfer
+  // may each skip steps. Two is what a rank's service can spare of its three receive buffers
+  // while it receives the next.
   std::vector<std::vector<Held>> held_;
   // The pieces (incarnation, version per rank) the current version was made of, and the last
   // set that did not assemble (not tried again).

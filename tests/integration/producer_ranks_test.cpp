@@ -139,6 +139,45 @@ TEST(ProducerRanksFaults, StepsNeverMixAStoppedRankHoldsTheLastCommonStepAndARes
   for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], "") << "assembled version " << i;
 }
 
+// A rank that lags several versions behind the others (it publishes late, or its transfers take
+// longer) still meets them: the ranks ahead keep the oldest version it may reach, so steps keep
+// being assembled while they publish on. Each step is installed by its rank's service before the
+// next is published, so the lag is exact.
+TEST(ProducerRanksFaults, ARankSeveralVersionsBehindStillMeetsTheOthers) {
+  Ranks ranks(2);
+  modelcast::Consumer consumer(options_for(ranks.endpoint()));
+  auto whole = [](const Global&) -> std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> {
+    return std::nullopt;
+  };
+  auto delivered = [&](std::size_t rank, std::uint64_t n) {
+    ASSERT_TRUE(testing_support::eventually([&] { return ranks.ranks[rank]->producer->stats().deliveries >= n; }, 60s))
+        << "rank " << rank << ": " << consumer.stats().last_error;
+  };
+  ranks.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == 1; }, 60s))
+      << consumer.stats().last_error;
+  for (std::int64_t step = 2; step <= 4; ++step) {
+    ranks.ranks[0]->publish(step);
+    delivered(0, static_cast<std::uint64_t>(step));
+  }
+  ranks.ranks[1]->publish(2);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 2; }, 60s))
+      << "rank 1 reached step 2 while rank 0 was at 4: " << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 2, whole), "");
+  // Rank 0 keeps two versions ahead and more; rank 1 follows: the steps they meet at assemble.
+  for (std::int64_t step = 5; step <= 6; ++step) {
+    ranks.ranks[0]->publish(step);
+    delivered(0, static_cast<std::uint64_t>(step));
+  }
+  for (std::int64_t step = 3; step <= 4; ++step) {
+    ranks.ranks[1]->publish(step);
+    delivered(1, static_cast<std::uint64_t>(step));
+  }
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 4; }, 60s))
+      << "rank 1 reached step 4 while rank 0 was at 6: " << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 4, whole), "");
+}
+
 // A trainer restarted at rank 0's endpoint with other ranks, then with none: the consumer
 // follows each layout (every byte checked) and serves the last version until the next arrives.
 TEST(ProducerRanksFaults, AConsumerFollowsATrainerRestartedWithOtherRanksOrWithNone) {
