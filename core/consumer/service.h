@@ -175,6 +175,8 @@ class ConsumerService {
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
   void report(const Error& error);
   void report_buffers_held(std::uint64_t version);
+  // The group gave up `version`, which this member verified and held for it (on_error).
+  void report_group_gave_up(std::uint64_t version);
   // Makes a verified version what readers get (stats first, then the store); the caller then
   // runs on_update.
   void make_visible(std::shared_ptr<detail::InstalledVersion> installed);

@@ -82,14 +82,6 @@ void ConsumerService::maybe_fetch() {
   // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
   // asking the producer again and again.
   if (now < retry_fetch_after_) return;
-  // A version prepared for the group that the group has moved past (its target changed) is
-  // of no use any more, and its buffer is.
-  if (prepared_) {
-    log_->info("group '{}' moved on to version {}: dropping version {} it had not committed", options_.group,
-               newest_announced_, prepared_->manifest.version);
-    prepared_.reset();
-    count([](ConsumerStats& s) { s.prepared_version = 0; });
-  }
   // Relay sends still posted a second after their order ended were to a receiver that died on
   // this host (UCX never ends those): given up, as publish() gives up a slot's, or two such
   // receivers would hold every buffer for ever.
@@ -339,6 +331,13 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   // it is ready, and the group's commit makes it visible (on_group_announce).
   if (!options_.group.empty() && m.version > group_committed_) {
     const std::uint64_t version = m.version;
+    if (newest_announced_ != version) {
+      // The group's target moved while this member fetched it: the producer gave it up. The ack
+      // still ends the fetch there.
+      send_ack(installed->manifest, done->fetch_id, true, {});
+      report_group_gave_up(version);
+      return;
+    }
     prepared_ = std::move(installed);
     count([&](ConsumerStats& s) { s.prepared_version = version; });
     log_->debug("version {} verified; waiting for group '{}' to commit it", version, options_.group);

@@ -18,6 +18,10 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     log_->debug("group '{}' committed version {}", options_.group, group_committed_);
     committed = std::move(prepared_);
     prepared_.reset();
+  } else if (prepared_ && announce.version != prepared_->manifest.version) {
+    // The group's target moved without a commit: the producer gave the version up.
+    report_group_gave_up(prepared_->manifest.version);
+    prepared_.reset();
   }
   const bool waiting = group.members < options_.group_size;
   // Said before the stats say so: a reader that sees group_waiting finds why in last_error. A
@@ -61,6 +65,18 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     make_visible(committed);
     if (options_.on_update) options_.on_update(ModelView(committed));
   }
+}
+
+void ConsumerService::report_group_gave_up(std::uint64_t version) {
+  // A member did not take it (its own on_error says why). Said here too, as every member serves
+  // the old version on; the buffer this member held it in is free for the next target.
+  auto serving = store_.current();
+  report(Error(ErrorCode::kState,
+               "group '" + options_.group + "' did not switch to version " + std::to_string(version) +
+                   ", which this member holds verified: another member did not take it; " +
+                   (serving ? "the group serves version " + std::to_string(serving->manifest.version) +
+                                  " on and takes the next version published"
+                            : std::string("the group serves nothing yet and takes the next version published"))));
 }
 
 }  // namespace modelcast::consumer

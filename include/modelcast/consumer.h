@@ -156,9 +156,10 @@ struct ConsumerOptions {
   // server, each a Consumer (usually in its own process) with the same `group` name and
   // `group_size`. The producer picks one version for the group; each member fetches and
   // verifies it but keeps serving the version before; only when every member holds it does the
-  // producer tell them all to switch (two-phase commit). A member that leaves, dies or rejects
-  // the version leaves the others on the last version they all had, and they say so (on_error,
-  // stats().group_waiting). Before the group was first whole, waiting for members is start-up:
+  // producer tell them all to switch (two-phase commit). A member that leaves or dies leaves
+  // the others on the last version they all had, and they say so (on_error,
+  // stats().group_waiting); one that rejects the version makes the producer give it up, and those
+  // that held it verified say so (on_error) and take the next version published. Before the group was first whole, waiting for members is start-up:
   // last_error and group_waiting say so, on_error does not. Needs buffers >= 3 (serving,
   // prepared, receiving); a producer refuses a group_size above its max_consumers. Empty: no group.
   std::string group;

@@ -247,6 +247,56 @@ TEST(GroupCommit, AGroupWaitsForAMissingMemberAndOneTakingItsPlaceBringsItToTheN
   EXPECT_EQ(members.violations(), std::vector<std::string>{});
 }
 
+// A member that rejects the version its group is switching to (here: a trainer restarted with
+// another layout, which one member's expected_layout refuses) makes the producer give the version
+// up; the member that holds it verified says so, lets it go, and serves the version before on.
+TEST(GroupCommit, AVersionOneMemberRejectsIsGivenUpAndTheMemberHoldingItSaysSo) {
+  auto f = std::make_unique<Fixture>();
+  const std::string endpoint = f->producer->control_endpoint();
+  std::mutex mutex;
+  std::vector<std::string> errors;  // what on_error told the member that takes every layout
+  auto taking = member_options(endpoint, "tp", 2, "taking");
+  taking.on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);
+    errors.push_back(e.what());
+  };
+  modelcast::Consumer a(taking);
+  auto strict = member_options(endpoint, "tp", 2, "strict");
+  strict.expected_layout = {{"a", modelcast::DType::kF32, {static_cast<std::int64_t>(kElements)}},
+                            {"b", modelcast::DType::kF32, {static_cast<std::int64_t>(kElements / 2)}}};
+  modelcast::Consumer b(strict);
+  ASSERT_TRUE(f->producer->wait_for_consumers(2, 60s));
+  f->publish(1);
+  for (auto* member : {&a, &b}) ASSERT_TRUE(member->wait_for_version(1, 60s)) << member->stats().last_error;
+
+  f.reset();
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = endpoint;
+  modelcast::Producer restarted(options);
+  std::vector<float> wider(2 * kElements, 1.0f);
+  std::vector<modelcast::TensorRef> refs = {
+      {{"a", modelcast::DType::kF32, {static_cast<std::int64_t>(wider.size())}}, wider.data()}};
+  restarted.register_tensors(refs);
+  restarted.publish(1);
+  ASSERT_TRUE(eventually([&] { return b.stats().versions_rejected >= 1; }, 60s)) << b.stats().last_error;
+  const std::string said = "group 'tp' did not switch to version 1, which this member holds verified: another member "
+                           "did not take it; the group serves version 1 on and takes the next version published";
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lock(mutex);
+    return std::find(errors.begin(), errors.end(), said) != errors.end();
+  }, 60s)) << a.stats().last_error;
+  EXPECT_EQ(a.stats().last_error, said);
+  EXPECT_EQ(a.stats().prepared_version, 0u);
+  // Both serve the first trainer's version 1, every byte of it.
+  for (auto* member : {&a, &b}) {
+    auto view = member->acquire();
+    ASSERT_TRUE(view);
+    EXPECT_EQ(view.tensor("a").spec->shape, std::vector<std::int64_t>{static_cast<std::int64_t>(kElements)});
+    EXPECT_EQ(check(view), "");
+  }
+}
+
 TEST(GroupCommit, AJoinThatDoesNotFitTheGroupIsRefusedNamingWhy) {
   Fixture f;
   Members members(f.producer->control_endpoint(), 2);
