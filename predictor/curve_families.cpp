@@ -152,8 +152,10 @@ CurveFamily make_linear() {
 
 }  // namespace
 
+// The tables are never destroyed: a thread still fitting while the process exits (a Python
+// daemon thread inside forecast_curve) read them destroyed by exit() and crashed.
 const std::vector<CurveFamily>& standard_families() {
-  static const std::vector<CurveFamily> families = [] {
+  static const auto* families = new std::vector<CurveFamily>([] {
     std::vector<CurveFamily> v;
     // pow3: c + a·x^(-alpha)
     v.push_back(make_separable({"pow3", true, true,
@@ -189,12 +191,12 @@ const std::vector<CurveFamily>& standard_families() {
                                 grid1({1.0, 10.0, 100.0, 1000.0})}));
     v.push_back(make_vapor_pressure());
     return v;
-  }();
-  return families;
+  }());
+  return *families;
 }
 
 const std::vector<CurveFamily>& viper_families() {
-  static const std::vector<CurveFamily> families = [] {
+  static const auto* families = new std::vector<CurveFamily>([] {
     std::vector<CurveFamily> v;
     // a·e^(-b x)
     v.push_back(make_separable({"viper_exp", false, true,
@@ -211,8 +213,8 @@ const std::vector<CurveFamily>& viper_families() {
                                 [](double x, const double* p) { return std::exp(-p[0] * x); },
                                 grid1({0.2, 1.0, 4.0, 16.0})}));
     return v;
-  }();
-  return families;
+  }());
+  return *families;
 }
 
 CurveFamily affine_shape_family(std::string name, std::function<double(double)> shape) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <utility>
 
+#include "gil_released.h"
 #include "bindings.h"
 #include "errors.h"
 #include "modelcast/consumer.h"
@@ -44,7 +45,7 @@ class PyConsumer {
         cb.call("modelcast.Consumer on_error callback", [&] { return py::make_tuple(python_error(e.code(), e.what())); });
       };
     }
-    py::gil_scoped_release nogil;
+    GilReleased nogil;
     consumer_ = destroyed_off_callback_threads(std::make_unique<Consumer>(std::move(options)));
   }
   ~PyConsumer() { close(); }
@@ -66,7 +67,7 @@ class PyConsumer {
     std::shared_ptr<Consumer> c = std::move(consumer_);
     if (!c) return;
     c->cancel_waits();
-    py::gil_scoped_release nogil;
+    GilReleased nogil;
     c.reset();
   }
 
@@ -75,7 +76,7 @@ class PyConsumer {
   auto with_consumer(F&& f) -> decltype(f(std::declval<Consumer&>())) {
     std::shared_ptr<Consumer> c = consumer_;
     if (!c) throw Error(ErrorCode::kState, "the Consumer is closed");
-    py::gil_scoped_release nogil;
+    GilReleased nogil;
     struct Drop {
       std::shared_ptr<Consumer>& c;
       ~Drop() { c.reset(); }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "gil_released.h"
 #include "bindings.h"
 #include "device/device_runtime.h"
 #include "errors.h"
@@ -119,7 +120,7 @@ void bind_device(py::module_& m) {
   }, py::arg("address"), "Testing only, not API: releases what _testing_device_alloc returned.");
   m.def("_testing_device_copy", [](std::uintptr_t destination, std::uintptr_t source, std::size_t n) {
     auto& runtime = testing_runtime();
-    py::gil_scoped_release nogil;
+    GilReleased nogil;
     runtime.copy_async(reinterpret_cast<void*>(destination), reinterpret_cast<const void*>(source), n, nullptr);
     runtime.synchronize_stream(nullptr);
   }, py::arg("destination"), py::arg("source"), py::arg("n"),
@@ -131,7 +132,7 @@ void bind_device(py::module_& m) {
   }, py::arg("device") = 0, "Testing only, not API: a new stream of the device runtime (its handle).");
   m.def("_testing_destroy_stream", [](std::uintptr_t stream) {
     auto& runtime = testing_runtime();
-    py::gil_scoped_release nogil;
+    GilReleased nogil;
     runtime.destroy_stream(reinterpret_cast<void*>(stream));
   }, py::arg("stream"), "Testing only, not API: destroys a stream once its work is done.");
   m.def("_testing_copy_async", [](std::uintptr_t destination, std::uintptr_t source, std::size_t n,

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "gil_released.h"
 #include "arguments.h"
 #include "bindings.h"
 #include "errors.h"
@@ -89,7 +90,7 @@ void bind_forecast(py::module_& m) {
       .def_readonly("fallback", &mp::Forecast::fallback)
       .def_readonly("note", &mp::Forecast::note);
 
-  const auto nogil = py::call_guard<py::gil_scoped_release>();
+  const auto nogil = py::call_guard<GilReleased>();
   m.def("forecast_curve", [](const Points& p, const mp::ForecastOptions& o) { return mp::forecast_curve(p, o); },
         py::arg("observed"), py::arg("options"), nogil,
         "Forecast of the rest of the curve (ensemble). InvalidArgumentError on bad input.");
@@ -147,7 +148,7 @@ void bind_forecast(py::module_& m) {
           o.run = text_argument(run, "read_loss_log_file(): run");
           o.loss_column = text_argument(loss_column, "read_loss_log_file(): loss_column");
           o.min_points = index_argument(min_points, "read_loss_log_file(): min_points");
-          py::gil_scoped_release released;
+          GilReleased released;
           return mp::read_loss_log_file(file, o);
         },
         py::arg("path"), py::arg("run") = "", py::arg("loss_column") = "", py::arg("min_points") = 2,

@@ -1,5 +1,6 @@
 // The extension module modelcast._core. The Python package (python/modelcast/) wraps it; users
 // import modelcast, not _core.
+#include "gil_released.h"
 #include "bindings.h"
 #include "deferred_destruction.h"
 
@@ -18,7 +19,7 @@ PYBIND11_MODULE(_core, m) {
   // Before finalizing: a Producer or Consumer closed inside its own callback may still be
   // stopping on a thread of its own, which takes the GIL to drop its callbacks.
   pybind11::module_::import("atexit").attr("register")(pybind11::cpp_function([] {
-    pybind11::gil_scoped_release nogil;
+    mp::GilReleased nogil;
     mp::wait_for_later_destructions();
   }));
 }

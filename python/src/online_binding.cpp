@@ -3,6 +3,7 @@
 // sometimes refit, so they run with the GIL released.
 #include <pybind11/stl.h>
 
+#include "gil_released.h"
 #include "bindings.h"
 #include "modelcast/predictor.h"
 
@@ -62,7 +63,7 @@ void bind_online(py::module_& m) {
       .def_readonly("worker_s", &mp::OnlineStats::worker_s)
       .def("__repr__", &fields_repr);
 
-  const auto nogil = py::call_guard<py::gil_scoped_release>();
+  const auto nogil = py::call_guard<GilReleased>();
   py::class_<mp::OnlineScheduler>(m, "OnlineScheduler",
                                   "Decides at each logged step whether to publish. One thread at a time; "
                                   "InvalidArgumentError on non-increasing steps, non-finite values, bad costs.")

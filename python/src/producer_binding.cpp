@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "gil_released.h"
 #include "bindings.h"
 #include "errors.h"
 #include "modelcast/producer.h"
@@ -32,12 +33,7 @@ struct Registered {
 
   ~Registered() {
     producer.reset();
-    if (!python_alive()) {
-      for (auto& o : owners) o.release();  // the interpreter is gone: nothing to drop them into
-      return;
-    }
-    py::gil_scoped_acquire gil;
-    owners.clear();
+    for (auto& o : owners) GilReleased::drop(std::move(o));
   }
 };
 
@@ -55,7 +51,7 @@ class PyProducer {
     }
     auto state = destroyed_off_callback_threads(std::make_unique<Registered>());
     {
-      py::gil_scoped_release nogil;
+      GilReleased nogil;
       state->producer = std::make_unique<Producer>(std::move(options));
     }
     state_ = std::move(state);
@@ -86,7 +82,7 @@ class PyProducer {
     // Our own reference, so the owner is recorded even if close() runs meanwhile on another thread.
     struct Hold {
       std::shared_ptr<Registered> state;
-      ~Hold() { release_without_gil(std::move(state)); }
+      ~Hold() noexcept(false) { release_without_gil(std::move(state)); }  // see GilReleased
     } hold{state_};
     with_producer([&](Producer& p) { p.register_tensor(ref); });
     hold.state->owners.push_back(std::move(owner));  // under the GIL again
@@ -119,7 +115,7 @@ class PyProducer {
  private:
   static void release_without_gil(std::shared_ptr<Registered> state) {
     if (!state) return;
-    py::gil_scoped_release nogil;
+    GilReleased nogil;
     state.reset();
   }
 
@@ -129,7 +125,7 @@ class PyProducer {
   auto with_producer(F&& f) -> decltype(f(std::declval<Producer&>())) {
     std::shared_ptr<Registered> state = state_;
     if (!state) throw Error(ErrorCode::kState, "the Producer is closed");
-    py::gil_scoped_release nogil;
+    GilReleased nogil;
     struct Drop {
       std::shared_ptr<Registered>& s;
       ~Drop() { s.reset(); }

@@ -12,19 +12,11 @@
 #include <memory>
 #include <utility>
 
+#include "gil_released.h"
+
 namespace modelcast::python {
 
 namespace py = pybind11;
-
-// True while Python code may run; false once the interpreter is shutting down (a library thread
-// must then neither call into Python nor touch reference counts).
-inline bool python_alive() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsInitialized() && !Py_IsFinalizing();
-#else
-  return Py_IsInitialized() && !_Py_IsFinalizing();
-#endif
-}
 
 // True on a library thread while it runs one of our callbacks (PyCallback::call).
 inline thread_local bool in_library_callback = false;
@@ -64,8 +56,7 @@ class PyCallback {
 
  private:
   static void release(py::function* fn) {
-    if (!python_alive()) return;  // the interpreter is gone: leak the reference, it owns nothing else
-    py::gil_scoped_acquire gil;
+    GilReleased::drop(std::move(*fn));
     delete fn;
   }
 

@@ -183,3 +183,52 @@ def test_a_callback_may_close_what_runs_it(endpoint):
         if result.returncode != 0 or result.stdout.strip() != "ok":
             failed.append(f"{case}: rc {result.returncode}, {result.stderr.strip().splitlines()[-1:]}")
     assert not failed, "\n".join(failed)
+
+
+# The program exits while daemon threads are inside library calls that run without the GIL: a
+# publish loop, a wait for a version that never comes (ended by the exit's close), a predictor
+# fit. Each takes the GIL back after the interpreter began to finalize, and Python ends such a
+# thread by unwinding it: that unwind once aborted the whole process ("terminate called without
+# an active exception", exit status 134, every run). Each thread says it is running before the
+# main thread exits; the exit finds it in or about to enter its call.
+EXIT_DURING_CALLS = """
+import sys, threading
+import numpy as np
+import modelcast
+from modelcast import predictor
+endpoint = sys.argv[1]
+producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest")
+weights = np.zeros(1 << 20, dtype=np.float32)
+producer.register("w", weights)
+consumer = modelcast.Consumer(endpoint, model_name="pytest")
+running = [threading.Event() for _ in range(3)]
+def publisher():
+    step = 0
+    while True:
+        producer.publish(step)
+        step += 1
+        running[0].set()
+def waiter():
+    running[1].set()
+    consumer.wait_for_version(10**9, float("inf"))
+def fitter():
+    points = predictor.curve_points(list(range(0, 400, 4)), [3.0 / (1 + s / 50) for s in range(0, 400, 4)])
+    options = predictor.ForecastOptions()
+    options.total_steps = 4000
+    while True:
+        predictor.forecast_curve(points, options)
+        running[2].set()
+for target in (publisher, waiter, fitter):
+    threading.Thread(target=target, daemon=True).start()
+for event in running:
+    assert event.wait(20)
+print("exiting", flush=True)
+"""
+
+
+def test_an_exit_while_daemon_threads_are_inside_library_calls_is_clean(endpoint):
+    for attempt in range(3):
+        result = subprocess.run([sys.executable, "-c", EXIT_DURING_CALLS, endpoint], capture_output=True, text=True,
+                                timeout=WAIT_S * 3)
+        assert result.returncode == 0, f"attempt {attempt}: rc {result.returncode}: {result.stderr[-2000:]}"
+        assert result.stdout.strip() == "exiting"
