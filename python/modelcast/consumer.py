@@ -71,8 +71,8 @@ class Consumer(Service):
 
     def wait_for_version(self, version, timeout):
         """The newest ModelView once a version >= ``version`` is installed, or None after
-        ``timeout`` seconds. Releases the GIL while waiting; raises StateError if another thread
-        closes the consumer meanwhile."""
+        ``timeout`` seconds. Releases the GIL while waiting; Ctrl-C (KeyboardInterrupt) ends the
+        wait; raises StateError if another thread closes the consumer meanwhile."""
         version = integer("wait_for_version(): version", version, *UINT64)
         return self._impl.wait_for_version(version, seconds("wait_for_version", "timeout", timeout, forever_ok=True))
 

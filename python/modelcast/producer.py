@@ -134,8 +134,9 @@ class Producer(Service):
                 f"on a new Producer")
 
     def wait_for_consumers(self, count, timeout):
-        """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released).
-        Raises StateError if another thread closes the producer meanwhile."""
+        """True once ``count`` consumers have joined, False after ``timeout`` seconds (GIL released;
+        Ctrl-C, KeyboardInterrupt, ends the wait). Raises StateError if another thread closes the
+        producer meanwhile."""
         count = integer("wait_for_consumers(): count", count, *UINT64)
         return self._impl.wait_for_consumers(count, seconds("wait_for_consumers", "timeout", timeout, forever_ok=True))
 

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "gil_released.h"
+#include "wait_in_slices.h"
 #include "bindings.h"
 #include "errors.h"
 #include "modelcast/consumer.h"
@@ -52,9 +53,14 @@ class PyConsumer {
 
   std::optional<ModelView> acquire() { return with_consumer([](Consumer& c) { return or_none(c.acquire()); }); }
   std::optional<ModelView> wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) {
-    auto view = with_consumer([&](Consumer& c) { return or_none(c.wait_for_version(version, timeout)); });
-    if (!view && closed()) throw Error(ErrorCode::kState, "the Consumer was closed during wait_for_version");
-    return view;
+    bool first = true;
+    return wait_in_slices(timeout, [&](std::chrono::milliseconds slice) {
+      if (!first && closed()) throw Error(ErrorCode::kState, "the Consumer was closed during wait_for_version");
+      first = false;
+      auto view = with_consumer([&](Consumer& c) { return or_none(c.wait_for_version(version, slice)); });
+      if (!view && closed()) throw Error(ErrorCode::kState, "the Consumer was closed during wait_for_version");
+      return view;
+    });
   }
   ConsumerStats stats() { return with_consumer([](Consumer& c) { return c.stats(); }); }
   std::uint64_t callback_errors() const { return callback_errors_->load(); }

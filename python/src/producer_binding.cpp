@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gil_released.h"
+#include "wait_in_slices.h"
 #include "bindings.h"
 #include "errors.h"
 #include "modelcast/producer.h"
@@ -95,9 +96,14 @@ class PyProducer {
   }
   void prepare() { with_producer([](Producer& p) { p.prepare(); }); }
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) {
-    bool joined = with_producer([&](Producer& p) { return p.wait_for_consumers(count, timeout); });
-    if (!joined && closed()) throw Error(ErrorCode::kState, "the Producer was closed during wait_for_consumers");
-    return joined;
+    bool first = true;
+    return wait_in_slices(timeout, [&](std::chrono::milliseconds slice) {
+      if (!first && closed()) throw Error(ErrorCode::kState, "the Producer was closed during wait_for_consumers");
+      first = false;
+      bool joined = with_producer([&](Producer& p) { return p.wait_for_consumers(count, slice); });
+      if (!joined && closed()) throw Error(ErrorCode::kState, "the Producer was closed during wait_for_consumers");
+      return joined;
+    });
   }
   ProducerStats stats() { return with_producer([](Producer& p) { return p.stats(); }); }
   std::string control_endpoint() { return with_producer([](Producer& p) { return p.control_endpoint(); }); }

@@ -1,6 +1,7 @@
 """Callbacks run on library threads with the GIL taken; their exceptions are reported, not fatal;
 blocking calls release the GIL."""
 
+import signal
 import subprocess
 import sys
 import threading
@@ -232,3 +233,37 @@ def test_an_exit_while_daemon_threads_are_inside_library_calls_is_clean(endpoint
                                 timeout=WAIT_S * 3)
         assert result.returncode == 0, f"attempt {attempt}: rc {result.returncode}: {result.stderr[-2000:]}"
         assert result.stdout.strip() == "exiting"
+
+
+# Ctrl-C during a wait that would last for ever (math.inf) ends it with KeyboardInterrupt, as it
+# ends time.sleep: the library's waits block in C++, where Python's signal handlers never ran,
+# and such a process could only be killed. The child says it is about to wait; SIGINT follows.
+WAIT_FOR_EVER = """
+import math, sys
+import modelcast
+endpoint, which = sys.argv[1], sys.argv[2]
+producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest")
+consumer = modelcast.Consumer(endpoint, model_name="pytest")
+try:
+    print("waiting", flush=True)
+    if which == "consumer":
+        consumer.wait_for_version(10**9, math.inf)
+    else:
+        producer.wait_for_consumers(1000, math.inf)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+"""
+
+
+def test_ctrl_c_ends_a_wait_for_ever(endpoint):
+    for which in ("consumer", "producer"):
+        child = subprocess.Popen([sys.executable, "-c", WAIT_FOR_EVER, endpoint, which], stdout=subprocess.PIPE,
+                                 stderr=subprocess.DEVNULL, text=True)
+        try:
+            assert child.stdout.readline().strip() == "waiting"
+            child.send_signal(signal.SIGINT)
+            out, _ = child.communicate(timeout=WAIT_S)
+        finally:
+            child.kill()
+        assert out.strip() == "interrupted", which
+        assert child.returncode == 0, which
