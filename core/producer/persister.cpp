@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "common/log.h"
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 
 namespace modelcast::producer {
@@ -25,6 +26,11 @@ void check(const ProducerOptions& options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "persist needs snapshot_slots >= 3 (one is held while a version is written), got " +
                     std::to_string(options.snapshot_slots));
+  }
+  // A NUL ends a path for the system: the versions would go to another directory than named.
+  if (p.directory.find('\0') != std::string::npos) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "persist.directory " + shown_text(p.directory, 200) + " has a NUL byte, which no path holds");
   }
   std::error_code ec;
   std::filesystem::create_directories(p.directory, ec);

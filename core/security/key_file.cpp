@@ -11,6 +11,7 @@
 #include <toml++/toml.h>
 
 #include "common/file_writers.h"
+#include "common/shown_text.h"
 #include "core/security/key_codec.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
@@ -22,7 +23,16 @@ namespace {
   throw Error(ErrorCode::kInvalidArgument, "key file '" + path + "': " + what);
 }
 
+// A NUL ends a path for the system: "keys/a\0b" would open keys/a, another file than named.
+void check_path(const std::string& path) {
+  if (path.find('\0') != std::string::npos) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "key file " + shown_text(path, 200) + ": has a NUL byte, which no file name holds");
+  }
+}
+
 toml::table parse(const std::string& path) {
+  check_path(path);
   // toml++ reports an unreadable file as a parse error at "line 0"; say what is wrong instead.
   if (::access(path.c_str(), R_OK) != 0) {
     bad_file(path, errno == ENOENT ? "does not exist" : std::string("cannot be read: ") + std::strerror(errno));
@@ -142,6 +152,7 @@ void commit_key_file(const PreparedKeyFile& prepared, bool overwrite) {
 }  // namespace
 
 void save_key_pair(const KeyPair& keys, const std::string& path, bool overwrite) {
+  check_path(path);
   security::decode_secret_key(keys, "key pair");  // refuse to write a pair that does not match
   const auto pair = prepare_key_file(
       path,

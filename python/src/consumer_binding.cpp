@@ -13,6 +13,7 @@
 #include "gil_released.h"
 #include "wait_in_slices.h"
 #include "bindings.h"
+#include "common/shown_text.h"
 #include "errors.h"
 #include "modelcast/consumer.h"
 #include "deferred_destruction.h"
@@ -103,7 +104,7 @@ void bind_consumer(py::module_& m) {
                                "scale (0: one scale for the tensor).")
       .def(py::init([](std::string tensor, const std::string& to, std::size_t fp8_block) {
              auto d = parse_dtype(to);
-             if (!d) throw Error(ErrorCode::kInvalidArgument, "conversion of '" + tensor + "': unknown dtype '" + to + "'");
+             if (!d) throw Error(ErrorCode::kInvalidArgument, "conversion of '" + tensor + "': unknown dtype " + shown_text(to));
              return TensorConversion{std::move(tensor), *d, fp8_block};
            }),
            py::arg("tensor"), py::arg("to"), py::arg("fp8_block") = 0)

@@ -15,6 +15,7 @@
 #include "gil_released.h"
 #include "wait_in_slices.h"
 #include "bindings.h"
+#include "common/shown_text.h"
 #include "errors.h"
 #include "modelcast/producer.h"
 #include "deferred_destruction.h"
@@ -66,7 +67,7 @@ class PyProducer {
                        std::uintptr_t address, std::size_t nbytes, py::object owner, const std::string& memory,
                        int device, std::vector<std::int64_t> global_shape, std::vector<std::int64_t> global_offset) {
     auto d = parse_dtype(dtype);
-    if (!d) throw_invalid("tensor '" + name + "': unknown dtype '" + dtype + "'");
+    if (!d) throw_invalid("tensor '" + name + "': unknown dtype " + shown_text(dtype));
     TensorRef ref{{name, *d, std::move(shape)}, reinterpret_cast<const void*>(address)};
     ref.spec.memory = memory_kind(memory, "tensor '" + name + "'");
     ref.global_shape = std::move(global_shape);

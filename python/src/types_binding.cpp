@@ -4,6 +4,7 @@
 #include <string>
 
 #include "bindings.h"
+#include "common/shown_text.h"
 #include "errors.h"
 #include "modelcast/keys.h"
 #include "modelcast/tensor.h"
@@ -14,7 +15,7 @@ namespace {
 
 DType dtype_from_name(const std::string& name) {
   auto d = parse_dtype(name);
-  if (!d) throw_invalid("unknown dtype '" + name + "' (expected f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool or f8e4m3)");
+  if (!d) throw_invalid("unknown dtype " + shown_text(name) + " (expected f64, f32, f16, bf16, i64, i32, i16, i8, u8, bool or f8e4m3)");
   return *d;
 }
 

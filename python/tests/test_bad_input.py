@@ -162,6 +162,25 @@ def test_a_missing_key_file_is_named_and_said_not_to_exist(tmp_path):
         modelcast.load_public_key(missing)
 
 
+def test_a_path_or_name_with_a_nul_byte_is_refused_whole(tmp_path):
+    # The system reads a path up to its NUL: "a\0zzz" opened the key file "a", another file
+    # than named, and messages quoting such text were cut at the NUL (Python's text stops there).
+    keys = modelcast.generate_key_pair()
+    modelcast.save_key_pair(keys, str(tmp_path / "a"))
+    named = str(tmp_path / "a") + "\0zzz"
+    for load in (modelcast.load_public_key, modelcast.load_key_pair):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "a\\x00zzz", "NUL byte"):
+            load(named)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "b\\x00evil", "NUL byte"):
+        modelcast.save_key_pair(keys, str(tmp_path / "b") + "\0evil")
+    assert not (tmp_path / "b").exists()
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "persist.directory", "c\\x00d", "NUL"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", persist_directory=str(tmp_path / "c") + "\0d")
+    assert not (tmp_path / "c").exists()
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "unknown dtype 'f32\\x00junk'"):
+        modelcast.dtype_size("f32\0junk")
+
+
 def test_bad_endpoints_and_options():
     with raises(modelcast.Error, ErrorCode.INVALID_ARGUMENT, "udp://"):
         modelcast.Producer(control_endpoint="udp://127.0.0.1:9")
