@@ -77,6 +77,30 @@ std::optional<std::string> name_problem(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<std::string> metadata_problem(const std::map<std::string, std::string>& metadata,
+                                            const ManifestLimits& limits) {
+  if (metadata.size() > limits.max_metadata_entries) {
+    return "has " + std::to_string(metadata.size()) + " entries; the limit is " +
+           std::to_string(limits.max_metadata_entries);
+  }
+  std::size_t bytes = 0;
+  for (const auto& [key, value] : metadata) bytes += key.size() + value.size();
+  if (bytes > limits.max_metadata_bytes) {
+    return "holds " + std::to_string(bytes) + " bytes of keys and values; the limit is " +
+           std::to_string(limits.max_metadata_bytes);
+  }
+  for (const auto& [key, value] : metadata) {
+    if (auto why = name_problem(key)) return "key " + shown_text(key) + " " + *why;
+    if (const auto nul = value.find('\0'); nul != std::string::npos) {
+      return "value of " + shown_text(key) + " contains a NUL byte at " + std::to_string(nul);
+    }
+    if (const auto bad = utf8::find_invalid(value.begin(), value.end()); bad != value.end()) {
+      return "value of " + shown_text(key) + " is not valid UTF-8 (byte " + std::to_string(bad - value.begin()) + ")";
+    }
+  }
+  return std::nullopt;
+}
+
 void check_placement(const TensorEntry& entry, ErrorCode code) {
   if (entry.global_shape.empty() && entry.global_offset.empty()) return;
   const auto& shape = entry.spec.shape;
@@ -131,16 +155,7 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
   }
   if (manifest.model.size() > limits.max_name_bytes) fail("manifest's model name is longer than the limit");
   if (auto why = name_problem(manifest.model)) fail("manifest's model name " + shown_text(manifest.model) + " " + *why);
-  if (manifest.metadata.size() > limits.max_metadata_entries) {
-    fail("manifest carries " + std::to_string(manifest.metadata.size()) + " metadata entries; the limit is " +
-         std::to_string(limits.max_metadata_entries));
-  }
-  std::size_t metadata_bytes = 0;
-  for (const auto& [key, value] : manifest.metadata) metadata_bytes += key.size() + value.size();
-  if (metadata_bytes > limits.max_metadata_bytes) {
-    fail("manifest metadata holds " + std::to_string(metadata_bytes) + " bytes; the limit is " +
-         std::to_string(limits.max_metadata_bytes));
-  }
+  if (auto why = metadata_problem(manifest.metadata, limits)) fail("manifest metadata " + *why);
   std::set<std::string> names;
   std::uint64_t end_of_previous = 0;
   for (const auto& entry : manifest.tensors) {

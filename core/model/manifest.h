@@ -81,6 +81,12 @@ struct ManifestLimits {
 // take it; a control character: logs and errors show it), or nullopt.
 std::optional<std::string> name_problem(std::string_view name);
 
+// What makes `metadata` unusable (more entries or bytes than `limits` allow; a key that is no
+// name (name_problem) or a value with a NUL byte or not UTF-8: C readers stop at the NUL and
+// Python cannot decode it), naming the entry, or nullopt. Newlines are fine in values.
+std::optional<std::string> metadata_problem(const std::map<std::string, std::string>& metadata,
+                                            const ManifestLimits& limits = {});
+
 // Throws Error(code) naming the tensor when its spec cannot be: an empty or unusable name
 // (name_problem), a rank past ManifestLimits, an unknown memory kind or dtype, a negative extent.
 void check_spec(const TensorSpec& spec, ErrorCode code);

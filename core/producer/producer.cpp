@@ -394,19 +394,9 @@ class Producer::Impl {
 
   // Device tensors must be where their spec says, and all of a producer's tensors in one place.
   static void check_metadata(const Metadata& metadata) {
-    const ManifestLimits limits;
-    if (metadata.size() > limits.max_metadata_entries) {
-      throw Error(ErrorCode::kInvalidArgument, "publish() metadata has " + std::to_string(metadata.size()) +
-                                                   " entries; the limit is " + std::to_string(limits.max_metadata_entries));
-    }
-    std::size_t bytes = 0;
-    for (const auto& [key, value] : metadata) bytes += key.size() + value.size();
-    if (bytes > limits.max_metadata_bytes) {
-      throw Error(ErrorCode::kInvalidArgument, "publish() metadata holds " + std::to_string(bytes) +
-                                                   " bytes of keys and values; the limit is " +
-                                                   std::to_string(limits.max_metadata_bytes));
-    }
+    if (auto why = metadata_problem(metadata)) throw Error(ErrorCode::kInvalidArgument, "publish() metadata " + *why);
   }
+
 
   void check_memory(const TensorRef& tensor) {
     const TensorSpec& spec = tensor.spec;

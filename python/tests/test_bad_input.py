@@ -181,6 +181,16 @@ def test_a_path_or_name_with_a_nul_byte_is_refused_whole(tmp_path):
         modelcast.dtype_size("f32\0junk")
 
 
+def test_metadata_with_a_nul_byte_is_refused_at_publish(producer):
+    # A C consumer read {"k\0secret": ..., "k": ...} as two entries both keyed "k".
+    producer.register("w", np.zeros(4, dtype=np.float32))
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "key 'k\\x00secret'", "NUL"):
+        producer.publish(1, metadata={"k\0secret": "x", "k": "plain"})
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "value of 'k'", "NUL"):
+        producer.publish(1, metadata={"k": "a\0b"})
+    assert producer.stats().latest_version == 0
+
+
 def test_bad_endpoints_and_options():
     with raises(modelcast.Error, ErrorCode.INVALID_ARGUMENT, "udp://"):
         modelcast.Producer(control_endpoint="udp://127.0.0.1:9")

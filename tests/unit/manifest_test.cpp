@@ -120,6 +120,24 @@ TEST(Manifest, ValidationBoundsWhatAPeerCanMakeTheConsumerAllocate) {
   EXPECT_NE(registration.find("'big'"), std::string::npos) << registration;
 }
 
+// Metadata is text every reader can take: a NUL cut it short in C (two entries read as one
+// key "k"), bytes that are not UTF-8 made Python's view.metadata raise. Refused by a producer at
+// publish(), and a manifest carrying such metadata is no manifest; newlines in values are fine.
+TEST(Manifest, MetadataIsTextEveryReaderCanTake) {
+  using Map = std::map<std::string, std::string>;
+  EXPECT_EQ(metadata_problem(Map{{"lr", "0.1"}, {"note", "line one\nline two"}, {"unit", "\xc2\xb5s"}}), std::nullopt);
+  auto problem = [](const Map& m) { return metadata_problem(m).value_or("accepted"); };
+  EXPECT_EQ(problem({{std::string("k\0secret", 8), "v"}}), "key 'k\\x00secret' contains a NUL byte at 1");
+  EXPECT_EQ(problem({{"k", std::string("a\0b", 3)}}), "value of 'k' contains a NUL byte at 1");
+  EXPECT_EQ(problem({{"k", "0.1\xff"}}), "value of 'k' is not valid UTF-8 (byte 3)");
+  EXPECT_EQ(problem({{"k\xff", "v"}}), "key 'k\\xff' is not valid UTF-8 (byte 1)");
+  EXPECT_EQ(problem({{"a\nb", "v"}}), "key 'a\\x0ab' contains a control character at byte 1");
+  auto m = valid_manifest();
+  m.metadata["k"] = "0.1\xff";
+  EXPECT_EQ(error_of([&] { validate_manifest(m); }, ErrorCode::kProtocol),
+            "manifest metadata value of 'k' is not valid UTF-8 (byte 3)");
+}
+
 TEST(Manifest, ExpectedLayoutDifferencesAreListed) {
   auto m = valid_manifest();
   EXPECT_NO_THROW(check_expected_layout({}, m));  // nothing expected: accept the producer's
