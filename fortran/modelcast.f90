@@ -10,7 +10,10 @@
 ! Errors: every function returns an integer status (MC_OK = 0, else an MC_ERR_* code);
 ! mc_last_error() then names the problem. Strings passed in lose trailing blanks and are copied.
 ! Lifetimes: a registered array must stay allocated and unmoved (TARGET, no reallocation)
-! while the producer lives: modelcast reads it at each publish.
+! while the producer lives: modelcast reads it at each publish. Register a variable, never an
+! expression: mc_producer_register(p, "w", w * 2.0) registers a temporary the compiler frees
+! when the call returns, and each publish would send whatever then lies there (no error: the
+! module cannot tell a temporary from an array).
 module modelcast
   use, intrinsic :: iso_c_binding
   use modelcast_c

@@ -55,7 +55,20 @@ def text(name, value):
     pybind11 would refuse it with a TypeError naming no parameter)."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{name} must be a str, not {type(value).__name__}")
+    why = utf8_problem(value)
+    if why:
+        raise InvalidArgumentError(f"{name} {why}")
     return value
+
+
+def utf8_problem(value):
+    """Why the str ``value`` cannot reach the library, which takes text as UTF-8 (a lone surrogate,
+    as surrogateescape makes: pybind11 refused it with a TypeError naming nothing), or None."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"is not valid text: {e.reason} at index {e.start} ({value!r})"
+    return None
 
 
 def integers(name, values, minimum=None, maximum=None):
@@ -107,6 +120,8 @@ def options_from(cls, kwargs, what):
             setattr(options, key, value)
         except TypeError:
             # pybind11's own message names neither the option nor what was wrong with the value.
+            if isinstance(value, str) and utf8_problem(value):
+                raise InvalidArgumentError(f"{what}: option '{key}' {utf8_problem(value)}") from None
             if isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
                 raise InvalidArgumentError(f"{what}: option '{key}' is out of range ({value})") from None
             raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, "

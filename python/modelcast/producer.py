@@ -110,7 +110,9 @@ class Producer(Service):
         if metadata is not None and not callable(getattr(metadata, "items", None)):
             raise InvalidArgumentError(f"publish(): metadata must be a mapping of names to values (a dict) or None, "
                                        f"not {type(metadata).__name__}")
-        meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+        meta = {text("publish(): metadata key", str(k)): str(v) for k, v in (metadata or {}).items()}
+        for key, value in meta.items():
+            text(f"publish(): metadata value of {key!r}", value)
         return self._impl.publish(step, meta, _handle(stream, "stream", ("cuda_stream", "ptr")),
                                   _handle(event, "event", ("cuda_event", "ptr")))
 

@@ -16,7 +16,15 @@ std::string repr_of(const py::handle& value) {
 
 std::string text_argument(const py::handle& value, const std::string& what) {
   if (!PyUnicode_Check(value.ptr())) throw_invalid(what + " must be a str, not " + type_name(value));
-  return value.cast<std::string>();
+  Py_ssize_t size = 0;
+  const char* utf8 = PyUnicode_AsUTF8AndSize(value.ptr(), &size);
+  if (utf8 == nullptr) {
+    // A lone surrogate ('\udc80', from surrogateescape) has no UTF-8: pybind11 raised its own
+    // cast error, no modelcast.Error, naming nothing.
+    PyErr_Clear();
+    throw_invalid(what + " is not valid text: it holds a lone surrogate (" + repr_of(value) + "), which UTF-8 cannot encode");
+  }
+  return std::string(utf8, static_cast<std::size_t>(size));
 }
 
 std::size_t index_argument(const py::handle& value, const std::string& what) {

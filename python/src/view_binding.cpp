@@ -218,7 +218,15 @@ void bind_view(py::module_& m) {
       .def("__len__", [](const ModelView& v) { return v.empty() ? std::size_t{0} : v.tensor_count(); })
       .def("__contains__", [](const ModelView& v, const py::object& name) {
         // As a dict answers for a key of another type: not there (tensor names are str).
-        return py::isinstance<py::str>(name) && !v.empty() && v.find(name.cast<std::string>()).has_value();
+        // A str UTF-8 cannot encode (a lone surrogate) names no tensor either.
+        if (!py::isinstance<py::str>(name) || v.empty()) return false;
+        Py_ssize_t size = 0;
+        const char* utf8 = PyUnicode_AsUTF8AndSize(name.ptr(), &size);
+        if (utf8 == nullptr) {
+          PyErr_Clear();
+          return false;
+        }
+        return v.find(std::string_view(utf8, static_cast<std::size_t>(size))).has_value();
       })
       .def("specs", [](const ModelView& v) {
         std::vector<TensorSpec> specs;

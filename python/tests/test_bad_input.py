@@ -191,6 +191,30 @@ def test_metadata_with_a_nul_byte_is_refused_at_publish(producer):
     assert producer.stats().latest_version == 0
 
 
+def test_text_utf8_cannot_encode_is_refused_naming_where(producer, endpoint):
+    # A lone surrogate (what surrogateescape makes of undecodable bytes) raised pybind11's
+    # TypeError or RuntimeError, naming nothing and escaping `except modelcast.Error`.
+    lone = "w\udc80"
+    weights = np.zeros(4, dtype=np.float32)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "register(): name", "surrogate"):
+        producer.register(lone, weights)
+    producer.register("w", weights)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "metadata key", "surrogate"):
+        producer.publish(1, metadata={lone: 1})
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "metadata value of 'k'", "surrogate"):
+        producer.publish(1, metadata={"k": lone})
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'model_name'", "surrogate"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", model_name=lone)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "producer_endpoint", "surrogate"):
+        modelcast.Consumer("ipc:///tmp/" + lone)
+    with modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        view = consumer.wait_for_version(producer.publish(1).version, WAIT_S)
+        assert view is not None
+        assert lone not in view and "w" in view
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "name", "lone surrogate"):
+            view.array(lone)
+
+
 def test_bad_endpoints_and_options():
     with raises(modelcast.Error, ErrorCode.INVALID_ARGUMENT, "udp://"):
         modelcast.Producer(control_endpoint="udp://127.0.0.1:9")
