@@ -66,6 +66,7 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
   }
   if (options_.warmup_step < 0 || options_.warmup_step >= options_.forecast.total_steps)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: warm-up step must be in [0, total_steps)");
+  stats_.horizon_end = options_.forecast.total_steps;
   if (options_.max_candidates < 2) throw Error(ErrorCode::kInvalidArgument, "online scheduler: max_candidates must be >= 2");
   if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0)
     throw Error(ErrorCode::kInvalidArgument, "online scheduler: refit_growth must be finite and >= 0, got " +
@@ -195,6 +196,7 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
                     " (seconds of training since it started, never decreasing)");
   }
   // Work on the stall-free training clock, as the forecast's time model expects.
+  if (step > options_.forecast.total_steps) extend_horizon(step);
   last_wall_time_s_ = wall_time_s;
   observed_.push_back({step, loss, wall_time_s - stall_total_s_});
   if (step == options_.warmup_step || (std::isnan(warmup_time_s_) && step > options_.warmup_step)) {
@@ -202,6 +204,23 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
     origin_loss_ = loss;
     origin_servable_s_ = wall_time_s;
   }
+}
+
+void OnlineScheduler::extend_horizon(std::int64_t step) {
+  // Work in flight was planned to the old end: taken in first (a worker's failure is thrown here,
+  // before anything changed), then the workers go, as they hold the old options.
+  wait_for_background();
+  answered_.reset();
+  prepared_ = Prepared{};
+  refit_worker_.reset();
+  plan_worker_.reset();
+  auto& end = options_.forecast.total_steps;
+  const std::int64_t start = options_.warmup_step;  // < end (checked at construction)
+  while (end < step) end = end - start > (kMaxCurveStep - start) / 2 ? kMaxCurveStep : start + 2 * (end - start);
+  options_.forecast.future_steps.clear();
+  refit_now_ = true;
+  ++stats_.horizon_extensions;
+  stats_.horizon_end = end;
 }
 
 std::size_t OnlineScheduler::band_points() const {
@@ -270,7 +289,7 @@ void OnlineScheduler::refit_if_due() {
   const std::size_t n = observed_.size();
   // Growth is counted within the current regime.
   const std::size_t seen = points_at_last_fit_ - std::min(points_at_last_fit_, fit_from_);
-  bool due = forecast.steps.empty() || n < static_cast<std::size_t>(options_.refit_every_below);
+  bool due = refit_now_ || forecast.steps.empty() || n < static_cast<std::size_t>(options_.refit_every_below);
   // In doubles: a large refit_growth (1e19: "never again") is past size_t, and casting it was
   // undefined (it came out as "refit at every point").
   const double grown = std::max(static_cast<double>(seen + 1), std::ceil(static_cast<double>(seen) * (1.0 + options_.refit_growth)));
@@ -290,6 +309,7 @@ void OnlineScheduler::refit_if_due() {
   }
   const std::span<const CurvePoint> regime(observed_.data() + fit_from_, n - fit_from_);
   points_at_last_fit_ = n;
+  refit_now_ = false;
   if (background && !short_log()) {
     // The next plan job fits it first; the first forecast too (the decisions wait for it), so
     // that not even a warm-up longer than refit_every_below points fits on the caller's thread.

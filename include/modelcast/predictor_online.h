@@ -125,6 +125,10 @@ struct OnlineStats {
   std::size_t answered_ahead = 0;
   std::size_t answered_late = 0;
   double worker_s = 0.0;  // time the workers spent on collected refits and plans (kBackground)
+  // Times a step past ForecastOptions::total_steps made the horizon longer (see observe()); the
+  // horizon's end now: total_steps, or past it.
+  std::size_t horizon_extensions = 0;
+  std::int64_t horizon_end = 0;
 };
 
 // Not thread-safe: one producer thread drives it (with WorkMode::kBackground it also owns two
@@ -140,7 +144,12 @@ class OnlineScheduler {
   OnlineScheduler(OnlineScheduler&&) noexcept;
   OnlineScheduler& operator=(OnlineScheduler&&) noexcept;
 
-  // wall_time_s: producer's training clock, including the stalls of earlier publishes. Throws
+  // wall_time_s: producer's training clock, including the stalls of earlier publishes. A step
+  // past ForecastOptions::total_steps (a run longer than it said) doubles the horizon's span past
+  // the warm-up step until it holds the step, as for a run of unknown length: decisions go on
+  // weighing publishes against the rest of the run (none was ever made past it). The forecast is
+  // refitted to the new end (explicit future_steps end with the old one: the observed cadence
+  // continues), after waiting for work on the workers; stats() counts it. Throws
   // Error(kInvalidArgument), keeping nothing of the point, for a step not after the last or
   // beyond kMaxCurveStep (2^53), a loss
   // that is not finite or beyond +-1e100, or a time that is negative or before the last point's.
@@ -274,6 +283,8 @@ class OnlineScheduler {
   // point expected next (kBackground).
   PlanInput plan_input(bool in_horizon, double loss_shift, double time_shift, bool anchored) const;
   void prepare(std::int64_t step, bool in_horizon);
+  // Makes the horizon hold `step`, a step past total_steps (see observe()).
+  void extend_horizon(std::int64_t step);
   // The previous plan still answers this decision (see OnlineOptions::reuse_plans).
   bool previous_plan_holds(std::int64_t step, double loss_shift, double time_shift) const;
   // The newest points since the last fit lie outside its band; also gives the widened band's
@@ -286,10 +297,10 @@ class OnlineScheduler {
   double stall_total_s_ = 0.0;
   double last_wall_time_s_ = 0.0;  // observe()'s, as given: it never decreases
   double warmup_time_s_ = std::numeric_limits<double>::quiet_NaN();
-  double window_end_s_ = std::numeric_limits<double>::quiet_NaN();  // on the stall-free clock
   double origin_loss_ = 0.0;
   double origin_servable_s_ = 0.0;  // on the producer's clock
   std::size_t points_at_last_fit_ = 0;
+  bool refit_now_ = false;  // the horizon grew: the forecast must reach its new end
   std::size_t fit_from_ = 0;  // first observed point of the current regime
   std::size_t band_points() const;
   // The current forecast and its scenarios, immutable once made, so that a plan on a worker can

@@ -61,6 +61,8 @@ void bind_online(py::module_& m) {
       .def_readonly("answered_ahead", &mp::OnlineStats::answered_ahead)
       .def_readonly("answered_late", &mp::OnlineStats::answered_late)
       .def_readonly("worker_s", &mp::OnlineStats::worker_s)
+      .def_readonly("horizon_extensions", &mp::OnlineStats::horizon_extensions)
+      .def_readonly("horizon_end", &mp::OnlineStats::horizon_end)
       .def("__repr__", &fields_repr);
 
   const auto nogil = py::call_guard<GilReleased>();

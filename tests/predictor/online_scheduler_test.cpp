@@ -123,6 +123,49 @@ TEST(OnlineScheduler, UsesItsRealForecasterOnARealisticCurve) {
   EXPECT_FALSE(s.last_forecast().steps.empty());
 }
 
+// A run that goes on three times as long as it said (total_steps 2000, logged to 6000): past
+// 2000 the horizon doubles its span past warm-up (to 3600, then 6800) and decisions go on, in
+// every work mode; no publish was ever decided past the declared end, and the model served stayed
+// the one of step 2000 or before while the loss kept falling.
+TEST(OnlineScheduler, ARunLongerThanItSaidGoesOnBeingPublished) {
+  LoggedRun run;
+  for (int i = 0; i <= 120; ++i) {
+    const double loss = i == 0 ? 10.0 : 3.0 + 2.0 * std::pow(i / 40.0, -0.5);
+    run.truth.steps.push_back(i * 50);
+    run.truth.loss.push_back(loss);
+    run.truth.time_s.push_back(i * 10.0);
+    run.points.push_back({i * 50, loss, i * 10.0});
+  }
+  for (auto mode : {OnlineOptions::WorkMode::kInline, OnlineOptions::WorkMode::kRefitsInBackground,
+                    OnlineOptions::WorkMode::kBackground}) {
+    SCOPED_TRACE(static_cast<int>(mode));
+    OnlineOptions o;
+    o.forecast.total_steps = 2000;
+    o.forecast.future_steps = {2000};  // ends with the declared run: past it the cadence continues
+    o.costs.stall_s = 10.0;
+    o.costs.delivery_s = 5.0;
+    o.warmup_step = 400;
+    o.work_mode = mode;
+    OnlineScheduler s(o);
+    // As a trainer whose evaluations are further apart than a refit takes: each decision finds
+    // the work of the one before done (with none in flight, the wait returns at once).
+    for (const auto& p : run.points) {
+      s.observe(p.step, p.loss, p.time_s + o.costs.stall_s * static_cast<double>(s.published_steps().size()));
+      s.should_publish(p.step);
+      s.wait_for_background();
+    }
+    const auto steps = s.published_steps();
+    EXPECT_EQ(s.stats().horizon_extensions, 2u);
+    EXPECT_EQ(s.stats().horizon_end, 6800);
+    ASSERT_FALSE(steps.empty());
+    EXPECT_GT(steps.back(), 2500) << "nothing published well past the declared end";
+    const double best = plan_optimal(run.truth, 8, o.costs).cil;
+    const double none = evaluate_cil(run.truth, 8, o.costs, {});
+    const double ours = evaluate_cil(run.truth, 8, o.costs, steps);
+    EXPECT_LT((ours - best) / (none - best), 0.15);  // 0.32 to 0.34 when nothing was published past 2000
+  }
+}
+
 LoggedRun smooth_run(std::size_t n) {
   LoggedRun r;
   for (std::size_t i = 0; i < n; ++i) {
