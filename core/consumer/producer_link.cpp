@@ -32,6 +32,14 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
     options.key = load_key_pair(options.key_file);
   }
   if (options.producer_public_key.empty()) {
+    // Keys are used only with a pinned producer: without one, the control plane is plaintext and
+    // versions unchecked, which whoever gave a key did not mean.
+    if (!options.key.public_key.empty() || !options.key.secret_key.empty()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string(options.key_file.empty() ? "key" : "key_file") +
+                      " is given but producer_public_key is not: without the producer's key the control plane "
+                      "would be plaintext and versions unsigned; pin it (producer_public_key) or give no key");
+    }
     if (!wire::is_local_endpoint(endpoint_) && !options.allow_plaintext_remote) {
       throw Error(ErrorCode::kInvalidArgument, "producer endpoint '" + endpoint_ +
                                                    "' is on another host: pin the producer's public key "

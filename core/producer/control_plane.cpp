@@ -106,6 +106,12 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
   if (options.allowed_consumer_keys.empty() && !options.allow_any_consumer) {
     throw Error(ErrorCode::kInvalidArgument, "no consumer could join: list allowed_consumer_keys or set allow_any_consumer");
   }
+  // Both: the list would be ignored, and whoever wrote it believes only those keys join.
+  if (!options.allowed_consumer_keys.empty() && options.allow_any_consumer) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "allowed_consumer_keys lists " + std::to_string(options.allowed_consumer_keys.size()) +
+                    " keys and allow_any_consumer admits any: choose one (the list would be ignored)");
+  }
   std::set<std::string> allowed(options.allowed_consumer_keys.begin(), options.allowed_consumer_keys.end());
   zap_ = std::make_unique<security::ZapHandler>(context_, allowed, options.allow_any_consumer);
   security::make_curve_server(router_, signer_->secret());

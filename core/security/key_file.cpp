@@ -13,14 +13,18 @@
 #include "common/file_writers.h"
 #include "common/shown_text.h"
 #include "core/security/key_codec.h"
+#include "core/wire/socket_directory.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 
 namespace modelcast {
 namespace {
 
+// How a key file is named in messages: escaped, so that a path cannot forge a log line.
+std::string named(const std::string& path) { return "key file " + shown_text(path, 200); }
+
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
-  throw Error(ErrorCode::kInvalidArgument, "key file '" + path + "': " + what);
+  throw Error(ErrorCode::kInvalidArgument, named(path) + ": " + what);
 }
 
 // A NUL ends a path for the system: "keys/a\0b" would open keys/a, another file than named.
@@ -184,7 +188,7 @@ KeyPair load_key_pair(const std::string& path) {
   auto table = parse(path);
   check_keys(table, path);
   KeyPair keys{string_at(table, path, "public", true), string_at(table, path, "secret", true)};
-  security::decode_secret_key(keys, "key file '" + path + "'");
+  security::decode_secret_key(keys, named(path));
   // As ssh does with a private key: a secret others can read proves nothing about its holder.
   // Checked last, so that a malformed file is reported as such whatever its mode.
   if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
@@ -193,6 +197,8 @@ KeyPair load_key_pair(const std::string& path) {
     bad_file(path, std::string("holds a secret key but other users may read or write it (mode ") + mode +
                        "): chmod 600 it");
   }
+  // Nor does a secret that another user wrote or could replace.
+  wire::check_trusted_file(path, named(path) + ": ");
   return keys;
 }
 
@@ -204,7 +210,7 @@ std::string load_public_key(const std::string& path) {
   auto table = parse(path);
   check_keys(table, path);
   auto key = string_at(table, path, "public", true);
-  check_public_key(key, "key file '" + path + "': 'public'");
+  check_public_key(key, named(path) + ": 'public'");
   // A public key file says whom to trust (the producer a consumer pins, the consumers a producer
   // admits): one that other users may write lets them put their own key there. As ssh refuses an
   // authorized_keys file others can write. Checked last, as for the secret.
@@ -214,6 +220,9 @@ std::string load_public_key(const std::string& path) {
     bad_file(path, "says whom to trust but " + writers_besides_owner(path, st) +
                        " may write it (mode " + mode + "): chmod go-w it");
   }
+  // Nor one that another user owns or could replace: in a shared directory such as /tmp,
+  // another user could have made it first with their own key in it.
+  wire::check_trusted_file(path, named(path) + ": ");
   return key;
 }
 

@@ -102,7 +102,7 @@ Route route_to_directory(const std::string& path, const std::string& what, Error
 // owner, for a client; this user otherwise) is trusted elsewhere on the route; whether the
 // socket's directory itself is fit is left to the caller.
 void check_route(const Route& route, const std::string& what, const std::string& remedy, ErrorCode code,
-                 uid_t owner) {
+                 uid_t owner, const std::string& file_kind = "socket") {
   const uid_t user = ::geteuid();
   auto is_ours = [&](uid_t uid) { return uid == user || uid == 0; };
   auto is_trusted = [&](uid_t uid) { return is_ours(uid) || uid == owner; };
@@ -115,13 +115,13 @@ void check_route(const Route& route, const std::string& what, const std::string&
     const std::string above = "the directory '" + step.container.string() + "' above it ";
     if (!is_trusted(step.container_info.st_uid)) {
       throw Error(code, what + above + "belongs to user " + std::to_string(step.container_info.st_uid) +
-                            ", who could replace the socket's directory" + remedy);
+                            ", who could replace the " + file_kind + "'s directory" + remedy);
     }
     if (others_can_write(step.container_info)) {
       const std::string writers = writers_besides_owner(step.container.string(), step.container_info);
       if ((step.container_info.st_mode & S_ISVTX) == 0) {
         throw Error(code, what + above + "is writable by " + writers + " without the sticky bit (mode " +
-                              octal_mode(step.container_info.st_mode) + "), who could replace the socket's directory" +
+                              octal_mode(step.container_info.st_mode) + "), who could replace the " + file_kind + "'s directory" +
                               remedy);
       }
       if (!is_ours(step.entry_info.st_uid)) {
@@ -133,7 +133,7 @@ void check_route(const Route& route, const std::string& what, const std::string&
     }
     if (!the_directory && !is_trusted(step.entry_info.st_uid)) {
       throw Error(code, what + entry + " belongs to user " + std::to_string(step.entry_info.st_uid) + ", who could " +
-                            (link ? "point it at a directory of theirs" : "replace the socket's directory") + remedy);
+                            (link ? "point it at a directory of theirs" : "replace the " + file_kind + "'s directory") + remedy);
     }
   }
 }
@@ -179,6 +179,48 @@ void check_private_ipc_directory(const std::string& endpoint, const std::string&
                                                     "local process" + remedy);
   }
   check_socket_directory(path, what, remedy);
+}
+
+void check_trusted_file(const std::string& path, const std::string& what, int links) {
+  const std::string remedy = ": keep it in a directory of this user's (or root's) that no one else can write";
+  const uid_t user = ::geteuid();
+  auto ours = [&](uid_t uid) { return uid == user || uid == 0; };
+  const Route route = route_to_directory(path, what, ErrorCode::kInvalidArgument);
+  check_route(route, what, remedy, ErrorCode::kInvalidArgument, user, "key file");
+  const std::string directory = route.directory.string();
+  if (!ours(route.info.st_uid)) {
+    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' belongs to user " +
+                                                 std::to_string(route.info.st_uid) + ", who could replace it" + remedy);
+  }
+  const bool shared = others_can_write(route.info);
+  if (shared && (route.info.st_mode & S_ISVTX) == 0) {
+    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' is writable by " +
+                                                 writers_besides_owner(directory, route.info) +
+                                                 " without the sticky bit (mode " + octal_mode(route.info.st_mode) +
+                                                 "), who could replace it" + remedy);
+  }
+  const fs::path file = route.directory / fs::path(path).filename();
+  struct stat info {};
+  if (::lstat(file.c_str(), &info) != 0) return;  // a missing file is the reader's to report
+  // The file (or the link naming it) must be this user's or root's: another user's could hold
+  // their key, put there first in a shared directory such as /tmp.
+  if (!ours(info.st_uid)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                what + (S_ISLNK(info.st_mode) ? "the symbolic link '" : "'") + file.string() + "' belongs to user " +
+                    std::to_string(info.st_uid) + ", not to this process's user or root: they could have put " +
+                    (S_ISLNK(info.st_mode) ? "it there and point it at a key of theirs" : "their own key there") +
+                    remedy);
+  }
+  if (S_ISLNK(info.st_mode)) {
+    if (links > 40) {
+      throw Error(ErrorCode::kInvalidArgument, what + "cannot be used: " + std::strerror(ELOOP));
+    }
+    std::vector<char> target(PATH_MAX + 1);
+    const ssize_t size = ::readlink(file.c_str(), target.data(), PATH_MAX);
+    if (size < 0) return;
+    const fs::path to(std::string(target.data(), static_cast<size_t>(size)));
+    check_trusted_file((to.is_absolute() ? to : route.directory / to).string(), what, links + 1);
+  }
 }
 
 }  // namespace modelcast::wire

@@ -35,4 +35,12 @@ uid_t socket_directory_owner(const std::string& path, const std::string& what);
 // connecting. `role` ("producer", "consumer") goes into the message.
 void check_private_ipc_directory(const std::string& endpoint, const std::string& role);
 
+// For a file that says whom to trust (a public key file, a key pair): throws
+// Error(kInvalidArgument), `what` first, unless no user but this process's and root could have
+// written or replaced it: the file, and each symbolic link naming it, owned by this user or
+// root; its directory owned by them and writable by no one else, or with the sticky bit (as
+// /tmp: then only owners replace names); the route to it as for sockets above. A missing file
+// passes (its reader says so). As ssh's StrictModes, which refuses such key files.
+void check_trusted_file(const std::string& path, const std::string& what, int links = 0);
+
 }  // namespace modelcast::wire

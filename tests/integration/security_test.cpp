@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -214,6 +215,73 @@ TEST(Keys, AKeyPathThatIsNotARegularFileIsRefused) {
   ASSERT_EQ(mkfifo(dir.file("fifo").c_str(), 0600), 0);
   auto fifo = error_of([&] { modelcast::load_public_key(dir.file("fifo")); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(fifo.find("'" + dir.file("fifo") + "': is not a regular file"), std::string::npos) << fifo;
+}
+
+// As ssh's StrictModes: a key file that another user owns or could replace is refused. In a
+// shared directory such as /tmp another user could make the file first with their own key in it:
+// a consumer pinned that key and installed the other user's signed model.
+TEST(Keys, AKeyFileAnotherUserOwnsOrCouldReplaceIsRefused) {
+  TempDir dir;
+  const fs::path open = dir.file("open");
+  fs::create_directory(open);
+  ASSERT_EQ(chmod(open.c_str(), 0777), 0);  // every user may write it, no sticky bit
+  const std::string pair = (open / "k").string(), pub = pair + ".pub";
+  modelcast::save_key_pair(modelcast::generate_key_pair(), pair);
+  for (const auto& refused : {error_of([&] { modelcast::load_public_key(pub); }, ErrorCode::kInvalidArgument),
+                              error_of([&] { modelcast::load_key_pair(pair); }, ErrorCode::kInvalidArgument)}) {
+    EXPECT_NE(refused.find("its directory '" + open.string() + "' is writable by every user without the sticky bit"),
+              std::string::npos)
+        << refused;
+  }
+  // With the sticky bit (as /tmp), only a name's owner replaces it: this user's files pass.
+  ASSERT_EQ(chmod(open.c_str(), 01777), 0);
+  EXPECT_NO_THROW(modelcast::load_public_key(pub));
+  EXPECT_NO_THROW(modelcast::load_key_pair(pair));
+  const std::string ours = (open / "ours.pub").string(), theirs = (open / "theirs.pub").string();
+  ASSERT_EQ(symlink(pub.c_str(), ours.c_str()), 0);
+  EXPECT_NO_THROW(modelcast::load_public_key(ours)) << "this user's link to this user's file";
+  if (geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  ASSERT_EQ(symlink(pub.c_str(), theirs.c_str()), 0);
+  ASSERT_EQ(lchown(theirs.c_str(), 65534, 65534), 0);
+  auto link = error_of([&] { modelcast::load_public_key(theirs); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(link.find("the symbolic link '" + theirs + "' belongs to user 65534"), std::string::npos) << link;
+  ASSERT_EQ(chown(pub.c_str(), 65534, 65534), 0);
+  for (const auto& path : {pub, ours}) {
+    auto owned = error_of([&] { modelcast::load_public_key(path); }, ErrorCode::kInvalidArgument);
+    EXPECT_NE(owned.find("'" + pub + "' belongs to user 65534, not to this process's user or root"), std::string::npos)
+        << owned;
+  }
+}
+
+// Options that would quietly weaken what keys promise are refused: an allow-list beside
+// allow_any_consumer (the list was ignored), a consumer's key with no producer key pinned (it ran
+// plaintext and unsigned). And a secret key pasted as a public one with a character more or less
+// (a newline) is never quoted: only one of exactly 40 characters was kept out of messages.
+TEST(Keys, OptionsThatWouldQuietlyWeakenKeysAreRefusedAndNoKeyIsQuoted) {
+  const auto producer_keys = modelcast::generate_key_pair(), consumer_keys = modelcast::generate_key_pair();
+  modelcast::ProducerOptions both;
+  both.control_endpoint = "tcp://127.0.0.1:0";
+  both.key = producer_keys;
+  both.allowed_consumer_keys = {consumer_keys.public_key};
+  both.allow_any_consumer = true;
+  auto refused = error_of([&] { modelcast::Producer p(both); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.find("allowed_consumer_keys lists 1 keys and allow_any_consumer admits any"), std::string::npos)
+      << refused;
+  modelcast::ConsumerOptions unpinned;
+  unpinned.producer_endpoint = "tcp://127.0.0.1:1";
+  unpinned.key = consumer_keys;
+  refused = error_of([&] { modelcast::Consumer c(unpinned); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.find("key is given but producer_public_key is not"), std::string::npos) << refused;
+  for (const std::string& pasted : {consumer_keys.secret_key + "\n", " " + consumer_keys.secret_key,
+                                    consumer_keys.secret_key.substr(1)}) {
+    modelcast::ProducerOptions o;
+    o.control_endpoint = "tcp://127.0.0.1:0";
+    o.key = producer_keys;
+    o.allowed_consumer_keys = {pasted};
+    auto message = error_of([&] { modelcast::Producer p(o); }, ErrorCode::kInvalidArgument);
+    EXPECT_NE(message.find("not shown"), std::string::npos) << message;
+    EXPECT_EQ(message.find(consumer_keys.secret_key.substr(4, 8)), std::string::npos) << "the secret is in: " << message;
+  }
 }
 
 // As ssh does: a secret key others can read is refused, naming the mode and the fix.
