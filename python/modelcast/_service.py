@@ -61,6 +61,15 @@ def text(name, value):
     return value
 
 
+def real(name, value):
+    """``value`` as a float when it is a real number (int, float, NumPy's); InvalidArgumentError
+    naming ``name`` otherwise: float() read the str "1.5" as a number, and NumPy dropped the
+    imaginary part of a complex one with only a warning."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidArgumentError(f"{name} must be a real number, not {type(value).__name__} ({value!r})")
+    return float(value)
+
+
 def utf8_problem(value):
     """Why the str ``value`` cannot reach the library, which takes text as UTF-8 (a lone surrogate,
     as surrogateescape makes: pybind11 refused it with a TypeError naming nothing), or None."""

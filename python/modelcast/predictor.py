@@ -13,7 +13,7 @@ from ._core.predictor import (CurvePoint, Forecast, ForecastMember, ForecastOpti
                               evaluate_cil, extend_with_forecast, fixed_interval_schedule, forecast_curve,
                               forecast_viper, plan_from, plan_optimal, plan_prefix, read_loss_log_file, snap_to_candidates,
                               threshold_schedule, trajectory_of, validate_problem)
-from ._service import INT64, integer
+from ._service import INT64, integer, real
 from .errors import InvalidArgumentError
 
 Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index expected_cil point_forecast")
@@ -25,7 +25,8 @@ def curve_points(steps, loss, time_s=None):
         time_s = [math.nan] * len(steps)
     if not len(steps) == len(loss) == len(time_s):
         raise InvalidArgumentError(f"steps, loss and time_s differ in length ({len(steps)}, {len(loss)}, {len(time_s)})")
-    return [CurvePoint(integer(f"steps[{i}]", s, *INT64), float(l), float(t)) for i, (s, l, t) in enumerate(zip(steps, loss, time_s))]
+    return [CurvePoint(integer(f"steps[{i}]", s, *INT64), real(f"loss[{i}]", l), real(f"time_s[{i}]", t))
+            for i, (s, l, t) in enumerate(zip(steps, loss, time_s))]
 
 
 def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule=None):

@@ -175,6 +175,14 @@ def test_a_step_that_is_not_an_integer_is_refused_naming_it():
         predictor.online_options(600, -2**63 - 1, 0.5, 0.2)
     with pytest.raises(modelcast.InvalidArgumentError, match=r"steps\[0\] must be at most 9223372036854775807"):
         predictor.curve_points([2**64], [1.0])
+    # float() read the str "1.5" as a loss, and NumPy's complex lost its imaginary part with a warning.
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"loss\[1\] must be a real number, not str \('1.5'\)"):
+        predictor.curve_points([0, 1], [2.0, "1.5"])
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"loss\[0\] must be a real number, not complex128"):
+        predictor.curve_points([0], np.array([1 + 2j]))
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"time_s\[0\] must be a real number, not bool"):
+        predictor.curve_points([0], [1.0], [True])
+    assert predictor.curve_points([0], [np.float32(1.5)], [np.int64(2)])[0].loss == 1.5  # NumPy reals are reals
 
 
 def test_online_options_refuse_an_unknown_work_mode():
