@@ -365,3 +365,15 @@ def test_a_join_for_another_model_is_refused_told_why_and_counted(endpoint):
         assert producer.stats().consumers == 0
         assert "serves model 'pytest', not 'other'" in str(errors[0])
         assert not consumer.stats().producer_connected
+
+
+def test_classes_only_the_library_makes_cannot_be_made_bare():
+    # Cls.__new__(Cls) made an object with no C++ value behind it: reading it crashed the process
+    # (a ConsumerStats' repr) or returned garbage (a ModelView's version, a PublishTicket's).
+    from modelcast import _core
+    for cls in (modelcast.ModelView, modelcast.ConsumerStats, modelcast.ProducerStats, _core.ViewTensor,
+                _core.PublishTicket, _core.Delivery):
+        with pytest.raises(TypeError):
+            cls.__new__(cls)
+        with pytest.raises(TypeError):
+            cls()
