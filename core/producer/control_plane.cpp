@@ -113,7 +113,12 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
                     " keys and allow_any_consumer admits any: choose one (the list would be ignored)");
   }
   std::set<std::string> allowed(options.allowed_consumer_keys.begin(), options.allowed_consumer_keys.end());
-  zap_ = std::make_unique<security::ZapHandler>(context_, allowed, options.allow_any_consumer);
+  if (allowed.count(options.key.public_key) != 0) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "allowed_consumer_keys lists the producer's own public key: a consumer holding it holds the "
+                "producer's secret, which signs versions; give each consumer a key pair of its own");
+  }
+  zap_ = std::make_unique<security::ZapHandler>(context_, allowed, options.allow_any_consumer, options.key.public_key);
   security::make_curve_server(router_, signer_->secret());
   log.info("CurveZMQ control plane, versions signed by {}; {}", options.key.public_key,
            options.allow_any_consumer ? std::string("any consumer admitted")

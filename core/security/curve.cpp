@@ -31,8 +31,11 @@ std::optional<std::string> peer_key(const zmq::message_t& message) {
   return std::string(user);
 }
 
-ZapHandler::ZapHandler(zmq::context_t& context, const std::set<std::string>& allowed, bool allow_any)
-    : socket_(context, zmq::socket_type::rep), allow_any_(allow_any) {
+ZapHandler::ZapHandler(zmq::context_t& context, const std::set<std::string>& allowed, bool allow_any,
+                       const std::string& own_key)
+    : socket_(context, zmq::socket_type::rep),
+      own_curve_(encode_key(curve_public(decode_public_key(own_key, "the producer's key"), "the producer's key"))),
+      allow_any_(allow_any) {
   for (const auto& key : allowed) {
     const auto ed25519 = decode_public_key(key, "allowed consumer key");
     allowed_curve_.insert(encode_key(curve_public(ed25519, "allowed consumer key")));
@@ -64,7 +67,7 @@ void ZapHandler::answer_pending(const std::function<void(const std::string& key)
       std::memcpy(client.data(), frames[6].data(), client.size());
       key = encode_key(client);
     }
-    bool ok = curve && (allow_any_ || allowed_curve_.count(key) != 0);
+    bool ok = curve && key != own_curve_ && (allow_any_ || allowed_curve_.count(key) != 0);
     if (!ok && on_refused) on_refused(curve ? key : std::string("(not CURVE)"));
     std::vector<std::string> reply = {"1.0", request_id, ok ? "200" : "400", ok ? "OK" : "key not allowed",
                                       ok ? key : std::string(), ""};

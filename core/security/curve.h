@@ -29,8 +29,11 @@ std::optional<std::string> peer_key(const zmq::message_t& message);
 class ZapHandler {
  public:
   // `allowed`: Ed25519 public keys (Z85); with `allow_any`, every client that completes the
-  // handshake is admitted. Binds inproc://zeromq.zap.01 in `context`.
-  ZapHandler(zmq::context_t& context, const std::set<std::string>& allowed, bool allow_any);
+  // handshake is admitted, but never one presenting `own_key`, the producer's: whoever holds its
+  // secret can sign versions, so a consumer given it is refused. Binds inproc://zeromq.zap.01
+  // in `context`.
+  ZapHandler(zmq::context_t& context, const std::set<std::string>& allowed, bool allow_any,
+             const std::string& own_key);
   zmq::socket_t& socket() { return socket_; }
   // Answers every request waiting. `on_refused` runs with each refused key (Z85, CurveZMQ form)
   // before the refusal is sent, so whatever it counts is counted by the time the peer knows.
@@ -39,6 +42,7 @@ class ZapHandler {
  private:
   zmq::socket_t socket_;
   std::set<std::string> allowed_curve_;  // Z85 of the CurveZMQ forms
+  std::string own_curve_;                // the producer's, in that form
   bool allow_any_;
 };
 

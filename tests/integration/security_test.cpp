@@ -272,6 +272,12 @@ TEST(Keys, OptionsThatWouldQuietlyWeakenKeysAreRefusedAndNoKeyIsQuoted) {
   unpinned.key = consumer_keys;
   refused = error_of([&] { modelcast::Consumer c(unpinned); }, ErrorCode::kInvalidArgument);
   EXPECT_NE(refused.find("key is given but producer_public_key is not"), std::string::npos) << refused;
+  modelcast::ProducerOptions own;
+  own.control_endpoint = "tcp://127.0.0.1:0";
+  own.key = producer_keys;
+  own.allowed_consumer_keys = {producer_keys.public_key};
+  refused = error_of([&] { modelcast::Producer p(own); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.find("allowed_consumer_keys lists the producer's own public key"), std::string::npos) << refused;
   for (const std::string& pasted : {consumer_keys.secret_key + "\n", " " + consumer_keys.secret_key,
                                     consumer_keys.secret_key.substr(1)}) {
     modelcast::ProducerOptions o;
@@ -392,6 +398,27 @@ TEST_F(Secured, AConsumerPinningAnotherKeyOrNotAdmittedGetsNothingAndIsToldWhy) 
 
 // A consumer given no keys, pointed at a producer that has them, once waited for ever and said
 // nothing: the handshake fails inside ZeroMQ, which only retries. It now says why.
+// A consumer given the producer's own key pair holds the secret that signs versions: even a
+// producer admitting any key refuses it, while a consumer with a pair of its own joins.
+TEST_F(Secured, AConsumerHoldingTheProducersOwnKeyIsRefusedEvenWhenAnyKeyIsAdmitted) {
+  auto options = producer_options();
+  options.allowed_consumer_keys.clear();
+  options.allow_any_consumer = true;
+  TestProducer p(256, options);
+  ErrorLog log;
+  auto holder = consumer_options(p.producer->control_endpoint(), &log);
+  holder.key = producer_keys_;
+  modelcast::Consumer refused(holder);
+  auto error = log.wait_for(ErrorCode::kAuthentication);
+  ASSERT_TRUE(error);
+  modelcast::Consumer admitted(consumer_options(p.producer->control_endpoint()));
+  ASSERT_TRUE(p.producer->wait_for_consumers(1, 30s));
+  p.publish(1);
+  ASSERT_TRUE(admitted.wait_for_version(1, 30s)) << admitted.stats().last_error;
+  EXPECT_FALSE(refused.acquire());
+  EXPECT_EQ(p.producer->stats().consumers, 1u);
+}
+
 TEST_F(Secured, AKeylessConsumerOfAKeyedProducerIsToldItNeedsKeys) {
   TestProducer p(256, producer_options());
   ErrorLog log;
