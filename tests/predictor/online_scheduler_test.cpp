@@ -98,17 +98,23 @@ TEST(OnlineScheduler, NeverPublishesUpToTheWarmupStep) {
   EXPECT_EQ(s.published_steps(), (std::vector<std::int64_t>{500, 600, 700, 800}));
 }
 
-TEST(OnlineScheduler, UsesItsRealForecasterOnARealisticCurve) {
-  // No oracle: the built-in ensemble. A power-law curve, moderate costs: the scheduler must get
-  // most of the achievable gain.
+// A power-law fall logged every 50 steps and 10 s, points 0 to `last`.
+LoggedRun power_law_run(int last) {
   LoggedRun run;
-  for (int i = 0; i <= 40; ++i) {
+  for (int i = 0; i <= last; ++i) {
     const double loss = i == 0 ? 10.0 : 3.0 + 2.0 * std::pow(i / 40.0, -0.5);
     run.truth.steps.push_back(i * 50);
     run.truth.loss.push_back(loss);
     run.truth.time_s.push_back(i * 10.0);
     run.points.push_back({i * 50, loss, i * 10.0});
   }
+  return run;
+}
+
+TEST(OnlineScheduler, UsesItsRealForecasterOnARealisticCurve) {
+  // No oracle: the built-in ensemble. A power-law curve, moderate costs: the scheduler must get
+  // most of the achievable gain.
+  const LoggedRun run = power_law_run(40);
   OnlineOptions o;
   o.forecast.total_steps = 2000;
   o.costs.stall_s = 10.0;
@@ -128,14 +134,7 @@ TEST(OnlineScheduler, UsesItsRealForecasterOnARealisticCurve) {
 // every work mode; no publish was ever decided past the declared end, and the model served stayed
 // the one of step 2000 or before while the loss kept falling.
 TEST(OnlineScheduler, ARunLongerThanItSaidGoesOnBeingPublished) {
-  LoggedRun run;
-  for (int i = 0; i <= 120; ++i) {
-    const double loss = i == 0 ? 10.0 : 3.0 + 2.0 * std::pow(i / 40.0, -0.5);
-    run.truth.steps.push_back(i * 50);
-    run.truth.loss.push_back(loss);
-    run.truth.time_s.push_back(i * 10.0);
-    run.points.push_back({i * 50, loss, i * 10.0});
-  }
+  const LoggedRun run = power_law_run(120);
   for (auto mode : {OnlineOptions::WorkMode::kInline, OnlineOptions::WorkMode::kRefitsInBackground,
                     OnlineOptions::WorkMode::kBackground}) {
     SCOPED_TRACE(static_cast<int>(mode));
