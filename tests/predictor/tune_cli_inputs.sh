@@ -1,7 +1,8 @@
 #!/bin/sh
 # modelcast-tune's command line: --publish-steps read one way (spaces around items allowed, an
 # empty item or a step past int64 refused by name), numbers decimal only (0x10 was read as 16),
-# and a result or plot that cannot be written fails the command (both exited 0 on a full disk).
+# an option given "=" and no value is refused (it took the next argument), and a result or plot
+# that cannot be written fails the command (both exited 0 on a full disk).
 # Usage: tune_cli_inputs.sh MODELCAST_TUNE DATA_DIR
 set -eu
 tune=$1
@@ -31,6 +32,10 @@ refused "'3x' is not an integer step" evaluate --publish-steps 300,3x
 refused "--publish-cost: must be a decimal number, got '0x10'" evaluate --publish-steps 300 --publish-cost 0x10
 refused "--warmup-steps: must be a decimal number, got '0xc8'" "$tune" evaluate --log "$log" --warmup-steps 0xc8 \
   --publish-cost 2 --update-latency 1 --publish-steps 300
+# "--opt=" with nothing after it took the next argument as its value (CLI11's reading).
+refused "--log= gives no value: write --log VALUE" "$tune" evaluate --log= "$log" --warmup-steps 200 \
+  --publish-cost 2 --update-latency 1 --publish-steps 300
+refused "--run= gives no value" evaluate --run= --publish-steps 300
 
 # A full disk: the result on standard output, and the plot file.
 if [ -w /dev/full ]; then
