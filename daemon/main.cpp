@@ -10,9 +10,11 @@
 #include <filesystem>
 
 #include <CLI/CLI.hpp>
+#include <iostream>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "common/empty_option_value.h"
 #include "core/wire/socket_directory.h"
 #include "daemon/attach/seqpacket.h"
 #include "daemon/config.h"
@@ -43,6 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config_path, "configuration file (TOML)")->capture_default_str();
   app.add_flag("--check", check_only, "check the configuration file and exit");
   app.set_version_flag("--version", std::string("modelcastd ") + MODELCASTD_VERSION);
+  if (auto empty = modelcast::empty_option_value(argc, argv)) {
+    std::cerr << "error: " << *empty << "\n";
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
 
   // Plain stdout: journald (or the test reading us) adds its own timestamps and ordering.

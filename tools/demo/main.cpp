@@ -18,7 +18,9 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <iostream>
 
+#include "common/empty_option_value.h"
 #include "default_model.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -231,6 +233,10 @@ int main(int argc, char** argv) {
   consumer->add_option("--size-mib", size_mib);
   pid_t parent = 0;
   consumer->add_option("--parent", parent, "the demo's process id")->required();
+  if (auto empty = modelcast::empty_option_value(argc, argv)) {
+    std::cerr << "error: " << *empty << "\n";
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
   try {
     if (*consumer) return run_consumer(endpoint, index, versions, size_mib, parent);

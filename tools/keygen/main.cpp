@@ -1,12 +1,14 @@
 // modelcast-keygen: makes the key pair a producer signs versions with (and a consumer shows a
 // producer that admits listed keys only). Writes FILE (secret, mode 0600) and FILE.pub.
 #include <CLI/CLI.hpp>
+#include <iostream>
 
 #include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <string>
 
+#include "common/empty_option_value.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 #include "modelcast/version.h"
@@ -18,6 +20,10 @@ int main(int argc, char** argv) {
   bool force = false;
   app.add_option("file", path, "key pair file to write; its public key goes to FILE.pub")->required();
   app.add_flag("--force", force, "overwrite existing files");
+  if (auto empty = modelcast::empty_option_value(argc, argv)) {
+    std::cerr << "error: " << *empty << "\n";
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
   if (!force) {
     // Checked here, not left to save_key_pair(): only this tool knows its way to overwrite.

@@ -7,8 +7,8 @@
 #include <iostream>
 #include <sstream>
 #include <string>
-#include <string_view>
 
+#include "common/empty_option_value.h"
 #include "modelcast/predictor_csv.h"
 #include "modelcast/error.h"
 #include "modelcast/version.h"
@@ -119,16 +119,9 @@ int main(int argc, char** argv) {
   evaluate->add_option("--publish-steps", publish_steps, "comma-separated publish steps (logged steps after W)")->required();
   evaluate->add_flag("--json", json, "print JSON");
 
-  // CLI11 reads "--log= run.csv" as "--log run.csv": an option given "=" and nothing took the
-  // next argument as its value (and "--run= --publish-cost 1" lost --publish-cost). No option
-  // here means anything empty, so such an argument is refused before parsing.
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg.size() > 3 && arg.substr(0, 2) == "--" && arg.back() == '=') {
-      std::cerr << "error: " << arg << " gives no value: write " << arg.substr(0, arg.size() - 1)
-                << " VALUE (an empty value means nothing to any option)\n";
-      return 2;
-    }
+  if (auto empty = modelcast::empty_option_value(argc, argv)) {
+    std::cerr << "error: " << *empty << "\n";
+    return 2;
   }
   CLI11_PARSE(app, argc, argv);
   args.progress = args.progress || isatty(STDERR_FILENO) != 0;
