@@ -195,8 +195,8 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
                     (wall_time_s < 0 ? " is negative" : " is before the previous point's") +
                     " (seconds of training since it started, never decreasing)");
   }
-  // Work on the stall-free training clock, as the forecast's time model expects.
   if (step > options_.forecast.total_steps) extend_horizon(step);
+  // Work on the stall-free training clock, as the forecast's time model expects.
   last_wall_time_s_ = wall_time_s;
   observed_.push_back({step, loss, wall_time_s - stall_total_s_});
   if (step == options_.warmup_step || (std::isnan(warmup_time_s_) && step > options_.warmup_step)) {
