@@ -297,6 +297,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
     rejected_.clear();
     rejections_in_a_row_ = 0;
     group_committed_ = 0;
+    group_gave_up_said_ = 0;
   }
   // A member that joins again is a new member to its group: what it had prepared counted for
   // its old place, and is fetched again if the group still wants it.

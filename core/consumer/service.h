@@ -175,7 +175,7 @@ class ConsumerService {
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
   void report(const Error& error);
   void report_buffers_held(std::uint64_t version);
-  // The group gave up `version`, which this member verified and held for it (on_error).
+  // The group gave up `version`, which another member rejected (on_error).
   void report_group_gave_up(std::uint64_t version);
   // Makes a verified version what readers get (stats first, then the store); the caller then
   // runs on_update.
@@ -246,6 +246,7 @@ class ConsumerService {
   // whether it waits for members (reported once per wait), and whether it was ever whole.
   std::shared_ptr<detail::InstalledVersion> prepared_;
   std::uint64_t group_committed_ = 0;
+  std::uint64_t group_gave_up_said_ = 0;  // the given-up version reported (this incarnation's)
   bool group_waiting_ = false;
   bool group_was_whole_ = false;
   std::string group_waiting_said_;  // the last_error that says the group waits, while it does

@@ -332,10 +332,10 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   if (!options_.group.empty() && m.version > group_committed_) {
     const std::uint64_t version = m.version;
     if (newest_announced_ != version) {
-      // The group's target moved while this member fetched it: the producer gave it up. The ack
-      // still ends the fetch there.
+      // The group's target moved while this member fetched it: the producer gave it up (the
+      // announcement that moved it said so), or this member joined again. The ack still ends the
+      // fetch there, and the buffer is free for the next target.
       send_ack(installed->manifest, done->fetch_id, true, {});
-      report_group_gave_up(version);
       return;
     }
     prepared_ = std::move(installed);

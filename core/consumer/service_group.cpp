@@ -19,9 +19,16 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     committed = std::move(prepared_);
     prepared_.reset();
   } else if (prepared_ && announce.version != prepared_->manifest.version) {
-    // The group's target moved without a commit: the producer gave the version up.
-    report_group_gave_up(prepared_->manifest.version);
+    // The group's target moved without a commit: the producer gave the version up (said below,
+    // from group.given_up). Its buffer is free for the next target.
     prepared_.reset();
+  }
+  // Every member says it, whether it held the version, still fetched it or had not begun (the
+  // give-up can come before a member's fetch): all of them serve the version before on. The
+  // member that rejected it said why already.
+  if (group.given_up > group_committed_ && group.given_up != group_gave_up_said_ && !rejected_.count(group.given_up)) {
+    group_gave_up_said_ = group.given_up;
+    report_group_gave_up(group.given_up);
   }
   const bool waiting = group.members < options_.group_size;
   // Said before the stats say so: a reader that sees group_waiting finds why in last_error. A
@@ -68,12 +75,10 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
 }
 
 void ConsumerService::report_group_gave_up(std::uint64_t version) {
-  // A member did not take it (its own on_error says why). Said here too, as every member serves
-  // the old version on; the buffer this member held it in is free for the next target.
   auto serving = store_.current();
   report(Error(ErrorCode::kState,
                "group '" + options_.group + "' did not switch to version " + std::to_string(version) +
-                   ", which this member holds verified: another member did not take it; " +
+                   ": another member did not take it; " +
                    (serving ? "the group serves version " + std::to_string(serving->manifest.version) +
                                   " on and takes the next version published"
                             : std::string("the group serves nothing yet and takes the next version published"))));

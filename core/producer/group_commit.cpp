@@ -107,7 +107,8 @@ std::optional<std::pair<std::uint64_t, protocol::GroupState>> GroupCommit::annou
     const std::string& routing_id) const {
   const Group* group = group_of(routing_id);
   if (!group) return std::nullopt;
-  protocol::GroupState state{group->committed, static_cast<std::uint32_t>(group->members.size())};
+  protocol::GroupState state{group->committed, static_cast<std::uint32_t>(group->members.size()),
+                             group->failed > group->committed ? group->failed : 0};
   return std::make_pair(group->target != 0 ? group->target : group->committed, state);
 }
 

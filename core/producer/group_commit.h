@@ -14,7 +14,8 @@
 // members that prepared it need not fetch it again. A member that rejects the target (a digest
 // that does not match, say) ends that target: the group stays where it is and takes the next
 // version published. Announcements carry the number of members, so members can say the group
-// waits.
+// waits, and the target given up until a newer one commits, so every member can say that too
+// (one whose fetch had not begun included).
 //
 // Service thread only: it reads and pins the store's slots, and returns who to tell; it sends
 // nothing itself.

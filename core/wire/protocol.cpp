@@ -30,7 +30,7 @@ void pack_outcome(Packer& pk, bool ok, Refusal refusal, const std::string& error
 struct BodyPacker {
   Packer& pk;
   void operator()(const Announce& m) const {
-    pk.pack_map(m.group ? 6 : 4);
+    pk.pack_map(m.group ? (m.group->given_up != 0 ? 7 : 6) : 4);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("step"); pk.pack(m.step);
@@ -38,6 +38,8 @@ struct BodyPacker {
     if (m.group) {
       pk.pack("gcommit"); pk.pack(m.group->committed);
       pk.pack("gmembers"); pk.pack(m.group->members);
+      // Only when there is one: a peer built before it ignores a key it does not know.
+      if (m.group->given_up != 0) { pk.pack("gfailed"); pk.pack(m.group->given_up); }
     }
   }
   void operator()(const JoinRequest& m) const {
@@ -201,7 +203,10 @@ Message unpack_body(Type type, const msgpack::object& body) {
       Fields f(body, "announce");
       Announce m{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"), f.get<std::int64_t>("step"),
                  f.get<std::int64_t>("t_pub"), std::nullopt};
-      if (f.has("gcommit")) m.group = GroupState{f.get<std::uint64_t>("gcommit"), f.get<std::uint32_t>("gmembers")};
+      if (f.has("gcommit")) {
+        m.group = GroupState{f.get<std::uint64_t>("gcommit"), f.get<std::uint32_t>("gmembers"),
+                             f.has("gfailed") ? f.get<std::uint64_t>("gfailed") : 0};
+      }
       return m;
     }
     case Type::kJoinRequest: {

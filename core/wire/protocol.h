@@ -92,6 +92,9 @@ struct DecodeLimits {
 struct GroupState {
   std::uint64_t committed = 0;  // every member switches to this version (0: none yet)
   std::uint32_t members = 0;    // joined members; fewer than the group's size: it waits
+  // The version the group last gave up because a member rejected it, while the group has not
+  // committed a newer one (0: none): every member says so, also one that never fetched it.
+  std::uint64_t given_up = 0;
 };
 
 // ROUTER -> each joined consumer's DEALER. Sent at each publish and as a periodic heartbeat;

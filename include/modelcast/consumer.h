@@ -158,9 +158,10 @@ struct ConsumerOptions {
   // verifies it but keeps serving the version before; only when every member holds it does the
   // producer tell them all to switch (two-phase commit). A member that leaves or dies leaves
   // the others on the last version they all had, and they say so (on_error,
-  // stats().group_waiting); one that rejects the version makes the producer give it up, and those
-  // that held it verified say so (on_error) and take the next version published. Before the group was first whole, waiting for members is start-up:
-  // last_error and group_waiting say so, on_error does not. Needs buffers >= 3 (serving,
+  // stats().group_waiting); one that rejects the version makes the producer give it up, and every
+  // other member says so (on_error), serves the version before on and takes the next version
+  // published. Before the group was first whole, waiting for members is start-up: last_error
+  // and group_waiting say so, on_error does not. Needs buffers >= 3 (serving,
   // prepared, receiving); a producer refuses a group_size above its max_consumers. Empty: no group.
   std::string group;
   std::uint32_t group_size = 0;

@@ -139,6 +139,9 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(heard.version, 9u);
   EXPECT_EQ(heard.group->committed, 7u);
   EXPECT_EQ(heard.group->members, 3u);
+  EXPECT_EQ(heard.group->given_up, 0u);
+  to_member.group->given_up = 8;
+  EXPECT_EQ(std::get<Announce>(decode(encode(to_member))).group->given_up, 8u);
   EXPECT_EQ(std::get<FetchRequest>(decode(encode(messages[3]))).base_version, 6u);
   auto digests = std::get<Digests>(decode(encode(messages[7])));
   EXPECT_EQ(digests.digests, (std::vector<std::uint64_t>{16, 17}));
