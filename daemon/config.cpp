@@ -366,13 +366,15 @@ bool same(const std::vector<modelcast::TensorConversion>& a, const std::vector<m
 
 }  // namespace
 
-bool ModelConfig::operator==(const ModelConfig& o) const {
+bool ModelConfig::same_but_hook(const ModelConfig& o) const {
   return name == o.name && endpoint == o.endpoint && max_model_bytes == o.max_model_bytes && buffers == o.buffers &&
          producer_public_key == o.producer_public_key && producer_key_file == o.producer_key_file &&
          key_file == o.key_file && keys_held == o.keys_held && persist == o.persist && serve_peers == o.serve_peers && group == o.group &&
-         group_size == o.group_size && same(wants, o.wants) && same(conversions, o.conversions) &&
-         hook.http_post == o.hook.http_post &&
-         hook.command == o.hook.command && hook.timeout == o.hook.timeout;
+         group_size == o.group_size && same(wants, o.wants) && same(conversions, o.conversions);
+}
+
+bool ModelConfig::operator==(const ModelConfig& o) const {
+  return same_but_hook(o) && hook == o.hook;
 }
 
 std::optional<std::uint16_t> listen_port(const std::string& listen) {
@@ -447,6 +449,13 @@ DaemonConfig load_config(const std::string& path) {
   if (const toml::table* repo = r.table(root, "repository", "")) {
     r.only(*repo, "repository.", {"path", "keep"});
     r.string(*repo, "path", "repository.", config.repository);
+    // A section without a path ran with no repository at all, and said nothing: versions the
+    // operator meant to keep were never written.
+    if (config.repository.empty()) {
+      r.fail(repo->get("path") ? *repo->get("path") : *repo, "repository.path",
+             "is missing or empty: [repository] needs the directory to keep versions in (omit the section to keep "
+             "versions in memory only)");
+    }
     // A path that cannot be written is reported per write and delivery goes on (a read-only
     // mount, say); one that names a file can never hold a version.
     if (std::error_code ec; !config.repository.empty() && std::filesystem::exists(config.repository, ec) &&

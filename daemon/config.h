@@ -18,6 +18,7 @@ struct HookConfig {
   std::vector<std::string> command;   // argv; run without a shell
   std::chrono::milliseconds timeout{10000};
   bool empty() const { return http_post.empty() && command.empty(); }
+  bool operator==(const HookConfig& other) const = default;
 };
 
 struct ModelConfig {
@@ -46,6 +47,8 @@ struct ModelConfig {
   HookConfig hook;
   std::string source;                 // "file:line" where the model was declared, for messages
   bool operator==(const ModelConfig& other) const;
+  // Equal but for the hook: what a reload can apply without restarting the model.
+  bool same_but_hook(const ModelConfig& other) const;
 };
 
 struct DaemonConfig {

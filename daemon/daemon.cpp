@@ -93,7 +93,7 @@ Daemon::~Daemon() {
   hooks_.reset();
 }
 
-void Daemon::start_model(const ModelConfig& model) {
+void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
   auto log = spdlog::get("modelcastd");
   ModelCallbacks callbacks;
   callbacks.on_installed = [this, model](const ServedPtr& version) { on_installed(model, version); };
@@ -106,20 +106,35 @@ void Daemon::start_model(const ModelConfig& model) {
   };
   metrics_.model_added(model.name, writer_ && model.persist, !model.hook.empty());
   try {
-    auto service = std::make_shared<ModelService>(model, std::move(callbacks));
-    if (!config_.repository.empty()) {
-      if (auto recovered = recover_newest(config_.repository, model.name, model.max_model_bytes)) {
-        metrics_.serving(model.name, recovered->manifest.version);
-        service->serve_recovered(std::move(recovered));
-      }
+    if (!config_.repository.empty() && !directory_locks_.contains(model.name)) {
+      directory_locks_[model.name] =
+          std::make_unique<repo::ModelDirectoryLock>(repo::Repository(config_.repository).model_directory(model.name));
     }
+    // Recovered before the Consumer starts: its first install would have the writer prune the
+    // versions recovery reads, and a recovered version logged and counted after the producer's
+    // had the metrics say the older one was served.
+    ServedPtr initial = std::move(carried);
+    if (!initial && !config_.repository.empty()) {
+      initial = recover_newest(config_.repository, model.name, model.max_model_bytes);
+    }
+    if (initial) {
+      metrics_.serving(model.name, initial->manifest.version);
+      log->info("model {}: serving version {} from {} until the producer sends a newer one", model.name,
+                initial->manifest.version,
+                initial->repository_path.empty() ? "before the reload" : initial->repository_path);
+    }
+    auto service = std::make_shared<ModelService>(model, std::move(callbacks), std::move(initial));
     std::lock_guard lock(mutex_);
     models_[model.name] = std::move(service);
+    hooks_by_model_[model.name] = model.hook;
     not_started_.erase(model.name);
     log->info("model {}: subscribed to {} ({} buffers of {} bytes)", model.name, model.endpoint, model.buffers,
               model.max_model_bytes);
-  } catch (const modelcast::Error& e) {
+  } catch (const std::exception& e) {
+    // Not only modelcast::Error: a filesystem error the repository did not foresee ended the
+    // daemon at start, where one model that cannot start must not stop the others.
     log->error("model {} ({}): not started: {}", model.name, model.source, e.what());
+    metrics_.serving(model.name, 0);
     std::lock_guard lock(mutex_);
     not_started_[model.name] = e.what();
   }
@@ -135,8 +150,8 @@ void Daemon::on_installed(const ModelConfig& model, const ServedPtr& version) {
   attach_->notify();
   if (writer_ && model.persist) {
     writer_->submit(snapshot_of(version));  // the hook runs once it is on disk
-  } else if (!model.hook.empty()) {
-    hooks_->submit({model.name, version->manifest.version, "", model.hook});
+  } else if (auto hook = hook_of(model.name); !hook.empty()) {
+    hooks_->submit({model.name, version->manifest.version, "", std::move(hook)});
   }
 }
 
@@ -150,8 +165,8 @@ void Daemon::on_written(const repo::VersionSnapshot& s, const std::string& direc
 
 HookConfig Daemon::hook_of(const std::string& model) const {
   std::lock_guard lock(mutex_);
-  auto it = models_.find(model);
-  return it == models_.end() ? HookConfig{} : it->second->config().hook;
+  auto it = hooks_by_model_.find(model);
+  return it == hooks_by_model_.end() ? HookConfig{} : it->second;
 }
 
 ServedPtr Daemon::served(const std::string& model, bool& exists) const {
@@ -274,16 +289,27 @@ void Daemon::reload(DaemonConfig config) {
   std::map<std::string, const ModelConfig*> wanted;
   for (const auto& m : config.models) wanted[m.name] = &m;
   std::vector<std::shared_ptr<ModelService>> stopping;
+  std::map<std::string, ServedPtr> carried;  // what each restarted model served
   {
     std::lock_guard lock(mutex_);
     for (auto it = models_.begin(); it != models_.end();) {
       auto w = wanted.find(it->first);
-      if (w == wanted.end() || !(*w->second == it->second->config())) {
+      if (w != wanted.end() && w->second->same_but_hook(it->second->config())) {
+        if (hooks_by_model_[it->first] == w->second->hook) {
+          ++it;
+          continue;
+        }
+        log->info("reload: model {}: hook changed (the model runs on)", it->first);
+        hooks_by_model_[it->first] = w->second->hook;
+        // Adds the hook's counters if it is the model's first (Add of existing labels keeps them).
+        metrics_.model_added(it->first, writer_ && w->second->persist, !w->second->hook.empty());
+        ++it;
+      } else {
         log->info("reload: model {} {}", it->first, w == wanted.end() ? "removed" : "changed; restarting it");
+        if (w != wanted.end()) carried[it->first] = it->second->current();
+        hooks_by_model_.erase(it->first);
         stopping.push_back(std::move(it->second));
         it = models_.erase(it);
-      } else {
-        ++it;
       }
     }
   }
@@ -292,13 +318,14 @@ void Daemon::reload(DaemonConfig config) {
     std::erase_if(not_started_, [&](const auto& entry) { return !wanted.contains(entry.first); });
   }
   stopping.clear();  // Consumers stop outside the lock; clients' holds keep their versions
+  std::erase_if(directory_locks_, [&](const auto& entry) { return !wanted.contains(entry.first); });
   for (const auto& m : config.models) {
     bool running;
     {
       std::lock_guard lock(mutex_);
       running = models_.contains(m.name);
     }
-    if (!running) start_model(m);
+    if (!running) start_model(m, carried[m.name]);
   }
   attach_->notify();  // waiters on removed models get their answer
   auto keep = std::move(config_);

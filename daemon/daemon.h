@@ -16,6 +16,7 @@
 #include "daemon/metrics.h"
 #include "daemon/model_service.h"
 #include "daemon/ops_http.h"
+#include "core/repository/model_directory_lock.h"
 #include "core/repository/repository_writer.h"
 
 namespace modelcastd {
@@ -32,7 +33,8 @@ class Daemon {
   Daemon& operator=(const Daemon&) = delete;
 
   // Applies a re-read config: models added are started, removed ones stopped, changed ones
-  // restarted; unchanged ones keep serving. Settings that need a restart (socket, HTTP listen
+  // restarted (serving what they served until their producer delivers), a changed hook alone
+  // applied in place; unchanged ones keep serving. Settings that need a restart (socket, HTTP listen
   // address, repository) are kept and a warning logged. Main thread only.
   void reload(DaemonConfig config);
   // A re-read config that could not be used (`why`): logged and counted. Main thread only.
@@ -42,7 +44,10 @@ class Daemon {
   int http_port() const { return http_ ? http_->port() : 0; }
 
  private:
-  void start_model(const ModelConfig& model);                      // main thread
+  // Locks the model's repository directory, serves `carried` (what the model served before a
+  // reload restarted it) or else the newest stored version, and starts its ModelService; a model
+  // that cannot start is logged and listed in not_started_. Main thread.
+  void start_model(const ModelConfig& model, ServedPtr carried = nullptr);
   void on_installed(const ModelConfig& model, const ServedPtr& version);  // a Consumer's or copy thread
   void on_written(const modelcast::repository::VersionSnapshot& snapshot, const std::string& directory,
                   std::chrono::nanoseconds took);  // writer thread
@@ -60,6 +65,11 @@ class Daemon {
   std::unique_ptr<modelcast::repository::RepositoryWriter> writer_;  // null without a repository
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<ModelService>> models_;  // guarded by mutex_
+  // Each running model's hook: a reload that changes only a hook changes it here, without
+  // restarting the model (whose clients would otherwise be moved to an older version). mutex_.
+  std::map<std::string, HookConfig> hooks_by_model_;
+  // Each running model's repository directory, locked (with a repository). Main thread.
+  std::map<std::string, std::unique_ptr<modelcast::repository::ModelDirectoryLock>> directory_locks_;
   // Set by the destructor (guarded by mutex_): the models are stopping, and served() answers
   // from the version each served last.
   bool stopping_ = false;

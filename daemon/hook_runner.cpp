@@ -3,15 +3,19 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <algorithm>
 #include <exception>
 
 #include <httplib.h>
+
+#include "modelcast/error.h"
 
 extern char** environ;
 
@@ -50,7 +54,11 @@ std::string expand_placeholders(const std::string& text, const HookCall& call, b
   return out;
 }
 
-HookRunner::HookRunner(Result on_result) : on_result_(std::move(on_result)) {
+HookRunner::HookRunner(Result on_result)
+    : on_result_(std::move(on_result)), stop_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (stop_fd_ < 0) {
+    throw modelcast::Error(modelcast::ErrorCode::kResource, std::string("hooks: eventfd: ") + std::strerror(errno));
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -58,9 +66,13 @@ HookRunner::~HookRunner() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
+    if (active_http_) active_http_->stop();  // ends its request now (httplib allows another thread)
   }
+  const std::uint64_t one = 1;
+  [[maybe_unused]] auto written = write(stop_fd_, &one, sizeof one);
   wake_.notify_all();
   thread_.join();
+  close(stop_fd_);
 }
 
 void HookRunner::submit(HookCall call) {
@@ -101,6 +113,21 @@ bool HookRunner::run_http(const HookCall& call, std::string& detail) {
   std::string origin = url.substr(0, slash);
   std::string path = slash == std::string::npos ? "/" : url.substr(slash);
   httplib::Client client(origin);
+  {
+    std::lock_guard lock(mutex_);
+    if (stop_) {
+      detail = "POST " + url + ": not sent, the daemon is stopping";
+      return false;
+    }
+    active_http_ = &client;
+  }
+  struct Unregister {
+    HookRunner& runner;
+    ~Unregister() {
+      std::lock_guard lock(runner.mutex_);
+      runner.active_http_ = nullptr;
+    }
+  } unregister{*this};
   auto seconds = std::chrono::duration_cast<std::chrono::seconds>(call.hook.timeout).count();
   auto micros = std::chrono::duration_cast<std::chrono::microseconds>(call.hook.timeout).count() % 1'000'000;
   client.set_connection_timeout(seconds, micros);
@@ -109,7 +136,8 @@ bool HookRunner::run_http(const HookCall& call, std::string& detail) {
   // An empty JSON object: what Triton's load request accepts without parameters.
   auto response = client.Post(path, "{}", "application/json");
   if (!response) {
-    detail = "POST " + url + ": " + httplib::to_string(response.error());
+    std::lock_guard lock(mutex_);
+    detail = "POST " + url + ": " + (stop_ ? std::string("cut short, the daemon is stopping") : httplib::to_string(response.error()));
     return false;
   }
   detail = "POST " + url + ": HTTP " + std::to_string(response->status);
@@ -142,18 +170,40 @@ bool HookRunner::run_command(const HookCall& call, std::string& detail) {
   // A pidfd becomes readable when the process exits: a bounded wait without polling waitpid.
   int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   bool exited = true;
+  bool stopped = false;  // the daemon stops: the command was ended before its timeout
   if (pidfd >= 0) {
-    pollfd p{pidfd, POLLIN, 0};
-    int ready;
-    do {
-      ready = poll(&p, 1, static_cast<int>(call.hook.timeout.count()));
-    } while (ready < 0 && errno == EINTR);
-    exited = ready > 0;
+    // Waits up to `limit` for the command's end, or (`watch_stop`) the daemon's stop (stop_fd_):
+    // 1 it exited, 2 the daemon stops, 0 the limit passed.
+    auto wait_for_exit = [&](std::chrono::milliseconds limit, bool watch_stop) {
+      pollfd p[2] = {{pidfd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+      const auto deadline = std::chrono::steady_clock::now() + limit;
+      for (;;) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        int ready = poll(p, watch_stop ? 2 : 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready > 0 && (p[0].revents & POLLIN)) return 1;  // exited
+        if (ready > 0) return 2;                              // the daemon stops
+        return 0;                                             // timed out
+      }
+    };
+    int how = wait_for_exit(call.hook.timeout, true);
+    if (how == 2) {
+      stopped = true;
+      kill(-pid, SIGTERM);
+      how = wait_for_exit(kStopGrace, false);
+    }
+    exited = how == 1;
     close(pidfd);
   }
-  if (!exited) kill(-pid, SIGKILL);
+  // Before waitpid: until the leader is reaped its pid, the group's id, cannot be reused. A
+  // daemon that stops leaves nothing the hook started running.
+  if (!exited || stopped) kill(-pid, SIGKILL);
   int status = 0;
   waitpid(pid, &status, 0);
+  if (stopped) {
+    detail = args[0] + (exited ? " was ended with SIGTERM" : " was killed") + ": the daemon is stopping";
+    return false;
+  }
   if (!exited) {
     detail = args[0] + " timed out after " + std::to_string(call.hook.timeout.count()) + " ms and was killed";
     return false;

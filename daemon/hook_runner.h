@@ -2,9 +2,12 @@
 // with {model}, {version} and {path} replaced. Runs on its own thread; like the repository
 // writer it keeps one pending call per model, so a slow server makes it skip to the newest.
 //
-// Threads: submit() from any thread; the hook thread runs hooks and `on_result`.
+// Threads: submit() from any thread; the hook thread runs hooks and `on_result`. The destructor
+// (the daemon stopping) ends the hook in progress rather than wait out its timeout, which may be
+// an hour: systemd kills a daemon that takes longer than its stop timeout to exit.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -13,6 +16,10 @@
 #include <thread>
 
 #include "daemon/config.h"
+
+namespace httplib {
+class Client;
+}
 
 namespace modelcastd {
 
@@ -30,7 +37,10 @@ class HookRunner {
  public:
   using Result = std::function<void(const HookCall&, bool ok, const std::string& detail)>;
   explicit HookRunner(Result on_result);
-  ~HookRunner();  // waits for the hook in progress (bounded by its timeout)
+  // Stops the hook in progress: a command gets SIGTERM (its process group), SIGKILL after
+  // kStopGrace; a POST's connection is shut. Pending calls are dropped.
+  ~HookRunner();
+  static constexpr std::chrono::seconds kStopGrace{2};
   HookRunner(const HookRunner&) = delete;
   HookRunner& operator=(const HookRunner&) = delete;
 
@@ -45,6 +55,8 @@ class HookRunner {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;                       // mutex_
+  httplib::Client* active_http_ = nullptr;  // the POST in progress (the hook thread's); mutex_
+  const int stop_fd_;  // an eventfd the destructor signals: a running command's wait ends on it
   std::map<std::string, HookCall> pending_;  // by model; mutex_
   std::thread thread_;
 };

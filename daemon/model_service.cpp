@@ -8,8 +8,8 @@
 
 namespace modelcastd {
 
-ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks)
-    : config_(std::move(config)), callbacks_(std::move(callbacks)) {
+ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks, ServedPtr initial)
+    : config_(std::move(config)), callbacks_(std::move(callbacks)), current_(std::move(initial)) {
   modelcast::ConsumerOptions options;
   options.producer_endpoint = config_.endpoint;
   options.model_name = config_.name;
@@ -214,11 +214,6 @@ void ModelService::serve(std::shared_ptr<ServedVersion> served, const modelcast:
     from_producer_ = true;
   }
   if (callbacks_.on_installed) callbacks_.on_installed(served);
-}
-
-void ModelService::serve_recovered(ServedPtr recovered) {
-  std::lock_guard lock(mutex_);
-  if (!from_producer_) current_ = std::move(recovered);
 }
 
 ServedPtr ModelService::current() const {

@@ -46,14 +46,14 @@ struct ModelCallbacks {
 class ModelService {
  public:
   // Allocates config.buffers memfds of config.max_model_bytes and starts a Consumer receiving
-  // into them. Throws modelcast::Error (kInvalidArgument for bad options, kResource for memory).
-  ModelService(ModelConfig config, ModelCallbacks callbacks);
+  // into them; serves `initial` (recovered from the repository, or what the model served before
+  // a reload restarted it; may be null) until the producer delivers. Throws modelcast::Error
+  // (kInvalidArgument for bad options, kResource for memory).
+  ModelService(ModelConfig config, ModelCallbacks callbacks, ServedPtr initial = nullptr);
   ~ModelService();  // stops the Consumer; versions still held elsewhere stay valid
   ModelService(const ModelService&) = delete;
   ModelService& operator=(const ModelService&) = delete;
 
-  // Serves `recovered` (from the repository) unless the producer has already delivered.
-  void serve_recovered(ServedPtr recovered);
   ServedPtr current() const;  // nullptr before any version
   const ModelConfig& config() const { return config_; }
   modelcast::ConsumerStats consumer_stats() const { return consumer_->stats(); }

@@ -88,8 +88,6 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
       }
       served->installed_at = std::chrono::system_clock::now();
       served->repository_path = stored.directory;
-      log->info("model {}: serving version {} from {} until the producer sends a newer one", model, stored.version,
-                stored.directory);
       return served;
     } catch (const modelcast::Error& e) {
       if (e.code() == modelcast::ErrorCode::kResource && std::string(e.what()).find("shared-memory") != std::string::npos) throw;

@@ -8,7 +8,8 @@
 
 namespace modelcastd {
 
-// Removes leftovers of interrupted writes under <root>/<model>, then loads the most recently
+// Removes leftovers of interrupted writes under <root>/<model> (other processes'; the caller
+// holds the model directory's lock, so those processes are gone), then loads the most recently
 // written complete version that fits in `max_bytes`. A version whose files do not check out
 // (metadata.json, the safetensors layout, each tensor's bytes against the digest written with
 // it) is skipped with a warning (the next older one is tried). Returns nullptr if there is none.

@@ -33,6 +33,12 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
   if (spec.name.empty()) throw Error(code, "tensor with an empty name");
   const ManifestLimits limits;
   if (auto why = name_problem(spec.name)) throw Error(code, "tensor name " + shown_text(spec.name) + " " + *why);
+  // Delivered, such a tensor could never be persisted: a daemon's repository and a producer's
+  // checkpoints failed on every version of the model.
+  if (spec.name == "__metadata__") {
+    throw Error(code, "tensor name '__metadata__' is reserved: safetensors files (checkpoints, repositories) keep "
+                      "their metadata under it");
+  }
   if (spec.shape.size() > limits.max_rank) {
     throw Error(code, "tensor '" + spec.name + "' has rank " + std::to_string(spec.shape.size()) + "; the limit is " +
                           std::to_string(limits.max_rank));

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 
@@ -102,8 +103,32 @@ std::string unique_suffix() {
   return std::to_string(getpid()) + "-" + std::to_string(counter++);
 }
 
+// Whether a ".tmp-" or ".del-" entry was made by this process (its unique_suffix): a write or a
+// prune of this process's may still be working in it.
+bool made_by_this_process(const std::string& name) {
+  const auto counter_dash = name.rfind('-');
+  if (counter_dash == std::string::npos || counter_dash == 0) return false;
+  const auto pid_dash = name.rfind('-', counter_dash - 1);
+  if (pid_dash == std::string::npos) return false;
+  return name.substr(pid_dash + 1, counter_dash - pid_dash - 1) == std::to_string(getpid());
+}
+
+// A directory name write() could have made: a number as std::to_string writes it (any uint64,
+// 20 digits included; no sign, no leading zero).
 bool is_number(const std::string& name) {
-  return !name.empty() && name.size() < 20 && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; });
+  std::uint64_t value = 0;
+  auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), value);
+  return !name.empty() && ec == std::errc() && end == name.data() + name.size() && std::to_string(value) == name;
+}
+
+// Calls `visit` for each entry of `dir` (none when it cannot be opened). The error_code forms
+// throughout: an entry that cannot be read (a symlink loop, a directory another user's mode
+// closes) must not end the caller, a daemon starting or a writer's thread.
+template <typename Visit>
+void for_each_entry(const std::string& dir, Visit&& visit) {
+  std::error_code ec;
+  fs::directory_iterator it(dir, ec);
+  for (const fs::directory_iterator end; !ec && it != end; it.increment(ec)) visit(*it);
 }
 
 }  // namespace
@@ -128,7 +153,13 @@ std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) cons
     }
     highest = std::max(highest, stored.number);
   }
-  return snapshot.version > highest ? snapshot.version : highest + 1;
+  if (snapshot.version > highest) return snapshot.version;
+  if (highest == std::numeric_limits<std::uint64_t>::max()) {
+    throw Error(ErrorCode::kResource, "repository: model directory '" + model_directory(snapshot.model) +
+                                          "' holds version number 18446744073709551615, the highest there is: no "
+                                          "newer number is left to write under");
+  }
+  return highest + 1;
 }
 
 std::string Repository::write(const VersionSnapshot& snapshot) {
@@ -218,7 +249,11 @@ struct StoredEntry {
 
 StoredEntry read_entry(const fs::directory_entry& entry) {
   std::string name = entry.path().filename().string();
-  if (!is_number(name) || !entry.is_directory()) return {};
+  if (!is_number(name)) return {};
+  std::error_code ec;
+  const bool directory = entry.is_directory(ec);
+  if (ec) return {std::nullopt, "cannot be read: " + ec.message()};
+  if (!directory) return {};
   StoredVersion v;
   v.directory = entry.path().string();
   try {
@@ -244,7 +279,9 @@ StoredEntry read_entry(const fs::directory_entry& entry) {
   if (std::to_string(v.number) != name) {
     return {std::nullopt, std::string(kMetadataFile) + " says repository version " + std::to_string(v.number)};
   }
-  if (!fs::exists(v.directory + "/" + kTensorFile)) return {std::nullopt, std::string("no ") + kTensorFile};
+  if (!fs::exists(v.directory + "/" + kTensorFile, ec)) {
+    return {std::nullopt, ec ? std::string(kTensorFile) + " cannot be read: " + ec.message() : std::string("no ") + kTensorFile};
+  }
   return {std::move(v), {}};
 }
 
@@ -262,20 +299,18 @@ void check_tensor_bytes(const StoredVersion& version, const std::string& tensor,
 
 std::vector<std::string> Repository::damaged(const std::string& model) const {
   std::vector<std::string> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
+  for_each_entry(model_directory(model), [&](const fs::directory_entry& entry) {
     if (auto read = read_entry(entry); !read.why.empty()) out.push_back(entry.path().string() + ": " + read.why);
-  }
+  });
   std::sort(out.begin(), out.end());
   return out;
 }
 
 std::vector<StoredVersion> Repository::list(const std::string& model) const {
   std::vector<StoredVersion> out;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
+  for_each_entry(model_directory(model), [&](const fs::directory_entry& entry) {
     if (auto read = read_entry(entry); read.version) out.push_back(std::move(*read.version));
-  }
+  });
   // By number, not by written_at_ns: numbers rise in the order versions are written (write()),
   // and the highest is what Triton loads; a wall clock stepped back, or a repository copied from
   // a host whose clock runs ahead, would otherwise order the version just written last, and
@@ -286,10 +321,9 @@ std::vector<StoredVersion> Repository::list(const std::string& model) const {
 
 Repository::Cleaned Repository::clean(const std::string& model) {
   Cleaned cleaned;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(model_directory(model), ec)) {
+  for_each_entry(model_directory(model), [&](const fs::directory_entry& entry) {
     std::string name = entry.path().filename().string();
-    if (name.rfind(".tmp-", 0) == 0 || name.rfind(".del-", 0) == 0) {
+    if ((name.rfind(".tmp-", 0) == 0 || name.rfind(".del-", 0) == 0) && !made_by_this_process(name)) {
       std::error_code failed;
       fs::remove_all(entry.path(), failed);
       if (failed) {
@@ -298,7 +332,7 @@ Repository::Cleaned Repository::clean(const std::string& model) {
         ++cleaned.removed;
       }
     }
-  }
+  });
   return cleaned;
 }
 

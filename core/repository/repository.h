@@ -4,8 +4,10 @@
 // version is renamed away before it is deleted. Leftovers of a crash (".tmp-*", ".del-*") are
 // never served and are removed by clean().
 //
-// Threads: not synchronised; one writer per root (the RepositoryWriter's thread), plus
-// list()/clean() before that writer starts.
+// Threads: not synchronised; one writer per model directory (the RepositoryWriter's thread; a
+// daemon holds a ModelDirectoryLock so that no other process writes there), plus list(),
+// damaged() and clean() from others: list() may then skip a version being pruned, and clean()
+// leaves this process's own entries, which a write in progress may still use.
 #pragma once
 
 #include <cstdint>
@@ -70,8 +72,10 @@ class Repository {
   // nothing there is served).
   std::vector<std::string> damaged(const std::string& model) const;
 
-  // Removes what interrupted writes and deletions left behind: how many entries went, and each
-  // one that could not be removed as "path: why" (a read-only disk keeps them; none is served).
+  // Removes what interrupted writes and deletions of other processes left behind (a crashed
+  // one's; hold a ModelDirectoryLock so that none is still working): how many entries went, and
+  // each one that could not be removed as "path: why" (a read-only disk keeps them; none is
+  // served).
   struct Cleaned {
     std::size_t removed = 0;
     std::vector<std::string> left;

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/repository/regular_file.h"
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 #include "modelcast/tensor.h"
 
@@ -21,8 +22,10 @@ namespace {
   throw Error(ErrorCode::kResource, what + " '" + path + "': " + std::strerror(errno));
 }
 
+// `what` may quote the file (a tensor's name, a dtype, the JSON parser's "last read"): shown
+// printable and capped, as whoever wrote the file could otherwise forge the daemon's log lines.
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
-  throw Error(ErrorCode::kIntegrity, "safetensors file '" + path + "': " + what);
+  throw Error(ErrorCode::kIntegrity, "safetensors file '" + path + "': " + printable_text(what, 1024, Backslash::kKept));
 }
 
 void write_all(int fd, const std::string& path, const void* data, std::uint64_t bytes) {

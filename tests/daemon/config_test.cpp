@@ -161,6 +161,9 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       // Passed --check; the start said "is another process listening there?".
       {"[http]\nlisten = \":9180\"\n", 2, "http.listen", "has no HOST"},
       {"[repository]\npath = \"/r\"\nkeep = 0\n", 3, "repository.keep", "between 1 and"},
+      // Ran with no repository, without a word.
+      {"[repository]\nkeep = 5\n", 1, "repository.path", "is missing or empty"},
+      {"[repository]\npath = \"\"\n", 2, "repository.path", "is missing or empty"},
       {"colour = \"blue\"\n", 1, "colour", "unknown key"},
       {(model + "buffers = 1\n"), 5, "model[0].buffers", "between 2 and"},
       {(model + "bufers = 3\n"), 5, "model[0].bufers", "unknown key"},

@@ -174,5 +174,70 @@ TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
   EXPECT_EQ(daemon->wait(), 0);
 }
 
+// A stop asked while a hook runs: the daemon ended the hook only once the hook's timeout passed
+// (an hour may be configured), past systemd's stop timeout, which then killed the daemon. A
+// command that ignores SIGTERM (so do the children it starts) is killed after the grace.
+TEST_F(DaemonTest, AStopEndsTheHookInProgressAndWhatItStarted) {
+  TestProducer producer(64);
+  const std::string pid_file = dir / "child.pid";
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4,
+                                    "[model.hook]\ncommand = [\"/bin/sh\", \"-c\", \"trap '' TERM; sleep 600 & echo $! > " +
+                                        pid_file + ".part; mv " + pid_file + ".part " + pid_file +
+                                        "; wait\"]\ntimeout_ms = 600000\n"));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return std::filesystem::exists(pid_file); }, 60s)) << "the hook never ran";
+  std::ifstream file(pid_file);
+  pid_t child = 0;
+  ASSERT_TRUE(file >> child) << "the hook wrote no pid";
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_NE(wait_for_text(*daemon, "hook for version 1 failed: /bin/sh was killed: the daemon is stopping", 60s), "");
+  EXPECT_NE(wait_for_text(*daemon, "stopped", 60s), "") << "the daemon waited for the hook";
+  EXPECT_EQ(daemon->wait(), 0);
+  EXPECT_TRUE(testing_support::eventually([&] { return !running(child); }, 30s)) << "the hook's child " << child
+                                                                                    << " outlived the daemon";
+  if (running(child)) kill(child, SIGKILL);
+}
+
+// A reload that changes only a model's hook restarted the model, and a restarted model served
+// only what the repository held, or nothing: its clients went back a version, or lost the model
+// until the producer sent again. The hook changes in place now, and a model that must restart
+// serves what it served until its producer delivers.
+TEST_F(DaemonTest, AReloadNeverTakesAModelsVersionAway) {
+  auto producer = std::make_unique<TestProducer>(1024);
+  const std::string endpoint = producer->producer->control_endpoint();
+  auto daemon = start_daemon(config(endpoint, 4));
+  ASSERT_TRUE(producer->producer->wait_for_consumers(1, 30s));
+  producer->publish(1);
+  auto c = client();
+  ASSERT_TRUE(c.wait_for_version(1, 30s));
+
+  write_file(dir / "modelcastd.toml",
+             config(endpoint, 4, "[model.hook]\ncommand = [\"/usr/bin/touch\", \"" + dir.path + "/hooked-{version}\"]\n"));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reload: model test: hook changed (the model runs on)"), "");
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  producer->publish(2);
+  EXPECT_NE(wait_for_text(*daemon, "hook for version 2: /usr/bin/touch exited with 0"), "");
+  EXPECT_TRUE(std::filesystem::exists(dir / "hooked-2"));
+  auto second = c.wait_for_version(2, 30s);
+  ASSERT_TRUE(second);
+
+  // The producer gone, the model moved to another endpoint (nobody there yet): restarted, and
+  // still serving version 2, every byte of it.
+  producer.reset();
+  write_file(dir / "modelcastd.toml", config("tcp://127.0.0.1:1", 4));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reload: model test changed; restarting it"), "");
+  EXPECT_NE(wait_for_text(*daemon, "serving version 2 from before the reload until the producer sends a newer one"), "");
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  auto kept = c.acquire();
+  ASSERT_TRUE(kept) << "the restarted model serves nothing";
+  EXPECT_EQ(kept.version(), 2u);
+  EXPECT_EQ(sidecar_test::check(kept, 1), "");
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
 }  // namespace
 }  // namespace daemon_test

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <iterator>
@@ -178,6 +179,66 @@ TEST(Recovery, AModelNameAsLongAsADirectoryNameIsServed) {
   auto served = modelcastd::recover_newest(dir / "repo", model, 1 << 20);
   ASSERT_TRUE(served) << log.out.str();
   EXPECT_EQ(served->manifest.version, 3u);
+}
+
+// A symlink loop where a version (or its file) should be ended the daemon at start with an
+// uncaught filesystem_error, and made every later write of the model fail: such an entry is
+// named as damaged and passed over, and the version before it served and written after.
+TEST(Recovery, AnEntryThatCannotBeReadIsPassedOverAndNamed) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  write_version(dir / "repo", 4);
+  std::filesystem::create_symlink("9", dir / "repo/m/9");  // 9 -> 9
+  std::filesystem::remove(dir / "repo/m/4/model.safetensors");
+  std::filesystem::create_symlink("model.safetensors", dir / "repo/m/4/model.safetensors");
+  auto served = modelcastd::recover_newest(dir / "repo", "m", 1 << 20);
+  ASSERT_TRUE(served) << log.out.str();
+  EXPECT_EQ(served->manifest.version, 3u);
+  const auto said = log.out.str();
+  EXPECT_NE(said.find(dir / "repo/m/9: cannot be read: Too many levels of symbolic links"), std::string::npos) << said;
+  EXPECT_NE(said.find(dir / "repo/m/4: model.safetensors cannot be read: Too many levels of symbolic links"),
+            std::string::npos)
+      << said;
+  write_version(dir / "repo", 5);  // the writer's list() passes over them too
+  EXPECT_EQ(repo::Repository(dir / "repo").list("m").front().version, 5u);
+}
+
+// Directory numbers are any 64-bit number: one of 20 digits was written and never listed again,
+// so it was neither served after a restart nor pruned.
+TEST(Recovery, VersionNumbersOfTwentyDigitsAreListedServedAndPruned) {
+  ScratchDir dir;
+  CapturedLog log;
+  const std::uint64_t big = 10000000000000000000ull;
+  for (std::uint64_t v : {big, big + 1, big + 2}) write_version(dir / "repo", v);
+  repo::Repository repository(dir / "repo");
+  ASSERT_EQ(repository.list("m").size(), 3u);
+  repository.prune("m", 1);
+  ASSERT_EQ(repository.list("m").size(), 1u);
+  auto served = modelcastd::recover_newest(dir / "repo", "m", 1 << 20);
+  ASSERT_TRUE(served) << log.out.str();
+  EXPECT_EQ(served->manifest.version, big + 2);
+  // Not numbers write() makes: a sign, a leading zero, past 2^64.
+  for (const char* name : {"+7", "07", "18446744073709551616"}) {
+    std::filesystem::create_directories(dir / (std::string("repo/m/") + name));
+  }
+  EXPECT_EQ(repository.list("m").size(), 1u);
+  EXPECT_TRUE(repository.damaged("m").empty());
+}
+
+// A leftover of an interrupted write of another process (a crashed daemon) is removed; one of
+// this process's is a write that may still be going on (a reload restarting the model while the
+// writer wrote its last version), and is left.
+TEST(Recovery, OnlyLeftoversOfOtherProcessesAreRemoved) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  const std::string ours = dir / ("repo/m/.tmp-4-" + std::to_string(getpid()) + "-0");
+  const std::string theirs = dir / "repo/m/.tmp-4-999999999-0";
+  for (const auto& d : {ours, theirs}) std::filesystem::create_directories(d);
+  ASSERT_TRUE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20));
+  EXPECT_TRUE(std::filesystem::exists(ours)) << "a write of this process in progress was removed";
+  EXPECT_FALSE(std::filesystem::exists(theirs));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <random>
 #include <thread>
@@ -118,6 +119,35 @@ TEST_F(DaemonTest, SigkillDuringRepositoryWritesNeverLeavesATornVersionVisible) 
   }
   std::cout << "[ info ] " << kills_mid_write << " of " << kKills << " kills left an unfinished write behind\n";
   RecordProperty("kills_mid_write", kills_mid_write);
+}
+
+// A second daemon serving the same model from the same repository (a restart while the old one
+// still stops, a copy-pasted unit) removed the first one's write in progress as a leftover of a
+// crash: it is refused that model now, naming the directory, and the first writes on.
+TEST_F(DaemonTest, ASecondDaemonIsRefusedAModelDirectoryAnotherOneWrites) {
+  TestProducer producer(1024);
+  const std::string text = config(producer.producer->control_endpoint(), 4, "", repository(dir / "repo", 3));
+  auto first = start_daemon(text);
+  std::string second_text = text;
+  second_text.replace(second_text.find(socket()), socket().size(), dir / "second.sock");
+  write_file(dir / "second.toml", second_text);
+  ChildProcess second({MODELCASTD, "--config", dir / "second.toml"});
+  EXPECT_NE(wait_for_text(second, "not started: repository directory '" + dir / "repo/test" +
+                                      "' is in use by another process"),
+            "");
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  EXPECT_NE(wait_for_text(*first, "version 1 written to " + dir / "repo/test/1"), "");
+  second.terminate();
+  EXPECT_EQ(second.wait(), 0);
+  // The lock goes with the process: a daemon started now takes the model.
+  kill(first->pid(), SIGTERM);
+  EXPECT_EQ(first->wait(), 0);
+  auto again = start_daemon(text);
+  const std::string said = "model test: serving version 1 from " + dir / "repo/test/1";
+  EXPECT_TRUE(std::any_of(startup_lines.begin(), startup_lines.end(),
+                          [&](const std::string& line) { return line.find(said) != std::string::npos; }))
+      << ::testing::PrintToString(startup_lines);
 }
 
 }  // namespace

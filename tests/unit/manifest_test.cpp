@@ -47,6 +47,11 @@ TEST(Manifest, RejectsBadRegistrationsNamingTheTensor) {
   auto dtype = error_of([] { plan_layout({{"d", static_cast<DType>(77), {1}}}, nullptr); },
                         ErrorCode::kInvalidArgument);
   EXPECT_NE(dtype.find("unknown dtype 77"), std::string::npos) << dtype;
+  // Delivered, and then failed every write of a daemon's repository (safetensors keeps a file's
+  // metadata under that key).
+  auto reserved = error_of([] { plan_layout({{"__metadata__", DType::kF32, {1}}}, nullptr); },
+                           ErrorCode::kInvalidArgument);
+  EXPECT_NE(reserved.find("tensor name '__metadata__' is reserved"), std::string::npos) << reserved;
 }
 
 Manifest valid_manifest() {

@@ -1,0 +1,46 @@
+#include "core/repository/model_directory_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "common/shown_text.h"
+#include "modelcast/error.h"
+
+namespace modelcast::repository {
+
+ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) {
+    throw Error(ErrorCode::kResource, "repository: cannot create directory " + shown_text(directory, 4096) + ": " + ec.message());
+  }
+  fd_ = open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) {
+    throw Error(ErrorCode::kResource, "repository: cannot open directory " + shown_text(directory, 4096) + ": " + std::strerror(errno));
+  }
+  int rc;
+  do {
+    rc = flock(fd_, LOCK_EX | LOCK_NB);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) {
+    const int saved = errno;
+    close(fd_);
+    if (saved == EWOULDBLOCK) {
+      throw Error(ErrorCode::kState, "repository directory " + shown_text(directory, 4096) +
+                                         " is in use by another process (another modelcastd serving this model from "
+                                         "this repository?): one process writes a model's directory at a time");
+    }
+    throw Error(ErrorCode::kResource, "repository: cannot lock directory " + shown_text(directory, 4096) + ": " + std::strerror(saved));
+  }
+}
+
+ModelDirectoryLock::~ModelDirectoryLock() {
+  if (fd_ >= 0) close(fd_);  // lets the lock go
+}
+
+}  // namespace modelcast::repository
