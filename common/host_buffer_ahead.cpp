@@ -3,6 +3,7 @@
 #include <system_error>
 #include <utility>
 
+#include "common/library_thread.h"
 #include "modelcast/error.h"
 
 namespace modelcast {
@@ -10,6 +11,7 @@ namespace modelcast {
 void HostBufferAhead::start(std::size_t bytes) {
   future_ = {};
   try {
+    AsyncSignalsBlocked blocked;  // the thread std::async starts is the library's (library_thread.h)
     future_ = std::async(std::launch::async, [bytes] { return HostBuffer(bytes); });
     bytes_ = bytes;
   } catch (const std::system_error&) {

@@ -15,12 +15,15 @@
 #include <thread>
 #include <utility>
 
+#include "common/library_thread.h"
+
 namespace modelcast::predictor::detail {
 
 template <class Job, class Result>
 class OnlineWorker {
  public:
-  explicit OnlineWorker(std::function<Result(Job&)> work) : work_(std::move(work)), thread_([this] { run(); }) {}
+  explicit OnlineWorker(std::function<Result(Job&)> work)
+      : work_(std::move(work)), thread_(library_thread([this] { run(); })) {}
 
   ~OnlineWorker() {
     {

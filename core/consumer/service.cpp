@@ -4,6 +4,7 @@
 
 #include "common/clock.h"
 #include "common/host_identity.h"
+#include "common/library_thread.h"
 #include "common/shown_text.h"
 #include "core/consumer/consumer_options.h"
 #include "core/wire/zmq_channel.h"
@@ -30,7 +31,7 @@ ConsumerService::ConsumerService(ConsumerOptions options, ServiceHooks hooks)
   } else {
     target_ = std::make_unique<ShapingTarget>(std::max(options_.buffers, options_.caller_buffers.size()));
   }
-  service_ = std::thread([this] { service_loop(); });
+  service_ = library_thread([this] { service_loop(); });
 }
 
 ConsumerService::~ConsumerService() { stop(); }

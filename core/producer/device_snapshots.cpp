@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "common/library_thread.h"
 #include "modelcast/error.h"
 
 namespace modelcast::producer {
@@ -33,7 +34,7 @@ DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std
     if (stage_stream_) runtime_.destroy_stream(stage_stream_);
     throw;
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = library_thread([this] { run(); });
 }
 
 void DeviceSnapshots::stop() {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/digest.h"
+#include "common/library_thread.h"
 
 namespace modelcast::producer {
 
@@ -17,7 +18,7 @@ std::vector<std::uint64_t> block_digests(const std::byte* base, const Manifest& 
   return digests;
 }
 
-DigestWorker::DigestWorker(Done done) : done_(std::move(done)), thread_([this] { run(); }) {}
+DigestWorker::DigestWorker(Done done) : done_(std::move(done)), thread_(library_thread([this] { run(); })) {}
 
 DigestWorker::~DigestWorker() {
   {

@@ -37,6 +37,7 @@
 #include "common/clock.h"
 #include "common/contained_callback.h"
 #include "common/duration_option.h"
+#include "common/library_thread.h"
 #include "common/log.h"
 #include "common/shown_text.h"
 #include "core/layout/box.h"
@@ -182,7 +183,7 @@ class Producer::Impl {
     if (persister_) service_->set_persist([p = persister_.get()](std::uint64_t version) { p->consider(version); });
     log_->info("model '{}' serving on {}, incarnation {:016x}", options_.model_name, control_->endpoint(),
                incarnation_);
-    thread_ = std::thread([this] { service_->run(); });
+    thread_ = library_thread([this] { service_->run(); });
   }
 
   ~Impl() {

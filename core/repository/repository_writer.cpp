@@ -1,5 +1,6 @@
 #include "core/repository/repository_writer.h"
 
+#include "common/library_thread.h"
 #include "modelcast/error.h"
 
 namespace modelcast::repository {
@@ -8,7 +9,7 @@ RepositoryWriter::RepositoryWriter(WriterOptions options) : options_(std::move(o
   if (options_.keep == 0 || options_.every == 0) {
     throw Error(ErrorCode::kInvalidArgument, "repository writer: keep and every must be >= 1");
   }
-  thread_ = std::thread([this] { run(); });
+  thread_ = library_thread([this] { run(); });
 }
 
 RepositoryWriter::~RepositoryWriter() {

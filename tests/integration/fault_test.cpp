@@ -1,13 +1,17 @@
 // Faults and bad input: processes killed mid-transfer, producer restarts, malformed requests,
 // layout mismatches, misuse of the API. In each, what was good keeps being served.
+#include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -352,6 +356,51 @@ TEST_P(FaultTest, ProducerKilledAndRestartedConsumerKeepsServingThenFollows) {
 // A consumer that closes says so, and closes its connection: the producer forgets it at once
 // (its record, its relays), not once it has been silent past max(lease_timeout, 5 s), a minute
 // here. (The Leave alone: HostileClientTest.AJoinedConsumerLeavingIsForgottenAtOnce...)
+std::atomic<int> signals_handled{0};
+
+// Every thread of this process, as the kernel lists them.
+std::vector<pid_t> threads_of_this_process() {
+  std::vector<pid_t> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    out.push_back(static_cast<pid_t>(std::stol(entry.path().filename().string())));
+  }
+  return out;
+}
+
+// A handled signal (a trainer's SIGCHLD from its data loader workers, a server's SIGTERM
+// handler) that reached a library thread interrupted its poll, and cppzmq's exception ended the
+// process: producer and consumer alike. Here one reaches every thread, and a process-directed
+// one goes to whichever thread the kernel picks, before each version; every version arrives.
+TEST_P(FaultTest, AHandledSignalOnAnyThreadEndsNothing) {
+  struct sigaction action {};
+  action.sa_handler = [](int) { signals_handled.fetch_add(1); };
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGUSR1, &action, &before), 0);
+  {
+    TestProducer p(256);
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = p.producer->control_endpoint();
+    options.model_name = "test";
+    modelcast::Consumer consumer(options);
+    ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
+    for (std::uint64_t v = 1; v <= 4; ++v) {
+      for (pid_t thread : threads_of_this_process()) syscall(SYS_tgkill, getpid(), thread, SIGUSR1);
+      kill(getpid(), SIGUSR1);
+      p.publish(v);
+      auto view = consumer.wait_for_version(v, 60s);
+      ASSERT_TRUE(view) << "version " << v << ": " << consumer.stats().last_error;
+      EXPECT_EQ(testmodel::check(view, 1), "") << "version " << v;
+    }
+    EXPECT_GT(signals_handled.load(), 0) << "no thread took the signal: the test tested nothing";
+  }
+  // Ignoring it discards what is still pending (on threads that block it) before the old
+  // disposition, which may end the process, comes back.
+  signal(SIGUSR1, SIG_IGN);
+  sigaction(SIGUSR1, &before, nullptr);
+}
+
 TEST(Faults, AConsumerThatClosesIsForgottenAtOnceNotAfterTheSilenceLimit) {
   modelcast::ProducerOptions options;
   options.lease_timeout = 60s;

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/library_thread.h"
 #include "transports/loopback/loopback_fabric.h"
 #include "modelcast/error.h"
 
@@ -321,7 +322,7 @@ class LoopbackTransport : public Transport {
   std::condition_variable completions_cv_;
   std::deque<std::pair<Completion, TransferResult>> completions_;
   bool stopping_ = false;
-  std::thread thread_{[this] { run_completions(); }};
+  std::thread thread_ = library_thread([this] { run_completions(); });
 };
 
 }  // namespace loopback

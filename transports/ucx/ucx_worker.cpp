@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "common/library_thread.h"
 #include "modelcast/error.h"
 
 namespace modelcast::transport {
@@ -57,7 +58,7 @@ void UcxWorker::destroy() {
 
 void UcxWorker::start(Hooks hooks, std::chrono::microseconds idle_spin) {
   hooks_ = std::move(hooks);
-  thread_ = std::thread([this, idle_spin] { progress_loop(IdleSpin(idle_spin)); });
+  thread_ = library_thread([this, idle_spin] { progress_loop(IdleSpin(idle_spin)); });
 }
 
 void UcxWorker::stop() {
