@@ -136,6 +136,12 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
   if (!hook.http_post.empty() && !hook.command.empty()) {
     r.fail(t, prefix + "command", "a hook is either http_post or command, not both");
   }
+  // Both passed the check and failed at every version ("cannot run : No such file"), or ran
+  // nothing while the operator thought a hook was set.
+  if (!hook.command.empty() && hook.command.front().empty()) {
+    r.fail(*t.get("command"), prefix + "command", "names no program: its first element is empty");
+  }
+  if (hook.empty()) r.fail(t, prefix + "http_post", "is missing: a [model.hook] needs http_post or command");
   if (const toml::node* node = t.get("timeout_ms")) {
     hook.timeout = std::chrono::milliseconds(r.integer(*node, prefix + "timeout_ms", 1, 3'600'000));
   }

@@ -107,8 +107,15 @@ void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
   metrics_.model_added(model.name, writer_ && model.persist, !model.hook.empty());
   try {
     if (!config_.repository.empty() && !directory_locks_.contains(model.name)) {
-      directory_locks_[model.name] =
-          std::make_unique<repo::ModelDirectoryLock>(repo::Repository(config_.repository).model_directory(model.name));
+      try {
+        directory_locks_[model.name] =
+            std::make_unique<repo::ModelDirectoryLock>(repo::Repository(config_.repository).model_directory(model.name));
+      } catch (const modelcast::Error& e) {
+        // A directory no one can make or open (a read-only mount) is no one else's either: the
+        // model is served, and each write's failure reported. Another process's lock is a refusal.
+        if (e.code() != modelcast::ErrorCode::kResource) throw;
+        log->warn("model {}: {} (versions are served; writes will fail and be reported)", model.name, e.what());
+      }
     }
     // Recovered before the Consumer starts: its first install would have the writer prune the
     // versions recovery reads, and a recovered version logged and counted after the producer's

@@ -196,6 +196,9 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {(model + model), 5, "model[1].name", "listed twice"},
       {(model + "[model.hook]\nhttp_post = \"ftp://x\"\n"), 6, "model[0].hook.http_post", "http://"},
       {(model + "[model.hook]\ncommand = []\n"), 6, "model[0].hook.command", "non-empty array"},
+      // Both passed the check: one failed at every version, the other ran nothing.
+      {(model + "[model.hook]\ncommand = [\"\", \"x\"]\n"), 6, "model[0].hook.command", "names no program"},
+      {(model + "[model.hook]\ntimeout_ms = 5000\n"), 5, "model[0].hook.http_post", "is missing"},
       // httplib's std::stoi threw on the hook thread at the first version (the daemon aborted);
       // 70000 posted to port 4464 and was logged as a success.
       {(model + "[model.hook]\nhttp_post = \"http://127.0.0.1:99999999999/load\"\n"), 6, "model[0].hook.http_post",
