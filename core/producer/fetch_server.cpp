@@ -509,6 +509,14 @@ std::vector<std::pair<std::string, std::uint64_t>> FetchServer::take_awaiting_di
   return out;
 }
 
+std::size_t FetchServer::relayed_in_flight() const {
+  std::size_t count = 0;
+  for (const auto& [routing_id, fetches] : fetches_) {
+    for (const auto& [fetch_id, fetch] : fetches) count += fetch.relay.empty() ? 0 : 1;
+  }
+  return count;
+}
+
 bool FetchServer::serving(const std::string& routing_id) const {
   auto it = fetches_.find(routing_id);
   return it != fetches_.end() && !it->second.empty();

@@ -126,6 +126,9 @@ class FetchServer {
   const RelayPlanner& relays() const { return planner_; }
   // Whether the consumer has a fetch under way (whose transfers may still be posted).
   bool serving(const std::string& routing_id) const;
+  // Relayed fetches under way: they hold no lease of the producer's, so the store's lease count
+  // (the fetches the producer serves) leaves them out.
+  std::size_t relayed_in_flight() const;
   // A lease lapsed or a writer revoked it (SnapshotStore::take_expired): abandons the fetch that
   // held it. With sends still in flight the consumer is cut off (take_cut_off) and true is
   // returned: the version will not arrive. Otherwise every send has completed, and what its ack

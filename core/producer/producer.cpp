@@ -375,7 +375,9 @@ class Producer::Impl {
 
   ProducerStats stats() const {
     ProducerStats copy =
-        stats_.snapshot_with([&](ProducerStats& s) { s.fetches_in_flight = store_.reader_leases(); });
+        stats_.snapshot_with([&](ProducerStats& s) {
+          s.fetches_in_flight = store_.reader_leases() + service_->relayed_in_flight();
+        });
     copy.latest_version = store_.newest_version();
     copy.transport = transports_->names();
     return copy;

@@ -81,6 +81,7 @@ void ProducerService::run() {
     drop_silent_consumers();
     send_outgoing();
     close_cut_off();
+    relayed_in_flight_.store(fetches_.relayed_in_flight(), std::memory_order_relaxed);
   }
 }
 

@@ -175,6 +175,9 @@ class ProducerService {
   // (a joined consumer receives over a two-sided transport, or versions are persisted) rather
   // than when a two-sided fetch first asks for it.
   bool host_copies_wanted() const { return host_copies_wanted_.load(std::memory_order_relaxed); }
+  // Relayed fetches under way (FetchServer::relayed_in_flight), as of the loop's last turn. Any
+  // thread: stats() adds them to the leased ones for fetches_in_flight.
+  std::size_t relayed_in_flight() const { return relayed_in_flight_.load(std::memory_order_relaxed); }
 
  private:
   // Drops the consumers whose control connection closed (connection_cap.h reads the events).
@@ -253,6 +256,7 @@ class ProducerService {
   // trainer's publish(). A stale read costs nothing but time: a version published without its
   // host copy gets one when a two-sided fetch asks.
   std::atomic<bool> host_copies_wanted_{false};
+  std::atomic<std::size_t> relayed_in_flight_{0};  // written by the service thread each turn
   void refresh_host_copies();
   // Has the host copies the fetch server started made (take_host_copies), holding their slots.
   void start_host_copies();

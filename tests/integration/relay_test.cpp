@@ -208,8 +208,10 @@ TEST_F(Relays, ARelayKilledIsLeftWhenItsConnectionClosesNotAfterItsSilence) {
   ASSERT_TRUE(testing_support::eventually([&] { return producer_stats(*producer_)["fetches_in_flight"] == 0; }));
   ASSERT_EQ(::kill(relay->pid(), SIGSTOP), 0);
   auto late = consumer("late", 1, {"--transfer-timeout-ms", "60000"});
-  // Joined, it fetches at once, and the producer gives the stopped relay that fetch to serve.
+  // Joined, it fetches at once, and the producer gives the stopped relay that fetch to serve:
+  // a fetch in flight, though the producer holds no lease for it (it counted none).
   ASSERT_TRUE(late->wait_for_line("joined"));
+  EXPECT_TRUE(testing_support::eventually([&] { return producer_stats(*producer_)["fetches_in_flight"] == 1; }));
   relay->kill_now();
   EXPECT_EQ(relay->wait(), 128 + SIGKILL);
   EXPECT_TRUE(late->wait_for_line("installed 1", std::chrono::seconds(20)))
