@@ -155,6 +155,8 @@ class ConsumerService {
   // Serving peers (relay_server.h): an order from the producer, a send finished, and posting
   // the blocks that became ready (after every turn of the loop).
   bool serves_peers() const;
+  // Whether relay orders (under way, ending, or exported buffers) may hold receive buffers.
+  bool relay_holds_buffers() const { return relay_.orders() + relay_.draining() + relay_.exported() > 0; }
   void on_relay_order(const protocol::RelayOrder& order);
   void export_installed(const protocol::RelayOrder& order);
   // Closing: waits, bounded, until no peer may still be reading an exported buffer.

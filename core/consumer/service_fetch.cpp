@@ -96,9 +96,10 @@ void ConsumerService::maybe_fetch() {
   // from it holds it on its own until its sends are over).
   if (landed_host_ && !store_.buffer_available()) release_landed_host();
   if (!store_.buffer_available() || (landing_ && !landing_->available())) {
-    // Relay orders still within their second end or are given up by themselves, and may free a
-    // buffer: the stall is the user's to hear of only once none is left (views hold the rest).
-    if (relay_.draining() == 0) report_buffers_held(newest_announced_);
+    // Relay orders (under way, or ended and within their second) end or are given up by
+    // themselves, and free their buffers: the stall is the user's to hear of only once none is
+    // left (views hold the rest). It blamed views while orders to stalled receivers held them.
+    if (!relay_holds_buffers()) report_buffers_held(newest_announced_);
     return;
   }
   if (buffers_held_reported_) {
@@ -190,7 +191,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                           ? "every receive buffer is held by a reader; will fetch the newest when one frees"
                           : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
     log_->debug("{}", why);
-    if (options_.caller_buffers.empty() && relay_.draining() == 0) report_buffers_held(manifest.version);
+    if (options_.caller_buffers.empty() && !relay_holds_buffers()) report_buffers_held(manifest.version);
     send_ack(manifest, reply.fetch_id, false, why);
     fetch_.forget();
     retry_fetch_after_ = Clock::now() + tick();
