@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "common/shown_text.h"
+#include "core/repository/repository.h"
 #include "modelcast/error.h"
 
 namespace modelcast::producer {
@@ -74,6 +75,14 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
       stats_(stats),
       log_(std::move(log)) {
   check(options);
+  const std::string model_directory = repository::Repository(options_.directory).model_directory(model_);
+  try {
+    lock_ = std::make_unique<repository::ModelDirectoryLock>(model_directory);
+  } catch (const Error& e) {
+    // Not one for later: every write would fail (or clobber the other writer's), unseen for hours.
+    throw Error(e.code() == ErrorCode::kState ? ErrorCode::kState : ErrorCode::kInvalidArgument,
+                std::string("persist.directory: ") + e.what());
+  }
   repository::WriterOptions writer;
   writer.root = options_.directory;
   writer.keep = options_.keep;

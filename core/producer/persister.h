@@ -11,6 +11,7 @@
 
 #include "core/producer/service.h"
 #include "core/producer/snapshot_store.h"
+#include "core/repository/model_directory_lock.h"
 #include "core/repository/repository_writer.h"
 #include "modelcast/producer.h"
 
@@ -22,8 +23,9 @@ namespace modelcast::producer {
 
 class Persister {
  public:
-  // Checks options.persist (throws Error(kInvalidArgument) naming the option) and starts the
-  // writer thread. `store` and `stats` must outlive the Persister.
+  // Checks options.persist (throws Error(kInvalidArgument) naming the option), locks the model's
+  // directory (Error(kState) while another process or producer writes it) and starts the writer
+  // thread. `store` and `stats` must outlive the Persister.
   Persister(const ProducerOptions& options, std::uint64_t incarnation, SnapshotStore& store, StatsBox& stats,
             std::shared_ptr<spdlog::logger> log);
   // Finishes the write in progress (its slot is unpinned); nothing else is written.
@@ -43,6 +45,10 @@ class Persister {
   SnapshotStore& store_;
   StatsBox& stats_;
   std::shared_ptr<spdlog::logger> log_;
+  // Held for the writer's life: two writers of one model directory (another rank or trainer
+  // persisting the same model, or a modelcastd serving it from this repository) would each
+  // remove the other's unfinished writes as a crash's leftovers and prune its versions.
+  std::unique_ptr<repository::ModelDirectoryLock> lock_;
   std::unique_ptr<repository::RepositoryWriter> writer_;
 };
 

@@ -32,8 +32,9 @@ ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) {
     close(fd_);
     if (saved == EWOULDBLOCK) {
       throw Error(ErrorCode::kState, "repository directory " + shown_text(directory, 4096) +
-                                         " is in use by another process (another modelcastd serving this model from "
-                                         "this repository?): one process writes a model's directory at a time");
+                                         " is in use by another writer (a modelcastd serving this model from this "
+                                         "repository, or a producer persisting it there): one writes a model's "
+                                         "directory at a time");
     }
     throw Error(ErrorCode::kResource, "repository: cannot lock directory " + shown_text(directory, 4096) + ": " + std::strerror(saved));
   }

@@ -36,7 +36,9 @@ struct Delivery {
 // The writer thread reads the snapshot slot itself, so it needs snapshot_slots >= 3; a version
 // that comes due while the previous write is still going is skipped, never waited for.
 struct PersistOptions {
-  std::string directory;  // empty: off. Created if missing; must be writable
+  // Empty: off. Created if missing; must be writable. One writer per model directory: while
+  // another producer or a modelcastd writes <directory>/<model_name>, construction throws kState.
+  std::string directory;
   std::uint64_t every = 1;  // >= 1: versions first_version, first_version + every, ...
   std::size_t keep = 3;     // >= 1: newest versions kept on disk
   // Optional; run on the writer thread after each complete version (`path` is its directory),

@@ -166,7 +166,9 @@ TEST_F(DaemonTest, PersistFailuresAreCountedWhileDeliveryGoesOn) {
   consumer_options.model_name = "test";
   modelcast::Consumer consumer(consumer_options);
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
-  // The disk refuses: a file where the model's directory must go (refused even for root).
+  // The disk refuses: a file where the model's directory must go (refused even for root). The
+  // producer made that directory (empty yet) to lock it.
+  ASSERT_TRUE(fs::remove(dir / "ckpt/test"));
   write_file(dir / "ckpt/test", "in the way");
   for (std::uint64_t v = 1; v <= 2; ++v) {
     producer.publish(v);
@@ -238,6 +240,34 @@ TEST_F(DaemonTest, BadPersistOptionsAreRefusedNamingTheOption) {
       << refusal(options);
   options.persist.directory = dir / "ckpt";
   EXPECT_EQ(refusal(options), "accepted");
+}
+
+// Two writers of one model directory (two trainers, or ranks, persisting one model to one
+// directory; a daemon serving it from there) each took the other's unfinished writes for a
+// crash's leftovers and removed them. The second is refused at construction, naming the
+// directory; another model in the same directory, or the same one once the first is gone, is not.
+TEST_F(DaemonTest, ASecondWriterOfAPersistedModelsDirectoryIsRefusedNamingIt) {
+  WriterEvents events;
+  auto first = std::make_unique<TestProducer>(16, persisting(dir / "ckpt", 1, 2, events));
+  WriterEvents second_events;
+  std::string error;
+  try {
+    TestProducer second(16, persisting(dir / "ckpt", 1, 2, second_events));
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kState) << e.what();
+    error = e.what();
+  }
+  EXPECT_NE(error.find("persist.directory: repository directory '" + dir / "ckpt/test" + "' is in use by another writer"),
+            std::string::npos)
+      << (error.empty() ? "accepted" : error);
+  // The first one writes on, untouched.
+  first->publish(1);
+  ASSERT_TRUE(events.wait_persisted(1));
+  auto other_model = persisting(dir / "ckpt", 1, 2, second_events);
+  other_model.model_name = "other";  // TestProducer names its model "test"
+  EXPECT_NO_THROW(modelcast::Producer{other_model});
+  first.reset();
+  EXPECT_NO_THROW(TestProducer(16, persisting(dir / "ckpt", 1, 2, second_events)));
 }
 
 TEST_F(DaemonTest, APersistDirectoryThatCannotBeWrittenIsRefused) {

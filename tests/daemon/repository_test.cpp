@@ -133,7 +133,7 @@ TEST_F(DaemonTest, ASecondDaemonIsRefusedAModelDirectoryAnotherOneWrites) {
   write_file(dir / "second.toml", second_text);
   ChildProcess second({MODELCASTD, "--config", dir / "second.toml"});
   EXPECT_NE(wait_for_text(second, "not started: repository directory '" + dir / "repo/test" +
-                                      "' is in use by another process"),
+                                      "' is in use by another writer"),
             "");
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
   producer.publish(1);
