@@ -12,7 +12,8 @@
 //             device=D transport=T path=P", "corrupt ...", "rejected ..."); with --read-loop a
 //             thread also acquires and checks views until the end ("reads N"); --corrupt-after
 //             flips a byte of version V where it is held once checked ("corrupted V"); --linger
-//             serves peers after the last version until stdin closes; last "stats aborted=A
+//             serves peers after the last version until stdin closes (answering "stats" with
+//             the stats line as it stands); last "stats aborted=A
 //             rejected=R relay_faults=F bytes_relayed=B ipc_open=M" (transfers dropped, versions
 //             refused, relays caught, bytes served to peers, other processes' allocations still
 //             mapped: simulated device only, "?" elsewhere); --hold-peer-read holds the first copy
@@ -241,15 +242,21 @@ int consumer(const ConsumerArgs& args) {
     auto* faults = runtime ? device::simulated_faults(*runtime) : nullptr;
     return faults ? std::to_string(faults->open_ipc_mappings()) : std::string("?");
   };
+  auto say_stats = [&] {
+    auto stats = consumer.stats();
+    say("stats aborted=" + std::to_string(stats.transfers_aborted) + " rejected=" +
+        std::to_string(stats.versions_rejected) + " relay_faults=" + std::to_string(stats.relay_faults) +
+        " bytes_relayed=" + std::to_string(stats.bytes_relayed) + " ipc_open=" + ipc_open());
+  };
+  // A relay counts what it served when the producer says its reader installed it: after the
+  // producer counted the reader's ack. A test asks ("stats") until the two agree.
   if (linger && status == 0) {
     std::string line;
     while (std::getline(std::cin, line)) {
+      if (line == "stats") say_stats();
     }
   }
-  auto stats = consumer.stats();
-  say("stats aborted=" + std::to_string(stats.transfers_aborted) + " rejected=" + std::to_string(stats.versions_rejected) +
-      " relay_faults=" + std::to_string(stats.relay_faults) + " bytes_relayed=" + std::to_string(stats.bytes_relayed) +
-      " ipc_open=" + ipc_open());
+  say_stats();
   if (status) return status;
   return corrupt ? 3 : 0;
 }

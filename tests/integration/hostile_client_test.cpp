@@ -127,7 +127,8 @@ TEST_F(HostileClientTest, BombsRandomBytesAndForgedAddressesCostOnlyTheirOwnRequ
   auto view = consumer.wait_for_version(2, 30s);
   ASSERT_TRUE(view);
   EXPECT_EQ(testmodel::check(view, 1), "");
-  EXPECT_GE(p.producer->stats().bad_messages, 1u);
+  // The garbage came over a connection of its own: nothing orders it before the others.
+  EXPECT_TRUE(testing_support::eventually([&] { return p.producer->stats().bad_messages >= 1; }));
 }
 
 TEST_F(HostileClientTest, AJoinUnderAnotherConsumersNameDoesNotEvictIt) {

@@ -152,9 +152,12 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
   if (reader_threads > 0 && status == 0) say("reader checks " + std::to_string(checks.load()));
   // Serving peers goes on until the test closes stdin (or kills this process): a relay that
   // has all it wanted may still be feeding others.
+  // "stats" answers "relay-stats bytes_relayed=B": a relay counts what it sent when its sends
+  // end, which may be after the receiver's ack; a test asks until the producer's count agrees.
   if (role.linger) {
     std::string line;
     while (std::getline(std::cin, line)) {
+      if (line == "stats") say("relay-stats bytes_relayed=" + std::to_string(consumer.stats().bytes_relayed));
     }
   }
   if (status == 0) {
