@@ -96,6 +96,17 @@ struct RowReader {
 };
 
 // Both readers take a row's values by these rules, so a file one refuses the other does not take.
+// A row with more fields than the header (or the first row) has is refused rather than read by
+// position: "625,3,913,224.1" (a decimal comma) would silently be loss 3 at time 913.
+void refuse_extra_fields(const std::vector<std::string>& fields, std::size_t width, bool header,
+                         const std::string& source, std::size_t line_no) {
+  if (fields.size() <= width) return;
+  throw CsvError(source, line_no, "expected " + std::to_string(width) + " fields (as " +
+                                      (header ? "the header names" : "the first row has") + "), got " +
+                                      std::to_string(fields.size()) +
+                                      ": a decimal comma, or a delimiter inside an unquoted field?");
+}
+
 std::int64_t step_of(const RowReader& row, int column) {
   const std::int64_t step = row.integer(column, "step");
   if (step > kMaxCurveStep || step < -kMaxCurveStep)
@@ -218,6 +229,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
   double time_offset = 0.0;
   std::size_t last_line = line_no;
   auto handle = [&](const std::vector<std::string>& fields, std::size_t at_line) {
+    refuse_extra_fields(fields, first.size(), has_header, source, at_line);
     RowReader row{source, at_line, fields};
     if (curves) {
       if (row.at(col.run, "run") != options.run) {
@@ -287,6 +299,7 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto fields = split_csv_record(line, source, line_no);
+    refuse_extra_fields(fields, header.size(), true, source, line_no);
     RowReader row{source, line_no, fields};
     const auto& run = row.at(col.run, "run");
     if (out.runs.empty() || out.runs.back().run != run) {

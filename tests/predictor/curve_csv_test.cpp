@@ -101,6 +101,7 @@ TEST(CurveCsv, TheCollectionReadsAndRefusesAsTheSingleRunReaderDoes) {
   refused(header + "r1,t,a,0,100,5,0\nr1,t,a,10,100,4,-5\n", 3, "column 'train_time_s' is negative");
   refused(header + "r1,t,a,0,-5,5,0\n", 2, "total_steps -5 is not in [1, 2^53]");
   refused(header + "r1,t,a,0,7,5,0\nr1,t,a,10,7,4,1\n", 3, "step 10 is past the run's total_steps 7");
+  refused(header + "r1,t,a,0,100,5,0\nr1,t,a,10,100,4,2,1\n", 3, "expected 7 fields (as the header names), got 8");
 
   const auto bom = collection("\xEF\xBB\xBF\n" + header + "r1,t,a,0,100,5,0\nr1,t,a,100,100,4,1\n");
   ASSERT_EQ(bom.runs.size(), 1u);
@@ -115,6 +116,16 @@ TEST(CurveCsv, TheCollectionReadsAndRefusesAsTheSingleRunReaderDoes) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A decimal comma ("3,913" for 3.913) splits a value in two; read by position, the row said
+// loss 3 at time 913 and the plan changed with only a later warning about time going back.
+TEST(CurveCsv, ARowWithMoreFieldsThanTheHeaderIsRefusedNotReadByPosition) {
+  expect_error("step,loss,time_s\n0,5.5,0\n625,3,913,224.107\n", 3, "expected 3 fields (as the header names), got 4");
+  expect_error("0,5.5,0\n625,3,913,224.107\n", 2, "expected 3 fields (as the first row has), got 4");
+  expect_error("0,5.5\n625,3,913\n", 2, "expected 2 fields (as the first row has), got 3");
+  // Fewer fields are refused by the column they lack, as before.
+  expect_error("step,loss,time_s\n0,5.5,0\n625,3.9\n", 3, "time_s");
 }
 
 TEST(CurveCsv, RepairsATimerRestartWithAWarning) {
