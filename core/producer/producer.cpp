@@ -285,15 +285,16 @@ class Producer::Impl {
   PublishTicket publish(std::int64_t step, const Metadata& metadata, const DeviceOrder& order) {
     auto called_at = Clock::now();
     std::int64_t called_ns = realtime_ns();
-    {
-      std::lock_guard lock(mutex_);
-      prepare_locked();
-    }
-    // Before a slot is taken: what every consumer would refuse is refused here, naming it.
+    // Before the layout is fixed and a slot taken: what every consumer would refuse is refused
+    // here, naming it, and a refused publish leaves registration open.
     check_metadata(metadata);
     if (next_version_ == std::numeric_limits<std::uint64_t>::max()) {
       throw Error(ErrorCode::kState, "version numbers are used up (the next would pass 2^64 - 1; first_version was " +
                                          std::to_string(options_.first_version) + ")");
+    }
+    {
+      std::lock_guard lock(mutex_);
+      prepare_locked();
     }
     auto reserved = store_.reserve(options_.lease_timeout);
     const std::size_t slot = reserved.slot;

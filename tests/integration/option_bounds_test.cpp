@@ -197,6 +197,10 @@ TEST(OptionBounds, MetadataPastTheConsumersLimitsIsRefusedAndTheProducerGoesOn) 
                  "metadata has 1025 entries; the limit is 1024");
   EXPECT_REFUSED(producer.publish(1, {{"blob", std::string((1u << 20) + 1, 'x')}}), ErrorCode::kInvalidArgument,
                  "holds 1048581 bytes of keys and values; the limit is 1048576");
+  // Nor fix the layout: tensors may still be registered (a refused first publish prepared the
+  // slots, and registering then failed as if the model had been published).
+  float more = 2;
+  EXPECT_NO_THROW(producer.register_tensor({{"w2", DType::kF32, {1}}, &more}));
   EXPECT_EQ(producer.publish(1, {{"ok", "yes"}}).version, 1u) << "a refused publish must not use up a version or a slot";
 }
 
