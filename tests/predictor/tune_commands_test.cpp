@@ -125,6 +125,18 @@ TEST(TuneCommands, EveryCommandReportsCilOverTheWarmUpToTheEndOfTheRun) {
   }
   // plan forecasts past the log: its window is the run's, wherever the log ends.
   EXPECT_EQ(run_plan(beyond)["cil_window"]["to_step"].get<std::int64_t>(), 9000);
+  // --window sets the window in seconds of training from the warm-up: reported so, not as the
+  // run's steps (which every command said while scoring the other window).
+  auto windowed = a;
+  windowed.window_s = 100;
+  for (const auto& r : {run_plan(windowed), run_replay(windowed), run_evaluate(windowed, {1200, 2400})}) {
+    const auto& window = r["cil_window"];
+    EXPECT_FALSE(window.contains("to_step")) << window.dump();
+    EXPECT_EQ(window["window_s"].get<double>(), 100.0) << window.dump();
+    EXPECT_DOUBLE_EQ(window["to_time_s"].get<double>(), window["from_time_s"].get<double>() + 100.0) << window.dump();
+    EXPECT_NE(render_text(r).find("over the --window of 100 s after the warm-up"), std::string::npos) << render_text(r);
+    EXPECT_EQ(render_text(r).find("to the end of the run"), std::string::npos) << render_text(r);
+  }
 }
 
 TEST(TuneCommands, RejectsBadCostsAndSteps) {

@@ -173,8 +173,19 @@ std::size_t warmup_index_of(const mp::LossLog& log, std::int64_t w) {
 // run ends at --total-steps (its forecast goes there); replay and evaluate score the logged
 // curve, so their run ends where the log does, and a --total-steps beyond it is refused rather
 // than scored over a shorter window than the same run's plan.
-Json cil_window_json(const mp::Trajectory& scored, std::size_t w) {
-  return Json{{"from_step", scored.steps[w]}, {"to_step", scored.steps.back()}};
+// --window H replaces the run's end with H seconds of training time after the warm-up (the
+// planner's window_end): the window is then reported in time, as the run's steps do not bound it.
+Json cil_window_json(const mp::Trajectory& scored, std::size_t w, const mp::PublishCosts& costs) {
+  const double from = scored.time_s[w];
+  Json j{{"from_step", scored.steps[w]}, {"from_time_s", from}};
+  if (std::isfinite(costs.window_s)) {
+    j["window_s"] = costs.window_s;
+    j["to_time_s"] = from + costs.window_s;
+  } else {
+    j["to_step"] = scored.steps.back();
+    j["to_time_s"] = scored.time_s.back();
+  }
+  return j;
 }
 
 void check_total_within_log(const CommonArgs& a, const mp::LossLog& log) {
@@ -295,7 +306,7 @@ Json run_plan(const CommonArgs& a) {
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
   r["publish_steps"] = plan.publish_steps;
-  r["cil_window"] = cil_window_json(planned, w);
+  r["cil_window"] = cil_window_json(planned, w, costs);
   // On the forecast's own time axis, like the baselines; expected_cil averages the time scenarios.
   r["predicted_cil"] = mp::evaluate_cil(planned, w, costs, plan.publish_steps);
   r["expected_cil"] = plan.cil;
@@ -375,7 +386,7 @@ Json run_replay(const CommonArgs& a) {
   if (!log.warnings.empty()) r["warnings"] = log.warnings;
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
-  r["cil_window"] = cil_window_json(truth, w);
+  r["cil_window"] = cil_window_json(truth, w, costs);
   r["scheduler"] = {{"fits", scheduler.stats().fits}, {"band_refits", scheduler.stats().band_refits},
                     {"plans", scheduler.stats().plans}};
   r["predicted_cil"] = cil;  // the log is the true curve: this is the schedule's actual CIL
@@ -420,7 +431,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   if (!log.warnings.empty()) r["warnings"] = log.warnings;
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = publish_steps;
-  r["cil_window"] = cil_window_json(truth, w);
+  r["cil_window"] = cil_window_json(truth, w, costs);
   r["predicted_cil"] = cil;  // on the true (logged) curve
   r["slowdown_s"] = costs.stall_s * static_cast<double>(publish_steps.size());
   r["optimal"] = schedule_json(best.publish_steps, best.cil, costs.stall_s);
@@ -460,9 +471,15 @@ std::string render_text(const Json& r) {
     return out.empty() ? std::string("(none)") : out + " [" + std::to_string(n) + " publishes]";
   };
   const std::string cmd = r["command"];
-  o << cmd << " (warm-up step " << r["warmup_step"].get<std::int64_t>() << "; every CIL below is over steps "
-    << r["cil_window"]["from_step"].get<std::int64_t>() << " to " << r["cil_window"]["to_step"].get<std::int64_t>()
-    << ", the warm-up to the end of the run)\n";
+  const Json& window = r["cil_window"];
+  o << cmd << " (warm-up step " << r["warmup_step"].get<std::int64_t>() << "; every CIL below is over ";
+  if (window.contains("to_step")) {
+    o << "steps " << window["from_step"].get<std::int64_t>() << " to " << window["to_step"].get<std::int64_t>()
+      << ", the warm-up to the end of the run)\n";
+  } else {
+    o << "the --window of " << window["window_s"].get<double>() << " s after the warm-up, t = "
+      << window["from_time_s"].get<double>() << " s to " << window["to_time_s"].get<double>() << " s of training)\n";
+  }
   if (r.contains("warning")) o << "warning: " << r["warning"].get<std::string>() << "\n";
   const char* cil_label = cmd == "plan" ? "predicted CIL" : "CIL";
   o << "  " << (cmd == "plan" ? "plan" : cmd == "replay" ? "online scheduler" : "schedule") << ": publish at " << steps(r["publish_steps"])
