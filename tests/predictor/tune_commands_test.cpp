@@ -139,6 +139,30 @@ TEST(TuneCommands, EveryCommandReportsCilOverTheWarmUpToTheEndOfTheRun) {
   }
 }
 
+// plan of a log that already reaches the run's end said "--total-steps (6000) must exceed the
+// last warm-up step (6000)" to a user who gave neither option: each number is named by its source.
+TEST(TuneCommands, APlanWithNothingLeftToPlanSaysWhereTheEndAndTheWarmUpCameFrom) {
+  auto a = base(write_log("mc_tune_nothing_left.csv", 40));  // steps 0 to 3900
+  const auto refusal = [](const CommonArgs& args) {
+    try {
+      run_plan(args);
+    } catch (const modelcast::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("planned");
+  };
+  a.total_steps = 3900;
+  EXPECT_NE(refusal(a).find("nothing to plan: --total-steps 3900 does not come after the log's last step 3900 (no "
+                            "--warmup-steps: the whole log is the warm-up)"),
+            std::string::npos)
+      << refusal(a);
+  a.warmup_step = 800;
+  a.total_steps = 500;
+  EXPECT_NE(refusal(a).find("nothing to plan: --total-steps 500 does not come after the warm-up step 800"),
+            std::string::npos)
+      << refusal(a);
+}
+
 TEST(TuneCommands, RejectsBadCostsAndSteps) {
   auto a = base(write_log("mc_tune_bad.csv", 20));
   a.warmup_step = 500;

@@ -284,9 +284,19 @@ Json run_plan(const CommonArgs& a) {
   if (prefix.size() < 2) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "too few points before the warm-up step (need at least 2)");
   const std::int64_t total = a.total_steps ? *a.total_steps : (log.total_steps ? *log.total_steps : 0);
   if (total <= 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--total-steps is required (the log does not say)");
-  if (total <= prefix.back().step)
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--total-steps (" + std::to_string(total) + ") must exceed the last warm-up step (" +
-                                std::to_string(prefix.back().step) + ")");
+  if (total <= prefix.back().step) {
+    // Named by where each number came from: with neither option given, the log simply reaches
+    // the run's end, and nothing is left to plan.
+    const std::string end = a.total_steps ? "--total-steps " + std::to_string(total)
+                                          : "the run's total_steps " + std::to_string(total) + " (from the log)";
+    const std::string from = a.warmup_step ? "the warm-up step " + std::to_string(prefix.back().step)
+                                           : "the log's last step " + std::to_string(prefix.back().step) +
+                                                 " (no --warmup-steps: the whole log is the warm-up)";
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "nothing to plan: " + end + " does not come after " + from +
+                               "; plan forecasts from the warm-up on (give --warmup-steps, or replay or evaluate a "
+                               "finished run)");
+  }
   const auto costs = costs_of(a);
   const auto fo = forecast_options(a, total);
   // The library's plan from a prefix, which Python's modelcast.predictor.plan calls too.
