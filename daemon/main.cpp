@@ -14,7 +14,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "common/empty_option_value.h"
+#include "common/parse_command_line.h"
 #include "core/wire/socket_directory.h"
 #include "daemon/attach/seqpacket.h"
 #include "daemon/config.h"
@@ -45,11 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("-c,--config", config_path, "configuration file (TOML)")->capture_default_str();
   app.add_flag("--check", check_only, "check the configuration file and exit");
   app.set_version_flag("--version", std::string("modelcastd ") + MODELCASTD_VERSION);
-  if (auto empty = modelcast::empty_option_value(argc, argv)) {
-    std::cerr << "error: " << *empty << "\n";
-    return 2;
-  }
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = modelcast::parse_command_line(app, argc, argv)) return *status;
 
   // Plain stdout: journald (or the test reading us) adds its own timestamps and ordering.
   auto log = spdlog::stdout_logger_mt("modelcastd");

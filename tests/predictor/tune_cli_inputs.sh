@@ -2,7 +2,7 @@
 # modelcast-tune's command line: --publish-steps read one way (spaces around items allowed, an
 # empty item or a step past int64 refused by name), numbers decimal only (0x10 was read as 16),
 # an option given "=" and no value is refused (it took the next argument), and a result or plot
-# that cannot be written fails the command (both exited 0 on a full disk).
+# that cannot be written fails the command (both exited 0 on a full disk); usage errors exit 2.
 # Usage: tune_cli_inputs.sh MODELCAST_TUNE DATA_DIR
 set -eu
 tune=$1
@@ -36,6 +36,29 @@ refused "--warmup-steps: must be a decimal number, got '0xc8'" "$tune" evaluate 
 refused "--log= gives no value: write --log VALUE" "$tune" evaluate --log= "$log" --warmup-steps 200 \
   --publish-cost 2 --update-latency 1 --publish-steps 300
 refused "--run= gives no value" evaluate --run= --publish-steps 300
+
+# One exit status per outcome: 2 for every usage error (CLI11's own codes were 104 to 114, one
+# per kind of error), 1 for input the command cannot use, 0 for --help.
+status_is() {
+  want=$1
+  shift
+  set +e
+  "$@" > /dev/null 2>"$dir/err"
+  got=$?
+  set -e
+  [ "$got" -eq "$want" ] || fail "exit status $got, not $want, for: $*"
+}
+status_is 2 "$tune" evaluate --log "$log" --warmup-steps 200 --publish-cost 20abc --update-latency 1 --publish-steps 300
+status_is 2 "$tune" evaluate --log "$log" --warmup-steps 200 --publish-cost nan --update-latency 1 --publish-steps 300
+status_is 2 "$tune" evaluate --log "$log" --publish-cost 2 --update-latency 1 --publish-steps 300
+status_is 2 evaluate --publish-steps 300 stray
+status_is 2 evaluate --publish-steps 300 --publish-cost 2
+status_is 2 "$tune"
+status_is 2 "$tune" bogus --log "$log"
+grep -q "unknown command 'bogus' (the commands: plan, replay, evaluate" "$dir/err" || fail "bogus command not named"
+status_is 1 "$tune" evaluate --log "$log" --warmup-steps 999999 --publish-cost 2 --update-latency 1 --publish-steps 300
+status_is 0 "$tune" --help
+status_is 0 "$tune" plan --help
 
 # A full disk: the result on standard output, and the plot file.
 if [ -w /dev/full ]; then

@@ -20,7 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "common/empty_option_value.h"
+#include "common/parse_command_line.h"
 #include "default_model.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -233,11 +233,7 @@ int main(int argc, char** argv) {
   consumer->add_option("--size-mib", size_mib);
   pid_t parent = 0;
   consumer->add_option("--parent", parent, "the demo's process id")->required();
-  if (auto empty = modelcast::empty_option_value(argc, argv)) {
-    std::cerr << "error: " << *empty << "\n";
-    return 2;
-  }
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = modelcast::parse_command_line(app, argc, argv)) return *status;
   try {
     if (*consumer) return run_consumer(endpoint, index, versions, size_mib, parent);
     std::string self = std::filesystem::canonical("/proc/self/exe").string();

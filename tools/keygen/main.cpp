@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "common/empty_option_value.h"
+#include "common/parse_command_line.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 #include "modelcast/version.h"
@@ -20,11 +20,7 @@ int main(int argc, char** argv) {
   bool force = false;
   app.add_option("file", path, "key pair file to write; its public key goes to FILE.pub")->required();
   app.add_flag("--force", force, "overwrite existing files");
-  if (auto empty = modelcast::empty_option_value(argc, argv)) {
-    std::cerr << "error: " << *empty << "\n";
-    return 2;
-  }
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = modelcast::parse_command_line(app, argc, argv)) return *status;
   if (!force) {
     // Checked here, not left to save_key_pair(): only this tool knows its way to overwrite.
     for (const std::string& file : {path, path + ".pub"}) {

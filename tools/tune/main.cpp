@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "common/empty_option_value.h"
+#include "common/parse_command_line.h"
 #include "modelcast/predictor_csv.h"
 #include "modelcast/error.h"
 #include "modelcast/version.h"
@@ -119,11 +119,7 @@ int main(int argc, char** argv) {
   evaluate->add_option("--publish-steps", publish_steps, "comma-separated publish steps (logged steps after W)")->required();
   evaluate->add_flag("--json", json, "print JSON");
 
-  if (auto empty = modelcast::empty_option_value(argc, argv)) {
-    std::cerr << "error: " << *empty << "\n";
-    return 2;
-  }
-  CLI11_PARSE(app, argc, argv);
+  if (auto status = modelcast::parse_command_line(app, argc, argv)) return *status;
   args.progress = args.progress || isatty(STDERR_FILENO) != 0;
   try {
     nlohmann::json result;
