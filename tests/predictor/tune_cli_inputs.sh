@@ -56,6 +56,13 @@ status_is 2 evaluate --publish-steps 300 --publish-cost 2
 status_is 2 "$tune"
 status_is 2 "$tune" bogus --log "$log"
 grep -q "unknown command 'bogus' (the commands: plan, replay, evaluate" "$dir/err" || fail "bogus command not named"
+# A step past int64 was clamped to its limit and named so ("9223372036854775807 is beyond the
+# log"), or taken (--epoch-steps).
+status_is 2 "$tune" evaluate --log "$log" --warmup-steps 99999999999999999999 --publish-cost 2 --update-latency 1 \
+  --publish-steps 300
+grep -q -- "--warmup-steps: must be a step within 2^53, got '99999999999999999999'" "$dir/err" || fail "clamped step"
+status_is 2 evaluate --publish-steps 300 --epoch-steps 99999999999999999999
+status_is 2 evaluate --publish-steps 300 --epoch-steps 9007199254740993
 status_is 1 "$tune" evaluate --log "$log" --warmup-steps 999999 --publish-cost 2 --update-latency 1 --publish-steps 300
 status_is 0 "$tune" --help
 status_is 0 "$tune" plan --help

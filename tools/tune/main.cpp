@@ -5,12 +5,15 @@
 #include <charconv>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 
 #include "common/parse_command_line.h"
 #include "modelcast/predictor_csv.h"
 #include "modelcast/error.h"
+#include "modelcast/predictor_forecast.h"
 #include "modelcast/version.h"
 #include "tune_commands.h"
 
@@ -36,9 +39,30 @@ const CLI::Validator kNumber(
     },
     "NUMBER");
 
+// Steps: CLI11 clamps an integer past int64 to its limit ("--warmup-steps 99999999999999999999"
+// was said to be "9223372036854775807 ... beyond the log"; --epoch-steps took it), while the
+// predictor takes steps up to 2^53, as the log reader does.
+const CLI::Validator kStep(
+    [](std::string& text) {
+      const auto first = text.find_first_not_of(" \t");
+      if (first == std::string::npos) return std::string();  // empty: kNumber says so
+      const char* end = text.data() + text.find_last_not_of(" \t") + 1;
+      std::int64_t v = 0;
+      const auto read = std::from_chars(text.data() + first, end, v);
+      if (read.ptr != end) return std::string();  // not an integer: CLI11 says so
+      if (read.ec == std::errc::result_out_of_range || v > modelcast::predictor::kMaxCurveStep ||
+          v < -modelcast::predictor::kMaxCurveStep) {
+        return "must be a step within 2^53, got '" + text + "'";
+      }
+      return std::string();
+    },
+    "STEP");
+
 template <class T>
 CLI::Option* add_number(CLI::App& cmd, const std::string& name, T& value, const std::string& description) {
-  return cmd.add_option(name, value, description)->check(kNumber);
+  auto* option = cmd.add_option(name, value, description)->check(kNumber);
+  if constexpr (std::is_same_v<T, std::optional<std::int64_t>>) option->check(kStep);
+  return option;
 }
 
 void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
