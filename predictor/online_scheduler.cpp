@@ -65,7 +65,9 @@ OnlineScheduler::OnlineScheduler(OnlineOptions options) : options_(std::move(opt
     throw Error(ErrorCode::kInvalidArgument, std::string("online scheduler: options.forecast: ") + e.what());
   }
   if (options_.warmup_step < 0 || options_.warmup_step >= options_.forecast.total_steps)
-    throw Error(ErrorCode::kInvalidArgument, "online scheduler: warm-up step must be in [0, total_steps)");
+    throw Error(ErrorCode::kInvalidArgument, "online scheduler: warmup_step must be in [0, forecast.total_steps " +
+                                                 std::to_string(options_.forecast.total_steps) + "), got " +
+                                                 std::to_string(options_.warmup_step));
   stats_.horizon_end = options_.forecast.total_steps;
   if (options_.max_candidates < 2) throw Error(ErrorCode::kInvalidArgument, "online scheduler: max_candidates must be >= 2");
   if (!std::isfinite(options_.refit_growth) || options_.refit_growth < 0)

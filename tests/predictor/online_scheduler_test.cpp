@@ -352,6 +352,17 @@ TEST(OnlineScheduler, RejectsContractViolations) {
   OnlineOptions neg = o;
   neg.costs.stall_s = -1;
   EXPECT_THROW(OnlineScheduler{neg}, modelcast::Error);
+  // Named by its field and value (C and Python callers set it by that name).
+  OnlineOptions late = o;
+  late.warmup_step = 1000;
+  try {
+    OnlineScheduler{late};
+    ADD_FAILURE() << "a warm-up at the end of training was taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("warmup_step must be in [0, forecast.total_steps 1000), got 1000"),
+              std::string::npos)
+        << e.what();
+  }
   OnlineScheduler s(o);
   s.observe(10, 5.0, 1.0);
   EXPECT_THROW(s.observe(10, 4.0, 2.0), modelcast::Error);
