@@ -8,6 +8,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -40,6 +41,21 @@ inline std::optional<int> parse_command_line(CLI::App& app, int argc, const char
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // prints the help, the version or the error
+  }
+  // "-c ''" as "--config=" above: an empty path reached the program, which said only
+  // ": cannot be read". Flags take no value and are left out.
+  std::vector<const CLI::App*> apps{&app};
+  for (const auto* command : app.get_subcommands()) apps.push_back(command);
+  for (const auto* parsed : apps) {
+    for (const auto* option : parsed->get_options()) {
+      if (option->get_type_size() == 0) continue;
+      for (const auto& value : option->results()) {
+        if (value.empty()) {
+          std::cerr << "error: " << option->get_name() << " is given an empty value (an empty value means nothing here)\n";
+          return 2;
+        }
+      }
+    }
   }
   return std::nullopt;
 }

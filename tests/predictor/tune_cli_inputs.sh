@@ -36,6 +36,8 @@ refused "--warmup-steps: must be a decimal number, got '0xc8'" "$tune" evaluate 
 refused "--log= gives no value: write --log VALUE" "$tune" evaluate --log= "$log" --warmup-steps 200 \
   --publish-cost 2 --update-latency 1 --publish-steps 300
 refused "--run= gives no value" evaluate --run= --publish-steps 300
+refused "--log is given an empty value" "$tune" evaluate --log "" --warmup-steps 200 --publish-cost 2 \
+  --update-latency 1 --publish-steps 300
 
 # One exit status per outcome: 2 for every usage error (CLI11's own codes were 104 to 114, one
 # per kind of error), 1 for input the command cannot use, 0 for --help.
