@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -129,7 +130,16 @@ bool send_message(int fd, std::span<const char> message, std::span<const int> fd
 
 bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) {
   fds.clear();
-  message.resize(kMaxMessageBytes);
+  // The next message's length first (MSG_TRUNC reports it for SOCK_SEQPACKET since Linux 3.4):
+  // a buffer of kMaxMessageBytes, zero-filled for every request of a few hundred bytes, cost
+  // more than the request. A message over the limit is still read into the limit, to be refused.
+  ssize_t size;
+  do {
+    char probe;
+    size = recv(fd, &probe, 1, MSG_PEEK | MSG_TRUNC);
+  } while (size < 0 && errno == EINTR);
+  if (size < 0) return false;  // as recvmsg would fail: callers read once poll says a message is in
+  message.resize(std::clamp<std::size_t>(static_cast<std::size_t>(size), 1, kMaxMessageBytes));
   iovec iov{message.data(), message.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
