@@ -1,5 +1,7 @@
 """Producer: lives in the trainer, registers its tensors and publishes versions of them."""
 
+import numpy as np
+
 from . import _core
 from ._dtypes import _is_torch_tensor, describe_memory
 from ._service import INT64, UINT64, Service, _live, check_callback, integer, integers, options_from, seconds, text
@@ -32,11 +34,11 @@ class Producer(Service):
     def __init__(self, *, on_delivery=None, **options):
         check_callback("Producer", "on_delivery", on_delivery)
         self._impl = _core._Producer(options_from(_core.ProducerOptions, options, "Producer"), on_delivery)
-        # Torch tensors registered, with where their memory was: `param.data = ...`, `.half()`
-        # or `.to()` give a tensor object new storage (and may free the old), which publish()
-        # would otherwise go on reading. NumPy arrays cannot be rebound in place (resizing one
-        # we reference is refused by NumPy).
-        self._torch_tensors = []
+        # Torch tensors and NumPy arrays registered, with where their memory was: `param.data =
+        # ...`, `.half()` or `.to()` give a tensor object new storage, and NumPy's
+        # `resize(refcheck=False)` reallocates an array we reference; either may free the old
+        # memory, which publish() would otherwise go on reading (a crash, or another object's bytes).
+        self._watched = []
         _live.add(self)
 
     def register(self, name, tensor, *, global_shape=None, global_offset=None):
@@ -73,8 +75,9 @@ class Producer(Service):
             raise InvalidArgumentError(f"tensor '{name}' with shape {m.shape} has more bytes than 64 bits can count")
         self._impl.register_memory(name, m.dtype, m.shape, m.address, m.nbytes, m.owners, m.memory, m.device,
                                    global_shape, global_offset)
-        if _is_torch_tensor(tensor):
-            self._torch_tensors.append((name, tensor, m.address, m.nbytes, tensor.dtype))
+        storage = _storage_of(tensor)
+        if storage is not None:
+            self._watched.append((name, tensor, storage))
 
     def register_all(self, tensors):
         """register() for every (name, tensor) of a mapping, e.g. ``model.state_dict()``."""
@@ -90,7 +93,7 @@ class Producer(Service):
 
         Blocks (GIL released) for the copy only; delivery continues in the background. The
         trainer must not modify the tensors from another thread meanwhile. ``metadata`` maps
-        names to values, sent as strings (``str(value)``). StateError if nothing is registered.
+        names (str) to values, sent as strings (``str(value)``). StateError if nothing is registered.
 
         For device tensors, ``stream`` and ``event`` order the snapshot's copies against the
         trainer's GPU work (both are ignored for host tensors):
@@ -110,16 +113,20 @@ class Producer(Service):
         if metadata is not None and not callable(getattr(metadata, "items", None)):
             raise InvalidArgumentError(f"publish(): metadata must be a mapping of names to values (a dict) or None, "
                                        f"not {type(metadata).__name__}")
-        meta = {text("publish(): metadata key", str(k)): str(v) for k, v in (metadata or {}).items()}
+        # Keys are names: str() of a key made 1 and "1" one entry, and the last one won silently.
+        for key in (metadata or {}):
+            if not isinstance(key, str):
+                raise InvalidArgumentError(f"publish(): metadata key {key!r} is a {type(key).__name__}; keys are str")
+        meta = {text("publish(): metadata key", k): str(v) for k, v in (metadata or {}).items()}
         for key, value in meta.items():
             text(f"publish(): metadata value of {key!r}", value)
         return self._impl.publish(step, meta, _handle(stream, "stream", ("cuda_stream", "ptr")),
                                   _handle(event, "event", ("cuda_event", "ptr")))
 
     def _check_storage(self):
-        """InvalidArgumentError naming the first registered torch tensor whose storage changed."""
-        for name, tensor, address, nbytes, dtype in self._torch_tensors:
-            now = (tensor.data_ptr(), tensor.element_size() * tensor.numel(), tensor.dtype)
+        """InvalidArgumentError naming the first registered tensor or array whose storage changed."""
+        for name, tensor, (address, nbytes, dtype) in self._watched:
+            now = _storage_of(tensor)
             if now == (address, nbytes, dtype):
                 continue
             what = []
@@ -131,7 +138,8 @@ class Producer(Service):
                 what.append("new memory")
             raise InvalidArgumentError(
                 f"publish: tensor '{name}' no longer uses the memory registered for it ({', '.join(what)}): its "
-                f"storage was replaced (`.data = ...`, `.half()`, `.to()`, `.set_()`); nothing was published. "
+                f"storage was replaced (torch: `.data = ...`, `.half()`, `.to()`, `.set_()`; NumPy: "
+                f"`resize(refcheck=False)`); nothing was published. "
                 f"Update registered tensors in place (optimizer steps, `.copy_()`), or register the new ones "
                 f"on a new Producer")
 
@@ -151,7 +159,16 @@ class Producer(Service):
         """Stops the producer and releases the registered tensors. Idempotent; later calls raise StateError.
         A ``wait_for_consumers`` on another thread returns at once, raising StateError."""
         self._impl.close()
-        self._torch_tensors = []
+        self._watched = []
+
+
+def _storage_of(tensor):
+    """(address, bytes, dtype) of a torch tensor's or NumPy array's memory, None for other objects."""
+    if _is_torch_tensor(tensor):
+        return (tensor.data_ptr(), tensor.element_size() * tensor.numel(), tensor.dtype)
+    if isinstance(tensor, np.ndarray):
+        return (tensor.__array_interface__["data"][0], tensor.nbytes, tensor.dtype)
+    return None
 
 
 def _handle(obj, what, attributes):
@@ -163,8 +180,8 @@ def _handle(obj, what, attributes):
         if not isinstance(obj, int) and hasattr(obj, attribute):
             obj = getattr(obj, attribute)
             break
-    if isinstance(obj, bool) or not isinstance(obj, int) or obj < 0:
+    if isinstance(obj, bool) or not isinstance(obj, int) or obj < 0 or obj >= 2**64:
         raise InvalidArgumentError(
-            f"publish: {what} must be None, a raw CUDA {what} handle (a non-negative int) or an object with "
+            f"publish: {what} must be None, a raw CUDA {what} handle (an int from 0 to 2^64 - 1) or an object with "
             f"{' or '.join('.' + a for a in attributes)}, not {obj!r}")
     return obj

@@ -77,6 +77,32 @@ def test_a_tensor_whose_storage_was_replaced_is_refused_at_publish(producer):
     assert producer.stats().versions_published == 2
 
 
+def test_a_numpy_array_resized_without_its_refcheck_is_refused_at_publish(producer):
+    # resize(refcheck=False) reallocates an array the producer still reads: publish() read the
+    # freed memory (a segmentation fault with 16 MiB, whose memory goes back to the system).
+    weights = np.ones(1 << 22, dtype=np.float32)
+    producer.register("weights", weights)
+    producer.publish(1)
+    weights.resize(4, refcheck=False)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'weights'", "16777216 -> 16 bytes",
+                "resize(refcheck=False)", "nothing was published"):
+        producer.publish(2)
+    assert producer.stats().versions_published == 1
+
+
+def test_metadata_keys_are_names_and_two_that_print_alike_are_not_merged(producer):
+    producer.register("w", np.ones(3, dtype=np.float32))
+    # str() of the keys made one entry of 1 and "1", and one of the values was lost.
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "metadata key 1 is a int; keys are str"):
+        producer.publish(1, metadata={1: "int key", "1": "str key"})
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "metadata key b'k' is a bytes"):
+        producer.publish(1, metadata={b"k": "v"})
+    assert producer.stats().versions_published == 0
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "stream must be None",
+                "from 0 to 2^64 - 1"):
+        producer.publish(1, stream=2**70)
+
+
 def test_a_tensor_whose_dtype_changed_is_refused_at_publish(producer):
     module = torch.nn.Linear(4, 4)
     producer.register_all(dict(module.named_parameters()))
