@@ -19,10 +19,27 @@ from .errors import InvalidArgumentError
 Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index expected_cil point_forecast")
 
 
+def _sequence(name, values):
+    """``values`` as a list when it is a sized, ordered collection; InvalidArgumentError naming
+    ``name`` otherwise (len() or iteration raised a TypeError naming nothing)."""
+    if isinstance(values, (str, bytes, dict)) or not hasattr(values, "__len__") or not hasattr(values, "__iter__"):
+        raise InvalidArgumentError(f"{name} must be a sequence, not {type(values).__name__}")
+    return list(values)
+
+
+def _instance(name, value, kind, none_ok=False):
+    """``value`` when it is a ``kind`` (or None, if allowed); InvalidArgumentError naming ``name`` otherwise."""
+    if (value is None and none_ok) or isinstance(value, kind):
+        return value
+    raise InvalidArgumentError(f"{name} must be a {kind.__name__}{' or None' if none_ok else ''}, "
+                               f"not {type(value).__name__}")
+
+
 def curve_points(steps, loss, time_s=None):
     """CurvePoints from parallel sequences (time_s optional: NaN when unknown)."""
-    if time_s is None:
-        time_s = [math.nan] * len(steps)
+    steps = _sequence("curve_points(): steps", steps)
+    loss = _sequence("curve_points(): loss", loss)
+    time_s = [math.nan] * len(steps) if time_s is None else _sequence("curve_points(): time_s", time_s)
     if not len(steps) == len(loss) == len(time_s):
         raise InvalidArgumentError(f"steps, loss and time_s differ in length ({len(steps)}, {len(loss)}, {len(time_s)})")
     return [CurvePoint(integer(f"steps[{i}]", s, *INT64), real(f"loss[{i}]", l), real(f"time_s[{i}]", t))
@@ -40,12 +57,28 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     forecast (the scenarios' expected path the plan is made on), curve (the points up to the
     warm-up step, then that forecast), warmup_index, expected_cil (over the scenarios, the tool's
     ``expected_cil``; equal to cil unless the time axis is in doubt) and point_forecast (the
-    forecast before hedging). Pure; raises InvalidArgumentError for a warm-up step that was not
-    logged, fewer than 2 points up to it, or total_steps not beyond it.
+    forecast before hedging). Pure; raises InvalidArgumentError naming the argument for a wrong
+    type, points whose steps do not increase or that lack a time (the costs are in seconds), a
+    warm-up step that was not logged, fewer than 2 points up to it, or total_steps not beyond it.
     """
+    points = _sequence("plan(): points", points)
+    for i, point in enumerate(points):
+        _instance(f"plan(): points[{i}]", point, CurvePoint)
+        if i > 0 and point.step <= points[i - 1].step:
+            raise InvalidArgumentError(f"plan(): points[{i}] (step {point.step}) does not come after points[{i - 1}] "
+                                       f"(step {points[i - 1].step}): steps must increase")
     warmup_step = integer("warmup_step", warmup_step, *INT64)
     total_steps = integer("total_steps", total_steps, *INT64)
+    _instance("plan(): costs", costs, PublishCosts)
+    _instance("plan(): reference", reference, ReferenceCurve, none_ok=True)
+    _instance("plan(): lr_schedule", lr_schedule, LrSchedule, none_ok=True)
     prefix = [p for p in points if p.step <= warmup_step]
+    # The planner's own refusal named a "non-finite loss or time at step 0", for a finite loss.
+    for point in prefix:
+        if not math.isfinite(point.time_s):
+            raise InvalidArgumentError(f"plan(): the point at step {point.step} has no time (time_s {point.time_s}): "
+                                       f"a plan needs the training time of every point up to the warm-up, as "
+                                       f"its costs are in seconds")
     if not prefix or prefix[-1].step != warmup_step:
         raise InvalidArgumentError(f"warm-up step {warmup_step} is not a logged step")
     if len(prefix) < 2:
@@ -73,10 +106,16 @@ def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1
     forecast = options.forecast
     forecast.total_steps = integer("total_steps", total_steps, *INT64)
     options.forecast = forecast
-    options.costs = PublishCosts(stall_s=stall_s, delivery_s=delivery_s, request_rate=request_rate)
+    options.costs = PublishCosts(stall_s=real("online_options(): stall_s", stall_s),
+                                 delivery_s=real("online_options(): delivery_s", delivery_s),
+                                 request_rate=real("online_options(): request_rate", request_rate))
     options.warmup_step = integer("warmup_step", warmup_step, *INT64)
     for key, value in settings.items():
         if key.startswith("_") or not hasattr(options, key):
             raise InvalidArgumentError(f"OnlineOptions has no field '{key}'")
-        setattr(options, key, value)
+        try:
+            setattr(options, key, value)
+        except TypeError:  # pybind11's, naming no field
+            raise InvalidArgumentError(f"online_options(): {key} cannot be {value!r} ({type(value).__name__}); it "
+                                       f"is a {type(getattr(options, key)).__name__}") from None
     return options

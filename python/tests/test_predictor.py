@@ -188,3 +188,41 @@ def test_a_step_that_is_not_an_integer_is_refused_naming_it():
 def test_online_options_refuse_an_unknown_work_mode():
     with pytest.raises(modelcast.InvalidArgumentError, match="work_mode"):
         predictor.online_options(600, 200, 0.5, 0.2, work_mode="sometimes")
+
+
+def test_plan_and_online_options_refuse_wrong_types_naming_the_argument():
+    # Each was a TypeError or AttributeError naming nothing (pybind11's "incompatible function
+    # arguments", "'tuple' object has no attribute 'step'"), against the documented
+    # InvalidArgumentError.
+    costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2)
+    points = curve()
+    refused = {
+        "plan\\(\\): points must be a sequence, not NoneType": lambda: predictor.plan(None, 200, 600, costs),
+        "plan\\(\\): points\\[0\\] must be a CurvePoint, not tuple": lambda: predictor.plan([(0, 1.0)], 200, 600, costs),
+        "plan\\(\\): costs must be a PublishCosts, not NoneType": lambda: predictor.plan(points, 200, 600, None),
+        "plan\\(\\): reference must be a ReferenceCurve or None, not str":
+            lambda: predictor.plan(points, 200, 600, costs, reference="run.csv"),
+        "plan\\(\\): lr_schedule must be a LrSchedule or None, not list":
+            lambda: predictor.plan(points, 200, 600, costs, lr_schedule=[1.0]),
+        "online_options\\(\\): delivery_s must be a real number, not NoneType":
+            lambda: predictor.online_options(600, 200, 0.5, None),
+        "online_options\\(\\): refit_growth cannot be 'x' \\(str\\)":
+            lambda: predictor.online_options(600, 200, 0.5, 0.2, refit_growth="x"),
+        "curve_points\\(\\): steps must be a sequence, not generator":
+            lambda: predictor.curve_points((s for s in [0, 1]), [1.0, 0.5]),
+    }
+    for words, call in refused.items():
+        with pytest.raises(modelcast.InvalidArgumentError, match=words):
+            call()
+
+
+def test_plan_refuses_points_without_times_or_out_of_order_saying_so():
+    costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2)
+    # curve_points takes time_s as optional; the planner said "non-finite loss or time at step 0".
+    untimed = predictor.curve_points([0, 10, 20, 30], [1.0, 0.9, 0.8, 0.7])
+    with pytest.raises(modelcast.InvalidArgumentError, match="the point at step 0 has no time"):
+        predictor.plan(untimed, 30, 1000, costs)
+    # Said "warm-up step 20 is not a logged step" of a logged step.
+    shuffled = predictor.curve_points([0, 20, 10, 30], [1.0, 0.9, 0.8, 0.7], [0, 1, 2, 3])
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"points\[2\] \(step 10\) does not come after"):
+        predictor.plan(shuffled, 20, 1000, costs)
