@@ -7,6 +7,7 @@ publish() could not read as one dense block.
 """
 
 from . import _core
+from ._service import INT64, integers, text
 from .errors import InvalidArgumentError
 
 _NUMPY = {"float64": "f64", "float32": "f32", "float16": "f16", "int64": "i64", "int32": "i32",
@@ -188,4 +189,6 @@ def tensor_spec(entry):
         name, dtype, shape = entry
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"expected_layout entry {entry!r} is not a TensorSpec or (name, dtype, shape)") from None
-    return _core.TensorSpec(name, dtype_name(dtype), [int(d) for d in shape])
+    # Not int(): a shape of [2.7] was taken as [2].
+    return _core.TensorSpec(text("expected_layout: name", name), dtype_name(dtype),
+                            integers(f"expected_layout: shape of {name!r}", shape, 0, INT64[1]))

@@ -125,6 +125,9 @@ def options_from(cls, kwargs, what):
         default = getattr(options, key)
         if isinstance(default, datetime.timedelta):
             value = seconds(what, key, value)
+        # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
+        if isinstance(value, bool) and not isinstance(default, bool):
+            raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({value!r})")
         try:
             setattr(options, key, value)
         except TypeError:

@@ -2,7 +2,7 @@
 
 from . import _core
 from ._dtypes import dtype_name, tensor_spec
-from ._service import UINT64, Service, _live, check_callback, integer, options_from, seconds, text
+from ._service import INT64, UINT64, Service, _live, check_callback, integer, integers, options_from, seconds, text
 from .errors import InvalidArgumentError
 
 
@@ -97,7 +97,10 @@ def _conversions(conversions):
     for item in items:
         try:
             name, dtype, *rest = item
-            out.append(_core.TensorConversion(name, dtype_name(dtype), *rest))
+            if len(rest) > 1:
+                raise ValueError(f"{len(item)} elements")
+            rest = [integer(f"Consumer: the conversion of {name!r}: fp8_block", value, 0, UINT64[1]) for value in rest]
+            out.append(_core.TensorConversion(text("Consumer: a name in conversions", name), dtype_name(dtype), *rest))
         except InvalidArgumentError:
             raise
         except (TypeError, ValueError) as e:
@@ -128,16 +131,27 @@ def _wants(wants):
 
 
 def _want(name, want):
+    text("Consumer: a name in wants", name)
     if want is None or want == "nothing":
         return _core.TensorWant(name, "nothing")
     if want == "whole":
         return _core.TensorWant(name, "whole")
-    if isinstance(want, tuple) and want and want[0] == "shard":
-        if len(want) != 4 or not all(isinstance(x, int) and not isinstance(x, bool) for x in want[1:]):
-            raise InvalidArgumentError(f"the want of '{name}': ('shard', dim, index, count) with ints, got {want!r}")
-        return _core.TensorWant(name, "shard", *want[1:])
+    if isinstance(want, (tuple, list)) and want and isinstance(want[0], str) and want[0] == "shard":
+        if len(want) != 4:
+            raise InvalidArgumentError(f"the want of '{name}': ('shard', dim, index, count), got {want!r}")
+        # integer(): NumPy's ints are ints, and a negative one is said to be negative, not "the
+        # wrong type".
+        dim, index, count = (integer(f"the want of '{name}': {field}", value, low, UINT64[1])
+                             for field, value, low in zip(("dim", "index", "count"), want[1:], (0, 0, 1)))
+        return _core.TensorWant(name, "shard", dim, index, count)
     if isinstance(want, list):
-        return _core.TensorWant(name, "boxes", boxes=[(list(o), list(e)) for o, e in want])
+        boxes = []
+        for b, box in enumerate(want):
+            if isinstance(box, (str, bytes)) or not hasattr(box, "__len__") or len(box) != 2:
+                raise InvalidArgumentError(f"the want of '{name}': box {b} is {box!r}, not (offset, extent)")
+            boxes.append((integers(f"the want of '{name}': box {b} offset", box[0], 0, INT64[1]),
+                          integers(f"the want of '{name}': box {b} extent", box[1], 0, INT64[1])))
+        return _core.TensorWant(name, "boxes", boxes=boxes)
     raise InvalidArgumentError(
         f"the want of '{name}' is {want!r}: 'whole', None, ('shard', dim, index, count) or a list of "
         "(offset, extent) boxes")

@@ -265,12 +265,21 @@ def test_options_of_the_wrong_type_or_range_are_refused_naming_them():
         (dict(buffers=2**70), "option 'buffers' is out of range"),
         (dict(buffers="3"), "option 'buffers' takes int, not str"),
         (dict(wants=5), "wants is a dict"),
-        (dict(wants={"w": ("shard", "a", 0, 2)}), "the want of 'w': ('shard', dim, index, count) with ints"),
-        (dict(wants={"w": [(0,)]}), "the want of 'w' is [(0,)]: not enough values to unpack"),
-        (dict(wants={"w": [(["a"], [1])]}), "the want of 'w'", "wrong type"),
+        (dict(wants={"w": ("shard", "a", 0, 2)}), "the want of 'w': dim must be an integer, got 'a'"),
+        (dict(wants={"w": ("shard", 0, 0)}), "the want of 'w': ('shard', dim, index, count), got ('shard', 0, 0)"),
+        (dict(wants={"w": [(0,)]}), "the want of 'w': box 0 is (0,), not (offset, extent)"),
+        (dict(wants={"w": [(["a"], [1])]}), "the want of 'w': box 0 offset[0] must be an integer, got 'a'"),
         (dict(conversions=3), "conversions is a dict"),
         (dict(conversions=[("w",)]), "the conversion ('w',) is not (name, dtype)"),
-        (dict(conversions=[("w", "f16", "x")]), "the conversion ('w', 'f16', 'x')", "wrong type"),
+        (dict(conversions=[("w", "f16", "x")]), "the conversion of 'w': fp8_block must be an integer, got 'x'"),
+        # Each was "an element of the wrong type (sizes and indices are ints)", or taken cut short.
+        (dict(wants={"w": ("shard", 0, -1, 2)}), "the want of 'w': index must be at least 0, got -1"),
+        (dict(wants={"w": ("shard", 0, 0, 0)}), "the want of 'w': count must be at least 1, got 0"),
+        (dict(wants={5: "whole"}), "a name in wants must be a str, not int"),
+        (dict(wants={"w": [(["0"], [2.5])]}), "box 0 offset[0] must be an integer, got '0'"),
+        (dict(conversions=[("*", "f8e4m3", -1)]), "the conversion of '*': fp8_block must be at least 0, got -1"),
+        (dict(expected_layout=[("a", "f32", [2.7])]), "expected_layout: shape of 'a'[0] must be an integer, got 2.7"),
+        (dict(buffers=True), "option 'buffers' takes int, not bool"),
     ]
     for case in cases:
         options, *words = case
@@ -278,6 +287,9 @@ def test_options_of_the_wrong_type_or_range_are_refused_naming_them():
             modelcast.Consumer("tcp://127.0.0.1:9", **options)
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'snapshot_slots' takes int"):
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", snapshot_slots=2.5)
+    # NumPy's ints are ints here as elsewhere, and a shard may be written as a list.
+    for want in (("shard", np.int64(0), np.int32(1), 2), ["shard", 0, 1, 2]):
+        modelcast.Consumer("tcp://127.0.0.1:9", wants={"w": want}).close()
 
 
 def test_durations_take_int_and_float_seconds_and_timedelta(producer, endpoint):
