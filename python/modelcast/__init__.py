@@ -12,8 +12,8 @@ Failures raise :class:`Error` subclasses carrying an :class:`ErrorCode`.
 from . import errors
 from ._version import __version__
 from ._core import (ConsumerStats, Delivery, KeyPair, ModelView, ProducerStats, PublishTicket, TensorSpec,
-                    ViewTensor, dtype_names, dtype_size, generate_key_pair, load_key_pair, load_public_key,
-                    save_key_pair)
+                    ViewTensor, dtype_names, dtype_size, generate_key_pair)
+from .keys import load_key_pair, load_public_key, save_key_pair
 from .consumer import Consumer
 from .errors import (AuthenticationError, Error, ErrorCode, IntegrityError, InvalidArgumentError,
                      LayoutMismatchError, ProtocolError, ResourceError, StateError, TimeoutError,

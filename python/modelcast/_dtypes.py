@@ -126,6 +126,9 @@ def _describe_cuda_array_interface(name, obj, numpy):
         address = int(cai["data"][0])
     except (KeyError, TypeError, ValueError, IndexError):
         raise InvalidArgumentError(f"tensor '{name}': __cuda_array_interface__ lacks shape, typestr or data") from None
+    if not 0 <= address < 2**64:
+        raise InvalidArgumentError(f"tensor '{name}': __cuda_array_interface__'s data pointer {address} is not an "
+                                   f"address (0 to 2^64 - 1)")
     if cai.get("mask") is not None:
         raise InvalidArgumentError(f"tensor '{name}': a masked __cuda_array_interface__ cannot be registered")
     if numpy is None:
@@ -153,12 +156,25 @@ _DLPACK = {(2, 64): "f64", (2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 
 
 
 def _describe_dlpack(name, obj):
-    device_type, device_id = (int(x) for x in obj.__dlpack_device__())
+    # What the exporter returns is checked here, as its errors (an unpacking ValueError,
+    # pybind11's TypeError) named neither the tensor nor the call.
+    device = obj.__dlpack_device__()
+    if (not isinstance(device, tuple) or len(device) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in device)):
+        raise InvalidArgumentError(f"tensor '{name}': __dlpack_device__() returned {device!r}, not "
+                                   f"(device_type, device_id) ints")
+    device_type, device_id = device
     if device_type not in (_core.DLPACK_CPU, _core.DLPACK_CUDA):
         raise InvalidArgumentError(f"tensor '{name}' is on DLPack device type {device_type}; modelcast registers "
                                    f"host (kDLCPU) or CUDA (kDLCUDA) memory")
     capsule = obj.__dlpack__()
-    info = _core._dlpack_info(capsule)
+    try:
+        info = _core._dlpack_info(capsule)
+    except TypeError:
+        raise InvalidArgumentError(f"tensor '{name}': __dlpack__() returned a {type(capsule).__name__}, not a "
+                                   f"DLPack capsule") from None
+    except InvalidArgumentError as e:
+        raise InvalidArgumentError(f"tensor '{name}': {e}") from None
     if (info["device_type"], info["device_id"]) != (device_type, device_id):
         raise InvalidArgumentError(
             f"tensor '{name}': __dlpack_device__() says {(device_type, device_id)} but its DLPack tensor is on "

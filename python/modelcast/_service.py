@@ -6,6 +6,7 @@ import datetime
 import math
 import numbers
 import operator
+import os
 import weakref
 
 from .errors import InvalidArgumentError
@@ -125,6 +126,9 @@ def options_from(cls, kwargs, what):
         default = getattr(options, key)
         if isinstance(default, datetime.timedelta):
             value = seconds(what, key, value)
+        # Paths (key_file, persist_directory) as pathlib.Path as well as str.
+        if isinstance(default, str) and isinstance(value, os.PathLike):
+            value = os.fspath(value)
         # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
         if isinstance(value, bool) and not isinstance(default, bool):
             raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({value!r})")

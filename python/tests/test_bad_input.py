@@ -188,6 +188,24 @@ def test_a_missing_key_file_is_named_and_said_not_to_exist(tmp_path):
         modelcast.load_public_key(missing)
 
 
+def test_paths_are_str_or_path_objects_and_anything_else_is_named(tmp_path):
+    # pathlib.Path was pybind11's TypeError naming no parameter, for the key helpers and the
+    # options that take a path.
+    keys = modelcast.generate_key_pair()
+    modelcast.save_key_pair(keys, tmp_path / "k")
+    assert modelcast.load_key_pair(tmp_path / "k").public_key == keys.public_key
+    assert modelcast.load_public_key(tmp_path / "k.pub") == keys.public_key
+    with modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", key_file=tmp_path / "k",
+                            allow_any_consumer=True, persist_directory=tmp_path / "ckpt"):
+        assert (tmp_path / "ckpt").is_dir()
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "load_key_pair(): path must be a str, not NoneType"):
+        modelcast.load_key_pair(None)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "save_key_pair(): overwrite must be a bool"):
+        modelcast.save_key_pair(keys, tmp_path / "k", overwrite="no")
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "save_key_pair(): keys must be a KeyPair"):
+        modelcast.save_key_pair(None, tmp_path / "j")
+
+
 def test_a_path_or_name_with_a_nul_byte_is_refused_whole(tmp_path):
     # The system reads a path up to its NUL: "a\0zzz" opened the key file "a", another file
     # than named, and messages quoting such text were cut at the NUL (Python's text stops there).
@@ -344,6 +362,35 @@ def test_an_interface_claiming_a_size_past_64_bits_or_a_negative_extent_is_refus
         producer.register("huge", Claimed((2**62, 8)))
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "tensor 'backwards'", "negative extent"):
         producer.register("backwards", Claimed((-1, -1)))
+
+
+def test_an_exporter_answering_nonsense_is_refused_naming_the_tensor(producer):
+    # Each was a raw TypeError or ValueError (unpacking, pybind11) naming neither the tensor nor the call.
+    class Exporter:
+        def __init__(self, device, capsule=None):
+            self.device, self.capsule = device, capsule
+
+        def __dlpack_device__(self):
+            return self.device
+
+        def __dlpack__(self, stream=None):
+            return self.capsule
+
+    for device in (("a", "b"), (1, 0, 0), None):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "tensor 'x'",
+                    "__dlpack_device__() returned"):
+            producer.register("x", Exporter(device))
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "tensor 'x'",
+                "__dlpack__() returned a int, not a DLPack capsule"):
+        producer.register("x", Exporter((1, 0), 5))
+
+    class Pointer:
+        def __init__(self, address):
+            self.__cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (address, False), "version": 3}
+
+    for address in (-1, 2**70):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "tensor 'p'", "is not an address"):
+            producer.register("p", Pointer(address))
 
 
 def test_persist_options_are_checked_at_construction(tmp_path):
