@@ -108,8 +108,9 @@ void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
   try {
     if (!config_.repository.empty() && !directory_locks_.contains(model.name)) {
       try {
-        directory_locks_[model.name] =
-            std::make_unique<repo::ModelDirectoryLock>(repo::Repository(config_.repository).model_directory(model.name));
+        auto lock = std::make_unique<repo::ModelDirectoryLock>(repo::Repository(config_.repository).model_directory(model.name));
+        if (!lock->unlocked().empty()) log->warn("model {}: {}", model.name, lock->unlocked());
+        directory_locks_[model.name] = std::move(lock);
       } catch (const modelcast::Error& e) {
         // A directory no one can make or open (a read-only mount) is no one else's either: the
         // model is served, and each write's failure reported. Another process's lock is a refusal.

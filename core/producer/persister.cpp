@@ -78,6 +78,7 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
   const std::string model_directory = repository::Repository(options_.directory).model_directory(model_);
   try {
     lock_ = std::make_unique<repository::ModelDirectoryLock>(model_directory);
+    if (!lock_->unlocked().empty()) log_->warn("persist.directory: {}", lock_->unlocked());
   } catch (const Error& e) {
     // Not one for later: every write would fail (or clobber the other writer's), unseen for hours.
     throw Error(e.code() == ErrorCode::kState ? ErrorCode::kState : ErrorCode::kInvalidArgument,

@@ -29,14 +29,18 @@ ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) {
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     const int saved = errno;
-    close(fd_);
     if (saved == EWOULDBLOCK) {
+      close(fd_);
+      fd_ = -1;
       throw Error(ErrorCode::kState, "repository directory " + shown_text(directory, 4096) +
                                          " is in use by another writer (a modelcastd serving this model from this "
                                          "repository, or a producer persisting it there): one writes a model's "
                                          "directory at a time");
     }
-    throw Error(ErrorCode::kResource, "repository: cannot lock directory " + shown_text(directory, 4096) + ": " + std::strerror(saved));
+    close(fd_);
+    fd_ = -1;
+    unlocked_ = "cannot lock directory " + shown_text(directory, 4096) + " (" + std::strerror(saved) +
+                "): another writer of it would not be refused";
   }
 }
 

@@ -16,14 +16,19 @@ class ModelDirectoryLock {
  public:
   // Creates `directory` if missing and locks it. Throws modelcast::Error(kState) when another
   // open of it holds the lock (another process, or another lock in this one), kResource when it
-  // cannot be made or opened.
+  // cannot be made or opened. A file system that takes no locks (Lustre mounted without flock,
+  // some NFS) is no reason to stop writing: the object is made unlocked, and unlocked() says why.
   explicit ModelDirectoryLock(const std::string& directory);
   ~ModelDirectoryLock();
   ModelDirectoryLock(const ModelDirectoryLock&) = delete;
   ModelDirectoryLock& operator=(const ModelDirectoryLock&) = delete;
 
+  // Empty while the lock is held; else why it could not be taken (to be logged by the owner).
+  const std::string& unlocked() const { return unlocked_; }
+
  private:
   int fd_ = -1;
+  std::string unlocked_;
 };
 
 }  // namespace modelcast::repository
