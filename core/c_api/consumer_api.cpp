@@ -185,7 +185,9 @@ mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t v
       // The consumer's last error goes with the timeout: a C or Fortran caller that only checks
       // statuses would otherwise see "did not arrive" where the cause is a refused join.
       const auto stats = consumer->consumer->stats();
-      throw CError{MC_ERR_TIMEOUT, "version " + std::to_string(version) + " did not arrive within " +
+      // Version 0 asks for any version: the first.
+      const std::string awaited = version == 0 ? "no version arrived" : "version " + std::to_string(version) + " did not arrive";
+      throw CError{MC_ERR_TIMEOUT, awaited + " within " +
                                        std::to_string(timeout_ms) + " ms (current version " +
                                        std::to_string(stats.current_version) +
                                        (stats.last_error.empty() ? "" : "; last error: " + stats.last_error) + ")"};

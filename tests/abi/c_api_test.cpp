@@ -612,6 +612,9 @@ TEST(CApi, WaitForVersionTimesOut) {
   EXPECT_EQ(view, nullptr);
   EXPECT_NE(last_error().find("mc_consumer_wait_for_version"), std::string::npos) << last_error();
   EXPECT_NE(last_error().find("version 1 did not arrive within 50 ms"), std::string::npos) << last_error();
+  // Version 0 is any version: none arrived (it said "version 0 did not arrive").
+  EXPECT_EQ(mc_consumer_wait_for_version(consumer.c, 0, 50, &view), MC_ERR_TIMEOUT);
+  EXPECT_NE(last_error().find("no version arrived within 50 ms"), std::string::npos) << last_error();
 
   // After a publish, the same wait succeeds; asking for a version beyond it times out again.
   mc_publish_result result;
