@@ -5,8 +5,14 @@
 # Each round runs BASE then NEW over shared memory with the run options (default: the 1 GiB delta
 # rows), writing OUT_DIR/{base,new}-ROUND.json; then prints the medians per changed_pct.
 set -euo pipefail
-base=$1 new=$2 out=$3 rounds=${4:-3}
-shift $(( $# >= 4 ? 4 : 3 ))
+base=$1 new=$2 out=$3 rounds=3
+shift 3
+# ROUNDS is optional: "--" may come right after OUT_DIR (it was read as the rounds count).
+if [[ $# -gt 0 && $1 != -- ]]; then
+  rounds=$1
+  shift
+fi
+[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "exchange_ab.sh: ROUNDS must be a positive integer, got '$rounds'" >&2; exit 2; }
 [[ ${1:-} == -- ]] && shift
 opts=("$@")
 ((${#opts[@]})) || opts=(--sizes-mib 1024 --consumers 1 --changed-pct 0,10,100 --reps 5 --no-serve --file-reps 0)

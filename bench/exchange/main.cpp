@@ -699,8 +699,13 @@ int main(int argc, char** argv) {
   RunOptions o;
   auto* run_cmd = app.add_subcommand("run", "measure every configuration under the current UCX environment");
   run_cmd->add_option("--transport", o.transport, "label of the UCX environment this runs under (shm, tcp)");
-  run_cmd->add_option("--sizes-mib", o.sizes_mib, "model sizes in MiB")->delimiter(',');
-  run_cmd->add_option("--consumers", o.consumers, "consumer process counts")->delimiter(',');
+  // Bounded: a size or count below 1 crashed the run (or hung it, for a negative count).
+  run_cmd->add_option("--sizes-mib", o.sizes_mib, "model sizes in MiB (1 to 1048576)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
+  run_cmd->add_option("--consumers", o.consumers, "consumer process counts (1 to 256)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256));
   run_cmd->add_flag("!--no-serve", o.serve, "skip the serving reader's rows");
   run_cmd->add_option("--changed-pct", o.changed_pcts,
                       "shares of blocks each version changes (below 100: delta rows, one consumer only)")

@@ -264,8 +264,11 @@ int main(int argc, char** argv) {
   int reps = 5;
   std::string tmpdir = "/tmp/modelcast-gpu-bench";
   bool json = false;
-  app.add_option("--sizes-mib", sizes)->delimiter(',');
-  app.add_option("--paths", paths)->delimiter(',');
+  // An unknown path ran as "staged" under its own label; a size of 0 ran.
+  app.add_option("--sizes-mib", sizes, "model sizes in MiB (1 to 1048576)")->delimiter(',')->check(CLI::Range(1, 1 << 20));
+  app.add_option("--paths", paths, "delivery paths: cuda_ipc, staged, d2h, h2d")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"cuda_ipc", "staged", "d2h", "h2d"}));
   app.add_option("--reps", reps)->check(CLI::PositiveNumber);
   app.add_option("--tmpdir", tmpdir, "where the file baseline writes");
   app.add_flag("--json", json);

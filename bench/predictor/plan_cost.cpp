@@ -14,7 +14,6 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -62,33 +61,31 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-std::vector<std::size_t> parse_sizes(const std::string& text) {
-  std::vector<std::size_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(static_cast<std::size_t>(std::stoull(item)));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Cost of the exact publish plan (plan_optimal) on per-step loss logs"};
-  std::string points = "10000,100000,1000000";
+  std::vector<std::size_t> points{10000, 100000, 1000000};
   std::size_t smooth_max = 100000;
   std::vector<double> cost_ratios{0.5, 8.0};
   unsigned runs = 3;
   bool json = false;
-  app.add_option("--points", points, "log lengths, comma-separated");
-  app.add_option("--smooth-max-points", smooth_max, "longest smooth log planned (the worst case: minutes beyond 10^5)");
-  app.add_option("--cost-ratio", cost_ratios, "publish stall in logging intervals (delivery half of it)");
+  // Bounded: a bad list ended in an uncaught exception, a negative length wrapped and hung.
+  app.add_option("--points", points, "log lengths, comma-separated (10 to 10^8)")
+      ->delimiter(',')
+      ->check(CLI::Range(10, 100'000'000));
+  app.add_option("--smooth-max-points", smooth_max,
+                 "longest smooth log planned (the worst case: minutes beyond 10^5; 0 to 10^8)")
+      ->check(CLI::Range(0, 100'000'000));
+  app.add_option("--cost-ratio", cost_ratios, "publish stall in logging intervals (delivery half of it; 0.001 to 1000)")
+      ->check(CLI::Range(0.001, 1000.0));
   app.add_option("--runs", runs, "timed calls per row (median)")->check(CLI::Range(1u, 100u));
   app.add_flag("--json", json, "print JSON");
   CLI11_PARSE(app, argc, argv);
 
   Json rows = Json::array();
   for (const bool noisy : {true, false}) {
-    for (const auto n : parse_sizes(points)) {
+    for (const auto n : points) {
       if (!noisy && n > smooth_max) continue;
       const auto log = per_step_log(n, noisy, 1);
       const std::size_t w = n / 5;

@@ -172,9 +172,12 @@ int main(int argc, char** argv) {
   app.add_option("--data", data, "curves file, optionally FILE=FAMILY (default family: the track column); repeatable")->required();
   app.add_option("--held-out-data", held_out_data,
                  "curves file like --data whose families are held out of every choice and reported separately; repeatable");
-  app.add_option("--max-runs-per-family", per_family, "deterministic sample, evenly spread over each family's records (0 = all)");
-  app.add_option("--threads", threads, "worker threads");
-  app.add_option("--warmup-pct", warmup_pct, "warm-up, in % of the logged points");
+  // Bounded: a warm-up outside (0, 100) scored nothing and printed nan rows, exit 0.
+  app.add_option("--max-runs-per-family", per_family,
+                 "deterministic sample, evenly spread over each family's records (0 = all)")
+      ->check(CLI::Range(0, 1'000'000));
+  app.add_option("--threads", threads, "worker threads (1 to 256)")->check(CLI::Range(1, 256));
+  app.add_option("--warmup-pct", warmup_pct, "warm-up, in % of the logged points (1 to 99)")->check(CLI::Range(1.0, 99.0));
   app.add_option("--family", only_family, "evaluate one family only (the others still choose its variant)");
   app.add_option("--lr-schedules", lr_schedules_path,
                  "CSV run,step,lr: the learning-rate schedule each run was configured with; runs listed get it as "
@@ -244,6 +247,13 @@ int main(int argc, char** argv) {
       std::cerr << "family " << f << " is in both --data and --held-out-data\n";
       return 2;
     }
+  // An unknown family evaluated every family, as if --family had not been given.
+  if (!only_family.empty() && !by_family.count(only_family)) {
+    std::cerr << "--family " << only_family << " is none of the data's families:";
+    for (const auto& [fam, runs] : by_family) std::cerr << " " << fam;
+    std::cerr << "\n";
+    return 2;
+  }
   std::vector<std::pair<const mp::LossLog*, std::string>> selected;
   for (auto& [fam, runs] : by_family) {
     std::stable_sort(runs.begin(), runs.end(), [](const auto* a, const auto* b) { return a->record < b->record; });

@@ -188,11 +188,12 @@ int main(int argc, char** argv) {
   int reps = 5;
   std::string tmp = "/tmp/modelcast-sidecar-bench", daemon_path = MODELCASTD;
   bool json = false;
-  app.add_option("--sizes-mib", sizes)->delimiter(',');
-  app.add_option("--reps", reps);
-  app.add_option("--tmpdir", tmp);
-  app.add_option("--modelcastd", daemon_path);
-  app.add_flag("--json", json);
+  // Bounded and described: 0 repetitions printed a row of zeros, a negative size aborted.
+  app.add_option("--sizes-mib", sizes, "model sizes in MiB (1 to 65536)")->delimiter(',')->check(CLI::Range(1, 65536));
+  app.add_option("--reps", reps, "measured versions per size (1 to 1000)")->check(CLI::Range(1, 1000));
+  app.add_option("--tmpdir", tmp, "where the repository and the file baseline go");
+  app.add_option("--modelcastd", daemon_path, "the daemon to run")->check(CLI::ExistingFile);
+  app.add_flag("--json", json, "print JSON");
   CLI11_PARSE(app, argc, argv);
   nlohmann::json results = nlohmann::json::array();
   for (auto mib : sizes) {
