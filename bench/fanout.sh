@@ -34,6 +34,16 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
+# Checked before any network is built: a bad number was "unbound variable" from bash
+# arithmetic, or a negative rate ran unlimited and was reported as that rate.
+positive() { [[ $2 =~ ^[1-9][0-9]*$ ]] || { echo "fanout: $1 must be a positive integer, got '$2'" >&2; exit 2; }; }
+positive --size-mib "$size_mib"
+positive --link-mb-s "$link"
+positive --versions "$versions"
+IFS=, read -ra _counts <<<"$consumers"
+for n in "${_counts[@]}"; do positive "--consumers (each)" "$n"; done
+IFS=, read -ra _fanouts <<<"$fanouts"
+for f in "${_fanouts[@]}"; do [[ $f =~ ^[0-9]+$ ]] || { echo "fanout: --relay-fanout takes counts >= 0, got '$f'" >&2; exit 2; }; done
 
 if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
   echo "fanout: skipped: needs root, iproute2 (ip netns) and tc to build its network" >&2
@@ -80,8 +90,14 @@ for fanout in "${relay_fanouts[@]}"; do
       in_ns "$i" "$bin" consumer --endpoint "$endpoint" --name "c$i" --until "$versions" &
       pids+=($!)
     done
-    row=$(in_ns 0 "$bin" producer --endpoint "$endpoint" --bytes "$bytes" --versions "$versions" --consumers "$n" \
-            --relay-fanout "$fanout")
+    # A producer that fails leaves its consumers waiting for versions: ended, not orphaned.
+    if ! row=$(in_ns 0 "$bin" producer --endpoint "$endpoint" --bytes "$bytes" --versions "$versions" \
+                 --consumers "$n" --relay-fanout "$fanout"); then
+      kill "${pids[@]}" 2>/dev/null || true
+      wait "${pids[@]}" 2>/dev/null || true
+      echo "fanout: the producer failed ($n consumer(s), relay fan-out $fanout)" >&2
+      exit 1
+    fi
     for pid in "${pids[@]}"; do wait "$pid"; done
     echo "fanout: $n consumer(s), relay fan-out $fanout: $row" >&2
     rows+=("$row")
