@@ -25,11 +25,11 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
   }
   // Every member says it, whether it held the version, still fetched it or had not begun (the
   // give-up can come before a member's fetch): all of them serve the version before on. The
-  // member that rejected it said why already.
-  if (group.given_up > group_committed_ && group.given_up != group_gave_up_said_ && !rejected_.count(group.given_up)) {
-    group_gave_up_said_ = group.given_up;
-    report_group_gave_up(group.given_up);
-  }
+  // member that rejected it said why already. Said at the end, once the stats no longer show the
+  // version prepared (a reader told of the give-up found prepared_version still set).
+  const bool say_gave_up =
+      group.given_up > group_committed_ && group.given_up != group_gave_up_said_ && !rejected_.count(group.given_up);
+  if (say_gave_up) group_gave_up_said_ = group.given_up;
   const bool waiting = group.members < options_.group_size;
   // Said before the stats say so: a reader that sees group_waiting finds why in last_error. A
   // group that was never whole is starting (its members join one by one, and every server
@@ -72,6 +72,7 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     make_visible(committed);
     if (options_.on_update) options_.on_update(ModelView(committed));
   }
+  if (say_gave_up) report_group_gave_up(group.given_up);
 }
 
 void ConsumerService::report_group_gave_up(std::uint64_t version) {
