@@ -1,6 +1,6 @@
 """Producer: lives in the trainer, registers its tensors and publishes versions of them."""
 
-import numpy as np
+import sys
 
 from . import _core
 from ._dtypes import _is_torch_tensor, describe_memory
@@ -166,7 +166,9 @@ def _storage_of(tensor):
     """(address, bytes, dtype) of a torch tensor's or NumPy array's memory, None for other objects."""
     if _is_torch_tensor(tensor):
         return (tensor.data_ptr(), tensor.element_size() * tensor.numel(), tensor.dtype)
-    if isinstance(tensor, np.ndarray):
+    # NumPy is optional here, as in _dtypes: an array registered means it is imported.
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and isinstance(tensor, numpy.ndarray):
         return (tensor.__array_interface__["data"][0], tensor.nbytes, tensor.dtype)
     return None
 
