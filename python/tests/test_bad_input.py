@@ -462,3 +462,28 @@ def test_classes_only_the_library_makes_cannot_be_made_bare():
             cls.__new__(cls)
         with pytest.raises(TypeError):
             cls()
+
+
+def test_classes_with_a_constructor_cannot_be_made_bare_and_are_still_made_and_subclassed():
+    # Cls.__new__(Cls) of a class with a constructor skipped it: reading a ConsumerOptions' string,
+    # a TensorSpec's size or a predictor option crashed the process (SIGSEGV).
+    from modelcast import _core
+    for cls in (_core.ConsumerOptions, _core.TensorSpec, _core._Producer, _core._Consumer,
+                _core.predictor.ForecastOptions, _core.predictor.OnlineScheduler):
+        with pytest.raises(TypeError, match=r"\.__new__\(\) would make an object with no value: call .*\(\.\.\.\)"):
+            cls.__new__(cls)
+    assert _core.ConsumerOptions().model_name == "model"
+    assert _core.TensorSpec("w", "f32", [2, 3]).size_bytes == 24
+
+    class Options(_core.predictor.ForecastOptions):
+        def __init__(self):
+            super().__init__()
+            self.label = "mine"
+    options = Options()
+    assert options.label == "mine" and options.future_steps == _core.predictor.ForecastOptions().future_steps
+
+    class Forgetful(_core.predictor.ForecastOptions):
+        def __init__(self):
+            pass
+    with pytest.raises(TypeError, match="must be called"):
+        Forgetful()
