@@ -10,10 +10,12 @@
 ! Errors: every function returns an integer status (MC_OK = 0, else an MC_ERR_* code);
 ! mc_last_error() then names the problem. Strings passed in lose trailing blanks and are copied.
 ! Lifetimes: a registered array must stay allocated and unmoved (TARGET, no reallocation)
-! while the producer lives: modelcast reads it at each publish. Register a variable, never an
-! expression: mc_producer_register(p, "w", w * 2.0) registers a temporary the compiler frees
-! when the call returns, and each publish would send whatever then lies there (no error: the
-! module cannot tell a temporary from an array).
+! while the producer lives: modelcast reads it at each publish. Register a variable: an
+! expression (mc_producer_register(p, "w", w * 2.0)) does not compile, as the array argument is
+! intent(inout). The compiler cannot see one case: an array that reaches the call through a
+! dummy of your own that is explicit-shape or `contiguous`, given a strided section, is a
+! temporary copy the compiler frees on return, and each publish would send whatever then lies
+! there. A scalar (or one element, a(1, 1)) registers a tensor of one element, not its array.
 module modelcast
   use, intrinsic :: iso_c_binding
   use modelcast_c
@@ -222,6 +224,13 @@ contains
     integer(c_int64_t) :: shape(max(1, size(extents)))
     integer :: i, n
     if (holds_nul("mc_producer_register", name, status)) return
+    ! First: an unallocated array's or a null pointer's extents and contiguity are whatever its
+    ! descriptor held, and the checks below gave one of their reasons for it at random.
+    if (.not. c_associated(data)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
+          "' is not allocated (or a pointer not associated)")
+      return
+    end if
     ! An assumed-size dummy (a(n, *)) has no last extent: shape() says -1.
     if (any(extents < 0)) then
       status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
@@ -241,28 +250,31 @@ contains
     status = from_c(mc_producer_register_tensor_c(producer%handle, c_loc(name_c), dtype, int(n, c_size_t), shape, data))
   end function
 
+  ! intent(inout), though nothing is written: the array must be a variable, which the compiler
+  ! then checks. With intent(in) an expression (w * 2.0, transpose(w)) compiled and registered a
+  ! temporary freed when the call returned, and every publish sent whatever lay there since.
   integer function register_f32(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
-    real(c_float), dimension(..), target, intent(in) :: array
+    real(c_float), dimension(..), target, intent(inout) :: array
     status = register_raw(producer, name, MC_DTYPE_F32, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
   end function
   integer function register_f64(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
-    real(c_double), dimension(..), target, intent(in) :: array
+    real(c_double), dimension(..), target, intent(inout) :: array
     status = register_raw(producer, name, MC_DTYPE_F64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
   end function
   integer function register_i32(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
-    integer(c_int32_t), dimension(..), target, intent(in) :: array
+    integer(c_int32_t), dimension(..), target, intent(inout) :: array
     status = register_raw(producer, name, MC_DTYPE_I32, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
   end function
   integer function register_i64(producer, name, array) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
-    integer(c_int64_t), dimension(..), target, intent(in) :: array
+    integer(c_int64_t), dimension(..), target, intent(inout) :: array
     status = register_raw(producer, name, MC_DTYPE_I64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
   end function
 
@@ -330,18 +342,24 @@ contains
 
   ! ---- consumer ------------------------------------------------------------------------
 
-  ! Starts a consumer of `model_name` at the producer's control endpoint (it joins in the
-  ! background). producer_public_key (Z85) pins the producer; key_file is this consumer's key pair.
   ! The public key in a `.pub` file (modelcast-keygen writes one next to each key pair), for
-  ! mc_consumer_create's producer_public_key.
+  ! mc_consumer_create's producer_public_key: 40 characters (Z85), blank-filled past them.
+  ! (With a character(len=40) dummy a longer variable kept its old text past the 40th.)
   integer function mc_load_public_key(path, public_key) result(status)
     character(len=*), intent(in) :: path
-    character(len=40), intent(out) :: public_key
+    character(len=*), intent(out) :: public_key
     character(kind=c_char), allocatable :: path_c(:)
     character(kind=c_char) :: key_c(41)
+    character(len=16) :: length
     integer :: i
     public_key = ""
-    if (bad_text("mc_load_public_key: path", path, status)) return
+    if (len(public_key) < 40) then
+      write(length, '(i0)') len(public_key)
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_load_public_key: public_key holds " // trim(length) // &
+          " characters; a key needs 40 (character(len=40))")
+      return
+    end if
+    if (bad_text("mc_load_public_key: path", path, status, required=.true.)) return
     call to_c(path, path_c)
     status = from_c(mc_load_public_key_c(path_c, key_c))
     if (status /= MC_OK) return
@@ -350,6 +368,8 @@ contains
     end do
   end function
 
+  ! Starts a consumer of `model_name` at the producer's control endpoint (it joins in the
+  ! background). producer_public_key (Z85) pins the producer; key_file is this consumer's key pair.
   integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file) &
       result(status)
     type(mc_consumer), intent(inout) :: consumer
@@ -407,7 +427,8 @@ contains
     type(c_ptr) :: acquired
     acquired = c_null_ptr
     status = from_c(mc_consumer_acquire_c(consumer%handle, acquired))
-    if (status == MC_OK) call replace_view(view, acquired)
+    ! Before the first version the call succeeds with no view: the view held stays.
+    if (status == MC_OK .and. c_associated(acquired)) call replace_view(view, acquired)
   end function
 
   ! Waits at most timeout_ms for version `version` or newer (MC_ERR_TIMEOUT otherwise); a view
@@ -483,6 +504,13 @@ contains
     call to_c(name, name_c)
     status = from_c(mc_view_find_tensor_c(view%handle, c_loc(name_c), info))
     if (status /= MC_OK) return
+    ! A deallocated array keeps its old extents, which passed the shape check: the copy wrote
+    ! through a null address.
+    if (info%size_bytes > 0 .and. .not. c_associated(destination)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_view_copy: the array for '" // trim(name) // &
+          "' is not allocated (or a pointer not associated)")
+      return
+    end if
     n = size(extents)
     if (info%dtype /= dtype) then
       status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // "' holds " // &

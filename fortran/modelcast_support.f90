@@ -113,16 +113,23 @@ contains
         name(1:index(name, c_null_char) - 1) // "' is followed by a NUL character")
   end function
 
-  ! True (status set to MC_ERR_INVALID_ARGUMENT, naming `what`) when an optional text argument
-  ! that was given is blank or holds a NUL. Both would reach the C library as another text: blank
-  ! as "" (the option's default: a blank key_file is no key, and the producer plaintext), a NUL
-  ! as the part before it.
-  logical function bad_text(what, text, status)
+  ! True (status set to MC_ERR_INVALID_ARGUMENT, naming `what`) when a text argument is blank or
+  ! holds a NUL. Both would reach the C library as another text: blank as "" (an optional
+  ! argument's default: a blank key_file is no key, and the producer plaintext), a NUL as the part
+  ! before it. `required`: the argument has no default to fall back on.
+  logical function bad_text(what, text, status, required)
     character(len=*), intent(in) :: what, text
     integer, intent(out) :: status
+    logical, intent(in), optional :: required
     status = MC_OK
     bad_text = .true.
     if (len_trim(text) == 0) then
+      if (present(required)) then
+        if (required) then
+          status = module_failure(MC_ERR_INVALID_ARGUMENT, what // " is blank")
+          return
+        end if
+      end if
       status = module_failure(MC_ERR_INVALID_ARGUMENT, what // " is blank; leave it out for the default")
     else if (index(text, c_null_char) > 0) then
       status = module_failure(MC_ERR_INVALID_ARGUMENT, what // ": '" // text(1:index(text, c_null_char) - 1) // &

@@ -148,8 +148,27 @@ contains
     type(mc_view) :: view
     real(c_float), target :: big(8, 6)
     real(c_float), pointer :: huge(:)
+    real(c_float), allocatable, target :: forgotten(:, :)
+    real(c_float), pointer :: unset(:) => null()
+    character(len=40) :: key
     big = 1
     call check(mc_producer_create(p, "misuse"), "mc_producer_create (misuse)")
+    ! An unallocated array (or a null pointer) was refused for whatever reason its descriptor's
+    ! leftovers gave (assumed-size, not contiguous), a deallocated one by the C library, which
+    ! could not name the cause. (Deallocated here: a never-allocated one's extents are undefined.)
+    allocate(forgotten(3, 4))
+    deallocate(forgotten)
+    if (mc_producer_register(p, "forgotten", forgotten) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("an unallocated array was registered", 0)
+    if (index(mc_last_error(), "'forgotten' is not allocated") == 0) &
+        call fail("unclear unallocated array error: " // mc_last_error(), 0)
+    if (mc_producer_register(p, "unset", unset) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a null pointer was registered", 0)
+    if (index(mc_last_error(), "'unset' is not allocated (or a pointer not associated)") == 0) &
+        call fail("unclear null pointer error: " // mc_last_error(), 0)
+    ! The path has no default: "leave it out" was wrong advice.
+    if (mc_load_public_key("  ", key) /= MC_ERR_INVALID_ARGUMENT) call fail("a blank key path was taken", 0)
+    if (mc_last_error() /= "mc_load_public_key: path is blank") call fail("unclear blank path error: " // mc_last_error(), 0)
     if (mc_producer_register(p, "sec", big(1:8:2, 1:6:2)) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a strided section was registered", 0)
     if (index(mc_last_error(), "'sec' is not contiguous") == 0) call fail("unclear section error: " // mc_last_error(), 0)
@@ -198,7 +217,7 @@ contains
   subroutine register_assumed_size(p, field, n)
     type(mc_producer), intent(in) :: p
     integer, intent(in) :: n
-    real(c_float), target, intent(in) :: field(n, *)
+    real(c_float), target, intent(inout) :: field(n, *)
     if (mc_producer_register(p, "legacy", field) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("an assumed-size array was registered", 0)
     if (index(mc_last_error(), "'legacy' is assumed-size") == 0) &
@@ -209,10 +228,11 @@ contains
   ! module releases the view the variable held (with intent(out) it was lost, and after
   ! `buffers` versions every receive buffer was held and no version arrived again).
   subroutine a_view_variable_is_reused()
-    type(mc_producer) :: p
-    type(mc_consumer) :: c
+    type(mc_producer) :: p, idle
+    type(mc_consumer) :: c, early
     type(mc_view) :: view
     real(c_float), target :: y(5), y_back(5)
+    real(c_float), allocatable, target :: dropped(:)
     integer(c_int64_t) :: version
     integer :: round
     call check(mc_producer_create(p, "reuse"), "mc_producer_create (reuse)")
@@ -226,6 +246,23 @@ contains
       call check(mc_view_copy(view, "y", y_back), "copy y (reuse)")
       if (any(y_back /= y)) call fail("the reused view holds another version's values, round", round)
     end do
+    ! A deallocated array keeps its extents: its shape matched and the copy wrote through a null
+    ! address (SIGSEGV).
+    allocate(dropped(5))
+    deallocate(dropped)
+    if (mc_view_copy(view, "y", dropped) /= MC_ERR_INVALID_ARGUMENT) call fail("a copy into a deallocated array", 0)
+    if (index(mc_last_error(), "'y' is not allocated") == 0) call fail("unclear deallocated copy error: " // mc_last_error(), 0)
+    ! An acquire that finds no version yet (another consumer's, before its first) keeps the view
+    ! held: it was released and the variable emptied, the last good version lost.
+    call check(mc_producer_create(idle, "idle"), "mc_producer_create (idle)")
+    call check(mc_consumer_create(early, mc_producer_endpoint(idle), "idle"), "mc_consumer_create (idle)")
+    call check(mc_consumer_acquire(early, view), "acquire before the first version")
+    if (mc_view_version(view) /= 8) call fail("an acquire of no version dropped the held view, now version", &
+                                              int(mc_view_version(view)))
+    call check(mc_view_copy(view, "y", y_back), "copy y from the kept view")
+    if (any(y_back /= 8)) call fail("the kept view holds other values", 0)
+    call mc_consumer_destroy(early)
+    call mc_producer_destroy(idle)
     call mc_view_release(view)
     call mc_consumer_destroy(c)
     call mc_producer_destroy(p)
@@ -241,11 +278,22 @@ contains
     type(mc_consumer) :: c
     type(mc_view) :: kview
     character(len=40) :: trainer_public, server_public
+    character(len=64) :: roomy
+    character(len=20) :: cramped
     real(c_float), target :: x(7), x_back(7)
     integer(c_int64_t) :: kversion
     integer :: i
     call check(mc_load_public_key(dir // "/trainer.key.pub", trainer_public), "load trainer.key.pub")
     call check(mc_load_public_key(dir // "/server.key.pub", server_public), "load server.key.pub")
+    ! A longer variable gets the key and blanks (it kept its old text past the 40th character);
+    ! a shorter one is refused.
+    roomy = repeat("#", len(roomy))
+    call check(mc_load_public_key(dir // "/server.key.pub", roomy), "load server.key.pub into 64 characters")
+    if (roomy /= server_public) call fail("a key loaded into 64 characters reads " // roomy, 0)
+    if (mc_load_public_key(dir // "/server.key.pub", cramped) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a key was loaded into 20 characters", 0)
+    if (index(mc_last_error(), "public_key holds 20 characters; a key needs 40") == 0) &
+        call fail("unclear short key variable error: " // mc_last_error(), 0)
     if (mc_producer_create(p, "keyed", key_file=dir // "/trainer.key") == MC_OK) &
         call fail("a keyed producer admitting no consumer was created", 0)
     if (index(mc_last_error(), "allowed_consumer_keys") == 0) call fail("unclear keyed error: " // mc_last_error(), 0)
