@@ -10,6 +10,7 @@
 #include <httplib.h>
 
 #include "daemon/config.h"
+#include "daemon/ops_connection.h"
 #include "modelcast/error.h"
 
 namespace modelcastd {
@@ -53,7 +54,7 @@ void check_http_host(const std::string& listen) {
   }
 }
 
-OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(std::make_unique<httplib::Server>()) {
+OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(std::make_unique<BoundedServer>()) {
   const std::string host = host_of(listen);
   check_http_host(listen);
   auto parsed = listen_port(listen);
@@ -88,14 +89,14 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
       res.set_content(std::string("no such path; modelcastd serves ") + kPaths + "\n", "text/plain");
     }
   });
-  // cpp-httplib gives each connection a pooled thread until it closes or sends nothing for the
-  // read timeout: 8 threads and 5 s by default, so 8 idle connections from anyone who can reach
-  // the port kept probes unanswered. Probes and scrapes send their request at once and are
-  // answered in microseconds: a second's silence is plenty, and 64 threads (idle, they cost a
-  // stack each) take a flood of that many connections a second to starve.
+  // cpp-httplib gives each connection a pooled thread while it is served: 8 threads by default,
+  // so 8 idle connections from anyone who can reach the port kept probes unanswered. Probes and
+  // scrapes send their request at once and are answered in microseconds; BoundedServer gives a
+  // connection a second for its request (64 KiB at most) and a second for its answer, so 64
+  // threads (idle, they cost a stack each) take a flood of that many connections a second to
+  // starve. A body is never needed (GET and HEAD only): the cap bounds it as well.
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
-  server_->set_read_timeout(1, 0);
-  server_->set_keep_alive_timeout(1);
+  server_->set_payload_max_length(ConnectionLimits{}.request_bytes);
   // cpp-httplib sets SO_REUSEPORT by default: a second daemon on the same address would then
   // bind too and take every other scrape. SO_REUSEADDR alone lets a restart rebind at once
   // (past TIME_WAIT) and refuses an address another process listens on.

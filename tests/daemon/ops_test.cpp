@@ -2,10 +2,12 @@
 // goes on; the failure is in the log and the metrics), hooks, and SIGHUP reloads.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <thread>
 #include <random>
@@ -177,6 +179,91 @@ TEST(OpsHttpAddress, IdleConnectionsDoNotKeepProbesUnanswered) {
   for (int fd : idle) close(fd);
   ASSERT_TRUE(answer) << "no answer within 3 s: " << httplib::to_string(answer.error());
   EXPECT_EQ(answer->status, 200);
+}
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
+// Clients sending a header a byte at a time each held one of the 64 pooled threads for as long
+// as they went on (cpp-httplib's read timeout restarts at every byte): 70 of them left /healthz
+// unanswered for good. A connection has a second for its whole request now.
+TEST(OpsHttpAddress, SlowClientsDoNotKeepProbesUnanswered) {
+  using namespace std::chrono_literals;
+  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
+                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  modelcastd::OpsHttp ops("127.0.0.1:0", providers);
+  std::vector<int> slow;
+  for (int i = 0; i < 70; ++i) {
+    slow.push_back(connect_to(ops.port()));
+    ASSERT_GE(slow.back(), 0) << std::strerror(errno);
+    const std::string start = "GET /healthz HTTP/1.1\r\nX-Slow: ";
+    ASSERT_EQ(send(slow.back(), start.data(), start.size(), MSG_NOSIGNAL), static_cast<ssize_t>(start.size()));
+  }
+  // The clients' pace (a byte every 50 ms, well inside the old per-byte timeout of a second even
+  // on a loaded machine) is the behaviour under test, not a synchronisation.
+  std::atomic<bool> done{false};
+  std::thread dribble([&] {
+    while (!done) {
+      for (int fd : slow) send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+      std::this_thread::sleep_for(50ms);
+    }
+  });
+  httplib::Client http("127.0.0.1", ops.port());
+  http.set_connection_timeout(10s);
+  http.set_read_timeout(10s);
+  auto answer = http.Get("/healthz");
+  done = true;
+  dribble.join();
+  for (int fd : slow) close(fd);
+  ASSERT_TRUE(answer) << "no answer within 10 s: " << httplib::to_string(answer.error());
+  EXPECT_EQ(answer->status, 200);
+}
+
+// Header lines without end were all read and kept (a client grew the daemon by hundreds of MB,
+// kept after it left). The request is cut at 64 KiB and the connection closed: sending fails
+// long before 16 MiB.
+TEST(OpsHttpAddress, ARequestWithoutEndIsCutOffAndTheConnectionClosed) {
+  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
+                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  modelcastd::OpsHttp ops("127.0.0.1:0", providers);
+  const int fd = connect_to(ops.port());
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string lines = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+  while (lines.size() < 64 * 1024) lines.append("X-Filler: ").append(100, 'a').append("\r\n");
+  std::size_t sent = 0;
+  bool refused = false;
+  while (sent < (std::size_t{16} << 20) && !refused) {
+    pollfd p{fd, POLLOUT, 0};
+    // A server that stopped reading without closing would leave the send blocked: 10 s of that
+    // ends the loop, and the read below then finds the connection open.
+    if (poll(&p, 1, 10'000) <= 0) break;
+    const ssize_t n = send(fd, lines.data() + sent % (64 * 1024), 64 * 1024 - sent % (64 * 1024), MSG_NOSIGNAL);
+    if (n < 0) refused = true;
+    else sent += static_cast<std::size_t>(n);
+  }
+  if (!refused) {
+    // Closed while the last sends sat in the socket buffers: reading finds the end (or a reset).
+    pollfd p{fd, POLLIN, 0};
+    char buffer[4096];
+    while (poll(&p, 1, 10'000) > 0) {
+      const ssize_t n = recv(fd, buffer, sizeof buffer, 0);
+      if (n <= 0) {
+        refused = true;
+        break;
+      }
+    }
+  }
+  close(fd);
+  EXPECT_TRUE(refused) << "the endpoint took " << sent << " bytes of one request and kept the connection";
+  EXPECT_LT(sent, std::size_t{16} << 20);
 }
 
 TEST_F(DaemonTest, VersionsTooLargeForTheModelAreCountedAsRejected) {
