@@ -198,9 +198,17 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
                     " (seconds of training since it started, never decreasing)");
   }
   if (step > options_.forecast.total_steps) extend_horizon(step);
-  // Work on the stall-free training clock, as the forecast's time model expects.
+  // Work on the stall-free training clock, as the forecast's time model expects. The last
+  // publish's stall was assumed (costs.stall_s); it took at most the wall time since the point
+  // before, and deducting more ran the training clock backwards (evaluations 0.2 ms apart with
+  // a stall of 0.5 ms set), which the forecast refused.
+  if (!observed_.empty() && stall_unseen_s_ > wall_time_s - last_wall_time_s_)
+    stall_total_s_ -= stall_unseen_s_ - (wall_time_s - last_wall_time_s_);
+  stall_unseen_s_ = 0.0;
+  double training_time_s = wall_time_s - stall_total_s_;
+  if (!observed_.empty()) training_time_s = std::max(training_time_s, observed_.back().time_s);  // round-off
   last_wall_time_s_ = wall_time_s;
-  observed_.push_back({step, loss, wall_time_s - stall_total_s_});
+  observed_.push_back({step, loss, training_time_s});
   if (step == options_.warmup_step || (std::isnan(warmup_time_s_) && step > options_.warmup_step)) {
     warmup_time_s_ = observed_.back().time_s;
     origin_loss_ = loss;
@@ -507,6 +515,7 @@ void OnlineScheduler::publish_now() {
   origin_loss_ = now.loss;
   origin_servable_s_ = now_wall + options_.costs.stall_s + options_.costs.delivery_s;
   stall_total_s_ += options_.costs.stall_s;
+  stall_unseen_s_ += options_.costs.stall_s;
 }
 
 bool OnlineScheduler::should_publish(std::int64_t step) {

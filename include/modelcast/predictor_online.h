@@ -295,6 +295,7 @@ class OnlineScheduler {
   std::vector<CurvePoint> observed_;  // times with past stalls removed
   std::vector<std::int64_t> published_;
   double stall_total_s_ = 0.0;
+  double stall_unseen_s_ = 0.0;    // assumed stalls of publishes since the last observe()
   double last_wall_time_s_ = 0.0;  // observe()'s, as given: it never decreases
   double warmup_time_s_ = std::numeric_limits<double>::quiet_NaN();
   double origin_loss_ = 0.0;

@@ -129,6 +129,32 @@ TEST(OnlineScheduler, UsesItsRealForecasterOnARealisticCurve) {
   EXPECT_FALSE(s.last_forecast().steps.empty());
 }
 
+// A caller's clock that never goes back, with evaluations closer together than the stall it set
+// (0.2 ms apart, a publish assumed to stall 0.5 ms, really 0.01 ms): the scheduler deducted the
+// assumed stall from that clock, its own training clock ran backwards after the first publish,
+// and the next decision failed ("time at step N is before the previous point's"); the C driver
+// example failed so about one run in four.
+TEST(OnlineScheduler, AStallShorterThanAssumedDoesNotRunItsClockBackwards) {
+  OnlineOptions o;
+  o.forecast.total_steps = 1000;
+  o.warmup_step = 100;
+  o.costs.stall_s = 0.0005;
+  o.costs.delivery_s = 0.0;
+  o.costs.request_rate = 100.0;
+  OnlineScheduler s(o);
+  double wall = 0.0;
+  std::vector<std::int64_t> published;
+  for (std::int64_t step = 10; step <= 1000; step += 10) {
+    wall += 0.0002;
+    s.observe(step, 1.0 / static_cast<double>(step), wall);
+    ASSERT_NO_THROW(if (s.should_publish(step)) {
+      published.push_back(step);
+      wall += 0.00001;
+    }) << "at step " << step << " after publishes at " << ::testing::PrintToString(published);
+  }
+  ASSERT_GE(published.size(), 2u);  // decisions went on past the first publish
+}
+
 // A run that goes on three times as long as it said (total_steps 2000, logged to 6000): past
 // 2000 the horizon doubles its span past warm-up (to 3600, then 6800) and decisions go on, in
 // every work mode; no publish was ever decided past the declared end, and the model served stayed
