@@ -10,10 +10,12 @@
 #include <charconv>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
+#include <random>
 #include <stdexcept>
 
 #include <nlohmann/json.hpp>
@@ -98,9 +100,24 @@ void write_metadata(const std::string& path, const VersionSnapshot& s, std::uint
   close(fd);
 }
 
+// What tells this process's ".tmp-" and ".del-" entries from others': its pid and 64 random
+// bits. The pid alone repeats across restarts in a container (each incarnation is pid 1), so a
+// crashed incarnation's leftovers passed for this one's: never cleaned, and the first write's
+// name was already taken ("File exists").
+const std::string& process_tag() {
+  static const std::string tag = [] {
+    std::random_device entropy;
+    const std::uint64_t bits = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
+    char text[17];
+    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
+    return std::to_string(getpid()) + "." + text;
+  }();
+  return tag;
+}
+
 std::string unique_suffix() {
   static std::atomic<std::uint64_t> counter{0};
-  return std::to_string(getpid()) + "-" + std::to_string(counter++);
+  return process_tag() + "-" + std::to_string(counter++);
 }
 
 // Whether a ".tmp-" or ".del-" entry was made by this process (its unique_suffix): a write or a
@@ -108,9 +125,9 @@ std::string unique_suffix() {
 bool made_by_this_process(const std::string& name) {
   const auto counter_dash = name.rfind('-');
   if (counter_dash == std::string::npos || counter_dash == 0) return false;
-  const auto pid_dash = name.rfind('-', counter_dash - 1);
-  if (pid_dash == std::string::npos) return false;
-  return name.substr(pid_dash + 1, counter_dash - pid_dash - 1) == std::to_string(getpid());
+  const auto tag_dash = name.rfind('-', counter_dash - 1);
+  if (tag_dash == std::string::npos) return false;
+  return name.compare(tag_dash + 1, counter_dash - tag_dash - 1, process_tag()) == 0;
 }
 
 // A directory name write() could have made: a number as std::to_string writes it (any uint64,

@@ -173,6 +173,28 @@ TEST(RepositoryWriter, TheIncarnationIsWrittenAsHexTextAndNumbersWrittenBeforeSt
   EXPECT_EQ(repository.list("m").front().incarnation, 12345u);
 }
 
+// A container's entrypoint is pid 1 in every incarnation: the leftovers of one that crashed
+// carried this process's pid, passed for its own (kept by clean()), and the first write's
+// temporary name was already taken ("cannot create directory '.tmp-1-1-0': File exists").
+TEST(RepositoryWriter, LeftoversOfAnEarlierProcessWithTheSamePidAreCleanedAndDoNotBlockWrites) {
+  ScratchDir dir;
+  const std::string model_dir = dir / "repo/m";
+  const std::string pid = std::to_string(getpid());
+  for (const std::string& name : {".tmp-1-" + pid + "-0", ".del-7-" + pid + "-1", ".tmp-2-" + pid + "-1"}) {
+    std::filesystem::create_directories(model_dir + "/" + name);
+    write_file(model_dir + "/" + name + "/model.safetensors", "partial");
+  }
+  repo::Repository repository(dir / "repo");
+  const auto cleaned = repository.clean("m");
+  EXPECT_EQ(cleaned.removed, 3u);
+  EXPECT_TRUE(cleaned.left.empty());
+  EXPECT_EQ(repository.write(*snapshot(1)), model_dir + "/1");
+  // This process's own entries (a write or prune under way) are still left alone.
+  std::size_t entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir)) entries += entry.path().filename() != "1";
+  EXPECT_EQ(entries, 0u);
+}
+
 TEST(RepositoryWriter, LeftoversThatCannotBeRemovedAreNamedNotCountedAsRemoved) {
   // On a read-only disk the removal failed in silence and was counted: the daemon logged
   // "removed 1 unfinished repository entry" for an entry still there.
