@@ -160,8 +160,21 @@ bool HookRunner::run_command(const HookCall& call, std::string& detail) {
   // Its own process group (pgid = its pid), so that a timeout kills what it started too: a
   // shell script's curl would otherwise outlive it, one per version.
   posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETPGROUP);
-  int rc = posix_spawnp(&pid, argv[0], nullptr, &attr, argv.data(), environ);
+  // systemd starts services with SIGPIPE ignored (IgnoreSIGPIPE=yes by default), and ignored
+  // signals survive exec: a hook's `a | head` saw EPIPE errors where a shell user expects `a`
+  // to end quietly.
+  sigset_t defaults;
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+  // Only stdin, stdout and stderr: UCX's sockets, pipes and epoll descriptors are opened without
+  // close-on-exec, and a hook (or what it leaves running) held them.
+  posix_spawn_file_actions_t files;
+  posix_spawn_file_actions_init(&files);
+  posix_spawn_file_actions_addclosefrom_np(&files, 3);
+  int rc = posix_spawnp(&pid, argv[0], &files, &attr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&files);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
     detail = "cannot run " + args[0] + ": " + std::strerror(rc);

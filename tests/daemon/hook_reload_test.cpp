@@ -79,6 +79,40 @@ TEST_F(DaemonTest, ACommandHookRunsAndAFailingOneIsReported) {
   EXPECT_NE(wait_for_text(*failing, "hook for version 1 failed: /bin/false exited with 1"), "");
 }
 
+// A hook started with the daemon's SIGPIPE ignored (under systemd, which starts services so: a
+// hook's `a | head` then saw write errors) and with UCX's sockets, pipes and epoll descriptors
+// open. It gets stdin, stdout and stderr and SIGPIPE's default, as from a shell.
+TEST_F(DaemonTest, ACommandHookStartsWithDefaultSignalsAndOnlyTheStandardDescriptors) {
+  TestProducer producer(1024);
+  const std::string report = dir / "hook-process.txt";
+  const std::string script = dir / "hook.sh";
+  // The shell reports the signals it was started with; Python, exec'd in its place, reports the
+  // descriptors past stderr it inherited (the shell's own are close-on-exec).
+  write_file(script, "grep SigIgn /proc/$$/status > " + report + "\n" +
+                         "exec /usr/bin/python3 -c 'import os; print(\"fds\", *[fd for fd in range(3, 4096) if "
+                         "os.path.exists(\"/proc/self/fd/%d\" % fd)])' >> " + report + "\n");
+  // Started with SIGPIPE ignored, as systemd starts services (IgnoreSIGPIPE=yes by default);
+  // ignored signals survive fork and exec.
+  struct sigaction ignore {}, before {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGPIPE, &ignore, &before);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4,
+                                    "[model.hook]\ncommand = [\"/bin/sh\", \"" + script + "\"]\n"));
+  sigaction(SIGPIPE, &before, nullptr);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  ASSERT_NE(wait_for_text(*daemon, "hook for version 1: /bin/sh exited with 0"), "");
+  std::ifstream in(report);
+  std::string ignored, descriptors;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("SigIgn:", 0) == 0) ignored = line.substr(7);
+    if (line.rfind("fds", 0) == 0) descriptors = line;
+  }
+  EXPECT_EQ(descriptors, "fds") << "the hook inherited descriptors past stderr";
+  ASSERT_FALSE(ignored.empty()) << "no SigIgn line in " << report;
+  EXPECT_EQ(std::stoull(ignored, nullptr, 16) & (1ull << (SIGPIPE - 1)), 0u) << "SigIgn:" << ignored;
+}
+
 // Whether process `pid` still runs (a zombie has ended; it waits for its parent to reap it).
 bool running(pid_t pid) {
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
