@@ -271,14 +271,14 @@ std::string Daemon::metrics_text() {
   auto attach = attach_->stats();
   live.clients = attach.clients;
   live.holds = attach.holds;
-  {
-    std::lock_guard lock(mutex_);
-    for (const auto& [name, service] : models_) {
-      auto stats = service->consumer_stats();
-      live.bytes_received[name] = stats.bytes_received;
-      live.versions_rejected[name] = stats.versions_rejected;
-      live.producer_connected[name] = stats.producer_connected;
-    }
+  // Rendered under the lock: a reload that takes a model's Consumer away (then counts its last
+  // figures in, consumer_replaced) comes wholly before or after, so no count goes in twice.
+  std::lock_guard lock(mutex_);
+  for (const auto& [name, service] : models_) {
+    auto stats = service->consumer_stats();
+    live.bytes_received[name] = stats.bytes_received;
+    live.versions_rejected[name] = stats.versions_rejected;
+    live.producer_connected[name] = stats.producer_connected;
   }
   return metrics_.render(live);
 }
@@ -324,6 +324,12 @@ void Daemon::reload(DaemonConfig config) {
   {
     std::lock_guard lock(mutex_);
     std::erase_if(not_started_, [&](const auto& entry) { return !wanted.contains(entry.first); });
+  }
+  // Each Consumer's last counts, read as it goes (a version it receives between this read and
+  // its end, microseconds later, is not counted).
+  for (const auto& service : stopping) {
+    const auto stats = service->consumer_stats();
+    metrics_.consumer_replaced(service->config().name, stats.bytes_received, stats.versions_rejected);
   }
   stopping.clear();  // Consumers stop outside the lock; clients' holds keep their versions
   std::erase_if(directory_locks_, [&](const auto& entry) { return !wanted.contains(entry.first); });

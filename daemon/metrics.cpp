@@ -83,16 +83,32 @@ void Metrics::hook_ran(const std::string& model, bool ok) {
   if (!ok) failures.Increment();
 }
 
+namespace {
+
+// Counters count increments: what a Consumer's cumulative count gained since it was last seen.
+void add_since_seen(prometheus::Counter& counter, std::uint64_t now, std::uint64_t& seen) {
+  if (now > seen) counter.Increment(static_cast<double>(now - seen));
+  seen = now;
+}
+
+}  // namespace
+
+// Before, a restarted model's new Consumer was told apart only by counting less than the old one
+// had at the last scrape: what the old one received since that scrape was lost, and the new
+// one's first counts were taken as the old one's gain.
+void Metrics::consumer_replaced(const std::string& model, std::uint64_t bytes_received, std::uint64_t versions_rejected) {
+  std::lock_guard lock(mutex_);
+  add_since_seen(bytes_received_.Add({{"model", model}}), bytes_received, bytes_seen_[model]);
+  add_since_seen(rejected_.Add({{"model", model}}), versions_rejected, rejected_seen_[model]);
+  bytes_seen_[model] = 0;
+  rejected_seen_[model] = 0;
+}
+
 std::string Metrics::render(const LiveValues& live) {
   clients_.Add({}).Set(static_cast<double>(live.clients));
   holds_.Add({}).Set(static_cast<double>(live.holds));
   {
     std::lock_guard lock(mutex_);
-    // A restarted model's Consumer counts from 0 again: count from there.
-    auto add_since_seen = [](prometheus::Counter& counter, std::uint64_t now, std::uint64_t& seen) {
-      counter.Increment(static_cast<double>(now >= seen ? now - seen : now));
-      seen = now;
-    };
     for (const auto& [model, bytes] : live.bytes_received) {
       add_since_seen(bytes_received_.Add({{"model", model}}), bytes, bytes_seen_[model]);
     }

@@ -43,6 +43,9 @@ class Metrics {
   void repository_written(const std::string& model, std::chrono::nanoseconds took);
   void repository_failed(const std::string& model);
   void hook_ran(const std::string& model, bool ok);
+  // `model`'s Consumer is about to go (a reload restarts or removes the model): its last counts
+  // (cumulative, as in LiveValues) are counted, and a new Consumer's are counted from 0.
+  void consumer_replaced(const std::string& model, std::uint64_t bytes_received, std::uint64_t versions_rejected);
   // A SIGHUP whose config could not be used; the running one was kept.
   void reload_refused();
   // The text exposition format (text/plain; version=0.0.4).

@@ -325,6 +325,41 @@ TEST_F(DaemonTest, MetricsSayWhichProducersAreConnectedAndCountRefusedReloads) {
   EXPECT_EQ(daemon->wait(), 0);
 }
 
+// A reload that restarts a model (here its buffers changed) gives it a new Consumer, counting
+// from 0. What the old one received since the last scrape was lost, and the new one's first
+// counts were taken for the old one's gain: the metric said the new Consumer's bytes alone.
+TEST_F(DaemonTest, BytesReceivedCountEveryVersionAcrossAReloadThatRestartsTheModel) {
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", kHttp));
+  const int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
+  httplib::Client http("127.0.0.1", port);
+  const std::string series = "modelcastd_bytes_received_total{model=\"test\"}";
+  auto consumer_bytes = [&] {
+    return nlohmann::json::parse(http.Get("/v1/models")->body)["models"][0]["bytes_received"].get<std::uint64_t>();
+  };
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  auto c = client();
+  producer.publish(1);
+  ASSERT_TRUE(c.wait_for_version(1, 30s));
+  EXPECT_GT(metric(http.Get("/metrics")->body, series), 0);  // a scrape between the versions
+  producer.publish(2);
+  ASSERT_TRUE(c.wait_for_version(2, 30s));
+  const std::uint64_t before_reload = consumer_bytes();
+
+  write_file(dir / "modelcastd.toml", config(producer.producer->control_endpoint(), 3, "", kHttp));
+  kill(daemon->pid(), SIGHUP);
+  ASSERT_NE(wait_for_text(*daemon, "reloaded"), "");
+  ASSERT_TRUE(testing_support::eventually(
+      [&] { return metric(http.Get("/metrics")->body, "modelcastd_producer_connected{model=\"test\"}") == 1; }, 30s))
+      << "the restarted model's Consumer did not join";
+  for (std::uint64_t v = 3; v <= 5; ++v) producer.publish(v);
+  ASSERT_TRUE(c.wait_for_version(5, 30s));
+  const std::uint64_t after_reload = consumer_bytes();
+  ASSERT_GT(after_reload, 0u);
+  EXPECT_EQ(metric(http.Get("/metrics")->body, series), static_cast<double>(before_reload + after_reload));
+}
+
 // The library's messages (here the Consumer's join) come out on the daemon's stdout in the
 // daemon's own format, named by component, not in a second format on stderr.
 TEST_F(DaemonTest, TheLibrarysMessagesComeOutInTheDaemonsLogFormat) {
