@@ -10,7 +10,6 @@
 #include <charconv>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -100,20 +99,6 @@ void write_metadata(const std::string& path, const VersionSnapshot& s, std::uint
   close(fd);
 }
 
-// What tells this process's ".tmp-" and ".del-" entries from others': its pid and 64 random
-// bits. The pid alone repeats across restarts in a container (each incarnation is pid 1), so a
-// crashed incarnation's leftovers passed for this one's: never cleaned, and the first write's
-// name was already taken ("File exists").
-const std::string& process_tag() {
-  static const std::string tag = [] {
-    std::random_device entropy;
-    const std::uint64_t bits = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
-    char text[17];
-    std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(bits));
-    return std::to_string(getpid()) + "." + text;
-  }();
-  return tag;
-}
 
 std::string unique_suffix() {
   static std::atomic<std::uint64_t> counter{0};
@@ -149,6 +134,18 @@ void for_each_entry(const std::string& dir, Visit&& visit) {
 }
 
 }  // namespace
+
+// The pid alone repeats across restarts in a container (each incarnation is pid 1), so a crashed
+// incarnation's leftovers passed for this one's: never cleaned, and the first write's name was
+// already taken ("File exists").
+const std::string& process_tag() {
+  static const std::string tag = [] {
+    std::random_device entropy;
+    const std::uint64_t bits = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
+    return std::to_string(getpid()) + "." + hex64(bits);
+  }();
+  return tag;
+}
 
 std::string hex64(std::uint64_t value) {
   char text[17];

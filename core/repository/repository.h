@@ -28,6 +28,10 @@ inline constexpr const char* kMetadataFile = "metadata.json";
 // would reach them rounded.
 std::string hex64(std::uint64_t value);
 
+// What names this process's ".tmp-" and ".del-" entries (its pid and 64 random bits, the same for
+// the process's life): clean() removes only entries that do not carry it.
+const std::string& process_tag();
+
 // A complete version found on disk (from its metadata.json).
 struct StoredVersion {
   std::string directory;

@@ -233,12 +233,14 @@ TEST(Recovery, OnlyLeftoversOfOtherProcessesAreRemoved) {
   ScratchDir dir;
   CapturedLog log;
   write_version(dir / "repo", 3);
-  const std::string ours = dir / ("repo/m/.tmp-4-" + std::to_string(getpid()) + "-0");
+  const std::string ours = dir / ("repo/m/.tmp-4-" + modelcast::repository::process_tag() + "-0");
   const std::string theirs = dir / "repo/m/.tmp-4-999999999-0";
-  for (const auto& d : {ours, theirs}) std::filesystem::create_directories(d);
+  const std::string same_pid = dir / ("repo/m/.tmp-5-" + std::to_string(getpid()) + "-0");  // a crashed pid 1's
+  for (const auto& d : {ours, theirs, same_pid}) std::filesystem::create_directories(d);
   ASSERT_TRUE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20));
   EXPECT_TRUE(std::filesystem::exists(ours)) << "a write of this process in progress was removed";
   EXPECT_FALSE(std::filesystem::exists(theirs));
+  EXPECT_FALSE(std::filesystem::exists(same_pid));
 }
 
 }  // namespace
