@@ -204,14 +204,15 @@ void ModelService::serve(std::shared_ptr<ServedVersion> served, const modelcast:
   {
     std::lock_guard lock(mutex_);
     // Never back to an older version of the same producer run (callbacks of two versions could
-    // in principle arrive out of order).
-    if (from_producer_ && current_ && current_->manifest.incarnation == m.incarnation &&
-        current_->manifest.version >= m.version) {
+    // in principle arrive out of order), nor again to the one served: a restarted daemon (or a
+    // model a reload restarted) is sent the producer's newest version when it joins, which it
+    // already served from the repository or from before the reload, and installed, wrote and
+    // hooked it again (Triton reloaded the same weights).
+    if (current_ && current_->manifest.incarnation == m.incarnation && current_->manifest.version >= m.version) {
       return;
     }
     replaced = std::move(current_);
     current_ = served;
-    from_producer_ = true;
   }
   if (callbacks_.on_installed) callbacks_.on_installed(served);
 }

@@ -89,7 +89,6 @@ class ModelService {
   std::vector<std::shared_ptr<ShmBuffer>> copies_;  // copy thread only
   mutable std::mutex mutex_;
   ServedPtr current_;           // guarded by mutex_
-  bool from_producer_ = false;  // guarded by mutex_
   const std::shared_ptr<CopyQueue> queue_ = std::make_shared<CopyQueue>();
   std::thread copier_;
   std::unique_ptr<modelcast::Consumer> consumer_;  // last: its callbacks use the members above

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "daemon_fixture.h"
+#include "eventually.h"
 #include "sidecar_check.h"
 
 namespace daemon_test {
@@ -76,6 +77,40 @@ TEST_F(DaemonTest, ARestartedDaemonServesTheNewestStoredVersionUntilTheProducerS
   EXPECT_EQ(fresh.source(), "producer");
   EXPECT_EQ(sidecar_test::check(fresh, 1), "");
   EXPECT_EQ(sidecar_test::check(stored, 1), "");  // still held, still intact
+}
+
+// The producer sends its newest version to a consumer that joins: a restarted daemon, serving
+// that version from its repository already, installed, wrote and hooked it again (Triton was told
+// to load the same weights, and the update latency counted a version that had not changed).
+TEST_F(DaemonTest, ARestartedDaemonDoesNotInstallWriteOrHookAgainTheVersionItRecovered) {
+  TestProducer producer(1024);
+  const std::string hooked = dir / "hooked.txt";
+  const std::string hook = "[model.hook]\ncommand = [\"/bin/sh\", \"-c\", \"echo {version} >> " + hooked + "\"]\n";
+  const std::string cfg = config(producer.producer->control_endpoint(), 4, hook, repository(dir / "repo", 3));
+  {
+    auto daemon = start_daemon(cfg);
+    ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+    producer.publish(1);
+    ASSERT_NE(wait_for_text(*daemon, "hook for version 1: /bin/sh exited with 0"), "");
+    ASSERT_TRUE(testing_support::eventually([&] { return producer.producer->stats().deliveries == 1; }, 30s));
+    kill(daemon->pid(), SIGTERM);
+    EXPECT_EQ(daemon->wait(), 0);
+  }
+  auto daemon = start_daemon(cfg);
+  EXPECT_NE(std::find_if(startup_lines.begin(), startup_lines.end(),
+                         [](const std::string& line) { return line.find("serving version 1 from") != std::string::npos; }),
+            startup_lines.end());
+  // Its Consumer joins and is sent version 1 (delivered a second time); then version 2, whose
+  // install and hook come after any of version 1's.
+  ASSERT_TRUE(testing_support::eventually([&] { return producer.producer->stats().deliveries == 2; }, 30s));
+  producer.publish(2);
+  std::vector<std::string> seen;
+  ASSERT_NE(wait_for_text(*daemon, "hook for version 2: /bin/sh exited with 0", std::chrono::seconds(60), &seen), "");
+  std::ifstream in(hooked);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  EXPECT_EQ(lines, (std::vector<std::string>{"1", "2"}));
+  for (const auto& line : seen) EXPECT_EQ(line.find("installed version 1 "), std::string::npos) << line;
 }
 
 TEST_F(DaemonTest, SigkillDuringRepositoryWritesNeverLeavesATornVersionVisible) {
