@@ -89,8 +89,14 @@ void HookRunner::run() {
   for (;;) {
     wake_.wait(lock, [&] { return stop_ || !pending_.empty(); });
     if (stop_) return;
-    HookCall call = std::move(pending_.begin()->second);
-    pending_.erase(pending_.begin());
+    // Models take turns (the next name after the last one run, round the map): taking the
+    // first name each time let one model whose hook is slow and publishes often hold every other
+    // model's hook back for as long as it went on.
+    auto next = pending_.upper_bound(last_model_);
+    if (next == pending_.end()) next = pending_.begin();
+    HookCall call = std::move(next->second);
+    pending_.erase(next);
+    last_model_ = call.model;
     lock.unlock();
     std::string detail;
     bool ok = false;

@@ -1,6 +1,7 @@
 // Tells the inference server that a version is in: an HTTP POST to a URL template or a command,
-// with {model}, {version} and {path} replaced. Runs on its own thread; like the repository
-// writer it keeps one pending call per model, so a slow server makes it skip to the newest.
+// with {model}, {version} and {path} replaced. Runs on its own thread, one hook at a time, the
+// models in turn; like the repository writer it keeps one pending call per model, so a slow
+// server makes it skip to the newest. A hook that hangs holds the others back up to its timeout.
 //
 // Threads: submit() from any thread; the hook thread runs hooks and `on_result`. The destructor
 // (the daemon stopping) ends the hook in progress rather than wait out its timeout, which may be
@@ -58,6 +59,7 @@ class HookRunner {
   httplib::Client* active_http_ = nullptr;  // the POST in progress (the hook thread's); mutex_
   const int stop_fd_;  // an eventfd the destructor signals: a running command's wait ends on it
   std::map<std::string, HookCall> pending_;  // by model; mutex_
+  std::string last_model_;                   // whose hook ran last; mutex_
   std::thread thread_;
 };
 

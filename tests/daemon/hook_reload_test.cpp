@@ -1,8 +1,13 @@
 // Hooks (an HTTP POST received by a real server, a command, a failing command) and SIGHUP
 // reloads (a changed model restarts, a bad file is refused, a removed model is gone).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -138,6 +143,39 @@ TEST_F(DaemonTest, ACommandHookThatTimesOutIsKilledWithWhatItStarted) {
   EXPECT_TRUE(testing_support::eventually([&] { return !running(child); }, 30s)) << "the hook's child " << child
                                                                                     << " outlived it";
   if (running(child)) kill(child, SIGKILL);
+}
+
+// One hook at a time, and the next was always the alphabetically first model's: a model whose
+// hook is slow and that publishes often kept every later model's hook waiting for as long as it
+// went on (23 s in a QA run, and for ever if it kept publishing). Models now take turns.
+TEST(HookRunner, ModelsTakeTurnsSoOneBusyModelDoesNotHoldAnothersHookBack) {
+  ScratchDir dir;
+  const std::string fifo = dir / "release";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  std::mutex mutex;
+  std::condition_variable done;
+  std::vector<std::string> order;
+  modelcastd::HookRunner runner([&](const modelcastd::HookCall& call, bool ok, const std::string& detail) {
+    std::lock_guard lock(mutex);
+    order.push_back(call.model + std::to_string(call.version) + (ok ? "" : " failed: " + detail));
+    done.notify_all();
+  });
+  auto call = [](const std::string& model, std::uint64_t version, std::vector<std::string> command) {
+    modelcastd::HookCall c{.model = model, .version = version, .path = "", .hook = {}};
+    c.hook.command = std::move(command);
+    return c;
+  };
+  // a's first hook waits on the FIFO: opening it for writing returns once the hook has opened it.
+  runner.submit(call("a", 1, {"/bin/sh", "-c", "read line < " + fifo}));
+  const int release = open(fifo.c_str(), O_WRONLY);
+  ASSERT_GE(release, 0) << std::strerror(errno);
+  runner.submit(call("a", 2, {"/bin/true"}));
+  runner.submit(call("b", 1, {"/bin/true"}));
+  ASSERT_EQ(write(release, "go\n", 3), 3);
+  close(release);
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return order.size() == 3; })) << ::testing::PrintToString(order);
+  EXPECT_EQ(order, (std::vector<std::string>{"a1", "b1", "a2"}));
 }
 
 // httplib read a port past an int with std::stoi, whose exception ended the daemon on the hook
