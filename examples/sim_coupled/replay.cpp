@@ -106,7 +106,9 @@ int main(int argc, char** argv) try {
   app.add_option("--window-s", window_s, "as the server's (--requests / --rate)")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (!(stall_s >= 0) || !(delivery_s >= 0)) throw std::invalid_argument("--stall-s and --delivery-s must be >= 0");
-  if (!(rate > 0) || !(window_s > 0) || stride <= 0) throw std::invalid_argument("--rate, --window-s, --stride must be > 0");
+  // --horizon 0 built an empty trajectory, read past its end (SIGSEGV).
+  if (!(rate > 0) || !(window_s > 0) || stride <= 0 || horizon <= 0)
+    throw std::invalid_argument("--rate, --window-s, --stride and --horizon must be > 0");
 
   torch::set_num_threads(1);
   const auto snaps = sim_coupled::read_record(record);

@@ -30,18 +30,30 @@ def load_run(path):
         if not f.is_file():
             sys.exit(f"report.py: missing {f} (did the run fail?)")
     with server.open() as f:
-        rows = [{"time_s": float(r["time_s"]), "version": int(r["version"]), "step": int(r["step"]),
-                 "loss": float(r["loss"])} for r in csv.DictReader(f)]
+        try:
+            rows = [{"time_s": float(r["time_s"]), "version": int(r["version"]), "step": int(r["step"]),
+                     "loss": float(r["loss"])} for r in csv.DictReader(f)]
+        except (KeyError, TypeError, ValueError) as e:  # a cut or foreign row: name the file
+            sys.exit(f"report.py: {server}: unreadable request row ({type(e).__name__}: {e})")
     if not rows:
         sys.exit(f"report.py: {server} has no requests")
-    summary = json.loads(trainer.read_text())
+    try:
+        summary = json.loads(trainer.read_text())
+    except ValueError as e:
+        sys.exit(f"report.py: {trainer}: not JSON ({e})")
     return {"rows": rows, "summary": summary, "cil": sum(r["loss"] for r in rows)}
 
 
-def collect(root):
+def collect(root, seeds=None):
+    """Every run under root (seeds: only those seed numbers). Directories other than seed<N> are
+    passed over (a copy such as seed1.bak is not a seed)."""
     runs = {}  # (mode, seed, policy) -> [run, ...]
     for seed_dir in sorted(root.glob("seed*")):
+        if not seed_dir.name[4:].isdigit():
+            continue
         seed = int(seed_dir.name[4:])
+        if seeds is not None and seed not in seeds:
+            continue
         for run_dir in sorted(seed_dir.glob("run*"), key=lambda p: int(p.name[3:])):
             for mode in ("live", "replay"):
                 if not (run_dir / mode).is_dir():
@@ -51,7 +63,16 @@ def collect(root):
                         sys.exit(f"report.py: unknown policy directory {policy_dir}")
                     runs.setdefault((mode, seed, policy_dir.name), []).append(load_run(policy_dir))
     if not runs:
-        sys.exit(f"report.py: no runs under {root}")
+        sys.exit(f"report.py: no runs under {root}" + (f" for seeds {sorted(seeds)}" if seeds else ""))
+    # Every policy of a seed and mode serves the same requests: a server log cut short would
+    # otherwise lower that policy's CIL (a sum over requests) and pass --check.
+    served = {}  # (mode, seed) -> the request counts of its runs
+    for (mode, seed, _), group in runs.items():
+        served.setdefault((mode, seed), set()).update(len(r["rows"]) for r in group)
+    for (mode, seed), counts in sorted(served.items()):
+        if len(counts) > 1:
+            sys.exit(f"report.py: {mode} runs of seed {seed} served different numbers of requests "
+                     f"({sorted(counts)}): a server log was cut short, or runs of other settings are mixed")
     return runs
 
 
@@ -65,7 +86,7 @@ def rows_of(runs):
             "cil": round(med(lambda r: r["cil"]), 4),
             "mean_inference_loss": round(med(lambda r: r["cil"] / len(r["rows"])), 6),
             "slowdown_pct": round(med(lambda r: r["summary"]["training_slowdown_pct"]), 3),
-            "publishes": int(med(lambda r: r["summary"]["publishes"])),
+            "publishes": med(lambda r: r["summary"]["publishes"]),  # 36.5 of 36 and 37, not 36
             "stall_s": round(med(lambda r: r["summary"]["stall_s"]), 5),
             "decide_s": round(med(lambda r: r["summary"]["decide_s"]), 4),
             "train_s": round(med(lambda r: r["summary"]["train_s"]), 3),
@@ -134,14 +155,47 @@ def write_svg(path, runs):
     pathlib.Path(path).write_text("\n".join(out) + "\n")
 
 
+def replay_costs(live_dir):
+    """What the replay charges (run_workflow.sh): the median over the live runs of each one's median
+    publish stall and delivery time, and the online run's decision time (-1 without one)."""
+    runs = []
+    for path in sorted(pathlib.Path(live_dir).glob("*/trainer.json")):
+        try:
+            runs.append(json.loads(path.read_text()))
+        except ValueError as e:
+            sys.exit(f"report.py: {path}: not JSON ({e})")
+    if not runs:
+        sys.exit(f"report.py: no */trainer.json under {live_dir}")
+    online = [r["decide_s"] for r in runs if r["policy"] == "online"]
+    # A policy that published nothing after warm-up has no stall median (null): counted as 0 s it
+    # pulled the median down. With none at all, the warm-up publishes' stalls.
+    stalls = [r["stall_median_s"] for r in runs if r["stall_median_s"] is not None] or [r["warmup_stall_s"] for r in runs]
+    return statistics.median(stalls), statistics.median(r["delivery_median_s"] for r in runs), online[0] if online else -1
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", required=True, type=pathlib.Path)
+    ap.add_argument("--dir", type=pathlib.Path)
+    ap.add_argument("--replay-costs", metavar="LIVE_DIR",
+                    help="print the stall, delivery and online decision seconds the replay charges, from "
+                         "LIVE_DIR/<policy>/trainer.json, and exit")
     ap.add_argument("--svg")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--seeds", help="report only these seeds (comma-separated; default: every seed<N> under --dir)")
     args = ap.parse_args()
-    runs = collect(args.dir)
+    if args.replay_costs:
+        print(*replay_costs(args.replay_costs))
+        return
+    if args.dir is None:
+        ap.error("--dir is required")
+    seeds = None
+    if args.seeds:
+        try:
+            seeds = {int(x) for x in args.seeds.split(",")}
+        except ValueError:
+            ap.error(f"--seeds: expected numbers separated by commas, got {args.seeds!r}")
+    runs = collect(args.dir, seeds)
     rows = rows_of(runs)
     if args.json:
         for r in rows:
@@ -151,7 +205,7 @@ def main():
               f"{'publishes':>9} {'stall s':>8} {'decide s':>8} {'train s':>8}")
         for r in rows:
             print(f"{r['mode']:<6} {r['seed']:>4} {r['schedule']:<13} {r['runs']:>4} {r['cil']:>10.3f} "
-                  f"{r['mean_inference_loss']:>10.5f} {r['slowdown_pct']:>10.3f} {r['publishes']:>9} "
+                  f"{r['mean_inference_loss']:>10.5f} {r['slowdown_pct']:>10.3f} {r['publishes']:>9g} "
                   f"{r['stall_s']:>8.4f} {r['decide_s']:>8.3f} {r['train_s']:>8.2f}")
     if args.svg:
         write_svg(args.svg, runs)

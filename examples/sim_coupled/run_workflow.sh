@@ -42,6 +42,18 @@ for program in modelcast_sim_trainer modelcast_sim_server modelcast_sim_replay; 
 done
 [[ -n "$out" ]] || { echo "run_workflow.sh: --out is required" >&2; exit 2; }
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || { echo "run_workflow.sh: --runs must be a positive integer, got '$runs'" >&2; exit 2; }
+[[ "$seeds" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "run_workflow.sh: --seeds must be numbers separated by commas, got '$seeds'" >&2; exit 2; }
+# Named before any run: a misspelt policy failed only after the live online run and the server's
+# wait for a trainer that had refused it.
+IFS=, read -r -a asked <<<"$policies"
+for policy in "${asked[@]}"; do
+  case "$policy" in
+    online | every_epoch | every_n | viper_fixed | viper_greedy) ;;
+    *) echo "run_workflow.sh: unknown policy '$policy' in --policies (online, every_epoch, every_n, viper_fixed, viper_greedy)" >&2; exit 2 ;;
+  esac
+done
+[[ -z "${WORKFLOW_WINDOW_S:-}" || "$WORKFLOW_WINDOW_S" =~ ^[0-9]+([.][0-9]+)?$ ]] ||
+  { echo "run_workflow.sh: WORKFLOW_WINDOW_S must be a number of seconds, got '$WORKFLOW_WINDOW_S'" >&2; exit 2; }
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 
 # Full run: 6000 steps (37.5 epochs of 160 steps: the trainer's buffer of 10240 streamed samples
@@ -55,6 +67,7 @@ else
 fi
 rate=200
 requests=$(awk -v w="$window_s" -v r="$rate" 'BEGIN { printf "%d", w * r }')
+(( requests > 0 )) || { echo "run_workflow.sh: a window of ${window_s} s holds no request at $rate/s" >&2; exit 2; }
 common=(--steps "$steps" --warmup-steps "$warmup" --request-rate "$rate" --window-s "$window_s")
 
 sockdir=$(mktemp -d /tmp/modelcast-workflow.XXXXXX)
@@ -66,7 +79,11 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$out"
-IFS=, read -r -a policy_list <<<"online,${policies//online/}"
+# One invocation per --out at a time: two mixed each other's records and server logs.
+exec 9>"$out/.lock"
+flock -n 9 || { echo "run_workflow.sh: another run_workflow.sh is writing to $out" >&2; exit 2; }
+policy_list=(online)
+for policy in "${asked[@]}"; do [[ $policy == online ]] || policy_list+=("$policy"); done
 IFS=, read -r -a seed_list <<<"$seeds"
 for seed in "${seed_list[@]}"; do
   rm -rf "$out/seed$seed"  # results of an earlier invocation would mix into the report
@@ -99,25 +116,21 @@ for seed in "${seed_list[@]}"; do
       exec 4>&-
       wait "$trainer_pid" || trainer_rc=$?
       trainer_pid=""
-      if [[ $trainer_rc != 0 ]]; then
-        echo "workflow: trainer failed ($dir/trainer.err):" >&2; cat "$dir/trainer.err" >&2; exit 1
-      fi
+      # The server first: a server that refused its arguments leaves the trainer waiting for it,
+      # whose "no inference server joined" then hid the cause.
       if [[ $server_rc != 0 ]]; then
         echo "workflow: server failed ($dir/server.err):" >&2; cat "$dir/server.err" >&2; exit 1
+      fi
+      if [[ $trainer_rc != 0 ]]; then
+        echo "workflow: trainer failed ($dir/trainer.err):" >&2; cat "$dir/trainer.err" >&2; exit 1
       fi
     done
     # The replay: one record, every policy, the publish costs measured by the live runs above.
     base="$out/seed$seed/run$run"
     echo "workflow: seed $seed run $run replay" >&2
     # The online policy is charged its live run's decision time (replay.cpp says why).
-    read -r stall delivery online_decide < <(python3 - "$base"/live/*/trainer.json <<'PY'
-import json, statistics, sys
-runs = [json.load(open(p)) for p in sys.argv[1:]]
-online = [r["decide_s"] for r in runs if r["policy"] == "online"]
-print(statistics.median(r["stall_median_s"] for r in runs), statistics.median(r["delivery_median_s"] for r in runs),
-      online[0] if online else -1)
-PY
-)
+    costs=$(python3 "$here/report.py" --replay-costs "$base/live")
+    read -r stall delivery online_decide <<<"$costs"
     timeout 300 "$bin/modelcast_sim_replay" --record "$base/record.bin" --out "$base/replay" --seed "$seed" \
       --warmup-steps "$warmup" --rate "$rate" --window-s "$window_s" --stall-s "$stall" --delivery-s "$delivery" \
       --online-decide-s "$online_decide" --work-mode "$work_mode" \
@@ -125,4 +138,6 @@ PY
     rm "$base/record.bin"  # tens of MB; the replay's outputs are what the report reads
   done
 done
-exec python3 "$here/report.py" --dir "$out" --svg "$out/workflow.svg" "${report_args[@]}"
+# Not exec: the EXIT trap removes the socket directory. Only this invocation's seeds are
+# reported (others left in --out by an earlier one would mix in).
+python3 "$here/report.py" --dir "$out" --seeds "$seeds" --svg "$out/workflow.svg" "${report_args[@]}"

@@ -300,7 +300,10 @@ int main(int argc, char** argv) try {
        << ", \"epoch_steps\": " << ps.epoch_steps << ", \"publishes\": " << publish_steps.size()
        << ", \"train_s\": " << train_s << ", \"stall_s\": " << stall_total << ", \"decide_s\": " << decide_total
        << ", \"training_slowdown_pct\": " << slowdown_pct << ", \"final_val_loss\": " << final_val_loss
-       << ", \"stall_median_s\": " << median(stalls) << ", \"delivery_median_s\": " << median(deliveries.all())
+       // null without a publish after warm-up (a median of nothing is no stall of 0 s), which
+       // run_workflow.sh leaves out of the stall it charges in the replay.
+       << ", \"stall_median_s\": " << (stalls.empty() ? std::string("null") : std::to_string(median(stalls)))
+       << ", \"warmup_stall_s\": " << warmup_stall << ", \"delivery_median_s\": " << median(deliveries.all())
        << ", \"work_mode\": \"" << s.work_mode << "\", \"worker_s\": " << policy.online_stats().worker_s
        << ", \"answered_ahead\": " << policy.online_stats().answered_ahead
        << ", \"answered_late\": " << policy.online_stats().answered_late
