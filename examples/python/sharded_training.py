@@ -97,7 +97,17 @@ def main():
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--publish-every", type=int, default=25)
     args = p.parse_args()
-    directory = tempfile.mkdtemp(prefix="mc-sharded-", dir="/tmp")
+    # 0 trainers waited two minutes for endpoints nobody sent; 0 steps between publishes divided by 0.
+    for name in ("trainers", "steps", "publish_every"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.steps < args.publish_every:
+        p.error(f"--steps ({args.steps}) must reach the first publish (--publish-every {args.publish_every})")
+    with tempfile.TemporaryDirectory(prefix="mc-sharded-", dir="/tmp") as directory:  # the ranks' rendezvous
+        return run(args, directory)
+
+
+def run(args, directory):
     ctx = mp.get_context("spawn")
     endpoints, served = ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=trainer, args=(r, args.trainers, os.path.join(directory, "init"), args.steps,

@@ -43,6 +43,11 @@ def parse_args():
     p.add_argument("--wait", type=float, default=30.0, help="seconds to wait for them and for deliveries (default %(default)s)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
+    for name in ("steps", "log_every", "batch_size", "consumers"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if not args.wait > 0 or not args.lr > 0:
+        p.error("--wait and --lr must be positive")
     if args.steps < 2 * args.log_every:
         p.error("--steps must cover at least two logged steps")
     if args.warmup_step is None:

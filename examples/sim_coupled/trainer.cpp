@@ -104,6 +104,9 @@ void check_settings(const Settings& s) {
     throw std::invalid_argument("--buffer must be a positive multiple of --batch");
   if (s.samples_per_step <= 0 || s.hidden <= 0 || s.horizon <= 0 || s.validation <= 0)
     throw std::invalid_argument("--samples-per-step, --hidden, --horizon and --validation must be > 0");
+  // Whole seconds, as the waits take them: 0.5 became 0 s, -1 and 1e19 (past a long) were taken.
+  if (!(s.timeout_s >= 1 && s.timeout_s <= 86400))
+    throw std::invalid_argument("--timeout-s must be 1 to 86400 seconds, got " + std::to_string(s.timeout_s));
 }
 
 }  // namespace
@@ -324,6 +327,7 @@ int main(int argc, char** argv) try {
   } else if (double delivered = 0; !deliveries.wait(last_version, timeout, &delivered)) {
     std::fprintf(stderr, "trainer: the last version (%llu) was not delivered within --timeout-s\n",
                  static_cast<unsigned long long>(last_version));
+    return 1;  // the server did not get the model: a launcher must see it
   }
   return 0;
 } catch (const std::exception& e) {
