@@ -58,6 +58,7 @@ int main(int argc, char** argv) try {
   CLI11_PARSE(app, argc, argv);
   if (horizon <= 0 || stride <= 0 || requests <= 0 || !(rate > 0))
     throw std::invalid_argument("--horizon, --stride, --requests and --rate must be > 0");
+  if (!(timeout_s > 0 && timeout_s <= 86400)) throw std::invalid_argument("--timeout-s must be in (0, 86400]");
 
   torch::set_num_threads(1);
   torch::NoGradGuard no_grad;
@@ -74,7 +75,13 @@ int main(int argc, char** argv) try {
   options.producer_timeout = std::chrono::milliseconds(10000);
   modelcast::Consumer consumer(options);
   const auto first = consumer.wait_for_version(1, std::chrono::milliseconds(static_cast<long>(timeout_s * 1000)));
-  if (!first) throw std::runtime_error("no version arrived within --timeout-s: " + consumer.stats().last_error);
+  if (!first) {
+    const auto stats = consumer.stats();
+    throw std::runtime_error("no version arrived within --timeout-s (" + std::to_string(timeout_s) + " s): " +
+                             (!stats.last_error.empty() ? stats.last_error
+                              : stats.producer_connected ? "the trainer joined but published nothing"
+                                                         : "no trainer answered at " + endpoint));
+  }
 
   sim_coupled::Trajectory truth(sim_coupled::request_seed(seed), horizon);
   const auto start = std::chrono::steady_clock::now();
