@@ -47,6 +47,8 @@ def main():
     prefix = [(s, l) for s, l in log if s <= args.warmup_step]
     if not prefix or prefix[-1][0] != args.warmup_step:
         sys.exit(f"workflow_viper.py: step {args.warmup_step} was not logged in {args.eval_log}")
+    if len(prefix) < 3:  # Viper's fit and the greedy threshold need two drops
+        sys.exit(f"workflow_viper.py: {args.eval_log} logs {len(prefix)} points up to the warm-up step; at least 3 needed")
     eval_every = log[1][0] - log[0][0]
     options = predictor.ForecastOptions()
     options.total_steps = args.total_steps
@@ -54,7 +56,8 @@ def main():
     forecast = predictor.forecast_viper(predictor.curve_points([s for s, _ in prefix], [l for _, l in prefix]), options)
 
     # The greedy rule's threshold, as predictor/viper_rules.cpp computes it: drops between
-    # consecutive warm-up losses (earlier minus later, step 0 included), mean + population sd.
+    # consecutive warm-up losses (earlier minus later, from the first logged step), mean +
+    # population sd.
     drops = [a - b for (_, a), (_, b) in zip(prefix, prefix[1:])]
     threshold = statistics.fmean(drops) + statistics.pstdev(drops)
     last = prefix[-1][1]
