@@ -36,10 +36,13 @@ static double now_s(void) {
 
 int main(int argc, char** argv) {
   int exit_code = 1;
-  long steps = argc > 1 ? strtol(argv[1], NULL, 10) : 2000;
-  if (steps < 10 * EVAL_EVERY || steps % EVAL_EVERY != 0) {
+  char* end = NULL;
+  long steps = argc > 1 ? strtol(argv[1], &end, 10) : 2000;
+  /* "100x" was read as 100: the whole argument must be the number. */
+  if (argc > 2 || (argc > 1 && (end == argv[1] || *end != '\0')) || steps < 10 * EVAL_EVERY ||
+      steps % EVAL_EVERY != 0) {
     fprintf(stderr, "c_driver: STEPS must be a multiple of %d and at least %d (got '%s')\n", EVAL_EVERY,
-            10 * EVAL_EVERY, argv[1]);
+            10 * EVAL_EVERY, argc > 1 ? argv[1] : "");
     return 2;
   }
   const int64_t warmup = (steps / 10 / EVAL_EVERY) * EVAL_EVERY;
