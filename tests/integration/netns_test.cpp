@@ -92,4 +92,31 @@ TEST_F(TwoHosts, VersionsCrossAVethPairBitExact) {
   std::filesystem::remove_all(dir);
 }
 
+// One host, two containers: the consumer in other PID and IPC namespaces than its producer
+// (Kubernetes pods and Docker containers have their own). UCX's shared-memory addresses then
+// carry the namespaces' ids, of lengths the address check did not know, and the producer refused
+// the join ("transport 54183 ... which this UCX never packs"). It joins now, and UCX picks a
+// transport that reaches across the namespaces.
+TEST(OtherNamespaces, AConsumerInOtherPidAndIpcNamespacesReceivesEveryVersionBitExact) {
+  if (geteuid() != 0 || run("unshare --pid --ipc --fork true") != 0) {
+    GTEST_SKIP() << "cannot make PID and IPC namespaces here (needs root and util-linux's unshare)";
+  }
+  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "3", "--kib",
+                         "1024", "--wait-consumers", "1"},
+                        {"UCX_NET_DEVICES=lo"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready) << "producer did not start";
+  ChildProcess consumer({"/usr/bin/unshare", "--pid", "--ipc", "--fork", MODELCAST_TEST_PEER, "consumer", "--endpoint",
+                         ready->substr(6), "--name", "contained", "--until-version", "3"},
+                        {"UCX_NET_DEVICES=lo"});
+  // Refused, the consumer asks again for ever: the wait is bounded.
+  EXPECT_TRUE(consumer.wait_for_line("installed 3", std::chrono::seconds(60)))
+      << "the consumer in other namespaces never installed version 3";
+  for (const auto& line : consumer.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+  consumer.kill_now();
+  consumer.wait();
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
+}
+
 }  // namespace

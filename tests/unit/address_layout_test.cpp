@@ -48,8 +48,9 @@ TEST(AddressLayout, RefusesWhatUcxWouldReadPastOrMisread) {
   auto address = live_address();
   auto own = read_address_layout(address);
 
-  auto truncated = address;
-  truncated.pop_back();
+  ASSERT_FALSE(address.empty());
+  // A copy without the last byte (pop_back made GCC 12 warn, array-bounds, of an empty vector).
+  std::vector<std::byte> truncated(address.begin(), address.end() - 1);
   EXPECT_NE(refusal(truncated, own).find("left"), std::string::npos) << refusal(truncated, own);
 
   auto trailing = address;
@@ -76,6 +77,7 @@ struct Device {
   std::vector<std::uint8_t> address;
   std::uint16_t checksum;
   std::size_t iface_length;
+  std::vector<std::uint8_t> iface = {};  // the interface address's bytes; empty: iface_length bytes of 9
 };
 std::vector<std::byte> packed(const std::vector<Device>& devices) {
   std::vector<std::uint8_t> out{0x20, 1, 2, 3, 4, 5, 6, 7, 8};  // v1, worker uuid
@@ -89,7 +91,11 @@ std::vector<std::byte> packed(const std::vector<Device>& devices) {
     std::vector<std::uint8_t> attributes{0, 0, 0, 0, 0, 0, 0x80, 0x4e, 0, 0, 0, 0, 0x10, 0, 0, 0};  // bandwidth 1e9
     out.insert(out.end(), attributes.begin(), attributes.end());
     out.push_back(static_cast<std::uint8_t>(device.iface_length | 0x80));
-    out.insert(out.end(), device.iface_length, 9);
+    if (device.iface.empty()) {
+      out.insert(out.end(), device.iface_length, 9);
+    } else {
+      out.insert(out.end(), device.iface.begin(), device.iface.end());
+    }
   }
   std::vector<std::byte> bytes;
   for (auto b : out) bytes.push_back(static_cast<std::byte>(b));
@@ -136,6 +142,56 @@ TEST(AddressLayout, TcpEntriesAreCheckedByTheFormsUcxsTcpPacksOthersByThisUcxsOw
   EXPECT_EQ(refusal(packed({{{7, 7, 7, 7, 7, 7, 7, 7}, cma, 8}}), own, ucx_113), "");
   // A transport we do not run: only its bounds matter.
   EXPECT_EQ(refusal(packed({{{1, 2, 3}, 0x4242, 0}}), own, ucx_113), "");
+}
+
+// UCX's shared-memory transports append a namespace id when their process runs outside the
+// host's default namespaces (a container), and say so with a flag in the address's first word: a
+// consumer in another PID namespace packs posix's interface address in 16 bytes where ours has 8,
+// and was refused ("never packs"), so no container could join a producer on its host. The other
+// form is accepted when its flag agrees with its length; a flag on the short form would make UCX
+// read the id past the address, and is refused.
+TEST(AddressLayout, SharedMemoryAddressesOfAnotherNamespaceAreAcceptedWhenTheirFlagAgrees) {
+  EXPECT_EQ(kPosixTransportChecksum, ucs_crc16_string("posix"));
+  EXPECT_EQ(kSysvTransportChecksum, ucs_crc16_string("sysv"));
+  EXPECT_EQ(kCmaTransportChecksum, ucs_crc16_string("cma"));
+  EXPECT_EQ(kXpmemTransportChecksum, ucs_crc16_string("xpmem"));
+  EXPECT_EQ(kKnemTransportChecksum, ucs_crc16_string("knem"));
+  // `length` bytes, 9 but for bit `flag` of the first `word` bytes (host order, as UCX packs).
+  auto with_flag = [](std::size_t length, std::size_t word, int flag, bool set) {
+    std::vector<std::uint8_t> bytes(length, 0);
+    if (set) bytes[static_cast<std::size_t>(flag) / 8] = static_cast<std::uint8_t>(1u << (flag % 8));
+    EXPECT_LT(static_cast<std::size_t>(flag) / 8, word);
+    return bytes;
+  };
+  const std::vector<std::uint8_t> system_id{7, 7, 7, 7, 7, 7, 7, 7};
+  // This process in the default namespaces, as UCX 1.13 packs it: posix's segment id (8 bytes),
+  // cma's pid (4), sysv's segment id (8), each device a system id (8).
+  auto own = read_address_layout(packed({{system_id, kPosixTransportChecksum, 8},
+                                         {system_id, kCmaTransportChecksum, 4},
+                                         {system_id, kSysvTransportChecksum, 8}}));
+  auto posix = [&](std::size_t length, bool flag) {
+    return refusal(packed({{system_id, kPosixTransportChecksum, length, with_flag(length, 8, 60, flag)}}), own);
+  };
+  EXPECT_EQ(posix(16, true), "");   // another PID namespace: the segment id, then its id
+  EXPECT_EQ(posix(8, false), "");
+  EXPECT_NE(posix(16, false).find("never packs"), std::string::npos);
+  EXPECT_NE(posix(8, true).find("never packs"), std::string::npos);
+  auto cma = [&](std::size_t length, bool flag) {
+    return refusal(packed({{system_id, kCmaTransportChecksum, length, with_flag(length, 4, 31, flag)}}), own);
+  };
+  EXPECT_EQ(cma(16, true), "");  // a 4-byte pid, then (8-aligned) the PID namespace's id
+  EXPECT_NE(cma(16, false).find("never packs"), std::string::npos);
+  EXPECT_NE(cma(4, true).find("never packs"), std::string::npos);
+  EXPECT_NE(cma(8, true).find("never packs"), std::string::npos);
+  // Every shared-memory device address: the system id, then (bit 63) the IPC namespace's id.
+  auto sysv_device = [&](std::size_t length, bool flag, std::size_t iface) {
+    return refusal(packed({{with_flag(length, 8, 63, flag), kSysvTransportChecksum, iface}}), own);
+  };
+  EXPECT_EQ(sysv_device(16, true, 8), "");
+  EXPECT_NE(sysv_device(16, false, 8).find("never packs"), std::string::npos);
+  EXPECT_NE(sysv_device(8, true, 8).find("never packs"), std::string::npos);
+  // sysv's interface address has one form.
+  EXPECT_NE(sysv_device(8, false, 16).find("never packs"), std::string::npos);
 }
 
 // UCX scores transports from an address's overhead, bandwidth and latency and asserts that no

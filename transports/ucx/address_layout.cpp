@@ -127,6 +127,7 @@ UcxAddressLayout read_address_layout(std::span<const std::byte> address) {
       for (std::size_t i = 0; i < 2 && i < device_length; ++i) {
         entry.device_head[i] = static_cast<std::uint8_t>(device_address[i]);
       }
+      std::memcpy(entry.device_start.data(), device_address.data(), std::min<std::size_t>(8, device_length));
       check_attributes(in.take(layout.format == kFormatV1 ? kIfaceAttrV1 : kIfaceAttrV2, "interface attributes"),
                        layout.format, entry_at + 2);
       std::uint8_t iface = in.byte("an interface address length");
@@ -134,7 +135,8 @@ UcxAddressLayout read_address_layout(std::span<const std::byte> address) {
       // Endpoint addresses travel in wireup messages, never in a worker address.
       if ((iface & kFlagHasEndpointAddress) != 0) refuse(entry_at, "a worker address with an endpoint address");
       entry.iface_address_length = in.extended(iface, kIfaceLengthMask, layout.format, "an interface address length");
-      in.take(entry.iface_address_length, "an interface address");
+      auto iface_address = in.take(entry.iface_address_length, "an interface address");
+      std::memcpy(entry.iface_start.data(), iface_address.data(), std::min<std::size_t>(8, iface_address.size()));
       layout.entries.push_back(entry);
     }
   }
@@ -143,6 +145,53 @@ UcxAddressLayout read_address_layout(std::span<const std::byte> address) {
 }
 
 namespace {
+
+// The shared-memory transports' two forms of an address (src/uct/base/uct_iface.c
+// uct_iface_get_local_address, src/uct/sm/mm/posix/mm_posix.c, src/uct/sm/scopy/cma/cma_iface.c):
+// `plain` bytes in the default namespace, `extended` with the namespace id appended, which UCX
+// reads when bit `flag_bit` of the address's first word is set.
+struct NamespacedForm {
+  std::size_t plain = 0, extended = 0;
+  std::size_t word_bytes = 8;  // the flag's word: a uint64_t, or cma's 4-byte pid_t
+  int flag_bit = -1;           // -1: the transport has one form (lengths must equal ours)
+};
+
+bool is_shared_memory(std::uint16_t checksum) {
+  return checksum == kPosixTransportChecksum || checksum == kSysvTransportChecksum ||
+         checksum == kCmaTransportChecksum || checksum == kXpmemTransportChecksum ||
+         checksum == kKnemTransportChecksum;
+}
+
+// The device address of a shared-memory transport: a system id, then the IPC namespace's id.
+NamespacedForm device_form(std::uint16_t checksum) {
+  return is_shared_memory(checksum) ? NamespacedForm{8, 16, 8, 63} : NamespacedForm{};
+}
+
+// The interface address: posix's segment id then the PID namespace's id (flag bit 60 of the
+// segment id); cma's pid (a 4-byte pid_t) then, 8-aligned, the PID namespace's id (bit 31).
+NamespacedForm iface_form(std::uint16_t checksum) {
+  if (checksum == kPosixTransportChecksum) return {8, 16, 8, 60};
+  if (checksum == kCmaTransportChecksum) return {4, 16, 4, 31};
+  return {};
+}
+
+// Whether a peer's address part of `peer` bytes may stand beside ours of `own`: equal lengths for
+// a transport of one form; for a namespaced one, ours one of its two forms and the peer's the form
+// its flag announces (a set flag on the plain length would make UCX read past the address).
+bool length_fits(std::size_t peer, std::size_t own, const NamespacedForm& form, const std::array<std::byte, 8>& start) {
+  if (form.flag_bit < 0) return peer == own;
+  if (own != form.plain && own != form.extended) return peer == own;
+  std::uint64_t word = 0;  // in this host's byte order, as UCX packed it
+  if (form.word_bytes == 4) {
+    std::uint32_t narrow = 0;
+    std::memcpy(&narrow, start.data(), 4);
+    word = narrow;
+  } else {
+    std::memcpy(&word, start.data(), 8);
+  }
+  const bool flagged = ((word >> form.flag_bit) & 1u) != 0;
+  return peer == (flagged ? form.extended : form.plain);
+}
 
 // UCX's TCP transport (src/uct/tcp/tcp.h): a device address is a flags byte, the address family
 // and then an IPv4 or IPv6 address, or for a loopback device an 8-byte system id and a network
@@ -182,11 +231,13 @@ void check_peer_address(std::span<const std::byte> peer, const UcxAddressLayout&
       continue;
     }
     bool known = false, same_lengths = false;
+    const auto device = device_form(entry.transport_checksum), iface = iface_form(entry.transport_checksum);
     for (const auto& mine : own.entries) {
       if (mine.transport_checksum != entry.transport_checksum) continue;
       known = true;
-      same_lengths = same_lengths || (mine.device_address_length == entry.device_address_length &&
-                                      mine.iface_address_length == entry.iface_address_length);
+      same_lengths = same_lengths ||
+                     (length_fits(entry.device_address_length, mine.device_address_length, device, entry.device_start) &&
+                      length_fits(entry.iface_address_length, mine.iface_address_length, iface, entry.iface_start));
     }
     if (known && !same_lengths) {
       throw Error(ErrorCode::kTransport,

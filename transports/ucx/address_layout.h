@@ -12,8 +12,11 @@
 // packs, so that it never reads more than a genuine peer's address holds. TCP's device address
 // has one of three forms, told by its own first two bytes (IPv4, IPv6, or loopback with a
 // system id and a namespace id, whose width depends on the UCX version); every other
-// transport's lengths must be the ones this UCX's own address gives it (shared memory and self
-// are fixed-size; InfiniBand devices of one fabric pack alike).
+// transport's lengths must be the ones this UCX's own address gives it (self is fixed-size;
+// InfiniBand devices of one fabric pack alike), except that the shared-memory transports append a
+// namespace id when the process runs outside the host's default namespaces (a container), with a
+// flag in the address's first word that makes UCX read it: a peer in other namespaces than ours
+// packs the other length, accepted when its flag agrees with it.
 // Entries for transports we do not run are only bounds-checked: UCX compares their checksum
 // and reads nothing else of them.
 //
@@ -22,6 +25,7 @@
 // shared-memory peer can always fault the processes that map its memory; the README says so.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -37,10 +41,19 @@ struct UcxAddressEntry {
   std::size_t iface_address_length = 0;
   // The device address's first two bytes (zero where it is shorter): TCP's flags and family.
   std::uint8_t device_head[2] = {0, 0};
+  // The first 8 bytes of the device and interface addresses (zero past a shorter one): where the
+  // shared-memory transports keep the flag that says a namespace id follows.
+  std::array<std::byte, 8> device_start{};
+  std::array<std::byte, 8> iface_start{};
 };
 
-// ucs_crc16_string("tcp"), UCX's checksum of the transport name (a unit test holds it to UCX's).
+// ucs_crc16_string of the transport names, UCX's checksums of them (a unit test holds each to UCX's).
 inline constexpr std::uint16_t kTcpTransportChecksum = 6607;
+inline constexpr std::uint16_t kPosixTransportChecksum = 54183;
+inline constexpr std::uint16_t kSysvTransportChecksum = 21389;
+inline constexpr std::uint16_t kCmaTransportChecksum = 35655;
+inline constexpr std::uint16_t kXpmemTransportChecksum = 33757;
+inline constexpr std::uint16_t kKnemTransportChecksum = 4983;
 
 struct UcxAddressLayout {
   unsigned format = 0;  // UCX's UCP_OBJECT_VERSION: 0 is address format v1, 1 is v2
