@@ -32,7 +32,7 @@ module modelcast
       mc_producer_persist_stats, mc_producer_refusal_stats
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
       mc_consumer_cancel_waits
-  public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy
+  public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy, mc_view_metadata
   public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
       mc_scheduler_should_publish, mc_scheduler_set_costs, mc_scheduler_wait_for_background
   public :: MC_SCHEDULER_INLINE, MC_SCHEDULER_REFITS_IN_BACKGROUND, MC_SCHEDULER_BACKGROUND
@@ -280,21 +280,56 @@ contains
 
   ! Copies every registered array into a snapshot and returns; delivery runs in the background.
   ! version (optional) receives the number assigned to this publish.
-  integer function publish_i64(producer, step, version) result(status)
+  ! metadata_keys and metadata_values (optional, together, of one size) travel with the version
+  ! as text (trailing blanks dropped): a consumer reads them with mc_view_metadata.
+  integer function publish_i64(producer, step, version, metadata_keys, metadata_values) result(status)
     type(mc_producer), intent(in) :: producer
     integer(c_int64_t), intent(in) :: step
     integer(c_int64_t), intent(out), optional :: version
+    character(len=*), intent(in), optional :: metadata_keys(:), metadata_values(:)
     type(mc_publish_result_t) :: result
-    status = from_c(mc_producer_publish_c(producer%handle, step, c_null_ptr, c_null_ptr, 0_c_size_t, result))
+    type(c_text), allocatable, target :: keys_c(:), values_c(:)
+    type(c_ptr), allocatable, target :: key_pointers(:), value_pointers(:)
+    integer :: i, n
+    if (present(version)) version = 0
+    if (present(metadata_keys) .neqv. present(metadata_values)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_publish: metadata_keys and metadata_values " // &
+          "go together; nothing was published")
+      return
+    end if
+    n = 0
+    if (present(metadata_keys)) then
+      if (size(metadata_keys) /= size(metadata_values)) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_publish: " // &
+            count_text(int(size(metadata_keys), c_int64_t)) // " metadata_keys but " // &
+            count_text(int(size(metadata_values), c_int64_t)) // " metadata_values; nothing was published")
+        return
+      end if
+      n = size(metadata_keys)
+      do i = 1, n
+        if (holds_nul("mc_producer_publish: a metadata key", metadata_keys(i), status)) return
+        if (holds_nul("mc_producer_publish: a metadata value", metadata_values(i), status)) return
+      end do
+    end if
+    allocate(keys_c(n), values_c(n), key_pointers(max(n, 1)), value_pointers(max(n, 1)))
+    do i = 1, n
+      call to_c(metadata_keys(i), keys_c(i)%chars)
+      call to_c(metadata_values(i), values_c(i)%chars)
+      key_pointers(i) = c_loc(keys_c(i)%chars)
+      value_pointers(i) = c_loc(values_c(i)%chars)
+    end do
+    status = from_c(mc_producer_publish_c(producer%handle, step, c_loc(key_pointers), c_loc(value_pointers), &
+                                          int(n, c_size_t), result))
     if (present(version)) version = result%version
   end function
 
   ! The same with a default-kind step (`integer :: step`, what a simulation's loop counter is).
-  integer function publish_i32(producer, step, version) result(status)
+  integer function publish_i32(producer, step, version, metadata_keys, metadata_values) result(status)
     type(mc_producer), intent(in) :: producer
     integer(c_int32_t), intent(in) :: step
     integer(c_int64_t), intent(out), optional :: version
-    status = publish_i64(producer, int(step, c_int64_t), version)
+    character(len=*), intent(in), optional :: metadata_keys(:), metadata_values(:)
+    status = publish_i64(producer, int(step, c_int64_t), version, metadata_keys, metadata_values)
   end function
 
   ! Waits at most timeout_ms until `count` consumers have joined (MC_ERR_TIMEOUT otherwise).
@@ -481,6 +516,41 @@ contains
   integer(c_int64_t) function mc_view_step(view)
     type(mc_view), intent(in) :: view
     mc_view_step = mc_view_step_c(view%handle)
+  end function
+
+  ! The metadata value published with the view's version under `key`, blank-padded into `value`.
+  ! MC_ERR_INVALID_ARGUMENT when the version has no such key, or when `value` is shorter than the
+  ! value (the message says how many characters it needs; `value` is then left blank); MC_ERR_STATE
+  ! for a view that holds no version.
+  integer function mc_view_metadata(view, key, value) result(status)
+    type(mc_view), intent(in) :: view
+    character(len=*), intent(in) :: key
+    character(len=*), intent(out) :: value
+    character(kind=c_char), allocatable, target :: key_c(:)
+    character(len=:), allocatable :: found
+    type(c_ptr) :: text
+    value = ""
+    if (holds_nul("mc_view_metadata", key, status)) return
+    if (.not. c_associated(view%handle)) then
+      status = module_failure(MC_ERR_STATE, "mc_view_metadata: the view holds no version (acquired before the first " // &
+          "one was installed, or released)")
+      return
+    end if
+    call to_c(key, key_c)
+    text = mc_view_metadata_get_c(view%handle, c_loc(key_c))
+    if (.not. c_associated(text)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_view_metadata: version " // &
+          count_text(mc_view_version_c(view%handle)) // " has no metadata '" // trim(key) // "'")
+      return
+    end if
+    found = f_string(text)
+    if (len(found) > len(value)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_view_metadata: the value of '" // trim(key) // "' has " // &
+          count_text(int(len(found), c_int64_t)) // " characters; the variable holds " // count_text(int(len(value), c_int64_t)))
+      return
+    end if
+    value = found
+    status = MC_OK
   end function
 
   ! Checks that tensor `name` has `dtype` and the reverse of `extents`, then copies its bytes.

@@ -252,6 +252,11 @@ module modelcast_c
       type(c_ptr), value :: view
       integer(c_int64_t) :: mc_view_step_c
     end function
+    function mc_view_metadata_get_c(view, key) bind(c, name="mc_view_metadata_get")
+      import :: c_ptr
+      type(c_ptr), value :: view, key
+      type(c_ptr) :: mc_view_metadata_get_c
+    end function
     function mc_view_find_tensor_c(view, name, out) bind(c, name="mc_view_find_tensor")
       import :: c_ptr, c_int, mc_tensor_info_t
       type(c_ptr), value :: view, name

@@ -6,9 +6,23 @@ module modelcast_support
   implicit none
   private
   public :: to_c, f_string, mc_last_error, from_c, module_failure, struct_mismatch, shape_text, extents_text, &
-      holds_nul, bad_text
+      holds_nul, bad_text, count_text
+
+  ! One NUL-terminated text for the C side, as an element of an array of them (metadata).
+  type, public :: c_text
+    character(kind=c_char), allocatable :: chars(:)
+  end type
 
 contains
+
+  ! "12", a count or a version, for messages.
+  function count_text(n) result(text)
+    integer(c_int64_t), intent(in) :: n
+    character(len=:), allocatable :: text
+    character(len=24) :: number
+    write(number, '(i0)') n
+    text = trim(number)
+  end function
 
   ! chars = text without trailing blanks, NUL-terminated, for the C side. (A subroutine: gfortran
   ! 12 warns, wrongly, about the bounds of an allocatable assigned a function's array result.)

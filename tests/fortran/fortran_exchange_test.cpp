@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,10 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
     ASSERT_TRUE(view) << consumer.stats().last_error;
     ASSERT_EQ(view.version(), v);
     EXPECT_EQ(view.step(), static_cast<std::int64_t>(100 * v));
+    // The Fortran producer's metadata, as any consumer reads it (trailing blanks dropped).
+    const std::map<std::string, std::string> metadata = view.metadata();
+    EXPECT_EQ(metadata, (std::map<std::string, std::string>{{"regime", "laminar"},
+                                                            {"sim_time", v == 1 ? ".25" : v == 2 ? ".50" : ".75"}}));
     const auto vi = static_cast<std::int64_t>(v);
 
     const float* w = values<float>(view, "w", modelcast::DType::kF32, {4, 3});  // Fortran w(3, 4)

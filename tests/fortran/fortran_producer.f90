@@ -39,6 +39,8 @@ program fortran_producer
   integer(c_int64_t) :: version, copied, persisted, persist_failures, persist_skipped
   integer(c_int64_t) :: refused_joins, refused_peers
   character(len=64) :: line
+  character(len=16) :: sim_time
+  character(len=3) :: short
   integer :: v
   integer(c_int), target :: serving_lines = 0
   character(len=40) :: public_key
@@ -65,12 +67,25 @@ program fortran_producer
 
   do v = 1, versions
     call fill(v)
-    call check(mc_producer_publish(producer, int(100 * v, c_int64_t), version), "mc_producer_publish")
+    ! Metadata travels with the version as text (a simulation's time, the loss).
+    write(sim_time, '(f0.2)') 0.25 * v
+    call check(mc_producer_publish(producer, int(100 * v, c_int64_t), version, &
+                                   metadata_keys=[character(len=8) :: "sim_time", "regime"], &
+                                   metadata_values=[character(len=16) :: sim_time, "laminar"]), "mc_producer_publish")
     if (version /= v) call fail("publish gave version", int(version))
     ! The Fortran consumer gets the same arrays back, in the same Fortran order.
     call check(mc_consumer_wait_for_version(consumer, version, 30000_c_int64_t, view), "wait_for_version")
     if (mc_view_version(view) /= version) call fail("view version differs at version", v)
     if (mc_view_step(view) /= 100 * v) call fail("view step differs at version", v)
+    call check(mc_view_metadata(view, "sim_time", line), "mc_view_metadata sim_time")
+    if (line /= sim_time) call fail("metadata sim_time reads " // trim(line) // " at version", v)
+    call check(mc_view_metadata(view, "regime", line), "mc_view_metadata regime")
+    if (line /= "laminar") call fail("metadata regime reads " // trim(line) // " at version", v)
+    if (mc_view_metadata(view, "nope", line) /= MC_ERR_INVALID_ARGUMENT) call fail("absent metadata was found", v)
+    if (index(mc_last_error(), "has no metadata 'nope'") == 0) call fail("unclear absent metadata: " // mc_last_error(), v)
+    if (mc_view_metadata(view, "regime", short) /= MC_ERR_INVALID_ARGUMENT) call fail("metadata cut to 3 characters", v)
+    if (index(mc_last_error(), "'regime' has 7 characters; the variable holds 3") == 0) &
+        call fail("unclear short metadata variable: " // mc_last_error(), v)
     call check(mc_view_copy(view, "w", w_back), "copy w")
     call check(mc_view_copy(view, "b", b_back), "copy b")
     call check(mc_view_copy(view, "k", k_back), "copy k")
@@ -173,6 +188,12 @@ contains
         call fail("a strided section was registered", 0)
     if (index(mc_last_error(), "'sec' is not contiguous") == 0) call fail("unclear section error: " // mc_last_error(), 0)
     call check(mc_producer_register(p, "cols", big(:, 2:3)), "register a contiguous section")
+    if (mc_producer_publish(p, 1, metadata_keys=["a", "b"], metadata_values=["1"]) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("metadata of 2 keys and 1 value was published", 0)
+    if (index(mc_last_error(), "2 metadata_keys but 1 metadata_values; nothing was published") == 0) &
+        call fail("unclear metadata size error: " // mc_last_error(), 0)
+    if (mc_producer_publish(p, 1, metadata_keys=["a"]) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("metadata keys without values were published", 0)
     if (mc_producer_register(p, "a" // c_null_char // "b", big) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a name holding a NUL was registered", 0)
     if (index(mc_last_error(), "NUL") == 0) call fail("unclear NUL error: " // mc_last_error(), 0)
