@@ -531,11 +531,7 @@ contains
     type(c_ptr) :: text
     value = ""
     if (holds_nul("mc_view_metadata", key, status)) return
-    if (.not. c_associated(view%handle)) then
-      status = module_failure(MC_ERR_STATE, "mc_view_metadata: the view holds no version (acquired before the first " // &
-          "one was installed, or released)")
-      return
-    end if
+    if (holds_no_version("mc_view_metadata", view, status)) return
     call to_c(key, key_c)
     text = mc_view_metadata_get_c(view%handle, c_loc(key_c))
     if (.not. c_associated(text)) then
@@ -553,6 +549,17 @@ contains
     status = MC_OK
   end function
 
+  ! True (status MC_ERR_STATE, naming `what`) for a view that holds no version.
+  logical function holds_no_version(what, view, status)
+    character(len=*), intent(in) :: what
+    type(mc_view), intent(in) :: view
+    integer, intent(out) :: status
+    status = MC_OK
+    holds_no_version = .not. c_associated(view%handle)
+    if (holds_no_version) status = module_failure(MC_ERR_STATE, what // ": the view holds no version (acquired " // &
+        "before the first one was installed, or released)")
+  end function
+
   ! Checks that tensor `name` has `dtype` and the reverse of `extents`, then copies its bytes.
   integer function copy_raw(view, name, dtype, extents, destination) result(status)
     type(mc_view), intent(in) :: view
@@ -566,11 +573,7 @@ contains
     integer(c_int64_t), pointer :: shape(:)
     integer :: n
     if (holds_nul("mc_view_copy", name, status)) return
-    if (.not. c_associated(view%handle)) then
-      status = module_failure(MC_ERR_STATE, "mc_view_copy: the view holds no version (acquired before the first " // &
-          "one was installed, or released)")
-      return
-    end if
+    if (holds_no_version("mc_view_copy", view, status)) return
     call to_c(name, name_c)
     status = from_c(mc_view_find_tensor_c(view%handle, c_loc(name_c), info))
     if (status /= MC_OK) return

@@ -114,11 +114,27 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
   EXPECT_EQ(holds, 0);
 }
 
+// An endpoint that is ready, lists no model and has no metrics: for the tests of the HTTP side.
+modelcastd::OpsProviders always_ready() {
+  return {[](const std::string&, std::string&) { return 200; }, [] { return std::string("[]"); },
+          [] { return std::string(); }};
+}
+
+int connect_to(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd >= 0 && connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) return fd;
+  if (fd >= 0) close(fd);
+  return -1;
+}
+
 TEST(OpsHttpAddress, AnAddressAlreadyServedIsRefused) {
   // cpp-httplib's default SO_REUSEPORT let a second daemon bind the same address, and the
   // kernel then split scrapes between the two.
-  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
-                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  const auto providers = always_ready();
   modelcastd::OpsHttp first("127.0.0.1:0", providers);
   ASSERT_GT(first.port(), 0);
   try {
@@ -133,8 +149,7 @@ TEST(OpsHttpAddress, AnAddressAlreadyServedIsRefused) {
 // Another method than GET was a 400 with no body (404 for some), and an unknown path a 404 with
 // no body: neither said what the endpoint serves.
 TEST(OpsHttpAddress, AnotherMethodOrAnUnknownPathIsToldWhatIsServed) {
-  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
-                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  const auto providers = always_ready();
   modelcastd::OpsHttp ops("127.0.0.1:0", providers);
   httplib::Client http("127.0.0.1", ops.port());
   for (const auto& answer : {http.Post("/healthz", "", "text/plain"), http.Put("/metrics", "", "text/plain"),
@@ -158,18 +173,12 @@ TEST(OpsHttpAddress, AnotherMethodOrAnUnknownPathIsToldWhatIsServed) {
 // used to be threads, /healthz still answers well inside a probe's timeout.
 TEST(OpsHttpAddress, IdleConnectionsDoNotKeepProbesUnanswered) {
   using namespace std::chrono_literals;
-  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
-                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  const auto providers = always_ready();
   modelcastd::OpsHttp ops("127.0.0.1:0", providers);
   std::vector<int> idle;
   for (int i = 0; i < 16; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<std::uint16_t>(ops.port()));
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address), 0);
-    idle.push_back(fd);
+    idle.push_back(connect_to(ops.port()));
+    ASSERT_GE(idle.back(), 0) << std::strerror(errno);
   }
   // The server accepts connections in the order they came: the probe's after these.
   httplib::Client http("127.0.0.1", ops.port());
@@ -181,24 +190,13 @@ TEST(OpsHttpAddress, IdleConnectionsDoNotKeepProbesUnanswered) {
   EXPECT_EQ(answer->status, 200);
 }
 
-int connect_to(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd >= 0 && connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0) return fd;
-  if (fd >= 0) close(fd);
-  return -1;
-}
 
 // Clients sending a header a byte at a time each held one of the 64 pooled threads for as long
 // as they went on (cpp-httplib's read timeout restarts at every byte): 70 of them left /healthz
 // unanswered for good. A connection has a second for its whole request now.
 TEST(OpsHttpAddress, SlowClientsDoNotKeepProbesUnanswered) {
   using namespace std::chrono_literals;
-  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
-                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  const auto providers = always_ready();
   modelcastd::OpsHttp ops("127.0.0.1:0", providers);
   std::vector<int> slow;
   for (int i = 0; i < 70; ++i) {
@@ -231,8 +229,7 @@ TEST(OpsHttpAddress, SlowClientsDoNotKeepProbesUnanswered) {
 // kept after it left). The request is cut at 64 KiB and the connection closed: sending fails
 // long before 16 MiB.
 TEST(OpsHttpAddress, ARequestWithoutEndIsCutOffAndTheConnectionClosed) {
-  modelcastd::OpsProviders providers{[](const std::string&, std::string&) { return 200; },
-                                     [] { return std::string("[]"); }, [] { return std::string(); }};
+  const auto providers = always_ready();
   modelcastd::OpsHttp ops("127.0.0.1:0", providers);
   const int fd = connect_to(ops.port());
   ASSERT_GE(fd, 0) << std::strerror(errno);
