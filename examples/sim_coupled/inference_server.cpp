@@ -83,6 +83,9 @@ int main(int argc, char** argv) try {
                                                          : "no trainer answered at " + endpoint));
   }
 
+  if (const auto it = first.metadata().find("horizon"); it != first.metadata().end() && it->second != std::to_string(horizon))
+    throw std::invalid_argument("--horizon " + std::to_string(horizon) + " differs from the trainer's (" + it->second +
+                                "): the model predicts " + it->second + " integration steps ahead");
   sim_coupled::Trajectory truth(sim_coupled::request_seed(seed), horizon);
   const auto start = std::chrono::steady_clock::now();
   const auto period = std::chrono::duration<double>(1.0 / rate);
