@@ -12,6 +12,7 @@
 #include <cstring>
 #include <algorithm>
 #include <exception>
+#include <system_error>
 
 #include <httplib.h>
 
@@ -59,51 +60,59 @@ HookRunner::HookRunner(Result on_result)
   if (stop_fd_ < 0) {
     throw modelcast::Error(modelcast::ErrorCode::kResource, std::string("hooks: eventfd: ") + std::strerror(errno));
   }
-  thread_ = std::thread([this] { run(); });
 }
 
 HookRunner::~HookRunner() {
   {
     std::lock_guard lock(mutex_);
     stop_ = true;
-    if (active_http_) active_http_->stop();  // ends its request now (httplib allows another thread)
+    for (auto& [model, lane] : lanes_) {
+      if (lane->active_http) lane->active_http->stop();  // ends its request now (httplib allows another thread)
+      lane->wake.notify_all();
+    }
   }
+  // Never read: the counter stays non-zero, so every lane's wait for its command sees it.
   const std::uint64_t one = 1;
   [[maybe_unused]] auto written = write(stop_fd_, &one, sizeof one);
-  wake_.notify_all();
-  thread_.join();
+  // No lane is added once stop_ is set, and only the destructor removes them.
+  for (auto& [model, lane] : lanes_) lane->thread.join();
   close(stop_fd_);
 }
 
 void HookRunner::submit(HookCall call) {
-  {
-    std::lock_guard lock(mutex_);
-    auto model = call.model;
-    pending_[model] = std::move(call);
+  std::unique_lock lock(mutex_);
+  if (stop_) return;
+  auto& lane = lanes_[call.model];
+  if (!lane) {
+    auto fresh = std::make_unique<Lane>();
+    try {
+      fresh->thread = std::thread([this, l = fresh.get()] { run(*l); });
+    } catch (const std::system_error& e) {
+      lanes_.erase(call.model);
+      lock.unlock();
+      if (on_result_) on_result_(call, false, std::string("cannot start a thread for the model's hooks: ") + e.what());
+      return;
+    }
+    lane = std::move(fresh);
   }
-  wake_.notify_one();
+  lane->pending = std::move(call);
+  lane->wake.notify_one();
 }
 
-void HookRunner::run() {
+void HookRunner::run(Lane& lane) {
   std::unique_lock lock(mutex_);
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+    lane.wake.wait(lock, [&] { return stop_ || lane.pending; });
     if (stop_) return;
-    // Models take turns (the next name after the last one run, round the map): taking the
-    // first name each time let one model whose hook is slow and publishes often hold every other
-    // model's hook back for as long as it went on.
-    auto next = pending_.upper_bound(last_model_);
-    if (next == pending_.end()) next = pending_.begin();
-    HookCall call = std::move(next->second);
-    pending_.erase(next);
-    last_model_ = call.model;
+    HookCall call = std::move(*lane.pending);
+    lane.pending.reset();
     lock.unlock();
     std::string detail;
     bool ok = false;
     // An exception here would end the daemon (std::terminate on this thread): a hook that fails
     // in a way the config check did not foresee is a failed hook, reported like any other.
     try {
-      ok = call.hook.http_post.empty() ? run_command(call, detail) : run_http(call, detail);
+      ok = call.hook.http_post.empty() ? run_command(call, detail) : run_http(lane, call, detail);
     } catch (const std::exception& e) {
       detail = std::string("hook failed: ") + e.what();
     }
@@ -112,7 +121,7 @@ void HookRunner::run() {
   }
 }
 
-bool HookRunner::run_http(const HookCall& call, std::string& detail) {
+bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail) {
   std::string url = expand_placeholders(call.hook.http_post, call, true);
   // http://HOST[:PORT]/PATH: httplib takes the scheme and authority, then the path per request.
   auto slash = url.find('/', 7);
@@ -125,15 +134,16 @@ bool HookRunner::run_http(const HookCall& call, std::string& detail) {
       detail = "POST " + url + ": not sent, the daemon is stopping";
       return false;
     }
-    active_http_ = &client;
+    lane.active_http = &client;
   }
   struct Unregister {
     HookRunner& runner;
+    Lane& lane;
     ~Unregister() {
       std::lock_guard lock(runner.mutex_);
-      runner.active_http_ = nullptr;
+      lane.active_http = nullptr;
     }
-  } unregister{*this};
+  } unregister{*this, lane};
   auto seconds = std::chrono::duration_cast<std::chrono::seconds>(call.hook.timeout).count();
   auto micros = std::chrono::duration_cast<std::chrono::microseconds>(call.hook.timeout).count() % 1'000'000;
   client.set_connection_timeout(seconds, micros);

@@ -1,10 +1,13 @@
 // Tells the inference server that a version is in: an HTTP POST to a URL template or a command,
-// with {model}, {version} and {path} replaced. Runs on its own thread, one hook at a time, the
-// models in turn; like the repository writer it keeps one pending call per model, so a slow
-// server makes it skip to the newest. A hook that hangs holds the others back up to its timeout.
+// with {model}, {version} and {path} replaced. Each model's hooks run on a thread of their own
+// (a lane, started at the model's first hook), one at a time, keeping one pending call per model,
+// so a slow server makes its model skip to the newest. A hook that hangs holds back only its own
+// model's: with one thread for all, it held every other model's hooks up to its timeout.
 //
-// Threads: submit() from any thread; the hook thread runs hooks and `on_result`. The destructor
-// (the daemon stopping) ends the hook in progress rather than wait out its timeout, which may be
+// Threads: submit() from any thread; each lane's thread runs its model's hooks and calls
+// `on_result` (so `on_result` is called from several threads at once). A lane lives until the
+// runner is destroyed: a model removed by a reload leaves an idle thread. The destructor (the
+// daemon stopping) ends the hooks in progress rather than wait out their timeouts, which may be
 // an hour: systemd kills a daemon that takes longer than its stop timeout to exit.
 #pragma once
 
@@ -12,7 +15,9 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -38,29 +43,33 @@ class HookRunner {
  public:
   using Result = std::function<void(const HookCall&, bool ok, const std::string& detail)>;
   explicit HookRunner(Result on_result);
-  // Stops the hook in progress: a command gets SIGTERM (its process group), SIGKILL after
+  // Stops the hooks in progress: a command gets SIGTERM (its process group), SIGKILL after
   // kStopGrace; a POST's connection is shut. Pending calls are dropped.
   ~HookRunner();
   static constexpr std::chrono::seconds kStopGrace{2};
   HookRunner(const HookRunner&) = delete;
   HookRunner& operator=(const HookRunner&) = delete;
 
-  void submit(HookCall call);  // never blocks on the hook; thread-safe
+  // Never blocks on a hook; thread-safe. A lane's thread that cannot be started is reported
+  // through `on_result` as a failed hook (on the caller's thread).
+  void submit(HookCall call);
 
  private:
-  void run();
-  bool run_http(const HookCall& call, std::string& detail);
+  struct Lane {
+    std::condition_variable wake;
+    std::optional<HookCall> pending;          // the newest call not yet started; mutex_
+    httplib::Client* active_http = nullptr;  // the POST in progress (the lane thread's); mutex_
+    std::thread thread;
+  };
+  void run(Lane& lane);
+  bool run_http(Lane& lane, const HookCall& call, std::string& detail);
   bool run_command(const HookCall& call, std::string& detail);
 
   const Result on_result_;
   std::mutex mutex_;
-  std::condition_variable wake_;
-  bool stop_ = false;                       // mutex_
-  httplib::Client* active_http_ = nullptr;  // the POST in progress (the hook thread's); mutex_
-  const int stop_fd_;  // an eventfd the destructor signals: a running command's wait ends on it
-  std::map<std::string, HookCall> pending_;  // by model; mutex_
-  std::string last_model_;                   // whose hook ran last; mutex_
-  std::thread thread_;
+  bool stop_ = false;  // mutex_
+  const int stop_fd_;  // an eventfd the destructor signals: every running command's wait ends on it
+  std::map<std::string, std::unique_ptr<Lane>> lanes_;  // by model; mutex_
 };
 
 }  // namespace modelcastd

@@ -145,10 +145,10 @@ TEST_F(DaemonTest, ACommandHookThatTimesOutIsKilledWithWhatItStarted) {
   if (running(child)) kill(child, SIGKILL);
 }
 
-// One hook at a time, and the next was always the alphabetically first model's: a model whose
-// hook is slow and that publishes often kept every later model's hook waiting for as long as it
-// went on (23 s in a QA run, and for ever if it kept publishing). Models now take turns.
-TEST(HookRunner, ModelsTakeTurnsSoOneBusyModelDoesNotHoldAnothersHookBack) {
+// One thread ran every model's hooks, one at a time: a model whose hook hung held every other
+// model's hooks back until its timeout (an hour may be configured), and a slow hook that ran
+// often took turns with theirs. Each model's hooks now run on a lane of their own.
+TEST(HookRunner, AHookThatHangsHoldsBackOnlyItsOwnModel) {
   ScratchDir dir;
   const std::string fifo = dir / "release";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
@@ -165,17 +165,27 @@ TEST(HookRunner, ModelsTakeTurnsSoOneBusyModelDoesNotHoldAnothersHookBack) {
     c.hook.command = std::move(command);
     return c;
   };
-  // a's first hook waits on the FIFO: opening it for writing returns once the hook has opened it.
-  runner.submit(call("a", 1, {"/bin/sh", "-c", "read line < " + fifo}));
+  // a's first hook waits on the FIFO (well within its timeout): opening it for writing returns
+  // once the hook has opened it.
+  auto waits = call("a", 1, {"/bin/sh", "-c", "read line < " + fifo});
+  waits.hook.timeout = std::chrono::minutes(10);
+  runner.submit(waits);
   const int release = open(fifo.c_str(), O_WRONLY);
   ASSERT_GE(release, 0) << std::strerror(errno);
   runner.submit(call("a", 2, {"/bin/true"}));
+  runner.submit(call("a", 3, {"/bin/true"}));  // a2 not started yet: skipped for the newest
   runner.submit(call("b", 1, {"/bin/true"}));
+  {
+    std::unique_lock lock(mutex);
+    // b's hook ends while a's first still waits on the FIFO.
+    EXPECT_TRUE(done.wait_for(lock, 30s, [&] { return !order.empty(); })) << "b's hook waited for a's";
+    EXPECT_EQ(order, std::vector<std::string>{"b1"});
+  }
   ASSERT_EQ(write(release, "go\n", 3), 3);
   close(release);
   std::unique_lock lock(mutex);
   ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return order.size() == 3; })) << ::testing::PrintToString(order);
-  EXPECT_EQ(order, (std::vector<std::string>{"a1", "b1", "a2"}));
+  EXPECT_EQ(order, (std::vector<std::string>{"b1", "a1", "a3"}));
 }
 
 // httplib read a port past an int with std::stoi, whose exception ended the daemon on the hook
