@@ -55,6 +55,35 @@ std::string expand_placeholders(const std::string& text, const HookCall& call, b
   return out;
 }
 
+namespace {
+
+// httplib names its errors in one word ("Connection", "Read"); the operator reading the log wants
+// to know what happened and which setting bounds it. The word is kept, for searches.
+std::string describe(httplib::Error error, std::chrono::milliseconds timeout) {
+  const std::string within = " within timeout_ms (" + std::to_string(timeout.count()) + " ms)";
+  std::string what;
+  switch (error) {
+    case httplib::Error::Connection:
+      what = "could not connect (nothing listening, unreachable, or not accepted" + within + ")";
+      break;
+    case httplib::Error::ConnectionTimeout:
+      what = "could not connect" + within;
+      break;
+    case httplib::Error::Read:
+      what = "no complete answer" + within + ", or the server closed the connection first";
+      break;
+    case httplib::Error::Write:
+      what = "the request could not be sent" + within + " (the server closed the connection or did not read)";
+      break;
+    default:
+      what = "failed";
+      break;
+  }
+  return what + " [httplib: " + httplib::to_string(error) + "]";
+}
+
+}  // namespace
+
 HookRunner::HookRunner(Result on_result)
     : on_result_(std::move(on_result)), stop_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
   if (stop_fd_ < 0) {
@@ -153,7 +182,7 @@ bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail)
   auto response = client.Post(path, "{}", "application/json");
   if (!response) {
     std::lock_guard lock(mutex_);
-    detail = "POST " + url + ": " + (stop_ ? std::string("cut short, the daemon is stopping") : httplib::to_string(response.error()));
+    detail = "POST " + url + ": " + (stop_ ? std::string("cut short, the daemon is stopping") : describe(response.error(), call.hook.timeout));
     return false;
   }
   detail = "POST " + url + ": HTTP " + std::to_string(response->status);

@@ -1,7 +1,10 @@
 // Hooks (an HTTP POST received by a real server, a command, a failing command) and SIGHUP
 // reloads (a changed model restarts, a bad file is refused, a removed model is gone).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -10,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -206,6 +210,50 @@ TEST(HookRunner, AHookThatThrowsIsAFailedHookNotAnEndedDaemon) {
   ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return !results.empty(); }));
   EXPECT_FALSE(results[0].first);
   EXPECT_NE(results[0].second.find("hook failed: "), std::string::npos) << results[0].second;
+}
+
+// A failed POST was reported in httplib's one word ("POST http://...: Read").
+TEST(HookRunner, AFailedPostSaysWhatHappened) {
+  std::mutex mutex;
+  std::condition_variable done;
+  std::map<std::string, std::string> results;
+  modelcastd::HookRunner runner([&](const modelcastd::HookCall& call, bool ok, const std::string& detail) {
+    std::lock_guard lock(mutex);
+    results[call.model] = (ok ? "ok: " : "") + detail;
+    done.notify_all();
+  });
+  // A port nothing listens on (bound, then closed), and one that accepts connections (the kernel
+  // completes them from the backlog) but never answers.
+  auto bound_socket = [](bool listening) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), length), 0) << std::strerror(errno);
+    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    if (listening) {
+      EXPECT_EQ(listen(fd, 4), 0);
+    }
+    return std::pair{fd, ntohs(address.sin_port)};
+  };
+  auto [closed_fd, closed_port] = bound_socket(false);
+  close(closed_fd);
+  auto [silent_fd, silent_port] = bound_socket(true);
+  auto post = [](const std::string& model, int port) {
+    modelcastd::HookCall c{.model = model, .version = 1, .path = "", .hook = {}};
+    c.hook.http_post = "http://127.0.0.1:" + std::to_string(port) + "/load";
+    c.hook.timeout = std::chrono::milliseconds(300);
+    return c;
+  };
+  runner.submit(post("closed", closed_port));
+  runner.submit(post("silent", silent_port));
+  std::unique_lock lock(mutex);
+  ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return results.size() == 2; }));
+  close(silent_fd);
+  EXPECT_NE(results["closed"].find(": could not connect"), std::string::npos) << results["closed"];
+  EXPECT_NE(results["silent"].find(": no complete answer within timeout_ms (300 ms)"), std::string::npos)
+      << results["silent"];
 }
 
 TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
