@@ -43,7 +43,7 @@ constexpr int kHandshakeMs = 5000;
 ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
     : router_(context_, zmq::socket_type::router) {
   wire::check_control_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
-  set_up_security(options, log);
+  const std::string security = set_up_security(options);
   auto open_files = raise_open_file_limit(log);
   connections_ = std::make_unique<ConnectionCap>(context_, router_, ConnectionCap::for_open_file_limit(open_files));
   router_.set(zmq::sockopt::linger, 0);
@@ -70,11 +70,16 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
                                                : "";
     throw Error(ErrorCode::kTransport, "cannot bind '" + options.control_endpoint + "': " + e.what() + hint);
   }
+  if (signer_) {
+    log.info("CurveZMQ control plane on {}, {}", endpoint_, security);
+  } else {
+    log.warn("plaintext control plane on {}: {}", endpoint_, security);
+  }
 }
 
 ControlPlane::~ControlPlane() = default;
 
-void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log) {
+std::string ControlPlane::set_up_security(ProducerOptions& options) {
   if (!options.key_file.empty()) {
     if (!options.key.empty()) throw Error(ErrorCode::kInvalidArgument, "give key or key_file, not both");
     options.key = load_key_pair(options.key_file);
@@ -94,9 +99,8 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
                       "allow_plaintext_remote");
     }
     wire::check_private_ipc_directory(options.control_endpoint, "producer");
-    log.warn("plaintext control plane on {}: any {} can join, and versions are unsigned", options.control_endpoint,
-             local ? "local process" : "host that reaches it");
-    return;
+    return std::string("any ") + (local ? "local process" : "host that reaches it") +
+           " can join, and versions are unsigned";
   }
   if (!options.integrity) {
     throw Error(ErrorCode::kInvalidArgument, "a signing producer needs integrity on: the signature covers the digests");
@@ -120,9 +124,9 @@ void ControlPlane::set_up_security(ProducerOptions& options, spdlog::logger& log
   }
   zap_ = std::make_unique<security::ZapHandler>(context_, allowed, options.allow_any_consumer, options.key.public_key);
   security::make_curve_server(router_, signer_->secret());
-  log.info("CurveZMQ control plane, versions signed by {}; {}", options.key.public_key,
-           options.allow_any_consumer ? std::string("any consumer admitted")
-                                      : std::to_string(allowed.size()) + " consumer keys admitted");
+  return "versions signed by " + options.key.public_key + "; " +
+         (options.allow_any_consumer ? std::string("any consumer admitted")
+                                     : std::to_string(allowed.size()) + " consumer keys admitted");
 }
 
 zmq::socket_t* ControlPlane::authentication_socket() { return zap_ ? &zap_->socket() : nullptr; }

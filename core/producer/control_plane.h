@@ -50,7 +50,9 @@ class ControlPlane {
   void answer_authentication(const std::function<void(const std::string& key)>& on_refused);
 
  private:
-  void set_up_security(ProducerOptions& options, spdlog::logger& log);
+  // Returns how the control plane is secured, for the log line written once the endpoint is bound
+  // (the configured one may say port 0).
+  std::string set_up_security(ProducerOptions& options);
 
   zmq::context_t context_;
   std::unique_ptr<security::ManifestSigner> signer_;

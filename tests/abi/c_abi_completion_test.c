@@ -29,6 +29,7 @@ typedef struct {
   int64_t last_step;
   mc_status last_status;
   char last_text[512];
+  char plaintext_text[512];
   int last_level;
 } event_t;
 
@@ -68,6 +69,9 @@ static void test_version(void) {
 static void on_log(mc_log_level level, const char* component, const char* message, void* user_data) {
   event_t* e = (event_t*)user_data;
   pthread_mutex_lock(&e->mutex);
+  if (strcmp(component, "modelcast.producer") == 0 && strstr(message, "plaintext control plane on ") != NULL) {
+    snprintf(e->plaintext_text, sizeof e->plaintext_text, "%s", message);
+  }
   if (strcmp(component, "modelcast.producer") == 0 && strstr(message, "serving on") != NULL) {
     ++e->count;
     e->last_level = (int)level;
@@ -96,6 +100,8 @@ static void test_log_hook(void) {
   CHECK(event_wait(&seen, 1));
   CHECK(seen.last_level == MC_LOG_INFO);
   CHECK(strstr(seen.last_text, mc_producer_endpoint(producer)) != NULL);
+  /* The plaintext warning names the endpoint bound, not the configured port 0. */
+  CHECK(strstr(seen.plaintext_text, mc_producer_endpoint(producer)) != NULL);
   mc_producer_destroy(producer);
 
   /* Above the message's level nothing reaches the handler. */
