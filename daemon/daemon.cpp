@@ -43,6 +43,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
     repo::WriterOptions options;
     options.root = config_.repository;
     options.keep = config_.keep_versions;
+    options.abandon_on_stop = true;
     options.on_written = [this](const repo::VersionSnapshot& s, const std::string& dir, std::chrono::nanoseconds took) {
       on_written(s, dir, took);
     };
@@ -89,7 +90,7 @@ Daemon::~Daemon() {
   }
   models.clear();  // no more installs
   attach_.reset();
-  writer_.reset();  // finishes the write in progress
+  writer_.reset();  // abandons the write in progress (a large model on a slow disk takes minutes)
   hooks_.reset();
 }
 

@@ -176,7 +176,7 @@ std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) cons
   return highest + 1;
 }
 
-std::string Repository::write(const VersionSnapshot& snapshot) {
+std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token stop) {
   const std::string model_dir = model_directory(snapshot.model);
   std::error_code ec;
   fs::create_directories(model_dir, ec);
@@ -192,7 +192,7 @@ std::string Repository::write(const VersionSnapshot& snapshot) {
     const std::string tensor_path = temp_dir + "/" + kTensorFile;
     int fd = create_file(tensor_path);
     try {
-      write_safetensors(fd, tensor_path, snapshot);
+      write_safetensors(fd, tensor_path, snapshot, stop);
     } catch (...) {
       close(fd);
       throw;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -60,9 +61,10 @@ class Repository {
   // number plus an offset kept per producer incarnation, so that numbers rise across producer
   // restarts (Triton loads the highest). The same version of the same incarnation written again
   // replaces its directory in one atomic exchange. Returns the directory. Throws
-  // modelcast::Error(kResource) naming the path on any I/O failure; the temporary directory
-  // is removed and nothing partial becomes visible.
-  std::string write(const VersionSnapshot& snapshot);
+  // modelcast::Error(kResource) naming the path on any I/O failure, Error(kState) when `stop`
+  // is requested part-way (checked every 64 MiB); the temporary directory is removed and nothing
+  // partial becomes visible.
+  std::string write(const VersionSnapshot& snapshot, std::stop_token stop = {});
 
   // Removes all but the `keep` most recently written versions of `model` (the highest numbers).
   // Throws Error(kResource) on I/O failure.

@@ -17,6 +17,7 @@ RepositoryWriter::~RepositoryWriter() {
     std::lock_guard lock(mutex_);
     stop_ = true;
   }
+  if (options_.abandon_on_stop) stop_write_.request_stop();
   wake_.notify_all();
   thread_.join();
 }
@@ -65,7 +66,7 @@ void RepositoryWriter::run() {
     auto start = std::chrono::steady_clock::now();
     std::string directory, error;
     try {
-      directory = repository.write(*snapshot);
+      directory = repository.write(*snapshot, stop_write_.get_token());
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
 
@@ -25,6 +26,10 @@ struct WriterOptions {
   std::string root;       // the repository's root directory (created if missing)
   std::size_t keep = 3;   // newest versions kept per model (>= 1)
   std::size_t every = 1;  // write every Nth version submitted per model (>= 1)
+  // What the destructor does with the write in progress: finish it (a trainer's last checkpoint
+  // is what it stops for), or abandon it within one 64 MiB piece (a daemon stopping: its versions
+  // come back from the producer, and tens of GiB on a slow disk outlast systemd's stop timeout).
+  bool abandon_on_stop = false;
   std::function<void(const VersionSnapshot&, const std::string& directory, std::chrono::nanoseconds took)> on_written;
   std::function<void(const VersionSnapshot&, const std::string& error)> on_failed;
 };
@@ -42,7 +47,9 @@ class RepositoryWriter {
  public:
   // Starts the writer thread. Throws modelcast::Error(kInvalidArgument) for keep/every of 0.
   explicit RepositoryWriter(WriterOptions options);
-  ~RepositoryWriter();  // finishes the write in progress; pending versions are dropped
+  // Finishes the write in progress, or with abandon_on_stop abandons it within one 64 MiB piece
+  // (its temporary directory removed, on_failed called with why); pending versions are dropped.
+  ~RepositoryWriter();
   RepositoryWriter(const RepositoryWriter&) = delete;
   RepositoryWriter& operator=(const RepositoryWriter&) = delete;
 
@@ -64,6 +71,7 @@ class RepositoryWriter {
   bool writing_ = false;  // a snapshot taken from pending_ is being written; mutex_
   std::map<std::string, std::shared_ptr<const VersionSnapshot>> pending_;  // by model; mutex_
   std::map<std::string, std::uint64_t> submitted_;                      // by model; mutex_
+  std::stop_source stop_write_;  // requested by the destructor (abandon_on_stop); the write polls it
   WriterStats stats_;                                                   // mutex_
   std::thread thread_;
 };

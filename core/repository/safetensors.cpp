@@ -28,9 +28,12 @@ namespace {
   throw Error(ErrorCode::kIntegrity, "safetensors file '" + path + "': " + printable_text(what, 1024, Backslash::kKept));
 }
 
-void write_all(int fd, const std::string& path, const void* data, std::uint64_t bytes) {
+void write_all(int fd, const std::string& path, const void* data, std::uint64_t bytes, std::stop_token stop) {
   const auto* p = static_cast<const char*>(data);
   while (bytes > 0) {
+    // A model of tens of GiB on a slow disk takes minutes, past systemd's stop timeout: a writer
+    // that stops abandons the file between pieces.
+    if (stop.stop_requested()) throw Error(ErrorCode::kState, "write of '" + path + "' abandoned: the writer is stopping");
     // Pieces of at most 64 MiB: one write of several GiB is split by the kernel anyway.
     ssize_t n = ::write(fd, p, static_cast<std::size_t>(std::min<std::uint64_t>(bytes, 64u << 20)));
     if (n < 0 && errno == EINTR) continue;
@@ -58,7 +61,7 @@ std::string safetensors_dtype(DType dtype) {
   throw Error(ErrorCode::kInvalidArgument, "no safetensors name for dtype " + std::to_string(static_cast<int>(dtype)));
 }
 
-void write_safetensors(int fd, const std::string& path, const VersionSnapshot& snapshot) {
+void write_safetensors(int fd, const std::string& path, const VersionSnapshot& snapshot, std::stop_token stop) {
   nlohmann::json header = nlohmann::json::object();
   header["__metadata__"] = snapshot.metadata;
   std::uint64_t offset = 0;
@@ -77,9 +80,9 @@ void write_safetensors(int fd, const std::string& path, const VersionSnapshot& s
   std::uint64_t length = text.size();
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));  // little-endian
-  write_all(fd, path, prefix, sizeof prefix);
-  write_all(fd, path, text.data(), text.size());
-  for (const auto& t : snapshot.tensors) write_all(fd, path, t.data, t.bytes);
+  write_all(fd, path, prefix, sizeof prefix, stop);
+  write_all(fd, path, text.data(), text.size(), stop);
+  for (const auto& t : snapshot.tensors) write_all(fd, path, t.data, t.bytes, stop);
   if (fsync(fd) != 0) io_error("cannot fsync", path);
 }
 

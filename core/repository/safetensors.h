@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -17,8 +18,8 @@ namespace modelcast::repository {
 // Writes `snapshot` as safetensors to `fd` (positioned at 0) and fsyncs it. Throws
 // modelcast::Error(kResource) naming `path` and the errno text on a failed write or fsync,
 // Error(kInvalidArgument) for a tensor named "__metadata__" or one whose size disagrees with
-// its shape.
-void write_safetensors(int fd, const std::string& path, const VersionSnapshot& snapshot);
+// its shape, Error(kState) if `stop` is requested before the last 64 MiB piece is written.
+void write_safetensors(int fd, const std::string& path, const VersionSnapshot& snapshot, std::stop_token stop = {});
 
 struct StoredTensor {
   std::string name;

@@ -7,15 +7,19 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <stop_token>
+#include <thread>
 
 #include "core/repository/repository.h"
 #include "core/repository/safetensors.h"
 #include "daemon_fixture.h"
+#include "faulting_memory.h"
 #include "modelcast/error.h"
 
 namespace daemon_test {
@@ -244,6 +248,108 @@ TEST(RepositoryWriter, BadSnapshotsAreRefusedAndNothingBecomesVisible) {
   }
   EXPECT_TRUE(repository.list("m").empty());
   EXPECT_EQ(repository.clean("m").removed, 0u);
+}
+
+// A snapshot of one U8 tensor over `memory`.
+std::shared_ptr<const repo::VersionSnapshot> snapshot_of(const FaultingMemory& memory) {
+  auto s = std::make_shared<repo::VersionSnapshot>();
+  s->model = "m";
+  s->version = 1;
+  s->tensors.push_back({"w", modelcast::DType::kU8, {static_cast<std::int64_t>(memory.size())}, memory.data(), memory.size()});
+  return s;
+}
+
+bool has_temporary(const std::string& model_dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir, ec)) {
+    if (entry.path().filename().string().rfind(".tmp-", 0) == 0) return true;
+  }
+  return false;
+}
+
+constexpr std::size_t kPiece = 64u << 20;  // what the writer writes between two looks at its stop
+
+// A write asked to stop part-way is abandoned at the next piece, and leaves neither a version
+// nor its temporary directory.
+TEST(RepositoryWriter, AWriteAskedToStopIsAbandonedAndLeavesNothing) {
+  ScratchDir dir;
+  FaultingMemory memory(3 * kPiece);
+  if (!memory.usable()) GTEST_SKIP() << memory.why_not();
+  repo::Repository repository(dir / "repo");
+  std::stop_source stop;
+  std::string outcome;
+  std::thread writing([&] {
+    try {
+      outcome = "written: " + repository.write(*snapshot_of(memory), stop.get_token());
+    } catch (const modelcast::Error& e) {
+      outcome = std::to_string(static_cast<int>(e.code())) + " " + e.what();
+    }
+  });
+  ASSERT_TRUE(memory.next_fault(30s)) << "the write never read the tensor";  // in write(), first piece
+  stop.request_stop();
+  memory.supply(0, memory.size());
+  writing.join();
+  EXPECT_EQ(outcome.rfind(std::to_string(static_cast<int>(modelcast::ErrorCode::kState)) + " ", 0), 0u) << outcome;
+  EXPECT_NE(outcome.find("abandoned: the writer is stopping"), std::string::npos) << outcome;
+  EXPECT_TRUE(repository.list("m").empty());
+  EXPECT_FALSE(has_temporary(repository.model_directory("m")));
+}
+
+// Destroys a writer while it writes a 256 MiB version; what its callbacks said.
+std::vector<std::string> stop_while_writing(bool abandon_on_stop) {
+  ScratchDir dir;
+  FaultingMemory memory(4 * kPiece);
+  if (!memory.usable()) return {"skip: " + memory.why_not()};
+  std::mutex mutex;
+  std::vector<std::string> results;
+  repo::WriterOptions options;
+  options.root = dir / "repo";
+  options.abandon_on_stop = abandon_on_stop;
+  options.on_written = [&](const repo::VersionSnapshot&, const std::string&, std::chrono::nanoseconds) {
+    std::lock_guard lock(mutex);
+    results.push_back("written");
+  };
+  options.on_failed = [&](const repo::VersionSnapshot&, const std::string& error) {
+    std::lock_guard lock(mutex);
+    results.push_back(error);
+  };
+  auto writer = std::make_unique<repo::RepositoryWriter>(options);
+  writer->submit(snapshot_of(memory));
+  auto fault = memory.next_fault(30s);
+  if (!fault) return {"the write never read the tensor"};
+  std::atomic<bool> stopped{false};
+  std::thread stopping([&] {
+    writer.reset();
+    stopped = true;
+  });
+  // The pages go in 64 KiB at a time as the write asks for them (some 4,000 faults for 256 MiB),
+  // so the write is still in its first pieces when the destructor asks it to stop.
+  while (!stopped) {
+    if (fault) memory.supply(*fault, 64u << 10);
+    fault = memory.next_fault(std::chrono::milliseconds(50));
+  }
+  stopping.join();
+  if (results == std::vector<std::string>{"written"} && repo::Repository(options.root).list("m").size() != 1) {
+    return {"written, but not listed"};
+  }
+  if (has_temporary(options.root + "/m")) results.push_back("a temporary directory is left");
+  return results;
+}
+
+// A daemon stopping waited for the write in progress: tens of GiB on a slow disk took minutes,
+// past systemd's stop timeout (which then killed it). Its writer now abandons it.
+TEST(RepositoryWriter, StoppingAWriterThatAbandonsEndsTheWriteInProgress) {
+  auto results = stop_while_writing(true);
+  if (!results.empty() && results[0].rfind("skip: ", 0) == 0) GTEST_SKIP() << results[0];
+  ASSERT_EQ(results.size(), 1u) << ::testing::PrintToString(results);
+  EXPECT_NE(results[0].find("abandoned: the writer is stopping"), std::string::npos) << results[0];
+}
+
+// A trainer's writer (the producer's persist option) finishes its last checkpoint.
+TEST(RepositoryWriter, StoppingAWriterThatFinishesCompletesTheWriteInProgress) {
+  auto results = stop_while_writing(false);
+  if (!results.empty() && results[0].rfind("skip: ", 0) == 0) GTEST_SKIP() << results[0];
+  EXPECT_EQ(results, std::vector<std::string>{"written"});
 }
 
 }  // namespace
