@@ -71,13 +71,14 @@ def real(name, value):
     return float(value)
 
 
-def utf8_problem(value):
+def utf8_problem(value, shown=None):
     """Why the str ``value`` cannot reach the library, which takes text as UTF-8 (a lone surrogate,
-    as surrogateescape makes: pybind11 refused it with a TypeError naming nothing), or None."""
+    as surrogateescape makes: pybind11 refused it with a TypeError naming nothing), or None.
+    ``shown`` replaces the value's repr in the message."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as e:
-        return f"is not valid text: {e.reason} at index {e.start} ({value!r})"
+        return f"is not valid text: {e.reason} at index {e.start} ({repr(value) if shown is None else shown})"
     return None
 
 
@@ -124,6 +125,9 @@ def options_from(cls, kwargs, what):
             known = sorted(k for k in dir(options) if not k.startswith("_"))
             raise InvalidArgumentError(f"{what}: unknown option '{key}' (known: {', '.join(known)})")
         default = getattr(options, key)
+        # An option that holds keys may hold a secret one (a secret passed where a KeyPair goes):
+        # its value is never quoted, as no error of the library quotes a key.
+        shown = "its value not shown: it may hold a secret key" if "key" in key else repr(value)
         if isinstance(default, datetime.timedelta):
             value = seconds(what, key, value)
         # Paths (key_file, persist_directory) as pathlib.Path as well as str.
@@ -131,17 +135,17 @@ def options_from(cls, kwargs, what):
             value = os.fspath(value)
         # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
         if isinstance(value, bool) and not isinstance(default, bool):
-            raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({value!r})")
+            raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({shown})")
         try:
             setattr(options, key, value)
         except TypeError:
             # pybind11's own message names neither the option nor what was wrong with the value.
             if isinstance(value, str) and utf8_problem(value):
-                raise InvalidArgumentError(f"{what}: option '{key}' {utf8_problem(value)}") from None
+                raise InvalidArgumentError(f"{what}: option '{key}' {utf8_problem(value, shown)}") from None
             if isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
                 raise InvalidArgumentError(f"{what}: option '{key}' is out of range ({value})") from None
             raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, "
-                                       f"not {type(value).__name__} ({value!r})") from None
+                                       f"not {type(value).__name__} ({shown})") from None
     return options
 
 

@@ -188,6 +188,27 @@ def test_a_missing_key_file_is_named_and_said_not_to_exist(tmp_path):
         modelcast.load_public_key(missing)
 
 
+def test_a_secret_key_given_in_the_wrong_form_is_never_quoted():
+    # "option 'key' takes KeyPair, not str ('<the 40 characters of the secret>')": a secret in a
+    # log or a traceback pasted into an issue.
+    keys = modelcast.generate_key_pair()
+    secret = keys.secret_key
+    wrong = {
+        "Producer key=str": lambda: modelcast.Producer(key=secret, allow_any_consumer=True),
+        "Producer key=tuple": lambda: modelcast.Producer(key=(keys.public_key, secret), allow_any_consumer=True),
+        "Producer allowed_consumer_keys=str": lambda: modelcast.Producer(key=keys, allowed_consumer_keys=secret),
+        "Consumer key=dict": lambda: modelcast.Consumer("tcp://127.0.0.1:9", model_name="m",
+                                                        producer_public_key=keys.public_key,
+                                                        key={"secret_key": secret}),
+        "Consumer key=str with a lone surrogate": lambda: modelcast.Consumer(
+            "tcp://127.0.0.1:9", model_name="m", producer_public_key=keys.public_key, key=secret + "\udcff"),
+    }
+    for name, make in wrong.items():
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option '", "not shown") as info:
+            make()
+        assert not any(secret[i:i + 8] in str(info.value) for i in range(len(secret) - 7)), (name, str(info.value))
+
+
 def test_paths_are_str_or_path_objects_and_anything_else_is_named(tmp_path):
     # pathlib.Path was pybind11's TypeError naming no parameter, for the key helpers and the
     # options that take a path.
