@@ -211,6 +211,14 @@ std::string load_public_key(const std::string& path) {
   check_keys(table, path);
   auto key = string_at(table, path, "public", true);
   check_public_key(key, named(path) + ": 'public'");
+  // A key pair file given for its public key holds a secret all the same: readable by others,
+  // it is refused here as load_key_pair refuses it (the secret is exposed whichever reads it).
+  if (struct stat st {}; table.contains("secret") && ::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    bad_file(path, std::string("holds a secret key but other users may read or write it (mode ") + mode +
+                       "): chmod 600 it, and give others its .pub file");
+  }
   // A public key file says whom to trust (the producer a consumer pins, the consumers a producer
   // admits): one that other users may write lets them put their own key there. As ssh refuses an
   // authorized_keys file others can write. Checked last, as for the secret.

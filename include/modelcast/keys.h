@@ -33,8 +33,8 @@ MODELCAST_API void save_key_pair(const KeyPair& keys, const std::string& path, b
 MODELCAST_API KeyPair load_key_pair(const std::string& path);
 
 // Reads the public key from a key file or a ".pub" file. Throws Error(kInvalidArgument) naming
-// the file for anything malformed, and for a file its group or other users may write (it says
-// whom to trust: they could put their own key there).
+// the file for anything malformed, for a file its group or other users may write (it says
+// whom to trust: they could put their own key there), and for a key pair file they may read.
 MODELCAST_API std::string load_public_key(const std::string& path);
 
 // Throws Error(kInvalidArgument), `what` first, unless `key` is a public key as generate_key_pair

@@ -210,6 +210,23 @@ TEST(Keys, APublicKeyFileOthersCanWriteIsRefused) {
             std::string::npos) << refused;
 }
 
+// A key pair file read for its public key holds the secret all the same: readable by others it
+// was accepted here while load_key_pair refused it.
+TEST(Keys, AKeyPairFileOthersCanReadIsRefusedForItsPublicKeyToo) {
+  TempDir dir;
+  const auto keys = modelcast::generate_key_pair();
+  modelcast::save_key_pair(keys, dir.file("trainer.key"));
+  const std::string pair = dir.file("trainer.key");
+  EXPECT_EQ(modelcast::load_public_key(pair), keys.public_key) << "mode 0600, as saved";
+  ASSERT_EQ(chmod(pair.c_str(), 0644), 0);
+  auto refused = error_of([&] { modelcast::load_public_key(pair); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(refused.find(pair), std::string::npos) << refused;
+  EXPECT_NE(refused.find("holds a secret key but other users may read or write it (mode 0644)"), std::string::npos)
+      << refused;
+  EXPECT_EQ(refused.find(keys.secret_key), std::string::npos);
+  EXPECT_EQ(modelcast::load_public_key(pair + ".pub"), keys.public_key);  // its .pub, 0644, is what to share
+}
+
 TEST(Keys, AKeyPathThatIsNotARegularFileIsRefused) {
   TempDir dir;
   ASSERT_EQ(mkfifo(dir.file("fifo").c_str(), 0600), 0);
