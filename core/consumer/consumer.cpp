@@ -240,9 +240,10 @@ class Consumer::Impl {
       rank_failure_ = why;
     };
     // The assembler keeps two versions of each rank while the next one arrives.
-    if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < 3) {
-      return fail("a model published by several ranks needs >= 3 caller_buffers (two held for assembly, one "
-                  "receiving), got " + std::to_string(options_.caller_buffers.size()));
+    if (!options_.caller_buffers.empty() && options_.caller_buffers.size() < consumer::RankAssembler::kBuffersPerRank) {
+      return fail("a model published by several ranks needs >= " + std::to_string(consumer::RankAssembler::kBuffersPerRank) +
+                  " caller_buffers (two held for assembly, one receiving), got " +
+                  std::to_string(options_.caller_buffers.size()));
     }
     if (rank >= endpoints.size()) {
       return fail("the producer says it is rank " + std::to_string(rank) + " of " + std::to_string(endpoints.size()));
@@ -288,7 +289,6 @@ class Consumer::Impl {
       // The caller's buffers are the first service's: the other ranks receive into their own.
       o.caller_buffers.clear();
       o.caller_buffers_untouched = false;
-      o.buffers = std::max<std::size_t>(options_.buffers, 3);
       o.on_update = nullptr;
       o.serve_peers = false;
       consumer::ServiceHooks hooks;

@@ -34,6 +34,8 @@ class DeviceLanding {
   DeviceLanding& operator=(const DeviceLanding&) = delete;
 
   bool available() const;  // begin() would find a buffer no view holds
+  // As VersionStore::set_buffer_count: none allocated past `buffers` from now on.
+  void set_buffer_count(std::size_t buffers) { buffers_ = buffers; }
 
   // Starts landing `total_bytes` that will arrive in `host`: takes a free device buffer
   // (reallocated if too small) and pins `host` the first time it is seen. A landing still in
@@ -73,7 +75,7 @@ class DeviceLanding {
 
   device::DeviceRuntime& runtime_;
   const int device_;
-  const std::size_t buffers_;
+  std::size_t buffers_;
   device::StreamHandle stream_ = nullptr;
   std::vector<std::shared_ptr<detail::DeviceBuffer>> pool_;
   std::optional<Current> current_;

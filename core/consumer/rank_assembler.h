@@ -30,6 +30,10 @@ namespace modelcast::consumer {
 
 class RankAssembler {
  public:
+  // Receive buffers each rank's service needs: two versions held here (held_) and one receiving.
+  // With fewer a rank holding versions the others skipped could never receive again.
+  static constexpr std::size_t kBuffersPerRank = 3;
+
   // `ranks` services will offer versions (rank ids 0 .. ranks - 1). `wants`, `conversions` and
   // `expected_layout` are the consumer's (checked already); the layout is checked against the
   // whole tensors the ranks' pieces make, as each rank's pieces are not the model. on_update and on_error run on the offering rank's

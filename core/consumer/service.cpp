@@ -7,6 +7,7 @@
 #include "common/library_thread.h"
 #include "common/shown_text.h"
 #include "core/consumer/consumer_options.h"
+#include "core/consumer/rank_assembler.h"
 #include "core/wire/zmq_channel.h"
 
 namespace modelcast::consumer {
@@ -35,6 +36,17 @@ ConsumerService::ConsumerService(ConsumerOptions options, ServiceHooks hooks)
 }
 
 ConsumerService::~ConsumerService() { stop(); }
+
+// Pieces for an assembler need RankAssembler::kBuffersPerRank buffers whatever `buffers` says
+// (2 is a whole model's least: one served, one receiving): with two, the first rank's service
+// stopped for good once the assembler held both. Caller buffers are counted at the join
+// (Consumer::Impl::join_ranks refuses fewer).
+void ConsumerService::size_buffers() {
+  const std::size_t count =
+      feeds_assembler_ ? std::max(options_.buffers, RankAssembler::kBuffersPerRank) : options_.buffers;
+  store_.set_buffer_count(count);
+  if (landing_) landing_->set_buffer_count(count);
+}
 
 void ConsumerService::set_wants(std::vector<TensorWant> wants) {
   std::lock_guard lock(wants_mutex_);
@@ -293,6 +305,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   link_.joined(reply, Clock::now());
   // At every join: a producer restarted with other ranks, or none, changes what versions are.
   if (hooks_.on_ranks) feeds_assembler_ = hooks_.on_ranks(reply.rank, reply.rank_endpoints);
+  size_buffers();
   count([](ConsumerStats& s) { s.producer_connected = true; });
   if (new_producer) {  // version numbers restart with a new producer
     rejected_.clear();

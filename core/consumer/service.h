@@ -95,6 +95,7 @@ class ConsumerService {
   }
 
  private:
+  void size_buffers();  // service thread, at each join
   template <typename Mutate>
   void count(Mutate&& mutate) {
     std::lock_guard lock(mutex_);

@@ -56,6 +56,9 @@ class VersionStore {
   void allocate_ahead(std::uint64_t bytes);
   // Makes `version` the one readers see and wakes waiters.
   void install(std::shared_ptr<const detail::InstalledVersion> version);
+  // How many buffers it may allocate from now on (the service feeds an assembler, or no longer
+  // does). Buffers beyond a lowered count are kept, not freed; none is allocated past it.
+  void set_buffer_count(std::size_t buffers) { buffers_ = buffers; }
 
  private:
   std::shared_ptr<detail::ReceiveBuffer> make_buffer(std::span<std::byte> memory, HostBuffer owned);
@@ -68,7 +71,7 @@ class VersionStore {
   bool waits_cancelled_ = false;                             // guarded by mutex_
 
   // Service thread only:
-  const std::size_t buffers_;
+  std::size_t buffers_;
   const std::vector<std::span<std::byte>> caller_buffers_;
   std::shared_ptr<transport::Transport> transport_;
   transport::MemoryLocation location_;

@@ -142,10 +142,15 @@ TEST(ProducerRanksFaults, StepsNeverMixAStoppedRankHoldsTheLastCommonStepAndARes
 // A rank that lags several versions behind the others (it publishes late, or its transfers take
 // longer) still meets them: the ranks ahead keep the oldest version it may reach, so steps keep
 // being assembled while they publish on. Each step is installed by its rank's service before the
-// next is published, so the lag is exact.
-TEST(ProducerRanksFaults, ARankSeveralVersionsBehindStillMeetsTheOthers) {
+// next is published, so the lag is exact. With the fewest buffers a consumer may ask for (2) too:
+// the first rank's service kept 2, both held by the assembler, and never received again.
+class RankBehind : public testing::TestWithParam<std::size_t> {};
+
+TEST_P(RankBehind, ARankSeveralVersionsBehindStillMeetsTheOthers) {
   Ranks ranks(2);
-  modelcast::Consumer consumer(options_for(ranks.endpoint()));
+  auto options = options_for(ranks.endpoint());
+  options.buffers = GetParam();
+  modelcast::Consumer consumer(options);
   auto whole = [](const Global&) -> std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> {
     return std::nullopt;
   };
@@ -177,6 +182,11 @@ TEST(ProducerRanksFaults, ARankSeveralVersionsBehindStillMeetsTheOthers) {
       << "rank 1 reached step 4 while rank 0 was at 6: " << consumer.stats().last_error;
   EXPECT_EQ(check(consumer.acquire(), 4, whole), "");
 }
+
+INSTANTIATE_TEST_SUITE_P(Buffers, RankBehind, testing::Values(std::size_t{2}, std::size_t{3}),
+                         [](const testing::TestParamInfo<std::size_t>& param) {
+                           return std::to_string(param.param) + "Buffers";
+                         });
 
 // A trainer restarted at rank 0's endpoint with other ranks, then with none: the consumer
 // follows each layout (every byte checked) and serves the last version until the next arrives.
