@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <set>
 
+#include "core/repository/repository.h"
 #include "common/shown_text.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
@@ -284,14 +285,10 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   r.string(t, "name", prefix, model.name);
   r.string(t, "endpoint", prefix, model.endpoint);
   if (model.name.empty()) r.fail(t, prefix + "name", "is required and must not be empty");
-  if (model.name.find_first_of("/\\") != std::string::npos || model.name[0] == '.') {
-    r.fail(*t.get("name"), prefix + "name", "must not contain '/' or start with '.' (it names a directory)");
+  if (auto why = modelcast::repository::model_directory_problem(model.name); why && !model.name.empty()) {
+    r.fail(*t.get("name"), prefix + "name", *why);
   }
   no_control_characters(r, t, prefix, "name", model.name);
-  if (model.name.size() > NAME_MAX) {
-    r.fail(*t.get("name"), prefix + "name",
-           "is " + std::to_string(model.name.size()) + " bytes; at most " + std::to_string(NAME_MAX) + " (it names a directory)");
-  }
   if (model.endpoint.empty()) r.fail(t, prefix + "endpoint", "is required and must not be empty");
   // Its form only, so that --check catches a typo; the library checks the rest when it connects
   // (a private directory for ipc://); a key for another host, below.

@@ -28,6 +28,9 @@ void check(const ProducerOptions& options) {
                 "persist needs snapshot_slots >= 3 (one is held while a version is written), got " +
                     std::to_string(options.snapshot_slots));
   }
+  if (auto why = repository::model_directory_problem(options.model_name)) {
+    throw Error(ErrorCode::kInvalidArgument, "persist: model_name " + shown_text(options.model_name) + " " + *why);
+  }
   // A NUL ends a path for the system: the versions would go to another directory than named.
   if (p.directory.find('\0') != std::string::npos) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -12,8 +12,10 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/repository/version_snapshot.h"
@@ -52,6 +54,11 @@ struct StoredVersion {
 // (`bytes` bytes read back from model.safetensors) is not what was written. Any thread.
 void check_tensor_bytes(const StoredVersion& version, const std::string& tensor, const void* data,
                         std::uint64_t bytes);
+
+// Why `model` cannot name a model's directory (it holds '/' or '\\', starts with '.', which
+// includes ".." and hidden names, or is longer than a file name may be), or nullopt. A model
+// named "../x" wrote its versions outside the repository.
+std::optional<std::string> model_directory_problem(std::string_view model);
 
 class Repository {
  public:

@@ -240,6 +240,26 @@ TEST_F(DaemonTest, BadPersistOptionsAreRefusedNamingTheOption) {
       << refusal(options);
   options.persist.directory = dir / "ckpt";
   EXPECT_EQ(refusal(options), "accepted");
+  // The model's name is a directory under persist.directory: "../escape" wrote versions beside
+  // it, ".." into the directory above.
+  // (TestProducer names its model "test".)
+  auto named = [&](const char* name) {
+    auto o = options;
+    o.model_name = name;
+    o.control_endpoint = "tcp://127.0.0.1:0";
+    try {
+      modelcast::Producer producer(o);
+    } catch (const modelcast::Error& e) {
+      return std::string(e.code() == modelcast::ErrorCode::kInvalidArgument ? "" : "wrong code: ") + e.what();
+    }
+    return std::string("accepted");
+  };
+  for (const char* name : {"../escape", "..", "a/b", ".hidden"}) {
+    EXPECT_NE(named(name).find("persist: model_name '" + std::string(name) + "' must not contain '/' or start with '.'"),
+              std::string::npos) << named(name);
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "escape"));
+  EXPECT_EQ(named("a.b-c"), "accepted");
 }
 
 // Two writers of one model directory (two trainers, or ranks, persisting one model to one
