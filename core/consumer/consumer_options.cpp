@@ -110,6 +110,10 @@ ConsumerOptions checked(ConsumerOptions options) {
     }
   }
   TensorSelection::check(options.wants);
+  if (options.memory != MemoryKind::kHost && options.memory != MemoryKind::kCuda) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "memory " + std::to_string(static_cast<int>(options.memory)) + " is no memory kind (host or cuda)");
+  }
   if (options.memory == MemoryKind::kCuda) {
     if (!options.caller_buffers.empty()) {
       throw Error(ErrorCode::kInvalidArgument, "caller_buffers are host memory: not with memory = cuda");

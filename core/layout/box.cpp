@@ -211,12 +211,15 @@ Box shard_box(std::span<const std::int64_t> global_shape, std::size_t dim, std::
   std::array<std::int64_t, kMaxRank> offset{};
   std::array<std::int64_t, kMaxRank> extent{};
   for (std::size_t d = 0; d < global_shape.size(); ++d) extent[d] = global_shape[d];
-  auto size = global_shape[dim];
-  auto chunk = (size + static_cast<std::int64_t>(n) - 1) / static_cast<std::int64_t>(n);
-  auto lo = std::min(size, chunk * static_cast<std::int64_t>(k));
-  auto hi = std::min(size, lo + chunk);
-  offset[dim] = lo;
-  extent[dim] = hi - lo;
+  // Unsigned, and ceil without size + n - 1: a count near 2^63 or 2^64 overflowed the signed
+  // sum (part 0 of 8 rows came out empty, or negative). Nothing here can wrap: chunk is 1 when
+  // n exceeds the size (so chunk * k = k), and at most size / n + 1 otherwise (k < n).
+  const auto size = static_cast<std::uint64_t>(global_shape[dim]);
+  const std::uint64_t chunk = size / n + (size % n != 0 ? 1 : 0);
+  const std::uint64_t lo = std::min(size, chunk * k);
+  const std::uint64_t hi = std::min(size, lo + chunk);
+  offset[dim] = static_cast<std::int64_t>(lo);
+  extent[dim] = static_cast<std::int64_t>(hi - lo);
   return Box(std::span<const std::int64_t>(offset.data(), global_shape.size()),
              std::span<const std::int64_t>(extent.data(), global_shape.size()));
 }

@@ -40,7 +40,12 @@ std::optional<DType> parse_dtype(std::string_view name) noexcept {
 }
 
 std::string_view memory_kind_name(MemoryKind kind) noexcept {
-  return kind == MemoryKind::kCuda ? "cuda" : "host";
+  // Every value a cast can make has a name: "host" for any unknown one hid the mistake.
+  switch (kind) {
+    case MemoryKind::kHost: return "host";
+    case MemoryKind::kCuda: return "cuda";
+  }
+  return "unknown";
 }
 
 std::size_t TensorSpec::element_count() const noexcept {

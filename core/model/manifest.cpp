@@ -59,7 +59,7 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
   }
   if (!spec.checked_size_bytes()) {
     throw Error(code, "tensor '" + spec.name + "' with shape " + shape_string(spec.shape) +
-                          " has more bytes than 64 bits can count");
+                          " has extents whose product (in bytes, or of the nonzero ones) does not fit in 64 bits");
   }
 }
 

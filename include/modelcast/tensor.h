@@ -27,7 +27,8 @@ struct MODELCAST_API TensorSpec {
   std::size_t element_count() const noexcept;
   std::size_t size_bytes() const noexcept { return element_count() * dtype_size(dtype); }
   // size_bytes() for a shape that may come from outside (a file, a peer): nullopt when an
-  // extent is negative or the size does not fit in 64 bits, where size_bytes() is wrong.
+  // extent is negative or the size does not fit in 64 bits, where size_bytes() is wrong, and
+  // when the nonzero extents' product does not (an empty tensor's shape must still count).
   std::optional<std::uint64_t> checked_size_bytes() const noexcept;
   // Equality of layout (name, dtype, shape), ignoring where the bytes live.
   bool same_layout(const TensorSpec& other) const noexcept {

@@ -32,6 +32,7 @@ MODELCAST_API std::string_view dtype_name(DType dtype) noexcept;
 // Inverse of dtype_name; std::nullopt for an unknown name.
 MODELCAST_API std::optional<DType> parse_dtype(std::string_view name) noexcept;
 
+// "host" or "cuda"; "unknown" for a value that is no MemoryKind.
 MODELCAST_API std::string_view memory_kind_name(MemoryKind kind) noexcept;
 
 }  // namespace modelcast

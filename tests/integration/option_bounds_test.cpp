@@ -262,6 +262,9 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  ErrorCode::kInvalidArgument, "expected_layout: tensor name 'w\\xff' is not valid UTF-8 (byte 1)");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.buffers = 1'000'000'000'000; })), ErrorCode::kInvalidArgument,
                  "buffers must be between 2 and 1024, got 1000000000000");
+  // Taken, and its views said memory 9 (a host consumer in all but name).
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.memory = static_cast<modelcast::MemoryKind>(9); })),
+                 ErrorCode::kInvalidArgument, "memory 9 is no memory kind (host or cuda)");
   Consumer fine(with([](auto&) {}));
   EXPECT_REFUSED(fine.wait_for_version(1, -5ms), ErrorCode::kInvalidArgument, "wait_for_version: timeout -5 ms is negative");
 }

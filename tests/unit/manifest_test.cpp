@@ -190,6 +190,13 @@ TEST(Digest, IsXxh3AndSeesEveryByte) {
   EXPECT_EQ(digest_bytes(data.data(), data.size()), reference);
 }
 
+// Any value that is no MemoryKind was named "host".
+TEST(MemoryKind, EveryKindHasItsNameAndAnUnknownOneIsSaidToBe) {
+  EXPECT_EQ(memory_kind_name(MemoryKind::kHost), "host");
+  EXPECT_EQ(memory_kind_name(MemoryKind::kCuda), "cuda");
+  EXPECT_EQ(memory_kind_name(static_cast<MemoryKind>(7)), "unknown");
+}
+
 TEST(DType, NamesAndSizesRoundTrip) {
   for (int i = 0; i <= static_cast<int>(DType::kF8E4M3); ++i) {
     auto dtype = static_cast<DType>(i);

@@ -2,6 +2,7 @@
 // force over a small grid) and tensor-parallel shards.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <set>
@@ -170,6 +171,20 @@ TEST(Box, ShardsFollowTorchChunk) {
   EXPECT_THROW(shard_box(shape, 2, 0, 2), Error);
   EXPECT_THROW(shard_box(shape, 0, 2, 2), Error);
   EXPECT_THROW(shard_box(shape, 0, 0, 0), Error);
+}
+
+// Counts near 2^63 and 2^64 overflowed a signed ceil: part 0 of 8 rows was empty, or its extent
+// negative (every version then rejected). torch.chunk gives each of the first 8 parts one row.
+TEST(Box, ShardsOfHugeCountsAreOneRowEachThenEmpty) {
+  std::vector<std::int64_t> eight{8, 2};
+  for (std::size_t n : {std::size_t{16}, std::size_t{INT64_MAX}, std::size_t{1} << 63, SIZE_MAX}) {
+    EXPECT_EQ(shard_box(eight, 0, 0, n), Box({0, 0}, {1, 2})) << n;
+    EXPECT_EQ(shard_box(eight, 0, 7, n), Box({7, 0}, {1, 2})) << n;
+    EXPECT_EQ(shard_box(eight, 0, 8, n), Box({8, 0}, {0, 2})) << n;
+    EXPECT_EQ(shard_box(eight, 0, n - 1, n), Box({8, 0}, {0, 2})) << n;
+  }
+  std::vector<std::int64_t> huge{INT64_MAX};
+  EXPECT_EQ(shard_box(huge, 0, 1, 2), Box({INT64_MAX / 2 + 1}, {INT64_MAX / 2}));
 }
 
 }  // namespace
