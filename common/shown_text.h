@@ -32,12 +32,15 @@ inline std::string printable_text(std::string_view text, std::size_t limit, Back
   return text.size() > limit ? out + "..." : out;
 }
 
-// Where `text` has its first control character (below 0x20, or DEL), which would forge or garble
-// a log line showing it; npos when it has none. The one rule names are checked by.
+// Where `text` has its first control character (below 0x20, DEL, or a C1 control U+0080 to
+// U+009F, which UTF-8 writes as 0xc2 0x80-0x9f: NEL ends a line and CSI starts an escape sequence
+// on some terminals and log viewers), which would forge or garble a log line showing it; npos
+// when it has none. The one rule names are checked by.
 inline std::size_t control_character_at(std::string_view text) {
   for (std::size_t i = 0; i < text.size(); ++i) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c < 0x20 || c == 0x7f) return i;
+    if (c == 0xc2 && i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xe0) == 0x80) return i;
   }
   return std::string_view::npos;
 }

@@ -125,6 +125,14 @@ TEST(Manifest, ValidationBoundsWhatAPeerCanMakeTheConsumerAllocate) {
   EXPECT_NE(registration.find("'big'"), std::string::npos) << registration;
 }
 
+// C1 controls (U+0080-U+009F) are control characters too: NEL (U+0085) in a consumer's name
+// ended the producer's log line and forged the next. Other non-ASCII letters are names.
+TEST(Manifest, NamesWithAC1ControlAreRefusedAndOtherLettersTaken) {
+  EXPECT_EQ(name_problem("evil\xc2\x85[info] forged").value_or("accepted"), "contains a control character at byte 4");
+  EXPECT_EQ(name_problem("csi\xc2\x9b" "31m").value_or("accepted"), "contains a control character at byte 3");
+  EXPECT_EQ(name_problem("caf\xc3\xa9 \xc2\xb5s \xc2\xa0").value_or("accepted"), "accepted");
+}
+
 // Metadata is text every reader can take: a NUL cut it short in C (two entries read as one
 // key "k"), bytes that are not UTF-8 made Python's view.metadata raise. Refused by a producer at
 // publish(), and a manifest carrying such metadata is no manifest; newlines in values are fine.
