@@ -82,6 +82,13 @@ class Transport {
   // Receives a message with `tag` (from any peer) into region[offset, offset+length).
   virtual TransferId post_recv(const MemoryRegion& region, std::size_t offset, std::size_t length,
                                std::uint64_t tag, Completion done) = 0;
+  // Takes the message with `tag` (from any peer), now or when it comes, and drops its bytes:
+  // for a transfer refused after its sender posted it. Where a send waits for its receiver to
+  // take it (UCX's rendezvous), nothing but that ends it: not a cancel, and over shared memory
+  // not even closing the connection, so a send never taken would keep its source from being
+  // written (the producer's slot) for good. A transport whose sends end without their receiver
+  // (an eager protocol) has nothing to do.
+  virtual void discard(std::uint64_t /*tag*/) {}
   // One-sided access, only where capabilities().one_sided (Error(kTransport) otherwise).
   // An opaque descriptor of `region` that a connected peer imports to read it; the region must
   // stay registered while the peer may read.

@@ -91,22 +91,22 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
   // From here the buffer's old bytes are no longer intact.
   const std::vector<std::uint64_t> held = std::move(buffer_ref.held_blocks);
   buffer_ref.held_blocks.clear();
-  // Which chunks to receive: all, or a delta's changed blocks; the others are the base's bytes,
-  // copied from the base unless this buffer still holds them from the version it had before.
-  // A mask of another chunking than the reply's cannot be the producer's: everything comes.
+  // Which chunks to receive: those the sender sends (all, or a delta's changed blocks); the
+  // others are the base's bytes, copied from the base unless this buffer still holds them from
+  // the version it had before. A mask of another chunking than the reply's cannot be the
+  // producer's: everything comes.
   const bool masked = wanted_blocks.size() == fetch_->plan.count();
   auto kept = [&](std::size_t i) { return !masked || wanted_blocks[i]; };
-  std::vector<bool> receive(fetch_->plan.count(), !fetch_->base);
+  const std::vector<bool> receive =
+      chunks_sent(reply, fetch_->base ? &fetch_->base->manifest : nullptr, wanted_blocks);
   std::vector<std::size_t> from_base;  // copied below, once the receives are posted
   for (std::size_t i = 0; i < receive.size(); ++i) {
     if (kept(i)) continue;
-    receive[i] = false;
     fetch_->chunk_done[i] = true;  // not part of what this consumer holds
     --fetch_->pending;
   }
   if (fetch_->base) {
     const auto& wanted = fetch_->manifest.block_digests;
-    for (auto i : transfer::changed_blocks(fetch_->base->manifest.block_digests, wanted)) receive[i] = kept(i);
     const bool reuse = held.size() == wanted.size();
     for (std::size_t i = 0; i < receive.size(); ++i) {
       if (receive[i] || !kept(i)) continue;
@@ -156,6 +156,39 @@ std::optional<FinishedFetch> FetchClient::accept(const protocol::FetchReply& rep
     fetch_->done_prefix++;
   }
   return maybe_finish();
+}
+
+std::vector<bool> FetchClient::chunks_sent(const protocol::FetchReply& reply, const Manifest* base,
+                                           const std::vector<bool>& wanted_blocks) {
+  const std::size_t count = transfer::ChunkPlan{reply.manifest.total_bytes, reply.chunk_bytes}.count();
+  // A delta is cut along the blocks, one a chunk; against a base of other blocks (which
+  // check_delta_base refuses) the producer would have sent the version whole.
+  const bool delta = base && base->block_digests.size() == count && reply.manifest.block_digests.size() == count;
+  std::vector<bool> sent(count, !delta);
+  if (delta) {
+    for (auto i : transfer::changed_blocks(base->block_digests, reply.manifest.block_digests)) sent[i] = true;
+  }
+  if (wanted_blocks.size() == count) {
+    for (std::size_t i = 0; i < count; ++i) sent[i] = sent[i] && wanted_blocks[i];
+  }
+  return sent;
+}
+
+void FetchClient::discard(const protocol::FetchReply& reply, transport::Transport& transport, const Manifest* base,
+                          const std::vector<bool>& wanted_blocks) {
+  if (!reply.region.empty()) return;
+  const transfer::ChunkPlan plan{reply.manifest.total_bytes, reply.chunk_bytes};
+  // A plan of more chunks than producer_plan makes would post a receive for each, for nothing.
+  try {
+    transfer::check_plan(plan);
+  } catch (const Error&) {
+    return;
+  }
+  if (plan.count() > transfer::kMaxBlocks) return;
+  const auto sent = chunks_sent(reply, base, wanted_blocks);
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    if (sent[i]) transport.discard(protocol::chunk_tag(reply.fetch_id, i));
+  }
 }
 
 std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock::time_point now) {

@@ -101,6 +101,19 @@ class FetchClient {
                                       Clock::time_point now,
                                       std::shared_ptr<const detail::InstalledVersion> base = nullptr,
                                       const std::vector<bool>& wanted_blocks = {});
+  // Which chunks of the answer its sender sends (FetchServer::start chooses them so): all, or a
+  // delta's changed blocks against `base` (the manifest of the version offered as its base),
+  // less those `wanted_blocks` leaves out (one flag per chunk; of another size: none).
+  static std::vector<bool> chunks_sent(const protocol::FetchReply& reply, const Manifest* base,
+                                       const std::vector<bool>& wanted_blocks);
+  // An answer refused before its receives were posted (accept() not called): its sender had
+  // posted the chunks' sends before answering. Over UCX's shared memory a rendezvous send ends
+  // only when its receiver takes it, not when the sender closes the connection, so each would
+  // hold the producer's slot until publish() gave up on it (ProducerStats::sends_abandoned):
+  // the chunks it sends are taken and dropped (Transport::discard). Nothing for a one-sided
+  // route (nothing is sent), nor for a plan no producer makes.
+  static void discard(const protocol::FetchReply& reply, transport::Transport& transport, const Manifest* base,
+                      const std::vector<bool>& wanted_blocks);
   // `now`: when the completion was handled, which is progress for transfer_stalled().
   std::optional<FinishedFetch> on_chunk(const ChunkDone& done, Clock::time_point now);
   // Throws Error(kProtocol) for digests that do not fit the manifest.

@@ -176,6 +176,9 @@ class ConsumerService {
   std::optional<std::pair<Manifest, std::uint64_t>> abandon_fetch(const std::string& why, bool counted);
   // Counted and reported before the ack: the ack is what the outside world sees first.
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
+  // The answer is refused before its receives were posted: takes and drops the chunks the
+  // producer (or a relay) sends for it all the same (FetchClient::discard says why).
+  void discard_chunks(const protocol::FetchReply& reply);
   void report(const Error& error);
   void report_buffers_held(std::uint64_t version);
   // The group gave up `version`, which another member rejected (on_error).

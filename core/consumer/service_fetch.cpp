@@ -180,10 +180,12 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
     // A host buffer of a device consumer: each chunk goes on to the device as it lands.
     if (buffer && landing_ && !buffer->device_owned) landing_->begin(manifest.total_bytes, *buffer);
   } catch (const std::bad_alloc&) {
+    discard_chunks(reply);
     return reject(manifest, reply.fetch_id, Error(ErrorCode::kResource, "cannot allocate " +
                                                       std::to_string(manifest.total_bytes) + " bytes for version " +
                                                       std::to_string(manifest.version)));
   } catch (const Error& e) {
+    discard_chunks(reply);
     return reject(manifest, reply.fetch_id, e);
   }
   if (!buffer) {
@@ -192,6 +194,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                           : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
     log_->debug("{}", why);
     if (options_.caller_buffers.empty() && !relay_holds_buffers()) report_buffers_held(manifest.version);
+    discard_chunks(reply);
     send_ack(manifest, reply.fetch_id, false, why);
     fetch_.forget();
     retry_fetch_after_ = Clock::now() + tick();
@@ -199,6 +202,27 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
   }
   finish(fetch_.accept(reply, std::move(buffer), Clock::now(), reply.base_version ? delta_base_ : nullptr,
                        selection_.blocks(manifest)));
+}
+
+// Posted before the ack, so that the producer's sends end about when it reads the refusal. The
+// chunks are those the producer chose to send (FetchServer::start): the blocks of the tensors
+// the wants keep, none when the wants do not fit the version (the refusal may be just that),
+// and of a delta only the blocks that changed since the base this consumer offered.
+void ConsumerService::discard_chunks(const protocol::FetchReply& reply) {
+  transport::Transport* transport = store_.transport();
+  if (!transport) return;
+  const Manifest& manifest = reply.manifest;
+  const auto& wants = fetch_wants_ ? *fetch_wants_ : options_.wants;
+  std::vector<bool> wanted;
+  if (!wants.empty() && manifest.block_bytes != 0) {
+    try {
+      wanted = TensorSelection::resolve(wants, manifest).blocks(manifest);
+    } catch (const Error&) {
+      return;  // the producer sent nothing
+    }
+  }
+  const bool offered = delta_base_ && reply.base_version != 0 && delta_base_->manifest.version == reply.base_version;
+  FetchClient::discard(reply, *transport, offered ? &delta_base_->manifest : nullptr, wanted);
 }
 
 // A delta is only as good as its base: the one this consumer offered, with the same blocks.

@@ -45,6 +45,8 @@ class VersionStore {
   // the device (device buffers come from device::device_runtime()).
   void use_transport(std::shared_ptr<transport::Transport> transport,
                      transport::MemoryLocation location = transport::MemoryLocation::host());
+  // The transport versions arrive over (null before use_transport).
+  transport::Transport* transport() const { return transport_.get(); }
   // A free buffer of at least `bytes`, registered with the current transport, or nullptr when
   // readers hold every buffer. Throws Error(kResource) or std::bad_alloc if allocation fails,
   // Error(kState) before use_transport.

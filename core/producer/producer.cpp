@@ -300,8 +300,9 @@ class Producer::Impl {
     const std::size_t slot = reserved.slot;
     if (reserved.sends_abandoned > 0) {
       log_->warn("publish() took slot {} although sends of {} ended fetch(es) from it never reported their end "
-                 "after their connections were closed (UCX 1.13 does not end sends to a consumer on this host that "
-                 "died); the trainer waits for that at most {} ms",
+                 "after their connections were closed (over shared memory UCX 1.13 ends a send only when its "
+                 "receiver takes it: a consumer on this host that died, or one that refused the version without "
+                 "taking its chunks); the trainer waits for that at most {} ms",
                  slot, reserved.sends_abandoned,
                  std::chrono::duration_cast<std::chrono::milliseconds>(producer::SnapshotStore::kDrainGrace).count());
       stats_.update([&](ProducerStats& s) { s.sends_abandoned += reserved.sends_abandoned; });

@@ -51,8 +51,10 @@ std::uint64_t SnapshotStore::slot_bytes() const {
 // trainer may wait: after lease_timeout the writer revokes the leases on the slot it needs
 // (the consumer fetches a newer version instead). Sends from an ended lease hold the slot
 // until they end, which the service brings about by closing the consumer's connection: UCX
-// ends a closed endpoint's sends within a progress round or two. Those still there after
-// kDrainGrace never end (UCX 1.13 and a dead peer on the same host, which reads nothing more):
+// ends a closed endpoint's sends within a progress round or two, except a rendezvous send over
+// shared memory, which ends only once its receiver takes it (a consumer that refuses a version
+// takes and drops its chunks: FetchClient::discard). Those still there after kDrainGrace never
+// end (UCX 1.13 and a dead peer on the same host, which reads nothing more):
 // the writer then takes the slot all the same and says so, as the trainer must not wait on a
 // transport for ever.
 SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {

@@ -110,6 +110,40 @@ TEST_P(FaultTest, AKilledConsumerIsDroppedWhenItsConnectionClosesNotAfterItsSile
   EXPECT_TRUE(eventually([&] { return p.producer->stats().latest_version == 3; }));
 }
 
+// A live consumer on this host that refuses every version on its answer (a layout it does not
+// expect, or a model past its max_model_bytes) posts no receive, yet the producer posted the
+// chunks' sends before answering. Over shared memory UCX ends such a rendezvous send only when
+// its receiver takes it, not when the producer closes the connection: each refusal held its slot
+// until publish() gave up on the sends a second later, every other publish. The consumer takes
+// and drops them, so no send is abandoned. Four versions: with three slots the fourth needs the
+// slot of a refused one.
+TEST_P(FaultTest, AConsumerThatRefusesEveryVersionLeavesNoSendsToAbandon) {
+  for (const bool by_size : {false, true}) {
+    SCOPED_TRACE(by_size ? "max_model_bytes" : "expected_layout");
+    TestProducer p(1024);  // 1 MiB: rendezvous sends over shared memory
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = p.producer->control_endpoint();
+    options.model_name = "test";
+    if (by_size) {
+      options.max_model_bytes = 1024;
+    } else {
+      options.expected_layout = {{"not-in-the-model", modelcast::DType::kF32, {1}}};
+    }
+    modelcast::Consumer consumer(options);
+    ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
+    for (std::uint64_t v = 1; v <= 4; ++v) {
+      p.publish(v);
+      // The producer has read the refusal: the fetch has ended, and its sends with it or not.
+      ASSERT_TRUE(eventually([&] { return p.producer->stats().failed_deliveries >= v; }, 60s))
+          << "version " << v << ": " << consumer.stats().last_error;
+    }
+    const auto stats = p.producer->stats();
+    EXPECT_EQ(stats.deliveries, 0u);
+    EXPECT_EQ(consumer.stats().versions_rejected, 4u) << consumer.stats().last_error;
+    EXPECT_EQ(stats.sends_abandoned, 0u);
+  }
+}
+
 // A consumer started where no producer runs (yet, or at a mistyped endpoint) hears nothing, and
 // ZeroMQ, which only retries, says nothing: last_error says so after five producer timeouts, and
 // is cleared when a producer answers.

@@ -154,6 +154,25 @@ class UcxTransport final : public Transport {
     return id;
   }
 
+  // A receive of nothing: a rendezvous send it matches ends (UCX answers its sender, then ends
+  // the receive as truncated), an eager one is dropped. Over shared memory a rendezvous send
+  // that no receive matches never ends, not even once its endpoint is closed by force (its
+  // sender waits for the receiver's answer); a receiver that refuses a transfer it was sent
+  // takes it this way. Tracked like any receive, so that shutdown cancels one nothing matched.
+  void discard(std::uint64_t tag) override {
+    TransferId id = next_id_++;
+    worker_.post([=, this] {
+      if (worker_.halted()) return;
+      auto param = make_param(id, nullptr);
+      param.op_attr_mask &= ~UCP_OP_ATTR_FIELD_MEMH;  // no memory: nothing lands
+      param.cb.recv = &UcxTransport::on_recv_done;
+      // Its end is no news to anyone: truncated when it took a message, cancelled at shutdown.
+      track(id, 0, [](const TransferResult&) {},
+            ucp_tag_recv_nbx(worker_.worker(), nullptr, 0, tag, ~ucp_tag_t{0}, &param), param.user_data, nullptr,
+            true);
+    });
+  }
+
   std::vector<std::byte> export_region(const MemoryRegion& region) override {
     require_one_sided();
     return worker_.run([&] { return pack_region(worker_.context(), static_cast<const UcxRegion&>(region)); });
