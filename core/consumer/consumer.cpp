@@ -267,8 +267,8 @@ class Consumer::Impl {
     assembler_ = std::make_shared<consumer::RankAssembler>(endpoints.size(), options_.wants, options_.conversions,
                                                            options_.expected_layout,
                                                            options_.on_update, options_.on_error, readers_,
-                                                           [this](std::size_t r, std::vector<TensorWant> wants) {
-                                                             if (auto* s = service_of(r)) s->set_wants(std::move(wants));
+                                                           [this](std::size_t r, std::vector<TensorWant> wants, std::uint64_t run) {
+                                                             if (auto* s = service_of(r)) s->set_wants(std::move(wants), run);
                                                            },
                                                            assembly_target());
     for (std::uint32_t r = 0; r < endpoints.size(); ++r) {

@@ -30,7 +30,7 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
 
 RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
                              std::vector<TensorSpec> expected_layout, std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
-                             VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine,
+                             VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>, std::uint64_t)> refine,
                              std::unique_ptr<ShapingTarget> target)
     : ranks_(ranks),
       wants_(std::move(wants)),
@@ -40,6 +40,7 @@ RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, s
       on_error_(std::move(on_error)),
       refine_(std::move(refine)),
       asked_(ranks),
+      asked_run_(ranks, 0),
       held_(ranks),
       target_(target ? std::move(target) : std::make_unique<ShapingTarget>(3)),
       store_(readers) {}
@@ -220,7 +221,7 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
     throw Error(e.code(), "step " + std::to_string(step) + ": " + e.what());
   }
 
-  refine_wants(plan);
+  refine_wants(plan, pieces);
   // Every byte the plan takes from a rank must be in the blocks that rank's version holds.
   for (std::size_t r = 0; r < ranks_; ++r) {
     const auto& held = pieces[r]->blocks_held;
@@ -331,7 +332,7 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
   return installed;
 }
 
-void RankAssembler::refine_wants(const layout::PullPlan& plan) {
+void RankAssembler::refine_wants(const layout::PullPlan& plan, const std::vector<Held>& pieces) {
   if (!refine_) return;
   for (std::size_t r = 0; r < ranks_; ++r) {
     // The regions of each tensor this rank provides, and none of any other tensor.
@@ -357,9 +358,11 @@ void RankAssembler::refine_wants(const layout::PullPlan& plan) {
       }
       return true;
     };
-    if (same(wants, asked_[r])) continue;
+    const std::uint64_t run = pieces[r]->manifest.incarnation;
+    if (run == asked_run_[r] && same(wants, asked_[r])) continue;
     asked_[r] = wants;
-    refine_(r, std::move(wants));
+    asked_run_[r] = run;
+    refine_(r, std::move(wants), run);
   }
 }
 

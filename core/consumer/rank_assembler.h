@@ -44,7 +44,7 @@ class RankAssembler {
   // in device memory.
   RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, std::vector<TensorConversion> conversions,
                 std::vector<TensorSpec> expected_layout, std::function<void(const ModelView&)> on_update, std::function<void(const Error&)> on_error,
-                VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>)> refine,
+                VersionStore& readers, std::function<void(std::size_t, std::vector<TensorWant>, std::uint64_t)> refine,
                 std::unique_ptr<ShapingTarget> target = nullptr);
 
   // Rank `rank` installed `version` (its pieces, verified). Assembles and installs a new version
@@ -70,8 +70,9 @@ class RankAssembler {
   std::shared_ptr<detail::InstalledVersion> assemble(const std::vector<Held>& pieces);
   // Which of rank `rank`'s three held versions to let go (0 or 1; the newest, 2, stays).
   std::size_t older_to_drop(std::size_t rank) const;
-  // Asks each rank for just the regions the plan takes from it, where that changed.
-  void refine_wants(const layout::PullPlan& plan);
+  // Asks each rank for just the regions the plan (made on `pieces`) takes from it, where that
+  // changed or the rank's producer run did.
+  void refine_wants(const layout::PullPlan& plan, const std::vector<Held>& pieces);
 
   const std::size_t ranks_;
   const std::vector<TensorWant> wants_;
@@ -79,9 +80,15 @@ class RankAssembler {
   TensorShaper shaper_;  // for its conversions; under mutex_
   const std::function<void(const ModelView&)> on_update_;
   const std::function<void(const Error&)> on_error_;
-  // Tells rank r's service what to fetch from now on (ConsumerService::set_wants).
-  const std::function<void(std::size_t, std::vector<TensorWant>)> refine_;
-  std::vector<std::vector<TensorWant>> asked_;  // what each rank was last asked for; under mutex_
+  // Tells rank r's service what to fetch from now on of the producer run (incarnation) the plan
+  // was made on (ConsumerService::set_wants: another run's versions it fetches with the options'
+  // wants).
+  const std::function<void(std::size_t, std::vector<TensorWant>, std::uint64_t)> refine_;
+  // What each rank was last asked for, and for which of its runs; under mutex_. A rank restarted
+  // at its endpoint is asked again even where the plan is as before: its service dropped the
+  // regions of the run before.
+  std::vector<std::vector<TensorWant>> asked_;
+  std::vector<std::uint64_t> asked_run_;
 
   std::mutex callback_mutex_;  // held while on_update or on_error runs
   std::uint64_t notified_ = 0;  // the newest version on_update was told of; under callback_mutex_

@@ -48,9 +48,10 @@ void ConsumerService::size_buffers() {
   if (landing_) landing_->set_buffer_count(count);
 }
 
-void ConsumerService::set_wants(std::vector<TensorWant> wants) {
+void ConsumerService::set_wants(std::vector<TensorWant> wants, std::uint64_t incarnation) {
   std::lock_guard lock(wants_mutex_);
   next_wants_ = std::move(wants);
+  next_wants_run_ = incarnation;
 }
 
 void ConsumerService::stop() {

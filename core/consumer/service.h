@@ -86,8 +86,12 @@ class ConsumerService {
   void wait_stopped();
 
   // What to fetch of each tensor from the next fetch on, instead of the options' wants (an
-  // assembler asks each rank for the regions it takes from it). Any thread.
-  void set_wants(std::vector<TensorWant> wants);
+  // assembler asks each rank for the regions it takes from it). Any thread. Regions planned on
+  // the versions of producer run `incarnation` hold for that run only: a trainer restarted at the
+  // same endpoints may shape its tensors otherwise (boxes outside smaller ones would refuse every
+  // version), so another run's versions are fetched with the options' wants until asked again.
+  // 0: for any run.
+  void set_wants(std::vector<TensorWant> wants, std::uint64_t incarnation = 0);
 
   ConsumerStats stats() const {
     std::lock_guard lock(mutex_);
@@ -217,11 +221,14 @@ class ConsumerService {
   TensorShaper shaper_;       // service thread only after construction
   // Where shaped views go: host memory, or a device consumer's device (its own stream).
   std::unique_ptr<ShapingTarget> target_;  // service thread only after construction
-  // Wants set by set_wants, not yet taken by the service thread (under wants_mutex_), and those
-  // of the fetches from then on with their generation (service thread only).
+  // Wants set by set_wants with the producer run they are for, not yet taken by the service
+  // thread (under wants_mutex_), and those of the fetches from then on with their run and
+  // generation (service thread only).
   std::mutex wants_mutex_;
   std::optional<std::vector<TensorWant>> next_wants_;
+  std::uint64_t next_wants_run_ = 0;
   std::optional<std::vector<TensorWant>> fetch_wants_;
+  std::uint64_t fetch_wants_run_ = 0;
   std::uint64_t wants_generation_ = 0;
   // What the fetch in flight keeps of its version (ConsumerOptions::wants resolved against its
   // manifest when the producer answered). Service thread only.

@@ -110,9 +110,18 @@ void ConsumerService::maybe_fetch() {
     std::lock_guard lock(wants_mutex_);
     if (next_wants_) {
       fetch_wants_ = std::move(next_wants_);
+      fetch_wants_run_ = next_wants_run_;
       next_wants_.reset();
       ++wants_generation_;
     }
+  }
+  // An assembler's regions of a run before the one this link joined (a trainer restarted at the
+  // same endpoints keeps the consumer's assembler): boxes outside its smaller tensors refused every
+  // version, and the assembler, which asks again only once every rank offered one, never did.
+  // The options' wants until it asks again.
+  if (fetch_wants_ && fetch_wants_run_ != 0 && fetch_wants_run_ != link_.incarnation()) {
+    fetch_wants_.reset();
+    ++wants_generation_;
   }
   asked_for_ = newest_announced_;
   delta_base_ = delta_base();

@@ -233,6 +233,41 @@ TEST(ProducerRanksFaults, AConsumerFollowsATrainerRestartedWithOtherRanksOrWithN
   stats_follow_readers("one producer");
 }
 
+// A trainer restarted at the same endpoints with smaller tensors, then with the larger ones again:
+// the layout is the same, so the consumer keeps its assembler and the ranks' services. The
+// regions the assembler asked each rank for were of the tensors before: rank 1's rows
+// [1024:2048] of "w" lie outside a "w" of 1024 rows, so every version of rank 1 was refused and
+// nothing was ever assembled again. Each run's versions are fetched with the consumer's wants
+// until the assembler asks for this run's regions (every byte checked).
+TEST(ProducerRanksFaults, AConsumerFollowsATrainerRestartedAtTheSameEndpointsWithSmallerTensors) {
+  auto ranks = std::make_unique<Ranks>(2);
+  const auto endpoints = ranks->endpoints();
+  auto options = options_for(endpoints[0]);
+  options.producer_timeout = 2s;  // how soon it notices its producers went
+  modelcast::Consumer consumer(options);
+  const auto whole = [](const Global&) -> Boxes { return std::nullopt; };
+  auto reaches = [&](std::int64_t step) {
+    return testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == step; }, 60s);
+  };
+  ranks->publish(1);
+  ASSERT_TRUE(reaches(1)) << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 1, whole), "");
+
+  ranks.reset();
+  ranks = std::make_unique<Ranks>(endpoints, 1024);  // rank 1 holds rows [512:1024] of "w" now
+  for (auto& rank : ranks->ranks) ASSERT_TRUE(rank->producer->wait_for_consumers(1, 60s));
+  ranks->publish(2);
+  ASSERT_TRUE(reaches(2)) << "smaller tensors at the same endpoints: " << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 2, whole, 1024), "");
+
+  ranks.reset();
+  ranks = std::make_unique<Ranks>(endpoints, 2048);
+  for (auto& rank : ranks->ranks) ASSERT_TRUE(rank->producer->wait_for_consumers(1, 60s));
+  ranks->publish(3);
+  ASSERT_TRUE(reaches(3)) << "larger tensors again: " << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 3, whole), "");
+}
+
 // Assembled versions have memory of their own, as many as the consumer's buffers: readers that
 // hold all of them hold updates back, said as such, and the last version stays; once they let
 // go, the next step is assembled.

@@ -33,9 +33,9 @@ struct Global {
 };
 
 // Values of every element are a function of (tensor, index, step), so any byte from another step
-// or another place shows.
-inline std::vector<Global> global_model(std::int64_t step) {
-  std::vector<Global> model{{"w", DType::kF32, {2048, 40}, {}},    // split along dim 0 across ranks
+// or another place shows. `w_rows`: the rows of "w" (a trainer restarted with a smaller model).
+inline std::vector<Global> global_model(std::int64_t step, std::int64_t w_rows = 2048) {
+  std::vector<Global> model{{"w", DType::kF32, {w_rows, 40}, {}},  // split along dim 0 across ranks
                             {"e", DType::kI16, {30, 64}, {}},      // split along dim 1
                             {"b", DType::kF32, {40}, {}},          // replicated on every rank
                             {"emb", DType::kF32, {4096, 128}, {}},  // replicated too, 2 MiB
@@ -67,14 +67,16 @@ inline std::pair<std::int64_t, std::int64_t> chunk(std::int64_t size, std::size_
 // One producer rank: its pieces of the global model, copied out of it at each publish.
 struct Rank {
   std::uint32_t rank, ranks;
+  std::int64_t w_rows;
   std::vector<Global> pieces;  // each piece's own bytes
   std::vector<std::vector<std::int64_t>> offsets, globals;
   std::unique_ptr<modelcast::Producer> producer;
 
   // `hole`: the last rank registers no piece of "w", whose last rows then belong to nobody.
-  Rank(std::uint32_t r, std::uint32_t m, std::vector<std::string> endpoints, const std::string& bind, bool hole = false)
-      : rank(r), ranks(m) {
-    const auto model = global_model(0);
+  Rank(std::uint32_t r, std::uint32_t m, std::vector<std::string> endpoints, const std::string& bind, bool hole = false,
+       std::int64_t rows = 2048)
+      : rank(r), ranks(m), w_rows(rows) {
+    const auto model = global_model(0, w_rows);
     for (const auto& g : model) {
       std::vector<std::int64_t> offset(g.shape.size(), 0), extent = g.shape;
       if (g.name == "w") std::tie(offset[0], extent[0]) = chunk(g.shape[0], r, m);
@@ -103,7 +105,7 @@ struct Rank {
   }
 
   void publish(std::int64_t step) {
-    const auto model = global_model(step);
+    const auto model = global_model(step, w_rows);
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       for (const auto& g : model) {
         if (g.name != pieces[i].name) continue;
@@ -128,18 +130,35 @@ struct Ranks {
     }
     ranks[0] = std::make_unique<Rank>(0, m, endpoints, bind0, hole);
   }
+  // Every rank again at the endpoint it had (`endpoints`, rank 0's first), "w" of `w_rows` rows.
+  Ranks(const std::vector<std::string>& endpoints, std::int64_t w_rows) {
+    const auto m = static_cast<std::uint32_t>(endpoints.size());
+    ranks.resize(m);
+    std::vector<std::string> told = endpoints;
+    told[0].clear();  // as rank 0 was told them above
+    for (std::uint32_t r = 1; r < m; ++r) {
+      ranks[r] = std::make_unique<Rank>(r, m, std::vector<std::string>{}, endpoints[r], false, w_rows);
+    }
+    ranks[0] = std::make_unique<Rank>(0, m, told, endpoints[0], false, w_rows);
+  }
   std::string endpoint() const { return ranks[0]->producer->control_endpoint(); }
+  std::vector<std::string> endpoints() const {
+    std::vector<std::string> all;
+    for (const auto& r : ranks) all.push_back(r->producer->control_endpoint());
+    return all;
+  }
   void publish(std::int64_t step) {
     for (auto& r : ranks) r->publish(step);
   }
 };
 
 // Empty if `view` holds, of every tensor of step `step`, what `boxes_of` says is wanted of it
-// (nullopt: the whole tensor; an empty list: none of it), each part with its place.
+// (nullopt: the whole tensor; an empty list: none of it), each part with its place; "w" of
+// `w_rows` rows.
 template <typename BoxesOf>
-std::string check(const modelcast::ModelView& view, std::int64_t step, BoxesOf&& boxes_of) {
+std::string check(const modelcast::ModelView& view, std::int64_t step, BoxesOf&& boxes_of, std::int64_t w_rows = 2048) {
   if (view.step() != step) return "step " + std::to_string(view.step()) + ", expected " + std::to_string(step);
-  for (const auto& g : global_model(step)) {
+  for (const auto& g : global_model(step, w_rows)) {
     std::optional<std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>>> box = boxes_of(g);
     auto v = view.find(g.name);
     if (box && box->second.empty()) {
