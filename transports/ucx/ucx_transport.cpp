@@ -436,7 +436,36 @@ class UcxTransport final : public Transport {
     if (!in_flight_.empty() || !closing_.empty()) {
       log_->warn("{} transfers and {} closes still pending at shutdown", in_flight_.size(), closing_.size());
     }
+    flush_before_destroy();
   }
+
+  // UCX 1.13 asserts in ucp_worker_destroy ("got REP message") when an endpoint UCX made itself
+  // for a peer's wireup, which is none of ours to close, still holds its wireup reply: a consumer
+  // over TCP stopped while it joined again after the producer closed its connection aborted its
+  // process. Flushing the worker sends what is pending; one that does not end within
+  // kShutdownFlush (the peer unreachable) leaves the worker halted, which destroy() leaks rather
+  // than abort.
+  void flush_before_destroy() {
+    ucp_request_param_t param{};
+    void* request = ucp_worker_flush_nbx(worker_.worker(), &param);
+    if (request == nullptr) return;
+    if (UCS_PTR_IS_ERR(request)) {
+      log_->warn("flushing the UCX worker at shutdown: {}", ucs_status_string(UCS_PTR_STATUS(request)));
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + kShutdownFlush;
+    while (ucp_request_check_status(request) == UCS_INPROGRESS && std::chrono::steady_clock::now() < deadline) {
+      ucp_worker_progress(worker_.worker());
+    }
+    const bool ended = ucp_request_check_status(request) != UCS_INPROGRESS;
+    ucp_request_free(request);
+    if (!ended && quirks_.destroying_busy_worker_asserts) {
+      log_->warn("the UCX worker still had messages pending {} ms into shutdown: leaving it rather than destroy it",
+                 std::chrono::duration_cast<std::chrono::milliseconds>(kShutdownFlush).count());
+      worker_.halt();
+    }
+  }
+  static constexpr std::chrono::milliseconds kShutdownFlush{1000};
 
   std::shared_ptr<spdlog::logger> log_;
   const UcxOptions options_;
