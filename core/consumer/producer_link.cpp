@@ -10,6 +10,29 @@
 #include "modelcast/keys.h"
 
 namespace modelcast::consumer {
+namespace {
+
+// Hosts a producer binds to but a consumer cannot connect to, said as such: ZeroMQ's "Invalid
+// argument" named nothing, and the plaintext rule called them "on another host".
+void check_connect_host(const std::string& endpoint) {
+  if (endpoint.rfind("tcp://", 0) != 0) return;
+  const auto colon = endpoint.rfind(':');
+  if (colon == std::string::npos || colon < 6) return;
+  const std::string host = endpoint.substr(6, colon - 6);
+  const auto refuse = [&](const std::string& why) {
+    throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint + "': " + why);
+  };
+  if (host == "*" || host == "0.0.0.0" || host == "[::]") {
+    refuse("'" + host + "' is a wildcard a producer binds to, not an address to connect to: give the producer "
+           "host's address (127.0.0.1 on this host)");
+  }
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    refuse("an IPv6 address goes in brackets (tcp://[" + host + "]:PORT)");
+  }
+}
+
+}  // namespace
+
 
 ProducerLink::ProducerLink(ConsumerOptions& options)
     : endpoint_(options.producer_endpoint), timeout_(options.producer_timeout) {
@@ -19,6 +42,7 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
     throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint_ + "' must start with tcp:// or ipc://");
   }
   wire::check_tcp_port(endpoint_, "producer_endpoint", false);
+  check_connect_host(endpoint_);
   try {
     zmq::socket_t probe(context_, zmq::socket_type::dealer);
     probe.set(zmq::sockopt::linger, 0);
@@ -76,6 +100,7 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
 void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point now) {
   incarnation_ = reply.incarnation;
   joined_ = true;
+  joined_before_ = true;
   unanswered_since_.reset();
   handshake_reported_ = false;
   last_heard_ = now;
@@ -141,6 +166,13 @@ ProducerLink::MonitorNews ProducerLink::read_monitor() {
     std::string why;
     if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
       why = "the producer did not admit this consumer's key (status " + std::to_string(value) + ")";
+    } else if (!pinned_ && joined_before_) {
+      // A producer killed while a connection's handshake was under way breaks it off as a CURVE
+      // server would: where the producer there has answered in plaintext before, a stop or a
+      // restart is by far the likelier (its ranks' consumers said "uses keys" after a SIGKILL).
+      why = "the producer there answered without keys before, so most likely it stopped or restarted mid-handshake "
+            "(this consumer joins again when one answers); if it now uses keys (CurveZMQ), set producer_public_key "
+            "and key_file (protocol status " + std::to_string(value) + ")";
     } else if (!pinned_) {
       // ZeroMQ reports a NULL client meeting a CURVE server in more than one way (a mechanism
       // mismatch, an unexpected command, or the connection broken off with an errno), the last

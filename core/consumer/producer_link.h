@@ -98,6 +98,7 @@ class ProducerLink {
   bool join_refused_ = false;
   bool handshake_reported_ = false;
   bool handshake_failed_ = false;  // since the last join was sent
+  bool joined_before_ = false;     // a join was answered at this endpoint (with this link's keys or none)
   bool lost_unanswered_ = false;   // the last join's connection closed before an answer
   std::uint64_t incarnation_ = 0;
   Clock::time_point join_sent_{};

@@ -61,7 +61,8 @@ bool is_local_endpoint(const std::string& endpoint) {
   auto colon = endpoint.rfind(':');
   if (colon == std::string::npos || colon < 6) return false;
   std::string host = endpoint.substr(6, colon - 6);
-  if (host == "localhost" || host == "[::1]") return true;
+  // "lo": a producer may bind to an interface by name, and Linux's loopback one is lo.
+  if (host == "localhost" || host == "[::1]" || host == "lo") return true;
   // A literal IPv4 address in 127.0.0.0/8, read by inet_pton: a prefix test would take a host
   // name such as 127.0.0.1.example.com for loopback.
   in_addr v4{};

@@ -111,7 +111,8 @@ struct ConsumerOptions {
   // No announcement or heartbeat for this long: the producer is presumed gone (or to have
   // forgotten this consumer: it announces only to consumers it knows); a transfer in flight is
   // discarded and the consumer joins again when the producer answers. A closed connection is
-  // noticed at once.
+  // noticed at once. Keep it several times the producer's heartbeat_interval (default 200 ms):
+  // one near or under it makes an idle consumer join again and again.
   std::chrono::milliseconds producer_timeout{2000};
   // A transfer the producer answered that makes no progress (no chunk arriving) for this long
   // is given up and the newest version asked for again; a slow transfer that keeps progressing

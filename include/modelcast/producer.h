@@ -64,6 +64,8 @@ struct ProducerOptions {
   // leases on the oldest version, whose consumers fetch a newer one. Must exceed the time one
   // transfer chunk takes on the slowest link. It and heartbeat_interval: 1 ms to 100 years.
   std::chrono::milliseconds lease_timeout{10000};
+  // Consumers presume a producer gone after their producer_timeout (default 2 s) without a
+  // word: an interval near or past theirs makes idle consumers join again and again.
   std::chrono::milliseconds heartbeat_interval{200};
   std::size_t transfer_chunk_bytes = 32u << 20;  // 64 KiB-1 GiB; raised for models over 2^17 chunks
   // Device tensors: a version is copied from its device slot to host memory (for two-sided
@@ -191,8 +193,10 @@ struct ProducerStats {
 
 class MODELCAST_API Producer {
  public:
-  // Binds the control endpoint and starts the service and transport threads.
-  // Throws Error(kInvalidArgument) for bad options, Error(kTransport) if binding fails.
+  // Binds the control endpoint and starts the service and transport threads. Throws
+  // Error(kInvalidArgument) for bad options (a key with integrity off among them: the signature
+  // covers the digests), Error(kTransport) if binding fails, Error(kState) for a transport this
+  // process cannot run ("cuda_ipc" without a device runtime).
   explicit Producer(ProducerOptions options);
   // Stops background threads; transfers in flight are abandoned (consumers discard them). No
   // other thread may be inside a call on this producer (publish() copies into its slots).
@@ -202,7 +206,8 @@ class MODELCAST_API Producer {
 
   // Registers a tensor the caller owns (see TensorRef). Only before prepare() or the first
   // publish(): after them, Error(kState). Throws Error(kInvalidArgument) for an empty/duplicate
-  // name, null data or bad shape, a tensor past what consumers take (65,536 tensors, a 1 TiB
+  // name, one with a control character or not UTF-8, "__metadata__" (the safetensors files of
+  // persist and modelcastd keep metadata under it), null data or bad shape, a tensor past what consumers take (65,536 tensors, a 1 TiB
   // snapshot with alignment padding), or device memory not on spec.device; Error(kState) for
   // device memory in a process without a device. A host tensor's pointer is not checked: that
   // would start a device runtime in every host-only trainer.
@@ -218,15 +223,15 @@ class MODELCAST_API Producer {
   // transfer run in the background. Blocks beyond the copy only if every slot is held by
   // readers (at most lease_timeout). Call from one thread at a time. Throws Error(kState) if
   // nothing is registered or version numbers are used up (2^64 - 1), Error(kInvalidArgument)
-  // for metadata past what consumers take (1,024 entries, 1 MiB); on any error the previous
-  // versions stay served.
+  // for metadata past what consumers take (1,024 entries, 1 MiB, keys that are names, values
+  // UTF-8 without a NUL); on any error the previous versions stay served.
   PublishTicket publish(std::int64_t step, const Metadata& metadata = {});
   // The same, with device tensors' copies ordered per `order`. All tensors of a producer live
   // in one place: host memory, or one device (register_tensor refuses a mix).
   PublishTicket publish(std::int64_t step, const Metadata& metadata, const DeviceOrder& order);
 
   // Blocks until at least `count` consumers have joined; false on timeout. Thread-safe; throws
-  // Error(kState) from on_delivery.
+  // Error(kState) from on_delivery, Error(kInvalidArgument) for a negative timeout.
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const;
   // Ends every wait_for_consumers under way, and every later one at once, with false; nothing
   // else changes. For the thread that is about to destroy a Producer others wait on. Thread-safe.

@@ -129,6 +129,11 @@ TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
     o.transfer_chunk_bytes = modelcast::transfer::kMaxChunkBytes;
     o.model_name = "caf\xc3\xa9 \xf0\x9f\x98\x80";  // valid UTF-8, four-byte form included
   }));
+  // Loopback by its interface name: refused as "reachable from other hosts" without a key.
+  EXPECT_NO_THROW(Producer(with([](auto& o) { o.control_endpoint = "tcp://lo:0"; })));
+  // Returned false as a wait that timed out, where wait_for_version and the C ABI refuse it.
+  EXPECT_REFUSED(fine.wait_for_consumers(1, -5ms), ErrorCode::kInvalidArgument,
+                 "wait_for_consumers: timeout -5 ms is negative");
 }
 
 TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
@@ -262,6 +267,14 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  ErrorCode::kInvalidArgument, "expected_layout: tensor name 'w\\xff' is not valid UTF-8 (byte 1)");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.buffers = 1'000'000'000'000; })), ErrorCode::kInvalidArgument,
                  "buffers must be between 2 and 1024, got 1000000000000");
+  // A producer's bind forms, and an IPv6 address without brackets: "not usable: Invalid argument"
+  // or "is on another host", neither of which said what was wrong.
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://0.0.0.0:5555"; })), ErrorCode::kInvalidArgument,
+                 "'0.0.0.0' is a wildcard a producer binds to, not an address to connect to");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://*:5555"; })), ErrorCode::kInvalidArgument,
+                 "'*' is a wildcard a producer binds to");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://::1:5555"; })), ErrorCode::kInvalidArgument,
+                 "an IPv6 address goes in brackets (tcp://[::1]:PORT)");
   // Taken, and its views said memory 9 (a host consumer in all but name).
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.memory = static_cast<modelcast::MemoryKind>(9); })),
                  ErrorCode::kInvalidArgument, "memory 9 is no memory kind (host or cuda)");

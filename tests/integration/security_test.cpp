@@ -436,6 +436,33 @@ TEST_F(Secured, AConsumerHoldingTheProducersOwnKeyIsRefusedEvenWhenAnyKeyIsAdmit
   EXPECT_EQ(p.producer->stats().consumers, 1u);
 }
 
+// A consumer that joined a plaintext producer, whose handshake then fails at the same endpoint
+// (here a producer restarted there with keys; a producer SIGKILLed mid-handshake breaks off the
+// same way): it was told "most likely the producer there uses keys", which after a kill sent
+// operators looking for keys nobody had set. It now says what it knew: the producer there
+// answered without keys, so a stop or restart is the likelier, and keys the other cause.
+TEST_F(Secured, AHandshakeThatFailsWhereAPlaintextProducerAnsweredSaysItMayHaveStopped) {
+  auto plain = std::make_unique<TestProducer>(256);
+  const std::string endpoint = plain->producer->control_endpoint();
+  ErrorLog log;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = endpoint;
+  options.model_name = "test";
+  options.on_error = log.callback();
+  options.producer_timeout = 200ms;
+  modelcast::Consumer consumer(options);
+  ASSERT_TRUE(plain->producer->wait_for_consumers(1, 30s));
+  plain.reset();
+  auto keyed_options = producer_options();
+  keyed_options.control_endpoint = endpoint;
+  TestProducer keyed(256, keyed_options);
+  auto error = log.wait_for(ErrorCode::kAuthentication);
+  ASSERT_TRUE(error);
+  EXPECT_NE(error->find("answered without keys before, so most likely it stopped or restarted mid-handshake"),
+            std::string::npos) << *error;
+  EXPECT_NE(error->find("if it now uses keys (CurveZMQ), set producer_public_key"), std::string::npos) << *error;
+}
+
 TEST_F(Secured, AKeylessConsumerOfAKeyedProducerIsToldItNeedsKeys) {
   TestProducer p(256, producer_options());
   ErrorLog log;
