@@ -1,5 +1,7 @@
 #include "core/consumer/verifier.h"
 
+#include <cstdio>
+
 #include "core/security/manifest_signature.h"
 #include "core/transfer/chunk_plan.h"
 #include "modelcast/error.h"
@@ -59,8 +61,16 @@ void check_signature(const security::PublicKey& producer, const Manifest& manife
 void check_not_a_replay(const Manifest* installed, const Manifest& incoming) {
   if (installed && installed->incarnation != incoming.incarnation &&
       incoming.publish_time_ns < installed->publish_time_ns) {
-    throw Error(ErrorCode::kAuthentication, "version " + std::to_string(incoming.version) +
-                                                " was published before the version installed: a replay");
+    // A restarted producer whose clock is behind looks the same as a replay: say both, and by
+    // how much, so that an operator can tell an attack from a clock.
+    const double earlier_s = static_cast<double>(installed->publish_time_ns - incoming.publish_time_ns) / 1e9;
+    char by[32];
+    std::snprintf(by, sizeof by, "%.3f", earlier_s);
+    throw Error(ErrorCode::kAuthentication,
+                "version " + std::to_string(incoming.version) + " of another producer run was published " + by +
+                    " s before the version installed, by the producers' clocks: a replay of an older run, or a "
+                    "producer restarted on a host whose clock is behind (its versions are taken once they are "
+                    "published after the installed one)");
   }
 }
 

@@ -787,6 +787,19 @@ TEST(Stages, VerifierRefusesPlansAndReplaysBeforeAnythingIsAllocated) {
   replayed.incarnation = 2;
   replayed.publish_time_ns = 1000;
   EXPECT_THROW(consumer::check_not_a_replay(&installed, replayed), Error);
+  // A restarted producer whose clock is behind is refused alike: the message says so, and by how
+  // much ("a replay" alone made an innocent clock look like an attack).
+  installed.publish_time_ns = 3'600'000'000'000;
+  replayed.publish_time_ns = 1'500'000'000;
+  try {
+    consumer::check_not_a_replay(&installed, replayed);
+    ADD_FAILURE() << "taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("published 3598.500 s before the version installed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("or a producer restarted on a host whose clock is behind"), std::string::npos)
+        << e.what();
+  }
+  installed.publish_time_ns = 2000;
   replayed.publish_time_ns = 3000;
   EXPECT_NO_THROW(consumer::check_not_a_replay(&installed, replayed));
   EXPECT_NO_THROW(consumer::check_not_a_replay(nullptr, replayed));
