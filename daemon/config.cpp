@@ -4,6 +4,7 @@
 #include "daemon/config.h"
 
 #include <arpa/inet.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <toml++/toml.h>
 
@@ -19,6 +20,7 @@
 
 #include "core/repository/repository.h"
 #include "common/shown_text.h"
+#include "core/wire/socket_directory.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 
@@ -321,6 +323,13 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
            "producer_public_key (versions from another host are encrypted and signed)");
   }
   r.string(t, "key_file", prefix, model.key_file);
+  // The library's consumer refuses it when the model starts: --check said "ok" to a config whose
+  // model then never started.
+  if (!model.key_file.empty() && model.producer_public_key.empty() && model.producer_key_file.empty()) {
+    r.fail(*t.get("key_file"), prefix + "key_file",
+           "is given but neither producer_key_file nor producer_public_key is: without the producer's key the "
+           "control plane would be plaintext and versions unsigned; pin it or give no key_file");
+  }
   r.boolean(t, "persist", prefix, model.persist);
   r.boolean(t, "serve_peers", prefix, model.serve_peers);
   r.string(t, "group", prefix, model.group);
@@ -391,6 +400,28 @@ std::optional<std::uint16_t> listen_port(const std::string& listen) {
   return static_cast<std::uint16_t>(port);
 }
 
+namespace {
+
+// A config says whom to trust and what to run: the producers' keys, the endpoints, and hook
+// commands the daemon runs as its own user. One that other users may write, or replace, would
+// let them do all that (a world-writable config was read without a word); refused as key files
+// are. A pipe (-c /dev/stdin) is not checked: whoever feeds it starts the daemon.
+void check_config_file_trusted(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           path + ": " + ((st.st_mode & S_IWOTH) != 0 ? "every user" : "its group") +
+                               " may write it (mode " + mode + "), and it says whom to trust and which commands to "
+                               "run: chmod go-w it");
+  }
+  modelcast::wire::check_trusted_file(path, path + ": ");
+}
+
+}  // namespace
+
 DaemonConfig load_config(const std::string& path) {
   toml::table root;
   // toml++ reads a directory as an empty document; an empty config is valid (every default),
@@ -398,6 +429,7 @@ DaemonConfig load_config(const std::string& path) {
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": is a directory, not a config file");
   }
+  check_config_file_trusted(path);
   // Read here rather than by toml::parse_file, which says "File could not be opened for reading"
   // at line 0 without the reason, and of a pipe (-c /dev/stdin) says so too: it asks the size.
   // Bounded, so /dev/zero given by mistake is refused rather than read until memory runs out.

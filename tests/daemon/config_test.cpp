@@ -323,6 +323,36 @@ TEST(DaemonConfig, AConfigFromAPipeIsReadAndAnEndlessOneRefused) {
   }
 }
 
+// A config says whom to trust and which commands hooks run as the daemon's user: one that others
+// may write (or replace, in a directory all may write) was read without a word.
+TEST(DaemonConfig, AConfigOtherUsersMayWriteOrReplaceIsRefused) {
+  ScratchDir dir;
+  const std::string file = dir / "modelcastd.toml";
+  write_file(file, std::string(kModel));
+  ASSERT_EQ(chmod(file.c_str(), 0644), 0);
+  EXPECT_NO_THROW(modelcastd::load_config(file));
+  for (auto [mode, who] : {std::pair{0666, "every user"}, std::pair{0664, "its group"}}) {
+    ASSERT_EQ(chmod(file.c_str(), mode), 0);
+    try {
+      modelcastd::load_config(file);
+      ADD_FAILURE() << "mode " << mode << " taken";
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find(file + ": " + who + " may write it"), std::string::npos) << e.what();
+    }
+  }
+  const std::string open = dir / "open";
+  ASSERT_EQ(mkdir(open.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(open.c_str(), 0777), 0);  // every user may write it, no sticky bit
+  write_file(open + "/modelcastd.toml", std::string(kModel));
+  ASSERT_EQ(chmod((open + "/modelcastd.toml").c_str(), 0644), 0);
+  try {
+    modelcastd::load_config(open + "/modelcastd.toml");
+    ADD_FAILURE() << "a config in a directory every user may write was taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(open + "/modelcastd.toml: "), std::string::npos) << e.what();
+  }
+}
+
 TEST(DaemonConfig, ADirectoryIsRefusedAsAConfig) {
   ScratchDir dir;
   try {
@@ -399,7 +429,8 @@ TEST(DaemonConfig, AKeyRotatedInPlaceMakesTheModelAChangedOne) {
   // SIGHUP said "reloaded" and the model kept the old key until a restart.
   ScratchDir dir;
   modelcast::save_key_pair(modelcast::generate_key_pair(), (dir / "daemon.key"));
-  write_file(dir / "keys.toml", std::string(kModel) + "key_file = \"" + (dir / "daemon.key") + "\"\n");
+  write_file(dir / "keys.toml", std::string(kModel) + "key_file = \"" + (dir / "daemon.key") + "\"\n" +
+                                   "producer_public_key = \"" + modelcast::generate_key_pair().public_key + "\"\n");
   auto running = modelcastd::load_config(dir / "keys.toml");
   modelcastd::check_key_files(running);
   auto same = modelcastd::load_config(dir / "keys.toml");
@@ -524,7 +555,11 @@ TEST(DaemonConfig, TheCheckFindsWhatAModelsConsumerWouldRefuse) {
        "producer_public_key is not a key: expected 40 Z85 characters, got 3 characters"},
       {"secret.toml", "endpoint = \"tcp://127.0.0.1:1\"\nproducer_public_key = \"" + keys.secret_key + "\"\n",
        "producer_public_key is not an Ed25519 public key"},
+      // "ok" here, then the model never started: "key_file is given but producer_public_key is not".
+      {"unpinned.toml", "endpoint = \"tcp://127.0.0.1:1\"\nkey_file = \"" + (dir / "consumer.key") + "\"\n",
+       "key_file': is given but neither producer_key_file nor producer_public_key is"},
   };
+  modelcast::save_key_pair(modelcast::generate_key_pair(), dir / "consumer.key");
   for (const auto& c : cases) {
     write_file(dir / c.file, daemon + model + c.model);
     ChildProcess check({MODELCASTD, "--config", dir / c.file, "--check"});
