@@ -39,6 +39,11 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
     throw Error(code, "tensor name '__metadata__' is reserved: safetensors files (checkpoints, repositories) keep "
                       "their metadata under it");
   }
+  // "*" is every tensor to wants and conversions (and to modelcastd's [model.wants]): a tensor of
+  // that name could never be wanted or converted alone.
+  if (spec.name == "*") {
+    throw Error(code, "tensor name '*' is reserved: wants and conversions take it for every tensor");
+  }
   if (spec.shape.size() > limits.max_rank) {
     throw Error(code, "tensor '" + spec.name + "' has rank " + std::to_string(spec.shape.size()) + "; the limit is " +
                           std::to_string(limits.max_rank));

@@ -207,7 +207,8 @@ class MODELCAST_API Producer {
   // Registers a tensor the caller owns (see TensorRef). Only before prepare() or the first
   // publish(): after them, Error(kState). Throws Error(kInvalidArgument) for an empty/duplicate
   // name, one with a control character or not UTF-8, "__metadata__" (the safetensors files of
-  // persist and modelcastd keep metadata under it), null data or bad shape, a tensor past what consumers take (65,536 tensors, a 1 TiB
+  // persist and modelcastd keep metadata under it) or "*" (every tensor, to wants and
+  // conversions), null data or bad shape, a tensor past what consumers take (65,536 tensors, a 1 TiB
   // snapshot with alignment padding), or device memory not on spec.device; Error(kState) for
   // device memory in a process without a device. A host tensor's pointer is not checked: that
   // would start a device runtime in every host-only trainer.

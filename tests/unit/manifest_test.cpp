@@ -52,6 +52,10 @@ TEST(Manifest, RejectsBadRegistrationsNamingTheTensor) {
   auto reserved = error_of([] { plan_layout({{"__metadata__", DType::kF32, {1}}}, nullptr); },
                            ErrorCode::kInvalidArgument);
   EXPECT_NE(reserved.find("tensor name '__metadata__' is reserved"), std::string::npos) << reserved;
+  // Accepted, and then no want or conversion could name it alone ("*" is every tensor to them).
+  auto star = error_of([] { plan_layout({{"*", DType::kF32, {1}}}, nullptr); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(star.find("tensor name '*' is reserved: wants and conversions take it for every tensor"),
+            std::string::npos) << star;
 }
 
 Manifest valid_manifest() {
