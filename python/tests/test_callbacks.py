@@ -265,5 +265,7 @@ def test_ctrl_c_ends_a_wait_for_ever(endpoint):
             out, _ = child.communicate(timeout=WAIT_S)
         finally:
             child.kill()
-        assert out.strip() == "interrupted", which
+        # UCX writes its own log to stdout: a join the producer answers while the interrupted
+        # process tears its consumer down fails there ("shmat ... failed"), which is not ours.
+        assert [line for line in out.splitlines() if " UCX " not in line] == ["interrupted"], (which, out)
         assert child.returncode == 0, which
