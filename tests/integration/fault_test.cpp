@@ -144,6 +144,36 @@ TEST_P(FaultTest, AConsumerThatRefusesEveryVersionLeavesNoSendsToAbandon) {
   }
 }
 
+// A consumer destroyed while a version is arriving leaves the producer's sends of the chunks it
+// had not taken yet: over shared memory UCX ends such a rendezvous send only when a receiver
+// takes it, so each held its slot until publish() gave up on it a second later (a trainer that
+// stalled whenever an inference process stopped mid-fetch). The consumer takes and drops what
+// was sent to it as it stops. Twenty consumers, each destroyed as the producer answers its
+// fetch; three more publishes then reuse every slot those fetches held.
+TEST_P(FaultTest, AConsumerDestroyedMidFetchLeavesNoSendsToAbandon) {
+  TestProducer p(16 * 1024);  // 16 MiB: several chunks, rendezvous sends over shared memory
+  std::uint64_t version = 0;
+  int caught = 0;
+  for (int cycle = 0; cycle < 20; ++cycle) {
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = p.producer->control_endpoint();
+    options.model_name = "test";
+    auto consumer = std::make_unique<modelcast::Consumer>(options);
+    if (version > 0) {
+      ASSERT_TRUE(consumer->wait_for_version(version, 60s)) << consumer->stats().last_error;
+    }
+    ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
+    p.publish(++version);
+    // Destroyed once the producer has answered the fetch (its sends are posted), or after it.
+    if (eventually([&] { return p.producer->stats().fetches_in_flight >= 1; }, 2s)) ++caught;
+    consumer.reset();
+  }
+  for (int i = 0; i < 3; ++i) p.publish(++version);
+  RecordProperty("caught_mid_fetch", caught);
+  EXPECT_GE(caught, 5) << "too few consumers were destroyed with a fetch under way to test anything";
+  EXPECT_EQ(p.producer->stats().sends_abandoned, 0u);
+}
+
 // A consumer started where no producer runs (yet, or at a mistyped endpoint) hears nothing, and
 // ZeroMQ, which only retries, says nothing: last_error says so after five producer timeouts, and
 // is cleared when a producer answers.

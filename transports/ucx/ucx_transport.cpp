@@ -421,6 +421,7 @@ class UcxTransport final : public Transport {
   void shutdown_in_progress_thread() {
     // Regions do not outlive their transport, so each has been quiesced by now.
     if (worker_.halted()) return;  // never progressed again; destroy() leaks it
+    take_unmatched_messages();
     // Collect first: a cancel may complete synchronously and erase from in_flight_.
     std::vector<void*> requests;
     for (auto& [id, transfer] : in_flight_) requests.push_back(transfer.request);
@@ -438,6 +439,30 @@ class UcxTransport final : public Transport {
     }
     flush_before_destroy();
   }
+
+  // Takes and drops, before the endpoints close, every message peers sent here that no receive
+  // matched: over shared memory a rendezvous send ends only when a receiver takes it, not when
+  // either side closes the connection, so each would hold its sender's memory until the sender
+  // gave up on it (a producer's publish() stalled a second whenever a consumer stopped while its
+  // fetch's chunks were arriving: receives cancelled, or not yet posted). Taking one answers its
+  // sender at once; the receive itself may never end here (UCX 1.13 leaves a truncated
+  // rendezvous receive, and one whose sender stopped sending, in progress for good), so it is
+  // released rather than waited for. Only what has arrived is taken: a send still on its way is
+  // its sender's to give up on.
+  void take_unmatched_messages() {
+    ucp_worker_progress(worker_.worker());
+    std::size_t taken = 0;
+    for (; taken < kTakenAtShutdown; ++taken) {
+      ucp_tag_recv_info_t info{};
+      ucp_tag_message_h message = ucp_tag_probe_nb(worker_.worker(), 0, 0, 1, &info);
+      if (message == nullptr) break;
+      ucp_request_param_t param{};  // no callback: its end is no news to anyone
+      ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(worker_.worker(), nullptr, 0, message, &param);
+      if (UCS_PTR_IS_PTR(request)) ucp_request_free(request);
+    }
+    if (taken > 0) log_->debug("took and dropped {} unmatched messages at shutdown", taken);
+  }
+  static constexpr std::size_t kTakenAtShutdown = 1 << 16;
 
   // UCX 1.13 asserts in ucp_worker_destroy ("got REP message") when an endpoint UCX made itself
   // for a peer's wireup, which is none of ours to close, still holds its wireup reply: a consumer
