@@ -265,7 +265,7 @@ def test_ctrl_c_ends_a_wait_for_ever(endpoint):
             out, _ = child.communicate(timeout=WAIT_S)
         finally:
             child.kill()
-        # UCX writes its own log to stdout: a join the producer answers while the interrupted
-        # process tears its consumer down fails there ("shmat ... failed"), which is not ours.
-        assert [line for line in out.splitlines() if " UCX " not in line] == ["interrupted"], (which, out)
+        # Exactly: UCX's own log (a join the producer answers while the interrupted process tears
+        # its consumer down fails there, "shmat ... failed") goes to modelcast's log on stderr.
+        assert out.splitlines() == ["interrupted"], (which, out)
         assert child.returncode == 0, which

@@ -4,6 +4,7 @@
 
 #include "common/library_thread.h"
 #include "modelcast/error.h"
+#include "transports/ucx/ucx_log.h"
 
 namespace modelcast::transport {
 
@@ -13,6 +14,7 @@ void throw_ucx(const std::string& what, ucs_status_t status) {
 
 UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks& quirks)
     : leak_when_halted_(quirks.destroying_busy_worker_asserts) {
+  route_ucx_log();
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw_ucx("ucp_config_read", s);
   // UcxOptions::indirect_endpoint_ids says why; the user's environment wins.
