@@ -134,6 +134,7 @@ class Consumer::Impl {
       s.reconnects += o.reconnects;
       s.failed_handshakes += o.failed_handshakes;
       s.bytes_received += o.bytes_received;
+      s.arriving_bytes += o.arriving_bytes;
       if (s.last_error.empty() && !o.last_error.empty()) s.last_error = rank_said(r, layout_endpoints_[r]) + o.last_error;
     }
     if (!rank_failure_.empty()) {

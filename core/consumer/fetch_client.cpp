@@ -28,6 +28,8 @@ std::uint64_t FetchClient::received_bytes() const {
   return fetch_->plan.prefix_end(fetch_->done_prefix);
 }
 
+std::uint64_t FetchClient::arriving_version() const { return fetch_ && fetch_->replied ? fetch_->manifest.version : 0; }
+
 bool FetchClient::reply_overdue(Clock::time_point now, Clock::duration timeout) const {
   return fetch_ && !fetch_->replied && now - fetch_->requested_at > timeout;
 }

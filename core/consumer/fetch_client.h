@@ -64,6 +64,8 @@ class FetchClient {
       : on_chunk_(std::move(on_chunk)), tensor_digests_on_host_(tensor_digests_on_host) {}
 
   bool in_flight() const { return fetch_.has_value(); }
+  // Whether abandoned fetches still have receives that have not ended (their buffers are held).
+  bool draining() const { return !draining_.empty(); }
   // The request for `version`; the fetch is in flight until finished, refused or abandoned.
   // `base`: a version this consumer holds with block digests, offered as a delta base (0: none).
   protocol::FetchRequest begin(std::uint64_t incarnation, std::uint64_t version, std::uint64_t base,
@@ -76,6 +78,8 @@ class FetchClient {
   // Bytes [0, received_bytes()) of the answered fetch in flight have arrived and will not
   // change; 0 before the answer or after a failure.
   std::uint64_t received_bytes() const;
+  // The version of the answered fetch in flight (0: none).
+  std::uint64_t arriving_version() const;
   // Forgets the request: refused, or not answered in time.
   void forget() { fetch_.reset(); }
   bool reply_overdue(Clock::time_point now, Clock::duration timeout) const;

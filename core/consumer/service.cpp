@@ -77,18 +77,23 @@ void ConsumerService::service_loop() {
     zmq::poll(items, monitor ? 3 : 2, tick());
     if (monitor && (items[2].revents & ZMQ_POLLIN)) guarded([&] { on_monitor_events(); });
     if (items[1].revents & ZMQ_POLLIN) {
+      bool stopping = false;
       for (auto& event : events_->drain()) {
         if (std::holds_alternative<Stop>(event)) {
-          abandon_fetch("consumer shutting down", false);
-          guarded([&] { drain_exports(); });
-          guarded([&] { link_.leave(); });
-          return;
-        }
-        if (auto* sent = std::get_if<RelaySent>(&event)) {
+          // At once: what arrives after it belongs to an abandoned fetch, never installed.
+          if (!stopping) abandon_fetch("consumer shutting down", false);
+          stopping = true;
+        } else if (auto* sent = std::get_if<RelaySent>(&event)) {
           guarded([&] { on_relay_sent(*sent); });
         } else {
           guarded([&] { on_chunk(std::get<ChunkDone>(event)); });
         }
+      }
+      if (stopping) {
+        guarded([&] { finish_abandoned_receives(); });
+        guarded([&] { drain_exports(); });
+        guarded([&] { link_.leave(); });
+        return;
       }
     }
     if (items[0].revents & ZMQ_POLLIN) read_dealer();

@@ -155,6 +155,8 @@ class ConsumerService {
   void on_fetch_reply(const protocol::FetchReply& reply);
   // A finished fetch: verified and installed, or rejected; acked either way.
   void finish(std::optional<FinishedFetch> done);
+  // ConsumerStats::arriving_*: after every change of the fetch in flight.
+  void count_arrival();
   // A chunk is in: a device consumer copies the grown prefix on to the device at once.
   void on_chunk(const ChunkDone& done);
   // Serving peers (relay_server.h): an order from the producer, a send finished, and posting
@@ -166,6 +168,8 @@ class ConsumerService {
   void export_installed(const protocol::RelayOrder& order);
   // Closing: waits, bounded, until no peer may still be reading an exported buffer.
   void drain_exports();
+  // Closing: waits, bounded, until the receives of abandoned fetches have ended.
+  void finish_abandoned_receives();
   void on_relay_cancel(const protocol::RelayCancel& cancel);
   void on_relay_sent(const RelaySent& sent);
   void pump_relays();

@@ -262,6 +262,13 @@ void ConsumerService::report_buffers_held(std::uint64_t version) {
                                          "more buffers)"));
 }
 
+void ConsumerService::count_arrival() {
+  count([&](ConsumerStats& s) {
+    s.arriving_version = fetch_.arriving_version();
+    s.arriving_bytes = fetch_.received_bytes();
+  });
+}
+
 void ConsumerService::on_chunk(const ChunkDone& chunk) {
   auto done = fetch_.on_chunk(chunk, Clock::now());
   if (!done && landing_ && landing_->landing()) landing_->advance(fetch_.received_bytes());
@@ -270,6 +277,7 @@ void ConsumerService::on_chunk(const ChunkDone& chunk) {
 
 // A finished fetch: verified and installed, or rejected; acked either way.
 void ConsumerService::finish(std::optional<FinishedFetch> done) {
+  count_arrival();
   if (!done) return;
   if (!done->failure.empty()) {
     if (landing_) landing_->abandon();
@@ -402,10 +410,34 @@ void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> ins
   if (installed->shaped_memory) target_->allocate_ahead(installed->shaped_memory->size());
 }
 
+// Before the producer hears the leave, which makes it close its end: over TCP a receive already
+// matched to a send, whose bytes are streaming in, then never ends, and releasing its buffer
+// waited UcxOptions::release_timeout (5 s) and gave the worker up (seen whenever a consumer
+// stopped mid-fetch on a loaded machine). While the producer still sends, such a receive ends
+// within the time its bytes take; cancelled ones end at once.
+void ConsumerService::finish_abandoned_receives() {
+  const auto deadline = Clock::now() + options_.producer_timeout;
+  while (fetch_.draining()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left <= std::chrono::milliseconds(0)) {
+      log_->warn("closing with receives of an abandoned transfer still under way after {} ms",
+                 options_.producer_timeout.count());
+      return;
+    }
+    zmq::pollitem_t item{nullptr, events_->fd(), ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::min(left, tick()));
+    for (auto& event : events_->drain()) {
+      if (auto* chunk = std::get_if<ChunkDone>(&event)) guarded([&] { on_chunk(*chunk); });
+      if (auto* sent = std::get_if<RelaySent>(&event)) guarded([&] { on_relay_sent(*sent); });
+    }
+  }
+}
+
 std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch(const std::string& why, bool counted) {
   if (!fetch_.in_flight()) return std::nullopt;
   if (landing_) landing_->abandon();  // before the host buffer can go back to the store
   auto abandoned = fetch_.abort();
+  count_arrival();
   const std::string said = "discarded the transfer" +
                            (abandoned ? " of version " + std::to_string(abandoned->first.version) : std::string()) + ": " + why;
   log_->warn("{}", said);

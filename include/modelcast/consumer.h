@@ -189,6 +189,10 @@ struct ConsumerStats {
   std::uint64_t reconnects = 0;
   std::uint64_t failed_handshakes = 0;  // CurveZMQ handshakes with the endpoint that failed
   std::uint64_t bytes_received = 0;  // over the transport: a delta counts only its changed blocks
+  // The version arriving now (0: none) and the bytes of it landed so far, counted as the prefix
+  // [0, arriving_bytes) that is complete: a large transfer's progress.
+  std::uint64_t arriving_version = 0;
+  std::uint64_t arriving_bytes = 0;
   // Of the last version installed, the bytes of the tensors and boxes its views hold, in the
   // producer's dtype (ConsumerOptions::wants: what a part costs against the whole model).
   std::uint64_t wanted_bytes = 0;
@@ -218,7 +222,8 @@ class MODELCAST_API Consumer {
   // options, Error(kState) for device memory in a process without a device.
   explicit Consumer(ConsumerOptions options);
   // Stops threads; views already handed out stay valid. A consumer whose device buffer peers
-  // are reading (serve_peers over CUDA IPC) first waits for them, up to producer_timeout.
+  // are reading (serve_peers over CUDA IPC) first waits for them, and one stopped mid-transfer
+  // for the bytes already under way, each up to producer_timeout.
   ~Consumer();
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;

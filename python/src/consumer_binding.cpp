@@ -171,6 +171,8 @@ void bind_consumer(py::module_& m) {
       .def_readonly("reconnects", &ConsumerStats::reconnects)
       .def_readonly("failed_handshakes", &ConsumerStats::failed_handshakes)
       .def_readonly("bytes_received", &ConsumerStats::bytes_received)
+      .def_readonly("arriving_version", &ConsumerStats::arriving_version)
+      .def_readonly("arriving_bytes", &ConsumerStats::arriving_bytes)
       .def_readonly("wanted_bytes", &ConsumerStats::wanted_bytes)
       .def_readonly("bytes_relayed", &ConsumerStats::bytes_relayed)
       .def_readonly("relay_faults", &ConsumerStats::relay_faults)

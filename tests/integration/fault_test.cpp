@@ -15,6 +15,7 @@
 
 #include <zmq.hpp>
 
+#include "common/log_routing.h"
 #include "core/wire/protocol.h"
 #include "eventually.h"
 #include "exchange_fixture.h"
@@ -172,6 +173,46 @@ TEST_P(FaultTest, AConsumerDestroyedMidFetchLeavesNoSendsToAbandon) {
   RecordProperty("caught_mid_fetch", caught);
   EXPECT_GE(caught, 5) << "too few consumers were destroyed with a fetch under way to test anything";
   EXPECT_EQ(p.producer->stats().sends_abandoned, 0u);
+}
+
+// A consumer stopped while a version streams in lets the bytes already under way end before it
+// tells the producer it leaves. The producer closes its end at the leave, and over TCP a receive
+// matched to a send whose bytes were still streaming then never ended: the consumer's stop
+// waited release_timeout (5 s) for it and gave its UCX worker up. Each consumer here stops once
+// the first of a 256 MiB version's 32 MiB chunks has landed (arriving_bytes), the rest streaming.
+TEST_P(FaultTest, AConsumerStoppedMidStreamLetsTheBytesUnderWayEnd) {
+  std::mutex mutex;
+  std::vector<std::string> gave_up;
+  modelcast::log::set_handler([&](spdlog::level::level_enum, std::string_view, std::string_view text) {
+    if (text.find("halting this UCX worker") == std::string_view::npos) return;
+    std::lock_guard lock(mutex);
+    gave_up.emplace_back(text);
+  });
+  TestProducer p(256 * 1024);
+  std::uint64_t version = 0;
+  int caught = 0;
+  for (int cycle = 0; cycle < 4; ++cycle) {
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = p.producer->control_endpoint();
+    options.model_name = "test";
+    auto consumer = std::make_unique<modelcast::Consumer>(options);
+    if (version > 0) {
+      ASSERT_TRUE(consumer->wait_for_version(version, 60s)) << consumer->stats().last_error;
+      EXPECT_EQ(consumer->stats().arriving_version, 0u) << "an installed version still counted as arriving";
+    }
+    ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
+    p.publish(++version);
+    if (eventually([&] { return consumer->stats().arriving_bytes > 0; }, 10s)) {
+      const auto s = consumer->stats();
+      if (s.arriving_version == version && s.current_version < version) ++caught;
+    }
+    consumer.reset();
+  }
+  modelcast::log::set_handler({});
+  RecordProperty("caught_mid_stream", caught);
+  EXPECT_GE(caught, 2) << "too few consumers were stopped with a version part-way in to test anything";
+  std::lock_guard lock(mutex);
+  EXPECT_TRUE(gave_up.empty()) << gave_up.size() << " stops gave their UCX worker up: " << gave_up.front();
 }
 
 // A consumer started where no producer runs (yet, or at a mistyped endpoint) hears nothing, and
