@@ -145,6 +145,36 @@ TEST_P(FaultTest, AConsumerThatRefusesEveryVersionLeavesNoSendsToAbandon) {
   }
 }
 
+// Consumers of p's model, one after another: each gets the versions so far, p publishes the next,
+// and the consumer is destroyed once `under_way(consumer, version)` says the fetch of it is under
+// way (counted as caught), or after `limit`. Returns the last version published.
+struct StoppedMidFetch {
+  std::uint64_t version = 0;
+  int caught = 0;
+};
+template <class UnderWay>
+StoppedMidFetch stop_consumers_mid_fetch(TestProducer& p, int consumers, std::chrono::seconds limit, UnderWay under_way) {
+  StoppedMidFetch out;
+  for (int i = 0; i < consumers; ++i) {
+    modelcast::ConsumerOptions options;
+    options.producer_endpoint = p.producer->control_endpoint();
+    options.model_name = "test";
+    auto consumer = std::make_unique<modelcast::Consumer>(options);
+    if (out.version > 0 && !consumer->wait_for_version(out.version, 60s)) {
+      ADD_FAILURE() << "version " << out.version << " never arrived: " << consumer->stats().last_error;
+      return out;
+    }
+    EXPECT_EQ(consumer->stats().arriving_version, 0u) << "an installed version still counted as arriving";
+    if (!p.producer->wait_for_consumers(1, 60s)) {
+      ADD_FAILURE() << "the consumer never joined";
+      return out;
+    }
+    p.publish(++out.version);
+    if (eventually([&] { return under_way(*consumer, out.version); }, limit)) ++out.caught;
+  }
+  return out;
+}
+
 // A consumer destroyed while a version is arriving leaves the producer's sends of the chunks it
 // had not taken yet: over shared memory UCX ends such a rendezvous send only when a receiver
 // takes it, so each held its slot until publish() gave up on it a second later (a trainer that
@@ -153,25 +183,13 @@ TEST_P(FaultTest, AConsumerThatRefusesEveryVersionLeavesNoSendsToAbandon) {
 // fetch; three more publishes then reuse every slot those fetches held.
 TEST_P(FaultTest, AConsumerDestroyedMidFetchLeavesNoSendsToAbandon) {
   TestProducer p(16 * 1024);  // 16 MiB: several chunks, rendezvous sends over shared memory
-  std::uint64_t version = 0;
-  int caught = 0;
-  for (int cycle = 0; cycle < 20; ++cycle) {
-    modelcast::ConsumerOptions options;
-    options.producer_endpoint = p.producer->control_endpoint();
-    options.model_name = "test";
-    auto consumer = std::make_unique<modelcast::Consumer>(options);
-    if (version > 0) {
-      ASSERT_TRUE(consumer->wait_for_version(version, 60s)) << consumer->stats().last_error;
-    }
-    ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
-    p.publish(++version);
-    // Destroyed once the producer has answered the fetch (its sends are posted), or after it.
-    if (eventually([&] { return p.producer->stats().fetches_in_flight >= 1; }, 2s)) ++caught;
-    consumer.reset();
-  }
-  for (int i = 0; i < 3; ++i) p.publish(++version);
-  RecordProperty("caught_mid_fetch", caught);
-  EXPECT_GE(caught, 5) << "too few consumers were destroyed with a fetch under way to test anything";
+  // Once the producer has answered the fetch (its sends are posted).
+  auto run = stop_consumers_mid_fetch(p, 20, 2s, [&](const modelcast::Consumer&, std::uint64_t) {
+    return p.producer->stats().fetches_in_flight >= 1;
+  });
+  for (int i = 0; i < 3; ++i) p.publish(++run.version);
+  RecordProperty("caught_mid_fetch", run.caught);
+  EXPECT_GE(run.caught, 5) << "too few consumers were destroyed with a fetch under way to test anything";
   EXPECT_EQ(p.producer->stats().sends_abandoned, 0u);
 }
 
@@ -189,28 +207,13 @@ TEST_P(FaultTest, AConsumerStoppedMidStreamLetsTheBytesUnderWayEnd) {
     gave_up.emplace_back(text);
   });
   TestProducer p(256 * 1024);
-  std::uint64_t version = 0;
-  int caught = 0;
-  for (int cycle = 0; cycle < 4; ++cycle) {
-    modelcast::ConsumerOptions options;
-    options.producer_endpoint = p.producer->control_endpoint();
-    options.model_name = "test";
-    auto consumer = std::make_unique<modelcast::Consumer>(options);
-    if (version > 0) {
-      ASSERT_TRUE(consumer->wait_for_version(version, 60s)) << consumer->stats().last_error;
-      EXPECT_EQ(consumer->stats().arriving_version, 0u) << "an installed version still counted as arriving";
-    }
-    ASSERT_TRUE(p.producer->wait_for_consumers(1, 60s));
-    p.publish(++version);
-    if (eventually([&] { return consumer->stats().arriving_bytes > 0; }, 10s)) {
-      const auto s = consumer->stats();
-      if (s.arriving_version == version && s.current_version < version) ++caught;
-    }
-    consumer.reset();
-  }
+  auto run = stop_consumers_mid_fetch(p, 4, 10s, [](const modelcast::Consumer& consumer, std::uint64_t version) {
+    const auto s = consumer.stats();
+    return s.arriving_bytes > 0 && s.arriving_version == version && s.current_version < version;
+  });
   modelcast::log::set_handler({});
-  RecordProperty("caught_mid_stream", caught);
-  EXPECT_GE(caught, 2) << "too few consumers were stopped with a version part-way in to test anything";
+  RecordProperty("caught_mid_stream", run.caught);
+  EXPECT_GE(run.caught, 2) << "too few consumers were stopped with a version part-way in to test anything";
   std::lock_guard lock(mutex);
   EXPECT_TRUE(gave_up.empty()) << gave_up.size() << " stops gave their UCX worker up: " << gave_up.front();
 }
