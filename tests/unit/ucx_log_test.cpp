@@ -77,4 +77,20 @@ TEST(UcxLog, ModelcastsLevelSilencesUcxMessagesBelowIt) {
   EXPECT_TRUE(capture.seen().empty());
 }
 
+TEST(UcxLog, AUcxLogFileOfTheUsersKeepsUcxMessagesThere) {
+  auto transport = modelcast::transport::make_ucx_transport();
+  LogCapture capture;
+  // What UCX_LOG_FILE sets at UCX's start (its own stream, opened then, is stdout here).
+  char* was = ucs_global_opts.log_file;
+  char file[] = "/tmp/ucx-%p.log";
+  ucs_global_opts.log_file = file;
+  testing::internal::CaptureStdout();
+  ucx_warns("for the user's file");
+  std::fflush(stdout);
+  const std::string printed = testing::internal::GetCapturedStdout();
+  ucs_global_opts.log_file = was;
+  EXPECT_TRUE(capture.seen().empty()) << "taken from UCX's own log destination";
+  EXPECT_NE(printed.find("for the user's file"), std::string::npos) << printed;
+}
+
 }  // namespace

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include <ucs/config/global_opts.h>
 #include <ucs/debug/log_def.h>
 
 #include "common/log.h"
@@ -47,6 +48,9 @@ spdlog::level::level_enum level_of(ucs_log_level_t level) {
 ucs_log_func_rc_t to_our_logger(const char* file, unsigned line, const char* /*function*/, ucs_log_level_t level,
                                 const ucs_log_component_config_t* /*component*/, const char* format, va_list ap) {
   if (!g_routing.load(std::memory_order_acquire)) return UCS_LOG_FUNC_RC_CONTINUE;
+  // A user who sent UCX's log to a file (UCX_LOG_FILE) keeps it there.
+  const char* file_set = ucs_global_opts.log_file;
+  if (file_set != nullptr && *file_set != '\0') return UCS_LOG_FUNC_RC_CONTINUE;
   const auto ours = level_of(level);
   auto& logger = **g_logger;
   if (!logger.should_log(ours)) return UCS_LOG_FUNC_RC_STOP;

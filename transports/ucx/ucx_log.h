@@ -1,7 +1,7 @@
 // UCX's own log messages (its warnings and errors, at UCX_LOG_LEVEL) go where modelcast's go:
 // the "modelcast.ucx" logger, so stderr or the handler a C, Fortran or Python caller installed.
 // UCX alone prints them to stdout, where they would mix with a program's output (a JSON answer,
-// a line a script reads).
+// a line a script reads). A UCX_LOG_FILE of the user's keeps UCX's messages in that file.
 #pragma once
 
 namespace modelcast::transport {
