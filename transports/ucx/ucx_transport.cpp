@@ -462,6 +462,7 @@ class UcxTransport final : public Transport {
     }
     if (taken > 0) log_->debug("took and dropped {} unmatched messages at shutdown", taken);
   }
+  // Bounded: peers may go on sending while this runs, and a shutdown must end.
   static constexpr std::size_t kTakenAtShutdown = 1 << 16;
 
   // UCX 1.13 asserts in ucp_worker_destroy ("got REP message") when an endpoint UCX made itself
