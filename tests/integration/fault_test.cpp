@@ -147,7 +147,7 @@ TEST_P(FaultTest, AConsumerThatRefusesEveryVersionLeavesNoSendsToAbandon) {
 
 // Consumers of p's model, one after another: each gets the versions so far, p publishes the next,
 // and the consumer is destroyed once `under_way(consumer, version)` says the fetch of it is under
-// way (counted as caught), or after `limit`. Returns the last version published.
+// way (counted as caught), or after `limit`. Returns the last version published and the count.
 struct StoppedMidFetch {
   std::uint64_t version = 0;
   int caught = 0;
