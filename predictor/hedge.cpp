@@ -332,6 +332,94 @@ PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions
   // Lowest expected CIL over the loss and time scenarios (the exact plan on the expected path
   // when the time axis is not in doubt).
   out.plan = plan_hedged(prefix, prefix.size() - 1, out.hedged, costs);
+  out.choice = explain_plan(prefix, prefix.size() - 1, out.hedged, costs, out.plan.publish_steps);
+  return out;
+}
+
+PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
+                              const PublishCosts& costs, std::span<const std::int64_t> publish_steps) {
+  if (warmup_index >= prefix.size())
+    throw Error(ErrorCode::kInvalidArgument, "plan choice: warm-up index " + std::to_string(warmup_index) + " is past the prefix");
+  struct Pair {
+    Trajectory curve;
+    double weight, none, best;
+  };
+  std::vector<Pair> pairs;
+  Forecast f = hedged.forecast;
+  std::vector<TimeScenario> times = hedged.time_scenarios;
+  if (times.empty()) times.push_back({"forecast", 1.0, f.time_s});
+  std::vector<Scenario> losses = hedged.scenarios;
+  if (losses.empty()) losses.push_back({"forecast", 1.0, f.loss});
+  for (const auto& t : times)
+    for (const auto& s : losses) {
+      f.loss = s.loss;
+      f.time_s = t.time_s;
+      Pair p{extend_with_forecast(prefix, f), s.weight * t.weight, 0.0, 0.0};
+      p.none = evaluate_cil(p.curve, warmup_index, costs, {});
+      p.best = plan_optimal(p.curve, warmup_index, costs).cil;
+      pairs.push_back(std::move(p));
+    }
+  double total_w = 0.0, gain = 0.0;
+  for (const auto& p : pairs) total_w += p.weight, gain += p.weight * (p.none - p.best);
+  const auto cils = [&](std::span<const std::int64_t> steps) {
+    std::vector<double> out;
+    for (const auto& p : pairs) out.push_back(evaluate_cil(p.curve, warmup_index, costs, steps));
+    return out;
+  };
+  const auto expected = [&](const std::vector<double>& c) {
+    double e = 0.0;
+    for (std::size_t i = 0; i < pairs.size(); ++i) e += pairs[i].weight * c[i];
+    return total_w > 0 ? e / total_w : 0.0;
+  };
+  PlanChoiceReport out;
+  const auto ours = cils(publish_steps);
+  out.expected_cil = expected(ours);
+  std::vector<double> even_cils;
+  bool is_even = false;
+  const std::size_t most = std::min<std::size_t>(24, hedged.forecast.steps.size());
+  for (std::size_t k = 1; k <= most; ++k) {
+    const auto even = evenly_spread(hedged.forecast.steps, k);
+    is_even = is_even || std::equal(even.begin(), even.end(), publish_steps.begin(), publish_steps.end());
+    auto c = cils(even);
+    const double e = expected(c);
+    if (k == 1 || e < out.best_evenly_spaced_cil - 1e-12 * std::abs(e)) {
+      out.best_evenly_spaced = even;
+      out.best_evenly_spaced_cil = e;
+      even_cils = std::move(c);
+    }
+  }
+  const double tol = 1e-9 * std::abs(out.expected_cil);
+  for (std::size_t i = 0; i < pairs.size() && !even_cils.empty(); ++i) {
+    if (ours[i] <= even_cils[i] + tol) out.win_probability += pairs[i].weight / total_w;
+  }
+  if (even_cils.empty()) out.win_probability = 1.0;  // no step to spread a publish over
+  const bool some_gain = gain > 1e-9 * std::abs(out.expected_cil) * total_w;
+  out.expected_margin_pct = some_gain ? 100.0 * (out.best_evenly_spaced_cil - out.expected_cil) * total_w / gain : 0.0;
+  out.picked = publish_steps.empty() ? "no_publish" : (is_even ? "evenly_spaced" : "forecast");
+  char margin[160];
+  std::snprintf(margin, sizeof margin, "%.2f %% of the expected achievable gain", std::abs(out.expected_margin_pct));
+  char sure[64];
+  std::snprintf(sure, sizeof sure, "%.0f %%", 100.0 * out.win_probability);
+  const std::string even = std::to_string(out.best_evenly_spaced.size()) + " evenly spaced publish" +
+                           (out.best_evenly_spaced.size() == 1 ? "" : "es");
+  const std::string scenarios = std::to_string(pairs.size()) + " scenario" + (pairs.size() == 1 ? "" : "s");
+  if (!some_gain) {
+    out.reason = "the forecast expects no gain worth a publish's cost in any of its " + scenarios;
+  } else if (out.picked == "evenly_spaced") {
+    out.reason = "the plan is the schedule of " + std::to_string(publish_steps.size()) + " evenly spaced publish" +
+                 (publish_steps.size() == 1 ? "" : "es") +
+                 (out.expected_margin_pct >= -1e-9 ? ", the best such schedule over the forecast's " + scenarios
+                                                   : "; the best even spacing (" + even + ") is expected to do better by " +
+                                                         margin);
+  } else if (out.expected_margin_pct >= 0) {
+    out.reason = std::string(out.picked == "no_publish" ? "publishing nothing" : "the forecast's plan") +
+                 " is expected to do better than the best even spacing (" + even + ") by " + margin +
+                 ", and at least as well in scenarios holding " + sure + " of the forecast's weight";
+  } else {
+    out.reason = std::string(out.picked == "no_publish" ? "publishing nothing" : "the plan") +
+                 " was chosen by regret, not expected CIL: the best even spacing (" + even +
+                 ") is expected to do better by " + margin;
+  }
   return out;
 }
 

@@ -133,10 +133,35 @@ ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmu
 // What modelcast-tune plan computes, and Python's modelcast.predictor.plan: the point forecast of
 // the rest of the run from the prefix (forecast_curve with options), hedged with the default
 // HedgeOptions, and plan_hedged on it from the prefix's last point (the warm-up step).
+// A plan set against the simple rule it may depart from: the best evenly spaced schedule (1 to
+// 24 publishes spread over the forecast's steps, as in plan_hedged's candidates), both valued over
+// the hedged forecast's (loss, time) scenario pairs. Says which the plan is, and why.
+struct PlanChoiceReport {
+  // "no_publish"; "evenly_spaced" (the plan is one of those schedules); or "forecast" (an exact
+  // plan on the forecast's expected path or on one of its scenarios, which no even spacing matches).
+  std::string picked;
+  double expected_cil = 0.0;  // the plan's, over the scenario pairs
+  std::vector<std::int64_t> best_evenly_spaced;  // the lowest expected CIL among them (ties: fewer)
+  double best_evenly_spaced_cil = 0.0;
+  // What departing from that schedule is expected to win, as a share of the expected achievable
+  // gain sum w (none - best) in %: (its CIL - the plan's) / gain. 0 without a gain to share.
+  double expected_margin_pct = 0.0;
+  // Total weight of the scenario pairs in which the plan does at least as well as that schedule:
+  // how sure the forecast is that the departure pays (1 for an evenly spaced plan).
+  double win_probability = 0.0;
+  std::string reason;  // one sentence, for people
+};
+
+// Throws Error(kInvalidArgument) for a warm-up index past the prefix or steps evaluate_cil refuses.
+PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t warmup_index,
+                              const HedgedForecast& hedged, const PublishCosts& costs,
+                              std::span<const std::int64_t> publish_steps);
+
 struct PrefixPlan {
   Forecast point_forecast;
   HedgedForecast hedged;  // hedged.forecast.loss: the expected path the plan is made on
   ScheduleResult plan;    // cil: the expected CIL over the loss and time scenarios
+  PlanChoiceReport choice;  // the plan against the best evenly spaced schedule
 };
 PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions& options, const PublishCosts& costs);
 

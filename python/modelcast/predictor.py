@@ -8,7 +8,7 @@ import collections
 import math
 
 from ._core.predictor import (CurvePoint, Forecast, ForecastMember, ForecastOptions, LossLog, LrSchedule,
-                              OnlineOptions, OnlineScheduler, OnlineStats, PublishCosts, ReferenceCurve,
+                              OnlineOptions, OnlineScheduler, OnlineStats, PlanChoiceReport, PublishCosts, ReferenceCurve,
                               ScheduleResult, Trajectory, every_candidate_schedule, every_n_steps_schedule,
                               evaluate_cil, extend_with_forecast, fixed_interval_schedule, forecast_curve,
                               forecast_viper, plan_from, plan_optimal, plan_prefix, read_loss_log_file, snap_to_candidates,
@@ -16,7 +16,8 @@ from ._core.predictor import (CurvePoint, Forecast, ForecastMember, ForecastOpti
 from ._service import INT64, integer, real
 from .errors import InvalidArgumentError
 
-Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index expected_cil point_forecast")
+Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index expected_cil point_forecast "
+                                       "choice")
 
 
 def _sequence(name, values):
@@ -56,8 +57,9 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     Returns a Plan: publish_steps, cil (on ``curve``, the tool's "predicted CIL"), slowdown_s,
     forecast (the scenarios' expected path the plan is made on), curve (the points up to the
     warm-up step, then that forecast), warmup_index, expected_cil (over the scenarios, the tool's
-    ``expected_cil``; equal to cil unless the time axis is in doubt) and point_forecast (the
-    forecast before hedging). Pure; raises InvalidArgumentError naming the argument for a wrong
+    ``expected_cil``; equal to cil unless the time axis is in doubt), point_forecast (the
+    forecast before hedging) and choice (a PlanChoiceReport, the tool's ``choice``: whether the plan
+    departs from the best evenly spaced schedule, by how much and how surely, and why). Pure; raises InvalidArgumentError naming the argument for a wrong
     type, points whose steps do not increase or that lack a time (the costs are in seconds), a
     warm-up step that was not logged, fewer than 2 points up to it, or total_steps not beyond it.
     """
@@ -95,7 +97,7 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     steps = planned.plan.publish_steps
     cil = evaluate_cil(curve, len(prefix) - 1, costs, steps)
     return Plan(steps, cil, planned.plan.slowdown_s, forecast, curve, len(prefix) - 1, planned.plan.cil,
-                planned.point_forecast)
+                planned.point_forecast, planned.choice)
 
 
 def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1.0, **settings):

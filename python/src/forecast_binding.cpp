@@ -107,10 +107,22 @@ void bind_forecast(py::module_& m) {
         "Cumulative inference loss of publishing at publish_steps; InvalidArgumentError naming a bad step.");
   m.def("plan_optimal", &mp::plan_optimal, py::arg("curve"), py::arg("warmup_index"), py::arg("costs"), nogil,
         "Exact minimum-CIL schedule on `curve` with inference starting at curve.steps[warmup_index].");
+  py::class_<mp::PlanChoiceReport>(m, "PlanChoiceReport",
+                                   "Which schedule a plan is (no_publish, evenly_spaced, forecast) against the best "
+                                   "evenly spaced one, and why.")
+      .def_readonly("picked", &mp::PlanChoiceReport::picked)
+      .def_readonly("expected_cil", &mp::PlanChoiceReport::expected_cil)
+      .def_readonly("best_evenly_spaced", &mp::PlanChoiceReport::best_evenly_spaced)
+      .def_readonly("best_evenly_spaced_cil", &mp::PlanChoiceReport::best_evenly_spaced_cil)
+      .def_readonly("expected_margin_pct", &mp::PlanChoiceReport::expected_margin_pct)
+      .def_readonly("win_probability", &mp::PlanChoiceReport::win_probability)
+      .def_readonly("reason", &mp::PlanChoiceReport::reason)
+      .def("__repr__", [](const mp::PlanChoiceReport& c) { return "PlanChoiceReport(" + c.picked + ": " + c.reason + ")"; });
   py::class_<mp::PrefixPlan>(m, "PrefixPlan", "What modelcast-tune plan computes: point forecast, hedged forecast, plan.")
       .def_readonly("point_forecast", &mp::PrefixPlan::point_forecast)
       .def_property_readonly("forecast", [](const mp::PrefixPlan& p) { return p.hedged.forecast; })
-      .def_readonly("plan", &mp::PrefixPlan::plan);
+      .def_readonly("plan", &mp::PrefixPlan::plan)
+      .def_readonly("choice", &mp::PrefixPlan::choice);
   m.def("plan_prefix", [](const Points& p, const mp::ForecastOptions& o, const mp::PublishCosts& c) { return mp::plan_prefix(p, o, c); },
         py::arg("prefix"), py::arg("options"), py::arg("costs"), nogil,
         "The forecast from the prefix hedged over its scenarios and the plan with the lowest expected CIL.");

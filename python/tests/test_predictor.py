@@ -57,6 +57,10 @@ def test_plan_is_what_the_tool_plans(tmp_path, warmup_step):
     assert plan.expected_cil == pytest.approx(tool["expected_cil"], rel=1e-12)
     assert list(plan.forecast.loss) == pytest.approx(tool["forecast"]["loss"], rel=1e-12)
     assert list(plan.point_forecast.loss) == pytest.approx(tool["forecast"]["point_loss"], rel=1e-12)
+    assert plan.choice.picked == tool["choice"]["picked"]
+    assert plan.choice.reason == tool["choice"]["reason"]
+    assert list(plan.choice.best_evenly_spaced) == tool["choice"]["best_evenly_spaced"]["publish_steps"]
+    assert plan.choice.expected_margin_pct == pytest.approx(tool["choice"]["expected_margin_pct"], rel=1e-12, abs=1e-12)
 
 
 def test_costlier_publishes_mean_fewer_publishes():

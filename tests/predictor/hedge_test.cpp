@@ -468,5 +468,79 @@ TEST(Hedge, ExpectedRegretPlanWeighsEveryScenarioByItsOwnGain) {
   EXPECT_GE(by_regret.cil, by_cil.cil);
 }
 
+// A forecast declared certain (one scenario): the loss sits at 2 and falls to 1 at step 600.
+// 10 logged points, 10 s apart, then 90 forecast points to step 990.
+struct CertainDrop {
+  std::vector<CurvePoint> prefix;
+  HedgedForecast hedged;
+  PublishCosts costs;
+  CertainDrop(double after_drop) {
+    for (int i = 0; i < 10; ++i) prefix.push_back({i * 10, 2.0, 10.0 * i});
+    Forecast f;
+    for (int s = 100; s <= 990; s += 10) {
+      f.steps.push_back(s);
+      f.loss.push_back(s < 600 ? 2.0 : after_drop);
+      f.time_s.push_back(static_cast<double>(s));
+    }
+    f.lower = f.upper = f.loss;
+    hedged = hedge_forecast(prefix, f, {});
+    costs.stall_s = 20.0;
+    costs.delivery_s = 10.0;
+  }
+  Trajectory curve() const { return extend_with_forecast(prefix, hedged.forecast); }
+};
+
+TEST(Hedge, APlanThatDepartsFromEvenSpacingSaysByHowMuchAndHowSurely) {
+  // The exact plan publishes once, at the drop; no even spacing puts a single publish there.
+  const CertainDrop run(1.0);
+  ASSERT_FALSE(run.hedged.hedged);
+  const std::size_t w = run.prefix.size() - 1;
+  const auto plan = plan_hedged(run.prefix, w, run.hedged, run.costs);
+  ASSERT_EQ(plan.publish_steps, std::vector<std::int64_t>{600});
+  const auto choice = explain_plan(run.prefix, w, run.hedged, run.costs, plan.publish_steps);
+  EXPECT_EQ(choice.picked, "forecast");
+  const auto curve = run.curve();
+  EXPECT_DOUBLE_EQ(choice.expected_cil, evaluate_cil(curve, w, run.costs, plan.publish_steps));
+  ASSERT_FALSE(choice.best_evenly_spaced.empty());
+  EXPECT_NE(choice.best_evenly_spaced, plan.publish_steps);
+  EXPECT_DOUBLE_EQ(choice.best_evenly_spaced_cil, evaluate_cil(curve, w, run.costs, choice.best_evenly_spaced));
+  // No even spacing of 1 to 24 publishes does better than the one reported.
+  for (std::size_t k = 1; k <= 24; ++k) {
+    std::vector<std::int64_t> even;
+    for (std::size_t j = 1; j <= k; ++j) even.push_back(run.hedged.forecast.steps[std::min<std::size_t>(89, j * 90 / (k + 1))]);
+    even.erase(std::unique(even.begin(), even.end()), even.end());
+    EXPECT_GE(evaluate_cil(curve, w, run.costs, even), choice.best_evenly_spaced_cil - 1e-9) << k;
+  }
+  const double none = evaluate_cil(curve, w, run.costs, {});
+  EXPECT_NEAR(choice.expected_margin_pct, 100.0 * (choice.best_evenly_spaced_cil - choice.expected_cil) / (none - plan.cil), 1e-9);
+  EXPECT_GT(choice.expected_margin_pct, 0.0);
+  EXPECT_DOUBLE_EQ(choice.win_probability, 1.0);  // one scenario, and the plan wins in it
+  EXPECT_NE(choice.reason.find("better than the best even spacing"), std::string::npos) << choice.reason;
+}
+
+TEST(Hedge, AnEvenlySpacedScheduleIsNamedSoAndABetterSpacingIsNamed) {
+  // One publish in the middle of the forecast (step 550) is the single evenly spaced publish; it
+  // comes before the drop and gains nothing, so another spacing does better.
+  const CertainDrop run(1.0);
+  const std::size_t w = run.prefix.size() - 1;
+  const auto choice = explain_plan(run.prefix, w, run.hedged, run.costs, std::vector<std::int64_t>{550});
+  EXPECT_EQ(choice.picked, "evenly_spaced");
+  EXPECT_LT(choice.expected_margin_pct, 0.0);
+  EXPECT_DOUBLE_EQ(choice.win_probability, 0.0);
+  EXPECT_NE(choice.reason.find("is expected to do better"), std::string::npos) << choice.reason;
+}
+
+TEST(Hedge, APlanThatPublishesNothingSaysThereIsNoGain) {
+  const CertainDrop flat(2.0);  // no drop: nothing to gain
+  const std::size_t w = flat.prefix.size() - 1;
+  const auto plan = plan_hedged(flat.prefix, w, flat.hedged, flat.costs);
+  EXPECT_TRUE(plan.publish_steps.empty());
+  const auto choice = explain_plan(flat.prefix, w, flat.hedged, flat.costs, plan.publish_steps);
+  EXPECT_EQ(choice.picked, "no_publish");
+  EXPECT_DOUBLE_EQ(choice.expected_margin_pct, 0.0);
+  EXPECT_NE(choice.reason.find("no gain"), std::string::npos) << choice.reason;
+  EXPECT_THROW(explain_plan(flat.prefix, flat.prefix.size(), flat.hedged, flat.costs, plan.publish_steps), Error);
+}
+
 }  // namespace
 }  // namespace modelcast::predictor

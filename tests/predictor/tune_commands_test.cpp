@@ -58,6 +58,17 @@ TEST(TuneCommands, PlanJsonHasTheDocumentedFields) {
   EXPECT_LE(e["p10_pct"].get<double>(), e["p50_pct"].get<double>());
   EXPECT_LE(e["p50_pct"].get<double>(), e["p90_pct"].get<double>());
   EXPECT_EQ(r["forecast"]["point_loss"].size(), r["forecast"]["loss"].size());
+  // Which schedule it is against the best evenly spaced one, and why, in both outputs.
+  const auto& c = r["choice"];
+  ASSERT_TRUE(c.is_object());
+  EXPECT_TRUE(c["picked"] == "forecast" || c["picked"] == "evenly_spaced" || c["picked"] == "no_publish") << c;
+  EXPECT_DOUBLE_EQ(c["expected_cil"].get<double>(), r["expected_cil"].get<double>());
+  EXPECT_FALSE(c["best_evenly_spaced"]["publish_steps"].empty());
+  EXPECT_GE(c["best_evenly_spaced"]["expected_cil"].get<double>(), r["expected_cil"].get<double>() - 1e-9);
+  EXPECT_GE(c["expected_margin_pct"].get<double>(), 0.0);
+  EXPECT_GT(c["win_probability"].get<double>(), 0.0);
+  EXPECT_LE(c["win_probability"].get<double>(), 1.0 + 1e-12);
+  EXPECT_NE(shown.find("why this plan: " + c["reason"].get<std::string>()), std::string::npos) << shown;
   std::ifstream svg(a.plot_path);
   std::string head;
   std::getline(svg, head);

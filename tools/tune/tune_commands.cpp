@@ -331,6 +331,14 @@ Json run_plan(const CommonArgs& a) {
                           {"p90_pct", spread.p90_pct}, {"scenarios_with_gain", spread.scenarios},
                           {"gain_probability", spread.gain_probability}, {"scenarios", spread.pairs},
                           {"loss_scenarios", hedged.scenarios.size()}};
+  const auto& choice = planned_prefix.choice;
+  r["choice"] = {{"picked", choice.picked},
+                 {"expected_cil", choice.expected_cil},
+                 {"best_evenly_spaced", {{"publish_steps", choice.best_evenly_spaced},
+                                         {"expected_cil", choice.best_evenly_spaced_cil}}},
+                 {"expected_margin_pct", choice.expected_margin_pct},
+                 {"win_probability", choice.win_probability},
+                 {"reason", choice.reason}};
   Json time_scenarios = Json::array();
   for (const auto& t : hedged.time_scenarios)
     time_scenarios.push_back({{"kind", t.kind}, {"weight", t.weight}, {"end_time_s", t.time_s.empty() ? Json() : Json(t.time_s.back())}});
@@ -501,6 +509,7 @@ std::string render_text(const Json& r) {
   for (const auto& [name, b] : r["baselines"].items())
     o << "  baseline " << name << ": publish at " << steps(b["publish_steps"]) << "\n    " << cil_label << " "
       << b["predicted_cil"].get<double>() << ", slowdown " << b["slowdown_s"].get<double>() << " s\n";
+  if (r.contains("choice")) o << "  why this plan: " << r["choice"]["reason"].get<std::string>() << "\n";
   if (r.contains("time_scenarios") && r["time_scenarios"].size() > 1) {
     o << "  too few intervals to measure the step time: expected CIL " << r["expected_cil"].get<double>() << " over time axes";
     for (const auto& t : r["time_scenarios"]) o << " " << t["kind"].get<std::string>() << " (" << t["weight"].get<double>() << ")";
