@@ -5,6 +5,8 @@
 #include <limits>
 #include <numeric>
 #include <string>
+#include <tuple>
+#include <utility>
 
 #include "loss_floor.h"
 #include "modelcast/predictor_hedge.h"
@@ -32,6 +34,8 @@ void validate(const Forecast& f, const HedgeOptions& o) {
   if (!prob(o.time_stretch_probability) || !std::isfinite(o.time_stretch) || o.time_stretch < 1)
     throw Error(ErrorCode::kInvalidArgument, "hedge: time_stretch_probability must lie in [0, 1] and time_stretch be >= 1 (got " +
                                                  std::to_string(o.time_stretch_probability) + ", " + std::to_string(o.time_stretch) + ")");
+  if (!prob(o.depart_confidence))
+    throw Error(ErrorCode::kInvalidArgument, "hedge: depart_confidence must lie in [0, 1], got " + std::to_string(o.depart_confidence));
   if (!std::isfinite(o.change_depth) || o.change_depth < 0)
     throw Error(ErrorCode::kInvalidArgument, "hedge: change_depth must be finite and >= 0, got " + std::to_string(o.change_depth));
   // Each change time is a scenario every plan is scored in: 200000 took a minute a decision.
@@ -112,6 +116,7 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
   HedgedForecast out;
   out.forecast = forecast;
   out.plan_choice = options.plan_choice;
+  out.depart_confidence = options.depart_confidence;
   const std::size_t n = forecast.steps.size();
   out.time_scenarios.push_back({"forecast", 1.0, forecast.time_s});
   if (n == 0 || declared_certain(forecast)) {
@@ -313,14 +318,35 @@ ScheduleResult plan_expected_cil(std::span<const CurvePoint> prefix, std::size_t
   return best;
 }
 
+// What hedged.plan_choice picks among its candidates, before it is held to even spacing.
+ScheduleResult plan_candidate(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
+                              const PublishCosts& costs) {
+  if (hedged.plan_choice != PlanChoice::kExpectedCil && hedged.hedged) return plan_by_regret(prefix, warmup_index, hedged, costs);
+  return plan_expected_cil(prefix, warmup_index, hedged, costs);
+}
+
+void check_warmup(std::span<const CurvePoint> prefix, std::size_t warmup_index) {
+  if (warmup_index >= prefix.size())
+    throw Error(ErrorCode::kInvalidArgument, "hedged plan: warm-up index " + std::to_string(warmup_index) + " is past the prefix");
+}
+
+// plan_hedged's plan and why it is that one.
+std::pair<ScheduleResult, PlanChoiceReport> decide(std::span<const CurvePoint> prefix, std::size_t warmup_index,
+                                                   const HedgedForecast& hedged, const PublishCosts& costs) {
+  check_warmup(prefix, warmup_index);
+  const auto candidate = plan_candidate(prefix, warmup_index, hedged, costs);
+  auto choice = explain_plan(prefix, warmup_index, hedged, costs, candidate.publish_steps);
+  const bool kept = choice.publish_steps == candidate.publish_steps;
+  ScheduleResult plan{choice.publish_steps, kept ? choice.candidate_cil : choice.best_evenly_spaced_cil,
+                      costs.stall_s * static_cast<double>(choice.publish_steps.size())};
+  return {std::move(plan), std::move(choice)};
+}
+
 }  // namespace
 
 ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
                            const PublishCosts& costs) {
-  if (warmup_index >= prefix.size())
-    throw Error(ErrorCode::kInvalidArgument, "hedged plan: warm-up index " + std::to_string(warmup_index) + " is past the prefix");
-  if (hedged.plan_choice != PlanChoice::kExpectedCil && hedged.hedged) return plan_by_regret(prefix, warmup_index, hedged, costs);
-  return plan_expected_cil(prefix, warmup_index, hedged, costs);
+  return decide(prefix, warmup_index, hedged, costs).first;
 }
 
 PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions& options, const PublishCosts& costs) {
@@ -330,16 +356,15 @@ PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions
   // Plan on the expected loss over the forecast's scenarios, not on the point forecast alone.
   out.hedged = hedge_forecast(prefix, out.point_forecast, {});
   // Lowest expected CIL over the loss and time scenarios (the exact plan on the expected path
-  // when the time axis is not in doubt).
-  out.plan = plan_hedged(prefix, prefix.size() - 1, out.hedged, costs);
-  out.choice = explain_plan(prefix, prefix.size() - 1, out.hedged, costs, out.plan.publish_steps);
+  // when the time axis is not in doubt), unless the best even spacing does at least as well in
+  // most of them.
+  std::tie(out.plan, out.choice) = decide(prefix, prefix.size() - 1, out.hedged, costs);
   return out;
 }
 
 PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
-                              const PublishCosts& costs, std::span<const std::int64_t> publish_steps) {
-  if (warmup_index >= prefix.size())
-    throw Error(ErrorCode::kInvalidArgument, "plan choice: warm-up index " + std::to_string(warmup_index) + " is past the prefix");
+                              const PublishCosts& costs, std::span<const std::int64_t> candidate) {
+  check_warmup(prefix, warmup_index);
   struct Pair {
     Trajectory curve;
     double weight, none, best;
@@ -372,14 +397,16 @@ PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t wa
     return total_w > 0 ? e / total_w : 0.0;
   };
   PlanChoiceReport out;
-  const auto ours = cils(publish_steps);
-  out.expected_cil = expected(ours);
+  out.candidate.assign(candidate.begin(), candidate.end());
+  out.required_confidence = hedged.depart_confidence;
+  const auto ours = cils(candidate);
+  out.candidate_cil = expected(ours);
   std::vector<double> even_cils;
   bool is_even = false;
   const std::size_t most = std::min<std::size_t>(24, hedged.forecast.steps.size());
   for (std::size_t k = 1; k <= most; ++k) {
     const auto even = evenly_spread(hedged.forecast.steps, k);
-    is_even = is_even || std::equal(even.begin(), even.end(), publish_steps.begin(), publish_steps.end());
+    is_even = is_even || std::equal(even.begin(), even.end(), candidate.begin(), candidate.end());
     auto c = cils(even);
     const double e = expected(c);
     if (k == 1 || e < out.best_evenly_spaced_cil - 1e-12 * std::abs(e)) {
@@ -388,37 +415,48 @@ PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t wa
       even_cils = std::move(c);
     }
   }
-  const double tol = 1e-9 * std::abs(out.expected_cil);
+  const double tol = 1e-9 * std::abs(out.candidate_cil);
   for (std::size_t i = 0; i < pairs.size() && !even_cils.empty(); ++i) {
     if (ours[i] <= even_cils[i] + tol) out.win_probability += pairs[i].weight / total_w;
   }
-  if (even_cils.empty()) out.win_probability = 1.0;  // no step to spread a publish over
-  const bool some_gain = gain > 1e-9 * std::abs(out.expected_cil) * total_w;
-  out.expected_margin_pct = some_gain ? 100.0 * (out.best_evenly_spaced_cil - out.expected_cil) * total_w / gain : 0.0;
-  out.picked = publish_steps.empty() ? "no_publish" : (is_even ? "evenly_spaced" : "forecast");
-  char margin[160];
-  std::snprintf(margin, sizeof margin, "%.2f %% of the expected achievable gain", std::abs(out.expected_margin_pct));
-  char sure[64];
-  std::snprintf(sure, sizeof sure, "%.0f %%", 100.0 * out.win_probability);
-  const std::string even = std::to_string(out.best_evenly_spaced.size()) + " evenly spaced publish" +
-                           (out.best_evenly_spaced.size() == 1 ? "" : "es");
+  if (even_cils.empty()) out.win_probability = 1.0;  // no forecast step to spread a publish over
+  const bool some_gain = gain > 1e-9 * std::abs(out.candidate_cil) * total_w;
+  out.expected_margin_pct = some_gain ? 100.0 * (out.best_evenly_spaced_cil - out.candidate_cil) * total_w / gain : 0.0;
+  // The weight check is a share with rounding in it: 0.5 must admit a win in half the weight.
+  const bool departs = !is_even && out.win_probability >= hedged.depart_confidence - 1e-12;
+  out.picked = is_even || !departs ? "evenly_spaced" : (candidate.empty() ? "no_publish" : "forecast");
+  out.publish_steps = is_even || departs ? out.candidate : out.best_evenly_spaced;
+
+  const auto pct = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.2f %%", v);
+    return std::string(b);
+  };
+  const auto share = [](double v) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.0f %%", 100.0 * v);
+    return std::string(b);
+  };
+  const auto publishes = [](std::size_t n) { return std::to_string(n) + " publish" + (n == 1 ? "" : "es"); };
+  const std::string even = "the best even spacing (" + publishes(out.best_evenly_spaced.size()) + ")";
+  const std::string margin = pct(std::abs(out.expected_margin_pct)) + " of the expected achievable gain";
   const std::string scenarios = std::to_string(pairs.size()) + " scenario" + (pairs.size() == 1 ? "" : "s");
-  if (!some_gain) {
+  const std::string what = candidate.empty() ? "publishing nothing" : "the forecast's plan (" + publishes(candidate.size()) + ")";
+  if (!some_gain && departs) {
     out.reason = "the forecast expects no gain worth a publish's cost in any of its " + scenarios;
-  } else if (out.picked == "evenly_spaced") {
-    out.reason = "the plan is the schedule of " + std::to_string(publish_steps.size()) + " evenly spaced publish" +
-                 (publish_steps.size() == 1 ? "" : "es") +
+  } else if (is_even) {
+    out.reason = "the plan is the schedule of " + publishes(candidate.size()) + " evenly spaced" +
                  (out.expected_margin_pct >= -1e-9 ? ", the best such schedule over the forecast's " + scenarios
-                                                   : "; the best even spacing (" + even + ") is expected to do better by " +
-                                                         margin);
-  } else if (out.expected_margin_pct >= 0) {
-    out.reason = std::string(out.picked == "no_publish" ? "publishing nothing" : "the forecast's plan") +
-                 " is expected to do better than the best even spacing (" + even + ") by " + margin +
-                 ", and at least as well in scenarios holding " + sure + " of the forecast's weight";
+                                                   : "; " + even + " is expected to do better by " + margin);
+  } else if (departs) {
+    out.reason = what + (out.expected_margin_pct >= 0 ? " is expected to do better than " + even + " by " + margin
+                                                      : " was chosen by regret, though " + even + " is expected to do better by " + margin) +
+                 ", and at least as well in scenarios holding " + share(out.win_probability) + " of the forecast's weight (" +
+                 share(hedged.depart_confidence) + " needed)";
   } else {
-    out.reason = std::string(out.picked == "no_publish" ? "publishing nothing" : "the plan") +
-                 " was chosen by regret, not expected CIL: the best even spacing (" + even +
-                 ") is expected to do better by " + margin;
+    out.reason = even + ": " + what + (out.expected_margin_pct >= 0 ? " is expected to do better by " + margin + ", but" : "") +
+                 " does at least as well only in scenarios holding " + share(out.win_probability) +
+                 " of the forecast's weight, below the " + share(hedged.depart_confidence) + " needed to depart from even spacing";
   }
   return out;
 }

@@ -201,11 +201,21 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     result.smooth_oracle_vs_every_e.push_back(floor.vs.at("every_e_steps"));
     if (!score_cil(0).has_gain) result.smooth_oracle_regret.back() = std::nan("");
     result.outcome[ci].resize(2);
+    result.plan_choice.resize(settings.cost_multipliers.size());
     for (std::size_t vi = 0; vi < settings.variants.size(); ++vi) {
       const auto& v = settings.variants[vi];
       // The planner does not know the true window; it plans over its forecast of the run.
       const auto plan = mp::plan_hedged(prefix, w, hedged[vi], costs);
       result.outcome[ci][0].push_back(score(mp::snap_to_candidates(plan.publish_steps, truth, w)));
+      // The plan's decision again, from its candidate (plan_hedged keeps only the outcome).
+      auto unguarded = hedged[vi];
+      unguarded.depart_confidence = 0.0;
+      const auto candidate = mp::plan_hedged(prefix, w, unguarded, costs).publish_steps;
+      const auto choice = mp::explain_plan(prefix, w, hedged[vi], costs, candidate);
+      result.plan_choice[ci].push_back({choice.picked, choice.picked == "evenly_spaced" && candidate == plan.publish_steps,
+                                        choice.win_probability, choice.expected_margin_pct,
+                                        score(mp::snap_to_candidates(candidate, truth, w)),
+                                        score(mp::snap_to_candidates(choice.best_evenly_spaced, truth, w))});
       if (settings.skip_replay) continue;
 
       mp::OnlineOptions oo;

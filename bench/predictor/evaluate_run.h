@@ -103,11 +103,23 @@ struct Outcome {
   bool first_earlier = false, first_later = false;
 };
 
+// How a plan came to be (predictor::explain_plan, over the plan's own scenarios), with the
+// candidate its criterion picked and the best evenly spaced schedule both scored on the true curve
+// as the plan is: did departing from even spacing, or keeping to it, pay?
+struct PlanChoiceEval {
+  std::string picked;  // forecast, evenly_spaced, no_publish
+  bool candidate_is_even = false;  // nothing to decide: the candidate is an evenly spaced schedule
+  double win_probability = 0.0;
+  double expected_margin_pct = 0.0;
+  Outcome candidate, evenly_spaced;
+};
+
 struct RunEval {
   std::string run, family;
   bool evaluated = false;
   // outcome[cost][mode][variant], mode 0 = plan, 1 = replay
   std::vector<std::vector<std::vector<Outcome>>> outcome;
+  std::vector<std::vector<PlanChoiceEval>> plan_choice;  // [cost][variant]
   double replay_seconds = 0.0;  // slowest replay of this run (one cost, one variant)
   double mae = 0.0;             // plan-time point forecast, mean abs error on the true rest
   // Noise floor of any plan made in advance: regret of the exact plan on the true curve

@@ -35,11 +35,30 @@ Json row(const std::vector<RunEval>& results, const FamilyGroups& groups, const 
   int runs = 0, no_gain = 0;
   // Where the losses come from, over the runs with an achievable gain.
   int more = 0, fewer = 0, earlier = 0, later = 0, with_consecutive = 0, none = 0;
+  // Plans against the best evenly spaced schedule (HedgeOptions::depart_confidence): departures
+  // (picked "forecast" or "no_publish") that did better or worse than it on the true curve;
+  // candidates that differed from it but were held to it, and whether that did better or worse
+  // than the candidate; and the plans without the rule (every candidate kept), scored as plans.
+  int departs = 0, departs_paid = 0, departs_lost = 0, held = 0, held_paid = 0, held_lost = 0, unruled_every_e = 0;
+  std::vector<double> unruled_regrets;
   for (const auto& r : results) {
     if (!r.evaluated || !groups.covers(family, r.family)) continue;
     for (int c = 0; c < static_cast<int>(costs); ++c) {
       if (cost >= 0 && c != cost) continue;
       const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(mode)][pick(r.family, mode, c)];
+      if (mode == 0 && !r.plan_choice.empty()) {
+        const auto& pc = r.plan_choice[static_cast<std::size_t>(c)][pick(r.family, mode, c)];
+        const Outcome& even = pc.evenly_spaced;
+        if (pc.picked != "evenly_spaced") {
+          ++departs;
+          if (o.has_gain) departs_paid += o.regret < even.regret, departs_lost += o.regret > even.regret;
+        } else if (!pc.candidate_is_even) {
+          ++held;
+          if (o.has_gain) held_paid += even.regret < pc.candidate.regret, held_lost += even.regret > pc.candidate.regret;
+        }
+        if (pc.candidate.has_gain) unruled_regrets.push_back(pc.candidate.regret);
+        unruled_every_e += pc.candidate.vs.at("every_e_steps") >= 0;
+      }
       ++runs;
       if (o.has_gain) {
         regrets.push_back(o.regret);
@@ -60,6 +79,17 @@ Json row(const std::vector<RunEval>& results, const FamilyGroups& groups, const 
   s["runs_without_achievable_gain"] = no_gain;
   s["against_optimum"] = {{"more_publishes", more}, {"fewer_publishes", fewer}, {"first_earlier", earlier},
                           {"first_later", later}, {"consecutive_publishes", with_consecutive}, {"no_publish", none}};
+  if (mode == 0) {
+    s["plan_choice"] = {{"departs_from_even_spacing", departs},
+                        {"departures_that_paid", departs_paid},
+                        {"departures_that_lost", departs_lost},
+                        {"held_to_even_spacing", held},
+                        {"holds_that_paid", held_paid},
+                        {"holds_that_lost", held_lost},
+                        {"without_the_rule", {{"median_regret_pct", quantile(unruled_regrets, 0.5)},
+                                              {"p90_regret_pct", quantile(unruled_regrets, 0.9)},
+                                              {"ties_or_beats_every_e", runs ? static_cast<double>(unruled_every_e) / runs : 0.0}}}};
+  }
   s["median_regret_pct"] = quantile(regrets, 0.5);
   s["p90_regret_pct"] = quantile(regrets, 0.9);
   // On the denoised true curve against its own optimum (a second figure, not the target's).
@@ -325,6 +355,25 @@ std::string render(const Json& r) {
     for (const char* k : {"more_publishes", "fewer_publishes", "first_earlier", "first_later", "consecutive_publishes", "no_publish"})
       o << std::setw(6) << a[k].get<int>();
     o << "\n";
+  }
+  o << "\nplans against the best evenly spaced schedule (chosen variants; HedgeOptions::depart_confidence): runs; plans\n"
+    << "that depart from it, of them better / worse than it on the true curve; candidates held to it, of them the\n"
+    << "schedule kept did better / worse than the candidate; the plans without the rule: median / p90 regret %, every E\n";
+  o << "family         cost  runs depart  paid  lost  held  paid  lost | without: median     p90  every_E\n";
+  for (const auto& s : r["rows"]) {
+    if (!s.contains("plan_choice")) continue;
+    std::ostringstream cost;
+    if (s["cost_x_median_interval"].is_string()) cost << "all";
+    else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
+    const auto& pc = s["plan_choice"];
+    o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost.str()
+      << std::setw(6) << s["runs"].get<int>();
+    for (const char* k : {"departs_from_even_spacing", "departures_that_paid", "departures_that_lost", "held_to_even_spacing",
+                          "holds_that_paid", "holds_that_lost"})
+      o << std::setw(k == std::string("departs_from_even_spacing") ? 7 : 6) << pc[k].get<int>();
+    o << " | " << std::setprecision(2) << std::setw(15) << pc["without_the_rule"]["median_regret_pct"].get<double>()
+      << std::setw(8) << pc["without_the_rule"]["p90_regret_pct"].get<double>() << std::setprecision(0) << std::setw(7)
+      << 100.0 * pc["without_the_rule"]["ties_or_beats_every_e"].get<double>() << " %\n";
   }
   o << "\nvariants, pooled over costs (median / p90 regret %):\n";
   for (const auto& s : r["variant_summary"])

@@ -83,6 +83,13 @@ struct HedgeOptions {
   // finite set of candidates (the exact plan on the expected path and on every scenario, evenly
   // spread schedules, no publish), so they are not exact optima of their criteria.
   PlanChoice plan_choice = PlanChoice::kExpectedCil;
+  // The simple rule a plan must beat before it is trusted: the best evenly spaced schedule of 1
+  // to 24 publishes over the forecast's steps (lowest expected CIL). The plan plan_choice picks
+  // departs from it only when it does at least as well in scenarios holding this share of the
+  // weight; otherwise the evenly spaced schedule is the plan. A plan that wins in expectation
+  // through a minority of scenarios is a bet on the forecast that even spacing does not make.
+  // 0: the plan_choice plan whenever it differs. In [0, 1].
+  double depart_confidence = 0.5;
 };
 
 struct Scenario {
@@ -105,6 +112,7 @@ struct HedgedForecast {
   std::vector<TimeScenario> time_scenarios;
   bool hedged = false;  // false when the forecast was declared certain (a zero-width band)
   PlanChoice plan_choice = PlanChoice::kExpectedCil;  // HedgeOptions::plan_choice, for plan_hedged
+  double depart_confidence = 0.5;                     // HedgeOptions::depart_confidence, likewise
 };
 
 // Scenarios of the rest of the run around forecast (made from observed). A forecast whose band
@@ -126,7 +134,9 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
 // (loss, time) scenario, evenly spread schedules of 1 to 24 publishes and no publish, the one with
 // the lowest expected / worst regret over the scenario pairs with an achievable gain (ties: lower
 // expected CIL, then fewer publishes); without such a pair, the kExpectedCil plan.
-// publish_steps are forecast steps; cil is the expected CIL. warmup_index indexes prefix.
+// That plan is then held to the best evenly spaced schedule (hedged.depart_confidence; see
+// explain_plan). publish_steps are forecast steps; cil is the expected CIL over the (loss, time)
+// scenario pairs. warmup_index indexes prefix.
 ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index,
                            const HedgedForecast& hedged, const PublishCosts& costs);
 
@@ -134,34 +144,40 @@ ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmu
 // the rest of the run from the prefix (forecast_curve with options), hedged with the default
 // HedgeOptions, and plan_hedged on it from the prefix's last point (the warm-up step).
 // A plan set against the simple rule it may depart from: the best evenly spaced schedule (1 to
-// 24 publishes spread over the forecast's steps, as in plan_hedged's candidates), both valued over
-// the hedged forecast's (loss, time) scenario pairs. Says which the plan is, and why.
+// 24 publishes spread over the forecast's steps, lowest expected CIL, ties: fewer), both valued
+// over the hedged forecast's (loss, time) scenario pairs. Says which plan_hedged keeps, and why.
 struct PlanChoiceReport {
-  // "no_publish"; "evenly_spaced" (the plan is one of those schedules); or "forecast" (an exact
-  // plan on the forecast's expected path or on one of its scenarios, which no even spacing matches).
+  // "evenly_spaced": the plan is that schedule (because the candidate is itself evenly spaced, or
+  // because it does at least as well in too little of the weight); "forecast": the candidate, an
+  // exact plan on the forecast's expected path or on a scenario; "no_publish": the candidate,
+  // publishing nothing.
   std::string picked;
-  double expected_cil = 0.0;  // the plan's, over the scenario pairs
-  std::vector<std::int64_t> best_evenly_spaced;  // the lowest expected CIL among them (ties: fewer)
+  std::vector<std::int64_t> publish_steps;  // what plan_hedged returns
+  std::vector<std::int64_t> candidate;      // what hedged.plan_choice picked among its candidates
+  double candidate_cil = 0.0;               // its expected CIL over the scenario pairs
+  std::vector<std::int64_t> best_evenly_spaced;
   double best_evenly_spaced_cil = 0.0;
-  // What departing from that schedule is expected to win, as a share of the expected achievable
-  // gain sum w (none - best) in %: (its CIL - the plan's) / gain. 0 without a gain to share.
+  // What departing to the candidate is expected to win, as a share of the expected achievable
+  // gain sum w (none - best) in %: (even's CIL - the candidate's) / gain. 0 without a gain.
   double expected_margin_pct = 0.0;
-  // Total weight of the scenario pairs in which the plan does at least as well as that schedule:
-  // how sure the forecast is that the departure pays (1 for an evenly spaced plan).
+  // Total weight of the scenario pairs in which the candidate does at least as well as the best
+  // evenly spaced schedule, against the share hedged.depart_confidence requires to depart.
   double win_probability = 0.0;
+  double required_confidence = 0.0;
   std::string reason;  // one sentence, for people
 };
 
-// Throws Error(kInvalidArgument) for a warm-up index past the prefix or steps evaluate_cil refuses.
+// The decision plan_hedged makes once its criterion has picked `candidate`. Throws
+// Error(kInvalidArgument) for a warm-up index past the prefix or steps evaluate_cil refuses. Pure.
 PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t warmup_index,
                               const HedgedForecast& hedged, const PublishCosts& costs,
-                              std::span<const std::int64_t> publish_steps);
+                              std::span<const std::int64_t> candidate);
 
 struct PrefixPlan {
   Forecast point_forecast;
   HedgedForecast hedged;  // hedged.forecast.loss: the expected path the plan is made on
   ScheduleResult plan;    // cil: the expected CIL over the loss and time scenarios
-  PlanChoiceReport choice;  // the plan against the best evenly spaced schedule
+  PlanChoiceReport choice;  // why plan is what it is (choice.publish_steps == plan.publish_steps)
 };
 PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions& options, const PublishCosts& costs);
 

@@ -108,10 +108,13 @@ void bind_forecast(py::module_& m) {
   m.def("plan_optimal", &mp::plan_optimal, py::arg("curve"), py::arg("warmup_index"), py::arg("costs"), nogil,
         "Exact minimum-CIL schedule on `curve` with inference starting at curve.steps[warmup_index].");
   py::class_<mp::PlanChoiceReport>(m, "PlanChoiceReport",
-                                   "Which schedule a plan is (no_publish, evenly_spaced, forecast) against the best "
-                                   "evenly spaced one, and why.")
+                                   "Whether a plan departs from the best evenly spaced schedule (picked: forecast, "
+                                   "no_publish) or keeps to it (evenly_spaced), and why.")
       .def_readonly("picked", &mp::PlanChoiceReport::picked)
-      .def_readonly("expected_cil", &mp::PlanChoiceReport::expected_cil)
+      .def_readonly("publish_steps", &mp::PlanChoiceReport::publish_steps)
+      .def_readonly("candidate", &mp::PlanChoiceReport::candidate)
+      .def_readonly("candidate_cil", &mp::PlanChoiceReport::candidate_cil)
+      .def_readonly("required_confidence", &mp::PlanChoiceReport::required_confidence)
       .def_readonly("best_evenly_spaced", &mp::PlanChoiceReport::best_evenly_spaced)
       .def_readonly("best_evenly_spaced_cil", &mp::PlanChoiceReport::best_evenly_spaced_cil)
       .def_readonly("expected_margin_pct", &mp::PlanChoiceReport::expected_margin_pct)

@@ -468,13 +468,13 @@ TEST(Hedge, ExpectedRegretPlanWeighsEveryScenarioByItsOwnGain) {
   EXPECT_GE(by_regret.cil, by_cil.cil);
 }
 
-// A forecast declared certain (one scenario): the loss sits at 2 and falls to 1 at step 600.
-// 10 logged points, 10 s apart, then 90 forecast points to step 990.
+// A forecast declared certain (one scenario): the loss sits at 2 and falls to `after_drop` at
+// step 600. 10 logged points, 10 s apart, then 90 forecast points to step 990.
 struct CertainDrop {
   std::vector<CurvePoint> prefix;
   HedgedForecast hedged;
   PublishCosts costs;
-  CertainDrop(double after_drop) {
+  explicit CertainDrop(double after_drop) {
     for (int i = 0; i < 10; ++i) prefix.push_back({i * 10, 2.0, 10.0 * i});
     Forecast f;
     for (int s = 100; s <= 990; s += 10) {
@@ -490,6 +490,15 @@ struct CertainDrop {
   Trajectory curve() const { return extend_with_forecast(prefix, hedged.forecast); }
 };
 
+// The evenly spaced schedule of k publishes over CertainDrop's 90 forecast steps.
+std::vector<std::int64_t> evenly_spaced(const HedgedForecast& hedged, std::size_t k) {
+  const auto& steps = hedged.forecast.steps;
+  std::vector<std::int64_t> even;
+  for (std::size_t j = 1; j <= k; ++j) even.push_back(steps[std::min(steps.size() - 1, j * steps.size() / (k + 1))]);
+  even.erase(std::unique(even.begin(), even.end()), even.end());
+  return even;
+}
+
 TEST(Hedge, APlanThatDepartsFromEvenSpacingSaysByHowMuchAndHowSurely) {
   // The exact plan publishes once, at the drop; no even spacing puts a single publish there.
   const CertainDrop run(1.0);
@@ -499,23 +508,21 @@ TEST(Hedge, APlanThatDepartsFromEvenSpacingSaysByHowMuchAndHowSurely) {
   ASSERT_EQ(plan.publish_steps, std::vector<std::int64_t>{600});
   const auto choice = explain_plan(run.prefix, w, run.hedged, run.costs, plan.publish_steps);
   EXPECT_EQ(choice.picked, "forecast");
+  EXPECT_EQ(choice.publish_steps, plan.publish_steps);
   const auto curve = run.curve();
-  EXPECT_DOUBLE_EQ(choice.expected_cil, evaluate_cil(curve, w, run.costs, plan.publish_steps));
+  EXPECT_DOUBLE_EQ(choice.candidate_cil, evaluate_cil(curve, w, run.costs, plan.publish_steps));
+  EXPECT_DOUBLE_EQ(plan.cil, choice.candidate_cil);
   ASSERT_FALSE(choice.best_evenly_spaced.empty());
   EXPECT_NE(choice.best_evenly_spaced, plan.publish_steps);
   EXPECT_DOUBLE_EQ(choice.best_evenly_spaced_cil, evaluate_cil(curve, w, run.costs, choice.best_evenly_spaced));
   // No even spacing of 1 to 24 publishes does better than the one reported.
-  for (std::size_t k = 1; k <= 24; ++k) {
-    std::vector<std::int64_t> even;
-    for (std::size_t j = 1; j <= k; ++j) even.push_back(run.hedged.forecast.steps[std::min<std::size_t>(89, j * 90 / (k + 1))]);
-    even.erase(std::unique(even.begin(), even.end()), even.end());
-    EXPECT_GE(evaluate_cil(curve, w, run.costs, even), choice.best_evenly_spaced_cil - 1e-9) << k;
-  }
+  for (std::size_t k = 1; k <= 24; ++k)
+    EXPECT_GE(evaluate_cil(curve, w, run.costs, evenly_spaced(run.hedged, k)), choice.best_evenly_spaced_cil - 1e-9) << k;
   const double none = evaluate_cil(curve, w, run.costs, {});
-  EXPECT_NEAR(choice.expected_margin_pct, 100.0 * (choice.best_evenly_spaced_cil - choice.expected_cil) / (none - plan.cil), 1e-9);
+  EXPECT_NEAR(choice.expected_margin_pct, 100.0 * (choice.best_evenly_spaced_cil - choice.candidate_cil) / (none - plan.cil), 1e-9);
   EXPECT_GT(choice.expected_margin_pct, 0.0);
   EXPECT_DOUBLE_EQ(choice.win_probability, 1.0);  // one scenario, and the plan wins in it
-  EXPECT_NE(choice.reason.find("better than the best even spacing"), std::string::npos) << choice.reason;
+  EXPECT_NE(choice.reason.find("is expected to do better than the best even spacing"), std::string::npos) << choice.reason;
 }
 
 TEST(Hedge, AnEvenlySpacedScheduleIsNamedSoAndABetterSpacingIsNamed) {
@@ -523,8 +530,10 @@ TEST(Hedge, AnEvenlySpacedScheduleIsNamedSoAndABetterSpacingIsNamed) {
   // comes before the drop and gains nothing, so another spacing does better.
   const CertainDrop run(1.0);
   const std::size_t w = run.prefix.size() - 1;
+  ASSERT_EQ(evenly_spaced(run.hedged, 1), std::vector<std::int64_t>{550});
   const auto choice = explain_plan(run.prefix, w, run.hedged, run.costs, std::vector<std::int64_t>{550});
   EXPECT_EQ(choice.picked, "evenly_spaced");
+  EXPECT_EQ(choice.publish_steps, std::vector<std::int64_t>{550});  // kept: it is no departure
   EXPECT_LT(choice.expected_margin_pct, 0.0);
   EXPECT_DOUBLE_EQ(choice.win_probability, 0.0);
   EXPECT_NE(choice.reason.find("is expected to do better"), std::string::npos) << choice.reason;
@@ -540,6 +549,40 @@ TEST(Hedge, APlanThatPublishesNothingSaysThereIsNoGain) {
   EXPECT_DOUBLE_EQ(choice.expected_margin_pct, 0.0);
   EXPECT_NE(choice.reason.find("no gain"), std::string::npos) << choice.reason;
   EXPECT_THROW(explain_plan(flat.prefix, flat.prefix.size(), flat.hedged, flat.costs, plan.publish_steps), Error);
+}
+
+TEST(Hedge, APlanThatWinsOnlyInAMinorityOfScenariosKeepsToEvenSpacing) {
+  // Two futures: a small drop at step 300 (weight 0.6), or a large one at step 800 (0.4). On
+  // their mean path the exact plan waits for the large drop and publishes once, at 800. That
+  // wins in expectation, through the second future alone: in the first, even spacing publishes
+  // the small drop soon after it comes, and the plan only at 800.
+  CertainDrop run(2.0);
+  std::vector<double> small, large;
+  for (auto s : run.hedged.forecast.steps) small.push_back(s < 300 ? 2.0 : 1.98), large.push_back(s < 800 ? 2.0 : 0.5);
+  for (std::size_t i = 0; i < small.size(); ++i) run.hedged.forecast.loss[i] = 0.6 * small[i] + 0.4 * large[i];
+  run.hedged.scenarios = {{"small drop", 0.6, small}, {"large drop", 0.4, large}};
+  run.hedged.hedged = true;
+  const std::size_t w = run.prefix.size() - 1;
+  const auto bet = plan_optimal(run.curve(), w, run.costs).publish_steps;
+  ASSERT_EQ(bet, (std::vector<std::int64_t>{800}));
+  const auto choice = explain_plan(run.prefix, w, run.hedged, run.costs, bet);
+  EXPECT_GT(choice.expected_margin_pct, 0.0);
+  EXPECT_NEAR(choice.win_probability, 0.4, 1e-12);
+  EXPECT_EQ(choice.picked, "evenly_spaced");
+  EXPECT_EQ(choice.publish_steps, choice.best_evenly_spaced);
+  EXPECT_NE(choice.best_evenly_spaced, bet);
+  EXPECT_NE(choice.reason.find("only in scenarios holding 40 %"), std::string::npos) << choice.reason;
+  const auto plan = plan_hedged(run.prefix, w, run.hedged, run.costs);
+  EXPECT_EQ(plan.publish_steps, choice.best_evenly_spaced);
+  EXPECT_DOUBLE_EQ(plan.cil, choice.best_evenly_spaced_cil);
+  // Asking for less confidence than the forecast has, the plan bets on it.
+  run.hedged.depart_confidence = 0.4;
+  EXPECT_EQ(plan_hedged(run.prefix, w, run.hedged, run.costs).publish_steps, bet);
+  run.hedged.depart_confidence = 0.0;
+  EXPECT_EQ(plan_hedged(run.prefix, w, run.hedged, run.costs).publish_steps, bet);
+  HedgeOptions bad;
+  bad.depart_confidence = 1.5;
+  EXPECT_THROW(hedge_forecast(run.prefix, run.hedged.forecast, bad), Error);
 }
 
 }  // namespace

@@ -333,11 +333,12 @@ Json run_plan(const CommonArgs& a) {
                           {"loss_scenarios", hedged.scenarios.size()}};
   const auto& choice = planned_prefix.choice;
   r["choice"] = {{"picked", choice.picked},
-                 {"expected_cil", choice.expected_cil},
+                 {"candidate", {{"publish_steps", choice.candidate}, {"expected_cil", choice.candidate_cil}}},
                  {"best_evenly_spaced", {{"publish_steps", choice.best_evenly_spaced},
                                          {"expected_cil", choice.best_evenly_spaced_cil}}},
                  {"expected_margin_pct", choice.expected_margin_pct},
                  {"win_probability", choice.win_probability},
+                 {"required_confidence", choice.required_confidence},
                  {"reason", choice.reason}};
   Json time_scenarios = Json::array();
   for (const auto& t : hedged.time_scenarios)
