@@ -229,40 +229,54 @@ namespace {
 ScheduleResult plan_expected_cil(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
                                  const PublishCosts& costs);
 
+// One (loss, time) scenario pair: the prefix followed by the loss scenario on that time axis, its
+// weight (the product of both), and its CIL without a publish and under its own exact plan.
+struct ScenarioPair {
+  Trajectory curve;
+  double weight = 0.0, none = 0.0;
+  ScheduleResult best;
+};
+
+// Every pair, time scenarios outer (the forecast's own loss and times when it has no scenarios).
+std::vector<ScenarioPair> scenario_pairs(std::span<const CurvePoint> prefix, std::size_t warmup_index,
+                                         const HedgedForecast& hedged, const PublishCosts& costs) {
+  std::vector<TimeScenario> times = hedged.time_scenarios;
+  if (times.empty()) times.push_back({"forecast", 1.0, hedged.forecast.time_s});
+  std::vector<Scenario> losses = hedged.scenarios;
+  if (losses.empty()) losses.push_back({"forecast", 1.0, hedged.forecast.loss});
+  std::vector<ScenarioPair> pairs;
+  Forecast f = hedged.forecast;
+  for (const auto& t : times)
+    for (const auto& s : losses) {
+      f.loss = s.loss;
+      f.time_s = t.time_s;
+      ScenarioPair p{extend_with_forecast(prefix, f), s.weight * t.weight, 0.0, {}};
+      p.none = evaluate_cil(p.curve, warmup_index, costs, {});
+      p.best = plan_optimal(p.curve, warmup_index, costs);
+      pairs.push_back(std::move(p));
+    }
+  return pairs;
+}
+
 // kExpectedRegret / kMinimaxRegret: score a finite candidate set on every (loss, time) pair.
 ScheduleResult plan_by_regret(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
                               const PublishCosts& costs) {
   std::vector<TimeScenario> times = hedged.time_scenarios;
   if (times.empty()) times.push_back({"forecast", 1.0, hedged.forecast.time_s});
-  std::vector<Scenario> losses = hedged.scenarios;
-  if (losses.empty()) losses.push_back({"forecast", 1.0, hedged.forecast.loss});
-  struct Pair {
-    Trajectory curve;
-    double weight, none, best;
-  };
-  std::vector<Pair> pairs;
   std::vector<std::vector<std::int64_t>> candidates = {{}};
   Forecast f = hedged.forecast;
   for (const auto& t : times) {
     f.time_s = t.time_s;
-    f.loss = hedged.forecast.loss;
     candidates.push_back(plan_optimal(extend_with_forecast(prefix, f), warmup_index, costs).publish_steps);
-    for (const auto& s : losses) {
-      f.loss = s.loss;
-      Pair p{extend_with_forecast(prefix, f), s.weight * t.weight, 0.0, 0.0};
-      p.none = evaluate_cil(p.curve, warmup_index, costs, {});
-      auto opt = plan_optimal(p.curve, warmup_index, costs);
-      p.best = opt.cil;
-      candidates.push_back(std::move(opt.publish_steps));
-      pairs.push_back(std::move(p));
-    }
   }
+  const auto pairs = scenario_pairs(prefix, warmup_index, hedged, costs);
+  for (const auto& p : pairs) candidates.push_back(p.best.publish_steps);
   const std::size_t most = std::min<std::size_t>(24, hedged.forecast.steps.size());
   for (std::size_t k = 1; k <= most; ++k) candidates.push_back(evenly_spread(hedged.forecast.steps, k));
   std::sort(candidates.begin(), candidates.end());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   bool any_gain = false;
-  for (const auto& p : pairs) any_gain = any_gain || (p.weight > 0 && p.none - p.best > 1e-9 * std::abs(p.none));
+  for (const auto& p : pairs) any_gain = any_gain || (p.weight > 0 && p.none - p.best.cil > 1e-9 * std::abs(p.none));
   if (!any_gain) return plan_expected_cil(prefix, warmup_index, hedged, costs);
   const bool minimax = hedged.plan_choice == PlanChoice::kMinimaxRegret;
   ScheduleResult best;
@@ -273,8 +287,8 @@ ScheduleResult plan_by_regret(std::span<const CurvePoint> prefix, std::size_t wa
       const double cil = evaluate_cil(p.curve, warmup_index, costs, cand);
       expected_cil += p.weight * cil;
       total_w += p.weight;
-      if (!(p.weight > 0) || p.none - p.best <= 1e-9 * std::abs(p.none)) continue;
-      const double regret = (cil - p.best) / (p.none - p.best);
+      if (!(p.weight > 0) || p.none - p.best.cil <= 1e-9 * std::abs(p.none)) continue;
+      const double regret = (cil - p.best.cil) / (p.none - p.best.cil);
       score = minimax ? std::max(score, regret) : score + p.weight * regret;
     }
     expected_cil /= total_w;
@@ -365,27 +379,9 @@ PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions
 PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t warmup_index, const HedgedForecast& hedged,
                               const PublishCosts& costs, std::span<const std::int64_t> candidate) {
   check_warmup(prefix, warmup_index);
-  struct Pair {
-    Trajectory curve;
-    double weight, none, best;
-  };
-  std::vector<Pair> pairs;
-  Forecast f = hedged.forecast;
-  std::vector<TimeScenario> times = hedged.time_scenarios;
-  if (times.empty()) times.push_back({"forecast", 1.0, f.time_s});
-  std::vector<Scenario> losses = hedged.scenarios;
-  if (losses.empty()) losses.push_back({"forecast", 1.0, f.loss});
-  for (const auto& t : times)
-    for (const auto& s : losses) {
-      f.loss = s.loss;
-      f.time_s = t.time_s;
-      Pair p{extend_with_forecast(prefix, f), s.weight * t.weight, 0.0, 0.0};
-      p.none = evaluate_cil(p.curve, warmup_index, costs, {});
-      p.best = plan_optimal(p.curve, warmup_index, costs).cil;
-      pairs.push_back(std::move(p));
-    }
+  const auto pairs = scenario_pairs(prefix, warmup_index, hedged, costs);
   double total_w = 0.0, gain = 0.0;
-  for (const auto& p : pairs) total_w += p.weight, gain += p.weight * (p.none - p.best);
+  for (const auto& p : pairs) total_w += p.weight, gain += p.weight * (p.none - p.best.cil);
   const auto cils = [&](std::span<const std::int64_t> steps) {
     std::vector<double> out;
     for (const auto& p : pairs) out.push_back(evaluate_cil(p.curve, warmup_index, costs, steps));
@@ -468,24 +464,15 @@ RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmu
   RegretSpread out;
   std::vector<std::pair<double, double>> regrets;  // (regret %, weight)
   double shortfall = 0.0, gain = 0.0;              // weighted sums of (ours - best) and (none - best)
-  Forecast f = hedged.forecast;
-  std::vector<TimeScenario> times = hedged.time_scenarios;
-  if (times.empty()) times.push_back({"forecast", 1.0, f.time_s});
-  for (const auto& t : times)
-    for (const auto& s : hedged.scenarios) {
-      f.loss = s.loss;
-      f.time_s = t.time_s;
-      const auto curve = extend_with_forecast(prefix, f);
-      const double none = evaluate_cil(curve, warmup_index, costs, {});
-      const double best = plan_optimal(curve, warmup_index, costs).cil;
-      const double ours = evaluate_cil(curve, warmup_index, costs, publish_steps);
-      ++out.pairs;
-      if (none - best <= 1e-9 * std::abs(none)) continue;
-      const double weight = s.weight * t.weight;
-      regrets.emplace_back(100.0 * (ours - best) / (none - best), weight);
-      shortfall += weight * (ours - best);
-      gain += weight * (none - best);
-    }
+  for (const auto& p : scenario_pairs(prefix, warmup_index, hedged, costs)) {
+    const double none = p.none, best = p.best.cil;
+    const double ours = evaluate_cil(p.curve, warmup_index, costs, publish_steps);
+    ++out.pairs;
+    if (none - best <= 1e-9 * std::abs(none)) continue;
+    regrets.emplace_back(100.0 * (ours - best) / (none - best), p.weight);
+    shortfall += p.weight * (ours - best);
+    gain += p.weight * (none - best);
+  }
   out.scenarios = regrets.size();
   for (const auto& [r, w] : regrets) out.gain_probability += w;
   if (regrets.empty()) return out;

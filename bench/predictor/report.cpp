@@ -116,6 +116,14 @@ Json rows(const std::vector<RunEval>& results, const FamilyGroups& groups, const
   return out;
 }
 
+// A row's publish cost as the tables print it: "0.5x", or "all" for the rows pooled over costs.
+std::string cost_label(const Json& row) {
+  if (row["cost_x_median_interval"].is_string()) return "all";
+  std::ostringstream cost;
+  cost << std::setprecision(1) << std::fixed << row["cost_x_median_interval"].get<double>() << "x";
+  return cost.str();
+}
+
 std::vector<std::string> families_of(const std::vector<RunEval>& results) {
   std::set<std::string> f;
   for (const auto& r : results)
@@ -316,10 +324,8 @@ std::string render(const Json& r) {
     o << "denoised (dn_): the same schedules on the true curve smoothed by a 5-point running median, against that curve's optimum\n";
     o << "family         cost  mode    runs nogain  med_reg  p90_reg dn_med dn_p90 | every_cand   every_E      viper_fixed  viper_thr\n";
     for (const auto& s : rows) {
-      std::ostringstream cost;
-      if (s["cost_x_median_interval"].is_string()) cost << "all";
-      else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
-      o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost.str() << "  "
+      const std::string cost = cost_label(s);
+      o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost << "  "
         << std::left << std::setw(6) << s["mode"].get<std::string>() << std::right << std::setw(6) << s["runs"].get<int>()
         << std::setw(7) << s["runs_without_achievable_gain"].get<int>() << std::setprecision(2) << std::setw(9)
         << s["median_regret_pct"].get<double>() << std::setw(9) << s["p90_regret_pct"].get<double>() << std::setw(7)
@@ -345,11 +351,9 @@ std::string render(const Json& r) {
   o << "family         cost  mode    gain   more fewer early  late consec  none\n";
   for (const auto& s : r["rows"]) {
     if (!s.contains("against_optimum")) continue;
-    std::ostringstream cost;
-    if (s["cost_x_median_interval"].is_string()) cost << "all";
-    else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
+    const std::string cost = cost_label(s);
     const auto& a = s["against_optimum"];
-    o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost.str() << "  " << std::left
+    o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost << "  " << std::left
       << std::setw(6) << s["mode"].get<std::string>() << std::right << std::setw(6)
       << s["runs"].get<int>() - s["runs_without_achievable_gain"].get<int>();
     for (const char* k : {"more_publishes", "fewer_publishes", "first_earlier", "first_later", "consecutive_publishes", "no_publish"})
@@ -362,11 +366,9 @@ std::string render(const Json& r) {
   o << "family         cost  runs depart  paid  lost  held  paid  lost | without: median     p90  every_E\n";
   for (const auto& s : r["rows"]) {
     if (!s.contains("plan_choice")) continue;
-    std::ostringstream cost;
-    if (s["cost_x_median_interval"].is_string()) cost << "all";
-    else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
+    const std::string cost = cost_label(s);
     const auto& pc = s["plan_choice"];
-    o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost.str()
+    o << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(5) << cost
       << std::setw(6) << s["runs"].get<int>();
     for (const char* k : {"departs_from_even_spacing", "departures_that_paid", "departures_that_lost", "held_to_even_spacing",
                           "holds_that_paid", "holds_that_lost"})
@@ -382,10 +384,8 @@ std::string render(const Json& r) {
       << s["median_regret_pct"].get<double>() << std::setw(9) << s["p90_regret_pct"].get<double>() << "\n";
   o << "\nnoise floor: exact plan on the true curve smoothed (5-point running median), scored on the true curve\n";
   for (const auto& s : r["smooth_oracle"]) {
-    std::ostringstream cost;
-    if (s["cost_x_median_interval"].is_string()) cost << "all";
-    else cost << std::setprecision(1) << std::fixed << s["cost_x_median_interval"].get<double>() << "x";
-    o << "  " << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(4) << cost.str()
+    const std::string cost = cost_label(s);
+    o << "  " << std::left << std::setw(14) << s["family"].get<std::string>() << std::right << std::setw(4) << cost
       << "  median " << std::setprecision(2) << s["median_regret_pct"].get<double>() << "  p90 " << s["p90_regret_pct"].get<double>()
       << "  every_E " << std::setprecision(0) << 100.0 * s["ties_or_beats_every_e"].get<double>() << " %\n";
   }

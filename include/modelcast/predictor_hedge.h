@@ -140,9 +140,6 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
 ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmup_index,
                            const HedgedForecast& hedged, const PublishCosts& costs);
 
-// What modelcast-tune plan computes, and Python's modelcast.predictor.plan: the point forecast of
-// the rest of the run from the prefix (forecast_curve with options), hedged with the default
-// HedgeOptions, and plan_hedged on it from the prefix's last point (the warm-up step).
 // A plan set against the simple rule it may depart from: the best evenly spaced schedule (1 to
 // 24 publishes spread over the forecast's steps, lowest expected CIL, ties: fewer), both valued
 // over the hedged forecast's (loss, time) scenario pairs. Says which plan_hedged keeps, and why.
@@ -173,6 +170,9 @@ PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t wa
                               const HedgedForecast& hedged, const PublishCosts& costs,
                               std::span<const std::int64_t> candidate);
 
+// What modelcast-tune plan computes, and Python's modelcast.predictor.plan: the point forecast of
+// the rest of the run from the prefix (forecast_curve with options), hedged with the default
+// HedgeOptions, and plan_hedged on it from the prefix's last point (the warm-up step).
 struct PrefixPlan {
   Forecast point_forecast;
   HedgedForecast hedged;  // hedged.forecast.loss: the expected path the plan is made on
