@@ -12,7 +12,5 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF \
-  -DMODELCAST_BUILD_EXAMPLES=OFF -DMODELCAST_BUILD_BENCH=ON >/dev/null
-cmake --build "$build" -j"${MODELCAST_BENCH_JOBS:-2}" --target modelcast-decision-bench >/dev/null
+"$here/build_bench.sh" modelcast-decision-bench
 exec "$build/bench/predictor/modelcast-decision-bench" "$@"

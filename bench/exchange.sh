@@ -15,8 +15,7 @@ for arg in "$@"; do
   if [[ "$arg" == "--json" ]]; then json=(--json); else pass+=("$arg"); fi
 done
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF >&2
-cmake --build "$build" --target modelcast-exchange-bench -j "$(nproc)" >&2
+"$here/build_bench.sh" modelcast-exchange-bench
 bin="$build/bench/exchange/modelcast-exchange-bench"
 
 out="$build/exchange-results"

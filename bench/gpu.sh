@@ -9,8 +9,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF >&2
-cmake --build "$build" --target modelcast-gpu-bench -j "$(nproc)" >&2
+"$here/build_bench.sh" modelcast-gpu-bench
 export UCX_NET_DEVICES=lo
 echo "gpu: $(date -u +%FT%TZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" >&2
 if command -v nvidia-smi >/dev/null; then nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >&2 || true; fi

@@ -17,10 +17,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF \
-  -DMODELCAST_BUILD_EXAMPLES=OFF -DMODELCAST_BUILD_BENCH=ON >/dev/null
-# MODELCAST_BENCH_JOBS: build jobs (default 2; 1 on a shared machine).
-cmake --build "$build" -j"${MODELCAST_BENCH_JOBS:-2}" --target modelcast-predictor-bench >/dev/null
+"$here/build_bench.sh" modelcast-predictor-bench
 cd "$root"
 schedules=(--lr-schedules "$root/bench/data/curves/dev_lr_schedules.csv")
 args=()

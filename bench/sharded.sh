@@ -48,8 +48,7 @@ if [[ $(id -u) -ne 0 ]] || ! command -v ip >/dev/null || ! command -v tc >/dev/n
   exit 0
 fi
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF >&2
-cmake --build "$build" --target modelcast-sharded-bench modelcast-fanout-bench -j "${MODELCAST_BENCH_JOBS:-$(nproc)}" >&2
+"$here/build_bench.sh" modelcast-sharded-bench modelcast-fanout-bench
 bin="$build/bench/sharded/modelcast-sharded-bench"
 link_bin="$build/bench/fanout/modelcast-fanout-bench"
 

@@ -7,8 +7,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF >&2
-cmake --build "$build" --target modelcast-sidecar-bench modelcastd -j "$(nproc)" >&2
+"$here/build_bench.sh" modelcast-sidecar-bench modelcastd
 export UCX_NET_DEVICES=lo
 echo "sidecar: $(date -u +%FT%TZ) on $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')" >&2
 exec "$build/bench/sidecar/modelcast-sidecar-bench" "$@"

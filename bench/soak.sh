@@ -73,9 +73,7 @@ warmup_s=$(awk -v d="$duration_s" 'BEGIN { w = d * 0.1; if (w > 60) w = 60; f = 
                                            if (w < f) w = f; printf "%g", w }')
 ((duration_s >= 10)) || { echo "bench/soak.sh: run at least 10 s (--minutes 0.17)" >&2; exit 2; }
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF \
-  -DMODELCAST_BUILD_EXAMPLES=OFF -DMODELCAST_BUILD_BENCH=ON >&2
-cmake --build "$build" -j2 --target modelcast-soak >&2
+"$here/build_bench.sh" modelcast-soak
 bin="$build/bench/soak/modelcast-soak"
 
 out="$build/soak-results"

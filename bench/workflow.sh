@@ -18,9 +18,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "bench/run.sh workflow: unknown argument '$1' (--json, --seeds LIST, --runs K, --work-mode MODE)" >&2; exit 2 ;;
   esac
 done
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMODELCAST_BUILD_TESTS=OFF \
-  -DMODELCAST_BUILD_EXAMPLES=ON -DMODELCAST_BUILD_BENCH=ON >/dev/null
-if ! cmake --build "$build" -j2 --target modelcast_sim_trainer modelcast_sim_server modelcast_sim_replay >/dev/null; then
+if ! "$here/build_bench.sh" modelcast_sim_trainer modelcast_sim_server modelcast_sim_replay; then
   echo "bench/run.sh workflow: build failed (is libtorch-dev installed? scripts/install-deps.sh)" >&2; exit 1
 fi
 exec "$root/examples/sim_coupled/run_workflow.sh" \
