@@ -241,7 +241,12 @@ std::string Daemon::models_json() const {
                         {"versions_rejected", stats.versions_rejected},
                         {"bytes_received", stats.bytes_received},
                         {"last_error", stats.last_error},
-                        {"serving", nullptr}};
+                        {"serving", nullptr},
+                        {"arriving", nullptr}};
+    // A large version's progress: which one is landing now and its complete prefix in bytes.
+    if (stats.arriving_version != 0) {
+      m["arriving"] = {{"version", stats.arriving_version}, {"bytes", stats.arriving_bytes}};
+    }
     if (auto current = service->current()) {
       m["serving"] = {{"version", current->manifest.version},
                       {"step", current->manifest.step},

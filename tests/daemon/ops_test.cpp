@@ -445,6 +445,53 @@ TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
   EXPECT_NE(doc["repository"]["last_error"].get<std::string>(), "");
 }
 
+// While a version is arriving, /v1/models says which and how much of it has landed, and says
+// nothing once it is installed. 16 MiB versions published back to back until a poll catches one
+// under way, 400 at most: the daemon logs a line per install to a pipe this test reads only at
+// its end, and about 600 lines fill it and stop the daemon's consumer at its next log line.
+TEST_F(DaemonTest, ModelsListTheVersionArriving) {
+  constexpr std::uint64_t kBytes = 16ull << 20;
+  TestProducer producer(kBytes / 1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 3, "", kHttp, "32MiB"));
+  const int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
+  httplib::Client http("127.0.0.1", port);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  const auto model = [&] {
+    auto r = http.Get("/v1/models");
+    return r ? nlohmann::json::parse(r->body)["models"][0] : nlohmann::json();
+  };
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> published{0};
+  std::thread trainer([&] {
+    for (std::uint64_t v = 1; !stop && v <= 400; ++v) {
+      producer.publish(v);
+      published = v;
+    }
+  });
+  nlohmann::json caught;
+  const bool seen = testing_support::eventually([&] {
+    caught = model();
+    return caught.is_object() && caught["arriving"].is_object();
+  }, 60s);
+  stop = true;
+  trainer.join();
+  ASSERT_TRUE(seen) << "no poll caught a version arriving; the last answer: " << caught;
+  const auto arriving = caught["arriving"];
+  EXPECT_GE(arriving["version"].get<std::uint64_t>(), 1u) << caught;
+  EXPECT_LE(arriving["version"].get<std::uint64_t>(), published.load()) << caught;
+  if (caught["serving"].is_object()) {
+    EXPECT_GT(arriving["version"].get<std::uint64_t>(), caught["serving"]["version"].get<std::uint64_t>()) << caught;
+  }
+  EXPECT_LE(arriving["bytes"].get<std::uint64_t>(), kBytes) << caught;
+  // The last version published is installed in the end, and then nothing is arriving.
+  ASSERT_TRUE(testing_support::eventually([&] {
+    const auto m = model();
+    return m.is_object() && m["serving"].is_object() && m["serving"]["version"] == published.load() &&
+           m["arriving"].is_null();
+  }, 60s)) << model();
+}
+
 // A sidecar told to stop (SIGTERM, as systemd and Kubernetes do) while a version is arriving:
 // its models' receive buffers go while UCX may still be landing data in them. 20 daemons over
 // TCP and 20 over shared memory, each stopped at a random point 0-20 ms after the transfer of a
