@@ -448,7 +448,7 @@ TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
 // While a version is arriving, /v1/models says which and how much of it has landed, and says
 // nothing once it is installed. 16 MiB versions published back to back until a poll catches one
 // under way, 400 at most: the daemon logs a line per install to a pipe this test reads only at
-// its end, and about 600 lines fill it and stop the daemon's consumer at its next log line.
+// its end (ChildProcess), which must not fill.
 TEST_F(DaemonTest, ModelsListTheVersionArriving) {
   constexpr std::uint64_t kBytes = 16ull << 20;
   TestProducer producer(kBytes / 1024);

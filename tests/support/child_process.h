@@ -24,6 +24,11 @@ class ChildProcess {
   explicit ChildProcess(std::vector<std::string> argv, std::vector<std::string> extra_env = {}) {
     int out[2], in[2];
     if (pipe2(out, O_CLOEXEC) != 0 || pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+    // A test reads the child's output only when it looks for a line (or at the end). A child that
+    // logs a line per event (a daemon installing versions) filled the default 64 KiB in about 600
+    // lines and then stopped at its next log line; 1 MiB (the unprivileged maximum) holds about
+    // 10,000. Best effort: a smaller pipe only brings that point closer.
+    (void)fcntl(out[0], F_SETPIPE_SZ, 1 << 20);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
