@@ -236,4 +236,14 @@ mc_status mc_consumer_get_group(const mc_consumer_t* consumer, mc_group_state* o
   });
 }
 
+mc_status mc_consumer_get_arriving(const mc_consumer_t* consumer, uint64_t* version, uint64_t* bytes) {
+  return guarded(__func__, [&] {
+    require(consumer, "consumer");
+    const auto s = consumer->consumer->stats();
+    if (version) *version = s.arriving_version;
+    if (bytes) *bytes = s.arriving_bytes;
+    return MC_OK;
+  });
+}
+
 }  // extern "C"

@@ -457,6 +457,12 @@ MODELCAST_API mc_status mc_consumer_get_stats(const mc_consumer_t* consumer, mc_
  * group). Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT (NULL consumer or out). */
 MODELCAST_API mc_status mc_consumer_get_group(const mc_consumer_t* consumer, mc_group_state* out);
 
+/* Since 0.8. The version arriving now into *version (0: none) and, into *bytes, how much of it
+ * has landed: the complete part from its start, in bytes. A large transfer's progress (the
+ * stats struct has no room for it without breaking callers). Either pointer may be NULL.
+ * Thread-safe. Errors: MC_ERR_INVALID_ARGUMENT (NULL consumer). */
+MODELCAST_API mc_status mc_consumer_get_arriving(const mc_consumer_t* consumer, uint64_t* version, uint64_t* bytes);
+
 /* ---- views ------------------------------------------------------------------------------ */
 
 /* Releases a view; its tensors' pointers become invalid. The bytes stay unchanged until then,

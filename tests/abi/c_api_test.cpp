@@ -490,6 +490,45 @@ TEST(CApi, GroupMembersSwitchTogetherAndSayWhereTheirGroupStands) {
   EXPECT_NE(last_error().find("group_size"), std::string::npos) << last_error();
 }
 
+// A large transfer's progress: the version arriving and its landed prefix, seen while 16 MiB
+// versions are published back to back, and nothing arriving once the last is installed.
+TEST(CApi, AConsumerSaysWhichVersionIsArrivingAndHowMuchHasLanded) {
+  constexpr std::size_t kBytes = 16u << 20;
+  std::vector<std::uint8_t> weights(kBytes);
+  const std::int64_t shape[] = {static_cast<std::int64_t>(kBytes)};
+  ProducerPtr producer{make_producer()};
+  ASSERT_NE(producer.p, nullptr);
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "weights", MC_DTYPE_U8, 1, shape, weights.data()), MC_OK) << last_error();
+  ConsumerPtr consumer{make_consumer(producer.p)};
+  ASSERT_NE(consumer.c, nullptr);
+  std::uint64_t version = 1, bytes = 1;
+  ASSERT_EQ(mc_consumer_get_arriving(consumer.c, &version, &bytes), MC_OK) << last_error();
+  EXPECT_EQ(version, 0u);  // nothing published yet
+  EXPECT_EQ(bytes, 0u);
+  ASSERT_EQ(mc_producer_wait_for_consumers(producer.p, 1, kWaitMs), MC_OK) << last_error();
+  std::uint64_t published = 0, caught = 0, caught_bytes = 0;
+  // The producer publishes from this thread, as a trainer does, and looks between publishes.
+  for (int i = 0; i < 400 && caught == 0; ++i) {
+    std::memset(weights.data(), i, weights.size());
+    mc_publish_result result;
+    ASSERT_EQ(mc_producer_publish(producer.p, i, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+    published = result.version;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+    while (caught == 0 && std::chrono::steady_clock::now() < until) {
+      ASSERT_EQ(mc_consumer_get_arriving(consumer.c, &version, &bytes), MC_OK) << last_error();
+      if (version != 0) caught = version, caught_bytes = bytes;
+    }
+  }
+  ASSERT_NE(caught, 0u) << "no look caught a version arriving";
+  EXPECT_LE(caught, published);
+  EXPECT_LE(caught_bytes, kBytes);
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, published, kWaitMs, &view.v), MC_OK) << last_error();
+  ASSERT_EQ(mc_consumer_get_arriving(consumer.c, &version, nullptr), MC_OK) << last_error();
+  EXPECT_EQ(version, 0u) << "an installed version still counted as arriving";
+  EXPECT_EQ(mc_consumer_get_arriving(nullptr, &version, &bytes), MC_ERR_INVALID_ARGUMENT);
+}
+
 TEST(CApi, PublishWithoutMetadataAndDescriptorRegistration) {
   std::vector<std::int32_t> values(10);
   for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<std::int32_t>(i * i) - 7;
