@@ -52,16 +52,17 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     forecast the run from the points logged up to ``warmup_step`` (a logged step: inference starts
     when it completes) until ``total_steps``, turn the forecast into weighted scenarios (hedge), and
     take the schedule with the lowest expected cumulative inference loss over them under ``costs``
-    (a PublishCosts).
+    (a PublishCosts), unless the best evenly spaced schedule does at least as well in most of them.
 
     Returns a Plan: publish_steps, cil (on ``curve``, the tool's "predicted CIL"), slowdown_s,
     forecast (the scenarios' expected path the plan is made on), curve (the points up to the
     warm-up step, then that forecast), warmup_index, expected_cil (over the scenarios, the tool's
     ``expected_cil``; equal to cil unless the time axis is in doubt), point_forecast (the
     forecast before hedging) and choice (a PlanChoiceReport, the tool's ``choice``: whether the plan
-    departs from the best evenly spaced schedule, by how much and how surely, and why). Pure; raises InvalidArgumentError naming the argument for a wrong
-    type, points whose steps do not increase or that lack a time (the costs are in seconds), a
-    warm-up step that was not logged, fewer than 2 points up to it, or total_steps not beyond it.
+    departs from the best evenly spaced schedule, by how much and how surely, and why). Pure;
+    raises InvalidArgumentError naming the argument for a wrong type, points whose steps do not
+    increase or that lack a time (the costs are in seconds), a warm-up step that was not logged,
+    fewer than 2 points up to it, or total_steps not beyond it.
     """
     points = _sequence("plan(): points", points)
     for i, point in enumerate(points):

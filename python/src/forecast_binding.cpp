@@ -128,7 +128,8 @@ void bind_forecast(py::module_& m) {
       .def_readonly("choice", &mp::PrefixPlan::choice);
   m.def("plan_prefix", [](const Points& p, const mp::ForecastOptions& o, const mp::PublishCosts& c) { return mp::plan_prefix(p, o, c); },
         py::arg("prefix"), py::arg("options"), py::arg("costs"), nogil,
-        "The forecast from the prefix hedged over its scenarios and the plan with the lowest expected CIL.");
+        "The forecast from the prefix hedged over its scenarios and the plan with the lowest expected CIL, "
+        "held to the best evenly spaced schedule (PrefixPlan.choice says which and why).");
   m.def("plan_from", &mp::plan_from, py::arg("origin_loss"), py::arg("origin_servable_s"), py::arg("publishes_done"),
         py::arg("window_end_s"), py::arg("future"), py::arg("costs"), nogil, "Mid-run planning (see predictor_planner.h).");
   m.def("every_candidate_schedule", &mp::every_candidate_schedule, py::arg("curve"), py::arg("warmup_index"), nogil);
