@@ -230,15 +230,25 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
   out["rows"] = rows(results, groups, settings, shown, [&](const std::string& f, int m, int c) { return chosen.at({f, m, c}); });
   out["before_rows"] = rows(results, groups, settings, shown, [](const std::string&, int, int) { return std::size_t{0}; });
   out["targets"] = targets(out["rows"], groups.pooled_labels(families));
-  // Per run, with the chosen variant: regret % per cost (null: no achievable gain).
+  // Per run, with the chosen variant: regret % per cost (null: no achievable gain), and per cost
+  // how the plan came to be (plan_choice: picked, the candidate's weight of scenarios, its expected
+  // margin, and the candidate's and the best even schedule's regret on the true curve).
   out["runs"] = Json::array();
+  const auto regret_of = [](const Outcome& o) { return o.has_gain ? Json(o.regret) : Json(); };
   for (const auto& r : results) {
     if (!r.evaluated) continue;
     Json j{{"run", r.run}, {"family", r.family}, {"mae", r.mae}};
     for (int m = 0; m < 2; ++m)
       for (int c = 0; c < nc; ++c) {
-        const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(m)][chosen.at({r.family, m, c})];
-        j[kModes[m]].push_back(o.has_gain ? Json(o.regret) : Json());
+        const std::size_t v = chosen.at({r.family, m, c});
+        j[kModes[m]].push_back(regret_of(r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(m)][v]));
+        if (m != 0 || r.plan_choice.empty()) continue;
+        const auto& pc = r.plan_choice[static_cast<std::size_t>(c)][v];
+        j["plan_choice"].push_back({{"picked", pc.picked},
+                                    {"win_probability", pc.win_probability},
+                                    {"expected_margin_pct", pc.expected_margin_pct},
+                                    {"candidate_regret_pct", regret_of(pc.candidate)},
+                                    {"evenly_spaced_regret_pct", regret_of(pc.evenly_spaced)}});
       }
     out["runs"].push_back(std::move(j));
   }
