@@ -155,6 +155,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     smooth.loss[i] = win[win.size() / 2];
   }
   result.outcome.resize(settings.cost_multipliers.size());
+  result.plan_choice.resize(settings.cost_multipliers.size());
   for (std::size_t ci = 0; ci < settings.cost_multipliers.size(); ++ci) {
     mp::PublishCosts costs;
     costs.stall_s = settings.cost_multipliers[ci] * gap;
@@ -201,7 +202,6 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     result.smooth_oracle_vs_every_e.push_back(floor.vs.at("every_e_steps"));
     if (!score_cil(0).has_gain) result.smooth_oracle_regret.back() = std::nan("");
     result.outcome[ci].resize(2);
-    result.plan_choice.resize(settings.cost_multipliers.size());
     for (std::size_t vi = 0; vi < settings.variants.size(); ++vi) {
       const auto& v = settings.variants[vi];
       // The planner does not know the true window; it plans over its forecast of the run.
