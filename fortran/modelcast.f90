@@ -29,9 +29,9 @@ module modelcast
   public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key
   public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
       mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_cancel_waits, mc_producer_copy_stats, &
-      mc_producer_persist_stats, mc_producer_refusal_stats
+      mc_producer_persist_stats, mc_producer_refusal_stats, mc_producer_stats, mc_producer_get_stats
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
-      mc_consumer_cancel_waits
+      mc_consumer_cancel_waits, mc_consumer_stats, mc_consumer_get_stats, mc_consumer_get_arriving
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy, mc_view_metadata
   public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
       mc_scheduler_should_publish, mc_scheduler_set_costs, mc_scheduler_wait_for_background
@@ -50,6 +50,36 @@ module modelcast
   end type
   type :: mc_view
     type(c_ptr) :: handle = c_null_ptr  ! c_null_ptr: no version yet
+  end type
+
+  ! What a producer has done so far (mc_producer_get_stats). Counts are C's uint64_t, here
+  ! integer(c_int64_t): Fortran has no unsigned kind, and no count comes near 2^63.
+  type :: mc_producer_stats
+    integer(c_int64_t) :: latest_version = 0      ! newest version offered (may lag a publish for moments)
+    integer(c_int64_t) :: versions_published = 0
+    integer(c_int64_t) :: deliveries = 0          ! verified acks from consumers
+    integer(c_int64_t) :: failed_deliveries = 0
+    integer(c_int64_t) :: leases_expired = 0
+    integer(c_int64_t) :: bad_messages = 0        ! malformed or unknown-version requests dropped
+    integer(c_int64_t) :: bytes_sent = 0
+    integer(c_int64_t) :: consumers = 0           ! joined and not known dead
+    integer(c_int64_t) :: last_stall_ns = 0
+    character(len=31) :: transport = ""           ! e.g. "ucx"
+  end type
+
+  ! What a consumer has done so far (mc_consumer_get_stats). Counts are C's uint64_t, here
+  ! integer(c_int64_t): Fortran has no unsigned kind, and no count comes near 2^63.
+  type :: mc_consumer_stats
+    integer(c_int64_t) :: current_version = 0     ! the newest version installed (0: none yet)
+    integer(c_int64_t) :: versions_installed = 0
+    integer(c_int64_t) :: versions_rejected = 0   ! digest or layout failures
+    integer(c_int64_t) :: transfers_aborted = 0
+    integer(c_int64_t) :: bad_messages = 0
+    integer(c_int64_t) :: reconnects = 0
+    integer(c_int64_t) :: bytes_received = 0
+    integer(c_int64_t) :: last_update_latency_ns = 0  ! publish call until installed here (same-host clocks)
+    integer(c_int64_t) :: last_notify_latency_ns = 0  ! publish call until announced here
+    character(len=255) :: last_error = ""             ! blank if none; cut at 255 characters
   end type
 
   ! Registers a contiguous array of any rank (real(c_float), real(c_double), integer(c_int32_t),
@@ -375,6 +405,26 @@ contains
     status = from_c(mc_producer_get_refusal_stats_c(producer%handle, refused_joins, refused_peers))
   end function
 
+  ! Versions published and delivered, consumers, bytes sent and the last publish's stall. Any
+  ! thread; a destroyed (or never created) producer is MC_ERR_INVALID_ARGUMENT.
+  integer function mc_producer_get_stats(producer, stats) result(status)
+    type(mc_producer), intent(in) :: producer
+    type(mc_producer_stats), intent(out) :: stats
+    type(mc_producer_stats_t) :: raw
+    status = from_c(mc_producer_get_stats_c(producer%handle, raw))
+    if (status /= MC_OK) return
+    stats%latest_version = raw%latest_version
+    stats%versions_published = raw%versions_published
+    stats%deliveries = raw%deliveries
+    stats%failed_deliveries = raw%failed_deliveries
+    stats%leases_expired = raw%leases_expired
+    stats%bad_messages = raw%bad_messages
+    stats%bytes_sent = raw%bytes_sent
+    stats%consumers = raw%consumers
+    stats%last_stall_ns = raw%last_stall_ns
+    call from_c_chars(raw%transport, stats%transport)
+  end function
+
   ! ---- consumer ------------------------------------------------------------------------
 
   ! The public key in a `.pub` file (modelcast-keygen writes one next to each key pair), for
@@ -444,6 +494,48 @@ contains
       options%key_file = c_loc(key_c)
     end if
     status = from_c(mc_consumer_create_c(options, consumer%handle))
+  end function
+
+  ! What the consumer has installed, refused and received so far, and why it last failed. Any
+  ! thread; a destroyed (or never created) consumer is MC_ERR_INVALID_ARGUMENT.
+  integer function mc_consumer_get_stats(consumer, stats) result(status)
+    type(mc_consumer), intent(in) :: consumer
+    type(mc_consumer_stats), intent(out) :: stats
+    type(mc_consumer_stats_t) :: raw
+    status = from_c(mc_consumer_get_stats_c(consumer%handle, raw))
+    if (status /= MC_OK) return
+    stats%current_version = raw%current_version
+    stats%versions_installed = raw%versions_installed
+    stats%versions_rejected = raw%versions_rejected
+    stats%transfers_aborted = raw%transfers_aborted
+    stats%bad_messages = raw%bad_messages
+    stats%reconnects = raw%reconnects
+    stats%bytes_received = raw%bytes_received
+    stats%last_update_latency_ns = raw%last_update_latency_ns
+    stats%last_notify_latency_ns = raw%last_notify_latency_ns
+    call from_c_chars(raw%last_error, stats%last_error)
+  end function
+
+  ! A NUL-terminated char array of a C struct into text (blank after the NUL; cut to len(text)).
+  subroutine from_c_chars(chars, text)
+    character(kind=c_char), intent(in) :: chars(:)
+    character(len=*), intent(out) :: text
+    integer :: i
+    text = ""
+    do i = 1, min(size(chars), len(text))
+      if (chars(i) == c_null_char) exit
+      text(i:i) = chars(i)
+    end do
+  end subroutine
+
+  ! The version arriving now (0: none) and how much of it has landed, in bytes from its start:
+  ! a large transfer's progress. Both 0 when the call fails.
+  integer function mc_consumer_get_arriving(consumer, version, bytes) result(status)
+    type(mc_consumer), intent(in) :: consumer
+    integer(c_int64_t), intent(out) :: version, bytes
+    version = 0
+    bytes = 0
+    status = from_c(mc_consumer_get_arriving_c(consumer%handle, version, bytes))
   end function
 
   ! Stops the consumer; views already acquired stay valid until released.

@@ -67,6 +67,20 @@ module modelcast_c
     integer(c_size_t) :: want_count
   end type
 
+  ! uint64_t fields are integer(c_int64_t): Fortran has no unsigned kind (counts stay below 2^63).
+  type, bind(c), public :: mc_producer_stats_t
+    integer(c_int64_t) :: latest_version, versions_published, deliveries, failed_deliveries, leases_expired, &
+        bad_messages, bytes_sent, consumers, last_stall_ns
+    character(kind=c_char) :: transport(32)
+  end type
+
+  type, bind(c), public :: mc_consumer_stats_t
+    integer(c_int64_t) :: current_version, versions_installed, versions_rejected, transfers_aborted, &
+        bad_messages, reconnects, bytes_received
+    integer(c_int64_t) :: last_update_latency_ns, last_notify_latency_ns
+    character(kind=c_char) :: last_error(256)
+  end type
+
   type, bind(c), public :: mc_tensor_info_t
     type(c_ptr) :: name
     integer(c_int) :: dtype
@@ -237,6 +251,24 @@ module modelcast_c
       import :: c_ptr, c_int
       type(c_ptr), value :: consumer
       integer(c_int) :: mc_consumer_cancel_waits_c
+    end function
+    function mc_producer_get_stats_c(producer, out) bind(c, name="mc_producer_get_stats")
+      import :: c_ptr, c_int, mc_producer_stats_t
+      type(c_ptr), value :: producer
+      type(mc_producer_stats_t), intent(out) :: out
+      integer(c_int) :: mc_producer_get_stats_c
+    end function
+    function mc_consumer_get_stats_c(consumer, out) bind(c, name="mc_consumer_get_stats")
+      import :: c_ptr, c_int, mc_consumer_stats_t
+      type(c_ptr), value :: consumer
+      type(mc_consumer_stats_t), intent(out) :: out
+      integer(c_int) :: mc_consumer_get_stats_c
+    end function
+    function mc_consumer_get_arriving_c(consumer, version, bytes) bind(c, name="mc_consumer_get_arriving")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: consumer
+      integer(c_int64_t), intent(inout) :: version, bytes  ! uint64_t in C; written only on success
+      integer(c_int) :: mc_consumer_get_arriving_c
     end function
     subroutine mc_view_release_c(view) bind(c, name="mc_view_release")
       import :: c_ptr

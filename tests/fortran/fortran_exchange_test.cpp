@@ -70,8 +70,10 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
   EXPECT_EQ(*sizes, "sizes " + std::to_string(sizeof(mc_producer_options)) + " " +
                         std::to_string(sizeof(mc_consumer_options)) + " " + std::to_string(sizeof(mc_tensor_info)) +
                         " " + std::to_string(sizeof(mc_scheduler_options)) + " " +
-                        std::to_string(sizeof(mc_publish_result)))
-      << "(producer options, consumer options, tensor info, scheduler options, publish result): "
+                        std::to_string(sizeof(mc_publish_result)) + " " + std::to_string(sizeof(mc_consumer_stats)) +
+                        " " + std::to_string(sizeof(mc_producer_stats)))
+      << "(producer options, consumer options, tensor info, scheduler options, publish result, consumer stats, "
+         "producer stats): "
          "a struct in fortran/modelcast_c.f90 no longer matches modelcast.h";
   auto endpoint = producer.wait_for_line("endpoint ");
   ASSERT_TRUE(endpoint) << "the Fortran producer did not start";
@@ -110,6 +112,13 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
     ASSERT_EQ(s[0], 5000000000LL + vi);
     producer.send_line("next");
   }
+  const auto said = [&producer] {
+    std::string text;
+    for (const auto& line : producer.lines()) text += line + "\n";
+    return text;
+  };
+  EXPECT_TRUE(producer.wait_for_line("consumer stats: ok")) << "the Fortran consumer stats checks did not finish:\n"
+                                                            << said();
   EXPECT_TRUE(producer.wait_for_line("keyed: ok")) << "the Fortran keyed exchange did not finish";
   // The Fortran scheduler decided as this process's C++ scheduler does on the same curve.
   using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;
@@ -121,8 +130,7 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
   EXPECT_EQ(*scheduler_line, "scheduler-background" + cpp_scheduler_steps(WorkMode::kBackground));
   auto done = producer.wait_for_line("fortran: ok");
   const int status = producer.wait();
-  std::string output;
-  for (const auto& line : producer.lines()) output += line + "\n";
+  const std::string output = said();
   EXPECT_TRUE(done) << "the Fortran side (its own consumer and checks) did not finish:\n" << output;
   EXPECT_EQ(status, 0) << output;
 }

@@ -140,6 +140,7 @@ program fortran_producer
   if (serving_lines /= 1) call fail("log lines 'serving on' seen by the Fortran handler:", int(serving_lines))
   call misuse_is_refused()
   call a_view_variable_is_reused()
+  call consumer_stats_say_what_happened()
   if (command_argument_count() >= 1) then
     call get_command_argument(1, key_directory)
     call keyed_exchange(trim(key_directory))
@@ -291,6 +292,90 @@ contains
     flush(output_unit)
   end subroutine
 
+  ! A consumer's own account, read through mc_consumer_get_stats and mc_consumer_get_arriving,
+  ! and its producer's (mc_producer_get_stats): versions installed, delivered and the bytes they
+  ! took; a join the producer refused, named in last_error; and handles that are gone refused. (Counters start at -1 where a binding that wrote
+  ! nothing would leave them so.)
+  subroutine consumer_stats_say_what_happened()
+    type(mc_producer) :: p
+    type(mc_consumer) :: c, stranger
+    type(mc_view) :: view
+    type(mc_consumer_stats) :: stats
+    type(mc_producer_stats) :: pstats
+    real(c_double), target :: z(6)
+    integer(c_int64_t) :: version, arriving, landed, clock, rate, deadline
+    integer :: round
+    call check(mc_producer_create(p, "counted"), "mc_producer_create (counted)")
+    call check(mc_producer_register(p, "z", z), "register z (counted)")
+    call check(mc_consumer_create(c, mc_producer_endpoint(p), "counted"), "mc_consumer_create (counted)")
+    call check(mc_producer_wait_for_consumers(p, 1, 30000_c_int64_t), "the counted consumer joins")
+    do round = 1, 2
+      z = real(round, c_double)
+      call check(mc_producer_publish(p, int(round, c_int64_t), version), "publish (counted)")
+      call check(mc_consumer_wait_for_version(c, version, 30000_c_int64_t, view), "wait_for_version (counted)")
+    end do
+    call mc_view_release(view)
+    stats%current_version = -1
+    stats%versions_installed = -1
+    stats%bytes_received = -1
+    stats%last_error = "not written"
+    call check(mc_consumer_get_stats(c, stats), "mc_consumer_get_stats")
+    if (stats%current_version /= 2) call fail("stats: current_version", int(stats%current_version))
+    if (stats%versions_installed /= 2) call fail("stats: versions_installed", int(stats%versions_installed))
+    if (stats%versions_rejected /= 0 .or. stats%transfers_aborted /= 0 .or. stats%bad_messages /= 0) &
+        call fail("stats: a clean exchange counted a rejection, an abort or a bad message", 0)
+    ! Each version changed all of z, so each came whole (with its snapshot slot's padding).
+    if (stats%bytes_received < 2 * c_sizeof(z)) call fail("stats: bytes_received", int(stats%bytes_received))
+    if (stats%last_error /= "") call fail("stats: last_error after a clean exchange: " // trim(stats%last_error), 0)
+    ! The producer's side of the same exchange: its acks come after the installs, so they are
+    ! polled for (30 s at most).
+    call system_clock(clock, rate)
+    deadline = clock + 30 * rate
+    do
+      pstats%deliveries = -1
+      pstats%transport = "not written"
+      call check(mc_producer_get_stats(p, pstats), "mc_producer_get_stats")
+      if (pstats%deliveries >= 2) exit
+      call system_clock(clock)
+      if (clock > deadline) call fail("producer stats: deliveries after 30 s", int(pstats%deliveries))
+    end do
+    if (pstats%deliveries /= 2 .or. pstats%failed_deliveries /= 0) call fail("producer stats: deliveries", &
+                                                                            int(pstats%deliveries))
+    if (pstats%versions_published /= 2 .or. pstats%latest_version /= 2) &
+        call fail("producer stats: versions published", int(pstats%versions_published))
+    if (pstats%consumers /= 1) call fail("producer stats: consumers", int(pstats%consumers))
+    if (pstats%bytes_sent < 2 * c_sizeof(z)) call fail("producer stats: bytes_sent", int(pstats%bytes_sent))
+    if (pstats%last_stall_ns <= 0) call fail("producer stats: last_stall_ns", int(pstats%last_stall_ns))
+    if (pstats%transport /= "ucx") call fail("producer stats: transport " // trim(pstats%transport), 0)
+    arriving = -1
+    landed = -1
+    call check(mc_consumer_get_arriving(c, arriving, landed), "mc_consumer_get_arriving")
+    if (arriving /= 0 .or. landed /= 0) call fail("a version is arriving after the last was installed:", int(arriving))
+    ! A model the producer does not serve: the producer refuses the join and says why. The
+    ! consumer's stats are polled until they say so (30 s at most).
+    call check(mc_consumer_create(stranger, mc_producer_endpoint(p), "not-served"), "mc_consumer_create (stranger)")
+    call system_clock(clock, rate)
+    deadline = clock + 30 * rate
+    do
+      call check(mc_consumer_get_stats(stranger, stats), "mc_consumer_get_stats (stranger)")
+      if (stats%last_error /= "") exit
+      call system_clock(clock)
+      if (clock > deadline) call fail("a refused join left last_error blank for 30 s", 0)
+    end do
+    if (index(stats%last_error, "refused to join") == 0) call fail("unclear refused join: " // trim(stats%last_error), 0)
+    if (stats%current_version /= 0) call fail("a refused consumer holds version", int(stats%current_version))
+    call mc_consumer_destroy(stranger)
+    call mc_consumer_destroy(c)
+    call mc_producer_destroy(p)
+    if (mc_consumer_get_stats(c, stats) /= MC_ERR_INVALID_ARGUMENT) call fail("stats of a destroyed consumer", 0)
+    if (mc_producer_get_stats(p, pstats) /= MC_ERR_INVALID_ARGUMENT) call fail("stats of a destroyed producer", 0)
+    if (mc_consumer_get_arriving(c, arriving, landed) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("arriving of a destroyed consumer", 0)
+    if (arriving /= 0 .or. landed /= 0) call fail("a failed mc_consumer_get_arriving left version", int(arriving))
+    write(output_unit, '(a)') "consumer stats: ok"
+    flush(output_unit)
+  end subroutine
+
   ! The README's keyed producer: a key file, consumers admitted by their public keys, and a
   ! consumer pinning the producer's key; dir holds trainer.key and server.key with their .pub.
   subroutine keyed_exchange(dir)
@@ -416,14 +501,17 @@ contains
   ! overrun. The test compares these with the C sizes.
   subroutine print_struct_sizes()
     use modelcast_c, only: mc_producer_options_t, mc_consumer_options_t, mc_tensor_info_t, &
-                           mc_scheduler_options_t, mc_publish_result_t
+                           mc_scheduler_options_t, mc_publish_result_t, mc_consumer_stats_t, mc_producer_stats_t
     type(mc_producer_options_t) :: producer_options
     type(mc_consumer_options_t) :: consumer_options
     type(mc_tensor_info_t) :: tensor_info
     type(mc_scheduler_options_t) :: scheduler_options
     type(mc_publish_result_t) :: publish_result
-    write(output_unit, '(a,5(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
-        c_sizeof(tensor_info), c_sizeof(scheduler_options), c_sizeof(publish_result)
+    type(mc_consumer_stats_t) :: consumer_stats
+    type(mc_producer_stats_t) :: producer_stats
+    write(output_unit, '(a,7(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
+        c_sizeof(tensor_info), c_sizeof(scheduler_options), c_sizeof(publish_result), c_sizeof(consumer_stats), &
+        c_sizeof(producer_stats)
     flush(output_unit)
   end subroutine
 end program fortran_producer
