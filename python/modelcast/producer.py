@@ -34,11 +34,6 @@ class Producer(Service):
     def __init__(self, *, on_delivery=None, **options):
         check_callback("Producer", "on_delivery", on_delivery)
         self._impl = _core._Producer(options_from(_core.ProducerOptions, options, "Producer"), on_delivery)
-        # Torch tensors and NumPy arrays registered, with where their memory was: `param.data =
-        # ...`, `.half()` or `.to()` give a tensor object new storage, and NumPy's
-        # `resize(refcheck=False)` reallocates an array we reference; either may free the old
-        # memory, which publish() would otherwise go on reading (a crash, or another object's bytes).
-        self._watched = []
         _live.add(self)
 
     def register(self, name, tensor, *, global_shape=None, global_offset=None):
@@ -75,9 +70,14 @@ class Producer(Service):
             raise InvalidArgumentError(f"tensor '{name}' with shape {m.shape} has more bytes than 64 bits can count")
         self._impl.register_memory(name, m.dtype, m.shape, m.address, m.nbytes, m.owners, m.memory, m.device,
                                    global_shape, global_offset)
-        storage = _storage_of(tensor)
-        if storage is not None:
-            self._watched.append((name, tensor, storage))
+        # `param.data = ...`, `.half()` or `.to()` assigned back give a tensor object new storage,
+        # and NumPy's `resize(refcheck=False)` reallocates an array we reference; either may free
+        # the old memory, which publish() would otherwise go on reading (a crash, or another
+        # object's bytes). The binding remembers where the memory is and checks it at publish().
+        if _is_torch_tensor(tensor):
+            self._impl.watch(name, tensor, True)
+        elif _is_numpy_array(tensor):
+            self._impl.watch(name, tensor, False)
 
     def register_all(self, tensors):
         """register() for every (name, tensor) of a mapping, e.g. ``model.state_dict()``."""
@@ -125,10 +125,9 @@ class Producer(Service):
 
     def _check_storage(self):
         """InvalidArgumentError naming the first registered tensor or array whose storage changed."""
-        for name, tensor, (address, nbytes, dtype) in self._watched:
-            now = _storage_of(tensor)
-            if now == (address, nbytes, dtype):
-                continue
+        moved = self._impl.moved_storage()
+        if moved is not None:
+            name, (address, nbytes, dtype), now = moved
             what = []
             if now[2] != dtype:
                 what.append(f"dtype {dtype} -> {now[2]}")
@@ -159,18 +158,12 @@ class Producer(Service):
         """Stops the producer and releases the registered tensors. Idempotent; later calls raise StateError.
         A ``wait_for_consumers`` on another thread returns at once, raising StateError."""
         self._impl.close()
-        self._watched = []
 
 
-def _storage_of(tensor):
-    """(address, bytes, dtype) of a torch tensor's or NumPy array's memory, None for other objects."""
-    if _is_torch_tensor(tensor):
-        return (tensor.data_ptr(), tensor.element_size() * tensor.numel(), tensor.dtype)
+def _is_numpy_array(obj):
     # NumPy is optional here, as in _dtypes: an array registered means it is imported.
     numpy = sys.modules.get("numpy")
-    if numpy is not None and isinstance(tensor, numpy.ndarray):
-        return (tensor.__array_interface__["data"][0], tensor.nbytes, tensor.dtype)
-    return None
+    return numpy is not None and isinstance(obj, numpy.ndarray)
 
 
 def _handle(obj, what, attributes):

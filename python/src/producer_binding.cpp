@@ -4,10 +4,12 @@
 // Every call into the library runs with the GIL released: the service thread may need the GIL
 // for on_delivery while the library holds a lock the calling thread waits for.
 #include <pybind11/chrono.h>
+#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +38,51 @@ struct Registered {
   ~Registered() {
     producer.reset();
     for (auto& o : owners) GilReleased::drop(std::move(o));
+  }
+};
+
+// Where a registered NumPy array's or torch tensor's memory is: its address, size and dtype. For
+// a NumPy array `size` counts bytes; for a torch tensor elements (numel: with the dtype unchanged
+// that is the same bytes, and element_size() would be one more call per tensor and publish).
+struct Storage {
+  std::uintptr_t address = 0;
+  std::size_t size = 0;
+  py::object dtype;
+
+  // Under the GIL. `torch`: a torch tensor (its methods are asked); otherwise a NumPy array
+  // (read from the array's struct, without building its __array_interface__ dict).
+  static Storage of(const py::handle& object, bool torch) {
+    if (torch) {
+      // CPython's calls with interned names: pybind11's attr("...")() made a new name and an
+      // argument tuple per call, four times slower than the same loop in Python.
+      static PyObject* const data_ptr = PyUnicode_InternFromString("data_ptr");
+      static PyObject* const numel = PyUnicode_InternFromString("numel");
+      static PyObject* const dtype = PyUnicode_InternFromString("dtype");
+      Storage s;
+      s.address = call(object, data_ptr).cast<std::uintptr_t>();
+      s.size = call(object, numel).cast<std::size_t>();
+      s.dtype = py::reinterpret_steal<py::object>(PyObject_GetAttr(object.ptr(), dtype));
+      if (!s.dtype) throw py::error_already_set();
+      return s;
+    }
+    const auto array = py::reinterpret_borrow<py::array>(object);
+    return Storage{reinterpret_cast<std::uintptr_t>(array.data()), static_cast<std::size_t>(array.nbytes()),
+                   array.dtype()};
+  }
+  // The bytes this storage spans, `object` being what it was read from (asked for a torch tensor).
+  std::size_t nbytes(const py::handle& object, bool torch) const {
+    static PyObject* const element_size = PyUnicode_InternFromString("element_size");
+    return torch ? size * call(object, element_size).cast<std::size_t>() : size;
+  }
+  bool same(const Storage& other) const {
+    return address == other.address && size == other.size && (dtype.is(other.dtype) || dtype.equal(other.dtype));
+  }
+
+ private:
+  static py::object call(const py::handle& object, PyObject* method) {
+    auto result = py::reinterpret_steal<py::object>(PyObject_CallMethodNoArgs(object.ptr(), method));
+    if (!result) throw py::error_already_set();
+    return result;
   }
 };
 
@@ -90,6 +137,28 @@ class PyProducer {
     hold.state->owners.push_back(std::move(owner));  // under the GIL again
   }
 
+  // Remembers where `tensor` (a NumPy array, or a torch tensor when `torch`) keeps its memory now,
+  // for moved_storage(). Under the GIL.
+  void watch(const std::string& name, py::object tensor, bool torch) {
+    auto storage = Storage::of(tensor, torch);
+    const std::size_t nbytes = storage.nbytes(tensor, torch);
+    watched_->push_back({name, std::move(tensor), torch, std::move(storage), nbytes});
+  }
+
+  // The first watched tensor whose memory is no longer where it was registered, as (name, (address,
+  // nbytes, dtype) then, the same now); None when none moved. Under the GIL.
+  py::object moved_storage() const {
+    const auto watched = watched_;  // a tensor's own Python code (a subclass) may let close() run meanwhile
+    for (const auto& w : *watched) {
+      auto now = Storage::of(w.object, w.torch);
+      if (!now.same(w.storage)) {
+        return py::make_tuple(w.name, py::make_tuple(w.storage.address, w.nbytes, w.storage.dtype),
+                              py::make_tuple(now.address, now.nbytes(w.object, w.torch), now.dtype));
+      }
+    }
+    return py::none();
+  }
+
   // `stream` and `event` are raw cudaStream_t / cudaEvent_t values (0: none), see DeviceOrder.
   PublishTicket publish(std::int64_t step, const Metadata& metadata, std::uintptr_t stream, std::uintptr_t event) {
     DeviceOrder order{reinterpret_cast<void*>(stream), reinterpret_cast<void*>(event)};
@@ -117,6 +186,9 @@ class PyProducer {
   void close() {
     if (state_) state_->producer->cancel_waits();
     release_without_gil(std::move(state_));
+    // The GIL is held (close() is called from Python or the object's deallocation); a check
+    // running on another thread keeps the list it reads.
+    watched_ = std::make_shared<std::vector<Watched>>();
   }
 
  private:
@@ -142,6 +214,20 @@ class PyProducer {
 
   std::shared_ptr<Registered> state_;
   std::shared_ptr<std::atomic<std::uint64_t>> callback_errors_;
+  // The registered objects whose memory can be replaced under the same object: torch's `.data =
+  // ...`, `.half()` assigned back or `.set_()`, NumPy's resize(refcheck=False); either may free the
+  // old memory, which publish() would go on reading. Checked before every publish here, not in
+  // Python: 20,000 tensors took about 20 ms a publish there (NumPy builds a dict per array for
+  // its address), most of a small model's stall. Changed and read under the GIL only; watch()
+  // runs before the first publish, close() replaces the list.
+  struct Watched {
+    std::string name;
+    py::object object;
+    bool torch = false;
+    Storage storage;
+    std::size_t nbytes = 0;  // what storage spanned at registration
+  };
+  std::shared_ptr<std::vector<Watched>> watched_ = std::make_shared<std::vector<Watched>>();
 };
 
 }  // namespace
@@ -233,6 +319,8 @@ void bind_producer(py::module_& m) {
            py::arg("global_offset") = std::vector<std::int64_t>{})
       .def("publish", &PyProducer::publish, py::arg("step"), py::arg("metadata"), py::arg("stream") = 0,
            py::arg("event") = 0)
+      .def("watch", &PyProducer::watch, py::arg("name"), py::arg("tensor"), py::arg("torch"))
+      .def("moved_storage", &PyProducer::moved_storage)
       .def("prepare", &PyProducer::prepare)
       .def("wait_for_consumers", &PyProducer::wait_for_consumers, py::arg("count"), py::arg("timeout"))
       .def("stats", &PyProducer::stats)

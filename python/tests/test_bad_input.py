@@ -75,6 +75,12 @@ def test_a_tensor_whose_storage_was_replaced_is_refused_at_publish(producer):
                 "nothing was published"):
         producer.publish(3)
     assert producer.stats().versions_published == 2
+    # `.half()` assigned back: another dtype and half the bytes, each said.
+    weight.data = weight.data.half()
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'weight'",
+                "dtype torch.float32 -> torch.float16", "64 -> 32 bytes", "new memory"):
+        producer.publish(3)
+    assert producer.stats().versions_published == 2
 
 
 def test_a_numpy_array_resized_without_its_refcheck_is_refused_at_publish(producer):
