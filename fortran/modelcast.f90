@@ -25,6 +25,8 @@ module modelcast
   private
   public :: MC_OK, MC_ERR_INVALID_ARGUMENT, MC_ERR_LAYOUT_MISMATCH, MC_ERR_PROTOCOL, MC_ERR_TRANSPORT, &
       MC_ERR_TIMEOUT, MC_ERR_INTEGRITY, MC_ERR_STATE, MC_ERR_RESOURCE, MC_ERR_AUTHENTICATION, MC_ERR_UNKNOWN
+  public :: MC_DTYPE_F64, MC_DTYPE_F32, MC_DTYPE_F16, MC_DTYPE_BF16, MC_DTYPE_I64, MC_DTYPE_I32, MC_DTYPE_I16, &
+      MC_DTYPE_I8, MC_DTYPE_U8, MC_DTYPE_BOOL, MC_DTYPE_F8E4M3
   public :: mc_producer, mc_consumer, mc_view
   public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key
   public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
@@ -32,7 +34,8 @@ module modelcast
       mc_producer_persist_stats, mc_producer_refusal_stats, mc_producer_stats, mc_producer_get_stats
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
       mc_consumer_cancel_waits, mc_consumer_stats, mc_consumer_get_stats, mc_consumer_get_arriving
-  public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy, mc_view_metadata
+  public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy, mc_view_metadata, mc_view_tensor_count, &
+      mc_view_tensor
   public :: mc_scheduler, mc_scheduler_create, mc_scheduler_destroy, mc_scheduler_observe, &
       mc_scheduler_should_publish, mc_scheduler_set_costs, mc_scheduler_wait_for_background
   public :: MC_SCHEDULER_INLINE, MC_SCHEDULER_REFITS_IN_BACKGROUND, MC_SCHEDULER_BACKGROUND
@@ -639,6 +642,58 @@ contains
     end if
     value = found
     status = MC_OK
+  end function
+
+  ! The number of tensors in the view's version (0 for a view that holds none).
+  integer function mc_view_tensor_count(view) result(count)
+    type(mc_view), intent(in) :: view
+    count = int(mc_view_tensor_count_c(view%handle))
+  end function
+
+  ! Tensor `index` (1 to mc_view_tensor_count, the producer's registration order): its name, the
+  ! shape of the Fortran array mc_view_copy fills with it (the tensor's shape reversed, see Array
+  ! order; size 0 for a scalar) and its dtype (MC_DTYPE_*), so that a consumer can allocate that
+  ! array without knowing the model ahead. `name` must be long enough for the name (an error
+  ! says how long), and is blank-padded.
+  integer function mc_view_tensor(view, index, name, shape, dtype) result(status)
+    type(mc_view), intent(in) :: view
+    integer, intent(in) :: index
+    character(len=*), intent(out) :: name
+    integer(c_int64_t), allocatable, intent(out) :: shape(:)
+    integer(c_int), intent(out), optional :: dtype
+    type(mc_tensor_info_t) :: info
+    integer(c_int64_t), pointer :: extents(:)
+    character(len=:), allocatable :: found
+    integer :: count
+    name = ""
+    allocate(shape(0))
+    if (present(dtype)) dtype = -1
+    if (holds_no_version("mc_view_tensor", view, status)) return
+    count = mc_view_tensor_count(view)
+    if (index < 1 .or. index > count) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_view_tensor: index " // count_text(int(index, c_int64_t)) // &
+          " is outside 1 to " // count_text(int(count, c_int64_t)) // " (the tensors of version " // &
+          count_text(mc_view_version_c(view%handle)) // ")")
+      return
+    end if
+    status = from_c(mc_view_tensor_at_c(view%handle, int(index - 1, c_size_t), info))
+    if (status /= MC_OK) return
+    found = f_string(info%name)
+    if (len(found) > len(name)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_view_tensor: tensor " // count_text(int(index, c_int64_t)) // &
+          "'s name has " // count_text(int(len(found), c_int64_t)) // " characters; the variable holds " // &
+          count_text(int(len(name), c_int64_t)))
+      return
+    end if
+    name = found
+    deallocate(shape)
+    if (info%ndim > 0) then
+      call c_f_pointer(info%shape, extents, [int(info%ndim)])
+      shape = extents(size(extents):1:-1)
+    else
+      allocate(shape(0))
+    end if
+    if (present(dtype)) dtype = info%dtype
   end function
 
   ! True (status MC_ERR_STATE, naming `what`) for a view that holds no version.

@@ -289,6 +289,18 @@ module modelcast_c
       type(c_ptr), value :: view, key
       type(c_ptr) :: mc_view_metadata_get_c
     end function
+    function mc_view_tensor_count_c(view) bind(c, name="mc_view_tensor_count")
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: view
+      integer(c_size_t) :: mc_view_tensor_count_c
+    end function
+    function mc_view_tensor_at_c(view, index, out) bind(c, name="mc_view_tensor_at")
+      import :: c_ptr, c_int, c_size_t, mc_tensor_info_t
+      type(c_ptr), value :: view
+      integer(c_size_t), value :: index
+      type(mc_tensor_info_t), intent(out) :: out
+      integer(c_int) :: mc_view_tensor_at_c
+    end function
     function mc_view_find_tensor_c(view, name, out) bind(c, name="mc_view_find_tensor")
       import :: c_ptr, c_int, mc_tensor_info_t
       type(c_ptr), value :: view, name

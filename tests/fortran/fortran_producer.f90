@@ -86,6 +86,7 @@ program fortran_producer
     if (mc_view_metadata(view, "regime", short) /= MC_ERR_INVALID_ARGUMENT) call fail("metadata cut to 3 characters", v)
     if (index(mc_last_error(), "'regime' has 7 characters; the variable holds 3") == 0) &
         call fail("unclear short metadata variable: " // mc_last_error(), v)
+    if (v == 1) call tensors_are_listed(view)
     call check(mc_view_copy(view, "w", w_back), "copy w")
     call check(mc_view_copy(view, "b", b_back), "copy b")
     call check(mc_view_copy(view, "k", k_back), "copy k")
@@ -290,6 +291,39 @@ contains
     call mc_producer_destroy(p)
     write(output_unit, '(a)') "view reuse: ok"
     flush(output_unit)
+  end subroutine
+
+  ! What a consumer that does not know the model reads from a view: each tensor's name, the shape
+  ! of the Fortran array to allocate for it and its dtype; then mc_view_copy fills that array.
+  subroutine tensors_are_listed(listed)
+    type(mc_view), intent(in) :: listed
+    type(mc_view) :: empty
+    character(len=8) :: name
+    character(len=0) :: nothing
+    integer(c_int64_t), allocatable :: extents(:)
+    integer(c_int) :: dtype
+    real(c_float), allocatable :: w_found(:, :)
+    if (mc_view_tensor_count(listed) /= 4) call fail("tensors listed:", mc_view_tensor_count(listed))
+    call check(mc_view_tensor(listed, 1, name, extents, dtype), "mc_view_tensor 1")
+    if (name /= "w" .or. dtype /= MC_DTYPE_F32) call fail("tensor 1 is listed as " // trim(name) // ", dtype", int(dtype))
+    if (size(extents) /= 2) call fail("tensor w is listed with rank", size(extents))
+    if (any(extents /= [n, m])) call fail("tensor w is listed with another Fortran shape, first extent", int(extents(1)))
+    allocate(w_found(extents(1), extents(2)))
+    call check(mc_view_copy(listed, name, w_found), "copy w into the array its listing shaped")
+    if (any(w_found /= w)) call fail("the listed w holds other values", 0)
+    call check(mc_view_tensor(listed, 3, name, extents, dtype), "mc_view_tensor 3")
+    if (name /= "k" .or. dtype /= MC_DTYPE_I32 .or. size(extents) /= 3) call fail("tensor 3 is listed as " // trim(name), 3)
+    if (any(extents /= [2, 3, 4])) call fail("tensor k is listed with another Fortran shape, first extent", int(extents(1)))
+    call check(mc_view_tensor(listed, 4, name, extents), "mc_view_tensor 4, no dtype asked")
+    if (name /= "s" .or. size(extents) /= 1) call fail("tensor 4 is listed as " // trim(name), 4)
+    if (mc_view_tensor(listed, 5, name, extents) /= MC_ERR_INVALID_ARGUMENT) call fail("tensor 5 of 4 was listed", 0)
+    if (index(mc_last_error(), "index 5 is outside 1 to 4") == 0) call fail("unclear index error: " // mc_last_error(), 0)
+    if (mc_view_tensor(listed, 0, name, extents) /= MC_ERR_INVALID_ARGUMENT) call fail("tensor 0 was listed", 0)
+    if (mc_view_tensor(listed, 2, nothing, extents) /= MC_ERR_INVALID_ARGUMENT) call fail("a name fit 0 characters", 0)
+    if (index(mc_last_error(), "name has 1 characters; the variable holds 0") == 0) &
+        call fail("unclear short name error: " // mc_last_error(), 0)
+    if (mc_view_tensor_count(empty) /= 0) call fail("a view of no version lists tensors:", mc_view_tensor_count(empty))
+    if (mc_view_tensor(empty, 1, name, extents) /= MC_ERR_STATE) call fail("a view of no version listed a tensor", 0)
   end subroutine
 
   ! A consumer's own account, read through mc_consumer_get_stats and mc_consumer_get_arriving,
