@@ -681,8 +681,8 @@ contains
     found = f_string(info%name)
     if (len(found) > len(name)) then
       status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_view_tensor: tensor " // count_text(int(index, c_int64_t)) // &
-          "'s name has " // count_text(int(len(found), c_int64_t)) // " characters; the variable holds " // &
-          count_text(int(len(name), c_int64_t)))
+          "'s name '" // found // "' is longer than the variable (character(len=" // &
+          count_text(int(len(name), c_int64_t)) // "))")
       return
     end if
     name = found

@@ -9,7 +9,6 @@
 
 #include <atomic>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -217,8 +216,9 @@ class PyProducer {
   // The registered objects whose memory can be replaced under the same object: torch's `.data =
   // ...`, `.half()` assigned back or `.set_()`, NumPy's resize(refcheck=False); either may free the
   // old memory, which publish() would go on reading. Checked before every publish here, not in
-  // Python: 20,000 tensors took about 20 ms a publish there (NumPy builds a dict per array for
-  // its address), most of a small model's stall. Changed and read under the GIL only; watch()
+  // Python: a 64 MiB model of 20,000 NumPy arrays spent 95 ms a publish there (NumPy builds a dict
+  // per array for its address) and of torch tensors 43 ms, against 2 and 13 ms here and a 10 ms
+  // memcpy of the model (bench/run.sh pypublish). Changed and read under the GIL only; watch()
   // runs before the first publish, close() replaces the list.
   struct Watched {
     std::string name;

@@ -320,7 +320,7 @@ contains
     if (index(mc_last_error(), "index 5 is outside 1 to 4") == 0) call fail("unclear index error: " // mc_last_error(), 0)
     if (mc_view_tensor(listed, 0, name, extents) /= MC_ERR_INVALID_ARGUMENT) call fail("tensor 0 was listed", 0)
     if (mc_view_tensor(listed, 2, nothing, extents) /= MC_ERR_INVALID_ARGUMENT) call fail("a name fit 0 characters", 0)
-    if (index(mc_last_error(), "name has 1 characters; the variable holds 0") == 0) &
+    if (index(mc_last_error(), "tensor 2's name 'b' is longer than the variable (character(len=0))") == 0) &
         call fail("unclear short name error: " // mc_last_error(), 0)
     if (mc_view_tensor_count(empty) /= 0) call fail("a view of no version lists tensors:", mc_view_tensor_count(empty))
     if (mc_view_tensor(empty, 1, name, extents) /= MC_ERR_STATE) call fail("a view of no version listed a tensor", 0)
