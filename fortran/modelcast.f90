@@ -30,6 +30,7 @@ module modelcast
   public :: mc_producer, mc_consumer, mc_view
   public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key
   public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
+      mc_producer_register_piece, &
       mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_cancel_waits, mc_producer_copy_stats, &
       mc_producer_persist_stats, mc_producer_refusal_stats, mc_producer_stats, mc_producer_get_stats
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
@@ -89,6 +90,10 @@ module modelcast
   ! integer(c_int64_t)) under `name`, its shape reversed (see Array order). Before the first publish.
   interface mc_producer_register
     module procedure register_f32, register_f64, register_i32, register_i64
+  end interface
+  ! Registers this rank's piece of a tensor of several ranks (see piece_f32 below).
+  interface mc_producer_register_piece
+    module procedure piece_f32, piece_f64, piece_i32, piece_i64
   end interface
   ! Copies the tensor `name` of a view into an array of the same type and reversed shape.
   interface mc_view_copy
@@ -157,21 +162,43 @@ contains
   ! With a key file, consumers are admitted by their public keys (Z85, 40 characters each, e.g.
   ! read with mc_load_public_key): allowed_consumer_keys, or allow_any_consumer.
   ! relay_fanout > 0: consumers relay versions to each other (ProducerOptions::relay_fanout).
+  ! A model trained sharded (an MPI code's domain decomposition): this producer is rank `rank`
+  ! (0-based, as MPI's) of `rank_count`, and registers its pieces with mc_producer_register_piece.
+  ! Rank 0 also takes rank_endpoints: every rank's mc_producer_endpoint in rank order (its own
+  ! entry is not read and may be blank), so start ranks 1.. first and gather their endpoints
+  ! (MPI_Allgather of a character(len=256)), then rank 0. Consumers are told rank 0's endpoint.
   integer function mc_producer_create(producer, model_name, control_endpoint, key_file, allow_any_consumer, &
-                                      integrity, relay_fanout, allowed_consumer_keys) result(status)
+                                      integrity, relay_fanout, allowed_consumer_keys, rank, rank_count, &
+                                      rank_endpoints) result(status)
     type(mc_producer), intent(inout) :: producer
     character(len=*), intent(in) :: model_name
     character(len=*), intent(in), optional :: control_endpoint, key_file
     logical, intent(in), optional :: allow_any_consumer, integrity
-    integer, intent(in), optional :: relay_fanout
-    character(len=*), intent(in), optional :: allowed_consumer_keys(:)
+    integer, intent(in), optional :: relay_fanout, rank, rank_count
+    character(len=*), intent(in), optional :: allowed_consumer_keys(:), rank_endpoints(:)
     type(mc_producer_options_t) :: options
-    character(kind=c_char), allocatable, target :: name_c(:), endpoint_c(:), key_c(:), keys_c(:, :)
-    type(c_ptr), allocatable, target :: key_pointers(:)
-    integer :: i, j
+    character(kind=c_char), allocatable, target :: name_c(:), endpoint_c(:), key_c(:)
+    type(c_text), allocatable, target :: keys_c(:), rank_endpoints_c(:)
+    type(c_ptr), allocatable, target :: key_pointers(:), rank_endpoint_pointers(:)
+    integer :: i
     if (present(relay_fanout)) then
       if (relay_fanout < 0) then
         status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_create: relay_fanout is negative")
+        return
+      end if
+    end if
+    ! C takes both as uint32_t: a negative one would arrive as a rank near 2^32.
+    if (present(rank)) then
+      if (rank < 0) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_create: rank is " // &
+            count_text(int(rank, c_int64_t)) // "; ranks count from 0, as MPI's")
+        return
+      end if
+    end if
+    if (present(rank_count)) then
+      if (rank_count < 1) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_create: rank_count is " // &
+            count_text(int(rank_count, c_int64_t)) // "; at least 1")
         return
       end if
     end if
@@ -193,6 +220,11 @@ contains
         if (holds_nul("mc_producer_create: allowed_consumer_keys", allowed_consumer_keys(i), status)) return
       end do
     end if
+    if (present(rank_endpoints)) then
+      do i = 1, size(rank_endpoints)
+        if (holds_nul("mc_producer_create: rank_endpoints", rank_endpoints(i), status)) return
+      end do
+    end if
     call mc_producer_options_init_c(options)
     if (options%struct_size /= c_sizeof(options)) then
       status = struct_mismatch("mc_producer_create", options%struct_size, c_sizeof(options))
@@ -212,19 +244,16 @@ contains
     if (present(integrity)) options%integrity = merge(1_c_int, 0_c_int, integrity)
     if (present(relay_fanout)) options%relay_fanout = int(relay_fanout, c_size_t)
     if (present(allowed_consumer_keys)) then
-      ! One NUL-terminated copy per key (trailing blanks dropped), and the array of pointers to
-      ! them the C struct takes; both live until the create call returns, which copies them.
-      allocate(keys_c(len(allowed_consumer_keys) + 1, size(allowed_consumer_keys)))
-      allocate(key_pointers(max(1, size(allowed_consumer_keys))))
-      do i = 1, size(allowed_consumer_keys)
-        keys_c(:, i) = c_null_char
-        do j = 1, len_trim(allowed_consumer_keys(i))
-          keys_c(j, i) = allowed_consumer_keys(i)(j:j)
-        end do
-        key_pointers(i) = c_loc(keys_c(1, i))
-      end do
+      call to_c_array(allowed_consumer_keys, keys_c, key_pointers)
       options%allowed_consumer_keys = c_loc(key_pointers)
       options%allowed_consumer_key_count = int(size(allowed_consumer_keys), c_size_t)
+    end if
+    if (present(rank)) options%rank = int(rank, c_int32_t)
+    if (present(rank_count)) options%rank_count = int(rank_count, c_int32_t)
+    if (present(rank_endpoints)) then
+      call to_c_array(rank_endpoints, rank_endpoints_c, rank_endpoint_pointers)
+      options%rank_endpoints = c_loc(rank_endpoint_pointers)
+      options%rank_endpoint_count = int(size(rank_endpoints), c_size_t)
     end if
     status = from_c(mc_producer_create_c(options, producer%handle))
   end function
@@ -246,32 +275,39 @@ contains
   ! `contiguous` is the array's: the register functions take arrays without the contiguous
   ! attribute, so a strided section arrives as it is (with it, gfortran would pass a temporary
   ! copy that the call frees, and the producer would snapshot freed memory) and is refused here.
-  integer function register_raw(producer, name, dtype, extents, data, contiguous) result(status)
+  ! With global_shape and global_start (both or neither), the array is a piece of a tensor
+  ! registered by several ranks (mc_producer_register_piece), else a tensor of its own.
+  integer function register_raw(producer, name, dtype, extents, data, contiguous, global_shape, global_start) &
+      result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int), intent(in) :: dtype
     integer(c_int64_t), intent(in) :: extents(:)
     type(c_ptr), intent(in) :: data
     logical, intent(in) :: contiguous
+    integer, intent(in), optional :: global_shape(:), global_start(:)
     character(kind=c_char), allocatable, target :: name_c(:)
-    integer(c_int64_t) :: shape(max(1, size(extents)))
+    integer(c_int64_t) :: shape(max(1, size(extents))), whole(max(1, size(extents))), offset(max(1, size(extents)))
+    character(len=:), allocatable :: call_name
     integer :: i, n
-    if (holds_nul("mc_producer_register", name, status)) return
+    call_name = "mc_producer_register"
+    if (present(global_shape)) call_name = "mc_producer_register_piece"
+    if (holds_nul(call_name, name, status)) return
     ! First: an unallocated array's or a null pointer's extents and contiguity are whatever its
     ! descriptor held, and the checks below gave one of their reasons for it at random.
     if (.not. c_associated(data)) then
-      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, call_name // ": the array for '" // trim(name) // &
           "' is not allocated (or a pointer not associated)")
       return
     end if
     ! An assumed-size dummy (a(n, *)) has no last extent: shape() says -1.
     if (any(extents < 0)) then
-      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, call_name // ": the array for '" // trim(name) // &
           "' is assumed-size (declared a(n, *)): its size is unknown; pass it with its whole shape (a(n, m))")
       return
     end if
     if (.not. contiguous) then
-      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register: the array for '" // trim(name) // &
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, call_name // ": the array for '" // trim(name) // &
           "' is not contiguous (a strided section?); register a whole array or a contiguous section")
       return
     end if
@@ -280,7 +316,55 @@ contains
       shape(i) = extents(n + 1 - i)
     end do
     call to_c(name, name_c)
-    status = from_c(mc_producer_register_tensor_c(producer%handle, c_loc(name_c), dtype, int(n, c_size_t), shape, data))
+    if (.not. present(global_shape)) then
+      status = from_c(mc_producer_register_tensor_c(producer%handle, c_loc(name_c), dtype, int(n, c_size_t), shape, &
+                                                    data))
+      return
+    end if
+    if (piece_misplaced(name, extents, global_shape, global_start, status)) return
+    do i = 1, n  ! reversed as the extents; 1-based Fortran starts become 0-based offsets
+      whole(i) = int(global_shape(n + 1 - i), c_int64_t)
+      offset(i) = int(global_start(n + 1 - i), c_int64_t) - 1
+    end do
+    status = from_c(mc_producer_register_piece_c(producer%handle, c_loc(name_c), dtype, int(n, c_size_t), shape, &
+                                                 whole, offset, data))
+  end function
+
+  ! True (status set, naming the tensor in Fortran's terms) unless the piece's global_shape and
+  ! global_start have one entry per dimension of the array and the piece lies inside the whole.
+  ! The library checks the same, but in its row-major order: its message would show the
+  ! dimensions reversed and the starts 0-based.
+  logical function piece_misplaced(name, extents, global_shape, global_start, status)
+    character(len=*), intent(in) :: name
+    integer(c_int64_t), intent(in) :: extents(:)
+    integer, intent(in) :: global_shape(:), global_start(:)
+    integer, intent(out) :: status
+    integer(c_int64_t) :: whole(size(global_shape)), first(size(global_start))
+    character(len=:), allocatable :: range
+    integer :: i
+    piece_misplaced = .true.
+    whole = int(global_shape, c_int64_t)
+    first = int(global_start, c_int64_t)
+    if (size(whole) /= size(extents) .or. size(first) /= size(extents)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register_piece: the array for '" // trim(name) // &
+          "' has " // count_text(int(size(extents), c_int64_t)) // " dimension(s), global_shape " // &
+          count_text(int(size(whole), c_int64_t)) // " and global_start " // count_text(int(size(first), c_int64_t)) // &
+          "; give one of each per dimension")
+      return
+    end if
+    if (any(first < 1) .or. any(first + extents - 1 > whole)) then
+      range = "("
+      do i = 1, size(extents)
+        range = range // count_text(first(i)) // ":" // count_text(first(i) + extents(i) - 1)
+        if (i < size(extents)) range = range // ", "
+      end do
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register_piece: the array for '" // trim(name) // &
+          "' would be elements " // range // ") of a tensor of shape " // extents_text(whole) // &
+          ", which has no such elements (global_start counts from 1)")
+      return
+    end if
+    piece_misplaced = .false.
+    status = MC_OK
   end function
 
   ! intent(inout), though nothing is written: the array must be a variable, which the compiler
@@ -309,6 +393,43 @@ contains
     character(len=*), intent(in) :: name
     integer(c_int64_t), dimension(..), target, intent(inout) :: array
     status = register_raw(producer, name, MC_DTYPE_I64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array))
+  end function
+
+  ! This rank's piece of a tensor of several ranks (see mc_producer_create's rank): the array is
+  ! elements global_start(1) : global_start(1) + size(array, 1) - 1, ... (1-based, Fortran order)
+  ! of a tensor of global_shape. Ranks may hold the same elements (halo cells, a replicated
+  ! tensor): those must then hold the same values. Before the first publish.
+  integer function piece_f32(producer, name, array, global_shape, global_start) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    real(c_float), dimension(..), target, intent(inout) :: array
+    integer, intent(in) :: global_shape(:), global_start(:)
+    status = register_raw(producer, name, MC_DTYPE_F32, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array), &
+                          global_shape, global_start)
+  end function
+  integer function piece_f64(producer, name, array, global_shape, global_start) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    real(c_double), dimension(..), target, intent(inout) :: array
+    integer, intent(in) :: global_shape(:), global_start(:)
+    status = register_raw(producer, name, MC_DTYPE_F64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array), &
+                          global_shape, global_start)
+  end function
+  integer function piece_i32(producer, name, array, global_shape, global_start) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    integer(c_int32_t), dimension(..), target, intent(inout) :: array
+    integer, intent(in) :: global_shape(:), global_start(:)
+    status = register_raw(producer, name, MC_DTYPE_I32, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array), &
+                          global_shape, global_start)
+  end function
+  integer function piece_i64(producer, name, array, global_shape, global_start) result(status)
+    type(mc_producer), intent(in) :: producer
+    character(len=*), intent(in) :: name
+    integer(c_int64_t), dimension(..), target, intent(inout) :: array
+    integer, intent(in) :: global_shape(:), global_start(:)
+    status = register_raw(producer, name, MC_DTYPE_I64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array), &
+                          global_shape, global_start)
   end function
 
   ! Copies every registered array into a snapshot and returns; delivery runs in the background.
@@ -344,13 +465,12 @@ contains
         if (holds_nul("mc_producer_publish: a metadata value", metadata_values(i), status)) return
       end do
     end if
-    allocate(keys_c(n), values_c(n), key_pointers(max(n, 1)), value_pointers(max(n, 1)))
-    do i = 1, n
-      call to_c(metadata_keys(i), keys_c(i)%chars)
-      call to_c(metadata_values(i), values_c(i)%chars)
-      key_pointers(i) = c_loc(keys_c(i)%chars)
-      value_pointers(i) = c_loc(values_c(i)%chars)
-    end do
+    if (present(metadata_keys)) then
+      call to_c_array(metadata_keys, keys_c, key_pointers)
+      call to_c_array(metadata_values, values_c, value_pointers)
+    else
+      allocate(key_pointers(1), value_pointers(1))
+    end if
     status = from_c(mc_producer_publish_c(producer%handle, step, c_loc(key_pointers), c_loc(value_pointers), &
                                           int(n, c_size_t), result))
     if (present(version)) version = result%version

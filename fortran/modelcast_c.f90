@@ -178,6 +178,15 @@ module modelcast_c
       integer(c_int64_t), intent(in) :: shape(*)
       integer(c_int) :: mc_producer_register_tensor_c
     end function
+    function mc_producer_register_piece_c(producer, name, dtype, ndim, shape, global_shape, global_offset, data) &
+        bind(c, name="mc_producer_register_piece")
+      import :: c_ptr, c_int, c_size_t, c_int64_t
+      type(c_ptr), value :: producer, name, data
+      integer(c_int), value :: dtype
+      integer(c_size_t), value :: ndim
+      integer(c_int64_t), intent(in) :: shape(*), global_shape(*), global_offset(*)
+      integer(c_int) :: mc_producer_register_piece_c
+    end function
     function mc_producer_publish_c(producer, step, keys, values, count, out) bind(c, name="mc_producer_publish")
       import :: c_ptr, c_int, c_size_t, c_int64_t, mc_publish_result_t
       type(c_ptr), value :: producer, keys, values

@@ -5,7 +5,7 @@ module modelcast_support
   use modelcast_c
   implicit none
   private
-  public :: to_c, f_string, mc_last_error, from_c, module_failure, struct_mismatch, shape_text, extents_text, &
+  public :: to_c, to_c_array, f_string, mc_last_error, from_c, module_failure, struct_mismatch, shape_text, extents_text, &
       holds_nul, bad_text, count_text
 
   ! One NUL-terminated text for the C side, as an element of an array of them (metadata).
@@ -36,6 +36,22 @@ contains
       chars(i) = text(i:i)
     end do
     chars(n + 1) = c_null_char
+  end subroutine
+
+  ! holders(i) = texts(i) as to_c makes it, and pointers(i) its address: the array of C strings
+  ! a C struct or call takes. pointers has at least one element, so c_loc of it is valid for none.
+  ! Both live until the caller's C call returns (the library copies what it keeps).
+  subroutine to_c_array(texts, holders, pointers)
+    character(len=*), intent(in) :: texts(:)
+    type(c_text), allocatable, target, intent(out) :: holders(:)
+    type(c_ptr), allocatable, intent(out) :: pointers(:)
+    integer :: i
+    allocate(holders(size(texts)), pointers(max(1, size(texts))))
+    pointers = c_null_ptr
+    do i = 1, size(texts)
+      call to_c(texts(i), holders(i)%chars)
+      pointers(i) = c_loc(holders(i)%chars)
+    end do
   end subroutine
 
   function f_string(pointer) result(text)

@@ -119,6 +119,7 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
   };
   EXPECT_TRUE(producer.wait_for_line("consumer stats: ok")) << "the Fortran consumer stats checks did not finish:\n"
                                                             << said();
+  EXPECT_TRUE(producer.wait_for_line("sharded: ok")) << "the Fortran producer ranks did not finish:\n" << said();
   EXPECT_TRUE(producer.wait_for_line("keyed: ok")) << "the Fortran keyed exchange did not finish";
   // The Fortran scheduler decided as this process's C++ scheduler does on the same curve.
   using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;

@@ -142,6 +142,7 @@ program fortran_producer
   call misuse_is_refused()
   call a_view_variable_is_reused()
   call consumer_stats_say_what_happened()
+  call ranks_publish_pieces()
   if (command_argument_count() >= 1) then
     call get_command_argument(1, key_directory)
     call keyed_exchange(trim(key_directory))
@@ -156,6 +157,72 @@ contains
   ! steps 100..3000 by 100, warm-up 500, c = 2 s, d = 1 s, in `work_mode` (waiting for the
   ! worker after each decision, so the answers are reproducible); prints `label` and its publish
   ! steps for the C++ side to compare with its own scheduler's.
+  ! An MPI code's field split by columns over two producer ranks (here in one process): each
+  ! rank registers its columns as a piece with its place in the whole, rank 0 is told rank 1's
+  ! endpoint, and a Fortran consumer told rank 0's copies the whole field, every element where
+  ! the whole array has it, once both ranks published the step. Pieces the module must refuse
+  ! (outside the whole, a start of 0, too few starts) and bad ranks are refused by name.
+  subroutine ranks_publish_pieces()
+    integer, parameter :: rows = 3, cols = 5
+    real(c_double), target :: field(rows, cols), left(rows, 3), right(rows, 2), back(rows, cols)
+    type(mc_producer) :: rank0, rank1, refused
+    type(mc_consumer) :: c
+    type(mc_view) :: view
+    character(len=256) :: endpoints(2)
+    integer :: i, j, step
+    call check(mc_producer_create(rank1, "sharded", rank=1, rank_count=2), "mc_producer_create (rank 1)")
+    endpoints(1) = ""  ! rank 0's own: not read
+    endpoints(2) = mc_producer_endpoint(rank1)
+    if (mc_producer_create(refused, "sharded", rank=0, rank_count=2) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("rank 0 of 2 was created without rank_endpoints", 0)
+    if (index(mc_last_error(), "rank_endpoints") == 0) call fail("unclear missing rank_endpoints: " // mc_last_error(), 0)
+    if (mc_producer_create(refused, "sharded", rank=-1, rank_count=2) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("rank -1 was accepted", 0)
+    if (index(mc_last_error(), "rank is -1") == 0) call fail("unclear negative rank: " // mc_last_error(), 0)
+    if (mc_producer_create(refused, "sharded", rank_count=0) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("rank_count 0 was accepted", 0)
+    call check(mc_producer_create(rank0, "sharded", rank=0, rank_count=2, rank_endpoints=endpoints), &
+        "mc_producer_create (rank 0)")
+    call check(mc_producer_register_piece(rank0, "field", left, global_shape=[rows, cols], global_start=[1, 1]), &
+        "register_piece (rank 0)")
+    call check(mc_producer_register_piece(rank1, "field", right, global_shape=[rows, cols], global_start=[1, 4]), &
+        "register_piece (rank 1)")
+    if (mc_producer_register_piece(rank1, "over", right, global_shape=[rows, cols], global_start=[1, 5]) &
+        /= MC_ERR_INVALID_ARGUMENT) call fail("a piece past the whole tensor's last column was accepted", 0)
+    if (index(mc_last_error(), "'over' would be elements (1:3, 5:6) of a tensor of shape (3, 5)") == 0) &
+        call fail("unclear piece outside its tensor: " // mc_last_error(), 0)
+    if (mc_producer_register_piece(rank1, "zero", right, global_shape=[rows, cols], global_start=[0, 4]) &
+        /= MC_ERR_INVALID_ARGUMENT) call fail("a start of 0 was accepted", 0)
+    if (index(mc_last_error(), "global_start counts from 1") == 0) call fail("unclear start of 0: " // mc_last_error(), 0)
+    if (mc_producer_register_piece(rank1, "flat", right, global_shape=[rows, cols], global_start=[4]) &
+        /= MC_ERR_INVALID_ARGUMENT) call fail("one start for a 2-D piece was accepted", 0)
+    if (index(mc_last_error(), "has 2 dimension(s), global_shape 2 and global_start 1") == 0) &
+        call fail("unclear count of starts: " // mc_last_error(), 0)
+    call check(mc_consumer_create(c, mc_producer_endpoint(rank0), "sharded"), "mc_consumer_create (sharded)")
+    do step = 1, 2
+      do j = 1, cols
+        do i = 1, rows
+          field(i, j) = 1000 * step + 10 * i + j
+        end do
+      end do
+      left = field(:, 1:3)
+      right = field(:, 4:5)
+      call check(mc_producer_publish(rank0, 10 * step), "publish (rank 0)")
+      call check(mc_producer_publish(rank1, 10 * step), "publish (rank 1)")
+      call check(mc_consumer_wait_for_version(c, int(step, c_int64_t), 30000_c_int64_t, view), "wait (sharded)")
+      if (mc_view_step(view) /= 10 * step) call fail("the sharded view's step is", int(mc_view_step(view)))
+      back = 0
+      call check(mc_view_copy(view, "field", back), "copy field")
+      if (any(back /= field)) call fail("the field assembled from two ranks differs at step", 10 * step)
+      call mc_view_release(view)
+    end do
+    call mc_consumer_destroy(c)
+    call mc_producer_destroy(rank0)
+    call mc_producer_destroy(rank1)
+    write(output_unit, '(a)') "sharded: ok"
+    flush(output_unit)
+  end subroutine
+
   ! Arrays and arguments the module must refuse by name rather than pass on: a strided section
   ! (the compiler would hand over a temporary that the call frees), a name holding a NUL (C
   ! would read a shorter one), a negative consumer count or relay fanout.
