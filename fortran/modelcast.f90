@@ -33,6 +33,7 @@ module modelcast
       mc_producer_register_piece, &
       mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_cancel_waits, mc_producer_copy_stats, &
       mc_producer_persist_stats, mc_producer_refusal_stats, mc_producer_stats, mc_producer_get_stats
+  public :: mc_want, mc_want_block, mc_want_nothing
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
       mc_consumer_cancel_waits, mc_consumer_stats, mc_consumer_get_stats, mc_consumer_get_arriving
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy, mc_view_metadata, mc_view_tensor_count, &
@@ -84,6 +85,24 @@ module modelcast
     integer(c_int64_t) :: last_update_latency_ns = 0  ! publish call until installed here (same-host clocks)
     integer(c_int64_t) :: last_notify_latency_ns = 0  ! publish call until announced here
     character(len=255) :: last_error = ""             ! blank if none; cut at 255 characters
+  end type
+
+  ! What a consumer keeps of a tensor (mc_consumer_create's wants), made by mc_want_block or
+  ! mc_want_nothing. `tensor` is a name, or "*" for every tensor not named in another want.
+  type :: mc_want
+    character(len=:), allocatable :: tensor
+    logical :: nothing = .false.
+    integer(c_int64_t), allocatable :: start(:), shape(:)  ! Fortran order; start counts from 1
+  end type
+
+  ! The C side of a consumer's wants, alive until mc_consumer_create returns (it copies them).
+  type :: int64_values
+    integer(c_int64_t), allocatable :: values(:)
+  end type
+  type :: wants_in_c
+    type(c_text), allocatable :: names(:)
+    type(mc_tensor_want_t), allocatable :: wants(:)
+    type(int64_values), allocatable :: offsets(:), extents(:)
   end type
 
   ! Registers a contiguous array of any rank (real(c_float), real(c_double), integer(c_int32_t),
@@ -578,13 +597,15 @@ contains
 
   ! Starts a consumer of `model_name` at the producer's control endpoint (it joins in the
   ! background). producer_public_key (Z85) pins the producer; key_file is this consumer's key pair.
-  integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file) &
+  integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file, wants) &
       result(status)
     type(mc_consumer), intent(inout) :: consumer
     character(len=*), intent(in) :: producer_endpoint, model_name
     character(len=*), intent(in), optional :: producer_public_key, key_file
+    type(mc_want), intent(in), optional :: wants(:)
     type(mc_consumer_options_t) :: options
     character(kind=c_char), allocatable, target :: endpoint_c(:), name_c(:), public_c(:), key_c(:)
+    type(wants_in_c), target :: wants_c
     if (c_associated(consumer%handle)) then
       status = module_failure(MC_ERR_STATE, "mc_consumer_create: the consumer variable holds a live consumer; "// &
           "mc_consumer_destroy it first")
@@ -598,6 +619,9 @@ contains
     end if
     if (present(key_file)) then
       if (bad_text("mc_consumer_create: key_file", key_file, status)) return
+    end if
+    if (present(wants)) then
+      if (bad_wants(wants, wants_c, status)) return
     end if
     call mc_consumer_options_init_c(options)
     if (options%struct_size /= c_sizeof(options)) then
@@ -616,7 +640,101 @@ contains
       call to_c(key_file, key_c)
       options%key_file = c_loc(key_c)
     end if
+    if (present(wants)) then
+      options%wants = c_loc(wants_c%wants)
+      options%want_count = int(size(wants), c_size_t)
+    end if
     status = from_c(mc_consumer_create_c(options, consumer%handle))
+  end function
+
+  ! Keep only elements start(1) : start(1) + shape(1) - 1, ... (Fortran order, 1-based) of
+  ! `tensor` ("*": of every tensor not named in another want). One block per tensor.
+  function mc_want_block(tensor, start, shape) result(want)
+    character(len=*), intent(in) :: tensor
+    integer, intent(in) :: start(:), shape(:)
+    type(mc_want) :: want
+    ! allocate(source=): gfortran 12 warns, wrongly, that an assignment to a function result's
+    ! allocatable component reads its bounds uninitialised.
+    want%tensor = trim(tensor)
+    allocate(want%start, source=int(start, c_int64_t))
+    allocate(want%shape, source=int(shape, c_int64_t))
+  end function
+
+  ! Keep none of `tensor` ("*": of every tensor not named in another want).
+  function mc_want_nothing(tensor) result(want)
+    character(len=*), intent(in) :: tensor
+    type(mc_want) :: want
+    want%tensor = trim(tensor)
+    want%nothing = .true.
+    allocate(want%start(0), want%shape(0))
+  end function
+
+  ! True (status set, naming the want in Fortran's terms) unless each want was made by
+  ! mc_want_block or mc_want_nothing, names its tensor once, and a block has one start (from 1)
+  ! and one extent per dimension. Else fills `c` with the C wants: each block reversed into
+  ! row-major order, its starts 0-based. The library checks the rest (an empty block, and against
+  ! each version's manifest: a block outside its tensor).
+  logical function bad_wants(wants, c, status)
+    type(mc_want), intent(in) :: wants(:)
+    type(wants_in_c), target, intent(out) :: c
+    integer, intent(out) :: status
+    integer :: i, j, n
+    bad_wants = .true.
+    allocate(c%names(size(wants)), c%wants(max(1, size(wants))), c%offsets(size(wants)), c%extents(size(wants)))
+    do i = 1, size(wants)
+      if (.not. allocated(wants(i)%tensor) .or. .not. allocated(wants(i)%start) .or. &
+          .not. allocated(wants(i)%shape)) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: wants(" // &
+            count_text(int(i, c_int64_t)) // ") was not made by mc_want_block or mc_want_nothing")
+        return
+      end if
+      if (holds_nul("mc_consumer_create: wants", wants(i)%tensor, status)) return
+      do j = 1, i - 1
+        if (wants(j)%tensor == wants(i)%tensor) then
+          status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: wants(" // &
+              count_text(int(j, c_int64_t)) // ") and wants(" // count_text(int(i, c_int64_t)) // &
+              ") both name tensor '" // wants(i)%tensor // "'; the module keeps one block per tensor " // &
+              "(want the block that spans both)")
+          return
+        end if
+      end do
+      n = size(wants(i)%start)
+      if (size(wants(i)%shape) /= n) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: the block wanted of '" // &
+            wants(i)%tensor // "' has " // count_text(int(n, c_int64_t)) // " start(s) and " // &
+            count_text(int(size(wants(i)%shape), c_int64_t)) // " extent(s); give one of each per dimension")
+        return
+      end if
+      if (any(wants(i)%start < 1)) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: the block wanted of '" // &
+            wants(i)%tensor // "' starts at " // extents_text(wants(i)%start) // "; starts count from 1")
+        return
+      end if
+      call to_c(wants(i)%tensor, c%names(i)%chars)
+      c%wants(i)%tensor = c_loc(c%names(i)%chars)
+      c%wants(i)%dim = 0
+      c%wants(i)%index = 0
+      c%wants(i)%count = 0
+      c%wants(i)%box_offsets = c_null_ptr
+      c%wants(i)%box_extents = c_null_ptr
+      if (wants(i)%nothing) then
+        c%wants(i)%kind = MC_WANT_KIND_NOTHING
+        c%wants(i)%ndim = 0
+        c%wants(i)%box_count = 0
+        cycle
+      end if
+      c%offsets(i)%values = wants(i)%start(n:1:-1) - 1
+      c%extents(i)%values = wants(i)%shape(n:1:-1)
+      c%wants(i)%kind = MC_WANT_KIND_BOXES
+      c%wants(i)%ndim = int(n, c_size_t)
+      c%wants(i)%box_count = 1
+      if (n > 0) then
+        c%wants(i)%box_offsets = c_loc(c%offsets(i)%values)
+        c%wants(i)%box_extents = c_loc(c%extents(i)%values)
+      end if
+    end do
+    bad_wants = .false.
+    status = MC_OK
   end function
 
   ! What the consumer has installed, refused and received so far, and why it last failed. Any
@@ -774,20 +892,27 @@ contains
   ! shape of the Fortran array mc_view_copy fills with it (the tensor's shape reversed, see Array
   ! order; size 0 for a scalar) and its dtype (MC_DTYPE_*), so that a consumer can allocate that
   ! array without knowing the model ahead. `name` must be long enough for the name (an error
-  ! says how long), and is blank-padded.
-  integer function mc_view_tensor(view, index, name, shape, dtype) result(status)
+  ! says how long), and is blank-padded. For a consumer that keeps a block (mc_want_block),
+  ! `shape` is the block's; global_shape and global_start (optional) say where it lies in the
+  ! whole tensor (Fortran order, from 1). A tensor kept whole: its shape, and starts of 1.
+  integer function mc_view_tensor(view, index, name, shape, dtype, global_shape, global_start) result(status)
     type(mc_view), intent(in) :: view
     integer, intent(in) :: index
     character(len=*), intent(out) :: name
     integer(c_int64_t), allocatable, intent(out) :: shape(:)
     integer(c_int), intent(out), optional :: dtype
+    integer(c_int64_t), allocatable, intent(out), optional :: global_shape(:), global_start(:)
     type(mc_tensor_info_t) :: info
-    integer(c_int64_t), pointer :: extents(:)
+    integer(c_int64_t), pointer :: extents(:), offset(:), whole(:)
+    type(c_ptr) :: offset_c, whole_c
+    integer(c_size_t) :: box_ndim
     character(len=:), allocatable :: found
     integer :: count
     name = ""
     allocate(shape(0))
     if (present(dtype)) dtype = -1
+    if (present(global_shape)) allocate(global_shape(0))
+    if (present(global_start)) allocate(global_start(0))
     if (holds_no_version("mc_view_tensor", view, status)) return
     count = mc_view_tensor_count(view)
     if (index < 1 .or. index > count) then
@@ -814,6 +939,20 @@ contains
       allocate(shape(0))
     end if
     if (present(dtype)) dtype = info%dtype
+    if (.not. (present(global_shape) .or. present(global_start))) return
+    status = from_c(mc_view_tensor_box_c(view%handle, int(index - 1, c_size_t), offset_c, whole_c, box_ndim))
+    if (status /= MC_OK) return
+    if (present(global_shape)) deallocate(global_shape)
+    if (present(global_start)) deallocate(global_start)
+    if (box_ndim == 0) then  ! kept whole
+      if (present(global_shape)) global_shape = shape
+      if (present(global_start)) allocate(global_start(size(shape)), source=1_c_int64_t)
+      return
+    end if
+    call c_f_pointer(offset_c, offset, [int(box_ndim)])
+    call c_f_pointer(whole_c, whole, [int(box_ndim)])
+    if (present(global_shape)) global_shape = whole(size(whole):1:-1)
+    if (present(global_start)) global_start = offset(size(offset):1:-1) + 1
   end function
 
   ! True (status MC_ERR_STATE, naming `what`) for a view that holds no version.

@@ -68,6 +68,17 @@ module modelcast_c
   end type
 
   ! uint64_t fields are integer(c_int64_t): Fortran has no unsigned kind (counts stay below 2^63).
+  ! mc_tensor_want (what a consumer keeps of a tensor); kind is one of C's MC_WANT_*, here
+  ! MC_WANT_KIND_*: Fortran names are case-blind, and mc_want_nothing is the module's function.
+  integer(c_int), parameter, public :: MC_WANT_KIND_WHOLE = 0, MC_WANT_KIND_SHARD = 1, &
+      MC_WANT_KIND_BOXES = 2, MC_WANT_KIND_NOTHING = 3
+  type, bind(c), public :: mc_tensor_want_t
+    type(c_ptr) :: tensor
+    integer(c_int) :: kind
+    integer(c_size_t) :: dim, index, count, ndim, box_count
+    type(c_ptr) :: box_offsets, box_extents
+  end type
+
   type, bind(c), public :: mc_producer_stats_t
     integer(c_int64_t) :: latest_version, versions_published, deliveries, failed_deliveries, leases_expired, &
         bad_messages, bytes_sent, consumers, last_stall_ns
@@ -309,6 +320,14 @@ module modelcast_c
       integer(c_size_t), value :: index
       type(mc_tensor_info_t), intent(out) :: out
       integer(c_int) :: mc_view_tensor_at_c
+    end function
+    function mc_view_tensor_box_c(view, index, offset, whole_shape, ndim) bind(c, name="mc_view_tensor_box")
+      import :: c_ptr, c_int, c_size_t
+      type(c_ptr), value :: view
+      integer(c_size_t), value :: index
+      type(c_ptr), intent(out) :: offset, whole_shape
+      integer(c_size_t), intent(out) :: ndim
+      integer(c_int) :: mc_view_tensor_box_c
     end function
     function mc_view_find_tensor_c(view, name, out) bind(c, name="mc_view_find_tensor")
       import :: c_ptr, c_int, mc_tensor_info_t

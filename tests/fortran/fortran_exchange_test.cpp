@@ -71,9 +71,9 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
                         std::to_string(sizeof(mc_consumer_options)) + " " + std::to_string(sizeof(mc_tensor_info)) +
                         " " + std::to_string(sizeof(mc_scheduler_options)) + " " +
                         std::to_string(sizeof(mc_publish_result)) + " " + std::to_string(sizeof(mc_consumer_stats)) +
-                        " " + std::to_string(sizeof(mc_producer_stats)))
+                        " " + std::to_string(sizeof(mc_producer_stats)) + " " + std::to_string(sizeof(mc_tensor_want)))
       << "(producer options, consumer options, tensor info, scheduler options, publish result, consumer stats, "
-         "producer stats): "
+         "producer stats, tensor want): "
          "a struct in fortran/modelcast_c.f90 no longer matches modelcast.h";
   auto endpoint = producer.wait_for_line("endpoint ");
   ASSERT_TRUE(endpoint) << "the Fortran producer did not start";

@@ -160,13 +160,16 @@ contains
   ! An MPI code's field split by columns over two producer ranks (here in one process): each
   ! rank registers its columns as a piece with its place in the whole, rank 0 is told rank 1's
   ! endpoint, and a Fortran consumer told rank 0's copies the whole field, every element where
-  ! the whole array has it, once both ranks published the step. Pieces the module must refuse
-  ! (outside the whole, a start of 0, too few starts) and bad ranks are refused by name.
+  ! the whole array has it, once both ranks published the step; another keeps a block across
+  ! both ranks' pieces. Pieces and wants the module must refuse (outside the whole, a start of 0,
+  ! too few starts, two wants of a tensor) and bad ranks are refused by name.
   subroutine ranks_publish_pieces()
     integer, parameter :: rows = 3, cols = 5
-    real(c_double), target :: field(rows, cols), left(rows, 3), right(rows, 2), back(rows, cols)
+    real(c_double), target :: field(rows, cols), left(rows, 3), right(rows, 2), back(rows, cols), block(rows, 3)
     type(mc_producer) :: rank0, rank1, refused
-    type(mc_consumer) :: c
+    type(mc_consumer) :: c, server, refused_consumer
+    character(len=16) :: name
+    integer(c_int64_t), allocatable :: extents(:), whole(:), start(:)
     type(mc_view) :: view
     character(len=256) :: endpoints(2)
     integer :: i, j, step
@@ -199,6 +202,25 @@ contains
     if (index(mc_last_error(), "has 2 dimension(s), global_shape 2 and global_start 1") == 0) &
         call fail("unclear count of starts: " // mc_last_error(), 0)
     call check(mc_consumer_create(c, mc_producer_endpoint(rank0), "sharded"), "mc_consumer_create (sharded)")
+    ! A server rank keeps columns 3 to 5 (two from rank 0, both of rank 1's).
+    call check(mc_consumer_create(server, mc_producer_endpoint(rank0), "sharded", &
+                                  wants=[mc_want_block("field", start=[1, 3], shape=[rows, 3])]), &
+        "mc_consumer_create (a block)")
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
+                           wants=[mc_want_block("field", [1, 1], [rows, 1]), mc_want_nothing("field")]) &
+        /= MC_ERR_INVALID_ARGUMENT) call fail("two wants of one tensor were accepted", 0)
+    if (index(mc_last_error(), "wants(1) and wants(2) both name tensor 'field'") == 0) &
+        call fail("unclear wants of one tensor: " // mc_last_error(), 0)
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
+                           wants=[mc_want_block("field", [0, 1], [rows, 1])]) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a block starting at 0 was accepted", 0)
+    if (index(mc_last_error(), "starts at (0, 1); starts count from 1") == 0) &
+        call fail("unclear block start: " // mc_last_error(), 0)
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
+                           wants=[mc_want_block("field", [1, 1], [rows])]) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a block with 2 starts and 1 extent was accepted", 0)
+    if (index(mc_last_error(), "has 2 start(s) and 1 extent(s)") == 0) call fail("unclear block extents: " // &
+        mc_last_error(), 0)
     do step = 1, 2
       do j = 1, cols
         do i = 1, rows
@@ -214,8 +236,19 @@ contains
       back = 0
       call check(mc_view_copy(view, "field", back), "copy field")
       if (any(back /= field)) call fail("the field assembled from two ranks differs at step", 10 * step)
+      call check(mc_view_tensor(view, 1, name, extents, global_shape=whole, global_start=start), "mc_view_tensor (whole)")
+      if (any(whole /= [rows, cols]) .or. any(start /= [1, 1])) call fail("the whole field is not listed as such", 0)
+      call mc_view_release(view)
+      call check(mc_consumer_wait_for_version(server, int(step, c_int64_t), 30000_c_int64_t, view), "wait (a block)")
+      call check(mc_view_tensor(view, 1, name, extents, global_shape=whole, global_start=start), "mc_view_tensor (block)")
+      if (any(extents /= [rows, 3]) .or. any(whole /= [rows, cols]) .or. any(start /= [1, 3])) &
+          call fail("the block is listed with another place at step", 10 * step)
+      block = 0
+      call check(mc_view_copy(view, "field", block), "copy the block")
+      if (any(block /= field(:, 3:5))) call fail("the block of columns 3 to 5 differs at step", 10 * step)
       call mc_view_release(view)
     end do
+    call mc_consumer_destroy(server)
     call mc_consumer_destroy(c)
     call mc_producer_destroy(rank0)
     call mc_producer_destroy(rank1)
@@ -602,7 +635,8 @@ contains
   ! overrun. The test compares these with the C sizes.
   subroutine print_struct_sizes()
     use modelcast_c, only: mc_producer_options_t, mc_consumer_options_t, mc_tensor_info_t, &
-                           mc_scheduler_options_t, mc_publish_result_t, mc_consumer_stats_t, mc_producer_stats_t
+                           mc_scheduler_options_t, mc_publish_result_t, mc_consumer_stats_t, mc_producer_stats_t, &
+                           mc_tensor_want_t
     type(mc_producer_options_t) :: producer_options
     type(mc_consumer_options_t) :: consumer_options
     type(mc_tensor_info_t) :: tensor_info
@@ -610,9 +644,10 @@ contains
     type(mc_publish_result_t) :: publish_result
     type(mc_consumer_stats_t) :: consumer_stats
     type(mc_producer_stats_t) :: producer_stats
-    write(output_unit, '(a,7(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
+    type(mc_tensor_want_t) :: tensor_want
+    write(output_unit, '(a,8(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
         c_sizeof(tensor_info), c_sizeof(scheduler_options), c_sizeof(publish_result), c_sizeof(consumer_stats), &
-        c_sizeof(producer_stats)
+        c_sizeof(producer_stats), c_sizeof(tensor_want)
     flush(output_unit)
   end subroutine
 end program fortran_producer
