@@ -28,7 +28,7 @@ module modelcast
   public :: MC_DTYPE_F64, MC_DTYPE_F32, MC_DTYPE_F16, MC_DTYPE_BF16, MC_DTYPE_I64, MC_DTYPE_I32, MC_DTYPE_I16, &
       MC_DTYPE_I8, MC_DTYPE_U8, MC_DTYPE_BOOL, MC_DTYPE_F8E4M3
   public :: mc_producer, mc_consumer, mc_view
-  public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key
+  public :: mc_last_error, mc_status_name, mc_version_string, mc_load_public_key, mc_write_key_pair
   public :: mc_producer_create, mc_producer_destroy, mc_producer_endpoint, mc_producer_register, &
       mc_producer_register_piece, &
       mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_cancel_waits, mc_producer_copy_stats, &
@@ -577,21 +577,56 @@ contains
     character(len=*), intent(out) :: public_key
     character(kind=c_char), allocatable :: path_c(:)
     character(kind=c_char) :: key_c(41)
-    character(len=16) :: length
-    integer :: i
     public_key = ""
-    if (len(public_key) < 40) then
-      write(length, '(i0)') len(public_key)
-      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_load_public_key: public_key holds " // trim(length) // &
-          " characters; a key needs 40 (character(len=40))")
-      return
-    end if
+    if (bad_key_variable("mc_load_public_key", public_key, status)) return
     if (bad_text("mc_load_public_key: path", path, status, required=.true.)) return
     call to_c(path, path_c)
     status = from_c(mc_load_public_key_c(path_c, key_c))
     if (status /= MC_OK) return
+    public_key = key_text(key_c)
+  end function
+
+  ! Writes a fresh key pair to `path` (readable by its owner only) and its public key to
+  ! `path`.pub, as modelcast-keygen does: a code can make its own keys at its first start.
+  ! public_key (optional, character(len=40)) receives the public key. An existing file is
+  ! refused (naming it) unless overwrite.
+  integer function mc_write_key_pair(path, public_key, overwrite) result(status)
+    character(len=*), intent(in) :: path
+    character(len=*), intent(out), optional :: public_key
+    logical, intent(in), optional :: overwrite
+    character(kind=c_char), allocatable :: path_c(:)
+    character(kind=c_char) :: key_c(41)
+    integer(c_int) :: replace
+    if (present(public_key)) then
+      public_key = ""
+      if (bad_key_variable("mc_write_key_pair", public_key, status)) return
+    end if
+    if (bad_text("mc_write_key_pair: path", path, status, required=.true.)) return
+    replace = 0
+    if (present(overwrite)) replace = merge(1_c_int, 0_c_int, overwrite)
+    call to_c(path, path_c)
+    status = from_c(mc_write_key_pair_c(path_c, replace, key_c))
+    if (status /= MC_OK) return
+    if (present(public_key)) public_key = key_text(key_c)
+  end function
+
+  ! True (status MC_ERR_INVALID_ARGUMENT) when `key` cannot hold a key's 40 characters.
+  logical function bad_key_variable(what, key, status)
+    character(len=*), intent(in) :: what, key
+    integer, intent(out) :: status
+    status = MC_OK
+    bad_key_variable = len(key) < 40
+    if (bad_key_variable) status = module_failure(MC_ERR_INVALID_ARGUMENT, what // ": public_key holds " // &
+        count_text(int(len(key), c_int64_t)) // " characters; a key needs 40 (character(len=40))")
+  end function
+
+  ! The 40 Z85 characters of a key the C library wrote (NUL-terminated) as text.
+  function key_text(chars) result(text)
+    character(kind=c_char), intent(in) :: chars(41)
+    character(len=40) :: text
+    integer :: i
     do i = 1, 40
-      public_key(i:i) = key_c(i)
+      text(i:i) = chars(i)
     end do
   end function
 

@@ -156,6 +156,13 @@ module modelcast_c
       character(kind=c_char), intent(out) :: public_key(41)
       integer(c_int) :: mc_load_public_key_c
     end function
+    function mc_write_key_pair_c(path, overwrite, public_key) bind(c, name="mc_write_key_pair")
+      import :: c_char, c_int
+      character(kind=c_char), intent(in) :: path(*)
+      integer(c_int), value :: overwrite
+      character(kind=c_char), intent(out) :: public_key(41)
+      integer(c_int) :: mc_write_key_pair_c
+    end function
     function mc_dtype_size_c(dtype) bind(c, name="mc_dtype_size")
       import :: c_int, c_size_t
       integer(c_int), value :: dtype

@@ -517,7 +517,7 @@ contains
     type(mc_producer) :: p
     type(mc_consumer) :: c
     type(mc_view) :: kview
-    character(len=40) :: trainer_public, server_public
+    character(len=40) :: trainer_public, server_public, written_public
     character(len=64) :: roomy
     character(len=20) :: cramped
     real(c_float), target :: x(7), x_back(7)
@@ -534,6 +534,19 @@ contains
         call fail("a key was loaded into 20 characters", 0)
     if (index(mc_last_error(), "public_key holds 20 characters; a key needs 40") == 0) &
         call fail("unclear short key variable error: " // mc_last_error(), 0)
+    ! A key pair the Fortran code writes itself serves as the consumer's below: its .pub holds
+    ! the key returned, an existing file is kept unless overwrite, and overwrite makes a new key.
+    call check(mc_write_key_pair(dir // "/fortran.key", written_public), "mc_write_key_pair")
+    call check(mc_load_public_key(dir // "/fortran.key.pub", server_public), "load fortran.key.pub")
+    if (server_public /= written_public) call fail("fortran.key.pub holds another key than returned: " // server_public, 0)
+    if (mc_write_key_pair(dir // "/fortran.key") /= MC_ERR_INVALID_ARGUMENT) call fail("a key pair was replaced", 0)
+    if (index(mc_last_error(), "fortran.key") == 0) call fail("unclear existing key file: " // mc_last_error(), 0)
+    call check(mc_write_key_pair(dir // "/fortran.key", written_public, overwrite=.true.), "mc_write_key_pair (again)")
+    if (written_public == server_public) call fail("overwriting a key pair kept its key", 0)
+    call check(mc_load_public_key(dir // "/fortran.key.pub", server_public), "load fortran.key.pub (again)")
+    if (server_public /= written_public) call fail("the overwritten .pub holds another key: " // server_public, 0)
+    if (mc_write_key_pair(dir // "/short.key", cramped) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a key was written into 20 characters", 0)
     if (mc_producer_create(p, "keyed", key_file=dir // "/trainer.key") == MC_OK) &
         call fail("a keyed producer admitting no consumer was created", 0)
     if (index(mc_last_error(), "allowed_consumer_keys") == 0) call fail("unclear keyed error: " // mc_last_error(), 0)
@@ -542,7 +555,7 @@ contains
     x = [(real(i, c_float) / 4, i = 1, 7)]
     call check(mc_producer_register(p, "x", x), "register x (keyed)")
     call check(mc_consumer_create(c, mc_producer_endpoint(p), "keyed", producer_public_key=trainer_public, &
-                                  key_file=dir // "/server.key"), "mc_consumer_create (keyed)")
+                                  key_file=dir // "/fortran.key"), "mc_consumer_create (keyed)")
     call check(mc_producer_wait_for_consumers(p, 1, 30000_c_int64_t), "the keyed consumer joins")
     call check(mc_producer_publish(p, 1_c_int64_t, kversion), "publish (keyed)")
     call check(mc_consumer_wait_for_version(c, kversion, 30000_c_int64_t, kview), "wait_for_version (keyed)")
