@@ -33,7 +33,7 @@ module modelcast
       mc_producer_register_piece, &
       mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_cancel_waits, mc_producer_copy_stats, &
       mc_producer_persist_stats, mc_producer_refusal_stats, mc_producer_stats, mc_producer_get_stats
-  public :: mc_want, mc_want_block, mc_want_nothing
+  public :: mc_want, mc_want_block, mc_want_shard, mc_want_nothing
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
       mc_consumer_cancel_waits, mc_consumer_stats, mc_consumer_get_stats, mc_consumer_get_arriving
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy, mc_view_metadata, mc_view_tensor_count, &
@@ -87,12 +87,14 @@ module modelcast
     character(len=255) :: last_error = ""             ! blank if none; cut at 255 characters
   end type
 
-  ! What a consumer keeps of a tensor (mc_consumer_create's wants), made by mc_want_block or
-  ! mc_want_nothing. `tensor` is a name, or "*" for every tensor not named in another want.
+  ! What a consumer keeps of a tensor (mc_consumer_create's wants), made by mc_want_block,
+  ! mc_want_shard or mc_want_nothing. `tensor` is a name, or "*" for every tensor not named in
+  ! another want.
   type :: mc_want
     character(len=:), allocatable :: tensor
-    logical :: nothing = .false.
-    integer(c_int64_t), allocatable :: start(:), shape(:)  ! Fortran order; start counts from 1
+    logical :: nothing = .false., shard = .false.
+    integer(c_int64_t), allocatable :: start(:), shape(:)  ! a block; Fortran order, start from 1
+    integer :: index = 0, count = 1                         ! a shard
   end type
 
   ! The C side of a consumer's wants, alive until mc_consumer_create returns (it copies them).
@@ -695,6 +697,20 @@ contains
     allocate(want%shape, source=int(shape, c_int64_t))
   end function
 
+  ! Keep part `index` (0-based, as an MPI rank) of `count` of `tensor` along its last Fortran
+  ! dimension (C's first; split as torch.chunk splits it: parts of ceil(extent / count), the last
+  ! ones smaller or empty). Under "*", a tensor of rank 0 is kept whole.
+  function mc_want_shard(tensor, index, count) result(want)
+    character(len=*), intent(in) :: tensor
+    integer, intent(in) :: index, count
+    type(mc_want) :: want
+    want%tensor = trim(tensor)
+    want%shard = .true.
+    want%index = index
+    want%count = count
+    allocate(want%start(0), want%shape(0))
+  end function
+
   ! Keep none of `tensor` ("*": of every tensor not named in another want).
   function mc_want_nothing(tensor) result(want)
     character(len=*), intent(in) :: tensor
@@ -705,8 +721,8 @@ contains
   end function
 
   ! True (status set, naming the want in Fortran's terms) unless each want was made by
-  ! mc_want_block or mc_want_nothing, names its tensor once, and a block has one start (from 1)
-  ! and one extent per dimension. Else fills `c` with the C wants: each block reversed into
+  ! mc_want_block, mc_want_shard or mc_want_nothing, names its tensor once, a block has one start
+  ! (from 1) and one extent per dimension, and a shard is one of its count. Else fills `c` with the C wants: each block reversed into
   ! row-major order, its starts 0-based. The library checks the rest (an empty block, and against
   ! each version's manifest: a block outside its tensor).
   logical function bad_wants(wants, c, status)
@@ -752,10 +768,23 @@ contains
       c%wants(i)%count = 0
       c%wants(i)%box_offsets = c_null_ptr
       c%wants(i)%box_extents = c_null_ptr
+      c%wants(i)%ndim = 0
+      c%wants(i)%box_count = 0
       if (wants(i)%nothing) then
         c%wants(i)%kind = MC_WANT_KIND_NOTHING
-        c%wants(i)%ndim = 0
-        c%wants(i)%box_count = 0
+        cycle
+      end if
+      if (wants(i)%shard) then
+        ! C takes both as size_t: a negative one would arrive near 2^64.
+        if (wants(i)%count < 1 .or. wants(i)%index < 0 .or. wants(i)%index >= wants(i)%count) then
+          status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: the shard wanted of '" // &
+              wants(i)%tensor // "' is part " // count_text(int(wants(i)%index, c_int64_t)) // " of " // &
+              count_text(int(wants(i)%count, c_int64_t)) // "; parts count from 0 to count - 1")
+          return
+        end if
+        c%wants(i)%kind = MC_WANT_KIND_SHARD
+        c%wants(i)%index = int(wants(i)%index, c_size_t)
+        c%wants(i)%count = int(wants(i)%count, c_size_t)
         cycle
       end if
       c%offsets(i)%values = wants(i)%start(n:1:-1) - 1

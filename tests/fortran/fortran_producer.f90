@@ -165,9 +165,10 @@ contains
   ! too few starts, two wants of a tensor) and bad ranks are refused by name.
   subroutine ranks_publish_pieces()
     integer, parameter :: rows = 3, cols = 5
-    real(c_double), target :: field(rows, cols), left(rows, 3), right(rows, 2), back(rows, cols), block(rows, 3)
+    real(c_double), target :: field(rows, cols), left(rows, 3), right(rows, 2), back(rows, cols), block(rows, 3), &
+        shard_back(rows, 2)
     type(mc_producer) :: rank0, rank1, refused
-    type(mc_consumer) :: c, server, refused_consumer
+    type(mc_consumer) :: c, server, half, refused_consumer
     character(len=16) :: name
     integer(c_int64_t), allocatable :: extents(:), whole(:), start(:)
     type(mc_view) :: view
@@ -206,6 +207,15 @@ contains
     call check(mc_consumer_create(server, mc_producer_endpoint(rank0), "sharded", &
                                   wants=[mc_want_block("field", start=[1, 3], shape=[rows, 3])]), &
         "mc_consumer_create (a block)")
+    ! Another keeps part 1 of 2 (from 0) of every tensor along the last dimension: columns 4 and 5
+    ! of 5 (parts of ceil(5 / 2) columns).
+    call check(mc_consumer_create(half, mc_producer_endpoint(rank0), "sharded", wants=[mc_want_shard("*", 1, 2)]), &
+        "mc_consumer_create (a shard)")
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
+                           wants=[mc_want_shard("field", 2, 2)]) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("part 2 of 2 was accepted", 0)
+    if (index(mc_last_error(), "is part 2 of 2; parts count from 0 to count - 1") == 0) &
+        call fail("unclear shard: " // mc_last_error(), 0)
     if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
                            wants=[mc_want_block("field", [1, 1], [rows, 1]), mc_want_nothing("field")]) &
         /= MC_ERR_INVALID_ARGUMENT) call fail("two wants of one tensor were accepted", 0)
@@ -247,7 +257,15 @@ contains
       call check(mc_view_copy(view, "field", block), "copy the block")
       if (any(block /= field(:, 3:5))) call fail("the block of columns 3 to 5 differs at step", 10 * step)
       call mc_view_release(view)
+      call check(mc_consumer_wait_for_version(half, int(step, c_int64_t), 30000_c_int64_t, view), "wait (a shard)")
+      call check(mc_view_tensor(view, 1, name, extents, global_start=start), "mc_view_tensor (shard)")
+      if (any(extents /= [rows, 2]) .or. any(start /= [1, 4])) call fail("the shard is listed with another place", 0)
+      shard_back = 0
+      call check(mc_view_copy(view, "field", shard_back), "copy the shard")
+      if (any(shard_back /= field(:, 4:5))) call fail("the shard of columns 4 and 5 differs at step", 10 * step)
+      call mc_view_release(view)
     end do
+    call mc_consumer_destroy(half)
     call mc_consumer_destroy(server)
     call mc_consumer_destroy(c)
     call mc_producer_destroy(rank0)
