@@ -721,10 +721,11 @@ contains
   end function
 
   ! True (status set, naming the want in Fortran's terms) unless each want was made by
-  ! mc_want_block, mc_want_shard or mc_want_nothing, names its tensor once, a block has one start
-  ! (from 1) and one extent per dimension, and a shard is one of its count. Else fills `c` with the C wants: each block reversed into
-  ! row-major order, its starts 0-based. The library checks the rest (an empty block, and against
-  ! each version's manifest: a block outside its tensor).
+  ! mc_want_block, mc_want_shard or mc_want_nothing, names its tensor once, a block has one
+  ! start and one extent per dimension (each at least 1), and a shard is one of its count. Else
+  ! fills `c` with the C wants: each block reversed into row-major order, its starts 0-based. The
+  ! library checks the rest against each version's manifest (a block outside its tensor, a
+  ! tensor no version has).
   logical function bad_wants(wants, c, status)
     type(mc_want), intent(in) :: wants(:)
     type(wants_in_c), target, intent(out) :: c
@@ -754,6 +755,13 @@ contains
         status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: the block wanted of '" // &
             wants(i)%tensor // "' has " // count_text(int(n, c_int64_t)) // " start(s) and " // &
             count_text(int(size(wants(i)%shape), c_int64_t)) // " extent(s); give one of each per dimension")
+        return
+      end if
+      ! The library refuses these too, but would show the block reversed and from 0.
+      if (any(wants(i)%shape < 1)) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: the block wanted of '" // &
+            wants(i)%tensor // "' has extents " // extents_text(wants(i)%shape) // &
+            "; each is at least 1 (want nothing of a tensor with mc_want_nothing)")
         return
       end if
       if (any(wants(i)%start < 1)) then

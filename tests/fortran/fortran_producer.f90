@@ -227,6 +227,11 @@ contains
     if (index(mc_last_error(), "starts at (0, 1); starts count from 1") == 0) &
         call fail("unclear block start: " // mc_last_error(), 0)
     if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
+                           wants=[mc_want_block("field", [1, 1], [rows, 0])]) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("an empty block was accepted", 0)
+    if (index(mc_last_error(), "has extents (3, 0); each is at least 1") == 0) &
+        call fail("unclear empty block: " // mc_last_error(), 0)
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
                            wants=[mc_want_block("field", [1, 1], [rows])]) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a block with 2 starts and 1 extent was accepted", 0)
     if (index(mc_last_error(), "has 2 start(s) and 1 extent(s)") == 0) call fail("unclear block extents: " // &
