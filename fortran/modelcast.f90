@@ -5,7 +5,9 @@
 ! column-major, so its shape is registered reversed: real(c_float) :: w(n, m) is published as
 ! the tensor of shape [m, n], with the same bytes; a C, C++ or Python consumer reads element
 ! w(i, j) at [j-1][i-1]. mc_view_copy applies the same rule back: the Fortran array it fills
-! must have the reversed shape of the tensor (w(n, m) for a tensor of shape [m, n]).
+! must have the reversed shape of the tensor (w(n, m) for a tensor of shape [m, n]). Places in
+! a tensor (a rank's piece, a consumer's block) are in the same Fortran order and count from 1,
+! as Fortran's indices do; ranks and a shard's part count from 0, as MPI's ranks do.
 !
 ! Errors: every function returns an integer status (MC_OK = 0, else an MC_ERR_* code);
 ! mc_last_error() then names the problem. Strings passed in lose trailing blanks and are copied.
