@@ -308,9 +308,11 @@ contains
     integer(c_int64_t), intent(in) :: extents(:)
     type(c_ptr), intent(in) :: data
     logical, intent(in) :: contiguous
-    integer, intent(in), optional :: global_shape(:), global_start(:)
+    class(*), intent(in), optional :: global_shape(:), global_start(:)
     character(kind=c_char), allocatable, target :: name_c(:)
     integer(c_int64_t) :: shape(max(1, size(extents))), whole(max(1, size(extents))), offset(max(1, size(extents)))
+    integer(c_int64_t), allocatable :: global(:), first(:)
+    logical :: shape_ok, start_ok
     character(len=:), allocatable :: call_name
     integer :: i, n
     call_name = "mc_producer_register"
@@ -344,10 +346,17 @@ contains
                                                     data))
       return
     end if
-    if (piece_misplaced(name, extents, global_shape, global_start, status)) return
+    call as_int64(global_shape, global, shape_ok)
+    call as_int64(global_start, first, start_ok)
+    if (.not. (shape_ok .and. start_ok)) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, call_name // ": global_shape and global_start of '" // &
+          trim(name) // "' are integer arrays (default kind or c_int64_t)")
+      return
+    end if
+    if (piece_misplaced(name, extents, global, first, status)) return
     do i = 1, n  ! reversed as the extents; 1-based Fortran starts become 0-based offsets
-      whole(i) = int(global_shape(n + 1 - i), c_int64_t)
-      offset(i) = int(global_start(n + 1 - i), c_int64_t) - 1
+      whole(i) = global(n + 1 - i)
+      offset(i) = first(n + 1 - i) - 1
     end do
     status = from_c(mc_producer_register_piece_c(producer%handle, c_loc(name_c), dtype, int(n, c_size_t), shape, &
                                                  whole, offset, data))
@@ -357,17 +366,13 @@ contains
   ! global_start have one entry per dimension of the array and the piece lies inside the whole.
   ! The library checks the same, but in its row-major order: its message would show the
   ! dimensions reversed and the starts 0-based.
-  logical function piece_misplaced(name, extents, global_shape, global_start, status)
+  logical function piece_misplaced(name, extents, whole, first, status)
     character(len=*), intent(in) :: name
-    integer(c_int64_t), intent(in) :: extents(:)
-    integer, intent(in) :: global_shape(:), global_start(:)
+    integer(c_int64_t), intent(in) :: extents(:), whole(:), first(:)
     integer, intent(out) :: status
-    integer(c_int64_t) :: whole(size(global_shape)), first(size(global_start))
     character(len=:), allocatable :: range
     integer :: i
     piece_misplaced = .true.
-    whole = int(global_shape, c_int64_t)
-    first = int(global_start, c_int64_t)
     if (size(whole) /= size(extents) .or. size(first) /= size(extents)) then
       status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register_piece: the array for '" // trim(name) // &
           "' has " // count_text(int(size(extents), c_int64_t)) // " dimension(s), global_shape " // &
@@ -421,12 +426,13 @@ contains
   ! This rank's piece of a tensor of several ranks (see mc_producer_create's rank): the array is
   ! elements global_start(1) : global_start(1) + size(array, 1) - 1, ... (1-based, Fortran order)
   ! of a tensor of global_shape. Ranks may hold the same elements (halo cells, a replicated
-  ! tensor): those must then hold the same values. Before the first publish.
+  ! tensor): those must then hold the same values. Before the first publish. global_shape and
+  ! global_start are integer arrays of default kind or c_int64_t (an extent past 2^31 - 1).
   integer function piece_f32(producer, name, array, global_shape, global_start) result(status)
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     real(c_float), dimension(..), target, intent(inout) :: array
-    integer, intent(in) :: global_shape(:), global_start(:)
+    class(*), intent(in) :: global_shape(:), global_start(:)
     status = register_raw(producer, name, MC_DTYPE_F32, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array), &
                           global_shape, global_start)
   end function
@@ -434,7 +440,7 @@ contains
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     real(c_double), dimension(..), target, intent(inout) :: array
-    integer, intent(in) :: global_shape(:), global_start(:)
+    class(*), intent(in) :: global_shape(:), global_start(:)
     status = register_raw(producer, name, MC_DTYPE_F64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array), &
                           global_shape, global_start)
   end function
@@ -442,7 +448,7 @@ contains
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int32_t), dimension(..), target, intent(inout) :: array
-    integer, intent(in) :: global_shape(:), global_start(:)
+    class(*), intent(in) :: global_shape(:), global_start(:)
     status = register_raw(producer, name, MC_DTYPE_I32, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array), &
                           global_shape, global_start)
   end function
@@ -450,7 +456,7 @@ contains
     type(mc_producer), intent(in) :: producer
     character(len=*), intent(in) :: name
     integer(c_int64_t), dimension(..), target, intent(inout) :: array
-    integer, intent(in) :: global_shape(:), global_start(:)
+    class(*), intent(in) :: global_shape(:), global_start(:)
     status = register_raw(producer, name, MC_DTYPE_I64, shape(array, kind=c_int64_t), c_loc(array), is_contiguous(array), &
                           global_shape, global_start)
   end function
@@ -688,15 +694,17 @@ contains
 
   ! Keep only elements start(1) : start(1) + shape(1) - 1, ... (Fortran order, 1-based) of
   ! `tensor` ("*": of every tensor not named in another want). One block per tensor.
+  ! start and shape are integer arrays of default kind or c_int64_t.
   function mc_want_block(tensor, start, shape) result(want)
     character(len=*), intent(in) :: tensor
-    integer, intent(in) :: start(:), shape(:)
+    class(*), intent(in) :: start(:), shape(:)
     type(mc_want) :: want
-    ! allocate(source=): gfortran 12 warns, wrongly, that an assignment to a function result's
-    ! allocatable component reads its bounds uninitialised.
+    logical :: start_ok, shape_ok
     want%tensor = trim(tensor)
-    allocate(want%start, source=int(start, c_int64_t))
-    allocate(want%shape, source=int(shape, c_int64_t))
+    ! Another type leaves the want incomplete, and mc_consumer_create refuses it by name.
+    call as_int64(start, want%start, start_ok)
+    call as_int64(shape, want%shape, shape_ok)
+    if (.not. (start_ok .and. shape_ok)) deallocate(want%start, want%shape)
   end function
 
   ! Keep part `index` (0-based, as an MPI rank) of `count` of `tensor` along its last Fortran
@@ -739,7 +747,8 @@ contains
       if (.not. allocated(wants(i)%tensor) .or. .not. allocated(wants(i)%start) .or. &
           .not. allocated(wants(i)%shape)) then
         status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: wants(" // &
-            count_text(int(i, c_int64_t)) // ") was not made by mc_want_block or mc_want_nothing")
+            count_text(int(i, c_int64_t)) // ") was not made by mc_want_block (with integer start and shape), " // &
+            "mc_want_shard or mc_want_nothing")
         return
       end if
       if (holds_nul("mc_consumer_create: wants", wants(i)%tensor, status)) return

@@ -5,7 +5,8 @@ module modelcast_support
   use modelcast_c
   implicit none
   private
-  public :: to_c, to_c_array, f_string, mc_last_error, from_c, module_failure, struct_mismatch, shape_text, extents_text, &
+  public :: to_c, to_c_array, as_int64, f_string, mc_last_error, &
+       from_c, module_failure, struct_mismatch, shape_text, extents_text, &
       holds_nul, bad_text, count_text
 
   ! One NUL-terminated text for the C side, as an element of an array of them (metadata).
@@ -36,6 +37,28 @@ contains
       chars(i) = text(i:i)
     end do
     chars(n + 1) = c_null_char
+  end subroutine
+
+  ! out = `values` as integer(c_int64_t), from either integer kind a program writes extents and
+  ! places in: default (literals such as [3, 5]) or c_int64_t (past 2^31 - 1); ok false, and
+  ! `out` empty, for any other type. One procedure for both kinds, where a generic would need one
+  ! per kind and argument. (A program built with -fdefault-integer-8 has one kind; the module is
+  ! built with the default.) A subroutine: a logical function would be left uncalled in an
+  ! .and. that the first call already decided.
+  subroutine as_int64(values, out, ok)
+    class(*), intent(in) :: values(:)
+    integer(c_int64_t), allocatable, intent(out) :: out(:)
+    logical, intent(out) :: ok
+    ok = .true.
+    select type (values)
+    type is (integer)
+      allocate(out, source=int(values, c_int64_t))
+    type is (integer(c_int64_t))
+      allocate(out, source=values)
+    class default
+      ok = .false.
+      allocate(out(0))
+    end select
   end subroutine
 
   ! holders(i) = texts(i) as to_c makes it, and pointers(i) its address: the array of C strings

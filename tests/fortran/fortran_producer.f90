@@ -189,8 +189,13 @@ contains
         "mc_producer_create (rank 0)")
     call check(mc_producer_register_piece(rank0, "field", left, global_shape=[rows, cols], global_start=[1, 1]), &
         "register_piece (rank 0)")
-    call check(mc_producer_register_piece(rank1, "field", right, global_shape=[rows, cols], global_start=[1, 4]), &
-        "register_piece (rank 1)")
+    ! Places of either integer kind (c_int64_t for an extent past 2^31 - 1); other types are refused.
+    if (mc_producer_register_piece(rank1, "field", right, global_shape=[rows, cols], global_start=[1.0, 4.0]) &
+        /= MC_ERR_INVALID_ARGUMENT) call fail("a real global_start was accepted", 0)
+    if (index(mc_last_error(), "are integer arrays (default kind or c_int64_t)") == 0) &
+        call fail("unclear real global_start: " // mc_last_error(), 0)
+    call check(mc_producer_register_piece(rank1, "field", right, global_shape=[integer(c_int64_t) :: rows, cols], &
+                                          global_start=[integer(c_int64_t) :: 1, 4]), "register_piece (rank 1)")
     if (mc_producer_register_piece(rank1, "over", right, global_shape=[rows, cols], global_start=[1, 5]) &
         /= MC_ERR_INVALID_ARGUMENT) call fail("a piece past the whole tensor's last column was accepted", 0)
     if (index(mc_last_error(), "'over' would be elements (1:3, 5:6) of a tensor of shape (3, 5)") == 0) &
@@ -205,7 +210,7 @@ contains
     call check(mc_consumer_create(c, mc_producer_endpoint(rank0), "sharded"), "mc_consumer_create (sharded)")
     ! A server rank keeps columns 3 to 5 (two from rank 0, both of rank 1's).
     call check(mc_consumer_create(server, mc_producer_endpoint(rank0), "sharded", &
-                                  wants=[mc_want_block("field", start=[1, 3], shape=[rows, 3])]), &
+                                  wants=[mc_want_block("field", start=[integer(c_int64_t) :: 1, 3], shape=[rows, 3])]), &
         "mc_consumer_create (a block)")
     ! Another keeps part 1 of 2 (from 0) of every tensor along the last dimension: columns 4 and 5
     ! of 5 (parts of ceil(5 / 2) columns).
@@ -226,6 +231,11 @@ contains
         call fail("a block starting at 0 was accepted", 0)
     if (index(mc_last_error(), "starts at (0, 1); starts count from 1") == 0) &
         call fail("unclear block start: " // mc_last_error(), 0)
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
+                           wants=[mc_want_block("field", [1.0, 1.0], [rows, 1])]) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a block with real starts was accepted", 0)
+    if (index(mc_last_error(), "wants(1) was not made by mc_want_block (with integer start and shape)") == 0) &
+        call fail("unclear real block start: " // mc_last_error(), 0)
     if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
                            wants=[mc_want_block("field", [1, 1], [rows, 0])]) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("an empty block was accepted", 0)
