@@ -51,6 +51,7 @@ module modelcast
   ! copies must not be used (the module cannot see them; the C object is gone).
   type :: mc_producer
     type(c_ptr) :: handle = c_null_ptr
+    integer :: rank_count = 1  ! as created: a piece of the only rank must be its whole tensor
   end type
   type :: mc_consumer
     type(c_ptr) :: handle = c_null_ptr
@@ -279,6 +280,7 @@ contains
       options%rank_endpoint_count = int(size(rank_endpoints), c_size_t)
     end if
     status = from_c(mc_producer_create_c(options, producer%handle))
+    if (status == MC_OK .and. present(rank_count)) producer%rank_count = rank_count
   end function
 
   ! Stops the producer and frees it; transfers in flight are abandoned.
@@ -286,6 +288,7 @@ contains
     type(mc_producer), intent(inout) :: producer
     call mc_producer_destroy_c(producer%handle)
     producer%handle = c_null_ptr
+    producer%rank_count = 1
   end subroutine
 
   ! The control endpoint actually bound, for consumers.
@@ -353,7 +356,7 @@ contains
           trim(name) // "' are integer arrays (default kind or c_int64_t)")
       return
     end if
-    if (piece_misplaced(name, extents, global, first, status)) return
+    if (piece_misplaced(name, extents, global, first, producer%rank_count, status)) return
     do i = 1, n  ! reversed as the extents; 1-based Fortran starts become 0-based offsets
       whole(i) = global(n + 1 - i)
       offset(i) = first(n + 1 - i) - 1
@@ -366,9 +369,10 @@ contains
   ! global_start have one entry per dimension of the array and the piece lies inside the whole.
   ! The library checks the same, but in its row-major order: its message would show the
   ! dimensions reversed and the starts 0-based.
-  logical function piece_misplaced(name, extents, whole, first, status)
+  logical function piece_misplaced(name, extents, whole, first, rank_count, status)
     character(len=*), intent(in) :: name
     integer(c_int64_t), intent(in) :: extents(:), whole(:), first(:)
+    integer, intent(in) :: rank_count
     integer, intent(out) :: status
     character(len=:), allocatable :: range
     integer :: i
@@ -380,15 +384,23 @@ contains
           "; give one of each per dimension")
       return
     end if
+    range = "("
+    do i = 1, size(extents)
+      range = range // count_text(first(i)) // ":" // count_text(first(i) + extents(i) - 1)
+      if (i < size(extents)) range = range // ", "
+    end do
+    range = range // ")"
     if (any(first < 1) .or. any(first + extents - 1 > whole)) then
-      range = "("
-      do i = 1, size(extents)
-        range = range // count_text(first(i)) // ":" // count_text(first(i) + extents(i) - 1)
-        if (i < size(extents)) range = range // ", "
-      end do
       status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register_piece: the array for '" // trim(name) // &
-          "' would be elements " // range // ") of a tensor of shape " // extents_text(whole) // &
+          "' would be elements " // range // " of a tensor of shape " // extents_text(whole) // &
           ", which has no such elements (global_start counts from 1)")
+      return
+    end if
+    if (rank_count == 1 .and. (any(first /= 1) .or. any(extents /= whole))) then
+      status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_producer_register_piece: the array for '" // trim(name) // &
+          "' is elements " // range // " of a tensor of shape " // extents_text(whole) // &
+          ", but this producer is its model's only rank (rank_count 1): no rank would publish the rest; " // &
+          "create each rank's producer with rank= and rank_count=")
       return
     end if
     piece_misplaced = .false.
@@ -425,8 +437,9 @@ contains
 
   ! This rank's piece of a tensor of several ranks (see mc_producer_create's rank): the array is
   ! elements global_start(1) : global_start(1) + size(array, 1) - 1, ... (1-based, Fortran order)
-  ! of a tensor of global_shape. Ranks may hold the same elements (halo cells, a replicated
-  ! tensor): those must then hold the same values. Before the first publish. global_shape and
+  ! of a tensor of global_shape. Ranks may hold the same elements (a replicated tensor): those
+  ! must then hold the same values, so register a halo-free copy, not an array with halo cells
+  ! that a neighbour's update has overtaken. Before the first publish. global_shape and
   ! global_start are integer arrays of default kind or c_int64_t (an extent past 2^31 - 1).
   integer function piece_f32(producer, name, array, global_shape, global_start) result(status)
     type(mc_producer), intent(in) :: producer
@@ -740,6 +753,7 @@ contains
     type(mc_want), intent(in) :: wants(:)
     type(wants_in_c), target, intent(out) :: c
     integer, intent(out) :: status
+    character(len=:), allocatable :: hint
     integer :: i, j, n
     bad_wants = .true.
     allocate(c%names(size(wants)), c%wants(max(1, size(wants))), c%offsets(size(wants)), c%extents(size(wants)))
@@ -754,10 +768,12 @@ contains
       if (holds_nul("mc_consumer_create: wants", wants(i)%tensor, status)) return
       do j = 1, i - 1
         if (wants(j)%tensor == wants(i)%tensor) then
+          hint = ""
+          if (.not. (wants(i)%nothing .or. wants(i)%shard .or. wants(j)%nothing .or. wants(j)%shard)) &
+              hint = " (want the block that spans both)"
           status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: wants(" // &
               count_text(int(j, c_int64_t)) // ") and wants(" // count_text(int(i, c_int64_t)) // &
-              ") both name tensor '" // wants(i)%tensor // "'; the module keeps one block per tensor " // &
-              "(want the block that spans both)")
+              ") both name tensor '" // wants(i)%tensor // "'; one want per tensor" // hint)
           return
         end if
       end do
@@ -769,6 +785,11 @@ contains
         return
       end if
       ! The library refuses these too, but would show the block reversed and from 0.
+      if (n == 0 .and. .not. (wants(i)%nothing .or. wants(i)%shard)) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: the block wanted of '" // &
+            wants(i)%tensor // "' has no dimensions; give a start and an extent per dimension of the tensor")
+        return
+      end if
       if (any(wants(i)%shape < 1)) then
         status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: the block wanted of '" // &
             wants(i)%tensor // "' has extents " // extents_text(wants(i)%shape) // &
@@ -1024,7 +1045,13 @@ contains
     if (present(dtype)) dtype = info%dtype
     if (.not. (present(global_shape) .or. present(global_start))) return
     status = from_c(mc_view_tensor_box_c(view%handle, int(index - 1, c_size_t), offset_c, whole_c, box_ndim))
-    if (status /= MC_OK) return
+    if (status /= MC_OK) then  ! as every failure above leaves them
+      name = ""
+      deallocate(shape)
+      allocate(shape(0))
+      if (present(dtype)) dtype = -1
+      return
+    end if
     if (present(global_shape)) deallocate(global_shape)
     if (present(global_start)) deallocate(global_start)
     if (box_ndim == 0) then  ! kept whole

@@ -165,8 +165,9 @@ contains
   ! too few starts, two wants of a tensor) and bad ranks are refused by name.
   subroutine ranks_publish_pieces()
     integer, parameter :: rows = 3, cols = 5
-    real(c_double), target :: field(rows, cols), left(rows, 3), right(rows, 2), back(rows, cols), block(rows, 3), &
+    real(c_double), target :: field(rows, cols), left(rows, 3), right(rows, 2), back(rows, cols), block(rows, 4), &
         shard_back(rows, 2)
+    integer(c_int64_t), target :: steps(1), steps_back(1)
     type(mc_producer) :: rank0, rank1, refused
     type(mc_consumer) :: c, server, half, refused_consumer
     character(len=16) :: name
@@ -185,10 +186,22 @@ contains
     if (index(mc_last_error(), "rank is -1") == 0) call fail("unclear negative rank: " // mc_last_error(), 0)
     if (mc_producer_create(refused, "sharded", rank_count=0) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("rank_count 0 was accepted", 0)
+    if (index(mc_last_error(), "rank_count is 0; at least 1") == 0) call fail("unclear rank_count 0: " // mc_last_error(), 0)
+    if (mc_producer_create(refused, "sharded", rank_count=-1) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("rank_count -1 was accepted", 0)
+    if (index(mc_last_error(), "rank_count is -1") == 0) call fail("unclear rank_count -1: " // mc_last_error(), 0)
+    ! The only rank of its model must publish its tensors whole: no other rank has the rest.
+    call check(mc_producer_create(refused, "single"), "mc_producer_create (single)")
+    if (mc_producer_register_piece(refused, "half", right, global_shape=[rows, cols], global_start=[1, 4]) &
+        /= MC_ERR_INVALID_ARGUMENT) call fail("a piece of the only rank was accepted", 0)
+    if (index(mc_last_error(), "'half' is elements (1:3, 4:5) of a tensor of shape (3, 5), but this producer is " // &
+              "its model's only rank (rank_count 1)") == 0) call fail("unclear piece of the only rank: " // mc_last_error(), 0)
+    call mc_producer_destroy(refused)
     call check(mc_producer_create(rank0, "sharded", rank=0, rank_count=2, rank_endpoints=endpoints), &
         "mc_producer_create (rank 0)")
     call check(mc_producer_register_piece(rank0, "field", left, global_shape=[rows, cols], global_start=[1, 1]), &
         "register_piece (rank 0)")
+    call check(mc_producer_register(rank0, "steps", steps), "register steps (rank 0's alone)")
     ! Places of either integer kind (c_int64_t for an extent past 2^31 - 1); other types are refused.
     if (mc_producer_register_piece(rank1, "field", right, global_shape=[rows, cols], global_start=[1.0, 4.0]) &
         /= MC_ERR_INVALID_ARGUMENT) call fail("a real global_start was accepted", 0)
@@ -208,12 +221,12 @@ contains
     if (index(mc_last_error(), "has 2 dimension(s), global_shape 2 and global_start 1") == 0) &
         call fail("unclear count of starts: " // mc_last_error(), 0)
     call check(mc_consumer_create(c, mc_producer_endpoint(rank0), "sharded"), "mc_consumer_create (sharded)")
-    ! A server rank keeps columns 3 to 5 (two from rank 0, both of rank 1's).
+    ! A server rank keeps columns 2 to 5 (two from rank 0, both of rank 1's) and nothing else.
     call check(mc_consumer_create(server, mc_producer_endpoint(rank0), "sharded", &
-                                  wants=[mc_want_block("field", start=[integer(c_int64_t) :: 1, 3], shape=[rows, 3])]), &
-        "mc_consumer_create (a block)")
+                                  wants=[mc_want_block("field", start=[integer(c_int64_t) :: 1, 2], shape=[rows, 4]), &
+                                         mc_want_nothing("*")]), "mc_consumer_create (a block)")
     ! Another keeps part 1 of 2 (from 0) of every tensor along the last dimension: columns 4 and 5
-    ! of 5 (parts of ceil(5 / 2) columns).
+    ! of 5 (parts of ceil(5 / 2) columns), and of `steps` (one element) its part 1, which is empty.
     call check(mc_consumer_create(half, mc_producer_endpoint(rank0), "sharded", wants=[mc_want_shard("*", 1, 2)]), &
         "mc_consumer_create (a shard)")
     if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
@@ -242,6 +255,10 @@ contains
     if (index(mc_last_error(), "has extents (3, 0); each is at least 1") == 0) &
         call fail("unclear empty block: " // mc_last_error(), 0)
     if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
+                           wants=[mc_want_block("field", [integer ::], [integer ::])]) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a block of no dimensions was accepted", 0)
+    if (index(mc_last_error(), "has no dimensions") == 0) call fail("unclear 0-d block: " // mc_last_error(), 0)
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
                            wants=[mc_want_block("field", [1, 1], [rows])]) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("a block with 2 starts and 1 extent was accepted", 0)
     if (index(mc_last_error(), "has 2 start(s) and 1 extent(s)") == 0) call fail("unclear block extents: " // &
@@ -254,6 +271,7 @@ contains
       end do
       left = field(:, 1:3)
       right = field(:, 4:5)
+      steps(1) = 10 * step
       call check(mc_producer_publish(rank0, 10 * step), "publish (rank 0)")
       call check(mc_producer_publish(rank1, 10 * step), "publish (rank 1)")
       call check(mc_consumer_wait_for_version(c, int(step, c_int64_t), 30000_c_int64_t, view), "wait (sharded)")
@@ -261,20 +279,34 @@ contains
       back = 0
       call check(mc_view_copy(view, "field", back), "copy field")
       if (any(back /= field)) call fail("the field assembled from two ranks differs at step", 10 * step)
-      call check(mc_view_tensor(view, 1, name, extents, global_shape=whole, global_start=start), "mc_view_tensor (whole)")
-      if (any(whole /= [rows, cols]) .or. any(start /= [1, 1])) call fail("the whole field is not listed as such", 0)
+      if (mc_view_tensor_count(view) /= 2) call fail("the whole model's tensors:", mc_view_tensor_count(view))
+      steps_back = 0
+      call check(mc_view_copy(view, "steps", steps_back), "copy steps")
+      if (steps_back(1) /= 10 * step) call fail("steps reads", int(steps_back(1)))
+      do i = 1, 2
+        call check(mc_view_tensor(view, i, name, extents, global_shape=whole, global_start=start), "mc_view_tensor (whole)")
+        if (name /= "field") cycle
+        if (size(whole) /= 2 .or. size(start) /= 2) call fail("the whole field's place has dimensions:", size(whole))
+        if (any(whole /= [rows, cols]) .or. any(start /= [1, 1])) call fail("the whole field is not listed as such", 0)
+      end do
       call mc_view_release(view)
       call check(mc_consumer_wait_for_version(server, int(step, c_int64_t), 30000_c_int64_t, view), "wait (a block)")
+      if (mc_view_tensor_count(view) /= 1) call fail("tensors kept besides the block:", mc_view_tensor_count(view) - 1)
       call check(mc_view_tensor(view, 1, name, extents, global_shape=whole, global_start=start), "mc_view_tensor (block)")
-      if (any(extents /= [rows, 3]) .or. any(whole /= [rows, cols]) .or. any(start /= [1, 3])) &
+      if (size(extents) /= 2 .or. size(whole) /= 2 .or. size(start) /= 2) call fail("the block has dimensions:", size(start))
+      if (name /= "field" .or. any(extents /= [rows, 4]) .or. any(whole /= [rows, cols]) .or. any(start /= [1, 2])) &
           call fail("the block is listed with another place at step", 10 * step)
       block = 0
       call check(mc_view_copy(view, "field", block), "copy the block")
-      if (any(block /= field(:, 3:5))) call fail("the block of columns 3 to 5 differs at step", 10 * step)
+      if (any(block /= field(:, 2:5))) call fail("the block of columns 2 to 5 differs at step", 10 * step)
       call mc_view_release(view)
       call check(mc_consumer_wait_for_version(half, int(step, c_int64_t), 30000_c_int64_t, view), "wait (a shard)")
-      call check(mc_view_tensor(view, 1, name, extents, global_start=start), "mc_view_tensor (shard)")
-      if (any(extents /= [rows, 2]) .or. any(start /= [1, 4])) call fail("the shard is listed with another place", 0)
+      do i = 1, mc_view_tensor_count(view)
+        call check(mc_view_tensor(view, i, name, extents, global_start=start), "mc_view_tensor (shard)")
+        if (name /= "field") cycle
+        if (size(extents) /= 2 .or. size(start) /= 2) call fail("the shard has dimensions:", size(start))
+        if (any(extents /= [rows, 2]) .or. any(start /= [1, 4])) call fail("the shard is listed with another place", 0)
+      end do
       shard_back = 0
       call check(mc_view_copy(view, "field", shard_back), "copy the shard")
       if (any(shard_back /= field(:, 4:5))) call fail("the shard of columns 4 and 5 differs at step", 10 * step)
