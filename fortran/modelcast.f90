@@ -655,12 +655,18 @@ contains
 
   ! Starts a consumer of `model_name` at the producer's control endpoint (it joins in the
   ! background). producer_public_key (Z85) pins the producer; key_file is this consumer's key pair.
-  integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file, wants) &
-      result(status)
+  ! as_f32: tensors the producer sends as f16 or bf16 (a PyTorch trainer's half precision, which
+  ! Fortran has no type for) are served as f32, widened exactly once each version is verified,
+  ! so mc_view_copy fills real(c_float) arrays with them; f32 tensors stay as they are.
+  integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file, wants, &
+                                      as_f32) result(status)
     type(mc_consumer), intent(inout) :: consumer
     character(len=*), intent(in) :: producer_endpoint, model_name
     character(len=*), intent(in), optional :: producer_public_key, key_file
     type(mc_want), intent(in), optional :: wants(:)
+    logical, intent(in), optional :: as_f32
+    type(mc_tensor_conversion_t), target :: to_f32(1)
+    character(kind=c_char), target :: every_tensor(2) = [character(kind=c_char) :: "*", c_null_char]
     type(mc_consumer_options_t) :: options
     character(kind=c_char), allocatable, target :: endpoint_c(:), name_c(:), public_c(:), key_c(:)
     type(wants_in_c), target :: wants_c
@@ -701,6 +707,13 @@ contains
     if (present(wants)) then
       options%wants = c_loc(wants_c%wants)
       options%want_count = int(size(wants), c_size_t)
+    end if
+    if (present(as_f32)) then
+      if (as_f32) then
+        to_f32(1) = mc_tensor_conversion_t(c_loc(every_tensor), MC_DTYPE_F32, 0_c_size_t)
+        options%conversions = c_loc(to_f32)
+        options%conversion_count = 1
+      end if
     end if
     status = from_c(mc_consumer_create_c(options, consumer%handle))
   end function
@@ -1087,6 +1100,7 @@ contains
     type(mc_tensor_info_t) :: info
     type(c_ptr) :: ignored
     integer(c_int64_t), pointer :: shape(:)
+    character(len=:), allocatable :: hint
     integer :: n
     if (holds_nul("mc_view_copy", name, status)) return
     if (holds_no_version("mc_view_copy", view, status)) return
@@ -1102,10 +1116,13 @@ contains
     end if
     n = size(extents)
     if (info%dtype /= dtype) then
+      hint = ""
+      if (info%dtype == MC_DTYPE_F16 .or. info%dtype == MC_DTYPE_BF16) &
+          hint = "; a consumer created with as_f32=.true. holds f16 and bf16 tensors as f32"
       status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // "' holds " // &
           f_string(mc_dtype_name_c(info%dtype)) // " elements; the Fortran array's are " // &
           f_string(mc_dtype_name_c(dtype)) // " (f32, f64, i32 and i64 tensors copy into real(c_float), " // &
-          "real(c_double), integer(c_int32_t) and integer(c_int64_t) arrays; others into none)")
+          "real(c_double), integer(c_int32_t) and integer(c_int64_t) arrays; others into none" // hint // ")")
       return
     end if
     call c_f_pointer(info%shape, shape, [int(info%ndim)])

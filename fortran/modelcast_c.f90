@@ -68,6 +68,13 @@ module modelcast_c
   end type
 
   ! uint64_t fields are integer(c_int64_t): Fortran has no unsigned kind (counts stay below 2^63).
+  ! mc_tensor_conversion (a tensor a consumer serves in another dtype; `to` is an MC_DTYPE_*).
+  type, bind(c), public :: mc_tensor_conversion_t
+    type(c_ptr) :: tensor
+    integer(c_int) :: to
+    integer(c_size_t) :: fp8_block
+  end type
+
   ! mc_tensor_want (what a consumer keeps of a tensor); kind is one of C's MC_WANT_*, here
   ! MC_WANT_KIND_*: Fortran names are case-blind, and mc_want_nothing is the module's function.
   integer(c_int), parameter, public :: MC_WANT_KIND_WHOLE = 0, MC_WANT_KIND_SHARD = 1, &

@@ -143,6 +143,7 @@ program fortran_producer
   call a_view_variable_is_reused()
   call consumer_stats_say_what_happened()
   call ranks_publish_pieces()
+  call half_precision_as_f32()
   if (command_argument_count() >= 1) then
     call get_command_argument(1, key_directory)
     call keyed_exchange(trim(key_directory))
@@ -318,6 +319,55 @@ contains
     call mc_producer_destroy(rank0)
     call mc_producer_destroy(rank1)
     write(output_unit, '(a)') "sharded: ok"
+    flush(output_unit)
+  end subroutine
+
+  ! A model in half precision, as a PyTorch trainer may publish it: bf16 and f16 tensors (here
+  ! their bit patterns, registered through modelcast_c, since Fortran has no such types). A
+  ! Fortran consumer cannot copy them into any array and is told of as_f32; one created with
+  ! as_f32=.true. holds them as f32, every value exact.
+  subroutine half_precision_as_f32()
+    use modelcast_c, only: mc_producer_register_tensor_c
+    ! bf16 1.5, -2.25, 2^-7, 96 and f16 1, -2, 0.5, 65504 (the largest f16), as signed 16-bit words.
+    integer(c_int16_t), target :: h_bits(4) = [integer(c_int16_t) :: 16320, -16368, 15360, 17088]
+    integer(c_int16_t), target :: g_bits(4) = [integer(c_int16_t) :: 15360, -16384, 14336, 31743]
+    character(kind=c_char), target :: h_name(2) = [character(kind=c_char) :: "h", c_null_char]
+    character(kind=c_char), target :: g_name(2) = [character(kind=c_char) :: "g", c_null_char]
+    integer(c_int64_t), parameter :: four(1) = [4_c_int64_t]
+    real(c_float) :: values(4)
+    type(mc_producer) :: p
+    type(mc_consumer) :: plain, widened
+    type(mc_view) :: view
+    character(len=8) :: name
+    integer(c_int64_t), allocatable :: extents(:)
+    integer(c_int) :: dtype
+    call check(mc_producer_create(p, "half"), "mc_producer_create (half)")
+    call check(mc_producer_register_tensor_c(p%handle, c_loc(h_name), MC_DTYPE_BF16, 1_c_size_t, four, c_loc(h_bits)), &
+        "register h (bf16)")
+    call check(mc_producer_register_tensor_c(p%handle, c_loc(g_name), MC_DTYPE_F16, 1_c_size_t, four, c_loc(g_bits)), &
+        "register g (f16)")
+    call check(mc_consumer_create(plain, mc_producer_endpoint(p), "half"), "mc_consumer_create (half)")
+    call check(mc_consumer_create(widened, mc_producer_endpoint(p), "half", as_f32=.true.), "mc_consumer_create (as_f32)")
+    call check(mc_producer_publish(p, 1), "publish (half)")
+    call check(mc_consumer_wait_for_version(plain, 1_c_int64_t, 30000_c_int64_t, view), "wait (half)")
+    if (mc_view_copy(view, "h", values) /= MC_ERR_LAYOUT_MISMATCH) call fail("bf16 was copied into real(c_float)", 0)
+    if (index(mc_last_error(), "holds bf16 elements; the Fortran array's are f32") == 0) &
+        call fail("unclear bf16 copy: " // mc_last_error(), 0)
+    if (index(mc_last_error(), "a consumer created with as_f32=.true. holds f16 and bf16 tensors as f32") == 0) &
+        call fail("a bf16 copy does not point at as_f32: " // mc_last_error(), 0)
+    call mc_view_release(view)
+    call check(mc_consumer_wait_for_version(widened, 1_c_int64_t, 30000_c_int64_t, view), "wait (as_f32)")
+    call check(mc_view_tensor(view, 1, name, extents, dtype), "mc_view_tensor (as_f32)")
+    if (dtype /= MC_DTYPE_F32) call fail("a widened tensor's dtype is", int(dtype))
+    call check(mc_view_copy(view, "h", values), "copy h as f32")
+    if (any(values /= [1.5, -2.25, 0.0078125, 96.0])) call fail("bf16 widened to other values", 0)
+    call check(mc_view_copy(view, "g", values), "copy g as f32")
+    if (any(values /= [1.0, -2.0, 0.5, 65504.0])) call fail("f16 widened to other values", 0)
+    call mc_view_release(view)
+    call mc_consumer_destroy(widened)
+    call mc_consumer_destroy(plain)
+    call mc_producer_destroy(p)
+    write(output_unit, '(a)') "as_f32: ok"
     flush(output_unit)
   end subroutine
 
@@ -714,7 +764,7 @@ contains
   subroutine print_struct_sizes()
     use modelcast_c, only: mc_producer_options_t, mc_consumer_options_t, mc_tensor_info_t, &
                            mc_scheduler_options_t, mc_publish_result_t, mc_consumer_stats_t, mc_producer_stats_t, &
-                           mc_tensor_want_t
+                           mc_tensor_want_t, mc_tensor_conversion_t
     type(mc_producer_options_t) :: producer_options
     type(mc_consumer_options_t) :: consumer_options
     type(mc_tensor_info_t) :: tensor_info
@@ -723,9 +773,10 @@ contains
     type(mc_consumer_stats_t) :: consumer_stats
     type(mc_producer_stats_t) :: producer_stats
     type(mc_tensor_want_t) :: tensor_want
-    write(output_unit, '(a,8(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
+    type(mc_tensor_conversion_t) :: tensor_conversion
+    write(output_unit, '(a,9(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
         c_sizeof(tensor_info), c_sizeof(scheduler_options), c_sizeof(publish_result), c_sizeof(consumer_stats), &
-        c_sizeof(producer_stats), c_sizeof(tensor_want)
+        c_sizeof(producer_stats), c_sizeof(tensor_want), c_sizeof(tensor_conversion)
     flush(output_unit)
   end subroutine
 end program fortran_producer
