@@ -36,6 +36,7 @@ module modelcast
       mc_producer_publish, mc_producer_wait_for_consumers, mc_producer_cancel_waits, mc_producer_copy_stats, &
       mc_producer_persist_stats, mc_producer_refusal_stats, mc_producer_stats, mc_producer_get_stats
   public :: mc_want, mc_want_block, mc_want_shard, mc_want_nothing
+  public :: mc_group_state, mc_consumer_get_group
   public :: mc_consumer_create, mc_consumer_destroy, mc_consumer_acquire, mc_consumer_wait_for_version, &
       mc_consumer_cancel_waits, mc_consumer_stats, mc_consumer_get_stats, mc_consumer_get_arriving
   public :: mc_view_release, mc_view_version, mc_view_step, mc_view_copy, mc_view_metadata, mc_view_tensor_count, &
@@ -108,6 +109,15 @@ module modelcast
     type(c_text), allocatable :: names(:)
     type(mc_tensor_want_t), allocatable :: wants(:)
     type(int64_values), allocatable :: offsets(:), extents(:)
+  end type
+
+  ! Where a member of a consumer group stands (mc_consumer_get_group): the version its group last
+  ! switched to, the version it holds verified while it waits for the others (0: none), and
+  ! whether the group lacks members (it then stays on group_version). All 0 outside a group.
+  type :: mc_group_state
+    integer(c_int64_t) :: group_version = 0
+    integer(c_int64_t) :: prepared_version = 0
+    logical :: waiting = .false.
   end type
 
   ! Registers a contiguous array of any rank (real(c_float), real(c_double), integer(c_int32_t),
@@ -658,18 +668,25 @@ contains
   ! as_f32: tensors the producer sends as f16 or bf16 (a PyTorch trainer's half precision, which
   ! Fortran has no type for) are served as f32, widened exactly once each version is verified,
   ! so mc_view_copy fills real(c_float) arrays with them; f32 tensors stay as they are.
+  ! group and group_size: this consumer is one of group_size (a sharded server's ranks, each
+  ! keeping its own block) that switch versions together: none serves a version before every
+  ! member holds it (mc_consumer_get_group says where the group stands).
   integer function mc_consumer_create(consumer, producer_endpoint, model_name, producer_public_key, key_file, wants, &
-                                      as_f32) result(status)
+                                      as_f32, group, group_size) result(status)
     type(mc_consumer), intent(inout) :: consumer
     character(len=*), intent(in) :: producer_endpoint, model_name
-    character(len=*), intent(in), optional :: producer_public_key, key_file
+    character(len=*), intent(in), optional :: producer_public_key, key_file, group
     type(mc_want), intent(in), optional :: wants(:)
     logical, intent(in), optional :: as_f32
+    integer, intent(in), optional :: group_size
+    character(kind=c_char), allocatable, target :: group_c(:)
     type(mc_tensor_conversion_t), target :: to_f32(1)
     character(kind=c_char), target :: every_tensor(2) = [character(kind=c_char) :: "*", c_null_char]
     type(mc_consumer_options_t) :: options
     character(kind=c_char), allocatable, target :: endpoint_c(:), name_c(:), public_c(:), key_c(:)
-    type(wants_in_c), target :: wants_c
+    ! Allocatable: as a plain local, gfortran 12 warns (wrongly) that its components' bounds may
+    ! be read uninitialised when the function returns early.
+    type(wants_in_c), allocatable, target :: wants_c
     if (c_associated(consumer%handle)) then
       status = module_failure(MC_ERR_STATE, "mc_consumer_create: the consumer variable holds a live consumer; "// &
           "mc_consumer_destroy it first")
@@ -685,7 +702,19 @@ contains
       if (bad_text("mc_consumer_create: key_file", key_file, status)) return
     end if
     if (present(wants)) then
+      allocate(wants_c)
       if (bad_wants(wants, wants_c, status)) return
+    end if
+    if (present(group)) then
+      if (bad_text("mc_consumer_create: group", group, status)) return
+    end if
+    ! C takes it as uint32_t: a negative size would arrive near 2^32.
+    if (present(group_size)) then
+      if (group_size < 0) then
+        status = module_failure(MC_ERR_INVALID_ARGUMENT, "mc_consumer_create: group_size is " // &
+            count_text(int(group_size, c_int64_t)) // "; a group has at least 1 member")
+        return
+      end if
     end if
     call mc_consumer_options_init_c(options)
     if (options%struct_size /= c_sizeof(options)) then
@@ -708,6 +737,11 @@ contains
       options%wants = c_loc(wants_c%wants)
       options%want_count = int(size(wants), c_size_t)
     end if
+    if (present(group)) then
+      call to_c(group, group_c)
+      options%group = c_loc(group_c)
+    end if
+    if (present(group_size)) options%group_size = int(group_size, c_int32_t)
     if (present(as_f32)) then
       if (as_f32) then
         to_f32(1) = mc_tensor_conversion_t(c_loc(every_tensor), MC_DTYPE_F32, 0_c_size_t)
@@ -852,6 +886,19 @@ contains
     end do
     bad_wants = .false.
     status = MC_OK
+  end function
+
+  ! Where the consumer's group stands (all 0 for a consumer in no group). Any thread; a destroyed
+  ! (or never created) consumer is MC_ERR_INVALID_ARGUMENT.
+  integer function mc_consumer_get_group(consumer, state) result(status)
+    type(mc_consumer), intent(in) :: consumer
+    type(mc_group_state), intent(out) :: state
+    type(mc_group_state_t) :: raw
+    status = from_c(mc_consumer_get_group_c(consumer%handle, raw))
+    if (status /= MC_OK) return
+    state%group_version = raw%group_version
+    state%prepared_version = raw%prepared_version
+    state%waiting = raw%waiting /= 0
   end function
 
   ! What the consumer has installed, refused and received so far, and why it last failed. Any

@@ -68,6 +68,12 @@ module modelcast_c
   end type
 
   ! uint64_t fields are integer(c_int64_t): Fortran has no unsigned kind (counts stay below 2^63).
+  ! mc_group_state (where a group member stands); uint64_t as integer(c_int64_t).
+  type, bind(c), public :: mc_group_state_t
+    integer(c_int64_t) :: group_version, prepared_version
+    integer(c_int) :: waiting
+  end type
+
   ! mc_tensor_conversion (a tensor a consumer serves in another dtype; `to` is an MC_DTYPE_*).
   type, bind(c), public :: mc_tensor_conversion_t
     type(c_ptr) :: tensor
@@ -291,6 +297,12 @@ module modelcast_c
       type(c_ptr), value :: producer
       type(mc_producer_stats_t), intent(out) :: out
       integer(c_int) :: mc_producer_get_stats_c
+    end function
+    function mc_consumer_get_group_c(consumer, out) bind(c, name="mc_consumer_get_group")
+      import :: c_ptr, c_int, mc_group_state_t
+      type(c_ptr), value :: consumer
+      type(mc_group_state_t), intent(out) :: out
+      integer(c_int) :: mc_consumer_get_group_c
     end function
     function mc_consumer_get_stats_c(consumer, out) bind(c, name="mc_consumer_get_stats")
       import :: c_ptr, c_int, mc_consumer_stats_t

@@ -72,9 +72,9 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
                         " " + std::to_string(sizeof(mc_scheduler_options)) + " " +
                         std::to_string(sizeof(mc_publish_result)) + " " + std::to_string(sizeof(mc_consumer_stats)) +
                         " " + std::to_string(sizeof(mc_producer_stats)) + " " + std::to_string(sizeof(mc_tensor_want)) +
-                        " " + std::to_string(sizeof(mc_tensor_conversion)))
+                        " " + std::to_string(sizeof(mc_tensor_conversion)) + " " + std::to_string(sizeof(mc_group_state)))
       << "(producer options, consumer options, tensor info, scheduler options, publish result, consumer stats, "
-         "producer stats, tensor want, tensor conversion): "
+         "producer stats, tensor want, tensor conversion, group state): "
          "a struct in fortran/modelcast_c.f90 no longer matches modelcast.h";
   auto endpoint = producer.wait_for_line("endpoint ");
   ASSERT_TRUE(endpoint) << "the Fortran producer did not start";
@@ -122,6 +122,7 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
                                                             << said();
   EXPECT_TRUE(producer.wait_for_line("sharded: ok")) << "the Fortran producer ranks did not finish:\n" << said();
   EXPECT_TRUE(producer.wait_for_line("as_f32: ok")) << "the Fortran half-precision consumer did not finish:\n" << said();
+  EXPECT_TRUE(producer.wait_for_line("group: ok")) << "the Fortran group members did not finish:\n" << said();
   EXPECT_TRUE(producer.wait_for_line("keyed: ok")) << "the Fortran keyed exchange did not finish";
   // The Fortran scheduler decided as this process's C++ scheduler does on the same curve.
   using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;

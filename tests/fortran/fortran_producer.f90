@@ -144,6 +144,7 @@ program fortran_producer
   call consumer_stats_say_what_happened()
   call ranks_publish_pieces()
   call half_precision_as_f32()
+  call group_members_switch_together()
   if (command_argument_count() >= 1) then
     call get_command_argument(1, key_directory)
     call keyed_exchange(trim(key_directory))
@@ -319,6 +320,61 @@ contains
     call mc_producer_destroy(rank0)
     call mc_producer_destroy(rank1)
     write(output_unit, '(a)') "sharded: ok"
+    flush(output_unit)
+  end subroutine
+
+  ! Two consumers in one group (a sharded server's ranks): the first, alone, serves nothing and
+  ! says its group waits; once the second joins, both serve the version and say their group
+  ! switched to it. A consumer in no group reads zeros; a bad group size is refused.
+  subroutine group_members_switch_together()
+    real(c_float), target :: x(3)
+    type(mc_producer) :: p
+    type(mc_consumer) :: first, second, outsider, refused_consumer
+    type(mc_view) :: view
+    type(mc_group_state) :: state
+    integer(c_int64_t) :: version, clock, rate, deadline
+    x = [1.0, 2.0, 3.0]
+    call check(mc_producer_create(p, "group"), "mc_producer_create (group)")
+    call check(mc_producer_register(p, "x", x), "register x (group)")
+    call check(mc_consumer_create(first, mc_producer_endpoint(p), "group", group="tp", group_size=2), &
+        "mc_consumer_create (first member)")
+    call check(mc_producer_publish(p, 1, version), "publish (group)")
+    call system_clock(clock, rate)
+    deadline = clock + 30 * rate
+    do
+      call check(mc_consumer_get_group(first, state), "mc_consumer_get_group (alone)")
+      if (state%waiting) exit
+      call system_clock(clock)
+      if (clock > deadline) call fail("a lone group member did not say its group waits within 30 s", 0)
+    end do
+    if (state%group_version /= 0) call fail("a lone member's group switched to version", int(state%group_version))
+    call check(mc_consumer_acquire(first, view), "acquire (alone)")
+    if (mc_view_version(view) /= 0) call fail("a lone group member serves version", int(mc_view_version(view)))
+    call check(mc_consumer_create(second, mc_producer_endpoint(p), "group", group="tp", group_size=2), &
+        "mc_consumer_create (second member)")
+    call check(mc_consumer_wait_for_version(first, version, 30000_c_int64_t, view), "wait (first member)")
+    call check(mc_consumer_wait_for_version(second, version, 30000_c_int64_t, view), "wait (second member)")
+    call mc_view_release(view)
+    call check(mc_consumer_get_group(second, state), "mc_consumer_get_group (together)")
+    if (state%group_version /= version .or. state%prepared_version /= 0 .or. state%waiting) &
+        call fail("the group does not say it switched; group version", int(state%group_version))
+    call check(mc_consumer_create(outsider, mc_producer_endpoint(p), "group"), "mc_consumer_create (outsider)")
+    state%group_version = -1
+    call check(mc_consumer_get_group(outsider, state), "mc_consumer_get_group (outsider)")
+    if (state%group_version /= 0 .or. state%waiting) call fail("a consumer in no group reads group version", &
+                                                               int(state%group_version))
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(p), "group", group="tp", group_size=-2) &
+        /= MC_ERR_INVALID_ARGUMENT) call fail("group_size -2 was accepted", 0)
+    if (index(mc_last_error(), "group_size is -2") == 0) call fail("unclear group_size: " // mc_last_error(), 0)
+    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(p), "group", group="tp") /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a group without a size was accepted", 0)
+    if (index(mc_last_error(), "group_size") == 0) call fail("unclear group without size: " // mc_last_error(), 0)
+    call mc_consumer_destroy(outsider)
+    call mc_consumer_destroy(second)
+    call mc_consumer_destroy(first)
+    call mc_producer_destroy(p)
+    if (mc_consumer_get_group(first, state) /= MC_ERR_INVALID_ARGUMENT) call fail("group of a destroyed consumer", 0)
+    write(output_unit, '(a)') "group: ok"
     flush(output_unit)
   end subroutine
 
@@ -764,7 +820,7 @@ contains
   subroutine print_struct_sizes()
     use modelcast_c, only: mc_producer_options_t, mc_consumer_options_t, mc_tensor_info_t, &
                            mc_scheduler_options_t, mc_publish_result_t, mc_consumer_stats_t, mc_producer_stats_t, &
-                           mc_tensor_want_t, mc_tensor_conversion_t
+                           mc_tensor_want_t, mc_tensor_conversion_t, mc_group_state_t
     type(mc_producer_options_t) :: producer_options
     type(mc_consumer_options_t) :: consumer_options
     type(mc_tensor_info_t) :: tensor_info
@@ -774,9 +830,10 @@ contains
     type(mc_producer_stats_t) :: producer_stats
     type(mc_tensor_want_t) :: tensor_want
     type(mc_tensor_conversion_t) :: tensor_conversion
-    write(output_unit, '(a,9(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
+    type(mc_group_state_t) :: group_state
+    write(output_unit, '(a,10(1x,i0))') "sizes", c_sizeof(producer_options), c_sizeof(consumer_options), &
         c_sizeof(tensor_info), c_sizeof(scheduler_options), c_sizeof(publish_result), c_sizeof(consumer_stats), &
-        c_sizeof(producer_stats), c_sizeof(tensor_want), c_sizeof(tensor_conversion)
+        c_sizeof(producer_stats), c_sizeof(tensor_want), c_sizeof(tensor_conversion), c_sizeof(group_state)
     flush(output_unit)
   end subroutine
 end program fortran_producer
