@@ -42,7 +42,9 @@ const TensorConversion* TensorShaper::conversion_for(const TensorSpec& spec) con
   for (const auto& c : conversions_) {
     if (c.tensor == spec.name) return &c;
   }
-  return wildcard_ && convertible(spec.dtype) ? wildcard_ : nullptr;
+  // "*" to a tensor's own dtype (every tensor to f32, say, of a model that is partly f32) leaves
+  // that tensor as it is: converting it would copy it into the shaped memory for nothing.
+  return wildcard_ && convertible(spec.dtype) && wildcard_->to != spec.dtype ? wildcard_ : nullptr;
 }
 
 struct TensorShaper::Planned {

@@ -25,7 +25,7 @@ namespace {
 struct Model {
   std::vector<float> w;            // f32, to fp8 with per-block scales
   std::vector<std::uint16_t> h;    // f16, widened to f32 (named)
-  std::vector<std::uint16_t> b;    // bf16, "*" to bf16: a copy
+  std::vector<std::uint16_t> b;    // bf16, "*" to bf16: left as it is
   std::vector<float> x;            // f32, "*" to bf16: narrowed
   std::vector<std::int32_t> idx;   // i32: "*" leaves it alone
 
