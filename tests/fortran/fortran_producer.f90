@@ -171,8 +171,9 @@ contains
         shard_back(rows, 2)
     integer(c_int64_t), target :: steps(1), steps_back(1)
     type(mc_producer) :: rank0, rank1, refused
-    type(mc_consumer) :: c, server, half, refused_consumer
+    type(mc_consumer) :: c, server, half
     character(len=16) :: name
+    character(len=:), allocatable :: endpoint0
     integer(c_int64_t), allocatable :: extents(:), whole(:), start(:)
     type(mc_view) :: view
     character(len=256) :: endpoints(2)
@@ -231,40 +232,17 @@ contains
     ! of 5 (parts of ceil(5 / 2) columns), and of `steps` (one element) its part 1, which is empty.
     call check(mc_consumer_create(half, mc_producer_endpoint(rank0), "sharded", wants=[mc_want_shard("*", 1, 2)]), &
         "mc_consumer_create (a shard)")
-    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
-                           wants=[mc_want_shard("field", 2, 2)]) /= MC_ERR_INVALID_ARGUMENT) &
-        call fail("part 2 of 2 was accepted", 0)
-    if (index(mc_last_error(), "is part 2 of 2; parts count from 0 to count - 1") == 0) &
-        call fail("unclear shard: " // mc_last_error(), 0)
-    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
-                           wants=[mc_want_block("field", [1, 1], [rows, 1]), mc_want_nothing("field")]) &
-        /= MC_ERR_INVALID_ARGUMENT) call fail("two wants of one tensor were accepted", 0)
-    if (index(mc_last_error(), "wants(1) and wants(2) both name tensor 'field'") == 0) &
-        call fail("unclear wants of one tensor: " // mc_last_error(), 0)
-    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
-                           wants=[mc_want_block("field", [0, 1], [rows, 1])]) /= MC_ERR_INVALID_ARGUMENT) &
-        call fail("a block starting at 0 was accepted", 0)
-    if (index(mc_last_error(), "starts at (0, 1); starts count from 1") == 0) &
-        call fail("unclear block start: " // mc_last_error(), 0)
-    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
-                           wants=[mc_want_block("field", [1.0, 1.0], [rows, 1])]) /= MC_ERR_INVALID_ARGUMENT) &
-        call fail("a block with real starts was accepted", 0)
-    if (index(mc_last_error(), "wants(1) was not made by mc_want_block (with integer start and shape)") == 0) &
-        call fail("unclear real block start: " // mc_last_error(), 0)
-    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
-                           wants=[mc_want_block("field", [1, 1], [rows, 0])]) /= MC_ERR_INVALID_ARGUMENT) &
-        call fail("an empty block was accepted", 0)
-    if (index(mc_last_error(), "has extents (3, 0); each is at least 1") == 0) &
-        call fail("unclear empty block: " // mc_last_error(), 0)
-    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
-                           wants=[mc_want_block("field", [integer ::], [integer ::])]) /= MC_ERR_INVALID_ARGUMENT) &
-        call fail("a block of no dimensions was accepted", 0)
-    if (index(mc_last_error(), "has no dimensions") == 0) call fail("unclear 0-d block: " // mc_last_error(), 0)
-    if (mc_consumer_create(refused_consumer, mc_producer_endpoint(rank0), "sharded", &
-                           wants=[mc_want_block("field", [1, 1], [rows])]) /= MC_ERR_INVALID_ARGUMENT) &
-        call fail("a block with 2 starts and 1 extent was accepted", 0)
-    if (index(mc_last_error(), "has 2 start(s) and 1 extent(s)") == 0) call fail("unclear block extents: " // &
-        mc_last_error(), 0)
+    ! Wants refused when the consumer is created, each with the words that name the problem.
+    endpoint0 = mc_producer_endpoint(rank0)
+    call want_is_refused(endpoint0, [mc_want_shard("field", 2, 2)], "is part 2 of 2; parts count from 0 to count - 1")
+    call want_is_refused(endpoint0, [mc_want_block("field", [1, 1], [rows, 1]), mc_want_nothing("field")], &
+                         "wants(1) and wants(2) both name tensor 'field'")
+    call want_is_refused(endpoint0, [mc_want_block("field", [0, 1], [rows, 1])], "starts at (0, 1); starts count from 1")
+    call want_is_refused(endpoint0, [mc_want_block("field", [1.0, 1.0], [rows, 1])], &
+                         "wants(1) was not made by mc_want_block (with integer start and shape)")
+    call want_is_refused(endpoint0, [mc_want_block("field", [1, 1], [rows, 0])], "has extents (3, 0); each is at least 1")
+    call want_is_refused(endpoint0, [mc_want_block("field", [integer ::], [integer ::])], "has no dimensions")
+    call want_is_refused(endpoint0, [mc_want_block("field", [1, 1], [rows])], "has 2 start(s) and 1 extent(s)")
     do step = 1, 2
       do j = 1, cols
         do i = 1, rows
@@ -376,6 +354,18 @@ contains
     if (mc_consumer_get_group(first, state) /= MC_ERR_INVALID_ARGUMENT) call fail("group of a destroyed consumer", 0)
     write(output_unit, '(a)') "group: ok"
     flush(output_unit)
+  end subroutine
+
+  ! A consumer of the model "sharded" at `endpoint` with `wants` is refused at creation, and the
+  ! error holds `expected`.
+  subroutine want_is_refused(endpoint, wants, expected)
+    character(len=*), intent(in) :: endpoint, expected
+    type(mc_want), intent(in) :: wants(:)
+    type(mc_consumer) :: refused
+    if (mc_consumer_create(refused, endpoint, "sharded", wants=wants) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("wants were accepted that should fail with: " // expected, 0)
+    if (index(mc_last_error(), expected) == 0) &
+        call fail("unclear refusal of wants: " // mc_last_error() // " (expected: " // expected // ")", 0)
   end subroutine
 
   ! A model in half precision, as a PyTorch trainer may publish it: bf16 and f16 tensors (here
