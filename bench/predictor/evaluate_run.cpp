@@ -1,5 +1,6 @@
 #include "evaluate_run.h"
 
+#include "known_curve.h"
 #include "shape_prior_fit.h"
 
 #include <algorithm>
@@ -146,14 +147,9 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
   };
 
   // The true curve denoised by a 5-point running median: the noise floor's plan is made on it,
-  // and every schedule is also scored on it (Outcome::regret_denoised).
-  mp::Trajectory smooth = truth;
-  for (std::size_t i = 0; i < n; ++i) {
-    std::vector<double> win;
-    for (std::size_t j = i >= 2 ? i - 2 : 0; j <= std::min(n - 1, i + 2); ++j) win.push_back(truth.loss[j]);
-    std::nth_element(win.begin(), win.begin() + static_cast<std::ptrdiff_t>(win.size() / 2), win.end());
-    smooth.loss[i] = win[win.size() / 2];
-  }
+  // the trend-known replay forecasts with it, and every schedule is also scored on it
+  // (Outcome::regret_denoised).
+  const mp::Trajectory smooth = running_median(truth, 2);
   result.outcome.resize(settings.cost_multipliers.size());
   result.plan_choice.resize(settings.cost_multipliers.size());
   for (std::size_t ci = 0; ci < settings.cost_multipliers.size(); ++ci) {
@@ -201,6 +197,26 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     result.smooth_oracle_regret.push_back(floor.regret);
     result.smooth_oracle_vs_every_e.push_back(floor.vs.at("every_e_steps"));
     if (!score_cil(0).has_gain) result.smooth_oracle_regret.back() = std::nan("");
+    {
+      // The online scheduler with the library's defaults, its forecaster replaced by the denoised
+      // true curve: its decisions still meet each logged point as it comes, noise included.
+      mp::OnlineOptions known;
+      known.forecast = fo;
+      known.costs = costs;
+      known.warmup_step = run.points[w].step;
+      known.forecaster = [&smooth](std::span<const mp::CurvePoint> seen, const mp::ForecastOptions&) {
+        return forecast_from_curve(smooth, seen.back().step);
+      };
+      mp::OnlineScheduler scheduler(known);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double wall = run.points[i].time_s + costs.stall_s * static_cast<double>(scheduler.published_steps().size());
+        scheduler.observe(run.points[i].step, run.points[i].loss, wall);
+        scheduler.should_publish(run.points[i].step);
+      }
+      const Outcome trend_known = score_cil(mp::evaluate_cil(truth, w, costs, scheduler.published_steps()));
+      result.trend_known_replay_regret.push_back(trend_known.has_gain ? trend_known.regret : std::nan(""));
+      result.trend_known_replay_vs_every_e.push_back(trend_known.vs.at("every_e_steps"));
+    }
     result.outcome[ci].resize(2);
     for (std::size_t vi = 0; vi < settings.variants.size(); ++vi) {
       const auto& v = settings.variants[vi];

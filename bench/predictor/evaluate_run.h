@@ -127,6 +127,12 @@ struct RunEval {
   std::vector<double> smooth_oracle_regret;
   // That plan against publishing every tenth of the run, per cost: +1 better, 0 tie, -1 worse.
   std::vector<int> smooth_oracle_vs_every_e;
+  // Floor of the online replay: regret of the scheduler (library defaults) whose forecaster
+  // returns that smoothed true curve, fed the logged points one at a time; per cost, NaN: no
+  // gain. What its decisions lose with the trend known; the rest of the replay's regret is the
+  // forecast's.
+  std::vector<double> trend_known_replay_regret;
+  std::vector<int> trend_known_replay_vs_every_e;
 };
 
 RunEval evaluate_run(const predictor::LossLog& run, const std::string& family, const EvalSettings& settings);
