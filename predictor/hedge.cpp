@@ -106,6 +106,13 @@ std::vector<std::int64_t> evenly_spread(const std::vector<std::int64_t>& steps, 
   return out;
 }
 
+// How many publishes the evenly spaced candidates go up to: 24 (past that, a schedule is as good
+// as every forecast step), no more than the forecast has steps, and no more than the cap on
+// training slowdown allows (costs.max_slowdown_s), which binds the simple rule as it binds plans.
+std::size_t most_evenly_spaced(std::size_t forecast_steps, const PublishCosts& costs) {
+  return publishes_allowed(costs, std::min<std::size_t>(24, forecast_steps));
+}
+
 }  // namespace
 
 HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Forecast& forecast, const HedgeOptions& options) {
@@ -271,7 +278,7 @@ ScheduleResult plan_by_regret(std::span<const CurvePoint> prefix, std::size_t wa
   }
   const auto pairs = scenario_pairs(prefix, warmup_index, hedged, costs);
   for (const auto& p : pairs) candidates.push_back(p.best.publish_steps);
-  const std::size_t most = std::min<std::size_t>(24, hedged.forecast.steps.size());
+  const std::size_t most = most_evenly_spaced(hedged.forecast.steps.size(), costs);
   for (std::size_t k = 1; k <= most; ++k) candidates.push_back(evenly_spread(hedged.forecast.steps, k));
   std::sort(candidates.begin(), candidates.end());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
@@ -317,7 +324,7 @@ ScheduleResult plan_expected_cil(std::span<const CurvePoint> prefix, std::size_t
   }
   std::vector<std::vector<std::int64_t>> candidates;
   for (const auto& c : curves) candidates.push_back(plan_optimal(c, warmup_index, costs).publish_steps);
-  const std::size_t most = std::min<std::size_t>(24, f.steps.size());
+  const std::size_t most = most_evenly_spaced(f.steps.size(), costs);
   for (std::size_t k = 1; k <= most; ++k) candidates.push_back(evenly_spread(f.steps, k));
   ScheduleResult best;
   bool have = false;
@@ -399,7 +406,7 @@ PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t wa
   out.candidate_cil = expected(ours);
   std::vector<double> even_cils;
   bool is_even = false;
-  const std::size_t most = std::min<std::size_t>(24, hedged.forecast.steps.size());
+  const std::size_t most = most_evenly_spaced(hedged.forecast.steps.size(), costs);
   for (std::size_t k = 1; k <= most; ++k) {
     const auto even = evenly_spread(hedged.forecast.steps, k);
     is_even = is_even || std::equal(even.begin(), even.end(), candidate.begin(), candidate.end());
@@ -411,16 +418,23 @@ PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t wa
       even_cils = std::move(c);
     }
   }
+  // No forecast step to spread a publish over, or a slowdown cap that allows none: the simple
+  // rule publishes nothing, and so does every plan.
+  const bool none_allowed = most == 0;
+  if (none_allowed) {
+    is_even = candidate.empty();
+    even_cils = cils({});
+    out.best_evenly_spaced_cil = expected(even_cils);
+  }
   const double tol = 1e-9 * std::abs(out.candidate_cil);
-  for (std::size_t i = 0; i < pairs.size() && !even_cils.empty(); ++i) {
+  for (std::size_t i = 0; i < pairs.size(); ++i) {
     if (ours[i] <= even_cils[i] + tol) out.win_probability += pairs[i].weight / total_w;
   }
-  if (even_cils.empty()) out.win_probability = 1.0;  // no forecast step to spread a publish over
   const bool some_gain = gain > 1e-9 * std::abs(out.candidate_cil) * total_w;
   out.expected_margin_pct = some_gain ? 100.0 * (out.best_evenly_spaced_cil - out.candidate_cil) * total_w / gain : 0.0;
   // The weight check is a share with rounding in it: 0.5 must admit a win in half the weight.
   const bool departs = !is_even && out.win_probability >= hedged.depart_confidence - 1e-12;
-  out.picked = is_even || !departs ? "evenly_spaced" : (candidate.empty() ? "no_publish" : "forecast");
+  out.picked = none_allowed ? "no_publish" : is_even || !departs ? "evenly_spaced" : (candidate.empty() ? "no_publish" : "forecast");
   out.publish_steps = is_even || departs ? out.candidate : out.best_evenly_spaced;
 
   const auto pct = [](double v) {
@@ -438,7 +452,16 @@ PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t wa
   const std::string margin = pct(std::abs(out.expected_margin_pct)) + " of the expected achievable gain";
   const std::string scenarios = std::to_string(pairs.size()) + " scenario" + (pairs.size() == 1 ? "" : "s");
   const std::string what = candidate.empty() ? "publishing nothing" : "the forecast's plan (" + publishes(candidate.size()) + ")";
-  if (!some_gain && departs) {
+  if (none_allowed) {
+    const auto seconds = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g s", v);
+      return std::string(b);
+    };
+    out.reason = hedged.forecast.steps.empty() ? "the forecast has no step left to publish at"
+                                               : "the cap on training slowdown (" + seconds(costs.max_slowdown_s) +
+                                                     ") leaves no room for a publish's stall of " + seconds(costs.stall_s);
+  } else if (!some_gain && departs) {
     out.reason = "the forecast expects no gain worth a publish's cost in any of its " + scenarios;
   } else if (is_even) {
     out.reason = "the plan is the schedule of " + publishes(candidate.size()) + " evenly spaced" +

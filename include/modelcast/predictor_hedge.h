@@ -84,7 +84,8 @@ struct HedgeOptions {
   // spread schedules, no publish), so they are not exact optima of their criteria.
   PlanChoice plan_choice = PlanChoice::kExpectedCil;
   // The simple rule a plan must beat before it is trusted: the best evenly spaced schedule of 1
-  // to 24 publishes over the forecast's steps (lowest expected CIL). The plan plan_choice picks
+  // to 24 publishes over the forecast's steps (lowest expected CIL; no more publishes than
+  // costs.max_slowdown_s allows, none when it allows none). The plan plan_choice picks
   // departs from it only when it does at least as well in scenarios holding this share of the
   // weight; otherwise the evenly spaced schedule is the plan. A plan that wins in expectation
   // through a minority of scenarios is a bet on the forecast that even spacing does not make.
@@ -128,8 +129,8 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
 // The plan chosen by hedged.plan_choice. kExpectedCil: the plan with the lowest expected CIL
 // over the hedged forecast's loss and time scenarios. With one time scenario this is the exact plan on the expected loss path (CIL is linear in the
 // loss for fixed times). With several, CIL is no longer linear in them, so the candidates are the
-// exact plan for each time scenario and evenly spread schedules of 1 to 24 publishes over the
-// forecast's steps, and the one with the lowest expected CIL wins (ties: fewer publishes).
+// exact plan for each time scenario and evenly spread schedules of 1 to 24 publishes (up to the
+// slowdown cap) over the forecast's steps, and the one with the lowest expected CIL wins (ties: fewer publishes).
 // kExpectedRegret / kMinimaxRegret: among the exact plans on the expected path and on every
 // (loss, time) scenario, evenly spread schedules of 1 to 24 publishes and no publish, the one with
 // the lowest expected / worst regret over the scenario pairs with an achievable gain (ties: lower
@@ -141,7 +142,8 @@ ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmu
                            const HedgedForecast& hedged, const PublishCosts& costs);
 
 // A plan set against the simple rule it may depart from: the best evenly spaced schedule (1 to
-// 24 publishes spread over the forecast's steps, lowest expected CIL, ties: fewer), both valued
+// 24 publishes spread over the forecast's steps, as many as the slowdown cap allows; lowest
+// expected CIL, ties: fewer; no publish when the cap or the forecast leaves no room), both valued
 // over the hedged forecast's (loss, time) scenario pairs. Says which plan_hedged keeps, and why.
 struct PlanChoiceReport {
   // "evenly_spaced": the plan is that schedule (because the candidate is itself evenly spaced, or

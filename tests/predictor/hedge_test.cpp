@@ -585,5 +585,34 @@ TEST(Hedge, APlanThatWinsOnlyInAMinorityOfScenariosKeepsToEvenSpacing) {
   EXPECT_THROW(hedge_forecast(run.prefix, run.hedged.forecast, bad), Error);
 }
 
+TEST(Hedge, TheEvenSpacingAPlanIsHeldToKeepsToTheSlowdownCap) {
+  // The minority bet above is held to even spacing, which publishes several times when nothing
+  // caps the slowdown. Under a cap the simple rule obeys it as every plan does.
+  CertainDrop run(2.0);
+  std::vector<double> small, large;
+  for (auto s : run.hedged.forecast.steps) small.push_back(s < 300 ? 2.0 : 1.98), large.push_back(s < 800 ? 2.0 : 0.5);
+  for (std::size_t i = 0; i < small.size(); ++i) run.hedged.forecast.loss[i] = 0.6 * small[i] + 0.4 * large[i];
+  run.hedged.scenarios = {{"small drop", 0.6, small}, {"large drop", 0.4, large}};
+  run.hedged.hedged = true;
+  const std::size_t w = run.prefix.size() - 1;
+  const auto uncapped = plan_hedged(run.prefix, w, run.hedged, run.costs);
+  ASSERT_GT(uncapped.publish_steps.size(), 1u);
+  run.costs.max_slowdown_s = run.costs.stall_s;  // room for one stall
+  const auto one = plan_hedged(run.prefix, w, run.hedged, run.costs);
+  EXPECT_EQ(one.publish_steps.size(), 1u);
+  const auto one_choice = explain_plan(run.prefix, w, run.hedged, run.costs, plan_optimal(run.curve(), w, run.costs).publish_steps);
+  EXPECT_LE(one_choice.best_evenly_spaced.size(), 1u);
+  EXPECT_EQ(one_choice.publish_steps, one.publish_steps);
+  run.costs.max_slowdown_s = 0.5 * run.costs.stall_s;  // no room at all
+  const auto none = plan_hedged(run.prefix, w, run.hedged, run.costs);
+  EXPECT_TRUE(none.publish_steps.empty());
+  EXPECT_DOUBLE_EQ(none.cil, evaluate_cil(run.curve(), w, run.costs, {}));
+  const auto none_choice = explain_plan(run.prefix, w, run.hedged, run.costs, none.publish_steps);
+  EXPECT_EQ(none_choice.picked, "no_publish");
+  EXPECT_TRUE(none_choice.best_evenly_spaced.empty());
+  EXPECT_NE(none_choice.reason.find("cap on training slowdown (10 s) leaves no room for a publish's stall of 20 s"), std::string::npos)
+      << none_choice.reason;
+}
+
 }  // namespace
 }  // namespace modelcast::predictor
