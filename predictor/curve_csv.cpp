@@ -226,16 +226,28 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
   }
   log.has_time = col.time >= 0;
   bool found_run = false;
+  std::size_t first_run_line = 0, left_run_line = 0;  // where the run's rows begin, and end
+  std::vector<std::string> other_runs;  // for the message when the run is not in the file
   double time_offset = 0.0;
   std::size_t last_line = line_no;
   auto handle = [&](const std::vector<std::string>& fields, std::size_t at_line) {
     refuse_extra_fields(fields, first.size(), has_header, source, at_line);
     RowReader row{source, at_line, fields};
     if (curves) {
-      if (row.at(col.run, "run") != options.run) {
-        if (found_run) return false;  // rows of one run are contiguous
-        return true;
+      const auto& run = row.at(col.run, "run");
+      if (run != options.run) {
+        // The whole file is read: rows of the run after another run's would be lost unread.
+        if (found_run && left_run_line == 0) left_run_line = at_line;
+        if (!found_run && other_runs.size() < 8 && std::find(other_runs.begin(), other_runs.end(), run) == other_runs.end())
+          other_runs.push_back(run);
+        return;
       }
+      if (left_run_line != 0) {
+        throw CsvError(source, at_line, "rows of run " + shown_text(options.run) + " are not together: the run also has rows from line " +
+                                            std::to_string(first_run_line) + ", with other runs between (from line " +
+                                            std::to_string(left_run_line) + ")");
+      }
+      if (!found_run) first_run_line = at_line;
       found_run = true;
       log.run = options.run;
       if (col.track >= 0) log.track = row.at(col.track, "track");
@@ -247,16 +259,21 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     p.loss = row.number(col.loss, loss_name.c_str());
     if (col.time >= 0) p.time_s = time_of(row, col.time, curves ? "train_time_s" : "time_s");
     append_point(log, source, at_line, p, time_offset);
-    return true;
   };
   if (pending_line) handle(first, pending_line);
   while (read_csv_line(in, line, source, line_no + 1)) {
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     last_line = line_no;
-    if (!handle(split_csv_record(line, source, line_no), line_no)) break;
+    handle(split_csv_record(line, source, line_no), line_no);
   }
-  if (curves && !found_run) throw CsvError(source, last_line, "run " + shown_text(options.run) + " not found");
+  if (curves && !found_run) {
+    std::string runs;
+    for (const auto& r : other_runs) runs += (runs.empty() ? "" : ", ") + shown_text(r);
+    throw CsvError(source, last_line, "run " + shown_text(options.run) + " not found" +
+                                          (runs.empty() ? std::string(" (the file has no rows)")
+                                                        : " (the file's runs include " + runs + ")"));
+  }
   if (log.points.size() < options.min_points)
     throw CsvError(source, last_line, "too few points: " + std::to_string(log.points.size()) + " (need at least " +
                                           std::to_string(options.min_points) + ")");

@@ -274,7 +274,23 @@ TEST(CurveCsv, CurvesFormatNeedsAKnownRun) {
   expect_error(text, 1, "--run");
   CsvOptions o;
   o.run = "r9";
-  expect_error(text, 3, "run 'r9' not found", o);
+  expect_error(text, 3, "run 'r9' not found (the file's runs include 'r1')", o);
+}
+
+// The chosen run's rows were read up to the first row of another run, and the rest of the file
+// never: a run whose rows came back later was cut short without a word, and rows of two runs
+// alternating left one point ("too few points").
+TEST(CurveCsv, ARunWhoseRowsAreNotTogetherIsRefusedNotCutShort) {
+  const std::string head = "run,track,record,step,total_steps,val_loss,train_time_s\n";
+  CsvOptions o;
+  o.run = "A";
+  expect_error(head + "A,t,a,0,40,5,0\nA,t,a,10,40,4,1\nB,t,a,0,40,5,0\nA,t,a,20,40,3,2\n", 5,
+               "rows of run 'A' are not together: the run also has rows from line 2, with other runs between (from line 4)", o);
+  expect_error(head + "A,t,a,0,40,5,0\nB,t,a,0,40,5,0\nA,t,a,10,40,4,1\n", 4, "rows of run 'A' are not together", o);
+  // Together, with other runs before and after, the run is read whole.
+  const auto log = parse(head + "B,t,a,0,40,5,0\nA,t,a,0,40,5,0\nA,t,a,10,40,4,1\nA,t,a,20,40,3,2\nB,t,a,10,40,4,1\n", o);
+  ASSERT_EQ(log.points.size(), 3u);
+  EXPECT_EQ(log.points.back().step, 20);
 }
 
 TEST(CurveCsv, AcceptsQuotedFieldsPerRfc4180) {
