@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 
@@ -158,6 +160,44 @@ double noise_sd(std::span<const CurvePoint> observed) {
   for (std::size_t i = 1; i + 1 < y.size(); ++i) d.push_back(std::abs(y[i] - 0.5 * (y[i - 1] + y[i + 1])));
   std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
   return 1.4826 * d[d.size() / 2] / std::sqrt(1.5);
+}
+
+// Whether the loss is rising over the newest half of the prefix (at least 6 points after step
+// 0): the median of pairwise slopes (Theil-Sen, robust to a few outliers) carried over that
+// half's steps lifts the loss by more than 3 noise sds about its line. Every family of the
+// ensemble falls or levels off, so on such a prefix the fits miss the newest points, and a
+// forecast that starts far below where the run is promises a gain at once (a loss that rose from
+// 2 to 5 was forecast at 4 from the next step). Returns the sentence for the note, or nothing.
+std::optional<std::string> rising_prefix(std::span<const CurvePoint> observed) {
+  std::vector<const CurvePoint*> pts;
+  for (const auto& p : observed)
+    if (p.step > 0) pts.push_back(&p);
+  if (pts.size() < 12) return std::nullopt;
+  // At most 64 points of that half, evenly chosen: a per-step log has 10^5 (and the pairs grow
+  // as their square); the median slope needs no more.
+  std::vector<const CurvePoint*> half;
+  const std::size_t from = pts.size() / 2, count = pts.size() - from, kept = std::min<std::size_t>(64, count);
+  for (std::size_t k = 0; k < kept; ++k) half.push_back(pts[from + k * (count - 1) / std::max<std::size_t>(1, kept - 1)]);
+  std::vector<double> slopes;
+  for (std::size_t i = 0; i < half.size(); ++i)
+    for (std::size_t j = i + 1; j < half.size(); ++j)
+      slopes.push_back((half[j]->loss - half[i]->loss) / static_cast<double>(half[j]->step - half[i]->step));
+  std::nth_element(slopes.begin(), slopes.begin() + static_cast<std::ptrdiff_t>(slopes.size() / 2), slopes.end());
+  const double slope = slopes[slopes.size() / 2];
+  if (!(slope > 0)) return std::nullopt;
+  std::vector<double> offsets, residuals;
+  for (const auto* p : half) offsets.push_back(p->loss - slope * static_cast<double>(p->step));
+  std::nth_element(offsets.begin(), offsets.begin() + static_cast<std::ptrdiff_t>(offsets.size() / 2), offsets.end());
+  const double offset = offsets[offsets.size() / 2];
+  for (const auto* p : half) residuals.push_back(std::abs(p->loss - offset - slope * static_cast<double>(p->step)));
+  std::nth_element(residuals.begin(), residuals.begin() + static_cast<std::ptrdiff_t>(residuals.size() / 2), residuals.end());
+  const double sd = 1.4826 * residuals[residuals.size() / 2];
+  const double rise = slope * static_cast<double>(half.back()->step - half.front()->step);
+  if (!(rise > 3.0 * sd) || !(rise > 1e-12 * std::max(1.0, std::abs(half.back()->loss)))) return std::nullopt;
+  std::ostringstream why;
+  why << "the loss is rising: by " << rise << " over its newest " << half.size() << " points (steps " << half.front()->step
+      << " to " << half.back()->step << "), more than 3 times its noise about that trend; flat forecast at the last observed loss; ";
+  return why.str();
 }
 
 struct AnnealEstimate {
@@ -413,6 +453,11 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
   const auto future_steps = future_grid(observed, options);
   if (viper) {
     Forecast out = viper_forecast(observed, future_steps, options);
+    out.time_s = detail::forecast_times(observed, future_steps, options.total_steps, nullptr, out.note);
+    return out;
+  }
+  if (auto rising = rising_prefix(observed)) {
+    Forecast out = flat_forecast(observed, future_steps, options, std::move(*rising));
     out.time_s = detail::forecast_times(observed, future_steps, options.total_steps, nullptr, out.note);
     return out;
   }

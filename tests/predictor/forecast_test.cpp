@@ -223,6 +223,32 @@ TEST(Forecast, WithoutAnyShapeAssumesAGentleDecayAndSaysSo) {
   EXPECT_NEAR(f.loss.back(), 5.0 * std::pow(10.0, -0.05), 1e-9);
 }
 
+// Every family falls or levels off: on a loss that rose steadily from 2 to 5, the fits missed
+// the newest points and the forecast began at 4 from the next step, a gain promised at once that
+// the plan spent 24 publishes on.
+TEST(Forecast, ALossThatIsRisingIsForecastFlatWhereItIsAndSaysSo) {
+  ForecastOptions o;
+  o.total_steps = 1000;
+  std::vector<CurvePoint> rising;
+  for (int i = 0; i <= 30; ++i) rising.push_back({10 * i, 2.0 + 0.1 * i, 0.5 * i});
+  const auto f = forecast_curve(rising, o);
+  expect_finite(f);
+  EXPECT_TRUE(f.fallback);
+  EXPECT_NE(f.note.find("the loss is rising"), std::string::npos) << f.note;
+  for (double v : f.loss) EXPECT_DOUBLE_EQ(v, 5.0);
+  EXPECT_NEAR(f.time_s.back(), 50.0, 1.0);  // the time axis is still forecast
+  // A rise within the noise, or a fall, is left to the ensemble: a noisy plateau, and a power law
+  // whose newest half flattens under its noise.
+  std::mt19937 rng(5);
+  std::normal_distribution<double> noise(0.0, 0.05);
+  std::vector<CurvePoint> plateau;
+  for (int i = 0; i <= 30; ++i) plateau.push_back({10 * i, 3.0 + 0.0005 * i + noise(rng), 0.5 * i});
+  EXPECT_EQ(forecast_curve(plateau, o).note.find("rising"), std::string::npos);
+  const auto power = synthetic([](std::int64_t s) { return 3.0 + 2.0 * std::pow(static_cast<double>(s) / 3000.0, -0.4); }, 1000, 50, 0.003, 7);
+  o.total_steps = 3000;
+  EXPECT_EQ(forecast_curve(power, o).note.find("rising"), std::string::npos);
+}
+
 // Two early points that fall steeply: the x^-0.5 line through them, carried to the end of the
 // run, went through the floor, and the fallback forecast 0 from the next step on.
 TEST(Forecast, TheFallbackThroughTwoSteepPointsFallsAtMostHalfwayToTheFloor) {
