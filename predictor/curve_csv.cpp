@@ -163,8 +163,29 @@ void append_point(LossLog& log, const std::string& source, std::size_t line_no, 
 
 }  // namespace
 
+namespace {
+// "source:line: message", or "source: message" for what concerns the whole file (line 0).
+std::string located(const std::string& source, std::size_t line, const std::string& message) {
+  std::string out = source;
+  if (line > 0) out.append(":").append(std::to_string(line));
+  return out.append(": ").append(message);
+}
+}  // namespace
+
 CsvError::CsvError(const std::string& source, std::size_t line, const std::string& message)
-    : Error(ErrorCode::kInvalidArgument, source + ":" + std::to_string(line) + ": " + message), line_(line) {}
+    : Error(ErrorCode::kInvalidArgument, located(source, line, message)), line_(line) {}
+
+namespace {
+// Why a header without a 'step' column may be one: another delimiter, or a comment line first.
+std::string header_hint(const std::vector<std::string>& header) {
+  if (header.size() == 1 && header[0].find(';') != std::string::npos)
+    return "; the header is one field holding ';': separate the fields with commas";
+  if (header.size() == 1 && header[0].find('\t') != std::string::npos)
+    return "; the header is one field holding tabs: separate the fields with commas";
+  if (!header.empty() && header[0].rfind('#', 0) == 0) return "; the first line starts with '#': the header must be the first line (comments are not read)";
+  return "";
+}
+}  // namespace
 
 LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOptions& options) {
   std::string line;
@@ -201,7 +222,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       col.step = find_column(header, "step");
       col.loss = find_column(header, loss_name);
       col.time = find_column(header, "time_s");
-      if (col.step < 0) throw CsvError(source, line_no, "missing column 'step' (expected step,loss[,time_s])");
+      if (col.step < 0) throw CsvError(source, line_no, "missing column 'step' (expected step,loss[,time_s])" + header_hint(header));
       if (col.loss < 0) {
         throw CsvError(source, line_no, "missing column " + shown_text(loss_name) + " (expected step," +
                                             printable_text(loss_name, 40) + "[,time_s])");

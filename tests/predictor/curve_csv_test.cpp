@@ -168,7 +168,7 @@ TEST(CurveCsv, APathWithANulByteIsRefusedAndAMissingFileSaysWhy) {
     read_loss_log_file(std::string("/tmp/log.csv\0junk", 17), {});
     ADD_FAILURE() << "a path with a NUL byte was taken";
   } catch (const CsvError& e) {
-    EXPECT_NE(std::string(e.what()).find("/tmp/log.csv:0: the path goes on past a NUL byte at byte 12"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("/tmp/log.csv: the path goes on past a NUL byte at byte 12"), std::string::npos)
         << e.what();
   }
   try {
@@ -177,6 +177,15 @@ TEST(CurveCsv, APathWithANulByteIsRefusedAndAMissingFileSaysWhy) {
   } catch (const CsvError& e) {
     EXPECT_NE(std::string(e.what()).find("cannot open file: No such file or directory"), std::string::npos) << e.what();
   }
+}
+
+// A file written with another delimiter, or with a comment line first, was only "missing column
+// 'step'".
+TEST(CurveCsv, AHeaderWithoutAStepColumnSaysWhatMayBeWrong) {
+  expect_error("step;loss;time_s\n0;5;0\n", 1, "missing column 'step' (expected step,loss[,time_s]); the header is one field holding ';'");
+  expect_error("step\tloss\ttime_s\n0\t5\t0\n", 1, "the header is one field holding tabs");
+  expect_error("# my run\nstep,loss,time_s\n0,5,0\n", 1, "the first line starts with '#'");
+  expect_error("steps,loss,time_s\n0,5,0\n", 1, "missing column 'step' (expected step,loss[,time_s])");
 }
 
 TEST(CurveCsv, NonNumericAndNonFiniteValues) {

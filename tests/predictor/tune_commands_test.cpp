@@ -429,7 +429,17 @@ TEST(TuneCommands, ALearningRateOrStepOutOfRangeIsRefusedNamingTheLine) {
   const std::pair<const char*, const char*> cases[] = {
       {"step,lr\n0,0.001\n1000,1e400\n1900,0.001\n", ":3: lr is out of a double's range: '1e400'"},
       {"step,lr\n0,0.001\n1000,1e-400\n1900,0.001\n", ":3: lr is out of a double's range: '1e-400'"},
-      {"step,lr\n0,0.001\n99999999999999999999,0.001\n", ":3: step is out of range: '99999999999999999999'"}};
+      {"step,lr\n0,0.001\n99999999999999999999,0.001\n", ":3: step is out of range: '99999999999999999999'"},
+      {"step,lr\n0,0.001\n1000,0.001\n500,0.001\n", ":4: steps not increasing: step 500 follows step 1000"},
+      // The repository's file of many runs' schedules read as one schedule whose steps restart.
+      {"run,step,lr\nd000,0,0.001\nd001,0,0.001\n", ":1: a 'run' column: --lr-schedule takes one run's schedule"}};
+  a.lr_schedule_path = "/nonexistent/mc_tune_lr.csv";
+  try {
+    run_plan(a);
+    ADD_FAILURE() << "a missing schedule was read";
+  } catch (const modelcast::predictor::CsvError& e) {
+    EXPECT_EQ(std::string(e.what()), "/nonexistent/mc_tune_lr.csv: cannot open file: No such file or directory");
+  }
   for (const auto& [text, words] : cases) {
     a.lr_schedule_path = write_file("mc_tune_lr_range.csv", text);
     try {

@@ -2,8 +2,11 @@
 #include "modelcast/error.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -108,7 +111,7 @@ mp::ReferenceCurve load_reference(const std::string& path) {
 
 mp::LrSchedule load_lr_schedule(const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw mp::CsvError(path, 0, "cannot open file");
+  if (!in) throw mp::CsvError(path, 0, std::string("cannot open file: ") + std::strerror(errno));
   mp::LrSchedule s;
   // The first line as the loss logs' reader takes it (byte order mark, header in any case, gzip).
   auto first = mp::read_first_record(in, path);
@@ -116,6 +119,10 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
   int step_col = 0, lr_col = 1;
   std::size_t columns = 2;
   if (first.header) {
+    // A file of many runs' schedules (bench/data/curves/dev_lr_schedules.csv) reads as one
+    // schedule whose steps restart: say what it is instead.
+    if (mp::find_column(first.fields, "run") >= 0)
+      throw mp::CsvError(path, first.line_no, "a 'run' column: --lr-schedule takes one run's schedule (step,lr rows), not a file of several runs'");
     step_col = mp::find_column(first.fields, "step");
     lr_col = mp::find_column(first.fields, "lr");
     if (step_col < 0 || lr_col < 0)
@@ -141,7 +148,8 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
       throw mp::CsvError(path, n, "lr is out of a double's range: " + shown_text(b));
     if (lr_read.ec != std::errc() || lr_read.ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
       throw mp::CsvError(path, n, "lr is not a finite number >= 0: " + shown_text(b));
-    if (!s.steps.empty() && step <= s.steps.back()) throw mp::CsvError(path, n, "steps not increasing");
+    if (!s.steps.empty() && step <= s.steps.back())
+      throw mp::CsvError(path, n, "steps not increasing: step " + std::to_string(step) + " follows step " + std::to_string(s.steps.back()));
     s.steps.push_back(step);
     s.lr.push_back(lr);
   };
@@ -203,6 +211,13 @@ void check_total_within_log(const CommonArgs& a, const mp::LossLog& log) {
                                ": CIL here is measured on the logged curve, from the warm-up to the end of the run, "
                                "so the log must reach the run's end (or leave --total-steps out)");
   }
+}
+
+// A regret for people: rounding leaves -0.000000 for a schedule that ties the optimum.
+std::string regret_text(double pct) {
+  char b[48];
+  std::snprintf(b, sizeof b, "%.6f %%", std::abs(pct) < 5e-7 ? 0.0 : pct);
+  return b;
 }
 
 // Regret as a share of the achievable gain, or null where there is none to speak of. The gain is
@@ -506,7 +521,7 @@ std::string render_text(const Json& r) {
   if (r.contains("optimal"))
     o << "  optimal: publish at " << steps(r["optimal"]["publish_steps"]) << "\n    CIL " << r["optimal"]["predicted_cil"].get<double>()
       << "; no publish: " << r["no_publish_cil"].get<double>()
-      << (r["regret_pct"].is_null() ? std::string("; no gain achievable") : "; regret " + std::to_string(r["regret_pct"].get<double>()) + " %") << "\n";
+      << (r["regret_pct"].is_null() ? std::string("; no gain achievable") : "; regret " + regret_text(r["regret_pct"].get<double>())) << "\n";
   for (const auto& [name, b] : r["baselines"].items())
     o << "  baseline " << name << ": publish at " << steps(b["publish_steps"]) << "\n    " << cil_label << " "
       << b["predicted_cil"].get<double>() << ", slowdown " << b["slowdown_s"].get<double>() << " s\n";
