@@ -1,6 +1,6 @@
 #!/bin/sh
 # modelcast-tune's command line: --publish-steps read one way (spaces around items allowed, an
-# empty item or a step past int64 refused by name), numbers decimal only (0x10 was read as 16),
+# empty item, a step past int64, a repeated or decreasing step refused by name), numbers decimal only (0x10 was read as 16),
 # an option given "=" and no value is refused (it took the next argument), and a result or plot
 # that cannot be written fails the command (both exited 0 on a full disk); usage errors exit 2.
 # Usage: tune_cli_inputs.sh MODELCAST_TUNE DATA_DIR
@@ -29,6 +29,8 @@ refused "--publish-steps: an empty item after the last comma" evaluate --publish
 refused "--publish-steps: an empty item between commas" evaluate --publish-steps ","
 refused "'99999999999999999999' is out of range for a step" evaluate --publish-steps 99999999999999999999
 refused "'3x' is not an integer step" evaluate --publish-steps 300,3x
+refused "--publish-steps: steps must increase: 300 follows 500" evaluate --publish-steps 500,300
+refused "--publish-steps: step 300 is given twice" evaluate --publish-steps "300, 300"
 refused "--publish-cost: must be a decimal number, got '0x10'" evaluate --publish-steps 300 --publish-cost 0x10
 refused "--warmup-steps: must be a decimal number, got '0xc8'" "$tune" evaluate --log "$log" --warmup-steps 0xc8 \
   --publish-cost 2 --update-latency 1 --publish-steps 300

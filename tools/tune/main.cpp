@@ -108,6 +108,10 @@ std::vector<std::int64_t> parse_steps(const std::string& text) {
     const auto read = std::from_chars(item.data(), item.data() + item.size(), v);
     if (read.ec == std::errc::result_out_of_range) refuse("'" + item + "' is out of range for a step");
     if (read.ec != std::errc() || read.ptr != item.data() + item.size()) refuse("'" + item + "' is not an integer step");
+    // A schedule is a time order: said here, as the evaluator can only say a step is not "a
+    // logged step after the last".
+    if (!out.empty() && v == out.back()) refuse("step " + item + " is given twice");
+    if (!out.empty() && v < out.back()) refuse("steps must increase: " + item + " follows " + std::to_string(out.back()));
     out.push_back(v);
   }
   if (text.find_last_not_of(" \t") != std::string::npos && text[text.find_last_not_of(" \t")] == ',')
