@@ -298,6 +298,15 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
   if (log.points.size() < options.min_points)
     throw CsvError(source, last_line, "too few points: " + std::to_string(log.points.size()) + " (need at least " +
                                           std::to_string(options.min_points) + ")");
+  // The curve families are functions of the step itself (a power law in it, say): a log that
+  // begins far past step 0, as a fine-tuning or a resumed phase that counts global steps does,
+  // is fitted as the flat tail of such a curve, and the same run shifted by an offset gets
+  // another forecast. Whether the offset is the run's own history only the caller knows.
+  if (const auto& f = log.points.front(), &b = log.points.back(); f.step > 0 && b.step > f.step && f.step >= 10 * (b.step - f.step))
+    log.warnings.push_back(source + ": the log starts at step " + std::to_string(f.step) + ", more than 10 times its own span of " +
+                           std::to_string(b.step - f.step) +
+                           " steps past step 0; forecasts take the step as the run's progress, so if the run began near step " +
+                           std::to_string(f.step) + " (a new phase counting global steps), count its steps from there");
   return log;
 }
 

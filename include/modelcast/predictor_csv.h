@@ -44,7 +44,8 @@ struct CsvOptions {
 };
 
 // Parses either format (detected from the header). A decreasing time_s (timer restart) is
-// repaired by shifting the later times and reported in warnings. Throws CsvError on missing columns,
+// repaired by shifting the later times and reported in warnings, as is a log that starts more than
+// 10 times its own span past step 0 (forecasts take the step as progress). Throws CsvError on missing columns,
 // non-numeric/NaN/inf values, a loss_column given for a headerless log, steps not strictly increasing or beyond kMaxCurveStep, fewer
 // than min_points rows, an unknown run, or a run given for a single-run log, and says so for a
 // gzip-compressed file. A UTF-8 byte order mark before the first line is skipped, and header
