@@ -364,6 +364,36 @@ TEST(TuneCommands, ReadsALearningRateScheduleAsTheLossLogIsRead) {
   }
 }
 
+// A schedule whose decay the warm-up does not reach was set aside by the forecaster, said only in
+// the JSON's forecast note, with no option to give the drop it asks for.
+TEST(TuneCommands, AScheduleSetAsideIsWarnedAboutAndAnAnnealDropPutsItToUse) {
+  auto a = base(write_log("mc_tune_lr3_log.csv", 20));
+  a.warmup_step = 600;
+  a.total_steps = 1900;
+  a.lr_schedule_path = write_file("mc_tune_lr3.csv", "step,lr\n0,0.001\n1000,0.001\n1900,0.0001\n");
+  const auto warned = run_plan(a);
+  ASSERT_TRUE(warned.contains("warnings"));
+  EXPECT_NE(warned["warnings"].dump().find("--lr-schedule is not used"), std::string::npos) << warned["warnings"].dump();
+  a.anneal_drop = 0.3;
+  const auto used = run_plan(a);
+  EXPECT_FALSE(used.contains("warnings")) << used["warnings"].dump();
+  // The schedule is now the forecast's: its note no longer sets it aside, and the run's end, past
+  // the anneal, is forecast lower.
+  EXPECT_NE(warned["forecast"]["note"].get<std::string>().find("lr_schedule not used"), std::string::npos);
+  EXPECT_EQ(used["forecast"]["note"].get<std::string>().find("lr_schedule not used"), std::string::npos);
+  EXPECT_LT(used["forecast"]["point_loss"].back().get<double>(), warned["forecast"]["point_loss"].back().get<double>());
+  a.anneal_drop = -1;
+  EXPECT_THROW(run_plan(a), modelcast::Error);
+  a.anneal_drop = 0.3;
+  a.lr_schedule_path.clear();
+  try {
+    run_plan(a);
+    ADD_FAILURE() << "--anneal-drop without a schedule was accepted";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("it needs --lr-schedule"), std::string::npos) << e.what();
+  }
+}
+
 // The every-candidate and every-E-steps baselines ignored --max-slowdown while the plan, the
 // scheduler, the optimum and the VIPER baselines kept to it, so their CIL was not comparable.
 TEST(TuneCommands, EveryBaselineKeepsToTheSlowdownCap) {

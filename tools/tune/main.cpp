@@ -83,6 +83,9 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   add_number(cmd, "--epoch-steps", a.epoch_steps, "E for the every-E-steps baseline (default total/10)");
   cmd.add_option("--reference", a.reference_path, "prior: CSV step,loss[,time_s] of a comparable earlier run (time_s optional here)");
   cmd.add_option("--lr-schedule", a.lr_schedule_path, "CSV step,lr: the learning-rate schedule, when known");
+  add_number(cmd, "--anneal-drop", a.anneal_drop,
+             "with --lr-schedule: the loss drop the rate's anneal brings (e.g. from an earlier run with the same schedule); "
+             "default: measured on the log once it holds enough of the decay");
   cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast where there is one, publishes, served loss)");
   cmd.add_flag("--progress", a.progress, "report progress on stderr (default: only when stderr is a terminal)");
 }

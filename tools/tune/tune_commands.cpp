@@ -236,7 +236,23 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
   fo.total_steps = total_steps;
   if (!a.reference_path.empty()) fo.reference = load_reference(a.reference_path);
   if (!a.lr_schedule_path.empty()) fo.lr_schedule = load_lr_schedule(a.lr_schedule_path);
+  if (!std::isnan(a.anneal_drop)) {
+    if (a.lr_schedule_path.empty())
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--anneal-drop is the drop of a learning-rate anneal: it needs --lr-schedule");
+    if (!std::isfinite(a.anneal_drop) || a.anneal_drop < 0)
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--anneal-drop must be finite and >= 0, got " + std::to_string(a.anneal_drop));
+    fo.anneal_drop = a.anneal_drop;
+  }
   return fo;
+}
+
+// The forecaster sets a schedule aside, and says so only in its note, while the log shows too
+// little of the decay to measure what the anneal is worth: a schedule given on the command line
+// would otherwise go unused without a word.
+void warn_if_schedule_unused(Json& r, const CommonArgs& a, const std::string& note) {
+  if (a.lr_schedule_path.empty() || note.find("lr_schedule not used") == std::string::npos) return;
+  r["warnings"].push_back("--lr-schedule is not used: the log up to the forecast holds too little of the rate's decay to measure "
+                          "the loss drop it brings; give --anneal-drop (e.g. measured on an earlier run with this schedule)");
 }
 
 // A fixed-rule baseline under --max-slowdown: its first publishes that fit under the cap, as the
@@ -328,6 +344,7 @@ Json run_plan(const CommonArgs& a) {
   Json r;
   r["command"] = "plan";
   if (!log.warnings.empty()) r["warnings"] = log.warnings;
+  warn_if_schedule_unused(r, a, point_forecast.note);
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
   r["publish_steps"] = plan.publish_steps;
@@ -418,6 +435,7 @@ Json run_replay(const CommonArgs& a) {
   Json r;
   r["command"] = "replay";
   if (!log.warnings.empty()) r["warnings"] = log.warnings;
+  warn_if_schedule_unused(r, a, scheduler.last_forecast().note);
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
   r["cil_window"] = cil_window_json(truth, w, costs);

@@ -24,6 +24,8 @@ struct CommonArgs {
   std::optional<std::int64_t> warmup_step;
   std::string reference_path;    // optional prior: a comparable earlier run (step,loss[,time_s])
   std::string lr_schedule_path;  // optional: step,lr
+  // With lr_schedule_path: ForecastOptions::anneal_drop (NaN: measured on the prefix, when it can be).
+  double anneal_drop = std::numeric_limits<double>::quiet_NaN();
   std::string plot_path;
   bool progress = false;  // report progress of long runs (replay) on stderr
 };
