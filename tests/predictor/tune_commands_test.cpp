@@ -169,12 +169,14 @@ TEST(TuneCommands, APlanWithNothingLeftToPlanSaysWhereTheEndAndTheWarmUpCameFrom
   };
   a.total_steps = 3900;
   EXPECT_NE(refusal(a).find("nothing to plan: --total-steps 3900 does not come after the log's last step 3900 (no "
-                            "--warmup-steps: the whole log is the warm-up)"),
+                            "--warmup-steps: the whole log is the warm-up); plan forecasts from the warm-up on (give --warmup-steps"),
             std::string::npos)
       << refusal(a);
   a.warmup_step = 800;
   a.total_steps = 500;
-  EXPECT_NE(refusal(a).find("nothing to plan: --total-steps 500 does not come after the warm-up step 800"),
+  // The warm-up was given: the hint is the end, not the warm-up again.
+  EXPECT_NE(refusal(a).find("nothing to plan: --total-steps 500 does not come after the warm-up step 800; plan forecasts "
+                            "from the warm-up on (give a --total-steps after the warm-up"),
             std::string::npos)
       << refusal(a);
 }

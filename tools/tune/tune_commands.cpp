@@ -323,10 +323,12 @@ Json run_plan(const CommonArgs& a) {
     const std::string from = a.warmup_step ? "the warm-up step " + std::to_string(prefix.back().step)
                                            : "the log's last step " + std::to_string(prefix.back().step) +
                                                  " (no --warmup-steps: the whole log is the warm-up)";
+    // The hint names what is left to change: the warm-up when it was the whole log, else the end.
+    const std::string give = a.warmup_step ? (a.total_steps ? "a --total-steps after the warm-up" : "--total-steps beyond the log's")
+                                           : "--warmup-steps";
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           "nothing to plan: " + end + " does not come after " + from +
-                               "; plan forecasts from the warm-up on (give --warmup-steps, or replay or evaluate a "
-                               "finished run)");
+                           "nothing to plan: " + end + " does not come after " + from + "; plan forecasts from the warm-up on (give " +
+                               give + ", or replay or evaluate a finished run)");
   }
   const auto costs = costs_of(a);
   const auto fo = forecast_options(a, total);
