@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <new>
 #include <utility>
@@ -151,6 +152,26 @@ int find_column(const std::vector<std::string>& header, std::string_view name) {
   };
   const auto it = std::find_if(header.begin(), header.end(), same);
   return it == header.end() ? -1 : static_cast<int>(it - header.begin());
+}
+
+bool parse_csv_double(const std::string& field, double& out) {
+  if (field.empty()) return false;
+  const char* end = field.data() + field.size();
+  const auto [ptr, ec] = std::from_chars(field.data(), end, out);
+  return ec == std::errc() && ptr == end;
+}
+
+bool parse_csv_integer(const std::string& field, std::int64_t& out) {
+  if (field.empty()) return false;
+  const char* end = field.data() + field.size();
+  const auto [ptr, ec] = std::from_chars(field.data(), end, out);
+  if (ec == std::errc() && ptr == end) return true;
+  double d = 0;  // "125.0", "1e12"
+  if (parse_csv_double(field, d) && std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9e15) {
+    out = static_cast<std::int64_t>(d);
+    return true;
+  }
+  return false;
 }
 
 }  // namespace modelcast::predictor

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <istream>
 #include <string>
 #include <string_view>
@@ -39,5 +40,12 @@ FirstRecord read_first_record(std::istream& in, const std::string& source);
 
 // Index of a header's column named `name`, in any case ("Step", "LR"); -1 when there is none.
 int find_column(const std::vector<std::string>& header, std::string_view name);
+
+// A field as every CSV input of the predictor reads a number: the whole field, decimal
+// (std::from_chars). false for anything else, an empty field included.
+bool parse_csv_double(const std::string& field, double& out);
+// A step: an integer, or a decimal or exponent form of one below 9e15 ("125.0", "1e12"), which a
+// double holds exactly. false otherwise.
+bool parse_csv_integer(const std::string& field, std::int64_t& out);
 
 }  // namespace modelcast::predictor

@@ -18,26 +18,6 @@
 namespace modelcast::predictor {
 namespace {
 
-bool parse_double(const std::string& s, double& out) {
-  if (s.empty()) return false;
-  const char* end = s.data() + s.size();
-  const auto [ptr, ec] = std::from_chars(s.data(), end, out);
-  return ec == std::errc() && ptr == end;
-}
-
-bool parse_int(const std::string& s, std::int64_t& out) {
-  if (s.empty()) return false;
-  const char* end = s.data() + s.size();
-  const auto [ptr, ec] = std::from_chars(s.data(), end, out);
-  if (ec == std::errc() && ptr == end) return true;
-  double d = 0;  // accept "125.0"
-  if (parse_double(s, d) && std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9e15) {
-    out = static_cast<std::int64_t>(d);
-    return true;
-  }
-  return false;
-}
-
 struct Columns {
   int step = -1, loss = -1, time = -1, run = -1, track = -1, record = -1, total = -1;
 };
@@ -72,9 +52,9 @@ struct RowReader {
   }
   std::int64_t integer(int column, const char* name) const {
     std::int64_t v = 0;
-    if (!parse_int(at(column, name), v)) {
+    if (!parse_csv_integer(at(column, name), v)) {
       double d = 0;  // "1e16" is an integer, but one a double may hold rounded
-      const bool large = parse_double(at(column, name), d) && std::isfinite(d) && d == std::floor(d);
+      const bool large = parse_csv_double(at(column, name), d) && std::isfinite(d) && d == std::floor(d);
       throw CsvError(source, line_no, std::string("column '") + name + "' is not an integer" +
                                           (large ? " written exactly (past 9e15, a decimal or an exponent may be rounded: write its digits)" : "") + ": " +
                                           shown(at(column, name)));
@@ -83,7 +63,7 @@ struct RowReader {
   }
   double number(int column, const char* name) const {
     double v = 0;
-    if (!parse_double(at(column, name), v)) {
+    if (!parse_csv_double(at(column, name), v)) {
       const std::string& text = at(column, name);
       const bool range = !text.empty() && std::from_chars(text.data(), text.data() + text.size(), v).ec == std::errc::result_out_of_range;
       throw CsvError(source, line_no, std::string("column '") + name + (range ? "' is out of a double's range: " : "' is not a number: ") +

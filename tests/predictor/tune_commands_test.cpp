@@ -358,6 +358,9 @@ TEST(TuneCommands, ReadsALearningRateScheduleAsTheLossLogIsRead) {
   a.total_steps = 1900;
   a.lr_schedule_path = write_file("mc_tune_lr2.csv", "step,lr\n0,0.001\n1000,0.001\n1900,0.0001\n");
   const auto plain = run_plan(a);
+  // Steps as the loss log takes them: "1e3" and "1900.0" are steps 1000 and 1900.
+  a.lr_schedule_path = write_file("mc_tune_lr2.csv", "step,lr\n0,0.001\n1e3,0.001\n1900.0,0.0001\n");
+  EXPECT_EQ(run_plan(a)["publish_steps"], plain["publish_steps"]);
   for (const char* header : {"\xEF\xBB\xBFstep,lr", "Step,LR", "STEP,Lr"}) {
     a.lr_schedule_path = write_file("mc_tune_lr2.csv", std::string(header) + "\n0,0.001\n1000,0.001\n1900,0.0001\n");
     nlohmann::json r;

@@ -138,11 +138,11 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
     const std::string& b = fields[static_cast<std::size_t>(lr_col)];
     // from_chars leaves the value at 0 when it is out of range (1e400, 1e-400, a step past 2^63),
     // and an lr of 0 is a schedule: the error code is checked, not only where parsing stopped.
-    const auto step_read = std::from_chars(a.data(), a.data() + a.size(), step);
-    if (step_read.ec == std::errc::result_out_of_range)
-      throw mp::CsvError(path, n, "step is out of range: " + shown_text(a));
-    if (step_read.ec != std::errc() || step_read.ptr != a.data() + a.size())
-      throw mp::CsvError(path, n, "step is not an integer: " + shown_text(a));
+    // Steps read as the loss log's are ("1e12" and "125.0" included).
+    if (!mp::parse_csv_integer(a, step)) {
+      const bool range = std::from_chars(a.data(), a.data() + a.size(), step).ec == std::errc::result_out_of_range;
+      throw mp::CsvError(path, n, (range ? "step is out of range: " : "step is not an integer: ") + shown_text(a));
+    }
     const auto lr_read = std::from_chars(b.data(), b.data() + b.size(), lr);
     if (lr_read.ec == std::errc::result_out_of_range)
       throw mp::CsvError(path, n, "lr is out of a double's range: " + shown_text(b));
