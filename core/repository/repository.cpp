@@ -134,6 +134,15 @@ void for_each_entry(const std::string& dir, Visit&& visit) {
   for (const fs::directory_iterator end; !ec && it != end; it.increment(ec)) visit(*it);
 }
 
+// One numbered directory of a model: the version it holds, or why it holds none it can serve
+// (empty why and no version: not a version directory at all, so not ours to report).
+struct StoredEntry {
+  std::optional<StoredVersion> version;
+  std::string why;
+};
+
+StoredEntry read_entry(const fs::directory_entry& entry);
+
 }  // namespace
 
 // The pid alone repeats across restarts in a container (each incarnation is pid 1), so a crashed
@@ -160,6 +169,10 @@ std::string hex64(std::uint64_t value) {
 // offset from its version numbers to the directory numbers: the one its stored versions show,
 // or for a new incarnation whatever puts its first version above every number on disk (none on
 // a fresh repository, so there directory numbers are version numbers).
+// Above every numbered entry, not only the versions it can read: a directory another tool put
+// there (an existing Triton repository's "1/model.onnx"), a damaged version or a stray file
+// named "4" took the number, and writing under it replaced the first two and failed on the
+// third at every version, for good.
 std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) const {
   std::uint64_t highest = 0;
   for (const auto& stored : list(snapshot.model)) {
@@ -168,6 +181,10 @@ std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) cons
     }
     highest = std::max(highest, stored.number);
   }
+  for_each_entry(model_directory(snapshot.model), [&](const fs::directory_entry& entry) {
+    const std::string name = entry.path().filename().string();
+    if (is_number(name)) highest = std::max<std::uint64_t>(highest, std::stoull(name));
+  });
   if (snapshot.version > highest) return snapshot.version;
   if (highest == std::numeric_limits<std::uint64_t>::max()) {
     throw Error(ErrorCode::kResource, "repository: model directory '" + model_directory(snapshot.model) +
@@ -214,7 +231,23 @@ std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token s
                    std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
     fsync_directory(temp_dir);
     if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
-      if (errno != ENOTEMPTY && errno != EEXIST) io_error("cannot rename into place", final_dir);
+      const int failed = errno;
+      // What holds the number: only a version this repository wrote (the same producer writing a
+      // version again) is replaced; anything else is left as it is and named.
+      std::error_code entry_ec;
+      const StoredEntry held = read_entry(fs::directory_entry(final_dir, entry_ec));
+      if (!held.version) {
+        const std::string what = failed == ENOTDIR ? "not a directory"
+                                 : !held.why.empty() ? "not a version written here (" + held.why + ")"
+                                                     : "not a version written here";
+        throw Error(ErrorCode::kResource, "repository: cannot write version " + std::to_string(snapshot.version) + " of model '" +
+                                              snapshot.model + "' as '" + final_dir + "': an entry of that name is in the way, " +
+                                              what + "; move it out of the model directory");
+      }
+      if (failed != ENOTEMPTY && failed != EEXIST) {
+        errno = failed;
+        io_error("cannot rename into place", final_dir);
+      }
       // A version of this number exists (an earlier producer run): swap the two in one step so
       // that one complete version is visible at every moment, then delete the old one.
       if (renameat2(AT_FDCWD, temp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0) {
@@ -264,13 +297,6 @@ std::uint64_t unsigned_at(const nlohmann::json& doc, const char* key) {
   if (!value.is_number_unsigned()) throw std::invalid_argument(std::string("'") + key + "' is not an integer >= 0");
   return value.get<std::uint64_t>();
 }
-
-// One numbered directory of a model: the version it holds, or why it holds none it can serve
-// (empty why and no version: not a version directory at all, so not ours to report).
-struct StoredEntry {
-  std::optional<StoredVersion> version;
-  std::string why;
-};
 
 StoredEntry read_entry(const fs::directory_entry& entry) {
   std::string name = entry.path().filename().string();

@@ -130,6 +130,47 @@ TEST(RepositoryWriter, DirectoryNumbersRiseAcrossProducerRestarts) {
   EXPECT_EQ(stored.front().incarnation, 222u);
 }
 
+// Numbers were chosen above the versions the repository could read only: an existing Triton
+// repository's "1/model.onnx" was swapped out and deleted without a word, and a stray file named
+// like the next number failed every write ("Not a directory"), for good.
+TEST(RepositoryWriter, EntriesItDidNotWriteAreNeitherReplacedNorInTheWay) {
+  ScratchDir dir;
+  const std::filesystem::path model = dir / "repo/m", elsewhere = dir / "elsewhere";
+  std::filesystem::create_directories(model / "1");
+  std::ofstream(model / "1/model.onnx") << "someone else's model";
+  std::ofstream(model / "4") << "a stray file";
+  std::filesystem::create_directories(elsewhere);
+  std::ofstream(elsewhere / "precious") << "keep";
+  std::filesystem::create_directory_symlink(elsewhere, model / "6");
+  repo::Repository repository(dir / "repo");
+  auto of = [](std::uint64_t incarnation, std::uint64_t version) {
+    auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
+    s->incarnation = incarnation;
+    return s;
+  };
+  EXPECT_EQ(repository.write(*of(111, 1)), (model / "7").string());
+  EXPECT_EQ(repository.write(*of(111, 2)), (model / "8").string());
+  std::ifstream onnx(model / "1/model.onnx");
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(onnx), {}), "someone else's model");
+  EXPECT_TRUE(std::filesystem::is_regular_file(model / "4"));
+  EXPECT_TRUE(std::filesystem::is_symlink(model / "6"));
+  EXPECT_TRUE(std::filesystem::exists(elsewhere / "precious"));
+  // An entry put where this producer's next number goes is named and left alone.
+  std::ofstream(model / "9") << "put there later";
+  try {
+    repository.write(*of(111, 3));
+    ADD_FAILURE() << "wrote over an entry it did not write";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot write version 3 of model 'm' as '" + (model / "9").string() +
+                                         "': an entry of that name is in the way, not a directory"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_regular_file(model / "9"));
+  EXPECT_EQ(repository.clean("m").removed, 0u);  // its temporary directory went with the failure
+  EXPECT_EQ(repository.list("m").size(), 2u);
+}
+
 // Versions were ordered by their written_at_ns: with that clock ahead on the versions on disk (a
 // repository copied from another host, a wall clock stepped back), the version just written came
 // last, prune() deleted it at once, and a restart served the stale one. The number orders them.
