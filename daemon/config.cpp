@@ -507,6 +507,12 @@ DaemonConfig load_config(const std::string& path) {
       std::string prefix = "model[" + std::to_string(i) + "].";
       auto model = read_model(r, *list->get(i)->as_table(), prefix);
       if (!names.insert(model.name).second) r.fail(*list->get(i), prefix + "name", "'" + model.name + "' is listed twice");
+      // persist defaults to true and means "when there is a repository"; said explicitly with
+      // none configured, it asked for versions on disk that would never be written.
+      if (const toml::node* persist = list->get(i)->as_table()->get("persist");
+          persist && model.persist && config.repository.empty()) {
+        r.fail(*persist, prefix + "persist", "= true needs a [repository] section with its path: no version would be written");
+      }
       // Its versions are written under <path>/<name>: a file there would fail every write, one
       // "cannot create directory" at a time, while the config looked fine.
       if (const std::string dir = config.repository + "/" + model.name; !config.repository.empty() && model.persist) {

@@ -9,6 +9,7 @@
 
 #include <httplib.h>
 
+#include "common/shown_text.h"
 #include "daemon/config.h"
 #include "daemon/ops_connection.h"
 #include "modelcast/error.h"
@@ -65,6 +66,27 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   int port = *parsed;
   server_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
   server_->Get("/readyz", [ready = providers.ready](const httplib::Request& req, httplib::Response& res) {
+    // A probe with an unset variable (?model=) or a misspelt parameter (?modle=x) was answered
+    // for the daemon as a whole, and passed while its model was not served.
+    for (const auto& [name, value] : req.params) {
+      if (name != "model") {
+        res.status = 400;
+        std::string why = "/readyz takes one parameter, model=NAME; got ";
+        why.append(modelcast::shown_text(name)).append("\n");
+        res.set_content(why, "text/plain");
+        return;
+      }
+      if (value.empty()) {
+        res.status = 400;
+        res.set_content("/readyz?model= names no model: give model=NAME, or no parameter for the daemon as a whole\n", "text/plain");
+        return;
+      }
+    }
+    if (req.params.count("model") > 1) {
+      res.status = 400;
+      res.set_content("/readyz takes one model=NAME\n", "text/plain");
+      return;
+    }
     std::string detail;
     res.status = ready(req.get_param_value("model"), detail);
     res.set_content(detail + "\n", "text/plain");

@@ -217,6 +217,8 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {(model + "group = \"t\\tp\"\ngroup_size = 2\nbuffers = 3\n"), 5, "model[0].group", "control character at byte 1"},
       {(model + "[model.hook]\nretries = 2\n"), 6, "model[0].hook.retries", "unknown key"},
       {(model + "persist = \"yes\"\n"), 5, "model[0].persist", "true or false"},
+      // Ignored: versions asked for on disk, with nowhere to write them.
+      {(model + "persist = true\n"), 5, "model[0].persist", "= true needs a [repository] section with its path"},
       {(model + "group = \"tp\"\n"), 1, "model[0].group_size", "is required with group"},
       {(model + "group_size = 2\n"), 5, "model[0].group", "is required with group_size"},
       {(model + "group = \"tp\"\ngroup_size = 0\n"), 6, "model[0].group_size", "between 1 and"},

@@ -397,6 +397,13 @@ TEST_F(DaemonTest, ReadinessIsPerModelAndOneWaitingModelDoesNotTakeTheOthersOutO
   EXPECT_EQ(http.Get("/readyz?model=test")->status, 200);
   EXPECT_EQ(http.Get("/readyz?model=later")->status, 503);
   EXPECT_EQ(http.Get("/readyz?model=nonesuch")->status, 404);
+  // An unset variable or a misspelt parameter was answered for the daemon as a whole (200 here).
+  for (const char* probe : {"/readyz?model=", "/readyz?modle=later", "/readyz?MODEL=later", "/readyz?model=later&model=test"}) {
+    auto r = http.Get(probe);
+    ASSERT_TRUE(r) << probe;
+    EXPECT_EQ(r->status, 400) << probe << ": " << r->body;
+  }
+  EXPECT_NE(http.Get("/readyz?modle=later")->body.find("takes one parameter, model=NAME; got 'modle'"), std::string::npos);
 }
 
 // A configured model that cannot start (here: a plaintext ipc:// endpoint in a directory others
