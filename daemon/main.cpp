@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
     daemon = std::make_unique<modelcastd::Daemon>(config);
   } catch (const modelcast::Error& e) {
     log->error("cannot start: {}", e.what());
+    // log_level = "off" (or "critical") silenced the only word on why the daemon exited 1.
+    if (!log->should_log(spdlog::level::err)) std::cerr << "modelcastd: cannot start: " << e.what() << std::endl;
     return 1;
   }
   sd_notify(0, "READY=1");

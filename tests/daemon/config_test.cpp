@@ -513,6 +513,21 @@ TEST(DaemonConfig, ADirectoryAtTheSocketPathFailsTheCheckAndTheStart) {
   EXPECT_TRUE(std::filesystem::is_directory(dir / "attach.sock"));
 }
 
+// log_level = "off" silenced the only word on why the start failed: exit 1 and nothing said.
+TEST(DaemonConfig, AFailedStartIsExplainedWhateverTheLogLevel) {
+  ScratchDir dir;
+  std::filesystem::create_directory(dir / "attach.sock");
+  write_file(dir / "quiet.toml", "[daemon]\nlog_level = \"off\"\nsocket = \"" + (dir / "attach.sock") +
+                                     "\"\n[http]\nlisten = \"\"\n" + std::string(kModel));
+  // stderr as well as stdout: where the word goes when the log is off.
+  ChildProcess daemon({"/bin/sh", "-c", std::string(MODELCASTD) + " --config '" + (dir / "quiet.toml") + "' 2>&1"});
+  EXPECT_EQ(daemon.wait(), 1);
+  bool named = false;
+  for (const auto& line : daemon.lines())
+    named = named || (line.find("modelcastd: cannot start:") == 0 && line.find("is taken by a directory") != std::string::npos);
+  EXPECT_TRUE(named) << joined_lines(daemon);
+}
+
 // An ops address no resolver knows, or another machine's, passed --check, and the start said "is
 // another process listening there?".
 TEST(DaemonConfig, AnHttpHostThatIsNotThisMachinesFailsTheCheckAndTheStart) {
