@@ -9,6 +9,8 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
+#include <optional>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -102,6 +104,21 @@ class Reader {
   std::string path_;
 };
 
+// The first {name} in `text` that is no placeholder expand_placeholders() knows, if any: a
+// misspelt {verison} passed the check and was sent literally at every version. Only a brace
+// around a bare name counts, so JSON or other braces in an argument stay allowed.
+std::optional<std::string> unknown_placeholder(const std::string& text) {
+  for (std::size_t open = text.find('{'); open != std::string::npos; open = text.find('{', open + 1)) {
+    const std::size_t close = text.find('}', open);
+    if (close == std::string::npos) break;
+    const std::string name = text.substr(open + 1, close - open - 1);
+    const bool bare = !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
+                      std::all_of(name.begin(), name.end(), [](unsigned char c) { return std::isalnum(c) || c == '_'; });
+    if (bare && name != "model" && name != "version" && name != "path") return "{" + name + "}";
+  }
+  return std::nullopt;
+}
+
 HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& prefix) {
   r.only(t, prefix, {"http_post", "command", "timeout_ms"});
   HookConfig hook;
@@ -145,6 +162,15 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
     r.fail(*t.get("command"), prefix + "command", "names no program: its first element is empty");
   }
   if (hook.empty()) r.fail(t, prefix + "http_post", "is missing: a [model.hook] needs http_post or command");
+  for (const auto& [key, texts] : {std::pair{"http_post", std::vector<std::string>{hook.http_post}}, std::pair{"command", hook.command}}) {
+    for (const auto& text : texts) {
+      if (const auto unknown = unknown_placeholder(text)) {
+        r.fail(*t.get(key), prefix + key,
+               "has " + modelcast::shown_text(*unknown, 40) +
+                   ", which is no placeholder: they are {model}, {version} and {path} (a command runs without a shell)");
+      }
+    }
+  }
   if (const toml::node* node = t.get("timeout_ms")) {
     hook.timeout = std::chrono::milliseconds(r.integer(*node, prefix + "timeout_ms", 1, 3'600'000));
   }

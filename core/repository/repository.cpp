@@ -196,7 +196,7 @@ std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) cons
 
 std::optional<std::string> model_directory_problem(std::string_view model) {
   if (model.find_first_of("/\\") != std::string_view::npos || (!model.empty() && model[0] == '.')) {
-    return std::string("must not contain '/' or start with '.' (it names a directory)");
+    return std::string("must not contain '/' or '\\' or start with '.' (it names a directory)");
   }
   if (model.size() > NAME_MAX) {
     return "is " + std::to_string(model.size()) + " bytes; at most " + std::to_string(NAME_MAX) + " (it names a directory)";

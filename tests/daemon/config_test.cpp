@@ -216,6 +216,10 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
        "'a\\x00b' has a control character at byte 1"},
       {(model + "group = \"t\\tp\"\ngroup_size = 2\nbuffers = 3\n"), 5, "model[0].group", "control character at byte 1"},
       {(model + "[model.hook]\nretries = 2\n"), 6, "model[0].hook.retries", "unknown key"},
+      // Passed the check and were sent literally at every version.
+      {(model + "[model.hook]\nhttp_post = \"http://127.0.0.1:8000/v2/repository/models/{model}/load?v={verison}\"\n"), 6,
+       "model[0].hook.http_post", "has '{verison}', which is no placeholder: they are {model}, {version} and {path}"},
+      {(model + "[model.hook]\ncommand = [\"/bin/echo\", \"${HOME}/{path}\"]\n"), 6, "model[0].hook.command", "has '{HOME}'"},
       {(model + "persist = \"yes\"\n"), 5, "model[0].persist", "true or false"},
       // Ignored: versions asked for on disk, with nowhere to write them.
       {(model + "persist = true\n"), 5, "model[0].persist", "= true needs a [repository] section with its path"},
@@ -263,6 +267,16 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
 }
 
 // Plaintext stays on this host: any loopback form needs no key, another host needs one.
+// Braces that are not around a bare name (JSON in an argument) are the operator's, not a typo.
+TEST(DaemonConfig, AHookArgumentMayHoldOtherBraces) {
+  ScratchDir dir;
+  write_file(dir / "json.toml", std::string(kModel) + "persist = false\n[model.hook]\ncommand = [\"/bin/echo\", " +
+                                     "\"{\\\"model\\\": \\\"{model}\\\", \\\"v\\\": {version}}\"]\n");
+  const auto config = modelcastd::load_config(dir / "json.toml");
+  ASSERT_EQ(config.models.at(0).hook.command.size(), 2u);
+  EXPECT_EQ(config.models.at(0).hook.command[1], "{\"model\": \"{model}\", \"v\": {version}}");
+}
+
 TEST(DaemonConfig, OnlyAnotherHostsEndpointNeedsTheProducersKey) {
   ScratchDir dir;
   int index = 0;

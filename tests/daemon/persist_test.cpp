@@ -255,7 +255,7 @@ TEST_F(DaemonTest, BadPersistOptionsAreRefusedNamingTheOption) {
     return std::string("accepted");
   };
   for (const char* name : {"../escape", "..", "a/b", ".hidden"}) {
-    EXPECT_NE(named(name).find("persist: model_name '" + std::string(name) + "' must not contain '/' or start with '.'"),
+    EXPECT_NE(named(name).find("persist: model_name '" + std::string(name) + "' must not contain '/' or '\\' or start with '.'"),
               std::string::npos) << named(name);
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "escape"));
