@@ -203,12 +203,12 @@ void check_trusted_file(const std::string& path, const std::string& what, int li
   struct stat info {};
   if (::lstat(file.c_str(), &info) != 0) return;  // a missing file is the reader's to report
   // The file (or the link naming it) must be this user's or root's: another user's could hold
-  // their key, put there first in a shared directory such as /tmp.
+  // their key or config, put there first in a shared directory such as /tmp.
   if (!ours(info.st_uid)) {
     throw Error(ErrorCode::kInvalidArgument,
                 what + (S_ISLNK(info.st_mode) ? "the symbolic link '" : "'") + file.string() + "' belongs to user " +
                     std::to_string(info.st_uid) + ", not to this process's user or root: they could have put " +
-                    (S_ISLNK(info.st_mode) ? "it there and point it at a key of theirs" : "their own key there") +
+                    (S_ISLNK(info.st_mode) ? "it there and point it at a file of theirs" : "their own file there") +
                     remedy);
   }
   if (S_ISLNK(info.st_mode)) {
