@@ -551,17 +551,22 @@ TEST(Hedge, APlanThatPublishesNothingSaysThereIsNoGain) {
   EXPECT_THROW(explain_plan(flat.prefix, flat.prefix.size(), flat.hedged, flat.costs, plan.publish_steps), Error);
 }
 
-TEST(Hedge, APlanThatWinsOnlyInAMinorityOfScenariosKeepsToEvenSpacing) {
-  // Two futures: a small drop at step 300 (weight 0.6), or a large one at step 800 (0.4). On
-  // their mean path the exact plan waits for the large drop and publishes once, at 800. That
-  // wins in expectation, through the second future alone: in the first, even spacing publishes
-  // the small drop soon after it comes, and the plan only at 800.
+// Two futures: a small drop at step 300 (weight 0.6), or a large one at step 800 (0.4). On their
+// mean path the exact plan waits for the large drop and publishes once, at 800. That wins in
+// expectation, through the second future alone: in the first, even spacing publishes the small
+// drop soon after it comes, and the plan only at 800.
+CertainDrop minority_bet() {
   CertainDrop run(2.0);
   std::vector<double> small, large;
   for (auto s : run.hedged.forecast.steps) small.push_back(s < 300 ? 2.0 : 1.98), large.push_back(s < 800 ? 2.0 : 0.5);
   for (std::size_t i = 0; i < small.size(); ++i) run.hedged.forecast.loss[i] = 0.6 * small[i] + 0.4 * large[i];
   run.hedged.scenarios = {{"small drop", 0.6, small}, {"large drop", 0.4, large}};
   run.hedged.hedged = true;
+  return run;
+}
+
+TEST(Hedge, APlanThatWinsOnlyInAMinorityOfScenariosKeepsToEvenSpacing) {
+  CertainDrop run = minority_bet();
   const std::size_t w = run.prefix.size() - 1;
   const auto bet = plan_optimal(run.curve(), w, run.costs).publish_steps;
   ASSERT_EQ(bet, (std::vector<std::int64_t>{800}));
@@ -586,14 +591,9 @@ TEST(Hedge, APlanThatWinsOnlyInAMinorityOfScenariosKeepsToEvenSpacing) {
 }
 
 TEST(Hedge, TheEvenSpacingAPlanIsHeldToKeepsToTheSlowdownCap) {
-  // The minority bet above is held to even spacing, which publishes several times when nothing
-  // caps the slowdown. Under a cap the simple rule obeys it as every plan does.
-  CertainDrop run(2.0);
-  std::vector<double> small, large;
-  for (auto s : run.hedged.forecast.steps) small.push_back(s < 300 ? 2.0 : 1.98), large.push_back(s < 800 ? 2.0 : 0.5);
-  for (std::size_t i = 0; i < small.size(); ++i) run.hedged.forecast.loss[i] = 0.6 * small[i] + 0.4 * large[i];
-  run.hedged.scenarios = {{"small drop", 0.6, small}, {"large drop", 0.4, large}};
-  run.hedged.hedged = true;
+  // The minority bet is held to even spacing, which publishes several times when nothing caps
+  // the slowdown. Under a cap the simple rule obeys it as every plan does.
+  CertainDrop run = minority_bet();
   const std::size_t w = run.prefix.size() - 1;
   const auto uncapped = plan_hedged(run.prefix, w, run.hedged, run.costs);
   ASSERT_GT(uncapped.publish_steps.size(), 1u);
