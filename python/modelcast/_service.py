@@ -136,6 +136,10 @@ def options_from(cls, kwargs, what):
         # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
         if isinstance(value, bool) and not isinstance(default, bool):
             raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({shown})")
+        # pybind11's bool caster takes None, ints and floats: integrity=None turned integrity off,
+        # allow_any_consumer=2 turned it on. A switch is True or False (numpy's bool too).
+        if isinstance(default, bool) and not isinstance(value, bool) and type(value).__name__ != "bool_":
+            raise InvalidArgumentError(f"{what}: option '{key}' takes True or False, not {type(value).__name__} ({shown})")
         try:
             setattr(options, key, value)
         except TypeError:

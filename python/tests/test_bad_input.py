@@ -325,6 +325,9 @@ def test_options_of_the_wrong_type_or_range_are_refused_naming_them():
         (dict(conversions=[("*", "f8e4m3", -1)]), "the conversion of '*': fp8_block must be at least 0, got -1"),
         (dict(expected_layout=[("a", "f32", [2.7])]), "expected_layout: shape of 'a'[0] must be an integer, got 2.7"),
         (dict(buffers=True), "option 'buffers' takes int, not bool"),
+        # pybind11 took None as False and any number as a switch (serve_peers=None turned relaying off).
+        (dict(serve_peers=None), "option 'serve_peers' takes True or False, not NoneType"),
+        (dict(allow_plaintext_remote=-1), "option 'allow_plaintext_remote' takes True or False, not int"),
     ]
     for case in cases:
         options, *words = case
@@ -332,6 +335,13 @@ def test_options_of_the_wrong_type_or_range_are_refused_naming_them():
             modelcast.Consumer("tcp://127.0.0.1:9", **options)
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'snapshot_slots' takes int"):
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", snapshot_slots=2.5)
+    # integrity=None turned the producer's digests off, allow_any_consumer=2**70 turned it on.
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'integrity' takes True or False, not NoneType"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", integrity=None)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'allow_any_consumer' takes True or False"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", allow_any_consumer=2**70)
+    # NumPy's bool is a bool here.
+    modelcast.Consumer("tcp://127.0.0.1:9", serve_peers=np.bool_(False)).close()
     # NumPy's ints are ints here as elsewhere, and a shard may be written as a list.
     for want in (("shard", np.int64(0), np.int32(1), 2), ["shard", 0, 1, 2]):
         modelcast.Consumer("tcp://127.0.0.1:9", wants={"w": want}).close()
