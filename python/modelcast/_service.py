@@ -2,6 +2,7 @@
 closing every live one at interpreter exit, stats, callback error counts, and ``with``."""
 
 import atexit
+import ctypes
 import datetime
 import math
 import numbers
@@ -9,7 +10,7 @@ import operator
 import os
 import weakref
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, StateError
 
 _live = weakref.WeakSet()
 
@@ -19,6 +20,41 @@ def _close_all():
     # Stop library threads while the interpreter can still run their callbacks.
     for obj in list(_live):
         obj.close()
+
+
+class _ForkedAway:
+    """What a Producer's or Consumer's native object is in a child made by fork(): the library's
+    threads and sockets stayed in the parent, so every call raises StateError, and close() (the
+    child's exit runs it) does nothing."""
+
+    def __init__(self, what, parent, child):
+        self._why = (f"this {what} was made in process {parent}, and this is a child it forked ({child}): "
+                     f"its threads and sockets stay in the parent; make a new {what} in the child "
+                     f"(or fork before making one)")
+
+    def close(self):
+        pass
+
+    def __getattr__(self, name):
+        raise StateError(self._why)
+
+
+def _after_fork_in_child():
+    # A child's publish() went nowhere and reused the parent's version numbers, its consumer
+    # never saw a new version, and its exit crashed (joining threads the child does not have,
+    # locks held in the parent at the fork). Each object's native part is kept alive for good in
+    # the child, so that its destructor never runs there, and replaced by _ForkedAway.
+    parent, child = os.getppid(), os.getpid()
+    for obj in list(_live):
+        impl = obj.__dict__.get("_impl")
+        if impl is None or isinstance(impl, _ForkedAway):
+            continue
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(impl))
+        obj._impl = _ForkedAway(type(obj).__name__, parent, child)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def check_callback(what, name, fn):

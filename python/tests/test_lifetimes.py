@@ -3,6 +3,8 @@ view object, the Consumer and the Producer are gone, and while newer versions ar
 
 import gc
 import math
+import subprocess
+import sys
 
 import numpy as np
 import torch
@@ -111,3 +113,41 @@ def test_close_ends_a_wait_on_another_thread(endpoint):
             assert "closed" in str(outcome[0])
     finally:
         p.close()
+
+
+# A child made by fork() holds copies of a Producer and a Consumer whose threads and sockets stayed
+# in the parent: its publish() went nowhere (and reused the parent's version numbers), its consumer
+# never saw a version, and its exit crashed (close() aborted, the producer's destructor joined a
+# thread the child does not have). Now every call there raises StateError, and the child exits
+# cleanly while the parent goes on. In a child interpreter, so that a crash fails this test alone.
+FORK_AFTER_MAKING = """
+import os, sys
+import numpy as np
+import modelcast
+producer = modelcast.Producer(control_endpoint=sys.argv[1], model_name="pytest")
+producer.register("w", np.arange(8, dtype=np.float32))
+consumer = modelcast.Consumer(sys.argv[1], model_name="pytest")
+producer.publish(1)
+assert consumer.wait_for_version(1, timeout=20) is not None
+pid = os.fork()
+if pid == 0:
+    for call in (lambda: producer.publish(2), lambda: consumer.acquire(), lambda: producer.stats()):
+        try:
+            call()
+            sys.exit(3)
+        except modelcast.StateError as e:
+            assert "forked" in str(e) and "make a new" in str(e), e
+    consumer.close()  # nothing to stop in the child
+    sys.exit(0)  # a normal exit: atexit closes every live object, then they are collected
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+assert producer.publish(2).version == 2  # the parent's objects are untouched
+assert consumer.wait_for_version(2, timeout=20) is not None
+print("parent ok")
+"""
+
+
+def test_a_forked_child_is_told_its_objects_stayed_in_the_parent_and_exits_cleanly(endpoint):
+    result = subprocess.run([sys.executable, "-c", FORK_AFTER_MAKING, endpoint], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["child", "0", "parent", "ok"], result.stdout + result.stderr
