@@ -78,6 +78,13 @@ class Producer(Service):
             self._impl.watch(name, tensor, True)
         elif _is_numpy_array(tensor):
             self._impl.watch(name, tensor, False)
+            # A view (w = base[:n]) keeps its address when its base is reallocated
+            # (base.resize(..., refcheck=False)): the array that owns the memory is watched too.
+            owner = tensor
+            while _is_numpy_array(owner.base):
+                owner = owner.base
+            if owner is not tensor:
+                self._impl.watch(name, owner, False)
 
     def register_all(self, tensors):
         """register() for every (name, tensor) of a mapping, e.g. ``model.state_dict()``."""

@@ -96,6 +96,19 @@ def test_a_numpy_array_resized_without_its_refcheck_is_refused_at_publish(produc
     assert producer.stats().versions_published == 1
 
 
+def test_a_view_whose_base_array_is_reallocated_is_refused_at_publish(producer):
+    # The view keeps its own address when its base is resized: only the view was watched, and
+    # publish() read the freed memory (a crash, or garbage published without a word).
+    base = np.ones(1 << 22, dtype=np.float32)
+    producer.register("weights", base[: 1 << 20])
+    producer.publish(1)
+    base.resize(4, refcheck=False)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'weights'", "16777216 -> 16 bytes",
+                "nothing was published"):
+        producer.publish(2)
+    assert producer.stats().versions_published == 1
+
+
 def test_metadata_keys_are_names_and_two_that_print_alike_are_not_merged(producer):
     producer.register("w", np.ones(3, dtype=np.float32))
     # str() of the keys made one entry of 1 and "1", and one of the values was lost.
