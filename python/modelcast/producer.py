@@ -87,8 +87,24 @@ class Producer(Service):
                 self._impl.watch(name, owner, False)
 
     def register_all(self, tensors):
-        """register() for every (name, tensor) of a mapping, e.g. ``model.state_dict()``."""
-        for name, tensor in tensors.items():
+        """register() for every (name, tensor) of a mapping (``model.state_dict()``) or of an iterable
+        of pairs (``model.named_parameters()``). Each tensor is checked before any is registered,
+        so a dense-memory or dtype refusal registers nothing; one the library refuses (a name
+        registered before, host and device memory mixed) leaves those before it registered."""
+        if hasattr(tensors, "items"):
+            pairs = list(tensors.items())
+        else:
+            try:
+                pairs = list(tensors)
+            except TypeError:
+                pairs = None
+            if pairs is None or not all(isinstance(p, tuple) and len(p) == 2 for p in pairs):
+                raise InvalidArgumentError("register_all() takes a mapping or (name, tensor) pairs, e.g. model.state_dict() "
+                                           f"or model.named_parameters(); got {type(tensors).__name__}")
+        for name, tensor in pairs:
+            text("register(): name", name)
+            describe_memory(name, tensor)
+        for name, tensor in pairs:
             self.register(name, tensor)
 
     def prepare(self):

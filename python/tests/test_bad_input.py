@@ -122,6 +122,21 @@ def test_metadata_keys_are_names_and_two_that_print_alike_are_not_merged(produce
         producer.publish(1, stream=2**70)
 
 
+def test_register_all_takes_pairs_and_checks_every_tensor_before_registering_any(producer):
+    # A generator of pairs was "'generator' object has no attribute 'items'"; a tensor refused
+    # half-way left the ones before it registered, so the corrected retry was "duplicate name".
+    module = torch.nn.Linear(4, 4)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "register_all() takes a mapping or (name, tensor) pairs"):
+        producer.register_all(module)
+    bad = {"ok": np.ones(4, dtype=np.float32), "strided": np.ones((4, 4), dtype=np.float32)[:, 0]}
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'strided'"):
+        producer.register_all(bad)
+    bad["strided"] = np.ascontiguousarray(bad["strided"])
+    producer.register_all(bad)  # nothing of the refused call was registered
+    producer.register_all(module.named_parameters())
+    assert producer.publish(1).version == 1
+
+
 def test_a_tensor_whose_dtype_changed_is_refused_at_publish(producer):
     module = torch.nn.Linear(4, 4)
     producer.register_all(dict(module.named_parameters()))
