@@ -25,6 +25,9 @@ __all__ = [
     "__version__", "Producer", "Consumer", "ModelView", "ViewTensor", "TensorSpec", "PublishTicket", "Delivery", "ProducerStats",
     "ConsumerStats", "KeyPair", "generate_key_pair", "save_key_pair", "load_key_pair", "load_public_key",
     "dtype_names", "dtype_size", "Error", "ErrorCode", "InvalidArgumentError", "LayoutMismatchError",
-    "ProtocolError", "TransportError", "TimeoutError", "IntegrityError", "StateError", "ResourceError",
+    "ProtocolError", "TransportError", "IntegrityError", "StateError", "ResourceError",
     "AuthenticationError", "errors", "predictor",
 ]
+# Not TimeoutError: `from modelcast import *` would rebind the builtin, and an `except TimeoutError`
+# after it would no longer catch a socket's. modelcast.TimeoutError subclasses the builtin, so
+# `except TimeoutError` catches the library's too.

@@ -57,6 +57,9 @@ class Consumer(Service):
         opts = options_from(_core.ConsumerOptions, options, "Consumer")
         opts.producer_endpoint = text("Consumer: producer_endpoint", producer_endpoint)
         if expected_layout is not None:
+            if isinstance(expected_layout, (str, bytes)) or not hasattr(expected_layout, "__iter__"):
+                raise InvalidArgumentError("Consumer: expected_layout is a list of TensorSpecs or (name, dtype, shape) "
+                                           f"tuples, not {type(expected_layout).__name__}")
             opts.expected_layout = [tensor_spec(e) for e in expected_layout]
         if conversions is not None:
             opts.conversions = _conversions(conversions)

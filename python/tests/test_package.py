@@ -3,6 +3,8 @@
 import os
 import re
 
+import pytest
+
 import modelcast
 
 
@@ -22,3 +24,16 @@ def test_every_exported_name_exists_and_errors_match_the_codes():
         assert isinstance(error, modelcast.Error)
     assert isinstance(modelcast.errors.error_for(1, "x"), ValueError)
     assert isinstance(modelcast.errors.error_for(5, "x"), TimeoutError)
+
+
+def test_a_star_import_leaves_the_builtin_timeout_error_alone():
+    # It rebound TimeoutError, and `except TimeoutError` then missed a socket's timeout.
+    scope = {}
+    exec("from modelcast import *", scope)
+    assert "TimeoutError" not in scope
+    assert issubclass(modelcast.TimeoutError, TimeoutError)
+
+
+def test_an_expected_layout_that_is_no_list_is_named():
+    with pytest.raises(modelcast.InvalidArgumentError, match="expected_layout is a list of TensorSpecs"):
+        modelcast.Consumer("tcp://127.0.0.1:9", expected_layout=-1)
