@@ -160,8 +160,8 @@ class Producer(Service):
                 what.append("new memory")
             raise InvalidArgumentError(
                 f"publish: tensor '{name}' no longer uses the memory registered for it ({', '.join(what)}): its "
-                f"storage was replaced (torch: `.data = ...`, `.half()`, `.to()`, `.set_()`; NumPy: "
-                f"`resize(refcheck=False)`); nothing was published. "
+                f"storage was replaced (torch: `.data = ...`, `.half()`, `.to()`, `.set_()`, `.share_memory_()`; "
+                f"NumPy: `resize(refcheck=False)`, of the array or of the one it is a view of); nothing was published. "
                 f"Update registered tensors in place (optimizer steps, `.copy_()`), or register the new ones "
                 f"on a new Producer")
 
