@@ -812,7 +812,10 @@ TEST(DeviceExchange, EightDeviceConsumersJoiningInTurnReadTheVersionFromEachOthe
 // Then a holder that stopped answering: the reader, unanswered, asks again and the producer
 // serves it. Every byte is checked on the reader's device.
 TEST(DeviceExchange, ADeviceConsumerRoutesAroundAnIpcHolderWithBadBytesOrStopped) {
-  RelayingDeviceProducer p(512);
+  // The stopped holder must still be a member when the late reader joins, or the producer serves
+  // the reader itself and no relay fails: the producer drops a consumer silent for its lease
+  // timeout, and under compute-sanitizer a peer takes 11 s to start (beyond the default 10 s).
+  RelayingDeviceProducer p(512, 120s);
   auto& producer = p.producer;
   auto bad = ipc_consumer(p.endpoint(), "ipc-bad-holder", 1, {"--corrupt-after", "1", "--linger"});
   ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
