@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "cil_ties.h"
 #include "loss_floor.h"
 #include "modelcast/predictor_hedge.h"
 #include "progress_axis.h"
@@ -302,8 +303,8 @@ ScheduleResult plan_by_regret(std::span<const CurvePoint> prefix, std::size_t wa
     const double tol = 1e-9;
     const bool better = best_score == std::numeric_limits<double>::infinity() || score < best_score - tol ||
                         (score <= best_score + tol &&
-                         (expected_cil < best.cil - 1e-12 * std::abs(best.cil) ||
-                          (expected_cil <= best.cil + 1e-12 * std::abs(best.cil) && cand.size() < best.publish_steps.size())));
+                         (detail::cil_below(expected_cil, best.cil) ||
+                          (!detail::cil_below(best.cil, expected_cil) && cand.size() < best.publish_steps.size())));
     if (better) {
       best_score = score;
       best = {cand, expected_cil, costs.stall_s * static_cast<double>(cand.size())};
@@ -331,8 +332,8 @@ ScheduleResult plan_expected_cil(std::span<const CurvePoint> prefix, std::size_t
   for (const auto& cand : candidates) {
     double expected = 0.0;
     for (std::size_t t = 0; t < times.size(); ++t) expected += times[t].weight * evaluate_cil(curves[t], warmup_index, costs, cand);
-    const double tol = 1e-12 * std::abs(best.cil);
-    const bool better = !have || expected < best.cil - tol || (expected <= best.cil + tol && cand.size() < best.publish_steps.size());
+    const bool better = !have || detail::cil_below(expected, best.cil) ||
+                        (!detail::cil_below(best.cil, expected) && cand.size() < best.publish_steps.size());
     have = true;
     if (better) best = {cand, expected, costs.stall_s * static_cast<double>(cand.size())};
   }
@@ -412,7 +413,7 @@ PlanChoiceReport explain_plan(std::span<const CurvePoint> prefix, std::size_t wa
     is_even = is_even || std::equal(even.begin(), even.end(), candidate.begin(), candidate.end());
     auto c = cils(even);
     const double e = expected(c);
-    if (k == 1 || e < out.best_evenly_spaced_cil - 1e-12 * std::abs(e)) {
+    if (k == 1 || detail::cil_below(e, out.best_evenly_spaced_cil)) {
       out.best_evenly_spaced = even;
       out.best_evenly_spaced_cil = e;
       even_cils = std::move(c);

@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "cil_ties.h"
 #include "modelcast/predictor_planner.h"
 #include "modelcast/error.h"
 
@@ -198,7 +199,7 @@ ScheduleResult plan_on_record_lows(double origin_loss, double origin_servable_s,
   const long max_publishes = static_cast<long>(publishes_allowed(costs, n + static_cast<std::size_t>(publishes_done))) - publishes_done;
   const auto& t = future.time_s;
   const auto& loss = future.loss;
-  auto beaten = [&](double bound) { return bound >= best - 1e-12 * std::abs(best); };
+  auto beaten = [&](double bound) { return !detail::cil_below(bound, best); };
 
   // Branch and bound. After the publish at candidate i as publish j (servable at
   // s = t_i + j·c + d), no schedule serves less than free publishing of every later candidate
@@ -238,7 +239,7 @@ ScheduleResult plan_on_record_lows(double origin_loss, double origin_servable_s,
       if (f[i] == kInf) continue;
       const double s = t[i] + static_cast<double>(j) * c + d;
       const double total = f[i] + loss[i] * (end - s);
-      if (total < best - 1e-12 * std::abs(best)) {
+      if (detail::cil_below(total, best)) {
         best = total;
         best_j = static_cast<int>(j);
         best_i = i;
