@@ -181,18 +181,28 @@ const std::vector<CurveFamily>& standard_families() {
     v.push_back(make_separable({"mmf", true, true,
                                 [](double x, const double* p) { return 1.0 / (1.0 + std::pow(p[0] * x, p[1])); },
                                 grid2({10.0, 100.0, 1000.0}, {0.3, 0.7, 1.5})}));
-    // Janoschek: alpha - (alpha - beta)·e^(-kappa x^delta)
-    v.push_back(make_separable({"janoschek", true, true,
-                                [](double x, const double* p) { return std::exp(-p[0] * std::pow(x, p[1])); },
-                                grid2({3.0, 10.0, 50.0}, {0.2, 0.5, 0.8})}));
     // ilog2: c + a / ln(s·x + e)
     v.push_back(make_separable({"ilog2", true, true,
                                 [](double x, const double* p) { return 1.0 / std::log(p[0] * x + M_E); },
                                 grid1({1.0, 10.0, 100.0, 1000.0})}));
     v.push_back(make_vapor_pressure());
+    // log-linear: c + a·(-ln x), a > 0. The one family that never levels off: a loss that falls
+    // by the same amount per doubling of the steps, as language models' do through a run's middle.
+    // Every other family saturates, and on a prefix whose newest points happen to lie flat (noise,
+    // or a pause before the loss falls again) their fits level off where the run does not.
+    v.push_back(make_separable({"log_linear", true, true, [](double x, const double*) { return -std::log(x); },
+                                {std::vector<double>{}}}));
     return v;
   }());
   return *families;
+}
+
+std::vector<const CurveFamily*> ensemble_families() {
+  std::vector<const CurveFamily*> out;
+  for (const auto& f : standard_families()) out.push_back(&f);
+  for (const auto& f : viper_families())
+    if (f.name == "viper_exp" || f.name == "viper_linear") out.push_back(&f);
+  return out;
 }
 
 const std::vector<CurveFamily>& viper_families() {

@@ -147,19 +147,22 @@ std::optional<MemberFit> fit_member(const CurveFamily& family, const FitSet& set
   return m;
 }
 
-// Standard deviation of the prefix's point-to-point noise: the median distance of each point
-// (after step 0) from its neighbours' midpoint, scaled to a Gaussian sd (for i.i.d. noise that
-// distance has sd sqrt(1.5) sigma). The curve's own curvature adds a little; NaN with fewer than
-// three points after step 0.
-double noise_sd(std::span<const CurvePoint> observed) {
-  std::vector<double> y;
-  for (const auto& p : observed)
-    if (p.step > 0) y.push_back(p.loss);
+// Standard deviation of a sequence's point-to-point noise: the median distance of each point
+// from its neighbours' midpoint, scaled to a Gaussian sd (for i.i.d. noise that distance has sd
+// sqrt(1.5) sigma). The curve's own curvature adds a little; NaN with fewer than three points.
+// noise_sd: that of the prefix's points after step 0.
+double noise_sd_of(std::span<const double> y) {
   if (y.size() < 3) return std::numeric_limits<double>::quiet_NaN();
   std::vector<double> d;
   for (std::size_t i = 1; i + 1 < y.size(); ++i) d.push_back(std::abs(y[i] - 0.5 * (y[i - 1] + y[i + 1])));
   std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
   return 1.4826 * d[d.size() / 2] / std::sqrt(1.5);
+}
+double noise_sd(std::span<const CurvePoint> observed) {
+  std::vector<double> y;
+  for (const auto& p : observed)
+    if (p.step > 0) y.push_back(p.loss);
+  return noise_sd_of(y);
 }
 
 // Whether the loss is rising over the newest half of the prefix (at least 6 points after step
@@ -257,11 +260,20 @@ AnnealEstimate estimate_anneal_drop(std::span<const CurvePoint> observed, const 
   return out;
 }
 
+// fit_noise: the noise sd of the points the members were fitted and back-tested on (NaN when
+// unknown).
 Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> future_steps,
-                  const ForecastOptions& options, std::string note) {
+                  const ForecastOptions& options, std::string note, double fit_noise) {
   Forecast out;
   out.steps.assign(future_steps.begin(), future_steps.end());
-  // Prefer back-tested members; weight by inverse squared tail error.
+  // Prefer back-tested members; weight by inverse squared tail error, with the tail's noise as
+  // its floor. The tail is a quarter of the prefix, often a handful of points, and even the true
+  // curve would score about the noise sd there: errors within a few noise sds of each other do
+  // not rank the members, and weighting them by it anyway let whichever family matched the
+  // tail's noise (a flat stretch, most often, matched by a family that levels off) decide the
+  // forecast alone. Three sds: on the development runs 1 sd still let it decide, and 3 and 10
+  // did alike (bench/RESULTS.md, predictor section, "An ensemble that does not level off").
+  constexpr double kNoiseFloorSds = 3.0;
   std::vector<MemberFit> tested, untested;
   for (auto& m : members) (std::isfinite(m.backtest_rmse) ? tested : untested).push_back(std::move(m));
   std::sort(tested.begin(), tested.end(), [](const MemberFit& a, const MemberFit& b) { return a.backtest_rmse < b.backtest_rmse; });
@@ -275,7 +287,8 @@ Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> 
   std::vector<MemberFit> chosen;
   std::vector<double> weights;
   if (!tested.empty()) {
-    const double floor = std::max(1e-9, 0.1 * tested.front().backtest_rmse);
+    double floor = std::max(1e-9, 0.1 * tested.front().backtest_rmse);
+    if (std::isfinite(fit_noise)) floor = std::max(floor, kNoiseFloorSds * fit_noise);
     const auto weight_of = [&](const MemberFit& m) { return prior_of(m) / (m.backtest_rmse * m.backtest_rmse + floor * floor); };
     if (!options.member_prior.empty())
       std::stable_sort(tested.begin(), tested.end(), [&](const MemberFit& a, const MemberFit& b) { return weight_of(a) > weight_of(b); });
@@ -445,7 +458,8 @@ Forecast viper_forecast(std::span<const CurvePoint> observed, std::span<const st
     return flat_forecast(observed, future_steps, options, note + "; " + paper_name[*best] + " overflows, flat forecast; ");
   ForecastOptions alone = options;  // Viper keeps its one function whatever the priors say
   alone.member_prior.clear();
-  return assemble({chosen}, future_steps, alone, note + "; kept " + paper_name[*best] + "; ");
+  return assemble({chosen}, future_steps, alone, note + "; kept " + paper_name[*best] + "; ",
+                  std::numeric_limits<double>::quiet_NaN());
 }
 
 Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptions& options, bool viper) {
@@ -527,13 +541,8 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
   }
   const Bounds bounds = sane_bounds(observed);
   std::vector<MemberFit> members;
-  const auto& families = detail::standard_families();
-  for (const auto& family : families) {
-    if (auto m = fit_member(family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
-      members.push_back(std::move(*m));
-  }
-  for (const auto& family : detail::viper_families())
-    if (auto m = fit_member(family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
+  for (const auto* family : detail::ensemble_families())
+    if (auto m = fit_member(*family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
       members.push_back(std::move(*m));
   if (reference) {
     // Reference prior, in step progress (it already contains its own schedule's shape).
@@ -562,7 +571,7 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
   if (members.empty()) {
     out = fallback_forecast(observed, future_steps, axis, options, "no family could be fitted sanely; " + note);
   } else {
-    out = assemble(std::move(members), future_steps, options, note);
+    out = assemble(std::move(members), future_steps, options, note, noise_sd_of(param.y));
     if (out.members.empty()) out = fallback_forecast(observed, future_steps, axis, options, note);
   }
   // The band is the ensemble's spread and back-test error around its mean, which a positive loss

@@ -96,7 +96,7 @@ TEST(RobustFit, RefusesFewerPointsThanParameters) {
 }
 
 TEST(CurveFamilies, AllListedFamiliesExist) {
-  for (const char* name : {"pow3", "pow4", "log_power", "exp3", "exp4", "mmf", "janoschek", "ilog2", "vapor_pressure",
+  for (const char* name : {"pow3", "pow4", "log_power", "exp3", "exp4", "mmf", "ilog2", "vapor_pressure", "log_linear",
                            "viper_exp", "viper_exp_offset", "viper_linear", "viper_saturating"})
     EXPECT_NO_THROW(family(name)) << name;
 }
