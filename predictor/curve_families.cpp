@@ -197,12 +197,15 @@ const std::vector<CurveFamily>& standard_families() {
   return *families;
 }
 
-std::vector<const CurveFamily*> ensemble_families() {
-  std::vector<const CurveFamily*> out;
-  for (const auto& f : standard_families()) out.push_back(&f);
-  for (const auto& f : viper_families())
-    if (f.name == "viper_exp" || f.name == "viper_linear") out.push_back(&f);
-  return out;
+const std::vector<const CurveFamily*>& ensemble_families() {
+  static const auto* families = new std::vector<const CurveFamily*>([] {
+    std::vector<const CurveFamily*> v;
+    for (const auto& f : standard_families()) v.push_back(&f);
+    for (const auto& f : viper_families())
+      if (f.name == "viper_exp" || f.name == "viper_linear") v.push_back(&f);
+    return v;
+  }());
+  return *families;
 }
 
 const std::vector<CurveFamily>& viper_families() {

@@ -29,7 +29,7 @@ const std::vector<CurveFamily>& standard_families();
 const std::vector<CurveFamily>& viper_families();
 // What forecast_curve fits: the standard families and those of Viper's that add a function space
 // (a·e^(-bx) and ax+b; the other two are exp3's space).
-std::vector<const CurveFamily*> ensemble_families();
+const std::vector<const CurveFamily*>& ensemble_families();
 // y = a + b·g(x) for a fixed shape g (used for the reference-curve prior); b >= 0 is not
 // enforced because a reference may be rescaled either way.
 CurveFamily affine_shape_family(std::string name, std::function<double(double)> shape);
