@@ -22,13 +22,14 @@ struct CurveFamily {
       initial_guesses;
 };
 
-// pow3, pow4, log-power, exp3, exp4, MMF, ilog2, vapor pressure, log-linear: one family per
-// function space (Janoschek is exp4's space, and two members of one space doubled its weight).
+// pow3, pow4, log-power, exp3, exp4, MMF, ilog2, vapor pressure, log-linear: no two of them fit
+// the same parameterised space (Janoschek was exp4's, and as two members that shape weighed twice).
 const std::vector<CurveFamily>& standard_families();
 // Viper's four: a·e^(-bx), a·e^(-bx)+c, ax+b, c-(c-a)e^(-bx).
 const std::vector<CurveFamily>& viper_families();
-// What forecast_curve fits: the standard families and those of Viper's that add a function space
-// (a·e^(-bx) and ax+b; the other two are exp3's space).
+// What forecast_curve fits: the standard families and those of Viper's that are not one of them
+// reparameterised (a·e^(-bx) and ax+b; a·e^(-bx)+c is exp3, and c-(c-a)e^(-bx) exp3 or its rising
+// mirror, which the ensemble does not want).
 const std::vector<const CurveFamily*>& ensemble_families();
 // y = a + b·g(x) for a fixed shape g (used for the reference-curve prior); b >= 0 is not
 // enforced because a reference may be rescaled either way.

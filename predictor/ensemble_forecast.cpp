@@ -266,13 +266,16 @@ Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> 
                   const ForecastOptions& options, std::string note, double fit_noise) {
   Forecast out;
   out.steps.assign(future_steps.begin(), future_steps.end());
-  // Prefer back-tested members; weight by inverse squared tail error, with the tail's noise as
-  // its floor. The tail is a quarter of the prefix, often a handful of points, and even the true
-  // curve would score about the noise sd there: errors within a few noise sds of each other do
+  // Prefer back-tested members; weight by inverse squared tail error, with the fitted points'
+  // noise as its floor. The tail is a quarter of the prefix, often a handful of points, and even
+  // the true curve would score about the noise sd there: errors within a few noise sds of each other do
   // not rank the members, and weighting them by it anyway let whichever family matched the
   // tail's noise (a flat stretch, most often, matched by a family that levels off) decide the
   // forecast alone. Three sds: on the development runs 1 sd still let it decide, and 3 and 10
-  // did alike (bench/RESULTS.md, predictor section, "An ensemble that does not level off").
+  // did alike (bench/RESULTS.md, predictor section, "An ensemble that does not level off"). The
+  // noise is estimated from second differences, which a short, steep prefix's own bend inflates
+  // (a clean power law sampled 6 times: 3 sds above its last drop): the weights are then nearly
+  // equal, as they should be where a back-test of one or two points says little.
   constexpr double kNoiseFloorSds = 3.0;
   std::vector<MemberFit> tested, untested;
   for (auto& m : members) (std::isfinite(m.backtest_rmse) ? tested : untested).push_back(std::move(m));
