@@ -64,6 +64,9 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
   const std::size_t w = k - 1;
   const std::vector<mp::CurvePoint> prefix(run.points.begin(), run.points.begin() + static_cast<std::ptrdiff_t>(k));
   mp::ForecastOptions fo = plan_forecast_options(run, settings);
+  result.forecast_cuts = forecast_cuts(run, fo, [](std::span<const mp::CurvePoint> seen, const mp::ForecastOptions& o) {
+    return mp::forecast_curve(seen, o);
+  });
   if (settings.prior) {
     auto reference = settings.prior->for_prefix(run, k);
     if (!reference.progress.empty()) fo.reference = std::move(reference);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "forecast_quality.h"
 #include "modelcast/predictor.h"
 #include "reference_prior.h"
 
@@ -133,6 +134,9 @@ struct RunEval {
   // forecast's.
   std::vector<double> trend_known_replay_regret;
   std::vector<int> trend_known_replay_vs_every_e;
+  // The default forecaster (a plan's options, no analogue reference) at cuts through the run,
+  // against the run's trend: the forecast's own error, apart from any schedule made on it.
+  std::vector<ForecastCut> forecast_cuts;
 };
 
 RunEval evaluate_run(const predictor::LossLog& run, const std::string& family, const EvalSettings& settings);

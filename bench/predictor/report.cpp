@@ -275,6 +275,28 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
   };
   floor_rows("smooth_oracle", &RunEval::smooth_oracle_regret, &RunEval::smooth_oracle_vs_every_e);
   floor_rows("trend_known_replay", &RunEval::trend_known_replay_regret, &RunEval::trend_known_replay_vs_every_e);
+  // The forecast at cuts through each run (forecast_quality.h), pooled over the cuts of a family's
+  // runs: quantiles of the fall ratio (over the cuts where the trend falls) and of the path error.
+  for (const auto& f : shown) {
+    std::vector<double> fall, path, end;
+    for (const auto& r : results) {
+      if (!r.evaluated || !groups.covers(f, r.family)) continue;
+      for (const auto& cut : r.forecast_cuts) {
+        if (!std::isnan(cut.fall_ratio)) fall.push_back(cut.fall_ratio);
+        path.push_back(cut.path_error);
+        end.push_back(cut.end_error);
+      }
+    }
+    out["forecast_quality"].push_back({{"family", f},
+                                       {"cuts", path.size()},
+                                       {"cuts_with_fall", fall.size()},
+                                       {"fall_ratio_p10", quantile(fall, 0.1)},
+                                       {"fall_ratio_median", quantile(fall, 0.5)},
+                                       {"fall_ratio_p90", quantile(fall, 0.9)},
+                                       {"path_error_median", quantile(path, 0.5)},
+                                       {"path_error_p90", quantile(path, 0.9)},
+                                       {"end_error_median", quantile(end, 0.5)}});
+  }
   double slowest = 0.0;
   for (const auto& r : results) slowest = std::max(slowest, r.replay_seconds);
   out["slowest_replay_s"] = slowest;
@@ -411,6 +433,20 @@ std::string render(const Json& r) {
   floor_lines("\nreplay knowing the trend: the online scheduler (library defaults) forecasting with that smoothed curve,\n"
               "fed the logged points one at a time, scored on the true curve\n",
               "trend_known_replay");
+  if (r.contains("forecast_quality")) {
+    o << "\nthe forecast at 20, 30, ..., 80 % of each run (default forecaster, a plan's options) against the run's trend\n"
+      << "(5-point running median): fall = forecast's fall from the trend's level at the cut to the end over the trend's\n"
+      << "(cuts where the trend falls by > 3 % of its range; 1 is right, 0 foresees none); path = mean |forecast - trend|\n"
+      << "over the rest, end = (forecast - trend) at the end, both in units of the trend's range (end > 0: fall under-predicted)\n";
+    o << "family          cuts  fall_p10  fall_med  fall_p90  path_med  path_p90  end_med\n";
+    for (const auto& q : r["forecast_quality"]) {
+      o << std::left << std::setw(14) << q["family"].get<std::string>() << std::right << std::setw(6) << q["cuts"].get<int>()
+        << std::setprecision(2) << std::setw(10) << q["fall_ratio_p10"].get<double>() << std::setw(10)
+        << q["fall_ratio_median"].get<double>() << std::setw(10) << q["fall_ratio_p90"].get<double>() << std::setprecision(3)
+        << std::setw(10) << q["path_error_median"].get<double>() << std::setw(10) << q["path_error_p90"].get<double>()
+        << std::setw(9) << q["end_error_median"].get<double>() << "\n";
+    }
+  }
   table(r["rows"], "AFTER: hedged plans, regime-change refits (no reference run), variant chosen leave-one-family-out");
   table(r["before_rows"], "BEFORE: plans on the point forecast, no regime-change trigger (no reference run)");
   if (r.contains("with_reference"))
