@@ -232,12 +232,16 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
   out["targets"] = targets(out["rows"], groups.pooled_labels(families));
   // Per run, with the chosen variant: regret % per cost (null: no achievable gain), and per cost
   // how the plan came to be (plan_choice: picked, the candidate's weight of scenarios, its expected
-  // margin, and the candidate's and the best even schedule's regret on the true curve).
+  // margin, and the candidate's and the best even schedule's regret on the true curve); the
+  // forecast at each cut (forecast_cuts).
   out["runs"] = Json::array();
   const auto regret_of = [](const Outcome& o) { return o.has_gain ? Json(o.regret) : Json(); };
   for (const auto& r : results) {
     if (!r.evaluated) continue;
     Json j{{"run", r.run}, {"family", r.family}, {"mae", r.mae}};
+    for (const auto& cut : r.forecast_cuts)
+      j["forecast_cuts"].push_back({{"cut_fraction", cut.cut_fraction}, {"fall_ratio", cut.fall_ratio},
+                                    {"path_error", cut.path_error}, {"end_error", cut.end_error}});
     for (int m = 0; m < 2; ++m)
       for (int c = 0; c < nc; ++c) {
         const std::size_t v = chosen.at({r.family, m, c});
