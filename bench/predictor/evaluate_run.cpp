@@ -27,6 +27,21 @@ double interp_step(const std::vector<std::int64_t>& xs, const std::vector<double
   return ys[i - 1] + f * (ys[i] - ys[i - 1]);
 }
 
+// The online scheduler fed the run's logged points one at a time, as a trainer would: each point
+// observed at its logged time plus the stalls of the publishes before it, then the decision, then
+// a wait for the scheduler's workers if it has any (a trainer whose workers keep up). Returns the
+// steps it published at.
+std::vector<std::int64_t> replay(const mp::LossLog& run, const mp::OnlineOptions& options) {
+  mp::OnlineScheduler scheduler(options);
+  for (const auto& p : run.points) {
+    const double wall = p.time_s + options.costs.stall_s * static_cast<double>(scheduler.published_steps().size());
+    scheduler.observe(p.step, p.loss, wall);
+    scheduler.should_publish(p.step);
+    scheduler.wait_for_background();
+  }
+  return scheduler.published_steps();
+}
+
 int compare(double ours, double theirs) {
   const double tol = 1e-9 * std::max(std::abs(ours), std::abs(theirs));
   return ours < theirs - tol ? 1 : (ours > theirs + tol ? -1 : 0);
@@ -210,13 +225,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       known.forecaster = [&smooth](std::span<const mp::CurvePoint> seen, const mp::ForecastOptions&) {
         return forecast_from_curve(smooth, seen.back().step);
       };
-      mp::OnlineScheduler scheduler(known);
-      for (std::size_t i = 0; i < n; ++i) {
-        const double wall = run.points[i].time_s + costs.stall_s * static_cast<double>(scheduler.published_steps().size());
-        scheduler.observe(run.points[i].step, run.points[i].loss, wall);
-        scheduler.should_publish(run.points[i].step);
-      }
-      const Outcome trend_known = score_cil(mp::evaluate_cil(truth, w, costs, scheduler.published_steps()));
+      const Outcome trend_known = score_cil(mp::evaluate_cil(truth, w, costs, replay(run, known)));
       result.trend_known_replay_regret.push_back(trend_known.has_gain ? trend_known.regret : std::nan(""));
       result.trend_known_replay_vs_every_e.push_back(trend_known.vs.at("every_e_steps"));
     }
@@ -253,15 +262,9 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       }
       oo.work_mode = settings.work_mode;
       const auto t0 = std::chrono::steady_clock::now();
-      mp::OnlineScheduler scheduler(oo);
-      for (std::size_t i = 0; i < n; ++i) {
-        const double wall = run.points[i].time_s + costs.stall_s * static_cast<double>(scheduler.published_steps().size());
-        scheduler.observe(run.points[i].step, run.points[i].loss, wall);
-        scheduler.should_publish(run.points[i].step);
-        scheduler.wait_for_background();
-      }
+      const auto published = replay(run, oo);
       result.replay_seconds = std::max(result.replay_seconds, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      result.outcome[ci][1].push_back(score(scheduler.published_steps()));
+      result.outcome[ci][1].push_back(score(published));
     }
   }
   return result;
