@@ -46,12 +46,12 @@
 # (2026-12-04): device tests 19 s, gpu tests 1 s; the benchmark at 256, 1024 and 4482 MiB, 5 reps,
 # 6 + 23 + 86 s, and at 16384 MiB, 3 reps, 207 s (a file baseline of 16 GiB written, fsynced and
 # read back per rep, and 16 GiB over loopback per update of the staged, d2h and h2d paths),
-# hence 3 reps there. The sanitizer's device tests no
-# longer fit their 240 s: 31 of 60 in 240 s, and the test of eight device consumers joining in
-# turn alone more than 165 s (each consumer process starts slower under the sanitizer than the one
-# before it); about 550 s in all. Give them a device command of their own with
-# MODELCAST_GPU_CHECKS_STEPS=sanitizer and MODELCAST_GPU_CHECKS_SANITIZER_LIMIT_S=560 (budget 580),
-# or split the suite with MODELCAST_GPU_CHECKS_FILTER.
+# hence 3 reps there. The sanitizer's device tests no longer fit their 240 s: 31 of 60 ran in
+# 240 s, and the test of eight device consumers joining in turn alone takes more than 165 s (each
+# consumer process starts slower under the sanitizer than the one before it); about 550 s in all.
+# Give them a device command of their own (MODELCAST_GPU_CHECKS_STEPS=sanitizer,
+# MODELCAST_GPU_CHECKS_SANITIZER_LIMIT_S=560, MODELCAST_GPU_CHECKS_BUDGET_S=580), or split the
+# suite with MODELCAST_GPU_CHECKS_FILTER.
 set -uo pipefail
 bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bundle/.." && pwd)
@@ -80,10 +80,11 @@ wants() { [[ ",$steps," == *",$1,"* ]]; }
 reserve=${MODELCAST_GPU_CHECKS_BENCH_RESERVE_S:-300}
 wants bench || reserve=0
 sanitizer_limit=${MODELCAST_GPU_CHECKS_SANITIZER_LIMIT_S:-240}
-# Seconds are used in shell arithmetic, where a word that is not a number reads as 0 (a step
-# that would time out at once): refuse it by name instead.
+# Seconds are used in shell arithmetic, which reads a word as a variable's name (0 when there is
+# none: a step that would time out at once), "1.5" as a syntax error and "0900" as octal: refuse
+# anything but a plain whole number, by name.
 for var in budget reserve sanitizer_limit; do
-  if ! [[ "${!var}" =~ ^[0-9]+$ ]]; then
+  if ! [[ "${!var}" =~ ^(0|[1-9][0-9]*)$ ]]; then
     echo "gpu checks: $var must be a whole number of seconds, got '${!var}'" >&2
     exit 2
   fi

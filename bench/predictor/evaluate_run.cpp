@@ -19,14 +19,6 @@ double median_gap(const std::vector<mp::CurvePoint>& pts) {
   return gaps[gaps.size() / 2];
 }
 
-double interp_step(const std::vector<std::int64_t>& xs, const std::vector<double>& ys, std::int64_t x) {
-  if (x <= xs.front()) return ys.front();
-  if (x >= xs.back()) return ys.back();
-  const auto i = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), x) - xs.begin());
-  const double f = static_cast<double>(x - xs[i - 1]) / static_cast<double>(xs[i] - xs[i - 1]);
-  return ys[i - 1] + f * (ys[i] - ys[i - 1]);
-}
-
 // The online scheduler fed the run's logged points one at a time, as a trainer would: each point
 // observed at its logged time plus the stalls of the publishes before it, then the decision, then
 // a wait for the scheduler's workers if it has any (a trainer whose workers keep up). Returns the
@@ -108,7 +100,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
   {
     const auto planned = mp::extend_with_forecast(prefix, point);
     double abs_err = 0;
-    for (std::size_t i = k; i < n; ++i) abs_err += std::abs(interp_step(planned.steps, planned.loss, run.points[i].step) - run.points[i].loss);
+    for (std::size_t i = k; i < n; ++i) abs_err += std::abs(interpolate_at(planned.steps, planned.loss, run.points[i].step) - run.points[i].loss);
     result.mae = abs_err / static_cast<double>(n - k);
   }
   // The hedge gets the run's schedule (when it has one and hedge_schedule is on).

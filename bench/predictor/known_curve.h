@@ -29,6 +29,16 @@ inline predictor::Trajectory running_median(const predictor::Trajectory& curve, 
   return smooth;
 }
 
+// The value at `x` of the piecewise-linear curve through (xs, ys), xs increasing, held flat
+// beyond its ends.
+inline double interpolate_at(const std::vector<std::int64_t>& xs, const std::vector<double>& ys, std::int64_t x) {
+  if (x <= xs.front()) return ys.front();
+  if (x >= xs.back()) return ys.back();
+  const auto i = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), x) - xs.begin());
+  const double f = static_cast<double>(x - xs[i - 1]) / static_cast<double>(xs[i] - xs[i - 1]);
+  return ys[i - 1] + f * (ys[i] - ys[i - 1]);
+}
+
 // The curve's points after `after_step` as a forecast that is certain: a band of zero width and
 // one member holding the whole weight. Its times are the curve's (the stall-free clock).
 inline predictor::Forecast forecast_from_curve(const predictor::Trajectory& curve, std::int64_t after_step) {

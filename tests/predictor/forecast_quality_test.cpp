@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
+#include <string>
 
 #include "forecast_quality.h"
 #include "known_curve.h"
@@ -13,7 +15,7 @@ namespace {
 namespace mp = modelcast::predictor;
 
 // A noiseless, strictly falling run of 20 points: its 5-point running median is itself but at
-// the last two points, where the window is cut short.
+// the first point and the last two, where the window is cut short.
 mp::LossLog falling_run() {
   mp::LossLog run;
   for (int i = 0; i < 20; ++i)
@@ -39,11 +41,11 @@ TEST(ForecastQuality, AForecastOfTheRunsOwnTrendFallsRightAndFollowsIt) {
   ASSERT_EQ(cuts.size(), kForecastCutFractions.size());
   for (std::size_t i = 0; i < cuts.size(); ++i) {
     EXPECT_DOUBLE_EQ(cuts[i].cut_fraction, kForecastCutFractions[i]);
-    // The late cuts' falls are under 3 % of the range: no ratio there.
-    if (cuts[i].cut_fraction <= 0.5) {
+    // After the 80 % cut the trend falls by 2.2 % of its range (1.25 to 1.21): under 3 %, no ratio.
+    if (i + 1 < cuts.size()) {
       EXPECT_NEAR(cuts[i].fall_ratio, 1.0, 1e-12);
     } else {
-      EXPECT_TRUE(std::isnan(cuts[i].fall_ratio) || std::abs(cuts[i].fall_ratio - 1.0) < 1e-12);
+      EXPECT_TRUE(std::isnan(cuts[i].fall_ratio)) << cuts[i].fall_ratio;
     }
     EXPECT_NEAR(cuts[i].path_error, 0.0, 1e-12);
     EXPECT_NEAR(cuts[i].end_error, 0.0, 1e-12);
@@ -69,10 +71,10 @@ TEST(ForecastQuality, AForecastThatStaysAtTheNewestLossForeseesNoFallAndIsScored
   ASSERT_EQ(cuts.size(), 1u);
   EXPECT_NEAR(cuts[0].fall_ratio, 0.0, 1e-12);
   // By hand: the cut at 10 points; the forecast holds the 10th loss, which is the trend's level
-  // there; the range is the trend's after its first point (its second loss down to its last).
+  // there; the range is the trend's, from its first value down to its last.
   const auto trend = running_median(mp::trajectory_of(run.points), 2).loss;
   ASSERT_EQ(trend[9], run.points[9].loss);
-  const double range = trend[1] - trend[19];
+  const double range = trend.front() - trend.back();
   double error = 0.0;
   for (int i = 10; i < 20; ++i) error += trend[9] - trend[static_cast<std::size_t>(i)];
   EXPECT_NEAR(cuts[0].path_error, error / (10.0 * range), 1e-12);
@@ -80,7 +82,7 @@ TEST(ForecastQuality, AForecastThatStaysAtTheNewestLossForeseesNoFallAndIsScored
 }
 
 TEST(ForecastQuality, ACutAfterWhichTheTrendHardlyFallsHasNoFallRatio) {
-  // Falls to step 1000, then flat: from the 70 % cut on the trend falls by nothing.
+  // Falls to step 1000, then flat: from the 50 % cut on the trend falls by nothing.
   mp::LossLog run;
   for (int i = 0; i < 20; ++i)
     run.points.push_back({.step = 100 * (i + 1), .loss = i < 10 ? 5.0 - 0.4 * i : 1.4, .time_s = 2.0 * (i + 1)});
@@ -90,12 +92,13 @@ TEST(ForecastQuality, ACutAfterWhichTheTrendHardlyFallsHasNoFallRatio) {
     return forecast_from_curve(trend, seen.back().step);
   });
   ASSERT_EQ(cuts.size(), kForecastCutFractions.size());
-  EXPECT_FALSE(std::isnan(cuts.front().fall_ratio));
-  EXPECT_TRUE(std::isnan(cuts.back().fall_ratio));
-  EXPECT_NEAR(cuts.back().path_error, 0.0, 1e-12);
+  for (const auto& cut : cuts) {
+    EXPECT_EQ(std::isnan(cut.fall_ratio), cut.cut_fraction >= 0.5) << cut.cut_fraction;
+    EXPECT_NEAR(cut.path_error, 0.0, 1e-12);
+  }
 }
 
-TEST(ForecastQuality, ARunTooShortOrFlatHasNoCuts) {
+TEST(ForecastQuality, ARunTooShortOrFlatHasNoCutsAndSixPointsAreEnough) {
   mp::LossLog flat;
   for (int i = 0; i < 20; ++i) flat.points.push_back({.step = i + 1, .loss = 2.0, .time_s = 1.0 * i});
   flat.total_steps = 20;
@@ -104,8 +107,34 @@ TEST(ForecastQuality, ARunTooShortOrFlatHasNoCuts) {
     return {};
   };
   EXPECT_TRUE(forecast_cuts(flat, options_of(flat), never).empty());
-  flat.points.resize(5);
-  EXPECT_TRUE(forecast_cuts(flat, options_of(flat), never).empty());
+  // Five falling points: no cut leaves 4 before it and 2 after.
+  auto short_run = falling_run();
+  short_run.points.resize(5);
+  EXPECT_TRUE(forecast_cuts(short_run, options_of(short_run), never).empty());
+  short_run.points = falling_run().points;
+  short_run.points.resize(6);
+  EXPECT_EQ(forecast_cuts(short_run, options_of(short_run), [&](std::span<const mp::CurvePoint> seen, const mp::ForecastOptions&) {
+              return forecast_from_curve(running_median(mp::trajectory_of(short_run.points), 2), seen.back().step);
+            }).size(),
+            kForecastCutFractions.size());
+}
+
+TEST(ForecastQuality, AForecastThatIsNotFiniteIsRefusedNamingTheRun) {
+  auto run = falling_run();
+  run.run = "r7";
+  const auto nan_forecast = [](std::span<const mp::CurvePoint>, const mp::ForecastOptions& o) {
+    mp::Forecast f;
+    f.steps = o.future_steps;
+    f.loss.assign(o.future_steps.size(), std::nan(""));
+    return f;
+  };
+  try {
+    forecast_cuts(run, options_of(run), nan_forecast);
+    FAIL() << "a NaN forecast was scored";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'r7'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
