@@ -256,6 +256,35 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
       }
     out["runs"].push_back(std::move(j));
   }
+  // How far a plan's stated confidence can be trusted: the candidate's share of scenarios in which
+  // it does at least as well as the best even schedule (what HedgeOptions::depart_confidence is
+  // compared with), binned, against whether it did better or worse than that schedule on the true
+  // curve; chosen variants, pooled over costs, ties and runs without a gain left out.
+  const std::vector<double> confidence_edges = {0.0, 0.4, 0.6, 0.8, 1.0};
+  for (const auto& g : groups.pooled_labels(families))
+    for (std::size_t b = 0; b + 1 < confidence_edges.size(); ++b) {
+      int cases = 0, better = 0, worse = 0;
+      for (const auto& r : results) {
+        if (!r.evaluated || r.plan_choice.empty() || !groups.covers(g, r.family)) continue;
+        for (int c = 0; c < nc; ++c) {
+          const auto& pc = r.plan_choice[static_cast<std::size_t>(c)][chosen.at({r.family, 0, c})];
+          // The last bin is closed above, and a share summed from weights may exceed 1 by rounding.
+          const bool last_bin = b + 2 == confidence_edges.size();
+          if (pc.win_probability < confidence_edges[b] || (!last_bin && pc.win_probability >= confidence_edges[b + 1]))
+            continue;
+          if (!pc.candidate.has_gain || !pc.evenly_spaced.has_gain) continue;
+          ++cases;
+          better += pc.candidate.regret < pc.evenly_spaced.regret - 1e-9;
+          worse += pc.candidate.regret > pc.evenly_spaced.regret + 1e-9;
+        }
+      }
+      out["plan_confidence"].push_back({{"group", g},
+                                        {"win_probability_from", confidence_edges[b]},
+                                        {"win_probability_to", confidence_edges[b + 1]},
+                                        {"cases", cases},
+                                        {"candidate_better", better},
+                                        {"candidate_worse", worse}});
+    }
   // The floors with the run's trend known (the noise floor of plans made in advance, the replay
   // fed the smoothed curve as its forecast), per family and cost, and pooled over costs (the
   // pooling of the targets).
@@ -417,6 +446,16 @@ std::string render(const Json& r) {
     o << " | " << std::setprecision(2) << std::setw(15) << pc["without_the_rule"]["median_regret_pct"].get<double>()
       << std::setw(8) << pc["without_the_rule"]["p90_regret_pct"].get<double>() << std::setprecision(0) << std::setw(7)
       << 100.0 * pc["without_the_rule"]["ties_or_beats_every_e"].get<double>() << " %\n";
+  }
+  if (r.contains("plan_confidence")) {
+    o << "\nplans' stated confidence (the candidate's share of scenarios where it does at least as well as the best\n"
+      << "even schedule) against the true curve: cases, of them the candidate better / worse than that schedule\n";
+    o << "group       share       cases  better  worse\n";
+    for (const auto& c : r["plan_confidence"])
+      o << std::left << std::setw(11) << c["group"].get<std::string>() << std::right << std::setprecision(1)
+        << c["win_probability_from"].get<double>() << "-" << c["win_probability_to"].get<double>() << std::setw(11)
+        << c["cases"].get<int>() << std::setw(8) << c["candidate_better"].get<int>() << std::setw(7)
+        << c["candidate_worse"].get<int>() << "\n";
   }
   o << "\nvariants, pooled over costs (median / p90 regret %):\n";
   for (const auto& s : r["variant_summary"])
