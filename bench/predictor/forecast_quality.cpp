@@ -29,7 +29,10 @@ std::vector<ForecastCut> forecast_cuts(const mp::LossLog& run, const mp::Forecas
     o.future_steps.clear();
     for (std::size_t i = c; i < n; ++i) o.future_steps.push_back(run.points[i].step);
     const auto forecast = forecaster(std::span(run.points.data(), c), o);
-    if (forecast.steps.empty()) continue;
+    if (forecast.steps.empty() || forecast.loss.size() != forecast.steps.size())
+      throw std::runtime_error("forecast_cuts: run '" + run.run + "': the forecast from " + std::to_string(c) + " points has " +
+                               std::to_string(forecast.steps.size()) + " steps and " + std::to_string(forecast.loss.size()) +
+                               " losses for " + std::to_string(n - c) + " steps asked");
     ForecastCut cut;
     cut.cut_fraction = fraction;
     const double level = trend[c - 1];

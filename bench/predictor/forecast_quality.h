@@ -33,8 +33,8 @@ inline const std::vector<double> kForecastCutFractions = {0.2, 0.3, 0.4, 0.5, 0.
 // One ForecastCut per fraction whose cut leaves at least 4 points before it and 2 after (fewer
 // cuts on a short run; none on a run whose trend is constant). `options` is what a forecast made
 // in advance gets (total_steps, a schedule); the cut's future steps are added to it. A forecaster
-// that throws, or returns a loss that is not finite, fails the call: the harness does not hide a
-// forecast it could not make.
+// that throws, returns no steps (or fewer losses than steps) or a loss that is not finite fails
+// the call: the harness does not hide a forecast it could not make.
 std::vector<ForecastCut> forecast_cuts(const predictor::LossLog& run, const predictor::ForecastOptions& options,
                                        const CutForecaster& forecaster,
                                        std::span<const double> fractions = kForecastCutFractions);

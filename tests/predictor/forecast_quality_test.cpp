@@ -119,6 +119,19 @@ TEST(ForecastQuality, ARunTooShortOrFlatHasNoCutsAndSixPointsAreEnough) {
             kForecastCutFractions.size());
 }
 
+TEST(ForecastQuality, AnEmptyForecastIsRefusedNamingTheRun) {
+  auto run = falling_run();
+  run.run = "r8";
+  const auto empty = [](std::span<const mp::CurvePoint>, const mp::ForecastOptions&) { return mp::Forecast{}; };
+  try {
+    forecast_cuts(run, options_of(run), empty);
+    FAIL() << "an empty forecast was skipped";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("'r8'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("0 steps"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ForecastQuality, AForecastThatIsNotFiniteIsRefusedNamingTheRun) {
   auto run = falling_run();
   run.run = "r7";
