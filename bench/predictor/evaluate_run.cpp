@@ -189,6 +189,8 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     const auto score = [&](const std::vector<std::int64_t>& schedule) {
       Outcome o = score_cil(mp::evaluate_cil(truth, w, costs, schedule));
       o.publishes = static_cast<int>(schedule.size());
+      o.publish_steps = schedule;
+      o.optimal_publish_steps = optimal_steps;
       o.optimal_publishes = static_cast<int>(optimal_steps.size());
       for (std::size_t i = 1; i < schedule.size(); ++i) {
         const auto at = std::lower_bound(truth.steps.begin(), truth.steps.end(), schedule[i - 1]);

@@ -3,6 +3,7 @@
 // time), for every publish cost and every hedging variant, scored on the true curve.
 #pragma once
 
+#include <cstdint>
 #include <limits>
 #include <optional>
 #include <map>
@@ -101,6 +102,8 @@ struct Outcome {
   // fewer publishes, the first one earlier or later, publishes at consecutive logged points
   // (a stall spent on one evaluation's progress), or none at all while the optimum publishes.
   int publishes = 0, optimal_publishes = 0, consecutive = 0;
+  // The schedule scored and the optimum's, so that a loss can be traced to its publishes.
+  std::vector<std::int64_t> publish_steps, optimal_publish_steps;
   bool first_earlier = false, first_later = false;
 };
 

@@ -230,7 +230,8 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
   out["rows"] = rows(results, groups, settings, shown, [&](const std::string& f, int m, int c) { return chosen.at({f, m, c}); });
   out["before_rows"] = rows(results, groups, settings, shown, [](const std::string&, int, int) { return std::size_t{0}; });
   out["targets"] = targets(out["rows"], groups.pooled_labels(families));
-  // Per run, with the chosen variant: regret % per cost (null: no achievable gain), and per cost
+  // Per run, with the chosen variant: regret % per cost (null: no achievable gain), the publish
+  // steps of the plan, the replay and the optimum in hindsight per cost, and per cost
   // how the plan came to be (plan_choice: picked, the candidate's weight of scenarios, its expected
   // margin, and the candidate's and the best even schedule's regret on the true curve); the
   // forecast at each cut (forecast_cuts).
@@ -245,7 +246,10 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
     for (int m = 0; m < 2; ++m)
       for (int c = 0; c < nc; ++c) {
         const std::size_t v = chosen.at({r.family, m, c});
-        j[kModes[m]].push_back(regret_of(r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(m)][v]));
+        const auto& o = r.outcome[static_cast<std::size_t>(c)][static_cast<std::size_t>(m)][v];
+        j[kModes[m]].push_back(regret_of(o));
+        j[std::string(kModes[m]) + "_publish_steps"].push_back(o.publish_steps);
+        if (m == 0) j["optimal_publish_steps"].push_back(o.optimal_publish_steps);
         if (m != 0 || r.plan_choice.empty()) continue;
         const auto& pc = r.plan_choice[static_cast<std::size_t>(c)][v];
         j["plan_choice"].push_back({{"picked", pc.picked},
