@@ -149,6 +149,11 @@ void OnlineScheduler::adopt(Fitted fitted) {
   ++stats_.fits;
 }
 
+std::size_t OnlineScheduler::batch_scheduled_workers() const {
+  return static_cast<std::size_t>(refit_worker_ && refit_worker_->batch_scheduled()) +
+         static_cast<std::size_t>(plan_worker_ && plan_worker_->batch_scheduled());
+}
+
 void OnlineScheduler::wait_for_background() {
   refuse_if_moved_from("wait_for_background()");
   if (refit_in_flight_ && refit_worker_) {
@@ -156,6 +161,7 @@ void OnlineScheduler::wait_for_background() {
     adopt(refit_worker_->wait());
     ++stats_.background_fits;
     stats_.worker_s = refit_worker_->busy_s();
+    stats_.batch_scheduled_workers = batch_scheduled_workers();
   }
   if (plan_in_flight_) {
     PlanOutcome answer;
@@ -294,6 +300,7 @@ void OnlineScheduler::refit_if_due() {
     adopt(std::move(*done));
     ++stats_.background_fits;
     stats_.worker_s = refit_worker_->busy_s();
+    stats_.batch_scheduled_workers = batch_scheduled_workers();
   }
   const Forecast& forecast = fitted_->forecast;
   const std::size_t n = observed_.size();
@@ -331,7 +338,8 @@ void OnlineScheduler::refit_if_due() {
     if (!refit_worker_) {
       // The worker's own copy of the options, never written after this.
       refit_worker_ = std::make_unique<detail::OnlineWorker<std::vector<CurvePoint>, Fitted>>(
-          [options = options_](std::vector<CurvePoint>& points) { return fit(points, options); });
+          [options = options_](std::vector<CurvePoint>& points) { return fit(points, options); },
+          options_.batch_scheduled_workers);
     }
     refit_worker_->submit({regime.begin(), regime.end()});
     refit_in_flight_ = true;
@@ -477,6 +485,7 @@ void OnlineScheduler::absorb(PlanOutcome& answer) {
   ++stats_.plans;
   ++stats_.background_plans;
   stats_.worker_s = plan_worker_->busy_s();
+  stats_.batch_scheduled_workers = batch_scheduled_workers();
   if (answer.refitted) {
     fitted_ = std::move(answer.refitted);
     ++forecast_version_;
@@ -654,7 +663,7 @@ void OnlineScheduler::prepare(std::int64_t step, bool in_horizon) {
   if (!plan_worker_) {
     // The worker's own copy of the options (for refits), never written after this.
     plan_worker_ = std::make_unique<detail::OnlineWorker<PlanInput, PlanOutcome>>(
-        [options = options_](PlanInput& in) { return plan_job(in, options); });
+        [options = options_](PlanInput& in) { return plan_job(in, options); }, options_.batch_scheduled_workers);
   }
   plan_worker_->submit(std::move(input));
   plan_in_flight_ = true;

@@ -4,6 +4,14 @@
 // on the training thread) hands a job over by value; the worker runs `work` on it with nothing
 // else shared and leaves the result in the mailbox, where the caller picks it up without waiting
 // (take) or waiting (wait). Jobs must therefore carry copies, or pointers to immutable data.
+//
+// Batch scheduling (OnlineOptions::batch_scheduled_workers): the caller wakes the worker inside
+// should_publish(), and a normally scheduled thread woken on a busy core preempts the thread that
+// woke it, there and then, for up to a scheduler tick: the trainer's decision took 4 ms at the
+// 99th percentile instead of 0.1 ms (bench/RESULTS.md, "Online scheduler's decision cost").
+// Linux's SCHED_BATCH keeps the worker's full share of the CPU but never preempts on wake-up:
+// it takes an idle core if there is one, else waits for the next tick. SCHED_IDLE was measured
+// too and rejected: with every core busy the worker never ran and the scheduler never published.
 #pragma once
 
 #include <chrono>
@@ -12,6 +20,8 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <pthread.h>
+#include <sched.h>
 #include <thread>
 #include <utility>
 
@@ -22,8 +32,9 @@ namespace modelcast::predictor::detail {
 template <class Job, class Result>
 class OnlineWorker {
  public:
-  explicit OnlineWorker(std::function<Result(Job&)> work)
-      : work_(std::move(work)), thread_(library_thread([this] { run(); })) {}
+  // batch_scheduled: run under SCHED_BATCH (see above), else under the creating thread's policy.
+  OnlineWorker(std::function<Result(Job&)> work, bool batch_scheduled)
+      : work_(std::move(work)), batch_requested_(batch_scheduled), thread_(library_thread([this] { run(); })) {}
 
   ~OnlineWorker() {
     {
@@ -64,12 +75,17 @@ class OnlineWorker {
   // Caller's thread: seconds the worker has spent running jobs whose results were collected.
   double busy_s() const { return busy_s_; }
 
+  // Caller's thread: whether the worker runs under SCHED_BATCH, as of the last collected result
+  // (false before one: the worker sets its policy when it starts).
+  bool batch_scheduled() const { return batch_seen_; }
+
  private:
   std::optional<Result> collect(std::unique_lock<std::mutex>& lock) {
     ready_ = false;
     auto error = std::exchange(error_, nullptr);
     auto result = std::exchange(result_, std::nullopt);
     busy_s_ += job_s_;
+    batch_seen_ = batch_scheduled_;
     lock.unlock();
     if (error) std::rethrow_exception(error);
     return result;
@@ -77,7 +93,9 @@ class OnlineWorker {
 
   // Worker thread.
   void run() {
+    const bool batch = batch_requested_ && become_batch_scheduled();  // before any job runs
     std::unique_lock lock(mutex_);
+    batch_scheduled_ = batch;
     for (;;) {
       cv_.wait(lock, [this] { return stop_ || job_.has_value(); });
       if (stop_) return;
@@ -102,7 +120,19 @@ class OnlineWorker {
     }
   }
 
+  // Worker thread. False where the system refuses (or is not Linux): the worker then runs as
+  // the thread that created it, which OnlineStats::batch_scheduled_workers shows.
+  static bool become_batch_scheduled() {
+#ifdef SCHED_BATCH
+    sched_param param{};  // SCHED_BATCH takes static priority 0
+    return pthread_setschedparam(pthread_self(), SCHED_BATCH, &param) == 0;
+#else
+    return false;
+#endif
+  }
+
   const std::function<Result(Job&)> work_;  // called on the worker thread only
+  const bool batch_requested_;
   std::mutex mutex_;
   std::condition_variable cv_;
   // Guarded by mutex_: the mailbox.
@@ -112,7 +142,9 @@ class OnlineWorker {
   double job_s_ = 0.0;
   bool ready_ = false;  // the last job's result_ or error_ is there
   bool stop_ = false;
-  double busy_s_ = 0.0;  // caller's thread only
+  bool batch_scheduled_ = false;  // the worker's policy is SCHED_BATCH
+  double busy_s_ = 0.0;       // caller's thread only
+  bool batch_seen_ = false;   // caller's thread only
   std::thread thread_;   // last: it starts after every member it uses exists
 };
 

@@ -48,7 +48,8 @@ void bind_online(py::module_& m) {
           "work_mode",
           [](const mp::OnlineOptions& o) { return work_mode_name(o.work_mode); },
           [](mp::OnlineOptions& o, const std::string& name) { o.work_mode = parse_work_mode(name); },
-          "Where refits and plans run: 'inline', 'refits_in_background' or 'background' (OnlineOptions::WorkMode).");
+          "Where refits and plans run: 'inline', 'refits_in_background' or 'background' (OnlineOptions::WorkMode).")
+      .def_readwrite("batch_scheduled_workers", &mp::OnlineOptions::batch_scheduled_workers);
 
   py::class_<mp::OnlineStats>(m, "OnlineStats")
       .def_readonly("fits", &mp::OnlineStats::fits)
@@ -61,6 +62,7 @@ void bind_online(py::module_& m) {
       .def_readonly("answered_ahead", &mp::OnlineStats::answered_ahead)
       .def_readonly("answered_late", &mp::OnlineStats::answered_late)
       .def_readonly("worker_s", &mp::OnlineStats::worker_s)
+      .def_readonly("batch_scheduled_workers", &mp::OnlineStats::batch_scheduled_workers)
       .def_readonly("horizon_extensions", &mp::OnlineStats::horizon_extensions)
       .def_readonly("horizon_end", &mp::OnlineStats::horizon_end)
       .def("__repr__", &fields_repr);

@@ -2,7 +2,11 @@
 // exactly and commits only the first move); contract checks.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+
 #include <cmath>
+#include <filesystem>
+#include <string>
 #include <functional>
 #include <limits>
 #include <random>
@@ -188,6 +192,45 @@ TEST(OnlineScheduler, ARunLongerThanItSaidGoesOnBeingPublished) {
     const double none = evaluate_cil(run.truth, 8, o.costs, {});
     const double ours = evaluate_cil(run.truth, 8, o.costs, steps);
     EXPECT_LT((ours - best) / (none - best), 0.15);  // 0.32 to 0.34 when nothing was published past 2000
+  }
+}
+
+// Threads of this process running under SCHED_BATCH now, as the kernel reports them.
+std::size_t batch_scheduled_threads() {
+  std::size_t n = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/task")) {
+    const int policy = sched_getscheduler(static_cast<pid_t>(std::stol(entry.path().filename().string())));
+    if (policy == SCHED_BATCH) ++n;
+  }
+  return n;
+}
+
+// A worker woken by a decision must not preempt the trainer that woke it (on a busy core that
+// cost the decision a scheduler tick): each mode's worker runs under SCHED_BATCH, and as its
+// creator's policy when that is turned off. The kernel's own answer is checked, not a flag.
+TEST(OnlineScheduler, WorkersRunBatchScheduledUnlessTurnedOff) {
+  const LoggedRun run = power_law_run(60);
+  for (auto mode : {OnlineOptions::WorkMode::kRefitsInBackground, OnlineOptions::WorkMode::kBackground}) {
+    for (const bool batch : {true, false}) {
+      SCOPED_TRACE(std::to_string(static_cast<int>(mode)) + (batch ? " batch" : " inherited"));
+      OnlineOptions o;
+      o.forecast.total_steps = 2000;
+      o.costs.stall_s = 10.0;
+      o.costs.delivery_s = 5.0;
+      o.warmup_step = 400;
+      o.work_mode = mode;
+      o.batch_scheduled_workers = batch;
+      const std::size_t before = batch_scheduled_threads();
+      OnlineScheduler s(o);
+      for (const auto& p : run.points) {
+        s.observe(p.step, p.loss, p.time_s + o.costs.stall_s * static_cast<double>(s.published_steps().size()));
+        s.should_publish(p.step);
+        s.wait_for_background();
+      }
+      ASSERT_GT(s.stats().background_fits, 0u) << "no worker ran: nothing was checked";
+      EXPECT_EQ(batch_scheduled_threads() - before, batch ? 1u : 0u);
+      EXPECT_EQ(s.stats().batch_scheduled_workers, batch ? 1u : 0u);
+    }
   }
 }
 
