@@ -9,8 +9,14 @@
 // hand-over of points to the worker when they run in the background, and the plans it cannot
 // reuse. Points arrive back to back, so a background refit is usually still running several
 // decisions later (a real run trains between evaluations); "fits" counts those adopted.
+// --train-ms puts training between the timed decisions: a sleep (cores left idle) or, with
+// --train-busy, the caller's thread spinning (a CPU-bound trainer), and --busy-threads keeps
+// further cores spinning (the rest of a loaded machine: the inference server, torch's threads).
+// With every core busy, a worker woken inside should_publish() can preempt the caller there,
+// which is what OnlineOptions::batch_scheduled_workers prevents (--inherited-workers: without).
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -41,6 +47,31 @@ struct Sample {
   std::size_t worker_jobs = 0;  // refits and plans the workers ran (whole runs)
 };
 
+// What happens between two timed decisions, and how the workers are scheduled.
+struct Workload {
+  double train_ms = 0.0;
+  bool train_busy = false;  // spin for train_ms rather than sleep
+  bool batch_workers = true;  // OnlineOptions::batch_scheduled_workers
+};
+
+void train(const Workload& w) {
+  const auto length = std::chrono::duration<double, std::milli>(w.train_ms);
+  if (!w.train_busy) {
+    std::this_thread::sleep_for(length);
+    return;
+  }
+  const auto until = std::chrono::steady_clock::now() + length;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+double mean(const std::vector<double>& v) {
+  if (v.empty()) return std::nan("");
+  double sum = 0.0;
+  for (double x : v) sum += x;
+  return sum / static_cast<double>(v.size());
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
@@ -52,7 +83,7 @@ double percentile(std::vector<double> v, double p) {
 
 // One run: `points` observed before the timed window, `window` timed decisions after it.
 void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOptions::WorkMode mode, bool reuse_plans,
-             double cost_ratio, double train_ms, Sample& out) {
+             double cost_ratio, const Workload& workload, Sample& out) {
   const std::size_t total = points + window;
   std::mt19937 rng(seed);
   std::normal_distribution<double> noise(0.0, 0.01);
@@ -64,6 +95,7 @@ void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOp
   o.costs.delivery_s = 0.5 * o.costs.stall_s;
   o.work_mode = mode;
   o.reuse_plans = reuse_plans;
+  o.batch_scheduled_workers = workload.batch_workers;
   mp::OnlineScheduler s(o);
   double stalls = 0.0;
   std::size_t fits_before = 0, published_before = 0, plans_before = 0, ahead_before = 0;
@@ -85,7 +117,7 @@ void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOp
     if (i >= points) out.latency_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     // The training between two logged points, in the timed window only: the time the workers
     // have to answer before the next decision (a workload model, not synchronisation).
-    if (i >= points && train_ms > 0) std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(train_ms));
+    if (i >= points && workload.train_ms > 0) train(workload);
   }
   s.wait_for_background();
   out.worker_s += s.stats().worker_s;
@@ -122,17 +154,24 @@ int main(int argc, char** argv) {
   std::string sizes_text = "100,1000,10000", modes_text = "all";
   std::size_t window = 200;
   unsigned runs = 5;
-  double cost_ratio = 2.0, train_ms = 0.0;
-  bool json = false, replan_every = false;
+  double cost_ratio = 2.0;
+  Workload workload;
+  bool json = false, replan_every = false, inherited_workers = false;
+  unsigned busy_threads = 0;
   app.add_option("--points", sizes_text, "observed points before the timed window, comma-separated");
   app.add_option("--window", window, "timed decisions per run")->check(CLI::Range(1, 100000));
   app.add_option("--runs", runs, "independent runs (seeds) per size")->check(CLI::Range(1, 1000));
   app.add_option("--cost-ratio", cost_ratio, "publish stall in units of the time between logged points")
       ->check(CLI::Range(0.0, 1000.0));
-  app.add_option("--train-ms", train_ms,
+  app.add_option("--train-ms", workload.train_ms,
                  "training time between two timed decisions (the workers' time to answer before the next one); "
                  "default 0: points back to back")
       ->check(CLI::Range(0.0, 10000.0));
+  app.add_flag("--train-busy", workload.train_busy, "the training between decisions spins the caller's CPU instead of sleeping");
+  app.add_option("--busy-threads", busy_threads, "threads spinning for the whole run beside the caller (a loaded machine)")
+      ->check(CLI::Range(0, 256));
+  app.add_flag("--inherited-workers", inherited_workers,
+               "OnlineOptions::batch_scheduled_workers off: the workers keep the caller's scheduling policy");
   app.add_option("--mode", modes_text, "OnlineOptions::work_mode: inline, refits_in_background, background or all")
       ->check(CLI::IsMember({"inline", "refits_in_background", "background", "all"}));
   app.add_flag("--replan-every-decision", replan_every,
@@ -151,21 +190,33 @@ int main(int argc, char** argv) {
                                    {"background", mp::OnlineOptions::WorkMode::kBackground}})
     if (modes_text == "all" || modes_text == name) modes.emplace_back(name, mode);
 
+  workload.batch_workers = !inherited_workers;
+  // The rest of a loaded machine: a workload model running beside the measurement, stopped at the end.
+  std::atomic<bool> stop_spinning{false};
+  std::vector<std::thread> spinners;
+  for (unsigned i = 0; i < busy_threads; ++i)
+    spinners.emplace_back([&stop_spinning] {
+      while (!stop_spinning.load(std::memory_order_relaxed)) {
+      }
+    });
   std::vector<Sample> samples;
   for (const auto& [name, mode] : modes)
     for (std::size_t n : sizes) {
       Sample s;
       s.points = n;
       s.mode = name;
-      for (unsigned r = 0; r < runs; ++r) measure(n, window, 1000 + r, mode, !replan_every, cost_ratio, train_ms, s);
+      for (unsigned r = 0; r < runs; ++r) measure(n, window, 1000 + r, mode, !replan_every, cost_ratio, workload, s);
       samples.push_back(std::move(s));
     }
+  stop_spinning = true;
+  for (auto& t : spinners) t.join();
 
   Json out = Json::array();
   for (const auto& s : samples)
     out.push_back({{"points", s.points},
                    {"work_mode", s.mode},
                    {"decisions", s.latency_us.size()},
+                   {"mean_us", mean(s.latency_us)},
                    {"median_us", percentile(s.latency_us, 50)},
                    {"p99_us", percentile(s.latency_us, 99)},
                    {"max_us", percentile(s.latency_us, 100)},
@@ -176,19 +227,24 @@ int main(int argc, char** argv) {
                    {"worker_ms_per_job", s.worker_jobs ? 1e3 * s.worker_s / static_cast<double>(s.worker_jobs) : 0.0}});
   if (json) {
     std::cout << Json{{"benchmark", "decision_cost"}, {"window", window},         {"runs", runs},
-                      {"cost_ratio", cost_ratio},    {"reuse_plans", !replan_every}, {"train_ms", train_ms},
-                      {"results", out}}
+                      {"cost_ratio", cost_ratio},    {"reuse_plans", !replan_every}, {"train_ms", workload.train_ms},
+                      {"train_busy", workload.train_busy}, {"busy_threads", busy_threads},
+                      {"batch_scheduled_workers", workload.batch_workers}, {"results", out}}
                      .dump(2)
               << "\n";
     return 0;
   }
   std::printf("should_publish latency on the calling thread (%u runs x %zu timed decisions, cost %.1fx, %s)\n", runs,
               window, cost_ratio, replan_every ? "an exact plan at every decision" : "plans reused while they hold");
-  std::printf("%-20s %8s %12s %12s %12s %6s %10s %6s %6s %14s\n", "mode", "points", "median_us", "p99_us", "max_us", "fits",
-              "publishes", "plans", "ahead", "worker_ms/job");
+  std::printf("between decisions: %.1f ms of training, %s; %u busy threads beside; workers %s\n", workload.train_ms,
+              workload.train_busy ? "spinning" : "sleeping", busy_threads,
+              workload.batch_workers ? "batch-scheduled" : "with the caller's policy");
+  std::printf("%-20s %8s %10s %12s %12s %12s %6s %10s %6s %6s %14s\n", "mode", "points", "mean_us", "median_us", "p99_us",
+              "max_us", "fits", "publishes", "plans", "ahead", "worker_ms/job");
   for (const auto& r : out)
-    std::printf("%-20s %8zu %12.1f %12.1f %12.1f %6zu %10zu %6zu %6zu %14.2f\n", r["work_mode"].get<std::string>().c_str(),
-                r["points"].get<std::size_t>(), r["median_us"].get<double>(), r["p99_us"].get<double>(),
+    std::printf("%-20s %8zu %10.1f %12.1f %12.1f %12.1f %6zu %10zu %6zu %6zu %14.2f\n",
+                r["work_mode"].get<std::string>().c_str(), r["points"].get<std::size_t>(), r["mean_us"].get<double>(),
+                r["median_us"].get<double>(), r["p99_us"].get<double>(),
                 r["max_us"].get<double>(), r["fits_in_window"].get<std::size_t>(),
                 r["publishes_in_window"].get<std::size_t>(), r["plans_in_window"].get<std::size_t>(),
                 r["answered_ahead_in_window"].get<std::size_t>(), r["worker_ms_per_job"].get<double>());
