@@ -93,7 +93,8 @@ class OnlineWorker {
 
   // Worker thread.
   void run() {
-    const bool batch = batch_requested_ && become_batch_scheduled();  // before any job runs
+    if (batch_requested_) become_batch_scheduled();  // before any job runs
+    const bool batch = runs_batch_scheduled();        // also when inherited from the creator
     std::unique_lock lock(mutex_);
     batch_scheduled_ = batch;
     for (;;) {
@@ -120,12 +121,19 @@ class OnlineWorker {
     }
   }
 
-  // Worker thread. False where the system refuses (or is not Linux): the worker then runs as
-  // the thread that created it, which OnlineStats::batch_scheduled_workers shows.
-  static bool become_batch_scheduled() {
+  // Worker thread. Where the system refuses (or is not Linux) the worker runs as the thread that
+  // created it, which OnlineStats::batch_scheduled_workers shows.
+  static void become_batch_scheduled() {
 #ifdef SCHED_BATCH
     sched_param param{};  // SCHED_BATCH takes static priority 0
-    return pthread_setschedparam(pthread_self(), SCHED_BATCH, &param) == 0;
+    pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);  // the outcome is read back below
+#endif
+  }
+
+  // Worker thread: the kernel's answer, not what was asked for.
+  static bool runs_batch_scheduled() {
+#ifdef SCHED_BATCH
+    return sched_getscheduler(0) == SCHED_BATCH;
 #else
     return false;
 #endif

@@ -132,8 +132,9 @@ struct OnlineStats {
   std::size_t answered_ahead = 0;
   std::size_t answered_late = 0;
   double worker_s = 0.0;  // time the workers spent on collected refits and plans (kBackground)
-  // Workers known to run under SCHED_BATCH (OnlineOptions::batch_scheduled_workers), as of their
-  // last collected result: 0 before any, or where the system refused.
+  // Workers running under SCHED_BATCH as the kernel reports it (OnlineOptions::batch_scheduled_workers,
+  // or a policy inherited from the thread that created them), as of their last collected result:
+  // 0 before any, or where the system refused.
   std::size_t batch_scheduled_workers = 0;
   // Times a step past ForecastOptions::total_steps made the horizon longer (see observe()); the
   // horizon's end now: total_steps, or past it.

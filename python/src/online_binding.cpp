@@ -49,7 +49,9 @@ void bind_online(py::module_& m) {
           [](const mp::OnlineOptions& o) { return work_mode_name(o.work_mode); },
           [](mp::OnlineOptions& o, const std::string& name) { o.work_mode = parse_work_mode(name); },
           "Where refits and plans run: 'inline', 'refits_in_background' or 'background' (OnlineOptions::WorkMode).")
-      .def_readwrite("batch_scheduled_workers", &mp::OnlineOptions::batch_scheduled_workers);
+      .def_readwrite("batch_scheduled_workers", &mp::OnlineOptions::batch_scheduled_workers,
+                     "Workers under Linux's SCHED_BATCH: a woken worker does not preempt the trainer "
+                     "(OnlineOptions::batch_scheduled_workers).");
 
   py::class_<mp::OnlineStats>(m, "OnlineStats")
       .def_readonly("fits", &mp::OnlineStats::fits)
