@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "modelcast/predictor_online.h"
+#include "predictor/online_worker.h"
 
 namespace mp = modelcast::predictor;
 using Json = nlohmann::json;
@@ -129,6 +130,24 @@ void measure(std::size_t points, std::size_t window, unsigned seed, mp::OnlineOp
   out.ahead += s.stats().answered_ahead - ahead_before;
 }
 
+// The floor of a background decision on this machine, under the same workload: the scheduler's
+// own hand-over (OnlineWorker::submit) of an empty job to its worker, asleep since it finished
+// the job before, timed on the caller; `decisions` of them, each after the training between two
+// decisions, the worker scheduled as the scheduler's are.
+std::vector<double> handover_floor_us(std::size_t decisions, const Workload& workload) {
+  modelcast::predictor::detail::OnlineWorker<int, int> worker([](int&) { return 0; }, workload.batch_workers);
+  std::vector<double> us;
+  for (std::size_t i = 0; i < decisions; ++i) {
+    if (workload.train_ms > 0) train(workload);
+    if (i > 0) worker.wait();  // the job before, done during the training: the worker is asleep again
+    const auto t0 = std::chrono::steady_clock::now();
+    worker.submit(0);
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  worker.wait();
+  return us;
+}
+
 std::vector<std::size_t> parse_sizes(const std::string& text) {
   std::vector<std::size_t> out;
   std::stringstream in(text);
@@ -199,6 +218,9 @@ int main(int argc, char** argv) {
       while (!stop.stop_requested()) {
       }
     });
+  // The least a hand-over costs here, measured first under the same workload (busy threads included).
+  const std::vector<double> floor_us = handover_floor_us(window * runs, workload);
+  const double floor_mean = mean(floor_us);
   std::vector<Sample> samples;
   for (const auto& [name, mode] : modes)
     for (std::size_t n : sizes) {
@@ -224,12 +246,16 @@ int main(int argc, char** argv) {
                    {"plans_in_window", s.plans},
                    {"answered_ahead_in_window", s.ahead},
                    {"worker_ms_per_job", s.worker_jobs ? 1e3 * s.worker_s / static_cast<double>(s.worker_jobs) : 0.0},
-                   {"batch_scheduled_workers", s.batch_workers}});
+                   {"batch_scheduled_workers", s.batch_workers},
+                   {"mean_over_handover_floor", mean(s.latency_us) / floor_mean}});
   if (json) {
     std::cout << Json{{"benchmark", "decision_cost"}, {"window", window},         {"runs", runs},
                       {"cost_ratio", cost_ratio},    {"reuse_plans", !replan_every}, {"train_ms", workload.train_ms},
                       {"train_busy", workload.train_busy}, {"busy_threads", busy_threads},
-                      {"batch_scheduled_workers_asked", workload.batch_workers}, {"results", out}}
+                      {"batch_scheduled_workers_asked", workload.batch_workers},
+                      {"handover_floor", {{"decisions", floor_us.size()}, {"mean_us", floor_mean},
+                                          {"median_us", percentile(floor_us, 50)}, {"p99_us", percentile(floor_us, 99)}}},
+                      {"results", out}}
                      .dump(2)
               << "\n";
     return 0;
@@ -239,11 +265,15 @@ int main(int argc, char** argv) {
   std::printf("between decisions: %.1f ms of training, %s; %u busy threads beside; workers %s\n", workload.train_ms,
               workload.train_busy ? "spinning" : "sleeping", busy_threads,
               workload.batch_workers ? "batch-scheduled" : "with the caller's policy");
-  std::printf("%-20s %8s %10s %12s %12s %12s %6s %10s %6s %6s %14s\n", "mode", "points", "mean_us", "median_us", "p99_us",
-              "max_us", "fits", "publishes", "plans", "ahead", "worker_ms/job");
+  std::printf("hand-over floor (an empty job to a sleeping thread, same workload): mean %.1f us, median %.1f us, "
+              "p99 %.1f us\n",
+              floor_mean, percentile(floor_us, 50), percentile(floor_us, 99));
+  std::printf("%-20s %8s %10s %9s %12s %12s %12s %6s %10s %6s %6s %14s\n", "mode", "points", "mean_us", "/floor",
+              "median_us", "p99_us", "max_us", "fits", "publishes", "plans", "ahead", "worker_ms/job");
   for (const auto& r : out)
-    std::printf("%-20s %8zu %10.1f %12.1f %12.1f %12.1f %6zu %10zu %6zu %6zu %14.2f\n",
+    std::printf("%-20s %8zu %10.1f %9.2f %12.1f %12.1f %12.1f %6zu %10zu %6zu %6zu %14.2f\n",
                 r["work_mode"].get<std::string>().c_str(), r["points"].get<std::size_t>(), r["mean_us"].get<double>(),
+                r["mean_over_handover_floor"].get<double>(),
                 r["median_us"].get<double>(), r["p99_us"].get<double>(),
                 r["max_us"].get<double>(), r["fits_in_window"].get<std::size_t>(),
                 r["publishes_in_window"].get<std::size_t>(), r["plans_in_window"].get<std::size_t>(),
