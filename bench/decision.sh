@@ -2,7 +2,8 @@
 # Decision-cost benchmark: bench/run.sh decision [--json] [options]
 # Builds only modelcast-decision-bench (Release, build-bench/, as bench/predictor.sh does) and
 # times OnlineScheduler::should_publish on the calling thread at 100, 1,000 and 10,000 observed
-# points, refits inline and in the background: mean, median, p99 and max per decision. Options:
+# points, refits inline and in the background: mean, median, p99 and max per decision, and
+# the mean over the floor measured first in the same run (the worker's hand-over of an empty job). Options:
 # --points LIST, --window K (timed decisions per run), --runs R (seeds), --cost-ratio X (publish
 # stall in logging intervals), --mode inline|refits_in_background|background|all, --train-ms T
 # (training time between two timed decisions, a sleep outside them), --train-busy (that training
