@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "bootstrap_interval.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -15,15 +17,6 @@ namespace {
 
 using Json = nlohmann::json;
 const char* const kModes[] = {"plan", "replay"};
-
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return std::nan("");
-  std::sort(v.begin(), v.end());
-  const double pos = q * static_cast<double>(v.size() - 1);
-  const auto lo = static_cast<std::size_t>(std::floor(pos));
-  const auto hi = std::min(lo + 1, v.size() - 1);
-  return v[lo] + (pos - static_cast<double>(lo)) * (v[hi] - v[lo]);
-}
 
 // variant(family, mode, cost index) -> index into the run's outcomes.
 using Selector = std::function<std::size_t(const std::string&, int, int)>;
@@ -137,23 +130,47 @@ std::vector<std::string> shown_all(const FamilyGroups& groups, const std::vector
   return out;
 }
 
+// The runs behind one pooled row at one cost, with the variants `pick` chose, as a target
+// counts them.
+std::vector<ScoredRun> scored_runs(const std::vector<RunEval>& results, const FamilyGroups& groups, const std::string& label,
+                                   int cost, int mode, const Selector& pick) {
+  std::vector<ScoredRun> out;
+  for (const auto& r : results) {
+    if (!r.evaluated || !groups.covers(label, r.family)) continue;
+    const auto& o = r.outcome[static_cast<std::size_t>(cost)][static_cast<std::size_t>(mode)][pick(r.family, mode, cost)];
+    out.push_back({r.family, o.has_gain, o.regret, o.vs.at("every_e_steps") >= 0});
+  }
+  return out;
+}
+
+Json interval_json(const Interval& i) { return Json::array({i.low, i.high}); }
+
 // The targets the predictor is held to, per group (development, held-out) and publish cost:
 // replay median <= 3 % and p90 <= 20 %; plans median <= 5 %, p90 <= 25 % and tie or beat
 // publishing every tenth of the run in >= 85 % of cases. A NaN quantile (no run with a gain)
-// counts as not met: nothing was shown.
-Json targets(const Json& rows, const std::vector<std::string>& groups) {
+// counts as not met: nothing was shown. Each figure comes with its 90 % bootstrap interval over
+// the group's runs (bootstrap_interval.h): "met" is the figure's, the interval says whether
+// another sample of runs of the same kinds could well have said otherwise.
+Json targets(const std::vector<RunEval>& results, const FamilyGroups& groups, const EvalSettings& settings,
+             const std::vector<std::string>& labels, const Selector& pick) {
   Json out = Json::array();
-  for (const auto& g : groups)
-    for (const auto& s : rows) {
-      if (s["family"] != g || s["cost_x_median_interval"].is_string()) continue;
-      const bool plan = s["mode"] == "plan";
-      const double med = s["median_regret_pct"].get<double>(), p90 = s["p90_regret_pct"].get<double>();
-      const double every_e = s["win_rate"]["every_e_steps"].get<double>();
-      const bool met = plan ? med <= 5.0 && p90 <= 25.0 && every_e >= 0.85 : med <= 3.0 && p90 <= 20.0;
-      out.push_back({{"group", g}, {"mode", s["mode"]}, {"cost_x_median_interval", s["cost_x_median_interval"]},
-                     {"runs", s["runs"]}, {"median_regret_pct", med}, {"p90_regret_pct", p90},
-                     {"ties_or_beats_every_e", every_e}, {"met", met}});
-    }
+  for (const auto& g : labels)
+    for (int c = 0; c < static_cast<int>(settings.cost_multipliers.size()); ++c)
+      for (int m = 0; m < 2; ++m) {
+        const auto s = row(results, groups, g, c, m, pick, settings.cost_multipliers.size());
+        const bool plan = m == 0;
+        const double med = s["median_regret_pct"].get<double>(), p90 = s["p90_regret_pct"].get<double>();
+        const double every_e = s["win_rate"]["every_e_steps"].get<double>();
+        const bool met = plan ? med <= 5.0 && p90 <= 25.0 && every_e >= 0.85 : med <= 3.0 && p90 <= 20.0;
+        const auto runs = scored_runs(results, groups, g, c, m, pick);
+        const auto ci = bootstrap_target_intervals(runs);
+        out.push_back({{"group", g}, {"mode", s["mode"]}, {"cost_x_median_interval", settings.cost_multipliers[static_cast<std::size_t>(c)]},
+                       {"runs", s["runs"]}, {"median_regret_pct", med}, {"p90_regret_pct", p90},
+                       {"ties_or_beats_every_e", every_e}, {"met", met},
+                       {"median_regret_pct_ci90", interval_json(ci.median_regret_pct)},
+                       {"p90_regret_pct_ci90", interval_json(ci.p90_regret_pct)},
+                       {"ties_or_beats_every_e_ci90", interval_json(ci.ties_or_beats_every_e)}});
+      }
   return out;
 }
 
@@ -229,7 +246,8 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
         }
   out["rows"] = rows(results, groups, settings, shown, [&](const std::string& f, int m, int c) { return chosen.at({f, m, c}); });
   out["before_rows"] = rows(results, groups, settings, shown, [](const std::string&, int, int) { return std::size_t{0}; });
-  out["targets"] = targets(out["rows"], groups.pooled_labels(families));
+  out["targets"] = targets(results, groups, settings, groups.pooled_labels(families),
+                           [&](const std::string& f, int m, int c) { return chosen.at({f, m, c}); });
   // Per run, with the chosen variant: regret % per cost (null: no achievable gain), the publish
   // steps of the plan, the replay and the optimum in hindsight per cost, and per cost
   // how the plan came to be (plan_choice: picked, the candidate's weight of scenarios, its expected
@@ -410,14 +428,28 @@ std::string render(const Json& r) {
     }
   };
   if (r.contains("targets")) {
-    o << "\ntargets (replay: median <= 3, p90 <= 20; plan: median <= 5, p90 <= 25, ties or beats every E >= 85 %)\n";
-    o << "group      mode    cost  runs  median     p90  every_E  met\n";
+    o << "\ntargets (replay: median <= 3, p90 <= 20; plan: median <= 5, p90 <= 25, ties or beats every E >= 85 %);\n"
+      << "in brackets each figure's 90 % bootstrap interval over the group's runs, resampled within each family\n";
+    o << "group      mode    cost  runs  median [interval]      p90 [interval]        every_E [interval]  met\n";
+    const auto figure = [](const Json& v, double scale, int precision) {
+      std::ostringstream f;
+      f << std::fixed << std::setprecision(precision);
+      if (v.is_number()) f << scale * v.get<double>(); else f << "-";
+      return f.str();
+    };
+    const auto bracket = [&](const Json& ci, double scale, int precision) {
+      std::ostringstream b;  // a stream, not operator+: gcc 12 warns falsely (-Wrestrict) on "[" + std::string
+      b << "[" << figure(ci[0], scale, precision) << "-" << figure(ci[1], scale, precision) << "]";
+      return b.str();
+    };
     for (const auto& t : r["targets"]) {
       o << std::left << std::setw(11) << t["group"].get<std::string>() << std::setw(7) << t["mode"].get<std::string>()
         << std::right << std::setprecision(1) << std::setw(5) << t["cost_x_median_interval"].get<double>() << "x"
-        << std::setw(6) << t["runs"].get<int>() << std::setprecision(2) << std::setw(8) << t["median_regret_pct"].get<double>()
-        << std::setw(8) << t["p90_regret_pct"].get<double>() << std::setw(8) << std::setprecision(0)
-        << 100.0 * t["ties_or_beats_every_e"].get<double>() << " %  " << (t["met"].get<bool>() ? "yes" : "NO") << "\n";
+        << std::setw(6) << t["runs"].get<int>() << std::setw(8) << figure(t["median_regret_pct"], 1.0, 2) << " " << std::left
+        << std::setw(14) << bracket(t["median_regret_pct_ci90"], 1.0, 2) << std::right << std::setw(7)
+        << figure(t["p90_regret_pct"], 1.0, 2) << " " << std::left << std::setw(15) << bracket(t["p90_regret_pct_ci90"], 1.0, 2)
+        << std::right << std::setw(4) << figure(t["ties_or_beats_every_e"], 100.0, 0) << " % " << std::left << std::setw(11)
+        << bracket(t["ties_or_beats_every_e_ci90"], 100.0, 0) << std::right << (t["met"].get<bool>() ? "yes" : "NO") << "\n";
     }
   }
   o << "\nagainst the optimum in hindsight (runs with a gain, chosen variants): more / fewer publishes, first publish\n"
