@@ -94,6 +94,10 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGHUP);
+  // Their default action ends the process: a stray `kill -USR1` (the log-reopen convention of
+  // many daemons, which this one, logging to stderr, has no use for) stopped the serving.
+  sigaddset(&signals, SIGUSR1);
+  sigaddset(&signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   std::unique_ptr<modelcastd::Daemon> daemon;
@@ -121,6 +125,9 @@ int main(int argc, char** argv) {
         daemon->refuse_reload(e.what());
       }
       sd_notify(0, "READY=1");
+    } else if (signal == SIGUSR1 || signal == SIGUSR2) {
+      log->warn("{} ignored: modelcastd reloads its configuration on SIGHUP and stops on SIGTERM",
+                signal == SIGUSR1 ? "SIGUSR1" : "SIGUSR2");
     } else if (signal == SIGTERM || signal == SIGINT) {
       sd_notify(0, "STOPPING=1");
       log->info("stopping");

@@ -47,6 +47,25 @@ TEST_F(DaemonTest, NotifiesSystemdWhenReadyReloadingAndStopping) {
   EXPECT_EQ(daemon.wait(), 0);
 }
 
+TEST_F(DaemonTest, SignalsItHasNoUseForAreLoggedAndLeaveItServing) {
+  NotifySocket systemd(dir / "notify.sock");
+  ASSERT_TRUE(systemd.bound);
+  write_file(dir / "modelcastd.toml", config("tcp://127.0.0.1:9", 2));
+  ChildProcess daemon({MODELCASTD, "--config", dir / "modelcastd.toml"}, {"NOTIFY_SOCKET=" + systemd.path});
+  EXPECT_EQ(systemd.next(), "READY=1");
+  kill(daemon.pid(), SIGUSR1);
+  EXPECT_NE(wait_for_text(daemon, "SIGUSR1 ignored", std::chrono::seconds(30)), "");
+  kill(daemon.pid(), SIGUSR2);
+  EXPECT_NE(wait_for_text(daemon, "SIGUSR2 ignored", std::chrono::seconds(30)), "");
+  // Still taking signals in order: a reload after them is answered.
+  kill(daemon.pid(), SIGHUP);
+  EXPECT_EQ(systemd.next(), "RELOADING=1");
+  EXPECT_EQ(systemd.next(), "READY=1");
+  kill(daemon.pid(), SIGTERM);
+  EXPECT_EQ(systemd.next(), "STOPPING=1");
+  EXPECT_EQ(daemon.wait(), 0);
+}
+
 TEST(DaemonConfig, TheExampleConfigIsValid) {
   auto config = modelcastd::load_config(MODELCASTD_EXAMPLE_CONFIG);
   ASSERT_EQ(config.models.size(), 3u);
