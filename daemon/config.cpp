@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <unistd.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstring>
+#include <cstdlib>
 #include <fstream>
 #include <charconv>
 #include <tuple>
@@ -28,6 +30,21 @@
 
 namespace modelcastd {
 namespace {
+
+// The nearest existing ancestor of `path` when it is not a directory (a file, say); nullopt when
+// the path exists itself or its nearest existing ancestor is a directory.
+std::optional<std::string> file_above(const std::string& path) {
+  std::error_code ec;
+  if (path.empty() || std::filesystem::exists(path, ec)) return std::nullopt;
+  for (auto up = std::filesystem::absolute(path, ec).parent_path(); !up.empty(); up = up.parent_path()) {
+    if (std::filesystem::exists(up, ec)) {
+      if (std::filesystem::is_directory(up, ec)) return std::nullopt;
+      return up.string();
+    }
+    if (up == up.root_path()) break;
+  }
+  return std::nullopt;
+}
 
 class Reader {
  public:
@@ -523,6 +540,10 @@ DaemonConfig load_config(const std::string& path) {
                             !std::filesystem::is_directory(config.repository, ec)) {
       r.fail(*repo->get("path"), "repository.path", "'" + config.repository + "' is a file, not a directory");
     }
+    // Nor can one under a file: no directory can be made there, and every write would say so.
+    if (const auto file = file_above(config.repository)) {
+      r.fail(*repo->get("path"), "repository.path", "'" + config.repository + "' lies under '" + *file + "', which is a file");
+    }
     if (const toml::node* keep = repo->get("keep")) config.keep_versions = r.integer(*keep, "repository.keep", 1, 1000);
   }
   if (const toml::node* models = root.get("model")) {
@@ -557,6 +578,39 @@ DaemonConfig load_config(const std::string& path) {
                            path + ": configures no model (a [[model]] table with name, endpoint and max_model_bytes)");
   }
   return config;
+}
+
+void check_hook_programs(const DaemonConfig& config) {
+  for (const auto& model : config.models) {
+    if (model.hook.command.empty()) continue;
+    const std::string& program = model.hook.command.front();
+    if (program.find('{') != std::string::npos) continue;
+    const auto fail = [&](const std::string& why) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, model.source + ": model '" + model.name +
+                                                                         "': key 'hook.command': program " +
+                                                                         modelcast::shown_text(program, 4096) + " " + why);
+    };
+    const auto runnable = [](const std::string& path) {
+      std::error_code ec;
+      return std::filesystem::is_regular_file(path, ec) && access(path.c_str(), X_OK) == 0;
+    };
+    if (program.empty()) fail("is empty");
+    if (program.find('/') != std::string::npos) {
+      if (!runnable(program)) fail("is not an executable file");
+      continue;
+    }
+    // posix_spawnp's search: PATH, or its default when PATH is unset; an empty entry is ".".
+    const char* env = std::getenv("PATH");
+    const std::string path = env ? env : "/bin:/usr/bin";
+    bool found = false;
+    for (std::size_t start = 0; !found && start <= path.size();) {
+      const std::size_t end = std::min(path.find(':', start), path.size());
+      const std::string dir = end > start ? path.substr(start, end - start) : ".";
+      found = runnable(dir + "/" + program);
+      start = end + 1;
+    }
+    if (!found) fail("is not an executable file in any directory of PATH (" + modelcast::shown_text(path, 4096) + ")");
+  }
 }
 
 void check_key_files(DaemonConfig& config) {

@@ -75,4 +75,11 @@ DaemonConfig load_config(const std::string& path);
 // call it, so a config that passes --check can start.
 void check_key_files(DaemonConfig& config);
 
+// What load_config cannot see either: each hook command's program can be run, as the daemon
+// would run it (a name without '/' looked up in this process's PATH, as posix_spawnp does). A
+// missing program failed every version's hook at run time while --check passed. Throws
+// Error(kInvalidArgument) naming the model, where it was declared, the program and why. A
+// program whose name holds a placeholder ({model}, {version}, {path}) is left to run time.
+void check_hook_programs(const DaemonConfig& config);
+
 }  // namespace modelcastd

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   try {
     config = modelcastd::load_config(config_path);
     modelcastd::check_key_files(config);
+    modelcastd::check_hook_programs(config);
     // Checked again when the daemon listens; a directory systemd makes at start may not be there yet.
     if (check_only && std::filesystem::exists(std::filesystem::absolute(config.socket_path).parent_path())) {
       modelcastd::attach::check_listen_directory(config.socket_path);
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
       try {
         auto fresh = modelcastd::load_config(config_path);
         modelcastd::check_key_files(fresh);
+        modelcastd::check_hook_programs(fresh);
         set_log_level(fresh.log_level);
         daemon->reload(std::move(fresh));
         log->info("reloaded {}", config_path);

@@ -408,6 +408,24 @@ TEST(DaemonConfig, ARepositoryPathThatNamesAFileIsRefused) {
   }
 }
 
+// A repository path under a file passed --check: the daemon started and every write failed.
+TEST(DaemonConfig, ARepositoryUnderAFileIsRefused) {
+  ScratchDir dir;
+  write_file(dir / "afile", "not a directory");
+  write_file(dir / "c.toml", "[repository]\npath = \"" + dir / "afile/models/v1" + "\"\n");
+  try {
+    modelcastd::load_config(dir / "c.toml");
+    FAIL() << "a repository under a file was taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("key 'repository.path': '" + dir / "afile/models/v1" + "' lies under '" + dir / "afile" +
+                                         "', which is a file"),
+              std::string::npos) << e.what();
+  }
+  // A path yet to be made under a directory is fine: the daemon makes it.
+  write_file(dir / "c.toml", "[repository]\npath = \"" + dir / "models/v1" + "\"\n" + kModel);
+  EXPECT_NO_THROW(modelcastd::load_config(dir / "c.toml"));
+}
+
 // A file where a persisted model's directory goes failed every version's write at run time while
 // --check passed; a model that is not persisted does not write there.
 TEST(DaemonConfig, AFileWhereAModelsRepositoryDirectoryGoesIsRefused) {
@@ -502,6 +520,46 @@ void expect_check_and_start_fail(const std::string& config, const std::string& s
     for (const auto& line : daemon.lines()) named = named || line.find(said) != std::string::npos;
     EXPECT_TRUE(named) << (args.empty() ? "start" : "--check") << " did not say " << said << ": " << joined_lines(daemon);
   }
+}
+
+// A hook command whose program is missing, or not executable, passed --check and then failed at
+// every version ("hook ... failed"): the models were served, and the server never told.
+TEST(DaemonConfig, AHookProgramThatCannotRunFailsTheCheckAndTheStartNamingIt) {
+  ScratchDir dir;
+  const std::string program = dir / "reload.sh";
+  const auto with_hook = [&](const std::string& argv0) {
+    write_file(dir / "hook.toml", "[daemon]\nsocket = \"" + dir / "attach.sock" + "\"\n[http]\nlisten = \"\"\n" +
+                                      std::string(kModel) + "persist = false\n[model.hook]\ncommand = [\"" + argv0 +
+                                      "\", \"{model}\"]\n");
+    return dir / "hook.toml";
+  };
+  // Refused as the key files are, before anything starts: exit 2 for --check and the start.
+  const auto expect_refused = [](const std::string& config, const std::string& said) {
+    for (std::vector<std::string> args : {std::vector<std::string>{"--check"}, std::vector<std::string>{}}) {
+      std::vector<std::string> argv{MODELCASTD, "--config", config};
+      argv.insert(argv.end(), args.begin(), args.end());
+      ChildProcess daemon(argv);
+      EXPECT_EQ(daemon.wait(), 2) << (args.empty() ? "start" : "--check");
+      bool named = false;
+      for (const auto& line : daemon.lines()) named = named || line.find(said) != std::string::npos;
+      EXPECT_TRUE(named) << (args.empty() ? "start" : "--check") << " did not say " << said << ": " << joined_lines(daemon);
+    }
+  };
+  expect_refused(with_hook(program), "model 'm': key 'hook.command': program '" + program + "' is not an executable file");
+  write_file(program, "#!/bin/sh\n");  // there, but not executable
+  expect_refused(with_hook(program), "program '" + program + "' is not an executable file");
+  std::filesystem::permissions(program, std::filesystem::perms::owner_exec, std::filesystem::perm_options::add);
+  ChildProcess check({MODELCASTD, "--config", with_hook(program), "--check"});
+  EXPECT_EQ(check.wait(), 0) << joined_lines(check);
+
+  // A bare name is looked up in PATH, as the hook runner's posix_spawnp does.
+  expect_refused(with_hook("modelcast-no-such-hook"),
+                              "program 'modelcast-no-such-hook' is not an executable file in any directory of PATH");
+  ChildProcess found({MODELCASTD, "--config", with_hook("sh"), "--check"});
+  EXPECT_EQ(found.wait(), 0) << joined_lines(found);
+  // A program named by a placeholder is only known per version.
+  auto config = modelcastd::load_config(with_hook("{path}/reload"));
+  EXPECT_NO_THROW(modelcastd::check_hook_programs(config));
 }
 
 // A socket in a directory others can write (as /tmp) could be bound by another user while the

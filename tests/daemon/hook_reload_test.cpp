@@ -282,6 +282,13 @@ TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
   EXPECT_NE(wait_for_text(*daemon, "reload refused, keeping the running configuration: " + (dir / "modelcastd.toml")), "");
   EXPECT_EQ(c.acquire().version(), 10u);  // still served
 
+  // A hook whose program is not there would fail at every version: refused, the model still served.
+  write_file(dir / "modelcastd.toml", config(second.producer->control_endpoint(), 4,
+                                             "[model.hook]\ncommand = [\"" + dir.path + "/no-such-hook\"]\n"));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "program '" + dir.path + "/no-such-hook' is not an executable file"), "");
+  EXPECT_EQ(c.acquire().version(), 10u);
+
   // An empty file (an editor's, mid-write) configures no model: refused, the model still served.
   write_file(dir / "modelcastd.toml", "");
   kill(daemon->pid(), SIGHUP);
