@@ -33,37 +33,43 @@ struct NotifySocket {
   bool bound = false;
 };
 
-TEST_F(DaemonTest, NotifiesSystemdWhenReadyReloadingAndStopping) {
-  NotifySocket systemd(dir / "notify.sock");
+// A daemon on a small config that reports to a stand-in for systemd.
+class NotifyingDaemonTest : public DaemonTest {
+ protected:
+  std::unique_ptr<ChildProcess> start_notifying() {
+    write_file(dir / "modelcastd.toml", config("tcp://127.0.0.1:9", 2));
+    return std::make_unique<ChildProcess>(std::vector<std::string>{MODELCASTD, "--config", dir / "modelcastd.toml"},
+                                          std::vector<std::string>{"NOTIFY_SOCKET=" + systemd.path});
+  }
+  // A reload answered with RELOADING=1 then READY=1, and a stop with STOPPING=1 and exit 0.
+  void expect_reload_then_stop(ChildProcess& daemon) {
+    kill(daemon.pid(), SIGHUP);
+    EXPECT_EQ(systemd.next(), "RELOADING=1");
+    EXPECT_EQ(systemd.next(), "READY=1");
+    kill(daemon.pid(), SIGTERM);
+    EXPECT_EQ(systemd.next(), "STOPPING=1");
+    EXPECT_EQ(daemon.wait(), 0);
+  }
+  NotifySocket systemd{dir / "notify.sock"};
+};
+
+TEST_F(NotifyingDaemonTest, NotifiesSystemdWhenReadyReloadingAndStopping) {
   ASSERT_TRUE(systemd.bound);
-  write_file(dir / "modelcastd.toml", config("tcp://127.0.0.1:9", 2));
-  ChildProcess daemon({MODELCASTD, "--config", dir / "modelcastd.toml"}, {"NOTIFY_SOCKET=" + systemd.path});
+  auto daemon = start_notifying();
   EXPECT_EQ(systemd.next(), "READY=1");
-  kill(daemon.pid(), SIGHUP);
-  EXPECT_EQ(systemd.next(), "RELOADING=1");
-  EXPECT_EQ(systemd.next(), "READY=1");
-  kill(daemon.pid(), SIGTERM);
-  EXPECT_EQ(systemd.next(), "STOPPING=1");
-  EXPECT_EQ(daemon.wait(), 0);
+  expect_reload_then_stop(*daemon);
 }
 
-TEST_F(DaemonTest, SignalsItHasNoUseForAreLoggedAndLeaveItServing) {
-  NotifySocket systemd(dir / "notify.sock");
+TEST_F(NotifyingDaemonTest, SignalsItHasNoUseForAreLoggedAndLeaveItServing) {
   ASSERT_TRUE(systemd.bound);
-  write_file(dir / "modelcastd.toml", config("tcp://127.0.0.1:9", 2));
-  ChildProcess daemon({MODELCASTD, "--config", dir / "modelcastd.toml"}, {"NOTIFY_SOCKET=" + systemd.path});
+  auto daemon = start_notifying();
   EXPECT_EQ(systemd.next(), "READY=1");
-  kill(daemon.pid(), SIGUSR1);
-  EXPECT_NE(wait_for_text(daemon, "SIGUSR1 ignored", std::chrono::seconds(30)), "");
-  kill(daemon.pid(), SIGUSR2);
-  EXPECT_NE(wait_for_text(daemon, "SIGUSR2 ignored", std::chrono::seconds(30)), "");
-  // Still taking signals in order: a reload after them is answered.
-  kill(daemon.pid(), SIGHUP);
-  EXPECT_EQ(systemd.next(), "RELOADING=1");
-  EXPECT_EQ(systemd.next(), "READY=1");
-  kill(daemon.pid(), SIGTERM);
-  EXPECT_EQ(systemd.next(), "STOPPING=1");
-  EXPECT_EQ(daemon.wait(), 0);
+  kill(daemon->pid(), SIGUSR1);
+  EXPECT_NE(wait_for_text(*daemon, "SIGUSR1 ignored", std::chrono::seconds(30)), "");
+  kill(daemon->pid(), SIGUSR2);
+  EXPECT_NE(wait_for_text(*daemon, "SIGUSR2 ignored", std::chrono::seconds(30)), "");
+  // Still taking signals in order: a reload after them is answered, and a stop.
+  expect_reload_then_stop(*daemon);
 }
 
 TEST(DaemonConfig, TheExampleConfigIsValid) {
