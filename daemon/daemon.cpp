@@ -51,6 +51,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
       metrics_.repository_failed(s.model);
       log->error("model {}: repository write of version {} failed (delivery continues): {}", s.model, s.version, error);
     };
+    options.on_relocked = [log](const std::string& model, const std::string& notice) { log->warn("model {}: {}", model, notice); };
     writer_ = std::make_unique<repo::RepositoryWriter>(std::move(options));
   }
   attach_ = std::make_unique<attach::AttachServer>(
@@ -107,11 +108,9 @@ void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
   };
   metrics_.model_added(model.name, writer_ && model.persist, !model.hook.empty());
   try {
-    if (!config_.repository.empty() && !directory_locks_.contains(model.name)) {
+    if (writer_) {
       try {
-        auto lock = std::make_unique<repo::ModelDirectoryLock>(repo::Repository(config_.repository).model_directory(model.name));
-        if (!lock->unlocked().empty()) log->warn("model {}: {}", model.name, lock->unlocked());
-        directory_locks_[model.name] = std::move(lock);
+        if (const auto unlocked = writer_->hold(model.name); !unlocked.empty()) log->warn("model {}: {}", model.name, unlocked);
       } catch (const modelcast::Error& e) {
         // A directory no one can make or open (a read-only mount) is no one else's either: the
         // model is served, and each write's failure reported. Another process's lock is a refusal.
@@ -338,7 +337,10 @@ void Daemon::reload(DaemonConfig config) {
     metrics_.consumer_replaced(service->config().name, stats.bytes_received, stats.versions_rejected);
   }
   stopping.clear();  // Consumers stop outside the lock; clients' holds keep their versions
-  std::erase_if(directory_locks_, [&](const auto& entry) { return !wanted.contains(entry.first); });
+  if (writer_) {
+    for (const auto& m : config_.models)
+      if (!wanted.contains(m.name)) writer_->release(m.name);
+  }
   for (const auto& m : config.models) {
     bool running;
     {

@@ -16,7 +16,6 @@
 #include "daemon/metrics.h"
 #include "daemon/model_service.h"
 #include "daemon/ops_http.h"
-#include "core/repository/model_directory_lock.h"
 #include "core/repository/repository_writer.h"
 
 namespace modelcastd {
@@ -68,8 +67,6 @@ class Daemon {
   // Each running model's hook: a reload that changes only a hook changes it here, without
   // restarting the model (whose clients would otherwise be moved to an older version). mutex_.
   std::map<std::string, HookConfig> hooks_by_model_;
-  // Each running model's repository directory, locked (with a repository). Main thread.
-  std::map<std::string, std::unique_ptr<modelcast::repository::ModelDirectoryLock>> directory_locks_;
   // Set by the destructor (guarded by mutex_): the models are stopping, and served() answers
   // from the version each served last.
   bool stopping_ = false;

@@ -78,15 +78,6 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
       stats_(stats),
       log_(std::move(log)) {
   check(options);
-  const std::string model_directory = repository::Repository(options_.directory).model_directory(model_);
-  try {
-    lock_ = std::make_unique<repository::ModelDirectoryLock>(model_directory);
-    if (!lock_->unlocked().empty()) log_->warn("persist.directory: {}", lock_->unlocked());
-  } catch (const Error& e) {
-    // Not one for later: every write would fail (or clobber the other writer's), unseen for hours.
-    throw Error(e.code() == ErrorCode::kState ? ErrorCode::kState : ErrorCode::kInvalidArgument,
-                std::string("persist.directory: ") + e.what());
-  }
   repository::WriterOptions writer;
   writer.root = options_.directory;
   writer.keep = options_.keep;
@@ -106,7 +97,15 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
     });
     if (options_.on_persist_failed) options_.on_persist_failed(s.version, error);
   };
+  writer.on_relocked = [this](const std::string&, const std::string& notice) { log_->warn("persist.directory: {}", notice); };
   writer_ = std::make_unique<repository::RepositoryWriter>(std::move(writer));
+  try {
+    if (const auto unlocked = writer_->hold(model_); !unlocked.empty()) log_->warn("persist.directory: {}", unlocked);
+  } catch (const Error& e) {
+    // Not one for later: every write would fail (or clobber the other writer's), unseen for hours.
+    throw Error(e.code() == ErrorCode::kState ? ErrorCode::kState : ErrorCode::kInvalidArgument,
+                std::string("persist.directory: ") + e.what());
+  }
   log_->info("persisting every {} version(s) to {}/{}, keeping {}", options_.every, options_.directory, model_,
              options_.keep);
 }

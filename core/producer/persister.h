@@ -11,7 +11,6 @@
 
 #include "core/producer/service.h"
 #include "core/producer/snapshot_store.h"
-#include "core/repository/model_directory_lock.h"
 #include "core/repository/repository_writer.h"
 #include "modelcast/producer.h"
 
@@ -45,10 +44,9 @@ class Persister {
   SnapshotStore& store_;
   StatsBox& stats_;
   std::shared_ptr<spdlog::logger> log_;
-  // Held for the writer's life: two writers of one model directory (another rank or trainer
-  // persisting the same model, or a modelcastd serving it from this repository) would each
-  // remove the other's unfinished writes as a crash's leftovers and prune its versions.
-  std::unique_ptr<repository::ModelDirectoryLock> lock_;
+  // Holds the model directory's lock for its life: two writers of one model directory (another
+  // rank or trainer persisting the same model, or a modelcastd serving it from this repository)
+  // would each remove the other's unfinished writes as a crash's leftovers and prune its versions.
   std::unique_ptr<repository::RepositoryWriter> writer_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,7 +14,7 @@
 
 namespace modelcast::repository {
 
-ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) {
+ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) : directory_(directory) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) {
@@ -42,6 +43,13 @@ ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) {
     unlocked_ = "cannot lock directory " + shown_text(directory, 4096) + " (" + std::strerror(saved) +
                 "): another writer of it would not be refused";
   }
+}
+
+bool ModelDirectoryLock::lost() const {
+  if (fd_ < 0) return false;
+  struct stat held{}, named{};
+  if (fstat(fd_, &held) != 0) return false;  // cannot happen for an open descriptor; no claim made
+  return stat(directory_.c_str(), &named) != 0 || named.st_dev != held.st_dev || named.st_ino != held.st_ino;
 }
 
 ModelDirectoryLock::~ModelDirectoryLock() {

@@ -5,7 +5,9 @@
 //
 // An advisory flock(2) on the model directory itself (no lock file for Triton to find beside the
 // versions); the kernel lets it go when the process ends, however it ends, so a crash leaves no
-// stale lock. Threads: an object is made, held and destroyed by one owner; no shared state.
+// stale lock. The lock is on the directory, not its name: a directory removed while held leaves
+// the lock on the removed one, and lost() says so (RepositoryWriter then locks the new one).
+// Threads: made and destroyed by one owner; lost() and unlocked() from any thread.
 #pragma once
 
 #include <string>
@@ -25,8 +27,13 @@ class ModelDirectoryLock {
 
   // Empty while the lock is held; else why it could not be taken (to be logged by the owner).
   const std::string& unlocked() const { return unlocked_; }
+  // Whether the directory at the path is no longer the one locked (removed, or replaced by
+  // another of the same name); false for a lock the file system did not take.
+  bool lost() const;
+  const std::string& directory() const { return directory_; }
 
  private:
+  std::string directory_;
   int fd_ = -1;
   std::string unlocked_;
 };

@@ -43,6 +43,53 @@ bool RepositoryWriter::offer(std::shared_ptr<const VersionSnapshot> snapshot) {
   return true;
 }
 
+std::string RepositoryWriter::hold(const std::string& model) {
+  {
+    std::lock_guard lock(mutex_);
+    if (auto held = locks_.find(model); held != locks_.end()) return held->second->unlocked();
+  }
+  // Made outside the mutex (it creates and opens a directory); two hold()s of one model race to
+  // the same flock, and the second is refused as any other holder would be.
+  auto made = std::make_shared<ModelDirectoryLock>(Repository(options_.root).model_directory(model));
+  std::lock_guard lock(mutex_);
+  return locks_.emplace(model, std::move(made)).first->second->unlocked();
+}
+
+void RepositoryWriter::release(const std::string& model) {
+  std::shared_ptr<ModelDirectoryLock> gone;  // let go outside the mutex
+  std::lock_guard lock(mutex_);
+  if (auto held = locks_.find(model); held != locks_.end()) {
+    gone = std::move(held->second);
+    locks_.erase(held);
+  }
+}
+
+std::string RepositoryWriter::check_held(const std::string& model) {
+  std::shared_ptr<ModelDirectoryLock> held;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto found = locks_.find(model); found != locks_.end()) held = found->second;
+  }
+  if (!held || !held->lost()) return {};
+  std::shared_ptr<ModelDirectoryLock> fresh;
+  try {
+    fresh = std::make_shared<ModelDirectoryLock>(held->directory());
+  } catch (const Error& e) {
+    return "model directory '" + held->directory() + "' was removed while this writer held it, and cannot be locked again: " +
+           e.what();
+  }
+  {
+    std::lock_guard lock(mutex_);
+    // A release() meanwhile wins: the model is no longer this writer's to lock.
+    if (auto found = locks_.find(model); found != locks_.end() && found->second == held) found->second = fresh;
+  }
+  if (options_.on_relocked) {
+    options_.on_relocked(model, "model directory '" + held->directory() + "' was removed while this writer held it; " +
+                                    (fresh->unlocked().empty() ? "locked again as it was made anew" : fresh->unlocked()));
+  }
+  return {};
+}
+
 WriterStats RepositoryWriter::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
@@ -64,9 +111,10 @@ void RepositoryWriter::run() {
     writing_ = true;
     lock.unlock();
     auto start = std::chrono::steady_clock::now();
-    std::string directory, error;
+    std::string directory;
+    std::string error = check_held(snapshot->model);
     try {
-      directory = repository.write(*snapshot, stop_write_.get_token());
+      if (error.empty()) directory = repository.write(*snapshot, stop_write_.get_token());
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -2,8 +2,13 @@
 // blocks on the disk: each model has one pending slot, and a newer version replaces a pending
 // one that has not started, so a slow disk makes the writer skip to the newest version.
 //
-// Threads: submit(), offer() and stats() from any thread; the writer thread owns the Repository
-// and runs the callbacks (keep them short: the next write waits for them). A callback runs after
+// It also holds the locks of the model directories it writes (hold()), so that no other process
+// writes them: a lock is checked before each write of its model, and taken again on a directory
+// made anew after the held one was removed (else another writer could lock the new one and both
+// would write there, each removing the other's unfinished versions).
+//
+// Threads: submit(), offer(), hold(), release() and stats() from any thread; the writer thread
+// owns the Repository, takes locks again and runs the callbacks (keep them short: the next write waits for them). A callback runs after
 // the version's bytes are released (its tensors' data pointers are null) and the writer counts
 // as idle, so offer() accepts the next version while a callback still runs.
 #pragma once
@@ -18,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "core/repository/model_directory_lock.h"
 #include "core/repository/repository.h"
 
 namespace modelcast::repository {
@@ -32,6 +38,8 @@ struct WriterOptions {
   bool abandon_on_stop = false;
   std::function<void(const VersionSnapshot&, const std::string& directory, std::chrono::nanoseconds took)> on_written;
   std::function<void(const VersionSnapshot&, const std::string& error)> on_failed;
+  // A held directory was found removed and locked again (to be logged; the write goes on).
+  std::function<void(const std::string& model, const std::string& notice)> on_relocked;
 };
 
 struct WriterStats {
@@ -61,8 +69,18 @@ class RepositoryWriter {
   bool offer(std::shared_ptr<const VersionSnapshot> snapshot);
   WriterStats stats() const;
 
+  // Locks `model`'s directory (creating it) for this writer until release(model) or the writer
+  // ends. Returns "" when locked, else why the file system took no lock (writes go on). Throws
+  // Error(kState) while another process (or lock) holds it, kResource when it cannot be made or
+  // opened. A model already held is not locked twice.
+  std::string hold(const std::string& model);
+  void release(const std::string& model);
+
  private:
   void run();
+  // Writer thread: "" when `model` is not held or its lock still holds its directory (taking it
+  // again on a directory made anew), else why the version must not be written.
+  std::string check_held(const std::string& model);
 
   const WriterOptions options_;
   mutable std::mutex mutex_;
@@ -73,6 +91,7 @@ class RepositoryWriter {
   std::map<std::string, std::uint64_t> submitted_;                      // by model; mutex_
   std::stop_source stop_write_;  // requested by the destructor (abandon_on_stop); the write polls it
   WriterStats stats_;                                                   // mutex_
+  std::map<std::string, std::shared_ptr<ModelDirectoryLock>> locks_;  // by model; mutex_
   std::thread thread_;
 };
 

@@ -16,6 +16,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "core/repository/model_directory_lock.h"
 #include "core/repository/repository.h"
 #include "core/repository/safetensors.h"
 #include "daemon_fixture.h"
@@ -391,6 +392,107 @@ TEST(RepositoryWriter, StoppingAWriterThatFinishesCompletesTheWriteInProgress) {
   auto results = stop_while_writing(false);
   if (!results.empty() && results[0].rfind("skip: ", 0) == 0) GTEST_SKIP() << results[0];
   EXPECT_EQ(results, std::vector<std::string>{"written"});
+}
+
+// What a writer's callbacks said, in order ("written 2", "failed 1: why", "relocked: notice"),
+// waited for from the test's thread.
+struct WriterEvents {
+  void add(std::string event) {
+    std::lock_guard lock(mutex);
+    events.push_back(std::move(event));
+    changed.notify_all();
+  }
+  // The events once there are `count`, or what there is after 30 s.
+  std::vector<std::string> wait_for(std::size_t count) {
+    std::unique_lock lock(mutex);
+    changed.wait_for(lock, 30s, [&] { return events.size() >= count; });
+    return events;
+  }
+  repo::WriterOptions options(const std::string& root) {
+    repo::WriterOptions o;
+    o.root = root;
+    o.on_written = [this](const repo::VersionSnapshot& s, const std::string&, std::chrono::nanoseconds) {
+      add("written " + std::to_string(s.version));
+    };
+    o.on_failed = [this](const repo::VersionSnapshot& s, const std::string& why) {
+      add("failed " + std::to_string(s.version) + ": " + why);
+    };
+    o.on_relocked = [this](const std::string& model, const std::string& notice) { add("relocked " + model + ": " + notice); };
+    return o;
+  }
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::vector<std::string> events;
+};
+
+bool locked_by_another(const std::string& directory) {
+  try {
+    repo::ModelDirectoryLock probe(directory);
+    return false;
+  } catch (const modelcast::Error& e) {
+    return e.code() == modelcast::ErrorCode::kState;
+  }
+}
+
+TEST(RepositoryWriter, HoldsAModelDirectorysLockUntilReleased) {
+  ScratchDir dir;
+  repo::WriterOptions options;
+  options.root = dir / "repo";
+  repo::RepositoryWriter writer(options);
+  EXPECT_EQ(writer.hold("m"), "");
+  EXPECT_EQ(writer.hold("m"), "");  // held once, not refused by itself
+  EXPECT_TRUE(locked_by_another(dir / "repo/m"));
+  EXPECT_FALSE(locked_by_another(dir / "repo/other"));
+  writer.release("m");
+  EXPECT_FALSE(locked_by_another(dir / "repo/m"));
+}
+
+// The lock is on the directory, not its name: once the held directory was removed (an operator
+// clearing the repository), another process could make and lock a new one while this writer
+// wrote into it too. The writer takes the lock again on the new directory before writing.
+TEST(RepositoryWriter, ADirectoryRemovedWhileHeldIsLockedAgainBeforeTheNextWrite) {
+  ScratchDir dir;
+  WriterEvents events;
+  repo::RepositoryWriter writer(events.options(dir / "repo"));
+  ASSERT_EQ(writer.hold("m"), "");
+  writer.submit(snapshot(1));
+  ASSERT_EQ(events.wait_for(1), std::vector<std::string>{"written 1"});
+  std::filesystem::remove_all(dir / "repo/m");
+  writer.submit(snapshot(2));
+  const auto seen = events.wait_for(3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[1], "relocked m: model directory '" + dir / "repo/m" +
+                         "' was removed while this writer held it; locked again as it was made anew");
+  EXPECT_EQ(seen[2], "written 2");
+  EXPECT_TRUE(locked_by_another(dir / "repo/m"));
+  EXPECT_EQ(repo::Repository(dir / "repo").list("m").size(), 1u);
+}
+
+TEST(RepositoryWriter, ADirectoryRemovedAndLockedByAnotherWriterIsNotWrittenTo) {
+  ScratchDir dir;
+  WriterEvents events;
+  repo::RepositoryWriter writer(events.options(dir / "repo"));
+  ASSERT_EQ(writer.hold("m"), "");
+  std::filesystem::remove_all(dir / "repo/m");
+  auto other = std::make_unique<repo::ModelDirectoryLock>(dir / "repo/m");  // makes and locks a new one
+  writer.submit(snapshot(1));
+  auto seen = events.wait_for(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].rfind("failed 1: model directory '" + dir / "repo/m" +
+                              "' was removed while this writer held it, and cannot be locked again: ",
+                          0),
+            0u)
+      << seen[0];
+  EXPECT_NE(seen[0].find("is in use by another writer"), std::string::npos) << seen[0];
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "repo/m"));  // nothing written into the other's directory
+
+  other.reset();  // the other writer is gone: the next version is written, under this writer's lock
+  writer.submit(snapshot(2));
+  seen = events.wait_for(3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[1].rfind("relocked m: ", 0), 0u) << seen[1];
+  EXPECT_EQ(seen[2], "written 2");
+  EXPECT_TRUE(locked_by_another(dir / "repo/m"));
 }
 
 }  // namespace
