@@ -43,50 +43,69 @@ bool RepositoryWriter::offer(std::shared_ptr<const VersionSnapshot> snapshot) {
   return true;
 }
 
+std::string RepositoryWriter::relock(std::shared_ptr<ModelDirectoryLock>& held) {
+  auto fresh = std::make_shared<ModelDirectoryLock>(held->directory());  // throws as the constructor does
+  std::string notice = "model directory '" + held->directory() + "' was removed while this writer held it; " +
+                       (fresh->unlocked().empty() ? "locked again as it was made anew" : fresh->unlocked());
+  held = std::move(fresh);  // `held` is the map's entry: the lost lock is let go here
+  return notice;
+}
+
 std::string RepositoryWriter::hold(const std::string& model) {
+  std::string notice;
+  std::string unlocked;
   {
-    std::lock_guard lock(mutex_);
-    if (auto held = locks_.find(model); held != locks_.end()) return held->second->unlocked();
+    std::lock_guard lock(locking_);
+    released_.erase(model);
+    if (auto found = locks_.find(model); found != locks_.end()) {
+      // Checked as before a write: recovery reads and cleans the directory once this returns.
+      if (found->second->lost()) notice = relock(found->second);
+      unlocked = found->second->unlocked();
+    } else {
+      auto made = std::make_shared<ModelDirectoryLock>(Repository(options_.root).model_directory(model));
+      unlocked = made->unlocked();
+      locks_.emplace(model, std::move(made));
+    }
   }
-  // Made outside the mutex (it creates and opens a directory); two hold()s of one model race to
-  // the same flock, and the second is refused as any other holder would be.
-  auto made = std::make_shared<ModelDirectoryLock>(Repository(options_.root).model_directory(model));
-  std::lock_guard lock(mutex_);
-  return locks_.emplace(model, std::move(made)).first->second->unlocked();
+  if (!notice.empty() && options_.on_relocked) options_.on_relocked(model, notice);
+  return unlocked;
 }
 
 void RepositoryWriter::release(const std::string& model) {
-  std::shared_ptr<ModelDirectoryLock> gone;  // let go outside the mutex
+  std::shared_ptr<ModelDirectoryLock> gone;  // let go outside the mutexes
+  std::shared_ptr<const VersionSnapshot> dropped;
+  {
+    std::lock_guard lock(locking_);
+    if (auto found = locks_.find(model); found != locks_.end()) {
+      gone = std::move(found->second);
+      locks_.erase(found);
+      released_.insert(model);
+    }
+  }
+  if (!gone) return;
   std::lock_guard lock(mutex_);
-  if (auto held = locks_.find(model); held != locks_.end()) {
-    gone = std::move(held->second);
-    locks_.erase(held);
+  if (auto pending = pending_.find(model); pending != pending_.end()) {
+    dropped = std::move(pending->second);
+    pending_.erase(pending);
   }
 }
 
 std::string RepositoryWriter::check_held(const std::string& model) {
-  std::shared_ptr<ModelDirectoryLock> held;
+  std::string notice;
   {
-    std::lock_guard lock(mutex_);
-    if (auto found = locks_.find(model); found != locks_.end()) held = found->second;
+    std::lock_guard lock(locking_);
+    if (released_.contains(model)) return "model '" + model + "' was released (its owner stopped writing it) before this version was written";
+    auto found = locks_.find(model);
+    if (found == locks_.end() || !found->second->lost()) return {};
+    const std::string directory = found->second->directory();
+    try {
+      notice = relock(found->second);
+    } catch (const Error& e) {
+      return "model directory '" + directory + "' was removed while this writer held it, and cannot be locked again: " +
+             e.what();
+    }
   }
-  if (!held || !held->lost()) return {};
-  std::shared_ptr<ModelDirectoryLock> fresh;
-  try {
-    fresh = std::make_shared<ModelDirectoryLock>(held->directory());
-  } catch (const Error& e) {
-    return "model directory '" + held->directory() + "' was removed while this writer held it, and cannot be locked again: " +
-           e.what();
-  }
-  {
-    std::lock_guard lock(mutex_);
-    // A release() meanwhile wins: the model is no longer this writer's to lock.
-    if (auto found = locks_.find(model); found != locks_.end() && found->second == held) found->second = fresh;
-  }
-  if (options_.on_relocked) {
-    options_.on_relocked(model, "model directory '" + held->directory() + "' was removed while this writer held it; " +
-                                    (fresh->unlocked().empty() ? "locked again as it was made anew" : fresh->unlocked()));
-  }
+  if (options_.on_relocked) options_.on_relocked(model, notice);
   return {};
 }
 

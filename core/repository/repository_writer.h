@@ -8,7 +8,7 @@
 // would write there, each removing the other's unfinished versions).
 //
 // Threads: submit(), offer(), hold(), release() and stats() from any thread; the writer thread
-// owns the Repository, takes locks again and runs the callbacks (keep them short: the next write waits for them). A callback runs after
+// owns the Repository and runs the callbacks (on_relocked also runs on hold()'s caller) (keep them short: the next write waits for them). A callback runs after
 // the version's bytes are released (its tensors' data pointers are null) and the writer counts
 // as idle, so offer() accepts the next version while a callback still runs.
 #pragma once
@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -72,15 +73,22 @@ class RepositoryWriter {
   // Locks `model`'s directory (creating it) for this writer until release(model) or the writer
   // ends. Returns "" when locked, else why the file system took no lock (writes go on). Throws
   // Error(kState) while another process (or lock) holds it, kResource when it cannot be made or
-  // opened. A model already held is not locked twice.
+  // opened. A model already held is not locked twice, but locked again if its directory was
+  // removed meanwhile (its caller may read and clean the directory next).
   std::string hold(const std::string& model);
+  // Lets the lock go and drops the model's pending version; a version of it already being
+  // written is finished, and one taken after this is refused (on_failed) until hold() again.
   void release(const std::string& model);
 
  private:
   void run();
   // Writer thread: "" when `model` is not held or its lock still holds its directory (taking it
-  // again on a directory made anew), else why the version must not be written.
+  // again on a directory made anew), else why the version must not be written (a model
+  // released, or its directory locked by another writer). Takes locking_.
   std::string check_held(const std::string& model);
+  // Under locking_: locks the directory of `held` (a lost lock, an entry of locks_) anew in its
+  // place; returns the notice for on_relocked. Throws as ModelDirectoryLock's constructor does.
+  std::string relock(std::shared_ptr<ModelDirectoryLock>& held);
 
   const WriterOptions options_;
   mutable std::mutex mutex_;
@@ -91,7 +99,12 @@ class RepositoryWriter {
   std::map<std::string, std::uint64_t> submitted_;                      // by model; mutex_
   std::stop_source stop_write_;  // requested by the destructor (abandon_on_stop); the write polls it
   WriterStats stats_;                                                   // mutex_
-  std::map<std::string, std::shared_ptr<ModelDirectoryLock>> locks_;  // by model; mutex_
+  // The locks, made and replaced under locking_ only, so that one process never opens a second
+  // lock on a directory it holds (flock refuses that as it refuses another process). Never
+  // taken together with mutex_.
+  std::mutex locking_;
+  std::map<std::string, std::shared_ptr<ModelDirectoryLock>> locks_;  // by model; locking_
+  std::set<std::string> released_;  // held once, released since, not held again; locking_
   std::thread thread_;
 };
 

@@ -495,5 +495,68 @@ TEST(RepositoryWriter, ADirectoryRemovedAndLockedByAnotherWriterIsNotWrittenTo) 
   EXPECT_TRUE(locked_by_another(dir / "repo/m"));
 }
 
+// hold() of a model it holds checks the lock too: the daemon's recovery reads and cleans the
+// directory next, and would remove another writer's unfinished versions from a new one.
+TEST(RepositoryWriter, HoldingAgainADirectoryRemovedMeanwhileLocksTheNewOneOrIsRefused) {
+  ScratchDir dir;
+  WriterEvents events;
+  repo::RepositoryWriter writer(events.options(dir / "repo"));
+  ASSERT_EQ(writer.hold("m"), "");
+  std::filesystem::remove_all(dir / "repo/m");
+  auto other = std::make_unique<repo::ModelDirectoryLock>(dir / "repo/m");
+  try {
+    writer.hold("m");
+    ADD_FAILURE() << "held a directory another writer locked";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kState) << e.what();
+  }
+  other.reset();
+  EXPECT_EQ(writer.hold("m"), "");
+  const auto seen = events.wait_for(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].rfind("relocked m: ", 0), 0u) << seen[0];
+  EXPECT_TRUE(locked_by_another(dir / "repo/m"));
+}
+
+// A model released (removed from the daemon's configuration) is not written without its lock:
+// its pending version is dropped, and one submitted later is refused until it is held again.
+TEST(RepositoryWriter, AReleasedModelIsNotWrittenUntilHeldAgain) {
+  ScratchDir dir;
+  WriterEvents events;
+  std::mutex gate_mutex;
+  std::condition_variable gate_changed;
+  bool gate_open = false;
+  auto options = events.options(dir / "repo");
+  const auto record = options.on_written;
+  options.on_written = [&](const repo::VersionSnapshot& s, const std::string& d, std::chrono::nanoseconds took) {
+    record(s, d, took);
+    std::unique_lock lock(gate_mutex);
+    gate_changed.wait(lock, [&] { return gate_open; });  // holds the writer here after version 1
+  };
+  repo::RepositoryWriter writer(options);
+  ASSERT_EQ(writer.hold("m"), "");
+  writer.submit(snapshot(1));
+  ASSERT_EQ(events.wait_for(1), std::vector<std::string>{"written 1"});
+  std::weak_ptr<const void> two;
+  writer.submit(snapshot(2, &two));  // pending behind the held writer
+  writer.release("m");
+  EXPECT_TRUE(two.expired()) << "a released model's pending version is still pinned";
+  EXPECT_FALSE(locked_by_another(dir / "repo/m"));
+  {
+    std::lock_guard lock(gate_mutex);
+    gate_open = true;
+  }
+  gate_changed.notify_all();
+  writer.submit(snapshot(3));
+  auto seen = events.wait_for(2);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], "failed 3: model 'm' was released (its owner stopped writing it) before this version was written");
+  ASSERT_EQ(writer.hold("m"), "");
+  writer.submit(snapshot(4));
+  seen = events.wait_for(3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[2], "written 4");
+}
+
 }  // namespace
 }  // namespace daemon_test
