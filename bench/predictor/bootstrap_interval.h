@@ -56,7 +56,9 @@ struct TargetIntervals {
 struct BootstrapOptions {
   int resamples = 2000;
   double level = 0.9;         // central share of the resampled figures the interval holds
-  std::uint64_t seed = 2024;  // fixed: the same runs give the same interval on every machine
+  // Fixed: the same runs give the same interval on every machine with the same C++ standard
+  // library (std::uniform_int_distribution's mapping is the library's own).
+  std::uint64_t seed = 2024;
 };
 
 // Intervals for the figures of `runs`. A resample whose runs have no gain leaves the regret
