@@ -201,6 +201,15 @@ class Service:
         """How many times a callback (on_delivery, on_update, on_error) raised."""
         return self._impl.callback_errors
 
+    def __reduce_ex__(self, protocol):
+        # pickle, copy.copy and copy.deepcopy all come here. Without it copy.copy made a second
+        # object sharing the first one's native part (closing either closed both), and pickle
+        # named a private type ('_core._Producer') and not what to do instead.
+        what = type(self).__name__
+        raise TypeError(f"a {what} cannot be pickled or copied: it owns library threads, sockets and registered "
+                        f"memory in this process; share the object itself, or make a {what} in each process "
+                        f"(with multiprocessing: in the worker)")
+
     def __enter__(self):
         return self
 

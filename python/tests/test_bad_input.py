@@ -1,5 +1,7 @@
 """Bad input raises modelcast exceptions carrying the library's code and naming what was wrong."""
 
+import copy
+import pickle
 import threading
 
 import numpy as np
@@ -552,3 +554,15 @@ def test_classes_with_a_constructor_cannot_be_made_bare_and_are_still_made_and_s
             pass
     with pytest.raises(TypeError, match="must be called"):
         Forgetful()
+
+
+def test_a_producer_or_consumer_is_neither_pickled_nor_copied(endpoint):
+    # copy.copy once returned a second object sharing the first one's native part (closing either
+    # closed both), and pickle named a private type.
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+            modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        for obj, what in ((producer, "Producer"), (consumer, "Consumer")):
+            for attempt in (pickle.dumps, copy.copy, copy.deepcopy):
+                with pytest.raises(TypeError, match=f"a {what} cannot be pickled or copied: it owns library threads"):
+                    attempt(obj)
+        assert producer.stats().versions_published == 0 and consumer.stats() is not None  # both still usable
