@@ -96,7 +96,8 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGHUP);
   // Their default action ends the process: a stray `kill -USR1` (the log-reopen convention of
-  // many daemons, which this one, logging to stderr, has no use for) stopped the serving.
+  // many daemons, which this one, logging to stdout for the journal, has no use for) stopped the
+  // serving.
   sigaddset(&signals, SIGUSR1);
   sigaddset(&signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
