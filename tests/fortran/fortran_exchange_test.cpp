@@ -48,7 +48,8 @@ std::string cpp_scheduler_steps(modelcast::predictor::OnlineOptions::WorkMode wo
     scheduler.observe(step, 2.0 + 8.0 / (1.0 + static_cast<double>(step) / 300.0), 0.5 * static_cast<double>(step) + stalls);
     if (scheduler.should_publish(step)) {
       stalls += 2.0;
-      text += " " + std::to_string(step);
+      text += ' ';  // not " " + std::string: gcc 12 warns falsely (-Wrestrict) on that
+      text += std::to_string(step);
     }
     scheduler.wait_for_background();
   }

@@ -20,6 +20,14 @@
 
 namespace {
 
+// A consumer's name: `prefix` then `i`. Appended, not "c" + std::string: gcc 12 warns falsely
+// (-Wrestrict) on that once inlined.
+std::string numbered(const char* prefix, int i) {
+  std::string name = prefix;
+  name += std::to_string(i);
+  return name;
+}
+
 using testing_support::ChildProcess;
 using testing_support::joined_lines;
 
@@ -112,7 +120,7 @@ TEST_F(Relays, EightConsumersGetEveryVersionBitExactWhileTheProducerSendsEachBlo
     // Two hold views in reader threads as an inference server would (more would crowd 2 cores).
     std::vector<std::string> extra;
     if (i < 2) extra = {"--readers", "1"};
-    consumers.push_back(consumer("c" + std::to_string(i), kLast, extra));
+    consumers.push_back(consumer(numbered("c", i), kLast, extra));
   }
   for (std::uint64_t v = 1; v <= kLast; ++v) {
     publish(v);
@@ -154,7 +162,7 @@ TEST_F(Relays, VersionsThatChangeNothingKeepFlowingThroughRelays) {
   constexpr std::uint64_t kLast = 10;
   start_producer(1024, 0);
   std::vector<std::unique_ptr<ChildProcess>> consumers;
-  for (int i = 0; i < 3; ++i) consumers.push_back(consumer("c" + std::to_string(i), kLast, {}));
+  for (int i = 0; i < 3; ++i) consumers.push_back(consumer(numbered("c", i), kLast, {}));
   for (std::uint64_t v = 1; v <= kLast; ++v) {
     publish(v);
     for (auto& c : consumers) expect_installed(*c, v);
@@ -172,9 +180,9 @@ TEST_F(Relays, GroupMembersServeTheVersionTheyHoldForTheirGroup) {
   start_producer(1024, 25);
   std::vector<std::unique_ptr<ChildProcess>> consumers;
   for (int i = 0; i < 2; ++i) {
-    consumers.push_back(consumer("g" + std::to_string(i), kLast, {"--group", "tp", "--group-size", "2"}));
+    consumers.push_back(consumer(numbered("g", i), kLast, {"--group", "tp", "--group-size", "2"}));
   }
-  for (int i = 0; i < 2; ++i) consumers.push_back(consumer("c" + std::to_string(i), kLast, {}));
+  for (int i = 0; i < 2; ++i) consumers.push_back(consumer(numbered("c", i), kLast, {}));
   for (std::uint64_t v = 1; v <= kLast; ++v) {
     publish(v);
     for (auto& c : consumers) expect_installed(*c, v);
@@ -257,7 +265,7 @@ TEST_F(Relays, ARelayKilledMidVersionCostsTheOthersARetryNotAVersion) {
   start_producer(16384, 100);
   std::vector<std::unique_ptr<ChildProcess>> consumers;
   for (int i = 0; i < 4; ++i) {
-    consumers.push_back(consumer("c" + std::to_string(i), kLast, {"--transfer-timeout-ms", "1000"}));
+    consumers.push_back(consumer(numbered("c", i), kLast, {"--transfer-timeout-ms", "1000"}));
   }
   publish(1);
   for (auto& c : consumers) expect_installed(*c, 1);
