@@ -447,14 +447,25 @@ TEST(RepositoryWriter, HoldsAModelDirectorysLockUntilReleased) {
   EXPECT_FALSE(locked_by_another(dir / "repo/m"));
 }
 
+// A writer of model "m" that holds its directory's lock, and what its callbacks said.
+class HeldModelWriter : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_EQ(writer.hold("m"), ""); }
+  // The held directory removed, and a new one made and locked by another writer (as a second
+  // process would, once the name is free).
+  std::unique_ptr<repo::ModelDirectoryLock> removed_and_taken_by_another() {
+    std::filesystem::remove_all(dir / "repo/m");
+    return std::make_unique<repo::ModelDirectoryLock>(dir / "repo/m");
+  }
+  ScratchDir dir;
+  WriterEvents events;
+  repo::RepositoryWriter writer{events.options(dir / "repo")};
+};
+
 // The lock is on the directory, not its name: once the held directory was removed (an operator
 // clearing the repository), another process could make and lock a new one while this writer
 // wrote into it too. The writer takes the lock again on the new directory before writing.
-TEST(RepositoryWriter, ADirectoryRemovedWhileHeldIsLockedAgainBeforeTheNextWrite) {
-  ScratchDir dir;
-  WriterEvents events;
-  repo::RepositoryWriter writer(events.options(dir / "repo"));
-  ASSERT_EQ(writer.hold("m"), "");
+TEST_F(HeldModelWriter, ADirectoryRemovedWhileHeldIsLockedAgainBeforeTheNextWrite) {
   writer.submit(snapshot(1));
   ASSERT_EQ(events.wait_for(1), std::vector<std::string>{"written 1"});
   std::filesystem::remove_all(dir / "repo/m");
@@ -468,13 +479,8 @@ TEST(RepositoryWriter, ADirectoryRemovedWhileHeldIsLockedAgainBeforeTheNextWrite
   EXPECT_EQ(repo::Repository(dir / "repo").list("m").size(), 1u);
 }
 
-TEST(RepositoryWriter, ADirectoryRemovedAndLockedByAnotherWriterIsNotWrittenTo) {
-  ScratchDir dir;
-  WriterEvents events;
-  repo::RepositoryWriter writer(events.options(dir / "repo"));
-  ASSERT_EQ(writer.hold("m"), "");
-  std::filesystem::remove_all(dir / "repo/m");
-  auto other = std::make_unique<repo::ModelDirectoryLock>(dir / "repo/m");  // makes and locks a new one
+TEST_F(HeldModelWriter, ADirectoryRemovedAndLockedByAnotherWriterIsNotWrittenTo) {
+  auto other = removed_and_taken_by_another();
   writer.submit(snapshot(1));
   auto seen = events.wait_for(1);
   ASSERT_EQ(seen.size(), 1u);
@@ -497,13 +503,8 @@ TEST(RepositoryWriter, ADirectoryRemovedAndLockedByAnotherWriterIsNotWrittenTo) 
 
 // hold() of a model it holds checks the lock too: the daemon's recovery reads and cleans the
 // directory next, and would remove another writer's unfinished versions from a new one.
-TEST(RepositoryWriter, HoldingAgainADirectoryRemovedMeanwhileLocksTheNewOneOrIsRefused) {
-  ScratchDir dir;
-  WriterEvents events;
-  repo::RepositoryWriter writer(events.options(dir / "repo"));
-  ASSERT_EQ(writer.hold("m"), "");
-  std::filesystem::remove_all(dir / "repo/m");
-  auto other = std::make_unique<repo::ModelDirectoryLock>(dir / "repo/m");
+TEST_F(HeldModelWriter, HoldingAgainADirectoryRemovedMeanwhileLocksTheNewOneOrIsRefused) {
+  auto other = removed_and_taken_by_another();
   try {
     writer.hold("m");
     ADD_FAILURE() << "held a directory another writer locked";
