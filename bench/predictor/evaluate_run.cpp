@@ -171,7 +171,8 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     const double none = mp::evaluate_cil(truth, w, costs, {});
     std::map<std::string, double> baseline;
     baseline["every_candidate"] = mp::evaluate_cil(truth, w, costs, mp::every_candidate_schedule(truth, w));
-    baseline["every_e_steps"] = mp::evaluate_cil(truth, w, costs, mp::every_n_steps_schedule(truth, w, std::max<std::int64_t>(1, total / 10)));
+    const auto every_e_steps = mp::every_n_steps_schedule(truth, w, std::max<std::int64_t>(1, total / 10));
+    baseline["every_e_steps"] = mp::evaluate_cil(truth, w, costs, every_e_steps);
     baseline["viper_fixed_interval"] =
         mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(mp::fixed_interval_schedule(viper_planned, w, costs), truth, w));
     baseline["viper_threshold"] =
@@ -205,6 +206,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
       o.regret_denoised = o.has_gain_denoised ? 100.0 * (mp::evaluate_cil(smooth, w, costs, schedule) - oracle.cil) / gain : 0.0;
       return o;
     };
+    result.every_e.push_back(score(every_e_steps));
     const Outcome floor = score_cil(mp::evaluate_cil(truth, w, costs, oracle.publish_steps));
     result.smooth_oracle_regret.push_back(floor.regret);
     result.smooth_oracle_vs_every_e.push_back(floor.vs.at("every_e_steps"));

@@ -124,6 +124,9 @@ struct RunEval {
   // outcome[cost][mode][variant], mode 0 = plan, 1 = replay
   std::vector<std::vector<std::vector<Outcome>>> outcome;
   std::vector<std::vector<PlanChoiceEval>> plan_choice;  // [cost][variant]
+  // Publishing every tenth of the run (the simple rule plans are held against), per cost: its
+  // steps and regret, so that a plan's tie or loss against it can be traced.
+  std::vector<Outcome> every_e;
   double replay_seconds = 0.0;  // slowest replay of this run (one cost, one variant)
   double mae = 0.0;             // plan-time point forecast, mean abs error on the true rest
   // Noise floor of any plan made in advance: regret of the exact plan on the true curve

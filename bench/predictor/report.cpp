@@ -249,7 +249,7 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
   out["targets"] = targets(results, groups, settings, groups.pooled_labels(families),
                            [&](const std::string& f, int m, int c) { return chosen.at({f, m, c}); });
   // Per run, with the chosen variant: regret % per cost (null: no achievable gain), the publish
-  // steps of the plan, the replay and the optimum in hindsight per cost, and per cost
+  // steps of the plan, the replay, every E and the optimum in hindsight per cost, and per cost
   // how the plan came to be (plan_choice: picked, the candidate's weight of scenarios, its expected
   // margin, and the candidate's and the best even schedule's regret on the true curve); the
   // forecast at each cut (forecast_cuts).
@@ -261,6 +261,10 @@ Json report(const std::vector<RunEval>& results, const FamilyGroups& groups, con
     for (const auto& cut : r.forecast_cuts)
       j["forecast_cuts"].push_back({{"cut_fraction", cut.cut_fraction}, {"fall_ratio", cut.fall_ratio},
                                     {"path_error", cut.path_error}, {"end_error", cut.end_error}});
+    for (const auto& o : r.every_e) {
+      j["every_e"].push_back(regret_of(o));
+      j["every_e_publish_steps"].push_back(o.publish_steps);
+    }
     for (int m = 0; m < 2; ++m)
       for (int c = 0; c < nc; ++c) {
         const std::size_t v = chosen.at({r.family, m, c});
