@@ -249,7 +249,9 @@ std::optional<FinishedFetch> FetchClient::on_digests(const protocol::Digests& me
   for (std::size_t i = 0; i < message.digests.size(); ++i) fetch_->manifest.tensors[i].digest = message.digests[i];
   fetch_->manifest.block_digests = message.block_digests;
   fetch_->digests_pending = false;
-  for (const auto& [block, digest] : fetch_->blocks) fetch_->verified[block] = message.block_digests[block] == digest;
+  for (const auto& [block, digest] : fetch_->blocks) {
+    fetch_->verified[block] = block < message.block_digests.size() && message.block_digests[block] == digest;
+  }
   fetch_->signature = message.signature;
   return maybe_finish();
 }

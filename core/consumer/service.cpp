@@ -330,10 +330,8 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   // fetched outside the group's round would never be counted toward a commit.
   newest_announced_ = options_.group.empty() ? reply.latest_version : 0;
   // Versions arrive as this producer's snapshots (one rank's, with ranks): the first one's
-  // buffer can be made now, while nothing arrives.
-  if (reply.model_bytes <= ManifestLimits{}.max_total_bytes) {
-    store_.allocate_ahead(reply.model_bytes);
-  }
+  // buffer can be made now, while nothing arrives; never past what this consumer takes.
+  store_.allocate_ahead(reply.model_bytes, policy_.limits.max_total_bytes);
   log_->info("joined model '{}' at {} over {} ({}; latest version {})", options_.model_name,
              options_.producer_endpoint, reply.transport, delivery_path_name(reply.path), reply.latest_version);
 }

@@ -406,7 +406,7 @@ void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> ins
   if (hooks_.on_installed) hooks_.on_installed(installed);
   // The next version most likely has this one's size: its buffers are made while none arrives
   // (now that the version before is no longer the one readers see, and may be free).
-  store_.allocate_ahead(m.total_bytes);
+  store_.allocate_ahead(m.total_bytes, policy_.limits.max_total_bytes);
   if (installed->shaped_memory) target_->allocate_ahead(installed->shaped_memory->size());
 }
 

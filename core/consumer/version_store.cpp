@@ -124,8 +124,8 @@ std::shared_ptr<detail::ReceiveBuffer> VersionStore::take_buffer(std::uint64_t b
   return make_buffer({}, HostBuffer(std::max<std::uint64_t>(bytes, 1)));
 }
 
-void VersionStore::allocate_ahead(std::uint64_t bytes) {
-  if (!caller_buffers_.empty() || location_.kind == MemoryKind::kCuda || bytes == 0) return;
+void VersionStore::allocate_ahead(std::uint64_t bytes, std::uint64_t most) {
+  if (!caller_buffers_.empty() || location_.kind == MemoryKind::kCuda || bytes == 0 || bytes > most) return;
   if (ahead_.covers(bytes)) return;
   for (const auto& buffer : pool_) {
     if (buffer.use_count() == 1 && buffer->memory.size() >= bytes) return;

@@ -53,9 +53,11 @@ class VersionStore {
   std::shared_ptr<detail::ReceiveBuffer> take_buffer(std::uint64_t bytes);
   bool buffer_available() const;  // take_buffer could succeed for some size
   // Starts making a host buffer of `bytes` in the background (HostBufferAhead), for
-  // take_buffer to find ready. Nothing when a free buffer or one under way is large enough, no
-  // more may be allocated, or buffers are the caller's or on the device.
-  void allocate_ahead(std::uint64_t bytes);
+  // take_buffer to find ready. Nothing when `bytes` exceeds `most` (the largest model this
+  // consumer takes: the size is the producer's word, and a version past it is refused), a free
+  // buffer or one under way is large enough, no more may be allocated, or buffers are the
+  // caller's or on the device.
+  void allocate_ahead(std::uint64_t bytes, std::uint64_t most);
   // Makes `version` the one readers see and wakes waiters.
   void install(std::shared_ptr<const detail::InstalledVersion> version);
   // How many buffers it may allocate from now on (the service feeds an assembler, or no longer

@@ -223,7 +223,9 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
 
 std::size_t block_count(const Manifest& manifest) {
   if (manifest.block_bytes == 0) return 0;
-  return static_cast<std::size_t>((manifest.total_bytes + manifest.block_bytes - 1) / manifest.block_bytes);
+  // Not (total + block - 1) / block: that wraps to 0 blocks for a hostile block size near 2^64.
+  return static_cast<std::size_t>(manifest.total_bytes / manifest.block_bytes +
+                                  (manifest.total_bytes % manifest.block_bytes != 0));
 }
 
 bool checked_by_block(const Manifest& manifest) {

@@ -20,7 +20,13 @@ void check_plan(const ChunkPlan& plan) {
     throw Error(ErrorCode::kProtocol, "fetch reply with " + std::to_string(plan.chunk_bytes) +
                                           "-byte chunks; at least " + std::to_string(kMinChunkBytes) + " expected");
   }
-  if ((plan.total_bytes + plan.chunk_bytes - 1) / plan.chunk_bytes > kMaxChunks) {
+  // Past a gibibyte an offset plus a chunk could wrap, and a chunk of nearly 2^64 bytes would
+  // make a one-chunk plan that digests and chunk counts disagree on.
+  if (plan.chunk_bytes > kMaxChunkBytes) {
+    throw Error(ErrorCode::kProtocol, "fetch reply with " + std::to_string(plan.chunk_bytes) + "-byte chunks; at most " +
+                                          std::to_string(kMaxChunkBytes) + " expected");
+  }
+  if (plan.count() > kMaxChunks) {
     throw Error(ErrorCode::kProtocol, "fetch reply splits the model into more chunks than a tag can number");
   }
 }

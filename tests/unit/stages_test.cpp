@@ -199,29 +199,47 @@ TEST(Stages, ACorruptByteIsCaughtByItsBlocksDigestNamingTheTensor) {
 // buffers ahead never goes past the configured count.
 TEST(Stages, ReceiveBuffersMadeAheadAreTakenButNeverPastTheCount) {
   constexpr std::uint64_t kBytes = 3u << 20;
+  constexpr std::uint64_t kMost = 64 * kBytes;  // the largest model the consumer takes: no bound here
   consumer::VersionStore store(2, {});
   store.use_transport(transport::make_loopback_transport());
-  store.allocate_ahead(kBytes + kBytes / 2);
+  store.allocate_ahead(kBytes + kBytes / 2, kMost);
   auto first = store.take_buffer(kBytes);
   ASSERT_TRUE(first);
   EXPECT_EQ(first->memory.size(), kBytes + kBytes / 2);
 
-  store.allocate_ahead(8 * kBytes);
+  store.allocate_ahead(8 * kBytes, kMost);
   auto second = store.take_buffer(kBytes);
   ASSERT_TRUE(second);
   EXPECT_EQ(second->memory.size(), kBytes);
 
-  store.allocate_ahead(kBytes);  // both held by readers: no third
+  store.allocate_ahead(kBytes, kMost);  // both held by readers: no third
   EXPECT_FALSE(store.take_buffer(kBytes));
   EXPECT_FALSE(store.buffer_available());
 
   // A free buffer large enough is taken again; nothing is made beside it.
   std::byte* freed = second->memory.data();
   second.reset();
-  store.allocate_ahead(kBytes);
+  store.allocate_ahead(kBytes, kMost);
   auto again = store.take_buffer(kBytes);
   ASSERT_TRUE(again);
   EXPECT_EQ(again->memory.data(), freed);
+}
+
+// The size a producer states at the join is its word: past the largest model this consumer takes
+// (max_model_bytes, half the memory), a buffer made ahead would map and touch memory for a
+// version that is refused when it comes.
+TEST(Stages, NoReceiveBufferIsMadeAheadPastTheLargestModelTheConsumerTakes) {
+  constexpr std::uint64_t kBytes = 2u << 20;
+  consumer::VersionStore store(2, {});
+  store.use_transport(transport::make_loopback_transport());
+  store.allocate_ahead(kBytes + kBytes / 2, kBytes);
+  auto buffer = store.take_buffer(kBytes);
+  ASSERT_TRUE(buffer);
+  EXPECT_EQ(buffer->memory.size(), kBytes) << "a buffer of the size past the bound was made ahead and taken";
+  store.allocate_ahead(kBytes + kBytes / 2, 2 * kBytes);  // within the bound: made
+  auto ahead = store.take_buffer(kBytes);
+  ASSERT_TRUE(ahead);
+  EXPECT_EQ(ahead->memory.size(), kBytes + kBytes / 2);
 }
 
 // A buffer whose relay sends were given up while still posted (to a receiver that died on this
@@ -775,6 +793,17 @@ TEST(Stages, VerifierRefusesPlansAndReplaysBeforeAnythingIsAllocated) {
   consumer::VerifierPolicy policy;
   policy.model = "test";
   EXPECT_THROW(consumer::check_reply(policy, reply), Error);
+  // A chunk of nearly 2^64 bytes: (total + chunk - 1) / chunk wraps to 0 chunks and 0 blocks
+  // while one chunk lands, whose digest was then looked up in an empty list.
+  reply.chunk_bytes = reply.manifest.block_bytes = ~std::uint64_t{0} - 1023;
+  EXPECT_EQ(block_count(reply.manifest), 1u);
+  try {
+    consumer::check_reply(policy, reply);
+    ADD_FAILURE() << "a chunk of 2^64 - 1024 bytes was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kProtocol);
+    EXPECT_NE(std::string(e.what()).find("-byte chunks; at most 1073741824 expected"), std::string::npos) << e.what();
+  }
   reply.chunk_bytes = 64u << 10;
   reply.manifest.block_bytes = 64u << 10;
   EXPECT_NO_THROW(consumer::check_reply(policy, reply));
