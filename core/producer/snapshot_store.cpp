@@ -81,8 +81,15 @@ SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {
     auto wake = std::max(revoke_at, now + std::chrono::milliseconds(1));
     if (auto expiry = pool_.next_expiry(); expiry && *expiry < wake) wake = *expiry;
     if (auto abandon = pool_.next_abandon(); abandon && *abandon < wake) wake = *abandon;
+    ++writers_waiting_;
     slot_freed_.wait_until(lock, wake);
+    --writers_waiting_;
   }
+}
+
+std::size_t SnapshotStore::writers_waiting() const {
+  std::lock_guard lock(mutex_);
+  return writers_waiting_;
 }
 
 bool SnapshotStore::renew(std::uint64_t lease_id, Clock::time_point now, Clock::duration duration) {
@@ -156,6 +163,8 @@ void SnapshotStore::publish(std::size_t slot, Manifest manifest, Clock::time_poi
   s.digests_ready = !pin;
   s.digest_lease =
       pin ? pool_.acquire_lease(version, kDigestHolder, Clock::now(), kPinDuration, SlotPool::Kind::kPin)->id : 0;
+  // The version before is no longer the newest: with no reader its slot is free now.
+  slot_freed_.notify_all();
 }
 
 std::vector<std::byte> SnapshotStore::set_digests(std::size_t slot, const std::vector<std::uint64_t>& digests,

@@ -77,6 +77,8 @@ class SnapshotStore {
     std::vector<std::uint64_t> newest_blocks;
   };
   Reserved reserve(Clock::duration lease_timeout);
+  // Writers inside reserve() waiting for a slot now (for tests: a waiter can be seen asleep).
+  std::size_t writers_waiting() const;
   std::byte* memory(std::size_t slot) { return slots_[slot].memory.data(); }
 
   // Gives a reserved slot back unpublished (its snapshot could not be completed).
@@ -166,6 +168,7 @@ class SnapshotStore {
   std::condition_variable slot_freed_;
   SlotPool pool_;           // guarded by mutex_
   std::size_t pins_ = 0;    // leases taken by pin() and not yet unpinned; mutex_
+  std::size_t writers_waiting_ = 0;  // mutex_
   std::uint64_t slot_bytes_ = 0;  // mutex_
   // Block digests of recent versions, kept after their slots are reused (a few KiB each), so a
   // consumer several versions behind still gets a delta; mutex_.

@@ -7,9 +7,11 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "common/digest.h"
 #include "core/consumer/fetch_client.h"
@@ -661,6 +663,29 @@ TEST(Stages, PublishWaitsForALeasedSlotNoLongerThanTheLeaseTimeout) {
   EXPECT_FALSE(p.store.renew(reader.lease.id, Clock::now(), 1s)) << "a revoked lease came back";
   EXPECT_TRUE(p.store.renew(fast.lease.id, Clock::now(), 1s));
   p.store.cancel(slot);
+}
+
+// Publishing a version frees the slot of the one before it (nobody reads it here): a publish()
+// already waiting for a slot takes it then, not once its lease timeout has passed. The wait was
+// woken only by a lease or digest event, so with integrity off every other back-to-back
+// publish() stalled for the whole lease timeout (here 60 s; the wait below fails at 30 s).
+TEST(Stages, PublishingAVersionWakesAWriterWaitingForTheSlotItFrees) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  p.publish(2);
+  const std::size_t second = p.last_slot;
+  auto reader = p.store.lease(1, "reader", Clock::now(), 1h, 0).value();
+  const auto third = p.store.reserve(10s).slot;  // the only free slot: version 1's is read
+  auto waiting = std::async(std::launch::async, [&] { return p.store.reserve(60s).slot; });
+  while (p.store.writers_waiting() == 0) std::this_thread::yield();  // asleep in the wait
+  Manifest manifest = p.layout;
+  manifest.version = 3;
+  p.store.publish(third, manifest, Clock::now(), /*pin=*/false, producer::SnapshotStore::HostState::kReady);
+  ASSERT_EQ(waiting.wait_for(30s), std::future_status::ready) << "the writer slept through the slot's release";
+  EXPECT_EQ(waiting.get(), second);
+  EXPECT_TRUE(p.store.renew(reader.lease.id, Clock::now(), 1s)) << "a reader's lease was revoked for a slot that was free";
+  p.store.cancel(second);
 }
 
 // A consumer holding version 1 fetches version 2, in which two blocks changed: exactly those
