@@ -91,7 +91,10 @@ std::size_t SlotPool::revoke_for_write() {
                        [&](const Lease& lease) { return lease.slot == slot && lease.kind == Kind::kPin; });
   };
   // A draining slot frees itself when its sends end (their holder is being cut off); revoking
-  // there would end nothing sooner.
+  // there would end nothing sooner. And while a slot held by draining sends alone is coming free
+  // (an earlier revocation's), the writer waits for it (abandon_drain bounds that wait): revoking
+  // again would cut off the readers of one slot after another where one slot is needed.
+  if (oldest_slot([&](std::size_t slot) { return !any_on(leases_, slot) && any_on(draining_, slot); })) return 0;
   auto victim = oldest_slot([&](std::size_t slot) { return !pinned(slot) && !any_on(draining_, slot); });
   if (!victim) return 0;
   auto revoked = std::partition(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.slot != *victim; });

@@ -60,7 +60,8 @@ class SlotPool {
 
   // For a writer that has waited as long as it may: ends the reader leases on the slot it would
   // take (the oldest version that is neither the newest nor pinned) and reports them as expired
-  // (take_expired). Returns how many it ended; 0 when pins hold every candidate slot.
+  // (take_expired). Returns how many it ended; 0 when pins hold every candidate slot or a slot
+  // held only by ended leases' sends is coming free (see abandon_drain).
   std::size_t revoke_for_write();
 
   // Ends a lease early (the reader acked). False if it had already ended or expired.

@@ -665,6 +665,27 @@ TEST(Stages, PublishWaitsForALeasedSlotNoLongerThanTheLeaseTimeout) {
   p.store.cancel(slot);
 }
 
+// A revoked lease whose sends are still in flight leaves its slot draining; the writer waits for
+// that slot (at most the drain grace) instead of revoking the readers of the next slot, and the
+// next: one slot is needed, so one slot's readers are cut off.
+TEST(Stages, AWriterPastItsLeaseTimeoutRevokesTheReadersOfOneSlotOnly) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  for (std::uint64_t v = 1; v <= 3; ++v) p.publish(v);
+  auto oldest = p.store.lease(1, "oldest", Clock::now(), 1h, 0).value();
+  auto older = p.store.lease(2, "older", Clock::now(), 1h, 0).value();
+  ASSERT_TRUE(p.store.set_sending(oldest.lease.id, true));
+  ASSERT_TRUE(p.store.set_sending(older.lease.id, true));
+  const auto reserved = p.store.reserve(1ms);
+  EXPECT_EQ(reserved.slot, oldest.lease.slot);
+  EXPECT_EQ(reserved.sends_abandoned, 1u) << "the revoked lease's sends never ended here: given up after the grace";
+  const auto ended = p.store.take_expired(Clock::now());
+  ASSERT_EQ(ended.size(), 1u) << "the readers of more than one slot were cut off";
+  EXPECT_EQ(ended[0].holder, "oldest");
+  EXPECT_TRUE(p.store.renew(older.lease.id, Clock::now(), 1s));
+  p.store.cancel(reserved.slot);
+}
+
 // Publishing a version frees the slot of the one before it (nobody reads it here): a publish()
 // already waiting for a slot takes it then, not once its lease timeout has passed. The wait was
 // woken only by a lease or digest event, so with integrity off every other back-to-back
