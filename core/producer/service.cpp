@@ -14,6 +14,12 @@
 
 namespace modelcast::producer {
 
+namespace {
+// Control requests read in one turn of the service loop before its events get their turn: a
+// few hundred microseconds of work, far more than real consumers send between two turns.
+constexpr int kRequestsPerTurn = 256;
+}  // namespace
+
 ProducerService::ProducerService(const ProducerOptions& options, std::uint64_t incarnation, SnapshotStore& store,
                                  const transport::TransportSet& transports, ControlPlane& control, StatsBox& stats,
                                  std::shared_ptr<spdlog::logger> log)
@@ -68,7 +74,14 @@ void ProducerService::run() {
       }
     }
     if (items[0].revents & ZMQ_POLLIN) {
-      while (auto parts = wire::receive(control_.router())) on_request(*parts);
+      // A bounded number a turn: a peer sending without pause would otherwise keep this loop
+      // here, and snapshots (publish() waits for their slots), heartbeats and lease expiry with
+      // it. The router queues fairly across connections, so real consumers' requests still come.
+      for (int read = 0; read < kRequestsPerTurn; ++read) {
+        auto parts = wire::receive(control_.router());
+        if (!parts) break;
+        on_request(*parts);
+      }
     }
     // After the requests: a join already read makes its connection safe from eviction. A join
     // may have read the connection events already (on_join): those are capped here too.

@@ -713,5 +713,61 @@ TEST_F(HostileClientTest, ASubscriptionFloodHasNoSocketToFillAndBogusFramesAreDr
   EXPECT_EQ(producer.wait(), 0);
 }
 
+// A stranger that sends without pause (malformed frames, each dropped) keeps requests waiting
+// to be read at every turn of the producer's service loop. The loop reads a bounded number a
+// turn, so the snapshots publish() hands it are still taken: each version is announced while
+// the flood goes on, and a publish() that needs the slot of a version before it is not held up.
+// (It read until none was left: versions stayed unannounced, and publish() stalled for seconds.)
+TEST_F(HostileClientTest, AStrangerSendingWithoutPauseHoldsUpNeitherPublishNorAnnouncements) {
+  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "0"},
+                        {"MODELCAST_LOG_LEVEL=error"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  const std::string endpoint = ready->substr(6);
+  auto stat = [&](const std::string& name) {
+    auto line = producer.ask("stats", "stats ");
+    auto at = line ? line->find(" " + name + "=") : std::string::npos;
+    return at == std::string::npos ? 0ull : std::stoull(line->substr(at + name.size() + 2));
+  };
+  ASSERT_TRUE(producer.ask("publish", "published 1"));
+
+  struct Flood {
+    std::atomic<bool> stop{false};
+    std::atomic<unsigned long long> sent{0};
+    std::thread thread;
+    ~Flood() {
+      stop = true;
+      if (thread.joinable()) thread.join();
+    }
+  } flood;
+  flood.thread = std::thread([&] {
+    std::vector<zmq::socket_t> sockets;
+    for (int c = 0; c < 4; ++c) {
+      sockets.emplace_back(context_, zmq::socket_type::dealer);
+      sockets.back().set(zmq::sockopt::linger, 0);
+      sockets.back().set(zmq::sockopt::sndtimeo, 100);  // never blocked past a look at `stop`
+      sockets.back().connect(endpoint);
+    }
+    const unsigned char frame[] = {0xc1, 0xc1, 0xc1};  // bytes msgpack never uses
+    while (!flood.stop) {
+      for (auto& socket : sockets) {
+        if (socket.send(zmq::buffer(frame, sizeof frame), zmq::send_flags::none)) flood.sent++;
+      }
+    }
+  });
+  ASSERT_TRUE(testing_support::eventually([&] { return stat("bad_messages") >= 10000; }, 60s));
+  for (std::uint64_t v = 2; v <= 5; ++v) {
+    ASSERT_TRUE(producer.ask("publish", "published " + std::to_string(v), 30s)) << "publish() of version " << v;
+    EXPECT_TRUE(testing_support::eventually([&] { return stat("latest_version") >= v; }, 30s))
+        << "version " << v << " was not announced during the flood";
+  }
+  const unsigned long long sent_before = flood.sent;
+  ASSERT_TRUE(testing_support::eventually([&] { return flood.sent > sent_before; }, 30s)) << "the flood had stopped";
+  flood.stop = true;
+  flood.thread.join();
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
+}
+
 }  // namespace
 }  // namespace exchange_test
