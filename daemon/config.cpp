@@ -51,8 +51,11 @@ class Reader {
   explicit Reader(std::string path) : path_(std::move(path)) {}
 
   [[noreturn]] void fail(const toml::node& node, const std::string& key, const std::string& what) const {
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           path_ + ":" + std::to_string(node.source().begin.line) + ": key '" + key + "': " + what);
+    // The key as printable text, cut short: a key is the file's text, and a newline in it forged a
+    // log line ("reloaded ...") inside the message that refused the file.
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path_ + ":" + std::to_string(node.source().begin.line) +
+                                                                       ": key '" + modelcast::printable_text(key, 200) +
+                                                                       "': " + what);
   }
 
   // Every key of `table` must be in `known`; `prefix` names the table in messages.
@@ -224,6 +227,20 @@ bool loopback_host(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
 }
 
+// What the consumer refuses in a tensor name of its wants and conversions when the model starts
+// (name_problem in the library): --check and a reload refuse it first, or a reload stopped the
+// model serving and then could not start it again.
+void check_tensor_name(const Reader& r, const toml::node& node, const std::string& key, const std::string& name) {
+  constexpr std::size_t kMaxNameBytes = 4096;  // the library's ManifestLimits::max_name_bytes
+  if (name.empty()) r.fail(node, key, "names no tensor (\"*\" for every tensor not named)");
+  if (const auto at = modelcast::control_character_at(name); at != std::string::npos) {
+    r.fail(node, key, "has a control character at byte " + std::to_string(at));
+  }
+  if (name.size() > kMaxNameBytes) {
+    r.fail(node, key, "is " + std::to_string(name.size()) + " bytes; a tensor name has at most " + std::to_string(kMaxNameBytes));
+  }
+}
+
 // [model.wants]: per tensor name (or "*"), "whole", "nothing", a shard { dim, index, count } or
 // { boxes = [{ offset = [...], extent = [...] }, ...] }. Whether a want fits the model is the
 // Consumer's check, made against each version's manifest.
@@ -232,6 +249,7 @@ std::vector<modelcast::TensorWant> read_wants(const Reader& r, const toml::table
   for (const auto& [name_key, node] : t) {
     const std::string name(name_key.str());
     const std::string key = prefix + "\"" + name + "\"";
+    check_tensor_name(r, node, key, name);
     if (auto word = node.value<std::string>(); word && node.is_string()) {
       if (*word == "whole") wants.push_back(modelcast::TensorWant::whole(name));
       else if (*word == "nothing") wants.push_back(modelcast::TensorWant::nothing(name));
@@ -292,6 +310,7 @@ std::vector<modelcast::TensorConversion> read_conversions(const Reader& r, const
   for (const auto& [name_key, node] : t) {
     const std::string name(name_key.str());
     const std::string key = prefix + "\"" + name + "\"";
+    check_tensor_name(r, node, key, name);
     modelcast::TensorConversion c{name, modelcast::DType::kBF16, 0};
     const toml::node* to = &node;
     if (const toml::table* table = node.as_table()) {
@@ -337,16 +356,24 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   if (model.endpoint.empty()) r.fail(t, prefix + "endpoint", "is required and must not be empty");
   // Its form only, so that --check catches a typo; the library checks the rest when it connects
   // (a private directory for ipc://); a key for another host, below.
-  const bool ipc = model.endpoint.rfind("ipc://", 0) == 0 && model.endpoint.size() > 6;
-  // No blank or control character anywhere: "tcp://127.0.0.1 :7000" was taken as another host.
+  // No blank or control character anywhere: "tcp://127.0.0.1 :7000" was taken as another host,
+  // and a newline in an ipc:// path split the log line that showed it.
   const bool printable = std::none_of(model.endpoint.begin(), model.endpoint.end(),
                                       [](char c) { return static_cast<unsigned char>(c) <= 0x20 || c == 0x7f; });
+  const bool ipc = printable && model.endpoint.rfind("ipc://", 0) == 0 && model.endpoint.size() > 6;
   const bool tcp = printable && model.endpoint.rfind("tcp://", 0) == 0 && model.endpoint.rfind(':') > 6 &&
                    listen_port(model.endpoint.substr(6)).value_or(0) != 0;
   if (!ipc && !tcp) {
     r.fail(*t.get("endpoint"), prefix + "endpoint",
            "must be tcp://HOST:PORT (PORT 1-65535) or ipc://PATH, without blanks; got " +
                modelcast::shown_text(model.endpoint, 80));
+  }
+  // ZeroMQ's ipc:// is a Unix socket: the path fits its sun_path, or the model never starts
+  // ("File name too long").
+  if (const std::size_t most = sizeof(sockaddr_un{}.sun_path) - 1; ipc && model.endpoint.size() - 6 > most) {
+    r.fail(*t.get("endpoint"), prefix + "endpoint",
+           "ipc:// path is " + std::to_string(model.endpoint.size() - 6) + " bytes; a Unix socket path holds at most " +
+               std::to_string(most));
   }
   const toml::node* size = t.get("max_model_bytes");
   if (!size) r.fail(t, prefix + "max_model_bytes", "is required (it sizes the shared-memory buffers)");

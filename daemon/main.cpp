@@ -36,6 +36,32 @@ void set_log_level(const std::string& name) {
   mc_set_log_level(static_cast<mc_log_level>(level));
 }
 
+// What the configuration meets outside its file: key files, hook programs, the socket's
+// directory and path, the HTTP host, and with `model_endpoints` each plaintext ipc:// producer
+// endpoint's directory. --check and a reload (refused, the running configuration kept) make them
+// all: a reload made only the first two, so a file --check refused was taken, a model it changed
+// was stopped and not started again, and the next restart failed. The start makes all but the
+// endpoints' (a configuration error: exit 2): a model that cannot start there is reported and
+// the others serve, as with anything else its consumer refuses. Directories a service manager
+// makes at the start may not be there yet: checked when there, and again when used.
+void check_surroundings(modelcastd::DaemonConfig& config, bool model_endpoints) {
+  modelcastd::check_key_files(config);
+  modelcastd::check_hook_programs(config);
+  if (std::filesystem::exists(std::filesystem::absolute(config.socket_path).parent_path())) {
+    modelcastd::attach::check_listen_directory(config.socket_path);
+    modelcastd::attach::check_socket_path_free(config.socket_path);  // a socket (the running daemon's) is free
+  }
+  if (!config.http_listen.empty()) modelcastd::check_http_host(config.http_listen);
+  if (!model_endpoints) return;
+  for (const auto& model : config.models) {
+    const bool plaintext = model.producer_public_key.empty() && model.producer_key_file.empty();
+    if (plaintext && model.endpoint.rfind("ipc://", 0) == 0 &&
+        std::filesystem::exists(std::filesystem::absolute(model.endpoint.substr(6)).parent_path())) {
+      modelcast::wire::check_private_ipc_directory(model.endpoint, "consumer");
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,23 +89,7 @@ int main(int argc, char** argv) {
   modelcastd::DaemonConfig config;
   try {
     config = modelcastd::load_config(config_path);
-    modelcastd::check_key_files(config);
-    modelcastd::check_hook_programs(config);
-    // Checked again when the daemon listens; a directory systemd makes at start may not be there yet.
-    if (check_only && std::filesystem::exists(std::filesystem::absolute(config.socket_path).parent_path())) {
-      modelcastd::attach::check_listen_directory(config.socket_path);
-      modelcastd::attach::check_socket_path_free(config.socket_path);
-    }
-    if (check_only && !config.http_listen.empty()) modelcastd::check_http_host(config.http_listen);
-    // What each model's consumer checks when it starts: a plaintext ipc:// producer endpoint in a
-    // directory others can write. The producer may not have made its directory yet.
-    for (const auto& model : config.models) {
-      const bool plaintext = model.producer_public_key.empty() && model.producer_key_file.empty();
-      if (check_only && plaintext && model.endpoint.rfind("ipc://", 0) == 0 &&
-          std::filesystem::exists(std::filesystem::absolute(model.endpoint.substr(6)).parent_path())) {
-        modelcast::wire::check_private_ipc_directory(model.endpoint, "consumer");
-      }
-    }
+    check_surroundings(config, /*model_endpoints=*/check_only);
   } catch (const modelcast::Error& e) {
     log->error("{}", e.what());
     return 2;
@@ -119,8 +129,7 @@ int main(int argc, char** argv) {
       sd_notify(0, "RELOADING=1");
       try {
         auto fresh = modelcastd::load_config(config_path);
-        modelcastd::check_key_files(fresh);
-        modelcastd::check_hook_programs(fresh);
+        check_surroundings(fresh, /*model_endpoints=*/true);
         set_log_level(fresh.log_level);
         daemon->reload(std::move(fresh));
         log->info("reloaded {}", config_path);

@@ -2,7 +2,11 @@
 // and the key named, by load_config and by modelcastd itself.
 #include "daemon/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <thread>
@@ -248,6 +252,18 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {(model + "persist = false\n[model.convert]\nw = { to = \"bf16\", fp8_block = 32 }\n"), 7,
        "model[0].convert.\"w\".fp8_block", "f8e4m3 only"},
       {(model + "[model.convert]\nw = \"bf16\"\n"), 5, "model[0].convert", "needs persist = false"},
+      // Passed --check; a reload to them stopped the model and the consumer then refused them.
+      {(model + "persist = false\n[model.convert]\n\"\" = \"bf16\"\n"), 7, "model[0].convert.\"\"", "names no tensor"},
+      {(model + "persist = false\n[model.wants]\n\"a\\u0001b\" = \"whole\"\n"), 7, "model[0].wants.\"a\\x01b\"",
+       "has a control character at byte 1"},
+      // Passed --check; the model then never started ("File name too long").
+      {"[[model]]\nname = \"m\"\nendpoint = \"ipc:///run/" + std::string(200, 'a') + "\"\nmax_model_bytes = 1\n", 3,
+       "model[0].endpoint", "ipc:// path is 205 bytes; a Unix socket path holds at most 107"},
+      // Split the log line that showed the endpoint.
+      {"[[model]]\nname = \"m\"\nendpoint = \"ipc:///run/a\\nb\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint",
+       "without blanks"},
+      // A key is shown escaped: a newline in it forged a log line inside the refusal.
+      {"[daemon]\n\"x\\n2026-12-05 info reloaded\" = 1\n" + model, 2, "daemon.x\\x0a2026-12-05 info reloaded", "unknown key"},
   };
   ScratchDir dir;
   int index = 0;
@@ -498,9 +514,10 @@ TEST(DaemonConfig, MissingKeyFilesFailTheCheckAndTheStartNamingModelKeyAndFile) 
   EXPECT_EQ(check.wait(), 0);
 }
 
-// modelcastd with `config` fails --check (exit 2) and the start (exit 1), each saying `said`.
+// modelcastd with `config` fails --check and the start, each with exit 2 (a configuration
+// error, as the README says) and saying `said`.
 void expect_check_and_start_fail(const std::string& config, const std::string& said) {
-  for (auto [args, code] : {std::pair{std::vector<std::string>{"--check"}, 2}, std::pair{std::vector<std::string>{}, 1}}) {
+  for (auto [args, code] : {std::pair{std::vector<std::string>{"--check"}, 2}, std::pair{std::vector<std::string>{}, 2}}) {
     std::vector<std::string> argv{MODELCASTD, "--config", config};
     argv.insert(argv.end(), args.begin(), args.end());
     ChildProcess daemon(argv);
@@ -575,18 +592,29 @@ TEST(DaemonConfig, ADirectoryAtTheSocketPathFailsTheCheckAndTheStart) {
 }
 
 // log_level = "off" silenced the only word on why the start failed: exit 1 and nothing said.
+// (What no check can foresee: the ops port taken by another process.)
 TEST(DaemonConfig, AFailedStartIsExplainedWhateverTheLogLevel) {
   ScratchDir dir;
-  std::filesystem::create_directory(dir / "attach.sock");
+  const int taken = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string listen_at = "127.0.0.1:" + std::to_string(ntohs(address.sin_port));
   write_file(dir / "quiet.toml", "[daemon]\nlog_level = \"off\"\nsocket = \"" + (dir / "attach.sock") +
-                                     "\"\n[http]\nlisten = \"\"\n" + std::string(kModel));
+                                     "\"\n[http]\nlisten = \"" + listen_at + "\"\n" + std::string(kModel));
   // stderr as well as stdout: where the word goes when the log is off.
   ChildProcess daemon({"/bin/sh", "-c", std::string(MODELCASTD) + " --config '" + (dir / "quiet.toml") + "' 2>&1"});
   EXPECT_EQ(daemon.wait(), 1);
   bool named = false;
   for (const auto& line : daemon.lines())
-    named = named || (line.find("modelcastd: cannot start:") == 0 && line.find("is taken by a directory") != std::string::npos);
+    named = named || (line.find("modelcastd: cannot start:") == 0 && line.find("is another process listening there?") != std::string::npos);
   EXPECT_TRUE(named) << joined_lines(daemon);
+  close(taken);
 }
 
 // An ops address no resolver knows, or another machine's, passed --check, and the start said "is

@@ -289,6 +289,24 @@ TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
   EXPECT_NE(wait_for_text(*daemon, "program '" + dir.path + "/no-such-hook' is not an executable file"), "");
   EXPECT_EQ(c.acquire().version(), 10u);
 
+  // What --check refuses outside the file is refused at a reload too (it was taken, and the next
+  // restart failed): here a socket moved into a directory every user can write.
+  const std::string shared = dir.path + "/shared";
+  std::filesystem::create_directory(shared);
+  std::filesystem::permissions(shared, std::filesystem::perms::all | std::filesystem::perms::sticky_bit);
+  std::string moved_socket = config(second.producer->control_endpoint(), 4);
+  moved_socket.replace(moved_socket.find(socket()), socket().size(), shared + "/attach.sock");
+  write_file(dir / "modelcastd.toml", moved_socket);
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "'" + shared + "' is writable by every user"), "");
+  EXPECT_EQ(c.acquire().version(), 10u);
+  // And a plaintext ipc:// endpoint there, which the model's consumer would refuse: the model
+  // was stopped for the change, and then not started again.
+  write_file(dir / "modelcastd.toml", config("ipc://" + shared + "/producer.sock", 4));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reload refused, keeping the running configuration"), "");
+  EXPECT_EQ(c.acquire().version(), 10u);
+
   // An empty file (an editor's, mid-write) configures no model: refused, the model still served.
   write_file(dir / "modelcastd.toml", "");
   kill(daemon->pid(), SIGHUP);
