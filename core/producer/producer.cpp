@@ -332,6 +332,22 @@ class Producer::Impl {
                                                     : producer::DeviceSnapshots::HostCopy::kOnRequest);
       return ticket;
     }
+    const std::uint64_t version = manifest.version;
+    try {
+      return snapshot_host(slot, std::move(manifest), reserved, called_at, step);
+    } catch (const std::exception& e) {
+      // As a failed device copy: announced already, so the service gives the slot back and
+      // answers fetches parked for it (a slot left reserved was never written again, and with two
+      // slots the next publish() waited for it for ever).
+      service_->events().push(producer::SnapshotFailed{slot, version, e.what()});
+      throw;
+    }
+  }
+
+  // The host snapshot into `slot`, its stall accounted; the version handed to the service.
+  PublishTicket snapshot_host(std::size_t slot, Manifest manifest, const producer::SnapshotStore::Reserved& reserved,
+                              Clock::time_point called_at, std::int64_t step) {
+    std::byte* base = store_.memory(slot);
     const bool streaming = manifest.total_bytes >= kStreamingSnapshotBytes;
     // While little of the model changes, the stall is a hash of it and a copy of the blocks the
     // slot does not hold already, and the digests come out of it (changed_blocks_copy.h).

@@ -263,7 +263,7 @@ void ProducerService::on_event(SnapshotTaken& e) {
 
 void ProducerService::on_event(SnapshotFailed& e) {
   store_.cancel(e.slot);
-  log_->error("version {} could not be staged from the device and is not served: {}", e.version, e.error);
+  log_->error("version {} could not be snapshot and is not served: {}", e.version, e.error);
   stats_.update([](ProducerStats& s) { s.failed_snapshots++; });
   // Fetches parked for it are answered now: it is not held.
   for (auto& [routing_id, request] : fetches_.published(e.version)) on_fetch(routing_id, request);
