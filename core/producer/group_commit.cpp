@@ -17,8 +17,11 @@ std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) c
   if (it == groups_.end()) {
     if (groups_.size() < max_groups_) return {};
     return "group '" + group + "' would be group " + std::to_string(groups_.size() + 1) + ", and this producer's " +
-           std::to_string(max_groups_ + 2) + " snapshot slots hold " + std::to_string(max_groups_) +
-           " (snapshot_slots - 2: each group pins one slot while it switches, and publish() needs one free)";
+           std::to_string(max_groups_ + held_otherwise_) + " snapshot slots hold " + std::to_string(max_groups_) +
+           " (snapshot_slots - " + std::to_string(held_otherwise_) +
+           ": each group pins one slot while it switches, publish() needs one free" +
+           (held_otherwise_ > 2 ? " and the persist writer pins one while it writes" : "") +
+           "; raise snapshot_slots for more)";
   }
   if (it->second.size != size) {
     return "group '" + group + "' has " + std::to_string(it->second.size) + " members, this consumer says " +

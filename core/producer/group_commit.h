@@ -37,12 +37,16 @@ namespace modelcast::producer {
 
 class GroupCommit {
  public:
-  // `max_groups`: how many groups may exist at once. Each pins at most one slot, and publish()
-  // needs a slot that is neither the newest nor pinned: with snapshot_slots slots, that is
-  // snapshot_slots - 2 groups, or a group waiting for a member would stall the trainer.
+  // How many groups may exist at once: each pins at most one slot, and publish() needs a slot
+  // that is neither the newest nor pinned, nor (with `persist_pins`) the one the persist writer
+  // reads for as long as a disk write takes. With snapshot_slots slots that is snapshot_slots - 2
+  // groups, or - 3 with persistence; one more, and a group waiting for a member stalled the trainer.
   // max_members: the consumers the producer admits at all (a larger group could never be whole).
-  GroupCommit(SnapshotStore& store, std::size_t max_groups, std::size_t max_members)
-      : store_(store), max_groups_(max_groups), max_members_(max_members) {}
+  GroupCommit(SnapshotStore& store, std::size_t snapshot_slots, bool persist_pins, std::size_t max_members)
+      : store_(store),
+        held_otherwise_(persist_pins ? 3 : 2),
+        max_groups_(snapshot_slots > held_otherwise_ ? snapshot_slots - held_otherwise_ : 0),
+        max_members_(max_members) {}
   ~GroupCommit();
   GroupCommit(const GroupCommit&) = delete;
   GroupCommit& operator=(const GroupCommit&) = delete;
@@ -85,6 +89,7 @@ class GroupCommit {
   const Group* group_of(const std::string& routing_id) const;
 
   SnapshotStore& store_;
+  const std::size_t held_otherwise_;  // slots groups cannot have: the newest, publish()'s, the persist writer's
   const std::size_t max_groups_;
   const std::size_t max_members_;
   std::map<std::string, Group> groups_;        // by name

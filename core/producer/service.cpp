@@ -38,7 +38,7 @@ ProducerService::ProducerService(const ProducerOptions& options, std::uint64_t i
                  events_.push(SendDone{routing_id, fetch_id, r.ok, r.error});
                },
                options.relay_fanout),
-      groups_(store, options.snapshot_slots > 2 ? options.snapshot_slots - 2 : 0, options.max_consumers) {
+      groups_(store, options.snapshot_slots, !options.persist.directory.empty(), options.max_consumers) {
   fetches_.set_chunk_option(options.transfer_chunk_bytes);
 }
 

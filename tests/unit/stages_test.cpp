@@ -20,6 +20,7 @@
 #include "core/consumer/version_store.h"
 #include "core/producer/digest_worker.h"
 #include "core/producer/fetch_server.h"
+#include "core/producer/group_commit.h"
 #include "core/producer/membership.h"
 #include "core/producer/snapshot_store.h"
 #include "modelcast/error.h"
@@ -684,6 +685,24 @@ TEST(Stages, AWriterPastItsLeaseTimeoutRevokesTheReadersOfOneSlotOnly) {
   EXPECT_EQ(ended[0].holder, "oldest");
   EXPECT_TRUE(p.store.renew(older.lease.id, Clock::now(), 1s));
   p.store.cancel(reserved.slot);
+}
+
+// Each group pins a slot while it switches; so does the persist writer for a whole disk write.
+// Three slots with persistence leave none for a group: one was admitted, and while it waited for
+// a member and the writer wrote, publish() waited for the disk.
+TEST(Stages, GroupsAreAdmittedOnlyToSlotsNeitherPublishNorThePersistWriterNeeds) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  producer::GroupCommit without_persist(p.store, 3, /*persist_pins=*/false, 8);
+  EXPECT_EQ(without_persist.refusal("g", 1), "");
+  producer::GroupCommit with_persist(p.store, 3, /*persist_pins=*/true, 8);
+  const auto refused = with_persist.refusal("g", 1);
+  EXPECT_NE(refused.find("this producer's 3 snapshot slots hold 0 (snapshot_slots - 3"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("the persist writer pins one while it writes"), std::string::npos) << refused;
+  producer::GroupCommit four(p.store, 4, /*persist_pins=*/true, 8);
+  EXPECT_EQ(four.refusal("g", 1), "");
+  four.joined("r", "g", 1);
+  EXPECT_NE(four.refusal("h", 1).find("would be group 2"), std::string::npos);
 }
 
 // Publishing a version frees the slot of the one before it (nobody reads it here): a publish()
