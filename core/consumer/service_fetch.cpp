@@ -164,6 +164,12 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
       throw Error(ErrorCode::kProtocol, "asked for version " + std::to_string(asked_for_) +
                                             ", the producer answered with version " + std::to_string(manifest.version));
     }
+    // Installed, a version of another run never counts as this run's: it would be fetched again
+    // at every tick.
+    if (manifest.incarnation != link_.incarnation()) {
+      throw Error(ErrorCode::kProtocol, "the answer for version " + std::to_string(manifest.version) +
+                                            " is of another producer run than the one joined");
+    }
     check_reply(policy_, reply);
     // Refused before a byte is received: a version the wants do not fit.
     selection_ = TensorSelection::resolve(fetch_wants_ ? *fetch_wants_ : options_.wants, manifest);

@@ -249,14 +249,19 @@ TEST(ConsumerAgainstScriptedProducer, SurvivesHostileRepliesManifestsAndEndpoint
   expect_refused(5, 1u << 20, [](modelcast::Manifest& m) {
     m.tensors[0].spec.shape = {std::int64_t{1} << 40, std::int64_t{1} << 40};
   }, "64 bits");
+  // A chunk of nearly 2^64 bytes wrapped the chunk count to 0 and was taken.
+  expect_refused(6, ~std::uint64_t{0} - 1023, [](modelcast::Manifest&) {}, "-byte chunks; at most 1073741824 expected");
+  // A manifest of another producer run than the one joined was installed, and then fetched again
+  // at every tick, for ever (the installed version never counted as this run's).
+  expect_refused(7, 1u << 20, [](modelcast::Manifest& m) { m.incarnation ^= 1; }, "of another producer run");
 
   // Still alive, still serving version 1 exactly, and the next good version is taken.
   auto stats = consumer.stats();
   EXPECT_GE(stats.bad_messages, 3u);
-  EXPECT_EQ(stats.versions_rejected, 4u);
+  EXPECT_EQ(stats.versions_rejected, 6u);
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
-  ASSERT_TRUE(producer.serve(6, false).ok);
-  EXPECT_EQ(consumer.acquire().version(), 6u);
+  ASSERT_TRUE(producer.serve(8, false).ok);
+  EXPECT_EQ(consumer.acquire().version(), 8u);
 }
 
 // A producer that answers a fetch and then sends no bytes (its lease lapsed, its sender hung):
