@@ -170,6 +170,14 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
       throw Error(ErrorCode::kProtocol, "the answer for version " + std::to_string(manifest.version) +
                                             " is of another producer run than the one joined");
     }
+    // One rank's pieces are checked (layout, wants) only as the whole the assembler makes of
+    // them: with no assembler, pieces would be installed as the model, unchecked.
+    if (manifest.rank_count > 1 && !feeds_assembler_) {
+      throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) + " is rank " +
+                                            std::to_string(manifest.rank) + "'s pieces of a model " +
+                                            std::to_string(manifest.rank_count) +
+                                            " ranks publish, but the producer named no other ranks at the join");
+    }
     check_reply(policy_, reply);
     // Refused before a byte is received: a version the wants do not fit.
     selection_ = TensorSelection::resolve(fetch_wants_ ? *fetch_wants_ : options_.wants, manifest);

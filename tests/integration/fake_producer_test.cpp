@@ -254,14 +254,18 @@ TEST(ConsumerAgainstScriptedProducer, SurvivesHostileRepliesManifestsAndEndpoint
   // A manifest of another producer run than the one joined was installed, and then fetched again
   // at every tick, for ever (the installed version never counted as this run's).
   expect_refused(7, 1u << 20, [](modelcast::Manifest& m) { m.incarnation ^= 1; }, "of another producer run");
+  // One rank's pieces, from a producer that named no other ranks: installed as the model, the
+  // expected layout and the wants unchecked (they are checked on the assembled whole).
+  expect_refused(8, 1u << 20, [](modelcast::Manifest& m) { m.rank_count = 2; },
+                 "is rank 0's pieces of a model 2 ranks publish, but the producer named no other ranks");
 
   // Still alive, still serving version 1 exactly, and the next good version is taken.
   auto stats = consumer.stats();
   EXPECT_GE(stats.bad_messages, 3u);
-  EXPECT_EQ(stats.versions_rejected, 6u);
+  EXPECT_EQ(stats.versions_rejected, 7u);
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
-  ASSERT_TRUE(producer.serve(8, false).ok);
-  EXPECT_EQ(consumer.acquire().version(), 8u);
+  ASSERT_TRUE(producer.serve(9, false).ok);
+  EXPECT_EQ(consumer.acquire().version(), 9u);
 }
 
 // A producer that answers a fetch and then sends no bytes (its lease lapsed, its sender hung):
