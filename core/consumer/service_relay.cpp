@@ -44,6 +44,12 @@ void ConsumerService::on_relay_order(const protocol::RelayOrder& order) {
         candidate->manifest.incarnation != link_.incarnation()) {
       continue;
     }
+    // A version fetched in part (the parts this consumer keeps, or those its assembler takes
+    // from this producer rank) has no bytes for the other blocks: never a source for a peer.
+    const auto& in_part = candidate->blocks_held;
+    if (std::find(in_part.begin(), in_part.end(), false) != in_part.end()) {
+      return refuse("held here only in part (the parts this consumer keeps)");
+    }
     if (auto bytes = installed_host_bytes(candidate)) {
       buffer = std::move(bytes);
       held = std::move(candidate);
@@ -135,14 +141,21 @@ void ConsumerService::on_relay_sent(const RelaySent& sent) {
 }
 
 // A block of an order is ready when it is in this consumer's installed version or the version a
-// group member holds for its group (both verified whole), or in the fetch under way and verified.
+// group member holds for its group (both verified), or in the fetch under way and verified.
 // The fetch that fills a buffer ends before its version is installed or held for the group.
 void ConsumerService::pump_relays() {
   if (relay_.orders() == 0) return;
-  auto installed = installed_host_bytes(store_.current());
+  const auto current = store_.current();
+  auto installed = installed_host_bytes(current);
   auto held_for_group = installed_host_bytes(prepared_);
+  // A block of a version fetched in part is there only if it was fetched (blocks_held).
+  const auto state = [](const detail::InstalledVersion& version, std::uint32_t block) {
+    const auto& held = version.blocks_held;
+    return held.empty() || (block < held.size() && held[block]) ? BlockState::kReady : BlockState::kNever;
+  };
   auto failed = relay_.pump([&](const detail::ReceiveBuffer& buffer, std::uint32_t block) {
-    if (installed.get() == &buffer || held_for_group.get() == &buffer) return BlockState::kReady;
+    if (installed.get() == &buffer) return state(*current, block);
+    if (held_for_group.get() == &buffer) return state(*prepared_, block);
     return fetch_.block_state(buffer, block);
   });
   for (const auto& f : failed) relay_failed(f);

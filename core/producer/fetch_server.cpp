@@ -166,6 +166,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   // A consumer that keeps parts of the model gets the blocks that hold them; one whose wants do
   // not fit this version gets none, and refuses the version on this reply.
   const auto& wants = request.has_wants ? request.wants : consumer->wants;
+  bool in_part = false;  // the consumer will hold only some blocks: never a relay for this version
   if (!wants.empty() && manifest.block_bytes != 0) {
     std::vector<bool> wanted;
     try {
@@ -174,7 +175,10 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     } catch (const Error&) {
       wanted.assign(plan.count(), false);
     }
-    if (wanted.size() == plan.count()) std::erase_if(blocks, [&](std::uint32_t i) { return !wanted[i]; });
+    if (wanted.size() == plan.count()) {
+      std::erase_if(blocks, [&](std::uint32_t i) { return !wanted[i]; });
+      in_part = std::find(wanted.begin(), wanted.end(), false) != wanted.end();
+    }
   }
   std::uint64_t bytes = 0;
   for (auto i : blocks) bytes += plan.length(i);
@@ -184,6 +188,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     store_.release(leased->lease.id);
     Fetch fetch;
     fetch.version = leased->lease.version;
+    fetch.in_part = in_part;
     fetch.bytes = bytes;
     fetch.transport = consumer->transport;
     fetch.relay = *relay;
@@ -203,7 +208,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     order.detect_failure = transports_.at(consumer->transport).detects_failure_at(distance);
     outgoing_.emplace_back(*relay, std::move(order));
     planner_.assigned(*relay);
-    planner_.receiving(routing_id, fetch.version, now);
+    if (!fetch.in_part) planner_.receiving(routing_id, fetch.version, now);
     reply.relay = planner_.name(*relay);
     fetches_[routing_id].emplace(request.fetch_id, std::move(fetch));
     return reply;
@@ -216,6 +221,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     store_.release(leased->lease.id);
     Fetch fetch;
     fetch.version = leased->lease.version;
+    fetch.in_part = in_part;
     fetch.bytes = plan.total_bytes;
     fetch.transport = consumer->transport;
     fetch.relay = *relay;
@@ -237,6 +243,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   Fetch fetch;
   fetch.lease_id = leased->lease.id;
   fetch.version = leased->lease.version;
+  fetch.in_part = in_part;
   fetch.awaiting_digests = leased->digests_pending;
   fetch.bytes = two_sided ? bytes : plan.total_bytes;
   fetch.transport = consumer->transport;
@@ -264,7 +271,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     fetches.erase(request.fetch_id);
     return withdrawn.refusal;
   }
-  planner_.receiving(routing_id, placed.version, now);
+  if (!placed.in_part) planner_.receiving(routing_id, placed.version, now);
   return reply;
 }
 
@@ -430,10 +437,10 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   outcome.known = true;
   outcome.ok = ack.ok;
   outcome.relay = fetch.relay.empty() ? std::string() : planner_.name(fetch.relay);
-  if (ack.ok) {
+  if (ack.ok && !fetch.in_part) {
     planner_.delivered(routing_id, fetch.version);
   } else {
-    planner_.lost(routing_id);
+    planner_.lost(routing_id);  // holds nothing it could relay (or only parts)
   }
   if (!fetch.relay.empty()) {
     end_relayed(fetch, !ack.ok, ack.ok);
@@ -473,7 +480,7 @@ bool FetchServer::relay_offered(const std::string& relay, const protocol::RelayO
       fetch.reply->region = offer.region;
       outgoing_.emplace_back(routing_id, std::move(*fetch.reply));
       fetch.reply.reset();
-      planner_.receiving(routing_id, fetch.version, now);
+      if (!fetch.in_part) planner_.receiving(routing_id, fetch.version, now);
       return true;
     }
   }

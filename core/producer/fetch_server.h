@@ -157,6 +157,9 @@ class FetchServer {
   struct Fetch {
     std::uint64_t lease_id = 0;
     std::uint64_t version = 0;
+    // The consumer keeps parts of the model (its wants): it will hold only some blocks of the
+    // version, so it is never chosen to relay it.
+    bool in_part = false;
     bool awaiting_digests = false;
     std::size_t bytes = 0;
     std::size_t transport = 0;  // the consumer's, in the set

@@ -94,6 +94,37 @@ TEST_P(ProducerRanks, ConsumersAssembleWhatTheyWantFromEveryRankEveryByteChecked
   EXPECT_EQ(whole.stats().versions_rejected, 0u) << whole.stats().last_error;
 }
 
+// A consumer of a sharded model fetches from each rank only what its assembler takes from it (a
+// replicated tensor from one rank): the version a rank's service installs is in part. It was
+// relayed as if whole, and the receiver's digest checks failed on the blocks never fetched.
+TEST(ProducerRanksRelays, AConsumerRelaysOnlyWhatItHoldsOfARanksVersion) {
+  Ranks ranks(2, false, "tcp://127.0.0.1:0", /*relay_fanout=*/1);
+  modelcast::Consumer first(options_for(ranks.endpoint()));
+  for (std::int64_t step = 10; step <= 30; step += 10) {
+    ranks.publish(step);
+    ASSERT_TRUE(testing_support::eventually([&] {
+      auto v = first.acquire();
+      return v && v.step() == step;
+    }, 60s)) << first.stats().last_error;
+  }
+  // Joined late, so that every version it fetches is held by the first: the producers order
+  // relays from it.
+  modelcast::Consumer second(options_for(ranks.endpoint()));
+  for (std::int64_t step = 40; step <= 60; step += 10) {
+    ranks.publish(step);
+    for (auto* c : {&first, &second}) {
+      ASSERT_TRUE(testing_support::eventually([&] {
+        auto v = c->acquire();
+        return v && v.step() == step;
+      }, 60s)) << c->stats().last_error;
+      EXPECT_EQ(check(c->acquire(), step, [](const Global&) { return std::nullopt; }), "");
+    }
+  }
+  EXPECT_EQ(second.stats().relay_faults, 0u) << second.stats().last_error;
+  EXPECT_EQ(first.stats().relay_faults, 0u) << first.stats().last_error;
+  EXPECT_EQ(second.stats().versions_rejected, 0u) << second.stats().last_error;
+}
+
 INSTANTIATE_TEST_SUITE_P(OneTwoFour, ProducerRanks, testing::Values(1u, 2u, 4u),
                          [](const testing::TestParamInfo<std::uint32_t>& p) { return "M" + std::to_string(p.param); });
 

@@ -73,8 +73,9 @@ struct Rank {
   std::unique_ptr<modelcast::Producer> producer;
 
   // `hole`: the last rank registers no piece of "w", whose last rows then belong to nobody.
+  // `relay_fanout`: the producer's option (consumers relay versions to each other).
   Rank(std::uint32_t r, std::uint32_t m, std::vector<std::string> endpoints, const std::string& bind, bool hole = false,
-       std::int64_t rows = 2048)
+       std::int64_t rows = 2048, std::size_t relay_fanout = 0)
       : rank(r), ranks(m), w_rows(rows) {
     const auto model = global_model(0, w_rows);
     for (const auto& g : model) {
@@ -91,6 +92,7 @@ struct Rank {
     options.model_name = "sharded";
     options.control_endpoint = bind;
     options.transfer_chunk_bytes = 64 << 10;
+    options.relay_fanout = relay_fanout;
     options.rank = r;
     options.rank_count = m;
     if (r == 0) options.rank_endpoints = std::move(endpoints);
@@ -121,14 +123,15 @@ struct Rank {
 // Ranks 1.. first (any port), then rank 0 told their endpoints, at `bind0`.
 struct Ranks {
   std::vector<std::unique_ptr<Rank>> ranks;
-  explicit Ranks(std::uint32_t m, bool hole = false, const std::string& bind0 = "tcp://127.0.0.1:0") {
+  explicit Ranks(std::uint32_t m, bool hole = false, const std::string& bind0 = "tcp://127.0.0.1:0",
+                 std::size_t relay_fanout = 0) {
     ranks.resize(m);
     std::vector<std::string> endpoints(m);
     for (std::uint32_t r = 1; r < m; ++r) {
-      ranks[r] = std::make_unique<Rank>(r, m, std::vector<std::string>{}, "tcp://127.0.0.1:0", hole);
+      ranks[r] = std::make_unique<Rank>(r, m, std::vector<std::string>{}, "tcp://127.0.0.1:0", hole, 2048, relay_fanout);
       endpoints[r] = ranks[r]->producer->control_endpoint();
     }
-    ranks[0] = std::make_unique<Rank>(0, m, endpoints, bind0, hole);
+    ranks[0] = std::make_unique<Rank>(0, m, endpoints, bind0, hole, 2048, relay_fanout);
   }
   // Every rank again at the endpoint it had (`endpoints`, rank 0's first), "w" of `w_rows` rows.
   Ranks(const std::vector<std::string>& endpoints, std::int64_t w_rows) {
