@@ -381,6 +381,14 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   if (const toml::node* node = t.get("buffers")) model.buffers = r.integer(*node, prefix + "buffers", 2, 64);
   r.string(t, "producer_public_key", prefix, model.producer_public_key);
   r.string(t, "producer_key_file", prefix, model.producer_key_file);
+  r.string(t, "key_file", prefix, model.key_file);
+  // Given but empty (a template's variable left unset) read as no key: plaintext and unsigned
+  // versions where the operator meant to pin one.
+  for (const char* key : {"producer_public_key", "producer_key_file", "key_file"}) {
+    if (const toml::node* node = t.get(key); node && node->value<std::string>().value_or("x").empty()) {
+      r.fail(*node, prefix + key, "is empty; leave the key out for none");
+    }
+  }
   if (!model.producer_public_key.empty() && !model.producer_key_file.empty()) {
     r.fail(*t.get("producer_key_file"), prefix + "producer_key_file", "give producer_public_key or producer_key_file, not both");
   }
@@ -392,7 +400,6 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
            "'" + model.endpoint + "' is on another host: pin the producer's key with producer_key_file or "
            "producer_public_key (versions from another host are encrypted and signed)");
   }
-  r.string(t, "key_file", prefix, model.key_file);
   // The library's consumer refuses it when the model starts: --check said "ok" to a config whose
   // model then never started.
   if (!model.key_file.empty() && model.producer_public_key.empty() && model.producer_key_file.empty()) {

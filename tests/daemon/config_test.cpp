@@ -262,6 +262,10 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       // Split the log line that showed the endpoint.
       {"[[model]]\nname = \"m\"\nendpoint = \"ipc:///run/a\\nb\"\nmax_model_bytes = 1\n", 3, "model[0].endpoint",
        "without blanks"},
+      // Read as no key: plaintext, unsigned versions where the operator meant to pin one.
+      {(model + "producer_key_file = \"\"\n"), 5, "model[0].producer_key_file", "is empty; leave the key out for none"},
+      {(model + "producer_public_key = \"\"\n"), 5, "model[0].producer_public_key", "is empty"},
+      {(model + "key_file = \"\"\n"), 5, "model[0].key_file", "is empty"},
       // A key is shown escaped: a newline in it forged a log line inside the refusal.
       {"[daemon]\n\"x\\n2026-12-05 info reloaded\" = 1\n" + model, 2, "daemon.x\\x0a2026-12-05 info reloaded", "unknown key"},
   };
