@@ -31,8 +31,12 @@ ShmBuffer::ShmBuffer(const std::string& name, std::size_t bytes) : id_(next_id++
     close(fd_);
     fail("ftruncate to " + std::to_string(size_) + " bytes");
   }
-  // Clients must not resize what the daemon and every other client have mapped.
-  fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  // Clients must not resize what the daemon and every other client have mapped (and refuse a
+  // buffer not sealed against shrinking).
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    close(fd_);
+    fail("sealing the memfd");
+  }
   void* p = mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
   if (p == MAP_FAILED) {
     close(fd_);

@@ -164,6 +164,9 @@ bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) 
   if (n <= 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
     for (int received : fds) close(received);
     fds.clear();
+    // Which of the three, for the caller's message: a closed connection said so for all.
+    if (n == 0) errno = ECONNRESET;
+    if (n > 0) errno = EMSGSIZE;
     return false;
   }
   message.resize(static_cast<std::size_t>(n));

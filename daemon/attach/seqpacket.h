@@ -42,8 +42,9 @@ inline constexpr std::size_t kMaxFdsPerMessage = 2;
 bool send_message(int fd, std::span<const char> message, std::span<const int> fds = {});
 
 // Receives one message into `message` and the descriptors that came with it into `fds` (the
-// caller owns them; close-on-exec). Returns false at end of stream or on error. Messages
-// longer than kMaxMessageBytes are truncated and reported as errors (false).
+// caller owns them; close-on-exec). Returns false at end of stream (errno ECONNRESET) or on
+// error. A message longer than kMaxMessageBytes, or with more than kMaxFdsPerMessage
+// descriptors, is dropped and reported as an error (false, errno EMSGSIZE).
 bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds);
 
 }  // namespace modelcastd::attach

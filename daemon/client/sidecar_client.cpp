@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstring>
 #include <optional>
@@ -67,6 +69,7 @@ class Client::Impl {
   View request(std::uint64_t min_version, std::chrono::milliseconds timeout) {
     auto wait_until = modelcast::deadline_after(timeout);
     std::optional<std::chrono::steady_clock::time_point> first_loss;
+    auto pause = std::chrono::milliseconds(10);  // before reconnecting: 10 ms doubling to 500 ms
     for (;;) {
       auto connection = current();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - std::chrono::steady_clock::now());
@@ -82,6 +85,9 @@ class Client::Impl {
         if (!first_loss) first_loss = now;
         if (now - *first_loss > reconnect_timeout) gone(lost.why + ", again after reconnecting for " +
                                                         std::to_string(reconnect_timeout.count()) + " ms");
+        // A daemon that accepts and closes at once was connected to some 50,000 times a second.
+        std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, *first_loss + reconnect_timeout - now));
+        pause = std::min(pause * 2, std::chrono::milliseconds(500));
       }
     }
   }
@@ -177,7 +183,17 @@ class Client::Impl {
       } while (ready < 0 && errno == EINTR);
       // A hung daemon is not retried here (the caller's wait is over); the next call reconnects.
       if (ready <= 0) gone("no answer from the daemon");
-      if (!modelcastd::attach::receive_message(connection->fd, answer, fds)) throw Lost{"it closed the connection"};
+      if (!modelcastd::attach::receive_message(connection->fd, answer, fds)) {
+        // Not worth sending again (it was, some ten thousand times): the daemon sent what this
+        // client does not take. The connection stays marked broken; the next call reconnects.
+        if (errno == EMSGSIZE) {
+          throw Error(ErrorCode::kProtocol, "modelcastd at '" + socket_path + "': its reply was over " +
+                                                std::to_string(modelcastd::attach::kMaxMessageBytes) +
+                                                " bytes or carried over " +
+                                                std::to_string(modelcastd::attach::kMaxFdsPerMessage) + " descriptors");
+        }
+        throw Lost{"it closed the connection"};
+      }
       connection->broken = false;
     }
     struct Closer {
@@ -197,6 +213,12 @@ class Client::Impl {
     auto state = std::make_shared<AttachedVersion>();
     state->connection = connection;  // from here on, the destructor releases the hold
     state->manifest = std::move(*reply.manifest);
+    // Released by the destructor if refused: as asked, or never shown.
+    if (state->manifest.version < min_version) {
+      throw Error(ErrorCode::kProtocol, "modelcastd: asked for version " + std::to_string(min_version) +
+                                            " or newer, it answered with version " +
+                                            std::to_string(state->manifest.version));
+    }
     state->mapping = map(*connection, state->manifest, fd);
     for (const auto& t : state->manifest.tensors) {
       TensorSpec spec{t.name, t.dtype, t.shape};
@@ -235,9 +257,15 @@ class Client::Impl {
     }
     if (fd < 0) throw Error(ErrorCode::kProtocol, "modelcastd: a version arrived without its buffer");
     struct stat st {};
-    // A buffer shorter than the manifest says would raise SIGBUS on access: refuse it.
+    // A buffer shorter than the manifest says would raise SIGBUS on access: refuse it, and one
+    // that could be made shorter later (modelcastd seals its buffers against it).
     if (fstat(fd, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < manifest.buffer_bytes) {
       throw Error(ErrorCode::kProtocol, "modelcastd: the buffer is smaller than its manifest says");
+    }
+    if (const int seals = fcntl(fd, F_GET_SEALS); seals < 0 || (seals & F_SEAL_SHRINK) == 0) {
+      throw Error(ErrorCode::kProtocol,
+                  "modelcastd: the buffer is not sealed against shrinking (mapped, a buffer cut short later ends "
+                  "this process with SIGBUS)");
     }
     void* p = mmap(nullptr, manifest.buffer_bytes, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) throw Error(ErrorCode::kResource, std::string("mapping the model: ") + std::strerror(errno));

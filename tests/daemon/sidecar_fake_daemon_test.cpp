@@ -1,0 +1,213 @@
+// The sidecar client against a daemon that answers wrongly: a version older than asked for, a
+// buffer not sealed against shrinking, a reply the client cannot take, a daemon that accepts and
+// closes at once. The inference process must get an error naming what was wrong, never a crash
+// (a buffer cut short after mapping raised SIGBUS) or a wrong version, and must not hammer the
+// socket.
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "daemon/attach/protocol.h"
+#include "daemon/attach/seqpacket.h"
+#include "daemon_fixture.h"
+#include "modelcast/error.h"
+#include "modelcast/sidecar.h"
+
+using namespace std::chrono_literals;
+namespace attach = modelcastd::attach;
+using daemon_test::ScratchDir;
+
+namespace {
+
+// A listener at a path that scripts the daemon's side, one connection at a time.
+class FakeDaemon {
+ public:
+  explicit FakeDaemon(const std::string& path) : listener_(attach::listen_at(path)) {}
+  ~FakeDaemon() {
+    for (int fd : connections_) close(fd);
+    close(listener_);
+  }
+  // The next connection, or -1 after 30 s.
+  int accept_next() {
+    pollfd ready{listener_, POLLIN, 0};
+    if (poll(&ready, 1, 30'000) != 1) return -1;
+    const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) connections_.push_back(fd);
+    return fd;
+  }
+  // The next request on `fd`, or nothing after 30 s or at its end.
+  static std::optional<attach::Request> next_request(int fd) {
+    pollfd ready{fd, POLLIN, 0};
+    if (poll(&ready, 1, 30'000) != 1) return std::nullopt;
+    std::vector<char> message;
+    std::vector<int> fds;
+    if (!attach::receive_message(fd, message, fds)) return std::nullopt;
+    for (int received : fds) close(received);
+    return attach::decode_request(message);
+  }
+
+ private:
+  int listener_;
+  std::vector<int> connections_;
+};
+
+// A one-tensor model of 1024 floats in a memfd of `bytes`, sealed against shrinking or not.
+struct Buffer {
+  int fd = -1;
+  explicit Buffer(bool sealed, std::size_t bytes = 4096) {
+    fd = memfd_create("fake-daemon", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(bytes)) != 0) throw std::runtime_error("memfd");
+    if (sealed && fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) throw std::runtime_error("seal");
+  }
+  ~Buffer() { close(fd); }
+};
+
+attach::Reply version_reply(std::uint64_t version, std::uint64_t hold) {
+  attach::Manifest manifest;
+  manifest.hold = hold;
+  manifest.buffer_id = 1;
+  manifest.buffer_bytes = 4096;
+  manifest.version = version;
+  manifest.source = "producer";
+  manifest.tensors.push_back({"w", modelcast::DType::kF32, {1024}, 0, 4096, {}, {}, {}, 0});
+  attach::Reply reply;
+  reply.manifest = std::move(manifest);
+  return reply;
+}
+
+modelcast::sidecar::ClientOptions options_at(const std::string& socket) {
+  modelcast::sidecar::ClientOptions options;
+  options.socket_path = socket;
+  options.model = "m";
+  options.connect_timeout = 30s;
+  return options;
+}
+
+// The error the client's call ended with, "protocol: " before a kProtocol one's ("" if it returned).
+std::string error_of(std::future<void>& call) {
+  try {
+    call.get();
+  } catch (const modelcast::Error& e) {
+    return (e.code() == modelcast::ErrorCode::kProtocol ? "protocol: " : "other: ") + std::string(e.what());
+  }
+  return "";
+}
+
+TEST(SidecarAgainstAFakeDaemon, AVersionOlderThanAskedForIsRefusedAndItsHoldReleased) {
+  ScratchDir dir;
+  FakeDaemon daemon(dir / "a.sock");
+  auto call = std::async(std::launch::async, [&] {
+    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
+    (void)client.wait_for_version(5, 10s);
+  });
+  const int fd = daemon.accept_next();
+  ASSERT_GE(fd, 0);
+  auto request = FakeDaemon::next_request(fd);
+  ASSERT_TRUE(request);
+  EXPECT_EQ(request->min_version, 5u);
+  Buffer buffer(true);
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, 77)), std::vector<int>{buffer.fd}));
+  auto release = FakeDaemon::next_request(fd);
+  ASSERT_TRUE(release) << "the hold of the refused version was never released";
+  EXPECT_EQ(release->op, attach::Request::Op::kRelease);
+  EXPECT_EQ(release->hold, 77u);
+  const auto error = error_of(call);
+  EXPECT_NE(error.find("asked for version 5 or newer, it answered with version 1"), std::string::npos) << error;
+  EXPECT_EQ(error.rfind("protocol", 0), 0u) << error;
+}
+
+// A buffer the daemon could still shrink: mapped, and cut short later, reading it ended the
+// inference process with SIGBUS.
+TEST(SidecarAgainstAFakeDaemon, ABufferNotSealedAgainstShrinkingIsRefused) {
+  ScratchDir dir;
+  FakeDaemon daemon(dir / "a.sock");
+  auto call = std::async(std::launch::async, [&] {
+    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
+    (void)client.acquire();
+  });
+  const int fd = daemon.accept_next();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(FakeDaemon::next_request(fd));
+  Buffer buffer(false);
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, 78)), std::vector<int>{buffer.fd}));
+  auto release = FakeDaemon::next_request(fd);
+  ASSERT_TRUE(release);
+  EXPECT_EQ(release->hold, 78u);
+  const auto error = error_of(call);
+  EXPECT_NE(error.find("not sealed against shrinking"), std::string::npos) << error;
+}
+
+// A reply carrying more descriptors than the protocol has was reported as "it closed the
+// connection" and the request sent again, thousands of times.
+TEST(SidecarAgainstAFakeDaemon, AReplyWithMoreDescriptorsThanTheProtocolHasIsAProtocolErrorNotARetry) {
+  ScratchDir dir;
+  FakeDaemon daemon(dir / "a.sock");
+  auto call = std::async(std::launch::async, [&] {
+    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
+    (void)client.acquire();
+  });
+  const int fd = daemon.accept_next();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(FakeDaemon::next_request(fd));
+  Buffer a(true), b(true), c(true);
+  const int three[] = {a.fd, b.fd, c.fd};
+  // Past send_message's own limit of descriptors: the raw sendmsg.
+  const auto message = attach::encode(version_reply(1, 79));
+  iovec iov{const_cast<char*>(message.data()), message.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof three)]{};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* c0 = CMSG_FIRSTHDR(&msg);
+  c0->cmsg_level = SOL_SOCKET;
+  c0->cmsg_type = SCM_RIGHTS;
+  c0->cmsg_len = CMSG_LEN(sizeof three);
+  std::memcpy(CMSG_DATA(c0), three, sizeof three);
+  ASSERT_EQ(sendmsg(fd, &msg, MSG_NOSIGNAL), static_cast<ssize_t>(message.size()));
+  const auto error = error_of(call);
+  EXPECT_NE(error.find("carried over 2 descriptors"), std::string::npos) << error;
+  EXPECT_EQ(error.rfind("protocol", 0), 0u) << error;
+}
+
+// A daemon that accepts and closes every connection at once: the client reconnects with its
+// backoff (10 ms doubling to 500 ms), not some 50,000 times a second, and gives up clearly.
+TEST(SidecarAgainstAFakeDaemon, ADaemonThatClosesEveryConnectionIsNotHammered) {
+  ScratchDir dir;
+  FakeDaemon daemon(dir / "a.sock");
+  auto options = options_at(dir / "a.sock");
+  options.reconnect_timeout = 2s;
+  auto call = std::async(std::launch::async, [&] {
+    modelcast::sidecar::Client client(options);
+    (void)client.acquire();
+  });
+  int accepted = 0;
+  for (;;) {
+    const int fd = daemon.accept_next();
+    if (fd < 0) break;
+    ++accepted;
+    if (!FakeDaemon::next_request(fd)) break;  // the client gave up on its last connection
+    shutdown(fd, SHUT_RDWR);
+    if (call.wait_for(0s) == std::future_status::ready) break;
+  }
+  const auto error = error_of(call);
+  EXPECT_NE(error.find("again after reconnecting for 2000 ms"), std::string::npos) << error;
+  // Within 2 s at 10, 20, 40, ... 500 ms apart: about ten connections; without a pause, tens of
+  // thousands.
+  EXPECT_LE(accepted, 30) << "connections in 2 s";
+  EXPECT_GE(accepted, 2);
+}
+
+}  // namespace
