@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gil_released.h"
 #include "wait_in_slices.h"
@@ -17,6 +18,7 @@
 #include "errors.h"
 #include "modelcast/consumer.h"
 #include "deferred_destruction.h"
+#include "collectable.h"
 #include "py_callback.h"
 
 namespace modelcast::python {
@@ -37,12 +39,14 @@ class PyConsumer {
       : callback_errors_(std::make_shared<std::atomic<std::uint64_t>>(0)) {
     if (!on_update.is_none()) {
       PyCallback cb(on_update.cast<py::function>(), callback_errors_);
+      callbacks_.push_back(cb);
       options.on_update = [cb](const ModelView& v) {
         cb.call("modelcast.Consumer on_update callback", [&] { return py::make_tuple(v); });
       };
     }
     if (!on_error.is_none()) {
       PyCallback cb(on_error.cast<py::function>(), callback_errors_);
+      callbacks_.push_back(cb);
       options.on_error = [cb](const Error& e) {
         cb.call("modelcast.Consumer on_error callback", [&] { return py::make_tuple(python_error(e.code(), e.what())); });
       };
@@ -66,6 +70,7 @@ class PyConsumer {
   ConsumerStats stats() { return with_consumer([](Consumer& c) { return c.stats(); }); }
   std::uint64_t callback_errors() const { return callback_errors_->load(); }
   bool closed() const { return consumer_ == nullptr; }
+  std::vector<PyCallback>& callbacks() { return callbacks_; }  // collectable.h
 
   // Stops the consumer; its threads finish with the GIL released (a callback in flight needs
   // it). Views already handed out stay valid. A wait_for_version on another thread returns at
@@ -93,6 +98,7 @@ class PyConsumer {
 
   std::shared_ptr<Consumer> consumer_;
   std::shared_ptr<std::atomic<std::uint64_t>> callback_errors_;
+  std::vector<PyCallback> callbacks_;  // shared with the options' functions; seen by the collector
 };
 
 }  // namespace
@@ -187,7 +193,7 @@ void bind_consumer(py::module_& m) {
       .def_readonly("transport", &ConsumerStats::transport)
       .def("__repr__", &fields_repr);
 
-  py::class_<PyConsumer>(m, "_Consumer", "Internal: use modelcast.Consumer.")
+  py::class_<PyConsumer>(m, "_Consumer", "Internal: use modelcast.Consumer.", collectable<PyConsumer>())
       .def(py::init<ConsumerOptions, py::object, py::object>(), py::arg("options"), py::arg("on_update"),
            py::arg("on_error"))
       .def("acquire", &PyConsumer::acquire)

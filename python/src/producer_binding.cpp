@@ -19,6 +19,7 @@
 #include "common/shown_text.h"
 #include "errors.h"
 #include "modelcast/producer.h"
+#include "collectable.h"
 #include "deferred_destruction.h"
 #include "py_callback.h"
 
@@ -93,6 +94,7 @@ class PyProducer {
       : callback_errors_(std::make_shared<std::atomic<std::uint64_t>>(0)) {
     if (!on_delivery.is_none()) {
       PyCallback cb(on_delivery.cast<py::function>(), callback_errors_);
+      callbacks_.push_back(cb);
       options.on_delivery = [cb](const Delivery& d) {
         cb.call("modelcast.Producer on_delivery callback", [&] { return py::make_tuple(d); });
       };
@@ -177,6 +179,7 @@ class PyProducer {
   ProducerStats stats() { return with_producer([](Producer& p) { return p.stats(); }); }
   std::string control_endpoint() { return with_producer([](Producer& p) { return p.control_endpoint(); }); }
   std::uint64_t callback_errors() const { return callback_errors_->load(); }
+  std::vector<PyCallback>& callbacks() { return callbacks_; }  // collectable.h
   bool closed() const { return state_ == nullptr; }
 
   // Stops the producer and drops the owners. A wait_for_consumers on another thread returns at
@@ -213,6 +216,7 @@ class PyProducer {
 
   std::shared_ptr<Registered> state_;
   std::shared_ptr<std::atomic<std::uint64_t>> callback_errors_;
+  std::vector<PyCallback> callbacks_;  // shared with the options' function; seen by the collector
   // The registered objects whose memory can be replaced under the same object: torch's `.data =
   // ...`, `.half()` assigned back or `.set_()`, NumPy's resize(refcheck=False); either may free the
   // old memory, which publish() would go on reading. Checked before every publish here, not in
@@ -311,7 +315,7 @@ void bind_producer(py::module_& m) {
       .def_readonly("persist_last_error", &ProducerStats::persist_last_error)
       .def("__repr__", &fields_repr);
 
-  py::class_<PyProducer>(m, "_Producer", "Internal: use modelcast.Producer.")
+  py::class_<PyProducer>(m, "_Producer", "Internal: use modelcast.Producer.", collectable<PyProducer>())
       .def(py::init<ProducerOptions, py::object>(), py::arg("options"), py::arg("on_delivery"))
       .def("register_memory", &PyProducer::register_memory, py::arg("name"), py::arg("dtype"), py::arg("shape"),
            py::arg("address"), py::arg("nbytes"), py::arg("owner"), py::arg("memory") = "host",

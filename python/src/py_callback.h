@@ -30,6 +30,15 @@ class PyCallback {
 
   explicit operator bool() const { return fn_ != nullptr; }
 
+  // The callable, for the garbage collector to see (null when none or cleared). Needs the GIL.
+  PyObject* object() const { return fn_ ? fn_->ptr() : nullptr; }
+  // Drops the callable for every copy (they share it): later calls do nothing. Needs the GIL; the
+  // garbage collector's way to break a cycle through it (collectable.h).
+  void clear() {
+    if (!fn_) return;
+    py::function dropped = std::move(*fn_);  // *fn_ is left empty; the reference goes here
+  }
+
   // Calls the callable with `make_args()` (run under the GIL, returns a py::tuple). `where` names
   // the callback in the report of an exception. Any thread; takes the GIL.
   template <typename MakeArgs>
@@ -41,6 +50,7 @@ class PyCallback {
       ~Mark() { in_library_callback = was; }
     } mark;
     py::gil_scoped_acquire gil;
+    if (!*fn_) return;  // cleared by the garbage collector
     try {
       (*fn_)(*make_args());
     } catch (py::error_already_set& e) {

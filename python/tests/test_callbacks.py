@@ -269,3 +269,42 @@ def test_ctrl_c_ends_a_wait_for_ever(endpoint):
         # its consumer down fails there, "shmat ... failed") goes to modelcast's log on stderr.
         assert out.splitlines() == ["interrupted"], (which, out)
         assert child.returncode == 0, which
+
+
+def test_an_owner_whose_callback_is_its_own_method_is_collected_with_what_it_owns(endpoint):
+    # self.consumer = Consumer(..., on_update=self.on_update) is a cycle through the C++ object:
+    # the collector could not see the callback's reference, so the consumer's threads, sockets and
+    # registration lived on, and its callback ran, until the process exited.
+    import gc
+    import weakref
+
+    class Server:
+        def __init__(self):
+            self.updates = 0
+            self.consumer = modelcast.Consumer(endpoint, model_name="pytest", on_update=self.on_update)
+
+        def on_update(self, view):
+            self.updates += 1
+
+    class Trainer:
+        def __init__(self):
+            self.weights = np.zeros(4, dtype=np.float32)
+            self.producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest",
+                                               on_delivery=self.on_delivery)
+            self.producer.register("w", self.weights)
+
+        def on_delivery(self, delivery):
+            pass
+
+    trainer = Trainer()
+    server = Server()
+    assert trainer.producer.wait_for_consumers(1, WAIT_S)
+    trainer.producer.publish(1)
+    assert server.consumer.wait_for_version(1, WAIT_S) is not None
+    gone_server, gone_trainer = weakref.ref(server), weakref.ref(trainer)
+    consumer_impl = weakref.ref(server.consumer._impl)
+    del server, trainer
+    gc.collect()
+    assert gone_server() is None, "the owner of a Consumer whose callback is its method was never collected"
+    assert consumer_impl() is None
+    assert gone_trainer() is None, "the owner of a Producer whose callback is its method was never collected"
