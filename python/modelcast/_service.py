@@ -22,6 +22,24 @@ def _close_all():
         obj.close()
 
 
+_WHERE_INSTEAD = ("make Producers and Consumers in a process started with multiprocessing's 'spawn' or "
+                  "'forkserver' method, or fork before making any")
+
+# (parent, child) in a child forked while Producers or Consumers were live in the parent.
+_forked_while_live = None
+
+
+def check_not_forked_while_live(what):
+    """StateError in a child forked while the parent had live Producers or Consumers: the transport
+    library's (UCX's) process-wide threads stayed in the parent, and a Consumer made in the child
+    connected and then never received a version, saying nothing."""
+    if _forked_while_live is not None and _forked_while_live[1] == os.getpid():
+        parent, child = _forked_while_live
+        raise StateError(f"{what}: this process ({child}) was forked by process {parent} while that had a Producer or "
+                         f"Consumer: the transport library's threads stay in the parent, and one made here would "
+                         f"connect and then never send or receive a version; {_WHERE_INSTEAD}")
+
+
 class _ForkedAway:
     """What a Producer's or Consumer's native object is in a child made by fork(): the library's
     threads and sockets stayed in the parent, so every call raises StateError, and close() (the
@@ -29,8 +47,7 @@ class _ForkedAway:
 
     def __init__(self, what, parent, child):
         self._why = (f"this {what} was made in process {parent}, and this is a child it forked ({child}): "
-                     f"its threads and sockets stay in the parent; make a new {what} in the child "
-                     f"(or fork before making one)")
+                     f"its threads and sockets stay in the parent; {_WHERE_INSTEAD}")
 
     def close(self):
         pass
@@ -44,7 +61,11 @@ def _after_fork_in_child():
     # never saw a new version, and its exit crashed (joining threads the child does not have,
     # locks held in the parent at the fork). Each object's native part is kept alive for good in
     # the child, so that its destructor never runs there, and replaced by _ForkedAway.
+    global _forked_while_live
     parent, child = os.getppid(), os.getpid()
+    impls = [obj.__dict__.get("_impl") for obj in list(_live)]
+    if any(impl is not None and not isinstance(impl, _ForkedAway) and not impl.closed for impl in impls):
+        _forked_while_live = (parent, child)
     for obj in list(_live):
         impl = obj.__dict__.get("_impl")
         if impl is None or isinstance(impl, _ForkedAway):

@@ -2,7 +2,7 @@
 
 from . import _core
 from ._dtypes import dtype_name, tensor_spec
-from ._service import INT64, UINT64, Service, _live, check_callback, integer, integers, options_from, seconds, text
+from ._service import INT64, UINT64, Service, _live, check_callback, check_not_forked_while_live, integer, integers, options_from, seconds, text
 from .errors import InvalidArgumentError
 
 
@@ -52,6 +52,7 @@ class Consumer(Service):
 
     def __init__(self, producer_endpoint, *, on_update=None, on_error=None, expected_layout=None, conversions=None,
                  wants=None, **options):
+        check_not_forked_while_live("Consumer")
         check_callback("Consumer", "on_update", on_update)
         check_callback("Consumer", "on_error", on_error)
         opts = options_from(_core.ConsumerOptions, options, "Consumer")

@@ -4,7 +4,7 @@ import sys
 
 from . import _core
 from ._dtypes import _is_torch_tensor, describe_memory
-from ._service import INT64, UINT64, Service, _live, check_callback, integer, integers, options_from, seconds, text
+from ._service import INT64, UINT64, Service, _live, check_callback, check_not_forked_while_live, integer, integers, options_from, seconds, text
 from .errors import InvalidArgumentError
 
 class Producer(Service):
@@ -32,6 +32,7 @@ class Producer(Service):
     """
 
     def __init__(self, *, on_delivery=None, **options):
+        check_not_forked_while_live("Producer")
         check_callback("Producer", "on_delivery", on_delivery)
         self._impl = _core._Producer(options_from(_core.ProducerOptions, options, "Producer"), on_delivery)
         _live.add(self)

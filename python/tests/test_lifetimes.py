@@ -136,7 +136,16 @@ if pid == 0:
             call()
             sys.exit(3)
         except modelcast.StateError as e:
-            assert "forked" in str(e) and "make a new" in str(e), e
+            assert "forked" in str(e) and "'spawn'" in str(e), e
+    # A new one connected and then never received a version, saying nothing (UCX's threads
+    # stayed in the parent).
+    for make in (lambda: modelcast.Consumer(sys.argv[1], model_name="pytest"),
+                 lambda: modelcast.Producer(control_endpoint=sys.argv[1], model_name="pytest")):
+        try:
+            make()
+            sys.exit(4)
+        except modelcast.StateError as e:
+            assert "was forked by process" in str(e) and "'spawn'" in str(e), e
     consumer.close()  # nothing to stop in the child
     sys.exit(0)  # a normal exit: atexit closes every live object, then they are collected
 _, status = os.waitpid(pid, 0)
