@@ -6,6 +6,8 @@ memory, or CUDA device memory from torch, ``__cuda_array_interface__`` or DLPack
 publish() could not read as one dense block.
 """
 
+import sys
+
 from . import _core
 from ._service import INT64, integers, text
 from .errors import InvalidArgumentError
@@ -18,8 +20,12 @@ _TORCH = {"torch.float64": "f64", "torch.float32": "f32", "torch.float16": "f16"
 
 
 def _is_torch_tensor(obj):
-    # torch is optional: only look at it when the object comes from there.
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+    # torch is optional: only look at it when it is imported (a tensor means it is). An instance
+    # check, not the type's module: subclasses defined elsewhere (an nn.Parameter subclass, as
+    # quantization libraries make) took the DLPack path, which refuses a tensor that requires
+    # grad, and were not watched for replaced storage.
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
 
 
 def dtype_name(dtype):

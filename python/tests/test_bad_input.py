@@ -85,6 +85,28 @@ def test_a_tensor_whose_storage_was_replaced_is_refused_at_publish(producer):
     assert producer.stats().versions_published == 2
 
 
+def test_a_tensor_subclass_from_outside_torch_is_registered_and_watched_as_a_tensor(producer):
+    # Quantization libraries subclass nn.Parameter in their own modules: such a parameter was
+    # refused with DLPack's raw RuntimeError (it requires grad), and a Tensor subclass whose
+    # storage was replaced went on publishing the old bytes, saying nothing.
+    class QuantParam(torch.nn.Parameter):
+        pass
+
+    class Tagged(torch.Tensor):
+        pass
+
+    weight = QuantParam(torch.ones(8))
+    tagged = torch.zeros(8).as_subclass(Tagged)
+    producer.register("weight", weight)
+    producer.register("tagged", tagged)
+    producer.publish(1)
+    tagged.data = torch.full((8,), 5.0)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'tagged'", "new memory",
+                "nothing was published"):
+        producer.publish(2)
+    assert producer.stats().versions_published == 1
+
+
 def test_a_numpy_array_resized_without_its_refcheck_is_refused_at_publish(producer):
     # resize(refcheck=False) reallocates an array the producer still reads: publish() read the
     # freed memory (a segmentation fault with 16 MiB, whose memory goes back to the system).
