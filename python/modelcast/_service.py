@@ -4,6 +4,7 @@ closing every live one at interpreter exit, stats, callback error counts, and ``
 import atexit
 import ctypes
 import datetime
+import inspect
 import math
 import numbers
 import operator
@@ -79,9 +80,14 @@ if hasattr(os, "register_at_fork"):
 
 
 def check_callback(what, name, fn):
-    """InvalidArgumentError unless ``fn`` is None or callable."""
+    """InvalidArgumentError unless ``fn`` is None or callable, and not an ``async def`` function."""
     if fn is not None and not callable(fn):
         raise InvalidArgumentError(f"{what}: {name} must be callable or None, not {type(fn).__name__}")
+    # Called on a library thread, it made a coroutine that nothing awaited: the callback never ran.
+    if fn is not None and (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))):
+        raise InvalidArgumentError(f"{what}: {name} is an async function; callbacks run on a library thread, which has "
+                                   f"no event loop: pass a plain function (it may hand its argument to your loop "
+                                   f"with loop.call_soon_threadsafe)")
 
 
 def integer(name, value, minimum=None, maximum=None):

@@ -40,7 +40,9 @@ class Consumer(Service):
     ``memory="cuda"`` with ``device=N`` receives every version into memory of CUDA device N
     (checked there before it becomes visible): views then hold device pointers, export them
     through DLPack as kDLCUDA on device N (``torch.from_dlpack(view.dlpack(name))`` or
-    ``view.tensor(name)`` give CUDA tensors), and refuse NumPy access. Needs a device (a CUDA
+    ``view.tensor(name)`` give CUDA tensors; a bool tensor comes through DLPack as uint8, which
+    has no bool type in the version used, and as torch.bool from ``tensor()``), and refuse NumPy
+    access. Needs a device (a CUDA
     build on a GPU machine, or MODELCAST_DEVICE=simulated for tests): StateError otherwise.
 
     ``on_update(view)`` and ``on_error(error)`` run on the consumer's service thread with the GIL

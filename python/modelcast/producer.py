@@ -141,6 +141,12 @@ class Producer(Service):
         for key in (metadata or {}):
             if not isinstance(key, str):
                 raise InvalidArgumentError(f"publish(): metadata key {key!r} is a {type(key).__name__}; keys are str")
+        for key, value in (metadata or {}).items():
+            # str() of a NumPy array elides all but a few of its values ("[0. 0.0005 ... 1.]").
+            if getattr(value, "ndim", 0) != 0:
+                raise InvalidArgumentError(f"publish(): metadata value of {key!r} is an array ({type(value).__name__}); "
+                                           f"values are sent as strings, and an array's str() leaves values out: "
+                                           f"send a string you made of it (json.dumps(value.tolist()))")
         meta = {text("publish(): metadata key", k): str(v) for k, v in (metadata or {}).items()}
         for key, value in meta.items():
             text(f"publish(): metadata value of {key!r}", value)

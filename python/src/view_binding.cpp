@@ -309,7 +309,8 @@ void bind_view(py::module_& m) {
         return ViewTensor{v, std::move(at.name), at.part};
       }, py::arg("name"), py::arg("part") = 0,
            "The tensor as a DLPack producer (a ViewTensor with __dlpack__ and __dlpack_device__), e.g. for "
-           "torch.from_dlpack: no copy; kDLCUDA and the device for a Consumer with memory='cuda'.")
+           "torch.from_dlpack: no copy; kDLCUDA and the device for a Consumer with memory='cuda'. A bool "
+           "tensor arrives as uint8 there (this DLPack version has no bool type): tensor() gives torch.bool.")
       .def("_dlpack", [](const ModelView& v, const py::object& name, const py::object& part) {
              const auto at = tensor_at(name, part, "_dlpack");
              return make_dlpack(v, at.name, at.part);

@@ -588,3 +588,18 @@ def test_a_producer_or_consumer_is_neither_pickled_nor_copied(endpoint):
                 with pytest.raises(TypeError, match=f"a {what} cannot be pickled or copied: it owns library threads"):
                     attempt(obj)
         assert producer.stats().versions_published == 0 and consumer.stats() is not None  # both still usable
+
+
+def test_an_async_callback_and_an_array_in_metadata_are_refused_naming_them(endpoint, producer):
+    # An async callback made a coroutine nothing awaited (it never ran); an array's str() sent a
+    # few of its values and "..." for the rest.
+    async def on_update(view):
+        pass
+
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "on_update is an async function",
+                "call_soon_threadsafe"):
+        modelcast.Consumer(endpoint, model_name="pytest", on_update=on_update)
+    producer.register("w", np.zeros(4, dtype=np.float32))
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "metadata value of 'lr'", "is an array"):
+        producer.publish(1, {"lr": np.linspace(0, 1, 2000)})
+    assert producer.publish(1, {"lr": np.float32(0.5), "note": "ok"}).version >= 1
