@@ -34,6 +34,23 @@ TEST(AxisTicks, EmptyForAnEmptyOrNonFiniteRange) {
   EXPECT_TRUE(nice_ticks(0, std::numeric_limits<double>::infinity()).values.empty());
 }
 
+// A loss varying in its last bit (stuck at ln 10) gave tick indices past 2^53, where k + 1 == k:
+// the loop never ended and took every byte of memory; a constant loss of 1e17 was drawn at NaN.
+TEST(SvgPlot, ACurveFlatToItsLastBitsOrAtAHugeValueIsDrawnWithFiniteCoordinates) {
+  EXPECT_TRUE(nice_ticks(2.302585092994046, 2.3025850929940463).values.empty());
+  for (const double level : {2.302585092994046, 1e17}) {
+    PlotData d;
+    d.observed.x = {0, 1000, 2000, 3000};
+    d.observed.y = {level, std::nextafter(level, 10 * level), level, level};
+    const auto path = (std::filesystem::temp_directory_path() / "mc_tune_plot_flat.svg").string();
+    write_svg(path, d);
+    std::ifstream in(path);
+    const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(svg.find("nan"), std::string::npos) << level;
+    EXPECT_NE(svg.find("<circle"), std::string::npos) << level;
+  }
+}
+
 TEST(SvgPlot, EscapesTextAndLabelsTicksRoundly) {
   EXPECT_EQ(escape_xml("a<b & 'c'>\"d\""), "a&lt;b &amp; &apos;c&apos;&gt;&quot;d&quot;");
   PlotData d;

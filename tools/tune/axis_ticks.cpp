@@ -23,8 +23,12 @@ AxisTicks nice_ticks(double lo, double hi, int target) {
   if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return t;
   t.step = nice_step((hi - lo) / std::max(1, target));
   const int decimals = std::max(0, -static_cast<int>(std::floor(std::log10(t.step) + 1e-9)));
-  // Multiples of step by index, so that 0.1 + 0.2 style drift never reaches a label.
-  for (double k = std::ceil(lo / t.step - 1e-9); k * t.step <= hi + 1e-9 * t.step; k += 1) {
+  // Multiples of step by index, so that 0.1 + 0.2 style drift never reaches a label. A range
+  // within the last bits of its values (a loss stuck at ln 10) gives indices past 2^53, where
+  // k + 1 == k: the loop never ended and filled the memory. No ticks then, and never thousands.
+  const double first = std::ceil(lo / t.step - 1e-9), last = std::floor(hi / t.step + 1e-9);
+  if (!(std::abs(first) < 0x1p52 && std::abs(last) < 0x1p52 && last - first < 1000)) return AxisTicks{};
+  for (double k = first; k * t.step <= hi + 1e-9 * t.step; k += 1) {
     const double v = k * t.step;
     char text[64];
     std::snprintf(text, sizeof text, "%.*f", decimals, v == 0 ? 0.0 : v);  // no "-0"

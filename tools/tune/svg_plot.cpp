@@ -127,8 +127,18 @@ void write_svg(const std::string& path, const PlotData& d) {
   extend(d.band_upper, true);
   extend(d.served, true);
   if (!std::isfinite(x0)) x0 = 0, x1 = 1, y0 = 0, y1 = 1;
-  if (x1 <= x0) x1 = x0 + 1;
-  if (y1 <= y0) y1 = y0 + 1;
+  // A range at least a millionth of its values' magnitude: at 1e17, y0 + 1 == y0 and every point
+  // was drawn at NaN; a loss varying in its last bits had a range of 1e-16.
+  const auto widen = [](double& lo, double& hi) {
+    const double least = std::max({1e-6 * std::max(std::abs(lo), std::abs(hi)), 1e-9});
+    if (hi - lo < least) {
+      const double mid = lo / 2 + hi / 2;
+      lo = mid - least / 2;
+      hi = mid + least / 2;
+    }
+  };
+  widen(x0, x1);
+  widen(y0, y1);
   const double pad = 0.05 * (y1 - y0);
   const Scale sc{x0, x1, y0 - pad, y1 + pad};
 
