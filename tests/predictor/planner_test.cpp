@@ -260,6 +260,18 @@ TEST(Baselines, EveryNStepsPublishesAtTheFirstLoggedStepOfEachEpoch) {
   EXPECT_EQ(every_n_steps_schedule(t, 2, 500), (std::vector<std::int64_t>{520, 1040}));
   EXPECT_EQ(every_candidate_schedule(t, 8), (std::vector<std::int64_t>{1170, 1300}));
   EXPECT_THROW(every_n_steps_schedule(t, 2, 0), modelcast::Error);
+  // Epochs of 1 step over a run of 1e10 steps logged at 11 points: one publish a logged point
+  // after the warm-up, found without a boundary per step (that allocated gigabytes, then failed).
+  Trajectory long_run;
+  for (int i = 0; i <= 10; ++i) {
+    long_run.steps.push_back(std::int64_t{1'000'000'000} * i);
+    long_run.loss.push_back(5.0 - 0.1 * i);
+    long_run.time_s.push_back(i);
+  }
+  const auto every_step = every_n_steps_schedule(long_run, 2, 1);
+  EXPECT_EQ(every_step, (std::vector<std::int64_t>(long_run.steps.begin() + 3, long_run.steps.end())));
+  EXPECT_EQ(every_n_steps_schedule(long_run, 2, 3'000'000'000),
+            (std::vector<std::int64_t>{3'000'000'000, 6'000'000'000, 9'000'000'000}));
 }
 
 TEST(Baselines, FixedIntervalIsNoWorseThanPublishingEverything) {
