@@ -68,6 +68,11 @@ grep -q -- "--warmup-steps: must be a step within 2^53, got '9999999999999999999
 status_is 2 evaluate --publish-steps 300 --epoch-steps 99999999999999999999
 status_is 2 evaluate --publish-steps 300 --epoch-steps 9007199254740993
 status_is 1 "$tune" evaluate --log "$log" --warmup-steps 999999 --publish-cost 2 --update-latency 1 --publish-steps 300
+# A step that is not a number and an option the log does not replace are usage errors too.
+status_is 2 evaluate --publish-steps abc
+status_is 2 evaluate --publish-steps 3e3
+status_is 2 "$tune" plan --log "$log" --warmup-steps 200 --publish-cost 2 --update-latency 1
+grep -q -- "--total-steps is required (the log does not say)" "$dir/err" || fail "missing --total-steps not named"
 status_is 0 "$tune" --help
 status_is 0 "$tune" plan --help
 

@@ -152,11 +152,18 @@ int main(int argc, char** argv) {
 
   if (auto status = modelcast::parse_command_line(app, argc, argv)) return *status;
   args.progress = args.progress || isatty(STDERR_FILENO) != 0;
+  std::vector<std::int64_t> steps;
+  try {
+    if (*evaluate) steps = parse_steps(publish_steps);
+  } catch (const std::exception& e) {  // a value that is not a step: a usage error, as CLI11's are
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
   try {
     nlohmann::json result;
     if (*plan) result = modelcast::tune::run_plan(args);
     else if (*replay) result = modelcast::tune::run_replay(args);
-    else result = modelcast::tune::run_evaluate(args, parse_steps(publish_steps));
+    else result = modelcast::tune::run_evaluate(args, steps);
     if (json) std::cout << result.dump(2) << "\n";
     else std::cout << modelcast::tune::render_text(result);
     // Buffered output fails at the flush (a full disk, /dev/full, a closed pipe): the result is
@@ -170,6 +177,9 @@ int main(int argc, char** argv) {
       for (const auto& w : result["warnings"]) std::cerr << "warning: " << w.get<std::string>() << "\n";
     if (result.contains("warning")) std::cerr << "warning: " << result["warning"].get<std::string>() << "\n";
     return 0;
+  } catch (const modelcast::tune::UsageError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return 1;

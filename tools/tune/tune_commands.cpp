@@ -314,7 +314,7 @@ Json run_plan(const CommonArgs& a) {
   if (a.warmup_step) prefix.resize(warmup_index_of(log, *a.warmup_step) + 1);
   if (prefix.size() < 2) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "too few points before the warm-up step (need at least 2)");
   const std::int64_t total = a.total_steps ? *a.total_steps : (log.total_steps ? *log.total_steps : 0);
-  if (total <= 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--total-steps is required (the log does not say)");
+  if (total <= 0) throw UsageError("--total-steps is required (the log does not say)");
   if (total <= prefix.back().step) {
     // Named by where each number came from: with neither option given, the log simply reaches
     // the run's end, and nothing is left to plan.

@@ -5,10 +5,17 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 namespace modelcast::tune {
+
+// An option the command needs and was not given, found only once the log is read (exit 2, as
+// CLI11's own usage errors; other errors are the input's, exit 1).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 struct CommonArgs {
   std::string log_path;
