@@ -41,6 +41,12 @@ refused "--run= gives no value" evaluate --run= --publish-steps 300
 refused "--log is given an empty value" "$tune" evaluate --log "" --warmup-steps 200 --publish-cost 2 \
   --update-latency 1 --publish-steps 300
 
+# A clock standing still before the warm-up (it starts later): the plan forecast the rest of the
+# run to take microseconds and published nothing, exit 0.
+printf 'step,loss,time_s\n0,5,0\n100,4,0\n200,3.5,0\n300,3.2,10\n400,3,20\n500,2.9,30\n' > "$dir/flat.csv"
+refused "time_s does not advance before the warm-up step (0 s at step 0, 0 s at step 200)" "$tune" plan \
+  --log "$dir/flat.csv" --warmup-steps 200 --total-steps 1000 --publish-cost 2 --update-latency 1
+
 # One exit status per outcome: 2 for every usage error (CLI11's own codes were 104 to 114, one
 # per kind of error), 1 for input the command cannot use, 0 for --help.
 status_is() {

@@ -313,6 +313,15 @@ Json run_plan(const CommonArgs& a) {
   std::vector<mp::CurvePoint> prefix = log.points;
   if (a.warmup_step) prefix.resize(warmup_index_of(log, *a.warmup_step) + 1);
   if (prefix.size() < 2) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "too few points before the warm-up step (need at least 2)");
+  // The plan sees only the prefix, and forecasts the run's time from it: a clock that stood still
+  // there forecast the rest of the run to take microseconds, and the plan published nothing.
+  if (!(prefix.back().time_s > prefix.front().time_s)) {
+    std::ostringstream why;
+    why << a.log_path << ": time_s does not advance before the warm-up step (" << prefix.front().time_s
+        << " s at step " << prefix.front().step << ", " << prefix.back().time_s << " s at step " << prefix.back().step
+        << "): a plan forecasts the run's time from it";
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
+  }
   const std::int64_t total = a.total_steps ? *a.total_steps : (log.total_steps ? *log.total_steps : 0);
   if (total <= 0) throw UsageError("--total-steps is required (the log does not say)");
   if (total <= prefix.back().step) {
