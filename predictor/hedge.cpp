@@ -493,7 +493,9 @@ RegretSpread regret_spread(std::span<const CurvePoint> prefix, std::size_t warmu
     const double ours = evaluate_cil(p.curve, warmup_index, costs, publish_steps);
     ++out.pairs;
     if (none - best <= 1e-9 * std::abs(none)) continue;
-    regrets.emplace_back(100.0 * (ours - best) / (none - best), p.weight);
+    // Below 0 only by rounding (the best is the exact plan on that scenario): a tie.
+    const double regret = 100.0 * (ours - best) / (none - best);
+    regrets.emplace_back(regret < 0 && regret > -1e-6 ? 0.0 : regret, p.weight);
     shortfall += p.weight * (ours - best);
     gain += p.weight * (none - best);
   }

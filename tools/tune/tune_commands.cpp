@@ -224,7 +224,11 @@ std::string regret_text(double pct) {
 // compared with the size of the no-publish CIL: losses (and so CIL) may be negative.
 Json regret_pct_json(double cil, double best, double none) {
   const double gain = none - best;
-  return gain > 1e-12 * std::abs(none) ? Json(100.0 * (cil - best) / gain) : Json();
+  if (!(gain > 1e-12 * std::abs(none))) return Json();
+  // Nothing beats the optimum: below 0 is the rounding of two sums of the same schedule's CIL
+  // (-9e-13 % was printed), shown as the tie it is.
+  const double pct = 100.0 * (cil - best) / gain;
+  return Json(pct < 0 && pct > -1e-6 ? 0.0 : pct);
 }
 
 Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double stall_s) {
