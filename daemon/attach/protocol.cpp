@@ -160,6 +160,18 @@ Request decode_request(std::span<const char> bytes) {
   return r;
 }
 
+std::optional<std::uint64_t> hold_in_reply(std::span<const char> bytes) noexcept {
+  try {
+    auto handle = unpack(bytes);
+    Fields f(handle.get());
+    if (f.get<int>("code") != 0 || !f.find("hold")) return std::nullopt;
+    const auto hold = f.get<std::uint64_t>("hold");
+    return hold != 0 ? std::optional(hold) : std::nullopt;
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
 Reply decode_reply(std::span<const char> bytes) {
   auto handle = unpack(bytes);
   Fields f(handle.get());

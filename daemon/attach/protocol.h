@@ -79,6 +79,10 @@ std::vector<char> encode(const Reply& reply);
 // Both throw modelcast::Error(kProtocol) naming what is wrong; they bound every container.
 Request decode_request(std::span<const char> bytes);
 Reply decode_reply(std::span<const char> bytes);
+// The hold a version reply carries, read as leniently as can be (nullopt: none, or not even a
+// map): a reply decode_reply refuses (a dtype this client does not know) may still hold a
+// version for the client, which must release it or the daemon keeps its buffer pinned.
+std::optional<std::uint64_t> hold_in_reply(std::span<const char> bytes) noexcept;
 // The short message that says the reply is in a memfd.
 std::vector<char> encode_manifest_in_fd();
 

@@ -202,10 +202,22 @@ class Client::Impl {
         for (int fd : fds) close(fd);
       }
     } closer{fds};
-    auto reply = modelcastd::attach::decode_reply(answer);
-    if (reply.manifest_in_fd) {
-      if (fds.size() != 2) throw Error(ErrorCode::kProtocol, "modelcastd: a manifest in a memfd came without it");
-      reply = modelcastd::attach::decode_reply(read_all(fds[1]));
+    modelcastd::attach::Reply reply;
+    std::vector<char> in_memfd;
+    try {
+      reply = modelcastd::attach::decode_reply(answer);
+      if (reply.manifest_in_fd) {
+        if (fds.size() != 2) throw Error(ErrorCode::kProtocol, "modelcastd: a manifest in a memfd came without it");
+        in_memfd = read_all(fds[1]);
+        reply = modelcastd::attach::decode_reply(in_memfd);
+      }
+    } catch (const Error&) {
+      // Refused, it may still hold a version for this client: released, or the daemon kept its
+      // buffer pinned for good (and updates waited on it).
+      if (auto hold = modelcastd::attach::hold_in_reply(in_memfd.empty() ? std::span<const char>(answer) : in_memfd)) {
+        connection->release(*hold);
+      }
+      throw;
     }
     int fd = fds.empty() ? -1 : fds[0];
     if (reply.code != 0) throw Error(static_cast<ErrorCode>(reply.code), "modelcastd: " + reply.error);

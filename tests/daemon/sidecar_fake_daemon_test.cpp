@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -125,6 +126,34 @@ TEST(SidecarAgainstAFakeDaemon, AVersionOlderThanAskedForIsRefusedAndItsHoldRele
   const auto error = error_of(call);
   EXPECT_NE(error.find("asked for version 5 or newer, it answered with version 1"), std::string::npos) << error;
   EXPECT_EQ(error.rfind("protocol", 0), 0u) << error;
+}
+
+// A reply the client cannot decode (a newer daemon's dtype) still held a version: it was never
+// released, and pinned the daemon's buffer for good.
+TEST(SidecarAgainstAFakeDaemon, AVersionReplyTheClientCannotReadIsReleasedAllTheSame) {
+  ScratchDir dir;
+  FakeDaemon daemon(dir / "a.sock");
+  auto call = std::async(std::launch::async, [&] {
+    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
+    (void)client.acquire();
+  });
+  const int fd = daemon.accept_next();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(FakeDaemon::next_request(fd));
+  auto message = attach::encode(version_reply(1, 80));
+  // The tensor's dtype "f32" (a 3-byte msgpack string) renamed to one this client does not know.
+  const std::string f32 = "\xa3" "f32";
+  auto at = std::search(message.begin(), message.end(), f32.begin(), f32.end());
+  ASSERT_NE(at, message.end());
+  *(at + 1) = 'q';
+  Buffer buffer(true);
+  ASSERT_TRUE(attach::send_message(fd, message, std::vector<int>{buffer.fd}));
+  auto release = FakeDaemon::next_request(fd);
+  ASSERT_TRUE(release) << "the hold of a reply the client could not read was never released";
+  EXPECT_EQ(release->op, attach::Request::Op::kRelease);
+  EXPECT_EQ(release->hold, 80u);
+  const auto error = error_of(call);
+  EXPECT_NE(error.find("unknown dtype"), std::string::npos) << error;
 }
 
 // A buffer the daemon could still shrink: mapped, and cut short later, reading it ended the
