@@ -101,7 +101,7 @@ void check_listener(int fd, const std::string& path) {
                              "): another user may have bound the path while modelcastd was down; not attaching");
 }
 
-bool send_message(int fd, std::span<const char> message, std::span<const int> fds) {
+bool send_message(int fd, std::span<const char> message, std::span<const int> fds, bool wait) {
   iovec iov{const_cast<char*>(message.data()), message.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -121,7 +121,7 @@ bool send_message(int fd, std::span<const char> message, std::span<const int> fd
     std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
   }
   for (;;) {
-    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+    ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | (wait ? 0 : MSG_DONTWAIT));
     if (n == static_cast<ssize_t>(message.size())) return true;
     if (n < 0 && errno == EINTR) continue;
     return false;

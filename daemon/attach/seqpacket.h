@@ -38,8 +38,9 @@ void check_listener(int fd, const std::string& path);
 inline constexpr std::size_t kMaxFdsPerMessage = 2;
 
 // Sends one message with `fds` (at most kMaxFdsPerMessage) attached. Returns false if the peer
-// is gone or the message does not fit (errno set); never raises SIGPIPE.
-bool send_message(int fd, std::span<const char> message, std::span<const int> fds = {});
+// is gone or the message does not fit (errno set), and with `wait` false also when the socket
+// has no room for it now (errno EAGAIN) instead of waiting; never raises SIGPIPE.
+bool send_message(int fd, std::span<const char> message, std::span<const int> fds = {}, bool wait = true);
 
 // Receives one message into `message` and the descriptors that came with it into `fds` (the
 // caller owns them; close-on-exec). Returns false at end of stream (errno ECONNRESET) or on

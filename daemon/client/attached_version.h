@@ -33,6 +33,11 @@ struct Connection {
   // the last view lets go). request_mutex.
   bool broken = false;
   std::mutex send_mutex;     // whole messages on the socket (releases come from any thread)
+  // Releases the socket had no room for (a daemon that reads nothing: stopped, or hung): sent
+  // before the next request. A view's release never waits on the daemon. send_mutex.
+  std::vector<std::uint64_t> unsent_releases;
+  // Sends the unsent releases while the socket has room; false if some are left. send_mutex held.
+  bool flush_releases();
   std::mutex cache_mutex;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<Mapping>>> mappings;  // by buffer id; cache_mutex
   ~Connection();

@@ -33,16 +33,28 @@ Connection::~Connection() {
 
 void Connection::release(std::uint64_t hold) noexcept {
   try {
+    std::lock_guard lock(send_mutex);
+    unsent_releases.push_back(hold);
+    flush_releases();  // never waits: left for the next request if the socket is full
+  } catch (...) {
+    // Out of memory: the hold is released when the connection closes.
+  }
+}
+
+bool Connection::flush_releases() {
+  while (!unsent_releases.empty()) {
     modelcastd::attach::Request request;
     request.op = modelcastd::attach::Request::Op::kRelease;
-    request.hold = hold;
-    auto message = modelcastd::attach::encode(request);
-    std::lock_guard lock(send_mutex);
-    // A daemon that is gone has released every hold of this connection already.
-    modelcastd::attach::send_message(fd, message);
-  } catch (...) {
-    // Out of memory while encoding: the hold is released when the connection closes.
+    request.hold = unsent_releases.front();
+    if (!modelcastd::attach::send_message(fd, modelcastd::attach::encode(request), {}, /*wait=*/false)) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+      // A daemon that is gone has released every hold of this connection already.
+      unsent_releases.clear();
+      return true;
+    }
+    unsent_releases.erase(unsent_releases.begin());
   }
+  return true;
 }
 
 }  // namespace detail
@@ -170,13 +182,29 @@ class Client::Impl {
       if (connection->broken) throw Lost{"an earlier request on its connection failed half-way"};
       // Marked broken until the answer is in, so an exception half-way leaves it marked.
       connection->broken = true;
-      {
-        std::lock_guard lock(connection->send_mutex);
-        if (!modelcastd::attach::send_message(connection->fd, message)) throw Lost{std::strerror(errno)};
-      }
       // The daemon answers by the deadline; the margin covers a loaded machine.
-      pollfd p{connection->fd, POLLIN, 0};
       const int wait_ms = static_cast<int>(timeout.count() + 10'000);  // timeout <= kLongestWait
+      const auto answer_due = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+      {
+        // Releases first, then the request, each waiting for room only until the answer is due:
+        // a daemon that reads nothing (stopped) held this call, and every view's release, for ever.
+        std::lock_guard lock(connection->send_mutex);
+        const auto room_until_due = [&] {
+          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(answer_due - std::chrono::steady_clock::now());
+          pollfd room{connection->fd, POLLOUT, 0};
+          int ready;
+          do {
+            ready = poll(&room, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+          } while (ready < 0 && errno == EINTR);
+          if (ready <= 0) gone("it reads no requests (its socket stayed full)");
+        };
+        while (!connection->flush_releases()) room_until_due();
+        while (!modelcastd::attach::send_message(connection->fd, message, {}, /*wait=*/false)) {
+          if (errno != EAGAIN && errno != EWOULDBLOCK) throw Lost{std::strerror(errno)};
+          room_until_due();
+        }
+      }
+      pollfd p{connection->fd, POLLIN, 0};
       int ready;
       do {
         ready = poll(&p, 1, wait_ms);

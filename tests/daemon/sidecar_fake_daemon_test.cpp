@@ -156,6 +156,63 @@ TEST(SidecarAgainstAFakeDaemon, AVersionReplyTheClientCannotReadIsReleasedAllThe
   EXPECT_NE(error.find("unknown dtype"), std::string::npos) << error;
 }
 
+// A daemon that reads nothing (stopped, hung) once its socket is full: dropping a view blocked in
+// its release, for as long as the daemon read nothing, and held every other thread's acquire.
+// Releases the socket has no room for wait for the next request, which sends them first.
+TEST(SidecarAgainstAFakeDaemon, DroppingViewsNeverWaitsOnADaemonThatReadsNothing) {
+  ScratchDir dir;
+  FakeDaemon daemon(dir / "a.sock");
+  constexpr std::uint64_t kViews = 2000;  // far more releases than the socket holds
+  std::promise<void> all_acquired, dropped;
+  std::promise<std::string> last;
+  auto client_thread = std::async(std::launch::async, [&] {
+    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
+    std::vector<modelcast::sidecar::View> views;
+    for (std::uint64_t i = 0; i < kViews; ++i) views.push_back(client.acquire());
+    all_acquired.set_value();
+    views.clear();  // every release, the daemon reading none
+    dropped.set_value();
+    try {
+      (void)client.acquire();  // sends the releases left, then its request
+      last.set_value("");
+    } catch (const modelcast::Error& e) {
+      last.set_value(e.what());
+    }
+  });
+  // On a failure below, the client may be blocked sending: the connection is cut before the
+  // test waits for the client's thread (destroyed after this guard).
+  struct CutOnExit {
+    int fd = -1;
+    ~CutOnExit() {
+      if (fd >= 0) shutdown(fd, SHUT_RDWR);
+    }
+  } cut;
+  const int fd = daemon.accept_next();
+  ASSERT_GE(fd, 0);
+  cut.fd = fd;
+  Buffer buffer(true);
+  for (std::uint64_t i = 1; i <= kViews; ++i) {
+    auto request = FakeDaemon::next_request(fd);
+    ASSERT_TRUE(request);
+    ASSERT_EQ(request->op, attach::Request::Op::kAcquire);
+    ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, i)), std::vector<int>{buffer.fd}));
+  }
+  ASSERT_EQ(all_acquired.get_future().wait_for(30s), std::future_status::ready);
+  ASSERT_EQ(dropped.get_future().wait_for(30s), std::future_status::ready) << "dropping views waited on the daemon";
+  // The daemon reads again: every release comes, then the request.
+  std::uint64_t released = 0;
+  for (;;) {
+    auto request = FakeDaemon::next_request(fd);
+    ASSERT_TRUE(request) << released << " releases came, then nothing";
+    if (request->op == attach::Request::Op::kAcquire) break;
+    ++released;
+  }
+  EXPECT_EQ(released, kViews);
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(2, kViews + 1)), std::vector<int>{buffer.fd}));
+  EXPECT_EQ(last.get_future().get(), "");
+  client_thread.get();
+}
+
 // A buffer the daemon could still shrink: mapped, and cut short later, reading it ended the
 // inference process with SIGBUS.
 TEST(SidecarAgainstAFakeDaemon, ABufferNotSealedAgainstShrinkingIsRefused) {
