@@ -81,9 +81,15 @@ class Producer(Service):
             self._impl.watch(name, tensor, False)
             # A view (w = base[:n]) keeps its address when its base is reallocated
             # (base.resize(..., refcheck=False)): the array that owns the memory is watched too.
+            # Through a memoryview too (np.asarray(memoryview(base))): its .obj is the array.
             owner = tensor
-            while _is_numpy_array(owner.base):
-                owner = owner.base
+            while True:
+                base = owner.base
+                if isinstance(base, memoryview):
+                    base = base.obj
+                if not _is_numpy_array(base):
+                    break
+                owner = base
             if owner is not tensor:
                 self._impl.watch(name, owner, False)
 

@@ -85,6 +85,18 @@ def test_a_tensor_whose_storage_was_replaced_is_refused_at_publish(producer):
     assert producer.stats().versions_published == 2
 
 
+def test_an_array_resized_through_a_memoryview_of_it_is_refused_at_publish(producer):
+    # The owner behind a memoryview was not watched: publish() read the freed memory (a crash).
+    base = np.ones(1 << 22, dtype=np.float32)
+    weights = np.asarray(memoryview(base))
+    producer.register("weights", weights)
+    producer.publish(1)
+    base.resize(4 << 22, refcheck=False)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'weights'", "nothing was published"):
+        producer.publish(2)
+    assert producer.stats().versions_published == 1
+
+
 def test_a_tensor_subclass_from_outside_torch_is_registered_and_watched_as_a_tensor(producer):
     # Quantization libraries subclass nn.Parameter in their own modules: such a parameter was
     # refused with DLPack's raw RuntimeError (it requires grad), and a Tensor subclass whose
