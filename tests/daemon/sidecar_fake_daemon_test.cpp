@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <optional>
 #include <string>
@@ -105,24 +106,46 @@ std::string error_of(std::future<void>& call) {
   return "";
 }
 
-TEST(SidecarAgainstAFakeDaemon, AVersionOlderThanAskedForIsRefusedAndItsHoldReleased) {
+// A fake daemon at a scratch path, and a client calling it on a thread of its own.
+class SidecarAgainstAFakeDaemon : public ::testing::Test {
+ protected:
+  // Runs `use` on a new Client of the fake daemon, on its own thread.
+  std::future<void> client_call(std::function<void(modelcast::sidecar::Client&)> use,
+                                modelcast::sidecar::ClientOptions options = {}) {
+    if (options.model.empty()) options = options_at(dir / "a.sock");
+    return std::async(std::launch::async, [options, use = std::move(use)] {
+      modelcast::sidecar::Client client(options);
+      use(client);
+    });
+  }
+  // The client's connection, once its first request is in (returned in `request`).
+  int accept_request(std::optional<attach::Request>* request = nullptr) {
+    const int fd = daemon.accept_next();
+    auto first = fd >= 0 ? FakeDaemon::next_request(fd) : std::nullopt;
+    if (request) *request = first;
+    return first ? fd : -1;
+  }
+  // The next message on `fd` is the release of `hold`.
+  static void expect_release(int fd, std::uint64_t hold) {
+    auto release = FakeDaemon::next_request(fd);
+    ASSERT_TRUE(release) << "hold " << hold << " was never released";
+    EXPECT_EQ(release->op, attach::Request::Op::kRelease);
+    EXPECT_EQ(release->hold, hold);
+  }
+
   ScratchDir dir;
-  FakeDaemon daemon(dir / "a.sock");
-  auto call = std::async(std::launch::async, [&] {
-    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
-    (void)client.wait_for_version(5, 10s);
-  });
-  const int fd = daemon.accept_next();
+  FakeDaemon daemon{dir / "a.sock"};
+};
+
+TEST_F(SidecarAgainstAFakeDaemon, AVersionOlderThanAskedForIsRefusedAndItsHoldReleased) {
+  auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.wait_for_version(5, 10s); });
+  std::optional<attach::Request> request;
+  const int fd = accept_request(&request);
   ASSERT_GE(fd, 0);
-  auto request = FakeDaemon::next_request(fd);
-  ASSERT_TRUE(request);
   EXPECT_EQ(request->min_version, 5u);
   Buffer buffer(true);
   ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, 77)), std::vector<int>{buffer.fd}));
-  auto release = FakeDaemon::next_request(fd);
-  ASSERT_TRUE(release) << "the hold of the refused version was never released";
-  EXPECT_EQ(release->op, attach::Request::Op::kRelease);
-  EXPECT_EQ(release->hold, 77u);
+  expect_release(fd, 77);
   const auto error = error_of(call);
   EXPECT_NE(error.find("asked for version 5 or newer, it answered with version 1"), std::string::npos) << error;
   EXPECT_EQ(error.rfind("protocol", 0), 0u) << error;
@@ -130,16 +153,10 @@ TEST(SidecarAgainstAFakeDaemon, AVersionOlderThanAskedForIsRefusedAndItsHoldRele
 
 // A reply the client cannot decode (a newer daemon's dtype) still held a version: it was never
 // released, and pinned the daemon's buffer for good.
-TEST(SidecarAgainstAFakeDaemon, AVersionReplyTheClientCannotReadIsReleasedAllTheSame) {
-  ScratchDir dir;
-  FakeDaemon daemon(dir / "a.sock");
-  auto call = std::async(std::launch::async, [&] {
-    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
-    (void)client.acquire();
-  });
-  const int fd = daemon.accept_next();
+TEST_F(SidecarAgainstAFakeDaemon, AVersionReplyTheClientCannotReadIsReleasedAllTheSame) {
+  auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.acquire(); });
+  const int fd = accept_request();
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(FakeDaemon::next_request(fd));
   auto message = attach::encode(version_reply(1, 80));
   // The tensor's dtype "f32" (a 3-byte msgpack string) renamed to one this client does not know.
   const std::string f32 = "\xa3" "f32";
@@ -148,10 +165,7 @@ TEST(SidecarAgainstAFakeDaemon, AVersionReplyTheClientCannotReadIsReleasedAllThe
   *(at + 1) = 'q';
   Buffer buffer(true);
   ASSERT_TRUE(attach::send_message(fd, message, std::vector<int>{buffer.fd}));
-  auto release = FakeDaemon::next_request(fd);
-  ASSERT_TRUE(release) << "the hold of a reply the client could not read was never released";
-  EXPECT_EQ(release->op, attach::Request::Op::kRelease);
-  EXPECT_EQ(release->hold, 80u);
+  expect_release(fd, 80);
   const auto error = error_of(call);
   EXPECT_NE(error.find("unknown dtype"), std::string::npos) << error;
 }
@@ -159,9 +173,7 @@ TEST(SidecarAgainstAFakeDaemon, AVersionReplyTheClientCannotReadIsReleasedAllThe
 // A daemon that reads nothing (stopped, hung) once its socket is full: dropping a view blocked in
 // its release, for as long as the daemon read nothing, and held every other thread's acquire.
 // Releases the socket has no room for wait for the next request, which sends them first.
-TEST(SidecarAgainstAFakeDaemon, DroppingViewsNeverWaitsOnADaemonThatReadsNothing) {
-  ScratchDir dir;
-  FakeDaemon daemon(dir / "a.sock");
+TEST_F(SidecarAgainstAFakeDaemon, DroppingViewsNeverWaitsOnADaemonThatReadsNothing) {
   constexpr std::uint64_t kViews = 2000;  // far more releases than the socket holds
   std::promise<void> all_acquired, dropped;
   std::promise<std::string> last;
@@ -215,37 +227,23 @@ TEST(SidecarAgainstAFakeDaemon, DroppingViewsNeverWaitsOnADaemonThatReadsNothing
 
 // A buffer the daemon could still shrink: mapped, and cut short later, reading it ended the
 // inference process with SIGBUS.
-TEST(SidecarAgainstAFakeDaemon, ABufferNotSealedAgainstShrinkingIsRefused) {
-  ScratchDir dir;
-  FakeDaemon daemon(dir / "a.sock");
-  auto call = std::async(std::launch::async, [&] {
-    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
-    (void)client.acquire();
-  });
-  const int fd = daemon.accept_next();
+TEST_F(SidecarAgainstAFakeDaemon, ABufferNotSealedAgainstShrinkingIsRefused) {
+  auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.acquire(); });
+  const int fd = accept_request();
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(FakeDaemon::next_request(fd));
   Buffer buffer(false);
   ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, 78)), std::vector<int>{buffer.fd}));
-  auto release = FakeDaemon::next_request(fd);
-  ASSERT_TRUE(release);
-  EXPECT_EQ(release->hold, 78u);
+  expect_release(fd, 78);
   const auto error = error_of(call);
   EXPECT_NE(error.find("not sealed against shrinking"), std::string::npos) << error;
 }
 
 // A reply carrying more descriptors than the protocol has was reported as "it closed the
 // connection" and the request sent again, thousands of times.
-TEST(SidecarAgainstAFakeDaemon, AReplyWithMoreDescriptorsThanTheProtocolHasIsAProtocolErrorNotARetry) {
-  ScratchDir dir;
-  FakeDaemon daemon(dir / "a.sock");
-  auto call = std::async(std::launch::async, [&] {
-    modelcast::sidecar::Client client(options_at(dir / "a.sock"));
-    (void)client.acquire();
-  });
-  const int fd = daemon.accept_next();
+TEST_F(SidecarAgainstAFakeDaemon, AReplyWithMoreDescriptorsThanTheProtocolHasIsAProtocolErrorNotARetry) {
+  auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.acquire(); });
+  const int fd = accept_request();
   ASSERT_GE(fd, 0);
-  ASSERT_TRUE(FakeDaemon::next_request(fd));
   Buffer a(true), b(true), c(true);
   const int three[] = {a.fd, b.fd, c.fd};
   // Past send_message's own limit of descriptors: the raw sendmsg.
@@ -270,15 +268,10 @@ TEST(SidecarAgainstAFakeDaemon, AReplyWithMoreDescriptorsThanTheProtocolHasIsAPr
 
 // A daemon that accepts and closes every connection at once: the client reconnects with its
 // backoff (10 ms doubling to 500 ms), not some 50,000 times a second, and gives up clearly.
-TEST(SidecarAgainstAFakeDaemon, ADaemonThatClosesEveryConnectionIsNotHammered) {
-  ScratchDir dir;
-  FakeDaemon daemon(dir / "a.sock");
+TEST_F(SidecarAgainstAFakeDaemon, ADaemonThatClosesEveryConnectionIsNotHammered) {
   auto options = options_at(dir / "a.sock");
   options.reconnect_timeout = 2s;
-  auto call = std::async(std::launch::async, [&] {
-    modelcast::sidecar::Client client(options);
-    (void)client.acquire();
-  });
+  auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.acquire(); }, options);
   int accepted = 0;
   for (;;) {
     const int fd = daemon.accept_next();
