@@ -47,6 +47,15 @@ printf 'step,loss,time_s\n0,5,0\n100,4,0\n200,3.5,0\n300,3.2,10\n400,3,20\n500,2
 refused "time_s does not advance before the warm-up step (0 s at step 0, 0 s at step 200)" "$tune" plan \
   --log "$dir/flat.csv" --warmup-steps 200 --total-steps 1000 --publish-cost 2 --update-latency 1
 
+# Negative steps: replay named an option nobody gave ("total_steps must be positive"), a reference
+# named no file.
+printf 'step,loss,time_s\n-500,5,0\n-400,4,1\n-300,3.5,2\n-200,3.2,3\n-100,3,4\n' > "$dir/negative.csv"
+refused "$dir/negative.csv: its steps start at -500; steps count training steps from 0" "$tune" replay \
+  --log "$dir/negative.csv" --warmup-steps -300 --publish-cost 2 --update-latency 1
+printf 'step,loss\n-100,5\n100,4\n200,3\n' > "$dir/negative_ref.csv"
+refused "$dir/negative_ref.csv: its steps start at -100" "$tune" plan --log "$log" --warmup-steps 200 \
+  --total-steps 1000 --publish-cost 2 --update-latency 1 --reference "$dir/negative_ref.csv"
+
 # One exit status per outcome: 2 for every usage error (CLI11's own codes were 104 to 114, one
 # per kind of error), 1 for input the command cannot use, 0 for --help.
 status_is() {

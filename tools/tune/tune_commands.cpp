@@ -71,6 +71,12 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
   o.loss_column = a.loss_column;
   o.min_points = min_points;
   auto log = mp::read_loss_log_file(a.log_path, o);
+  // Steps count training steps from 0: the forecast's curves are of the step, and replay failed
+  // on a log of negative steps naming an option nobody gave ("total_steps must be positive").
+  if (!log.points.empty() && log.points.front().step < 0)
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           a.log_path + ": its steps start at " + std::to_string(log.points.front().step) +
+                               "; steps count training steps from 0");
   if (!log.has_time) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, a.log_path + ": no time column (time_s): the workflow model needs training times");
   // Every cost is in seconds of training: a clock that never moves would score any schedule as free.
   if (log.points.size() >= 2 && !(log.points.back().time_s > log.points.front().time_s)) {
@@ -93,7 +99,12 @@ mp::ReferenceCurve load_reference(const std::string& path) {
                                     "(--run selects a run of --log only)");
   }
   auto log = mp::read_loss_log_file(path, {});
-  // Progress is step / last step: a last step at or below 0 would reverse it or divide by 0.
+  // Progress is step / last step, in [0, 1]: a step below 0 falls outside it, a last step at or
+  // below 0 would reverse it or divide by 0. Named here: the forecast's own message named no file.
+  if (log.points.front().step < 0)
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           path + ": its steps start at " + std::to_string(log.points.front().step) +
+                               "; a --reference run's progress is step / last step, in [0, 1], so its steps must be >= 0");
   if (log.points.back().step <= 0)
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                            path + ": its steps end at " + std::to_string(log.points.back().step) +
