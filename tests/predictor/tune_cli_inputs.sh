@@ -56,6 +56,12 @@ printf 'step,loss\n-100,5\n100,4\n200,3\n' > "$dir/negative_ref.csv"
 refused "$dir/negative_ref.csv: its steps start at -100" "$tune" plan --log "$log" --warmup-steps 200 \
   --total-steps 1000 --publish-cost 2 --update-latency 1 --reference "$dir/negative_ref.csv"
 
+# A clock running backwards: the error quoted times the file does not have (those after each drop
+# was bridged as a timer restart) without saying so.
+printf 'step,loss,time_s\n0,5,1000\n100,4,990\n200,3.5,980\n300,3.2,970\n' > "$dir/backwards.csv"
+refused "after 3 drop(s) of time_s were taken for timer restarts and bridged; the first: $dir/backwards.csv:3: time_s decreases" \
+  "$tune" replay --log "$dir/backwards.csv" --warmup-steps 100 --publish-cost 2 --update-latency 1
+
 # One exit status per outcome: 2 for every usage error (CLI11's own codes were 104 to 114, one
 # per kind of error), 1 for input the command cannot use, 0 for --help.
 status_is() {

@@ -82,8 +82,14 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
   if (log.points.size() >= 2 && !(log.points.back().time_s > log.points.front().time_s)) {
     std::ostringstream why;
     why << a.log_path << ": time_s does not advance (" << log.points.front().time_s << " s at step "
-        << log.points.front().step << ", " << log.points.back().time_s << " s at step " << log.points.back().step
-        << "): the workflow model needs training times";
+        << log.points.front().step << ", " << log.points.back().time_s << " s at step " << log.points.back().step;
+    // Those are the times after each drop was taken for a timer restart and bridged: the file's
+    // own times were quoted as if they were in it.
+    if (!log.warnings.empty()) {
+      why << ", after " << log.warnings.size() << " drop(s) of time_s were taken for timer restarts and bridged; "
+          << "the first: " << log.warnings.front();
+    }
+    why << "): the workflow model needs training times";
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
   return log;
