@@ -185,24 +185,24 @@ class Client::Impl {
       // The daemon answers by the deadline; the margin covers a loaded machine.
       const int wait_ms = static_cast<int>(timeout.count() + 10'000);  // timeout <= kLongestWait
       const auto answer_due = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
-      {
-        // Releases first, then the request, each waiting for room only until the answer is due:
-        // a daemon that reads nothing (stopped) held this call, and every view's release, for ever.
-        std::lock_guard lock(connection->send_mutex);
-        const auto room_until_due = [&] {
-          const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(answer_due - std::chrono::steady_clock::now());
-          pollfd room{connection->fd, POLLOUT, 0};
-          int ready;
-          do {
-            ready = poll(&room, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-          } while (ready < 0 && errno == EINTR);
-          if (ready <= 0) gone("it reads no requests (its socket stayed full)");
-        };
-        while (!connection->flush_releases()) room_until_due();
-        while (!modelcastd::attach::send_message(connection->fd, message, {}, /*wait=*/false)) {
-          if (errno != EAGAIN && errno != EWOULDBLOCK) throw Lost{std::strerror(errno)};
-          room_until_due();
+      // Releases first, then the request, each waiting for room only until the answer is due: a
+      // daemon that reads nothing (stopped) held this call, and every view's release, for ever.
+      // The room is waited for without send_mutex, so that a view's release never waits on it.
+      for (;;) {
+        {
+          std::lock_guard lock(connection->send_mutex);
+          if (connection->flush_releases()) {
+            if (modelcastd::attach::send_message(connection->fd, message, {}, /*wait=*/false)) break;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) throw Lost{std::strerror(errno)};
+          }
         }
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(answer_due - std::chrono::steady_clock::now());
+        pollfd room{connection->fd, POLLOUT, 0};
+        int ready;
+        do {
+          ready = poll(&room, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+        } while (ready < 0 && errno == EINTR);
+        if (ready <= 0) gone("it reads no requests (its socket stayed full)");
       }
       pollfd p{connection->fd, POLLIN, 0};
       int ready;
