@@ -343,8 +343,8 @@ TEST(TuneCommands, RefusesAReferenceWithoutPositiveStepsOrWithManyRuns) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
     }
   };
-  refused("step,loss\n-10,5\n0,3\n", "its steps end at 0");
-  refused("step,loss\n-20,5\n-10,3\n", "its steps end at -10");
+  refused("step,loss\n-10,5\n0,3\n", "its steps start at -10");
+  refused("step,loss\n-20,5\n-10,3\n", "its steps start at -20");
   refused("run,track,record,step,total_steps,val_loss,train_time_s\nr1,t,a,0,10,5,0\nr1,t,a,10,10,4,1\n",
           "--reference needs a single run's step,loss[,time_s] log");
   a.reference_path = write_file("mc_tune_ref.csv", "step,loss\n0,5\n10,3\n");
