@@ -1,7 +1,9 @@
 #include "daemon/attach/attach_server.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/eventfd.h>
@@ -43,10 +45,26 @@ struct AttachServer::Client {
   // A wait_for_version in progress (the client sends one request at a time).
   std::optional<Request> waiting;
   Clock::time_point deadline;
+  // A reply of ours is still unread: the client's requests are not read until it is (see run()).
+  // `recheck` grows while the client reads nothing, so a stuck client costs few wake-ups.
+  bool paused = false;
+  std::chrono::milliseconds recheck{0};
+  Clock::time_point recheck_at;
+  // Dropped, but kept open until the client has read (or discarded, by closing) what was sent.
+  bool closing = false;
   ~Client() { close(fd); }
 };
 
 namespace {
+
+// Whether the peer has yet to read something sent on `fd`. A Unix socket's SIOCOUTQ is the
+// memory of the messages sent and not yet received, which the receiver frees as it reads.
+bool has_unread_replies(int fd) {
+  int queued = 0;
+  return ioctl(fd, SIOCOUTQ, &queued) == 0 && queued > 0;
+}
+
+constexpr std::chrono::milliseconds kFirstRecheck{5}, kLongestRecheck{500};
 
 std::size_t default_max_clients() {
   rlimit limit{};
@@ -101,8 +119,22 @@ void AttachServer::count_hold(const ServedPtr& version, int delta) {
 void AttachServer::drop_client(int fd) {
   auto it = clients_.find(fd);
   if (it == clients_.end()) return;
-  for (const auto& [id, version] : it->second->holds) count_hold(version, -1);
-  clients_.erase(it);  // releases every hold of that client
+  Client& client = *it->second;
+  for (const auto& [id, version] : client.holds) count_hold(version, -1);
+  client.holds.clear();  // releases every hold of that client
+  client.waiting.reset();
+  // The descriptors in a reply the client has not read are charged to this daemon's user until
+  // they are read, even once this end is closed: a client dropped and reconnecting again and
+  // again could pile them up past the open-file limit, after which every reply's descriptor
+  // fails (ETOOMANYREFS). So a connection is closed only when nothing sent on it is unread, and
+  // until then it counts towards max_clients.
+  if (has_unread_replies(fd)) {
+    client.closing = true;
+    client.recheck = kFirstRecheck;
+    client.recheck_at = Clock::now() + client.recheck;
+    return;
+  }
+  clients_.erase(it);
   clients_count_ = clients_.size();
 }
 
@@ -117,13 +149,27 @@ void AttachServer::run() {
     fds.push_back({wake_fd_, POLLIN, 0});
     int timeout_ms =
         accepting ? -1 : static_cast<int>(std::chrono::ceil<std::chrono::milliseconds>(accept_paused_until_ - now).count());
-    for (auto& [fd, client] : clients_) {
-      fds.push_back({fd, POLLIN, 0});
-      if (client->waiting) {
-        auto left = std::chrono::ceil<std::chrono::milliseconds>(client->deadline - now).count();
-        left = std::max<long long>(left, 0);
-        timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
+    auto wake_by = [&](Clock::time_point when) {
+      auto left = std::max<long long>(std::chrono::ceil<std::chrono::milliseconds>(when - now).count(), 0);
+      timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
+    };
+    for (auto it = clients_.begin(); it != clients_.end();) {
+      Client& client = *it->second;
+      if ((client.paused || client.closing) && now >= client.recheck_at) {
+        client.paused = has_unread_replies(client.fd);
+        if (!client.paused && client.closing) {
+          it = clients_.erase(it);
+          clients_count_ = clients_.size();
+          continue;
+        }
+        client.recheck = std::min(client.recheck * 2, kLongestRecheck);
+        client.recheck_at = now + client.recheck;
       }
+      // A paused or closing client is still polled, for its hang-up: events 0 reports only that.
+      fds.push_back({client.fd, static_cast<short>(client.paused || client.closing ? 0 : POLLIN), 0});
+      if (client.paused || client.closing) wake_by(client.recheck_at);
+      if (client.waiting) wake_by(client.deadline);
+      ++it;
     }
     if (poll(fds.data(), fds.size(), timeout_ms) < 0 && errno != EINTR) {
       log->error("attach server: poll failed: {}", std::strerror(errno));
@@ -134,11 +180,27 @@ void AttachServer::run() {
       [[maybe_unused]] auto n = read(wake_fd_, &count, sizeof count);
     }
     if (fds[0].revents != 0) accept_clients();
+    now = Clock::now();
     for (std::size_t i = 2; i < fds.size(); ++i) {
       if (fds[i].revents == 0) continue;
       auto it = clients_.find(fds[i].fd);
       if (it == clients_.end()) continue;
-      if (!serve(*it->second)) drop_client(fds[i].fd);
+      Client& client = *it->second;
+      if (client.closing) {  // hung up: what it had not read went with its end
+        clients_.erase(it);
+        clients_count_ = clients_.size();
+        continue;
+      }
+      // One reply unread at most per connection (see drop_client for why): a client that sends
+      // again before reading is not read from until it has. A client waits for each answer, so
+      // only one that does not read its replies ever waits here.
+      if ((fds[i].revents & POLLIN) != 0 && has_unread_replies(client.fd)) {
+        client.paused = true;
+        client.recheck = kFirstRecheck;
+        client.recheck_at = now + client.recheck;
+        continue;
+      }
+      if (!serve(client)) drop_client(fds[i].fd);
     }
     check_waiters();
   }
@@ -146,8 +208,9 @@ void AttachServer::run() {
 
 void AttachServer::accept_clients() {
   for (;;) {
-    // Non-blocking: a client that does not read its replies fills its socket and is dropped
-    // (send fails with EAGAIN) instead of blocking this one thread, which serves every client.
+    // Non-blocking: should a client's socket ever be full (its replies are kept to one unread),
+    // the client is dropped (send fails with EAGAIN) instead of blocking this one thread, which
+    // serves every client.
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE) {

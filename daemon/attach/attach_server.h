@@ -2,6 +2,11 @@
 // a read-only memfd plus its manifest, and keeps one reference per hold until the client
 // releases it or its connection closes (so a dead client releases everything it held).
 //
+// A connection has at most one reply unread: its requests are not read until the client has read
+// the last reply, so a client that reads nothing cannot pile up descriptors in flight, which the
+// kernel charges to the daemon's user. A dropped connection stays open, counted, until its last
+// reply has been read or its client has closed.
+//
 // Threads: one server thread owns the listening socket, every client connection, their holds
 // and pending waits. notify() (any thread) wakes it when a model serves a new version.
 #pragma once

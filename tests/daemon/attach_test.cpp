@@ -2,6 +2,7 @@
 // processes while updates stream, holds that pin old versions, and a killed client's holds.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "common/shown_text.h"
 #include "daemon/attach/attach_server.h"
 #include "daemon/attach/protocol.h"
 #include "daemon/attach/seqpacket.h"
@@ -151,9 +153,13 @@ TEST_F(DaemonTest, UnknownModelIsAnInvalidArgument) {
   }
 }
 
-TEST_F(DaemonTest, AClientThatDoesNotReadItsRepliesIsDroppedAndTheOthersAreServed) {
-  // One thread serves every client. Blocking sends to a client that never read stopped it once
-  // that client's socket was full: every other client waited, and timed out.
+// One thread serves every client. Blocking sends to a client that never read stopped it once
+// that client's socket was full: every other client waited, and timed out. Then such a client
+// was dropped once its socket was full, by which time some hundred replies, each with a
+// descriptor the kernel charges to the daemon's user until read, were queued to it; a client
+// reconnecting could pile up more than the daemon's open-file limit, and from then on every
+// reply's descriptor failed. Now its requests wait, unread, while one reply is unread.
+TEST_F(DaemonTest, AClientThatDoesNotReadItsRepliesGetsOneAtATimeAndTheOthersAreServed) {
   TestProducer producer(64);
   auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
   modelcast::sidecar::Client other({socket(), "nope", 30s});  // returns once the daemon listens
@@ -167,25 +173,37 @@ TEST_F(DaemonTest, AClientThatDoesNotReadItsRepliesIsDroppedAndTheOthersAreServe
   modelcastd::attach::Request request;
   request.model = "nope";  // answered at once, with an error
   const auto message = modelcastd::attach::encode(request);
-  // Requests until the daemon drops this connection; when the socket is full, wait for room,
-  // which a daemon stuck sending to this client never makes.
-  int dropped_with = 0;
-  for (int sent = 0; sent < 1'000'000 && dropped_with == 0; ++sent) {
-    if (modelcastd::attach::send_message(flood, message)) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      dropped_with = errno;
-      break;
+  int sent = 0;
+  while (sent < 1'000'000 && modelcastd::attach::send_message(flood, message)) ++sent;
+  ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << "after " << sent << " requests: " << std::strerror(errno);
+  auto served_other = [&] {
+    try {
+      other.acquire();
+      ADD_FAILURE() << "acquire of an unconfigured model succeeded";
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << e.what();
     }
-    pollfd room{flood, POLLOUT, 0};
-    ASSERT_EQ(poll(&room, 1, 60'000), 1) << "the daemon stopped reading: it is stuck sending to this client";
+  };
+  // Each of the other client's requests takes a turn of the daemon's loop at least, and the
+  // flood's requests were all queued before: an unpaused flood would be answered on each turn.
+  for (int i = 0; i < 3; ++i) served_other();
+  modelcastd::attach::Reply refused;
+  refused.code = static_cast<int>(modelcast::ErrorCode::kInvalidArgument);
+  refused.error = "no model " + modelcast::shown_text(request.model) + " is configured";
+  const auto one_reply = static_cast<int>(modelcastd::attach::encode(refused).size());
+  int queued = -1;
+  ASSERT_EQ(ioctl(flood, FIONREAD, &queued), 0) << std::strerror(errno);  // every message's bytes
+  EXPECT_EQ(queued, one_reply) << "replies queued to a client that reads none";
+  // Read, the next request is answered.
+  for (int i = 0; i < 2; ++i) {
+    pollfd ready{flood, POLLIN, 0};
+    ASSERT_EQ(poll(&ready, 1, 60'000), 1) << "reply " << i << " never came";
+    std::vector<char> reply;
+    std::vector<int> fds;
+    ASSERT_TRUE(modelcastd::attach::receive_message(flood, reply, fds)) << std::strerror(errno);
+    EXPECT_EQ(modelcastd::attach::decode_reply(reply).code, refused.code);
   }
-  EXPECT_TRUE(dropped_with == EPIPE || dropped_with == ECONNRESET) << std::strerror(dropped_with);
-  try {
-    other.acquire();
-    FAIL() << "acquire of an unconfigured model succeeded";
-  } catch (const modelcast::Error& e) {
-    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << e.what();
-  }
+  served_other();
 }
 
 // The server's next reply on `fd` (a request for `model` sent first unless empty), code -1 "closed"
@@ -253,6 +271,40 @@ TEST(AttachServer, AConnectionPastTheCapIsToldWhyAndClosed) {
   }));
   close(clients[1]);
   close(clients[2]);
+}
+
+// A dropped connection whose last reply is unread stays open, counted against the cap, until the
+// client has read it: closed at once, the descriptors in what it had not read stayed charged to
+// the daemon's user, and a client dropped again and again could pile them up without limit.
+TEST(AttachServer, ADroppedConnectionIsClosedOnlyOnceItsClientHasReadItsLastReply) {
+  if (!spdlog::get("modelcastd")) spdlog::register_logger(std::make_shared<spdlog::logger>("modelcastd"));
+  ScratchDir dir;
+  modelcastd::attach::AttachServer server(
+      dir / "a.sock", [](const std::string&, bool& exists) { exists = false; return modelcastd::ServedPtr{}; },
+      4096, 2);
+  server.start();
+  const int dropped = modelcastd::attach::connect_to(dir / "a.sock");
+  const int other = modelcastd::attach::connect_to(dir / "a.sock");
+  ASSERT_GE(dropped, 0) << std::strerror(errno);
+  ASSERT_GE(other, 0) << std::strerror(errno);
+  const std::string garbage = "\xc1 not msgpack";
+  ASSERT_TRUE(modelcastd::attach::send_message(dropped, std::span<const char>(garbage.data(), garbage.size())));
+  // The other client's requests take turns of the server's loop; the first saw the garbage.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ask(other, "nope").code, static_cast<int>(modelcast::ErrorCode::kInvalidArgument));
+  EXPECT_EQ(server.stats().clients, 2u);
+  const int third = modelcastd::attach::connect_to(dir / "a.sock");
+  ASSERT_GE(third, 0) << std::strerror(errno);
+  EXPECT_EQ(ask(third, "").code, static_cast<int>(modelcast::ErrorCode::kResource)) << "the dropped connection was closed unread";
+  close(third);
+  const auto told = ask(dropped, "");
+  EXPECT_EQ(told.code, static_cast<int>(modelcast::ErrorCode::kProtocol)) << told.error;
+  const timeval minute{.tv_sec = 60, .tv_usec = 0};
+  ASSERT_EQ(setsockopt(dropped, SOL_SOCKET, SO_RCVTIMEO, &minute, sizeof minute), 0);
+  char byte;
+  EXPECT_EQ(recv(dropped, &byte, 1, 0), 0) << "read, the dropped connection was not closed";
+  close(dropped);
+  EXPECT_TRUE(testing_support::eventually([&] { return server.stats().clients == 1u; }));
+  close(other);
 }
 
 // A client sending what is not a request is told why and dropped; clients can do that at will,
