@@ -1,11 +1,14 @@
-// The sidecar client: requests on one SOCK_SEQPACKET connection, one read-only mapping per
-// daemon buffer (cached, so attaching costs a message round trip whatever the model's size).
-// A connection the daemon closed (it restarted) is replaced on the next request; the mapping
+// The sidecar client: requests on SOCK_SEQPACKET connections, one read-only mapping per daemon
+// buffer and connection (cached, so attaching costs a message round trip whatever the model's
+// size). The daemon answers a connection's requests in order, so each request in flight has a
+// connection of its own: one taken from the idle ones, or a new one when all are busy (a thread's
+// long wait_for_version would otherwise hold every other thread's call). A connection the daemon
+// closed (it restarted) is given up with the idle ones, which went to the same daemon; the mapping
 // cache belongs to a connection, since a new daemon numbers its buffers afresh.
 //
-// Threads: any thread may call acquire/wait_for_version; Impl::connection_mutex_ guards which
-// connection is current, each Connection's mutexes its socket and cache; views release their
-// holds from whatever thread drops them.
+// Threads: any thread may call acquire/wait_for_version; Impl::idle_mutex_ guards the idle
+// connections, Impl::connect_mutex_ serialises making new ones, each Connection's mutexes its
+// socket and cache; views release their holds from whatever thread drops them.
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -71,8 +74,9 @@ class Client::Impl {
 
   // Connects for the first time, retrying until `timeout` (the daemon may still be starting).
   void connect_first(std::chrono::milliseconds timeout) {
-    std::lock_guard lock(connection_mutex_);
-    connection_ = connect(timeout, "cannot connect to modelcastd at '" + socket_path + "'");
+    auto connection = connect(timeout, "cannot connect to modelcastd at '" + socket_path + "'");
+    std::lock_guard lock(idle_mutex_);
+    idle_.push_back(std::move(connection));
   }
 
   // Asks for a version >= min_version, waiting up to `timeout`. A connection the daemon closed
@@ -83,15 +87,24 @@ class Client::Impl {
     std::optional<std::chrono::steady_clock::time_point> first_loss;
     auto pause = std::chrono::milliseconds(10);  // before reconnecting: 10 ms doubling to 500 ms
     for (;;) {
-      auto connection = current();
+      auto connection = take();
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - std::chrono::steady_clock::now());
       left = std::max(left, std::chrono::milliseconds(0));
       try {
-        View view = exchange(connection, min_version, std::min(left, modelcastd::attach::kLongestWait));
+        struct GiveBack {  // a connection that failed half-way (broken) is not used again
+          Impl& impl;
+          std::shared_ptr<Connection>& connection;
+          ~GiveBack() { impl.give_back(std::move(connection)); }
+        };
+        View view;
+        {
+          GiveBack give_back_after{*this, connection};
+          view = exchange(connection, min_version, std::min(left, modelcastd::attach::kLongestWait));
+        }
         // The daemon ends a wait at kLongestWait: a longer one is asked again for the rest.
         if (view || left <= modelcastd::attach::kLongestWait) return view;
       } catch (const Lost& lost) {
-        forget(connection, lost.why);
+        forget_idle(lost.why);
         // A daemon that accepts and then drops every connection would otherwise keep us here.
         auto now = std::chrono::steady_clock::now();
         if (!first_loss) first_loss = now;
@@ -110,24 +123,45 @@ class Client::Impl {
     std::string why;
   };
 
-  // The current connection, or a new one when the last was lost. Throws Error(kTransport)
-  // once reconnect_timeout passes without the daemon accepting.
-  std::shared_ptr<Connection> current() {
-    std::lock_guard lock(connection_mutex_);
-    if (!connection_) {
-      connection_ = connect(reconnect_timeout, "modelcastd at '" + socket_path + "' went away (" + lost_why_ +
-                                                   ") and did not come back within " +
-                                                   std::to_string(reconnect_timeout.count()) + " ms");
+  // An idle connection, or a new one when every one is busy or the last was lost. Throws
+  // Error(kTransport) once reconnect_timeout passes without the daemon accepting.
+  std::shared_ptr<Connection> take() {
+    std::string failure;
+    {
+      std::lock_guard lock(idle_mutex_);
+      if (!idle_.empty()) {
+        auto connection = std::move(idle_.back());  // the most recently used: its mappings are warm
+        idle_.pop_back();
+        return connection;
+      }
+      failure = lost_why_.empty() ? "cannot open another connection to modelcastd at '" + socket_path + "' within " +
+                                        std::to_string(reconnect_timeout.count()) + " ms"
+                                  : "modelcastd at '" + socket_path + "' went away (" + lost_why_ +
+                                        ") and did not come back within " + std::to_string(reconnect_timeout.count()) +
+                                        " ms";
     }
-    return connection_;
+    // One thread at a time waits for a daemon that is not there; the others wait on it.
+    std::lock_guard lock(connect_mutex_);
+    auto connection = connect(reconnect_timeout, failure);
+    std::lock_guard idle(idle_mutex_);
+    lost_why_.clear();
+    return connection;
   }
 
-  void forget(const std::shared_ptr<Connection>& lost, const std::string& why) {
-    std::lock_guard lock(connection_mutex_);
-    if (connection_ == lost) {  // another thread may have replaced it already
-      connection_.reset();
-      lost_why_ = why;
-    }
+  // Kept for the next request unless it failed half-way; a few idle ones at most, since each
+  // keeps its own mappings (views keep their connection alive as long as they need it).
+  void give_back(std::shared_ptr<Connection> connection) {
+    if (connection->broken) return;
+    std::lock_guard lock(idle_mutex_);
+    if (idle_.size() < kMostIdleConnections) idle_.push_back(std::move(connection));
+  }
+
+  // The daemon closed a connection: the idle ones went to the same daemon, so they go too
+  // (each tried in turn would cost the caller a lost request and a pause).
+  void forget_idle(const std::string& why) {
+    std::lock_guard lock(idle_mutex_);
+    idle_.clear();
+    lost_why_ = why;
   }
 
   // Why connecting failed: a path that is there but is no socket is named as what it is (it said
@@ -317,9 +351,11 @@ class Client::Impl {
     return mapping;
   }
 
-  std::mutex connection_mutex_;              // guards the two below, and serialises reconnecting
-  std::shared_ptr<Connection> connection_;   // null after a loss, until the next request
-  std::string lost_why_;                     // why the last connection was given up
+  static constexpr std::size_t kMostIdleConnections = 4;
+  std::mutex idle_mutex_;                          // guards the two below
+  std::vector<std::shared_ptr<Connection>> idle_;  // connected, no request in flight
+  std::string lost_why_;                           // why the last connection was given up, until one is made
+  std::mutex connect_mutex_;                       // one thread connects at a time
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {

@@ -75,10 +75,10 @@ class MODELCAST_API Client {
 
   // The newest version the daemon serves, or an empty view before the first. Each buffer is
   // mapped once and the mapping cached, so the cost does not grow with the model's size.
-  // Thread-safe, but requests on one connection are serialised (the daemon answers them in
-  // order): while another thread's wait_for_version waits on this Client, this call waits for it
-  // too, whatever its own timeout. Give each thread that waits its own Client. A restarted daemon is reconnected
-  // to transparently; views held from before stay valid. Throws Error(kTransport) if the daemon
+  // Thread-safe: each call in flight has a connection of its own (the daemon answers one
+  // connection's requests in order), so one thread's long wait_for_version delays no other call;
+  // a few idle connections are kept, each mapping buffers on its own. A restarted daemon is
+  // reconnected to transparently; views held from before stay valid. Throws Error(kTransport) if the daemon
   // stays gone for reconnect_timeout or does not answer, Error(kInvalidArgument) if it does not
   // serve the model.
   View acquire() const;

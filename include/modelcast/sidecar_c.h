@@ -35,8 +35,8 @@ MODELCAST_API void mcs_client_close(mcs_client_t* client);
  * MC_ERR_INVALID_ARGUMENT (model not served). */
 MODELCAST_API mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out);
 /* Waits for a version >= `version`: MC_OK with *out set, or MC_ERR_TIMEOUT with *out NULL.
- * Reconnects like mcs_acquire. Calls on one client are served one at a time: another thread's
- * call waits for this wait to end, whatever its timeout (a client per waiting thread). */
+ * Reconnects like mcs_acquire. Other threads' calls on the same client do not wait for it (each
+ * call in flight has a connection of its own). */
 MODELCAST_API mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int64_t timeout_ms,
                                              mcs_view_t** out);
 

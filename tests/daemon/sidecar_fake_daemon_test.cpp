@@ -40,10 +40,10 @@ class FakeDaemon {
     for (int fd : connections_) close(fd);
     close(listener_);
   }
-  // The next connection, or -1 after 30 s.
-  int accept_next() {
+  // The next connection, or -1 after `wait`.
+  int accept_next(std::chrono::milliseconds wait = 30s) {
     pollfd ready{listener_, POLLIN, 0};
-    if (poll(&ready, 1, 30'000) != 1) return -1;
+    if (poll(&ready, 1, static_cast<int>(wait.count())) != 1) return -1;
     const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd >= 0) connections_.push_back(fd);
     return fd;
@@ -273,13 +273,13 @@ TEST_F(SidecarAgainstAFakeDaemon, ADaemonThatClosesEveryConnectionIsNotHammered)
   options.reconnect_timeout = 2s;
   auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.acquire(); }, options);
   int accepted = 0;
-  for (;;) {
-    const int fd = daemon.accept_next();
-    if (fd < 0) break;
+  // Until the call ends: waiting for a connection that never comes took 30 s more.
+  const auto give_up = std::chrono::steady_clock::now() + 60s;
+  while (call.wait_for(0s) != std::future_status::ready && std::chrono::steady_clock::now() < give_up) {
+    const int fd = daemon.accept_next(100ms);
+    if (fd < 0) continue;
     ++accepted;
-    if (!FakeDaemon::next_request(fd)) break;  // the client gave up on its last connection
-    shutdown(fd, SHUT_RDWR);
-    if (call.wait_for(0s) == std::future_status::ready) break;
+    if (FakeDaemon::next_request(fd)) shutdown(fd, SHUT_RDWR);  // else the client gave up on it
   }
   const auto error = error_of(call);
   EXPECT_NE(error.find("again after reconnecting for 2000 ms"), std::string::npos) << error;
@@ -287,6 +287,33 @@ TEST_F(SidecarAgainstAFakeDaemon, ADaemonThatClosesEveryConnectionIsNotHammered)
   // thousands.
   EXPECT_LE(accepted, 30) << "connections in 2 s";
   EXPECT_GE(accepted, 2);
+}
+
+// The daemon answers a connection's requests in order, and the client had one connection: while
+// one thread's wait_for_version waited, another thread's acquire waited behind it, whatever its
+// own timeout. Each request in flight now has a connection of its own.
+TEST_F(SidecarAgainstAFakeDaemon, OneThreadsLongWaitHoldsUpNoOtherThreadsCall) {
+  modelcast::sidecar::Client client(options_at(dir / "a.sock"));
+  auto waiting = std::async(std::launch::async, [&] { return client.wait_for_version(5, 120s); });
+  std::optional<attach::Request> wait;
+  const int first = accept_request(&wait);
+  ASSERT_GE(first, 0);
+  EXPECT_EQ(wait->min_version, 5u);
+  // The wait is with the daemon, unanswered: an acquire on another thread goes ahead.
+  auto acquired = std::async(std::launch::async, [&] { return client.acquire(); });
+  std::optional<attach::Request> acquire;
+  const int second = accept_request(&acquire);
+  ASSERT_GE(second, 0) << "the acquire never reached the daemon: it waited for the other thread's wait";
+  EXPECT_EQ(acquire->min_version, 0u);
+  ASSERT_TRUE(attach::send_message(second, attach::encode(attach::Reply{})));  // no version yet
+  EXPECT_TRUE(acquired.get().empty());
+  Buffer buffer(true);
+  ASSERT_TRUE(attach::send_message(first, attach::encode(version_reply(5, 9)), std::vector<int>{buffer.fd}));
+  auto view = waiting.get();
+  ASSERT_FALSE(view.empty());
+  EXPECT_EQ(view.version(), 5u);
+  view = {};
+  expect_release(first, 9);  // on the connection that holds it
 }
 
 }  // namespace
