@@ -24,6 +24,7 @@
 
 #include "core/repository/repository.h"
 #include "common/shown_text.h"
+#include "modelcast/types.h"
 #include "core/wire/socket_directory.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
@@ -230,15 +231,11 @@ bool loopback_host(const std::string& host) {
 // What the consumer refuses in a tensor name of its wants and conversions when the model starts
 // (name_problem in the library): --check and a reload refuse it first, or a reload stopped the
 // model serving and then could not start it again.
+// The consumer's own rule (modelcast::name_problem), checked here so that --check and a reload
+// refuse what the consumer would refuse when the model starts.
 void check_tensor_name(const Reader& r, const toml::node& node, const std::string& key, const std::string& name) {
-  constexpr std::size_t kMaxNameBytes = 4096;  // the library's ManifestLimits::max_name_bytes
   if (name.empty()) r.fail(node, key, "names no tensor (\"*\" for every tensor not named)");
-  if (const auto at = modelcast::control_character_at(name); at != std::string::npos) {
-    r.fail(node, key, "has a control character at byte " + std::to_string(at));
-  }
-  if (name.size() > kMaxNameBytes) {
-    r.fail(node, key, "is " + std::to_string(name.size()) + " bytes; a tensor name has at most " + std::to_string(kMaxNameBytes));
-  }
+  if (auto why = modelcast::name_problem(name)) r.fail(node, key, *why);
 }
 
 // [model.wants]: per tensor name (or "*"), "whole", "nothing", a shard { dim, index, count } or
@@ -332,13 +329,11 @@ std::vector<modelcast::TensorConversion> read_conversions(const Reader& r, const
   return conversions;
 }
 
-// A name with a control character (NUL included) is refused: the library's consumer refuses it
-// at the start, so --check must too, and it would forge the log lines that show the name.
-void no_control_characters(const Reader& r, const toml::table& t, const std::string& prefix, const char* key,
-                           const std::string& value) {
-  if (const auto at = modelcast::control_character_at(value); at != std::string::npos) {
-    r.fail(*t.get(key), prefix + key, modelcast::shown_text(value) + " has a control character at byte " + std::to_string(at));
-  }
+// A name the consumer would refuse at the start is refused here, so that --check does; a control
+// character (NUL included) would also forge the log lines that show the name.
+void check_name(const Reader& r, const toml::table& t, const std::string& prefix, const char* key,
+                const std::string& value) {
+  if (auto why = modelcast::name_problem(value)) r.fail(*t.get(key), prefix + key, modelcast::shown_text(value) + " " + *why);
 }
 
 ModelConfig read_model(const Reader& r, const toml::table& t, const std::string& prefix) {
@@ -352,7 +347,7 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   if (auto why = modelcast::repository::model_directory_problem(model.name); why && !model.name.empty()) {
     r.fail(*t.get("name"), prefix + "name", *why);
   }
-  no_control_characters(r, t, prefix, "name", model.name);
+  check_name(r, t, prefix, "name", model.name);
   if (model.endpoint.empty()) r.fail(t, prefix + "endpoint", "is required and must not be empty");
   // Its form only, so that --check catches a typo; the library checks the rest when it connects
   // (a private directory for ipc://); a key for another host, below.
@@ -410,7 +405,7 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
   r.boolean(t, "persist", prefix, model.persist);
   r.boolean(t, "serve_peers", prefix, model.serve_peers);
   r.string(t, "group", prefix, model.group);
-  no_control_characters(r, t, prefix, "group", model.group);
+  check_name(r, t, prefix, "group", model.group);
   if (const toml::node* node = t.get("group_size")) {
     model.group_size = static_cast<std::uint32_t>(r.integer(*node, prefix + "group_size", 1, 4096));
   }

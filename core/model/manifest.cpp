@@ -68,8 +68,9 @@ void check_spec(const TensorSpec& spec, ErrorCode code) {
   }
 }
 
-// UTF-8 as RFC 3629 has it (no overlong forms, surrogates or values past U+10FFFF), by
-// utfcpp. NUL is UTF-8 too, but a C or Fortran caller's name ends there: refused as well.
+// The limit is ManifestLimits'. UTF-8 as RFC 3629 has it (no overlong forms, surrogates or values
+// past U+10FFFF), by utfcpp: consumers, and readers in C and Python, could not take other bytes.
+// NUL is UTF-8 too, but a C or Fortran caller's name ends there: refused as well.
 std::optional<std::string> name_problem(std::string_view name) {
   if (const auto limit = ManifestLimits{}.max_name_bytes; name.size() > limit) {
     return "is " + std::to_string(name.size()) + " bytes; the limit is " + std::to_string(limit);

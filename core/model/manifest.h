@@ -76,11 +76,6 @@ struct ManifestLimits {
   std::size_t max_metadata_bytes = std::size_t{1} << 20;  // keys and values together
 };
 
-// What makes `name` unusable as a tensor, model, consumer or group name (longer than
-// ManifestLimits allows, a NUL byte, not UTF-8: consumers, and readers in C and Python, could not
-// take it; a control character: logs and errors show it), or nullopt.
-std::optional<std::string> name_problem(std::string_view name);
-
 // What makes `metadata` unusable (more entries or bytes than `limits` allow; a key that is no
 // name (name_problem) or a value with a NUL byte or not UTF-8: C readers stop at the NUL and
 // Python cannot decode it), naming the entry, or nullopt. Newlines are fine in values.

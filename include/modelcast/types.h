@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace modelcast {
@@ -34,5 +35,10 @@ MODELCAST_API std::optional<DType> parse_dtype(std::string_view name) noexcept;
 
 // "host" or "cuda"; "unknown" for a value that is no MemoryKind.
 MODELCAST_API std::string_view memory_kind_name(MemoryKind kind) noexcept;
+
+// What makes `name` unusable as a tensor, model, consumer or group name, said as the end of a
+// sentence ("contains a control character at byte 3"), or nullopt: over 4096 bytes, a NUL or
+// another control character (logs and errors show names), not UTF-8. Any thread.
+MODELCAST_API std::optional<std::string> name_problem(std::string_view name);
 
 }  // namespace modelcast

@@ -215,9 +215,9 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
        "with a literal HOST"},
       // Passed --check, then the consumer refused them at the start (and the log showed them raw).
       {"[[model]]\nname = \"a\\nb\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name",
-       "'a\\x0ab' has a control character at byte 1"},
+       "'a\\x0ab' contains a control character at byte 1"},
       {"[[model]]\nname = \"a\\u0000b\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name",
-       "'a\\x00b' has a control character at byte 1"},
+       "'a\\x00b' contains a NUL byte at 1"},
       {(model + "group = \"t\\tp\"\ngroup_size = 2\nbuffers = 3\n"), 5, "model[0].group", "control character at byte 1"},
       {(model + "[model.hook]\nretries = 2\n"), 6, "model[0].hook.retries", "unknown key"},
       // Passed the check and were sent literally at every version.
@@ -255,7 +255,7 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       // Passed --check; a reload to them stopped the model and the consumer then refused them.
       {(model + "persist = false\n[model.convert]\n\"\" = \"bf16\"\n"), 7, "model[0].convert.\"\"", "names no tensor"},
       {(model + "persist = false\n[model.wants]\n\"a\\u0001b\" = \"whole\"\n"), 7, "model[0].wants.\"a\\x01b\"",
-       "has a control character at byte 1"},
+       "contains a control character at byte 1"},
       // Passed --check; the model then never started ("File name too long").
       {"[[model]]\nname = \"m\"\nendpoint = \"ipc:///run/" + std::string(200, 'a') + "\"\nmax_model_bytes = 1\n", 3,
        "model[0].endpoint", "ipc:// path is 205 bytes; a Unix socket path holds at most 107"},
