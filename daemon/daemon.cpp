@@ -108,7 +108,10 @@ void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
   };
   metrics_.model_added(model.name, writer_ && model.persist, !model.hook.empty());
   try {
-    if (writer_) {
+    // Only a model that persists writes or reads the repository: one that converts or takes a
+    // part (persist = false) would be served a whole, unconverted version from it, and group
+    // members sharing a repository would lock each other out.
+    if (writer_ && model.persist) {
       try {
         if (const auto unlocked = writer_->hold(model.name); !unlocked.empty()) log->warn("model {}: {}", model.name, unlocked);
       } catch (const modelcast::Error& e) {
@@ -122,7 +125,7 @@ void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
     // versions recovery reads, and a recovered version logged and counted after the producer's
     // had the metrics say the older one was served.
     ServedPtr initial = std::move(carried);
-    if (!initial && !config_.repository.empty()) {
+    if (!initial && !config_.repository.empty() && model.persist) {
       initial = recover_newest(config_.repository, model.name, model.max_model_bytes);
     }
     if (initial) {

@@ -18,6 +18,7 @@
 #include "core/wire/socket_directory.h"
 #include "daemon/attach/seqpacket.h"
 #include "daemon/config.h"
+#include "daemon/recovery.h"
 #include "daemon/daemon.h"
 #include "daemon/ops_http.h"
 #include "modelcast/error.h"
@@ -52,6 +53,9 @@ void check_surroundings(modelcastd::DaemonConfig& config, bool model_endpoints) 
     modelcastd::attach::check_socket_path_free(config.socket_path);  // a socket (the running daemon's) is free
   }
   if (!config.http_listen.empty()) modelcastd::check_http_host(config.http_listen);
+  if (!config.repository.empty() && std::filesystem::is_directory(config.repository)) {
+    modelcastd::check_repository_directory(config.repository);
+  }
   if (!model_endpoints) return;
   for (const auto& model : config.models) {
     const bool plaintext = model.producer_public_key.empty() && model.producer_key_file.empty();

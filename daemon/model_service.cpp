@@ -1,5 +1,7 @@
 #include "daemon/model_service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -208,8 +210,19 @@ void ModelService::serve(std::shared_ptr<ServedVersion> served, const modelcast:
     // model a reload restarted) is sent the producer's newest version when it joins, which it
     // already served from the repository or from before the reload, and installed, wrote and
     // hooked it again (Triton reloaded the same weights).
-    if (current_ && current_->manifest.incarnation == m.incarnation && current_->manifest.version >= m.version) {
-      return;
+    if (current_ && current_->manifest.incarnation == m.incarnation) {
+      const auto served_version = current_->manifest.version;
+      // A version read from the repository that is newer than what its own producer run sends
+      // was not written by this daemon from that run: the producer's replaces it. Kept, it held
+      // back every version the producer sent up to that number.
+      const bool repository_ahead = current_->manifest.source == "repository" && served_version > m.version;
+      if (served_version >= m.version && !repository_ahead) return;
+      if (auto log = spdlog::get("modelcastd"); log && repository_ahead) {
+        log->warn(
+            "model {}: the repository's version {} is newer than version {} of the same producer run, which replaces "
+            "it: that repository version was not written from this run",
+            config_.name, served_version, m.version);
+      }
     }
     replaced = std::move(current_);
     current_ = served;

@@ -3,14 +3,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <set>
 #include <cerrno>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "core/repository/regular_file.h"
 #include "core/repository/repository.h"
 #include "core/repository/safetensors.h"
+#include "common/shown_text.h"
+#include "core/wire/socket_directory.h"
+#include "modelcast/types.h"
 #include "modelcast/error.h"
 
 namespace modelcastd {
@@ -18,14 +24,18 @@ namespace {
 
 namespace repo = modelcast::repository;
 
-// Reads the tensor bytes of `path` into `buffer`.
-void load(const std::string& path, const repo::SafetensorsLayout& layout, ShmBuffer& buffer) {
-  const repo::RegularFile file(path);
-  const int fd = file.fd();
+// The producer's alignment of each tensor in its buffers: the file packs them, and a reader
+// taking a float (or a SIMD load) at an odd address has undefined behaviour.
+constexpr std::uint64_t kTensorAlignment = 256;
+
+std::uint64_t aligned(std::uint64_t offset) { return (offset + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+
+// Reads `bytes` bytes at `from` (in the file) of `path` to `to`.
+void read_exactly(int fd, const std::string& path, std::byte* to, std::uint64_t bytes, std::uint64_t from) {
   std::uint64_t done = 0;
-  while (done < layout.data_bytes) {
-    auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(layout.data_bytes - done, 64u << 20));
-    ssize_t n = pread(fd, buffer.memory().data() + done, piece, static_cast<off_t>(layout.data_start + done));
+  while (done < bytes) {
+    auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, 64u << 20));
+    ssize_t n = pread(fd, to + done, piece, static_cast<off_t>(from + done));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "cannot read '" + path + "' to its end");
     done += static_cast<std::uint64_t>(n);
@@ -34,18 +44,38 @@ void load(const std::string& path, const repo::SafetensorsLayout& layout, ShmBuf
 
 }  // namespace
 
+void check_repository_directory(const std::string& directory) {
+  modelcast::wire::check_private_directory(
+      directory, "repository '" + modelcast::printable_text(directory, 4096) + "': ",
+      ": whoever can write it chooses the weights served after a restart, signed producers or not. Let only the "
+      "daemon's user write it (chmod go-w), as systemd's StateDirectory (/var/lib/modelcastd) is",
+      "repository");
+}
+
 ServedPtr recover_newest(const std::string& root, const std::string& model, std::uint64_t max_bytes) {
   auto log = spdlog::get("modelcastd");
   repo::Repository repository(root);
+  const std::string model_directory = repository.model_directory(model);
+  if (std::error_code ec; std::filesystem::is_directory(model_directory, ec)) {
+    try {
+      check_repository_directory(model_directory);
+    } catch (const modelcast::Error& e) {
+      log->error("model {}: nothing recovered: {}", model, e.what());
+      return nullptr;
+    }
+  }
   const auto cleaned = repository.clean(model);
   if (cleaned.removed > 0) {
     log->warn("model {}: removed {} unfinished repository entr{} left by an interrupted write", model, cleaned.removed,
               cleaned.removed == 1 ? "y" : "ies");
   }
   for (const auto& why : cleaned.left) {
-    log->warn("model {}: cannot remove an unfinished repository entry (it is not served): {}", model, why);
+    log->warn("model {}: cannot remove an unfinished repository entry (it is not served): {}", model,
+              modelcast::printable_text(why, 1000));
   }
-  for (const auto& why : repository.damaged(model)) log->warn("model {}: not served: {}", model, why);
+  for (const auto& why : repository.damaged(model)) {
+    log->warn("model {}: not served: {}", model, modelcast::printable_text(why, 1000));
+  }
   for (const auto& stored : repository.list(model)) {
     std::string path = stored.directory + "/" + repo::kTensorFile;
     try {
@@ -57,10 +87,39 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
       if (layout.tensors.size() != stored.tensor_order.size()) {
         throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "metadata.json and " + path + " list different tensors");
       }
+      // Names and metadata keys are shown in logs and handed to clients as the consumer's are:
+      // held to its rule, as a producer's would be.
+      for (const auto& [key, value] : stored.metadata) {
+        if (auto why = modelcast::name_problem(key)) {
+          throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "metadata.json has a key " + modelcast::shown_text(key) + " that " + *why);
+        }
+      }
+      std::map<std::string, const repo::StoredTensor*> by_name;
+      for (const auto& t : layout.tensors) by_name.emplace(t.name, &t);
+      // Placed in the producer's order, each aligned as the producer aligns them.
+      std::vector<std::pair<const repo::StoredTensor*, std::uint64_t>> placed;
+      std::set<const repo::StoredTensor*> used;  // with the counts equal: every tensor once
+      std::uint64_t end = 0;
+      for (const auto& name : stored.tensor_order) {
+        if (auto why = modelcast::name_problem(name)) {
+          throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "metadata.json names a tensor " + modelcast::shown_text(name) + " that " + *why);
+        }
+        const auto t = by_name.find(name);
+        if (t == by_name.end()) {
+          throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "tensor " + modelcast::shown_text(name) + " missing from " + path);
+        }
+        if (!used.insert(t->second).second) {
+          throw modelcast::Error(modelcast::ErrorCode::kIntegrity,
+                                 "metadata.json of " + stored.directory + " names tensor " + modelcast::shown_text(name) + " twice");
+        }
+        const std::uint64_t at = aligned(end);
+        placed.emplace_back(t->second, at);
+        end = at + (t->second->end - t->second->begin);
+      }
       auto served = std::make_shared<ServedVersion>();
       served->model = model;
-      served->buffer = std::make_shared<ShmBuffer>("modelcastd:" + model + ":recovered", std::max<std::uint64_t>(layout.data_bytes, 1));
-      load(path, layout, *served->buffer);
+      served->buffer = std::make_shared<ShmBuffer>("modelcastd:" + model + ":recovered", std::max<std::uint64_t>(end, 1));
+      const repo::RegularFile file(path);
       auto& m = served->manifest;
       m.buffer_id = served->buffer->id();
       m.buffer_bytes = served->buffer->size();
@@ -69,18 +128,12 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
       m.incarnation = stored.incarnation;
       m.source = "repository";
       m.metadata = stored.metadata;
-      std::set<std::string> named;  // with the counts equal, distinct names are every tensor once
-      for (const auto& name : stored.tensor_order) {
-        if (!named.insert(name).second) {
-          throw modelcast::Error(modelcast::ErrorCode::kIntegrity,
-                                 "metadata.json of " + stored.directory + " names tensor '" + name + "' twice");
-        }
-        auto t = std::find_if(layout.tensors.begin(), layout.tensors.end(), [&](auto& x) { return x.name == name; });
-        if (t == layout.tensors.end()) {
-          throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "tensor '" + name + "' missing from " + path);
-        }
-        repo::check_tensor_bytes(stored, name, served->buffer->memory().data() + t->begin, t->end - t->begin);
-        m.tensors.push_back({t->name, t->dtype, t->shape, t->begin, t->end - t->begin, {}, {}, {}, 0});
+      for (const auto& [t, at] : placed) {
+        const std::uint64_t bytes = t->end - t->begin;
+        std::byte* to = served->buffer->memory().data() + at;
+        read_exactly(file.fd(), path, to, bytes, layout.data_start + t->begin);
+        repo::check_tensor_bytes(stored, t->name, to, bytes);
+        m.tensors.push_back({t->name, t->dtype, t->shape, at, bytes, {}, {}, {}, 0});
       }
       if (stored.tensor_digests.empty()) {
         log->warn("model {}: {} was written without digests (by an older modelcastd): its bytes are served unchecked",
@@ -91,7 +144,7 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
       return served;
     } catch (const modelcast::Error& e) {
       if (e.code() == modelcast::ErrorCode::kResource && std::string(e.what()).find("shared-memory") != std::string::npos) throw;
-      log->warn("model {}: skipping {}: {}", model, stored.directory, e.what());
+      log->warn("model {}: skipping {}: {}", model, stored.directory, modelcast::printable_text(e.what(), 1000));
     }
   }
   return nullptr;

@@ -14,6 +14,15 @@ namespace modelcastd {
 // (metadata.json, the safetensors layout, each tensor's bytes against the digest written with
 // it) is skipped with a warning (the next older one is tried). Returns nullptr if there is none.
 // Throws modelcast::Error(kResource) if shared memory cannot be had.
+// Each tensor is placed at a multiple of 256 bytes of the served buffer, as the producer places
+// them (the file packs them, and readers take float pointers). A model directory that another
+// user could write (check_repository_directory) is not read: its versions could be anyone's.
 ServedPtr recover_newest(const std::string& root, const std::string& model, std::uint64_t max_bytes);
+
+// Throws modelcast::Error(kInvalidArgument), naming the directory and what is wrong, unless no
+// user but this process's and root could write `directory` or replace it on the way there:
+// whoever could would choose the weights served after a restart, signed producers or not.
+// --check, the start and a reload make it on the repository's root.
+void check_repository_directory(const std::string& directory);
 
 }  // namespace modelcastd

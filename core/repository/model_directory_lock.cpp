@@ -10,13 +10,14 @@
 #include <filesystem>
 
 #include "common/shown_text.h"
+#include "core/repository/repository.h"
 #include "modelcast/error.h"
 
 namespace modelcast::repository {
 
 ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) : directory_(directory) {
   std::error_code ec;
-  std::filesystem::create_directories(directory, ec);
+  make_directories(directory, ec);
   if (ec) {
     throw Error(ErrorCode::kResource, "repository: cannot create directory " + shown_text(directory, 4096) + ": " + ec.message());
   }

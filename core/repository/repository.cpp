@@ -194,6 +194,20 @@ std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) cons
   return highest + 1;
 }
 
+void make_directories(const std::string& directory, std::error_code& error) {
+  error.clear();
+  fs::path made;
+  for (const auto& part : fs::path(directory)) {
+    made /= part;
+    if (part.empty() || part == "/" || part == "." || part == "..") continue;
+    if (mkdir(made.c_str(), 0755) == 0) continue;
+    const int why = errno;
+    if (why == EEXIST && fs::is_directory(made, error)) continue;  // a link to one counts
+    if (!error) error = std::error_code(why == EEXIST ? ENOTDIR : why, std::generic_category());
+    return;
+  }
+}
+
 std::optional<std::string> model_directory_problem(std::string_view model) {
   if (model.find_first_of("/\\") != std::string_view::npos || (!model.empty() && model[0] == '.')) {
     return std::string("must not contain '/' or '\\' or start with '.' (it names a directory)");
@@ -207,7 +221,7 @@ std::optional<std::string> model_directory_problem(std::string_view model) {
 std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token stop) {
   const std::string model_dir = model_directory(snapshot.model);
   std::error_code ec;
-  fs::create_directories(model_dir, ec);
+  make_directories(model_dir, ec);
   if (ec) {
     errno = ec.value();
     io_error("cannot create directory", model_dir);

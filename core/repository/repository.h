@@ -16,6 +16,7 @@
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
 #include "core/repository/version_snapshot.h"
@@ -59,6 +60,11 @@ void check_tensor_bytes(const StoredVersion& version, const std::string& tensor,
 // includes ".." and hidden names, or is longer than a file name may be), or nullopt. A model
 // named "../x" wrote its versions outside the repository.
 std::optional<std::string> model_directory_problem(std::string_view model);
+
+// Makes `directory` and each missing one above it with mode 0755 (less the umask), so that no
+// umask (systemd's UMask=0007 for one) leaves a repository directory writable by the group:
+// whoever can write there chooses what a restarted daemon serves. Sets `error` on failure.
+void make_directories(const std::string& directory, std::error_code& error);
 
 class Repository {
  public:

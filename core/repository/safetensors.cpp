@@ -134,7 +134,10 @@ SafetensorsLayout read_safetensors_layout(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     bad_file(path, std::string("header is not valid: ") + e.what());
   }
-  std::sort(layout.tensors.begin(), layout.tensors.end(), [](auto& a, auto& b) { return a.begin < b.begin; });
+  // By end too: an empty tensor shares its offset with the next one, and must come first there
+  // (sorted after it by name, it "did not follow" and a version the daemon wrote was never read).
+  std::sort(layout.tensors.begin(), layout.tensors.end(),
+            [](auto& a, auto& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
   std::uint64_t expected = 0;
   for (const auto& t : layout.tensors) {
     if (t.begin != expected) bad_file(path, "tensor '" + t.name + "' does not follow the previous one");

@@ -138,12 +138,12 @@ void check_route(const Route& route, const std::string& what, const std::string&
   }
 }
 
-}  // namespace
-
-void check_socket_directory(const std::string& path, const std::string& what, const std::string& remedy) {
+// check_socket_directory's rule for the directory of `path`; `file_kind` names what it holds.
+void check_directory_of(const std::string& path, const std::string& what, const std::string& remedy,
+                        const std::string& file_kind) {
   const Route route = route_to_directory(path, what, ErrorCode::kInvalidArgument);
   const uid_t user = ::geteuid();
-  check_route(route, what, remedy, ErrorCode::kInvalidArgument, user);
+  check_route(route, what, remedy, ErrorCode::kInvalidArgument, user, file_kind);
   const std::string directory = route.directory.string();
   if (route.info.st_uid != user && route.info.st_uid != 0) {
     throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' belongs to user " +
@@ -155,6 +155,17 @@ void check_socket_directory(const std::string& path, const std::string& what, co
                                                  writers_besides_owner(directory, route.info) + " (mode " +
                                                  octal_mode(route.info.st_mode) + ")" + remedy);
   }
+}
+
+}  // namespace
+
+void check_socket_directory(const std::string& path, const std::string& what, const std::string& remedy) {
+  check_directory_of(path, what, remedy, "socket");
+}
+
+void check_private_directory(const std::string& directory, const std::string& what, const std::string& remedy,
+                             const std::string& file_kind) {
+  check_directory_of((fs::path(directory) / ".").string(), what, remedy, file_kind);
 }
 
 uid_t socket_directory_owner(const std::string& path, const std::string& what) {

@@ -23,6 +23,12 @@ namespace modelcast::wire {
 // `remedy`, unless the directory of the socket file `path` passes the rule above.
 void check_socket_directory(const std::string& path, const std::string& what, const std::string& remedy);
 
+// check_socket_directory's rule for `directory` itself, whose files decide what is served
+// (modelcastd's repository: whoever could write it could choose the weights served after a
+// restart, signed producers or not). `file_kind` ("repository") goes into the message.
+void check_private_directory(const std::string& directory, const std::string& what, const std::string& remedy,
+                             const std::string& file_kind);
+
 // The user owning the directory of socket file `path` (symbolic links followed), who decides who
 // may bind there: a client trusts a listener running as that user. Throws Error(kAuthentication),
 // `what` first, naming the directory or link on the way if another user (not this process's,

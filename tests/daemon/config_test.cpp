@@ -585,6 +585,19 @@ TEST(DaemonConfig, ASocketInADirectoryOthersCanWriteFailsTheCheckAndTheStart) {
   EXPECT_FALSE(std::filesystem::exists(shared + "/attach.sock"));
 }
 
+// Whoever can write the repository chooses what a restarted daemon serves, a pinned producer key
+// or not: --check and the start refuse one the group can write (systemd's UMask=0007 made the
+// daemon's own directories so), naming it and why.
+TEST(DaemonConfig, ARepositoryOthersCanWriteFailsTheCheckAndTheStart) {
+  ScratchDir dir;
+  const std::string repo = dir / "repo";
+  std::filesystem::create_directory(repo);
+  std::filesystem::permissions(repo, std::filesystem::perms::group_write, std::filesystem::perm_options::add);
+  write_file(dir / "r.toml", "[daemon]\nsocket = \"" + (dir / "attach.sock") + "\"\n[http]\nlisten = \"\"\n[repository]\npath = \"" +
+                                 repo + "\"\n" + std::string(kModel));
+  expect_check_and_start_fail(dir / "r.toml", "repository '" + repo + "': its directory '" + repo + "' is writable by");
+}
+
 // A directory at the socket path passed --check and stopped the start.
 TEST(DaemonConfig, ADirectoryAtTheSocketPathFailsTheCheckAndTheStart) {
   ScratchDir dir;

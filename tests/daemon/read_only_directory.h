@@ -10,12 +10,13 @@
 namespace daemon_test {
 
 // A read-only repository: a read-only tmpfs where we may mount one (as root, root ignores
-// directory permissions), else a directory without write permission.
+// directory permissions; mode 0755: a tmpfs is world-writable, which the daemon refuses for a
+// repository), else a directory without write permission.
 struct ReadOnlyDirectory {
   explicit ReadOnlyDirectory(const std::string& p) : path(p) {
     std::filesystem::create_directories(path);
     if (geteuid() == 0) {
-      mounted = mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY, "size=1m") == 0;
+      mounted = mount("tmpfs", path.c_str(), "tmpfs", MS_RDONLY, "size=1m,mode=0755") == 0;
     } else {
       std::filesystem::permissions(path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
     }

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -241,6 +242,92 @@ TEST(Recovery, OnlyLeftoversOfOtherProcessesAreRemoved) {
   EXPECT_TRUE(std::filesystem::exists(ours)) << "a write of this process in progress was removed";
   EXPECT_FALSE(std::filesystem::exists(theirs));
   EXPECT_FALSE(std::filesystem::exists(same_pid));
+}
+
+// An empty tensor shares its offset in the file with the next one: sorted after it by name, it
+// "did not follow the previous one", and a version the daemon had written was never served. The
+// file packs tensors; served at the file's offsets, a float tensor after 3 bytes sat at an odd
+// address. Each tensor is now served where the producer would place it, at a multiple of 256.
+TEST(Recovery, AVersionWithAnEmptyTensorIsServedWithEveryTensorAligned) {
+  ScratchDir dir;
+  CapturedLog log;
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(3 + 12 + 16);
+  for (std::size_t i = 0; i < bytes->size(); ++i) (*bytes)[i] = static_cast<std::uint8_t>(i + 1);
+  repo::VersionSnapshot s;
+  s.model = "m";
+  s.version = 3;
+  s.tensors.push_back({"z_empty", modelcast::DType::kU8, {0}, bytes->data(), 0});
+  s.tensors.push_back({"b", modelcast::DType::kU8, {3}, bytes->data(), 3});
+  s.tensors.push_back({"c", modelcast::DType::kF32, {3}, bytes->data() + 3, 12});
+  s.tensors.push_back({"d", modelcast::DType::kF64, {2}, bytes->data() + 15, 16});
+  s.keepalive = bytes;
+  repo::Repository(dir / "repo").write(s);
+  auto served = modelcastd::recover_newest(dir / "repo", "m", 1 << 20);
+  ASSERT_TRUE(served) << log.out.str();
+  const auto& tensors = served->manifest.tensors;
+  ASSERT_EQ(tensors.size(), 4u);
+  std::size_t from = 0;
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    EXPECT_EQ(tensors[i].name, s.tensors[i].name) << "not in the producer's order";
+    EXPECT_EQ(tensors[i].offset % 256, 0u) << tensors[i].name;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(served->buffer->memory().data() + tensors[i].offset) % 256, 0u);
+    ASSERT_EQ(tensors[i].bytes, s.tensors[i].bytes);
+    EXPECT_EQ(std::memcmp(served->buffer->memory().data() + tensors[i].offset, bytes->data() + from, tensors[i].bytes), 0)
+        << tensors[i].name;
+    from += tensors[i].bytes;
+  }
+}
+
+// Whoever can write a model's directory chooses what a restarted daemon serves, signed producer
+// or not: a directory the group can write is not read, and the log says why.
+TEST(Recovery, AModelDirectoryOthersCanWriteIsNotRead) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  ASSERT_TRUE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20)) << log.out.str();
+  std::filesystem::permissions(dir / "repo/m", std::filesystem::perms::group_write, std::filesystem::perm_options::add);
+  EXPECT_FALSE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20)) << "read a directory the group can write";
+  EXPECT_NE(log.out.str().find("is writable by"), std::string::npos) << log.out.str();
+  EXPECT_THROW(modelcastd::check_repository_directory(dir / "repo/m"), modelcast::Error);
+  EXPECT_NO_THROW(modelcastd::check_repository_directory(dir / "repo"));
+}
+
+// The repository's names reach the log and the clients: a key that is no name (a newline forged
+// a log line) makes the version unservable, as it would a producer's.
+TEST(Recovery, AVersionWhoseMetadataKeyIsNoNameIsNotServed) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  const auto metadata = dir / "repo/m/3/metadata.json";
+  auto doc = nlohmann::json::parse(read_file(metadata));
+  doc["metadata"]["x\n2026-12-05T00:00:00.000 info forged"] = "1";
+  write_file(metadata, doc.dump());
+  EXPECT_FALSE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20));
+  const auto said = log.out.str();
+  EXPECT_NE(said.find("contains a control character"), std::string::npos) << said;
+  EXPECT_EQ(said.find("\n2026-12-05T00:00:00.000 info forged"), std::string::npos) << said;
+}
+
+// systemd's UMask=0007 let the daemon make its repository's directories group-writable, which the
+// start then refuses (whoever writes there chooses what is served): they are made 0755 less the
+// umask, whatever it lets through.
+TEST(Recovery, TheRepositorysDirectoriesAreMadeWritableByTheirOwnerOnly) {
+  ScratchDir dir;
+  const mode_t before = umask(0002);
+  std::error_code error;
+  repo::make_directories(dir / "repo/m", error);
+  write_version(dir / "repo", 3, "n");
+  umask(before);
+  ASSERT_FALSE(error) << error.message();
+  for (const auto& made : {dir / "repo", dir / "repo/m", dir / "repo/n", dir / "repo/n/3"}) {
+    struct stat info {};
+    ASSERT_EQ(stat(made.c_str(), &info), 0) << made;
+    EXPECT_EQ(info.st_mode & 0777, 0755u) << made;
+  }
+  EXPECT_NO_THROW(modelcastd::check_repository_directory(dir / "repo/n"));
+  write_file(dir / "file", "");
+  repo::make_directories(dir / "file/m", error);
+  EXPECT_EQ(error, std::errc::not_a_directory);
 }
 
 }  // namespace

@@ -6,9 +6,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "core/repository/model_directory_lock.h"
 #include "daemon_fixture.h"
 #include "eventually.h"
 #include "sidecar_check.h"
@@ -183,6 +187,59 @@ TEST_F(DaemonTest, ASecondDaemonIsRefusedAModelDirectoryAnotherOneWrites) {
   EXPECT_TRUE(std::any_of(startup_lines.begin(), startup_lines.end(),
                           [&](const std::string& line) { return line.find(said) != std::string::npos; }))
       << ::testing::PrintToString(startup_lines);
+}
+
+// A repository version numbered past what its own producer run has sent was not written from that
+// run (edited by hand or by a tool, or forged): served at the start, it held back every version
+// the producer sent up to that number, while the daemon acknowledged them. The producer's version
+// replaces it, and the log says why.
+TEST_F(DaemonTest, ARepositoryVersionAheadOfItsOwnProducerRunIsReplacedByTheProducers) {
+  TestProducer producer(1024);
+  const std::string cfg = config(producer.producer->control_endpoint(), 4, "", repository(dir / "repo", 3));
+  {
+    auto daemon = start_daemon(cfg);
+    ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+    producer.publish(1);
+    ASSERT_NE(wait_for_text(*daemon, "version 1 written to"), "");
+    kill(daemon->pid(), SIGTERM);
+    EXPECT_EQ(daemon->wait(), 0);
+  }
+  const std::string metadata = dir / "repo/test/1/metadata.json";
+  auto doc = nlohmann::json::parse(std::ifstream(metadata));
+  doc["version"] = 30;
+  write_file(metadata, doc.dump(2));
+  auto daemon = start_daemon(cfg);
+  EXPECT_NE(std::find_if(startup_lines.begin(), startup_lines.end(),
+                         [](const std::string& line) { return line.find("serving version 30 from") != std::string::npos; }),
+            startup_lines.end());
+  // Its Consumer joins and is sent version 1, the producer's newest.
+  EXPECT_NE(wait_for_text(*daemon, "the repository's version 30 is newer than version 1 of the same producer run"), "");
+  producer.publish(2);
+  auto c = client();
+  auto fresh = c.wait_for_version(2, 30s);
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(fresh.version(), 2u) << "the repository's version 30 still served";
+  EXPECT_EQ(fresh.source(), "producer");
+  EXPECT_EQ(sidecar_test::check(fresh, 1), "");
+}
+
+// A model that does not persist (it converts, or takes a part) was still served the repository's
+// whole, unconverted version at the start, and locked the model's directory against the group's
+// other members. It neither reads nor locks the repository now.
+TEST_F(DaemonTest, AModelThatDoesNotPersistNeitherReadsNorLocksTheRepository) {
+  TestProducer producer(1024);
+  {
+    auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", repository(dir / "repo", 3)));
+    ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+    producer.publish(1);
+    ASSERT_NE(wait_for_text(*daemon, "version 1 written to"), "");
+    kill(daemon->pid(), SIGTERM);
+    EXPECT_EQ(daemon->wait(), 0);
+  }
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "persist = false\n", repository(dir / "repo", 3)));
+  for (const auto& line : startup_lines) EXPECT_EQ(line.find("serving version 1 from"), std::string::npos) << line;
+  // Unlocked: another process takes the model directory's lock at once.
+  modelcast::repository::ModelDirectoryLock lock(dir / "repo/test");
 }
 
 }  // namespace
