@@ -120,6 +120,10 @@ void fill_info(const modelcast::TensorView& t, mc_tensor_info* out) {
 
 void copy_text(const std::string& text, char* out, std::size_t capacity) {
   std::size_t n = std::min(text.size(), capacity - 1);
+  // Cut where a character starts: the header promises UTF-8, and names (quoted in errors) may be.
+  if (n < text.size()) {
+    while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;
+  }
   std::memcpy(out, text.data(), n);
   out[n] = '\0';
 }

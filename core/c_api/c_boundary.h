@@ -106,6 +106,7 @@ std::chrono::milliseconds timeout_of(std::int64_t ms, const char* what);
 modelcast::TensorRef tensor_ref(const char* name, int dtype, std::size_t ndim, const std::int64_t* shape,
                                 const void* data, int memory, int device);
 void fill_info(const modelcast::TensorView& t, mc_tensor_info* out);
+// Copies `text` into `out` (capacity > 0), cut to fit at a character boundary, NUL-terminated.
 void copy_text(const std::string& text, char* out, std::size_t capacity);
 mc_view_t* make_view(modelcast::ModelView view);
 

@@ -7,13 +7,20 @@
 
 using namespace modelcast::c_api;
 
+namespace {
+// Made when the library loads: ProducerOptions holds strings, and one made in
+// mc_producer_options_init allocated, which out of memory threw std::bad_alloc through a
+// function the header says never fails.
+const modelcast::ProducerOptions kProducerDefaults;
+}  // namespace
+
 extern "C" {
 
 // ---- producer ------------------------------------------------------------------------------
 
 void mc_producer_options_init(mc_producer_options* options) {
   if (options == nullptr) return;
-  const modelcast::ProducerOptions defaults;
+  const modelcast::ProducerOptions& defaults = kProducerDefaults;
   *options = mc_producer_options{};
   options->struct_size = sizeof(mc_producer_options);
   options->model_name = "model";

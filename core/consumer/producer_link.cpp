@@ -1,5 +1,7 @@
 #include "core/consumer/producer_link.h"
 
+#include <sodium.h>
+
 #include <atomic>
 #include <cstring>
 
@@ -33,6 +35,9 @@ void check_connect_host(const std::string& endpoint) {
 
 }  // namespace
 
+
+// A secret left in freed memory outlives the consumer in core dumps and swap.
+ProducerLink::~ProducerLink() { sodium_memzero(own_.data(), own_.size()); }
 
 ProducerLink::ProducerLink(ConsumerOptions& options)
     : endpoint_(options.producer_endpoint), timeout_(options.producer_timeout) {

@@ -26,6 +26,7 @@ class ProducerLink {
   // Resolves keys (options.key_file; a fresh pair when a producer key is pinned and none is
   // given) and applies the plaintext rule. Throws Error(kInvalidArgument) for a bad endpoint or key.
   explicit ProducerLink(ConsumerOptions& options);
+  ~ProducerLink();  // wipes the consumer's secret key
 
   const std::optional<security::PublicKey>& pinned_key() const { return pinned_; }
 

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include <sodium.h>
+
 #include "modelcast/error.h"
 
 namespace modelcast::security {
@@ -10,6 +12,7 @@ void make_curve_server(zmq::socket_t& socket, const SecretKey& secret) {
   auto curve = curve_secret(secret);
   socket.set(zmq::sockopt::curve_server, 1);
   socket.set(zmq::sockopt::curve_secretkey, zmq::const_buffer(curve.data(), curve.size()));
+  sodium_memzero(curve.data(), curve.size());  // libzmq keeps its own copy
   // Authentication requests carry this domain; the handler answers for it only.
   socket.set(zmq::sockopt::zap_domain, "modelcast");
 }
@@ -23,6 +26,7 @@ void make_curve_client(zmq::socket_t& socket, const PublicKey& server, const Sec
   socket.set(zmq::sockopt::curve_serverkey, zmq::const_buffer(server_curve.data(), server_curve.size()));
   socket.set(zmq::sockopt::curve_publickey, zmq::const_buffer(own_curve.data(), own_curve.size()));
   socket.set(zmq::sockopt::curve_secretkey, zmq::const_buffer(own_secret.data(), own_secret.size()));
+  sodium_memzero(own_secret.data(), own_secret.size());
 }
 
 std::optional<std::string> peer_key(const zmq::message_t& message) {

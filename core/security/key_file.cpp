@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include <toml++/toml.h>
 
@@ -174,7 +175,11 @@ void save_key_pair(const KeyPair& keys, const std::string& path, bool overwrite)
     throw;
   }
   // The public file first: were the secret's commit to fail after it, the secret kept is the old
-  // one, which still holds its own public key; the other order would lose a secret.
+  // one, which still holds its own public key; the other order would lose a secret. Both under one
+  // lock: two threads overwriting one path interleaved their renames, and left a .pub that is not
+  // the pair's. (Other processes doing so at once are not kept apart.)
+  static std::mutex commits;
+  std::lock_guard lock(commits);
   try {
     commit_key_file(pub, overwrite);
   } catch (...) {
@@ -188,7 +193,8 @@ KeyPair load_key_pair(const std::string& path) {
   auto table = parse(path);
   check_keys(table, path);
   KeyPair keys{string_at(table, path, "public", true), string_at(table, path, "secret", true)};
-  security::decode_secret_key(keys, named(path));
+  auto decoded = security::decode_secret_key(keys, named(path));  // checked, not kept
+  sodium_memzero(decoded.data(), decoded.size());
   // As ssh does with a private key: a secret others can read proves nothing about its holder.
   // Checked last, so that a malformed file is reported as such whatever its mode.
   if (struct stat st {}; ::stat(path.c_str(), &st) == 0 && (st.st_mode & 077) != 0) {

@@ -72,6 +72,23 @@ TEST(Keys, SaveAndLoadRoundTripWithTheSecretPrivate) {
             std::string::npos);
 }
 
+// Two threads overwriting one key path renamed their files into place interleaved, and could leave
+// a .pub that is not the pair's public key (a peer given it would refuse its holder).
+TEST(Keys, TwoThreadsOverwritingOnePairLeaveAMatchingPair) {
+  TempDir dir;
+  const std::string path = dir.file("p.key");
+  modelcast::save_key_pair(modelcast::generate_key_pair(), path);
+  int mismatched = 0;
+  for (int round = 0; round < 300; ++round) {
+    auto write_one = [&] { modelcast::save_key_pair(modelcast::generate_key_pair(), path, /*overwrite=*/true); };
+    std::thread other(write_one);
+    write_one();
+    other.join();
+    mismatched += modelcast::load_key_pair(path).public_key != modelcast::load_public_key(path + ".pub");
+  }
+  EXPECT_EQ(mismatched, 0) << "rounds that left a .pub not of the pair";
+}
+
 TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
   TempDir dir;
   auto keys = modelcast::generate_key_pair();
