@@ -145,13 +145,13 @@ contains
   ! "ok", "timeout", ... for a status.
   function mc_status_name(status) result(text)
     integer, intent(in) :: status
-    character(len=:), allocatable :: text
+    character(len=c_text_length(mc_status_name_c(int(status, c_int)))) :: text
     text = f_string(mc_status_name_c(int(status, c_int)))
   end function
 
   ! The loaded library's version, e.g. "0.1.0".
   function mc_version_string() result(text)
-    character(len=:), allocatable :: text
+    character(len=c_text_length(mc_version_string_c())) :: text
     text = f_string(mc_version_string_c())
   end function
 
@@ -183,7 +183,7 @@ contains
   ! A C string (as a log handler receives them) as a Fortran string.
   function mc_string(pointer) result(text)
     type(c_ptr), intent(in) :: pointer
-    character(len=:), allocatable :: text
+    character(len=c_text_length(pointer)) :: text
     text = f_string(pointer)
   end function
 
@@ -304,7 +304,7 @@ contains
   ! The control endpoint actually bound, for consumers.
   function mc_producer_endpoint(producer) result(endpoint)
     type(mc_producer), intent(in) :: producer
-    character(len=:), allocatable :: endpoint
+    character(len=c_text_length(mc_producer_endpoint_c(producer%handle))) :: endpoint
     endpoint = f_string(mc_producer_endpoint_c(producer%handle))
   end function
 

@@ -139,7 +139,7 @@ module modelcast_c
   end type
 
   interface
-    function mc_last_error_c() bind(c, name="mc_last_error")
+    pure function mc_last_error_c() bind(c, name="mc_last_error")
       import :: c_ptr
       type(c_ptr) :: mc_last_error_c
     end function
@@ -154,12 +154,12 @@ module modelcast_c
       integer(c_int), value :: dtype
       type(c_ptr) :: mc_dtype_name_c
     end function
-    function mc_status_name_c(status) bind(c, name="mc_status_name")
+    pure function mc_status_name_c(status) bind(c, name="mc_status_name")
       import :: c_ptr, c_int
       integer(c_int), value :: status
       type(c_ptr) :: mc_status_name_c
     end function
-    function mc_version_string_c() bind(c, name="mc_version_string")
+    pure function mc_version_string_c() bind(c, name="mc_version_string")
       import :: c_ptr
       type(c_ptr) :: mc_version_string_c
     end function
@@ -195,7 +195,7 @@ module modelcast_c
       import :: c_ptr
       type(c_ptr), value :: producer
     end subroutine
-    function mc_producer_endpoint_c(producer) bind(c, name="mc_producer_endpoint")
+    pure function mc_producer_endpoint_c(producer) bind(c, name="mc_producer_endpoint")
       import :: c_ptr
       type(c_ptr), value :: producer
       type(c_ptr) :: mc_producer_endpoint_c
@@ -411,7 +411,7 @@ module modelcast_c
       real(c_double), value :: publish_cost_s, update_latency_s
       integer(c_int) :: mc_scheduler_set_costs_c
     end function
-    function c_strlen(text) bind(c, name="strlen")
+    pure function c_strlen(text) bind(c, name="strlen")
       import :: c_ptr, c_size_t
       type(c_ptr), value :: text
       integer(c_size_t) :: c_strlen

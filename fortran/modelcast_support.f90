@@ -7,7 +7,7 @@ module modelcast_support
   private
   public :: to_c, to_c_array, as_int64, f_string, mc_last_error, &
        from_c, module_failure, struct_mismatch, shape_text, extents_text, &
-      holds_nul, bad_text, count_text
+      holds_nul, bad_text, count_text, c_text_length
 
   ! One NUL-terminated text for the C side, as an element of an array of them (metadata).
   type, public :: c_text
@@ -16,13 +16,36 @@ module modelcast_support
 
 contains
 
+  ! Results here have their length stated, never deferred (character(len=:), allocatable): for the
+  ! length of a deferred-length function result, gfortran 12 gives the calling procedure a static
+  ! variable, even with -frecursive, so two threads in one call mixed up each other's lengths
+  ! (wrong text, reads past the end). A test checks the library has no such variable (slen.*).
+
+  ! The length of n written as i0.
+  pure integer function decimal_length(n)
+    integer(c_int64_t), intent(in) :: n
+    integer(c_int64_t) :: rest
+    decimal_length = 1
+    if (n < 0) decimal_length = 2
+    rest = n / 10
+    do while (rest /= 0)
+      decimal_length = decimal_length + 1
+      rest = rest / 10
+    end do
+  end function
+
+  ! The length of the C string at `pointer` (0 for a null pointer).
+  pure integer function c_text_length(pointer)
+    type(c_ptr), intent(in) :: pointer
+    c_text_length = 0
+    if (c_associated(pointer)) c_text_length = int(c_strlen(pointer))
+  end function
+
   ! "12", a count or a version, for messages.
   function count_text(n) result(text)
     integer(c_int64_t), intent(in) :: n
-    character(len=:), allocatable :: text
-    character(len=24) :: number
-    write(number, '(i0)') n
-    text = trim(number)
+    character(len=decimal_length(n)) :: text
+    write(text, '(i0)') n
   end function
 
   ! chars = text without trailing blanks, NUL-terminated, for the C side. (A subroutine: gfortran
@@ -79,12 +102,10 @@ contains
 
   function f_string(pointer) result(text)
     type(c_ptr), intent(in) :: pointer
-    character(len=:), allocatable :: text
+    character(len=c_text_length(pointer)) :: text
     character(kind=c_char), pointer :: chars(:)
     integer :: i, n
-    n = 0
-    if (c_associated(pointer)) n = int(c_strlen(pointer))
-    allocate(character(len=n) :: text)
+    n = len(text)
     if (n == 0) return
     call c_f_pointer(pointer, chars, [n])
     do i = 1, n
@@ -94,7 +115,7 @@ contains
 
   ! The text of the last failure on this thread ("" if none), the C library's or this module's.
   function mc_last_error() result(text)
-    character(len=:), allocatable :: text
+    character(len=c_text_length(mc_last_error_c())) :: text
     text = f_string(mc_last_error_c())
   end function
 
@@ -129,30 +150,44 @@ contains
   ! "[4,3]", a tensor's shape, for messages.
   function shape_text(extents) result(text)
     integer(c_int64_t), intent(in) :: extents(:)
-    character(len=:), allocatable :: text
+    character(len=list_length(extents, "[", ",", "]")) :: text
     text = list_text(extents, "[", ",", "]")
   end function
 
   ! "(4, 3)", a Fortran array's extents, for messages.
   function extents_text(extents) result(text)
     integer(c_int64_t), intent(in) :: extents(:)
-    character(len=:), allocatable :: text
+    character(len=list_length(extents, "(", ", ", ")")) :: text
     text = list_text(extents, "(", ", ", ")")
+  end function
+
+  pure integer function list_length(values, open, separator, close)
+    integer(c_int64_t), intent(in) :: values(:)
+    character(len=*), intent(in) :: open, separator, close
+    integer :: i
+    list_length = len(open) + len(close) + max(size(values) - 1, 0) * len(separator)
+    do i = 1, size(values)
+      list_length = list_length + decimal_length(values(i))
+    end do
   end function
 
   function list_text(values, open, separator, close) result(text)
     integer(c_int64_t), intent(in) :: values(:)
     character(len=*), intent(in) :: open, separator, close
-    character(len=:), allocatable :: text
-    character(len=24) :: number
-    integer :: i
-    text = open
+    character(len=list_length(values, open, separator, close)) :: text
+    integer :: i, at, n
+    text(1:len(open)) = open
+    at = len(open) + 1
     do i = 1, size(values)
-      write(number, '(i0)') values(i)
-      text = text // trim(number)
-      if (i < size(values)) text = text // separator
+      n = decimal_length(values(i))
+      write(text(at:at + n - 1), '(i0)') values(i)
+      at = at + n
+      if (i < size(values)) then
+        text(at:at + len(separator) - 1) = separator
+        at = at + len(separator)
+      end if
     end do
-    text = text // close
+    text(at:) = close
   end function
 
   ! True (status set to MC_ERR_INVALID_ARGUMENT) when `name` holds a NUL, which would end the
