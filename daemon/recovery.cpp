@@ -132,6 +132,7 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
         const std::uint64_t bytes = t->end - t->begin;
         std::byte* to = served->buffer->memory().data() + at;
         read_exactly(file.fd(), path, to, bytes, layout.data_start + t->begin);
+        repo::check_tensor_layout(stored, t->name, t->dtype, t->shape);
         repo::check_tensor_bytes(stored, t->name, to, bytes);
         m.tensors.push_back({t->name, t->dtype, t->shape, at, bytes, {}, {}, {}, 0});
       }

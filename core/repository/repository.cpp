@@ -77,6 +77,8 @@ void write_metadata(const std::string& path, const VersionSnapshot& s, std::uint
   // memory costs little beside writing and fsyncing the same bytes.
   auto& digests = doc["tensor_xxh3"] = nlohmann::json::object();
   for (const auto& t : s.tensors) digests[t.name] = hex64(digest_bytes(t.data, t.bytes));
+  auto& layouts = doc["tensor_layout"] = nlohmann::json::object();
+  for (const auto& t : s.tensors) layouts[t.name] = {{"dtype", safetensors_dtype(t.dtype)}, {"shape", t.shape}};
   std::string text = doc.dump(2) + "\n";
   int fd = create_file(path);
   const char* p = text.data();
@@ -338,6 +340,14 @@ StoredEntry read_entry(const fs::directory_entry& entry) {
         v.tensor_digests[tensor] = hex_value(digests.at(tensor), "the tensor_xxh3 of tensor '" + tensor + "'");
       }
     }
+    if (doc.contains("tensor_layout")) {  // absent in versions written before layouts were kept
+      const auto& layouts = doc.at("tensor_layout");
+      for (const auto& tensor : v.tensor_order) {
+        if (!layouts.contains(tensor)) throw std::invalid_argument("tensor_layout has no entry for tensor '" + tensor + "'");
+        const auto& layout = layouts.at(tensor);
+        v.tensor_layouts[tensor] = {layout.at("dtype").get<std::string>(), layout.at("shape").get<std::vector<std::int64_t>>()};
+      }
+    }
   } catch (const std::exception& e) {
     return {std::nullopt, std::string(kMetadataFile) + " cannot be read: " + e.what()};
   }
@@ -359,6 +369,23 @@ void check_tensor_bytes(const StoredVersion& version, const std::string& tensor,
   if (digest_bytes(data, bytes) != written->second) {
     throw Error(ErrorCode::kIntegrity, "the bytes of tensor '" + tensor + "' in " + version.directory + "/" + kTensorFile +
                                            " are not those written (their XXH3 differs from metadata.json's): the file was altered or damaged");
+  }
+}
+
+void check_tensor_layout(const StoredVersion& version, const std::string& tensor, DType dtype,
+                         const std::vector<std::int64_t>& shape) {
+  auto written = version.tensor_layouts.find(tensor);
+  if (written == version.tensor_layouts.end()) return;
+  auto shape_text = [](const std::vector<std::int64_t>& extents) {
+    std::string text = "[";
+    for (std::size_t i = 0; i < extents.size(); ++i) text += (i ? "," : "") + std::to_string(extents[i]);
+    return text + "]";
+  };
+  if (written->second.dtype != safetensors_dtype(dtype) || written->second.shape != shape) {
+    throw Error(ErrorCode::kIntegrity, "the header of " + version.directory + "/" + kTensorFile + " gives tensor '" +
+                                           tensor + "' dtype " + safetensors_dtype(dtype) + " and shape " + shape_text(shape) +
+                                           ", metadata.json " + written->second.dtype + " and " +
+                                           shape_text(written->second.shape) + ": the file was altered or damaged");
   }
 }
 

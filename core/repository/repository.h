@@ -49,12 +49,25 @@ struct StoredVersion {
   // XXH3-64 of each tensor's bytes as written (metadata.json's "tensor_xxh3"); empty for a
   // version written before digests were kept, whose bytes nothing can check.
   std::map<std::string, std::uint64_t> tensor_digests;
+  // Each tensor's dtype (as safetensors names it) and shape as written (metadata.json's
+  // "tensor_layout"): the digests cover bytes only, and a header whose "F32" became "I32" served
+  // the same bytes as integers. Empty for a version written before layouts were kept.
+  struct Layout {
+    std::string dtype;
+    std::vector<std::int64_t> shape;
+  };
+  std::map<std::string, Layout> tensor_layouts;
 };
 
 // Throws modelcast::Error(kIntegrity) naming the tensor and the version's directory when `data`
 // (`bytes` bytes read back from model.safetensors) is not what was written. Any thread.
 void check_tensor_bytes(const StoredVersion& version, const std::string& tensor, const void* data,
                         std::uint64_t bytes);
+
+// Throws modelcast::Error(kIntegrity) naming the tensor and the version's directory when the
+// safetensors header gives `tensor` another dtype or shape than metadata.json recorded. Any thread.
+void check_tensor_layout(const StoredVersion& version, const std::string& tensor, DType dtype,
+                         const std::vector<std::int64_t>& shape);
 
 // Why `model` cannot name a model's directory (it holds '/' or '\\', starts with '.', which
 // includes ".." and hidden names, or is longer than a file name may be), or nullopt. A model

@@ -330,5 +330,25 @@ TEST(Recovery, TheRepositorysDirectoriesAreMadeWritableByTheirOwnerOnly) {
   EXPECT_EQ(error, std::errc::not_a_directory);
 }
 
+// The digests cover bytes only: a header whose dtype was changed in place ("U8" to "I8", the
+// offsets unchanged) served the same bytes as another type. metadata.json records each tensor's
+// dtype and shape, and a header that disagrees makes the version unservable.
+TEST(Recovery, AHeaderThatGivesATensorAnotherDtypeThanWrittenIsNotServed) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  write_version(dir / "repo", 4);
+  const auto tensors = dir / "repo/m/4/model.safetensors";
+  auto bytes = read_file(tensors);
+  const auto at = bytes.find("\"U8\"");
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 1] = 'I';
+  write_file(tensors, bytes);
+  auto served = modelcastd::recover_newest(dir / "repo", "m", 1 << 20);
+  ASSERT_TRUE(served) << log.out.str();
+  EXPECT_EQ(served->manifest.version, 3u) << "served the altered header";
+  EXPECT_NE(log.out.str().find("dtype I8 and shape [16], metadata.json U8 and [16]"), std::string::npos) << log.out.str();
+}
+
 }  // namespace
 }  // namespace daemon_test
