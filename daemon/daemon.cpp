@@ -51,6 +51,9 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
       metrics_.repository_failed(s.model);
       log->error("model {}: repository write of version {} failed (delivery continues): {}", s.model, s.version, error);
     };
+    options.on_prune_failed = [log](const repo::VersionSnapshot& s, const std::string& error) {
+      log->warn("model {}: version {} written, but older versions past repository.keep stay: {}", s.model, s.version, error);
+    };
     options.on_relocked = [log](const std::string& model, const std::string& notice) { log->warn("model {}: {}", model, notice); };
     writer_ = std::make_unique<repo::RepositoryWriter>(std::move(options));
   }

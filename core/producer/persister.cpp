@@ -97,6 +97,10 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
     });
     if (options_.on_persist_failed) options_.on_persist_failed(s.version, error);
   };
+  writer.on_prune_failed = [this](const repository::VersionSnapshot& s, const std::string& error) {
+    log_->warn("version {} persisted, but older versions past persist.keep stay: {}", s.version, error);
+    stats_.update([&](ProducerStats& st) { st.persist_last_error = error; });
+  };
   writer.on_relocked = [this](const std::string&, const std::string& notice) { log_->warn("persist.directory: {}", notice); };
   writer_ = std::make_unique<repository::RepositoryWriter>(std::move(writer));
   try {

@@ -166,7 +166,7 @@ void RepositoryWriter::run() {
     lock.unlock();
     if (error.empty() && options_.on_written) options_.on_written(done, directory, took);
     if (!error.empty() && options_.on_failed) options_.on_failed(done, error);
-    if (!prune_error.empty() && options_.on_failed) options_.on_failed(done, prune_error);
+    if (!prune_error.empty() && options_.on_prune_failed) options_.on_prune_failed(done, prune_error);
     lock.lock();
   }
 }

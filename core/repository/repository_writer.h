@@ -39,6 +39,9 @@ struct WriterOptions {
   bool abandon_on_stop = false;
   std::function<void(const VersionSnapshot&, const std::string& directory, std::chrono::nanoseconds took)> on_written;
   std::function<void(const VersionSnapshot&, const std::string& error)> on_failed;
+  // The version was written (on_written came first), but older ones beyond `keep` could not be
+  // removed; they stay until a later prune succeeds. Not a failed write: nothing was lost.
+  std::function<void(const VersionSnapshot&, const std::string& error)> on_prune_failed;
   // A held directory was found removed and locked again (to be logged; the write goes on).
   std::function<void(const std::string& model, const std::string& notice)> on_relocked;
 };

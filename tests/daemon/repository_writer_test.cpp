@@ -447,6 +447,42 @@ TEST(RepositoryWriter, HoldsAModelDirectorysLockUntilReleased) {
   EXPECT_FALSE(locked_by_another(dir / "repo/m"));
 }
 
+// A version written whose older versions could not be removed was reported as a failed write of
+// that version: the daemon logged an error, counted a write failure, and ran the hook all the same.
+// It is an event of its own now; the version stands written.
+TEST(RepositoryWriter, OlderVersionsThatCannotBeRemovedAreNoFailedWrite) {
+  ScratchDir dir;
+  WriterEvents events;
+  auto options = events.options(dir / "repo");
+  options.keep = 1;
+  options.on_prune_failed = [&](const repo::VersionSnapshot& s, const std::string&) {
+    events.add("prune failed after " + std::to_string(s.version));
+  };
+  repo::RepositoryWriter writer(options);
+  writer.submit(snapshot(1));
+  ASSERT_EQ(events.wait_for(1), std::vector<std::string>{"written 1"});
+  const std::string first = dir / "repo/m/1";
+  bool pinned = false;
+  if (geteuid() == 0) {  // root removes through permissions; a mount point cannot be renamed away
+    pinned = mount(first.c_str(), first.c_str(), nullptr, MS_BIND, nullptr) == 0;
+  } else {  // renamed away, its files cannot be removed
+    std::filesystem::permissions(first, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    pinned = true;
+  }
+  struct Restore {
+    std::string path;
+    ~Restore() {
+      umount(path.c_str());
+      std::error_code ignored;
+      std::filesystem::permissions(path, std::filesystem::perms::owner_all, ignored);
+    }
+  } restore{first};
+  if (!pinned) GTEST_SKIP() << "cannot keep " << first << " from being removed here";
+  writer.submit(snapshot(2));
+  EXPECT_EQ(events.wait_for(3), (std::vector<std::string>{"written 1", "written 2", "prune failed after 2"}));
+  EXPECT_EQ(writer.stats().failed, 0u);
+}
+
 // A writer of model "m" that holds its directory's lock, and what its callbacks said.
 class HeldModelWriter : public ::testing::Test {
  protected:
