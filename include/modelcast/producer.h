@@ -188,7 +188,7 @@ struct ProducerStats {
   std::uint64_t persisted_versions = 0;
   std::uint64_t persist_failures = 0;
   std::uint64_t persist_skipped = 0;
-  std::string persist_last_error;
+  std::string persist_last_error;  // also set when older versions past persist.keep could not be removed
 };
 
 class MODELCAST_API Producer {
