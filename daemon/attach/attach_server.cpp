@@ -66,6 +66,14 @@ bool has_unread_replies(int fd) {
 
 constexpr std::chrono::milliseconds kFirstRecheck{5}, kLongestRecheck{500};
 
+// Rechecks fall on a shared 50 ms grid: thousands of clients that read nothing, each on a time of
+// its own, woke the server thread (which polls every client) about once a millisecond.
+Clock::time_point on_recheck_grid(Clock::time_point when) {
+  constexpr auto kGrid = std::chrono::duration_cast<Clock::duration>(std::chrono::milliseconds(50));
+  const auto ticks = (when.time_since_epoch() + kGrid - Clock::duration(1)) / kGrid;
+  return Clock::time_point(ticks * kGrid);
+}
+
 std::size_t default_max_clients() {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 4096;
@@ -131,7 +139,7 @@ void AttachServer::drop_client(int fd) {
   if (has_unread_replies(fd)) {
     client.closing = true;
     client.recheck = kFirstRecheck;
-    client.recheck_at = Clock::now() + client.recheck;
+    client.recheck_at = on_recheck_grid(Clock::now() + client.recheck);
     return;
   }
   clients_.erase(it);
@@ -163,11 +171,16 @@ void AttachServer::run() {
           continue;
         }
         client.recheck = std::min(client.recheck * 2, kLongestRecheck);
-        client.recheck_at = now + client.recheck;
+        client.recheck_at = on_recheck_grid(now + client.recheck);
       }
-      // A paused or closing client is still polled, for its hang-up: events 0 reports only that.
-      fds.push_back({client.fd, static_cast<short>(client.paused || client.closing ? 0 : POLLIN), 0});
-      if (client.paused || client.closing) wake_by(client.recheck_at);
+      // A paused or closing client is not polled: a hang-up is no sign that its replies were
+      // read (a client that shut its socket down keeps their descriptors queued, and in flight),
+      // and would be reported on every turn. Only an empty queue, seen on its recheck, ends it.
+      if (client.paused || client.closing) {
+        wake_by(client.recheck_at);
+      } else {
+        fds.push_back({client.fd, POLLIN, 0});
+      }
       if (client.waiting) wake_by(client.deadline);
       ++it;
     }
@@ -186,18 +199,13 @@ void AttachServer::run() {
       auto it = clients_.find(fds[i].fd);
       if (it == clients_.end()) continue;
       Client& client = *it->second;
-      if (client.closing) {  // hung up: what it had not read went with its end
-        clients_.erase(it);
-        clients_count_ = clients_.size();
-        continue;
-      }
       // One reply unread at most per connection (see drop_client for why): a client that sends
       // again before reading is not read from until it has. A client waits for each answer, so
       // only one that does not read its replies ever waits here.
       if ((fds[i].revents & POLLIN) != 0 && has_unread_replies(client.fd)) {
         client.paused = true;
         client.recheck = kFirstRecheck;
-        client.recheck_at = now + client.recheck;
+        client.recheck_at = on_recheck_grid(now + client.recheck);
         continue;
       }
       if (!serve(client)) drop_client(fds[i].fd);

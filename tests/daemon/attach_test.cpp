@@ -307,6 +307,39 @@ TEST(AttachServer, ADroppedConnectionIsClosedOnlyOnceItsClientHasReadItsLastRepl
   close(other);
 }
 
+// A client that left a reply unread and shut its socket down (keeping it open) looked hung up,
+// and was closed and no longer counted: its queued descriptors stayed charged to the daemon, and
+// clients doing so without end pushed them past the open-file limit. Only an emptied queue ends
+// such a connection.
+TEST(AttachServer, AClientThatShutsItsSocketDownWithAReplyUnreadStaysCounted) {
+  if (!spdlog::get("modelcastd")) spdlog::register_logger(std::make_shared<spdlog::logger>("modelcastd"));
+  ScratchDir dir;
+  modelcastd::attach::AttachServer server(
+      dir / "a.sock", [](const std::string&, bool& exists) { exists = false; return modelcastd::ServedPtr{}; },
+      4096, 2);
+  server.start();
+  const int quiet = modelcastd::attach::connect_to(dir / "a.sock");
+  const int other = modelcastd::attach::connect_to(dir / "a.sock");
+  ASSERT_GE(quiet, 0) << std::strerror(errno);
+  ASSERT_GE(other, 0) << std::strerror(errno);
+  modelcastd::attach::Request request;
+  request.model = "nope";
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(modelcastd::attach::send_message(quiet, modelcastd::attach::encode(request)));
+  // The other client's requests take turns of the server's loop: the first reply is sent, and
+  // the second request left unread behind it.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ask(other, "nope").code, static_cast<int>(modelcast::ErrorCode::kInvalidArgument));
+  ASSERT_EQ(shutdown(quiet, SHUT_RDWR), 0);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(ask(other, "nope").code, static_cast<int>(modelcast::ErrorCode::kInvalidArgument));
+  EXPECT_EQ(server.stats().clients, 2u) << "the connection with a reply unread was closed";
+  const int third = modelcastd::attach::connect_to(dir / "a.sock");
+  ASSERT_GE(third, 0) << std::strerror(errno);
+  EXPECT_EQ(ask(third, "").code, static_cast<int>(modelcast::ErrorCode::kResource));
+  close(third);
+  close(quiet);  // its queue goes with it: the connection ends at a recheck
+  EXPECT_TRUE(testing_support::eventually([&] { return server.stats().clients == 1u; }));
+  close(other);
+}
+
 // A client sending what is not a request is told why and dropped; clients can do that at will,
 // so the daemon logs it at most once per interval, escaped, saying how many it held back.
 TEST_F(DaemonTest, MalformedRequestsDropTheirClientsAndAreLoggedOncePerInterval) {
