@@ -28,9 +28,11 @@ struct Mapping {
 struct Connection {
   int fd = -1;
   std::mutex request_mutex;  // one request/answer exchange at a time
-  // An exchange that failed half-way leaves an answer we cannot pair with a request: the
-  // connection is not used again, the Client makes a new one (the old one's holds stay until
-  // the last view lets go). request_mutex.
+  // An exchange that failed half-way leaves an answer we cannot pair with a request, and a
+  // refusal the daemon closes the connection after (kResource, kProtocol) leaves nothing to use:
+  // the connection is not used again, the Client makes a new one (the old one's holds stay until
+  // the last view lets go). Written by the one call using the connection (request_mutex held
+  // while it exchanges).
   bool broken = false;
   std::mutex send_mutex;     // whole messages on the socket (releases come from any thread)
   // Releases the socket had no room for (a daemon that reads nothing: stopped, or hung): sent

@@ -282,7 +282,13 @@ class Client::Impl {
       throw;
     }
     int fd = fds.empty() ? -1 : fds[0];
-    if (reply.code != 0) throw Error(static_cast<ErrorCode>(reply.code), "modelcastd: " + reply.error);
+    if (reply.code != 0) {
+      // The daemon closes a connection it refuses at its cap or over a malformed request: not one
+      // to keep for the next call (it cost that call a lost request and a pause).
+      const auto code = static_cast<ErrorCode>(reply.code);
+      if (code == ErrorCode::kResource || code == ErrorCode::kProtocol) connection->broken = true;
+      throw Error(code, "modelcastd: " + reply.error);
+    }
     if (!reply.manifest) return {};
     auto state = std::make_shared<AttachedVersion>();
     state->connection = connection;  // from here on, the destructor releases the hold
