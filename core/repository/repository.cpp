@@ -177,17 +177,25 @@ std::string hex64(std::uint64_t value) {
 // third at every version, for good.
 std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) const {
   std::uint64_t highest = 0;
+  std::optional<std::uint64_t> offset_number;
+  // An entry of this producer run with a newer version than this one was not written from it in
+  // order (a daemon serves the producer's version over such an entry, which someone else wrote or
+  // edited): numbered under it, this version would stay behind it for Triton, recovery and prune.
+  bool run_ahead = false;
   for (const auto& stored : list(snapshot.model)) {
-    if (stored.incarnation == snapshot.incarnation && stored.number >= stored.version) {
-      return snapshot.version + (stored.number - stored.version);
+    if (stored.incarnation == snapshot.incarnation) {
+      if (!offset_number && stored.number >= stored.version) offset_number = snapshot.version + (stored.number - stored.version);
+      run_ahead = run_ahead || stored.version > snapshot.version;
     }
     highest = std::max(highest, stored.number);
   }
+  if (offset_number && !run_ahead) return *offset_number;
   for_each_entry(model_directory(snapshot.model), [&](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();
     if (is_number(name)) highest = std::max<std::uint64_t>(highest, std::stoull(name));
   });
-  if (snapshot.version > highest) return snapshot.version;
+  if (offset_number && *offset_number > highest) return *offset_number;
+  if (!offset_number && snapshot.version > highest) return snapshot.version;
   if (highest == std::numeric_limits<std::uint64_t>::max()) {
     throw Error(ErrorCode::kResource, "repository: model directory '" + model_directory(snapshot.model) +
                                           "' holds version number 18446744073709551615, the highest there is: no "
@@ -202,7 +210,20 @@ void make_directories(const std::string& directory, std::error_code& error) {
   for (const auto& part : fs::path(directory)) {
     made /= part;
     if (part.empty() || part == "/" || part == "." || part == "..") continue;
-    if (mkdir(made.c_str(), 0755) == 0) continue;
+    if (mkdir(made.c_str(), 0755) == 0) {
+      // Durable before a version is renamed into it: a power loss could otherwise take the new
+      // directory, and with it the version fsynced inside.
+      const fs::path above = made.has_parent_path() ? made.parent_path() : fs::path(".");
+      const int parent = open(above.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      const bool synced = parent >= 0 && fsync(parent) == 0;
+      const int why = errno;
+      if (parent >= 0) close(parent);
+      if (!synced) {
+        error = std::error_code(why, std::generic_category());
+        return;
+      }
+      continue;
+    }
     const int why = errno;
     if (why == EEXIST && fs::is_directory(made, error)) continue;  // a link to one counts
     if (!error) error = std::error_code(why == EEXIST ? ENOTDIR : why, std::generic_category());

@@ -76,7 +76,8 @@ std::optional<std::string> model_directory_problem(std::string_view model);
 
 // Makes `directory` and each missing one above it with mode 0755 (less the umask), so that no
 // umask (systemd's UMask=0007 for one) leaves a repository directory writable by the group:
-// whoever can write there chooses what a restarted daemon serves. Sets `error` on failure.
+// whoever can write there chooses what a restarted daemon serves. Each one made is fsynced into
+// its parent. Sets `error` on failure.
 void make_directories(const std::string& directory, std::error_code& error);
 
 class Repository {

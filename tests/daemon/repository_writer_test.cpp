@@ -483,6 +483,22 @@ TEST(RepositoryWriter, OlderVersionsThatCannotBeRemovedAreNoFailedWrite) {
   EXPECT_EQ(writer.stats().failed, 0u);
 }
 
+// A daemon serves its producer's version over a stored one of the same run with a higher
+// version number (written or edited by someone else). Numbered under that entry, the producer's
+// versions stayed behind it: Triton loaded it, a restart recovered it, prune deleted theirs.
+TEST(RepositoryWriter, AVersionBelowOneStoredFromItsOwnRunIsNumberedAboveIt) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  repository.write(*snapshot(10));
+  for (std::uint64_t v = 3; v <= 6; ++v) {
+    repository.write(*snapshot(v));
+    repository.prune("m", 3);
+  }
+  std::vector<std::uint64_t> versions;
+  for (const auto& stored : repository.list("m")) versions.push_back(stored.version);
+  EXPECT_EQ(versions, (std::vector<std::uint64_t>{6, 5, 4})) << "newest first, by directory number";
+}
+
 // A writer of model "m" that holds its directory's lock, and what its callbacks said.
 class HeldModelWriter : public ::testing::Test {
  protected:
