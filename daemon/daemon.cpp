@@ -343,9 +343,13 @@ void Daemon::reload(DaemonConfig config) {
     metrics_.consumer_replaced(service->config().name, stats.bytes_received, stats.versions_rejected);
   }
   stopping.clear();  // Consumers stop outside the lock; clients' holds keep their versions
+  // A model removed, or one that no longer persists, lets its directory go (a group member
+  // sharing the repository may then take it).
   if (writer_) {
-    for (const auto& m : config_.models)
-      if (!wanted.contains(m.name)) writer_->release(m.name);
+    for (const auto& m : config_.models) {
+      const auto w = wanted.find(m.name);
+      if (w == wanted.end() || (m.persist && !w->second->persist)) writer_->release(m.name);
+    }
   }
   for (const auto& m : config.models) {
     bool running;

@@ -93,6 +93,11 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
         if (auto why = modelcast::name_problem(key)) {
           throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "metadata.json has a key " + modelcast::shown_text(key) + " that " + *why);
         }
+        // C readers of a value stop at a NUL: the consumer refuses one, and so does recovery.
+        if (value.find('\0') != std::string::npos) {
+          throw modelcast::Error(modelcast::ErrorCode::kIntegrity,
+                                 "metadata.json has a value of key " + modelcast::shown_text(key) + " with a NUL byte");
+        }
       }
       std::map<std::string, const repo::StoredTensor*> by_name;
       for (const auto& t : layout.tensors) by_name.emplace(t.name, &t);
@@ -115,6 +120,11 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
         const std::uint64_t at = aligned(end);
         placed.emplace_back(t->second, at);
         end = at + (t->second->end - t->second->begin);
+      }
+      if (end > max_bytes) {  // the packed size fit; placed as the producer places them, it does not
+        log->warn("model {}: {} takes {} bytes with its tensors aligned, more than max_model_bytes; not served", model,
+                  path, end);
+        continue;
       }
       auto served = std::make_shared<ServedVersion>();
       served->model = model;

@@ -242,5 +242,17 @@ TEST_F(DaemonTest, AModelThatDoesNotPersistNeitherReadsNorLocksTheRepository) {
   modelcast::repository::ModelDirectoryLock lock(dir / "repo/test");
 }
 
+// A reload that turned persist off restarted the model without its lock, but never let the lock
+// go: a group member sharing the repository stayed locked out until the daemon restarted.
+TEST_F(DaemonTest, AReloadThatTurnsPersistOffLetsTheModelDirectoryGo) {
+  TestProducer producer(1024);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", repository(dir / "repo", 3)));
+  EXPECT_THROW(modelcast::repository::ModelDirectoryLock(dir / "repo/test"), modelcast::Error) << "not locked at the start";
+  write_file(dir / "modelcastd.toml", config(producer.producer->control_endpoint(), 4, "persist = false\n", repository(dir / "repo", 3)));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  modelcast::repository::ModelDirectoryLock lock(dir / "repo/test");  // throws if still held
+}
+
 }  // namespace
 }  // namespace daemon_test
