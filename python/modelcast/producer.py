@@ -7,6 +7,14 @@ from ._dtypes import _is_torch_tensor, describe_memory
 from ._service import INT64, UINT64, Service, _live, check_callback, check_not_forked_while_live, integer, integers, options_from, seconds, text
 from .errors import InvalidArgumentError
 
+
+def _metadata_text(value):
+    """A metadata value as sent: a 0-d tensor or array as its number, for str() of a torch loss
+    is "tensor(0.2736, grad_fn=<MeanBackward0>)" and a consumer would have to parse that."""
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        value = value.item()
+    return str(value)
+
 class Producer(Service):
     """Publishes versions of registered NumPy arrays / torch tensors to every Consumer.
 
@@ -123,7 +131,8 @@ class Producer(Service):
 
         Blocks (GIL released) for the copy only; delivery continues in the background. The
         trainer must not modify the tensors from another thread meanwhile. ``metadata`` maps
-        names (str) to values, sent as strings (``str(value)``). StateError if nothing is registered.
+        names (str) to values, sent as strings (``str(value)``; a 0-d tensor or array, such as a
+        torch loss or a NumPy scalar, as ``str(value.item())``). StateError if nothing is registered.
 
         For device tensors, ``stream`` and ``event`` order the snapshot's copies against the
         trainer's GPU work (both are ignored for host tensors):
@@ -153,7 +162,7 @@ class Producer(Service):
                 raise InvalidArgumentError(f"publish(): metadata value of {key!r} is an array ({type(value).__name__}); "
                                            f"values are sent as strings, and an array's str() leaves values out: "
                                            f"send a string you made of it (json.dumps(value.tolist()))")
-        meta = {text("publish(): metadata key", k): str(v) for k, v in (metadata or {}).items()}
+        meta = {text("publish(): metadata key", k): _metadata_text(v) for k, v in (metadata or {}).items()}
         for key, value in meta.items():
             text(f"publish(): metadata value of {key!r}", value)
         return self._impl.publish(step, meta, _handle(stream, "stream", ("cuda_stream", "ptr")),

@@ -163,3 +163,18 @@ def test_publish_copies_only_what_the_slot_lacks_while_little_changes(endpoint):
         whole = body.nbytes + head.nbytes
         assert copied[:3] == [whole] * 3, f"the first version in each of the three slots is copied whole: {copied}"
         assert all(0 < c <= 64 << 10 for c in copied[3:]), f"only the head's block should be copied: {copied}"
+
+
+def test_a_zero_dimensional_tensor_in_metadata_is_sent_as_its_number(endpoint):
+    # The README's publish(step, {"loss": loss}) with a torch loss sent
+    # "tensor(0.2736, grad_fn=<MeanBackward0>)".
+    layer = torch.nn.Linear(2, 1)
+    loss = layer(torch.ones(1, 2)).pow(2).mean()
+    loss.backward()
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+            modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        producer.register("w", layer.weight)
+        version = producer.publish(1, {"loss": loss, "lr": np.float32(0.5), "seen": np.array(7)}).version
+        view = consumer.wait_for_version(version, WAIT_S)
+        assert view is not None
+        assert view.metadata == {"loss": str(loss.item()), "lr": "0.5", "seen": "7"}
