@@ -1,6 +1,8 @@
 // modelcast-tune's command layer: JSON contract and input validation.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -153,6 +155,22 @@ TEST(TuneCommands, EveryCommandReportsCilOverTheWarmUpToTheEndOfTheRun) {
     EXPECT_NE(render_text(r).find("over the --window of 100 s after the warm-up"), std::string::npos) << render_text(r);
     EXPECT_EQ(render_text(r).find("to the end of the run"), std::string::npos) << render_text(r);
   }
+  // replay and evaluate score the logged curve: a window past its end scored the last loss as
+  // served for the rest, and a window of 0 scored nothing (CIL 0 whatever the schedule).
+  auto past = a;
+  past.window_s = 1e6;
+  for (const auto& command : {std::function<void()>([&] { run_replay(past); }), std::function<void()>([&] { run_evaluate(past, {1200}); })}) {
+    try {
+      command();
+      ADD_FAILURE() << "a --window past the log was scored";
+    } catch (const modelcast::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("after the log's last point"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(run_plan(past));  // plan forecasts past the log
+  auto empty = a;
+  empty.window_s = 0;
+  EXPECT_THROW(run_plan(empty), modelcast::Error);
 }
 
 // plan of a log that already reaches the run's end said "--total-steps (6000) must exceed the

@@ -45,8 +45,9 @@ void check_costs(const CommonArgs& a) {
     why << "--request-rate must be a finite number > 0, got " << a.request_rate;
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
-  if (!std::isnan(a.window_s) && (!std::isfinite(a.window_s) || a.window_s < 0))
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--window must be a finite number >= 0");
+  // An empty window scores nothing: every schedule, publishing or not, came out at CIL 0.
+  if (!std::isnan(a.window_s) && (!std::isfinite(a.window_s) || a.window_s <= 0))
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--window must be a finite number > 0");
   if (std::isnan(a.max_slowdown_s) || a.max_slowdown_s < 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--max-slowdown must be >= 0");
   if (a.epoch_steps && *a.epoch_steps <= 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--epoch-steps must be positive");
   if (a.total_steps && *a.total_steps <= 0) {
@@ -213,7 +214,7 @@ Json cil_window_json(const mp::Trajectory& scored, std::size_t w, const mp::Publ
   return j;
 }
 
-void check_total_within_log(const CommonArgs& a, const mp::LossLog& log) {
+void check_total_within_log(const CommonArgs& a, const mp::LossLog& log, std::size_t warmup_index) {
   if (a.total_steps && *a.total_steps < log.points.back().step) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                            "--total-steps " + std::to_string(*a.total_steps) + " ends before the log, which ends at step " +
@@ -227,6 +228,15 @@ void check_total_within_log(const CommonArgs& a, const mp::LossLog& log) {
                                std::to_string(log.points.back().step) +
                                ": CIL here is measured on the logged curve, from the warm-up to the end of the run, "
                                "so the log must reach the run's end (or leave --total-steps out)");
+  }
+  // Past the log, the last logged loss would be scored as served for the rest of the window.
+  const double from = log.points[warmup_index].time_s, to = log.points.back().time_s;
+  if (std::isfinite(a.window_s) && from + a.window_s > to) {
+    std::ostringstream why;
+    why << "--window " << a.window_s << " s ends at t = " << from + a.window_s << " s, after the log's last point (t = "
+        << to << " s): CIL here is measured on the logged curve, so the window must end within it (at most "
+        << to - from << " s after the warm-up, or leave --window out)";
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
 }
 
@@ -438,7 +448,7 @@ Json run_replay(const CommonArgs& a) {
   const std::size_t w = warmup_index_of(log, *a.warmup_step);
   if (w + 1 >= log.points.size()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "nothing logged after the warm-up step");
   if (w < 1) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "too few points up to the warm-up step (need at least 2)");
-  check_total_within_log(a, log);
+  check_total_within_log(a, log, w);
   const std::int64_t total = log.points.back().step;
   const auto costs = costs_of(a);
   mp::OnlineOptions oo;
@@ -494,7 +504,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   if (!a.warmup_step) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--warmup-steps is required");
   const auto log = load_log(a, 2);
   const std::size_t w = warmup_index_of(log, *a.warmup_step);
-  check_total_within_log(a, log);
+  check_total_within_log(a, log, w);
   const auto truth = mp::trajectory_of(log.points);
   const auto costs = costs_of(a);
   // The optimum and the baselines keep to the cap, so a schedule over it would be scored against
