@@ -150,7 +150,10 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
         log->warn("model {}: {} was written without digests (by an older modelcastd): its bytes are served unchecked",
                   model, stored.directory);
       }
-      served->installed_at = std::chrono::system_clock::now();
+      // When it was first installed, as far as the repository says (its write): age_seconds
+      // restarting at 0 made a version hours old look fresh after every restart.
+      served->installed_at = std::chrono::system_clock::time_point(
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(stored.written_at_ns)));
       served->repository_path = stored.directory;
       return served;
     } catch (const modelcast::Error& e) {

@@ -21,7 +21,7 @@ struct ServedVersion {
   // The Consumer's version whose receive buffer `buffer` is; empty for a version copied into a
   // buffer of the daemon's (shaped or assembled views) or recovered from the repository.
   modelcast::ModelView view;
-  std::chrono::system_clock::time_point installed_at;
+  std::chrono::system_clock::time_point installed_at;  // recovered: when the repository wrote it
   std::chrono::nanoseconds update_latency{0};  // producer's publish() until installed here
   std::string repository_path;        // set when recovered from disk
 

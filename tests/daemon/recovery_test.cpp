@@ -350,5 +350,21 @@ TEST(Recovery, AHeaderThatGivesATensorAnotherDtypeThanWrittenIsNotServed) {
   EXPECT_NE(log.out.str().find("dtype I8 and shape [16], metadata.json U8 and [16]"), std::string::npos) << log.out.str();
 }
 
+// /v1/models' age_seconds counted from the restart: a version written hours before looked fresh.
+TEST(Recovery, ARecoveredVersionIsAsOldAsItsWrite) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  const auto metadata = dir / "repo/m/3/metadata.json";
+  auto doc = nlohmann::json::parse(read_file(metadata));
+  const std::int64_t an_hour_ago = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      (std::chrono::system_clock::now() - std::chrono::hours(1)).time_since_epoch()).count();
+  doc["written_at_ns"] = an_hour_ago;
+  write_file(metadata, doc.dump());
+  auto served = modelcastd::recover_newest(dir / "repo", "m", 1 << 20);
+  ASSERT_TRUE(served) << log.out.str();
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::nanoseconds>(served->installed_at.time_since_epoch()).count(), an_hour_ago);
+}
+
 }  // namespace
 }  // namespace daemon_test
