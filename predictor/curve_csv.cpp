@@ -204,8 +204,12 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       col.time = find_column(header, "time_s");
       if (col.step < 0) throw CsvError(source, line_no, "missing column 'step' (expected step,loss[,time_s])" + header_hint(header));
       if (col.loss < 0) {
+        std::string found;
+        for (const auto& name : header) found += (found.empty() ? "" : ",") + printable_text(name, 40);
         throw CsvError(source, line_no, "missing column " + shown_text(loss_name) + " (expected step," +
-                                            printable_text(loss_name, 40) + "[,time_s])");
+                                            printable_text(loss_name, 40) + "[,time_s]; the header is " +
+                                            printable_text(found, 200) +
+                                            "): name the loss column with --loss-col (Python: loss_column=)");
       }
       refuse_loss_column_of_another_role(col, source, line_no, loss_name);
     }

@@ -145,10 +145,15 @@ double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const Pub
   for (std::size_t j = 0; j < publish_steps.size(); ++j) {
     const auto step = publish_steps[j];
     const auto it = std::lower_bound(curve.steps.begin() + static_cast<std::ptrdiff_t>(search_from), curve.steps.end(), step);
-    if (it == curve.steps.end() || *it != step)
-      throw Error(ErrorCode::kInvalidArgument, "publish step " + std::to_string(step) +
-                                  " is not a logged step after the warm-up step " +
-                                  std::to_string(curve.steps[warmup_index]) + " (or steps are not increasing)");
+    if (it == curve.steps.end() || *it != step) {
+      const std::string named = "publish step " + std::to_string(step);
+      if (!std::binary_search(curve.steps.begin(), curve.steps.end(), step))
+        throw Error(ErrorCode::kInvalidArgument, named + " is not a logged step");
+      if (step <= curve.steps[warmup_index])
+        throw Error(ErrorCode::kInvalidArgument, named + " is not after the warm-up step " + std::to_string(curve.steps[warmup_index]));
+      throw Error(ErrorCode::kInvalidArgument, named + " is not after the one before it (" + std::to_string(publish_steps[j - 1]) +
+                                                   "): publish steps must increase");
+    }
     const auto i = static_cast<std::size_t>(it - curve.steps.begin());
     search_from = i + 1;
     const double servable = curve.time_s[i] + static_cast<double>(j + 1) * costs.stall_s + costs.delivery_s;

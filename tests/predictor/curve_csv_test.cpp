@@ -158,7 +158,7 @@ TEST(CurveCsv, ANamedLossColumnIsReadFromAPlainLogOrRefusedWithoutAHeader) {
   EXPECT_DOUBLE_EQ(log.points[0].loss, 3.0);
   EXPECT_DOUBLE_EQ(log.points[1].loss, 2.5);
   EXPECT_DOUBLE_EQ(parse("step,loss,train_loss,time_s\n10,4.0,3.0,1\n20,3.5,2.5,2\n").points[0].loss, 4.0);
-  expect_error("step,loss,time_s\n10,4.0,1\n20,3.5,2\n", 1, "missing column 'train_loss' (expected step,train_loss[,time_s])", o);
+  expect_error("step,loss,time_s\n10,4.0,1\n20,3.5,2\n", 1, "missing column 'train_loss' (expected step,train_loss[,time_s]; the header is step,loss,time_s): name the loss column with --loss-col", o);
   expect_error("10,4.0,1\n20,3.5,2\n", 1, "a loss column ('train_loss') names a header column; this log has no header", o);
 }
 

@@ -65,9 +65,20 @@ TEST(EvaluateCil, MatchesHandComputation) {
 TEST(EvaluateCil, RejectsStepsThatAreNotCandidates) {
   PublishCosts c;
   const auto t = simple();
-  EXPECT_THROW(evaluate_cil(t, 1, c, std::vector<std::int64_t>{10}), modelcast::Error);  // W itself
-  EXPECT_THROW(evaluate_cil(t, 0, c, std::vector<std::int64_t>{15}), modelcast::Error);  // not logged
-  EXPECT_THROW(evaluate_cil(t, 0, c, std::vector<std::int64_t>{20, 10}), modelcast::Error);  // order
+  // Each named for what is wrong with it: the message said "not a logged step after the warm-up
+  // step (or steps are not increasing)" of each, also of a logged step out of order.
+  auto error_of = [&](std::size_t w, std::vector<std::int64_t> steps) {
+    try {
+      evaluate_cil(t, w, c, steps);
+    } catch (const modelcast::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(error_of(1, {10}), "publish step 10 is not after the warm-up step 10");
+  EXPECT_EQ(error_of(0, {15}), "publish step 15 is not a logged step");
+  EXPECT_EQ(error_of(0, {20, 10}), "publish step 10 is not after the one before it (20): publish steps must increase");
+  EXPECT_EQ(error_of(0, {20, 20}), "publish step 20 is not after the one before it (20): publish steps must increase");
   c.stall_s = -1;
   EXPECT_THROW(evaluate_cil(t, 0, c, {}), modelcast::Error);
   c.stall_s = 0;

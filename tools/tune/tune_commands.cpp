@@ -78,7 +78,12 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                            a.log_path + ": its steps start at " + std::to_string(log.points.front().step) +
                                "; steps count training steps from 0");
-  if (!log.has_time) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, a.log_path + ": no time column (time_s): the workflow model needs training times");
+  if (!log.has_time) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           a.log_path + ": no time column: every cost is in seconds of training, so the log needs each "
+                                        "point's training time in a column named time_s (seconds; train_time_s in a "
+                                        "curves file), or as the third column of a log without a header");
+  }
   // Every cost is in seconds of training: a clock that never moves would score any schedule as free.
   if (log.points.size() >= 2 && !(log.points.back().time_s > log.points.front().time_s)) {
     std::ostringstream why;
