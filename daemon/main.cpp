@@ -61,7 +61,11 @@ void check_surroundings(modelcastd::DaemonConfig& config, bool model_endpoints) 
     const bool plaintext = model.producer_public_key.empty() && model.producer_key_file.empty();
     if (plaintext && model.endpoint.rfind("ipc://", 0) == 0 &&
         std::filesystem::exists(std::filesystem::absolute(model.endpoint.substr(6)).parent_path())) {
-      modelcast::wire::check_private_ipc_directory(model.endpoint, "consumer");
+      try {
+        modelcast::wire::check_private_ipc_directory(model.endpoint, "consumer");
+      } catch (const modelcast::Error& e) {  // named as every other configuration error is
+        throw modelcast::Error(e.code(), model.source + ": model '" + model.name + "': key 'endpoint': " + e.what());
+      }
     }
   }
 }

@@ -673,6 +673,9 @@ TEST(DaemonConfig, TheCheckFindsWhatAModelsConsumerWouldRefuse) {
     std::string file, model, said;
   };
   const std::vector<Case> cases{
+      // Named as every other error is (it said neither the file's line nor the model).
+      {"ipc.toml", "endpoint = \"ipc://" + shared + "/model.sock\"\n",
+       (dir / "ipc.toml") + ":5: model 'm': key 'endpoint': plaintext consumer endpoint"},
       {"ipc.toml", "endpoint = \"ipc://" + shared + "/model.sock\"\n", "'" + shared + "' is writable by every user"},
       {"short.toml", "endpoint = \"tcp://127.0.0.1:1\"\nproducer_public_key = \"abc\"\n",
        "producer_public_key is not a key: expected 40 Z85 characters, got 3 characters"},
