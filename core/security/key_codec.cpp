@@ -4,6 +4,7 @@
 #include <zmq.h>
 
 #include <cstring>
+#include <string_view>
 
 #include "modelcast/error.h"
 
@@ -24,8 +25,17 @@ std::array<std::uint8_t, 32> decode_z85(const std::string& z85, const std::strin
   if (z85.size() != 40 || zmq_z85_decode(key.data(), z85.c_str()) == nullptr) {
     const std::string got = z85.size() == 40 ? "40 characters, not all of them Z85"
                                              : std::to_string(z85.size()) + " characters";
-    throw Error(ErrorCode::kInvalidArgument, what + " is not a key: expected 40 Z85 characters, got " + got +
-                                                 " (not shown: it may be a secret key)");
+    // Z85 has '/' and '.' too, but no key is a path of another length: a file given for a key.
+    const auto ends_with = [&](std::string_view tail) {
+      return z85.size() >= tail.size() && z85.compare(z85.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    const bool path_like = z85.size() != 40 && (z85.rfind('/', 0) == 0 || ends_with(".pub") || ends_with(".key"));
+    throw Error(ErrorCode::kInvalidArgument,
+                what + " is not a key: expected 40 Z85 characters, got " + got + " (not shown: it may be a secret key)" +
+                    (path_like ? "; it looks like a key file's path: give the file where a key file is asked for "
+                                 "(producer_key_file), or read its key with load_public_key (Python: "
+                                 "modelcast.load_public_key(path))"
+                               : ""));
   }
   return key;
 }

@@ -89,6 +89,17 @@ TEST(Keys, TwoThreadsOverwritingOnePairLeaveAMatchingPair) {
   EXPECT_EQ(mismatched, 0) << "rounds that left a .pub not of the pair";
 }
 
+// A key file's path given where the key goes said only "expected 40 Z85 characters, got 33".
+TEST(Keys, APathGivenForAKeyIsSaidToBeOne) {
+  for (const std::string path : {"/etc/modelcast/trainer.key.pub", "trainer.key", "keys/trainer.key.pub"}) {
+    const auto said = error_of([&] { modelcast::check_public_key(path, "producer_public_key"); }, ErrorCode::kInvalidArgument);
+    EXPECT_NE(said.find("it looks like a key file's path"), std::string::npos) << path << ": " << said;
+    EXPECT_EQ(said.find(path), std::string::npos) << "quoted: " << said;
+  }
+  const auto said = error_of([&] { modelcast::check_public_key("abc", "producer_public_key"); }, ErrorCode::kInvalidArgument);
+  EXPECT_EQ(said.find("path"), std::string::npos) << said;
+}
+
 TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
   TempDir dir;
   auto keys = modelcast::generate_key_pair();
