@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "modelcast/modelcast.h"
@@ -37,6 +38,13 @@ static double now_s(void) {
 int main(int argc, char** argv) {
   int exit_code = 1;
   char* end = NULL;
+  if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    printf("Usage: c_driver [STEPS]\n  STEPS: training steps, a multiple of %d and at least %d (default 2000);\n"
+           "  the loss is evaluated every %d steps and the warm-up is the first tenth.\n"
+           "Publishes on tcp://127.0.0.1 (a free port); run with UCX_NET_DEVICES=lo.\n",
+           EVAL_EVERY, 10 * EVAL_EVERY, EVAL_EVERY);
+    return 0;
+  }
   long steps = argc > 1 ? strtol(argv[1], &end, 10) : 2000;
   /* "100x" was read as 100: the whole argument must be the number. */
   if (argc > 2 || (argc > 1 && (end == argv[1] || *end != '\0')) || steps < 10 * EVAL_EVERY ||
