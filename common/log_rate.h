@@ -39,4 +39,26 @@ class LogRate {
   std::uint64_t held_back_ = 0;
 };
 
+// LogRate per text: a text other than the last one logged is logged at once (a new error is news),
+// the same one again at most once per interval (a refusal repeated at every retry is not).
+class RepeatRate {
+ public:
+  using Clock = LogRate::Clock;
+  explicit RepeatRate(Clock::duration interval = std::chrono::seconds(10)) : interval_(interval), rate_(interval) {}
+
+  // As LogRate::admit, for an event that says `text`.
+  std::optional<std::string> admit(const std::string& text, Clock::time_point now) {
+    if (text != last_text_) {
+      last_text_ = text;
+      rate_ = LogRate(interval_);
+    }
+    return rate_.admit(now);
+  }
+
+ private:
+  Clock::duration interval_;
+  LogRate rate_;
+  std::string last_text_;
+};
+
 }  // namespace modelcast

@@ -1,8 +1,11 @@
 #include "daemon/daemon.h"
 
+#include <optional>
+
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/log_rate.h"
 #include "common/shown_text.h"
 #include "core/repository/repository.h"
 #include "daemon/recovery.h"
@@ -106,8 +109,20 @@ void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
     metrics_.rejected(name);
     log->warn("model {}: {}", name, error.what());
   };
-  callbacks.on_error = [log](const std::string& name, const modelcast::Error& error) {
-    log->warn("model {}: {}", name, error.what());
+  // The consumer says an error again at every retry (a producer that serves another model's
+  // name: twice a second for good): the same one is logged at most once per 10 s. Called from
+  // the consumer's threads (one per producer rank), hence the lock.
+  struct Repeats {
+    std::mutex mutex;
+    modelcast::RepeatRate rate;
+  };
+  callbacks.on_error = [log, repeats = std::make_shared<Repeats>()](const std::string& name, const modelcast::Error& error) {
+    std::optional<std::string> note;
+    {
+      std::lock_guard lock(repeats->mutex);
+      note = repeats->rate.admit(error.what(), modelcast::RepeatRate::Clock::now());
+    }
+    if (note) log->warn("model {}: {}{}", name, error.what(), *note);
   };
   metrics_.model_added(model.name, writer_ && model.persist, !model.hook.empty());
   try {

@@ -337,7 +337,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
 }
 
 void ConsumerService::report(const Error& error) {
-  log_->error("{}", error.what());
+  if (auto note = errors_logged_.admit(error.what(), RepeatRate::Clock::now())) log_->error("{}{}", error.what(), *note);
   count([&](ConsumerStats& s) { s.last_error = error.what(); });
   if (options_.on_error) options_.on_error(error);
 }

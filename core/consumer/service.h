@@ -208,6 +208,10 @@ class ConsumerService {
   std::shared_ptr<spdlog::logger> log_;
   // Bad messages are logged at most once per 10 s (counted every time). Service thread only.
   LogRate bad_messages_logged_;
+  // An error said again at every retry (a producer refusing the join: another model's name) is
+  // logged at most once per 10 s; another error at once. Counted and handed to on_error every
+  // time. Service thread only.
+  RepeatRate errors_logged_;
   // Shared with transfer completions: views keep the transport (and so late completions of
   // cancelled receives) alive after this Consumer is gone.
   std::shared_ptr<EventQueue<Event>> events_ = std::make_shared<EventQueue<Event>>();

@@ -22,4 +22,16 @@ TEST(LogRate, OneLinePerIntervalSayingHowManyWereHeldBack) {
   EXPECT_EQ(*rate.admit(t0 + 121s), " (and 1 more since the last one logged)");
 }
 
+// A refused join was logged at every retry, twice a second for as long as the names differed.
+TEST(RepeatRate, TheSameTextOncePerIntervalAnotherAtOnce) {
+  modelcast::RepeatRate rate(10s);
+  const LogRate::Clock::time_point t0{};
+  EXPECT_EQ(*rate.admit("refused", t0), "");
+  for (int i = 1; i < 20; ++i) EXPECT_FALSE(rate.admit("refused", t0 + i * 500ms)) << "retry " << i;
+  EXPECT_EQ(*rate.admit("rejected version 3", t0 + 10500ms), "") << "another error waited";
+  EXPECT_EQ(*rate.admit("refused", t0 + 11s), "") << "a text other than the last is news";
+  EXPECT_FALSE(rate.admit("refused", t0 + 12s));
+  EXPECT_EQ(*rate.admit("refused", t0 + 21s), " (and 1 more since the last one logged)");
+}
+
 }  // namespace
