@@ -663,8 +663,22 @@ void check_key_files(DaemonConfig& config) {
       }
     }
     std::string producer_key, own_key;
-    check("producer_key_file", model.producer_key_file,
-          [&](const std::string& f) { producer_key = modelcast::load_public_key(f); });
+    check("producer_key_file", model.producer_key_file, [&](const std::string& f) {
+      producer_key = modelcast::load_public_key(f);
+      // The trainer's key pair (its .pub forgotten) reads as its public key too, but the secret
+      // in it lets whoever reads this host's files sign versions as the trainer.
+      bool pair = false;
+      try {
+        (void)modelcast::load_key_pair(f);
+        pair = true;
+      } catch (const modelcast::Error&) {
+      }
+      if (pair) {
+        throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                               "holds a secret key (it is the trainer's key pair): give its public key file (the "
+                               ".pub beside it), and keep the secret on the trainer's host");
+      }
+    });
     check("key_file", model.key_file, [&](const std::string& f) { own_key = modelcast::load_key_pair(f).public_key; });
     model.keys_held = producer_key + " " + own_key;
   }

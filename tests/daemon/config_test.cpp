@@ -516,6 +516,17 @@ TEST(DaemonConfig, MissingKeyFilesFailTheCheckAndTheStartNamingModelKeyAndFile) 
   EXPECT_NO_THROW(modelcastd::check_key_files(config));
   ChildProcess check({MODELCASTD, "--config", (dir / "keys.toml"), "--check"});
   EXPECT_EQ(check.wait(), 0);
+
+  // The trainer's key pair itself (its .pub forgotten) read as its public key, and put the
+  // trainer's secret on an inference host without a word.
+  write_file(dir / "pair.toml", std::string(kModel) + "producer_key_file = \"" + (dir / "trainer.key") + "\"\n");
+  auto pair = modelcastd::load_config(dir / "pair.toml");
+  try {
+    modelcastd::check_key_files(pair);
+    FAIL() << "a key pair passed as producer_key_file";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("holds a secret key (it is the trainer's key pair)"), std::string::npos) << e.what();
+  }
 }
 
 // modelcastd with `config` fails --check and the start, each with exit 2 (a configuration
