@@ -491,7 +491,8 @@ MODELCAST_API mc_status mc_view_metadata_at(const mc_view_t* view, size_t index,
  * NULL view or key also give NULL (with last error set). Thread-safe. */
 MODELCAST_API const char* mc_view_metadata_get(const mc_view_t* view, const char* key);
 
-/* Fills *out for the tensor called `name` (pointers owned by the view). Thread-safe.
+/* Fills *out for the tensor called `name` (pointers owned by the view): its first part where the
+ * consumer asked for several boxes of it (mc_view_tensor_at lists every part). Thread-safe.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL view/name/out, no tensor of that name). */
 MODELCAST_API mc_status mc_view_find_tensor(const mc_view_t* view, const char* name, mc_tensor_info* out);
 
