@@ -231,18 +231,25 @@ modelcastd::attach::Reply ask(int fd, const std::string& model) {
   return reply.value_or(modelcastd::attach::Reply{.code = -1, .error = "no reply", .manifest = {}, .manifest_in_fd = false});
 }
 
+// An attach server at `dir`/a.sock that knows no model (every request is answered at once, with
+// an error), taking at most `max_clients` connections. It logs to the daemon's logger, which
+// only modelcastd's main() makes.
+std::unique_ptr<modelcastd::attach::AttachServer> server_of_no_model(const ScratchDir& dir, std::size_t max_clients) {
+  if (!spdlog::get("modelcastd")) spdlog::register_logger(std::make_shared<spdlog::logger>("modelcastd"));
+  auto server = std::make_unique<modelcastd::attach::AttachServer>(
+      dir / "a.sock", [](const std::string&, bool& exists) { exists = false; return modelcastd::ServedPtr{}; },
+      4096, max_clients);
+  server->start();
+  return server;
+}
+
 // 400 local connections against an open-file limit of 256 once left the daemon without
 // descriptors: accept() failed with EMFILE on a listening socket that stayed readable (a busy
 // loop), repository writes failed, new clients hung in connect(). Past its cap a connection is
 // told why and closed, and the cap leaves the rest of the descriptors to the daemon.
 TEST(AttachServer, AConnectionPastTheCapIsToldWhyAndClosed) {
-  // The server logs to the daemon's logger, which only modelcastd's main() makes.
-  if (!spdlog::get("modelcastd")) spdlog::register_logger(std::make_shared<spdlog::logger>("modelcastd"));
   ScratchDir dir;
-  modelcastd::attach::AttachServer server(
-      dir / "a.sock", [](const std::string&, bool& exists) { exists = false; return modelcastd::ServedPtr{}; },
-      4096, 3);
-  server.start();
+  auto server = server_of_no_model(dir, 3);
   std::vector<int> clients;
   for (int i = 0; i < 3; ++i) {
     clients.push_back(modelcastd::attach::connect_to(dir / "a.sock"));
@@ -257,7 +264,7 @@ TEST(AttachServer, AConnectionPastTheCapIsToldWhyAndClosed) {
   char byte;
   EXPECT_EQ(recv(fourth, &byte, 1, 0), 0) << "the refused connection was left open";
   close(fourth);
-  EXPECT_EQ(server.stats().clients, 3u);
+  EXPECT_EQ(server->stats().clients, 3u);
   close(clients[0]);
   // Once the server has seen that close, a new client is served again. Until then a new one is
   // refused and closed, which the request's send may meet first (EPIPE): not a failure here.
@@ -277,12 +284,8 @@ TEST(AttachServer, AConnectionPastTheCapIsToldWhyAndClosed) {
 // client has read it: closed at once, the descriptors in what it had not read stayed charged to
 // the daemon's user, and a client dropped again and again could pile them up without limit.
 TEST(AttachServer, ADroppedConnectionIsClosedOnlyOnceItsClientHasReadItsLastReply) {
-  if (!spdlog::get("modelcastd")) spdlog::register_logger(std::make_shared<spdlog::logger>("modelcastd"));
   ScratchDir dir;
-  modelcastd::attach::AttachServer server(
-      dir / "a.sock", [](const std::string&, bool& exists) { exists = false; return modelcastd::ServedPtr{}; },
-      4096, 2);
-  server.start();
+  auto server = server_of_no_model(dir, 2);
   const int dropped = modelcastd::attach::connect_to(dir / "a.sock");
   const int other = modelcastd::attach::connect_to(dir / "a.sock");
   ASSERT_GE(dropped, 0) << std::strerror(errno);
@@ -291,7 +294,7 @@ TEST(AttachServer, ADroppedConnectionIsClosedOnlyOnceItsClientHasReadItsLastRepl
   ASSERT_TRUE(modelcastd::attach::send_message(dropped, std::span<const char>(garbage.data(), garbage.size())));
   // The other client's requests take turns of the server's loop; the first saw the garbage.
   for (int i = 0; i < 3; ++i) EXPECT_EQ(ask(other, "nope").code, static_cast<int>(modelcast::ErrorCode::kInvalidArgument));
-  EXPECT_EQ(server.stats().clients, 2u);
+  EXPECT_EQ(server->stats().clients, 2u);
   const int third = modelcastd::attach::connect_to(dir / "a.sock");
   ASSERT_GE(third, 0) << std::strerror(errno);
   EXPECT_EQ(ask(third, "").code, static_cast<int>(modelcast::ErrorCode::kResource)) << "the dropped connection was closed unread";
@@ -303,7 +306,7 @@ TEST(AttachServer, ADroppedConnectionIsClosedOnlyOnceItsClientHasReadItsLastRepl
   char byte;
   EXPECT_EQ(recv(dropped, &byte, 1, 0), 0) << "read, the dropped connection was not closed";
   close(dropped);
-  EXPECT_TRUE(testing_support::eventually([&] { return server.stats().clients == 1u; }));
+  EXPECT_TRUE(testing_support::eventually([&] { return server->stats().clients == 1u; }));
   close(other);
 }
 
@@ -312,12 +315,8 @@ TEST(AttachServer, ADroppedConnectionIsClosedOnlyOnceItsClientHasReadItsLastRepl
 // clients doing so without end pushed them past the open-file limit. Only an emptied queue ends
 // such a connection.
 TEST(AttachServer, AClientThatShutsItsSocketDownWithAReplyUnreadStaysCounted) {
-  if (!spdlog::get("modelcastd")) spdlog::register_logger(std::make_shared<spdlog::logger>("modelcastd"));
   ScratchDir dir;
-  modelcastd::attach::AttachServer server(
-      dir / "a.sock", [](const std::string&, bool& exists) { exists = false; return modelcastd::ServedPtr{}; },
-      4096, 2);
-  server.start();
+  auto server = server_of_no_model(dir, 2);
   const int quiet = modelcastd::attach::connect_to(dir / "a.sock");
   const int other = modelcastd::attach::connect_to(dir / "a.sock");
   ASSERT_GE(quiet, 0) << std::strerror(errno);
@@ -330,13 +329,13 @@ TEST(AttachServer, AClientThatShutsItsSocketDownWithAReplyUnreadStaysCounted) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(ask(other, "nope").code, static_cast<int>(modelcast::ErrorCode::kInvalidArgument));
   ASSERT_EQ(shutdown(quiet, SHUT_RDWR), 0);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(ask(other, "nope").code, static_cast<int>(modelcast::ErrorCode::kInvalidArgument));
-  EXPECT_EQ(server.stats().clients, 2u) << "the connection with a reply unread was closed";
+  EXPECT_EQ(server->stats().clients, 2u) << "the connection with a reply unread was closed";
   const int third = modelcastd::attach::connect_to(dir / "a.sock");
   ASSERT_GE(third, 0) << std::strerror(errno);
   EXPECT_EQ(ask(third, "").code, static_cast<int>(modelcast::ErrorCode::kResource));
   close(third);
   close(quiet);  // its queue goes with it: the connection ends at a recheck
-  EXPECT_TRUE(testing_support::eventually([&] { return server.stats().clients == 1u; }));
+  EXPECT_TRUE(testing_support::eventually([&] { return server->stats().clients == 1u; }));
   close(other);
 }
 

@@ -41,6 +41,17 @@ std::shared_ptr<const repo::VersionSnapshot> snapshot(std::uint64_t version, std
   return s;
 }
 
+// Undoes at scope exit what kept `path` from being changed: a mount on it (as root) or its
+// write permission taken away (otherwise).
+struct Unpinned {
+  std::string path;
+  ~Unpinned() {
+    umount(path.c_str());
+    std::error_code ignored;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, ignored);
+  }
+};
+
 TEST(RepositoryWriter, ASlowDiskMakesItSkipToTheNewestVersionWithoutBlockingSubmit) {
   ScratchDir dir;
   std::mutex mutex;
@@ -257,14 +268,7 @@ TEST(RepositoryWriter, LeftoversThatCannotBeRemovedAreNamedNotCountedAsRemoved) 
     std::filesystem::permissions(model_dir, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
     read_only = true;
   }
-  struct Restore {
-    std::string path;
-    ~Restore() {
-      umount(path.c_str());
-      std::error_code ignored;
-      std::filesystem::permissions(path, std::filesystem::perms::owner_all, ignored);
-    }
-  } restore{model_dir};
+  const Unpinned restore{model_dir};
   if (!read_only) GTEST_SKIP() << "cannot make " << model_dir << " read-only here";
   const auto cleaned = repo::Repository(dir / "repo").clean("m");
   EXPECT_EQ(cleaned.removed, 0u);
@@ -469,14 +473,7 @@ TEST(RepositoryWriter, OlderVersionsThatCannotBeRemovedAreNoFailedWrite) {
     std::filesystem::permissions(first, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
     pinned = true;
   }
-  struct Restore {
-    std::string path;
-    ~Restore() {
-      umount(path.c_str());
-      std::error_code ignored;
-      std::filesystem::permissions(path, std::filesystem::perms::owner_all, ignored);
-    }
-  } restore{first};
+  const Unpinned restore{first};
   if (!pinned) GTEST_SKIP() << "cannot keep " << first << " from being removed here";
   writer.submit(snapshot(2));
   EXPECT_EQ(events.wait_for(3), (std::vector<std::string>{"written 1", "written 2", "prune failed after 2"}));
