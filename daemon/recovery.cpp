@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/model/manifest.h"
 #include "core/repository/regular_file.h"
 #include "core/repository/repository.h"
 #include "core/repository/safetensors.h"
@@ -24,11 +25,12 @@ namespace {
 
 namespace repo = modelcast::repository;
 
-// The producer's alignment of each tensor in its buffers: the file packs them, and a reader
-// taking a float (or a SIMD load) at an odd address has undefined behaviour.
-constexpr std::uint64_t kTensorAlignment = 256;
-
-std::uint64_t aligned(std::uint64_t offset) { return (offset + kTensorAlignment - 1) / kTensorAlignment * kTensorAlignment; }
+// Each tensor at the producer's alignment (its slots'): the file packs them, and a reader taking
+// a float (or a SIMD load) at an odd address has undefined behaviour.
+std::uint64_t aligned(std::uint64_t offset) {
+  constexpr std::uint64_t kAlignment = modelcast::kTensorAlignment;
+  return (offset + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 // Reads `bytes` bytes at `from` (in the file) of `path` to `to`.
 void read_exactly(int fd, const std::string& path, std::byte* to, std::uint64_t bytes, std::uint64_t from) {
