@@ -49,8 +49,9 @@ def curve_points(steps, loss, time_s=None):
 
 def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule=None):
     """The publish plan ``modelcast-tune plan`` makes, through the same library call (plan_prefix):
-    forecast the run from the points logged up to ``warmup_step`` (a logged step: inference starts
-    when it completes) until ``total_steps``, turn the forecast into weighted scenarios (hedge), and
+    forecast the run from the points logged up to ``warmup_step`` (inference starts from the last
+    of them, as the tool's ``--warmup-steps`` takes it; ``warmup_index`` says which) until
+    ``total_steps``, turn the forecast into weighted scenarios (hedge), and
     take the schedule with the lowest expected cumulative inference loss over them under ``costs``
     (a PublishCosts), unless the best evenly spaced schedule does at least as well in most of them.
 
@@ -61,8 +62,8 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     forecast before hedging) and choice (a PlanChoiceReport, the tool's ``choice``: whether the plan
     departs from the best evenly spaced schedule, by how much and how surely, and why). Pure;
     raises InvalidArgumentError naming the argument for a wrong type, points whose steps do not
-    increase or that lack a time (the costs are in seconds), a warm-up step that was not logged,
-    fewer than 2 points up to it, or total_steps not beyond it.
+    increase or that lack a time (the costs are in seconds), a warm-up step before the first logged
+    step, fewer than 2 points up to it, or total_steps not beyond the warm-up.
     """
     points = _sequence("plan(): points", points)
     for i, point in enumerate(points):
@@ -82,12 +83,15 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
             raise InvalidArgumentError(f"plan(): the point at step {point.step} has no time (time_s {point.time_s}): "
                                        f"a plan needs the training time of every point up to the warm-up, as "
                                        f"its costs are in seconds")
-    if not prefix or prefix[-1].step != warmup_step:
-        raise InvalidArgumentError(f"warm-up step {warmup_step} is not a logged step")
+    # An unlogged warm-up step means the last point logged before it, as in the tool: a round
+    # number of steps (a fifth of the run) rarely falls on an evaluation.
+    if not prefix:
+        first = f" {points[0].step}" if points else " (none was logged)"
+        raise InvalidArgumentError(f"warm-up step {warmup_step} is before the first logged step{first}")
     if len(prefix) < 2:
         raise InvalidArgumentError("too few points up to the warm-up step (need at least 2)")
-    if total_steps <= warmup_step:
-        raise InvalidArgumentError(f"total_steps ({total_steps}) must exceed the warm-up step ({warmup_step})")
+    if total_steps <= prefix[-1].step:
+        raise InvalidArgumentError(f"total_steps ({total_steps}) must exceed the warm-up step ({prefix[-1].step})")
     options = ForecastOptions()
     options.total_steps = total_steps
     options.reference = reference
