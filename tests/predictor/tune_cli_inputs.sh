@@ -92,8 +92,16 @@ status_is 1 "$tune" evaluate --log "$log" --warmup-steps 999999 --publish-cost 2
 # A step that is not a number and an option the log does not replace are usage errors too.
 status_is 2 evaluate --publish-steps abc
 status_is 2 evaluate --publish-steps 3e3
-status_is 2 "$tune" plan --log "$log" --warmup-steps 200 --publish-cost 2 --update-latency 1
-grep -q -- "--total-steps is required (the log does not say)" "$dir/err" || fail "missing --total-steps not named"
+# Without --total-steps a plan from --warmup-steps runs to the log's end (a finished run planned
+# as from its warm-up); with neither, the whole log is the warm-up and the end is unknown.
+"$tune" plan --log "$log" --warmup-steps 200 --publish-cost 2 --update-latency 1 --json > "$dir/out" 2>"$dir/err" ||
+  fail "plan without --total-steps refused"
+last=$(tail -n 1 "$log" | cut -d, -f1)
+grep -q "\"total_steps\": $last," "$dir/out" || fail "plan to the log's end: total_steps is not the last step $last"
+grep -q '"total_steps_from": "the log.s last step"' "$dir/out" || fail "plan to the log's end: where the end came from"
+status_is 2 "$tune" plan --log "$log" --publish-cost 2 --update-latency 1
+grep -q -- "--total-steps is required (the log does not say, and without --warmup-steps the whole log is the warm-up)" "$dir/err" ||
+  fail "missing --total-steps not named"
 status_is 0 "$tune" --help
 status_is 0 "$tune" plan --help
 

@@ -74,7 +74,7 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   cmd.add_option("--run", a.run, "curves format: run id to use");
   cmd.add_option("--loss-col", a.loss_column,
                  "the loss column's header name (e.g. train_loss); default val_loss in the curves format, loss in a step,loss,time_s log");
-  add_number(cmd, "--total-steps", a.total_steps, "planned length of the run (steps)");
+  add_number(cmd, "--total-steps", a.total_steps, "planned length of the run (steps); plan's default: the curves file's total_steps, else the log's last step when --warmup-steps cuts it");
   add_number(cmd, "--publish-cost", a.publish_cost_s, "c: training stall per publish (s)")->required();
   add_number(cmd, "--update-latency", a.update_latency_s, "d: stall end -> version servable (s)")->required();
   add_number(cmd, "--request-rate", a.request_rate, "r: inference requests per second")->capture_default_str();

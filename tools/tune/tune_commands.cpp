@@ -358,13 +358,27 @@ Json run_plan(const CommonArgs& a) {
         << "): a plan forecasts the run's time from it";
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
-  const std::int64_t total = a.total_steps ? *a.total_steps : (log.total_steps ? *log.total_steps : 0);
-  if (total <= 0) throw UsageError("--total-steps is required (the log does not say)");
+  // The run's end: the option, else the curves file's total_steps, else, when --warmup-steps cut
+  // the log, where the log ends (a finished run planned as if from its warm-up, to set beside
+  // replay and evaluate on the same log).
+  std::int64_t total = 0;
+  std::string total_from;
+  if (a.total_steps) {
+    total = *a.total_steps;
+    total_from = "--total-steps";
+  } else if (log.total_steps) {
+    total = *log.total_steps;
+    total_from = "the log's total_steps";
+  } else if (a.warmup_step) {
+    total = log.points.back().step;
+    total_from = "the log's last step";
+  }
+  if (total <= 0) throw UsageError("--total-steps is required (the log does not say, and without --warmup-steps the whole log is the warm-up)");
   if (total <= prefix.back().step) {
     // Named by where each number came from: with neither option given, the log simply reaches
     // the run's end, and nothing is left to plan.
     const std::string end = a.total_steps ? "--total-steps " + std::to_string(total)
-                                          : "the run's total_steps " + std::to_string(total) + " (from the log)";
+                                          : "the run's end " + std::to_string(total) + " (" + total_from + ")";
     const std::string from = a.warmup_step ? "the warm-up step " + std::to_string(prefix.back().step)
                                            : "the log's last step " + std::to_string(prefix.back().step) +
                                                  " (no --warmup-steps: the whole log is the warm-up)";
@@ -394,6 +408,7 @@ Json run_plan(const CommonArgs& a) {
   warn_if_schedule_unused(r, a, point_forecast.note);
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
+  r["total_steps_from"] = total_from;
   r["publish_steps"] = plan.publish_steps;
   r["cil_window"] = cil_window_json(planned, w, costs);
   // On the forecast's own time axis, like the baselines; expected_cil averages the time scenarios.
