@@ -74,6 +74,12 @@ void require(const void* pointer, const char* what) {
   if (pointer == nullptr) invalid(std::string(what) + " is NULL");
 }
 
+void optional_text(const char* text, const char* what, std::string& into) {
+  if (text == nullptr) return;
+  if (*text == '\0') invalid(std::string(what) + " is \"\" (empty): leave it NULL for none");
+  into = text;
+}
+
 bool valid_dtype(int dtype) { return dtype >= MC_DTYPE_F64 && dtype <= MC_DTYPE_F8E4M3; }
 
 std::chrono::milliseconds timeout_of(std::int64_t ms, const char* what) {

@@ -89,6 +89,9 @@ mc_status guarded(const char* function, Body&& body) noexcept {
 
 [[noreturn]] void invalid(const std::string& message);
 void require(const void* pointer, const char* what);
+// An optional text whose absence means "none" (NULL): "" is refused, naming `what`, as it would
+// read as none too. For a key, an empty variable meant an unkeyed plane without a word.
+void optional_text(const char* text, const char* what, std::string& into);
 
 // A C caller may pass any int where a C enum is expected, but in C++ loading an enum object
 // whose value lies outside the enumerators' range is undefined. Read the bits as an int.

@@ -83,8 +83,8 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
     }
     o.producer_timeout = std::chrono::milliseconds(options->producer_timeout_ms);
     if (has_field(*options, options->max_model_bytes)) {
-      if (options->producer_public_key != nullptr) o.producer_public_key = options->producer_public_key;
-      if (options->key_file != nullptr) o.key_file = options->key_file;
+      optional_text(options->producer_public_key, "options.producer_public_key", o.producer_public_key);
+      optional_text(options->key_file, "options.key_file", o.key_file);
       o.allow_plaintext_remote = options->allow_plaintext_remote != 0;
       if (options->transfer_timeout_ms <= 0) invalid("options.transfer_timeout_ms must be > 0");
       o.transfer_timeout = std::chrono::milliseconds(options->transfer_timeout_ms);

@@ -97,7 +97,7 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
     o.heartbeat_interval = std::chrono::milliseconds(options->heartbeat_interval_ms);
     o.transfer_chunk_bytes = options->transfer_chunk_bytes;
     if (has_field(*options, options->max_consumers)) {
-      if (options->key_file != nullptr) o.key_file = options->key_file;
+      optional_text(options->key_file, "options.key_file", o.key_file);
       if (options->allowed_consumer_key_count > 0) require(options->allowed_consumer_keys, "options.allowed_consumer_keys");
       for (std::size_t i = 0; i < options->allowed_consumer_key_count; ++i) {
         if (options->allowed_consumer_keys[i] == nullptr) {

@@ -101,7 +101,7 @@ typedef struct mc_producer_options {
    * a key file (modelcast-keygen or mc_write_key_pair) the control plane is CurveZMQ and
    * versions are signed; without one, plaintext is allowed on loopback/ipc:// endpoints only
    * unless allow_plaintext_remote, and ipc:// only in a directory no other user can write. */
-  const char* key_file;                       /* default NULL: no key */
+  const char* key_file;                       /* default NULL: no key ("" is refused) */
   const char* const* allowed_consumer_keys;   /* Z85 public keys of admitted consumers */
   size_t allowed_consumer_key_count;
   int allow_any_consumer;                     /* nonzero: admit any consumer key; default 0 */
@@ -305,8 +305,8 @@ typedef struct mc_consumer_options {
   size_t expected_layout_count;
   int64_t producer_timeout_ms;   /* producer presumed gone after this silence; default 2000 */
   /* Since 0.2 (read only when struct_size covers them; _init sets the defaults). */
-  const char* producer_public_key; /* Z85; pins the producer (CurveZMQ, signed versions); default NULL */
-  const char* key_file;          /* this consumer's key pair; NULL = a fresh one per consumer */
+  const char* producer_public_key; /* Z85; pins the producer (CurveZMQ, signed versions); default NULL ("" refused) */
+  const char* key_file;          /* this consumer's key pair; NULL = a fresh one per consumer ("" refused) */
   int allow_plaintext_remote;    /* default 0: plaintext only to loopback/ipc:// producers */
   int64_t transfer_timeout_ms;   /* an answered transfer without progress this long is retried; default 30000 */
   uint64_t max_model_bytes;      /* 0 (default) = half the machine's memory */

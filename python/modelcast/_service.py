@@ -196,6 +196,10 @@ def options_from(cls, kwargs, what):
         # Paths (key_file, persist_directory) as pathlib.Path as well as str.
         if isinstance(default, str) and isinstance(value, os.PathLike):
             value = os.fspath(value)
+        # An empty key option (an unset variable's value) read as none: a plaintext producer, or a
+        # consumer that pins no producer, without a word. Leaving the option out says none.
+        if "key" in key and isinstance(default, str) and value == "":
+            raise InvalidArgumentError(f"{what}: option '{key}' is '' (empty): leave it out for none")
         # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
         if isinstance(value, bool) and not isinstance(default, bool):
             raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({shown})")

@@ -258,6 +258,16 @@ def test_a_missing_key_file_is_named_and_said_not_to_exist(tmp_path):
         modelcast.load_public_key(missing)
 
 
+def test_an_empty_key_option_is_refused_not_read_as_none():
+    # An unset variable's "" made a plaintext producer or a consumer that pins no producer.
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'key_file' is '' (empty)"):
+        modelcast.Producer(key_file="", allow_any_consumer=True)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'producer_public_key' is ''"):
+        modelcast.Consumer("tcp://127.0.0.1:9", model_name="m", producer_public_key="")
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "option 'key_file' is ''"):
+        modelcast.Consumer("tcp://127.0.0.1:9", model_name="m", key_file="")
+
+
 def test_a_secret_key_given_in_the_wrong_form_is_never_quoted():
     # "option 'key' takes KeyPair, not str ('<the 40 characters of the secret>')": a secret in a
     # log or a traceback pasted into an issue.

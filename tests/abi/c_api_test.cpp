@@ -1254,6 +1254,18 @@ TEST(CApi, KeyedProducerAndPinningConsumerExchangeSignedVersions) {
   mc_producer_t* bad = nullptr;
   EXPECT_EQ(mc_producer_create(&po, &bad), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("other.key.pub"), std::string::npos) << last_error();
+  // "" (an unset variable's value) read as no key: a plaintext producer, a consumer pinning none.
+  po.key_file = "";
+  EXPECT_EQ(mc_producer_create(&po, &bad), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("options.key_file is \"\" (empty): leave it NULL for none"), std::string::npos) << last_error();
+  co.producer_public_key = "";
+  mc_consumer_t* unpinned = nullptr;
+  EXPECT_EQ(mc_consumer_create(&co, &unpinned), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("options.producer_public_key is \"\""), std::string::npos) << last_error();
+  co.producer_public_key = producer_key;
+  co.key_file = "";
+  EXPECT_EQ(mc_consumer_create(&co, &unpinned), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("options.key_file is \"\""), std::string::npos) << last_error();
   for (const char* name : {"producer.key", "consumer.key", "other.key"}) {
     std::remove((dir + "/" + name).c_str());
     std::remove((dir + "/" + name + ".pub").c_str());
