@@ -38,6 +38,12 @@ struct Connection {
   // Releases the socket had no room for (a daemon that reads nothing: stopped, or hung): sent
   // before the next request. A view's release never waits on the daemon. send_mutex.
   std::vector<std::uint64_t> unsent_releases;
+  // A request this client gave up waiting for (a hung daemon) may still be answered. The daemon
+  // reads nothing more of a connection until its last answer is read, so this connection's
+  // releases would wait, pinning versions while other views still use it: the answer is read
+  // (its hold released) before releases are sent. Set by the exchange that gave up. send_mutex.
+  bool answer_outstanding = false;
+  void read_late_answer();
   // Sends the unsent releases while the socket has room; false if some are left. send_mutex held.
   bool flush_releases();
   std::mutex cache_mutex;

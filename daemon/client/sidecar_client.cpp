@@ -30,6 +30,20 @@
 namespace modelcast::sidecar {
 namespace detail {
 
+// A manifest too large for a message comes in a memfd.
+std::vector<char> read_all(int fd) {
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || st.st_size <= 0 ||
+      static_cast<std::uint64_t>(st.st_size) > modelcastd::attach::kMaxManifestBytes) {
+    throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd is empty or too large");
+  }
+  std::vector<char> bytes(static_cast<std::size_t>(st.st_size));
+  if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
+    throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd cannot be read");
+  }
+  return bytes;
+}
+
 Connection::~Connection() {
   if (fd >= 0) close(fd);
 }
@@ -45,6 +59,7 @@ void Connection::release(std::uint64_t hold) noexcept {
 }
 
 bool Connection::flush_releases() {
+  if (answer_outstanding) read_late_answer();
   while (!unsent_releases.empty()) {
     modelcastd::attach::Request request;
     request.op = modelcastd::attach::Request::Op::kRelease;
@@ -58,6 +73,25 @@ bool Connection::flush_releases() {
     unsent_releases.erase(unsent_releases.begin());
   }
   return true;
+}
+
+void Connection::read_late_answer() {
+  pollfd ready{fd, POLLIN, 0};
+  if (poll(&ready, 1, 0) != 1) return;
+  std::vector<char> answer;
+  std::vector<int> fds;
+  // The daemon closed the connection, or sent what the client does not take: nothing to read
+  // again, and the holds go when the connection closes.
+  answer_outstanding = false;
+  if (!modelcastd::attach::receive_message(fd, answer, fds)) return;
+  std::optional<std::uint64_t> hold;
+  try {
+    hold = modelcastd::attach::hold_in_reply(fds.size() == 2 ? std::span<const char>(read_all(fds[1])) : answer);
+  } catch (...) {
+    // An unreadable manifest memfd: as above.
+  }
+  for (int received : fds) close(received);
+  if (hold) unsent_releases.push_back(*hold);
 }
 
 }  // namespace detail
@@ -244,7 +278,11 @@ class Client::Impl {
         ready = poll(&p, 1, wait_ms);
       } while (ready < 0 && errno == EINTR);
       // A hung daemon is not retried here (the caller's wait is over); the next call reconnects.
-      if (ready <= 0) gone("no answer from the daemon");
+      if (ready <= 0) {
+        std::lock_guard lock(connection->send_mutex);
+        connection->answer_outstanding = true;
+        gone("no answer from the daemon");
+      }
       if (!modelcastd::attach::receive_message(connection->fd, answer, fds)) {
         // Not worth sending again (it was, some ten thousand times): the daemon sent what this
         // client does not take. The connection stays marked broken; the next call reconnects.
@@ -270,7 +308,7 @@ class Client::Impl {
       reply = modelcastd::attach::decode_reply(answer);
       if (reply.manifest_in_fd) {
         if (fds.size() != 2) throw Error(ErrorCode::kProtocol, "modelcastd: a manifest in a memfd came without it");
-        in_memfd = read_all(fds[1]);
+        in_memfd = detail::read_all(fds[1]);
         reply = modelcastd::attach::decode_reply(in_memfd);
       }
     } catch (const Error&) {
@@ -313,19 +351,6 @@ class Client::Impl {
   }
 
   // The whole of a (sealed) manifest memfd, bounded by the protocol's manifest limit.
-  static std::vector<char> read_all(int fd) {
-    struct stat st {};
-    if (fstat(fd, &st) != 0 || st.st_size <= 0 ||
-        static_cast<std::uint64_t>(st.st_size) > modelcastd::attach::kMaxManifestBytes) {
-      throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd is empty or too large");
-    }
-    std::vector<char> bytes(static_cast<std::size_t>(st.st_size));
-    if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
-      throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd cannot be read");
-    }
-    return bytes;
-  }
-
   [[noreturn]] void gone(const std::string& why) {
     throw Error(ErrorCode::kTransport, "modelcastd at '" + socket_path + "': " + why);
   }

@@ -316,4 +316,40 @@ TEST_F(SidecarAgainstAFakeDaemon, OneThreadsLongWaitHoldsUpNoOtherThreadsCall) {
   expect_release(first, 9);  // on the connection that holds it
 }
 
+// An answer that came after the client gave up waiting (a hung daemon, then a late reply) stayed
+// unread, and the daemon reads nothing more of a connection until its last answer is read: the
+// releases of views still on that connection waited, their versions pinned, until its last view
+// went. The client reads the late answer before it sends releases, and releases its hold too.
+TEST_F(SidecarAgainstAFakeDaemon, AnAnswerThatCameAfterTheClientGaveUpIsReadAndItsHoldReleased) {
+  modelcast::sidecar::Client client(options_at(dir / "a.sock"));
+  Buffer buffer(true);
+  auto first = std::async(std::launch::async, [&] { return client.acquire(); });
+  const int fd = accept_request();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, 1)), std::vector<int>{buffer.fd}));
+  auto kept = first.get();
+  auto second = std::async(std::launch::async, [&] { return client.acquire(); });
+  ASSERT_TRUE(FakeDaemon::next_request(fd)) << "the second call did not come on the idle connection";
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, 2)), std::vector<int>{buffer.fd}));
+  auto dropped = second.get();
+  // Unanswered until the client gives up: its timeout (0) and a margin of 10 s.
+  auto late = std::async(std::launch::async, [&] { return client.wait_for_version(2, 0ms); });
+  auto request = FakeDaemon::next_request(fd);
+  ASSERT_TRUE(request);
+  EXPECT_EQ(request->min_version, 2u);
+  std::string error;
+  try {
+    (void)late.get();
+  } catch (const modelcast::Error& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("no answer from the daemon"), std::string::npos) << error;
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(2, 3)), std::vector<int>{buffer.fd}));
+  dropped = {};  // `kept` still holds the connection open
+  expect_release(fd, 2);
+  expect_release(fd, 3);
+  kept = {};
+  expect_release(fd, 1);
+}
+
 }  // namespace
