@@ -1,7 +1,12 @@
 // The predictor's OnlineScheduler for Python: the trainer feeds it losses and asks it, at each
-// logged step, whether to publish. Not thread-safe (like the C++ class); decisions re-plan and
-// sometimes refit, so they run with the GIL released.
+// logged step, whether to publish. Decisions re-plan and sometimes refit, so they run with the
+// GIL released. The C++ class is for one thread at a time; a Python program that shares one
+// (a trainer thread deciding, a monitoring thread reading last_forecast) crashed the interpreter,
+// so every call here holds the object's mutex, and the getters return copies: a reference into
+// the scheduler was freed by its next refit.
 #include <pybind11/stl.h>
+
+#include <mutex>
 
 #include "gil_released.h"
 #include "bindings.h"
@@ -28,6 +33,20 @@ mp::OnlineOptions::WorkMode parse_work_mode(const std::string& name) {
   throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                          "work_mode must be 'inline', 'refits_in_background' or 'background', got '" + name + "'");
 }
+// The scheduler with the mutex every binding call holds (after releasing the GIL, so that a
+// call waiting for another thread's decision holds up no other Python thread).
+struct LockedScheduler {
+  explicit LockedScheduler(mp::OnlineOptions options) : scheduler(std::move(options)) {}
+  template <typename Call>
+  auto with_lock(Call&& call) {
+    GilReleased released;
+    std::lock_guard lock(mutex);
+    return call(scheduler);
+  }
+  std::mutex mutex;
+  mp::OnlineScheduler scheduler;
+};
+
 }  // namespace
 
 void bind_online(py::module_& m) {
@@ -69,23 +88,46 @@ void bind_online(py::module_& m) {
       .def_readonly("horizon_end", &mp::OnlineStats::horizon_end)
       .def("__repr__", &fields_repr);
 
-  const auto nogil = py::call_guard<GilReleased>();
-  py::class_<mp::OnlineScheduler>(m, "OnlineScheduler",
-                                  "Decides at each logged step whether to publish. One thread at a time; "
-                                  "InvalidArgumentError on non-increasing steps, non-finite values, bad costs.")
+  py::class_<LockedScheduler>(m, "OnlineScheduler",
+                              "Decides at each logged step whether to publish. Calls from several threads "
+                              "take turns; InvalidArgumentError on non-increasing steps, non-finite values, bad costs.")
       .def(py::init<mp::OnlineOptions>(), py::arg("options"))
-      .def("observe", &mp::OnlineScheduler::observe, py::arg("step"), py::arg("loss"), py::arg("wall_time_s"), nogil,
-           "Records a logged loss; wall_time_s is the trainer's clock including past publish stalls.")
-      .def("should_publish", &mp::OnlineScheduler::should_publish, py::arg("step"), nogil,
-           "True when publishing now starts the best plan for the rest of the run (the publish is then "
-           "recorded). `step` must be the latest observed step.")
-      .def("wait_for_background", &mp::OnlineScheduler::wait_for_background, nogil,
-           "With in_background: waits for the refit and plan under way, so the next decision uses them.")
-      .def("set_costs", &mp::OnlineScheduler::set_costs, py::arg("stall_s"), py::arg("delivery_s"), nogil,
-           "Updates the publish stall and delivery latency from measurements.")
-      .def_property_readonly("published_steps", &mp::OnlineScheduler::published_steps)
-      .def_property_readonly("last_forecast", &mp::OnlineScheduler::last_forecast)
-      .def_property_readonly("stats", &mp::OnlineScheduler::stats);
+      .def(
+          "observe",
+          [](LockedScheduler& s, std::int64_t step, double loss, double wall_time_s) {
+            s.with_lock([&](mp::OnlineScheduler& o) { o.observe(step, loss, wall_time_s); });
+          },
+          py::arg("step"), py::arg("loss"), py::arg("wall_time_s"),
+          "Records a logged loss; wall_time_s is the trainer's clock including past publish stalls.")
+      .def(
+          "should_publish",
+          [](LockedScheduler& s, std::int64_t step) {
+            return s.with_lock([&](mp::OnlineScheduler& o) { return o.should_publish(step); });
+          },
+          py::arg("step"),
+          "True when publishing now starts the best plan for the rest of the run (the publish is then "
+          "recorded). `step` must be the latest observed step.")
+      .def(
+          "wait_for_background",
+          [](LockedScheduler& s) { s.with_lock([](mp::OnlineScheduler& o) { o.wait_for_background(); }); },
+          "With in_background: waits for the refit and plan under way, so the next decision uses them.")
+      .def(
+          "set_costs",
+          [](LockedScheduler& s, double stall_s, double delivery_s) {
+            s.with_lock([&](mp::OnlineScheduler& o) { o.set_costs(stall_s, delivery_s); });
+          },
+          py::arg("stall_s"), py::arg("delivery_s"), "Updates the publish stall and delivery latency from measurements.")
+      .def_property_readonly(
+          "published_steps",
+          [](LockedScheduler& s) { return s.with_lock([](mp::OnlineScheduler& o) { return o.published_steps(); }); },
+          "The steps it decided to publish at (a copy).")
+      .def_property_readonly(
+          "last_forecast",
+          [](LockedScheduler& s) { return s.with_lock([](mp::OnlineScheduler& o) { return o.last_forecast(); }); },
+          "The forecast of the last decision (a copy: the scheduler's own is replaced at each refit).")
+      .def_property_readonly(
+          "stats", [](LockedScheduler& s) { return s.with_lock([](mp::OnlineScheduler& o) { return o.stats(); }); },
+          "A snapshot of the counters (OnlineStats).");
 }
 
 }  // namespace modelcast::python

@@ -4,6 +4,7 @@ import json
 import math
 import os
 import subprocess
+import threading
 
 import numpy as np
 import pytest
@@ -87,6 +88,64 @@ def test_online_scheduler_publishes_after_warmup_only():
     assert list(scheduler.published_steps) == decided
     assert scheduler.stats.plans > 0 and scheduler.stats.fits > 0
     assert not scheduler.last_forecast.fallback
+
+
+def wavy_points(count, every=20):
+    for i in range(count):
+        step = i * every
+        yield step, 3.0 * math.exp(-step / 40000.0) + 1.0 + 0.01 * math.sin(step), step * 0.001
+
+
+def test_last_forecast_and_stats_are_copies_that_outlive_refits():
+    # last_forecast was a reference into the scheduler, freed by its next refit: the forecast
+    # held read garbage steps and raised UnicodeDecodeError on its note.
+    scheduler = predictor.OnlineScheduler(predictor.online_options(100000, 400, 0.001, 0.0005))
+    points = list(wavy_points(3000))
+    for step, loss, time_s in points[:30]:
+        scheduler.observe(step, loss, time_s)
+        scheduler.should_publish(step)
+    held, stats = scheduler.last_forecast, scheduler.stats
+    steps, note, members = list(held.steps), held.note, [(m.family, m.weight) for m in held.members]
+    fits = stats.fits
+    for step, loss, time_s in points[30:]:
+        scheduler.observe(step, loss, time_s)
+        scheduler.should_publish(step)
+    assert scheduler.stats.fits > fits, "no refit happened: the test shows nothing"
+    assert list(held.steps) == steps and held.note == note
+    assert [(m.family, m.weight) for m in held.members] == members
+    assert stats.fits == fits
+
+
+def test_threads_sharing_a_scheduler_take_turns():
+    # A trainer thread deciding while a monitoring thread reads the forecast crashed the
+    # interpreter (the C++ scheduler is for one thread at a time, and the calls release the GIL).
+    scheduler = predictor.OnlineScheduler(predictor.online_options(10**7, 400, 0.001, 0.0005))
+    done = threading.Event()
+    failures, reads = [], [0]
+
+    def monitor():
+        try:
+            while not done.is_set():
+                forecast = scheduler.last_forecast
+                _ = (list(forecast.loss), [m.family for m in forecast.members], forecast.note,
+                     scheduler.published_steps, scheduler.stats.fits)
+                reads[0] += 1
+        except Exception as e:  # noqa: BLE001 - any exception here is the failure
+            failures.append(repr(e))
+
+    readers = [threading.Thread(target=monitor) for _ in range(2)]
+    for reader in readers:
+        reader.start()
+    try:
+        for step, loss, time_s in wavy_points(3000):
+            scheduler.observe(step, loss, time_s)
+            scheduler.should_publish(step)
+    finally:
+        done.set()
+        for reader in readers:
+            reader.join()
+    assert not failures, failures[:3]
+    assert reads[0] > 0 and scheduler.stats.fits > 1
 
 
 def test_online_scheduler_reuses_plans_and_refits_in_the_background():
