@@ -138,9 +138,10 @@ double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const Pub
   validate_problem(curve, warmup_index, costs);
   const double start = curve.time_s[warmup_index];
   const double end = window_end(curve, warmup_index, costs);
-  double served_loss = curve.loss[warmup_index];
-  double served_since = start;
-  double integral = 0.0;
+  // Every step is checked before any is scored: the scoring stops at the first version servable
+  // after the window, and a step after it that was never logged was taken without a word.
+  std::vector<std::size_t> indices;
+  indices.reserve(publish_steps.size());
   std::size_t search_from = warmup_index + 1;
   for (std::size_t j = 0; j < publish_steps.size(); ++j) {
     const auto step = publish_steps[j];
@@ -154,8 +155,14 @@ double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const Pub
       throw Error(ErrorCode::kInvalidArgument, named + " is not after the one before it (" + std::to_string(publish_steps[j - 1]) +
                                                    "): publish steps must increase");
     }
-    const auto i = static_cast<std::size_t>(it - curve.steps.begin());
-    search_from = i + 1;
+    indices.push_back(static_cast<std::size_t>(it - curve.steps.begin()));
+    search_from = indices.back() + 1;
+  }
+  double served_loss = curve.loss[warmup_index];
+  double served_since = start;
+  double integral = 0.0;
+  for (std::size_t j = 0; j < indices.size(); ++j) {
+    const std::size_t i = indices[j];
     const double servable = curve.time_s[i] + static_cast<double>(j + 1) * costs.stall_s + costs.delivery_s;
     if (servable >= end) break;  // later versions arrive even later
     integral += served_loss * (servable - served_since);

@@ -79,6 +79,12 @@ TEST(EvaluateCil, RejectsStepsThatAreNotCandidates) {
   EXPECT_EQ(error_of(0, {15}), "publish step 15 is not a logged step");
   EXPECT_EQ(error_of(0, {20, 10}), "publish step 10 is not after the one before it (20): publish steps must increase");
   EXPECT_EQ(error_of(0, {20, 20}), "publish step 20 is not after the one before it (20): publish steps must increase");
+  // After a publish that is servable only past the window (30 + stall + delivery), the steps were
+  // no longer looked at: one never logged, or out of order, was taken.
+  c.delivery_s = 1.0;
+  EXPECT_EQ(error_of(0, {30, 99999}), "publish step 99999 is not a logged step");
+  EXPECT_EQ(error_of(0, {20, 30, 10}), "publish step 10 is not after the one before it (30): publish steps must increase");
+  c.delivery_s = 0;
   c.stall_s = -1;
   EXPECT_THROW(evaluate_cil(t, 0, c, {}), modelcast::Error);
   c.stall_s = 0;
