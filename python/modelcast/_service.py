@@ -180,44 +180,51 @@ def seconds(what, name, value, forever_ok=False):
 
 
 def options_from(cls, kwargs, what):
-    """An options struct of class ``cls`` with ``kwargs`` set; InvalidArgumentError names an unknown one
-    and a duration (an option the library holds as a timedelta) that is no number of seconds."""
+    """An options struct of class ``cls`` with ``kwargs`` set (see set_option)."""
     options = cls()
     for key, value in kwargs.items():
-        if key.startswith("_") or not hasattr(options, key):
-            known = sorted(k for k in dir(options) if not k.startswith("_"))
-            raise InvalidArgumentError(f"{what}: unknown option '{key}' (known: {', '.join(known)})")
-        default = getattr(options, key)
-        # An option that holds keys may hold a secret one (a secret passed where a KeyPair goes):
-        # its value is never quoted, as no error of the library quotes a key.
-        shown = "its value not shown: it may hold a secret key" if "key" in key else repr(value)
-        if isinstance(default, datetime.timedelta):
-            value = seconds(what, key, value)
-        # Paths (key_file, persist_directory) as pathlib.Path as well as str.
-        if isinstance(default, str) and isinstance(value, os.PathLike):
-            value = os.fspath(value)
-        # An empty key option (an unset variable's value) read as none: a plaintext producer, or a
-        # consumer that pins no producer, without a word. Leaving the option out says none.
-        if "key" in key and isinstance(default, str) and value == "":
-            raise InvalidArgumentError(f"{what}: option '{key}' is '' (empty): leave it out for none")
-        # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
-        if isinstance(value, bool) and not isinstance(default, bool):
-            raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({shown})")
-        # pybind11's bool caster takes None, ints and floats: integrity=None turned integrity off,
-        # allow_any_consumer=2 turned it on. A switch is True or False (numpy's bool too).
-        if isinstance(default, bool) and not isinstance(value, bool) and type(value).__name__ != "bool_":
-            raise InvalidArgumentError(f"{what}: option '{key}' takes True or False, not {type(value).__name__} ({shown})")
-        try:
-            setattr(options, key, value)
-        except TypeError:
-            # pybind11's own message names neither the option nor what was wrong with the value.
-            if isinstance(value, str) and utf8_problem(value):
-                raise InvalidArgumentError(f"{what}: option '{key}' {utf8_problem(value, shown)}") from None
-            if isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
-                raise InvalidArgumentError(f"{what}: option '{key}' is out of range ({value})") from None
-            raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, "
-                                       f"not {type(value).__name__} ({shown})") from None
+        set_option(options, key, value, what)
     return options
+
+
+def set_option(options, key, value, what):
+    """Sets field ``key`` of the bound options struct ``options``; InvalidArgumentError, naming ``what``
+    and the field, for an unknown one, a duration (an option the library holds as a timedelta) that is
+    no number of seconds, a switch that is not True or False, a number that is a bool, and a value of
+    another type or out of range."""
+    if key.startswith("_") or not hasattr(options, key):
+        known = sorted(k for k in dir(options) if not k.startswith("_"))
+        raise InvalidArgumentError(f"{what}: unknown option '{key}' (known: {', '.join(known)})")
+    default = getattr(options, key)
+    # An option that holds keys may hold a secret one (a secret passed where a KeyPair goes):
+    # its value is never quoted, as no error of the library quotes a key.
+    shown = "its value not shown: it may hold a secret key" if "key" in key else repr(value)
+    if isinstance(default, datetime.timedelta):
+        value = seconds(what, key, value)
+    # Paths (key_file, persist_directory) as pathlib.Path as well as str.
+    if isinstance(default, str) and isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    # An empty key option (an unset variable's value) read as none: a plaintext producer, or a
+    # consumer that pins no producer, without a word. Leaving the option out says none.
+    if "key" in key and isinstance(default, str) and value == "":
+        raise InvalidArgumentError(f"{what}: option '{key}' is '' (empty): leave it out for none")
+    # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
+    if isinstance(value, bool) and not isinstance(default, bool):
+        raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({shown})")
+    # pybind11's bool caster takes None, ints and floats: integrity=None turned integrity off,
+    # allow_any_consumer=2 turned it on. A switch is True or False (numpy's bool too).
+    if isinstance(default, bool) and not isinstance(value, bool) and type(value).__name__ != "bool_":
+        raise InvalidArgumentError(f"{what}: option '{key}' takes True or False, not {type(value).__name__} ({shown})")
+    try:
+        setattr(options, key, value)
+    except TypeError:
+        # pybind11's own message names neither the option nor what was wrong with the value.
+        if isinstance(value, str) and utf8_problem(value):
+            raise InvalidArgumentError(f"{what}: option '{key}' {utf8_problem(value, shown)}") from None
+        if isinstance(default, int) and isinstance(value, int) and not isinstance(value, bool):
+            raise InvalidArgumentError(f"{what}: option '{key}' is out of range ({value})") from None
+        raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, "
+                                   f"not {type(value).__name__} ({shown})") from None
 
 
 class Service:

@@ -13,7 +13,7 @@ from ._core.predictor import (CurvePoint, Forecast, ForecastMember, ForecastOpti
                               evaluate_cil, extend_with_forecast, fixed_interval_schedule, forecast_curve,
                               forecast_viper, plan_from, plan_optimal, plan_prefix, read_loss_log_file, snap_to_candidates,
                               threshold_schedule, trajectory_of, validate_problem)
-from ._service import INT64, integer, real
+from ._service import INT64, integer, real, set_option
 from .errors import InvalidArgumentError
 
 Plan = collections.namedtuple("Plan", "publish_steps cil slowdown_s forecast curve warmup_index expected_cil point_forecast "
@@ -108,7 +108,8 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
 def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1.0, **settings):
     """OnlineOptions for a run of ``total_steps`` serving from ``warmup_step`` on, with a publish stall
     and delivery latency in seconds; ``settings`` sets further OnlineOptions fields by name
-    (InvalidArgumentError for an unknown one)."""
+    (InvalidArgumentError naming it for an unknown one, or a value of the wrong type: a switch takes
+    True or False, a number no bool)."""
     options = OnlineOptions()
     forecast = options.forecast
     forecast.total_steps = integer("total_steps", total_steps, *INT64)
@@ -117,12 +118,8 @@ def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1
                                  delivery_s=real("online_options(): delivery_s", delivery_s),
                                  request_rate=real("online_options(): request_rate", request_rate))
     options.warmup_step = integer("warmup_step", warmup_step, *INT64)
+    # The Producer's and Consumer's checks: pybind11 took reuse_plans=None as False and
+    # max_candidates=False as 0.
     for key, value in settings.items():
-        if key.startswith("_") or not hasattr(options, key):
-            raise InvalidArgumentError(f"OnlineOptions has no field '{key}'")
-        try:
-            setattr(options, key, value)
-        except TypeError:  # pybind11's, naming no field
-            raise InvalidArgumentError(f"online_options(): {key} cannot be {value!r} ({type(value).__name__}); it "
-                                       f"is a {type(getattr(options, key)).__name__}") from None
+        set_option(options, key, value, "online_options()")
     return options

@@ -193,8 +193,17 @@ def test_predictor_errors_carry_codes():
     assert info.value.code == modelcast.ErrorCode.INVALID_ARGUMENT
     with pytest.raises(modelcast.InvalidArgumentError, match="warm-up step 5 is before the first logged step 10"):
         predictor.plan(curve(), warmup_step=5, total_steps=600, costs=predictor.PublishCosts())
-    with pytest.raises(modelcast.InvalidArgumentError):
+    with pytest.raises(modelcast.InvalidArgumentError, match="unknown option 'refit_grwoth'"):
         predictor.online_options(600, 200, 0.5, 0.2, refit_grwoth=1.0)
+    # pybind11 took reuse_plans=None as False (plan reuse silently off) and max_candidates=False as 0.
+    for key, value, said in (("reuse_plans", None, "takes True or False, not NoneType"),
+                             ("reuse_plans", 0.3, "takes True or False, not float"),
+                             ("batch_scheduled_workers", None, "takes True or False"),
+                             ("refit_band_points", True, "takes int, not bool"),
+                             ("max_candidates", False, "takes int, not bool")):
+        with pytest.raises(modelcast.InvalidArgumentError, match=f"online_options\\(\\): option '{key}' {said}"):
+            predictor.online_options(600, 200, 0.5, 0.2, **{key: value})
+    assert predictor.online_options(600, 200, 0.5, 0.2, reuse_plans=False, max_candidates=7).max_candidates == 7
     # Costs out of range are refused when the scheduler is made, naming the field (they were
     # once refused only at the first decision after the warm-up).
     for bad in (dict(request_rate=0.0), dict(request_rate=math.inf), dict(request_rate=math.nan)):
@@ -277,7 +286,7 @@ def test_plan_and_online_options_refuse_wrong_types_naming_the_argument():
             lambda: predictor.plan(points, 200, 600, costs, lr_schedule=[1.0]),
         "online_options\\(\\): delivery_s must be a real number, not NoneType":
             lambda: predictor.online_options(600, 200, 0.5, None),
-        "online_options\\(\\): refit_growth cannot be 'x' \\(str\\)":
+        "online_options\\(\\): option 'refit_growth' takes float, not str \\('x'\\)":
             lambda: predictor.online_options(600, 200, 0.5, 0.2, refit_growth="x"),
         "curve_points\\(\\): steps must be a sequence, not generator":
             lambda: predictor.curve_points((s for s in [0, 1]), [1.0, 0.5]),
