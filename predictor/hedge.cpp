@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -373,6 +374,15 @@ ScheduleResult plan_hedged(std::span<const CurvePoint> prefix, std::size_t warmu
 
 PrefixPlan plan_prefix(std::span<const CurvePoint> prefix, const ForecastOptions& options, const PublishCosts& costs) {
   if (prefix.empty()) throw Error(ErrorCode::kInvalidArgument, "plan: no points up to the warm-up step");
+  // The run's time is forecast from the prefix: a clock that stood still there forecast the rest
+  // of the run to take microseconds, and the plan published nothing.
+  if (!(prefix.back().time_s > prefix.front().time_s)) {
+    std::ostringstream why;
+    why << "time_s does not advance before the warm-up step (" << prefix.front().time_s << " s at step "
+        << prefix.front().step << ", " << prefix.back().time_s << " s at step " << prefix.back().step
+        << "): a plan forecasts the run's time from it";
+    throw Error(ErrorCode::kInvalidArgument, why.str());
+  }
   PrefixPlan out;
   out.point_forecast = forecast_curve(prefix, options);
   // Plan on the expected loss over the forecast's scenarios, not on the point forecast alone.

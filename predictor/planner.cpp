@@ -112,8 +112,10 @@ void validate_costs(const PublishCosts& costs, const PublishCostNames& names) {
   if (!std::isfinite(costs.stall_s) || costs.stall_s < 0) refuse(names.stall_s, "finite and >= 0", costs.stall_s);
   if (!std::isfinite(costs.delivery_s) || costs.delivery_s < 0) refuse(names.delivery_s, "finite and >= 0", costs.delivery_s);
   if (!std::isfinite(costs.request_rate) || costs.request_rate <= 0) refuse(names.request_rate, "finite and > 0", costs.request_rate);
-  if (!std::isnan(costs.window_s) && (!std::isfinite(costs.window_s) || costs.window_s < 0))
-    refuse(names.window_s, "finite and >= 0 (or NaN: not given)", costs.window_s);
+  // An empty window scores nothing: every schedule, publishing or not, came out at CIL 0, and a
+  // plan on it published nothing without a word.
+  if (!std::isnan(costs.window_s) && (!std::isfinite(costs.window_s) || costs.window_s <= 0))
+    refuse(names.window_s, "finite and > 0 (or NaN: not given)", costs.window_s);
   if (std::isnan(costs.max_slowdown_s) || costs.max_slowdown_s < 0)
     refuse(names.max_slowdown_s, ">= 0 (infinity: no cap)", costs.max_slowdown_s);
 }

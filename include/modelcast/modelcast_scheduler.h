@@ -52,7 +52,7 @@ MODELCAST_API void mc_scheduler_options_init(mc_scheduler_options* options);
 
 /* *out gets a scheduler the caller owns (mc_scheduler_destroy); NULL on error.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL options/out, struct_size unset, total_steps <= 0,
- * negative or non-finite costs, request_rate <= 0, window_s negative or infinite, max_slowdown_s
+ * negative or non-finite costs, request_rate <= 0, window_s not > 0 or infinite, max_slowdown_s
  * NaN or negative, max_candidates < 2), the message naming the field. Thread-safe. */
 MODELCAST_API mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_t** out);
 

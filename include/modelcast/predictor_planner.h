@@ -64,7 +64,7 @@ struct PublishCostNames {
 
 // Throws Error(kInvalidArgument), naming the field and its value, unless stall_s and delivery_s
 // are finite and >= 0, request_rate is finite and > 0, window_s is NaN (not given) or finite and
-// >= 0, and max_slowdown_s is >= 0 (infinity: no cap). The one check of every entry point.
+// > 0, and max_slowdown_s is >= 0 (infinity: no cap). The one check of every entry point.
 void validate_costs(const PublishCosts& costs, const PublishCostNames& names = {});
 
 // How many publishes max_slowdown_s allows at stall_s, at most `limit` (also with no cap: an

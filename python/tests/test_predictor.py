@@ -296,6 +296,18 @@ def test_plan_and_online_options_refuse_wrong_types_naming_the_argument():
             call()
 
 
+def test_plan_refuses_what_the_tool_refuses():
+    # A clock that stands still before the warm-up, and an empty window: the tool refused both,
+    # plan() returned no publishes.
+    costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2)
+    stopped = predictor.curve_points([0, 10, 20, 30], [1.0, 0.9, 0.8, 0.7], [5.0, 5.0, 5.0, 5.0])
+    with pytest.raises(modelcast.InvalidArgumentError,
+                       match=r"time_s does not advance before the warm-up step \(5 s at step 0, 5 s at step 30\)"):
+        predictor.plan(stopped, 30, 1000, costs)
+    with pytest.raises(modelcast.InvalidArgumentError, match="window must be finite and > 0"):
+        predictor.plan(curve(), 200, 600, predictor.PublishCosts(stall_s=0.5, delivery_s=0.2, window_s=0.0))
+
+
 def test_plan_refuses_points_without_times_or_out_of_order_saying_so():
     costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2)
     # curve_points takes time_s as optional; the planner said "non-finite loss or time at step 0".

@@ -143,7 +143,9 @@ TEST(CScheduler, DefaultsAndBoundsAreTheCppSchedulersNamedByField) {
   refused(bad, "options.request_rate must be finite and > 0");
   bad = options;
   bad.window_s = -1;
-  refused(bad, "options.window_s must be finite and >= 0");
+  refused(bad, "options.window_s must be finite and > 0");
+  bad.window_s = 0;  // an empty window scores every schedule at 0
+  refused(bad, "options.window_s must be finite and > 0");
   bad = options;
   bad.max_slowdown_s = -1;
   refused(bad, "options.max_slowdown_s must be >= 0");

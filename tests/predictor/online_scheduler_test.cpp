@@ -580,7 +580,7 @@ TEST(OnlineScheduler, RefusesBadCostsAtConstructionAndInSetCosts) {
     }
   };
   for (double v : {0.0, -1.0, nan, inf}) refused([](PublishCosts& c, double x) { c.request_rate = x; }, v, "costs.request_rate must be");
-  for (double v : {-1.0, inf}) refused([](PublishCosts& c, double x) { c.window_s = x; }, v, "costs.window_s must be");
+  for (double v : {0.0, -1.0, inf}) refused([](PublishCosts& c, double x) { c.window_s = x; }, v, "costs.window_s must be");
   for (double v : {-1.0, nan}) refused([](PublishCosts& c, double x) { c.max_slowdown_s = x; }, v, "costs.max_slowdown_s must be");
   for (double v : {-1.0, nan, inf}) refused([](PublishCosts& c, double x) { c.stall_s = x; }, v, "costs.stall_s must be");
   for (double v : {-1.0, nan, inf}) refused([](PublishCosts& c, double x) { c.delivery_s = x; }, v, "costs.delivery_s must be");

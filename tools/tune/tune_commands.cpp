@@ -349,15 +349,6 @@ Json run_plan(const CommonArgs& a) {
   std::vector<mp::CurvePoint> prefix = log.points;
   if (a.warmup_step) prefix.resize(warmup_index_of(log, *a.warmup_step) + 1);
   if (prefix.size() < 2) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "too few points before the warm-up step (need at least 2)");
-  // The plan sees only the prefix, and forecasts the run's time from it: a clock that stood still
-  // there forecast the rest of the run to take microseconds, and the plan published nothing.
-  if (!(prefix.back().time_s > prefix.front().time_s)) {
-    std::ostringstream why;
-    why << a.log_path << ": time_s does not advance before the warm-up step (" << prefix.front().time_s
-        << " s at step " << prefix.front().step << ", " << prefix.back().time_s << " s at step " << prefix.back().step
-        << "): a plan forecasts the run's time from it";
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
-  }
   // The run's end: the option, else the curves file's total_steps, else, when --warmup-steps cut
   // the log, where the log ends (a finished run planned as if from its warm-up, to set beside
   // replay and evaluate on the same log).
@@ -392,7 +383,14 @@ Json run_plan(const CommonArgs& a) {
   const auto costs = costs_of(a);
   const auto fo = forecast_options(a, total);
   // The library's plan from a prefix, which Python's modelcast.predictor.plan calls too.
-  const auto planned_prefix = mp::plan_prefix(prefix, fo, costs);
+  // Its refusals are of the log's prefix (the costs were checked above): named with the file.
+  const auto planned_prefix = [&] {
+    try {
+      return mp::plan_prefix(prefix, fo, costs);
+    } catch (const modelcast::Error& e) {
+      throw modelcast::Error(e.code(), a.log_path + ": " + e.what());
+    }
+  }();
   const auto& point_forecast = planned_prefix.point_forecast;
   const auto& hedged = planned_prefix.hedged;
   const auto& forecast = hedged.forecast;
