@@ -103,6 +103,16 @@ double time_of(const RowReader& row, int column, const char* name) {
   return time_s;
 }
 
+// A run's total_steps, the same on each of its rows: a value that changed part-way was taken from
+// the last row without a word.
+void set_total_steps(LossLog& log, std::int64_t total, const std::string& source, std::size_t line_no) {
+  if (log.total_steps && *log.total_steps != total) {
+    throw CsvError(source, line_no, "total_steps " + std::to_string(total) + " differs from the run's earlier rows' " +
+                                        std::to_string(*log.total_steps) + " (a run has one planned length)");
+  }
+  log.total_steps = total;
+}
+
 // A curves row's total_steps: the run's planned length, within which each of its steps lies.
 std::int64_t total_steps_of(const RowReader& row, int column, std::int64_t step) {
   const std::int64_t total = row.integer(column, "total_steps");
@@ -260,7 +270,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     }
     CurvePoint p;
     p.step = step_of(row, col.step);
-    if (curves) log.total_steps = total_steps_of(row, col.total, p.step);
+    if (curves) set_total_steps(log, total_steps_of(row, col.total, p.step), source, at_line);
     p.loss = row.number(col.loss, loss_name.c_str());
     if (col.time >= 0) p.time_s = time_of(row, col.time, curves ? "train_time_s" : "time_s");
     append_point(log, source, at_line, p, time_offset);
@@ -354,7 +364,7 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
     if (current_bad) continue;
     CurvePoint p{step_of(row, col.step), row.number(col.loss, loss_column.c_str()), time_of(row, col.time, "train_time_s")};
     auto& log = out.runs.back();
-    log.total_steps = total_steps_of(row, col.total, p.step);
+    set_total_steps(log, total_steps_of(row, col.total, p.step), source, line_no);
     if (!log.points.empty() && p.step <= log.points.back().step) {
       current_bad = true;  // concatenated restarts of one run id
       continue;

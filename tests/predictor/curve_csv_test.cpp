@@ -101,6 +101,9 @@ TEST(CurveCsv, TheCollectionReadsAndRefusesAsTheSingleRunReaderDoes) {
   refused(header + "r1,t,a,0,100,5,0\nr1,t,a,10,100,4,-5\n", 3, "column 'train_time_s' is negative");
   refused(header + "r1,t,a,0,-5,5,0\n", 2, "total_steps -5 is not in [1, 2^53]");
   refused(header + "r1,t,a,0,7,5,0\nr1,t,a,10,7,4,1\n", 3, "step 10 is past the run's total_steps 7");
+  // The last row's value was taken without a word.
+  refused(header + "r1,t,a,0,2000,5,0\nr1,t,a,10,3000,4,1\n", 3,
+          "total_steps 3000 differs from the run's earlier rows' 2000 (a run has one planned length)");
   refused(header + "r1,t,a,0,100,5,0\nr1,t,a,10,100,4,2,1\n", 3, "expected 7 fields (as the header names), got 8");
 
   const auto bom = collection("\xEF\xBB\xBF\n" + header + "r1,t,a,0,100,5,0\nr1,t,a,100,100,4,1\n");
