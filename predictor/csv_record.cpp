@@ -75,6 +75,11 @@ std::vector<std::string> split_csv_record(const std::string& line, const std::st
   Collector collector;
   const bool parsed = csv_parse(parser.get(), line.data(), line.size(), on_field, on_record_end, &collector) == line.size();
   if (!parsed || csv_fini(parser.get(), on_field, on_record_end, &collector) != 0) {
+    // Records are read a line at a time: a quoted field that goes on past the line's end (legal
+    // in RFC 4180, never in a loss log of numbers) is said to be that, not "error parsing data".
+    if (std::count(line.begin(), line.end(), '"') % 2 != 0) {
+      throw CsvError(source, line_no, "a quoted field is not closed on its line (a record is one line): " + excerpt(line));
+    }
     throw CsvError(source, line_no, std::string("malformed CSV record (") + csv_strerror(csv_error(parser.get())) +
                                         "): " + excerpt(line));
   }

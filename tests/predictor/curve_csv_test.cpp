@@ -333,7 +333,9 @@ TEST(CurveCsv, AcceptsQuotedFieldsPerRfc4180) {
 }
 
 TEST(CurveCsv, RejectsMalformedQuotingWithItsLine) {
-  expect_error("step,loss,time_s\n0,5,0\n10,\"4,1\n", 3, "malformed CSV record");
+  // Read a line at a time, a quoted field spanning lines was "error parsing data".
+  expect_error("step,loss,time_s\n0,5,0\n10,\"4,1\n", 3, "a quoted field is not closed on its line");
+  expect_error("step,loss,time_s\n0,5,0\n10,\"4\n\",1\n", 3, "a quoted field is not closed on its line (a record is one line)");
   expect_error("step,loss,time_s\n0,5\"x\",0\n", 2, "malformed CSV record");
 }
 
@@ -398,7 +400,7 @@ TEST(CurveCsv, AMalformedRecordIsShownInPartWithControlBytesEscaped) {
     ADD_FAILURE() << "accepted";
   } catch (const CsvError& e) {
     const std::string what = e.what();
-    EXPECT_NE(what.find("malformed CSV record"), std::string::npos) << what;
+    EXPECT_NE(what.find("a quoted field is not closed on its line"), std::string::npos) << what;
     EXPECT_LT(what.size(), 200u) << what;
     EXPECT_NE(what.find("\\x01"), std::string::npos) << what;
     EXPECT_NE(what.find("(5005 bytes)"), std::string::npos) << what;
