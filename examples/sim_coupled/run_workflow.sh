@@ -24,6 +24,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin="" out="" policies="online,every_epoch,every_n,viper_fixed,viper_greedy" seeds="1" runs=1
 short=0 report_args=() work_mode=background
 while [[ $# -gt 0 ]]; do
+  # An option that takes a value, given last without one, ended in bash's "$2: unbound variable".
+  case "$1" in
+    --bin | --out | --policies | --seeds | --runs | --work-mode)
+      [[ $# -ge 2 ]] || { echo "run_workflow.sh: $1 needs a value" >&2; exit 2; } ;;
+  esac
   case "$1" in
     --bin) bin=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -52,6 +57,12 @@ for policy in "${asked[@]}"; do
     *) echo "run_workflow.sh: unknown policy '$policy' in --policies (online, every_epoch, every_n, viper_fixed, viper_greedy)" >&2; exit 2 ;;
   esac
 done
+# As the policies: a misspelt mode was refused by the trainer alone, and shown as the server's
+# "no version arrived" a minute later.
+case "$work_mode" in
+  inline | refits_in_background | background) ;;
+  *) echo "run_workflow.sh: unknown --work-mode '$work_mode' (inline, refits_in_background, background)" >&2; exit 2 ;;
+esac
 [[ -z "${WORKFLOW_WINDOW_S:-}" || "$WORKFLOW_WINDOW_S" =~ ^[0-9]+([.][0-9]+)?$ ]] ||
   { echo "run_workflow.sh: WORKFLOW_WINDOW_S must be a number of seconds, got '$WORKFLOW_WINDOW_S'" >&2; exit 2; }
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
@@ -119,7 +130,12 @@ for seed in "${seed_list[@]}"; do
       # The server first: a server that refused its arguments leaves the trainer waiting for it,
       # whose "no inference server joined" then hid the cause.
       if [[ $server_rc != 0 ]]; then
-        echo "workflow: server failed ($dir/server.err):" >&2; cat "$dir/server.err" >&2; exit 1
+        echo "workflow: server failed ($dir/server.err):" >&2; cat "$dir/server.err" >&2
+        # A trainer that failed first leaves the server waiting for a version: its error is the cause.
+        if [[ $trainer_rc != 0 ]]; then
+          echo "workflow: trainer failed too ($dir/trainer.err):" >&2; cat "$dir/trainer.err" >&2
+        fi
+        exit 1
       fi
       if [[ $trainer_rc != 0 ]]; then
         echo "workflow: trainer failed ($dir/trainer.err):" >&2; cat "$dir/trainer.err" >&2; exit 1
