@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
@@ -104,6 +105,8 @@ void check_settings(const Settings& s) {
     throw std::invalid_argument("--buffer must be a positive multiple of --batch");
   if (s.samples_per_step <= 0 || s.hidden <= 0 || s.horizon <= 0 || s.validation <= 0)
     throw std::invalid_argument("--samples-per-step, --hidden, --horizon and --validation must be > 0");
+  // Adam refused it from inside LibTorch, with a C++ backtrace.
+  if (!(std::isfinite(s.lr) && s.lr > 0)) throw std::invalid_argument("--lr must be a finite number > 0, got " + std::to_string(s.lr));
   // Whole seconds, as the waits take them: 0.5 became 0 s, -1 and 1e19 (past a long) were taken.
   if (!(s.timeout_s >= 1 && s.timeout_s <= 86400))
     throw std::invalid_argument("--timeout-s must be 1 to 86400 seconds, got " + std::to_string(s.timeout_s));
@@ -118,8 +121,18 @@ int main(int argc, char** argv) try {
   app.add_option("--policy", s.policy, "online, every_epoch, every_n, viper_fixed or viper_greedy")->capture_default_str();
   app.add_option("--work-mode", s.work_mode, "online: where the scheduler refits and plans (inline, refits_in_background, background)")
       ->capture_default_str();
-  app.add_option("--seed", s.seed, "seed of the simulation, the weights and the batches")->capture_default_str();
-  app.add_option("--steps", s.steps, "training steps (optimiser updates)")->capture_default_str();
+  // Checked as text: -1 became 18446744073709551615, and a step count past int64 was "not a
+  // positive multiple of --eval-every".
+  app.add_option("--seed", s.seed, "seed of the simulation, the weights and the batches")
+      ->check([](const std::string& v) {
+        return !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos
+                   ? std::string()
+                   : "must be a whole number from 0 to 10^19 - 1, got '" + v + "'";
+      })
+      ->capture_default_str();
+  app.add_option("--steps", s.steps, "training steps (optimiser updates)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 40))
+      ->capture_default_str();
   app.add_option("--eval-every", s.eval_every, "validation loss every this many steps")->capture_default_str();
   app.add_option("--warmup-steps", s.warmup_steps, "first publish; serving starts on it")->capture_default_str();
   app.add_option("--every-n", s.every_n, "every_n: publish every this many steps")->capture_default_str();
