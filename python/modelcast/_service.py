@@ -128,10 +128,14 @@ def text(name, value):
 def real(name, value):
     """``value`` as a float when it is a real number (int, float, NumPy's); InvalidArgumentError
     naming ``name`` otherwise: float() read the str "1.5" as a number, and NumPy dropped the
-    imaginary part of a complex one with only a warning."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    imaginary part of a complex one with only a warning. A 0-d tensor or array (a loss as torch
+    computes it) is its one number, as integer() takes a 0-d integer one."""
+    number = value
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        number = value.item()
+    if isinstance(number, bool) or not isinstance(number, numbers.Real):
         raise InvalidArgumentError(f"{name} must be a real number, not {type(value).__name__} ({value!r})")
-    return float(value)
+    return float(number)
 
 
 def utf8_problem(value, shown=None):

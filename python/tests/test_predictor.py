@@ -263,6 +263,16 @@ def test_a_step_that_is_not_an_integer_is_refused_naming_it():
     with pytest.raises(modelcast.InvalidArgumentError, match=r"time_s\[0\] must be a real number, not bool"):
         predictor.curve_points([0], [1.0], [True])
     assert predictor.curve_points([0], [np.float32(1.5)], [np.int64(2)])[0].loss == 1.5  # NumPy reals are reals
+    # A 0-d array is its number, as a 0-d integer one was for a step (a loss was refused).
+    assert predictor.curve_points([np.array(4)], [np.array(2.5)], [np.array(1.0)])[0].loss == 2.5
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"loss\[0\] must be a real number, not ndarray"):
+        predictor.curve_points([0], [np.array(1 + 2j)])
+
+
+def test_curve_points_take_a_loss_as_torch_computes_it():
+    torch = pytest.importorskip("torch")
+    point = predictor.curve_points([torch.tensor(30)], [torch.tensor(0.25)], [torch.tensor(1.5)])[0]
+    assert (point.step, point.loss, point.time_s) == (30, 0.25, 1.5)
 
 
 def test_online_options_refuse_an_unknown_work_mode():
