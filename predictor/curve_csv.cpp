@@ -206,7 +206,8 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
       if (col.loss < 0) throw CsvError(source, line_no, "missing loss column " + shown_text(loss_name));
       refuse_loss_column_of_another_role(col, source, line_no, loss_name);
       if (options.run.empty()) {
-        throw CsvError(source, line_no, "a curves file (it has run and total_steps columns): choose its run with --run ID");
+        throw CsvError(source, line_no, "a curves file (it has run and total_steps columns): choose one of its runs "
+                                          "(modelcast-tune's --run ID, Python's run=ID)");
       }
     } else {
       col.step = find_column(header, "step");

@@ -265,7 +265,8 @@ TEST(CurveCsv, AColumnNamedTwiceIsRefused) {
 
 TEST(CurveCsv, ACurvesFileWithoutARunIdIsToldToChooseOne) {
   expect_error("run,track,record,step,total_steps,val_loss,train_time_s\nr1,t,a,0,10,5,0\n", 1,
-               "a curves file (it has run and total_steps columns): choose its run with --run ID");
+               "a curves file (it has run and total_steps columns): choose one of its runs (modelcast-tune's --run ID, "
+               "Python's run=ID)");
 }
 
 TEST(CurveCsv, ARunIdForASingleRunLogIsRefused) {
