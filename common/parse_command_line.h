@@ -5,6 +5,7 @@
 // --version exit 0. Threads: the main thread, before any other starts.
 #pragma once
 
+#include <algorithm>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -17,8 +18,10 @@
 namespace modelcast {
 
 // The status to exit with at once (2 after printing the usage error; 0 after --help or
-// --version), or nullopt when the options were read and the program goes on.
-inline std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv) {
+// --version), or nullopt when the options were read and the program goes on. `may_be_empty`
+// names the options for which "" means something (an empty list).
+inline std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv,
+                                             const std::vector<std::string>& may_be_empty = {}) {
   if (auto empty = empty_option_value(argc, argv)) {
     std::cerr << "error: " << *empty << "\n";
     return 2;
@@ -49,6 +52,7 @@ inline std::optional<int> parse_command_line(CLI::App& app, int argc, const char
   for (const auto* parsed : apps) {
     for (const auto* option : parsed->get_options()) {
       if (option->get_type_size() == 0) continue;
+      if (std::find(may_be_empty.begin(), may_be_empty.end(), option->get_name()) != may_be_empty.end()) continue;
       for (const auto& value : option->results()) {
         if (value.empty()) {
           std::cerr << "error: " << option->get_name() << " is given an empty value (an empty value means nothing here)\n";

@@ -17,6 +17,10 @@ evaluate --publish-steps "300, 500" --json > "$dir/a" 2>"$dir/err" || fail "'300
 evaluate --publish-steps "300 ,500 " --json > "$dir/b" 2>"$dir/err" || fail "'300 ,500 ' refused"
 cmp -s "$dir/a" "$dir/b" || fail "spaces changed the schedule"
 grep -q '"publish_steps": \[' "$dir/a" || fail "no schedule in the result"
+# An empty list is the schedule that publishes nothing after the warm-up (it was refused as an
+# empty value).
+evaluate --publish-steps "" --json > "$dir/none" 2>"$dir/err" || fail "an empty --publish-steps refused"
+grep -q '"publish_steps": \[\]' "$dir/none" || fail "an empty --publish-steps is not the empty schedule"
 
 refused() {
   words=$1

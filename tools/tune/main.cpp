@@ -150,7 +150,8 @@ int main(int argc, char** argv) {
   evaluate->add_option("--publish-steps", publish_steps, "comma-separated publish steps (logged steps after W)")->required();
   evaluate->add_flag("--json", json, "print JSON");
 
-  if (auto status = modelcast::parse_command_line(app, argc, argv)) return *status;
+  // --publish-steps "": the schedule that publishes nothing after the warm-up.
+  if (auto status = modelcast::parse_command_line(app, argc, argv, {"--publish-steps"})) return *status;
   args.progress = args.progress || isatty(STDERR_FILENO) != 0;
   std::vector<std::int64_t> steps;
   try {
