@@ -127,9 +127,14 @@ std::int64_t total_steps_of(const RowReader& row, int column, std::int64_t step)
 
 // time_offset carries the shift applied after a timer restart to the following rows.
 void append_point(LossLog& log, const std::string& source, std::size_t line_no, CurvePoint p, double& time_offset) {
-  if (!log.points.empty() && p.step <= log.points.back().step)
+  if (!log.points.empty() && p.step <= log.points.back().step) {
+    // A run logged twice into one file (a restart under the same id) goes back to its first step.
+    const std::string again = p.step == log.points.front().step && !log.run.empty()
+                                  ? " (run " + shown_text(log.run) + " starts over here: the file holds it more than once)"
+                                  : "";
     throw CsvError(source, line_no, "steps not increasing: step " + std::to_string(p.step) + " follows step " +
-                                        std::to_string(log.points.back().step));
+                                        std::to_string(log.points.back().step) + again);
+  }
   p.time_s += time_offset;
   if (!log.points.empty() && std::isfinite(p.time_s) && p.time_s < log.points.back().time_s) {
     // Timer restarted (e.g. warm-up/compilation steps excluded from timing): continue the clock

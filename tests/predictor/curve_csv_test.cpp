@@ -218,6 +218,11 @@ TEST(CurveCsv, NonNumericAndNonFiniteValues) {
 TEST(CurveCsv, StepsMustIncrease) {
   expect_error("step,loss\n10,4.0\n20,3.9\n20,3.8\n", 4, "steps not increasing");
   expect_error("step,loss\n10,4.0\n5,3.9\n", 3, "steps not increasing");
+  // A run logged twice under one id is named as that.
+  CsvOptions o;
+  o.run = "r1";
+  expect_error("run,total_steps,step,val_loss,train_time_s\nr1,100,0,5,0\nr1,100,10,4,1\nr1,100,0,5,0\n", 4,
+               "steps not increasing: step 0 follows step 10 (run 'r1' starts over here: the file holds it more than once)", o);
 }
 
 // Steps are fitted as doubles and spans of them added in plans: past 2^53 they are refused
