@@ -208,7 +208,10 @@ def main():
                   f"{r['mean_inference_loss']:>10.5f} {r['slowdown_pct']:>10.3f} {r['publishes']:>9g} "
                   f"{r['stall_s']:>8.4f} {r['decide_s']:>8.3f} {r['train_s']:>8.2f}")
     if args.svg:
-        write_svg(args.svg, runs)
+        try:
+            write_svg(args.svg, runs)
+        except OSError as e:  # a traceback named the line of this script, not the path's problem
+            sys.exit(f"report.py: cannot write --svg {args.svg}: {e.strerror}")
     if args.check:
         mode = "replay" if any(r["mode"] == "replay" for r in rows) else "live"
         by = {(r["seed"], r["schedule"]): r for r in rows if r["mode"] == mode}

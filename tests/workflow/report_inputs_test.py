@@ -94,6 +94,11 @@ with tempfile.TemporaryDirectory() as tmp:
     expect(r.returncode != 0 and "trainer.json: not JSON" in r.stderr and "Traceback" not in r.stderr,
            f"broken summary: {r.stderr!r}")
 
+    # A plot that cannot be written is named with its path, not a traceback.
+    r = report("--dir", runs, "--svg", root / "absent/dir/x.svg")
+    expect(r.returncode != 0 and "cannot write --svg" in r.stderr and "absent/dir/x.svg" in r.stderr and
+           "Traceback" not in r.stderr, f"unwritable plot: {r.stderr!r}")
+
 for f in failures:
     print("FAILED:", f)
 print(f"report_inputs: {'ok' if not failures else str(len(failures)) + ' failed'}")
