@@ -1,7 +1,13 @@
 """Choosing when to publish: loss-curve forecasting, exact planning and the online scheduler.
 
-Everything from ``modelcast::predictor`` (see include/modelcast/predictor_*.h) is here under
-the same names; :func:`plan` and :func:`online_options` are conveniences on top.
+The functions and types of ``modelcast::predictor`` (include/modelcast/predictor_*.h) that a
+training script or a tuning notebook uses are here under the same names: forecasting, the exact
+planner, the baselines, evaluate_cil, the online scheduler. The hedging layer's own parts
+(HedgeOptions, plan_hedged, regret_spread, explain_plan), Viper's rules (viper_fixed_interval,
+viper_drop_threshold, viper_greedy; forecast_viper is bound) and the
+OnlineOptions fields hedge, hindsight_check and band_trigger_width are not bound: plan() and the
+scheduler use them with their defaults. :func:`plan` and :func:`online_options` are conveniences
+on top.
 """
 
 import collections
