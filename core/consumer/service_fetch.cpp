@@ -95,7 +95,10 @@ void ConsumerService::maybe_fetch() {
   // The host copy kept for peers yields to the next version (a relay order that still sends
   // from it holds it on its own until its sends are over).
   if (landed_host_ && !store_.buffer_available()) release_landed_host();
-  if (!store_.buffer_available() || (landing_ && !landing_->available())) {
+  // The shaped views' memory counts too: a reconnect empties the receive pool while views still
+  // hold shaped memory, and a version fetched then was refused whole once it arrived, and never
+  // asked for again.
+  if (!store_.buffer_available() || (landing_ && !landing_->available()) || !target_->has_room()) {
     // Relay orders (under way, or ended and within their second) end or are given up by
     // themselves, and free their buffers: the stall is the user's to hear of only once none is
     // left (views hold the rest). It blamed views while orders to stalled receivers held them.

@@ -94,6 +94,14 @@ std::byte* ShapingTarget::take(std::size_t bytes) {
   return taken_host_->data();
 }
 
+bool ShapingTarget::has_room() const {
+  const auto free_in = [this](const auto& pool) {
+    return pool.size() < max_buffers_ ||
+           std::any_of(pool.begin(), pool.end(), [](const auto& buffer) { return !buffer || buffer.use_count() == 1; });
+  };
+  return runtime_ ? free_in(device_pool_) : free_in(host_pool_);
+}
+
 void ShapingTarget::allocate_ahead(std::size_t bytes) {
   if (runtime_ || bytes == 0 || ahead_.covers(bytes)) return;
   std::size_t held = 0;

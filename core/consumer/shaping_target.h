@@ -51,6 +51,9 @@ class ShapingTarget {
   // install(). std::bad_alloc or Error(kResource) when it cannot be had, or when every one of
   // the max_buffers is held by a view.
   std::byte* take(std::size_t bytes);
+  // Whether take() can hand out memory without exceeding max_buffers: a member no view holds, or
+  // room for another. Views are released from readers' threads, so a false may turn true.
+  bool has_room() const;
   // Queues the copies of `runs` from `src` to `dst`; one run copies `bytes` bytes.
   void gather(std::byte* dst, const std::byte* src, std::span<const layout::CopyRun> runs);
   void copy(std::byte* dst, const std::byte* src, std::size_t bytes);

@@ -14,6 +14,7 @@
 #include "core/layout/convert.h"
 #include "core/model/tensor_selection.h"
 #include "eventually.h"
+#include "private_directory.h"
 #include "reference_box.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -337,4 +338,51 @@ TEST(TensorWants, WantsThatCanNeverBeMetAreRefusedAtConstruction) {
   refused({TensorWant::of("w", {{{std::numeric_limits<std::int64_t>::max() - 1}, {2}}})}, "exceeds 2^63 - 1");
   std::vector<modelcast::TensorBox> many(modelcast::TensorSelection::kMaxBoxes + 1, {{0}, {1}});
   refused({TensorWant::of("w", many)}, "at most 1024");
+}
+
+// Readers that hold views of shaped versions across a trainer's restart at the same endpoint:
+// the restart empties the receive pool, so the new producer's version was fetched while every
+// shaped-view buffer was still held, refused whole once it arrived (counted as a rejected
+// version) and never asked for again. The consumer served the old producer's version until the
+// new one happened to publish another. The version now waits for a buffer, as the error says.
+TEST(TensorWants, AVersionThatWaitsForShapedMemoryAcrossAProducerRestartComesOnceAViewIsReleased) {
+  testing_support::PrivateDirectory directory;  // a fixed ipc:// endpoint for both producers
+  modelcast::ProducerOptions producer_options;
+  producer_options.model_name = "test";
+  producer_options.control_endpoint = directory.ipc_endpoint();
+  producer_options.transfer_chunk_bytes = kChunk;
+  Model model;
+  auto first = std::make_unique<modelcast::Producer>(producer_options);
+  first->register_tensors(model.refs());
+  auto options = options_for(producer_options.control_endpoint, {TensorWant::shard("*", 1, 0, 2)});
+  options.buffers = 3;
+  modelcast::Consumer consumer(options);
+  std::vector<modelcast::ModelView> held;
+  for (std::uint64_t v = 1; v <= 3; ++v) {
+    model.fill(v);
+    first->publish(static_cast<std::int64_t>(v));
+    auto view = consumer.wait_for_version(v, 60s);
+    ASSERT_TRUE(view) << consumer.stats().last_error;
+    if (v < 3) held.push_back(std::move(view));  // with the current one, every buffer is held
+  }
+  const auto old_incarnation = held.front().producer_incarnation();
+  first.reset();
+  Model restarted;
+  restarted.fill(99);
+  modelcast::Producer second(producer_options);
+  second.register_tensors(restarted.refs());
+  second.publish(1);
+  ASSERT_TRUE(testing_support::eventually(
+      [&] {
+        const auto s = consumer.stats();
+        return s.versions_rejected > 0 || s.last_error.find("version 1 waits") != std::string::npos;
+      },
+      60s))
+      << consumer.stats().last_error;
+  EXPECT_EQ(consumer.stats().versions_rejected, 0u) << consumer.stats().last_error;
+  held.clear();
+  ASSERT_TRUE(testing_support::eventually(
+      [&] { return consumer.acquire().producer_incarnation() != old_incarnation; }, 60s))
+      << "the restarted producer's version never came: " << consumer.stats().last_error;
+  EXPECT_EQ(check_shards(consumer.acquire(), restarted, 1, 0, 2), "");
 }
