@@ -320,6 +320,10 @@ class UcxTransport final : public Transport {
   }
 
   // Progress thread. Force-closes the endpoint: sends in flight to it complete with an error.
+  // UCX force-closes only an endpoint with peer-failure handling; one without (a peer on this
+  // host, detects_failure_at) is closed with a flush instead, which ends once its sends have. The
+  // forced close was refused, its error dropped, and every such endpoint left open for good: its
+  // shared memory and mappings grew by every consumer that ever joined.
   void close_peer(PeerId peer) {
     auto it = peers_.find(peer);
     if (it == peers_.end()) return;
@@ -331,7 +335,16 @@ class UcxTransport final : public Transport {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_EP_CLOSE_FLAG_FORCE;
     void* request = ucp_ep_close_nbx(it->second.ep, &param);
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) closing_.push_back(request);
+    if (UCS_PTR_IS_ERR(request) && UCS_PTR_STATUS(request) == UCS_ERR_INVALID_PARAM) {
+      param.flags = 0;
+      request = ucp_ep_close_nbx(it->second.ep, &param);
+    }
+    if (UCS_PTR_IS_ERR(request)) {
+      log_->warn("closing the connection to peer {} failed: {}; its resources stay until this transport closes", peer,
+                 ucs_status_string(UCS_PTR_STATUS(request)));
+    } else if (request != nullptr) {
+      closing_.push_back(request);
+    }
     // The error context must outlive the endpoint's last callback: keep it until shutdown.
     retired_contexts_.push_back(std::move(it->second.error_context));
     peers_.erase(it);
