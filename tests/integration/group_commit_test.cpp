@@ -87,8 +87,11 @@ modelcast::ConsumerOptions member_options(const std::string& endpoint, const std
 class Members {
  public:
   Members(const std::string& endpoint, std::uint32_t size) : endpoint_(endpoint), size_(size) {}
+  // Each taken out under the lock, as remove() does: another member's on_update reads them under
+  // it (a reset without it raced that read). Destroyed outside it, as a consumer's destructor
+  // joins its service thread, which may be waiting for the lock in on_update.
   ~Members() {
-    for (auto& m : members_) m.reset();
+    for (std::size_t i = 0; i < members_.size(); ++i) remove(i);
   }
 
   // Adds a member; `on_update` (optional) runs after its own check, on its service thread.

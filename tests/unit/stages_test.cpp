@@ -944,6 +944,9 @@ TEST(Stages, VerifierRefusesBlocksThatDoNotFitTheManifestOrTheTransfer) {
 }
 
 TEST(LoopbackTransport, MatchesByTagInEitherOrderAndCancelsReceives) {
+  // Declared before the transports, so that it outlives their completion threads (joined when
+  // they are destroyed): the last push may still be notifying after the test took its item.
+  Mailbox<std::pair<std::string, bool>> done;
   auto a = transport::make_loopback_transport();
   auto b = transport::make_loopback_transport();
   std::vector<std::byte> source(100), early(100), late(100), never(100);
@@ -953,7 +956,6 @@ TEST(LoopbackTransport, MatchesByTagInEitherOrderAndCancelsReceives) {
   auto late_region = b->register_memory(late.data(), late.size(), transport::MemoryLocation::host());
   auto never_region = b->register_memory(never.data(), never.size(), transport::MemoryLocation::host());
   auto peer = a->connect(b->address(), false, nullptr);
-  Mailbox<std::pair<std::string, bool>> done;
   auto note = [&](std::string what) { return [&done, what](const transport::TransferResult& r) { done.push({what, r.ok}); }; };
   b->post_recv(*early_region, 0, 100, 1, note("recv 1"));  // receive first
   a->post_send(peer, *src, 0, 100, 1, note("send 1"));
