@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -114,10 +116,16 @@ ConnectionCap::Enforced ConnectionCap::enforce(const std::set<int>& joined) {
     }
     if (oldest == open_.end()) break;  // every connection is a joined consumer's
     // Still the socket accepted (see the file comment): a descriptor closed since, and maybe
-    // reused, is only forgotten.
-    if (socket_inode(oldest->first) == oldest->second.inode) {
-      ::shutdown(oldest->first, SHUT_RDWR);
-      result.evicted++;
+    // reused, is only forgotten. Checked and shut down through a duplicate, which holds the
+    // socket checked: ZeroMQ's I/O thread may close the descriptor, and it be reused, between the
+    // check and the shutdown.
+    const int held = fcntl(oldest->first, F_DUPFD_CLOEXEC, 0);
+    if (held >= 0) {
+      if (socket_inode(held) == oldest->second.inode) {
+        ::shutdown(held, SHUT_RDWR);
+        result.evicted++;
+      }
+      ::close(held);
     }
     open_.erase(oldest);
   }

@@ -24,7 +24,8 @@
 // the connection and its descriptor as for any peer that left. Descriptors are recycled, so
 // before shutting one down the cap checks that it is still the socket it accepted (the same
 // socket inode: Linux numbers sockets from a counter, so a later socket on a reused descriptor
-// has another); a descriptor that is no longer that socket is forgotten, never touched.
+// has another), on a duplicate of the descriptor that keeps that socket for the check and the
+// shutdown; a descriptor that is no longer that socket is forgotten, never touched.
 #pragma once
 
 #include <chrono>
