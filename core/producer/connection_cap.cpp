@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 
 #include "modelcast/error.h"
@@ -119,14 +120,15 @@ ConnectionCap::Enforced ConnectionCap::enforce(const std::set<int>& joined) {
     // reused, is only forgotten. Checked and shut down through a duplicate, which holds the
     // socket checked: ZeroMQ's I/O thread may close the descriptor, and it be reused, between the
     // check and the shutdown.
+    // Out of descriptors (a flood against the open-file limit, what the cap is for), the check
+    // and the shutdown go to the descriptor itself, as the window is only microseconds.
     const int held = fcntl(oldest->first, F_DUPFD_CLOEXEC, 0);
-    if (held >= 0) {
-      if (socket_inode(held) == oldest->second.inode) {
-        ::shutdown(held, SHUT_RDWR);
-        result.evicted++;
-      }
-      ::close(held);
+    const int fd = held >= 0 ? held : errno == EBADF ? -1 : oldest->first;
+    if (fd >= 0 && socket_inode(fd) == oldest->second.inode) {
+      ::shutdown(fd, SHUT_RDWR);
+      result.evicted++;
     }
+    if (held >= 0) ::close(held);
     open_.erase(oldest);
   }
   if (result.evicted > 0 && !reached_) {
