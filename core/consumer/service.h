@@ -188,7 +188,8 @@ class ConsumerService {
   // producer (or a relay) sends for it all the same (FetchClient::discard says why).
   void discard_chunks(const protocol::FetchReply& reply);
   void report(const Error& error);
-  void report_buffers_held(std::uint64_t version);
+  // `shaped`: the shaped views' memory is what is held, not the receive buffers.
+  void report_buffers_held(std::uint64_t version, bool shaped = false);
   // The group gave up `version`, which another member rejected (on_error).
   void report_group_gave_up(std::uint64_t version);
   // Makes a verified version what readers get (stats first, then the store); the caller then

@@ -98,16 +98,17 @@ void ConsumerService::maybe_fetch() {
   // The shaped views' memory counts too: a reconnect empties the receive pool while views still
   // hold shaped memory, and a version fetched then was refused whole once it arrived, and never
   // asked for again.
-  if (!store_.buffer_available() || (landing_ && !landing_->available()) || !target_->has_room()) {
+  const bool shaped_memory_held = !feeds_assembler_ && !target_->has_room();
+  if (!store_.buffer_available() || (landing_ && !landing_->available()) || shaped_memory_held) {
     // Relay orders (under way, or ended and within their second) end or are given up by
     // themselves, and free their buffers: the stall is the user's to hear of only once none is
     // left (views hold the rest). It blamed views while orders to stalled receivers held them.
-    if (!relay_holds_buffers()) report_buffers_held(newest_announced_);
+    if (shaped_memory_held || !relay_holds_buffers()) report_buffers_held(newest_announced_, shaped_memory_held);
     return;
   }
   if (buffers_held_reported_) {
     buffers_held_reported_ = false;
-    log_->info("a receive buffer is free again: fetching version {}", newest_announced_);
+    log_->info("a buffer is free again: fetching version {}", newest_announced_);
   }
   {
     std::lock_guard lock(wants_mutex_);
@@ -270,13 +271,13 @@ void ConsumerService::check_delta_base(const protocol::FetchReply& reply) const 
 // The user's rule (views hold buffers) bites here: said once per stall, when it starts, rather
 // than letting updates stop in silence. Relay orders that hold a buffer are not the user's to
 // release and go by themselves, so a stall is not reported while one remains.
-void ConsumerService::report_buffers_held(std::uint64_t version) {
+void ConsumerService::report_buffers_held(std::uint64_t version, bool shaped) {
   if (buffers_held_reported_) return;
   buffers_held_reported_ = true;
-  report(Error(ErrorCode::kResource, "version " + std::to_string(version) +
-                                         " waits: every receive buffer is held by a view still in use; updates "
-                                         "resume when one is released (hold fewer views, or give the consumer "
-                                         "more buffers)"));
+  report(Error(ErrorCode::kResource, "version " + std::to_string(version) + " waits: every " +
+                                         (shaped ? "buffer for shaped views" : "receive buffer") +
+                                         " is held by a view still in use; updates resume when one is released "
+                                         "(hold fewer views, or give the consumer more buffers)"));
 }
 
 void ConsumerService::count_arrival() {

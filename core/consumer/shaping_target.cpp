@@ -75,6 +75,10 @@ ShapingTarget::~ShapingTarget() {
 
 std::byte* ShapingTarget::take(std::size_t bytes) {
   bytes = std::max<std::size_t>(bytes, 1);
+  // Memory taken for a version whose shaping failed before install() is free again: held here, it
+  // looked held by a view, and has_room() stopped the consumer fetching.
+  taken_host_.reset();
+  taken_device_.reset();
   if (runtime_) {
     taken_device_ = free_one<detail::DeviceBuffer>(
         device_pool_, bytes, max_buffers_, [](const detail::DeviceBuffer& b) { return b.size; },

@@ -78,8 +78,10 @@ struct ConsumerOptions {
   // lets readers hold an older view without stalling updates). The next version's buffer is
   // made ahead, in the background: at the join once the producer has prepared, and after each
   // install (so two are allocated soon after the first version, never more than this count).
-  // Buffers are registered with one connection's transport: after a reconnect the count starts
-  // afresh, and buffers that views of earlier versions still hold come on top until released.
+  // Receive buffers are registered with one connection's transport: after a reconnect the count
+  // starts afresh, and receive buffers that views of earlier versions still hold come on top
+  // until released. (Memory for shaped views, which wants or conversions make, is not registered:
+  // its count holds across reconnects, and a version waits for a free one.)
   // With producer ranks, each rank's pieces get at least 3 (two held for assembly, one receiving),
   // and assembled versions live in up to this count of the Consumer's own.
   std::size_t buffers = 3;
