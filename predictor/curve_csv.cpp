@@ -370,11 +370,12 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
     if (current_bad) continue;
     CurvePoint p{step_of(row, col.step), row.number(col.loss, loss_column.c_str()), time_of(row, col.time, "train_time_s")};
     auto& log = out.runs.back();
-    set_total_steps(log, total_steps_of(row, col.total, p.step), source, line_no);
+    const std::int64_t total = total_steps_of(row, col.total, p.step);
     if (!log.points.empty() && p.step <= log.points.back().step) {
-      current_bad = true;  // concatenated restarts of one run id
+      current_bad = true;  // concatenated restarts of one run id (skipped, whatever their length)
       continue;
     }
+    set_total_steps(log, total, source, line_no);
     log.points.push_back(p);
   }
   if (current_bad && !out.runs.empty()) {
