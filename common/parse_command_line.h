@@ -22,7 +22,7 @@ namespace modelcast {
 // names the options for which "" means something (an empty list).
 inline std::optional<int> parse_command_line(CLI::App& app, int argc, const char* const* argv,
                                              const std::vector<std::string>& may_be_empty = {}) {
-  if (auto empty = empty_option_value(argc, argv)) {
+  if (auto empty = empty_option_value(argc, argv, may_be_empty)) {
     std::cerr << "error: " << *empty << "\n";
     return 2;
   }

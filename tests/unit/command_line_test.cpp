@@ -26,6 +26,10 @@ TEST(EmptyOptionValue, AnOptionGivenEqualsAndNothingIsNamed) {
   // Values, short options, a value that ends in "=" and what follows "--" are left to CLI11.
   EXPECT_EQ(check({"--log=run.csv", "--run", "a", "-x=", "--note=a=", "--", "--late="}), std::nullopt);
   EXPECT_EQ(check({}), std::nullopt);
+  // An option for which "" is a value (an empty list) is told how to give it.
+  const char* args[] = {"program", "--publish-steps=", "--json"};
+  EXPECT_EQ(empty_option_value(3, args, {"--publish-steps"}),
+            "--publish-steps= gives no value: write --publish-steps \"\" for an empty one");
 }
 
 // A program with two commands and one option each, as modelcast-tune is made; what

@@ -383,14 +383,7 @@ Json run_plan(const CommonArgs& a) {
   const auto costs = costs_of(a);
   const auto fo = forecast_options(a, total);
   // The library's plan from a prefix, which Python's modelcast.predictor.plan calls too.
-  // Its refusals are of the log's prefix (the costs were checked above): named with the file.
-  const auto planned_prefix = [&] {
-    try {
-      return mp::plan_prefix(prefix, fo, costs);
-    } catch (const modelcast::Error& e) {
-      throw modelcast::Error(e.code(), a.log_path + ": " + e.what());
-    }
-  }();
+  const auto planned_prefix = mp::plan_prefix(prefix, fo, costs);
   const auto& point_forecast = planned_prefix.point_forecast;
   const auto& hedged = planned_prefix.hedged;
   const auto& forecast = hedged.forecast;
