@@ -69,7 +69,7 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     departs from the best evenly spaced schedule, by how much and how surely, and why). Pure;
     raises InvalidArgumentError naming the argument for a wrong type, points whose steps do not
     increase or that lack a time (the costs are in seconds), a warm-up step before the first logged
-    step, fewer than 2 points up to it, or total_steps not beyond the warm-up.
+    step or after the last, fewer than 2 points up to it, or total_steps not beyond the warm-up.
     """
     points = _sequence("plan(): points", points)
     for i, point in enumerate(points):
@@ -94,6 +94,10 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     if not prefix:
         first = f" {points[0].step}" if points else " (none was logged)"
         raise InvalidArgumentError(f"warm-up step {warmup_step} is before the first logged step{first}")
+    # As the tool: the last point instead would plan a warm-up the caller did not ask for.
+    if warmup_step > points[-1].step:
+        raise InvalidArgumentError(f"warm-up step {warmup_step} is beyond the points, which end at step "
+                                   f"{points[-1].step} ({len(points)} points)")
     if len(prefix) < 2:
         raise InvalidArgumentError("too few points up to the warm-up step (need at least 2)")
     if total_steps <= prefix[-1].step:

@@ -193,6 +193,9 @@ def test_predictor_errors_carry_codes():
     assert info.value.code == modelcast.ErrorCode.INVALID_ARGUMENT
     with pytest.raises(modelcast.InvalidArgumentError, match="warm-up step 5 is before the first logged step 10"):
         predictor.plan(curve(), warmup_step=5, total_steps=600, costs=predictor.PublishCosts())
+    with pytest.raises(modelcast.InvalidArgumentError,
+                       match=r"warm-up step 605 is beyond the points, which end at step 600 \(60 points\)"):
+        predictor.plan(curve(), warmup_step=605, total_steps=900, costs=predictor.PublishCosts())
     with pytest.raises(modelcast.InvalidArgumentError, match="unknown option 'refit_grwoth'"):
         predictor.online_options(600, 200, 0.5, 0.2, refit_grwoth=1.0)
     # pybind11 took reuse_plans=None as False (plan reuse silently off) and max_candidates=False as 0.
