@@ -247,14 +247,16 @@ class UcxTransport final : public Transport {
     std::unique_ptr<CallbackContext> context;
     ucp_mem_h memh;  // the region the operation reads (a send) or writes (a receive, a read)
     bool writes;
-    // When its endpoint was closed by force (close_peer), if it was: from then on a send ends
-    // in moments, or never (UcxQuirks::sends_to_dead_near_peer_never_end).
+    // When its endpoint was closed (close_peer), if it was: from then on a send ends in moments
+    // (a forced close), when its peer takes it (a flush close, for a peer on this host), or
+    // never (UcxQuirks::sends_to_dead_near_peer_never_end).
     std::optional<std::chrono::steady_clock::time_point> endpoint_closed_at;
   };
-  // How long after its endpoint's forced close a send still in flight is taken for one that
-  // never ends. A forced close ends a live peer's sends locally, within a few progress rounds;
-  // a second is far beyond that, and short enough that a producer whose consumer died on its
-  // host exits at once rather than after release_timeout.
+  // How long after its endpoint's close a send still in flight is taken for one that never ends.
+  // A forced close ends a live peer's sends locally, within a few progress rounds; a flush close
+  // (a peer on this host, whose consumer drops what it has not taken when it leaves) ends them as
+  // the peer drops them. A second is far beyond either, and short enough that a producer whose
+  // consumer died on its host exits at once rather than after release_timeout.
   static constexpr std::chrono::seconds kClosedSendGrace{1};
 
   void require_one_sided() const {
