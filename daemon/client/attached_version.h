@@ -41,7 +41,8 @@ struct Connection {
   // A request this client gave up waiting for (a hung daemon) may still be answered. The daemon
   // reads nothing more of a connection until its last answer is read, so this connection's
   // releases would wait, pinning versions while other views still use it: the answer is read
-  // (its hold released) before releases are sent. Set by the exchange that gave up. send_mutex.
+  // (its hold released) before releases are sent, and at the Client's next request. Set by the
+  // exchange that gave up. send_mutex.
   bool answer_outstanding = false;
   void read_late_answer();
   // Sends the unsent releases while the socket has room; false if some are left. send_mutex held.

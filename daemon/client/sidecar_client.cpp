@@ -117,6 +117,7 @@ class Client::Impl {
   // (it restarted) is replaced and the request sent again, within reconnect_timeout; views of
   // the old connection keep their mappings and holds (a dead daemon's holds are gone anyway).
   View request(std::uint64_t min_version, std::chrono::milliseconds timeout) {
+    read_late_answers();
     auto wait_until = modelcast::deadline_after(timeout);
     std::optional<std::chrono::steady_clock::time_point> first_loss;
     auto pause = std::chrono::milliseconds(10);  // before reconnecting: 10 ms doubling to 500 ms
@@ -185,9 +186,46 @@ class Client::Impl {
   // Kept for the next request unless it failed half-way; a few idle ones at most, since each
   // keeps its own mappings (views keep their connection alive as long as they need it).
   void give_back(std::shared_ptr<Connection> connection) {
-    if (connection->broken) return;
+    if (connection->broken) {
+      bool outstanding;
+      {
+        std::lock_guard lock(connection->send_mutex);
+        outstanding = connection->answer_outstanding;
+      }
+      std::lock_guard lock(idle_mutex_);
+      if (outstanding) answering_.push_back(connection);
+      return;
+    }
     std::lock_guard lock(idle_mutex_);
     if (idle_.size() < kMostIdleConnections) idle_.push_back(std::move(connection));
+  }
+
+  // Reads the late answers that have come on connections given up while waiting for them, and
+  // sends the releases they and the views' last releases leave (Connection::answer_outstanding).
+  // A connection whose views are all gone is closed here, as its last reference goes.
+  void read_late_answers() {
+    std::vector<std::shared_ptr<Connection>> answering;
+    {
+      std::lock_guard lock(idle_mutex_);
+      for (auto& weak : answering_) {
+        if (auto connection = weak.lock()) answering.push_back(std::move(connection));
+      }
+      answering_.clear();
+    }
+    for (auto& connection : answering) {
+      bool outstanding = false;
+      try {
+        std::lock_guard lock(connection->send_mutex);
+        connection->flush_releases();
+        outstanding = connection->answer_outstanding;
+      } catch (...) {
+        // Out of memory: the holds go when the connection closes.
+      }
+      if (outstanding) {
+        std::lock_guard lock(idle_mutex_);
+        answering_.push_back(connection);
+      }
+    }
   }
 
   // The daemon closed a connection: the idle ones went to the same daemon, so they go too
@@ -383,9 +421,12 @@ class Client::Impl {
   }
 
   static constexpr std::size_t kMostIdleConnections = 4;
-  std::mutex idle_mutex_;                          // guards the two below
+  std::mutex idle_mutex_;                          // guards the three below
   std::vector<std::shared_ptr<Connection>> idle_;  // connected, no request in flight
   std::string lost_why_;                           // why the last connection was given up, until one is made
+  // Connections given up with an answer outstanding, while views still use them: read at each
+  // request, so that a late answer arriving after the last release holds nothing for long.
+  std::vector<std::weak_ptr<Connection>> answering_;
   std::mutex connect_mutex_;                       // one thread connects at a time
 };
 
