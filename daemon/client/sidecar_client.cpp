@@ -30,7 +30,8 @@
 namespace modelcast::sidecar {
 namespace detail {
 
-// A manifest too large for a message comes in a memfd.
+// The whole of a (sealed) manifest memfd, which carries a manifest too large for a message,
+// bounded by the protocol's manifest limit.
 std::vector<char> read_all(int fd) {
   struct stat st {};
   if (fstat(fd, &st) != 0 || st.st_size <= 0 ||
@@ -388,7 +389,6 @@ class Client::Impl {
     return View(std::move(state));
   }
 
-  // The whole of a (sealed) manifest memfd, bounded by the protocol's manifest limit.
   [[noreturn]] void gone(const std::string& why) {
     throw Error(ErrorCode::kTransport, "modelcastd at '" + socket_path + "': " + why);
   }
