@@ -49,6 +49,7 @@ CurveFamily make_separable(const SeparableShape& s) {
   f.name = s.name;
   const int num_phi = s.phi_grid.empty() ? 0 : static_cast<int>(s.phi_grid.front().size());
   f.num_params = (s.with_offset ? 1 : 0) + 1 + num_phi;
+  f.falls_to_zero = !s.with_offset;
   const bool with_offset = s.with_offset;
   const bool positive_scale = s.positive_scale;
   const auto shape = s.shape;
@@ -109,6 +110,7 @@ CurveFamily make_vapor_pressure() {
   CurveFamily f;
   f.name = "vapor_pressure";
   f.num_params = 3;
+  f.falls_to_zero = true;  // exp(...) > 0, and -> 0 as the exponent falls
   f.eval = [](double x, const double* t) { return std::exp(t[0] + t[1] / x + t[2] * std::log(x)); };
   f.initial_guesses = [](std::span<const double> x, std::span<const double> y,
                          std::span<const double> w) {

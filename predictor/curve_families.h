@@ -14,6 +14,9 @@ using ParameterVector = std::vector<double>;
 struct CurveFamily {
   std::string name;
   int num_params = 0;
+  // No offset term: the curve levels off at 0, which means something only for a loss whose floor
+  // is 0 (loss_floor.h); fitted to a loss without one it would depend on where the losses sit.
+  bool falls_to_zero = false;
   // y(x; theta) for progress x > 0.
   std::function<double(double x, const double* theta)> eval;
   // Data-driven starting points (several; the fitter keeps the best few).

@@ -86,21 +86,18 @@ struct FitSet {
 };
 
 // Sane region for a forecast: it may go below the observed minimum by the observed drop (and not
-// below 0 for positive losses), and above the last value by the same amount.
+// below the floor), and above the last value by the same amount.
 struct Bounds {
   double lo, hi;
 };
-Bounds sane_bounds(std::span<const CurvePoint> observed) {
+Bounds sane_bounds(std::span<const CurvePoint> observed, const detail::LossOrigin& origin) {
   // Generous on purpose: it only has to catch NaN and runaway extrapolations. A forecast may go
-  // below the observed minimum by the whole observed range (never below 0 for positive losses)
-  // and above the last value by the same amount.
-  double y_min = observed.back().loss, y_max = observed.back().loss;
-  for (const auto& p : observed) {
-    y_min = std::min(y_min, p.loss);
-    y_max = std::max(y_max, p.loss);
-  }
-  const double span = std::max(y_max - y_min, 0.05 * std::abs(observed.back().loss) + 1e-9);
-  return {std::max(y_min - span, detail::loss_floor(observed)), observed.back().loss + span};
+  // below the observed minimum by the whole observed range (never below the floor) and above the
+  // last value by the same amount.
+  double y_min = observed.back().loss;
+  for (const auto& p : observed) y_min = std::min(y_min, p.loss);
+  const double span = std::max(origin.range, 0.05 * origin.above(observed.back().loss) + 1e-9);
+  return {std::max(y_min - span, origin.floor), observed.back().loss + span};
 }
 
 bool prediction_is_sane(const std::vector<double>& p, const Bounds& b) {
@@ -263,7 +260,7 @@ AnnealEstimate estimate_anneal_drop(std::span<const CurvePoint> observed, const 
 // fit_noise: the noise sd of the points the members were fitted and back-tested on (NaN when
 // unknown).
 Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> future_steps,
-                  const ForecastOptions& options, std::string note, double fit_noise) {
+                  const ForecastOptions& options, std::string note, double fit_noise, const detail::LossOrigin& origin) {
   Forecast out;
   out.steps.assign(future_steps.begin(), future_steps.end());
   // Prefer back-tested members; weight by inverse squared tail error, with the fitted points'
@@ -332,7 +329,7 @@ Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> 
     const double grow = std::sqrt(static_cast<double>(i + 1));
     // A forecast fitted to data is never certain, even when every member agrees and the prefix
     // fits exactly (a flat plateau): at least 1 % of the level by the end of the horizon.
-    const double floor = 0.01 * std::abs(out.loss[i]) * std::sqrt(static_cast<double>(i + 1) / static_cast<double>(n));
+    const double floor = 0.01 * origin.above(out.loss[i]) * std::sqrt(static_cast<double>(i + 1) / static_cast<double>(n));
     const double sd = std::max(floor, std::sqrt(var[i] + tail_err * tail_err * grow));
     out.lower[i] = out.loss[i] - options.band_z * sd;
     out.upper[i] = out.loss[i] + options.band_z * sd;
@@ -345,7 +342,8 @@ Forecast assemble(std::vector<MemberFit> members, std::span<const std::int64_t> 
 
 // Last resort: a gentle power-law decay through the last point (or flat), flagged.
 Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const std::int64_t> future_steps,
-                           const ProgressAxis& axis, const ForecastOptions& options, std::string note) {
+                           const ProgressAxis& axis, const ForecastOptions& options, std::string note,
+                           const detail::LossOrigin& origin) {
   Forecast out;
   out.fallback = true;
   out.steps.assign(future_steps.begin(), future_steps.end());
@@ -367,7 +365,7 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
   double exponent = 0.5;
   if (!(a > 0) || !std::isfinite(a)) {
     a = 0.0;
-    if (usable.size() <= 1 && last.loss > 0) {
+    if (usable.size() <= 1 && origin.has_floor() && last.loss > origin.floor) {
       exponent = 0.05;
       note += "fallback: no curve shape observed yet, assuming a gentle decay (loss ~ x^-0.05); ";
     } else {
@@ -377,17 +375,17 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
     note += "fallback: x^-0.5 decay through the last two points, at most halfway to the loss floor; ";
   }
   const double g_last = std::pow(axis.progress(last.step), -0.5);
-  const Bounds bounds = sane_bounds(observed);
+  const Bounds bounds = sane_bounds(observed, origin);
   // The line through two early points, carried to the end of the run, falls through any floor
   // (5, 4, 1 at steps 0, 10, 20 of 2,000 gave 0 at once): a fallback is the forecast of last
   // resort, so it falls at most halfway from the last loss to the lowest the bounds allow.
   const double lowest = bounds.lo + 0.5 * (last.loss - bounds.lo);
   for (auto s : future_steps) {
     double v = std::max(lowest, last.loss + a * (std::pow(axis.progress(s), -0.5) - g_last));
-    if (exponent != 0.5) v = last.loss * std::pow(axis.progress(s) / axis.progress(last.step), -exponent);
+    if (exponent != 0.5) v = origin.floor + (last.loss - origin.floor) * std::pow(axis.progress(s) / axis.progress(last.step), -exponent);
     out.loss.push_back(std::clamp(v, bounds.lo, bounds.hi));
   }
-  const double band = 0.1 * std::max(1e-9, std::abs(last.loss));
+  const double band = 0.1 * std::max(1e-9, origin.above(last.loss));
   for (double v : out.loss) {
     out.lower.push_back(v - options.band_z * band);
     out.upper.push_back(v + options.band_z * band);
@@ -399,12 +397,12 @@ Forecast fallback_forecast(std::span<const CurvePoint> observed, std::span<const
 }
 
 Forecast flat_forecast(std::span<const CurvePoint> observed, std::span<const std::int64_t> future_steps,
-                       const ForecastOptions& options, std::string note) {
+                       const ForecastOptions& options, std::string note, const detail::LossOrigin& origin) {
   Forecast out;
   out.fallback = true;
   out.steps.assign(future_steps.begin(), future_steps.end());
   const double level = observed.back().loss;
-  const double band = options.band_z * 0.1 * std::max(1e-9, std::abs(level));
+  const double band = options.band_z * 0.1 * std::max(1e-9, origin.above(level));
   out.loss.assign(future_steps.size(), level);
   out.lower.assign(future_steps.size(), level - band);
   out.upper.assign(future_steps.size(), level + band);
@@ -421,7 +419,7 @@ Forecast flat_forecast(std::span<const CurvePoint> observed, std::span<const std
 // x is the step over total_steps (the paper uses the iteration number: the same functions with
 // b and a rescaled); step 0, before any training, is not a training loss and is left out.
 Forecast viper_forecast(std::span<const CurvePoint> observed, std::span<const std::int64_t> future_steps,
-                        const ForecastOptions& options) {
+                        const ForecastOptions& options, const detail::LossOrigin& origin) {
   std::vector<double> x, y;
   for (const auto& p : observed) {
     if (p.step <= 0) continue;
@@ -451,30 +449,34 @@ Forecast viper_forecast(std::span<const CurvePoint> observed, std::span<const st
       thetas[k] = fit.theta;
     }
   }
-  if (!best) return flat_forecast(observed, future_steps, options, "viper: no function could be fitted, flat forecast; ");
+  if (!best) return flat_forecast(observed, future_steps, options, "viper: no function could be fitted, flat forecast; ", origin);
   MemberFit chosen;
   chosen.name = families[*best].name;
   for (auto s : future_steps)
     chosen.prediction.push_back(families[*best].eval(static_cast<double>(s) / static_cast<double>(options.total_steps),
                                                      thetas[*best].data()));
   if (!std::all_of(chosen.prediction.begin(), chosen.prediction.end(), [](double v) { return std::isfinite(v); }))
-    return flat_forecast(observed, future_steps, options, note + "; " + paper_name[*best] + " overflows, flat forecast; ");
+    return flat_forecast(observed, future_steps, options, note + "; " + paper_name[*best] + " overflows, flat forecast; ", origin);
   ForecastOptions alone = options;  // Viper keeps its one function whatever the priors say
   alone.member_prior.clear();
   return assemble({chosen}, future_steps, alone, note + "; kept " + paper_name[*best] + "; ",
-                  std::numeric_limits<double>::quiet_NaN());
+                  std::numeric_limits<double>::quiet_NaN(), origin);
 }
 
-Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptions& options, bool viper) {
+// `floor`: the loss floor in force for `observed` (loss_floor.h).
+Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptions& options, bool viper, double floor) {
   validate_observed(observed, options);
+  const auto origin = detail::LossOrigin::of(observed, floor);
   const auto future_steps = future_grid(observed, options);
   if (viper) {
-    Forecast out = viper_forecast(observed, future_steps, options);
+    Forecast out = viper_forecast(observed, future_steps, options, origin);
     out.time_s = detail::forecast_times(observed, future_steps, options.total_steps, nullptr, out.note);
+    out.loss_floor = floor;
     return out;
   }
   if (auto rising = rising_prefix(observed)) {
-    Forecast out = flat_forecast(observed, future_steps, options, std::move(*rising));
+    Forecast out = flat_forecast(observed, future_steps, options, std::move(*rising), origin);
+    out.loss_floor = floor;
     out.time_s = detail::forecast_times(observed, future_steps, options.total_steps, nullptr, out.note);
     return out;
   }
@@ -542,11 +544,13 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
     future_x.push_back(axis.progress(s));
     future_anneal.push_back(axis.anneal_level(s));
   }
-  const Bounds bounds = sane_bounds(observed);
+  const Bounds bounds = sane_bounds(observed, origin);
   std::vector<MemberFit> members;
-  for (const auto* family : detail::ensemble_families())
+  for (const auto* family : detail::ensemble_families()) {
+    if (family->falls_to_zero && !(origin.floor == 0.0)) continue;
     if (auto m = fit_member(*family, param, tail_of(param.x.size()), future_x, future_anneal, anneal_drop, options, bounds))
       members.push_back(std::move(*m));
+  }
   if (reference) {
     // Reference prior, in step progress (it already contains its own schedule's shape).
     const auto shape = [reference](double u) { return detail::interpolate(reference->progress, reference->loss, u); };
@@ -572,14 +576,15 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
 
   Forecast out;
   if (members.empty()) {
-    out = fallback_forecast(observed, future_steps, axis, options, "no family could be fitted sanely; " + note);
+    out = fallback_forecast(observed, future_steps, axis, options, "no family could be fitted sanely; " + note, origin);
   } else {
-    out = assemble(std::move(members), future_steps, options, note, noise_sd_of(param.y));
-    if (out.members.empty()) out = fallback_forecast(observed, future_steps, axis, options, note);
+    out = assemble(std::move(members), future_steps, options, note, noise_sd_of(param.y), origin);
+    if (out.members.empty()) out = fallback_forecast(observed, future_steps, axis, options, note, origin);
   }
-  // The band is the ensemble's spread and back-test error around its mean, which a positive loss
-  // near its floor would take below 0; the members and the mean are within bounds already.
-  detail::raise_to_floor(out.lower, detail::loss_floor(observed));
+  // The band is the ensemble's spread and back-test error around its mean, which a loss near its
+  // floor would take below it; the members and the mean are within bounds already.
+  detail::raise_to_floor(out.lower, floor);
+  out.loss_floor = floor;
   out.time_s = detail::forecast_times(observed, future_steps, options.total_steps, reference, out.note);
   return out;
 }
@@ -611,6 +616,9 @@ void check_forecast_options(const ForecastOptions& options) {
   // NaN made every band NaN, and a negative one put lower above upper.
   if (!(std::isfinite(options.band_z) && options.band_z >= 0))
     refuse("band_z must be finite and >= 0, got " + std::to_string(options.band_z));
+  // +infinity would put every loss below the floor; -infinity (none) and NaN (from the data) are
+  // settings of their own.
+  if (options.loss_floor == std::numeric_limits<double>::infinity()) refuse("loss_floor must not be +infinity");
   // Fewer would leave nothing to forecast with but the fallback, whatever fits.
   if (options.max_members < 1) refuse("max_members must be >= 1, got " + std::to_string(options.max_members));
   if (options.starts_per_family < 1) refuse("starts_per_family must be >= 1, got " + std::to_string(options.starts_per_family));
@@ -636,11 +644,36 @@ void check_forecast_options(const ForecastOptions& options) {
 }
 
 Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOptions& options) {
-  return forecast_impl(observed, options, false);
+  const double floor = options.loss_floor;
+  if (std::isnan(floor) || std::isinf(floor)) {
+    return forecast_impl(observed, options, false, std::isnan(floor) ? detail::loss_floor(observed) : floor);
+  }
+  // A stated floor: the forecast is made on the loss above it, where the families that level off
+  // at 0 level off at the floor, and shifted back. A loss of 1000.4 falling to 1000.3 above a
+  // floor of 1000 is then forecast as 0.4 falling to 0.3 is above 0.
+  std::vector<CurvePoint> above(observed.begin(), observed.end());
+  for (auto& p : above) {
+    if (!(p.loss >= floor))  // NaN is refused by validate_observed with its own message
+      if (std::isfinite(p.loss))
+        throw Error(ErrorCode::kInvalidArgument, "forecast: the loss at step " + std::to_string(p.step) + " (" +
+                                                     std::to_string(p.loss) + ") is below loss_floor (" +
+                                                     std::to_string(floor) + ")");
+    p.loss -= floor;
+  }
+  Forecast out = forecast_impl(above, options, false, 0.0);
+  const auto shift = [floor](std::vector<double>& values) {
+    for (double& v : values) v += floor;
+  };
+  shift(out.loss);
+  shift(out.lower);
+  shift(out.upper);
+  for (auto& m : out.members) shift(m.loss);
+  out.loss_floor = floor;
+  return out;
 }
 
 Forecast forecast_viper(std::span<const CurvePoint> observed, const ForecastOptions& options) {
-  return forecast_impl(observed, options, true);
+  return forecast_impl(observed, options, true, detail::loss_floor(observed));
 }
 
 }  // namespace modelcast::predictor

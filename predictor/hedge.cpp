@@ -133,6 +133,9 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
     return out;
   }
   out.hedged = true;
+  // The forecast's own floor (a stated one), else what the observed points give.
+  const auto origin = detail::LossOrigin::of(
+      observed, std::isnan(forecast.loss_floor) ? detail::loss_floor(observed) : forecast.loss_floor);
   if (options.time_stretch_probability > 0 && options.time_stretch > 1 && timing_intervals(observed) < 3 &&
       std::isfinite(observed.back().time_s)) {
     const double p = options.time_stretch_probability;
@@ -159,12 +162,9 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
     out.scenarios.push_back({"band_upper", options.band_probability / 2, forecast.upper});
   }
   if (options.change_probability > 0 && options.change_depth > 0) {
-    // The drop is relative to where the run is now: the only scale a flat prefix offers.
-    const double last = observed.back().loss;
-    double lo = last, hi = last;
-    for (const auto& p : observed) lo = std::min(lo, p.loss), hi = std::max(hi, p.loss);
-    const double level = std::abs(last) > 0 ? std::abs(last) : std::max(hi - lo, 1e-9);
-    const double drop = options.change_depth * level;
+    // The drop is relative to how far the run is above its floor now: the only scale a flat
+    // prefix offers (the observed range for a loss without a floor, LossOrigin).
+    const double drop = options.change_depth * std::max(origin.above(observed.back().loss), 1e-9);
     // A known schedule says when the rate anneals: the drop follows the anneal from now on.
     std::vector<double> anneal_share;  // per forecast step, in [0, 1]; empty: no anneal ahead
     if (options.lr_schedule && forecast.steps.back() > 0) {
@@ -212,7 +212,7 @@ HedgedForecast hedge_forecast(std::span<const CurvePoint> observed, const Foreca
   }
   // A change scenario's drop and the band's lower edge are sized on the run's level, not on how
   // far the forecast is from the floor: near it they would plan for a loss below 0.
-  for (auto& sc : out.scenarios) detail::raise_to_floor(sc.loss, detail::loss_floor(observed));
+  for (auto& sc : out.scenarios) detail::raise_to_floor(sc.loss, origin.floor);
   if (options.cap_at_current_level) {
     std::vector<double> recent;
     for (std::size_t i = observed.size() - std::min<std::size_t>(3, observed.size()); i < observed.size(); ++i)

@@ -197,6 +197,13 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
     why << "online scheduler: loss " << loss << " at step " << step << " is beyond +-1e100; rescale the loss";
     throw Error(ErrorCode::kInvalidArgument, why.str());
   }
+  // Every later forecast would refuse it, and with it every decision of the rest of the run.
+  if (loss < options_.forecast.loss_floor) {
+    std::ostringstream why;
+    why << "online scheduler: loss " << loss << " at step " << step << " is below the stated loss_floor ("
+        << options_.forecast.loss_floor << ")";
+    throw Error(ErrorCode::kInvalidArgument, why.str());
+  }
   if (wall_time_s < 0 || (!observed_.empty() && wall_time_s < last_wall_time_s_)) {
     throw Error(ErrorCode::kInvalidArgument,
                 "online scheduler: wall time " + std::to_string(wall_time_s) + " s at step " + std::to_string(step) +

@@ -96,6 +96,13 @@ struct ForecastOptions {
   // five were most often one shape that levels off early, in several parameterisations.
   int max_members = 16;
   double band_z = 1.0;               // half-width of the uncertainty band in standard deviations
+  // The lowest loss the run can reach, when known (0 for cross-entropy, minus the best return for
+  // a negated return, an MSE's noise floor). The families that fall towards 0 are fitted to the
+  // loss above it, and bands and drops are sized on that height. NaN (default): 0 when every
+  // observed loss is positive, none otherwise. -infinity: none, for a loss that sits far above 0
+  // (a loss logged with a large constant added): without a floor the forecast is the same
+  // whatever constant every loss is shifted by. Every observed loss must be >= a finite floor.
+  double loss_floor = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct ForecastMember {
@@ -109,12 +116,16 @@ struct ForecastMember {
 struct Forecast {
   std::vector<std::int64_t> steps;
   std::vector<double> loss;     // ensemble mean
-  std::vector<double> lower;    // uncertainty band; not below 0 when every observed loss is positive
+  std::vector<double> lower;    // uncertainty band; not below loss_floor
   std::vector<double> upper;
   std::vector<double> time_s;   // predicted training time (no publish stalls)
   std::vector<ForecastMember> members;
   bool fallback = false;        // true when no family could be trusted; see note
   std::string note;             // human-readable explanation of any fallback
+  // The floor the forecast assumed (ForecastOptions::loss_floor, or the one the observed points
+  // gave): -infinity for none; NaN for a forecast made elsewhere, whose users take it from the
+  // observed points.
+  double loss_floor = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Throws Error(kInvalidArgument), naming the field and its value, unless forecast_curve takes
@@ -132,7 +143,7 @@ Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOpti
 // observed losses (after step 0) by ordinary least squares, every point weighted alike, and keeps
 // the one with the lowest mean squared error, however it extrapolates (a falling Lin2 goes on
 // falling). note lists the four MSEs and the function kept; members holds that one. Same contract
-// as forecast_curve; ignores reference, lr_schedule and member_prior. When no function can be
+// as forecast_curve; ignores reference, lr_schedule, member_prior and loss_floor. When no function can be
 // fitted (too few points) it returns a flat curve flagged as fallback, as Viper would have no
 // prediction of further improvement.
 Forecast forecast_viper(std::span<const CurvePoint> observed, const ForecastOptions& options);

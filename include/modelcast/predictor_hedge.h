@@ -39,7 +39,8 @@ enum class PlanChoice {
 
 struct HedgeOptions {
   // Total probability of a regime change in the rest of the run: the loss falls by
-  // change_depth x (its current level) at one of change_times evenly spread points. This is
+  // change_depth x (its current height above the floor, Forecast::loss_floor; the observed
+  // range without one) at one of change_times evenly spread points. This is
   // the mass that keeps a plan from betting everything on a flat forecast. The defaults (with
   // early_saturation_probability) are for plans made in advance: the candidates of the benchmark
   // best on the development curves of bench/data, all families together (the benchmark's
@@ -52,7 +53,7 @@ struct HedgeOptions {
   // forecast's last step). When the rate anneals after the last observed step, the regime
   // change is placed where it anneals instead of at change_times evenly spread points: one
   // scenario (probability change_probability) whose loss falls by change_depth x the current
-  // level in proportion to how far the rate has annealed since now (a step decay drops at the
+  // height in proportion to how far the rate has annealed since now (a step decay drops at the
   // step, a cosine one gradually, a warmup-stable-decay run over its decay). A forecast made
   // with ForecastOptions::lr_schedule and a measured anneal_drop already contains the drop; this
   // scenario is for the drop a forecast from a prefix without decay cannot know.

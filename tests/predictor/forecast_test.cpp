@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "modelcast/predictor_forecast.h"
@@ -53,6 +54,82 @@ TEST(Forecast, ExtrapolatesAPowerLawFromItsFirstThird) {
   EXPECT_LT(max_abs_error(f, truth), 0.05);
   // The forecast's predicted times follow the logged 0.5 s/step.
   EXPECT_NEAR(f.time_s.back(), 1500.0, 1.0);
+}
+
+// Each forecast path of `shifted` minus `by` against the same path of `base`, largest gap.
+double largest_gap(const Forecast& base, const Forecast& shifted, double by) {
+  EXPECT_EQ(base.steps, shifted.steps);
+  double gap = 0;
+  const auto compare = [&](const std::vector<double>& a, const std::vector<double>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) gap = std::max(gap, std::abs(b[i] - by - a[i]));
+  };
+  compare(base.loss, shifted.loss);
+  compare(base.lower, shifted.lower);
+  compare(base.upper, shifted.upper);
+  return gap;
+}
+
+TEST(Forecast, ALossWithAConstantInItIsForecastAsTheLossWithoutOnceItsFloorIsStated) {
+  // A loss logged with 1000 added (an MSE in offset units, a loss plus a constant regulariser):
+  // sized on the level, the band was 1 % of 1000 wide and the fallback fell towards 0.
+  const auto truth = [](std::int64_t s) { return 0.4 + 2.0 * std::pow(static_cast<double>(s) / 3000.0, -0.4); };
+  const auto plain = synthetic(truth, 3000, 50, 0.01, 11);
+  auto offset = plain;
+  for (auto& p : offset) p.loss += 1000.0;
+  const std::vector<CurvePoint> prefix(plain.begin(), plain.begin() + 21), offset_prefix(offset.begin(), offset.begin() + 21);
+  ForecastOptions o;
+  o.total_steps = 3000;
+  const auto base = forecast_curve(prefix, o);
+  EXPECT_EQ(base.loss_floor, 0.0);  // every loss positive
+  const auto unstated = forecast_curve(offset_prefix, o);
+  EXPECT_GT(largest_gap(base, unstated, 1000.0), 1.0);  // the floor at 0 is no use 1000 below the loss
+  o.loss_floor = 1000.0;
+  const auto stated = forecast_curve(offset_prefix, o);
+  EXPECT_EQ(stated.loss_floor, 1000.0);
+  // The same up to the fits' own tolerance: 1000 + loss - 1000 is not loss to the last bit, and
+  // the fits stop within a tolerance of their optimum (the run falls by about 3).
+  EXPECT_LT(largest_gap(base, stated, 1000.0), 0.01);
+  ASSERT_EQ(base.members.size(), stated.members.size());
+  for (std::size_t k = 0; k < base.members.size(); ++k) {
+    EXPECT_EQ(stated.members[k].family, base.members[k].family);
+    EXPECT_NEAR(stated.members[k].loss.back() - 1000.0, base.members[k].loss.back(), 0.02);
+  }
+  // A loss below the stated floor is refused, naming its step.
+  o.loss_floor = offset_prefix.back().loss + 0.01;
+  try {
+    forecast_curve(offset_prefix, o);
+    FAIL() << "a loss below the floor was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("below loss_floor"), std::string::npos) << e.what();
+  }
+  o.loss_floor = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(check_forecast_options(o), Error);
+}
+
+TEST(Forecast, ALossWithoutAFloorIsForecastTheSameWhateverConstantItCarries) {
+  // A log-likelihood or a negated return has no floor at 0, and no origin: -50 or -5000 added to
+  // every loss is the same run. The band and the fallback were sized on |loss|, and the families
+  // that level off at 0 joined the ensemble.
+  const auto truth = [](std::int64_t s) { return 0.4 + 2.0 * std::pow(static_cast<double>(s) / 3000.0, -0.4); };
+  const auto plain = synthetic(truth, 3000, 50, 0.01, 13);
+  ForecastOptions o;
+  o.total_steps = 3000;
+  const auto forecast_shifted = [&](double by, std::size_t points) {
+    std::vector<CurvePoint> prefix(plain.begin(), plain.begin() + static_cast<std::ptrdiff_t>(points));
+    for (auto& p : prefix) p.loss += by;
+    return forecast_curve(prefix, o);
+  };
+  for (std::size_t points : {2, 21}) {  // the fallback (no shape yet) and the ensemble
+    const auto near = forecast_shifted(-50.0, points), far = forecast_shifted(-5000.0, points);
+    EXPECT_TRUE(std::isinf(near.loss_floor) && near.loss_floor < 0);
+    EXPECT_LT(largest_gap(near, far, -4950.0), 1e-4) << points << " points";
+    for (const auto& m : far.members) EXPECT_TRUE(m.family != "log_power" && m.family != "vapor_pressure" && m.family != "viper_exp") << m.family;
+  }
+  // A positive loss stated to have no floor is forecast as the same loss 50 lower.
+  o.loss_floor = -std::numeric_limits<double>::infinity();
+  EXPECT_LT(largest_gap(forecast_shifted(-50.0, 21), forecast_shifted(0.0, 21), 50.0), 1e-4);
 }
 
 TEST(Forecast, ReferencePriorCarriesTheShapeFromTwoPoints) {

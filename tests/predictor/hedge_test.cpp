@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "modelcast/predictor.h"
@@ -70,6 +71,45 @@ TEST(Hedge, APositiveLossIsNeitherForecastNorPlannedBelowZero) {
   for (auto& p : negated) p.loss -= 20.0;
   const auto below = forecast_curve(negated, fo);
   EXPECT_LT(*std::max_element(below.lower.begin(), below.lower.end()), 0.0);
+}
+
+TEST(Hedge, ARegimeChangeIsSizedOnTheLossAboveItsFloor) {
+  // The plateau run with 1000 added to every loss: the drop of a regime change was 15 % of the
+  // level, 150, where the run's loss can fall by at most 2. With the floor stated, every scenario
+  // is the plain run's shifted by 1000; without a floor, the drop is sized on the observed range,
+  // whatever constant the losses carry.
+  const auto run = plateau_then_drop();
+  const std::vector<CurvePoint> prefix(run.begin(), run.begin() + 21);
+  auto offset = prefix;
+  for (auto& p : offset) p.loss += 1000.0;
+  ForecastOptions fo;
+  fo.total_steps = run.back().step;
+  HedgeOptions o;
+  o.change_probability = 0.3;
+  const auto plain = hedge_forecast(prefix, forecast_curve(prefix, fo), o);
+  fo.loss_floor = 1000.0;
+  const auto stated = hedge_forecast(offset, forecast_curve(offset, fo), o);
+  ASSERT_EQ(plain.scenarios.size(), stated.scenarios.size());
+  for (std::size_t k = 0; k < plain.scenarios.size(); ++k) {
+    EXPECT_EQ(plain.scenarios[k].kind, stated.scenarios[k].kind);
+    EXPECT_NEAR(plain.scenarios[k].weight, stated.scenarios[k].weight, 1e-9);
+    for (std::size_t i = 0; i < plain.scenarios[k].loss.size(); ++i)
+      EXPECT_NEAR(stated.scenarios[k].loss[i] - 1000.0, plain.scenarios[k].loss[i], 1e-6) << plain.scenarios[k].kind;
+  }
+  fo.loss_floor = -std::numeric_limits<double>::infinity();
+  const auto no_floor = hedge_forecast(offset, forecast_curve(offset, fo), o);
+  auto far = offset;
+  for (auto& p : far) p.loss -= 5000.0;
+  const auto far_no_floor = hedge_forecast(far, forecast_curve(far, fo), o);
+  ASSERT_EQ(no_floor.scenarios.size(), far_no_floor.scenarios.size());
+  double deepest = 0;
+  for (std::size_t k = 0; k < no_floor.scenarios.size(); ++k) {
+    for (std::size_t i = 0; i < no_floor.scenarios[k].loss.size(); ++i) {
+      EXPECT_NEAR(far_no_floor.scenarios[k].loss[i] + 5000.0, no_floor.scenarios[k].loss[i], 1e-6) << no_floor.scenarios[k].kind;
+      deepest = std::max(deepest, offset.back().loss - no_floor.scenarios[k].loss[i]);
+    }
+  }
+  EXPECT_LT(deepest, 1.0);  // the prefix's range (it starts at 2.0 and stays there) bounds the drop
 }
 
 TEST(Hedge, AFlatPrefixStillGetsAPlanThatPublishes) {

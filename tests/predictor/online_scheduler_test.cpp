@@ -610,6 +610,24 @@ TEST(OnlineScheduler, RefusesAStepBeyondTwoToThe53KeepingNothing) {
   EXPECT_FALSE(s.should_publish(10));
 }
 
+TEST(OnlineScheduler, RefusesALossBelowTheStatedFloorKeepingNothing) {
+  // Taken, it would have made every later forecast refuse the run, and with it every decision.
+  OnlineOptions o;
+  o.forecast.total_steps = 1000;
+  o.forecast.loss_floor = 3.0;
+  o.warmup_step = 500;
+  OnlineScheduler s(o);
+  s.observe(0, 5.0, 0.0);
+  try {
+    s.observe(10, 2.5, 1.0);
+    ADD_FAILURE() << "accepted a loss below the floor";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loss 2.5 at step 10 is below the stated loss_floor (3)"), std::string::npos) << e.what();
+  }
+  s.observe(10, 4.0, 1.0);
+  EXPECT_FALSE(s.should_publish(10));
+}
+
 TEST(OnlineScheduler, AMovedFromSchedulerRefusesCallsAndTheMovedToOneDecidesAsBefore) {
   // Every work mode: in the background modes the moved-from scheduler has no workers either.
   for (const auto mode : {OnlineOptions::WorkMode::kInline, OnlineOptions::WorkMode::kRefitsInBackground,

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <string>
 
 #include "modelcast/predictor_csv.h"
 #include "tune_commands.h"
@@ -112,6 +113,34 @@ TEST(TuneCommands, ReplayAndEvaluateAgreeOnTheTrueCurve) {
   const auto eval = run_evaluate(a, steps);
   EXPECT_NEAR(eval["predicted_cil"].get<double>(), replay["predicted_cil"].get<double>(), 1e-9);
   EXPECT_GE(eval["predicted_cil"].get<double>(), eval["optimal"]["predicted_cil"].get<double>() - 1e-9);
+}
+
+TEST(TuneCommands, AStatedLossFloorMakesALossWithAConstantInItTheLossWithout) {
+  // The log's losses with 1000 added: with the floor at 1000 stated, replay and plan decide as on
+  // the plain log (without it, the band and the plan's drops were sized on a level of 1000).
+  const auto plain_path = write_log("mc_tune_floor_plain.csv", 40);
+  const auto offset_path = (std::filesystem::temp_directory_path() / "mc_tune_floor_offset.csv").string();
+  {
+    std::ifstream in(plain_path);
+    std::ofstream out(offset_path);
+    std::string line;
+    std::getline(in, line);
+    out << line << '\n';
+    std::int64_t step = 0;
+    double loss = 0, time_s = 0;
+    char comma = 0;
+    while (in >> step >> comma >> loss >> comma >> time_s) out << step << ',' << (loss + 1000.0) << ',' << time_s << '\n';
+  }
+  auto plain = base(plain_path), offset = base(offset_path);
+  plain.warmup_step = offset.warmup_step = 800;
+  plain.total_steps = offset.total_steps = 3900;
+  offset.loss_floor = 1000.0;
+  EXPECT_EQ(run_replay(offset)["publish_steps"], run_replay(plain)["publish_steps"]);
+  EXPECT_EQ(run_plan(offset)["publish_steps"], run_plan(plain)["publish_steps"]);
+  offset.loss_floor = 1005.1;  // above the log's last losses (5.03 + 1000)
+  EXPECT_THROW(run_replay(offset), modelcast::Error);
+  offset.loss_floor = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(run_plan(offset), modelcast::Error);
 }
 
 // plan, replay and evaluate of one run report CIL over one window: the warm-up to the run's end

@@ -26,4 +26,8 @@ for opt in --publish-cost --update-latency --request-rate --window --max-slowdow
 done
 run --request-rate --request-rate inf
 grep -q -- "--request-rate must be a finite number > 0, got inf" "$err" || { cat "$err" >&2; exit 1; }
+run --loss-floor --loss-floor ""
+grep -q -- "--loss-floor: empty value, expected a number" "$err" || { cat "$err" >&2; exit 1; }
+# "none" is the floor's own word for -infinity, which CLI11 would read as an option.
+"$tune" evaluate --log "$log" --publish-steps 300 --warmup-steps 200 --publish-cost 2 --update-latency 1 --loss-floor none >/dev/null
 echo "every numeric option refuses an empty value by name"

@@ -86,6 +86,12 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   add_number(cmd, "--anneal-drop", a.anneal_drop,
              "with --lr-schedule: the loss drop the rate's anneal brings (e.g. from an earlier run with the same schedule); "
              "default: measured on the log once it holds enough of the decay");
+  // "none" rather than -inf: CLI11 reads "--loss-floor -inf" as an unknown option.
+  cmd.add_option("--loss-floor", a.loss_floor,
+                 "the lowest loss the run can reach (e.g. 0 for cross-entropy, minus the best return for a negated return), or "
+                 "none for a loss with a large constant in it; default 0 when every logged loss is positive, none otherwise")
+      ->transform([](std::string text) { return text == "none" ? std::string("-inf") : text; })
+      ->check(kNumber);
   cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast where there is one, publishes, served loss)");
   cmd.add_flag("--progress", a.progress, "report progress on stderr (default: only when stderr is a terminal)");
 }

@@ -279,6 +279,9 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
       throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--anneal-drop must be finite and >= 0, got " + std::to_string(a.anneal_drop));
     fo.anneal_drop = a.anneal_drop;
   }
+  if (a.loss_floor == std::numeric_limits<double>::infinity())
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--loss-floor must be a number or none, got inf");
+  fo.loss_floor = a.loss_floor;
   return fo;
 }
 

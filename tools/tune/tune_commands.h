@@ -33,6 +33,8 @@ struct CommonArgs {
   std::string lr_schedule_path;  // optional: step,lr
   // With lr_schedule_path: ForecastOptions::anneal_drop (NaN: measured on the prefix, when it can be).
   double anneal_drop = std::numeric_limits<double>::quiet_NaN();
+  // ForecastOptions::loss_floor (NaN: from the log; -infinity: none).
+  double loss_floor = std::numeric_limits<double>::quiet_NaN();
   std::string plot_path;
   bool progress = false;  // report progress of long runs (replay) on stderr
 };
