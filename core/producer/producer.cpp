@@ -449,6 +449,19 @@ class Producer::Impl {
                                                    where(spec.memory, spec.device) + " but its data pointer is in " +
                                                    where(info.kind, info.device));
     }
+    // Taken, it made every publish fail on a copy past the allocation (a fault on a GPU), and
+    // registration was closed by then: the producer could never publish again. Checked where the
+    // runtime knows the allocation (its own; a foreign CUDA pointer's extent is not asked for).
+    if (info.allocation_size > 0) {
+      const auto offset = static_cast<std::size_t>(static_cast<const std::byte*>(tensor.data) -
+                                                   static_cast<const std::byte*>(info.allocation_base));
+      if (spec.size_bytes() > info.allocation_size - offset) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    "tensor '" + spec.name + "' runs past the end of its device allocation: its " +
+                        std::to_string(spec.size_bytes()) + " bytes start " + std::to_string(offset) +
+                        " bytes into an allocation of " + std::to_string(info.allocation_size) + " bytes");
+      }
+    }
   }
 
   std::vector<TensorSpec> registered_specs() const {

@@ -987,6 +987,17 @@ TEST(DeviceExchange, MisplacedMemoryIsRefusedNamingTheTensor) {
     EXPECT_NE(std::string(e.what()).find("'w'"), std::string::npos) << e.what();
   }
   void* d = rt.allocate(0, 256);
+  // 256 bytes from byte 128 of a 256-byte allocation: refused, and the producer still takes tensors.
+  try {
+    producer.register_tensor({spec, static_cast<std::byte*>(d) + 128});
+    ADD_FAILURE() << "a tensor running past its allocation was taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("tensor 'w' runs past the end of its device allocation: its 256 bytes start 128 "
+                                         "bytes into an allocation of 256 bytes"),
+              std::string::npos)
+        << e.what();
+  }
   producer.register_tensor({spec, d});
   modelcast::TensorSpec host_spec{"b", modelcast::DType::kF32, {64}, MemoryKind::kHost, 0};
   EXPECT_THROW(producer.register_tensor({host_spec, host.data()}), modelcast::Error) << "one place per producer";
