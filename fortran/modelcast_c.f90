@@ -119,6 +119,7 @@ module modelcast_c
     integer(c_int64_t) :: total_steps, warmup_step
     real(c_double) :: publish_cost_s, update_latency_s, request_rate, window_s, max_slowdown_s, refit_growth
     integer(c_int) :: refit_band_points, refit_every_below, max_candidates, work_mode
+    real(c_double) :: loss_floor
   end type
 
   ! mc_log_level

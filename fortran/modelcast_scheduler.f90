@@ -23,14 +23,17 @@ contains
   ! (default 1); window_s (default: forecast end minus warm-up time); max_slowdown_s (default none);
   ! work_mode: MC_SCHEDULER_INLINE (default), MC_SCHEDULER_REFITS_IN_BACKGROUND or
   ! MC_SCHEDULER_BACKGROUND (forecasts and plans on a worker thread: the trainer's call costs
-  ! microseconds, and may act one evaluation late).
+  ! microseconds, and may act one evaluation late); loss_floor: the lowest loss the run can reach
+  ! (default: 0 when every loss is positive, none otherwise; none: -infinity, from
+  ! ieee_arithmetic's ieee_value(x, ieee_negative_inf)).
   integer function mc_scheduler_create(scheduler, total_steps, warmup_step, publish_cost_s, update_latency_s, &
-                                       request_rate, window_s, max_slowdown_s, work_mode) result(status)
+                                       request_rate, window_s, max_slowdown_s, work_mode, loss_floor) result(status)
     type(mc_scheduler), intent(inout) :: scheduler
     integer(c_int64_t), intent(in) :: total_steps
     integer(c_int64_t), intent(in), optional :: warmup_step
     real(c_double), intent(in), optional :: publish_cost_s, update_latency_s, request_rate, window_s, max_slowdown_s
     integer(c_int), intent(in), optional :: work_mode
+    real(c_double), intent(in), optional :: loss_floor
     type(mc_scheduler_options_t) :: options
     if (c_associated(scheduler%handle)) then
       status = module_failure(MC_ERR_STATE, "mc_scheduler_create: the scheduler variable holds a live scheduler; "// &
@@ -50,6 +53,7 @@ contains
     if (present(window_s)) options%window_s = window_s
     if (present(max_slowdown_s)) options%max_slowdown_s = max_slowdown_s
     if (present(work_mode)) options%work_mode = work_mode
+    if (present(loss_floor)) options%loss_floor = loss_floor
     status = from_c(mc_scheduler_create_c(options, scheduler%handle))
   end function
 

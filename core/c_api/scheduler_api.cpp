@@ -58,6 +58,7 @@ void mc_scheduler_options_init(mc_scheduler_options* options) {
   options->work_mode = defaults.work_mode == WorkMode::kBackground            ? MC_SCHEDULER_BACKGROUND
                        : defaults.work_mode == WorkMode::kRefitsInBackground ? MC_SCHEDULER_REFITS_IN_BACKGROUND
                                                                              : MC_SCHEDULER_INLINE;
+  options->loss_floor = defaults.forecast.loss_floor;
 }
 
 mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_t** out) {
@@ -91,6 +92,11 @@ mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_
     o.refit_every_below = options->refit_every_below;
     o.max_candidates = options->max_candidates;
     if (has_field(*options, options->work_mode)) o.work_mode = work_mode(options->work_mode);
+    if (has_field(*options, options->loss_floor)) {
+      if (options->loss_floor == std::numeric_limits<double>::infinity())
+        invalid("options.loss_floor must not be +infinity (NaN: from the losses; -INFINITY: none)");
+      o.forecast.loss_floor = options->loss_floor;
+    }
     *out = new mc_scheduler{modelcast::predictor::OnlineScheduler(std::move(o))};
     return MC_OK;
   });

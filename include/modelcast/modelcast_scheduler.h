@@ -45,6 +45,11 @@ typedef struct mc_scheduler_options {
   /* Since 0.8 (read only when struct_size covers it): an mc_scheduler_work_mode; default
    * MC_SCHEDULER_INLINE. */
   int work_mode;
+  /* Since 0.9 (read only when struct_size covers it): the lowest loss the run can reach, as
+   * ForecastOptions::loss_floor: NaN (default) for 0 when every loss is positive and none
+   * otherwise; -INFINITY for none (a loss logged with a large constant in it); a finite value for
+   * a known floor (minus the best return of a negated return), below which a loss is refused. */
+  double loss_floor;
 } mc_scheduler_options;
 
 /* Fills `options` with the defaults above (and struct_size). No-op on NULL; thread-safe. */

@@ -53,7 +53,7 @@ def curve_points(steps, loss, time_s=None):
             for i, (s, l, t) in enumerate(zip(steps, loss, time_s))]
 
 
-def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule=None):
+def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule=None, loss_floor=None):
     """The publish plan ``modelcast-tune plan`` makes, through the same library call (plan_prefix):
     forecast the run from the points logged up to ``warmup_step`` (inference starts from the last
     of them, as the tool's ``--warmup-steps`` takes it; ``warmup_index`` says which) until
@@ -70,6 +70,8 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     raises InvalidArgumentError naming the argument for a wrong type, points whose steps do not
     increase or that lack a time (the costs are in seconds), a warm-up step before the first logged
     step or after the last, fewer than 2 points up to it, or total_steps not beyond the warm-up.
+    ``loss_floor``: the lowest loss the run can reach (ForecastOptions.loss_floor, the tool's
+    ``--loss-floor``); None: 0 when every loss is positive, else none; -math.inf: none.
     """
     points = _sequence("plan(): points", points)
     for i, point in enumerate(points):
@@ -106,6 +108,8 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
     options.total_steps = total_steps
     options.reference = reference
     options.lr_schedule = lr_schedule
+    if loss_floor is not None:
+        options.loss_floor = real("plan(): loss_floor", loss_floor)
     planned = plan_prefix(prefix, options, costs)
     forecast = planned.forecast
     curve = extend_with_forecast(prefix, forecast)
@@ -115,14 +119,16 @@ def plan(points, warmup_step, total_steps, costs, *, reference=None, lr_schedule
                 planned.point_forecast, planned.choice)
 
 
-def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1.0, **settings):
+def online_options(total_steps, warmup_step, stall_s, delivery_s, request_rate=1.0, loss_floor=None, **settings):
     """OnlineOptions for a run of ``total_steps`` serving from ``warmup_step`` on, with a publish stall
-    and delivery latency in seconds; ``settings`` sets further OnlineOptions fields by name
-    (InvalidArgumentError naming it for an unknown one, or a value of the wrong type: a switch takes
-    True or False, a number no bool)."""
+    and delivery latency in seconds; ``loss_floor`` as in plan(); ``settings`` sets further
+    OnlineOptions fields by name (InvalidArgumentError naming it for an unknown one, or a value of
+    the wrong type: a switch takes True or False, a number no bool)."""
     options = OnlineOptions()
     forecast = options.forecast
     forecast.total_steps = integer("total_steps", total_steps, *INT64)
+    if loss_floor is not None:
+        forecast.loss_floor = real("online_options(): loss_floor", loss_floor)
     options.forecast = forecast
     options.costs = PublishCosts(stall_s=real("online_options(): stall_s", stall_s),
                                  delivery_s=real("online_options(): delivery_s", delivery_s),

@@ -74,7 +74,9 @@ void bind_forecast(py::module_& m) {
       .def_readwrite("starts_per_family", &mp::ForecastOptions::starts_per_family)
       .def_readwrite("backtest_fraction", &mp::ForecastOptions::backtest_fraction)
       .def_readwrite("max_members", &mp::ForecastOptions::max_members)
-      .def_readwrite("band_z", &mp::ForecastOptions::band_z);
+      .def_readwrite("band_z", &mp::ForecastOptions::band_z)
+      .def_readwrite("loss_floor", &mp::ForecastOptions::loss_floor,
+                     "lowest loss the run can reach; NaN: 0 when every loss is positive, else none; -inf: none");
 
   py::class_<mp::ForecastMember>(m, "ForecastMember")
       .def_readonly("family", &mp::ForecastMember::family)
@@ -88,7 +90,8 @@ void bind_forecast(py::module_& m) {
       .def_readonly("time_s", &mp::Forecast::time_s)
       .def_readonly("members", &mp::Forecast::members)
       .def_readonly("fallback", &mp::Forecast::fallback)
-      .def_readonly("note", &mp::Forecast::note);
+      .def_readonly("note", &mp::Forecast::note)
+      .def_readonly("loss_floor", &mp::Forecast::loss_floor);
 
   const auto nogil = py::call_guard<GilReleased>();
   m.def("forecast_curve", [](const Points& p, const mp::ForecastOptions& o) { return mp::forecast_curve(p, o); },

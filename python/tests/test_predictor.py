@@ -66,6 +66,27 @@ def test_plan_is_what_the_tool_plans(tmp_path, warmup_step):
     assert plan.choice.expected_margin_pct == pytest.approx(tool["choice"]["expected_margin_pct"], rel=1e-12, abs=1e-12)
 
 
+def test_a_stated_loss_floor_plans_a_loss_with_a_constant_in_it_as_the_loss_without():
+    points = curve()
+    offset = predictor.curve_points([p.step for p in points], [p.loss + 1000.0 for p in points],
+                                    [p.time_s for p in points])
+    costs = predictor.PublishCosts(stall_s=0.5, delivery_s=0.2)
+    plain = predictor.plan(points, warmup_step=200, total_steps=600, costs=costs)
+    stated = predictor.plan(offset, warmup_step=200, total_steps=600, costs=costs, loss_floor=1000)
+    assert list(stated.publish_steps) == list(plain.publish_steps)
+    assert stated.point_forecast.loss_floor == 1000.0 and plain.point_forecast.loss_floor == 0.0
+    assert [v - 1000.0 for v in stated.forecast.loss] == pytest.approx(list(plain.forecast.loss), abs=1e-3)
+    with pytest.raises(modelcast.InvalidArgumentError, match="loss_floor must be a real number"):
+        predictor.plan(points, warmup_step=200, total_steps=600, costs=costs, loss_floor="0")
+    # The scheduler refuses a loss below the floor it was given, keeping nothing of it.
+    options = predictor.online_options(total_steps=600, warmup_step=200, stall_s=0.5, delivery_s=0.2, loss_floor=1.5)
+    assert options.forecast.loss_floor == 1.5
+    scheduler = predictor.OnlineScheduler(options)
+    with pytest.raises(modelcast.InvalidArgumentError, match="below the stated loss_floor"):
+        scheduler.observe(10, 1.0, 0.5)
+    scheduler.observe(10, 4.0, 0.5)
+
+
 def test_costlier_publishes_mean_fewer_publishes():
     full = predictor.trajectory_of(curve())
     cheap = predictor.plan_optimal(full, 19, predictor.PublishCosts(stall_s=0.01))

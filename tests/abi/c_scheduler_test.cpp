@@ -62,6 +62,7 @@ std::vector<std::int64_t> run_cpp(const mc_scheduler_options& c) {
   o.refit_band_points = c.refit_band_points;
   o.refit_every_below = c.refit_every_below;
   o.max_candidates = c.max_candidates;
+  o.forecast.loss_floor = c.loss_floor;
   using WorkMode = modelcast::predictor::OnlineOptions::WorkMode;
   o.work_mode = c.work_mode == MC_SCHEDULER_BACKGROUND            ? WorkMode::kBackground
                 : c.work_mode == MC_SCHEDULER_REFITS_IN_BACKGROUND ? WorkMode::kRefitsInBackground
@@ -83,7 +84,7 @@ TEST(CScheduler, DecidesAsTheCppSchedulerForEveryOption) {
   base.warmup_step = 600;
   base.publish_cost_s = 20;
   base.update_latency_s = 10;
-  std::vector<mc_scheduler_options> variants(8, base);
+  std::vector<mc_scheduler_options> variants(10, base);
   variants[1].publish_cost_s = 120;
   variants[2].request_rate = 0.01;
   variants[3].max_slowdown_s = 40;
@@ -92,6 +93,8 @@ TEST(CScheduler, DecidesAsTheCppSchedulerForEveryOption) {
   variants[5].max_candidates = 8;
   variants[6].work_mode = MC_SCHEDULER_REFITS_IN_BACKGROUND;
   variants[7].work_mode = MC_SCHEDULER_BACKGROUND;
+  variants[8].loss_floor = -std::numeric_limits<double>::infinity();
+  variants[9].loss_floor = 1.9;  // the curve ends near 2.0
   std::vector<std::vector<std::int64_t>> seen;
   for (const auto& options : variants) {
     const auto c = run_c(options);
@@ -100,6 +103,7 @@ TEST(CScheduler, DecidesAsTheCppSchedulerForEveryOption) {
   }
   // The options change the decisions, so agreement above is not agreement on a constant.
   EXPECT_NE(seen[0], seen[1]);
+  EXPECT_NE(seen[0], seen[9]);  // the floor is read
   EXPECT_LE(seen[3].size(), 2u);  // 40 s of slowdown at 20 s per publish
 }
 
@@ -118,6 +122,28 @@ TEST(CScheduler, AnUnknownWorkModeIsRefusedNamingTheFieldUnlessTheStructPredates
   ASSERT_EQ(mc_scheduler_create(&options, &scheduler), MC_OK) << mc_last_error();
   mc_scheduler_destroy(scheduler);
   EXPECT_EQ(mc_scheduler_wait_for_background(nullptr), MC_ERR_INVALID_ARGUMENT);
+}
+
+TEST(CScheduler, ALossFloorOfPlusInfinityIsRefusedNamingTheFieldUnlessTheStructPredatesIt) {
+  mc_scheduler_options options;
+  mc_scheduler_options_init(&options);
+  EXPECT_TRUE(std::isnan(options.loss_floor));
+  options.total_steps = 1000;
+  options.loss_floor = std::numeric_limits<double>::infinity();
+  mc_scheduler_t* scheduler = nullptr;
+  EXPECT_EQ(mc_scheduler_create(&options, &scheduler), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(mc_last_error()).find("options.loss_floor must not be +infinity"), std::string::npos) << mc_last_error();
+  options.struct_size = offsetof(mc_scheduler_options, loss_floor);  // a caller built before the field
+  ASSERT_EQ(mc_scheduler_create(&options, &scheduler), MC_OK) << mc_last_error();
+  mc_scheduler_destroy(scheduler);
+  // A loss below a stated floor is refused at observe, naming it.
+  options.struct_size = sizeof options;
+  options.loss_floor = 2.0;
+  ASSERT_EQ(mc_scheduler_create(&options, &scheduler), MC_OK) << mc_last_error();
+  EXPECT_EQ(mc_scheduler_observe(scheduler, 10, 1.5, 1.0), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(mc_last_error()).find("below the stated loss_floor"), std::string::npos) << mc_last_error();
+  EXPECT_EQ(mc_scheduler_observe(scheduler, 10, 2.5, 1.0), MC_OK) << mc_last_error();
+  mc_scheduler_destroy(scheduler);
 }
 
 // The defaults are the C++ scheduler's, and the C checks are its bounds, named as the C caller

@@ -742,6 +742,12 @@ contains
     if (mc_scheduler_create(scheduler, 3000_c_int64_t, work_mode=7_c_int) /= MC_ERR_INVALID_ARGUMENT) &
         call fail("work_mode 7 accepted", 0)
     if (index(mc_last_error(), "work_mode") == 0) call fail("unclear error: " // mc_last_error(), 0)
+    ! The floor reaches the library: a loss below it is refused.
+    call check(mc_scheduler_create(scheduler, 3000_c_int64_t, loss_floor=3.0_c_double), "mc_scheduler_create (floor)")
+    if (mc_scheduler_observe(scheduler, 100_c_int64_t, 2.5_c_double, 1.0_c_double) /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a loss below loss_floor was accepted", 100)
+    if (index(mc_last_error(), "loss_floor") == 0) call fail("unclear error: " // mc_last_error(), 0)
+    call mc_scheduler_destroy(scheduler)
     call check(mc_scheduler_create(scheduler, 3000_c_int64_t, warmup_step=500_c_int64_t, &
                                    publish_cost_s=2.0_c_double, update_latency_s=1.0_c_double, work_mode=work_mode), &
                "mc_scheduler_create")
