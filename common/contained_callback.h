@@ -17,16 +17,20 @@
 namespace modelcast {
 
 // The name of the user's callback this thread is in (nullptr outside one). A wait made there
-// (wait_for_version in on_update, wait_for_consumers in on_delivery) waits for the very thread
-// that runs it: it never ended, and the destructor joining that thread hung with it.
+// (wait_for_version in on_update, wait_for_consumers in on_delivery) may wait for the very
+// thread that runs it: it never ended, and the destructor joining that thread hung with it. A
+// wait on another object may too (a producer's on_delivery waiting for a consumer that only
+// this producer's thread feeds), so no callback blocks in a wait; one already satisfied answers.
 inline thread_local const char* running_callback = nullptr;
 
-// Throws Error(kState) naming `wait` and the callback when called from inside one.
-inline void refuse_wait_in_callback(const char* wait) {
-  if (running_callback == nullptr) return;
+// Whether this thread runs a callback of the user's: a wait must then only poll.
+inline bool in_callback() { return running_callback != nullptr; }
+
+// Throws Error(kState) naming `wait` and the callback: a wait from a callback that would block.
+[[noreturn]] inline void refuse_blocking_wait_in_callback(const char* wait) {
   throw Error(ErrorCode::kState, std::string(wait) + " called from " + running_callback +
-                                     ", on the thread that runs it: it would wait for what only that thread can do; "
-                                     "wait on a thread of your own");
+                                     " would block, on a thread of modelcast's that what it waits for may need "
+                                     "(this object's own, or one that feeds it); wait on a thread of your own");
 }
 
 // `serial`, when given, is shared by callbacks that must never run at the same time (one

@@ -103,9 +103,13 @@ class Consumer::Impl {
   ModelView acquire() const { return readers_.acquire(); }
 
   ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
-    refuse_wait_in_callback("wait_for_version");
     if (timeout.count() < 0) {
       throw Error(ErrorCode::kInvalidArgument, "wait_for_version: timeout " + std::to_string(timeout.count()) + " ms is negative");
+    }
+    if (in_callback()) {
+      if (auto installed = readers_.wait_for(version, std::chrono::milliseconds(0)); !installed.empty()) return installed;
+      if (timeout.count() > 0) refuse_blocking_wait_in_callback("wait_for_version");
+      return {};
     }
     return readers_.wait_for(version, timeout);
   }

@@ -386,12 +386,16 @@ class Producer::Impl {
   }
 
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const {
-    refuse_wait_in_callback("wait_for_consumers");
     // As the consumer's wait_for_version and the C ABI: a negative timeout is a caller's mistake
     // (a deadline already past, computed wrong), not a wait that timed out.
     if (timeout.count() < 0) {
       throw Error(ErrorCode::kInvalidArgument,
                   "wait_for_consumers: timeout " + std::to_string(timeout.count()) + " ms is negative");
+    }
+    if (in_callback()) {
+      if (stats_.wait_for_consumers(count, std::chrono::milliseconds(0))) return true;
+      if (timeout.count() > 0) refuse_blocking_wait_in_callback("wait_for_consumers");
+      return false;
     }
     return stats_.wait_for_consumers(count, timeout);
   }

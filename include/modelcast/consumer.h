@@ -174,8 +174,9 @@ struct ConsumerOptions {
   std::uint32_t group_size = 0;
   // Run on a thread of the consumer's (one per producer rank) after a version is installed, or
   // when one is rejected; never two at once. Keep them short: the next update waits for them.
-  // They may call acquire() and stats(); a wait_for_version there throws Error(kState) (it would
-  // wait for the thread it runs on). What they throw is logged and ignored. They must not
+  // They may call acquire() and stats(); a wait there (wait_for_version, wait_for_consumers, on
+  // any object) that is not answered at once throws Error(kState): it may wait for the thread it
+  // runs on. What they throw is logged and ignored. They must not
   // destroy the Consumer (its destructor joins the thread they run on).
   std::function<void(const ModelView&)> on_update;
   std::function<void(const Error&)> on_error;
@@ -238,7 +239,8 @@ class MODELCAST_API Consumer {
 
   // Waits until a version >= `version` is installed; returns it, or an empty view on timeout
   // (milliseconds::max() and anything past 100 years wait for ever, in practice). Throws
-  // Error(kInvalidArgument) on a negative timeout, Error(kState) from on_update or on_error.
+  // Error(kInvalidArgument) on a negative timeout; from a callback of modelcast's (on_update,
+  // on_error, on_delivery) it answers at once, and throws Error(kState) where it would block.
   ModelView wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
   // Ends every wait_for_version under way, and every later one at once, with an empty view;
   // nothing else changes (versions still arrive, acquire() still works). For the thread that is

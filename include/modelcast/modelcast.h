@@ -246,8 +246,9 @@ MODELCAST_API mc_status mc_producer_publish_device(mc_producer_t* producer, int6
                                                    void* cuda_event, mc_publish_result* out);
 
 /* Blocks until at least `count` consumers have joined, at most timeout_ms (>= 0).
- * Thread-safe. Errors: MC_ERR_TIMEOUT, MC_ERR_STATE (waits cancelled: mc_producer_cancel_waits),
- * MC_ERR_INVALID_ARGUMENT (NULL producer, negative timeout). */
+ * Thread-safe. Errors: MC_ERR_TIMEOUT, MC_ERR_STATE (waits cancelled: mc_producer_cancel_waits;
+ * from a callback of modelcast's, where the wait would block), MC_ERR_INVALID_ARGUMENT (NULL
+ * producer, negative timeout). */
 MODELCAST_API mc_status mc_producer_wait_for_consumers(const mc_producer_t* producer, size_t count,
                                                        int64_t timeout_ms);
 
@@ -438,8 +439,8 @@ MODELCAST_API mc_status mc_consumer_acquire(const mc_consumer_t* consumer, mc_vi
 
 /* Waits at most timeout_ms (>= 0) until a version >= `version` is installed; *out gets it
  * (caller owns: mc_view_release). Thread-safe. Errors (*out NULL): MC_ERR_TIMEOUT, MC_ERR_STATE
- * (waits cancelled: mc_consumer_cancel_waits), MC_ERR_INVALID_ARGUMENT (NULL consumer or out,
- * negative timeout). */
+ * (waits cancelled: mc_consumer_cancel_waits; from a callback of modelcast's, where the wait
+ * would block), MC_ERR_INVALID_ARGUMENT (NULL consumer or out, negative timeout). */
 MODELCAST_API mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t version,
                                                      int64_t timeout_ms, mc_view_t** out);
 

@@ -115,8 +115,8 @@ struct ProducerOptions {
   std::uint32_t rank_count = 1;  // at most 256, the ranks a consumer takes
   std::vector<std::string> rank_endpoints;
   // Optional; runs on the service thread after each delivery a consumer confirmed. Keep it short:
-  // the service waits for it. What it throws is logged and ignored; a wait_for_consumers there
-  // throws Error(kState) (it would wait for the thread it runs on). It must not destroy the
+  // the service waits for it. What it throws is logged and ignored; a wait there that is not
+  // answered at once throws Error(kState) (it may wait for the thread it runs on). It must not destroy the
   // Producer (its destructor joins the thread it runs on).
   std::function<void(const Delivery&)> on_delivery;
   PersistOptions persist;  // checkpoints on disk, off the hot path; off unless directory is set
@@ -232,7 +232,8 @@ class MODELCAST_API Producer {
   PublishTicket publish(std::int64_t step, const Metadata& metadata, const DeviceOrder& order);
 
   // Blocks until at least `count` consumers have joined; false on timeout. Thread-safe; throws
-  // Error(kState) from on_delivery, Error(kInvalidArgument) for a negative timeout.
+  // Error(kInvalidArgument) for a negative timeout; from a callback of modelcast's it answers at
+  // once, and throws Error(kState) where it would block.
   bool wait_for_consumers(std::size_t count, std::chrono::milliseconds timeout) const;
   // Ends every wait_for_consumers under way, and every later one at once, with false; nothing
   // else changes. For the thread that is about to destroy a Producer others wait on. Thread-safe.
