@@ -92,6 +92,7 @@ Daemon::~Daemon() {
     // a removal (waiting clients were told "removed from the configuration" and gave up, where
     // a closed connection makes them reconnect to the restarted daemon).
     for (const auto& [name, service] : models_) stopped_with_[name] = service->current();
+    for (const auto& [name, version] : carried_) stopped_with_[name] = version;
     stopping_ = true;
     models.swap(models_);
   }
@@ -101,7 +102,7 @@ Daemon::~Daemon() {
   hooks_.reset();
 }
 
-void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
+void Daemon::start_model(const ModelConfig& model) {
   auto log = spdlog::get("modelcastd");
   ModelCallbacks callbacks;
   callbacks.on_installed = [this, model](const ServedPtr& version) { on_installed(model, version); };
@@ -142,7 +143,11 @@ void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
     // Recovered before the Consumer starts: its first install would have the writer prune the
     // versions recovery reads, and a recovered version logged and counted after the producer's
     // had the metrics say the older one was served.
-    ServedPtr initial = std::move(carried);
+    ServedPtr initial;
+    {
+      std::lock_guard lock(mutex_);
+      if (const auto it = carried_.find(model.name); it != carried_.end()) initial = it->second;
+    }
     if (!initial && !config_.repository.empty() && model.persist) {
       initial = recover_newest(config_.repository, model.name, model.max_model_bytes);
     }
@@ -157,14 +162,19 @@ void Daemon::start_model(const ModelConfig& model, ServedPtr carried) {
     models_[model.name] = std::move(service);
     hooks_by_model_[model.name] = model.hook;
     not_started_.erase(model.name);
+    carried_.erase(model.name);
     log->info("model {}: subscribed to {} ({} buffers of {} bytes)", model.name, model.endpoint, model.buffers,
               model.max_model_bytes);
   } catch (const std::exception& e) {
     // Not only modelcast::Error: a filesystem error the repository did not foresee ended the
     // daemon at start, where one model that cannot start must not stop the others.
-    log->error("model {} ({}): not started: {}", model.name, model.source, e.what());
-    metrics_.serving(model.name, 0);
     std::lock_guard lock(mutex_);
+    const auto kept = carried_.find(model.name);
+    const bool serving = kept != carried_.end() && kept->second;
+    log->error("model {} ({}): not started: {}{}", model.name, model.source, e.what(),
+               serving ? "; serving version " + std::to_string(kept->second->manifest.version) + " from before the reload"
+                       : std::string());
+    metrics_.serving(model.name, serving ? kept->second->manifest.version : 0);
     not_started_[model.name] = e.what();
   }
   if (attach_) attach_->notify();
@@ -209,7 +219,11 @@ ServedPtr Daemon::served(const std::string& model, bool& exists) const {
     }
     auto it = models_.find(model);
     exists = it != models_.end();
-    if (!exists) return nullptr;
+    if (!exists) {
+      const auto kept = carried_.find(model);
+      exists = kept != carried_.end();
+      return exists ? kept->second : nullptr;
+    }
     service = it->second;
   }
   return service->current();
@@ -220,9 +234,17 @@ int Daemon::ready(const std::string& model, std::string& detail) const {
   if (!model.empty()) {
     auto it = models_.find(model);
     if (it == models_.end()) {
+      const auto kept = carried_.find(model);
+      const bool serving = kept != carried_.end() && kept->second;
       if (auto failed = not_started_.find(model); failed != not_started_.end()) {
         detail = "model '" + model + "' is configured but did not start: " + failed->second;
-        return 503;
+        if (!serving) return 503;
+        detail += "; serving version " + std::to_string(kept->second->manifest.version) + " from before the reload";
+        return 200;
+      }
+      if (kept != carried_.end()) {
+        detail = serving ? "ready (restarting)" : "no version yet (restarting)";
+        return serving ? 200 : 503;
       }
       detail = "no model " + modelcast::shown_text(model) + " is configured";
       return 404;
@@ -232,13 +254,17 @@ int Daemon::ready(const std::string& model, std::string& detail) const {
   }
   std::string failed;
   for (const auto& [name, why] : not_started_) failed += (failed.empty() ? "" : ", ") + name;
-  if (models_.empty()) {
+  if (models_.empty() && carried_.empty()) {
     detail = "no model is running" + (failed.empty() ? std::string() : "; did not start: " + failed);
     return 503;
   }
   std::string serving, waiting;
   for (const auto& [name, service] : models_) {
     std::string& list = service->current() ? serving : waiting;
+    list += (list.empty() ? "" : ", ") + name;
+  }
+  for (const auto& [name, version] : carried_) {
+    std::string& list = version ? serving : waiting;
     list += (list.empty() ? "" : ", ") + name;
   }
   detail = serving.empty() ? "no version yet: " + waiting
@@ -280,7 +306,14 @@ std::string Daemon::models_json() const {
     out["models"].push_back(std::move(m));
   }
   for (const auto& [name, why] : not_started_) {
-    out["models"].push_back({{"name", name}, {"serving", nullptr}, {"not_started", why}});
+    nlohmann::json m = {{"name", name}, {"serving", nullptr}, {"not_started", why}};
+    if (const auto kept = carried_.find(name); kept != carried_.end() && kept->second) {
+      m["serving"] = {{"version", kept->second->manifest.version},
+                      {"step", kept->second->manifest.step},
+                      {"source", kept->second->manifest.source},
+                      {"from_before_the_reload", true}};
+    }
+    out["models"].push_back(std::move(m));
   }
   auto attach = attach_->stats();
   out["clients"] = attach.clients;
@@ -323,7 +356,6 @@ void Daemon::reload(DaemonConfig config) {
   std::map<std::string, const ModelConfig*> wanted;
   for (const auto& m : config.models) wanted[m.name] = &m;
   std::vector<std::shared_ptr<ModelService>> stopping;
-  std::map<std::string, ServedPtr> carried;  // what each restarted model served
   {
     std::lock_guard lock(mutex_);
     for (auto it = models_.begin(); it != models_.end();) {
@@ -340,7 +372,11 @@ void Daemon::reload(DaemonConfig config) {
         ++it;
       } else {
         log->info("reload: model {} {}", it->first, w == wanted.end() ? "removed" : "changed; restarting it");
-        if (w != wanted.end()) carried[it->first] = it->second->current();
+        if (w != wanted.end()) {
+          carried_[it->first] = it->second->current();  // in the same step as the erase below
+        } else {
+          metrics_.serving(it->first, 0);
+        }
         hooks_by_model_.erase(it->first);
         stopping.push_back(std::move(it->second));
         it = models_.erase(it);
@@ -350,6 +386,14 @@ void Daemon::reload(DaemonConfig config) {
   {
     std::lock_guard lock(mutex_);
     std::erase_if(not_started_, [&](const auto& entry) { return !wanted.contains(entry.first); });
+    for (auto it = carried_.begin(); it != carried_.end();) {
+      if (wanted.contains(it->first)) {
+        ++it;
+      } else {
+        metrics_.serving(it->first, 0);
+        it = carried_.erase(it);
+      }
+    }
   }
   // Each Consumer's last counts, read as it goes (a version it receives between this read and
   // its end, microseconds later, is not counted).
@@ -372,7 +416,7 @@ void Daemon::reload(DaemonConfig config) {
       std::lock_guard lock(mutex_);
       running = models_.contains(m.name);
     }
-    if (!running) start_model(m, carried[m.name]);
+    if (!running) start_model(m);
   }
   attach_->notify();  // waiters on removed models get their answer
   auto keep = std::move(config_);

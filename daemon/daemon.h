@@ -43,10 +43,11 @@ class Daemon {
   int http_port() const { return http_ ? http_->port() : 0; }
 
  private:
-  // Locks the model's repository directory, serves `carried` (what the model served before a
-  // reload restarted it) or else the newest stored version, and starts its ModelService; a model
-  // that cannot start is logged and listed in not_started_. Main thread.
-  void start_model(const ModelConfig& model, ServedPtr carried = nullptr);
+  // Locks the model's repository directory, serves what carried_ holds for it (what it served
+  // before a reload restarted it) or else the newest stored version, and starts its
+  // ModelService; a model that cannot start is logged and listed in not_started_, and goes on
+  // serving what carried_ holds. Main thread.
+  void start_model(const ModelConfig& model);
   void on_installed(const ModelConfig& model, const ServedPtr& version);  // a Consumer's or copy thread
   void on_written(const modelcast::repository::VersionSnapshot& snapshot, const std::string& directory,
                   std::chrono::nanoseconds took);  // writer thread
@@ -73,6 +74,11 @@ class Daemon {
   std::map<std::string, ServedPtr> stopped_with_;
   // Configured models that could not start, with why (a reload tries them again); mutex_.
   std::map<std::string, std::string> not_started_;
+  // Configured models a reload stopped and has not started again (between the two, or for good
+  // when the start failed), with the version each served (null: none yet). served() answers
+  // from it: a restart is not a removal (clients were told "no model is configured" and waiters
+  // "removed from the configuration" for the 20-150 ms of a restart). mutex_.
+  std::map<std::string, ServedPtr> carried_;
   std::unique_ptr<attach::AttachServer> attach_;
   std::unique_ptr<OpsHttp> http_;
 };

@@ -8,6 +8,7 @@
 #include <systemd/sd-daemon.h>
 
 #include <filesystem>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <iostream>
@@ -45,22 +46,36 @@ void set_log_level(const std::string& name) {
 // endpoints' (a configuration error: exit 2): a model that cannot start there is reported and
 // the others serve, as with anything else its consumer refuses. Directories a service manager
 // makes at the start may not be there yet: checked when there, and again when used.
+// Whether `path` is there (kind: "exists" or "directory"). A path that cannot be examined (a
+// directory this user may not search, a loop of symbolic links) is a configuration error naming
+// it: the throwing std::filesystem calls ended the daemon at a reload, and --check with it.
+bool is_there(const std::filesystem::path& path, const char* kind, const std::string& what) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);
+  if (error && error != std::errc::no_such_file_or_directory && error != std::errc::not_a_directory) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           what + " '" + path.string() + "' cannot be examined: " + error.message());
+  }
+  return std::string_view(kind) == "directory" ? std::filesystem::is_directory(status) : std::filesystem::exists(status);
+}
+
 void check_surroundings(modelcastd::DaemonConfig& config, bool model_endpoints) {
   modelcastd::check_key_files(config);
   modelcastd::check_hook_programs(config);
-  if (std::filesystem::exists(std::filesystem::absolute(config.socket_path).parent_path())) {
+  if (is_there(std::filesystem::absolute(config.socket_path).parent_path(), "exists", "the socket's directory")) {
     modelcastd::attach::check_listen_directory(config.socket_path);
     modelcastd::attach::check_socket_path_free(config.socket_path);  // a socket (the running daemon's) is free
   }
   if (!config.http_listen.empty()) modelcastd::check_http_host(config.http_listen);
-  if (!config.repository.empty() && std::filesystem::is_directory(config.repository)) {
+  if (!config.repository.empty() && is_there(config.repository, "directory", "[repository] path")) {
     modelcastd::check_repository_directory(config.repository);
   }
   if (!model_endpoints) return;
   for (const auto& model : config.models) {
     const bool plaintext = model.producer_public_key.empty() && model.producer_key_file.empty();
     if (plaintext && model.endpoint.rfind("ipc://", 0) == 0 &&
-        std::filesystem::exists(std::filesystem::absolute(model.endpoint.substr(6)).parent_path())) {
+        is_there(std::filesystem::absolute(model.endpoint.substr(6)).parent_path(), "exists",
+                 model.source + ": model '" + model.name + "': the endpoint's directory")) {
       try {
         modelcast::wire::check_private_ipc_directory(model.endpoint, "consumer");
       } catch (const modelcast::Error& e) {  // named as every other configuration error is
@@ -98,7 +113,7 @@ int main(int argc, char** argv) {
   try {
     config = modelcastd::load_config(config_path);
     check_surroundings(config, /*model_endpoints=*/check_only);
-  } catch (const modelcast::Error& e) {
+  } catch (const std::exception& e) {  // not only modelcast::Error: a std::filesystem error aborted
     log->error("{}", e.what());
     return 2;
   }
@@ -123,7 +138,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<modelcastd::Daemon> daemon;
   try {
     daemon = std::make_unique<modelcastd::Daemon>(config);
-  } catch (const modelcast::Error& e) {
+  } catch (const std::exception& e) {
     log->error("cannot start: {}", e.what());
     // log_level = "off" (or "critical") silenced the only word on why the daemon exited 1.
     if (!log->should_log(spdlog::level::err)) std::cerr << "modelcastd: cannot start: " << e.what() << std::endl;
@@ -135,14 +150,20 @@ int main(int argc, char** argv) {
     int signal = sigwaitinfo(&signals, nullptr);
     if (signal == SIGHUP) {
       sd_notify(0, "RELOADING=1");
+      // Everything that can refuse the file comes before the reload changes anything; a model
+      // the reload cannot start is reported by it and serves on.
+      std::optional<modelcastd::DaemonConfig> fresh;
       try {
-        auto fresh = modelcastd::load_config(config_path);
-        check_surroundings(fresh, /*model_endpoints=*/true);
-        set_log_level(fresh.log_level);
-        daemon->reload(std::move(fresh));
-        log->info("reloaded {}", config_path);
-      } catch (const modelcast::Error& e) {
+        fresh = modelcastd::load_config(config_path);
+        check_surroundings(*fresh, /*model_endpoints=*/true);
+      } catch (const std::exception& e) {  // not only modelcast::Error: a std::filesystem error aborted
+        fresh.reset();
         daemon->refuse_reload(e.what());
+      }
+      if (fresh) {
+        set_log_level(fresh->log_level);
+        daemon->reload(std::move(*fresh));
+        log->info("reloaded {}", config_path);
       }
       sd_notify(0, "READY=1");
     } else if (signal == SIGUSR1 || signal == SIGUSR2) {

@@ -609,6 +609,17 @@ TEST(DaemonConfig, ARepositoryOthersCanWriteFailsTheCheckAndTheStart) {
   expect_check_and_start_fail(dir / "r.toml", "repository '" + repo + "': its directory '" + repo + "' is writable by");
 }
 
+// A path that cannot be examined (here a loop of symbolic links; a directory the daemon's user
+// may not search does the same) aborted --check and the start with a std::filesystem error.
+TEST(DaemonConfig, ARepositoryPathThatCannotBeExaminedFailsTheCheckAndTheStartNamingIt) {
+  ScratchDir dir;
+  std::filesystem::create_symlink(dir / "loop", dir / "loop");
+  const std::string repo = dir / "loop/repo";
+  write_file(dir / "r.toml", "[daemon]\nsocket = \"" + (dir / "attach.sock") + "\"\n[http]\nlisten = \"\"\n[repository]\npath = \"" +
+                                 repo + "\"\n" + std::string(kModel));
+  expect_check_and_start_fail(dir / "r.toml", "[repository] path '" + repo + "' cannot be examined: Too many levels of symbolic links");
+}
+
 // A directory at the socket path passed --check and stopped the start.
 TEST(DaemonConfig, ADirectoryAtTheSocketPathFailsTheCheckAndTheStart) {
   ScratchDir dir;

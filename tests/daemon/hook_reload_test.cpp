@@ -9,10 +9,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -390,6 +392,109 @@ TEST_F(DaemonTest, AReloadNeverTakesAModelsVersionAway) {
   ASSERT_TRUE(kept) << "the restarted model serves nothing";
   EXPECT_EQ(kept.version(), 2u);
   EXPECT_EQ(sidecar_test::check(kept, 1), "");
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
+// A reload whose file names a path that cannot be examined ended the daemon (a std::filesystem
+// error past a catch of modelcast::Error): it is refused, and the model serves on.
+TEST_F(DaemonTest, AReloadNamingAPathThatCannotBeExaminedIsRefusedAndTheModelServesOn) {
+  auto producer = std::make_unique<TestProducer>(1024);
+  const std::string endpoint = producer->producer->control_endpoint();
+  auto daemon = start_daemon(config(endpoint, 4));
+  ASSERT_TRUE(producer->producer->wait_for_consumers(1, 30s));
+  producer->publish(1);
+  auto c = client();
+  ASSERT_TRUE(c.wait_for_version(1, 30s));
+  std::filesystem::create_symlink(dir / "loop", dir / "loop");
+  write_file(dir / "modelcastd.toml", config(endpoint, 5, "", repository(dir / "loop/repo", 2)));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reload refused, keeping the running configuration: [repository] path"), "");
+  producer->publish(2);
+  auto second = c.wait_for_version(2, 30s);
+  ASSERT_TRUE(second) << "the daemon stopped serving";
+  EXPECT_EQ(sidecar_test::check(second, 1), "");
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
+// A restart is not a removal: while a reload stops a changed model and starts it again, clients
+// were told "no model 'test' is configured" and waiters gave up ("removed from the
+// configuration"), and a restart that failed (here an allocation no machine can make, which
+// --check cannot see) left the model serving nothing, with the log saying "reloaded".
+TEST_F(DaemonTest, AModelARestartFailsForKeepsServingAndARestartIsNeverARemoval) {
+  auto producer = std::make_unique<TestProducer>(1024);
+  const std::string endpoint = producer->producer->control_endpoint();
+  auto daemon = start_daemon(config(endpoint, 4));
+  ASSERT_TRUE(producer->producer->wait_for_consumers(1, 30s));
+  producer->publish(1);
+  auto c = client();
+  ASSERT_TRUE(c.wait_for_version(1, 30s));
+
+  // A reader that acquires without pause, and a waiter for a version that comes after the
+  // reloads, both through every restart.
+  std::atomic<bool> done{false};
+  std::atomic<int> acquired{0}, refused{0};
+  std::string first_refusal;
+  std::thread reader([&] {
+    auto mine = client();
+    while (!done) {
+      try {
+        if (mine.acquire()) ++acquired;
+      } catch (const modelcast::Error& e) {
+        if (refused++ == 0) first_refusal = e.what();
+      }
+    }
+  });
+  std::promise<std::string> waited;
+  std::thread waiter([&] {
+    auto mine = client();
+    try {
+      auto view = mine.wait_for_version(2, 60s);
+      waited.set_value(view ? "version " + std::to_string(view.version()) : "timed out");
+    } catch (const modelcast::Error& e) {
+      waited.set_value(e.what());
+    }
+  });
+  struct Joined {  // however the test ends (a failed ASSERT returns with both threads running)
+    std::atomic<bool>& done;
+    std::thread& reader;
+    std::thread& waiter;
+    void now() {
+      done = true;
+      if (reader.joinable()) reader.join();
+      if (waiter.joinable()) waiter.join();
+    }
+    ~Joined() { now(); }
+  } joined{done, reader, waiter};
+  for (int buffers : {5, 4, 5}) {  // each a changed model: restarted
+    write_file(dir / "modelcastd.toml", config(endpoint, buffers));
+    kill(daemon->pid(), SIGHUP);
+    EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  }
+  // A restart that fails: the model goes on serving version 1.
+  write_file(dir / "modelcastd.toml", config(endpoint, 4, "", "", "1000000GiB"));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "; serving version 1 from before the reload"), "");
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  modelcast::sidecar::View kept;
+  ASSERT_NO_THROW(kept = c.acquire());
+  ASSERT_TRUE(kept) << "the model whose restart failed serves nothing";
+  EXPECT_EQ(kept.version(), 1u);
+  EXPECT_EQ(sidecar_test::check(kept, 1), "");
+  // The next reload that starts it serves the version it kept until the producer sends.
+  write_file(dir / "modelcastd.toml", config(endpoint, 4));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "serving version 1 from before the reload until the producer sends a newer one"), "");
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  ASSERT_TRUE(producer->producer->wait_for_consumers(1, 30s));
+  producer->publish(2);
+  auto answer = waited.get_future();
+  ASSERT_EQ(answer.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(answer.get(), "version 2");
+  joined.now();
+  EXPECT_GT(acquired.load(), 0);
+  EXPECT_EQ(refused.load(), 0) << first_refusal;
   kill(daemon->pid(), SIGTERM);
   EXPECT_EQ(daemon->wait(), 0);
 }
