@@ -1,9 +1,11 @@
 #include "daemon/hook_runner.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,6 +84,26 @@ std::string describe(httplib::Error error, std::chrono::milliseconds timeout) {
   return what + " [httplib: " + httplib::to_string(error) + "]";
 }
 
+// The same, for a POST the deadline cut short: which stage it was in, by httplib's word for how
+// the shut socket failed it.
+std::string describe_cut(httplib::Error error, std::chrono::milliseconds timeout) {
+  const std::string within = " within timeout_ms (" + std::to_string(timeout.count()) + " ms)";
+  std::string what;
+  switch (error) {
+    case httplib::Error::Connection:
+    case httplib::Error::ConnectionTimeout:
+      what = "could not connect" + within;
+      break;
+    case httplib::Error::Write:
+      what = "the request could not be sent" + within;
+      break;
+    default:
+      what = "no complete answer" + within;
+      break;
+  }
+  return what + "; cut short [httplib: " + httplib::to_string(error) + "]";
+}
+
 }  // namespace
 
 HookRunner::HookRunner(Result on_result)
@@ -96,7 +118,8 @@ HookRunner::~HookRunner() {
     std::lock_guard lock(mutex_);
     stop_ = true;
     for (auto& [model, lane] : lanes_) {
-      if (lane->active_http) lane->active_http->stop();  // ends its request now (httplib allows another thread)
+      shut(*lane);  // ends its POST now, connecting or not
+      if (lane->http_watchdog) lane->http_watchdog->notify_all();  // and one whose socket is not made yet
       lane->wake.notify_all();
     }
   }
@@ -150,6 +173,10 @@ void HookRunner::run(Lane& lane) {
   }
 }
 
+void HookRunner::shut(Lane& lane) {
+  if (lane.http_socket >= 0) ::shutdown(lane.http_socket, SHUT_RDWR);
+}
+
 bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail) {
   std::string url = expand_placeholders(call.hook.http_post, call, true);
   // http://HOST[:PORT]/PATH: httplib takes the scheme and authority, then the path per request.
@@ -163,16 +190,57 @@ bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail)
       detail = "POST " + url + ": not sent, the daemon is stopping";
       return false;
     }
-    lane.active_http = &client;
+    lane.http_cut = false;
   }
+  // Called on this thread with each socket httplib makes, before it connects. A socket made
+  // after the stop or the deadline is shut as soon as its connect begins: see the watchdog.
+  client.set_socket_options([this, &lane](socket_t socket) {
+    const int mine = fcntl(socket, F_DUPFD_CLOEXEC, 0);
+    std::lock_guard lock(mutex_);
+    if (lane.http_socket >= 0) close(lane.http_socket);
+    lane.http_socket = mine;
+  });
+  // One deadline for the whole POST (connect, send, answer), which httplib's per-read timeouts
+  // are not: a server sending a byte every half second kept a 1 s hook going for as long as it
+  // liked. The watchdog also ends the POST when the daemon stops.
+  const auto deadline = std::chrono::steady_clock::now() + call.hook.timeout;
+  bool finished = false;
+  std::condition_variable finished_changed;
+  {
+    std::lock_guard lock(mutex_);
+    lane.http_watchdog = &finished_changed;
+  }
+  std::thread watchdog([&] {
+    std::unique_lock lock(mutex_);
+    while (!finished) {
+      const bool late = std::chrono::steady_clock::now() >= deadline;
+      if (late || stop_) {
+        lane.http_cut = lane.http_cut || late;
+        shut(lane);  // again on each wake-up: a socket made after the first shutdown gets it too
+        finished_changed.wait_for(lock, std::chrono::milliseconds(20));
+      } else {
+        finished_changed.wait_until(lock, deadline);
+      }
+    }
+  });
   struct Unregister {
     HookRunner& runner;
     Lane& lane;
+    bool& finished;
+    std::condition_variable& finished_changed;
+    std::thread& watchdog;
     ~Unregister() {
-      std::lock_guard lock(runner.mutex_);
-      lane.active_http = nullptr;
+      {
+        std::lock_guard lock(runner.mutex_);
+        finished = true;
+        if (lane.http_socket >= 0) close(lane.http_socket);
+        lane.http_socket = -1;
+        lane.http_watchdog = nullptr;
+      }
+      finished_changed.notify_all();
+      watchdog.join();
     }
-  } unregister{*this, lane};
+  } unregister{*this, lane, finished, finished_changed, watchdog};
   auto seconds = std::chrono::duration_cast<std::chrono::seconds>(call.hook.timeout).count();
   auto micros = std::chrono::duration_cast<std::chrono::microseconds>(call.hook.timeout).count() % 1'000'000;
   client.set_connection_timeout(seconds, micros);
@@ -182,7 +250,10 @@ bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail)
   auto response = client.Post(path, "{}", "application/json");
   if (!response) {
     std::lock_guard lock(mutex_);
-    detail = "POST " + url + ": " + (stop_ ? std::string("cut short, the daemon is stopping") : describe(response.error(), call.hook.timeout));
+    detail = "POST " + url + ": " +
+             (stop_            ? std::string("cut short, the daemon is stopping")
+              : lane.http_cut ? describe_cut(response.error(), call.hook.timeout)
+                               : describe(response.error(), call.hook.timeout));
     return false;
   }
   detail = "POST " + url + ": HTTP " + std::to_string(response->status);

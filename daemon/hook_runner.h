@@ -23,10 +23,6 @@
 
 #include "daemon/config.h"
 
-namespace httplib {
-class Client;
-}
-
 namespace modelcastd {
 
 struct HookCall {
@@ -44,7 +40,8 @@ class HookRunner {
   using Result = std::function<void(const HookCall&, bool ok, const std::string& detail)>;
   explicit HookRunner(Result on_result);
   // Stops the hooks in progress: a command gets SIGTERM (its process group), SIGKILL after
-  // kStopGrace; a POST's connection is shut. Pending calls are dropped.
+  // kStopGrace; a POST's socket is shut down, whether it is connecting or transferring. Pending
+  // calls are dropped.
   ~HookRunner();
   static constexpr std::chrono::seconds kStopGrace{2};
   HookRunner(const HookRunner&) = delete;
@@ -57,10 +54,20 @@ class HookRunner {
  private:
   struct Lane {
     std::condition_variable wake;
-    std::optional<HookCall> pending;          // the newest call not yet started; mutex_
-    httplib::Client* active_http = nullptr;  // the POST in progress (the lane thread's); mutex_
+    std::optional<HookCall> pending;  // the newest call not yet started; mutex_
+    // The socket of the POST in progress, a duplicate of httplib's descriptor (-1: none): shut
+    // down by the stopping daemon or at the call's deadline, it ends a connect or a transfer at
+    // once. httplib's own stop() waits for a connect to time out (it holds the lock the connect
+    // holds), and its timeouts restart with every byte read. Being a duplicate, it can never name
+    // a descriptor that httplib closed and something else opened again. Set by the lane thread
+    // (from httplib's socket callback), closed by it after the POST; mutex_.
+    int http_socket = -1;
+    bool http_cut = false;  // the deadline shut the socket; mutex_
+    std::condition_variable* http_watchdog = nullptr;  // wakes the POST's watchdog (stop); mutex_
     std::thread thread;
   };
+  // Shuts down the lane's POST socket, if any (mutex_ held).
+  static void shut(Lane& lane);
   void run(Lane& lane);
   bool run_http(Lane& lane, const HookCall& call, std::string& detail);
   bool run_command(const HookCall& call, std::string& detail);

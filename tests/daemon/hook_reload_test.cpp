@@ -17,6 +17,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <httplib.h>
@@ -212,6 +213,118 @@ TEST(HookRunner, AHookThatThrowsIsAFailedHookNotAnEndedDaemon) {
   ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return !results.empty(); }));
   EXPECT_FALSE(results[0].first);
   EXPECT_NE(results[0].second.find("hook failed: "), std::string::npos) << results[0].second;
+}
+
+// A loopback listener that answers nothing: bound, listening, and with its backlog full (of
+// connections the test opens and never accepts), so that a further connect stays unanswered.
+struct Unanswering {
+  int fd = -1;
+  std::uint16_t port = 0;
+  std::vector<int> queued;
+  Unanswering() {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), length), 0) << std::strerror(errno);
+    EXPECT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    EXPECT_EQ(listen(fd, 0), 0);
+    port = ntohs(address.sin_port);
+    for (int i = 0; i < 3; ++i) {  // fills the accept queue of a listen(0) socket
+      int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+      connect(c, reinterpret_cast<sockaddr*>(&address), sizeof address);
+      queued.push_back(c);
+    }
+  }
+  ~Unanswering() {
+    for (int c : queued) close(c);
+    close(fd);
+  }
+};
+
+// How many sockets of this host are still connecting to `port` on loopback (SYN_SENT in
+// /proc/net/tcp; those the backlog could not take are among them).
+int connecting_to(std::uint16_t port) {
+  std::ifstream tcp("/proc/net/tcp");
+  std::string line;
+  char wanted[16];
+  std::snprintf(wanted, sizeof wanted, "0100007F:%04X", port);
+  int count = 0;
+  while (std::getline(tcp, line)) {
+    std::istringstream fields(line);
+    std::string slot, local, remote, state;
+    fields >> slot >> local >> remote >> state;
+    count += remote == wanted && state == "02";
+  }
+  return count;
+}
+
+// Stopping the daemon during a POST whose connect goes unanswered waited out the connect's
+// whole timeout (httplib's stop() waits for the connect), past systemd's stop timeout.
+TEST(HookRunner, AStopEndsAPostWhoseConnectGoesUnanswered) {
+  Unanswering server;
+  std::promise<std::string> said;
+  auto runner = std::make_unique<modelcastd::HookRunner>(
+      [&](const modelcastd::HookCall&, bool ok, const std::string& detail) { said.set_value((ok ? "ok: " : "") + detail); });
+  modelcastd::HookCall call{.model = "m", .version = 1, .path = "", .hook = {}};
+  call.hook.http_post = "http://127.0.0.1:" + std::to_string(server.port) + "/load";
+  call.hook.timeout = std::chrono::minutes(2);
+  const int before = connecting_to(server.port);
+  runner->submit(call);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (connecting_to(server.port) == before && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+  ASSERT_GT(connecting_to(server.port), before) << "the POST never began to connect";
+  const auto start = std::chrono::steady_clock::now();
+  runner.reset();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s) << "the stop waited for the connect";
+  auto answer = said.get_future();
+  ASSERT_EQ(answer.wait_for(0s), std::future_status::ready);
+  EXPECT_NE(answer.get().find("cut short, the daemon is stopping"), std::string::npos);
+}
+
+// timeout_ms bounded each read, not the POST: a server sending a byte every 100 ms kept a 500 ms
+// hook going for as long as it sent, and the hook was reported a success.
+TEST(HookRunner, TimeoutMsBoundsTheWholePostAgainstAServerThatTrickles) {
+  const int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  ASSERT_EQ(listen(listener, 4), 0);
+  std::atomic<bool> trickling{true};
+  std::thread server([&] {
+    const int c = accept(listener, nullptr, nullptr);
+    if (c < 0) return;
+    char request[4096];
+    [[maybe_unused]] auto got = read(c, request, sizeof request);
+    const std::string answer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+    // One byte a tenth of a second, for at most 10 s: until the client goes (a failed send).
+    for (std::size_t i = 0; trickling && i < 100; ++i) {
+      if (send(c, answer.data() + (i % answer.size()), 1, MSG_NOSIGNAL) != 1) break;
+      std::this_thread::sleep_for(100ms);  // the trickle itself, not synchronisation
+    }
+    close(c);
+  });
+  std::promise<std::string> said;
+  modelcastd::HookRunner runner(
+      [&](const modelcastd::HookCall&, bool ok, const std::string& detail) { said.set_value((ok ? "ok: " : "") + detail); });
+  modelcastd::HookCall call{.model = "m", .version = 1, .path = "", .hook = {}};
+  call.hook.http_post = "http://127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + "/load";
+  call.hook.timeout = std::chrono::milliseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  runner.submit(call);
+  auto answer = said.get_future();
+  ASSERT_EQ(answer.wait_for(30s), std::future_status::ready);
+  const auto took = std::chrono::steady_clock::now() - start;
+  trickling = false;
+  server.join();
+  close(listener);
+  const auto text = answer.get();
+  EXPECT_NE(text.find("no complete answer within timeout_ms (500 ms); cut short"), std::string::npos) << text;
+  EXPECT_LT(took, 5s) << text;
 }
 
 // A failed POST was reported in httplib's one word ("POST http://...: Read").
