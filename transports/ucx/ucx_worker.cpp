@@ -24,6 +24,22 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
       throw_ucx("ucp_config_modify(PROTO_INDIRECT_ID)", s);
     }
   }
+  // A producer maps the shared-memory receive segment of every consumer on its host that it sent
+  // a rendezvous message (every real model's chunks), and UCX (1.13 to 1.22 at least) keeps that
+  // mapping until the worker is destroyed, whatever close the producer makes: the endpoint of a
+  // peer that has answered a wireup request is only freed with the worker (ucp_ep_disconnected,
+  // "TODO negotiate disconnect"). The segment grows 512 descriptors at a time by default, 4.1 MiB
+  // of which about 2 MiB is touched: what each consumer that ever joined left in the producer.
+  // 64 at a time leaves about 0.3 MiB; more are added as they are needed, and a bare UCP
+  // reproducer's 256 MiB transfers were no slower. Set in every process, as a consumer's own
+  // setting is what sizes the segment its producer maps. The user's environment wins.
+  if (std::getenv("UCX_MM_RX_BUFS_GROW") == nullptr && std::getenv("UCX_SYSV_RX_BUFS_GROW") == nullptr &&
+      std::getenv("UCX_POSIX_RX_BUFS_GROW") == nullptr) {
+    if (auto s = ucp_config_modify(config, "MM_RX_BUFS_GROW", "64"); s != UCS_OK) {
+      ucp_config_release(config);
+      throw_ucx("ucp_config_modify(MM_RX_BUFS_GROW)", s);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   params.features = features;
