@@ -62,13 +62,20 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
   }
   attach_ = std::make_unique<attach::AttachServer>(
       config_.socket_path, [this](const std::string& model, bool& exists) { return served(model, exists); });
-  for (const auto& model : config_.models) start_model(model);
-  attach_->start();
-  if (!config_.http_listen.empty()) {
-    http_ = std::make_unique<OpsHttp>(config_.http_listen,
-                                      OpsProviders{[this](const std::string& m, std::string& d) { return ready(m, d); },
-                                                   [this] { return models_json(); }, [this] { return metrics_text(); }});
-    log->info("ops endpoint at http://{}:{}/", config_.http_listen.substr(0, config_.http_listen.rfind(':')), http_->port());
+  // Once a model runs, a failure (the ops port taken) must stop it before the members go: they
+  // go in reverse order, the attach server before the models, whose installs call it.
+  try {
+    for (const auto& model : config_.models) start_model(model);
+    attach_->start();
+    if (!config_.http_listen.empty()) {
+      http_ = std::make_unique<OpsHttp>(config_.http_listen,
+                                        OpsProviders{[this](const std::string& m, std::string& d) { return ready(m, d); },
+                                                     [this] { return models_json(); }, [this] { return metrics_text(); }});
+      log->info("ops endpoint at http://{}:{}/", config_.http_listen.substr(0, config_.http_listen.rfind(':')), http_->port());
+    }
+  } catch (...) {
+    stop();
+    throw;
   }
   std::size_t running = 0;
   {
@@ -79,7 +86,9 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
             config_.socket_path);
 }
 
-Daemon::~Daemon() {
+Daemon::~Daemon() { stop(); }
+
+void Daemon::stop() {
   http_.reset();
   // The Consumers stop first: a version still being installed calls on_installed, which wakes
   // the attach server and feeds the writer and hooks, so those must outlive it (a SIGTERM during

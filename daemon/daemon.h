@@ -27,7 +27,7 @@ class Daemon {
   // address cannot be had. A model that cannot start (bad key file, no memory) is logged and
   // skipped.
   explicit Daemon(DaemonConfig config);
-  ~Daemon();
+  ~Daemon();  // stop()
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
@@ -43,6 +43,9 @@ class Daemon {
   int http_port() const { return http_ ? http_->port() : 0; }
 
  private:
+  // Stops the models, then the attach server, the writer and the hooks, in that order (a model's
+  // install feeds all three). Idempotent; main thread.
+  void stop();
   // Locks the model's repository directory, serves what carried_ holds for it (what it served
   // before a reload restarted it) or else the newest stored version, and starts its
   // ModelService; a model that cannot start is logged and listed in not_started_, and goes on

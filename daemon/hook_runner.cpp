@@ -194,6 +194,7 @@ bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail)
   }
   // Called on this thread with each socket httplib makes, before it connects. A socket made
   // after the stop or the deadline is shut as soon as its connect begins: see the watchdog.
+  // Without a duplicate (no descriptor left) the POST runs under httplib's timeouts alone.
   client.set_socket_options([this, &lane](socket_t socket) {
     const int mine = fcntl(socket, F_DUPFD_CLOEXEC, 0);
     std::lock_guard lock(mutex_);
@@ -206,11 +207,12 @@ bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail)
   const auto deadline = std::chrono::steady_clock::now() + call.hook.timeout;
   bool finished = false;
   std::condition_variable finished_changed;
-  {
-    std::lock_guard lock(mutex_);
-    lane.http_watchdog = &finished_changed;
-  }
-  std::thread watchdog([&] {
+  // Made and published in one step: a thread that cannot be made leaves nothing published (the
+  // destructor would have woken a condition variable gone with this frame), and the destructor
+  // cannot come between the two (a watchdog it never woke waited for the deadline).
+  std::thread watchdog;
+  std::unique_lock publish(mutex_);
+  watchdog = std::thread([&] {
     std::unique_lock lock(mutex_);
     while (!finished) {
       const bool late = std::chrono::steady_clock::now() >= deadline;
@@ -223,6 +225,8 @@ bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail)
       }
     }
   });
+  lane.http_watchdog = &finished_changed;
+  publish.unlock();
   struct Unregister {
     HookRunner& runner;
     Lane& lane;

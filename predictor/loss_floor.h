@@ -39,8 +39,9 @@ struct LossOrigin {
     return o;
   }
   bool has_floor() const { return std::isfinite(floor); }
-  // How far `value` lies above the floor; the observed range without one.
-  double above(double value) const { return has_floor() ? std::max(0.0, value - floor) : range; }
+  // How far `value` lies from the floor (above it, but for a forecast that does not keep to the
+  // floor, as Viper's may not); the observed range without one.
+  double above(double value) const { return has_floor() ? std::abs(value - floor) : range; }
 };
 
 // Raises every value below the floor to it; extrapolations, band edges and drops added to a path

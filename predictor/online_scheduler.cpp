@@ -132,6 +132,9 @@ void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
 OnlineScheduler::Fitted OnlineScheduler::fit(std::span<const CurvePoint> regime, const OnlineOptions& options) {
   Forecast raw = options.forecaster ? options.forecaster(regime, options.forecast) : forecast_curve(regime, options.forecast);
   if (options.forecaster) check_forecaster_result(raw);
+  // A forecaster of the caller's that says nothing of the floor was made under the stated one:
+  // the hedge would otherwise take it from the points (0 for a loss of 1000.x stated above 1000).
+  if (std::isnan(raw.loss_floor)) raw.loss_floor = options.forecast.loss_floor;
   Fitted out;
   if (options.hedge) {
     auto hedged = hedge_forecast(regime, raw, options.hedge_options);

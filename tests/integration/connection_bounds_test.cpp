@@ -332,8 +332,8 @@ TEST_F(SharedMemoryPeers, ConsumersThatReceivedLargeVersionsLeaveLittleSharedMem
   }
   const std::size_t after = shared_memory_mapped_bytes();
   if (after == before && shared_memory_mappings() == 0) GTEST_SKIP() << "UCX reaches consumers on this host without shared memory here";
-  EXPECT_LT(after - before, kConsumers * (std::size_t{1} << 20))
-      << (after - before) / kConsumers << " bytes of shared memory mapped per consumer that left";
+  const auto grown = static_cast<double>(after) - static_cast<double>(before);
+  EXPECT_LT(grown, kConsumers * double(1 << 20)) << grown / kConsumers << " bytes of shared memory mapped per consumer that left";
 }
 
 }  // namespace

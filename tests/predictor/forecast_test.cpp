@@ -556,6 +556,21 @@ TEST(Forecast, ViperKeepsOneOfItsFourFamilies) {
   EXPECT_LT(max_abs_error(f, truth), 0.05);
 }
 
+// Viper keeps a line that falls through 0 (as the paper does), and its band is at least 1 % of
+// the loss's distance from the floor: measured as the height above it, the band vanished once
+// the line went below.
+TEST(Forecast, ViperKeepsItsBandWhereItsLineFallsBelowTheFloor) {
+  std::vector<CurvePoint> prefix;
+  for (std::int64_t s = 10; s <= 100; s += 10) prefix.push_back({s, 10.0 - 0.08 * static_cast<double>(s), 0.1 * static_cast<double>(s)});
+  ForecastOptions o;
+  o.total_steps = 1000;
+  const auto f = forecast_viper(prefix, o);
+  ASSERT_EQ(f.members.size(), 1u);
+  EXPECT_EQ(f.members[0].family, "viper_linear");
+  ASSERT_LT(f.loss.back(), -60.0);
+  EXPECT_GT(f.upper.back() - f.loss.back(), 0.5);
+}
+
 }  // namespace
 }  // namespace modelcast::predictor
 

@@ -30,8 +30,8 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
   // peer that has answered a wireup request is only freed with the worker (ucp_ep_disconnected,
   // "TODO negotiate disconnect"). The segment grows 512 descriptors at a time by default, 4.1 MiB
   // of which about 2 MiB is touched: what each consumer that ever joined left in the producer.
-  // 64 at a time leaves about 0.3 MiB; more are added as they are needed, and a bare UCP
-  // reproducer's 256 MiB transfers were no slower. Set in every process, as a consumer's own
+  // 64 at a time leaves about 0.5 MiB mapped (0.3 MiB touched); more are added as they are
+  // needed, and 256 MiB versions were no slower (bench/RESULTS.md, exchange). Set in every process, as a consumer's own
   // setting is what sizes the segment its producer maps. The user's environment wins.
   if (std::getenv("UCX_MM_RX_BUFS_GROW") == nullptr && std::getenv("UCX_SYSV_RX_BUFS_GROW") == nullptr &&
       std::getenv("UCX_POSIX_RX_BUFS_GROW") == nullptr) {
