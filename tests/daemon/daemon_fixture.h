@@ -79,6 +79,22 @@ class DaemonTest : public ::testing::Test {
   }
   std::string socket() const { return dir / "attach.sock"; }
 
+  // A producer of a 1 MiB model and a daemon (4 buffers) that has been sent its version 1.
+  struct ServingFirst {
+    std::unique_ptr<exchange_test::TestProducer> producer;
+    std::string endpoint;
+    std::unique_ptr<ChildProcess> daemon;
+  };
+  ServingFirst serve_first_version() {
+    ServingFirst s;
+    s.producer = std::make_unique<exchange_test::TestProducer>(1024);
+    s.endpoint = s.producer->producer->control_endpoint();
+    s.daemon = start_daemon(config(s.endpoint, 4));
+    EXPECT_TRUE(s.producer->producer->wait_for_consumers(1, std::chrono::seconds(30)));
+    s.producer->publish(1);
+    return s;
+  }
+
   std::unique_ptr<ChildProcess> start_daemon(const std::string& config_text) {
     write_file(dir / "modelcastd.toml", config_text);
     auto daemon = std::make_unique<ChildProcess>(std::vector<std::string>{MODELCASTD, "--config", dir / "modelcastd.toml"});

@@ -474,11 +474,7 @@ TEST_F(DaemonTest, AStopEndsTheHookInProgressAndWhatItStarted) {
 // until the producer sent again. The hook changes in place now, and a model that must restart
 // serves what it served until its producer delivers.
 TEST_F(DaemonTest, AReloadNeverTakesAModelsVersionAway) {
-  auto producer = std::make_unique<TestProducer>(1024);
-  const std::string endpoint = producer->producer->control_endpoint();
-  auto daemon = start_daemon(config(endpoint, 4));
-  ASSERT_TRUE(producer->producer->wait_for_consumers(1, 30s));
-  producer->publish(1);
+  auto [producer, endpoint, daemon] = serve_first_version();
   auto c = client();
   ASSERT_TRUE(c.wait_for_version(1, 30s));
 
@@ -512,11 +508,7 @@ TEST_F(DaemonTest, AReloadNeverTakesAModelsVersionAway) {
 // A reload whose file names a path that cannot be examined ended the daemon (a std::filesystem
 // error past a catch of modelcast::Error): it is refused, and the model serves on.
 TEST_F(DaemonTest, AReloadNamingAPathThatCannotBeExaminedIsRefusedAndTheModelServesOn) {
-  auto producer = std::make_unique<TestProducer>(1024);
-  const std::string endpoint = producer->producer->control_endpoint();
-  auto daemon = start_daemon(config(endpoint, 4));
-  ASSERT_TRUE(producer->producer->wait_for_consumers(1, 30s));
-  producer->publish(1);
+  auto [producer, endpoint, daemon] = serve_first_version();
   auto c = client();
   ASSERT_TRUE(c.wait_for_version(1, 30s));
   std::filesystem::create_symlink(dir / "loop", dir / "loop");
@@ -536,11 +528,7 @@ TEST_F(DaemonTest, AReloadNamingAPathThatCannotBeExaminedIsRefusedAndTheModelSer
 // configuration"), and a restart that failed (here an allocation no machine can make, which
 // --check cannot see) left the model serving nothing, with the log saying "reloaded".
 TEST_F(DaemonTest, AModelARestartFailsForKeepsServingAndARestartIsNeverARemoval) {
-  auto producer = std::make_unique<TestProducer>(1024);
-  const std::string endpoint = producer->producer->control_endpoint();
-  auto daemon = start_daemon(config(endpoint, 4));
-  ASSERT_TRUE(producer->producer->wait_for_consumers(1, 30s));
-  producer->publish(1);
+  auto [producer, endpoint, daemon] = serve_first_version();
   auto c = client();
   ASSERT_TRUE(c.wait_for_version(1, 30s));
 
