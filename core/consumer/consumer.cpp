@@ -108,7 +108,8 @@ class Consumer::Impl {
     }
     if (in_callback()) {
       if (auto installed = readers_.wait_for(version, std::chrono::milliseconds(0)); !installed.empty()) return installed;
-      if (timeout.count() > 0) refuse_blocking_wait_in_callback("wait_for_version");
+      // Cancelled waits end at once, here as on any thread.
+      if (timeout.count() > 0 && !readers_.waits_cancelled()) refuse_blocking_wait_in_callback("wait_for_version");
       return {};
     }
     return readers_.wait_for(version, timeout);

@@ -23,6 +23,11 @@ ModelView VersionStore::wait_for(std::uint64_t version, std::chrono::millisecond
   return reached() && !waits_cancelled_ ? ModelView(current_) : ModelView();
 }
 
+bool VersionStore::waits_cancelled() const {
+  std::lock_guard lock(mutex_);
+  return waits_cancelled_;
+}
+
 void VersionStore::cancel_waits() {
   {
     std::lock_guard lock(mutex_);

@@ -34,6 +34,7 @@ class VersionStore {
   // are cancelled.
   ModelView wait_for(std::uint64_t version, std::chrono::milliseconds timeout) const;
   void cancel_waits();  // ends every wait_for, those under way and those to come
+  bool waits_cancelled() const;
   std::shared_ptr<const detail::InstalledVersion> current() const;
   std::uint64_t installs() const;  // versions made the one readers see, since construction
 

@@ -394,7 +394,8 @@ class Producer::Impl {
     }
     if (in_callback()) {
       if (stats_.wait_for_consumers(count, std::chrono::milliseconds(0))) return true;
-      if (timeout.count() > 0) refuse_blocking_wait_in_callback("wait_for_consumers");
+      // Cancelled waits end at once, here as on any thread.
+      if (timeout.count() > 0 && !stats_.waits_cancelled()) refuse_blocking_wait_in_callback("wait_for_consumers");
       return false;
     }
     return stats_.wait_for_consumers(count, timeout);

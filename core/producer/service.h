@@ -136,6 +136,10 @@ class StatsBox {
   void cancel_waits() {
     update([&](ProducerStats&) { waits_cancelled_ = true; });
   }
+  bool waits_cancelled() const {
+    std::lock_guard lock(mutex_);
+    return waits_cancelled_;
+  }
 
  private:
   mutable std::mutex mutex_;

@@ -398,6 +398,50 @@ TEST(OptionBounds, AnIpcEndpointThatNamesAFileOrDirectoryIsRefusedAndLeftAlone) 
   EXPECT_REFUSED(Producer(with_endpoint("ipc://" + sub)), ErrorCode::kInvalidArgument, "'ipc://" + sub + "' names a directory");
 }
 
+// Cancelled waits end at once with an empty answer, from a callback too (where a wait that would
+// block is otherwise refused): the callback of a consumer about to be destroyed sees the same.
+TEST(OptionBounds, ACancelledWaitInsideACallbackEndsEmptyAsAnywhere) {
+  std::promise<std::string> consumer_said, producer_said;
+  auto po = producer_options();
+  Producer* self = nullptr;
+  std::atomic<bool> delivered_once{false};
+  po.on_delivery = [&](const modelcast::Delivery&) {
+    if (delivered_once.exchange(true)) return;
+    try {
+      self->cancel_waits();
+      producer_said.set_value(self->wait_for_consumers(2, kForever) ? "true" : "false");
+    } catch (const Error& e) {
+      producer_said.set_value(e.what());
+    }
+  };
+  Producer producer(po);
+  self = &producer;
+  float value = 3;
+  producer.register_tensor({{"w", DType::kF32, {1}}, &value});
+  auto co = consumer_options(producer.control_endpoint());
+  Consumer* me = nullptr;
+  std::atomic<bool> updated_once{false};
+  co.on_update = [&](const modelcast::ModelView& view) {
+    if (updated_once.exchange(true)) return;
+    try {
+      me->cancel_waits();
+      consumer_said.set_value(me->wait_for_version(view.version() + 1, kForever).empty() ? "empty" : "a view");
+    } catch (const Error& e) {
+      consumer_said.set_value(e.what());
+    }
+  };
+  Consumer consumer(co);
+  me = &consumer;
+  ASSERT_TRUE(producer.wait_for_consumers(1, 30s));
+  producer.publish(1);
+  auto said = consumer_said.get_future();
+  ASSERT_EQ(said.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(said.get(), "empty");
+  auto told = producer_said.get_future();
+  ASSERT_EQ(told.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(told.get(), "false");
+}
+
 // A wait inside a callback waits for the thread it runs on: it never ended, and the destructor
 // that joins that thread hung with it. Now a wait that would block is refused naming both, one
 // already satisfied answers (it was refused too); the destructors also end waits before they join.
