@@ -301,38 +301,48 @@ bool HookRunner::run_command(const HookCall& call, std::string& detail) {
     return false;
   }
   // A pidfd becomes readable when the process exits: a bounded wait without polling waitpid.
-  int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
-  bool exited = true;
-  bool stopped = false;  // the daemon stops: the command was ended before its timeout
-  if (pidfd >= 0) {
-    // Waits up to `limit` for the command's end, or (`watch_stop`) the daemon's stop (stop_fd_):
-    // 1 it exited, 2 the daemon stops, 0 the limit passed.
-    auto wait_for_exit = [&](std::chrono::milliseconds limit, bool watch_stop) {
-      pollfd p[2] = {{pidfd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-      const auto deadline = std::chrono::steady_clock::now() + limit;
-      for (;;) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-        int ready = poll(p, watch_stop ? 2 : 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-        if (ready < 0 && errno == EINTR) continue;
-        if (ready > 0 && (p[0].revents & POLLIN)) return 1;  // exited
-        if (ready > 0) return 2;                              // the daemon stops
-        return 0;                                             // timed out
-      }
-    };
-    int how = wait_for_exit(call.hook.timeout, true);
-    if (how == 2) {
-      stopped = true;
-      kill(-pid, SIGTERM);
-      how = wait_for_exit(kStopGrace, false);
-    }
-    exited = how == 1;
-    close(pidfd);
-  }
-  // Before waitpid: until the leader is reaped its pid, the group's id, cannot be reused. A
-  // daemon that stops leaves nothing the hook started running.
-  if (!exited || stopped) kill(-pid, SIGKILL);
+  // Without one (no descriptor left) the exit is checked between short waits on the stop
+  // descriptor: a plain waitpid had no timeout, and held the daemon's stop until the hook ended.
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
   int status = 0;
-  waitpid(pid, &status, 0);
+  bool reaped = false;  // waitpid has taken the command's status (fallback only)
+  // Waits up to `limit` for the command's end, or (`watch_stop`) the daemon's stop (stop_fd_):
+  // 1 it exited, 2 the daemon stops, 0 the limit passed.
+  auto wait_for_exit = [&](std::chrono::milliseconds limit, bool watch_stop) {
+    constexpr std::chrono::milliseconds kCheckEvery{20};  // without a pidfd only
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    for (;;) {
+      if (pidfd < 0 && waitpid(pid, &status, WNOHANG) == pid) {
+        reaped = true;
+        return 1;
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 && pidfd < 0) return 0;
+      pollfd p[2] = {{pidfd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+      pollfd* watched = pidfd >= 0 ? p : p + 1;
+      const int count = (pidfd >= 0 ? 1 : 0) + (watch_stop ? 1 : 0);
+      const auto wait = pidfd >= 0 ? left : std::min(left, kCheckEvery);
+      int ready = poll(watched, count, static_cast<int>(std::max<std::int64_t>(wait.count(), 0)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready > 0 && pidfd >= 0 && (p[0].revents & POLLIN)) return 1;  // exited
+      if (ready > 0) return 2;                                             // the daemon stops
+      if (pidfd >= 0) return 0;                                            // timed out
+    }
+  };
+  bool stopped = false;  // the daemon stops: the command was ended before its timeout
+  int how = wait_for_exit(call.hook.timeout, true);
+  if (how == 2) {
+    stopped = true;
+    kill(-pid, SIGTERM);
+    how = wait_for_exit(kStopGrace, false);
+  }
+  const bool exited = how == 1;
+  if (pidfd >= 0) close(pidfd);
+  // Before waitpid: until the leader is reaped its pid, the group's id, cannot be reused. A
+  // daemon that stops leaves nothing the hook started running (but where the fallback reaped the
+  // leader already, the group is not signalled: its id may be another's by now).
+  if ((!exited || stopped) && !reaped) kill(-pid, SIGKILL);
+  if (!reaped) waitpid(pid, &status, 0);
   if (stopped) {
     detail = args[0] + (exited ? " was ended with SIGTERM" : " was killed") + ": the daemon is stopping";
     return false;

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -213,6 +214,41 @@ TEST(HookRunner, AHookThatThrowsIsAFailedHookNotAnEndedDaemon) {
   ASSERT_TRUE(done.wait_for(lock, 30s, [&] { return !results.empty(); }));
   EXPECT_FALSE(results[0].first);
   EXPECT_NE(results[0].second.find("hook failed: "), std::string::npos) << results[0].second;
+}
+
+// A command hook of /bin/sleep 30 with a 300 ms timeout, run once no descriptor can be opened;
+// 0 when it was killed at its timeout, in time.
+int hook_with_no_descriptor_left() {
+  std::promise<std::string> said;
+  modelcastd::HookRunner runner([&](const modelcastd::HookCall&, bool, const std::string& detail) { said.set_value(detail); });
+  int highest = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd"))
+    highest = std::max(highest, std::stoi(entry.path().filename().string()));
+  const rlimit none_left{static_cast<rlim_t>(highest + 1), static_cast<rlim_t>(highest + 1)};
+  if (setrlimit(RLIMIT_NOFILE, &none_left) != 0) return 3;
+  while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0) {  // the free numbers below it, kept
+  }
+  modelcastd::HookCall call{.model = "m", .version = 1, .path = "", .hook = {}};
+  call.hook.command = {"/bin/sleep", "30"};
+  call.hook.timeout = std::chrono::milliseconds(300);
+  const auto start = std::chrono::steady_clock::now();
+  runner.submit(call);
+  auto answer = said.get_future();
+  if (answer.wait_for(20s) != std::future_status::ready) return 4;
+  const auto text = answer.get();
+  if (text.find("timed out after 300 ms and was killed") == std::string::npos) {
+    std::fprintf(stderr, "said: %s\n", text.c_str());
+    return 5;
+  }
+  return std::chrono::steady_clock::now() - start < 10s ? 0 : 6;
+}
+
+// Out of descriptors, pidfd_open fails, and the command's end was awaited by a plain waitpid: no
+// timeout, and the daemon's stop waited for the hook. Run in a child process (the descriptor
+// limit is the process's): a command that outlives its timeout is killed on time all the same.
+TEST(HookRunner, ACommandPastItsTimeoutIsKilledWhenNoDescriptorIsLeft) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(hook_with_no_descriptor_left()), ::testing::ExitedWithCode(0), "");
 }
 
 // A loopback listener that answers nothing: bound, listening, and with its backlog full (of
