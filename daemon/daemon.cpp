@@ -314,15 +314,19 @@ std::string Daemon::models_json() const {
     }
     out["models"].push_back(std::move(m));
   }
+  // What a model not running serves (carried_): the version from before the reload, or null.
+  const auto kept_json = [this](const std::string& name) -> nlohmann::json {
+    const auto kept = carried_.find(name);
+    if (kept == carried_.end() || !kept->second) return nullptr;
+    const auto& manifest = kept->second->manifest;
+    return {{"version", manifest.version}, {"step", manifest.step}, {"source", manifest.source}, {"from_before_the_reload", true}};
+  };
+  // A model between a reload's stop and start, listed as clients see it: still served.
+  for (const auto& [name, version] : carried_) {
+    if (!not_started_.contains(name)) out["models"].push_back({{"name", name}, {"serving", kept_json(name)}, {"restarting", true}});
+  }
   for (const auto& [name, why] : not_started_) {
-    nlohmann::json m = {{"name", name}, {"serving", nullptr}, {"not_started", why}};
-    if (const auto kept = carried_.find(name); kept != carried_.end() && kept->second) {
-      m["serving"] = {{"version", kept->second->manifest.version},
-                      {"step", kept->second->manifest.step},
-                      {"source", kept->second->manifest.source},
-                      {"from_before_the_reload", true}};
-    }
-    out["models"].push_back(std::move(m));
+    out["models"].push_back({{"name", name}, {"serving", kept_json(name)}, {"not_started", why}});
   }
   auto attach = attach_->stats();
   out["clients"] = attach.clients;

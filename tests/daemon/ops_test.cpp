@@ -428,6 +428,35 @@ TEST_F(DaemonTest, AModelThatDidNotStartIsReportedAsSuch) {
   EXPECT_EQ(http.Get("/readyz?model=nonesuch")->status, 404);
 }
 
+// A model whose restart by a reload fails goes on serving what it served: readiness, the model
+// list and the serving gauge say so (they said "no model" and 0, or nothing at all).
+TEST_F(DaemonTest, AModelWhoseRestartFailedIsReportedServingItsLastVersion) {
+  TestProducer producer(1024);
+  const std::string endpoint = producer.producer->control_endpoint();
+  auto daemon = start_daemon(config(endpoint, 4, "", kHttp));
+  int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  ASSERT_TRUE(client().wait_for_version(1, 30s));
+  write_file(dir / "modelcastd.toml", config(endpoint, 4, "", kHttp, "1000000GiB"));  // no allocation meets it
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  httplib::Client http("127.0.0.1", port);
+  auto one = http.Get("/readyz?model=test");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200) << one->body;
+  EXPECT_NE(one->body.find("configured but did not start: "), std::string::npos) << one->body;
+  EXPECT_NE(one->body.find("; serving version 1 from before the reload"), std::string::npos) << one->body;
+  auto doc = nlohmann::json::parse(http.Get("/v1/models")->body);
+  ASSERT_EQ(doc["models"].size(), 1u) << doc.dump();
+  EXPECT_TRUE(doc["models"][0].contains("not_started")) << doc.dump();
+  EXPECT_EQ(doc["models"][0]["serving"]["version"], 1) << doc.dump();
+  EXPECT_EQ(metric(http.Get("/metrics")->body, "modelcastd_serving_version{model=\"test\"}"), 1);
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
 TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
   ReadOnlyDirectory repo(dir / "repo");
   if (!repo.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";
