@@ -97,12 +97,11 @@ void Daemon::stop() {
   std::map<std::string, std::shared_ptr<ModelService>> models;
   {
     std::lock_guard lock(mutex_);
-    // Until the attach server goes, it answers from what each model served last: a stop is not
-    // a removal (waiting clients were told "removed from the configuration" and gave up, where
-    // a closed connection makes them reconnect to the restarted daemon).
-    for (const auto& [name, service] : models_) stopped_with_[name] = service->current();
-    for (const auto& [name, version] : carried_) stopped_with_[name] = version;
-    stopping_ = true;
+    // Until the attach server goes, it answers from what each model served last, as for a model
+    // a reload restarts: a stop is not a removal (waiting clients were told "removed from the
+    // configuration" and gave up, where a closed connection makes them reconnect to the
+    // restarted daemon).
+    for (const auto& [name, service] : models_) carried_[name] = service->current();
     models.swap(models_);
   }
   models.clear();  // no more installs
@@ -221,11 +220,6 @@ ServedPtr Daemon::served(const std::string& model, bool& exists) const {
   std::shared_ptr<ModelService> service;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) {
-      const auto it = stopped_with_.find(model);
-      exists = it != stopped_with_.end();
-      return exists ? it->second : nullptr;
-    }
     auto it = models_.find(model);
     exists = it != models_.end();
     if (!exists) {

@@ -71,16 +71,13 @@ class Daemon {
   // Each running model's hook: a reload that changes only a hook changes it here, without
   // restarting the model (whose clients would otherwise be moved to an older version). mutex_.
   std::map<std::string, HookConfig> hooks_by_model_;
-  // Set by the destructor (guarded by mutex_): the models are stopping, and served() answers
-  // from the version each served last.
-  bool stopping_ = false;
-  std::map<std::string, ServedPtr> stopped_with_;
   // Configured models that could not start, with why (a reload tries them again); mutex_.
   std::map<std::string, std::string> not_started_;
-  // Configured models a reload stopped and has not started again (between the two, or for good
-  // when the start failed), with the version each served (null: none yet). served() answers
-  // from it: a restart is not a removal (clients were told "no model is configured" and waiters
-  // "removed from the configuration" for the 20-150 ms of a restart). mutex_.
+  // Configured models that are not running, with the version each served (null: none yet): those
+  // a reload stopped and has not started again (between the two, or for good when the start
+  // failed), and at stop() all of them. served() answers from it: a restart or a stop is not a
+  // removal (clients were told "no model is configured" and waiters "removed from the
+  // configuration" for the 20-150 ms of a restart). mutex_.
   std::map<std::string, ServedPtr> carried_;
   std::unique_ptr<attach::AttachServer> attach_;
   std::unique_ptr<OpsHttp> http_;

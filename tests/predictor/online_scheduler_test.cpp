@@ -628,6 +628,34 @@ TEST(OnlineScheduler, RefusesALossBelowTheStatedFloorKeepingNothing) {
   EXPECT_FALSE(s.should_publish(10));
 }
 
+// A forecaster of the caller's that says nothing of the floor is hedged under the stated one: its
+// band's lower edge, 10 below a loss of 1000.x, is raised to the floor of 1000 (the hedge took
+// the floor from the points, 0, and planned on losses the run cannot reach).
+TEST(OnlineScheduler, ACallersForecasterIsHedgedUnderTheStatedFloor) {
+  const auto hedged_mean_end = [](double floor) {
+    OnlineOptions o;
+    o.forecast.total_steps = 1000;
+    o.forecast.loss_floor = floor;
+    o.warmup_step = 200;
+    o.forecaster = [](std::span<const CurvePoint> seen, const ForecastOptions& fo) {
+      ForecastOptions plain = fo;
+      plain.loss_floor = std::numeric_limits<double>::quiet_NaN();
+      Forecast f = forecast_curve(seen, plain);
+      for (std::size_t i = 0; i < f.loss.size(); ++i) f.lower[i] = f.loss[i] - 10.0;
+      f.loss_floor = std::numeric_limits<double>::quiet_NaN();  // says nothing of the floor
+      return f;
+    };
+    OnlineScheduler s(o);
+    for (std::int64_t step = 0; step <= 300; step += 10) {
+      s.observe(step, 1000.0 + 2.0 * std::exp(-static_cast<double>(step) / 300.0), 0.1 * static_cast<double>(step));
+      s.should_publish(step);
+    }
+    return s.last_forecast().loss.back();
+  };
+  // The band's lower edge carries a tenth of the weight: raised by about 10, the mean by about 1.
+  EXPECT_GT(hedged_mean_end(1000.0), hedged_mean_end(std::numeric_limits<double>::quiet_NaN()) + 0.5);
+}
+
 TEST(OnlineScheduler, AMovedFromSchedulerRefusesCallsAndTheMovedToOneDecidesAsBefore) {
   // Every work mode: in the background modes the moved-from scheduler has no workers either.
   for (const auto mode : {OnlineOptions::WorkMode::kInline, OnlineOptions::WorkMode::kRefitsInBackground,
