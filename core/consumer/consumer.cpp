@@ -302,6 +302,7 @@ class Consumer::Impl {
       hooks.on_installed = [assembler = assembler_, r](std::shared_ptr<const detail::InstalledVersion> version) {
         assembler->offer(r, std::move(version));
       };
+      hooks.on_turn = [assembler = assembler_] { assembler->retry(); };
       try {
         others_.push_back(std::make_unique<consumer::ConsumerService>(std::move(o), std::move(hooks)));
         rank_of_[r] = others_.back().get();

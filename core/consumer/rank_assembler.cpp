@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <string_view>
 #include <unordered_map>
 
@@ -24,6 +25,23 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
   std::vector<std::pair<std::uint64_t, std::uint64_t>> key;
   for (const auto& p : pieces) key.emplace_back(p->manifest.incarnation, p->manifest.version);
   return key;
+}
+
+// Whether pieces may make one version: each was published after every other piece's producer
+// run started. A trainer restarted as a whole publishes the steps of the run before again (from
+// its checkpoint), so a step alone does not say which run a piece is of: an old run's piece and a
+// new run's piece of one step are two different models. A piece published before another rank's
+// run began is of an older run than that rank's piece, or of a run that rank restarted out of.
+// The times are each rank host's CLOCK_REALTIME: ranks on several hosts must agree to better
+// than a restarted rank takes to publish. A producer that sends no start (0) is not held to it.
+bool of_one_run(const std::vector<std::shared_ptr<const detail::InstalledVersion>>& pieces) {
+  std::int64_t latest_start = 0;
+  std::int64_t earliest_publish = std::numeric_limits<std::int64_t>::max();
+  for (const auto& p : pieces) {
+    latest_start = std::max(latest_start, p->manifest.start_time_ns);
+    earliest_publish = std::min(earliest_publish, p->manifest.publish_time_ns);
+  }
+  return earliest_publish >= latest_start;
 }
 
 }  // namespace
@@ -51,63 +69,121 @@ RankAssembler::Counts RankAssembler::counts() const {
 }
 
 void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version) {
-  std::shared_ptr<detail::InstalledVersion> installed;
-  std::optional<Error> failure;
+  Outcome outcome;
   {
     std::lock_guard lock(mutex_);
     if (rank >= ranks_ || !version) return;
     auto& mine = held_[rank];
     mine.push_back(std::move(version));
+    drop_outrun();
     if (mine.size() > 2) mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(older_to_drop(rank)));
-    // The newest step every rank holds a version of (the newest such version of each rank).
-    std::vector<Held> pieces;
-    for (auto it = held_[0].rbegin(); it != held_[0].rend() && pieces.empty(); ++it) {
-      const std::int64_t step = (*it)->manifest.step;
-      std::vector<Held> candidate{*it};
-      for (std::size_t r = 1; r < ranks_; ++r) {
-        auto match = std::find_if(held_[r].rbegin(), held_[r].rend(),
-                                  [&](const Held& h) { return h->manifest.step == step; });
-        if (match == held_[r].rend()) break;
-        candidate.push_back(*match);
-      }
-      if (candidate.size() == ranks_) pieces = std::move(candidate);
-    }
-    if (pieces.empty() || key_of(pieces) == assembled_from_ || key_of(pieces) == refused_) return;
-    // A step older than the one readers see is not gone back to (a rank that restarted and
-    // publishes from an earlier step makes a newer version once every rank reaches it).
-    auto current = store_.current();
-    if (current && pieces.front()->manifest.incarnation == current->manifest.incarnation &&
-        pieces.front()->manifest.step < current->manifest.step) {
-      return;
-    }
-    try {
-      installed = assemble(pieces);
-      if (!installed) return;  // a rank's next version, fetched for the plan, completes it
-      installed->manifest.version = next_version_++;
-      assembled_from_ = key_of(pieces);
-      counts_.current_version = installed->manifest.version;
-      counts_.versions_installed++;
-      store_.install(installed);
-    } catch (const Error& e) {
-      failure = e;
-    } catch (const std::bad_alloc&) {
-      failure = Error(ErrorCode::kResource, "out of memory while assembling the ranks' pieces of step " +
-                                                std::to_string(pieces.front()->manifest.step));
-    }
-    if (failure) {
-      refused_ = key_of(pieces);
-      counts_.versions_rejected++;
-      counts_.last_error = failure->what();
-    }
+    outcome = assemble_newest();
   }
+  tell(std::move(outcome));
+}
+
+void RankAssembler::retry() {
+  if (!waiting_for_room_.load(std::memory_order_relaxed)) return;
+  Outcome outcome;
+  {
+    std::lock_guard lock(mutex_);
+    if (!waiting_for_room_.load(std::memory_order_relaxed) || !target_->has_room()) return;
+    waiting_for_room_.store(false, std::memory_order_relaxed);
+    outcome = assemble_newest();
+  }
+  tell(std::move(outcome));
+}
+
+RankAssembler::Outcome RankAssembler::assemble_newest() {
+  Outcome outcome;
+  // The newest step every rank holds a version of (the newest such version of each rank), of
+  // one run.
+  std::vector<Held> pieces;
+  for (auto it = held_[0].rbegin(); it != held_[0].rend() && pieces.empty(); ++it) {
+    const std::int64_t step = (*it)->manifest.step;
+    std::vector<Held> candidate{*it};
+    for (std::size_t r = 1; r < ranks_; ++r) {
+      auto match = std::find_if(held_[r].rbegin(), held_[r].rend(),
+                                [&](const Held& h) { return h->manifest.step == step; });
+      if (match == held_[r].rend()) break;
+      candidate.push_back(*match);
+    }
+    if (candidate.size() == ranks_ && of_one_run(candidate)) pieces = std::move(candidate);
+  }
+  if (pieces.empty() || key_of(pieces) == assembled_from_ || key_of(pieces) == refused_) return outcome;
+  // A step older than the one readers see is not gone back to (a rank that restarted and
+  // publishes from an earlier step makes a newer version once every rank reaches it).
+  auto current = store_.current();
+  if (current && pieces.front()->manifest.incarnation == current->manifest.incarnation &&
+      pieces.front()->manifest.step < current->manifest.step) {
+    return outcome;
+  }
+  const std::int64_t step = pieces.front()->manifest.step;
+  // Every buffer held by views: as on one producer, the step waits (said once) and is made when
+  // one is released (retry(), at the rank services' turns), instead of being refused for good.
+  if (!target_->has_room()) {
+    if (!waiting_for_room_.exchange(true, std::memory_order_relaxed)) {
+      outcome.failure = Error(ErrorCode::kResource,
+                              "step " + std::to_string(step) + " waits: every buffer for assembled views is held by a "
+                              "view still in use; updates resume when one is released (hold fewer views, or give "
+                              "the consumer more buffers)");
+      counts_.last_error = outcome.failure->what();
+    }
+    return outcome;
+  }
+  try {
+    outcome.installed = assemble(pieces);
+    if (!outcome.installed) return outcome;  // a rank's next version, fetched for the plan, completes it
+    outcome.installed->manifest.version = next_version_++;
+    assembled_from_ = key_of(pieces);
+    counts_.current_version = outcome.installed->manifest.version;
+    counts_.versions_installed++;
+    store_.install(outcome.installed);
+  } catch (const Error& e) {
+    outcome.failure = e;
+  } catch (const std::bad_alloc&) {
+    outcome.failure = Error(ErrorCode::kResource, "out of memory while assembling the ranks' pieces of step " +
+                                                      std::to_string(step));
+  }
+  if (outcome.failure) {
+    outcome.installed.reset();
+    refused_ = key_of(pieces);
+    counts_.versions_rejected++;
+    counts_.last_error = outcome.failure->what();
+  }
+  return outcome;
+}
+
+void RankAssembler::tell(Outcome outcome) {
   // One callback at a time, whichever rank's thread brought it, and in version order: two rank
   // threads may reach here in the other order than they installed; the older one is not told
   // (readers already see the newer).
   std::lock_guard callbacks(callback_mutex_);
-  if (failure && on_error_) on_error_(*failure);
-  if (installed && installed->manifest.version > notified_) {
-    notified_ = installed->manifest.version;
-    if (on_update_) on_update_(ModelView(installed));
+  if (outcome.failure && on_error_) on_error_(*outcome.failure);
+  if (outcome.installed && outcome.installed->manifest.version > notified_) {
+    notified_ = outcome.installed->manifest.version;
+    if (on_update_) on_update_(ModelView(outcome.installed));
+  }
+}
+
+void RankAssembler::drop_outrun() {
+  // A rank's versions come from the run at its endpoint; once it holds one of a run that started
+  // at S, it brings none of an earlier run again: its own versions of earlier runs, and other
+  // ranks' versions published before S, can never be put with any of its versions (of_one_run).
+  // Let go at once: their receive buffers are the rank services', which a kept one would hold
+  // from the new run's versions.
+  std::vector<std::int64_t> started(ranks_, 0);
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    for (const auto& h : held_[r]) started[r] = std::max(started[r], h->manifest.start_time_ns);
+  }
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    std::int64_t others = 0;
+    for (std::size_t q = 0; q < ranks_; ++q) {
+      if (q != r) others = std::max(others, started[q]);
+    }
+    std::erase_if(held_[r], [&](const Held& h) {
+      return h->manifest.publish_time_ns < others || h->manifest.start_time_ns < started[r];
+    });
   }
 }
 

@@ -4,18 +4,21 @@
 // Once every rank holds a version of one step, the assembler plans which rank each wanted byte
 // comes from (layout::plan_pulls: one owner per byte, replicated regions spread over their
 // owners), copies the pieces into the wanted boxes, converts them if asked, and installs the
-// whole as one version: what readers see. Ranks at different steps never mix; a rank that is
-// gone leaves readers on the last step every rank had.
+// whole as one version: what readers see. Ranks at different steps never mix, nor pieces of one
+// step from different runs (a piece published before another rank's run started); a rank that
+// is gone leaves readers on the last step every rank had.
 //
-// Threads: offer() runs on the rank services' threads, one at a time under `mutex_`; readers
+// Threads: offer() and retry() run on the rank services' threads, one at a time under `mutex_`; readers
 // call acquire()/wait_for()/counts() from any thread. An installed version is never written.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,6 +55,9 @@ class RankAssembler {
   // does not make the wanted boxes (ranks that disagree on a tensor, a wanted box no rank holds)
   // is reported, and the last assembled version stays.
   void offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version);
+  // Makes the step that waited for a buffer (every one held by views) once one is free. Cheap
+  // when none waits: the rank services call it at every turn of their loops. Never throws.
+  void retry();
 
   struct Counts {
     std::uint64_t current_version = 0;
@@ -64,10 +70,21 @@ class RankAssembler {
 
  private:
   using Held = std::shared_ptr<const detail::InstalledVersion>;
+  // What an offer or a retry made, told outside `mutex_` (tell()).
+  struct Outcome {
+    std::shared_ptr<detail::InstalledVersion> installed;
+    std::optional<Error> failure;
+  };
+  // Assembles and installs the newest step every rank holds, of one run, if not done (or refused)
+  // already. Under mutex_.
+  Outcome assemble_newest();
+  void tell(Outcome outcome);
   // The pieces of every rank (one version each, of one step) as one version; null when a rank's
   // version lacks blocks the plan takes from it (fetched before it was asked for just those:
   // its next version has them). Throws Error.
   std::shared_ptr<detail::InstalledVersion> assemble(const std::vector<Held>& pieces);
+  // Lets go of every held version published before another rank's newest held run started.
+  void drop_outrun();
   // Which of rank `rank`'s three held versions to let go (0 or 1; the newest, 2, stays).
   std::size_t older_to_drop(std::size_t rank) const;
   // Asks each rank for just the regions the plan (made on `pieces`) takes from it, where that
@@ -103,6 +120,9 @@ class RankAssembler {
   std::vector<std::pair<std::uint64_t, std::uint64_t>> assembled_from_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> refused_;
   std::uint64_t next_version_ = 1;
+  // A step waits for a buffer of target_ (views hold every one); written under mutex_, read
+  // first without it by retry().
+  std::atomic<bool> waiting_for_room_{false};
   Counts counts_;
   std::unique_ptr<ShapingTarget> target_;  // under mutex_
   VersionStore& store_;  // the readers'; assembled versions own their memory

@@ -102,6 +102,7 @@ void ConsumerService::service_loop() {
       check_transfer_deadline();
       maybe_fetch();
       pump_relays();
+      if (hooks_.on_turn) hooks_.on_turn();
     });
   }
 }

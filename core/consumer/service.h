@@ -64,6 +64,8 @@ struct ServiceHooks {
   std::function<bool(std::uint32_t rank, const std::vector<std::string>& endpoints)> on_ranks;
   // A version this service installed (after its own store, before on_update).
   std::function<void(std::shared_ptr<const detail::InstalledVersion>)> on_installed;
+  // At every turn of the service loop (at most tick() apart): an assembler's retry().
+  std::function<void()> on_turn;
   // Feeds an assembler from the start (the services of the other ranks).
   bool feeds_assembler = false;
 };

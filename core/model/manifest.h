@@ -59,6 +59,10 @@ struct Manifest {
   // rank `rank`'s pieces of step `step`. rank_count 1: the whole model.
   std::uint32_t rank = 0;
   std::uint32_t rank_count = 1;
+  // rank_count > 1: CLOCK_REALTIME when this producer run (its incarnation) started; 0 when the
+  // producer did not say (before 0.10). A consumer puts pieces together only where each was
+  // published after every other piece's run started (RankAssembler).
+  std::int64_t start_time_ns = 0;
 };
 
 // Lays tensors out back to back (aligned) in the given order. Throws Error(kInvalidArgument)

@@ -24,8 +24,8 @@ std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) c
            "; raise snapshot_slots for more)";
   }
   if (it->second.size != size) {
-    return "group '" + group + "' has " + std::to_string(it->second.size) + " members, this consumer says " +
-           std::to_string(size);
+    return "group '" + group + "' has group_size " + std::to_string(it->second.size) +
+           " (as its first member said), this consumer says " + std::to_string(size);
   }
   if (it->second.members.size() >= size) {
     return "group '" + group + "' already has its " + std::to_string(size) + " members";

@@ -30,6 +30,7 @@
 #include <chrono>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -161,6 +162,7 @@ class Producer::Impl {
       : options_(with_contained_callbacks(checked(std::move(options)))),
         log_(log::get("producer")),
         incarnation_(random_incarnation()),
+        started_ns_(realtime_ns()),
         next_version_(options_.first_version),
         store_(options_.snapshot_slots),
         transports_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kProducer)) {
@@ -288,6 +290,16 @@ class Producer::Impl {
     // Before the layout is fixed and a slot taken: what every consumer would refuse is refused
     // here, naming it, and a refused publish leaves registration open.
     check_metadata(metadata);
+    // A consumer puts a version together from every rank's pieces of one step: a rank that
+    // published a step twice, or went back, would have its newer pieces put with another rank's
+    // older ones of the same step.
+    if (options_.rank_count > 1 && last_step_ && step <= *last_step_) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "publish(step " + std::to_string(step) + "): rank " + std::to_string(options_.rank) + " of " +
+                      std::to_string(options_.rank_count) + " published step " + std::to_string(*last_step_) +
+                      " already; with rank_count > 1 each publish needs a greater step (consumers put a version "
+                      "together from every rank's pieces of one step)");
+    }
     if (next_version_ == std::numeric_limits<std::uint64_t>::max()) {
       throw Error(ErrorCode::kState, "version numbers are used up (the next would pass 2^64 - 1; first_version was " +
                                          std::to_string(options_.first_version) + ")");
@@ -330,11 +342,14 @@ class Producer::Impl {
       device_->stage(slot, std::move(manifest), base, called_at,
                      service_->host_copies_wanted() ? producer::DeviceSnapshots::HostCopy::kNow
                                                     : producer::DeviceSnapshots::HostCopy::kOnRequest);
+      last_step_ = step;
       return ticket;
     }
     const std::uint64_t version = manifest.version;
     try {
-      return snapshot_host(slot, std::move(manifest), reserved, called_at, step);
+      auto ticket = snapshot_host(slot, std::move(manifest), reserved, called_at, step);
+      last_step_ = step;
+      return ticket;
     } catch (const std::exception& e) {
       // As a failed device copy: announced already, so the service gives the slot back and
       // answers fetches parked for it (a slot left reserved was never written again, and with two
@@ -488,6 +503,7 @@ class Producer::Impl {
     }
     layout_.rank = options_.rank;
     layout_.rank_count = options_.rank_count;
+    if (options_.rank_count > 1) layout_.start_time_ns = started_ns_;
     const TensorSpec& first = registered_.front().spec;
     // Host snapshots are also hashed per block, a block being a transfer chunk: a consumer that
     // holds an earlier version then receives only the chunks that changed. Device snapshots are
@@ -550,6 +566,7 @@ class Producer::Impl {
   ProducerOptions options_;
   std::shared_ptr<spdlog::logger> log_;
   const std::uint64_t incarnation_;
+  const std::int64_t started_ns_;  // CLOCK_REALTIME at construction: this run's start, for rank_count > 1
 
   std::mutex mutex_;                   // guards the registration
   bool prepared_ = false;              // guarded by mutex_
@@ -558,6 +575,7 @@ class Producer::Impl {
   std::uint64_t planned_bytes_ = 0;    // guarded by mutex_: their aligned sizes, summed
   Manifest layout_;                    // immutable once prepared
   std::uint64_t next_version_;         // publishing thread only
+  std::optional<std::int64_t> last_step_;  // publishing thread only: of the last publish() that returned
   // Publishing thread only: the tensors' data in the layout's order (set once prepared), and the
   // version publish() last hashed itself with its block digests ({0, {}} after a whole copy).
   std::vector<const std::byte*> sources_;

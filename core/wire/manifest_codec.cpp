@@ -42,7 +42,7 @@ TensorEntry unpack_tensor(const msgpack::object& object) {
 }  // namespace
 
 void pack_manifest(Packer& pk, const Manifest& m) {
-  pk.pack_map(11 + digest_kind_field_count(m.digest_kind) + (m.rank_count > 1 ? 2 : 0));
+  pk.pack_map(11 + digest_kind_field_count(m.digest_kind) + (m.rank_count > 1 ? 3 : 0));
   pk.pack("model"); pack_str(pk, m.model);
   pk.pack("inc"); pk.pack(m.incarnation);
   pk.pack("ver"); pk.pack(m.version);
@@ -60,6 +60,7 @@ void pack_manifest(Packer& pk, const Manifest& m) {
   if (m.rank_count > 1) {
     pk.pack("rank"); pk.pack(m.rank);
     pk.pack("ranks"); pk.pack(m.rank_count);
+    pk.pack("t_start"); pk.pack(m.start_time_ns);
   }
 }
 
@@ -80,6 +81,7 @@ Manifest unpack_manifest(const msgpack::object& object) {
   if (f.has("ranks")) {
     m.rank = f.get<std::uint32_t>("rank");
     m.rank_count = f.get<std::uint32_t>("ranks");
+    if (f.has("t_start")) m.start_time_ns = f.get<std::int64_t>("t_start");
   }
   const auto& tensors = f.at("tensors");
   if (tensors.type != msgpack::type::ARRAY) fail("manifest: field 'tensors' is not an array");

@@ -104,7 +104,9 @@ struct ProducerOptions {
   // A model trained sharded: this producer is rank `rank` of `rank_count`, each registering its
   // pieces of the tensors (TensorRef::global_shape, global_offset) and publishing its own
   // snapshot with publish(step), with no barrier between ranks; a consumer installs a step once
-  // it holds the pieces it wants of that step from every rank. Consumers are told rank 0's
+  // it holds the pieces it wants of that step from every rank, each published after every other
+  // piece's producer started (a restarted trainer's steps repeat the run before's). A rank's
+  // steps must rise (publish() refuses one not above its last). Consumers are told rank 0's
   // endpoint: rank 0 needs `rank_endpoints`, every rank's control endpoint in rank order (its
   // own entry is not read; the others must be distinct tcp:// or ipc:// endpoints a consumer can
   // connect to, not a wildcard host), and tells them the others; a consumer pointed at another
@@ -224,7 +226,7 @@ class MODELCAST_API Producer {
   // transfer run in the background. Blocks beyond the copy only if every slot is held by
   // readers (at most lease_timeout). Call from one thread at a time. Throws Error(kState) if
   // nothing is registered or version numbers are used up (2^64 - 1), Error(kInvalidArgument)
-  // for metadata past what consumers take (1,024 entries, 1 MiB, keys that are names, values
+  // for a step not above the last with rank_count > 1, for metadata past what consumers take (1,024 entries, 1 MiB, keys that are names, values
   // UTF-8 without a NUL); on any error the previous versions stay served.
   PublishTicket publish(std::int64_t step, const Metadata& metadata = {});
   // The same, with device tensors' copies ordered per `order`. All tensors of a producer live

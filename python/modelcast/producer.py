@@ -132,7 +132,8 @@ class Producer(Service):
         Blocks (GIL released) for the copy only; delivery continues in the background. The
         trainer must not modify the tensors from another thread meanwhile. ``metadata`` maps
         names (str) to values, sent as strings (``str(value)``; a 0-d tensor or array, such as a
-        torch loss or a NumPy scalar, as ``str(value.item())``). StateError if nothing is registered.
+        torch loss or a NumPy scalar, as ``str(value.item())``). StateError if nothing is registered;
+        InvalidArgumentError, with ``rank_count`` > 1, for a step not above the last published.
 
         For device tensors, ``stream`` and ``event`` order the snapshot's copies against the
         trainer's GPU work (both are ignored for host tensors):

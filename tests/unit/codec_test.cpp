@@ -125,6 +125,17 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(got.block_bytes, want.block_bytes);
   EXPECT_EQ(got.block_digests, want.block_digests);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).base_version, 3u);
+  // A rank's manifest carries its rank and its run's start; one producer's, neither.
+  EXPECT_EQ(got.rank_count, 1u);
+  EXPECT_EQ(got.start_time_ns, 0);
+  reply.manifest.rank = 2;
+  reply.manifest.rank_count = 3;
+  reply.manifest.start_time_ns = 1234567000000;
+  auto ranked = std::get<FetchReply>(decode(encode(reply))).manifest;
+  EXPECT_EQ(ranked.rank, 2u);
+  EXPECT_EQ(ranked.rank_count, 3u);
+  EXPECT_EQ(ranked.start_time_ns, 1234567000000);
+  reply.manifest = sample_manifest();
   // Group membership and state travel only where they are set.
   EXPECT_TRUE(join.group.empty());
   EXPECT_FALSE(std::get<Announce>(decode(encode(messages[0]))).group.has_value());
