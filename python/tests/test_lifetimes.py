@@ -160,3 +160,35 @@ def test_a_forked_child_is_told_its_objects_stayed_in_the_parent_and_exits_clean
     result = subprocess.run([sys.executable, "-c", FORK_AFTER_MAKING, endpoint], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["child", "0", "parent", "ok"], result.stdout + result.stderr
+
+
+# Arrays and views of a Consumer closed before the fork: the child has them, but not the thread
+# of the transport that registered their memory, which their release waited for, so the child
+# hung at `del`, at its exit, or in a multiprocessing worker that dropped what it inherited.
+FORK_HOLDING_VIEWS = """
+import os, sys
+import numpy as np
+import modelcast
+producer = modelcast.Producer(control_endpoint=sys.argv[1], model_name="pytest")
+producer.register("w", np.arange(8, dtype=np.float32))
+consumer = modelcast.Consumer(sys.argv[1], model_name="pytest")
+view = consumer.wait_for_version(producer.publish(1).version, timeout=20)
+array = view.array("w")
+consumer.close()
+producer.close()
+pid = os.fork()
+if pid == 0:
+    assert list(array) == list(range(8)), array
+    del array, view
+    sys.exit(0)  # and the interpreter's finalization
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+print("parent", list(array) == list(range(8)))
+"""
+
+
+def test_a_forked_child_lets_go_of_views_of_a_closed_consumer_and_exits(endpoint):
+    result = subprocess.run([sys.executable, "-c", FORK_HOLDING_VIEWS, endpoint], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["child", "0", "parent", "True"], result.stdout + result.stderr

@@ -4,6 +4,10 @@
 #include <map>
 #include <mutex>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "eventually.h"
 #include "exchange_fixture.h"
 
@@ -103,6 +107,40 @@ TEST(ProducerCallbacks, AnOnDeliveryThatThrowsIsLoggedAndDeliveryGoesOn) {
   EXPECT_EQ(stats.consumers, 1u);
 }
 
+// A process that forks while it holds views of a closed consumer (a DataLoader's workers, a
+// multiprocessing pool): the child has the views' memory but not the transport's progress
+// thread, which the last release of a received buffer waited for, so the child hung when it let
+// a view go (or at its exit). It now lets go without waiting; the parent goes on as before.
+TEST(ForkedChild, LetsGoOfAViewOfAClosedConsumerAndExits) {
+  TestProducer p(256);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  auto consumer = std::make_unique<modelcast::Consumer>(options);
+  p.publish(1);
+  auto view = consumer->wait_for_version(1, 60s);
+  ASSERT_TRUE(view);
+  consumer.reset();  // the view keeps its buffer and the transport that registered it
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const int bytes_right = testmodel::check(view, 1).empty() ? 0 : 3;
+    view = modelcast::ModelView();
+    _exit(bytes_right);
+  }
+  int status = 0;
+  const bool ended = testing_support::eventually([&] { return waitpid(child, &status, WNOHANG) == child; }, 30s);
+  if (!ended) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  ASSERT_TRUE(ended) << "the forked child hung letting go of its view";
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the child read other bytes than version 1's";
+  EXPECT_EQ(testmodel::check(view, 1), "");
+  view = modelcast::ModelView();  // in the parent, as ever
+}
+
 TEST_P(ExchangeTest, LateJoinerGetsTheNewestVersionAtOnce) {
   TestProducer p(512);
   for (std::uint64_t v = 1; v <= 3; ++v) p.publish(v);
@@ -157,7 +195,9 @@ TEST_P(ExchangeTest, BusyConsumerThreadIsNotMistakenForALostProducer) {
   modelcast::ConsumerOptions options;
   options.producer_endpoint = p.producer->control_endpoint();
   options.model_name = "test";
-  options.producer_timeout = 300ms;
+  // Three heartbeat intervals (200 ms): a loaded machine's pause of a heartbeat is not taken for
+  // the producer's silence.
+  options.producer_timeout = 600ms;
   // The callback runs on the consumer's service thread: blocking it for longer than
   // producer_timeout stands in for any long piece of work there (allocating a large buffer).
   std::mutex mutex;
@@ -165,7 +205,7 @@ TEST_P(ExchangeTest, BusyConsumerThreadIsNotMistakenForALostProducer) {
   options.on_update = [&](const modelcast::ModelView& view) {
     if (view.version() != 1) return;
     std::unique_lock lock(mutex);
-    never.wait_for(lock, 1s);
+    never.wait_for(lock, 2s);
   };
   modelcast::Consumer consumer(options);
   p.publish(1);

@@ -13,6 +13,7 @@ constexpr std::size_t kRegionHeader = 16;           // address, length
 }  // namespace
 
 UcxRegion::~UcxRegion() {
+  if (worker_.in_forked_child()) return;  // the registration is the parent's (UcxWorker)
   worker_.run([this] {
     if (quiesce_) quiesce_(memh_);  // no operation writes into the region after this
     ucp_mem_unmap(worker_.context(), memh_);

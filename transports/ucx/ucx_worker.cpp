@@ -1,19 +1,39 @@
 #include "transports/ucx/ucx_worker.h"
 
 #include <cstdlib>
+#include <string>
+
+#include <pthread.h>
+#include <unistd.h>
 
 #include "common/library_thread.h"
 #include "modelcast/error.h"
 #include "transports/ucx/ucx_log.h"
 
 namespace modelcast::transport {
+namespace {
+
+// How many fork()s made this process, counted in each child (pthread_atfork): post() asks on
+// every send, where getpid() would be a system call each time.
+std::atomic<unsigned> forks{0};
+
+unsigned counted_forks() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    pthread_atfork(nullptr, nullptr, [] { forks.fetch_add(1, std::memory_order_relaxed); });
+  });
+  return forks.load(std::memory_order_relaxed);
+}
+
+}  // namespace
 
 void throw_ucx(const std::string& what, ucs_status_t status) {
   throw Error(ErrorCode::kTransport, what + ": " + ucs_status_string(status));
 }
 
 UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks& quirks)
-    : leak_when_halted_(quirks.destroying_busy_worker_asserts) {
+    : leak_when_halted_(quirks.destroying_busy_worker_asserts), owner_pid_(getpid()),
+      owner_forks_(counted_forks()) {
   route_ucx_log();
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw_ucx("ucp_config_read", s);
@@ -61,7 +81,24 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
 
 UcxWorker::~UcxWorker() { destroy(); }
 
+bool UcxWorker::in_forked_child() const { return forks.load(std::memory_order_relaxed) != owner_forks_; }
+
+void UcxWorker::refuse_in_forked_child() const {
+  if (!in_forked_child()) return;
+  throw Error(ErrorCode::kState, "this UCX worker was made in process " + std::to_string(owner_pid_) +
+                                     ", and this is a child it forked (" + std::to_string(getpid()) +
+                                     "): its progress thread stayed in the parent");
+}
+
 void UcxWorker::destroy() {
+  if (in_forked_child()) {
+    // Joining a thread this process does not have would wait for ever, and UCX's state is the
+    // parent's: both are left, as the child's exit leaves them anyway.
+    if (thread_.joinable()) thread_.detach();
+    worker_ = nullptr;
+    context_ = nullptr;
+    return;
+  }
   stop();
   if (halted_ && leak_when_halted_) {
     worker_ = nullptr;  // leaked on purpose: see destroy() in the header
@@ -80,13 +117,14 @@ void UcxWorker::start(Hooks hooks, std::chrono::microseconds idle_spin) {
 }
 
 void UcxWorker::stop() {
-  if (!thread_.joinable()) return;
+  if (!thread_.joinable() || in_forked_child()) return;
   stopping_ = true;
   post([] {});
   thread_.join();
 }
 
 void UcxWorker::post(std::function<void()> command) {
+  if (in_forked_child()) return;
   {
     std::lock_guard lock(commands_mutex_);
     commands_.push_back(std::move(command));

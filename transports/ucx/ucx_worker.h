@@ -3,8 +3,11 @@
 // Threads: the progress thread alone calls into the worker. Any thread hands it work with post()
 // (woken through ucp_worker_signal, the one UCP call documented as safe from any thread) or
 // run() (post and wait for the result). The context and worker are created before the thread
-// starts and destroyed after it has stopped.
+// starts and destroyed after it has stopped. A child made by fork() has the object but not its
+// thread, and UCX does not work there: in_forked_child() says so, and nothing waits for the thread.
 #pragma once
+
+#include <sys/types.h>
 
 #include <ucp/api/ucp.h>
 
@@ -58,13 +61,19 @@ class UcxWorker {
   ucp_context_h context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
   bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // Whether this is a child the worker's process forked: the progress thread stayed in the parent.
+  // What must end here (a region a view still held) is left as it is, as the whole worker is.
+  bool in_forked_child() const;
 
+  // Dropped in a forked child (no thread would run it).
   void post(std::function<void()> command);
 
-  // Runs `f` on the progress thread and waits for its result (or exception).
+  // Runs `f` on the progress thread and waits for its result (or exception). Throws Error(kState)
+  // in a forked child.
   template <typename F>
   auto run(F&& f) -> decltype(f()) {
     if (on_progress_thread()) return f();
+    refuse_in_forked_child();
     using R = decltype(f());
     std::packaged_task<R()> task(std::forward<F>(f));
     auto result = task.get_future();
@@ -74,6 +83,7 @@ class UcxWorker {
 
  private:
   void progress_loop(IdleSpin spin);
+  void refuse_in_forked_child() const;
 
   ucp_context_h context_ = nullptr;
   ucp_worker_h worker_ = nullptr;
@@ -81,6 +91,8 @@ class UcxWorker {
   std::atomic<bool> stopping_{false};
   std::atomic<bool> halted_{false};
   const bool leak_when_halted_;
+  const pid_t owner_pid_;           // the process that made it (and its thread)
+  const unsigned owner_forks_;      // the forks that made that process (counted in the .cpp)
   std::mutex commands_mutex_;
   std::condition_variable commands_ready_;  // wakes a halted progress thread
   std::vector<std::function<void()>> commands_;  // guarded by commands_mutex_
