@@ -3,6 +3,8 @@
 // the thread, where it would end the process (the trainer's, or the inference server's).
 #pragma once
 
+#include <cxxabi.h>
+
 #include <exception>
 #include <functional>
 #include <memory>
@@ -52,6 +54,10 @@ std::function<void(Args...)> contained(std::function<void(Args...)> callback, st
     } running(name.c_str());
     try {
       callback(std::forward<Args>(args)...);
+    } catch (abi::__forced_unwind&) {
+      // The thread is ending (pthread_exit or cancellation in the callback; Python ends threads
+      // that run into its finalization so): the unwind must go on, or the runtime terminates.
+      throw;
     } catch (const std::exception& e) {
       log->error("{} threw: {}; ignored", name, e.what());
     } catch (...) {
