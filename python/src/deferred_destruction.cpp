@@ -5,6 +5,8 @@
 #include <mutex>
 #include <thread>
 
+#include <pthread.h>
+
 namespace modelcast::python {
 namespace {
 
@@ -21,7 +23,22 @@ std::size_t pending = 0;
 
 }  // namespace
 
+// A child made by fork() has none of the parent's destroy_later threads: it would wait for them
+// at its exit for ever. The count is taken consistent across the fork (held in prepare) and is
+// 0 in the child (what those threads destroy there is the parent's, left as it is).
+void count_nothing_pending_in_forked_children() {
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    pthread_atfork([] { pending_mutex().lock(); }, [] { pending_mutex().unlock(); },
+                   [] {
+                     pending = 0;
+                     pending_mutex().unlock();
+                   });
+  });
+}
+
 void destroy_later(std::function<void()> destroy) {
+  count_nothing_pending_in_forked_children();
   {
     std::lock_guard lock(pending_mutex());
     ++pending;

@@ -187,6 +187,38 @@ print("parent", list(array) == list(range(8)))
 """
 
 
+# A Consumer closed in its own callback is destroyed on a thread of its own, which the exit waits
+# for; a child forked meanwhile has no such thread and waited for it for ever.
+FORK_WHILE_A_CONSUMER_IS_DESTROYED = """
+import os, sys, threading
+import numpy as np
+import modelcast
+producer = modelcast.Producer(control_endpoint=sys.argv[1], model_name="pytest")
+producer.register("w", np.arange(8, dtype=np.float32))
+closed, release = threading.Event(), threading.Event()
+def on_update(view):
+    consumer.close()  # its destruction waits for this callback to return
+    closed.set()
+    release.wait(60)
+consumer = modelcast.Consumer(sys.argv[1], model_name="pytest", on_update=on_update)
+producer.publish(1)
+assert closed.wait(30)
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+release.set()
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_forked_while_a_consumer_is_destroyed_exits(endpoint):
+    result = subprocess.run([sys.executable, "-c", FORK_WHILE_A_CONSUMER_IS_DESTROYED, endpoint], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["child", "0"], result.stdout + result.stderr
+
+
 def test_a_forked_child_lets_go_of_views_of_a_closed_consumer_and_exits(endpoint):
     result = subprocess.run([sys.executable, "-c", FORK_HOLDING_VIEWS, endpoint], capture_output=True, text=True,
                             timeout=120)
