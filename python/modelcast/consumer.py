@@ -87,7 +87,9 @@ class Consumer(Service):
         A ``wait_for_version`` on another thread returns at once, raising StateError.
 
         A device consumer whose buffer peers are reading (CUDA IPC) first waits for them, up to
-        its ``producer_timeout``."""
+        its ``producer_timeout``. It also waits for an ``on_update`` or ``on_error`` in flight to
+        return (Ctrl-C does not end that wait): do not call it holding a lock such a callback
+        takes."""
         self._impl.close()
 
 
