@@ -34,14 +34,13 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
 // run began is of an older run than that rank's piece, or of a run that rank restarted out of.
 // The times are each rank host's CLOCK_REALTIME: ranks on several hosts must agree to better
 // than a restarted rank takes to publish. A producer that sends no start (0) is not held to it.
-bool of_one_run(const std::vector<std::shared_ptr<const detail::InstalledVersion>>& pieces) {
-  std::int64_t latest_start = 0;
-  std::int64_t earliest_publish = std::numeric_limits<std::int64_t>::max();
-  for (const auto& p : pieces) {
-    latest_start = std::max(latest_start, p->manifest.start_time_ns);
-    earliest_publish = std::min(earliest_publish, p->manifest.publish_time_ns);
+bool of_other_runs(const std::vector<std::shared_ptr<const detail::InstalledVersion>>& pieces) {
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    for (std::size_t j = 0; j < pieces.size(); ++j) {
+      if (i != j && pieces[i]->manifest.publish_time_ns < pieces[j]->manifest.start_time_ns) return true;
+    }
   }
-  return earliest_publish >= latest_start;
+  return false;
 }
 
 }  // namespace
@@ -108,7 +107,9 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
       if (match == held_[r].rend()) break;
       candidate.push_back(*match);
     }
-    if (candidate.size() == ranks_ && of_one_run(candidate)) pieces = std::move(candidate);
+    // drop_outrun let go of every piece this would refuse: kept as the rule itself, whatever
+    // the held versions are.
+    if (candidate.size() == ranks_ && !of_other_runs(candidate)) pieces = std::move(candidate);
   }
   if (pieces.empty() || key_of(pieces) == assembled_from_ || key_of(pieces) == refused_) return outcome;
   // A step older than the one readers see is not gone back to (a rank that restarted and
@@ -127,7 +128,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
                               "step " + std::to_string(step) + " waits: every buffer for assembled views is held by a "
                               "view still in use; updates resume when one is released (hold fewer views, or give "
                               "the consumer more buffers)");
-      counts_.last_error = outcome.failure->what();
+      say(outcome.failure->what());
     }
     return outcome;
   }
@@ -138,6 +139,8 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     assembled_from_ = key_of(pieces);
     counts_.current_version = outcome.installed->manifest.version;
     counts_.versions_installed++;
+    if (!said_.empty() && counts_.last_error == said_) counts_.last_error.clear();  // the wait is over
+    said_.clear();
     store_.install(outcome.installed);
   } catch (const Error& e) {
     outcome.failure = e;
@@ -167,24 +170,45 @@ void RankAssembler::tell(Outcome outcome) {
 }
 
 void RankAssembler::drop_outrun() {
-  // A rank's versions come from the run at its endpoint; once it holds one of a run that started
-  // at S, it brings none of an earlier run again: its own versions of earlier runs, and other
-  // ranks' versions published before S, can never be put with any of its versions (of_one_run).
-  // Let go at once: their receive buffers are the rank services', which a kept one would hold
-  // from the new run's versions.
+  // A rank's versions come in the order its service installed them, each of the run at its
+  // endpoint then: its newest is of its current run, which started at S, and it brings none of
+  // an earlier run again. So its own versions of earlier runs, and other ranks' versions
+  // published before S, can never be put with any of its versions (of_other_runs). Let go at
+  // once: their receive buffers are the rank services', which a kept one would hold from the new
+  // run's versions.
   std::vector<std::int64_t> started(ranks_, 0);
   for (std::size_t r = 0; r < ranks_; ++r) {
-    for (const auto& h : held_[r]) started[r] = std::max(started[r], h->manifest.start_time_ns);
+    if (!held_[r].empty()) started[r] = held_[r].back()->manifest.start_time_ns;
   }
   for (std::size_t r = 0; r < ranks_; ++r) {
-    std::int64_t others = 0;
+    if (held_[r].empty()) continue;
+    const std::uint64_t run = held_[r].back()->manifest.incarnation;
+    std::int64_t others = 0;  // the latest start of another rank's current run, rank `latest`'s
+    std::size_t latest = r;
     for (std::size_t q = 0; q < ranks_; ++q) {
-      if (q != r) others = std::max(others, started[q]);
+      if (q != r && started[q] > others) {
+        others = started[q];
+        latest = q;
+      }
     }
     std::erase_if(held_[r], [&](const Held& h) {
-      return h->manifest.publish_time_ns < others || h->manifest.start_time_ns < started[r];
+      if (h->manifest.incarnation != run) return true;
+      if (h->manifest.publish_time_ns >= others) return false;
+      // Said until a version is made (a run's first pieces published before its last rank's
+      // producer was made go so too); an error already said stays.
+      if (counts_.last_error.empty() || counts_.last_error == said_) {
+        say("rank " + std::to_string(r) + "'s version of step " + std::to_string(h->manifest.step) +
+            " was published before rank " + std::to_string(latest) +
+            "'s producer started (of another run, or before every rank was up): it is put with no other rank's");
+      }
+      return true;
     });
   }
+}
+
+void RankAssembler::say(const std::string& text) {
+  counts_.last_error = text;
+  said_ = text;
 }
 
 std::size_t RankAssembler::older_to_drop(std::size_t rank) const {

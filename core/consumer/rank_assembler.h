@@ -56,7 +56,8 @@ class RankAssembler {
   // is reported, and the last assembled version stays.
   void offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version);
   // Makes the step that waited for a buffer (every one held by views) once one is free. Cheap
-  // when none waits: the rank services call it at every turn of their loops. Never throws.
+  // when none waits: the rank services call it at every turn of their loops. Throws only
+  // std::bad_alloc.
   void retry();
 
   struct Counts {
@@ -83,8 +84,11 @@ class RankAssembler {
   // version lacks blocks the plan takes from it (fetched before it was asked for just those:
   // its next version has them). Throws Error.
   std::shared_ptr<detail::InstalledVersion> assemble(const std::vector<Held>& pieces);
-  // Lets go of every held version published before another rank's newest held run started.
+  // Lets go of every held version of a rank's earlier run, and of those published before another
+  // rank's current run started.
   void drop_outrun();
+  // Puts `text` in counts_.last_error until a version is made (a wait, a withheld step).
+  void say(const std::string& text);
   // Which of rank `rank`'s three held versions to let go (0 or 1; the newest, 2, stays).
   std::size_t older_to_drop(std::size_t rank) const;
   // Asks each rank for just the regions the plan (made on `pieces`) takes from it, where that
@@ -124,6 +128,7 @@ class RankAssembler {
   // first without it by retry().
   std::atomic<bool> waiting_for_room_{false};
   Counts counts_;
+  std::string said_;  // what say() last put in counts_.last_error; under mutex_
   std::unique_ptr<ShapingTarget> target_;  // under mutex_
   VersionStore& store_;  // the readers'; assembled versions own their memory
 };

@@ -99,11 +99,14 @@ std::byte* ShapingTarget::take(std::size_t bytes) {
 }
 
 bool ShapingTarget::has_room() const {
-  const auto free_in = [this](const auto& pool) {
-    return pool.size() < max_buffers_ ||
-           std::any_of(pool.begin(), pool.end(), [](const auto& buffer) { return !buffer || buffer.use_count() == 1; });
+  // A buffer taken for a version whose shaping failed before install() is free too (take() lets
+  // it go): only the pool and taken_* hold it.
+  const auto free_in = [this](const auto& pool, const auto& taken) {
+    return pool.size() < max_buffers_ || std::any_of(pool.begin(), pool.end(), [&](const auto& buffer) {
+             return !buffer || buffer.use_count() == 1 || (buffer == taken && buffer.use_count() == 2);
+           });
   };
-  return runtime_ ? free_in(device_pool_) : free_in(host_pool_);
+  return runtime_ ? free_in(device_pool_, taken_device_) : free_in(host_pool_, taken_host_);
 }
 
 void ShapingTarget::allocate_ahead(std::size_t bytes) {

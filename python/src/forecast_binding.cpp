@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -20,10 +21,17 @@ using Steps = std::vector<std::int64_t>;
 
 namespace {
 
-// `f` as a function taking each argument by value (see the GIL-free bindings below).
+// `f` run without the GIL on copies of its arguments, made while the GIL is held: an argument of
+// a bound class is a reference into its Python object, which another thread may change (or free a
+// member of) once the GIL is released. (pybind11's call_guard releases it before by-value
+// parameters are copied.)
 template <typename R, typename... A>
-auto copying_arguments(R (*f)(A...)) {
-  return [f](std::decay_t<A>... a) { return f(a...); };
+auto without_gil(R (*f)(A...)) {
+  return [f](const std::decay_t<A>&... a) {
+    std::tuple<std::decay_t<A>...> copies(a...);
+    GilReleased released;
+    return std::apply(f, std::move(copies));
+  };
 }
 
 }  // namespace
@@ -104,27 +112,28 @@ void bind_forecast(py::module_& m) {
       .def_readonly("note", &mp::Forecast::note)
       .def_readonly("loss_floor", &mp::Forecast::loss_floor);
 
-  // These run without the GIL. An argument of a bound class would be a reference into its
-  // Python object, which another thread may change (or free a member of) meanwhile: each is
-  // taken by value, copied under the GIL before the call releases it (copying_arguments).
-  const auto nogil = py::call_guard<GilReleased>();
-  m.def("forecast_curve", [](Points p, mp::ForecastOptions o) { return mp::forecast_curve(p, o); },
-        py::arg("observed"), py::arg("options"), nogil,
+  // These run without the GIL, on copies of their arguments (without_gil).
+  m.def("forecast_curve",
+        without_gil(+[](const Points& p, const mp::ForecastOptions& o) { return mp::forecast_curve(p, o); }),
+        py::arg("observed"), py::arg("options"),
         "Forecast of the rest of the curve (ensemble). InvalidArgumentError on bad input.");
-  m.def("forecast_viper", [](Points p, mp::ForecastOptions o) { return mp::forecast_viper(p, o); },
-        py::arg("observed"), py::arg("options"), nogil, "Viper's single-family forecaster (baseline).");
-  m.def("trajectory_of", [](Points p) { return mp::trajectory_of(p); }, py::arg("points"), nogil);
-  m.def("extend_with_forecast", [](Points p, mp::Forecast f) { return mp::extend_with_forecast(p, f); },
-        py::arg("prefix"), py::arg("forecast"), nogil, "The logged prefix followed by the forecast.");
-  m.def("validate_problem", copying_arguments(&mp::validate_problem), py::arg("curve"), py::arg("warmup_index"),
-        py::arg("costs"), nogil);
-  m.def("evaluate_cil", [](mp::Trajectory c, std::size_t w, mp::PublishCosts k, Steps s) {
+  m.def("forecast_viper",
+        without_gil(+[](const Points& p, const mp::ForecastOptions& o) { return mp::forecast_viper(p, o); }),
+        py::arg("observed"), py::arg("options"), "Viper's single-family forecaster (baseline).");
+  m.def("trajectory_of", without_gil(+[](const Points& p) { return mp::trajectory_of(p); }), py::arg("points"));
+  m.def("extend_with_forecast",
+        without_gil(+[](const Points& p, const mp::Forecast& f) { return mp::extend_with_forecast(p, f); }),
+        py::arg("prefix"), py::arg("forecast"), "The logged prefix followed by the forecast.");
+  m.def("validate_problem", without_gil(&mp::validate_problem), py::arg("curve"), py::arg("warmup_index"),
+        py::arg("costs"));
+  m.def("evaluate_cil",
+        without_gil(+[](const mp::Trajectory& c, std::size_t w, const mp::PublishCosts& k, const Steps& s) {
           return mp::evaluate_cil(c, w, k, s);
-        },
-        py::arg("curve"), py::arg("warmup_index"), py::arg("costs"), py::arg("publish_steps"), nogil,
+        }),
+        py::arg("curve"), py::arg("warmup_index"), py::arg("costs"),
+        py::arg("publish_steps"),
         "Cumulative inference loss of publishing at publish_steps; InvalidArgumentError naming a bad step.");
-  m.def("plan_optimal", copying_arguments(&mp::plan_optimal), py::arg("curve"), py::arg("warmup_index"),
-        py::arg("costs"), nogil,
+  m.def("plan_optimal", without_gil(&mp::plan_optimal), py::arg("curve"), py::arg("warmup_index"), py::arg("costs"),
         "Exact minimum-CIL schedule on `curve` with inference starting at curve.steps[warmup_index].");
   py::class_<mp::PlanChoiceReport>(m, "PlanChoiceReport",
                                    "Whether a plan departs from the best evenly spaced schedule (picked: forecast, "
@@ -145,21 +154,25 @@ void bind_forecast(py::module_& m) {
       .def_property_readonly("forecast", [](const mp::PrefixPlan& p) { return p.hedged.forecast; })
       .def_readonly("plan", &mp::PrefixPlan::plan)
       .def_readonly("choice", &mp::PrefixPlan::choice);
-  m.def("plan_prefix", [](Points p, mp::ForecastOptions o, mp::PublishCosts c) { return mp::plan_prefix(p, o, c); },
-        py::arg("prefix"), py::arg("options"), py::arg("costs"), nogil,
+  m.def("plan_prefix",
+        without_gil(+[](const Points& p, const mp::ForecastOptions& o, const mp::PublishCosts& c) {
+          return mp::plan_prefix(p, o, c);
+        }),
+        py::arg("prefix"), py::arg("options"), py::arg("costs"),
         "The forecast from the prefix hedged over its scenarios and the plan with the lowest expected CIL, "
         "held to the best evenly spaced schedule (PrefixPlan.choice says which and why).");
-  m.def("plan_from", copying_arguments(&mp::plan_from), py::arg("origin_loss"), py::arg("origin_servable_s"), py::arg("publishes_done"),
-        py::arg("window_end_s"), py::arg("future"), py::arg("costs"), nogil, "Mid-run planning (see predictor_planner.h).");
-  m.def("every_candidate_schedule", copying_arguments(&mp::every_candidate_schedule), py::arg("curve"), py::arg("warmup_index"), nogil);
-  m.def("every_n_steps_schedule", copying_arguments(&mp::every_n_steps_schedule), py::arg("curve"), py::arg("warmup_index"),
-        py::arg("every_steps"), nogil);
-  m.def("fixed_interval_schedule", copying_arguments(&mp::fixed_interval_schedule), py::arg("predicted"), py::arg("warmup_index"),
-        py::arg("costs"), nogil);
-  m.def("threshold_schedule", copying_arguments(&mp::threshold_schedule), py::arg("predicted"), py::arg("warmup_index"),
-        py::arg("costs"), nogil);
-  m.def("snap_to_candidates", [](Steps s, mp::Trajectory c, std::size_t w) { return mp::snap_to_candidates(s, c, w); },
-        py::arg("planned"), py::arg("curve"), py::arg("warmup_index"), nogil);
+  m.def("plan_from", without_gil(&mp::plan_from), py::arg("origin_loss"), py::arg("origin_servable_s"), py::arg("publishes_done"),
+        py::arg("window_end_s"), py::arg("future"), py::arg("costs"), "Mid-run planning (see predictor_planner.h).");
+  m.def("every_candidate_schedule", without_gil(&mp::every_candidate_schedule), py::arg("curve"), py::arg("warmup_index"));
+  m.def("every_n_steps_schedule", without_gil(&mp::every_n_steps_schedule), py::arg("curve"), py::arg("warmup_index"),
+        py::arg("every_steps"));
+  m.def("fixed_interval_schedule", without_gil(&mp::fixed_interval_schedule), py::arg("predicted"), py::arg("warmup_index"),
+        py::arg("costs"));
+  m.def("threshold_schedule", without_gil(&mp::threshold_schedule), py::arg("predicted"), py::arg("warmup_index"),
+        py::arg("costs"));
+  m.def("snap_to_candidates",
+        without_gil(+[](const Steps& s, const mp::Trajectory& c, std::size_t w) { return mp::snap_to_candidates(s, c, w); }),
+        py::arg("planned"), py::arg("curve"), py::arg("warmup_index"));
 
   py::class_<mp::LossLog>(m, "LossLog", "A loss log read from CSV.")
       .def_readonly("points", &mp::LossLog::points)

@@ -327,9 +327,12 @@ TEST(ProducerRanksFaults, ATrainerRestartedAsAWholeNeverHasItsRanksPiecesPutWith
   for (auto& rank : ranks->ranks) ASSERT_TRUE(rank->producer->wait_for_consumers(1, 60s));
   // Rank 1 of the new run publishes steps 1 to 3 and the consumer receives each; rank 0 of the
   // new run has published nothing, so its old run's step 3 is all the consumer could put them with.
-  for (std::int64_t step = 1; step <= 3; ++step) ranks->ranks[1]->publish(step);
-  ASSERT_TRUE(testing_support::eventually([&] { return ranks->ranks[1]->producer->stats().deliveries >= 3; }, 60s))
-      << consumer.stats().last_error;
+  for (std::int64_t step = 1; step <= 3; ++step) {  // each received before the next: none is skipped
+    ranks->ranks[1]->publish(step);
+    ASSERT_TRUE(testing_support::eventually([&] {
+      return ranks->ranks[1]->producer->stats().deliveries >= static_cast<std::uint64_t>(step);
+    }, 60s)) << consumer.stats().last_error;
+  }
   EXPECT_EQ(consumer.acquire().version(), served) << "a version was put together from two runs";
   EXPECT_EQ(consumer.stats().versions_installed, before.versions_installed);
   EXPECT_EQ(consumer.stats().versions_rejected, before.versions_rejected) << consumer.stats().last_error;
@@ -345,6 +348,34 @@ TEST(ProducerRanksFaults, ATrainerRestartedAsAWholeNeverHasItsRanksPiecesPutWith
   ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 3; }, 60s))
       << consumer.stats().last_error;
   EXPECT_EQ(check(consumer.acquire(), 3, whole), "");
+  EXPECT_EQ(consumer.stats().last_error, "") << "said until a version was made";
+}
+
+// A rank that publishes before the last rank's producer is made (here rank 1, before rank 0):
+// that piece is put with no other rank's, which the consumer says until a version is made; the
+// next step both publish is assembled.
+TEST(ProducerRanksFaults, APiecePublishedBeforeEveryRankWasUpIsLetGoAndSaidSo) {
+  Rank first(1, 2, {}, "tcp://127.0.0.1:0");
+  first.publish(1);
+  const std::string endpoint1 = first.producer->control_endpoint();
+  Rank zero(0, 2, {"", endpoint1}, "tcp://127.0.0.1:0");
+  modelcast::Consumer consumer(options_for(zero.producer->control_endpoint()));
+  zero.publish(1);
+  for (auto* rank : {&zero, &first}) {
+    ASSERT_TRUE(testing_support::eventually([&] { return rank->producer->stats().deliveries >= 1; }, 60s))
+        << consumer.stats().last_error;
+  }
+  EXPECT_TRUE(testing_support::eventually([&] {
+    return consumer.stats().last_error.find("rank 1's version of step 1 was published before rank 0's producer "
+                                            "started") != std::string::npos;
+  }, 10s)) << consumer.stats().last_error;
+  EXPECT_TRUE(consumer.acquire().empty());
+  zero.publish(2);
+  first.publish(2);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == 2; }, 60s))
+      << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 2, [](const Global&) -> Boxes { return std::nullopt; }), "");
+  EXPECT_EQ(consumer.stats().last_error, "");
 }
 
 // With ranks, a version is every rank's pieces of one step: a rank's steps must rise, or its
@@ -402,6 +433,7 @@ TEST(ProducerRanksFaults, ReadersHoldingEveryAssembledBufferHoldUpdatesBackUntil
   ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 4; }, 60s))
       << consumer.stats().last_error;
   EXPECT_EQ(check(consumer.acquire(), 4, shard_of(1, 0, 2)), "");
+  EXPECT_EQ(consumer.stats().last_error, "") << "the wait is over";
   ranks.publish(5);
   ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 5; }, 60s))
       << consumer.stats().last_error;

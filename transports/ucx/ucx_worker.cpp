@@ -94,7 +94,8 @@ void UcxWorker::destroy() {
   if (in_forked_child()) {
     // Joining a thread this process does not have would wait for ever, and UCX's state is the
     // parent's: both are left, as the child's exit leaves them anyway.
-    if (thread_.joinable()) thread_.detach();
+    // Not detach(): the child's own threads may have the pthread_t the parent's thread had.
+    if (thread_.joinable()) new std::thread(std::move(thread_));  // NOLINT: left on purpose
     worker_ = nullptr;
     context_ = nullptr;
     return;

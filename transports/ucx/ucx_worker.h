@@ -60,7 +60,10 @@ class UcxWorker {
 
   ucp_context_h context() const { return context_; }
   ucp_worker_h worker() const { return worker_; }
-  bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // (Never in a forked child, where a thread of the child's may have the parent thread's id.)
+  bool on_progress_thread() const {
+    return std::this_thread::get_id() == thread_.get_id() && !in_forked_child();
+  }
   // Whether this is a child the worker's process forked: the progress thread stayed in the parent.
   // What must end here (a region a view still held) is left as it is, as the whole worker is.
   bool in_forked_child() const;
@@ -72,8 +75,8 @@ class UcxWorker {
   // in a forked child.
   template <typename F>
   auto run(F&& f) -> decltype(f()) {
-    if (on_progress_thread()) return f();
     refuse_in_forked_child();
+    if (on_progress_thread()) return f();
     using R = decltype(f());
     std::packaged_task<R()> task(std::forward<F>(f));
     auto result = task.get_future();
