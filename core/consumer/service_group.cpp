@@ -37,7 +37,8 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
   // member gone from a whole group is one (on_error).
   if (waiting && !group_waiting_) {
     Error why(ErrorCode::kState, "group '" + options_.group + "' has " + std::to_string(group.members) + " of its " +
-                                     std::to_string(options_.group_size) + " members: it stays on version " +
+                                     std::to_string(options_.group_size) +
+                                     " members: it stays on the producer's version " +
                                      std::to_string(group_committed_) + " until the others join");
     if (group_was_whole_) {
       report(why);
