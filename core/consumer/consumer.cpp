@@ -151,6 +151,7 @@ class Consumer::Impl {
       s.versions_rejected += c.versions_rejected;
       s.wanted_bytes = c.wanted_bytes;
       if (!c.last_error.empty()) s.last_error = c.last_error;
+      if (s.last_error.empty()) s.last_error = c.waiting;  // no cause of its own: below every error
     }
     return s;
   }

@@ -127,7 +127,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
                               "step " + std::to_string(step) + " waits: every buffer for assembled views is held by a "
                               "view still in use; updates resume when one is released (hold fewer views, or give "
                               "the consumer more buffers)");
-      say(outcome.failure->what());
+      counts_.waiting = outcome.failure->what();
     }
     return outcome;
   }
@@ -138,8 +138,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     assembled_from_ = key_of(pieces);
     counts_.current_version = outcome.installed->manifest.version;
     counts_.versions_installed++;
-    if (!said_.empty() && counts_.last_error == said_) counts_.last_error.clear();  // the wait is over
-    said_.clear();
+    counts_.waiting.clear();
     store_.install(outcome.installed);
   } catch (const Error& e) {
     outcome.failure = e;
@@ -190,24 +189,20 @@ void RankAssembler::drop_outrun() {
         latest = q;
       }
     }
-    std::erase_if(held_[r], [&](const Held& h) {
-      if (h->manifest.incarnation != run) return true;
-      if (h->manifest.publish_time_ns >= others) return false;
-      // Said until a version is made (a run's first pieces published before its last rank's
-      // producer was made go so too); an error already said stays.
-      if (counts_.last_error.empty() || counts_.last_error == said_) {
-        say("rank " + std::to_string(r) + "'s version of step " + std::to_string(h->manifest.step) +
-            " was published before rank " + std::to_string(latest) +
-            "'s producer started (of another run, or before every rank was up): it is put with no other rank's");
+    // Said until a version is made (a run's first pieces published before its last rank's
+    // producer was made go so too).
+    for (const auto& h : held_[r]) {
+      if (h->manifest.incarnation == run && h->manifest.publish_time_ns < others) {
+        counts_.waiting = "rank " + std::to_string(r) + "'s version of step " + std::to_string(h->manifest.step) +
+                          " was published before rank " + std::to_string(latest) +
+                          "'s producer started (of another run, or before every rank was up): it is put with no "
+                          "other rank's";
       }
-      return true;
+    }
+    std::erase_if(held_[r], [&](const Held& h) {
+      return h->manifest.incarnation != run || h->manifest.publish_time_ns < others;
     });
   }
-}
-
-void RankAssembler::say(const std::string& text) {
-  counts_.last_error = text;
-  said_ = text;
 }
 
 std::size_t RankAssembler::older_to_drop(std::size_t rank) const {

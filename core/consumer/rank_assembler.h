@@ -65,7 +65,10 @@ class RankAssembler {
     std::uint64_t versions_installed = 0;
     std::uint64_t versions_rejected = 0;
     std::uint64_t wanted_bytes = 0;
-    std::string last_error;
+    std::string last_error;  // the last refusal
+    // Why no version is made for now (a step waiting for a buffer, a piece let go), until one is.
+    // Below every error in the consumer's stats: it is no cause of its own.
+    std::string waiting;
   };
   Counts counts() const;
 
@@ -87,8 +90,7 @@ class RankAssembler {
   // Lets go of every held version of a rank's earlier run, and of those published before another
   // rank's current run started.
   void drop_outrun();
-  // Puts `text` in counts_.last_error until a version is made (a wait, a withheld step).
-  void say(const std::string& text);
+
   // Which of rank `rank`'s three held versions to let go (0 or 1; the newest, 2, stays).
   std::size_t older_to_drop(std::size_t rank) const;
   // Asks each rank for just the regions the plan (made on `pieces`) takes from it, where that
@@ -128,7 +130,6 @@ class RankAssembler {
   // first without it by retry().
   std::atomic<bool> waiting_for_room_{false};
   Counts counts_;
-  std::string said_;  // what say() last put in counts_.last_error; under mutex_
   std::unique_ptr<ShapingTarget> target_;  // under mutex_
   VersionStore& store_;  // the readers'; assembled versions own their memory
 };
