@@ -4,6 +4,7 @@
 #include "core/wire/manifest_codec.h"
 #include "core/wire/msgpack_fields.h"
 #include "core/wire/offer_codec.h"
+#include "core/wire/unpack_bounds.h"
 #include "core/wire/want_codec.h"
 #include "modelcast/error.h"
 
@@ -379,9 +380,10 @@ Message decode(std::span<const std::byte> bytes, const DecodeLimits& limits) {
          std::to_string(limits.max_message_bytes));
   }
   // msgpack-c reserves room for a container's declared size before reading its elements, so
-  // every size a peer declares is capped here; depth caps recursion.
-  msgpack::unpack_limit unpack_limit(limits.max_array, limits.max_map, limits.max_string, limits.max_binary,
-                                     0, limits.max_depth);
+  // every size a peer declares is capped here, by the limits and by the message's own size;
+  // depth caps recursion.
+  const auto unpack_limit = unpack_bounds(bytes.size(), limits.max_array, limits.max_map, limits.max_string,
+                                          limits.max_binary, limits.max_depth);
   msgpack::object_handle handle;
   try {
     std::size_t offset = 0;

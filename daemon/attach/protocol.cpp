@@ -7,6 +7,7 @@
 
 #include <msgpack.hpp>
 
+#include "core/wire/unpack_bounds.h"
 #include "modelcast/error.h"
 
 namespace modelcastd::attach {
@@ -55,8 +56,8 @@ class Fields {
 msgpack::object_handle unpack(std::span<const char> bytes) {
   if (bytes.size() > kMaxManifestBytes) fail("message of " + std::to_string(bytes.size()) + " bytes is too large");
   // Every declared container size is capped before msgpack-c reserves room for it (the
-  // producer's manifest limits: 2^17 tensors, 2^12 metadata entries).
-  msgpack::unpack_limit limit(1u << 17, 1u << 12, 1u << 20, 1u << 20, 0, 8);
+  // producer's manifest limits: 2^17 tensors, 2^12 metadata entries), and by the message's size.
+  const auto limit = modelcast::wire::unpack_bounds(bytes.size(), 1u << 17, 1u << 12, 1u << 20, 1u << 20, 8);
   try {
     std::size_t offset = 0;
     auto handle = msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, limit);

@@ -60,4 +60,27 @@ TEST(AttachProtocol, ABoxOutsideItsWholeTensorIsRefusedNamingTheTensor) {
   }
 }
 
+// msgpack-c reserves room for a container's declared elements before reading them: a request of
+// a few bytes declaring nested arrays of the most the limits allow each would reserve megabytes
+// before the decode found it truncated. A size the message cannot hold is refused first.
+TEST(AttachProtocol, ContainerSizesTheMessageCannotHoldAreRefusedBeforeAnythingIsReserved) {
+  std::vector<char> nested;
+  for (int level = 0; level < 7; ++level) {
+    for (unsigned char b : {0xdd, 0x00, 0x02, 0x00, 0x00}) nested.push_back(static_cast<char>(b));  // array32 of 2^17
+  }
+  for (bool request : {true, false}) {
+    try {
+      if (request) {
+        modelcastd::attach::decode_request(nested);
+      } else {
+        modelcastd::attach::decode_reply(nested);
+      }
+      ADD_FAILURE() << "decoded";
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kProtocol);
+      EXPECT_NE(std::string(e.what()).find("size overflow"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace

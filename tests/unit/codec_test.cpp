@@ -135,6 +135,9 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(ranked.rank, 2u);
   EXPECT_EQ(ranked.rank_count, 3u);
   EXPECT_EQ(ranked.start_time_ns, 1234567000000);
+  EXPECT_EQ(ranked.run_id, "");
+  reply.manifest.run_id = "job.7";
+  EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).manifest.run_id, "job.7");
   reply.manifest = sample_manifest();
   // Group membership and state travel only where they are set.
   EXPECT_TRUE(join.group.empty());
@@ -182,9 +185,10 @@ TEST(Codec, TheBlockListsOfTheLargestModelsDecodeWithinTheDefaultLimits) {
   }
 }
 
-void expect_protocol_error(std::span<const std::byte> bytes, const std::string& fragment) {
+void expect_protocol_error(std::span<const std::byte> bytes, const std::string& fragment,
+                           const DecodeLimits& limits = {}) {
   try {
-    decode(bytes);
+    decode(bytes, limits);
     FAIL() << "decoded a bad message; expected an error mentioning '" << fragment << "'";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kProtocol);
@@ -305,6 +309,16 @@ TEST(Codec, ContainerBombsAreProtocolErrorsNotAllocations) {
   envelope[0] = std::byte{0x94};  // four elements: the fourth is the bomb
   for (auto b : {0xdd, 0xff, 0xff, 0xff, 0xff}) envelope.push_back(static_cast<std::byte>(b));
   expect_protocol_error(envelope, "limits");
+  // Nested containers each declaring the most the limits allow, none filled: each level would
+  // reserve 3 MiB before the decode finds the message truncated (43 bytes made 29 MB). A size
+  // that the rest of the message cannot hold is refused before anything is reserved.
+  auto nested = pack_envelope(kMagic, kVersion, std::uint8_t{1});
+  nested[0] = std::byte{0x94};
+  for (int level = 0; level < 7; ++level) {
+    for (auto b : {0xdd, 0x00, 0x02, 0x00, 0x00}) nested.push_back(static_cast<std::byte>(b));  // array32 of 2^17
+  }
+  expect_protocol_error(nested, "limits");
+  expect_protocol_error(nested, "limits", kRequestLimits);
   // Deep nesting is refused, not recursed into.
   std::vector<std::byte> deep(1000, std::byte{0x91});
   deep.push_back(std::byte{0x00});
