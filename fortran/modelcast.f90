@@ -201,17 +201,20 @@ contains
   ! Rank 0 also takes rank_endpoints: every rank's mc_producer_endpoint in rank order (its own
   ! entry is not read and may be blank), so start ranks 1.. first and gather their endpoints
   ! (MPI_Allgather of a character(len=256)), then rank 0. Consumers are told rank 0's endpoint.
+  ! run_id: the same on every rank of a run and new at each restart (the job id and restart
+  ! count): consumers never put pieces of two runs together (ProducerOptions::run_id).
   integer function mc_producer_create(producer, model_name, control_endpoint, key_file, allow_any_consumer, &
                                       integrity, relay_fanout, allowed_consumer_keys, rank, rank_count, &
-                                      rank_endpoints) result(status)
+                                      rank_endpoints, run_id) result(status)
     type(mc_producer), intent(inout) :: producer
     character(len=*), intent(in) :: model_name
     character(len=*), intent(in), optional :: control_endpoint, key_file
     logical, intent(in), optional :: allow_any_consumer, integrity
     integer, intent(in), optional :: relay_fanout, rank, rank_count
     character(len=*), intent(in), optional :: allowed_consumer_keys(:), rank_endpoints(:)
+    character(len=*), intent(in), optional :: run_id
     type(mc_producer_options_t) :: options
-    character(kind=c_char), allocatable, target :: name_c(:), endpoint_c(:), key_c(:)
+    character(kind=c_char), allocatable, target :: name_c(:), endpoint_c(:), key_c(:), run_id_c(:)
     type(c_text), allocatable, target :: keys_c(:), rank_endpoints_c(:)
     type(c_ptr), allocatable, target :: key_pointers(:), rank_endpoint_pointers(:)
     integer :: i
@@ -248,6 +251,11 @@ contains
     end if
     if (present(key_file)) then
       if (bad_text("mc_producer_create: key_file", key_file, status)) return
+    end if
+    if (present(run_id)) then
+      ! Blank is refused, not taken as none: a run id read from an unset variable would
+      ! otherwise leave the ranks unguarded without a word.
+      if (bad_text("mc_producer_create: run_id", run_id, status)) return
     end if
     if (present(allowed_consumer_keys)) then
       do i = 1, size(allowed_consumer_keys)
@@ -288,6 +296,10 @@ contains
       call to_c_array(rank_endpoints, rank_endpoints_c, rank_endpoint_pointers)
       options%rank_endpoints = c_loc(rank_endpoint_pointers)
       options%rank_endpoint_count = int(size(rank_endpoints), c_size_t)
+    end if
+    if (present(run_id)) then
+      call to_c(run_id, run_id_c)
+      options%run_id = c_loc(run_id_c)
     end if
     status = from_c(mc_producer_create_c(options, producer%handle))
     if (status == MC_OK .and. present(rank_count)) producer%rank_count = rank_count

@@ -38,6 +38,7 @@ module modelcast_c
     integer(c_int32_t) :: rank_count
     type(c_ptr) :: rank_endpoints
     integer(c_size_t) :: rank_endpoint_count
+    type(c_ptr) :: run_id
   end type
 
   type, bind(c), public :: mc_consumer_options_t

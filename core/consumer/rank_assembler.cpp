@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "common/shown_text.h"
 #include "core/layout/pull_plan.h"
 #include "core/model/tensor_selection.h"
 #include "modelcast/error.h"
@@ -33,10 +34,14 @@ std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
 // run began is of an older run than that rank's piece, or of a run that rank restarted out of.
 // The times are each rank host's CLOCK_REALTIME: ranks on several hosts must agree to better
 // than a restarted rank takes to publish. A producer that sends no start (0) is not held to it.
+// Times cannot tell an old run's rank that still publishes after a new run's rank started: run
+// ids (ProducerOptions::run_id) can, and pieces of two run ids never make one version.
 bool of_other_runs(const std::vector<std::shared_ptr<const detail::InstalledVersion>>& pieces) {
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     for (std::size_t j = 0; j < pieces.size(); ++j) {
-      if (i != j && pieces[i]->manifest.publish_time_ns < pieces[j]->manifest.start_time_ns) return true;
+      if (i == j) continue;
+      if (pieces[i]->manifest.publish_time_ns < pieces[j]->manifest.start_time_ns) return true;
+      if (pieces[i]->manifest.run_id != pieces[j]->manifest.run_id) return true;
     }
   }
   return false;
@@ -177,6 +182,24 @@ void RankAssembler::drop_outrun() {
   std::vector<std::int64_t> started(ranks_, 0);
   for (std::size_t r = 0; r < ranks_; ++r) {
     if (!held_[r].empty()) started[r] = held_[r].back()->manifest.start_time_ns;
+  }
+  // The run of the rank whose run started last is the newest: a rank of another run id is of an
+  // older one (a new run's ranks all start after the old run's), and its pieces can never be put
+  // with that rank's. Let go of them all, until that rank's run reaches it too.
+  std::size_t newest = 0;
+  for (std::size_t r = 1; r < ranks_; ++r) {
+    if (started[r] > started[newest]) newest = r;
+  }
+  if (!held_[newest].empty()) {
+    const std::string& run_id = held_[newest].back()->manifest.run_id;
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      if (held_[r].empty() || held_[r].back()->manifest.run_id == run_id) continue;
+      counts_.waiting = "rank " + std::to_string(r) + "'s versions are of run " +
+                        shown_text(held_[r].back()->manifest.run_id) + ", rank " + std::to_string(newest) +
+                        "'s of run " + shown_text(run_id) + ", which started later: they are put with no other rank's";
+      held_[r].clear();
+      started[r] = 0;
+    }
   }
   for (std::size_t r = 0; r < ranks_; ++r) {
     if (held_[r].empty()) continue;

@@ -208,6 +208,9 @@ void validate_manifest(const Manifest& manifest, const ManifestLimits& limits) {
   if (manifest.rank_count == 0 || manifest.rank >= manifest.rank_count) {
     fail("manifest is rank " + std::to_string(manifest.rank) + " of " + std::to_string(manifest.rank_count));
   }
+  if (!manifest.run_id.empty()) {
+    if (auto why = name_problem(manifest.run_id)) fail("manifest's run id " + shown_text(manifest.run_id) + " " + *why);
+  }
   // Buffers are sized by total_bytes: a total beyond what the tensors need (plus the last
   // tensor's alignment padding) would make a consumer allocate memory that carries nothing.
   if (manifest.total_bytes > align_up(end_of_previous, kTensorAlignment)) {

@@ -63,6 +63,9 @@ struct Manifest {
   // producer did not say (before 0.10). A consumer puts pieces together only where each was
   // published after every other piece's run started (RankAssembler).
   std::int64_t start_time_ns = 0;
+  // rank_count > 1: ProducerOptions::run_id, empty when not set. Pieces of two run ids are
+  // never put together.
+  std::string run_id;
 };
 
 // Lays tensors out back to back (aligned) in the given order. Throws Error(kInvalidArgument)

@@ -106,6 +106,9 @@ ProducerOptions checked(ProducerOptions options) {
     invalid("rank 0 of " + std::to_string(options.rank_count) + " needs rank_endpoints, one per rank; got " +
             std::to_string(options.rank_endpoints.size()));
   }
+  if (!options.run_id.empty()) {
+    if (auto why = name_problem(options.run_id)) invalid("run_id " + shown_text(options.run_id) + " " + *why);
+  }
   // With rank_count 1 extra entries were ignored without a word (a world size passed wrongly);
   // one entry, the rank's own (an all_gather of one), is fine.
   if (options.rank_count == 1 && options.rank_endpoints.size() > 1) {
@@ -503,7 +506,10 @@ class Producer::Impl {
     }
     layout_.rank = options_.rank;
     layout_.rank_count = options_.rank_count;
-    if (options_.rank_count > 1) layout_.start_time_ns = started_ns_;
+    if (options_.rank_count > 1) {
+      layout_.start_time_ns = started_ns_;
+      layout_.run_id = options_.run_id;
+    }
     const TensorSpec& first = registered_.front().spec;
     // Host snapshots are also hashed per block, a block being a transfer chunk: a consumer that
     // holds an earlier version then receives only the chunks that changed. Device snapshots are

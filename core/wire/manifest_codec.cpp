@@ -42,7 +42,8 @@ TensorEntry unpack_tensor(const msgpack::object& object) {
 }  // namespace
 
 void pack_manifest(Packer& pk, const Manifest& m) {
-  pk.pack_map(11 + digest_kind_field_count(m.digest_kind) + (m.rank_count > 1 ? 3 : 0));
+  pk.pack_map(11 + digest_kind_field_count(m.digest_kind) + (m.rank_count > 1 ? 3 : 0) +
+              (m.rank_count > 1 && !m.run_id.empty() ? 1 : 0));
   pk.pack("model"); pack_str(pk, m.model);
   pk.pack("inc"); pk.pack(m.incarnation);
   pk.pack("ver"); pk.pack(m.version);
@@ -61,6 +62,9 @@ void pack_manifest(Packer& pk, const Manifest& m) {
     pk.pack("rank"); pk.pack(m.rank);
     pk.pack("ranks"); pk.pack(m.rank_count);
     pk.pack("t_start"); pk.pack(m.start_time_ns);
+    if (!m.run_id.empty()) {
+      pk.pack("run"); pack_str(pk, m.run_id);
+    }
   }
 }
 
@@ -82,6 +86,7 @@ Manifest unpack_manifest(const msgpack::object& object) {
     m.rank = f.get<std::uint32_t>("rank");
     m.rank_count = f.get<std::uint32_t>("ranks");
     if (f.has("t_start")) m.start_time_ns = f.get<std::int64_t>("t_start");
+    if (f.has("run")) m.run_id = f.get<std::string>("run");
   }
   const auto& tensors = f.at("tensors");
   if (tensors.type != msgpack::type::ARRAY) fail("manifest: field 'tensors' is not an array");

@@ -130,6 +130,11 @@ typedef struct mc_producer_options {
   uint32_t rank_count;
   const char* const* rank_endpoints;
   size_t rank_endpoint_count;
+  /* Since 0.10 (read only when struct_size covers it). With rank_count > 1, which run of the
+   * trainer this is: the same on every rank of a run, new at each restart (e.g. the job id and
+   * restart count). Consumers never put pieces of two run ids together
+   * (ProducerOptions::run_id in producer.h). Default NULL: none. */
+  const char* run_id;
 } mc_producer_options;
 
 /* Description of one tensor for mc_producer_register_tensor_desc: host or device memory. */

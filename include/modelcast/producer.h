@@ -116,6 +116,14 @@ struct ProducerOptions {
   std::uint32_t rank = 0;
   std::uint32_t rank_count = 1;  // at most 256, the ranks a consumer takes
   std::vector<std::string> rank_endpoints;
+  // With rank_count > 1: which run of the trainer this is, the same on every rank of a run and
+  // new at each restart (the launcher's job id and restart count, e.g. SLURM_JOB_ID and
+  // SLURM_RESTART_COUNT, or TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT). Consumers put
+  // only pieces of one run id together, and let go of a run's pieces once a rank of a run that
+  // started later publishes: without it they go by the ranks' start times alone, which cannot
+  // tell an old run's rank still publishing after a new run's rank started. Empty (default):
+  // not sent. At most 4096 bytes of UTF-8, no control characters.
+  std::string run_id;
   // Optional; runs on the service thread after each delivery a consumer confirmed. Keep it short:
   // the service waits for it. What it throws is logged and ignored; a wait there that is not
   // answered at once throws Error(kState) (it may wait for the thread it runs on). It must not destroy the

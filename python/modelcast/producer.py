@@ -64,7 +64,10 @@ class Producer(Service):
         each rank registers its piece of a tensor with the whole tensor's ``global_shape`` and the
         piece's ``global_offset`` in it (a DTensor's local shard: its ``shape`` and offsets); ranks
         registering the same box replicate it. Consumers told rank 0's endpoint assemble a step
-        once every rank published it.
+        once every rank published it. Give every rank of a run the same ``run_id``, new at each
+        restart (e.g. ``f"{os.environ['TORCHELASTIC_RUN_ID']}.{os.environ['TORCHELASTIC_RESTART_COUNT']}"``):
+        consumers never put pieces of two runs together, even while an old run's rank still
+        publishes.
         """
         text("register(): name", name)
         # `is None`, not `or []`: a NumPy array has no truth value.

@@ -251,6 +251,7 @@ void bind_producer(py::module_& m) {
       .def_readwrite("rank", &ProducerOptions::rank)
       .def_readwrite("rank_count", &ProducerOptions::rank_count)
       .def_readwrite("rank_endpoints", &ProducerOptions::rank_endpoints)
+      .def_readwrite("run_id", &ProducerOptions::run_id)
       .def_readwrite("device_stage_bytes", &ProducerOptions::device_stage_bytes)
       .def_readwrite("max_consumers", &ProducerOptions::max_consumers)
       .def_readwrite("transports", &ProducerOptions::transports)

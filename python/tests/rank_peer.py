@@ -8,6 +8,7 @@ all_gather_object; rank 0 binds last, told them all, and prints "endpoint E". Ea
 "published STEP"; "quit" (or end of input) closes.
 """
 
+import os
 import sys
 
 import torch
@@ -29,7 +30,8 @@ def main():
     shards = torch.chunk(w, world, 0)
     offset = sum(s.shape[0] for s in shards[:rank])
     mine = shards[rank].clone()
-    common = dict(model_name="ranks", transfer_chunk_bytes=64 * 1024, rank=rank, rank_count=world)
+    common = dict(model_name="ranks", transfer_chunk_bytes=64 * 1024, rank=rank, rank_count=world,
+                  run_id=os.path.basename(init_file))  # one per run of the test, the same on its ranks
     producer = None
     if rank != 0:
         producer = modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", **common)

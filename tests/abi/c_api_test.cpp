@@ -406,7 +406,12 @@ TEST(CApi, TwoRanksPublishPiecesOneConsumerAssemblesThem) {
   o.control_endpoint = "tcp://127.0.0.1:0";
   o.rank = 1;
   o.rank_count = 2;
+  o.run_id = "job\n1";
   ProducerPtr rank1;
+  EXPECT_EQ(mc_producer_create(&o, &rank1.p), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("run_id 'job\\x0a1' contains a control character at byte 3"), std::string::npos)
+      << last_error();
+  o.run_id = "job.1";
   ASSERT_EQ(mc_producer_create(&o, &rank1.p), MC_OK) << last_error();
   const char* endpoints[] = {nullptr, mc_producer_endpoint(rank1.p)};
   o.rank = 0;

@@ -178,7 +178,11 @@ contains
     type(mc_view) :: view
     character(len=256) :: endpoints(2)
     integer :: i, j, step
-    call check(mc_producer_create(rank1, "sharded", rank=1, rank_count=2), "mc_producer_create (rank 1)")
+    ! A run id read from an unset variable is blank: refused, not taken as none.
+    if (mc_producer_create(refused, "sharded", rank=1, rank_count=2, run_id=" ") /= MC_ERR_INVALID_ARGUMENT) &
+        call fail("a blank run_id was accepted", 0)
+    if (index(mc_last_error(), "run_id is blank") == 0) call fail("unclear blank run_id: " // mc_last_error(), 0)
+    call check(mc_producer_create(rank1, "sharded", rank=1, rank_count=2, run_id="sim.1"), "mc_producer_create (rank 1)")
     endpoints(1) = ""  ! rank 0's own: not read
     endpoints(2) = mc_producer_endpoint(rank1)
     if (mc_producer_create(refused, "sharded", rank=0, rank_count=2) /= MC_ERR_INVALID_ARGUMENT) &
@@ -200,7 +204,7 @@ contains
     if (index(mc_last_error(), "'half' is elements (1:3, 4:5) of a tensor of shape (3, 5), but this producer is " // &
               "its model's only rank (rank_count 1)") == 0) call fail("unclear piece of the only rank: " // mc_last_error(), 0)
     call mc_producer_destroy(refused)
-    call check(mc_producer_create(rank0, "sharded", rank=0, rank_count=2, rank_endpoints=endpoints), &
+    call check(mc_producer_create(rank0, "sharded", rank=0, rank_count=2, rank_endpoints=endpoints, run_id="sim.1"), &
         "mc_producer_create (rank 0)")
     call check(mc_producer_register_piece(rank0, "field", left, global_shape=[rows, cols], global_start=[1, 1]), &
         "register_piece (rank 0)")

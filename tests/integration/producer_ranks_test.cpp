@@ -351,6 +351,55 @@ TEST(ProducerRanksFaults, ATrainerRestartedAsAWholeNeverHasItsRanksPiecesPutWith
   EXPECT_EQ(consumer.stats().last_error, "") << "said until a version was made";
 }
 
+// An old run's rank that still publishes after a new run's rank started (it has not noticed the
+// restart yet, or is slow to exit) publishes after every start the consumer knows of: times
+// cannot tell its pieces from the new run's, and they would make a model of two runs. With run
+// ids they never meet; the consumer serves the old run's last version and says why until the
+// new run's every rank has published.
+TEST(ProducerRanksFaults, AnOldRunsRankStillPublishingIsNeverPutWithANewRunsRankOfAnotherRunId) {
+  auto ranks = std::make_unique<Ranks>(2, false, "tcp://127.0.0.1:0", 0, "job.0");
+  const auto endpoints = ranks->endpoints();
+  auto options = options_for(endpoints[0]);
+  options.producer_timeout = 2s;
+  modelcast::Consumer consumer(options);
+  const auto whole = [](const Global&) -> Boxes { return std::nullopt; };
+  for (std::int64_t step = 1; step <= 3; ++step) ranks->publish(step);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == 3; }, 60s))
+      << consumer.stats().last_error;
+  const auto before = consumer.stats();
+  const auto served = consumer.acquire().version();
+
+  // The new run's rank 1 takes the old one's place; the old run's rank 0 goes on publishing.
+  ranks->ranks[1].reset();
+  Rank new1(1, 2, {}, endpoints[1], false, 2048, 0, "job.1");
+  ASSERT_TRUE(new1.producer->wait_for_consumers(1, 60s));
+  Rank& old0 = *ranks->ranks[0];
+  for (std::int64_t step = 4; step <= 5; ++step) {  // each received before the next: none is skipped
+    new1.publish(step);
+    old0.publish(step);
+    ASSERT_TRUE(testing_support::eventually([&] {
+      return new1.producer->stats().deliveries >= static_cast<std::uint64_t>(step - 3) &&
+             old0.producer->stats().deliveries >= static_cast<std::uint64_t>(step);
+    }, 60s)) << consumer.stats().last_error;
+  }
+  EXPECT_EQ(consumer.acquire().version(), served) << "a version was put together from two runs";
+  EXPECT_EQ(consumer.stats().versions_installed, before.versions_installed);
+  EXPECT_EQ(consumer.stats().versions_rejected, before.versions_rejected) << consumer.stats().last_error;
+  EXPECT_NE(consumer.stats().last_error.find("rank 0's versions are of run 'job.0', rank 1's of run 'job.1'"),
+            std::string::npos) << consumer.stats().last_error;
+
+  // The new run's rank 0: the first step both new ranks publish after it started is served.
+  ranks.reset();
+  Rank new0(0, 2, {"", endpoints[1]}, endpoints[0], false, 2048, 0, "job.1");
+  ASSERT_TRUE(new0.producer->wait_for_consumers(1, 60s));
+  new0.publish(6);
+  new1.publish(6);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 6; }, 60s))
+      << consumer.stats().last_error;
+  EXPECT_EQ(check(consumer.acquire(), 6, whole), "");
+  EXPECT_EQ(consumer.stats().last_error, "") << "said until a version was made";
+}
+
 // A rank that publishes before the last rank's producer is made (here rank 1, before rank 0):
 // that piece is put with no other rank's, which the consumer says until a version is made; the
 // next step both publish is assembled.

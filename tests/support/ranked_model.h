@@ -73,9 +73,9 @@ struct Rank {
   std::unique_ptr<modelcast::Producer> producer;
 
   // `hole`: the last rank registers no piece of "w", whose last rows then belong to nobody.
-  // `relay_fanout`: the producer's option (consumers relay versions to each other).
+  // `relay_fanout`, `run_id`: the producer's options.
   Rank(std::uint32_t r, std::uint32_t m, std::vector<std::string> endpoints, const std::string& bind, bool hole = false,
-       std::int64_t rows = 2048, std::size_t relay_fanout = 0)
+       std::int64_t rows = 2048, std::size_t relay_fanout = 0, const std::string& run_id = "")
       : rank(r), ranks(m), w_rows(rows) {
     const auto model = global_model(0, w_rows);
     for (const auto& g : model) {
@@ -95,6 +95,7 @@ struct Rank {
     options.relay_fanout = relay_fanout;
     options.rank = r;
     options.rank_count = m;
+    options.run_id = run_id;
     if (r == 0) options.rank_endpoints = std::move(endpoints);
     producer = std::make_unique<modelcast::Producer>(options);
     for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -124,14 +125,15 @@ struct Rank {
 struct Ranks {
   std::vector<std::unique_ptr<Rank>> ranks;
   explicit Ranks(std::uint32_t m, bool hole = false, const std::string& bind0 = "tcp://127.0.0.1:0",
-                 std::size_t relay_fanout = 0) {
+                 std::size_t relay_fanout = 0, const std::string& run_id = "") {
     ranks.resize(m);
     std::vector<std::string> endpoints(m);
     for (std::uint32_t r = 1; r < m; ++r) {
-      ranks[r] = std::make_unique<Rank>(r, m, std::vector<std::string>{}, "tcp://127.0.0.1:0", hole, 2048, relay_fanout);
+      ranks[r] = std::make_unique<Rank>(r, m, std::vector<std::string>{}, "tcp://127.0.0.1:0", hole, 2048, relay_fanout,
+                                        run_id);
       endpoints[r] = ranks[r]->producer->control_endpoint();
     }
-    ranks[0] = std::make_unique<Rank>(0, m, endpoints, bind0, hole, 2048, relay_fanout);
+    ranks[0] = std::make_unique<Rank>(0, m, endpoints, bind0, hole, 2048, relay_fanout, run_id);
   }
   // Every rank again at the endpoint it had (`endpoints`, rank 0's first), "w" of `w_rows` rows.
   Ranks(const std::vector<std::string>& endpoints, std::int64_t w_rows) {
