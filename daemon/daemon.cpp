@@ -57,7 +57,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
     options.on_prune_failed = [log](const repo::VersionSnapshot& s, const std::string& error) {
       log->warn("model {}: version {} written, but older versions past repository.keep stay: {}", s.model, s.version, error);
     };
-    options.on_relocked = [log](const std::string& model, const std::string& notice) { log->warn("model {}: {}", model, notice); };
+    options.on_notice = [log](const std::string& model, const std::string& notice) { log->warn("model {}: {}", model, notice); };
     writer_ = std::make_unique<repo::RepositoryWriter>(std::move(options));
   }
   attach_ = std::make_unique<attach::AttachServer>(
@@ -142,10 +142,12 @@ void Daemon::start_model(const ModelConfig& model) {
       try {
         if (const auto unlocked = writer_->hold(model.name); !unlocked.empty()) log->warn("model {}: {}", model.name, unlocked);
       } catch (const modelcast::Error& e) {
-        // A directory no one can make or open (a read-only mount) is no one else's either: the
-        // model is served, and each write's failure reported. Another process's lock is a refusal.
+        // A directory no one can make or open (a read-only mount) is served from; each write
+        // first takes the lock (the mount may turn writable, and another writer lock it first),
+        // and its failure is reported. Another process's lock is a refusal.
         if (e.code() != modelcast::ErrorCode::kResource) throw;
-        log->warn("model {}: {} (versions are served; writes will fail and be reported)", model.name, e.what());
+        log->warn("model {}: {} (versions are served; each write locks the directory first, and fails while it "
+                  "cannot)", model.name, e.what());
       }
     }
     // Recovered before the Consumer starts: its first install would have the writer prune the

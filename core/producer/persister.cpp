@@ -101,7 +101,7 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
     log_->warn("version {} persisted, but older versions past persist.keep stay: {}", s.version, error);
     stats_.update([&](ProducerStats& st) { st.persist_last_error = error; });
   };
-  writer.on_relocked = [this](const std::string&, const std::string& notice) { log_->warn("persist.directory: {}", notice); };
+  writer.on_notice = [this](const std::string&, const std::string& notice) { log_->warn("persist.directory: {}", notice); };
   writer_ = std::make_unique<repository::RepositoryWriter>(std::move(writer));
   try {
     if (const auto unlocked = writer_->hold(model_); !unlocked.empty()) log_->warn("persist.directory: {}", unlocked);

@@ -1,5 +1,7 @@
 #include "core/repository/repository_writer.h"
 
+#include <sys/statvfs.h>
+
 #include "common/library_thread.h"
 #include "modelcast/error.h"
 
@@ -62,12 +64,14 @@ std::string RepositoryWriter::hold(const std::string& model) {
       if (found->second->lost()) notice = relock(found->second);
       unlocked = found->second->unlocked();
     } else {
+      unmade_.insert(model);  // until a lock is made: here, or before a write (check_held)
       auto made = std::make_shared<ModelDirectoryLock>(Repository(options_.root).model_directory(model));
+      unmade_.erase(model);
       unlocked = made->unlocked();
       locks_.emplace(model, std::move(made));
     }
   }
-  if (!notice.empty() && options_.on_relocked) options_.on_relocked(model, notice);
+  if (!notice.empty() && options_.on_notice) options_.on_notice(model, notice);
   return unlocked;
 }
 
@@ -79,10 +83,11 @@ void RepositoryWriter::release(const std::string& model) {
     if (auto found = locks_.find(model); found != locks_.end()) {
       gone = std::move(found->second);
       locks_.erase(found);
-      released_.insert(model);
+    } else if (unmade_.erase(model) == 0) {
+      return;  // not held
     }
+    released_.insert(model);
   }
-  if (!gone) return;
   std::lock_guard lock(mutex_);
   if (auto pending = pending_.find(model); pending != pending_.end()) {
     dropped = std::move(pending->second);
@@ -95,6 +100,18 @@ std::string RepositoryWriter::check_held(const std::string& model) {
   {
     std::lock_guard lock(locking_);
     if (released_.contains(model)) return "model '" + model + "' was released (its owner stopped writing it) before this version was written";
+    // Held while its directory could not be made or opened (a read-only mount): without a lock a
+    // write that now succeeds would share the directory with a writer that locked it since.
+    if (unmade_.contains(model)) {
+      try {
+        auto made = std::make_shared<ModelDirectoryLock>(Repository(options_.root).model_directory(model));
+        locks_.emplace(model, std::move(made));
+        unmade_.erase(model);
+      } catch (const Error& e) {
+        return std::string("the directory of model '") + model + "' has no lock held by this writer: " + e.what();
+      }
+      return {};
+    }
     auto found = locks_.find(model);
     if (found == locks_.end() || !found->second->lost()) return {};
     const std::string directory = found->second->directory();
@@ -105,8 +122,33 @@ std::string RepositoryWriter::check_held(const std::string& model) {
              e.what();
     }
   }
-  if (options_.on_relocked) options_.on_relocked(model, notice);
+  if (options_.on_notice) options_.on_notice(model, notice);
   return {};
+}
+
+std::optional<std::string> RepositoryWriter::make_room(Repository& repository, const VersionSnapshot& snapshot) const {
+  std::uint64_t needed = 0;
+  for (const auto& t : snapshot.tensors) needed += t.bytes;
+  struct statvfs fs{};
+  const std::string directory = repository.model_directory(snapshot.model);
+  if (statvfs(directory.c_str(), &fs) != 0) return std::nullopt;
+  const std::uint64_t available = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
+  // The tensors' bytes and a margin for the headers, metadata.json (each lists every tensor) and
+  // the file system's blocks.
+  const std::uint64_t margin = (std::uint64_t{64} << 10) + 1024 * snapshot.tensors.size();
+  if (available >= needed + margin) return std::nullopt;  // failed for another reason
+  std::vector<StoredVersion> stored;
+  try {
+    stored = repository.list(snapshot.model);
+    if (stored.size() <= 1) return std::nullopt;  // the newest complete version always stays
+    repository.prune(snapshot.model, 1);
+  } catch (const std::exception&) {
+    return std::nullopt;  // the write's own error says what is wrong
+  }
+  return "no room for version " + std::to_string(snapshot.version) + " (" + std::to_string(needed) + " bytes, " +
+         std::to_string(available) + " free): removed the " + std::to_string(stored.size() - 1) +
+         " older stored versions, keeping only the newest (directory " + stored.front().directory + "), and tries it again; " +
+         "keep = " + std::to_string(options_.keep) + " versions of this size do not fit on this file system";
 }
 
 WriterStats RepositoryWriter::stats() const {
@@ -132,10 +174,19 @@ void RepositoryWriter::run() {
     auto start = std::chrono::steady_clock::now();
     std::string directory;
     std::string error = check_held(snapshot->model);
-    try {
-      if (error.empty()) directory = repository.write(*snapshot, stop_write_.get_token());
-    } catch (const std::exception& e) {
-      error = e.what();
+    for (bool retried = false; error.empty();) {
+      try {
+        directory = repository.write(*snapshot, stop_write_.get_token());
+        break;
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      if (retried || stop_write_.stop_requested()) break;
+      const auto notice = make_room(repository, *snapshot);
+      if (!notice) break;
+      if (options_.on_notice) options_.on_notice(snapshot->model, *notice);
+      error.clear();
+      retried = true;
     }
     auto took = std::chrono::steady_clock::now() - start;
     std::string prune_error;

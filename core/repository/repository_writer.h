@@ -8,7 +8,7 @@
 // would write there, each removing the other's unfinished versions).
 //
 // Threads: submit(), offer(), hold(), release() and stats() from any thread; the writer thread
-// owns the Repository and runs the callbacks (on_relocked also runs on hold()'s caller) (keep them short: the next write waits for them). A callback runs after
+// owns the Repository and runs the callbacks (on_notice also runs on hold()'s caller) (keep them short: the next write waits for them). A callback runs after
 // the version's bytes are released (its tensors' data pointers are null) and the writer counts
 // as idle, so offer() accepts the next version while a callback still runs.
 #pragma once
@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stop_token>
 #include <string>
@@ -42,8 +43,9 @@ struct WriterOptions {
   // The version was written (on_written came first), but older ones beyond `keep` could not be
   // removed; they stay until a later prune succeeds. Not a failed write: nothing was lost.
   std::function<void(const VersionSnapshot&, const std::string& error)> on_prune_failed;
-  // A held directory was found removed and locked again (to be logged; the write goes on).
-  std::function<void(const std::string& model, const std::string& notice)> on_relocked;
+  // To be logged; the write goes on: a held directory was found removed and locked again, or
+  // older versions were removed before `keep` says to make room for the newest (make_room).
+  std::function<void(const std::string& model, const std::string& notice)> on_notice;
 };
 
 struct WriterStats {
@@ -76,8 +78,9 @@ class RepositoryWriter {
   // Locks `model`'s directory (creating it) for this writer until release(model) or the writer
   // ends. Returns "" when locked, else why the file system took no lock (writes go on). Throws
   // Error(kState) while another process (or lock) holds it, kResource when it cannot be made or
-  // opened. A model already held is not locked twice, but locked again if its directory was
-  // removed meanwhile (its caller may read and clean the directory next).
+  // opened: then each write of the model first tries to lock it, and fails while it cannot. A
+  // model already held is not locked twice, but locked again if its directory was removed
+  // meanwhile (its caller may read and clean the directory next).
   std::string hold(const std::string& model);
   // Lets the lock go and drops the model's pending version; a version of it already being
   // written is finished, and one taken after this is refused (on_failed) until hold() again.
@@ -86,11 +89,18 @@ class RepositoryWriter {
  private:
   void run();
   // Writer thread: "" when `model` is not held or its lock still holds its directory (taking it
-  // again on a directory made anew), else why the version must not be written (a model
-  // released, or its directory locked by another writer). Takes locking_.
+  // again on a directory made anew, or first on one hold() could not make or open), else why the
+  // version must not be written (a model released, its directory locked by another writer, or
+  // still not lockable). Takes locking_.
   std::string check_held(const std::string& model);
+  // Writer thread, after a write of `snapshot` failed: when the file system lacks room for it
+  // and more than one version of its model is stored, removes all but the newest stored one and
+  // returns the notice (the write is then tried once more); else nullopt. Without it a disk that
+  // holds fewer than `keep` versions stops the repository for good (prune follows a successful
+  // write), and a restart recovers a version long gone by.
+  std::optional<std::string> make_room(Repository& repository, const VersionSnapshot& snapshot) const;
   // Under locking_: locks the directory of `held` (a lost lock, an entry of locks_) anew in its
-  // place; returns the notice for on_relocked. Throws as ModelDirectoryLock's constructor does.
+  // place; returns the notice for on_notice. Throws as ModelDirectoryLock's constructor does.
   std::string relock(std::shared_ptr<ModelDirectoryLock>& held);
 
   const WriterOptions options_;
@@ -108,6 +118,7 @@ class RepositoryWriter {
   std::mutex locking_;
   std::map<std::string, std::shared_ptr<ModelDirectoryLock>> locks_;  // by model; locking_
   std::set<std::string> released_;  // held once, released since, not held again; locking_
+  std::set<std::string> unmade_;  // held, but no lock could be made on its directory yet; locking_
   std::thread thread_;
 };
 

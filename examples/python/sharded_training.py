@@ -46,7 +46,10 @@ def trainer(rank, world, init_file, steps, every, endpoints_out, served):
     rows = torch.chunk(torch.arange(OUT), world)[rank]
     first_row = int(rows[0])
     w = torch.zeros(len(rows), IN)  # this rank's rows of the weight, trained in place
-    common = dict(model_name="sharded-linear", rank=rank, rank_count=world, transfer_chunk_bytes=64 * 1024)
+    # One run id per launch, the same on every rank (under Slurm: f"{SLURM_JOB_ID}.{SLURM_RESTART_COUNT}"):
+    # consumers never put two runs' pieces together.
+    common = dict(model_name="sharded-linear", rank=rank, rank_count=world, transfer_chunk_bytes=64 * 1024,
+                  run_id=os.path.basename(init_file))
     producer = None
     if rank != 0:
         producer = modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", **common)

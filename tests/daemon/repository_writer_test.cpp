@@ -398,7 +398,7 @@ TEST(RepositoryWriter, StoppingAWriterThatFinishesCompletesTheWriteInProgress) {
   EXPECT_EQ(results, std::vector<std::string>{"written"});
 }
 
-// What a writer's callbacks said, in order ("written 2", "failed 1: why", "relocked: notice"),
+// What a writer's callbacks said, in order ("written 2", "failed 1: why", "notice m: what"),
 // waited for from the test's thread.
 struct WriterEvents {
   void add(std::string event) {
@@ -421,7 +421,7 @@ struct WriterEvents {
     o.on_failed = [this](const repo::VersionSnapshot& s, const std::string& why) {
       add("failed " + std::to_string(s.version) + ": " + why);
     };
-    o.on_relocked = [this](const std::string& model, const std::string& notice) { add("relocked " + model + ": " + notice); };
+    o.on_notice = [this](const std::string& model, const std::string& notice) { add("notice " + model + ": " + notice); };
     return o;
   }
   std::mutex mutex;
@@ -521,7 +521,7 @@ TEST_F(HeldModelWriter, ADirectoryRemovedWhileHeldIsLockedAgainBeforeTheNextWrit
   writer.submit(snapshot(2));
   const auto seen = events.wait_for(3);
   ASSERT_EQ(seen.size(), 3u);
-  EXPECT_EQ(seen[1], "relocked m: model directory '" + dir / "repo/m" +
+  EXPECT_EQ(seen[1], "notice m: model directory '" + dir / "repo/m" +
                          "' was removed while this writer held it; locked again as it was made anew");
   EXPECT_EQ(seen[2], "written 2");
   EXPECT_TRUE(locked_by_another(dir / "repo/m"));
@@ -545,7 +545,7 @@ TEST_F(HeldModelWriter, ADirectoryRemovedAndLockedByAnotherWriterIsNotWrittenTo)
   writer.submit(snapshot(2));
   seen = events.wait_for(3);
   ASSERT_EQ(seen.size(), 3u);
-  EXPECT_EQ(seen[1].rfind("relocked m: ", 0), 0u) << seen[1];
+  EXPECT_EQ(seen[1].rfind("notice m: ", 0), 0u) << seen[1];
   EXPECT_EQ(seen[2], "written 2");
   EXPECT_TRUE(locked_by_another(dir / "repo/m"));
 }
@@ -564,8 +564,77 @@ TEST_F(HeldModelWriter, HoldingAgainADirectoryRemovedMeanwhileLocksTheNewOneOrIs
   EXPECT_EQ(writer.hold("m"), "");
   const auto seen = events.wait_for(1);
   ASSERT_EQ(seen.size(), 1u);
-  EXPECT_EQ(seen[0].rfind("relocked m: ", 0), 0u) << seen[0];
+  EXPECT_EQ(seen[0].rfind("notice m: ", 0), 0u) << seen[0];
   EXPECT_TRUE(locked_by_another(dir / "repo/m"));
+}
+
+// A model held while its directory could not be made (a read-only mount; here a file in its
+// place) had no lock, and a write that later succeeded went in unlocked: a second daemon locked
+// the directory meanwhile, and both wrote and pruned it. Each write takes the lock first now.
+TEST(RepositoryWriter, AModelHeldWhileItsDirectoryCouldNotBeMadeIsLockedBeforeItIsWritten) {
+  ScratchDir dir;
+  WriterEvents events;
+  std::filesystem::create_directories(dir / "repo");
+  std::ofstream(dir / "repo/m") << "in the way";
+  repo::RepositoryWriter writer(events.options(dir / "repo"));
+  try {
+    writer.hold("m");
+    ADD_FAILURE() << "held a model whose directory is a file";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kResource) << e.what();
+  }
+  std::filesystem::remove(dir / "repo/m");
+  auto other = std::make_unique<repo::ModelDirectoryLock>(dir / "repo/m");  // a second writer, since
+  writer.submit(snapshot(1));
+  auto seen = events.wait_for(1);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].rfind("failed 1: the directory of model 'm' has no lock held by this writer: ", 0), 0u) << seen[0];
+  EXPECT_NE(seen[0].find("is in use by another writer"), std::string::npos) << seen[0];
+  EXPECT_TRUE(std::filesystem::is_empty(dir / "repo/m")) << "written into another writer's directory";
+
+  other.reset();
+  writer.submit(snapshot(2));
+  seen = events.wait_for(2);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], "written 2");
+  EXPECT_TRUE(locked_by_another(dir / "repo/m")) << "written without taking the lock";
+}
+
+// A file system with room for fewer versions than `keep`: older versions were removed only after
+// a successful write, so once full every write failed, the repository stayed on an old version
+// for good, and a restarted daemon served that. The writer makes room from the older versions
+// (never the newest) and writes again, saying so.
+TEST(RepositoryWriter, AFileSystemTooSmallForKeepVersionsStillTakesTheNewestOne) {
+  ScratchDir dir;
+  const std::string root = dir / "repo";
+  std::filesystem::create_directories(root);
+  // 4 KiB versions (a page of tensor bytes, a page of header, a page of metadata.json) on 7
+  // pages: two fit, a third does not.
+  if (geteuid() != 0 || mount("tmpfs", root.c_str(), "tmpfs", 0, "size=28k") != 0) {
+    GTEST_SKIP() << "cannot mount a small file system here (needs root)";
+  }
+  const Unpinned unmount{root};
+  WriterEvents events;
+  auto options = events.options(root);
+  options.keep = 3;
+  repo::RepositoryWriter writer(options);
+  writer.submit(snapshot(1));
+  ASSERT_EQ(events.wait_for(1).back(), "written 1");
+  writer.submit(snapshot(2));
+  ASSERT_EQ(events.wait_for(2).back(), "written 2");
+  for (std::uint64_t v = 3; v <= 4; ++v) {
+    writer.submit(snapshot(v));
+    const auto seen = events.wait_for(2 * v - 2);
+    ASSERT_EQ(seen.size(), 2 * v - 2);
+    EXPECT_EQ(seen[2 * v - 4].rfind("notice m: no room for version " + std::to_string(v) + " (4096 bytes, ", 0), 0u)
+        << seen[2 * v - 4];
+    EXPECT_NE(seen[2 * v - 4].find("keep = 3 versions of this size do not fit"), std::string::npos) << seen[2 * v - 4];
+    EXPECT_EQ(seen[2 * v - 3], "written " + std::to_string(v));
+  }
+  const auto stored = repo::Repository(root).list("m");
+  ASSERT_FALSE(stored.empty());
+  EXPECT_EQ(stored.front().version, 4u) << "the newest version is on disk";
+  EXPECT_EQ(writer.stats().failed, 0u) << writer.stats().last_error;
 }
 
 // A model released (removed from the daemon's configuration) is not written without its lock:
