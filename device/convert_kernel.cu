@@ -103,7 +103,7 @@ int launch_convert(void* dst, Element to, const void* src, Element from, std::si
 int launch_block_amax(const void* src, Element from, std::size_t count, std::size_t per, std::uint32_t* amax_bits,
                       CUstream_st* stream) {
   if (count == 0) return static_cast<int>(cudaSuccess);
-  const std::size_t blocks = (count + per - 1) / per;
+  const std::size_t blocks = count / per + (count % per != 0);
   const std::size_t span = per < count ? per : count;  // elements of the largest scale block
   const std::size_t chunks = (span + kChunk - 1) / kChunk;
   if (blocks > 65535 * 65535ull || chunks > 0x7fffffffull) return static_cast<int>(cudaErrorInvalidConfiguration);

@@ -251,7 +251,7 @@ class CudaRuntime final : public DeviceRuntime {
     CudaDeviceScope scope(stream_device(stream));
     const auto s = static_cast<cudaStream_t>(stream);
     const std::size_t per = block == 0 ? std::max<std::size_t>(count, 1) : block;
-    const std::size_t blocks = count == 0 ? 1 : (count + per - 1) / per;
+    const std::size_t blocks = count == 0 ? 1 : count / per + (count % per != 0);
     std::vector<float> scales(blocks, 1.0f);
     if (count == 0) return scales;
     // Scratch on the stream's pool: the amaxes' bits, then the scales.

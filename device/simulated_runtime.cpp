@@ -441,7 +441,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     check_on_device("quantization destination", destination, count);
     check_on_device("quantization source", source, count * dtype_size(from));
     const std::size_t per = block == 0 ? std::max<std::size_t>(count, 1) : block;
-    std::vector<float> scales(count == 0 ? 1 : (count + per - 1) / per, 1.0f);
+    std::vector<float> scales(count == 0 ? 1 : count / per + (count % per != 0), 1.0f);
     SimEvent done(stream ? static_cast<SimStream*>(stream)->device() : 0);
     const std::uint64_t generation = done.arm();
     submit(stream, [&, generation] {

@@ -157,6 +157,9 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
 
 void mc_consumer_destroy(mc_consumer_t* consumer) {
   try {
+    // A callback still running may wait on this consumer: the destructor ends such waits, which
+    // must then say so, not time out.
+    if (consumer != nullptr) consumer->waits_cancelled = true;
     delete consumer;
   } catch (...) {
   }
@@ -181,7 +184,10 @@ mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t v
     auto timeout = timeout_of(timeout_ms, "timeout_ms");
     auto view = consumer->consumer->wait_for_version(version, timeout);
     if (!view) {
-      if (consumer->waits_cancelled) throw CError{MC_ERR_STATE, "waits on this consumer were cancelled"};
+      if (consumer->waits_cancelled) {
+        throw CError{MC_ERR_STATE, "waits on this consumer were cancelled (mc_consumer_cancel_waits, or "
+                                   "mc_consumer_destroy under way)"};
+      }
       // The consumer's last error goes with the timeout: a C or Fortran caller that only checks
       // statuses would otherwise see "did not arrive" where the cause is a refused join.
       const auto stats = consumer->consumer->stats();

@@ -110,7 +110,7 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
       o.max_consumers = options->max_consumers;
     }
     if (has_field(*options, options->persist_keep)) {
-      if (options->persist_directory != nullptr) o.persist.directory = options->persist_directory;
+      optional_text(options->persist_directory, "options.persist_directory", o.persist.directory);
       o.persist.every = options->persist_every;
       o.persist.keep = options->persist_keep;
     }
@@ -137,6 +137,8 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
 
 void mc_producer_destroy(mc_producer_t* producer) {
   try {
+    // As mc_consumer_destroy: a wait its destructor ends says so.
+    if (producer != nullptr) producer->waits_cancelled = true;
     delete producer;
   } catch (...) {
     // Destructors do not throw; nothing may cross the ABI regardless.
@@ -248,7 +250,10 @@ mc_status mc_producer_wait_for_consumers(const mc_producer_t* producer, size_t c
     require(producer, "producer");
     auto timeout = timeout_of(timeout_ms, "timeout_ms");
     if (!producer->producer->wait_for_consumers(count, timeout)) {
-      if (producer->waits_cancelled) throw CError{MC_ERR_STATE, "waits on this producer were cancelled"};
+      if (producer->waits_cancelled) {
+        throw CError{MC_ERR_STATE, "waits on this producer were cancelled (mc_producer_cancel_waits, or "
+                                   "mc_producer_destroy under way)"};
+      }
       throw CError{MC_ERR_TIMEOUT, std::to_string(count) + " consumer(s) did not join within " +
                                        std::to_string(timeout_ms) + " ms"};
     }

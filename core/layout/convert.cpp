@@ -270,7 +270,7 @@ std::vector<float> quantize_fp8_per_block(Format from, const void* src, std::uin
   require_ieee(from, "quantize_fp8_per_block");
   if (block == 0) invalid("quantize_fp8_per_block: block of 0 elements");
   std::vector<float> scales;
-  scales.reserve((count + block - 1) / block);
+  scales.reserve(count / block + (count % block != 0));
   const std::size_t size = format_size(from);
   for (std::size_t start = 0; start < count; start += block) {
     const std::size_t n = std::min(block, count - start);
@@ -292,7 +292,7 @@ void dequantize_fp8_per_block(const std::uint8_t* src, Format to, void* dst, std
                               std::span<const float> scales, std::size_t block) {
   require_ieee(to, "dequantize_fp8_per_block");
   if (block == 0) invalid("dequantize_fp8_per_block: block of 0 elements");
-  const std::size_t blocks = (count + block - 1) / block;
+  const std::size_t blocks = count / block + (count % block != 0);  // count + block - 1 may wrap
   if (scales.size() < blocks) {
     invalid("dequantize_fp8_per_block: " + std::to_string(scales.size()) + " scales for " + std::to_string(blocks) +
             " blocks");

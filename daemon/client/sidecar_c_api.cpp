@@ -136,6 +136,11 @@ mc_status mcs_view_tensor_at(const mcs_view_t* view, size_t index, mc_tensor_inf
 
 mc_status mcs_view_tensor_scales(const mcs_view_t* view, size_t index, const float** scales, size_t* count,
                                  size_t* scale_block) {
+  // Cleared on failure too, as mc_view_tensor_scales does: a caller that misses the status reads
+  // no stale pointer.
+  if (scales != nullptr) *scales = nullptr;
+  if (count != nullptr) *count = 0;
+  if (scale_block != nullptr) *scale_block = 0;
   return guarded("mcs_view_tensor_scales", [&] {
     if (view == nullptr || scales == nullptr || count == nullptr || scale_block == nullptr ||
         index >= view->tensors.size()) {
@@ -152,6 +157,9 @@ mc_status mcs_view_tensor_scales(const mcs_view_t* view, size_t index, const flo
 
 mc_status mcs_view_tensor_box(const mcs_view_t* view, size_t index, const int64_t** offset, const int64_t** whole_shape,
                               size_t* ndim) {
+  if (offset != nullptr) *offset = nullptr;
+  if (whole_shape != nullptr) *whole_shape = nullptr;
+  if (ndim != nullptr) *ndim = 0;
   return guarded("mcs_view_tensor_box", [&] {
     if (view == nullptr || offset == nullptr || whole_shape == nullptr || ndim == nullptr ||
         index >= view->tensors.size()) {

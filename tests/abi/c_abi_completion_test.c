@@ -194,6 +194,65 @@ static void test_callbacks(void) {
   mc_producer_destroy(producer);
 }
 
+/* ---- a wait in a callback while the consumer is destroyed ------------------------------ */
+/* The callback waits for a version that never comes: answered at once with MC_ERR_STATE ("would
+ * block") until mc_consumer_destroy ends every wait; from then on the wait returns at once and
+ * said MC_ERR_TIMEOUT ("did not arrive within 1000 ms", after none) instead of why. */
+typedef struct {
+  event_t started;
+  mc_consumer_t* consumer;
+  mc_status status;
+  char text[512];
+} closing_wait_t;
+
+static void wait_while_closed(const mc_view_t* view, void* user_data) {
+  closing_wait_t* w = (closing_wait_t*)user_data;
+  (void)view;
+  pthread_mutex_lock(&w->started.mutex);
+  const int first = ++w->started.count == 1;
+  mc_consumer_t* consumer = w->consumer;
+  pthread_cond_broadcast(&w->started.cond);
+  pthread_mutex_unlock(&w->started.mutex);
+  if (!first) return;
+  for (;;) {
+    mc_view_t* none = NULL;
+    const mc_status s = mc_consumer_wait_for_version(consumer, 1000000, 1000, &none);
+    mc_view_release(none);
+    if (s == MC_ERR_STATE && strstr(mc_last_error(), "would block") != NULL) continue; /* not closing yet */
+    w->status = s;
+    snprintf(w->text, sizeof w->text, "%s", mc_last_error());
+    return;
+  }
+}
+
+static void test_wait_in_a_callback_while_destroyed(void) {
+  static float w[4];
+  const int64_t shape[1] = {4};
+  mc_producer_t* producer = make_producer("closing");
+  CHECK(mc_producer_register_tensor(producer, "w", MC_DTYPE_F32, 1, shape, w) == MC_OK);
+  static closing_wait_t waiting;
+  event_init(&waiting.started);
+  mc_consumer_options options;
+  mc_consumer_options_init(&options);
+  options.model_name = "closing";
+  options.producer_endpoint = mc_producer_endpoint(producer);
+  options.on_update = wait_while_closed;
+  options.callback_user_data = &waiting;
+  mc_consumer_t* consumer = NULL;
+  CHECK(mc_consumer_create(&options, &consumer) == MC_OK);
+  pthread_mutex_lock(&waiting.started.mutex); /* the callback reads it on its own thread */
+  waiting.consumer = consumer;
+  pthread_mutex_unlock(&waiting.started.mutex);
+  CHECK(mc_producer_wait_for_consumers(producer, 1, 30000) == MC_OK);
+  CHECK(mc_producer_publish(producer, 1, NULL, NULL, 0, NULL) == MC_OK);
+  CHECK(event_wait(&waiting.started, 1));
+  mc_consumer_destroy(consumer); /* returns once the callback did */
+  CHECK(waiting.status == MC_ERR_STATE);
+  CHECK(strstr(waiting.text, "mc_consumer_destroy under way") != NULL);
+  if (strstr(waiting.text, "mc_consumer_destroy under way") == NULL) fprintf(stderr, "  the wait said: %s\n", waiting.text);
+  mc_producer_destroy(producer);
+}
+
 /* ---- online scheduler --------------------------------------------------------------- */
 static void test_scheduler(void) {
   mc_scheduler_options options;
@@ -251,6 +310,7 @@ int main(void) {
   test_version();
   test_log_hook();
   test_callbacks();
+  test_wait_in_a_callback_while_destroyed();
   test_scheduler();
   if (failures == 0) printf("ok: C ABI additions behave as documented\n");
   return failures == 0 ? 0 : 1;

@@ -1263,6 +1263,12 @@ TEST(CApi, KeyedProducerAndPinningConsumerExchangeSignedVersions) {
   po.key_file = "";
   EXPECT_EQ(mc_producer_create(&po, &bad), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("options.key_file is \"\" (empty): leave it NULL for none"), std::string::npos) << last_error();
+  // Nor is "" no checkpoints: a producer that persisted nothing, without a word.
+  po.key_file = nullptr;
+  po.persist_directory = "";
+  EXPECT_EQ(mc_producer_create(&po, &bad), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("options.persist_directory is \"\" (empty): leave it NULL for none"), std::string::npos)
+      << last_error();
   co.producer_public_key = "";
   mc_consumer_t* unpinned = nullptr;
   EXPECT_EQ(mc_consumer_create(&co, &unpinned), MC_ERR_INVALID_ARGUMENT);

@@ -122,7 +122,21 @@ TEST_F(DaemonTest, ARankOfATensorParallelServerGetsItsHalfOfATwoRankModelInBf16)
       EXPECT_EQ(offset, nullptr);
     }
   }
+  // A failed call leaves no stale answer behind (as mc_view_tensor_box and _scales).
+  const int64_t stale[2] = {7, 7};
+  offset = whole = stale;
+  ndim = 2;
   EXPECT_EQ(mcs_view_tensor_box(view, mcs_view_tensor_count(view), &offset, &whole, &ndim), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(offset, nullptr);
+  EXPECT_EQ(whole, nullptr);
+  EXPECT_EQ(ndim, 0u);
+  const float stale_scale = 1.0f;
+  const float* scales = &stale_scale;
+  std::size_t count = 1, block = 1;
+  EXPECT_EQ(mcs_view_tensor_scales(view, mcs_view_tensor_count(view), &scales, &count, &block), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(scales, nullptr);
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(block, 0u);
   mcs_view_release(view);
   mcs_client_close(handle);
 }

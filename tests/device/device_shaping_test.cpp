@@ -5,6 +5,8 @@
 // a device producer. On the simulated device in the ordinary suite, on the GPU where there is one.
 #include <gtest/gtest.h>
 
+#include <cstdint>
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -95,8 +97,10 @@ TEST(DeviceShaping, GatherConversionAndFp8OnTheDeviceGiveTheHostsBits) {
       EXPECT_EQ(out.download(out_bytes), expected) << modelcast::dtype_name(from.dtype) << " to "
                                                    << modelcast::dtype_name(to.dtype);
     }
-    // fp8: one scale for all, and per block with a short last block.
-    for (std::size_t block : {std::size_t{0}, std::size_t{64}, std::size_t{999}}) {
+    // fp8: one scale for all, per block with a short last block, and blocks so large that
+    // count + block - 1 wraps (one block: the count of them wrapped to none, and the first scale
+    // was written past an empty array).
+    for (std::size_t block : {std::size_t{0}, std::size_t{64}, std::size_t{999}, SIZE_MAX, SIZE_MAX - kCount + 2}) {
       DeviceBytes out(rt, kCount);
       auto scales = rt.quantize_fp8(out.p, in.p, from.dtype, kCount, block, stream);
       std::vector<std::uint8_t> expected(kCount);

@@ -394,6 +394,17 @@ TEST(Convert, PerBlockScalesEachBlockAndDequantizesWithIt) {
     EXPECT_EQ(back[i], static_cast<float>(static_cast<double>(layout::f8e4m3_to_float(q[i])) * scales[i / 4])) << i;
     EXPECT_NEAR(back[i], x[i], std::fabs(x[i]) / 16) << i;  // 3 mantissa bits: within half an ulp
   }
+  // A block as large as a size can be is one block: counted as count + block - 1 it wrapped to
+  // none, and nothing was written.
+  for (std::size_t block : {SIZE_MAX, SIZE_MAX - x.size() + 2}) {
+    auto one = layout::quantize_fp8_per_block(Format::kF32, x.data(), q.data(), x.size(), block);
+    ASSERT_EQ(one, std::vector<float>{200.0f / 448}) << block;
+    std::vector<float> whole(x.size(), -1.0f);
+    layout::dequantize_fp8_per_block(q.data(), Format::kF32, whole.data(), x.size(), one, block);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(whole[i], static_cast<float>(static_cast<double>(layout::f8e4m3_to_float(q[i])) * one[0])) << i;
+    }
+  }
 }
 
 TEST(Convert, RefusesBadScalesAndBlocks) {
