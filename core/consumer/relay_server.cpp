@@ -8,14 +8,19 @@ namespace modelcast::consumer {
 
 RelayServer::~RelayServer() { clear(); }
 
-protocol::RelayFailed RelayServer::failure(std::uint64_t order_id, const Order& order, std::string why) const {
-  return protocol::RelayFailed{order.incarnation, order_id, std::move(why)};
+protocol::RelayFailed RelayServer::failure(const Order& order, std::string why) const {
+  return protocol::RelayFailed{order.incarnation, order.order_id, std::move(why)};
+}
+
+std::map<std::uint64_t, RelayServer::Order>::iterator RelayServer::find_order(std::uint64_t order_id) {
+  return std::find_if(orders_.begin(), orders_.end(), [&](const auto& entry) { return entry.second.order_id == order_id; });
 }
 
 std::optional<protocol::RelayFailed> RelayServer::accept(const protocol::RelayOrder& order,
                                                          std::shared_ptr<detail::ReceiveBuffer> buffer,
                                                          const Manifest& manifest) {
   Order placed;
+  placed.order_id = order.order_id;
   placed.incarnation = order.incarnation;
   placed.fetch_id = order.fetch_id;
   placed.plan = {manifest.total_bytes, order.block_bytes};
@@ -30,7 +35,9 @@ std::optional<protocol::RelayFailed> RelayServer::accept(const protocol::RelayOr
   for (auto block : order.blocks) {
     if (block >= placed.plan.count()) return refuse("block " + std::to_string(block) + " is beyond the version");
   }
-  if (orders_.count(order.order_id)) return refuse("order " + std::to_string(order.order_id) + " is already served");
+  if (find_order(order.order_id) != orders_.end()) {
+    return refuse("order " + std::to_string(order.order_id) + " is already served");
+  }
   auto& transport = *buffer->transport;
   auto key = std::make_pair(static_cast<const transport::Transport*>(&transport), order.peer_address);
   auto known = peers_.find(key);
@@ -49,7 +56,7 @@ std::optional<protocol::RelayFailed> RelayServer::accept(const protocol::RelayOr
   placed.peer = known->second;
   placed.blocks = order.blocks;
   placed.buffer = std::move(buffer);
-  orders_.emplace(order.order_id, std::move(placed));
+  orders_.emplace(next_serial_++, std::move(placed));
   return std::nullopt;
 }
 
@@ -83,7 +90,7 @@ std::vector<protocol::RelayFailed> RelayServer::pump(const Readiness& ready) {
       order.next++;
     }
     if (!why.empty()) {
-      failed.push_back(failure(it->first, order, why));
+      failed.push_back(failure(order, why));
       auto ended = it++;
       end(ended);
     } else if (order.next == order.blocks.size() && order.pending == 0) {
@@ -98,24 +105,19 @@ std::vector<protocol::RelayFailed> RelayServer::pump(const Readiness& ready) {
 }
 
 std::pair<std::uint64_t, std::optional<protocol::RelayFailed>> RelayServer::on_sent(const RelaySent& sent) {
-  if (auto it = draining_.find(sent.order_id); it != draining_.end()) {
+  if (auto it = draining_.find(sent.serial); it != draining_.end()) {
+    // A send failed after its order was cancelled: the connection may be what failed, as below.
+    if (!sent.ok) forget_peer(it->second);
     if (--it->second.pending == 0) draining_.erase(it);
     return {sent.ok ? sent.bytes : 0, std::nullopt};
   }
-  auto it = orders_.find(sent.order_id);
+  auto it = orders_.find(sent.serial);
   if (it == orders_.end()) return {0, std::nullopt};
   Order& order = it->second;
   order.pending--;
   if (!sent.ok) {
-    auto report = failure(it->first, order, "a send to the receiver failed: " + sent.error);
-    // The connection may be what failed: the next order to that receiver connects afresh.
-    for (auto p = peers_.begin(); p != peers_.end(); ++p) {
-      if (p->second == order.peer && p->first.first == order.buffer->transport.get()) {
-        order.buffer->transport->disconnect(p->second);
-        peers_.erase(p);
-        break;
-      }
-    }
+    auto report = failure(order, "a send to the receiver failed: " + sent.error);
+    forget_peer(order);
     end(it);
     return {0, report};
   }
@@ -123,9 +125,19 @@ std::pair<std::uint64_t, std::optional<protocol::RelayFailed>> RelayServer::on_s
   return {sent.bytes, std::nullopt};
 }
 
+void RelayServer::forget_peer(const Order& order) {
+  for (auto p = peers_.begin(); p != peers_.end(); ++p) {
+    if (p->second == order.peer && p->first.first == order.buffer->transport.get()) {
+      order.buffer->transport->disconnect(p->second);
+      peers_.erase(p);
+      return;
+    }
+  }
+}
+
 protocol::RelayOffer RelayServer::export_buffer(const protocol::RelayOrder& order,
                                                 std::shared_ptr<detail::ReceiveBuffer> buffer, std::uint64_t bytes) {
-  if (exported_.count(order.order_id) || orders_.count(order.order_id)) {
+  if (exported_.count(order.order_id) || find_order(order.order_id) != orders_.end()) {
     throw Error(ErrorCode::kProtocol, "order " + std::to_string(order.order_id) + " is already served");
   }
   if (!buffer->transport || !buffer->region) {
@@ -138,7 +150,7 @@ protocol::RelayOffer RelayServer::export_buffer(const protocol::RelayOrder& orde
 }
 
 std::uint64_t RelayServer::cancel(std::uint64_t order_id, bool delivered) {
-  if (auto it = orders_.find(order_id); it != orders_.end()) end(it);
+  if (auto it = find_order(order_id); it != orders_.end()) end(it);
   auto it = exported_.find(order_id);
   if (it == exported_.end()) return 0;
   const std::uint64_t bytes = delivered ? it->second.bytes : 0;

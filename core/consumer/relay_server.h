@@ -34,7 +34,10 @@
 namespace modelcast::consumer {
 
 struct RelaySent {
-  std::uint64_t order_id = 0;
+  // The order's serial in its RelayServer, not the producer's order id: a producer's ids start
+  // at 1 again with each run, and a send of an earlier run's order may still complete after a
+  // new run's order took its id (a send to a receiver that died on this host may never end).
+  std::uint64_t serial = 0;
   std::uint64_t bytes = 0;
   bool ok = false;
   std::string error;
@@ -86,6 +89,7 @@ class RelayServer {
 
  private:
   struct Order {
+    std::uint64_t order_id = 0;  // the producer's
     std::uint64_t incarnation = 0;
     std::uint64_t fetch_id = 0;
     std::vector<std::uint32_t> blocks;
@@ -97,13 +101,20 @@ class RelayServer {
     std::vector<transport::TransferId> transfers;
     std::chrono::steady_clock::time_point ended{};  // when it moved to draining_
   };
-  protocol::RelayFailed failure(std::uint64_t order_id, const Order& order, std::string why) const;
+  protocol::RelayFailed failure(const Order& order, std::string why) const;
   // Ends an order: cancels its sends and keeps it draining until they complete.
   void end(std::map<std::uint64_t, Order>::iterator it);
+  // A send of `order` failed: the connection may be what failed, so the next order to that
+  // receiver connects afresh (a peer already replaced or cleared is left alone).
+  void forget_peer(const Order& order);
+  // The order of that producer id being served, or orders_.end(). Linear: a consumer serves a
+  // few orders at a time (the producer's relay_fanout).
+  std::map<std::uint64_t, Order>::iterator find_order(std::uint64_t order_id);
 
   SendCompletion on_sent_;
-  std::map<std::uint64_t, Order> orders_;    // by order id
-  std::map<std::uint64_t, Order> draining_;  // ended, sends still completing
+  std::uint64_t next_serial_ = 1;
+  std::map<std::uint64_t, Order> orders_;    // by serial
+  std::map<std::uint64_t, Order> draining_;  // by serial; ended, sends still completing
   struct Exported {
     std::shared_ptr<detail::ReceiveBuffer> buffer;  // pinned: out of reuse while a peer may read it
     std::uint64_t bytes = 0;
