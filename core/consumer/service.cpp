@@ -133,7 +133,21 @@ void ConsumerService::rejoin_afresh(const std::string& why) {
   abandon_fetch(why, true);
   release_landed_host();
   offered_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
+  offered_made_ = Clock::now();
   join();
+}
+
+void ConsumerService::reoffer_after_refusal(protocol::Refusal refusal) {
+  if (refusal != protocol::Refusal::kNoTransport) return;
+  const auto now = Clock::now();
+  if (now - offered_made_ < options_.producer_timeout) return;
+  offered_made_ = now;
+  // Not compared with the old ones: a UCX address names its worker, so fresh ones always differ.
+  auto fresh = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
+  log_->debug("no transport of this consumer's reaches the producer: transports made afresh for the next join");
+  abandon_fetch("transports made afresh", true);
+  release_landed_host();
+  offered_ = std::move(fresh);
 }
 
 void ConsumerService::on_monitor_events() {
@@ -291,6 +305,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   }
   if (!reply.ok) {
     link_.refused();
+    reoffer_after_refusal(reply.refusal);
     return report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));
   }
   auto chosen = offered_->find(reply.transport);

@@ -174,6 +174,12 @@ class ConsumerService {
   void finish_abandoned_receives();
   void on_relay_cancel(const protocol::RelayCancel& cancel);
   void on_relay_sent(const RelaySent& sent);
+  // A join was refused as no transport of this consumer's reaches the producer (kNoTransport:
+  // none in common, or its address unreachable): transports made while a network device had no
+  // carrier (its link down) lack it for good, as UCX leaves such a device out, and every join
+  // would be refused the same way. At most once per producer_timeout, the next join offers
+  // transports made afresh.
+  void reoffer_after_refusal(protocol::Refusal refusal);
   void pump_relays();
   void relay_failed(const protocol::RelayFailed& failed);
   std::shared_ptr<detail::ReceiveBuffer> installed_host_bytes(
@@ -223,8 +229,10 @@ class ConsumerService {
   ConsumerStats stats_;  // guarded by mutex_
 
   ProducerLink link_;        // service thread only after construction
-  // What the next join offers; replaced when the producer is replaced. Service thread only.
+  // What the next join offers; replaced when the producer is replaced, and after joins refused
+  // for want of a transport (reoffer_after_refusal). Service thread only.
   std::unique_ptr<transport::TransportSet> offered_;
+  Clock::time_point offered_made_ = Clock::now();  // when offered_ was made
   VersionStore store_;       // see its header
   std::unique_ptr<DeviceLanding> landing_;  // device consumers only; service thread only
   FetchClient fetch_;        // service thread only

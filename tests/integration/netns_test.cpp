@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "child_process.h"
@@ -55,6 +56,23 @@ class TwoHosts : public ::testing::Test {
       run("ip netns del " + ns_b_);
     }
   }
+  // Key pairs for a producer and a consumer that admit each other, saved in a scratch directory
+  // (the control endpoints are reachable from the other namespace: plaintext is refused there).
+  struct PeerKeys {
+    std::filesystem::path dir;
+    modelcast::KeyPair producer, consumer;
+    ~PeerKeys() { std::filesystem::remove_all(dir); }
+  };
+  static std::unique_ptr<PeerKeys> make_keys() {
+    auto keys = std::make_unique<PeerKeys>();
+    keys->dir = std::filesystem::temp_directory_path() / ("modelcast-netns-keys-" + std::to_string(getpid()));
+    std::filesystem::create_directories(keys->dir);
+    keys->producer = modelcast::generate_key_pair();
+    keys->consumer = modelcast::generate_key_pair();
+    modelcast::save_key_pair(keys->producer, (keys->dir / "producer.key").string(), true);
+    modelcast::save_key_pair(keys->consumer, (keys->dir / "consumer.key").string(), true);
+    return keys;
+  }
   std::string ns_a_, ns_b_, dev_a_, dev_b_;
   bool created_ = false;
 };
@@ -62,15 +80,11 @@ class TwoHosts : public ::testing::Test {
 // Across hosts the control plane is CurveZMQ and versions are signed: each side has a key
 // file, the producer admits the consumer's key and the consumer pins the producer's.
 TEST_F(TwoHosts, VersionsCrossAVethPairBitExact) {
-  auto dir = std::filesystem::temp_directory_path() / ("modelcast-netns-keys-" + std::to_string(getpid()));
-  std::filesystem::create_directories(dir);
-  auto producer_keys = modelcast::generate_key_pair();
-  auto consumer_keys = modelcast::generate_key_pair();
-  modelcast::save_key_pair(producer_keys, (dir / "producer.key").string(), true);
-  modelcast::save_key_pair(consumer_keys, (dir / "consumer.key").string(), true);
+  const auto keys = make_keys();
+  const auto& dir = keys->dir;
   ChildProcess producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
                          "tcp://10.231.0.1:0", "--versions", "4", "--kib", "4096", "--wait-consumers", "1",
-                         "--key-file", (dir / "producer.key").string(), "--allow-key", consumer_keys.public_key},
+                         "--key-file", (dir / "producer.key").string(), "--allow-key", keys->consumer.public_key},
                         {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
   auto ready = producer.wait_for_line("ready ");
   ASSERT_TRUE(ready) << "producer did not start in " << ns_a_;
@@ -78,7 +92,7 @@ TEST_F(TwoHosts, VersionsCrossAVethPairBitExact) {
   ASSERT_EQ(endpoint.rfind("tcp://10.231.0.1:", 0), 0u) << endpoint;
   ChildProcess consumer({"/usr/bin/env", "ip", "netns", "exec", ns_b_, MODELCAST_TEST_PEER, "consumer", "--endpoint",
                          endpoint, "--name", "remote", "--until-version", "4", "--key-file",
-                         (dir / "consumer.key").string(), "--producer-key", producer_keys.public_key},
+                         (dir / "consumer.key").string(), "--producer-key", keys->producer.public_key},
                         {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_b_});
   EXPECT_EQ(consumer.wait(), 0);
   bool got_last = false;
@@ -89,7 +103,39 @@ TEST_F(TwoHosts, VersionsCrossAVethPairBitExact) {
   EXPECT_TRUE(got_last) << "the consumer in the other namespace never installed version 4";
   producer.close_stdin();
   EXPECT_EQ(producer.wait(), 0);
-  std::filesystem::remove_all(dir);
+}
+
+// A consumer started while its host's link was down: UCX leaves a device without carrier out of
+// the transports it makes, so its address had no TCP in it, and once the link came up every join
+// was refused ("cannot reach the consumer's ucx address") for good. A join refused for want of
+// a transport has the consumer make its transports afresh (once per producer_timeout).
+TEST_F(TwoHosts, AConsumerStartedWhileItsLinkWasDownJoinsOnceItComesUp) {
+  const auto keys = make_keys();
+  ChildProcess producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
+                         "tcp://10.231.0.1:0", "--versions", "2", "--kib", "256", "--wait-consumers", "1",
+                         "--key-file", (keys->dir / "producer.key").string(), "--allow-key", keys->consumer.public_key},
+                        {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready) << "producer did not start in " << ns_a_ << ": exit " << producer.wait() << ", " << testing_support::joined_lines(producer);
+  const std::string endpoint = ready->substr(6);
+  ASSERT_EQ(run("ip -n " + ns_b_ + " link set " + dev_b_ + " down"), 0);
+  ChildProcess consumer({"/usr/bin/env", "ip", "netns", "exec", ns_b_, MODELCAST_TEST_PEER, "consumer", "--endpoint",
+                         endpoint, "--name", "late-link", "--until-version", "2", "--key-file",
+                         (keys->dir / "consumer.key").string(), "--producer-key", keys->producer.public_key},
+                        {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_b_});
+  ASSERT_TRUE(consumer.wait_for_line("started")) << "the consumer did not start";
+  ASSERT_EQ(run("ip -n " + ns_b_ + " link set " + dev_b_ + " up"), 0);
+  EXPECT_EQ(consumer.wait(), 0);
+  bool joined = false, got_last = false;
+  for (const auto& line : consumer.lines()) {
+    EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+    if (line == "joined") joined = true;
+    if (line == "installed 2") got_last = true;
+  }
+  EXPECT_TRUE(joined) << "never joined once the link was up";
+  EXPECT_TRUE(got_last) << "never installed version 2";
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
 }
 
 // One host, two containers: the consumer in other PID and IPC namespaces than its producer

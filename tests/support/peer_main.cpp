@@ -105,6 +105,7 @@ int run_consumer(const std::string& endpoint, const std::string& name, std::uint
     say("installed " + std::to_string(view.version()));
   };
   modelcast::Consumer consumer(options);
+  say("started");  // its transports are made
   // "joined" once the producer accepted the join (stats name the transport it chose then).
   for (auto deadline = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < deadline;) {
     if (!consumer.stats().transport.empty()) {
