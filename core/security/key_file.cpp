@@ -115,8 +115,12 @@ void discard(const PreparedKeyFile& prepared) { ::unlink(prepared.temp.c_str());
 PreparedKeyFile prepare_key_file(const std::string& file, const std::string& text, mode_t mode, bool overwrite) {
   if (struct stat existing {}; ::lstat(file.c_str(), &existing) == 0) {
     if (!overwrite) bad_file(file, "exists already");
-    // rename() would fail on a directory only after the other file of the pair was replaced.
+    // rename() would fail on a directory only after the other file of the pair was replaced;
+    // and it would replace a FIFO or a device node (as root, /dev/null) with the key.
     if (S_ISDIR(existing.st_mode)) bad_file(file, "is a directory");
+    if (!S_ISREG(existing.st_mode) && !S_ISLNK(existing.st_mode)) {
+      bad_file(file, "is not a regular file (a device, FIFO or socket is not replaced)");
+    }
   }
   PreparedKeyFile prepared{file, file + ".XXXXXX"};
   const int fd = ::mkstemp(prepared.temp.data());

@@ -197,6 +197,22 @@ TEST(Keys, SavingOverALinkReplacesTheLinkAndLeavesItsTargetAlone) {
   EXPECT_EQ(files, 3u);
 }
 
+// Overwriting replaces regular files (and links) only: a FIFO or a device node at the path was
+// renamed over with the key (as root, `modelcast-keygen --force /dev/null` replaced /dev/null).
+TEST(Keys, SavingNeverReplacesAFifoOrADeviceNode) {
+  TempDir dir;
+  ASSERT_EQ(mkfifo(dir.file("fifo.key").c_str(), 0600), 0);
+  const auto error = error_of([&] { modelcast::save_key_pair(modelcast::generate_key_pair(), dir.file("fifo.key"), true); },
+                              ErrorCode::kInvalidArgument);
+  EXPECT_NE(error.find("fifo.key': is not a regular file"), std::string::npos) << error;
+  struct stat info {};
+  ASSERT_EQ(lstat(dir.file("fifo.key").c_str(), &info), 0);
+  EXPECT_TRUE(S_ISFIFO(info.st_mode)) << "the FIFO was replaced";
+  std::size_t files = 0;  // nor a public file or a temporary one left
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(std::filesystem::path(dir.file("fifo.key")).parent_path())) ++files;
+  EXPECT_EQ(files, 1u);
+}
+
 // A pair is replaced whole or not at all: a public file that cannot be replaced (here a
 // directory at its path) must not cost the secret it belongs to.
 TEST(Keys, APairThatCannotBeWrittenWholeLeavesTheOldPairAsItWas) {
