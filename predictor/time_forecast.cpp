@@ -71,7 +71,20 @@ std::vector<double> forecast_times(std::span<const CurvePoint> observed,
   // Seconds per step over the recent third of the prefix (at least the last gap).
   const std::size_t from = std::min(observed.size() - 2, observed.size() - 1 - std::max<std::size_t>(1, observed.size() / 3));
   double rate = (last.time_s - observed[from].time_s) / static_cast<double>(last.step - observed[from].step);
-  if (!(rate > 0) || !std::isfinite(rate)) rate = 1e-9;
+  if (!(rate > 0) || !std::isfinite(rate)) {
+    // A clock that stood still over the recent third (a pause logged as no time, training time
+    // with its stalls taken back): the whole log's rate, or a second per step if that did not
+    // advance either. A rate of nearly 0 made the forecast hang on the step's unit: the same
+    // log planned nothing counted in steps and 58 publishes counted in tokens.
+    const auto& first = observed.front();
+    rate = (last.time_s - first.time_s) / static_cast<double>(last.step - first.step);
+    if (rate > 0 && std::isfinite(rate)) {
+      note += "training time did not advance over the newest third of the log: its rate over the whole log is used; ";
+    } else {
+      rate = 1.0;
+      note += "training time did not advance over the log: assuming 1 s per step; ";
+    }
+  }
 
   bool used_reference = false;
   if (reference && reference->time_fraction.size() == reference->progress.size() &&

@@ -595,5 +595,29 @@ TEST(Forecast, StepsThatKeepGettingSlowerLengthenThePredictedRun) {
   EXPECT_NEAR(g.time_s.back(), 2.0 + 20.0, 1.0);
 }
 
+// A clock that stood still over the newest third of the log (time stalls taken back, a pause
+// logged as none): the time forecast fell back to 1e-9 s per step, a rate in the steps' unit,
+// so the same log counted in tokens instead of steps was forecast a run 2^36 times longer.
+// The whole log's rate is used, and said; the forecast times do not depend on the step's unit.
+TEST(Forecast, AClockThatStoodStillLatelyIsForecastAtTheWholeLogsRateWhateverTheStepUnit) {
+  std::vector<double> ends;
+  for (std::int64_t unit : {std::int64_t{100}, std::int64_t{1} << 36}) {
+    std::vector<CurvePoint> prefix;
+    for (std::int64_t i = 0; i <= 30; ++i) {
+      prefix.push_back({i * unit, 1.0 + 10.0 * std::pow(static_cast<double>(i * 100 + 10), -0.3),
+                        10.0 * static_cast<double>(std::min<std::int64_t>(i, 20))});
+    }
+    ForecastOptions o;
+    o.total_steps = 90 * unit;
+    const auto f = forecast_curve(prefix, o);
+    expect_finite(f);
+    EXPECT_NE(f.note.find("training time did not advance over the newest third of the log"), std::string::npos) << f.note;
+    ends.push_back(f.time_s.back());
+  }
+  // 200 s over 30 intervals, 60 intervals more: 400 s on.
+  EXPECT_NEAR(ends[0], 200.0 + 60.0 * 200.0 / 30.0, 1.0);
+  EXPECT_NEAR(ends[1], ends[0], 1e-6 * ends[0]);
+}
+
 }  // namespace
 }  // namespace modelcast::predictor

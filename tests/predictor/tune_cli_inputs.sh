@@ -66,6 +66,32 @@ printf 'step,loss,time_s\n0,5,1000\n100,4,990\n200,3.5,980\n300,3.2,970\n' > "$d
 refused "after 3 drop(s) of time_s were taken for timer restarts and bridged; the first: $dir/backwards.csv:3: time_s decreases" \
   "$tune" replay --log "$dir/backwards.csv" --warmup-steps 100 --publish-cost 2 --update-latency 1
 
+# A clock standing still after the warm-up: the window was empty, every schedule scored CIL 0,
+# "no gain achievable", exit 0.
+printf 'step,loss,time_s\n0,5,0\n100,4,10\n200,3.5,20\n300,3.2,20\n400,3,20\n' > "$dir/stopped.csv"
+refused "$dir/stopped.csv: time_s does not advance after the warm-up step (20 s at step 200, 20 s at step 400)" \
+  "$tune" replay --log "$dir/stopped.csv" --warmup-steps 200 --publish-cost 2 --update-latency 1
+
+# A curves file's total_steps beyond its log: replay scored the run as if it ended where the log
+# does (and --total-steps with the same value was refused).
+printf 'run,step,total_steps,val_loss,train_time_s\n' > "$dir/half.csv"
+for s in 0 100 200 300 400 500; do echo "a,$s,1000,$((10 - s / 100)),$s" >> "$dir/half.csv"; done
+refused "the log's total_steps 1000 is beyond the log, which ends at step 500" \
+  "$tune" replay --log "$dir/half.csv" --run a --warmup-steps 200 --publish-cost 2 --update-latency 1
+"$tune" replay --log "$dir/half.csv" --run a --warmup-steps 200 --publish-cost 2 --update-latency 1 --total-steps 500 \
+  > /dev/null 2>"$dir/err" || fail "--total-steps at the log's end refused"
+
+# A --reference whose clock went back was bridged without a word (--log's says so).
+printf 'step,loss,time_s\n0,5,10\n1000,4,5\n2000,3,20\n4000,2,30\n' > "$dir/ref_back.csv"
+"$tune" plan --log "$log" --warmup-steps 200 --total-steps 1000 --publish-cost 2 --update-latency 1 \
+  --reference "$dir/ref_back.csv" > /dev/null 2>"$dir/err" || fail "plan with a bridged reference refused"
+grep -q "warning: --reference $dir/ref_back.csv: $dir/ref_back.csv:3: time_s decreases" "$dir/err" ||
+  fail "the reference's bridged time not said"
+
+# A publish cost whose slowdown overflows: JSON has no infinity, and "slowdown_s" came out null.
+refused "--publish-cost 1e+308 s times a schedule's publishes overflows a double" "$tune" plan --log "$log" \
+  --warmup-steps 200 --total-steps 1000 --publish-cost 1e308 --update-latency 1 --json
+
 # One exit status per outcome: 2 for every usage error (CLI11's own codes were 104 to 114, one
 # per kind of error), 1 for input the command cannot use, 0 for --help.
 status_is() {

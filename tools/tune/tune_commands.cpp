@@ -101,7 +101,7 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
   return log;
 }
 
-mp::ReferenceCurve load_reference(const std::string& path) {
+mp::ReferenceCurve load_reference(const std::string& path, std::vector<std::string>& warnings) {
   // --run picks a run of --log, not of the reference; the reader's own message would point there.
   if (std::ifstream probe(path); probe) {
     const auto first = mp::read_first_record(probe, path);
@@ -121,6 +121,8 @@ mp::ReferenceCurve load_reference(const std::string& path) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                            path + ": its steps end at " + std::to_string(log.points.back().step) +
                                "; a --reference run's progress is step / last step, so its last step must be > 0");
+  // Bridged timer restarts change the reference's time axis, and so the plan: said as --log's are.
+  for (const auto& w : log.warnings) warnings.push_back("--reference " + path + ": " + w);
   mp::ReferenceCurve ref;
   const double last_step = static_cast<double>(log.points.back().step);
   const double last_time = log.points.back().time_s;
@@ -220,22 +222,36 @@ Json cil_window_json(const mp::Trajectory& scored, std::size_t w, const mp::Publ
 }
 
 void check_total_within_log(const CommonArgs& a, const mp::LossLog& log, std::size_t warmup_index) {
-  if (a.total_steps && *a.total_steps < log.points.back().step) {
+  // The run's end: the option, else a curves file's total_steps (ignored, a run logged to half
+  // its length was scored as if it ended there, and its every-E baseline as if it did not).
+  const auto total = a.total_steps ? a.total_steps : log.total_steps;
+  const std::string named = a.total_steps ? "--total-steps " + std::to_string(*total)
+                                          : total ? "the log's total_steps " + std::to_string(*total) : "";
+  const std::string instead = a.total_steps ? "leave --total-steps out" : "give --total-steps " + std::to_string(log.points.back().step) +
+                                                                              " to score the log as it is";
+  if (total && *total < log.points.back().step) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           "--total-steps " + std::to_string(*a.total_steps) + " ends before the log, which ends at step " +
-                               std::to_string(log.points.back().step) +
-                               ": CIL here is measured on the logged curve to its end (leave --total-steps out, or cut "
-                               "the log at the run's end)");
+                           named + " ends before the log, which ends at step " + std::to_string(log.points.back().step) +
+                               ": CIL here is measured on the logged curve to its end (" + instead +
+                               ", or cut the log at the run's end)");
   }
-  if (a.total_steps && *a.total_steps > log.points.back().step) {
+  if (total && *total > log.points.back().step) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           "--total-steps " + std::to_string(*a.total_steps) + " is beyond the log, which ends at step " +
-                               std::to_string(log.points.back().step) +
+                           named + " is beyond the log, which ends at step " + std::to_string(log.points.back().step) +
                                ": CIL here is measured on the logged curve, from the warm-up to the end of the run, "
-                               "so the log must reach the run's end (or leave --total-steps out)");
+                               "so the log must reach the run's end (or " + instead + ")");
   }
   // Past the log, the last logged loss would be scored as served for the rest of the window.
   const double from = log.points[warmup_index].time_s, to = log.points.back().time_s;
+  // A clock that stops at the warm-up leaves an empty window: every schedule scored CIL 0, "no
+  // gain achievable" (an explicit --window 0 is refused).
+  if (!(to > from)) {
+    std::ostringstream why;
+    why << a.log_path << ": time_s does not advance after the warm-up step (" << from << " s at step "
+        << log.points[warmup_index].step << ", " << to << " s at step " << log.points.back().step
+        << "): CIL is measured over the training time after the warm-up";
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
+  }
   if (std::isfinite(a.window_s) && from + a.window_s > to) {
     std::ostringstream why;
     why << "--window " << a.window_s << " s ends at t = " << from + a.window_s << " s, after the log's last point (t = "
@@ -263,14 +279,23 @@ Json regret_pct_json(double cil, double best, double none) {
   return Json(pct < 0 && pct > -1e-6 ? 0.0 : pct);
 }
 
+// The optimum in hindsight, its CIL summed as every other schedule's is (evaluate_cil): the
+// planner's own sum rounds otherwise, and the optimum itself came out below it (-1.2e-6 %).
+mp::ScheduleResult optimum_of(const mp::Trajectory& truth, std::size_t w, const mp::PublishCosts& costs) {
+  auto best = mp::plan_optimal(truth, w, costs);
+  best.cil = mp::evaluate_cil(truth, w, costs, best.publish_steps);
+  return best;
+}
+
 Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double stall_s) {
   return Json{{"publish_steps", steps}, {"predicted_cil", cil}, {"slowdown_s", stall_s * static_cast<double>(steps.size())}};
 }
 
-mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_steps) {
+// `warnings` gets what reading the files said (a --reference whose time_s was bridged).
+mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_steps, std::vector<std::string>& warnings) {
   mp::ForecastOptions fo;
   fo.total_steps = total_steps;
-  if (!a.reference_path.empty()) fo.reference = load_reference(a.reference_path);
+  if (!a.reference_path.empty()) fo.reference = load_reference(a.reference_path, warnings);
   if (!a.lr_schedule_path.empty()) fo.lr_schedule = load_lr_schedule(a.lr_schedule_path);
   if (!std::isnan(a.anneal_drop)) {
     if (a.lr_schedule_path.empty())
@@ -321,6 +346,18 @@ Json baselines_json(const mp::Trajectory& truth_or_forecast, std::size_t w, cons
 // overflows a double; every schedule then scores inf and every regret NaN, which would read as a
 // result. Refused instead, naming the rate: the schedules do not depend on it, only the CIL's scale.
 void require_finite_cils(const Json& r, const CommonArgs& a) {
+  // JSON has no infinity (nlohmann writes null): --publish-cost times the publishes overflowed.
+  std::vector<const Json*> slowdowns;
+  if (r.contains("slowdown_s")) slowdowns.push_back(&r.at("slowdown_s"));
+  if (r.contains("optimal")) slowdowns.push_back(&r.at("optimal").at("slowdown_s"));
+  for (const auto& b : r.at("baselines")) slowdowns.push_back(&b.at("slowdown_s"));
+  for (const Json* s : slowdowns) {
+    if (s->is_number() && std::isfinite(s->get<double>())) continue;
+    std::ostringstream why;
+    why << "--publish-cost " << a.publish_cost_s << " s times a schedule's publishes overflows a double: give a "
+        << "publish cost in seconds of training";
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
+  }
   std::vector<const Json*> cils = {&r.at("predicted_cil")};
   if (r.contains("expected_cil")) cils.push_back(&r.at("expected_cil"));
   if (r.contains("no_publish_cil")) cils.push_back(&r.at("no_publish_cil"));
@@ -384,7 +421,8 @@ Json run_plan(const CommonArgs& a) {
                                give + ", or replay or evaluate a finished run)");
   }
   const auto costs = costs_of(a);
-  const auto fo = forecast_options(a, total);
+  std::vector<std::string> warnings = log.warnings;
+  const auto fo = forecast_options(a, total, warnings);
   // The library's plan from a prefix, which Python's modelcast.predictor.plan calls too.
   const auto planned_prefix = mp::plan_prefix(prefix, fo, costs);
   const auto& point_forecast = planned_prefix.point_forecast;
@@ -398,7 +436,7 @@ Json run_plan(const CommonArgs& a) {
 
   Json r;
   r["command"] = "plan";
-  if (!log.warnings.empty()) r["warnings"] = log.warnings;
+  if (!warnings.empty()) r["warnings"] = warnings;
   warn_if_schedule_unused(r, a, point_forecast.note);
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
@@ -466,7 +504,8 @@ Json run_replay(const CommonArgs& a) {
   const std::int64_t total = log.points.back().step;
   const auto costs = costs_of(a);
   mp::OnlineOptions oo;
-  oo.forecast = forecast_options(a, total);
+  std::vector<std::string> warnings = log.warnings;
+  oo.forecast = forecast_options(a, total, warnings);
   oo.costs = costs;
   oo.warmup_step = log.points[w].step;
   mp::OnlineScheduler scheduler(oo);
@@ -483,14 +522,14 @@ Json run_replay(const CommonArgs& a) {
   const auto truth = mp::trajectory_of(log.points);
   const auto& steps = scheduler.published_steps();
   const double cil = mp::evaluate_cil(truth, w, costs, steps);
-  const auto best = mp::plan_optimal(truth, w, costs);
+  const auto best = optimum_of(truth, w, costs);
   const double none = mp::evaluate_cil(truth, w, costs, {});
   const std::vector<mp::CurvePoint> prefix(log.points.begin(), log.points.begin() + static_cast<std::ptrdiff_t>(w + 1));
   const auto viper_curve = mp::extend_with_forecast(prefix, mp::forecast_viper(prefix, oo.forecast));
 
   Json r;
   r["command"] = "replay";
-  if (!log.warnings.empty()) r["warnings"] = log.warnings;
+  if (!warnings.empty()) r["warnings"] = warnings;
   warn_if_schedule_unused(r, a, scheduler.last_forecast().note);
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
@@ -531,7 +570,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
   const double cil = mp::evaluate_cil(truth, w, costs, publish_steps);
-  const auto best = mp::plan_optimal(truth, w, costs);
+  const auto best = optimum_of(truth, w, costs);
   const double none = mp::evaluate_cil(truth, w, costs, {});
   const std::int64_t total = a.total_steps.value_or(log.total_steps.value_or(log.points.back().step));
   Json r;
