@@ -3,6 +3,8 @@
 // Internal to the C ABI's sources (core/c_api/*.cpp).
 #pragma once
 
+#include <cxxabi.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -70,10 +72,15 @@ const std::string& last_error() noexcept;
 void set_last_error(const char* text) noexcept;
 
 // Runs `body` and converts every exception into a status; `body` returns MC_OK or throws.
+// The one exception let through is a thread's forced unwind (pthread_cancel or pthread_exit in
+// a blocking call, a wait for a version say): caught, the runtime aborts the process, and the
+// function is not noexcept so that it may leave through the caller's frames.
 template <typename Body>
-mc_status guarded(const char* function, Body&& body) noexcept {
+mc_status guarded(const char* function, Body&& body) {
   try {
     return body();
+  } catch (abi::__forced_unwind&) {
+    throw;
   } catch (const CError& e) {
     return fail(function, e.status, e.message);
   } catch (const modelcast::Error& e) {

@@ -2,6 +2,8 @@
 // at this boundary (the same codes as modelcast.h), the message in a per-thread last error.
 #include "modelcast/sidecar_c.h"
 
+#include <cxxabi.h>
+
 #include <cstring>
 #include <string>
 #include <vector>
@@ -31,10 +33,13 @@ mc_status fail(const char* function, mc_status status, const std::string& messag
   return status;
 }
 
+// As the C ABI's guarded (core/c_api/c_boundary.h): a thread's forced unwind goes through.
 template <typename Body>
-mc_status guarded(const char* function, Body&& body) noexcept {
+mc_status guarded(const char* function, Body&& body) {
   try {
     return body();
+  } catch (abi::__forced_unwind&) {
+    throw;
   } catch (const modelcast::Error& e) {
     return fail(function, static_cast<mc_status>(e.code()), e.what());
   } catch (const std::bad_alloc&) {

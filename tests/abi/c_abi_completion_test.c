@@ -253,6 +253,56 @@ static void test_wait_in_a_callback_while_destroyed(void) {
   mc_producer_destroy(producer);
 }
 
+/* ---- a thread cancelled in a wait ----------------------------------------------------- */
+/* pthread_cancel of a thread blocked in mc_consumer_wait_for_version: the forced unwind met the
+ * ABI's exception boundary, which swallowed it, and the runtime aborted the process ("exception
+ * not rethrown"). It now ends the thread, and the consumer goes on. */
+typedef struct {
+  mc_consumer_t* consumer;
+  event_t entered;
+} cancelled_wait_t;
+
+static void* wait_until_cancelled(void* arg) {
+  cancelled_wait_t* w = (cancelled_wait_t*)arg;
+  pthread_mutex_lock(&w->entered.mutex);
+  ++w->entered.count;
+  pthread_cond_broadcast(&w->entered.cond);
+  pthread_mutex_unlock(&w->entered.mutex);
+  mc_view_t* view = NULL;
+  mc_consumer_wait_for_version(w->consumer, 1000000, 600000, &view); /* cancelled in here */
+  mc_view_release(view);
+  return NULL;
+}
+
+static void test_a_thread_cancelled_in_a_wait(void) {
+  static float w[4];
+  const int64_t shape[1] = {4};
+  mc_producer_t* producer = make_producer("cancelled");
+  CHECK(mc_producer_register_tensor(producer, "w", MC_DTYPE_F32, 1, shape, w) == MC_OK);
+  mc_consumer_options options;
+  mc_consumer_options_init(&options);
+  options.model_name = "cancelled";
+  options.producer_endpoint = mc_producer_endpoint(producer);
+  static cancelled_wait_t waiting;
+  event_init(&waiting.entered);
+  CHECK(mc_consumer_create(&options, &waiting.consumer) == MC_OK);
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, wait_until_cancelled, &waiting) == 0);
+  CHECK(event_wait(&waiting.entered, 1));
+  CHECK(pthread_cancel(thread) == 0);
+  void* result = NULL;
+  CHECK(pthread_join(thread, &result) == 0);
+  CHECK(result == PTHREAD_CANCELED);
+  /* The consumer is whole: versions arrive, and waits work. */
+  CHECK(mc_producer_wait_for_consumers(producer, 1, 30000) == MC_OK);
+  CHECK(mc_producer_publish(producer, 1, NULL, NULL, 0, NULL) == MC_OK);
+  mc_view_t* view = NULL;
+  CHECK(mc_consumer_wait_for_version(waiting.consumer, 1, 30000, &view) == MC_OK);
+  mc_view_release(view);
+  mc_consumer_destroy(waiting.consumer);
+  mc_producer_destroy(producer);
+}
+
 /* ---- online scheduler --------------------------------------------------------------- */
 static void test_scheduler(void) {
   mc_scheduler_options options;
@@ -311,6 +361,7 @@ int main(void) {
   test_log_hook();
   test_callbacks();
   test_wait_in_a_callback_while_destroyed();
+  test_a_thread_cancelled_in_a_wait();
   test_scheduler();
   if (failures == 0) printf("ok: C ABI additions behave as documented\n");
   return failures == 0 ? 0 : 1;
