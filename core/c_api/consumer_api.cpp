@@ -73,10 +73,19 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
     }
     if (options->expected_layout_count > 0) {
       require(options->expected_layout, "options.expected_layout");
+      // Elements lie struct_size apart, the caller's: a caller built against a header whose
+      // mc_tensor_desc has grown (or shrunk) lays its array out so, and sizeof here would read
+      // every element after the first at the wrong place.
+      const std::size_t stride = options->expected_layout[0].struct_size;
+      const auto* base = reinterpret_cast<const unsigned char*>(options->expected_layout);
       for (std::size_t i = 0; i < options->expected_layout_count; ++i) {
-        const mc_tensor_desc& d = options->expected_layout[i];
+        const auto& d = *reinterpret_cast<const mc_tensor_desc*>(base + i * stride);
         if (d.struct_size < kTensorDescV1) {
           invalid("options.expected_layout[" + std::to_string(i) + "].struct_size is not set: call mc_tensor_desc_init");
+        }
+        if (d.struct_size != stride) {
+          invalid("options.expected_layout[" + std::to_string(i) + "].struct_size is " + std::to_string(d.struct_size) +
+                  ", element 0's " + std::to_string(stride) + ": every element comes from one header's mc_tensor_desc");
         }
         o.expected_layout.push_back(tensor_ref(d.name, raw(d.dtype), d.ndim, d.shape, nullptr, raw(d.memory), d.device).spec);
       }

@@ -308,7 +308,9 @@ typedef struct mc_consumer_options {
   const size_t* caller_buffer_sizes;
   size_t caller_buffer_count;
   /* If count > 0, every version must have exactly these tensors (name, dtype, shape; `data`
-   * ignored); another layout is rejected (MC_ERR_LAYOUT_MISMATCH in the consumer's stats). */
+   * ignored); another layout is rejected (MC_ERR_LAYOUT_MISMATCH in the consumer's stats).
+   * Each element from mc_tensor_desc_init: the library steps through the array by their
+   * struct_size, so an array built against another release's header is read right. */
   const mc_tensor_desc* expected_layout;
   size_t expected_layout_count;
   int64_t producer_timeout_ms;   /* producer presumed gone after this silence; default 2000 */
@@ -365,7 +367,8 @@ typedef enum mc_want_kind {
 
 /* Since 0.7. `tensor` is a name, or "*" for every tensor not named. For MC_WANT_BOXES, box b
  * starts at box_offsets[b * ndim + d] and spans box_extents[b * ndim + d] in dimension d; the
- * arrays are read during mc_consumer_create only. */
+ * arrays are read during mc_consumer_create only. Passed in arrays without a struct_size: its
+ * layout stays as it is for the library's SOVERSION (as mc_tensor_conversion's). */
 typedef struct mc_tensor_want {
   const char* tensor;
   mc_want_kind kind;

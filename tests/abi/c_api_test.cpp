@@ -624,6 +624,51 @@ TEST(CApi, CallerBuffersAndExpectedLayoutAreHonoured) {
   EXPECT_EQ(std::memcmp(info.data, weights.data(), info.size_bytes), 0);
 }
 
+// An expected layout built against a header whose mc_tensor_desc is larger (a later release's):
+// the elements lie struct_size apart, and the second was read sizeof(mc_tensor_desc) in, in the
+// first element's tail ("expected_layout[1].struct_size is not set").
+TEST(CApi, AnExpectedLayoutIsSteppedThroughByItsElementsStructSize) {
+  struct LaterDesc {
+    mc_tensor_desc desc;
+    std::int64_t later_field[3];  // zeros: what a newer header would add
+  };
+  const std::int64_t shape[] = {4};
+  std::vector<float> a(4, 1.0f), b(4, 2.0f);
+  ProducerPtr producer{make_producer()};
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "a", MC_DTYPE_F32, 1, shape, a.data()), MC_OK) << last_error();
+  ASSERT_EQ(mc_producer_register_tensor(producer.p, "b", MC_DTYPE_F32, 1, shape, b.data()), MC_OK) << last_error();
+  LaterDesc expected[2] = {};
+  for (auto& e : expected) {
+    mc_tensor_desc_init(&e.desc);
+    e.desc.struct_size = sizeof(LaterDesc);
+    e.desc.dtype = MC_DTYPE_F32;
+    e.desc.ndim = 1;
+    e.desc.shape = shape;
+  }
+  expected[0].desc.name = "a";
+  expected[1].desc.name = "b";
+  mc_consumer_options o;
+  mc_consumer_options_init(&o);
+  o.producer_endpoint = mc_producer_endpoint(producer.p);
+  o.model_name = "abi";
+  o.expected_layout = &expected[0].desc;
+  o.expected_layout_count = 2;
+  ConsumerPtr consumer;
+  ASSERT_EQ(mc_consumer_create(&o, &consumer.c), MC_OK) << last_error();
+  mc_publish_result result;
+  ASSERT_EQ(mc_producer_publish(producer.p, 1, nullptr, nullptr, 0, &result), MC_OK) << last_error();
+  ViewPtr view;
+  ASSERT_EQ(mc_consumer_wait_for_version(consumer.c, result.version, kWaitMs, &view.v), MC_OK) << last_error();
+  EXPECT_EQ(mc_view_tensor_count(view.v), 2u);
+  // Elements of two sizes cannot be one array.
+  expected[1].desc.struct_size = sizeof(mc_tensor_desc);
+  mc_consumer_t* mixed = nullptr;
+  EXPECT_EQ(mc_consumer_create(&o, &mixed), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("options.expected_layout[1].struct_size is " + std::to_string(sizeof(mc_tensor_desc))),
+            std::string::npos)
+      << last_error();
+}
+
 TEST(CApi, AcquireBeforeFirstVersionGivesNullAndOk) {
   std::vector<float> x(4, 1.0f);
   const std::int64_t shape[] = {4};
