@@ -47,6 +47,7 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
     options.root = config_.repository;
     options.keep = config_.keep_versions;
     options.abandon_on_stop = true;
+    options.make_room_when_full = true;  // the newest version on disk is what a restart serves
     options.on_written = [this](const repo::VersionSnapshot& s, const std::string& dir, std::chrono::nanoseconds took) {
       on_written(s, dir, took);
     };

@@ -126,7 +126,7 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
         o.rank_endpoints.emplace_back(e != nullptr ? e : "");
       }
     }
-    if (has_field(*options, options->run_id) && options->run_id != nullptr) o.run_id = options->run_id;
+    if (has_field(*options, options->run_id)) optional_text(options->run_id, "options.run_id", o.run_id);
     auto handle = std::make_unique<mc_producer>();
     handle->producer = std::make_unique<modelcast::Producer>(std::move(o));
     handle->endpoint = handle->producer->control_endpoint();

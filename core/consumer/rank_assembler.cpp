@@ -78,9 +78,16 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     if (rank >= ranks_ || !version) return;
     auto& mine = held_[rank];
     mine.push_back(std::move(version));
-    drop_outrun();
+    const auto misconfigured = drop_outrun();
     if (mine.size() > 2) mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(older_to_drop(rank)));
     outcome = assemble_newest();
+    // Said once through on_error and kept as the last error: unlike a run winding down, it never
+    // ends by itself. Not a rejected version (none was made).
+    if (misconfigured && *misconfigured != run_id_error_) {
+      run_id_error_ = *misconfigured;
+      counts_.last_error = *misconfigured;
+      if (!outcome.failure) outcome.failure = Error(ErrorCode::kInvalidArgument, *misconfigured);
+    }
   }
   tell(std::move(outcome));
 }
@@ -172,7 +179,8 @@ void RankAssembler::tell(Outcome outcome) {
   }
 }
 
-void RankAssembler::drop_outrun() {
+std::optional<std::string> RankAssembler::drop_outrun() {
+  std::optional<std::string> misconfigured;
   // A rank's versions come in the order its service installed them, each of the run at its
   // endpoint then: its newest is of its current run, which started at S, and it brings none of
   // an earlier run again. So its own versions of earlier runs, and other ranks' versions
@@ -194,9 +202,17 @@ void RankAssembler::drop_outrun() {
     const std::string& run_id = held_[newest].back()->manifest.run_id;
     for (std::size_t r = 0; r < ranks_; ++r) {
       if (held_[r].empty() || held_[r].back()->manifest.run_id == run_id) continue;
-      counts_.waiting = "rank " + std::to_string(r) + "'s versions are of run " +
-                        shown_text(held_[r].back()->manifest.run_id) + ", rank " + std::to_string(newest) +
-                        "'s of run " + shown_text(run_id) + ", which started later: they are put with no other rank's";
+      const std::string& theirs = held_[r].back()->manifest.run_id;
+      counts_.waiting = "rank " + std::to_string(r) + "'s versions are of run " + shown_text(theirs) + ", rank " +
+                        std::to_string(newest) + "'s of run " + shown_text(run_id) +
+                        ", which started later: they are put with no other rank's";
+      // A run id on one rank and none on another is no restart: one rank's configuration lacks it.
+      if (theirs.empty() != run_id.empty()) {
+        const std::size_t without = theirs.empty() ? r : newest, with = theirs.empty() ? newest : r;
+        misconfigured = "rank " + std::to_string(without) + " sends no run id while rank " + std::to_string(with) +
+                        " sends " + shown_text(theirs.empty() ? run_id : theirs) +
+                        ": their pieces are never put together; give every rank of a run the same run_id (or none)";
+      }
       held_[r].clear();
       started[r] = 0;
     }
@@ -226,6 +242,7 @@ void RankAssembler::drop_outrun() {
       return h->manifest.incarnation != run || h->manifest.publish_time_ns < others;
     });
   }
+  return misconfigured;
 }
 
 std::size_t RankAssembler::older_to_drop(std::size_t rank) const {

@@ -88,8 +88,9 @@ class RankAssembler {
   // its next version has them). Throws Error.
   std::shared_ptr<detail::InstalledVersion> assemble(const std::vector<Held>& pieces);
   // Lets go of every held version of a rank's earlier run, and of those published before another
-  // rank's current run started.
-  void drop_outrun();
+  // rank's current run started. Returns a configuration error to report once: ranks one of
+  // which sends a run id and another none (a variable unset on one rank), which never assemble.
+  std::optional<std::string> drop_outrun();
 
   // Which of rank `rank`'s three held versions to let go (0 or 1; the newest, 2, stays).
   std::size_t older_to_drop(std::size_t rank) const;
@@ -129,6 +130,7 @@ class RankAssembler {
   // A step waits for a buffer of target_ (views hold every one); written under mutex_, read
   // first without it by retry().
   std::atomic<bool> waiting_for_room_{false};
+  std::string run_id_error_;  // the last run-id configuration error reported; under mutex_
   Counts counts_;
   std::unique_ptr<ShapingTarget> target_;  // under mutex_
   VersionStore& store_;  // the readers'; assembled versions own their memory

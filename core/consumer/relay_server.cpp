@@ -106,8 +106,13 @@ std::vector<protocol::RelayFailed> RelayServer::pump(const Readiness& ready) {
 
 std::pair<std::uint64_t, std::optional<protocol::RelayFailed>> RelayServer::on_sent(const RelaySent& sent) {
   if (auto it = draining_.find(sent.serial); it != draining_.end()) {
-    // A send failed after its order was cancelled: the connection may be what failed, as below.
-    if (!sent.ok) forget_peer(it->second);
+    // A send failed after its order was cancelled: the connection may be what failed, as below,
+    // or the cancel itself (a transport may end a cancelled send so): let go of the connection
+    // only where no live order uses it, else that order's own sends tell.
+    const bool shared = std::any_of(orders_.begin(), orders_.end(), [&](const auto& live) {
+      return live.second.peer == it->second.peer && live.second.buffer->transport == it->second.buffer->transport;
+    });
+    if (!sent.ok && !shared) forget_peer(it->second);
     if (--it->second.pending == 0) draining_.erase(it);
     return {sent.ok ? sent.bytes : 0, std::nullopt};
   }

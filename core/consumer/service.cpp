@@ -138,10 +138,14 @@ void ConsumerService::rejoin_afresh(const std::string& why) {
 }
 
 void ConsumerService::reoffer_after_refusal(protocol::Refusal refusal) {
-  if (refusal != protocol::Refusal::kNoTransport) return;
+  if (refusal != protocol::Refusal::kBadRequest && refusal != protocol::Refusal::kNoTransport) return;
   const auto now = Clock::now();
-  if (now - offered_made_ < options_.producer_timeout) return;
+  if (now - offered_made_ < reoffer_wait_) return;
   offered_made_ = now;
+  // Refused on, the next time waits twice as long: a refusal that fresh transports do not cure
+  // (no transport in common, a request refused for another reason) costs a few of them, not one
+  // every producer_timeout for ever. A join let in starts it over.
+  reoffer_wait_ = std::min<std::chrono::milliseconds>(2 * reoffer_wait_, std::chrono::minutes(10));
   // Not compared with the old ones: a UCX address names its worker, so fresh ones always differ.
   auto fresh = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
   log_->debug("no transport of this consumer's reaches the producer: transports made afresh for the next join");
@@ -308,6 +312,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
     reoffer_after_refusal(reply.refusal);
     return report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));
   }
+  reoffer_wait_ = options_.producer_timeout;
   auto chosen = offered_->find(reply.transport);
   if (!chosen) {
     link_.refused();

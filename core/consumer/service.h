@@ -174,11 +174,11 @@ class ConsumerService {
   void finish_abandoned_receives();
   void on_relay_cancel(const protocol::RelayCancel& cancel);
   void on_relay_sent(const RelaySent& sent);
-  // A join was refused as no transport of this consumer's reaches the producer (kNoTransport:
-  // none in common, or its address unreachable): transports made while a network device had no
-  // carrier (its link down) lack it for good, as UCX leaves such a device out, and every join
-  // would be refused the same way. At most once per producer_timeout, the next join offers
-  // transports made afresh.
+  // A join was refused as a bad request (the producer cannot reach this consumer's address,
+  // among others) or for want of a transport in common: transports made while a network device
+  // had no carrier (its link down) lack it for good, as UCX leaves such a device out, and every
+  // join would be refused the same way. The next join offers transports made afresh, first
+  // after producer_timeout, then after twice as long each time (up to 10 minutes).
   void reoffer_after_refusal(protocol::Refusal refusal);
   void pump_relays();
   void relay_failed(const protocol::RelayFailed& failed);
@@ -233,6 +233,7 @@ class ConsumerService {
   // for want of a transport (reoffer_after_refusal). Service thread only.
   std::unique_ptr<transport::TransportSet> offered_;
   Clock::time_point offered_made_ = Clock::now();  // when offered_ was made
+  std::chrono::milliseconds reoffer_wait_ = options_.producer_timeout;  // reoffer_after_refusal's; service thread
   VersionStore store_;       // see its header
   std::unique_ptr<DeviceLanding> landing_;  // device consumers only; service thread only
   FetchClient fetch_;        // service thread only

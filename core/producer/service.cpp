@@ -603,9 +603,6 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
                                               events_.push(PeerFailed{t, p, error});
                                             });
   } catch (const Error& e) {
-    // No transport serves it (what the consumer does then: make its transports afresh, as one
-    // made while its link was down lacks that device).
-    answer.refusal = protocol::Refusal::kNoTransport;
     throw Error(e.code(), "cannot reach the consumer's " + answer.transport + " address: " + e.what());
   }
   stats_.update([](ProducerStats& s) { s.connections_opened++; });

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/repository/io_error.h"
 #include "core/repository/regular_file.h"
 #include "common/digest.h"
 #include "core/repository/safetensors.h"
@@ -48,7 +49,8 @@ std::uint64_t incarnation_of(const nlohmann::json& value) {
 }
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  throw Error(ErrorCode::kResource, "repository: " + what + " '" + path + "': " + std::strerror(errno));
+  const int saved = errno;
+  throw IoError(saved, "repository: " + what + " '" + path + "': " + std::strerror(saved));
 }
 
 // Makes a directory's entries (a rename, a new file) durable.

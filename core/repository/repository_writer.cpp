@@ -1,8 +1,13 @@
 #include "core/repository/repository_writer.h"
 
+#include <sys/stat.h>
 #include <sys/statvfs.h>
 
+#include <cerrno>
+#include <filesystem>
+
 #include "common/library_thread.h"
+#include "core/repository/io_error.h"
 #include "modelcast/error.h"
 
 namespace modelcast::repository {
@@ -65,7 +70,13 @@ std::string RepositoryWriter::hold(const std::string& model) {
       unlocked = found->second->unlocked();
     } else {
       unmade_.insert(model);  // until a lock is made: here, or before a write (check_held)
-      auto made = std::make_shared<ModelDirectoryLock>(Repository(options_.root).model_directory(model));
+      std::shared_ptr<ModelDirectoryLock> made;
+      try {
+        made = std::make_shared<ModelDirectoryLock>(Repository(options_.root).model_directory(model));
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kResource) unmade_.erase(model);  // another writer's: refused, not held
+        throw;
+      }
       unmade_.erase(model);
       unlocked = made->unlocked();
       locks_.emplace(model, std::move(made));
@@ -105,50 +116,65 @@ std::string RepositoryWriter::check_held(const std::string& model) {
     if (unmade_.contains(model)) {
       try {
         auto made = std::make_shared<ModelDirectoryLock>(Repository(options_.root).model_directory(model));
+        notice = "model directory '" + made->directory() + "' could be made and " +
+                 (made->unlocked().empty() ? "is locked now" : "is written unlocked: " + made->unlocked());
         locks_.emplace(model, std::move(made));
         unmade_.erase(model);
       } catch (const Error& e) {
         return std::string("the directory of model '") + model + "' has no lock held by this writer: " + e.what();
       }
-      return {};
     }
     auto found = locks_.find(model);
-    if (found == locks_.end() || !found->second->lost()) return {};
-    const std::string directory = found->second->directory();
-    try {
-      notice = relock(found->second);
-    } catch (const Error& e) {
-      return "model directory '" + directory + "' was removed while this writer held it, and cannot be locked again: " +
-             e.what();
+    if (found == locks_.end() || !found->second->lost()) {
+      if (notice.empty()) return {};
+    } else {
+      const std::string directory = found->second->directory();
+      try {
+        notice = relock(found->second);
+      } catch (const Error& e) {
+        return "model directory '" + directory + "' was removed while this writer held it, and cannot be locked again: " +
+               e.what();
+      }
     }
   }
   if (options_.on_notice) options_.on_notice(model, notice);
   return {};
 }
 
-std::optional<std::string> RepositoryWriter::make_room(Repository& repository, const VersionSnapshot& snapshot) const {
+std::optional<std::string> RepositoryWriter::make_room(Repository& repository, const VersionSnapshot& snapshot,
+                                                      int error_number) const {
+  if (!options_.make_room_when_full || (error_number != ENOSPC && error_number != EDQUOT)) return std::nullopt;
   std::uint64_t needed = 0;
   for (const auto& t : snapshot.tensors) needed += t.bytes;
   struct statvfs fs{};
-  const std::string directory = repository.model_directory(snapshot.model);
-  if (statvfs(directory.c_str(), &fs) != 0) return std::nullopt;
+  if (statvfs(repository.model_directory(snapshot.model).c_str(), &fs) != 0) return std::nullopt;
   const std::uint64_t available = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
-  // The tensors' bytes and a margin for the headers, metadata.json (each lists every tensor) and
-  // the file system's blocks.
-  const std::uint64_t margin = (std::uint64_t{64} << 10) + 1024 * snapshot.tensors.size();
-  if (available >= needed + margin) return std::nullopt;  // failed for another reason
+  // The tensors' bytes and a margin: the safetensors header and metadata.json (each lists every
+  // tensor), and the last block of each of the two files.
+  const std::uint64_t margin = 2 * static_cast<std::uint64_t>(fs.f_bsize) + 1024 + 512 * snapshot.tensors.size();
   std::vector<StoredVersion> stored;
+  std::uint64_t freed = 0;  // what removing all but the newest frees, as du would count it
   try {
     stored = repository.list(snapshot.model);
     if (stored.size() <= 1) return std::nullopt;  // the newest complete version always stays
+    for (std::size_t i = 1; i < stored.size(); ++i) {
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(stored[i].directory)) {
+        struct stat st{};
+        if (::lstat(entry.path().c_str(), &st) == 0) freed += static_cast<std::uint64_t>(st.st_blocks) * 512;
+      }
+    }
+    // Removing them would not let this version in (a quota, or a disk filled by others): they
+    // stay, and the write's own error says why.
+    if (available + freed < needed + margin) return std::nullopt;
     repository.prune(snapshot.model, 1);
   } catch (const std::exception&) {
     return std::nullopt;  // the write's own error says what is wrong
   }
   return "no room for version " + std::to_string(snapshot.version) + " (" + std::to_string(needed) + " bytes, " +
          std::to_string(available) + " free): removed the " + std::to_string(stored.size() - 1) +
-         " older stored versions, keeping only the newest (directory " + stored.front().directory + "), and tries it again; " +
-         "keep = " + std::to_string(options_.keep) + " versions of this size do not fit on this file system";
+         " older stored versions (" + std::to_string(freed) + " bytes), keeping only the newest (directory " +
+         stored.front().directory + "), and tries it again; keep = " + std::to_string(options_.keep) +
+         " versions of this size do not fit on this file system";
 }
 
 WriterStats RepositoryWriter::stats() const {
@@ -175,14 +201,18 @@ void RepositoryWriter::run() {
     std::string directory;
     std::string error = check_held(snapshot->model);
     for (bool retried = false; error.empty();) {
+      int error_number = 0;
       try {
         directory = repository.write(*snapshot, stop_write_.get_token());
         break;
+      } catch (const IoError& e) {
+        error = e.what();
+        error_number = e.error_number();
       } catch (const std::exception& e) {
         error = e.what();
       }
       if (retried || stop_write_.stop_requested()) break;
-      const auto notice = make_room(repository, *snapshot);
+      const auto notice = make_room(repository, *snapshot, error_number);
       if (!notice) break;
       if (options_.on_notice) options_.on_notice(snapshot->model, *notice);
       error.clear();

@@ -38,6 +38,12 @@ struct WriterOptions {
   // is what it stops for), or abandon it within one 64 MiB piece (a daemon stopping: its versions
   // come back from the producer, and tens of GiB on a slow disk outlast systemd's stop timeout).
   bool abandon_on_stop = false;
+  // A write that finds no room on the file system (ENOSPC, EDQUOT) removes every stored version
+  // of its model but the newest, when that frees room enough, and is tried once more (said
+  // through on_notice). For a daemon: the newest version on disk is what a restart serves and
+  // Triton loads; with the disk full the repository otherwise stayed on an old one for good.
+  // Off by default: a trainer's checkpoints (ProducerOptions::persist) are rollback points.
+  bool make_room_when_full = false;
   std::function<void(const VersionSnapshot&, const std::string& directory, std::chrono::nanoseconds took)> on_written;
   std::function<void(const VersionSnapshot&, const std::string& error)> on_failed;
   // The version was written (on_written came first), but older ones beyond `keep` could not be
@@ -93,12 +99,12 @@ class RepositoryWriter {
   // version must not be written (a model released, its directory locked by another writer, or
   // still not lockable). Takes locking_.
   std::string check_held(const std::string& model);
-  // Writer thread, after a write of `snapshot` failed: when the file system lacks room for it
-  // and more than one version of its model is stored, removes all but the newest stored one and
-  // returns the notice (the write is then tried once more); else nullopt. Without it a disk that
-  // holds fewer than `keep` versions stops the repository for good (prune follows a successful
-  // write), and a restart recovers a version long gone by.
-  std::optional<std::string> make_room(Repository& repository, const VersionSnapshot& snapshot) const;
+  // Writer thread, after a write of `snapshot` failed with `error_number`: with
+  // make_room_when_full, for a full file system (ENOSPC, EDQUOT) where removing every stored
+  // version but the newest frees room enough, removes them and returns the notice (the write is
+  // then tried once more); else nullopt. Without it a disk that holds fewer than `keep` versions
+  // stops the repository for good (prune follows a successful write).
+  std::optional<std::string> make_room(Repository& repository, const VersionSnapshot& snapshot, int error_number) const;
   // Under locking_: locks the directory of `held` (a lost lock, an entry of locks_) anew in its
   // place; returns the notice for on_notice. Throws as ModelDirectoryLock's constructor does.
   std::string relock(std::shared_ptr<ModelDirectoryLock>& held);

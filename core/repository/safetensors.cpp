@@ -12,6 +12,7 @@
 
 #include "core/repository/regular_file.h"
 #include "common/shown_text.h"
+#include "core/repository/io_error.h"
 #include "modelcast/error.h"
 #include "modelcast/tensor.h"
 
@@ -19,7 +20,8 @@ namespace modelcast::repository {
 namespace {
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
-  throw Error(ErrorCode::kResource, what + " '" + path + "': " + std::strerror(errno));
+  const int saved = errno;
+  throw IoError(saved, what + " '" + path + "': " + std::strerror(saved));
 }
 
 // `what` may quote the file (a tensor's name, a dtype, the JSON parser's "last read"): shown

@@ -112,7 +112,7 @@ typedef struct mc_producer_options {
    * (ProducerOptions::persist in producer.h): every persist_every-th version, once verified, to
    * <persist_directory>/<model_name>/<version>/ as safetensors + metadata.json, newest
    * persist_keep kept. Needs snapshot_slots >= 3; a version due while a write is going is skipped. */
-  const char* persist_directory;              /* default NULL: off */
+  const char* persist_directory;              /* default NULL: off ("" is refused) */
   uint64_t persist_every;                     /* >= 1; default 1 */
   size_t persist_keep;                        /* >= 1; default 3 */
   /* Since 0.4 (read only when struct_size covers it). Device tensors: the device-to-host copy
@@ -134,7 +134,7 @@ typedef struct mc_producer_options {
   /* Since 0.10 (read only when struct_size covers it). With rank_count > 1, which run of the
    * trainer this is: the same on every rank of a run, new at each restart (e.g. the job id and
    * restart count). Consumers never put pieces of two run ids together
-   * (ProducerOptions::run_id in producer.h). Default NULL: none. */
+   * (ProducerOptions::run_id in producer.h). Default NULL: none ("" is refused). */
   const char* run_id;
 } mc_producer_options;
 

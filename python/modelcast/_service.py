@@ -210,7 +210,8 @@ def set_option(options, key, value, what):
         value = os.fspath(value)
     # An empty key option (an unset variable's value) read as none: a plaintext producer, or a
     # consumer that pins no producer, without a word. Leaving the option out says none.
-    if "key" in key and isinstance(default, str) and value == "":
+    # So is a run id: ranks of one run would then look like two runs to consumers.
+    if ("key" in key or key == "run_id") and isinstance(default, str) and value == "":
         raise InvalidArgumentError(f"{what}: option '{key}' is '' (empty): leave it out for none")
     # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
     if isinstance(value, bool) and not isinstance(default, bool):

@@ -373,6 +373,8 @@ def test_bad_endpoints_and_options():
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", device_stage_bytes=4096)
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "run_id", "control character"):
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", rank=1, rank_count=2, run_id="job\n1")
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "run_id", "(empty)"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", rank=1, rank_count=2, run_id="")
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "on_update", "str"):
         modelcast.Consumer("tcp://127.0.0.1:9", on_update="print")
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "f99"):

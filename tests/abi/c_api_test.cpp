@@ -411,6 +411,9 @@ TEST(CApi, TwoRanksPublishPiecesOneConsumerAssemblesThem) {
   EXPECT_EQ(mc_producer_create(&o, &rank1.p), MC_ERR_INVALID_ARGUMENT);
   EXPECT_NE(last_error().find("run_id 'job\\x0a1' contains a control character at byte 3"), std::string::npos)
       << last_error();
+  o.run_id = "";  // an unset variable's value: read as none, the ranks would look like two runs
+  EXPECT_EQ(mc_producer_create(&o, &rank1.p), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(last_error().find("options.run_id is \"\" (empty)"), std::string::npos) << last_error();
   o.run_id = "job.1";
   ASSERT_EQ(mc_producer_create(&o, &rank1.p), MC_OK) << last_error();
   const char* endpoints[] = {nullptr, mc_producer_endpoint(rank1.p)};

@@ -594,9 +594,10 @@ TEST(RepositoryWriter, AModelHeldWhileItsDirectoryCouldNotBeMadeIsLockedBeforeIt
 
   other.reset();
   writer.submit(snapshot(2));
-  seen = events.wait_for(2);
-  ASSERT_EQ(seen.size(), 2u);
-  EXPECT_EQ(seen[1], "written 2");
+  seen = events.wait_for(3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[1], "notice m: model directory '" + dir / "repo/m" + "' could be made and is locked now");
+  EXPECT_EQ(seen[2], "written 2");
   EXPECT_TRUE(locked_by_another(dir / "repo/m")) << "written without taking the lock";
 }
 
@@ -617,6 +618,7 @@ TEST(RepositoryWriter, AFileSystemTooSmallForKeepVersionsStillTakesTheNewestOne)
   WriterEvents events;
   auto options = events.options(root);
   options.keep = 3;
+  options.make_room_when_full = true;
   repo::RepositoryWriter writer(options);
   writer.submit(snapshot(1));
   ASSERT_EQ(events.wait_for(1).back(), "written 1");
@@ -635,6 +637,52 @@ TEST(RepositoryWriter, AFileSystemTooSmallForKeepVersionsStillTakesTheNewestOne)
   ASSERT_FALSE(stored.empty());
   EXPECT_EQ(stored.front().version, 4u) << "the newest version is on disk";
   EXPECT_EQ(writer.stats().failed, 0u) << writer.stats().last_error;
+}
+
+// Without make_room_when_full (a trainer's checkpoints, its rollback points), or where removing
+// the older versions would not make room, a full disk fails the write and removes nothing.
+TEST(RepositoryWriter, AFullFileSystemRemovesNothingUnlessAskedAndUnlessItMakesRoom) {
+  ScratchDir dir;
+  const std::string root = dir / "repo";
+  std::filesystem::create_directories(root);
+  if (geteuid() != 0 || mount("tmpfs", root.c_str(), "tmpfs", 0, "size=28k") != 0) {
+    GTEST_SKIP() << "cannot mount a small file system here (needs root)";
+  }
+  const Unpinned unmount{root};
+  for (bool asked : {false, true}) {
+    std::filesystem::remove_all(root + "/m");
+    WriterEvents events;
+    auto options = events.options(root);
+    options.make_room_when_full = asked;
+    repo::RepositoryWriter writer(options);
+    writer.submit(snapshot(1));
+    auto seen = events.wait_for(1);
+    ASSERT_EQ(seen.back(), "written 1");
+    writer.submit(snapshot(2));
+    seen = events.wait_for(2);
+    ASSERT_EQ(seen.back(), "written 2");
+    // A version larger than the whole file system: no removal makes room for it.
+    auto big = std::make_shared<repo::VersionSnapshot>(*snapshot(3));
+    auto bytes = std::make_shared<std::vector<std::uint8_t>>(64 << 10, std::uint8_t{3});
+    big->tensors[0] = {"w", modelcast::DType::kU8, {64 << 10}, bytes->data(), bytes->size()};
+    big->keepalive = bytes;
+    const std::size_t before = events.wait_for(0).size();
+    writer.submit(big);
+    seen = events.wait_for(before + 1);
+    ASSERT_EQ(seen.size(), before + 1) << "asked " << asked;
+    EXPECT_EQ(seen.back().rfind("failed 3: ", 0), 0u) << seen.back();
+    EXPECT_NE(seen.back().find("No space left on device"), std::string::npos) << seen.back();
+    EXPECT_GE(repo::Repository(root).list("m").size(), 1u);
+    if (!asked) {
+      writer.submit(snapshot(4));  // fits only where older versions go: not asked, it fails
+      seen = events.wait_for(before + 2);
+      ASSERT_EQ(seen.size(), before + 2);
+      EXPECT_EQ(seen.back().rfind("failed 4: ", 0), 0u) << seen.back();
+      std::vector<std::uint64_t> versions;
+      for (const auto& v : repo::Repository(root).list("m")) versions.push_back(v.version);
+      EXPECT_EQ(versions.size(), 2u) << "a version was removed without being asked";
+    }
+  }
 }
 
 // A model released (removed from the daemon's configuration) is not written without its lock:

@@ -400,6 +400,38 @@ TEST(ProducerRanksFaults, AnOldRunsRankStillPublishingIsNeverPutWithANewRunsRank
   EXPECT_EQ(consumer.stats().last_error, "") << "said until a version was made";
 }
 
+// A run id on one rank and none on another (a variable unset where one rank starts): their
+// pieces never meet, and that is no restart that ends by itself. The consumer says so once,
+// through on_error, and keeps it as its last error.
+TEST(ProducerRanksFaults, ARunIdOnOneRankAndNoneOnAnotherIsReportedOnce) {
+  Rank first(1, 2, {}, "tcp://127.0.0.1:0", false, 2048, 0, "");
+  Rank zero(0, 2, {"", first.producer->control_endpoint()}, "tcp://127.0.0.1:0", false, 2048, 0, "job.1");
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  auto options = options_for(zero.producer->control_endpoint());
+  options.on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);
+    errors.push_back(e.what());
+  };
+  modelcast::Consumer consumer(options);
+  for (auto* rank : {&zero, &first}) ASSERT_TRUE(rank->producer->wait_for_consumers(1, 60s));
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    zero.publish(step);
+    first.publish(step);
+    for (auto* rank : {&zero, &first}) {
+      ASSERT_TRUE(testing_support::eventually([&] {
+        return rank->producer->stats().deliveries >= static_cast<std::uint64_t>(step);
+      }, 60s)) << consumer.stats().last_error;
+    }
+  }
+  const std::string said = "rank 1 sends no run id while rank 0 sends 'job.1': their pieces are never put together";
+  EXPECT_TRUE(consumer.acquire().empty());
+  EXPECT_NE(consumer.stats().last_error.find(said), std::string::npos) << consumer.stats().last_error;
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(errors.size(), 1u) << "said once, not at every piece";
+  EXPECT_NE(errors[0].find(said), std::string::npos) << errors[0];
+}
+
 // A rank that publishes before the last rank's producer is made (here rank 1, before rank 0):
 // that piece is put with no other rank's, which the consumer says until a version is made; the
 // next step both publish is assembled.

@@ -72,14 +72,18 @@ printf 'step,loss,time_s\n0,5,0\n100,4,10\n200,3.5,20\n300,3.2,20\n400,3,20\n' >
 refused "$dir/stopped.csv: time_s does not advance after the warm-up step (20 s at step 200, 20 s at step 400)" \
   "$tune" replay --log "$dir/stopped.csv" --warmup-steps 200 --publish-cost 2 --update-latency 1
 
-# A curves file's total_steps beyond its log: replay scored the run as if it ended where the log
-# does (and --total-steps with the same value was refused).
+# A curves file's total_steps beyond its log: replay and evaluate score the logged curve, whose
+# end is the run's; evaluate's every-E baseline took the file's total_steps all the same, without a
+# word. It is set aside, and said.
 printf 'run,step,total_steps,val_loss,train_time_s\n' > "$dir/half.csv"
-for s in 0 100 200 300 400 500; do echo "a,$s,1000,$((10 - s / 100)),$s" >> "$dir/half.csv"; done
-refused "the log's total_steps 1000 is beyond the log, which ends at step 500" \
-  "$tune" replay --log "$dir/half.csv" --run a --warmup-steps 200 --publish-cost 2 --update-latency 1
-"$tune" replay --log "$dir/half.csv" --run a --warmup-steps 200 --publish-cost 2 --update-latency 1 --total-steps 500 \
-  > /dev/null 2>"$dir/err" || fail "--total-steps at the log's end refused"
+for s in $(seq 0 25 500); do echo "a,$s,1000,$((1000 - s)),$s" >> "$dir/half.csv"; done
+"$tune" evaluate --log "$dir/half.csv" --run a --warmup-steps 200 --publish-cost 2 --update-latency 1 \
+  --publish-steps 300 --json > "$dir/out" 2>"$dir/err" || fail "evaluate of a run logged to half its length refused"
+grep -q "warning: the log's total_steps 1000 is set aside: the run is scored on the logged curve, which ends at step 500" \
+  "$dir/err" || fail "the set-aside total_steps not said"
+# Every tenth of the run: every 50 steps of a 500-step run from the warm-up on (100 of 1000 was used).
+tr -d ' \n' < "$dir/out" | grep -q '"every_e_steps":{"predicted_cil":[^,]*,"publish_steps":\[250,300,' ||
+  fail "every E is not a tenth of the logged run: $(tr -d ' \n' < "$dir/out")"
 
 # A --reference whose clock went back was bridged without a word (--log's says so).
 printf 'step,loss,time_s\n0,5,10\n1000,4,5\n2000,3,20\n4000,2,30\n' > "$dir/ref_back.csv"

@@ -39,7 +39,7 @@ class ScriptedTransport : public transport::Transport {
   }
   std::vector<std::byte> address() const override { return {}; }
   transport::PeerId connect(std::span<const std::byte>, bool, transport::PeerFailure) override { return ++peers; }
-  void disconnect(transport::PeerId) override {}
+  void disconnect(transport::PeerId) override { ++disconnects; }
   transport::TransferId post_send(transport::PeerId, const transport::MemoryRegion&, std::size_t, std::size_t,
                                   std::uint64_t, transport::Completion done) override {
     sends.push_back(std::move(done));
@@ -60,6 +60,7 @@ class ScriptedTransport : public transport::Transport {
   void cancel(transport::TransferId) override {}
 
   transport::PeerId peers = 0;
+  std::size_t disconnects = 0;
   std::vector<transport::Completion> sends;  // in posting order
 };
 
@@ -116,7 +117,8 @@ TEST(RelayServer, AnEarlierRunsOrderStillSendingDoesNotTakeTheCompletionsOfANewO
 }
 
 // A send that fails after its order was cancelled says the connection may be gone, as one of a
-// live order does: the next order to that receiver connects afresh instead of failing on it.
+// live order does: the next order to that receiver connects afresh instead of failing on it. A
+// live order on that connection keeps it (a cancel may end a send with a failure of its own).
 TEST(RelayServer, ASendFailingAfterItsOrderWasCancelledDropsTheConnectionToItsReceiver) {
   auto transport = std::make_shared<ScriptedTransport>();
   std::vector<RelaySent> completed;
@@ -146,8 +148,14 @@ TEST(RelayServer, ASendFailingAfterItsOrderWasCancelledDropsTheConnectionToItsRe
   relays.cancel(1);  // the receiver's fetch ended; its send is still posted
   ASSERT_FALSE(relays.accept(order(2), buffer, manifest));
   EXPECT_EQ(transport->peers, 1u) << "the live connection is reused";
-  transport->sends[0]({false, "connection reset"});
+  transport->sends[0]({false, "cancelled"});
   relays.on_sent(completed.back());
+  EXPECT_EQ(transport->disconnects, 0u) << "a connection a live order uses was let go";
+  relays.pump(ready);  // order 2's send, then its receiver's fetch ends too
+  relays.cancel(2);
+  transport->sends[1]({false, "connection reset"});
+  relays.on_sent(completed.back());
+  EXPECT_EQ(transport->disconnects, 1u);
   ASSERT_FALSE(relays.accept(order(3), buffer, manifest));
   EXPECT_EQ(transport->peers, 2u) << "an order after the failed send connected through the failed connection";
 }

@@ -222,24 +222,19 @@ Json cil_window_json(const mp::Trajectory& scored, std::size_t w, const mp::Publ
 }
 
 void check_total_within_log(const CommonArgs& a, const mp::LossLog& log, std::size_t warmup_index) {
-  // The run's end: the option, else a curves file's total_steps (ignored, a run logged to half
-  // its length was scored as if it ended there, and its every-E baseline as if it did not).
-  const auto total = a.total_steps ? a.total_steps : log.total_steps;
-  const std::string named = a.total_steps ? "--total-steps " + std::to_string(*total)
-                                          : total ? "the log's total_steps " + std::to_string(*total) : "";
-  const std::string instead = a.total_steps ? "leave --total-steps out" : "give --total-steps " + std::to_string(log.points.back().step) +
-                                                                              " to score the log as it is";
-  if (total && *total < log.points.back().step) {
+  if (a.total_steps && *a.total_steps < log.points.back().step) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           named + " ends before the log, which ends at step " + std::to_string(log.points.back().step) +
-                               ": CIL here is measured on the logged curve to its end (" + instead +
-                               ", or cut the log at the run's end)");
+                           "--total-steps " + std::to_string(*a.total_steps) + " ends before the log, which ends at step " +
+                               std::to_string(log.points.back().step) +
+                               ": CIL here is measured on the logged curve to its end (leave --total-steps out, or cut "
+                               "the log at the run's end)");
   }
-  if (total && *total > log.points.back().step) {
+  if (a.total_steps && *a.total_steps > log.points.back().step) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           named + " is beyond the log, which ends at step " + std::to_string(log.points.back().step) +
+                           "--total-steps " + std::to_string(*a.total_steps) + " is beyond the log, which ends at step " +
+                               std::to_string(log.points.back().step) +
                                ": CIL here is measured on the logged curve, from the warm-up to the end of the run, "
-                               "so the log must reach the run's end (or " + instead + ")");
+                               "so the log must reach the run's end (or leave --total-steps out)");
   }
   // Past the log, the last logged loss would be scored as served for the rest of the window.
   const double from = log.points[warmup_index].time_s, to = log.points.back().time_s;
@@ -259,6 +254,15 @@ void check_total_within_log(const CommonArgs& a, const mp::LossLog& log, std::si
         << to - from << " s after the warm-up, or leave --window out)";
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
+}
+
+// replay and evaluate score the logged curve, so their run ends where the log does: a curves
+// file's total_steps elsewhere is said to be set aside (evaluate's every-E baseline used it while
+// the rest did not).
+void warn_if_total_set_aside(Json& r, const mp::LossLog& log) {
+  if (!log.total_steps || *log.total_steps == log.points.back().step) return;
+  r["warnings"].push_back("the log's total_steps " + std::to_string(*log.total_steps) + " is set aside: the run is scored " +
+                          "on the logged curve, which ends at step " + std::to_string(log.points.back().step));
 }
 
 // A regret for people: rounding leaves -0.000000 for a schedule that ties the optimum.
@@ -530,6 +534,7 @@ Json run_replay(const CommonArgs& a) {
   Json r;
   r["command"] = "replay";
   if (!warnings.empty()) r["warnings"] = warnings;
+  warn_if_total_set_aside(r, log);
   warn_if_schedule_unused(r, a, scheduler.last_forecast().note);
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
@@ -572,10 +577,11 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
   const double cil = mp::evaluate_cil(truth, w, costs, publish_steps);
   const auto best = optimum_of(truth, w, costs);
   const double none = mp::evaluate_cil(truth, w, costs, {});
-  const std::int64_t total = a.total_steps.value_or(log.total_steps.value_or(log.points.back().step));
+  const std::int64_t total = log.points.back().step;
   Json r;
   r["command"] = "evaluate";
   if (!log.warnings.empty()) r["warnings"] = log.warnings;
+  warn_if_total_set_aside(r, log);
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = publish_steps;
   r["cil_window"] = cil_window_json(truth, w, costs);
