@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cxxabi.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
@@ -71,12 +72,31 @@ const std::string& last_error() noexcept;
 // Replaces this thread's last error with `text` as it is (keeps the old text if out of memory).
 void set_last_error(const char* text) noexcept;
 
+// Holds thread cancellation off while it lives: a cancel that comes meanwhile acts at the
+// caller's next cancellation point once the call has returned. Most calls change state across
+// their blocking points (a publish waits while a helper thread writes into its stack frame, a
+// destroy joins threads in a destructor), and a forced unwind from there would leave it half
+// done, or abort the process.
+class CancelHeldOff {
+ public:
+  CancelHeldOff() noexcept { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &before_); }
+  ~CancelHeldOff() {
+    int ignored = 0;
+    pthread_setcancelstate(before_, &ignored);
+  }
+  CancelHeldOff(const CancelHeldOff&) = delete;
+  CancelHeldOff& operator=(const CancelHeldOff&) = delete;
+
+ private:
+  int before_ = PTHREAD_CANCEL_ENABLE;
+};
+
 // Runs `body` and converts every exception into a status; `body` returns MC_OK or throws.
-// The one exception let through is a thread's forced unwind (pthread_cancel or pthread_exit in
-// a blocking call, a wait for a version say): caught, the runtime aborts the process, and the
-// function is not noexcept so that it may leave through the caller's frames.
+// For a pure wait, which changes nothing across its blocking point (waiting for a version, for
+// consumers): a thread cancelled there ends there. The forced unwind is let through (caught, the
+// runtime aborts the process), so the function is not noexcept.
 template <typename Body>
-mc_status guarded(const char* function, Body&& body) {
+mc_status guarded_cancellable(const char* function, Body&& body) {
   try {
     return body();
   } catch (abi::__forced_unwind&) {
@@ -92,6 +112,14 @@ mc_status guarded(const char* function, Body&& body) {
   } catch (...) {
     return fail(function, MC_ERR_UNKNOWN, "unexpected non-standard exception");
   }
+}
+
+// As guarded_cancellable, with cancellation held off for the call (CancelHeldOff): every call
+// but the pure waits.
+template <typename Body>
+mc_status guarded(const char* function, Body&& body) {
+  const CancelHeldOff held;
+  return guarded_cancellable(function, std::forward<Body>(body));
 }
 
 [[noreturn]] void invalid(const std::string& message);

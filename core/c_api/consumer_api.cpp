@@ -77,6 +77,12 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
       // mc_tensor_desc has grown (or shrunk) lays its array out so, and sizeof here would read
       // every element after the first at the wrong place.
       const std::size_t stride = options->expected_layout[0].struct_size;
+      // Element 0 vouches for the others' place: a size no header's mc_tensor_desc has (past
+      // 4 KiB, or not a multiple of its alignment) would read outside the array, or misaligned.
+      if (stride > 4096 || stride % alignof(mc_tensor_desc) != 0) {
+        invalid("options.expected_layout[0].struct_size is " + std::to_string(stride) +
+                ", which no mc_tensor_desc has: call mc_tensor_desc_init");
+      }
       const auto* base = reinterpret_cast<const unsigned char*>(options->expected_layout);
       for (std::size_t i = 0; i < options->expected_layout_count; ++i) {
         const auto& d = *reinterpret_cast<const mc_tensor_desc*>(base + i * stride);
@@ -165,6 +171,7 @@ mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t**
 }
 
 void mc_consumer_destroy(mc_consumer_t* consumer) {
+  const CancelHeldOff held;  // the destructor joins threads
   try {
     // A callback still running may wait on this consumer: the destructor ends such waits, which
     // must then say so, not time out.
@@ -187,7 +194,7 @@ mc_status mc_consumer_acquire(const mc_consumer_t* consumer, mc_view_t** out) {
 mc_status mc_consumer_wait_for_version(const mc_consumer_t* consumer, uint64_t version, int64_t timeout_ms,
                                        mc_view_t** out) {
   if (out != nullptr) *out = nullptr;
-  return guarded(__func__, [&] {
+  return guarded_cancellable(__func__, [&] {
     require(consumer, "consumer");
     require(out, "out");
     auto timeout = timeout_of(timeout_ms, "timeout_ms");

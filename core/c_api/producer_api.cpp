@@ -136,6 +136,7 @@ mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t**
 }
 
 void mc_producer_destroy(mc_producer_t* producer) {
+  const CancelHeldOff held;  // the destructor joins threads
   try {
     // As mc_consumer_destroy: a wait its destructor ends says so.
     if (producer != nullptr) producer->waits_cancelled = true;
@@ -246,7 +247,7 @@ mc_status mc_producer_publish_device(mc_producer_t* producer, int64_t step, cons
 }
 
 mc_status mc_producer_wait_for_consumers(const mc_producer_t* producer, size_t count, int64_t timeout_ms) {
-  return guarded(__func__, [&] {
+  return guarded_cancellable(__func__, [&] {
     require(producer, "producer");
     auto timeout = timeout_of(timeout_ms, "timeout_ms");
     if (!producer->producer->wait_for_consumers(count, timeout)) {

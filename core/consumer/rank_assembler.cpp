@@ -81,10 +81,12 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     const auto misconfigured = drop_outrun();
     if (mine.size() > 2) mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(older_to_drop(rank)));
     outcome = assemble_newest();
-    // Said once through on_error and kept as the last error: unlike a run winding down, it never
-    // ends by itself. Not a rejected version (none was made).
-    if (misconfigured && *misconfigured != run_id_error_) {
-      run_id_error_ = *misconfigured;
+    // Said once through on_error (until a version is made: whichever ranks the message names,
+    // with three or more it changes from piece to piece) and kept as the last error: unlike a
+    // run winding down, it never ends by itself. Not a rejected version (none was made).
+    if (outcome.installed) run_id_error_said_ = false;
+    if (misconfigured && !run_id_error_said_) {
+      run_id_error_said_ = true;
       counts_.last_error = *misconfigured;
       if (!outcome.failure) outcome.failure = Error(ErrorCode::kInvalidArgument, *misconfigured);
     }

@@ -130,7 +130,7 @@ class RankAssembler {
   // A step waits for a buffer of target_ (views hold every one); written under mutex_, read
   // first without it by retry().
   std::atomic<bool> waiting_for_room_{false};
-  std::string run_id_error_;  // the last run-id configuration error reported; under mutex_
+  bool run_id_error_said_ = false;  // since the last version made; under mutex_
   Counts counts_;
   std::unique_ptr<ShapingTarget> target_;  // under mutex_
   VersionStore& store_;  // the readers'; assembled versions own their memory

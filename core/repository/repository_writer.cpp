@@ -163,9 +163,10 @@ std::optional<std::string> RepositoryWriter::make_room(Repository& repository, c
         if (::lstat(entry.path().c_str(), &st) == 0) freed += static_cast<std::uint64_t>(st.st_blocks) * 512;
       }
     }
-    // Removing them would not let this version in (a quota, or a disk filled by others): they
-    // stay, and the write's own error says why.
-    if (available + freed < needed + margin) return std::nullopt;
+    // Removing them would not let this version in (a disk filled by others; a quota, which the
+    // file system's free space does not show: there only what they free counts): they stay, and
+    // the write's own error says why.
+    if ((error_number == EDQUOT ? 0 : available) + freed < needed + margin) return std::nullopt;
     repository.prune(snapshot.model, 1);
   } catch (const std::exception&) {
     return std::nullopt;  // the write's own error says what is wrong

@@ -2,7 +2,7 @@
 // at this boundary (the same codes as modelcast.h), the message in a per-thread last error.
 #include "modelcast/sidecar_c.h"
 
-#include <cxxabi.h>
+#include <pthread.h>
 
 #include <cstring>
 #include <string>
@@ -33,13 +33,22 @@ mc_status fail(const char* function, mc_status status, const std::string& messag
   return status;
 }
 
-// As the C ABI's guarded (core/c_api/c_boundary.h): a thread's forced unwind goes through.
+// As the C ABI's guarded (core/c_api/c_boundary.h), thread cancellation held off for every
+// call: a wait's request is on the daemon's connection, and a thread that ended before reading
+// the answer would leave that connection unread for good.
 template <typename Body>
-mc_status guarded(const char* function, Body&& body) {
+mc_status guarded(const char* function, Body&& body) noexcept {
+  int before = PTHREAD_CANCEL_ENABLE;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &before);
+  struct Restore {
+    int state;
+    ~Restore() {
+      int ignored = 0;
+      pthread_setcancelstate(state, &ignored);
+    }
+  } restore{before};
   try {
     return body();
-  } catch (abi::__forced_unwind&) {
-    throw;
   } catch (const modelcast::Error& e) {
     return fail(function, static_cast<mc_status>(e.code()), e.what());
   } catch (const std::bad_alloc&) {

@@ -2,8 +2,9 @@
  *
  * Pure C11. Handles are opaque; every call that can fail returns an mc_status and leaves a
  * text naming the problem in mc_last_error() (per thread). No C++ exception crosses this
- * boundary; a thread cancelled (pthread_cancel, deferred) in a blocking call, a wait say, ends
- * as POSIX says, its handles left usable by other threads. Structs passed *in* carry `struct_size` (set by their _init function) so that
+ * boundary. A thread cancelled (pthread_cancel, deferred) in mc_consumer_wait_for_version or
+ * mc_producer_wait_for_consumers ends there, its handles left usable; in any other call the
+ * cancel acts at the caller's next cancellation point once the call has returned. Structs passed *in* carry `struct_size` (set by their _init function) so that
  * later releases can append fields without breaking binaries built against this header;
  * structs modelcast fills (results, stats, tensor info) keep their layout for the library's
  * SOVERSION, and new fields there come with new functions.

@@ -404,8 +404,12 @@ TEST(ProducerRanksFaults, AnOldRunsRankStillPublishingIsNeverPutWithANewRunsRank
 // pieces never meet, and that is no restart that ends by itself. The consumer says so once,
 // through on_error, and keeps it as its last error.
 TEST(ProducerRanksFaults, ARunIdOnOneRankAndNoneOnAnotherIsReportedOnce) {
-  Rank first(1, 2, {}, "tcp://127.0.0.1:0", false, 2048, 0, "");
-  Rank zero(0, 2, {"", first.producer->control_endpoint()}, "tcp://127.0.0.1:0", false, 2048, 0, "job.1");
+  // Three ranks, the one without made last (the newest): each other rank's pieces are let go in
+  // turn, and the message names that rank.
+  Rank first(1, 3, {}, "tcp://127.0.0.1:0", false, 2048, 0, "job.1");
+  Rank second(2, 3, {}, "tcp://127.0.0.1:0", false, 2048, 0, "");
+  Rank zero(0, 3, {"", first.producer->control_endpoint(), second.producer->control_endpoint()}, "tcp://127.0.0.1:0",
+            false, 2048, 0, "job.1");
   std::mutex mutex;
   std::vector<std::string> errors;
   auto options = options_for(zero.producer->control_endpoint());
@@ -414,22 +418,25 @@ TEST(ProducerRanksFaults, ARunIdOnOneRankAndNoneOnAnotherIsReportedOnce) {
     errors.push_back(e.what());
   };
   modelcast::Consumer consumer(options);
-  for (auto* rank : {&zero, &first}) ASSERT_TRUE(rank->producer->wait_for_consumers(1, 60s));
+  for (auto* rank : {&zero, &first, &second}) ASSERT_TRUE(rank->producer->wait_for_consumers(1, 60s));
   for (std::int64_t step = 1; step <= 3; ++step) {
     zero.publish(step);
     first.publish(step);
-    for (auto* rank : {&zero, &first}) {
+    second.publish(step);
+    for (auto* rank : {&zero, &first, &second}) {
       ASSERT_TRUE(testing_support::eventually([&] {
         return rank->producer->stats().deliveries >= static_cast<std::uint64_t>(step);
       }, 60s)) << consumer.stats().last_error;
     }
   }
-  const std::string said = "rank 1 sends no run id while rank 0 sends 'job.1': their pieces are never put together";
+  const std::string said = "sends no run id while rank";
+  const std::string why = "their pieces are never put together; give every rank of a run the same run_id";
   EXPECT_TRUE(consumer.acquire().empty());
-  EXPECT_NE(consumer.stats().last_error.find(said), std::string::npos) << consumer.stats().last_error;
+  EXPECT_NE(consumer.stats().last_error.find(why), std::string::npos) << consumer.stats().last_error;
   std::lock_guard lock(mutex);
   ASSERT_EQ(errors.size(), 1u) << "said once, not at every piece";
-  EXPECT_NE(errors[0].find(said), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("rank 2 " + said), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find(why), std::string::npos) << errors[0];
 }
 
 // A rank that publishes before the last rank's producer is made (here rank 1, before rank 0):
