@@ -601,20 +601,28 @@ TEST(RepositoryWriter, AModelHeldWhileItsDirectoryCouldNotBeMadeIsLockedBeforeIt
   EXPECT_TRUE(locked_by_another(dir / "repo/m")) << "written without taking the lock";
 }
 
+// A repository on a file system of 28 KiB (tmpfs, as root): 4 KiB versions (a page of tensor
+// bytes, a page of header, a page of metadata.json) on 7 pages, so two fit and a third does not.
+class SmallFileSystem : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::filesystem::create_directories(root);
+    if (geteuid() != 0 || mount("tmpfs", root.c_str(), "tmpfs", 0, "size=28k") != 0) {
+      GTEST_SKIP() << "cannot mount a small file system here (needs root)";
+    }
+    mounted = std::make_unique<Unpinned>();
+    mounted->path = root;
+  }
+  ScratchDir dir;
+  const std::string root = dir / "repo";
+  std::unique_ptr<Unpinned> mounted;  // unmounts first: declared last
+};
+
 // A file system with room for fewer versions than `keep`: older versions were removed only after
 // a successful write, so once full every write failed, the repository stayed on an old version
 // for good, and a restarted daemon served that. The writer makes room from the older versions
 // (never the newest) and writes again, saying so.
-TEST(RepositoryWriter, AFileSystemTooSmallForKeepVersionsStillTakesTheNewestOne) {
-  ScratchDir dir;
-  const std::string root = dir / "repo";
-  std::filesystem::create_directories(root);
-  // 4 KiB versions (a page of tensor bytes, a page of header, a page of metadata.json) on 7
-  // pages: two fit, a third does not.
-  if (geteuid() != 0 || mount("tmpfs", root.c_str(), "tmpfs", 0, "size=28k") != 0) {
-    GTEST_SKIP() << "cannot mount a small file system here (needs root)";
-  }
-  const Unpinned unmount{root};
+TEST_F(SmallFileSystem, TooSmallForKeepVersionsItStillTakesTheNewestOne) {
   WriterEvents events;
   auto options = events.options(root);
   options.keep = 3;
@@ -641,14 +649,7 @@ TEST(RepositoryWriter, AFileSystemTooSmallForKeepVersionsStillTakesTheNewestOne)
 
 // Without make_room_when_full (a trainer's checkpoints, its rollback points), or where removing
 // the older versions would not make room, a full disk fails the write and removes nothing.
-TEST(RepositoryWriter, AFullFileSystemRemovesNothingUnlessAskedAndUnlessItMakesRoom) {
-  ScratchDir dir;
-  const std::string root = dir / "repo";
-  std::filesystem::create_directories(root);
-  if (geteuid() != 0 || mount("tmpfs", root.c_str(), "tmpfs", 0, "size=28k") != 0) {
-    GTEST_SKIP() << "cannot mount a small file system here (needs root)";
-  }
-  const Unpinned unmount{root};
+TEST_F(SmallFileSystem, WhenFullNothingIsRemovedUnlessAskedAndUnlessItMakesRoom) {
   for (bool asked : {false, true}) {
     std::filesystem::remove_all(root + "/m");
     WriterEvents events;

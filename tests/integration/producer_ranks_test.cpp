@@ -305,6 +305,12 @@ TEST(ProducerRanksFaults, AConsumerFollowsATrainerRestartedAtTheSameEndpointsWit
   EXPECT_EQ(check(consumer.acquire(), 3, whole), "");
 }
 
+// Publishes steps 1 to 3 on every rank; true once `consumer` serves step 3.
+static bool serves_step_three(Ranks& ranks, modelcast::Consumer& consumer) {
+  for (std::int64_t step = 1; step <= 3; ++step) ranks.publish(step);
+  return testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == 3; }, 60s);
+}
+
 // A trainer restarted as a whole at the same endpoints, from a checkpoint: its ranks publish
 // the steps of the run before again. Until every rank of the new run has published a step, the
 // consumer serves the old run's last version; a new rank's piece is never put with an old rank's
@@ -316,9 +322,7 @@ TEST(ProducerRanksFaults, ATrainerRestartedAsAWholeNeverHasItsRanksPiecesPutWith
   options.producer_timeout = 2s;
   modelcast::Consumer consumer(options);
   const auto whole = [](const Global&) -> Boxes { return std::nullopt; };
-  for (std::int64_t step = 1; step <= 3; ++step) ranks->publish(step);
-  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == 3; }, 60s))
-      << consumer.stats().last_error;
+  ASSERT_TRUE(serves_step_three(*ranks, consumer)) << consumer.stats().last_error;
   const auto before = consumer.stats();
   const auto served = consumer.acquire().version();
 
@@ -363,9 +367,7 @@ TEST(ProducerRanksFaults, AnOldRunsRankStillPublishingIsNeverPutWithANewRunsRank
   options.producer_timeout = 2s;
   modelcast::Consumer consumer(options);
   const auto whole = [](const Global&) -> Boxes { return std::nullopt; };
-  for (std::int64_t step = 1; step <= 3; ++step) ranks->publish(step);
-  ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == 3; }, 60s))
-      << consumer.stats().last_error;
+  ASSERT_TRUE(serves_step_three(*ranks, consumer)) << consumer.stats().last_error;
   const auto before = consumer.stats();
   const auto served = consumer.acquire().version();
 

@@ -64,19 +64,27 @@ class ScriptedTransport : public transport::Transport {
   std::vector<transport::Completion> sends;  // in posting order
 };
 
-TEST(RelayServer, AnEarlierRunsOrderStillSendingDoesNotTakeTheCompletionsOfANewOrderWithItsId) {
-  auto transport = std::make_shared<ScriptedTransport>();
+// A relay server over a scripted transport, one 256-byte buffer of two 128-byte blocks, every
+// block ready; `completed` gets each send's completion as the service loop would.
+class RelayServerTest : public ::testing::Test {
+ protected:
+  RelayServerTest() {
+    buffer->transport = transport;
+    buffer->memory = memory;
+    buffer->region = transport->register_memory(memory.data(), memory.size(), {});
+    manifest.total_bytes = memory.size();
+    manifest.block_bytes = 128;
+  }
+  static BlockState ready(const detail::ReceiveBuffer&, std::uint32_t) { return BlockState::kReady; }
+  std::shared_ptr<ScriptedTransport> transport = std::make_shared<ScriptedTransport>();
   std::vector<RelaySent> completed;
-  RelayServer relays([&](const RelaySent& sent) { completed.push_back(sent); });
-  std::vector<std::byte> memory(256);
-  auto buffer = std::make_shared<detail::ReceiveBuffer>();
-  buffer->transport = transport;
-  buffer->memory = memory;
-  buffer->region = transport->register_memory(memory.data(), memory.size(), {});
+  std::vector<std::byte> memory = std::vector<std::byte>(256);
+  std::shared_ptr<detail::ReceiveBuffer> buffer = std::make_shared<detail::ReceiveBuffer>();
   Manifest manifest;
-  manifest.total_bytes = memory.size();
-  manifest.block_bytes = 128;
-  const auto ready = [](const detail::ReceiveBuffer&, std::uint32_t) { return BlockState::kReady; };
+  RelayServer relays{[this](const RelaySent& sent) { completed.push_back(sent); }};  // gone first
+};
+
+TEST_F(RelayServerTest, AnEarlierRunsOrderStillSendingDoesNotTakeTheCompletionsOfANewOrderWithItsId) {
   auto order = [](std::uint64_t incarnation) {
     protocol::RelayOrder o;
     o.incarnation = incarnation;
@@ -119,19 +127,7 @@ TEST(RelayServer, AnEarlierRunsOrderStillSendingDoesNotTakeTheCompletionsOfANewO
 // A send that fails after its order was cancelled says the connection may be gone, as one of a
 // live order does: the next order to that receiver connects afresh instead of failing on it. A
 // live order on that connection keeps it (a cancel may end a send with a failure of its own).
-TEST(RelayServer, ASendFailingAfterItsOrderWasCancelledDropsTheConnectionToItsReceiver) {
-  auto transport = std::make_shared<ScriptedTransport>();
-  std::vector<RelaySent> completed;
-  RelayServer relays([&](const RelaySent& sent) { completed.push_back(sent); });
-  std::vector<std::byte> memory(256);
-  auto buffer = std::make_shared<detail::ReceiveBuffer>();
-  buffer->transport = transport;
-  buffer->memory = memory;
-  buffer->region = transport->register_memory(memory.data(), memory.size(), {});
-  Manifest manifest;
-  manifest.total_bytes = memory.size();
-  manifest.block_bytes = 128;
-  const auto ready = [](const detail::ReceiveBuffer&, std::uint32_t) { return BlockState::kReady; };
+TEST_F(RelayServerTest, ASendFailingAfterItsOrderWasCancelledDropsTheConnectionToItsReceiver) {
   auto order = [](std::uint64_t id) {
     protocol::RelayOrder o;
     o.incarnation = 10;
