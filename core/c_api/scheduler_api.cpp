@@ -102,7 +102,14 @@ mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_
   });
 }
 
-void mc_scheduler_destroy(mc_scheduler_t* scheduler) { delete scheduler; }
+void mc_scheduler_destroy(mc_scheduler_t* scheduler) {
+  const CancelHeldOff held;  // the worker's destructor joins its thread
+  try {
+    delete scheduler;
+  } catch (...) {
+    // Destructors do not throw; nothing may cross the ABI regardless.
+  }
+}
 
 mc_status mc_scheduler_observe(mc_scheduler_t* scheduler, int64_t step, double loss, double wall_time_s) {
   return guarded(__func__, [&] {

@@ -66,6 +66,8 @@ size_t mc_dtype_size(mc_dtype dtype) {
 // ---- views ---------------------------------------------------------------------------------
 
 void mc_view_release(mc_view_t* view) {
+  // The last view of a buffer deregisters it on the transport's thread, and waits for it.
+  const CancelHeldOff held;
   try {
     delete view;
   } catch (...) {

@@ -81,10 +81,10 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     const auto misconfigured = drop_outrun();
     if (mine.size() > 2) mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(older_to_drop(rank)));
     outcome = assemble_newest();
-    // Said once through on_error (until a version is made: whichever ranks the message names,
-    // with three or more it changes from piece to piece) and kept as the last error: unlike a
-    // run winding down, it never ends by itself. Not a rejected version (none was made).
-    if (outcome.installed) run_id_error_said_ = false;
+    // Said once through on_error (until a version is made, by an offer or a retry: whichever
+    // ranks the message names, with three or more it changes from piece to piece) and kept as
+    // the last error: unlike a run winding down, it never ends by itself. Not a rejected version
+    // (none was made).
     if (misconfigured && !run_id_error_said_) {
       run_id_error_said_ = true;
       counts_.last_error = *misconfigured;
@@ -153,6 +153,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     counts_.current_version = outcome.installed->manifest.version;
     counts_.versions_installed++;
     counts_.waiting.clear();
+    run_id_error_said_ = false;  // a misconfiguration after this one is said again
     store_.install(outcome.installed);
   } catch (const Error& e) {
     outcome.failure = e;

@@ -137,14 +137,16 @@ void ConsumerService::rejoin_afresh(const std::string& why) {
   join();
 }
 
-void ConsumerService::reoffer_after_refusal(protocol::Refusal refusal) {
-  if (refusal != protocol::Refusal::kBadRequest && refusal != protocol::Refusal::kNoTransport) return;
+void ConsumerService::reoffer_after_refusal(const protocol::JoinReply& reply) {
+  // Only where the producer could not reach this consumer's address: after another refusal, a
+  // join retried with the old address would find its transport gone.
+  if (reply.refusal != protocol::Refusal::kBadRequest || !reply.error.starts_with(protocol::kUnreachableConsumer)) return;
   const auto now = Clock::now();
   if (now - offered_made_ < reoffer_wait_) return;
   offered_made_ = now;
-  // Refused on, the next time waits twice as long: a refusal that fresh transports do not cure
-  // (no transport in common, a request refused for another reason) costs a few of them, not one
-  // every producer_timeout for ever. A join let in starts it over.
+  // Refused on, the next time waits twice as long: an address fresh transports do not make
+  // reachable costs a few of them, not one every producer_timeout for ever. A join let in starts
+  // it over.
   reoffer_wait_ = std::min<std::chrono::milliseconds>(2 * reoffer_wait_, std::chrono::minutes(10));
   // Not compared with the old ones: a UCX address names its worker, so fresh ones always differ.
   auto fresh = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
@@ -309,7 +311,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   }
   if (!reply.ok) {
     link_.refused();
-    reoffer_after_refusal(reply.refusal);
+    reoffer_after_refusal(reply);
     return report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));
   }
   reoffer_wait_ = options_.producer_timeout;

@@ -174,12 +174,12 @@ class ConsumerService {
   void finish_abandoned_receives();
   void on_relay_cancel(const protocol::RelayCancel& cancel);
   void on_relay_sent(const RelaySent& sent);
-  // A join was refused as a bad request (the producer cannot reach this consumer's address,
-  // among others) or for want of a transport in common: transports made while a network device
-  // had no carrier (its link down) lack it for good, as UCX leaves such a device out, and every
-  // join would be refused the same way. The next join offers transports made afresh, first
-  // after producer_timeout, then after twice as long each time (up to 10 minutes).
-  void reoffer_after_refusal(protocol::Refusal refusal);
+  // A join was refused as the producer cannot reach this consumer's address
+  // (protocol::kUnreachableConsumer): transports made while a network device had no carrier (its
+  // link down) lack it for good, as UCX leaves such a device out, and every join would be refused
+  // the same way. The next join offers transports made afresh, once producer_timeout has passed
+  // since they were made, then after twice as long each time (up to 10 minutes).
+  void reoffer_after_refusal(const protocol::JoinReply& reply);
   void pump_relays();
   void relay_failed(const protocol::RelayFailed& failed);
   std::shared_ptr<detail::ReceiveBuffer> installed_host_bytes(
@@ -230,7 +230,7 @@ class ConsumerService {
 
   ProducerLink link_;        // service thread only after construction
   // What the next join offers; replaced when the producer is replaced, and after joins refused
-  // for want of a transport (reoffer_after_refusal). Service thread only.
+  // as unreachable (reoffer_after_refusal). Service thread only.
   std::unique_ptr<transport::TransportSet> offered_;
   Clock::time_point offered_made_ = Clock::now();  // when offered_ was made
   std::chrono::milliseconds reoffer_wait_ = options_.producer_timeout;  // reoffer_after_refusal's; service thread

@@ -603,7 +603,7 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
                                               events_.push(PeerFailed{t, p, error});
                                             });
   } catch (const Error& e) {
-    throw Error(e.code(), "cannot reach the consumer's " + answer.transport + " address: " + e.what());
+    throw Error(e.code(), std::string(protocol::kUnreachableConsumer) + answer.transport + " address: " + e.what());
   }
   stats_.update([](ProducerStats& s) { s.connections_opened++; });
   return record;

@@ -46,6 +46,7 @@
 #include <span>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -283,6 +284,12 @@ using Message = std::variant<Announce, JoinRequest, JoinReply, FetchRequest, Fet
 
 // The most of a peer's text (see the top of this file) that decode() keeps.
 inline constexpr std::size_t kShownPeerTextBytes = 1024;
+
+// How a JoinReply's error begins when the producer could not connect to the consumer's transport
+// address (kBadRequest): the consumer then makes its transports afresh (a worker made while a
+// network device had no carrier lacks that device for good). Part of the protocol: both sides
+// read it.
+inline constexpr std::string_view kUnreachableConsumer = "cannot reach the consumer's ";
 
 inline constexpr unsigned kChunkBits = 20;
 inline std::uint64_t chunk_tag(std::uint64_t fetch_id, std::uint64_t chunk) {

@@ -33,20 +33,27 @@ mc_status fail(const char* function, mc_status status, const std::string& messag
   return status;
 }
 
-// As the C ABI's guarded (core/c_api/c_boundary.h), thread cancellation held off for every
-// call: a wait's request is on the daemon's connection, and a thread that ended before reading
-// the answer would leave that connection unread for good.
+// Thread cancellation is held off in every call (as the C ABI's CancelHeldOff,
+// core/c_api/c_boundary.h): a wait's request is on the daemon's connection, and a thread that
+// ended before reading the answer would leave that connection unread for good; a release and a
+// close talk to the daemon from destructors, which cannot unwind.
+class CancelHeldOff {
+ public:
+  CancelHeldOff() noexcept { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &before_); }
+  ~CancelHeldOff() {
+    int ignored = 0;
+    pthread_setcancelstate(before_, &ignored);
+  }
+  CancelHeldOff(const CancelHeldOff&) = delete;
+  CancelHeldOff& operator=(const CancelHeldOff&) = delete;
+
+ private:
+  int before_ = PTHREAD_CANCEL_ENABLE;
+};
+
 template <typename Body>
 mc_status guarded(const char* function, Body&& body) noexcept {
-  int before = PTHREAD_CANCEL_ENABLE;
-  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &before);
-  struct Restore {
-    int state;
-    ~Restore() {
-      int ignored = 0;
-      pthread_setcancelstate(state, &ignored);
-    }
-  } restore{before};
+  const CancelHeldOff held;
   try {
     return body();
   } catch (const modelcast::Error& e) {
@@ -105,7 +112,10 @@ mc_status mcs_client_open(const char* socket_path, const char* model, int64_t co
   });
 }
 
-void mcs_client_close(mcs_client_t* client) { delete client; }
+void mcs_client_close(mcs_client_t* client) {
+  const CancelHeldOff held;
+  delete client;
+}
 
 mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out) {
   return guarded("mcs_acquire", [&] {
@@ -132,7 +142,10 @@ mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int
   });
 }
 
-void mcs_view_release(mcs_view_t* view) { delete view; }
+void mcs_view_release(mcs_view_t* view) {
+  const CancelHeldOff held;
+  delete view;
+}
 uint64_t mcs_view_version(const mcs_view_t* view) { return view ? view->view.version() : 0; }
 int64_t mcs_view_step(const mcs_view_t* view) { return view ? view->view.step() : 0; }
 size_t mcs_view_tensor_count(const mcs_view_t* view) { return view ? view->tensors.size() : 0; }

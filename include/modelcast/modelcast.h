@@ -2,9 +2,10 @@
  *
  * Pure C11. Handles are opaque; every call that can fail returns an mc_status and leaves a
  * text naming the problem in mc_last_error() (per thread). No C++ exception crosses this
- * boundary. A thread cancelled (pthread_cancel, deferred) in mc_consumer_wait_for_version or
- * mc_producer_wait_for_consumers ends there, its handles left usable; in any other call the
- * cancel acts at the caller's next cancellation point once the call has returned. Structs passed *in* carry `struct_size` (set by their _init function) so that
+ * boundary, but for one: a thread cancelled (pthread_cancel, deferred) in
+ * mc_consumer_wait_for_version or mc_producer_wait_for_consumers ends there (the forced unwind
+ * passes through), its handles left usable; in any other call the cancel acts at the caller's
+ * next cancellation point once the call has returned. Structs passed *in* carry `struct_size` (set by their _init function) so that
  * later releases can append fields without breaking binaries built against this header;
  * structs modelcast fills (results, stats, tensor info) keep their layout for the library's
  * SOVERSION, and new fields there come with new functions.

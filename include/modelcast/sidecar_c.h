@@ -36,7 +36,9 @@ MODELCAST_API void mcs_client_close(mcs_client_t* client);
 MODELCAST_API mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out);
 /* Waits for a version >= `version`: MC_OK with *out set, or MC_ERR_TIMEOUT with *out NULL.
  * Reconnects like mcs_acquire. Other threads' calls on the same client do not wait for it (each
- * call in flight has a connection of its own). */
+ * call in flight has a connection of its own). Unlike modelcast.h's waits, it is no place for
+ * pthread_cancel: cancellation is held off in every mcs_ call (the answer must be read from the
+ * daemon's connection), so a cancel acts once the wait has returned, within timeout_ms. */
 MODELCAST_API mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int64_t timeout_ms,
                                              mcs_view_t** out);
 

@@ -303,6 +303,47 @@ static void test_a_thread_cancelled_in_a_wait(void) {
   mc_producer_destroy(producer);
 }
 
+/* A cancel pending when the last view of a consumer already destroyed is released: the release
+ * waits for the transport's thread (a cancellation point inside a destructor), and the process
+ * aborted. The cancel now acts once the release has returned. */
+static int released_before_cancel = 0;
+
+static void* release_with_a_cancel_pending(void* arg) {
+  int before = 0;
+  pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &before);
+  pthread_cancel(pthread_self()); /* pending until enabled, then at a cancellation point */
+  pthread_setcancelstate(PTHREAD_CANCEL_ENABLE, &before);
+  mc_view_release((mc_view_t*)arg);
+  released_before_cancel = 1; /* read by the joining thread only */
+  pthread_testcancel();
+  return NULL;
+}
+
+static void test_a_cancel_pending_in_a_release(void) {
+  static float w[4];
+  const int64_t shape[1] = {4};
+  mc_producer_t* producer = make_producer("pending");
+  CHECK(mc_producer_register_tensor(producer, "w", MC_DTYPE_F32, 1, shape, w) == MC_OK);
+  mc_consumer_options options;
+  mc_consumer_options_init(&options);
+  options.model_name = "pending";
+  options.producer_endpoint = mc_producer_endpoint(producer);
+  mc_consumer_t* consumer = NULL;
+  CHECK(mc_consumer_create(&options, &consumer) == MC_OK);
+  CHECK(mc_producer_wait_for_consumers(producer, 1, 30000) == MC_OK);
+  CHECK(mc_producer_publish(producer, 1, NULL, NULL, 0, NULL) == MC_OK);
+  mc_view_t* view = NULL;
+  CHECK(mc_consumer_wait_for_version(consumer, 1, 30000, &view) == MC_OK);
+  mc_consumer_destroy(consumer); /* the view keeps its buffer, and the buffer its transport */
+  pthread_t thread;
+  CHECK(pthread_create(&thread, NULL, release_with_a_cancel_pending, view) == 0);
+  void* result = NULL;
+  CHECK(pthread_join(thread, &result) == 0);
+  CHECK(result == PTHREAD_CANCELED);
+  CHECK(released_before_cancel == 1);
+  mc_producer_destroy(producer);
+}
+
 /* ---- online scheduler --------------------------------------------------------------- */
 static void test_scheduler(void) {
   mc_scheduler_options options;
@@ -362,6 +403,7 @@ int main(void) {
   test_callbacks();
   test_wait_in_a_callback_while_destroyed();
   test_a_thread_cancelled_in_a_wait();
+  test_a_cancel_pending_in_a_release();
   test_scheduler();
   if (failures == 0) printf("ok: C ABI additions behave as documented\n");
   return failures == 0 ? 0 : 1;
