@@ -153,8 +153,8 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     counts_.current_version = outcome.installed->manifest.version;
     counts_.versions_installed++;
     counts_.waiting.clear();
-    run_id_error_said_ = false;  // a misconfiguration after this one is said again
     store_.install(outcome.installed);
+    run_id_error_said_ = false;  // a version was made: a misconfiguration after it is said again
   } catch (const Error& e) {
     outcome.failure = e;
   } catch (const std::bad_alloc&) {

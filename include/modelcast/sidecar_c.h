@@ -38,7 +38,9 @@ MODELCAST_API mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out
  * Reconnects like mcs_acquire. Other threads' calls on the same client do not wait for it (each
  * call in flight has a connection of its own). Unlike modelcast.h's waits, it is no place for
  * pthread_cancel: cancellation is held off in every mcs_ call (the answer must be read from the
- * daemon's connection), so a cancel acts once the wait has returned, within timeout_ms. */
+ * daemon's connection), so a cancel acts once the wait has returned: after timeout_ms, plus up
+ * to about 10 s more while the daemon restarts or does not answer (mcs_client_open: after
+ * connect_timeout_ms). */
 MODELCAST_API mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int64_t timeout_ms,
                                              mcs_view_t** out);
 
