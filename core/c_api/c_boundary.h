@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cxxabi.h>
-#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
@@ -16,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/cancel_held_off.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/model_view.h"
@@ -72,24 +72,10 @@ const std::string& last_error() noexcept;
 // Replaces this thread's last error with `text` as it is (keeps the old text if out of memory).
 void set_last_error(const char* text) noexcept;
 
-// Holds thread cancellation off while it lives: a cancel that comes meanwhile acts at the
-// caller's next cancellation point once the call has returned. Most calls change state across
-// their blocking points (a publish waits while a helper thread writes into its stack frame, a
-// destroy joins threads in a destructor), and a forced unwind from there would leave it half
-// done, or abort the process.
-class CancelHeldOff {
- public:
-  CancelHeldOff() noexcept { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &before_); }
-  ~CancelHeldOff() {
-    int ignored = 0;
-    pthread_setcancelstate(before_, &ignored);
-  }
-  CancelHeldOff(const CancelHeldOff&) = delete;
-  CancelHeldOff& operator=(const CancelHeldOff&) = delete;
-
- private:
-  int before_ = PTHREAD_CANCEL_ENABLE;
-};
+// Thread cancellation is held off in every call but the pure waits (common/cancel_held_off.h):
+// most calls change state across their blocking points (a publish waits while a helper thread
+// writes into its stack frame, a destroy joins threads in a destructor).
+using modelcast::CancelHeldOff;
 
 // Runs `body` and converts every exception into a status; `body` returns MC_OK or throws.
 // For a pure wait, which changes nothing across its blocking point (waiting for a version, for

@@ -2,12 +2,11 @@
 // at this boundary (the same codes as modelcast.h), the message in a per-thread last error.
 #include "modelcast/sidecar_c.h"
 
-#include <pthread.h>
-
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/cancel_held_off.h"
 #include "modelcast/error.h"
 #include "modelcast/sidecar.h"
 
@@ -33,23 +32,10 @@ mc_status fail(const char* function, mc_status status, const std::string& messag
   return status;
 }
 
-// Thread cancellation is held off in every call (as the C ABI's CancelHeldOff,
-// core/c_api/c_boundary.h): a wait's request is on the daemon's connection, and a thread that
-// ended before reading the answer would leave that connection unread for good; a release and a
-// close talk to the daemon from destructors, which cannot unwind.
-class CancelHeldOff {
- public:
-  CancelHeldOff() noexcept { pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &before_); }
-  ~CancelHeldOff() {
-    int ignored = 0;
-    pthread_setcancelstate(before_, &ignored);
-  }
-  CancelHeldOff(const CancelHeldOff&) = delete;
-  CancelHeldOff& operator=(const CancelHeldOff&) = delete;
-
- private:
-  int before_ = PTHREAD_CANCEL_ENABLE;
-};
+// Thread cancellation is held off in every call (common/cancel_held_off.h): a wait's request is
+// on the daemon's connection, and a thread that ended before reading the answer would leave that
+// connection unread for good; a release and a close talk to the daemon from destructors.
+using modelcast::CancelHeldOff;
 
 template <typename Body>
 mc_status guarded(const char* function, Body&& body) noexcept {

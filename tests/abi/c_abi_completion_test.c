@@ -194,6 +194,30 @@ static void test_callbacks(void) {
   mc_producer_destroy(producer);
 }
 
+/* A producer of one 4-float tensor "w" of model `model`, and a consumer of it (with `on_update`
+ * and `user_data` when not NULL): the setup of the cancellation and closing tests below. */
+static float one_tensor[4];
+
+static mc_producer_t* producer_of_w(const char* model) {
+  const int64_t shape[1] = {4};
+  mc_producer_t* producer = make_producer(model);
+  CHECK(mc_producer_register_tensor(producer, "w", MC_DTYPE_F32, 1, shape, one_tensor) == MC_OK);
+  return producer;
+}
+
+static mc_consumer_t* consumer_of(const mc_producer_t* producer, const char* model, mc_update_fn on_update,
+                                  void* user_data) {
+  mc_consumer_options options;
+  mc_consumer_options_init(&options);
+  options.model_name = model;
+  options.producer_endpoint = mc_producer_endpoint(producer);
+  options.on_update = on_update;
+  options.callback_user_data = user_data;
+  mc_consumer_t* consumer = NULL;
+  CHECK(mc_consumer_create(&options, &consumer) == MC_OK);
+  return consumer;
+}
+
 /* ---- a wait in a callback while the consumer is destroyed ------------------------------ */
 /* The callback waits for a version that never comes: answered at once with MC_ERR_STATE ("would
  * block") until mc_consumer_destroy ends every wait; from then on the wait returns at once and
@@ -226,20 +250,10 @@ static void wait_while_closed(const mc_view_t* view, void* user_data) {
 }
 
 static void test_wait_in_a_callback_while_destroyed(void) {
-  static float w[4];
-  const int64_t shape[1] = {4};
-  mc_producer_t* producer = make_producer("closing");
-  CHECK(mc_producer_register_tensor(producer, "w", MC_DTYPE_F32, 1, shape, w) == MC_OK);
+  mc_producer_t* producer = producer_of_w("closing");
   static closing_wait_t waiting;
   event_init(&waiting.started);
-  mc_consumer_options options;
-  mc_consumer_options_init(&options);
-  options.model_name = "closing";
-  options.producer_endpoint = mc_producer_endpoint(producer);
-  options.on_update = wait_while_closed;
-  options.callback_user_data = &waiting;
-  mc_consumer_t* consumer = NULL;
-  CHECK(mc_consumer_create(&options, &consumer) == MC_OK);
+  mc_consumer_t* consumer = consumer_of(producer, "closing", wait_while_closed, &waiting);
   pthread_mutex_lock(&waiting.started.mutex); /* the callback reads it on its own thread */
   waiting.consumer = consumer;
   pthread_mutex_unlock(&waiting.started.mutex);
@@ -275,17 +289,10 @@ static void* wait_until_cancelled(void* arg) {
 }
 
 static void test_a_thread_cancelled_in_a_wait(void) {
-  static float w[4];
-  const int64_t shape[1] = {4};
-  mc_producer_t* producer = make_producer("cancelled");
-  CHECK(mc_producer_register_tensor(producer, "w", MC_DTYPE_F32, 1, shape, w) == MC_OK);
-  mc_consumer_options options;
-  mc_consumer_options_init(&options);
-  options.model_name = "cancelled";
-  options.producer_endpoint = mc_producer_endpoint(producer);
+  mc_producer_t* producer = producer_of_w("cancelled");
   static cancelled_wait_t waiting;
   event_init(&waiting.entered);
-  CHECK(mc_consumer_create(&options, &waiting.consumer) == MC_OK);
+  waiting.consumer = consumer_of(producer, "cancelled", NULL, NULL);
   pthread_t thread;
   CHECK(pthread_create(&thread, NULL, wait_until_cancelled, &waiting) == 0);
   CHECK(event_wait(&waiting.entered, 1));
@@ -320,16 +327,8 @@ static void* release_with_a_cancel_pending(void* arg) {
 }
 
 static void test_a_cancel_pending_in_a_release(void) {
-  static float w[4];
-  const int64_t shape[1] = {4};
-  mc_producer_t* producer = make_producer("pending");
-  CHECK(mc_producer_register_tensor(producer, "w", MC_DTYPE_F32, 1, shape, w) == MC_OK);
-  mc_consumer_options options;
-  mc_consumer_options_init(&options);
-  options.model_name = "pending";
-  options.producer_endpoint = mc_producer_endpoint(producer);
-  mc_consumer_t* consumer = NULL;
-  CHECK(mc_consumer_create(&options, &consumer) == MC_OK);
+  mc_producer_t* producer = producer_of_w("pending");
+  mc_consumer_t* consumer = consumer_of(producer, "pending", NULL, NULL);
   CHECK(mc_producer_wait_for_consumers(producer, 1, 30000) == MC_OK);
   CHECK(mc_producer_publish(producer, 1, NULL, NULL, 0, NULL) == MC_OK);
   mc_view_t* view = NULL;
