@@ -1,5 +1,6 @@
 #include "core/consumer/fetch_client.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/digest.h"
@@ -195,6 +196,7 @@ void FetchClient::discard(const protocol::FetchReply& reply, transport::Transpor
 
 std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock::time_point now) {
   if (auto it = draining_.find(done.fetch_id); it != draining_.end()) {
+    it->second.progressed_at = now;
     if (--it->second.pending == 0) draining_.erase(it);  // its buffer may be reused now
     return std::nullopt;
   }
@@ -288,10 +290,31 @@ std::optional<std::pair<Manifest, std::uint64_t>> FetchClient::abort() {
   if (fetch_->replied) {
     for (auto id : fetch_->transfers) fetch_->buffer->transport->cancel(id);
     abandoned.emplace(fetch_->manifest, fetch_->fetch_id);
-    if (fetch_->pending > 0) draining_.emplace(fetch_->fetch_id, std::move(*fetch_));
+    if (fetch_->pending > 0) {
+      // The base version's buffer would stay pinned with this one: with receives that never end,
+      // the two held the pool's last free buffers for good.
+      fetch_->base.reset();
+      fetch_->progressed_at = Clock::now();
+      draining_.emplace(fetch_->fetch_id, std::move(*fetch_));
+    }
   }
   fetch_.reset();
   return abandoned;
+}
+
+bool FetchClient::draining_holds_buffers() const {
+  return std::any_of(draining_.begin(), draining_.end(), [](const auto& entry) { return !entry.second.handed_out; });
+}
+
+std::vector<std::shared_ptr<detail::ReceiveBuffer>> FetchClient::stuck_receives(Clock::time_point now,
+                                                                                Clock::duration timeout) {
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> stuck;
+  for (auto& [id, fetch] : draining_) {
+    if (fetch.handed_out || now - fetch.progressed_at < timeout) continue;
+    fetch.handed_out = true;
+    stuck.push_back(fetch.buffer);
+  }
+  return stuck;
 }
 
 }  // namespace modelcast::consumer

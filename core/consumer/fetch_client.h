@@ -66,6 +66,13 @@ class FetchClient {
   bool in_flight() const { return fetch_.has_value(); }
   // Whether abandoned fetches still have receives that have not ended (their buffers are held).
   bool draining() const { return !draining_.empty(); }
+  // Whether such receives still hold a buffer not yet handed out by stuck_receives().
+  bool draining_holds_buffers() const;
+  // The buffers of abandoned fetches whose receives have made no progress for `timeout`, each
+  // returned once: taken for receives that never end. UCX cannot cancel a receive already
+  // matched to a send, and one whose sender died mid-send (a relay killed mid-version) never
+  // ends. The caller may set the buffer aside and use another; it is freed if they end after all.
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> stuck_receives(Clock::time_point now, Clock::duration timeout);
   // The request for `version`; the fetch is in flight until finished, refused or abandoned.
   // `base`: a version this consumer holds with block digests, offered as a delta base (0: none).
   protocol::FetchRequest begin(std::uint64_t incarnation, std::uint64_t version, std::uint64_t base,
@@ -124,8 +131,9 @@ class FetchClient {
   std::optional<FinishedFetch> on_digests(const protocol::Digests& digests);
 
   // Gives up the fetch in flight. UCX cannot always cancel a receive already matched to a
-  // sender, so its buffer stays pinned until every receive has completed. Returns the manifest
-  // and id of what was abandoned, if anything had been answered.
+  // sender, so its buffer stays pinned until every receive has completed (a delta's base is let
+  // go at once: its blocks were copied when the fetch was answered). Returns the manifest and id
+  // of what was abandoned, if anything had been answered.
   std::optional<std::pair<Manifest, std::uint64_t>> abort();
 
  private:
@@ -133,7 +141,8 @@ class FetchClient {
     std::uint64_t fetch_id = 0;
     Clock::time_point requested_at{};
     bool replied = false;
-    Clock::time_point progressed_at{};  // the answer, then each chunk completing
+    Clock::time_point progressed_at{};  // the answer, then each chunk completing (abandoned: since)
+    bool handed_out = false;            // abandoned, and its buffer returned by stuck_receives()
     Manifest manifest;
     std::shared_ptr<detail::ReceiveBuffer> buffer;
     std::vector<transport::TransferId> transfers;

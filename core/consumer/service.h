@@ -166,6 +166,14 @@ class ConsumerService {
   bool serves_peers() const;
   // Whether relay orders (under way, ending, or exported buffers) may hold receive buffers.
   bool relay_holds_buffers() const { return relay_.orders() + relay_.draining() + relay_.exported() > 0; }
+  // Whether what holds receive buffers ends or is given up by itself (relay orders, an abandoned
+  // fetch's receives): a stall is then no news for the user.
+  bool buffers_free_by_themselves() const { return relay_holds_buffers() || fetch_.draining_holds_buffers(); }
+  // Abandoned fetches whose receives made no progress for transfer_timeout are taken for ones
+  // that never end (FetchClient::stuck_receives): their buffers leave the pool, and others are
+  // allocated in their place. A relay killed mid-version left one, with the delta base it
+  // pinned then, and updates stopped for good once they held the pool's last free buffers.
+  void set_aside_stuck_receives(Clock::time_point now);
   void on_relay_order(const protocol::RelayOrder& order);
   void export_installed(const protocol::RelayOrder& order);
   // Closing: waits, bounded, until no peer may still be reading an exported buffer.

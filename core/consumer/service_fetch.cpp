@@ -91,6 +91,7 @@ void ConsumerService::maybe_fetch() {
                  "receiver that died on this host): their buffers are reused",
                  given_up);
     }
+    set_aside_stuck_receives(now);
   }
   // The host copy kept for peers yields to the next version (a relay order that still sends
   // from it holds it on its own until its sends are over).
@@ -103,7 +104,9 @@ void ConsumerService::maybe_fetch() {
     // Relay orders (under way, or ended and within their second) end or are given up by
     // themselves, and free their buffers: the stall is the user's to hear of only once none is
     // left (views hold the rest). It blamed views while orders to stalled receivers held them.
-    if (shaped_memory_held || !relay_holds_buffers()) report_buffers_held(newest_announced_, shaped_memory_held);
+    if (shaped_memory_held || !buffers_free_by_themselves()) {
+      report_buffers_held(newest_announced_, shaped_memory_held);
+    }
     return;
   }
   if (buffers_held_reported_) {
@@ -220,7 +223,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                           ? "every receive buffer is held by a reader; will fetch the newest when one frees"
                           : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
     log_->debug("{}", why);
-    if (options_.caller_buffers.empty() && !relay_holds_buffers()) report_buffers_held(manifest.version);
+    if (options_.caller_buffers.empty() && !buffers_free_by_themselves()) report_buffers_held(manifest.version);
     discard_chunks(reply);
     send_ack(manifest, reply.fetch_id, false, why);
     fetch_.forget();
@@ -278,6 +281,24 @@ void ConsumerService::report_buffers_held(std::uint64_t version, bool shaped) {
                                          (shaped ? "buffer for shaped views" : "receive buffer") +
                                          " is held by a view still in use; updates resume when one is released "
                                          "(hold fewer views, or give the consumer more buffers)"));
+}
+
+void ConsumerService::set_aside_stuck_receives(Clock::time_point now) {
+  for (const auto& buffer : fetch_.stuck_receives(now, options_.transfer_timeout)) {
+    if (store_.set_aside(buffer)) {
+      log_->warn("receives of an abandoned transfer made no progress for {} ms (a sender that died mid-send): "
+                 "their receive buffer is set aside and another used in its place",
+                 options_.transfer_timeout.count());
+    } else {
+      report(Error(ErrorCode::kResource,
+                   "receives of an abandoned transfer made no progress for " +
+                       std::to_string(options_.transfer_timeout.count()) +
+                       " ms (a sender that died mid-send) and hold a receive buffer that " +
+                       (options_.caller_buffers.empty() ? "cannot be replaced: as many are set aside already"
+                                                        : "is the caller's and cannot be replaced") +
+                       "; updates resume if they end"));
+    }
+  }
 }
 
 void ConsumerService::count_arrival() {
@@ -435,7 +456,9 @@ void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> ins
 // within the time its bytes take; cancelled ones end at once.
 void ConsumerService::finish_abandoned_receives() {
   const auto deadline = Clock::now() + options_.producer_timeout;
-  while (fetch_.draining()) {
+  // Not for those already taken never to end (set_aside_stuck_receives): they made no progress
+  // for transfer_timeout.
+  while (fetch_.draining_holds_buffers()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left <= std::chrono::milliseconds(0)) {
       log_->warn("closing with receives of an abandoned transfer still under way after {} ms",

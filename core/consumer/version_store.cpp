@@ -141,6 +141,19 @@ void VersionStore::allocate_ahead(std::uint64_t bytes, std::uint64_t most) {
   ahead_.start(bytes);
 }
 
+bool VersionStore::set_aside(const std::shared_ptr<detail::ReceiveBuffer>& buffer) {
+  if (!caller_buffers_.empty() || !buffer) return false;
+  std::erase_if(set_aside_, [](const auto& weak) { return weak.expired(); });
+  if (set_aside_.size() >= buffers_) return false;
+  auto it = std::find(pool_.begin(), pool_.end(), buffer);
+  if (it == pool_.end()) return true;  // a retired transport's: the pool does not count it
+  // As a buffer dropped for its size: relay sends given up may read it after the receives end.
+  if (buffer->sends_given_up > 0) kept_for_sends_.push_back(buffer);
+  pool_.erase(it);
+  set_aside_.push_back(buffer);
+  return true;
+}
+
 bool VersionStore::buffer_available() const {
   if (!caller_buffers_.empty()) {
     return std::any_of(caller_buffers_.begin(), caller_buffers_.end(),

@@ -61,6 +61,11 @@ class VersionStore {
   void allocate_ahead(std::uint64_t bytes, std::uint64_t most);
   // Makes `version` the one readers see and wakes waiters.
   void install(std::shared_ptr<const detail::InstalledVersion> version);
+  // Takes `buffer` out of the pool (receives that will never end hold it: FetchClient::
+  // stuck_receives), so that another may be allocated in its place; it stays registered while
+  // anything holds it. False, and nothing done, for caller buffers, or while as many buffers as
+  // the count are set aside and still held (memory stays within twice the count).
+  bool set_aside(const std::shared_ptr<detail::ReceiveBuffer>& buffer);
   // How many buffers it may allocate from now on (the service feeds an assembler, or no longer
   // does). Buffers beyond a lowered count are kept, not freed; none is allocated past it.
   void set_buffer_count(std::size_t buffers) { buffers_ = buffers; }
@@ -85,6 +90,7 @@ class VersionStore {
   // may still read (ReceiveBuffer::sends_given_up): kept, registered, until the store goes.
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> kept_for_sends_;
   std::vector<std::weak_ptr<detail::ReceiveBuffer>> retired_;  // registered with an older one
+  std::vector<std::weak_ptr<detail::ReceiveBuffer>> set_aside_;  // out of the pool by set_aside()
   HostBufferAhead ahead_;  // a buffer being made by allocate_ahead, not yet registered
 };
 

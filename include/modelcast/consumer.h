@@ -120,7 +120,10 @@ struct ConsumerOptions {
   std::chrono::milliseconds producer_timeout{2000};
   // A transfer the producer answered that makes no progress (no chunk arriving) for this long
   // is given up and the newest version asked for again; a slow transfer that keeps progressing
-  // is never given up. It and producer_timeout: 1 ms to 100 years.
+  // is never given up. The receives of a transfer given up that still make no progress this
+  // long after (their sender died mid-send) are taken never to end: their receive buffer is set
+  // aside and another allocated (at most `buffers` set aside at a time). It and
+  // producer_timeout: 1 ms to 100 years.
   std::chrono::milliseconds transfer_timeout{30000};
   // Serve blocks of the versions this consumer holds (and is receiving) to other consumers when
   // a producer with relay_fanout asks it to, over the transport it receives on. Each block is

@@ -112,9 +112,9 @@ struct ProducerSide {
 };
 
 struct ConsumerSide {
-  ConsumerSide()
+  explicit ConsumerSide(std::size_t buffers = 3)
       : transport(transport::make_loopback_transport()),
-        store(3, {}),
+        store(buffers, {}),
         client([box = chunks_box](const consumer::ChunkDone& done) { box->push(done); }, true) {
     policy.model = "test";
     store.use_transport(transport);
@@ -794,6 +794,76 @@ TEST(Stages, ADeltaSendsOnlyTheChangedBlocksAndEachIsChecked) {
       EXPECT_NE(std::string(e.what()).find("in tensor"), std::string::npos) << e.what();
     }
   }
+}
+
+// A delta given up while its receives are still live (a relay killed mid-send: UCX cannot
+// cancel a receive already matched to a send, and the dead sender's never ends). Its buffer is
+// handed out as stuck once it made no progress for the timeout, and set aside so that another is
+// allocated; its base is let go at once. Both pinned, they held a two-buffer pool's only free
+// buffer for good (with three, a relay killed mid-version stopped a consumer's updates).
+TEST(Stages, AnAbandonedDeltaLetsGoOfItsBaseAndItsBufferIsReplacedOnceItsReceivesStopForTheTimeout) {
+  ConsumerSide c(2);
+  ProducerSide p(c.transport);
+  p.publish(1);
+  auto first = c.client.begin(kIncarnation, 1, 0, Clock::now());
+  auto whole = p.server->start(p.consumer.routing_id, &p.consumer, first, Clock::now());
+  ASSERT_TRUE(whole && whole->ok);
+  auto got = c.run(*whole);
+  ASSERT_EQ(got.failure, "");
+  auto base = std::make_shared<detail::InstalledVersion>();
+  base->manifest = got.manifest;
+  base->buffer = got.buffer;
+  c.store.install(base);
+  ASSERT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, first.fetch_id, true, ""}, "c", Clock::now()).ok);
+
+  p.publish(2, producer::SnapshotStore::HostState::kReady, /*content=*/1,
+            [&](std::byte* slot) { slot[3 * p.layout.block_bytes] ^= std::byte{1}; });
+  auto request = c.client.begin(kIncarnation, 2, 1, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok && reply->base_version == 1u);
+  consumer::check_reply(c.policy, *reply);
+  auto buffer = c.store.take_buffer(reply->manifest.total_bytes);
+  ASSERT_TRUE(buffer);
+  ASSERT_FALSE(c.client.accept(*reply, buffer, Clock::now(), base));
+  // The changed block's receive ended, but the loop never hears of it: to the client, a
+  // receive still under way, as one whose sender died would be.
+  const long base_refs = base.use_count();
+  ASSERT_TRUE(c.client.abort());
+  EXPECT_EQ(base.use_count(), base_refs - 1) << "an abandoned fetch still pins its delta base";
+  ASSERT_TRUE(c.client.draining());
+  EXPECT_TRUE(c.client.draining_holds_buffers());
+
+  const auto later = Clock::now() + 10s;
+  EXPECT_TRUE(c.client.stuck_receives(Clock::now(), 10s).empty()) << "taken as stuck before the timeout";
+  auto stuck = c.client.stuck_receives(later, 10s);
+  ASSERT_EQ(stuck.size(), 1u);
+  EXPECT_EQ(stuck[0], buffer);
+  EXPECT_TRUE(c.client.stuck_receives(later, 10s).empty()) << "a stuck buffer handed out twice";
+  EXPECT_FALSE(c.client.draining_holds_buffers());
+
+  // The pool's two buffers: the installed version's and the stuck one.
+  std::weak_ptr<detail::ReceiveBuffer> stuck_weak = buffer;
+  buffer.reset();
+  stuck.clear();
+  EXPECT_FALSE(c.store.buffer_available());
+  EXPECT_FALSE(c.store.take_buffer(p.layout.total_bytes));
+  ASSERT_TRUE(c.store.set_aside(stuck_weak.lock()));
+  auto replacement = c.store.take_buffer(p.layout.total_bytes);
+  ASSERT_TRUE(replacement);
+  EXPECT_NE(replacement, stuck_weak.lock());
+
+  // At most the count set aside at once: memory stays within twice the pool.
+  ASSERT_TRUE(c.store.set_aside(replacement));
+  auto another = c.store.take_buffer(p.layout.total_bytes);
+  ASSERT_TRUE(another);
+  EXPECT_FALSE(c.store.set_aside(another)) << "more buffers set aside than the count";
+
+  // Its receives end after all: the buffer goes, and does not come back to the pool.
+  auto chunk = c.chunks.pop();
+  ASSERT_TRUE(chunk) << "the changed block's receive never ended";
+  EXPECT_FALSE(c.client.on_chunk(*chunk, Clock::now()));
+  EXPECT_FALSE(c.client.draining());
+  EXPECT_TRUE(stuck_weak.expired()) << "a set-aside buffer outlived its receives";
 }
 
 // No base the producer knows (a consumer that joined late, or whose base fell out of the
