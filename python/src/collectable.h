@@ -46,6 +46,15 @@ pybind11::custom_type_setup collectable() {
       }
       return 0;
     };
+    // Out of the collector's sight before the object goes: the destructors close, which lets the
+    // GIL go, and another thread's collection then found the half-freed object still tracked
+    // and freed it a second time (the process aborted: "Tried to deallocate unregistered
+    // instance"). pybind11 before 2.11 (Debian 12 ships 2.10) does not untrack in its
+    // dealloc; untracking twice is harmless where it does.
+    type->tp_dealloc = [](PyObject* self) {
+      PyObject_GC_UnTrack(self);
+      pybind11::detail::pybind11_object_dealloc(self);
+    };
   });
 }
 

@@ -224,3 +224,43 @@ def test_a_forked_child_lets_go_of_views_of_a_closed_consumer_and_exits(endpoint
                             timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["child", "0", "parent", "True"], result.stdout + result.stderr
+
+
+# A Producer or Consumer dropped without close() closes in its destructor, which lets the GIL go;
+# a collection on another thread meanwhile found the half-freed object and freed it again (the
+# process aborted: "Tried to deallocate unregistered instance"). Another thread that allocates is
+# all it takes to collect then. In a child process, so that an abort fails this case alone.
+DROPPED_UNCLOSED_WHILE_ANOTHER_THREAD_ALLOCATES = """
+import sys, threading
+import numpy as np
+import modelcast
+endpoint = sys.argv[1]
+stop = threading.Event()
+def allocate():
+    while not stop.is_set():
+        [[i] for i in range(2000)]
+thread = threading.Thread(target=allocate)
+thread.start()
+try:
+    producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest")
+    producer.register("w", np.zeros(4, dtype=np.float32))
+    for _ in range(20):
+        consumer = modelcast.Consumer(endpoint, model_name="pytest")
+        del consumer
+    del producer
+    for i in range(5):
+        other = modelcast.Producer(control_endpoint=endpoint + "-" + str(i), model_name="pytest")
+        other.register("w", np.zeros(4, dtype=np.float32))
+        del other
+finally:
+    stop.set()
+    thread.join()
+print("dropped")
+"""
+
+
+def test_objects_dropped_unclosed_while_another_thread_allocates_go_once(endpoint):
+    result = subprocess.run([sys.executable, "-c", DROPPED_UNCLOSED_WHILE_ANOTHER_THREAD_ALLOCATES, endpoint],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "dropped"
