@@ -90,6 +90,16 @@ def check_callback(what, name, fn):
                                    f"with loop.call_soon_threadsafe)")
 
 
+def is_boolean(value):
+    """Whether ``value`` is a truth value in any of its forms: bool, NumPy's bool_, a boolean
+    array or tensor. operator.index and pybind11 take each as 0 or 1 (buffers=np.True_ was
+    "buffers must be between 2 and 1024, got 1"; a want's index torch.tensor(True) was 1)."""
+    if isinstance(value, bool):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and str(dtype) in ("bool", "torch.bool")
+
+
 def integer(name, value, minimum=None, maximum=None):
     """``value`` as an int within [minimum, maximum] (either bound optional); InvalidArgumentError
     naming ``name`` for anything else. Not int(): a float (a fraction of an epoch, say) would
@@ -97,7 +107,7 @@ def integer(name, value, minimum=None, maximum=None):
     other than int (NumPy's, a 0-d tensor) are taken. The bounds are the C++ type's, checked here
     because pybind11's own refusal of a value out of range names no parameter."""
     try:
-        if isinstance(value, bool):
+        if is_boolean(value):
             raise TypeError
         number = operator.index(value)
     except TypeError:
@@ -214,7 +224,7 @@ def set_option(options, key, value, what):
     if ("key" in key or key == "run_id") and isinstance(default, str) and value == "":
         raise InvalidArgumentError(f"{what}: option '{key}' is '' (empty): leave it out for none")
     # pybind11 takes True as 1 (buffers=True was "buffers must be between 2 and 1024, got 1").
-    if isinstance(value, bool) and not isinstance(default, bool):
+    if is_boolean(value) and not isinstance(default, bool):
         raise InvalidArgumentError(f"{what}: option '{key}' takes {type(default).__name__}, not bool ({shown})")
     # pybind11's bool caster takes None, ints and floats: integrity=None turned integrity off,
     # allow_any_consumer=2 turned it on. A switch is True or False (numpy's bool too).

@@ -176,6 +176,33 @@ py::object box_of(const TensorView& t) {
                         py::tuple(py::cast(std::vector<std::int64_t>(t.whole_shape.begin(), t.whole_shape.end()))));
 }
 
+// The DLPack protocol's keywords: an exporter that cannot honour copy=True or another dl_device
+// must raise BufferError, not hand out an alias of the shared version (a caller asking for a
+// copy then wrote into the version every reader sees).
+void check_dlpack_keywords(const ViewTensor& t, const py::kwargs& keywords) {
+  for (const auto& [key, value] : keywords) {
+    const auto name = py::str(key).cast<std::string>();
+    if (name == "max_version") continue;
+    if (name == "copy") {
+      if (!value.is_none() && value.cast<bool>()) {
+        throw py::buffer_error("__dlpack__(copy=True): a ModelView's tensors are shared with every reader "
+                               "and never copied here; take them without a copy and copy the result");
+      }
+      continue;
+    }
+    if (name == "dl_device") {
+      if (value.is_none()) continue;
+      py::tuple own = dlpack_device(t.view, t.name, t.part);
+      if (!value.equal(own)) {
+        throw py::buffer_error("__dlpack__(dl_device=" + py::repr(value).cast<std::string>() + "): tensor '" + t.name +
+                               "' is on " + py::repr(own).cast<std::string>() + " and is not copied elsewhere here");
+      }
+      continue;
+    }
+    throw py::type_error("__dlpack__() got an unexpected keyword argument '" + name + "'");
+  }
+}
+
 }  // namespace
 
 void bind_view(py::module_& m) {
@@ -183,14 +210,18 @@ void bind_view(py::module_& m) {
                          "One tensor of a ModelView as a DLPack producer: torch.from_dlpack(t) (or any array "
                          "library's from_dlpack) shares its bytes without a copy, on the host or on the device "
                          "of a Consumer with memory='cuda'. Holds the version alive.")
-      .def("__dlpack__", [](const ViewTensor& t, const py::object& stream, const py::kwargs&) {
+      .def("__dlpack__", [](const ViewTensor& t, const py::object& stream, const py::kwargs& keywords) {
         // A version becomes visible only after its bytes are complete and checked on the device,
         // so there is no pending work for the consumer's stream to wait for.
         (void)stream;
+        check_dlpack_keywords(t, keywords);
         return make_dlpack(t.view, t.name, t.part);
       }, py::arg("stream") = py::none(),
            "A DLPack capsule over the tensor (no copy). `stream` is accepted and needs no ordering: "
-           "the version's bytes are complete before the version is visible.")
+           "the version's bytes are complete before the version is visible. `max_version` is "
+           "accepted (the capsule is unversioned, as the protocol allows); `copy=True` and a "
+           "`dl_device` other than the tensor's raise BufferError (a view's bytes are shared, "
+           "never copied here: copy the result).")
       .def("__dlpack_device__", [](const ViewTensor& t) { return dlpack_device(t.view, t.name, t.part); },
            "(device type, device id): (1, 0) for host memory (kDLCPU), (2, N) for cuda:N (kDLCUDA).")
       .def_property_readonly("name", [](const ViewTensor& t) { return t.name; })

@@ -228,6 +228,7 @@ def test_arguments_of_the_wrong_type_or_range_are_refused_naming_them(endpoint):
                 "register(): global_shape[0] must be at least 0, got -8")
         producer.register("w", w, global_shape=torch.Size([4]), global_offset=np.zeros(1, dtype=np.int64))
         refused(lambda: producer.publish(2**63), "publish(): step must be at most 9223372036854775807")
+        refused(lambda: producer.publish(np.True_), "publish(): step must be an integer, got True")
         refused(lambda: producer.publish(1, metadata=["lr", 0.1]), "publish(): metadata must be a mapping", "list")
         refused(lambda: producer.wait_for_consumers(-1, 0), "wait_for_consumers(): count must be at least 0, got -1")
         refused(lambda: producer.wait_for_consumers(None, 0), "wait_for_consumers(): count must be an integer")
@@ -403,6 +404,9 @@ def test_options_of_the_wrong_type_or_range_are_refused_naming_them():
         (dict(conversions=[("*", "f8e4m3", -1)]), "the conversion of '*': fp8_block must be at least 0, got -1"),
         (dict(expected_layout=[("a", "f32", [2.7])]), "expected_layout: shape of 'a'[0] must be an integer, got 2.7"),
         (dict(buffers=True), "option 'buffers' takes int, not bool"),
+        # NumPy's bool too, and a boolean 0-d array: operator.index takes them as 0 or 1.
+        (dict(buffers=np.True_), "option 'buffers' takes int, not bool"),
+        (dict(wants={"w": ("shard", 0, np.array(True), 2)}), "the want of 'w': index must be an integer"),
         # pybind11 took None as False and any number as a switch (serve_peers=None turned relaying off).
         (dict(serve_peers=None), "option 'serve_peers' takes True or False, not NoneType"),
         (dict(allow_plaintext_remote=-1), "option 'allow_plaintext_remote' takes True or False, not int"),

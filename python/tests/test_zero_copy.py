@@ -68,3 +68,18 @@ def test_parameters_updated_by_an_optimizer_are_published(endpoint):
             torch.testing.assert_close(view.tensor(name), param.detach(), rtol=0, atol=0)
     finally:
         p.close()
+
+
+def test_dlpack_refuses_a_copy_or_another_device_rather_than_alias_the_shared_version(pair):
+    # The protocol's keywords were dropped: copy=True and dl_device=(2, 0) got a capsule over the
+    # version's own bytes, and a mistyped keyword passed in silence.
+    view = pair.publish()
+    exported = view.dlpack("w")
+    for keywords in (dict(copy=True), dict(dl_device=(2, 0))):
+        with pytest.raises(BufferError, match="__dlpack__"):
+            exported.__dlpack__(**keywords)
+    with pytest.raises(TypeError, match="'bogus'"):
+        exported.__dlpack__(bogus=1)
+    # What the view can honour: no copy, its own device, an unversioned capsule.
+    capsule = exported.__dlpack__(stream=None, copy=False, dl_device=(1, 0), max_version=(1, 0))
+    assert torch.from_dlpack(capsule).data_ptr() == view.data_ptr("w")
