@@ -59,6 +59,8 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
       log->warn("model {}: version {} written, but older versions past repository.keep stay: {}", s.model, s.version, error);
     };
     options.on_notice = [log](const std::string& model, const std::string& notice) { log->warn("model {}: {}", model, notice); };
+    // hooks_ outlives the writer (made first, and the destructor ends the writer first).
+    options.in_use = [this](const std::string& directory) { return hooks_->uses(directory); };
     writer_ = std::make_unique<repo::RepositoryWriter>(std::move(options));
   }
   attach_ = std::make_unique<attach::AttachServer>(

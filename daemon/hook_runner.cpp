@@ -14,6 +14,7 @@
 #include <cstring>
 #include <algorithm>
 #include <exception>
+#include <filesystem>
 #include <system_error>
 
 #include <httplib.h>
@@ -158,6 +159,7 @@ void HookRunner::run(Lane& lane) {
     if (stop_) return;
     HookCall call = std::move(*lane.pending);
     lane.pending.reset();
+    lane.running_path = call.path;
     lock.unlock();
     std::string detail;
     bool ok = false;
@@ -170,7 +172,22 @@ void HookRunner::run(Lane& lane) {
     }
     if (on_result_) on_result_(call, ok, detail);
     lock.lock();
+    lane.running_path.clear();
   }
+}
+
+bool HookRunner::uses(const std::string& directory) const {
+  if (directory.empty()) return false;
+  // Compared as paths: the writer lists what it wrote by another route than it named it then.
+  const auto wanted = std::filesystem::path(directory).lexically_normal();
+  auto same = [&](const std::string& path) {
+    return !path.empty() && std::filesystem::path(path).lexically_normal() == wanted;
+  };
+  std::lock_guard lock(mutex_);
+  for (const auto& [model, lane] : lanes_) {
+    if (same(lane->running_path) || (lane->pending && same(lane->pending->path))) return true;
+  }
+  return false;
 }
 
 void HookRunner::shut(Lane& lane) {
@@ -250,8 +267,16 @@ bool HookRunner::run_http(Lane& lane, const HookCall& call, std::string& detail)
   client.set_connection_timeout(seconds, micros);
   client.set_read_timeout(seconds, micros);
   client.set_write_timeout(seconds, micros);
-  // An empty JSON object: what Triton's load request accepts without parameters.
-  auto response = client.Post(path, "{}", "application/json");
+  // An empty JSON object: what Triton's load request accepts without parameters. The answer's
+  // body is read and dropped: only its status counts, and Post() kept all of it in memory (a
+  // server streaming an endless body grew the daemon by gigabytes until the deadline).
+  httplib::Request request;
+  request.method = "POST";
+  request.path = path;
+  request.set_header("Content-Type", "application/json");
+  request.body = "{}";
+  request.content_receiver = [](const char*, std::size_t, std::uint64_t, std::uint64_t) { return true; };
+  auto response = client.send(request);
   if (!response) {
     std::lock_guard lock(mutex_);
     detail = "POST " + url + ": " +

@@ -50,11 +50,16 @@ class HookRunner {
   // Never blocks on a hook; thread-safe. A lane's thread that cannot be started is reported
   // through `on_result` as a failed hook (on the caller's thread).
   void submit(HookCall call);
+  // Whether a hook running or waiting to run was given `directory` as its {path}: the repository
+  // writer keeps it past `keep` meanwhile (a hook that loaded or copied it found it pruned
+  // mid-way when versions came faster than it ran). Thread-safe.
+  bool uses(const std::string& directory) const;
 
  private:
   struct Lane {
     std::condition_variable wake;
     std::optional<HookCall> pending;  // the newest call not yet started; mutex_
+    std::string running_path;         // the {path} of the call in progress ("": none); mutex_
     // The socket of the POST in progress, a duplicate of httplib's descriptor (-1: none): shut
     // down by the stopping daemon or at the call's deadline, it ends a connect or a transfer at
     // once. httplib's own stop() waits for a connect to time out (it holds the lock the connect
@@ -73,7 +78,7 @@ class HookRunner {
   bool run_command(const HookCall& call, std::string& detail);
 
   const Result on_result_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   bool stop_ = false;  // mutex_
   const int stop_fd_;  // an eventfd the destructor signals: every running command's wait ends on it
   std::map<std::string, std::unique_ptr<Lane>> lanes_;  // by model; mutex_

@@ -302,12 +302,14 @@ std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token s
   return final_dir;
 }
 
-void Repository::prune(const std::string& model, std::size_t keep) {
+void Repository::prune(const std::string& model, std::size_t keep,
+                       const std::function<bool(const std::string& directory)>& in_use) {
   auto versions = list(model);
   if (versions.size() <= keep) return;
   const std::string model_dir = model_directory(model);
   std::vector<std::string> doomed;
   for (std::size_t i = keep; i < versions.size(); ++i) {
+    if (in_use && in_use(versions[i].directory)) continue;
     // Renamed first, so a crash part-way through deleting never leaves a partial version
     // under a version number.
     std::string name = model_dir + "/.del-" + fs::path(versions[i].directory).filename().string() + "-" + unique_suffix();

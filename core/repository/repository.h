@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <stop_token>
@@ -93,9 +94,11 @@ class Repository {
   // partial becomes visible.
   std::string write(const VersionSnapshot& snapshot, std::stop_token stop = {});
 
-  // Removes all but the `keep` most recently written versions of `model` (the highest numbers).
-  // Throws Error(kResource) on I/O failure.
-  void prune(const std::string& model, std::size_t keep);
+  // Removes all but the `keep` most recently written versions of `model` (the highest numbers),
+  // less those whose directory `in_use` names (they stay for a later prune). Throws
+  // Error(kResource) on I/O failure.
+  void prune(const std::string& model, std::size_t keep,
+             const std::function<bool(const std::string& directory)>& in_use = {});
 
   // Complete versions of `model`, most recently written (highest number) first. Directories
   // whose name is not a number or whose metadata.json cannot be read are skipped (they are not

@@ -222,7 +222,7 @@ void RepositoryWriter::run() {
     auto took = std::chrono::steady_clock::now() - start;
     std::string prune_error;
     try {
-      if (error.empty()) repository.prune(snapshot->model, options_.keep);
+      if (error.empty()) repository.prune(snapshot->model, options_.keep, options_.in_use);
     } catch (const std::exception& e) {
       prune_error = e.what();  // the new version is in place; old ones stay until the next prune
     }

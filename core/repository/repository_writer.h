@@ -52,6 +52,9 @@ struct WriterOptions {
   // To be logged; the write goes on: a held directory was found removed and locked again, or
   // older versions were removed before `keep` says to make room for the newest (make_room).
   std::function<void(const std::string& model, const std::string& notice)> on_notice;
+  // Whether a stored version's directory is still being read (a daemon's hook given its path):
+  // not pruned until a later prune finds it free. Called on the writer thread; null: none is.
+  std::function<bool(const std::string& directory)> in_use;
 };
 
 struct WriterStats {

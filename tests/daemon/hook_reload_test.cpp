@@ -364,6 +364,63 @@ TEST(HookRunner, TimeoutMsBoundsTheWholePostAgainstAServerThatTrickles) {
 }
 
 // A failed POST was reported in httplib's one word ("POST http://...: Read").
+// The peak resident memory of this process, in bytes.
+long peak_resident_bytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss * 1024L;
+}
+
+// A POST hook whose server answers 200 with a 512 MiB body streamed in 1 MiB pieces; 0 when the
+// hook succeeded and the process's peak memory grew by less than 64 MiB (the body was dropped
+// as it came), else a code saying what went wrong. In a fresh process: the peak is per process.
+int post_answered_with_a_huge_body() {
+  constexpr std::size_t kPiece = 1u << 20, kPieces = 512;
+  httplib::Server server;
+  const std::string piece(kPiece, 'x');
+  server.Post("/load", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content_provider(kPiece * kPieces, "text/plain", [&](std::size_t offset, std::size_t, httplib::DataSink& sink) {
+      sink.write(piece.data(), std::min(kPiece, kPiece * kPieces - offset));
+      return true;
+    });
+  });
+  const int port = server.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { server.listen_after_bind(); });
+  std::promise<std::pair<bool, std::string>> said;
+  const long before = peak_resident_bytes();
+  {
+    modelcastd::HookRunner runner([&](const modelcastd::HookCall&, bool ok, const std::string& detail) {
+      said.set_value({ok, detail});
+    });
+    modelcastd::HookCall call{.model = "m", .version = 1, .path = "", .hook = {}};
+    call.hook.http_post = "http://127.0.0.1:" + std::to_string(port) + "/load";
+    call.hook.timeout = std::chrono::seconds(60);
+    runner.submit(call);
+    auto answer = said.get_future();
+    if (answer.wait_for(90s) != std::future_status::ready) return 2;
+    const auto [ok, detail] = answer.get();
+    if (!ok) {
+      std::fprintf(stderr, "hook: %s\n", detail.c_str());
+      return 3;
+    }
+  }
+  const long grew = peak_resident_bytes() - before;
+  server.stop();
+  serving.join();
+  if (grew >= 64L << 20) {
+    std::fprintf(stderr, "peak memory grew by %ld MiB\n", grew >> 20);
+    return 4;
+  }
+  return 0;
+}
+
+// The answer's body is of no use to a hook (its status is), and was kept whole in memory: a
+// server streaming an endless one grew the daemon by gigabytes until the hook's deadline.
+TEST(HookRunner, APostsAnswerIsReadWithoutBeingKept) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(std::_Exit(post_answered_with_a_huge_body()), ::testing::ExitedWithCode(0), "");
+}
+
 TEST(HookRunner, AFailedPostSaysWhatHappened) {
   std::mutex mutex;
   std::condition_variable done;
@@ -478,6 +535,40 @@ TEST_F(DaemonTest, SighupAppliesAChangedModelRefusesABadFileAndRemovesAModel) {
   EXPECT_EQ(sidecar_test::check(moved, 2), "");  // a held version outlives its model's removal
   kill(daemon->pid(), SIGTERM);
   EXPECT_EQ(daemon->wait(), 0);
+}
+
+// The writer pruned to `keep` after each write, whatever a hook still ran on: a hook that loaded
+// or copied its {path} found it gone mid-way whenever versions came faster than it ran. The
+// directory stays while its hook runs, and goes with the first write after.
+TEST_F(DaemonTest, AVersionsDirectoryStaysWhileItsHookRunsEvenPastKeep) {
+  TestProducer producer(1024);
+  const std::string fifo = dir / "release";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  // Version 1's hook waits on the FIFO, then says whether its directory is still there.
+  const std::string script = "[ {version} != 1 ] || read line < " + fifo + "; if [ -e {path}/model.safetensors ]; "
+                             "then echo present; else echo missing; fi > " + dir.path + "/hook-{version}";
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4,
+                                    "[model.hook]\ncommand = [\"/bin/sh\", \"-c\", \"" + script + "\"]\n"
+                                    "timeout_ms = 600000\n",
+                                    repository(dir / "repo", 1)));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  // Opening the FIFO for writing returns once the hook has opened it: the hook runs.
+  const int release = open(fifo.c_str(), O_WRONLY);
+  ASSERT_GE(release, 0) << std::strerror(errno);
+  producer.publish(2);
+  ASSERT_NE(wait_for_text(*daemon, "version 2 written to"), "");
+  EXPECT_TRUE(std::filesystem::exists(dir / "repo/test/1/model.safetensors")) << "pruned while its hook ran";
+  ASSERT_EQ(write(release, "go\n", 3), 3);
+  close(release);
+  ASSERT_NE(wait_for_text(*daemon, "hook for version 2: /bin/sh exited with 0"), "");
+  std::string said;
+  std::ifstream(dir / "hook-1") >> said;
+  EXPECT_EQ(said, "present");
+  producer.publish(3);
+  ASSERT_NE(wait_for_text(*daemon, "version 3 written to"), "");
+  EXPECT_FALSE(std::filesystem::exists(dir / "repo/test/1")) << "kept past keep once its hook had ended";
+  EXPECT_FALSE(std::filesystem::exists(dir / "repo/test/2"));
 }
 
 // A stop asked while a hook runs: the daemon ended the hook only once the hook's timeout passed
