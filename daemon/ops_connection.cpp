@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "daemon/ops_task_queue.h"
+
 namespace modelcastd {
 
 namespace {
@@ -29,8 +31,8 @@ void ip_and_port(const sockaddr_storage& address, std::string& ip, int& port) {
 
 }  // namespace
 
-BoundedStream::BoundedStream(int fd, const ConnectionLimits& limits)
-    : fd_(fd), limits_(limits), request_deadline_(Clock::now() + limits.request_time) {}
+BoundedStream::BoundedStream(int fd, const ConnectionLimits& limits, Clock::time_point accepted_at)
+    : fd_(fd), limits_(limits), request_deadline_(accepted_at + limits.request_time) {}
 
 bool BoundedStream::ready_for(short events, Clock::time_point deadline) const {
   for (;;) {
@@ -84,7 +86,7 @@ void BoundedStream::get_local_ip_and_port(std::string& ip, int& port) const {
 // One request per connection (answered with "Connection: close"): probes and scrapes open one
 // per request or reconnect at once, and a kept-alive connection would hold a pooled thread idle.
 bool BoundedServer::process_and_close_socket(socket_t sock) {
-  BoundedStream stream(sock, limits_);
+  BoundedStream stream(sock, limits_, OpsTaskQueue::accepted_at().value_or(std::chrono::steady_clock::now()));
   bool closed = false;
   const bool served = process_request(stream, true, closed, [](httplib::Request&) {});
   shutdown(sock, SHUT_RDWR);

@@ -26,8 +26,9 @@ struct ConnectionLimits {
 class BoundedStream final : public httplib::Stream {
  public:
   // Reads and writes `fd` (owned by the caller) until the limits run out; then reads and writes
-  // fail (-1), which httplib takes as a connection that went away.
-  BoundedStream(int fd, const ConnectionLimits& limits);
+  // fail (-1), which httplib takes as a connection that went away. The request's time counts
+  // from `accepted_at`.
+  BoundedStream(int fd, const ConnectionLimits& limits, std::chrono::steady_clock::time_point accepted_at);
 
   bool is_readable() const override;
   bool is_writable() const override;
@@ -48,7 +49,9 @@ class BoundedStream final : public httplib::Stream {
   std::size_t bytes_read_ = 0;
 };
 
-// httplib::Server answering one request per connection through a BoundedStream.
+// httplib::Server answering one request per connection through a BoundedStream; a connection's
+// request time counts from its accept when its job runs on an OpsTaskQueue (ops_task_queue.h),
+// else from when a thread takes it.
 class BoundedServer final : public httplib::Server {
  public:
   explicit BoundedServer(ConnectionLimits limits = {}) : limits_(limits) {}

@@ -12,6 +12,7 @@
 #include "common/shown_text.h"
 #include "daemon/config.h"
 #include "daemon/ops_connection.h"
+#include "daemon/ops_task_queue.h"
 #include "modelcast/error.h"
 
 namespace modelcastd {
@@ -122,10 +123,11 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   // cpp-httplib gives each connection a pooled thread while it is served: 8 threads by default,
   // so 8 idle connections from anyone who can reach the port kept probes unanswered. Probes and
   // scrapes send their request at once and are answered in microseconds; BoundedServer gives a
-  // connection a second for its request (64 KiB at most) and a second for its answer, so 64
-  // threads (idle, they cost a stack each) take a flood of that many connections a second to
-  // starve. A body is never needed (GET and HEAD only): the cap bounds it as well.
-  server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
+  // connection a second from its accept for its request (64 KiB at most) and a second for its
+  // answer, so 64 threads (idle, they cost a stack each) take a flood of that many connections
+  // a second to starve, and what queues behind them is closed once its second is gone
+  // (OpsTaskQueue). A body is never needed (GET and HEAD only): the cap bounds it as well.
+  server_->new_task_queue = [] { return new OpsTaskQueue(64); };
   server_->set_payload_max_length(ConnectionLimits{}.request_bytes);
   // cpp-httplib sets SO_REUSEPORT by default: a second daemon on the same address would then
   // bind too and take every other scrape. SO_REUSEADDR alone lets a restart rebind at once

@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <thread>
 #include <random>
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "daemon/ops_http.h"
+#include "daemon/ops_task_queue.h"
 #include "daemon_fixture.h"
 #include "eventually.h"
 #include "read_only_directory.h"
@@ -166,6 +168,56 @@ TEST(OpsHttpAddress, AnotherMethodOrAnUnknownPathIsToldWhatIsServed) {
   auto head = http.Head("/healthz");
   ASSERT_TRUE(head);
   EXPECT_EQ(head->status, 200);
+}
+
+// A connection's request time counted from when a pooled thread took it: behind a flood of idle
+// connections the queue grew by every one until no descriptor was left, and a stop served each
+// its full second (a minute past 4000 of them). It counts from the accept now.
+TEST(OpsTaskQueue, AJobKnowsWhenItsConnectionWasAcceptedNotWhenAThreadTookIt) {
+  using Clock = modelcastd::OpsTaskQueue::Clock;
+  EXPECT_FALSE(modelcastd::OpsTaskQueue::accepted_at()) << "outside a job";
+  modelcastd::OpsTaskQueue queue(1);
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  queue.enqueue([released] { released.wait(); });  // the one worker is busy
+  std::promise<std::pair<std::optional<Clock::time_point>, Clock::time_point>> ran;
+  const auto before = Clock::now();
+  queue.enqueue([&ran] { ran.set_value({modelcastd::OpsTaskQueue::accepted_at(), Clock::now()}); });
+  const auto after = Clock::now();
+  release.set_value();
+  const auto [accepted, run] = ran.get_future().get();
+  ASSERT_TRUE(accepted);
+  EXPECT_GE(*accepted, before);
+  EXPECT_LE(*accepted, after) << "the time a thread took it, not the accept";
+  EXPECT_GE(run, after);
+  queue.shutdown();
+}
+
+// A stop gives the connections still queued no time: each was served its whole second (a
+// minute and more after a flood, past systemd's stop timeout).
+TEST(OpsTaskQueue, JobsStillQueuedWhenAStopBeginsHaveNoTimeLeft) {
+  using Clock = modelcastd::OpsTaskQueue::Clock;
+  modelcastd::OpsTaskQueue queue(1);
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  queue.enqueue([released] { released.wait(); });  // the one worker is busy
+  std::mutex mutex;
+  std::vector<std::optional<Clock::time_point>> seen;
+  for (int i = 0; i < 3; ++i) {
+    queue.enqueue([&] {
+      std::lock_guard lock(mutex);
+      seen.push_back(modelcastd::OpsTaskQueue::accepted_at());
+    });
+  }
+  std::thread stopping([&] { queue.shutdown(); });
+  ASSERT_TRUE(testing_support::eventually([&] { return queue.stopping(); }));
+  release.set_value();
+  stopping.join();  // every queued job ran: each owns a socket it closes
+  ASSERT_EQ(seen.size(), 3u);
+  for (const auto& at : seen) {
+    ASSERT_TRUE(at);
+    EXPECT_LT(*at + std::chrono::hours(1), Clock::now()) << "a queued job still had time after the stop began";
+  }
 }
 
 // A Range header was served range by range: 2600 ranges of /metrics in an 8 KB request came back
