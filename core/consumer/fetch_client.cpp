@@ -306,6 +306,18 @@ bool FetchClient::draining_holds_buffers() const {
   return std::any_of(draining_.begin(), draining_.end(), [](const auto& entry) { return !entry.second.handed_out; });
 }
 
+std::vector<std::shared_ptr<detail::ReceiveBuffer>> FetchClient::take_draining_not_on(
+    const transport::Transport* current) {
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> taken;
+  std::erase_if(draining_, [&](auto& entry) {
+    auto& buffer = entry.second.buffer;
+    if (!buffer || buffer->transport.get() == current) return false;
+    taken.push_back(std::move(buffer));
+    return true;
+  });
+  return taken;
+}
+
 std::vector<std::shared_ptr<detail::ReceiveBuffer>> FetchClient::stuck_receives(Clock::time_point now,
                                                                                 Clock::duration timeout) {
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> stuck;

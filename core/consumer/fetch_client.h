@@ -73,6 +73,12 @@ class FetchClient {
   // matched to a send, and one whose sender died mid-send (a relay killed mid-version) never
   // ends. The caller may set the buffer aside and use another; it is freed if they end after all.
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> stuck_receives(Clock::time_point now, Clock::duration timeout);
+  // Forgets the abandoned fetches whose buffers belong to another transport than `current` (one
+  // retired at a rejoin: their sender, the producer that died or a relay, is gone) and returns
+  // their buffers. Releasing one waits until its receives end, at most the transport's release
+  // timeout, after which a UCX transport halts its retired worker, which ends them: kept here,
+  // each producer that died mid-transfer cost a model-sized buffer and a worker thread for good.
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> take_draining_not_on(const transport::Transport* current);
   // The request for `version`; the fetch is in flight until finished, refused or abandoned.
   // `base`: a version this consumer holds with block digests, offered as a delta base (0: none).
   protocol::FetchRequest begin(std::uint64_t incarnation, std::uint64_t version, std::uint64_t base,

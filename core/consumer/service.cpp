@@ -326,6 +326,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   bool into_device = reply.path == DeliveryPath::kCudaIpc && options_.memory == MemoryKind::kCuda;
   store_.use_transport(offered_->shared(*chosen), into_device ? transport::MemoryLocation::cuda(options_.device)
                                                               : transport::MemoryLocation::host());
+  release_retired_receives();
   count([&](ConsumerStats& s) {
     s.transport = reply.transport;
     s.path = std::string(delivery_path_name(reply.path));

@@ -17,11 +17,14 @@
 //    and installs versions.
 //  - the transport's progress thread writes received bytes into a buffer no view refers to,
 //    reads the buffers relay orders hold, and its completions only push events.
+//  - a releasing thread (release_retired_receives) drops the buffers handed to it, nothing
+//    else: releasing them may wait for a retired transport's release timeout.
 // `mutex_` guards the stats.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -174,6 +177,10 @@ class ConsumerService {
   // allocated in their place. A relay killed mid-version left one, with the delta base it
   // pinned then, and updates stopped for good once they held the pool's last free buffers.
   void set_aside_stuck_receives(Clock::time_point now);
+  // After a join on other transports: the abandoned fetches still receiving on the retired ones
+  // are let go of (FetchClient::take_draining_not_on), their buffers released on a thread of
+  // their own, as that waits up to the transport's release timeout.
+  void release_retired_receives();
   void on_relay_order(const protocol::RelayOrder& order);
   void export_installed(const protocol::RelayOrder& order);
   // Closing: waits, bounded, until no peer may still be reading an exported buffer.
@@ -281,6 +288,9 @@ class ConsumerService {
   std::uint64_t landed_host_version_ = 0;
   unsigned rejections_in_a_row_ = 0;
   bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
+  // Releases of retired receive buffers under way (release_retired_receives); a future's
+  // destructor waits for its release, so none outlives the service.
+  std::vector<std::future<void>> releasing_;
   std::uint64_t newest_announced_ = 0;
   // Group members (ConsumerOptions::group), service thread only: the version held verified until
   // the group commits it, what the group last committed (this producer incarnation's), and

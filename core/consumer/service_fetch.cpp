@@ -2,6 +2,9 @@
 // (verify and install, or reject) and ack. See service.h for the threads.
 #include "core/consumer/service.h"
 
+#include <future>
+#include <system_error>
+
 #include "common/clock.h"
 #include "device/pmix64.h"
 
@@ -298,6 +301,22 @@ void ConsumerService::set_aside_stuck_receives(Clock::time_point now) {
                                                         : "is the caller's and cannot be replaced") +
                        "; updates resume if they end"));
     }
+  }
+}
+
+void ConsumerService::release_retired_receives() {
+  auto buffers = fetch_.take_draining_not_on(store_.transport());
+  std::erase_if(releasing_, [](const auto& release) {
+    return release.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  });
+  if (buffers.empty()) return;
+  log_->debug("letting go of {} receive buffer(s) of transfers abandoned on the transports before this join",
+              buffers.size());
+  try {
+    releasing_.push_back(std::async(std::launch::async, [buffers = std::move(buffers)]() mutable { buffers.clear(); }));
+  } catch (const std::system_error&) {
+    // No thread to be had: the task, and with it the buffers, went as this threw (released on
+    // this thread, which waited as long as that took).
   }
 }
 

@@ -866,6 +866,32 @@ TEST(Stages, AnAbandonedDeltaLetsGoOfItsBaseAndItsBufferIsReplacedOnceItsReceive
   EXPECT_TRUE(stuck_weak.expired()) << "a set-aside buffer outlived its receives";
 }
 
+// A fetch given up at a rejoin, its sender gone: its receives were left on the retired
+// transport for good, each producer that died mid-transfer costing a buffer and a worker. The
+// buffers of abandoned fetches on another transport than the current one are handed back.
+TEST(Stages, AbandonedFetchesOnARetiredTransportHandTheirBuffersBack) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+  ASSERT_TRUE(reply && reply->ok);
+  consumer::check_reply(c.policy, *reply);
+  auto buffer = c.store.take_buffer(reply->manifest.total_bytes);
+  ASSERT_TRUE(buffer);
+  // Its completions never reach the client: to it, receives still under way.
+  ASSERT_FALSE(c.client.accept(*reply, buffer, Clock::now()));
+  ASSERT_TRUE(c.client.abort());
+  ASSERT_TRUE(c.client.draining());
+  EXPECT_TRUE(c.client.take_draining_not_on(c.transport.get()).empty()) << "taken from the transport in use";
+  ASSERT_TRUE(c.client.draining());
+  c.store.use_transport(transport::make_loopback_transport());  // joined again, on another
+  auto taken = c.client.take_draining_not_on(c.store.transport());
+  ASSERT_EQ(taken.size(), 1u);
+  EXPECT_EQ(taken[0], buffer);
+  EXPECT_FALSE(c.client.draining());
+}
+
 // No base the producer knows (a consumer that joined late, or whose base fell out of the
 // history): the whole version is sent.
 TEST(Stages, ABaseTheProducerDoesNotKnowGetsTheWholeVersion) {
