@@ -170,9 +170,13 @@ void HookRunner::run(Lane& lane) {
     } catch (const std::exception& e) {
       detail = std::string("hook failed: ") + e.what();
     }
+    {
+      // Before the result is told: whoever hears of the hook's end may find its path let go.
+      std::lock_guard cleared(mutex_);
+      lane.running_path.clear();
+    }
     if (on_result_) on_result_(call, ok, detail);
     lock.lock();
-    lane.running_path.clear();
   }
 }
 

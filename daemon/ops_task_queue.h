@@ -5,8 +5,9 @@
 // of idle connections the queue grew by every one, until the process had no descriptor left
 // (repository writes failed), and a stop served each queued connection its full second (a
 // minute and more, past systemd's stop timeout). Now a connection that waited its second in the
-// queue is closed at once, so the queue holds at most about a second of arrivals, and once a
-// stop begins the queued ones get no time at all.
+// queue is closed at once (a probe too: it would have timed out by then), so what queues is
+// bounded by the arrivals of about a second beyond what the threads serve, and once a stop
+// begins the queued ones get no time at all.
 //
 // Threads: enqueue() from httplib's accept thread, shutdown() from the one stopping the server;
 // each worker runs jobs, and accepted_at() answers the worker that calls it.

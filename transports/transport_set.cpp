@@ -1,5 +1,7 @@
 #include "transports/transport_set.h"
 
+#include <algorithm>
+
 namespace modelcast::transport {
 
 TransportSet::TransportSet(const std::vector<std::string>& names, Side side) {
@@ -19,6 +21,10 @@ std::optional<std::size_t> TransportSet::find(const std::string& name) const {
     if (transports_[i]->name() == name) return i;
   }
   return std::nullopt;
+}
+
+bool TransportSet::holds(const Transport* transport) const {
+  return std::any_of(transports_.begin(), transports_.end(), [&](const auto& t) { return t.get() == transport; });
 }
 
 std::string TransportSet::names() const {

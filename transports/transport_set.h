@@ -28,6 +28,7 @@ class TransportSet {
 
   // Index of the transport called `name`, if the set has it.
   std::optional<std::size_t> find(const std::string& name) const;
+  bool holds(const Transport* transport) const;  // one of this set's
   // Names, capabilities and, with `addresses`, each transport's address.
   std::vector<TransportOffer> offers(bool addresses) const;
   // The names, comma-separated in the set's order: for stats and logs.

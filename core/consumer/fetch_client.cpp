@@ -303,30 +303,37 @@ std::optional<std::pair<Manifest, std::uint64_t>> FetchClient::abort() {
 }
 
 bool FetchClient::draining_holds_buffers() const {
-  return std::any_of(draining_.begin(), draining_.end(), [](const auto& entry) { return !entry.second.handed_out; });
+  return std::any_of(draining_.begin(), draining_.end(), [](const auto& entry) { return !entry.second.set_aside; });
 }
 
-std::vector<std::shared_ptr<detail::ReceiveBuffer>> FetchClient::take_draining_not_on(
-    const transport::Transport* current) {
-  std::vector<std::shared_ptr<detail::ReceiveBuffer>> taken;
-  std::erase_if(draining_, [&](auto& entry) {
-    auto& buffer = entry.second.buffer;
-    if (!buffer || buffer->transport.get() == current) return false;
-    taken.push_back(std::move(buffer));
-    return true;
-  });
-  return taken;
-}
-
-std::vector<std::shared_ptr<detail::ReceiveBuffer>> FetchClient::stuck_receives(Clock::time_point now,
-                                                                                Clock::duration timeout) {
-  std::vector<std::shared_ptr<detail::ReceiveBuffer>> stuck;
+std::size_t FetchClient::set_aside_stuck(
+    Clock::time_point now, Clock::duration timeout,
+    const std::function<bool(const std::shared_ptr<detail::ReceiveBuffer>&)>& set_aside) {
+  std::size_t refused = 0;
   for (auto& [id, fetch] : draining_) {
-    if (fetch.handed_out || now - fetch.progressed_at < timeout) continue;
-    fetch.handed_out = true;
-    stuck.push_back(fetch.buffer);
+    if (fetch.set_aside || now - fetch.progressed_at < timeout) continue;
+    if (set_aside(fetch.buffer)) {
+      fetch.set_aside = true;
+    } else {
+      ++refused;
+    }
   }
-  return stuck;
+  return refused;
+}
+
+std::vector<FetchClient::AbandonedReceives> FetchClient::take_retired(
+    const std::function<bool(const transport::Transport*)>& retired) {
+  std::vector<AbandonedReceives> taken;
+  for (auto it = draining_.begin(); it != draining_.end();) {
+    auto& fetch = it->second;
+    if (!fetch.buffer || !retired(fetch.buffer->transport.get())) {
+      ++it;
+      continue;
+    }
+    taken.push_back({std::move(fetch.remote), std::move(fetch.buffer)});
+    it = draining_.erase(it);
+  }
+  return taken;
 }
 
 }  // namespace modelcast::consumer

@@ -66,19 +66,28 @@ class FetchClient {
   bool in_flight() const { return fetch_.has_value(); }
   // Whether abandoned fetches still have receives that have not ended (their buffers are held).
   bool draining() const { return !draining_.empty(); }
-  // Whether such receives still hold a buffer not yet handed out by stuck_receives().
+  // Whether such receives still hold a buffer not yet set aside (set_aside_stuck()).
   bool draining_holds_buffers() const;
-  // The buffers of abandoned fetches whose receives have made no progress for `timeout`, each
-  // returned once: taken for receives that never end. UCX cannot cancel a receive already
-  // matched to a send, and one whose sender died mid-send (a relay killed mid-version) never
-  // ends. The caller may set the buffer aside and use another; it is freed if they end after all.
-  std::vector<std::shared_ptr<detail::ReceiveBuffer>> stuck_receives(Clock::time_point now, Clock::duration timeout);
-  // Forgets the abandoned fetches whose buffers belong to another transport than `current` (one
-  // retired at a rejoin: their sender, the producer that died or a relay, is gone) and returns
-  // their buffers. Releasing one waits until its receives end, at most the transport's release
-  // timeout, after which a UCX transport halts its retired worker, which ends them: kept here,
-  // each producer that died mid-transfer cost a model-sized buffer and a worker thread for good.
-  std::vector<std::shared_ptr<detail::ReceiveBuffer>> take_draining_not_on(const transport::Transport* current);
+  // Offers `set_aside` the buffer of each abandoned fetch whose receives made no progress for
+  // `timeout` (taken to never end: UCX cannot cancel a receive already matched to a send, and
+  // one whose sender died mid-send, a relay killed mid-version, never ends), until it takes one;
+  // each taken is not offered again. `set_aside` returns whether it took the buffer (the caller
+  // then uses another; the buffer is freed if the receives end after all). Returns how many
+  // buffers were offered and refused.
+  std::size_t set_aside_stuck(Clock::time_point now, Clock::duration timeout,
+                              const std::function<bool(const std::shared_ptr<detail::ReceiveBuffer>&)>& set_aside);
+  // An abandoned fetch's receives on a transport no longer used, for release_retired().
+  struct AbandonedReceives {
+    std::unique_ptr<transport::RemoteRegion> remote;  // declared first: goes after the buffer
+    std::shared_ptr<detail::ReceiveBuffer> buffer;
+  };
+  // Forgets the abandoned fetches whose buffers belong to a transport `retired` says is no
+  // longer offered (made afresh at a rejoin: their sender, the producer that died or a relay,
+  // is gone) and returns what they held. Dropping that waits until the receives end, at most the
+  // transport's release timeout (UCX then halts the retired worker, which progresses nothing
+  // more, and the memory may go). Kept here, each producer that died mid-transfer cost a
+  // model-sized buffer and a worker thread for the consumer's life.
+  std::vector<AbandonedReceives> take_retired(const std::function<bool(const transport::Transport*)>& retired);
   // The request for `version`; the fetch is in flight until finished, refused or abandoned.
   // `base`: a version this consumer holds with block digests, offered as a delta base (0: none).
   protocol::FetchRequest begin(std::uint64_t incarnation, std::uint64_t version, std::uint64_t base,
@@ -148,7 +157,7 @@ class FetchClient {
     Clock::time_point requested_at{};
     bool replied = false;
     Clock::time_point progressed_at{};  // the answer, then each chunk completing (abandoned: since)
-    bool handed_out = false;            // abandoned, and its buffer returned by stuck_receives()
+    bool set_aside = false;             // abandoned, and its buffer taken by set_aside_stuck()
     Manifest manifest;
     std::shared_ptr<detail::ReceiveBuffer> buffer;
     std::vector<transport::TransferId> transfers;

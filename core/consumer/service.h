@@ -17,8 +17,8 @@
 //    and installs versions.
 //  - the transport's progress thread writes received bytes into a buffer no view refers to,
 //    reads the buffers relay orders hold, and its completions only push events.
-//  - a releasing thread (release_retired_receives) drops the buffers handed to it, nothing
-//    else: releasing them may wait for a retired transport's release timeout.
+//  - a releasing thread (release_retired_receives) drops what it is handed, nothing else:
+//    releasing it may wait for a retired transport's release timeout.
 // `mutex_` guards the stats.
 #pragma once
 
@@ -173,13 +173,15 @@ class ConsumerService {
   // fetch's receives): a stall is then no news for the user.
   bool buffers_free_by_themselves() const { return relay_holds_buffers() || fetch_.draining_holds_buffers(); }
   // Abandoned fetches whose receives made no progress for transfer_timeout are taken for ones
-  // that never end (FetchClient::stuck_receives): their buffers leave the pool, and others are
+  // that never end (FetchClient::set_aside_stuck): their buffers leave the pool, and others are
   // allocated in their place. A relay killed mid-version left one, with the delta base it
   // pinned then, and updates stopped for good once they held the pool's last free buffers.
   void set_aside_stuck_receives(Clock::time_point now);
-  // After a join on other transports: the abandoned fetches still receiving on the retired ones
-  // are let go of (FetchClient::take_draining_not_on), their buffers released on a thread of
-  // their own, as that waits up to the transport's release timeout.
+  // After a join: the abandoned fetches still receiving on transports no longer offered (made
+  // afresh since) are let go of (FetchClient::take_retired), on a thread of their own, as that
+  // waits up to the retired transport's release timeout. Meanwhile that transport's progress
+  // thread is busy: other releases on it (the previous version's buffer, a reader's last view of
+  // an older one) wait too, once, up to that timeout.
   void release_retired_receives();
   void on_relay_order(const protocol::RelayOrder& order);
   void export_installed(const protocol::RelayOrder& order);
@@ -288,6 +290,7 @@ class ConsumerService {
   std::uint64_t landed_host_version_ = 0;
   unsigned rejections_in_a_row_ = 0;
   bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
+  bool stuck_refusal_reported_ = false;  // a stuck receive's buffer could not be set aside: said
   // Releases of retired receive buffers under way (release_retired_receives); a future's
   // destructor waits for its release, so none outlives the service.
   std::vector<std::future<void>> releasing_;

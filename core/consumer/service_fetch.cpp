@@ -287,35 +287,39 @@ void ConsumerService::report_buffers_held(std::uint64_t version, bool shaped) {
 }
 
 void ConsumerService::set_aside_stuck_receives(Clock::time_point now) {
-  for (const auto& buffer : fetch_.stuck_receives(now, options_.transfer_timeout)) {
-    if (store_.set_aside(buffer)) {
-      log_->warn("receives of an abandoned transfer made no progress for {} ms (a sender that died mid-send): "
-                 "their receive buffer is set aside and another used in its place",
-                 options_.transfer_timeout.count());
-    } else {
-      report(Error(ErrorCode::kResource,
-                   "receives of an abandoned transfer made no progress for " +
-                       std::to_string(options_.transfer_timeout.count()) +
-                       " ms (a sender that died mid-send) and hold a receive buffer that " +
-                       (options_.caller_buffers.empty() ? "cannot be replaced: as many are set aside already"
-                                                        : "is the caller's and cannot be replaced") +
-                       "; updates resume if they end"));
-    }
+  const auto refused = fetch_.set_aside_stuck(now, options_.transfer_timeout, [&](const auto& buffer) {
+    if (!store_.set_aside(buffer)) return false;
+    log_->warn("receives of an abandoned transfer made no progress for {} ms (a sender that died mid-send): "
+               "their receive buffer is set aside and another used in its place",
+               options_.transfer_timeout.count());
+    return true;
+  });
+  // Said once while it lasts: asked again at every turn that wants a buffer.
+  if (refused == 0 || stuck_refusal_reported_) {
+    stuck_refusal_reported_ = refused > 0;
+    return;
   }
+  stuck_refusal_reported_ = true;
+  report(Error(ErrorCode::kResource,
+               "receives of an abandoned transfer made no progress for " + std::to_string(options_.transfer_timeout.count()) +
+                   " ms (a sender that died mid-send) and hold a receive buffer that " +
+                   (options_.caller_buffers.empty() ? "cannot be replaced: as many are set aside already"
+                                                    : "is the caller's and cannot be replaced") +
+                   "; updates resume when they end, or at the next reconnection"));
 }
 
 void ConsumerService::release_retired_receives() {
-  auto buffers = fetch_.take_draining_not_on(store_.transport());
+  auto retired = fetch_.take_retired([&](const transport::Transport* t) { return !offered_->holds(t); });
   std::erase_if(releasing_, [](const auto& release) {
     return release.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   });
-  if (buffers.empty()) return;
-  log_->debug("letting go of {} receive buffer(s) of transfers abandoned on the transports before this join",
-              buffers.size());
+  if (retired.empty()) return;
+  log_->debug("letting go of {} receive buffer(s) of transfers abandoned on transports made afresh since",
+              retired.size());
   try {
-    releasing_.push_back(std::async(std::launch::async, [buffers = std::move(buffers)]() mutable { buffers.clear(); }));
+    releasing_.push_back(std::async(std::launch::async, [retired = std::move(retired)]() mutable { retired.clear(); }));
   } catch (const std::system_error&) {
-    // No thread to be had: the task, and with it the buffers, went as this threw (released on
+    // No thread to be had: the task, and with it what it held, went as this threw (released on
     // this thread, which waited as long as that took).
   }
 }

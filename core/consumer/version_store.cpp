@@ -147,10 +147,14 @@ bool VersionStore::set_aside(const std::shared_ptr<detail::ReceiveBuffer>& buffe
   if (set_aside_.size() >= buffers_) return false;
   auto it = std::find(pool_.begin(), pool_.end(), buffer);
   if (it == pool_.end()) return true;  // a retired transport's: the pool does not count it
-  // As a buffer dropped for its size: relay sends given up may read it after the receives end.
-  if (buffer->sends_given_up > 0) kept_for_sends_.push_back(buffer);
   pool_.erase(it);
-  set_aside_.push_back(buffer);
+  // As a buffer dropped for its size: relay sends given up may read it after the receives end.
+  // Kept for good then, it is not counted among those set aside (it would take a place for good).
+  if (buffer->sends_given_up > 0) {
+    kept_for_sends_.push_back(buffer);
+  } else {
+    set_aside_.push_back(buffer);
+  }
   return true;
 }
 

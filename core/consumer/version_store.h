@@ -62,7 +62,7 @@ class VersionStore {
   // Makes `version` the one readers see and wakes waiters.
   void install(std::shared_ptr<const detail::InstalledVersion> version);
   // Takes `buffer` out of the pool (receives that will never end hold it: FetchClient::
-  // stuck_receives), so that another may be allocated in its place; it stays registered while
+  // set_aside_stuck), so that another may be allocated in its place; it stays registered while
   // anything holds it. False, and nothing done, for caller buffers, or while as many buffers as
   // the count are set aside and still held (memory stays within twice the count).
   bool set_aside(const std::shared_ptr<detail::ReceiveBuffer>& buffer);

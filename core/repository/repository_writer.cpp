@@ -154,10 +154,13 @@ std::optional<std::string> RepositoryWriter::make_room(Repository& repository, c
   const std::uint64_t margin = 2 * static_cast<std::uint64_t>(fs.f_bsize) + 1024 + 512 * snapshot.tensors.size();
   std::vector<StoredVersion> stored;
   std::uint64_t freed = 0;  // what removing all but the newest frees, as du would count it
+  std::size_t removed = 0;  // those versions, less any a hook still reads (in_use)
   try {
     stored = repository.list(snapshot.model);
     if (stored.size() <= 1) return std::nullopt;  // the newest complete version always stays
     for (std::size_t i = 1; i < stored.size(); ++i) {
+      if (options_.in_use && options_.in_use(stored[i].directory)) continue;
+      ++removed;
       for (const auto& entry : std::filesystem::recursive_directory_iterator(stored[i].directory)) {
         struct stat st{};
         if (::lstat(entry.path().c_str(), &st) == 0) freed += static_cast<std::uint64_t>(st.st_blocks) * 512;
@@ -166,14 +169,14 @@ std::optional<std::string> RepositoryWriter::make_room(Repository& repository, c
     // Removing them would not let this version in (a disk filled by others; a quota, which the
     // file system's free space does not show: there only what they free counts): they stay, and
     // the write's own error says why.
-    if ((error_number == EDQUOT ? 0 : available) + freed < needed + margin) return std::nullopt;
-    repository.prune(snapshot.model, 1);
+    if (removed == 0 || (error_number == EDQUOT ? 0 : available) + freed < needed + margin) return std::nullopt;
+    repository.prune(snapshot.model, 1, options_.in_use);
   } catch (const std::exception&) {
     return std::nullopt;  // the write's own error says what is wrong
   }
   return "no room for version " + std::to_string(snapshot.version) + " (" + std::to_string(needed) + " bytes, " +
-         std::to_string(available) + " free): removed the " + std::to_string(stored.size() - 1) +
-         " older stored versions (" + std::to_string(freed) + " bytes), keeping only the newest (directory " +
+         std::to_string(available) + " free): removed the " + std::to_string(removed) +
+         " older stored versions (" + std::to_string(freed) + " bytes), keeping the newest (directory " +
          stored.front().directory + "), and tries it again; keep = " + std::to_string(options_.keep) +
          " versions of this size do not fit on this file system";
 }

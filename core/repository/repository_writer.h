@@ -39,7 +39,7 @@ struct WriterOptions {
   // come back from the producer, and tens of GiB on a slow disk outlast systemd's stop timeout).
   bool abandon_on_stop = false;
   // A write that finds no room on the file system (ENOSPC, EDQUOT) removes every stored version
-  // of its model but the newest, when that frees room enough, and is tried once more (said
+  // of its model but the newest (and those in_use), when that frees room enough, and is tried once more (said
   // through on_notice). For a daemon: the newest version on disk is what a restart serves and
   // Triton loads; with the disk full the repository otherwise stayed on an old one for good.
   // Off by default: a trainer's checkpoints (ProducerOptions::persist) are rollback points.

@@ -184,6 +184,10 @@ void check_dlpack_keywords(const ViewTensor& t, const py::kwargs& keywords) {
     const auto name = py::str(key).cast<std::string>();
     if (name == "max_version") continue;
     if (name == "copy") {
+      if (!value.is_none() && !py::isinstance<py::bool_>(value)) {
+        throw py::type_error("__dlpack__(copy=...) takes True, False or None, not " +
+                             py::str(py::type::of(value).attr("__name__")).cast<std::string>());
+      }
       if (!value.is_none() && value.cast<bool>()) {
         throw py::buffer_error("__dlpack__(copy=True): a ModelView's tensors are shared with every reader "
                                "and never copied here; take them without a copy and copy the result");
@@ -193,7 +197,9 @@ void check_dlpack_keywords(const ViewTensor& t, const py::kwargs& keywords) {
     if (name == "dl_device") {
       if (value.is_none()) continue;
       py::tuple own = dlpack_device(t.view, t.name, t.part);
-      if (!value.equal(own)) {
+      // A (type, id) pair, as a tuple or any sequence.
+      const bool pair = py::isinstance<py::sequence>(value) && !py::isinstance<py::str>(value);
+      if (!pair || !py::tuple(py::reinterpret_borrow<py::object>(value)).equal(own)) {
         throw py::buffer_error("__dlpack__(dl_device=" + py::repr(value).cast<std::string>() + "): tensor '" + t.name +
                                "' is on " + py::repr(own).cast<std::string>() + " and is not copied elsewhere here");
       }

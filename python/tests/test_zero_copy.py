@@ -80,6 +80,9 @@ def test_dlpack_refuses_a_copy_or_another_device_rather_than_alias_the_shared_ve
             exported.__dlpack__(**keywords)
     with pytest.raises(TypeError, match="'bogus'"):
         exported.__dlpack__(bogus=1)
+    with pytest.raises(TypeError, match="copy=.*takes True, False or None"):
+        exported.__dlpack__(copy="yes")
     # What the view can honour: no copy, its own device, an unversioned capsule.
+    exported.__dlpack__(dl_device=[1, 0])  # a pair as a list
     capsule = exported.__dlpack__(stream=None, copy=False, dl_device=(1, 0), max_version=(1, 0))
     assert torch.from_dlpack(capsule).data_ptr() == view.data_ptr("w")

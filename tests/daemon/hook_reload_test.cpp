@@ -363,7 +363,6 @@ TEST(HookRunner, TimeoutMsBoundsTheWholePostAgainstAServerThatTrickles) {
   EXPECT_LT(took, 5s) << text;
 }
 
-// A failed POST was reported in httplib's one word ("POST http://...: Read").
 // The peak resident memory of this process, in bytes.
 long peak_resident_bytes() {
   rusage usage{};
@@ -421,6 +420,7 @@ TEST(HookRunner, APostsAnswerIsReadWithoutBeingKept) {
   EXPECT_EXIT(std::_Exit(post_answered_with_a_huge_body()), ::testing::ExitedWithCode(0), "");
 }
 
+// A failed POST was reported in httplib's one word ("POST http://...: Read").
 TEST(HookRunner, AFailedPostSaysWhatHappened) {
   std::mutex mutex;
   std::condition_variable done;

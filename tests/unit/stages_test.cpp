@@ -833,21 +833,35 @@ TEST(Stages, AnAbandonedDeltaLetsGoOfItsBaseAndItsBufferIsReplacedOnceItsReceive
   ASSERT_TRUE(c.client.draining());
   EXPECT_TRUE(c.client.draining_holds_buffers());
 
+  // Offered to be set aside once it made no progress for the timeout, and again while refused;
+  // never again once taken.
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> offered;
+  bool take = false;
+  auto offer = [&](const std::shared_ptr<detail::ReceiveBuffer>& b) {
+    offered.push_back(b);
+    return take && c.store.set_aside(b);
+  };
   const auto later = Clock::now() + 10s;
-  EXPECT_TRUE(c.client.stuck_receives(Clock::now(), 10s).empty()) << "taken as stuck before the timeout";
-  auto stuck = c.client.stuck_receives(later, 10s);
-  ASSERT_EQ(stuck.size(), 1u);
-  EXPECT_EQ(stuck[0], buffer);
-  EXPECT_TRUE(c.client.stuck_receives(later, 10s).empty()) << "a stuck buffer handed out twice";
-  EXPECT_FALSE(c.client.draining_holds_buffers());
+  EXPECT_EQ(c.client.set_aside_stuck(Clock::now(), 10s, offer), 0u);
+  EXPECT_TRUE(offered.empty()) << "taken as stuck before the timeout";
+  EXPECT_EQ(c.client.set_aside_stuck(later, 10s, offer), 1u);
+  ASSERT_EQ(offered.size(), 1u);
+  EXPECT_EQ(offered[0], buffer);
+  EXPECT_TRUE(c.client.draining_holds_buffers()) << "a buffer refused counts as set aside";
 
   // The pool's two buffers: the installed version's and the stuck one.
   std::weak_ptr<detail::ReceiveBuffer> stuck_weak = buffer;
   buffer.reset();
-  stuck.clear();
+  offered.clear();
   EXPECT_FALSE(c.store.buffer_available());
   EXPECT_FALSE(c.store.take_buffer(p.layout.total_bytes));
-  ASSERT_TRUE(c.store.set_aside(stuck_weak.lock()));
+  take = true;
+  EXPECT_EQ(c.client.set_aside_stuck(later, 10s, offer), 0u);
+  ASSERT_EQ(offered.size(), 1u);
+  EXPECT_FALSE(c.client.draining_holds_buffers());
+  EXPECT_EQ(c.client.set_aside_stuck(later, 10s, offer), 0u);
+  EXPECT_EQ(offered.size(), 1u) << "a buffer set aside offered again";
+  offered.clear();
   auto replacement = c.store.take_buffer(p.layout.total_bytes);
   ASSERT_TRUE(replacement);
   EXPECT_NE(replacement, stuck_weak.lock());
@@ -883,12 +897,14 @@ TEST(Stages, AbandonedFetchesOnARetiredTransportHandTheirBuffersBack) {
   ASSERT_FALSE(c.client.accept(*reply, buffer, Clock::now()));
   ASSERT_TRUE(c.client.abort());
   ASSERT_TRUE(c.client.draining());
-  EXPECT_TRUE(c.client.take_draining_not_on(c.transport.get()).empty()) << "taken from the transport in use";
+  const transport::Transport* retired = nullptr;
+  auto is_retired = [&](const transport::Transport* t) { return t == retired; };
+  EXPECT_TRUE(c.client.take_retired(is_retired).empty()) << "taken from a transport still offered";
   ASSERT_TRUE(c.client.draining());
-  c.store.use_transport(transport::make_loopback_transport());  // joined again, on another
-  auto taken = c.client.take_draining_not_on(c.store.transport());
+  retired = c.transport.get();  // made afresh at a rejoin
+  auto taken = c.client.take_retired(is_retired);
   ASSERT_EQ(taken.size(), 1u);
-  EXPECT_EQ(taken[0], buffer);
+  EXPECT_EQ(taken[0].buffer, buffer);
   EXPECT_FALSE(c.client.draining());
 }
 
