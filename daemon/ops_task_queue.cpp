@@ -11,7 +11,12 @@ thread_local std::optional<OpsTaskQueue::Clock::time_point> running_job_accepted
 
 OpsTaskQueue::OpsTaskQueue(std::size_t threads) {
   workers_.reserve(threads);
-  for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  try {
+    for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+  } catch (...) {
+    shutdown();  // the threads made so far, joined: a joinable std::thread destroyed ends the process
+    throw;
+  }
 }
 
 OpsTaskQueue::~OpsTaskQueue() { shutdown(); }

@@ -326,11 +326,13 @@ std::vector<FetchClient::AbandonedReceives> FetchClient::take_retired(
   std::vector<AbandonedReceives> taken;
   for (auto it = draining_.begin(); it != draining_.end();) {
     auto& fetch = it->second;
-    if (!fetch.buffer || !retired(fetch.buffer->transport.get())) {
+    const bool callers_memory = fetch.buffer && !fetch.buffer->owned.data() && !fetch.buffer->device_owned;
+    if (!fetch.buffer || callers_memory || !retired(fetch.buffer->transport.get())) {
       ++it;
       continue;
     }
-    taken.push_back({std::move(fetch.remote), std::move(fetch.buffer)});
+    auto transport = fetch.buffer->transport;
+    taken.push_back({std::move(transport), std::move(fetch.remote), std::move(fetch.buffer)});
     it = draining_.erase(it);
   }
   return taken;

@@ -70,15 +70,18 @@ class FetchClient {
   bool draining_holds_buffers() const;
   // Offers `set_aside` the buffer of each abandoned fetch whose receives made no progress for
   // `timeout` (taken to never end: UCX cannot cancel a receive already matched to a send, and
-  // one whose sender died mid-send, a relay killed mid-version, never ends), until it takes one;
-  // each taken is not offered again. `set_aside` returns whether it took the buffer (the caller
+  // one whose sender died mid-send, a relay killed mid-version, never ends), at every call until
+  // it takes that buffer; one taken is not offered again. `set_aside` returns whether it took the buffer (the caller
   // then uses another; the buffer is freed if the receives end after all). Returns how many
   // buffers were offered and refused.
   std::size_t set_aside_stuck(Clock::time_point now, Clock::duration timeout,
                               const std::function<bool(const std::shared_ptr<detail::ReceiveBuffer>&)>& set_aside);
-  // An abandoned fetch's receives on a transport no longer used, for release_retired().
+  // An abandoned fetch's receives on a transport no longer used. Members go in reverse order:
+  // the buffer (its release waits for the receives), then a one-sided route's import, then the
+  // transport, which the other two need and which the buffer may have been the last to hold.
   struct AbandonedReceives {
-    std::unique_ptr<transport::RemoteRegion> remote;  // declared first: goes after the buffer
+    std::shared_ptr<transport::Transport> transport;
+    std::unique_ptr<transport::RemoteRegion> remote;
     std::shared_ptr<detail::ReceiveBuffer> buffer;
   };
   // Forgets the abandoned fetches whose buffers belong to a transport `retired` says is no
@@ -86,7 +89,9 @@ class FetchClient {
   // is gone) and returns what they held. Dropping that waits until the receives end, at most the
   // transport's release timeout (UCX then halts the retired worker, which progresses nothing
   // more, and the memory may go). Kept here, each producer that died mid-transfer cost a
-  // model-sized buffer and a worker thread for the consumer's life.
+  // model-sized buffer and a worker thread for the consumer's life. Not the caller's memory
+  // (ConsumerOptions::caller_buffers): the store would hand it out again as soon as the buffer
+  // is dropped, while the release may still wait on receives writing into it.
   std::vector<AbandonedReceives> take_retired(const std::function<bool(const transport::Transport*)>& retired);
   // The request for `version`; the fetch is in flight until finished, refused or abandoned.
   // `base`: a version this consumer holds with block digests, offered as a delta base (0: none).

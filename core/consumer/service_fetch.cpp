@@ -112,6 +112,7 @@ void ConsumerService::maybe_fetch() {
     }
     return;
   }
+  stuck_refusal_reported_ = false;
   if (buffers_held_reported_) {
     buffers_held_reported_ = false;
     log_->info("a buffer is free again: fetching version {}", newest_announced_);
@@ -310,6 +311,7 @@ void ConsumerService::set_aside_stuck_receives(Clock::time_point now) {
 
 void ConsumerService::release_retired_receives() {
   auto retired = fetch_.take_retired([&](const transport::Transport* t) { return !offered_->holds(t); });
+  stuck_refusal_reported_ = false;  // a stall of the transports before this join, over
   std::erase_if(releasing_, [](const auto& release) {
     return release.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   });

@@ -96,8 +96,10 @@ def is_boolean(value):
     "buffers must be between 2 and 1024, got 1"; a want's index torch.tensor(True) was 1)."""
     if isinstance(value, bool):
         return True
-    dtype = getattr(value, "dtype", None)
-    return dtype is not None and str(dtype) in ("bool", "torch.bool")
+    try:
+        return str(value.dtype) in ("bool", "torch.bool")
+    except Exception:  # no dtype, or one that cannot be read: not a boolean array
+        return False
 
 
 def integer(name, value, minimum=None, maximum=None):

@@ -553,9 +553,10 @@ TEST_F(DaemonTest, AVersionsDirectoryStaysWhileItsHookRunsEvenPastKeep) {
                                     repository(dir / "repo", 1)));
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
   producer.publish(1);
-  // Opening the FIFO for writing returns once the hook has opened it: the hook runs.
-  const int release = open(fifo.c_str(), O_WRONLY);
-  ASSERT_GE(release, 0) << std::strerror(errno);
+  // The FIFO opens for writing once the hook has opened it: the hook runs.
+  int release = -1;
+  ASSERT_TRUE(testing_support::eventually([&] { return (release = open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) >= 0; }, 60s))
+      << "version 1's hook never ran";
   producer.publish(2);
   ASSERT_NE(wait_for_text(*daemon, "version 2 written to"), "");
   EXPECT_TRUE(std::filesystem::exists(dir / "repo/test/1/model.safetensors")) << "pruned while its hook ran";

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/digest.h"
+#include "common/host_buffer.h"
 #include "core/consumer/fetch_client.h"
 #include "core/consumer/shaping_target.h"
 #include "core/consumer/verifier.h"
@@ -27,6 +28,7 @@
 #include "test_model.h"
 #include "transports/loopback/loopback_transport.h"
 #include "transports/transport_set.h"
+#include "transports/ucx/ucx_transport.h"
 
 namespace modelcast {
 namespace {
@@ -906,6 +908,29 @@ TEST(Stages, AbandonedFetchesOnARetiredTransportHandTheirBuffersBack) {
   ASSERT_EQ(taken.size(), 1u);
   EXPECT_EQ(taken[0].buffer, buffer);
   EXPECT_FALSE(c.client.draining());
+}
+
+// What a retired fetch held goes in an order that never touches its transport after it went:
+// the buffer was its last holder, and dropping the import after it posted to the freed UCX
+// worker (a crash, on a relay's one-sided read abandoned at a rejoin).
+TEST(Stages, AbandonedReceivesGoBeforeTheTransportTheyNeed) {
+  auto owner = transport::make_ucx_transport({.one_sided = true});
+  std::shared_ptr<transport::Transport> reader = transport::make_ucx_transport({.one_sided = true});
+  HostBuffer source(1u << 16);
+  auto source_region = owner->register_memory(source.data(), source.size(), transport::MemoryLocation::host());
+  const auto descriptor = owner->export_region(*source_region);
+  const auto peer = reader->connect(owner->address(), false, nullptr);
+  auto buffer = std::make_shared<detail::ReceiveBuffer>();
+  buffer->transport = reader;
+  buffer->owned = HostBuffer(1u << 16);
+  buffer->memory = buffer->owned.span();
+  buffer->region = reader->register_memory(buffer->memory.data(), buffer->memory.size(), transport::MemoryLocation::host());
+  std::vector<consumer::FetchClient::AbandonedReceives> retired;
+  retired.push_back({reader, reader->import_region(peer, descriptor), std::move(buffer)});
+  std::weak_ptr<transport::Transport> gone = reader;
+  reader.reset();  // as after a rejoin: held by the abandoned fetch alone
+  retired.clear();
+  EXPECT_TRUE(gone.expired());
 }
 
 // No base the producer knows (a consumer that joined late, or whose base fell out of the
