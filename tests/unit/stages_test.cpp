@@ -130,6 +130,29 @@ struct ConsumerSide {
   consumer::FetchClient client;
   consumer::VerifierPolicy policy;
 
+  // Asks `p` for `version` (a delta against `base`, when not 0); the checked answer. Throws if
+  // there is none.
+  protocol::FetchReply answer(ProducerSide& p, std::uint64_t version, std::uint64_t base = 0) {
+    auto request = client.begin(kIncarnation, version, base, Clock::now());
+    auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
+    if (!reply || !reply->ok) throw std::runtime_error("version " + std::to_string(version) + " not served");
+    consumer::check_reply(policy, *reply);
+    return *reply;
+  }
+  // `version` fetched whole from `p`, installed and acked: the base of a later delta.
+  std::shared_ptr<detail::InstalledVersion> install_whole(ProducerSide& p, std::uint64_t version) {
+    auto got = run(answer(p, version));
+    if (!got.failure.empty()) throw std::runtime_error("version " + std::to_string(version) + ": " + got.failure);
+    auto installed = std::make_shared<detail::InstalledVersion>();
+    installed->manifest = got.manifest;
+    installed->buffer = got.buffer;
+    store.install(installed);
+    if (!p.server->on_ack(p.consumer.routing_id, {kIncarnation, version, got.fetch_id, true, ""}, "c", Clock::now()).ok) {
+      throw std::runtime_error("version " + std::to_string(version) + ": ack refused");
+    }
+    return installed;
+  }
+
   // Runs the fetch to its end as the consumer's loop would; returns the finished fetch.
   consumer::FinishedFetch run(const protocol::FetchReply& reply) {
     consumer::check_reply(policy, reply);
@@ -737,18 +760,8 @@ TEST(Stages, ADeltaSendsOnlyTheChangedBlocksAndEachIsChecked) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   p.publish(1);
-  auto first = c.client.begin(kIncarnation, 1, 0, Clock::now());
-  auto whole = p.server->start(p.consumer.routing_id, &p.consumer, first, Clock::now());
-  ASSERT_TRUE(whole && whole->ok);
-  EXPECT_EQ(whole->base_version, 0u);
-  auto got = c.run(*whole);
-  ASSERT_EQ(got.failure, "");
-  ASSERT_EQ(got.manifest.block_digests.size(), block_count(p.layout));
-  auto base = std::make_shared<detail::InstalledVersion>();
-  base->manifest = got.manifest;
-  base->buffer = got.buffer;
-  c.store.install(base);
-  ASSERT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, first.fetch_id, true, ""}, "c", Clock::now()).ok);
+  auto base = c.install_whole(p, 1);
+  ASSERT_EQ(base->manifest.block_digests.size(), block_count(p.layout));
 
   const std::uint64_t block = p.layout.block_bytes;
   auto change = [&](std::byte* slot) {
@@ -807,26 +820,14 @@ TEST(Stages, AnAbandonedDeltaLetsGoOfItsBaseAndItsBufferIsReplacedOnceItsReceive
   ConsumerSide c(2);
   ProducerSide p(c.transport);
   p.publish(1);
-  auto first = c.client.begin(kIncarnation, 1, 0, Clock::now());
-  auto whole = p.server->start(p.consumer.routing_id, &p.consumer, first, Clock::now());
-  ASSERT_TRUE(whole && whole->ok);
-  auto got = c.run(*whole);
-  ASSERT_EQ(got.failure, "");
-  auto base = std::make_shared<detail::InstalledVersion>();
-  base->manifest = got.manifest;
-  base->buffer = got.buffer;
-  c.store.install(base);
-  ASSERT_TRUE(p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, first.fetch_id, true, ""}, "c", Clock::now()).ok);
-
+  auto base = c.install_whole(p, 1);
   p.publish(2, producer::SnapshotStore::HostState::kReady, /*content=*/1,
             [&](std::byte* slot) { slot[3 * p.layout.block_bytes] ^= std::byte{1}; });
-  auto request = c.client.begin(kIncarnation, 2, 1, Clock::now());
-  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
-  ASSERT_TRUE(reply && reply->ok && reply->base_version == 1u);
-  consumer::check_reply(c.policy, *reply);
-  auto buffer = c.store.take_buffer(reply->manifest.total_bytes);
+  auto reply = c.answer(p, 2, 1);
+  ASSERT_EQ(reply.base_version, 1u);
+  auto buffer = c.store.take_buffer(reply.manifest.total_bytes);
   ASSERT_TRUE(buffer);
-  ASSERT_FALSE(c.client.accept(*reply, buffer, Clock::now(), base));
+  ASSERT_FALSE(c.client.accept(reply, buffer, Clock::now(), base));
   // The changed block's receive ended, but the loop never hears of it: to the client, a
   // receive still under way, as one whose sender died would be.
   const long base_refs = base.use_count();
@@ -889,14 +890,11 @@ TEST(Stages, AbandonedFetchesOnARetiredTransportHandTheirBuffersBack) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   p.publish(1);
-  auto request = c.client.begin(kIncarnation, 1, 0, Clock::now());
-  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
-  ASSERT_TRUE(reply && reply->ok);
-  consumer::check_reply(c.policy, *reply);
-  auto buffer = c.store.take_buffer(reply->manifest.total_bytes);
+  auto reply = c.answer(p, 1);
+  auto buffer = c.store.take_buffer(reply.manifest.total_bytes);
   ASSERT_TRUE(buffer);
   // Its completions never reach the client: to it, receives still under way.
-  ASSERT_FALSE(c.client.accept(*reply, buffer, Clock::now()));
+  ASSERT_FALSE(c.client.accept(reply, buffer, Clock::now()));
   ASSERT_TRUE(c.client.abort());
   ASSERT_TRUE(c.client.draining());
   const transport::Transport* retired = nullptr;
