@@ -12,6 +12,19 @@ std::string repr_of(const py::handle& value) {
   return text.size() > 60 ? text.substr(0, 57) + "..." : text;
 }
 
+// A truth value in any of its forms (bool, NumPy's bool_, a boolean 0-d array or tensor), which
+// operator.index takes as 0 or 1; as _service.py's is_boolean.
+bool is_boolean(const py::handle& value) {
+  if (PyBool_Check(value.ptr())) return true;
+  try {
+    if (!py::hasattr(value, "dtype")) return false;
+    const auto dtype = py::str(value.attr("dtype")).cast<std::string>();
+    return dtype == "bool" || dtype == "torch.bool";
+  } catch (const py::error_already_set&) {
+    return false;  // a dtype that cannot be read: not a boolean array
+  }
+}
+
 }  // namespace
 
 std::string text_argument(const py::handle& value, const std::string& what) {
@@ -30,7 +43,7 @@ std::string text_argument(const py::handle& value, const std::string& what) {
 std::size_t index_argument(const py::handle& value, const std::string& what) {
   // As Python's own indexing takes it (operator.index); a bool is an int there, but `part=True`
   // is a slip, not a request for part 1.
-  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+  if (is_boolean(value) || !PyIndex_Check(value.ptr()))
     throw_invalid(what + " must be an integer, got " + repr_of(value) + " (" + type_name(value) + ")");
   auto number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
   if (!number) throw py::error_already_set();
@@ -42,6 +55,18 @@ std::size_t index_argument(const py::handle& value, const std::string& what) {
     throw_invalid(what + " is too large, got " + repr_of(number));
   }
   return index;
+}
+
+std::int64_t integer_argument(const py::handle& value, const std::string& what) {
+  if (is_boolean(value) || !PyIndex_Check(value.ptr()))
+    throw_invalid(what + " must be an integer, got " + repr_of(value) + " (" + type_name(value) + ")");
+  auto number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!number) throw py::error_already_set();
+  int overflow = 0;
+  const long long result = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
+  if (overflow != 0) throw_invalid(what + " is out of the 64-bit range, got " + repr_of(number));
+  if (result == -1 && PyErr_Occurred()) throw py::error_already_set();
+  return static_cast<std::int64_t>(result);
 }
 
 }  // namespace modelcast::python

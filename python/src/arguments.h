@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace modelcast::python {
@@ -19,5 +20,9 @@ std::string text_argument(const py::handle& value, const std::string& what);
 // `value` as an index (an int >= 0, or what operator.index takes, such as NumPy's integers; not a
 // bool); InvalidArgumentError naming `what` and the value otherwise. Needs the GIL.
 std::size_t index_argument(const py::handle& value, const std::string& what);
+
+// `value` as a signed 64-bit integer (an int, or what operator.index takes; not a bool: a step of
+// True was taken as 1); InvalidArgumentError naming `what` and the value otherwise. Needs the GIL.
+std::int64_t integer_argument(const py::handle& value, const std::string& what);
 
 }  // namespace modelcast::python

@@ -127,9 +127,11 @@ void bind_forecast(py::module_& m) {
   m.def("validate_problem", without_gil(&mp::validate_problem), py::arg("curve"), py::arg("warmup_index"),
         py::arg("costs"));
   m.def("evaluate_cil",
-        without_gil(+[](const mp::Trajectory& c, std::size_t w, const mp::PublishCosts& k, const Steps& s) {
+        [](const mp::Trajectory& c, const py::object& warmup_index, const mp::PublishCosts& k, const Steps& s) {
+          const auto w = index_argument(warmup_index, "evaluate_cil(): warmup_index");
+          py::gil_scoped_release released;
           return mp::evaluate_cil(c, w, k, s);
-        }),
+        },
         py::arg("curve"), py::arg("warmup_index"), py::arg("costs"),
         py::arg("publish_steps"),
         "Cumulative inference loss of publishing at publish_steps; InvalidArgumentError naming a bad step.");

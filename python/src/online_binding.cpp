@@ -8,6 +8,7 @@
 
 #include <mutex>
 
+#include "arguments.h"
 #include "gil_released.h"
 #include "bindings.h"
 #include "modelcast/predictor.h"
@@ -94,15 +95,17 @@ void bind_online(py::module_& m) {
       .def(py::init<mp::OnlineOptions>(), py::arg("options"))
       .def(
           "observe",
-          [](LockedScheduler& s, std::int64_t step, double loss, double wall_time_s) {
-            s.with_lock([&](mp::OnlineScheduler& o) { o.observe(step, loss, wall_time_s); });
+          [](LockedScheduler& s, const py::object& step, double loss, double wall_time_s) {
+            const auto at = integer_argument(step, "OnlineScheduler.observe(): step");
+            s.with_lock([&](mp::OnlineScheduler& o) { o.observe(at, loss, wall_time_s); });
           },
           py::arg("step"), py::arg("loss"), py::arg("wall_time_s"),
           "Records a logged loss; wall_time_s is the trainer's clock including past publish stalls.")
       .def(
           "should_publish",
-          [](LockedScheduler& s, std::int64_t step) {
-            return s.with_lock([&](mp::OnlineScheduler& o) { return o.should_publish(step); });
+          [](LockedScheduler& s, const py::object& step) {
+            const auto at = integer_argument(step, "OnlineScheduler.should_publish(): step");
+            return s.with_lock([&](mp::OnlineScheduler& o) { return o.should_publish(at); });
           },
           py::arg("step"),
           "True when publishing now starts the best plan for the rest of the run (the publish is then "

@@ -85,6 +85,13 @@ def test_a_stated_loss_floor_plans_a_loss_with_a_constant_in_it_as_the_loss_with
     with pytest.raises(modelcast.InvalidArgumentError, match="below the stated loss_floor"):
         scheduler.observe(10, 1.0, 0.5)
     scheduler.observe(10, 4.0, 0.5)
+    # A bool is no step (it was taken as 1), nor a warm-up index.
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"observe\(\): step must be an integer, got True"):
+        scheduler.observe(True, 4.0, 0.6)
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"should_publish\(\): step must be an integer"):
+        scheduler.should_publish(np.True_)
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"evaluate_cil\(\): warmup_index must be an integer"):
+        predictor.evaluate_cil(predictor.trajectory_of(points), True, costs, [300])
 
 
 def test_costlier_publishes_mean_fewer_publishes():
