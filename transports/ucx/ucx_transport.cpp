@@ -452,6 +452,11 @@ class UcxTransport final : public Transport {
     if (!in_flight_.empty() || !closing_.empty()) {
       log_->warn("{} transfers and {} closes still pending at shutdown", in_flight_.size(), closing_.size());
     }
+    // A close still under way (a flush close to a peer on this host that died never ends) is
+    // handed back to UCX, which frees it if it ever ends: kept ours, destroying the worker failed
+    // UCX's check that every request of an endpoint was released, and the process aborted.
+    for (void* request : closing_) ucp_request_free(request);
+    closing_.clear();
     flush_before_destroy();
   }
 
