@@ -304,9 +304,10 @@ void ConsumerService::set_aside_stuck_receives(Clock::time_point now) {
   report(Error(ErrorCode::kResource,
                "receives of an abandoned transfer made no progress for " + std::to_string(options_.transfer_timeout.count()) +
                    " ms (a sender that died mid-send) and hold a receive buffer that " +
-                   (options_.caller_buffers.empty() ? "cannot be replaced: as many are set aside already"
-                                                    : "is the caller's and cannot be replaced") +
-                   "; updates resume when they end, or at the next reconnection"));
+                   (options_.caller_buffers.empty()
+                        ? "cannot be replaced: as many are set aside already; updates resume when they end, or at "
+                          "the next reconnection"
+                        : "is the caller's and cannot be replaced; updates resume when they end")));
 }
 
 void ConsumerService::release_retired_receives() {

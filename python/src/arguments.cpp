@@ -25,6 +25,16 @@ bool is_boolean(const py::handle& value) {
   }
 }
 
+// operator.index(value); InvalidArgumentError naming `what` where it refuses it with a TypeError
+// (a float array or tensor, an array of several elements), which named nothing.
+py::object as_index(const py::handle& value, const std::string& what) {
+  auto number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (number) return number;
+  if (!PyErr_ExceptionMatches(PyExc_TypeError)) throw py::error_already_set();
+  PyErr_Clear();
+  throw_invalid(what + " must be an integer, got " + repr_of(value) + " (" + type_name(value) + ")");
+}
+
 }  // namespace
 
 std::string text_argument(const py::handle& value, const std::string& what) {
@@ -45,8 +55,7 @@ std::size_t index_argument(const py::handle& value, const std::string& what) {
   // is a slip, not a request for part 1.
   if (is_boolean(value) || !PyIndex_Check(value.ptr()))
     throw_invalid(what + " must be an integer, got " + repr_of(value) + " (" + type_name(value) + ")");
-  auto number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-  if (!number) throw py::error_already_set();
+  auto number = as_index(value, what);
   if (PyObject_RichCompareBool(number.ptr(), py::int_(0).ptr(), Py_LT) == 1)
     throw_invalid(what + " must not be negative, got " + repr_of(number));
   const std::size_t index = PyLong_AsSize_t(number.ptr());
@@ -60,8 +69,7 @@ std::size_t index_argument(const py::handle& value, const std::string& what) {
 std::int64_t integer_argument(const py::handle& value, const std::string& what) {
   if (is_boolean(value) || !PyIndex_Check(value.ptr()))
     throw_invalid(what + " must be an integer, got " + repr_of(value) + " (" + type_name(value) + ")");
-  auto number = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
-  if (!number) throw py::error_already_set();
+  auto number = as_index(value, what);
   int overflow = 0;
   const long long result = PyLong_AsLongLongAndOverflow(number.ptr(), &overflow);
   if (overflow != 0) throw_invalid(what + " is out of the 64-bit range, got " + repr_of(number));

@@ -129,8 +129,11 @@ void bind_forecast(py::module_& m) {
   m.def("evaluate_cil",
         [](const mp::Trajectory& c, const py::object& warmup_index, const mp::PublishCosts& k, const Steps& s) {
           const auto w = index_argument(warmup_index, "evaluate_cil(): warmup_index");
-          py::gil_scoped_release released;
-          return mp::evaluate_cil(c, w, k, s);
+          // Copied first, as without_gil does (it says why).
+          mp::Trajectory curve = c;
+          mp::PublishCosts costs = k;
+          GilReleased released;
+          return mp::evaluate_cil(curve, w, costs, s);
         },
         py::arg("curve"), py::arg("warmup_index"), py::arg("costs"),
         py::arg("publish_steps"),

@@ -90,6 +90,8 @@ def test_a_stated_loss_floor_plans_a_loss_with_a_constant_in_it_as_the_loss_with
         scheduler.observe(True, 4.0, 0.6)
     with pytest.raises(modelcast.InvalidArgumentError, match=r"should_publish\(\): step must be an integer"):
         scheduler.should_publish(np.True_)
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"observe\(\): step must be an integer, got array\(2.5\)"):
+        scheduler.observe(np.array(2.5), 4.0, 0.6)
     with pytest.raises(modelcast.InvalidArgumentError, match=r"evaluate_cil\(\): warmup_index must be an integer"):
         predictor.evaluate_cil(predictor.trajectory_of(points), True, costs, [300])
 

@@ -135,7 +135,10 @@ struct ConsumerSide {
   protocol::FetchReply answer(ProducerSide& p, std::uint64_t version, std::uint64_t base = 0) {
     auto request = client.begin(kIncarnation, version, base, Clock::now());
     auto reply = p.server->start(p.consumer.routing_id, &p.consumer, request, Clock::now());
-    if (!reply || !reply->ok) throw std::runtime_error("version " + std::to_string(version) + " not served");
+    if (!reply || !reply->ok) {
+      throw std::runtime_error("version " + std::to_string(version) + " not served: " + (reply ? reply->error : "parked"));
+    }
+    if (base == 0 && reply->base_version != 0) throw std::runtime_error("a delta answered for a whole version");
     consumer::check_reply(policy, *reply);
     return *reply;
   }
