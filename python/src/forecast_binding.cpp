@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include <limits>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -34,11 +35,19 @@ auto without_gil(R (*f)(A...)) {
   };
 }
 
+// A warm-up index as Python's indexing takes it, a bool refused (pybind11's size_t caster took
+// True as 1), InvalidArgumentError naming `function`'s argument otherwise.
+std::size_t warmup_argument(const py::handle& value, const std::string& function) {
+  return index_argument(value, function + ": warmup_index");
+}
+
 }  // namespace
 
 void bind_forecast(py::module_& m) {
   py::class_<mp::CurvePoint>(m, "CurvePoint", "One logged point: step, loss, time_s (training time; NaN if unknown).")
-      .def(py::init([](std::int64_t step, double loss, double time_s) { return mp::CurvePoint{step, loss, time_s}; }),
+      .def(py::init([](const py::object& step, double loss, double time_s) {
+             return mp::CurvePoint{integer_argument(step, "CurvePoint(): step"), loss, time_s};
+           }),
            py::arg("step"), py::arg("loss"), py::arg("time_s") = std::numeric_limits<double>::quiet_NaN())
       .def_readwrite("step", &mp::CurvePoint::step)
       .def_readwrite("loss", &mp::CurvePoint::loss)
@@ -124,11 +133,14 @@ void bind_forecast(py::module_& m) {
   m.def("extend_with_forecast",
         without_gil(+[](const Points& p, const mp::Forecast& f) { return mp::extend_with_forecast(p, f); }),
         py::arg("prefix"), py::arg("forecast"), "The logged prefix followed by the forecast.");
-  m.def("validate_problem", without_gil(&mp::validate_problem), py::arg("curve"), py::arg("warmup_index"),
-        py::arg("costs"));
+  m.def("validate_problem",
+        [](const mp::Trajectory& c, const py::object& w, const mp::PublishCosts& k) {
+          return without_gil(&mp::validate_problem)(c, warmup_argument(w, "validate_problem()"), k);
+        },
+        py::arg("curve"), py::arg("warmup_index"), py::arg("costs"));
   m.def("evaluate_cil",
         [](const mp::Trajectory& c, const py::object& warmup_index, const mp::PublishCosts& k, const Steps& s) {
-          const auto w = index_argument(warmup_index, "evaluate_cil(): warmup_index");
+          const auto w = warmup_argument(warmup_index, "evaluate_cil()");
           // Copied first, as without_gil does (it says why).
           mp::Trajectory curve = c;
           mp::PublishCosts costs = k;
@@ -138,7 +150,11 @@ void bind_forecast(py::module_& m) {
         py::arg("curve"), py::arg("warmup_index"), py::arg("costs"),
         py::arg("publish_steps"),
         "Cumulative inference loss of publishing at publish_steps; InvalidArgumentError naming a bad step.");
-  m.def("plan_optimal", without_gil(&mp::plan_optimal), py::arg("curve"), py::arg("warmup_index"), py::arg("costs"),
+  m.def("plan_optimal",
+        [](const mp::Trajectory& c, const py::object& w, const mp::PublishCosts& k) {
+          return without_gil(&mp::plan_optimal)(c, warmup_argument(w, "plan_optimal()"), k);
+        },
+        py::arg("curve"), py::arg("warmup_index"), py::arg("costs"),
         "Exact minimum-CIL schedule on `curve` with inference starting at curve.steps[warmup_index].");
   py::class_<mp::PlanChoiceReport>(m, "PlanChoiceReport",
                                    "Whether a plan departs from the best evenly spaced schedule (picked: forecast, "
@@ -168,15 +184,33 @@ void bind_forecast(py::module_& m) {
         "held to the best evenly spaced schedule (PrefixPlan.choice says which and why).");
   m.def("plan_from", without_gil(&mp::plan_from), py::arg("origin_loss"), py::arg("origin_servable_s"), py::arg("publishes_done"),
         py::arg("window_end_s"), py::arg("future"), py::arg("costs"), "Mid-run planning (see predictor_planner.h).");
-  m.def("every_candidate_schedule", without_gil(&mp::every_candidate_schedule), py::arg("curve"), py::arg("warmup_index"));
-  m.def("every_n_steps_schedule", without_gil(&mp::every_n_steps_schedule), py::arg("curve"), py::arg("warmup_index"),
-        py::arg("every_steps"));
-  m.def("fixed_interval_schedule", without_gil(&mp::fixed_interval_schedule), py::arg("predicted"), py::arg("warmup_index"),
-        py::arg("costs"));
-  m.def("threshold_schedule", without_gil(&mp::threshold_schedule), py::arg("predicted"), py::arg("warmup_index"),
-        py::arg("costs"));
+  m.def("every_candidate_schedule",
+        [](const mp::Trajectory& c, const py::object& w) {
+          return without_gil(&mp::every_candidate_schedule)(c, warmup_argument(w, "every_candidate_schedule()"));
+        },
+        py::arg("curve"), py::arg("warmup_index"));
+  m.def("every_n_steps_schedule",
+        [](const mp::Trajectory& c, const py::object& w, const py::object& every) {
+          return without_gil(&mp::every_n_steps_schedule)(c, warmup_argument(w, "every_n_steps_schedule()"),
+                                                          integer_argument(every, "every_n_steps_schedule(): every_steps"));
+        },
+        py::arg("curve"), py::arg("warmup_index"), py::arg("every_steps"));
+  m.def("fixed_interval_schedule",
+        [](const mp::Trajectory& p, const py::object& w, const mp::PublishCosts& k) {
+          return without_gil(&mp::fixed_interval_schedule)(p, warmup_argument(w, "fixed_interval_schedule()"), k);
+        },
+        py::arg("predicted"), py::arg("warmup_index"), py::arg("costs"));
+  m.def("threshold_schedule",
+        [](const mp::Trajectory& p, const py::object& w, const mp::PublishCosts& k) {
+          return without_gil(&mp::threshold_schedule)(p, warmup_argument(w, "threshold_schedule()"), k);
+        },
+        py::arg("predicted"), py::arg("warmup_index"), py::arg("costs"));
   m.def("snap_to_candidates",
-        without_gil(+[](const Steps& s, const mp::Trajectory& c, std::size_t w) { return mp::snap_to_candidates(s, c, w); }),
+        [](const Steps& s, const mp::Trajectory& c, const py::object& w) {
+          return without_gil(+[](const Steps& planned, const mp::Trajectory& curve, std::size_t at) {
+            return mp::snap_to_candidates(planned, curve, at);
+          })(s, c, warmup_argument(w, "snap_to_candidates()"));
+        },
         py::arg("planned"), py::arg("curve"), py::arg("warmup_index"));
 
   py::class_<mp::LossLog>(m, "LossLog", "A loss log read from CSV.")

@@ -94,6 +94,25 @@ def test_a_stated_loss_floor_plans_a_loss_with_a_constant_in_it_as_the_loss_with
         scheduler.observe(np.array(2.5), 4.0, 0.6)
     with pytest.raises(modelcast.InvalidArgumentError, match=r"evaluate_cil\(\): warmup_index must be an integer"):
         predictor.evaluate_cil(predictor.trajectory_of(points), True, costs, [300])
+    # Every other function taking a warm-up index refuses a bool too, naming itself; where an
+    # index is right, each gives what it gave for the integer.
+    trajectory = predictor.trajectory_of(points)
+    for name, call in (("validate_problem", lambda w: predictor.validate_problem(trajectory, w, costs)),
+                       ("plan_optimal", lambda w: predictor.plan_optimal(trajectory, w, costs).publish_steps),
+                       ("every_candidate_schedule", lambda w: predictor.every_candidate_schedule(trajectory, w)),
+                       ("every_n_steps_schedule", lambda w: predictor.every_n_steps_schedule(trajectory, w, 100)),
+                       ("fixed_interval_schedule", lambda w: predictor.fixed_interval_schedule(trajectory, w, costs)),
+                       ("threshold_schedule", lambda w: predictor.threshold_schedule(trajectory, w, costs)),
+                       ("snap_to_candidates", lambda w: predictor.snap_to_candidates([250, 400], trajectory, w))):
+        for slip in (True, np.True_, np.array(False)):
+            with pytest.raises(modelcast.InvalidArgumentError, match=name + r"\(\): warmup_index must be an integer"):
+                call(slip)
+        assert call(np.int64(1)) == call(1)
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"every_n_steps_schedule\(\): every_steps must be an integer"):
+        predictor.every_n_steps_schedule(trajectory, 1, True)
+    with pytest.raises(modelcast.InvalidArgumentError, match=r"CurvePoint\(\): step must be an integer, got True"):
+        predictor.CurvePoint(True, 1.0)
+    assert predictor.CurvePoint(np.int64(7), 1.0).step == 7
 
 
 def test_costlier_publishes_mean_fewer_publishes():
