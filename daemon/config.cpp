@@ -26,6 +26,7 @@
 #include "common/shown_text.h"
 #include "modelcast/types.h"
 #include "core/wire/socket_directory.h"
+#include "core/wire/connect_host.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 
@@ -362,6 +363,10 @@ ModelConfig read_model(const Reader& r, const toml::table& t, const std::string&
     r.fail(*t.get("endpoint"), prefix + "endpoint",
            "must be tcp://HOST:PORT (PORT 1-65535) or ipc://PATH, without blanks; got " +
                modelcast::shown_text(model.endpoint, 80));
+  }
+  // The consumer's own rule, so that --check refuses the typo the model would fail on at start.
+  if (auto why = tcp ? modelcast::wire::connect_host_problem(model.endpoint) : std::nullopt) {
+    r.fail(*t.get("endpoint"), prefix + "endpoint", *why);
   }
   // ZeroMQ's ipc:// is a Unix socket: the path fits its sun_path, or the model never starts
   // ("File name too long").

@@ -6,35 +6,13 @@
 #include <cstring>
 
 #include "core/security/curve.h"
+#include "core/wire/connect_host.h"
 #include "core/wire/socket_directory.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 
 namespace modelcast::consumer {
-namespace {
-
-// Hosts a producer binds to but a consumer cannot connect to, said as such: ZeroMQ's "Invalid
-// argument" named nothing, and the plaintext rule called them "on another host".
-void check_connect_host(const std::string& endpoint) {
-  if (endpoint.rfind("tcp://", 0) != 0) return;
-  const auto colon = endpoint.rfind(':');
-  if (colon == std::string::npos || colon < 6) return;
-  const std::string host = endpoint.substr(6, colon - 6);
-  const auto refuse = [&](const std::string& why) {
-    throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint + "': " + why);
-  };
-  if (host == "*" || host == "0.0.0.0" || host == "[::]") {
-    refuse("'" + host + "' is a wildcard a producer binds to, not an address to connect to: give the producer "
-           "host's address (127.0.0.1 on this host)");
-  }
-  if (host.find(':') != std::string::npos && host.front() != '[') {
-    refuse("an IPv6 address goes in brackets (tcp://[" + host + "]:PORT)");
-  }
-}
-
-}  // namespace
-
 
 // A secret left in freed memory outlives the consumer in core dumps and swap.
 ProducerLink::~ProducerLink() { sodium_memzero(own_.data(), own_.size()); }
@@ -47,7 +25,9 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
     throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint_ + "' must start with tcp:// or ipc://");
   }
   wire::check_tcp_port(endpoint_, "producer_endpoint", false);
-  check_connect_host(endpoint_);
+  if (auto why = wire::connect_host_problem(endpoint_)) {
+    throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint_ + "': " + *why);
+  }
   try {
     zmq::socket_t probe(context_, zmq::socket_type::dealer);
     probe.set(zmq::sockopt::linger, 0);

@@ -193,6 +193,11 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
        "on another host: pin the producer's key with producer_key_file"},
       {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.1.example.com:7000\"\nmax_model_bytes = 1\n", 3,
        "model[0].endpoint", "on another host"},
+      // A mistyped address: was "on another host", and with a key it passed --check and never connected.
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://127.0.0.256:7000\"\nmax_model_bytes = 1\n", 3,
+       "model[0].endpoint", "'127.0.0.256' is no IPv4 address"},
+      {"[[model]]\nname = \"m\"\nendpoint = \"tcp://0.0.0.0:7000\"\nmax_model_bytes = 1\n", 3,
+       "model[0].endpoint", "is a wildcard a producer binds to"},
       {"[[model]]\nname = \"a/b\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name", "must not contain"},
       // Passed --check and then stopped the start (memfd_create: Invalid argument).
       {"[[model]]\nname = \"" + std::string(300, 'm') + "\"\nendpoint = \"x\"\nmax_model_bytes = 1\n", 2, "model[0].name",
