@@ -148,6 +148,15 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
   if (!hook.http_post.empty() && hook.http_post.rfind("http://", 0) != 0) {
     r.fail(*t.get("http_post"), prefix + "http_post", "must start with http://");
   }
+  // A control character is no part of a URL: httplib sent it percent-encoded, to a path no server
+  // serves, and the hook's log lines showed it raw (a newline began a forged line).
+  if (const auto bad = std::find_if(hook.http_post.begin(), hook.http_post.end(),
+                                    [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+      bad != hook.http_post.end()) {
+    r.fail(*t.get("http_post"), prefix + "http_post",
+           "holds a control character at byte " + std::to_string(bad - hook.http_post.begin()) + " (" +
+               modelcast::shown_text(hook.http_post, 80) + "); a URL has none");
+  }
   if (!hook.http_post.empty()) {
     // HOST[:PORT] checked here: httplib reads the port with std::stoi, which throws on the hook
     // thread for one past an int and takes one past 65535 modulo 2^16, another port.

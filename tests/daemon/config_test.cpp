@@ -216,6 +216,9 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
        "has port '70000'"},
       {(model + "[model.hook]\nhttp_post = \"http://{model}:8000/load\"\n"), 6, "model[0].hook.http_post",
        "with a literal HOST"},
+      // Posted, percent-encoded, to a path no server serves, and logged raw (a forged log line).
+      {(model + "[model.hook]\nhttp_post = \"http://127.0.0.1:8000/load\\nmodel m: version 9 loaded\"\n"), 6,
+       "model[0].hook.http_post", "holds a control character at byte 26"},
       {(model + "[model.hook]\nhttp_post = \"http://[::1:8000/load\"\n"), 6, "model[0].hook.http_post",
        "with a literal HOST"},
       // Passed --check, then the consumer refused them at the start (and the log showed them raw).
