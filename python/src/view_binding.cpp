@@ -252,7 +252,9 @@ void bind_view(py::module_& m) {
       .def_property_readonly("update_latency_s", [](const ModelView& v) {
         return std::chrono::duration<double>(require_version(v).update_latency()).count();
       }, "Seconds from the producer's publish() call until this consumer installed the version.")
-      .def("__len__", [](const ModelView& v) { return v.empty() ? std::size_t{0} : v.tensor_count(); })
+      .def("__len__", [](const ModelView& v) { return v.empty() ? std::size_t{0} : v.tensor_count(); },
+           "The number of tensor views, as specs() lists them: a tensor kept in several boxes (parts()) "
+           "counts once per box; 0 for an empty view.")
       .def("__contains__", [](const ModelView& v, const py::object& name) {
         // As a dict answers for a key of another type: not there (tensor names are str).
         // A str UTF-8 cannot encode (a lone surrogate) names no tensor either.
