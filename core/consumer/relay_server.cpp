@@ -45,7 +45,7 @@ std::optional<protocol::RelayFailed> RelayServer::accept(const protocol::RelayOr
     try {
       // A receiver that dies fails the sends to it, which ends the order: nothing to do here.
       auto peer = transport.connect(order.peer_address, order.detect_failure, [](transport::PeerId, const std::string&) {});
-      known = peers_.emplace(key, peer).first;
+      known = peers_.emplace(key, Receiver{peer, 0}).first;
       if (std::find(transports_.begin(), transports_.end(), buffer->transport) == transports_.end()) {
         transports_.push_back(buffer->transport);
       }
@@ -53,11 +53,38 @@ std::optional<protocol::RelayFailed> RelayServer::accept(const protocol::RelayOr
       return refuse(std::string("cannot reach the receiver: ") + e.what());
     }
   }
-  placed.peer = known->second;
+  placed.peer = known->second.peer;
   placed.blocks = order.blocks;
   placed.buffer = std::move(buffer);
+  known->second.last_serial = next_serial_;
   orders_.emplace(next_serial_++, std::move(placed));
+  close_idle_receivers();
   return std::nullopt;
+}
+
+void RelayServer::close_idle_receivers() {
+  const auto in_use = [&](const transport::Transport* transport, transport::PeerId peer) {
+    const auto uses = [&](const auto& entry) {
+      return entry.second.peer == peer && entry.second.buffer->transport.get() == transport;
+    };
+    return std::any_of(orders_.begin(), orders_.end(), uses) || std::any_of(draining_.begin(), draining_.end(), uses);
+  };
+  while (peers_.size() > kKeptReceivers) {
+    auto oldest = peers_.end();
+    for (auto p = peers_.begin(); p != peers_.end(); ++p) {
+      if (in_use(p->first.first, p->second.peer)) continue;
+      if (oldest == peers_.end() || p->second.last_serial < oldest->second.last_serial) oldest = p;
+    }
+    if (oldest == peers_.end()) break;  // every one carries an order
+    for (const auto& t : transports_) {
+      if (t.get() == oldest->first.first) t->disconnect(oldest->second.peer);
+    }
+    peers_.erase(oldest);
+  }
+  // A transport no kept connection is on is not this server's to hold (a replaced one retires).
+  std::erase_if(transports_, [&](const auto& t) {
+    return std::none_of(peers_.begin(), peers_.end(), [&](const auto& p) { return p.first.first == t.get(); });
+  });
 }
 
 std::vector<protocol::RelayFailed> RelayServer::pump(const Readiness& ready) {
@@ -132,8 +159,8 @@ std::pair<std::uint64_t, std::optional<protocol::RelayFailed>> RelayServer::on_s
 
 void RelayServer::forget_peer(const Order& order) {
   for (auto p = peers_.begin(); p != peers_.end(); ++p) {
-    if (p->second == order.peer && p->first.first == order.buffer->transport.get()) {
-      order.buffer->transport->disconnect(p->second);
+    if (p->second.peer == order.peer && p->first.first == order.buffer->transport.get()) {
+      order.buffer->transport->disconnect(p->second.peer);
       peers_.erase(p);
       return;
     }
@@ -190,9 +217,9 @@ std::size_t RelayServer::give_up_stuck(std::chrono::steady_clock::time_point end
 void RelayServer::clear() {
   while (!orders_.empty()) end(orders_.begin());
   exported_.clear();
-  for (const auto& [key, peer] : peers_) {
+  for (const auto& [key, receiver] : peers_) {
     for (const auto& t : transports_) {
-      if (t.get() == key.first) t->disconnect(peer);
+      if (t.get() == key.first) t->disconnect(receiver.peer);
     }
   }
   peers_.clear();

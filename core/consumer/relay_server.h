@@ -120,9 +120,20 @@ class RelayServer {
     std::uint64_t bytes = 0;
   };
   std::map<std::uint64_t, Exported> exported_;  // by order id
+  // Closes the least recently ordered connections no order uses while more than
+  // kKeptReceivers are open.
+  void close_idle_receivers();
+
   // Receivers connected to, per transport: a chain passes each consumer one receiver a version,
-  // mostly the same one, so connections are kept.
-  std::map<std::pair<const transport::Transport*, std::vector<std::byte>>, transport::PeerId> peers_;
+  // mostly the same one, so connections are kept; but only the kKeptReceivers most recently
+  // ordered beyond those in use, or a relay serving receivers that come and go (restarted
+  // servers) held an endpoint, and over TCP a socket, for each one it ever served.
+  static constexpr std::size_t kKeptReceivers = 8;
+  struct Receiver {
+    transport::PeerId peer = 0;
+    std::uint64_t last_serial = 0;  // the newest order to it
+  };
+  std::map<std::pair<const transport::Transport*, std::vector<std::byte>>, Receiver> peers_;
   std::vector<std::shared_ptr<transport::Transport>> transports_;  // those peers_ refers to
 };
 

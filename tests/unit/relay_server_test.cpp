@@ -156,5 +156,47 @@ TEST_F(RelayServerTest, ASendFailingAfterItsOrderWasCancelledDropsTheConnectionT
   EXPECT_EQ(transport->peers, 2u) << "an order after the failed send connected through the failed connection";
 }
 
+// A relay serving receivers that come and go (restarted servers) keeps connections only to the
+// few it was ordered to most recently, besides those an order still uses: it kept one for every
+// receiver it ever served (an endpoint each, and over TCP a socket).
+TEST_F(RelayServerTest, ConnectionsToReceiversNoLongerOrderedAreClosedBeyondAFew) {
+  auto order = [](std::uint64_t id, std::byte receiver) {
+    protocol::RelayOrder o;
+    o.incarnation = 10;
+    o.order_id = id;
+    o.version = id;
+    o.fetch_id = id;
+    o.block_bytes = 128;
+    o.blocks = {0};
+    o.peer_address = {receiver};
+    return o;
+  };
+  // Receiver 0 is ordered again every fourth order, so it stays among the most recent; one
+  // order to receiver 99 never completes, so its connection stays in use throughout.
+  ASSERT_FALSE(relays.accept(order(1000, std::byte{99}), buffer, manifest));
+  relays.pump(ready);
+  std::uint64_t id = 1;
+  for (int r = 1; r <= 40; ++r) {
+    const std::byte receiver = r % 4 == 0 ? std::byte{0} : static_cast<std::byte>(r);
+    ASSERT_FALSE(relays.accept(order(id, receiver), buffer, manifest));
+    relays.pump(ready);
+    transport->sends.back()({true, ""});
+    relays.on_sent(completed.back());
+    ++id;
+  }
+  EXPECT_EQ(relays.orders(), 1u) << "only the order to receiver 99 is left";
+  // 31 receivers besides 0 and 99 were connected to; all but the newest few were closed.
+  EXPECT_EQ(transport->peers, 32u);
+  EXPECT_GE(transport->disconnects, 32u - 9u);
+  EXPECT_LE(transport->peers - transport->disconnects, 9u) << "connections kept to receivers served once, long ago";
+  // The connections kept are the ones in use and the most recent: neither is made again.
+  ASSERT_FALSE(relays.accept(order(id++, std::byte{0}), buffer, manifest));
+  ASSERT_FALSE(relays.accept(order(id++, std::byte{39}), buffer, manifest));
+  EXPECT_EQ(transport->peers, 32u) << "a recent receiver was reconnected";
+  // Receiver 99's first order is still sending on its connection: a second order reuses it.
+  ASSERT_FALSE(relays.accept(order(id++, std::byte{99}), buffer, manifest));
+  EXPECT_EQ(transport->peers, 32u) << "the connection a live order uses was closed";
+}
+
 }  // namespace
 }  // namespace modelcast::consumer

@@ -323,9 +323,11 @@ class UcxTransport final : public Transport {
 
   // Progress thread. Force-closes the endpoint: sends in flight to it complete with an error.
   // UCX force-closes only an endpoint with peer-failure handling; one without (a peer on this
-  // host, detects_failure_at) is closed with a flush instead, which ends once its sends have. The
-  // forced close was refused, its error dropped, and every such endpoint left open for good: its
-  // shared memory and mappings grew by every consumer that ever joined.
+  // host, detects_failure_at) is closed with a flush instead, which ends once its sends have (the
+  // forced close was refused and its error dropped, leaving every such endpoint open). Even so,
+  // UCX destroys a flushed endpoint whose peer connected back (any rendezvous exchange) only with
+  // the worker ("TODO negotiate disconnect" in ucp_ep_disconnected): the peer's shared-memory
+  // segments stay mapped here until then (README, "Consumers on the producer's host").
   void close_peer(PeerId peer) {
     auto it = peers_.find(peer);
     if (it == peers_.end()) return;
