@@ -1159,8 +1159,10 @@ contains
     type(mc_tensor_info_t) :: info
     type(c_ptr) :: ignored
     integer(c_int64_t), pointer :: shape(:)
+    integer(c_int64_t), target :: no_extents(0)
     character(len=:), allocatable :: hint
     integer :: n
+    logical :: same_shape
     if (holds_nul("mc_view_copy", name, status)) return
     if (holds_no_version("mc_view_copy", view, status)) return
     call to_c(name, name_c)
@@ -1184,8 +1186,16 @@ contains
           "real(c_double), integer(c_int32_t) and integer(c_int64_t) arrays; others into none" // hint // ")")
       return
     end if
-    call c_f_pointer(info%shape, shape, [int(info%ndim)])
-    if (int(info%ndim) /= n .or. any(shape /= extents(n:1:-1))) then
+    if (info%ndim > 0) then
+      call c_f_pointer(info%shape, shape, [int(info%ndim)])
+    else
+      shape => no_extents  ! a scalar's shape may be a null pointer
+    end if
+    ! The ranks first: Fortran need not stop at a true left operand of .or., and comparing
+    ! shapes of two ranks read past the shorter one.
+    same_shape = int(info%ndim) == n
+    if (same_shape) same_shape = all(shape == extents(n:1:-1))
+    if (.not. same_shape) then
       status = module_failure(MC_ERR_LAYOUT_MISMATCH, "mc_view_copy: tensor '" // trim(name) // "' has shape " // &
           shape_text(shape) // "; the Fortran array must have the reversed shape " // &
           extents_text(shape(size(shape):1:-1)) // ", not " // extents_text(extents))

@@ -29,7 +29,7 @@ program fortran_producer
   use fortran_log_counter
   implicit none
   integer, parameter :: n = 3, m = 4, versions = 3
-  real(c_float), target :: w(n, m), w_back(n, m), w_wrong(m, n)
+  real(c_float), target :: w(n, m), w_back(n, m), w_wrong(m, n), w_flat(n * m)
   real(c_double), target :: b(5), b_back(5)
   integer(c_int32_t), target :: k(2, 3, 4), k_back(2, 3, 4)
   integer(c_int64_t), target :: s(1), s_back(1)
@@ -97,6 +97,11 @@ program fortran_producer
     if (mc_view_copy(view, "w", w_wrong) /= MC_ERR_LAYOUT_MISMATCH) call fail("copy into w(m, n) was accepted", v)
     if (index(mc_last_error(), "reversed shape (3, 4), not (4, 3)") == 0) &
         call fail("unclear shape error: " // mc_last_error(), v)
+    ! Of another rank: its shape was compared with the tensor's element by element, past the
+    ! shorter one (a bounds-checked build stopped there).
+    if (mc_view_copy(view, "w", w_flat) /= MC_ERR_LAYOUT_MISMATCH) call fail("copy into w(n * m) was accepted", v)
+    if (index(mc_last_error(), "reversed shape (3, 4), not (12)") == 0) &
+        call fail("unclear rank error: " // mc_last_error(), v)
     if (mc_view_copy(view, "w", b_back) /= MC_ERR_LAYOUT_MISMATCH) call fail("copy f32 into f64 was accepted", v)
     if (mc_view_copy(view, "nope", b_back) /= MC_ERR_INVALID_ARGUMENT) call fail("missing tensor accepted", v)
     if (index(mc_last_error(), "nope") == 0) call fail("unclear missing-tensor error: " // mc_last_error(), v)
