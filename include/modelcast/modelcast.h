@@ -192,7 +192,8 @@ MODELCAST_API mc_status mc_write_key_pair(const char* path, int overwrite, char 
  * Thread-safe. */
 MODELCAST_API mc_status mc_load_public_key(const char* path, char public_key_out[41]);
 
-/* Fills `desc` with defaults (host memory, device 0, everything else zero/NULL).
+/* Fills `desc` with defaults (dtype MC_DTYPE_F32, host memory, device 0, everything else
+ * zero/NULL): set dtype for any other element type, or its bytes are read as f32.
  * No-op on NULL; thread-safe; never fails. */
 MODELCAST_API void mc_tensor_desc_init(mc_tensor_desc* desc);
 
