@@ -26,7 +26,9 @@ ProgressAxis::ProgressAxis(std::int64_t total_steps, const std::optional<LrSched
     }
   }
   if (!(peak_lr_ > 0)) throw Error(ErrorCode::kInvalidArgument, "lr_schedule: the rate is zero everywhere");
-  // Integrate on a grid of at most ~4096 cells; plenty for a smooth schedule.
+  // Integrate on a grid of at most ~4096 cells; plenty for a smooth schedule. The rate relative
+  // to its peak, in [0, 1]: progress is a ratio of integrals, and the rates themselves (1e305)
+  // summed to infinity, made every progress NaN and the forecast a flat line said to be another.
   stride_ = std::max<std::int64_t>(1, total_steps / 4096);
   const std::int64_t cells = (total_steps + stride_ - 1) / stride_;
   cumulative_.assign(static_cast<std::size_t>(cells) + 1, 0.0);
@@ -34,7 +36,7 @@ ProgressAxis::ProgressAxis(std::int64_t total_steps, const std::optional<LrSched
     const double a = static_cast<double>(c * stride_);
     const double b = static_cast<double>(std::min(total_steps, (c + 1) * stride_));
     cumulative_[static_cast<std::size_t>(c) + 1] =
-        cumulative_[static_cast<std::size_t>(c)] + 0.5 * (lr_at(a) + lr_at(b)) * (b - a);
+        cumulative_[static_cast<std::size_t>(c)] + 0.5 * (lr_at(a) / peak_lr_ + lr_at(b) / peak_lr_) * (b - a);
   }
   // Progress is the share of the run's cumulative rate: with none, every forecast was NaN.
   if (!(cumulative_.back() > 0)) {

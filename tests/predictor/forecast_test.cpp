@@ -209,6 +209,14 @@ TEST(Forecast, EstimatesTheAnnealDropWhenThePrefixAlreadyDecays) {
   o.lr_schedule = sched;
   const auto f = forecast_curve(prefix, o);
   EXPECT_LT(std::abs(f.loss.back() - truth(total)), 0.08);
+  // Only the schedule's shape counts: the same one in other units forecasts the same. Rates of
+  // 1e306 summed to infinity, and the forecast was a flat line its note called another.
+  o.lr_schedule = LrSchedule{sched.steps, {1e306, 1e306, 0.0}};
+  const auto huge = forecast_curve(prefix, o);
+  expect_finite(huge);
+  ASSERT_EQ(huge.loss.size(), f.loss.size());
+  for (std::size_t i = 0; i < f.loss.size(); ++i) EXPECT_NEAR(huge.loss[i], f.loss[i], 1e-9) << "at step " << f.steps[i];
+  EXPECT_EQ(huge.note, f.note);
 }
 
 TEST(Forecast, DoesNotTrustADropMeasuredOnBarelyBegunDecay) {
