@@ -2,17 +2,16 @@
 //   plain:  step,loss[,time_s]       (header optional; columns by name when present)
 //   curves: run,track,record,step,total_steps,<loss column>,train_time_s
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "common/shown_text.h"
 #include "modelcast/predictor_csv.h"
+#include "csv_file.h"
 #include "csv_record.h"
 
 namespace modelcast::predictor {
@@ -302,6 +301,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
   // begins far past step 0, as a fine-tuning or a resumed phase that counts global steps does,
   // is fitted as the flat tail of such a curve, and the same run shifted by an offset gets
   // another forecast. Whether the offset is the run's own history only the caller knows.
+  if (log.points.empty()) return log;  // allowed by min_points 0: no point to say anything of
   if (const auto& f = log.points.front(), &b = log.points.back(); f.step > 0 && b.step > f.step && f.step >= 10 * (b.step - f.step))
     log.warnings.push_back(source + ": the log starts at step " + std::to_string(f.step) + ", more than 10 times its own span of " +
                            std::to_string(b.step - f.step) +
@@ -311,13 +311,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
 }
 
 LossLog read_loss_log_file(const std::string& path, const CsvOptions& options) {
-  // The file system takes the path up to a NUL: another file than the one named would be read.
-  if (const auto nul = path.find('\0'); nul != std::string::npos)
-    throw CsvError(path.substr(0, nul), 0, "the path goes on past a NUL byte at byte " + std::to_string(nul) + ", which no file name holds");
-  // A directory opens as a stream that reads nothing, which would be reported as an empty file.
-  if (std::error_code ec; std::filesystem::is_directory(path, ec)) throw CsvError(path, 0, "is a directory, not a file");
-  std::ifstream in(path);
-  if (!in) throw CsvError(path, 0, std::string("cannot open file: ") + std::strerror(errno));
+  auto in = open_csv_file(path);
   return read_loss_log(in, path, options);
 }
 

@@ -284,6 +284,10 @@ def test_a_loss_log_with_odd_bytes_or_path_is_an_error_naming_it(tmp_path):
     assert len(predictor.read_loss_log_file(good).points) == 2
     with pytest.raises(modelcast.InvalidArgumentError, match=r"read_loss_log_file\(\): min_points must not be negative"):
         predictor.read_loss_log_file(good, min_points=-1)
+    # min_points=0 takes a log of no points (a header alone ended the process).
+    header_only = tmp_path / "header_only.csv"
+    header_only.write_text("step,loss,time_s\n")
+    assert len(predictor.read_loss_log_file(header_only, min_points=0).points) == 0
     with pytest.raises(modelcast.InvalidArgumentError, match=r"read_loss_log_file\(\): path must be a str or a path"):
         predictor.read_loss_log_file(None)
     with pytest.raises(modelcast.InvalidArgumentError, match=r"read_loss_log_file\(\): run must be a str, not int"):

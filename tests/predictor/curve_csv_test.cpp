@@ -299,6 +299,12 @@ TEST(CurveCsv, TooFewPointsAndEmptyInput) {
   o.min_points = 3;
   expect_error("step,loss\n10,4.0\n20,3.0\n", 3, "too few points", o);
   expect_error("", 1, "empty");
+  // No minimum: a header alone is an empty log (read past its end before).
+  o.min_points = 0;
+  std::istringstream header_only("step,loss,time_s\n");
+  const auto log = read_loss_log(header_only, "header_only.csv", o);
+  EXPECT_TRUE(log.points.empty());
+  EXPECT_TRUE(log.warnings.empty());
 }
 
 TEST(CurveCsv, CurvesFormatNeedsAKnownRun) {

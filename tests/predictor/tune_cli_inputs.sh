@@ -150,4 +150,28 @@ if [ -w /dev/full ]; then
 else
   echo "no writable /dev/full here: the full-disk cases were not run"
 fi
+# A reference read from a pipe (--reference <(zcat ref.csv.gz)) is the reference read from its
+# file: it was opened twice, and the second read began where the first had stopped (8 KiB in).
+awk 'BEGIN { print "step,loss,time_s"; for (i = 0; i <= 2000; i++) printf "%d,%.6f,%.3f\n", i, 2 + 3 / (1 + 0.01 * i), 0.01 * i }' \
+  > "$dir/ref.csv"
+plan() { "$tune" plan --log "$log" --warmup-steps 200 --total-steps 800 --publish-cost 2 --update-latency 1 --json "$@"; }
+plan --reference "$dir/ref.csv" > "$dir/from_file" 2>"$dir/err" || fail "a reference file refused"
+# (A second open of the pipe finds no writer and waits: bounded, so that it fails instead.)
+mkfifo "$dir/ref.fifo"
+cat "$dir/ref.csv" > "$dir/ref.fifo" &
+timeout 60 "$tune" plan --log "$log" --warmup-steps 200 --total-steps 800 --publish-cost 2 --update-latency 1 --json \
+  --reference "$dir/ref.fifo" > "$dir/pipe_out" 2>"$dir/err" || fail "a reference from a pipe refused (or waited)"
+wait
+sed "s|$dir/ref.fifo|$dir/ref.csv|g" "$dir/pipe_out" > "$dir/from_pipe"
+cmp -s "$dir/from_file" "$dir/from_pipe" || fail "a reference read from a pipe planned otherwise than from its file"
+# A directory is said to be one (it opened, and was read as an empty file).
+mkdir "$dir/d"
+refused "$dir/d: is a directory, not a file" plan --reference "$dir/d"
+refused "$dir/d: is a directory, not a file" plan --lr-schedule "$dir/d"
+# File names go into the result as given, and need not be UTF-8: the JSON result was refused
+# (after the plot was written) and the command failed.
+odd=$(printf '%s/plot\377.svg' "$dir")
+evaluate --publish-steps 300 --plot "$odd" --json > "$dir/odd" 2>"$dir/err" || fail "a plot name that is not UTF-8 failed the result"
+python3 -c 'import json, sys; json.load(open(sys.argv[1], encoding="utf-8"))' "$dir/odd" 2>>"$dir/err" ||
+  fail "the result with a name that is not UTF-8 is not JSON"
 echo "publish steps, decimal numbers and failed writes are handled as documented"

@@ -171,7 +171,9 @@ int main(int argc, char** argv) {
     if (*plan) result = modelcast::tune::run_plan(args);
     else if (*replay) result = modelcast::tune::run_replay(args);
     else result = modelcast::tune::run_evaluate(args, steps);
-    if (json) std::cout << result.dump(2) << "\n";
+    // File names go into the result as given (warnings, the plot's path), and a name need not be
+    // UTF-8: the strict dump threw, after the plot was written, and the result was lost.
+    if (json) std::cout << result.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     else std::cout << modelcast::tune::render_text(result);
     // Buffered output fails at the flush (a full disk, /dev/full, a closed pipe): the result is
     // lost, and the exit status must say so.

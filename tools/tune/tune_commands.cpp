@@ -2,7 +2,6 @@
 #include "modelcast/error.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <utility>
 
 #include "common/shown_text.h"
+#include "csv_file.h"    // predictor/: opening its CSV inputs
 #include "csv_record.h"  // predictor/: the loss logs' record splitter
 #include "modelcast/predictor.h"
 #include "progress_meter.h"
@@ -102,15 +102,20 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
 }
 
 mp::ReferenceCurve load_reference(const std::string& path, std::vector<std::string>& warnings) {
+  // Read once: the file may be a pipe (--reference <(zcat run.csv.gz)), which a second open
+  // would read from where the first stopped (its first 8 KiB lost, a line cut in two).
+  std::ostringstream text;
+  text << mp::open_csv_file(path).rdbuf();
   // --run picks a run of --log, not of the reference; the reader's own message would point there.
-  if (std::ifstream probe(path); probe) {
+  if (std::istringstream probe(text.str()); !text.str().empty()) {
     const auto first = mp::read_first_record(probe, path);
     if (first.header && mp::find_column(first.fields, "run") >= 0 && mp::find_column(first.fields, "total_steps") >= 0)
       throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                              path + ": a curves file of many runs; --reference needs a single run's step,loss[,time_s] log "
                                     "(--run selects a run of --log only)");
   }
-  auto log = mp::read_loss_log_file(path, {});
+  std::istringstream whole(text.str());
+  auto log = mp::read_loss_log(whole, path, {});
   // Progress is step / last step, in [0, 1]: a step below 0 falls outside it, a last step at or
   // below 0 would reverse it or divide by 0. Named here: the forecast's own message named no file.
   if (log.points.front().step < 0)
@@ -135,8 +140,7 @@ mp::ReferenceCurve load_reference(const std::string& path, std::vector<std::stri
 }
 
 mp::LrSchedule load_lr_schedule(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw mp::CsvError(path, 0, std::string("cannot open file: ") + std::strerror(errno));
+  auto in = mp::open_csv_file(path);
   mp::LrSchedule s;
   // The first line as the loss logs' reader takes it (byte order mark, header in any case, gzip).
   auto first = mp::read_first_record(in, path);
