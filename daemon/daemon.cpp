@@ -334,7 +334,9 @@ std::string Daemon::models_json() const {
     out["repository"] = {{"path", config_.repository},  {"written", w.written}, {"failed", w.failed},
                          {"skipped", w.skipped},         {"last_error", w.last_error}};
   }
-  return out.dump(2);
+  // Errors carry file names as the file system gave them, which need not be UTF-8: the strict
+  // dump threw, and the status was lost to a 500.
+  return out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string Daemon::metrics_text() {
