@@ -174,4 +174,9 @@ odd=$(printf '%s/plot\377.svg' "$dir")
 evaluate --publish-steps 300 --plot "$odd" --json > "$dir/odd" 2>"$dir/err" || fail "a plot name that is not UTF-8 failed the result"
 python3 -c 'import json, sys; json.load(open(sys.argv[1], encoding="utf-8"))' "$dir/odd" 2>>"$dir/err" ||
   fail "the result with a name that is not UTF-8 is not JSON"
+# The chart is no input's replacement: a log named .svg given as --plot too was overwritten.
+cp "$log" "$dir/run.svg"
+refused "--plot $dir/./run.svg is the --log file: the chart would replace it" "$tune" evaluate --log "$dir/run.svg" \
+  --warmup-steps 200 --publish-cost 2 --update-latency 1 --publish-steps 300 --plot "$dir/./run.svg"
+cmp -s "$log" "$dir/run.svg" || fail "the log given as --plot was changed"
 echo "publish steps, decimal numbers and failed writes are handled as documented"

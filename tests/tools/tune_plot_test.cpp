@@ -53,6 +53,12 @@ TEST(SvgPlot, ACurveFlatToItsLastBitsOrAtAHugeValueIsDrawnWithFiniteCoordinates)
 
 TEST(SvgPlot, EscapesTextAndLabelsTicksRoundly) {
   EXPECT_EQ(escape_xml("a<b & 'c'>\"d\""), "a&lt;b &amp; &apos;c&apos;&gt;&quot;d&quot;");
+  // A file name may hold what XML may not: a control character, bytes that are no UTF-8. The
+  // plot was then no XML document; UTF-8 itself (tabs, newlines, any script) is kept.
+  EXPECT_EQ(escape_xml("run\x01.csv"), "run\\x01.csv");
+  EXPECT_EQ(escape_xml("run\xff\xc3.csv\x7f"), "run\\xff\\xc3.csv\\x7f");
+  EXPECT_EQ(escape_xml("l\xc3\xa4uft\t\xe6\x97\xa5\xf0\x9f\x93\x88\n"), "l\xc3\xa4uft\t\xe6\x97\xa5\xf0\x9f\x93\x88\n");
+  EXPECT_EQ(escape_xml("\xed\xa0\x80|\xc0\xaf|\xe2\x82"), "\\xed\\xa0\\x80|\\xc0\\xaf|\\xe2\\x82") << "a surrogate, an overlong form, a cut sequence";
   PlotData d;
   d.title = "run <A&B> 'x'.csv";
   d.observed.x = {0, 130, 260, 391};

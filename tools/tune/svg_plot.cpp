@@ -1,5 +1,6 @@
 #include "svg_plot.h"
 #include "axis_ticks.h"
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 
 #include <algorithm>
@@ -85,10 +86,58 @@ std::string polyline(const Series& s, const Scale& sc) {
 
 }  // namespace
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at text[i], 0 if none starts there.
+std::size_t utf8_sequence_at(const std::string& text, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char lead = byte(i);
+  std::size_t length = 0;
+  unsigned char low = 0x80, high = 0xbf;  // the second byte's range (RFC 3629's table)
+  if (lead >= 0xc2 && lead <= 0xdf) length = 2;
+  else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;   // no overlong forms
+    if (lead == 0xed) high = 0x9f;  // no surrogates
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;
+    if (lead == 0xf4) high = 0x8f;  // nothing past U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) return 0;
+  for (std::size_t k = i + 2; k < i + length; ++k) {
+    if (byte(k) < 0x80 || byte(k) > 0xbf) return 0;
+  }
+  return length;
+}
+
+}  // namespace
+
 std::string escape_xml(const std::string& text) {
   std::string out;
   out.reserve(text.size());
-  for (char ch : text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    const auto byte = static_cast<unsigned char>(ch);
+    // A control character (XML 1.0 has no place for one, not even as a reference) or a byte that
+    // is no UTF-8 (a file name from the file system) made the plot a file no XML reader opens:
+    // shown as \xNN text instead, as the logs show them.
+    if ((byte < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || byte == 0x7f) {
+      out += modelcast::printable_text(std::string_view(&text[i], 1), 4, modelcast::Backslash::kKept);
+      continue;
+    }
+    if (byte >= 0x80) {
+      const std::size_t length = utf8_sequence_at(text, i);
+      if (length == 0) {
+        out += modelcast::printable_text(std::string_view(&text[i], 1), 4, modelcast::Backslash::kKept);
+      } else {
+        out.append(text, i, length);
+        i += length - 1;
+      }
+      continue;
+    }
     switch (ch) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;

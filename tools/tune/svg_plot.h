@@ -20,7 +20,8 @@ struct PlotData {
   std::vector<double> publish_times;  // vertical markers
 };
 
-// `text` with XML's five special characters replaced by entities (titles hold file names).
+// `text` with XML's five special characters replaced by entities (titles hold file names), and
+// control characters and bytes that are no UTF-8, which no XML document may hold, as \xNN.
 std::string escape_xml(const std::string& text);
 
 // Writes an SVG file; throws Error(kResource) when the file cannot be written.

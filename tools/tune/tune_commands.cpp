@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -32,8 +33,23 @@ void check_plot_path(const std::string& path) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "--plot: only SVG output is supported, give a file name ending in .svg (got '" + path + "')");
 }
 
+// The chart is written over whatever is at its path: an input given there too (a log named
+// run.svg) was replaced without a word.
+void check_plot_is_no_input(const CommonArgs& a) {
+  if (a.plot_path.empty()) return;
+  for (const auto& [option, path] : {std::pair{"--log", &a.log_path}, std::pair{"--reference", &a.reference_path},
+                                     std::pair{"--lr-schedule", &a.lr_schedule_path}}) {
+    std::error_code ec;
+    if (!path->empty() && std::filesystem::equivalent(a.plot_path, *path, ec)) {
+      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                             "--plot " + a.plot_path + " is the " + option + " file: the chart would replace it");
+    }
+  }
+}
+
 void check_costs(const CommonArgs& a) {
   check_plot_path(a.plot_path);
+  check_plot_is_no_input(a);
   auto need = [](double v, const char* name) {
     if (std::isnan(v)) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, std::string(name) + " is required");
     if (!std::isfinite(v) || v < 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, std::string(name) + " must be a finite number >= 0");
