@@ -128,21 +128,29 @@ void expect_brute_force_optimum(const Trajectory& t, std::size_t w, const Publis
   EXPECT_EQ(plan.publish_steps.size(), brute_count) << "ties must go to fewer publishes, trial " << trial;
 }
 
+// n points 10 steps apart from loss 5: each falls by up to 1 with probability `falls`, else rises
+// by up to `bump`; times advance by 0.5 plus up to `spread`, or not at all with probability
+// `equal_times` (then drawn for, else not: the earlier tests' sequences stay as they were).
+Trajectory random_walk(std::mt19937& rng, std::size_t n, double falls, double bump, double spread, double equal_times) {
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  Trajectory t;
+  double loss = 5.0, time = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    t.steps.push_back(static_cast<std::int64_t>(i * 10));
+    t.loss.push_back(loss);
+    t.time_s.push_back(time);
+    loss += (u(rng) < falls ? -1.0 : bump) * u(rng);
+    time += equal_times > 0 && u(rng) < equal_times ? 0.0 : 0.5 + spread * u(rng);
+  }
+  return t;
+}
+
 TEST(PlanOptimal, AgreesWithBruteForceOnRandomSmallProblems) {
   std::mt19937 rng(42);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (int trial = 0; trial < 300; ++trial) {
-    const std::size_t n = 3 + trial % 9;  // 3..11 points
-    Trajectory t;
-    double loss = 5.0, time = 0.0;
-    for (std::size_t i = 0; i < n; ++i) {
-      t.steps.push_back(static_cast<std::int64_t>(i * 10));
-      t.loss.push_back(loss);
-      t.time_s.push_back(time);
-      // Mostly decreasing with occasional bumps, uneven step times.
-      loss += (u(rng) < 0.8 ? -1.0 : 0.4) * u(rng);
-      time += 0.5 + 3.0 * u(rng);
-    }
+    // Mostly decreasing with occasional bumps, uneven step times.
+    const Trajectory t = random_walk(rng, 3 + trial % 9, 0.8, 0.4, 3.0, 0.0);
     const std::size_t w = trial % 3 == 0 ? 1 : 0;
     PublishCosts c;
     c.stall_s = 4.0 * u(rng);
@@ -186,16 +194,7 @@ TEST(PlanOptimal, AFreePublishIsEveryRecordLowServedForSomeTime) {
   std::mt19937 rng(23);
   std::uniform_real_distribution<double> u(0.0, 1.0);
   for (int trial = 0; trial < 300; ++trial) {
-    const std::size_t n = 4 + trial % 9;
-    Trajectory t;
-    double loss = 5.0, time = 0.0;
-    for (std::size_t i = 0; i < n; ++i) {
-      t.steps.push_back(static_cast<std::int64_t>(i * 10));
-      t.loss.push_back(loss);
-      t.time_s.push_back(time);
-      loss += (u(rng) < 0.7 ? -1.0 : 0.5) * u(rng);
-      time += u(rng) < 0.3 ? 0.0 : 0.5 + 2.0 * u(rng);  // some equal times
-    }
+    const Trajectory t = random_walk(rng, 4 + trial % 9, 0.7, 0.5, 2.0, 0.3);  // some equal times
     const std::size_t w = trial % 3 == 0 ? 1 : 0;
     PublishCosts c;
     c.delivery_s = trial % 4 == 0 ? 0.0 : 3.0 * u(rng);

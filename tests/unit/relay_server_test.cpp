@@ -76,6 +76,18 @@ class RelayServerTest : public ::testing::Test {
     manifest.block_bytes = 128;
   }
   static BlockState ready(const detail::ReceiveBuffer&, std::uint32_t) { return BlockState::kReady; }
+  // Order `id` of the producer's run 10 (its version and fetch numbered alike): block 0 to `receiver`.
+  static protocol::RelayOrder order(std::uint64_t id, std::byte receiver) {
+    protocol::RelayOrder o;
+    o.incarnation = 10;
+    o.order_id = id;
+    o.version = id;
+    o.fetch_id = id;
+    o.block_bytes = 128;
+    o.blocks = {0};
+    o.peer_address = {receiver};
+    return o;
+  }
   std::shared_ptr<ScriptedTransport> transport = std::make_shared<ScriptedTransport>();
   std::vector<RelaySent> completed;
   std::vector<std::byte> memory = std::vector<std::byte>(256);
@@ -128,17 +140,7 @@ TEST_F(RelayServerTest, AnEarlierRunsOrderStillSendingDoesNotTakeTheCompletionsO
 // live order does: the next order to that receiver connects afresh instead of failing on it. A
 // live order on that connection keeps it (a cancel may end a send with a failure of its own).
 TEST_F(RelayServerTest, ASendFailingAfterItsOrderWasCancelledDropsTheConnectionToItsReceiver) {
-  auto order = [](std::uint64_t id) {
-    protocol::RelayOrder o;
-    o.incarnation = 10;
-    o.order_id = id;
-    o.version = id;
-    o.fetch_id = id;
-    o.block_bytes = 128;
-    o.blocks = {0};
-    o.peer_address = {std::byte{1}};  // one receiver throughout
-    return o;
-  };
+  const auto order = [](std::uint64_t id) { return RelayServerTest::order(id, std::byte{1}); };  // one receiver throughout
   ASSERT_FALSE(relays.accept(order(1), buffer, manifest));
   relays.pump(ready);
   relays.cancel(1);  // the receiver's fetch ended; its send is still posted
@@ -160,17 +162,6 @@ TEST_F(RelayServerTest, ASendFailingAfterItsOrderWasCancelledDropsTheConnectionT
 // few it was ordered to most recently, besides those an order still uses: it kept one for every
 // receiver it ever served (an endpoint each, and over TCP a socket).
 TEST_F(RelayServerTest, ConnectionsToReceiversNoLongerOrderedAreClosedBeyondAFew) {
-  auto order = [](std::uint64_t id, std::byte receiver) {
-    protocol::RelayOrder o;
-    o.incarnation = 10;
-    o.order_id = id;
-    o.version = id;
-    o.fetch_id = id;
-    o.block_bytes = 128;
-    o.blocks = {0};
-    o.peer_address = {receiver};
-    return o;
-  };
   // Receiver 0 is ordered again every fourth order, so it stays among the most recent; one
   // order to receiver 99 never completes, so its connection stays in use throughout.
   ASSERT_FALSE(relays.accept(order(1000, std::byte{99}), buffer, manifest));
