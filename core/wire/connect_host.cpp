@@ -4,7 +4,6 @@
 #include <netinet/in.h>
 
 #include <algorithm>
-#include <array>
 
 namespace modelcast::wire {
 
@@ -13,6 +12,9 @@ std::optional<std::string> connect_host_problem(const std::string& endpoint) {
   const auto colon = endpoint.rfind(':');
   if (colon == std::string::npos || colon < 6) return std::nullopt;  // no port: check_tcp_port's to say
   const std::string host = endpoint.substr(6, colon - 6);
+  // ZeroMQ's source-address form ("tcp://SRC;HOST:PORT", SRC an interface or an address with a
+  // port of its own) is left to ZeroMQ whole.
+  if (host.find(';') != std::string::npos) return std::nullopt;
   if (host.empty()) return "no host before the port: give the producer host's address (127.0.0.1 on this host)";
   // ZeroMQ's "Invalid argument" named nothing, and the plaintext rule called these "on another host".
   if (host == "*" || host == "0.0.0.0" || host == "[::]") {
@@ -22,15 +24,20 @@ std::optional<std::string> connect_host_problem(const std::string& endpoint) {
   if (host.find(':') != std::string::npos && host.front() != '[') {
     return "an IPv6 address goes in brackets (tcp://[" + host + "]:PORT)";
   }
-  // A source-address form ("src;dst") is not a plain address and goes through.
-  std::array<unsigned char, sizeof(in6_addr)> parsed{};
+  // Written as an address, it must read as one: the resolver's rules (inet_aton's shorthand such
+  // as 127.1 included, as getaddrinfo takes it), an IPv6 address's zone (%eth0) not its to read.
   if (host.front() == '[') {
-    const std::string inner = host.back() == ']' ? host.substr(1, host.size() - 2) : std::string();
-    if (inner.empty() || inet_pton(AF_INET6, inner.c_str(), parsed.data()) != 1) {
+    std::string inner = host.back() == ']' ? host.substr(1, host.size() - 2) : std::string();
+    const auto zone = inner.find('%');
+    const bool zone_named = zone == std::string::npos || zone + 1 < inner.size();
+    if (zone != std::string::npos) inner.resize(zone);
+    in6_addr v6{};
+    if (inner.empty() || !zone_named || inet_pton(AF_INET6, inner.c_str(), &v6) != 1) {
       return "'" + host + "' is no IPv6 address in brackets";
     }
-  } else if (std::all_of(host.begin(), host.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; }) &&
-             inet_pton(AF_INET, host.c_str(), parsed.data()) != 1) {
+  } else if (in_addr v4{};
+             std::all_of(host.begin(), host.end(), [](char c) { return (c >= '0' && c <= '9') || c == '.'; }) &&
+             inet_aton(host.c_str(), &v4) == 0) {
     return "'" + host + "' is no IPv4 address (four numbers 0 to 255, dotted)";
   }
   return std::nullopt;

@@ -9,7 +9,8 @@ namespace modelcast::wire {
 
 // Why a consumer cannot connect to `endpoint`'s host (tcp:// only), or nothing: a wildcard a
 // producer binds to, no host, an unbracketed IPv6 address, or what is plainly an address (digits
-// and dots, or brackets) but no valid one. ZeroMQ would take the last as a name to resolve.
+// and dots, or brackets) but none the resolver reads. ZeroMQ would take the last as a name to
+// resolve. A source-address form (SRC;HOST) is not looked into.
 std::optional<std::string> connect_host_problem(const std::string& endpoint);
 
 }  // namespace modelcast::wire

@@ -278,8 +278,10 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
   // A mistyped address was taken as a host name and refused as "on another host".
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://256.1.1.1:5555"; })),
                  ErrorCode::kInvalidArgument, "'256.1.1.1' is no IPv4 address");
-  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://127.0.1:5555"; })),
-                 ErrorCode::kInvalidArgument, "'127.0.1' is no IPv4 address");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://1.2.3.4.5:5555"; })),
+                 ErrorCode::kInvalidArgument, "'1.2.3.4.5' is no IPv4 address");
+  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://[fe80::1%]:5555"; })),
+                 ErrorCode::kInvalidArgument, "'[fe80::1%]' is no IPv6 address in brackets");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://[::1:5555"; })),
                  ErrorCode::kInvalidArgument, "'[::1' is no IPv6 address in brackets");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://[::g]:5555"; })),

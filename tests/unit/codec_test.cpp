@@ -7,6 +7,7 @@
 #include <msgpack.hpp>
 
 #include "core/transfer/chunk_plan.h"
+#include "core/wire/connect_host.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "modelcast/error.h"
@@ -398,6 +399,21 @@ TEST(LocalEndpoint, IsExactlyLoopbackOrIpc) {
   for (const char* remote : {"tcp://127.0.0.1.attacker.example:7000", "tcp://127.evil:7000", "tcp://1270.0.0.1:7",
                              "tcp://10.0.0.5:7000", "tcp://128.0.0.1:7000", "tcp://127.0.0.1", "inproc://x"}) {
     EXPECT_FALSE(wire::is_local_endpoint(remote)) << remote;
+  }
+}
+
+// A host written as an address must read as one (it was taken as a name to resolve, and refused
+// as "on another host"); what the resolver or ZeroMQ reads is left alone.
+TEST(ConnectHost, RefusesOnlyWhatNoResolverReads) {
+  for (const char* fine : {"tcp://127.0.0.1:7", "tcp://127.1:7", "tcp://1234:7", "tcp://localhost:7", "tcp://10.0.0.5:7",
+                           "tcp://[::1]:7", "tcp://[fe80::1%eth0]:7", "tcp://[::ffff:127.0.0.1]:7",
+                           "tcp://127.0.0.1:0;127.0.0.1:7", "tcp://eth0;10.0.0.5:7", "tcp://[::1];[::1]:7",
+                           "tcp://trainer-7.cluster.local:7", "ipc:///tmp/x.sock"}) {
+    EXPECT_FALSE(wire::connect_host_problem(fine)) << fine << ": " << *wire::connect_host_problem(fine);
+  }
+  for (const char* refused : {"tcp://256.1.1.1:7", "tcp://1.2.3.4.5:7", "tcp://[::1:7", "tcp://[::g]:7", "tcp://[fe80::1%]:7",
+                              "tcp://[]:7", "tcp://:7", "tcp://*:7", "tcp://0.0.0.0:7", "tcp://[::]:7", "tcp://::1:7"}) {
+    EXPECT_TRUE(wire::connect_host_problem(refused)) << refused;
   }
 }
 
