@@ -16,8 +16,8 @@
 #include "modelcast/modelcast_scheduler.h"
 #include "modelcast/predictor_online.h"
 
-#ifndef FORTRAN_PRODUCER
-#error "FORTRAN_PRODUCER (the Fortran program's path) must be defined"
+#if !defined(FORTRAN_PRODUCER) || !defined(FORTRAN_PRODUCER_CHECKED)
+#error "FORTRAN_PRODUCER and FORTRAN_PRODUCER_CHECKED (the Fortran program's paths) must be defined"
 #endif
 
 namespace {
@@ -57,14 +57,15 @@ std::string cpp_scheduler_steps(modelcast::predictor::OnlineOptions::WorkMode wo
   return text;
 }
 
-TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
+// The Fortran program at `program` against a C++ consumer, end to end.
+void exchange_with(const char* program) {
   // Key pairs for the Fortran side's keyed exchange (the README's keyed producer).
   testing_support::PrivateDirectory keys;
   char public_key[41];
   for (const char* name : {"trainer.key", "server.key"}) {
     ASSERT_EQ(mc_write_key_pair((keys.path() + "/" + name).c_str(), 0, public_key), MC_OK) << mc_last_error();
   }
-  testing_support::ChildProcess producer({FORTRAN_PRODUCER, keys.path()});
+  testing_support::ChildProcess producer({program, keys.path()});
   auto sizes = producer.wait_for_line("sizes ");
   ASSERT_TRUE(sizes) << "the Fortran producer did not start";
   // The module's bind(c) mirrors of the C ABI's structs, which the _init functions fill whole.
@@ -139,5 +140,11 @@ TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) {
   EXPECT_TRUE(done) << "the Fortran side (its own consumer and checks) did not finish:\n" << output;
   EXPECT_EQ(status, 0) << output;
 }
+
+TEST(Fortran, ProducerExchangesEveryValueWithACppConsumerInDocumentedOrder) { exchange_with(FORTRAN_PRODUCER); }
+
+// The same program with the module built with gfortran's run-time checks: an access past an
+// array's end (a shape compared with another rank's) stops it there.
+TEST(Fortran, TheModuleBuiltWithRunTimeChecksDoesTheSame) { exchange_with(FORTRAN_PRODUCER_CHECKED); }
 
 }  // namespace
