@@ -45,7 +45,7 @@ std::optional<protocol::RelayFailed> RelayServer::accept(const protocol::RelayOr
     try {
       // A receiver that dies fails the sends to it, which ends the order: nothing to do here.
       auto peer = transport.connect(order.peer_address, order.detect_failure, [](transport::PeerId, const std::string&) {});
-      known = peers_.emplace(key, Receiver{peer, 0}).first;
+      known = peers_.emplace(key, Receiver{peer, 0, order.detect_failure}).first;
       if (std::find(transports_.begin(), transports_.end(), buffer->transport) == transports_.end()) {
         transports_.push_back(buffer->transport);
       }
@@ -69,10 +69,11 @@ void RelayServer::close_idle_receivers() {
     };
     return std::any_of(orders_.begin(), orders_.end(), uses) || std::any_of(draining_.begin(), draining_.end(), uses);
   };
-  while (peers_.size() > kKeptReceivers) {
+  const auto closable = [](const auto& entry) { return entry.second.detect_failure; };
+  while (static_cast<std::size_t>(std::count_if(peers_.begin(), peers_.end(), closable)) > kKeptReceivers) {
     auto oldest = peers_.end();
     for (auto p = peers_.begin(); p != peers_.end(); ++p) {
-      if (in_use(p->first.first, p->second.peer)) continue;
+      if (!closable(*p) || in_use(p->first.first, p->second.peer)) continue;
       if (oldest == peers_.end() || p->second.last_serial < oldest->second.last_serial) oldest = p;
     }
     if (oldest == peers_.end()) break;  // every one carries an order

@@ -120,18 +120,23 @@ class RelayServer {
     std::uint64_t bytes = 0;
   };
   std::map<std::uint64_t, Exported> exported_;  // by order id
-  // Closes the least recently ordered connections no order uses while more than
-  // kKeptReceivers are open.
+  // Closes the least recently ordered connections that no order uses and that a close frees,
+  // while more than kKeptReceivers are open.
   void close_idle_receivers();
 
   // Receivers connected to, per transport: a chain passes each consumer one receiver a version,
-  // mostly the same one, so connections are kept; but only the kKeptReceivers most recently
-  // ordered beyond those in use, or a relay serving receivers that come and go (restarted
-  // servers) held an endpoint, and over TCP a socket, for each one it ever served.
+  // mostly the same one, so connections are kept; but at most kKeptReceivers of those with
+  // failure detection (the others only while an order uses them), the most recently ordered, or
+  // a relay serving receivers that come and go (restarted servers) held an endpoint, and over
+  // TCP a socket, for each one it ever served. A connection without failure detection (a
+  // receiver on this host, over shared memory) is kept: UCX frees such an endpoint only with its
+  // worker (UcxTransport::close_peer), so closing it freed nothing and each reconnection to a
+  // receiver the planner rotated back cost another.
   static constexpr std::size_t kKeptReceivers = 8;
   struct Receiver {
     transport::PeerId peer = 0;
     std::uint64_t last_serial = 0;  // the newest order to it
+    bool detect_failure = false;    // as connected (RelayOrder::detect_failure)
   };
   std::map<std::pair<const transport::Transport*, std::vector<std::byte>>, Receiver> peers_;
   std::vector<std::shared_ptr<transport::Transport>> transports_;  // those peers_ refers to
