@@ -203,12 +203,13 @@ Trajectory record_lows(const Trajectory& future, double origin_loss) {
 }
 
 // plan_on_record_lows without a stall. A free publish delays nothing after it, so each record low
-// servable in the window can only lower the CIL: the optimum publishes every one, less those whose
-// gain is a tie (served for no time, or for a rounding's worth before the window ends), which go
-// to fewer publishes: the smallest gains are let go while the CIL stays within a tie of the
-// optimum. The search finds the same in up to n layers of O(n log n) time and a row of memory
-// each: minutes and gigabytes on a smooth log of 10^5 points, and 20 ms per decision for an online
-// scheduler whose publishes are free.
+// servable in the window can only lower the CIL: publishing every one is optimal. Of those, the
+// publishes whose gains are ties (served for no time, or for a rounding's worth before the window
+// ends, or a nearly flat curve's) go, the smallest gain first, while the CIL stays within a tie of
+// the optimum: fewer publishes on ties, as the search prefers them, though on near-ties not
+// always the same ones it would keep. The search took up to n layers of O(n log n) time and a
+// row of memory each for this: minutes and gigabytes on a smooth log of 10^5 points, and 20 ms
+// per decision for an online scheduler whose publishes are free.
 ScheduleResult plan_free_publishes(double origin_loss, double origin_servable_s, double end, const Trajectory& lows,
                                    const PublishCosts& costs) {
   const double d = costs.delivery_s;
@@ -231,7 +232,12 @@ ScheduleResult plan_free_publishes(double origin_loss, double origin_servable_s,
   }
   const auto until = [&](std::size_t k) { return next[k] < m ? servable[next[k]] : end; };
   // What letting publish k go costs: its predecessor serves on until its successor.
-  const auto gain = [&](std::size_t k) { return (loss[prev[k]] - loss[k]) * (until(k) - servable[k]); };
+  // (Losses near the double's limit overflow the difference, and infinity times a zero interval
+  // is NaN, which no ordered set may hold: such a publish is never let go.)
+  const auto gain = [&](std::size_t k) {
+    const double g = (loss[prev[k]] - loss[k]) * (until(k) - servable[k]);
+    return std::isnan(g) ? kInf : g;
+  };
   double cil = 0.0;
   for (std::size_t k = 0; k < m; ++k) cil += loss[k] * std::max(0.0, until(k) - servable[k]);
   const double optimum = cil;

@@ -219,6 +219,27 @@ TEST(PlanOptimal, AFreePublishIsEveryRecordLowServedForSomeTime) {
   EXPECT_LE(plan.publish_steps.size(), every.size());
   EXPECT_GT(plan.publish_steps.size(), every.size() / 2);
   EXPECT_NEAR(evaluate_cil(smooth, 10, c, plan.publish_steps), plan.cil, 1e-9 * plan.cil);
+  // On a nearly flat curve most gains are ties: those go, but no more than that. Every publish
+  // kept is worth more than a tie of the optimum (publishing every record low).
+  Trajectory flat;
+  for (int i = 0; i < 3000; ++i) {
+    flat.steps.push_back(i);
+    flat.loss.push_back(2.0 + 1e-5 * std::exp(-i / 300.0));
+    flat.time_s.push_back(i);
+  }
+  const auto kept = plan_optimal(flat, 10, PublishCosts{}).publish_steps;
+  std::vector<std::int64_t> all_lows;
+  for (std::int64_t s = 11; s < 2999; ++s) all_lows.push_back(s);
+  const double optimum = evaluate_cil(flat, 10, PublishCosts{}, all_lows);
+  ASSERT_GT(kept.size(), 10u);
+  ASSERT_LT(kept.size(), all_lows.size() / 2) << "the ties were kept";
+  EXPECT_FALSE(detail::cil_below(optimum, evaluate_cil(flat, 10, PublishCosts{}, kept)));
+  for (std::size_t k = 0; k < kept.size(); ++k) {
+    auto without = kept;
+    without.erase(without.begin() + static_cast<std::ptrdiff_t>(k));
+    EXPECT_TRUE(detail::cil_below(optimum, evaluate_cil(flat, 10, PublishCosts{}, without)))
+        << "step " << kept[k] << " could go within a tie";
+  }
   // The online scheduler's mid-run plan, whose origin may become servable after some candidates.
   Trajectory future;
   for (int i = 0; i < 6; ++i) {
