@@ -59,6 +59,8 @@ TEST(SvgPlot, EscapesTextAndLabelsTicksRoundly) {
   EXPECT_EQ(escape_xml("run\xff\xc3.csv\x7f"), "run\\xff\\xc3.csv\\x7f");
   EXPECT_EQ(escape_xml("l\xc3\xa4uft\t\xe6\x97\xa5\xf0\x9f\x93\x88\n"), "l\xc3\xa4uft\t\xe6\x97\xa5\xf0\x9f\x93\x88\n");
   EXPECT_EQ(escape_xml("\xed\xa0\x80|\xc0\xaf|\xe2\x82"), "\\xed\\xa0\\x80|\\xc0\\xaf|\\xe2\\x82") << "a surrogate, an overlong form, a cut sequence";
+  EXPECT_EQ(escape_xml("\xef\xbf\xbe\xef\xbf\xbf\xef\xbf\xbd"), "\\xef\\xbf\\xbe\\xef\\xbf\\xbf\xef\xbf\xbd")
+      << "U+FFFE and U+FFFF are no XML characters; U+FFFD is";
   PlotData d;
   d.title = "run <A&B> 'x'.csv";
   d.observed.x = {0, 130, 260, 391};

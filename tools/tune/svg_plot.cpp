@@ -88,7 +88,8 @@ std::string polyline(const Series& s, const Scale& sc) {
 
 namespace {
 
-// The length of the well-formed UTF-8 sequence at text[i], 0 if none starts there.
+// The length of the well-formed UTF-8 sequence at text[i] that XML 1.0 takes as a character, 0
+// if none starts there.
 std::size_t utf8_sequence_at(const std::string& text, std::size_t i) {
   const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
   const unsigned char lead = byte(i);
@@ -110,6 +111,8 @@ std::size_t utf8_sequence_at(const std::string& text, std::size_t i) {
   for (std::size_t k = i + 2; k < i + length; ++k) {
     if (byte(k) < 0x80 || byte(k) > 0xbf) return 0;
   }
+  // U+FFFE and U+FFFF are UTF-8 but no XML character either.
+  if (lead == 0xef && byte(i + 1) == 0xbf && byte(i + 2) >= 0xbe) return 0;
   return length;
 }
 

@@ -120,18 +120,19 @@ mp::LossLog load_log(const CommonArgs& a, std::size_t min_points) {
 mp::ReferenceCurve load_reference(const std::string& path, std::vector<std::string>& warnings) {
   // Read once: the file may be a pipe (--reference <(zcat run.csv.gz)), which a second open
   // would read from where the first stopped (its first 8 KiB lost, a line cut in two).
-  std::ostringstream text;
+  std::stringstream text;
   text << mp::open_csv_file(path).rdbuf();
   // --run picks a run of --log, not of the reference; the reader's own message would point there.
-  if (std::istringstream probe(text.str()); !text.str().empty()) {
-    const auto first = mp::read_first_record(probe, path);
+  if (text.rdbuf()->in_avail() > 0) {
+    const auto first = mp::read_first_record(text, path);
     if (first.header && mp::find_column(first.fields, "run") >= 0 && mp::find_column(first.fields, "total_steps") >= 0)
       throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
                              path + ": a curves file of many runs; --reference needs a single run's step,loss[,time_s] log "
                                     "(--run selects a run of --log only)");
   }
-  std::istringstream whole(text.str());
-  auto log = mp::read_loss_log(whole, path, {});
+  text.clear();  // one copy in memory, read twice
+  text.seekg(0);
+  auto log = mp::read_loss_log(text, path, {});
   // Progress is step / last step, in [0, 1]: a step below 0 falls outside it, a last step at or
   // below 0 would reverse it or divide by 0. Named here: the forecast's own message named no file.
   if (log.points.front().step < 0)
