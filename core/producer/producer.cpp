@@ -27,6 +27,7 @@
 #include "modelcast/producer.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <limits>
 #include <mutex>
@@ -288,6 +289,17 @@ class Producer::Impl {
   }
 
   PublishTicket publish(std::int64_t step, const Metadata& metadata, const DeviceOrder& order) {
+    // One thread at a time, as the header says, enforced: two at once took the same version
+    // number and moved the newest version backwards (Python threads did, without a word).
+    if (publishing_.exchange(true)) {
+      throw Error(ErrorCode::kState, "publish() called while another publish() of this producer runs (on another "
+                                     "thread, or from a callback while the trainer's waits): call it from one thread "
+                                     "at a time");
+    }
+    struct Done {
+      std::atomic<bool>& flag;
+      ~Done() { flag.store(false); }
+    } done{publishing_};
     auto called_at = Clock::now();
     std::int64_t called_ns = realtime_ns();
     // Before the layout is fixed and a slot taken: what every consumer would refuse is refused
@@ -311,7 +323,10 @@ class Producer::Impl {
       std::lock_guard lock(mutex_);
       prepare_locked();
     }
-    auto reserved = store_.reserve(options_.lease_timeout);
+    // From a callback (on_delivery runs on the service thread): a slot comes free only when that
+    // thread goes on (it publishes the versions taken and ends leases), so a wait for one waited
+    // for ever, and every consumer lost the producer's heartbeats meanwhile.
+    auto reserved = in_callback() ? take_free_slot_in_callback() : store_.reserve(options_.lease_timeout);
     const std::size_t slot = reserved.slot;
     if (reserved.sends_abandoned > 0) {
       log_->warn("publish() took slot {} although sends of {} ended fetch(es) from it never reported their end "
@@ -360,6 +375,11 @@ class Producer::Impl {
       service_->events().push(producer::SnapshotFailed{slot, version, e.what()});
       throw;
     }
+  }
+
+  producer::SnapshotStore::Reserved take_free_slot_in_callback() {
+    if (auto free = store_.try_reserve()) return std::move(*free);
+    refuse_blocking_wait_in_callback("publish() with every snapshot slot in use");
   }
 
   // The host snapshot into `slot`, its stall accounted; the version handed to the service.
@@ -580,6 +600,7 @@ class Producer::Impl {
   std::set<std::string> names_;        // guarded by mutex_: registered names
   std::uint64_t planned_bytes_ = 0;    // guarded by mutex_: their aligned sizes, summed
   Manifest layout_;                    // immutable once prepared
+  std::atomic<bool> publishing_{false};  // a publish() runs: one at a time
   std::uint64_t next_version_;         // publishing thread only
   std::optional<std::int64_t> last_step_;  // publishing thread only: of the last publish() that returned
   // Publishing thread only: the tensors' data in the layout's order (set once prepared), and the

@@ -57,6 +57,23 @@ std::uint64_t SnapshotStore::slot_bytes() const {
 // end (UCX 1.13 and a dead peer on the same host, which reads nothing more):
 // the writer then takes the slot all the same and says so, as the trainer must not wait on a
 // transport for ever.
+SnapshotStore::Reserved SnapshotStore::reserved_at(std::size_t slot) const {
+  Reserved reserved;
+  reserved.slot = slot;
+  const Slot& s = slots_[slot];
+  if (s.digests_ready && s.host == HostState::kReady && s.manifest.version != 0) {
+    reserved.held_blocks = s.manifest.block_digests;
+  }
+  if (!block_history_.empty()) reserved.newest_blocks = block_history_.rbegin()->second;
+  return reserved;
+}
+
+std::optional<SnapshotStore::Reserved> SnapshotStore::try_reserve() {
+  std::unique_lock lock(mutex_);
+  if (auto slot = pool_.reserve_for_write(Clock::now())) return reserved_at(*slot);
+  return std::nullopt;
+}
+
 SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {
   std::unique_lock lock(mutex_);
   const auto revoke_at = Clock::now() + lease_timeout;
@@ -65,13 +82,9 @@ SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {
   for (;;) {
     auto now = Clock::now();
     if (auto slot = pool_.reserve_for_write(now)) {
-      reserved.slot = *slot;
-      const Slot& s = slots_[*slot];
-      if (s.digests_ready && s.host == HostState::kReady && s.manifest.version != 0) {
-        reserved.held_blocks = s.manifest.block_digests;
-      }
-      if (!block_history_.empty()) reserved.newest_blocks = block_history_.rbegin()->second;
-      return reserved;
+      Reserved taken = reserved_at(*slot);
+      taken.sends_abandoned = reserved.sends_abandoned;
+      return taken;
     }
     if (now >= revoke_at && pool_.revoke_for_write() > 0) continue;
     if (auto abandoned = pool_.abandon_drain(now, grace); abandoned > 0) {

@@ -77,6 +77,8 @@ class SnapshotStore {
     std::vector<std::uint64_t> newest_blocks;
   };
   Reserved reserve(Clock::duration lease_timeout);
+  // A slot free now, without waiting, revoking or abandoning anything; nothing when none is.
+  std::optional<Reserved> try_reserve();
   // Writers inside reserve() waiting for a slot now (for tests: a waiter can be seen asleep).
   std::size_t writers_waiting() const;
   std::byte* memory(std::size_t slot) { return slots_[slot].memory.data(); }
@@ -152,6 +154,8 @@ class SnapshotStore {
   void clear();
 
  private:
+  // What a writer taking `slot` is told of it (mutex_ held).
+  Reserved reserved_at(std::size_t slot) const;
   struct Slot {
     HostBuffer memory;
     std::vector<std::unique_ptr<transport::MemoryRegion>> regions;  // one per transport

@@ -240,7 +240,8 @@ MODELCAST_API mc_status mc_producer_prepare(mc_producer_t* producer);
  * background. Blocks beyond the copy only while readers hold every slot (at most the lease).
  * Metadata: `count` key/value pairs, copied (keys/values may be NULL when count is 0); a
  * repeated key keeps its last value. `out` may be NULL (zeroed on error). One thread at a time.
- * Errors: MC_ERR_STATE (nothing registered), MC_ERR_INVALID_ARGUMENT (NULL producer, NULL
+ * Errors: MC_ERR_STATE (nothing registered; another publish of this producer running; from a
+ * callback, every slot in use: it never waits there), MC_ERR_INVALID_ARGUMENT (NULL producer, NULL
  * key/value arrays or entries; with rank_count > 1, a step not above the last published),
  * MC_ERR_RESOURCE; previous versions stay served. */
 MODELCAST_API mc_status mc_producer_publish(mc_producer_t* producer, int64_t step, const char* const* keys,

@@ -105,10 +105,17 @@ class Producer(Service):
                 self._impl.watch(name, owner, False)
 
     def register_all(self, tensors):
-        """register() for every (name, tensor) of a mapping (``model.state_dict()``) or of an iterable
-        of pairs (``model.named_parameters()``). Each tensor is checked before any is registered,
-        so a dense-memory or dtype refusal registers nothing; one the library refuses (a name
-        registered before, host and device memory mixed) leaves those before it registered."""
+        """register() for every (name, tensor) of a mapping or of an iterable of pairs
+        (``model.named_parameters()``, then ``model.named_buffers()``). Each tensor is checked
+        before any is registered, so a dense-memory or dtype refusal registers nothing; one the
+        library refuses (a name registered before, host and device memory mixed) leaves those
+        before it registered.
+
+        Prefer the parameters themselves to ``model.state_dict()``: its tensors are new handles on
+        the parameters' memory, and code that gives a parameter new memory (``param.data = ...``,
+        ``torch.nn.utils.vector_to_parameters``) leaves them on the old, which publish() would go
+        on sending without a word; a registered parameter given new memory is refused at
+        publish()."""
         if hasattr(tensors, "items"):
             pairs = list(tensors.items())
         else:
@@ -132,8 +139,12 @@ class Producer(Service):
     def publish(self, step, metadata=None, stream=None, event=None):
         """Snapshots every registered tensor as version N and returns a PublishTicket.
 
-        Blocks (GIL released) for the copy only; delivery continues in the background. The
-        trainer must not modify the tensors from another thread meanwhile. ``metadata`` maps
+        Blocks (GIL released) for the copy, and beyond it only while every snapshot slot is held by
+        consumers still reading (at most the lease timeout; Ctrl-C is taken once it returns);
+        delivery continues in the background. The trainer must not modify the tensors from another
+        thread meanwhile. One publish() at a time: a call while another runs (from another thread)
+        raises StateError, and so does a call from ``on_delivery`` that finds every slot in use (it
+        never waits there: the slot comes free on the thread running the callback). ``metadata`` maps
         names (str) to values, sent as strings (``str(value)``; a 0-d tensor or array, such as a
         torch loss or a NumPy scalar, as ``str(value.item())``). StateError if nothing is registered;
         InvalidArgumentError, with ``rank_count`` > 1, for a step not above the last published.

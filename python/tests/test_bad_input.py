@@ -633,3 +633,32 @@ def test_an_async_callback_and_an_array_in_metadata_are_refused_naming_them(endp
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "metadata value of 'lr'", "is an array"):
         producer.publish(1, {"lr": np.linspace(0, 1, 2000)})
     assert producer.publish(1, {"lr": np.float32(0.5), "note": "ok"}).version >= 1
+
+
+def test_publishes_from_several_threads_at_once_never_share_a_version(producer):
+    # publish() is one thread at a time; several at once took the same version number and moved
+    # the newest version backwards, without a word. A call while another runs is refused now.
+    # Whether two calls overlap in the few instructions that take a version number is up to the
+    # scheduler: without the refusal, about half the runs here gave two publishes one number.
+    w = np.zeros(1 << 20, dtype=np.float32)  # a copy long enough for calls to overlap
+    producer.register("w", w)
+    versions, refused, other = [], [], []
+
+    def publish_many(first):
+        for step in range(first, first + 2500):
+            try:
+                versions.append(producer.publish(step).version)
+            except modelcast.StateError as e:
+                refused.append(str(e))
+            except Exception as e:  # noqa: BLE001 - reported below
+                other.append(repr(e))
+
+    threads = [threading.Thread(target=publish_many, args=(10000 * k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not other
+    assert len(versions) == len(set(versions)), "two publishes took one version number"
+    assert len(versions) + len(refused) == 10000
+    assert all("another publish() of this producer runs" in r for r in refused)

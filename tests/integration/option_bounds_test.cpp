@@ -455,6 +455,54 @@ TEST(OptionBounds, ACancelledWaitInsideACallbackEndsEmptyAsAnywhere) {
   EXPECT_EQ(told.get(), "false");
 }
 
+// publish() from on_delivery (a trainer pacing itself: the next version once the last arrived)
+// waited for a slot that only the thread running the callback could free: the producer hung for
+// good, its consumers lost its heartbeats, and its destructor hung joining that thread. It takes
+// a free slot or refuses at once, and the producer goes on.
+TEST(OptionBounds, APublishFromOnDeliveryTakesAFreeSlotOrRefusesAndNeverWaits) {
+  std::promise<std::vector<std::string>> outcomes;
+  auto po = producer_options();
+  po.snapshot_slots = 2;
+  Producer* self = nullptr;
+  std::atomic<bool> delivered_once{false};
+  po.on_delivery = [&](const modelcast::Delivery&) {
+    if (delivered_once.exchange(true)) return;
+    std::vector<std::string> said;
+    for (std::int64_t step : {2, 3}) {
+      try {
+        said.push_back("version " + std::to_string(self->publish(step).version));
+      } catch (const Error& e) {
+        said.push_back(e.what());
+      }
+    }
+    outcomes.set_value(said);
+  };
+  auto producer = std::make_unique<Producer>(po);
+  self = producer.get();
+  float value = 3;
+  producer->register_tensor({{"w", DType::kF32, {1}}, &value});
+  Consumer consumer(consumer_options(producer->control_endpoint()));
+  ASSERT_TRUE(producer->wait_for_consumers(1, 30s));
+  producer->publish(1);
+  auto said = outcomes.get_future();
+  ASSERT_EQ(said.wait_for(60s), std::future_status::ready) << "on_delivery's publish never returned";
+  const auto both = said.get();
+  ASSERT_EQ(both.size(), 2u);
+  // The second slot was free; then the only other holds version 1, still the newest until the
+  // service thread, busy with this callback, publishes version 2.
+  EXPECT_EQ(both[0], "version 2");
+  EXPECT_NE(both[1].find("publish() with every snapshot slot in use called from on_delivery would block"), std::string::npos)
+      << both[1];
+  // The producer goes on: the version taken in the callback, then the trainer's next.
+  EXPECT_TRUE(consumer.wait_for_version(2, 30s)) << consumer.stats().last_error;
+  value = 4;
+  EXPECT_EQ(producer->publish(4).version, 3u);
+  auto view = consumer.wait_for_version(3, 30s);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  EXPECT_EQ(view.step(), 4);
+  producer.reset();  // returns: nothing waits on the service thread
+}
+
 // A wait inside a callback waits for the thread it runs on: it never ended, and the destructor
 // that joins that thread hung with it. Now a wait that would block is refused naming both, one
 // already satisfied answers (it was refused too); the destructors also end waits before they join.
