@@ -45,6 +45,7 @@
 #include "core/layout/box.h"
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
+#include "core/wire/manifest_codec.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "device/device_runtime.h"
@@ -219,12 +220,14 @@ class Producer::Impl {
     std::lock_guard lock(mutex_);
     const std::size_t registered = registered_.size();
     const std::uint64_t planned = planned_bytes_;
+    const std::size_t manifest_bytes = manifest_tensor_bytes_;
     try {
       for (const auto& t : tensors) register_locked(t);
     } catch (...) {
       for (std::size_t i = registered; i < registered_.size(); ++i) names_.erase(registered_[i].spec.name);
       registered_.resize(registered);
       planned_bytes_ = planned;
+      manifest_tensor_bytes_ = manifest_bytes;
       throw;
     }
   }
@@ -260,6 +263,25 @@ class Producer::Impl {
                                                    " bytes (the tensors and their 256-byte alignment); consumers take at most " +
                                                    std::to_string(limits.max_total_bytes));
     }
+    // Each limit above may hold while their sum does not: the manifest travels in one message,
+    // and a consumer takes none past DecodeLimits::max_message_bytes (65,536 tensors with
+    // 1,100-byte names were registered and published, and every consumer joined again for ever).
+    // Counted with its layout fields at their widest, and what else a manifest may carry
+    // (kManifestBeyondTensors) set aside.
+    TensorEntry packed;
+    packed.spec = spec;
+    packed.global_shape = tensor.global_shape;
+    packed.global_offset = tensor.global_offset;
+    packed.offset = packed.size = packed.digest = std::numeric_limits<std::uint64_t>::max();
+    const std::size_t manifest_bytes = manifest_tensor_bytes_ + wire::packed_tensor_bytes(packed);
+    if (const std::size_t most = protocol::DecodeLimits{}.max_message_bytes - kManifestBeyondTensors;
+        manifest_bytes > most) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  "tensor '" + spec.name + "' takes the model's manifest past the " + std::to_string(most) +
+                      " bytes its tensors may fill (a consumer takes one of at most " +
+                      std::to_string(protocol::DecodeLimits{}.max_message_bytes) +
+                      " bytes, metadata and digests included): register fewer tensors, or give them shorter names");
+    }
     check_memory(tensor);
     if (!tensor.global_shape.empty() || !tensor.global_offset.empty()) {
       TensorEntry placed;
@@ -280,6 +302,7 @@ class Producer::Impl {
     }
     names_.insert(spec.name);
     planned_bytes_ = total;
+    manifest_tensor_bytes_ = manifest_bytes;
     registered_.push_back(tensor);
   }
 
@@ -599,6 +622,11 @@ class Producer::Impl {
   std::vector<TensorRef> registered_;  // guarded by mutex_ until prepared, then immutable
   std::set<std::string> names_;        // guarded by mutex_: registered names
   std::uint64_t planned_bytes_ = 0;    // guarded by mutex_: their aligned sizes, summed
+  std::size_t manifest_tensor_bytes_ = 0;  // guarded by mutex_: their packed manifest entries, at most
+  // What a manifest's message holds beyond its tensors, at most: metadata (1 MiB of keys and
+  // values, 1,024 entries), block digests (DecodeLimits::max_array of them, 9 bytes each), the
+  // model's name and fixed fields, and the reply around it; rounded up generously.
+  static constexpr std::size_t kManifestBeyondTensors = std::size_t{4} << 20;
   Manifest layout_;                    // immutable once prepared
   std::atomic<bool> publishing_{false};  // a publish() runs: one at a time
   std::uint64_t next_version_;         // publishing thread only

@@ -41,6 +41,13 @@ TensorEntry unpack_tensor(const msgpack::object& object) {
 
 }  // namespace
 
+std::size_t packed_tensor_bytes(const TensorEntry& tensor) {
+  msgpack::sbuffer buffer;
+  Packer pk(buffer);
+  pack_tensor(pk, tensor);
+  return buffer.size();
+}
+
 void pack_manifest(Packer& pk, const Manifest& m) {
   pk.pack_map(11 + digest_kind_field_count(m.digest_kind) + (m.rank_count > 1 ? 3 : 0) +
               (m.rank_count > 1 && !m.run_id.empty() ? 1 : 0));

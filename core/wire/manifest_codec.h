@@ -8,6 +8,8 @@
 namespace modelcast::wire {
 
 void pack_manifest(Packer& pk, const Manifest& manifest);
+// The bytes `tensor` takes in a packed manifest.
+std::size_t packed_tensor_bytes(const TensorEntry& tensor);
 // Throws Error(kProtocol) naming the field that is missing or of the wrong type.
 Manifest unpack_manifest(const msgpack::object& object);
 

@@ -167,6 +167,43 @@ TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
 
 // The count of tensors every consumer takes: the tensor past it is refused when it is
 // registered, naming it (it used to be accepted and the first publish refused).
+// Each limit may hold while their sum does not: 65,536 tensors with 1,100-byte names made a
+// manifest no consumer takes (one message of at most 64 MiB), and every consumer joined again for
+// ever. The tensor that goes past it is refused; a model just under it reaches a consumer.
+TEST(OptionBounds, TheTensorPastTheManifestAConsumerTakesIsRefusedAndAModelJustUnderItArrives) {
+  Producer producer(producer_options());
+  std::vector<float> values(1 << 14, 1.0f);
+  std::size_t registered = 0;
+  std::string refusal;
+  for (; registered < values.size(); ++registered) {
+    std::string name = std::to_string(registered);
+    name.resize(4000, 'n');
+    try {
+      producer.register_tensor({{name, DType::kF32, {1}}, &values[registered]});
+    } catch (const Error& e) {
+      refusal = e.what();
+      break;
+    }
+  }
+  ASSERT_FALSE(refusal.empty()) << "16,384 names of 4,000 bytes (64 MB) were all taken";
+  EXPECT_NE(refusal.find("takes the model's manifest past the"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("register fewer tensors, or give them shorter names"), std::string::npos) << refusal;
+  EXPECT_GT(registered, 14'000u) << "refused far below the limit: " << refusal;
+  values[0] = 2.0f;
+  Consumer consumer(consumer_options(producer.control_endpoint()));
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  // With metadata near the most publish() takes (1 MiB of keys and values) too.
+  modelcast::Metadata metadata;
+  for (int i = 0; i < 1000; ++i) metadata["k" + std::to_string(1000 + i)] = std::string(1040, 'v');
+  producer.publish(1, metadata);
+  auto view = consumer.wait_for_version(1, 120s);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  EXPECT_EQ(view.metadata().size(), 1000u);
+  std::string first = "0";
+  first.resize(4000, 'n');
+  EXPECT_EQ(*static_cast<const float*>(view.find(first)->data), 2.0f);
+}
+
 TEST(OptionBounds, TheTensorPastTheCountConsumersTakeIsRefusedAtRegistration) {
   Producer producer(producer_options());
   float value = 0;
