@@ -63,6 +63,8 @@ RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, s
       asked_(ranks),
       asked_run_(ranks, 0),
       held_(ranks),
+      last_step_(ranks),
+      stride_(ranks, 0),
       target_(target ? std::move(target) : std::make_unique<ShapingTarget>(3)),
       store_(readers) {}
 
@@ -77,6 +79,9 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     std::lock_guard lock(mutex_);
     if (rank >= ranks_ || !version) return;
     auto& mine = held_[rank];
+    const std::int64_t step = version->manifest.step;
+    stride_[rank] = last_step_[rank] && step > *last_step_[rank] ? step - *last_step_[rank] : 0;
+    last_step_[rank] = step;
     mine.push_back(std::move(version));
     const auto misconfigured = drop_outrun();
     if (mine.size() > 2) mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(older_to_drop(rank)));
@@ -212,9 +217,18 @@ std::optional<std::string> RankAssembler::drop_outrun() {
       // A run id on one rank and none on another is no restart: one rank's configuration lacks it.
       if (theirs.empty() != run_id.empty()) {
         const std::size_t without = theirs.empty() ? r : newest, with = theirs.empty() ? newest : r;
-        misconfigured = "rank " + std::to_string(without) + " sends no run id while rank " + std::to_string(with) +
-                        " sends " + shown_text(theirs.empty() ? run_id : theirs) +
-                        ": their pieces are never put together; give every rank of a run the same run_id (or none)";
+        const Manifest& sent = held_[without].back()->manifest;
+        // A producer made without rank and rank_count sends no run id whatever it was given: that
+        // is the mistake to name (the run ids were the same).
+        if (sent.rank != without || sent.rank_count != ranks_) {
+          misconfigured = "the producer reached as rank " + std::to_string(without) + " says it is rank " +
+                          std::to_string(sent.rank) + " of " + std::to_string(sent.rank_count) + "; rank 0 lists " +
+                          std::to_string(ranks_) + " ranks: give each rank its rank and rank_count";
+        } else {
+          misconfigured = "rank " + std::to_string(without) + " sends no run id while rank " + std::to_string(with) +
+                          " sends " + shown_text(theirs.empty() ? run_id : theirs) +
+                          ": their pieces are never put together; give every rank of a run the same run_id (or none)";
+        }
       }
       held_[r].clear();
       started[r] = 0;
@@ -248,18 +262,17 @@ std::optional<std::string> RankAssembler::drop_outrun() {
   return misconfigured;
 }
 
-std::size_t RankAssembler::older_to_drop(std::size_t rank) const {
+std::optional<std::size_t> RankAssembler::oldest_to_keep(std::size_t rank, bool by_stride) const {
   const auto& mine = held_[rank];
   // Whether rank q may still bring a version of `step`: it holds one, or has not reached it yet
-  // (a rank's versions come in step order within a run).
+  // (a rank's versions come in step order within a run) and, by its stride, will.
   auto may_meet = [&](std::size_t q, std::int64_t step, bool& holds) {
     holds = std::any_of(held_[q].begin(), held_[q].end(), [&](const Held& h) { return h->manifest.step == step; });
-    return holds || held_[q].empty() || held_[q].back()->manifest.step < step;
+    if (holds || held_[q].empty()) return true;
+    const std::int64_t newest = held_[q].back()->manifest.step;
+    if (newest >= step) return false;
+    return !by_stride || stride_[q] <= 1 || (step - newest) % stride_[q] == 0;
   };
-  // Keep the oldest version that a rank still behind may meet: a rank that lags several of
-  // this rank's versions (it publishes late, or its transfers take longer) then meets it at
-  // that step. Dropping the oldest instead would leave it chasing steps this rank no longer
-  // holds, and nothing would ever assemble. The newest version is always kept.
   for (std::size_t i = 0; i + 1 < mine.size(); ++i) {
     const std::int64_t step = mine[i]->manifest.step;
     bool every_rank_holds = true;
@@ -271,9 +284,22 @@ std::size_t RankAssembler::older_to_drop(std::size_t rank) const {
       every_rank_holds = every_rank_holds && holds;
     }
     // A step every rank holds was assembled (or refused) when its last piece came.
-    if (meetable && !every_rank_holds) return i == 0 ? 1 : 0;
+    if (meetable && !every_rank_holds) return i;
   }
-  return 0;
+  return std::nullopt;
+}
+
+std::size_t RankAssembler::older_to_drop(std::size_t rank) const {
+  // Keep the oldest version that a rank still behind may meet: a rank that lags several of
+  // this rank's versions (it publishes late, or its transfers take longer) then meets it at
+  // that step. Dropping the oldest instead would leave it chasing steps this rank no longer
+  // holds, and nothing would ever assemble. The newest version is always kept. A rank behind
+  // that publishes every d-th step meets only those: the version kept is one of them where this
+  // rank holds one (it kept an odd step for a rank publishing even ones, dropped the even ones,
+  // and no step ever assembled); where none is, as if it published every step.
+  auto keep = oldest_to_keep(rank, true);
+  if (!keep) keep = oldest_to_keep(rank, false);
+  return keep && *keep == 0 ? 1 : 0;
 }
 
 std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vector<Held>& pieces) {

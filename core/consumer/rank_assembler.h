@@ -94,6 +94,9 @@ class RankAssembler {
 
   // Which of rank `rank`'s three held versions to let go (0 or 1; the newest, 2, stays).
   std::size_t older_to_drop(std::size_t rank) const;
+  // The first of rank `rank`'s held versions but its newest that a rank behind may still meet
+  // and not every rank holds; `by_stride`: a rank behind meets only the steps its stride reaches.
+  std::optional<std::size_t> oldest_to_keep(std::size_t rank, bool by_stride) const;
   // Asks each rank for just the regions the plan (made on `pieces`) takes from it, where that
   // changed or the rank's producer run did.
   void refine_wants(const layout::PullPlan& plan, const std::vector<Held>& pieces);
@@ -122,6 +125,11 @@ class RankAssembler {
   // may each skip steps. Two is what a rank's service can spare of its three receive buffers
   // while it receives the next.
   std::vector<std::vector<Held>> held_;
+  // Per rank, the step of its newest version offered and the stride from the one before (0: not
+  // known, or its steps went back: a new run); under mutex_. A rank that publishes every d-th
+  // step meets the others only at those (older_to_drop).
+  std::vector<std::optional<std::int64_t>> last_step_;
+  std::vector<std::int64_t> stride_;
   // The pieces (incarnation, version per rank) the current version was made of, and the last
   // set that did not assemble (not tried again).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> assembled_from_;

@@ -220,6 +220,36 @@ TEST_P(RankBehind, ARankSeveralVersionsBehindStillMeetsTheOthers) {
   EXPECT_EQ(check(consumer.acquire(), 4, whole), "");
 }
 
+// A rank that publishes every other step, each just after the other rank has moved past it,
+// meets that rank at the steps it publishes: the rank ahead kept the odd step before its newest
+// (a rank behind was taken to publish every step) and let go of the even one the rank behind was
+// about to bring, so no step ever assembled and nothing said why. The cadence is learned from
+// the rank's last two steps, so the first even step after step 0 may be missed.
+TEST(RankBehind, ARankOnAnotherCadenceMeetsTheOthersAtTheStepsItPublishes) {
+  Ranks ranks(2);
+  modelcast::Consumer consumer(options_for(ranks.endpoint()));
+  auto delivered = [&](std::size_t rank, std::uint64_t n) {
+    ASSERT_TRUE(testing_support::eventually([&] { return ranks.ranks[rank]->producer->stats().deliveries >= n; }, 60s))
+        << "rank " << rank << ": " << consumer.stats().last_error;
+  };
+  std::uint64_t published[2] = {0, 0};
+  auto publish = [&](std::size_t rank, std::int64_t step) {
+    ranks.ranks[rank]->publish(step);
+    delivered(rank, ++published[rank]);
+  };
+  publish(0, 0);
+  publish(1, 0);
+  for (std::int64_t even = 2; even <= 10; even += 2) {
+    publish(0, even);
+    publish(0, even + 1);
+    publish(1, even);
+    if (even == 2) continue;
+    ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire() && consumer.acquire().step() == even; }, 60s))
+        << "rank 1 published step " << even << " while rank 0 was at " << even + 1 << ": "
+        << consumer.stats().last_error;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Buffers, RankBehind, testing::Values(std::size_t{2}, std::size_t{3}),
                          [](const testing::TestParamInfo<std::size_t>& param) {
                            return std::to_string(param.param) + "Buffers";
@@ -439,6 +469,23 @@ TEST(ProducerRanksFaults, ARunIdOnOneRankAndNoneOnAnotherIsReportedOnce) {
   ASSERT_EQ(errors.size(), 1u) << "said once, not at every piece";
   EXPECT_NE(errors[0].find("rank 2 " + said), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find(why), std::string::npos) << errors[0];
+}
+
+// A rank whose producer was made without rank and rank_count sends no run id, whatever it was
+// given: it was reported as a rank without a run id (the run ids were the same), where the
+// mistake is the rank it was made as.
+TEST(ProducerRanksFaults, ARankMadeWithoutItsRankIsNamedAsSuchNotByItsRunId) {
+  Rank lost(0, 1, {}, "tcp://127.0.0.1:0", false, 2048, 0, "job.1");  // meant as rank 1 of 2
+  Rank zero(0, 2, {"", lost.producer->control_endpoint()}, "tcp://127.0.0.1:0", false, 2048, 0, "job.1");
+  modelcast::Consumer consumer(options_for(zero.producer->control_endpoint()));
+  for (auto* rank : {&zero, &lost}) ASSERT_TRUE(rank->producer->wait_for_consumers(1, 60s));
+  zero.publish(1);
+  lost.publish(1);
+  const std::string said = "the producer reached as rank 1 says it is rank 0 of 1; rank 0 lists 2 ranks";
+  EXPECT_TRUE(testing_support::eventually([&] { return consumer.stats().last_error.find(said) != std::string::npos; }, 60s))
+      << consumer.stats().last_error;
+  EXPECT_EQ(consumer.stats().last_error.find("run id"), std::string::npos) << consumer.stats().last_error;
+  EXPECT_TRUE(consumer.acquire().empty());
 }
 
 // A rank that publishes before the last rank's producer is made (here rank 1, before rank 0):
