@@ -1,6 +1,7 @@
 #include "core/consumer/rank_assembler.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cstring>
 #include <string_view>
 #include <unordered_map>
@@ -80,7 +81,10 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     if (rank >= ranks_ || !version) return;
     auto& mine = held_[rank];
     const std::int64_t step = version->manifest.step;
-    stride_[rank] = last_step_[rank] && step > *last_step_[rank] ? step - *last_step_[rank] : 0;
+    // The greatest common divisor of every gap seen in this run: a rank whose steps come at
+    // uneven gaps (1, 2, 1, 2) has stride 1, as if it published every step. The last gap alone
+    // took 2 there, and the step that rank was about to bring was let go, again and again.
+    stride_[rank] = last_step_[rank] && step > *last_step_[rank] ? std::gcd(stride_[rank], step - *last_step_[rank]) : 0;
     last_step_[rank] = step;
     mine.push_back(std::move(version));
     const auto misconfigured = drop_outrun();

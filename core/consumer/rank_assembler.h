@@ -125,9 +125,9 @@ class RankAssembler {
   // may each skip steps. Two is what a rank's service can spare of its three receive buffers
   // while it receives the next.
   std::vector<std::vector<Held>> held_;
-  // Per rank, the step of its newest version offered and the stride from the one before (0: not
-  // known, or its steps went back: a new run); under mutex_. A rank that publishes every d-th
-  // step meets the others only at those (older_to_drop).
+  // Per rank, the step of its newest version offered and the greatest common divisor of the
+  // gaps between its steps (0: not known, or its steps went back: a new run); under mutex_. A
+  // rank that publishes every d-th step meets the others only at those (older_to_drop).
   std::vector<std::optional<std::int64_t>> last_step_;
   std::vector<std::int64_t> stride_;
   // The pieces (incarnation, version per rank) the current version was made of, and the last

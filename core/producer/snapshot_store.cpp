@@ -47,16 +47,6 @@ std::uint64_t SnapshotStore::slot_bytes() const {
   return slot_bytes_;
 }
 
-// A reader's lease lasts as long as its transfer progresses, which can be longer than the
-// trainer may wait: after lease_timeout the writer revokes the leases on the slot it needs
-// (the consumer fetches a newer version instead). Sends from an ended lease hold the slot
-// until they end, which the service brings about by closing the consumer's connection: UCX
-// ends a closed endpoint's sends within a progress round or two, except a rendezvous send over
-// shared memory, which ends only once its receiver takes it (a consumer that refuses a version
-// takes and drops its chunks: FetchClient::discard). Those still there after kDrainGrace never
-// end (UCX 1.13 and a dead peer on the same host, which reads nothing more):
-// the writer then takes the slot all the same and says so, as the trainer must not wait on a
-// transport for ever.
 SnapshotStore::Reserved SnapshotStore::reserved_at(std::size_t slot) const {
   Reserved reserved;
   reserved.slot = slot;
@@ -74,6 +64,16 @@ std::optional<SnapshotStore::Reserved> SnapshotStore::try_reserve() {
   return std::nullopt;
 }
 
+// A reader's lease lasts as long as its transfer progresses, which can be longer than the
+// trainer may wait: after lease_timeout the writer revokes the leases on the slot it needs
+// (the consumer fetches a newer version instead). Sends from an ended lease hold the slot
+// until they end, which the service brings about by closing the consumer's connection: UCX
+// ends a closed endpoint's sends within a progress round or two, except a rendezvous send over
+// shared memory, which ends only once its receiver takes it (a consumer that refuses a version
+// takes and drops its chunks: FetchClient::discard). Those still there after kDrainGrace never
+// end (UCX 1.13 and a dead peer on the same host, which reads nothing more):
+// the writer then takes the slot all the same and says so, as the trainer must not wait on a
+// transport for ever.
 SnapshotStore::Reserved SnapshotStore::reserve(Clock::duration lease_timeout) {
   std::unique_lock lock(mutex_);
   const auto revoke_at = Clock::now() + lease_timeout;

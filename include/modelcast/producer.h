@@ -232,8 +232,9 @@ class MODELCAST_API Producer {
 
   // Copies every registered tensor into a free snapshot slot and returns; notification and
   // transfer run in the background. Blocks beyond the copy only if every slot is held by
-  // readers (at most lease_timeout); from a callback of modelcast's (on_delivery) it never waits:
-  // with no slot free it throws Error(kState). Call from one thread at a time: a call while
+  // readers (at most lease_timeout); from a callback of modelcast's (any object's: on_delivery, a
+  // consumer's on_update) it never waits and revokes no lease: with no slot free it throws
+  // Error(kState), as every wait there does. Call from one thread at a time: a call while
   // another runs throws Error(kState). Throws Error(kState) if
   // nothing is registered or version numbers are used up (2^64 - 1), Error(kInvalidArgument)
   // for a step not above the last with rank_count > 1, for metadata past what consumers take (1,024 entries, 1 MiB, keys that are names, values

@@ -165,8 +165,6 @@ TEST(OptionBounds, TensorsNoConsumerCouldTakeAreRefusedAtRegistration) {
   EXPECT_EQ(producer.publish(1).version, 1u);
 }
 
-// The count of tensors every consumer takes: the tensor past it is refused when it is
-// registered, naming it (it used to be accepted and the first publish refused).
 // Each limit may hold while their sum does not: 65,536 tensors with 1,100-byte names made a
 // manifest no consumer takes (one message of at most 64 MiB), and every consumer joined again for
 // ever. The tensor that goes past it is refused; a model just under it reaches a consumer.
@@ -204,6 +202,8 @@ TEST(OptionBounds, TheTensorPastTheManifestAConsumerTakesIsRefusedAndAModelJustU
   EXPECT_EQ(*static_cast<const float*>(view.find(first)->data), 2.0f);
 }
 
+// The count of tensors every consumer takes: the tensor past it is refused when it is
+// registered, naming it (it used to be accepted and the first publish refused).
 TEST(OptionBounds, TheTensorPastTheCountConsumersTakeIsRefusedAtRegistration) {
   Producer producer(producer_options());
   float value = 0;

@@ -250,6 +250,40 @@ TEST(RankBehind, ARankOnAnotherCadenceMeetsTheOthersAtTheStepsItPublishes) {
   }
 }
 
+// Ranks publishing the same steps at uneven gaps (0, 1, 3, 4, 6, ...), one three versions behind:
+// the steps it brings keep being met. Its stride taken from its last gap alone (2, from 1 to 3)
+// let go of the step it brought next (4), and nothing after step 0 was ever assembled.
+TEST(RankBehind, RanksAtUnevenGapsStillMeetWhenOneLags) {
+  Ranks ranks(2);
+  std::mutex mutex;
+  std::vector<std::int64_t> assembled;
+  auto options = options_for(ranks.endpoint());
+  options.on_update = [&](const modelcast::ModelView& view) {
+    std::lock_guard lock(mutex);
+    assembled.push_back(view.step());
+  };
+  modelcast::Consumer consumer(options);
+  std::uint64_t published[2] = {0, 0};
+  auto publish = [&](std::size_t rank, std::int64_t step) {
+    ranks.ranks[rank]->publish(step);
+    ++published[rank];
+    ASSERT_TRUE(testing_support::eventually(
+        [&] { return ranks.ranks[rank]->producer->stats().deliveries >= published[rank]; }, 60s))
+        << "rank " << rank << ": " << consumer.stats().last_error;
+  };
+  std::vector<std::int64_t> steps{0};
+  for (int i = 0; i < 16; ++i) steps.push_back(steps.back() + (i % 2 == 0 ? 1 : 2));
+  const std::size_t lag = 3;
+  for (std::size_t i = 0; i < steps.size() + lag; ++i) {
+    if (i < steps.size()) publish(0, steps[i]);
+    // Rank 1 stops two steps short: what is met is met while it lags, not at a common end.
+    if (i >= lag && i - lag + 2 < steps.size()) publish(1, steps[i - lag]);
+  }
+  std::lock_guard lock(mutex);
+  EXPECT_GE(assembled.size(), 3u) << "assembled steps: " << testing::PrintToString(assembled) << "; "
+                                  << consumer.stats().last_error;
+}
+
 INSTANTIATE_TEST_SUITE_P(Buffers, RankBehind, testing::Values(std::size_t{2}, std::size_t{3}),
                          [](const testing::TestParamInfo<std::size_t>& param) {
                            return std::to_string(param.param) + "Buffers";
