@@ -312,19 +312,10 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  "'*' is a wildcard a producer binds to");
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://::1:5555"; })), ErrorCode::kInvalidArgument,
                  "an IPv6 address goes in brackets (tcp://[::1]:PORT)");
-  // A mistyped address was taken as a host name and refused as "on another host".
+  // A mistyped address was taken as a host name and refused as "on another host" (the forms the
+  // rule refuses and takes: ConnectHost.RefusesOnlyWhatNoResolverReads).
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://256.1.1.1:5555"; })),
                  ErrorCode::kInvalidArgument, "'256.1.1.1' is no IPv4 address");
-  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://1.2.3.4.5:5555"; })),
-                 ErrorCode::kInvalidArgument, "'1.2.3.4.5' is no IPv4 address");
-  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://[fe80::1%]:5555"; })),
-                 ErrorCode::kInvalidArgument, "'[fe80::1%]' is no IPv6 address in brackets");
-  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://[::1:5555"; })),
-                 ErrorCode::kInvalidArgument, "'[::1' is no IPv6 address in brackets");
-  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://[::g]:5555"; })),
-                 ErrorCode::kInvalidArgument, "'[::g]' is no IPv6 address in brackets");
-  EXPECT_REFUSED(Consumer(with([](auto& o) { o.producer_endpoint = "tcp://:5555"; })),
-                 ErrorCode::kInvalidArgument, "no host before the port");
   // Taken, and its views said memory 9 (a host consumer in all but name).
   EXPECT_REFUSED(Consumer(with([](auto& o) { o.memory = static_cast<modelcast::MemoryKind>(9); })),
                  ErrorCode::kInvalidArgument, "memory 9 is no memory kind (host or cuda)");

@@ -220,6 +220,21 @@ TEST_P(RankBehind, ARankSeveralVersionsBehindStillMeetsTheOthers) {
   EXPECT_EQ(check(consumer.acquire(), 4, whole), "");
 }
 
+namespace {
+
+// Publishes `step` on `rank` of two and waits for its delivery to `consumer`, so that each rank's
+// lag is exact: `published` counts each rank's publishes so far.
+void publish_delivered(Ranks& ranks, std::size_t rank, std::int64_t step, std::uint64_t (&published)[2],
+                       const modelcast::Consumer& consumer) {
+  ranks.ranks[rank]->publish(step);
+  ++published[rank];
+  ASSERT_TRUE(testing_support::eventually(
+      [&] { return ranks.ranks[rank]->producer->stats().deliveries >= published[rank]; }, 60s))
+      << "rank " << rank << ": " << consumer.stats().last_error;
+}
+
+}  // namespace
+
 // A rank that publishes every other step, each just after the other rank has moved past it,
 // meets that rank at the steps it publishes: the rank ahead kept the odd step before its newest
 // (a rank behind was taken to publish every step) and let go of the even one the rank behind was
@@ -228,15 +243,8 @@ TEST_P(RankBehind, ARankSeveralVersionsBehindStillMeetsTheOthers) {
 TEST(RankBehind, ARankOnAnotherCadenceMeetsTheOthersAtTheStepsItPublishes) {
   Ranks ranks(2);
   modelcast::Consumer consumer(options_for(ranks.endpoint()));
-  auto delivered = [&](std::size_t rank, std::uint64_t n) {
-    ASSERT_TRUE(testing_support::eventually([&] { return ranks.ranks[rank]->producer->stats().deliveries >= n; }, 60s))
-        << "rank " << rank << ": " << consumer.stats().last_error;
-  };
   std::uint64_t published[2] = {0, 0};
-  auto publish = [&](std::size_t rank, std::int64_t step) {
-    ranks.ranks[rank]->publish(step);
-    delivered(rank, ++published[rank]);
-  };
+  auto publish = [&](std::size_t rank, std::int64_t step) { publish_delivered(ranks, rank, step, published, consumer); };
   publish(0, 0);
   publish(1, 0);
   for (std::int64_t even = 2; even <= 10; even += 2) {
@@ -264,13 +272,7 @@ TEST(RankBehind, RanksAtUnevenGapsStillMeetWhenOneLags) {
   };
   modelcast::Consumer consumer(options);
   std::uint64_t published[2] = {0, 0};
-  auto publish = [&](std::size_t rank, std::int64_t step) {
-    ranks.ranks[rank]->publish(step);
-    ++published[rank];
-    ASSERT_TRUE(testing_support::eventually(
-        [&] { return ranks.ranks[rank]->producer->stats().deliveries >= published[rank]; }, 60s))
-        << "rank " << rank << ": " << consumer.stats().last_error;
-  };
+  auto publish = [&](std::size_t rank, std::int64_t step) { publish_delivered(ranks, rank, step, published, consumer); };
   std::vector<std::int64_t> steps{0};
   for (int i = 0; i < 16; ++i) steps.push_back(steps.back() + (i % 2 == 0 ? 1 : 2));
   const std::size_t lag = 3;

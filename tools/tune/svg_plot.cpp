@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -16,6 +17,8 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <utf8.h>
 
 namespace modelcast::tune {
 namespace {
@@ -86,69 +89,36 @@ std::string polyline(const Series& s, const Scale& sc) {
 
 }  // namespace
 
-namespace {
-
-// The length of the well-formed UTF-8 sequence at text[i] that XML 1.0 takes as a character, 0
-// if none starts there.
-std::size_t utf8_sequence_at(const std::string& text, std::size_t i) {
-  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char lead = byte(i);
-  std::size_t length = 0;
-  unsigned char low = 0x80, high = 0xbf;  // the second byte's range (RFC 3629's table)
-  if (lead >= 0xc2 && lead <= 0xdf) length = 2;
-  else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3;
-    if (lead == 0xe0) low = 0xa0;   // no overlong forms
-    if (lead == 0xed) high = 0x9f;  // no surrogates
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4;
-    if (lead == 0xf0) low = 0x90;
-    if (lead == 0xf4) high = 0x8f;  // nothing past U+10FFFF
-  } else {
-    return 0;
-  }
-  if (i + length > text.size() || byte(i + 1) < low || byte(i + 1) > high) return 0;
-  for (std::size_t k = i + 2; k < i + length; ++k) {
-    if (byte(k) < 0x80 || byte(k) > 0xbf) return 0;
-  }
-  // U+FFFE and U+FFFF are UTF-8 but no XML character either.
-  if (lead == 0xef && byte(i + 1) == 0xbf && byte(i + 2) >= 0xbe) return 0;
-  return length;
-}
-
-}  // namespace
-
 std::string escape_xml(const std::string& text) {
   std::string out;
   out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char ch = text[i];
-    const auto byte = static_cast<unsigned char>(ch);
-    // A control character (XML 1.0 has no place for one, not even as a reference) or a byte that
-    // is no UTF-8 (a file name from the file system) made the plot a file no XML reader opens:
-    // shown as \xNN text instead, as the logs show them.
-    if ((byte < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') || byte == 0x7f) {
-      out += modelcast::printable_text(std::string_view(&text[i], 1), 4, modelcast::Backslash::kKept);
-      continue;
-    }
-    if (byte >= 0x80) {
-      const std::size_t length = utf8_sequence_at(text, i);
-      if (length == 0) {
-        out += modelcast::printable_text(std::string_view(&text[i], 1), 4, modelcast::Backslash::kKept);
-      } else {
-        out.append(text, i, length);
-        i += length - 1;
+  const auto shown = [&](std::string::const_iterator from, std::string::const_iterator to) {
+    for (auto b = from; b != to; ++b) out += modelcast::printable_text(std::string_view(&*b, 1), 4, modelcast::Backslash::kKept);
+  };
+  // A control character (XML 1.0 has no place for one, not even as a reference), U+FFFE or
+  // U+FFFF, or a byte that is no UTF-8 (a file name from the file system: utfcpp's RFC 3629 check,
+  // as names are checked) made the plot a file no XML reader opens: shown as \xNN text instead,
+  // as the logs show them.
+  auto it = text.begin();
+  while (it != text.end()) {
+    const auto invalid = utf8::find_invalid(it, text.end());
+    while (it != invalid) {
+      const auto start = it;
+      const std::uint32_t c = utf8::unchecked::next(it);
+      if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f || c == 0xfffe || c == 0xffff) {
+        shown(start, it);
+        continue;
       }
-      continue;
+      switch (c) {
+        case '&': out += "&amp;"; break;
+        case '<': out += "&lt;"; break;
+        case '>': out += "&gt;"; break;
+        case '\'': out += "&apos;"; break;
+        case '"': out += "&quot;"; break;
+        default: out.append(start, it);
+      }
     }
-    switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '\'': out += "&apos;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
-    }
+    if (it != text.end()) shown(it, it + 1), ++it;
   }
   return out;
 }
