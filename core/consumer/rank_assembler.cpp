@@ -157,7 +157,11 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
   try {
     outcome.installed = assemble(pieces);
     if (!outcome.installed) return outcome;  // a rank's next version, fetched for the plan, completes it
-    outcome.installed->manifest.version = next_version_++;
+    // Numbered as rank 0 numbered its piece: every consumer of the ranks (every member of a group,
+    // a consumer restarted) calls a step by one number, the one rank 0's producer gave it (and
+    // group_version counts). Unique: a set with another rank-0 piece is another step, or of
+    // another run (restarted, a producer's numbers start again, as on one producer).
+    outcome.installed->manifest.version = pieces.front()->manifest.version;
     assembled_from_ = key_of(pieces);
     counts_.current_version = outcome.installed->manifest.version;
     counts_.versions_installed++;
@@ -180,14 +184,14 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
 }
 
 void RankAssembler::tell(Outcome outcome) {
-  // One callback at a time, whichever rank's thread brought it, and in version order: two rank
-  // threads may reach here in the other order than they installed; the older one is not told
-  // (readers already see the newer).
+  // One callback at a time, whichever rank's thread brought it, and in install order: two rank
+  // threads may reach here in the other order than they installed; the one installed first is
+  // not told (readers already see the other). By what readers see, not by number: a restarted
+  // rank 0 numbers its versions from the start again.
   std::lock_guard callbacks(callback_mutex_);
   if (outcome.failure && on_error_) on_error_(*outcome.failure);
-  if (outcome.installed && outcome.installed->manifest.version > notified_) {
-    notified_ = outcome.installed->manifest.version;
-    if (on_update_) on_update_(ModelView(outcome.installed));
+  if (outcome.installed && outcome.installed == store_.current() && on_update_) {
+    on_update_(ModelView(outcome.installed));
   }
 }
 
@@ -338,7 +342,7 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
   if (!expected_layout_.empty()) {
     Manifest whole;
     whole.model = pieces.front()->manifest.model;
-    whole.version = next_version_;  // the number it would be installed as
+    whole.version = pieces.front()->manifest.version;  // the number it would be installed as
     for (const auto& tensor : catalog.tensors()) {
       TensorEntry entry;
       entry.spec = TensorSpec{tensor.name, tensor.dtype, tensor.shape};

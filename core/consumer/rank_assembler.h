@@ -118,7 +118,6 @@ class RankAssembler {
   std::vector<std::uint64_t> asked_run_;
 
   std::mutex callback_mutex_;  // held while on_update or on_error runs
-  std::uint64_t notified_ = 0;  // the newest version on_update was told of; under callback_mutex_
   mutable std::mutex mutex_;
   // Per rank, two versions (older first): its newest, and the older one a rank behind it may
   // still meet (older_to_drop), else its last but one. Ranks that publish faster than a transfer
@@ -134,7 +133,6 @@ class RankAssembler {
   // set that did not assemble (not tried again).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> assembled_from_;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> refused_;
-  std::uint64_t next_version_ = 1;
   // A step waits for a buffer of target_ (views hold every one); written under mutex_, read
   // first without it by retry().
   std::atomic<bool> waiting_for_room_{false};

@@ -186,6 +186,8 @@ struct ConsumerOptions {
 };
 
 struct ConsumerStats {
+  // The producer's number of the version readers see; with producer ranks, rank 0's number of
+  // the step's piece (the same on every consumer of the ranks).
   std::uint64_t current_version = 0;
   // Joined to the producer and not given up on it (no word for producer_timeout, or it
   // restarted): false until the first join and while joining again.

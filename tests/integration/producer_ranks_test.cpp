@@ -386,6 +386,8 @@ TEST(ProducerRanksFaults, ATrainerRestartedAsAWholeNeverHasItsRanksPiecesPutWith
   const auto endpoints = ranks->endpoints();
   auto options = options_for(endpoints[0]);
   options.producer_timeout = 2s;
+  std::atomic<std::int64_t> told{-1};
+  options.on_update = [&](const modelcast::ModelView& view) { told = view.step(); };
   modelcast::Consumer consumer(options);
   const auto whole = [](const Global&) -> Boxes { return std::nullopt; };
   ASSERT_TRUE(serves_step_three(*ranks, consumer)) << consumer.stats().last_error;
@@ -408,11 +410,14 @@ TEST(ProducerRanksFaults, ATrainerRestartedAsAWholeNeverHasItsRanksPiecesPutWith
   EXPECT_EQ(consumer.stats().versions_rejected, before.versions_rejected) << consumer.stats().last_error;
 
   // Rank 0 of the new run publishes step 1 (rank 1 kept its step 1 for a rank behind it): the
-  // new run's step 1, back from step 3.
+  // new run's step 1, back from step 3, numbered as the new run's rank 0 numbers it (from 1 again,
+  // as a restarted producer's versions are).
   ranks->ranks[0]->publish(1);
   ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 1; }, 60s))
       << consumer.stats().last_error;
-  EXPECT_GT(consumer.acquire().version(), served);
+  EXPECT_EQ(consumer.acquire().version(), 1u);
+  EXPECT_EQ(consumer.stats().versions_installed, before.versions_installed + 1);
+  EXPECT_TRUE(testing_support::eventually([&] { return told == 1; }, 60s)) << "on_update not told of the new run's step";
   EXPECT_EQ(check(consumer.acquire(), 1, whole), "");
   ranks->ranks[0]->publish(3);
   ASSERT_TRUE(testing_support::eventually([&] { return consumer.acquire().step() == 3; }, 60s))
@@ -994,6 +999,28 @@ TEST(ProducerRanksFaults, ARankKilledMidStepLeavesConsumersOnTheLastCommonStepAn
 // publish: each producer rank commits its versions to the group, so a member assembles a step
 // only once every member holds every rank's pieces of it. One member is held in its first
 // update: the other prepares step 2 from both ranks and stays on step 1 until it is let go.
+// Consumers of the ranks call a step by one number, rank 0's for its piece: one that joined late
+// and one there from the start alike (each counted its own assemblies from 1).
+TEST(ProducerRanks, EveryConsumerNumbersAnAssembledStepAsRankZeroDid) {
+  Ranks ranks(2);
+  modelcast::Consumer early(options_for(ranks.endpoint()));
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    ranks.publish(step);
+    ASSERT_TRUE(testing_support::eventually([&] { return early.acquire() && early.acquire().step() == step; }, 60s))
+        << early.stats().last_error;
+  }
+  modelcast::Consumer late(options_for(ranks.endpoint()));
+  ASSERT_TRUE(testing_support::eventually([&] { return late.acquire() && late.acquire().step() == 3; }, 60s))
+      << late.stats().last_error;
+  EXPECT_EQ(late.acquire().version(), 3u);
+  ranks.publish(4);
+  for (auto* c : {&early, &late}) {
+    ASSERT_TRUE(testing_support::eventually([&] { return c->acquire().step() == 4; }, 60s)) << c->stats().last_error;
+    EXPECT_EQ(c->acquire().version(), 4u);
+    EXPECT_EQ(c->stats().current_version, 4u);
+  }
+}
+
 TEST(ProducerRanksFaults, AGroupOfServerRanksSwitchesStepsTogether) {
   Ranks ranks(2);
   testing_support::Gate gate;
