@@ -1,7 +1,9 @@
 // A device consumer's last stage: a version that arrives in a host receive buffer is copied to
 // one of the consumer's device buffers while it arrives (each chunk as soon as the contiguous
 // prefix reaches it), and with pmix64 digests (a device producer's) hashed there once all of it
-// is in, so the check covers the bytes readers will use. Versions are installed only after this.
+// is in, so the check covers the bytes readers will use. A host producer's versions were checked
+// block by block in the host buffer; their copy here is not hashed again (README, device paths).
+// Versions are installed only after this.
 //
 // Threads: the consumer's service thread only. The stream is this object's; device buffers are
 // shared with installed versions, and one is reused only when no view holds it. A landing in
