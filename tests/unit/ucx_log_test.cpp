@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,18 @@ TEST(UcxLog, AUcxLogFileOfTheUsersKeepsUcxMessagesThere) {
   ucs_global_opts.log_file = was;
   EXPECT_TRUE(capture.seen().empty()) << "taken from UCX's own log destination";
   EXPECT_NE(printed.find("for the user's file"), std::string::npos) << printed;
+}
+
+// modelcast sizes UCX's shared-memory receive segments; where UCX_TLS leaves shared memory out
+// that setting names no transport UCX loads, and UCX said "invalid configuration" at every start.
+TEST(UcxLog, ATransportMadeWithSharedMemoryLeftOutLogsNoConfigurationWarning) {
+  LogCapture capture;
+  setenv("UCX_TLS", "tcp,self", 1);
+  auto transport = modelcast::transport::make_ucx_transport();
+  unsetenv("UCX_TLS");
+  for (const auto& logged : capture.seen()) {
+    EXPECT_EQ(logged.text.find("invalid configuration"), std::string::npos) << logged.text;
+  }
 }
 
 }  // namespace

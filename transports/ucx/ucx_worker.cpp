@@ -9,6 +9,7 @@
 #include "common/library_thread.h"
 #include "modelcast/error.h"
 #include "transports/ucx/ucx_log.h"
+#include "transports/ucx/ucx_shared_memory.h"
 
 namespace modelcast::transport {
 namespace {
@@ -52,9 +53,11 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
   // of which about 2 MiB is touched: what each consumer that ever joined left in the producer.
   // 64 at a time leaves about 0.5 MiB mapped (0.3 MiB touched); more are added as they are
   // needed, and 256 MiB versions were no slower (bench/RESULTS.md, exchange). Set in every process, as a consumer's own
-  // setting is what sizes the segment its producer maps. The user's environment wins.
+  // setting is what sizes the segment its producer maps. The user's environment wins. Not where
+  // UCX_TLS leaves shared memory out: the setting then names no transport UCX loads, and UCX
+  // warns "invalid configuration" at every start.
   if (std::getenv("UCX_MM_RX_BUFS_GROW") == nullptr && std::getenv("UCX_SYSV_RX_BUFS_GROW") == nullptr &&
-      std::getenv("UCX_POSIX_RX_BUFS_GROW") == nullptr) {
+      std::getenv("UCX_POSIX_RX_BUFS_GROW") == nullptr && ucx_shared_memory_allowed()) {
     if (auto s = ucp_config_modify(config, "MM_RX_BUFS_GROW", "64"); s != UCS_OK) {
       ucp_config_release(config);
       throw_ucx("ucp_config_modify(MM_RX_BUFS_GROW)", s);
