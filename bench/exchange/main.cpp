@@ -22,8 +22,9 @@
 //   serve_p99_ms     rows marked "serving" (one consumer, every block changing, run again after
 //                    the plain row): a reader thread in the consumer runs an inference-like pass
 //                    (reads every weight of the newest view) in a loop while the measured versions
-//                    arrive; p99 of its pass times. serve_idle_p99_ms: the same passes, in the
-//                    same process, right before, with nothing arriving
+//                    arrive, paused while the ceilings and diagnostics run; p99 of its pass times
+//                    (nearest rank: with under 100 passes, the slowest). serve_idle_p99_ms: the
+//                    same passes, in the same process, right before, with nothing arriving
 // and writes a JSON array (one object per configuration, with the samples under "extra").
 // `report` merges such files and prints the table or the JSON of the issue.
 // Each repetition runs: UCX ceiling transfer, memcpy (+ diagnostics), publish() and wait for
@@ -211,8 +212,13 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
   bench::write_line(bench::kParentWriteFd, "addr " + ceiling.address());
 
   // The serving reader (thread `server`) owns serve_ms until `serving` is cleared and it is joined.
+  // It is paused (between two passes) while the parent measures its ceilings: a pass that shared
+  // the machine with the benchmark's own transfer and copies is no measure of modelcast's
+  // interference. `paused`, `in_pass` and `serving` are under serve_mutex.
   std::vector<double> serve_idle_ms, serve_ms;
-  std::atomic<bool> serving{false};
+  std::mutex serve_mutex;
+  std::condition_variable serve_cv;
+  bool serving = false, paused = false, in_pass = false;
   std::thread server;
   std::string pending;
   for (;;) {
@@ -222,9 +228,31 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
       for (int i = std::stoi(line->substr(11)); i > 0; --i) serve_idle_ms.push_back(serve_pass(consumer));
       serving = true;
       server = std::thread([&] {
-        while (serving) serve_ms.push_back(serve_pass(consumer));
+        for (;;) {
+          {
+            std::unique_lock lock(serve_mutex);
+            serve_cv.wait(lock, [&] { return !paused || !serving; });
+            if (!serving) return;
+            in_pass = true;
+          }
+          const double ms = serve_pass(consumer);
+          {
+            std::lock_guard lock(serve_mutex);
+            in_pass = false;
+            serve_ms.push_back(ms);
+          }
+          serve_cv.notify_all();
+        }
       });
       bench::write_line(bench::kParentWriteFd, "serving");
+    } else if (*line == "pause" || *line == "resume") {
+      {
+        std::unique_lock lock(serve_mutex);
+        paused = *line == "pause";
+        if (paused) serve_cv.wait(lock, [&] { return !in_pass; });
+      }
+      serve_cv.notify_all();
+      if (*line == "pause") bench::write_line(bench::kParentWriteFd, "paused");
     } else if (line->rfind("ceiling ", 0) == 0) {
       // The buffer the current version does not live in; modelcast writes into it only
       // during a fetch, and none runs between the producer's versions.
@@ -246,7 +274,11 @@ int run_consumer(const std::string& endpoint, int index, std::size_t size, std::
       }
       lock.unlock();
       if (server.joinable()) {
-        serving = false;
+        {
+          std::lock_guard serve_lock(serve_mutex);
+          serving = false;
+        }
+        serve_cv.notify_all();
         server.join();
         std::string report = "serve";
         for (double ms : serve_idle_ms) report += " i" + std::to_string(ms);
@@ -356,6 +388,15 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
           if (!line || *line != "serving") throw std::runtime_error("the serving reader did not start");
         }
       }
+      // Serving passes count while versions arrive, not while the ceilings below run.
+      const bool pause_serving = serve && v > warmup;
+      if (pause_serving) {
+        for (auto& child : children) bench::write_line(child.to_child, "pause");
+        for (auto& child : children) {
+          auto line = bench::read_line(child.from_child, child.pending, 300000);
+          if (!line || *line != "paused") throw std::runtime_error("the serving reader did not pause");
+        }
+      }
       double ceiling_ms = ceiling.transfer(v, children);
       auto t0 = bench::steady_ns();
       std::memcpy(copy_target.data(), model.storage.data(), size);
@@ -373,6 +414,9 @@ ExchangeResult measure_exchange(Model& model, std::size_t size, int consumers, i
       double xxh3_ms = static_cast<double>(bench::steady_ns() - t0) / 1e6;
       digest_sink = digest;
       model.stamp(static_cast<std::uint64_t>(v), changed_pct, kChunkBytes, size);
+      if (pause_serving) {
+        for (auto& child : children) bench::write_line(child.to_child, "resume");
+      }
       auto called = bench::realtime_ns();
       auto ticket = producer.publish(v);
       if (std::getenv("BENCH_TRACE")) {  // lines comparable with MODELCAST_LOG_LEVEL=debug's timestamps
