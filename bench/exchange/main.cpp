@@ -529,7 +529,8 @@ json summary(std::size_t size, int consumers, const std::string& transport, int 
   for (std::size_t i = 0; i < x.stall_ms.size() && i < x.memcpy_ms.size(); ++i) {
     stall_over_memcpy.push_back(x.stall_ms[i] / x.memcpy_ms[i]);
   }
-  for (std::size_t i = 0; i < x.update_ms.size() && i < x.stall_ms.size() && i < x.ceiling_ms.size(); ++i) {
+  for (std::size_t i = 0; changed_pct >= 100 && i < x.update_ms.size() && i < x.stall_ms.size() && i < x.ceiling_ms.size();
+       ++i) {
     update_over_bound.push_back(x.update_ms[i] / (x.stall_ms[i] + 1.25 * x.ceiling_ms[i]));
   }
   extra["paired_stall_over_memcpy"] = number(bench::median(stall_over_memcpy));
@@ -658,7 +659,9 @@ int report(const std::vector<std::string>& files, bool as_json) {
     std::printf("%-8s %4d %-4s %3d%s %10.1f %9.1f %9.1f %10.1f %10.1f %13.0f %9.1f | %12.2f %19.2f %11.1f", label.c_str(),
                 row["consumers"].get<int>(), row["transport"].get<std::string>().c_str(), pct_of(row),
                 row.value("serving", false) ? "+" : " ", update, stall, copy, ceiling, file, notify,
-                field(row, "wire_bytes") / (1 << 20), stall / copy, update / (stall + 1.25 * ceiling), file / update);
+                field(row, "wire_bytes") / (1 << 20), stall / copy,
+                // The ceiling sends the whole model: against a delta's few blocks it bounds nothing.
+                pct_of(row) >= 100 ? update / (stall + 1.25 * ceiling) : std::nan(""), file / update);
     if (row.contains("serve_p99_ms")) {
       std::printf("   serve %.1f / idle %.1f", field(row, "serve_p99_ms"), field(row, "serve_idle_p99_ms"));
     }
