@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
@@ -199,6 +200,22 @@ void ModelService::serve(std::shared_ptr<ServedVersion> served, const modelcast:
     m.tensors.push_back({t.name(), t.dtype(), t.shape(), offsets[i], t.size_bytes(),
                          {t.box_offset.begin(), t.box_offset.end()}, {t.whole_shape.begin(), t.whole_shape.end()},
                          {t.scales.begin(), t.scales.end()}, t.scale_block});
+  }
+  // What a client is sent for it (with a hold of the widest encoding) must fit what a client
+  // reads: fp8 scales of many tensors pass each tensor's bound and can still make it too large.
+  attach::Reply reply;
+  reply.manifest = m;
+  reply.manifest->hold = std::numeric_limits<std::uint64_t>::max();
+  if (const auto bytes = attach::encode(reply).size(); bytes > attach::kMaxManifestBytes) {
+    if (callbacks_.on_rejected) {
+      callbacks_.on_rejected(
+          config_.name, modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                                         "version " + std::to_string(m.version) + " not served: its manifest for clients is " +
+                                             std::to_string(bytes) + " bytes, more than the " +
+                                             std::to_string(attach::kMaxManifestBytes) +
+                                             " a client reads (fp8 scales: a larger fp8_block in [model.convert] gives fewer)"));
+    }
+    return;
   }
   served->installed_at = std::chrono::system_clock::now();
   served->update_latency = view.update_latency();

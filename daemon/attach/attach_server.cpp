@@ -305,11 +305,20 @@ bool AttachServer::answer(Client& client, ServedPtr version) {
   std::uint64_t hold = next_hold_++;
   reply.manifest = version->manifest;
   reply.manifest->hold = hold;
+  auto encoded = encode(reply);
+  // ModelService refuses such versions; were one served, a client could not read it, nor name
+  // the hold to release it.
+  if (encoded.size() > kMaxManifestBytes) {
+    Reply refused;
+    refused.code = static_cast<int>(modelcast::ErrorCode::kResource);
+    refused.error = "version " + std::to_string(version->manifest.version) + "'s manifest is " +
+                    std::to_string(encoded.size()) + " bytes, more than a client reads";
+    return send_to(client.fd, encode(refused));
+  }
   // The hold is recorded before the reply leaves: once the client can read, the bytes are pinned.
   client.holds[hold] = version;
   count_hold(version, +1);
   ++attaches_;
-  auto encoded = encode(reply);
   int buffer_fd = version->buffer->read_only_fd();
   if (encoded.size() <= kInlineReplyBytes) {
     return send_to(client.fd, encoded, std::span<const int>(&buffer_fd, 1));

@@ -355,6 +355,9 @@ class Client::Impl {
       // buffer pinned for good (and updates waited on it).
       if (auto hold = modelcastd::attach::hold_in_reply(in_memfd.empty() ? std::span<const char>(answer) : in_memfd)) {
         connection->release(*hold);
+      } else {
+        // A hold it cannot name (a manifest it could not read) is let go with the connection.
+        connection->broken = true;
       }
       throw;
     }

@@ -209,5 +209,33 @@ TEST_F(DaemonTest, AConversionWithMoreFp8ScalesThanAClientTakesIsRefusedSayingWh
   EXPECT_FALSE(client().acquire()) << "a version the client could not read was served";
 }
 
+// Each tensor's fp8 scales within a client's bound, but all of them together past the manifest a
+// client reads (64 MiB): refused saying why. Served, no client could acquire it, and each try left
+// a hold it could not release, pinning the daemon's buffers until the client went.
+TEST_F(DaemonTest, AConversionWhoseScalesTogetherMakeAManifestTooLargeForAClientIsRefusedSayingWhy) {
+  constexpr std::size_t kTensors = 110, kElements = 131072;  // 14.4 million scales, about 72 MB
+  std::vector<std::vector<std::uint16_t>> tensors(kTensors, std::vector<std::uint16_t>(kElements, 0x3f00));  // bf16 0.5
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  modelcast::Producer producer(options);
+  for (std::size_t i = 0; i < kTensors; ++i) {
+    producer.register_tensor(
+        {{"t" + std::to_string(i), modelcast::DType::kBF16, {static_cast<std::int64_t>(kElements)}}, tensors[i].data()});
+  }
+  producer.prepare();
+  auto daemon = start_daemon(config(producer.control_endpoint(), 3,
+                                    "persist = false\n"
+                                    "[model.convert]\n\"*\" = { to = \"f8e4m3\", fp8_block = 1 }\n",
+                                    "", "64MiB"));
+  ASSERT_TRUE(producer.wait_for_consumers(1, 30s));
+  producer.publish(1);
+  const auto line = wait_for_text(*daemon, "its manifest for clients is");
+  ASSERT_NE(line, "") << "the daemon did not refuse version 1";
+  EXPECT_NE(line.find("version 1 not served"), std::string::npos) << line;
+  EXPECT_NE(line.find("larger fp8_block"), std::string::npos) << line;
+  EXPECT_FALSE(client().acquire()) << "a version the client could not read was served";
+}
+
 }  // namespace
 }  // namespace daemon_test
