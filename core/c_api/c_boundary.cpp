@@ -80,8 +80,6 @@ void optional_text(const char* text, const char* what, std::string& into) {
   into = text;
 }
 
-bool valid_dtype(int dtype) { return dtype >= MC_DTYPE_F64 && dtype <= MC_DTYPE_F8E4M3; }
-
 std::chrono::milliseconds timeout_of(std::int64_t ms, const char* what) {
   if (ms < 0) invalid(std::string(what) + " is negative (" + std::to_string(ms) + ")");
   return std::chrono::milliseconds(ms);

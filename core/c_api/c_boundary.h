@@ -124,7 +124,7 @@ int raw(const Enum& value) noexcept {
   return bits;
 }
 
-bool valid_dtype(int dtype);
+inline bool valid_dtype(int dtype) { return dtype >= MC_DTYPE_F64 && dtype <= MC_DTYPE_F8E4M3; }
 std::chrono::milliseconds timeout_of(std::int64_t ms, const char* what);
 // A descriptor's tensor as the C++ API takes it; checks what the C layer can see.
 modelcast::TensorRef tensor_ref(const char* name, int dtype, std::size_t ndim, const std::int64_t* shape,

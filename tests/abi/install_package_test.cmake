@@ -4,7 +4,7 @@
 # installed; a tiny C project builds once through pkg-config and once through
 # find_package(modelcast), and each build exchanges a model.
 # Inputs: MODELCAST_BUILD_DIR MODELCAST_SOURCE_DIR WORK_DIR GENERATOR C_COMPILER BUILD_TYPE VERSION SOVERSION
-# Fortran_COMPILER (empty: no Fortran module in this build)
+# Fortran_COMPILER (empty: no Fortran module in this build) CXX_COMPILER (empty: no C++ client built)
 cmake_minimum_required(VERSION 3.25)
 include(${CMAKE_CURRENT_LIST_DIR}/run_checked.cmake)
 foreach(var MODELCAST_BUILD_DIR MODELCAST_SOURCE_DIR WORK_DIR GENERATOR VERSION SOVERSION)
@@ -111,6 +111,29 @@ foreach(use_pkg_config ON OFF)
     message(FATAL_ERROR "tiny (USE_PKG_CONFIG=${use_pkg_config}) did not report success:\n${run_output}")
   endif()
 endforeach()
+# ---- a sidecar client, in C through pkg-config modelcast-sidecar alone (the helpers
+# sidecar_c.h declares link) and in C++ through find_package with no C++ standard set -----------
+run(pkg-config --cflags --libs modelcast-sidecar)
+string(STRIP "${run_output}" sidecar_flags)
+separate_arguments(sidecar_flags UNIX_COMMAND "${sidecar_flags}")
+set(tiny_sidecar ${MODELCAST_SOURCE_DIR}/tests/abi/tiny_sidecar_project)
+run(${cc} -std=c11 ${strict} ${tiny_sidecar}/tiny_sidecar.c ${sidecar_flags} -Wl,-rpath,${libdir}
+    -o ${WORK_DIR}/tiny_sidecar)
+run(${WORK_DIR}/tiny_sidecar)
+if(NOT run_output MATCHES "tiny_sidecar: ok, no daemon")
+  message(FATAL_ERROR "tiny_sidecar (C, pkg-config modelcast-sidecar) did not report success:\n${run_output}")
+endif()
+if(CXX_COMPILER)
+  set(build ${WORK_DIR}/tiny-sidecar-cmake)
+  run(${CMAKE_COMMAND} -S ${tiny_sidecar} -B ${build} -G ${GENERATOR} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
+      -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+  run(${CMAKE_COMMAND} --build ${build})
+  run(${build}/tiny_sidecar_cpp)
+  if(NOT run_output MATCHES "tiny_sidecar_cpp: ok, no daemon")
+    message(FATAL_ERROR "tiny_sidecar_cpp (find_package, modelcast::sidecar) did not report success:\n${run_output}")
+  endif()
+endif()
 # ---- the Fortran module, when this build has one: a Fortran program compiles against the
 # installed module files and runs from the installed libraries ------------------------------
 file(GLOB_RECURSE fortran_mod ${prefix}/*/modelcast/fortran/modelcast.mod)

@@ -1,5 +1,6 @@
 # The sidecar client library links only what a client needs: `ldd` of LIBRARY names none of
-# libmodelcast, UCX, ZeroMQ, libsodium or CUDA. Run by ctest as `cmake -DLIBRARY=... -P`.
+# libmodelcast, UCX, ZeroMQ, libsodium or CUDA; and it exports no msgpack or attach-protocol
+# symbol (a client may link another msgpack). Run by ctest as `cmake -DLIBRARY=... -P`.
 execute_process(COMMAND ldd ${LIBRARY} OUTPUT_VARIABLE linked RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "ldd ${LIBRARY} failed:\n${linked}")
@@ -9,4 +10,14 @@ foreach(unwanted libmodelcast\\.so libucp libucs libuct libzmq libsodium libcuda
     message(FATAL_ERROR "${LIBRARY} links ${unwanted}, which a client of modelcastd does not need:\n${linked}")
   endif()
 endforeach()
+execute_process(COMMAND nm -D -C --defined-only ${LIBRARY} OUTPUT_VARIABLE exported RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "nm -D ${LIBRARY} failed:\n${exported}")
+endif()
+string(REGEX MATCHALL "[^\n]*(msgpack::|modelcastd::attach::)[^\n]*" leaked "${exported}")
+if(leaked)
+  list(LENGTH leaked count)
+  list(GET leaked 0 first)
+  message(FATAL_ERROR "${LIBRARY} exports ${count} msgpack or attach-protocol symbols, e.g. ${first}")
+endif()
 message(STATUS "${LIBRARY} links:\n${linked}")
