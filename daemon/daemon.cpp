@@ -370,6 +370,7 @@ void Daemon::reload(DaemonConfig config) {
   std::map<std::string, const ModelConfig*> wanted;
   for (const auto& m : config.models) wanted[m.name] = &m;
   std::vector<std::shared_ptr<ModelService>> stopping;
+  std::vector<std::string> removed;  // models the new config no longer has
   {
     std::lock_guard lock(mutex_);
     for (auto it = models_.begin(); it != models_.end();) {
@@ -389,7 +390,7 @@ void Daemon::reload(DaemonConfig config) {
         if (w != wanted.end()) {
           carried_[it->first] = it->second->current();  // in the same step as the erase below
         } else {
-          metrics_.serving(it->first, 0);
+          removed.push_back(it->first);
         }
         hooks_by_model_.erase(it->first);
         stopping.push_back(std::move(it->second));
@@ -399,12 +400,16 @@ void Daemon::reload(DaemonConfig config) {
   }
   {
     std::lock_guard lock(mutex_);
-    std::erase_if(not_started_, [&](const auto& entry) { return !wanted.contains(entry.first); });
+    std::erase_if(not_started_, [&](const auto& entry) {
+      if (wanted.contains(entry.first)) return false;
+      removed.push_back(entry.first);
+      return true;
+    });
     for (auto it = carried_.begin(); it != carried_.end();) {
       if (wanted.contains(it->first)) {
         ++it;
       } else {
-        metrics_.serving(it->first, 0);
+        removed.push_back(it->first);
         it = carried_.erase(it);
       }
     }
@@ -416,6 +421,8 @@ void Daemon::reload(DaemonConfig config) {
     metrics_.consumer_replaced(service->config().name, stats.bytes_received, stats.versions_rejected);
   }
   stopping.clear();  // Consumers stop outside the lock; clients' holds keep their versions
+  // Once their Consumers' last counts are in (consumer_replaced would export them again).
+  for (const auto& name : removed) metrics_.model_removed(name);
   // A model removed, or one that no longer persists, lets its directory go (a group member
   // sharing the repository may then take it).
   if (writer_) {

@@ -57,6 +57,37 @@ void Metrics::model_added(const std::string& model, bool persists, bool hooks) {
   }
 }
 
+namespace {
+
+template <typename T>
+void remove_series(prometheus::Family<T>& family, const prometheus::Labels& labels) {
+  if (family.Has(labels)) family.Remove(&family.Add(labels));
+}
+
+template <typename T>
+void remove_series(prometheus::Family<T>& family, const prometheus::Labels& labels,
+                   const prometheus::Histogram::BucketBoundaries& buckets) {
+  if (family.Has(labels)) family.Remove(&family.Add(labels, buckets));
+}
+
+}  // namespace
+
+void Metrics::model_removed(const std::string& model) {
+  const prometheus::Labels labels{{"model", model}};
+  {
+    std::lock_guard lock(mutex_);
+    connected_.erase(model);
+    bytes_seen_.erase(model);
+    rejected_seen_.erase(model);
+  }
+  for (auto* family : {&installed_, &rejected_, &bytes_received_, &repository_writes_, &repository_failures_,
+                       &hook_runs_, &hook_failures_}) {
+    remove_series(*family, labels);
+  }
+  for (auto* family : {&serving_version_, &producer_connected_}) remove_series(*family, labels);
+  for (auto* family : {&update_latency_, &repository_duration_}) remove_series(*family, labels, kBuckets);
+}
+
 void Metrics::serving(const std::string& model, std::uint64_t version) {
   serving_version_.Add({{"model", model}}).Set(static_cast<double>(version));
 }

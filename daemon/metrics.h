@@ -46,6 +46,9 @@ class Metrics {
   // `model`'s Consumer is about to go (a reload restarts or removes the model): its last counts
   // (cumulative, as in LiveValues) are counted, and a new Consumer's are counted from 0.
   void consumer_replaced(const std::string& model, std::uint64_t bytes_received, std::uint64_t versions_rejected);
+  // A reload removed `model` (its Consumer gone, consumer_replaced counted): none of its series
+  // is exported from now on (left at 0, they read as a model whose producer is down).
+  void model_removed(const std::string& model);
   // A SIGHUP whose config could not be used; the running one was kept.
   void reload_refused();
   // The text exposition format (text/plain; version=0.0.4).

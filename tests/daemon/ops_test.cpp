@@ -388,6 +388,15 @@ TEST_F(DaemonTest, MetricsSayWhichProducersAreConnectedAndCountRefusedReloads) {
   ASSERT_NE(wait_for_text(*daemon, "reload refused"), "");
   EXPECT_EQ(metric(http.Get("/metrics")->body, "modelcastd_reloads_refused_total"), 1);
 
+  // A model the configuration no longer has has no series left (at 0 they read as a model whose
+  // producer is down, and alerts on them fired for a model nobody runs).
+  write_file(dir / "modelcastd.toml", config(producer->producer->control_endpoint(), 4, "", kHttp));
+  kill(daemon->pid(), SIGHUP);
+  ASSERT_NE(wait_for_text(*daemon, "reloaded"), "");
+  const auto after = http.Get("/metrics")->body;
+  EXPECT_EQ(after.find("model=\"never\""), std::string::npos) << after;
+  EXPECT_EQ(metric(after, "modelcastd_producer_connected{model=\"test\"}"), 1);
+
   producer.reset();  // the daemon gives it up after its producer_timeout of silence
   EXPECT_EQ(reaches("modelcastd_producer_connected{model=\"test\"}", 0), 0);
   kill(daemon->pid(), SIGTERM);
