@@ -183,6 +183,20 @@ bool ModelService::serve_copy(const modelcast::ModelView& view, bool report_wait
   return true;
 }
 
+namespace {
+
+// Whether two versions describe their tensors alike (names, dtypes, shapes, parts, fp8 blocks).
+bool same_layout(const attach::Manifest& a, const attach::Manifest& b) {
+  return std::equal(a.tensors.begin(), a.tensors.end(), b.tensors.begin(), b.tensors.end(),
+                    [](const attach::TensorEntry& x, const attach::TensorEntry& y) {
+                      return x.name == y.name && x.dtype == y.dtype && x.shape == y.shape &&
+                             x.box_offset == y.box_offset && x.whole_shape == y.whole_shape &&
+                             x.scale_block == y.scale_block;
+                    });
+}
+
+}  // namespace
+
 void ModelService::serve(std::shared_ptr<ServedVersion> served, const modelcast::ModelView& view,
                          const std::vector<std::uint64_t>& offsets) {
   auto tensors = view.tensors();
@@ -233,7 +247,12 @@ void ModelService::serve(std::shared_ptr<ServedVersion> served, const modelcast:
       // was not written by this daemon from that run: the producer's replaces it. Kept, it held
       // back every version the producer sent up to that number.
       const bool repository_ahead = current_->manifest.source == "repository" && served_version > m.version;
-      if (served_version >= m.version && !repository_ahead) return;
+      // The same version cut or converted otherwise (a reload changed the model's wants or
+      // conversions, and restarted it; the producer sent the version it had served): what the
+      // configuration asks for now. Skipped, the old shapes stayed served until the producer's
+      // next version, for good once its training had ended.
+      const bool reshaped = served_version == m.version && !same_layout(current_->manifest, m);
+      if (served_version >= m.version && !repository_ahead && !reshaped) return;
       if (auto log = spdlog::get("modelcastd"); log && repository_ahead) {
         log->warn(
             "model {}: the repository's version {} is newer than version {} of the same producer run, which replaces "

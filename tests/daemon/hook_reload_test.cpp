@@ -633,6 +633,34 @@ TEST_F(DaemonTest, AReloadNeverTakesAModelsVersionAway) {
   EXPECT_EQ(daemon->wait(), 0);
 }
 
+// A reload that changes what the model keeps (here a conversion) restarts it, and its new
+// Consumer is sent the producer's version already served: served again, as now asked for. It was
+// dropped as "the same version", and the old dtype stayed served until the producer's next
+// version: for good once training had ended.
+TEST_F(DaemonTest, AReloadThatConvertsServesTheSameVersionConvertedWithoutWaitingForTheNext) {
+  auto [producer, endpoint, daemon] = serve_first_version();
+  auto c = client();
+  auto first = c.wait_for_version(1, 30s);
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first.find("t0")->dtype(), modelcast::DType::kF32);
+
+  write_file(dir / "modelcastd.toml", config(endpoint, 4, "persist = false\n[model.convert]\n\"t0\" = \"bf16\"\n"));
+  kill(daemon->pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(*daemon, "reload: model test changed; restarting it"), "");
+  EXPECT_NE(wait_for_text(*daemon, "reloaded"), "");
+  modelcast::sidecar::View converted;
+  EXPECT_TRUE(testing_support::eventually(
+      [&] {
+        converted = c.acquire();
+        return converted && converted.find("t0")->dtype() == modelcast::DType::kBF16;
+      },
+      30s))
+      << "version 1 was not served again in bf16";
+  EXPECT_EQ(converted.version(), 1u);
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
 // A reload whose file names a path that cannot be examined ended the daemon (a std::filesystem
 // error past a catch of modelcast::Error): it is refused, and the model serves on.
 TEST_F(DaemonTest, AReloadNamingAPathThatCannotBeExaminedIsRefusedAndTheModelServesOn) {
