@@ -398,8 +398,12 @@ class Client::Impl {
 
   std::shared_ptr<Mapping> map(Connection& connection, const modelcastd::attach::Manifest& manifest, int fd) {
     std::lock_guard lock(connection.cache_mutex);
-    for (auto& [id, mapping] : connection.mappings) {
-      if (id == manifest.buffer_id && mapping->size == manifest.buffer_bytes) return mapping;
+    for (auto it = connection.mappings.begin(); it != connection.mappings.end(); ++it) {
+      if (it->first == manifest.buffer_id && it->second->size == manifest.buffer_bytes) {
+        // The most recently used last: the first ones are what eviction below drops.
+        std::rotate(it, it + 1, connection.mappings.end());
+        return connection.mappings.back().second;
+      }
     }
     if (fd < 0) throw Error(ErrorCode::kProtocol, "modelcastd: a version arrived without its buffer");
     struct stat st {};
@@ -418,12 +422,28 @@ class Client::Impl {
     auto mapping = std::make_shared<Mapping>();
     mapping->base = static_cast<const std::byte*>(p);
     mapping->size = manifest.buffer_bytes;
-    // Buffers a reloaded daemon dropped are mapped until the Client is gone: a few per model.
     connection.mappings.emplace_back(manifest.buffer_id, mapping);
+    // Buffers a restarted model (a reload) or a replaced copy buffer left behind stay mapped, and
+    // resident, as long as the cache has them: past kMostCachedMappings, the least recently used
+    // that no view holds are unmapped (a buffer the daemon still serves is mapped again when
+    // next acquired: a mapping, and its page faults at first read). The daemon's buffers of a
+    // model (its receive and copy buffers, up to 2 x 8) stay cached while they are in use.
+    std::size_t unused = 0;
+    for (const auto& entry : connection.mappings) unused += entry.second.use_count() == 1 ? 1 : 0;
+    for (auto it = connection.mappings.begin(); unused > kMostCachedMappings && it != connection.mappings.end();) {
+      if (it->second.use_count() == 1 && it->second != mapping) {
+        it = connection.mappings.erase(it);
+        --unused;
+      } else {
+        ++it;
+      }
+    }
     return mapping;
   }
 
   static constexpr std::size_t kMostIdleConnections = 4;
+  // Mappings a connection keeps that no view uses (see map()).
+  static constexpr std::size_t kMostCachedMappings = 16;
   std::mutex idle_mutex_;                          // guards the three below
   std::vector<std::shared_ptr<Connection>> idle_;  // connected, no request in flight
   std::string lost_why_;                           // why the last connection was given up, until one is made

@@ -661,6 +661,35 @@ TEST_F(DaemonTest, AReloadThatConvertsServesTheSameVersionConvertedWithoutWaitin
   EXPECT_EQ(daemon->wait(), 0);
 }
 
+// Every reload that restarts a model gives it new buffers; a client that goes on acquiring kept
+// each old buffer mapped (and its pages resident) until it went: 20 restarts, 20 mappings of
+// buffers the daemon had let go. A connection now keeps at most 16 that no view uses.
+TEST_F(DaemonTest, AClientKeepsABoundedNumberOfMappingsAcrossManyModelRestarts) {
+  auto [producer, endpoint, daemon] = serve_first_version();
+  auto c = client();
+  ASSERT_TRUE(c.wait_for_version(1, 30s));
+  auto daemon_mappings = [] {
+    std::ifstream maps("/proc/self/maps");
+    std::size_t n = 0;
+    for (std::string line; std::getline(maps, line);) n += line.find("memfd:modelcastd:") != std::string::npos ? 1 : 0;
+    return n;
+  };
+  constexpr std::uint64_t kRestarts = 24;
+  for (std::uint64_t v = 2; v < 2 + kRestarts; ++v) {
+    write_file(dir / "modelcastd.toml", config(endpoint, v % 2 ? 4 : 5));  // buffers changed: restarted
+    kill(daemon->pid(), SIGHUP);
+    ASSERT_NE(wait_for_text(*daemon, "reloaded"), "");
+    producer->publish(v);
+    auto view = c.wait_for_version(v, 30s);
+    ASSERT_TRUE(view) << "version " << v;
+    EXPECT_EQ(sidecar_test::check(view, 1), "");
+  }
+  EXPECT_LE(daemon_mappings(), 16u + 1u);  // the cache's unused ones, and the one in use
+  EXPECT_EQ(sidecar_test::check(c.acquire(), 1), "");
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
 // A reload whose file names a path that cannot be examined ended the daemon (a std::filesystem
 // error past a catch of modelcast::Error): it is refused, and the model serves on.
 TEST_F(DaemonTest, AReloadNamingAPathThatCannotBeExaminedIsRefusedAndTheModelServesOn) {
