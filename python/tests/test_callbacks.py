@@ -235,6 +235,49 @@ def test_an_exit_while_daemon_threads_are_inside_library_calls_is_clean(endpoint
         assert result.stdout.strip() == "exiting"
 
 
+# Daemon threads that catch the library's errors in a loop while the program exits: the error's
+# translation ran Python code inside pybind11's catch (...), where a thread that finalization ends
+# (pthread_exit) aborted the process, or crashed it (9 runs in 10).
+EXIT_WHILE_ERRORS_ARE_CAUGHT = """
+import sys, threading
+import numpy as np
+import modelcast
+endpoint = sys.argv[1]
+producer = modelcast.Producer(control_endpoint=endpoint, model_name="pytest")
+producer.register("w", np.arange(1000, dtype=np.float32))
+consumer = modelcast.Consumer(endpoint, model_name="pytest")
+producer.publish(1)
+view = consumer.wait_for_version(1, 60)
+caught = [threading.Event() for _ in range(2)]
+def lookup():
+    while True:
+        try:
+            view.array("missing")
+        except modelcast.InvalidArgumentError:
+            caught[0].set()
+def monitor():
+    while True:
+        try:
+            consumer.stats()
+        except modelcast.Error:  # closed by the exit's close_all
+            pass
+        caught[1].set()
+for target in (lookup, monitor):
+    threading.Thread(target=target, daemon=True).start()
+for event in caught:
+    assert event.wait(20)
+print("exiting", flush=True)
+"""
+
+
+def test_an_exit_while_daemon_threads_catch_library_errors_is_clean(endpoint):
+    for attempt in range(4):
+        result = subprocess.run([sys.executable, "-c", EXIT_WHILE_ERRORS_ARE_CAUGHT, endpoint], capture_output=True,
+                                text=True, timeout=WAIT_S * 3)
+        assert result.returncode == 0, f"attempt {attempt}: rc {result.returncode}: {result.stderr[-2000:]}"
+        assert result.stdout.strip() == "exiting"
+
+
 # Ctrl-C during a wait that would last for ever (math.inf) ends it with KeyboardInterrupt, as it
 # ends time.sleep: the library's waits block in C++, where Python's signal handlers never ran,
 # and such a process could only be killed. The child says it is about to wait; SIGINT follows.
