@@ -65,7 +65,9 @@ def _after_fork_in_child():
     global _forked_while_live
     parent, child = os.getppid(), os.getpid()
     impls = [obj.__dict__.get("_impl") for obj in list(_live)]
-    if any(impl is not None and not isinstance(impl, _ForkedAway) and not impl.closed for impl in impls):
+    # A child of such a child inherits what it lacks too (its objects are all forked away by then).
+    if _forked_while_live is not None or any(
+            impl is not None and not isinstance(impl, _ForkedAway) and not impl.closed for impl in impls):
         _forked_while_live = (parent, child)
     for obj in list(_live):
         impl = obj.__dict__.get("_impl")

@@ -146,6 +146,18 @@ if pid == 0:
             sys.exit(4)
         except modelcast.StateError as e:
             assert "was forked by process" in str(e) and "'spawn'" in str(e), e
+    # Nor in a child of the child (its objects were all forked away already: that was taken
+    # for no live objects, and the grandchild's Consumer never received, saying nothing).
+    grandchild = os.fork()
+    if grandchild == 0:
+        try:
+            modelcast.Consumer(sys.argv[1], model_name="pytest")
+            os._exit(5)
+        except modelcast.StateError as e:
+            os._exit(0 if "was forked by process" in str(e) else 6)
+    _, status = os.waitpid(grandchild, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(os.waitstatus_to_exitcode(status))
     consumer.close()  # nothing to stop in the child
     sys.exit(0)  # a normal exit: atexit closes every live object, then they are collected
 _, status = os.waitpid(pid, 0)
