@@ -106,6 +106,10 @@ def describe_memory(name, obj):
     except ImportError:
         numpy = None
     if numpy is not None and isinstance(obj, numpy.ndarray):
+        # Its data holds values the mask hides: published, the consumer got them as weights.
+        if isinstance(obj, numpy.ma.MaskedArray):
+            raise InvalidArgumentError(f"array '{name}' is a masked array; modelcast carries the data, not the mask: "
+                                       f"register numpy.ma.filled(array, fill) kept up to date, or a plain array")
         if not obj.flags.c_contiguous:
             raise InvalidArgumentError(
                 f"array '{name}' is not C-contiguous; register a contiguous array (publish() reads one dense "

@@ -186,6 +186,9 @@ def seconds(what, name, value, forever_ok=False):
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentError(f"{what}: {name} is a duration in seconds (a number or a timedelta), "
                                    f"not {type(value).__name__}")
+    # An int past a float's range (10**400) made math.isnan raise a bare OverflowError.
+    if isinstance(value, numbers.Integral) and value > LONGEST_S:
+        value = math.inf
     if math.isnan(value):
         raise InvalidArgumentError(f"{what}: {name} is not a number (nan)")
     if value < 0:

@@ -46,6 +46,9 @@ def test_unsupported_dtypes_are_refused_naming_the_tensor(producer):
         producer.register("big", np.zeros(3, dtype=">f4"))  # not native byte order
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'lst'", "list"):
         producer.register("lst", [1.0, 2.0])
+    # Its hidden values were published as weights, the mask dropped without a word.
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'masked'", "masked array"):
+        producer.register("masked", np.ma.masked_array(np.ones(3, dtype=np.float32), mask=[0, 1, 0]))
 
 
 def test_non_contiguous_memory_is_refused_naming_the_tensor(producer):
@@ -451,6 +454,11 @@ def test_durations_take_int_and_float_seconds_and_timedelta(producer, endpoint):
             modelcast.Consumer(endpoint, producer_timeout=bad)
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "timeout", "not a number"):
         producer.wait_for_consumers(1, timeout=float("nan"))
+    # An int past a float's range was a bare OverflowError: a wait waits its longest, an option
+    # is refused by name.
+    assert producer.wait_for_consumers(0, timeout=10**400) is True
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "lease_timeout", "at most"):
+        modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", lease_timeout=10**400)
 
 
 def test_an_infinite_wait_waits(producer, endpoint):
