@@ -52,7 +52,19 @@ class PyCallback {
     py::gil_scoped_acquire gil;
     if (!*fn_) return;  // cleared by the garbage collector
     try {
-      (*fn_)(*make_args());
+      py::object result = (*fn_)(*make_args());
+      // An async function behind a decorator passes the check at construction
+      // (check_callback): what it returns is a coroutine nothing awaits, so its body never ran.
+      // Closed (no "never awaited" warning) and reported as the callback's error.
+      if (!result.is_none() && py::hasattr(result, "__await__")) {
+        if (py::hasattr(result, "close")) result.attr("close")();
+        PyErr_SetString(PyExc_TypeError,
+                        "the callback returned an awaitable (an async function, perhaps behind a decorator), which "
+                        "nothing awaits: its body never ran. Callbacks run on a library thread with no event loop: "
+                        "pass a plain function (it may hand its argument to your loop with "
+                        "loop.call_soon_threadsafe)");
+        throw py::error_already_set();
+      }
     } catch (py::error_already_set& e) {
       if (errors_) errors_->fetch_add(1);
       e.discard_as_unraisable(where);

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import numpy as np
 
@@ -38,6 +39,37 @@ def test_on_update_sees_each_version_and_its_exceptions_are_reported(endpoint, m
         assert len(reported) == 1
         assert isinstance(reported[0].exc_value, RuntimeError)
         assert "on_update" in str(reported[0].err_msg or reported[0].object)
+
+
+def test_an_async_callback_behind_a_decorator_is_reported_as_the_callbacks_error(endpoint, monkeypatch):
+    # The check at construction cannot see through a wrapper: the coroutine it returned was never
+    # awaited, and the callback's body never ran, with a warning at most.
+    import functools
+    reported, ran = [], []
+
+    def logged(fn):
+        @functools.wraps(fn)
+        def wrapper(*args):
+            return fn(*args)
+        return wrapper
+
+    @logged
+    async def on_update(view):
+        ran.append(view.version)
+
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest", on_update=on_update) as consumer:
+        producer.register("w", np.zeros(4, dtype=np.float32))
+        producer.publish(1)
+        assert consumer.wait_for_version(1, WAIT_S) is not None
+        deadline = time.monotonic() + WAIT_S
+        while consumer.callback_errors < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert consumer.callback_errors == 1
+    assert ran == []
+    assert len(reported) == 1 and isinstance(reported[0].exc_value, TypeError)
+    assert "awaitable" in str(reported[0].exc_value)
 
 
 def test_on_delivery_reports_each_consumer_ack(endpoint):
