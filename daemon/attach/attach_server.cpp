@@ -8,6 +8,7 @@
 #include <sys/resource.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -74,6 +75,13 @@ Clock::time_point on_recheck_grid(Clock::time_point when) {
   return Clock::time_point(ticks * kGrid);
 }
 
+// Which file `path` is (device, inode), if any.
+std::optional<std::pair<dev_t, ino_t>> file_identity(const std::string& path) {
+  struct stat st {};
+  if (lstat(path.c_str(), &st) != 0) return std::nullopt;
+  return std::pair<dev_t, ino_t>{st.st_dev, st.st_ino};
+}
+
 std::size_t default_max_clients() {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 4096;
@@ -89,7 +97,36 @@ AttachServer::AttachServer(const std::string& socket_path, Lookup lookup, std::s
       max_holds_(max_holds_per_client),
       max_clients_(max_clients != 0 ? max_clients : default_max_clients()) {
   listen_fd_ = listen_at(path_);
+  bound_file_ = file_identity(path_).value_or(std::pair<dev_t, ino_t>{});
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+}
+
+void AttachServer::check_socket_path(Clock::time_point now) {
+  if (now < path_check_at_) return;
+  path_check_at_ = now + std::chrono::seconds(1);
+  auto log = spdlog::get("modelcastd");
+  const auto identity = file_identity(path_);
+  if (identity == bound_file_) return;
+  if (identity) {
+    if (!foreign_file_said_) {
+      log->error("attach: '{}' is no longer this daemon's socket (another file took its place): new clients "
+                 "cannot reach it until it is removed or the daemon restarts", path_);
+      foreign_file_said_ = true;
+    }
+    return;
+  }
+  try {
+    const int fd = listen_at(path_);
+    close(listen_fd_);
+    listen_fd_ = fd;
+    bound_file_ = file_identity(path_).value_or(std::pair<dev_t, ino_t>{});
+    foreign_file_said_ = false;
+    log->warn("attach: the socket '{}' was removed; listening there again (connected clients were not affected)",
+              path_);
+  } catch (const modelcast::Error& e) {
+    if (!foreign_file_said_) log->error("attach: the socket '{}' was removed and cannot be made again: {}", path_, e.what());
+    foreign_file_said_ = true;
+  }
 }
 
 void AttachServer::start() {
@@ -103,7 +140,7 @@ AttachServer::~AttachServer() {
   clients_.clear();
   close(listen_fd_);
   close(wake_fd_);
-  unlink(path_.c_str());
+  if (file_identity(path_) == bound_file_) unlink(path_.c_str());  // not a file that took its place
 }
 
 void AttachServer::notify() {
@@ -161,6 +198,8 @@ void AttachServer::run() {
       auto left = std::max<long long>(std::chrono::ceil<std::chrono::milliseconds>(when - now).count(), 0);
       timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
     };
+    check_socket_path(now);
+    wake_by(path_check_at_);
     for (auto it = clients_.begin(); it != clients_.end();) {
       Client& client = *it->second;
       if ((client.paused || client.closing) && now >= client.recheck_at) {

@@ -11,6 +11,8 @@
 // and pending waits. notify() (any thread) wakes it when a model serves a new version.
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -20,6 +22,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/log_rate.h"
@@ -66,6 +69,9 @@ class AttachServer {
   void check_waiters();
   void count_hold(const ServedPtr& version, int delta);
   void drop_client(int fd);
+  // Once a second: listens at path_ again if the socket file was removed (rm, a tmp cleaner),
+  // which locked every new client out without a word; says so once if another file took its place.
+  void check_socket_path(std::chrono::steady_clock::time_point now);
 
   const std::string path_;
   const Lookup lookup_;
@@ -84,6 +90,11 @@ class AttachServer {
   // Out of descriptors (EMFILE): the listening socket stays readable, so it is left out of poll
   // until then rather than polled (and failed) in a busy loop.
   std::chrono::steady_clock::time_point accept_paused_until_{};
+  // The socket file listen_fd_ is bound to (device, inode), when the path is next checked, and
+  // whether a foreign file there was said.
+  std::pair<dev_t, ino_t> bound_file_{};
+  std::chrono::steady_clock::time_point path_check_at_{};
+  bool foreign_file_said_ = false;
   // What clients can cause at will (malformed requests, unread replies) is logged at most once
   // per 10 s each.
   modelcast::LogRate malformed_logged_, drops_logged_, refusals_logged_;

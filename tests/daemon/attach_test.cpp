@@ -140,6 +140,21 @@ TEST_F(DaemonTest, AModelWhoseManifestExceedsOneSocketMessageAttaches) {
   EXPECT_EQ(sidecar_test::check(view, 1), "");
 }
 
+// The socket file removed under a running daemon (rm, a cleaner of /tmp) locked every new client
+// out without a word, while /healthz said all was well: it is made again, and said.
+TEST_F(DaemonTest, ARemovedSocketFileIsMadeAgainForNewClients) {
+  auto [producer, endpoint, daemon] = serve_first_version();
+  auto connected = client();
+  ASSERT_TRUE(connected.wait_for_version(1, 30s));
+  ASSERT_TRUE(std::filesystem::remove(socket()));
+  ASSERT_NE(wait_for_text(*daemon, "was removed; listening there again"), "");
+  auto fresh = client();
+  auto view = fresh.acquire();
+  ASSERT_TRUE(view);
+  EXPECT_EQ(view.version(), 1u);
+  EXPECT_TRUE(connected.acquire()) << "a client connected before lost its connection";
+}
+
 TEST_F(DaemonTest, UnknownModelIsAnInvalidArgument) {
   TestProducer producer(64);
   auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
