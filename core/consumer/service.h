@@ -301,6 +301,7 @@ class ConsumerService {
   std::shared_ptr<detail::InstalledVersion> prepared_;
   std::uint64_t group_committed_ = 0;
   std::uint64_t group_gave_up_said_ = 0;  // the given-up version reported (this incarnation's)
+  std::uint64_t caller_buffers_said_for_ = 0;  // the model size caller buffers too small were named for
   bool group_waiting_ = false;
   bool group_was_whole_ = false;
   std::string group_waiting_said_;  // the last_error that says the group waits, while it does

@@ -94,7 +94,11 @@ struct ConsumerOptions {
   // The caller never writes its caller_buffers (modelcast alone does, as the sidecar daemon's
   // shared-memory buffers are written): a version's bytes then stay as they were verified, so
   // they may be relayed to peers (serve_peers) and a delta leaves unchanged blocks in place.
-  // False: the caller may write a buffer whenever no view uses it, so neither is done.
+  // False: the caller may write a buffer only while it holds a view of a version in it that is
+  // no longer the newest (acquire() gives a newer one): modelcast neither writes nor reads that
+  // buffer until the view goes (other readers of that version see the writes). A buffer no view
+  // holds may be receiving a version, or hold one not yet acquired: writing it then corrupts what
+  // readers get, unseen. Neither relaying nor leaving blocks in place is done.
   bool caller_buffers_untouched = false;
   // Where views' tensors live: host memory, or a device (MemoryKind::kCuda and its ordinal).
   // A device consumer receives through host buffers, copies each version to the device and

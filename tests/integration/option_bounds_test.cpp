@@ -14,6 +14,7 @@
 #include <fstream>
 #include <future>
 #include <limits>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -321,6 +322,32 @@ TEST(OptionBounds, ConsumerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  ErrorCode::kInvalidArgument, "memory 9 is no memory kind (host or cuda)");
   Consumer fine(with([](auto&) {}));
   EXPECT_REFUSED(fine.wait_for_version(1, -5ms), ErrorCode::kInvalidArgument, "wait_for_version: timeout -5 ms is negative");
+}
+
+// Caller buffers are checked against the model only once it is known (at the join): one too
+// small was never said, and the consumer joined again for good, taking nothing.
+TEST(OptionBounds, ACallerBufferSmallerThanTheModelIsNamedAtTheJoin) {
+  Producer producer(producer_options());
+  std::vector<float> values(1 << 16, 1.0f);  // 256 KiB
+  producer.register_tensor({{"w", DType::kF32, {static_cast<std::int64_t>(values.size())}}, values.data()});
+  producer.prepare();
+  alignas(64) static std::byte memory[(1 << 20) + 4096];
+  auto o = consumer_options(producer.control_endpoint());
+  o.caller_buffers = {{memory, 1 << 20}, {memory + (1 << 20), 4096}};
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  o.on_error = [&](const Error& e) {
+    std::lock_guard lock(mutex);
+    errors.push_back(e.what());
+  };
+  Consumer consumer(o);
+  ASSERT_TRUE(testing_support::eventually([&] {
+    std::lock_guard lock(mutex);
+    return !errors.empty();
+  }, 60s)) << "a caller buffer too small for the model was never named";
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(errors.front().rfind("caller buffers 1 (4096 bytes) cannot hold model 'bounds' of ", 0), 0u) << errors.front();
+  EXPECT_EQ(errors.size(), 1u) << "said again: " << errors.back();
 }
 
 TEST(OptionBounds, CallerBuffersThatOverlapAreEmptyOrMisalignedAreRefused) {
