@@ -22,18 +22,45 @@ void throw_invalid(const std::string& message) { throw Error(ErrorCode::kInvalid
 
 namespace {
 
-// modelcast.errors' class for each code, and Error for any other, looked up once at import.
-// The translator runs inside pybind11's catch (...), where no Python code may run: at interpreter
-// exit, a daemon thread that gives up the GIL there (an import, a call into errors.py) is ended
-// with pthread_exit, whose unwinding that catch swallows, and the process aborted (or crashed).
-// So the translator only sets the class and the constructor's arguments (C calls); Python makes
-// the instance when it first looks at the exception, outside every catch. Leaked: the classes
-// are used until the interpreter ends.
+// modelcast.errors' class and ErrorCode member for each code, and Error for any other, looked up
+// once at import. The translator runs inside pybind11's catch (...), where no Python code may
+// run: at interpreter exit, a daemon thread that gives up the GIL there (an import, a call into
+// errors.py, a constructor) is ended with pthread_exit, whose unwinding that catch swallows, and
+// the process aborted (or crashed). So the instance is made with C calls only: the class's
+// tp_new (none of them defines __new__) and the attributes their __init__ would set. Handing
+// PyErr_SetObject the class and the message instead is not enough: it constructs the instance at
+// once inside an except block (and always from Python 3.12). Leaked: used until the end.
 struct ErrorClasses {
   PyObject* base = nullptr;
-  std::map<int, PyObject*> by_code;
+  std::map<int, std::pair<PyObject*, PyObject*>> by_code;  // class, ErrorCode member
 };
 const ErrorClasses* error_classes = nullptr;
+
+// The exception for `code` and `message`, made without running Python code; null (with the
+// failure set) when out of memory.
+PyObject* make_error(int code, const std::string& message) {
+  // A message quotes input (a file's bytes, a name) that need not be UTF-8.
+  PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
+  if (text == nullptr) return nullptr;
+  const auto known = error_classes->by_code.find(code);
+  auto* cls = reinterpret_cast<PyTypeObject*>(known != error_classes->by_code.end() ? known->second.first
+                                                                                       : error_classes->base);
+  PyObject* code_value = known != error_classes->by_code.end() ? (Py_INCREF(known->second.second), known->second.second)
+                                                               : PyLong_FromLong(code);
+  PyObject* args = PyTuple_Pack(1, text);
+  PyObject* error = args && code_value ? cls->tp_new(cls, args, nullptr) : nullptr;
+  const bool ok = error && PyObject_SetAttrString(error, "args", args) == 0 &&
+                  PyObject_SetAttrString(error, "code", code_value) == 0 &&
+                  PyObject_SetAttrString(error, "message", text) == 0;
+  Py_XDECREF(args);
+  Py_XDECREF(code_value);
+  Py_DECREF(text);
+  if (!ok) {
+    Py_XDECREF(error);
+    return nullptr;
+  }
+  return error;
+}
 
 }  // namespace
 
@@ -42,25 +69,20 @@ void bind_errors(py::module_& m) {
   auto errors = py::module_::import("modelcast.errors");
   auto* classes = new ErrorClasses;
   classes->base = py::object(errors.attr("Error")).release().ptr();
+  auto codes = errors.attr("ErrorCode");
   for (auto item : errors.attr("_BY_CODE").cast<py::dict>()) {
-    classes->by_code[item.first.cast<int>()] = py::reinterpret_borrow<py::object>(item.second).release().ptr();
+    const int code = item.first.cast<int>();
+    classes->by_code[code] = {py::reinterpret_borrow<py::object>(item.second).release().ptr(),
+                              py::object(codes(code)).release().ptr()};
   }
   error_classes = classes;
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      const std::string message = e.what();
-      // Not UTF-8 need not be the message's fault (it quotes input): decoded leniently.
-      PyObject* text = PyUnicode_DecodeUTF8(message.data(), static_cast<Py_ssize_t>(message.size()), "backslashreplace");
-      if (text == nullptr) return;  // that failure (memory) is the exception set
-      const int code = static_cast<int>(e.code());
-      if (auto it = error_classes->by_code.find(code); it != error_classes->by_code.end()) {
-        PyErr_SetObject(it->second, text);  // the subclass's constructor takes the message
-        Py_DECREF(text);
-      } else if (PyObject* args = Py_BuildValue("(iN)", code, text)) {  // Error(code, message)
-        PyErr_SetObject(error_classes->base, args);
-        Py_DECREF(args);
+      if (PyObject* error = make_error(static_cast<int>(e.code()), e.what())) {
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(error)), error);
+        Py_DECREF(error);
       }
     }
   });
