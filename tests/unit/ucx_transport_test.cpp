@@ -143,10 +143,13 @@ TEST(UcxTransport, DetectsFailureOnOneMachineOnlyWhereSharedMemoryIsOff) {
     EXPECT_FALSE(transport->detects_failure_at(Reach::kHost)) << "UCX_TLS=" << tls;
     EXPECT_TRUE(transport->detects_failure_at(Reach::kNetwork)) << "UCX_TLS=" << tls;
   }
-  setenv("UCX_TLS", "tcp,self", 1);
-  EXPECT_TRUE(transport->detects_failure_at(Reach::kProcess));
-  EXPECT_TRUE(transport->detects_failure_at(Reach::kHost));
-  EXPECT_TRUE(transport->detects_failure_at(Reach::kNetwork));
+  // An exclusion list that leaves every shared-memory transport out leaves it off too.
+  for (const char* tls : {"tcp,self", "^sm", "^shm,ib"}) {
+    setenv("UCX_TLS", tls, 1);
+    EXPECT_TRUE(transport->detects_failure_at(Reach::kProcess)) << "UCX_TLS=" << tls;
+    EXPECT_TRUE(transport->detects_failure_at(Reach::kHost)) << "UCX_TLS=" << tls;
+    EXPECT_TRUE(transport->detects_failure_at(Reach::kNetwork)) << "UCX_TLS=" << tls;
+  }
   unsetenv("UCX_TLS");
   EXPECT_FALSE(transport->detects_failure_at(Reach::kHost)) << "UCX_TLS unset";
 }

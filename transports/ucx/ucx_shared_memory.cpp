@@ -2,20 +2,42 @@
 
 #include <cstdlib>
 #include <sstream>
+#include <initializer_list>
 #include <string>
+#include <vector>
 
 namespace modelcast::transport {
 
-bool ucx_shared_memory_allowed() {
+namespace {
+
+// Whether UCX_TLS (its list, or what its '^' list leaves out) keeps one of `names` on: a name
+// of an alias that covers them (all, sm, shm, mm) counts as each of them.
+bool allowed_by_ucx_tls(std::initializer_list<const char*> names) {
   const char* tls = std::getenv("UCX_TLS");
-  if (tls == nullptr || *tls == '\0' || *tls == '^') return true;  // default or an exclusion list
-  std::stringstream list(tls);
-  for (std::string item; std::getline(list, item, ',');) {
-    for (const char* shm : {"all", "sm", "shm", "posix", "sysv", "cma", "knem", "xpmem"}) {
-      if (item == shm) return true;
+  if (tls == nullptr || *tls == '\0') return true;
+  const bool exclusion = *tls == '^';
+  std::vector<std::string> items;
+  std::stringstream list(tls + (exclusion ? 1 : 0));
+  for (std::string item; std::getline(list, item, ',');) items.push_back(item);
+  auto listed = [&](const char* name) {
+    for (const auto& item : items) {
+      if (item == name || item == "all" || item == "sm" || item == "shm") return true;
+      if (item == "mm" && (std::string(name) == "posix" || std::string(name) == "sysv")) {
+        return true;
+      }
     }
+    return false;
+  };
+  for (const char* name : names) {
+    if (listed(name) != exclusion) return true;  // listed and allowed, or not excluded
   }
   return false;
 }
+
+}  // namespace
+
+bool ucx_shared_memory_allowed() { return allowed_by_ucx_tls({"posix", "sysv", "cma", "knem", "xpmem"}); }
+
+bool ucx_mm_transports_allowed() { return allowed_by_ucx_tls({"posix", "sysv"}); }
 
 }  // namespace modelcast::transport

@@ -9,4 +9,8 @@ namespace modelcast::transport {
 // Read at each call: the environment may change between transports (tests set UCX_TLS).
 bool ucx_shared_memory_allowed();
 
+// Whether UCX_TLS leaves UCX's mm transports (posix, sysv) on: the ones an MM_* setting applies
+// to (xpmem too, which Debian's UCX lacks). A setting of theirs where none is loaded makes UCX warn "invalid configuration".
+bool ucx_mm_transports_allowed();
+
 }  // namespace modelcast::transport

@@ -57,7 +57,7 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
   // UCX_TLS leaves shared memory out: the setting then names no transport UCX loads, and UCX
   // warns "invalid configuration" at every start.
   if (std::getenv("UCX_MM_RX_BUFS_GROW") == nullptr && std::getenv("UCX_SYSV_RX_BUFS_GROW") == nullptr &&
-      std::getenv("UCX_POSIX_RX_BUFS_GROW") == nullptr && ucx_shared_memory_allowed()) {
+      std::getenv("UCX_POSIX_RX_BUFS_GROW") == nullptr && ucx_mm_transports_allowed()) {
     if (auto s = ucp_config_modify(config, "MM_RX_BUFS_GROW", "64"); s != UCS_OK) {
       ucp_config_release(config);
       throw_ucx("ucp_config_modify(MM_RX_BUFS_GROW)", s);
