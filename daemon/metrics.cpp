@@ -35,8 +35,17 @@ Metrics::Metrics()
   reloads_refused_.Add({});
 }
 
+bool Metrics::removed(const std::string& model) const {
+  std::lock_guard lock(mutex_);
+  return removed_.contains(model);
+}
+
 void Metrics::model_added(const std::string& model, bool persists, bool hooks) {
   prometheus::Labels labels{{"model", model}};
+  {
+    std::lock_guard lock(mutex_);
+    removed_.erase(model);
+  }
   installed_.Add(labels);
   rejected_.Add(labels);
   update_latency_.Add(labels, kBuckets);
@@ -76,6 +85,7 @@ void Metrics::model_removed(const std::string& model) {
   const prometheus::Labels labels{{"model", model}};
   {
     std::lock_guard lock(mutex_);
+    removed_.insert(model);
     connected_.erase(model);
     bytes_seen_.erase(model);
     rejected_seen_.erase(model);
@@ -89,26 +99,36 @@ void Metrics::model_removed(const std::string& model) {
 }
 
 void Metrics::serving(const std::string& model, std::uint64_t version) {
+  if (removed(model)) return;
   serving_version_.Add({{"model", model}}).Set(static_cast<double>(version));
 }
 
 void Metrics::installed(const std::string& model, std::chrono::nanoseconds update_latency) {
+  if (removed(model)) return;
   installed_.Add({{"model", model}}).Increment();
   update_latency_.Add({{"model", model}}, kBuckets).Observe(seconds(update_latency));
 }
 
 void Metrics::reload_refused() { reloads_refused_.Add({}).Increment(); }
 
-void Metrics::rejected(const std::string& model) { rejected_.Add({{"model", model}}).Increment(); }
+void Metrics::rejected(const std::string& model) {
+  if (removed(model)) return;
+  rejected_.Add({{"model", model}}).Increment();
+}
 
 void Metrics::repository_written(const std::string& model, std::chrono::nanoseconds took) {
+  if (removed(model)) return;
   repository_writes_.Add({{"model", model}}).Increment();
   repository_duration_.Add({{"model", model}}, kBuckets).Observe(seconds(took));
 }
 
-void Metrics::repository_failed(const std::string& model) { repository_failures_.Add({{"model", model}}).Increment(); }
+void Metrics::repository_failed(const std::string& model) {
+  if (removed(model)) return;
+  repository_failures_.Add({{"model", model}}).Increment();
+}
 
 void Metrics::hook_ran(const std::string& model, bool ok) {
+  if (removed(model)) return;
   hook_runs_.Add({{"model", model}}).Increment();
   auto& failures = hook_failures_.Add({{"model", model}});  // present at 0, so alerts can use it
   if (!ok) failures.Increment();

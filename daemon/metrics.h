@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -47,7 +48,9 @@ class Metrics {
   // (cumulative, as in LiveValues) are counted, and a new Consumer's are counted from 0.
   void consumer_replaced(const std::string& model, std::uint64_t bytes_received, std::uint64_t versions_rejected);
   // A reload removed `model` (its Consumer gone, consumer_replaced counted): none of its series
-  // is exported from now on (left at 0, they read as a model whose producer is down).
+  // is exported from now on (left at 0, they read as a model whose producer is down), and what
+  // its work still under way reports (a repository write, a hook) is not counted, until a
+  // reload adds it again (model_added).
   void model_removed(const std::string& model);
   // A SIGHUP whose config could not be used; the running one was kept.
   void reload_refused();
@@ -55,6 +58,7 @@ class Metrics {
   std::string render(const LiveValues& live);
 
  private:
+  bool removed(const std::string& model) const;  // model_removed and not added since
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Counter>& installed_;
   prometheus::Family<prometheus::Counter>& rejected_;
@@ -70,11 +74,12 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& serving_version_;
   prometheus::Family<prometheus::Gauge>& producer_connected_;
   prometheus::Family<prometheus::Counter>& reloads_refused_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::map<std::string, std::uint64_t> bytes_seen_;  // mutex_: the counter counts increments
   std::map<std::string, std::uint64_t> rejected_seen_;  // mutex_: as bytes_seen_
-  // mutex_: every model ever added, so one removed by a reload reads 0 rather than its last value.
+  // mutex_: each configured model's series, set from LiveValues at render().
   std::map<std::string, prometheus::Gauge*> connected_;
+  std::set<std::string> removed_;  // mutex_: models a reload removed (none of their series is made)
 };
 
 }  // namespace modelcastd

@@ -18,6 +18,7 @@
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
+#include "daemon/metrics.h"
 #include "daemon/ops_connection.h"
 #include "daemon/ops_http.h"
 #include "daemon/ops_task_queue.h"
@@ -356,6 +357,25 @@ TEST_F(DaemonTest, VersionsTooLargeForTheModelAreCountedAsRejected) {
       },
       60s))
       << "the consumer rejected " << rejected << ", the metric says " << counted;
+}
+
+// What a removed model's work still under way reports (a repository write or a hook that ends
+// after the reload) made its series again, at 1 and 0, for a model nobody runs.
+TEST(Metrics, ARemovedModelsLateReportsMakeNoSeries) {
+  modelcastd::Metrics metrics;
+  metrics.model_added("old", true, true);
+  metrics.model_removed("old");
+  metrics.repository_written("old", std::chrono::milliseconds(5));
+  metrics.repository_failed("old");
+  metrics.hook_ran("old", false);
+  metrics.installed("old", std::chrono::milliseconds(1));
+  metrics.serving("old", 3);
+  metrics.rejected("old");
+  const auto text = metrics.render({});
+  EXPECT_EQ(text.find("model=\"old\""), std::string::npos) << text;
+  metrics.model_added("old", true, true);  // configured again: counted again
+  metrics.serving("old", 4);
+  EXPECT_EQ(metric(metrics.render({}), "modelcastd_serving_version{model=\"old\"}"), 4);
 }
 
 // Whether each model's producer is connected and how many reloads were refused: both series
