@@ -186,9 +186,12 @@ def seconds(what, name, value, forever_ok=False):
     elif isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidArgumentError(f"{what}: {name} is a duration in seconds (a number or a timedelta), "
                                    f"not {type(value).__name__}")
-    # An int past a float's range (10**400) made math.isnan raise a bare OverflowError.
-    if isinstance(value, numbers.Integral) and value > LONGEST_S:
-        value = math.inf
+    # A number past a float's range (10**400, a Fraction of it) made math.isnan raise a bare
+    # OverflowError.
+    try:
+        value = float(value)
+    except OverflowError:
+        value = math.inf if value > 0 else -math.inf
     if math.isnan(value):
         raise InvalidArgumentError(f"{what}: {name} is not a number (nan)")
     if value < 0:
@@ -196,7 +199,8 @@ def seconds(what, name, value, forever_ok=False):
     if value > LONGEST_S:
         if forever_ok:
             return LONGEST_S
-        raise InvalidArgumentError(f"{what}: {name} must be at most {LONGEST_S:.0f} s (100 years), got {value} s")
+        raise InvalidArgumentError(f"{what}: {name} must be at most {LONGEST_S:.0f} s (100 years), got "
+                                   f"{'a longer one' if math.isinf(value) else f'{value} s'}")
     return float(value)
 
 

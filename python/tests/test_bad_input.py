@@ -454,9 +454,11 @@ def test_durations_take_int_and_float_seconds_and_timedelta(producer, endpoint):
             modelcast.Consumer(endpoint, producer_timeout=bad)
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "timeout", "not a number"):
         producer.wait_for_consumers(1, timeout=float("nan"))
-    # An int past a float's range was a bare OverflowError: a wait waits its longest, an option
+    # A number past a float's range was a bare OverflowError: a wait waits its longest, an option
     # is refused by name.
+    import fractions
     assert producer.wait_for_consumers(0, timeout=10**400) is True
+    assert producer.wait_for_consumers(0, timeout=fractions.Fraction(10**400)) is True
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "lease_timeout", "at most"):
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", lease_timeout=10**400)
 
