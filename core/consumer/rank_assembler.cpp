@@ -159,8 +159,10 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     if (!outcome.installed) return outcome;  // a rank's next version, fetched for the plan, completes it
     // Numbered as rank 0 numbered its piece: every consumer of the ranks (every member of a group,
     // a consumer restarted) calls a step by one number, the one rank 0's producer gave it (and
-    // group_version counts). Unique: a set with another rank-0 piece is another step, or of
-    // another run (restarted, a producer's numbers start again, as on one producer).
+    // group_version counts). A set with another rank-0 piece is another step, or of another run
+    // (restarted, a producer's numbers start again, as on one producer). One narrow case repeats
+    // a number: a rank other than 0 restarted alone without a run id, its new piece of a step put
+    // with the rank-0 piece that was assembled with its old one (modelcastd then keeps the first).
     outcome.installed->manifest.version = pieces.front()->manifest.version;
     assembled_from_ = key_of(pieces);
     counts_.current_version = outcome.installed->manifest.version;

@@ -426,8 +426,9 @@ class Client::Impl {
     // Buffers a restarted model (a reload) or a replaced copy buffer left behind stay mapped, and
     // resident, as long as the cache has them: past kMostCachedMappings, the least recently used
     // that no view holds are unmapped (a buffer the daemon still serves is mapped again when
-    // next acquired: a mapping, and its page faults at first read). The daemon's buffers of a
-    // model (its receive and copy buffers, up to 2 x 8) stay cached while they are in use.
+    // next acquired: a mapping, and its page faults at first read). A model's receive and copy
+    // buffers stay cached while in rotation if it has at most 8 of each ([model] buffers may be
+    // up to 64: more are mapped again as they come round).
     std::size_t unused = 0;
     for (const auto& entry : connection.mappings) unused += entry.second.use_count() == 1 ? 1 : 0;
     for (auto it = connection.mappings.begin(); unused > kMostCachedMappings && it != connection.mappings.end();) {

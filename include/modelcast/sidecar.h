@@ -74,7 +74,9 @@ class MODELCAST_API Client {
   Client& operator=(const Client&) = delete;
 
   // The newest version the daemon serves, or an empty view before the first. Each buffer is
-  // mapped once and the mapping cached, so the cost does not grow with the model's size.
+  // mapped once and the mapping cached, so the cost does not grow with the model's size (a
+  // connection keeps at most 16 mappings no view uses: a model of more than 8 buffers in
+  // rotation, or buffers a restarted model left, are mapped again when next used).
   // Thread-safe: each call in flight has a connection of its own (the daemon answers one
   // connection's requests in order), so one thread's long wait_for_version delays no other call;
   // a few idle connections are kept, each mapping buffers on its own. A restarted daemon is
