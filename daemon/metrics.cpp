@@ -35,9 +35,12 @@ Metrics::Metrics()
   reloads_refused_.Add({});
 }
 
-bool Metrics::removed(const std::string& model) const {
+template <typename Report>
+void Metrics::unless_removed(const std::string& model, Report&& report) {
+  // The check and the series' Add under one lock: a report between a reload's model_removed
+  // check and its Add made the series again.
   std::lock_guard lock(mutex_);
-  return removed_.contains(model);
+  if (!removed_.contains(model)) report();
 }
 
 void Metrics::model_added(const std::string& model, bool persists, bool hooks) {
@@ -83,13 +86,11 @@ void remove_series(prometheus::Family<T>& family, const prometheus::Labels& labe
 
 void Metrics::model_removed(const std::string& model) {
   const prometheus::Labels labels{{"model", model}};
-  {
-    std::lock_guard lock(mutex_);
-    removed_.insert(model);
-    connected_.erase(model);
-    bytes_seen_.erase(model);
-    rejected_seen_.erase(model);
-  }
+  std::lock_guard lock(mutex_);  // as unless_removed: no report comes between
+  removed_.insert(model);
+  connected_.erase(model);
+  bytes_seen_.erase(model);
+  rejected_seen_.erase(model);
   for (auto* family : {&installed_, &rejected_, &bytes_received_, &repository_writes_, &repository_failures_,
                        &hook_runs_, &hook_failures_}) {
     remove_series(*family, labels);
@@ -99,39 +100,45 @@ void Metrics::model_removed(const std::string& model) {
 }
 
 void Metrics::serving(const std::string& model, std::uint64_t version) {
-  if (removed(model)) return;
-  serving_version_.Add({{"model", model}}).Set(static_cast<double>(version));
+  unless_removed(model, [&] {
+    serving_version_.Add({{"model", model}}).Set(static_cast<double>(version));
+  });
 }
 
 void Metrics::installed(const std::string& model, std::chrono::nanoseconds update_latency) {
-  if (removed(model)) return;
-  installed_.Add({{"model", model}}).Increment();
-  update_latency_.Add({{"model", model}}, kBuckets).Observe(seconds(update_latency));
+  unless_removed(model, [&] {
+    installed_.Add({{"model", model}}).Increment();
+    update_latency_.Add({{"model", model}}, kBuckets).Observe(seconds(update_latency));
+  });
 }
 
 void Metrics::reload_refused() { reloads_refused_.Add({}).Increment(); }
 
 void Metrics::rejected(const std::string& model) {
-  if (removed(model)) return;
-  rejected_.Add({{"model", model}}).Increment();
+  unless_removed(model, [&] {
+    rejected_.Add({{"model", model}}).Increment();
+  });
 }
 
 void Metrics::repository_written(const std::string& model, std::chrono::nanoseconds took) {
-  if (removed(model)) return;
-  repository_writes_.Add({{"model", model}}).Increment();
-  repository_duration_.Add({{"model", model}}, kBuckets).Observe(seconds(took));
+  unless_removed(model, [&] {
+    repository_writes_.Add({{"model", model}}).Increment();
+    repository_duration_.Add({{"model", model}}, kBuckets).Observe(seconds(took));
+  });
 }
 
 void Metrics::repository_failed(const std::string& model) {
-  if (removed(model)) return;
-  repository_failures_.Add({{"model", model}}).Increment();
+  unless_removed(model, [&] {
+    repository_failures_.Add({{"model", model}}).Increment();
+  });
 }
 
 void Metrics::hook_ran(const std::string& model, bool ok) {
-  if (removed(model)) return;
-  hook_runs_.Add({{"model", model}}).Increment();
-  auto& failures = hook_failures_.Add({{"model", model}});  // present at 0, so alerts can use it
-  if (!ok) failures.Increment();
+  unless_removed(model, [&] {
+    hook_runs_.Add({{"model", model}}).Increment();
+    auto& failures = hook_failures_.Add({{"model", model}});  // present at 0, so alerts can use it
+    if (!ok) failures.Increment();
+  });
 }
 
 namespace {

@@ -58,7 +58,9 @@ class Metrics {
   std::string render(const LiveValues& live);
 
  private:
-  bool removed(const std::string& model) const;  // model_removed and not added since
+  // Runs `report` unless `model` was removed (and not added since), under mutex_.
+  template <typename Report>
+  void unless_removed(const std::string& model, Report&& report);
   std::shared_ptr<prometheus::Registry> registry_ = std::make_shared<prometheus::Registry>();
   prometheus::Family<prometheus::Counter>& installed_;
   prometheus::Family<prometheus::Counter>& rejected_;
@@ -74,7 +76,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>& serving_version_;
   prometheus::Family<prometheus::Gauge>& producer_connected_;
   prometheus::Family<prometheus::Counter>& reloads_refused_;
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::map<std::string, std::uint64_t> bytes_seen_;  // mutex_: the counter counts increments
   std::map<std::string, std::uint64_t> rejected_seen_;  // mutex_: as bytes_seen_
   // mutex_: each configured model's series, set from LiveValues at render().

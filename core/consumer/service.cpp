@@ -356,21 +356,23 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   // Versions arrive as this producer's snapshots (one rank's, with ranks): the first one's
   // buffer can be made now, while nothing arrives; never past what this consumer takes.
   store_.allocate_ahead(reply.model_bytes, policy_.limits.max_total_bytes);
-  // Caller buffers are checked against the model only here: each reply then found no buffer
-  // that fits, the producer cut the connection, and the consumer joined again, for good, saying
-  // nothing. Said once per model size.
+  // Caller buffers are checked against the model only here: with some too small and others
+  // not, each reply could find none free that fits, the producer cut the connection, and the
+  // consumer joined again, for good, saying nothing. (With none that fits, the version's size is
+  // refused and said already.) Said once per model size.
   if (!options_.caller_buffers.empty() && reply.model_bytes != caller_buffers_said_for_) {
-    std::string small;
-    for (std::size_t i = 0; i < options_.caller_buffers.size(); ++i) {
-      if (options_.caller_buffers[i].size() >= reply.model_bytes) continue;
-      small += (small.empty() ? "" : ", ") + std::to_string(i) + " (" + std::to_string(options_.caller_buffers[i].size()) +
-               " bytes)";
+    std::size_t small = 0, smallest = 0;
+    for (const auto& buffer : options_.caller_buffers) {
+      if (buffer.size() >= reply.model_bytes) continue;
+      smallest = small++ == 0 ? buffer.size() : std::min(smallest, buffer.size());
     }
-    if (!small.empty()) {
+    if (small > 0 && small < options_.caller_buffers.size()) {
       caller_buffers_said_for_ = reply.model_bytes;
-      report(Error(ErrorCode::kResource, "caller buffers " + small + " cannot hold model '" + options_.model_name +
-                                             "' of " + std::to_string(reply.model_bytes) +
-                                             " bytes: every caller buffer must hold the whole model"));
+      report(Error(ErrorCode::kResource,
+                   std::to_string(small) + " of the " + std::to_string(options_.caller_buffers.size()) +
+                       " caller buffers (the smallest " + std::to_string(smallest) + " bytes) cannot hold model '" +
+                       options_.model_name + "' of " + std::to_string(reply.model_bytes) +
+                       " bytes: every caller buffer must hold the whole model"));
     }
   }
   log_->info("joined model '{}' at {} over {} ({}; latest version {})", options_.model_name,

@@ -30,8 +30,9 @@ std::shared_ptr<detail::ReceiveBuffer> ConsumerService::installed_host_bytes(
   return nullptr;
 }
 
-// Caller buffers are the caller's to write while no view uses them: only ours keep the bytes
-// as verified, unless the caller says it leaves its buffers untouched.
+// Caller buffers the caller may write (while its view of an older version holds one:
+// ConsumerOptions::caller_buffers_untouched): only ours keep the bytes as verified, unless the
+// caller says it leaves its buffers untouched.
 bool ConsumerService::stays_intact(const detail::ReceiveBuffer& buffer) const {
   return buffer.owned.size() > 0 || options_.caller_buffers_untouched;
 }

@@ -36,8 +36,8 @@ struct ReceiveBuffer {
   std::unique_ptr<device::HostPin> pin;             // a device consumer's landing buffer, pinned
   std::unique_ptr<transport::MemoryRegion> region;
   // Block digests of the verified version whose bytes the buffer still holds intact (set at
-  // install, dropped when a fetch starts writing it; never for caller buffers, which the caller
-  // may write while no view uses them): a delta leaves those blocks where they are. The
+  // install, dropped when a fetch starts writing it; never for caller buffers the caller may
+  // write, ConsumerOptions::caller_buffers_untouched): a delta leaves those blocks where they are. The
   // consumer's service thread only.
   std::vector<std::uint64_t> held_blocks;
   // Relay sends from this buffer given up while still posted (RelayServer::give_up_stuck): to

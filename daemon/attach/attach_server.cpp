@@ -120,12 +120,12 @@ void AttachServer::check_socket_path(Clock::time_point now) {
     close(listen_fd_);
     listen_fd_ = fd;
     bound_file_ = file_identity(path_).value_or(std::pair<dev_t, ino_t>{});
-    foreign_file_said_ = false;
+    foreign_file_said_ = remake_failure_said_ = false;
     log->warn("attach: the socket '{}' was removed; listening there again (connected clients were not affected)",
               path_);
   } catch (const modelcast::Error& e) {
-    if (!foreign_file_said_) log->error("attach: the socket '{}' was removed and cannot be made again: {}", path_, e.what());
-    foreign_file_said_ = true;
+    if (!remake_failure_said_) log->error("attach: the socket '{}' was removed and cannot be made again: {}", path_, e.what());
+    remake_failure_said_ = true;
   }
 }
 
@@ -138,9 +138,10 @@ AttachServer::~AttachServer() {
   notify();
   if (thread_.joinable()) thread_.join();
   clients_.clear();
-  close(listen_fd_);
+  const bool ours = file_identity(path_) == bound_file_;  // not a file that took its place; before
+  close(listen_fd_);                                       // the close, which frees the inode
   close(wake_fd_);
-  if (file_identity(path_) == bound_file_) unlink(path_.c_str());  // not a file that took its place
+  if (ours) unlink(path_.c_str());
 }
 
 void AttachServer::notify() {
@@ -189,6 +190,7 @@ void AttachServer::run() {
   while (!stop_) {
     fds.clear();
     auto now = Clock::now();
+    check_socket_path(now);  // before listen_fd_ is polled: it may be replaced
     const bool accepting = now >= accept_paused_until_;
     fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});  // a negative fd is skipped by poll
     fds.push_back({wake_fd_, POLLIN, 0});
@@ -198,7 +200,6 @@ void AttachServer::run() {
       auto left = std::max<long long>(std::chrono::ceil<std::chrono::milliseconds>(when - now).count(), 0);
       timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
     };
-    check_socket_path(now);
     wake_by(path_check_at_);
     for (auto it = clients_.begin(); it != clients_.end();) {
       Client& client = *it->second;

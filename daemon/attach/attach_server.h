@@ -91,10 +91,11 @@ class AttachServer {
   // until then rather than polled (and failed) in a busy loop.
   std::chrono::steady_clock::time_point accept_paused_until_{};
   // The socket file listen_fd_ is bound to (device, inode), when the path is next checked, and
-  // whether a foreign file there was said.
+  // whether a foreign file there, or a failure to make the socket again, was said.
   std::pair<dev_t, ino_t> bound_file_{};
   std::chrono::steady_clock::time_point path_check_at_{};
   bool foreign_file_said_ = false;
+  bool remake_failure_said_ = false;
   // What clients can cause at will (malformed requests, unread replies) is logged at most once
   // per 10 s each.
   modelcast::LogRate malformed_logged_, drops_logged_, refusals_logged_;

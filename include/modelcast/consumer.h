@@ -132,8 +132,8 @@ struct ConsumerOptions {
   // Serve blocks of the versions this consumer holds (and is receiving) to other consumers when
   // a producer with relay_fanout asks it to, over the transport it receives on. Each block is
   // sent once verified here, and checked again where it lands. Only consumers with modelcast's
-  // own buffers (or caller buffers the caller leaves untouched) serve: other caller buffers are
-  // the caller's to write whenever no view uses them. A device consumer serves from the host
+  // own buffers (or caller buffers the caller leaves untouched) serve: other caller buffers the
+  // caller may write (caller_buffers_untouched says when). A device consumer serves from the host
   // buffer a staged route lands in, the installed version's until the next version needs that
   // buffer; one whose route reads straight into device memory (CUDA IPC) lets device consumers
   // on its host read its installed version out of its device buffer, which stays out of reuse

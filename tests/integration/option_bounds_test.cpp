@@ -346,7 +346,8 @@ TEST(OptionBounds, ACallerBufferSmallerThanTheModelIsNamedAtTheJoin) {
     return !errors.empty();
   }, 60s)) << "a caller buffer too small for the model was never named";
   std::lock_guard lock(mutex);
-  EXPECT_EQ(errors.front().rfind("caller buffers 1 (4096 bytes) cannot hold model 'bounds' of ", 0), 0u) << errors.front();
+  EXPECT_EQ(errors.front().rfind("1 of the 2 caller buffers (the smallest 4096 bytes) cannot hold model 'bounds' of ", 0), 0u)
+      << errors.front();
   EXPECT_EQ(errors.size(), 1u) << "said again: " << errors.back();
 }
 

@@ -22,7 +22,7 @@ bool allowed_by_ucx_tls(std::initializer_list<const char*> names) {
   auto listed = [&](const char* name) {
     for (const auto& item : items) {
       if (item == name || item == "all" || item == "sm" || item == "shm") return true;
-      if (item == "mm" && (std::string(name) == "posix" || std::string(name) == "sysv")) {
+      if (item == "mm" && (std::string(name) == "posix" || std::string(name) == "sysv" || std::string(name) == "xpmem")) {
         return true;
       }
     }
