@@ -259,12 +259,17 @@ print("exiting", flush=True)
 """
 
 
-def test_an_exit_while_daemon_threads_are_inside_library_calls_is_clean(endpoint):
-    for attempt in range(3):
-        result = subprocess.run([sys.executable, "-c", EXIT_DURING_CALLS, endpoint], capture_output=True, text=True,
+def exits_cleanly(script, endpoint, attempts):
+    """Runs `script` (which prints "exiting" and ends with daemon threads busy) `attempts` times."""
+    for attempt in range(attempts):
+        result = subprocess.run([sys.executable, "-c", script, endpoint], capture_output=True, text=True,
                                 timeout=WAIT_S * 3)
         assert result.returncode == 0, f"attempt {attempt}: rc {result.returncode}: {result.stderr[-2000:]}"
         assert result.stdout.strip() == "exiting"
+
+
+def test_an_exit_while_daemon_threads_are_inside_library_calls_is_clean(endpoint):
+    exits_cleanly(EXIT_DURING_CALLS, endpoint, 3)
 
 
 # Daemon threads that catch the library's errors in a loop while the program exits, one of them
@@ -307,11 +312,7 @@ print("exiting", flush=True)
 
 
 def test_an_exit_while_daemon_threads_catch_library_errors_is_clean(endpoint):
-    for attempt in range(4):
-        result = subprocess.run([sys.executable, "-c", EXIT_WHILE_ERRORS_ARE_CAUGHT, endpoint], capture_output=True,
-                                text=True, timeout=WAIT_S * 3)
-        assert result.returncode == 0, f"attempt {attempt}: rc {result.returncode}: {result.stderr[-2000:]}"
-        assert result.stdout.strip() == "exiting"
+    exits_cleanly(EXIT_WHILE_ERRORS_ARE_CAUGHT, endpoint, 4)
 
 
 # Ctrl-C during a wait that would last for ever (math.inf) ends it with KeyboardInterrupt, as it
