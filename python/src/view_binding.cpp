@@ -317,7 +317,8 @@ void bind_view(py::module_& m) {
            }, py::arg("name"), py::arg("part") = 0,
            "A torch tensor over the tensor's bytes in this version, no copy (DLPack); it keeps a copy of "
            "this view alive until torch frees it. Treat it as read-only: writing into it changes what "
-           "every reader of this version sees (torch has no read-only tensors). InvalidArgumentError if "
+           "every reader of this version sees (torch has no read-only tensors), and the later versions "
+           "this consumer builds on it (a delta copies unchanged blocks from it). InvalidArgumentError if "
            "`name` is absent; ImportError without torch. For a Consumer with memory='cuda' it is a CUDA "
            "tensor (torch needs CUDA for that).")
       .def("names", [](const ModelView& v) {
