@@ -354,7 +354,14 @@ FetchServer::Withdrawn FetchServer::withdraw(const std::string& routing_id, std:
 
 std::size_t FetchServer::retire(const std::string& routing_id, std::uint64_t fetch_id, const Fetch& fetch) {
   const std::size_t sends = in_flight(fetch);
-  if (fetch.sending && sends > 0) draining_[{routing_id, fetch_id}] = Draining{fetch.lease_id, sends};
+  if (fetch.sending && sends > 0) {
+    // Sends to a consumer killed mid-transfer may never report their end (UCX closes an endpoint
+    // on this host with a flush, which then never ends), and a writer forgets their hold on the
+    // slot after its grace (SnapshotStore::reserve): an entry whose lease the store forgot waits
+    // for nothing. Dropped here, so that entries stay as many as the slots held for sends.
+    std::erase_if(draining_, [&](const auto& entry) { return !store_.holds_lease(entry.second.lease_id); });
+    draining_[{routing_id, fetch_id}] = Draining{fetch.lease_id, sends};
+  }
   return sends;
 }
 

@@ -129,6 +129,8 @@ class FetchServer {
   // Relayed fetches under way: they hold no lease of the producer's, so the store's lease count
   // (the fetches the producer serves) leaves them out.
   std::size_t relayed_in_flight() const;
+  // Ended fetches whose sends are still awaited: each holds its slot (SnapshotStore::holds_lease).
+  std::size_t draining() const { return draining_.size(); }
   // A lease lapsed or a writer revoked it (SnapshotStore::take_expired): abandons the fetch that
   // held it. With sends still in flight the consumer is cut off (take_cut_off) and true is
   // returned: the version will not arrive. Otherwise every send has completed, and what its ack

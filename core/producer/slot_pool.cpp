@@ -149,6 +149,11 @@ bool SlotPool::set_sending(std::uint64_t lease_id, bool sending) {
   return true;
 }
 
+bool SlotPool::holds(std::uint64_t lease_id) const {
+  auto by_id = [&](const Lease& l) { return l.id == lease_id; };
+  return std::any_of(leases_.begin(), leases_.end(), by_id) || std::any_of(draining_.begin(), draining_.end(), by_id);
+}
+
 std::vector<SlotPool::Lease> SlotPool::take_expired(Clock::time_point now) {
   end_leases(std::partition(leases_.begin(), leases_.end(), [&](const Lease& lease) { return lease.expires > now; }));
   return std::exchange(expired_, {});

@@ -70,6 +70,9 @@ class SlotPool {
   // The reader has sends from the slot in flight (true) or none any more (false). A lease that
   // ended while sending holds its slot until this says false. False if the lease is unknown.
   bool set_sending(std::uint64_t lease_id, bool sending);
+  // Whether the lease is live or, ended, still holds its slot for its sends (false once
+  // abandon_drain forgot it: set_sending would find nothing).
+  bool holds(std::uint64_t lease_id) const;
   // Slots held only by ended leases whose sends are still in flight.
   std::size_t draining() const { return draining_.size(); }
   // For a writer that cannot wait for sends for ever. Slots held by ended leases alone (not the

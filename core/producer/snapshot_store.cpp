@@ -122,6 +122,11 @@ std::size_t SnapshotStore::draining_slots() const {
   return pool_.draining();
 }
 
+bool SnapshotStore::holds_lease(std::uint64_t lease_id) const {
+  std::lock_guard lock(mutex_);
+  return pool_.holds(lease_id);
+}
+
 void SnapshotStore::cancel(std::size_t slot) {
   std::lock_guard lock(mutex_);
   pool_.cancel_reservation(slot);

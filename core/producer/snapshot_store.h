@@ -136,6 +136,8 @@ class SnapshotStore {
   // False if the lease is unknown (ended, and not holding its slot for sends).
   bool set_sending(std::uint64_t lease_id, bool sending);
   std::size_t draining_slots() const;
+  // SlotPool::holds.
+  bool holds_lease(std::uint64_t lease_id) const;
   // Holds `version`'s slot with no expiry and outside reader_leases(); nullopt if the version
   // is no longer held. Any thread; unpin() from any thread once the bytes are no longer read.
   std::optional<Pinned> pin(std::uint64_t version, const std::string& holder);

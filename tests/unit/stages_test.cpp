@@ -540,6 +540,44 @@ TEST(Stages, ALeaseThatLapsesWithSendsInFlightHoldsItsSlotUntilTheyEndAndCutsThe
   p.store.cancel(reserved.slot);
 }
 
+// Sends that never report their end (to a consumer on this host killed mid-transfer, UCX's
+// flushing close never ends) hold their slot until a writer's grace runs out. The server forgets
+// them too, at the next fetch it retires, rather than keep an entry for every consumer ever cut
+// off mid-transfer.
+TEST(Stages, SendsAWriterGaveUpOnAreForgottenByTheServerToo) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  auto fetch_and_lapse = [&](const std::string& routing_id, std::uint64_t version, std::uint64_t fetch_id) {
+    const auto now = Clock::now();
+    auto reply = p.server->start(routing_id, &p.consumer, {kIncarnation, version, fetch_id}, now);
+    ASSERT_TRUE(reply && reply->ok);
+    auto expired = p.store.take_expired(now + 11s);
+    ASSERT_EQ(expired.size(), 1u);
+    EXPECT_TRUE(p.server->expired(expired[0]));
+    EXPECT_EQ(p.server->take_cut_off().size(), 1u);
+  };
+  p.publish(1);
+  const auto slot_of_1 = p.last_slot;
+  fetch_and_lapse("consumer-1", 1, 1);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_EQ(p.server->draining(), 1u);
+  p.publish(2);
+  auto reply = p.server->start("consumer-2", &p.consumer, {kIncarnation, 2, 1}, Clock::now());
+  ASSERT_TRUE(reply && reply->ok);
+  p.publish(3);
+  // Version 2's slot leased, 3's the newest: the next version can go only where version 1's sends
+  // never ended, once the writer's grace is over.
+  p.publish(4);
+  EXPECT_EQ(p.last_slot, slot_of_1);
+  EXPECT_EQ(p.store.draining_slots(), 0u);
+  // consumer-2's fetch ends with its sends in flight: its entry is the only one.
+  auto expired = p.store.take_expired(Clock::now() + 11s);
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_TRUE(p.server->expired(expired[0]));
+  EXPECT_EQ(p.server->draining(), 1u) << "the sends the writer gave up on are still awaited";
+  EXPECT_EQ(p.store.draining_slots(), 1u);
+}
+
 // Version 1, published and received whole by the consumer (its chunk sends are still queued:
 // the producer has heard of none of their ends).
 struct FetchedWhole {
