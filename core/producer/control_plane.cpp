@@ -122,7 +122,8 @@ std::string ControlPlane::set_up_security(ProducerOptions& options) {
                 "allowed_consumer_keys lists the producer's own public key: a consumer holding it holds the "
                 "producer's secret, which signs versions; give each consumer a key pair of its own");
   }
-  zap_ = std::make_unique<security::ZapHandler>(context_, allowed, options.allow_any_consumer, options.key.public_key);
+  zap_ = std::make_unique<security::ZapHandler>(context_, options.allowed_consumer_keys, options.allow_any_consumer,
+                                                 options.key.public_key);
   security::make_curve_server(router_, signer_->secret());
   return "versions signed by " + options.key.public_key + "; " +
          (options.allow_any_consumer ? std::string("any consumer admitted")

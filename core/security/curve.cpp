@@ -35,14 +35,16 @@ std::optional<std::string> peer_key(const zmq::message_t& message) {
   return std::string(user);
 }
 
-ZapHandler::ZapHandler(zmq::context_t& context, const std::set<std::string>& allowed, bool allow_any,
+ZapHandler::ZapHandler(zmq::context_t& context, const std::vector<std::string>& allowed, bool allow_any,
                        const std::string& own_key)
     : socket_(context, zmq::socket_type::rep),
       own_curve_(encode_key(curve_public(decode_public_key(own_key, "the producer's key"), "the producer's key"))),
       allow_any_(allow_any) {
-  for (const auto& key : allowed) {
-    const auto ed25519 = decode_public_key(key, "allowed consumer key");
-    allowed_curve_.insert(encode_key(curve_public(ed25519, "allowed consumer key")));
+  // Named by index: in a list of dozens, "an allowed consumer key is not a key" left the operator
+  // to find which (the key itself is never shown: it may be a secret pasted by mistake).
+  for (std::size_t i = 0; i < allowed.size(); ++i) {
+    const std::string what = "allowed_consumer_keys[" + std::to_string(i) + "] (of " + std::to_string(allowed.size()) + ")";
+    allowed_curve_.insert(encode_key(curve_public(decode_public_key(allowed[i], what), what)));
   }
   socket_.set(zmq::sockopt::linger, 0);
   socket_.bind("inproc://zeromq.zap.01");

@@ -8,6 +8,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <zmq.hpp>
 
@@ -28,11 +29,12 @@ std::optional<std::string> peer_key(const zmq::message_t& message);
 // by the producer's service thread.
 class ZapHandler {
  public:
-  // `allowed`: Ed25519 public keys (Z85); with `allow_any`, every client that completes the
+  // `allowed`: Ed25519 public keys (Z85; ProducerOptions::allowed_consumer_keys, a key that is
+  // none named by its index there, Error(kInvalidArgument)); with `allow_any`, every client that completes the
   // handshake is admitted, but never one presenting `own_key`, the producer's: whoever holds its
   // secret can sign versions, so a consumer given it is refused. Binds inproc://zeromq.zap.01
   // in `context`.
-  ZapHandler(zmq::context_t& context, const std::set<std::string>& allowed, bool allow_any,
+  ZapHandler(zmq::context_t& context, const std::vector<std::string>& allowed, bool allow_any,
              const std::string& own_key);
   zmq::socket_t& socket() { return socket_; }
   // Answers every request waiting. `on_refused` runs with each refused key (Z85, CurveZMQ form)

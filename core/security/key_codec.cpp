@@ -22,7 +22,10 @@ namespace {
 // error messages end up in logs.
 std::array<std::uint8_t, 32> decode_z85(const std::string& z85, const std::string& what) {
   std::array<std::uint8_t, 32> key{};
-  if (z85.size() != 40 || zmq_z85_decode(key.data(), z85.c_str()) == nullptr) {
+  // A NUL inside would end the text zmq_z85_decode reads (it takes a C string): 35 characters and a
+  // NUL decode to another key with zeros at its end, which no comparison of the text would see.
+  const bool has_nul = z85.find('\0') != std::string::npos;
+  if (z85.size() != 40 || has_nul || zmq_z85_decode(key.data(), z85.c_str()) == nullptr) {
     const std::string got = z85.size() == 40 ? "40 characters, not all of them Z85"
                                              : std::to_string(z85.size()) + " characters";
     // Z85 has '/' and '.' too, but no key is a path of another length: a file given for a key.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/file_writers.h"
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 
 namespace modelcast::wire {
@@ -24,6 +25,9 @@ std::string octal_mode(mode_t mode) {
   std::snprintf(text, sizeof text, "%04o", static_cast<unsigned>(mode & 07777));
   return text;
 }
+
+// A path in an error, quoted and escaped: a name with a newline in it must not forge a log line.
+std::string shown(const fs::path& path) { return shown_text(path.string(), 4096); }
 
 bool others_can_write(const struct stat& info) { return (info.st_mode & (S_IWGRP | S_IWOTH)) != 0; }
 
@@ -50,8 +54,8 @@ Route route_to_directory(const std::string& path, const std::string& what, Error
   std::error_code error;
   const fs::path named = fs::absolute(fs::path(path), error).parent_path();
   auto fail = [&](const fs::path& at, const std::string& why) {
-    throw Error(code, what + (at == named ? "its directory '" : "the path to its directory '") + at.string() +
-                          "' cannot be used: " + why);
+    throw Error(code, what + (at == named ? "its directory " : "the path to its directory ") + shown(at) +
+                          " cannot be used: " + why);
   };
   if (error) fail(named, error.message());
   std::deque<std::string> pending;
@@ -110,9 +114,9 @@ void check_route(const Route& route, const std::string& what, const std::string&
     const Step& step = route.steps[i];
     const bool link = S_ISLNK(step.entry_info.st_mode);
     const bool the_directory = !link && i + 1 == route.steps.size() && step.entry == route.directory;
-    const std::string kind = link ? "the symbolic link '" : the_directory ? "its directory '" : "the directory '";
-    const std::string entry = kind + step.entry.string() + "'" + (link || the_directory ? "" : " above it");
-    const std::string above = "the directory '" + step.container.string() + "' above it ";
+    const std::string kind = link ? "the symbolic link " : the_directory ? "its directory " : "the directory ";
+    const std::string entry = kind + shown(step.entry) + (link || the_directory ? "" : " above it");
+    const std::string above = "the directory " + shown(step.container) + " above it ";
     if (!is_trusted(step.container_info.st_uid)) {
       throw Error(code, what + above + "belongs to user " + std::to_string(step.container_info.st_uid) +
                             ", who could replace the " + file_kind + "'s directory" + remedy);
@@ -125,8 +129,8 @@ void check_route(const Route& route, const std::string& what, const std::string&
                               remedy);
       }
       if (!is_ours(step.entry_info.st_uid)) {
-        throw Error(code, what + entry + " belongs to user " + std::to_string(step.entry_info.st_uid) + " and is in '" +
-                              step.container.string() + "', which " + writers +
+        throw Error(code, what + entry + " belongs to user " + std::to_string(step.entry_info.st_uid) + " and is in " +
+                              shown(step.container) + ", which " + writers +
                               " can write (mode " + octal_mode(step.container_info.st_mode) +
                               "): anyone could have made it first" + remedy);
       }
@@ -146,12 +150,12 @@ void check_directory_of(const std::string& path, const std::string& what, const 
   check_route(route, what, remedy, ErrorCode::kInvalidArgument, user, file_kind);
   const std::string directory = route.directory.string();
   if (route.info.st_uid != user && route.info.st_uid != 0) {
-    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' belongs to user " +
+    throw Error(ErrorCode::kInvalidArgument, what + "its directory " + shown(route.directory) + " belongs to user " +
                                                  std::to_string(route.info.st_uid) + ", not to this process's user " +
                                                  std::to_string(user) + remedy);
   }
   if (others_can_write(route.info)) {
-    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' is writable by " +
+    throw Error(ErrorCode::kInvalidArgument, what + "its directory " + shown(route.directory) + " is writable by " +
                                                  writers_besides_owner(directory, route.info) + " (mode " +
                                                  octal_mode(route.info.st_mode) + ")" + remedy);
   }
@@ -180,7 +184,7 @@ uid_t socket_directory_owner(const std::string& path, const std::string& what) {
 void check_private_ipc_directory(const std::string& endpoint, const std::string& role) {
   if (endpoint.rfind("ipc://", 0) != 0) return;
   const std::string path = endpoint.substr(6);
-  const std::string what = "plaintext " + role + " endpoint '" + endpoint + "': ";
+  const std::string what = "plaintext " + role + " endpoint " + shown_text(endpoint, 4096) + ": ";
   const std::string remedy =
       ": another local user could replace the socket with their own and serve consumers any model. Use a "
       "directory only you can write (mkdir -m 700, or mkdtemp), or give the producer a key (modelcast-keygen) and "
@@ -200,12 +204,12 @@ void check_trusted_file(const std::string& path, const std::string& what, int li
   check_route(route, what, remedy, ErrorCode::kInvalidArgument, user, "key file");
   const std::string directory = route.directory.string();
   if (!ours(route.info.st_uid)) {
-    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' belongs to user " +
+    throw Error(ErrorCode::kInvalidArgument, what + "its directory " + shown(route.directory) + " belongs to user " +
                                                  std::to_string(route.info.st_uid) + ", who could replace it" + remedy);
   }
   const bool shared = others_can_write(route.info);
   if (shared && (route.info.st_mode & S_ISVTX) == 0) {
-    throw Error(ErrorCode::kInvalidArgument, what + "its directory '" + directory + "' is writable by " +
+    throw Error(ErrorCode::kInvalidArgument, what + "its directory " + shown(route.directory) + " is writable by " +
                                                  writers_besides_owner(directory, route.info) +
                                                  " without the sticky bit (mode " + octal_mode(route.info.st_mode) +
                                                  "), who could replace it" + remedy);
@@ -217,7 +221,7 @@ void check_trusted_file(const std::string& path, const std::string& what, int li
   // their key or config, put there first in a shared directory such as /tmp.
   if (!ours(info.st_uid)) {
     throw Error(ErrorCode::kInvalidArgument,
-                what + (S_ISLNK(info.st_mode) ? "the symbolic link '" : "'") + file.string() + "' belongs to user " +
+                what + (S_ISLNK(info.st_mode) ? "the symbolic link " : "") + shown(file) + " belongs to user " +
                     std::to_string(info.st_uid) + ", not to this process's user or root: they could have put " +
                     (S_ISLNK(info.st_mode) ? "it there and point it at a file of theirs" : "their own file there") +
                     remedy);

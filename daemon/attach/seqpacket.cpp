@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/shown_text.h"
 #include "core/wire/socket_directory.h"
 #include "daemon/attach/protocol.h"
 #include "modelcast/error.h"
@@ -21,7 +22,7 @@ sockaddr_un address(const std::string& path) {
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof addr.sun_path) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           "socket path '" + path + "' is longer than " + std::to_string(sizeof addr.sun_path - 1));
+                           "socket path " + modelcast::shown_text(path, 4096) + " is longer than " + std::to_string(sizeof addr.sun_path - 1));
   }
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   return addr;
@@ -31,7 +32,7 @@ sockaddr_un address(const std::string& path) {
 
 void check_listen_directory(const std::string& path) {
   modelcast::wire::check_socket_directory(
-      path, "daemon.socket '" + path + "': ",
+      path, "daemon.socket " + modelcast::shown_text(path, 4096) + ": ",
       ": another local user could bind their own socket there while the daemon is down and serve its clients any "
       "model. Use a directory only the daemon's user can write, such as systemd's RuntimeDirectory (/run/modelcastd, "
       "mode 0750, with UMask=0007 so that clients in the daemon's group can connect)");
@@ -41,7 +42,7 @@ void check_socket_path_free(const std::string& path) {
   struct stat st{};
   if (lstat(path.c_str(), &st) == 0 && !S_ISSOCK(st.st_mode)) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           "socket path '" + path + "' is taken by a " +
+                           "socket path " + modelcast::shown_text(path, 4096) + " is taken by a " +
                                (S_ISDIR(st.st_mode) ? "directory" : "file that is not a socket") +
                                ", which is left as it is: set daemon.socket to a free path");
   }
@@ -53,7 +54,7 @@ int listen_at(const std::string& path) {
   int probe = connect_to(path);
   if (probe >= 0) {
     close(probe);
-    throw modelcast::Error(modelcast::ErrorCode::kTransport, "socket '" + path + "' is served by another process");
+    throw modelcast::Error(modelcast::ErrorCode::kTransport, "socket " + modelcast::shown_text(path, 4096) + " is served by another process");
   }
   // A socket left by a daemon that died is removed; anything else at the path is the user's
   // (a file, a directory) and is never removed.
@@ -63,7 +64,7 @@ int listen_at(const std::string& path) {
   if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd, 128) != 0) {
     std::string why = std::strerror(errno);
     if (fd >= 0) close(fd);
-    throw modelcast::Error(modelcast::ErrorCode::kTransport, "cannot listen at '" + path + "': " + why);
+    throw modelcast::Error(modelcast::ErrorCode::kTransport, "cannot listen at " + modelcast::shown_text(path, 4096) + ": " + why);
   }
   return fd;
 }
@@ -86,12 +87,12 @@ void check_listener(int fd, const std::string& path) {
   socklen_t size = sizeof peer;
   if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) != 0) {
     throw modelcast::Error(modelcast::ErrorCode::kAuthentication,
-                           "cannot tell who serves '" + path + "': " + std::strerror(errno));
+                           "cannot tell who serves " + modelcast::shown_text(path, 4096) + ": " + std::strerror(errno));
   }
   const uid_t self = geteuid();
   if (peer.uid == self || peer.uid == 0) return;
   const std::string served_by =
-      "'" + path + "' is served by user " + std::to_string(peer.uid) + " (pid " + std::to_string(peer.pid) + ")";
+      modelcast::shown_text(path, 4096) + " is served by user " + std::to_string(peer.uid) + " (pid " + std::to_string(peer.pid) + ")";
   const uid_t owner = modelcast::wire::socket_directory_owner(path, served_by + ", not attaching: ");
   if (peer.uid == owner) return;
   throw modelcast::Error(modelcast::ErrorCode::kAuthentication,

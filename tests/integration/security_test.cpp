@@ -147,7 +147,7 @@ TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
       try {
         modelcast::ProducerOptions options;
         options.control_endpoint = "tcp://127.0.0.1:0";
-        options.allowed_consumer_keys = {pair.secret_key};
+        options.allowed_consumer_keys = {modelcast::generate_key_pair().public_key, pair.secret_key};
         options.key = keys;
         modelcast::Producer producer(options);
       } catch (const modelcast::Error& e) {
@@ -156,8 +156,26 @@ TEST(Keys, MalformedFilesAreErrorsNamingFileLineAndKey) {
     }
     return std::pair{std::string("?"), std::string("every secret key passed as a public one")};
   }();
-  EXPECT_NE(secret_as_public.second.find("allowed consumer key is not an Ed25519 public key"), std::string::npos)
+  // Named by its place in the list: with dozens of keys the operator has to know which one.
+  EXPECT_NE(secret_as_public.second.find("allowed_consumer_keys[1] (of 2) is not an Ed25519 public key"),
+            std::string::npos)
       << secret_as_public.second;
+  // A NUL inside a key ends the text the Z85 decoder reads: 35 characters and a NUL would decode
+  // to another key (zeros at its end) that no comparison of the text sees.
+  {
+    modelcast::ProducerOptions options;
+    options.control_endpoint = "tcp://127.0.0.1:0";
+    options.key = keys;
+    std::string with_nul = modelcast::generate_key_pair().public_key;
+    with_nul[35] = '\0';
+    options.allowed_consumer_keys = {modelcast::generate_key_pair().public_key, modelcast::generate_key_pair().public_key,
+                                     with_nul};
+    auto nul = error_of([&] { modelcast::Producer producer(options); }, ErrorCode::kInvalidArgument);
+    EXPECT_NE(nul.find("allowed_consumer_keys[2] (of 3) is not a key: expected 40 Z85 characters, got 40 characters, "
+                       "not all of them Z85"),
+              std::string::npos)
+        << nul;
+  }
   EXPECT_EQ(secret_as_public.second.find(secret_as_public.first.substr(0, 8)), std::string::npos)
       << secret_as_public.second;
   write(dir.file("short"), "public = \"abc\"\n");
@@ -311,6 +329,26 @@ TEST(Keys, AKeyFileAnotherUserOwnsOrCouldReplaceIsRefused) {
     auto owned = error_of([&] { modelcast::load_public_key(path); }, ErrorCode::kInvalidArgument);
     EXPECT_NE(owned.find("'" + pub + "' belongs to user 65534, not to this process's user or root"), std::string::npos)
         << owned;
+  }
+}
+
+// A path is shown escaped wherever an error names it: a directory named with a newline and a
+// made-up log line must not put that line in the log of whoever logs the error (the key file's
+// own name was escaped, and the same message then repeated its directory raw).
+TEST(Keys, APathInAnErrorCannotForgeALogLine) {
+  TempDir dir;
+  const fs::path open = dir.file("evil\n[modelcast.producer] [info] all good");
+  fs::create_directory(open);
+  ASSERT_EQ(chmod(open.c_str(), 0777), 0);  // every user may write it, no sticky bit
+  const std::string pair = (open / "k").string();
+  modelcast::save_key_pair(modelcast::generate_key_pair(), pair);
+  modelcast::ProducerOptions options;
+  options.control_endpoint = "ipc://" + (open / "s.sock").string();
+  for (const auto& refused : {error_of([&] { modelcast::load_key_pair(pair); }, ErrorCode::kInvalidArgument),
+                              error_of([&] { modelcast::Producer producer(options); }, ErrorCode::kInvalidArgument)}) {
+    EXPECT_NE(refused.find("is writable by every user"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("evil\\x0a[modelcast.producer]"), std::string::npos) << refused;
+    EXPECT_EQ(refused.find('\n'), std::string::npos) << refused;
   }
 }
 
