@@ -121,6 +121,12 @@ FirstRecord read_first_record(std::istream& in, const std::string& source) {
     ++first.line_no;
     if (first.line_no == 1 && line.rfind("\x1f\x8b", 0) == 0)
       throw CsvError(source, 1, "looks gzip-compressed; decompress it first (gunzip)");
+    // PowerShell's and Excel's "Unicode text" is UTF-16: read as bytes it is NULs between the
+    // letters, which the checks below called a binary file or a missing column.
+    if (first.line_no == 1 && (line.rfind("\xFF\xFE", 0) == 0 || line.rfind("\xFE\xFF", 0) == 0 ||
+                               (line.size() >= 4 && ((line[0] != '\0' && line[1] == '\0' && line[3] == '\0') ||
+                                                     (line[0] == '\0' && line[1] != '\0' && line[2] == '\0')))))
+      throw CsvError(source, 1, "is UTF-16 text; convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)");
     if (first.line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     if (!blank(line)) break;
   }

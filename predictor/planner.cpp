@@ -413,6 +413,14 @@ std::vector<std::int64_t> snap_to_candidates(std::span<const std::int64_t> plann
   validate_trajectory(curve);  // sorted steps, which the search below takes for granted
   if (warmup_index >= curve.steps.size())
     throw Error(ErrorCode::kInvalidArgument, "warm-up index " + std::to_string(warmup_index) + " is past the end of the curve");
+  // A schedule is in order: one that is not was silently cut to its rising part ({200, 100, 150}
+  // gave {200}).
+  for (std::size_t i = 1; i < planned.size(); ++i) {
+    if (planned[i] < planned[i - 1])
+      throw Error(ErrorCode::kInvalidArgument, "planned steps must be in order: step " + std::to_string(planned[i]) +
+                                                   " (at " + std::to_string(i) + ") comes after " +
+                                                   std::to_string(planned[i - 1]));
+  }
   std::vector<std::int64_t> out;
   for (auto p : planned) {
     const auto first = curve.steps.begin() + static_cast<std::ptrdiff_t>(warmup_index + 1);

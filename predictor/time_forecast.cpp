@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <iterator>
+#include <string>
 #include <vector>
 
 namespace modelcast::predictor::detail {
@@ -57,8 +60,18 @@ std::vector<double> forecast_times(std::span<const CurvePoint> observed,
                                    std::span<const std::int64_t> future_steps, std::int64_t total_steps,
                                    const ReferenceCurve* reference, std::string& note) {
   std::vector<double> times(future_steps.size());
-  const bool have_times = std::all_of(observed.begin(), observed.end(),
-                                      [](const CurvePoint& p) { return std::isfinite(p.time_s); });
+  // A point without a time (NaN: unknown) says nothing of the clock, and only it: the times are
+  // forecast from the points that have one (a single NaN made every logged time count for nothing).
+  const auto timed = [](const CurvePoint& p) { return std::isfinite(p.time_s); };
+  std::vector<CurvePoint> with_times;
+  const auto untimed = static_cast<std::size_t>(std::count_if(observed.begin(), observed.end(), std::not_fn(timed)));
+  const bool have_times = untimed < observed.size();
+  if (untimed > 0 && have_times) {
+    std::copy_if(observed.begin(), observed.end(), std::back_inserter(with_times), timed);
+    note += std::to_string(untimed) + " of " + std::to_string(observed.size()) +
+            " points have no training time: times forecast from the others; ";
+    observed = with_times;
+  }
   const auto& last = observed.back();
   if (!have_times || observed.size() < 2) {
     if (!have_times) note += "no training times logged: assuming 1 s per step; ";

@@ -75,7 +75,12 @@ struct OnlineOptions {
   //    worker that has not finished) it acts on the plan of the point before: a "publish now"
   //    there publishes at this point, one evaluation late. With a worker that keeps up it
   //    decides as kRefitsInBackground does (bench/RESULTS.md, "Predictor across curve
-  //    families"); the worker spends tens of ms per decision.
+  //    families"); the worker spends tens of ms per decision. One that does not keep up (points
+  //    logged faster than it plans: a replay of a whole log in a loop) answers only as often as
+  //    it finishes, each answer for a point as many evaluations back as it is behind, and says
+  //    "wait" in between: publishes its plans would have made between two answers are not made
+  //    (OnlineStats::answered_late counts those decisions). Replays use kInline, or
+  //    wait_for_background() after each point.
   // While fewer than refit_every_below points are observed, both modes refit and plan inline:
   // short logs are cheap to fit and plan, and there each point changes the forecast most.
   // wait_for_background() lets the workers finish before the next point (tests, replays that

@@ -112,7 +112,7 @@ std::vector<std::int64_t> threshold_schedule(const Trajectory& predicted, std::s
 
 // Maps planned steps (e.g. on a forecast grid) to the first logged step after W at or after
 // each of them; drops steps past the end and duplicates. Throws Error(kInvalidArgument) for a
-// malformed curve or a warm-up index past its end.
+// malformed curve, planned steps out of order, or a warm-up index past its end.
 std::vector<std::int64_t> snap_to_candidates(std::span<const std::int64_t> planned,
                                              const Trajectory& curve, std::size_t warmup_index);
 

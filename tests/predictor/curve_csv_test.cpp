@@ -358,6 +358,24 @@ TEST(CurveCsv, AGzipFileIsNamedAsSuch) {
                "looks gzip-compressed; decompress it first");
 }
 
+// UTF-16 (PowerShell's Out-File, Excel's "Unicode text") was called a binary file, or a log
+// missing its step column.
+TEST(CurveCsv, AUtf16FileIsNamedAsSuch) {
+  const std::string text = "step,loss,time_s\r\n0,5,0\r\n10,4,1\r\n";
+  for (bool with_bom : {true, false}) {
+    for (bool big_endian : {false, true}) {
+      std::string wide;
+      if (with_bom) wide = big_endian ? std::string("\xFE\xFF", 2) : std::string("\xFF\xFE", 2);
+      for (char c : text) {
+        if (big_endian) wide += '\0';
+        wide += c;
+        if (!big_endian) wide += '\0';
+      }
+      expect_error(wide, 1, "is UTF-16 text; convert it to UTF-8 first");
+    }
+  }
+}
+
 // An endless stream of bytes without a line end, as /dev/zero is: it was read into memory until
 // the process ran out (0.5 GB/s). Now the line is refused once it passes the bound.
 TEST(CurveCsv, ALineWithoutEndIsRefusedOnceItPassesTheBound) {

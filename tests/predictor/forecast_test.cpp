@@ -627,5 +627,26 @@ TEST(Forecast, AClockThatStoodStillLatelyIsForecastAtTheWholeLogsRateWhateverThe
   EXPECT_NEAR(ends[1], ends[0], 1e-6 * ends[0]);
 }
 
+// A point whose time is unknown (NaN) says nothing of the clock, and only it: one such point made
+// the forecast drop every logged time, count 1 s per step from the step number (a run forecast
+// ten times longer here) and say no time was logged.
+TEST(Forecast, APointWithoutATimeLeavesTheOthersTimesInUse) {
+  std::vector<CurvePoint> prefix;
+  for (std::int64_t s = 0; s <= 290; s += 10) prefix.push_back({s, 1.0 + 5.0 / (1.0 + 0.05 * static_cast<double>(s)), 0.1 * static_cast<double>(s)});
+  ForecastOptions o;
+  o.total_steps = 1000;
+  const auto all = forecast_curve(prefix, o);
+  for (std::size_t at : {std::size_t{5}, prefix.size() - 1}) {
+    auto gap = prefix;
+    gap[at].time_s = std::numeric_limits<double>::quiet_NaN();
+    const auto f = forecast_curve(gap, o);
+    expect_finite(f);
+    EXPECT_NEAR(f.time_s.back(), all.time_s.back(), 0.02 * all.time_s.back()) << "NaN time at point " << at;
+    EXPECT_NEAR(f.time_s.back(), 100.0, 2.0);
+    EXPECT_EQ(f.note.find("no training times logged"), std::string::npos) << f.note;
+    EXPECT_NE(f.note.find("1 of 30 points have no training time"), std::string::npos) << f.note;
+  }
+}
+
 }  // namespace
 }  // namespace modelcast::predictor

@@ -402,6 +402,18 @@ TEST(SnapToCandidates, MapsToTheNextLoggedStepAfterWarmup) {
   EXPECT_EQ(snap_to_candidates(std::vector<std::int64_t>{5, 12, 19, 31}, t, 0), (std::vector<std::int64_t>{10, 20}));
 }
 
+// Planned steps out of order were cut to their rising part without a word ({25, 5, 15}: {30}).
+TEST(SnapToCandidates, PlannedStepsOutOfOrderAreAnError) {
+  const auto t = simple();
+  try {
+    snap_to_candidates(std::vector<std::int64_t>{25, 5, 15}, t, 0);
+    ADD_FAILURE() << "steps out of order taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("planned steps must be in order: step 5 (at 1) comes after 25"), std::string::npos)
+        << e.what();
+  }
+}
+
 // An index past the curve's end once read beyond it (garbage steps, or a crash from Python).
 TEST(SnapToCandidates, AWarmUpIndexPastTheEndIsAnError) {
   const auto t = simple();

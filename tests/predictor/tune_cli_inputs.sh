@@ -72,6 +72,10 @@ printf 'step,loss,time_s\n0,5,0\n100,4,10\n200,3.5,20\n300,3.2,20\n400,3,20\n' >
 refused "$dir/stopped.csv: time_s does not advance after the warm-up step (20 s at step 200, 20 s at step 400)" \
   "$tune" replay --log "$dir/stopped.csv" --warmup-steps 200 --publish-cost 2 --update-latency 1
 
+# The warm-up at the log's last step: evaluate said the clock stood still (from and to that step).
+refused "$dir/stopped.csv: nothing logged after the warm-up step (step 400 is the log's last)" \
+  "$tune" evaluate --log "$dir/stopped.csv" --warmup-steps 400 --publish-cost 2 --update-latency 1 --publish-steps ""
+
 # A curves file's total_steps beyond its log: replay and evaluate score the logged curve, whose
 # end is the run's; evaluate's every-E baseline took the file's total_steps all the same, without a
 # word. It is set aside, and said.

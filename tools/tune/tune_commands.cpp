@@ -257,6 +257,13 @@ void check_total_within_log(const CommonArgs& a, const mp::LossLog& log, std::si
                                ": CIL here is measured on the logged curve, from the warm-up to the end of the run, "
                                "so the log must reach the run's end (or leave --total-steps out)");
   }
+  // Said as such: the time check below read it as a clock that stood still (from and to the same
+  // point).
+  if (warmup_index + 1 >= log.points.size()) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           a.log_path + ": nothing logged after the warm-up step (step " +
+                               std::to_string(log.points[warmup_index].step) + " is the log's last)");
+  }
   // Past the log, the last logged loss would be scored as served for the rest of the window.
   const double from = log.points[warmup_index].time_s, to = log.points.back().time_s;
   // A clock that stops at the warm-up leaves an empty window: every schedule scored CIL 0, "no
