@@ -176,9 +176,21 @@ class Client::Impl {
                                         ") and did not come back within " + std::to_string(reconnect_timeout.count()) +
                                         " ms";
     }
-    // One thread at a time waits for a daemon that is not there; the others wait on it.
+    // One thread at a time waits for a daemon that is not there; the others wait on it, and give
+    // up with it: each trying for a reconnect_timeout of its own in turn, the last of N threads
+    // waiting when the daemon died returned after N times that.
+    const auto asked = std::chrono::steady_clock::now();
     std::lock_guard lock(connect_mutex_);
-    auto connection = connect(reconnect_timeout, failure);
+    if (gave_up_at_ && *gave_up_at_ >= asked) throw Error(ErrorCode::kTransport, gave_up_why_);
+    std::shared_ptr<Connection> connection;
+    try {
+      connection = connect(reconnect_timeout, failure);
+    } catch (const Error& e) {
+      gave_up_at_ = std::chrono::steady_clock::now();
+      gave_up_why_ = e.what();
+      throw;
+    }
+    gave_up_at_.reset();
     std::lock_guard idle(idle_mutex_);
     lost_why_.clear();
     return connection;
@@ -451,7 +463,10 @@ class Client::Impl {
   // Connections given up with an answer outstanding, while views still use them: read at each
   // request, so that a late answer arriving after the last release holds nothing for long.
   std::vector<std::weak_ptr<Connection>> answering_;
-  std::mutex connect_mutex_;                       // one thread connects at a time
+  std::mutex connect_mutex_;                       // one thread connects at a time; guards the two below
+  // When and why the last thread to connect gave up: those that waited for it give up with it.
+  std::optional<std::chrono::steady_clock::time_point> gave_up_at_;
+  std::string gave_up_why_;
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
@@ -485,14 +500,20 @@ Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
 
 Client::~Client() = default;
 
-View Client::acquire() const { return impl_->request(0, std::chrono::milliseconds(0)); }
+// Each call holds the state it works on: a thread may close the client (destroy it) while
+// another's call is in flight, which then ends as it would have (its Impl was freed under it).
+View Client::acquire() const {
+  const auto impl = impl_;
+  return impl->request(0, std::chrono::milliseconds(0));
+}
 
 View Client::wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const {
   if (timeout.count() < 0) {
     throw Error(ErrorCode::kInvalidArgument,
                 "sidecar client: wait_for_version timeout is negative (" + std::to_string(timeout.count()) + " ms)");
   }
-  return impl_->request(std::max<std::uint64_t>(version, 1), timeout);
+  const auto impl = impl_;
+  return impl->request(std::max<std::uint64_t>(version, 1), timeout);
 }
 
 // ---- View ----

@@ -69,7 +69,9 @@ class MODELCAST_API Client {
   // runs as a user that is not this process's, root or the owner of the socket's directory (so
   // does a reconnect).
   explicit Client(ClientOptions options);
-  ~Client();  // views already handed out stay valid (their holds stay with the daemon)
+  // Views already handed out stay valid (their holds stay with the daemon). Calls in flight on
+  // other threads end as they would have (a wait at its version or its timeout).
+  ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 

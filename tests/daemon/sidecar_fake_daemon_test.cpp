@@ -360,4 +360,54 @@ TEST_F(SidecarAgainstAFakeDaemon, AnAnswerThatCameAfterTheClientGaveUpIsReadAndI
   expect_release(fd, 1);
 }
 
+// A client closed (destroyed) on one thread while another thread's wait was with the daemon freed
+// the state that wait went on to use. The wait now ends as it would have: at its version.
+TEST_F(SidecarAgainstAFakeDaemon, ClosingTheClientLeavesAnotherThreadsWaitToEndAsItWould) {
+  auto client = std::make_unique<modelcast::sidecar::Client>(options_at(dir / "a.sock"));
+  auto waiting = std::async(std::launch::async, [c = client.get()] { return c->wait_for_version(5, 120s); });
+  const int fd = accept_request();
+  ASSERT_GE(fd, 0);
+  client.reset();  // the wait is in flight: its request reached the daemon
+  Buffer buffer(true);
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(5, 9)), std::vector<int>{buffer.fd}));
+  auto view = waiting.get();
+  ASSERT_FALSE(view.empty());
+  EXPECT_EQ(view.version(), 5u);
+  EXPECT_EQ(view.tensors().size(), 1u);
+  view = {};
+  expect_release(fd, 9);
+}
+
+// Threads waiting when the daemon went each tried to reconnect for a reconnect_timeout of their
+// own, one after another: the last of three gave up after three times it. They give up together.
+TEST_F(SidecarAgainstAFakeDaemon, CallsWaitingWhenTheDaemonWentGiveUpTogether) {
+  auto going = std::make_unique<FakeDaemon>(dir / "b.sock");
+  auto options = options_at(dir / "b.sock");
+  options.reconnect_timeout = 2s;
+  modelcast::sidecar::Client client(options);
+  std::vector<std::future<std::chrono::steady_clock::time_point>> calls;
+  for (int i = 0; i < 3; ++i) {
+    calls.push_back(std::async(std::launch::async, [&client] {
+      try {
+        (void)client.wait_for_version(5, 120s);
+        ADD_FAILURE() << "a wait returned with the daemon gone";
+      } catch (const modelcast::Error& e) {
+        EXPECT_EQ(e.code(), modelcast::ErrorCode::kTransport) << e.what();
+      }
+      return std::chrono::steady_clock::now();
+    }));
+    const int fd = going->accept_next();  // each wait on a connection of its own
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(FakeDaemon::next_request(fd));
+  }
+  going.reset();  // every connection and the listener closed; the socket file stays: refused
+  std::vector<std::chrono::steady_clock::time_point> ended;
+  for (auto& call : calls) ended.push_back(call.get());
+  const auto [first, last] = std::minmax_element(ended.begin(), ended.end());
+  // Together: within one reconnect_timeout of one another (one after another: 4 s and more).
+  EXPECT_LT(*last - *first, 2s) << "the last gave up "
+                                << std::chrono::duration_cast<std::chrono::milliseconds>(*last - *first).count()
+                                << " ms after the first";
+}
+
 }  // namespace
