@@ -22,6 +22,19 @@
 #include "modelcast/modelcast.h"
 #include "modelcast/producer.h"
 
+// What the _init macros call (modelcast.h): this library's defaults, copied into the caller's
+// `size` bytes (zeros past this library's struct, for fields of a later header it cannot know),
+// struct_size set to `size`. `init` is the function of the macro's name.
+template <typename Struct>
+void init_sized(Struct* out, std::size_t size, void (*init)(Struct*)) {
+  if (out == nullptr) return;
+  Struct full;
+  init(&full);
+  full.struct_size = size;
+  std::memcpy(static_cast<void*>(out), &full, size < sizeof full ? size : sizeof full);
+  if (size > sizeof full) std::memset(reinterpret_cast<char*>(out) + sizeof full, 0, size - sizeof full);
+}
+
 struct mc_producer {
   std::unique_ptr<modelcast::Producer> producer;
   std::string endpoint;  // the bound control endpoint, kept for mc_producer_endpoint

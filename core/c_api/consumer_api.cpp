@@ -32,7 +32,8 @@ extern "C" {
 
 // ---- consumer ------------------------------------------------------------------------------
 
-void mc_consumer_options_init(mc_consumer_options* options) {
+// The name in parentheses: modelcast.h's macro of that name would expand here.
+void (mc_consumer_options_init)(mc_consumer_options* options) {
   if (options == nullptr) return;
   const modelcast::ConsumerOptions defaults;
   *options = mc_consumer_options{};
@@ -43,6 +44,10 @@ void mc_consumer_options_init(mc_consumer_options* options) {
   options->transfer_timeout_ms = defaults.transfer_timeout.count();
   options->max_model_bytes = defaults.max_model_bytes;
   options->serve_peers = defaults.serve_peers ? 1 : 0;
+}
+
+void mc_consumer_options_init_sized(mc_consumer_options* options, size_t size) {
+  init_sized(options, size, &(mc_consumer_options_init));
 }
 
 mc_status mc_consumer_create(const mc_consumer_options* options, mc_consumer_t** out) {

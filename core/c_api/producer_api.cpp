@@ -18,7 +18,8 @@ extern "C" {
 
 // ---- producer ------------------------------------------------------------------------------
 
-void mc_producer_options_init(mc_producer_options* options) {
+// The name in parentheses: modelcast.h's macro of that name would expand here.
+void (mc_producer_options_init)(mc_producer_options* options) {
   if (options == nullptr) return;
   const modelcast::ProducerOptions& defaults = kProducerDefaults;
   *options = mc_producer_options{};
@@ -41,6 +42,10 @@ void mc_producer_options_init(mc_producer_options* options) {
   options->rank_count = defaults.rank_count;
 }
 
+void mc_producer_options_init_sized(mc_producer_options* options, size_t size) {
+  init_sized(options, size, &(mc_producer_options_init));
+}
+
 mc_status mc_write_key_pair(const char* path, int overwrite, char public_key_out[41]) {
   return guarded(__func__, [&] {
     require(path, "path");
@@ -61,13 +66,18 @@ mc_status mc_load_public_key(const char* path, char public_key_out[41]) {
   });
 }
 
-void mc_tensor_desc_init(mc_tensor_desc* desc) {
+// The name in parentheses: modelcast.h's macro of that name would expand here.
+void (mc_tensor_desc_init)(mc_tensor_desc* desc) {
   if (desc == nullptr) return;
   *desc = mc_tensor_desc{};
   desc->struct_size = sizeof(mc_tensor_desc);
   desc->dtype = MC_DTYPE_F32;
   desc->memory = MC_MEMORY_HOST;
   desc->device = 0;
+}
+
+void mc_tensor_desc_init_sized(mc_tensor_desc* desc, size_t size) {
+  init_sized(desc, size, &(mc_tensor_desc_init));
 }
 
 mc_status mc_producer_create(const mc_producer_options* options, mc_producer_t** out) {

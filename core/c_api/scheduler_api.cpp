@@ -40,7 +40,8 @@ WorkMode work_mode(int value) {
 
 extern "C" {
 
-void mc_scheduler_options_init(mc_scheduler_options* options) {
+// The name in parentheses: modelcast.h's macro of that name would expand here.
+void (mc_scheduler_options_init)(mc_scheduler_options* options) {
   if (options == nullptr) return;
   const modelcast::predictor::OnlineOptions defaults;
   *options = mc_scheduler_options{};
@@ -59,6 +60,10 @@ void mc_scheduler_options_init(mc_scheduler_options* options) {
                        : defaults.work_mode == WorkMode::kRefitsInBackground ? MC_SCHEDULER_REFITS_IN_BACKGROUND
                                                                              : MC_SCHEDULER_INLINE;
   options->loss_floor = defaults.forecast.loss_floor;
+}
+
+void mc_scheduler_options_init_sized(mc_scheduler_options* options, size_t size) {
+  init_sized(options, size, &(mc_scheduler_options_init));
 }
 
 mc_status mc_scheduler_create(const mc_scheduler_options* options, mc_scheduler_t** out) {

@@ -5,8 +5,8 @@
  * boundary, but for one: a thread cancelled (pthread_cancel, deferred) in
  * mc_consumer_wait_for_version or mc_producer_wait_for_consumers ends there (the forced unwind
  * passes through), its handles left usable; in any other call the cancel acts at the caller's
- * next cancellation point once the call has returned. Structs passed *in* carry `struct_size` (set by their _init function) so that
- * later releases can append fields without breaking binaries built against this header;
+ * next cancellation point once the call has returned. Structs passed *in* carry `struct_size` (set by their _init macro to the size
+ * the caller was built with: see mc_producer_options_init) so that later releases can append fields without breaking binaries built against this header;
  * structs modelcast fills (results, stats, tensor info) keep their layout for the library's
  * SOVERSION, and new fields there come with new functions.
  * Unless a function says otherwise, strings are NUL-terminated UTF-8 and are copied by
@@ -176,8 +176,18 @@ typedef struct mc_producer_stats {
 } mc_producer_stats;
 
 /* Fills `options` with the defaults above (and struct_size). Call before setting fields.
- * No-op on NULL; thread-safe; never fails. */
+ * No-op on NULL; thread-safe; never fails.
+ * mc_producer_options_init (and mc_tensor_desc_init, mc_consumer_options_init,
+ * mc_scheduler_options_init) is a macro: it passes sizeof *(options), the size of the struct the
+ * caller was built with, to the _init_sized function, which writes the defaults into that many
+ * bytes at most and sets struct_size to it. A binary built against an earlier release's header
+ * (a shorter struct) gets no write past its struct, and an array of descs is stepped through at
+ * the caller's size. The function of the macro's name (what Fortran binds, or a pointer to it)
+ * writes this library's size. A NULL pointer is a no-op either way (a literal NULL has no
+ * struct to size: the macro does not take one). */
 MODELCAST_API void mc_producer_options_init(mc_producer_options* options);
+MODELCAST_API void mc_producer_options_init_sized(mc_producer_options* options, size_t size);
+#define mc_producer_options_init(options) mc_producer_options_init_sized((options), sizeof *(options))
 
 /* Writes a fresh key pair to `path` (mode 0600) and its public key to `path`.pub; copies the
  * public key (40 Z85 characters and a NUL) to `public_key_out` if not NULL. Refuses to replace
@@ -196,6 +206,8 @@ MODELCAST_API mc_status mc_load_public_key(const char* path, char public_key_out
  * zero/NULL): set dtype for any other element type, or its bytes are read as f32.
  * No-op on NULL; thread-safe; never fails. */
 MODELCAST_API void mc_tensor_desc_init(mc_tensor_desc* desc);
+MODELCAST_API void mc_tensor_desc_init_sized(mc_tensor_desc* desc, size_t size);
+#define mc_tensor_desc_init(desc) mc_tensor_desc_init_sized((desc), sizeof *(desc))
 
 /* Binds the control endpoint and starts background threads; *out gets a producer the caller
  * owns (free with mc_producer_destroy). options NULL = defaults. On error *out is NULL:
@@ -433,6 +445,8 @@ typedef struct mc_tensor_info {
 /* Fills `options` with the defaults above (and struct_size). Call before setting fields.
  * No-op on NULL; thread-safe; never fails. */
 MODELCAST_API void mc_consumer_options_init(mc_consumer_options* options);
+MODELCAST_API void mc_consumer_options_init_sized(mc_consumer_options* options, size_t size);
+#define mc_consumer_options_init(options) mc_consumer_options_init_sized((options), sizeof *(options))
 
 /* Starts the consumer's threads and begins to join the producer (does not wait for it; a
  * producer that starts later is found). *out gets a consumer the caller owns (mc_consumer_destroy).

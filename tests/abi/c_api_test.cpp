@@ -22,6 +22,7 @@
 #include "c_callers.h"
 #include "eventually.h"
 #include "modelcast/modelcast.h"
+#include "modelcast/modelcast_scheduler.h"
 
 namespace {
 
@@ -672,6 +673,41 @@ TEST(CApi, AnExpectedLayoutIsSteppedThroughByItsElementsStructSize) {
       << last_error();
 }
 
+// A binary built against an earlier release's header has a shorter struct: _init wrote this
+// library's sizeof into it (past its end) and set struct_size to fields the caller never had. The
+// _init macros pass the caller's size; the library writes that much and no more.
+TEST(CApi, InitWritesNoMoreThanTheStructTheCallerWasBuiltWith) {
+  mc_producer_options current;
+  mc_producer_options_init(&current);
+  EXPECT_EQ(current.struct_size, sizeof current) << "the macro passes the caller's own size";
+  constexpr std::size_t older = offsetof(mc_producer_options, device_stage_bytes);  // a 0.3 caller's
+  std::vector<unsigned char> bytes(1024, 0xAB);  // room for either struct and more
+  auto* o = reinterpret_cast<mc_producer_options*>(bytes.data());
+  mc_producer_options_init_sized(o, older);
+  EXPECT_EQ(o->struct_size, older);
+  EXPECT_EQ(o->snapshot_slots, current.snapshot_slots);
+  for (std::size_t i = older; i < bytes.size(); ++i) ASSERT_EQ(bytes[i], 0xAB) << "byte " << i << " written";
+  mc_producer_t* producer = nullptr;
+  ASSERT_EQ(mc_producer_create(o, &producer), MC_OK) << last_error();
+  mc_producer_destroy(producer);
+  // A later header's larger struct: this library's defaults, zeros past them.
+  std::fill(bytes.begin(), bytes.end(), 0xAB);
+  mc_consumer_options_init_sized(reinterpret_cast<mc_consumer_options*>(bytes.data()), sizeof(mc_consumer_options) + 16);
+  EXPECT_EQ(reinterpret_cast<mc_consumer_options*>(bytes.data())->struct_size, sizeof(mc_consumer_options) + 16);
+  for (std::size_t i = sizeof(mc_consumer_options); i < sizeof(mc_consumer_options) + 16; ++i) {
+    ASSERT_EQ(bytes[i], 0) << "byte " << i << " of the later fields";
+  }
+  EXPECT_EQ(bytes[sizeof(mc_consumer_options) + 16], 0xAB);
+  // An element of an older desc array: no write into the next element.
+  constexpr std::size_t desc_bytes = offsetof(mc_tensor_desc, device) + sizeof(int);
+  std::vector<unsigned char> descs(2 * sizeof(mc_tensor_desc), 0xCD);
+  mc_tensor_desc_init_sized(reinterpret_cast<mc_tensor_desc*>(descs.data()), std::min(desc_bytes, sizeof(mc_tensor_desc)));
+  EXPECT_EQ(descs[std::min(desc_bytes, sizeof(mc_tensor_desc))], 0xCD);
+  mc_scheduler_options scheduler;
+  mc_scheduler_options_init(&scheduler);
+  EXPECT_EQ(scheduler.struct_size, sizeof scheduler);
+}
+
 TEST(CApi, AcquireBeforeFirstVersionGivesNullAndOk) {
   std::vector<float> x(4, 1.0f);
   const std::int64_t shape[] = {4};
@@ -1157,9 +1193,16 @@ TEST(CApi, NullHandlesDoNotCrash) {
   mc_producer_destroy(nullptr);
   mc_consumer_destroy(nullptr);
   mc_view_release(nullptr);
-  mc_producer_options_init(nullptr);
-  mc_consumer_options_init(nullptr);
-  mc_tensor_desc_init(nullptr);
+  // A NULL pointer: the macros pass it on (a literal NULL has no struct to size: the functions).
+  mc_producer_options* no_options = nullptr;
+  mc_producer_options_init(no_options);
+  mc_consumer_options* no_consumer_options = nullptr;
+  mc_consumer_options_init(no_consumer_options);
+  mc_tensor_desc* no_desc = nullptr;
+  mc_tensor_desc_init(no_desc);
+  (mc_producer_options_init)(nullptr);
+  (mc_consumer_options_init)(nullptr);
+  (mc_tensor_desc_init)(nullptr);
 }
 
 TEST(CApi, LastErrorIsPerThread) {
