@@ -237,7 +237,10 @@ class MODELCAST_API Consumer {
   explicit Consumer(ConsumerOptions options);
   // Stops threads; views already handed out stay valid. A consumer whose device buffer peers
   // are reading (serve_peers over CUDA IPC) first waits for them, and one stopped mid-transfer
-  // for the bytes already under way, each up to producer_timeout.
+  // for the bytes already under way, each up to producer_timeout. Where the producer died
+  // mid-transfer a receive UCX 1.13 matched ignores its cancel, and releasing the buffer it
+  // lands in waits up to 5 s more before the transport gives its worker up (producer_timeout
+  // 1 s: 6 s in all).
   ~Consumer();
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;

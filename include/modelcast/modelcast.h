@@ -457,7 +457,10 @@ MODELCAST_API mc_status mc_consumer_create(const mc_consumer_options* options, m
 
 /* Stops the consumer's threads and frees it; views already acquired stay valid until released.
  * A device consumer whose buffer peers are reading (CUDA IPC) first waits for them, up to its
- * producer_timeout_ms. NULL is a no-op. Do not call while another thread uses the consumer. */
+ * producer_timeout_ms; one stopped mid-transfer waits for the bytes under way, as long again,
+ * and where its producer died mid-transfer up to 5 s more (UCX 1.13 keeps a receive it matched
+ * going after a cancel: see Consumer::~Consumer). NULL is a no-op. Do not call while another
+ * thread uses the consumer. */
 MODELCAST_API void mc_consumer_destroy(mc_consumer_t* consumer);
 
 /* *out gets the newest installed version (the caller owns it: mc_view_release), or NULL with

@@ -1,7 +1,9 @@
 /* C ABI of the sidecar client (modelcast/sidecar.h): attach to modelcastd from C or Fortran.
  * Same conventions as modelcast.h: every call that can fail returns an mc_status and leaves the
  * reason in mcs_last_error() (per thread); views are released with mcs_view_release. Link
- * libmodelcast_sidecar. */
+ * libmodelcast_sidecar. Of modelcast.h, included for mc_status and mc_dtype, that library has
+ * mc_status_name, mc_dtype_name and mc_dtype_size; the rest (mc_last_error, mc_set_log_level,
+ * the producer and consumer) is libmodelcast's, which a sidecar client need not link. */
 #ifndef MODELCAST_SIDECAR_C_H
 #define MODELCAST_SIDECAR_C_H
 
