@@ -493,27 +493,30 @@ namespace {
 // let them do all that (a world-writable config was read without a word); refused as key files
 // are. A pipe (-c /dev/stdin) is not checked: whoever feeds it starts the daemon.
 void check_config_file_trusted(const std::string& path) {
+  const std::string shown = modelcast::printable_text(path, 4096);  // a newline in it forged a log line
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
     char mode[8];
     std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           path + ": " + ((st.st_mode & S_IWOTH) != 0 ? "every user" : "its group") +
+                           shown + ": " + ((st.st_mode & S_IWOTH) != 0 ? "every user" : "its group") +
                                " may write it (mode " + mode + "), and it says whom to trust and which commands to "
                                "run: chmod go-w it");
   }
-  modelcast::wire::check_trusted_file(path, path + ": ");
+  modelcast::wire::check_trusted_file(path, shown + ": ");
 }
 
 }  // namespace
 
 DaemonConfig load_config(const std::string& path) {
+  // The path as messages show it: escaped, so that a newline in it cannot forge a log line.
+  const std::string shown = modelcast::printable_text(path, 4096);
   toml::table root;
   // toml++ reads a directory as an empty document; an empty config is valid (every default),
   // so a directory given by mistake would start, or reload, with no model at all.
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": is a directory, not a config file");
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": is a directory, not a config file");
   }
   check_config_file_trusted(path);
   // Read here rather than by toml::parse_file, which says "File could not be opened for reading"
@@ -521,21 +524,21 @@ DaemonConfig load_config(const std::string& path) {
   // Bounded, so /dev/zero given by mistake is refused rather than read until memory runs out.
   constexpr std::size_t kMaxConfigBytes = 16u << 20;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": cannot be read: " + std::strerror(errno));
+  if (!in) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": cannot be read: " + std::strerror(errno));
   std::string text(kMaxConfigBytes + 1, '\0');
   in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": cannot be read: " + std::strerror(errno));
+  if (in.bad()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": cannot be read: " + std::strerror(errno));
   text.resize(static_cast<std::size_t>(in.gcount()));
   if (text.size() > kMaxConfigBytes) {
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, path + ": is larger than 16 MiB: not a config file");
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": is larger than 16 MiB: not a config file");
   }
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           path + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
+                           shown + ":" + std::to_string(e.source().begin.line) + ": " + std::string(e.description()));
   }
-  Reader r(path);
+  Reader r(shown);
   r.only(root, "", {"daemon", "http", "repository", "model"});
   DaemonConfig config;
   if (const toml::table* daemon = r.table(root, "daemon", "")) {
@@ -608,7 +611,7 @@ DaemonConfig load_config(const std::string& path) {
       if (const std::string dir = config.repository + "/" + model.name; !config.repository.empty() && model.persist) {
         if (std::error_code ec; std::filesystem::exists(dir, ec) && !std::filesystem::is_directory(dir, ec)) {
           r.fail(*list->get(i)->as_table()->get("name"), prefix + "name",
-                 "'" + dir + "', where the repository keeps this model's versions, is a file, not a directory");
+                 modelcast::shown_text(dir, 4096) + ", where the repository keeps this model's versions, is a file, not a directory");
         }
       }
       config.models.push_back(std::move(model));
@@ -618,7 +621,7 @@ DaemonConfig load_config(const std::string& path) {
   // reload, it would stop every model. A daemon with no model has nothing to do.
   if (config.models.empty()) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           path + ": configures no model (a [[model]] table with name, endpoint and max_model_bytes)");
+                           shown + ": configures no model (a [[model]] table with name, endpoint and max_model_bytes)");
   }
   return config;
 }
@@ -664,8 +667,8 @@ void check_key_files(DaemonConfig& config) {
         load(file);
       } catch (const modelcast::Error& e) {
         throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, model.source + ": model '" + model.name +
-                                                                           "': key '" + key + "' ('" + file +
-                                                                           "'): " + e.what());
+                                                                           "': key '" + key + "' (" + modelcast::shown_text(file, 4096) +
+                                                                           "): " + e.what());
       }
     };
     if (!model.producer_public_key.empty()) {

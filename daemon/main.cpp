@@ -22,6 +22,7 @@
 #include "daemon/recovery.h"
 #include "daemon/daemon.h"
 #include "daemon/ops_http.h"
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 #include "modelcast/modelcast_runtime.h"
 
@@ -54,7 +55,7 @@ bool is_there(const std::filesystem::path& path, const char* kind, const std::st
   const auto status = std::filesystem::status(path, error);
   if (error && error != std::errc::no_such_file_or_directory && error != std::errc::not_a_directory) {
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                           what + " '" + path.string() + "' cannot be examined: " + error.message());
+                           what + " " + modelcast::shown_text(path.string(), 4096) + " cannot be examined: " + error.message());
   }
   return std::string_view(kind) == "directory" ? std::filesystem::is_directory(status) : std::filesystem::exists(status);
 }

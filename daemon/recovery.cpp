@@ -39,7 +39,7 @@ void read_exactly(int fd, const std::string& path, std::byte* to, std::uint64_t 
     auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, 64u << 20));
     ssize_t n = pread(fd, to + done, piece, static_cast<off_t>(from + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "cannot read '" + path + "' to its end");
+    if (n <= 0) throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "cannot read " + modelcast::shown_text(path, 4096) + " to its end");
     done += static_cast<std::uint64_t>(n);
   }
 }

@@ -123,9 +123,18 @@ FirstRecord read_first_record(std::istream& in, const std::string& source) {
       throw CsvError(source, 1, "looks gzip-compressed; decompress it first (gunzip)");
     // PowerShell's and Excel's "Unicode text" is UTF-16: read as bytes it is NULs between the
     // letters, which the checks below called a binary file or a missing column.
+    // Without a byte-order mark: four printable ASCII characters each with a NUL beside it (a
+    // binary file that starts with a small number is not taken for text).
+    const auto utf16_without_mark = [&](std::size_t text_at) {
+      if (line.size() < 8) return false;
+      for (std::size_t i = 0; i < 8; i += 2) {
+        const auto c = static_cast<unsigned char>(line[i + text_at]);
+        if (line[i + 1 - text_at] != '\0' || c < 0x20 || c >= 0x7f) return false;
+      }
+      return true;
+    };
     if (first.line_no == 1 && (line.rfind("\xFF\xFE", 0) == 0 || line.rfind("\xFE\xFF", 0) == 0 ||
-                               (line.size() >= 4 && ((line[0] != '\0' && line[1] == '\0' && line[3] == '\0') ||
-                                                     (line[0] == '\0' && line[1] != '\0' && line[2] == '\0')))))
+                               utf16_without_mark(0) || utf16_without_mark(1)))
       throw CsvError(source, 1, "is UTF-16 text; convert it to UTF-8 first (iconv -f UTF-16 -t UTF-8)");
     if (first.line_no == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);
     if (!blank(line)) break;

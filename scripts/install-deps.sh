@@ -28,6 +28,7 @@ packages=(
   # fuzzer and sanitizer runtimes (libclang_rt.fuzzer*.a, asan, ubsan) are in libclang-rt-14-dev,
   # which clang-14 only recommends, so it is listed; libfuzzer-14-dev is not needed.
   clang-14 libclang-rt-14-dev
+  valgrind                        # memcheck of a use-after-free the Release tests cannot see (tests/daemon)
   # Python binding (python/): built with pybind11 for Debian's python3; DLPack hands torch the
   # received tensors without a copy; the tests and the example use NumPy, torch and pytest.
   # (NumPy is also the modelcastd tests' independent safetensors reader.)

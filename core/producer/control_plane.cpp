@@ -12,6 +12,7 @@
 #include "core/wire/socket_directory.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
+#include "common/shown_text.h"
 #include "modelcast/error.h"
 
 namespace modelcast::producer {
@@ -94,8 +95,8 @@ std::string ControlPlane::set_up_security(ProducerOptions& options) {
     }
     if (!local && !options.allow_plaintext_remote) {
       throw Error(ErrorCode::kInvalidArgument,
-                  "control endpoint '" + options.control_endpoint +
-                      "' is reachable from other hosts: give the producer a key (modelcast-keygen) or set "
+                  "control endpoint " + shown_text(options.control_endpoint, 4096) +
+                      " is reachable from other hosts: give the producer a key (modelcast-keygen) or set "
                       "allow_plaintext_remote");
     }
     wire::check_private_ipc_directory(options.control_endpoint, "producer");

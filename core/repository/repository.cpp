@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/shown_text.h"
 #include "core/repository/io_error.h"
 #include "core/repository/regular_file.h"
 #include "common/digest.h"
@@ -50,7 +51,7 @@ std::uint64_t incarnation_of(const nlohmann::json& value) {
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
   const int saved = errno;
-  throw IoError(saved, "repository: " + what + " '" + path + "': " + std::strerror(saved));
+  throw IoError(saved, "repository: " + what + " " + shown_text(path, 4096) + ": " + std::strerror(saved));
 }
 
 // Makes a directory's entries (a rename, a new file) durable.
@@ -280,7 +281,7 @@ std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token s
                                  : !held.why.empty() ? "not a version written here (" + held.why + ")"
                                                      : "not a version written here";
         throw Error(ErrorCode::kResource, "repository: cannot write version " + std::to_string(snapshot.version) + " of model '" +
-                                              snapshot.model + "' as '" + final_dir + "': an entry of that name is in the way, " +
+                                              snapshot.model + "' as " + shown_text(final_dir, 4096) + ": an entry of that name is in the way, " +
                                               what + "; move it out of the model directory");
       }
       if (failed != ENOTEMPTY && failed != EEXIST) {

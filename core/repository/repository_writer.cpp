@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <filesystem>
 
+#include "common/shown_text.h"
 #include "common/library_thread.h"
 #include "core/repository/io_error.h"
 #include "modelcast/error.h"
@@ -132,7 +133,7 @@ std::string RepositoryWriter::check_held(const std::string& model) {
       try {
         notice = relock(found->second);
       } catch (const Error& e) {
-        return "model directory '" + directory + "' was removed while this writer held it, and cannot be locked again: " +
+        return "model directory " + shown_text(directory, 4096) + " was removed while this writer held it, and cannot be locked again: " +
                e.what();
       }
     }

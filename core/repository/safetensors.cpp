@@ -21,13 +21,13 @@ namespace {
 
 [[noreturn]] void io_error(const std::string& what, const std::string& path) {
   const int saved = errno;
-  throw IoError(saved, what + " '" + path + "': " + std::strerror(saved));
+  throw IoError(saved, what + " " + shown_text(path, 4096) + ": " + std::strerror(saved));
 }
 
 // `what` may quote the file (a tensor's name, a dtype, the JSON parser's "last read"): shown
 // printable and capped, as whoever wrote the file could otherwise forge the daemon's log lines.
 [[noreturn]] void bad_file(const std::string& path, const std::string& what) {
-  throw Error(ErrorCode::kIntegrity, "safetensors file '" + path + "': " + printable_text(what, 1024, Backslash::kKept));
+  throw Error(ErrorCode::kIntegrity, "safetensors file " + shown_text(path, 4096) + ": " + printable_text(what, 1024, Backslash::kKept));
 }
 
 void write_all(int fd, const std::string& path, const void* data, std::uint64_t bytes, std::stop_token stop) {
@@ -35,7 +35,7 @@ void write_all(int fd, const std::string& path, const void* data, std::uint64_t 
   while (bytes > 0) {
     // A model of tens of GiB on a slow disk takes minutes, past systemd's stop timeout: a writer
     // that stops abandons the file between pieces.
-    if (stop.stop_requested()) throw Error(ErrorCode::kState, "write of '" + path + "' abandoned: the writer is stopping");
+    if (stop.stop_requested()) throw Error(ErrorCode::kState, "write of " + shown_text(path, 4096) + " abandoned: the writer is stopping");
     // Pieces of at most 64 MiB: one write of several GiB is split by the kernel anyway.
     ssize_t n = ::write(fd, p, static_cast<std::size_t>(std::min<std::uint64_t>(bytes, 64u << 20)));
     if (n < 0 && errno == EINTR) continue;

@@ -107,9 +107,12 @@ class Client::Impl {
   std::string socket_path;
   std::chrono::milliseconds reconnect_timeout{0};
 
+  // The socket's path as messages show it: escaped, so that a newline in it cannot forge a log line.
+  std::string shown_path() const { return shown_text(socket_path, 4096); }
+
   // Connects for the first time, retrying until `timeout` (the daemon may still be starting).
   void connect_first(std::chrono::milliseconds timeout) {
-    auto connection = connect(timeout, "cannot connect to modelcastd at '" + socket_path + "'");
+    auto connection = connect(timeout, "cannot connect to modelcastd at " + shown_path());
     std::lock_guard lock(idle_mutex_);
     idle_.push_back(std::move(connection));
   }
@@ -170,27 +173,20 @@ class Client::Impl {
         idle_.pop_back();
         return connection;
       }
-      failure = lost_why_.empty() ? "cannot open another connection to modelcastd at '" + socket_path + "' within " +
+      failure = lost_why_.empty() ? "cannot open another connection to modelcastd at " + shown_path() + " within " +
                                         std::to_string(reconnect_timeout.count()) + " ms"
-                                  : "modelcastd at '" + socket_path + "' went away (" + lost_why_ +
+                                  : "modelcastd at " + shown_path() + " went away (" + lost_why_ +
                                         ") and did not come back within " + std::to_string(reconnect_timeout.count()) +
                                         " ms";
     }
-    // One thread at a time waits for a daemon that is not there; the others wait on it, and give
-    // up with it: each trying for a reconnect_timeout of its own in turn, the last of N threads
-    // waiting when the daemon died returned after N times that.
-    const auto asked = std::chrono::steady_clock::now();
+    // One thread at a time waits for a daemon that is not there; the others wait on it, and
+    // their reconnect_timeout runs from when they asked, not from when their turn came: each
+    // trying for a whole one in turn, the last of N threads waiting when the daemon died
+    // returned after N times that.
+    const auto deadline = modelcast::deadline_after(reconnect_timeout);
     std::lock_guard lock(connect_mutex_);
-    if (gave_up_at_ && *gave_up_at_ >= asked) throw Error(ErrorCode::kTransport, gave_up_why_);
-    std::shared_ptr<Connection> connection;
-    try {
-      connection = connect(reconnect_timeout, failure);
-    } catch (const Error& e) {
-      gave_up_at_ = std::chrono::steady_clock::now();
-      gave_up_why_ = e.what();
-      throw;
-    }
-    gave_up_at_.reset();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    auto connection = connect(std::max(left, std::chrono::milliseconds(0)), failure);
     std::lock_guard idle(idle_mutex_);
     lost_why_.clear();
     return connection;
@@ -338,7 +334,7 @@ class Client::Impl {
         // Not worth sending again (it was, some ten thousand times): the daemon sent what this
         // client does not take. The connection stays marked broken; the next call reconnects.
         if (errno == EMSGSIZE) {
-          throw Error(ErrorCode::kProtocol, "modelcastd at '" + socket_path + "': its reply was over " +
+          throw Error(ErrorCode::kProtocol, "modelcastd at " + shown_path() + ": its reply was over " +
                                                 std::to_string(modelcastd::attach::kMaxMessageBytes) +
                                                 " bytes or carried over " +
                                                 std::to_string(modelcastd::attach::kMaxFdsPerMessage) + " descriptors");
@@ -405,7 +401,7 @@ class Client::Impl {
   }
 
   [[noreturn]] void gone(const std::string& why) {
-    throw Error(ErrorCode::kTransport, "modelcastd at '" + socket_path + "': " + why);
+    throw Error(ErrorCode::kTransport, "modelcastd at " + shown_path() + ": " + why);
   }
 
   std::shared_ptr<Mapping> map(Connection& connection, const modelcastd::attach::Manifest& manifest, int fd) {
@@ -463,10 +459,7 @@ class Client::Impl {
   // Connections given up with an answer outstanding, while views still use them: read at each
   // request, so that a late answer arriving after the last release holds nothing for long.
   std::vector<std::weak_ptr<Connection>> answering_;
-  std::mutex connect_mutex_;                       // one thread connects at a time; guards the two below
-  // When and why the last thread to connect gave up: those that waited for it give up with it.
-  std::optional<std::chrono::steady_clock::time_point> gave_up_at_;
-  std::string gave_up_why_;
+  std::mutex connect_mutex_;                       // one thread connects at a time
 };
 
 Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
@@ -501,7 +494,8 @@ Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
 Client::~Client() = default;
 
 // Each call holds the state it works on: a thread may close the client (destroy it) while
-// another's call is in flight, which then ends as it would have (its Impl was freed under it).
+// another's call is under way, which then ends as it would have (its Impl was freed under it).
+// A call that begins as the client is destroyed is the caller's error, as for any object.
 View Client::acquire() const {
   const auto impl = impl_;
   return impl->request(0, std::chrono::milliseconds(0));

@@ -69,8 +69,9 @@ class MODELCAST_API Client {
   // runs as a user that is not this process's, root or the owner of the socket's directory (so
   // does a reconnect).
   explicit Client(ClientOptions options);
-  // Views already handed out stay valid (their holds stay with the daemon). Calls in flight on
-  // other threads end as they would have (a wait at its version or its timeout).
+  // Views already handed out stay valid (their holds stay with the daemon). Calls already under
+  // way on other threads end as they would have (a wait at its version or its timeout); one
+  // begun as the client is destroyed is the caller's error.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

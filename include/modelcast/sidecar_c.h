@@ -28,9 +28,9 @@ MODELCAST_API const char* mcs_last_error(void);
  * see modelcast::sidecar::Client). Thread-safe. */
 MODELCAST_API mc_status mcs_client_open(const char* socket_path, const char* model, int64_t connect_timeout_ms,
                                         mcs_client_t** out);
-/* Closes the client; views it handed out stay valid until released. Calls in flight on other
- * threads end as they would have (a wait at its version or its timeout); a call begun after
- * the close is the caller's error (as with free). NULL is a no-op. */
+/* Closes the client; views it handed out stay valid until released. Calls already under way
+ * on other threads end as they would have (a wait at its version or its timeout); a call begun
+ * as or after the client is closed is the caller's error (as with free). NULL is a no-op. */
 MODELCAST_API void mcs_client_close(mcs_client_t* client);
 
 /* *out gets the newest version (caller owns: mcs_view_release), or NULL before the first.
@@ -44,7 +44,8 @@ MODELCAST_API mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out
  * pthread_cancel: cancellation is held off in every mcs_ call (the answer must be read from the
  * daemon's connection), so a cancel acts once the wait has returned: after timeout_ms, plus up
  * to about 10 s more while the daemon restarts or does not answer (mcs_client_open: after
- * connect_timeout_ms), once for all the calls waiting when the daemon went. */
+ * connect_timeout_ms), counted from when each call began to reconnect, so calls waiting
+ * when the daemon went give up together. */
 MODELCAST_API mc_status mcs_wait_for_version(const mcs_client_t* client, uint64_t version, int64_t timeout_ms,
                                              mcs_view_t** out);
 

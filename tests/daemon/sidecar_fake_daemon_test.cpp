@@ -361,7 +361,9 @@ TEST_F(SidecarAgainstAFakeDaemon, AnAnswerThatCameAfterTheClientGaveUpIsReadAndI
 }
 
 // A client closed (destroyed) on one thread while another thread's wait was with the daemon freed
-// the state that wait went on to use. The wait now ends as it would have: at its version.
+// the state that wait went on to use. The wait now ends as it would have: at its version. A
+// Release build survives the use-after-free unseen: daemon.memcheck.SidecarClientClosedDuringAWait
+// runs this test under valgrind, which saw it every run.
 TEST_F(SidecarAgainstAFakeDaemon, ClosingTheClientLeavesAnotherThreadsWaitToEndAsItWould) {
   auto client = std::make_unique<modelcast::sidecar::Client>(options_at(dir / "a.sock"));
   auto waiting = std::async(std::launch::async, [c = client.get()] { return c->wait_for_version(5, 120s); });

@@ -374,6 +374,13 @@ TEST(CurveCsv, AUtf16FileIsNamedAsSuch) {
       expect_error(wide, 1, "is UTF-16 text; convert it to UTF-8 first");
     }
   }
+  // A binary file starting with a small little-endian number is not taken for text.
+  try {
+    parse(std::string("\x10\0\0\0\0\0\0\0{\r\x01\n", 12));
+    ADD_FAILURE() << "a binary file read";
+  } catch (const CsvError& e) {
+    EXPECT_EQ(std::string(e.what()).find("UTF-16"), std::string::npos) << e.what();
+  }
 }
 
 // An endless stream of bytes without a line end, as /dev/zero is: it was read into memory until
