@@ -619,6 +619,13 @@ void check_forecast_options(const ForecastOptions& options) {
   // +infinity would put every loss below the floor; -infinity (none) and NaN (from the data) are
   // settings of their own.
   if (options.loss_floor == std::numeric_limits<double>::infinity()) refuse("loss_floor must not be +infinity");
+  // As losses beyond it are refused: the losses less such a floor keep none of their digits (-1e300
+  // turned every loss into 1e300 and the forecast into noise, with a note that it was flat).
+  if (std::isfinite(options.loss_floor) && std::abs(options.loss_floor) > 1e100) {
+    std::ostringstream why;
+    why << "loss_floor must be within +-1e100, got " << options.loss_floor;
+    refuse(why.str());
+  }
   // Fewer would leave nothing to forecast with but the fallback, whatever fits.
   if (options.max_members < 1) refuse("max_members must be >= 1, got " + std::to_string(options.max_members));
   if (options.starts_per_family < 1) refuse("starts_per_family must be >= 1, got " + std::to_string(options.starts_per_family));
@@ -661,6 +668,17 @@ Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOpti
     p.loss -= floor;
   }
   Forecast out = forecast_impl(above, options, false, 0.0);
+  // Subtracting a floor far below the losses rounds them by |floor| x 2^-52: said where that is
+  // more than a millionth of how far the losses range (the forecast then reads rounding).
+  const auto [lowest, highest] = std::minmax_element(observed.begin(), observed.end(),
+                                                      [](const CurvePoint& a, const CurvePoint& b) { return a.loss < b.loss; });
+  if (const double spread = highest->loss - lowest->loss;
+      spread > 0 && std::abs(floor) * std::numeric_limits<double>::epsilon() > 1e-6 * spread) {
+    std::ostringstream note;
+    note << "loss_floor " << floor << " lies so far from the losses (which range over " << spread
+         << ") that less than a millionth of that range survives subtracting it: state a floor near the losses; ";
+    out.note = note.str() + out.note;
+  }
   const auto shift = [floor](std::vector<double>& values) {
     for (double& v : values) v += floor;
   };

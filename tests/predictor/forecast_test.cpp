@@ -627,6 +627,29 @@ TEST(Forecast, AClockThatStoodStillLatelyIsForecastAtTheWholeLogsRateWhateverThe
   EXPECT_NEAR(ends[1], ends[0], 1e-6 * ends[0]);
 }
 
+// A floor far below the losses: the losses less it keep none of their digits (-1e300 gave a
+// forecast of 0 with a note that it was flat "at the last observed loss"). Beyond +-1e100, as
+// losses are, it is refused; nearer, where it rounds the losses, it is said.
+TEST(Forecast, AFloorSoFarBelowTheLossesThatItEatsTheirDigitsIsRefusedOrSaid) {
+  std::vector<CurvePoint> prefix;
+  for (std::int64_t s = 0; s <= 290; s += 10) prefix.push_back({s, 2.0 + 0.5 / (1.0 + 0.05 * static_cast<double>(s)), 0.1 * static_cast<double>(s)});
+  ForecastOptions o;
+  o.total_steps = 1000;
+  o.loss_floor = -1e300;
+  try {
+    forecast_curve(prefix, o);
+    ADD_FAILURE() << "a floor of -1e300 taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loss_floor must be within +-1e100, got -1e+300"), std::string::npos) << e.what();
+  }
+  o.loss_floor = -1e12;
+  const auto rounded = forecast_curve(prefix, o);
+  expect_finite(rounded);
+  EXPECT_NE(rounded.note.find("loss_floor -1e+12 lies so far from the losses"), std::string::npos) << rounded.note;
+  o.loss_floor = 0.0;
+  EXPECT_EQ(forecast_curve(prefix, o).note.find("lies so far"), std::string::npos);
+}
+
 // A point whose time is unknown (NaN) says nothing of the clock, and only it: one such point made
 // the forecast drop every logged time, count 1 s per step from the step number (a run forecast
 // ten times longer here) and say no time was logged.

@@ -30,4 +30,6 @@ run --loss-floor --loss-floor ""
 grep -q -- "--loss-floor: empty value, expected a number" "$err" || { cat "$err" >&2; exit 1; }
 # "none" is the floor's own word for -infinity, which CLI11 would read as an option.
 "$tune" evaluate --log "$log" --publish-steps 300 --warmup-steps 200 --publish-cost 2 --update-latency 1 --loss-floor none >/dev/null
+# As Python and YAML write it: "NONE" was refused as not a number.
+"$tune" evaluate --log "$log" --publish-steps 300 --warmup-steps 200 --publish-cost 2 --update-latency 1 --loss-floor None >/dev/null
 echo "every numeric option refuses an empty value by name"

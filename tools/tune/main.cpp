@@ -2,6 +2,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <iostream>
@@ -90,7 +92,11 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   cmd.add_option("--loss-floor", a.loss_floor,
                  "the lowest loss the run can reach (e.g. 0 for cross-entropy, minus the best return for a negated return), or "
                  "none for a loss with a large constant in it; default 0 when every logged loss is positive, none otherwise")
-      ->transform([](std::string text) { return text == "none" ? std::string("-inf") : text; })
+      ->transform([](std::string text) {
+        std::string lower = text;
+        std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+        return lower == "none" ? std::string("-inf") : text;  // None and NONE as Python and YAML write it
+      })
       ->check(kNumber);
   cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast where there is one, publishes, served loss)");
   cmd.add_flag("--progress", a.progress, "report progress on stderr (default: only when stderr is a terminal)");
