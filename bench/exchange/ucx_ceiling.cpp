@@ -134,7 +134,7 @@ std::uint64_t tag_of(int repetition, std::size_t chunk) {
   return (static_cast<std::uint64_t>(repetition) << 32) | chunk;
 }
 
-// The rule of modelcast's transports/ucx/ucx_shared_memory.cpp (same host here): UCX_TLS unset, empty, an
+// The rule of modelcast's transports/ucx/ucx_tls.cpp (same host here): UCX_TLS unset, empty, an
 // exclusion list, or naming a shared-memory transport.
 bool shared_memory_allowed() {
   const char* tls = std::getenv("UCX_TLS");

@@ -138,6 +138,51 @@ TEST_F(TwoHosts, AConsumerStartedWhileItsLinkWasDownJoinsOnceItComesUp) {
   EXPECT_EQ(producer.wait(), 0);
 }
 
+// A consumer whose host lets the control port through and drops every other connection from
+// the producer (a firewall open for ZeroMQ, not for UCX): UCX's TCP made its endpoint with a
+// blocking connect(), inside the producer's admission of that consumer, and the producer's
+// service thread, publish() and every other consumer waited until the kernel gave up on the
+// SYNs (about two minutes). Another consumer now gets every version, and publish() returns.
+TEST_F(TwoHosts, AConsumerWhoseHostDropsTheProducersConnectionsHoldsUpNoOneElse) {
+  const auto keys = make_keys();
+  ChildProcess producer({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "producer", "--endpoint",
+                         "tcp://10.231.0.1:0", "--versions", "0", "--kib", "256", "--key-file",
+                         (keys->dir / "producer.key").string(), "--allow-key", keys->consumer.public_key},
+                        {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready) << "producer did not start in " << ns_a_;
+  const std::string endpoint = ready->substr(6);
+  const std::string port = endpoint.substr(endpoint.rfind(':') + 1);
+  const std::string nft = "ip netns exec " + ns_b_ + " nft ";
+  if (run(nft + "add table inet modelcast_test") != 0) GTEST_SKIP() << "nftables (nft) is not usable here";
+  ASSERT_EQ(run(nft + "'add chain inet modelcast_test in { type filter hook input priority 0; policy accept; }'"), 0);
+  ASSERT_EQ(run(nft + "add rule inet modelcast_test in iifname " + dev_b_ + " tcp sport != " + port + " drop"), 0);
+  ChildProcess walled({"/usr/bin/env", "ip", "netns", "exec", ns_b_, MODELCAST_TEST_PEER, "consumer", "--endpoint",
+                       endpoint, "--name", "walled", "--until-version", "3", "--key-file",
+                       (keys->dir / "consumer.key").string(), "--producer-key", keys->producer.public_key},
+                      {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_b_});
+  ASSERT_TRUE(walled.wait_for_line("started")) << "the walled-off consumer did not start";
+  // Beside the producer, reaching it through its own device's address.
+  ChildProcess open({"/usr/bin/env", "ip", "netns", "exec", ns_a_, MODELCAST_TEST_PEER, "consumer", "--endpoint",
+                     endpoint, "--name", "open", "--until-version", "3", "--key-file",
+                     (keys->dir / "consumer.key").string(), "--producer-key", keys->producer.public_key},
+                    {"UCX_TLS=tcp,self", "UCX_NET_DEVICES=" + dev_a_});
+  ASSERT_TRUE(open.wait_for_line("joined", std::chrono::seconds(30)))
+      << "the other consumer could not join while the walled-off one was being admitted";
+  for (int v = 1; v <= 3; ++v) {
+    ASSERT_TRUE(producer.ask("publish", "published " + std::to_string(v), std::chrono::seconds(30)))
+        << "publish() of version " << v << " did not return within 30 s";
+  }
+  EXPECT_TRUE(open.wait_for_line("installed 3", std::chrono::seconds(30))) << "the other consumer never got version 3";
+  for (const auto& line : open.lines()) EXPECT_EQ(line.rfind("corrupt", 0), std::string::npos) << line;
+  walled.kill_now();
+  walled.wait();
+  open.kill_now();
+  open.wait();
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
+}
+
 // One host, two containers: the consumer in other PID and IPC namespaces than its producer
 // (Kubernetes pods and Docker containers have their own). UCX's shared-memory addresses then
 // carry the namespaces' ids, of lengths the address check did not know, and the producer refused

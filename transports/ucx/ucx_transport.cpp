@@ -15,7 +15,7 @@
 #include "transports/ucx/address_seal.h"
 #include "transports/ucx/ucx_memory.h"
 #include "transports/ucx/ucx_quirks.h"
-#include "transports/ucx/ucx_shared_memory.h"
+#include "transports/ucx/ucx_tls.h"
 #include "transports/ucx/ucx_worker.h"
 
 namespace modelcast::transport {

@@ -9,7 +9,7 @@
 #include "common/library_thread.h"
 #include "modelcast/error.h"
 #include "transports/ucx/ucx_log.h"
-#include "transports/ucx/ucx_shared_memory.h"
+#include "transports/ucx/ucx_tls.h"
 
 namespace modelcast::transport {
 namespace {
@@ -61,6 +61,18 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
     if (auto s = ucp_config_modify(config, "MM_RX_BUFS_GROW", "64"); s != UCS_OK) {
       ucp_config_release(config);
       throw_ucx("ucp_config_modify(MM_RX_BUFS_GROW)", s);
+    }
+  }
+  // UCX's TCP transport connects with a blocking connect() by default (Debian's 1.13, and later
+  // versions), inside ucp_ep_create on the thread that makes the endpoint: a peer whose host drops
+  // the SYNs (a firewall that lets the control port through and not UCX's) held the producer's
+  // service thread, and with it publish() and every other consumer, until the kernel gave up
+  // (about two minutes). Non-blocking, the endpoint is made at once and a connection that never
+  // comes fails the endpoint, as a lost peer does. The user's environment wins.
+  if (std::getenv("UCX_TCP_CONN_NB") == nullptr && ucx_tcp_allowed()) {
+    if (auto s = ucp_config_modify(config, "CONN_NB", "y"); s != UCS_OK) {
+      ucp_config_release(config);
+      throw_ucx("ucp_config_modify(TCP_CONN_NB)", s);
     }
   }
   ucp_params_t params{};

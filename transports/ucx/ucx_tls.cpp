@@ -1,4 +1,4 @@
-#include "transports/ucx/ucx_shared_memory.h"
+#include "transports/ucx/ucx_tls.h"
 
 #include <cstdlib>
 #include <sstream>
@@ -10,9 +10,10 @@ namespace modelcast::transport {
 
 namespace {
 
-// Whether UCX_TLS (its list, or what its '^' list leaves out) keeps one of `names` on: a name
-// of an alias that covers them (all, sm, shm, mm) counts as each of them.
-bool allowed_by_ucx_tls(std::initializer_list<const char*> names) {
+// Whether UCX_TLS (its list, or what its '^' list leaves out) keeps one of `names` on: "all"
+// counts as each of them, and with `shared_memory` the aliases that cover shared-memory transports
+// (sm, shm; mm for posix, sysv and xpmem) do too.
+bool allowed_by_ucx_tls(std::initializer_list<const char*> names, bool shared_memory) {
   const char* tls = std::getenv("UCX_TLS");
   if (tls == nullptr || *tls == '\0') return true;
   const bool exclusion = *tls == '^';
@@ -21,7 +22,9 @@ bool allowed_by_ucx_tls(std::initializer_list<const char*> names) {
   for (std::string item; std::getline(list, item, ',');) items.push_back(item);
   auto listed = [&](const char* name) {
     for (const auto& item : items) {
-      if (item == name || item == "all" || item == "sm" || item == "shm") return true;
+      if (item == name || item == "all") return true;
+      if (!shared_memory) continue;
+      if (item == "sm" || item == "shm") return true;
       if (item == "mm" && (std::string(name) == "posix" || std::string(name) == "sysv" || std::string(name) == "xpmem")) {
         return true;
       }
@@ -36,8 +39,10 @@ bool allowed_by_ucx_tls(std::initializer_list<const char*> names) {
 
 }  // namespace
 
-bool ucx_shared_memory_allowed() { return allowed_by_ucx_tls({"posix", "sysv", "cma", "knem", "xpmem"}); }
+bool ucx_shared_memory_allowed() { return allowed_by_ucx_tls({"posix", "sysv", "cma", "knem", "xpmem"}, true); }
 
-bool ucx_mm_transports_allowed() { return allowed_by_ucx_tls({"posix", "sysv"}); }
+bool ucx_mm_transports_allowed() { return allowed_by_ucx_tls({"posix", "sysv"}, true); }
+
+bool ucx_tcp_allowed() { return allowed_by_ucx_tls({"tcp"}, false); }
 
 }  // namespace modelcast::transport
