@@ -693,5 +693,31 @@ TEST_F(SlowTwoHosts, AVersionLastingSixLeaseTimeoutsArrivesWithoutALapse) {
   std::printf("[   INFO   ] %s\n", summary.str().c_str());
 }
 
+// A chunk that takes longer to cross the link than the lease (4 MiB in one chunk at 1 MB/s,
+// against 1 s): each fetch's lease lapses with its send in flight, the producer cuts the consumer
+// off, it joins again, and again. The cut closed the TCP endpoint by force with the send under
+// way, and the producer died in UCX's TCP progress a few cut-offs later (a segmentation fault;
+// 3 runs in 4 at 10 Mbit/s). Such an endpoint is closed with a flush now: the producer lives on.
+TEST_F(SlowTwoHosts, AConsumerCutOffAgainAndAgainMidChunkLeavesTheProducerRunning) {
+  ChildProcess producer = start_producer({"--kib", "4096", "--chunk-kib", "4096", "--lease-timeout-ms", "1000"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready) << "producer did not start in " << ns_a_;
+  ChildProcess consumer = start_consumer(ready->substr(6), {"--until-version", "1"});
+  ASSERT_TRUE(producer.ask("publish", "published 1"));
+  std::optional<std::string> stats;
+  const auto lapsed = [&](int at_least) {
+    stats = producer.ask("stats", "stats ");
+    if (!stats) return true;  // no answer: the producer is gone (said below)
+    const auto at = stats->find("leases_expired=");
+    return at != std::string::npos && std::stoi(stats->substr(at + 15)) >= at_least;
+  };
+  EXPECT_TRUE(eventually([&] { return lapsed(6); }, std::chrono::seconds(90))) << (stats ? *stats : "no stats");
+  ASSERT_TRUE(stats) << "the producer stopped answering:\n" << joined_lines(producer);
+  consumer.kill_now();
+  consumer.wait();
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0) << joined_lines(producer);
+}
+
 }  // namespace
 }  // namespace exchange_test
