@@ -192,7 +192,7 @@ void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
   if (link_.handshake_failing()) return;
   unanswered_said_ = "no answer from a producer at " + options_.producer_endpoint + " for " +
                      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*unanswered).count()) +
-                     " ms: none runs there yet, or the endpoint is wrong; still asking";
+                     " ms: none runs there yet, the endpoint is wrong, or the network drops what it sends; still asking";
   log_->warn("{}", unanswered_said_);
   count([&](ConsumerStats& s) { s.last_error = unanswered_said_; });
 }

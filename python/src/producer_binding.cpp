@@ -294,6 +294,7 @@ void bind_producer(py::module_& m) {
       .def_readonly("deliveries", &ProducerStats::deliveries)
       .def_readonly("failed_deliveries", &ProducerStats::failed_deliveries)
       .def_readonly("leases_expired", &ProducerStats::leases_expired)
+      .def_readonly("connections_opened", &ProducerStats::connections_opened)
       .def_readonly("connections_cut", &ProducerStats::connections_cut)
       .def_readonly("sends_abandoned", &ProducerStats::sends_abandoned)
       .def_readonly("bad_messages", &ProducerStats::bad_messages)

@@ -131,6 +131,7 @@ def test_consumers_relay_when_the_producer_asks(endpoint):
         assert stats.relayed_deliveries == 1
         assert stats.bytes_relayed == relayed[0].bytes
         assert stats.relay_faults == 0
+        assert stats.connections_opened == 2  # one for each consumer's join
         # The relay counts a block once its send completes, which its loop may see after the
         # receiver has acked: wait (bounded) for the count to arrive.
         deadline = time.monotonic() + WAIT_S
