@@ -180,14 +180,16 @@ typedef struct mc_producer_stats {
  * mc_producer_options_init (and mc_tensor_desc_init, mc_consumer_options_init,
  * mc_scheduler_options_init) is a macro: it passes sizeof *(options), the size of the struct the
  * caller was built with, to the _init_sized function, which writes the defaults into that many
- * bytes at most and sets struct_size to it. A binary built against an earlier release's header
- * (a shorter struct) gets no write past its struct, and an array of descs is stepped through at
- * the caller's size. The function of the macro's name (what Fortran binds, or a pointer to it)
- * writes this library's size. A NULL pointer is a no-op either way (a literal NULL has no
- * struct to size: the macro does not take one). */
+ * bytes at most and sets struct_size to it. A binary built against this header, run with a later
+ * library whose structs have grown, gets no write past its struct, and an array of descs is
+ * stepped through at the caller's size (binaries built against headers before this one call the
+ * function, which writes this library's size). The function of the macro's name (what Fortran
+ * binds, or a pointer to it) writes this library's size. A NULL pointer is a no-op either way; the
+ * macro takes only a pointer to the struct (a void pointer or a literal NULL does not compile). */
 MODELCAST_API void mc_producer_options_init(mc_producer_options* options);
 MODELCAST_API void mc_producer_options_init_sized(mc_producer_options* options, size_t size);
-#define mc_producer_options_init(options) mc_producer_options_init_sized((options), sizeof *(options))
+#define mc_producer_options_init(options) \
+  mc_producer_options_init_sized((options), sizeof *(options) + 0 * sizeof((options)->struct_size))
 
 /* Writes a fresh key pair to `path` (mode 0600) and its public key to `path`.pub; copies the
  * public key (40 Z85 characters and a NUL) to `public_key_out` if not NULL. Refuses to replace
@@ -207,7 +209,8 @@ MODELCAST_API mc_status mc_load_public_key(const char* path, char public_key_out
  * No-op on NULL; thread-safe; never fails. */
 MODELCAST_API void mc_tensor_desc_init(mc_tensor_desc* desc);
 MODELCAST_API void mc_tensor_desc_init_sized(mc_tensor_desc* desc, size_t size);
-#define mc_tensor_desc_init(desc) mc_tensor_desc_init_sized((desc), sizeof *(desc))
+#define mc_tensor_desc_init(desc) \
+  mc_tensor_desc_init_sized((desc), sizeof *(desc) + 0 * sizeof((desc)->struct_size))
 
 /* Binds the control endpoint and starts background threads; *out gets a producer the caller
  * owns (free with mc_producer_destroy). options NULL = defaults. On error *out is NULL:
@@ -446,7 +449,8 @@ typedef struct mc_tensor_info {
  * No-op on NULL; thread-safe; never fails. */
 MODELCAST_API void mc_consumer_options_init(mc_consumer_options* options);
 MODELCAST_API void mc_consumer_options_init_sized(mc_consumer_options* options, size_t size);
-#define mc_consumer_options_init(options) mc_consumer_options_init_sized((options), sizeof *(options))
+#define mc_consumer_options_init(options) \
+  mc_consumer_options_init_sized((options), sizeof *(options) + 0 * sizeof((options)->struct_size))
 
 /* Starts the consumer's threads and begins to join the producer (does not wait for it; a
  * producer that starts later is found). *out gets a consumer the caller owns (mc_consumer_destroy).

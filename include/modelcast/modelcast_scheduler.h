@@ -56,7 +56,8 @@ typedef struct mc_scheduler_options {
 MODELCAST_API void mc_scheduler_options_init(mc_scheduler_options* options);
 /* As mc_producer_options_init (modelcast.h): the macro passes the caller's size. */
 MODELCAST_API void mc_scheduler_options_init_sized(mc_scheduler_options* options, size_t size);
-#define mc_scheduler_options_init(options) mc_scheduler_options_init_sized((options), sizeof *(options))
+#define mc_scheduler_options_init(options) \
+  mc_scheduler_options_init_sized((options), sizeof *(options) + 0 * sizeof((options)->struct_size))
 
 /* *out gets a scheduler the caller owns (mc_scheduler_destroy); NULL on error.
  * Errors: MC_ERR_INVALID_ARGUMENT (NULL options/out, struct_size unset, total_steps <= 0,

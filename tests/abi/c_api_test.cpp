@@ -673,14 +673,15 @@ TEST(CApi, AnExpectedLayoutIsSteppedThroughByItsElementsStructSize) {
       << last_error();
 }
 
-// A binary built against an earlier release's header has a shorter struct: _init wrote this
-// library's sizeof into it (past its end) and set struct_size to fields the caller never had. The
-// _init macros pass the caller's size; the library writes that much and no more.
+// A binary run with a later library than its header has a shorter struct than the library's:
+// _init wrote the library's sizeof into it (past its end) and set struct_size to fields the caller
+// never had. The _init macros pass the caller's size; the library writes that much and no more.
+// A shorter struct here stands for this header's, against a later library's longer one.
 TEST(CApi, InitWritesNoMoreThanTheStructTheCallerWasBuiltWith) {
   mc_producer_options current;
   mc_producer_options_init(&current);
   EXPECT_EQ(current.struct_size, sizeof current) << "the macro passes the caller's own size";
-  constexpr std::size_t older = offsetof(mc_producer_options, device_stage_bytes);  // a 0.3 caller's
+  constexpr std::size_t older = offsetof(mc_producer_options, device_stage_bytes);  // shorter than ours
   std::vector<unsigned char> bytes(1024, 0xAB);  // room for either struct and more
   auto* o = reinterpret_cast<mc_producer_options*>(bytes.data());
   mc_producer_options_init_sized(o, older);
