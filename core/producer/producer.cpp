@@ -352,10 +352,11 @@ class Producer::Impl {
     auto reserved = in_callback() ? take_free_slot_in_callback() : store_.reserve(options_.lease_timeout);
     const std::size_t slot = reserved.slot;
     if (reserved.sends_abandoned > 0) {
-      log_->warn("publish() took slot {} although sends of {} ended fetch(es) from it never reported their end "
-                 "after their connections were closed (over shared memory UCX 1.13 ends a send only when its "
-                 "receiver takes it: a consumer on this host that died, or one that refused the version without "
-                 "taking its chunks); the trainer waits for that at most {} ms",
+      log_->warn("publish() took slot {} although sends of {} ended fetch(es) from it had not reported their end "
+                 "once their connections were to close (UCX 1.13 ends a send over shared memory only when its "
+                 "receiver takes it, and closes a busy TCP connection only once its sends end or 30 s have passed: a "
+                 "consumer on this host that died, a slow one, or one that refused the version without taking its "
+                 "chunks); the trainer waits for that at most {} ms",
                  slot, reserved.sends_abandoned,
                  std::chrono::duration_cast<std::chrono::milliseconds>(producer::SnapshotStore::kDrainGrace).count());
       stats_.update([&](ProducerStats& s) { s.sends_abandoned += reserved.sends_abandoned; });

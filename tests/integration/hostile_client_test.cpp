@@ -350,8 +350,10 @@ bool receive_all(modelcast::transport::Transport& ucx, const protocol::FetchRepl
 
 // A client that takes none of the chunks of its fetch: its lease lapses while the sends are
 // posted. A transport may read the slot until each send ends, and only closing the connection
-// ends them: the producer closes it, tells the client (a refusal of that fetch), keeps the slot
-// from publish() until the sends have ended, and goes on publishing.
+// ends them: the producer closes it, tells the client (a refusal of that fetch), and goes on
+// publishing. Its connection (TCP: the client says it is on another host) is closed by
+// force only after UcxOptions::busy_close_grace (forcing a TCP endpoint with a send under way may
+// crash UCX 1.13), so publish() takes the slot after waiting its second for those sends.
 TEST_F(HostileClientTest, AClientThatTakesNoChunksIsCutOffWhenItsLeaseLapses) {
   modelcast::ProducerOptions producer_options;
   producer_options.lease_timeout = 200ms;
@@ -374,10 +376,11 @@ TEST_F(HostileClientTest, AClientThatTakesNoChunksIsCutOffWhenItsLeaseLapses) {
   EXPECT_EQ(stats.consumers, 0u);
   EXPECT_EQ(stats.failed_deliveries, 1u);
   EXPECT_EQ(stats.leases_expired, 1u);
-  // With two slots, every publish from here on needs version 1's slot in turn: UCX ended the
-  // closed connection's sends, so none had to be abandoned.
+  // With two slots, every publish from here on needs version 1's slot in turn: it is taken once,
+  // after the writer's grace, and publishing goes on.
   for (std::uint64_t v = 2; v <= 4; ++v) p.publish(v);
-  EXPECT_EQ(p.producer->stats().sends_abandoned, 0u);
+  EXPECT_EQ(p.producer->stats().latest_version, 4u);
+  EXPECT_EQ(p.producer->stats().sends_abandoned, 1u);
   // Cut off means joined no more.
   client.send(protocol::FetchRequest{joined.incarnation, 0, 2});
   EXPECT_EQ(client.next<protocol::FetchReply>().refusal, protocol::Refusal::kNotJoined);

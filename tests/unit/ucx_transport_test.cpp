@@ -121,6 +121,57 @@ TEST_P(UcxTransportTest, CancelledSendsLeaveThePeerUsableOverTcp) {
   EXPECT_EQ(std::memcmp(source.data(), target.data(), kChunk), 0);
 }
 
+// A peer over TCP (peer-failure handling on) disconnected while a send to it is under way, as a
+// producer cuts off a slow consumer whose chunk outlasted the lease: closing its endpoint by
+// force then crashed UCX 1.13 a few cut-offs later (UcxQuirks). The send is let finish, and the
+// bytes arrive whole; a peer that takes nothing (no receive posted) has its endpoint closed by
+// force after busy_close_grace, which ends the send.
+TEST(UcxTransport, ADisconnectedPeersSendUnderWayIsLetFinishAndOneNeverTakenIsEndedAfterTheGrace) {
+  constexpr std::size_t kSize = 64u << 20;  // on its way for tens of ms over loopback TCP
+  Done received, sent, never_sent;
+  setenv("UCX_TLS", "tcp,self", 1);
+  setenv("UCX_KEEPALIVE_INTERVAL", "2s", 1);  // see below
+  UcxOptions options;
+  options.busy_close_grace = 300ms;
+  auto sender = make_ucx_transport(options);
+  auto receiver = make_ucx_transport();
+  auto idle = make_ucx_transport();
+  unsetenv("UCX_TLS");
+  unsetenv("UCX_KEEPALIVE_INTERVAL");
+  HostBuffer source(kSize), target(kSize);
+  std::iota(reinterpret_cast<std::uint32_t*>(source.data()), reinterpret_cast<std::uint32_t*>(source.data()) + kSize / 4, 3u);
+  auto source_region = sender->register_memory(source.data(), source.size(), MemoryLocation::host());
+  auto target_region = receiver->register_memory(target.data(), target.size(), MemoryLocation::host());
+  auto peer = sender->connect(receiver->address(), /*detect_failure=*/true, nullptr);
+  receiver->post_recv(*target_region, 0, kSize, 1, received.callback());
+  sender->post_send(peer, *source_region, 0, kSize, 1, sent.callback());
+  sender->disconnect(peer);  // queued behind the send: it is under way, not finished
+  auto r = received.get();
+  ASSERT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(sent.get().ok) << "the send under way was ended by the disconnection";
+  EXPECT_EQ(std::memcmp(source.data(), target.data(), kSize), 0);
+
+  auto taker_of_nothing = sender->connect(idle->address(), /*detect_failure=*/true, nullptr);
+  {
+    // The connection made first (a send waiting on its wireup is no send under way).
+    Done hello_sent, hello_received;
+    HostBuffer hello(4096);
+    auto hello_region = idle->register_memory(hello.data(), hello.size(), MemoryLocation::host());
+    idle->post_recv(*hello_region, 0, 4096, 3, hello_received.callback());
+    sender->post_send(taker_of_nothing, *source_region, 0, 4096, 3, hello_sent.callback());
+    ASSERT_TRUE(hello_received.get().ok);
+    ASSERT_TRUE(hello_sent.get().ok);
+  }
+  sender->post_send(taker_of_nothing, *source_region, 0, kSize, 2, never_sent.callback());
+  sender->disconnect(taker_of_nothing);
+  // The forced close comes after the 300 ms grace; UCX 1.13 then ends the send at its next
+  // keepalive round (UCX_KEEPALIVE_INTERVAL: 20 s by default, 2 s here), not at once as it does
+  // where the endpoint is closed by force as the send is posted.
+  auto ending = never_sent.promise.get_future();
+  ASSERT_EQ(ending.wait_for(60s), std::future_status::ready) << "a send nobody takes was never ended";
+  EXPECT_FALSE(ending.get().ok);
+}
+
 TEST(UcxTransport, GarbageAddressIsAClearError) {
   auto sender = make_ucx_transport();
   std::vector<std::byte> garbage(16, std::byte{0x5A});

@@ -21,7 +21,7 @@
 namespace modelcast::transport {
 namespace {
 
-// Threads: the worker's progress thread alone touches peers_, in_flight_ and closing_; every
+// Threads: the worker's progress thread alone touches peers_, deferred_, in_flight_ and closing_; every
 // public method becomes a command queued for it (UcxWorker::post/run).
 class UcxTransport final : public Transport {
  public:
@@ -46,7 +46,13 @@ class UcxTransport final : public Transport {
     } catch (const Error& e) {
       own_layout_error_ = e.what();
     }
-    worker_.start({[this] { reap_closing(); }, [this] { shutdown_in_progress_thread(); }}, options_.idle_spin);
+    worker_.start({[this] {
+                     close_deferred();
+                     reap_closing();
+                   },
+                   [this] { shutdown_in_progress_thread(); },
+                   [this] { return next_deferred_deadline(); }},
+                  options_.idle_spin);
   }
 
   ~UcxTransport() override { worker_.destroy(); }
@@ -110,17 +116,32 @@ class UcxTransport final : public Transport {
       ucp_ep_h handle = nullptr;
       if (auto s = ucp_ep_create(worker_.worker(), &ep, &handle); s != UCS_OK) throw_ucx("connecting to peer", s);
       if (log_->should_log(spdlog::level::debug)) ucp_ep_print_info(handle, stderr);
-      peers_.emplace(id, Peer{handle, std::move(on_failure), std::move(context)});
+      peers_.emplace(id, Peer{handle, detect_failure, std::move(on_failure), std::move(context)});
     });
     return id;
   }
 
-  // A live peer that is to take no more from us (a consumer cut off, or leaving). Its sends still
-  // under way end with a flush rather than by force where UcxQuirks says forcing may crash: a
-  // slow consumer over TCP cut off mid-chunk had its endpoint closed by force, and the producer
-  // died in UCX's TCP progress some seconds later (3 runs in 4 at 10 Mbit/s).
+  // A peer that is to take no more from us (a consumer cut off, or leaving). Where UcxQuirks says
+  // forcing a busy TCP endpoint may crash, one with sends under way (and peer-failure handling:
+  // UCX closes no other by force, see close_peer) is closed once they have
+  // ended, or by force after UcxOptions::busy_close_grace: a slow consumer over TCP cut off mid-chunk had its
+  // endpoint closed by force at once, and the producer died in UCX's TCP progress a few cut-offs
+  // later (3 runs in 4 at 10 Mbit/s), while the consumer's receive of that chunk never ended (a
+  // halted UCX worker each time). A peer that takes nothing (it posted no receive) is closed by
+  // force after the grace, as before at once.
   void disconnect(PeerId peer) override {
-    worker_.post([this, peer] { close_peer(peer, quirks_.forced_close_of_busy_tcp_endpoint_may_assert); });
+    worker_.post([this, peer] {
+      auto it = peers_.find(peer);
+      if (it == peers_.end()) return;
+      if (quirks_.forced_close_of_busy_tcp_endpoint_may_assert && it->second.detects_failure && sending_to(peer)) {
+        log_->debug("peer {} disconnected with sends under way: closed once they end, by force in {} ms", peer,
+                    options_.busy_close_grace.count());
+        deferred_.emplace(peer, Deferred{std::move(it->second), std::chrono::steady_clock::now() + options_.busy_close_grace});
+        peers_.erase(it);
+        return;
+      }
+      close_peer(peer);
+    });
   }
 
   TransferId post_send(PeerId peer, const MemoryRegion& region, std::size_t offset, std::size_t length,
@@ -236,7 +257,8 @@ class UcxTransport final : public Transport {
     PeerId peer;
   };
   struct Peer {
-    ucp_ep_h ep;
+    ucp_ep_h ep = nullptr;
+    bool detects_failure = false;  // UCP_ERR_HANDLING_MODE_PEER: the only mode UCX closes by force
     PeerFailure on_failure;
     std::unique_ptr<ErrorContext> error_context;
   };
@@ -317,6 +339,7 @@ class UcxTransport final : public Transport {
     // UCX forbids closing the endpoint inside its own error callback: do it on the next round.
     std::string error = ucs_status_string(status);
     self->worker_.post([self, peer, error] {
+      if (self->deferred_.count(peer)) return self->close_peer(peer);  // no one to tell: it was disconnected
       auto it = self->peers_.find(peer);
       if (it == self->peers_.end()) return;
       PeerFailure on_failure = it->second.on_failure;
@@ -332,25 +355,29 @@ class UcxTransport final : public Transport {
   // UCX destroys a flushed endpoint whose peer connected back (any rendezvous exchange) only with
   // the worker ("TODO negotiate disconnect" in ucp_ep_disconnected): the peer's shared-memory
   // segments stay mapped here until then (README, "Consumers on the producer's host").
-  // `flush_if_sending`: an endpoint with sends in flight is closed with a flush, which ends once
-  // they have (a live peer takes them, or fails them), instead of by force.
-  void close_peer(PeerId peer, bool flush_if_sending = false) {
-    auto it = peers_.find(peer);
-    if (it == peers_.end()) return;
+  // A peer disconnect() set aside (deferred_) is closed here too.
+  void close_peer(PeerId peer) {
+    Peer closed;
+    if (auto it = peers_.find(peer); it != peers_.end()) {
+      closed = std::move(it->second);
+      peers_.erase(it);
+    } else if (auto set_aside = deferred_.find(peer); set_aside != deferred_.end()) {
+      closed = std::move(set_aside->second.peer);
+      deferred_.erase(set_aside);
+    } else {
+      return;
+    }
     const auto now = std::chrono::steady_clock::now();
-    bool sending = false;
     for (auto& [id, transfer] : in_flight_) {
-      if (transfer.peer != peer) continue;
-      if (!transfer.endpoint_closed_at) transfer.endpoint_closed_at = now;
-      sending = sending || !transfer.writes;
+      if (transfer.peer == peer && !transfer.endpoint_closed_at) transfer.endpoint_closed_at = now;
     }
     ucp_request_param_t param{};
     param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    param.flags = flush_if_sending && sending ? 0 : UCP_EP_CLOSE_FLAG_FORCE;
-    void* request = ucp_ep_close_nbx(it->second.ep, &param);
+    param.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* request = ucp_ep_close_nbx(closed.ep, &param);
     if (UCS_PTR_IS_ERR(request) && UCS_PTR_STATUS(request) == UCS_ERR_INVALID_PARAM) {
       param.flags = 0;
-      request = ucp_ep_close_nbx(it->second.ep, &param);
+      request = ucp_ep_close_nbx(closed.ep, &param);
     }
     if (UCS_PTR_IS_ERR(request)) {
       log_->warn("closing the connection to peer {} failed: {}; its resources stay until this transport closes", peer,
@@ -359,8 +386,38 @@ class UcxTransport final : public Transport {
       closing_.push_back(request);
     }
     // The error context must outlive the endpoint's last callback: keep it until shutdown.
-    retired_contexts_.push_back(std::move(it->second.error_context));
-    peers_.erase(it);
+    retired_contexts_.push_back(std::move(closed.error_context));
+  }
+
+  bool sending_to(PeerId peer) const {
+    return std::any_of(in_flight_.begin(), in_flight_.end(),
+                       [&](const auto& t) { return t.second.peer == peer && !t.second.writes; });
+  }
+
+  std::optional<std::chrono::steady_clock::time_point> next_deferred_deadline() const {
+    std::optional<std::chrono::steady_clock::time_point> next;
+    for (const auto& [peer, set_aside] : deferred_) {
+      if (!next || set_aside.deadline < *next) next = set_aside.deadline;
+    }
+    return next;
+  }
+
+  // Progress thread, each turn: closes the set-aside peers whose sends have ended, and those whose
+  // grace is over (by force: see disconnect()).
+  void close_deferred() {
+    if (deferred_.empty()) return;
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<PeerId> due;
+    for (const auto& [peer, set_aside] : deferred_) {
+      const bool sending = sending_to(peer);
+      if (sending && now < set_aside.deadline) continue;
+      if (sending) {
+        log_->warn("peer {} did not take its sends within {} ms of its disconnection: its connection is closed by force",
+                   peer, options_.busy_close_grace.count());
+      }
+      due.push_back(peer);
+    }
+    for (PeerId peer : due) close_peer(peer);
   }
 
   void reap_closing() {
@@ -454,6 +511,7 @@ class UcxTransport final : public Transport {
     for (void* request : requests) ucp_request_cancel(worker_.worker(), request);
     std::vector<PeerId> peers;
     for (auto& [id, peer] : peers_) peers.push_back(id);
+    for (auto& [id, set_aside] : deferred_) peers.push_back(id);
     for (auto id : peers) close_peer(id);
     // Bounded: a forced close ends its endpoint's sends locally, without the peer.
     for (int i = 0; i < 100000 && (!in_flight_.empty() || !closing_.empty()); ++i) {
@@ -534,6 +592,12 @@ class UcxTransport final : public Transport {
   std::atomic<std::uint64_t> next_id_{1};
   // Progress thread only:
   std::unordered_map<PeerId, Peer> peers_;
+  // Disconnected peers whose sends were still under way: closed once those end (close_deferred).
+  struct Deferred {
+    Peer peer;
+    std::chrono::steady_clock::time_point deadline;  // then closed by force
+  };
+  std::unordered_map<PeerId, Deferred> deferred_;
   std::unordered_map<TransferId, InFlight> in_flight_;
   std::vector<void*> closing_;
   std::vector<std::unique_ptr<ErrorContext>> retired_contexts_;

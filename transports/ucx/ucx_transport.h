@@ -29,6 +29,10 @@ struct UcxOptions {
   // reading it, where UCX may never end them (UcxQuirks); past it the worker is halted (sooner
   // where only sends are left whose endpoint was closed a second before: they never end).
   std::chrono::milliseconds release_timeout{5000};
+  // How long a disconnected peer's sends may go on before its endpoint (one with peer-failure
+  // handling) is closed by force, where UcxQuirks says forcing a busy TCP endpoint may crash: a
+  // slow consumer's chunk under way ends within it; a peer that takes nothing is cut off after it.
+  std::chrono::milliseconds busy_close_grace{30000};
   // How long the progress thread polls after its last progress before it sleeps (IdleSpin says
   // why it is a time): with 100 us one consumer's update over shared memory and TCP stayed
   // within the noise of the old 2,000 idle rounds, and eight relaying consumers on rate-limited

@@ -1,5 +1,9 @@
 #include "transports/ucx/ucx_worker.h"
 
+#include <poll.h>
+
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -175,6 +179,16 @@ void UcxWorker::progress_loop(IdleSpin spin) {
     {
       std::lock_guard lock(commands_mutex_);
       if (!commands_.empty()) continue;  // queued before arm consumed its signal
+    }
+    if (const auto wake_by = hooks_.wake_by ? hooks_.wake_by() : std::nullopt) {
+      // As ucp_worker_wait does, on the worker's event descriptor, but only until the deadline.
+      int fd = -1;
+      if (ucp_worker_get_efd(worker_, &fd) == UCS_OK) {
+        const auto left = std::chrono::ceil<std::chrono::milliseconds>(*wake_by - std::chrono::steady_clock::now());
+        pollfd ready{fd, POLLIN, 0};
+        (void)::poll(&ready, 1, static_cast<int>(std::clamp<std::int64_t>(left.count(), 0, 60'000)));
+        continue;
+      }
     }
     ucp_worker_wait(worker_);
   }

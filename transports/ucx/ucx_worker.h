@@ -15,6 +15,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <optional>
 #include <future>
 #include <mutex>
 #include <string>
@@ -33,9 +34,12 @@ class UcxWorker {
   // Hooks run on the progress thread: `after_progress` after every progress round (reap
   // finished requests), `at_shutdown` once when stop() is called, before the thread exits, with
   // the worker still progressing (cancel and close what is left; it must not block on peers).
+  // `wake_by`, when set, says when the thread must look again although nothing happened (a
+  // deadline of the owner's); its sleep ends then at the latest.
   struct Hooks {
     std::function<void()> after_progress;
     std::function<void()> at_shutdown;
+    std::function<std::optional<std::chrono::steady_clock::time_point>()> wake_by;
   };
 
   // Throws Error(kTransport) naming the UCP call that failed.
