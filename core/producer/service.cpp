@@ -156,7 +156,8 @@ void ProducerService::send_outgoing() {
 }
 
 // Consumers with sends in flight from a fetch that ended without them (FetchServer's file
-// comment): closing the connection is what ends those sends, and with them the slot's hold.
+// comment): closing the connection is what ends those sends, and with them the slot's hold (over
+// TCP the transport closes it once they end, or by force after UcxOptions::busy_close_grace).
 // The consumer is told first when it may still be waiting, and joins again.
 void ProducerService::close_cut_off() {
   for (auto& cut : fetches_.take_cut_off()) {

@@ -176,11 +176,12 @@ struct ProducerStats {
   // from the address it joined from, with no fetch under way, keeps the connection it had.
   std::uint64_t connections_opened = 0;
   // Connections closed because a fetch ended (its lease lapsed or was needed, it was refused or
-  // withdrawn) with sends from its slot still in flight: closing is what ends them. Such a
-  // consumer joins again.
+  // withdrawn) with sends from its slot still in flight: closing is what ends them (over TCP once
+  // they end, or after UcxOptions::busy_close_grace). Such a consumer joins again.
   std::uint64_t connections_cut = 0;
-  // Ended fetches whose sends never reported their end, even with their connection closed, so that
-  // publish() took their slot after waiting a second for them (logged).
+  // Ended fetches whose sends had not reported their end a second after publish() needed their
+  // slot, which it then took (logged): to a consumer on this host that died, or over TCP one whose
+  // connection waits for its sends (connections_cut).
   std::uint64_t sends_abandoned = 0;
   std::uint64_t failed_snapshots = 0;  // device versions that could not be staged (never served)
   // Device versions copied to host memory: at publish while a consumer receives over a

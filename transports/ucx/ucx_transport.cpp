@@ -279,7 +279,8 @@ class UcxTransport final : public Transport {
     std::optional<std::chrono::steady_clock::time_point> endpoint_closed_at;
   };
   // How long after its endpoint's close a send still in flight is taken for one that never ends.
-  // A forced close ends a live peer's sends locally, within a few progress rounds; a flush close
+  // A forced close ends a live peer's sends locally, within a few progress rounds (the loop turns
+  // again after a close: close_deferred); a flush close
   // (a peer on this host, whose consumer drops what it has not taken when it leaves) ends them as
   // the peer drops them. A second is far beyond either, and short enough that a producer whose
   // consumer died on its host exits at once rather than after release_timeout.
@@ -418,6 +419,10 @@ class UcxTransport final : public Transport {
       due.push_back(peer);
     }
     for (PeerId peer : due) close_peer(peer);
+    // A close made here is no progress to the loop, which would go to sleep with the forced
+    // close's completions of the sends still to come (at the next keepalive round, 20 s on): a
+    // command makes it turn again.
+    if (!due.empty()) worker_.post([] {});
   }
 
   void reap_closing() {
