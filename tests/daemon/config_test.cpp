@@ -395,6 +395,20 @@ TEST(DaemonConfig, AConfigOtherUsersMayWriteOrReplaceIsRefused) {
   } catch (const modelcast::Error& e) {
     EXPECT_NE(std::string(e.what()).find(open + "/modelcastd.toml: "), std::string::npos) << e.what();
   }
+  // A newline in the path: shown escaped, so the message cannot forge a log line (the path was
+  // printed raw, twice).
+  const std::string forged = dir / "evil\n[modelcastd] [info] all good";
+  ASSERT_EQ(mkdir(forged.c_str(), 0777), 0);
+  ASSERT_EQ(chmod(forged.c_str(), 0777), 0);
+  write_file(forged + "/modelcastd.toml", std::string(kModel));
+  ASSERT_EQ(chmod((forged + "/modelcastd.toml").c_str(), 0644), 0);
+  try {
+    modelcastd::load_config(forged + "/modelcastd.toml");
+    ADD_FAILURE() << "a config in a directory every user may write was taken";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("evil\\x0a[modelcastd]"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
 }
 
 TEST(DaemonConfig, ADirectoryIsRefusedAsAConfig) {

@@ -76,7 +76,7 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
   if (std::getenv("UCX_TCP_CONN_NB") == nullptr && ucx_tcp_allowed()) {
     if (auto s = ucp_config_modify(config, "CONN_NB", "y"); s != UCS_OK) {
       ucp_config_release(config);
-      throw_ucx("ucp_config_modify(TCP_CONN_NB)", s);
+      throw_ucx("ucp_config_modify(CONN_NB)", s);
     }
   }
   ucp_params_t params{};
