@@ -19,6 +19,7 @@
 
 #include <httplib.h>
 
+#include "daemon/child_reaper.h"
 #include "modelcast/error.h"
 
 extern char** environ;
@@ -322,7 +323,13 @@ bool HookRunner::run_command(const HookCall& call, std::string& detail) {
   posix_spawn_file_actions_t files;
   posix_spawn_file_actions_init(&files);
   posix_spawn_file_actions_addclosefrom_np(&files, 3);
-  int rc = posix_spawnp(&pid, argv[0], &files, &attr, argv.data(), environ);
+  int rc = 0;
+  // Claimed for this thread's waitpid: where the daemon reaps orphans (PID 1), its reaper would
+  // otherwise take the command's status.
+  const ClaimedChild claim([&] {
+    rc = posix_spawnp(&pid, argv[0], &files, &attr, argv.data(), environ);
+    return rc == 0 ? pid : -1;
+  });
   posix_spawn_file_actions_destroy(&files);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {

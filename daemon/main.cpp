@@ -3,7 +3,8 @@
 //
 // Threads: main() owns the Daemon and handles signals synchronously (sigwaitinfo), so reloads
 // and shutdown never run inside a signal handler. Every other thread starts with the signals
-// blocked (they are blocked before the first thread is made).
+// blocked (they are blocked before the first thread is made). Where the daemon is PID 1 or a
+// child subreaper, a ChildReaper thread takes SIGCHLD and waits for the orphans hooks leave.
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 
@@ -18,6 +19,7 @@
 #include "common/parse_command_line.h"
 #include "core/wire/socket_directory.h"
 #include "daemon/attach/seqpacket.h"
+#include "daemon/child_reaper.h"
 #include "daemon/config.h"
 #include "daemon/recovery.h"
 #include "daemon/daemon.h"
@@ -134,7 +136,18 @@ int main(int argc, char** argv) {
   // serving.
   sigaddset(&signals, SIGUSR1);
   sigaddset(&signals, SIGUSR2);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGCHLD is blocked too, not waited for here: the child reaper reads it, where there is one.
+  sigset_t blocked = signals;
+  sigaddset(&blocked, SIGCHLD);
+  pthread_sigmask(SIG_BLOCK, &blocked, nullptr);
+
+  std::unique_ptr<modelcastd::ChildReaper> reaper;
+  try {
+    reaper = modelcastd::ChildReaper::start_if_needed();
+  } catch (const std::exception& e) {
+    log->error("cannot start: {}", e.what());
+    return 1;
+  }
 
   std::unique_ptr<modelcastd::Daemon> daemon;
   try {

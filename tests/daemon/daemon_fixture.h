@@ -95,9 +95,11 @@ class DaemonTest : public ::testing::Test {
     return s;
   }
 
-  std::unique_ptr<ChildProcess> start_daemon(const std::string& config_text) {
+  // `launcher`: a program (and its arguments) that runs the daemon's command line.
+  std::unique_ptr<ChildProcess> start_daemon(const std::string& config_text, std::vector<std::string> launcher = {}) {
     write_file(dir / "modelcastd.toml", config_text);
-    auto daemon = std::make_unique<ChildProcess>(std::vector<std::string>{MODELCASTD, "--config", dir / "modelcastd.toml"});
+    launcher.insert(launcher.end(), {MODELCASTD, "--config", dir / "modelcastd.toml"});
+    auto daemon = std::make_unique<ChildProcess>(launcher);
     startup_lines.clear();
     EXPECT_NE(wait_for_text(*daemon, " ready ", std::chrono::seconds(60), &startup_lines), "") << "modelcastd did not start";
     return daemon;

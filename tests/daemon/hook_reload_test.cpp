@@ -153,6 +153,44 @@ TEST_F(DaemonTest, ACommandHookThatTimesOutIsKilledWithWhatItStarted) {
   if (running(child)) kill(child, SIGKILL);
 }
 
+// Where the daemon is a container's PID 1, what a hook leaves running is given to it when the
+// hook ends, and it must wait for it: nothing did, and each version's hook left a zombie for good.
+// Run as a child subreaper here, which is given orphans as PID 1 is.
+TEST_F(DaemonTest, RunAsInitItReapsWhatItsHooksLeaveBehind) {
+  TestProducer producer(64);
+  auto daemon = start_daemon(
+      config(producer.producer->control_endpoint(), 4,
+             "[model.hook]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 0.2 & echo $! > " + dir.path + "/left-{version}\"]\n"),
+      {MODELCAST_AS_SUBREAPER});
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  std::vector<pid_t> left;
+  for (std::uint64_t version = 1; version <= 3; ++version) {
+    producer.publish(version);
+    ASSERT_NE(wait_for_text(*daemon, "hook for version " + std::to_string(version) + ": /bin/sh exited with 0"), "");
+    std::ifstream file(dir / ("left-" + std::to_string(version)));
+    pid_t pid = 0;
+    ASSERT_TRUE(file >> pid) << "the hook wrote no pid";
+    left.push_back(pid);
+  }
+  // Each sleep, once its shell has ended, is the daemon's child (as it would be PID 1's), and
+  // once it has ended too, no process of that pid is the daemon's: it was waited for.
+  auto parent_of = [](pid_t pid) -> pid_t {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(stat, line)) return 0;
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    char state;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    return parent;
+  };
+  for (pid_t pid : left) {
+    EXPECT_TRUE(testing_support::eventually([&] { return parent_of(pid) != daemon->pid(); }, 30s))
+        << "process " << pid << " the hook left is still the daemon's, "
+        << (running(pid) ? "running" : "a zombie nothing waited for");
+  }
+}
+
 // One thread ran every model's hooks, one at a time: a model whose hook hung held every other
 // model's hooks back until its timeout (an hour may be configured), and a slow hook that ran
 // often took turns with theirs. Each model's hooks now run on a lane of their own.
