@@ -173,7 +173,10 @@ std::string hex64(std::uint64_t value) {
 // the 6 from the previous run, made Triton load the stale 6). A producer incarnation keeps one
 // offset from its version numbers to the directory numbers: the one its stored versions show,
 // or for a new incarnation whatever puts its first version above every number on disk (none on
-// a fresh repository, so there directory numbers are version numbers).
+// a fresh repository, so there directory numbers are version numbers). An offset that no longer
+// lands above every number (a model switched to another producer and back: that producer's
+// versions were written above this one's) is given up for a new one above them: reused, it wrote
+// over the other producer's versions and left the newest number to the older model.
 // Above every numbered entry, not only the versions it can read: a directory another tool put
 // there (an existing Triton repository's "1/model.onnx"), a damaged version or a stray file
 // named "4" took the number, and writing under it replaced the first two and failed on the
@@ -185,19 +188,25 @@ std::uint64_t Repository::directory_number(const VersionSnapshot& snapshot) cons
   // order (a daemon serves the producer's version over such an entry, which someone else wrote or
   // edited): numbered under it, this version would stay behind it for Triton, recovery and prune.
   bool run_ahead = false;
-  for (const auto& stored : list(snapshot.model)) {
+  const auto stored_versions = list(snapshot.model);
+  for (const auto& stored : stored_versions) {
     if (stored.incarnation == snapshot.incarnation) {
       if (!offset_number && stored.number >= stored.version) offset_number = snapshot.version + (stored.number - stored.version);
       run_ahead = run_ahead || stored.version > snapshot.version;
     }
-    highest = std::max(highest, stored.number);
   }
-  if (offset_number && !run_ahead) return *offset_number;
+  // The offset's number is this very version's (the producer sending it again): written again in
+  // place. Any other entry there, another producer's (a model switched to another producer and
+  // back), is never written over: its directory number was that producer's newest.
+  const bool again = offset_number && std::any_of(stored_versions.begin(), stored_versions.end(), [&](const StoredVersion& v) {
+                       return v.number == *offset_number && v.incarnation == snapshot.incarnation && v.version == snapshot.version;
+                     });
+  if (again && !run_ahead) return *offset_number;
   for_each_entry(model_directory(snapshot.model), [&](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();
     if (is_number(name)) highest = std::max<std::uint64_t>(highest, std::stoull(name));
   });
-  if (offset_number && *offset_number > highest) return *offset_number;
+  if (offset_number && !run_ahead && *offset_number > highest) return *offset_number;
   if (!offset_number && snapshot.version > highest) return snapshot.version;
   if (highest == std::numeric_limits<std::uint64_t>::max()) {
     throw Error(ErrorCode::kResource, "repository: model directory '" + model_directory(snapshot.model) +
@@ -272,12 +281,16 @@ std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token s
     fsync_directory(temp_dir);
     if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
       const int failed = errno;
-      // What holds the number: only a version this repository wrote (the same producer writing a
-      // version again) is replaced; anything else is left as it is and named.
+      // What holds the number: only this very version (the same producer writing it again) is
+      // replaced; anything else, another producer's version included, is left as it is and named.
       std::error_code entry_ec;
       const StoredEntry held = read_entry(fs::directory_entry(final_dir, entry_ec));
-      if (!held.version) {
+      const bool same = held.version && held.version->incarnation == snapshot.incarnation &&
+                        held.version->version == snapshot.version;
+      if (!same) {
         const std::string what = failed == ENOTDIR ? "not a directory"
+                                 : held.version ? "version " + std::to_string(held.version->version) + " of producer run " +
+                                                      hex64(held.version->incarnation)
                                  : !held.why.empty() ? "not a version written here (" + held.why + ")"
                                                      : "not a version written here";
         throw Error(ErrorCode::kResource, "repository: cannot write version " + std::to_string(snapshot.version) + " of model '" +

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <stop_token>
 #include <thread>
+#include <tuple>
 
 #include "core/repository/model_directory_lock.h"
 #include "core/repository/repository.h"
@@ -167,20 +168,37 @@ TEST(RepositoryWriter, EntriesItDidNotWriteAreNeitherReplacedNorInTheWay) {
   EXPECT_TRUE(std::filesystem::is_regular_file(model / "4"));
   EXPECT_TRUE(std::filesystem::is_symlink(model / "6"));
   EXPECT_TRUE(std::filesystem::exists(elsewhere / "precious"));
-  // An entry put where this producer's next number goes is named and left alone.
+  // An entry put where this producer's next number goes is left alone, and the version numbered
+  // above it (the write failed there, naming the entry, at every version for good).
   std::ofstream(model / "9") << "put there later";
-  try {
-    repository.write(*of(111, 3));
-    ADD_FAILURE() << "wrote over an entry it did not write";
-  } catch (const modelcast::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot write version 3 of model 'm' as '" + (model / "9").string() +
-                                         "': an entry of that name is in the way, not a directory"),
-              std::string::npos)
-        << e.what();
-  }
+  EXPECT_EQ(repository.write(*of(111, 3)), (model / "10").string());
   EXPECT_TRUE(std::filesystem::is_regular_file(model / "9"));
-  EXPECT_EQ(repository.clean("m").removed, 0u);  // its temporary directory went with the failure
-  EXPECT_EQ(repository.list("m").size(), 2u);
+  EXPECT_EQ(repository.clean("m").removed, 0u);
+  EXPECT_EQ(repository.list("m").size(), 3u);
+}
+
+// A model switched to another producer and back (a daemon's endpoint changed twice): the first
+// producer's next versions took the numbers the second one's had been written under, swapped
+// them out and deleted them, and the highest number stayed the second producer's older model,
+// which a restart then served (and Triton's "latest" loaded).
+TEST(RepositoryWriter, AProducerComingBackWritesAboveTheVersionsWrittenMeanwhile) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  auto of = [](std::uint64_t incarnation, std::uint64_t version) {
+    auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
+    s->incarnation = incarnation;
+    return s;
+  };
+  for (std::uint64_t v : {31, 32, 33}) repository.write(*of(111, v));
+  for (std::uint64_t v : {1, 2, 3}) repository.write(*of(222, v));  // numbered 34, 35, 36
+  for (std::uint64_t v : {34, 35}) repository.write(*of(111, v));   // the first producer again
+  for (std::uint64_t v : {36, 36}) repository.write(*of(111, v));   // and a version written twice
+  std::vector<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>> numbered;
+  for (const auto& s : repository.list("m")) numbered.emplace_back(s.number, s.incarnation, s.version);
+  using T = std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>;
+  EXPECT_EQ(numbered, (std::vector<T>{{39, 111, 36}, {38, 111, 35}, {37, 111, 34}, {36, 222, 3}, {35, 222, 2}, {34, 222, 1},
+                                      {33, 111, 33}, {32, 111, 32}, {31, 111, 31}}));
+  EXPECT_EQ(repository.clean("m").removed, 0u);
 }
 
 // Versions were ordered by their written_at_ns: with that clock ahead on the versions on disk (a
