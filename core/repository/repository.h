@@ -95,8 +95,9 @@ class Repository {
   std::string write(const VersionSnapshot& snapshot, std::stop_token stop = {});
 
   // Removes all but the `keep` most recently written versions of `model` (the highest numbers),
-  // less those whose directory `in_use` names (they stay for a later prune). Throws
-  // Error(kResource) on I/O failure.
+  // less those whose directory `in_use` names (they stay for a later prune), and what this
+  // process's earlier prunes failed to remove. Throws Error(kResource) on I/O failure (not again
+  // for an earlier prune's leftover).
   void prune(const std::string& model, std::size_t keep,
              const std::function<bool(const std::string& directory)>& in_use = {});
 

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -496,6 +498,50 @@ TEST(RepositoryWriter, OlderVersionsThatCannotBeRemovedAreNoFailedWrite) {
   writer.submit(snapshot(2));
   EXPECT_EQ(events.wait_for(3), (std::vector<std::string>{"written 1", "written 2", "prune failed after 2"}));
   EXPECT_EQ(writer.stats().failed, 0u);
+}
+
+// A version renamed away whose removal failed (a file an NFS client held open, a mount inside)
+// was never tried again: its space stayed lost until the process restarted.
+TEST(RepositoryWriter, AnOldVersionWhoseRemovalFailedIsRemovedAtTheNextPrune) {
+  ScratchDir dir;
+  WriterEvents events;
+  auto options = events.options(dir / "repo");
+  options.keep = 1;
+  options.on_prune_failed = [&](const repo::VersionSnapshot& s, const std::string&) {
+    events.add("prune failed after " + std::to_string(s.version));
+  };
+  repo::RepositoryWriter writer(options);
+  writer.submit(snapshot(1));
+  ASSERT_EQ(events.wait_for(1), std::vector<std::string>{"written 1"});
+  // Kept from removal, not from being renamed away: a mount inside it (as root), or its write
+  // permission taken away (otherwise).
+  const std::filesystem::path inside = dir / "repo/m/1/inside";
+  std::filesystem::create_directory(inside);
+  const bool as_root = geteuid() == 0;
+  if (as_root) {
+    if (mount(inside.c_str(), inside.c_str(), nullptr, MS_BIND, nullptr) != 0) GTEST_SKIP() << "cannot bind-mount here";
+  } else {
+    std::filesystem::permissions(dir / "repo/m/1", std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  }
+  writer.submit(snapshot(2));
+  ASSERT_EQ(events.wait_for(3), (std::vector<std::string>{"written 1", "written 2", "prune failed after 2"}));
+  auto renamed_away = [&] {
+    std::vector<std::filesystem::path> found;
+    for (const auto& entry : std::filesystem::directory_iterator(dir / "repo/m"))
+      if (entry.path().filename().string().rfind(".del-", 0) == 0) found.push_back(entry.path());
+    return found;
+  };
+  const auto left = renamed_away();
+  ASSERT_EQ(left.size(), 1u);
+  const Unpinned restore{(left[0] / "inside").string()};
+  if (as_root) {
+    ASSERT_EQ(umount((left[0] / "inside").c_str()), 0) << std::strerror(errno);
+  } else {
+    std::filesystem::permissions(left[0], std::filesystem::perms::owner_all);
+  }
+  writer.submit(snapshot(3));
+  ASSERT_EQ(events.wait_for(4).back(), "written 3");
+  EXPECT_TRUE(renamed_away().empty()) << left[0] << " is still there";
 }
 
 // A daemon serves its producer's version over a stored one of the same run with a higher
