@@ -73,7 +73,8 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
     if (!config_.http_listen.empty()) {
       http_ = std::make_unique<OpsHttp>(config_.http_listen,
                                         OpsProviders{[this](const std::string& m, std::string& d) { return ready(m, d); },
-                                                     [this] { return models_json(); }, [this] { return metrics_text(); }});
+                                                     [this] { return models_json(); }, [this] { return metrics_text(); },
+                                                     [log](const std::string& message) { log->warn("{}", message); }});
       log->info("ops endpoint at http://{}:{}/", config_.http_listen.substr(0, config_.http_listen.rfind(':')), http_->port());
     }
   } catch (...) {

@@ -4,7 +4,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include <httplib.h>
@@ -141,18 +143,59 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
     throw modelcast::Error(modelcast::ErrorCode::kTransport,
                            "cannot serve HTTP at '" + listen + "' (is another process listening there?)");
   }
-  thread_ = std::thread([this] {
-    server_->listen_after_bind();
+  thread_ = std::thread([this, host, warn = providers.warn] {
+    serve(host, warn);
     listening_ended_ = true;
   });
 }
 
+void OpsHttp::serve(const std::string& host, const std::function<void(const std::string&)>& warn) {
+  constexpr std::chrono::milliseconds kFirstRetry{100}, kLongestRetry{5000};
+  const std::string where = host + ":" + std::to_string(port_);
+  for (;;) {
+    server_->listen_after_bind();
+    const int why = errno;  // the accept's, as cpp-httplib left it (it closed the socket since)
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+    }
+    if (warn) warn("ops endpoint at " + where + " stopped listening (accept: " + std::strerror(why) + "); listening again");
+    // At once, then backing off while the bind fails (the descriptors that ENFILE said were
+    // lacking may take a while to come back).
+    auto retry = kFirstRetry;
+    bool said = false;
+    while (!server_->bind_to_port(host, port_)) {
+      if (warn && !said) warn("ops endpoint at " + where + " cannot bind again yet; trying every few seconds");
+      said = true;
+      std::unique_lock lock(mutex_);
+      if (stopping_changed_.wait_for(lock, retry, [&] { return stopping_; })) return;
+      retry = std::min(retry * 2, kLongestRetry);
+    }
+    if (warn) warn("ops endpoint at " + where + " listens again");
+  }
+}
+
 OpsHttp::~OpsHttp() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stopping_changed_.notify_all();
   // httplib's stop() does nothing until the listener runs (it checks is_running(), which the
   // listener thread sets as it starts): stopped any earlier, the listener would then run for
-  // ever and the join below hang. A listener that failed to start ends on its own.
-  while (!server_->is_running() && !listening_ended_) std::this_thread::yield();
-  server_->stop();
+  // ever and the join below hang. So each listen the thread starts is stopped once it runs
+  // (one may start after stopping_ was set: the thread checked it just before); a listener
+  // that failed to start, or a thread waiting to bind again, ends on its own.
+  bool stopped_this_listen = false;
+  while (!listening_ended_) {
+    if (!server_->is_running()) {
+      stopped_this_listen = false;
+    } else if (!stopped_this_listen) {
+      server_->stop();
+      stopped_this_listen = true;
+    }
+    std::this_thread::yield();
+  }
   thread_.join();
 }
 

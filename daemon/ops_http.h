@@ -6,8 +6,10 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -22,6 +24,9 @@ struct OpsProviders {
   std::function<int(const std::string& model, std::string& detail)> ready;
   std::function<std::string()> models_json;
   std::function<std::string()> metrics_text;
+  // What happened to the endpoint itself (it stopped listening, listens again); from the
+  // listener thread. May be empty.
+  std::function<void(const std::string& message)> warn;
 };
 
 // Throws modelcast::Error(kInvalidArgument) naming `listen` (HOST:PORT) when HOST does not
@@ -39,8 +44,16 @@ class OpsHttp {
   int port() const { return port_; }
 
  private:
+  // The listener thread: serves, and binds and listens again (backing off) whenever the listen
+  // ends without a stop (cpp-httplib ends it on an accept error other than EMFILE, EINTR and
+  // EAGAIN, ENFILE or ECONNABORTED say, and closes the socket: the endpoint was gone for good).
+  void serve(const std::string& host, const std::function<void(const std::string&)>& warn);
+
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
+  std::mutex mutex_;
+  std::condition_variable stopping_changed_;
+  bool stopping_ = false;                     // under mutex_: the destructor runs
   std::atomic<bool> listening_ended_{false};  // set by the listener thread as it returns
   std::thread thread_;
 };

@@ -121,7 +121,7 @@ TEST_F(DaemonTest, OpsEndpointsAnswerAHttpClient) {
 // An endpoint that is ready, lists no model and has no metrics: for the tests of the HTTP side.
 modelcastd::OpsProviders always_ready() {
   return {[](const std::string&, std::string&) { return 200; }, [] { return std::string("[]"); },
-          [] { return std::string(); }};
+          [] { return std::string(); }, {}};
 }
 
 int connect_to(int port) {
