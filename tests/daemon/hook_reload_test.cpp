@@ -191,6 +191,26 @@ TEST_F(DaemonTest, RunAsInitItReapsWhatItsHooksLeaveBehind) {
   }
 }
 
+// A config given as a FIFO (a secret manager's, say) is read once at the start. A reload opened
+// it again on the thread that takes signals, and waited there for a writer: SIGTERM went
+// unanswered until one came. A reload of anything but a regular file is refused, saying why.
+TEST_F(DaemonTest, AReloadOfAConfigThatIsAPipeIsRefusedAndTheDaemonStillStops) {
+  TestProducer producer(64);
+  const std::string fifo = dir / "config.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  ChildProcess daemon({MODELCASTD, "--config", fifo});
+  {
+    std::ofstream feed(fifo);  // opens once the daemon opens it to read
+    feed << config(producer.producer->control_endpoint(), 4);
+  }
+  ASSERT_NE(wait_for_text(daemon, " ready ", 60s), "");
+  kill(daemon.pid(), SIGHUP);
+  EXPECT_NE(wait_for_text(daemon, "reload refused, keeping the running configuration: '" + fifo + "' is a pipe"), "");
+  daemon.terminate();
+  ASSERT_NE(wait_for_text(daemon, " stopped", 30s), "") << "SIGTERM unanswered after the reload";
+  EXPECT_EQ(daemon.wait(), 0);
+}
+
 // One thread ran every model's hooks, one at a time: a model whose hook hung held every other
 // model's hooks back until its timeout (an hour may be configured), and a slow hook that ran
 // often took turns with theirs. Each model's hooks now run on a lane of their own.
