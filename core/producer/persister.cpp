@@ -110,6 +110,15 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
     throw Error(e.code() == ErrorCode::kState ? ErrorCode::kState : ErrorCode::kInvalidArgument,
                 std::string("persist.directory: ") + e.what());
   }
+  // What a run that crashed mid-write or mid-prune left (held now: no other process works there).
+  // Left, a whole model's unfinished copy took the room of a version on a disk sized for `keep`
+  // of them, and every write after failed for want of space.
+  const auto cleaned = repository::Repository(options_.directory).clean(model_);
+  if (cleaned.removed > 0) {
+    log_->warn("persist.directory: removed {} unfinished entr{} left by an interrupted run", cleaned.removed,
+               cleaned.removed == 1 ? "y" : "ies");
+  }
+  for (const auto& why : cleaned.left) log_->warn("persist.directory: cannot remove an unfinished entry: {}", why);
   log_->info("persisting every {} version(s) to {}/{}, keeping {}", options_.every, options_.directory, model_,
              options_.keep);
 }

@@ -319,14 +319,15 @@ std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token s
 void Repository::prune(const std::string& model, std::size_t keep,
                        const std::function<bool(const std::string& directory)>& in_use) {
   const std::string model_dir = model_directory(model);
-  // This process's versions renamed away whose removal failed before (a file a reader held open
-  // over NFS, a mount inside): tried again at each prune, where once they stayed until a restart,
-  // their space lost. Their failure was reported then; it is not again. Only the model's one
-  // writer prunes, so none of them is being removed now.
+  // What this process failed to remove before, tried again at each prune: versions renamed away
+  // (a file a reader held open over NFS, a mount inside) and failed writes' temporary directories
+  // (whose removal needs descriptors a process at its open-file limit lacks). They stayed until a
+  // restart, their space lost. Their failure was reported then; it is not again. Only the
+  // model's one writer writes and prunes, one after the other, so none of them is in use now.
   std::vector<fs::path> left;
   for_each_entry(model_dir, [&](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();
-    if (name.rfind(".del-", 0) == 0 && made_by_this_process(name)) left.push_back(entry.path());
+    if ((name.rfind(".del-", 0) == 0 || name.rfind(".tmp-", 0) == 0) && made_by_this_process(name)) left.push_back(entry.path());
   });
   for (const auto& path : left) {
     std::error_code ignored;

@@ -290,6 +290,23 @@ TEST_F(DaemonTest, ASecondWriterOfAPersistedModelsDirectoryIsRefusedNamingIt) {
   EXPECT_NO_THROW(TestProducer(16, persisting(dir / "ckpt", 1, 2, second_events)));
 }
 
+// What a trainer that crashed mid-write left (a whole model's unfinished copy) stayed: only the
+// daemon cleaned a repository at its start. On a disk sized for `keep` versions it took the room
+// of one, and every checkpoint after failed for want of space.
+TEST_F(DaemonTest, PersistRemovesWhatAnInterruptedRunLeftWhenItStarts) {
+  const fs::path model = dir / "ckpt/test";
+  fs::create_directories(model / ".tmp-1-4242.0123456789abcdef-0");
+  std::ofstream(model / ".tmp-1-4242.0123456789abcdef-0/model.safetensors") << std::string(4096, 'x');
+  fs::create_directories(model / ".del-1-4242.0123456789abcdef-1");
+  WriterEvents events;
+  TestProducer producer(16, persisting(dir / "ckpt", 1, 2, events));
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(model)) left.push_back(entry.path().filename());
+  EXPECT_TRUE(left.empty()) << ::testing::PrintToString(left);
+  producer.publish(1);
+  ASSERT_TRUE(events.wait_persisted(1));
+}
+
 TEST_F(DaemonTest, APersistDirectoryThatCannotBeWrittenIsRefused) {
   ReadOnlyDirectory read_only(dir / "ro");
   if (!read_only.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";

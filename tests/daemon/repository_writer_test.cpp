@@ -544,6 +544,21 @@ TEST(RepositoryWriter, AnOldVersionWhoseRemovalFailedIsRemovedAtTheNextPrune) {
   EXPECT_TRUE(renamed_away().empty()) << left[0] << " is still there";
 }
 
+// A failed write's temporary directory whose removal failed too (a process at its open-file
+// limit cannot open the directory to empty it) stayed until the process restarted.
+TEST(RepositoryWriter, AFailedWritesLeftoverOfThisProcessIsRemovedAtTheNextPrune) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  repository.write(*snapshot(1));
+  const std::filesystem::path left = dir / ("repo/m/.tmp-2-" + repo::process_tag() + "-999999");
+  std::filesystem::create_directory(left);
+  std::ofstream(left / "model.safetensors") << "part of version 2";
+  EXPECT_EQ(repository.clean("m").removed, 0u) << "clean() leaves this process's entries";
+  repository.write(*snapshot(3));
+  repository.prune("m", 2);
+  EXPECT_FALSE(std::filesystem::exists(left));
+}
+
 // A daemon serves its producer's version over a stored one of the same run with a higher
 // version number (written or edited by someone else). Numbered under that entry, the producer's
 // versions stayed behind it: Triton loaded it, a restart recovered it, prune deleted theirs.
