@@ -76,6 +76,11 @@ class ConnectionCap {
   // The cap for an open-file limit: half of it, the other half left to UCX (descriptors per
   // consumer), the trainer's own files and ZeroMQ's internals.
   static std::size_t for_open_file_limit(std::uint64_t limit);
+  // Joined consumers the cap leaves room for: half of it. Joined connections are never evicted,
+  // and each joined consumer costs more than its connection (UCX's endpoint: a socket or two
+  // over TCP); with joins bounded only by max_consumers, 99 consumers joined at an open-file
+  // limit of 128, and the trainer's own opens (its checkpoints) failed with EMFILE.
+  std::size_t joined_limit() const { return cap_ / 2; }
 
  private:
   struct Accepted {

@@ -52,7 +52,7 @@ Membership::JoinDecision Membership::decide(const std::string& routing_id, const
     decision.error = *bad;
   } else if (decision.replaces.empty() && consumers_.size() >= max_) {
     decision.refusal = protocol::Refusal::kFull;
-    decision.error = "the producer serves " + std::to_string(max_) + " consumers already";
+    decision.error = "the producer serves " + std::to_string(max_) + " consumers already (" + limit_said_ + ")";
   }
   if (decision.refusal != protocol::Refusal::kNone) decision.replaces.clear();
   return decision;

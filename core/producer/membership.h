@@ -51,7 +51,9 @@ class Membership {
     std::vector<std::string> replaces;  // routing ids of this consumer's earlier records
   };
 
-  Membership(std::string model, std::size_t max_consumers) : model_(std::move(model)), max_(max_consumers) {}
+  // `limit_said`: what sets `max_consumers`, for the refusal past it.
+  Membership(std::string model, std::size_t max_consumers, std::string limit_said = "max_consumers")
+      : model_(std::move(model)), max_(max_consumers), limit_said_(std::move(limit_said)) {}
 
   JoinDecision decide(const std::string& routing_id, const std::string& key, const protocol::JoinRequest& join) const;
   void add(ConsumerRecord record);
@@ -71,6 +73,7 @@ class Membership {
  private:
   std::string model_;
   std::size_t max_;
+  std::string limit_said_;
   std::map<std::string, ConsumerRecord> consumers_;  // by routing id
 };
 

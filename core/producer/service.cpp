@@ -18,6 +18,12 @@ namespace {
 // Control requests read in one turn of the service loop before its events get their turn: a
 // few hundred microseconds of work, far more than real consumers send between two turns.
 constexpr int kRequestsPerTurn = 256;
+
+// The consumers the producer admits: max_consumers, less where the open-file limit cannot carry
+// that many (ConnectionCap::joined_limit).
+std::size_t consumer_limit(const ProducerOptions& options, ControlPlane& control) {
+  return std::min(options.max_consumers, control.connections().joined_limit());
+}
 }  // namespace
 
 ProducerService::ProducerService(const ProducerOptions& options, std::uint64_t incarnation, SnapshotStore& store,
@@ -32,14 +38,21 @@ ProducerService::ProducerService(const ProducerOptions& options, std::uint64_t i
       control_(control),
       stats_(stats),
       log_(std::move(log)),
-      membership_(options.model_name, options.max_consumers),
+      membership_(options.model_name, consumer_limit(options, control),
+                  consumer_limit(options, control) < options.max_consumers ? "what its open-file limit leaves room for"
+                                                                            : "max_consumers"),
       fetches_(store, transports, incarnation, options.lease_timeout,
                [this](const std::string& routing_id, std::uint64_t fetch_id, const transport::TransferResult& r) {
                  events_.push(SendDone{routing_id, fetch_id, r.ok, r.error});
                },
                options.relay_fanout),
-      groups_(store, options.snapshot_slots, !options.persist.directory.empty(), options.max_consumers) {
+      groups_(store, options.snapshot_slots, !options.persist.directory.empty(), consumer_limit(options, control)) {
   fetches_.set_chunk_option(options.transfer_chunk_bytes);
+  if (const auto admitted = consumer_limit(options, control); admitted < options.max_consumers) {
+    log_->warn("admitting at most {} consumers, not max_consumers {}: the open-file limit leaves room for no more "
+               "(each costs the producer descriptors; raise the hard limit: ulimit -Hn, systemd's LimitNOFILE=)",
+               admitted, options.max_consumers);
+  }
 }
 
 void ProducerService::run() {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -220,6 +221,36 @@ TEST(ConnectionBounds, TwelveHundredConnectionsAtALimitOf1024LeaveTheProducerSer
   EXPECT_LT(growth, std::size_t{50} << 10);
   producer.close_stdin();
   EXPECT_EQ(producer.wait(), 0) << "the producer did not exit cleanly after the flood";
+}
+
+// Joined consumers were bounded by max_consumers alone (256 by default), never by the open-file
+// limit the cap keeps connections under: at a hard limit of 128, 99 consumers joined and the
+// trainer's own opens (its checkpoints) failed with EMFILE. Joins past what the limit leaves
+// room for (a quarter of it) are refused, saying why.
+TEST(ConnectionBounds, JoinsPastWhatTheOpenFileLimitCarriesAreRefusedSayingWhy) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ChildProcess producer({"/usr/bin/prlimit", "--nofile=64:64", MODELCAST_TEST_PEER, "producer", "--endpoint",
+                         "tcp://127.0.0.1:0", "--versions", "1"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = ready->substr(6);
+  options.model_name = "test";
+  constexpr int kRoom = 64 / 4;
+  std::vector<std::unique_ptr<modelcast::Consumer>> joined;
+  for (int i = 0; i < kRoom; ++i) {
+    options.consumer_name = "c" + std::to_string(i);
+    joined.push_back(std::make_unique<modelcast::Consumer>(options));
+  }
+  for (auto& consumer : joined) ASSERT_TRUE(consumer->wait_for_version(1, 30s)) << consumer->stats().last_error;
+  options.consumer_name = "one too many";
+  modelcast::Consumer refused(options);
+  EXPECT_TRUE(eventually(
+      [&] { return refused.stats().last_error.find("what its open-file limit leaves room for") != std::string::npos; }, 30s))
+      << refused.stats().last_error;
+  EXPECT_EQ(refused.stats().current_version, 0u);
+  producer.close_stdin();
+  EXPECT_EQ(producer.wait(), 0);
 }
 
 // The producer raises its soft open-file limit to the hard one (a thousand idle connections
