@@ -161,12 +161,14 @@ ProducerLink::MonitorNews ProducerLink::read_monitor() {
     } else if (!pinned_) {
       // ZeroMQ reports a NULL client meeting a CURVE server in more than one way (a mechanism
       // mismatch, an unexpected command, or the connection broken off with an errno), the last
-      // exactly as it reports a server that speaks no ZeroMQ at all (an HTTP server answering):
-      // the message names both.
+      // exactly as it reports a server that speaks no ZeroMQ at all (an HTTP server answering),
+      // and as a producer at its connection cap closing a connection mid-handshake (this
+      // consumer then joins again): the message names all three.
       why = "the peer speaks no plaintext ZeroMQ: most likely the producer there uses keys (CurveZMQ) and this "
             "consumer has none, so set producer_public_key to the producer's public key, and key_file to a key "
-            "the producer admits; otherwise what listens there is no modelcast producer, so check the endpoint "
-            "(protocol status " + std::to_string(value) + ")";
+            "the producer admits; otherwise what listens there is no modelcast producer, so check the endpoint; "
+            "or a producer at its cap on connections closed this one before its handshake ended (this consumer "
+            "tries again) (protocol status " + std::to_string(value) + ")";
     } else {
       why = "the peer is not the producer whose key is pinned, or speaks no CurveZMQ";
     }
