@@ -238,7 +238,7 @@ void ConsumerService::check_transfer_deadline() {
                                               " ms; fetching it from the producer"));
     }
     send_ack(abandoned->first, abandoned->second, false, "transfer timed out",
-             relay.empty() ? protocol::RelayFault::kNone : protocol::RelayFault::kStalled);
+             relay.empty() ? protocol::RelayFault::kNone : protocol::RelayFault::kStalled, /*again=*/true);
   }
 }
 

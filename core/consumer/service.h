@@ -223,8 +223,9 @@ class ConsumerService {
   // A group member's announcement: the group's target becomes what to fetch, and a commit of
   // the prepared version makes it visible.
   void on_group_announce(const protocol::Announce& announce);
+  // `again`: a failure that is no verdict on the version (protocol::Ack::again).
   void send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,
-                protocol::RelayFault relay_fault = protocol::RelayFault::kNone);
+                protocol::RelayFault relay_fault = protocol::RelayFault::kNone, bool again = false);
 
   ConsumerOptions options_;
   ServiceHooks hooks_;  // immutable after construction

@@ -230,7 +230,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
     log_->debug("{}", why);
     if (options_.caller_buffers.empty() && !buffers_free_by_themselves()) report_buffers_held(manifest.version);
     discard_chunks(reply);
-    send_ack(manifest, reply.fetch_id, false, why);
+    send_ack(manifest, reply.fetch_id, false, why, protocol::RelayFault::kNone, /*again=*/true);
     fetch_.forget();
     retry_fetch_after_ = Clock::now() + tick();
     return;
@@ -348,14 +348,22 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   if (!done->failure.empty()) {
     if (landing_) landing_->abandon();
     log_->warn("transfer of version {} failed: {}", done->manifest.version, done->failure);
-    send_ack(done->manifest, done->fetch_id, false, done->failure,
-             done->relay_fault ? protocol::RelayFault::kBadBlock : protocol::RelayFault::kNone);
+    // A relay's transfer that failed otherwise than by a bad block (its connection: the relay
+    // died mid-version) is the relay's fault too: asked again, the producer chose the same relay
+    // before it had heard that it left.
+    const bool from_relay = !done->relay.empty();
+    const auto relay_fault = done->relay_fault ? protocol::RelayFault::kBadBlock
+                             : from_relay      ? protocol::RelayFault::kStalled
+                                               : protocol::RelayFault::kNone;
+    send_ack(done->manifest, done->fetch_id, false, done->failure, relay_fault, /*again=*/true);
     count([&](ConsumerStats& s) {
       s.transfers_aborted++;
-      if (done->relay_fault) s.relay_faults++;
+      if (from_relay) s.relay_faults++;
     });
     // Not a rejection of the version: the next fetch of it comes from the producer.
     if (done->relay_fault) report(Error(ErrorCode::kIntegrity, done->failure + "; fetching it from the producer"));
+    else if (from_relay) report(Error(ErrorCode::kTransport, "relay '" + done->relay + "' failed: " + done->failure +
+                                                                "; fetching it from the producer"));
     return;
   }
   std::shared_ptr<detail::DeviceBuffer> device_copy;
@@ -540,8 +548,8 @@ void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, c
 }
 
 void ConsumerService::send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,
-                               protocol::RelayFault relay_fault) {
-  link_.send(protocol::Ack{link_.incarnation(), manifest.version, fetch_id, ok, error, relay_fault});
+                               protocol::RelayFault relay_fault, bool again) {
+  link_.send(protocol::Ack{link_.incarnation(), manifest.version, fetch_id, ok, error, relay_fault, again});
 }
 
 }  // namespace modelcast::consumer

@@ -59,11 +59,15 @@ void GroupCommit::left(const std::string& routing_id) {
   }
 }
 
-void GroupCommit::acked(const std::string& routing_id, std::uint64_t version, bool ok) {
+void GroupCommit::acked(const std::string& routing_id, std::uint64_t version, bool ok, bool again) {
   auto it = member_.find(routing_id);
   if (it == member_.end()) return;
   auto& group = groups_.at(it->second);
   if (version == 0 || version != group.target) return;  // a late ack of an earlier target
+  if (!ok && again) {
+    group.again = true;
+    return;
+  }
   if (!ok) {
     group.failed = group.target;
     drop_target(group);
@@ -79,7 +83,13 @@ void GroupCommit::acked(const std::string& routing_id, std::uint64_t version, bo
 }
 
 void GroupCommit::published(std::uint64_t) {
-  for (auto& [name, group] : groups_) choose_target(name, group);
+  for (auto& [name, group] : groups_) {
+    if (group.target != 0 && group.again && store_.newest_version() > group.target) {
+      drop_target(group);
+      changed_.insert(name);
+    }
+    choose_target(name, group);
+  }
 }
 
 void GroupCommit::choose_target(const std::string& name, Group& group) {
@@ -98,6 +108,7 @@ void GroupCommit::drop_target(Group& group) {
   if (group.pin != 0) store_.unpin(group.pin);
   group.pin = 0;
   group.target = 0;
+  group.again = false;
   group.prepared.clear();
 }
 

@@ -13,7 +13,10 @@
 // the version it last committed, until a member takes its place; the target stays pinned, so the
 // members that prepared it need not fetch it again. A member that rejects the target (a digest
 // that does not match, say) ends that target: the group stays where it is and takes the next
-// version published. Announcements carry the number of members, so members can say the group
+// version published; one whose transfer of it failed (no verdict on the version: a relay that
+// died under it) fetches it again, the target kept until a newer version is published. A group
+// whose target a member gave up for such a fault held its version until the trainer published
+// again, for good where it had stopped. Announcements carry the number of members, so members can say the group
 // waits, and the target given up until a newer one commits, so every member can say that too
 // (one whose fetch had not begun included).
 //
@@ -58,9 +61,12 @@ class GroupCommit {
   // ignored).
   void joined(const std::string& routing_id, const std::string& group, std::uint32_t size);
   void left(const std::string& routing_id);
-  // A member's ack of a fetch of `version`: it holds it verified (ok) or rejected it.
-  void acked(const std::string& routing_id, std::uint64_t version, bool ok);
-  // A new version is published (in the store, with a slot to pin).
+  // A member's ack of a fetch of `version`: it holds it verified (ok), rejected it, or (`again`)
+  // did not receive it and asks for it again (its transfer failed, a relay died under it, no
+  // buffer was free): the target stays, so that the group still gets it when nothing newer comes.
+  void acked(const std::string& routing_id, std::uint64_t version, bool ok, bool again = false);
+  // A new version is published (in the store, with a slot to pin). A target a member asks for
+  // again gives way to it: the group then prepares the newest.
   void published(std::uint64_t version);
 
   // What an announcement tells a member: the version to fetch (the target, or the committed
@@ -83,6 +89,7 @@ class GroupCommit {
     std::uint64_t target = 0;
     std::uint64_t pin = 0;           // the target's pin (lease id), 0: none
     std::uint64_t failed = 0;        // a target a member rejected: not taken again
+    bool again = false;              // a member asks for the target again (acked `again`)
   };
   void choose_target(const std::string& name, Group& group);
   void drop_target(Group& group);

@@ -677,12 +677,14 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
   });
   if (!outcome.known) return;
   // A relay fault is no verdict on the version: the consumer fetches it again from the producer.
+  // Nor is a failure the consumer marks `again` (its transfer, a timeout, no free buffer): a
+  // group keeps the version as its target (GroupCommit::acked).
   if (!outcome.relay_fault) {
     const std::uint64_t committed = groups_.committed_of(routing_id);
-    groups_.acked(routing_id, ack.version, outcome.ok);
+    groups_.acked(routing_id, ack.version, outcome.ok, ack.again);
     if (groups_.committed_of(routing_id) != committed) {
       log_->info("group of '{}' switches to version {}", consumer->name, groups_.committed_of(routing_id));
-    } else if (!outcome.ok && groups_.announcement(routing_id)) {
+    } else if (!outcome.ok && !ack.again && groups_.announcement(routing_id)) {
       log_->warn("consumer '{}' rejected its group's next version {}: the group stays on version {}", consumer->name,
                  ack.version, committed);
     }
@@ -696,7 +698,8 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
                  consumer->name);
       return;
     }
-    log_->warn("consumer '{}' rejected version {}{}: {}", consumer->name, ack.version,
+    log_->warn("consumer '{}' {} version {}{}: {}", consumer->name,
+               ack.again ? "did not receive (and asks again for)" : "rejected", ack.version,
                outcome.after_lease ? " (after its lease lapsed)" : "", ack.error);
     return;
   }

@@ -208,7 +208,7 @@ struct Digests {
 // How the relay a FetchReply named failed the fetch, if it did.
 enum class RelayFault : std::uint8_t {
   kNone = 0,
-  kStalled = 1,   // no block for transfer_timeout
+  kStalled = 1,   // the relay stopped sending: no block for transfer_timeout, or its connection failed
   kBadBlock = 2,  // a block that did not match its signed digest
 };
 
@@ -222,6 +222,10 @@ struct Ack {
   // The relay the reply named failed this fetch: the producer serves this consumer itself, and
   // passes the relay over (for a stall, only if the relay held the whole version).
   RelayFault relay_fault = RelayFault::kNone;
+  // Not ok, and no verdict on the version: its transfer failed (the transport, a timeout) or no
+  // buffer was free. The consumer fetches it again; a group keeps it as its target. Absent
+  // (false) from consumers before it: their every failure ended a group's target.
+  bool again = false;
 };
 
 // Producer -> a consumer that holds (or is receiving) `version`: send blocks `blocks` of it to

@@ -211,8 +211,8 @@ struct ConsumerStats {
   // producer's dtype (ConsumerOptions::wants: what a part costs against the whole model).
   std::uint64_t wanted_bytes = 0;
   std::uint64_t bytes_relayed = 0;   // sent to other consumers (serve_peers)
-  // Fetches whose relay failed them (a block that did not match its digest, or no progress);
-  // each was fetched again from the producer. last_error names the relay.
+  // Fetches whose relay failed them (a block that did not match its digest, no progress, or its
+  // connection failed); each was fetched again from the producer. last_error names the relay.
   std::uint64_t relay_faults = 0;
   std::string transport;  // the transport the producer chose at the last join ("" before one)
   std::string path;       // and the delivery path ("host_ucx", "cuda_ipc", "staged", ...)

@@ -81,6 +81,8 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_TRUE(join.serves_peers);
   EXPECT_EQ(std::get<FetchReply>(decode(encode(reply))).relay, "relay-7");
   EXPECT_EQ(std::get<Ack>(decode(encode(messages[5]))).relay_fault, RelayFault::kBadBlock);
+  EXPECT_FALSE(std::get<Ack>(decode(encode(messages[5]))).again);
+  EXPECT_TRUE(std::get<Ack>(decode(encode(Ack{10, 11, 12, false, "timed out", RelayFault::kNone, true}))).again);
   auto relay_order = std::get<RelayOrder>(decode(encode(messages[8])));
   EXPECT_EQ(relay_order.order_id, 22u);
   EXPECT_EQ(relay_order.fetch_id, 24u);

@@ -771,6 +771,44 @@ TEST(Stages, GroupsAreAdmittedOnlyToSlotsNeitherPublishNorThePersistWriterNeeds)
   EXPECT_NE(four.refusal("h", 1).find("would be group 2"), std::string::npos);
 }
 
+// A member whose transfer of the group's target failed (a relay killed under it) gave the target
+// up for the whole group, as a rejection does, and the group took no version until the trainer
+// published again: for good where training had paused or ended. Such a member asks again now:
+// the target stays until it holds it, or until a newer version is published.
+TEST(Stages, AGroupKeepsItsTargetForAMemberWhoseTransferFailedAndGivesItUpForARejection) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  producer::GroupCommit groups(p.store, 3, /*persist_pins=*/false, 8);
+  groups.joined("a", "g", 2);
+  groups.joined("b", "g", 2);
+  auto given_up = [&] { return groups.announcement("a")->second.given_up; };
+  p.publish(1);
+  groups.published(1);
+  ASSERT_EQ(groups.target_of("a"), 1u);
+  groups.acked("a", 1, true);
+  groups.acked("b", 1, false, /*again=*/true);
+  EXPECT_EQ(groups.target_of("b"), 1u) << "the target was given up for a failed transfer";
+  EXPECT_EQ(given_up(), 0u);
+  groups.acked("b", 1, true);  // its fetch again
+  EXPECT_EQ(groups.committed_of("a"), 1u);
+
+  // A newer version published while a member asks again: the group takes it instead.
+  p.publish(2);
+  groups.published(2);
+  ASSERT_EQ(groups.target_of("a"), 2u);
+  groups.acked("a", 2, false, /*again=*/true);
+  p.publish(3);
+  groups.published(3);
+  EXPECT_EQ(groups.target_of("a"), 3u);
+  EXPECT_EQ(given_up(), 0u);
+
+  // A rejection ends the target: not taken again.
+  groups.acked("b", 3, false);
+  EXPECT_EQ(groups.target_of("a"), 0u);
+  EXPECT_EQ(given_up(), 3u);
+  EXPECT_EQ(groups.committed_of("a"), 1u);
+}
+
 // Publishing a version frees the slot of the one before it (nobody reads it here): a publish()
 // already waiting for a slot takes it then, not once its lease timeout has passed. The wait was
 // woken only by a lease or digest event, so with integrity off every other back-to-back
