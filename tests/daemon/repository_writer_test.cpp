@@ -5,6 +5,7 @@
 #include "core/repository/repository_writer.h"
 
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -456,6 +457,42 @@ bool locked_by_another(const std::string& directory) {
   } catch (const modelcast::Error& e) {
     return e.code() == modelcast::ErrorCode::kState;
   }
+}
+
+// A flock belongs to the open file, which a forked child shares: a child that outlived the
+// lock's owner (a DataLoader worker forked from the trainer) kept the directory locked, and the
+// trainer could not persist there again until the child ended. Children close it at the fork.
+TEST(RepositoryWriter, AForkedChildDoesNotKeepADirectoryLockItsParentLetGo) {
+  ScratchDir dir;
+  auto lock = std::make_unique<repo::ModelDirectoryLock>(dir / "repo/m");
+  ASSERT_EQ(lock->unlocked(), "");
+  int go[2], started[2];
+  ASSERT_EQ(pipe(go), 0);
+  ASSERT_EQ(pipe(started), 0);
+  const pid_t child = fork();
+  if (child == 0) {  // only what is safe in the child of a threaded process: lives until told
+    close(go[1]);
+    [[maybe_unused]] auto said = write(started[1], "s", 1);  // fork() has returned here: its handlers ran
+    char byte;
+    [[maybe_unused]] auto n = read(go[0], &byte, 1);
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  close(go[0]);
+  close(started[1]);
+  char byte;
+  ASSERT_EQ(read(started[0], &byte, 1), 1);
+  close(started[0]);
+  lock.reset();
+  std::string refused;
+  try {
+    repo::ModelDirectoryLock again(dir / "repo/m");
+  } catch (const modelcast::Error& e) {
+    refused = e.what();
+  }
+  close(go[1]);  // the child ends
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(refused, "");
 }
 
 TEST(RepositoryWriter, HoldsAModelDirectorysLockUntilReleased) {
