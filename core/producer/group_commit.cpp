@@ -11,7 +11,8 @@ std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) c
   // It waited for ever for members the producer would never admit (group_size 4294967295).
   if (size > max_members_) {
     return "group '" + group + "' has group_size " + std::to_string(size) + ", but this producer admits at most " +
-           std::to_string(max_members_) + " consumers (max_consumers): the group could never be whole";
+           std::to_string(max_members_) + " consumers (max_consumers, or what its open-file limit leaves room for): the "
+           "group could never be whole";
   }
   auto it = groups_.find(group);
   if (it == groups_.end()) {
@@ -50,6 +51,7 @@ void GroupCommit::left(const std::string& routing_id) {
   auto& group = groups_.at(name);
   group.members.erase(routing_id);
   group.prepared.erase(routing_id);
+  group.asking_again.erase(routing_id);
   changed_.insert(name);
   // The last member gone: nothing to keep for it (a group formed again starts afresh).
   if (group.members.empty()) {
@@ -65,9 +67,10 @@ void GroupCommit::acked(const std::string& routing_id, std::uint64_t version, bo
   auto& group = groups_.at(it->second);
   if (version == 0 || version != group.target) return;  // a late ack of an earlier target
   if (!ok && again) {
-    group.again = true;
+    group.asking_again.insert(routing_id);
     return;
   }
+  group.asking_again.erase(routing_id);
   if (!ok) {
     group.failed = group.target;
     drop_target(group);
@@ -84,7 +87,7 @@ void GroupCommit::acked(const std::string& routing_id, std::uint64_t version, bo
 
 void GroupCommit::published(std::uint64_t) {
   for (auto& [name, group] : groups_) {
-    if (group.target != 0 && group.again && store_.newest_version() > group.target) {
+    if (group.target != 0 && !group.asking_again.empty() && store_.newest_version() > group.target) {
       drop_target(group);
       changed_.insert(name);
     }
@@ -108,7 +111,7 @@ void GroupCommit::drop_target(Group& group) {
   if (group.pin != 0) store_.unpin(group.pin);
   group.pin = 0;
   group.target = 0;
-  group.again = false;
+  group.asking_again.clear();
   group.prepared.clear();
 }
 

@@ -89,7 +89,7 @@ class GroupCommit {
     std::uint64_t target = 0;
     std::uint64_t pin = 0;           // the target's pin (lease id), 0: none
     std::uint64_t failed = 0;        // a target a member rejected: not taken again
-    bool again = false;              // a member asks for the target again (acked `again`)
+    std::set<std::string> asking_again;  // members whose fetch of the target failed (acked `again`)
   };
   void choose_target(const std::string& name, Group& group);
   void drop_target(Group& group);

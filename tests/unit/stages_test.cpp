@@ -792,21 +792,32 @@ TEST(Stages, AGroupKeepsItsTargetForAMemberWhoseTransferFailedAndGivesItUpForARe
   groups.acked("b", 1, true);  // its fetch again
   EXPECT_EQ(groups.committed_of("a"), 1u);
 
-  // A newer version published while a member asks again: the group takes it instead.
+  // A member that asked again and then took the target no longer moves it: a newer version
+  // published while the other member still fetches waits, as it would have without the failure.
   p.publish(2);
   groups.published(2);
   ASSERT_EQ(groups.target_of("a"), 2u);
   groups.acked("a", 2, false, /*again=*/true);
+  groups.acked("a", 2, true);
   p.publish(3);
   groups.published(3);
-  EXPECT_EQ(groups.target_of("a"), 3u);
+  EXPECT_EQ(groups.target_of("a"), 2u) << "a member that recovered moved the target on";
+  groups.acked("b", 2, true);
+  ASSERT_EQ(groups.committed_of("a"), 2u);
+  ASSERT_EQ(groups.target_of("a"), 3u);
+
+  // A newer version published while a member asks again: the group takes it instead.
+  groups.acked("a", 3, false, /*again=*/true);
+  p.publish(4);
+  groups.published(4);
+  EXPECT_EQ(groups.target_of("a"), 4u);
   EXPECT_EQ(given_up(), 0u);
 
   // A rejection ends the target: not taken again.
-  groups.acked("b", 3, false);
+  groups.acked("b", 4, false);
   EXPECT_EQ(groups.target_of("a"), 0u);
-  EXPECT_EQ(given_up(), 3u);
-  EXPECT_EQ(groups.committed_of("a"), 1u);
+  EXPECT_EQ(given_up(), 4u);
+  EXPECT_EQ(groups.committed_of("a"), 2u);
 }
 
 // Publishing a version frees the slot of the one before it (nobody reads it here): a publish()
