@@ -378,13 +378,24 @@ bool HookRunner::run_command(const HookCall& call, std::string& detail) {
   // daemon that stops leaves nothing the hook started running (but where the fallback reaped the
   // leader already, the group is not signalled: its id may be another's by now).
   if ((!exited || stopped) && !reaped) kill(-pid, SIGKILL);
-  if (!reaped) waitpid(pid, &status, 0);
+  bool status_lost = false;  // taken by another waiter: never counted as a success
+  if (!reaped) {
+    pid_t waited;
+    do {
+      waited = waitpid(pid, &status, 0);
+    } while (waited < 0 && errno == EINTR);
+    status_lost = waited != pid;
+  }
   if (stopped) {
     detail = args[0] + (exited ? " was ended with SIGTERM" : " was killed") + ": the daemon is stopping";
     return false;
   }
   if (!exited) {
     detail = args[0] + " timed out after " + std::to_string(call.hook.timeout.count()) + " ms and was killed";
+    return false;
+  }
+  if (status_lost) {
+    detail = args[0] + " ended, and its exit status was lost (" + std::strerror(errno) + ")";
     return false;
   }
   detail = args[0] + " exited with " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));

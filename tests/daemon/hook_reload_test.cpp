@@ -160,13 +160,14 @@ TEST_F(DaemonTest, RunAsInitItReapsWhatItsHooksLeaveBehind) {
   TestProducer producer(64);
   auto daemon = start_daemon(
       config(producer.producer->control_endpoint(), 4,
-             "[model.hook]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 0.2 & echo $! > " + dir.path + "/left-{version}\"]\n"),
+             "[model.hook]\ncommand = [\"/bin/sh\", \"-c\", \"sleep 0.2 & echo $! > " + dir.path + "/left-{version}; exit 3\"]\n"),
       {MODELCAST_AS_SUBREAPER});
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
   std::vector<pid_t> left;
   for (std::uint64_t version = 1; version <= 3; ++version) {
     producer.publish(version);
-    ASSERT_NE(wait_for_text(*daemon, "hook for version " + std::to_string(version) + ": /bin/sh exited with 0"), "");
+    // The hook's own status is the hook runner's, never the reaper's.
+    ASSERT_NE(wait_for_text(*daemon, "hook for version " + std::to_string(version) + " failed: /bin/sh exited with 3"), "");
     std::ifstream file(dir / ("left-" + std::to_string(version)));
     pid_t pid = 0;
     ASSERT_TRUE(file >> pid) << "the hook wrote no pid";
