@@ -103,17 +103,21 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
   };
   writer.on_notice = [this](const std::string&, const std::string& notice) { log_->warn("persist.directory: {}", notice); };
   writer_ = std::make_unique<repository::RepositoryWriter>(std::move(writer));
+  std::string unlocked;  // why the directory could not be locked ("" when it is)
   try {
-    if (const auto unlocked = writer_->hold(model_); !unlocked.empty()) log_->warn("persist.directory: {}", unlocked);
+    unlocked = writer_->hold(model_);
+    if (!unlocked.empty()) log_->warn("persist.directory: {}", unlocked);
   } catch (const Error& e) {
     // Not one for later: every write would fail (or clobber the other writer's), unseen for hours.
     throw Error(e.code() == ErrorCode::kState ? ErrorCode::kState : ErrorCode::kInvalidArgument,
                 std::string("persist.directory: ") + e.what());
   }
-  // What a run that crashed mid-write or mid-prune left (held now: no other process works there).
-  // Left, a whole model's unfinished copy took the room of a version on a disk sized for `keep`
-  // of them, and every write after failed for want of space.
-  const auto cleaned = repository::Repository(options_.directory).clean(model_);
+  // What a run that crashed mid-write or mid-prune left (locked now: no other process works
+  // there). Left, a whole model's unfinished copy took the room of a version on a disk sized for
+  // `keep` of them, and every write after failed for want of space. Not on a file system that
+  // took no lock: another writer's entries there may be in use.
+  const auto cleaned = unlocked.empty() ? repository::Repository(options_.directory).clean(model_)
+                                        : repository::Repository::Cleaned{};
   if (cleaned.removed > 0) {
     log_->warn("persist.directory: removed {} unfinished entr{} left by an interrupted run", cleaned.removed,
                cleaned.removed == 1 ? "y" : "ies");
