@@ -340,6 +340,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   if (new_producer) {  // version numbers restart with a new producer
     rejected_.clear();
     rejections_in_a_row_ = 0;
+    failures_in_a_row_ = 0;
     group_committed_ = 0;
     group_gave_up_said_ = 0;
   }

@@ -290,6 +290,10 @@ class ConsumerService {
   std::shared_ptr<detail::ReceiveBuffer> landed_host_;
   std::uint64_t landed_host_version_ = 0;
   unsigned rejections_in_a_row_ = 0;
+  // Transfers that failed since the last install (finish()): the first is asked for again at
+  // once, the next ones back off as rejections do, so that a failure that keeps coming (a
+  // transport that fails every transfer) does not fetch the model again and again at full speed.
+  unsigned failures_in_a_row_ = 0;
   bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
   bool stuck_refusal_reported_ = false;  // a stuck receive's buffer could not be set aside: said
   // Releases of retired receive buffers under way (release_retired_receives); a future's

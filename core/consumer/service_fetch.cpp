@@ -356,6 +356,11 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
                              : from_relay      ? protocol::RelayFault::kStalled
                                                : protocol::RelayFault::kNone;
     send_ack(done->manifest, done->fetch_id, false, done->failure, relay_fault, /*again=*/true);
+    failures_in_a_row_ = std::min(failures_in_a_row_ + 1, 16u);
+    if (failures_in_a_row_ > 1) {
+      retry_fetch_after_ = Clock::now() + std::min<Clock::duration>(tick() * (1u << (failures_in_a_row_ - 2)),
+                                                                    kMaxRejectBackoff);
+    }
     count([&](ConsumerStats& s) {
       s.transfers_aborted++;
       if (from_relay) s.relay_faults++;
@@ -443,6 +448,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     s.wanted_bytes = wanted;
   });
   rejections_in_a_row_ = 0;
+  failures_in_a_row_ = 0;
   // A group member holds a version its group has not committed yet: the ack tells the producer
   // it is ready, and the group's commit makes it visible (on_group_announce).
   if (!options_.group.empty() && m.version > group_committed_) {
