@@ -450,6 +450,16 @@ struct WriterEvents {
   std::vector<std::string> events;
 };
 
+// Options keeping one version, whose failed prunes are events too ("prune failed after V").
+repo::WriterOptions keeping_one(WriterEvents& events, const std::string& root) {
+  auto options = events.options(root);
+  options.keep = 1;
+  options.on_prune_failed = [&events](const repo::VersionSnapshot& s, const std::string&) {
+    events.add("prune failed after " + std::to_string(s.version));
+  };
+  return options;
+}
+
 bool locked_by_another(const std::string& directory) {
   try {
     repo::ModelDirectoryLock probe(directory);
@@ -514,12 +524,7 @@ TEST(RepositoryWriter, HoldsAModelDirectorysLockUntilReleased) {
 TEST(RepositoryWriter, OlderVersionsThatCannotBeRemovedAreNoFailedWrite) {
   ScratchDir dir;
   WriterEvents events;
-  auto options = events.options(dir / "repo");
-  options.keep = 1;
-  options.on_prune_failed = [&](const repo::VersionSnapshot& s, const std::string&) {
-    events.add("prune failed after " + std::to_string(s.version));
-  };
-  repo::RepositoryWriter writer(options);
+  repo::RepositoryWriter writer(keeping_one(events, dir / "repo"));
   writer.submit(snapshot(1));
   ASSERT_EQ(events.wait_for(1), std::vector<std::string>{"written 1"});
   const std::string first = dir / "repo/m/1";
@@ -542,12 +547,7 @@ TEST(RepositoryWriter, OlderVersionsThatCannotBeRemovedAreNoFailedWrite) {
 TEST(RepositoryWriter, AnOldVersionWhoseRemovalFailedIsRemovedAtTheNextPrune) {
   ScratchDir dir;
   WriterEvents events;
-  auto options = events.options(dir / "repo");
-  options.keep = 1;
-  options.on_prune_failed = [&](const repo::VersionSnapshot& s, const std::string&) {
-    events.add("prune failed after " + std::to_string(s.version));
-  };
-  repo::RepositoryWriter writer(options);
+  repo::RepositoryWriter writer(keeping_one(events, dir / "repo"));
   writer.submit(snapshot(1));
   ASSERT_EQ(events.wait_for(1), std::vector<std::string>{"written 1"});
   // Kept from removal, not from being renamed away: a mount inside it (as root), or its write
