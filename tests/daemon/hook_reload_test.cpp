@@ -200,10 +200,13 @@ TEST_F(DaemonTest, AReloadOfAConfigThatIsAPipeIsRefusedAndTheDaemonStillStops) {
   const std::string fifo = dir / "config.fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
   ChildProcess daemon({MODELCASTD, "--config", fifo});
-  {
-    std::ofstream feed(fifo);  // opens once the daemon opens it to read
-    feed << config(producer.producer->control_endpoint(), 4);
-  }
+  // Opened without blocking once the daemon has it open to read (before: ENXIO), so that a daemon
+  // that ends first fails the test rather than hanging it.
+  int feed = -1;
+  ASSERT_TRUE(testing_support::eventually([&] { return (feed = open(fifo.c_str(), O_WRONLY | O_NONBLOCK)) >= 0; }, 60s));
+  const std::string text = config(producer.producer->control_endpoint(), 4);
+  EXPECT_EQ(write(feed, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+  close(feed);
   ASSERT_NE(wait_for_text(daemon, " ready ", 60s), "");
   kill(daemon.pid(), SIGHUP);
   EXPECT_NE(wait_for_text(daemon, "reload refused, keeping the running configuration: '" + fifo + "' is a pipe"), "");
