@@ -45,6 +45,13 @@ std::shared_ptr<const repo::VersionSnapshot> snapshot(std::uint64_t version, std
   return s;
 }
 
+// snapshot(version) as producer incarnation `incarnation` publishes it.
+std::shared_ptr<const repo::VersionSnapshot> of(std::uint64_t incarnation, std::uint64_t version) {
+  auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
+  s->incarnation = incarnation;
+  return s;
+}
+
 // Undoes at scope exit what kept `path` from being changed: a mount on it (as root) or its
 // write permission taken away (otherwise).
 struct Unpinned {
@@ -130,11 +137,6 @@ TEST(RepositoryWriter, AVersionNumberWrittenAgainReplacesTheOldDirectoryWhole) {
 TEST(RepositoryWriter, DirectoryNumbersRiseAcrossProducerRestarts) {
   ScratchDir dir;
   repo::Repository repository(dir / "repo");
-  auto of = [](std::uint64_t incarnation, std::uint64_t version) {
-    auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
-    s->incarnation = incarnation;
-    return s;
-  };
   for (std::uint64_t v : {1, 2, 6}) repository.write(*of(111, v));
   for (std::uint64_t v : {1, 2, 4}) repository.write(*of(222, v));  // the producer restarted
   auto stored = repository.list("m");  // most recently written first
@@ -159,11 +161,6 @@ TEST(RepositoryWriter, EntriesItDidNotWriteAreNeitherReplacedNorInTheWay) {
   std::ofstream(elsewhere / "precious") << "keep";
   std::filesystem::create_directory_symlink(elsewhere, model / "6");
   repo::Repository repository(dir / "repo");
-  auto of = [](std::uint64_t incarnation, std::uint64_t version) {
-    auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
-    s->incarnation = incarnation;
-    return s;
-  };
   EXPECT_EQ(repository.write(*of(111, 1)), (model / "7").string());
   EXPECT_EQ(repository.write(*of(111, 2)), (model / "8").string());
   std::ifstream onnx(model / "1/model.onnx");
@@ -187,11 +184,6 @@ TEST(RepositoryWriter, EntriesItDidNotWriteAreNeitherReplacedNorInTheWay) {
 TEST(RepositoryWriter, AProducerComingBackWritesAboveTheVersionsWrittenMeanwhile) {
   ScratchDir dir;
   repo::Repository repository(dir / "repo");
-  auto of = [](std::uint64_t incarnation, std::uint64_t version) {
-    auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
-    s->incarnation = incarnation;
-    return s;
-  };
   for (std::uint64_t v : {31, 32, 33}) repository.write(*of(111, v));
   for (std::uint64_t v : {1, 2, 3}) repository.write(*of(222, v));  // numbered 34, 35, 36
   for (std::uint64_t v : {34, 35}) repository.write(*of(111, v));   // the first producer again

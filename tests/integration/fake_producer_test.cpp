@@ -77,6 +77,7 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   // tensors it holds (the byte is in t5; this small model is one block).
   ack = producer.serve(2, /*corrupt=*/true);
   EXPECT_FALSE(ack.ok);
+  EXPECT_FALSE(ack.again) << "a version that failed its digests is rejected, not asked for again";
   EXPECT_NE(ack.error.find("block 0 at byte 0 (in tensors 't0' to 't11') of version 2 failed its digest check"),
             std::string::npos)
       << ack.error;
@@ -286,6 +287,7 @@ TEST(ConsumerAgainstScriptedProducer, AnAnsweredTransferThatNeverCompletesTimesO
   auto ack = producer.answer_with_manifest(2, 1u << 20, [](modelcast::Manifest&) {});
   EXPECT_FALSE(ack.ok);
   EXPECT_EQ(ack.error, "transfer timed out");
+  EXPECT_TRUE(ack.again) << "a transfer that timed out is no verdict on the version (a group keeps it)";
   EXPECT_EQ(consumer.acquire().version(), 1u);
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
   EXPECT_GE(consumer.stats().transfers_aborted, 1u);
