@@ -4,6 +4,7 @@
 #include "daemon/config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -16,7 +17,6 @@
 #include <climits>
 #include <cstring>
 #include <cstdlib>
-#include <fstream>
 #include <charconv>
 #include <tuple>
 #include <filesystem>
@@ -507,9 +507,51 @@ void check_config_file_trusted(const std::string& path) {
   modelcast::wire::check_trusted_file(path, shown + ": ");
 }
 
+// What a reload may not read, said as the file's kind: it is asked of the descriptor opened, so
+// a regular file swapped for a FIFO after a check of the path cannot hold the reload either.
+void check_regular(int fd, const std::string& path) {
+  struct stat status {};
+  if (fstat(fd, &status) != 0 || S_ISREG(status.st_mode)) return;  // the read names what fails
+  const char* what = S_ISFIFO(status.st_mode)   ? "a pipe"
+                     : S_ISCHR(status.st_mode)  ? "a character device"
+                     : S_ISSOCK(status.st_mode) ? "a socket"
+                                                : "not a regular file";
+  throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                         modelcast::shown_text(path, 4096) + " is " + what +
+                             ": a reload reads the config file again, and only a regular file can be read again; "
+                             "restart the daemon to take a new configuration from it");
+}
+
+std::string read_config_text(const std::string& path, const std::string& shown, ConfigFile kind) {
+  constexpr std::size_t kMaxConfigBytes = 16u << 20;
+  // O_NONBLOCK where only a regular file will do: opening a FIFO then returns at once (and it is
+  // refused); it changes nothing for a regular file's reads.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | (kind == ConfigFile::kRegularOnly ? O_NONBLOCK : 0));
+  if (fd < 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": cannot be read: " + std::strerror(errno));
+  const struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  if (kind == ConfigFile::kRegularOnly) check_regular(fd, path);
+  std::string text(kMaxConfigBytes + 1, '\0');
+  std::size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = read(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": cannot be read: " + std::strerror(errno));
+    if (n == 0) break;
+    done += static_cast<std::size_t>(n);
+  }
+  if (done > kMaxConfigBytes) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": is larger than 16 MiB: not a config file");
+  }
+  text.resize(done);
+  return text;
+}
+
 }  // namespace
 
-DaemonConfig load_config(const std::string& path) {
+DaemonConfig load_config(const std::string& path, ConfigFile kind) {
   // The path as messages show it: escaped, so that a newline in it cannot forge a log line.
   const std::string shown = modelcast::printable_text(path, 4096);
   toml::table root;
@@ -522,16 +564,7 @@ DaemonConfig load_config(const std::string& path) {
   // Read here rather than by toml::parse_file, which says "File could not be opened for reading"
   // at line 0 without the reason, and of a pipe (-c /dev/stdin) says so too: it asks the size.
   // Bounded, so /dev/zero given by mistake is refused rather than read until memory runs out.
-  constexpr std::size_t kMaxConfigBytes = 16u << 20;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": cannot be read: " + std::strerror(errno));
-  std::string text(kMaxConfigBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  if (in.bad()) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": cannot be read: " + std::strerror(errno));
-  text.resize(static_cast<std::size_t>(in.gcount()));
-  if (text.size() > kMaxConfigBytes) {
-    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, shown + ": is larger than 16 MiB: not a config file");
-  }
+  const std::string text = read_config_text(path, shown, kind);
   try {
     root = toml::parse(text, path);
   } catch (const toml::parse_error& e) {

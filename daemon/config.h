@@ -64,10 +64,17 @@ struct DaemonConfig {
 // lies outside 0-65535 (0: any free port).
 std::optional<std::uint16_t> listen_port(const std::string& listen);
 
+// What a config may be read from. A start reads a pipe too (`-c /dev/stdin`); a reload reads
+// the file again on the thread that takes SIGTERM, so it takes only what it can open without
+// waiting: a FIFO with no writer held that thread, and SIGTERM with it, until one came.
+enum class ConfigFile { kAny, kRegularOnly };
+
 // Reads and checks `path`. Throws modelcast::Error(kInvalidArgument) whose message starts with
 // "<path>:<line>: key '<key>':" for an unknown key, a wrong type or a bad value, and names
-// the file for one that cannot be read or parsed. Thread-safe (no shared state).
-DaemonConfig load_config(const std::string& path);
+// the file for one that cannot be read or parsed, or (kRegularOnly) is not a regular file, which
+// it asks of the file it opened, so a file swapped for a FIFO meanwhile is refused too.
+// Thread-safe (no shared state).
+DaemonConfig load_config(const std::string& path, ConfigFile kind = ConfigFile::kAny);
 
 // What load_config cannot see from the text: each model's key files (producer_key_file,
 // key_file) exist and hold keys, which it records in keys_held. Throws Error(kInvalidArgument)

@@ -6,7 +6,6 @@
 // blocked (they are blocked before the first thread is made). Where the daemon is PID 1 or a
 // child subreaper, a ChildReaper thread takes SIGCHLD and waits for the orphans hooks leave.
 #include <signal.h>
-#include <sys/stat.h>
 #include <systemd/sd-daemon.h>
 
 #include <filesystem>
@@ -89,24 +88,6 @@ void check_surroundings(modelcastd::DaemonConfig& config, bool model_endpoints) 
   }
 }
 
-// A reload reads the config file again, on the thread that takes SIGTERM: only a regular file
-// (or a link to one) is read again. A FIFO with no writer held the thread, and with it SIGTERM,
-// until one came; a pipe (`-c /dev/stdin`) read again gives nothing. Asking what it is does not
-// block.
-void check_reloadable(const std::string& path) {
-  struct stat status {};
-  if (stat(path.c_str(), &status) != 0 || S_ISREG(status.st_mode)) return;  // load_config names what fails
-  const char* kind = S_ISFIFO(status.st_mode)   ? "a pipe"
-                     : S_ISCHR(status.st_mode)  ? "a character device"
-                     : S_ISSOCK(status.st_mode) ? "a socket"
-                     : S_ISDIR(status.st_mode)  ? "a directory"
-                                                : "not a regular file";
-  throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                         modelcast::shown_text(path, 4096) + " is " + kind +
-                             ": a reload reads the config file again, and only a regular file can be read again; "
-                             "restart the daemon to take a new configuration from it");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -187,8 +168,7 @@ int main(int argc, char** argv) {
       // the reload cannot start is reported by it and serves on.
       std::optional<modelcastd::DaemonConfig> fresh;
       try {
-        check_reloadable(config_path);
-        fresh = modelcastd::load_config(config_path);
+        fresh = modelcastd::load_config(config_path, modelcastd::ConfigFile::kRegularOnly);
         check_surroundings(*fresh, /*model_endpoints=*/true);
       } catch (const std::exception& e) {  // not only modelcast::Error: a std::filesystem error aborted
         fresh.reset();

@@ -367,6 +367,26 @@ TEST(DaemonConfig, AConfigFromAPipeIsReadAndAnEndlessOneRefused) {
   }
 }
 
+// A reload asks for a regular file of what it opened, not of the path before opening it: a
+// config swapped for a FIFO after such a check held the signal thread, and SIGTERM, until a
+// writer came. Here no writer ever comes; the old reading would wait for good.
+TEST(DaemonConfig, AReloadRefusesAFifoWithoutWaitingForAWriter) {
+  ScratchDir dir;
+  const std::string fifo = dir / "config.fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  try {
+    modelcastd::load_config(fifo, modelcastd::ConfigFile::kRegularOnly);
+    FAIL() << "a FIFO was read as a config to reload";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_EQ(std::string(e.what()).rfind("'" + fifo + "' is a pipe: a reload reads the config file again", 0), 0u)
+        << e.what();
+  }
+  const std::string file = dir / "good.toml";
+  std::ofstream(file) << kModel;
+  EXPECT_EQ(modelcastd::load_config(file, modelcastd::ConfigFile::kRegularOnly).models.size(), 1u);
+}
+
 // A config says whom to trust and which commands hooks run as the daemon's user: one that others
 // may write (or replace, in a directory all may write) was read without a word.
 TEST(DaemonConfig, AConfigOtherUsersMayWriteOrReplaceIsRefused) {
