@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "modelcast/error.h"
 
@@ -35,7 +36,7 @@ ConnectionCap::ConnectionCap(zmq::context_t& context, zmq::socket_t& router, std
     : router_(router), events_(context, zmq::socket_type::pair), cap_(cap) {
   static std::atomic<std::uint64_t> next{0};
   const std::string address = "inproc://modelcast-connections-" + std::to_string(next++);
-  if (zmq_socket_monitor(router.handle(), address.c_str(), ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
+  if (zmq_socket_monitor(router.handle(), address.c_str(), ZMQ_EVENT_LISTENING | ZMQ_EVENT_ACCEPTED | ZMQ_EVENT_DISCONNECTED) != 0) {
     throw Error(ErrorCode::kTransport,
                 std::string("cannot watch the control socket's connections: ") + zmq_strerror(zmq_errno()));
   }
@@ -48,12 +49,20 @@ ConnectionCap::ConnectionCap(zmq::context_t& context, zmq::socket_t& router, std
 
 ConnectionCap::~ConnectionCap() { zmq_socket_monitor(router_.handle(), nullptr, 0); }
 
-void ConnectionCap::set_listener(const std::string& bound_endpoint) {
+int ConnectionCap::set_listener(const std::string& bound_endpoint) {
   if (bound_endpoint.rfind("ipc://", 0) == 0) {
     listener_path_ = bound_endpoint.substr(6);
   } else if (auto colon = bound_endpoint.rfind(':'); colon != std::string::npos) {
     listener_port_ = std::stoi(bound_endpoint.substr(colon + 1));
   }
+  // ZeroMQ sends the LISTENING event from within bind(), before any connection can be accepted,
+  // so it is the first event queued; the wait only covers its way through the inproc pipe.
+  const auto until = Clock::now() + std::chrono::seconds(1);
+  while (listener_fd_ < 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0 || !read_event(static_cast<int>(left))) break;
+  }
+  return listener_fd_;
 }
 
 // An accepted socket has the listener's local address: the port of a TCP listener, the path
@@ -87,24 +96,32 @@ void ConnectionCap::accepted(int fd) {
   open_[fd] = Accepted{inode, Clock::now()};
 }
 
-std::vector<int> ConnectionCap::read_events() {
-  std::vector<int> closed;
-  for (;;) {
-    zmq::message_t event, endpoint;
-    if (!events_.recv(event, zmq::recv_flags::dontwait)) break;
-    if (event.more()) (void)events_.recv(endpoint, zmq::recv_flags::none);  // the endpoint: unused
-    if (event.size() < 6) continue;
-    std::uint16_t code = 0;
-    std::int32_t fd = -1;
-    std::memcpy(&code, event.data(), sizeof code);
-    std::memcpy(&fd, static_cast<const char*>(event.data()) + sizeof code, sizeof fd);
-    if (code == ZMQ_EVENT_ACCEPTED) accepted(fd);
-    if (code == ZMQ_EVENT_DISCONNECTED) {
-      open_.erase(fd);
-      closed.push_back(fd);
-    }
+bool ConnectionCap::read_event(int wait_ms) {
+  if (wait_ms > 0) {
+    zmq::pollitem_t item{events_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(wait_ms)) == 0) return false;
   }
-  return closed;
+  zmq::message_t event, endpoint;
+  if (!events_.recv(event, zmq::recv_flags::dontwait)) return false;
+  if (event.more()) (void)events_.recv(endpoint, zmq::recv_flags::none);  // the endpoint: unused
+  if (event.size() < 6) return true;
+  std::uint16_t code = 0;
+  std::int32_t fd = -1;
+  std::memcpy(&code, event.data(), sizeof code);
+  std::memcpy(&fd, static_cast<const char*>(event.data()) + sizeof code, sizeof fd);
+  if (code == ZMQ_EVENT_LISTENING) listener_fd_ = fd;
+  if (code == ZMQ_EVENT_ACCEPTED) accepted(fd);
+  if (code == ZMQ_EVENT_DISCONNECTED) {
+    open_.erase(fd);
+    closed_.push_back(fd);
+  }
+  return true;
+}
+
+std::vector<int> ConnectionCap::read_events() {
+  while (read_event(0)) {
+  }
+  return std::exchange(closed_, {});
 }
 
 ConnectionCap::Enforced ConnectionCap::enforce(const std::set<int>& joined) {

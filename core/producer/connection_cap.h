@@ -51,8 +51,10 @@ class ConnectionCap {
   ConnectionCap(const ConnectionCap&) = delete;
   ConnectionCap& operator=(const ConnectionCap&) = delete;
 
-  // After the bind: the endpoint as bound, so that only sockets accepted there are counted.
-  void set_listener(const std::string& bound_endpoint);
+  // After the bind, on the thread that bound: the endpoint as bound, so that only sockets
+  // accepted there are counted. Returns the listening socket's descriptor (which ZeroMQ reports
+  // from within the bind), or -1 if it was not reported within a second (never seen).
+  int set_listener(const std::string& bound_endpoint);
 
   // The monitor socket to poll for connection events.
   zmq::socket_t& events() { return events_; }
@@ -88,6 +90,9 @@ class ConnectionCap {
     Clock::time_point at{};
   };
   void accepted(int fd);
+  // Reads one pending event, waiting up to `wait_ms`; false if there was none. Records the
+  // listener, the connections accepted, and those closed (in closed_).
+  bool read_event(int wait_ms);
   bool is_listener_socket(int fd) const;
 
   zmq::socket_t& router_;
@@ -97,7 +102,9 @@ class ConnectionCap {
   // The listener: a TCP port (on any address) or an ipc:// path.
   int listener_port_ = -1;
   std::string listener_path_;
+  int listener_fd_ = -1;
   std::map<int, Accepted> open_;  // by descriptor
+  std::vector<int> closed_;       // read, not yet returned by read_events()
 };
 
 }  // namespace modelcast::producer

@@ -62,7 +62,7 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
   try {
     router_.bind(wire::bind_spelling(options.control_endpoint));
     endpoint_ = wire::bound_endpoint(router_);
-    connections_->set_listener(endpoint_);
+    if (const int listener = connections_->set_listener(endpoint_); listener >= 0) listener_in_children_.emplace(listener);
   } catch (const zmq::error_t& e) {
     // ZeroMQ reads the host as an interface name or an IPv4 address and resolves no names.
     const std::string hint = e.num() == ENODEV ? " (give an IPv4 address such as 127.0.0.1, an IPv6 address in "

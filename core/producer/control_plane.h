@@ -11,11 +11,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <zmq.hpp>
 
+#include "common/closed_in_forked_children.h"
 #include "core/producer/connection_cap.h"
 #include "modelcast/producer.h"
 
@@ -59,6 +61,9 @@ class ControlPlane {
   std::unique_ptr<security::ZapHandler> zap_;  // before the sockets it authenticates
   zmq::socket_t router_;
   std::unique_ptr<ConnectionCap> connections_;  // after the router it watches
+  // The listening socket, closed in children this process forks; let go before the router
+  // closes it.
+  std::optional<ClosedInForkedChildren> listener_in_children_;
   std::string endpoint_;
 };
 

@@ -1,61 +1,20 @@
 #include "core/repository/model_directory_lock.h"
 
 #include <fcntl.h>
-#include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
+#include "common/closed_in_forked_children.h"
 #include "common/shown_text.h"
 #include "core/repository/repository.h"
 #include "modelcast/error.h"
 
 namespace modelcast::repository {
-namespace {
-
-// The descriptors of the locks this process holds, closed in a child it forks. A flock belongs to
-// the open file, which a forked child shares: a child that outlived the lock's owner (a
-// DataLoader worker, a helper process forked from the trainer) kept the directory locked, and
-// the trainer could not persist there again, nor a restarted one, until the child ended.
-// Slots of atomics, not a container: the child's handler may only do what a signal handler may
-// (no allocation, no locks). A process holding more locks than slots leaves the rest to its
-// children (a daemon holds one per model).
-constexpr std::size_t kForkSlots = 256;
-std::atomic<int> held_descriptors[kForkSlots];
-
-void close_held_in_child() {
-  for (auto& slot : held_descriptors) {
-    const int fd = slot.exchange(-1);
-    if (fd >= 0) close(fd);  // the parent's lock stays: its own descriptor still holds the open file
-  }
-}
-
-// Registered once per process, before the first lock.
-void close_in_forked_children(int fd) {
-  static const bool registered = [] {
-    for (auto& slot : held_descriptors) slot.store(-1);
-    return pthread_atfork(nullptr, nullptr, close_held_in_child) == 0;
-  }();
-  if (!registered) return;
-  for (auto& slot : held_descriptors) {
-    int empty = -1;
-    if (slot.compare_exchange_strong(empty, fd)) return;
-  }
-}
-
-void forget_for_forked_children(int fd) {
-  for (auto& slot : held_descriptors) {
-    int held = fd;
-    if (slot.compare_exchange_strong(held, -1)) return;
-  }
-}
-
-}  // namespace
 
 ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) : directory_(directory) {
   std::error_code ec;
@@ -87,7 +46,9 @@ ModelDirectoryLock::ModelDirectoryLock(const std::string& directory) : directory
                 "): another writer of it would not be refused";
     return;
   }
-  close_in_forked_children(fd_);
+  // A flock belongs to the open file, which a forked child shares: a child that outlived the
+  // lock's owner (a DataLoader worker) kept the directory locked.
+  modelcast::close_in_forked_children(fd_);
 }
 
 bool ModelDirectoryLock::lost() const {
@@ -99,7 +60,7 @@ bool ModelDirectoryLock::lost() const {
 
 ModelDirectoryLock::~ModelDirectoryLock() {
   if (fd_ < 0) return;
-  forget_for_forked_children(fd_);  // first: a child forked after the close would close a reused number
+  modelcast::forget_in_forked_children(fd_);  // first: a child forked after the close would close a reused number
   close(fd_);                       // lets the lock go
 }
 

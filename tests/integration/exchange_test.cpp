@@ -1,4 +1,5 @@
 // Producer in this process, consumers in peer processes: delivery, atomic swaps, late join.
+#include <cerrno>
 #include <condition_variable>
 #include <future>
 #include <map>
@@ -139,6 +140,52 @@ TEST(ForkedChild, LetsGoOfAViewOfAClosedConsumerAndExits) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child read other bytes than version 1's";
   EXPECT_EQ(testmodel::check(view, 1), "");
   view = modelcast::ModelView();  // in the parent, as ever
+}
+
+// A child forked from the trainer (a DataLoader worker) that outlives the producer: it shared the
+// control endpoint's listening socket, so a producer made again on the same port could not bind
+// (EADDRINUSE) for as long as the child lived, and consumers connecting meanwhile waited in the
+// child's accept queue. The child now closes its copy as it starts.
+TEST(ForkedChild, DoesNotKeepTheControlEndpointsPortAfterTheProducerCloses) {
+  int to_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  std::string endpoint;
+  pid_t child = -1;
+  {
+    TestProducer first(16);
+    endpoint = first.producer->control_endpoint();
+    child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {  // lives until its parent closes the pipe
+      close(to_child[1]);
+      char byte;
+      while (read(to_child[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      _exit(0);
+    }
+  }
+  close(to_child[0]);
+  modelcast::ProducerOptions options;
+  options.control_endpoint = endpoint;
+  std::unique_ptr<TestProducer> second;
+  try {
+    second = std::make_unique<TestProducer>(16, options);
+  } catch (const modelcast::Error& e) {
+    ADD_FAILURE() << "a producer could not bind its port again while a child forked from the first lived: " << e.what();
+  }
+  if (second) {
+    modelcast::ConsumerOptions consumer_options;
+    consumer_options.producer_endpoint = endpoint;
+    consumer_options.model_name = "test";
+    modelcast::Consumer consumer(consumer_options);
+    second->publish(1);
+    auto view = consumer.wait_for_version(1, 60s);
+    ASSERT_TRUE(view) << "a consumer of the second producer got no version";
+    EXPECT_EQ(testmodel::check(view, 1), "");
+  }
+  close(to_child[1]);
+  int status = 0;
+  EXPECT_EQ(waitpid(child, &status, 0), child);
 }
 
 TEST_P(ExchangeTest, LateJoinerGetsTheNewestVersionAtOnce) {
