@@ -29,7 +29,10 @@ std::string named(const std::string& path) { return "key file " + shown_text(pat
 }
 
 // A NUL ends a path for the system: "keys/a\0b" would open keys/a, another file than named.
+// An empty path names no file: a pair saved there wrote its ".pub" into the working directory
+// and then failed, leaving that public key without its secret.
 void check_path(const std::string& path) {
+  if (path.empty()) throw Error(ErrorCode::kInvalidArgument, "key file path is empty: name a file");
   if (path.find('\0') != std::string::npos) {
     throw Error(ErrorCode::kInvalidArgument,
                 "key file " + shown_text(path, 200) + ": has a NUL byte, which no file name holds");
@@ -190,7 +193,14 @@ void save_key_pair(const KeyPair& keys, const std::string& path, bool overwrite)
     discard(pair);
     throw;
   }
-  commit_key_file(pair, overwrite);
+  try {
+    commit_key_file(pair, overwrite);
+  } catch (...) {
+    // Without overwrite the .pub is the one just linked there: a public key without its secret
+    // would be taken for a pair's by whoever is given it, and refuse the next save ("exists").
+    if (!overwrite) ::unlink(pub.file.c_str());
+    throw;
+  }
 }
 
 KeyPair load_key_pair(const std::string& path) {

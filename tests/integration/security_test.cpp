@@ -249,6 +249,20 @@ TEST(Keys, APairThatCannotBeWrittenWholeLeavesTheOldPairAsItWas) {
   EXPECT_EQ(files, 2u);
 }
 
+// An empty path wrote ".pub" into the working directory and then failed on the secret, leaving
+// a public key without its secret (and the next save refused: ".pub" exists already).
+TEST(Keys, AnEmptyPathIsRefusedAndLeavesNoFileBehind) {
+  TempDir dir;
+  const auto here = std::filesystem::current_path();
+  std::filesystem::current_path(std::filesystem::path(dir.file("x")).parent_path());
+  const auto error = error_of([&] { modelcast::save_key_pair(modelcast::generate_key_pair(), ""); }, ErrorCode::kInvalidArgument);
+  std::size_t files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(".")) ++files;
+  std::filesystem::current_path(here);
+  EXPECT_NE(error.find("key file path is empty"), std::string::npos) << error;
+  EXPECT_EQ(files, 0u) << "a failed save left a file behind";
+}
+
 // toml++ waits for ever on a FIFO that nobody writes.
 // A public key file others may write would let them put their own key in place of the one
 // trusted (the pinned producer, an admitted consumer).
