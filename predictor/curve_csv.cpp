@@ -99,7 +99,21 @@ double time_of(const RowReader& row, int column, const char* name) {
     throw CsvError(row.source, row.line_no, std::string("column '") + name + "' is negative (" +
                                                 RowReader::shown(row.at(column, name)) + "): it is seconds of training since it started");
   }
+  if (time_s > kMaxCurveValue) {
+    throw CsvError(row.source, row.line_no, std::string("column '") + name + "' is beyond 1e100 (" +
+                                                RowReader::shown(row.at(column, name)) + "): it is seconds of training since it started");
+  }
   return time_s;
+}
+
+double loss_of(const RowReader& row, int column, const char* name) {
+  const double loss = row.number(column, name);
+  if (std::abs(loss) > kMaxCurveValue) {
+    throw CsvError(row.source, row.line_no, std::string("column '") + name + "' is beyond +-1e100 (" +
+                                                RowReader::shown(row.at(column, name)) +
+                                                "): the predictor's fits square losses; rescale the loss");
+  }
+  return loss;
 }
 
 // A run's total_steps, the same on each of its rows: a value that changed part-way was taken from
@@ -149,6 +163,10 @@ void append_point(LossLog& log, const std::string& source, std::size_t line_no, 
         prev.time_s + step_time * (static_cast<double>(p.step) - static_cast<double>(prev.step)) - p.time_s;
     time_offset += shift;
     p.time_s += shift;
+    if (!(p.time_s <= kMaxCurveValue)) {
+      throw CsvError(source, line_no, "time_s decreases (timer restart?), and continuing the clock from the previous rows "
+                                      "takes it beyond 1e100 s: check the time_s column");
+    }
     log.warnings.push_back(source + ":" + std::to_string(line_no) + ": time_s decreases (timer restart?); later times shifted by " +
                            std::to_string(shift) + " s");
   }
@@ -276,7 +294,7 @@ LossLog read_loss_log(std::istream& in, const std::string& source, const CsvOpti
     CurvePoint p;
     p.step = step_of(row, col.step);
     if (curves) set_total_steps(log, total_steps_of(row, col.total, p.step), source, at_line);
-    p.loss = row.number(col.loss, loss_name.c_str());
+    p.loss = loss_of(row, col.loss, loss_name.c_str());
     if (col.time >= 0) p.time_s = time_of(row, col.time, curves ? "train_time_s" : "time_s");
     append_point(log, source, at_line, p, time_offset);
   };
@@ -362,7 +380,7 @@ CurveCollection read_curve_collection(std::istream& in, const std::string& sourc
       out.runs.push_back(std::move(log));
     }
     if (current_bad) continue;
-    CurvePoint p{step_of(row, col.step), row.number(col.loss, loss_column.c_str()), time_of(row, col.time, "train_time_s")};
+    CurvePoint p{step_of(row, col.step), loss_of(row, col.loss, loss_column.c_str()), time_of(row, col.time, "train_time_s")};
     auto& log = out.runs.back();
     const std::int64_t total = total_steps_of(row, col.total, p.step);
     if (!log.points.empty() && p.step <= log.points.back().step) {

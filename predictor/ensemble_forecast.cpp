@@ -662,9 +662,12 @@ Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOpti
   for (auto& p : above) {
     if (!(p.loss >= floor))  // NaN is refused by validate_observed with its own message
       if (std::isfinite(p.loss))
-        throw Error(ErrorCode::kInvalidArgument, "forecast: the loss at step " + std::to_string(p.step) + " (" +
-                                                     std::to_string(p.loss) + ") is below loss_floor (" +
-                                                     std::to_string(floor) + ")");
+      {
+        // %g: std::to_string printed 1e-8 as 0.000000, and 1e300 as 301 digits.
+        std::ostringstream why;
+        why << "forecast: the loss at step " << p.step << " (" << p.loss << ") is below loss_floor (" << floor << ")";
+        throw Error(ErrorCode::kInvalidArgument, why.str());
+      }
     p.loss -= floor;
   }
   Forecast out = forecast_impl(above, options, false, 0.0);

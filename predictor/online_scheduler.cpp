@@ -11,7 +11,6 @@
 
 namespace modelcast::predictor {
 namespace {
-constexpr double kMaxObservedLoss = 1e100;
 constexpr std::size_t kNow = static_cast<std::size_t>(-1);  // the "publish now" candidate
 // OnlineOptions::costs as the caller set them.
 constexpr PublishCostNames kCostNames{"online scheduler: ", "costs.stall_s", "costs.delivery_s", "costs.request_rate",
@@ -195,7 +194,7 @@ void OnlineScheduler::observe(std::int64_t step, double loss, double wall_time_s
                                 std::to_string(observed_.back().step));
   // Refused here, naming the point, rather than later by a forecast in terms of steps the caller
   // never gave: fits square losses (beyond 1e100 they overflow), and the time model needs a clock.
-  if (std::abs(loss) > kMaxObservedLoss) {
+  if (std::abs(loss) > kMaxCurveValue) {
     std::ostringstream why;
     why << "online scheduler: loss " << loss << " at step " << step << " is beyond +-1e100; rescale the loss";
     throw Error(ErrorCode::kInvalidArgument, why.str());

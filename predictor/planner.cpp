@@ -135,6 +135,15 @@ void validate_problem(const Trajectory& curve, std::size_t warmup_index, const P
   if (warmup_index >= curve.steps.size())
     throw Error(ErrorCode::kInvalidArgument, "warm-up index " + std::to_string(warmup_index) + " is past the end of the curve");
   validate_costs(costs);
+  // A window too short to move the warm-up's time scores nothing, as an empty one would (which
+  // validate_costs refuses): every schedule came out at CIL 0, "no gain achievable".
+  const double from = curve.time_s[warmup_index];
+  if (std::isfinite(costs.window_s) && !(from + costs.window_s > from)) {
+    std::ostringstream why;
+    why << "window_s " << costs.window_s << " s is lost in rounding when added to the warm-up's time (" << from
+        << " s): the window would score no time at all";
+    throw Error(ErrorCode::kInvalidArgument, why.str());
+  }
 }
 
 double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs,
@@ -406,6 +415,18 @@ ScheduleResult plan_optimal(const Trajectory& curve, std::size_t warmup_index, c
   auto r = plan_from(curve.loss[warmup_index], curve.time_s[warmup_index], 0,
                      window_end(curve, warmup_index, costs), future, costs);
   return r;
+}
+
+ScheduleResult plan_in_hindsight(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs) {
+  validate_problem(curve, warmup_index, costs);
+  const double lowest = *std::min_element(curve.loss.begin() + static_cast<std::ptrdiff_t>(warmup_index), curve.loss.end());
+  Trajectory measured = curve;
+  for (double& loss : measured.loss) loss -= lowest;
+  // Losses at both ends of the double's range overflow their difference: planned as given.
+  const bool finite = std::all_of(measured.loss.begin(), measured.loss.end(), [](double l) { return std::isfinite(l); });
+  auto best = plan_optimal(finite ? measured : curve, warmup_index, costs);
+  best.cil = evaluate_cil(curve, warmup_index, costs, best.publish_steps);
+  return best;
 }
 
 std::vector<std::int64_t> snap_to_candidates(std::span<const std::int64_t> planned, const Trajectory& curve,

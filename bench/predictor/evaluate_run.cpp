@@ -166,7 +166,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
     mp::PublishCosts costs;
     costs.stall_s = settings.cost_multipliers[ci] * gap;
     costs.delivery_s = 0.5 * costs.stall_s;
-    const auto optimal_steps = mp::plan_optimal(truth, w, costs).publish_steps;
+    const auto optimal_steps = mp::plan_in_hindsight(truth, w, costs).publish_steps;
     const double best = mp::evaluate_cil(truth, w, costs, optimal_steps);
     const double none = mp::evaluate_cil(truth, w, costs, {});
     std::map<std::string, double> baseline;
@@ -177,7 +177,7 @@ RunEval evaluate_run(const mp::LossLog& run, const std::string& family, const Ev
         mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(mp::fixed_interval_schedule(viper_planned, w, costs), truth, w));
     baseline["viper_threshold"] =
         mp::evaluate_cil(truth, w, costs, mp::snap_to_candidates(mp::threshold_schedule(viper_planned, w, costs), truth, w));
-    const auto oracle = mp::plan_optimal(smooth, w, costs);
+    const auto oracle = mp::plan_in_hindsight(smooth, w, costs);
     const double smooth_none = mp::evaluate_cil(smooth, w, costs, {});
     const auto score_cil = [&](double cil) {
       Outcome o;

@@ -90,6 +90,15 @@ double evaluate_cil(const Trajectory& curve, std::size_t warmup_index, const Pub
 ScheduleResult plan_optimal(const Trajectory& curve, std::size_t warmup_index,
                             const PublishCosts& costs);
 
+// plan_optimal for a curve known in full (a logged run, scored in hindsight), whatever constant
+// its loss holds. plan_optimal counts schedules within 1e-9 of the CIL as tied, which protects a
+// forecast's plan from its own rounding (falls of about 1e-10 of the level) but also swallows
+// real gains where a constant dwarfs the loss's fall (a loss of 1000 falling by 1e-5: every
+// schedule tied, and the "optimum" lost to a plain schedule, a regret of -60 %). A constant adds
+// the same to every schedule's CIL, so here the loss is measured from its lowest point after
+// the warm-up; the CIL returned is evaluate_cil of the curve as given. Thread-safe.
+ScheduleResult plan_in_hindsight(const Trajectory& curve, std::size_t warmup_index, const PublishCosts& costs);
+
 // Mid-run planning for the online scheduler: the last published (or warm-up) version has
 // origin_loss and becomes/became servable at origin_servable_s; publishes_done publishes have
 // already stalled training; the window ends at window_end_s. future holds the candidate steps

@@ -183,4 +183,36 @@ cp "$log" "$dir/run.svg"
 refused "--plot $dir/./run.svg is the --log file: the chart would replace it" "$tune" evaluate --log "$dir/run.svg" \
   --warmup-steps 200 --publish-cost 2 --update-latency 1 --publish-steps 300 --plot "$dir/./run.svg"
 cmp -s "$log" "$dir/run.svg" || fail "the log given as --plot was changed"
+
+# A constant in the loss changes no schedule's gain: a loss of 1000 falling by 1e-5 had every
+# schedule tied with publishing once, and the "optimum" lost to the given schedule (regret -60 %).
+for k in 0 1000; do
+  awk -v k=$k 'BEGIN { print "step,loss,time_s"; for (i = 0; i <= 20; i++) printf "%d,%.12f,%d\n", 100 * i, k + 1e-5 / (1 + i), 10 * i }' \
+    > "$dir/shift$k.csv"
+  "$tune" evaluate --log "$dir/shift$k.csv" --warmup-steps 200 --publish-cost 1 --update-latency 1 \
+    --publish-steps 300,400,500,600,700,800 --json > "$dir/shift$k.json" 2>"$dir/err" || fail "the log with $k added refused"
+done
+python3 - "$dir/shift0.json" "$dir/shift1000.json" 2>>"$dir/err" <<'PY' || fail "a constant added to the loss moved the optimum"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["optimal"]["publish_steps"] == b["optimal"]["publish_steps"], (a["optimal"], b["optimal"])
+assert b["regret_pct"] >= 0 and abs(a["regret_pct"] - b["regret_pct"]) < 1e-3, (a["regret_pct"], b["regret_pct"])
+PY
+# evaluate forecasts nothing: it took the forecast's options and ignored them, invalid ones too.
+refused "were not expected: .*--anneal-drop" evaluate --publish-steps 300 --anneal-drop -5
+refused "were not expected: .*--reference" evaluate --publish-steps 300 --reference /nonexistent.csv
+# A loss the fits cannot square drew a chart at NaN; a clock continued past a timer restart
+# into infinity was refused without a file or line.
+printf 'step,loss,time_s\n0,1.7e308,0\n100,2,1\n200,1,2\n300,0.5,3\n' > "$dir/huge.csv"
+refused "huge.csv:2: column 'loss' is beyond +-1e100 ('1.7e308')" "$tune" evaluate --log "$dir/huge.csv" \
+  --warmup-steps 100 --publish-cost 1 --update-latency 1 --publish-steps 300
+printf 'step,loss,time_s\n0,5,0\n100,4,9e99\n200,3,0\n300,2,1\n' > "$dir/restart.csv"
+refused "restart.csv:4: time_s decreases (timer restart?), and continuing the clock" "$tune" evaluate \
+  --log "$dir/restart.csv" --warmup-steps 100 --publish-cost 1 --update-latency 1 --publish-steps 300
+# A window lost in rounding scored nothing ("no gain achievable"), as --window 0, which is refused.
+refused "window_s 1e-300 s is lost in rounding" "$tune" replay --log "$log" --warmup-steps 200 --publish-cost 2 \
+  --update-latency 1 --window 1e-300
+# A schedule at rate 0 throughout is named with its file (the forecaster said "lr_schedule: ...").
+printf 'step,lr\n0,0\n1000,0\n' > "$dir/zero_lr.csv"
+refused "zero_lr.csv:3: the rate is 0 on every row" plan --lr-schedule "$dir/zero_lr.csv"
 echo "publish steps, decimal numbers and failed writes are handled as documented"

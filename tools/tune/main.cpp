@@ -83,6 +83,13 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   add_number(cmd, "--window", a.window_s, "H: inference window (s); default t(last) - t(warm-up)");
   add_number(cmd, "--max-slowdown", a.max_slowdown_s, "cap on total training slowdown c x publishes (s); inf = no cap")->capture_default_str();
   add_number(cmd, "--epoch-steps", a.epoch_steps, "E for the every-E-steps baseline (default total/10)");
+  cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast where there is one, publishes, served loss)");
+  cmd.add_flag("--progress", a.progress, "report progress on stderr (default: only when stderr is a terminal)");
+}
+
+// What shapes a forecast: plan and replay only. evaluate scores a given schedule on the log and
+// forecasts nothing, so it took these and ignored them, invalid values included.
+void add_forecast_options(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   cmd.add_option("--reference", a.reference_path, "prior: CSV step,loss[,time_s] of a comparable earlier run (time_s optional here)");
   cmd.add_option("--lr-schedule", a.lr_schedule_path, "CSV step,lr: the learning-rate schedule, when known");
   add_number(cmd, "--anneal-drop", a.anneal_drop,
@@ -98,8 +105,6 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
         return lower == "none" ? std::string("-inf") : text;  // None and NONE as Python and YAML write it
       })
       ->check(kNumber);
-  cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast where there is one, publishes, served loss)");
-  cmd.add_flag("--progress", a.progress, "report progress on stderr (default: only when stderr is a terminal)");
 }
 
 // "100, 200" as well as "100,200"; an empty list is an empty schedule, an empty item ("1,,2") an
@@ -148,11 +153,13 @@ int main(int argc, char** argv) {
 
   auto* plan = app.add_subcommand("plan", "plan publishes from a warm-up prefix (the log, or its points up to --warmup-steps)");
   add_common(*plan, args);
+  add_forecast_options(*plan, args);
   add_number(*plan, "--warmup-steps", args.warmup_step, "use only the log's points up to this step");
   plan->add_flag("--json", json, "print JSON");
 
   auto* replay = app.add_subcommand("replay", "run the online scheduler over a full log, showing it one point at a time");
   add_common(*replay, args);
+  add_forecast_options(*replay, args);
   add_number(*replay, "--warmup-steps", args.warmup_step, "W: inference starts when this step completes")->required();
   replay->add_flag("--json", json, "print JSON");
 

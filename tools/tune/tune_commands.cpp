@@ -206,6 +206,9 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
     row(mp::split_csv_record(line, path, n));  // RFC 4180, as the loss logs
   }
   if (s.steps.empty()) throw mp::CsvError(path, n, "no schedule rows");
+  // Said here, naming the file, rather than by the forecaster as "lr_schedule: ...".
+  if (std::none_of(s.lr.begin(), s.lr.end(), [](double lr) { return lr > 0; }))
+    throw mp::CsvError(path, n, "the rate is 0 on every row: a schedule that never trains");
   return s;
 }
 
@@ -311,13 +314,6 @@ Json regret_pct_json(double cil, double best, double none) {
   return Json(pct < 0 && pct > -1e-6 ? 0.0 : pct);
 }
 
-// The optimum in hindsight, its CIL summed as every other schedule's is (evaluate_cil): the
-// planner's own sum rounds otherwise, and the optimum itself came out below it (-1.2e-6 %).
-mp::ScheduleResult optimum_of(const mp::Trajectory& truth, std::size_t w, const mp::PublishCosts& costs) {
-  auto best = mp::plan_optimal(truth, w, costs);
-  best.cil = mp::evaluate_cil(truth, w, costs, best.publish_steps);
-  return best;
-}
 
 Json schedule_json(const std::vector<std::int64_t>& steps, double cil, double stall_s) {
   return Json{{"publish_steps", steps}, {"predicted_cil", cil}, {"slowdown_s", stall_s * static_cast<double>(steps.size())}};
@@ -554,7 +550,7 @@ Json run_replay(const CommonArgs& a) {
   const auto truth = mp::trajectory_of(log.points);
   const auto& steps = scheduler.published_steps();
   const double cil = mp::evaluate_cil(truth, w, costs, steps);
-  const auto best = optimum_of(truth, w, costs);
+  const auto best = mp::plan_in_hindsight(truth, w, costs);
   const double none = mp::evaluate_cil(truth, w, costs, {});
   const std::vector<mp::CurvePoint> prefix(log.points.begin(), log.points.begin() + static_cast<std::ptrdiff_t>(w + 1));
   const auto viper_curve = mp::extend_with_forecast(prefix, mp::forecast_viper(prefix, oo.forecast));
@@ -603,7 +599,7 @@ Json run_evaluate(const CommonArgs& a, const std::vector<std::int64_t>& publish_
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
   const double cil = mp::evaluate_cil(truth, w, costs, publish_steps);
-  const auto best = optimum_of(truth, w, costs);
+  const auto best = mp::plan_in_hindsight(truth, w, costs);
   const double none = mp::evaluate_cil(truth, w, costs, {});
   const std::int64_t total = log.points.back().step;
   Json r;
