@@ -76,6 +76,19 @@ void require(bool holds, const std::string& what) {
   if (!holds) throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, what);
 }
 
+// The index-th tensor, naming what is wrong as the core C ABI does (one message for a NULL view,
+// a NULL out and an index past the end said none of which it was).
+const modelcast::TensorView& tensor_at(const mcs_view_t* view, std::size_t index) {
+  require(view != nullptr, "view is NULL");
+  if (index >= view->tensors.size()) {
+    throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
+                           "tensor index " + std::to_string(index) + " is out of range (version " +
+                               std::to_string(view->view.version()) + " has " + std::to_string(view->tensors.size()) +
+                               " tensors)");
+  }
+  return view->tensors[index];
+}
+
 }  // namespace
 
 extern "C" {
@@ -138,11 +151,8 @@ size_t mcs_view_tensor_count(const mcs_view_t* view) { return view ? view->tenso
 
 mc_status mcs_view_tensor_at(const mcs_view_t* view, size_t index, mc_tensor_info* out) {
   return guarded("mcs_view_tensor_at", [&] {
-    if (view == nullptr || out == nullptr || index >= view->tensors.size()) {
-      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                             "view and out must not be NULL and index below mcs_view_tensor_count");
-    }
-    fill(view->tensors[index], out);
+    require(out != nullptr, "out is NULL");
+    fill(tensor_at(view, index), out);
     return MC_OK;
   });
 }
@@ -155,12 +165,10 @@ mc_status mcs_view_tensor_scales(const mcs_view_t* view, size_t index, const flo
   if (count != nullptr) *count = 0;
   if (scale_block != nullptr) *scale_block = 0;
   return guarded("mcs_view_tensor_scales", [&] {
-    if (view == nullptr || scales == nullptr || count == nullptr || scale_block == nullptr ||
-        index >= view->tensors.size()) {
-      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                             "no argument may be NULL and index must be below mcs_view_tensor_count");
-    }
-    const auto& t = view->tensors[index];
+    require(scales != nullptr, "scales is NULL");
+    require(count != nullptr, "count is NULL");
+    require(scale_block != nullptr, "scale_block is NULL");
+    const auto& t = tensor_at(view, index);
     *scales = t.scales.empty() ? nullptr : t.scales.data();
     *count = t.scales.size();
     *scale_block = t.scale_block;
@@ -174,12 +182,10 @@ mc_status mcs_view_tensor_box(const mcs_view_t* view, size_t index, const int64_
   if (whole_shape != nullptr) *whole_shape = nullptr;
   if (ndim != nullptr) *ndim = 0;
   return guarded("mcs_view_tensor_box", [&] {
-    if (view == nullptr || offset == nullptr || whole_shape == nullptr || ndim == nullptr ||
-        index >= view->tensors.size()) {
-      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument,
-                             "no argument may be NULL and index must be below mcs_view_tensor_count");
-    }
-    const auto& t = view->tensors[index];
+    require(offset != nullptr, "offset is NULL");
+    require(whole_shape != nullptr, "whole_shape is NULL");
+    require(ndim != nullptr, "ndim is NULL");
+    const auto& t = tensor_at(view, index);
     *offset = t.is_part() ? t.box_offset.data() : nullptr;
     *whole_shape = t.is_part() ? t.whole_shape.data() : nullptr;
     *ndim = t.whole_shape.size();
@@ -189,9 +195,9 @@ mc_status mcs_view_tensor_box(const mcs_view_t* view, size_t index, const int64_
 
 mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tensor_info* out) {
   return guarded("mcs_view_find_tensor", [&] {
-    if (view == nullptr || out == nullptr || name == nullptr) {
-      throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, "view, name and out must not be NULL");
-    }
+    require(view != nullptr, "view is NULL");
+    require(name != nullptr, "name is NULL");
+    require(out != nullptr, "out is NULL");
     for (const auto& t : view->tensors) {
       if (t.name() == name) {
         fill(t, out);
@@ -203,7 +209,11 @@ mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tens
 }
 
 const char* mcs_view_metadata_get(const mcs_view_t* view, const char* key) {
-  if (view == nullptr || key == nullptr) return nullptr;
+  // NULL is also "absent": the last error says which argument was NULL.
+  if (view == nullptr || key == nullptr) {
+    fail("mcs_view_metadata_get", MC_ERR_INVALID_ARGUMENT, view == nullptr ? "view is NULL" : "key is NULL");
+    return nullptr;
+  }
   try {  // the lookup builds a std::string, which may throw; nothing may cross the C boundary
     const auto& metadata = view->view.metadata();
     auto it = metadata.find(key);

@@ -68,6 +68,43 @@ TEST(SidecarCAbi, AFailedCallClearsOutAndNamesTheBadArgument) {
   view = view_sentinel;
   EXPECT_EQ(mcs_wait_for_version(nullptr, 1, 0, &view), MC_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(view, nullptr);
+  // One message said "view and out must not be NULL and index below ..." whichever it was, and a
+  // NULL view's metadata left the previous call's message.
+  mc_tensor_info info{};
+  EXPECT_EQ(mcs_view_tensor_at(nullptr, 0, &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(mcs_last_error(), "mcs_view_tensor_at: view is NULL");
+  EXPECT_EQ(mcs_view_find_tensor(nullptr, "w", &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(mcs_last_error(), "mcs_view_find_tensor: view is NULL");
+  EXPECT_EQ(mcs_view_metadata_get(nullptr, "step"), nullptr);
+  EXPECT_STREQ(mcs_last_error(), "mcs_view_metadata_get: view is NULL");
+}
+
+// Each argument of a view's accessors is named when wrong; an index, with the count it exceeds.
+TEST_F(DaemonTest, TheCAbisViewAccessorsNameTheArgumentThatIsWrong) {
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 3));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  mcs_client_t* client = nullptr;
+  ASSERT_EQ(mcs_client_open(socket().c_str(), "test", 30000, &client), MC_OK) << mcs_last_error();
+  mcs_view_t* view = nullptr;
+  ASSERT_EQ(mcs_wait_for_version(client, 1, 30000, &view), MC_OK) << mcs_last_error();
+  const std::size_t count = mcs_view_tensor_count(view);
+  mc_tensor_info info{};
+  EXPECT_EQ(mcs_view_tensor_at(view, count, &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(mcs_last_error()), "mcs_view_tensor_at: tensor index " + std::to_string(count) +
+                                               " is out of range (version 1 has " + std::to_string(count) + " tensors)");
+  EXPECT_EQ(mcs_view_tensor_at(view, 0, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(mcs_last_error(), "mcs_view_tensor_at: out is NULL");
+  const std::int64_t* offset = nullptr;
+  const std::int64_t* whole = nullptr;
+  EXPECT_EQ(mcs_view_tensor_box(view, 0, &offset, &whole, nullptr), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(mcs_last_error(), "mcs_view_tensor_box: ndim is NULL");
+  EXPECT_EQ(mcs_view_find_tensor(view, nullptr, &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(mcs_last_error(), "mcs_view_find_tensor: name is NULL");
+  EXPECT_EQ(mcs_view_tensor_at(view, 0, &info), MC_OK) << mcs_last_error();
+  mcs_view_release(view);
+  mcs_client_close(client);
 }
 
 // The C++ client refuses what the C API refuses (a negative connect_timeout was "try once", a
