@@ -48,6 +48,16 @@ void check_control_endpoint(const std::string& control_endpoint) {
   check_no_nul(control_endpoint, "control endpoint");
   if (control_endpoint.rfind("tcp://", 0) == 0) {
     check_tcp_port(control_endpoint, "control endpoint", true);
+    // Digits and dots are meant as an IPv4 address; one that is none (256.1.1.1, 10.1.1) was
+    // called "reachable from other hosts" (give a key), or, with allow_plaintext_remote, "No such
+    // device" from ZeroMQ, which reads it as an interface name.
+    const std::string host = control_endpoint.substr(6, control_endpoint.rfind(':') - 6);
+    in_addr v4{};
+    if (!host.empty() && host.find_first_not_of("0123456789.") == std::string::npos &&
+        inet_pton(AF_INET, host.c_str(), &v4) != 1) {
+      throw Error(ErrorCode::kInvalidArgument, "control endpoint '" + control_endpoint + "' has host '" + host +
+                                                   "', which is not an IPv4 address (four numbers 0 to 255)");
+    }
     return;
   }
   if (control_endpoint.rfind("ipc://", 0) == 0) return;

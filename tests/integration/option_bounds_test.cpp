@@ -119,6 +119,14 @@ TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
                  ErrorCode::kInvalidArgument, "has port '99999'; a port is 0 (any free one) to 65535");
   EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = "tcp://127.0.0.1:-1"; })),
                  ErrorCode::kInvalidArgument, "has port '-1'");
+  // Read as a remote host ("give the producer a key"), then by ZeroMQ as an interface name.
+  EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = "tcp://256.1.1.1:0"; })), ErrorCode::kInvalidArgument,
+                 "has host '256.1.1.1', which is not an IPv4 address");
+  EXPECT_REFUSED(Producer(with([](auto& o) {
+                   o.control_endpoint = "tcp://10.1.1:0";
+                   o.allow_plaintext_remote = true;
+                 })),
+                 ErrorCode::kInvalidArgument, "has host '10.1.1', which is not an IPv4 address");
   EXPECT_REFUSED(Producer(with([](auto& o) { o.control_endpoint = "tcp://localhost:0"; })), ErrorCode::kTransport,
                  "give an IPv4 address such as 127.0.0.1");
   // A list of consumers on a plaintext control plane, which cannot tell consumers apart, was ignored.
