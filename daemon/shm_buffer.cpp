@@ -33,7 +33,7 @@ ShmBuffer::ShmBuffer(const std::string& name, std::size_t bytes) : id_(next_id++
   }
   // Clients must not resize what the daemon and every other client have mapped (and refuse a
   // buffer not sealed against shrinking).
-  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) != 0) {
     close(fd_);
     fail("sealing the memfd");
   }
@@ -43,6 +43,16 @@ ShmBuffer::ShmBuffer(const std::string& name, std::size_t bytes) : id_(next_id++
     fail("mmap");
   }
   base_ = static_cast<std::byte*>(p);
+  // Nor write it: the read-only descriptor below keeps a client from mapping it writable, but
+  // not from opening it again through /proc/self/fd read-write (a memfd's mode is 0777, so
+  // another user could too) and writing what every other reader sees. F_SEAL_FUTURE_WRITE
+  // (Linux 5.1) refuses every later writable mapping and write(), and leaves the daemon's own
+  // mapping, made above, writable.
+  if (fcntl(fd_, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
+    munmap(base_, size_);
+    close(fd_);
+    fail("sealing the memfd against writes");
+  }
   // Reopening through /proc gives a new open file description with O_RDONLY, so a client's
   // mmap(PROT_WRITE, MAP_SHARED) of what it receives fails with EACCES.
   std::string self = "/proc/self/fd/" + std::to_string(fd_);

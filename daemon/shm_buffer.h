@@ -1,5 +1,6 @@
 // One shared-memory receive buffer: a memfd the daemon maps read-write (the Consumer receives
-// into it) and hands to clients as a read-only descriptor.
+// into it) and hands to clients as a read-only descriptor, sealed so that no one but that first
+// mapping can ever write it.
 #pragma once
 
 #include <cstddef>
