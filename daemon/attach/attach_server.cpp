@@ -53,7 +53,10 @@ struct AttachServer::Client {
   Clock::time_point recheck_at;
   // Dropped, but kept open until the client has read (or discarded, by closing) what was sent.
   bool closing = false;
-  ~Client() { close(fd); }
+  // Closed by the closer: descriptors a client sent and this end never read are released with
+  // the connection, and their close may block (see descriptor_closer.h).
+  DescriptorCloser* closer = nullptr;
+  ~Client() { closer->close_later(fd); }
 };
 
 namespace {
@@ -276,7 +279,7 @@ void AttachServer::accept_clients() {
       reply.error = "modelcastd serves at most " + std::to_string(max_clients_) +
                     " attach clients at once (half its open-file limit); try again once others have closed";
       send_message(fd, encode(reply));  // best effort: the client may be gone already
-      close(fd);
+      closer_.close_later(fd);
       if (auto note = refusals_logged_.admit(Clock::now())) {
         spdlog::get("modelcastd")->warn("attach: client refused: {} clients already{}", clients_.size(), *note);
       }
@@ -284,6 +287,7 @@ void AttachServer::accept_clients() {
     }
     auto client = std::make_unique<Client>();
     client->fd = fd;
+    client->closer = &closer_;
     clients_[fd] = std::move(client);
     clients_count_ = clients_.size();
   }
@@ -292,8 +296,9 @@ void AttachServer::accept_clients() {
 bool AttachServer::serve(Client& client) {
   std::vector<char> message;
   std::vector<int> stray_fds;
-  if (!receive_message(client.fd, message, stray_fds)) return false;
-  for (int fd : stray_fds) close(fd);  // clients send no descriptors
+  const bool received = receive_request(client.fd, message, stray_fds);
+  for (int fd : stray_fds) closer_.close_later(fd);  // clients send no descriptors
+  if (!received) return false;
   Request request;
   try {
     request = decode_request(message);

@@ -129,7 +129,11 @@ bool send_message(int fd, std::span<const char> message, std::span<const int> fd
   }
 }
 
-bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) {
+namespace {
+
+// Both readers' one way to read a message: up to `max_fds` descriptors taken (more: EMSGSIZE),
+// and on failure closed here, or left to the caller.
+bool receive(int fd, std::vector<char>& message, std::vector<int>& fds, std::size_t max_fds, bool close_on_failure) {
   fds.clear();
   // The next message's length first (MSG_TRUNC reports it for SOCK_SEQPACKET since Linux 3.4):
   // a buffer of kMaxMessageBytes, zero-filled for every request of a few hundred bytes, cost
@@ -145,9 +149,9 @@ bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) 
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsPerMessage)]{};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxFdsTheKernelPasses)]{};
   msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * max_fds);
   ssize_t n;
   do {
     n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
@@ -163,8 +167,10 @@ bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) 
     }
   }
   if (n <= 0 || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
-    for (int received : fds) close(received);
-    fds.clear();
+    if (close_on_failure) {
+      for (int received : fds) close(received);
+      fds.clear();
+    }
     // Which of the three, for the caller's message: a closed connection said so for all.
     if (n == 0) errno = ECONNRESET;
     if (n > 0) errno = EMSGSIZE;
@@ -172,6 +178,16 @@ bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) 
   }
   message.resize(static_cast<std::size_t>(n));
   return true;
+}
+
+}  // namespace
+
+bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds) {
+  return receive(fd, message, fds, kMaxFdsPerMessage, true);
+}
+
+bool receive_request(int fd, std::vector<char>& message, std::vector<int>& fds) {
+  return receive(fd, message, fds, kMaxFdsTheKernelPasses, false);
 }
 
 }  // namespace modelcastd::attach

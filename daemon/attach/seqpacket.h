@@ -48,4 +48,14 @@ bool send_message(int fd, std::span<const char> message, std::span<const int> fd
 // descriptors, is dropped and reported as an error (false, errno EMSGSIZE).
 bool receive_message(int fd, std::vector<char>& message, std::vector<int>& fds);
 
+// The most descriptors Linux passes in one message (SCM_MAX_FD); more are refused by the sender's
+// kernel.
+inline constexpr std::size_t kMaxFdsTheKernelPasses = 253;
+
+// receive_message for the attach server, whose clients send no descriptors but may: every
+// descriptor sent is taken (room for kMaxFdsTheKernelPasses, so that the kernel drops none, as
+// dropping closes it on this thread, and the close of a lingering socket blocks) and left in
+// `fds` for the caller, whether or not the message is taken (false).
+bool receive_request(int fd, std::vector<char>& message, std::vector<int>& fds);
+
 }  // namespace modelcastd::attach

@@ -1,6 +1,8 @@
 // modelcastd with a producer and local clients: every byte of every version in two client
 // processes while updates stream, holds that pin old versions, and a killed client's holds.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -18,6 +20,7 @@
 #include "daemon/attach/attach_server.h"
 #include "daemon/attach/protocol.h"
 #include "daemon/attach/seqpacket.h"
+#include "daemon/shm_buffer.h"
 #include "daemon_fixture.h"
 #include "eventually.h"
 #include "modelcast/sidecar.h"
@@ -166,6 +169,77 @@ TEST_F(DaemonTest, UnknownModelIsAnInvalidArgument) {
     EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos);
   }
+}
+
+// A client can open a version's buffer again through /proc/self/fd read-write (the descriptor it
+// is given is read-only, but a memfd's mode is 0777): it then wrote what every other reader
+// sees. Sealed against writes after the daemon's own mapping, only that mapping writes it.
+TEST(ShmBuffer, NoOneButTheDaemonsOwnMappingCanWriteIt) {
+  modelcastd::ShmBuffer buffer("test", 4096);
+  buffer.memory()[0] = std::byte{7};  // the daemon's mapping: written as versions arrive
+  const std::string again = "/proc/self/fd/" + std::to_string(buffer.read_only_fd());
+  const int writable = open(again.c_str(), O_RDWR | O_CLOEXEC);
+  if (writable >= 0) {
+    const char byte = 1;
+    EXPECT_LT(write(writable, &byte, 1), 0) << "a descriptor opened again read-write wrote the buffer";
+    void* mapped = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, writable, 0);
+    EXPECT_EQ(mapped, MAP_FAILED) << "a descriptor opened again read-write mapped the buffer writable";
+    if (mapped != MAP_FAILED) munmap(mapped, 4096);
+    close(writable);
+  }
+  void* readable = mmap(nullptr, 4096, PROT_READ, MAP_SHARED, buffer.read_only_fd(), 0);
+  ASSERT_NE(readable, MAP_FAILED) << std::strerror(errno);
+  buffer.memory()[0] = std::byte{9};
+  EXPECT_EQ(static_cast<const std::byte*>(readable)[0], std::byte{9});
+  munmap(readable, 4096);
+}
+
+// A client sent a TCP socket with unsent data and SO_LINGER set along with a request: the
+// daemon's close of it (clients send no descriptors) held the one attach thread for the linger
+// time, and every other client's request went unanswered (10 s, then "no answer"). Such sockets
+// are now reset, and every close is made off that thread.
+TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
+  modelcast::sidecar::Client other({socket(), "nope", 30s});  // returns once the daemon listens
+  // A connection whose peer never reads: what is written past the buffers stays unsent.
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(listener, 1), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int lingering = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(lingering, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
+  ASSERT_EQ(fcntl(lingering, F_SETFL, fcntl(lingering, F_GETFL) | O_NONBLOCK), 0);
+  const std::vector<char> chunk(1 << 16, 'x');
+  while (write(lingering, chunk.data(), chunk.size()) > 0) {
+  }
+  ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+  const linger two_minutes{1, 120};
+  ASSERT_EQ(setsockopt(lingering, SOL_SOCKET, SO_LINGER, &two_minutes, sizeof two_minutes), 0);
+
+  const int raw = modelcastd::attach::connect_to(socket());
+  ASSERT_GE(raw, 0) << std::strerror(errno);
+  modelcastd::attach::Request request;
+  request.model = "nope";  // answered at once, with an error
+  const int sent[] = {lingering};
+  ASSERT_TRUE(modelcastd::attach::send_message(raw, modelcastd::attach::encode(request), sent)) << std::strerror(errno);
+  close(lingering);  // the descriptor in flight keeps the socket: the daemon's close is its last
+  pollfd ready{raw, POLLIN, 0};
+  EXPECT_EQ(poll(&ready, 1, 30'000), 1) << "the request that carried the socket went unanswered";
+  for (int i = 0; i < 2; ++i) {
+    try {
+      other.acquire();
+      ADD_FAILURE() << "acquire of an unconfigured model succeeded";
+    } catch (const modelcast::Error& e) {
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << "another client was held up: " << e.what();
+    }
+  }
+  close(raw);
+  close(listener);
 }
 
 // One thread serves every client. Blocking sends to a client that never read stopped it once
