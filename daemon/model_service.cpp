@@ -61,8 +61,11 @@ ModelService::~ModelService() {
 
 std::shared_ptr<ShmBuffer> ModelService::copy_buffer(std::size_t bytes) {
   for (auto& buffer : copies_) {
-    if (buffer.use_count() != 1) continue;  // a served version (a client's hold, the writer) has it
-    if (buffer->size() < bytes) {
+    // A served version (a client's hold, the writer) has it. An empty slot is one whose larger
+    // buffer could not be made (below): free, and tried again; skipped, it was lost for good,
+    // and with every other buffer held the model served its old version from then on.
+    if (buffer && buffer.use_count() != 1) continue;
+    if (!buffer || buffer->size() < bytes) {
       buffer.reset();  // the old one goes first: never two of them at once
       buffer = std::make_shared<ShmBuffer>("modelcastd:" + config_.name + ":copy", bytes);
     }
@@ -119,6 +122,10 @@ void ModelService::copy_loop() {
   // its versions from 1 again.
   std::uint64_t tried = 0;     // the arrival that found every buffer held (0: none)
   std::uint64_t releases = 0;  // queue_->releases when it did
+  // Every buffer was held when last tried: the wait is said once, when it begins, not for each
+  // version that arrives meanwhile (at 20 versions a second, 20 lines a second, each a new text
+  // that the log's repeat limit let through).
+  bool waiting = false;
   std::unique_lock lock(queue_->mutex);
   for (;;) {
     queue_->wake.wait(lock, [&] {
@@ -129,7 +136,8 @@ void ModelService::copy_loop() {
     const std::uint64_t arrival = queue_->arrivals;
     releases = queue_->releases;
     lock.unlock();
-    const bool done = serve_copy(view, arrival != tried);
+    const bool done = serve_copy(view, arrival != tried && !waiting);
+    waiting = !done;
     lock.lock();
     tried = done ? 0 : arrival;
     if (done && queue_->arrivals == arrival) queue_->next.reset();

@@ -73,7 +73,7 @@ class ModelService {
   void installed(const modelcast::ModelView& view);  // Consumer's service thread
   void copy_loop();                                  // the copy thread
   // Copies `view` into a free copy buffer and serves it; false when every buffer is held (said
-  // through on_rejected when `report_wait`: once per version). Copy thread.
+  // through on_error when `report_wait`: once per wait). Copy thread.
   bool serve_copy(const modelcast::ModelView& view, bool report_wait);
   // Describes `served` (its buffer and `offsets` set) from `view`, makes it current unless a newer
   // version is, and tells the callbacks.
