@@ -304,6 +304,13 @@ class Producer::Impl {
     planned_bytes_ = total;
     manifest_tensor_bytes_ = manifest_bytes;
     registered_.push_back(tensor);
+    // The only rank's "piece" is the whole tensor (checked above), and is published as one: sent
+    // as a piece, consumers cut wants against it as against one rank of several, and dropped an
+    // empty tensor, and an empty shard, as a piece this rank does not hold.
+    if (options_.rank_count == 1) {
+      registered_.back().global_shape.clear();
+      registered_.back().global_offset.clear();
+    }
   }
 
   void prepare() {

@@ -262,6 +262,43 @@ TEST(TensorWants, SingleTensorsAndBoxesAreAllAViewHolds) {
   EXPECT_EQ(f.producer->stats().bytes_sent, stats.bytes_received);
 }
 
+// Sharded training code run on one rank still says where its tensors lie in the whole
+// (global_shape, at offset 0), which the producer allows: the consumer then took them for one
+// rank's pieces, and a tensor with no elements, or a shard of it that came out empty, was
+// dropped from the view ("version 1 has no tensor 'z'"), as a piece this rank does not hold.
+TEST(TensorWants, AnOnlyRanksTensorsPlacedInTheWholeAreServedAsWholeTensorsEmptyOnesIncluded) {
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  modelcast::Producer producer(options);
+  std::vector<float> a(6, 2.5f);
+  modelcast::TensorRef placed{{"a", modelcast::DType::kF32, {2, 3}}, a.data()};
+  placed.global_shape = {2, 3};
+  placed.global_offset = {0, 0};
+  producer.register_tensor(placed);
+  modelcast::TensorRef empty{{"z", modelcast::DType::kF32, {0, 760}}, a.data()};
+  empty.global_shape = {0, 760};
+  empty.global_offset = {0, 0};
+  producer.register_tensor(empty);
+  modelcast::Consumer whole(options_for(producer.control_endpoint(), {}));
+  // Part 3 of 4 of a's 3 columns is empty.
+  modelcast::Consumer sharded(options_for(producer.control_endpoint(), {TensorWant::shard("a", 1, 3, 4)}));
+  producer.publish(1);
+  auto view = whole.wait_for_version(1, 60s);
+  ASSERT_TRUE(view) << whole.stats().last_error;
+  EXPECT_EQ(view.tensor_count(), 2u);
+  ASSERT_TRUE(view.find("z")) << "the empty tensor is missing";
+  EXPECT_EQ(view.tensor("z").shape(), (std::vector<std::int64_t>{0, 760}));
+  EXPECT_EQ(same(view.tensor("a"), std::vector<std::byte>(reinterpret_cast<const std::byte*>(a.data()),
+                                                          reinterpret_cast<const std::byte*>(a.data() + a.size()))),
+            "");
+  auto shard = sharded.wait_for_version(1, 60s);
+  ASSERT_TRUE(shard) << sharded.stats().last_error;
+  ASSERT_TRUE(shard.find("a")) << "the empty shard is missing";
+  EXPECT_EQ(shard.tensor("a").shape(), (std::vector<std::int64_t>{2, 0}));
+  EXPECT_TRUE(shard.find("z"));
+}
+
 TEST(TensorWants, AShardInAnotherDtypeIsCutThenConverted) {
   Fixture f;
   auto options = options_for(f.producer->control_endpoint(), {TensorWant::shard("w1", 1, 1, 2),
