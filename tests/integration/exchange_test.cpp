@@ -142,6 +142,50 @@ TEST(ForkedChild, LetsGoOfAViewOfAClosedConsumerAndExits) {
   view = modelcast::ModelView();  // in the parent, as ever
 }
 
+// A pre-fork server that read the weights, closed its Consumer and kept what it read, then
+// forked workers: a view keeps its consumer's transport, and the workers' own Consumers joined
+// and then never received a version, without a word (UCX's threads stayed in the parent). Such
+// a child is now refused a transport, saying why.
+TEST(ForkedChild, CannotMakeAConsumerWhileItsParentsViewKeepsATransportAndIsToldWhy) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  // The producer in a process of its own: this one holds a transport only through the view.
+  ChildProcess producer({MODELCAST_TEST_PEER, "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "1",
+                         "--wait-consumers", "1"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = ready->substr(6);
+  options.model_name = "test";
+  auto consumer = std::make_unique<modelcast::Consumer>(options);
+  auto view = consumer->wait_for_version(1, 60s);
+  ASSERT_TRUE(view);
+  consumer.reset();  // the view keeps its transport
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int outcome = 3;  // made one: the old, silent failure
+    try {
+      modelcast::Consumer in_child(options);
+    } catch (const modelcast::Error& e) {
+      const bool said = std::string(e.what()).find("was forked while its parent held a transport") != std::string::npos;
+      outcome = e.code() == modelcast::ErrorCode::kState && said ? 0 : 4;
+    }
+    _exit(outcome);
+  }
+  int status = 0;
+  const bool ended = testing_support::eventually([&] { return waitpid(child, &status, WNOHANG) == child; }, 60s);
+  if (!ended) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  ASSERT_TRUE(ended) << "the forked child hung";
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0) << (WEXITSTATUS(status) == 3 ? "the child made a Consumer" : "another error");
+  // The parent goes on: a new consumer here receives as ever.
+  modelcast::Consumer again(options);
+  EXPECT_TRUE(again.wait_for_version(1, 60s));
+}
+
 // A child forked from the trainer (a DataLoader worker) that outlives the producer: it shared the
 // control endpoint's listening socket, so a producer made again on the same port could not bind
 // (EADDRINUSE) for as long as the child lived, and consumers connecting meanwhile waited in the

@@ -22,10 +22,22 @@ namespace {
 // every send, where getpid() would be a system call each time.
 std::atomic<unsigned> forks{0};
 
+// The UCX contexts this process holds (one leaked on purpose, see destroy(), included), and
+// whether it is a child forked while its parent held one. Such a child has UCX's process-wide
+// state (its async thread's, its memory hooks') without the threads behind it: a Consumer made
+// there joined and then never received a version, without a word. A view of a closed Consumer
+// keeps its transport, and so its context: a pre-fork server that kept the weights it read and
+// closed its Consumer had workers whose Consumers never received anything.
+std::atomic<int> held_contexts{0};
+std::atomic<bool> forked_while_held{false};
+
 unsigned counted_forks() {
   static std::once_flag registered;
   std::call_once(registered, [] {
-    pthread_atfork(nullptr, nullptr, [] { forks.fetch_add(1, std::memory_order_relaxed); });
+    pthread_atfork(nullptr, nullptr, [] {
+      forks.fetch_add(1, std::memory_order_relaxed);
+      if (held_contexts.load(std::memory_order_relaxed) > 0) forked_while_held.store(true, std::memory_order_relaxed);
+    });
   });
   return forks.load(std::memory_order_relaxed);
 }
@@ -39,6 +51,14 @@ void throw_ucx(const std::string& what, ucs_status_t status) {
 UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks& quirks)
     : leak_when_halted_(quirks.destroying_busy_worker_asserts), owner_pid_(getpid()),
       owner_forks_(counted_forks()) {
+  if (forked_while_held.load(std::memory_order_relaxed)) {
+    throw Error(ErrorCode::kState,
+                "this process (" + std::to_string(getpid()) +
+                    ") was forked while its parent held a transport (an open Producer or Consumer, or a view of a "
+                    "closed Consumer, which keeps its transport): the transport library's threads stayed in the parent, "
+                    "so no Producer or Consumer can work here. Fork before making any, or start processes another way "
+                    "(multiprocessing's spawn or forkserver)");
+  }
   route_ucx_log();
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw_ucx("ucp_config_read", s);
@@ -96,6 +116,7 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
     ucp_cleanup(context_);
     throw_ucx("ucp_worker_create", s);
   }
+  held_contexts.fetch_add(1, std::memory_order_relaxed);
 }
 
 UcxWorker::~UcxWorker() { destroy(); }
@@ -126,7 +147,10 @@ void UcxWorker::destroy() {
     return;
   }
   if (worker_ != nullptr) ucp_worker_destroy(worker_);
-  if (context_ != nullptr) ucp_cleanup(context_);
+  if (context_ != nullptr) {
+    ucp_cleanup(context_);
+    held_contexts.fetch_sub(1, std::memory_order_relaxed);
+  }
   worker_ = nullptr;
   context_ = nullptr;
 }
