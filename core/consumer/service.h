@@ -295,6 +295,7 @@ class ConsumerService {
   // transport that fails every transfer) does not fetch the model again and again at full speed.
   unsigned failures_in_a_row_ = 0;
   bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
+  std::string buffers_held_said_;       // what it said, cleared from last_error when it is over
   bool stuck_refusal_reported_ = false;  // a stuck receive's buffer could not be set aside: said
   // Releases of retired receive buffers under way (release_retired_receives); a future's
   // destructor waits for its release, so none outlives the service.

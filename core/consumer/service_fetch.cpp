@@ -117,6 +117,12 @@ void ConsumerService::maybe_fetch() {
   if (buffers_held_reported_) {
     buffers_held_reported_ = false;
     log_->info("a buffer is free again: fetching version {}", newest_announced_);
+    // Over: the wait is not left as the last error, which says a state only while it lasts (any
+    // error said since stays).
+    count([&](ConsumerStats& s) {
+      if (s.last_error == buffers_held_said_) s.last_error.clear();
+    });
+    buffers_held_said_.clear();
   }
   {
     std::lock_guard lock(wants_mutex_);
@@ -282,10 +288,12 @@ void ConsumerService::check_delta_base(const protocol::FetchReply& reply) const 
 void ConsumerService::report_buffers_held(std::uint64_t version, bool shaped) {
   if (buffers_held_reported_) return;
   buffers_held_reported_ = true;
-  report(Error(ErrorCode::kResource, "version " + std::to_string(version) + " waits: every " +
-                                         (shaped ? "buffer for shaped views" : "receive buffer") +
-                                         " is held by a view still in use; updates resume when one is released "
-                                         "(hold fewer views, or give the consumer more buffers)"));
+  const Error held(ErrorCode::kResource, "version " + std::to_string(version) + " waits: every " +
+                                             (shaped ? "buffer for shaped views" : "receive buffer") +
+                                             " is held by a view still in use; updates resume when one is released "
+                                             "(hold fewer views, or give the consumer more buffers)");
+  buffers_held_said_ = held.what();
+  report(held);
 }
 
 void ConsumerService::set_aside_stuck_receives(Clock::time_point now) {

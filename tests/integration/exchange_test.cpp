@@ -142,6 +142,32 @@ TEST(ForkedChild, LetsGoOfAViewOfAClosedConsumerAndExits) {
   view = modelcast::ModelView();  // in the parent, as ever
 }
 
+// A wait for a receive buffer is said in last_error while it lasts: it stayed there once views
+// were let go and newer versions arrived, where a caller took it for a present fault.
+TEST(HeldBuffers, TheWaitForAReceiveBufferLeavesLastErrorOnceItIsOver) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  TestProducer p(64);
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = p.producer->control_endpoint();
+  options.model_name = "test";
+  options.buffers = 2;
+  modelcast::Consumer consumer(options);
+  std::vector<modelcast::ModelView> held;
+  for (std::uint64_t v = 1; v <= 2; ++v) {
+    p.publish(v);
+    auto view = consumer.wait_for_version(v, 60s);
+    ASSERT_TRUE(view) << consumer.stats().last_error;
+    held.push_back(view);  // versions 1 and 2: every receive buffer
+  }
+  p.publish(3);
+  ASSERT_TRUE(testing_support::eventually([&] {
+    return consumer.stats().last_error.find("held by a view still in use") != std::string::npos;
+  }, 60s)) << consumer.stats().last_error;
+  held.clear();
+  ASSERT_TRUE(consumer.wait_for_version(3, 60s)) << consumer.stats().last_error;
+  EXPECT_EQ(consumer.stats().last_error, "") << "the wait is over";
+}
+
 // A pre-fork server that read the weights, closed its Consumer and kept what it read, then
 // forked workers: a view keeps its consumer's transport, and the workers' own Consumers joined
 // and then never received a version, without a word (UCX's threads stayed in the parent). Such
