@@ -166,8 +166,11 @@ def utf8_problem(value, shown=None):
 def integers(name, values, minimum=None, maximum=None):
     """A list of ints from a sequence (a list, tuple, torch.Size); InvalidArgumentError naming
     ``name`` and the element that is not an integer in range."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-        raise InvalidArgumentError(f"{name} must be a sequence of integers, not {type(values).__name__}")
+    # A 0-d array or tensor has __iter__ but cannot be iterated: a bare TypeError named nothing.
+    if (isinstance(values, (str, bytes)) or not hasattr(values, "__iter__")
+            or getattr(values, "ndim", None) == 0):
+        what = f"a 0-d {type(values).__name__}" if getattr(values, "ndim", None) == 0 else type(values).__name__
+        raise InvalidArgumentError(f"{name} must be a sequence of integers, not {what}")
     return [integer(f"{name}[{i}]", v, minimum, maximum) for i, v in enumerate(values)]
 
 

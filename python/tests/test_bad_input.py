@@ -225,6 +225,11 @@ def test_arguments_of_the_wrong_type_or_range_are_refused_naming_them(endpoint):
         refused(lambda: producer.register(b"w", w), "register(): name must be a str, not bytes")
         refused(lambda: producer.register("w", w, global_shape="4", global_offset=[0]),
                 "register(): global_shape must be a sequence of integers, not str")
+        # A 0-d array or tensor raised a bare TypeError ("iteration over a 0-d array").
+        refused(lambda: producer.register("w", w, global_shape=np.array(8), global_offset=[0]),
+                "register(): global_shape must be a sequence of integers, not a 0-d ndarray")
+        refused(lambda: producer.register("w", w, global_shape=[8], global_offset=torch.tensor(0)),
+                "register(): global_offset must be a sequence of integers, not a 0-d Tensor")
         refused(lambda: producer.register("w", w, global_shape=[8], global_offset=[1.5]),
                 "register(): global_offset[0] must be an integer, got 1.5")
         refused(lambda: producer.register("w", w, global_shape=[-8], global_offset=[0]),
