@@ -2,6 +2,7 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <span>
 #include <sstream>
 #include <string>
 
@@ -263,31 +264,41 @@ bool OnlineScheduler::left_band(double* first_half_width) const {
   if (observed_.size() < points_at_last_fit_ + k) return false;
   if (forecast.lower.size() != forecast.steps.size() || forecast.upper.size() != forecast.steps.size())
     return false;  // a custom forecaster without a band
+  if (band_.fits != stats_.fits) {
+    band_ = BandResiduals{};
+    band_.fits = stats_.fits;
+    band_.from = points_at_last_fit_;  // the window below never starts before it
+  }
   // Residuals against the band's centre (the point forecast; the hedged loss sits below it),
-  // in units of the widened half-width.
-  std::vector<double> z;
-  for (std::size_t j = observed_.size() - k; j < observed_.size(); ++j) {
+  // in units of the widened half-width, for the points not yet seen against this forecast.
+  for (std::size_t j = band_.from + band_.z.size(); j < observed_.size(); ++j) {
     const auto& p = observed_[j];
-    const auto it = std::lower_bound(forecast.steps.begin(), forecast.steps.end(), p.step);
-    if (it == forecast.steps.end()) return false;  // past the forecast horizon: nothing to compare
-    const auto i = static_cast<std::size_t>(it - forecast.steps.begin());
-    double lo = forecast.lower[i], hi = forecast.upper[i];
-    if (*it != p.step && i > 0) {  // between two forecast steps: interpolate the band
-      const double f = static_cast<double>(p.step - forecast.steps[i - 1]) /
-                       static_cast<double>(forecast.steps[i] - forecast.steps[i - 1]);
-      lo = forecast.lower[i - 1] + f * (lo - forecast.lower[i - 1]);
-      hi = forecast.upper[i - 1] + f * (hi - forecast.upper[i - 1]);
+    double half = 0.0, z = 0.0;
+    // Past the forecast horizon there is nothing to compare.
+    if (const auto it = std::lower_bound(forecast.steps.begin(), forecast.steps.end(), p.step); it != forecast.steps.end()) {
+      const auto i = static_cast<std::size_t>(it - forecast.steps.begin());
+      double lo = forecast.lower[i], hi = forecast.upper[i];
+      if (*it != p.step && i > 0) {  // between two forecast steps: interpolate the band
+        const double f = static_cast<double>(p.step - forecast.steps[i - 1]) /
+                         static_cast<double>(forecast.steps[i] - forecast.steps[i - 1]);
+        lo = forecast.lower[i - 1] + f * (lo - forecast.lower[i - 1]);
+        hi = forecast.upper[i - 1] + f * (hi - forecast.upper[i - 1]);
+      }
+      half = 0.5 * (hi - lo) * options_.band_trigger_width;
+      if (half > 0) z = (p.loss - 0.5 * (lo + hi)) / half;  // a forecast declared certain has no band
     }
-    const double half = 0.5 * (hi - lo) * options_.band_trigger_width;
-    if (!(half > 0)) return false;  // a forecast declared certain has no band to leave
-    if (z.empty() && first_half_width) *first_half_width = half;
-    z.push_back((p.loss - 0.5 * (lo + hi)) / half);
+    band_.half.push_back(half);
+    band_.z.push_back(z);
+    band_.z_sum.push_back(band_.z_sum.back() + z);
+    band_.bandless.push_back(band_.bandless.back() + (half > 0 ? 0 : 1));
   }
+  const std::size_t first = observed_.size() - k - band_.from, end = observed_.size() - band_.from;
+  if (band_.bandless[end] != band_.bandless[first]) return false;
+  if (first_half_width) *first_half_width = band_.half[first];
   if (k > static_cast<std::size_t>(options_.refit_band_points)) {  // bin mean on long logs
-    double mean = 0.0;
-    for (double v : z) mean += v / static_cast<double>(z.size());
-    return std::abs(mean) > 1.0;
+    return std::abs((band_.z_sum[end] - band_.z_sum[first]) / static_cast<double>(k)) > 1.0;
   }
+  const auto z = std::span<const double>(band_.z).subspan(first, k);
   return std::all_of(z.begin(), z.end(), [](double v) { return v > 1.0; }) ||
          std::all_of(z.begin(), z.end(), [](double v) { return v < -1.0; });
 }
