@@ -1,5 +1,7 @@
 #include "publish_policy.h"
 
+#include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 namespace sim_coupled {
@@ -53,6 +55,18 @@ PublishPolicy::PublishPolicy(const PolicySettings& settings) : settings_(setting
 PublishPolicy::~PublishPolicy() = default;
 
 void PublishPolicy::observe(std::int64_t step, double loss, double time_s) {
+  // A diverged evaluation (NaN, inf) is no point of the curve: the online scheduler refuses it
+  // (an exception out of the training loop: the trainer stopped, where every other policy
+  // trained on), and every forecaster would. Left out, said once; training goes on.
+  if (!std::isfinite(loss)) {
+    if (nonfinite_++ == 0) {
+      std::fprintf(stderr, "publish policy: the evaluation at step %lld gave a loss of %g: left out of the "
+                           "forecasts (said once; counted as nonfinite_evaluations)\n",
+                   static_cast<long long>(step), loss);
+    }
+    last_left_out_ = step;
+    return;
+  }
   log_.push_back({step, loss, time_s});
   if (online_) online_->observe(step, loss, time_s);
 }
@@ -85,6 +99,7 @@ void PublishPolicy::start_serving(double stall_s, double delivery_s) {
 
 bool PublishPolicy::should_publish(std::int64_t step, bool evaluated) {
   if (step <= settings_.warmup_step) return false;
+  evaluated = evaluated && last_left_out_ != step;  // what observe() left out was not evaluated
   switch (settings_.kind) {
     case PolicyKind::kOnline:
       return evaluated && online_->should_publish(step);

@@ -65,6 +65,8 @@ class PublishPolicy {
   void update_costs(double stall_s, double delivery_s);
 
   const std::vector<std::int64_t>& viper_plan() const { return viper_plan_; }
+  // Evaluations observe() left out: their loss was not finite (a diverged run).
+  std::size_t nonfinite_evaluations() const { return nonfinite_; }
   // The online scheduler's counters (all zero for the other policies).
   modelcast::predictor::OnlineStats online_stats() const;
   // Why the Viper rule chose its plan (in particular why it publishes nothing); empty for the
@@ -78,6 +80,8 @@ class PublishPolicy {
   std::vector<std::int64_t> viper_plan_;
   std::string viper_reason_;
   std::set<std::int64_t> viper_pending_;
+  std::size_t nonfinite_ = 0;
+  std::int64_t last_left_out_ = -1;  // a step below every step there is
 };
 
 }  // namespace sim_coupled

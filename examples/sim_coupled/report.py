@@ -54,7 +54,9 @@ def collect(root, seeds=None):
         seed = int(seed_dir.name[4:])
         if seeds is not None and seed not in seeds:
             continue
-        for run_dir in sorted(seed_dir.glob("run*"), key=lambda p: int(p.name[3:])):
+        # run<N> only, as seed<N> above: a copy such as run1.bak ended the report in a traceback.
+        run_dirs = [p for p in seed_dir.glob("run*") if p.name[3:].isdigit()]
+        for run_dir in sorted(run_dirs, key=lambda p: int(p.name[3:])):
             for mode in ("live", "replay"):
                 if not (run_dir / mode).is_dir():
                     continue
@@ -96,12 +98,15 @@ def rows_of(runs):
 
 
 def smooth(values, width):
-    out, acc = [], 0.0
+    """Running mean over `width` values, of the finite ones among them (NaN where there is none):
+    one NaN request loss (a diverged model) made every later mean NaN."""
+    out, acc, count = [], 0.0, 0
     for i, v in enumerate(values):
-        acc += v
-        if i >= width:
-            acc -= values[i - width]
-        out.append(acc / min(i + 1, width))
+        if math.isfinite(v):
+            acc, count = acc + v, count + 1
+        if i >= width and math.isfinite(values[i - width]):
+            acc, count = acc - values[i - width], count - 1
+        out.append(acc / count if count else math.nan)
     return out
 
 
@@ -119,8 +124,11 @@ def write_svg(path, runs):
     per_second = lambda rows: max(1, round(len(rows) / max(rows[-1]["time_s"], 1e-9)))  # requests in 1 s
     series = {p: ([r["time_s"] for r in rows], smooth([r["loss"] for r in rows], per_second(rows)))
               for p, rows in lines.items()}
-    lo = min(min(y) for _, y in series.values())
-    hi = max(max(y) for _, y in series.values())
+    # On a log scale only finite losses above 0 can be drawn (a diverged run's NaN, and any loss
+    # of 0 or below, are left out of the lines); with none at all, the axes alone.
+    drawable = lambda v: math.isfinite(v) and v > 0
+    shown = [v for _, y in series.values() for v in y if drawable(v)] or [1.0]
+    lo, hi = min(shown), max(shown)
     llo, lhi = math.log10(lo), math.log10(hi)
     plot_h = height - top - bottom
     X = lambda t: left + (width - left - right) * t / t_max
@@ -141,7 +149,7 @@ def write_svg(path, runs):
         out.append(f'<text x="{X(t):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{t}</text>')
     out.append(f'<text x="{(left + width - right) / 2}" y="{top + plot_h + 32}" text-anchor="middle">server time since the warm-up version (s)</text>')
     for i, (p, (xs, ys)) in enumerate(series.items()):
-        pts = " ".join(f"{X(x):.1f},{Y(y):.1f}" for x, y in zip(xs[::5], ys[::5]))
+        pts = " ".join(f"{X(x):.1f},{Y(y):.1f}" for x, y in zip(xs[::5], ys[::5]) if drawable(y))
         out.append(f'<polyline fill="none" stroke="{COLOURS[p]}" stroke-width="1.5" points="{pts}"/>')
         out.append(f'<text x="{width - right + 10}" y="{top + 14 + 16 * i}" fill="{COLOURS[p]}">{p}</text>')
         row_y = top + plot_h + 44 + 14 * i

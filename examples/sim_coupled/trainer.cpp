@@ -91,6 +91,15 @@ struct SampleBuffer {
   std::size_t next = 0;
 };
 
+// JSON has no NaN or infinity: a diverged run's loss is null (it printed -nan, which report.py
+// and every JSON reader refuse).
+std::string json_number(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
@@ -327,7 +336,8 @@ int main(int argc, char** argv) try {
   json << "{\"policy\": \"" << s.policy << "\", \"seed\": " << s.seed << ", \"steps\": " << s.steps
        << ", \"epoch_steps\": " << ps.epoch_steps << ", \"publishes\": " << publish_steps.size()
        << ", \"train_s\": " << train_s << ", \"stall_s\": " << stall_total << ", \"decide_s\": " << decide_total
-       << ", \"training_slowdown_pct\": " << slowdown_pct << ", \"final_val_loss\": " << final_val_loss
+       << ", \"training_slowdown_pct\": " << slowdown_pct << ", \"final_val_loss\": " << json_number(final_val_loss)
+       << ", \"nonfinite_evaluations\": " << policy.nonfinite_evaluations()
        << ", \"stall_median_s\": " << stall_median.str()
        << ", \"warmup_stall_s\": " << warmup_stall << ", \"delivery_median_s\": " << median(deliveries.all())
        << ", \"work_mode\": \"" << s.work_mode << "\", \"worker_s\": " << policy.online_stats().worker_s

@@ -59,6 +59,8 @@ with tempfile.TemporaryDirectory() as tmp:
         for policy in ("online", "every_epoch"):
             write_run(runs / f"seed{seed}/run1/live/{policy}", policy, 10, stall_median=0.0003)
     write_run(runs / "seed1.bak/run1/live/online", "online", 10, stall_median=0.0003)
+    # A copied run directory too (it ended the report in a traceback: int('1.bak')).
+    write_run(runs / "seed1/run1.bak/live/online", "online", 10, stall_median=0.0003)
     r = report("--dir", runs, "--seeds", "1", "--json")
     seeds = {json.loads(line)["seed"] for line in r.stdout.splitlines()}
     expect(r.returncode == 0 and seeds == {1}, f"--seeds 1 reported seeds {seeds}: {r.stderr!r}")
@@ -93,6 +95,17 @@ with tempfile.TemporaryDirectory() as tmp:
     r = report("--dir", broken)
     expect(r.returncode != 0 and "trainer.json: not JSON" in r.stderr and "Traceback" not in r.stderr,
            f"broken summary: {r.stderr!r}")
+
+    # A diverged model's NaN request losses: the chart leaves them out (math.log10 of NaN ended
+    # the report in a traceback), and draws the finite ones.
+    diverged = root / "diverged"
+    write_run(diverged / "seed1/run1/live/online", "online", 40, stall_median=0.0003)
+    csv_path = diverged / "seed1/run1/live/online/server.csv"
+    rows = csv_path.read_text().splitlines()
+    csv_path.write_text("\n".join(rows[:21] + [row.rsplit(",", 1)[0] + ",nan" for row in rows[21:]]) + "\n")
+    r = report("--dir", diverged, "--svg", root / "diverged.svg")
+    svg = (root / "diverged.svg").read_text() if (root / "diverged.svg").exists() else ""
+    expect(r.returncode == 0 and "<polyline" in svg and "nan" not in svg.lower(), f"NaN losses: {r.stderr!r}")
 
     # A plot that cannot be written is named with its path, not a traceback.
     r = report("--dir", runs, "--svg", root / "absent/dir/x.svg")
