@@ -92,7 +92,10 @@ def rows_of(runs):
             "stall_s": round(med(lambda r: r["summary"]["stall_s"]), 5),
             "decide_s": round(med(lambda r: r["summary"]["decide_s"]), 4),
             "train_s": round(med(lambda r: r["summary"]["train_s"]), 3),
-            "final_val_loss": med(lambda r: r["summary"]["final_val_loss"]),
+            # null in trainer.json for a diverged run (NaN): the median of the others, or null.
+            "final_val_loss": statistics.median(finite) if (finite := [r["summary"]["final_val_loss"] for r in group
+                                                                       if r["summary"]["final_val_loss"] is not None])
+                              else None,
         })
     return out
 

@@ -103,6 +103,8 @@ with tempfile.TemporaryDirectory() as tmp:
     csv_path = diverged / "seed1/run1/live/online/server.csv"
     rows = csv_path.read_text().splitlines()
     csv_path.write_text("\n".join(rows[:21] + [row.rsplit(",", 1)[0] + ",nan" for row in rows[21:]]) + "\n")
+    summary = diverged / "seed1/run1/live/online/trainer.json"
+    summary.write_text(summary.read_text().replace('"final_val_loss": 0.5', '"final_val_loss": null'))
     r = report("--dir", diverged, "--svg", root / "diverged.svg")
     svg = (root / "diverged.svg").read_text() if (root / "diverged.svg").exists() else ""
     expect(r.returncode == 0 and "<polyline" in svg and "nan" not in svg.lower(), f"NaN losses: {r.stderr!r}")
