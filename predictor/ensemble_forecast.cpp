@@ -13,6 +13,7 @@
 #include "loss_floor.h"
 #include "modelcast/error.h"
 #include "modelcast/predictor_forecast.h"
+#include "isolated_outliers.h"
 #include "progress_axis.h"
 #include "robust_fit.h"
 #include "time_forecast.h"
@@ -650,7 +651,9 @@ void check_forecast_options(const ForecastOptions& options) {
   }
 }
 
-Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOptions& options) {
+namespace {
+
+Forecast forecast_of_kept(std::span<const CurvePoint> observed, const ForecastOptions& options) {
   const double floor = options.loss_floor;
   if (std::isnan(floor) || std::isinf(floor)) {
     return forecast_impl(observed, options, false, std::isnan(floor) ? detail::loss_floor(observed) : floor);
@@ -690,6 +693,21 @@ Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOpti
   shift(out.upper);
   for (auto& m : out.members) shift(m.loss);
   out.loss_floor = floor;
+  return out;
+}
+
+}  // namespace
+
+Forecast forecast_curve(std::span<const CurvePoint> observed, const ForecastOptions& options) {
+  std::vector<std::int64_t> left_out;
+  const std::vector<CurvePoint> kept = detail::without_isolated_outliers(observed, left_out);
+  if (left_out.empty()) return forecast_of_kept(observed, options);
+  Forecast out = forecast_of_kept(kept, options);
+  std::ostringstream note;
+  note << "left out " << left_out.size() << " isolated outlier" << (left_out.size() == 1 ? "" : "s") << " (step";
+  for (std::size_t i = 0; i < std::min<std::size_t>(left_out.size(), 5); ++i) note << (i ? ", " : " ") << left_out[i];
+  note << (left_out.size() > 5 ? ", ...); " : "); ");
+  out.note = note.str() + out.note;
   return out;
 }
 

@@ -707,5 +707,53 @@ TEST(OnlineScheduler, AMovedFromSchedulerRefusesCallsAndTheMovedToOneDecidesAsBe
   }
 }
 
+// One evaluation a million times the curve (a glitch) bent every fitted family towards it: the
+// forecast refitted after it said 0.00025 where the curve was at 0.127, and the scheduler published
+// at 273 steps in a row. Isolated outliers are left out of the forecasts (and said in the note);
+// the decisions are those on the curve without the glitch.
+TEST(OnlineScheduler, OneOutlierEvaluationChangesNoDecision) {
+  const std::int64_t n = 2000;
+  auto run = [&](double spike) {
+    OnlineOptions o;
+    o.forecast.total_steps = n;
+    o.warmup_step = 200;
+    o.costs.request_rate = 100;
+    o.costs.stall_s = 0.01;
+    o.costs.delivery_s = 0.01;
+    OnlineScheduler s(o);
+    std::string note;
+    for (std::int64_t step = 1; step <= n; ++step) {
+      const double loss = 1.0 / (1.0 + 20.0 * static_cast<double>(step) / static_cast<double>(n)) * (step == 500 ? spike : 1.0);
+      s.observe(step, loss, 0.01 * static_cast<double>(step));
+      s.should_publish(step);
+      if (step == 690) note = s.last_forecast().note;
+    }
+    return std::make_pair(s.published_steps(), note);
+  };
+  const auto [clean, clean_note] = run(1.0);
+  const auto [glitched, glitched_note] = run(1e6);
+  EXPECT_EQ(glitched, clean);
+  EXPECT_NE(glitched_note.find("left out 1 isolated outlier (step 500)"), std::string::npos) << glitched_note;
+  EXPECT_EQ(clean_note.find("isolated outlier"), std::string::npos) << clean_note;
+}
+
+// A change of level is no outlier: a loss that drops at once (a fine-tuning phase, an anneal) and
+// one that collapses keep every point.
+TEST(OnlineScheduler, ALevelThatChangesAtOnceIsNoOutlier) {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> noise(0.0, 0.001);
+  for (const double after : {0.2, 5.0}) {
+    std::vector<CurvePoint> points;
+    for (std::int64_t step = 1; step <= 400; ++step) {
+      const double level = step < 200 ? 1.0 : after;
+      points.push_back({step, level + noise(rng), static_cast<double>(step)});
+    }
+    ForecastOptions options;
+    options.total_steps = 1000;
+    const auto forecast = forecast_curve(points, options);
+    EXPECT_EQ(forecast.note.find("isolated outlier"), std::string::npos) << after << ": " << forecast.note;
+  }
+}
+
 }  // namespace
 }  // namespace modelcast::predictor

@@ -1,0 +1,59 @@
+#include "isolated_outliers.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+
+namespace modelcast::predictor::detail {
+namespace {
+
+constexpr std::size_t kSide = 4;
+constexpr double kIsolation = 20.0;
+
+double median_of(std::vector<double>& v) {
+  const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  if (v.size() % 2 == 1) return *mid;
+  return 0.5 * (*mid + *std::max_element(v.begin(), mid));
+}
+
+double median_of(std::array<double, kSide> v) {
+  std::sort(v.begin(), v.end());
+  return 0.5 * (v[kSide / 2 - 1] + v[kSide / 2]);
+}
+
+}  // namespace
+
+std::vector<CurvePoint> without_isolated_outliers(std::span<const CurvePoint> observed, std::vector<std::int64_t>& left_out) {
+  left_out.clear();
+  const std::size_t n = observed.size();
+  if (n < 2 * kSide + 1) return {observed.begin(), observed.end()};
+  if (!std::all_of(observed.begin(), observed.end(), [](const CurvePoint& p) { return std::isfinite(p.loss); }))
+    return {observed.begin(), observed.end()};
+  // The noise: a difference of two points has sqrt(2) times a point's; 1.4826 x the median
+  // absolute value is the standard deviation of normal noise, and an outlier moves it little.
+  std::vector<double> steps(n - 1);
+  for (std::size_t i = 1; i < n; ++i) steps[i - 1] = std::abs(observed[i].loss - observed[i - 1].loss);
+  const double noise = 1.4826 * median_of(steps) / std::sqrt(2.0);
+  const double beyond = kIsolation * noise;
+  std::vector<CurvePoint> kept;
+  kept.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i >= kSide && i + kSide < n) {
+      std::array<double, kSide> before{}, after{};
+      for (std::size_t k = 0; k < kSide; ++k) {
+        before[k] = observed[i - kSide + k].loss;
+        after[k] = observed[i + 1 + k].loss;
+      }
+      const double x = observed[i].loss, from_before = x - median_of(before), from_after = x - median_of(after);
+      if ((from_before > beyond && from_after > beyond) || (from_before < -beyond && from_after < -beyond)) {
+        left_out.push_back(observed[i].step);
+        continue;
+      }
+    }
+    kept.push_back(observed[i]);
+  }
+  return kept;
+}
+
+}  // namespace modelcast::predictor::detail
