@@ -53,10 +53,10 @@ struct AttachServer::Client {
   Clock::time_point recheck_at;
   // Dropped, but kept open until the client has read (or discarded, by closing) what was sent.
   bool closing = false;
-  // Closed by the closer: descriptors a client sent and this end never read are released with
-  // the connection, and their close may block (see descriptor_closer.h).
+  // Descriptors a client sent and this end never read are released with the connection, and
+  // their close may block: the closer takes them out first (see descriptor_closer.h).
   DescriptorCloser* closer = nullptr;
-  ~Client() { closer->close_later(fd); }
+  ~Client() { closer->close_connection(fd); }
 };
 
 namespace {
@@ -279,7 +279,7 @@ void AttachServer::accept_clients() {
       reply.error = "modelcastd serves at most " + std::to_string(max_clients_) +
                     " attach clients at once (half its open-file limit); try again once others have closed";
       send_message(fd, encode(reply));  // best effort: the client may be gone already
-      closer_.close_later(fd);
+      closer_.close_connection(fd);
       if (auto note = refusals_logged_.admit(Clock::now())) {
         spdlog::get("modelcastd")->warn("attach: client refused: {} clients already{}", clients_.size(), *note);
       }

@@ -8,8 +8,8 @@
 // reply has been read or its client has closed.
 //
 // Threads: one server thread owns the listening socket, every client connection, their holds
-// and pending waits. notify() (any thread) wakes it when a model serves a new version. Client
-// connections, and descriptors clients send, are closed by a DescriptorCloser's thread.
+// and pending waits. notify() (any thread) wakes it when a model serves a new version.
+// Descriptors clients send are closed by a DescriptorCloser's thread.
 #pragma once
 
 #include <sys/types.h>
@@ -86,7 +86,7 @@ class AttachServer {
   std::atomic<std::uint64_t> attaches_{0};
   mutable std::mutex holds_mutex_;
   std::map<std::string, std::size_t> holds_by_model_;  // holds_mutex_
-  DescriptorCloser closer_;  // before the clients whose connections it closes
+  DescriptorCloser closer_;  // before the clients whose stray descriptors it closes
   // Server thread only:
   std::map<int, std::unique_ptr<Client>> clients_;
   std::uint64_t next_hold_ = 1;

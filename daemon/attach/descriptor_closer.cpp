@@ -1,27 +1,19 @@
 #include "daemon/attach/descriptor_closer.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <thread>
+#include <vector>
+
+#include "daemon/attach/seqpacket.h"
 
 namespace modelcastd::attach {
-namespace {
-
-// A socket (of any family) closed with SO_LINGER {on, 0} is reset at once, whatever it has
-// unsent: its close cannot wait on a peer. Anything else is left as it is.
-void without_linger(int fd) {
-  int type = 0;
-  socklen_t length = sizeof type;
-  if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &length) != 0) return;  // not a socket
-  const linger reset{1, 0};
-  (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
-}
-
-}  // namespace
 
 struct DescriptorCloser::Queue {
   std::mutex mutex;
@@ -32,6 +24,11 @@ struct DescriptorCloser::Queue {
 };
 
 DescriptorCloser::DescriptorCloser(std::size_t max_pending) : queue_(std::make_shared<Queue>()) {
+  if (max_pending == 0) {
+    rlimit limit{};
+    const rlim_t open_files = getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 1024;
+    max_pending = static_cast<std::size_t>(std::clamp<rlim_t>(open_files / 8, 16, 4096));
+  }
   queue_->max_pending = max_pending;
   std::thread([queue = queue_] {
     std::unique_lock lock(queue->mutex);
@@ -57,7 +54,6 @@ DescriptorCloser::~DescriptorCloser() {
 
 void DescriptorCloser::close_later(int fd) {
   if (fd < 0) return;
-  without_linger(fd);
   {
     std::lock_guard lock(queue_->mutex);
     if (queue_->fds.size() < queue_->max_pending) {
@@ -65,6 +61,21 @@ void DescriptorCloser::close_later(int fd) {
       queue_->wake.notify_one();
       return;
     }
+  }
+  ::close(fd);
+}
+
+void DescriptorCloser::close_connection(int fd) {
+  if (fd < 0) return;
+  // Reading shut down, the client can queue nothing more (its sends fail with EPIPE), and what
+  // it queued before stays readable.
+  ::shutdown(fd, SHUT_RD);
+  std::vector<char> message;
+  std::vector<int> fds;
+  for (;;) {
+    const bool received = receive_request(fd, message, fds);
+    for (int sent : fds) close_later(sent);
+    if (!received) break;
   }
   ::close(fd);
 }

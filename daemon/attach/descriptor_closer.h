@@ -2,11 +2,16 @@
 // the daemon never asked for, and the last close of one runs whatever its file does on close,
 // in the thread that closes it: a TCP socket with unsent data and SO_LINGER set held the attach
 // thread for the linger time (every reader stalled, and SIGTERM waited), a file on a FUSE mount
-// can hold it until its server answers. A connection's own close counts too: the descriptors
-// still queued in it are released then. So the attach server hands every such close here.
+// can hold it until its server answers. So the attach server hands every descriptor a client
+// sent here. Nothing about the file is changed (a socket's SO_LINGER belongs to the socket, which
+// the client may still hold and use). A connection is closed by the attach thread itself, once
+// the descriptors still queued in it are taken out and handed here (close_connection).
 //
 // Threads: close_later() from any thread; one closing thread of its own, detached at
-// destruction, so a close that never returns holds neither the attach thread nor shutdown.
+// destruction, so a close that never returns holds neither the attach thread nor shutdown. Past
+// max_pending waiting descriptors (a closing thread held for good, and a client sending more),
+// close_later closes on the caller's thread: without SO_PASSRIGHTS (Linux 6.16) a descriptor sent
+// cannot be refused, only closed somewhere.
 #pragma once
 
 #include <cstddef>
@@ -16,16 +21,21 @@ namespace modelcastd::attach {
 
 class DescriptorCloser {
  public:
-  // At most `max_pending` descriptors wait; past that, close_later closes on the caller's thread
-  // (a closing thread held for good by one descriptor would otherwise gather them without end).
-  explicit DescriptorCloser(std::size_t max_pending = 4096);
+  // At most `max_pending` descriptors wait (0: an eighth of the open-file limit, at most 4096);
+  // past that, close_later closes on the caller's thread (a closing thread held for good would
+  // otherwise gather descriptors until the daemon had none left).
+  explicit DescriptorCloser(std::size_t max_pending = 0);
   ~DescriptorCloser();  // what is queued is still closed, by the thread; does not wait for it
   DescriptorCloser(const DescriptorCloser&) = delete;
   DescriptorCloser& operator=(const DescriptorCloser&) = delete;
 
-  // Takes `fd` (owned from here) and closes it soon; a socket is reset rather than left to
-  // linger. Never blocks but past max_pending. Thread-safe.
+  // Takes `fd` (owned from here) and closes it soon. Never blocks but past max_pending.
+  // Thread-safe.
   void close_later(int fd);
+  // Closes the connection `fd` (a SOCK_SEQPACKET socket, owned from here) on this thread, after
+  // shutting its reading down and handing every descriptor still queued in it to close_later:
+  // the close of a connection releases those, and one of them could block it.
+  void close_connection(int fd);
 
  private:
   struct Queue;

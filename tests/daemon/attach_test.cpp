@@ -13,16 +13,20 @@
 #include <csignal>
 #include <cstring>
 #include <optional>
+#include <thread>
+#include <vector>
 
 #include <spdlog/spdlog.h>
 
 #include "common/shown_text.h"
 #include "daemon/attach/attach_server.h"
+#include "daemon/attach/descriptor_closer.h"
 #include "daemon/attach/protocol.h"
 #include "daemon/attach/seqpacket.h"
 #include "daemon/shm_buffer.h"
 #include "daemon_fixture.h"
 #include "eventually.h"
+#include "process_status.h"
 #include "modelcast/sidecar.h"
 #include "sidecar_check.h"
 
@@ -226,8 +230,14 @@ TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
   modelcastd::attach::Request request;
   request.model = "nope";  // answered at once, with an error
   const int sent[] = {lingering};
-  ASSERT_TRUE(modelcastd::attach::send_message(raw, modelcastd::attach::encode(request), sent)) << std::strerror(errno);
-  close(lingering);  // the descriptor in flight keeps the socket: the daemon's close is its last
+  // The daemon's close must be the socket's last (the one that lingers): this process lets go of
+  // its copy while the daemon is stopped, the descriptor in flight keeping the socket.
+  ASSERT_EQ(kill(daemon->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::eventually([&] { return testing_support::process_state(daemon->pid()) == 'T'; }, 30s));
+  const bool handed = modelcastd::attach::send_message(raw, modelcastd::attach::encode(request), sent);
+  close(lingering);
+  ASSERT_EQ(kill(daemon->pid(), SIGCONT), 0);
+  ASSERT_TRUE(handed) << std::strerror(errno);
   pollfd ready{raw, POLLIN, 0};
   EXPECT_EQ(poll(&ready, 1, 30'000), 1) << "the request that carried the socket went unanswered";
   for (int i = 0; i < 2; ++i) {
@@ -239,6 +249,49 @@ TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
     }
   }
   close(raw);
+  close(listener);  // resets the connection, which ends the daemon's lingering close
+}
+
+// A client may send a socket it goes on using (SCM_RIGHTS passes a copy): the daemon closes its
+// copy and changes nothing about the socket. Reset (SO_LINGER 0, once tried against lingering
+// closes), the client's own close later dropped what it had not sent, and its peer read a reset.
+TEST(DescriptorCloser, ASocketAClientStillHoldsIsClosedHereAndLeftAsItWas) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
+  ASSERT_EQ(listen(listener, 1), 0);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const int kept = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(connect(kept, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
+  const int peer = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+  ASSERT_GE(peer, 0) << std::strerror(errno);
+  {
+    modelcastd::attach::DescriptorCloser closer;
+    closer.close_later(fcntl(kept, F_DUPFD_CLOEXEC, 0));  // the daemon's copy
+  }
+  // The client writes more than the buffers hold, then closes: every byte must reach the peer.
+  constexpr std::size_t kBytes = 4u << 20;
+  std::thread writer([&] {
+    const std::vector<char> chunk(1 << 16, 'x');
+    for (std::size_t sent = 0; sent < kBytes;) {
+      const auto n = write(kept, chunk.data(), std::min(chunk.size(), kBytes - sent));
+      if (n <= 0) break;
+      sent += static_cast<std::size_t>(n);
+    }
+    close(kept);
+  });
+  std::size_t read_bytes = 0;
+  std::vector<char> buffer(1 << 16);
+  ssize_t n;
+  while ((n = read(peer, buffer.data(), buffer.size())) > 0) read_bytes += static_cast<std::size_t>(n);
+  const int last_errno = n < 0 ? errno : 0;
+  writer.join();
+  EXPECT_EQ(read_bytes, kBytes) << "the peer read " << read_bytes << " bytes, then " << std::strerror(last_errno);
+  EXPECT_EQ(n, 0) << "the connection ended by " << std::strerror(last_errno) << ", not its end";
+  close(peer);
   close(listener);
 }
 

@@ -1,4 +1,4 @@
-// What /proc says about another process: its resident memory and open descriptors.
+// What /proc says about another process: its resident memory, open descriptors and state.
 #pragma once
 
 #include <sys/types.h>
@@ -28,6 +28,16 @@ inline std::size_t open_descriptors(pid_t pid) {
     count++;
   }
   return count;
+}
+
+// The state letter of /proc/PID/stat ('R', 'S', 'T' when stopped, ...), '?' if it cannot be read.
+// The command name before it is in parentheses and may hold spaces: the state follows the last ')'.
+inline char process_state(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(stat, line);
+  const auto close = line.rfind(')');
+  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
 }
 
 }  // namespace testing_support
