@@ -7,6 +7,9 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+
+#include <spdlog/spdlog.h>
 
 #include "modelcast/error.h"
 
@@ -49,9 +52,20 @@ ShmBuffer::ShmBuffer(const std::string& name, std::size_t bytes) : id_(next_id++
   // (Linux 5.1) refuses every later writable mapping and write(), and leaves the daemon's own
   // mapping, made above, writable.
   if (fcntl(fd_, F_ADD_SEALS, F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) != 0) {
-    munmap(base_, size_);
-    close(fd_);
-    fail("sealing the memfd against writes");
+    // A kernel before 5.1 has no such seal (EINVAL): served as before it, said once.
+    const bool unknown = errno == EINVAL;
+    if (!unknown || fcntl(fd_, F_ADD_SEALS, F_SEAL_SEAL) != 0) {
+      munmap(base_, size_);
+      close(fd_);
+      fail(unknown ? "sealing the memfd" : "sealing the memfd against writes");
+    }
+    static std::once_flag said;
+    std::call_once(said, [] {
+      if (auto log = spdlog::get("modelcastd")) {
+        log->warn("this kernel cannot seal shared memory against writes (F_SEAL_FUTURE_WRITE, Linux 5.1): a client "
+                  "that opens a served buffer again through /proc can write what other clients read");
+      }
+    });
   }
   // Reopening through /proc gives a new open file description with O_RDONLY, so a client's
   // mmap(PROT_WRITE, MAP_SHARED) of what it receives fails with EACCES.
