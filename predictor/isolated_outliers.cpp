@@ -9,6 +9,7 @@ namespace {
 
 constexpr std::size_t kSide = 4;
 constexpr double kIsolation = 20.0;
+constexpr double kLeastNoise = 0.005;  // of the median |loss|
 
 double median_of(std::vector<double>& v) {
   const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
@@ -34,7 +35,11 @@ std::vector<CurvePoint> without_isolated_outliers(std::span<const CurvePoint> ob
   // absolute value is the standard deviation of normal noise, and an outlier moves it little.
   std::vector<double> steps(n - 1);
   for (std::size_t i = 1; i < n; ++i) steps[i - 1] = std::abs(observed[i].loss - observed[i - 1].loss);
-  const double noise = 1.4826 * median_of(steps) / std::sqrt(2.0);
+  // At least 1/200 of the loss's typical size: a log rounded to a few digits (bf16, "0.50") has
+  // most differences exactly 0, and without a floor a one-tick dip on a plateau was an outlier.
+  std::vector<double> sizes(n);
+  for (std::size_t i = 0; i < n; ++i) sizes[i] = std::abs(observed[i].loss);
+  const double noise = std::max(1.4826 * median_of(steps) / std::sqrt(2.0), kLeastNoise * median_of(sizes));
   const double beyond = kIsolation * noise;
   std::vector<CurvePoint> kept;
   kept.reserve(n);

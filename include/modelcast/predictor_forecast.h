@@ -21,7 +21,8 @@ inline constexpr std::int64_t kMaxCurveStep = std::int64_t{1} << 53;
 
 // The largest loss magnitude, and time in seconds, the predictor takes: fits square losses, and
 // plans multiply times by rates and add them up, which overflow beyond it (a loss of 1.7e308
-// drew a plot at NaN). The online scheduler and the log readers refuse what lies beyond.
+// drew a plot at NaN). The log readers refuse losses and times beyond it, the online scheduler
+// losses (its times are its own clock's).
 inline constexpr double kMaxCurveValue = 1e100;
 
 // One logged point of a training run. time_s is the wall-clock training time at which

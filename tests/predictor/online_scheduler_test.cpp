@@ -753,6 +753,16 @@ TEST(OnlineScheduler, ALevelThatChangesAtOnceIsNoOutlier) {
     const auto forecast = forecast_curve(points, options);
     EXPECT_EQ(forecast.note.find("isolated outlier"), std::string::npos) << after << ": " << forecast.note;
   }
+  // Nor is one tick of a rounded log ("0.50", most differences exactly 0: no noise to measure).
+  std::vector<CurvePoint> rounded;
+  for (std::int64_t step = 1; step <= 400; ++step) {
+    const double loss = step < 100 ? 1.0 - 0.005 * static_cast<double>(step) : (step == 250 ? 0.49 : 0.5);
+    rounded.push_back({step, loss, static_cast<double>(step)});
+  }
+  ForecastOptions options;
+  options.total_steps = 1000;
+  const auto forecast = forecast_curve(rounded, options);
+  EXPECT_EQ(forecast.note.find("isolated outlier"), std::string::npos) << forecast.note;
 }
 
 }  // namespace
