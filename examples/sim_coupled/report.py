@@ -152,8 +152,19 @@ def write_svg(path, runs):
         out.append(f'<text x="{X(t):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{t}</text>')
     out.append(f'<text x="{(left + width - right) / 2}" y="{top + plot_h + 32}" text-anchor="middle">server time since the warm-up version (s)</text>')
     for i, (p, (xs, ys)) in enumerate(series.items()):
-        pts = " ".join(f"{X(x):.1f},{Y(y):.1f}" for x, y in zip(xs[::5], ys[::5]) if drawable(y))
-        out.append(f'<polyline fill="none" stroke="{COLOURS[p]}" stroke-width="1.5" points="{pts}"/>')
+        # One polyline per run of drawable points: a line across what cannot be drawn would show
+        # losses nobody served.
+        segments, segment = [], []
+        for x, y in zip(xs[::5], ys[::5]):
+            if drawable(y):
+                segment.append(f"{X(x):.1f},{Y(y):.1f}")
+            elif segment:
+                segments.append(segment)
+                segment = []
+        if segment:
+            segments.append(segment)
+        for pts in segments:
+            out.append(f'<polyline fill="none" stroke="{COLOURS[p]}" stroke-width="1.5" points="{" ".join(pts)}"/>')
         out.append(f'<text x="{width - right + 10}" y="{top + 14 + 16 * i}" fill="{COLOURS[p]}">{p}</text>')
         row_y = top + plot_h + 44 + 14 * i
         out.append(f'<text x="{left - 6}" y="{row_y + 4}" text-anchor="end" fill="{COLOURS[p]}" font-size="10">{p}</text>')
