@@ -14,6 +14,7 @@
 #include <cstring>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -198,25 +199,37 @@ TEST(ShmBuffer, NoOneButTheDaemonsOwnMappingCanWriteIt) {
   munmap(readable, 4096);
 }
 
-// A client sent a TCP socket with unsent data and SO_LINGER set along with a request: the
-// daemon's close of it (clients send no descriptors) held the one attach thread for the linger
-// time, and every other client's request went unanswered (10 s, then "no answer"). Such sockets
-// are now reset, and every close is made off that thread.
-TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
-  TestProducer producer(64);
-  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
-  modelcast::sidecar::Client other({socket(), "nope", 30s});  // returns once the daemon listens
-  // A connection whose peer never reads: what is written past the buffers stays unsent.
+// A listening socket on loopback and a socket connected to it (in its accept queue, not yet
+// accepted): {listener, connected}, the second -1 (errno set) where either could not be made.
+std::pair<int, int> loopback_connection() {
   const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t length = sizeof address;
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
-  ASSERT_EQ(listen(listener, 1), 0);
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int lingering = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(connect(lingering, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
+  if (listener < 0 || bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      listen(listener, 1) != 0 || getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return {listener, -1};
+  }
+  const int connected = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (connected >= 0 && connect(connected, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    close(connected);
+    return {listener, -1};
+  }
+  return {listener, connected};
+}
+
+// A client sent a TCP socket with unsent data and SO_LINGER set along with a request: the
+// daemon's close of it (clients send no descriptors) held the one attach thread for the linger
+// time, and every other client's request went unanswered (10 s, then "no answer"). Descriptors
+// clients send are now closed off that thread.
+TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
+  TestProducer producer(64);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
+  modelcast::sidecar::Client other({socket(), "nope", 30s});  // returns once the daemon listens
+  // A connection whose peer never reads: what is written past the buffers stays unsent.
+  const auto [listener, lingering] = loopback_connection();
+  ASSERT_GE(lingering, 0) << std::strerror(errno);
   ASSERT_EQ(fcntl(lingering, F_SETFL, fcntl(lingering, F_GETFL) | O_NONBLOCK), 0);
   const std::vector<char> chunk(1 << 16, 'x');
   while (write(lingering, chunk.data(), chunk.size()) > 0) {
@@ -256,16 +269,8 @@ TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
 // copy and changes nothing about the socket. Reset (SO_LINGER 0, once tried against lingering
 // closes), the client's own close later dropped what it had not sent, and its peer read a reset.
 TEST(DescriptorCloser, ASocketAClientStillHoldsIsClosedHereAndLeftAsItWas) {
-  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
-  ASSERT_EQ(listen(listener, 1), 0);
-  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const int kept = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(connect(kept, reinterpret_cast<sockaddr*>(&address), sizeof address), 0) << std::strerror(errno);
+  const auto [listener, kept] = loopback_connection();
+  ASSERT_GE(kept, 0) << std::strerror(errno);
   const int peer = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
   ASSERT_GE(peer, 0) << std::strerror(errno);
   {
