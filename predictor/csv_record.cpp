@@ -150,8 +150,7 @@ FirstRecord read_first_record(std::istream& in, const std::string& source) {
   first.fields = split_csv_record(line, source, first.line_no);
   const std::string& f = first.fields.front();
   double probe = 0;
-  const auto [ptr, ec] = std::from_chars(f.data(), f.data() + f.size(), probe);
-  first.header = f.empty() || ec != std::errc() || ptr != f.data() + f.size();
+  first.header = !parse_csv_double(f, probe);
   // Columns are found by name: a name twice would read one of them silently.
   for (std::size_t i = 0; first.header && i < first.fields.size(); ++i) {
     const std::string& name = first.fields[i];
@@ -174,17 +173,30 @@ int find_column(const std::vector<std::string>& header, std::string_view name) {
   return it == header.end() ? -1 : static_cast<int>(it - header.begin());
 }
 
+namespace {
+
+// Where a number's digits start: past one '+' (printf's "%+d", and what Python's float() and
+// every spreadsheet read), which std::from_chars does not take. A headerless log whose first
+// row began "+0" was read as a header, and said to lack a 'step' column.
+const char* digits_of(const std::string& field) {
+  const char* begin = field.data();
+  if (field.size() > 1 && begin[0] == '+' && begin[1] != '-' && begin[1] != '+') ++begin;
+  return begin;
+}
+
+}  // namespace
+
 bool parse_csv_double(const std::string& field, double& out) {
   if (field.empty()) return false;
   const char* end = field.data() + field.size();
-  const auto [ptr, ec] = std::from_chars(field.data(), end, out);
+  const auto [ptr, ec] = std::from_chars(digits_of(field), end, out);
   return ec == std::errc() && ptr == end;
 }
 
 bool parse_csv_integer(const std::string& field, std::int64_t& out) {
   if (field.empty()) return false;
   const char* end = field.data() + field.size();
-  const auto [ptr, ec] = std::from_chars(field.data(), end, out);
+  const auto [ptr, ec] = std::from_chars(digits_of(field), end, out);
   if (ec == std::errc() && ptr == end) return true;
   double d = 0;  // "125.0", "1e12"
   if (parse_csv_double(field, d) && std::isfinite(d) && d == std::floor(d) && std::abs(d) < 9e15) {

@@ -42,7 +42,7 @@ FirstRecord read_first_record(std::istream& in, const std::string& source);
 int find_column(const std::vector<std::string>& header, std::string_view name);
 
 // A field as every CSV input of the predictor reads a number: the whole field, decimal
-// (std::from_chars). false for anything else, an empty field included.
+// (std::from_chars), one leading '+' allowed. false for anything else, an empty field included.
 bool parse_csv_double(const std::string& field, double& out);
 // A step: an integer, or a decimal or exponent form of one below 9e15 ("125.0", "1e12"), which a
 // double holds exactly. false otherwise.

@@ -215,4 +215,12 @@ refused "window_s 1e-300 s is lost in rounding" "$tune" replay --log "$log" --wa
 # A schedule at rate 0 throughout is named with its file (the forecaster said "lr_schedule: ...").
 printf 'step,lr\n0,0\n1000,0\n' > "$dir/zero_lr.csv"
 refused "zero_lr.csv:3: the rate is 0 on every row" plan --lr-schedule "$dir/zero_lr.csv"
+# A headerless log whose numbers carry a '+' (printf's "%+d") is numbers: its first row was taken
+# for a header, said to lack a 'step' column.
+printf '+0,+5,0\n+100,4,1\n200,3,2\n300,2.5,3\n400,2.2,4\n' > "$dir/plus.csv"
+"$tune" evaluate --log "$dir/plus.csv" --warmup-steps 100 --publish-cost 0.1 --update-latency 0.1 \
+  --publish-steps 300 > /dev/null 2>"$dir/err" || fail "a log of numbers with '+' signs refused"
+printf 'step,loss,time_s\n0,+-5,0\n100,4,1\n' > "$dir/two_signs.csv"
+refused "two_signs.csv:2: column 'loss' is not a number: '+-5'" "$tune" evaluate --log "$dir/two_signs.csv" \
+  --warmup-steps 0 --publish-cost 0.1 --update-latency 0.1 --publish-steps ""
 echo "publish steps, decimal numbers and failed writes are handled as documented"
