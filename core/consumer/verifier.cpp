@@ -12,8 +12,13 @@ void check_reply(const VerifierPolicy& policy, const protocol::FetchReply& reply
   const Manifest& manifest = reply.manifest;
   // This consumer's own capacity, not a fault of the producer's: said as such.
   if (manifest.total_bytes > policy.limits.max_total_bytes) {
-    throw Error(ErrorCode::kResource, "version " + std::to_string(manifest.version) + " is a " +
-                                          std::to_string(manifest.total_bytes) + "-byte model; this consumer takes at most " +
+    // With ranks each fetches one rank's pieces: the figure is that rank's, not the model's.
+    const std::string what = manifest.rank_count > 1
+                                 ? "rank " + std::to_string(manifest.rank) + "'s pieces of step " + std::to_string(manifest.step) +
+                                       " take " + std::to_string(manifest.total_bytes) + " bytes"
+                                 : "version " + std::to_string(manifest.version) + " is a " +
+                                       std::to_string(manifest.total_bytes) + "-byte model";
+    throw Error(ErrorCode::kResource, what + "; this consumer takes at most " +
                                           std::to_string(policy.limits.max_total_bytes) +
                                           " (max_model_bytes, its largest caller buffer, or half the machine's memory)");
   }

@@ -128,6 +128,20 @@ TEST(ProducerRanksRelays, AConsumerRelaysOnlyWhatItHoldsOfARanksVersion) {
 INSTANTIATE_TEST_SUITE_P(OneTwoFour, ProducerRanks, testing::Values(1u, 2u, 4u),
                          [](const testing::TestParamInfo<std::uint32_t>& p) { return "M" + std::to_string(p.param); });
 
+// A consumer too small for what a rank sends said "version 1 is a N-byte model", N being one
+// rank's pieces (a third of the model with three ranks): it now says whose pieces they are.
+TEST(ProducerRanksFaults, AConsumerTooSmallForARanksPiecesSaysWhoseTheyAre) {
+  Ranks ranks(2);
+  auto options = options_for(ranks.endpoint());
+  options.max_model_bytes = 4096;
+  modelcast::Consumer consumer(options);
+  ranks.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] {
+    return consumer.stats().last_error.find("this consumer takes at most 4096") != std::string::npos;
+  }, 60s)) << consumer.stats().last_error;
+  EXPECT_NE(consumer.stats().last_error.find("'s pieces of step 1 take "), std::string::npos) << consumer.stats().last_error;
+}
+
 TEST(ProducerRanksFaults, StepsNeverMixAStoppedRankHoldsTheLastCommonStepAndARestartedOneCatchesUp) {
   Ranks ranks(2);
   std::mutex mutex;
