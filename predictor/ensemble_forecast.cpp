@@ -566,13 +566,17 @@ Forecast forecast_impl(std::span<const CurvePoint> observed, const ForecastOptio
     std::vector<double> ref_future_x;
     for (auto s : future_steps) ref_future_x.push_back(static_cast<double>(s) / static_cast<double>(options.total_steps));
     const std::size_t tail = tail_of(param.x.size());
+    bool fitted = false;
     for (const auto& family : {detail::affine_shape_family("reference_affine", shape),
                                detail::shifted_shape_family("reference_shift", shape)}) {
       if (auto m = fit_member(family, ref, tail, ref_future_x, zero_anneal, 0.0, options, bounds)) {
         m->reference = true;
         members.push_back(std::move(*m));
+        fitted = true;
       }
     }
+    // Said, as a schedule set aside is: the forecast was the one without it, without a word.
+    if (!fitted) note += "reference not used: no reference family could be fitted sanely to the observed points; ";
   }
 
   Forecast out;

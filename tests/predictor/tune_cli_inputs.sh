@@ -168,6 +168,13 @@ timeout 60 "$tune" plan --log "$log" --warmup-steps 200 --total-steps 800 --publ
 wait
 sed "s|$dir/ref.fifo|$dir/ref.csv|g" "$dir/pipe_out" > "$dir/from_pipe"
 cmp -s "$dir/from_file" "$dir/from_pipe" || fail "a reference read from a pipe planned otherwise than from its file"
+# A reference none of whose families fits the log was left out without a word; one that fits is
+# used, and not warned about.
+grep -q -- "--reference is not used" "$dir/from_file" && fail "a reference that fits was said to be set aside"
+printf 'step,loss\n0,-1e100\n6000,1e100\n' > "$dir/unfit_ref.csv"
+plan --reference "$dir/unfit_ref.csv" > "$dir/unfit" 2>"$dir/err" || fail "an unfit reference failed the plan"
+grep -q -- "--reference is not used: no reference family could be fitted" "$dir/unfit" ||
+  fail "an unfit reference was set aside without a word"
 # A directory is said to be one (it opened, and was read as an empty file).
 mkdir "$dir/d"
 refused "$dir/d: is a directory, not a file" plan --reference "$dir/d"

@@ -339,9 +339,13 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
 }
 
 // The forecaster sets a schedule aside, and says so only in its note, while the log shows too
-// little of the decay to measure what the anneal is worth: a schedule given on the command line
-// would otherwise go unused without a word.
-void warn_if_schedule_unused(Json& r, const CommonArgs& a, const std::string& note) {
+// little of the decay to measure what the anneal is worth, and a reference none of whose
+// families it can fit: either, given on the command line, would otherwise go unused without a word.
+void warn_of_inputs_set_aside(Json& r, const CommonArgs& a, const std::string& note) {
+  if (!a.reference_path.empty() && note.find("reference not used") != std::string::npos) {
+    r["warnings"].push_back("--reference is not used: no reference family could be fitted sanely to the log's points "
+                            "(a reference of another kind of run?)");
+  }
   if (a.lr_schedule_path.empty() || note.find("lr_schedule not used") == std::string::npos) return;
   r["warnings"].push_back("--lr-schedule is not used: the log up to the forecast holds too little of the rate's decay to measure "
                           "the loss drop it brings; give --anneal-drop (e.g. measured on an earlier run with this schedule)");
@@ -465,7 +469,7 @@ Json run_plan(const CommonArgs& a) {
   Json r;
   r["command"] = "plan";
   if (!warnings.empty()) r["warnings"] = warnings;
-  warn_if_schedule_unused(r, a, point_forecast.note);
+  warn_of_inputs_set_aside(r, a, point_forecast.note);
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
   r["total_steps_from"] = total_from;
@@ -559,7 +563,7 @@ Json run_replay(const CommonArgs& a) {
   r["command"] = "replay";
   if (!warnings.empty()) r["warnings"] = warnings;
   warn_if_total_set_aside(r, log);
-  warn_if_schedule_unused(r, a, scheduler.last_forecast().note);
+  warn_of_inputs_set_aside(r, a, scheduler.last_forecast().note);
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
   r["cil_window"] = cil_window_json(truth, w, costs);
