@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -74,10 +75,19 @@ void DescriptorCloser::close_connection(int fd) {
   std::vector<int> fds;
   for (;;) {
     const bool received = receive_request(fd, message, fds);
+    const int why = errno;
+    const bool carried = !fds.empty();
     for (int sent : fds) close_later(sent);
-    if (!received) break;
+    // An oversized message (EMSGSIZE) was taken all the same, and so was an empty one that
+    // carried descriptors (recvmsg returns 0 for it, as at the end): more may follow either.
+    if (received || why == EMSGSIZE || (why == ECONNRESET && carried)) continue;
+    break;
   }
-  ::close(fd);
+  // An empty message without descriptors reads as the end too, and what may follow it is
+  // released with the connection: the client is told it ends now, and the descriptor itself is
+  // closed off this thread.
+  ::shutdown(fd, SHUT_RDWR);
+  close_later(fd);
 }
 
 }  // namespace modelcastd::attach

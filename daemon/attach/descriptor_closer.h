@@ -4,8 +4,9 @@
 // thread for the linger time (every reader stalled, and SIGTERM waited), a file on a FUSE mount
 // can hold it until its server answers. So the attach server hands every descriptor a client
 // sent here. Nothing about the file is changed (a socket's SO_LINGER belongs to the socket, which
-// the client may still hold and use). A connection is closed by the attach thread itself, once
-// the descriptors still queued in it are taken out and handed here (close_connection).
+// the client may still hold and use). A connection is shut down by the attach thread, the
+// descriptors still queued in it taken out, and its own descriptor closed here too
+// (close_connection): its close releases whatever is still queued.
 //
 // Threads: close_later() from any thread; one closing thread of its own, detached at
 // destruction, so a close that never returns holds neither the attach thread nor shutdown. Past
@@ -32,9 +33,10 @@ class DescriptorCloser {
   // Takes `fd` (owned from here) and closes it soon. Never blocks but past max_pending.
   // Thread-safe.
   void close_later(int fd);
-  // Closes the connection `fd` (a SOCK_SEQPACKET socket, owned from here) on this thread, after
-  // shutting its reading down and handing every descriptor still queued in it to close_later:
-  // the close of a connection releases those, and one of them could block it.
+  // Ends the connection `fd` (a SOCK_SEQPACKET socket, owned from here): shuts it down (the
+  // client sees its end at once), hands the descriptors queued in it to close_later, and then
+  // the connection itself, whose close releases anything left queued. Never blocks but past
+  // max_pending.
   void close_connection(int fd);
 
  private:

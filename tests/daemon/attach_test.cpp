@@ -227,42 +227,51 @@ TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
   TestProducer producer(64);
   auto daemon = start_daemon(config(producer.producer->control_endpoint(), 2));
   modelcast::sidecar::Client other({socket(), "nope", 30s});  // returns once the daemon listens
-  // A connection whose peer never reads: what is written past the buffers stays unsent.
-  const auto [listener, lingering] = loopback_connection();
-  ASSERT_GE(lingering, 0) << std::strerror(errno);
-  ASSERT_EQ(fcntl(lingering, F_SETFL, fcntl(lingering, F_GETFL) | O_NONBLOCK), 0);
-  const std::vector<char> chunk(1 << 16, 'x');
-  while (write(lingering, chunk.data(), chunk.size()) > 0) {
-  }
-  ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
-  const linger two_minutes{1, 120};
-  ASSERT_EQ(setsockopt(lingering, SOL_SOCKET, SO_LINGER, &two_minutes, sizeof two_minutes), 0);
-
-  const int raw = modelcastd::attach::connect_to(socket());
-  ASSERT_GE(raw, 0) << std::strerror(errno);
-  modelcastd::attach::Request request;
-  request.model = "nope";  // answered at once, with an error
-  const int sent[] = {lingering};
-  // The daemon's close must be the socket's last (the one that lingers): this process lets go of
-  // its copy while the daemon is stopped, the descriptor in flight keeping the socket.
-  ASSERT_EQ(kill(daemon->pid(), SIGSTOP), 0);
-  ASSERT_TRUE(testing_support::eventually([&] { return testing_support::process_state(daemon->pid()) == 'T'; }, 30s));
-  const bool handed = modelcastd::attach::send_message(raw, modelcastd::attach::encode(request), sent);
-  close(lingering);
-  ASSERT_EQ(kill(daemon->pid(), SIGCONT), 0);
-  ASSERT_TRUE(handed) << std::strerror(errno);
-  pollfd ready{raw, POLLIN, 0};
-  EXPECT_EQ(poll(&ready, 1, 30'000), 1) << "the request that carried the socket went unanswered";
-  for (int i = 0; i < 2; ++i) {
-    try {
-      other.acquire();
-      ADD_FAILURE() << "acquire of an unconfigured model succeeded";
-    } catch (const modelcast::Error& e) {
-      EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << "another client was held up: " << e.what();
+  // With a request; and behind two empty messages, the first of which ends the connection (it
+  // reads as its end) and the second of which stopped the drain of what was queued, which the
+  // connection's close then released on the attach thread.
+  for (const int empties : {0, 2}) {
+    SCOPED_TRACE(std::to_string(empties) + " empty messages first");
+    // A connection whose peer never reads: what is written past the buffers stays unsent.
+    const auto [listener, lingering] = loopback_connection();
+    ASSERT_GE(lingering, 0) << std::strerror(errno);
+    ASSERT_EQ(fcntl(lingering, F_SETFL, fcntl(lingering, F_GETFL) | O_NONBLOCK), 0);
+    const std::vector<char> chunk(1 << 16, 'x');
+    while (write(lingering, chunk.data(), chunk.size()) > 0) {
     }
+    ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
+    const linger two_minutes{1, 120};
+    ASSERT_EQ(setsockopt(lingering, SOL_SOCKET, SO_LINGER, &two_minutes, sizeof two_minutes), 0);
+
+    const int raw = modelcastd::attach::connect_to(socket());
+    ASSERT_GE(raw, 0) << std::strerror(errno);
+    modelcastd::attach::Request request;
+    request.model = "nope";  // answered at once, with an error
+    const int sent[] = {lingering};
+    // The daemon's close must be the socket's last (the one that lingers): this process lets go
+    // of its copy while the daemon is stopped, the descriptor in flight keeping the socket.
+    ASSERT_EQ(kill(daemon->pid(), SIGSTOP), 0);
+    ASSERT_TRUE(testing_support::eventually([&] { return testing_support::all_threads_stopped(daemon->pid()); }, 30s));
+    bool handed = true;
+    for (int i = 0; i < empties; ++i) handed = handed && modelcastd::attach::send_message(raw, {});
+    handed = handed && modelcastd::attach::send_message(raw, modelcastd::attach::encode(request), sent);
+    close(lingering);
+    ASSERT_EQ(kill(daemon->pid(), SIGCONT), 0);
+    ASSERT_TRUE(handed) << std::strerror(errno);
+    // An answer, or the connection's end.
+    pollfd ready{raw, POLLIN, 0};
+    EXPECT_EQ(poll(&ready, 1, 30'000), 1) << "the client that sent the socket heard nothing";
+    for (int i = 0; i < 2; ++i) {
+      try {
+        other.acquire();
+        ADD_FAILURE() << "acquire of an unconfigured model succeeded";
+      } catch (const modelcast::Error& e) {
+        EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument) << "another client was held up: " << e.what();
+      }
+    }
+    close(raw);
+    close(listener);  // resets the connection, which ends the daemon's lingering close
   }
-  close(raw);
-  close(listener);  // resets the connection, which ends the daemon's lingering close
 }
 
 // A client may send a socket it goes on using (SCM_RIGHTS passes a copy): the daemon closes its

@@ -30,14 +30,22 @@ inline std::size_t open_descriptors(pid_t pid) {
   return count;
 }
 
-// The state letter of /proc/PID/stat ('R', 'S', 'T' when stopped, ...), '?' if it cannot be read.
-// The command name before it is in parentheses and may hold spaces: the state follows the last ')'.
-inline char process_state(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  std::getline(stat, line);
-  const auto close = line.rfind(')');
-  return close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
+// Whether every thread of `pid` is stopped (SIGSTOP): the state letter 'T' in each
+// /proc/PID/task/TID/stat. The process's own stat shows its main thread alone. The command name
+// before the state is in parentheses and may hold spaces: the state follows the last ')'.
+inline bool all_threads_stopped(pid_t pid) {
+  std::error_code error;
+  std::size_t threads = 0;
+  for (std::filesystem::directory_iterator it("/proc/" + std::to_string(pid) + "/task", error), end; !error && it != end;
+       it.increment(error)) {
+    std::ifstream stat(it->path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');
+    if (close == std::string::npos || close + 2 >= line.size() || line[close + 2] != 'T') return false;
+    ++threads;
+  }
+  return !error && threads > 0;
 }
 
 }  // namespace testing_support
