@@ -193,6 +193,18 @@ bool parse_csv_double(const std::string& field, double& out) {
   return ec == std::errc() && ptr == end;
 }
 
+bool csv_double_out_of_range(const std::string& field) {
+  double v = 0;
+  return !field.empty() &&
+         std::from_chars(digits_of(field), field.data() + field.size(), v).ec == std::errc::result_out_of_range;
+}
+
+bool csv_integer_out_of_range(const std::string& field) {
+  std::int64_t v = 0;
+  return !field.empty() &&
+         std::from_chars(digits_of(field), field.data() + field.size(), v).ec == std::errc::result_out_of_range;
+}
+
 bool parse_csv_integer(const std::string& field, std::int64_t& out) {
   if (field.empty()) return false;
   const char* end = field.data() + field.size();

@@ -47,5 +47,9 @@ bool parse_csv_double(const std::string& field, double& out);
 // A step: an integer, or a decimal or exponent form of one below 9e15 ("125.0", "1e12"), which a
 // double holds exactly. false otherwise.
 bool parse_csv_integer(const std::string& field, std::int64_t& out);
+// Whether `field`, read as the two above read it, is a number past a double's range (1e400) or an
+// integer past int64's: what messages say apart from "not a number".
+bool csv_double_out_of_range(const std::string& field);
+bool csv_integer_out_of_range(const std::string& field);
 
 }  // namespace modelcast::predictor

@@ -64,7 +64,7 @@ struct RowReader {
     double v = 0;
     if (!parse_csv_double(at(column, name), v)) {
       const std::string& text = at(column, name);
-      const bool range = !text.empty() && std::from_chars(text.data(), text.data() + text.size(), v).ec == std::errc::result_out_of_range;
+      const bool range = csv_double_out_of_range(text);
       throw CsvError(source, line_no, std::string("column '") + name + (range ? "' is out of a double's range: " : "' is not a number: ") +
                                           shown(text));
     }

@@ -227,6 +227,11 @@ refused "zero_lr.csv:3: the rate is 0 on every row" plan --lr-schedule "$dir/zer
 printf '+0,+5,0\n+100,4,1\n200,3,2\n300,2.5,3\n400,2.2,4\n' > "$dir/plus.csv"
 "$tune" evaluate --log "$dir/plus.csv" --warmup-steps 100 --publish-cost 0.1 --update-latency 0.1 \
   --publish-steps 300 > /dev/null 2>"$dir/err" || fail "a log of numbers with '+' signs refused"
+printf '+0,+0.001\n+1000,+0.0001\n' > "$dir/plus_lr.csv"
+plan --lr-schedule "$dir/plus_lr.csv" > /dev/null 2>"$dir/err" || fail "a schedule of numbers with '+' signs refused"
+printf 'step,loss,time_s\n0,+1e400,0\n100,4,1\n' > "$dir/plus_huge.csv"
+refused "plus_huge.csv:2: column 'loss' is out of a double's range: '+1e400'" "$tune" evaluate --log "$dir/plus_huge.csv" \
+  --warmup-steps 0 --publish-cost 0.1 --update-latency 0.1 --publish-steps ""
 printf 'step,loss,time_s\n0,+-5,0\n100,4,1\n' > "$dir/two_signs.csv"
 refused "two_signs.csv:2: column 'loss' is not a number: '+-5'" "$tune" evaluate --log "$dir/two_signs.csv" \
   --warmup-steps 0 --publish-cost 0.1 --update-latency 0.1 --publish-steps ""

@@ -186,13 +186,11 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
     // and an lr of 0 is a schedule: the error code is checked, not only where parsing stopped.
     // Steps read as the loss log's are ("1e12" and "125.0" included).
     if (!mp::parse_csv_integer(a, step)) {
-      const bool range = std::from_chars(a.data(), a.data() + a.size(), step).ec == std::errc::result_out_of_range;
+      const bool range = mp::csv_integer_out_of_range(a);
       throw mp::CsvError(path, n, (range ? "step is out of range: " : "step is not an integer: ") + shown_text(a));
     }
-    const auto lr_read = std::from_chars(b.data(), b.data() + b.size(), lr);
-    if (lr_read.ec == std::errc::result_out_of_range)
-      throw mp::CsvError(path, n, "lr is out of a double's range: " + shown_text(b));
-    if (lr_read.ec != std::errc() || lr_read.ptr != b.data() + b.size() || !std::isfinite(lr) || lr < 0)
+    if (mp::csv_double_out_of_range(b)) throw mp::CsvError(path, n, "lr is out of a double's range: " + shown_text(b));
+    if (!mp::parse_csv_double(b, lr) || !std::isfinite(lr) || lr < 0)
       throw mp::CsvError(path, n, "lr is not a finite number >= 0: " + shown_text(b));
     if (!s.steps.empty() && step <= s.steps.back())
       throw mp::CsvError(path, n, "steps not increasing: step " + std::to_string(step) + " follows step " + std::to_string(s.steps.back()));
