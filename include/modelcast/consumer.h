@@ -113,8 +113,9 @@ struct ConsumerOptions {
   // "staged" or "ucx_cuda". A path the two memories and the distance cannot use gets the join
   // refused, saying why (Error(kState) through on_error and last_error).
   std::string path;
-  // Transports this consumer offers, in order of preference: "ucx", "loopback" (only with a
-  // producer in this same process). Empty: every default one ("ucx").
+  // Transports this consumer offers, in order of preference: "ucx", "cuda_ipc", "loopback"
+  // (only with a producer in this same process). Empty: every default one available here
+  // ("ucx", and "cuda_ipc" where the process has a device; "loopback" only when named).
   std::vector<std::string> transports;
   // No announcement or heartbeat for this long: the producer is presumed gone (or to have
   // forgotten this consumer: it announces only to consumers it knows); a transfer in flight is

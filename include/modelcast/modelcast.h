@@ -95,7 +95,7 @@ typedef struct mc_producer_options {
    * "ipc://PATH". Default "tcp://127.0.0.1:0"; read the bound one with mc_producer_endpoint. */
   const char* control_endpoint;
   size_t snapshot_slots;        /* >= 2; default 3 */
-  int integrity;                /* nonzero: XXH3 digest per tensor, checked by consumers; default 1 */
+  int integrity;                /* nonzero: XXH3 digest per block, checked by consumers; default 1 */
   uint64_t first_version;       /* 1 to 2^64 - 2; default 1 (a restarted trainer may continue its numbering) */
   int64_t lease_timeout_ms;     /* a consumer's hold on a slot lapses after this long without progress; default 10000 */
   int64_t heartbeat_interval_ms;/* default 200 */

@@ -56,7 +56,7 @@ struct ProducerOptions {
   // The only endpoint: requests, replies and announcements all go over it.
   std::string control_endpoint = "tcp://127.0.0.1:0";
   std::size_t snapshot_slots = 3;  // 2-64: one holds the newest version while another is written
-  bool integrity = true;           // XXH3 digest per tensor, checked by consumers
+  bool integrity = true;           // XXH3 digest per block, checked by consumers
   std::uint64_t first_version = 1; // 1 to 2^64 - 2; a restarted trainer may continue its numbering
   // A consumer's hold on a slot lapses after this long without progress (no chunk of its
   // transfer completing), so a dead or hung consumer cannot pin a slot for ever while a slow
@@ -74,8 +74,10 @@ struct ProducerOptions {
   std::size_t device_stage_bytes = 8u << 20;
   // Joins beyond this many consumers are refused: each costs a connection and a UCX endpoint.
   std::size_t max_consumers = 256;
-  // Transports this producer may deliver over: "ucx" (shared memory, TCP, RDMA) and "loopback"
-  // (a memcpy to a consumer in this same process). Empty: every default one ("ucx"). Each
+  // Transports this producer may deliver over: "ucx" (shared memory, TCP, RDMA), "cuda_ipc"
+  // (device memory on this host) and "loopback" (a memcpy to a consumer in this same process).
+  // Empty: every default one available here ("ucx", and "cuda_ipc" where the process has a
+  // device; "loopback" only when named). Each
   // consumer gets the first transport it offers that serves its memory and distance.
   std::vector<std::string> transports;
   // Consumers that relay (0: off, the producer sends every consumer every block it needs).

@@ -222,7 +222,7 @@ int main(int argc, char** argv) {
   app.add_option("--consumers", consumers, "consumer processes")->check(CLI::Range(1, 16));
   app.add_option("--versions", versions, "versions to publish")->check(CLI::Range(1, 1000));
   app.add_option("--size-mib", size_mib, "model size in MiB")->check(CLI::Range(1, 65536));
-  app.add_flag("--no-integrity", no_integrity, "skip per-tensor digests");
+  app.add_flag("--no-integrity", no_integrity, "skip the block digests");
   app.add_option("--train-ms", train_ms, "time the trainer spends before each publish")->check(CLI::Range(0, 3600000));
   auto* consumer = app.add_subcommand("consumer", "run one consumer (started by the demo itself)");
   std::string endpoint;

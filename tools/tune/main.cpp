@@ -104,7 +104,8 @@ void add_forecast_options(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
         std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
         return lower == "none" ? std::string("-inf") : text;  // None and NONE as Python and YAML write it
       })
-      ->check(kNumber);
+      ->check(kNumber)
+      ->type_name("FLOAT|none");
 }
 
 // "100, 200" as well as "100,200"; an empty list is an empty schedule, an empty item ("1,,2") an
