@@ -108,6 +108,17 @@ TEST(ProducerCallbacks, AnOnDeliveryThatThrowsIsLoggedAndDeliveryGoesOn) {
   EXPECT_EQ(stats.consumers, 1u);
 }
 
+// Whether the forked `child` ended within `within` (its wait status in `status`); one that did
+// not is killed, and reaped, so that no test leaves it behind.
+bool child_ended(pid_t child, std::chrono::seconds within, int& status) {
+  const bool ended = testing_support::eventually([&] { return waitpid(child, &status, WNOHANG) == child; }, within);
+  if (!ended) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+  }
+  return ended;
+}
+
 // A process that forks while it holds views of a closed consumer (a DataLoader's workers, a
 // multiprocessing pool): the child has the views' memory but not the transport's progress
 // thread, which the last release of a received buffer waited for, so the child hung when it let
@@ -130,12 +141,7 @@ TEST(ForkedChild, LetsGoOfAViewOfAClosedConsumerAndExits) {
     _exit(bytes_right);
   }
   int status = 0;
-  const bool ended = testing_support::eventually([&] { return waitpid(child, &status, WNOHANG) == child; }, 30s);
-  if (!ended) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
-  ASSERT_TRUE(ended) << "the forked child hung letting go of its view";
+  ASSERT_TRUE(child_ended(child, 30s, status)) << "the forked child hung letting go of its view";
   ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the child read other bytes than version 1's";
   EXPECT_EQ(testmodel::check(view, 1), "");
@@ -199,12 +205,7 @@ TEST(ForkedChild, CannotMakeAConsumerWhileItsParentsViewKeepsATransportAndIsTold
     _exit(outcome);
   }
   int status = 0;
-  const bool ended = testing_support::eventually([&] { return waitpid(child, &status, WNOHANG) == child; }, 60s);
-  if (!ended) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
-  ASSERT_TRUE(ended) << "the forked child hung";
+  ASSERT_TRUE(child_ended(child, 60s, status)) << "the forked child hung";
   ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status);
   EXPECT_EQ(WEXITSTATUS(status), 0) << (WEXITSTATUS(status) == 3 ? "the child made a Consumer" : "another error");
   // The parent goes on: a new consumer here receives as ever.
