@@ -11,9 +11,12 @@
 
 #include "eventually.h"
 #include "exchange_fixture.h"
+#include "forked_child.h"
 
 namespace exchange_test {
 namespace {
+
+using testing_support::child_ended;
 
 // Counts acks per version so the test can wait for "every consumer has version v".
 struct DeliveryLog {
@@ -106,17 +109,6 @@ TEST(ProducerCallbacks, AnOnDeliveryThatThrowsIsLoggedAndDeliveryGoesOn) {
   const auto stats = p.producer->stats();
   EXPECT_EQ(stats.bad_messages, 0u);
   EXPECT_EQ(stats.consumers, 1u);
-}
-
-// Whether the forked `child` ended within `within` (its wait status in `status`); one that did
-// not is killed, and reaped, so that no test leaves it behind.
-bool child_ended(pid_t child, std::chrono::seconds within, int& status) {
-  const bool ended = testing_support::eventually([&] { return waitpid(child, &status, WNOHANG) == child; }, within);
-  if (!ended) {
-    kill(child, SIGKILL);
-    waitpid(child, &status, 0);
-  }
-  return ended;
 }
 
 // A process that forks while it holds views of a closed consumer (a DataLoader's workers, a

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "child_process.h"
+#include "forked_child.h"
 #include "common/host_buffer.h"
 #include "modelcast/error.h"
 #include "transports/ucx/ucx_transport.h"
@@ -241,6 +242,25 @@ TEST(UcxTransport, ReleasingARegionDoesNotWaitOnSendsToADeadPeerWhoseEndpointClo
   auto s = sent.promise.get_future();
   if (s.wait_for(0s) != std::future_status::ready) {
     EXPECT_NE(r.error.find("halted"), std::string::npos) << r.error;
+    // The halted worker is left open for the rest of this process, so a child forked now gets
+    // no transport; it must be told the cause, as every Producer and Consumer here is closed.
+    other_region.reset();
+    sender.reset();
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      int outcome = 3;  // made one
+      try {
+        make_ucx_transport({});
+      } catch (const modelcast::Error& e) {
+        outcome = std::string(e.what()).find("halted on a peer that never answered") != std::string::npos ? 0 : 4;
+      }
+      _exit(outcome);
+    }
+    int status = 0;
+    ASSERT_TRUE(testing_support::child_ended(child, 60s, status)) << "the forked child hung";
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "the child was not told that its parent left a halted transport open";
   }
 }
 

@@ -30,6 +30,9 @@ std::atomic<unsigned> forks{0};
 // closed its Consumer had workers whose Consumers never received anything.
 std::atomic<int> held_contexts{0};
 std::atomic<bool> forked_while_held{false};
+// Of held_contexts, those left on purpose (destroy()): the refusal says so, as the parent may
+// have closed every Producer and Consumer it made.
+std::atomic<int> leaked_contexts{0};
 
 unsigned counted_forks() {
   static std::once_flag registered;
@@ -57,7 +60,12 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
                     ") was forked while its parent held a transport (an open Producer or Consumer, or a view of a "
                     "closed Consumer, which keeps its transport): the transport library's threads stayed in the parent, "
                     "so no Producer or Consumer can work here. Fork before making any, or start processes another way "
-                    "(multiprocessing's spawn or forkserver)");
+                    "(multiprocessing's spawn or forkserver)" +
+                    (leaked_contexts.load(std::memory_order_relaxed) > 0
+                         ? std::string(". The parent still held one it had closed: a transport halted on a peer that "
+                                       "never answered (see its log) is left open rather than destroyed, for the rest "
+                                       "of that process")
+                         : std::string()));
   }
   route_ucx_log();
   ucp_config_t* config = nullptr;
@@ -143,6 +151,7 @@ void UcxWorker::destroy() {
   stop();
   if (halted_ && leak_when_halted_) {
     worker_ = nullptr;  // leaked on purpose: see destroy() in the header
+    if (context_ != nullptr) leaked_contexts.fetch_add(1, std::memory_order_relaxed);
     context_ = nullptr;
     return;
   }
