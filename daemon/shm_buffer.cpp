@@ -61,10 +61,11 @@ ShmBuffer::ShmBuffer(const std::string& name, std::size_t bytes) : id_(next_id++
     }
     static std::once_flag said;
     std::call_once(said, [] {
-      if (auto log = spdlog::get("modelcastd")) {
-        log->warn("this kernel cannot seal shared memory against writes (F_SEAL_FUTURE_WRITE, Linux 5.1): a client "
-                  "that opens a served buffer again through /proc can write what other clients read");
-      }
+      // Said once per process, so to spdlog's default logger where the daemon's is not made yet.
+      auto log = spdlog::get("modelcastd");
+      if (!log) log = spdlog::default_logger();
+      log->warn("this kernel cannot seal shared memory against writes (F_SEAL_FUTURE_WRITE, Linux 5.1): a client "
+                "that opens a served buffer again through /proc can write what other clients read");
     });
   }
   // Reopening through /proc gives a new open file description with O_RDONLY, so a client's
