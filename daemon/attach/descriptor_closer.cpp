@@ -16,11 +16,37 @@
 
 namespace modelcastd::attach {
 
+namespace {
+
+// Reads what is still queued in the connection `fd` (its reading shut down) and hands each
+// descriptor a message carried to `close_fd`.
+template <typename CloseFd>
+void drain(int fd, CloseFd close_fd) {
+  std::vector<char> message;
+  std::vector<int> fds;
+  for (;;) {
+    const bool received = receive_request(fd, message, fds);
+    const int why = errno;
+    const bool carried = !fds.empty();
+    for (int sent : fds) close_fd(sent);
+    // An oversized message (EMSGSIZE) was taken all the same, and so was an empty one that
+    // carried descriptors (recvmsg returns 0 for it, as at the end): more may follow either.
+    if (received || why == EMSGSIZE || (why == ECONNRESET && carried)) continue;
+    break;
+  }
+}
+
+}  // namespace
+
 struct DescriptorCloser::Queue {
+  struct Item {
+    int fd;
+    bool connection;  // drained, then closed
+  };
   std::mutex mutex;
   std::condition_variable wake;
-  std::deque<int> fds;  // mutex
-  bool stop = false;    // mutex
+  std::deque<Item> items;  // mutex
+  bool stop = false;       // mutex
   std::size_t max_pending = 0;
 };
 
@@ -34,12 +60,13 @@ DescriptorCloser::DescriptorCloser(std::size_t max_pending) : queue_(std::make_s
   std::thread([queue = queue_] {
     std::unique_lock lock(queue->mutex);
     for (;;) {
-      queue->wake.wait(lock, [&] { return queue->stop || !queue->fds.empty(); });
-      if (queue->fds.empty()) return;  // stopped, and nothing left
-      const int fd = queue->fds.front();
-      queue->fds.pop_front();
+      queue->wake.wait(lock, [&] { return queue->stop || !queue->items.empty(); });
+      if (queue->items.empty()) return;  // stopped, and nothing left
+      const auto item = queue->items.front();
+      queue->items.pop_front();
       lock.unlock();
-      ::close(fd);
+      if (item.connection) drain(item.fd, [](int sent) { ::close(sent); });
+      ::close(item.fd);
       lock.lock();
     }
   }).detach();
@@ -53,41 +80,29 @@ DescriptorCloser::~DescriptorCloser() {
   queue_->wake.notify_one();
 }
 
+bool DescriptorCloser::enqueue(int fd, bool connection) {
+  std::lock_guard lock(queue_->mutex);
+  if (queue_->items.size() >= queue_->max_pending) return false;
+  queue_->items.push_back({fd, connection});
+  queue_->wake.notify_one();
+  return true;
+}
+
 void DescriptorCloser::close_later(int fd) {
   if (fd < 0) return;
-  {
-    std::lock_guard lock(queue_->mutex);
-    if (queue_->fds.size() < queue_->max_pending) {
-      queue_->fds.push_back(fd);
-      queue_->wake.notify_one();
-      return;
-    }
-  }
-  ::close(fd);
+  if (!enqueue(fd, false)) ::close(fd);
 }
 
 void DescriptorCloser::close_connection(int fd) {
   if (fd < 0) return;
-  // Reading shut down, the client can queue nothing more (its sends fail with EPIPE), and what
-  // it queued before stays readable.
-  ::shutdown(fd, SHUT_RD);
-  std::vector<char> message;
-  std::vector<int> fds;
-  for (;;) {
-    const bool received = receive_request(fd, message, fds);
-    const int why = errno;
-    const bool carried = !fds.empty();
-    for (int sent : fds) close_later(sent);
-    // An oversized message (EMSGSIZE) was taken all the same, and so was an empty one that
-    // carried descriptors (recvmsg returns 0 for it, as at the end): more may follow either.
-    if (received || why == EMSGSIZE || (why == ECONNRESET && carried)) continue;
-    break;
-  }
-  // An empty message without descriptors reads as the end too, and what may follow it is
-  // released with the connection: the client is told it ends now, and the descriptor itself is
-  // closed off this thread.
+  // Shut down, the client sees its end at once and can queue nothing more (its sends fail with
+  // EPIPE), and what it queued before stays readable: the closing thread reads it, closing what
+  // it carried, then closes the connection. One place in the queue per connection, however many
+  // descriptors its messages carry.
   ::shutdown(fd, SHUT_RDWR);
-  close_later(fd);
+  if (enqueue(fd, true)) return;
+  drain(fd, [this](int sent) { close_later(sent); });
+  ::close(fd);
 }
 
 }  // namespace modelcastd::attach

@@ -4,15 +4,16 @@
 // thread for the linger time (every reader stalled, and SIGTERM waited), a file on a FUSE mount
 // can hold it until its server answers. So the attach server hands every descriptor a client
 // sent here. Nothing about the file is changed (a socket's SO_LINGER belongs to the socket, which
-// the client may still hold and use). A connection is shut down by the attach thread, the
-// descriptors still queued in it taken out, and its own descriptor closed here too
-// (close_connection): its close releases whatever is still queued.
+// the client may still hold and use). A connection is shut down by the attach thread and the
+// connection itself handed here (close_connection): this thread reads what is still queued in
+// it, closes each descriptor its messages carried, and then the connection.
 //
-// Threads: close_later() from any thread; one closing thread of its own, detached at
+// Threads: close_later() and close_connection() from any thread; one closing thread of its own, detached at
 // destruction, so a close that never returns holds neither the attach thread nor shutdown. Past
-// max_pending waiting descriptors (a closing thread held for good, and a client sending more),
-// close_later closes on the caller's thread: without SO_PASSRIGHTS (Linux 6.16) a descriptor sent
-// cannot be refused, only closed somewhere.
+// max_pending waiting descriptors and connections (a closing thread held for good, and clients
+// sending more), close_later and close_connection close on the caller's thread: without
+// SO_PASSRIGHTS (Linux 6.16) a descriptor sent cannot be refused, only closed somewhere. A
+// connection takes one place, however many descriptors its messages carry.
 #pragma once
 
 #include <cstddef>
@@ -34,12 +35,13 @@ class DescriptorCloser {
   // Thread-safe.
   void close_later(int fd);
   // Ends the connection `fd` (a SOCK_SEQPACKET socket, owned from here): shuts it down (the
-  // client sees its end at once), hands the descriptors queued in it to close_later, and then
-  // the connection itself, whose close releases anything left queued. Never blocks but past
-  // max_pending.
+  // client sees its end at once) and queues it, to be read to its end (each descriptor that
+  // messages carry closed) and closed. Never blocks but past max_pending.
   void close_connection(int fd);
 
  private:
+  bool enqueue(int fd, bool connection);  // false where max_pending wait already
+
   struct Queue;
   std::shared_ptr<Queue> queue_;  // shared with the thread, which may outlive this object
 };

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <future>
 #include <optional>
 #include <thread>
 #include <utility>
@@ -219,6 +220,24 @@ std::pair<int, int> loopback_connection() {
   return {listener, connected};
 }
 
+// A socket whose last close lingers for two minutes: connected on loopback to a listener that
+// never accepts, with more written than the buffers hold. {listener, lingering}; closing the
+// listener resets the connection, which ends a lingering close. The second is -1 on failure.
+std::pair<int, int> lingering_socket() {
+  const auto [listener, lingering] = loopback_connection();
+  if (lingering < 0 || fcntl(lingering, F_SETFL, fcntl(lingering, F_GETFL) | O_NONBLOCK) != 0) return {listener, -1};
+  const std::vector<char> chunk(1 << 16, 'x');
+  while (write(lingering, chunk.data(), chunk.size()) > 0) {
+  }
+  const linger two_minutes{1, 120};
+  if ((errno != EAGAIN && errno != EWOULDBLOCK) ||
+      setsockopt(lingering, SOL_SOCKET, SO_LINGER, &two_minutes, sizeof two_minutes) != 0) {
+    close(lingering);
+    return {listener, -1};
+  }
+  return {listener, lingering};
+}
+
 // A client sent a TCP socket with unsent data and SO_LINGER set along with a request: the
 // daemon's close of it (clients send no descriptors) held the one attach thread for the linger
 // time, and every other client's request went unanswered (10 s, then "no answer"). Descriptors
@@ -232,16 +251,8 @@ TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
   // connection's close then released on the attach thread.
   for (const int empties : {0, 2}) {
     SCOPED_TRACE(std::to_string(empties) + " empty messages first");
-    // A connection whose peer never reads: what is written past the buffers stays unsent.
-    const auto [listener, lingering] = loopback_connection();
+    const auto [listener, lingering] = lingering_socket();
     ASSERT_GE(lingering, 0) << std::strerror(errno);
-    ASSERT_EQ(fcntl(lingering, F_SETFL, fcntl(lingering, F_GETFL) | O_NONBLOCK), 0);
-    const std::vector<char> chunk(1 << 16, 'x');
-    while (write(lingering, chunk.data(), chunk.size()) > 0) {
-    }
-    ASSERT_TRUE(errno == EAGAIN || errno == EWOULDBLOCK) << std::strerror(errno);
-    const linger two_minutes{1, 120};
-    ASSERT_EQ(setsockopt(lingering, SOL_SOCKET, SO_LINGER, &two_minutes, sizeof two_minutes), 0);
 
     const int raw = modelcastd::attach::connect_to(socket());
     ASSERT_GE(raw, 0) << std::strerror(errno);
@@ -307,6 +318,41 @@ TEST(DescriptorCloser, ASocketAClientStillHoldsIsClosedHereAndLeftAsItWas) {
   EXPECT_EQ(n, 0) << "the connection ended by " << std::strerror(last_errno) << ", not its end";
   close(peer);
   close(listener);
+}
+
+// A connection ends with messages still queued in it, carrying sockets whose close lingers: the
+// closer reads them itself. Drained on the caller's thread, each descriptor took a place in the
+// closer's queue, and past its bound the caller closed one itself, for the linger time: a
+// client that sent more descriptors than the bound (one message carries 253) held the attach
+// thread whenever the closing thread was held. A connection now takes one place.
+TEST(DescriptorCloser, AConnectionsQueuedDescriptorsAreClosedOffTheCallersThread) {
+  int pair[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair), 0) << std::strerror(errno);
+  std::vector<int> listeners;
+  std::vector<int> sent;
+  for (int i = 0; i < 3; ++i) {
+    const auto [listener, lingering] = lingering_socket();
+    listeners.push_back(listener);
+    ASSERT_GE(lingering, 0) << std::strerror(errno);
+    sent.push_back(lingering);
+  }
+  for (int fd : sent) {
+    ASSERT_TRUE(modelcastd::attach::send_message(pair[0], std::vector<char>{'x'}, std::vector<int>{fd}))
+        << std::strerror(errno);
+    close(fd);  // the closer's close is the socket's last
+  }
+  {
+    modelcastd::attach::DescriptorCloser closer(/*max_pending=*/1);
+    auto closed = std::async(std::launch::async, [&] { closer.close_connection(pair[1]); });
+    EXPECT_EQ(closed.wait_for(30s), std::future_status::ready)
+        << "ending a connection waited on the lingering close of a descriptor it carried";
+    for (int fd : listeners) close(fd);  // ends every lingering close
+    closed.wait();
+  }
+  // The client sees its end.
+  char byte = 0;
+  EXPECT_EQ(recv(pair[0], &byte, 1, 0), 0) << std::strerror(errno);
+  close(pair[0]);
 }
 
 // One thread serves every client. Blocking sends to a client that never read stopped it once
