@@ -91,12 +91,16 @@ void ModelService::installed(const modelcast::ModelView& view) {
       return;
     }
   }
-  const std::shared_ptr<ShmBuffer>* in = nullptr;  // the receive buffer every view lies in
+  // The receive buffer every tensor with bytes lies in. An empty tensor's pointer says nothing (a
+  // converted one points into the consumer's own memory), and it is served at offset 0.
+  const auto has_bytes = [](const modelcast::TensorView& t) { return t.size_bytes() > 0; };
+  const auto first = std::find_if(tensors.begin(), tensors.end(), has_bytes);
+  const std::shared_ptr<ShmBuffer>* in = nullptr;
   for (const auto& buffer : buffers_) {
-    if (tensors.empty() || buffer->contains(tensors.front().data)) in = &buffer;
+    if (first == tensors.end() || buffer->contains(first->data)) in = &buffer;
   }
   for (const auto& t : tensors) {
-    if (in && t.size_bytes() > 0 && !(*in)->contains(t.data)) in = nullptr;
+    if (in && has_bytes(t) && !(*in)->contains(t.data)) in = nullptr;
   }
   if (!in) {
     // Shaped or assembled views: the copy thread copies them into memory clients can map. A
@@ -113,7 +117,7 @@ void ModelService::installed(const modelcast::ModelView& view) {
   served->buffer = *in;
   served->view = view;  // pins the receive buffer while the version is served
   std::vector<std::uint64_t> offsets;
-  for (const auto& t : tensors) offsets.push_back(served->buffer->offset_of(t.data));
+  for (const auto& t : tensors) offsets.push_back(has_bytes(t) ? served->buffer->offset_of(t.data) : 0);
   serve(std::move(served), view, offsets);
 }
 

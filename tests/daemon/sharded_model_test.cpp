@@ -203,6 +203,48 @@ TEST_F(DaemonTest, ClientsHoldingEveryCopyBufferHoldShapedUpdatesBackAndLoseNoth
   EXPECT_EQ(check(next, 7), "");
 }
 
+// A version whose only converted tensors are empty (the others already in the wanted dtype) is
+// served in place. An empty converted tensor points into the consumer's own memory, not the
+// receive buffer; its offset was taken from there, and every client refused the manifest
+// ("lies outside its buffer") while the daemon said it had installed the version.
+TEST_F(DaemonTest, AnEmptyConvertedTensorBesideUnconvertedOnesIsServedInPlace) {
+  const std::pair<bool, const char*> cases[] = {{false, "bf16"}, {false, "f8e4m3"}, {true, "bf16"}, {true, "f8e4m3"}};
+  for (const auto& [empty_first, to] : cases) {
+    SCOPED_TRACE(std::string(to) + (empty_first ? ", the empty tensor first" : ", the empty tensor last"));
+    std::vector<std::uint16_t> a(1000, 0x3f80);  // bf16 1.0: kept as it is by a bf16 conversion
+    float unused = 0;
+    modelcast::ProducerOptions options;
+    options.model_name = "test";
+    options.control_endpoint = "tcp://127.0.0.1:0";
+    modelcast::Producer producer(options);
+    std::vector<modelcast::TensorRef> tensors{{{"a", modelcast::DType::kBF16, {1000}}, a.data()},
+                                              {{"empty", modelcast::DType::kF32, {0}}, &unused}};
+    if (empty_first) std::swap(tensors[0], tensors[1]);
+    producer.register_tensors(tensors);
+    producer.prepare();
+    auto daemon = start_daemon(config(producer.control_endpoint(), 3,
+                                      std::string("persist = false\n[model.convert]\n\"empty\" = \"") + to + "\"\n"));
+    ASSERT_TRUE(producer.wait_for_consumers(1, 30s));
+    producer.publish(1);
+    auto c = client();
+    modelcast::sidecar::View view;
+    try {
+      view = c.wait_for_version(1, 30s);
+    } catch (const modelcast::Error& e) {
+      FAIL() << "the client refused version 1: " << e.what();
+    }
+    ASSERT_TRUE(view) << "version 1 never served";
+    auto empty = view.find("empty");
+    ASSERT_TRUE(empty);
+    EXPECT_EQ(empty->size_bytes(), 0u);
+    EXPECT_EQ(empty->dtype(), std::string_view(to) == "bf16" ? modelcast::DType::kBF16 : modelcast::DType::kF8E4M3);
+    auto kept = view.find("a");
+    ASSERT_TRUE(kept);
+    ASSERT_EQ(kept->size_bytes(), a.size() * 2);
+    EXPECT_EQ(std::memcmp(kept->data, a.data(), kept->size_bytes()), 0);
+  }
+}
+
 // A per-block fp8 conversion whose scales a client could not take (more than 2^17 for one
 // tensor) is refused by the daemon, saying what to change; nothing half-described is served.
 TEST_F(DaemonTest, AConversionWithMoreFp8ScalesThanAClientTakesIsRefusedSayingWhy) {
