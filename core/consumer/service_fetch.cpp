@@ -197,8 +197,10 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                                             " ranks publish, but the producer named no other ranks at the join");
     }
     check_reply(policy_, reply);
-    // Refused before a byte is received: a version the wants do not fit.
+    // Refused before a byte is received: a version the wants do not fit, or that cannot be
+    // converted as asked (rank pieces are converted once assembled).
     selection_ = TensorSelection::resolve(fetch_wants_ ? *fetch_wants_ : options_.wants, manifest);
+    if (!feeds_assembler_) shaper_.check(manifest);
     if (reply.base_version != 0) check_delta_base(reply);
     // Blocks from a relay are checked as they land: their digests must come with the answer.
     // A one-sided route (region: the relay's export) reads the whole version and checks it

@@ -54,9 +54,7 @@ struct TensorShaper::Planned {
   std::vector<layout::CopyRun> runs;  // from the tensor's first byte; empty for a whole tensor
 };
 
-std::vector<TensorShaper::Planned> TensorShaper::plan(const Manifest& manifest, const TensorSelection& selection,
-                                                      std::size_t& bytes) const {
-  // A version that cannot be converted as asked is refused before any work.
+void TensorShaper::check(const Manifest& manifest) const {
   for (const auto& c : conversions_) {
     if (c.tensor == "*") continue;
     auto it = std::find_if(manifest.tensors.begin(), manifest.tensors.end(),
@@ -71,6 +69,11 @@ std::vector<TensorShaper::Planned> TensorShaper::plan(const Manifest& manifest, 
                                                   ": only f32, f16 and bf16 tensors convert");
     }
   }
+}
+
+std::vector<TensorShaper::Planned> TensorShaper::plan(const Manifest& manifest, const TensorSelection& selection,
+                                                      std::size_t& bytes) const {
+  check(manifest);  // a version that cannot be converted as asked is refused before any work
   // Each view: where its bytes come from (runs of its tensor) and where they go.
   std::vector<Planned> planned;
   bytes = 0;

@@ -42,6 +42,10 @@ class TensorShaper {
   void apply(const Manifest& manifest, const TensorSelection& selection, const std::byte* base,
              detail::InstalledVersion& version, ShapingTarget& target) const;
 
+  // Throws Error(kLayoutMismatch) naming the tensor when a named conversion's tensor is absent
+  // from `manifest` or is not f32, f16 or bf16: a version refused on its manifest, before its bytes.
+  void check(const Manifest& manifest) const;
+
   // The conversion that applies to a tensor of `spec` (named, or "*" for a float), or nullptr.
   const TensorConversion* conversion_for(const TensorSpec& spec) const;
   // The conversions as given (checked at construction).

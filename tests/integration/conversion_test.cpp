@@ -102,9 +102,9 @@ std::string check(const modelcast::ModelView& view, const Model& model) {
 }
 
 struct Fixture {
-  Model model{kElements};
+  Model model;
   std::unique_ptr<modelcast::Producer> producer;
-  Fixture() {
+  explicit Fixture(std::size_t elements = kElements) : model(elements) {
     modelcast::ProducerOptions options;
     options.model_name = "test";
     options.control_endpoint = "tcp://127.0.0.1:0";
@@ -156,6 +156,29 @@ TEST(Conversion, ATensorThatCannotBeConvertedAsAskedIsRefusedByName) {
   EXPECT_NE(b.stats().last_error.find("i32"), std::string::npos) << b.stats().last_error;
   EXPECT_TRUE(a.acquire().empty());
   EXPECT_TRUE(b.acquire().empty());
+}
+
+// Refused on its manifest, before its bytes: found only once the version had arrived, a 64 MiB
+// model was received in full (and a receive buffer held) for every version, each then refused.
+TEST(Conversion, AVersionThatCannotBeConvertedAsAskedIsRefusedBeforeItsBytesArrive) {
+  Fixture f(16u << 20);  // five tensors: 64 MiB of f32 and i32 alone
+  auto options = consumer_options(f.producer->control_endpoint());
+  options.conversions = {{"idx", DType::kBF16, 0}};
+  modelcast::Consumer consumer(options);
+  f.producer->publish(1);  // zeros: what matters is their size
+  std::uint64_t most_arrived = 0;
+  bool arriving = false;
+  ASSERT_TRUE(testing_support::eventually([&] {
+    const auto stats = consumer.stats();
+    most_arrived = std::max(most_arrived, stats.arriving_bytes);
+    arriving = arriving || stats.arriving_version != 0;
+    return stats.versions_rejected >= 1;
+  }, 60s));
+  const auto stats = consumer.stats();
+  EXPECT_NE(stats.last_error.find("'idx'"), std::string::npos) << stats.last_error;
+  EXPECT_FALSE(arriving) << "version 1 began to arrive (" << most_arrived << " bytes seen) before it was refused";
+  EXPECT_EQ(stats.bytes_received, 0u);
+  EXPECT_TRUE(consumer.acquire().empty());
 }
 
 TEST(Conversion, ConversionsThatCanNeverApplyAreRefusedAtConstruction) {
