@@ -19,14 +19,26 @@ constexpr PublishCostNames kCostNames{"online scheduler: ", "costs.stall_s", "co
 
 // A point's loss and time residuals against the forecast (interpolated between its steps), by
 // which the forecast's future is shifted to continue from that point; none where the point lies
-// outside the forecast.
+// outside the forecast. A forecast starts one grid gap after `fitted_to`, the last point it was
+// fitted to, and a long horizon's gap spans many logged steps (a 10^5-step run's 400 forecast
+// points: 250 steps each): a point in that first gap, the fitted point itself included, is
+// measured against the line from the fitted point to the forecast's first step. Left
+// unanchored, each such decision planned afresh on the unshifted forecast, and none could reuse
+// a plan.
 struct Residuals {
   double loss = 0.0, time_s = 0.0;
 };
-std::optional<Residuals> residuals_at(const Forecast& forecast, std::int64_t step, double loss, double time_s) {
+std::optional<Residuals> residuals_at(const Forecast& forecast, const std::optional<CurvePoint>& fitted_to,
+                                      std::int64_t step, double loss, double time_s) {
   const auto it = std::lower_bound(forecast.steps.begin(), forecast.steps.end(), step);
-  if (it == forecast.steps.end() || (*it != step && it == forecast.steps.begin())) return std::nullopt;
+  if (it == forecast.steps.end()) return std::nullopt;
   const auto i = static_cast<std::size_t>(it - forecast.steps.begin());
+  if (*it != step && i == 0) {
+    if (!fitted_to || step < fitted_to->step || fitted_to->step >= forecast.steps[0]) return std::nullopt;
+    const double f = static_cast<double>(step - fitted_to->step) / static_cast<double>(forecast.steps[0] - fitted_to->step);
+    return Residuals{loss - (fitted_to->loss + f * (forecast.loss[0] - fitted_to->loss)),
+                     time_s - (fitted_to->time_s + f * (forecast.time_s[0] - fitted_to->time_s))};
+  }
   const std::size_t j = *it == step ? i : i - 1;  // interpolate between j and i (j == i: exact)
   const double f = j == i ? 0.0 : static_cast<double>(step - forecast.steps[j]) /
                                       static_cast<double>(forecast.steps[i] - forecast.steps[j]);
@@ -136,6 +148,7 @@ OnlineScheduler::Fitted OnlineScheduler::fit(std::span<const CurvePoint> regime,
   // the hedge would otherwise take it from the points (0 for a loss of 1000.x stated above 1000).
   if (std::isnan(raw.loss_floor)) raw.loss_floor = options.forecast.loss_floor;
   Fitted out;
+  if (!regime.empty()) out.fitted_to = regime.back();
   if (options.hedge) {
     auto hedged = hedge_forecast(regime, raw, options.hedge_options);
     out.forecast = std::move(hedged.forecast);
@@ -524,7 +537,7 @@ OnlineScheduler::PlanOutcome OnlineScheduler::plan_job(PlanInput& in, const Onli
     in.anchored = false;
     in.loss_shift = in.time_shift = 0.0;
     if (in.in_horizon) {
-      if (const auto r = residuals_at(refitted->forecast, in.now.step, in.now.loss, in.now.time_s)) {
+      if (const auto r = residuals_at(refitted->forecast, refitted->fitted_to, in.now.step, in.now.loss, in.now.time_s)) {
         in.loss_shift = r->loss;
         in.time_shift = r->time_s;
         in.anchored = true;
@@ -599,7 +612,7 @@ bool OnlineScheduler::should_publish(std::int64_t step) {
   double loss_shift = 0.0, time_shift = 0.0;
   bool anchored = false;  // the residuals were measured (the step lies within the forecast)
   if (in_horizon) {
-    if (const auto r = residuals_at(fitted_->forecast, step, now.loss, now.time_s)) {
+    if (const auto r = residuals_at(fitted_->forecast, fitted_->fitted_to, step, now.loss, now.time_s)) {
       loss_shift = r->loss;
       time_shift = r->time_s;
       anchored = true;
@@ -662,7 +675,7 @@ void OnlineScheduler::prepare(std::int64_t step, bool in_horizon) {
   bool anchored = false;
   const auto& now = observed_.back();
   if (in_horizon) {
-    if (const auto r = residuals_at(fitted_->forecast, step, now.loss, now.time_s)) {
+    if (const auto r = residuals_at(fitted_->forecast, fitted_->fitted_to, step, now.loss, now.time_s)) {
       loss_shift = r->loss;
       time_shift = r->time_s;
       anchored = true;
@@ -779,7 +792,7 @@ OnlineScheduler::Prepared OnlineScheduler::prepare_next(const PlanInput& in) {
   double thresholds[2], tolerances[2];
   for (int e = 0; e < 2; ++e) {
     const double time_s = in.next_time_s + (e == 0 ? -1.0 : 1.0) * interval;
-    const auto at_zero = residuals_at(forecast, in.next_step, 0.0, time_s);
+    const auto at_zero = residuals_at(forecast, in.fitted->fitted_to, in.next_step, 0.0, time_s);
     if (!at_zero) return out;  // beyond the forecast: the late answer will do
     const double expected = -at_zero->loss;  // the forecast's loss at the next step
     const double scale = std::max({half_band, std::abs(in.loss_shift), 1e-9 * std::max(1.0, std::abs(expected))});

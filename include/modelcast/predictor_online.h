@@ -201,6 +201,7 @@ class OnlineScheduler {
   struct Fitted {
     Forecast forecast;
     std::vector<Scenario> scenarios;  // empty when not hedged
+    std::optional<CurvePoint> fitted_to;  // the last point the forecast was fitted to
   };
   // The last exact plan, for previous_plan_holds().
   struct PlanMemo {

@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <thread>
 
@@ -79,6 +80,40 @@ TEST(OnlineDecisionCost, ReusesPlansOnAForecastGridCoarserThanTheLog) {
     OnlineScheduler reusing(o), fresh(fresh_options);
     EXPECT_EQ(replay(reusing, points, stall), replay(fresh, points, stall)) << "stall " << stall;
     EXPECT_LT(reusing.stats().plans, decisions / 2) << "stall " << stall;
+  }
+}
+
+TEST(OnlineDecisionCost, DecisionsBeforeTheForecastsFirstStepAreAnchoredAndReusePlans) {
+  // A forecast starts one grid gap after the point it was fitted to, and a long horizon's gap
+  // spans many logged points (here 10 forecast points: about 80 logged points each at first).
+  // Decisions in that first gap found no anchor on the forecast: each planned afresh on the
+  // unshifted forecast, and none could reuse a plan. They are now anchored on the line from the
+  // fitted point to the forecast's first step, and reuse plans as decisions elsewhere do.
+  const auto points = noisy_run(1000, 9);
+  for (double stall : {1.0, 16.0}) {
+    auto o = options_for(points, stall);
+    o.forecast.max_future_points = 10;
+    std::vector<std::pair<std::int64_t, std::int64_t>> gaps;  // (fitted step, first forecast step)
+    o.forecaster = [&gaps](std::span<const CurvePoint> seen, const ForecastOptions& options) {
+      Forecast f = forecast_curve(seen, options);
+      gaps.emplace_back(seen.back().step, f.steps.front());
+      return f;
+    };
+    OnlineScheduler s(o);
+    std::size_t in_gaps = 0, reused_in_gaps = 0;
+    for (const auto& p : points) {
+      s.observe(p.step, p.loss, p.time_s + stall * static_cast<double>(s.published_steps().size()));
+      const auto before = s.stats();
+      s.should_publish(p.step);
+      const auto after = s.stats();
+      if (after.fits != before.fits || gaps.empty() || p.step <= o.warmup_step) continue;  // a refit's own decision
+      if (p.step > gaps.back().first && p.step < gaps.back().second) {
+        ++in_gaps;
+        reused_in_gaps += after.plans_reused - before.plans_reused;
+      }
+    }
+    ASSERT_GT(in_gaps, 100U) << "stall " << stall << ": the grid left no first gap to decide in";
+    EXPECT_GT(reused_in_gaps, in_gaps / 5) << "stall " << stall << ": of " << in_gaps << " decisions in first gaps";
   }
 }
 
