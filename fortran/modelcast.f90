@@ -14,10 +14,11 @@
 ! Lifetimes: a registered array must stay allocated and unmoved (TARGET, no reallocation)
 ! while the producer lives: modelcast reads it at each publish. Register a variable: an
 ! expression (mc_producer_register(p, "w", w * 2.0)) does not compile, as the array argument is
-! intent(inout). The compiler cannot see one case: an array that reaches the call through a
-! dummy of your own that is explicit-shape or `contiguous`, given a strided section, is a
-! temporary copy the compiler frees on return, and each publish would send whatever then lies
-! there. A scalar (or one element, a(1, 1)) registers a tensor of one element, not its array.
+! intent(inout). The module cannot see two cases, which gfortran passes as a temporary copy it
+! frees on return (each publish would then send whatever lies there): a component of an array
+! of derived type (cells%val, z%re), and an array that reaches the call through a dummy of your
+! own that is explicit-shape or `contiguous`, given a strided section. Register an array of its
+! own instead. A scalar (or one element, a(1, 1)) registers a tensor of one element, not its array.
 module modelcast
   use, intrinsic :: iso_c_binding
   use modelcast_c
