@@ -19,7 +19,7 @@ install(FILES ${MODELCAST_GENERATED_INCLUDE_DIR}/modelcast/version.h
 # Relative install directories (GNUInstallDirs' defaults) let the pkg-config file and the
 # programs' runpath be written relative to themselves, so `cmake --install --prefix X` and moving
 # the installed tree both keep them right; /prefix below is only a placeholder for that prefix.
-foreach(dir CMAKE_INSTALL_LIBDIR CMAKE_INSTALL_BINDIR CMAKE_INSTALL_INCLUDEDIR)
+foreach(dir CMAKE_INSTALL_LIBDIR CMAKE_INSTALL_BINDIR CMAKE_INSTALL_SBINDIR CMAKE_INSTALL_INCLUDEDIR)
   if(IS_ABSOLUTE "${${dir}}")
     message(FATAL_ERROR "modelcast installs relocatably: give ${dir} relative to the prefix (got ${${dir}})")
   endif()
@@ -36,3 +36,6 @@ install(FILES ${PROJECT_SOURCE_DIR}/LICENSE DESTINATION ${CMAKE_INSTALL_DATADIR}
 # the prefix is; tools/CMakeLists.txt applies it. The build tree keeps its own absolute runpath.
 file(RELATIVE_PATH MODELCAST_BIN_TO_LIB /prefix/${CMAKE_INSTALL_BINDIR} /prefix/${CMAKE_INSTALL_LIBDIR})
 set(MODELCAST_PROGRAM_INSTALL_RPATH "$ORIGIN/${MODELCAST_BIN_TO_LIB}")
+# The same for modelcastd, in sbin/, which need not sit at bin/'s depth (libexec/modelcast).
+file(RELATIVE_PATH MODELCAST_SBIN_TO_LIB /prefix/${CMAKE_INSTALL_SBINDIR} /prefix/${CMAKE_INSTALL_LIBDIR})
+set(MODELCAST_DAEMON_INSTALL_RPATH "$ORIGIN/${MODELCAST_SBIN_TO_LIB}")
