@@ -9,7 +9,7 @@ namespace {
 
 constexpr std::size_t kSide = 4;
 constexpr double kIsolation = 20.0;
-constexpr double kLeastNoise = 0.005;  // of the median |loss|
+constexpr double kLeastNoise = 0.005;  // of the median |loss|: the most the resolution is taken to be
 
 double median_of(std::vector<double>& v) {
   const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
@@ -35,11 +35,19 @@ std::vector<CurvePoint> without_isolated_outliers(std::span<const CurvePoint> ob
   // absolute value is the standard deviation of normal noise, and an outlier moves it little.
   std::vector<double> steps(n - 1);
   for (std::size_t i = 1; i < n; ++i) steps[i - 1] = std::abs(observed[i].loss - observed[i - 1].loss);
-  // At least 1/200 of the loss's typical size: a log rounded to a few digits (bf16, "0.50") has
-  // most differences exactly 0, and without a floor a one-tick dip on a plateau was an outlier.
+  // At least the log's resolution: a log rounded to a few digits (bf16, "0.50") has most
+  // differences exactly 0, and without a floor a one-tick dip on a plateau was an outlier. The
+  // resolution is the smallest nonzero difference, but never more than 1/200 of the loss's
+  // typical size: on a plateau whose one departure is a glitch, that glitch is the only
+  // difference there is. (That 1/200 alone, as before, hid every glitch under 10 % of the loss,
+  // so on a loss of 1000.x any glitch at all.)
   std::vector<double> sizes(n);
   for (std::size_t i = 0; i < n; ++i) sizes[i] = std::abs(observed[i].loss);
-  const double noise = std::max(1.4826 * median_of(steps) / std::sqrt(2.0), kLeastNoise * median_of(sizes));
+  double resolution = kLeastNoise * median_of(sizes);
+  for (double d : steps) {
+    if (d > 0) resolution = std::min(resolution, d);
+  }
+  const double noise = std::max(1.4826 * median_of(steps) / std::sqrt(2.0), resolution);
   const double beyond = kIsolation * noise;
   std::vector<CurvePoint> kept;
   kept.reserve(n);

@@ -737,6 +737,28 @@ TEST(OnlineScheduler, OneOutlierEvaluationChangesNoDecision) {
   EXPECT_EQ(clean_note.find("isolated outlier"), std::string::npos) << clean_note;
 }
 
+// A glitch small beside the loss's level but far outside its noise is an outlier all the same: a
+// loss of 1000.x (an offset objective, a sum over a large batch), and a plateau whose only
+// departure is the glitch. The noise's floor was 1/200 of the level, so that nothing under 10 %
+// of the loss was ever left out.
+TEST(OnlineScheduler, AGlitchSmallBesideTheLevelButFarOutsideTheNoiseIsAnOutlier) {
+  std::mt19937 rng(5);
+  std::normal_distribution<double> noise(0.0, 1e-4);
+  ForecastOptions options;
+  options.total_steps = 1000;
+  std::vector<CurvePoint> offset, plateau;
+  for (std::int64_t step = 1; step <= 400; ++step) {
+    const double t = static_cast<double>(step);
+    offset.push_back({step, 1000.0 + 0.5 * std::exp(-t / 100.0) + noise(rng) + (step == 250 ? 20.0 : 0.0), t});
+    plateau.push_back({step, step == 250 ? 0.6 : 0.5, t});
+  }
+  for (const auto* points : {&offset, &plateau}) {
+    const auto forecast = forecast_curve(*points, options);
+    EXPECT_NE(forecast.note.find("left out 1 isolated outlier (step 250)"), std::string::npos)
+        << (points == &offset ? "offset: " : "plateau: ") << forecast.note;
+  }
+}
+
 // A change of level is no outlier: a loss that drops at once (a fine-tuning phase, an anneal) and
 // one that collapses keep every point.
 TEST(OnlineScheduler, ALevelThatChangesAtOnceIsNoOutlier) {
