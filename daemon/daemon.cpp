@@ -388,12 +388,17 @@ void Daemon::reload(DaemonConfig config) {
         ++it;
       } else {
         log->info("reload: model {} {}", it->first, w == wanted.end() ? "removed" : "changed; restarting it");
+        // A changed model's versions still being written get its new hook: between this erase
+        // and the restart (or for good, where the restart fails) they found none, and the
+        // restarted model's Consumer, sent the same version again, drops it as served, so that
+        // version was never hooked at all.
         if (w != wanted.end()) {
           carried_[it->first] = it->second->current();  // in the same step as the erase below
+          hooks_by_model_[it->first] = w->second->hook;
         } else {
           removed.push_back(it->first);
+          hooks_by_model_.erase(it->first);
         }
-        hooks_by_model_.erase(it->first);
         stopping.push_back(std::move(it->second));
         it = models_.erase(it);
       }

@@ -770,6 +770,33 @@ TEST_F(DaemonTest, AReloadNamingAPathThatCannotBeExaminedIsRefusedAndTheModelSer
   EXPECT_EQ(daemon->wait(), 0);
 }
 
+// A version still being written to the repository when a reload restarts its model: its hook
+// found the model without one (until the restart, or for good where the restart fails, as here),
+// and the restarted Consumer, sent the same version again, dropped it as served: the inference
+// server was never told of it. It runs the new configuration's hook.
+TEST_F(DaemonTest, AVersionWrittenDuringAReloadThatRestartsItsModelIsHooked) {
+  TestProducer producer(128 * 1024);  // 128 MiB: its write outlasts the reload
+  const std::string endpoint = producer.producer->control_endpoint();
+  const std::string hook = "[model.hook]\ncommand = [\"/usr/bin/touch\", \"" + dir.path + "/hooked-{version}\"]\n";
+  auto daemon = start_daemon(config(endpoint, 2, hook, repository(dir / "repo", 2), "160MiB"));
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
+  producer.publish(1);
+  std::vector<std::string> lines;
+  ASSERT_NE(wait_for_text(*daemon, "installed version 1 ", 60s, &lines), "");
+  // Restarted at once, and the restart fails (more than the machine has): the model serves on.
+  write_file(dir / "modelcastd.toml", config(endpoint, 2, hook, repository(dir / "repo", 2), "1000000GiB"));
+  kill(daemon->pid(), SIGHUP);
+  ASSERT_NE(wait_for_text(*daemon, "reloaded", 60s, &lines), "");
+  const bool written_before_reload = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.find("version 1 written to") != std::string::npos;
+  });
+  EXPECT_NE(wait_for_text(*daemon, "hook for version 1: /usr/bin/touch exited with 0", 60s, &lines), "")
+      << (written_before_reload ? "(written before the reload)" : "(written during the reload)");
+  EXPECT_TRUE(std::filesystem::exists(dir / "hooked-1"));
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
+}
+
 // A restart is not a removal: while a reload stops a changed model and starts it again, clients
 // were told "no model 'test' is configured" and waiters gave up ("removed from the
 // configuration"), and a restart that failed (here an allocation no machine can make, which
