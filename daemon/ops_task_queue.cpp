@@ -1,5 +1,9 @@
 #include "daemon/ops_task_queue.h"
 
+#include <sys/resource.h>
+
+#include <algorithm>
+
 namespace modelcastd {
 
 namespace {
@@ -9,7 +13,12 @@ thread_local std::optional<OpsTaskQueue::Clock::time_point> running_job_accepted
 
 }  // namespace
 
-OpsTaskQueue::OpsTaskQueue(std::size_t threads) {
+OpsTaskQueue::OpsTaskQueue(std::size_t threads, std::size_t max_queued) : max_queued_(max_queued) {
+  if (max_queued_ == 0) {
+    rlimit limit{};
+    const rlim_t open_files = getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 1024;
+    max_queued_ = static_cast<std::size_t>(std::clamp<rlim_t>(open_files / 8, 16, 4096));
+  }
   workers_.reserve(threads);
   try {
     for (std::size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
@@ -24,9 +33,16 @@ OpsTaskQueue::~OpsTaskQueue() { shutdown(); }
 void OpsTaskQueue::enqueue(std::function<void()> job) {
   {
     std::lock_guard lock(mutex_);
-    jobs_.push_back({std::move(job), Clock::now()});
+    if (jobs_.size() < max_queued_) {
+      jobs_.push_back({std::move(job), Clock::now()});
+      wake_.notify_one();
+      return;
+    }
   }
-  wake_.notify_one();
+  // Run with no time left: it closes its connection without waiting for a request.
+  running_job_accepted_at = Clock::time_point{};
+  job();
+  running_job_accepted_at.reset();
 }
 
 void OpsTaskQueue::shutdown() {

@@ -7,7 +7,9 @@
 // minute and more, past systemd's stop timeout). Now a connection that waited its second in the
 // queue is closed at once (a probe too: it would have timed out by then), so what queues is
 // bounded by the arrivals of about a second beyond what the threads serve, and once a stop
-// begins the queued ones get no time at all.
+// begins the queued ones get no time at all. A second of arrivals is still unbounded (4,000
+// connections a second took every descriptor of a daemon limited to 1,024, and repository
+// writes failed): past max_queued waiting, a connection is closed at once, on the accept thread.
 //
 // Threads: enqueue() from httplib's accept thread, shutdown() from the one stopping the server;
 // each worker runs jobs, and accepted_at() answers the worker that calls it.
@@ -30,7 +32,9 @@ namespace modelcastd {
 class OpsTaskQueue final : public httplib::TaskQueue {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit OpsTaskQueue(std::size_t threads);
+  // max_queued: connections waiting for a thread, at most (0: an eighth of the open-file limit,
+  // at least 16 and at most 4096); past that, each is given no time (closed) as it arrives.
+  explicit OpsTaskQueue(std::size_t threads, std::size_t max_queued = 0);
   ~OpsTaskQueue() override;  // shuts down if shutdown() was not called
   OpsTaskQueue(const OpsTaskQueue&) = delete;
   OpsTaskQueue& operator=(const OpsTaskQueue&) = delete;
@@ -54,6 +58,7 @@ class OpsTaskQueue final : public httplib::TaskQueue {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<Job> jobs_;   // mutex_
+  std::size_t max_queued_ = 0;
   bool stopping_ = false;  // mutex_
   std::vector<std::thread> workers_;
 };

@@ -224,6 +224,43 @@ TEST(OpsTaskQueue, JobsStillQueuedWhenAStopBeginsHaveNoTimeLeft) {
   }
 }
 
+// Behind busy threads, connections past max_queued are given no time and closed as they arrive:
+// the second's bound on waiting left a second of arrivals queued, each with its descriptor
+// (4,000 a second took all 1,024 of a daemon, and its repository writes failed).
+TEST(OpsTaskQueue, AConnectionPastTheQueuesBoundIsGivenNoTimeAsItArrives) {
+  using Clock = modelcastd::OpsTaskQueue::Clock;
+  modelcastd::OpsTaskQueue queue(1, /*max_queued=*/2);
+  std::promise<void> release, busy;
+  auto released = release.get_future().share();
+  queue.enqueue([released, &busy] {
+    busy.set_value();
+    released.wait();
+  });
+  busy.get_future().wait();  // the one worker is busy, and the queue empty
+  std::mutex mutex;
+  std::vector<std::optional<Clock::time_point>> seen;
+  auto record = [&] {
+    std::lock_guard lock(mutex);
+    seen.push_back(modelcastd::OpsTaskQueue::accepted_at());
+  };
+  queue.enqueue(record);
+  queue.enqueue(record);
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_TRUE(seen.empty()) << "a job within the bound ran before the worker was free";
+  }
+  queue.enqueue(record);  // the third waiting: past the bound
+  {
+    std::lock_guard lock(mutex);
+    ASSERT_EQ(seen.size(), 1u) << "the connection past the bound was queued";
+    ASSERT_TRUE(seen[0]);
+    EXPECT_LE(*seen[0] + modelcastd::ConnectionLimits{}.request_time, Clock::now()) << "it was given time";
+  }
+  release.set_value();
+  queue.shutdown();
+  EXPECT_EQ(seen.size(), 3u);
+}
+
 // A Range header was served range by range: 2600 ranges of /metrics in an 8 KB request came back
 // as a 12 MB answer. No endpoint has a use for a part of its answer.
 TEST(OpsHttpAddress, ARangeRequestIsRefusedNotMultipliedIntoAHugeAnswer) {
