@@ -106,7 +106,9 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
     // cpp-httplib 0.11 serves every range asked for, unmerged: 2600 ranges of /metrics in an
     // 8 KB request made a 12 MB answer, and a few such requests at once took a gigabyte. These
     // answers are small and made anew each time: no client needs a part of one. The refusal has
-    // no body: cpp-httplib would multiply that too, once per range.
+    // no body: cpp-httplib would multiply that too, once per range. Said so in every answer:
+    // cpp-httplib tells each HEAD "Accept-Ranges: bytes" unless the answer has the header already.
+    res.set_header("Accept-Ranges", "none");
     if (!req.ranges.empty()) {
       res.status = 416;
       return httplib::Server::HandlerResponse::Handled;
