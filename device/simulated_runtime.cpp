@@ -200,6 +200,13 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   void* allocate(int device, std::size_t bytes) override {
     not_from_a_host_function("allocate");
     check_device(device);
+    std::uint64_t until_fault = allocation_fault_.load();
+    while (until_fault > 0 && !allocation_fault_.compare_exchange_weak(until_fault, until_fault - 1)) {
+    }
+    if (until_fault == 1) {
+      throw Error(ErrorCode::kResource, "simulated device: cannot allocate " + std::to_string(bytes) +
+                                            " bytes (injected fault)");
+    }
     std::uint64_t token = next_token();
     int fd = memfd_create(memfd_name(token).c_str(), MFD_CLOEXEC);
     if (fd < 0) throw Error(ErrorCode::kResource, "simulated device: memfd_create: " + std::string(strerror(errno)));
@@ -529,7 +536,12 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   std::shared_future<void> hold_copy_from_peer(std::uint64_t nth, std::shared_future<void> release) override {
     return arm_copy(nth, std::move(release), false, CopyKind::kFromPeer);
   }
+  void fail_allocation(std::uint64_t nth) override {
+    if (nth == 0) throw Error(ErrorCode::kInvalidArgument, "simulated device: fail_allocation(0): allocations count from 1");
+    allocation_fault_.store(nth);
+  }
   void disarm() override {
+    allocation_fault_.store(0);
     std::lock_guard lock(faults_mutex_);
     copy_fault_.reset();
   }
@@ -688,6 +700,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   std::atomic<std::uint64_t> host_to_device_bytes_{0};  // completed host-to-device copies
   std::mutex faults_mutex_;                   // not held with mutex_
   std::optional<CopyFault> copy_fault_;  // guarded by faults_mutex_
+  std::atomic<std::uint64_t> allocation_fault_{0};  // allocations until the injected failure (0: none)
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, Allocation> allocations_;  // guarded by mutex_
   std::uint64_t token_seed_ = 0, tokens_ = 0;         // guarded by mutex_

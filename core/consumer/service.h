@@ -209,6 +209,8 @@ class ConsumerService {
   std::optional<std::pair<Manifest, std::uint64_t>> abandon_fetch(const std::string& why, bool counted);
   // Counted and reported before the ack: the ack is what the outside world sees first.
   void reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
+  // Not a rejection: memory could not be had now; the version is asked for again after a backoff.
+  void retry_later(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
   // The answer is refused before its receives were posted: takes and drops the chunks the
   // producer (or a relay) sends for it all the same (FetchClient::discard says why).
   void discard_chunks(const protocol::FetchReply& reply);

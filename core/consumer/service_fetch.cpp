@@ -221,12 +221,21 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                                         " digests, which are taken on the host");
     }
     // A host buffer of a device consumer: each chunk goes on to the device as it lands.
-    if (buffer && landing_ && !buffer->device_owned) landing_->begin(manifest.total_bytes, *buffer);
+    if (buffer && landing_ && !buffer->device_owned) {
+      try {
+        landing_->begin(manifest.total_bytes, *buffer);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kResource) throw;
+        discard_chunks(reply);
+        buffer.reset();
+        return retry_later(manifest, reply.fetch_id, e);
+      }
+    }
   } catch (const std::bad_alloc&) {
     discard_chunks(reply);
-    return reject(manifest, reply.fetch_id, Error(ErrorCode::kResource, "cannot allocate " +
-                                                      std::to_string(manifest.total_bytes) + " bytes for version " +
-                                                      std::to_string(manifest.version)));
+    return retry_later(manifest, reply.fetch_id, Error(ErrorCode::kResource, "cannot allocate " +
+                                                           std::to_string(manifest.total_bytes) + " bytes for version " +
+                                                           std::to_string(manifest.version)));
   } catch (const Error& e) {
     discard_chunks(reply);
     return reject(manifest, reply.fetch_id, e);
@@ -391,8 +400,14 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     } else if (landing_) {
       // Normally begun when the fetch was answered (and most of it copied already); a landing
       // that was dropped since starts again here.
-      if (!landing_->landing()) landing_->begin(m.total_bytes, *done->buffer);
-      auto landed = landing_->complete(m, pmix);
+      DeviceLanding::Landed landed;
+      try {
+        if (!landing_->landing()) landing_->begin(m.total_bytes, *done->buffer);
+        landed = landing_->complete(m, pmix);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kResource) throw;
+        return retry_later(m, done->fetch_id, e);
+      }
       device_copy = std::move(landed.buffer);
       if (pmix) done->received = std::move(landed.digests);
     } else if (pmix && done->received.size() != m.tensors.size()) {
@@ -561,6 +576,21 @@ void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, c
   });
   report(error);
   send_ack(manifest, fetch_id, false, error.what());
+}
+
+// Memory this consumer could not have now (its receive buffer, its device landing): no verdict
+// on the version, which is asked for again after a backoff. Rejected, it was never fetched again
+// (and in a group, every member lost it), for one failed allocation.
+void ConsumerService::retry_later(const Manifest& manifest, std::uint64_t fetch_id, const Error& error) {
+  if (landing_) landing_->abandon();
+  fetch_.forget();
+  failures_in_a_row_ = std::min(failures_in_a_row_ + 1, 16u);
+  retry_fetch_after_ = Clock::now() + std::min<Clock::duration>(tick() * (1u << (failures_in_a_row_ - 1)),
+                                                                kMaxRejectBackoff);
+  count([&](ConsumerStats& s) { s.last_error = error.what(); });
+  report(Error(error.code(), std::string(error.what()) + "; version " + std::to_string(manifest.version) +
+                                 " is fetched again"));
+  send_ack(manifest, fetch_id, false, error.what(), protocol::RelayFault::kNone, /*again=*/true);
 }
 
 void ConsumerService::send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,

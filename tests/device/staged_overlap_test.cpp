@@ -75,4 +75,45 @@ TEST(StagedOverlap, ChunksLandOnTheConsumersDeviceWhileTheProducersDeviceToHostC
   EXPECT_EQ(consumer.stats().path, "staged");
 }
 
+// A device allocation that fails once (memory a moment short: cudaMalloc's out of memory) is no
+// verdict on the version: it is fetched again. It was rejected: never asked for again, the
+// consumer stayed on its old version until the next publish (for good after the last one), and
+// the producer was told the version was refused.
+TEST(StagedOverlap, AVersionWhoseDeviceLandingCouldNotBeAllocatedIsFetchedAgain) {
+  auto& rt = modelcast::device::require_device_runtime("the device tests");
+  auto* faults = modelcast::device::simulated_faults(rt);
+  if (!faults) GTEST_SKIP() << "failing a device allocation on demand needs the simulated device";
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  modelcast::Producer producer(options);  // host tensors: the consumer's are the only device allocations
+  std::vector<float> weights(1 << 16);
+  for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i);
+  producer.register_tensor({{"w", modelcast::DType::kF32, {static_cast<std::int64_t>(weights.size())}}, weights.data()});
+  producer.prepare();
+  modelcast::ConsumerOptions consumer_options;
+  consumer_options.producer_endpoint = producer.control_endpoint();
+  consumer_options.model_name = "test";
+  consumer_options.memory = modelcast::MemoryKind::kCuda;
+  consumer_options.transports = {"ucx"};  // staged: a host buffer, then the device
+  modelcast::Consumer consumer(consumer_options);
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  struct Disarm {
+    modelcast::device::SimulatedFaults* faults;
+    ~Disarm() { faults->disarm(); }
+  } disarm{faults};
+  faults->fail_allocation(1);  // the landing's device buffer, the first this consumer makes
+  producer.publish(1);
+  auto view = consumer.wait_for_version(1, 30000ms);
+  const auto stats = consumer.stats();
+  ASSERT_TRUE(view) << "version 1 was never installed: " << stats.last_error;
+  EXPECT_EQ(stats.versions_rejected, 0u) << stats.last_error;
+  EXPECT_NE(stats.last_error.find("injected fault"), std::string::npos)
+      << "the allocation never failed: the test tested nothing (" << stats.last_error << ")";
+  std::vector<float> back(weights.size());
+  rt.copy_async(back.data(), view.tensor("w").data, back.size() * sizeof(float), nullptr);
+  rt.synchronize_stream(nullptr);
+  EXPECT_EQ(back, weights);
+}
+
 }  // namespace
