@@ -37,16 +37,19 @@ std::vector<CurvePoint> without_isolated_outliers(std::span<const CurvePoint> ob
   for (std::size_t i = 1; i < n; ++i) steps[i - 1] = std::abs(observed[i].loss - observed[i - 1].loss);
   // At least the log's resolution: a log rounded to a few digits (bf16, "0.50") has most
   // differences exactly 0, and without a floor a one-tick dip on a plateau was an outlier. The
-  // resolution is the smallest nonzero difference, but never more than 1/200 of the loss's
+  // resolution is the median of the nonzero differences (one round-off difference of 1e-8 among
+  // the ticks must not make every tick an outlier), but never more than 1/200 of the loss's
   // typical size: on a plateau whose one departure is a glitch, that glitch is the only
   // difference there is. (That 1/200 alone, as before, hid every glitch under 10 % of the loss,
   // so on a loss of 1000.x any glitch at all.)
   std::vector<double> sizes(n);
   for (std::size_t i = 0; i < n; ++i) sizes[i] = std::abs(observed[i].loss);
   double resolution = kLeastNoise * median_of(sizes);
+  std::vector<double> nonzero;
   for (double d : steps) {
-    if (d > 0) resolution = std::min(resolution, d);
+    if (d > 0) nonzero.push_back(d);
   }
+  if (!nonzero.empty()) resolution = std::min(resolution, median_of(nonzero));
   const double noise = std::max(1.4826 * median_of(steps) / std::sqrt(2.0), resolution);
   const double beyond = kIsolation * noise;
   std::vector<CurvePoint> kept;

@@ -785,6 +785,15 @@ TEST(OnlineScheduler, ALevelThatChangesAtOnceIsNoOutlier) {
   options.total_steps = 1000;
   const auto forecast = forecast_curve(rounded, options);
   EXPECT_EQ(forecast.note.find("isolated outlier"), std::string::npos) << forecast.note;
+  // Nor are a rounded plateau's one-tick dips where one value carries a round-off (0.50000001):
+  // the log's resolution is its typical nonzero difference, not its smallest.
+  std::vector<CurvePoint> dips;
+  for (std::int64_t step = 1; step <= 400; ++step) {
+    const double loss = step % 50 == 25 ? 0.49 : (step == 333 ? 0.50000001 : 0.5);
+    dips.push_back({step, loss, static_cast<double>(step)});
+  }
+  const auto dipped = forecast_curve(dips, options);
+  EXPECT_EQ(dipped.note.find("isolated outlier"), std::string::npos) << dipped.note;
 }
 
 }  // namespace
