@@ -419,6 +419,9 @@ void Daemon::reload(DaemonConfig config) {
         it = carried_.erase(it);
       }
     }
+    // A model whose restart failed kept its hook (for its versions still being written): removed
+    // now, it has none, as every removed model.
+    for (const auto& name : removed) hooks_by_model_.erase(name);
   }
   // Each Consumer's last counts, read as it goes (a version it receives between this read and
   // its end, microseconds later, is not counted).

@@ -41,8 +41,10 @@ void OpsTaskQueue::enqueue(std::function<void()> job) {
   }
   // Run with no time left: it closes its connection without waiting for a request.
   running_job_accepted_at = Clock::time_point{};
+  struct Reset {
+    ~Reset() { running_job_accepted_at.reset(); }
+  } reset;
   job();
-  running_job_accepted_at.reset();
 }
 
 void OpsTaskQueue::shutdown() {

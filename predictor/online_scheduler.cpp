@@ -24,7 +24,8 @@ constexpr PublishCostNames kCostNames{"online scheduler: ", "costs.stall_s", "co
 // points: 250 steps each): a point in that first gap, the fitted point itself included, is
 // measured against the line from the fitted point to the forecast's first step. Left
 // unanchored, each such decision planned afresh on the unshifted forecast, and none could reuse
-// a plan.
+// a plan. The line starts at the point as observed, its noise with it (a forecast gives no value
+// at the points it was fitted to): in that gap a residual carries two points' noise, not one.
 struct Residuals {
   double loss = 0.0, time_s = 0.0;
 };

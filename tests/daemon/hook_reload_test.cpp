@@ -777,22 +777,25 @@ TEST_F(DaemonTest, AReloadNamingAPathThatCannotBeExaminedIsRefusedAndTheModelSer
 TEST_F(DaemonTest, AVersionWrittenDuringAReloadThatRestartsItsModelIsHooked) {
   TestProducer producer(128 * 1024);  // 128 MiB: its write outlasts the reload
   const std::string endpoint = producer.producer->control_endpoint();
-  const std::string hook = "[model.hook]\ncommand = [\"/usr/bin/touch\", \"" + dir.path + "/hooked-{version}\"]\n";
-  auto daemon = start_daemon(config(endpoint, 2, hook, repository(dir / "repo", 2), "160MiB"));
+  auto hook = [&](const std::string& file) {
+    return "[model.hook]\ncommand = [\"/usr/bin/touch\", \"" + dir.path + "/" + file + "-{version}\"]\n";
+  };
+  auto daemon = start_daemon(config(endpoint, 2, hook("old"), repository(dir / "repo", 2), "160MiB"));
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
   producer.publish(1);
   std::vector<std::string> lines;
   ASSERT_NE(wait_for_text(*daemon, "installed version 1 ", 60s, &lines), "");
   // Restarted at once, and the restart fails (more than the machine has): the model serves on.
-  write_file(dir / "modelcastd.toml", config(endpoint, 2, hook, repository(dir / "repo", 2), "1000000GiB"));
+  write_file(dir / "modelcastd.toml", config(endpoint, 2, hook("new"), repository(dir / "repo", 2), "1000000GiB"));
   kill(daemon->pid(), SIGHUP);
   ASSERT_NE(wait_for_text(*daemon, "reloaded", 60s, &lines), "");
-  const bool written_before_reload = std::any_of(lines.begin(), lines.end(), [](const std::string& l) {
-    return l.find("version 1 written to") != std::string::npos;
-  });
-  EXPECT_NE(wait_for_text(*daemon, "hook for version 1: /usr/bin/touch exited with 0", 60s, &lines), "")
-      << (written_before_reload ? "(written before the reload)" : "(written during the reload)");
-  EXPECT_TRUE(std::filesystem::exists(dir / "hooked-1"));
+  if (std::any_of(lines.begin(), lines.end(),
+                  [](const std::string& l) { return l.find("version 1 written to") != std::string::npos; })) {
+    GTEST_SKIP() << "version 1 was written before the reload began: nothing to test on this machine";
+  }
+  EXPECT_NE(wait_for_text(*daemon, "hook for version 1: /usr/bin/touch exited with 0", 60s, &lines), "");
+  EXPECT_TRUE(std::filesystem::exists(dir / "new-1")) << "the new configuration's hook did not run";
+  EXPECT_FALSE(std::filesystem::exists(dir / "old-1"));
   kill(daemon->pid(), SIGTERM);
   EXPECT_EQ(daemon->wait(), 0);
 }
