@@ -280,7 +280,8 @@ std::optional<FinishedFetch> FetchClient::maybe_finish() {
                      fetch.bytes_received,
                      std::move(fetch.relay),
                      fetch.relay_fault,
-                     relay_read};
+                     relay_read,
+                     fetch.remote != nullptr && fetch.relay.empty()};
   return done;
 }
 

@@ -50,6 +50,7 @@ struct FinishedFetch {
   std::string relay;                        // the consumer that sent the blocks; empty: the producer
   bool relay_fault = false;                 // that relay sent a block that failed its digest
   bool relay_read = false;                  // read out of that relay's exported buffer (one-sided)
+  bool producer_read = false;               // read out of the producer's exported slot (one-sided)
 };
 
 class FetchClient {

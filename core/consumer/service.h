@@ -292,6 +292,9 @@ class ConsumerService {
   std::shared_ptr<detail::ReceiveBuffer> landed_host_;
   std::uint64_t landed_host_version_ = 0;
   unsigned rejections_in_a_row_ = 0;
+  // The last version whose one-sided read out of the producer's slot failed its check (fetched
+  // again once: see finish()).
+  std::uint64_t producer_read_failed_version_ = 0;
   // Transfers that failed since the last install (finish()): the first is asked for again at
   // once, the next ones back off as rejections do, so that a failure that keeps coming (a
   // transport that fails every transfer) does not fetch the model again and again at full speed.

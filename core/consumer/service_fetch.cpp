@@ -433,6 +433,17 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       done->relay_fault = true;
       return finish(std::move(done));
     }
+    // Read out of the producer's own slot (CUDA IPC), nothing tells this consumer that the read's
+    // lease lapsed (a read that started late, a consumer paused) and a publish took the slot:
+    // its bytes are then another version's, and fail their check. Fetched again once, not
+    // rejected: the version was sound. A second failure of the same version is a verdict.
+    if (done->producer_read && e.code() == ErrorCode::kIntegrity &&
+        producer_read_failed_version_ != done->manifest.version) {
+      producer_read_failed_version_ = done->manifest.version;
+      done->failure = std::string(e.what()) + " (read out of the producer's slot, which a newer version may " +
+                      "have taken once the read's lease lapsed; fetched again)";
+      return finish(std::move(done));
+    }
     return reject(done->manifest, done->fetch_id, e);
   } catch (const std::bad_alloc&) {
     return reject(done->manifest, done->fetch_id,

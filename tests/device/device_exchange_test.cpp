@@ -1069,3 +1069,37 @@ TEST(DeviceExchange, DeviceRanksOfAGroupSwitchOnlyOnceTheSlowOneHoldsTheVersion)
     EXPECT_EQ(rank->stats().versions_rejected, 0u) << rank->stats().last_error;
   }
 }
+
+// A device consumer reading the producer's slot over CUDA IPC (one-sided: nothing is sent, so
+// nothing renews the read's lease) whose read starts only after the lease lapsed: a publish
+// takes the slot, and the read gets the newer version's bytes, which fail their check. The
+// version was sound: it is fetched again (the newest, by then), not rejected, and the producer
+// is not told it was refused.
+TEST(DeviceExchange, AReadOfTheProducersSlotAfterItsLeaseLapsedIsFetchedAgainNotRejected) {
+  auto& rt = runtime();
+  if (!modelcast::device::simulated_faults(rt)) GTEST_SKIP() << "holding a read on demand needs the simulated device";
+  auto options = producer_options();
+  options.snapshot_slots = 2;
+  options.lease_timeout = 300ms;
+  modelcast::Producer producer(options);
+  devicemodel::DeviceModel model(rt, 0, 512);
+  producer.register_tensors(model.refs());
+  producer.prepare();
+  auto reader = ipc_consumer(producer.control_endpoint(), "ipc-late-reader", 3, {"--hold-peer-read"});
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  model.upload(9, 1);
+  producer.publish(1);
+  ASSERT_TRUE(reader->wait_for_line("holding peer read")) << joined_lines(*reader);
+  model.upload(9, 2);
+  producer.publish(2);
+  model.upload(9, 3);
+  producer.publish(3);  // two slots: version 1's, once its lease lapsed
+  ASSERT_TRUE(eventually([&] { return producer.stats().leases_expired >= 1; }, 60s));
+  reader->send_line("release");
+  EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
+  expect_exact(*reader);
+  for (const auto& line : reader->lines()) EXPECT_EQ(line.rfind("rejected ", 0), std::string::npos) << line;
+  EXPECT_TRUE(std::any_of(reader->lines().begin(), reader->lines().end(),
+                          [](const std::string& l) { return l.rfind("installed 3 ", 0) == 0; }))
+      << joined_lines(*reader);
+}
