@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace modelcast {
 
@@ -60,5 +61,21 @@ class RepeatRate {
   LogRate rate_;
   std::string last_text_;
 };
+
+// `text` with each run of digits written '#': the key under which events that differ only in
+// their numbers (a version, a path named after it) count as one text for a RepeatRate.
+inline std::string with_numbers_left_out(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    const bool digit = c >= '0' && c <= '9';
+    if (!digit) {
+      out += c;
+    } else if (out.empty() || out.back() != '#') {
+      out += '#';
+    }
+  }
+  return out;
+}
 
 }  // namespace modelcast

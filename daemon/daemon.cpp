@@ -1,5 +1,7 @@
 #include "daemon/daemon.h"
 
+#include <map>
+#include <mutex>
 #include <optional>
 
 #include <nlohmann/json.hpp>
@@ -51,14 +53,33 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
     options.on_written = [this](const repo::VersionSnapshot& s, const std::string& dir, std::chrono::nanoseconds took) {
       on_written(s, dir, took);
     };
-    options.on_failed = [this, log](const repo::VersionSnapshot& s, const std::string& error) {
+    // A steady condition (a full or read-only disk, a keep whose versions do not fit) is said
+    // for every version, up to 20 a second, each line naming its version: the same line but for
+    // its numbers is logged at most once per 10 s per model (the metrics count every failure).
+    // Called from the writer's thread; the lock keeps that an assumption of no one's.
+    struct Repeats {
+      std::mutex mutex;
+      std::map<std::string, modelcast::RepeatRate> by_model;
+      std::optional<std::string> admit(const std::string& model, const std::string& line) {
+        std::lock_guard lock(mutex);
+        return by_model[model].admit(modelcast::with_numbers_left_out(line), modelcast::RepeatRate::Clock::now());
+      }
+    };
+    auto repeats = std::make_shared<Repeats>();
+    options.on_failed = [this, log, repeats](const repo::VersionSnapshot& s, const std::string& error) {
       metrics_.repository_failed(s.model);
-      log->error("model {}: repository write of version {} failed (delivery continues): {}", s.model, s.version, error);
+      const std::string line = "repository write of version " + std::to_string(s.version) +
+                               " failed (delivery continues): " + error;
+      if (auto note = repeats->admit(s.model, line)) log->error("model {}: {}{}", s.model, line, *note);
     };
-    options.on_prune_failed = [log](const repo::VersionSnapshot& s, const std::string& error) {
-      log->warn("model {}: version {} written, but older versions past repository.keep stay: {}", s.model, s.version, error);
+    options.on_prune_failed = [log, repeats](const repo::VersionSnapshot& s, const std::string& error) {
+      const std::string line = "version " + std::to_string(s.version) +
+                               " written, but older versions past repository.keep stay: " + error;
+      if (auto note = repeats->admit(s.model, line)) log->warn("model {}: {}{}", s.model, line, *note);
     };
-    options.on_notice = [log](const std::string& model, const std::string& notice) { log->warn("model {}: {}", model, notice); };
+    options.on_notice = [log, repeats](const std::string& model, const std::string& notice) {
+      if (auto note = repeats->admit(model, notice)) log->warn("model {}: {}{}", model, notice, *note);
+    };
     // hooks_ outlives the writer (made first, and the destructor ends the writer first).
     options.in_use = [this](const std::string& directory) { return hooks_->uses(directory); };
     writer_ = std::make_unique<repo::RepositoryWriter>(std::move(options));

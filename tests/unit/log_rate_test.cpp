@@ -34,4 +34,18 @@ TEST(RepeatRate, TheSameTextOncePerIntervalAnotherAtOnce) {
   EXPECT_EQ(*rate.admit("refused", t0 + 21s), " (and 1 more since the last one logged)");
 }
 
+// The repository said a full disk for every version, each line naming its version (and a path
+// named after it): a line that differs only in its numbers is the same text.
+TEST(RepeatRate, LinesThatDifferOnlyInTheirNumbersAreOneTextWithTheNumbersLeftOut) {
+  EXPECT_EQ(modelcast::with_numbers_left_out("write of version 12 to /r/.tmp-12-3 failed"),
+            "write of version # to /r/.tmp-#-# failed");
+  EXPECT_EQ(modelcast::with_numbers_left_out(""), "");
+  EXPECT_EQ(modelcast::with_numbers_left_out("no digits"), "no digits");
+  modelcast::RepeatRate rate(10s);
+  const LogRate::Clock::time_point t0{};
+  EXPECT_EQ(*rate.admit(modelcast::with_numbers_left_out("version 41: no space"), t0), "");
+  EXPECT_FALSE(rate.admit(modelcast::with_numbers_left_out("version 42: no space"), t0 + 50ms));
+  EXPECT_EQ(*rate.admit(modelcast::with_numbers_left_out("version 43: read-only"), t0 + 100ms), "");
+}
+
 }  // namespace
