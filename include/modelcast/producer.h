@@ -241,7 +241,10 @@ class MODELCAST_API Producer {
   // another runs throws Error(kState). Throws Error(kState) if
   // nothing is registered or version numbers are used up (2^64 - 1), Error(kInvalidArgument)
   // for a step not above the last with rank_count > 1, for metadata past what consumers take (1,024 entries, 1 MiB, keys that are names, values
-  // UTF-8 without a NUL); on any error the previous versions stay served.
+  // UTF-8 without a NUL); on any error the previous versions stay served. The registered tensors
+  // must not be written while it copies them (another thread's optimizer step): the version
+  // would be torn, and where only some blocks changed, refused by consumers for a block whose
+  // digest was taken before the write and its copy after.
   PublishTicket publish(std::int64_t step, const Metadata& metadata = {});
   // The same, with device tensors' copies ordered per `order`. All tensors of a producer live
   // in one place: host memory, or one device (register_tensor refuses a mix).
