@@ -10,6 +10,7 @@ namespace {
 constexpr std::size_t kSide = 4;
 constexpr double kIsolation = 20.0;
 constexpr double kLeastNoise = 0.005;  // of the median |loss|: the most the resolution is taken to be
+constexpr double kRoundOff = 1e-6;     // of the median |loss|: differences no larger are round-off
 
 double median_of(std::vector<double>& v) {
   const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
@@ -37,19 +38,19 @@ std::vector<CurvePoint> without_isolated_outliers(std::span<const CurvePoint> ob
   for (std::size_t i = 1; i < n; ++i) steps[i - 1] = std::abs(observed[i].loss - observed[i - 1].loss);
   // At least the log's resolution: a log rounded to a few digits (bf16, "0.50") has most
   // differences exactly 0, and without a floor a one-tick dip on a plateau was an outlier. The
-  // resolution is the median of the nonzero differences (one round-off difference of 1e-8 among
-  // the ticks must not make every tick an outlier), but never more than 1/200 of the loss's
-  // typical size: on a plateau whose one departure is a glitch, that glitch is the only
-  // difference there is. (That 1/200 alone, as before, hid every glitch under 10 % of the loss,
-  // so on a loss of 1000.x any glitch at all.)
+  // resolution is the smallest difference above round-off (a millionth of the loss's typical
+  // size: one value of 0.50000001 must not make every tick an outlier), and never more than
+  // 1/200 of that size: on a plateau whose one departure is a glitch, the glitch is the only
+  // difference there is. Not a median of the differences: a glitch brings two of its own, and
+  // on a log with few ticks they set it. (The 1/200 alone, as before, hid every glitch under
+  // 10 % of the loss, so on a loss of 1000.x any glitch at all.)
   std::vector<double> sizes(n);
   for (std::size_t i = 0; i < n; ++i) sizes[i] = std::abs(observed[i].loss);
-  double resolution = kLeastNoise * median_of(sizes);
-  std::vector<double> nonzero;
+  const double typical = median_of(sizes);
+  double resolution = kLeastNoise * typical;
   for (double d : steps) {
-    if (d > 0) nonzero.push_back(d);
+    if (d > kRoundOff * typical) resolution = std::min(resolution, d);
   }
-  if (!nonzero.empty()) resolution = std::min(resolution, median_of(nonzero));
   const double noise = std::max(1.4826 * median_of(steps) / std::sqrt(2.0), resolution);
   const double beyond = kIsolation * noise;
   std::vector<CurvePoint> kept;

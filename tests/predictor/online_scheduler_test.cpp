@@ -746,16 +746,20 @@ TEST(OnlineScheduler, AGlitchSmallBesideTheLevelButFarOutsideTheNoiseIsAnOutlier
   std::normal_distribution<double> noise(0.0, 1e-4);
   ForecastOptions options;
   options.total_steps = 1000;
-  std::vector<CurvePoint> offset, plateau;
+  // And a log rounded to two decimals at 1000.0x, whose only nonzero differences are one tick
+  // and the glitch's own two (a median of the differences was the glitch's size).
+  std::vector<CurvePoint> offset, plateau, rounded;
   for (std::int64_t step = 1; step <= 400; ++step) {
     const double t = static_cast<double>(step);
-    offset.push_back({step, 1000.0 + 0.5 * std::exp(-t / 100.0) + noise(rng) + (step == 250 ? 20.0 : 0.0), t});
+    const double glitch = step == 250 ? 20.0 : 0.0;
+    offset.push_back({step, 1000.0 + 0.5 * std::exp(-t / 100.0) + noise(rng) + glitch, t});
     plateau.push_back({step, step == 250 ? 0.6 : 0.5, t});
+    rounded.push_back({step, (step < 100 ? 1000.01 : 1000.0) + glitch, t});
   }
-  for (const auto* points : {&offset, &plateau}) {
+  for (const auto* points : {&offset, &plateau, &rounded}) {
     const auto forecast = forecast_curve(*points, options);
     EXPECT_NE(forecast.note.find("left out 1 isolated outlier (step 250)"), std::string::npos)
-        << (points == &offset ? "offset: " : "plateau: ") << forecast.note;
+        << (points == &offset ? "offset: " : points == &plateau ? "plateau: " : "rounded: ") << forecast.note;
   }
 }
 
