@@ -36,10 +36,10 @@ class SimulatedFaults {
   // Released allocations that were exported (export_allocation) are overwritten first, as a GPU
   // reuses freed memory: a copy that reads one after its release gets bytes that fail digests.
   virtual std::shared_future<void> hold_copy_from_peer(std::uint64_t nth, std::shared_future<void> release) = 0;
-  // The `nth` device allocation (allocate()) from now on (1 = the next one) fails with
-  // Error(kResource), as cudaMalloc out of memory does; later ones succeed. Independent of the
-  // copy faults. Thread-safe; throws kInvalidArgument for nth 0.
-  virtual void fail_allocation(std::uint64_t nth) = 0;
+  // The `nth` device allocation (allocate()) from now on (1 = the next one), and the `count` - 1
+  // after it, fail with Error(kResource), as cudaMalloc out of memory does; later ones succeed.
+  // Independent of the copy faults. Thread-safe; throws kInvalidArgument for nth or count 0.
+  virtual void fail_allocation(std::uint64_t nth, std::uint64_t count = 1) = 0;
   // Disarms the faults not yet reached (a test that ends early must not leave them to the next).
   virtual void disarm() = 0;
 

@@ -203,7 +203,12 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
     std::uint64_t until_fault = allocation_fault_.load();
     while (until_fault > 0 && !allocation_fault_.compare_exchange_weak(until_fault, until_fault - 1)) {
     }
+    // Allocations counted down to the fault, then the faulty ones (failing_allocations_ of them).
     if (until_fault == 1) {
+      if (const std::uint64_t more = failing_allocations_.load(); more > 1) {
+        failing_allocations_.store(more - 1);
+        allocation_fault_.store(1);  // the next allocation fails too
+      }
       throw Error(ErrorCode::kResource, "simulated device: cannot allocate " + std::to_string(bytes) +
                                             " bytes (injected fault)");
     }
@@ -536,12 +541,17 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   std::shared_future<void> hold_copy_from_peer(std::uint64_t nth, std::shared_future<void> release) override {
     return arm_copy(nth, std::move(release), false, CopyKind::kFromPeer);
   }
-  void fail_allocation(std::uint64_t nth) override {
-    if (nth == 0) throw Error(ErrorCode::kInvalidArgument, "simulated device: fail_allocation(0): allocations count from 1");
+  void fail_allocation(std::uint64_t nth, std::uint64_t count) override {
+    if (nth == 0 || count == 0) {
+      throw Error(ErrorCode::kInvalidArgument, "simulated device: fail_allocation(" + std::to_string(nth) + ", " +
+                                                   std::to_string(count) + "): both count from 1");
+    }
+    failing_allocations_.store(count);
     allocation_fault_.store(nth);
   }
   void disarm() override {
     allocation_fault_.store(0);
+    failing_allocations_.store(0);
     std::lock_guard lock(faults_mutex_);
     copy_fault_.reset();
   }
@@ -701,6 +711,7 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   std::mutex faults_mutex_;                   // not held with mutex_
   std::optional<CopyFault> copy_fault_;  // guarded by faults_mutex_
   std::atomic<std::uint64_t> allocation_fault_{0};  // allocations until the injected failure (0: none)
+  std::atomic<std::uint64_t> failing_allocations_{0};  // how many fail from there
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, Allocation> allocations_;  // guarded by mutex_
   std::uint64_t token_seed_ = 0, tokens_ = 0;         // guarded by mutex_

@@ -213,7 +213,13 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
       throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) + " comes from relay '" +
                                             reply.relay + "' without the block digests to check it by");
     }
-    buffer = store_.take_buffer(manifest.total_bytes);
+    try {
+      buffer = store_.take_buffer(manifest.total_bytes);
+    } catch (const Error& e) {  // a device receive buffer, or a host one mmap could not have
+      if (e.code() != ErrorCode::kResource) throw;
+      discard_chunks(reply);
+      return retry_later(manifest, reply.fetch_id, e);
+    }
     // Device buffers are hashed on the device, with pmix64 only.
     if (buffer && buffer->device_owned && manifest.integrity && manifest.digest_kind != DigestKind::kPmix64) {
       throw Error(ErrorCode::kProtocol, "version " + std::to_string(manifest.version) + " arrives in device memory "
@@ -442,6 +448,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       producer_read_failed_version_ = done->manifest.version;
       done->failure = std::string(e.what()) + " (read out of the producer's slot, which a newer version may " +
                       "have taken once the read's lease lapsed; fetched again)";
+      count([&](ConsumerStats& s) { s.last_error = done->failure; });
       return finish(std::move(done));
     }
     return reject(done->manifest, done->fetch_id, e);
@@ -593,6 +600,19 @@ void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, c
 // on the version, which is asked for again after a backoff. Rejected, it was never fetched again
 // (and in a group, every member lost it), for one failed allocation.
 void ConsumerService::retry_later(const Manifest& manifest, std::uint64_t fetch_id, const Error& error) {
+  // A version whose memory could not be had kMaxAllocationTries times in a row is rejected after
+  // all: memory that never comes (a model too large for the device, a memlock limit on pinning)
+  // would otherwise cost a whole transfer every few seconds for good.
+  if (allocation_failed_version_ != asked_for_) {
+    allocation_failed_version_ = asked_for_;
+    allocation_failures_ = 0;
+  }
+  if (++allocation_failures_ >= kMaxAllocationTries) {
+    if (landing_) landing_->abandon();
+    return reject(manifest, fetch_id,
+                  Error(error.code(), std::string(error.what()) + " (" + std::to_string(allocation_failures_) +
+                                          " tries of version " + std::to_string(manifest.version) + ")"));
+  }
   if (landing_) landing_->abandon();
   fetch_.forget();
   failures_in_a_row_ = std::min(failures_in_a_row_ + 1, 16u);

@@ -1098,6 +1098,8 @@ TEST(DeviceExchange, AReadOfTheProducersSlotAfterItsLeaseLapsedIsFetchedAgainNot
   EXPECT_TRUE(std::any_of(reader->lines().begin(), reader->lines().end(),
                           [](const std::string& l) { return l.rfind("installed 3 ", 0) == 0; }))
       << joined_lines(*reader);
+  // The late read did get a newer version's bytes (else this tested nothing).
+  EXPECT_EQ(peer_stat(*reader, "aborted"), 1) << joined_lines(*reader);
 }
 
 // Read over CUDA IPC out of the producer's own slot, bytes that fail their check may be a newer

@@ -116,4 +116,42 @@ TEST(StagedOverlap, AVersionWhoseDeviceLandingCouldNotBeAllocatedIsFetchedAgain)
   EXPECT_EQ(back, weights);
 }
 
+// Memory that never comes (a model too large for the device, a memlock limit on pinning): the
+// version is rejected after a few tries, not fetched whole every few seconds for good; a later
+// version is taken once memory is there.
+TEST(StagedOverlap, AVersionWhoseDeviceLandingNeverGetsMemoryIsRejectedAfterAFewTries) {
+  auto& rt = modelcast::device::require_device_runtime("the device tests");
+  auto* faults = modelcast::device::simulated_faults(rt);
+  if (!faults) GTEST_SKIP() << "failing a device allocation on demand needs the simulated device";
+  modelcast::ProducerOptions options;
+  options.model_name = "test";
+  options.control_endpoint = "tcp://127.0.0.1:0";
+  modelcast::Producer producer(options);
+  std::vector<float> weights(1 << 16, 1.5f);
+  producer.register_tensor({{"w", modelcast::DType::kF32, {static_cast<std::int64_t>(weights.size())}}, weights.data()});
+  producer.prepare();
+  modelcast::ConsumerOptions consumer_options;
+  consumer_options.producer_endpoint = producer.control_endpoint();
+  consumer_options.model_name = "test";
+  consumer_options.memory = modelcast::MemoryKind::kCuda;
+  consumer_options.transports = {"ucx"};
+  modelcast::Consumer consumer(consumer_options);
+  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
+  struct Disarm {
+    modelcast::device::SimulatedFaults* faults;
+    ~Disarm() { faults->disarm(); }
+  } disarm{faults};
+  faults->fail_allocation(1, 1000);
+  producer.publish(1);
+  ASSERT_TRUE(eventually([&] { return consumer.stats().versions_rejected >= 1; }, 60s)) << consumer.stats().last_error;
+  const auto stats = consumer.stats();
+  EXPECT_NE(stats.last_error.find("(4 tries of version 1)"), std::string::npos) << stats.last_error;
+  EXPECT_FALSE(consumer.acquire());
+  faults->disarm();
+  producer.publish(2);
+  auto view = consumer.wait_for_version(2, 30000ms);
+  ASSERT_TRUE(view) << consumer.stats().last_error;
+  EXPECT_EQ(view.version(), 2u);
+}
+
 }  // namespace
