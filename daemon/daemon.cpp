@@ -54,15 +54,20 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
       on_written(s, dir, took);
     };
     // A steady condition (a full or read-only disk, a keep whose versions do not fit) is said
-    // for every version, up to 20 a second, each line naming its version: the same line but for
-    // its numbers is logged at most once per 10 s per model (the metrics count every failure).
-    // Called from the writer's thread; the lock keeps that an assumption of no one's.
+    // for every version, up to 20 a second, each line naming its version: a line that is the same
+    // but for its numbers is logged at most once per 10 s (the metrics count every failure).
+    // Each such line has its own rate, so two conditions that alternate are each limited, and a
+    // condition first seen is said at once. Called from the writer's thread; the lock keeps that
+    // an assumption of no one's.
+    constexpr std::size_t kMostTexts = 256;  // texts remembered; forgotten all at once past that
     struct Repeats {
       std::mutex mutex;
-      std::map<std::string, modelcast::RepeatRate> by_model;
+      std::map<std::string, modelcast::LogRate> by_text;
       std::optional<std::string> admit(const std::string& model, const std::string& line) {
         std::lock_guard lock(mutex);
-        return by_model[model].admit(modelcast::with_numbers_left_out(line), modelcast::RepeatRate::Clock::now());
+        const std::string key = model + '\n' + modelcast::with_numbers_left_out(line);
+        if (by_text.size() >= kMostTexts && !by_text.contains(key)) by_text.clear();
+        return by_text[key].admit(modelcast::LogRate::Clock::now());
       }
     };
     auto repeats = std::make_shared<Repeats>();

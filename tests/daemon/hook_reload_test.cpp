@@ -791,7 +791,7 @@ TEST_F(DaemonTest, AVersionWrittenDuringAReloadThatRestartsItsModelIsHooked) {
   ASSERT_NE(wait_for_text(*daemon, "reloaded", 60s, &lines), "");
   if (std::any_of(lines.begin(), lines.end(),
                   [](const std::string& l) { return l.find("version 1 written to") != std::string::npos; })) {
-    GTEST_SKIP() << "version 1 was written before the reload began: nothing to test on this machine";
+    GTEST_SKIP() << "version 1 was written before the reload ended: nothing to test on this machine";
   }
   EXPECT_NE(wait_for_text(*daemon, "hook for version 1: /usr/bin/touch exited with 0", 60s, &lines), "");
   EXPECT_TRUE(std::filesystem::exists(dir / "new-1")) << "the new configuration's hook did not run";
