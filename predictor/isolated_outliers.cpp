@@ -36,22 +36,24 @@ std::vector<CurvePoint> without_isolated_outliers(std::span<const CurvePoint> ob
   // absolute value is the standard deviation of normal noise, and an outlier moves it little.
   std::vector<double> steps(n - 1);
   for (std::size_t i = 1; i < n; ++i) steps[i - 1] = std::abs(observed[i].loss - observed[i - 1].loss);
-  // At least the log's resolution: a log rounded to a few digits (bf16, "0.50") has most
-  // differences exactly 0, and without a floor a one-tick dip on a plateau was an outlier. The
-  // resolution is the smallest difference above round-off (a millionth of the loss's typical
-  // size: one value of 0.50000001 must not make every tick an outlier), and never more than
-  // 1/200 of that size: on a plateau whose one departure is a glitch, the glitch is the only
-  // difference there is. Not a median of the differences: a glitch brings two of its own, and
-  // on a log with few ticks they set it. (The 1/200 alone, as before, hid every glitch under
-  // 10 % of the loss, so on a loss of 1000.x any glitch at all.)
-  std::vector<double> sizes(n);
-  for (std::size_t i = 0; i < n; ++i) sizes[i] = std::abs(observed[i].loss);
-  const double typical = median_of(sizes);
-  double resolution = kLeastNoise * typical;
-  for (double d : steps) {
-    if (d > kRoundOff * typical) resolution = std::min(resolution, d);
+  // Where most differences are exactly 0 (a log rounded to a few digits, bf16, "0.50"), the
+  // median says no noise, and every one-tick dip on a plateau was an outlier: the noise is then
+  // the log's resolution, its smallest difference above round-off (a millionth of the loss's
+  // typical size: one value of 0.50000001 must not make every tick an outlier), and never more
+  // than 1/200 of that size (on a plateau whose one departure is a glitch, the glitch's two
+  // differences are the only ones there are). Where the median sees noise, it is the noise: a
+  // floor under it (1/200 of the loss, as before) hid every glitch under 10 % of the loss, so on
+  // a loss of 1000.x any glitch at all.
+  double noise = 1.4826 * median_of(steps) / std::sqrt(2.0);
+  if (noise == 0.0) {
+    std::vector<double> sizes(n);
+    for (std::size_t i = 0; i < n; ++i) sizes[i] = std::abs(observed[i].loss);
+    const double typical = median_of(sizes);
+    noise = kLeastNoise * typical;
+    for (double d : steps) {
+      if (d > kRoundOff * typical) noise = std::min(noise, d);
+    }
   }
-  const double noise = std::max(1.4826 * median_of(steps) / std::sqrt(2.0), resolution);
   const double beyond = kIsolation * noise;
   std::vector<CurvePoint> kept;
   kept.reserve(n);

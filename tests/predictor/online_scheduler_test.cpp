@@ -748,18 +748,22 @@ TEST(OnlineScheduler, AGlitchSmallBesideTheLevelButFarOutsideTheNoiseIsAnOutlier
   options.total_steps = 1000;
   // And a log rounded to two decimals at 1000.0x, whose only nonzero differences are one tick
   // and the glitch's own two (a median of the differences was the glitch's size).
-  std::vector<CurvePoint> offset, plateau, rounded;
+  // A flat 1000 with noise of 1e-4 (a ten-millionth of the level), and -2 with a wiggle of 1e-7.
+  std::vector<CurvePoint> offset, flat, wiggle, plateau, rounded;
   for (std::int64_t step = 1; step <= 400; ++step) {
     const double t = static_cast<double>(step);
     const double glitch = step == 250 ? 20.0 : 0.0;
     offset.push_back({step, 1000.0 + 0.5 * std::exp(-t / 100.0) + noise(rng) + glitch, t});
+    flat.push_back({step, 1000.0 + noise(rng) + glitch, t});
+    wiggle.push_back({step, -2.0 + 1e-7 * std::sin(t) + (step == 250 ? 0.1 : 0.0), t});
     plateau.push_back({step, step == 250 ? 0.6 : 0.5, t});
     rounded.push_back({step, (step < 100 ? 1000.01 : 1000.0) + glitch, t});
   }
-  for (const auto* points : {&offset, &plateau, &rounded}) {
+  const std::pair<const char*, const std::vector<CurvePoint>*> cases[] = {
+      {"offset", &offset}, {"flat", &flat}, {"wiggle", &wiggle}, {"plateau", &plateau}, {"rounded", &rounded}};
+  for (const auto& [name, points] : cases) {
     const auto forecast = forecast_curve(*points, options);
-    EXPECT_NE(forecast.note.find("left out 1 isolated outlier (step 250)"), std::string::npos)
-        << (points == &offset ? "offset: " : points == &plateau ? "plateau: " : "rounded: ") << forecast.note;
+    EXPECT_NE(forecast.note.find("left out 1 isolated outlier (step 250)"), std::string::npos) << name << ": " << forecast.note;
   }
 }
 
