@@ -200,15 +200,18 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   void* allocate(int device, std::size_t bytes) override {
     not_from_a_host_function("allocate");
     check_device(device);
-    std::uint64_t until_fault = allocation_fault_.load();
-    while (until_fault > 0 && !allocation_fault_.compare_exchange_weak(until_fault, until_fault - 1)) {
-    }
-    // Allocations counted down to the fault, then the faulty ones (failing_allocations_ of them).
-    if (until_fault == 1) {
-      if (const std::uint64_t more = failing_allocations_.load(); more > 1) {
-        failing_allocations_.store(more - 1);
-        allocation_fault_.store(1);  // the next allocation fails too
+    bool fail = false;
+    {
+      std::lock_guard lock(faults_mutex_);
+      if (allocation_fault_ > 0 && --allocation_fault_ == 0) {
+        fail = true;
+        if (failing_allocations_ > 1) {
+          --failing_allocations_;
+          allocation_fault_ = 1;  // the next allocation fails too
+        }
       }
+    }
+    if (fail) {
       throw Error(ErrorCode::kResource, "simulated device: cannot allocate " + std::to_string(bytes) +
                                             " bytes (injected fault)");
     }
@@ -546,13 +549,14 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
       throw Error(ErrorCode::kInvalidArgument, "simulated device: fail_allocation(" + std::to_string(nth) + ", " +
                                                    std::to_string(count) + "): both count from 1");
     }
-    failing_allocations_.store(count);
-    allocation_fault_.store(nth);
+    std::lock_guard lock(faults_mutex_);
+    failing_allocations_ = count;
+    allocation_fault_ = nth;
   }
   void disarm() override {
-    allocation_fault_.store(0);
-    failing_allocations_.store(0);
     std::lock_guard lock(faults_mutex_);
+    allocation_fault_ = 0;
+    failing_allocations_ = 0;
     copy_fault_.reset();
   }
   std::uint64_t copied_host_to_device() const override { return host_to_device_bytes_.load(); }
@@ -710,8 +714,8 @@ class SimulatedRuntime final : public DeviceRuntime, public SimulatedFaults {
   std::atomic<std::uint64_t> host_to_device_bytes_{0};  // completed host-to-device copies
   std::mutex faults_mutex_;                   // not held with mutex_
   std::optional<CopyFault> copy_fault_;  // guarded by faults_mutex_
-  std::atomic<std::uint64_t> allocation_fault_{0};  // allocations until the injected failure (0: none)
-  std::atomic<std::uint64_t> failing_allocations_{0};  // how many fail from there
+  std::uint64_t allocation_fault_ = 0;     // allocations until the injected failure (0: none); faults_mutex_
+  std::uint64_t failing_allocations_ = 0;  // how many fail from there; faults_mutex_
   mutable std::mutex mutex_;
   std::map<std::uintptr_t, Allocation> allocations_;  // guarded by mutex_
   std::uint64_t token_seed_ = 0, tokens_ = 0;         // guarded by mutex_

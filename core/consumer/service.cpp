@@ -342,7 +342,6 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
     rejections_in_a_row_ = 0;
     failures_in_a_row_ = 0;
     producer_read_failed_version_ = 0;
-    allocation_failed_version_ = 0;
     allocation_failures_ = 0;
     group_committed_ = 0;
     group_gave_up_said_ = 0;

@@ -295,9 +295,8 @@ class ConsumerService {
   // The last version whose one-sided read out of the producer's slot failed its check (fetched
   // again once: see finish()).
   std::uint64_t producer_read_failed_version_ = 0;
-  // retry_later(): the version asked for whose memory could not be had, and how many times.
+  // retry_later(): tries in a row (of any versions, since the last install) that found no memory.
   static constexpr unsigned kMaxAllocationTries = 4;
-  std::uint64_t allocation_failed_version_ = 0;
   unsigned allocation_failures_ = 0;
   // Transfers that failed since the last install (finish()): the first is asked for again at
   // once, the next ones back off as rejections do, so that a failure that keeps coming (a

@@ -491,6 +491,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     s.wanted_bytes = wanted;
   });
   rejections_in_a_row_ = 0;
+  allocation_failures_ = 0;
   failures_in_a_row_ = 0;
   // A group member holds a version its group has not committed yet: the ack tells the producer
   // it is ready, and the group's commit makes it visible (on_group_announce).
@@ -600,18 +601,16 @@ void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, c
 // on the version, which is asked for again after a backoff. Rejected, it was never fetched again
 // (and in a group, every member lost it), for one failed allocation.
 void ConsumerService::retry_later(const Manifest& manifest, std::uint64_t fetch_id, const Error& error) {
-  // A version whose memory could not be had kMaxAllocationTries times in a row is rejected after
-  // all: memory that never comes (a model too large for the device, a memlock limit on pinning)
-  // would otherwise cost a whole transfer every few seconds for good.
-  if (allocation_failed_version_ != asked_for_) {
-    allocation_failed_version_ = asked_for_;
-    allocation_failures_ = 0;
-  }
-  if (++allocation_failures_ >= kMaxAllocationTries) {
+  // Memory that never comes (a model too large for the device, a memlock limit on pinning) would
+  // cost a whole transfer every few seconds for good: once kMaxAllocationTries tries in a row
+  // (of any versions: a producer that keeps publishing asks for a new one each time) found
+  // none, each version that finds none is rejected, until one is installed.
+  allocation_failures_ = std::min(allocation_failures_ + 1, kMaxAllocationTries);
+  if (allocation_failures_ >= kMaxAllocationTries) {
     if (landing_) landing_->abandon();
     return reject(manifest, fetch_id,
-                  Error(error.code(), std::string(error.what()) + " (" + std::to_string(allocation_failures_) +
-                                          " tries of version " + std::to_string(manifest.version) + ")"));
+                  Error(error.code(), std::string(error.what()) + " (" + std::to_string(kMaxAllocationTries) +
+                                          " or more tries in a row found no memory)"));
   }
   if (landing_) landing_->abandon();
   fetch_.forget();
