@@ -240,6 +240,36 @@ TEST(DeviceExchange, AConsumerKilledWhileVersionsAreInFlightLeavesTheProducerSer
 // One byte flipped as a version lands in the consumer's device memory (after the transport,
 // where only the device digest can see it): that version is rejected naming the tensor and
 // never installed, and the next one is. Only the simulated device can flip a byte on demand.
+// A device consumer (seed 17, until `until`) whose device copies flip one byte, byte 1000 of the
+// second version (the consumer copies each version into device memory once), sent version 1
+// (installed) and then version 2. Null, the failure added, where version 1 did not arrive.
+std::unique_ptr<ChildProcess> flipping_consumer_sent_two_versions(modelcast::Producer& producer,
+                                                                  devicemodel::DeviceModel& model,
+                                                                  const std::string& transports, int until) {
+  std::vector<modelcast::TensorSpec> specs;
+  for (const auto& ref : model.refs()) specs.push_back(ref.spec);
+  std::uint64_t version_bytes = 0;
+  modelcast::plan_layout(specs, &version_bytes);
+  auto peer = std::make_unique<ChildProcess>(
+      std::vector<std::string>{peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
+                               "--until-version", std::to_string(until), "--seed", "17", "--memory", "cuda", "--device",
+                               std::to_string(devicemodel::other_device(runtime())), "--transports", transports},
+      std::vector<std::string>{"MODELCAST_SIMULATED_FLIP_BYTE=" + std::to_string(version_bytes + 1000)});
+  if (!producer.wait_for_consumers(1, 60s)) {
+    ADD_FAILURE() << "the consumer did not join";
+    return nullptr;
+  }
+  model.upload(17, 1);
+  producer.publish(1);
+  if (!peer->wait_for_line("installed 1")) {
+    ADD_FAILURE() << "version 1 was not installed: " << joined_lines(*peer);
+    return nullptr;
+  }
+  model.upload(17, 2);
+  producer.publish(2);
+  return peer;
+}
+
 void reject_a_corrupt_version(const std::string& transports, const std::string& expected) {
   auto& rt = runtime();
   if (rt.name() != "simulated") GTEST_SKIP() << "flipping a byte in flight needs the simulated device";
@@ -251,18 +281,10 @@ void reject_a_corrupt_version(const std::string& transports, const std::string& 
   std::vector<modelcast::TensorSpec> specs;
   for (const auto& ref : model.refs()) specs.push_back(ref.spec);
   std::uint64_t version_bytes = 0;
-  auto layout = modelcast::plan_layout(specs, &version_bytes);
-  // The consumer copies each version into device memory once: byte 1000 of the second version.
-  ChildProcess peer({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
-                     "--until-version", "3", "--seed", "17", "--memory", "cuda", "--device",
-                     std::to_string(devicemodel::other_device(rt)), "--transports", transports},
-                    {"MODELCAST_SIMULATED_FLIP_BYTE=" + std::to_string(version_bytes + 1000)});
-  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
-  model.upload(17, 1);
-  producer.publish(1);
-  ASSERT_TRUE(peer.wait_for_line("installed 1"));
-  model.upload(17, 2);
-  producer.publish(2);
+  const auto layout = modelcast::plan_layout(specs, &version_bytes);
+  auto peer_process = flipping_consumer_sent_two_versions(producer, model, transports, 3);
+  ASSERT_TRUE(peer_process);
+  auto& peer = *peer_process;
   auto rejected = peer.wait_for_line("rejected ");
   ASSERT_TRUE(rejected) << "a corrupt version was not rejected";
   EXPECT_NE(rejected->find("version 2"), std::string::npos) << *rejected;
@@ -1114,20 +1136,9 @@ TEST(DeviceExchange, ACorruptByteReadOverCudaIpcIsDetectedOnTheDeviceAndTheVersi
   devicemodel::DeviceModel model(rt, 0, 512);
   producer.register_tensors(model.refs());
   producer.prepare();
-  std::vector<modelcast::TensorSpec> specs;
-  for (const auto& ref : model.refs()) specs.push_back(ref.spec);
-  std::uint64_t version_bytes = 0;
-  modelcast::plan_layout(specs, &version_bytes);
-  ChildProcess peer({peer_paths::device_peer(), "consumer", "--endpoint", producer.control_endpoint(),
-                     "--until-version", "2", "--seed", "17", "--memory", "cuda", "--device",
-                     std::to_string(devicemodel::other_device(rt)), "--transports", "ucx,cuda_ipc"},
-                    {"MODELCAST_SIMULATED_FLIP_BYTE=" + std::to_string(version_bytes + 1000)});
-  ASSERT_TRUE(producer.wait_for_consumers(1, 60s));
-  model.upload(17, 1);
-  producer.publish(1);
-  ASSERT_TRUE(peer.wait_for_line("installed 1"));
-  model.upload(17, 2);
-  producer.publish(2);
+  auto peer_process = flipping_consumer_sent_two_versions(producer, model, "ucx,cuda_ipc", 2);
+  ASSERT_TRUE(peer_process);
+  auto& peer = *peer_process;
   auto second = peer.wait_for_line("installed 2");
   ASSERT_TRUE(second) << joined_lines(peer);
   EXPECT_NE(second->find("transport=cuda_ipc path=cuda_ipc"), std::string::npos) << *second;
