@@ -11,6 +11,7 @@ constexpr std::size_t kSide = 4;
 constexpr double kIsolation = 20.0;
 constexpr double kLeastNoise = 0.005;  // of the median |loss|: the most the resolution is taken to be
 constexpr double kRoundOff = 1e-6;     // of the median |loss|: differences no larger are round-off
+constexpr double kPervasive = 1e-10;   // of the median |loss|: a median difference above it is noise
 
 double median_of(std::vector<double>& v) {
   const auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
@@ -36,19 +37,21 @@ std::vector<CurvePoint> without_isolated_outliers(std::span<const CurvePoint> ob
   // absolute value is the standard deviation of normal noise, and an outlier moves it little.
   std::vector<double> steps(n - 1);
   for (std::size_t i = 1; i < n; ++i) steps[i - 1] = std::abs(observed[i].loss - observed[i - 1].loss);
-  // Where most differences are exactly 0 (a log rounded to a few digits, bf16, "0.50"), the
+  // The differences' median is the noise where it is pervasive: any size above 1e-10 of the
+  // loss's typical size, far below a float's resolution, counts (noise of 1e-7 of a loss of 1000
+  // is noise; a floor of 1/200 of the loss under it, as before, hid every glitch under 10 % of
+  // the loss, so on a loss of 1000.x any glitch at all). Below that, most differences are 0 or
+  // round-off (a log rounded to a few digits, bf16, "0.50", perhaps with a double's jitter), the
   // median says no noise, and every one-tick dip on a plateau was an outlier: the noise is then
-  // the log's resolution, its smallest difference above round-off (a millionth of the loss's
-  // typical size: one value of 0.50000001 must not make every tick an outlier), and never more
-  // than 1/200 of that size (on a plateau whose one departure is a glitch, the glitch's two
-  // differences are the only ones there are). Where the median sees noise, it is the noise: a
-  // floor under it (1/200 of the loss, as before) hid every glitch under 10 % of the loss, so on
-  // a loss of 1000.x any glitch at all.
+  // the log's resolution, its smallest difference above round-off (a millionth of that size: one
+  // value of 0.50000001 must not make every tick an outlier), and never more than 1/200 of it
+  // (on a plateau whose one departure is a glitch, the glitch's two differences are the only
+  // ones there are).
+  std::vector<double> sizes(n);
+  for (std::size_t i = 0; i < n; ++i) sizes[i] = std::abs(observed[i].loss);
+  const double typical = median_of(sizes);
   double noise = 1.4826 * median_of(steps) / std::sqrt(2.0);
-  if (noise == 0.0) {
-    std::vector<double> sizes(n);
-    for (std::size_t i = 0; i < n; ++i) sizes[i] = std::abs(observed[i].loss);
-    const double typical = median_of(sizes);
+  if (!(noise > kPervasive * typical)) {
     noise = kLeastNoise * typical;
     for (double d : steps) {
       if (d > kRoundOff * typical) noise = std::min(noise, d);

@@ -13,9 +13,9 @@
 namespace modelcast::predictor::detail {
 
 // The points of `observed` but those that are isolated outliers: farther than 20 times the
-// series' noise (from its step-to-step differences, robustly; where most differences are 0, the
-// log's resolution: its smallest difference above a millionth of the median |loss|, at most
-// 1/200 of it) from the median of the 4 points
+// series' noise (from its step-to-step differences, robustly; where their median is 0 or
+// round-off, the log's resolution: its smallest difference above a millionth of the median
+// |loss|, at most 1/200 of it) from the median of the 4 points
 // before it and from the median of the 4 after it, on the same side of both. A change of level
 // (a drop, a rise, a collapse) has one side that agrees with it and is kept; the first and last
 // 4 points are never left out. `left_out` gets the steps left out. Finite losses expected
