@@ -295,7 +295,8 @@ class ConsumerService {
   // The last version whose one-sided read out of the producer's slot failed its check (fetched
   // again once: see finish()).
   std::uint64_t producer_read_failed_version_ = 0;
-  // retry_later(): tries in a row (of any versions, since the last install) that found no memory.
+  // retry_later(): tries in a row (of any versions) that found no memory; a try that ends
+  // otherwise (installed, rejected, failed in transfer) ends the row.
   static constexpr unsigned kMaxAllocationTries = 4;
   unsigned allocation_failures_ = 0;
   // Transfers that failed since the last install (finish()): the first is asked for again at

@@ -381,6 +381,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
                              : from_relay      ? protocol::RelayFault::kStalled
                                                : protocol::RelayFault::kNone;
     send_ack(done->manifest, done->fetch_id, false, done->failure, relay_fault, /*again=*/true);
+    allocation_failures_ = 0;  // a transfer that had its memory breaks the row
     failures_in_a_row_ = std::min(failures_in_a_row_ + 1, 16u);
     if (failures_in_a_row_ > 1) {
       retry_fetch_after_ = Clock::now() + std::min<Clock::duration>(tick() * (1u << (failures_in_a_row_ - 2)),
@@ -582,6 +583,7 @@ std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch
 // another version (rogue, or a relay that mixes models) would otherwise be asked again at once,
 // for ever. Rejections in a row back off, doubling from one tick to kMaxRejectBackoff.
 void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, const Error& error) {
+  allocation_failures_ = 0;  // a try that ended otherwise breaks the row (retry_later's own keeps it)
   rejected_.insert(asked_for_);
   while (rejected_.size() > kMaxRemembered) rejected_.erase(rejected_.begin());
   rejections_in_a_row_ = std::min(rejections_in_a_row_ + 1, 16u);
@@ -604,13 +606,16 @@ void ConsumerService::retry_later(const Manifest& manifest, std::uint64_t fetch_
   // Memory that never comes (a model too large for the device, a memlock limit on pinning) would
   // cost a whole transfer every few seconds for good: once kMaxAllocationTries tries in a row
   // (of any versions: a producer that keeps publishing asks for a new one each time) found
-  // none, each version that finds none is rejected, until one is installed.
+  // none, each version that finds none is rejected, until a try ends otherwise (an install,
+  // another failure).
   allocation_failures_ = std::min(allocation_failures_ + 1, kMaxAllocationTries);
   if (allocation_failures_ >= kMaxAllocationTries) {
     if (landing_) landing_->abandon();
-    return reject(manifest, fetch_id,
-                  Error(error.code(), std::string(error.what()) + " (" + std::to_string(kMaxAllocationTries) +
-                                          " or more tries in a row found no memory)"));
+    reject(manifest, fetch_id,
+           Error(error.code(), std::string(error.what()) + " (" + std::to_string(kMaxAllocationTries) +
+                                   " or more tries in a row found no memory)"));
+    allocation_failures_ = kMaxAllocationTries;  // reject() starts a new count for other rejections
+    return;
   }
   if (landing_) landing_->abandon();
   fetch_.forget();

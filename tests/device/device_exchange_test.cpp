@@ -237,9 +237,6 @@ TEST(DeviceExchange, AConsumerKilledWhileVersionsAreInFlightLeavesTheProducerSer
   survive_a_killed_consumer("ucx", "ucx path=staged");
 }
 
-// One byte flipped as a version lands in the consumer's device memory (after the transport,
-// where only the device digest can see it): that version is rejected naming the tensor and
-// never installed, and the next one is. Only the simulated device can flip a byte on demand.
 // A device consumer (seed 17, until `until`) whose device copies flip one byte, byte 1000 of the
 // second version (the consumer copies each version into device memory once), sent version 1
 // (installed) and then version 2. Null, the failure added, where version 1 did not arrive.
@@ -270,6 +267,9 @@ std::unique_ptr<ChildProcess> flipping_consumer_sent_two_versions(modelcast::Pro
   return peer;
 }
 
+// One byte flipped as a version lands in the consumer's device memory (after the transport,
+// where only the device digest can see it): that version is rejected naming the tensor and
+// never installed, and the next one is. Only the simulated device can flip a byte on demand.
 void reject_a_corrupt_version(const std::string& transports, const std::string& expected) {
   auto& rt = runtime();
   if (rt.name() != "simulated") GTEST_SKIP() << "flipping a byte in flight needs the simulated device";
