@@ -132,6 +132,7 @@ class ConsumerService {
   // ---- service thread ------------------------------------------------------------------
   void service_loop();
   std::chrono::milliseconds tick() const;
+  void back_off(unsigned& in_a_row, unsigned free_tries);
   void join();
   // After the producer died or restarted: fresh transports (a fresh UCX worker). On one host
   // endpoints run without peer-failure handling (UCX offers shared memory only so), and a peer

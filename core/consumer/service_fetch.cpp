@@ -382,11 +382,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
                                                : protocol::RelayFault::kNone;
     send_ack(done->manifest, done->fetch_id, false, done->failure, relay_fault, /*again=*/true);
     allocation_failures_ = 0;  // a transfer that had its memory breaks the row
-    failures_in_a_row_ = std::min(failures_in_a_row_ + 1, 16u);
-    if (failures_in_a_row_ > 1) {
-      retry_fetch_after_ = Clock::now() + std::min<Clock::duration>(tick() * (1u << (failures_in_a_row_ - 2)),
-                                                                    kMaxRejectBackoff);
-    }
+    back_off(failures_in_a_row_, /*free_tries=*/1);
     count([&](ConsumerStats& s) {
       s.transfers_aborted++;
       if (from_relay) s.relay_faults++;
@@ -578,6 +574,15 @@ std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch
   return abandoned;
 }
 
+// Counts one more in `in_a_row` (at most 16, so the shift stays defined) and, past its first
+// `free_tries`, holds the next fetch back: from one tick, doubling, to kMaxRejectBackoff.
+void ConsumerService::back_off(unsigned& in_a_row, unsigned free_tries) {
+  in_a_row = std::min(in_a_row + 1, 16u);
+  if (in_a_row <= free_tries) return;
+  retry_fetch_after_ =
+      Clock::now() + std::min<Clock::duration>(tick() * (1u << (in_a_row - 1 - free_tries)), kMaxRejectBackoff);
+}
+
 // Counted and reported before the ack: the ack is what the outside world sees first.
 // What is remembered is the version we asked for: a producer that answers with a manifest of
 // another version (rogue, or a relay that mixes models) would otherwise be asked again at once,
@@ -586,9 +591,7 @@ void ConsumerService::reject(const Manifest& manifest, std::uint64_t fetch_id, c
   allocation_failures_ = 0;  // a try that ended otherwise breaks the row (retry_later's own keeps it)
   rejected_.insert(asked_for_);
   while (rejected_.size() > kMaxRemembered) rejected_.erase(rejected_.begin());
-  rejections_in_a_row_ = std::min(rejections_in_a_row_ + 1, 16u);
-  retry_fetch_after_ = Clock::now() + std::min<Clock::duration>(tick() * (1u << (rejections_in_a_row_ - 1)),
-                                                                kMaxRejectBackoff);
+  back_off(rejections_in_a_row_, /*free_tries=*/0);
   fetch_.forget();
   // One update, so a reader that sees the count sees why.
   count([&](ConsumerStats& s) {
@@ -619,9 +622,7 @@ void ConsumerService::retry_later(const Manifest& manifest, std::uint64_t fetch_
   }
   if (landing_) landing_->abandon();
   fetch_.forget();
-  failures_in_a_row_ = std::min(failures_in_a_row_ + 1, 16u);
-  retry_fetch_after_ = Clock::now() + std::min<Clock::duration>(tick() * (1u << (failures_in_a_row_ - 1)),
-                                                                kMaxRejectBackoff);
+  back_off(failures_in_a_row_, /*free_tries=*/0);
   count([&](ConsumerStats& s) { s.last_error = error.what(); });
   report(Error(error.code(), std::string(error.what()) + "; version " + std::to_string(manifest.version) +
                                  " is fetched again"));

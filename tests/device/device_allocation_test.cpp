@@ -2,7 +2,10 @@
 // (rejected after a few tries, not fetched whole every few seconds). Only the simulated device
 // fails an allocation on demand. The producer's tensors are on the host, so the consumer's are
 // the only device allocations; the route is staged (a host buffer, then the device).
+#include <condition_variable>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,7 +29,7 @@ struct HostProducerDeviceConsumer {
   std::unique_ptr<modelcast::Consumer> consumer;
 
   // Empty where the test cannot run here (GTEST_SKIP with it), else sets everything up.
-  std::string start() {
+  std::string start(std::function<void(const modelcast::Error&)> on_error = {}) {
     if (!faults) return "failing a device allocation on demand needs the simulated device";
     weights.resize(1 << 16);
     for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i);
@@ -41,6 +44,7 @@ struct HostProducerDeviceConsumer {
     consumer_options.model_name = "test";
     consumer_options.memory = modelcast::MemoryKind::kCuda;
     consumer_options.transports = {"ucx"};
+    consumer_options.on_error = std::move(on_error);
     consumer = std::make_unique<modelcast::Consumer>(consumer_options);
     return {};
   }
@@ -93,6 +97,45 @@ TEST(DeviceAllocation, AVersionWhoseDeviceLandingNeverGetsMemoryIsRejectedAfterA
   ASSERT_TRUE(view) << f.consumer->stats().last_error;
   EXPECT_EQ(view.version(), 2u);
   EXPECT_EQ(f.read(view), f.weights);
+}
+
+// The tries that found no memory are counted across versions: a producer that publishes again
+// after every failed try (a trainer publishing often) must not start the count afresh with each
+// version, or the consumer fetches every version whole for nothing, for good.
+TEST(DeviceAllocation, TriesThatFindNoMemoryAreCountedAcrossVersions) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  unsigned fetched_again = 0;
+  HostProducerDeviceConsumer f;
+  auto on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);  // every error wakes the test: a rejection says no "fetched again"
+    if (std::string(e.what()).find("is fetched again") != std::string::npos) ++fetched_again;
+    changed.notify_all();
+  };
+  if (auto why = f.start(on_error); !why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(f.producer->wait_for_consumers(1, 60s));
+  f.faults->fail_allocation(1, 1000);
+  std::uint64_t version = 1;
+  f.producer->publish(version);
+  // Each try that found no memory is answered by a newer version, until the consumer rejects
+  // one; far more versions than the cap allows tries means the count started afresh.
+  while (f.consumer->stats().versions_rejected == 0 && version < 12) {
+    std::unique_lock lock(mutex);
+    const unsigned seen = fetched_again;
+    const bool failed_again = changed.wait_for(lock, 30s, [&] {
+      return fetched_again > seen || f.consumer->stats().versions_rejected > 0;
+    });
+    ASSERT_TRUE(failed_again) << "version " << version << " neither failed again nor was rejected: "
+                              << f.consumer->stats().last_error;
+    if (f.consumer->stats().versions_rejected > 0) break;
+    f.producer->publish(++version);
+  }
+  ASSERT_TRUE(eventually([&] { return f.consumer->stats().versions_rejected >= 1; }, 30s))
+      << "no version was rejected after " << version << " versions each failed a try: "
+      << f.consumer->stats().last_error;
+  EXPECT_LE(version, 5u) << "the count of tries started afresh with a new version";
+  EXPECT_NE(f.consumer->stats().last_error.find("(4 or more tries in a row found no memory)"), std::string::npos)
+      << f.consumer->stats().last_error;
 }
 
 }  // namespace
