@@ -133,7 +133,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   if (two_sided) {
     auto copy = store_.host_copy(request.version);
     if (copy.state == SnapshotStore::HostState::kFailed) {
-      return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(store_.newest_version()) +
+      return refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(serving) +
                                                      " could not be copied to host memory; wait for the next one");
     }
     // kNotCopied: no consumer needed the host copy when the version was published (they all
@@ -147,6 +147,8 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
                                 : refuse(protocol::Refusal::kNotHeld, "version " + std::to_string(request.version) +
                                                                           " is no longer held");
   }
+  std::optional<Clock::time_point> published_at;
+  if (auto since = store_.since_publish(leased->lease.version, now)) published_at = now - *since;
   reply.ok = true;
   reply.manifest = std::move(leased->manifest);
   reply.signature = std::move(leased->signature);
@@ -188,6 +190,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     store_.release(leased->lease.id);
     Fetch fetch;
     fetch.version = leased->lease.version;
+    fetch.published_at = published_at;
     fetch.in_part = in_part;
     fetch.bytes = bytes;
     fetch.transport = consumer->transport;
@@ -221,6 +224,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     store_.release(leased->lease.id);
     Fetch fetch;
     fetch.version = leased->lease.version;
+    fetch.published_at = published_at;
     fetch.in_part = in_part;
     fetch.bytes = plan.total_bytes;
     fetch.transport = consumer->transport;
@@ -243,6 +247,7 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
   Fetch fetch;
   fetch.lease_id = leased->lease.id;
   fetch.version = leased->lease.version;
+  fetch.published_at = published_at;
   fetch.in_part = in_part;
   fetch.awaiting_digests = leased->digests_pending;
   fetch.bytes = two_sided ? bytes : plan.total_bytes;
@@ -349,6 +354,7 @@ FetchServer::Withdrawn FetchServer::withdraw(const std::string& routing_id, std:
   Withdrawn withdrawn;
   withdrawn.routing_id = routing_id;
   withdrawn.refusal = stopped(fetch_id, why);
+  withdrawn.counts_as_failed = !fetch.failed;
   return withdrawn;
 }
 
@@ -420,11 +426,12 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
     outcome.known = true;
     outcome.ok = ack.ok;
     outcome.after_lease = true;
+    outcome.counts_as_failed = !ack.ok && !fetch->second.failed;
     if (ack.ok) {
       outcome.delivery.version = fetch->second.version;
       outcome.delivery.consumer = consumer_name;
       outcome.delivery.bytes = fetch->second.bytes;
-      if (auto since = store_.since_publish(fetch->second.version, now)) outcome.delivery.since_publish = *since;
+      if (fetch->second.published_at) outcome.delivery.since_publish = now - *fetch->second.published_at;
     }
     late->second.erase(fetch);
     return outcome;
@@ -443,6 +450,7 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   }
   outcome.known = true;
   outcome.ok = ack.ok;
+  outcome.counts_as_failed = !ack.ok && !fetch.failed;
   outcome.relay = fetch.relay.empty() ? std::string() : planner_.name(fetch.relay);
   if (ack.ok && !fetch.in_part) {
     planner_.delivered(routing_id, fetch.version);
@@ -461,7 +469,7 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
     outcome.delivery.consumer = consumer_name;
     outcome.delivery.bytes = fetch.bytes;
     outcome.delivery.relay = outcome.relay;
-    if (auto since = store_.since_publish(fetch.version, now)) outcome.delivery.since_publish = *since;
+    if (fetch.published_at) outcome.delivery.since_publish = now - *fetch.published_at;
   } else {
     cancel(fetch);
   }
@@ -541,7 +549,8 @@ std::size_t FetchServer::drop(const std::string& routing_id) {
   parked_for_digests_.erase(routing_id);
   lapsed_.erase(routing_id);
   std::size_t undelivered = 0;
-  // Fetches this consumer was relaying: their consumers are told at once and ask again.
+  // Fetches this consumer was relaying: their consumers are told at once and ask again (each
+  // refusal counts its failed delivery where it is sent).
   for (auto& [other, fetches] : fetches_) {
     for (auto it = fetches.begin(); it != fetches.end();) {
       if (it->second.relay != routing_id) {
@@ -551,7 +560,6 @@ std::size_t FetchServer::drop(const std::string& routing_id) {
       planner_.lost(other);
       outgoing_.emplace_back(other, stopped(it->first, "its relay '" + planner_.name(routing_id) + "' left"));
       it = fetches.erase(it);
-      undelivered++;
     }
   }
   planner_.forget(routing_id);
@@ -568,10 +576,10 @@ std::size_t FetchServer::drop(const std::string& routing_id) {
   return undelivered;
 }
 
-bool FetchServer::expired(const SlotPool::Lease& lease) {
+FetchServer::Expiry FetchServer::expired(const SlotPool::Lease& lease) {
+  Expiry expiry;
   auto it = fetches_.find(lease.holder);
-  if (it == fetches_.end()) return false;
-  bool cut = false;
+  if (it == fetches_.end()) return expiry;
   std::erase_if(it->second, [&](auto& entry) {
     if (entry.second.lease_id != lease.id) return false;
     cancel(entry.second);
@@ -580,15 +588,16 @@ bool FetchServer::expired(const SlotPool::Lease& lease) {
                          stopped(entry.first, "version " + std::to_string(entry.second.version) +
                                                   " stopped: its lease ended (no progress for the lease timeout, "
                                                   "or the slot was needed); join again"));
-      cut = true;
+      expiry.cut_off = true;
+      expiry.counts_as_failed = !entry.second.failed;
       return true;
     }
     auto& lapsed = lapsed_[lease.holder];
-    lapsed[entry.first] = Lapsed{entry.second.version, entry.second.bytes};
+    lapsed[entry.first] = Lapsed{entry.second.version, entry.second.bytes, entry.second.failed, entry.second.published_at};
     if (lapsed.size() > kMaxLapsed) lapsed.erase(lapsed.begin());  // the oldest fetch id
     return true;
   });
-  return cut;
+  return expiry;
 }
 
 void FetchServer::cancel(const Fetch& fetch) {

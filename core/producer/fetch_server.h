@@ -78,6 +78,7 @@ class FetchServer {
   struct Withdrawn {
     std::string routing_id;
     protocol::FetchReply refusal;
+    bool counts_as_failed = true;  // false: a send failure of the fetch was counted already
   };
   // Returns the fetches withdrawn because a send could not be posted.
   std::vector<Withdrawn> host_progress(std::uint64_t version);
@@ -91,7 +92,8 @@ class FetchServer {
   // A chunk send finished. A success is progress: the fetch's lease is renewed for another
   // lease_timeout, so a transfer that keeps moving is never abandoned however long it takes;
   // after the last, the lease waits for the ack (kAwaitingAck).
-  // True the first time a send of that fetch fails.
+  // True the first time a send of that fetch fails: the fetch's one failed delivery (it is not
+  // counted again however it ends).
   bool on_send_done(const std::string& routing_id, std::uint64_t fetch_id, bool ok, Clock::time_point now);
 
   struct AckOutcome {
@@ -100,6 +102,7 @@ class FetchServer {
     bool after_lease = false;  // the fetch's lease had lapsed: the consumer got it all the same
     std::string relay;   // the consumer that served the blocks; empty: the producer did
     bool relay_fault = false;  // that relay failed the fetch (it is passed over for a while)
+    bool counts_as_failed = false;  // !ok, and no send failure of the fetch was counted before
     Delivery delivery;   // when ok
   };
   AckOutcome on_ack(const std::string& routing_id, const protocol::Ack& ack, const std::string& consumer_name,
@@ -110,8 +113,8 @@ class FetchServer {
   std::vector<std::pair<std::string, std::uint64_t>> take_awaiting_digests(std::uint64_t version);
 
   // The consumer is gone: cancels its transfers and ends its leases; fetches it relayed are
-  // withdrawn (queued for take_outgoing). Returns how many fetches ended undelivered without a
-  // send failure already reported for them.
+  // withdrawn (queued for take_outgoing, where their refusals count them). Returns how many of
+  // its own fetches ended undelivered without a send failure already reported for them.
   std::size_t drop(const std::string& routing_id);
   // A consumer joined (or joined again): what RelayPlanner needs of it.
   void joined(const ConsumerRecord& consumer);
@@ -132,10 +135,14 @@ class FetchServer {
   // Ended fetches whose sends are still awaited: each holds its slot (SnapshotStore::holds_lease).
   std::size_t draining() const { return draining_.size(); }
   // A lease lapsed or a writer revoked it (SnapshotStore::take_expired): abandons the fetch that
-  // held it. With sends still in flight the consumer is cut off (take_cut_off) and true is
-  // returned: the version will not arrive. Otherwise every send has completed, and what its ack
-  // needs is kept, so that a consumer that installs the version anyway counts as delivered.
-  bool expired(const SlotPool::Lease& lease);
+  // held it. With sends still in flight the consumer is cut off (take_cut_off): the version will
+  // not arrive. Otherwise every send has completed, and what its ack needs is kept, so that a
+  // consumer that installs the version anyway counts as delivered.
+  struct Expiry {
+    bool cut_off = false;           // the fetch failed: its sends were still in flight
+    bool counts_as_failed = false;  // cut off, and no send failure of it was counted before
+  };
+  Expiry expired(const SlotPool::Lease& lease);
 
   // Consumers whose connection must be closed to end the sends of a fetch that ended, each with
   // the refusal to send it first when it may still be waiting for that fetch.
@@ -166,7 +173,10 @@ class FetchServer {
     std::size_t bytes = 0;
     std::size_t transport = 0;  // the consumer's, in the set
     std::vector<transport::TransferId> transfers;
-    bool failed = false;
+    bool failed = false;  // a send failed: counted as a failed delivery then, and never again
+    // When the version was published, kept here: a late ack comes after publish() may have
+    // reused the slot, and the slot's own time with it.
+    std::optional<Clock::time_point> published_at;
     // Two-sided fetches send `blocks` (every chunk, or a delta's changed ones) in order:
     // blocks[0, next) are posted; the rest wait for the host copy (a device version being
     // staged). `region` is the leased slot's, valid while leased.
@@ -229,6 +239,8 @@ class FetchServer {
   struct Lapsed {
     std::uint64_t version = 0;
     std::size_t bytes = 0;
+    bool failed = false;  // as Fetch's
+    std::optional<Clock::time_point> published_at;
   };
   static constexpr std::size_t kMaxLapsed = 8;
   std::map<std::string, std::map<std::uint64_t, Lapsed>> lapsed_;       // routing id -> fetch id

@@ -1,12 +1,15 @@
 #include "core/producer/group_commit.h"
 
+#include <algorithm>
+
 namespace modelcast::producer {
 
 GroupCommit::~GroupCommit() {
   for (auto& [name, group] : groups_) drop_target(group);
 }
 
-std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) const {
+std::string GroupCommit::refusal(const std::string& group, std::uint32_t size,
+                                 const std::vector<std::string>& leaving) const {
   if (size == 0) return "group '" + group + "' has no size (group_size 0)";
   // It waited for ever for members the producer would never admit (group_size 4294967295).
   if (size > max_members_) {
@@ -14,10 +17,19 @@ std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) c
            std::to_string(max_members_) + " consumers (max_consumers, or what its open-file limit leaves room for): the "
            "group could never be whole";
   }
+  // Members in `leaving` give up their places once the join is admitted (left): a group they
+  // alone make up goes, and one of that name is formed afresh at the size this member says.
+  auto staying = [&](const Group& g) {
+    return static_cast<std::size_t>(std::count_if(g.members.begin(), g.members.end(), [&](const auto& member) {
+      return std::find(leaving.begin(), leaving.end(), member) == leaving.end();
+    }));
+  };
   auto it = groups_.find(group);
-  if (it == groups_.end()) {
-    if (groups_.size() < max_groups_) return {};
-    return "group '" + group + "' would be group " + std::to_string(groups_.size() + 1) + ", and this producer's " +
+  if (it == groups_.end() || staying(it->second) == 0) {
+    std::size_t others = 0;
+    for (const auto& [name, g] : groups_) others += name != group && staying(g) > 0 ? 1 : 0;
+    if (others < max_groups_) return {};
+    return "group '" + group + "' would be group " + std::to_string(others + 1) + ", and this producer's " +
            std::to_string(max_groups_ + held_otherwise_) + " snapshot slots hold " + std::to_string(max_groups_) +
            " (snapshot_slots - " + std::to_string(held_otherwise_) +
            ": each group pins one slot while it switches, publish() needs one free" +
@@ -28,7 +40,7 @@ std::string GroupCommit::refusal(const std::string& group, std::uint32_t size) c
     return "group '" + group + "' has group_size " + std::to_string(it->second.size) +
            " (as its first member said), this consumer says " + std::to_string(size);
   }
-  if (it->second.members.size() >= size) {
+  if (staying(it->second) >= size) {
     return "group '" + group + "' already has its " + std::to_string(size) + " members";
   }
   return {};
@@ -75,6 +87,9 @@ void GroupCommit::acked(const std::string& routing_id, std::uint64_t version, bo
     group.failed = group.target;
     drop_target(group);
     changed_.insert(it->second);
+    // A newer version published while the group prepared this one is taken now: waiting for the
+    // next publish held the group for good where training had stopped.
+    choose_target(it->second, group);
     return;
   }
   group.prepared.insert(routing_id);
@@ -131,7 +146,10 @@ std::optional<std::pair<std::uint64_t, protocol::GroupState>> GroupCommit::annou
 
 std::uint64_t GroupCommit::target_of(const std::string& routing_id) const {
   const Group* group = group_of(routing_id);
-  return group ? group->target : 0;
+  if (!group) return 0;
+  // With no target, what members are told to fetch is the committed version (a member that took
+  // the place of one that left has yet to fetch it).
+  return group->target != 0 ? group->target : group->committed;
 }
 
 std::uint64_t GroupCommit::committed_of(const std::string& routing_id) const {

@@ -12,8 +12,8 @@
 // Faults: a member that leaves (dropped, silent, its connection closed) makes the group wait, on
 // the version it last committed, until a member takes its place; the target stays pinned, so the
 // members that prepared it need not fetch it again. A member that rejects the target (a digest
-// that does not match, say) ends that target: the group stays where it is and takes the next
-// version published; one whose transfer of it failed (no verdict on the version: a relay that
+// that does not match, say) ends that target: the group stays where it is and takes the newest
+// version if newer than the rejected one, else the next version published; one whose transfer of it failed (no verdict on the version: a relay that
 // died under it) fetches it again, the target kept until a newer version is published. A group
 // whose target a member gave up for such a fault held its version until the trainer published
 // again, for good where it had stopped. Announcements carry the number of members, so members can say the group
@@ -55,8 +55,9 @@ class GroupCommit {
   GroupCommit& operator=(const GroupCommit&) = delete;
 
   // Why `group` of `size` members cannot take another member (empty: it can): a size other than
-  // the group's or beyond max_members, a group already full, or a new group beyond max_groups.
-  std::string refusal(const std::string& group, std::uint32_t size) const;
+  // the group's or beyond max_members, a group already full (but for the members in `leaving`,
+  // whose places the new one takes), or a new group beyond max_groups.
+  std::string refusal(const std::string& group, std::uint32_t size, const std::vector<std::string>& leaving = {}) const;
   // Membership: `joined` after refusal() said yes; `left` for any consumer (a non-member is
   // ignored).
   void joined(const std::string& routing_id, const std::string& group, std::uint32_t size);
@@ -72,7 +73,8 @@ class GroupCommit {
   // What an announcement tells a member: the version to fetch (the target, or the committed
   // version when there is none) and the group's state. nullopt for a consumer in no group.
   std::optional<std::pair<std::uint64_t, protocol::GroupState>> announcement(const std::string& routing_id) const;
-  // The version a member may fetch besides the newest (its group's target; 0: none).
+  // The version a member may fetch besides the newest: its group's target or, with none, its
+  // committed version (0: neither, or no group).
   std::uint64_t target_of(const std::string& routing_id) const;
   // Members of the groups whose target, commit or membership changed since the last call: they
   // are to be told now rather than at the next heartbeat.

@@ -317,7 +317,8 @@ void ProducerService::withdraw(const std::vector<FetchServer::Withdrawn>& withdr
     log_->warn("withdrew a fetch of '{}': {}", consumer ? consumer->name : std::string("?"), w.refusal.error);
     reply(w.routing_id, w.refusal);
   }
-  if (!withdrawn.empty()) stats_.update([&](ProducerStats& s) { s.failed_deliveries += withdrawn.size(); });
+  const auto failed = std::count_if(withdrawn.begin(), withdrawn.end(), [](const auto& w) { return w.counts_as_failed; });
+  if (failed > 0) stats_.update([&](ProducerStats& s) { s.failed_deliveries += static_cast<std::uint64_t>(failed); });
 }
 
 // Consumers that joined before the tensors were known were routed for host slots: they join
@@ -424,11 +425,11 @@ void ProducerService::expire_leases() {
   for (const auto& lease : expired) {
     auto* consumer = membership_.find(lease.holder);
     const std::string name = consumer ? consumer->name : std::string("?");
-    if (fetches_.expired(lease)) {
+    if (const auto expiry = fetches_.expired(lease); expiry.cut_off) {
       // Sends still in flight: the consumer is cut off (close_cut_off), and its slot stays held
       // until those sends have ended.
       log_->warn("lease of '{}' on version {} ended with sends in flight: the fetch failed", name, lease.version);
-      stats_.update([](ProducerStats& s) { s.failed_deliveries++; });
+      if (expiry.counts_as_failed) stats_.update([](ProducerStats& s) { s.failed_deliveries++; });
     } else {
       // Every send had completed: the consumer may still install the version, and its ack counts.
       log_->warn("lease of '{}' on version {} ended while its ack was awaited: its slot may be reused "
@@ -505,10 +506,11 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   auto decision = membership_.decide(routing_id, key, join);
   answer.refusal = decision.refusal;
   answer.error = decision.error;
-  // A reconnecting member's old record leaves its place in the group first.
+  // A reconnecting member takes its old record's place in the group: that place counts as free
+  // here, and is given up once the join is admitted (forget_consumer below). A refused join
+  // leaves the old record a member, as it stays a joined consumer.
   if (decision.refusal == protocol::Refusal::kNone && !join.group.empty()) {
-    for (const auto& old : decision.replaces) groups_.left(old);
-    if (auto why = groups_.refusal(join.group, join.group_size); !why.empty()) {
+    if (auto why = groups_.refusal(join.group, join.group_size, decision.replaces); !why.empty()) {
       answer.refusal = protocol::Refusal::kBadRequest;
       answer.error = why;
     }
@@ -518,6 +520,7 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
     // way: cancelling does not end UCX sends, closing the connection does, and sends left
     // posted would read a slot whose lease has ended.
     std::vector<ConsumerRecord> earlier;
+    for (const auto& old : decision.replaces) groups_.left(old);  // its place is the new record's: not a departure
     for (const auto& old : decision.replaces) {
       if (fetches_.serving(old)) {
         drop_consumer(old);
@@ -671,7 +674,7 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
         s.bytes_relayed += outcome.delivery.bytes;
       }
     } else {
-      s.failed_deliveries++;
+      if (outcome.counts_as_failed) s.failed_deliveries++;
       if (outcome.relay_fault) s.relay_faults++;
     }
   });

@@ -85,9 +85,10 @@ struct ProducerOptions {
   // the version (one that serves peers, over the same transport, with fewer than N fetches to
   // serve); that consumer forwards each block once it has verified it, so versions flow down a
   // chain and the producer sends each block about once however many consumers there are. The
-  // receiver checks every block against this producer's signed block digests, so a relay cannot
-  // alter a version; a relay that sends bad bytes or stops is passed over and the producer
-  // serves that consumer itself. Needs integrity (block digests) and two-sided routes. Off by
+  // receiver checks every block against this producer's signed block digests, so a relay's
+  // corrupt, wrong or missing blocks are caught (the digests are not cryptographic: a relay set
+  // on forging content can match them, README "What keys do not cover"); a relay that sends bad
+  // bytes or stops is passed over and the producer serves that consumer itself. Needs integrity (block digests) and two-sided routes. Off by
   // default: relaying puts traffic on the consumers' uplinks, which the operator should choose.
   std::size_t relay_fanout = 0;
 
@@ -159,7 +160,9 @@ struct ProducerStats {
   std::uint64_t latest_version = 0;
   std::uint64_t versions_published = 0;
   std::uint64_t deliveries = 0;      // verified acks from consumers
-  std::uint64_t failed_deliveries = 0;  // send failures, rejections, and fetches of consumers that went
+  // Fetches that failed, each counted once: send failures, rejections, fetches withdrawn or whose
+  // lease ended mid-send, and fetches of consumers that went.
+  std::uint64_t failed_deliveries = 0;
   std::uint64_t leases_expired = 0;
   std::uint64_t bad_messages = 0;    // malformed or unknown-version requests dropped
   std::uint64_t refused_peers = 0;   // handshakes refused: keys not on the allow-list

@@ -510,7 +510,7 @@ TEST(Stages, ALeaseThatLapsesWithSendsInFlightHoldsItsSlotUntilTheyEndAndCutsThe
   // The sends' completions are held back: as far as the server knows, all are in flight.
   auto expired = p.store.take_expired(now + 11s);
   ASSERT_EQ(expired.size(), 1u);
-  EXPECT_TRUE(p.server->expired(expired[0]));
+  EXPECT_TRUE(p.server->expired(expired[0]).cut_off);
   auto cut = p.server->take_cut_off();
   ASSERT_EQ(cut.size(), 1u);
   EXPECT_EQ(cut[0].routing_id, p.consumer.routing_id);
@@ -553,7 +553,7 @@ TEST(Stages, SendsAWriterGaveUpOnAreForgottenByTheServerToo) {
     ASSERT_TRUE(reply && reply->ok);
     auto expired = p.store.take_expired(now + 11s);
     ASSERT_EQ(expired.size(), 1u);
-    EXPECT_TRUE(p.server->expired(expired[0]));
+    EXPECT_TRUE(p.server->expired(expired[0]).cut_off);
     EXPECT_EQ(p.server->take_cut_off().size(), 1u);
   };
   p.publish(1);
@@ -573,7 +573,7 @@ TEST(Stages, SendsAWriterGaveUpOnAreForgottenByTheServerToo) {
   // consumer-2's fetch ends with its sends in flight: its entry is the only one.
   auto expired = p.store.take_expired(Clock::now() + 11s);
   ASSERT_EQ(expired.size(), 1u);
-  EXPECT_TRUE(p.server->expired(expired[0]));
+  EXPECT_TRUE(p.server->expired(expired[0]).cut_off);
   EXPECT_EQ(p.server->draining(), 1u) << "the sends the writer gave up on are still awaited";
   EXPECT_EQ(p.store.draining_slots(), 1u);
 }
@@ -641,7 +641,7 @@ TEST(Stages, ALeaseRevokedAfterItsSendsCompletedFreesTheSlotAndALateAckStillCoun
   EXPECT_EQ(reserved.slot, fetched.slot);
   auto expired = p.store.take_expired(Clock::now());
   ASSERT_EQ(expired.size(), 1u);
-  EXPECT_FALSE(p.server->expired(expired[0]));
+  EXPECT_FALSE(p.server->expired(expired[0]).cut_off);
   EXPECT_TRUE(p.server->take_cut_off().empty()) << "a consumer with no sends in flight was cut off";
   auto late = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, fetched.request.fetch_id, true, ""}, "c",
                                Clock::now());
@@ -650,6 +650,112 @@ TEST(Stages, ALeaseRevokedAfterItsSendsCompletedFreesTheSlotAndALateAckStillCoun
   EXPECT_FALSE(
       p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, fetched.request.fetch_id, true, ""}, "c", Clock::now()).known);
   p.store.cancel(reserved.slot);
+}
+
+// A late ack's delivery says how long after its publication the version arrived, also where
+// publish() has since written another version into its slot: the time was read from the slot,
+// and such a delivery said 0.
+TEST(Stages, ALateAckAfterItsSlotWasReusedSaysHowLongAfterItsPublicationItArrived) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  const auto fetched = publish_and_fetch_version_1(c, p);
+  ASSERT_FALSE(HasFailure());
+  for (std::size_t i = 0; i < fetched.chunks(); ++i) {
+    ASSERT_TRUE(p.sends.pop());
+    p.server->on_send_done(p.consumer.routing_id, fetched.request.fetch_id, true, Clock::now());
+  }
+  p.publish(2);
+  p.publish(3);
+  auto other = p.store.lease(2, "other", Clock::now(), 1h, 0);  // only version 1's slot is left
+  ASSERT_TRUE(other);
+  auto reserved = p.store.reserve(50ms);  // revokes the lease awaiting version 1's ack, to write there
+  ASSERT_EQ(reserved.slot, fetched.slot);
+  auto expired = p.store.take_expired(Clock::now());
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_FALSE(p.server->expired(expired[0]).cut_off);
+  const auto acked_at = Clock::now() + 1h;  // an ack an hour after the publication
+  auto late = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, fetched.request.fetch_id, true, ""}, "c",
+                               acked_at);
+  ASSERT_TRUE(late.known && late.ok && late.after_lease);
+  EXPECT_GE(late.delivery.since_publish, 1h);
+  EXPECT_LT(late.delivery.since_publish, 2h);
+  p.store.cancel(reserved.slot);
+}
+
+// A fetch that fails is one failed delivery, however many of the ways it can end report it: a
+// send failure counted it, and then the consumer's failure ack, or its lease's end with sends
+// still in flight, counted it again.
+TEST(Stages, AFetchWhoseSendFailedCountsAsFailedOnceHoweverItEnds) {
+  for (const bool by_ack : {true, false}) {
+    SCOPED_TRACE(by_ack ? "ended by the consumer's ack" : "ended by its lease");
+    ConsumerSide c;
+    ProducerSide p(c.transport);
+    p.publish(1);
+    const auto now = Clock::now();
+    auto reply = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 1}, now);
+    ASSERT_TRUE(reply && reply->ok);
+    ASSERT_TRUE(p.sends.pop());
+    EXPECT_TRUE(p.server->on_send_done(p.consumer.routing_id, 1, false, now)) << "the send failure was not counted";
+    if (by_ack) {
+      auto outcome = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, 1, false, "transfer failed"}, "c", now);
+      ASSERT_TRUE(outcome.known);
+      EXPECT_FALSE(outcome.counts_as_failed) << "counted twice";
+    } else {
+      auto expired = p.store.take_expired(now + 11s);
+      ASSERT_EQ(expired.size(), 1u);
+      auto expiry = p.server->expired(expired[0]);
+      EXPECT_TRUE(expiry.cut_off);
+      EXPECT_FALSE(expiry.counts_as_failed) << "counted twice";
+      p.server->take_cut_off();
+    }
+  }
+  // Without a send failure, the ack's failure is the one count.
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.publish(1);
+  auto reply = p.server->start(p.consumer.routing_id, &p.consumer, {kIncarnation, 1, 1}, Clock::now());
+  ASSERT_TRUE(reply && reply->ok);
+  auto outcome = p.server->on_ack(p.consumer.routing_id, {kIncarnation, 1, 1, false, "rejected"}, "c", Clock::now());
+  EXPECT_TRUE(outcome.known && outcome.counts_as_failed);
+}
+
+// A relay that leaves mid-fetch: the fetch it relayed is withdrawn with a refusal to its
+// consumer, which the service counts as a failed delivery; drop() counted it as well.
+TEST(Stages, AFetchWithdrawnBecauseItsRelayLeftCountsAsFailedOnce) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  p.server = std::make_unique<producer::FetchServer>(
+      p.store, p.transports, kIncarnation, 10s,
+      [box = p.sends_box](const std::string&, std::uint64_t, const transport::TransferResult& r) { box->push(r.ok); },
+      /*relay_fanout=*/1);
+  p.server->set_chunk_option(64u << 10);
+  producer::ConsumerRecord relay = p.consumer;
+  relay.routing_id = "relay";
+  relay.name = "relay";
+  relay.serves_peers = true;
+  relay.host_id = "h";
+  producer::ConsumerRecord other = p.consumer;
+  other.routing_id = "other";
+  other.name = "other";
+  other.host_id = "h";
+  p.server->joined(relay);
+  p.server->joined(other);
+  p.publish(1);
+  auto first = p.server->start("relay", &relay, c.client.begin(kIncarnation, 1, 0, Clock::now()), Clock::now());
+  ASSERT_TRUE(first && first->ok && first->relay.empty());
+  auto got = c.run(*first);
+  ASSERT_EQ(got.failure, "");
+  ASSERT_TRUE(p.server->on_ack("relay", {kIncarnation, 1, got.fetch_id, true, ""}, "relay", Clock::now()).ok);
+  auto relayed = p.server->start("other", &other, {kIncarnation, 1, 77}, Clock::now());
+  ASSERT_TRUE(relayed && relayed->ok);
+  ASSERT_EQ(relayed->relay, "relay");
+  (void)p.server->take_outgoing();  // the relay order
+  EXPECT_EQ(p.server->drop("relay"), 0u) << "the relayed fetch was counted by drop() and by its refusal";
+  std::size_t refusals = 0;
+  for (auto& [to, message] : p.server->take_outgoing()) {
+    if (auto* reply = std::get_if<protocol::FetchReply>(&message); reply && !reply->ok && to == "other") ++refusals;
+  }
+  EXPECT_EQ(refusals, 1u);
 }
 
 // A transfer that keeps moving holds its lease however long it takes (here six lease_timeouts,
@@ -813,11 +919,83 @@ TEST(Stages, AGroupKeepsItsTargetForAMemberWhoseTransferFailedAndGivesItUpForARe
   EXPECT_EQ(groups.target_of("a"), 4u);
   EXPECT_EQ(given_up(), 0u);
 
-  // A rejection ends the target: not taken again.
+  // A rejection ends the target: not taken again. Members are pointed back at what they serve.
   groups.acked("b", 4, false);
-  EXPECT_EQ(groups.target_of("a"), 0u);
+  EXPECT_EQ(groups.target_of("a"), 2u) << "with no target, a member may fetch the committed version";
   EXPECT_EQ(given_up(), 4u);
   EXPECT_EQ(groups.committed_of("a"), 2u);
+}
+
+// A member that takes the place of one that left, after the group's target was rejected, is
+// told the committed version and must be able to fetch it: it is no longer the newest, and the
+// fetch server served only the newest and the target, so the group stayed short for good.
+TEST(Stages, AMemberThatReplacesAnotherAfterARejectionCanFetchTheCommittedVersion) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  producer::GroupCommit groups(p.store, 3, /*persist_pins=*/false, 8);
+  groups.joined("a", "g", 2);
+  groups.joined("b", "g", 2);
+  p.publish(1);
+  groups.published(1);
+  groups.acked("a", 1, true);
+  groups.acked("b", 1, true);
+  ASSERT_EQ(groups.committed_of("a"), 1u);
+  p.publish(2);
+  groups.published(2);
+  ASSERT_EQ(groups.target_of("a"), 2u);
+  groups.acked("b", 2, false);  // b rejects version 2
+  groups.left("a");
+  groups.joined("a2", "g", 2);
+  auto told = groups.announcement("a2");
+  ASSERT_TRUE(told);
+  ASSERT_EQ(told->first, 1u);
+  producer::ConsumerRecord a2 = p.consumer;
+  a2.routing_id = "a2";
+  auto reply = p.server->start("a2", &a2, {kIncarnation, told->first, 1}, Clock::now(), groups.target_of("a2"));
+  ASSERT_TRUE(reply);
+  EXPECT_TRUE(reply->ok) << reply->error;
+}
+
+// A version newer than the one a member rejected, published while the group prepared that one,
+// becomes the target at the rejection: the group waited for the next publish, for good where
+// training had stopped, and meanwhile pointed a new member at a committed version no slot held.
+TEST(Stages, ARejectedTargetGivesWayToANewerVersionAlreadyPublished) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  producer::GroupCommit groups(p.store, 3, /*persist_pins=*/false, 8);
+  groups.joined("a", "g", 2);
+  groups.joined("b", "g", 2);
+  p.publish(1);
+  groups.published(1);
+  groups.acked("a", 1, true);
+  groups.acked("b", 1, true);
+  for (std::uint64_t v = 2; v <= 4; ++v) {  // 2 is the target, pinned; 4 takes version 1's slot
+    p.publish(v);
+    groups.published(v);
+  }
+  groups.left("b");
+  groups.joined("b2", "g", 2);
+  ASSERT_EQ(groups.target_of("b2"), 2u);
+  groups.acked("a", 2, false);  // a rejects 2
+  EXPECT_EQ(groups.target_of("b2"), 4u);
+  auto told = groups.announcement("b2");
+  ASSERT_TRUE(told);
+  EXPECT_EQ(told->first, 4u) << "pointed at version " << told->first;
+}
+
+// A consumer joining again in its group's place: its old record keeps its place until the join
+// is admitted. Refused (here: another group size), the old record stayed joined but had lost its
+// place, and the group waited for a member it still had.
+TEST(Stages, AGroupPlaceIsGivenUpOnlyByAnAdmittedJoin) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  producer::GroupCommit groups(p.store, 3, /*persist_pins=*/false, 8);
+  groups.joined("a", "g", 2);
+  groups.joined("b", "g", 2);
+  EXPECT_NE(groups.refusal("g", 2), "") << "a full group took a third member";
+  EXPECT_EQ(groups.refusal("g", 2, {"b"}), "") << "b's own place was refused to it";
+  EXPECT_NE(groups.refusal("g", 3, {"b"}), "") << "a member joining again changed the group's size";
+  EXPECT_EQ(groups.refusal("g", 3, {"a", "b"}), "") << "the group's every member joining again is a new group";
 }
 
 // Publishing a version frees the slot of the one before it (nobody reads it here): a publish()
