@@ -17,6 +17,7 @@
 #include "modelcast/consumer.h"
 
 #include <algorithm>
+#include <limits>
 #include <future>
 #include <mutex>
 
@@ -117,7 +118,7 @@ class Consumer::Impl {
   void cancel_waits() { readers_.cancel_waits(); }
 
   ConsumerStats stats() const {
-    ConsumerStats s = first_->stats();
+    auto [s, error_order] = first_->stats_and_error_order();
     std::lock_guard lock(mutex_);
     if (!ever_ranked_) return s;
     // Of the model as readers see it, across every layout the producer has had: the versions
@@ -131,7 +132,7 @@ class Consumer::Impl {
     for (std::size_t r = 0; r < rank_of_.size(); ++r) {
       const auto* other = rank_of_[r];
       if (other == nullptr || other == first_.get()) continue;
-      const auto o = other->stats();
+      const auto [o, other_order] = other->stats_and_error_order();
       s.producer_connected = s.producer_connected && o.producer_connected;
       s.versions_rejected += o.versions_rejected;
       s.transfers_aborted += o.transfers_aborted;
@@ -140,17 +141,23 @@ class Consumer::Impl {
       s.failed_handshakes += o.failed_handshakes;
       s.bytes_received += o.bytes_received;
       s.arriving_bytes += o.arriving_bytes;
-      if (s.last_error.empty() && !o.last_error.empty()) s.last_error = rank_said(r, layout_endpoints_[r]) + o.last_error;
+      // The newest error of any rank's, or the assembler's below: an older one (a layout refused,
+      // then fixed) hid a newer one (a rank gone) for as long as the layout lasted.
+      if (!o.last_error.empty() && (s.last_error.empty() || other_order > error_order)) {
+        s.last_error = rank_said(r, layout_endpoints_[r]) + o.last_error;
+        error_order = other_order;
+      }
     }
-    if (!rank_failure_.empty()) {
+    if (!rank_failure_.empty()) {  // a state, not an event: said while it lasts, over any error
       s.producer_connected = false;
       s.last_error = rank_failure_;
+      error_order = std::numeric_limits<std::uint64_t>::max();
     }
     if (assembler_) {
       const auto c = assembler_->counts();
       s.versions_rejected += c.versions_rejected;
       s.wanted_bytes = c.wanted_bytes;
-      if (!c.last_error.empty()) s.last_error = c.last_error;
+      if (!c.last_error.empty() && (s.last_error.empty() || c.last_error_order > error_order)) s.last_error = c.last_error;
       if (s.last_error.empty()) s.last_error = c.waiting;  // no cause of its own: below every error
     }
     return s;

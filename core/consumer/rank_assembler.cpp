@@ -1,4 +1,5 @@
 #include "core/consumer/rank_assembler.h"
+#include "core/consumer/error_order.h"
 
 #include <algorithm>
 #include <numeric>
@@ -97,6 +98,7 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     if (misconfigured && !run_id_error_said_) {
       run_id_error_said_ = true;
       counts_.last_error = *misconfigured;
+      counts_.last_error_order = next_error_order();
       if (!outcome.failure) outcome.failure = Error(ErrorCode::kInvalidArgument, *misconfigured);
     }
   }
@@ -133,7 +135,17 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     // the held versions are.
     if (candidate.size() == ranks_ && !of_other_runs(candidate)) pieces = std::move(candidate);
   }
-  if (pieces.empty() || key_of(pieces) == assembled_from_ || key_of(pieces) == refused_) return outcome;
+  if (pieces.empty()) {
+    // Ranks out of step (one publishes even steps, another odd ones: an off-by-one in a trainer)
+    // never meet: the model stayed as it was with no word, while every piece was fetched.
+    if (auto why = out_of_step()) {
+      counts_.waiting = *why;
+      if (!out_of_step_said_) outcome.failure = Error(ErrorCode::kState, *why);
+      out_of_step_said_ = true;
+    }
+    return outcome;
+  }
+  if (key_of(pieces) == assembled_from_ || key_of(pieces) == refused_) return outcome;
   // A step older than the one readers see is not gone back to (a rank that restarted and
   // publishes from an earlier step makes a newer version once every rank reaches it).
   auto current = store_.current();
@@ -168,6 +180,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     counts_.current_version = outcome.installed->manifest.version;
     counts_.versions_installed++;
     counts_.waiting.clear();
+    out_of_step_said_ = false;
     store_.install(outcome.installed);
     run_id_error_said_ = false;  // a version was made: a misconfiguration after it is said again
   } catch (const Error& e) {
@@ -181,6 +194,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     refused_ = key_of(pieces);
     counts_.versions_rejected++;
     counts_.last_error = outcome.failure->what();
+    counts_.last_error_order = next_error_order();
   }
   return outcome;
 }
@@ -274,14 +288,9 @@ std::optional<std::string> RankAssembler::drop_outrun() {
 
 std::optional<std::size_t> RankAssembler::oldest_to_keep(std::size_t rank, bool by_stride) const {
   const auto& mine = held_[rank];
-  // Whether rank q may still bring a version of `step`: it holds one, or has not reached it yet
-  // (a rank's versions come in step order within a run) and, by its stride, will.
   auto may_meet = [&](std::size_t q, std::int64_t step, bool& holds) {
-    holds = std::any_of(held_[q].begin(), held_[q].end(), [&](const Held& h) { return h->manifest.step == step; });
-    if (holds || held_[q].empty()) return true;
-    const std::int64_t newest = held_[q].back()->manifest.step;
-    if (newest >= step) return false;
-    return !by_stride || stride_[q] <= 1 || (step - newest) % stride_[q] == 0;
+    holds = holds_step(q, step);
+    return holds || may_bring(q, step, by_stride);
   };
   for (std::size_t i = 0; i + 1 < mine.size(); ++i) {
     const std::int64_t step = mine[i]->manifest.step;
@@ -297,6 +306,42 @@ std::optional<std::size_t> RankAssembler::oldest_to_keep(std::size_t rank, bool 
     if (meetable && !every_rank_holds) return i;
   }
   return std::nullopt;
+}
+
+bool RankAssembler::holds_step(std::size_t q, std::int64_t step) const {
+  return std::any_of(held_[q].begin(), held_[q].end(), [&](const Held& h) { return h->manifest.step == step; });
+}
+
+bool RankAssembler::may_bring(std::size_t q, std::int64_t step, bool by_stride) const {
+  if (held_[q].empty()) return true;
+  const std::int64_t newest = held_[q].back()->manifest.step;
+  if (newest >= step) return false;
+  return !by_stride || stride_[q] <= 1 || (step - newest) % stride_[q] == 0;
+}
+
+std::optional<std::string> RankAssembler::out_of_step() const {
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    if (held_[r].empty()) return std::nullopt;  // a rank yet to publish (in this run)
+  }
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    for (const auto& h : held_[r]) {
+      const std::int64_t step = h->manifest.step;
+      bool meetable = true;
+      for (std::size_t q = 0; q < ranks_ && meetable; ++q) {
+        meetable = q == r || holds_step(q, step) || may_bring(q, step, true);
+      }
+      if (meetable) return std::nullopt;
+    }
+  }
+  std::string said = "no step can be put together: ";
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    said += (r == 0 ? "rank " : "; rank ") + std::to_string(r) + (held_[r].size() > 1 ? " holds steps" : " holds step");
+    for (std::size_t i = 0; i < held_[r].size(); ++i) {
+      said += (i == 0 ? " " : ", ") + std::to_string(held_[r][i]->manifest.step);
+    }
+    if (stride_[r] > 1) said += " (every " + std::to_string(stride_[r]) + " steps)";
+  }
+  return said + ", and none will bring a step another holds: every rank must publish the same steps";
 }
 
 std::size_t RankAssembler::older_to_drop(std::size_t rank) const {

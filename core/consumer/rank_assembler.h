@@ -66,6 +66,7 @@ class RankAssembler {
     std::uint64_t versions_rejected = 0;
     std::uint64_t wanted_bytes = 0;
     std::string last_error;  // the last refusal
+    std::uint64_t last_error_order = 0;  // when it was said (next_error_order())
     // Why no version is made for now (a step waiting for a buffer, a piece let go), until one is.
     // Below every error in the consumer's stats: it is no cause of its own.
     std::string waiting;
@@ -97,6 +98,14 @@ class RankAssembler {
   // The first of rank `rank`'s held versions but its newest that a rank behind may still meet
   // and not every rank holds; `by_stride`: a rank behind meets only the steps its stride reaches.
   std::optional<std::size_t> oldest_to_keep(std::size_t rank, bool by_stride) const;
+  // Whether rank q holds a version of `step`; whether it may still bring one: it has not reached
+  // the step yet (a rank's versions come in step order within a run) and, `by_stride`, its
+  // stride reaches it.
+  bool holds_step(std::size_t q, std::int64_t step) const;
+  bool may_bring(std::size_t q, std::int64_t step, bool by_stride) const;
+  // Why no step held can ever be put together (each lacks a rank that neither holds it nor will
+  // bring it), naming what each rank holds; nothing where one still may be.
+  std::optional<std::string> out_of_step() const;
   // Asks each rank for just the regions the plan (made on `pieces`) takes from it, where that
   // changed or the rank's producer run did.
   void refine_wants(const layout::PullPlan& plan, const std::vector<Held>& pieces);
@@ -137,6 +146,7 @@ class RankAssembler {
   // first without it by retry().
   std::atomic<bool> waiting_for_room_{false};
   bool run_id_error_said_ = false;  // since the last version made; under mutex_
+  bool out_of_step_said_ = false;   // through on_error, since the last version made; under mutex_
   Counts counts_;
   std::unique_ptr<ShapingTarget> target_;  // under mutex_
   VersionStore& store_;  // the readers'; assembled versions own their memory

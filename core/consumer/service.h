@@ -37,6 +37,7 @@
 
 #include <zmq.hpp>
 
+#include "core/consumer/error_order.h"
 #include "common/event_queue.h"
 #include "common/log.h"
 #include "common/log_rate.h"
@@ -102,13 +103,20 @@ class ConsumerService {
     std::lock_guard lock(mutex_);
     return stats_;
   }
+  // stats(), and when its last_error was last set (next_error_order(); 0: never).
+  std::pair<ConsumerStats, std::uint64_t> stats_and_error_order() const {
+    std::lock_guard lock(mutex_);
+    return {stats_, last_error_order_};
+  }
 
  private:
   void size_buffers();  // service thread, at each join
   template <typename Mutate>
   void count(Mutate&& mutate) {
     std::lock_guard lock(mutex_);
+    const std::string before = stats_.last_error;
     mutate(stats_);
+    if (!stats_.last_error.empty() && stats_.last_error != before) last_error_order_ = next_error_order();
   }
 
   // Nothing a peer sends may end the inference process: a failure while handling it is
@@ -248,6 +256,7 @@ class ConsumerService {
 
   mutable std::mutex mutex_;
   ConsumerStats stats_;  // guarded by mutex_
+  std::uint64_t last_error_order_ = 0;  // guarded by mutex_: see stats_and_error_order()
 
   ProducerLink link_;        // service thread only after construction
   // What the next join offers; replaced when the producer is replaced, and after joins refused

@@ -46,6 +46,7 @@
 #include "core/model/manifest.h"
 #include "core/producer/control_plane.h"
 #include "core/wire/manifest_codec.h"
+#include "core/wire/connect_host.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "device/device_runtime.h"
@@ -128,10 +129,13 @@ ProducerOptions checked(ProducerOptions options) {
     if (e.rfind("tcp://", 0) != 0 && e.rfind("ipc://", 0) != 0)
       invalid(what + " " + shown_text(e) + " must start with tcp:// or ipc:// (rank " + std::to_string(r) + "'s control endpoint)");
     wire::check_tcp_port(e, what, false);
-    // Consumers connect there: a wildcard is an address to bind, not one to reach.
-    if (e.rfind("tcp://*", 0) == 0)
-      invalid(what + " " + shown_text(e) + " names no host; give the address consumers reach rank " + std::to_string(r) +
-              " at (its control_endpoint() says which)");
+    // Consumers connect there: a wildcard (tcp://*, 0.0.0.0, [::]: what a rank bound to all
+    // interfaces reports as its control_endpoint()) is an address to bind, not one to reach.
+    // Each consumer refused it on its own and stayed without a model; refused here, once, by the
+    // rule consumers apply.
+    if (auto problem = wire::connect_host_problem(e))
+      invalid(what + ": " + *problem + "; give the address consumers reach rank " + std::to_string(r) +
+              " at (a rank bound to all interfaces reports the wildcard: put its host's address in its place)");
     // Two ranks at one endpoint: consumers would take the same rank's pieces twice and miss the other's.
     for (std::size_t earlier = 0; earlier < r; ++earlier) {
       if (options.rank_endpoints[earlier] == e)

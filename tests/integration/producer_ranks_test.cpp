@@ -750,6 +750,73 @@ TEST(ProducerRanksFaults, AnotherRanksRefusalNamesTheRankAndItsEndpoint) {
   EXPECT_EQ(errors[0].find(said), 0u) << errors[0];
 }
 
+// stats().last_error is the newest error of the ranks' and the assembler's: a step the assembler
+// refused (rank 1 came up with another shape for "w") kept its message for as long as the layout
+// lasted, over every later one, so that once rank 1 was fixed and then gone for good, monitoring
+// still read the layout mistake, not the missing rank.
+TEST(ProducerRanksFaults, TheNewestErrorOfTheRanksAndTheAssemblerIsTheOneReported) {
+  Ranks ranks(2);
+  const std::string rank1 = ranks.ranks[1]->producer->control_endpoint();
+  ranks.ranks[1].reset();
+  ranks.ranks[1] = std::make_unique<Rank>(1, 2, std::vector<std::string>{}, rank1, false, 1000);  // "w" [1000, 40]
+  auto options = options_for(ranks.endpoint());
+  options.producer_timeout = 400ms;
+  modelcast::Consumer consumer(options);
+  ranks.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().versions_rejected > 0; }, 30s));
+  const std::string refused = consumer.stats().last_error;
+  ASSERT_NE(refused.find("rank 1 registers it as [1000, 40]"), std::string::npos) << refused;
+  ranks.ranks[1].reset();
+  ranks.ranks[1] = std::make_unique<Rank>(1, 2, std::vector<std::string>{}, rank1);  // fixed
+  ranks.publish(2);
+  ASSERT_TRUE(testing_support::eventually([&] {
+    auto view = consumer.acquire();
+    return view && view.step() == 2;
+  }, 30s)) << consumer.stats().last_error;
+  ranks.ranks[1].reset();  // gone for good
+  const std::string said = "rank 1 at '" + rank1 + "': ";
+  EXPECT_TRUE(testing_support::eventually([&] { return consumer.stats().last_error.rfind(said, 0) == 0; }, 30s))
+      << "last_error: " << consumer.stats().last_error;
+}
+
+// Ranks that publish different steps (rank 0 the even ones, rank 1 the odd ones: an off-by-one in
+// a trainer) never meet: the consumer fetched every piece and kept its model without a word. It
+// now says so, once through on_error and in last_error while it lasts, naming what each rank
+// holds, and goes on once the ranks publish a step together.
+TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) {
+  Ranks ranks(2);
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  auto options = options_for(ranks.endpoint());
+  options.on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);
+    errors.emplace_back(e.what());
+  };
+  modelcast::Consumer consumer(options);
+  for (std::uint64_t i = 1; i <= 3; ++i) {
+    ranks.ranks[0]->publish(static_cast<std::int64_t>(2 * i));
+    ranks.ranks[1]->publish(static_cast<std::int64_t>(2 * i + 1));
+    for (auto& rank : ranks.ranks) {  // each piece reached the consumer before the next is published
+      ASSERT_TRUE(testing_support::eventually([&] { return rank->producer->stats().deliveries >= i; }, 60s))
+          << consumer.stats().last_error;
+    }
+  }
+  const std::string said = "no step can be put together";
+  const std::string held = said + ": rank 0 holds steps 4, 6 (every 2 steps); rank 1 holds steps 5, 7 (every 2 steps)";
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().last_error.find(held) == 0; }, 30s))
+      << consumer.stats().last_error;
+  EXPECT_TRUE(consumer.acquire().empty());
+  ranks.publish(8);
+  ASSERT_TRUE(testing_support::eventually([&] {
+    auto view = consumer.acquire();
+    return view && view.step() == 8;
+  }, 30s)) << consumer.stats().last_error;
+  EXPECT_EQ(consumer.stats().last_error.find(said), std::string::npos) << consumer.stats().last_error;
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(std::count_if(errors.begin(), errors.end(), [&](const std::string& e) { return e.find(said) == 0; }), 1)
+      << "said once, through on_error";
+}
+
 // Only rank 0 tells consumers where the other ranks are: a consumer pointed at rank 1 took it for
 // a whole producer and installed its [1024, 40] piece of "w" as the model, without a word.
 TEST(ProducerRanksFaults, AConsumerPointedAtAnotherRankThanZeroIsToldToUseRankZero) {
@@ -862,7 +929,14 @@ TEST(ProducerRanksFaults, RanksAreCheckedWhereTheyAreConfigured) {
            {{"tcp://127.0.0.1:5001", "tcp://127.0.0.1:5001", "tcp://127.0.0.1:5002"},
             "rank_endpoints[1] and rank_endpoints[0] are both 'tcp://127.0.0.1:5001'"},
            {{"", "tcp://*:5001", "tcp://127.0.0.1:5002"},
-            "rank_endpoints[1] 'tcp://*:5001' names no host; give the address consumers reach rank 1 at"}}) {
+            "rank_endpoints[1]: '*' is a wildcard a producer binds to, not an address to connect to"},
+           // What control_endpoint() says of a rank bound to tcp://*:P or tcp://0.0.0.0:P (the
+           // all_gather recipe's input on several hosts).
+           {{"", "tcp://127.0.0.1:5001", "tcp://0.0.0.0:5002"},
+            "rank_endpoints[2]: '0.0.0.0' is a wildcard a producer binds to, not an address to connect to"},
+           {{"", "tcp://[::]:5001", "tcp://127.0.0.1:5002"},
+            "rank_endpoints[1]: '[::]' is a wildcard"},
+           {{"", "tcp://:5001", "tcp://127.0.0.1:5002"}, "rank_endpoints[1]: no host before the port"}}) {
     options.rank_endpoints = endpoints;
     try {
       modelcast::Producer p(options);
