@@ -97,6 +97,14 @@ def describe_memory(name, obj):
             raise InvalidArgumentError(f"tensor '{name}' {_NOT_CONTIGUOUS}")
         if str(obj.dtype) not in _TORCH:
             raise InvalidArgumentError(f"tensor '{name}' has dtype {obj.dtype}, which modelcast does not carry")
+        # A lazy negation or conjugation (`.conj().imag`, torch._neg_view) is a flag on the tensor,
+        # not in its memory: registered by address, every consumer got the values with the wrong sign.
+        for lazy, resolve in (("is_neg", "resolve_neg"), ("is_conj", "resolve_conj")):
+            if getattr(obj, lazy, lambda: False)():
+                raise InvalidArgumentError(
+                    f"tensor '{name}' has torch's lazy {lazy[3:]} bit set: its memory holds the values before "
+                    f"that operation, which is what would be sent; register a tensor whose memory holds its values "
+                    f"(`.{resolve}()` makes one, a copy the trainer must keep up to date)")
         nbytes = obj.element_size() * obj.numel()
         if obj.device.type == "cuda":
             return Memory(_TORCH[str(obj.dtype)], obj.shape, obj.data_ptr(), nbytes, "cuda", obj.device.index, (obj,))
@@ -122,7 +130,12 @@ def describe_memory(name, obj):
     if hasattr(obj, "__cuda_array_interface__"):
         return _describe_cuda_array_interface(name, obj, numpy)
     if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
-        return _describe_dlpack(name, obj)
+        memory = _describe_dlpack(name, obj)
+        # DLPack has no bool before its 0.8 (a received bool tensor goes out as u8): a received
+        # tensor registered again (a consumer relaying what it got) keeps the dtype it has.
+        if isinstance(obj, _core.ViewTensor) and obj.spec.dtype == "bool" and memory.dtype == "u8":
+            memory.dtype = "bool"
+        return memory
     raise InvalidArgumentError(
         f"tensor '{name}': expected a numpy.ndarray, a torch.Tensor, or an object with __cuda_array_interface__ "
         f"or __dlpack__, got {type(obj).__name__}")

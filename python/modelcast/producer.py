@@ -59,6 +59,12 @@ class Producer(Service):
         the name is empty or taken; StateError for device memory without a device, or after the
         first publish.
 
+        A tensor given new memory (``param.data = ...``, NumPy's ``resize(refcheck=False)`` of the
+        array or of the one it views) is refused at publish(). A torch tensor over memory it does
+        not own (``torch.from_numpy(a)``, ``torch.frombuffer(b)``) is not: torch does not see its
+        owner reallocated, so publish() would read freed memory. Register the owner (the NumPy
+        array), or never resize it while the Producer is open.
+
         A model trained sharded (``rank=r, rank_count=M``; rank 0 also ``rank_endpoints``, every
         rank's ``control_endpoint`` in rank order, e.g. from ``torch.distributed.all_gather_object``):
         each rank registers its piece of a tensor with the whole tensor's ``global_shape`` and the

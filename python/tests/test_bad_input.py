@@ -51,6 +51,18 @@ def test_unsupported_dtypes_are_refused_naming_the_tensor(producer):
         producer.register("masked", np.ma.masked_array(np.ones(3, dtype=np.float32), mask=[0, 1, 0]))
 
 
+def test_a_tensor_with_a_lazy_negation_or_conjugation_is_refused(producer):
+    # The flag is not in the memory: registered by address, consumers got the other sign.
+    z = torch.tensor([[1 + 2j], [3 + 4j]], dtype=torch.complex64)[:1]
+    imag = z.conj().imag
+    assert imag.is_neg() and imag.is_contiguous()
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'imag'", "lazy neg bit", "resolve_neg"):
+        producer.register("imag", imag)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'negated'", "lazy neg bit"):
+        producer.register("negated", torch._neg_view(torch.ones(3)))
+    producer.register("resolved", imag.resolve_neg())  # a tensor whose memory holds its values
+
+
 def test_non_contiguous_memory_is_refused_naming_the_tensor(producer):
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "'w.T'", "not contiguous"):
         producer.register("w.T", torch.zeros(4, 5).t())

@@ -86,3 +86,20 @@ def test_dlpack_refuses_a_copy_or_another_device_rather_than_alias_the_shared_ve
     exported.__dlpack__(dl_device=[1, 0])  # a pair as a list
     capsule = exported.__dlpack__(stream=None, copy=False, dl_device=(1, 0), max_version=(1, 0))
     assert torch.from_dlpack(capsule).data_ptr() == view.data_ptr("w")
+
+
+def test_a_received_bool_tensor_registered_again_stays_bool(endpoint):
+    # A consumer relaying what it received registers the view's tensors: DLPack (before 0.8)
+    # has no bool, so a bool tensor went out as u8, and its consumers saw another layout.
+    first = LocalPair(endpoint, {"mask": np.array([True, False, True])})
+    try:
+        view = first.publish()
+        relay = LocalPair(endpoint.replace("producer.sock", "relay.sock"), {"mask": view.dlpack("mask")})
+        try:
+            relayed = relay.publish()
+            assert relayed.spec("mask").dtype == "bool"
+            assert relayed.array("mask").tolist() == [True, False, True]
+        finally:
+            relay.close()
+    finally:
+        first.close()
