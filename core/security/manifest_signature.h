@@ -1,6 +1,9 @@
-// Signed versions: the producer signs each manifest (which carries every tensor's digest), so
-// a consumer that pins the producer's public key installs only versions that producer made,
-// whatever relays, rogue producers or tampered bytes sit in between.
+// Signed versions: the producer signs each manifest (which carries every tensor's and block's
+// digest), so a consumer that pins the producer's public key installs only manifests that
+// producer made, whatever rogue producers sit in between, and bytes that match their digests.
+// The digests are fast non-cryptographic hashes (XXH3-64; on the device an invertible
+// multiply-mix), so they catch corruption and wrong blocks, not a forger who sees the bytes and
+// can choose some of them: README "What keys do not cover".
 #pragma once
 
 #include <cstddef>
