@@ -793,13 +793,10 @@ TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) 
     errors.emplace_back(e.what());
   };
   modelcast::Consumer consumer(options);
-  for (std::uint64_t i = 1; i <= 3; ++i) {
-    ranks.ranks[0]->publish(static_cast<std::int64_t>(2 * i));
-    ranks.ranks[1]->publish(static_cast<std::int64_t>(2 * i + 1));
-    for (auto& rank : ranks.ranks) {  // each piece reached the consumer before the next is published
-      ASSERT_TRUE(testing_support::eventually([&] { return rank->producer->stats().deliveries >= i; }, 60s))
-          << consumer.stats().last_error;
-    }
+  std::uint64_t published[2] = {0, 0};
+  for (std::int64_t even = 2; even <= 6; even += 2) {
+    publish_delivered(ranks, 0, even, published, consumer);
+    publish_delivered(ranks, 1, even + 1, published, consumer);
   }
   const std::string said = "no step can be put together";
   const std::string held = said + ": rank 0 holds steps 4, 6 (every 2 steps); rank 1 holds steps 5, 7 (every 2 steps)";
