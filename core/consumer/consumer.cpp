@@ -85,6 +85,17 @@ class Consumer::Impl {
         readers_.install(std::move(version));
       }
     };
+    hooks.on_announced = [this](std::uint64_t incarnation, std::int64_t step) {
+      constructed_.wait();
+      std::shared_ptr<consumer::RankAssembler> a;
+      std::uint32_t rank = 0;
+      {
+        std::lock_guard lock(mutex_);
+        a = assembler_;
+        rank = first_rank_;
+      }
+      if (a) a->announced(rank, incarnation, step);
+    };
     first_ = std::make_unique<consumer::ConsumerService>(std::move(first), std::move(hooks));
     whole_.set_value();  // if the service could not start, no thread of it waits
   }
@@ -311,6 +322,9 @@ class Consumer::Impl {
         assembler->offer(r, std::move(version));
       };
       hooks.on_turn = [assembler = assembler_] { assembler->retry(); };
+      hooks.on_announced = [assembler = assembler_, r](std::uint64_t incarnation, std::int64_t step) {
+        assembler->announced(r, incarnation, step);
+      };
       try {
         others_.push_back(std::make_unique<consumer::ConsumerService>(std::move(o), std::move(hooks)));
         rank_of_[r] = others_.back().get();

@@ -67,6 +67,8 @@ RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, s
       held_(ranks),
       last_step_(ranks),
       stride_(ranks, 0),
+      last_announced_(ranks),
+      announced_stride_(ranks, 0),
       target_(target ? std::move(target) : std::make_unique<ShapingTarget>(3)),
       store_(readers) {}
 
@@ -105,6 +107,15 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
   tell(std::move(outcome));
 }
 
+void RankAssembler::announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step) {
+  std::lock_guard lock(mutex_);
+  if (rank >= ranks_) return;
+  auto& last = last_announced_[rank];
+  const bool gap = last && last->first == incarnation && step > last->second;
+  announced_stride_[rank] = gap ? std::gcd(announced_stride_[rank], step - last->second) : 0;
+  last = std::make_pair(incarnation, step);
+}
+
 void RankAssembler::retry() {
   if (!waiting_for_room_.load(std::memory_order_relaxed)) return;
   Outcome outcome;
@@ -135,16 +146,18 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     // the held versions are.
     if (candidate.size() == ranks_ && !of_other_runs(candidate)) pieces = std::move(candidate);
   }
-  if (pieces.empty()) {
-    // Ranks out of step (one publishes even steps, another odd ones: an off-by-one in a trainer)
-    // never meet: the model stayed as it was with no word, while every piece was fetched.
-    if (auto why = out_of_step()) {
-      counts_.waiting = *why;
-      if (!out_of_step_said_) outcome.failure = Error(ErrorCode::kState, *why);
-      out_of_step_said_ = true;
-    }
-    return outcome;
+  // Ranks out of step (one publishes even steps, another odd ones: an off-by-one in a trainer)
+  // never meet: the model stayed as it was with no word, while every piece was fetched. Said once
+  // through on_error, and in `waiting` for as long as it lasts.
+  if (auto why = pieces.empty() ? out_of_step() : std::nullopt) {
+    counts_.waiting = *why;
+    if (!out_of_step_said_) outcome.failure = Error(ErrorCode::kState, *why);
+    out_of_step_said_ = true;
+  } else if (out_of_step_said_) {
+    if (counts_.waiting.rfind(kOutOfStep, 0) == 0) counts_.waiting.clear();
+    out_of_step_said_ = false;
   }
+  if (pieces.empty()) return outcome;
   if (key_of(pieces) == assembled_from_ || key_of(pieces) == refused_) return outcome;
   // A step older than the one readers see is not gone back to (a rank that restarted and
   // publishes from an earlier step makes a newer version once every rank reaches it).
@@ -180,7 +193,6 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     counts_.current_version = outcome.installed->manifest.version;
     counts_.versions_installed++;
     counts_.waiting.clear();
-    out_of_step_said_ = false;
     store_.install(outcome.installed);
     run_id_error_said_ = false;  // a version was made: a misconfiguration after it is said again
   } catch (const Error& e) {
@@ -319,6 +331,14 @@ bool RankAssembler::may_bring(std::size_t q, std::int64_t step, bool by_stride) 
   return !by_stride || stride_[q] <= 1 || (step - newest) % stride_[q] == 0;
 }
 
+bool RankAssembler::may_bring_announced(std::size_t q, std::int64_t step) const {
+  if (held_[q].empty()) return true;
+  const std::int64_t newest = held_[q].back()->manifest.step;
+  if (newest >= step) return false;
+  const std::int64_t stride = announced_stride_[q];
+  return stride <= 1 || (step - newest) % stride == 0;
+}
+
 std::optional<std::string> RankAssembler::out_of_step() const {
   for (std::size_t r = 0; r < ranks_; ++r) {
     if (held_[r].empty()) return std::nullopt;  // a rank yet to publish (in this run)
@@ -328,18 +348,18 @@ std::optional<std::string> RankAssembler::out_of_step() const {
       const std::int64_t step = h->manifest.step;
       bool meetable = true;
       for (std::size_t q = 0; q < ranks_ && meetable; ++q) {
-        meetable = q == r || holds_step(q, step) || may_bring(q, step, true);
+        meetable = q == r || holds_step(q, step) || may_bring_announced(q, step);
       }
       if (meetable) return std::nullopt;
     }
   }
-  std::string said = "no step can be put together: ";
+  std::string said = std::string(kOutOfStep) + ": ";
   for (std::size_t r = 0; r < ranks_; ++r) {
     said += (r == 0 ? "rank " : "; rank ") + std::to_string(r) + (held_[r].size() > 1 ? " holds steps" : " holds step");
     for (std::size_t i = 0; i < held_[r].size(); ++i) {
       said += (i == 0 ? " " : ", ") + std::to_string(held_[r][i]->manifest.step);
     }
-    if (stride_[r] > 1) said += " (every " + std::to_string(stride_[r]) + " steps)";
+    if (announced_stride_[r] > 1) said += " (it publishes every " + std::to_string(announced_stride_[r]) + " steps)";
   }
   return said + ", and none will bring a step another holds: every rank must publish the same steps";
 }

@@ -55,6 +55,10 @@ class RankAssembler {
   // does not make the wanted boxes (ranks that disagree on a tensor, a wanted box no rank holds)
   // is reported, and the last assembled version stays.
   void offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version);
+  // Rank `rank`'s producer announced a new version, of `step` in its run `incarnation`. Every
+  // publish is announced, so the gaps between these are the rank's own cadence, where the
+  // versions offered are only those this consumer had time to fetch. Any thread.
+  void announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step);
   // Makes the step that waited for a buffer (every one held by views) once one is free. Cheap
   // when none waits: the rank services call it at every turn of their loops. Throws only
   // std::bad_alloc.
@@ -103,6 +107,8 @@ class RankAssembler {
   // stride reaches it.
   bool holds_step(std::size_t q, std::int64_t step) const;
   bool may_bring(std::size_t q, std::int64_t step, bool by_stride) const;
+  // As may_bring by stride, with the stride of the steps rank q announced (0: not known yet).
+  bool may_bring_announced(std::size_t q, std::int64_t step) const;
   // Why no step held can ever be put together (each lacks a rank that neither holds it nor will
   // bring it), naming what each rank holds; nothing where one still may be.
   std::optional<std::string> out_of_step() const;
@@ -138,6 +144,11 @@ class RankAssembler {
   // rank that publishes every d-th step meets the others only at those (older_to_drop).
   std::vector<std::optional<std::int64_t>> last_step_;
   std::vector<std::int64_t> stride_;
+  // The same of the steps each rank announced (announced()), with the run they were of: a
+  // consumer slower than the trainer may fetch only odd steps of one rank and even ones of
+  // another, whose fetched strides then say 2 while both publish every step. Under mutex_.
+  std::vector<std::optional<std::pair<std::uint64_t, std::int64_t>>> last_announced_;
+  std::vector<std::int64_t> announced_stride_;
   // The pieces (incarnation, version per rank) the current version was made of, and the last
   // set that did not assemble (not tried again).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> assembled_from_;
@@ -146,7 +157,9 @@ class RankAssembler {
   // first without it by retry().
   std::atomic<bool> waiting_for_room_{false};
   bool run_id_error_said_ = false;  // since the last version made; under mutex_
-  bool out_of_step_said_ = false;   // through on_error, since the last version made; under mutex_
+  // out_of_step() holds, and was said through on_error; under mutex_.
+  bool out_of_step_said_ = false;
+  static constexpr const char* kOutOfStep = "no step can be put together";
   Counts counts_;
   std::unique_ptr<ShapingTarget> target_;  // under mutex_
   VersionStore& store_;  // the readers'; assembled versions own their memory

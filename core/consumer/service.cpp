@@ -276,6 +276,7 @@ void ConsumerService::on_announce(const protocol::Announce& announce) {
   if (announce.group) return on_group_announce(announce);
   if (announce.version > newest_announced_) {
     newest_announced_ = announce.version;
+    if (hooks_.on_announced) hooks_.on_announced(announce.incarnation, announce.step);
     count([&](ConsumerStats& s) {
       s.last_notify_latency = std::chrono::nanoseconds(realtime_ns() - announce.publish_time_ns);
     });
@@ -384,7 +385,13 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
 
 void ConsumerService::report(const Error& error) {
   if (auto note = errors_logged_.admit(error.what(), RepeatRate::Clock::now())) log_->error("{}{}", error.what(), *note);
-  count([&](ConsumerStats& s) { s.last_error = error.what(); });
+  {
+    // The newest error even where its text is the one before (a refusal said again after
+    // another part of a sharded consumer said something else): count() sees no change then.
+    std::lock_guard lock(mutex_);
+    stats_.last_error = error.what();
+    last_error_order_ = next_error_order();
+  }
   if (options_.on_error) options_.on_error(error);
 }
 

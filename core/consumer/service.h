@@ -70,6 +70,9 @@ struct ServiceHooks {
   std::function<void(std::shared_ptr<const detail::InstalledVersion>)> on_installed;
   // At every turn of the service loop (at most tick() apart): an assembler's retry().
   std::function<void()> on_turn;
+  // Each new version the producer announces (every publish is; heartbeats repeat the newest),
+  // by its run and step: an assembler learns from these which steps each rank publishes.
+  std::function<void(std::uint64_t incarnation, std::int64_t step)> on_announced;
   // Feeds an assembler from the start (the services of the other ranks).
   bool feeds_assembler = false;
 };
@@ -103,7 +106,8 @@ class ConsumerService {
     std::lock_guard lock(mutex_);
     return stats_;
   }
-  // stats(), and when its last_error was last set (next_error_order(); 0: never).
+  // stats(), and when its last_error was last said (next_error_order(); 0: never): changed by
+  // count(), or said by report(), the same text again included.
   std::pair<ConsumerStats, std::uint64_t> stats_and_error_order() const {
     std::lock_guard lock(mutex_);
     return {stats_, last_error_order_};

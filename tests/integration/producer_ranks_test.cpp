@@ -799,7 +799,8 @@ TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) 
     publish_delivered(ranks, 1, even + 1, published, consumer);
   }
   const std::string said = "no step can be put together";
-  const std::string held = said + ": rank 0 holds steps 4, 6 (every 2 steps); rank 1 holds steps 5, 7 (every 2 steps)";
+  const std::string held =
+      said + ": rank 0 holds steps 4, 6 (it publishes every 2 steps); rank 1 holds steps 5, 7 (it publishes every 2 steps)";
   ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().last_error.find(held) == 0; }, 30s))
       << consumer.stats().last_error;
   EXPECT_TRUE(consumer.acquire().empty());

@@ -1,0 +1,76 @@
+// The assembler's judgement of ranks that never meet on a step, on versions that carry no bytes:
+// only what it says is looked at (no step here can be assembled).
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/consumer/rank_assembler.h"
+#include "core/consumer/version_store.h"
+
+namespace modelcast::consumer {
+namespace {
+
+std::shared_ptr<const detail::InstalledVersion> piece(std::int64_t step) {
+  auto version = std::make_shared<detail::InstalledVersion>();
+  version->manifest.step = step;
+  version->manifest.version = static_cast<std::uint64_t>(step);
+  version->manifest.incarnation = 1;
+  version->manifest.publish_time_ns = 1000 + step;
+  return version;
+}
+
+struct TwoRanks {
+  VersionStore store{2, {}};
+  std::vector<std::string> errors;
+  RankAssembler assembler{2,     {}, {}, {}, nullptr, [this](const Error& e) { errors.push_back(e.what()); },
+                          store, [](std::size_t, std::vector<TensorWant>, std::uint64_t) {}};
+  // Rank `rank` publishes `step` (announced to the consumer) and the consumer fetches it or not.
+  void publish(std::size_t rank, std::int64_t step, bool fetched) {
+    assembler.announced(rank, 1, step);
+    if (fetched) assembler.offer(rank, piece(step));
+  }
+  std::size_t said_out_of_step() const {
+    return static_cast<std::size_t>(std::count_if(errors.begin(), errors.end(), [](const std::string& e) {
+      return e.rfind("no step can be put together", 0) == 0;
+    }));
+  }
+};
+
+// Both ranks publish every step; a consumer slower than the trainer fetched rank 0's odd steps
+// and rank 1's even ones. Judged by the versions fetched, each rank published every other step,
+// and the consumer said the trainer was out of step: the steps published are what count.
+TEST(RankAssembler, RanksPublishingEveryStepFetchedAtOtherStepsAreNotOutOfStep) {
+  TwoRanks t;
+  for (std::int64_t step = 1; step <= 6; ++step) {
+    t.publish(0, step, step % 2 == 1);
+    t.publish(1, step, step % 2 == 0);
+  }
+  EXPECT_EQ(t.said_out_of_step(), 0u) << t.errors.front();
+  EXPECT_EQ(t.assembler.counts().waiting.find("no step"), std::string::npos) << t.assembler.counts().waiting;
+}
+
+// Rank 0 publishes the even steps, rank 1 the odd ones: said once, and in `waiting` while it
+// lasts; once the ranks publish alike again it is no longer said (it stayed, naming steps the
+// ranks no longer held).
+TEST(RankAssembler, RanksOutOfStepAreSaidOnceAndNoLongerOnceTheyMayMeet) {
+  TwoRanks t;
+  for (std::int64_t step = 2; step <= 8; step += 2) {
+    t.publish(0, step, true);
+    t.publish(1, step + 1, true);
+  }
+  EXPECT_EQ(t.said_out_of_step(), 1u);
+  EXPECT_EQ(t.assembler.counts().waiting,
+            "no step can be put together: rank 0 holds steps 6, 8 (it publishes every 2 steps); rank 1 holds steps 7, "
+            "9 (it publishes every 2 steps), and none will bring a step another holds: every rank must publish the "
+            "same steps");
+  t.publish(0, 10, false);
+  t.publish(0, 11, true);  // an odd step at last: rank 1 (every 2 steps, at 9) may bring 11
+  EXPECT_EQ(t.assembler.counts().waiting.find("no step"), std::string::npos) << t.assembler.counts().waiting;
+  EXPECT_EQ(t.said_out_of_step(), 1u);
+}
+
+}  // namespace
+}  // namespace modelcast::consumer
