@@ -168,9 +168,12 @@ void Daemon::start_model(const ModelConfig& model) {
     // Only a model that persists writes or reads the repository: one that converts or takes a
     // part (persist = false) would be served a whole, unconverted version from it, and group
     // members sharing a repository would lock each other out.
+    bool locked = false;  // the model directory: only then are leftovers of writes in it no one's
     if (writer_ && model.persist) {
       try {
-        if (const auto unlocked = writer_->hold(model.name); !unlocked.empty()) log->warn("model {}: {}", model.name, unlocked);
+        const auto unlocked = writer_->hold(model.name);
+        locked = unlocked.empty();
+        if (!locked) log->warn("model {}: {}", model.name, unlocked);
       } catch (const modelcast::Error& e) {
         // A directory no one can make or open (a read-only mount) is served from; each write
         // first takes the lock (the mount may turn writable, and another writer lock it first),
@@ -189,7 +192,7 @@ void Daemon::start_model(const ModelConfig& model) {
       if (const auto it = carried_.find(model.name); it != carried_.end()) initial = it->second;
     }
     if (!initial && !config_.repository.empty() && model.persist) {
-      initial = recover_newest(config_.repository, model.name, model.max_model_bytes);
+      initial = recover_newest(config_.repository, model.name, model.max_model_bytes, locked);
     }
     if (initial) {
       metrics_.serving(model.name, initial->manifest.version);

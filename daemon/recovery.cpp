@@ -54,7 +54,7 @@ void check_repository_directory(const std::string& directory) {
       "repository");
 }
 
-ServedPtr recover_newest(const std::string& root, const std::string& model, std::uint64_t max_bytes) {
+ServedPtr recover_newest(const std::string& root, const std::string& model, std::uint64_t max_bytes, bool locked) {
   auto log = spdlog::get("modelcastd");
   repo::Repository repository(root);
   const std::string model_directory = repository.model_directory(model);
@@ -66,7 +66,7 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
       return nullptr;
     }
   }
-  const auto cleaned = repository.clean(model);
+  const auto cleaned = locked ? repository.clean(model) : repo::Repository::Cleaned{};
   if (cleaned.removed > 0) {
     log->warn("model {}: removed {} unfinished repository entr{} left by an interrupted write", model, cleaned.removed,
               cleaned.removed == 1 ? "y" : "ies");

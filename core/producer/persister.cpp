@@ -37,7 +37,9 @@ void check(const ProducerOptions& options) {
                 "persist.directory " + shown_text(p.directory, 200) + " has a NUL byte, which no path holds");
   }
   std::error_code ec;
-  std::filesystem::create_directories(p.directory, ec);
+  // Not std::filesystem::create_directories: under umask 002 it made them group-writable, which
+  // modelcastd (and the repository's own rule) refuses for a repository.
+  repository::make_directories(p.directory, ec);
   if (ec) {
     throw Error(ErrorCode::kInvalidArgument,
                 "persist.directory '" + p.directory + "' cannot be created: " + ec.message());

@@ -69,10 +69,18 @@ int create_file(const std::string& path) {
   return fd;
 }
 
-void write_metadata(const std::string& path, const VersionSnapshot& s, std::uint64_t number, std::int64_t written_at_ns) {
+// As large as metadata.json may be to be read back (list(), recovery): a repository refuses to
+// write a larger one. It lists each tensor's name three times, so a model of many long names can
+// reach it (65,536 names of 800 bytes): written, every such version was unreadable, never
+// pruned, and the disk filled.
+constexpr std::size_t kMaxMetadataBytes = 100u << 20;
+
+// metadata.json but for the time it is written at (set once the tensors are on disk). Throws
+// Error(kInvalidArgument) where it would be over kMaxMetadataBytes, before anything is written.
+nlohmann::json metadata_doc(const VersionSnapshot& s, std::uint64_t number) {
   nlohmann::json doc = {{"model", s.model},           {"version", s.version}, {"repository_version", number},
                         {"step", s.step},             {"producer_incarnation", hex64(s.incarnation)},
-                        {"written_at_ns", written_at_ns}, {"metadata", s.metadata},
+                        {"written_at_ns", std::numeric_limits<std::int64_t>::max()}, {"metadata", s.metadata},
                         {"tensors", nlohmann::json::array()}};
   for (const auto& t : s.tensors) doc["tensors"].push_back(t.name);
   // Per tensor rather than the producer's block digests: blocks do not follow tensor bounds, a
@@ -82,7 +90,20 @@ void write_metadata(const std::string& path, const VersionSnapshot& s, std::uint
   for (const auto& t : s.tensors) digests[t.name] = hex64(digest_bytes(t.data, t.bytes));
   auto& layouts = doc["tensor_layout"] = nlohmann::json::object();
   for (const auto& t : s.tensors) layouts[t.name] = {{"dtype", safetensors_dtype(t.dtype)}, {"shape", t.shape}};
-  std::string text = doc.dump(2) + "\n";
+  // Measured with the longest time there is: the one written can only be shorter.
+  if (const auto bytes = doc.dump().size() + 1; bytes > kMaxMetadataBytes) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "repository: version " + std::to_string(s.version) + " of model '" + s.model + "' would have a " +
+                    std::to_string(bytes) + "-byte " + kMetadataFile + " (its " + std::to_string(s.tensors.size()) +
+                    " tensors' names, three times each), over the " + std::to_string(kMaxMetadataBytes) +
+                    " bytes a repository reads back: nothing was written (fewer tensors, or shorter names)");
+  }
+  return doc;
+}
+
+void write_metadata(const std::string& path, nlohmann::json doc, std::int64_t written_at_ns) {
+  doc["written_at_ns"] = written_at_ns;
+  std::string text = doc.dump() + "\n";
   int fd = create_file(path);
   const char* p = text.data();
   std::size_t left = text.size();
@@ -262,6 +283,7 @@ std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token s
     io_error("cannot create directory", model_dir);
   }
   const std::uint64_t number = directory_number(snapshot);
+  nlohmann::json metadata = metadata_doc(snapshot, number);  // refused here: before any byte is written
   const std::string final_dir = model_dir + "/" + std::to_string(number);
   const std::string temp_dir = model_dir + "/.tmp-" + std::to_string(number) + "-" + unique_suffix();
   if (mkdir(temp_dir.c_str(), 0755) != 0) io_error("cannot create directory", temp_dir);
@@ -276,7 +298,7 @@ std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token s
     }
     close(fd);
     auto now = std::chrono::system_clock::now().time_since_epoch();
-    write_metadata(temp_dir + "/" + kMetadataFile, snapshot, number,
+    write_metadata(temp_dir + "/" + kMetadataFile, std::move(metadata),
                    std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
     fsync_directory(temp_dir);
     if (::rename(temp_dir.c_str(), final_dir.c_str()) != 0) {
@@ -356,9 +378,6 @@ void Repository::prune(const std::string& model, std::size_t keep,
 }
 
 namespace {
-
-// As large as a safetensors header may be: metadata.json lists the same tensors.
-constexpr std::size_t kMaxMetadataBytes = 100u << 20;
 
 // nlohmann-json converts -1 to an unsigned integer without a word (to 2^64 - 1).
 std::uint64_t unsigned_at(const nlohmann::json& doc, const char* key) {

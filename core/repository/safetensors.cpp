@@ -79,6 +79,13 @@ void write_safetensors(int fd, const std::string& path, const VersionSnapshot& s
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the reference writer aligns the data to 8 bytes
+  if (text.size() > kMaxSafetensorsHeaderBytes) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "safetensors header of " + shown_text(path, 4096) + " would be " + std::to_string(text.size()) +
+                    " bytes (its " + std::to_string(snapshot.tensors.size()) + " tensors' names and shapes), over the " +
+                    std::to_string(kMaxSafetensorsHeaderBytes) + " bytes safetensors readers take: fewer tensors, or "
+                    "shorter names");
+  }
   std::uint64_t length = text.size();
   unsigned char prefix[8];
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<unsigned char>(length >> (8 * i));  // little-endian
@@ -96,7 +103,7 @@ SafetensorsLayout read_safetensors_layout(const std::string& path) {
   if (file_bytes < 8 || pread(fd, prefix, 8, 0) != 8) bad_file(path, "shorter than its 8-byte header length");
   std::uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | prefix[i];
-  if (length > (100u << 20) || length > file_bytes - 8) bad_file(path, "header length " + std::to_string(length) + " is out of range");
+  if (length > kMaxSafetensorsHeaderBytes || length > file_bytes - 8) bad_file(path, "header length " + std::to_string(length) + " is out of range");
   std::string text(length, '\0');
   if (pread(fd, text.data(), length, 8) != static_cast<ssize_t>(length)) bad_file(path, "header cannot be read");
   SafetensorsLayout layout;

@@ -15,10 +15,15 @@
 
 namespace modelcast::repository {
 
+// The longest header read or written: the reference library's (safetensors' MAX_HEADER_SIZE),
+// so that a file written here is one an inference server's reader takes.
+inline constexpr std::uint64_t kMaxSafetensorsHeaderBytes = 100'000'000;
+
 // Writes `snapshot` as safetensors to `fd` (positioned at 0) and fsyncs it. Throws
 // modelcast::Error(kResource) naming `path` and the errno text on a failed write or fsync,
 // Error(kInvalidArgument) for a tensor named "__metadata__" or one whose size disagrees with
-// its shape, Error(kState) if `stop` is requested before the last 64 MiB piece is written.
+// its shape, or a header over kMaxSafetensorsHeaderBytes (before anything is written),
+// Error(kState) if `stop` is requested before the last 64 MiB piece is written.
 void write_safetensors(int fd, const std::string& path, const VersionSnapshot& snapshot, std::stop_token stop = {});
 
 struct StoredTensor {

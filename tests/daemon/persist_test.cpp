@@ -3,6 +3,8 @@
 // kept; a stalled writer never blocks publish(); a failing disk is counted and training goes on;
 // bad options refused at construction. The writer's callbacks are the tests' hooks: each one
 // runs once the writer is idle again, so what happens next is decided, not raced.
+#include <sys/stat.h>
+
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -305,6 +307,25 @@ TEST_F(DaemonTest, PersistRemovesWhatAnInterruptedRunLeftWhenItStarts) {
   EXPECT_TRUE(left.empty()) << ::testing::PrintToString(left);
   producer.publish(1);
   ASSERT_TRUE(events.wait_persisted(1));
+}
+
+// A trainer under umask 002 (per-user groups) made its persist directories group-writable, and a
+// modelcastd pointed at that repository refused it: whoever can write there chooses what a
+// restarted daemon serves. They are made 0755 less the umask, as the daemon makes its own.
+TEST_F(DaemonTest, PersistDirectoriesAreNotGroupWritableWhateverTheUmask) {
+  struct Umask {
+    mode_t before = ::umask(002);
+    ~Umask() { ::umask(before); }
+  } umask_002;
+  WriterEvents events;
+  TestProducer producer(16, persisting(dir / "made/ckpt", 1, 2, events));
+  producer.publish(1);
+  ASSERT_TRUE(events.wait_persisted(1));
+  for (const fs::path made : {dir / "made", dir / "made/ckpt", dir / "made/ckpt/test"}) {
+    const auto permissions = fs::status(made).permissions();
+    EXPECT_EQ(permissions & fs::perms::group_write, fs::perms::none) << made << " is group-writable";
+    EXPECT_EQ(permissions & fs::perms::others_write, fs::perms::none) << made << " is writable by others";
+  }
 }
 
 TEST_F(DaemonTest, APersistDirectoryThatCannotBeWrittenIsRefused) {

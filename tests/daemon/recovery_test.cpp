@@ -58,6 +58,41 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
+// A model whose metadata.json would be too large to read back (each name is in it three times):
+// refused before anything is written, saying why. Written, every such version was unreadable,
+// so never pruned nor recovered, and the disk filled with them.
+TEST(Recovery, AVersionTooLargeToBeReadBackIsNotWritten) {
+  ScratchDir dir;
+  constexpr std::size_t kTensors = 9000;  // of 4,000-byte names: about 108 MB of metadata.json
+  auto bytes = std::make_shared<std::vector<std::uint8_t>>(kTensors, 7);
+  repo::VersionSnapshot s;
+  s.model = "m";
+  s.version = 1;
+  for (std::size_t i = 0; i < kTensors; ++i) {
+    std::string name = std::to_string(i);
+    name.resize(4000, 'x');
+    s.tensors.push_back({name, modelcast::DType::kU8, {1}, bytes->data() + i, 1});
+  }
+  s.keepalive = bytes;
+  repo::Repository repository(dir / "repo");
+  try {
+    repository.write(s);
+    ADD_FAILURE() << "a version whose metadata.json cannot be read back was written";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("bytes a repository reads back: nothing was written"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(repository.list("m").empty());
+  EXPECT_TRUE(repository.damaged("m").empty());
+  std::size_t entries = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "repo/m")) {
+    ADD_FAILURE() << "left behind: " << entry.path();
+    ++entries;
+  }
+  EXPECT_EQ(entries, 0u);
+}
+
 TEST(Recovery, AVersionWhoseMetadataNamesATensorTwiceIsNotServed) {
   ScratchDir dir;
   CapturedLog log;
@@ -242,6 +277,19 @@ TEST(Recovery, OnlyLeftoversOfOtherProcessesAreRemoved) {
   EXPECT_TRUE(std::filesystem::exists(ours)) << "a write of this process in progress was removed";
   EXPECT_FALSE(std::filesystem::exists(theirs));
   EXPECT_FALSE(std::filesystem::exists(same_pid));
+}
+
+// Where the model directory could not be locked (a file system without flock: some NFS and
+// Lustre mounts), another process may be writing there: its leftovers are left. Removed, a
+// trainer persisting to the same directory lost the version it was writing.
+TEST(Recovery, LeftoversAreLeftWhereTheModelDirectoryIsNotLocked) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo", 3);
+  const std::string theirs = dir / "repo/m/.tmp-4-999999999-0";
+  std::filesystem::create_directories(theirs);
+  ASSERT_TRUE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20, /*locked=*/false));
+  EXPECT_TRUE(std::filesystem::exists(theirs)) << "another writer's write in progress was removed";
 }
 
 // An empty tensor shares its offset in the file with the next one: sorted after it by name, it
