@@ -1,5 +1,6 @@
 #include "daemon/attach/seqpacket.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -52,8 +53,8 @@ int listen_at(const std::string& path) {
   sockaddr_un addr = address(path);
   check_listen_directory(path);
   int probe = connect_to(path);
-  if (probe >= 0) {
-    close(probe);
+  if (probe >= 0 || errno == EAGAIN) {  // EAGAIN: a listener there, too busy to take one more
+    if (probe >= 0) close(probe);
     throw modelcast::Error(modelcast::ErrorCode::kTransport, "socket " + modelcast::shown_text(path, 4096) + " is served by another process");
   }
   // A socket left by a daemon that died is removed; anything else at the path is the user's
@@ -71,9 +72,11 @@ int listen_at(const std::string& path) {
 
 int connect_to(const std::string& path) {
   sockaddr_un addr = address(path);
-  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return -1;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+  // A Unix socket connects at once or not at all (EAGAIN: the listener's queue is full).
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
     int saved = errno;
     close(fd);
     errno = saved;

@@ -26,7 +26,9 @@ void check_socket_path_free(const std::string& path);
 // (caller closes it).
 int listen_at(const std::string& path);
 
-// Connects to `path`; returns the fd, or -1 with errno set (caller retries or reports).
+// Connects to `path`; returns the fd (blocking, as sockets are), or -1 with errno set (caller
+// retries or reports). Never waits: a listener whose queue is full (a daemon that accepts
+// nothing, stopped or hung) is EAGAIN, where a blocking connect() waited for it with no limit.
 int connect_to(const std::string& path);
 
 // Throws Error(kAuthentication), naming the listener's user and process, unless the process

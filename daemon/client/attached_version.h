@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <memory>
@@ -27,6 +28,12 @@ struct Mapping {
 // can be released after the Client is gone and the daemon keeps pins for as long as views live.
 struct Connection {
   int fd = -1;
+  // The process that made it. A forked child inherits the socket: its views' releases and its
+  // requests on it would be the parent's (a child dropping its copy of a view released the
+  // parent's hold, and the daemon wrote the next version into the buffer the parent read).
+  // Such a connection sends and reads nothing in the child, which makes its own.
+  const pid_t owner = getpid();
+  bool inherited() const { return getpid() != owner; }
   std::mutex request_mutex;  // one request/answer exchange at a time
   // An exchange that failed half-way leaves an answer we cannot pair with a request, and a
   // refusal the daemon closes the connection after (kResource, kProtocol) leaves nothing to use:
@@ -49,6 +56,10 @@ struct Connection {
   bool flush_releases();
   std::mutex cache_mutex;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<Mapping>>> mappings;  // by buffer id; cache_mutex
+  // A connection used for no more requests (lost, broken, or one idle too many) keeps only what
+  // its views map: its cache let go, a view held across a daemon restart kept every buffer of
+  // the dead daemon mapped, and with them its shared memory.
+  void retire();
   ~Connection();
   void release(std::uint64_t hold) noexcept;
 };

@@ -50,6 +50,7 @@ Connection::~Connection() {
 }
 
 void Connection::release(std::uint64_t hold) noexcept {
+  if (inherited()) return;  // the parent's hold, released by the parent
   try {
     std::lock_guard lock(send_mutex);
     unsent_releases.push_back(hold);
@@ -59,7 +60,13 @@ void Connection::release(std::uint64_t hold) noexcept {
   }
 }
 
+void Connection::retire() {
+  std::lock_guard lock(cache_mutex);
+  mappings.clear();
+}
+
 bool Connection::flush_releases() {
+  if (inherited()) return true;  // nothing of the parent's is sent or read from a child
   if (answer_outstanding) read_late_answer();
   while (!unsent_releases.empty()) {
     modelcastd::attach::Request request;
@@ -168,6 +175,8 @@ class Client::Impl {
     std::string failure;
     {
       std::lock_guard lock(idle_mutex_);
+      // A forked child makes connections of its own (Connection::owner).
+      std::erase_if(idle_, [](const auto& connection) { return connection->inherited(); });
       if (!idle_.empty()) {
         auto connection = std::move(idle_.back());  // the most recently used: its mappings are warm
         idle_.pop_back();
@@ -196,6 +205,7 @@ class Client::Impl {
   // keeps its own mappings (views keep their connection alive as long as they need it).
   void give_back(std::shared_ptr<Connection> connection) {
     if (connection->broken) {
+      connection->retire();
       bool outstanding;
       {
         std::lock_guard lock(connection->send_mutex);
@@ -205,8 +215,14 @@ class Client::Impl {
       if (outstanding) answering_.push_back(connection);
       return;
     }
-    std::lock_guard lock(idle_mutex_);
-    if (idle_.size() < kMostIdleConnections) idle_.push_back(std::move(connection));
+    {
+      std::lock_guard lock(idle_mutex_);
+      if (idle_.size() < kMostIdleConnections) {
+        idle_.push_back(std::move(connection));
+        return;
+      }
+    }
+    connection->retire();
   }
 
   // Reads the late answers that have come on connections given up while waiting for them, and
@@ -240,9 +256,13 @@ class Client::Impl {
   // The daemon closed a connection: the idle ones went to the same daemon, so they go too
   // (each tried in turn would cost the caller a lost request and a pause).
   void forget_idle(const std::string& why) {
-    std::lock_guard lock(idle_mutex_);
-    idle_.clear();
-    lost_why_ = why;
+    std::vector<std::shared_ptr<Connection>> forgotten;
+    {
+      std::lock_guard lock(idle_mutex_);
+      forgotten.swap(idle_);
+      lost_why_ = why;
+    }
+    for (auto& connection : forgotten) connection->retire();  // views may keep one alive
   }
 
   // Why connecting failed: a path that is there but is no socket is named as what it is (it said
@@ -253,6 +273,7 @@ class Client::Impl {
       return std::string(S_ISDIR(st.st_mode) ? "it is a directory" : "it is a file") +
              ", not a socket (modelcastd's [daemon] socket names the path)";
     }
+    if (error == EAGAIN) return "its queue of connections to accept stays full (a daemon stopped or hung)";
     return std::strerror(error);
   }
 
@@ -280,6 +301,16 @@ class Client::Impl {
       // Nothing to wait on before the daemon binds: polling for its socket is all there is.
       std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
       pause = std::min(pause * 2, std::chrono::milliseconds(500));
+    }
+  }
+
+  // poll() until `due`, a signal's interruption included: each one restarted the whole wait, so
+  // a profiler's or a watchdog's timer kept a call on a hung daemon waiting for good.
+  static int poll_until(pollfd& p, std::chrono::steady_clock::time_point due) {
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(due - std::chrono::steady_clock::now());
+      const int ready = poll(&p, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
+      if (ready >= 0 || errno != EINTR) return ready;
     }
   }
 
@@ -311,19 +342,11 @@ class Client::Impl {
             if (errno != EAGAIN && errno != EWOULDBLOCK) throw Lost{std::strerror(errno)};
           }
         }
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(answer_due - std::chrono::steady_clock::now());
         pollfd room{connection->fd, POLLOUT, 0};
-        int ready;
-        do {
-          ready = poll(&room, 1, static_cast<int>(std::max<std::int64_t>(left.count(), 0)));
-        } while (ready < 0 && errno == EINTR);
-        if (ready <= 0) gone("it reads no requests (its socket stayed full)");
+        if (poll_until(room, answer_due) <= 0) gone("it reads no requests (its socket stayed full)");
       }
       pollfd p{connection->fd, POLLIN, 0};
-      int ready;
-      do {
-        ready = poll(&p, 1, wait_ms);
-      } while (ready < 0 && errno == EINTR);
+      const int ready = poll_until(p, answer_due);
       // A hung daemon is not retried here (the caller's wait is over); the next call reconnects.
       if (ready <= 0) {
         std::lock_guard lock(connection->send_mutex);
@@ -371,6 +394,15 @@ class Client::Impl {
     }
     int fd = fds.empty() ? -1 : fds[0];
     if (reply.code != 0) {
+      // Only the library's codes are passed on (C callers switch on them): another is the
+      // daemon's protocol broken, and a refusal says what it was.
+      if (reply.code < static_cast<int>(ErrorCode::kInvalidArgument) ||
+          reply.code > static_cast<int>(ErrorCode::kAuthentication)) {
+        connection->broken = true;
+        throw Error(ErrorCode::kProtocol, "modelcastd: refused with an unknown error code " +
+                                              std::to_string(reply.code) + ": " + printable_text(reply.error, 1000));
+      }
+      if (reply.error.empty()) reply.error = "refused (it said no more)";
       // The daemon closes a connection it refuses at its cap or over a malformed request: not one
       // to keep for the next call (it cost that call a lost request and a pause).
       const auto code = static_cast<ErrorCode>(reply.code);

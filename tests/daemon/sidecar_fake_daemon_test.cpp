@@ -5,6 +5,10 @@
 // socket.
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,10 +18,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "daemon/attach/protocol.h"
@@ -75,10 +81,10 @@ struct Buffer {
   ~Buffer() { close(fd); }
 };
 
-attach::Reply version_reply(std::uint64_t version, std::uint64_t hold) {
+attach::Reply version_reply(std::uint64_t version, std::uint64_t hold, std::uint64_t buffer_id = 1) {
   attach::Manifest manifest;
   manifest.hold = hold;
-  manifest.buffer_id = 1;
+  manifest.buffer_id = buffer_id;
   manifest.buffer_bytes = 4096;
   manifest.version = version;
   manifest.source = "producer";
@@ -410,6 +416,167 @@ TEST_F(SidecarAgainstAFakeDaemon, CallsWaitingWhenTheDaemonWentGiveUpTogether) {
   EXPECT_LT(*last - *first, 2s) << "the last gave up "
                                 << std::chrono::duration_cast<std::chrono::milliseconds>(*last - *first).count()
                                 << " ms after the first";
+}
+
+
+// A forked child inherits the client's connection: dropping its copy of a view released the
+// parent's hold, and the daemon wrote the next version into the buffer the parent still read.
+// The child now sends nothing on it, so the parent's next request is the next message there.
+TEST_F(SidecarAgainstAFakeDaemon, AForkedChildDroppingItsCopyOfAViewLeavesTheParentsHold) {
+  auto call = client_call([](modelcast::sidecar::Client& client) {
+    auto view = client.acquire();
+    ASSERT_TRUE(view);
+    const pid_t child = fork();
+    if (child == 0) {
+      view = {};  // the child's copy released; its exit would do the same
+      _exit(0);
+    }
+    ASSERT_GT(child, 0);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    (void)client.acquire();  // on the same connection, after whatever the child sent
+  });
+  const int fd = accept_request();
+  ASSERT_GE(fd, 0);
+  Buffer buffer(true);
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, 77)), std::vector<int>{buffer.fd}));
+  auto next = FakeDaemon::next_request(fd);
+  ASSERT_TRUE(next);
+  EXPECT_NE(next->op, attach::Request::Op::kRelease) << "the child released hold " << next->hold;
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(attach::Reply{}), {}));  // no newer version
+  expect_release(fd, 77);  // the parent's own, as its view goes
+  EXPECT_EQ(error_of(call), "");
+}
+
+// A code the library does not have is the daemon's protocol broken: said as such, with a message
+// (C callers got a status outside mc_status and an empty message).
+TEST_F(SidecarAgainstAFakeDaemon, ARefusalWithAnUnknownCodeIsAProtocolErrorSayingSo) {
+  auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.acquire(); });
+  const int fd = accept_request();
+  ASSERT_GE(fd, 0);
+  attach::Reply refusal;
+  refusal.code = 42;
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(refusal), {}));
+  const auto error = error_of(call);
+  EXPECT_NE(error.find("protocol: modelcastd: refused with an unknown error code 42"), std::string::npos) << error;
+}
+
+// Signals (a profiler's timer, a watchdog's) interrupt the client's wait for an answer: each one
+// restarted the whole wait, so a call on a hung daemon never ended while they came. The limit is
+// the daemon's deadline plus 10 s, whatever interrupts it.
+TEST_F(SidecarAgainstAFakeDaemon, SignalsDoNotExtendTheWaitForAHungDaemon) {
+  struct sigaction interrupt {};
+  interrupt.sa_handler = [](int) {};  // no SA_RESTART: poll() returns EINTR
+  struct sigaction before {};
+  ASSERT_EQ(sigaction(SIGALRM, &interrupt, &before), 0);
+  sigset_t alarm;
+  sigemptyset(&alarm);
+  sigaddset(&alarm, SIGALRM);
+  pthread_sigmask(SIG_BLOCK, &alarm, nullptr);  // only the client's thread takes them
+  auto ended = std::make_shared<std::promise<std::string>>();
+  auto ended_future = ended->get_future();
+  // Not std::async: against a client that never returns, its future's destructor would wait.
+  std::thread([ended, options = options_at(dir / "a.sock"), alarm] {
+    pthread_sigmask(SIG_UNBLOCK, &alarm, nullptr);
+    std::string error = "returned";
+    try {
+      modelcast::sidecar::Client client(options);
+      (void)client.acquire();
+    } catch (const modelcast::Error& e) {
+      error = e.what();
+    }
+    ended->set_value(error);
+  }).detach();
+  const int fd = accept_request();  // and never answered
+  ASSERT_GE(fd, 0);
+  itimerval every{{0, 200'000}, {0, 200'000}};
+  ASSERT_EQ(setitimer(ITIMER_REAL, &every, nullptr), 0);
+  const auto status = ended_future.wait_for(40s);
+  itimerval off{};
+  setitimer(ITIMER_REAL, &off, nullptr);
+  sigaction(SIGALRM, &before, nullptr);
+  pthread_sigmask(SIG_UNBLOCK, &alarm, nullptr);
+  ASSERT_EQ(status, std::future_status::ready) << "still waiting 40 s on a daemon that never answers";
+  EXPECT_NE(ended_future.get().find("no answer from the daemon"), std::string::npos);
+}
+
+// A daemon that accepts nothing (stopped, hung) with its queue of connections full: connect()
+// blocked with no limit, so a Client's constructor (or a reconnect) hung past connect_timeout.
+TEST_F(SidecarAgainstAFakeDaemon, AFullQueueOfConnectionsEndsTheConnectWithinItsTimeout) {
+  std::vector<int> queued;  // connections the fake daemon never accepts
+  for (;;) {
+    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    const std::string path = dir / "a.sock";
+    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+      ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
+      close(fd);
+      break;
+    }
+    queued.push_back(fd);
+    ASSERT_LT(queued.size(), 100'000u);
+  }
+  auto options = options_at(dir / "a.sock");
+  options.connect_timeout = 1s;
+  auto ended = std::make_shared<std::promise<std::string>>();
+  auto ended_future = ended->get_future();
+  std::thread([ended, options] {  // detached: against a connect() that never ends
+    std::string error = "connected";
+    try {
+      modelcast::sidecar::Client client(options);
+    } catch (const modelcast::Error& e) {
+      error = e.what();
+    }
+    ended->set_value(error);
+  }).detach();
+  const auto status = ended_future.wait_for(30s);
+  for (int fd : queued) close(fd);
+  ASSERT_EQ(status, std::future_status::ready) << "connect() still blocked 30 s on a full queue";
+  EXPECT_NE(ended_future.get().find("its queue of connections to accept stays full"), std::string::npos);
+}
+
+
+// Mappings of the fake daemon's buffers in this process.
+std::size_t fake_daemon_mappings() {
+  std::ifstream maps("/proc/self/maps");
+  std::size_t count = 0;
+  for (std::string line; std::getline(maps, line);) count += line.find("memfd:fake-daemon") != std::string::npos;
+  return count;
+}
+
+// A connection the client uses no more (the daemon closed it: restarted) kept its whole cache of
+// mappings while any one view of it lived: a view held across a restart kept every buffer of the
+// dead daemon mapped, and so its shared memory allocated. Only what views hold stays mapped.
+TEST_F(SidecarAgainstAFakeDaemon, AConnectionGivenUpKeepsMappedOnlyWhatItsViewsHold) {
+  Buffer first(true), second(true);
+  const std::size_t before = fake_daemon_mappings();
+  std::promise<void> second_held, daemon_gone;
+  auto call = client_call([&](modelcast::sidecar::Client& client) {
+    ASSERT_TRUE(client.acquire());  // buffer 1, let go at once (cached)
+    auto held = client.acquire();   // buffer 2, held
+    ASSERT_TRUE(held);
+    second_held.set_value();
+    daemon_gone.get_future().wait();
+    (void)client.acquire();  // finds the connection closed, and connects again
+    EXPECT_EQ(fake_daemon_mappings(), before + 1) << "buffer 1 stayed mapped for a connection given up";
+  });
+  const int fd = accept_request();
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(1, 1, 1)), std::vector<int>{first.fd}));
+  expect_release(fd, 1);
+  ASSERT_TRUE(FakeDaemon::next_request(fd));
+  ASSERT_TRUE(attach::send_message(fd, attach::encode(version_reply(2, 2, 2)), std::vector<int>{second.fd}));
+  second_held.get_future().wait();
+  shutdown(fd, SHUT_RDWR);  // the daemon went
+  daemon_gone.set_value();
+  const int again = accept_request();
+  ASSERT_GE(again, 0);
+  ASSERT_TRUE(attach::send_message(again, attach::encode(attach::Reply{}), {}));
+  EXPECT_EQ(error_of(call), "");
 }
 
 }  // namespace
