@@ -71,7 +71,9 @@ class MODELCAST_API Client {
   explicit Client(ClientOptions options);
   // Views already handed out stay valid (their holds stay with the daemon). Calls already under
   // way on other threads end as they would have (a wait at its version or its timeout); one
-  // begun as the client is destroyed is the caller's error.
+  // begun as the client is destroyed is the caller's error. After fork(), the child's calls make
+  // connections of their own, and its copies of the parent's views release nothing: the holds
+  // stay the parent's.
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
