@@ -233,7 +233,7 @@ TEST(RepositoryWriter, TheIncarnationIsWrittenAsHexTextAndNumbersWrittenBeforeSt
   auto written = repository.write(*s);
   std::ifstream in(written + "/" + repo::kMetadataFile);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("\"producer_incarnation\": \"fedcba9876543211\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"producer_incarnation\":\"fedcba9876543211\""), std::string::npos) << text;
   ASSERT_EQ(repository.list("m").size(), 1u);
   EXPECT_EQ(repository.list("m").front().incarnation, 0xfedcba9876543211ull);
 
