@@ -69,6 +69,7 @@ RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, s
       stride_(ranks, 0),
       last_announced_(ranks),
       announced_stride_(ranks, 0),
+      announced_count_(ranks, 0),
       target_(target ? std::move(target) : std::make_unique<ShapingTarget>(3)),
       store_(readers) {}
 
@@ -111,9 +112,11 @@ void RankAssembler::announced(std::size_t rank, std::uint64_t incarnation, std::
   std::lock_guard lock(mutex_);
   if (rank >= ranks_) return;
   auto& last = last_announced_[rank];
+  if (last && last->first == incarnation && step == last->second) return;  // a heartbeat's repeat
   const bool gap = last && last->first == incarnation && step > last->second;
   announced_stride_[rank] = gap ? std::gcd(announced_stride_[rank], step - last->second) : 0;
   last = std::make_pair(incarnation, step);
+  ++announced_count_[rank];
 }
 
 void RankAssembler::retry() {
@@ -147,14 +150,25 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     if (candidate.size() == ranks_ && !of_other_runs(candidate)) pieces = std::move(candidate);
   }
   // Ranks out of step (one publishes even steps, another odd ones: an off-by-one in a trainer)
-  // never meet: the model stayed as it was with no word, while every piece was fetched. Said once
-  // through on_error, and in `waiting` for as long as it lasts.
+  // never meet: the model stayed as it was with no word, while every piece was fetched. The
+  // strides are a forecast (a rank's gaps may change: 3, 3, then 2), and a rank a publish or two
+  // behind meets the others when it catches up: said only once the ranks stayed out of step
+  // while each announced kOutOfStepAnnouncements more steps. Then once through on_error, and in
+  // `waiting` for as long as it lasts.
   if (auto why = pieces.empty() ? out_of_step() : std::nullopt) {
-    counts_.waiting = *why;
-    if (!out_of_step_said_) outcome.failure = Error(ErrorCode::kState, *why);
-    out_of_step_said_ = true;
-  } else if (out_of_step_said_) {
-    if (counts_.waiting.rfind(kOutOfStep, 0) == 0) counts_.waiting.clear();
+    if (!out_of_step_since_) out_of_step_since_ = announced_count_;
+    bool lasted = true;
+    for (std::size_t r = 0; r < ranks_; ++r) {
+      lasted = lasted && announced_count_[r] >= (*out_of_step_since_)[r] + kOutOfStepAnnouncements;
+    }
+    if (lasted) {
+      counts_.waiting = *why;
+      if (!out_of_step_said_) outcome.failure = Error(ErrorCode::kState, *why);
+      out_of_step_said_ = true;
+    }
+  } else {
+    out_of_step_since_.reset();
+    if (out_of_step_said_ && counts_.waiting.rfind(kOutOfStep, 0) == 0) counts_.waiting.clear();
     out_of_step_said_ = false;
   }
   if (pieces.empty()) return outcome;

@@ -57,7 +57,8 @@ class RankAssembler {
   void offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version);
   // Rank `rank`'s producer announced a new version, of `step` in its run `incarnation`. Every
   // publish is announced, so the gaps between these are the rank's own cadence, where the
-  // versions offered are only those this consumer had time to fetch. Any thread.
+  // versions offered are only those this consumer had time to fetch. The same step again (a
+  // heartbeat) is ignored. Any thread.
   void announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step);
   // Makes the step that waited for a buffer (every one held by views) once one is free. Cheap
   // when none waits: the rank services call it at every turn of their loops. Throws only
@@ -149,6 +150,11 @@ class RankAssembler {
   // another, whose fetched strides then say 2 while both publish every step. Under mutex_.
   std::vector<std::optional<std::pair<std::uint64_t, std::int64_t>>> last_announced_;
   std::vector<std::int64_t> announced_stride_;
+  std::vector<std::uint64_t> announced_count_;  // steps each rank announced (heartbeats' repeats not)
+  // announced_count_ when out_of_step() began to hold (nullopt: it does not), and how many more
+  // steps each rank must announce while it holds before it is said.
+  std::optional<std::vector<std::uint64_t>> out_of_step_since_;
+  static constexpr std::uint64_t kOutOfStepAnnouncements = 2;
   // The pieces (incarnation, version per rank) the current version was made of, and the last
   // set that did not assemble (not tried again).
   std::vector<std::pair<std::uint64_t, std::uint64_t>> assembled_from_;

@@ -11,6 +11,9 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
   // The producer's word on what to fetch (it may name an older version than the newest: the one
   // the group is switching to).
   newest_announced_ = announce.version;
+  // The newest step published (`version` is the group's target): an assembler of ranks learns
+  // from it which steps each rank publishes; heartbeats repeat it, which it ignores.
+  if (hooks_.on_announced) hooks_.on_announced(announce.incarnation, announce.step);
   const auto& group = *announce.group;
   group_committed_ = std::max(group_committed_, group.committed);
   std::shared_ptr<detail::InstalledVersion> committed;

@@ -281,6 +281,9 @@ class Client::Impl {
   // binds its socket in well under a second, and a dead one is not hammered.
   std::shared_ptr<Connection> connect(std::chrono::milliseconds timeout, const std::string& failure) {
     auto deadline = modelcast::deadline_after(timeout);
+    // A queue full for a moment (many workers starting together) is waited out for a second at
+    // least, as connect() used to wait for it (for ever), "try once" included.
+    const auto queue_full_until = std::max(deadline, modelcast::deadline_after(kFullQueueGrace));
     auto pause = std::chrono::milliseconds(10);
     for (;;) {
       int fd = modelcastd::attach::connect_to(socket_path);
@@ -296,10 +299,12 @@ class Client::Impl {
         connection->fd = fd;
         return connection;
       }
+      const int error = errno;
+      const auto until = error == EAGAIN ? queue_full_until : deadline;
       auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) throw Error(ErrorCode::kTransport, failure + ": " + why_not_connected(errno));
+      if (now >= until) throw Error(ErrorCode::kTransport, failure + ": " + why_not_connected(error));
       // Nothing to wait on before the daemon binds: polling for its socket is all there is.
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, deadline - now));
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, until - now));
       pause = std::min(pause * 2, std::chrono::milliseconds(500));
     }
   }
@@ -313,6 +318,8 @@ class Client::Impl {
       if (ready >= 0 || errno != EINTR) return ready;
     }
   }
+
+  static constexpr std::chrono::seconds kFullQueueGrace{1};
 
   View exchange(const std::shared_ptr<Connection>& connection, std::uint64_t min_version,
                 std::chrono::milliseconds timeout) {

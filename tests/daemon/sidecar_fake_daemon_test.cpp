@@ -466,14 +466,31 @@ TEST_F(SidecarAgainstAFakeDaemon, ARefusalWithAnUnknownCodeIsAProtocolErrorSayin
 // restarted the whole wait, so a call on a hung daemon never ended while they came. The limit is
 // the daemon's deadline plus 10 s, whatever interrupts it.
 TEST_F(SidecarAgainstAFakeDaemon, SignalsDoNotExtendTheWaitForAHungDaemon) {
-  struct sigaction interrupt {};
-  interrupt.sa_handler = [](int) {};  // no SA_RESTART: poll() returns EINTR
-  struct sigaction before {};
-  ASSERT_EQ(sigaction(SIGALRM, &interrupt, &before), 0);
   sigset_t alarm;
   sigemptyset(&alarm);
   sigaddset(&alarm, SIGALRM);
+  // Undone however the test ends, in this order: a signal still pending once the timer is off is
+  // taken here, before the default action (which ends the process) comes back.
+  struct Alarms {
+    sigset_t set;
+    struct sigaction before {};
+    bool timer = false;
+    ~Alarms() {
+      if (timer) {
+        itimerval off{};
+        setitimer(ITIMER_REAL, &off, nullptr);
+      }
+      timespec now{};
+      while (sigtimedwait(&set, nullptr, &now) == SIGALRM) {
+      }
+      sigaction(SIGALRM, &before, nullptr);
+      pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    }
+  } alarms{alarm};
   pthread_sigmask(SIG_BLOCK, &alarm, nullptr);  // only the client's thread takes them
+  struct sigaction interrupt {};
+  interrupt.sa_handler = [](int) {};  // no SA_RESTART: poll() returns EINTR
+  ASSERT_EQ(sigaction(SIGALRM, &interrupt, &alarms.before), 0);
   auto ended = std::make_shared<std::promise<std::string>>();
   auto ended_future = ended->get_future();
   // Not std::async: against a client that never returns, its future's destructor would wait.
@@ -492,11 +509,8 @@ TEST_F(SidecarAgainstAFakeDaemon, SignalsDoNotExtendTheWaitForAHungDaemon) {
   ASSERT_GE(fd, 0);
   itimerval every{{0, 200'000}, {0, 200'000}};
   ASSERT_EQ(setitimer(ITIMER_REAL, &every, nullptr), 0);
+  alarms.timer = true;
   const auto status = ended_future.wait_for(40s);
-  itimerval off{};
-  setitimer(ITIMER_REAL, &off, nullptr);
-  sigaction(SIGALRM, &before, nullptr);
-  pthread_sigmask(SIG_UNBLOCK, &alarm, nullptr);
   ASSERT_EQ(status, std::future_status::ready) << "still waiting 40 s on a daemon that never answers";
   EXPECT_NE(ended_future.get().find("no answer from the daemon"), std::string::npos);
 }

@@ -794,20 +794,20 @@ TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) 
   };
   modelcast::Consumer consumer(options);
   std::uint64_t published[2] = {0, 0};
-  for (std::int64_t even = 2; even <= 6; even += 2) {
+  for (std::int64_t even = 2; even <= 8; even += 2) {  // out of step from the second on: said two later
     publish_delivered(ranks, 0, even, published, consumer);
     publish_delivered(ranks, 1, even + 1, published, consumer);
   }
   const std::string said = "no step can be put together";
   const std::string held =
-      said + ": rank 0 holds steps 4, 6 (it publishes every 2 steps); rank 1 holds steps 5, 7 (it publishes every 2 steps)";
+      said + ": rank 0 holds steps 6, 8 (it publishes every 2 steps); rank 1 holds steps 7, 9 (it publishes every 2 steps)";
   ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().last_error.find(held) == 0; }, 30s))
       << consumer.stats().last_error;
   EXPECT_TRUE(consumer.acquire().empty());
-  ranks.publish(8);
+  ranks.publish(10);
   ASSERT_TRUE(testing_support::eventually([&] {
     auto view = consumer.acquire();
-    return view && view.step() == 8;
+    return view && view.step() == 10;
   }, 30s)) << consumer.stats().last_error;
   EXPECT_EQ(consumer.stats().last_error.find(said), std::string::npos) << consumer.stats().last_error;
   std::lock_guard lock(mutex);

@@ -27,8 +27,10 @@ struct TwoRanks {
   std::vector<std::string> errors;
   RankAssembler assembler{2,     {}, {}, {}, nullptr, [this](const Error& e) { errors.push_back(e.what()); },
                           store, [](std::size_t, std::vector<TensorWant>, std::uint64_t) {}};
-  // Rank `rank` publishes `step` (announced to the consumer) and the consumer fetches it or not.
+  // Rank `rank` publishes `step` (announced to the consumer, and again by a heartbeat) and the
+  // consumer fetches it or not.
   void publish(std::size_t rank, std::int64_t step, bool fetched) {
+    assembler.announced(rank, 1, step);
     assembler.announced(rank, 1, step);
     if (fetched) assembler.offer(rank, piece(step));
   }
@@ -52,9 +54,9 @@ TEST(RankAssembler, RanksPublishingEveryStepFetchedAtOtherStepsAreNotOutOfStep) 
   EXPECT_EQ(t.assembler.counts().waiting.find("no step"), std::string::npos) << t.assembler.counts().waiting;
 }
 
-// Rank 0 publishes the even steps, rank 1 the odd ones: said once, and in `waiting` while it
-// lasts; once the ranks publish alike again it is no longer said (it stayed, naming steps the
-// ranks no longer held).
+// Rank 0 publishes the even steps, rank 1 the odd ones: said once it lasted two more steps of
+// each rank, then in `waiting` while it lasts; once the ranks publish alike again it is no longer
+// said (it stayed, naming steps the ranks no longer held).
 TEST(RankAssembler, RanksOutOfStepAreSaidOnceAndNoLongerOnceTheyMayMeet) {
   TwoRanks t;
   for (std::int64_t step = 2; step <= 8; step += 2) {
@@ -70,6 +72,23 @@ TEST(RankAssembler, RanksOutOfStepAreSaidOnceAndNoLongerOnceTheyMayMeet) {
   t.publish(0, 11, true);  // an odd step at last: rank 1 (every 2 steps, at 9) may bring 11
   EXPECT_EQ(t.assembler.counts().waiting.find("no step"), std::string::npos) << t.assembler.counts().waiting;
   EXPECT_EQ(t.said_out_of_step(), 1u);
+}
+
+// Both ranks publish at uneven gaps (0, 3, 6, 8, 10), rank 1 two publishes behind: by its gaps so
+// far (every 3 steps) it would never bring 8 or 10, but it does. Not said: it is not out of step,
+// only behind, and meets rank 0 when it catches up.
+TEST(RankAssembler, ARankBehindAtUnevenGapsIsNotOutOfStep) {
+  TwoRanks t;
+  for (const auto& [rank, step] : std::vector<std::pair<std::size_t, std::int64_t>>{
+           {0, 0}, {1, 0}, {0, 3}, {1, 3}, {0, 6}, {0, 8}, {1, 6}, {0, 10}}) {
+    t.publish(rank, step, true);
+  }
+  // Rank 0 holds 8 and 10, rank 1 holds 3 and 6 and has published every 3 steps so far.
+  EXPECT_EQ(t.said_out_of_step(), 0u) << t.errors.back();
+  t.publish(1, 8, true);
+  t.publish(1, 10, true);
+  EXPECT_EQ(t.said_out_of_step(), 0u) << t.errors.back();
+  EXPECT_EQ(t.assembler.counts().waiting.find("no step"), std::string::npos) << t.assembler.counts().waiting;
 }
 
 }  // namespace
