@@ -112,7 +112,9 @@ void RankAssembler::announced(std::size_t rank, std::uint64_t incarnation, std::
   std::lock_guard lock(mutex_);
   if (rank >= ranks_) return;
   auto& last = last_announced_[rank];
-  if (last && last->first == incarnation && step == last->second) return;  // a heartbeat's repeat
+  // A heartbeat's repeat, or an older step (a heartbeat sent while the newest announced version
+  // was still being copied names the newest published one): a rank's steps rise within a run.
+  if (last && last->first == incarnation && step <= last->second) return;
   const bool gap = last && last->first == incarnation && step > last->second;
   announced_stride_[rank] = gap ? std::gcd(announced_stride_[rank], step - last->second) : 0;
   last = std::make_pair(incarnation, step);

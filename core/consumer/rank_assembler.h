@@ -57,8 +57,8 @@ class RankAssembler {
   void offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version);
   // Rank `rank`'s producer announced a new version, of `step` in its run `incarnation`. Every
   // publish is announced, so the gaps between these are the rank's own cadence, where the
-  // versions offered are only those this consumer had time to fetch. The same step again (a
-  // heartbeat) is ignored. Any thread.
+  // versions offered are only those this consumer had time to fetch. A step not above the last
+  // of the same run (a heartbeat's) is ignored. Any thread.
   void announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step);
   // Makes the step that waited for a buffer (every one held by views) once one is free. Cheap
   // when none waits: the rank services call it at every turn of their loops. Throws only

@@ -119,7 +119,7 @@ class Client::Impl {
 
   // Connects for the first time, retrying until `timeout` (the daemon may still be starting).
   void connect_first(std::chrono::milliseconds timeout) {
-    auto connection = connect(timeout, "cannot connect to modelcastd at " + shown_path());
+    auto connection = connect(timeout, queue_full_grace(timeout), "cannot connect to modelcastd at " + shown_path());
     std::lock_guard lock(idle_mutex_);
     idle_.push_back(std::move(connection));
   }
@@ -193,9 +193,10 @@ class Client::Impl {
     // trying for a whole one in turn, the last of N threads waiting when the daemon died
     // returned after N times that.
     const auto deadline = modelcast::deadline_after(reconnect_timeout);
+    const auto grace = queue_full_grace(reconnect_timeout);  // from the call too
     std::lock_guard lock(connect_mutex_);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    auto connection = connect(std::max(left, std::chrono::milliseconds(0)), failure);
+    auto connection = connect(std::max(left, std::chrono::milliseconds(0)), grace, failure);
     std::lock_guard idle(idle_mutex_);
     lost_why_.clear();
     return connection;
@@ -279,11 +280,18 @@ class Client::Impl {
 
   // Tries until `timeout` with a backoff of 10 ms doubling to 500 ms: a restarting daemon
   // binds its socket in well under a second, and a dead one is not hammered.
-  std::shared_ptr<Connection> connect(std::chrono::milliseconds timeout, const std::string& failure) {
+  // Until when a full queue of connections is waited out: `timeout` from now, and a second at
+  // least, "try once" included (a queue full for a moment: many workers starting together),
+  // where connect() used to wait for it for ever. Taken when a call begins, so that calls queued
+  // behind connect_mutex_ on a stopped daemon give up together, not a second apart.
+  static std::chrono::steady_clock::time_point queue_full_grace(std::chrono::milliseconds timeout) {
+    return std::max(modelcast::deadline_after(timeout), modelcast::deadline_after(kFullQueueGrace));
+  }
+
+  std::shared_ptr<Connection> connect(std::chrono::milliseconds timeout,
+                                      std::chrono::steady_clock::time_point queue_full_until,
+                                      const std::string& failure) {
     auto deadline = modelcast::deadline_after(timeout);
-    // A queue full for a moment (many workers starting together) is waited out for a second at
-    // least, as connect() used to wait for it (for ever), "try once" included.
-    const auto queue_full_until = std::max(deadline, modelcast::deadline_after(kFullQueueGrace));
     auto pause = std::chrono::milliseconds(10);
     for (;;) {
       int fd = modelcastd::attach::connect_to(socket_path);

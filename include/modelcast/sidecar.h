@@ -21,10 +21,12 @@ namespace modelcast::sidecar {
 struct ClientOptions {
   std::string socket_path = "/run/modelcastd/attach.sock";  // modelcastd's [daemon] socket
   std::string model;                                        // a model the daemon serves
-  // Keep retrying to connect this long (the daemon may still be starting); 0: try once.
+  // Keep retrying to connect this long (the daemon may still be starting); 0: try once. A daemon
+  // whose queue of connections to accept is full is waited for a second at least.
   std::chrono::milliseconds connect_timeout{0};
   // After the daemon closed the connection (it restarted), acquire and wait_for_version keep
-  // trying to reconnect this long, backing off up to 500 ms between tries; 0: try once.
+  // trying to reconnect this long, backing off up to 500 ms between tries; 0: try once (as
+  // connect_timeout, a full queue for a second at least).
   std::chrono::milliseconds reconnect_timeout{10000};
 };
 

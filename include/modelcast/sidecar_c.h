@@ -22,7 +22,8 @@ typedef struct mcs_view mcs_view_t;     /* opaque: one held, immutable, read-onl
 /* Text of this thread's last failed mcs_ call ("" if none). Valid until the thread's next call. */
 MODELCAST_API const char* mcs_last_error(void);
 
-/* Connects to the daemon at `socket_path` for `model`, retrying for up to connect_timeout_ms.
+/* Connects to the daemon at `socket_path` for `model`, retrying for up to connect_timeout_ms
+ * (0: once; a daemon whose queue of connections to accept is full, for a second at least).
  * *out gets a client the caller owns (mcs_client_close). Errors (*out NULL):
  * MC_ERR_INVALID_ARGUMENT, MC_ERR_TRANSPORT, MC_ERR_AUTHENTICATION (the listener is another user's:
  * see modelcast::sidecar::Client). Thread-safe. */

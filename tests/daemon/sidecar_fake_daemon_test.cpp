@@ -515,25 +515,67 @@ TEST_F(SidecarAgainstAFakeDaemon, SignalsDoNotExtendTheWaitForAHungDaemon) {
   EXPECT_NE(ended_future.get().find("no answer from the daemon"), std::string::npos);
 }
 
+// Connections to `path` its listener never accepts, made until its queue is full (`full`), closed
+// at the end.
+struct Queued {
+  std::vector<int> fds;
+  bool full = false;
+  explicit Queued(const std::string& path) {
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
+    while (fds.size() < 100'000) {
+      const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+      if (fd < 0) return;
+      if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+        full = errno == EAGAIN;
+        close(fd);
+        return;
+      }
+      fds.push_back(fd);
+    }
+  }
+  ~Queued() {
+    for (int fd : fds) close(fd);
+  }
+};
+
+// Calls waiting on a daemon that stopped with its queue full give up together: the second of
+// grace for a full queue was counted from when each took its turn to connect, so they gave up a
+// second apart, one after another.
+TEST_F(SidecarAgainstAFakeDaemon, CallsWaitingOnAStoppedDaemonWithAFullQueueGiveUpTogether) {
+  auto options = options_at(dir / "a.sock");
+  options.reconnect_timeout = 0ms;
+  modelcast::sidecar::Client client(options);
+  std::vector<int> accepted;
+  std::vector<std::future<std::chrono::steady_clock::time_point>> calls;
+  for (int i = 0; i < 4; ++i) {
+    calls.push_back(std::async(std::launch::async, [&client] {
+      try {
+        (void)client.wait_for_version(5, 120s);
+      } catch (const modelcast::Error&) {
+      }
+      return std::chrono::steady_clock::now();
+    }));
+    const int fd = daemon.accept_next();
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(FakeDaemon::next_request(fd));
+    accepted.push_back(fd);
+  }
+  const Queued queued(dir / "a.sock");
+  ASSERT_TRUE(queued.full);
+  for (int fd : accepted) shutdown(fd, SHUT_RDWR);  // the daemon went, its queue full
+  std::vector<std::chrono::steady_clock::time_point> ended;
+  for (auto& call : calls) ended.push_back(call.get());
+  const auto [first, last] = std::minmax_element(ended.begin(), ended.end());
+  EXPECT_LT(*last - *first, 900ms) << "the calls gave up one after another";
+}
+
 // A daemon that accepts nothing (stopped, hung) with its queue of connections full: connect()
 // blocked with no limit, so a Client's constructor (or a reconnect) hung past connect_timeout.
 TEST_F(SidecarAgainstAFakeDaemon, AFullQueueOfConnectionsEndsTheConnectWithinItsTimeout) {
-  std::vector<int> queued;  // connections the fake daemon never accepts
-  for (;;) {
-    const int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_un address{};
-    address.sun_family = AF_UNIX;
-    const std::string path = dir / "a.sock";
-    std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-      ASSERT_EQ(errno, EAGAIN) << std::strerror(errno);
-      close(fd);
-      break;
-    }
-    queued.push_back(fd);
-    ASSERT_LT(queued.size(), 100'000u);
-  }
+  const Queued queued(dir / "a.sock");
+  ASSERT_TRUE(queued.full);
   auto options = options_at(dir / "a.sock");
   options.connect_timeout = 1s;
   auto ended = std::make_shared<std::promise<std::string>>();
@@ -548,7 +590,6 @@ TEST_F(SidecarAgainstAFakeDaemon, AFullQueueOfConnectionsEndsTheConnectWithinIts
     ended->set_value(error);
   }).detach();
   const auto status = ended_future.wait_for(30s);
-  for (int fd : queued) close(fd);
   ASSERT_EQ(status, std::future_status::ready) << "connect() still blocked 30 s on a full queue";
   EXPECT_NE(ended_future.get().find("its queue of connections to accept stays full"), std::string::npos);
 }

@@ -27,11 +27,12 @@ struct TwoRanks {
   std::vector<std::string> errors;
   RankAssembler assembler{2,     {}, {}, {}, nullptr, [this](const Error& e) { errors.push_back(e.what()); },
                           store, [](std::size_t, std::vector<TensorWant>, std::uint64_t) {}};
-  // Rank `rank` publishes `step` (announced to the consumer, and again by a heartbeat) and the
-  // consumer fetches it or not.
+  // Rank `rank` publishes `step` (announced to the consumer, and again by heartbeats, one naming
+  // the step before, still being copied) and the consumer fetches it or not.
   void publish(std::size_t rank, std::int64_t step, bool fetched) {
     assembler.announced(rank, 1, step);
     assembler.announced(rank, 1, step);
+    assembler.announced(rank, 1, step - 2);  // a heartbeat sent while the version was copied
     if (fetched) assembler.offer(rank, piece(step));
   }
   std::size_t said_out_of_step() const {
