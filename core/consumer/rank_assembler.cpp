@@ -70,6 +70,7 @@ RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, s
       last_announced_(ranks),
       announced_stride_(ranks, 0),
       announced_count_(ranks, 0),
+      recent_announced_(ranks),
       target_(target ? std::move(target) : std::make_unique<ShapingTarget>(3)),
       store_(readers) {}
 
@@ -112,11 +113,18 @@ void RankAssembler::announced(std::size_t rank, std::uint64_t incarnation, std::
   std::lock_guard lock(mutex_);
   if (rank >= ranks_) return;
   auto& last = last_announced_[rank];
-  // A heartbeat's repeat, or an older step (a heartbeat sent while the newest announced version
-  // was still being copied names the newest published one): a rank's steps rise within a run.
-  if (last && last->first == incarnation && step <= last->second) return;
-  const bool gap = last && last->first == incarnation && step > last->second;
+  auto& recent = recent_announced_[rank];
+  const bool same_run = last && last->first == incarnation;
+  // A heartbeat's repeat, or a step announced before (a heartbeat sent while the newest
+  // announced version was still being copied names the newest published one): no news. A step
+  // below the last that is new is a step back (a publish that failed after it was announced,
+  // then an earlier step): the stride is learned afresh, as for a new run.
+  if (same_run && std::find(recent.begin(), recent.end(), step) != recent.end()) return;
+  const bool gap = same_run && step > last->second;
   announced_stride_[rank] = gap ? std::gcd(announced_stride_[rank], step - last->second) : 0;
+  if (!same_run) recent.clear();
+  recent.push_back(step);
+  if (recent.size() > kRecentAnnounced) recent.erase(recent.begin());
   last = std::make_pair(incarnation, step);
   ++announced_count_[rank];
 }

@@ -57,8 +57,8 @@ class RankAssembler {
   void offer(std::size_t rank, std::shared_ptr<const detail::InstalledVersion> version);
   // Rank `rank`'s producer announced a new version, of `step` in its run `incarnation`. Every
   // publish is announced, so the gaps between these are the rank's own cadence, where the
-  // versions offered are only those this consumer had time to fetch. A step not above the last
-  // of the same run (a heartbeat's) is ignored. Any thread.
+  // versions offered are only those this consumer had time to fetch. A step announced before in
+  // the same run (a heartbeat's) is ignored. Any thread.
   void announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step);
   // Makes the step that waited for a buffer (every one held by views) once one is free. Cheap
   // when none waits: the rank services call it at every turn of their loops. Throws only
@@ -151,6 +151,10 @@ class RankAssembler {
   std::vector<std::optional<std::pair<std::uint64_t, std::int64_t>>> last_announced_;
   std::vector<std::int64_t> announced_stride_;
   std::vector<std::uint64_t> announced_count_;  // steps each rank announced (heartbeats' repeats not)
+  // The last steps each rank announced in its current run: a heartbeat naming one of them again
+  // is no news.
+  std::vector<std::vector<std::int64_t>> recent_announced_;
+  static constexpr std::size_t kRecentAnnounced = 8;
   // announced_count_ when out_of_step() began to hold (nullopt: it does not), and how many more
   // steps each rank must announce while it holds before it is said.
   std::optional<std::vector<std::uint64_t>> out_of_step_since_;

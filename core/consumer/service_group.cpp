@@ -13,7 +13,8 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
   newest_announced_ = announce.version;
   // The newest step published (`version` is the group's target): an assembler of ranks learns
   // from it which steps each rank publishes; heartbeats repeat it, which it ignores.
-  if (hooks_.on_announced) hooks_.on_announced(announce.incarnation, announce.step);
+  // Before the first publish a heartbeat says step 0 with no publication time: no step at all.
+  if (hooks_.on_announced && announce.publish_time_ns != 0) hooks_.on_announced(announce.incarnation, announce.step);
   const auto& group = *announce.group;
   group_committed_ = std::max(group_committed_, group.committed);
   std::shared_ptr<detail::InstalledVersion> committed;

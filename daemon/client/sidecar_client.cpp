@@ -170,7 +170,8 @@ class Client::Impl {
   };
 
   // An idle connection, or a new one when every one is busy or the last was lost. Throws
-  // Error(kTransport) once reconnect_timeout passes without the daemon accepting.
+  // Error(kTransport) once reconnect_timeout passes without the daemon accepting (a second at
+  // least where its queue of connections stays full), counted from this call.
   std::shared_ptr<Connection> take() {
     std::string failure;
     {

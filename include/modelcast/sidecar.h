@@ -25,8 +25,9 @@ struct ClientOptions {
   // whose queue of connections to accept is full is waited for a second at least.
   std::chrono::milliseconds connect_timeout{0};
   // After the daemon closed the connection (it restarted), acquire and wait_for_version keep
-  // trying to reconnect this long, backing off up to 500 ms between tries; 0: try once (as
-  // connect_timeout, a full queue for a second at least).
+  // trying to reconnect this long, backing off up to 500 ms between tries, counted from when the
+  // call began (calls waiting on another's reconnect give up with it); 0: try once (as
+  // connect_timeout, a full queue for a second at least from when the call began).
   std::chrono::milliseconds reconnect_timeout{10000};
 };
 

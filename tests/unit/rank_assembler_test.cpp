@@ -2,6 +2,7 @@
 // only what it says is looked at (no step here can be assembled).
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,14 +28,16 @@ struct TwoRanks {
   std::vector<std::string> errors;
   RankAssembler assembler{2,     {}, {}, {}, nullptr, [this](const Error& e) { errors.push_back(e.what()); },
                           store, [](std::size_t, std::vector<TensorWant>, std::uint64_t) {}};
-  // Rank `rank` publishes `step` (announced to the consumer, and again by heartbeats, one naming
-  // the step before, still being copied) and the consumer fetches it or not.
+  // Rank `rank` publishes `step` (announced to the consumer, and again by heartbeats: one naming
+  // it, one sent while it was copied naming the step before) and the consumer fetches it or not.
   void publish(std::size_t rank, std::int64_t step, bool fetched) {
     assembler.announced(rank, 1, step);
     assembler.announced(rank, 1, step);
-    assembler.announced(rank, 1, step - 2);  // a heartbeat sent while the version was copied
+    if (previous[rank]) assembler.announced(rank, 1, *previous[rank]);
+    previous[rank] = step;
     if (fetched) assembler.offer(rank, piece(step));
   }
+  std::optional<std::int64_t> previous[2];
   std::size_t said_out_of_step() const {
     return static_cast<std::size_t>(std::count_if(errors.begin(), errors.end(), [](const std::string& e) {
       return e.rfind("no step can be put together", 0) == 0;
@@ -90,6 +93,24 @@ TEST(RankAssembler, ARankBehindAtUnevenGapsIsNotOutOfStep) {
   t.publish(1, 10, true);
   EXPECT_EQ(t.said_out_of_step(), 0u) << t.errors.back();
   EXPECT_EQ(t.assembler.counts().waiting.find("no step"), std::string::npos) << t.assembler.counts().waiting;
+}
+
+// A rank whose publish failed after it was announced (step 20), and whose trainer then went on
+// from an earlier step (15, 25, ...): its cadence is learned from the steps after the step back.
+// The step back was taken for a heartbeat and ignored: the gaps 10 and 5 made "every 5 steps"
+// of a rank publishing every 10, and ranks out of step went unsaid.
+TEST(RankAssembler, AStepBackAfterAFailedPublishIsLearnedAfresh) {
+  TwoRanks t;
+  t.publish(0, 10, true);
+  t.publish(0, 20, false);  // announced; its copy failed
+  for (std::int64_t step = 15; step <= 55; step += 10) {
+    t.publish(0, step, true);
+    t.publish(1, step + 5, true);
+  }
+  EXPECT_EQ(t.said_out_of_step(), 1u) << t.assembler.counts().waiting;
+  EXPECT_NE(t.assembler.counts().waiting.find("rank 0 holds steps 45, 55 (it publishes every 10 steps)"),
+            std::string::npos)
+      << t.assembler.counts().waiting;
 }
 
 }  // namespace

@@ -901,13 +901,8 @@ TEST(Stages, AGroupKeepsItsTargetForAMemberWhoseTransferFailedAndGivesItUpForARe
   EXPECT_EQ(groups.committed_of("a"), 2u);
 }
 
-// A member that takes the place of one that left, after the group's target was rejected, is
-// told the committed version and must be able to fetch it: it is no longer the newest, and the
-// fetch server served only the newest and the target, so the group stayed short for good.
-TEST(Stages, AMemberThatReplacesAnotherAfterARejectionCanFetchTheCommittedVersion) {
-  ConsumerSide c;
-  ProducerSide p(c.transport);
-  producer::GroupCommit groups(p.store, 3, /*persist_pins=*/false, 8);
+// Members "a" and "b" of group "g" (of two), which committed version 1.
+void commit_version_1(ProducerSide& p, producer::GroupCommit& groups) {
   groups.joined("a", "g", 2);
   groups.joined("b", "g", 2);
   p.publish(1);
@@ -915,6 +910,17 @@ TEST(Stages, AMemberThatReplacesAnotherAfterARejectionCanFetchTheCommittedVersio
   groups.acked("a", 1, true);
   groups.acked("b", 1, true);
   ASSERT_EQ(groups.committed_of("a"), 1u);
+}
+
+// A member that takes the place of one that left, after the group's target was rejected, is
+// told the committed version and must be able to fetch it: it is no longer the newest, and the
+// fetch server served only the newest and the target, so the group stayed short for good.
+TEST(Stages, AMemberThatReplacesAnotherAfterARejectionCanFetchTheCommittedVersion) {
+  ConsumerSide c;
+  ProducerSide p(c.transport);
+  producer::GroupCommit groups(p.store, 3, /*persist_pins=*/false, 8);
+  commit_version_1(p, groups);
+  ASSERT_FALSE(HasFailure());
   p.publish(2);
   groups.published(2);
   ASSERT_EQ(groups.target_of("a"), 2u);
@@ -938,12 +944,8 @@ TEST(Stages, ARejectedTargetGivesWayToANewerVersionAlreadyPublished) {
   ConsumerSide c;
   ProducerSide p(c.transport);
   producer::GroupCommit groups(p.store, 3, /*persist_pins=*/false, 8);
-  groups.joined("a", "g", 2);
-  groups.joined("b", "g", 2);
-  p.publish(1);
-  groups.published(1);
-  groups.acked("a", 1, true);
-  groups.acked("b", 1, true);
+  commit_version_1(p, groups);
+  ASSERT_FALSE(HasFailure());
   for (std::uint64_t v = 2; v <= 4; ++v) {  // 2 is the target, pinned; 4 takes version 1's slot
     p.publish(v);
     groups.published(v);
