@@ -133,7 +133,7 @@ class Client::Impl {
     std::optional<std::chrono::steady_clock::time_point> first_loss;
     auto pause = std::chrono::milliseconds(10);  // before reconnecting: 10 ms doubling to 500 ms
     for (;;) {
-      auto connection = take();
+      auto connection = take(first_loss);
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wait_until - std::chrono::steady_clock::now());
       left = std::max(left, std::chrono::milliseconds(0));
       try {
@@ -171,8 +171,10 @@ class Client::Impl {
 
   // An idle connection, or a new one when every one is busy or the last was lost. Throws
   // Error(kTransport) once reconnect_timeout passes without the daemon accepting (a second at
-  // least where its queue of connections stays full), counted from this call.
-  std::shared_ptr<Connection> take() {
+  // least where its queue of connections stays full), counted from this call, or from
+  // `first_loss`, the request's first lost connection: a daemon that came back and dropped the
+  // connection again gave every take() a whole reconnect_timeout more, twice the bound said.
+  std::shared_ptr<Connection> take(std::optional<std::chrono::steady_clock::time_point> first_loss = std::nullopt) {
     std::string failure;
     {
       std::lock_guard lock(idle_mutex_);
@@ -193,8 +195,8 @@ class Client::Impl {
     // their reconnect_timeout runs from when they asked, not from when their turn came: each
     // trying for a whole one in turn, the last of N threads waiting when the daemon died
     // returned after N times that.
-    const auto deadline = modelcast::deadline_after(reconnect_timeout);
-    const auto grace = queue_full_grace(reconnect_timeout);  // from the call too
+    const auto deadline = first_loss ? *first_loss + reconnect_timeout : modelcast::deadline_after(reconnect_timeout);
+    const auto grace = std::max(deadline, modelcast::deadline_after(kFullQueueGrace));  // from the call too
     std::lock_guard lock(connect_mutex_);
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     auto connection = connect(std::max(left, std::chrono::milliseconds(0)), grace, failure);

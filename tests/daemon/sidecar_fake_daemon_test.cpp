@@ -634,4 +634,31 @@ TEST_F(SidecarAgainstAFakeDaemon, AConnectionGivenUpKeepsMappedOnlyWhatItsViewsH
   EXPECT_EQ(error_of(call), "");
 }
 
+
+// A daemon that went, came back late in the reconnect time, dropped the connection again and
+// went for good: each reconnect had a whole reconnect_timeout of its own, so the call gave up
+// after up to twice it. It gives up reconnect_timeout after it first lost the daemon.
+TEST_F(SidecarAgainstAFakeDaemon, ReconnectingEndsReconnectTimeoutAfterTheFirstLoss) {
+  const std::string path = dir / "b.sock";
+  auto options = options_at(path);
+  options.reconnect_timeout = 3s;
+  std::optional<FakeDaemon> b(std::in_place, path);
+  auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.wait_for_version(5, 60s); }, options);
+  const int first = b->accept_next();
+  ASSERT_GE(first, 0);
+  ASSERT_TRUE(FakeDaemon::next_request(first));
+  const auto lost = std::chrono::steady_clock::now();
+  b.reset();  // the daemon goes: its listener and the connection closed
+  // The scenario's downtime (the client retries meanwhile), not a wait for anything: back 2.5 s
+  // of the 3 later, it takes one connection, drops it, and goes for good.
+  std::this_thread::sleep_for(2500ms);
+  b.emplace(path);
+  const int again = b->accept_next();
+  ASSERT_GE(again, 0);
+  b.reset();
+  const auto error = error_of(call);
+  const auto ended = std::chrono::steady_clock::now();
+  EXPECT_NE(error.find("did not come back within 3000 ms"), std::string::npos) << error;
+  EXPECT_LT(ended - lost, 4500ms) << "the call went on reconnecting past reconnect_timeout";
+}
 }  // namespace
