@@ -326,7 +326,7 @@ std::optional<std::size_t> RankAssembler::oldest_to_keep(std::size_t rank, bool 
   const auto& mine = held_[rank];
   auto may_meet = [&](std::size_t q, std::int64_t step, bool& holds) {
     holds = holds_step(q, step);
-    return holds || may_bring(q, step, by_stride);
+    return holds || may_bring(q, step, by_stride ? stride_[q] : 0);
   };
   for (std::size_t i = 0; i + 1 < mine.size(); ++i) {
     const std::int64_t step = mine[i]->manifest.step;
@@ -348,18 +348,10 @@ bool RankAssembler::holds_step(std::size_t q, std::int64_t step) const {
   return std::any_of(held_[q].begin(), held_[q].end(), [&](const Held& h) { return h->manifest.step == step; });
 }
 
-bool RankAssembler::may_bring(std::size_t q, std::int64_t step, bool by_stride) const {
+bool RankAssembler::may_bring(std::size_t q, std::int64_t step, std::int64_t stride) const {
   if (held_[q].empty()) return true;
   const std::int64_t newest = held_[q].back()->manifest.step;
   if (newest >= step) return false;
-  return !by_stride || stride_[q] <= 1 || (step - newest) % stride_[q] == 0;
-}
-
-bool RankAssembler::may_bring_announced(std::size_t q, std::int64_t step) const {
-  if (held_[q].empty()) return true;
-  const std::int64_t newest = held_[q].back()->manifest.step;
-  if (newest >= step) return false;
-  const std::int64_t stride = announced_stride_[q];
   return stride <= 1 || (step - newest) % stride == 0;
 }
 
@@ -372,7 +364,7 @@ std::optional<std::string> RankAssembler::out_of_step() const {
       const std::int64_t step = h->manifest.step;
       bool meetable = true;
       for (std::size_t q = 0; q < ranks_ && meetable; ++q) {
-        meetable = q == r || holds_step(q, step) || may_bring_announced(q, step);
+        meetable = q == r || holds_step(q, step) || may_bring(q, step, announced_stride_[q]);
       }
       if (meetable) return std::nullopt;
     }

@@ -104,12 +104,10 @@ class RankAssembler {
   // and not every rank holds; `by_stride`: a rank behind meets only the steps its stride reaches.
   std::optional<std::size_t> oldest_to_keep(std::size_t rank, bool by_stride) const;
   // Whether rank q holds a version of `step`; whether it may still bring one: it has not reached
-  // the step yet (a rank's versions come in step order within a run) and, `by_stride`, its
-  // stride reaches it.
+  // the step yet (a rank's versions come in step order within a run) and `stride` (its fetched
+  // or its announced one; 0 or 1: any step) reaches it.
   bool holds_step(std::size_t q, std::int64_t step) const;
-  bool may_bring(std::size_t q, std::int64_t step, bool by_stride) const;
-  // As may_bring by stride, with the stride of the steps rank q announced (0: not known yet).
-  bool may_bring_announced(std::size_t q, std::int64_t step) const;
+  bool may_bring(std::size_t q, std::int64_t step, std::int64_t stride) const;
   // Why no step held can ever be put together (each lacks a rank that neither holds it nor will
   // bring it), naming what each rank holds; nothing where one still may be.
   std::optional<std::string> out_of_step() const;
