@@ -118,9 +118,10 @@ class ConsumerService {
   template <typename Mutate>
   void count(Mutate&& mutate) {
     std::lock_guard lock(mutex_);
-    const std::string before = stats_.last_error;
+    // Into a kept buffer: counted once per received chunk, a copy that allocates each time would not do.
+    last_error_before_.assign(stats_.last_error);
     mutate(stats_);
-    if (!stats_.last_error.empty() && stats_.last_error != before) last_error_order_ = next_error_order();
+    if (!stats_.last_error.empty() && stats_.last_error != last_error_before_) last_error_order_ = next_error_order();
   }
 
   // Nothing a peer sends may end the inference process: a failure while handling it is
@@ -261,6 +262,7 @@ class ConsumerService {
   mutable std::mutex mutex_;
   ConsumerStats stats_;  // guarded by mutex_
   std::uint64_t last_error_order_ = 0;  // guarded by mutex_: see stats_and_error_order()
+  std::string last_error_before_;       // guarded by mutex_: count()'s scratch
 
   ProducerLink link_;        // service thread only after construction
   // What the next join offers; replaced when the producer is replaced, and after joins refused

@@ -7,6 +7,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <bit>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -46,7 +47,7 @@ const char* numpy_type(DType d) {
     case DType::kF64: return "float64";
     case DType::kF32: return "float32";
     case DType::kF16: return "float16";
-    case DType::kBF16: return nullptr;
+    case DType::kBF16: return nullptr;  // see Bf16As
     case DType::kI64: return "int64";
     case DType::kI32: return "int32";
     case DType::kI16: return "int16";
@@ -116,20 +117,52 @@ py::capsule make_dlpack(const ModelView& view, const std::string& name, std::siz
   return py::capsule(managed, "dltensor", &dlpack_capsule_destructor);
 }
 
-// A read-only NumPy array over the tensor's bytes whose base is the Python ModelView `self`.
-py::array make_array(const py::object& self, const std::string& name, std::size_t part) {
+// What array() makes of a bf16 tensor, which NumPy has no type for: refused unless the caller
+// says (a silent choice would hand out either raw bits read as integers or a copy where every
+// other array is a view).
+enum class Bf16As { kRefuse, kBits, kF32 };
+
+Bf16As bf16_as(const py::object& choice, const char* where) {
+  if (choice.is_none()) return Bf16As::kRefuse;
+  const std::string c = text_argument(choice, std::string(where) + ": bf16");
+  if (c == "bits") return Bf16As::kBits;
+  if (c == "f32") return Bf16As::kF32;
+  throw Error(ErrorCode::kInvalidArgument,
+              std::string(where) + ": bf16 must be None, 'bits' or 'f32', not '" + c + "'");
+}
+
+// A read-only NumPy array over the tensor's bytes whose base is the Python ModelView `self`; of
+// a bf16 tensor with Bf16As::kF32, an exact float32 copy (bf16 is the upper half of an f32; the
+// library's converters are not exported to this module).
+py::array make_array(const py::object& self, const std::string& name, std::size_t part, Bf16As bf16) {
   const TensorView tv = part_of(self.cast<const ModelView&>(), name, part);
   if (tv.spec->memory == MemoryKind::kCuda)
     throw Error(ErrorCode::kInvalidArgument,
                 "tensor '" + name + "' is in device memory (cuda:" + std::to_string(tv.spec->device) +
                     "), which NumPy cannot read; use ModelView.tensor() or torch.from_dlpack(view.dlpack(name)) "
                     "for a CUDA tensor");
+  std::vector<py::ssize_t> shape(tv.shape().begin(), tv.shape().end());
   const char* type = numpy_type(tv.dtype());
+  if (tv.dtype() == DType::kBF16) {
+    if (bf16 == Bf16As::kRefuse)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "tensor '" + name + "' is bf16, which NumPy has no type for: pass bf16='f32' for a float32 "
+                  "copy or bf16='bits' for its raw 16-bit codes, or use ModelView.tensor() for a torch tensor");
+    if (bf16 == Bf16As::kF32) {
+      py::array_t<float> copy(shape);
+      const auto* in = static_cast<const std::uint16_t*>(tv.data);
+      float* out = copy.mutable_data();
+      const auto n = static_cast<std::size_t>(copy.size());
+      for (std::size_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(in[i]) << 16);
+      copy.attr("setflags")(py::arg("write") = false);
+      return copy;
+    }
+    type = "uint16";
+  }
   if (!type)
     throw Error(ErrorCode::kInvalidArgument,
                 "tensor '" + name + "' is " + std::string(dtype_name(tv.dtype())) +
                     ", which NumPy has no type for; use ModelView.tensor() for a torch tensor");
-  std::vector<py::ssize_t> shape(tv.shape().begin(), tv.shape().end());
   py::array a(py::dtype(type), shape, {}, tv.data, self);
   a.attr("setflags")(py::arg("write") = false);
   return a;
@@ -300,13 +333,16 @@ void bind_view(py::module_& m) {
         const auto at = tensor_at(name, part, "spec");
         return *part_of(v, at.name, at.part).spec;
       }, py::arg("name"), py::arg("part") = 0, "TensorSpec of `name`; InvalidArgumentError naming it if absent.")
-      .def("array", [](const py::object& self, const py::object& name, const py::object& part) {
+      .def("array", [](const py::object& self, const py::object& name, const py::object& part,
+                       const py::object& bf16) {
              const auto at = tensor_at(name, part, "array");
-             return make_array(self, at.name, at.part);
-           }, py::arg("name"), py::arg("part") = 0,
+             return make_array(self, at.name, at.part, bf16_as(bf16, "ModelView.array()"));
+           }, py::arg("name"), py::arg("part") = 0, py::kw_only(), py::arg("bf16") = py::none(),
            "A read-only NumPy array over the tensor's bytes in this version, no copy. Its base is this "
-           "view, so it stays valid while the array lives. InvalidArgumentError if `name` is absent, "
-           "its dtype (bf16) has no NumPy type, or it is in device memory (Consumer with memory='cuda').")
+           "view, so it stays valid while the array lives. An f8e4m3 tensor gives its raw codes (uint8). "
+           "A bf16 tensor, which NumPy has no type for, needs `bf16`: 'f32' for an exact float32 copy, "
+           "'bits' for its raw codes (uint16, no copy). InvalidArgumentError if `name` is absent, if "
+           "the tensor is bf16 and `bf16` is None, or if it is in device memory (Consumer with memory='cuda').")
       .def("data_ptr", [](const ModelView& v, const py::object& name, const py::object& part) {
         const auto at = tensor_at(name, part, "data_ptr");
         return reinterpret_cast<std::uintptr_t>(part_of(v, at.name, at.part).data);
@@ -330,12 +366,14 @@ void bind_view(py::module_& m) {
         return names;
       }, "Tensor names, each once, in the order of the views (the producer's registration order); "
          "a tensor kept as several boxes is listed once (its boxes: parts(name)).")
-      .def("arrays", [](const py::object& self) {
+      .def("arrays", [](const py::object& self, const py::object& bf16) {
+        const Bf16As as = bf16_as(bf16, "ModelView.arrays()");
         py::dict d;
-        for (const auto& t : require_version(self.cast<const ModelView&>()).tensors()) d[py::str(t.name())] = make_array(self, t.name(), 0);
+        for (const auto& t : require_version(self.cast<const ModelView&>()).tensors()) d[py::str(t.name())] = make_array(self, t.name(), 0, as);
         return d;
-      }, "{name: read-only NumPy array} for every tensor (see array()); of a tensor kept as several "
-         "boxes, its first part (the others: array(name, part)).")
+      }, py::kw_only(), py::arg("bf16") = py::none(),
+         "{name: read-only NumPy array} for every tensor (see array(), and its `bf16` for bf16 tensors); "
+         "of a tensor kept as several boxes, its first part (the others: array(name, part)).")
       .def("state_dict", [](const ModelView& v) {
         py::dict d;
         for (const auto& t : require_version(v).tensors()) d[py::str(t.name())] = make_torch_tensor(v, t.name(), 0);

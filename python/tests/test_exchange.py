@@ -5,6 +5,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import torch
 
 import modelcast
@@ -22,8 +23,7 @@ def check_version(view, version):
         assert tuple(got.shape) == shape
         assert got.dtype == (dtype if isinstance(dtype, torch.dtype) else torch.from_numpy(np.zeros(0, dtype)).dtype)
         np.testing.assert_array_equal(as_numpy(got), want, err_msg=f"{name} in version {version}")
-        if dtype != torch.bfloat16:
-            np.testing.assert_array_equal(view.array(name), want, err_msg=f"{name} in version {version}")
+        np.testing.assert_array_equal(view.array(name, bf16="f32"), want, err_msg=f"{name} in version {version}")
 
 
 def test_versions_cross_processes_with_every_value(producer_process, endpoint):
@@ -179,3 +179,31 @@ def test_a_zero_dimensional_tensor_in_metadata_is_sent_as_its_number(endpoint):
         view = consumer.wait_for_version(version, WAIT_S)
         assert view is not None
         assert view.metadata == {"loss": str(loss.item()), "lr": "0.5", "seen": "7"}
+
+
+def test_bf16_tensors_become_arrays_only_as_the_caller_says(endpoint):
+    # NumPy has no bf16: array() refuses one unless told to copy it into float32 (exactly) or to
+    # give its raw 16-bit codes (no copy); arrays() likewise, for a model with any bf16 tensor.
+    values = torch.tensor([[1.5, -3.25, 1e-3], [65280.0, -0.0, 7.0]], dtype=torch.bfloat16)
+    codes = values.view(torch.int16).numpy().view(np.uint16)
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        producer.register("w", values)
+        producer.register("n", np.arange(4, dtype=np.int32))
+        view = consumer.wait_for_version(producer.publish(1).version, WAIT_S)
+        assert view is not None
+        for refused in (lambda: view.array("w"), lambda: view.arrays()):
+            with pytest.raises(modelcast.InvalidArgumentError, match=r"'w' is bf16.*bf16='f32'"):
+                refused()
+        with pytest.raises(modelcast.InvalidArgumentError, match="bf16 must be None, 'bits' or 'f32', not 'f16'"):
+            view.array("w", bf16="f16")
+        copy = view.array("w", bf16="f32")
+        assert copy.dtype == np.float32 and copy.shape == (2, 3) and not copy.flags.writeable
+        np.testing.assert_array_equal(copy, values.float().numpy())
+        bits = view.array("w", bf16="bits")
+        assert bits.dtype == np.uint16 and not bits.flags.writeable
+        np.testing.assert_array_equal(bits, codes)
+        assert bits.__array_interface__["data"][0] == view.data_ptr("w")  # the version's bytes, no copy
+        every = view.arrays(bf16="f32")
+        np.testing.assert_array_equal(every["w"], values.float().numpy())
+        np.testing.assert_array_equal(every["n"], np.arange(4, dtype=np.int32))
