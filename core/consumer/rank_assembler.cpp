@@ -2,6 +2,7 @@
 #include "core/consumer/error_order.h"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <cstring>
 #include <string_view>
@@ -71,6 +72,7 @@ RankAssembler::RankAssembler(std::size_t ranks, std::vector<TensorWant> wants, s
       announced_stride_(ranks, 0),
       announced_count_(ranks, 0),
       recent_announced_(ranks),
+      counts_at_news_(ranks, std::vector<std::uint64_t>(ranks, 0)),
       target_(target ? std::move(target) : std::make_unique<ShapingTarget>(3)),
       store_(readers) {}
 
@@ -127,6 +129,7 @@ void RankAssembler::announced(std::size_t rank, std::uint64_t incarnation, std::
   if (recent.size() > kRecentAnnounced) recent.erase(recent.begin());
   last = std::make_pair(incarnation, step);
   ++announced_count_[rank];
+  counts_at_news_[rank] = announced_count_;
 }
 
 void RankAssembler::retry() {
@@ -180,6 +183,18 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     out_of_step_since_.reset();
     if (out_of_step_said_ && counts_.waiting.rfind(kOutOfStep, 0) == 0) counts_.waiting.clear();
     out_of_step_said_ = false;
+  }
+  // A rank that stopped publishing while the others go on (a trainer rank stuck, or one that no
+  // longer calls publish()) leaves readers at the last step it published, as documented; said
+  // once, and in `waiting` while it lasts, instead of not at all. Ranks out of step are said
+  // first: their steps say nothing of which rank is late.
+  if (auto why = out_of_step_since_ ? std::nullopt : stopped_ranks()) {
+    counts_.waiting = *why;
+    if (!stopped_said_ && !outcome.failure) outcome.failure = Error(ErrorCode::kState, *why);
+    stopped_said_ = true;
+  } else if (stopped_said_) {
+    if (counts_.waiting.rfind(kStopped, 0) == 0) counts_.waiting.clear();
+    stopped_said_ = false;
   }
   if (pieces.empty()) return outcome;
   if (key_of(pieces) == assembled_from_ || key_of(pieces) == refused_) return outcome;
@@ -378,6 +393,41 @@ std::optional<std::string> RankAssembler::out_of_step() const {
     if (announced_stride_[r] > 1) said += " (it publishes every " + std::to_string(announced_stride_[r]) + " steps)";
   }
   return said + ", and none will bring a step another holds: every rank must publish the same steps";
+}
+
+std::optional<std::string> RankAssembler::stopped_ranks() const {
+  // Ranks publish the same steps (out_of_step() says so where they do not), so the cadence judged
+  // by is the coarsest any rank announced. A rank whose own cadence is not known (one step
+  // announced in its run) is not judged: a rank publishing every 3rd step was taken for stopped
+  // by the others' quicker steps before its second one. So a rank that stops after its first
+  // step of a run goes unsaid.
+  std::int64_t stride = 1;
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    if (!last_announced_[r]) return std::nullopt;  // a rank yet to publish: nothing to judge by
+    stride = std::max(stride, announced_stride_[r]);
+  }
+  std::string said;
+  for (std::size_t r = 0; r < ranks_; ++r) {
+    const std::int64_t last = last_announced_[r]->second;
+    // Stopped: every other rank announced kStoppedAnnouncements new steps since this one last
+    // did, and went past two of its publishes (a rank one publish late, or at uneven gaps, is
+    // not stopped). Steps of the other ranks' runs are compared as they are: ranks of one
+    // trainer number their steps alike.
+    std::int64_t others_reached = std::numeric_limits<std::int64_t>::max();
+    bool quiet = ranks_ > 1 && announced_stride_[r] > 0;
+    for (std::size_t q = 0; q < ranks_ && quiet; ++q) {
+      if (q == r) continue;
+      const std::int64_t reached = last_announced_[q]->second;
+      quiet = announced_count_[q] >= counts_at_news_[r][q] + kStoppedAnnouncements && reached > last + 2 * stride;
+      others_reached = std::min(others_reached, reached);
+    }
+    if (!quiet) continue;
+    said += (said.empty() ? std::string(kStopped) + ": " : std::string("; ")) + "rank " + std::to_string(r) +
+            " announced no step after " + std::to_string(last) + " while every other rank went on to step " +
+            std::to_string(others_reached) + " or later";
+  }
+  if (said.empty()) return std::nullopt;
+  return said + "; the model stays at the newest step every rank published until each publishes again";
 }
 
 std::size_t RankAssembler::older_to_drop(std::size_t rank) const {

@@ -111,6 +111,8 @@ class RankAssembler {
   // Why no step held can ever be put together (each lacks a rank that neither holds it nor will
   // bring it), naming what each rank holds; nothing where one still may be.
   std::optional<std::string> out_of_step() const;
+  // Which ranks stopped publishing while the others went on, naming them; nothing where none did.
+  std::optional<std::string> stopped_ranks() const;
   // Asks each rank for just the regions the plan (made on `pieces`) takes from it, where that
   // changed or the rank's producer run did.
   void refine_wants(const layout::PullPlan& plan, const std::vector<Held>& pieces);
@@ -153,6 +155,12 @@ class RankAssembler {
   // is no news.
   std::vector<std::vector<std::int64_t>> recent_announced_;
   static constexpr std::size_t kRecentAnnounced = 8;
+  // Per rank, announced_count_ when it last announced a new step: the others' announcements
+  // since are how long it has been quiet, counted in their publishes (stopped_ranks()).
+  std::vector<std::vector<std::uint64_t>> counts_at_news_;
+  static constexpr std::uint64_t kStoppedAnnouncements = 3;
+  bool stopped_said_ = false;  // stopped_ranks() holds and was said; under mutex_
+  static constexpr const char* kStopped = "a rank stopped publishing";
   // announced_count_ when out_of_step() began to hold (nullopt: it does not), and how many more
   // steps each rank must announce while it holds before it is said.
   std::optional<std::vector<std::uint64_t>> out_of_step_since_;

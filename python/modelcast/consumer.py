@@ -11,6 +11,7 @@ class Consumer(Service):
 
     Keyword options mirror ``modelcast::ConsumerOptions`` (``model_name``, ``consumer_name``,
     ``expected_layout`` as TensorSpecs or (name, dtype, shape) tuples, ``buffers``, ``transports``,
+    ``path`` (the delivery path to insist on; stats() ``transport`` and ``path`` say which were used),
     ``producer_timeout`` and ``transfer_timeout`` in seconds, ``max_model_bytes``,
     ``producer_public_key``, ``key``, ``key_file``, ``allow_plaintext_remote``, ``serve_peers``:
     relay versions to other consumers when the producer asks; stats() counts ``bytes_relayed``

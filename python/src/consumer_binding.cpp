@@ -149,6 +149,7 @@ void bind_consumer(py::module_& m) {
       .def_readwrite("expected_layout", &ConsumerOptions::expected_layout)
       .def_readwrite("buffers", &ConsumerOptions::buffers)
       .def_readwrite("transports", &ConsumerOptions::transports)
+      .def_readwrite("path", &ConsumerOptions::path)
       .def_readwrite("producer_timeout", &ConsumerOptions::producer_timeout)
       .def_readwrite("transfer_timeout", &ConsumerOptions::transfer_timeout)
       .def_readwrite("serve_peers", &ConsumerOptions::serve_peers)
@@ -191,6 +192,7 @@ void bind_consumer(py::module_& m) {
                              [](const ConsumerStats& s) { return seconds(s.last_notify_latency); })
       .def_readonly("last_error", &ConsumerStats::last_error)
       .def_readonly("transport", &ConsumerStats::transport)
+      .def_readonly("path", &ConsumerStats::path)
       .def("__repr__", &fields_repr);
 
   py::class_<PyConsumer>(m, "_Consumer", "Internal: use modelcast.Consumer.", collectable<PyConsumer>())

@@ -207,3 +207,22 @@ def test_bf16_tensors_become_arrays_only_as_the_caller_says(endpoint):
         every = view.arrays(bf16="f32")
         np.testing.assert_array_equal(every["w"], values.float().numpy())
         np.testing.assert_array_equal(every["n"], np.arange(4, dtype=np.int32))
+
+
+def test_a_consumer_insists_on_a_delivery_path(endpoint):
+    # path= reaches the consumer's join (as ConsumerOptions::path), and stats() names the path used.
+    with pytest.raises(modelcast.InvalidArgumentError, match="'teleport'"):
+        modelcast.Consumer(endpoint, model_name="pytest", path="teleport")
+    with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer, \
+         modelcast.Consumer(endpoint, model_name="pytest", path="host_ucx") as consumer:
+        producer.register("w", np.arange(10, dtype=np.float64))
+        assert consumer.wait_for_version(producer.publish(1).version, WAIT_S) is not None
+        assert consumer.stats().path == "host_ucx"
+        assert "path='host_ucx'" in repr(consumer.stats())
+        # A path these memories cannot use is refused at the join, saying why; nothing is installed.
+        with modelcast.Consumer(endpoint, model_name="pytest", path="cuda_ipc") as refused:
+            deadline = time.monotonic() + WAIT_S
+            while "cuda_ipc" not in refused.stats().last_error:
+                assert time.monotonic() < deadline, "the join was not refused"
+                time.sleep(0.01)
+            assert refused.acquire() is None

@@ -38,11 +38,12 @@ struct TwoRanks {
     if (fetched) assembler.offer(rank, piece(step));
   }
   std::optional<std::int64_t> previous[2];
-  std::size_t said_out_of_step() const {
-    return static_cast<std::size_t>(std::count_if(errors.begin(), errors.end(), [](const std::string& e) {
-      return e.rfind("no step can be put together", 0) == 0;
-    }));
+  std::size_t said(const std::string& what) const {
+    return static_cast<std::size_t>(
+        std::count_if(errors.begin(), errors.end(), [&](const std::string& e) { return e.rfind(what, 0) == 0; }));
   }
+  std::size_t said_out_of_step() const { return said("no step can be put together"); }
+  std::size_t said_stopped() const { return said("a rank stopped publishing"); }
 };
 
 // Both ranks publish every step; a consumer slower than the trainer fetched rank 0's odd steps
@@ -111,6 +112,43 @@ TEST(RankAssembler, AStepBackAfterAFailedPublishIsLearnedAfresh) {
   EXPECT_NE(t.assembler.counts().waiting.find("rank 0 holds steps 45, 55 (it publishes every 10 steps)"),
             std::string::npos)
       << t.assembler.counts().waiting;
+}
+
+// Rank 1 stops publishing after step 3 (its heartbeats go on naming 3) while rank 0 goes on: the
+// model stayed at step 3 without a word. Said once rank 0 published three steps more, in
+// `waiting` while it lasts, and no longer once rank 1 publishes again.
+TEST(RankAssembler, ARankThatStopsPublishingWhileTheOthersGoOnIsSaid) {
+  TwoRanks t;
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    t.publish(0, step, true);
+    t.publish(1, step, true);
+  }
+  for (std::int64_t step = 4; step <= 8; ++step) {
+    t.publish(0, step, true);
+    t.assembler.announced(1, 1, 3);  // rank 1's heartbeat
+    EXPECT_EQ(t.said_stopped(), step >= 6 ? 1u : 0u) << "after step " << step;
+  }
+  EXPECT_EQ(t.assembler.counts().waiting,
+            "a rank stopped publishing: rank 1 announced no step after 3 while every other rank went on to step 8 "
+            "or later; the model stays at the newest step every rank published until each publishes again");
+  t.publish(1, 8, true);
+  EXPECT_EQ(t.assembler.counts().waiting, "");
+  EXPECT_EQ(t.said_stopped(), 1u);
+  EXPECT_EQ(t.said_out_of_step(), 0u);
+}
+
+// Rank 0 publishes every step, rank 1 every third (they meet at 3, 6, ...), each of rank 1's
+// steps announced only once rank 0 reached the next of them: rank 0 announces three steps between
+// two of rank 1's and is six ahead, which is six steps of a rank publishing every step, but one
+// publish of rank 1's: behind, not stopped.
+TEST(RankAssembler, ARankOnePublishLateOnItsOwnCadenceIsNotSaidToHaveStopped) {
+  TwoRanks t;
+  for (std::int64_t step = 1; step <= 30; ++step) {
+    t.publish(0, step, true);
+    if (step % 3 == 0 && step >= 6) t.publish(1, step - 3, true);
+  }
+  EXPECT_EQ(t.said_stopped(), 0u) << t.errors.front();
+  EXPECT_EQ(t.assembler.counts().waiting, "");
 }
 
 }  // namespace

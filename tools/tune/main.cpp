@@ -80,7 +80,7 @@ void add_common(CLI::App& cmd, modelcast::tune::CommonArgs& a) {
   add_number(cmd, "--publish-cost", a.publish_cost_s, "c: training stall per publish (s)")->required();
   add_number(cmd, "--update-latency", a.update_latency_s, "d: stall end -> version servable (s)")->required();
   add_number(cmd, "--request-rate", a.request_rate, "r: inference requests per second")->capture_default_str();
-  add_number(cmd, "--window", a.window_s, "H: inference window (s); default t(last) - t(warm-up)");
+  add_number(cmd, "--window", a.window_s, "H: inference window (s) from the warm-up; default: to the run's end (plan: --total-steps, where the forecast ends; replay and evaluate: the log's last point)");
   add_number(cmd, "--max-slowdown", a.max_slowdown_s, "cap on total training slowdown c x publishes (s); inf = no cap")->capture_default_str();
   add_number(cmd, "--epoch-steps", a.epoch_steps, "E for the every-E-steps baseline (default total/10)");
   cmd.add_option("--plot", a.plot_path, "write an SVG chart (curve, forecast where there is one, publishes, served loss)");
