@@ -38,7 +38,7 @@ void FetchServer::joined(const ConsumerRecord& consumer) {
   // exports its buffer, which only device memory can be.
   const bool can_serve = transports_.at(consumer.transport).capabilities().two_sided ||
                          consumer.memory.kind == MemoryKind::kCuda;
-  planner_.joined(consumer.routing_id, consumer.name, consumer.host_id, consumer.serves_peers && can_serve,
+  planner_.joined(consumer.routing_id, consumer.name, consumer.host_id, consumer.process, consumer.serves_peers && can_serve,
                   consumer.transport);
 }
 

@@ -32,6 +32,7 @@ struct ConsumerRecord {
   std::chrono::steady_clock::time_point last_seen{};
   std::vector<std::byte> peer_address;  // the consumer's address the peer was connected to
   std::string host_id;     // the consumer's machine (JoinRequest::host_id)
+  std::uint64_t process = 0;  // and its process (JoinRequest::process; 0: not said)
   bool serves_peers = false;  // it relays blocks to other consumers when asked
   transport::MemoryLocation memory{};  // where its receive buffers live (JoinRequest::memory)
   std::vector<TensorWant> wants{};  // what it keeps of each tensor (checked at the join)

@@ -1,16 +1,19 @@
 #include "core/producer/relay_planner.h"
 
+#include "transports/transport_registry.h"
+
 #include <tuple>
 #include <utility>
 
 namespace modelcast::producer {
 
-void RelayPlanner::joined(const std::string& routing_id, std::string name, std::string host_id, bool serves,
-                          std::size_t transport) {
+void RelayPlanner::joined(const std::string& routing_id, std::string name, std::string host_id,
+                          std::uint64_t process, bool serves, std::size_t transport) {
   Node& node = nodes_[routing_id];
   node = Node{};
   node.name = std::move(name);
   node.host_id = std::move(host_id);
+  node.process = process;
   node.serves = serves;
   node.transport = transport;
 }
@@ -52,7 +55,14 @@ std::optional<std::string> RelayPlanner::choose(const std::string& routing_id, s
   for (const auto& [id, node] : nodes_) {
     if (id == routing_id || !node.serves || node.version != version || node.transport != want.transport) continue;
     if (node.load >= fanout_ || now < node.distrusted_until) continue;
-    if (read_by_requester && (!node.complete || node.host_id != want.host_id)) continue;
+    // A one-sided read maps the relay's memory, which reaches only another process of its
+    // machine: CUDA IPC cannot open a handle its own process exported, and two consumers of one
+    // inference server paired so failed every read and had a good relay distrusted.
+    if (read_by_requester &&
+        (!node.complete ||
+         transport::distance_between(node.host_id, node.process, want.host_id, want.process) != transport::Reach::kHost)) {
+      continue;
+    }
     if (!best_node || rank(node) < rank(*best_node)) {
       best = &id;
       best_node = &node;

@@ -35,10 +35,11 @@ class RelayPlanner {
   explicit RelayPlanner(std::size_t fanout) : fanout_(fanout) {}
   bool enabled() const { return fanout_ > 0; }
 
-  // A consumer that joined: its name and machine (for orders and reports), whether it serves
-  // peers, and its transport (index in the producer's set).
-  void joined(const std::string& routing_id, std::string name, std::string host_id, bool serves,
-              std::size_t transport);
+  // A consumer that joined: its name, its machine and process (JoinRequest::host_id and
+  // ::process; 0: not known), whether it serves peers, and its transport (index in the
+  // producer's set).
+  void joined(const std::string& routing_id, std::string name, std::string host_id, std::uint64_t process,
+              bool serves, std::size_t transport);
   void forget(const std::string& routing_id);
 
   // `routing_id` began receiving `version` (from the producer or a relay).
@@ -70,6 +71,7 @@ class RelayPlanner {
   struct Node {
     std::string name;
     std::string host_id;
+    std::uint64_t process = 0;
     bool serves = false;
     std::size_t transport = 0;
     std::uint64_t version = 0;  // held or being received; 0: nothing to offer

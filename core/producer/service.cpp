@@ -596,6 +596,7 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
   record.name = join.consumer_name;
   record.session = join.session;
   record.host_id = join.host_id;
+  record.process = join.process;
   record.serves_peers = join.serves_peers;
   record.memory = join.memory;
   record.wants = join.wants;

@@ -745,6 +745,33 @@ void start_held_relay_read(RelayingDeviceProducer& p, const std::string& holder_
 
 }  // namespace
 
+// Two device consumers of one process (an inference server with a consumer per replica): the
+// producer had the second read the first one's export over CUDA IPC, which cannot open a handle
+// its own process exported. Every such read failed, counted a relay fault and had a good relay
+// distrusted for a minute. The producer serves the second itself.
+TEST(DeviceExchange, TwoDeviceConsumersOfOneProcessAreNotGivenEachOthersExportToRead) {
+  auto& rt = runtime();
+  ChildProcess producer({peer_paths::device_peer(), "producer", "--endpoint", "tcp://127.0.0.1:0", "--versions", "1",
+                         "--seed", "5", "--kib", "512", "--relay-fanout", "1"});
+  auto ready = producer.wait_for_line("ready ");
+  ASSERT_TRUE(ready);
+  auto options = consumer_options(ready->substr(6), MemoryKind::kCuda, 0);
+  options.serve_peers = true;
+  options.consumer_name = "first";
+  modelcast::Consumer first(options);
+  ASSERT_TRUE(first.wait_for_version(1, 60s)) << first.stats().last_error;
+  ASSERT_EQ(first.stats().path, "cuda_ipc");  // a relay of it would be read one-sided
+  // The producer knows the first holds version 1, which makes it the relay to choose.
+  ASSERT_TRUE(producer.wait_for_line("delivered 1 to first from -")) << joined_lines(producer);
+  options.consumer_name = "second";
+  modelcast::Consumer second(options);
+  auto view = second.wait_for_version(1, 60s);
+  ASSERT_TRUE(view) << second.stats().last_error;
+  EXPECT_EQ(devicemodel::check(rt, view, 5), "");
+  EXPECT_EQ(second.stats().relay_faults, 0u) << second.stats().last_error;
+  EXPECT_TRUE(producer.wait_for_line("delivered 1 to second from -")) << joined_lines(producer);
+}
+
 // Device consumers on one host serve each other over CUDA IPC: one that joins late reads the
 // version out of another's device buffer (which that one pins and exports when the producer
 // asks, and unpins when the reader is done) instead of the producer's slot, and checks every

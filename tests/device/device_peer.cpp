@@ -1,9 +1,9 @@
 // modelcast-device-peer: the other process of the device tests. Like modelcast-test-peer, one
 // line per event on stdout; it reaches the device through the runtime MODELCAST_DEVICE selects.
 //   ipc-read  --handle HEX --size N [--device D]  maps a peer's allocation: "pmix64 HEX"
-//   producer  --endpoint E --versions N --seed S [--kib K] [--device D]
+//   producer  --endpoint E --versions N --seed S [--kib K] [--device D] [--relay-fanout F]
 //             device tensors; publishes N versions once a consumer joined, then serves until
-//             stdin closes
+//             stdin closes; "delivered V to NAME from RELAY" ("-": this producer) per delivery
 //   consumer  --endpoint E --until-version N --seed S [--memory host|cuda] [--device D]
 //             [--transports a,b] [--path P] [--read-loop] [--transfer-timeout-ms T] [--name N]
 //             [--corrupt-after V] [--linger] [--hold-peer-read] [--echo-log] [--group G --group-size N]
@@ -73,11 +73,17 @@ int ipc_read(const std::string& hex, std::size_t size, int dev) {
   return 0;
 }
 
-int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib, int dev) {
+int producer(const std::string& endpoint, std::uint64_t versions, std::uint64_t seed, std::size_t kib, int dev,
+             std::size_t relay_fanout) {
   auto& runtime = device::require_device_runtime("producer");
   modelcast::ProducerOptions options;
   options.model_name = "test";
   options.control_endpoint = endpoint;
+  options.relay_fanout = relay_fanout;
+  // From the producer's service thread while main says "published": one printf per line.
+  options.on_delivery = [](const modelcast::Delivery& d) {
+    say("delivered " + std::to_string(d.version) + " to " + d.consumer + " from " + (d.relay.empty() ? "-" : d.relay));
+  };
   modelcast::Producer producer(options);
   devicemodel::DeviceModel model(runtime, dev, kib);
   producer.register_tensors(model.refs());
@@ -279,6 +285,8 @@ int main(int argc, char** argv) {
   prod->add_option("--seed", seed);
   prod->add_option("--kib", kib);
   prod->add_option("--device", dev);
+  std::size_t relay_fanout = 0;
+  prod->add_option("--relay-fanout", relay_fanout, "ProducerOptions::relay_fanout");
   auto* cons = app.add_subcommand("consumer");
   ConsumerArgs c;
   cons->add_option("--endpoint", c.endpoint)->required();
@@ -303,7 +311,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (*read) return ipc_read(hex, size, dev);
-    if (*prod) return producer(endpoint, versions, seed, kib, dev);
+    if (*prod) return producer(endpoint, versions, seed, kib, dev, relay_fanout);
     return consumer(c);
   } catch (const modelcast::Error& e) {
     say(std::string("error ") + e.what());

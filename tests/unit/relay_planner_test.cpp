@@ -15,7 +15,7 @@ RelayPlanner planner_with(std::size_t fanout, int consumers) {
   RelayPlanner planner(fanout);
   for (int i = 0; i < consumers; ++i) {
     std::string id(1, static_cast<char>('a' + i));
-    planner.joined(id, "consumer-" + id, "host", true, 0);
+    planner.joined(id, "consumer-" + id, "host", 0, true, 0);
   }
   return planner;
 }
@@ -60,10 +60,10 @@ TEST(RelayPlanner, TheFanoutCapsEachRelayAndTheProducerServesTheRest) {
 TEST(RelayPlanner, OnlyHoldersOfTheVersionOverTheSameTransportThatServe) {
   RelayPlanner planner(1);
   auto t = Clock::now();
-  planner.joined("declines", "d", "host", false, 0);
-  planner.joined("other-transport", "o", "host", true, 1);
-  planner.joined("old", "x", "host", true, 0);
-  planner.joined("asker", "a", "host", true, 0);
+  planner.joined("declines", "d", "host", 0, false, 0);
+  planner.joined("other-transport", "o", "host", 0, true, 1);
+  planner.joined("old", "x", "host", 0, true, 0);
+  planner.joined("asker", "a", "host", 0, true, 0);
   for (const char* id : {"declines", "other-transport"}) {
     planner.receiving(id, 2, t);
     planner.delivered(id, 2);
@@ -125,9 +125,9 @@ TEST(RelayPlanner, AStallIsBlamedOnARelayThatHeldTheVersionNotOnOneStillReceivin
 // own machine: it is given a complete holder on its host, never one still receiving or elsewhere.
 TEST(RelayPlanner, AReaderOfARelaysBufferGetsOnlyACompleteHolderOnItsOwnHost) {
   RelayPlanner planner(2);
-  planner.joined("receiving", "receiving", "host-a", true, 0);
-  planner.joined("elsewhere", "elsewhere", "host-b", true, 0);
-  planner.joined("reader", "reader", "host-a", true, 0);
+  planner.joined("receiving", "receiving", "host-a", 0, true, 0);
+  planner.joined("elsewhere", "elsewhere", "host-b", 0, true, 0);
+  planner.joined("reader", "reader", "host-a", 0, true, 0);
   auto t = Clock::now();
   planner.receiving("receiving", 1, t);
   planner.delivered("elsewhere", 1);
@@ -136,4 +136,20 @@ TEST(RelayPlanner, AReaderOfARelaysBufferGetsOnlyACompleteHolderOnItsOwnHost) {
   EXPECT_TRUE(planner.choose("reader", 1, t, false).has_value());
   planner.delivered("receiving", 1);
   EXPECT_EQ(planner.choose("reader", 1, t, true), "receiving");
+}
+
+// Nor a holder in its own process (two consumers of one inference server): CUDA IPC cannot open
+// a handle the same process exported, so every read failed and the holder was distrusted. A
+// route that sends may still pair them.
+TEST(RelayPlanner, AReaderOfARelaysBufferIsNeverGivenAHolderInItsOwnProcess) {
+  RelayPlanner planner(2);
+  planner.joined("sibling", "sibling", "host-a", 7, true, 0);
+  planner.joined("reader", "reader", "host-a", 7, true, 0);
+  planner.delivered("sibling", 1);
+  auto t = Clock::now();
+  EXPECT_EQ(planner.choose("reader", 1, t, true), std::nullopt);
+  EXPECT_EQ(planner.choose("reader", 1, t, false), "sibling");
+  planner.joined("neighbour", "neighbour", "host-a", 8, true, 0);
+  planner.delivered("neighbour", 1);
+  EXPECT_EQ(planner.choose("reader", 1, t, true), "neighbour");
 }
