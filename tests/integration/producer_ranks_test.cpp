@@ -815,6 +815,41 @@ TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) 
       << "said once, through on_error";
 }
 
+// Rank 1 stops publishing while rank 0 goes on (a trainer rank stuck): the consumer stays at the
+// last step both published, as documented, but it said nothing. Now once through on_error and in
+// last_error while it lasts; once rank 1 publishes again the step both hold is assembled and it
+// is no longer said.
+TEST(ProducerRanksFaults, ARankThatStopsPublishingWhileTheOthersGoOnIsSaid) {
+  Ranks ranks(2);
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  auto options = options_for(ranks.endpoint());
+  options.on_error = [&](const modelcast::Error& e) {
+    std::lock_guard lock(mutex);
+    errors.emplace_back(e.what());
+  };
+  modelcast::Consumer consumer(options);
+  std::uint64_t published[2] = {0, 0};
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    publish_delivered(ranks, 0, step, published, consumer);
+    publish_delivered(ranks, 1, step, published, consumer);
+  }
+  for (std::int64_t step = 3; step <= 6; ++step) publish_delivered(ranks, 0, step, published, consumer);
+  const std::string said = "a rank stopped publishing: rank 1 announced no step after 2 while every other rank went on to step";
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().last_error.find(said) == 0; }, 30s))
+      << consumer.stats().last_error;
+  EXPECT_EQ(consumer.acquire().step(), 2);
+  publish_delivered(ranks, 1, 6, published, consumer);
+  ASSERT_TRUE(testing_support::eventually([&] {
+    auto view = consumer.acquire();
+    return view && view.step() == 6;
+  }, 30s)) << consumer.stats().last_error;
+  EXPECT_EQ(consumer.stats().last_error.find("a rank stopped publishing"), std::string::npos) << consumer.stats().last_error;
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(std::count_if(errors.begin(), errors.end(), [&](const std::string& e) { return e.find(said) == 0; }), 1)
+      << "said once, through on_error";
+}
+
 // Only rank 0 tells consumers where the other ranks are: a consumer pointed at rank 1 took it for
 // a whole producer and installed its [1024, 40] piece of "w" as the model, without a word.
 TEST(ProducerRanksFaults, AConsumerPointedAtAnotherRankThanZeroIsToldToUseRankZero) {
