@@ -39,7 +39,10 @@ bool ConsumerService::stays_intact(const detail::ReceiveBuffer& buffer) const {
 
 void ConsumerService::keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest) {
   if (!buffer || buffer->device_owned || !stays_intact(*buffer)) return release_landed_host();
-  buffer->held_blocks = manifest.block_digests;
+  // As for a host version installed in its buffer: one holding only the blocks of some parts
+  // does not hold the others in place, which a later fetch keeping other parts would take as
+  // received (its wants changed within the run: a sharded consumer's plan).
+  buffer->held_blocks = selection_.everything() ? manifest.block_digests : std::vector<std::uint64_t>{};
   landed_host_ = std::move(buffer);
   landed_host_version_ = manifest.version;
 }
