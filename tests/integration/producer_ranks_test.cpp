@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <memory>
 #include <random>
@@ -245,6 +246,30 @@ void publish_delivered(Ranks& ranks, std::size_t rank, std::int64_t step, std::u
   ASSERT_TRUE(testing_support::eventually(
       [&] { return ranks.ranks[rank]->producer->stats().deliveries >= published[rank]; }, 60s))
       << "rank " << rank << ": " << consumer.stats().last_error;
+}
+
+// What a consumer said through on_error, which its service threads call.
+struct ErrorsSaid {
+  std::function<void(const modelcast::Error&)> collector() {
+    return [this](const modelcast::Error& e) {
+      std::lock_guard lock(mutex);
+      said.emplace_back(e.what());
+    };
+  }
+  long starting_with(const std::string& prefix) {
+    std::lock_guard lock(mutex);
+    return std::count_if(said.begin(), said.end(), [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+  }
+  std::mutex mutex;
+  std::vector<std::string> said;
+};
+
+// Whether readers come to see `step` within 30 s.
+bool comes_to_step(const modelcast::Consumer& consumer, std::int64_t step) {
+  return testing_support::eventually([&] {
+    auto view = consumer.acquire();
+    return view && view.step() == step;
+  }, 30s);
 }
 
 }  // namespace
@@ -785,13 +810,9 @@ TEST(ProducerRanksFaults, TheNewestErrorOfTheRanksAndTheAssemblerIsTheOneReporte
 // holds, and goes on once the ranks publish a step together.
 TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) {
   Ranks ranks(2);
-  std::mutex mutex;
-  std::vector<std::string> errors;
+  ErrorsSaid errors;
   auto options = options_for(ranks.endpoint());
-  options.on_error = [&](const modelcast::Error& e) {
-    std::lock_guard lock(mutex);
-    errors.emplace_back(e.what());
-  };
+  options.on_error = errors.collector();
   modelcast::Consumer consumer(options);
   std::uint64_t published[2] = {0, 0};
   for (std::int64_t even = 2; even <= 8; even += 2) {  // out of step from the second on: said two later
@@ -805,14 +826,9 @@ TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) 
       << consumer.stats().last_error;
   EXPECT_TRUE(consumer.acquire().empty());
   ranks.publish(10);
-  ASSERT_TRUE(testing_support::eventually([&] {
-    auto view = consumer.acquire();
-    return view && view.step() == 10;
-  }, 30s)) << consumer.stats().last_error;
+  ASSERT_TRUE(comes_to_step(consumer, 10)) << consumer.stats().last_error;
   EXPECT_EQ(consumer.stats().last_error.find(said), std::string::npos) << consumer.stats().last_error;
-  std::lock_guard lock(mutex);
-  EXPECT_EQ(std::count_if(errors.begin(), errors.end(), [&](const std::string& e) { return e.find(said) == 0; }), 1)
-      << "said once, through on_error";
+  EXPECT_EQ(errors.starting_with(said), 1) << "said once, through on_error";
 }
 
 // Rank 1 stops publishing while rank 0 goes on (a trainer rank stuck): the consumer stays at the
@@ -821,13 +837,9 @@ TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) 
 // is no longer said.
 TEST(ProducerRanksFaults, ARankThatStopsPublishingWhileTheOthersGoOnIsSaid) {
   Ranks ranks(2);
-  std::mutex mutex;
-  std::vector<std::string> errors;
+  ErrorsSaid errors;
   auto options = options_for(ranks.endpoint());
-  options.on_error = [&](const modelcast::Error& e) {
-    std::lock_guard lock(mutex);
-    errors.emplace_back(e.what());
-  };
+  options.on_error = errors.collector();
   modelcast::Consumer consumer(options);
   std::uint64_t published[2] = {0, 0};
   for (std::int64_t step = 1; step <= 2; ++step) {
@@ -840,14 +852,9 @@ TEST(ProducerRanksFaults, ARankThatStopsPublishingWhileTheOthersGoOnIsSaid) {
       << consumer.stats().last_error;
   EXPECT_EQ(consumer.acquire().step(), 2);
   publish_delivered(ranks, 1, 6, published, consumer);
-  ASSERT_TRUE(testing_support::eventually([&] {
-    auto view = consumer.acquire();
-    return view && view.step() == 6;
-  }, 30s)) << consumer.stats().last_error;
+  ASSERT_TRUE(comes_to_step(consumer, 6)) << consumer.stats().last_error;
   EXPECT_EQ(consumer.stats().last_error.find("a rank stopped publishing"), std::string::npos) << consumer.stats().last_error;
-  std::lock_guard lock(mutex);
-  EXPECT_EQ(std::count_if(errors.begin(), errors.end(), [&](const std::string& e) { return e.find(said) == 0; }), 1)
-      << "said once, through on_error";
+  EXPECT_EQ(errors.starting_with(said), 1) << "said once, through on_error";
 }
 
 // Only rank 0 tells consumers where the other ranks are: a consumer pointed at rank 1 took it for
