@@ -93,6 +93,12 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     // took 2 there, and the step that rank was about to bring was let go, again and again.
     stride_[rank] = last_step_[rank] && step > *last_step_[rank] ? std::gcd(stride_[rank], step - *last_step_[rank]) : 0;
     last_step_[rank] = step;
+    // A step newer than the rank's last announced one was published while this consumer did
+    // not hear it (its link down, then a join reply naming it): an announcement all the same.
+    const auto& heard = last_announced_[rank];
+    if (!heard || heard->first != version->manifest.incarnation || heard->second < step) {
+      note_announced(rank, version->manifest.incarnation, step);
+    }
     mine.push_back(std::move(version));
     const auto misconfigured = drop_outrun();
     if (mine.size() > 2) mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(older_to_drop(rank)));
@@ -114,6 +120,10 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
 void RankAssembler::announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step) {
   std::lock_guard lock(mutex_);
   if (rank >= ranks_) return;
+  note_announced(rank, incarnation, step);
+}
+
+void RankAssembler::note_announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step) {
   auto& last = last_announced_[rank];
   auto& recent = recent_announced_[rank];
   const bool same_run = last && last->first == incarnation;
@@ -176,7 +186,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     }
     if (lasted) {
       counts_.waiting = *why;
-      if (!out_of_step_said_) outcome.failure = Error(ErrorCode::kState, *why);
+      if (!out_of_step_said_) outcome.notice = Error(ErrorCode::kState, *why);
       out_of_step_said_ = true;
     }
   } else {
@@ -186,11 +196,12 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
   }
   // A rank that stopped publishing while the others go on (a trainer rank stuck, or one that no
   // longer calls publish()) leaves readers at the last step it published, as documented; said
-  // once, and in `waiting` while it lasts, instead of not at all. Ranks out of step are said
-  // first: their steps say nothing of which rank is late.
+  // once, and in `waiting` while it lasts, instead of not at all, below the other reasons to
+  // wait (they say what to do). Ranks out of step are said first: their steps say nothing of
+  // which rank is late.
   if (auto why = out_of_step_since_ ? std::nullopt : stopped_ranks()) {
-    counts_.waiting = *why;
-    if (!stopped_said_ && !outcome.failure) outcome.failure = Error(ErrorCode::kState, *why);
+    if (counts_.waiting.empty() || counts_.waiting.rfind(kStopped, 0) == 0) counts_.waiting = *why;
+    if (!stopped_said_) outcome.notice = Error(ErrorCode::kState, *why);
     stopped_said_ = true;
   } else if (stopped_said_) {
     if (counts_.waiting.rfind(kStopped, 0) == 0) counts_.waiting.clear();
@@ -256,6 +267,7 @@ void RankAssembler::tell(Outcome outcome) {
   // not told (readers already see the other). By what readers see, not by number: a restarted
   // rank 0 numbers its versions from the start again.
   std::lock_guard callbacks(callback_mutex_);
+  if (outcome.notice && on_error_) on_error_(*outcome.notice);
   if (outcome.failure && on_error_) on_error_(*outcome.failure);
   if (outcome.installed && outcome.installed == store_.current() && on_update_) {
     on_update_(ModelView(outcome.installed));
@@ -408,23 +420,28 @@ std::optional<std::string> RankAssembler::stopped_ranks() const {
   }
   std::string said;
   for (std::size_t r = 0; r < ranks_; ++r) {
+    if (announced_stride_[r] == 0) continue;
     const std::int64_t last = last_announced_[r]->second;
-    // Stopped: every other rank announced kStoppedAnnouncements new steps since this one last
-    // did, and went past two of its publishes (a rank one publish late, or at uneven gaps, is
-    // not stopped). Steps of the other ranks' runs are compared as they are: ranks of one
-    // trainer number their steps alike.
-    std::int64_t others_reached = std::numeric_limits<std::int64_t>::max();
-    bool quiet = ranks_ > 1 && announced_stride_[r] > 0;
-    for (std::size_t q = 0; q < ranks_ && quiet; ++q) {
-      if (q == r) continue;
+    // Stopped: another rank announced kStoppedAnnouncements new steps since this one last did,
+    // and went past two of its publishes (a rank one publish late, or at uneven gaps, is not
+    // stopped). Judged against the rank furthest on, not every other one: several ranks that
+    // stopped together (a node's) are each said. Steps of the ranks' runs are compared as they
+    // are: ranks of one trainer number their steps alike. Compared unsigned, as any step may be
+    // published (steps need only rise): last + 2 * stride may not fit.
+    std::optional<std::size_t> furthest;
+    for (std::size_t q = 0; q < ranks_; ++q) {
+      if (q == r || announced_count_[q] < counts_at_news_[r][q] + kStoppedAnnouncements) continue;
       const std::int64_t reached = last_announced_[q]->second;
-      quiet = announced_count_[q] >= counts_at_news_[r][q] + kStoppedAnnouncements && reached > last + 2 * stride;
-      others_reached = std::min(others_reached, reached);
+      if (reached <= last || static_cast<std::uint64_t>(reached) - static_cast<std::uint64_t>(last) <=
+                                 2 * static_cast<std::uint64_t>(stride)) {
+        continue;
+      }
+      if (!furthest || reached > last_announced_[*furthest]->second) furthest = q;
     }
-    if (!quiet) continue;
+    if (!furthest) continue;
     said += (said.empty() ? std::string(kStopped) + ": " : std::string("; ")) + "rank " + std::to_string(r) +
-            " announced no step after " + std::to_string(last) + " while every other rank went on to step " +
-            std::to_string(others_reached) + " or later";
+            " announced no step after " + std::to_string(last) + " while rank " + std::to_string(*furthest) +
+            " went on to step " + std::to_string(last_announced_[*furthest]->second);
   }
   if (said.empty()) return std::nullopt;
   return said + "; the model stays at the newest step every rank published until each publishes again";

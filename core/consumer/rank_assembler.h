@@ -83,7 +83,10 @@ class RankAssembler {
   // What an offer or a retry made, told outside `mutex_` (tell()).
   struct Outcome {
     std::shared_ptr<detail::InstalledVersion> installed;
-    std::optional<Error> failure;
+    std::optional<Error> failure;  // a step refused, or waiting for room
+    // A state of the ranks said once through on_error (out of step, a rank stopped): it refuses
+    // no step, so it goes beside `failure`, never in its place.
+    std::optional<Error> notice;
   };
   // Assembles and installs the newest step every rank holds, of one run, if not done (or refused)
   // already. Under mutex_.
@@ -111,7 +114,10 @@ class RankAssembler {
   // Why no step held can ever be put together (each lacks a rank that neither holds it nor will
   // bring it), naming what each rank holds; nothing where one still may be.
   std::optional<std::string> out_of_step() const;
-  // Which ranks stopped publishing while the others went on, naming them; nothing where none did.
+  // announced()'s bookkeeping, under mutex_; offer() calls it too, with the step it brings: a
+  // step published while the rank's link was down is never announced to this consumer.
+  void note_announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step);
+  // Which ranks stopped publishing while another went on, naming them; nothing where none did.
   std::optional<std::string> stopped_ranks() const;
   // Asks each rank for just the regions the plan (made on `pieces`) takes from it, where that
   // changed or the rank's producer run did.

@@ -1,8 +1,10 @@
 // The assembler's judgement of ranks that never meet on a step, on versions that carry no bytes:
 // only what it says is looked at (no step here can be assembled).
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,53 @@ std::shared_ptr<const detail::InstalledVersion> piece(std::int64_t step) {
   version->manifest.publish_time_ns = 1000 + step;
   return version;
 }
+
+// A piece that assembles: rank `rank` of `ranks` holds row `rank` of "w" [ranks, 4] (f32).
+std::shared_ptr<const detail::InstalledVersion> row_piece(std::size_t rank, std::size_t ranks, std::int64_t step) {
+  auto version = std::const_pointer_cast<detail::InstalledVersion>(piece(step));
+  auto& m = version->manifest;
+  m.rank = static_cast<std::uint32_t>(rank);
+  m.rank_count = static_cast<std::uint32_t>(ranks);
+  m.block_bytes = 1 << 20;
+  TensorEntry row;
+  row.spec = TensorSpec{"w", DType::kF32, {1, 4}};
+  row.size = 16;
+  row.global_shape = {static_cast<std::int64_t>(ranks), 4};
+  row.global_offset = {static_cast<std::int64_t>(rank), 0};
+  m.tensors.push_back(row);
+  auto buffer = std::make_shared<detail::ReceiveBuffer>();
+  buffer->owned = HostBuffer(64);
+  buffer->memory = std::span<std::byte>(buffer->owned.data(), 64);
+  const float values[4] = {static_cast<float>(step), static_cast<float>(rank), 0, 0};
+  std::memcpy(buffer->memory.data(), values, sizeof values);
+  version->buffer = std::move(buffer);
+  return version;
+}
+
+// `n` ranks whose pieces assemble, counting what the consumer is told.
+struct Ranks {
+  explicit Ranks(std::size_t ranks)
+      : n(ranks),
+        assembler{ranks,     {}, {}, {}, [this](const ModelView&) { ++updates; },
+                  [this](const Error& e) { errors.push_back(e.what()); },
+                  store, [](std::size_t, std::vector<TensorWant>, std::uint64_t) {}} {}
+  // Rank `rank` announces `step` and the consumer fetches it.
+  void publish(std::size_t rank, std::int64_t step) {
+    assembler.announced(rank, 1, step);
+    assembler.offer(rank, row_piece(rank, n, step));
+  }
+  std::size_t said_stopped() const {
+    return static_cast<std::size_t>(std::count_if(errors.begin(), errors.end(), [](const std::string& e) {
+      return e.rfind("a rank stopped publishing", 0) == 0;
+    }));
+  }
+  std::int64_t step_seen() const { return store.current() ? store.current()->manifest.step : -1; }
+  std::size_t n;
+  VersionStore store{2, {}};
+  std::vector<std::string> errors;
+  int updates = 0;
+  RankAssembler assembler;
+};
 
 struct TwoRanks {
   VersionStore store{2, {}};
@@ -129,8 +178,8 @@ TEST(RankAssembler, ARankThatStopsPublishingWhileTheOthersGoOnIsSaid) {
     EXPECT_EQ(t.said_stopped(), step >= 6 ? 1u : 0u) << "after step " << step;
   }
   EXPECT_EQ(t.assembler.counts().waiting,
-            "a rank stopped publishing: rank 1 announced no step after 3 while every other rank went on to step 8 "
-            "or later; the model stays at the newest step every rank published until each publishes again");
+            "a rank stopped publishing: rank 1 announced no step after 3 while rank 0 went on to step 8; the model "
+            "stays at the newest step every rank published until each publishes again");
   t.publish(1, 8, true);
   EXPECT_EQ(t.assembler.counts().waiting, "");
   EXPECT_EQ(t.said_stopped(), 1u);
@@ -149,6 +198,60 @@ TEST(RankAssembler, ARankOnePublishLateOnItsOwnCadenceIsNotSaidToHaveStopped) {
   }
   EXPECT_EQ(t.said_stopped(), 0u) << t.errors.front();
   EXPECT_EQ(t.assembler.counts().waiting, "");
+}
+
+// The offer that first finds a rank stopped may also make a step (the stopped rank's slower
+// transfer of its last step lands then): the step is installed and told like any other. The
+// report went where a refusal goes, and the step readers saw was counted rejected, never told to
+// on_update, and kept the report in last_error for good.
+TEST(RankAssembler, AStepMadeByTheOfferThatFindsARankStoppedIsInstalledAndTold) {
+  Ranks t(2);
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    t.publish(0, step);
+    t.publish(1, step);
+  }
+  t.assembler.announced(1, 1, 3);  // rank 1 publishes 3 and stops; its transfer of 3 is slow
+  t.publish(0, 3);
+  for (std::int64_t step = 4; step <= 6; ++step) t.assembler.announced(0, 1, step);
+  t.assembler.offer(1, row_piece(1, 2, 3));
+  EXPECT_EQ(t.step_seen(), 3);
+  EXPECT_EQ(t.updates, 3);
+  EXPECT_EQ(t.said_stopped(), 1u);
+  const auto counts = t.assembler.counts();
+  EXPECT_EQ(counts.versions_rejected, 0u) << counts.last_error;
+  EXPECT_EQ(counts.last_error, "");
+}
+
+// Two of three ranks stop (a node's): each is said. Judged against every other rank, neither
+// was, since the other had stopped too.
+TEST(RankAssembler, SeveralRanksThatStopTogetherAreEachSaid) {
+  Ranks t(3);
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    for (std::size_t rank = 0; rank < 3; ++rank) t.publish(rank, step);
+  }
+  for (std::int64_t step = 4; step <= 9; ++step) t.publish(0, step);
+  EXPECT_EQ(t.said_stopped(), 1u);
+  EXPECT_EQ(t.assembler.counts().waiting,
+            "a rank stopped publishing: rank 1 announced no step after 3 while rank 0 went on to step 9; rank 2 "
+            "announced no step after 3 while rank 0 went on to step 9; the model stays at the newest step every rank "
+            "published until each publishes again");
+}
+
+// A step a rank's link never heard announced (published while it was down; the rejoin fetched
+// it) is the rank's news all the same: the rank is not said to have stopped at the step before.
+TEST(RankAssembler, AStepFetchedWithoutItsAnnouncementIsTheRanksNews) {
+  Ranks t(2);
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    t.publish(0, step);
+    t.publish(1, step);
+  }
+  for (std::int64_t step = 4; step <= 6; ++step) t.publish(0, step);
+  ASSERT_EQ(t.said_stopped(), 1u);  // rank 1's link down: nothing heard of it
+  t.assembler.offer(1, row_piece(1, 2, 6));
+  EXPECT_EQ(t.step_seen(), 6);
+  EXPECT_EQ(t.assembler.counts().waiting, "");
+  t.publish(0, 7);
+  EXPECT_EQ(t.assembler.counts().waiting, "") << "said again: rank 1's step 6 was not taken as its news";
 }
 
 }  // namespace
