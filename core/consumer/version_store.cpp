@@ -42,9 +42,13 @@ std::shared_ptr<const detail::InstalledVersion> VersionStore::current() const {
 }
 
 void VersionStore::install(std::shared_ptr<const detail::InstalledVersion> version) {
+  // The version replaced is let go outside the lock: as its last holder (no reader has a view,
+  // its buffer out of the pool after a reconnect) it unmaps and deregisters a model's worth of
+  // memory, and acquire() would wait for that.
+  std::shared_ptr<const detail::InstalledVersion> replaced;
   {
     std::lock_guard lock(mutex_);
-    current_ = std::move(version);
+    replaced = std::exchange(current_, std::move(version));
     ++installs_;
   }
   installed_.notify_all();
@@ -83,14 +87,19 @@ std::shared_ptr<detail::ReceiveBuffer> VersionStore::make_buffer(std::span<std::
 }
 
 // Caller memory is registered with one transport at a time: memory still referenced under a
-// retired transport (a view, an unfinished receive) is not handed out again until released.
+// retired transport (a view, an unfinished receive) is not handed out again until released. Held
+// only by kept_for_sends_ it is free: the sends given up go to a peer that died, and whatever
+// they read as new bytes land reaches no one. Kept from reuse, each such buffer was lost for
+// good (the caller's memory cannot be replaced by a new allocation), until none was left.
 bool VersionStore::caller_memory_free(std::span<std::byte> memory) const {
   for (const auto& buffer : pool_) {
     if (buffer->memory.data() == memory.data()) return buffer.use_count() == 1;
   }
   return std::none_of(retired_.begin(), retired_.end(), [&](const auto& weak) {
     auto buffer = weak.lock();
-    return buffer && buffer->memory.data() == memory.data();
+    if (!buffer || buffer->memory.data() != memory.data()) return false;
+    const auto kept = std::count(kept_for_sends_.begin(), kept_for_sends_.end(), buffer);
+    return buffer.use_count() - 1 - kept > 0;  // `buffer` itself is one holder
   });
 }
 
@@ -108,14 +117,16 @@ std::shared_ptr<detail::ReceiveBuffer> VersionStore::take_buffer(std::uint64_t b
   for (auto& buffer : pool_) {
     if (buffer.use_count() == 1 && buffer->memory.size() >= bytes) return buffer;
   }
-  if (auto made = ahead_.take(bytes)) return make_buffer({}, std::move(*made));
-  // Drop free buffers too small for this model, then allocate up to the configured count.
+  // Drop free buffers too small for this model, then allocate up to the configured count, the
+  // buffer made ahead included: taken first, it kept a free buffer of the old size for good
+  // (one more than the count, a model's worth of memory).
   std::erase_if(pool_, [&](const auto& b) {
     if (b.use_count() > 1 || b->memory.size() >= bytes) return false;
     if (b->sends_given_up > 0) kept_for_sends_.push_back(b);
     return true;
   });
   if (pool_.size() >= buffers_) return nullptr;
+  if (auto made = ahead_.take(bytes)) return make_buffer({}, std::move(*made));
   if (location_.kind == MemoryKind::kCuda) {
     auto owned = std::make_unique<detail::DeviceBuffer>();
     owned->runtime = &device::require_device_runtime("a receive buffer in device memory");

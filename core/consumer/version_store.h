@@ -87,7 +87,8 @@ class VersionStore {
   transport::MemoryLocation location_;
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> pool_;    // registered with transport_
   // Buffers out of the pool (too small, or of a retired transport) that relay sends given up
-  // may still read (ReceiveBuffer::sends_given_up): kept, registered, until the store goes.
+  // may still read (ReceiveBuffer::sends_given_up): kept, registered, until the store goes
+  // (caller memory among them is handed out again: caller_memory_free).
   std::vector<std::shared_ptr<detail::ReceiveBuffer>> kept_for_sends_;
   std::vector<std::weak_ptr<detail::ReceiveBuffer>> retired_;  // registered with an older one
   std::vector<std::weak_ptr<detail::ReceiveBuffer>> set_aside_;  // out of the pool by set_aside()
