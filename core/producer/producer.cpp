@@ -29,6 +29,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -198,6 +200,13 @@ class Producer::Impl {
   }
 
   ~Impl() {
+    // From on_delivery, on the service thread, which cannot join itself: said, not left to
+    // std::thread::join's "Resource deadlock avoided".
+    if (std::this_thread::get_id() == thread_.get_id()) {
+      std::fprintf(stderr, "modelcast: a Producer was destroyed from its own service thread: on_delivery must not "
+                           "destroy its Producer\n");
+      std::abort();
+    }
     stats_.cancel_waits();  // first: a wait on the service thread (a callback's) would hold its join
     service_->events().push(producer::Stop{});
     thread_.join();

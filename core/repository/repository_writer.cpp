@@ -4,7 +4,10 @@
 #include <sys/statvfs.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 #include "common/shown_text.h"
 #include "common/library_thread.h"
@@ -21,6 +24,14 @@ RepositoryWriter::RepositoryWriter(WriterOptions options) : options_(std::move(o
 }
 
 RepositoryWriter::~RepositoryWriter() {
+  // Its own thread cannot join itself: std::thread::join throws out of this destructor and the
+  // process ends on "Resource deadlock avoided", which names nothing. Said, then ended.
+  if (std::this_thread::get_id() == thread_.get_id()) {
+    std::fprintf(stderr,
+                 "modelcast: the checkpoint writer was destroyed from its own thread: a persist callback "
+                 "(PersistOptions::on_persisted or on_persist_failed) must not destroy its Producer\n");
+    std::abort();
+  }
   {
     std::lock_guard lock(mutex_);
     stop_ = true;

@@ -44,7 +44,8 @@ struct PersistOptions {
   // Optional; run on the writer thread after each complete version (`path` is its directory),
   // e.g. to upload it, and after each failed write (also logged and counted in ProducerStats).
   // The slot is already released; a version that comes due meanwhile waits, newer ones skip.
-  // What they throw is logged and ignored.
+  // What they throw is logged and ignored. They must not destroy the Producer (its destructor
+  // joins the thread they run on: the process is ended, saying so).
   std::function<void(std::uint64_t version, const std::string& path)> on_persisted;
   std::function<void(std::uint64_t version, const std::string& error)> on_persist_failed;
 };
@@ -130,7 +131,7 @@ struct ProducerOptions {
   // Optional; runs on the service thread after each delivery a consumer confirmed. Keep it short:
   // the service waits for it. What it throws is logged and ignored; a wait there that is not
   // answered at once throws Error(kState) (it may wait for the thread it runs on). It must not destroy the
-  // Producer (its destructor joins the thread it runs on).
+  // Producer (its destructor joins the thread it runs on: the process is ended, saying so).
   std::function<void(const Delivery&)> on_delivery;
   PersistOptions persist;  // checkpoints on disk, off the hot path; off unless directory is set
 };

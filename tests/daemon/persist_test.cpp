@@ -160,6 +160,34 @@ TEST_F(DaemonTest, PersistCallbacksThatThrowAreLoggedAndTheWriterGoesOn) {
   EXPECT_EQ(read_repository(dir / "ckpt"), (std::vector<std::string>{ok_line(producer, 1), ok_line(producer, 2)}));
 }
 
+// A persist callback that destroys its Producer (a trainer stopping once its last checkpoint is
+// on disk) cannot be let through: the destructor joins the thread the callback runs on. The
+// process ended on "Resource deadlock avoided", which names nothing; now it says what was done.
+void destroy_from_on_persisted(const fs::path& directory) {
+  modelcast::ProducerOptions options;
+  options.persist.directory = directory.string();
+  std::unique_ptr<TestProducer> producer;
+  std::promise<void> published, destroyed;
+  auto published_now = published.get_future().share();
+  options.persist.on_persisted = [&](std::uint64_t, const std::string&) {
+    published_now.wait();  // publish() has returned: only the callback uses the producer
+    producer.reset();
+    destroyed.set_value();
+  };
+  producer = std::make_unique<TestProducer>(256, options);
+  producer->publish(1);
+  published.set_value();
+  destroyed.get_future().wait_for(60s);
+}
+
+using PersistDeathTest = DaemonTest;
+TEST_F(PersistDeathTest, APersistCallbackThatDestroysItsProducerEndsTheProcessSayingSo) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(destroy_from_on_persisted(dir / "ckpt"),
+               "a persist callback \\(PersistOptions::on_persisted or on_persist_failed\\) must not destroy its "
+               "Producer");
+}
+
 TEST_F(DaemonTest, PersistFailuresAreCountedWhileDeliveryGoesOn) {
   WriterEvents events;
   TestProducer producer(256, persisting(dir / "ckpt", 1, 3, events));
