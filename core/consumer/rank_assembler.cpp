@@ -93,10 +93,12 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     // took 2 there, and the step that rank was about to bring was let go, again and again.
     stride_[rank] = last_step_[rank] && step > *last_step_[rank] ? std::gcd(stride_[rank], step - *last_step_[rank]) : 0;
     last_step_[rank] = step;
-    // A step newer than the rank's last announced one was published while this consumer did
-    // not hear it (its link down, then a join reply naming it): an announcement all the same.
+    // A step newer than the rank's last announced one of the same run was published while this
+    // consumer did not hear it (its link down, then a join reply naming it): an announcement all
+    // the same. Not a piece of another run: one of the run before, fetched late, would take the
+    // rank back to it.
     const auto& heard = last_announced_[rank];
-    if (!heard || heard->first != version->manifest.incarnation || heard->second < step) {
+    if (!heard || (heard->first == version->manifest.incarnation && heard->second < step)) {
       note_announced(rank, version->manifest.incarnation, step);
     }
     mine.push_back(std::move(version));
@@ -200,6 +202,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
   // wait (they say what to do). Ranks out of step are said first: their steps say nothing of
   // which rank is late.
   if (auto why = out_of_step_since_ ? std::nullopt : stopped_ranks()) {
+    stopped_why_ = *why;
     if (counts_.waiting.empty() || counts_.waiting.rfind(kStopped, 0) == 0) counts_.waiting = *why;
     if (!stopped_said_) outcome.notice = Error(ErrorCode::kState, *why);
     stopped_said_ = true;
@@ -242,7 +245,7 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     assembled_from_ = key_of(pieces);
     counts_.current_version = outcome.installed->manifest.version;
     counts_.versions_installed++;
-    counts_.waiting.clear();
+    counts_.waiting = stopped_said_ ? stopped_why_ : std::string();  // a rank stopped still is
     store_.install(outcome.installed);
     run_id_error_said_ = false;  // a version was made: a misconfiguration after it is said again
   } catch (const Error& e) {

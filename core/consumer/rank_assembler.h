@@ -166,6 +166,7 @@ class RankAssembler {
   std::vector<std::vector<std::uint64_t>> counts_at_news_;
   static constexpr std::uint64_t kStoppedAnnouncements = 3;
   bool stopped_said_ = false;  // stopped_ranks() holds and was said; under mutex_
+  std::string stopped_why_;    // what it said last; under mutex_
   static constexpr const char* kStopped = "a rank stopped publishing";
   // announced_count_ when out_of_step() began to hold (nullopt: it does not), and how many more
   // steps each rank must announce while it holds before it is said.

@@ -201,16 +201,17 @@ void RelayServer::end(std::map<std::uint64_t, Order>::iterator it) {
   orders_.erase(it);
 }
 
-std::size_t RelayServer::give_up_stuck(std::chrono::steady_clock::time_point ended_before) {
-  std::size_t given_up = 0;
+std::vector<std::shared_ptr<detail::ReceiveBuffer>> RelayServer::give_up_stuck(
+    std::chrono::steady_clock::time_point ended_before) {
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> given_up;
   for (auto it = draining_.begin(); it != draining_.end();) {
     if (it->second.ended >= ended_before) {
       ++it;
       continue;
     }
     it->second.buffer->sends_given_up += it->second.pending;
+    given_up.push_back(it->second.buffer);
     it = draining_.erase(it);  // a completion that still comes finds no order (on_sent)
-    ++given_up;
   }
   return given_up;
 }

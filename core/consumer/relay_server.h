@@ -80,7 +80,8 @@ class RelayServer {
   // so such an order would hold its buffer for ever; given up, the buffer goes back to reuse
   // (a late send reads newer bytes: the receiver's fetch has ended, and any receiver checks
   // every block) and is marked (ReceiveBuffer::sends_given_up) so that it is never released.
-  std::size_t give_up_stuck(std::chrono::steady_clock::time_point ended_before);
+  // Returns the buffers of the orders given up.
+  std::vector<std::shared_ptr<detail::ReceiveBuffer>> give_up_stuck(std::chrono::steady_clock::time_point ended_before);
   std::size_t orders() const { return orders_.size(); }
   // Orders ended with sends still posted (each holds its buffer until they end or are given up).
   std::size_t draining() const { return draining_.size(); }

@@ -89,14 +89,15 @@ void ConsumerService::maybe_fetch() {
   // Readers holding every buffer, or a refusal just now: wait for the next tick rather than
   // asking the producer again and again.
   if (now < retry_fetch_after_) return;
-  // Relay sends still posted a second after their order ended were to a receiver that died on
-  // this host (UCX never ends those): given up, as publish() gives up a slot's, or two such
-  // receivers would hold every buffer for ever.
+  // Relay sends still posted a second after their order ended were to a receiver on this host
+  // that died or left mid-transfer (UCX never ends those): given up, as publish() gives up a
+  // slot's, or two such receivers would hold every buffer for ever.
   if (!store_.buffer_available()) {
-    if (auto given_up = relay_.give_up_stuck(now - kStuckRelaySends)) {
+    if (auto given_up = relay_.give_up_stuck(now - kStuckRelaySends); !given_up.empty()) {
       log_->warn("gave up the sends of {} relay order(s) that never ended a second after the order did (a "
-                 "receiver that died on this host): their buffers are reused",
-                 given_up);
+                 "receiver on this host that died or left mid-transfer): their buffers are reused",
+                 given_up.size());
+      for (const auto& buffer : given_up) store_.keep_for_sends(buffer);
     }
     set_aside_stuck_receives(now);
   }

@@ -169,6 +169,13 @@ bool VersionStore::set_aside(const std::shared_ptr<detail::ReceiveBuffer>& buffe
   return true;
 }
 
+void VersionStore::keep_for_sends(const std::shared_ptr<detail::ReceiveBuffer>& buffer) {
+  if (!buffer || std::find(pool_.begin(), pool_.end(), buffer) != pool_.end()) return;
+  if (std::find(kept_for_sends_.begin(), kept_for_sends_.end(), buffer) == kept_for_sends_.end()) {
+    kept_for_sends_.push_back(buffer);
+  }
+}
+
 bool VersionStore::buffer_available() const {
   if (!caller_buffers_.empty()) {
     return std::any_of(caller_buffers_.begin(), caller_buffers_.end(),

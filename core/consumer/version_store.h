@@ -53,6 +53,10 @@ class VersionStore {
   // Error(kState) before use_transport.
   std::shared_ptr<detail::ReceiveBuffer> take_buffer(std::uint64_t bytes);
   bool buffer_available() const;  // take_buffer could succeed for some size
+  // Relay sends from `buffer` were given up (ReceiveBuffer::sends_given_up): one no longer in the
+  // pool (a retired transport's) is kept registered until the store goes, as the pool keeps
+  // those it lets go; its last holder was the relay order, which released it under the sends.
+  void keep_for_sends(const std::shared_ptr<detail::ReceiveBuffer>& buffer);
   // Starts making a host buffer of `bytes` in the background (HostBufferAhead), for
   // take_buffer to find ready. Nothing when `bytes` exceeds `most` (the largest model this
   // consumer takes: the size is the producer's word, and a version past it is refused), a free

@@ -220,6 +220,8 @@ TEST(RankAssembler, AStepMadeByTheOfferThatFindsARankStoppedIsInstalledAndTold) 
   const auto counts = t.assembler.counts();
   EXPECT_EQ(counts.versions_rejected, 0u) << counts.last_error;
   EXPECT_EQ(counts.last_error, "");
+  EXPECT_EQ(counts.waiting.rfind("a rank stopped publishing: rank 1 announced no step after 3", 0), 0u)
+      << "rank 1 is still stopped: " << counts.waiting;
 }
 
 // Two of three ranks stop (a node's): each is said. Judged against every other rank, neither

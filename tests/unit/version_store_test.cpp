@@ -41,6 +41,23 @@ TEST(VersionStore, ACallerBufferKeptForGivenUpSendsIsUsedAgainAfterAReconnect) {
   EXPECT_EQ(store.take_buffer(kBytes), nullptr) << "B is still read";
 }
 
+// A relay order's sends given up (a receiver on this host that died or left) after the consumer
+// joined afresh: the pool had retired the buffer before it was marked, so the order was its last
+// holder, and letting go released its registration under sends UCX still had posted.
+TEST(VersionStore, ABufferWhoseSendsAreGivenUpAfterItsTransportRetiredStaysRegistered) {
+  constexpr std::uint64_t kBytes = 1 << 16;
+  VersionStore store(2, {});
+  store.use_transport(transport::make_loopback_transport());
+  auto relayed = store.take_buffer(kBytes);  // a relay order sends from it
+  ASSERT_TRUE(relayed);
+  store.use_transport(transport::make_loopback_transport());
+  relayed->sends_given_up = 1;
+  store.keep_for_sends(relayed);
+  std::weak_ptr<detail::ReceiveBuffer> watched = relayed;
+  relayed.reset();  // the order lets go of it
+  EXPECT_FALSE(watched.expired());
+}
+
 // Two buffers: a small version, a larger one, then the buffer made ahead for the next larger one.
 // Taking it left the free small buffer in the pool: three buffers held memory at once, and with
 // sizes steady after that, the small one stayed for good.

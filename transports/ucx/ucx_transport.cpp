@@ -493,10 +493,11 @@ class UcxTransport final : public Transport {
         worker_.halt();
         return;
       }
-      // Sends to a peer on this host that died: waiting out release_timeout would change nothing.
+      // Sends to a peer on this host that died, or that closed its worker with them under way (a
+      // relay's receiver that left mid-transfer): waiting out release_timeout would change nothing.
       if (quirks_.sends_to_dead_near_peer_never_end && only_sends_that_never_end(memh, start, now)) {
         log_->warn("sends still reading a region being released {} s after their endpoint was closed (a peer on "
-                   "this host that died): halting this UCX worker",
+                   "this host that died or left mid-transfer): halting this UCX worker",
                    kClosedSendGrace.count());
         worker_.halt();
         return;
