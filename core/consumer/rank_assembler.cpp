@@ -93,12 +93,14 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     // took 2 there, and the step that rank was about to bring was let go, again and again.
     stride_[rank] = last_step_[rank] && step > *last_step_[rank] ? std::gcd(stride_[rank], step - *last_step_[rank]) : 0;
     last_step_[rank] = step;
-    // A step newer than the rank's last announced one of the same run was published while this
-    // consumer did not hear it (its link down, then a join reply naming it): an announcement all
-    // the same. Not a piece of another run: one of the run before, fetched late, would take the
-    // rank back to it.
+    // A step newer than the rank's last announced one, or of another run, was published while
+    // this consumer did not hear it (its link down, or its producer restarted: a join reply
+    // names the newest step, and no announcement comes with it): an announcement all the same.
+    // A piece of the run before fetched after the new run was heard would take the rank back to
+    // that run, which costs no more than its cadence learned again; refusing other runs left a
+    // restarted rank said to have stopped while its step was assembled.
     const auto& heard = last_announced_[rank];
-    if (!heard || (heard->first == version->manifest.incarnation && heard->second < step)) {
+    if (!heard || heard->first != version->manifest.incarnation || heard->second < step) {
       note_announced(rank, version->manifest.incarnation, step);
     }
     mine.push_back(std::move(version));

@@ -174,6 +174,8 @@ void VersionStore::keep_for_sends(const std::shared_ptr<detail::ReceiveBuffer>& 
   if (std::find(kept_for_sends_.begin(), kept_for_sends_.end(), buffer) == kept_for_sends_.end()) {
     kept_for_sends_.push_back(buffer);
   }
+  // Kept for good, a buffer set aside would take a set-aside place for good (as set_aside() says).
+  std::erase_if(set_aside_, [&](const auto& weak) { return weak.lock() == buffer; });
 }
 
 bool VersionStore::buffer_available() const {

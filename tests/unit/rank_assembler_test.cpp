@@ -256,5 +256,22 @@ TEST(RankAssembler, AStepFetchedWithoutItsAnnouncementIsTheRanksNews) {
   EXPECT_EQ(t.assembler.counts().waiting, "") << "said again: rank 1's step 6 was not taken as its news";
 }
 
+// The same where rank 1's producer restarted (a new run) while its link was down: the rejoin
+// fetches its newest step, and no announcement comes with a join reply.
+TEST(RankAssembler, AStepOfARestartedRankFetchedWithoutItsAnnouncementIsItsNews) {
+  Ranks t(2);
+  for (std::int64_t step = 1; step <= 3; ++step) {
+    t.publish(0, step);
+    t.publish(1, step);
+  }
+  for (std::int64_t step = 4; step <= 6; ++step) t.publish(0, step);
+  ASSERT_EQ(t.said_stopped(), 1u);
+  auto restarted = std::const_pointer_cast<detail::InstalledVersion>(row_piece(1, 2, 6));
+  restarted->manifest.incarnation = 2;
+  restarted->manifest.publish_time_ns = 5000;
+  t.assembler.offer(1, restarted);
+  EXPECT_EQ(t.assembler.counts().waiting.find("a rank stopped"), std::string::npos) << t.assembler.counts().waiting;
+}
+
 }  // namespace
 }  // namespace modelcast::consumer

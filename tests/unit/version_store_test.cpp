@@ -58,6 +58,26 @@ TEST(VersionStore, ABufferWhoseSendsAreGivenUpAfterItsTransportRetiredStaysRegis
   EXPECT_FALSE(watched.expired());
 }
 
+// A buffer set aside (its receives stuck) whose relay sends were then given up: kept for good,
+// it still counted among those set aside, and after `buffers` such events no buffer could be set
+// aside again: every stuck receive then held updates back until a reconnect.
+TEST(VersionStore, ABufferKeptForSendsAfterBeingSetAsideFreesItsSetAsidePlace) {
+  constexpr std::uint64_t kBytes = 1 << 16;
+  VersionStore store(2, {});
+  store.use_transport(transport::make_loopback_transport());
+  for (int event = 0; event < 2; ++event) {
+    auto receiving = store.take_buffer(kBytes);  // stuck receives hold it, and a relay order
+    ASSERT_TRUE(receiving);
+    auto order = receiving;
+    ASSERT_TRUE(store.set_aside(receiving));
+    order->sends_given_up = 1;
+    store.keep_for_sends(order);
+  }
+  auto stuck = store.take_buffer(kBytes);
+  ASSERT_TRUE(stuck);
+  EXPECT_TRUE(store.set_aside(stuck)) << "the buffers kept for sends took every set-aside place";
+}
+
 // Two buffers: a small version, a larger one, then the buffer made ahead for the next larger one.
 // Taking it left the free small buffer in the pool: three buffers held memory at once, and with
 // sizes steady after that, the small one stayed for good.
