@@ -621,7 +621,11 @@ ConsumerRecord ProducerService::admit(const protocol::JoinRequest& join, protoco
                                               events_.push(PeerFailed{t, p, error});
                                             });
   } catch (const Error& e) {
-    throw Error(e.code(), std::string(protocol::kUnreachableConsumer) + answer.transport + " address: " + e.what());
+    // A consumer closed (or its process gone) before its join was read has taken its address
+    // with it (on this host, UCX's shared memory segment: shmat fails): said, as a producer's
+    // log otherwise suggests a transport fault where a probe or a short script merely left.
+    throw Error(e.code(), std::string(protocol::kUnreachableConsumer) + answer.transport + " address: " + e.what() +
+                              " (or the consumer closed before its join was read)");
   }
   stats_.update([](ProducerStats& s) { s.connections_opened++; });
   return record;
