@@ -264,6 +264,13 @@ struct ErrorsSaid {
   std::vector<std::string> said;
 };
 
+// A consumer of `ranks` whose on_error `errors` collects.
+modelcast::ConsumerOptions collecting_errors(Ranks& ranks, ErrorsSaid& errors) {
+  auto options = options_for(ranks.endpoint());
+  options.on_error = errors.collector();
+  return options;
+}
+
 // Whether readers come to see `step` within 30 s.
 bool comes_to_step(const modelcast::Consumer& consumer, std::int64_t step) {
   return testing_support::eventually([&] {
@@ -811,9 +818,7 @@ TEST(ProducerRanksFaults, TheNewestErrorOfTheRanksAndTheAssemblerIsTheOneReporte
 TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) {
   Ranks ranks(2);
   ErrorsSaid errors;
-  auto options = options_for(ranks.endpoint());
-  options.on_error = errors.collector();
-  modelcast::Consumer consumer(options);
+  modelcast::Consumer consumer(collecting_errors(ranks, errors));
   std::uint64_t published[2] = {0, 0};
   for (std::int64_t even = 2; even <= 8; even += 2) {  // out of step from the second on: said two later
     publish_delivered(ranks, 0, even, published, consumer);
@@ -838,9 +843,7 @@ TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) 
 TEST(ProducerRanksFaults, ARankThatStopsPublishingWhileTheOthersGoOnIsSaid) {
   Ranks ranks(2);
   ErrorsSaid errors;
-  auto options = options_for(ranks.endpoint());
-  options.on_error = errors.collector();
-  modelcast::Consumer consumer(options);
+  modelcast::Consumer consumer(collecting_errors(ranks, errors));
   std::uint64_t published[2] = {0, 0};
   for (std::int64_t step = 1; step <= 2; ++step) {
     publish_delivered(ranks, 0, step, published, consumer);

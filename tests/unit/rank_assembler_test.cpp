@@ -241,14 +241,20 @@ TEST(RankAssembler, SeveralRanksThatStopTogetherAreEachSaid) {
 
 // A step a rank's link never heard announced (published while it was down; the rejoin fetched
 // it) is the rank's news all the same: the rank is not said to have stopped at the step before.
-TEST(RankAssembler, AStepFetchedWithoutItsAnnouncementIsTheRanksNews) {
-  Ranks t(2);
+// Both ranks publish steps 1 to 3, then only rank 0 is heard, up to step 6: rank 1 is said to
+// have stopped.
+void rank_1_unheard_after_step_3(Ranks& t) {
   for (std::int64_t step = 1; step <= 3; ++step) {
     t.publish(0, step);
     t.publish(1, step);
   }
   for (std::int64_t step = 4; step <= 6; ++step) t.publish(0, step);
-  ASSERT_EQ(t.said_stopped(), 1u);  // rank 1's link down: nothing heard of it
+  ASSERT_EQ(t.said_stopped(), 1u);
+}
+
+TEST(RankAssembler, AStepFetchedWithoutItsAnnouncementIsTheRanksNews) {
+  Ranks t(2);
+  rank_1_unheard_after_step_3(t);  // its link down
   t.assembler.offer(1, row_piece(1, 2, 6));
   EXPECT_EQ(t.step_seen(), 6);
   EXPECT_EQ(t.assembler.counts().waiting, "");
@@ -260,12 +266,7 @@ TEST(RankAssembler, AStepFetchedWithoutItsAnnouncementIsTheRanksNews) {
 // fetches its newest step, and no announcement comes with a join reply.
 TEST(RankAssembler, AStepOfARestartedRankFetchedWithoutItsAnnouncementIsItsNews) {
   Ranks t(2);
-  for (std::int64_t step = 1; step <= 3; ++step) {
-    t.publish(0, step);
-    t.publish(1, step);
-  }
-  for (std::int64_t step = 4; step <= 6; ++step) t.publish(0, step);
-  ASSERT_EQ(t.said_stopped(), 1u);
+  rank_1_unheard_after_step_3(t);
   auto restarted = std::const_pointer_cast<detail::InstalledVersion>(row_piece(1, 2, 6));
   restarted->manifest.incarnation = 2;
   restarted->manifest.publish_time_ns = 5000;
