@@ -258,8 +258,14 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
   }
   if (outcome.failure) {
     outcome.installed.reset();
-    refused_ = key_of(pieces);
-    counts_.versions_rejected++;
+    // Memory the consumer cannot have now (a device allocation for the assembled views) is no
+    // verdict on the pieces: they are put together again at the next offer. Refused, the step
+    // was never made, for one failed allocation.
+    const bool no_memory_now = outcome.failure->code() == ErrorCode::kResource;
+    if (!no_memory_now) {
+      refused_ = key_of(pieces);
+      counts_.versions_rejected++;
+    }
     counts_.last_error = outcome.failure->what();
     counts_.last_error_order = next_error_order();
   }

@@ -428,7 +428,19 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     // for a device consumer (on its copy, or on the device buffer a one-sided route read into).
     if (!feeds_assembler_) {
       const auto* base = device_copy ? static_cast<const std::byte*>(device_copy->base) : done->buffer->memory.data();
-      shaper_.apply(m, selection_, base, *installed, *target_);
+      // Memory for the shaped views this consumer cannot have now is no verdict on the version,
+      // as for the landing's: rejected, it was never asked for again (in a group, every member
+      // lost it) for one failed allocation.
+      try {
+        shaper_.apply(m, selection_, base, *installed, *target_);
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kResource) throw;
+        return retry_later(m, done->fetch_id, e);
+      } catch (const std::bad_alloc&) {
+        return retry_later(m, done->fetch_id,
+                           Error(ErrorCode::kResource,
+                                 "cannot allocate memory to cut or convert version " + std::to_string(m.version)));
+      }
     }
   } catch (const Error& e) {
     // Bytes read out of a relay's buffer, checked whole here, that fail their check are the

@@ -29,7 +29,8 @@ struct HostProducerDeviceConsumer {
   std::unique_ptr<modelcast::Consumer> consumer;
 
   // Empty where the test cannot run here (GTEST_SKIP with it), else sets everything up.
-  std::string start(std::function<void(const modelcast::Error&)> on_error = {}) {
+  std::string start(std::function<void(const modelcast::Error&)> on_error = {},
+                    std::vector<modelcast::TensorConversion> conversions = {}) {
     if (!faults) return "failing a device allocation on demand needs the simulated device";
     weights.resize(1 << 16);
     for (std::size_t i = 0; i < weights.size(); ++i) weights[i] = static_cast<float>(i);
@@ -45,6 +46,7 @@ struct HostProducerDeviceConsumer {
     consumer_options.memory = modelcast::MemoryKind::kCuda;
     consumer_options.transports = {"ucx"};
     consumer_options.on_error = std::move(on_error);
+    consumer_options.conversions = std::move(conversions);
     consumer = std::make_unique<modelcast::Consumer>(consumer_options);
     return {};
   }
@@ -76,6 +78,23 @@ TEST(DeviceAllocation, AVersionWhoseDeviceLandingCouldNotBeAllocatedIsFetchedAga
   EXPECT_NE(stats.last_error.find("injected fault"), std::string::npos)
       << "the allocation never failed: the test tested nothing (" << stats.last_error << ")";
   EXPECT_EQ(f.read(view), f.weights);
+}
+
+// The same for the device memory of converted views (bf16 here), the consumer's second
+// allocation: the version was rejected for good, where the landing's failure fetched it again.
+TEST(DeviceAllocation, AVersionWhoseConvertedViewsCouldNotBeAllocatedIsFetchedAgain) {
+  HostProducerDeviceConsumer f;
+  if (auto why = f.start({}, {{"*", modelcast::DType::kBF16}}); !why.empty()) GTEST_SKIP() << why;
+  ASSERT_TRUE(f.producer->wait_for_consumers(1, 60s));
+  f.faults->fail_allocation(2);  // after the landing's device buffer: the converted views'
+  f.producer->publish(1);
+  auto view = f.consumer->wait_for_version(1, 30000ms);
+  const auto stats = f.consumer->stats();
+  ASSERT_TRUE(view) << "version 1 was never installed: " << stats.last_error;
+  EXPECT_EQ(stats.versions_rejected, 0u) << stats.last_error;
+  EXPECT_NE(stats.last_error.find("injected fault"), std::string::npos)
+      << "the allocation never failed: the test tested nothing (" << stats.last_error << ")";
+  EXPECT_EQ(view.tensor("w").dtype(), modelcast::DType::kBF16);
 }
 
 // Memory that never comes (a model too large for the device, a memlock limit on pinning): the
