@@ -577,8 +577,10 @@ std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch
   if (landing_) landing_->abandon();  // before the host buffer can go back to the store
   auto abandoned = fetch_.abort();
   count_arrival();
+  // Before an answer (no manifest yet), the version asked for.
+  const std::uint64_t version = abandoned ? abandoned->first.version : asked_for_;
   const std::string said = "discarded the transfer" +
-                           (abandoned ? " of version " + std::to_string(abandoned->first.version) : std::string()) + ": " + why;
+                           (version != 0 ? " of version " + std::to_string(version) : std::string()) + ": " + why;
   log_->warn("{}", said);
   // In last_error too: a consumer whose every transfer ends so showed nothing wrong but a count.
   if (counted) {

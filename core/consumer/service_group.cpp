@@ -40,10 +40,16 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
   // start would otherwise raise an alarm): named in last_error and logged, not an error; a
   // member gone from a whole group is one (on_error).
   if (waiting && !group_waiting_) {
+    // Named by what readers see: the group's committed version starts at 0 with each producer
+    // run, while readers still see the run before's (said as such) or nothing yet.
+    auto serving = store_.current();
+    const std::string stays =
+        !serving ? std::string("it serves nothing yet")
+                 : "it serves version " + std::to_string(serving->manifest.version) +
+                       (serving->manifest.incarnation != link_.incarnation() ? " (of the producer's run before)" : "");
     Error why(ErrorCode::kState, "group '" + options_.group + "' has " + std::to_string(group.members) + " of its " +
-                                     std::to_string(options_.group_size) +
-                                     " members: it stays on the producer's version " +
-                                     std::to_string(group_committed_) + " until the others join");
+                                     std::to_string(options_.group_size) + " members: " + stays +
+                                     " until the others join");
     if (group_was_whole_) {
       report(why);
     } else {
