@@ -147,12 +147,18 @@ void RankAssembler::note_announced(std::size_t rank, std::uint64_t incarnation, 
 }
 
 void RankAssembler::retry() {
-  if (!waiting_for_room_.load(std::memory_order_relaxed)) return;
+  if (!waiting_for_room_.load(std::memory_order_relaxed) && !waiting_for_memory_.load(std::memory_order_relaxed)) return;
   Outcome outcome;
   {
     std::lock_guard lock(mutex_);
-    if (!waiting_for_room_.load(std::memory_order_relaxed) || !target_->has_room()) return;
-    waiting_for_room_.store(false, std::memory_order_relaxed);
+    if (waiting_for_memory_.load(std::memory_order_relaxed)) {
+      if (Clock::now() < memory_retry_at_) return;
+      waiting_for_memory_.store(false, std::memory_order_relaxed);
+    } else if (!waiting_for_room_.load(std::memory_order_relaxed) || !target_->has_room()) {
+      return;
+    } else {
+      waiting_for_room_.store(false, std::memory_order_relaxed);
+    }
     outcome = assemble_newest();
   }
   tell(std::move(outcome));
@@ -259,10 +265,22 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
   if (outcome.failure) {
     outcome.installed.reset();
     // Memory the consumer cannot have now (a device allocation for the assembled views) is no
-    // verdict on the pieces: they are put together again at the next offer. Refused, the step
-    // was never made, for one failed allocation.
-    const bool no_memory_now = outcome.failure->code() == ErrorCode::kResource;
-    if (!no_memory_now) {
+    // verdict on the pieces: put together again after kMemoryRetry (retry(), at the rank
+    // services' turns: the last step of a run has no offer after it), said once per step and
+    // in `waiting` meanwhile. Refused, the step was never made, for one failed allocation.
+    if (outcome.failure->code() == ErrorCode::kResource) {
+      const std::string said = "step " + std::to_string(step) + " waits for memory: " + outcome.failure->what() +
+                               "; tried again every " + std::to_string(kMemoryRetry.count()) + " ms";
+      memory_retry_at_ = Clock::now() + kMemoryRetry;
+      waiting_for_memory_.store(true, std::memory_order_relaxed);
+      counts_.waiting = said;
+      if (memory_said_step_ == step) {
+        outcome.failure.reset();
+        return outcome;
+      }
+      memory_said_step_ = step;
+      outcome.failure = Error(ErrorCode::kResource, said);
+    } else {
       refused_ = key_of(pieces);
       counts_.versions_rejected++;
     }

@@ -60,9 +60,9 @@ class RankAssembler {
   // versions offered are only those this consumer had time to fetch. A step announced before in
   // the same run (a heartbeat's) is ignored. Any thread.
   void announced(std::size_t rank, std::uint64_t incarnation, std::int64_t step);
-  // Makes the step that waited for a buffer (every one held by views) once one is free. Cheap
-  // when none waits: the rank services call it at every turn of their loops. Throws only
-  // std::bad_alloc.
+  // Makes the step that waited for a buffer (every one held by views) once one is free, or for
+  // memory (its allocation failed) once kMemoryRetry passed. Cheap when none waits: the rank
+  // services call it at every turn of their loops. Throws only std::bad_alloc.
   void retry();
 
   struct Counts {
@@ -179,6 +179,13 @@ class RankAssembler {
   // A step waits for a buffer of target_ (views hold every one); written under mutex_, read
   // first without it by retry().
   std::atomic<bool> waiting_for_room_{false};
+  // A step whose assembly found no memory (its buffer's allocation failed), tried again by
+  // retry() from memory_retry_at_; written under mutex_, read first without it by retry().
+  std::atomic<bool> waiting_for_memory_{false};
+  using Clock = std::chrono::steady_clock;
+  static constexpr std::chrono::milliseconds kMemoryRetry{500};
+  Clock::time_point memory_retry_at_{};            // under mutex_
+  std::optional<std::int64_t> memory_said_step_;  // the step said to wait for memory; under mutex_
   bool run_id_error_said_ = false;  // since the last version made; under mutex_
   // out_of_step() holds, and was said through on_error; under mutex_.
   bool out_of_step_said_ = false;

@@ -466,9 +466,9 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     }
     return reject(done->manifest, done->fetch_id, e);
   } catch (const std::bad_alloc&) {
-    return reject(done->manifest, done->fetch_id,
-                  Error(ErrorCode::kResource, "cannot allocate memory to cut or convert version " +
-                                                  std::to_string(done->manifest.version)));
+    return retry_later(done->manifest, done->fetch_id,
+                       Error(ErrorCode::kResource, "cannot allocate memory to check version " +
+                                                       std::to_string(done->manifest.version)));
   }
   installed->manifest = std::move(done->manifest);
   installed->wants_generation = wants_generation_;

@@ -3,6 +3,7 @@
 // fails an allocation on demand. The producer's tensors are on the host, so the consumer's are
 // the only device allocations; the route is staged (a host buffer, then the device).
 #include <condition_variable>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -11,6 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include "core/consumer/rank_assembler.h"
+#include "core/consumer/shaping_target.h"
+#include "core/consumer/version_store.h"
 #include "device/simulated_faults.h"
 #include "eventually.h"
 #include "modelcast/consumer.h"
@@ -158,3 +162,71 @@ TEST(DeviceAllocation, TriesThatFindNoMemoryAreCountedAcrossVersions) {
 }
 
 }  // namespace
+
+namespace {
+
+// Row `rank` of "w" [ranks, 4] (f32) in device memory: a rank service's piece of `step`.
+std::shared_ptr<const modelcast::detail::InstalledVersion> device_row(modelcast::device::DeviceRuntime& rt,
+                                                                     std::size_t rank, std::size_t ranks,
+                                                                     std::int64_t step) {
+  auto version = std::make_shared<modelcast::detail::InstalledVersion>();
+  auto& m = version->manifest;
+  m.step = step;
+  m.version = static_cast<std::uint64_t>(step);
+  m.incarnation = 1;
+  m.publish_time_ns = 1000 + step;
+  m.rank = static_cast<std::uint32_t>(rank);
+  m.rank_count = static_cast<std::uint32_t>(ranks);
+  m.block_bytes = 1 << 20;
+  modelcast::TensorEntry row;
+  row.spec = modelcast::TensorSpec{"w", modelcast::DType::kF32, {1, 4}};
+  row.size = 16;
+  row.global_shape = {static_cast<std::int64_t>(ranks), 4};
+  row.global_offset = {static_cast<std::int64_t>(rank), 0};
+  m.tensors.push_back(row);
+  auto buffer = std::make_shared<modelcast::detail::DeviceBuffer>();
+  buffer->runtime = &rt;
+  buffer->base = rt.allocate(0, 64);
+  buffer->size = 64;
+  const float values[4] = {static_cast<float>(step), static_cast<float>(rank), 0, 0};
+  rt.copy_async(buffer->base, values, sizeof values, nullptr);
+  rt.synchronize_stream(nullptr);
+  version->device = std::move(buffer);
+  return version;
+}
+
+}  // namespace
+
+// The device memory for the assembled views of a sharded model's last step cannot be had for a
+// moment: the step is put together again a moment later, said once. It was refused for good: the
+// model stayed on the step before (or on nothing) until the next publish, for good after the last.
+TEST(DeviceAllocation, AnAssembledStepWhoseMemoryCouldNotBeAllocatedIsMadeAMomentLater) {
+  auto& rt = modelcast::device::require_device_runtime("the device tests");
+  auto* faults = modelcast::device::simulated_faults(rt);
+  if (!faults) GTEST_SKIP() << "failing a device allocation on demand needs the simulated device";
+  modelcast::consumer::VersionStore store{2, {}};
+  std::vector<std::string> errors;  // on_error runs on the offering thread: this one
+  modelcast::consumer::RankAssembler assembler{
+      2, {}, {}, {}, nullptr, [&](const modelcast::Error& e) { errors.push_back(e.what()); }, store,
+      [](std::size_t, std::vector<modelcast::TensorWant>, std::uint64_t) {},
+      std::make_unique<modelcast::consumer::ShapingTarget>(rt, 0, 3)};
+  assembler.announced(0, 1, 1);
+  assembler.announced(1, 1, 1);
+  assembler.offer(0, device_row(rt, 0, 2, 1));
+  auto last = device_row(rt, 1, 2, 1);
+  faults->fail_allocation(1);  // the assembled views' device memory
+  assembler.offer(1, last);
+  ASSERT_EQ(store.current(), nullptr);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_NE(errors[0].find("step 1 waits for memory"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("injected fault"), std::string::npos) << errors[0];
+  EXPECT_EQ(assembler.counts().versions_rejected, 0u);
+  // The rank services call retry() at each turn of their loops.
+  ASSERT_TRUE(eventually([&] {
+    assembler.retry();
+    return store.current() != nullptr;
+  }, 30s)) << assembler.counts().waiting;
+  EXPECT_EQ(store.current()->manifest.step, 1);
+  EXPECT_EQ(assembler.counts().waiting, "");
+  EXPECT_EQ(errors.size(), 1u);
+}
