@@ -266,23 +266,36 @@ RankAssembler::Outcome RankAssembler::assemble_newest() {
     outcome.installed.reset();
     // Memory the consumer cannot have now (a device allocation for the assembled views) is no
     // verdict on the pieces: put together again after kMemoryRetry (retry(), at the rank
-    // services' turns: the last step of a run has no offer after it), said once per step and
-    // in `waiting` meanwhile. Refused, the step was never made, for one failed allocation.
-    if (outcome.failure->code() == ErrorCode::kResource) {
+    // services' turns: the last step of a run has no offer after it), said once per set of
+    // pieces and in `waiting` meanwhile, and refused after kMemoryTries tries found none (memory
+    // that never comes: the assembled copy larger than the device has free), as a consumer of one
+    // producer does. Refused at once, the step was never made, for one failed allocation.
+    const auto key = key_of(pieces);
+    if (key != memory_key_) memory_tries_ = 0;
+    memory_key_ = key;
+    const bool no_memory = outcome.failure->code() == ErrorCode::kResource && ++memory_tries_ < kMemoryTries;
+    if (no_memory) {
       const std::string said = "step " + std::to_string(step) + " waits for memory: " + outcome.failure->what() +
-                               "; tried again every " + std::to_string(kMemoryRetry.count()) + " ms";
+                               "; tried again in " + std::to_string(kMemoryRetry.count()) + " ms";
       memory_retry_at_ = Clock::now() + kMemoryRetry;
       waiting_for_memory_.store(true, std::memory_order_relaxed);
       counts_.waiting = said;
-      if (memory_said_step_ == step) {
+      memory_waiting_said_ = said;
+      if (memory_tries_ > 1) {
         outcome.failure.reset();
         return outcome;
       }
-      memory_said_step_ = step;
       outcome.failure = Error(ErrorCode::kResource, said);
     } else {
-      refused_ = key_of(pieces);
+      if (outcome.failure->code() == ErrorCode::kResource) {
+        outcome.failure = Error(ErrorCode::kResource, std::string(outcome.failure->what()) + " (" +
+                                                          std::to_string(kMemoryTries) + " tries found no memory)");
+      }
+      refused_ = key;
       counts_.versions_rejected++;
+      // Nothing waits for memory now: the step it named is refused or given way.
+      waiting_for_memory_.store(false, std::memory_order_relaxed);
+      if (!memory_waiting_said_.empty() && counts_.waiting == memory_waiting_said_) counts_.waiting.clear();
     }
     counts_.last_error = outcome.failure->what();
     counts_.last_error_order = next_error_order();

@@ -184,8 +184,13 @@ class RankAssembler {
   std::atomic<bool> waiting_for_memory_{false};
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kMemoryRetry{500};
-  Clock::time_point memory_retry_at_{};            // under mutex_
-  std::optional<std::int64_t> memory_said_step_;  // the step said to wait for memory; under mutex_
+  static constexpr unsigned kMemoryTries = 4;
+  Clock::time_point memory_retry_at_{};  // under mutex_
+  // The pieces (key_of) whose assembly last found no memory, how many tries found none, and
+  // what `waiting` said of it; under mutex_.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> memory_key_;
+  unsigned memory_tries_ = 0;
+  std::string memory_waiting_said_;
   bool run_id_error_said_ = false;  // since the last version made; under mutex_
   // out_of_step() holds, and was said through on_error; under mutex_.
   bool out_of_step_said_ = false;

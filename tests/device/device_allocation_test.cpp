@@ -197,36 +197,64 @@ std::shared_ptr<const modelcast::detail::InstalledVersion> device_row(modelcast:
 
 }  // namespace
 
+// Two ranks' pieces of step 1 for an assembler whose views live on the simulated device.
+struct DeviceAssembly {
+  modelcast::device::DeviceRuntime& rt = modelcast::device::require_device_runtime("the device tests");
+  modelcast::device::SimulatedFaults* faults = modelcast::device::simulated_faults(rt);
+  modelcast::consumer::VersionStore store{2, {}};
+  std::vector<std::string> errors;  // on_error runs on the offering or retrying thread: this one
+  modelcast::consumer::RankAssembler assembler{
+      2, {}, {}, {}, nullptr, [this](const modelcast::Error& e) { errors.push_back(e.what()); }, store,
+      [](std::size_t, std::vector<modelcast::TensorWant>, std::uint64_t) {},
+      std::make_unique<modelcast::consumer::ShapingTarget>(rt, 0, 3)};
+  // Offers step 1 with the next `failures` device allocations failing from the last piece on.
+  void offer_step_1(std::uint64_t failures) {
+    assembler.announced(0, 1, 1);
+    assembler.announced(1, 1, 1);
+    assembler.offer(0, device_row(rt, 0, 2, 1));
+    auto last = device_row(rt, 1, 2, 1);
+    faults->fail_allocation(1, failures);  // the assembled views' device memory
+    assembler.offer(1, last);
+  }
+  ~DeviceAssembly() {
+    if (faults) faults->disarm();
+  }
+};
+
 // The device memory for the assembled views of a sharded model's last step cannot be had for a
 // moment: the step is put together again a moment later, said once. It was refused for good: the
 // model stayed on the step before (or on nothing) until the next publish, for good after the last.
 TEST(DeviceAllocation, AnAssembledStepWhoseMemoryCouldNotBeAllocatedIsMadeAMomentLater) {
-  auto& rt = modelcast::device::require_device_runtime("the device tests");
-  auto* faults = modelcast::device::simulated_faults(rt);
-  if (!faults) GTEST_SKIP() << "failing a device allocation on demand needs the simulated device";
-  modelcast::consumer::VersionStore store{2, {}};
-  std::vector<std::string> errors;  // on_error runs on the offering thread: this one
-  modelcast::consumer::RankAssembler assembler{
-      2, {}, {}, {}, nullptr, [&](const modelcast::Error& e) { errors.push_back(e.what()); }, store,
-      [](std::size_t, std::vector<modelcast::TensorWant>, std::uint64_t) {},
-      std::make_unique<modelcast::consumer::ShapingTarget>(rt, 0, 3)};
-  assembler.announced(0, 1, 1);
-  assembler.announced(1, 1, 1);
-  assembler.offer(0, device_row(rt, 0, 2, 1));
-  auto last = device_row(rt, 1, 2, 1);
-  faults->fail_allocation(1);  // the assembled views' device memory
-  assembler.offer(1, last);
-  ASSERT_EQ(store.current(), nullptr);
-  ASSERT_EQ(errors.size(), 1u);
-  EXPECT_NE(errors[0].find("step 1 waits for memory"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[0].find("injected fault"), std::string::npos) << errors[0];
-  EXPECT_EQ(assembler.counts().versions_rejected, 0u);
+  DeviceAssembly f;
+  if (!f.faults) GTEST_SKIP() << "failing a device allocation on demand needs the simulated device";
+  f.offer_step_1(1);
+  ASSERT_EQ(f.store.current(), nullptr);
+  ASSERT_EQ(f.errors.size(), 1u);
+  EXPECT_NE(f.errors[0].find("step 1 waits for memory"), std::string::npos) << f.errors[0];
+  EXPECT_NE(f.errors[0].find("injected fault"), std::string::npos) << f.errors[0];
+  EXPECT_EQ(f.assembler.counts().versions_rejected, 0u);
   // The rank services call retry() at each turn of their loops.
   ASSERT_TRUE(eventually([&] {
-    assembler.retry();
-    return store.current() != nullptr;
-  }, 30s)) << assembler.counts().waiting;
-  EXPECT_EQ(store.current()->manifest.step, 1);
-  EXPECT_EQ(assembler.counts().waiting, "");
-  EXPECT_EQ(errors.size(), 1u);
+    f.assembler.retry();
+    return f.store.current() != nullptr;
+  }, 30s)) << f.assembler.counts().waiting;
+  EXPECT_EQ(f.store.current()->manifest.step, 1);
+  EXPECT_EQ(f.assembler.counts().waiting, "");
+  EXPECT_EQ(f.errors.size(), 1u);
+}
+
+// Memory that never comes (the assembled copy larger than the device has free): the step is
+// refused after a few tries, said, and nothing waits any more; not tried every 500 ms for good.
+TEST(DeviceAllocation, AnAssembledStepThatNeverGetsMemoryIsRefusedAfterAFewTries) {
+  DeviceAssembly f;
+  if (!f.faults) GTEST_SKIP() << "failing a device allocation on demand needs the simulated device";
+  f.offer_step_1(1000);
+  ASSERT_TRUE(eventually([&] {
+    f.assembler.retry();
+    return f.assembler.counts().versions_rejected > 0;
+  }, 30s)) << f.assembler.counts().waiting;
+  EXPECT_EQ(f.store.current(), nullptr);
+  ASSERT_EQ(f.errors.size(), 2u) << "said when it began to wait and when it was refused";
+  EXPECT_NE(f.errors[1].find("tries found no memory"), std::string::npos) << f.errors[1];
+  EXPECT_EQ(f.assembler.counts().waiting, "");
 }
