@@ -65,6 +65,21 @@ struct HostProducerDeviceConsumer {
   }
 };
 
+// Version 1 published with the consumer's `nth` device allocation failing: the version the
+// consumer then installs (empty if none), its failure said in last_error and nothing rejected.
+modelcast::ModelView installed_after_a_failed_allocation(HostProducerDeviceConsumer& f, std::uint64_t nth) {
+  EXPECT_TRUE(f.producer->wait_for_consumers(1, 60s));
+  f.faults->fail_allocation(nth);
+  f.producer->publish(1);
+  auto view = f.consumer->wait_for_version(1, 30000ms);
+  const auto stats = f.consumer->stats();
+  EXPECT_TRUE(view) << "version 1 was never installed: " << stats.last_error;
+  EXPECT_EQ(stats.versions_rejected, 0u) << stats.last_error;
+  EXPECT_NE(stats.last_error.find("injected fault"), std::string::npos)
+      << "the allocation never failed: the test tested nothing (" << stats.last_error << ")";
+  return view;
+}
+
 // A device allocation that fails once (memory a moment short: cudaMalloc's out of memory) is no
 // verdict on the version: it is fetched again. It was rejected: never asked for again, the
 // consumer stayed on its old version until the next publish (for good after the last one), and
@@ -72,15 +87,8 @@ struct HostProducerDeviceConsumer {
 TEST(DeviceAllocation, AVersionWhoseDeviceLandingCouldNotBeAllocatedIsFetchedAgain) {
   HostProducerDeviceConsumer f;
   if (auto why = f.start(); !why.empty()) GTEST_SKIP() << why;
-  ASSERT_TRUE(f.producer->wait_for_consumers(1, 60s));
-  f.faults->fail_allocation(1);  // the landing's device buffer, the first this consumer makes
-  f.producer->publish(1);
-  auto view = f.consumer->wait_for_version(1, 30000ms);
-  const auto stats = f.consumer->stats();
-  ASSERT_TRUE(view) << "version 1 was never installed: " << stats.last_error;
-  EXPECT_EQ(stats.versions_rejected, 0u) << stats.last_error;
-  EXPECT_NE(stats.last_error.find("injected fault"), std::string::npos)
-      << "the allocation never failed: the test tested nothing (" << stats.last_error << ")";
+  auto view = installed_after_a_failed_allocation(f, 1);  // the landing's buffer, the first made
+  ASSERT_TRUE(view);
   EXPECT_EQ(f.read(view), f.weights);
 }
 
@@ -89,15 +97,8 @@ TEST(DeviceAllocation, AVersionWhoseDeviceLandingCouldNotBeAllocatedIsFetchedAga
 TEST(DeviceAllocation, AVersionWhoseConvertedViewsCouldNotBeAllocatedIsFetchedAgain) {
   HostProducerDeviceConsumer f;
   if (auto why = f.start({}, {{"*", modelcast::DType::kBF16}}); !why.empty()) GTEST_SKIP() << why;
-  ASSERT_TRUE(f.producer->wait_for_consumers(1, 60s));
-  f.faults->fail_allocation(2);  // after the landing's device buffer: the converted views'
-  f.producer->publish(1);
-  auto view = f.consumer->wait_for_version(1, 30000ms);
-  const auto stats = f.consumer->stats();
-  ASSERT_TRUE(view) << "version 1 was never installed: " << stats.last_error;
-  EXPECT_EQ(stats.versions_rejected, 0u) << stats.last_error;
-  EXPECT_NE(stats.last_error.find("injected fault"), std::string::npos)
-      << "the allocation never failed: the test tested nothing (" << stats.last_error << ")";
+  auto view = installed_after_a_failed_allocation(f, 2);  // after the landing's: the converted views'
+  ASSERT_TRUE(view);
   EXPECT_EQ(view.tensor("w").dtype(), modelcast::DType::kBF16);
 }
 
