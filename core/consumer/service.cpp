@@ -351,6 +351,7 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   // its old place, and is fetched again if the group still wants it.
   if (prepared_) {
     prepared_.reset();
+    prepared_host_.reset();
     count([](ConsumerStats& s) { s.prepared_version = 0; });
   }
   // A group member fetches only what its group's announcements name (the producer sends one

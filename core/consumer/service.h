@@ -217,7 +217,11 @@ class ConsumerService {
       const std::shared_ptr<const detail::InstalledVersion>& current) const;
   // Whether `buffer` keeps a verified version's bytes until modelcast writes it again.
   bool stays_intact(const detail::ReceiveBuffer& buffer) const;
-  // A staged device consumer's host copy of the version it installs (see landed_host_).
+  // A staged device consumer's host copy of a version it verified, as kept (see landed_host_):
+  // null where the buffer does not keep its bytes.
+  std::shared_ptr<detail::ReceiveBuffer> host_copy_kept(std::shared_ptr<detail::ReceiveBuffer> buffer,
+                                                        const Manifest& manifest) const;
+  // That copy of the version it installs.
   void keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest);
   void release_landed_host();
   std::optional<std::pair<Manifest, std::uint64_t>> abandon_fetch(const std::string& why, bool counted);
@@ -330,6 +334,10 @@ class ConsumerService {
   // the group commits it, what the group last committed (this producer incarnation's), and
   // whether it waits for members (reported once per wait), and whether it was ever whole.
   std::shared_ptr<detail::InstalledVersion> prepared_;
+  // A staged device member's host copy of prepared_ (as landed_host_ is of the installed one):
+  // apart until the commit, so the installed version's stays its delta base and what it relays
+  // should the group give the prepared one up.
+  std::shared_ptr<detail::ReceiveBuffer> prepared_host_;
   std::uint64_t group_committed_ = 0;
   std::uint64_t group_gave_up_said_ = 0;  // the given-up version reported (this incarnation's)
   std::uint64_t caller_buffers_said_for_ = 0;  // the model size caller buffers too small were named for

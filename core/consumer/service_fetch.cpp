@@ -27,6 +27,7 @@ std::shared_ptr<detail::ReceiveBuffer> ConsumerService::installed_host_bytes(
   if (!current) return nullptr;
   if (current->buffer) return current->buffer;
   if (landed_host_ && landed_host_version_ == current->manifest.version) return landed_host_;
+  if (prepared_host_ && current.get() == prepared_.get()) return prepared_host_;
   return nullptr;
 }
 
@@ -37,14 +38,19 @@ bool ConsumerService::stays_intact(const detail::ReceiveBuffer& buffer) const {
   return buffer.owned.size() > 0 || options_.caller_buffers_untouched;
 }
 
-void ConsumerService::keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest) {
-  if (!buffer || buffer->device_owned || !stays_intact(*buffer)) return release_landed_host();
+std::shared_ptr<detail::ReceiveBuffer> ConsumerService::host_copy_kept(std::shared_ptr<detail::ReceiveBuffer> buffer,
+                                                                       const Manifest& manifest) const {
+  if (!buffer || buffer->device_owned || !stays_intact(*buffer)) return nullptr;
   // As for a host version installed in its buffer: one holding only the blocks of some parts
   // does not hold the others in place, which a later fetch keeping other parts would take as
   // received (its wants changed within the run: a sharded consumer's plan).
   buffer->held_blocks = selection_.everything() ? manifest.block_digests : std::vector<std::uint64_t>{};
-  landed_host_ = std::move(buffer);
-  landed_host_version_ = manifest.version;
+  return buffer;
+}
+
+void ConsumerService::keep_landed_host(std::shared_ptr<detail::ReceiveBuffer> buffer, const Manifest& manifest) {
+  landed_host_ = host_copy_kept(std::move(buffer), manifest);
+  landed_host_version_ = landed_host_ ? manifest.version : 0;
 }
 
 void ConsumerService::release_landed_host() {
@@ -104,6 +110,7 @@ void ConsumerService::maybe_fetch() {
   // The host copy kept for peers yields to the next version (a relay order that still sends
   // from it holds it on its own until its sends are over).
   if (landed_host_ && !store_.buffer_available()) release_landed_host();
+  if (prepared_host_ && !store_.buffer_available()) prepared_host_.reset();
   // The shaped views' memory counts too: a reconnect empties the receive pool while views still
   // hold shaped memory, and a version fetched then was refused whole once it arrived, and never
   // asked for again.
@@ -484,11 +491,13 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     t.spec.memory = options_.memory;
     t.spec.device = options_.memory == MemoryKind::kCuda ? options_.device : 0;
   }
+  // Views of a device copy need only it; the host buffer stays (for peers and as a delta base)
+  // until a fetch needs it: landed_host_ once the version is visible, prepared_host_ while its
+  // group has not committed it.
+  std::shared_ptr<detail::ReceiveBuffer> landed;
   if (device_copy) {
     installed->device = std::move(device_copy);
-    // Views need only the device copy; the host buffer stays (for peers and as a delta base)
-    // until a fetch needs it.
-    keep_landed_host(std::move(done->buffer), installed->manifest);
+    landed = std::move(done->buffer);
   } else {
     release_landed_host();
     installed->buffer = std::move(done->buffer);
@@ -517,12 +526,14 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
       send_ack(installed->manifest, done->fetch_id, true, {});
       return;
     }
+    prepared_host_ = host_copy_kept(std::move(landed), installed->manifest);
     prepared_ = std::move(installed);
     count([&](ConsumerStats& s) { s.prepared_version = version; });
     log_->debug("version {} verified; waiting for group '{}' to commit it", version, options_.group);
     send_ack(prepared_->manifest, done->fetch_id, true, {});
     return;
   }
+  if (landed) keep_landed_host(std::move(landed), installed->manifest);
   make_visible(installed);
   // Acked before on_update: whoever the callback tells finds the producer told already.
   send_ack(installed->manifest, done->fetch_id, true, {});

@@ -22,10 +22,16 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     log_->debug("group '{}' committed version {}", options_.group, group_committed_);
     committed = std::move(prepared_);
     prepared_.reset();
+    if (prepared_host_) {
+      landed_host_ = std::move(prepared_host_);
+      landed_host_version_ = committed->manifest.version;
+    }
   } else if (prepared_ && announce.version != prepared_->manifest.version) {
     // The group's target moved without a commit: the producer gave the version up (said below,
-    // from group.given_up). Its buffer is free for the next target.
+    // from group.given_up). Its buffer is free for the next target; the installed version's host
+    // copy stays what a delta is based on and what this member relays.
     prepared_.reset();
+    prepared_host_.reset();
   }
   // Every member says it, whether it held the version, still fetched it or had not begun (the
   // give-up can come before a member's fetch): all of them serve the version before on. The
