@@ -132,6 +132,7 @@ void ConsumerService::join() {
 void ConsumerService::rejoin_afresh(const std::string& why) {
   abandon_fetch(why, true);
   release_landed_host();
+  prepared_host_.reset();  // registered with the transports going: relayed from no more
   offered_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
   offered_made_ = Clock::now();
   join();
@@ -153,6 +154,7 @@ void ConsumerService::reoffer_after_refusal(const protocol::JoinReply& reply) {
   log_->debug("no transport of this consumer's reaches the producer: transports made afresh for the next join");
   abandon_fetch("transports made afresh", true);
   release_landed_host();
+  prepared_host_.reset();
   offered_ = std::move(fresh);
 }
 

@@ -26,8 +26,10 @@ std::shared_ptr<detail::ReceiveBuffer> ConsumerService::installed_host_bytes(
     const std::shared_ptr<const detail::InstalledVersion>& current) const {
   if (!current) return nullptr;
   if (current->buffer) return current->buffer;
-  if (landed_host_ && landed_host_version_ == current->manifest.version) return landed_host_;
+  // The prepared version first, known by itself: landed_host_ is known by its number only, which
+  // a restarted producer's run may give the prepared version too.
   if (prepared_host_ && current.get() == prepared_.get()) return prepared_host_;
+  if (landed_host_ && landed_host_version_ == current->manifest.version) return landed_host_;
   return nullptr;
 }
 
