@@ -416,14 +416,8 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     } else if (landing_) {
       // Normally begun when the fetch was answered (and most of it copied already); a landing
       // that was dropped since starts again here.
-      DeviceLanding::Landed landed;
-      try {
-        if (!landing_->landing()) landing_->begin(m.total_bytes, *done->buffer);
-        landed = landing_->complete(m, pmix);
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kResource) throw;
-        return retry_later(m, done->fetch_id, e);
-      }
+      if (!landing_->landing()) landing_->begin(m.total_bytes, *done->buffer);
+      DeviceLanding::Landed landed = landing_->complete(m, pmix);
       device_copy = std::move(landed.buffer);
       if (pmix) done->received = std::move(landed.digests);
     } else if (pmix && done->received.size() != m.tensors.size()) {
@@ -437,21 +431,13 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     // for a device consumer (on its copy, or on the device buffer a one-sided route read into).
     if (!feeds_assembler_) {
       const auto* base = device_copy ? static_cast<const std::byte*>(device_copy->base) : done->buffer->memory.data();
-      // Memory for the shaped views this consumer cannot have now is no verdict on the version,
-      // as for the landing's: rejected, it was never asked for again (in a group, every member
-      // lost it) for one failed allocation.
-      try {
-        shaper_.apply(m, selection_, base, *installed, *target_);
-      } catch (const Error& e) {
-        if (e.code() != ErrorCode::kResource) throw;
-        return retry_later(m, done->fetch_id, e);
-      } catch (const std::bad_alloc&) {
-        return retry_later(m, done->fetch_id,
-                           Error(ErrorCode::kResource,
-                                 "cannot allocate memory to cut or convert version " + std::to_string(m.version)));
-      }
+      shaper_.apply(m, selection_, base, *installed, *target_);
     }
   } catch (const Error& e) {
+    // Memory this consumer cannot have now (the device landing's, the shaped views') is no
+    // verdict on the version: rejected, it was never asked for again (in a group, every member
+    // lost it) for one failed allocation.
+    if (e.code() == ErrorCode::kResource) return retry_later(done->manifest, done->fetch_id, e);
     // Bytes read out of a relay's buffer, checked whole here, that fail their check are the
     // relay's doing (the digests came from the producer): no verdict on the version, which
     // comes from the producer next (if the producer's own bytes are bad, that fetch rejects it).
@@ -476,7 +462,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     return reject(done->manifest, done->fetch_id, e);
   } catch (const std::bad_alloc&) {
     return retry_later(done->manifest, done->fetch_id,
-                       Error(ErrorCode::kResource, "cannot allocate memory to check version " +
+                       Error(ErrorCode::kResource, "cannot allocate memory to check, cut or convert version " +
                                                        std::to_string(done->manifest.version)));
   }
   installed->manifest = std::move(done->manifest);
