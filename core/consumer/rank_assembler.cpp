@@ -21,6 +21,12 @@ constexpr std::size_t kAlignment = 64;  // each assembled box starts a cache lin
 
 std::uint64_t aligned(std::uint64_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
+// How far step `to` lies past step `from` (to > from). Done unsigned: steps need only rise, so
+// any two int64 steps may be published, and their difference may not fit an int64.
+std::uint64_t step_gap(std::int64_t from, std::int64_t to) {
+  return static_cast<std::uint64_t>(to) - static_cast<std::uint64_t>(from);
+}
+
 // Which versions a set of pieces is, by producer run and version number: kept instead of the
 // versions themselves, whose receive buffers the rank services need back.
 std::vector<std::pair<std::uint64_t, std::uint64_t>> key_of(
@@ -91,7 +97,8 @@ void RankAssembler::offer(std::size_t rank, std::shared_ptr<const detail::Instal
     // The greatest common divisor of every gap seen in this run: a rank whose steps come at
     // uneven gaps (1, 2, 1, 2) has stride 1, as if it published every step. The last gap alone
     // took 2 there, and the step that rank was about to bring was let go, again and again.
-    stride_[rank] = last_step_[rank] && step > *last_step_[rank] ? std::gcd(stride_[rank], step - *last_step_[rank]) : 0;
+    stride_[rank] =
+        last_step_[rank] && step > *last_step_[rank] ? std::gcd(stride_[rank], step_gap(*last_step_[rank], step)) : 0;
     last_step_[rank] = step;
     // A step newer than the rank's last announced one, or of another run, was published while
     // this consumer did not hear it (its link down, or its producer restarted: a join reply
@@ -137,7 +144,7 @@ void RankAssembler::note_announced(std::size_t rank, std::uint64_t incarnation, 
   // then an earlier step): the stride is learned afresh, as for a new run.
   if (same_run && std::find(recent.begin(), recent.end(), step) != recent.end()) return;
   const bool gap = same_run && step > last->second;
-  announced_stride_[rank] = gap ? std::gcd(announced_stride_[rank], step - last->second) : 0;
+  announced_stride_[rank] = gap ? std::gcd(announced_stride_[rank], step_gap(last->second, step)) : 0;
   if (!same_run) recent.clear();
   recent.push_back(step);
   if (recent.size() > kRecentAnnounced) recent.erase(recent.begin());
@@ -417,11 +424,11 @@ bool RankAssembler::holds_step(std::size_t q, std::int64_t step) const {
   return std::any_of(held_[q].begin(), held_[q].end(), [&](const Held& h) { return h->manifest.step == step; });
 }
 
-bool RankAssembler::may_bring(std::size_t q, std::int64_t step, std::int64_t stride) const {
+bool RankAssembler::may_bring(std::size_t q, std::int64_t step, std::uint64_t stride) const {
   if (held_[q].empty()) return true;
   const std::int64_t newest = held_[q].back()->manifest.step;
   if (newest >= step) return false;
-  return stride <= 1 || (step - newest) % stride == 0;
+  return stride <= 1 || step_gap(newest, step) % stride == 0;
 }
 
 std::optional<std::string> RankAssembler::out_of_step() const {
@@ -455,7 +462,7 @@ std::optional<std::string> RankAssembler::stopped_ranks() const {
   // announced in its run) is not judged: a rank publishing every 3rd step was taken for stopped
   // by the others' quicker steps before its second one. So a rank that stops after its first
   // step of a run goes unsaid.
-  std::int64_t stride = 1;
+  std::uint64_t stride = 1;
   for (std::size_t r = 0; r < ranks_; ++r) {
     if (!last_announced_[r]) return std::nullopt;  // a rank yet to publish: nothing to judge by
     stride = std::max(stride, announced_stride_[r]);
@@ -474,10 +481,8 @@ std::optional<std::string> RankAssembler::stopped_ranks() const {
     for (std::size_t q = 0; q < ranks_; ++q) {
       if (q == r || announced_count_[q] < counts_at_news_[r][q] + kStoppedAnnouncements) continue;
       const std::int64_t reached = last_announced_[q]->second;
-      if (reached <= last || static_cast<std::uint64_t>(reached) - static_cast<std::uint64_t>(last) <=
-                                 2 * static_cast<std::uint64_t>(stride)) {
-        continue;
-      }
+      // Past two publishes, written so that 2 * stride need not fit either.
+      if (reached <= last || step_gap(last, reached) - std::min(step_gap(last, reached), stride) <= stride) continue;
       if (!furthest || reached > last_announced_[*furthest]->second) furthest = q;
     }
     if (!furthest) continue;

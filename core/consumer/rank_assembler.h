@@ -110,7 +110,7 @@ class RankAssembler {
   // the step yet (a rank's versions come in step order within a run) and `stride` (its fetched
   // or its announced one; 0 or 1: any step) reaches it.
   bool holds_step(std::size_t q, std::int64_t step) const;
-  bool may_bring(std::size_t q, std::int64_t step, std::int64_t stride) const;
+  bool may_bring(std::size_t q, std::int64_t step, std::uint64_t stride) const;
   // Why no step held can ever be put together (each lacks a rank that neither holds it nor will
   // bring it), naming what each rank holds; nothing where one still may be.
   std::optional<std::string> out_of_step() const;
@@ -150,12 +150,12 @@ class RankAssembler {
   // gaps between its steps (0: not known, or its steps went back: a new run); under mutex_. A
   // rank that publishes every d-th step meets the others only at those (older_to_drop).
   std::vector<std::optional<std::int64_t>> last_step_;
-  std::vector<std::int64_t> stride_;
+  std::vector<std::uint64_t> stride_;
   // The same of the steps each rank announced (announced()), with the run they were of: a
   // consumer slower than the trainer may fetch only odd steps of one rank and even ones of
   // another, whose fetched strides then say 2 while both publish every step. Under mutex_.
   std::vector<std::optional<std::pair<std::uint64_t, std::int64_t>>> last_announced_;
-  std::vector<std::int64_t> announced_stride_;
+  std::vector<std::uint64_t> announced_stride_;
   std::vector<std::uint64_t> announced_count_;  // steps each rank announced (heartbeats' repeats not)
   // The last steps each rank announced in its current run: a heartbeat naming one of them again
   // is no news.

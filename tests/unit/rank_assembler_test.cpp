@@ -274,5 +274,25 @@ TEST(RankAssembler, AStepOfARestartedRankFetchedWithoutItsAnnouncementIsItsNews)
   EXPECT_EQ(t.assembler.counts().waiting.find("a rank stopped"), std::string::npos) << t.assembler.counts().waiting;
 }
 
+// Steps need only rise, so two ranks' steps may lie further apart than an int64 can say: rank 1
+// publishes every 3 steps from -2^62, rank 0 (ahead) every 3 steps from 5 * 2^60, 9 * 2^60
+// further on (more than 2^63). Rank 1 may still bring rank 0's steps: not out of step. The gap
+// was taken in int64 and wrapped, was then no multiple of 3, and the ranks were said to be out
+// of step.
+TEST(RankAssembler, StepsFurtherApartThanAnInt64CanSayAreJudgedRight) {
+  TwoRanks t;
+  const std::int64_t behind = -(std::int64_t{1} << 62), ahead = std::int64_t{5} << 60;
+  for (std::int64_t i = 0; i < 8; ++i) {
+    for (const auto& [rank, step] : {std::pair<std::size_t, std::int64_t>{1, behind + 3 * i}, {0, ahead + 3 * i}}) {
+      t.assembler.announced(rank, 1, step);
+      auto version = std::const_pointer_cast<detail::InstalledVersion>(piece(step));
+      version->manifest.publish_time_ns = 1000 + i;  // piece()'s 1000 + step is negative for rank 1
+      t.assembler.offer(rank, version);
+    }
+  }
+  EXPECT_EQ(t.said_out_of_step(), 0u) << t.errors.front();
+  EXPECT_EQ(t.assembler.counts().waiting, "");
+}
+
 }  // namespace
 }  // namespace modelcast::consumer
