@@ -79,7 +79,8 @@ class Transport {
   // Moves region[offset, offset+length) to the peer's receive posted with the same tag.
   virtual TransferId post_send(PeerId peer, const MemoryRegion& region, std::size_t offset,
                                std::size_t length, std::uint64_t tag, Completion done) = 0;
-  // Receives a message with `tag` (from any peer) into region[offset, offset+length).
+  // Receives a message with `tag` (from any peer) into region[offset, offset+length). It
+  // succeeds only where the message is `length` bytes long: a shorter one fails too, naming both.
   virtual TransferId post_recv(const MemoryRegion& region, std::size_t offset, std::size_t length,
                                std::uint64_t tag, Completion done) = 0;
   // Takes the message with `tag` (from any peer), now or when it comes, and drops its bytes:

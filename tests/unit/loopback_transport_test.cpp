@@ -56,5 +56,27 @@ TEST(LoopbackTransport, ASendersCompletionsAreOverWhenTheSenderIsDestroyed) {
   EXPECT_EQ(sender_completions.load(), 2);
 }
 
+// A receive matched by a shorter message is no whole receive: it fails, naming both lengths
+// (it succeeded, and the bytes past the message were whatever the buffer held before).
+TEST(LoopbackTransport, AReceiveMatchedByAShorterMessageFails) {
+  auto receiver = make_loopback_transport();
+  auto sender = make_loopback_transport();
+  HostBuffer memory(4096);
+  auto sender_region = sender->register_memory(memory.data(), 2048, MemoryLocation::host());
+  auto receiver_region = receiver->register_memory(memory.data() + 2048, 2048, MemoryLocation::host());
+  const PeerId peer = sender->connect(receiver->address(), false, nullptr);
+  std::promise<TransferResult> got, sent;
+  receiver->post_recv(*receiver_region, 0, 1024, 7, [&](const TransferResult& r) { got.set_value(r); });
+  sender->post_send(peer, *sender_region, 0, 512, 7, [&](const TransferResult& r) { sent.set_value(r); });
+  auto received = got.get_future();
+  ASSERT_EQ(received.wait_for(30s), std::future_status::ready);
+  const TransferResult r = received.get();
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.error, "a message of 512 bytes arrived for a receive of 1024");
+  auto send = sent.get_future();
+  ASSERT_EQ(send.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(send.get().ok) << "the message was taken";
+}
+
 }  // namespace
 }  // namespace modelcast::transport

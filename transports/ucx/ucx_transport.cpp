@@ -172,9 +172,23 @@ class UcxTransport final : public Transport {
       if (worker_.halted()) return done({false, kHalted});
       auto param = make_param(id, memh);
       param.cb.recv = &UcxTransport::on_recv_done;
-      track(id, 0, std::move(done),
-            ucp_tag_recv_nbx(worker_.worker(), buffer, length, tag, ~ucp_tag_t{0}, &param), param.user_data,
-            memh, true);
+      // UCX ends a receive matched by a shorter message as a success: the length that arrived is
+      // checked in complete() (a longer one UCX itself fails as truncated). Only the callback
+      // says it on UCX 1.13 (an immediate completion leaves recv_info unset), so it always runs:
+      // maybe within ucp_tag_recv_nbx, hence the entry made first.
+      param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      in_flight_.emplace(id, InFlight{nullptr, 0, std::move(done),
+                                      std::unique_ptr<CallbackContext>(static_cast<CallbackContext*>(param.user_data)),
+                                      memh, true, std::nullopt, length});
+      auto request = ucp_tag_recv_nbx(worker_.worker(), buffer, length, tag, ~ucp_tag_t{0}, &param);
+      auto it = in_flight_.find(id);
+      if (it == in_flight_.end()) return;  // ended already, in the callback (which freed the request)
+      if (UCS_PTR_IS_ERR(request)) {
+        Completion failed = std::move(it->second.done);
+        in_flight_.erase(it);
+        return failed({false, ucs_status_string(UCS_PTR_STATUS(request))});
+      }
+      it->second.request = request;
     });
     return id;
   }
@@ -277,6 +291,7 @@ class UcxTransport final : public Transport {
     // (a forced close), when its peer takes it (a flush close, for a peer on this host), or
     // never (UcxQuirks::sends_to_dead_near_peer_never_end).
     std::optional<std::chrono::steady_clock::time_point> endpoint_closed_at;
+    std::optional<std::size_t> expected;  // a receive into memory: the length its message must have
   };
   // How long after its endpoint's close a send still in flight is taken for one that never ends.
   // A forced close ends a live peer's sends locally, within a few progress rounds (the loop turns
@@ -308,16 +323,26 @@ class UcxTransport final : public Transport {
     } else if (UCS_PTR_IS_ERR(request)) {
       done({false, ucs_status_string(UCS_PTR_STATUS(request))});
     } else {
-      in_flight_.emplace(id, InFlight{request, peer, std::move(done), std::move(context), memh, writes, std::nullopt});
+      in_flight_.emplace(id,
+                         InFlight{request, peer, std::move(done), std::move(context), memh, writes, std::nullopt, {}});
     }
   }
 
-  void complete(TransferId id, void* request, ucs_status_t status) {
+  static std::string short_message(std::size_t arrived, std::size_t expected) {
+    return "a message of " + std::to_string(arrived) + " bytes arrived for a receive of " + std::to_string(expected);
+  }
+
+  // `arrived`: the length of a receive's message, where UCX said it.
+  void complete(TransferId id, void* request, ucs_status_t status, std::optional<std::size_t> arrived = std::nullopt) {
     auto it = in_flight_.find(id);
     if (it == in_flight_.end()) return;
     Completion done = std::move(it->second.done);
+    const auto expected = it->second.expected;
     in_flight_.erase(it);
     ucp_request_free(request);
+    if (status == UCS_OK && expected && arrived && *arrived != *expected) {
+      return done({false, short_message(*arrived, *expected)});
+    }
     done(status == UCS_OK ? TransferResult{true, {}} : TransferResult{false, ucs_status_string(status)});
   }
 
@@ -327,9 +352,10 @@ class UcxTransport final : public Transport {
     context->self->complete(context->id, request, status);
   }
 
-  static void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t*, void* user_data) {
+  static void on_recv_done(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info, void* user_data) {
     auto* context = static_cast<CallbackContext*>(user_data);
-    context->self->complete(context->id, request, status);
+    context->self->complete(context->id, request, status,
+                            info != nullptr ? std::optional<std::size_t>(info->length) : std::nullopt);
   }
 
   static void on_peer_error(void* arg, ucp_ep_h, ucs_status_t status) {
