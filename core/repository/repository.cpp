@@ -344,19 +344,22 @@ void Repository::prune(const std::string& model, std::size_t keep,
   // What this process failed to remove before, tried again at each prune: versions renamed away
   // (a file a reader held open over NFS, a mount inside) and failed writes' temporary directories
   // (whose removal needs descriptors a process at its open-file limit lacks). They stayed until a
-  // restart, their space lost. Their failure was reported then; it is not again. Only the
-  // model's one writer writes and prunes, one after the other, so none of them is in use now.
+  // restart, their space lost. One that still cannot be removed is said by each prune while it
+  // stays (a write's own temporary directory, the version an exchange replaced included, is
+  // said only here). Only the model's one writer writes and prunes, one after the other, so
+  // none of them is in use now.
   std::vector<fs::path> left;
   for_each_entry(model_dir, [&](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();
     if ((name.rfind(".del-", 0) == 0 || name.rfind(".tmp-", 0) == 0) && made_by_this_process(name)) left.push_back(entry.path());
   });
+  std::optional<std::pair<int, std::string>> stuck;  // the first that could not be removed
   for (const auto& path : left) {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
+    std::error_code ec;
+    fs::remove_all(path, ec);
+    if (ec && !stuck) stuck = std::make_pair(ec.value(), path.string());
   }
   auto versions = list(model);
-  if (versions.size() <= keep) return;
   std::vector<std::string> doomed;
   for (std::size_t i = keep; i < versions.size(); ++i) {
     if (in_use && in_use(versions[i].directory)) continue;
@@ -366,7 +369,7 @@ void Repository::prune(const std::string& model, std::size_t keep,
     if (::rename(versions[i].directory.c_str(), name.c_str()) != 0) io_error("cannot rename away", versions[i].directory);
     doomed.push_back(name);
   }
-  fsync_directory(model_dir);
+  if (!doomed.empty()) fsync_directory(model_dir);
   for (const auto& d : doomed) {
     std::error_code ec;
     fs::remove_all(d, ec);
@@ -374,6 +377,10 @@ void Repository::prune(const std::string& model, std::size_t keep,
       errno = ec.value();
       io_error("cannot remove", d);
     }
+  }
+  if (stuck) {
+    errno = stuck->first;
+    io_error("cannot remove what an earlier write or prune of this process left", stuck->second);
   }
 }
 

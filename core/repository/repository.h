@@ -96,8 +96,8 @@ class Repository {
 
   // Removes all but the `keep` most recently written versions of `model` (the highest numbers),
   // less those whose directory `in_use` names (they stay for a later prune), and what this
-  // process's earlier prunes failed to remove. Throws Error(kResource) on I/O failure (not again
-  // for an earlier prune's leftover).
+  // process's earlier writes and prunes failed to remove. Throws Error(kResource) on I/O failure,
+  // also for such a leftover that still cannot be removed (after the versions' own removal).
   void prune(const std::string& model, std::size_t keep,
              const std::function<bool(const std::string& directory)>& in_use = {});
 

@@ -182,10 +182,10 @@ std::optional<std::string> RepositoryWriter::make_room(Repository& repository, c
     // file system's free space does not show: there only what they free counts): they stay, and
     // the write's own error says why.
     if (removed == 0 || (error_number == EDQUOT ? 0 : available) + freed < needed + margin) return std::nullopt;
-    repository.prune(snapshot.model, 1, options_.in_use);
   } catch (const std::exception&) {
-    return std::nullopt;  // the write's own error says what is wrong
+    return std::nullopt;  // what could not be measured is left as it is: the write's own error says why
   }
+  repository.prune(snapshot.model, 1, options_.in_use);  // throws: the caller says it with the write's error
   return "no room for version " + std::to_string(snapshot.version) + " (" + std::to_string(needed) + " bytes, " +
          std::to_string(available) + " free): removed the " + std::to_string(removed) +
          " older stored versions (" + std::to_string(freed) + " bytes), keeping the newest (directory " +
@@ -228,7 +228,14 @@ void RepositoryWriter::run() {
         error = e.what();
       }
       if (retried || stop_write_.stop_requested()) break;
-      const auto notice = make_room(repository, *snapshot, error_number);
+      std::optional<std::string> notice;
+      try {
+        notice = make_room(repository, *snapshot, error_number);
+      } catch (const std::exception& e) {
+        // Versions renamed away before the failure are gone from the listing: said, not dropped.
+        error += "; removing the older versions to make room failed: " + std::string(e.what());
+        break;
+      }
       if (!notice) break;
       if (options_.on_notice) options_.on_notice(snapshot->model, *notice);
       error.clear();

@@ -106,7 +106,7 @@ class RepositoryWriter {
   // make_room_when_full, for a full file system (ENOSPC, EDQUOT) where removing every stored
   // version but the newest frees room enough, removes them and returns the notice (the write is
   // then tried once more); else nullopt. Without it a disk that holds fewer than `keep` versions
-  // stops the repository for good (prune follows a successful write).
+  // stops the repository for good (prune follows a successful write). Throws as prune() does.
   std::optional<std::string> make_room(Repository& repository, const VersionSnapshot& snapshot, int error_number) const;
   // Under locking_: locks the directory of `held` (a lost lock, an entry of locks_) anew in its
   // place; returns the notice for on_notice. Throws as ModelDirectoryLock's constructor does.

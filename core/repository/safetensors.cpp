@@ -100,12 +100,19 @@ SafetensorsLayout read_safetensors_layout(const std::string& path) {
   const int fd = file.fd();
   const auto file_bytes = static_cast<std::uint64_t>(file.size());
   unsigned char prefix[8];
-  if (file_bytes < 8 || pread(fd, prefix, 8, 0) != 8) bad_file(path, "shorter than its 8-byte header length");
+  if (file_bytes < 8) bad_file(path, "shorter than its 8-byte header length");
+  if (const auto n = pread(fd, prefix, 8, 0); n != 8) {
+    if (n < 0) io_error("cannot read", path);
+    bad_file(path, "shorter than its 8-byte header length");
+  }
   std::uint64_t length = 0;
   for (int i = 7; i >= 0; --i) length = (length << 8) | prefix[i];
   if (length > kMaxSafetensorsHeaderBytes || length > file_bytes - 8) bad_file(path, "header length " + std::to_string(length) + " is out of range");
   std::string text(length, '\0');
-  if (pread(fd, text.data(), length, 8) != static_cast<ssize_t>(length)) bad_file(path, "header cannot be read");
+  if (const auto n = pread(fd, text.data(), length, 8); n != static_cast<ssize_t>(length)) {
+    if (n < 0) io_error("cannot read", path);
+    bad_file(path, "header cannot be read");
+  }
   SafetensorsLayout layout;
   layout.data_start = 8 + length;
   layout.data_bytes = file_bytes - layout.data_start;

@@ -588,6 +588,36 @@ TEST(RepositoryWriter, AFailedWritesLeftoverOfThisProcessIsRemovedAtTheNextPrune
   EXPECT_FALSE(std::filesystem::exists(left));
 }
 
+// Such a leftover that still cannot be removed (a mount inside, a file an NFS client holds) is
+// said by each prune while it stays: it was ignored, and a comment said its failure had been
+// reported when nothing had (the version an exchange replaced is one: about a model's worth of
+// disk, lost without a word).
+TEST(RepositoryWriter, ALeftoverOfThisProcessThatCannotBeRemovedIsSaidByPrune) {
+  ScratchDir dir;
+  repo::Repository repository(dir / "repo");
+  repository.write(*snapshot(1));
+  const std::filesystem::path left = dir / ("repo/m/.tmp-2-" + repo::process_tag() + "-999999");
+  const std::filesystem::path inside = left / "inside";
+  std::filesystem::create_directories(inside);
+  if (geteuid() == 0) {  // root removes through permissions: a mount inside instead
+    if (mount(inside.c_str(), inside.c_str(), nullptr, MS_BIND, nullptr) != 0) GTEST_SKIP() << "cannot bind-mount here";
+  } else {
+    std::filesystem::permissions(left, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+  }
+  const Unpinned restore{geteuid() == 0 ? inside.string() : left.string()};
+  try {
+    repository.prune("m", 2);
+    ADD_FAILURE() << "a leftover that could not be removed went unsaid";
+  } catch (const modelcast::Error& e) {
+    EXPECT_EQ(e.code(), modelcast::ErrorCode::kResource);
+    const std::string said = e.what();
+    EXPECT_EQ(said.rfind("repository: cannot remove what an earlier write or prune of this process left ", 0), 0u)
+        << said;
+    EXPECT_NE(said.find(".tmp-2-"), std::string::npos) << said;
+  }
+  EXPECT_EQ(repository.list("m").size(), 1u) << "the stored version is not touched";
+}
+
 // A daemon serves its producer's version over a stored one of the same run with a higher
 // version number (written or edited by someone else). Numbered under that entry, the producer's
 // versions stayed behind it: Triton loaded it, a restart recovered it, prune deleted theirs.
@@ -753,6 +783,33 @@ TEST_F(SmallFileSystem, TooSmallForKeepVersionsItStillTakesTheNewestOne) {
   ASSERT_FALSE(stored.empty());
   EXPECT_EQ(stored.front().version, 4u) << "the newest version is on disk";
   EXPECT_EQ(writer.stats().failed, 0u) << writer.stats().last_error;
+}
+
+// Making room fails where an older version cannot be removed (here: a mount point, which cannot
+// be renamed away): said with the write's own error. It was dropped, and only "No space left on
+// device" was said, while versions renamed away before the failure had left the listing.
+TEST_F(SmallFileSystem, AFailureToMakeRoomIsSaidWithTheWritesError) {
+  WriterEvents events;
+  auto options = events.options(root);
+  options.keep = 3;
+  options.make_room_when_full = true;
+  repo::RepositoryWriter writer(options);
+  writer.submit(snapshot(1));
+  ASSERT_EQ(events.wait_for(1).back(), "written 1");
+  writer.submit(snapshot(2));
+  ASSERT_EQ(events.wait_for(2).back(), "written 2");
+  const std::string first = repo::Repository(root).list("m").back().directory;
+  ASSERT_EQ(mount(first.c_str(), first.c_str(), nullptr, MS_BIND, nullptr), 0) << std::strerror(errno);
+  const Unpinned restore{first};
+  writer.submit(snapshot(3));
+  const auto seen = events.wait_for(3);
+  ASSERT_EQ(seen.size(), 3u);
+  EXPECT_EQ(seen[2].rfind("failed 3: ", 0), 0u) << seen[2];
+  EXPECT_NE(seen[2].find("No space left on device; removing the older versions to make room failed: repository: "
+                         "cannot rename away "),
+            std::string::npos)
+      << seen[2];
+  EXPECT_NE(writer.stats().last_error.find("to make room failed"), std::string::npos) << writer.stats().last_error;
 }
 
 // Without make_room_when_full (a trainer's checkpoints, its rollback points), or where removing
