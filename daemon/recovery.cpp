@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -39,7 +40,15 @@ void read_exactly(int fd, const std::string& path, std::byte* to, std::uint64_t 
     auto piece = static_cast<std::size_t>(std::min<std::uint64_t>(bytes - done, 64u << 20));
     ssize_t n = pread(fd, to + done, piece, static_cast<off_t>(from + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw modelcast::Error(modelcast::ErrorCode::kIntegrity, "cannot read " + modelcast::shown_text(path, 4096) + " to its end");
+    // A read that fails is the disk's (said as such, with its cause); one that ends early, the file's.
+    if (n < 0) {
+      throw modelcast::Error(modelcast::ErrorCode::kResource,
+                             "cannot read " + modelcast::shown_text(path, 4096) + ": " + std::strerror(errno));
+    }
+    if (n == 0) {
+      throw modelcast::Error(modelcast::ErrorCode::kIntegrity,
+                             "cannot read " + modelcast::shown_text(path, 4096) + " to its end");
+    }
     done += static_cast<std::uint64_t>(n);
   }
 }

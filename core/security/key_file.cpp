@@ -1,5 +1,6 @@
 // Key files: TOML (toml++), two string keys. A parser library rather than a hand-written
 // reader so that line numbers in errors, quoting and comments behave as users expect.
+#include <fcntl.h>
 #include <sodium.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -135,6 +136,9 @@ PreparedKeyFile prepare_key_file(const std::string& file, const std::string& tex
     written = n > 0;
     if (written) at += static_cast<std::size_t>(n);
   }
+  // On disk before it replaces the old file: after a crash a file system may keep the rename and
+  // not the data, an empty key in place of the old one (a secret lost).
+  written = written && ::fsync(fd) == 0;
   const int write_errno = errno;
   if (::close(fd) != 0 || !written) {
     const int e = written ? errno : write_errno;
@@ -144,6 +148,17 @@ PreparedKeyFile prepare_key_file(const std::string& file, const std::string& tex
   return prepared;
 }
 
+// Makes the new name of `file` durable (its directory's entry). Best effort: the file is in place
+// and whole, and a file system that cannot sync a directory (some network ones) is no failure.
+void sync_directory_of(const std::string& file) {
+  const auto slash = file.find_last_of('/');
+  const std::string directory = slash == std::string::npos ? "." : slash == 0 ? "/" : file.substr(0, slash);
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
 void commit_key_file(const PreparedKeyFile& prepared, bool overwrite) {
   const auto fail = [&](const std::string& what) {
     discard(prepared);
@@ -151,6 +166,7 @@ void commit_key_file(const PreparedKeyFile& prepared, bool overwrite) {
   };
   if (overwrite) {
     if (::rename(prepared.temp.c_str(), prepared.file.c_str()) != 0) fail(std::string("cannot be written: ") + std::strerror(errno));
+    sync_directory_of(prepared.file);
     return;
   }
   // link, unlike rename, fails when the path exists: no check-then-replace race.
@@ -159,6 +175,7 @@ void commit_key_file(const PreparedKeyFile& prepared, bool overwrite) {
     fail(e == EEXIST ? std::string("exists already") : std::string("cannot be written: ") + std::strerror(e));
   }
   discard(prepared);
+  sync_directory_of(prepared.file);
 }
 
 }  // namespace

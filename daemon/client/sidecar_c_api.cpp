@@ -209,7 +209,7 @@ mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tens
 }
 
 const char* mcs_view_metadata_get(const mcs_view_t* view, const char* key) {
-  // NULL is also "absent": the last error says which argument was NULL.
+  // NULL is also "absent": the last error says which argument was NULL (or that memory ran out).
   if (view == nullptr || key == nullptr) {
     fail("mcs_view_metadata_get", MC_ERR_INVALID_ARGUMENT, view == nullptr ? "view is NULL" : "key is NULL");
     return nullptr;
@@ -219,8 +219,10 @@ const char* mcs_view_metadata_get(const mcs_view_t* view, const char* key) {
     auto it = metadata.find(key);
     return it == metadata.end() ? nullptr : it->second.c_str();
   } catch (...) {
+    // Told apart from "absent" by the last error, as a NULL argument is.
+    fail("mcs_view_metadata_get", MC_ERR_RESOURCE, "out of memory while looking up the key");
     return nullptr;
   }
 }
 
-}  // extern "C"
+}  // extern "C""

@@ -39,8 +39,12 @@ std::vector<char> read_all(int fd) {
     throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd is empty or too large");
   }
   std::vector<char> bytes(static_cast<std::size_t>(st.st_size));
-  if (pread(fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
-    throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd cannot be read");
+  if (const auto n = pread(fd, bytes.data(), bytes.size(), 0); n != static_cast<ssize_t>(bytes.size())) {
+    if (n < 0) {
+      throw Error(ErrorCode::kResource,
+                  std::string("modelcastd: the manifest memfd cannot be read: ") + std::strerror(errno));
+    }
+    throw Error(ErrorCode::kProtocol, "modelcastd: the manifest memfd ends before its size");
   }
   return bytes;
 }

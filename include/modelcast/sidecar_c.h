@@ -66,7 +66,8 @@ MODELCAST_API mc_status mcs_view_tensor_scales(const mcs_view_t* view, size_t in
                                                size_t* count, size_t* scale_block);
 MODELCAST_API mc_status mcs_view_tensor_box(const mcs_view_t* view, size_t index, const int64_t** offset,
                                             const int64_t** whole_shape, size_t* ndim);
-/* The value of metadata `key`, or NULL if absent; owned by the view. */
+/* The value of metadata `key`, or NULL if absent; owned by the view. A NULL argument, or memory
+ * that ran out, also gives NULL, with the last error set. */
 MODELCAST_API const char* mcs_view_metadata_get(const mcs_view_t* view, const char* key);
 
 #ifdef __cplusplus
