@@ -88,7 +88,7 @@ class Transport {
   // take it (UCX's rendezvous), nothing but that ends it: not a cancel, and over shared memory
   // not even closing the connection, so a send never taken would keep its source from being
   // written (the producer's slot) for good. A transport whose sends end without their receiver
-  // (an eager protocol) has nothing to do.
+  // (an eager protocol) need only let go of what it keeps of the message.
   virtual void discard(std::uint64_t /*tag*/) {}
   // One-sided access, only where capabilities().one_sided (Error(kTransport) otherwise).
   // An opaque descriptor of `region` that a connected peer imports to read it; the region must

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstring>
 #include <future>
 
 #include "common/host_buffer.h"
@@ -76,6 +77,36 @@ TEST(LoopbackTransport, AReceiveMatchedByAShorterMessageFails) {
   auto send = sent.get_future();
   ASSERT_EQ(send.wait_for(30s), std::future_status::ready);
   EXPECT_TRUE(send.get().ok) << "the message was taken";
+}
+
+// discard() takes the message of its tag, one queued already or the next to come, and drops it:
+// the next receive of that tag gets the message after it. Queued copies were kept until a
+// receive took them, and a refused transfer's chunks never were (a version's worth of memory per
+// refusal).
+TEST(LoopbackTransport, ADiscardTakesTheMessageOfItsTag) {
+  auto receiver = make_loopback_transport();
+  auto sender = make_loopback_transport();
+  HostBuffer memory(4096);
+  for (std::size_t i = 0; i < 4; ++i) std::memset(memory.data() + 64 * i, static_cast<int>('a' + i), 64);
+  auto sender_region = sender->register_memory(memory.data(), 256, MemoryLocation::host());
+  auto receiver_region = receiver->register_memory(memory.data() + 2048, 2048, MemoryLocation::host());
+  const PeerId peer = sender->connect(receiver->address(), false, nullptr);
+  auto received = [&](std::uint64_t tag, std::size_t at) {
+    std::promise<TransferResult> got;
+    receiver->post_recv(*receiver_region, at, 64, tag, [&](const TransferResult& r) { got.set_value(r); });
+    auto result = got.get_future();
+    EXPECT_EQ(result.wait_for(30s), std::future_status::ready);
+    EXPECT_TRUE(result.get().ok);
+    return static_cast<char>(memory.data()[2048 + at]);
+  };
+  sender->post_send(peer, *sender_region, 0, 64, 7, nullptr);  // 'a', queued
+  receiver->discard(7);
+  sender->post_send(peer, *sender_region, 64, 64, 7, nullptr);  // 'b'
+  EXPECT_EQ(received(7, 0), 'b') << "the discarded message was received";
+  receiver->discard(9);                                          // before its message
+  sender->post_send(peer, *sender_region, 128, 64, 9, nullptr);  // 'c', taken by the discard
+  sender->post_send(peer, *sender_region, 192, 64, 9, nullptr);  // 'd'
+  EXPECT_EQ(received(9, 64), 'd') << "the discarded message was received";
 }
 
 }  // namespace

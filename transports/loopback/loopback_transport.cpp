@@ -155,6 +155,19 @@ class LoopbackTransport : public Transport {
     return id;
   }
 
+  // A send completes for its sender once queued here (as an eager one), but its copy stays
+  // queued until a receive takes it: a refused transfer's chunks were kept for good, a version's
+  // worth of memory per refusal. A receive without memory takes one and drops it.
+  void discard(std::uint64_t tag) override {
+    std::unique_lock lock(mutex_);
+    for (auto it = unexpected_.begin(); it != unexpected_.end(); ++it) {
+      if (it->tag != tag) continue;
+      unexpected_.erase(it);  // its sender was told when it was queued
+      return;
+    }
+    receives_.push_back(Receive{next_id_++, nullptr, 0, tag, {}});
+  }
+
   // The descriptor names an entry of the fabric's export directory, never an address: a peer
   // can read only what was exported, within the bounds recorded here.
   std::vector<std::byte> export_region(const MemoryRegion& region) override {
@@ -278,6 +291,10 @@ class LoopbackTransport : public Transport {
     auto complete_send = [&](TransferResult result) {
       if (send.sender) send.sender->complete(std::move(send.done), std::move(result));
     };
+    if (receive.data == nullptr) {  // discard(): taken and dropped
+      complete_send({true, {}});
+      return;
+    }
     if (send.length > receive.length) {
       complete(std::move(receive.done), {false, "message of " + std::to_string(send.length) +
                                                     " bytes for a receive of " + std::to_string(receive.length)});
