@@ -13,6 +13,7 @@
 #include "common/duration_option.h"
 #include "common/shown_text.h"
 #include "core/model/manifest.h"
+#include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
 #include "device/device_runtime.h"
 #include "transports/delivery_path.h"
@@ -110,6 +111,13 @@ ConsumerOptions checked(ConsumerOptions options) {
     }
   }
   TensorSelection::check(options.wants);
+  if (const auto bytes = protocol::fetch_request_bytes(options.wants); bytes > protocol::kMaxWantsBytes) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "wants: " + std::to_string(options.wants.size()) + " wants take " + std::to_string(bytes) +
+                    " bytes in a request, more than the " + std::to_string(protocol::kMaxWantsBytes) +
+                    " a producer reads: name fewer tensors (want \"*\" for the rest, or nothing of \"*\" and name "
+                    "the few to keep)");
+  }
   if (options.memory != MemoryKind::kHost && options.memory != MemoryKind::kCuda) {
     throw Error(ErrorCode::kInvalidArgument,
                 "memory " + std::to_string(static_cast<int>(options.memory)) + " is no memory kind (host or cuda)");

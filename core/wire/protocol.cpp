@@ -327,6 +327,13 @@ std::vector<std::byte> encode_as(const Message& message, std::uint16_t version) 
 
 std::vector<std::byte> encode(const Message& message) { return encode_as(message, kVersion); }
 
+std::size_t fetch_request_bytes(const std::vector<TensorWant>& wants) {
+  FetchRequest request;
+  request.has_wants = true;
+  request.wants = wants;
+  return encode(request).size();
+}
+
 std::optional<std::uint16_t> foreign_version(std::span<const std::byte> bytes) {
   // An envelope starts with the same 8 or so bytes in every version: a 4-element array, the
   // magic as a uint32, the version as a positive fixint or a uint8/uint16.

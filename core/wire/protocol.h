@@ -307,7 +307,13 @@ inline const DecodeLimits kRequestLimits = [] {
   limits.max_message_bytes = 256u << 10;
   return limits;
 }();
+// The most a request's wants may take encoded (fetch_request_bytes): the request limit less room
+// for a join's other fields (its UCX address, names, a group). A request over the limit is
+// dropped by the producer's socket unread, and its consumer heard nothing back.
+inline constexpr std::size_t kMaxWantsBytes = (256u << 10) - (64u << 10);
 std::vector<std::byte> encode(const Message& message);
+// What a FetchRequest carrying `wants` takes encoded.
+std::size_t fetch_request_bytes(const std::vector<TensorWant>& wants);
 
 // The protocol version a message claims, when it is a modelcast envelope (magic checked) of
 // another version than this build's; std::nullopt for anything else. Reads the envelope only.

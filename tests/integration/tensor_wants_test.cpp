@@ -375,6 +375,12 @@ TEST(TensorWants, WantsThatCanNeverBeMetAreRefusedAtConstruction) {
   refused({TensorWant::of("w", {{{std::numeric_limits<std::int64_t>::max() - 1}, {2}}})}, "exceeds 2^63 - 1");
   std::vector<modelcast::TensorBox> many(modelcast::TensorSelection::kMaxBoxes + 1, {{0}, {1}});
   refused({TensorWant::of("w", many)}, "at most 1024");
+  // More than a request carries (the producer's socket dropped it unread, and the consumer said
+  // only that no producer answered).
+  std::vector<TensorWant> named;
+  for (int i = 0; i < 8192; ++i) named.push_back(TensorWant::whole("model.layers." + std::to_string(i) + ".mlp.weight"));
+  refused(named, "8192 wants take ");
+  refused(named, " bytes in a request, more than the 196608 a producer reads");
 }
 
 // Readers that hold views of shaped versions across a trainer's restart at the same endpoint:

@@ -294,5 +294,48 @@ TEST(RankAssembler, StepsFurtherApartThanAnInt64CanSayAreJudgedRight) {
   EXPECT_EQ(t.assembler.counts().waiting, "");
 }
 
+// Rank `rank` of `ranks`: row `rank` of each of `tensors` tensors "t<i>" [ranks, 4] (f32).
+std::shared_ptr<const detail::InstalledVersion> rows_piece(std::size_t rank, std::size_t ranks, std::size_t tensors) {
+  auto version = std::const_pointer_cast<detail::InstalledVersion>(piece(1));
+  auto& m = version->manifest;
+  m.rank = static_cast<std::uint32_t>(rank);
+  m.rank_count = static_cast<std::uint32_t>(ranks);
+  m.block_bytes = 1 << 20;
+  for (std::size_t i = 0; i < tensors; ++i) {
+    TensorEntry row;
+    row.spec = TensorSpec{"model.layers." + std::to_string(i) + ".weight", DType::kF32, {1, 4}};
+    row.offset = 16 * i;
+    row.size = 16;
+    row.global_shape = {static_cast<std::int64_t>(ranks), 4};
+    row.global_offset = {static_cast<std::int64_t>(rank), 0};
+    m.tensors.push_back(row);
+  }
+  auto buffer = std::make_shared<detail::ReceiveBuffer>();
+  buffer->owned = HostBuffer(16 * tensors);
+  buffer->memory = std::span<std::byte>(buffer->owned.data(), 16 * tensors);
+  version->buffer = std::move(buffer);
+  return version;
+}
+
+// Each rank's whole pieces are taken: each rank is asked for everything in one want, not one
+// want per tensor, which past about 4,000 tensors a rank took more than a request carries (the
+// producer's socket dropped the rank's requests unread, and the consumer stayed on its first step
+// for good).
+TEST(RankAssembler, RanksWhoseWholePiecesAreTakenAreAskedForEverythingInOneWant) {
+  constexpr std::size_t kTensors = 6000;
+  VersionStore store{2, {}};
+  std::vector<std::vector<TensorWant>> asked(2);
+  std::vector<std::string> errors;
+  RankAssembler assembler{2, {}, {}, {}, nullptr, [&](const Error& e) { errors.push_back(e.what()); }, store,
+                          [&](std::size_t rank, std::vector<TensorWant> wants, std::uint64_t) { asked[rank] = wants; }};
+  for (std::size_t rank = 0; rank < 2; ++rank) assembler.offer(rank, rows_piece(rank, 2, kTensors));
+  ASSERT_TRUE(store.current()) << (errors.empty() ? std::string("nothing said") : errors.front());
+  for (std::size_t rank = 0; rank < 2; ++rank) {
+    ASSERT_EQ(asked[rank].size(), 1u) << "rank " << rank;
+    EXPECT_EQ(asked[rank][0].tensor, "*");
+    EXPECT_EQ(asked[rank][0].kind, TensorWant::Kind::kWhole);
+  }
+}
+
 }  // namespace
 }  // namespace modelcast::consumer
