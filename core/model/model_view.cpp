@@ -50,20 +50,31 @@ std::vector<TensorView> ModelView::tensors() const {
   return views;
 }
 
+namespace {
+// The positions of the views called `name`, in order; nullptr for none.
+const std::vector<std::size_t>* positions_of(const detail::InstalledVersion& v, std::string_view name) {
+  auto& index = *v.names;
+  std::call_once(index.made, [&] {
+    index.at.reserve(count_of(v));
+    for (std::size_t i = 0; i < count_of(v); ++i) index.at[name_of(v, i)].push_back(i);
+  });
+  auto it = index.at.find(name);
+  return it == index.at.end() ? nullptr : &it->second;
+}
+}  // namespace
+
 std::vector<TensorView> ModelView::parts(std::string_view name) const {
   const auto& v = checked(state_);
   std::vector<TensorView> views;
-  for (std::size_t i = 0; i < count_of(v); ++i) {
-    if (name_of(v, i) == name) views.push_back(view_of(v, i));
+  if (const auto* at = positions_of(v, name)) {
+    for (std::size_t i : *at) views.push_back(view_of(v, i));
   }
   return views;
 }
 
 std::optional<TensorView> ModelView::find(std::string_view name) const {
   const auto& v = checked(state_);
-  for (std::size_t i = 0; i < count_of(v); ++i) {
-    if (name_of(v, i) == name) return view_of(v, i);
-  }
+  if (const auto* at = positions_of(v, name)) return view_of(v, at->front());
   return std::nullopt;
 }
 
