@@ -170,25 +170,7 @@ class UcxTransport final : public Transport {
     std::byte* buffer = region.base() + offset;
     worker_.post([=, this, done = std::move(done)]() mutable {
       if (worker_.halted()) return done({false, kHalted});
-      auto param = make_param(id, memh);
-      param.cb.recv = &UcxTransport::on_recv_done;
-      // UCX ends a receive matched by a shorter message as a success: the length that arrived is
-      // checked in complete() (a longer one UCX itself fails as truncated). Only the callback
-      // says it on UCX 1.13 (an immediate completion leaves recv_info unset), so it always runs:
-      // maybe within ucp_tag_recv_nbx, hence the entry made first.
-      param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-      in_flight_.emplace(id, InFlight{nullptr, 0, std::move(done),
-                                      std::unique_ptr<CallbackContext>(static_cast<CallbackContext*>(param.user_data)),
-                                      memh, true, std::nullopt, length});
-      auto request = ucp_tag_recv_nbx(worker_.worker(), buffer, length, tag, ~ucp_tag_t{0}, &param);
-      auto it = in_flight_.find(id);
-      if (it == in_flight_.end()) return;  // ended already, in the callback (which freed the request)
-      if (UCS_PTR_IS_ERR(request)) {
-        Completion failed = std::move(it->second.done);
-        in_flight_.erase(it);
-        return failed({false, ucs_status_string(UCS_PTR_STATUS(request))});
-      }
-      it->second.request = request;
+      receive(id, memh, buffer, length, tag, std::move(done), length);
     });
     return id;
   }
@@ -202,13 +184,8 @@ class UcxTransport final : public Transport {
     TransferId id = next_id_++;
     worker_.post([=, this] {
       if (worker_.halted()) return;
-      auto param = make_param(id, nullptr);
-      param.op_attr_mask &= ~UCP_OP_ATTR_FIELD_MEMH;  // no memory: nothing lands
-      param.cb.recv = &UcxTransport::on_recv_done;
       // Its end is no news to anyone: truncated when it took a message, cancelled at shutdown.
-      track(id, 0, [](const TransferResult&) {},
-            ucp_tag_recv_nbx(worker_.worker(), nullptr, 0, tag, ~ucp_tag_t{0}, &param), param.user_data, nullptr,
-            true);
+      receive(id, nullptr, nullptr, 0, tag, [](const TransferResult&) {}, std::nullopt);
     });
   }
 
@@ -313,6 +290,32 @@ class UcxTransport final : public Transport {
     param.user_data = new CallbackContext{this, id};
     param.memh = memh;
     return param;
+  }
+
+  // Progress thread: posts a tagged receive of `length` bytes into `buffer` (registered as `memh`;
+  // none for a receive of nothing) and tracks it; `expected`, the length its message must have.
+  // UCX ends a receive matched by a shorter message as a success: the length that arrived is
+  // checked in complete() (a longer one UCX itself fails as truncated). Only the callback says it
+  // on UCX 1.13 (an immediate completion leaves recv_info unset), so it always runs, maybe within
+  // ucp_tag_recv_nbx (an arrived message; a rendezvous one truncated): the entry is made first.
+  void receive(TransferId id, ucp_mem_h memh, std::byte* buffer, std::size_t length, std::uint64_t tag,
+               Completion done, std::optional<std::size_t> expected) {
+    auto param = make_param(id, memh);
+    if (memh == nullptr) param.op_attr_mask &= ~UCP_OP_ATTR_FIELD_MEMH;  // no memory: nothing lands
+    param.cb.recv = &UcxTransport::on_recv_done;
+    param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    in_flight_.emplace(id, InFlight{nullptr, 0, std::move(done),
+                                    std::unique_ptr<CallbackContext>(static_cast<CallbackContext*>(param.user_data)),
+                                    memh, true, std::nullopt, expected});
+    auto request = ucp_tag_recv_nbx(worker_.worker(), buffer, length, tag, ~ucp_tag_t{0}, &param);
+    auto it = in_flight_.find(id);
+    if (it == in_flight_.end()) return;  // ended already, in the callback (which freed the request)
+    if (UCS_PTR_IS_ERR(request)) {
+      Completion failed = std::move(it->second.done);
+      in_flight_.erase(it);
+      return failed({false, ucs_status_string(UCS_PTR_STATUS(request))});
+    }
+    it->second.request = request;
   }
 
   void track(TransferId id, PeerId peer, Completion done, ucs_status_ptr_t request, void* user_data, ucp_mem_h memh,
