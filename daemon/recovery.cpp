@@ -168,7 +168,11 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
       served->repository_path = stored.directory;
       return served;
     } catch (const modelcast::Error& e) {
-      if (e.code() == modelcast::ErrorCode::kResource && std::string(e.what()).find("shared-memory") != std::string::npos) throw;
+      // The daemon's own memory failing is no fault of the version (shm_buffer.cpp's errors start
+      // so); a read error's text names a path, which may hold any word.
+      if (e.code() == modelcast::ErrorCode::kResource && std::string(e.what()).rfind("shared-memory buffer:", 0) == 0) {
+        throw;
+      }
       log->warn("model {}: skipping {}: {}", model, stored.directory, modelcast::printable_text(e.what(), 1000));
     }
   }

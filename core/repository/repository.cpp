@@ -338,26 +338,26 @@ std::string Repository::write(const VersionSnapshot& snapshot, std::stop_token s
   return final_dir;
 }
 
-void Repository::prune(const std::string& model, std::size_t keep,
-                       const std::function<bool(const std::string& directory)>& in_use) {
+std::vector<std::string> Repository::prune(const std::string& model, std::size_t keep,
+                                          const std::function<bool(const std::string& directory)>& in_use) {
   const std::string model_dir = model_directory(model);
   // What this process failed to remove before, tried again at each prune: versions renamed away
   // (a file a reader held open over NFS, a mount inside) and failed writes' temporary directories
   // (whose removal needs descriptors a process at its open-file limit lacks). They stayed until a
-  // restart, their space lost. One that still cannot be removed is said by each prune while it
-  // stays (a write's own temporary directory, the version an exchange replaced included, is
-  // said only here). Only the model's one writer writes and prunes, one after the other, so
-  // none of them is in use now.
+  // restart, their space lost. Those that still cannot be removed are returned, each prune while
+  // they stay (a write's own temporary directory, the version an exchange replaced included, is
+  // said only so); they are no failure of the prune. Only the model's one writer writes and
+  // prunes, one after the other, so none of them is in use now.
   std::vector<fs::path> left;
   for_each_entry(model_dir, [&](const fs::directory_entry& entry) {
     const std::string name = entry.path().filename().string();
     if ((name.rfind(".del-", 0) == 0 || name.rfind(".tmp-", 0) == 0) && made_by_this_process(name)) left.push_back(entry.path());
   });
-  std::optional<std::pair<int, std::string>> stuck;  // the first that could not be removed
+  std::vector<std::string> stuck;
   for (const auto& path : left) {
     std::error_code ec;
     fs::remove_all(path, ec);
-    if (ec && !stuck) stuck = std::make_pair(ec.value(), path.string());
+    if (ec) stuck.push_back(shown_text(path.string(), 4096) + ": " + ec.message());
   }
   auto versions = list(model);
   std::vector<std::string> doomed;
@@ -378,10 +378,7 @@ void Repository::prune(const std::string& model, std::size_t keep,
       io_error("cannot remove", d);
     }
   }
-  if (stuck) {
-    errno = stuck->first;
-    io_error("cannot remove what an earlier write or prune of this process left", stuck->second);
-  }
+  return stuck;
 }
 
 namespace {

@@ -96,9 +96,9 @@ class Repository {
 
   // Removes all but the `keep` most recently written versions of `model` (the highest numbers),
   // less those whose directory `in_use` names (they stay for a later prune), and what this
-  // process's earlier writes and prunes failed to remove. Throws Error(kResource) on I/O failure,
-  // also for such a leftover that still cannot be removed (after the versions' own removal).
-  void prune(const std::string& model, std::size_t keep,
+  // process's earlier writes and prunes failed to remove. Returns those leftovers that still
+  // cannot be removed, each named with why. Throws Error(kResource) on I/O failure.
+  [[nodiscard]] std::vector<std::string> prune(const std::string& model, std::size_t keep,
              const std::function<bool(const std::string& directory)>& in_use = {});
 
   // Complete versions of `model`, most recently written (highest number) first. Directories

@@ -185,7 +185,9 @@ std::optional<std::string> RepositoryWriter::make_room(Repository& repository, c
   } catch (const std::exception&) {
     return std::nullopt;  // what could not be measured is left as it is: the write's own error says why
   }
-  repository.prune(snapshot.model, 1, options_.in_use);  // throws: the caller says it with the write's error
+  // Throws: the caller says it with the write's error. Leftovers that stay are said by the prune
+  // that follows the write.
+  static_cast<void>(repository.prune(snapshot.model, 1, options_.in_use));
   return "no room for version " + std::to_string(snapshot.version) + " (" + std::to_string(needed) + " bytes, " +
          std::to_string(available) + " free): removed the " + std::to_string(removed) +
          " older stored versions (" + std::to_string(freed) + " bytes), keeping the newest (directory " +
@@ -243,8 +245,9 @@ void RepositoryWriter::run() {
     }
     auto took = std::chrono::steady_clock::now() - start;
     std::string prune_error;
+    std::vector<std::string> stuck;  // leftovers of this process that still cannot be removed
     try {
-      if (error.empty()) repository.prune(snapshot->model, options_.keep, options_.in_use);
+      if (error.empty()) stuck = repository.prune(snapshot->model, options_.keep, options_.in_use);
     } catch (const std::exception& e) {
       prune_error = e.what();  // the new version is in place; old ones stay until the next prune
     }
@@ -271,6 +274,12 @@ void RepositoryWriter::run() {
     if (error.empty() && options_.on_written) options_.on_written(done, directory, took);
     if (!error.empty() && options_.on_failed) options_.on_failed(done, error);
     if (!prune_error.empty() && options_.on_prune_failed) options_.on_prune_failed(done, prune_error);
+    if (!stuck.empty() && options_.on_notice) {
+      std::string notice = "what earlier writes or prunes of this process left cannot be removed (its disk stays "
+                           "used; tried again at each write):";
+      for (std::size_t i = 0; i < stuck.size(); ++i) notice += (i == 0 ? " " : "; ") + stuck[i];
+      options_.on_notice(done.model, notice);
+    }
     lock.lock();
   }
 }

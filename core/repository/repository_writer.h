@@ -49,8 +49,9 @@ struct WriterOptions {
   // The version was written (on_written came first), but older ones beyond `keep` could not be
   // removed; they stay until a later prune succeeds. Not a failed write: nothing was lost.
   std::function<void(const VersionSnapshot&, const std::string& error)> on_prune_failed;
-  // To be logged; the write goes on: a held directory was found removed and locked again, or
-  // older versions were removed before `keep` says to make room for the newest (make_room).
+  // To be logged; the write goes on: a held directory was found removed and locked again,
+  // older versions were removed before `keep` says to make room for the newest (make_room), or
+  // what an earlier write or prune left cannot be removed (said after each write while it stays).
   std::function<void(const std::string& model, const std::string& notice)> on_notice;
   // Whether a stored version's directory is still being read (a daemon's hook given its path):
   // not pruned until a later prune finds it free. Called on the writer thread; null: none is.

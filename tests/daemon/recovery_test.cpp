@@ -249,7 +249,7 @@ TEST(Recovery, VersionNumbersOfTwentyDigitsAreListedServedAndPruned) {
   for (std::uint64_t v : {big, big + 1, big + 2}) write_version(dir / "repo", v);
   repo::Repository repository(dir / "repo");
   ASSERT_EQ(repository.list("m").size(), 3u);
-  repository.prune("m", 1);
+  static_cast<void>(repository.prune("m", 1));
   ASSERT_EQ(repository.list("m").size(), 1u);
   auto served = modelcastd::recover_newest(dir / "repo", "m", 1 << 20);
   ASSERT_TRUE(served) << log.out.str();

@@ -216,7 +216,7 @@ TEST(RepositoryWriter, TheVersionJustWrittenIsTheNewestWhateverTheClockSaidBefor
   }
   ASSERT_EQ(repository.list("m").at(0).version, 3u);  // the edit left the files readable
   repository.write(*snapshot(4));
-  repository.prune("m", 3);
+  static_cast<void>(repository.prune("m", 3));
   std::vector<std::uint64_t> kept;
   for (const auto& stored : repository.list("m")) kept.push_back(stored.version);
   EXPECT_EQ(kept, (std::vector<std::uint64_t>{4, 3, 2}));
@@ -584,14 +584,15 @@ TEST(RepositoryWriter, AFailedWritesLeftoverOfThisProcessIsRemovedAtTheNextPrune
   std::ofstream(left / "model.safetensors") << "part of version 2";
   EXPECT_EQ(repository.clean("m").removed, 0u) << "clean() leaves this process's entries";
   repository.write(*snapshot(3));
-  repository.prune("m", 2);
+  static_cast<void>(repository.prune("m", 2));
   EXPECT_FALSE(std::filesystem::exists(left));
 }
 
 // Such a leftover that still cannot be removed (a mount inside, a file an NFS client holds) is
-// said by each prune while it stays: it was ignored, and a comment said its failure had been
-// reported when nothing had (the version an exchange replaced is one: about a model's worth of
-// disk, lost without a word).
+// returned by each prune while it stays, and the writer says it after each write (a notice): it
+// was ignored, and a comment said its failure had been reported when nothing had (the version
+// an exchange replaced is one: about a model's worth of disk, lost without a word). It is no
+// failure of the prune, nor of a write that made room (review: it failed those).
 TEST(RepositoryWriter, ALeftoverOfThisProcessThatCannotBeRemovedIsSaidByPrune) {
   ScratchDir dir;
   repo::Repository repository(dir / "repo");
@@ -605,16 +606,9 @@ TEST(RepositoryWriter, ALeftoverOfThisProcessThatCannotBeRemovedIsSaidByPrune) {
     std::filesystem::permissions(left, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
   }
   const Unpinned restore{geteuid() == 0 ? inside.string() : left.string()};
-  try {
-    repository.prune("m", 2);
-    ADD_FAILURE() << "a leftover that could not be removed went unsaid";
-  } catch (const modelcast::Error& e) {
-    EXPECT_EQ(e.code(), modelcast::ErrorCode::kResource);
-    const std::string said = e.what();
-    EXPECT_EQ(said.rfind("repository: cannot remove what an earlier write or prune of this process left ", 0), 0u)
-        << said;
-    EXPECT_NE(said.find(".tmp-2-"), std::string::npos) << said;
-  }
+  const auto stuck = repository.prune("m", 2);
+  ASSERT_EQ(stuck.size(), 1u) << "a leftover that could not be removed went unsaid";
+  EXPECT_NE(stuck[0].find(".tmp-2-"), std::string::npos) << stuck[0];
   EXPECT_EQ(repository.list("m").size(), 1u) << "the stored version is not touched";
 }
 
@@ -627,7 +621,7 @@ TEST(RepositoryWriter, AVersionBelowOneStoredFromItsOwnRunIsNumberedAboveIt) {
   repository.write(*snapshot(10));
   for (std::uint64_t v = 3; v <= 6; ++v) {
     repository.write(*snapshot(v));
-    repository.prune("m", 3);
+    static_cast<void>(repository.prune("m", 3));
   }
   std::vector<std::uint64_t> versions;
   for (const auto& stored : repository.list("m")) versions.push_back(stored.version);
@@ -810,6 +804,34 @@ TEST_F(SmallFileSystem, AFailureToMakeRoomIsSaidWithTheWritesError) {
             std::string::npos)
       << seen[2];
   EXPECT_NE(writer.stats().last_error.find("to make room failed"), std::string::npos) << writer.stats().last_error;
+}
+
+// A leftover of this process that cannot be removed neither fails the making of room nor the
+// write after it, and is said after the write (review: prune threw for it after it had removed
+// the older versions, and the write was counted failed, blamed on their removal).
+TEST_F(SmallFileSystem, ALeftoverThatCannotBeRemovedNeitherFailsMakingRoomNorTheWrite) {
+  WriterEvents events;
+  auto options = events.options(root);
+  options.keep = 3;
+  options.make_room_when_full = true;
+  repo::RepositoryWriter writer(options);
+  writer.submit(snapshot(1));
+  ASSERT_EQ(events.wait_for(1).back(), "written 1");
+  writer.submit(snapshot(2));
+  ASSERT_EQ(events.wait_for(2).back(), "written 2");
+  const std::string inside = root + "/m/.tmp-9-" + repo::process_tag() + "-999999/inside";
+  std::filesystem::create_directories(inside);
+  ASSERT_EQ(mount(inside.c_str(), inside.c_str(), nullptr, MS_BIND, nullptr), 0) << std::strerror(errno);
+  const Unpinned restore{inside};
+  writer.submit(snapshot(3));
+  const auto seen = events.wait_for(5);
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[2].rfind("notice m: no room for version 3 ", 0), 0u) << seen[2];
+  EXPECT_EQ(seen[3], "written 3");
+  EXPECT_EQ(seen[4].rfind("notice m: what earlier writes or prunes of this process left cannot be removed", 0), 0u)
+      << seen[4];
+  EXPECT_NE(seen[4].find(".tmp-9-"), std::string::npos) << seen[4];
+  EXPECT_EQ(writer.stats().failed, 0u) << writer.stats().last_error;
 }
 
 // Without make_room_when_full (a trainer's checkpoints, its rollback points), or where removing
