@@ -115,8 +115,10 @@ ConsumerOptions checked(ConsumerOptions options) {
     throw Error(ErrorCode::kInvalidArgument,
                 "wants: " + std::to_string(options.wants.size()) + " wants take " + std::to_string(bytes) +
                     " bytes in a request, more than the " + std::to_string(protocol::kMaxWantsBytes) +
-                    " a producer reads: name fewer tensors (want \"*\" for the rest, or nothing of \"*\" and name "
-                    "the few to keep)");
+                    " a request may give them (a producer reads requests of at most " +
+                    std::to_string(protocol::kRequestLimits.max_message_bytes) +
+                    " bytes): name fewer tensors (want \"*\" for the rest, or nothing of \"*\" and name the few to "
+                    "keep)");
   }
   if (options.memory != MemoryKind::kHost && options.memory != MemoryKind::kCuda) {
     throw Error(ErrorCode::kInvalidArgument,

@@ -745,9 +745,11 @@ void RankAssembler::refine_wants(const layout::PullPlan& plan, const std::vector
       wants.push_back(whole_by_default ? TensorWant::nothing(std::string(name)) : TensorWant::whole(std::string(name)));
     }
     wants.push_back(whole_by_default ? TensorWant::whole("*") : TensorWant::nothing("*"));
-    // Still more than a request carries (regions of most tensors): the rank is left with what it
-    // was asked before, its whole pieces at first, which costs bytes and works.
-    if (protocol::fetch_request_bytes(wants) > protocol::kMaxWantsBytes) continue;
+    // Still more than a request carries (regions of most tensors): the rank is asked for what the
+    // consumer's own wants take of it, as before any plan (its whole pieces where it wants
+    // everything), which costs bytes and works. Keeping its earlier ask (review) kept regions an
+    // earlier plan took, and a plan that takes others found their blocks missing at every step.
+    if (protocol::fetch_request_bytes(wants) > protocol::kMaxWantsBytes) wants = wants_;
     auto same = [](const std::vector<TensorWant>& a, const std::vector<TensorWant>& b) {
       if (a.size() != b.size()) return false;
       for (std::size_t i = 0; i < a.size(); ++i) {

@@ -55,8 +55,11 @@ namespace {
 const std::vector<std::size_t>* positions_of(const detail::InstalledVersion& v, std::string_view name) {
   auto& index = *v.names;
   std::call_once(index.made, [&] {
-    index.at.reserve(count_of(v));
-    for (std::size_t i = 0; i < count_of(v); ++i) index.at[name_of(v, i)].push_back(i);
+    // Made apart and moved in: a bad_alloc part-way leaves the index empty for the next try.
+    std::unordered_map<std::string_view, std::vector<std::size_t>> at;
+    at.reserve(count_of(v));
+    for (std::size_t i = 0; i < count_of(v); ++i) at[name_of(v, i)].push_back(i);
+    index.at = std::move(at);
   });
   auto it = index.at.find(name);
   return it == index.at.end() ? nullptr : &it->second;

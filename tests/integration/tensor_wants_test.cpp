@@ -380,7 +380,8 @@ TEST(TensorWants, WantsThatCanNeverBeMetAreRefusedAtConstruction) {
   std::vector<TensorWant> named;
   for (int i = 0; i < 8192; ++i) named.push_back(TensorWant::whole("model.layers." + std::to_string(i) + ".mlp.weight"));
   refused(named, "8192 wants take ");
-  refused(named, " bytes in a request, more than the 196608 a producer reads");
+  refused(named, " bytes in a request, more than the 196608 a request may give them (a producer reads requests of "
+                 "at most 262144 bytes)");
 }
 
 // Readers that hold views of shaped versions across a trainer's restart at the same endpoint:
