@@ -11,7 +11,10 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -50,6 +53,10 @@ struct mc_view {
   modelcast::ModelView view;
   std::vector<modelcast::TensorView> tensors;  // registration order, built once
   std::vector<std::pair<const std::string*, const std::string*>> metadata;
+  // Each name's first place in `tensors`, made at the first lookup by name: a scan per lookup
+  // made finding every tensor quadratic. Any thread (a view is shared by its readers).
+  mutable std::once_flag indexed;
+  mutable std::unordered_map<std::string_view, std::size_t> by_name;
 };
 
 namespace modelcast::c_api {

@@ -84,11 +84,13 @@ mc_status mc_view_find_tensor(const mc_view_t* view, const char* name, mc_tensor
     require(view, "view");
     require(name, "name");
     require(out, "out");
-    for (const auto& t : view->tensors) {
-      if (t.spec->name == name) {
-        fill_info(t, out);
-        return MC_OK;
-      }
+    std::call_once(view->indexed, [&] {
+      view->by_name.reserve(view->tensors.size());
+      for (std::size_t i = 0; i < view->tensors.size(); ++i) view->by_name.emplace(view->tensors[i].spec->name, i);
+    });
+    if (auto it = view->by_name.find(name); it != view->by_name.end()) {
+      fill_info(view->tensors[it->second], out);
+      return MC_OK;
     }
     invalid("version " + std::to_string(view->view.version()) + " has no tensor '" + name + "'");
   });

@@ -33,15 +33,17 @@ TensorShaper::TensorShaper(std::vector<TensorConversion> conversions) : conversi
     }
     if (!names.insert(c.tensor).second) throw Error(ErrorCode::kInvalidArgument, "'" + c.tensor + "' is converted twice");
   }
-  for (const auto& c : conversions_) {
-    if (c.tensor == "*") wildcard_ = &c;
+  for (std::size_t i = 0; i < conversions_.size(); ++i) {
+    if (conversions_[i].tensor == "*") {
+      wildcard_ = &conversions_[i];
+    } else {
+      named_.emplace(conversions_[i].tensor, i);
+    }
   }
 }
 
 const TensorConversion* TensorShaper::conversion_for(const TensorSpec& spec) const {
-  for (const auto& c : conversions_) {
-    if (c.tensor == spec.name) return &c;
-  }
+  if (auto it = named_.find(spec.name); it != named_.end()) return &conversions_[it->second];
   // "*" to a tensor's own dtype (every tensor to f32, say, of a model that is partly f32) leaves
   // that tensor as it is: converting it would copy it into the shaped memory for nothing.
   return wildcard_ && convertible(spec.dtype) && wildcard_->to != spec.dtype ? wildcard_ : nullptr;
@@ -55,11 +57,15 @@ struct TensorShaper::Planned {
 };
 
 void TensorShaper::check(const Manifest& manifest) const {
+  if (named_.empty()) return;
+  std::unordered_map<std::string_view, const TensorEntry*> entry_of;
+  entry_of.reserve(manifest.tensors.size());
+  for (const auto& t : manifest.tensors) entry_of.emplace(t.spec.name, &t);
   for (const auto& c : conversions_) {
     if (c.tensor == "*") continue;
-    auto it = std::find_if(manifest.tensors.begin(), manifest.tensors.end(),
-                           [&](const TensorEntry& t) { return t.spec.name == c.tensor; });
-    if (it == manifest.tensors.end()) {
+    auto found = entry_of.find(c.tensor);
+    const TensorEntry* it = found == entry_of.end() ? nullptr : found->second;
+    if (it == nullptr) {
       throw Error(ErrorCode::kLayoutMismatch, "version " + std::to_string(manifest.version) + " has no tensor '" +
                                                   c.tensor + "' to convert to " + std::string(dtype_name(c.to)));
     }

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "core/consumer/shaping_target.h"
@@ -59,6 +60,9 @@ class TensorShaper {
 
   std::vector<TensorConversion> conversions_;
   const TensorConversion* wildcard_ = nullptr;  // the "*" conversion, if any
+  // Each named conversion's place in conversions_: a search per tensor was quadratic (6.8 s a
+  // version for 32,768 converted tensors).
+  std::unordered_map<std::string, std::size_t> named_;
 };
 
 }  // namespace modelcast::consumer
