@@ -714,11 +714,9 @@ void RankAssembler::refine_wants(const layout::PullPlan& plan, const std::vector
       regions[it->second].boxes.push_back(
           {{box.offsets().begin(), box.offsets().end()}, {box.extents().begin(), box.extents().end()}});
     }
-    // A plan cut finer than a want may list stays with what the rank was asked before.
-    if (std::any_of(regions.begin(), regions.end(),
-                    [](const TensorWant& w) { return w.boxes.size() > TensorSelection::kMaxBoxes; })) {
-      continue;
-    }
+    // A plan cut finer than a want may list: see below (too large for a request).
+    const bool too_fine = std::any_of(regions.begin(), regions.end(),
+                                      [](const TensorWant& w) { return w.boxes.size() > TensorSelection::kMaxBoxes; });
     // Said compactly: a tensor taken whole (the rank's whole piece of it) is wanted whole, and
     // "*" stands for the more numerous of the tensors taken whole and those not taken. A want
     // per tensor took more than a request carries past about 4,000 tensors a rank: the rank's
@@ -749,7 +747,8 @@ void RankAssembler::refine_wants(const layout::PullPlan& plan, const std::vector
     // consumer's own wants take of it, as before any plan (its whole pieces where it wants
     // everything), which costs bytes and works. Keeping its earlier ask (review) kept regions an
     // earlier plan took, and a plan that takes others found their blocks missing at every step.
-    if (protocol::fetch_request_bytes(wants) > protocol::kMaxWantsBytes) wants = wants_;
+    // The same for a plan cut finer than a want may list.
+    if (too_fine || protocol::fetch_request_bytes(wants) > protocol::kMaxWantsBytes) wants = wants_;
     auto same = [](const std::vector<TensorWant>& a, const std::vector<TensorWant>& b) {
       if (a.size() != b.size()) return false;
       for (std::size_t i = 0; i < a.size(); ++i) {

@@ -185,14 +185,16 @@ std::optional<std::string> RepositoryWriter::make_room(Repository& repository, c
   } catch (const std::exception&) {
     return std::nullopt;  // what could not be measured is left as it is: the write's own error says why
   }
-  // Throws: the caller says it with the write's error. Leftovers that stay are said by the prune
-  // that follows the write.
-  static_cast<void>(repository.prune(snapshot.model, 1, options_.in_use));
+  // Throws: the caller says it with the write's error. Leftovers that stay are said with the
+  // notice (the prune after the write says them only where the write succeeds).
+  const auto stuck = repository.prune(snapshot.model, 1, options_.in_use);
+  std::string left;
+  for (const auto& s : stuck) left += "; cannot remove what an earlier write or prune left: " + s;
   return "no room for version " + std::to_string(snapshot.version) + " (" + std::to_string(needed) + " bytes, " +
          std::to_string(available) + " free): removed the " + std::to_string(removed) +
          " older stored versions (" + std::to_string(freed) + " bytes), keeping the newest (directory " +
          stored.front().directory + "), and tries it again; keep = " + std::to_string(options_.keep) +
-         " versions of this size do not fit on this file system";
+         " versions of this size do not fit on this file system" + left;
 }
 
 WriterStats RepositoryWriter::stats() const {
