@@ -177,22 +177,21 @@ std::vector<bool> FetchClient::chunks_sent(const protocol::FetchReply& reply, co
   return sent;
 }
 
-bool FetchClient::discard(const protocol::FetchReply& reply, transport::Transport& transport, const Manifest* base,
+void FetchClient::discard(const protocol::FetchReply& reply, transport::Transport& transport, const Manifest* base,
                           const std::vector<bool>& wanted_blocks) {
-  if (!reply.region.empty()) return false;
+  if (!reply.region.empty()) return;
   const transfer::ChunkPlan plan{reply.manifest.total_bytes, reply.chunk_bytes};
   // A plan of more chunks than producer_plan makes would post a receive for each, for nothing.
   try {
     transfer::check_plan(plan);
   } catch (const Error&) {
-    return false;
+    return;
   }
-  if (plan.count() > transfer::kMaxBlocks) return false;
+  if (plan.count() > transfer::kMaxBlocks) return;
   const auto sent = chunks_sent(reply, base, wanted_blocks);
   for (std::size_t i = 0; i < sent.size(); ++i) {
     if (sent[i]) transport.discard(protocol::chunk_tag(reply.fetch_id, i));
   }
-  return true;
 }
 
 std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock::time_point now) {

@@ -445,12 +445,6 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
     // the data, by over a second while another peer on the same worker is stopped). Their
     // reports, if they come, find no fetch and are ignored.
     if (fetch.lease_id != 0 && fetch.sending) store_.set_sending(fetch.lease_id, false);
-  } else if (ack.discarded) {
-    // The consumer takes and drops every chunk: the sends end by themselves, and the slot is let
-    // go after the last (draining). Cutting the connection ended them too, but each cut of a
-    // consumer on this host left a UCX endpoint (and its shared-memory mapping) on both sides
-    // until their workers went: a consumer refusing every version ran out of mappings in a day.
-    retire(routing_id, ack.fetch_id, fetch);
   } else {
     retire_and_cut_off(routing_id, ack.fetch_id, fetch, "it refused the version", std::nullopt);
   }
