@@ -745,8 +745,22 @@ class SmallFileSystem : public ::testing::Test {
     mounted = std::make_unique<Unpinned>();
     mounted->path = root;
   }
+  // A writer keeping 3 versions that makes room when full, with versions 1 and 2 written (all
+  // the file system has room for); its events in `events`.
+  std::unique_ptr<repo::RepositoryWriter> writer_holding_two() {
+    auto options = events.options(root);
+    options.keep = 3;
+    options.make_room_when_full = true;
+    auto writer = std::make_unique<repo::RepositoryWriter>(options);
+    for (std::uint64_t v = 1; v <= 2; ++v) {
+      writer->submit(snapshot(v));
+      EXPECT_EQ(events.wait_for(v).back(), "written " + std::to_string(v));
+    }
+    return writer;
+  }
   ScratchDir dir;
   const std::string root = dir / "repo";
+  WriterEvents events;
   std::unique_ptr<Unpinned> mounted;  // unmounts first: declared last
 };
 
@@ -755,15 +769,9 @@ class SmallFileSystem : public ::testing::Test {
 // for good, and a restarted daemon served that. The writer makes room from the older versions
 // (never the newest) and writes again, saying so.
 TEST_F(SmallFileSystem, TooSmallForKeepVersionsItStillTakesTheNewestOne) {
-  WriterEvents events;
-  auto options = events.options(root);
-  options.keep = 3;
-  options.make_room_when_full = true;
-  repo::RepositoryWriter writer(options);
-  writer.submit(snapshot(1));
-  ASSERT_EQ(events.wait_for(1).back(), "written 1");
-  writer.submit(snapshot(2));
-  ASSERT_EQ(events.wait_for(2).back(), "written 2");
+  auto held = writer_holding_two();
+  ASSERT_EQ(events.wait_for(2).size(), 2u);
+  auto& writer = *held;
   for (std::uint64_t v = 3; v <= 4; ++v) {
     writer.submit(snapshot(v));
     const auto seen = events.wait_for(2 * v - 2);
@@ -783,15 +791,9 @@ TEST_F(SmallFileSystem, TooSmallForKeepVersionsItStillTakesTheNewestOne) {
 // be renamed away): said with the write's own error. It was dropped, and only "No space left on
 // device" was said, while versions renamed away before the failure had left the listing.
 TEST_F(SmallFileSystem, AFailureToMakeRoomIsSaidWithTheWritesError) {
-  WriterEvents events;
-  auto options = events.options(root);
-  options.keep = 3;
-  options.make_room_when_full = true;
-  repo::RepositoryWriter writer(options);
-  writer.submit(snapshot(1));
-  ASSERT_EQ(events.wait_for(1).back(), "written 1");
-  writer.submit(snapshot(2));
-  ASSERT_EQ(events.wait_for(2).back(), "written 2");
+  auto held = writer_holding_two();
+  ASSERT_EQ(events.wait_for(2).size(), 2u);
+  auto& writer = *held;
   const std::string first = repo::Repository(root).list("m").back().directory;
   ASSERT_EQ(mount(first.c_str(), first.c_str(), nullptr, MS_BIND, nullptr), 0) << std::strerror(errno);
   const Unpinned restore{first};
@@ -810,15 +812,9 @@ TEST_F(SmallFileSystem, AFailureToMakeRoomIsSaidWithTheWritesError) {
 // write after it, and is said after the write (review: prune threw for it after it had removed
 // the older versions, and the write was counted failed, blamed on their removal).
 TEST_F(SmallFileSystem, ALeftoverThatCannotBeRemovedNeitherFailsMakingRoomNorTheWrite) {
-  WriterEvents events;
-  auto options = events.options(root);
-  options.keep = 3;
-  options.make_room_when_full = true;
-  repo::RepositoryWriter writer(options);
-  writer.submit(snapshot(1));
-  ASSERT_EQ(events.wait_for(1).back(), "written 1");
-  writer.submit(snapshot(2));
-  ASSERT_EQ(events.wait_for(2).back(), "written 2");
+  auto held = writer_holding_two();
+  ASSERT_EQ(events.wait_for(2).size(), 2u);
+  auto& writer = *held;
   const std::string inside = root + "/m/.tmp-9-" + repo::process_tag() + "-999999/inside";
   std::filesystem::create_directories(inside);
   ASSERT_EQ(mount(inside.c_str(), inside.c_str(), nullptr, MS_BIND, nullptr), 0) << std::strerror(errno);
@@ -839,24 +835,24 @@ TEST_F(SmallFileSystem, ALeftoverThatCannotBeRemovedNeitherFailsMakingRoomNorThe
 TEST_F(SmallFileSystem, WhenFullNothingIsRemovedUnlessAskedAndUnlessItMakesRoom) {
   for (bool asked : {false, true}) {
     std::filesystem::remove_all(root + "/m");
-    WriterEvents events;
-    auto options = events.options(root);
+    WriterEvents round;
+    auto options = round.options(root);
     options.make_room_when_full = asked;
     repo::RepositoryWriter writer(options);
     writer.submit(snapshot(1));
-    auto seen = events.wait_for(1);
+    auto seen = round.wait_for(1);
     ASSERT_EQ(seen.back(), "written 1");
     writer.submit(snapshot(2));
-    seen = events.wait_for(2);
+    seen = round.wait_for(2);
     ASSERT_EQ(seen.back(), "written 2");
     // A version larger than the whole file system: no removal makes room for it.
     auto big = std::make_shared<repo::VersionSnapshot>(*snapshot(3));
     auto bytes = std::make_shared<std::vector<std::uint8_t>>(64 << 10, std::uint8_t{3});
     big->tensors[0] = {"w", modelcast::DType::kU8, {64 << 10}, bytes->data(), bytes->size()};
     big->keepalive = bytes;
-    const std::size_t before = events.wait_for(0).size();
+    const std::size_t before = round.wait_for(0).size();
     writer.submit(big);
-    seen = events.wait_for(before + 1);
+    seen = round.wait_for(before + 1);
     ASSERT_EQ(seen.size(), before + 1) << "asked " << asked;
     EXPECT_EQ(seen.back().rfind("failed 3: ", 0), 0u) << seen.back();
     EXPECT_NE(seen.back().find("No space left on device"), std::string::npos) << seen.back();
@@ -864,7 +860,7 @@ TEST_F(SmallFileSystem, WhenFullNothingIsRemovedUnlessAskedAndUnlessItMakesRoom)
                                                              << asked;
     if (!asked) {
       writer.submit(snapshot(4));  // fits only where older versions go: not asked, it fails
-      seen = events.wait_for(before + 2);
+      seen = round.wait_for(before + 2);
       ASSERT_EQ(seen.size(), before + 2);
       EXPECT_EQ(seen.back().rfind("failed 4: ", 0), 0u) << seen.back();
       std::vector<std::uint64_t> versions;

@@ -16,13 +16,21 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A receiver and a sender connected to it, the first half of `memory` the sender's region and the
+// second half the receiver's.
+struct Pair {
+  std::unique_ptr<Transport> receiver = make_loopback_transport();
+  std::unique_ptr<Transport> sender = make_loopback_transport();
+  HostBuffer memory{4096};
+  std::unique_ptr<MemoryRegion> sender_region = sender->register_memory(memory.data(), 2048, MemoryLocation::host());
+  std::unique_ptr<MemoryRegion> receiver_region =
+      receiver->register_memory(memory.data() + 2048, 2048, MemoryLocation::host());
+  PeerId peer = sender->connect(receiver->address(), false, nullptr);
+};
+
 TEST(LoopbackTransport, ASendersCompletionsAreOverWhenTheSenderIsDestroyed) {
-  auto receiver = make_loopback_transport();
-  auto sender = make_loopback_transport();
-  HostBuffer memory(4096);
-  auto sender_region = sender->register_memory(memory.data(), 2048, MemoryLocation::host());
-  auto receiver_region = receiver->register_memory(memory.data() + 2048, 2048, MemoryLocation::host());
-  const PeerId peer = sender->connect(receiver->address(), false, nullptr);
+  Pair pair;
+  auto& [receiver, sender, memory, sender_region, receiver_region, peer] = pair;
 
   // The receiver's thread is kept busy in a receive's completion until the end of the test.
   std::promise<void> release;
@@ -60,12 +68,8 @@ TEST(LoopbackTransport, ASendersCompletionsAreOverWhenTheSenderIsDestroyed) {
 // A receive matched by a shorter message is no whole receive: it fails, naming both lengths
 // (it succeeded, and the bytes past the message were whatever the buffer held before).
 TEST(LoopbackTransport, AReceiveMatchedByAShorterMessageFails) {
-  auto receiver = make_loopback_transport();
-  auto sender = make_loopback_transport();
-  HostBuffer memory(4096);
-  auto sender_region = sender->register_memory(memory.data(), 2048, MemoryLocation::host());
-  auto receiver_region = receiver->register_memory(memory.data() + 2048, 2048, MemoryLocation::host());
-  const PeerId peer = sender->connect(receiver->address(), false, nullptr);
+  Pair pair;
+  auto& [receiver, sender, memory, sender_region, receiver_region, peer] = pair;
   std::promise<TransferResult> got, sent;
   receiver->post_recv(*receiver_region, 0, 1024, 7, [&](const TransferResult& r) { got.set_value(r); });
   sender->post_send(peer, *sender_region, 0, 512, 7, [&](const TransferResult& r) { sent.set_value(r); });
@@ -84,13 +88,9 @@ TEST(LoopbackTransport, AReceiveMatchedByAShorterMessageFails) {
 // receive took them, and a refused transfer's chunks never were (a version's worth of memory per
 // refusal).
 TEST(LoopbackTransport, ADiscardTakesTheMessageOfItsTag) {
-  auto receiver = make_loopback_transport();
-  auto sender = make_loopback_transport();
-  HostBuffer memory(4096);
+  Pair pair;
+  auto& [receiver, sender, memory, sender_region, receiver_region, peer] = pair;
   for (std::size_t i = 0; i < 4; ++i) std::memset(memory.data() + 64 * i, static_cast<int>('a' + i), 64);
-  auto sender_region = sender->register_memory(memory.data(), 256, MemoryLocation::host());
-  auto receiver_region = receiver->register_memory(memory.data() + 2048, 2048, MemoryLocation::host());
-  const PeerId peer = sender->connect(receiver->address(), false, nullptr);
   auto received = [&](std::uint64_t tag, std::size_t at) {
     std::promise<TransferResult> got;
     receiver->post_recv(*receiver_region, at, 64, tag, [&](const TransferResult& r) { got.set_value(r); });
