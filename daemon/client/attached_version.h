@@ -8,6 +8,8 @@
 #include <cstddef>
 #include <memory>
 #include <mutex>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "daemon/attach/protocol.h"
@@ -67,6 +69,9 @@ struct Connection {
 struct AttachedVersion {
   modelcastd::attach::Manifest manifest;
   std::vector<TensorSpec> specs;  // manifest.tensors as specs, in the same order
+  // Each name's first place in `specs` (View::find): made with the specs, which never change
+  // after, so any thread reads it; a scan per lookup made finding every tensor quadratic.
+  std::unordered_map<std::string_view, std::size_t> first_at;
   std::shared_ptr<Mapping> mapping;
   std::shared_ptr<Connection> connection;
   ~AttachedVersion() { connection->release(manifest.hold); }

@@ -3,9 +3,6 @@
 #include "modelcast/sidecar_c.h"
 
 #include <cstring>
-#include <mutex>
-#include <string_view>
-#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -20,10 +17,6 @@ struct mcs_client {
 struct mcs_view {
   modelcast::sidecar::View view;
   std::vector<modelcast::TensorView> tensors;  // built once, so mc_tensor_info pointers stay valid
-  // Each name's first place in `tensors`, made at the first lookup by name (a scan per lookup
-  // made finding every tensor quadratic). Any thread.
-  mutable std::once_flag indexed;
-  mutable std::unordered_map<std::string_view, std::size_t> by_name;
 };
 
 namespace {
@@ -62,7 +55,7 @@ mc_status guarded(const char* function, Body&& body) noexcept {
 
 mcs_view_t* wrap(modelcast::sidecar::View view) {
   if (!view) return nullptr;
-  auto* handle = new mcs_view{std::move(view), {}, {}, {}};
+  auto* handle = new mcs_view{std::move(view), {}};
   handle->tensors = handle->view.tensors();
   return handle;
 }
@@ -205,12 +198,9 @@ mc_status mcs_view_find_tensor(const mcs_view_t* view, const char* name, mc_tens
     require(view != nullptr, "view is NULL");
     require(name != nullptr, "name is NULL");
     require(out != nullptr, "out is NULL");
-    std::call_once(view->indexed, [&] {
-      view->by_name.reserve(view->tensors.size());
-      for (std::size_t i = 0; i < view->tensors.size(); ++i) view->by_name.emplace(view->tensors[i].name(), i);
-    });
-    if (auto it = view->by_name.find(name); it != view->by_name.end()) {
-      fill(view->tensors[it->second], out);
+    // fill() points only into the held version (its specs and buffer), not into the TensorView.
+    if (auto t = view->view.find(name)) {
+      fill(*t, out);
       return MC_OK;
     }
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, std::string("no tensor '") + name + "'");

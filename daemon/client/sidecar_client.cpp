@@ -451,6 +451,8 @@ class Client::Impl {
       }
       state->specs.push_back(std::move(spec));
     }
+    state->first_at.reserve(state->specs.size());
+    for (std::size_t i = 0; i < state->specs.size(); ++i) state->first_at.emplace(state->specs[i].name, i);
     return View(std::move(state));
   }
 
@@ -590,10 +592,9 @@ std::vector<TensorView> View::tensors() const {
 
 std::optional<TensorView> View::find(std::string_view name) const {
   const auto& held = state();
-  for (std::size_t i = 0; i < held.specs.size(); ++i) {
-    if (held.specs[i].name == name) return held.view(i);
-  }
-  return std::nullopt;
+  const auto it = held.first_at.find(name);
+  if (it == held.first_at.end()) return std::nullopt;
+  return held.view(it->second);
 }
 
 TensorView View::tensor(std::string_view name) const {

@@ -103,6 +103,17 @@ TEST_F(DaemonTest, TheCAbisViewAccessorsNameTheArgumentThatIsWrong) {
   EXPECT_EQ(mcs_view_find_tensor(view, nullptr, &info), MC_ERR_INVALID_ARGUMENT);
   EXPECT_STREQ(mcs_last_error(), "mcs_view_find_tensor: name is NULL");
   EXPECT_EQ(mcs_view_tensor_at(view, 0, &info), MC_OK) << mcs_last_error();
+  // Found by name: the same tensor (its name, bytes and place) as by index.
+  for (std::size_t i = 0; i < count; ++i) {
+    mc_tensor_info at{}, found{};
+    ASSERT_EQ(mcs_view_tensor_at(view, i, &at), MC_OK) << mcs_last_error();
+    ASSERT_EQ(mcs_view_find_tensor(view, at.name, &found), MC_OK) << mcs_last_error();
+    EXPECT_STREQ(found.name, at.name);
+    EXPECT_EQ(found.data, at.data);
+    EXPECT_EQ(found.size_bytes, at.size_bytes);
+  }
+  EXPECT_EQ(mcs_view_find_tensor(view, "no such tensor", &info), MC_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(mcs_last_error(), "mcs_view_find_tensor: no tensor 'no such tensor'");
   mcs_view_release(view);
   mcs_client_close(client);
 }
