@@ -177,21 +177,22 @@ std::vector<bool> FetchClient::chunks_sent(const protocol::FetchReply& reply, co
   return sent;
 }
 
-void FetchClient::discard(const protocol::FetchReply& reply, transport::Transport& transport, const Manifest* base,
+bool FetchClient::discard(const protocol::FetchReply& reply, transport::Transport& transport, const Manifest* base,
                           const std::vector<bool>& wanted_blocks) {
-  if (!reply.region.empty()) return;
+  if (!reply.region.empty()) return false;
   const transfer::ChunkPlan plan{reply.manifest.total_bytes, reply.chunk_bytes};
   // A plan of more chunks than producer_plan makes would post a receive for each, for nothing.
   try {
     transfer::check_plan(plan);
   } catch (const Error&) {
-    return;
+    return false;
   }
-  if (plan.count() > transfer::kMaxBlocks) return;
+  if (plan.count() > transfer::kMaxBlocks) return false;
   const auto sent = chunks_sent(reply, base, wanted_blocks);
   for (std::size_t i = 0; i < sent.size(); ++i) {
     if (sent[i]) transport.discard(protocol::chunk_tag(reply.fetch_id, i));
   }
+  return true;
 }
 
 std::optional<FinishedFetch> FetchClient::on_chunk(const ChunkDone& done, Clock::time_point now) {

@@ -143,8 +143,9 @@ class FetchClient {
   // only when its receiver takes it, not when the sender closes the connection, so each would
   // hold the producer's slot until publish() gave up on it (ProducerStats::sends_abandoned):
   // the chunks it sends are taken and dropped (Transport::discard). Nothing for a one-sided
-  // route (nothing is sent), nor for a plan no producer makes.
-  static void discard(const protocol::FetchReply& reply, transport::Transport& transport, const Manifest* base,
+  // route (nothing is sent), nor for a plan no producer makes. Returns whether every chunk the
+  // producer sends is taken so (Ack::discarded).
+  static bool discard(const protocol::FetchReply& reply, transport::Transport& transport, const Manifest* base,
                       const std::vector<bool>& wanted_blocks);
   // `now`: when the completion was handled, which is progress for transfer_stalled().
   std::optional<FinishedFetch> on_chunk(const ChunkDone& done, Clock::time_point now);

@@ -230,7 +230,8 @@ class ConsumerService {
   // Not a rejection: memory could not be had now; the version is asked for again after a backoff.
   void retry_later(const Manifest& manifest, std::uint64_t fetch_id, const Error& error);
   // The answer is refused before its receives were posted: takes and drops the chunks the
-  // producer (or a relay) sends for it all the same (FetchClient::discard says why).
+  // producer (or a relay) sends for it all the same (FetchClient::discard says why). Where every
+  // chunk is taken so, the fetch's ack says it (discarded_fetch_).
   void discard_chunks(const protocol::FetchReply& reply);
   void report(const Error& error);
   // `shaped`: the shaped views' memory is what is held, not the receive buffers.
@@ -345,6 +346,8 @@ class ConsumerService {
   bool group_was_whole_ = false;
   std::string group_waiting_said_;  // the last_error that says the group waits, while it does
   std::string unanswered_said_;      // the last_error that says joins go unanswered, while they do
+  // The fetch whose every chunk discard_chunks took (its refusal's ack says so): service thread.
+  std::uint64_t discarded_fetch_ = 0;
   Clock::time_point retry_fetch_after_{};
   bool closing_ = false;  // stop() was asked: no relay order is taken any more. Service thread only.
   const std::uint64_t session_ = random_session();

@@ -293,7 +293,9 @@ void ConsumerService::discard_chunks(const protocol::FetchReply& reply) {
     }
   }
   const bool offered = delta_base_ && reply.base_version != 0 && delta_base_->manifest.version == reply.base_version;
-  FetchClient::discard(reply, *transport, offered ? &delta_base_->manifest : nullptr, wanted);
+  if (FetchClient::discard(reply, *transport, offered ? &delta_base_->manifest : nullptr, wanted)) {
+    discarded_fetch_ = reply.fetch_id;
+  }
 }
 
 // A delta is only as good as its base: the one this consumer offered, with the same blocks.
@@ -648,7 +650,8 @@ void ConsumerService::retry_later(const Manifest& manifest, std::uint64_t fetch_
 
 void ConsumerService::send_ack(const Manifest& manifest, std::uint64_t fetch_id, bool ok, const std::string& error,
                                protocol::RelayFault relay_fault, bool again) {
-  link_.send(protocol::Ack{link_.incarnation(), manifest.version, fetch_id, ok, error, relay_fault, again});
+  link_.send(protocol::Ack{link_.incarnation(), manifest.version, fetch_id, ok, error, relay_fault, again,
+                          !ok && fetch_id != 0 && fetch_id == discarded_fetch_});
 }
 
 }  // namespace modelcast::consumer

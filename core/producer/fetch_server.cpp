@@ -366,7 +366,7 @@ std::size_t FetchServer::retire(const std::string& routing_id, std::uint64_t fet
     // slot after its grace (SnapshotStore::reserve): an entry whose lease the store forgot waits
     // for nothing. Dropped here, so that entries stay as many as the slots held for sends.
     std::erase_if(draining_, [&](const auto& entry) { return !store_.holds_lease(entry.second.lease_id); });
-    draining_[{routing_id, fetch_id}] = Draining{fetch.lease_id, sends};
+    draining_[{routing_id, fetch_id}] = Draining{fetch.lease_id, sends, std::nullopt};
   }
   return sends;
 }
@@ -386,9 +386,12 @@ bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetc
   if (!fetch) {
     // A send of a fetch that already ended: its slot is let go after the last of them.
     auto drain = draining_.find({routing_id, fetch_id});
-    if (drain != draining_.end() && --drain->second.sends == 0) {
+    if (drain == draining_.end()) return false;
+    if (--drain->second.sends == 0) {
       store_.set_sending(drain->second.lease_id, false);
       draining_.erase(drain);
+    } else if (drain->second.quiet_until) {
+      drain->second.quiet_until = now + kDiscardQuiet;
     }
     return false;
   }
@@ -439,12 +442,21 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   auto it = consumer->second.find(ack.fetch_id);
   Fetch fetch = std::move(it->second);
   consumer->second.erase(it);
+  // Chunks not posted yet (a device version still being copied to the host) would leave the
+  // consumer's discards of them posted: cut off as for any refusal.
+  const bool drains_by_discard = !ack.ok && ack.discarded && fetch.next == fetch.blocks.size();
   if (ack.ok) {
     // Nothing is left to drain: the consumer has every byte it asked for, so no transport reads
     // the slot for it any more, whether or not the sends' completions have reached us (they lag
     // the data, by over a second while another peer on the same worker is stopped). Their
     // reports, if they come, find no fetch and are ignored.
     if (fetch.lease_id != 0 && fetch.sending) store_.set_sending(fetch.lease_id, false);
+  } else if (drains_by_discard) {
+    // Every chunk was posted, and the consumer takes each: the sends end by themselves.
+    retire(routing_id, ack.fetch_id, fetch);
+    if (auto drain = draining_.find({routing_id, ack.fetch_id}); drain != draining_.end()) {
+      drain->second.quiet_until = now + kDiscardQuiet;
+    }
   } else {
     retire_and_cut_off(routing_id, ack.fetch_id, fetch, "it refused the version", std::nullopt);
   }
@@ -470,11 +482,30 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
     outcome.delivery.bytes = fetch.bytes;
     outcome.delivery.relay = outcome.relay;
     if (fetch.published_at) outcome.delivery.since_publish = now - *fetch.published_at;
-  } else {
+  } else if (!drains_by_discard) {
     cancel(fetch);
   }
   if (fetch.lease_id != 0) store_.release(fetch.lease_id);
   return outcome;
+}
+
+void FetchServer::cut_stalled_drains(Clock::time_point now) {
+  for (auto& [key, drain] : draining_) {
+    if (!drain.quiet_until || *drain.quiet_until > now) continue;
+    drain.quiet_until.reset();
+    cut_off_.push_back(CutOff{key.first, drain.sends,
+                              "it refused the version saying it takes the chunks, yet " + std::to_string(drain.sends) +
+                                  " send(s) made no progress for " + std::to_string(kDiscardQuiet.count()) + " ms",
+                              std::nullopt});
+  }
+}
+
+std::optional<FetchServer::Clock::time_point> FetchServer::next_stalled_drain() const {
+  std::optional<Clock::time_point> next;
+  for (const auto& [key, drain] : draining_) {
+    if (drain.quiet_until && (!next || *drain.quiet_until < *next)) next = drain.quiet_until;
+  }
+  return next;
 }
 
 void FetchServer::end_relayed(const Fetch& fetch, bool tell_relay, bool delivered) {

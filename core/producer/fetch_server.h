@@ -18,7 +18,12 @@
 // slot until then, and cancelling a send does not end it (UCX cancels only receives); closing
 // the connection does. So where the consumer will not take those sends any more (a lapse, a
 // revocation, a refusal, a withdrawal), its connection is to be closed: take_cut_off() lists
-// those consumers, and the service drops them (they join again).
+// those consumers, and the service drops them (they join again). Not a refusal whose ack says
+// the consumer takes and drops every chunk (Ack::discarded): each cut of a consumer on this host
+// left a UCX endpoint and its shared-memory mapping on both sides for as long as their workers
+// lived, and a consumer refusing every version used up the processes' mappings in days. Its
+// sends drain instead, and the consumer is cut off only if they stop moving for kDiscardQuiet
+// (cut_stalled_drains): a consumer that says so and takes nothing cannot hold the slot.
 // Service thread only (transfer completions reach it through the loop's event queue).
 #pragma once
 
@@ -153,6 +158,15 @@ class FetchServer {
     std::optional<protocol::FetchReply> refusal;
   };
   std::vector<CutOff> take_cut_off() { return std::exchange(cut_off_, {}); }
+  // Drains of refused fetches the consumer said it discards (Ack::discarded) that made no
+  // progress for kDiscardQuiet: their consumers are cut off (take_cut_off), once each.
+  void cut_stalled_drains(Clock::time_point now);
+  // When cut_stalled_drains has something to do next; nothing while no such drain is under way.
+  std::optional<Clock::time_point> next_stalled_drain() const;
+  // Under the writer's wait for an ended lease's sends (SnapshotStore::kDrainGrace): a publish
+  // that needs the slot of a consumer that stopped taking its chunks is let go by the cut, not
+  // by giving the sends up.
+  static constexpr std::chrono::milliseconds kDiscardQuiet{500};
   // Relays that never exported the buffer a fetch waited for (its consumer asked again): each
   // is passed over for a while, and the producer served that consumer itself.
   struct UnansweredRelay {
@@ -248,6 +262,9 @@ class FetchServer {
   struct Draining {
     std::uint64_t lease_id = 0;
     std::size_t sends = 0;
+    // A refused fetch whose consumer discards its chunks: it is cut off if no send ends before
+    // this (moved on by each send that ends). Unset: the consumer is being cut off already.
+    std::optional<Clock::time_point> quiet_until;
   };
   std::map<std::pair<std::string, std::uint64_t>, Draining> draining_;
   std::vector<CutOff> cut_off_;

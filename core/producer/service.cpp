@@ -63,7 +63,8 @@ void ProducerService::run() {
       announce();
       next_heartbeat = now + options_.heartbeat_interval;
     }
-    auto wake = std::min(next_heartbeat, store_.next_expiry().value_or(next_heartbeat));
+    auto wake = std::min({next_heartbeat, store_.next_expiry().value_or(next_heartbeat),
+                          fetches_.next_stalled_drain().value_or(next_heartbeat)});
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
     zmq::socket_t* zap = control_.authentication_socket();
     zmq::pollitem_t items[] = {{control_.router().handle(), 0, ZMQ_POLLIN, 0},
@@ -106,6 +107,7 @@ void ProducerService::run() {
     expire_leases();
     drop_silent_consumers();
     send_outgoing();
+    fetches_.cut_stalled_drains(Clock::now());
     close_cut_off();
     relayed_in_flight_.store(fetches_.relayed_in_flight(), std::memory_order_relaxed);
   }

@@ -130,7 +130,7 @@ struct BodyPacker {
     pk.pack("inc"); pk.pack(m.incarnation);
   }
   void operator()(const Ack& m) const {
-    pk.pack_map(7);
+    pk.pack_map(8);
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("fetch"); pk.pack(m.fetch_id);
@@ -138,6 +138,7 @@ struct BodyPacker {
     pk.pack("err"); pack_str(pk, m.error);
     pk.pack("rfault"); pk.pack(static_cast<std::uint8_t>(m.relay_fault));
     pk.pack("again"); pk.pack(m.again);
+    pk.pack("discarded"); pk.pack(m.discarded);
   }
   void operator()(const RelayOrder& m) const {
     pk.pack_map(m.export_region ? 9 : 8);
@@ -266,7 +267,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
       return Ack{f.get<std::uint64_t>("inc"), f.get<std::uint64_t>("ver"),
                  f.get<std::uint64_t>("fetch"),  f.get<bool>("ok"),
                  peer_text(f, "err"),            relay_fault(f.get<std::uint8_t>("rfault")),
-                 f.has("again") && f.get<bool>("again")};
+                 f.has("again") && f.get<bool>("again"), f.has("discarded") && f.get<bool>("discarded")};
     }
     case Type::kRelayOrder: {
       Fields f(body, "relay order");

@@ -226,6 +226,10 @@ struct Ack {
   // buffer was free. The consumer fetches it again; a group keeps it as its target. Absent
   // (false) from consumers before it: their every failure ended a group's target.
   bool again = false;
+  // Not ok, and the consumer takes every chunk the producer sends of this fetch and drops it
+  // (Transport::discard): the sends end by themselves, and the producer need not close the
+  // connection to end them. Absent (false) from consumers before it: cut off as before.
+  bool discarded = false;
 };
 
 // Producer -> a consumer that holds (or is receiving) `version`: send blocks `blocks` of it to

@@ -386,6 +386,46 @@ TEST_F(HostileClientTest, AClientThatTakesNoChunksIsCutOffWhenItsLeaseLapses) {
   EXPECT_EQ(client.next<protocol::FetchReply>().refusal, protocol::Refusal::kNotJoined);
 }
 
+// A refusal whose ack says the consumer takes and drops every chunk (Ack::discarded) is not cut
+// off: closing a connection to end the sends cost both sides UCX mappings for good, and a consumer
+// refusing every version used them all up. Its sends drain, and with two slots the next publish
+// but one reuses the slot at once. A client that says so and takes nothing is cut off all the
+// same once its sends make no progress, so it cannot hold the slot.
+TEST_F(HostileClientTest, ARefusalThatDiscardsItsChunksDrainsAndOneThatTakesNoneIsCutOff) {
+  modelcast::ProducerOptions producer_options;
+  producer_options.snapshot_slots = 2;
+  TestProducer p(1024, producer_options);  // 1 MiB: a rendezvous send
+  HostileClient client(context_, p.producer->control_endpoint());
+  auto joined = client.join("refuser", ucx_->address());
+  ASSERT_TRUE(joined.ok) << joined.error;
+  p.publish(1);
+  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
+  client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
+  auto reply = client.next<protocol::FetchReply>();
+  ASSERT_TRUE(reply.ok) << reply.error;
+  const std::size_t chunks = (reply.manifest.total_bytes + reply.chunk_bytes - 1) / reply.chunk_bytes;
+  for (std::size_t i = 0; i < chunks; ++i) ucx_->discard(protocol::chunk_tag(reply.fetch_id, i));
+  client.send(protocol::Ack{joined.incarnation, 1, 1, false, "refused", protocol::RelayFault::kNone, false, true});
+  p.publish(2);
+  p.publish(3);  // needs version 1's slot
+  // Answered after the loop's turn that would have cut the client off: it is still joined.
+  client.send(protocol::FetchRequest{joined.incarnation, 0, 2});
+  auto second = client.next<protocol::FetchReply>();
+  ASSERT_TRUE(second.ok) << second.error;
+  auto stats = p.producer->stats();
+  EXPECT_EQ(stats.connections_cut, 0u);
+  EXPECT_EQ(stats.sends_abandoned, 0u);
+  EXPECT_EQ(stats.failed_deliveries, 1u);
+
+  // The same refusal, its chunks not taken.
+  client.send(protocol::Ack{joined.incarnation, second.manifest.version, 2, false, "refused",
+                            protocol::RelayFault::kNone, false, true});
+  EXPECT_TRUE(testing_support::eventually([&] { return p.producer->stats().connections_cut == 1; }, 30s))
+      << "a client that took none of the chunks it said it would take was never cut off";
+  client.send(protocol::FetchRequest{joined.incarnation, 0, 3});
+  EXPECT_EQ(client.next<protocol::FetchReply>().refusal, protocol::Refusal::kNotJoined);
+}
+
 // A consumer that took every chunk but acks late, after a writer needed the slot and ended its
 // lease: nothing was in flight any more, so it is not cut off, and its ack counts as a delivery
 // (once); an ack of a fetch that never was does not.
