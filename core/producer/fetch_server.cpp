@@ -104,6 +104,12 @@ std::optional<protocol::FetchReply> FetchServer::start(const std::string& routin
     end_relayed(given_up, true);
     it->second.erase(earlier);
   }
+  // The sends of an ended fetch are told apart by its id until they end: a second fetch of the
+  // same id had its sends counted with the first's, and its slot let go while they still read it.
+  if (draining_.contains({routing_id, request.fetch_id})) {
+    return refuse(protocol::Refusal::kBadRequest, "fetch id " + std::to_string(request.fetch_id) +
+                                                      " is that of an ended fetch whose sends are still in flight");
+  }
   // Only the newest version is served (older slots are what publish() writes next), and the
   // version the consumer's group is switching to, which the group holds pinned until then.
   auto newest = store_.newest_version();
@@ -365,7 +371,10 @@ std::size_t FetchServer::retire(const std::string& routing_id, std::uint64_t fet
     // on this host with a flush, which then never ends), and a writer forgets their hold on the
     // slot after its grace (SnapshotStore::reserve): an entry whose lease the store forgot waits
     // for nothing. Dropped here, so that entries stay as many as the slots held for sends.
-    std::erase_if(draining_, [&](const auto& entry) { return !store_.holds_lease(entry.second.lease_id); });
+    // Not one whose consumer is still to be cut off for it (it would stay joined, its sends for good).
+    std::erase_if(draining_, [&](const auto& entry) {
+      return !entry.second.cut_at && !store_.holds_lease(entry.second.lease_id);
+    });
     draining_[{routing_id, fetch_id}] = Draining{fetch.lease_id, sends, std::nullopt};
   }
   return sends;
@@ -390,8 +399,6 @@ bool FetchServer::on_send_done(const std::string& routing_id, std::uint64_t fetc
     if (--drain->second.sends == 0) {
       store_.set_sending(drain->second.lease_id, false);
       draining_.erase(drain);
-    } else if (drain->second.quiet_until) {
-      drain->second.quiet_until = now + kDiscardQuiet;
     }
     return false;
   }
@@ -442,9 +449,11 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
   auto it = consumer->second.find(ack.fetch_id);
   Fetch fetch = std::move(it->second);
   consumer->second.erase(it);
-  // Chunks not posted yet (a device version still being copied to the host) would leave the
-  // consumer's discards of them posted: cut off as for any refusal.
-  const bool drains_by_discard = !ack.ok && ack.discarded && fetch.next == fetch.blocks.size();
+  // Cut off as for any refusal: a fetch with chunks not posted yet (a device version still being
+  // copied to the host; posting them for nothing is not done), and a consumer with a drain of
+  // this kind under way already (one at a time: refusing in a loop held the sends of many).
+  const bool drains_by_discard = !ack.ok && ack.discarded && fetch.next == fetch.blocks.size() &&
+                                 !discard_drain_of(routing_id);
   if (ack.ok) {
     // Nothing is left to drain: the consumer has every byte it asked for, so no transport reads
     // the slot for it any more, whether or not the sends' completions have reached us (they lag
@@ -455,7 +464,7 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
     // Every chunk was posted, and the consumer takes each: the sends end by themselves.
     retire(routing_id, ack.fetch_id, fetch);
     if (auto drain = draining_.find({routing_id, ack.fetch_id}); drain != draining_.end()) {
-      drain->second.quiet_until = now + kDiscardQuiet;
+      drain->second.cut_at = now + kDiscardDrain;
     }
   } else {
     retire_and_cut_off(routing_id, ack.fetch_id, fetch, "it refused the version", std::nullopt);
@@ -491,11 +500,11 @@ FetchServer::AckOutcome FetchServer::on_ack(const std::string& routing_id, const
 
 void FetchServer::cut_stalled_drains(Clock::time_point now) {
   for (auto& [key, drain] : draining_) {
-    if (!drain.quiet_until || *drain.quiet_until > now) continue;
-    drain.quiet_until.reset();
+    if (!drain.cut_at || *drain.cut_at > now) continue;
+    drain.cut_at.reset();
     cut_off_.push_back(CutOff{key.first, drain.sends,
                               "it refused the version saying it takes the chunks, yet " + std::to_string(drain.sends) +
-                                  " send(s) made no progress for " + std::to_string(kDiscardQuiet.count()) + " ms",
+                                  " send(s) had not ended " + std::to_string(kDiscardDrain.count()) + " s later",
                               std::nullopt});
   }
 }
@@ -503,9 +512,16 @@ void FetchServer::cut_stalled_drains(Clock::time_point now) {
 std::optional<FetchServer::Clock::time_point> FetchServer::next_stalled_drain() const {
   std::optional<Clock::time_point> next;
   for (const auto& [key, drain] : draining_) {
-    if (drain.quiet_until && (!next || *drain.quiet_until < *next)) next = drain.quiet_until;
+    if (drain.cut_at && (!next || *drain.cut_at < *next)) next = drain.cut_at;
   }
   return next;
+}
+
+bool FetchServer::discard_drain_of(const std::string& routing_id) const {
+  for (auto it = draining_.lower_bound({routing_id, 0}); it != draining_.end() && it->first.first == routing_id; ++it) {
+    if (it->second.cut_at) return true;
+  }
+  return false;
 }
 
 void FetchServer::end_relayed(const Fetch& fetch, bool tell_relay, bool delivered) {
@@ -576,6 +592,11 @@ bool FetchServer::serving(const std::string& routing_id) const {
 }
 
 std::size_t FetchServer::drop(const std::string& routing_id) {
+  // Its connection is being closed: a consumer joining again on the same one (the same routing
+  // id) is not cut off for the drains of the consumer before.
+  for (auto it = draining_.lower_bound({routing_id, 0}); it != draining_.end() && it->first.first == routing_id; ++it) {
+    it->second.cut_at.reset();
+  }
   parked_.erase(routing_id);
   parked_for_digests_.erase(routing_id);
   lapsed_.erase(routing_id);

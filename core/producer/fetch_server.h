@@ -22,8 +22,9 @@
 // the consumer takes and drops every chunk (Ack::discarded): each cut of a consumer on this host
 // left a UCX endpoint and its shared-memory mapping on both sides for as long as their workers
 // lived, and a consumer refusing every version used up the processes' mappings in days. Its
-// sends drain instead, and the consumer is cut off only if they stop moving for kDiscardQuiet
-// (cut_stalled_drains): a consumer that says so and takes nothing cannot hold the slot.
+// sends drain instead, and the consumer is cut off only if they have not all ended kDiscardDrain
+// after the ack (cut_stalled_drains): a consumer that says so and takes nothing, or takes its
+// chunks slowly, is cut off as any refusal was. One such drain at a time per consumer.
 // Service thread only (transfer completions reach it through the loop's event queue).
 #pragma once
 
@@ -158,15 +159,16 @@ class FetchServer {
     std::optional<protocol::FetchReply> refusal;
   };
   std::vector<CutOff> take_cut_off() { return std::exchange(cut_off_, {}); }
-  // Drains of refused fetches the consumer said it discards (Ack::discarded) that made no
-  // progress for kDiscardQuiet: their consumers are cut off (take_cut_off), once each.
+  // Drains of refused fetches the consumer said it discards (Ack::discarded) with sends still
+  // in flight kDiscardDrain after the ack: their consumers are cut off (take_cut_off), once each.
   void cut_stalled_drains(Clock::time_point now);
   // When cut_stalled_drains has something to do next; nothing while no such drain is under way.
   std::optional<Clock::time_point> next_stalled_drain() const;
-  // Under the writer's wait for an ended lease's sends (SnapshotStore::kDrainGrace): a publish
-  // that needs the slot of a consumer that stopped taking its chunks is let go by the cut, not
-  // by giving the sends up.
-  static constexpr std::chrono::milliseconds kDiscardQuiet{500};
+  // A consumer that takes its chunks ends each send as it comes (a discard of a rendezvous send
+  // moves no data): milliseconds. Longer than a publish waits for an ended lease's sends
+  // (SnapshotStore::kDrainGrace), which is what bounds the trainer's wait, as for any refusal;
+  // this bounds how long such a consumer stays joined with sends it will not take.
+  static constexpr std::chrono::seconds kDiscardDrain{2};
   // Relays that never exported the buffer a fetch waited for (its consumer asked again): each
   // is passed over for a while, and the producer served that consumer itself.
   struct UnansweredRelay {
@@ -230,6 +232,8 @@ class FetchServer {
   // A fetch is being erased: its sends still in flight are counted down in draining_ until they
   // end, and then its slot is let go. Returns how many were in flight.
   std::size_t retire(const std::string& routing_id, std::uint64_t fetch_id, const Fetch& fetch);
+  // Whether the consumer has a drain of a fetch it discards whose deadline has not come (cut_at).
+  bool discard_drain_of(const std::string& routing_id) const;
   // retire(), and the consumer is cut off when sends were in flight.
   void retire_and_cut_off(const std::string& routing_id, std::uint64_t fetch_id, const Fetch& fetch,
                           const std::string& why, std::optional<protocol::FetchReply> refusal);
@@ -262,9 +266,9 @@ class FetchServer {
   struct Draining {
     std::uint64_t lease_id = 0;
     std::size_t sends = 0;
-    // A refused fetch whose consumer discards its chunks: it is cut off if no send ends before
-    // this (moved on by each send that ends). Unset: the consumer is being cut off already.
-    std::optional<Clock::time_point> quiet_until;
+    // A refused fetch whose consumer discards its chunks: it is cut off if sends are left at
+    // this time. Unset: no such fetch, or its consumer was cut off or dropped already.
+    std::optional<Clock::time_point> cut_at;
   };
   std::map<std::pair<std::string, std::uint64_t>, Draining> draining_;
   std::vector<CutOff> cut_off_;

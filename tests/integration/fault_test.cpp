@@ -117,7 +117,7 @@ TEST_P(FaultTest, AKilledConsumerIsDroppedWhenItsConnectionClosesNotAfterItsSile
 // its receiver takes it, not when the producer closes the connection: each refusal held its slot
 // until publish() gave up on the sends a second later, every other publish. The consumer takes
 // and drops them, so no send is abandoned. Four versions: with three slots the fourth needs the
-// slot of a refused one.
+// slot of a refused one (and two more those of versions 2 and 3).
 TEST_P(FaultTest, AConsumerThatRefusesEveryVersionLeavesNoSendsToAbandon) {
   for (const bool by_size : {false, true}) {
     SCOPED_TRACE(by_size ? "max_model_bytes" : "expected_layout");
@@ -138,9 +138,16 @@ TEST_P(FaultTest, AConsumerThatRefusesEveryVersionLeavesNoSendsToAbandon) {
       ASSERT_TRUE(eventually([&] { return p.producer->stats().failed_deliveries >= v; }, 60s))
           << "version " << v << ": " << consumer.stats().last_error;
     }
+    // Two more, which need the slots of versions 2 and 3: a drain of theirs still under way would
+    // make publish() give their sends up (or the producer cut the consumer off for them).
+    for (std::uint64_t v = 5; v <= 6; ++v) {
+      p.publish(v);
+      ASSERT_TRUE(eventually([&] { return p.producer->stats().failed_deliveries >= v; }, 60s))
+          << "version " << v << ": " << consumer.stats().last_error;
+    }
     const auto stats = p.producer->stats();
     EXPECT_EQ(stats.deliveries, 0u);
-    EXPECT_EQ(consumer.stats().versions_rejected, 4u) << consumer.stats().last_error;
+    EXPECT_EQ(consumer.stats().versions_rejected, 6u) << consumer.stats().last_error;
     EXPECT_EQ(stats.sends_abandoned, 0u);
     // Nor is it cut off to end them: it takes every chunk (each cut of a consumer on this host
     // left a UCX endpoint and its shared-memory mapping on both sides for good).
