@@ -419,9 +419,15 @@ TEST_F(HostileClientTest, ARefusalThatDiscardsItsChunksDrainsAndOneThatTakesNone
   EXPECT_EQ(stats.sends_abandoned, 0u);
   EXPECT_EQ(stats.failed_deliveries, 1u);
 
-  // The same refusal, its chunks not taken.
+  // The same refusal, its chunks not taken. Its fetch id cannot be used again while they are in
+  // flight (the sends of both were counted as one fetch's, and the slot let go under them).
   client.send(protocol::Ack{joined.incarnation, second.manifest.version, 2, false, "refused",
                             protocol::RelayFault::kNone, false, true});
+  client.send(protocol::FetchRequest{joined.incarnation, 0, 2});
+  auto reused = client.next<protocol::FetchReply>();
+  EXPECT_EQ(reused.refusal, protocol::Refusal::kBadRequest);
+  EXPECT_NE(reused.error.find("fetch id 2 is that of an ended fetch whose sends are still in flight"), std::string::npos)
+      << reused.error;
   EXPECT_TRUE(testing_support::eventually([&] { return p.producer->stats().connections_cut == 1; }, 30s))
       << "a client that took none of the chunks it said it would take was never cut off";
   client.send(protocol::FetchRequest{joined.incarnation, 0, 3});
