@@ -26,4 +26,12 @@ inline std::chrono::steady_clock::time_point deadline_after(std::chrono::millise
   return std::chrono::steady_clock::now() + bounded;
 }
 
+// The time since a CLOCK_REALTIME stamp a peer sent (a version's publish time), 0 for a stamp it
+// did not set (0 or less): a broken or hostile peer's INT64_MIN overflowed the subtraction, and the
+// wrapped value reached stats and the daemon's latency histogram. A positive stamp cannot overflow
+// it (now is positive too); negative where the peer's clock is ahead of ours.
+inline std::chrono::nanoseconds since_realtime(std::int64_t stamp_ns) {
+  return std::chrono::nanoseconds(stamp_ns <= 0 ? 0 : realtime_ns() - stamp_ns);
+}
+
 }  // namespace modelcast

@@ -16,6 +16,7 @@
 #include "core/repository/regular_file.h"
 #include "core/repository/repository.h"
 #include "core/repository/safetensors.h"
+#include "common/clock.h"
 #include "common/shown_text.h"
 #include "core/wire/socket_directory.h"
 #include "modelcast/types.h"
@@ -163,8 +164,11 @@ ServedPtr recover_newest(const std::string& root, const std::string& model, std:
       }
       // When it was first installed, as far as the repository says (its write): age_seconds
       // restarting at 0 made a version hours old look fresh after every restart.
+      // Not after now, nor before the epoch: a damaged or hand-edited time near INT64_MIN made
+      // the age's subtraction overflow.
+      const std::int64_t written_ns = std::clamp<std::int64_t>(stored.written_at_ns, 0, modelcast::realtime_ns());
       served->installed_at = std::chrono::system_clock::time_point(
-          std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(stored.written_at_ns)));
+          std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::nanoseconds(written_ns)));
       served->repository_path = stored.directory;
       return served;
     } catch (const modelcast::Error& e) {

@@ -696,7 +696,7 @@ std::shared_ptr<detail::InstalledVersion> RankAssembler::assemble(const std::vec
                    });
   target_->install(*installed);
   installed->shapes_views = true;
-  installed->update_latency = std::chrono::nanoseconds(realtime_ns() - m.publish_time_ns);
+  installed->update_latency = since_realtime(m.publish_time_ns);
   counts_.wanted_bytes = wanted_bytes;
   return installed;
 }

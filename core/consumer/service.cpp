@@ -188,7 +188,11 @@ void ConsumerService::read_dealer() {
 // producer timeouts: 10 s by default, well past a producer that is merely starting or busy.
 void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
   const auto unanswered = link_.unanswered_for(now);
-  if (!unanswered || *unanswered < 5 * options_.producer_timeout || !unanswered_said_.empty()) return;
+  // In milliseconds: five times a producer_timeout of over 58 years overflows nanoseconds.
+  if (!unanswered || std::chrono::duration_cast<std::chrono::milliseconds>(*unanswered) < 5 * options_.producer_timeout ||
+      !unanswered_said_.empty()) {
+    return;
+  }
   // A failed handshake is why nothing answers, and last_error says so already: "none runs
   // there" would be false (one does, and refused this consumer's key).
   if (link_.handshake_failing()) return;
@@ -280,7 +284,7 @@ void ConsumerService::on_announce(const protocol::Announce& announce) {
     newest_announced_ = announce.version;
     if (hooks_.on_announced) hooks_.on_announced(announce.incarnation, announce.step);
     count([&](ConsumerStats& s) {
-      s.last_notify_latency = std::chrono::nanoseconds(realtime_ns() - announce.publish_time_ns);
+      s.last_notify_latency = since_realtime(announce.publish_time_ns);
     });
   }
 }

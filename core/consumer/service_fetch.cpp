@@ -531,7 +531,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
 }
 
 void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> installed) {
-  installed->update_latency = std::chrono::nanoseconds(realtime_ns() - installed->manifest.publish_time_ns);
+  installed->update_latency = since_realtime(installed->manifest.publish_time_ns);
   const Manifest& m = installed->manifest;
   // Stats first: a reader woken by the install sees them already counted.
   count([&](ConsumerStats& s) {

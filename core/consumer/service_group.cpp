@@ -80,7 +80,7 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     // (any other error said since stays).
     if (!waiting && !group_waiting_said_.empty() && s.last_error == group_waiting_said_) s.last_error.clear();
     if (announce.publish_time_ns != 0) {
-      s.last_notify_latency = std::chrono::nanoseconds(realtime_ns() - announce.publish_time_ns);
+      s.last_notify_latency = since_realtime(announce.publish_time_ns);
     }
   });
   if (!waiting) group_waiting_said_.clear();

@@ -543,7 +543,9 @@ Client::Client(ClientOptions options) : impl_(std::make_shared<Impl>()) {
   }
   impl_->model = options.model;
   impl_->socket_path = options.socket_path;
-  impl_->reconnect_timeout = options.reconnect_timeout;
+  // Longer than kLongestWait means for ever: milliseconds::max() overflowed in nanoseconds (the
+  // time since the first loss was compared with it) and gave up at the first lost connection.
+  impl_->reconnect_timeout = std::min(options.reconnect_timeout, modelcast::kLongestWait);
   impl_->connect_first(options.connect_timeout);
 }
 

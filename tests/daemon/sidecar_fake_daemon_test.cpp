@@ -295,6 +295,21 @@ TEST_F(SidecarAgainstAFakeDaemon, ADaemonThatClosesEveryConnectionIsNotHammered)
   EXPECT_GE(accepted, 2);
 }
 
+// A reconnect_timeout of milliseconds::max() is "for ever": it overflowed in nanoseconds, and the
+// first lost connection gave up at once ("again after reconnecting for 9223372036854775807 ms").
+TEST_F(SidecarAgainstAFakeDaemon, AReconnectTimeoutOfMillisecondsMaxReconnects) {
+  auto options = options_at(dir / "a.sock");
+  options.reconnect_timeout = std::chrono::milliseconds::max();
+  auto call = client_call([](modelcast::sidecar::Client& client) { (void)client.acquire(); }, options);
+  const int first = accept_request();
+  ASSERT_GE(first, 0);
+  shutdown(first, SHUT_RDWR);  // the daemon dropped the connection mid-request
+  const int again = accept_request();
+  ASSERT_GE(again, 0) << "the client did not reconnect";
+  ASSERT_TRUE(attach::send_message(again, attach::encode(attach::Reply{}), {}));
+  EXPECT_EQ(error_of(call), "");
+}
+
 // The daemon answers a connection's requests in order, and the client had one connection: while
 // one thread's wait_for_version waited, another thread's acquire waited behind it, whatever its
 // own timeout. Each request in flight now has a connection of its own.

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <future>
+#include <limits>
 #include <mutex>
 
 #include <zmq.hpp>
@@ -118,6 +119,14 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   EXPECT_EQ(consumer.stats().versions_rejected, 3u);
   EXPECT_EQ(consumer.acquire().version(), 5u);
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+
+  // A publish time no clock gives: the latency since it overflowed into the stats (and from
+  // there the daemon's histogram); it is unknown (0). Garbage after it marks it as read.
+  producer.announce_raw(protocol::encode(protocol::Announce{ScriptedProducer::kIncarnation, 7, 0,
+                                                            std::numeric_limits<std::int64_t>::min(), std::nullopt}));
+  producer.announce_raw(garbage);
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().bad_messages == 5; }));
+  EXPECT_EQ(consumer.stats().last_notify_latency.count(), 0);
 }
 
 // A producer that answers a fetch with the manifest of another version (a rogue producer, or a
