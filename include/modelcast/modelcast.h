@@ -412,7 +412,7 @@ typedef struct mc_group_state {
 /* Since 0.5. A tensor a consumer serves in another dtype, converted once the version is
  * verified: `tensor` is a name, or "*" for every f32, f16 and bf16 tensor not named; `to` is
  * MC_DTYPE_F32, _F16, _BF16 or _F8E4M3; `fp8_block` (f8e4m3 only) is the elements per scale,
- * 0 for one scale per tensor. Rounding: the README's "Conversions". */
+ * 0 for one scale per tensor. Rounding: the README's "Serving in another precision". */
 typedef struct mc_tensor_conversion {
   const char* tensor;
   mc_dtype to;

@@ -76,7 +76,7 @@ struct TensorView {
   }
   // Typed access for host tensors. T must match dtype(): double f64, float f32, std::int64_t,
   // int32_t, int16_t, int8_t, std::uint8_t u8, bool; std::uint16_t reads f16 and bf16 as raw
-  // bits. Throws Error(kInvalidArgument) naming the tensor and both dtypes otherwise (reading an
+  // bits, std::uint8_t f8e4m3 as its codes (decode with scales(): as NumPy's uint8 in Python). Throws Error(kInvalidArgument) naming the tensor and both dtypes otherwise (reading an
   // f32 tensor as double would give garbage and half the element count).
   template <typename T>
   std::span<const T> as() const {
@@ -98,7 +98,7 @@ struct TensorView {
     if constexpr (std::is_same_v<U, std::int32_t>) return dtype == DType::kI32;
     if constexpr (std::is_same_v<U, std::int16_t>) return dtype == DType::kI16;
     if constexpr (std::is_same_v<U, std::int8_t>) return dtype == DType::kI8;
-    if constexpr (std::is_same_v<U, std::uint8_t>) return dtype == DType::kU8;
+    if constexpr (std::is_same_v<U, std::uint8_t>) return dtype == DType::kU8 || dtype == DType::kF8E4M3;
     if constexpr (std::is_same_v<U, bool>) return dtype == DType::kBool;
     return false;
   }

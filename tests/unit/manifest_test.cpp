@@ -248,6 +248,13 @@ TEST(TensorView, TypedAccessChecksTheDtype) {
   TensorView half_view{&half, halves};
   EXPECT_EQ(half_view.as<std::uint16_t>().size(), 2u);
   EXPECT_THROW((void)half_view.as<std::int16_t>(), Error);
+  // fp8 codes read as bytes (a consumer converting to f8e4m3 had only bytes() in C++).
+  std::uint8_t codes[3] = {0x38, 0x40, 0x80};
+  TensorSpec fp8{"q", DType::kF8E4M3, {3}};
+  TensorView fp8_view{&fp8, codes};
+  ASSERT_EQ(fp8_view.as<std::uint8_t>().size(), 3u);
+  EXPECT_EQ(fp8_view.as<std::uint8_t>()[1], 0x40);
+  EXPECT_THROW((void)fp8_view.as<std::int8_t>(), Error);
 }
 
 }  // namespace
