@@ -39,7 +39,7 @@ struct Manifest {
   std::uint64_t incarnation = 0;  // random per producer process
   std::uint64_t version = 0;
   std::int64_t step = 0;
-  std::int64_t publish_time_ns = 0;  // of the publish() call: CLOCK_REALTIME at the producer's start plus the steady time since
+  std::int64_t publish_time_ns = 0;  // CLOCK_REALTIME at the publish() call
   std::map<std::string, std::string> metadata;
   bool integrity = true;
   // XXH3-64 per block for host snapshots; pmix64-v1 per tensor for device snapshots, hashed

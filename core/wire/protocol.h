@@ -105,7 +105,7 @@ struct Announce {
   std::uint64_t incarnation = 0;
   std::uint64_t version = 0;
   std::int64_t step = 0;
-  std::int64_t publish_time_ns = 0;  // Manifest::publish_time_ns of the publish() (0 in heartbeats before any)
+  std::int64_t publish_time_ns = 0;  // CLOCK_REALTIME of the publish() call (0 in heartbeats before any)
   // To members of a group only (JoinRequest::group): `version` is then the version the group is
   // to fetch (its target, or the committed one when none), and `group` says what it committed.
   std::optional<GroupState> group;
