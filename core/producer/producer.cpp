@@ -174,7 +174,6 @@ class Producer::Impl {
         log_(log::get("producer")),
         incarnation_(random_incarnation()),
         started_ns_(realtime_ns()),
-        started_at_(Clock::now()),
         next_version_(options_.first_version),
         store_(options_.snapshot_slots),
         transports_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kProducer)) {
@@ -345,12 +344,7 @@ class Producer::Impl {
       ~Done() { flag.store(false); }
     } done{publishing_};
     auto called_at = Clock::now();
-    // This run's start on CLOCK_REALTIME plus the steady time since: the wall clock may step
-    // back (NTP, a restored VM, `date -s`), and consumers of a sharded model then took every
-    // rank's pieces for an older run's (published before the other ranks' starts) until the
-    // clock caught up again: a step of an hour stopped updates for an hour.
-    const std::int64_t called_ns =
-        started_ns_ + std::chrono::duration_cast<std::chrono::nanoseconds>(called_at - started_at_).count();
+    std::int64_t called_ns = realtime_ns();
     // Before the layout is fixed and a slot taken: what every consumer would refuse is refused
     // here, naming it, and a refused publish leaves registration open.
     check_metadata(metadata);
@@ -643,7 +637,6 @@ class Producer::Impl {
   std::shared_ptr<spdlog::logger> log_;
   const std::uint64_t incarnation_;
   const std::int64_t started_ns_;  // CLOCK_REALTIME at construction: this run's start, for rank_count > 1
-  const Clock::time_point started_at_;  // the same moment on the steady clock (publish times count from it)
 
   std::mutex mutex_;                   // guards the registration
   bool prepared_ = false;              // guarded by mutex_
