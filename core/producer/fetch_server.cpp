@@ -588,7 +588,7 @@ std::size_t FetchServer::relayed_in_flight() const {
 
 bool FetchServer::serving(const std::string& routing_id) const {
   auto it = fetches_.find(routing_id);
-  return it != fetches_.end() && !it->second.empty();
+  return (it != fetches_.end() && !it->second.empty()) || discard_drain_of(routing_id);
 }
 
 std::size_t FetchServer::drop(const std::string& routing_id) {

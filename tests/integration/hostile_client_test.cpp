@@ -410,7 +410,7 @@ TEST_F(HostileClientTest, ARefusalThatDiscardsItsChunksDrainsAndOneThatTakesNone
   for (std::size_t i = 0; i < chunks; ++i) ucx_->discard(protocol::chunk_tag(reply.fetch_id, i));
   p.publish(2);
   p.publish(3);  // needs version 1's slot
-  // Answered after the loop's turn that would have cut the client off: it is still joined.
+  // Answered after the loop's turns in which the client would have been cut off at its refusal.
   client.send(protocol::FetchRequest{joined.incarnation, 0, 2});
   auto second = client.next<protocol::FetchReply>();
   ASSERT_TRUE(second.ok) << second.error;
@@ -435,6 +435,21 @@ TEST_F(HostileClientTest, ARefusalThatDiscardsItsChunksDrainsAndOneThatTakesNone
   if (third.fetch_id == 0) third = client.next<protocol::FetchReply>();  // after the notice it was dropped
   EXPECT_EQ(third.fetch_id, 3u);
   EXPECT_EQ(third.refusal, protocol::Refusal::kNotJoined);
+
+  // Joined again (a new connection), the same refusal, and then a join again before the drain's
+  // deadline: the connection with those sends is closed, not kept for the new join (which left
+  // it uncut, its sends posted for good).
+  auto back = client.join("refuser", ucx_->address());
+  ASSERT_TRUE(back.ok) << back.error;
+  ASSERT_EQ(p.producer->stats().connections_opened, 2u);
+  client.send(protocol::FetchRequest{back.incarnation, 0, 4});
+  auto fourth = client.next<protocol::FetchReply>();
+  ASSERT_TRUE(fourth.ok) << fourth.error;
+  client.send(protocol::Ack{back.incarnation, fourth.manifest.version, 4, false, "refused",
+                            protocol::RelayFault::kNone, false, true});
+  auto rejoined = client.join("refuser", ucx_->address());
+  ASSERT_TRUE(rejoined.ok) << rejoined.error;
+  EXPECT_EQ(p.producer->stats().connections_opened, 3u);
 }
 
 // A consumer that took every chunk but acks late, after a writer needed the slot and ended its
