@@ -2,6 +2,7 @@
 
 #include "core/model/tensor_selection.h"
 
+#include <algorithm>
 #include <iterator>
 #include <limits>
 #include <utility>
@@ -588,7 +589,8 @@ std::size_t FetchServer::relayed_in_flight() const {
 
 bool FetchServer::serving(const std::string& routing_id) const {
   auto it = fetches_.find(routing_id);
-  return (it != fetches_.end() && !it->second.empty()) || discard_drain_of(routing_id);
+  return (it != fetches_.end() && !it->second.empty()) || discard_drain_of(routing_id) ||
+         std::any_of(cut_off_.begin(), cut_off_.end(), [&](const CutOff& cut) { return cut.routing_id == routing_id; });
 }
 
 std::size_t FetchServer::drop(const std::string& routing_id) {

@@ -133,9 +133,9 @@ class FetchServer {
   // Messages for consumers other than the one a call answered, in order.
   std::vector<std::pair<std::string, protocol::Message>> take_outgoing() { return std::exchange(outgoing_, {}); }
   const RelayPlanner& relays() const { return planner_; }
-  // Whether the consumer has a fetch under way (whose transfers may still be posted), or the
-  // drain of a refusal it said it discards (a join again kept the connection, and with it sends
-  // the consumer need never take: they were cut off for no one).
+  // Whether the consumer has a fetch under way (whose transfers may still be posted), the drain
+  // of a refusal it said it discards, or a cut-off not yet applied (take_cut_off): a join again
+  // kept the connection, and with it sends the consumer need never take, cut off for no one.
   bool serving(const std::string& routing_id) const;
   // Relayed fetches under way: they hold no lease of the producer's, so the store's lease count
   // (the fetches the producer serves) leaves them out.

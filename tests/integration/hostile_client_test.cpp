@@ -450,6 +450,7 @@ TEST_F(HostileClientTest, ARefusalThatDiscardsItsChunksDrainsAndOneThatTakesNone
   auto rejoined = client.join("refuser", ucx_->address());
   ASSERT_TRUE(rejoined.ok) << rejoined.error;
   EXPECT_EQ(p.producer->stats().connections_opened, 3u);
+  EXPECT_EQ(p.producer->stats().connections_cut, 1u) << "closed by the drain's deadline, not by the join";
 }
 
 // A consumer that took every chunk but acks late, after a writer needed the slot and ended its
