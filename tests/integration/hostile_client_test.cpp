@@ -80,6 +80,29 @@ std::vector<std::byte> forged_address(std::span<const std::byte> body) {
 class HostileClientTest : public ::testing::Test {
  protected:
   void SetUp() override { setenv("UCX_NET_DEVICES", "lo", 1); }
+  // `client` joined as `name`, version 1 published, and fetched (fetch id 1) with this process's
+  // worker: the answer, its sends posted. Failures are the test's (check HasFailure() after).
+  struct Fetching {
+    protocol::JoinReply joined;
+    protocol::FetchReply reply;
+  };
+  Fetching join_and_fetch_version_1(TestProducer& p, HostileClient& client, const std::string& name) {
+    Fetching out;
+    out.joined = client.join(name, ucx_->address());
+    if (!out.joined.ok) {
+      ADD_FAILURE() << out.joined.error;
+      return out;
+    }
+    p.publish(1);
+    // publish() returns before the service thread has taken the version in; a consumer learns of
+    // it from the announcement sent after, and this client from the producer's stats.
+    EXPECT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
+    client.send(protocol::FetchRequest{out.joined.incarnation, 1, 1});
+    out.reply = client.next<protocol::FetchReply>();
+    EXPECT_TRUE(out.reply.ok) << out.reply.error;
+    return out;
+  }
+
   zmq::context_t context_;
   // A real UCX worker of this process: joins that must be accepted carry its address.
   std::unique_ptr<modelcast::transport::Transport> ucx_ = modelcast::transport::make_ucx_transport();
@@ -290,17 +313,10 @@ TEST_F(HostileClientTest, ARefetchLoopPinsAtMostOneSlotAndOnlyTheNewestVersion) 
   producer_options.lease_timeout = 600s;  // a pinned slot would hold publish() for the whole test
   TestProducer p(256, producer_options);
   HostileClient client(context_, p.producer->control_endpoint());
-  auto joined = client.join("refetcher", ucx_->address());
-  ASSERT_TRUE(joined.ok) << joined.error;
-  p.publish(1);
-  // publish() returns before the service thread has taken the version in; a consumer learns of
-  // it from the announcement sent after, and this client from the producer's stats.
-  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
-  // Its first fetch is answered (the bytes go to a worker that never receives them) ...
-  client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
-  auto first = client.next<protocol::FetchReply>();
-  ASSERT_TRUE(first.ok) << first.error;
-  // ... and while it is in flight, every further fetch is refused.
+  // Its first fetch is answered (the bytes go to a worker that never receives them), and while
+  // it is in flight, every further fetch is refused.
+  auto [joined, first] = join_and_fetch_version_1(p, client, "refetcher");
+  ASSERT_FALSE(HasFailure());
   for (std::uint64_t id = 2; id < 10; ++id) {
     client.send(protocol::FetchRequest{joined.incarnation, 0, id});
     auto again = client.next<protocol::FetchReply>();
@@ -360,13 +376,8 @@ TEST_F(HostileClientTest, AClientThatTakesNoChunksIsCutOffWhenItsLeaseLapses) {
   producer_options.snapshot_slots = 2;
   TestProducer p(1024, producer_options);
   HostileClient client(context_, p.producer->control_endpoint());
-  auto joined = client.join("taker-of-nothing", ucx_->address());
-  ASSERT_TRUE(joined.ok) << joined.error;
-  p.publish(1);
-  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
-  client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
-  auto reply = client.next<protocol::FetchReply>();
-  ASSERT_TRUE(reply.ok) << reply.error;
+  auto [joined, reply] = join_and_fetch_version_1(p, client, "taker-of-nothing");
+  ASSERT_FALSE(HasFailure());
   auto stopped = client.next<protocol::FetchReply>();
   EXPECT_FALSE(stopped.ok);
   EXPECT_EQ(stopped.fetch_id, 1u);
@@ -396,13 +407,8 @@ TEST_F(HostileClientTest, ARefusalThatDiscardsItsChunksDrainsAndOneThatTakesNone
   producer_options.snapshot_slots = 2;
   TestProducer p(1024, producer_options);  // 1 MiB: a rendezvous send
   HostileClient client(context_, p.producer->control_endpoint());
-  auto joined = client.join("refuser", ucx_->address());
-  ASSERT_TRUE(joined.ok) << joined.error;
-  p.publish(1);
-  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
-  client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
-  auto reply = client.next<protocol::FetchReply>();
-  ASSERT_TRUE(reply.ok) << reply.error;
+  auto [joined, reply] = join_and_fetch_version_1(p, client, "refuser");
+  ASSERT_FALSE(HasFailure());
   client.send(protocol::Ack{joined.incarnation, 1, 1, false, "refused", protocol::RelayFault::kNone, false, true});
   // Taken once the producer has read the refusal: its sends were all in flight then.
   ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().failed_deliveries == 1; }));
@@ -464,13 +470,8 @@ TEST_F(HostileClientTest, AnAckAfterTheLeaseEndedCountsAsADelivery) {
   producer_options.on_delivery = [&](const modelcast::Delivery& d) { delivered += d.version == 1 ? 1 : 100; };
   TestProducer p(256, producer_options);
   HostileClient client(context_, p.producer->control_endpoint());
-  auto joined = client.join("slow", ucx_->address());
-  ASSERT_TRUE(joined.ok) << joined.error;
-  p.publish(1);
-  ASSERT_TRUE(testing_support::eventually([&] { return p.producer->stats().latest_version == 1; }));
-  client.send(protocol::FetchRequest{joined.incarnation, 1, 1});
-  auto reply = client.next<protocol::FetchReply>();
-  ASSERT_TRUE(reply.ok) << reply.error;
+  auto [joined, reply] = join_and_fetch_version_1(p, client, "slow");
+  ASSERT_FALSE(HasFailure());
   std::vector<std::byte> received;
   ASSERT_TRUE(receive_all(*ucx_, reply, received));
   // Version 2 takes the free slot; version 3 needs version 1's and ends its lease.
