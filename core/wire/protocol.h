@@ -228,8 +228,8 @@ struct Ack {
   bool again = false;
   // Not ok, and the consumer takes every chunk the producer sends of this fetch and drops it
   // (Transport::discard): the sends end by themselves, and the producer closes the connection
-  // only if they have not ended soon after (FetchServer::kDiscardDrain). Absent (false) from consumers before
-  // it: their connection is closed to end the sends.
+  // only if they have not ended soon after (FetchServer::kDiscardDrain). Absent (false) from
+  // consumers before it: their connection is closed to end the sends.
   bool discarded = false;
 };
 
