@@ -182,6 +182,13 @@ HookConfig read_hook(const Reader& r, const toml::table& t, const std::string& p
     for (const auto& arg : *argv) {
       if (!arg.is_string()) r.fail(arg, prefix + "command", "must be a non-empty array of strings");
       hook.command.push_back(*arg.value<std::string>());
+      // An argument reaches exec as a C string, which ends at a NUL: "a\0b" ran as "a", and the
+      // program check tested the name before the NUL. Other control characters are valid in argv.
+      if (const auto nul = hook.command.back().find('\0'); nul != std::string::npos) {
+        r.fail(arg, prefix + "command",
+               "element " + std::to_string(hook.command.size() - 1) + " holds a NUL at byte " + std::to_string(nul) +
+                   " (" + modelcast::shown_text(hook.command.back(), 80) + "); a program's argument cannot");
+      }
     }
   }
   if (!hook.http_post.empty() && !hook.command.empty()) {

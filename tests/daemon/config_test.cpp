@@ -207,6 +207,9 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       {(model + "[model.hook]\ncommand = []\n"), 6, "model[0].hook.command", "non-empty array"},
       // Both passed the check: one failed at every version, the other ran nothing.
       {(model + "[model.hook]\ncommand = [\"\", \"x\"]\n"), 6, "model[0].hook.command", "names no program"},
+      // Passed the check, which tested the program before the NUL; exec took "a\0b" as "a".
+      {(model + "[model.hook]\ncommand = [\"/bin/echo\", \"a\\u0000b\"]\n"), 6, "model[0].hook.command",
+       "element 1 holds a NUL at byte 1"},
       {(model + "[model.hook]\ntimeout_ms = 5000\n"), 5, "model[0].hook.http_post", "is missing"},
       // httplib's std::stoi threw on the hook thread at the first version (the daemon aborted);
       // 70000 posted to port 4464 and was logged as a success.
