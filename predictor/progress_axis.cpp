@@ -20,6 +20,10 @@ ProgressAxis::ProgressAxis(std::int64_t total_steps, const std::optional<LrSched
       throw Error(ErrorCode::kInvalidArgument, "lr_schedule: learning rates must be finite and >= 0");
     if (i > 0 && s.steps[i] <= s.steps[i - 1])
       throw Error(ErrorCode::kInvalidArgument, "lr_schedule: steps must be strictly increasing");
+    // Rates are interpolated between steps as doubles, which hold each step exactly up to 2^53.
+    if (s.steps[i] > kMaxCurveStep || s.steps[i] < -kMaxCurveStep)
+      throw Error(ErrorCode::kInvalidArgument, "lr_schedule: step " + std::to_string(s.steps[i]) +
+                                                   " is beyond 2^53, the largest step the predictor takes");
     if (s.lr[i] > peak_lr_) {
       peak_lr_ = s.lr[i];
       peak_step_ = static_cast<double>(s.steps[i]);

@@ -490,6 +490,9 @@ TEST(OnlineScheduler, RejectsContractViolations) {
       {[](OnlineOptions& x) { x.forecast.lr_schedule = LrSchedule{{0, 50}, {1.0}}; }, "options.forecast: lr_schedule"},
       {[](OnlineOptions& x) { x.hedge_options.lr_schedule = LrSchedule{{50, 0}, {1.0, 1.0}}; },
        "options.hedge_options: hedge: lr_schedule: steps must be strictly increasing"},
+      // Taken, and its rates interpolated between steps a double cannot hold exactly.
+      {[](OnlineOptions& x) { x.forecast.lr_schedule = LrSchedule{{0, std::int64_t{1} << 62}, {1.0, 0.1}}; },
+       "options.forecast: lr_schedule: step 4611686018427387904 is beyond 2^53"},
       {[](OnlineOptions& x) { x.hedge_options.change_times = 200000; }, "change_times must be in [1, 1000], got 200000"},
       {[](OnlineOptions& x) { x.refit_band_points = -2; }, "refit_band_points must be >= 0, got -2"}};
   for (const auto& [change, said] : at_construction) {

@@ -291,6 +291,16 @@ TEST(TuneCommands, ACilThatOverflowsIsRefusedNamingTheRequestRate) {
   }
   a.request_rate = 1e6;  // large, and finite: scored
   EXPECT_TRUE(std::isfinite(run_evaluate(a, {600, 1200})["predicted_cil"].get<double>()));
+  // A window that overflows at any rate was blamed on the rate alone, with advice that could not help.
+  a.request_rate = 1e-100;
+  a.window_s = 1.7e308;
+  try {
+    run_plan(a);
+    ADD_FAILURE() << "a window whose CIL overflows was scored";
+  } catch (const modelcast::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("over --window 1.7e+308 s"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("or a shorter window"), std::string::npos) << e.what();
+  }
 }
 
 TEST(TuneCommands, NeedsTimesInTheLog) {
@@ -439,6 +449,15 @@ TEST(TuneCommands, AScheduleSetAsideIsWarnedAboutAndAnAnnealDropPutsItToUse) {
   EXPECT_EQ(no_drop["forecast"]["note"].get<std::string>().find("lr_schedule not used"), std::string::npos);
   EXPECT_NEAR(no_drop["forecast"]["point_loss"].back().get<double>() - used["forecast"]["point_loss"].back().get<double>(),
               0.9 * 0.3, 1e-6);
+  // A schedule whose rate changes only after the run's end (or never) was taken without a word,
+  // the plan the same as without it.
+  for (const char* text : {"step,lr\n5000,0.001\n6000,0.0001\n", "step,lr\n0,0.001\n"}) {
+    a.lr_schedule_path = write_file("mc_tune_lr3_after.csv", text);
+    const auto idle = run_plan(a);
+    ASSERT_TRUE(idle.contains("warnings")) << text;
+    EXPECT_NE(idle["warnings"].dump().find("--lr-schedule changes nothing"), std::string::npos) << idle["warnings"].dump();
+  }
+  a.lr_schedule_path = write_file("mc_tune_lr3.csv", "step,lr\n0,0.001\n1000,0.001\n1900,0.0001\n");
   a.anneal_drop = -1;
   EXPECT_THROW(run_plan(a), modelcast::Error);
   a.anneal_drop = 0.3;
@@ -517,6 +536,8 @@ TEST(TuneCommands, ALearningRateOrStepOutOfRangeIsRefusedNamingTheLine) {
       {"step,lr\n0,0.001\n1000,1e400\n1900,0.001\n", ":3: lr is out of a double's range: '1e400'"},
       {"step,lr\n0,0.001\n1000,1e-400\n1900,0.001\n", ":3: lr is out of a double's range: '1e-400'"},
       {"step,lr\n0,0.001\n99999999999999999999,0.001\n", ":3: step is out of range: '99999999999999999999'"},
+      // Within 64 bits but not a double's exact steps: refused by the loss log, taken here.
+      {"step,lr\n0,0.001\n9223372036854775807,0.0001\n", ":3: step 9223372036854775807 is beyond 2^53"},
       {"step,lr\n0,0.001\n1000,0.001\n500,0.001\n", ":4: steps not increasing: step 500 follows step 1000"},
       // The repository's file of many runs' schedules read as one schedule whose steps restart.
       {"run,step,lr\nd000,0,0.001\nd001,0,0.001\n", ":1: a 'run' column: --lr-schedule takes one run's schedule"}};

@@ -189,6 +189,9 @@ mp::LrSchedule load_lr_schedule(const std::string& path) {
       const bool range = mp::csv_integer_out_of_range(a);
       throw mp::CsvError(path, n, (range ? "step is out of range: " : "step is not an integer: ") + shown_text(a));
     }
+    // As the loss log's steps: a double holds each step exactly up to there.
+    if (step > mp::kMaxCurveStep || step < -mp::kMaxCurveStep)
+      throw mp::CsvError(path, n, "step " + std::to_string(step) + " is beyond 2^53, the largest step the predictor takes");
     if (mp::csv_double_out_of_range(b)) throw mp::CsvError(path, n, "lr is out of a double's range: " + shown_text(b));
     if (!mp::parse_csv_double(b, lr) || !std::isfinite(lr) || lr < 0)
       throw mp::CsvError(path, n, "lr is not a finite number >= 0: " + shown_text(b));
@@ -336,13 +339,34 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
   return fo;
 }
 
+// Whether the schedule's rate (linear between its rows, flat before the first and after the last)
+// takes more than one value over [0, total_steps]: with one, the schedule's axis is the step axis
+// and no anneal ever happens.
+bool rate_changes_within(const mp::LrSchedule& s, std::int64_t total_steps) {
+  auto rate_at = [&](std::int64_t step) {
+    if (step <= s.steps.front()) return s.lr.front();
+    if (step >= s.steps.back()) return s.lr.back();
+    const auto i = static_cast<std::size_t>(std::upper_bound(s.steps.begin(), s.steps.end(), step) - s.steps.begin());
+    const double f = static_cast<double>(step - s.steps[i - 1]) / static_cast<double>(s.steps[i] - s.steps[i - 1]);
+    return s.lr[i - 1] + f * (s.lr[i] - s.lr[i - 1]);
+  };
+  const double first = rate_at(0);
+  if (rate_at(total_steps) != first) return true;
+  return std::any_of(s.steps.begin(), s.steps.end(),
+                     [&](std::int64_t k) { return k > 0 && k < total_steps && rate_at(k) != first; });
+}
+
 // The forecaster sets a schedule aside, and says so only in its note, while the log shows too
 // little of the decay to measure what the anneal is worth, and a reference none of whose
 // families it can fit: either, given on the command line, would otherwise go unused without a word.
-void warn_of_inputs_set_aside(Json& r, const CommonArgs& a, const std::string& note) {
+void warn_of_inputs_set_aside(Json& r, const CommonArgs& a, const mp::ForecastOptions& fo, const std::string& note) {
   if (!a.reference_path.empty() && note.find("reference not used") != std::string::npos) {
     r["warnings"].push_back("--reference is not used: no reference family could be fitted sanely to the log's points "
                             "(a reference of another kind of run?)");
+  }
+  if (!a.lr_schedule_path.empty() && !std::isnan(a.anneal_drop) && !rate_changes_within(*fo.lr_schedule, fo.total_steps)) {
+    r["warnings"].push_back("--lr-schedule changes nothing: its rate is the same at every step from 0 to the run's end " +
+                            std::to_string(fo.total_steps) + " (a schedule of another run?), so --anneal-drop has no anneal to apply to");
   }
   if (a.lr_schedule_path.empty() || note.find("lr_schedule not used") == std::string::npos) return;
   r["warnings"].push_back("--lr-schedule is not used: the log up to the forecast holds too little of the rate's decay to measure "
@@ -404,9 +428,13 @@ void require_finite_cils(const Json& r, const CommonArgs& a) {
     }
     if (std::isfinite(c->get<double>())) continue;
     std::ostringstream why;
-    why << "the CIL overflows a double (" << c->get<double>() << ") with --request-rate " << a.request_rate
-        << ": CIL is the rate times the integral of the served loss over the window, and the schedules do not depend "
-           "on the rate, so give a smaller one (1 scores CIL per request), or rescale the losses";
+    why << "the CIL overflows a double (" << c->get<double>() << ") with --request-rate " << a.request_rate;
+    // The window multiplies as the rate does: a window of 1e308 s overflowed at any rate, and the
+    // advice to lower a rate of 1e-100 could not help.
+    if (!std::isnan(a.window_s)) why << " over --window " << a.window_s << " s";
+    why << ": CIL is the rate times the integral of the served loss over the window, and the schedules do not depend "
+           "on the rate, so give a smaller one (1 scores CIL per request)"
+        << (std::isnan(a.window_s) ? "" : " or a shorter window") << ", or rescale the losses";
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
 }
@@ -467,7 +495,7 @@ Json run_plan(const CommonArgs& a) {
   Json r;
   r["command"] = "plan";
   if (!warnings.empty()) r["warnings"] = warnings;
-  warn_of_inputs_set_aside(r, a, point_forecast.note);
+  warn_of_inputs_set_aside(r, a, fo, point_forecast.note);
   r["warmup_step"] = prefix.back().step;
   r["total_steps"] = total;
   r["total_steps_from"] = total_from;
@@ -561,7 +589,7 @@ Json run_replay(const CommonArgs& a) {
   r["command"] = "replay";
   if (!warnings.empty()) r["warnings"] = warnings;
   warn_if_total_set_aside(r, log);
-  warn_of_inputs_set_aside(r, a, scheduler.last_forecast().note);
+  warn_of_inputs_set_aside(r, a, oo.forecast, scheduler.last_forecast().note);
   r["warmup_step"] = log.points[w].step;
   r["publish_steps"] = steps;
   r["cil_window"] = cil_window_json(truth, w, costs);
