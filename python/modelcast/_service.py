@@ -181,8 +181,8 @@ LONGEST_S = 100 * 365 * 24 * 3600.0
 
 
 def seconds(what, name, value, forever_ok=False):
-    """``value`` (int or float seconds, or a datetime.timedelta) as float seconds for the library,
-    which takes durations as float or timedelta only; InvalidArgumentError names ``name`` otherwise.
+    """``value`` (int or float seconds, or a datetime.timedelta) as a timedelta of whole
+    milliseconds, the library's unit, rounded up; InvalidArgumentError names ``name`` otherwise.
     With ``forever_ok`` (a wait), anything past LONGEST_S, math.inf included, waits LONGEST_S."""
     if isinstance(value, datetime.timedelta):
         value = value.total_seconds()
@@ -201,10 +201,22 @@ def seconds(what, name, value, forever_ok=False):
         raise InvalidArgumentError(f"{what}: {name} must not be negative ({value} s)")
     if value > LONGEST_S:
         if forever_ok:
-            return LONGEST_S
+            return _whole_milliseconds(LONGEST_S)
         raise InvalidArgumentError(f"{what}: {name} must be at most {LONGEST_S:.0f} s (100 years), got "
                                    f"{'a longer one' if math.isinf(value) else f'{value} s'}")
-    return float(value)
+    return _whole_milliseconds(value)
+
+
+def _whole_milliseconds(value):
+    # pybind11 truncates float seconds to milliseconds, and binary fractions fall short: 1.001 s
+    # was 1000 ms, 0.0009 s was 0 (a wait that did not wait, a lease of 0). Rounded up instead,
+    # past a float's error on whole milliseconds, and handed over as a timedelta, which converts
+    # exactly.
+    ms = value * 1000.0
+    whole = math.floor(ms)
+    if ms - whole > 1e-14 * max(100.0, ms):
+        whole += 1
+    return datetime.timedelta(milliseconds=whole)
 
 
 def options_from(cls, kwargs, what):

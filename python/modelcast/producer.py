@@ -1,10 +1,12 @@
 """Producer: lives in the trainer, registers its tensors and publishes versions of them."""
 
+import operator
 import sys
 
 from . import _core
 from ._dtypes import _is_torch_tensor, describe_memory
-from ._service import INT64, UINT64, Service, _live, check_callback, check_not_forked_while_live, integer, integers, options_from, seconds, text
+from ._service import (INT64, UINT64, Service, _live, check_callback, check_not_forked_while_live, integer, integers,
+                       is_boolean, options_from, seconds, text)
 from .errors import InvalidArgumentError
 
 
@@ -241,8 +243,15 @@ def _handle(obj, what, attributes):
         if not isinstance(obj, int) and hasattr(obj, attribute):
             obj = getattr(obj, attribute)
             break
-    if isinstance(obj, bool) or not isinstance(obj, int) or obj < 0 or obj >= 2**64:
+    # Any integer type (NumPy's too) as everywhere else; a bool is no handle.
+    value = None
+    if not is_boolean(obj):
+        try:
+            value = operator.index(obj)
+        except TypeError:
+            pass
+    if value is None or value < 0 or value >= 2**64:
         raise InvalidArgumentError(
             f"publish: {what} must be None, a raw CUDA {what} handle (an int from 0 to 2^64 - 1) or an object with "
-            f"{' or '.join('.' + a for a in attributes)}, not {obj!r}")
-    return obj
+            f"{' or '.join('.' + a for a in attributes)}, not {obj!r} ({type(obj).__name__})")
+    return value

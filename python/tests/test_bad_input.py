@@ -3,6 +3,7 @@
 import copy
 import pickle
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -456,6 +457,15 @@ def test_durations_take_int_and_float_seconds_and_timedelta(producer, endpoint):
     with modelcast.Consumer(endpoint, model_name="pytest", producer_timeout=3, transfer_timeout=2.5) as c:
         assert c.wait_for_version(1, timeout=0) is None
         assert c.wait_for_version(1, timeout=datetime.timedelta(milliseconds=1)) is None
+        # Float seconds were cut to whole milliseconds: 0.0019 s waited 1 ms, 0.0009 s not at all.
+        started = time.monotonic()
+        assert c.wait_for_version(1, timeout=0.0019) is None
+        assert time.monotonic() - started >= 0.0019
+    # ... and a binary fraction fell short of its millisecond: 1.001 s was 1000 ms.
+    options = modelcast._service.options_from(modelcast._core.ConsumerOptions, {"producer_timeout": 1.001,
+                                                                             "transfer_timeout": 0.0009}, "test")
+    assert options.producer_timeout == datetime.timedelta(milliseconds=1001)
+    assert options.transfer_timeout == datetime.timedelta(milliseconds=1)
     assert producer.wait_for_consumers(5, timeout=0) is False
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "producer_timeout", "str"):
         modelcast.Consumer(endpoint, producer_timeout="3")

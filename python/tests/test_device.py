@@ -186,7 +186,8 @@ class FakeTorchStream:
         self.cuda_stream = handle
 
 
-@pytest.mark.parametrize("as_object", [False, True])
+# "numpy": a handle held as a NumPy integer, refused once as if its value were wrong.
+@pytest.mark.parametrize("as_object", [False, True, "numpy"])
 def test_publish_on_a_stream_snapshots_after_the_work_queued_on_it(endpoint, as_object):
     """The trainer's last update is still queued on its stream (held by a gate) when publish() is
     called: publish() must return without waiting for it and snapshot after it."""
@@ -203,7 +204,7 @@ def test_publish_on_a_stream_snapshots_after_the_work_queued_on_it(endpoint, as_
         _core._testing_copy_async(w.ptr, update.ptr, new.nbytes, stream)
         tickets = []
         publisher = threading.Thread(target=lambda: tickets.append(pair.producer.publish(
-            2, stream=FakeTorchStream(stream) if as_object else stream)))
+            2, stream=np.uint64(stream) if as_object == "numpy" else FakeTorchStream(stream) if as_object else stream)))
         publisher.start()
         publisher.join(WAIT_S)
         returned = not publisher.is_alive()
