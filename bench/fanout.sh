@@ -7,7 +7,7 @@
 # so the one-sender bottleneck shows on a 2-core machine too. Per consumer count it reports the
 # update time (publish until the last consumer's ack, median of the versions after the first),
 # the bytes the producer and the relays sent per version, and the link ceiling measured in the
-# same run (the model over one plain TCP connection across two links). Each consumer count runs
+# same run (the model over one plain TCP connection across two links, the median of three). Each consumer count runs
 # once per --relay-fanout value (ProducerOptions::relay_fanout; 0: the producer sends to every
 # consumer, 1: consumers relay to each other in chains). Needs root, iproute2 and
 # tc; elsewhere it says so and exits 0. Build output and progress go to stderr.

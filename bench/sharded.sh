@@ -10,7 +10,8 @@
 # before it, as a training loop keeps ranks together). Per (M, layout) it reports the update time
 # (the last rank's publish() until a consumer installed the step, the slowest consumer's median
 # over the steps after the first), the bytes a consumer wants and receives per step, and the link ceiling
-# measured in the same run: the wanted bytes over one plain TCP connection across two links.
+# measured in the same run: the wanted bytes over one plain TCP connection across two links
+# (the median of three transfers).
 # Needs root, iproute2 and tc; elsewhere it says so and exits 0. Progress goes to stderr.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

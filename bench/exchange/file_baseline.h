@@ -1,7 +1,7 @@
 // The file baseline: today's practice. The producer writes the model to a file on the local
 // disk and fsyncs it (then renames it into place, as checkpoint writers do); each consumer
-// process polls for it every 100 ms and reads it with O_DIRECT, bypassing the page cache, as a
-// consumer on another node of a parallel file system would.
+// process polls for it every 1 ms (a polling server at its quickest) and reads it with O_DIRECT,
+// bypassing the page cache, as a consumer on another node of a parallel file system would.
 #pragma once
 
 #include <cstddef>

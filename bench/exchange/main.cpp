@@ -12,7 +12,7 @@
 //                    a receiver in each consumer process, same chunks, tagged rendezvous,
 //                    registered memory, error mode and UCX env; one transfer right before each
 //                    published version (paired with it), median
-//   file_baseline_ms write + fsync + rename, readers poll every 100 ms and read with O_DIRECT,
+//   file_baseline_ms write + fsync + rename, readers poll every 1 ms and read with O_DIRECT,
 //                    start of the write until the last reader is done, median
 //   notify_us_p99    ConsumerStats::last_notify_latency per version per consumer, p99
 //   changed_pct      the share of the model's blocks (transfer chunks) each version changes:

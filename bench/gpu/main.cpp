@@ -53,39 +53,59 @@ struct Model {
   std::vector<modelcast::TensorRef> refs;
   std::vector<void*> device_memory;
   std::vector<std::vector<float>> host_memory;
+  // Device models: one tensor's new values in pinned memory and the stream that writes them
+  // (change()), released with the model however a path ends.
+  void* pinned = nullptr;
+  void* stream = nullptr;
 
   Model(device::DeviceRuntime& rt, MemoryKind memory, std::size_t bytes) : runtime(&rt) {
     std::size_t per = bytes / kTensors / sizeof(float);
-    for (int i = 0; i < kTensors; ++i) {
-      modelcast::TensorSpec spec{"w" + std::to_string(i), modelcast::DType::kF32, {static_cast<std::int64_t>(per)},
-                                 memory, 0};
-      void* data = nullptr;
-      if (memory == MemoryKind::kCuda) {
-        data = rt.allocate(0, per * sizeof(float));
-        device_memory.push_back(data);
-      } else {
-        host_memory.emplace_back(per, 1.0f);
-        data = host_memory.back().data();
+    try {
+      for (int i = 0; i < kTensors; ++i) {
+        modelcast::TensorSpec spec{"w" + std::to_string(i), modelcast::DType::kF32, {static_cast<std::int64_t>(per)},
+                                   memory, 0};
+        void* data = nullptr;
+        if (memory == MemoryKind::kCuda) {
+          data = rt.allocate(0, per * sizeof(float));
+          device_memory.push_back(data);
+        } else {
+          host_memory.emplace_back(per, 1.0f);
+          data = host_memory.back().data();
+        }
+        refs.push_back({spec, data});
       }
-      refs.push_back({spec, data});
+      if (memory == MemoryKind::kCuda) {
+        pinned = rt.allocate_host(per * sizeof(float));
+        stream = rt.create_stream(0);
+      }
+    } catch (...) {
+      release();
+      throw;
     }
   }
-  ~Model() {
-    for (auto* p : device_memory) runtime->release(p);
-  }
+  ~Model() { release(); }
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
 
   // Every element becomes `value`, before each publish: a version equal to the one before is a
-  // delta of no blocks for a host producer, and timed that way (the `h2d` row once was).
+  // delta of no blocks for a host producer, and timed that way (the `h2d` row once was). Throws
+  // if a device copy fails, rather than timing a version that did not change.
   void change(float value) {
     for (auto& h : host_memory) std::fill(h.begin(), h.end(), value);
     if (device_memory.empty()) return;
     const std::size_t bytes = refs.front().spec.size_bytes();
-    void* pinned = runtime->allocate_host(bytes);
-    void* stream = runtime->create_stream(0);
     std::fill_n(static_cast<float*>(pinned), bytes / sizeof(float), value);
     for (auto* p : device_memory) runtime->copy_async(p, pinned, bytes, stream);
-    runtime->destroy_stream(stream);  // waits for the copies
-    runtime->release_host(pinned);
+    runtime->synchronize_stream(stream);
+  }
+
+ private:
+  void release() noexcept {
+    if (stream) runtime->destroy_stream(stream);  // waits for its copies
+    if (pinned) runtime->release_host(pinned);
+    for (auto* p : device_memory) runtime->release(p);
+    stream = pinned = nullptr;
+    device_memory.clear();
   }
 };
 
