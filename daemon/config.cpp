@@ -79,6 +79,12 @@ class Reader {
     if (!node) return;
     auto value = node->value<std::string>();
     if (!value || !node->is_string()) fail(*node, prefix + key, "must be a string");
+    // A path, name or key is taken as a C string on its way (open, bind, exec), which ends at a
+    // NUL: "/srv/repo\0x" passed --check and was used as "/srv/repo".
+    if (const auto nul = value->find('\0'); nul != std::string::npos) {
+      fail(*node, prefix + key, modelcast::shown_text(*value, 80) + " contains a NUL byte at " + std::to_string(nul) +
+                                    ", which no path, name or key holds");
+    }
     out = *value;
   }
 

@@ -168,6 +168,9 @@ TEST(DaemonConfig, EachBadFileNamesFileLineAndKey) {
       // Ran with no repository, without a word.
       {"[repository]\nkeep = 5\n", 1, "repository.path", "is missing or empty"},
       {"[repository]\npath = \"\"\n", 2, "repository.path", "is missing or empty"},
+      // Passed --check and was used up to the NUL (another directory).
+      {"[repository]\npath = \"/srv/repo\\u0000x\"\n", 2, "repository.path",
+       "'/srv/repo\\x00x' contains a NUL byte at 9, which no path"},
       {"colour = \"blue\"\n", 1, "colour", "unknown key"},
       {(model + "buffers = 1\n"), 5, "model[0].buffers", "between 2 and"},
       {(model + "bufers = 3\n"), 5, "model[0].bufers", "unknown key"},
