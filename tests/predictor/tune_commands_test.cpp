@@ -299,7 +299,7 @@ TEST(TuneCommands, ACilThatOverflowsIsRefusedNamingTheRequestRate) {
     ADD_FAILURE() << "a window whose CIL overflows was scored";
   } catch (const modelcast::Error& e) {
     EXPECT_NE(std::string(e.what()).find("over --window 1.7e+308 s"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("or a shorter window"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("so give a shorter window"), std::string::npos) << e.what();
   }
 }
 
@@ -449,13 +449,20 @@ TEST(TuneCommands, AScheduleSetAsideIsWarnedAboutAndAnAnnealDropPutsItToUse) {
   EXPECT_EQ(no_drop["forecast"]["note"].get<std::string>().find("lr_schedule not used"), std::string::npos);
   EXPECT_NEAR(no_drop["forecast"]["point_loss"].back().get<double>() - used["forecast"]["point_loss"].back().get<double>(),
               0.9 * 0.3, 1e-6);
-  // A schedule whose rate changes only after the run's end (or never) was taken without a word,
-  // the plan the same as without it.
-  for (const char* text : {"step,lr\n5000,0.001\n6000,0.0001\n", "step,lr\n0,0.001\n"}) {
+  // A schedule without an anneal within the run (its rate constant, falling only after the run's
+  // end, climbing only, or peaking after the end) was taken without a word and the drop did
+  // nothing; without --anneal-drop the advice was to give one.
+  for (const char* text : {"step,lr\n5000,0.001\n6000,0.0001\n", "step,lr\n0,0.001\n", "step,lr\n0,0\n500,0.001\n",
+                           "step,lr\n0,0.001\n1000,0.0005\n5000,0.01\n"}) {
     a.lr_schedule_path = write_file("mc_tune_lr3_after.csv", text);
-    const auto idle = run_plan(a);
-    ASSERT_TRUE(idle.contains("warnings")) << text;
-    EXPECT_NE(idle["warnings"].dump().find("--lr-schedule changes nothing"), std::string::npos) << idle["warnings"].dump();
+    for (double drop : {0.3, std::numeric_limits<double>::quiet_NaN()}) {
+      a.anneal_drop = drop;
+      const auto idle = run_plan(a);
+      ASSERT_TRUE(idle.contains("warnings")) << text;
+      const auto said = idle["warnings"].dump();
+      EXPECT_NE(said.find("--lr-schedule has no anneal within the run"), std::string::npos) << text << said;
+      EXPECT_EQ(said.find("give --anneal-drop"), std::string::npos) << text << said;
+    }
   }
   a.lr_schedule_path = write_file("mc_tune_lr3.csv", "step,lr\n0,0.001\n1000,0.001\n1900,0.0001\n");
   a.anneal_drop = -1;

@@ -339,10 +339,13 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
   return fo;
 }
 
-// Whether the schedule's rate (linear between its rows, flat before the first and after the last)
-// takes more than one value over [0, total_steps]: with one, the schedule's axis is the step axis
-// and no anneal ever happens.
-bool rate_changes_within(const mp::LrSchedule& s, std::int64_t total_steps) {
+// Whether the schedule anneals within [0, total_steps]: its rate (linear between its rows, flat
+// before the first and after the last) falls below its peak somewhere after the peak's step and
+// by the run's end. Only such a fall is an anneal to the forecaster (ProgressAxis::anneal_level:
+// the peak over every row, the first step it is reached); a rate that is constant, or climbs
+// only, or peaks after the run's end gives --anneal-drop nothing to act on. The rate is linear
+// between rows, so the run's end and the rows are the only points to look at.
+bool anneals_within(const mp::LrSchedule& s, std::int64_t total_steps) {
   auto rate_at = [&](std::int64_t step) {
     if (step <= s.steps.front()) return s.lr.front();
     if (step >= s.steps.back()) return s.lr.back();
@@ -350,10 +353,10 @@ bool rate_changes_within(const mp::LrSchedule& s, std::int64_t total_steps) {
     const double f = static_cast<double>(step - s.steps[i - 1]) / static_cast<double>(s.steps[i] - s.steps[i - 1]);
     return s.lr[i - 1] + f * (s.lr[i] - s.lr[i - 1]);
   };
-  const double first = rate_at(0);
-  if (rate_at(total_steps) != first) return true;
-  return std::any_of(s.steps.begin(), s.steps.end(),
-                     [&](std::int64_t k) { return k > 0 && k < total_steps && rate_at(k) != first; });
+  const auto peak = std::max_element(s.lr.begin(), s.lr.end());  // the first of equal peaks
+  const std::int64_t peak_step = s.steps[static_cast<std::size_t>(peak - s.lr.begin())];
+  auto falls = [&](std::int64_t step) { return step > peak_step && step <= total_steps && rate_at(step) < *peak; };
+  return falls(total_steps) || std::any_of(s.steps.begin(), s.steps.end(), falls);
 }
 
 // The forecaster sets a schedule aside, and says so only in its note, while the log shows too
@@ -364,11 +367,15 @@ void warn_of_inputs_set_aside(Json& r, const CommonArgs& a, const mp::ForecastOp
     r["warnings"].push_back("--reference is not used: no reference family could be fitted sanely to the log's points "
                             "(a reference of another kind of run?)");
   }
-  if (!a.lr_schedule_path.empty() && !std::isnan(a.anneal_drop) && !rate_changes_within(*fo.lr_schedule, fo.total_steps)) {
-    r["warnings"].push_back("--lr-schedule changes nothing: its rate is the same at every step from 0 to the run's end " +
-                            std::to_string(fo.total_steps) + " (a schedule of another run?), so --anneal-drop has no anneal to apply to");
+  if (a.lr_schedule_path.empty()) return;
+  // Said whether or not the forecaster set it aside: advice to give --anneal-drop could not help.
+  if (!anneals_within(*fo.lr_schedule, fo.total_steps)) {
+    r["warnings"].push_back("--lr-schedule has no anneal within the run: its rate never falls below its peak between the "
+                            "peak and the run's end " + std::to_string(fo.total_steps) +
+                            " (a schedule of another run?), so no --anneal-drop can change the forecast");
+    return;
   }
-  if (a.lr_schedule_path.empty() || note.find("lr_schedule not used") == std::string::npos) return;
+  if (note.find("lr_schedule not used") == std::string::npos) return;
   r["warnings"].push_back("--lr-schedule is not used: the log up to the forecast holds too little of the rate's decay to measure "
                           "the loss drop it brings; give --anneal-drop (e.g. measured on an earlier run with this schedule)");
 }
@@ -428,13 +435,18 @@ void require_finite_cils(const Json& r, const CommonArgs& a) {
     }
     if (std::isfinite(c->get<double>())) continue;
     std::ostringstream why;
-    why << "the CIL overflows a double (" << c->get<double>() << ") with --request-rate " << a.request_rate;
+    why << "the CIL overflows a double (" << c->get<double>() << ")";
     // The window multiplies as the rate does: a window of 1e308 s overflowed at any rate, and the
     // advice to lower a rate of 1e-100 could not help.
-    if (!std::isnan(a.window_s)) why << " over --window " << a.window_s << " s";
-    why << ": CIL is the rate times the integral of the served loss over the window, and the schedules do not depend "
-           "on the rate, so give a smaller one (1 scores CIL per request)"
-        << (std::isnan(a.window_s) ? "" : " or a shorter window") << ", or rescale the losses";
+    if (!std::isnan(a.window_s)) {
+      why << " over --window " << a.window_s << " s with --request-rate " << a.request_rate
+          << ": CIL is the rate times the integral of the served loss over the window, so give a shorter window, "
+             "or a smaller rate (the schedules do not depend on it), or rescale the losses";
+    } else {
+      why << " with --request-rate " << a.request_rate
+          << ": CIL is the rate times the integral of the served loss over the window, and the schedules do not depend "
+             "on the rate, so give a smaller one (1 scores CIL per request), or rescale the losses";
+    }
     throw modelcast::Error(modelcast::ErrorCode::kInvalidArgument, why.str());
   }
 }
