@@ -1,6 +1,7 @@
 // Element types, tensor descriptions and key pairs: the small value types both sides share.
 #include <pybind11/stl.h>
 
+#include <limits>
 #include <string>
 
 #include "bindings.h"
@@ -22,9 +23,16 @@ DType dtype_from_name(const std::string& name) {
 }  // namespace
 
 void bind_types(py::module_& m) {
-  m.def("dtype_size", [](const std::string& name) { return dtype_size(dtype_from_name(name)); },
-        "Bytes per element of the dtype named `name` ('f32', 'bf16', ...). Raises InvalidArgumentError "
-        "for an unknown name.");
+  // Arguments go through the package's own checks (modelcast._dtypes, modelcast._service), as
+  // every other call's do: pybind11's casts took a shape of [True] as [1], refused NumPy and torch
+  // dtypes, and raised a TypeError naming no argument.
+  m.def("dtype_size", [](const py::object& dtype) {
+          auto name = py::module_::import("modelcast._dtypes").attr("dtype_name")(dtype).cast<std::string>();
+          return dtype_size(dtype_from_name(name));
+        },
+        py::arg("dtype"),
+        "Bytes per element of `dtype`: a modelcast name ('f32', 'bf16', ...), a NumPy or a torch dtype. "
+        "Raises InvalidArgumentError for one modelcast does not carry.");
   m.def("dtype_names", [] {
     std::vector<std::string> names;
     for (int i = 0; i <= static_cast<int>(DType::kF8E4M3); ++i) names.emplace_back(dtype_name(static_cast<DType>(i)));
@@ -32,11 +40,16 @@ void bind_types(py::module_& m) {
   }, "The dtype names modelcast knows, in wire order.");
 
   py::class_<TensorSpec>(m, "TensorSpec", "Name, dtype (a modelcast dtype name) and shape of one tensor, and where its bytes live.")
-      .def(py::init([](std::string name, const std::string& dtype, std::vector<std::int64_t> shape) {
+      .def(py::init([](const py::object& name, const py::object& dtype, const py::object& shape) {
+             auto service = py::module_::import("modelcast._service");
              TensorSpec s;
-             s.name = std::move(name);
-             s.dtype = dtype_from_name(dtype);
-             s.shape = std::move(shape);
+             s.name = service.attr("text")("TensorSpec: name", name).cast<std::string>();
+             s.dtype = dtype_from_name(py::module_::import("modelcast._dtypes").attr("dtype_name")(dtype).cast<std::string>());
+             // Negative extents are let through to the size check below, which names them.
+             s.shape = service.attr("integers")("TensorSpec: shape of " + shown_text(s.name), shape,
+                                                std::numeric_limits<std::int64_t>::min(),
+                                                std::numeric_limits<std::int64_t>::max())
+                           .cast<std::vector<std::int64_t>>();
              // size_bytes would otherwise wrap (a negative extent, a size past 2^64 bytes).
              if (!s.checked_size_bytes()) {
                throw Error(ErrorCode::kInvalidArgument, "TensorSpec '" + s.name +
@@ -45,7 +58,9 @@ void bind_types(py::module_& m) {
              return s;
            }),
            py::arg("name"), py::arg("dtype"), py::arg("shape"),
-           "Raises InvalidArgumentError for an unknown dtype name, a negative extent or a size past 2^64 bytes.")
+           "`dtype` as in dtype_size; `shape` a sequence of integers (not bools). Raises InvalidArgumentError "
+           "for a dtype modelcast does not carry, a shape that is no sequence of integers, a negative extent "
+           "or a size past 2^64 bytes.")
       .def_readonly("name", &TensorSpec::name)
       .def_property_readonly("dtype", [](const TensorSpec& s) { return std::string(dtype_name(s.dtype)); })
       .def_readonly("shape", &TensorSpec::shape)

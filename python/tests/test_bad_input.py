@@ -344,7 +344,7 @@ def test_a_path_or_name_with_a_nul_byte_is_refused_whole(tmp_path):
     with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "persist.directory", "c\\x00d", "NUL"):
         modelcast.Producer(control_endpoint="tcp://127.0.0.1:0", persist_directory=str(tmp_path / "c") + "\0d")
     assert not (tmp_path / "c").exists()
-    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "unknown dtype 'f32\\x00junk'"):
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "dtype 'f32\\x00junk' is not one modelcast carries"):
         modelcast.dtype_size("f32\0junk")
 
 
@@ -506,6 +506,23 @@ def test_a_tensor_spec_whose_size_cannot_be_counted_is_refused():
         with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "64 bits"):
             modelcast.TensorSpec("x", "f32", shape)
     assert modelcast.TensorSpec("x", "f32", [2, 3]).size_bytes == 24
+
+
+def test_a_tensor_spec_and_dtype_size_take_arguments_as_the_rest_of_the_package_does():
+    # A shape of [True] was [1] without a word; a float, NumPy and torch dtypes and a huge extent
+    # were pybind11's TypeError, naming no argument.
+    for shape, words in (([True], "shape of 'x'[0] must be an integer"), ([2.5], "shape of 'x'[0] must be an integer"),
+                         ([2**63], "at most"), (3, "must be a sequence of integers")):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, words):
+            modelcast.TensorSpec("x", "f32", shape)
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "name must be a str"):
+        modelcast.TensorSpec(b"x", "f32", [1])
+    assert modelcast.TensorSpec("x", np.float32, np.array([2, 3])).dtype == "f32"
+    assert modelcast.TensorSpec("x", torch.bfloat16, torch.Size([4])).size_bytes == 8
+    assert modelcast.dtype_size(torch.float32) == 4 and modelcast.dtype_size(np.int8) == 1
+    assert modelcast.dtype_size("f16") == 2
+    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "is not one modelcast carries"):
+        modelcast.dtype_size(np.complex64)
 
 
 def test_an_interface_claiming_a_size_past_64_bits_or_a_negative_extent_is_refused_naming_the_tensor(producer):
