@@ -1,5 +1,7 @@
 #include "daemon/metrics.h"
 
+#include <algorithm>
+
 #include <prometheus/text_serializer.h>
 
 namespace modelcastd {
@@ -108,7 +110,10 @@ void Metrics::serving(const std::string& model, std::uint64_t version) {
 void Metrics::installed(const std::string& model, std::chrono::nanoseconds update_latency) {
   unless_removed(model, [&] {
     installed_.Add({{"model", model}}).Increment();
-    update_latency_.Add({{"model", model}}, kBuckets).Observe(seconds(update_latency));
+    // Negative where the producer's clock is ahead of this host's: a histogram has no bucket
+    // for it, and its _sum went down (a counter in Prometheus's eyes). Counted as 0, the least
+    // it can have been; /v1/models shows the signed figure, which says the clocks disagree.
+    update_latency_.Add({{"model", model}}, kBuckets).Observe(seconds(std::max(update_latency, std::chrono::nanoseconds(0))));
   });
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 
 #include "daemon/ops_task_queue.h"
 
@@ -45,20 +46,34 @@ bool BoundedStream::ready_for(short events, Clock::time_point deadline) const {
   }
 }
 
-bool BoundedStream::is_readable() const { return bytes_read_ < limits_.request_bytes && ready_for(POLLIN, request_deadline_); }
+bool BoundedStream::is_readable() const {
+  return buffered_from_ < buffered_to_ || (bytes_read_ < limits_.request_bytes && ready_for(POLLIN, request_deadline_));
+}
 
 bool BoundedStream::is_writable() const {
   return ready_for(POLLOUT, answer_deadline_ == Clock::time_point{} ? Clock::now() + limits_.answer_time : answer_deadline_);
 }
 
 ssize_t BoundedStream::read(char* ptr, size_t size) {
-  if (!is_readable()) return -1;
-  ssize_t n;
-  do {
-    n = recv(fd_, ptr, std::min(size, limits_.request_bytes - bytes_read_), 0);
-  } while (n < 0 && errno == EINTR);
-  if (n > 0) bytes_read_ += static_cast<std::size_t>(n);
-  return n;
+  if (buffered_from_ == buffered_to_) {
+    if (!is_readable()) return -1;
+    // A large read goes straight to the caller; a small one fills the buffer first.
+    const bool direct = size >= buffer_.size();
+    char* into = direct ? ptr : buffer_.data();
+    ssize_t n;
+    do {
+      n = recv(fd_, into, std::min(direct ? size : buffer_.size(), limits_.request_bytes - bytes_read_), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n <= 0) return n;
+    bytes_read_ += static_cast<std::size_t>(n);
+    if (direct) return n;
+    buffered_from_ = 0;
+    buffered_to_ = static_cast<std::size_t>(n);
+  }
+  const std::size_t n = std::min(size, buffered_to_ - buffered_from_);
+  std::memcpy(ptr, buffer_.data() + buffered_from_, n);
+  buffered_from_ += n;
+  return static_cast<ssize_t>(n);
 }
 
 ssize_t BoundedStream::write(const char* ptr, size_t size) {

@@ -9,6 +9,7 @@
 // connection; BoundedServer adds no state to httplib's.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <string>
@@ -46,7 +47,11 @@ class BoundedStream final : public httplib::Stream {
   ConnectionLimits limits_;
   Clock::time_point request_deadline_;
   Clock::time_point answer_deadline_{};  // set by the first write
-  std::size_t bytes_read_ = 0;
+  std::size_t bytes_read_ = 0;           // received from the socket, buffered or read
+  // Received and not yet read: cpp-httplib reads a request's line and headers a byte at a time,
+  // and each byte was a poll and a recv of its own (64 KiB of headers took 1 s of CPU time).
+  std::array<char, 4096> buffer_{};
+  std::size_t buffered_from_ = 0, buffered_to_ = 0;
 };
 
 // httplib::Server answering one request per connection through a BoundedStream; a connection's

@@ -105,14 +105,14 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   server_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     // cpp-httplib 0.11 serves every range asked for, unmerged: 2600 ranges of /metrics in an
     // 8 KB request made a 12 MB answer, and a few such requests at once took a gigabyte. These
-    // answers are small and made anew each time: no client needs a part of one. The refusal has
-    // no body: cpp-httplib would multiply that too, once per range. Said so in every answer:
-    // cpp-httplib tells each HEAD "Accept-Ranges: bytes" unless the answer has the header already.
+    // answers are small and made anew each time: no client needs a part of one, so a Range is
+    // ignored and the whole answer sent, as RFC 9110 lets a server do (a 416 is only for ranges
+    // that miss the answer, and "curl -r 0-" got one). The request is the server's own object,
+    // handed over const: clearing its ranges is what makes cpp-httplib send the whole. Said so in
+    // every answer: cpp-httplib tells each HEAD "Accept-Ranges: bytes" unless the answer has the
+    // header already.
     res.set_header("Accept-Ranges", "none");
-    if (!req.ranges.empty()) {
-      res.status = 416;
-      return httplib::Server::HandlerResponse::Handled;
-    }
+    const_cast<httplib::Request&>(req).ranges.clear();
     if (req.method == "GET" || req.method == "HEAD") return httplib::Server::HandlerResponse::Unhandled;
     res.status = 405;
     res.set_header("Allow", "GET, HEAD");
