@@ -102,16 +102,21 @@ OpsHttp::OpsHttp(const std::string& listen, OpsProviders providers) : server_(st
   });
   // Read-only endpoints: another method was a 400 or 404 with no body, which names nothing.
   static constexpr const char* kPaths = "/healthz, /readyz[?model=NAME], /v1/models, /metrics";
+  // Said in every answer, the 416 cpp-httplib gives a Range it cannot parse included: it tells
+  // each HEAD "Accept-Ranges: bytes" before this handler runs, and set_header adds a second
+  // value rather than replacing the first.
+  server_->set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+    res.headers.erase("Accept-Ranges");
+    res.set_header("Accept-Ranges", "none");
+  });
   server_->set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
     // cpp-httplib 0.11 serves every range asked for, unmerged: 2600 ranges of /metrics in an
     // 8 KB request made a 12 MB answer, and a few such requests at once took a gigabyte. These
     // answers are small and made anew each time: no client needs a part of one, so a Range is
     // ignored and the whole answer sent, as RFC 9110 lets a server do (a 416 is only for ranges
     // that miss the answer, and "curl -r 0-" got one). The request is the server's own object,
-    // handed over const: clearing its ranges is what makes cpp-httplib send the whole. Said so in
-    // every answer: cpp-httplib tells each HEAD "Accept-Ranges: bytes" unless the answer has the
-    // header already.
-    res.set_header("Accept-Ranges", "none");
+    // handed over const: clearing its ranges is what makes cpp-httplib send the whole. A Range it
+    // cannot parse (another unit, a reversed range) it answers 416 itself, before any handler.
     const_cast<httplib::Request&>(req).ranges.clear();
     if (req.method == "GET" || req.method == "HEAD") return httplib::Server::HandlerResponse::Unhandled;
     res.status = 405;

@@ -38,11 +38,15 @@ def dtype_name(dtype):
     text = str(dtype)
     if text in _TORCH:
         return _TORCH[text]
-    try:
-        import numpy
-        np_dtype = numpy.dtype(dtype)
-    except (TypeError, ImportError):
-        np_dtype = None
+    # numpy.dtype(None) is float64: None is no dtype. Whatever else NumPy cannot read (a bad
+    # structured spelling raises ValueError) is refused as not carried, not let out bare.
+    np_dtype = None
+    if dtype is not None:
+        try:
+            import numpy
+            np_dtype = numpy.dtype(dtype)
+        except Exception:
+            np_dtype = None
     if np_dtype is not None and np_dtype.isnative and np_dtype.name in _NUMPY:
         return _NUMPY[np_dtype.name]
     raise InvalidArgumentError(f"dtype {dtype!r} is not one modelcast carries "

@@ -521,8 +521,12 @@ def test_a_tensor_spec_and_dtype_size_take_arguments_as_the_rest_of_the_package_
     assert modelcast.TensorSpec("x", torch.bfloat16, torch.Size([4])).size_bytes == 8
     assert modelcast.dtype_size(torch.float32) == 4 and modelcast.dtype_size(np.int8) == 1
     assert modelcast.dtype_size("f16") == 2
-    with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "is not one modelcast carries"):
-        modelcast.dtype_size(np.complex64)
+    # None is float64 to NumPy; a bad structured dtype was NumPy's bare ValueError.
+    for bad in (np.complex64, None, ("f4", -1)):
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "is not one modelcast carries"):
+            modelcast.dtype_size(bad)
+        with raises(modelcast.InvalidArgumentError, ErrorCode.INVALID_ARGUMENT, "is not one modelcast carries"):
+            modelcast.TensorSpec("x", bad, [1])
 
 
 def test_an_interface_claiming_a_size_past_64_bits_or_a_negative_extent_is_refused_naming_the_tensor(producer):
