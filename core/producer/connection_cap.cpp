@@ -56,10 +56,7 @@ int ConnectionCap::set_listener(const std::string& bound_endpoint) {
     listener_port_ = std::stoi(bound_endpoint.substr(colon + 1));
   }
   // ZeroMQ sends the LISTENING event from within bind(), before any connection can be accepted,
-  // so it is the first event queued of this listener; the wait only covers its way through the
-  // inproc pipe. Bound again (ControlPlane::listen), events of the connections made before it
-  // are read on the way, as read_events() would.
-  listener_fd_ = -1;
+  // so it is the first event queued; the wait only covers its way through the inproc pipe.
   const auto until = Clock::now() + std::chrono::seconds(1);
   while (listener_fd_ < 0) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();

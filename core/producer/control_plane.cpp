@@ -41,30 +41,6 @@ constexpr int kHandshakeMs = 5000;
 
 }  // namespace
 
-bool ControlPlane::listen(bool on) {
-  if (on == listening_) return listening_;
-  try {
-    if (!on) {
-      listener_in_children_.reset();  // before the descriptor is closed and maybe reused
-      router_.unbind(endpoint_);
-      listening_ = false;
-      return false;
-    }
-    // ZeroMQ unlinks an ipc:// path before it binds: another producer that took the path while
-    // this one did not listen keeps it, and this one stays unbound.
-    wire::check_ipc_endpoint_free(endpoint_);
-    // The endpoint as bound (its port, not 0): consumers reconnect to the address they know.
-    router_.bind(endpoint_);
-  } catch (const zmq::error_t&) {
-    return listening_;
-  } catch (const Error&) {
-    return listening_;
-  }
-  listening_ = true;
-  if (const int listener = connections_->set_listener(endpoint_); listener >= 0) listener_in_children_.emplace(listener);
-  return true;
-}
-
 ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
     : router_(context_, zmq::socket_type::router) {
   wire::check_control_endpoint(options.control_endpoint);  // rejects a bad scheme before binding

@@ -46,12 +46,6 @@ class ControlPlane {
   zmq::socket_t& router() { return router_; }
   // The cap on the ROUTER's connections (connection_cap.h).
   ConnectionCap& connections() { return *connections_; }
-
-  // Stops accepting connections (unbinds; those open stay), or accepts them again on the same
-  // endpoint (binds). Returns whether it listens afterwards: binding again fails while another
-  // socket holds the address, and is then to be tried again. Service thread.
-  bool listen(bool on);
-  bool listening() const { return listening_; }
   // The ZAP socket to poll (null on a plaintext control plane) and its answers: the keys refused.
   zmq::socket_t* authentication_socket();
   // See ZapHandler::answer_pending.
@@ -71,7 +65,6 @@ class ControlPlane {
   // closes it.
   std::optional<ClosedInForkedChildren> listener_in_children_;
   std::string endpoint_;
-  bool listening_ = true;
 };
 
 }  // namespace modelcast::producer

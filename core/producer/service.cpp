@@ -6,7 +6,6 @@
 
 #include "common/host_identity.h"
 #include "common/shown_text.h"
-#include "core/producer/free_descriptors.h"
 #include "core/security/curve.h"
 #include "core/security/curve_to_ed25519.h"
 #include "core/wire/protocol.h"
@@ -65,8 +64,7 @@ void ProducerService::run() {
       next_heartbeat = now + options_.heartbeat_interval;
     }
     auto wake = std::min({next_heartbeat, store_.next_expiry().value_or(next_heartbeat),
-                          fetches_.next_stalled_drain().value_or(next_heartbeat),
-                          control_.listening() ? next_heartbeat : next_descriptor_check_});
+                          fetches_.next_stalled_drain().value_or(next_heartbeat)});
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
     zmq::socket_t* zap = control_.authentication_socket();
     zmq::pollitem_t items[] = {{control_.router().handle(), 0, ZMQ_POLLIN, 0},
@@ -101,13 +99,11 @@ void ProducerService::run() {
     }
     // After the requests: a join already read makes its connection safe from eviction. A join
     // may have read the connection events already (on_join): those are capped here too.
-    const bool connections_changed = (items[2].revents & ZMQ_POLLIN) || cap_due_;
-    if (connections_changed) {
+    if ((items[2].revents & ZMQ_POLLIN) || cap_due_) {
       drop_closed_connections();
       cap_connections();
       cap_due_ = false;
     }
-    watch_descriptors(connections_changed);
     expire_leases();
     drop_silent_consumers();
     send_outgoing();
@@ -134,29 +130,6 @@ void ProducerService::drop_closed_connections() {
       log_->info("the control connection of consumer '{}' closed: dropping it", membership_.find(routing_id)->name);
       drop_consumer(routing_id);
     }
-  }
-}
-
-void ProducerService::watch_descriptors(bool connections_changed) {
-  const auto now = Clock::now();
-  if (!connections_changed && now < next_descriptor_check_) return;
-  next_descriptor_check_ = now + kDescriptorCheck;
-  const auto d = free_descriptors();
-  if (!d) return;
-  const bool listening = control_.listening();
-  if (listening && d->free < d->stop_below()) {
-    control_.listen(false);
-    stats_.update([](ProducerStats& s) {
-      s.listening = false;
-      s.listening_stopped++;
-    });
-    log_->warn("stopped accepting control connections: {} file descriptors free of {}, fewer than {} (the trainer's "
-               "files, consumers' connections); those open stay, new ones are refused until {} are free (raise the "
-               "limit: ulimit -Hn, systemd's LimitNOFILE=)",
-               d->free, d->limit, d->stop_below(), d->listen_from());
-  } else if (!listening && d->free >= d->listen_from() && control_.listen(true)) {
-    stats_.update([](ProducerStats& s) { s.listening = true; });
-    log_->info("accepting control connections again on {}: {} file descriptors free", control_.endpoint(), d->free);
   }
 }
 
@@ -535,15 +508,6 @@ void ProducerService::on_join(const std::string& routing_id, const std::string& 
   auto decision = membership_.decide(routing_id, key, join);
   answer.refusal = decision.refusal;
   answer.error = decision.error;
-  // A consumer's transport takes descriptors of its own (UCX's sockets and mappings): a join
-  // while few are free would take the last ones (free_descriptors.h).
-  if (answer.refusal == protocol::Refusal::kNone) {
-    if (const auto d = free_descriptors(); d && d->free < d->stop_below()) {
-      answer.refusal = protocol::Refusal::kFull;
-      answer.error = "the producer is short of file descriptors (" + std::to_string(d->free) + " free of " +
-                     std::to_string(d->limit) + "); join again later";
-    }
-  }
   // A reconnecting member takes its old record's place in the group: that place counts as free
   // here, and is given up once the join is admitted (forget_consumer below). A refused join
   // leaves the old record a member, as it stays a joined consumer.

@@ -188,10 +188,6 @@ class ProducerService {
   void drop_closed_connections();
   // Closes control connections past the cap (connection_cap.h), sparing joined ones.
   void cap_connections();
-  // Stops listening for control connections while the process is short of file descriptors,
-  // and listens again once enough are free (free_descriptors.h says why): checked when
-  // connections were accepted (`connections_changed`) and every kDescriptorCheck.
-  void watch_descriptors(bool connections_changed);
   void reply(const std::string& routing_id, const protocol::Message& message);
   void send_outgoing();
   void close_cut_off();
@@ -270,8 +266,6 @@ class ProducerService {
   void start_host_copies();
   std::size_t evicted_unlogged_ = 0;  // cap_connections(): evictions not logged yet
   bool cap_due_ = false;  // connection events were read and the cap not enforced since
-  static constexpr std::chrono::milliseconds kDescriptorCheck{200};
-  Clock::time_point next_descriptor_check_{};
   Clock::time_point next_eviction_log_{};
 };
 

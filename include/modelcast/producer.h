@@ -200,11 +200,6 @@ struct ProducerStats {
   std::uint64_t snapshot_bytes_copied = 0;
   std::chrono::nanoseconds last_stall{0};
   std::string transport;             // the transports it delivers over, e.g. "ucx" or "ucx,loopback"
-  // Whether the control endpoint accepts connections now, and how often it stopped: the producer
-  // stops listening, and refuses joins, while the process has fewer than 32 file descriptors free
-  // (an eighth of a smaller open-file limit's; logged), and listens again from twice that.
-  bool listening = true;
-  std::uint64_t listening_stopped = 0;
   // options.persist: versions written completely, writes that failed (logged; training and
   // delivery go on), and versions that came due while the writer was still busy.
   std::uint64_t persisted_versions = 0;

@@ -311,8 +311,6 @@ void bind_producer(py::module_& m) {
       .def_readonly("snapshot_bytes_copied", &ProducerStats::snapshot_bytes_copied)
       .def_property_readonly("last_stall_s", [](const ProducerStats& s) { return seconds(s.last_stall); })
       .def_readonly("transport", &ProducerStats::transport)
-      .def_readonly("listening", &ProducerStats::listening)
-      .def_readonly("listening_stopped", &ProducerStats::listening_stopped)
       .def_readonly("persisted_versions", &ProducerStats::persisted_versions)
       .def_readonly("persist_failures", &ProducerStats::persist_failures)
       .def_readonly("persist_skipped", &ProducerStats::persist_skipped)

@@ -1,6 +1,5 @@
 // modelcast-test-peer: the other processes of the multi-process tests. Prints one line per
 // event on stdout ("installed V", "published V", "torn ...") so a test can follow it.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -54,8 +53,6 @@ struct Tuning {
   std::uint32_t rank = 0;
   std::uint32_t ranks = 1;
   std::vector<std::string> rank_endpoints;
-  // Descriptors the trainer holds (its files), opened before the producer: /dev/null each.
-  std::size_t hold_files = 0;
 };
 
 // How a consumer behaves as a relay: whether it serves peers, and a fault to play.
@@ -77,8 +74,7 @@ std::string stats_line(const modelcast::Producer& producer) {
          " leases_expired=" + std::to_string(s.leases_expired) + " deliveries=" + std::to_string(s.deliveries) +
          " bad_messages=" + std::to_string(s.bad_messages) + " latest_version=" + std::to_string(s.latest_version) +
          " bytes_sent=" + std::to_string(s.bytes_sent) + " relayed_deliveries=" + std::to_string(s.relayed_deliveries) +
-         " bytes_relayed=" + std::to_string(s.bytes_relayed) + " relay_faults=" + std::to_string(s.relay_faults) +
-         " listening=" + std::to_string(s.listening ? 1 : 0) + " listening_stopped=" + std::to_string(s.listening_stopped);
+         " bytes_relayed=" + std::to_string(s.bytes_relayed) + " relay_faults=" + std::to_string(s.relay_faults);
 }
 
 int run_consumer(const std::string& endpoint, const std::string& name, std::uint64_t until_version,
@@ -306,19 +302,6 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
   options.rank = tuning.rank;
   options.rank_count = tuning.ranks;
   options.rank_endpoints = tuning.rank_endpoints;
-  std::vector<int> held_files;
-  auto hold = [&](std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      const int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-      if (fd < 0) return false;
-      held_files.push_back(fd);
-    }
-    return true;
-  };
-  if (!hold(tuning.hold_files)) {
-    say("error cannot hold " + std::to_string(tuning.hold_files) + " files");
-    return 1;
-  }
   modelcast::Producer producer(options);
   auto model = testmodel::make(kib);
   for (auto& t : model) {
@@ -346,8 +329,6 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
   //   await-consumers-at-most N MS
   //                            "stats ..." once at most N consumers are joined, or
   //                            "timeout stats ..." after MS milliseconds
-  //   hold N                   opens N more files ("holding M", M in all; "error ..." if it cannot)
-  //   release-files            closes the files held ("released M")
   // Other lines are ignored.
   std::uint64_t next = versions + 1;
   std::string line;
@@ -363,14 +344,6 @@ int run_producer(const std::string& endpoint, std::uint64_t versions, std::uint6
       ++next;
     } else if (command == "stats") {
       say("stats " + stats_line(producer));
-    } else if (command == "hold") {
-      std::size_t n = 0;
-      words >> n;
-      say(hold(n) ? "holding " + std::to_string(held_files.size()) : "error cannot hold more files");
-    } else if (command == "release-files") {
-      for (int fd : held_files) close(fd);
-      say("released " + std::to_string(held_files.size()));
-      held_files.clear();
     } else if (command == "await-consumers-at-most") {
       std::size_t most = 0;
       std::uint64_t ms = 0;
@@ -432,7 +405,6 @@ int main(int argc, char** argv) {
   producer->add_option("--change-pct", change_pct, "versions change this share of tensors (testmodel::fill)");
   producer->add_option("--transports", tuning.transports)->delimiter(',');
   producer->add_option("--relay-fanout", tuning.relay_fanout);
-  producer->add_option("--hold-files", tuning.hold_files, "descriptors the trainer holds before the producer starts");
   producer->add_option("--rank", tuning.rank, "this producer's rank of a sharded model");
   producer->add_option("--ranks", tuning.ranks, "the sharded model's producer ranks");
   producer->add_option("--rank-endpoints", tuning.rank_endpoints, "rank 0: every rank's endpoint")->delimiter(',');
