@@ -49,7 +49,7 @@ class BoundedStream final : public httplib::Stream {
   Clock::time_point answer_deadline_{};  // set by the first write
   std::size_t bytes_read_ = 0;           // received from the socket, buffered or read
   // Received and not yet read: cpp-httplib reads a request's line and headers a byte at a time,
-  // and each byte was a poll and a recv of its own (64 KiB of headers took 1 s of CPU time).
+  // and each byte was a poll and a recv of its own (64 KiB of headers took 0.1 s of CPU time).
   std::array<char, 4096> buffer_{};
   std::size_t buffered_from_ = 0, buffered_to_ = 0;
 };
