@@ -453,7 +453,7 @@ TEST(TuneCommands, AScheduleSetAsideIsWarnedAboutAndAnAnnealDropPutsItToUse) {
   // end, climbing only, or peaking after the end) was taken without a word and the drop did
   // nothing; without --anneal-drop the advice was to give one.
   for (const char* text : {"step,lr\n5000,0.001\n6000,0.0001\n", "step,lr\n0,0.001\n", "step,lr\n0,0\n500,0.001\n",
-                           "step,lr\n0,0.001\n1000,0.0005\n5000,0.01\n"}) {
+                           "step,lr\n0,0.001\n1000,0.0005\n5000,0.01\n", "step,lr\n-100,0.01\n0,0.001\n"}) {
     a.lr_schedule_path = write_file("mc_tune_lr3_after.csv", text);
     for (double drop : {0.3, std::numeric_limits<double>::quiet_NaN()}) {
       a.anneal_drop = drop;

@@ -16,6 +16,7 @@
 #include "csv_file.h"    // predictor/: opening its CSV inputs
 #include "csv_record.h"  // predictor/: the loss logs' record splitter
 #include "modelcast/predictor.h"
+#include "progress_axis.h"  // predictor/: the forecaster's anneal test
 #include "progress_meter.h"
 #include "schedule_plot.h"
 
@@ -339,24 +340,11 @@ mp::ForecastOptions forecast_options(const CommonArgs& a, std::int64_t total_ste
   return fo;
 }
 
-// Whether the schedule anneals within [0, total_steps]: its rate (linear between its rows, flat
-// before the first and after the last) falls below its peak somewhere after the peak's step and
-// by the run's end. Only such a fall is an anneal to the forecaster (ProgressAxis::anneal_level:
-// the peak over every row, the first step it is reached); a rate that is constant, or climbs
-// only, or peaks after the run's end gives --anneal-drop nothing to act on. The rate is linear
-// between rows, so the run's end and the rows are the only points to look at.
+// Whether the schedule anneals within the run: its rate falls below where it is at step 0 by the
+// run's end, the forecaster's own test (ProgressAxis::anneals_after). A rate that is constant,
+// climbs only, or peaks or falls after the run's end gives --anneal-drop nothing to act on.
 bool anneals_within(const mp::LrSchedule& s, std::int64_t total_steps) {
-  auto rate_at = [&](std::int64_t step) {
-    if (step <= s.steps.front()) return s.lr.front();
-    if (step >= s.steps.back()) return s.lr.back();
-    const auto i = static_cast<std::size_t>(std::upper_bound(s.steps.begin(), s.steps.end(), step) - s.steps.begin());
-    const double f = static_cast<double>(step - s.steps[i - 1]) / static_cast<double>(s.steps[i] - s.steps[i - 1]);
-    return s.lr[i - 1] + f * (s.lr[i] - s.lr[i - 1]);
-  };
-  const auto peak = std::max_element(s.lr.begin(), s.lr.end());  // the first of equal peaks
-  const std::int64_t peak_step = s.steps[static_cast<std::size_t>(peak - s.lr.begin())];
-  auto falls = [&](std::int64_t step) { return step > peak_step && step <= total_steps && rate_at(step) < *peak; };
-  return falls(total_steps) || std::any_of(s.steps.begin(), s.steps.end(), falls);
+  return mp::detail::ProgressAxis(total_steps, s).anneals_after(0);
 }
 
 // The forecaster sets a schedule aside, and says so only in its note, while the log shows too
