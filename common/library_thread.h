@@ -11,13 +11,27 @@
 //
 // Threads: library_thread() may be called from any thread; it changes the caller's signal mask
 // only while the new thread is created (the new thread inherits it), and restores it.
+//
+// Errors: a thread that cannot be started (the user's process and thread limit, `ulimit -u`, or
+// no memory for its stack) is Error(kResource) naming the thread: std::thread's std::system_error
+// names neither, and is not the library's error type.
 #pragma once
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cstddef>
+#include <future>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
+#include <vector>
+
+#include "modelcast/error.h"
 
 namespace modelcast {
 
@@ -37,11 +51,59 @@ class AsyncSignalsBlocked {
   sigset_t saved_;
 };
 
-// std::thread(body), started with asynchronous signals blocked (see above).
+inline Error thread_not_started(const std::string& what, const std::system_error& e) {
+  return Error(ErrorCode::kResource, "cannot start the " + what + " thread: " + e.what() +
+                                         " (the limit of processes and threads, `ulimit -u`, reached, or no memory "
+                                         "for its stack)");
+}
+
+// std::thread(body), started with asynchronous signals blocked (see above); `what` names the
+// thread in the error if it cannot start.
 template <typename Body>
-std::thread library_thread(Body&& body) {
+std::thread library_thread(const std::string& what, Body&& body) {
   AsyncSignalsBlocked blocked;
-  return std::thread(std::forward<Body>(body));
+  try {
+    return std::thread(std::forward<Body>(body));
+  } catch (const std::system_error& e) {
+    throw thread_not_started(what, e);
+  }
+}
+
+// Throws Error(kResource) naming `what` unless `count` more threads can run at once now; starts
+// and joins them. For libraries that start threads of their own and abort when they cannot
+// (libzmq asserts on a failed pthread_create): asked first, the caller gets an error instead.
+// A probe, not a reservation: a thread started elsewhere in between can still take the room.
+inline void check_threads_can_start(std::size_t count, const std::string& what) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::vector<std::thread> probes;
+  std::vector<pid_t> ids(count, 0);  // each written by its probe before it exits, read after the join
+  probes.reserve(count);
+  auto join_all = [&] {
+    release.set_value();
+    for (auto& t : probes) t.join();
+    // A joined thread still counts against the limit until the kernel releases it: Linux clears
+    // the thread's id (which ends the join) as it drops its memory, and releases the task, whose
+    // /proc entry then goes, later in its exit. Waited for (bounded), so that the starts the
+    // probe said would fit do not fail against its own leftovers (not seen here; the order is
+    // the kernel's).
+    for (std::size_t i = 0; i < probes.size(); ++i) {
+      const std::string entry = "/proc/self/task/" + std::to_string(ids[i]);
+      for (int spins = 0; spins < 100000 && access(entry.c_str(), F_OK) == 0; ++spins) sched_yield();
+    }
+  };
+  try {
+    for (std::size_t i = 0; i < count; ++i) {
+      probes.push_back(library_thread(what, [released, id = &ids[i]] {
+        *id = static_cast<pid_t>(syscall(SYS_gettid));
+        released.wait();
+      }));
+    }
+  } catch (...) {
+    join_all();
+    throw;
+  }
+  join_all();
 }
 
 }  // namespace modelcast

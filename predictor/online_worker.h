@@ -34,7 +34,9 @@ class OnlineWorker {
  public:
   // batch_scheduled: run under SCHED_BATCH (see above), else under the creating thread's policy.
   OnlineWorker(std::function<Result(Job&)> work, bool batch_scheduled)
-      : work_(std::move(work)), batch_requested_(batch_scheduled), thread_(library_thread([this] { run(); })) {}
+      : work_(std::move(work)),
+        batch_requested_(batch_scheduled),
+        thread_(library_thread("predictor worker", [this] { run(); })) {}
 
   ~OnlineWorker() {
     {

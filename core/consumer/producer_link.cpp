@@ -9,6 +9,7 @@
 #include "core/wire/connect_host.h"
 #include "core/wire/socket_directory.h"
 #include "core/wire/zmq_channel.h"
+#include "core/wire/zmq_context.h"
 #include "modelcast/error.h"
 #include "modelcast/keys.h"
 
@@ -18,7 +19,9 @@ namespace modelcast::consumer {
 ProducerLink::~ProducerLink() { sodium_memzero(own_.data(), own_.size()); }
 
 ProducerLink::ProducerLink(ConsumerOptions& options)
-    : endpoint_(options.producer_endpoint), timeout_(options.producer_timeout) {
+    : endpoint_(options.producer_endpoint),
+      timeout_(options.producer_timeout),
+      context_(wire::context_with_threads("consumer link")) {
   // ZeroMQ parses an endpoint only when connecting, and throws there: on the service thread
   // that would end the process, so a bad one is refused here, in the caller's thread.
   if (endpoint_.rfind("tcp://", 0) != 0 && endpoint_.rfind("ipc://", 0) != 0) {

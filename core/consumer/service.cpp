@@ -32,7 +32,7 @@ ConsumerService::ConsumerService(ConsumerOptions options, ServiceHooks hooks)
   } else {
     target_ = std::make_unique<ShapingTarget>(std::max(options_.buffers, options_.caller_buffers.size()));
   }
-  service_ = library_thread([this] { service_loop(); });
+  service_ = library_thread("consumer service", [this] { service_loop(); });
 }
 
 ConsumerService::~ConsumerService() { stop(); }

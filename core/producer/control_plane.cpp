@@ -12,6 +12,7 @@
 #include "core/wire/socket_directory.h"
 #include "core/wire/protocol.h"
 #include "core/wire/zmq_channel.h"
+#include "core/wire/zmq_context.h"
 #include "common/shown_text.h"
 #include "modelcast/error.h"
 
@@ -42,7 +43,7 @@ constexpr int kHandshakeMs = 5000;
 }  // namespace
 
 ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
-    : router_(context_, zmq::socket_type::router) {
+    : context_(wire::context_with_threads("producer control plane")), router_(context_, zmq::socket_type::router) {
   wire::check_control_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
   const std::string security = set_up_security(options);
   auto open_files = raise_open_file_limit(log);

@@ -25,6 +25,7 @@ DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std
     copy_stream_ = runtime_.create_stream(device);
     stage_stream_ = runtime_.create_stream(device);
     caller_point_ = runtime_.create_event(device);
+    thread_ = library_thread("device staging", [this] { run(); });
   } catch (...) {
     for (auto* p : slots_) runtime_.release(p);
     for (auto* e : copied_) runtime_.destroy_event(e);
@@ -34,7 +35,6 @@ DeviceSnapshots::DeviceSnapshots(device::DeviceRuntime& runtime, int device, std
     if (stage_stream_) runtime_.destroy_stream(stage_stream_);
     throw;
   }
-  thread_ = library_thread([this] { run(); });
 }
 
 void DeviceSnapshots::stop() {

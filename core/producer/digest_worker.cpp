@@ -18,7 +18,8 @@ std::vector<std::uint64_t> block_digests(const std::byte* base, const Manifest& 
   return digests;
 }
 
-DigestWorker::DigestWorker(Done done) : done_(std::move(done)), thread_(library_thread([this] { run(); })) {}
+DigestWorker::DigestWorker(Done done)
+    : done_(std::move(done)), thread_(library_thread("digest", [this] { run(); })) {}
 
 DigestWorker::~DigestWorker() {
   {

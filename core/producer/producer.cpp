@@ -196,7 +196,7 @@ class Producer::Impl {
     if (persister_) service_->set_persist([p = persister_.get()](std::uint64_t version) { p->consider(version); });
     log_->info("model '{}' serving on {}, incarnation {:016x}", options_.model_name, control_->endpoint(),
                incarnation_);
-    thread_ = library_thread([this] { service_->run(); });
+    thread_ = library_thread("producer service", [this] { service_->run(); });
   }
 
   ~Impl() {

@@ -20,7 +20,7 @@ RepositoryWriter::RepositoryWriter(WriterOptions options) : options_(std::move(o
   if (options_.keep == 0 || options_.every == 0) {
     throw Error(ErrorCode::kInvalidArgument, "repository writer: keep and every must be >= 1");
   }
-  thread_ = library_thread([this] { run(); });
+  thread_ = library_thread("repository writer", [this] { run(); });
 }
 
 RepositoryWriter::~RepositoryWriter() {

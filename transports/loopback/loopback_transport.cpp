@@ -346,7 +346,7 @@ class LoopbackTransport : public Transport {
   std::condition_variable completions_cv_;
   std::deque<std::pair<Completion, TransferResult>> completions_;
   bool stopping_ = false;
-  std::thread thread_ = library_thread([this] { run_completions(); });
+  std::thread thread_ = library_thread("loopback transport", [this] { run_completions(); });
 };
 
 }  // namespace loopback

@@ -68,6 +68,11 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
                          : std::string()));
   }
   route_ucx_log();
+  // UCX starts its asynchronous-events thread inside ucp_init (once per process) and asserts,
+  // ending the process, when it cannot; the progress thread follows in start(). Asked first, a
+  // process at its limit of threads gets an error (check_threads_can_start says what it cannot
+  // promise).
+  check_threads_can_start(2, "UCX");
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw_ucx("ucp_config_read", s);
   // UcxOptions::indirect_endpoint_ids says why; the user's environment wins.
@@ -166,7 +171,7 @@ void UcxWorker::destroy() {
 
 void UcxWorker::start(Hooks hooks, std::chrono::microseconds idle_spin) {
   hooks_ = std::move(hooks);
-  thread_ = library_thread([this, idle_spin] { progress_loop(IdleSpin(idle_spin)); });
+  thread_ = library_thread("UCX progress", [this, idle_spin] { progress_loop(IdleSpin(idle_spin)); });
 }
 
 void UcxWorker::stop() {
