@@ -121,6 +121,14 @@ foreach(use_pkg_config ON OFF)
 endforeach()
 # ---- a sidecar client, in C through pkg-config modelcast-sidecar alone (the helpers
 # sidecar_c.h declares link) and in C++ through find_package with no C++ standard set -----------
+file(GLOB_RECURSE sidecar_lib ${prefix}/*/libmodelcast_sidecar.so.${VERSION})
+if(NOT sidecar_lib)
+  message(FATAL_ERROR "libmodelcast_sidecar.so.${VERSION} is not installed under ${prefix}")
+endif()
+run(readelf -d ${sidecar_lib})
+if(run_output MATCHES "(RUNPATH|RPATH)")
+  message(FATAL_ERROR "libmodelcast_sidecar links nothing of modelcast's and needs no runpath:\n${run_output}")
+endif()
 run(pkg-config --cflags --libs modelcast-sidecar)
 string(STRIP "${run_output}" sidecar_flags)
 separate_arguments(sidecar_flags UNIX_COMMAND "${sidecar_flags}")
@@ -140,6 +148,39 @@ if(CXX_COMPILER)
   run(${build}/tiny_sidecar_cpp)
   if(NOT run_output MATCHES "tiny_sidecar_cpp: ok, no daemon")
     message(FATAL_ERROR "tiny_sidecar_cpp (find_package, modelcast::sidecar) did not report success:\n${run_output}")
+  endif()
+endif()
+# ---- the predictor, a static C++ library needing libcsv: by hand through pkg-config
+# modelcast-predictor, and through find_package(modelcast COMPONENTS predictor sidecar) --------
+if(CXX_COMPILER)
+  run(pkg-config --cflags --libs modelcast-predictor)
+  string(STRIP "${run_output}" predictor_flags)
+  separate_arguments(predictor_flags UNIX_COMMAND "${predictor_flags}")
+  set(tiny_predictor ${MODELCAST_SOURCE_DIR}/tests/abi/tiny_predictor_project)
+  run(${CXX_COMPILER} -std=c++20 ${strict} ${tiny_predictor}/tiny_predictor.cpp ${predictor_flags}
+      -o ${WORK_DIR}/tiny_predictor)
+  run(${WORK_DIR}/tiny_predictor)
+  if(NOT run_output MATCHES "tiny_predictor: ok, 21 points read")
+    message(FATAL_ERROR "tiny_predictor (pkg-config modelcast-predictor) did not report success:\n${run_output}")
+  endif()
+  set(build ${WORK_DIR}/tiny-predictor-cmake)
+  run(${CMAKE_COMMAND} -S ${tiny_predictor} -B ${build} -G ${GENERATOR} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
+      -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_FIND_USE_PACKAGE_REGISTRY=OFF -DCMAKE_FIND_USE_SYSTEM_PACKAGE_REGISTRY=OFF
+      -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+  run(${CMAKE_COMMAND} --build ${build})
+  run(${build}/tiny_predictor)
+  if(NOT run_output MATCHES "tiny_predictor: ok, 21 points read")
+    message(FATAL_ERROR "tiny_predictor (find_package COMPONENTS predictor) did not report success:\n${run_output}")
+  endif()
+  # A component the package does not have is refused at configure time, by name.
+  set(unknown ${WORK_DIR}/unknown-component)
+  file(WRITE ${unknown}/CMakeLists.txt "cmake_minimum_required(VERSION 3.25)\nproject(unknown LANGUAGES CXX)\n"
+       "find_package(modelcast REQUIRED COMPONENTS nonesuch)\n")
+  execute_process(COMMAND ${CMAKE_COMMAND} -S ${unknown} -B ${unknown}/build -G ${GENERATOR}
+                  -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX_COMPILER}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(rc EQUAL 0 OR NOT "${out}${err}" MATCHES "modelcast has no component 'nonesuch'")
+    message(FATAL_ERROR "find_package(modelcast COMPONENTS nonesuch) was not refused by name (${rc}):\n${out}${err}")
   endif()
 endif()
 # ---- the Fortran module, when this build has one: a Fortran program compiles against the
