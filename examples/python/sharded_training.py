@@ -16,7 +16,8 @@ parallelism: `wants={"w": ("shard", 1, k, 2)}`, the other dimension than the tra
 in one group (`group="server", group_size=2`: they switch steps together). Each computes its
 partial product; their sum is the server's answer, whose loss on fresh inputs is
 printed for every step served. The script exits 1 unless both server ranks reached the last step
-and its loss beats the first step's.
+and its loss beats the untrained (zero) weight's and, with more than one step served, the first
+step's.
 """
 
 import argparse
@@ -145,8 +146,11 @@ def run(args, directory):
     if not served or served[-1] != last:
         print(f"the server did not reach the last step ({last}); it served {served}", file=sys.stderr)
         return 1
-    if len(losses) < 2 or not losses[-1] < losses[0]:
-        print("the server's loss did not fall", file=sys.stderr)
+    # The trainers start from zero weights: what the server would answer before any step.
+    untrained = float(((x @ a.T) ** 2).mean())
+    if not (losses[-1] < untrained and (len(losses) == 1 or losses[-1] < losses[0])):
+        print(f"the server's loss did not fall: {losses[-1]:.4f} at step {last}, {losses[0]:.4f} at the first "
+              f"step served, {untrained:.4f} untrained", file=sys.stderr)
         return 1
     return 0
 
