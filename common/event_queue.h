@@ -5,19 +5,27 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <mutex>
-#include <system_error>
+#include <string>
 #include <utility>
+
+#include "modelcast/error.h"
 
 namespace modelcast {
 
 template <typename Event>
 class EventQueue {
  public:
+  // Throws Error(kResource) if no event descriptor can be had (the process's limit of open files).
   EventQueue() : fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-    if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "eventfd");
+    if (fd_ < 0) {
+      throw Error(ErrorCode::kResource,
+                  std::string("cannot make the service thread's event descriptor: ") + std::strerror(errno));
+    }
   }
   ~EventQueue() { close(fd_); }
   EventQueue(const EventQueue&) = delete;

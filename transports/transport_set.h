@@ -18,7 +18,8 @@ namespace modelcast::transport {
 class TransportSet {
  public:
   // Creates each transport `names` selects (resolve_transports). Throws Error(kInvalidArgument)
-  // for a bad list, or what creating a transport throws (Error(kTransport)).
+  // for a bad list, or what creating a transport throws (Error(kTransport); Error(kResource) when
+  // the process is short of threads, descriptors or shared memory for it).
   TransportSet(const std::vector<std::string>& names, Side side);
 
   std::size_t size() const { return transports_.size(); }

@@ -3,6 +3,8 @@
 #include <sodium.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "core/security/curve.h"
@@ -21,7 +23,7 @@ ProducerLink::~ProducerLink() { sodium_memzero(own_.data(), own_.size()); }
 ProducerLink::ProducerLink(ConsumerOptions& options)
     : endpoint_(options.producer_endpoint),
       timeout_(options.producer_timeout),
-      context_(wire::context_with_threads("consumer link")) {
+      context_(wire::new_context("consumer link")) {
   // ZeroMQ parses an endpoint only when connecting, and throws there: on the service thread
   // that would end the process, so a bad one is refused here, in the caller's thread.
   if (endpoint_.rfind("tcp://", 0) != 0 && endpoint_.rfind("ipc://", 0) != 0) {
@@ -36,7 +38,12 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
     probe.set(zmq::sockopt::linger, 0);
     wire::allow_ipv6_for(probe, endpoint_);
     probe.connect(endpoint_);
+    // Unconnected until the first join replaces it: the service thread polls a dealer from its
+    // first turn, and a join that cannot make its socket (no descriptor left) keeps the one before.
+    dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+    dealer_->set(zmq::sockopt::linger, 0);
   } catch (const zmq::error_t& e) {
+    if (wire::short_of_resources(e)) throw Error(ErrorCode::kResource, std::string("consumer link: ") + e.what());
     throw Error(ErrorCode::kInvalidArgument, "producer_endpoint '" + endpoint_ + "' is not usable: " + e.what());
   }
   if (!options.key_file.empty()) {
@@ -67,9 +74,33 @@ ProducerLink::ProducerLink(ConsumerOptions& options)
   own_ = security::decode_secret_key(options.key, "consumer key");
 }
 
+void ProducerLink::begin_attempt(Clock::time_point now) {
+  joined_ = false;
+  join_refused_ = false;
+  lost_unanswered_ = false;
+  handshake_failed_ = false;
+  join_sent_ = now;  // even for an attempt that fails: the next is join_due()'s wait away
+}
+
+void ProducerLink::join_failed(Clock::time_point now) {
+  begin_attempt(now);
+  monitor_.reset();  // the old connection's events are no news of this link's
+}
+
 void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point now) {
+  begin_attempt(now);
+  std::unique_ptr<zmq::socket_t> dealer;
+  try {
+    dealer = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  } catch (const zmq::error_t& e) {
+    monitor_.reset();
+    throw Error(wire::short_of_resources(e) ? ErrorCode::kResource : ErrorCode::kTransport,
+                "cannot join the producer at " + endpoint_ + ": no socket (" + e.what() + "); trying again in " +
+                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_ / 2).count()) +
+                    " ms");
+  }
   monitor_.reset();
-  dealer_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
+  dealer_ = std::move(dealer);
   dealer_->set(zmq::sockopt::linger, 0);
   dealer_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::DecodeLimits{}.max_message_bytes));
   if (pinned_) security::make_curve_client(*dealer_, *pinned_, own_);
@@ -77,12 +108,7 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
   watch_handshakes();
   dealer_->connect(endpoint_);
   wire::send(*dealer_, request);
-  joined_ = false;
-  join_refused_ = false;
-  lost_unanswered_ = false;
-  handshake_failed_ = false;
-  join_sent_ = now;
-  if (!unanswered_since_) unanswered_since_ = now;
+  if (!unanswered_since_) unanswered_since_ = now;  // a join that went out waits for its answer
 }
 
 void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point now) {
@@ -125,9 +151,14 @@ void ProducerLink::watch_handshakes() {
   int events = ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_DISCONNECTED;
   if (zmq_socket_monitor(dealer_->handle(), address.c_str(), events) != 0) return;
-  monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
-  monitor_->set(zmq::sockopt::linger, 0);
-  monitor_->connect(address);
+  try {
+    monitor_ = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::pair);
+    monitor_->set(zmq::sockopt::linger, 0);
+    monitor_->connect(address);
+  } catch (const zmq::error_t&) {
+    // No descriptor for it: the link goes on unwatched, as where ZeroMQ could not monitor.
+    monitor_.reset();
+  }
 }
 
 ProducerLink::MonitorNews ProducerLink::read_monitor() {

@@ -31,7 +31,13 @@ class ProducerLink {
   const std::optional<security::PublicKey>& pinned_key() const { return pinned_; }
 
   // A fresh DEALER (nothing queued for a dead producer is replayed) and a join request on it.
+  // Throws Error(kResource) if the DEALER cannot be made (no descriptor left): the link keeps its
+  // old one to poll, unjoined and unwatched, and the attempt counts, so join_due() waits before
+  // the next.
   void join(const protocol::JoinRequest& request, Clock::time_point now);
+  // A join that could not even be asked (the consumer's fresh transports could not be made):
+  // counted as one, as above.
+  void join_failed(Clock::time_point now);
   // Applies an accepted join: from now on announcements are due.
   void joined(const protocol::JoinReply& reply, Clock::time_point now);
   void refused() {
@@ -87,6 +93,8 @@ class ProducerLink {
 
  private:
   void watch_handshakes();
+  // The state every join attempt starts from, sent or not.
+  void begin_attempt(Clock::time_point now);
 
   std::string endpoint_;
   std::chrono::milliseconds timeout_;

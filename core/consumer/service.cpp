@@ -68,7 +68,7 @@ void ConsumerService::wait_stopped() {
 }
 
 void ConsumerService::service_loop() {
-  join();
+  guarded([&] { join(); });  // a join that fails is tried again when due (ProducerLink::join)
   for (;;) {
     zmq::socket_t* monitor = link_.monitor();
     zmq::pollitem_t items[3] = {{link_.dealer().handle(), 0, ZMQ_POLLIN, 0},
@@ -133,7 +133,17 @@ void ConsumerService::rejoin_afresh(const std::string& why) {
   abandon_fetch(why, true);
   release_landed_host();
   prepared_host_.reset();  // registered with the transports going: relayed from no more
-  offered_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
+  try {
+    offered_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
+  } catch (const Error&) {
+    // Short of descriptors or memory: the link is left unjoined, and the next try comes when a
+    // join is due (check_producer_alive), not at every turn as a link still joined and silent.
+    afresh_pending_ = why;
+    link_.join_failed(Clock::now());
+    count([](ConsumerStats& s) { s.producer_connected = false; });
+    throw;
+  }
+  afresh_pending_.reset();
   offered_made_ = Clock::now();
   join();
 }
@@ -206,7 +216,7 @@ void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
 void ConsumerService::check_producer_alive() {
   auto now = Clock::now();
   notice_unanswered_joins(now);
-  if (link_.join_due(now)) return join();
+  if (link_.join_due(now)) return afresh_pending_ ? rejoin_afresh(*afresh_pending_) : join();
   if (link_.ping_due(now)) {
     link_.send(protocol::Ping{link_.incarnation()});
     link_.pinged(now);

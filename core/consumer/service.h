@@ -274,6 +274,8 @@ class ConsumerService {
   // as unreachable (reoffer_after_refusal). Service thread only.
   std::unique_ptr<transport::TransportSet> offered_;
   Clock::time_point offered_made_ = Clock::now();  // when offered_ was made
+  // Why fresh transports are wanted and could not be made yet (rejoin_afresh); service thread.
+  std::optional<std::string> afresh_pending_;
   std::chrono::milliseconds reoffer_wait_ = options_.producer_timeout;  // reoffer_after_refusal's; service thread
   VersionStore store_;       // see its header
   std::unique_ptr<DeviceLanding> landing_;  // device consumers only; service thread only

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "core/producer/open_file_limit.h"
 #include "core/security/curve.h"
 #include "core/security/manifest_signature.h"
 #include "core/wire/socket_directory.h"
@@ -19,22 +20,6 @@
 namespace modelcast::producer {
 namespace {
 
-// Every ZeroMQ connection costs the producer a descriptor whatever max_consumers says, and UCX
-// needs descriptors of its own: at the usual soft limit of 1,024, a thousand idle connections
-// stopped every consumer from joining. Servers raise the soft limit to the hard one at start;
-// so does the producer (ZeroMQ and UCX poll with epoll, so descriptors past 1,024 are fine).
-// Returns the soft limit in effect.
-std::uint64_t raise_open_file_limit(spdlog::logger& log) {
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return 1024;
-  if (limit.rlim_cur >= limit.rlim_max) return limit.rlim_cur;
-  auto before = limit.rlim_cur;
-  limit.rlim_cur = limit.rlim_max;
-  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return before;
-  log.info("open-file limit raised from {} to its hard limit {}", before, limit.rlim_max);
-  return limit.rlim_cur;
-}
-
 // A connection that has not finished its ZeroMQ handshake by then is closed (ZeroMQ's default
 // is 30 s): a peer that connects and says nothing holds a descriptor only this long.
 constexpr int kHandshakeMs = 5000;
@@ -43,10 +28,10 @@ constexpr int kHandshakeMs = 5000;
 }  // namespace
 
 ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
-    : context_(wire::context_with_threads("producer control plane")), router_(context_, zmq::socket_type::router) {
+    : context_(wire::new_context("producer control plane")), router_(context_, zmq::socket_type::router) {
   wire::check_control_endpoint(options.control_endpoint);  // rejects a bad scheme before binding
   const std::string security = set_up_security(options);
-  auto open_files = raise_open_file_limit(log);
+  auto open_files = raise_open_file_limit(log);  // raised by the producer already: the limit in effect
   connections_ = std::make_unique<ConnectionCap>(context_, router_, ConnectionCap::for_open_file_limit(open_files));
   router_.set(zmq::sockopt::linger, 0);
   router_.set(zmq::sockopt::handshake_ivl, kHandshakeMs);
@@ -70,7 +55,8 @@ ControlPlane::ControlPlane(ProducerOptions& options, spdlog::logger& log)
                                                  "brackets such as [::1], or an interface name: host names are not "
                                                  "bound)"
                                                : "";
-    throw Error(ErrorCode::kTransport, "cannot bind '" + options.control_endpoint + "': " + e.what() + hint);
+    throw Error(wire::short_of_resources(e) ? ErrorCode::kResource : ErrorCode::kTransport,
+                "cannot bind '" + options.control_endpoint + "': " + e.what() + hint);
   }
   if (signer_) {
     log.info("CurveZMQ control plane on {}, {}", endpoint_, security);

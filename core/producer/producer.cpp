@@ -42,6 +42,7 @@
 #include "common/contained_callback.h"
 #include "common/duration_option.h"
 #include "common/library_thread.h"
+#include "core/producer/open_file_limit.h"
 #include "common/log.h"
 #include "common/shown_text.h"
 #include "core/layout/box.h"
@@ -175,8 +176,9 @@ class Producer::Impl {
         incarnation_(random_incarnation()),
         started_ns_(realtime_ns()),
         next_version_(options_.first_version),
-        store_(options_.snapshot_slots),
-        transports_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kProducer)) {
+        store_(options_.snapshot_slots) {
+    producer::raise_open_file_limit(*log_);  // before UCX's setup, which needs descriptors of its own
+    transports_ = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kProducer);
     if (!options_.persist.directory.empty()) {
       persister_ = std::make_unique<producer::Persister>(options_, incarnation_, store_, stats_, log_);
     }

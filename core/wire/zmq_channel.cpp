@@ -14,6 +14,10 @@
 
 namespace modelcast::wire {
 
+bool short_of_resources(const zmq::error_t& e) {
+  return e.num() == EMFILE || e.num() == ENFILE || e.num() == ENOMEM;
+}
+
 std::string bind_spelling(const std::string& endpoint) {
   if (endpoint.rfind("tcp://", 0) == 0 && endpoint.size() > 2 && endpoint.ends_with(":0")) {
     return endpoint.substr(0, endpoint.size() - 1) + "*";

@@ -28,6 +28,10 @@ void check_control_endpoint(const std::string& control_endpoint);
 // endpoints where a plaintext control plane reaches only this machine.
 bool is_local_endpoint(const std::string& endpoint);
 
+// True for a ZeroMQ error that says the process ran out of descriptors or memory (reported as
+// Error(kResource), not as a bad endpoint or a transport failure).
+bool short_of_resources(const zmq::error_t& e);
+
 // ZeroMQ takes IPv6 addresses (tcp://[::1]:7000) only on a socket with ZMQ_IPV6 set; this sets
 // it for such an endpoint, before the socket binds or connects there.
 void allow_ipv6_for(zmq::socket_t& socket, const std::string& endpoint);

@@ -7,10 +7,12 @@
 
 namespace modelcast::wire {
 
-// A new context whose threads could start just now; throws Error(kResource) naming `owner` if they
-// could not. Why: libzmq starts its I/O and reaper threads with a context's first socket and ends
-// the process (an assert) when pthread_create fails, so a trainer at its limit of threads would be
-// aborted inside a constructor instead of getting an error (check_threads_can_start's limits hold).
-zmq::context_t context_with_threads(const std::string& owner);
+// A new context whose threads and descriptors could be had just now; throws Error(kResource)
+// naming `owner` and the resource if not. Why: libzmq starts its I/O and reaper threads, each with
+// an epoll and an event descriptor, with a context's first socket, and ends the process (an
+// assert) when it cannot make one, so a trainer at its limit of threads or descriptors would be
+// aborted inside a constructor instead of getting an error. A probe, not a reservation (see
+// check_threads_can_start).
+zmq::context_t new_context(const std::string& owner);
 
 }  // namespace modelcast::wire

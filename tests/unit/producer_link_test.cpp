@@ -2,7 +2,10 @@
 // it: Leave with the incarnation of the producer it joined, or with none while the answer to its
 // join has not come (the producer may have taken that join, and would otherwise keep the
 // consumer until its silence limit).
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <stdexcept>
@@ -14,6 +17,7 @@
 #include "core/consumer/producer_link.h"
 #include "core/wire/protocol.h"
 #include "modelcast/consumer.h"
+#include "modelcast/error.h"
 
 namespace {
 
@@ -82,6 +86,67 @@ TEST(ProducerLink, AJoinedLinkLeavesWithTheIncarnationItJoined) {
   auto leave = producer.next();
   ASSERT_TRUE(std::holds_alternative<protocol::Leave>(leave));
   EXPECT_EQ(std::get<protocol::Leave>(leave).incarnation, 77u);
+}
+
+// Descriptors are handed out lowest first below the soft limit: holding every free number below
+// the highest in use, with the limit just above it, leaves none. Restored (and released) when
+// this goes.
+class NoDescriptorLeft {
+ public:
+  NoDescriptorLeft() {
+    getrlimit(RLIMIT_NOFILE, &saved_);
+    int highest = 0;
+    for (int fd = 0; fd < 65536; ++fd) {
+      if (fcntl(fd, F_GETFD) != -1) highest = fd;
+    }
+    rlimit tight = saved_;
+    tight.rlim_cur = static_cast<rlim_t>(highest) + 1;
+    setrlimit(RLIMIT_NOFILE, &tight);
+    for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) != -1;) held_.push_back(fd);
+  }
+  ~NoDescriptorLeft() {
+    for (int fd : held_) close(fd);
+    setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+  NoDescriptorLeft(const NoDescriptorLeft&) = delete;
+  NoDescriptorLeft& operator=(const NoDescriptorLeft&) = delete;
+
+ private:
+  rlimit saved_{};
+  std::vector<int> held_;
+};
+
+// A join that cannot make its socket is an error naming the resource (it ended the consumer's
+// service thread), leaves the link a socket to poll, and counts as an attempt, so the next is not
+// at once; the next, with descriptors free again, reaches the producer.
+TEST(ProducerLink, AJoinWithNoDescriptorLeftIsAResourceErrorAndTheNextReachesTheProducer) {
+  FakeProducer producer;
+  auto options = options_for(producer);
+  ProducerLink link(options);
+  auto first = std::chrono::steady_clock::now();
+  // ZeroMQ closes what the link's constructor opened (its endpoint probe, and the producer's side
+  // of that connection) on its own threads, a moment later: a descriptor closed after the holding
+  // can serve a join. A few tries take those up; each that failed is what is tested.
+  bool refused = false;
+  for (int attempt = 0; attempt < 5 && !refused; ++attempt) {
+    first = std::chrono::steady_clock::now();
+    NoDescriptorLeft none;
+    try {
+      link.join(join_request(), first);
+    } catch (const modelcast::Error& e) {
+      refused = true;
+      EXPECT_EQ(e.code(), modelcast::ErrorCode::kResource) << e.what();
+      EXPECT_NE(std::string(e.what()).find("cannot join the producer"), std::string::npos) << e.what();
+    }
+  }
+  ASSERT_TRUE(refused) << "joined with no descriptor left, five times";
+  zmq::pollitem_t item{link.dealer().handle(), 0, ZMQ_POLLIN, 0};
+  EXPECT_EQ(zmq::poll(&item, 1, std::chrono::milliseconds(0)), 0);
+  EXPECT_FALSE(link.join_due(first)) << "a failed join would be tried again at once, in a loop";
+  EXPECT_TRUE(link.join_due(first + options.producer_timeout));
+  link.join(join_request(), first + options.producer_timeout);
+  auto heard = producer.next();  // an earlier try's join may come first: a join all the same
+  EXPECT_TRUE(std::holds_alternative<protocol::JoinRequest>(heard));
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // A process at its limit of threads: the library's constructors throw Error(kResource) naming the
 // thread they could not start, instead of letting std::system_error out or, for ZeroMQ's threads,
 // of libzmq's assert ending the process. Each case runs in a forked child under RLIMIT_NPROC = 1
-// (as an unprivileged user: the kernel does not hold root to the limit), where no thread starts.
+// (as a user of its own, which takes root to switch to: the kernel does not hold root to the limit),
+// where no thread starts.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -41,7 +42,17 @@ int exit_under_thread_limit(rlim_t limit, const std::function<void()>& body) {
     return -1;
   }
   if (child == 0) {
-    if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(kCannotLimit);
+    // A user of this child's own: the limit counts every process and thread of the user, and
+    // another test's child (ctest runs several at once) or any other process of ours would share
+    // it. Root only: without privilege no process can change its user.
+    if (geteuid() != 0) _exit(kCannotLimit);
+    // From this child's process id: no other child has it; a user namespace that maps only the
+    // first 65536 ids gets one of those.
+    uid_t own = static_cast<uid_t>(1000000 + getpid());
+    if (setgid(own) != 0 || setuid(own) != 0) {
+      own = static_cast<uid_t>(30000 + getpid() % 30000);
+      if (setgid(own) != 0 || setuid(own) != 0) _exit(kCannotLimit);
+    }
     rlimit held{};
     if (getrlimit(RLIMIT_NPROC, &held) != 0 || held.rlim_max < limit) _exit(kCannotLimit);
     held.rlim_cur = 1;  // the soft limit only: an unprivileged process cannot raise a hard one again

@@ -10,9 +10,11 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "common/free_descriptors.h"
 #include "common/library_thread.h"
 #include "modelcast/error.h"
 #include "transports/ucx/ucx_log.h"
+#include "transports/ucx/ucx_setup_shortage.h"
 #include "transports/ucx/ucx_tls.h"
 
 namespace modelcast::transport {
@@ -51,6 +53,19 @@ void throw_ucx(const std::string& what, ucs_status_t status) {
   throw Error(ErrorCode::kTransport, what + ": " + ucs_status_string(status));
 }
 
+namespace {
+
+// A failed context or worker setup: with the resource it was short of, when one is (see
+// ucx_setup_shortage.h), as Error(kResource).
+[[noreturn]] void throw_ucx_setup(const std::string& what, ucs_status_t status) {
+  if (auto shortage = ucx_setup_shortage()) {
+    throw Error(ErrorCode::kResource, what + ": " + ucs_status_string(status) + " (" + *shortage + ")");
+  }
+  throw_ucx(what, status);
+}
+
+}  // namespace
+
 UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks& quirks)
     : leak_when_halted_(quirks.destroying_busy_worker_asserts), owner_pid_(getpid()),
       owner_forks_(counted_forks()) {
@@ -70,9 +85,14 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
   route_ucx_log();
   // UCX starts its asynchronous-events thread inside ucp_init (once per process) and asserts,
   // ending the process, when it cannot; the progress thread follows in start(). Asked first, a
-  // process at its limit of threads gets an error (check_threads_can_start says what it cannot
+  // process at its limit of threads or descriptors gets an error (each check says what it cannot
   // promise).
   check_threads_can_start(2, "UCX");
+  // Also ucp_worker_create, when an interface cannot open a descriptor (seen: "failed to set
+  // active message handler"). A consumer's worker over loopback and shared memory opened about 10
+  // here, and each network device adds its TCP interface's: asked for with room, not so much that
+  // a process UCX would fit in is refused.
+  check_descriptors_free(32, "UCX");
   ucp_config_t* config = nullptr;
   if (auto s = ucp_config_read(nullptr, nullptr, &config); s != UCS_OK) throw_ucx("ucp_config_read", s);
   // UcxOptions::indirect_endpoint_ids says why; the user's environment wins.
@@ -118,7 +138,7 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
   params.name = "modelcast";
   auto s = ucp_init(&params, config, &context_);
   ucp_config_release(config);
-  if (s != UCS_OK) throw_ucx("ucp_init", s);
+  if (s != UCS_OK) throw_ucx_setup("ucp_init", s);
 
   ucp_worker_params_t wparams{};
   wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
@@ -127,7 +147,7 @@ UcxWorker::UcxWorker(std::uint64_t features, bool indirect_ids, const UcxQuirks&
                                                                           : UCS_THREAD_MODE_SINGLE;
   if (s = ucp_worker_create(context_, &wparams, &worker_); s != UCS_OK) {
     ucp_cleanup(context_);
-    throw_ucx("ucp_worker_create", s);
+    throw_ucx_setup("ucp_worker_create", s);
   }
   held_contexts.fetch_add(1, std::memory_order_relaxed);
 }
