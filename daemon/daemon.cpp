@@ -1,8 +1,12 @@
 #include "daemon/daemon.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -140,6 +144,56 @@ void Daemon::stop() {
   hooks_.reset();
 }
 
+namespace {
+
+// Whether a start that failed so may succeed later with nothing changed in the configuration.
+bool retryable(const std::exception& e) {
+  const auto* error = dynamic_cast<const modelcast::Error*>(&e);
+  if (error == nullptr) return true;  // a filesystem or system error: the disk, the descriptors
+  switch (error->code()) {
+    case modelcast::ErrorCode::kInvalidArgument:
+    case modelcast::ErrorCode::kLayoutMismatch:
+    case modelcast::ErrorCode::kAuthentication:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// 1 s after the first failure, doubling to 60 s: a passing shortage is met soon, and one that
+// lasts is logged once a minute.
+std::chrono::steady_clock::duration retry_delay(int failures_before) {
+  return std::chrono::seconds(std::min(60, 1 << std::min(failures_before, 6)));
+}
+
+}  // namespace
+
+std::optional<std::chrono::steady_clock::duration> Daemon::until_retry() const {
+  std::optional<std::chrono::steady_clock::time_point> next;
+  for (const auto& [name, r] : retries_) {
+    if (!next || r.at < *next) next = r.at;
+  }
+  if (!next) return std::nullopt;
+  return std::max<std::chrono::steady_clock::duration>(*next - std::chrono::steady_clock::now(), {});
+}
+
+void Daemon::retry_due() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<std::string> due;
+  for (const auto& [name, r] : retries_) {
+    if (r.at <= now) due.push_back(name);
+  }
+  for (const auto& name : due) {
+    const auto model = std::find_if(config_.models.begin(), config_.models.end(),
+                                    [&](const ModelConfig& m) { return m.name == name; });
+    if (model == config_.models.end()) {
+      retries_.erase(name);  // no longer configured
+      continue;
+    }
+    start_model(*model);
+  }
+}
+
 void Daemon::start_model(const ModelConfig& model) {
   auto log = spdlog::get("modelcastd");
   ModelCallbacks callbacks;
@@ -206,17 +260,30 @@ void Daemon::start_model(const ModelConfig& model) {
     hooks_by_model_[model.name] = model.hook;
     not_started_.erase(model.name);
     carried_.erase(model.name);
+    if (retries_.erase(model.name) > 0) log->info("model {}: started on a retry", model.name);
     log->info("model {}: subscribed to {} ({} buffers of {} bytes)", model.name, model.endpoint, model.buffers,
               model.max_model_bytes);
   } catch (const std::exception& e) {
     // Not only modelcast::Error: a filesystem error the repository did not foresee ended the
     // daemon at start, where one model that cannot start must not stop the others.
+    std::string retry;
+    if (retryable(e)) {
+      auto& r = retries_[model.name];
+      const auto delay = retry_delay(r.failures++);
+      r.at = std::chrono::steady_clock::now() + delay;
+      retry = "; trying again in " + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(delay).count()) +
+              " s";
+    } else {
+      retries_.erase(model.name);
+      retry = "; a reload (SIGHUP) tries again";
+    }
     std::lock_guard lock(mutex_);
     const auto kept = carried_.find(model.name);
     const bool serving = kept != carried_.end() && kept->second;
-    log->error("model {} ({}): not started: {}{}", model.name, model.source, e.what(),
+    log->error("model {} ({}): not started: {}{}{}", model.name, model.source, e.what(),
                serving ? "; serving version " + std::to_string(kept->second->manifest.version) + " from before the reload"
-                       : std::string());
+                       : std::string(),
+               retry);
     metrics_.serving(model.name, serving ? kept->second->manifest.version : 0);
     not_started_[model.name] = e.what();
   }
@@ -440,6 +507,9 @@ void Daemon::reload(DaemonConfig config) {
       removed.push_back(entry.first);
       return true;
     });
+    // A reload starts every model not running at once, and each failure from there on starts its
+    // backoff again at 1 s (the configuration, or what it needs, may have been fixed).
+    retries_.clear();
     for (auto it = carried_.begin(); it != carried_.end();) {
       if (wanted.contains(it->first)) {
         ++it;

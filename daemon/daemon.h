@@ -6,9 +6,11 @@
 // attach server's and HTTP threads read status. `models_` is what they share (`mutex_`).
 #pragma once
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 
 #include "daemon/attach/attach_server.h"
 #include "daemon/config.h"
@@ -38,6 +40,15 @@ class Daemon {
   void reload(DaemonConfig config);
   // A re-read config that could not be used (`why`): logged and counted. Main thread only.
   void refuse_reload(const std::string& why);
+
+  // A model whose start failed for a reason that can pass (short of memory, descriptors or
+  // threads; its repository directory locked by another daemon that may be stopping; a transport
+  // error) is started again on a backoff, 1 s doubling to 60 s, without a reload; one refused for
+  // its configuration (kInvalidArgument, kLayoutMismatch, kAuthentication) waits for a reload.
+  // How long until the next of those starts is due (nothing: none is), and the starts that are due
+  // now. Main thread only.
+  std::optional<std::chrono::steady_clock::duration> until_retry() const;
+  void retry_due();
 
   ServedPtr served(const std::string& model, bool& exists) const;  // any thread
   int http_port() const { return http_ ? http_->port() : 0; }
@@ -73,6 +84,13 @@ class Daemon {
   std::map<std::string, HookConfig> hooks_by_model_;
   // Configured models that could not start, with why (a reload tries them again); mutex_.
   std::map<std::string, std::string> not_started_;
+  // Those of not_started_ started again on a backoff (until_retry), with how many starts failed
+  // in a row and when the next is due; main thread.
+  struct Retry {
+    int failures = 0;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::map<std::string, Retry> retries_;
   // Configured models that are not running, with the version each served (null: none yet): those
   // a reload stopped and has not started again (between the two, or for good when the start
   // failed), and at stop() all of them. served() answers from it: a restart or a stop is not a

@@ -8,6 +8,9 @@
 #include <signal.h>
 #include <systemd/sd-daemon.h>
 
+#include <cerrno>
+#include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <optional>
 
@@ -161,7 +164,20 @@ int main(int argc, char** argv) {
   sd_notify(0, "READY=1");
   log->info("ready (pid {})", getpid());
   for (;;) {
-    int signal = sigwaitinfo(&signals, nullptr);
+    // The main thread owns the models' starts: between signals it makes those due again
+    // (Daemon::until_retry).
+    int signal = 0;
+    if (const auto wait = daemon->until_retry()) {
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(*wait).count();
+      const timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+      signal = sigtimedwait(&signals, nullptr, &timeout);
+      if (signal == -1) {
+        if (errno == EAGAIN) daemon->retry_due();
+        continue;
+      }
+    } else {
+      signal = sigwaitinfo(&signals, nullptr);
+    }
     if (signal == SIGHUP) {
       sd_notify(0, "RELOADING=1");
       // Everything that can refuse the file comes before the reload changes anything; a model

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <future>
@@ -608,6 +609,10 @@ TEST_F(DaemonTest, AModelThatDidNotStartIsReportedAsSuch) {
   auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, broken, kHttp));
   int port = ops_port(startup_lines);
   ASSERT_GT(port, 0);
+  // Its configuration refused it: started again by a reload, not on a timer.
+  EXPECT_TRUE(std::any_of(startup_lines.begin(), startup_lines.end(), [](const std::string& line) {
+    return line.find("model broken") != std::string::npos && line.find("; a reload (SIGHUP) tries again") != std::string::npos;
+  }));
   httplib::Client http("127.0.0.1", port);
   auto one = http.Get("/readyz?model=broken");
   ASSERT_TRUE(one);

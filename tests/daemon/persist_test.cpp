@@ -3,8 +3,12 @@
 // kept; a stalled writer never blocks publish(); a failing disk is counted and training goes on;
 // bad options refused at construction. The writer's callbacks are the tests' hooks: each one
 // runs once the writer is idle again, so what happens next is decided, not raced.
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <future>
@@ -178,6 +182,31 @@ void destroy_from_on_persisted(const fs::path& directory) {
   producer->publish(1);
   published.set_value();
   destroyed.get_future().wait_for(60s);
+}
+
+// A model whose start failed for a reason that passes, here its repository directory locked by
+// another writer (another daemon, stopping), starts on its own once that writer is gone: it
+// waited for a reload (SIGHUP) nobody sends, and served nothing meanwhile.
+TEST_F(DaemonTest, AModelWhoseDirectoryAnotherWriterHeldStartsOnItsOwnOnceTheWriterIsGone) {
+  TestProducer producer(1024);
+  fs::create_directories(dir / "repo/test");
+  const int held = open((dir / "repo/test").c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(flock(held, LOCK_EX | LOCK_NB), 0);
+  auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4, "", repository(dir / "repo", 2)));
+  const bool said = std::any_of(startup_lines.begin(), startup_lines.end(), [](const std::string& line) {
+    return line.find("not started: ") != std::string::npos && line.find("in use by another writer") != std::string::npos &&
+           line.find("; trying again in 1 s") != std::string::npos;
+  });
+  EXPECT_TRUE(said) << "the start's failure and its retry were not logged";
+  close(held);
+  ASSERT_TRUE(producer.producer->wait_for_consumers(1, std::chrono::seconds(30)))
+      << "the model did not start once its directory was free";
+  producer.publish(1);
+  EXPECT_TRUE(client().wait_for_version(1, std::chrono::seconds(30)));
+  EXPECT_NE(wait_for_text(*daemon, "started on a retry"), "");
+  kill(daemon->pid(), SIGTERM);
+  EXPECT_EQ(daemon->wait(), 0);
 }
 
 using PersistDeathTest = DaemonTest;
