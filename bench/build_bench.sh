@@ -7,7 +7,7 @@
 # MODELCAST_BENCH_JOBS: build jobs (default 2; 1 on a shared machine).
 set -euo pipefail
 [[ $# -gt 0 ]] || { echo "usage: bench/build_bench.sh TARGET..." >&2; exit 2; }
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(CDPATH= cd -- "$(dirname "$0")/.." && pwd)
 build="$root/build-bench"
 mkdir -p "$build"
 log="$build/bench-build.log"

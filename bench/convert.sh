@@ -4,7 +4,7 @@
 # consumer offers (ConsumerOptions::conversions) against memcpy of the same bytes in the same
 # run. MODELCAST_BENCH_JOBS sets the build's parallelism (default 2).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 "$here/build_bench.sh" modelcast-convert-bench

@@ -5,7 +5,7 @@
 # inherit it), then prints the table, or the JSON array with --json. Build output and progress go
 # to stderr. Extra options go to `modelcast-exchange-bench run` (e.g. --sizes-mib 16 --reps 7).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 

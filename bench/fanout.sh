@@ -12,7 +12,7 @@
 # consumer, 1: consumers relay to each other in chains). Needs root, iproute2 and
 # tc; elsewhere it says so and exits 0. Build output and progress go to stderr.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 

@@ -8,7 +8,7 @@
 # output goes to stderr. Exit status is fuzz/run.sh's: 0 no crashes, 1 crashes (inputs under
 # build-fuzz/artifacts/<target>/), 77 clang or libFuzzer missing, 2 build or usage error.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 
 seconds=600 json=0 pass=()

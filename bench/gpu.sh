@@ -6,7 +6,7 @@
 # selects: the GPU by default; MODELCAST_DEVICE=simulated runs it in host memory (a smoke test of
 # the harness, not GPU figures: use small sizes).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 "$here/build_bench.sh" modelcast-gpu-bench

@@ -11,7 +11,7 @@
 # Exit status: 0 every test passed, 1 one failed (the output is in build-hostile/hostile-*.log),
 # 2 build or usage error.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-hostile"
 

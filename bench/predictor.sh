@@ -14,7 +14,7 @@
 # plans get a prior learned on the other families' forecasts, strictly leave-one-family-out;
 # bench/RESULTS.md as of commit 4f57f34, predictor section, 2026-11-24 later).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 "$here/build_bench.sh" modelcast-predictor-bench

@@ -4,7 +4,7 @@
 # with it: publish()'s stall from Python against the number of tensors, beside a memcpy of the
 # model. Options go to the script (--model-mib, --counts, --kinds, --reps; --help).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 "$here/build_bench.sh" modelcast_python

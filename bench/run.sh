@@ -9,7 +9,7 @@
 # dtype conversions against memcpy (bench/convert.sh); pypublish: publish()'s stall from Python
 # against the number of tensors (bench/pypublish.sh).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 what=${1:-}
 shift || true

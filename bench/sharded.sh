@@ -14,7 +14,7 @@
 # (the median of three transfers).
 # Needs root, iproute2 and tc; elsewhere it says so and exits 0. Progress goes to stderr.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 

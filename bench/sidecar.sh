@@ -4,7 +4,7 @@
 # on loopback; build output and progress go to stderr. Extra options go to the program
 # (e.g. --sizes-mib 256,1024 --reps 5 --tmpdir DIR; the repository is written under --tmpdir).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 "$here/build_bench.sh" modelcast-sidecar-bench modelcastd

@@ -42,7 +42,7 @@
 # Build output goes to stderr (Release, build-bench/, tests off, -j2); logs and the raw samples
 # stay in build-bench/soak-results/.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 

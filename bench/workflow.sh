@@ -5,7 +5,7 @@
 # prints the report (medians over runs per mode, seed and policy). Outputs stay in
 # build-bench/workflow/ (per-request logs, workflow.svg). Needs LibTorch (libtorch-dev).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build="$root/build-bench"
 seeds=1,2,3 runs=2 pass=()

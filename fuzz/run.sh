@@ -16,7 +16,7 @@
 # Environment: FUZZ_CXX (default clang++-14), FUZZ_BUILD_DIR (default build-fuzz),
 # FUZZ_JOBS (build parallelism, default 2).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build=${FUZZ_BUILD_DIR:-$root/build-fuzz}
 cxx=${FUZZ_CXX:-clang++-14}

@@ -15,7 +15,7 @@
 # Environment: UCX_GIT (a git directory or URL; default: the local mirror, else GitHub),
 # UCX_REF (default: the release tag below), JOBS (default 2), NICE (default 10).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(CDPATH= cd -- "$(dirname "$0")/.." && pwd)
 dest="$root/.ucx-newer"
 ref=${UCX_REF:-v1.22.0}
 jobs=${JOBS:-2}

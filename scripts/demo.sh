@@ -3,7 +3,7 @@
 # this host (the built-in ~256 MiB model, published 5 times to 2 consumer processes).
 # Extra arguments go to modelcast-demo (see: build/tools/demo/modelcast-demo --help).
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(CDPATH= cd -- "$(dirname "$0")/.." && pwd)
 "$root/scripts/install-deps.sh"
 cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$root/build" -j"$(nproc)" --target modelcast-demo

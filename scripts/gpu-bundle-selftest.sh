@@ -12,7 +12,7 @@
 #      sizes); results in gpu-selftest-out/ (git-ignored).
 # Usage: scripts/gpu-bundle-selftest.sh   (after scripts/gpu-bundle.sh)
 set -euo pipefail
-root=$(cd "$(dirname "$0")/.." && pwd)
+root=$(CDPATH= cd -- "$(dirname "$0")/.." && pwd)
 bundle="$root/gpu-bundle"
 [ -x "$bundle/run-gpu-checks.sh" ] || { echo "selftest: no $bundle (run scripts/gpu-bundle.sh first)" >&2; exit 1; }
 scratch=$(mktemp -d /tmp/modelcast-gpu-selftest.XXXXXX)

@@ -53,7 +53,7 @@
 # MODELCAST_GPU_CHECKS_SANITIZER_LIMIT_S=560, MODELCAST_GPU_CHECKS_BUDGET_S=580), or split the
 # suite with MODELCAST_GPU_CHECKS_FILTER.
 set -uo pipefail
-bundle=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bundle=$(CDPATH= cd -- "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$bundle/.." && pwd)
 # A copy may have lost its modes on the way: the wrappers and the loader must be executable.
 chmod u+x "$bundle"/bin/* "$bundle/lib/ld-linux-x86-64.so.2" 2>/dev/null || true

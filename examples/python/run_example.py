@@ -36,6 +36,10 @@ def run(args, endpoint):
     trainer = start("trainer.py", "--steps", str(args.steps), "--wait", str(args.timeout))
     outputs = {}
     for name, proc in (("trainer", trainer), ("server", server)):
+        # A trainer that failed (it refused its arguments, say) publishes nothing more: the server
+        # would wait out its whole --max-seconds for versions that never come.
+        if proc is server and trainer.returncode != 0:
+            server.kill()
         try:
             outputs[name], _ = proc.communicate(timeout=args.timeout)
         except subprocess.TimeoutExpired:
@@ -46,13 +50,15 @@ def run(args, endpoint):
     served = [(int(v), float(a)) for v, a in re.findall(r"server: version (\d+) .* accuracy ([0-9.]+)", output)]
     failures = []
     if trainer.returncode != 0:
-        failures.append(f"trainer exited with {trainer.returncode}")
-    if server.returncode != 0:
-        failures.append(f"server exited with {server.returncode}")
-    if len(served) < 2:
-        failures.append(f"server served {len(served)} versions, expected at least 2 (warm-up and last)")
-    elif served[-1][1] < args.min_accuracy:
-        failures.append(f"last version's accuracy {served[-1][1]:.3f} is below {args.min_accuracy}")
+        # Nothing more to judge: the server was stopped, and served what a failed trainer published.
+        failures.append(f"trainer exited with {trainer.returncode} (the server was stopped)")
+    else:
+        if server.returncode != 0:
+            failures.append(f"server exited with {server.returncode}")
+        if len(served) < 2:
+            failures.append(f"server served {len(served)} versions, expected at least 2 (warm-up and last)")
+        elif served[-1][1] < args.min_accuracy:
+            failures.append(f"last version's accuracy {served[-1][1]:.3f} is below {args.min_accuracy}")
     for failure in failures:
         print(f"run_example: FAILED: {failure}", file=sys.stderr)
     if not failures:

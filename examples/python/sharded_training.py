@@ -5,7 +5,7 @@ of it in one place.
 
 Trainers: `--trainers` processes (gloo) learn a linear map y = x A^T (256 outputs, 128 inputs)
 with the output rows split between them (column parallelism: rank k holds rows k of the weight,
-`torch.chunk` along dim 0, and computes its outputs alone). Each rank runs a modelcast Producer
+`torch.tensor_split` along dim 0, and computes its outputs alone). Each rank runs a modelcast Producer
 with its rows registered as a piece of the whole [256, 128] weight; rank 0, told the others'
 endpoints through `all_gather_object`, is the one the server is told. Every `--publish-every`
 steps each rank publishes its own snapshot, with no barrier.
@@ -44,7 +44,7 @@ def trainer(rank, world, init_file, steps, every, endpoints_out, served):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.manual_seed(rank)
     a = target()
-    rows = torch.chunk(torch.arange(OUT), world)[rank]
+    rows = torch.tensor_split(torch.arange(OUT), world)[rank]  # `world` pieces (torch.chunk may make fewer)
     first_row = int(rows[0])
     w = torch.zeros(len(rows), IN)  # this rank's rows of the weight, trained in place
     # One run id per launch, the same on every rank (under Slurm: f"{SLURM_JOB_ID}.{SLURM_RESTART_COUNT}"):
@@ -105,6 +105,8 @@ def main():
     for name in ("trainers", "steps", "publish_every"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if args.trainers > OUT:
+        p.error(f"--trainers ({args.trainers}) must be at most {OUT}: each holds at least one of the weight's rows")
     if args.steps < args.publish_every:
         p.error(f"--steps ({args.steps}) must reach the first publish (--publish-every {args.publish_every})")
     with tempfile.TemporaryDirectory(prefix="mc-sharded-", dir="/tmp") as directory:  # the ranks' rendezvous

@@ -45,9 +45,13 @@ int main(int argc, char** argv) {
            EVAL_EVERY, 10 * EVAL_EVERY, EVAL_EVERY);
     return 0;
   }
+  if (argc > 2) {
+    fprintf(stderr, "c_driver: one argument (STEPS) at most, got %d; see c_driver --help\n", argc - 1);
+    return 2;
+  }
   long steps = argc > 1 ? strtol(argv[1], &end, 10) : 2000;
   /* "100x" was read as 100: the whole argument must be the number. */
-  if (argc > 2 || (argc > 1 && (end == argv[1] || *end != '\0')) || steps < 10 * EVAL_EVERY ||
+  if ((argc > 1 && (end == argv[1] || *end != '\0')) || steps < 10 * EVAL_EVERY ||
       steps % EVAL_EVERY != 0) {
     fprintf(stderr, "c_driver: STEPS must be a multiple of %d and at least %d (got '%s')\n", EVAL_EVERY,
             10 * EVAL_EVERY, argc > 1 ? argv[1] : "");

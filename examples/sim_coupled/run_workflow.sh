@@ -20,7 +20,7 @@
 #               the training thread microseconds; the replay waits for its workers after each one)
 # Environment: UCX_NET_DEVICES=lo is set unless already set.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 bin="" out="" policies="online,every_epoch,every_n,viper_fixed,viper_greedy" seeds="1" runs=1
 short=0 report_args=() work_mode=background
 while [[ $# -gt 0 ]]; do
@@ -115,10 +115,11 @@ for seed in "${seed_list[@]}"; do
       # has exited.
       hold="$sockdir/$seed-$run-$policy.hold"
       mkfifo "$hold"
+      record=()  # an array: an --out with spaces stays one argument
+      [[ $policy == online ]] && record=(--record "$out/seed$seed/run$run/record.bin")
       timeout 300 "$bin/modelcast_sim_trainer" --endpoint "$endpoint" --seed "$seed" --policy "$policy" \
         --work-mode "$work_mode" "${common[@]}" --eval-log "$dir/eval.csv" --summary "$dir/trainer.json" --hold-until-eof \
-        $([[ $policy == online ]] && echo --record "$out/seed$seed/run$run/record.bin") \
-        <"$hold" >/dev/null 2>"$dir/trainer.err" &
+        "${record[@]}" <"$hold" >/dev/null 2>"$dir/trainer.err" &
       trainer_pid=$!
       exec 4>"$hold"
       server_rc=0 trainer_rc=0

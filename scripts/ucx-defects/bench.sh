@@ -5,7 +5,7 @@
 # an existing build (BUILD, default build/): libucp keeps its ABI, so only the library changes.
 # Extra options go to `modelcast-exchange-bench run`. Tables go to stdout, one per round and UCX.
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=${BUILD:-$root/build}
 bin="$build/bench/exchange/modelcast-exchange-bench"

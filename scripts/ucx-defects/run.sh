@@ -4,7 +4,7 @@
 # The program is built against Debian's headers: libucp keeps its ABI, so the newer library is
 # only swapped in at run time (LD_LIBRARY_PATH, UCX_MODULE_DIR).
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
+here=$(CDPATH= cd -- "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 newer="$root/.ucx-newer/install"
 bin="$root/.ucx-newer/ucx_defects"

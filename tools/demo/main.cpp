@@ -35,11 +35,16 @@ using namespace std::chrono_literals;
 
 double ms(std::chrono::nanoseconds d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-int run_consumer(const std::string& endpoint, int index, int versions, std::size_t size_mib, pid_t parent) {
+int run_consumer(const std::string& endpoint, int index, int versions, std::size_t size_mib, pid_t parent,
+                 int train_ms) {
   // A demo stopped (SIGTERM, a crash) takes its consumers with it; checked after the request in
   // case it stopped before.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() != parent) return 1;
+  if (getppid() != parent) {
+    std::fprintf(stderr, "consumer-%d: the demo (process %d) that starts consumers is not this one's parent\n", index,
+                 static_cast<int>(parent));
+    return 1;
+  }
   modelcast::ConsumerOptions options;
   options.producer_endpoint = endpoint;
   options.model_name = "demo";
@@ -47,11 +52,15 @@ int run_consumer(const std::string& endpoint, int index, int versions, std::size
   // The demo knows the layout, so the consumer insists on it.
   for (auto& t : demo::make_default_model(size_mib)) options.expected_layout.push_back(t.spec);
   modelcast::Consumer consumer(options);
+  // Each version comes after the trainer's time before it, and its delivery after that.
+  const auto wait = 120s + std::chrono::milliseconds(train_ms);
   for (int v = 1; v <= versions; ++v) {
-    auto view = consumer.wait_for_version(static_cast<std::uint64_t>(v), 120s);
+    auto view = consumer.wait_for_version(static_cast<std::uint64_t>(v), wait);
     if (!view) {
-      std::fprintf(stderr, "consumer-%d: version %d did not arrive (%s)\n", index, v,
-                   consumer.stats().last_error.c_str());
+      const auto why = consumer.stats().last_error;
+      std::fprintf(stderr, "consumer-%d: version %d did not arrive within %lld s (%s)\n", index, v,
+                   static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(wait).count()),
+                   why.empty() ? "no error recorded" : why.c_str());
       return 1;
     }
     std::size_t i = 0;
@@ -66,9 +75,11 @@ int run_consumer(const std::string& endpoint, int index, int versions, std::size
   return 0;
 }
 
-pid_t spawn_consumer(const std::string& self, const std::string& endpoint, int index, int versions, std::size_t mib) {
-  std::vector<std::string> args = {self, "consumer", "--endpoint", endpoint, "--index", std::to_string(index),
-                                   "--versions", std::to_string(versions), "--size-mib", std::to_string(mib),
+pid_t spawn_consumer(const std::string& self, const std::string& endpoint, int index, int versions, std::size_t mib,
+                     int train_ms) {
+  std::vector<std::string> args = {self,      "consumer",          "--endpoint", endpoint,
+                                   "--index", std::to_string(index), "--versions", std::to_string(versions),
+                                   "--size-mib", std::to_string(mib), "--train-ms", std::to_string(train_ms),
                                    "--parent", std::to_string(getpid())};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -166,7 +177,7 @@ int run_producer(const std::string& self, int consumers, int versions, std::size
               "training before each; integrity %s\n",
               model.size(), bytes / 1048576.0, consumers, versions, train_ms, integrity ? "on" : "off");
   Children children;
-  for (int i = 1; i <= consumers; ++i) children.add(spawn_consumer(self, producer.control_endpoint(), i, versions, size_mib));
+  for (int i = 1; i <= consumers; ++i) children.add(spawn_consumer(self, producer.control_endpoint(), i, versions, size_mib, train_ms));
   int status_code = 0;
   if (!wait_watching(children, 60s, "every consumer to join", [&](auto slice) {
         return producer.wait_for_consumers(static_cast<std::size_t>(consumers), slice);
@@ -195,16 +206,17 @@ int run_producer(const std::string& self, int consumers, int versions, std::size
     }
     std::printf("%-8llu %-6lld %10.2f", static_cast<unsigned long long>(ticket.version),
                 static_cast<long long>(ticket.step), ms(ticket.stall));
-    for (auto& [name, when] : delivered[ticket.version]) std::printf(" %14.2f", when);
+    // In the header's order (consumer-1, -2, ..., -10), not the map's (consumer-1, -10, -2).
+    for (int i = 1; i <= consumers; ++i) std::printf(" %14.2f", delivered[ticket.version]["consumer-" + std::to_string(i)]);
     std::printf(" %12zu\n", ticket.bytes * static_cast<std::size_t>(consumers));
     std::fflush(stdout);
   }
   if (!children.wait_all(/*stop=*/status_code != 0)) status_code = 1;
   auto stats = producer.stats();
-  std::printf("%s: %llu versions published, %llu deliveries verified, %llu bytes sent over %s\n",
+  std::printf("%s: %llu version%s published, %llu deliveries verified, %llu bytes sent over %s\n",
               status_code == 0 ? "ok" : "FAILED", static_cast<unsigned long long>(stats.versions_published),
-              static_cast<unsigned long long>(stats.deliveries), static_cast<unsigned long long>(stats.bytes_sent),
-              stats.transport.c_str());
+              stats.versions_published == 1 ? "" : "s", static_cast<unsigned long long>(stats.deliveries),
+              static_cast<unsigned long long>(stats.bytes_sent), stats.transport.c_str());
   return status_code;
 }
 
@@ -231,15 +243,19 @@ int main(int argc, char** argv) {
   consumer->add_option("--index", index);
   consumer->add_option("--versions", versions);
   consumer->add_option("--size-mib", size_mib);
+  consumer->add_option("--train-ms", train_ms);
   pid_t parent = 0;
   consumer->add_option("--parent", parent, "the demo's process id")->required();
   if (auto status = modelcast::parse_command_line(app, argc, argv)) return *status;
   try {
-    if (*consumer) return run_consumer(endpoint, index, versions, size_mib, parent);
+    if (*consumer) return run_consumer(endpoint, index, versions, size_mib, parent, train_ms);
     std::string self = std::filesystem::canonical("/proc/self/exe").string();
     return run_producer(self, consumers, versions, size_mib, !no_integrity, train_ms);
   } catch (const modelcast::Error& e) {
     std::fprintf(stderr, "modelcast-demo: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "modelcast-demo: out of memory for a %zu MiB model (try a smaller --size-mib)\n", size_mib);
     return 1;
   }
 }
