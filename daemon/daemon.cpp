@@ -393,7 +393,10 @@ std::string Daemon::models_json() const {
                         {"bytes_received", stats.bytes_received},
                         {"last_error", stats.last_error},
                         {"serving", nullptr},
-                        {"arriving", nullptr}};
+                        {"arriving", nullptr},
+                        {"waiting_for_buffer", nullptr}};
+    // A shaped version that waits while clients hold every copy buffer (its log line says so once).
+    if (const auto waiting = service->waiting_for_buffer(); waiting != 0) m["waiting_for_buffer"] = waiting;
     // A large version's progress: which one is landing now and its complete prefix in bytes.
     if (stats.arriving_version != 0) {
       m["arriving"] = {{"version", stats.arriving_version}, {"bytes", stats.arriving_bytes}};

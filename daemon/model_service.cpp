@@ -144,8 +144,14 @@ void ModelService::copy_loop() {
     waiting = !done;
     lock.lock();
     tried = done ? 0 : arrival;
+    queue_->waiting = done ? 0 : view.version();
     if (done && queue_->arrivals == arrival) queue_->next.reset();
   }
+}
+
+std::uint64_t ModelService::waiting_for_buffer() const {
+  std::lock_guard lock(queue_->mutex);
+  return queue_->waiting;
 }
 
 bool ModelService::serve_copy(const modelcast::ModelView& view, bool report_wait) {

@@ -57,6 +57,8 @@ class ModelService {
   ServedPtr current() const;  // nullptr before any version
   const ModelConfig& config() const { return config_; }
   modelcast::ConsumerStats consumer_stats() const { return consumer_->stats(); }
+  // The shaped version that waits for a copy buffer clients hold (0: none waits). Any thread.
+  std::uint64_t waiting_for_buffer() const;
 
  private:
   // What the copy thread waits on, shared with the deleters of copied versions (which may outlive
@@ -67,6 +69,7 @@ class ModelService {
     std::optional<modelcast::ModelView> next;  // the newest version waiting for its copy; mutex
     std::uint64_t arrivals = 0;                // versions handed over so far; mutex
     std::uint64_t releases = 0;                // copied versions dropped so far; mutex
+    std::uint64_t waiting = 0;                 // the version the last try found no buffer for; mutex
     bool stop = false;                         // mutex
   };
 

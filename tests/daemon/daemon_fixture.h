@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <regex>
 #include <string>
+#include <vector>
 
 #include "child_process.h"
 #include "exchange_fixture.h"
@@ -38,6 +40,18 @@ struct ScratchDir {
 
 inline void write_file(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::trunc) << text;
+}
+
+// An [http] section that has the daemon pick a loopback port for its ops endpoint.
+inline const std::string kHttp = "[http]\nlisten = \"127.0.0.1:0\"\n";
+
+// The port the daemon logged for its ops endpoint at start (it was told to pick one).
+inline int ops_port(const std::vector<std::string>& startup_lines) {
+  for (const auto& line : startup_lines) {
+    std::smatch m;
+    if (std::regex_search(line, m, std::regex("ops endpoint at http://127\\.0\\.0\\.1:([0-9]+)/"))) return std::stoi(m[1]);
+  }
+  return 0;
 }
 
 // Reads lines until one contains `text`; returns it, or "" after `timeout`.

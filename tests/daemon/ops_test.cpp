@@ -34,17 +34,6 @@ namespace {
 
 using exchange_test::TestProducer;
 
-const std::string kHttp = "[http]\nlisten = \"127.0.0.1:0\"\n";
-
-// The port the daemon logged for its ops endpoint at start (it was told to pick one).
-int ops_port(const std::vector<std::string>& startup_lines) {
-  for (const auto& line : startup_lines) {
-    std::smatch m;
-    if (std::regex_search(line, m, std::regex("ops endpoint at http://127\\.0\\.0\\.1:([0-9]+)/"))) return std::stoi(m[1]);
-  }
-  return 0;
-}
-
 // The value of the sample `name` (with its labels) in Prometheus text, or -1 if absent.
 double metric(const std::string& text, const std::string& name) {
   std::istringstream lines(text);

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
 #include "daemon_fixture.h"
 #include "eventually.h"
 #include "modelcast/producer.h"
@@ -143,6 +146,16 @@ TEST_F(DaemonTest, ARankOfATensorParallelServerGetsItsHalfOfATwoRankModelInBf16)
   mcs_client_close(handle);
 }
 
+// /v1/models' waiting_for_buffer of model "test" (0 when null or unreadable).
+std::int64_t waiting_for_buffer(httplib::Client& http) {
+  auto answer = http.Get("/v1/models");
+  if (!answer || answer->status != 200) return 0;
+  const auto doc = nlohmann::json::parse(answer->body, nullptr, false);
+  if (doc.is_discarded() || !doc.contains("models") || doc["models"].empty()) return 0;
+  const auto& waiting = doc["models"][0]["waiting_for_buffer"];
+  return waiting.is_number() ? waiting.get<std::int64_t>() : 0;
+}
+
 // Shaped versions are copied into buffers of the daemon's, as many as `buffers`: clients holding
 // all of them hold updates back (the daemon says so), what they hold stays as it was, and the
 // version that waited is served once they let go.
@@ -152,7 +165,10 @@ TEST_F(DaemonTest, ClientsHoldingEveryCopyBufferHoldShapedUpdatesBackAndLoseNoth
   auto daemon = start_daemon(config(rank0.producer->control_endpoint(), 3,
                                     "persist = false\n"
                                     "[model.wants]\n\"*\" = { dim = 1, index = 1, count = 2 }\n"
-                                    "[model.convert]\n\"w\" = \"bf16\"\n"));
+                                    "[model.convert]\n\"w\" = \"bf16\"\n",
+                                    kHttp));
+  const int port = ops_port(startup_lines);
+  ASSERT_GT(port, 0);
   ASSERT_TRUE(rank0.producer->wait_for_consumers(1, 30s));
   ASSERT_TRUE(rank1.producer->wait_for_consumers(1, 30s));
   auto c = client();
@@ -178,20 +194,26 @@ TEST_F(DaemonTest, ClientsHoldingEveryCopyBufferHoldShapedUpdatesBackAndLoseNoth
   for (std::size_t i = 0; i < held.size(); ++i) EXPECT_EQ(check(held[i], static_cast<std::int64_t>(i) + 1), "");
   // Versions arriving while every buffer is still held: the wait was said again for each (one
   // line per version, which the log's repeat limit let through as each text was new).
+  // Each waits at the daemon's copy before the next is sent, and the holds are let go only once
+  // the last waits there: a version that came after a release took a buffer freed for it, and
+  // one arriving after that began a wait of its own, rightly said.
+  httplib::Client http("127.0.0.1", port);
   for (std::int64_t step : {5, 6}) {
-    const auto delivered = rank0.producer->stats().deliveries;
     rank0.publish(step);
     rank1.publish(step);
-    ASSERT_TRUE(testing_support::eventually([&] { return rank0.producer->stats().deliveries > delivered; }, 30s))
-        << "step " << step << " never reached the daemon";
+    ASSERT_TRUE(testing_support::eventually([&] { return waiting_for_buffer(http) == step; }, 30s))
+        << "step " << step << " never waited at the daemon (version and step agree here: both ranks publish each)";
   }
   held.clear();
   // The newest version that waited is served once a buffer is free, with no newer version to
   // prompt it.
   std::vector<std::string> lines;
   EXPECT_NE(wait_for_text(*daemon, "step 6 ", 60s, &lines), "") << "step 6 never served after the holds were released";
-  EXPECT_EQ(std::count_if(lines.begin(), lines.end(), [](const std::string& l) { return l.find("is held by a client") != std::string::npos; }), 0)
-      << "the wait was said again for versions arriving during it";
+  std::string said_again;
+  for (const auto& l : lines) {
+    if (l.find("is held by a client") != std::string::npos) said_again += l + "\n";
+  }
+  EXPECT_EQ(said_again, "") << "the wait was said again for versions arriving during it";
   modelcast::sidecar::View waited;
   for (std::uint64_t v = 4; !waited || waited.step() != 6; ++v) {
     waited = c.wait_for_version(v, 30s);
