@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
 #include <future>
@@ -13,6 +14,7 @@
 #include <zmq.hpp>
 
 #include "eventually.h"
+#include "few_descriptors.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "scripted_producer.h"
@@ -186,6 +188,52 @@ TEST(ConsumerAgainstScriptedProducer, AConsumerNoLongerAnnouncedToJoinsAgainWith
   ASSERT_TRUE(producer.serve(2, /*corrupt=*/false).ok);
   EXPECT_EQ(consumer.acquire().version(), 2u);
   EXPECT_EQ(testmodel::check(consumer.acquire(), 1), "");
+}
+
+// A consumer whose fresh transports cannot be made when it joins again (its process short of
+// descriptors) stays up with its version, says why, tries again when a join is due and not at
+// every turn of its loop (it did: its link still counted as joined, and silent), and joins once
+// descriptors are free.
+TEST(ConsumerAgainstScriptedProducer, ARejoinShortOfDescriptorsIsTriedWhenDueAndJoinsOnceTheyAreFree) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ScriptedProducer producer;
+  std::mutex mutex;
+  std::condition_variable said;
+  int resource_errors = 0;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 400ms;  // a try when due every 200 ms; a turn of the loop every 50 ms
+  options.on_error = [&](const modelcast::Error& e) {
+    if (e.code() != modelcast::ErrorCode::kResource) return;
+    std::lock_guard lock(mutex);
+    ++resource_errors;
+    said.notify_all();
+  };
+  modelcast::Consumer consumer(options);
+  producer.accept_join();
+  ASSERT_TRUE(producer.serve(1, /*corrupt=*/false).ok);  // announced until fetched, then nothing
+  {
+    testing_support::FewDescriptors few(8);  // a UCX worker asks for 32
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(said.wait_for(lock, 30s, [&] { return resource_errors >= 3; })) << consumer.stats().last_error;
+    const auto stats = consumer.stats();
+    EXPECT_LE(stats.reconnects, 1u) << "a rejoin short of descriptors was tried again at every turn";
+    EXPECT_FALSE(stats.producer_connected);
+    EXPECT_NE(stats.last_error.find("file descriptors"), std::string::npos) << stats.last_error;
+    EXPECT_EQ(consumer.acquire().version(), 1u);
+  }
+  protocol::JoinRequest join;
+  for (;;) {
+    auto request = producer.next_request();
+    if (auto* j = std::get_if<protocol::JoinRequest>(&request)) {
+      join = *j;
+      break;
+    }
+  }
+  producer.answer_join(join);
+  ASSERT_TRUE(producer.serve(2, /*corrupt=*/false).ok);
+  EXPECT_EQ(consumer.acquire().version(), 2u);
 }
 
 // A producer under a connection flood closes the connections that have not joined yet, and a

@@ -2,10 +2,7 @@
 // it: Leave with the incarnation of the producer it joined, or with none while the answer to its
 // join has not come (the producer may have taken that join, and would otherwise keep the
 // consumer until its silence limit).
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <stdexcept>
@@ -15,6 +12,7 @@
 #include <zmq.hpp>
 
 #include "core/consumer/producer_link.h"
+#include "few_descriptors.h"
 #include "core/wire/protocol.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -88,34 +86,6 @@ TEST(ProducerLink, AJoinedLinkLeavesWithTheIncarnationItJoined) {
   EXPECT_EQ(std::get<protocol::Leave>(leave).incarnation, 77u);
 }
 
-// Descriptors are handed out lowest first below the soft limit: holding every free number below
-// the highest in use, with the limit just above it, leaves none. Restored (and released) when
-// this goes.
-class NoDescriptorLeft {
- public:
-  NoDescriptorLeft() {
-    getrlimit(RLIMIT_NOFILE, &saved_);
-    int highest = 0;
-    for (int fd = 0; fd < 65536; ++fd) {
-      if (fcntl(fd, F_GETFD) != -1) highest = fd;
-    }
-    rlimit tight = saved_;
-    tight.rlim_cur = static_cast<rlim_t>(highest) + 1;
-    setrlimit(RLIMIT_NOFILE, &tight);
-    for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) != -1;) held_.push_back(fd);
-  }
-  ~NoDescriptorLeft() {
-    for (int fd : held_) close(fd);
-    setrlimit(RLIMIT_NOFILE, &saved_);
-  }
-  NoDescriptorLeft(const NoDescriptorLeft&) = delete;
-  NoDescriptorLeft& operator=(const NoDescriptorLeft&) = delete;
-
- private:
-  rlimit saved_{};
-  std::vector<int> held_;
-};
-
 // A join that cannot make its socket is an error naming the resource (it ended the consumer's
 // service thread), leaves the link a socket to poll, and counts as an attempt, so the next is not
 // at once; the next, with descriptors free again, reaches the producer.
@@ -130,7 +100,7 @@ TEST(ProducerLink, AJoinWithNoDescriptorLeftIsAResourceErrorAndTheNextReachesThe
   bool refused = false;
   for (int attempt = 0; attempt < 5 && !refused; ++attempt) {
     first = std::chrono::steady_clock::now();
-    NoDescriptorLeft none;
+    testing_support::FewDescriptors none(0);
     try {
       link.join(join_request(), first);
     } catch (const modelcast::Error& e) {
