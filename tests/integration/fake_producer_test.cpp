@@ -223,15 +223,7 @@ TEST(ConsumerAgainstScriptedProducer, ARejoinShortOfDescriptorsIsTriedWhenDueAnd
     EXPECT_NE(stats.last_error.find("file descriptors"), std::string::npos) << stats.last_error;
     EXPECT_EQ(consumer.acquire().version(), 1u);
   }
-  protocol::JoinRequest join;
-  for (;;) {
-    auto request = producer.next_request();
-    if (auto* j = std::get_if<protocol::JoinRequest>(&request)) {
-      join = *j;
-      break;
-    }
-  }
-  producer.answer_join(join);
+  producer.accept_join();
   ASSERT_TRUE(producer.serve(2, /*corrupt=*/false).ok);
   EXPECT_EQ(consumer.acquire().version(), 2u);
 }

@@ -96,32 +96,28 @@ std::function<bool(int)> few_descriptors() {
   };
 }
 
-TEST(DescriptorLimit, AConsumerShortOfDescriptorsThrowsNamingThemAtEveryLimit) {
-  const int code = exit_of_child([] {
-    return walk(
-        [] {
-          modelcast::ConsumerOptions options;
-          options.model_name = "test";
-          options.producer_endpoint = "tcp://127.0.0.1:5555";
-          modelcast::Consumer consumer(options);
-        },
-        few_descriptors());
-  });
+// Makes `make` at every limit of few_descriptors() in a child; expects each failure to name them.
+void expect_every_failure_names_descriptors(const std::function<void()>& make) {
+  const int code = exit_of_child([&make] { return walk(make, few_descriptors()); });
   EXPECT_EQ(code, 0) << "1: an error not naming file descriptors as a resource; 2: none failed; 3: not a modelcast::Error";
 }
 
-TEST(DescriptorLimit, AProducerShortOfDescriptorsThrowsNamingThemAtEveryLimit) {
-  const int code = exit_of_child([] {
-    return walk(
-        [] {
-          modelcast::ProducerOptions options;
-          options.model_name = "test";
-          options.control_endpoint = "tcp://127.0.0.1:0";
-          modelcast::Producer producer(options);
-        },
-        few_descriptors());
+TEST(DescriptorLimit, AConsumerShortOfDescriptorsThrowsNamingThemAtEveryLimit) {
+  expect_every_failure_names_descriptors([] {
+    modelcast::ConsumerOptions options;
+    options.model_name = "test";
+    options.producer_endpoint = "tcp://127.0.0.1:5555";
+    modelcast::Consumer consumer(options);
   });
-  EXPECT_EQ(code, 0) << "1: an error not naming file descriptors as a resource; 2: none failed; 3: not a modelcast::Error";
+}
+
+TEST(DescriptorLimit, AProducerShortOfDescriptorsThrowsNamingThemAtEveryLimit) {
+  expect_every_failure_names_descriptors([] {
+    modelcast::ProducerOptions options;
+    options.model_name = "test";
+    options.control_endpoint = "tcp://127.0.0.1:0";
+    modelcast::Producer producer(options);
+  });
 }
 
 // UCX makes its shared-memory segments in /dev/shm: a full one (here a 1 MiB tmpfs over it, in a
