@@ -18,7 +18,10 @@
 namespace modelcast::consumer {
 
 // A secret left in freed memory outlives the consumer in core dumps and swap.
-ProducerLink::~ProducerLink() { sodium_memzero(own_.data(), own_.size()); }
+ProducerLink::~ProducerLink() {
+  stop_watching();  // before the sockets close (see stop_watching)
+  sodium_memzero(own_.data(), own_.size());
+}
 
 ProducerLink::ProducerLink(ConsumerOptions& options)
     : endpoint_(options.producer_endpoint),
@@ -84,7 +87,12 @@ void ProducerLink::begin_attempt(Clock::time_point now) {
 
 void ProducerLink::join_failed(Clock::time_point now) {
   begin_attempt(now);
-  monitor_.reset();  // the old connection's events are no news of this link's
+  stop_watching();  // the old connection's events are no news of this link's
+}
+
+void ProducerLink::stop_watching() {
+  if (dealer_) zmq_socket_monitor(dealer_->handle(), nullptr, 0);
+  monitor_.reset();
 }
 
 void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point now) {
@@ -93,13 +101,13 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
   try {
     dealer = std::make_unique<zmq::socket_t>(context_, zmq::socket_type::dealer);
   } catch (const zmq::error_t& e) {
-    monitor_.reset();
+    stop_watching();
     throw Error(wire::short_of_resources(e) ? ErrorCode::kResource : ErrorCode::kTransport,
                 "cannot join the producer at " + endpoint_ + ": no socket (" + e.what() + "); trying again in " +
                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout_ / 2).count()) +
                     " ms");
   }
-  monitor_.reset();
+  stop_watching();
   dealer_ = std::move(dealer);
   dealer_->set(zmq::sockopt::linger, 0);
   dealer_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::DecodeLimits{}.max_message_bytes));
@@ -157,7 +165,7 @@ void ProducerLink::watch_handshakes() {
     monitor_->connect(address);
   } catch (const zmq::error_t&) {
     // No descriptor for it: the link goes on unwatched, as where ZeroMQ could not monitor.
-    monitor_.reset();
+    stop_watching();
   }
 }
 

@@ -95,6 +95,10 @@ class ProducerLink {
   void watch_handshakes();
   // The state every join attempt starts from, sent or not.
   void begin_attempt(Clock::time_point now);
+  // Ends the DEALER's monitor, then closes its reading end. In that order: libzmq's I/O thread
+  // reports an event to a reader that is gone by blocking for good (libzmq 4.3.4; upstream
+  // issue 3575), and every socket of the context, the next join's included, with it.
+  void stop_watching();
 
   std::string endpoint_;
   std::chrono::milliseconds timeout_;

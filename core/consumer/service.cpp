@@ -328,8 +328,10 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
   }
   if (!reply.ok) {
     link_.refused();
-    reoffer_after_refusal(reply);
-    return report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));
+    // Said first: fresh transports that cannot be had (reoffer_after_refusal throws) must not
+    // hide why the producer refused.
+    report(Error(ErrorCode::kState, "producer refused to join: " + reply.error));
+    return reoffer_after_refusal(reply);
   }
   reoffer_wait_ = options_.producer_timeout;
   auto chosen = offered_->find(reply.transport);

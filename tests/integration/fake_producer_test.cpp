@@ -222,6 +222,10 @@ TEST(ConsumerAgainstScriptedProducer, ARejoinShortOfDescriptorsIsTriedWhenDueAnd
     EXPECT_FALSE(stats.producer_connected);
     EXPECT_NE(stats.last_error.find("file descriptors"), std::string::npos) << stats.last_error;
     EXPECT_EQ(consumer.acquire().version(), 1u);
+    // The old connection closing meanwhile (the producer restarting, say) is news to no one: its
+    // monitor's reader was closed while it watched on, and the event stalled the link's ZeroMQ
+    // thread for good, so that no join ever went out again.
+    producer.close_connection_of_last_request();
   }
   producer.accept_join();
   ASSERT_TRUE(producer.serve(2, /*corrupt=*/false).ok);
