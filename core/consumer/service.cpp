@@ -116,6 +116,7 @@ void ConsumerService::join() {
   // A producer that hears this join has forgotten any orders this consumer served (it forgets a
   // consumer before it asks it to join again): their sends stop and their buffers are unpinned.
   relay_.clear();
+  caller_bytes_wanted_ = 0;  // another producer's versions may have another size
   auto memory = options_.memory == MemoryKind::kCuda ? transport::MemoryLocation::cuda(options_.device)
                                                      : transport::MemoryLocation::host();
   link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,

@@ -326,6 +326,9 @@ class ConsumerService {
   // once, the next ones back off as rejections do, so that a failure that keeps coming (a
   // transport that fails every transfer) does not fetch the model again and again at full speed.
   unsigned failures_in_a_row_ = 0;
+  // The size of the last version no free caller buffer could hold (0: none): fetched again only
+  // once one of that size is free, not refused at every turn. Service thread.
+  std::uint64_t caller_bytes_wanted_ = 0;
   bool buffers_held_reported_ = false;  // a stall on held buffers was reported, not yet over
   std::string buffers_held_said_;       // what it said, cleared from last_error when it is over
   bool stuck_refusal_reported_ = false;  // a stuck receive's buffer could not be set aside: said

@@ -100,7 +100,7 @@ void ConsumerService::maybe_fetch() {
   // Relay sends still posted a second after their order ended were to a receiver on this host
   // that died or left mid-transfer (UCX never ends those): given up, as publish() gives up a
   // slot's, or two such receivers would hold every buffer for ever.
-  if (!store_.buffer_available()) {
+  if (!store_.buffer_available(caller_bytes_wanted_)) {
     if (auto given_up = relay_.give_up_stuck(now - kStuckRelaySends); !given_up.empty()) {
       log_->warn("gave up the sends of {} relay order(s) that never ended a second after the order did (a "
                  "receiver on this host that died or left mid-transfer): their buffers are reused",
@@ -111,13 +111,13 @@ void ConsumerService::maybe_fetch() {
   }
   // The host copy kept for peers yields to the next version (a relay order that still sends
   // from it holds it on its own until its sends are over).
-  if (landed_host_ && !store_.buffer_available()) release_landed_host();
-  if (prepared_host_ && !store_.buffer_available()) prepared_host_.reset();
+  if (landed_host_ && !store_.buffer_available(caller_bytes_wanted_)) release_landed_host();
+  if (prepared_host_ && !store_.buffer_available(caller_bytes_wanted_)) prepared_host_.reset();
   // The shaped views' memory counts too: a reconnect empties the receive pool while views still
   // hold shaped memory, and a version fetched then was refused whole once it arrived, and never
   // asked for again.
   const bool shaped_memory_held = !feeds_assembler_ && !target_->has_room();
-  if (!store_.buffer_available() || (landing_ && !landing_->available()) || shaped_memory_held) {
+  if (!store_.buffer_available(caller_bytes_wanted_) || (landing_ && !landing_->available()) || shaped_memory_held) {
     // Relay orders (under way, or ended and within their second) end or are given up by
     // themselves, and free their buffers: the stall is the user's to hear of only once none is
     // left (views hold the rest). It blamed views while orders to stalled receivers held them.
@@ -264,13 +264,17 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
                           ? "every receive buffer is held by a reader; will fetch the newest when one frees"
                           : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
     log_->debug("{}", why);
-    if (options_.caller_buffers.empty() && !buffers_free_by_themselves()) report_buffers_held(manifest.version);
+    // A caller buffer too small for it may be free: the next fetch waits for one that fits (it
+    // was asked for, and refused, at every turn).
+    if (!options_.caller_buffers.empty()) caller_bytes_wanted_ = manifest.total_bytes;
+    if (!buffers_free_by_themselves()) report_buffers_held(manifest.version);
     discard_chunks(reply);
     send_ack(manifest, reply.fetch_id, false, why, protocol::RelayFault::kNone, /*again=*/true);
     fetch_.forget();
     retry_fetch_after_ = Clock::now() + tick();
     return;
   }
+  caller_bytes_wanted_ = 0;
   finish(fetch_.accept(reply, std::move(buffer), Clock::now(), reply.base_version ? delta_base_ : nullptr,
                        selection_.blocks(manifest)));
 }
@@ -320,9 +324,15 @@ void ConsumerService::check_delta_base(const protocol::FetchReply& reply) const 
 void ConsumerService::report_buffers_held(std::uint64_t version, bool shaped) {
   if (buffers_held_reported_) return;
   buffers_held_reported_ = true;
-  const Error held(ErrorCode::kResource, "version " + std::to_string(version) + " waits: every " +
-                                             (shaped ? "buffer for shaped views" : "receive buffer") +
-                                             " is held by a view still in use; updates resume when one is released "
+  // A caller buffer is also held by the version installed in it: one large enough is never free
+  // where there is only one (said at the join).
+  const std::string which = shaped                   ? "every buffer for shaped views is held by a view"
+                            : caller_bytes_wanted_ > 0 ? "every caller buffer of its " +
+                                                             std::to_string(caller_bytes_wanted_) +
+                                                             " bytes or more holds the current version or a view"
+                                                       : "every receive buffer is held by a view";
+  const Error held(ErrorCode::kResource, "version " + std::to_string(version) + " waits: " + which +
+                                             " still in use; updates resume when one is released "
                                              "(hold fewer views, or give the consumer more buffers)");
   buffers_held_said_ = held.what();
   report(held);

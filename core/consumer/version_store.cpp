@@ -178,10 +178,10 @@ void VersionStore::keep_for_sends(const std::shared_ptr<detail::ReceiveBuffer>& 
   std::erase_if(set_aside_, [&](const auto& weak) { return weak.lock() == buffer; });
 }
 
-bool VersionStore::buffer_available() const {
+bool VersionStore::buffer_available(std::uint64_t bytes) const {
   if (!caller_buffers_.empty()) {
     return std::any_of(caller_buffers_.begin(), caller_buffers_.end(),
-                       [&](auto memory) { return caller_memory_free(memory); });
+                       [&](auto memory) { return memory.size() >= bytes && caller_memory_free(memory); });
   }
   if (pool_.size() < buffers_) return true;
   return std::any_of(pool_.begin(), pool_.end(), [](const auto& b) { return b.use_count() == 1; });

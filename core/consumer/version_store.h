@@ -52,7 +52,9 @@ class VersionStore {
   // readers hold every buffer. Throws Error(kResource) or std::bad_alloc if allocation fails,
   // Error(kState) before use_transport.
   std::shared_ptr<detail::ReceiveBuffer> take_buffer(std::uint64_t bytes);
-  bool buffer_available() const;  // take_buffer could succeed for some size
+  // take_buffer could succeed for `bytes` (0: for some size). Only caller buffers have a size
+  // that can fall short: the store's own pool makes one of any size while it has room.
+  bool buffer_available(std::uint64_t bytes = 0) const;
   // Relay sends from `buffer` were given up (ReceiveBuffer::sends_given_up): one no longer in the
   // pool (a retired transport's) is kept registered until the store goes, as the pool keeps
   // those it lets go; its last holder was the relay order, which released it under the sends.

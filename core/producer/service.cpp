@@ -708,9 +708,15 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
                  consumer->name);
       return;
     }
-    log_->warn("consumer '{}' {} version {}{}: {}", consumer->name,
-               ack.again ? "did not receive (and asks again for)" : "rejected", ack.version,
-               outcome.after_lease ? " (after its lease lapsed)" : "", ack.error);
+    // A consumer asks again at its own pace (one whose buffers are held asks until one is free):
+    // one line per interval for all of them; a rejection is its own.
+    std::optional<std::string> note = std::string();
+    if (ack.again) note = asked_again_logged_.admit(LogRate::Clock::now());
+    if (note) {
+      log_->warn("consumer '{}' {} version {}{}: {}{}", consumer->name,
+                 ack.again ? "did not receive (and asks again for)" : "rejected", ack.version,
+                 outcome.after_lease ? " (after its lease lapsed)" : "", ack.error, *note);
+    }
     return;
   }
   if (outcome.after_lease) {

@@ -243,7 +243,7 @@ class ProducerService {
   StatsBox& stats_;
   std::shared_ptr<spdlog::logger> log_;
   // What peers can cause at will is logged at most once per 10 s each (counted every time).
-  LogRate refusals_logged_, bad_messages_logged_, refused_joins_logged_;
+  LogRate refusals_logged_, bad_messages_logged_, refused_joins_logged_, asked_again_logged_;
   EventQueue<Event> events_;
   Membership membership_;
   // Device versions whose host copy is still being made, and the pin that keeps each slot.

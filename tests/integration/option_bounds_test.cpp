@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -357,6 +358,51 @@ TEST(OptionBounds, ACallerBufferSmallerThanTheModelIsNamedAtTheJoin) {
   EXPECT_EQ(errors.front().rfind("1 of the 2 caller buffers (the smallest 4096 bytes) cannot hold model 'bounds' of ", 0), 0u)
       << errors.front();
   EXPECT_EQ(errors.size(), 1u) << "said again: " << errors.back();
+}
+
+// With the caller buffers that fit holding the current version and a view, and only a smaller one
+// free, the next version waits, said once, until a large one is free: it was asked for and refused
+// at every turn of the consumer's loop (each a fetch, a lease on a snapshot slot and a failed
+// delivery).
+TEST(OptionBounds, AVersionWaitsForACallerBufferItFitsInsteadOfBeingRefusedAtEveryTurn) {
+  Producer producer(producer_options());
+  std::vector<float> values(1 << 16, 1.0f);  // 256 KiB
+  producer.register_tensor({{"w", DType::kF32, {static_cast<std::int64_t>(values.size())}}, values.data()});
+  producer.prepare();
+  alignas(64) static std::byte memory[2 * (1 << 20) + 4096];
+  auto o = consumer_options(producer.control_endpoint());
+  o.caller_buffers = {{memory, 1 << 20}, {memory + (1 << 20), 1 << 20}, {memory + 2 * (1 << 20), 4096}};
+  std::mutex mutex;
+  std::vector<std::string> errors;
+  o.on_error = [&](const Error& e) {
+    std::lock_guard lock(mutex);
+    errors.push_back(e.what());
+  };
+  Consumer consumer(o);
+  ASSERT_TRUE(producer.wait_for_consumers(1, 30s));
+  producer.publish(1);
+  auto held = consumer.wait_for_version(1, 30s);  // in one large buffer, held
+  ASSERT_TRUE(held);
+  values[0] = 2.0f;
+  producer.publish(2);
+  ASSERT_TRUE(consumer.wait_for_version(2, 30s));  // in the other, current
+  values[0] = 3.0f;
+  producer.publish(3);
+  const std::string waits =
+      "version 3 waits: every caller buffer of its 262144 bytes or more holds the current version or a view";
+  ASSERT_TRUE(testing_support::eventually([&] {
+    std::lock_guard lock(mutex);
+    return std::any_of(errors.begin(), errors.end(), [&](const std::string& e) { return e.find(waits) == 0; });
+  }, 30s)) << "the wait was never said";
+  const auto failed = producer.stats().failed_deliveries;
+  // Before, a refusal came every 250 ms (a turn of the loop at the default producer_timeout):
+  // twelve in these 3 s. None comes while the view is held.
+  EXPECT_FALSE(testing_support::eventually([&] { return producer.stats().failed_deliveries >= failed + 3; }, 3s))
+      << "the version was fetched and refused again at every turn";
+  held = {};
+  auto third = consumer.wait_for_version(3, 30s);
+  ASSERT_TRUE(third) << "version 3 was not fetched once a large buffer was free";
+  EXPECT_EQ(third.version(), 3u);
 }
 
 TEST(OptionBounds, CallerBuffersThatOverlapAreEmptyOrMisalignedAreRefused) {
