@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <limits>
 #include <mutex>
@@ -78,6 +79,25 @@ ConsumerOptions consumer_options(const std::string& endpoint) {
   o.model_name = "bounds";
   return o;
 }
+
+// What a consumer's on_error said, in order; callback() may run on any thread.
+class ErrorsSaid {
+ public:
+  std::function<void(const Error&)> callback() {
+    return [this](const Error& e) {
+      std::lock_guard lock(mutex_);
+      texts_.push_back(e.what());
+    };
+  }
+  std::vector<std::string> texts() const {
+    std::lock_guard lock(mutex_);
+    return texts_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> texts_;
+};
 
 TEST(OptionBounds, ProducerOptionsOutOfRangeAreRefusedNamingTheOption) {
   auto with = [](auto change) {
@@ -343,21 +363,15 @@ TEST(OptionBounds, ACallerBufferSmallerThanTheModelIsNamedAtTheJoin) {
   alignas(64) static std::byte memory[(1 << 20) + 4096];
   auto o = consumer_options(producer.control_endpoint());
   o.caller_buffers = {{memory, 1 << 20}, {memory + (1 << 20), 4096}};
-  std::mutex mutex;
-  std::vector<std::string> errors;
-  o.on_error = [&](const Error& e) {
-    std::lock_guard lock(mutex);
-    errors.push_back(e.what());
-  };
+  ErrorsSaid errors;
+  o.on_error = errors.callback();
   Consumer consumer(o);
-  ASSERT_TRUE(testing_support::eventually([&] {
-    std::lock_guard lock(mutex);
-    return !errors.empty();
-  }, 60s)) << "a caller buffer too small for the model was never named";
-  std::lock_guard lock(mutex);
-  EXPECT_EQ(errors.front().rfind("1 of the 2 caller buffers (the smallest 4096 bytes) cannot hold model 'bounds' of ", 0), 0u)
-      << errors.front();
-  EXPECT_EQ(errors.size(), 1u) << "said again: " << errors.back();
+  ASSERT_TRUE(testing_support::eventually([&] { return !errors.texts().empty(); }, 60s))
+      << "a caller buffer too small for the model was never named";
+  const auto said = errors.texts();
+  EXPECT_EQ(said.front().rfind("1 of the 2 caller buffers (the smallest 4096 bytes) cannot hold model 'bounds' of ", 0), 0u)
+      << said.front();
+  EXPECT_EQ(said.size(), 1u) << "said again: " << said.back();
 }
 
 // With the caller buffers that fit holding the current version and a view, and only a smaller one
@@ -372,12 +386,8 @@ TEST(OptionBounds, AVersionWaitsForACallerBufferItFitsInsteadOfBeingRefusedAtEve
   alignas(64) static std::byte memory[2 * (1 << 20) + 4096];
   auto o = consumer_options(producer.control_endpoint());
   o.caller_buffers = {{memory, 1 << 20}, {memory + (1 << 20), 1 << 20}, {memory + 2 * (1 << 20), 4096}};
-  std::mutex mutex;
-  std::vector<std::string> errors;
-  o.on_error = [&](const Error& e) {
-    std::lock_guard lock(mutex);
-    errors.push_back(e.what());
-  };
+  ErrorsSaid errors;
+  o.on_error = errors.callback();
   Consumer consumer(o);
   ASSERT_TRUE(producer.wait_for_consumers(1, 30s));
   producer.publish(1);
@@ -391,8 +401,8 @@ TEST(OptionBounds, AVersionWaitsForACallerBufferItFitsInsteadOfBeingRefusedAtEve
   const std::string waits =
       "version 3 waits: every caller buffer of its 262144 bytes or more holds the current version or a view";
   ASSERT_TRUE(testing_support::eventually([&] {
-    std::lock_guard lock(mutex);
-    return std::any_of(errors.begin(), errors.end(), [&](const std::string& e) { return e.find(waits) == 0; });
+    const auto said = errors.texts();
+    return std::any_of(said.begin(), said.end(), [&](const std::string& e) { return e.find(waits) == 0; });
   }, 30s)) << "the wait was never said";
   const auto failed = producer.stats().failed_deliveries;
   // Before, a refusal came every 250 ms (a turn of the loop at the default producer_timeout):

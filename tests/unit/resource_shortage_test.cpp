@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "bare_endpoints.h"
 #include "forked_child.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -103,21 +104,11 @@ void expect_every_failure_names_descriptors(const std::function<void()>& make) {
 }
 
 TEST(DescriptorLimit, AConsumerShortOfDescriptorsThrowsNamingThemAtEveryLimit) {
-  expect_every_failure_names_descriptors([] {
-    modelcast::ConsumerOptions options;
-    options.model_name = "test";
-    options.producer_endpoint = "tcp://127.0.0.1:5555";
-    modelcast::Consumer consumer(options);
-  });
+  expect_every_failure_names_descriptors(testing_support::make_consumer);
 }
 
 TEST(DescriptorLimit, AProducerShortOfDescriptorsThrowsNamingThemAtEveryLimit) {
-  expect_every_failure_names_descriptors([] {
-    modelcast::ProducerOptions options;
-    options.model_name = "test";
-    options.control_endpoint = "tcp://127.0.0.1:0";
-    modelcast::Producer producer(options);
-  });
+  expect_every_failure_names_descriptors(testing_support::make_producer);
 }
 
 // UCX makes its shared-memory segments in /dev/shm: a full one (here a 1 MiB tmpfs over it, in a
@@ -135,10 +126,7 @@ TEST(ShmLimit, AProducerWhoseDevShmIsFullThrowsNamingIt) {
     }
     close(fill);
     try {
-      modelcast::ProducerOptions options;
-      options.model_name = "test";
-      options.control_endpoint = "tcp://127.0.0.1:0";
-      modelcast::Producer producer(options);
+      testing_support::make_producer();
     } catch (const modelcast::Error& e) {
       std::fprintf(stderr, "%s\n", e.what());
       const bool named = std::string(e.what()).find("/dev/shm") != std::string::npos;

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "core/consumer/producer_link.h"
 #include "core/producer/control_plane.h"
+#include "bare_endpoints.h"
 #include "forked_child.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
@@ -107,52 +108,28 @@ TEST(ThreadLimit, ALibraryThreadThatCannotStartIsAResourceErrorNamingIt) {
 
 TEST(ThreadLimit, ControlPlaneWhoseZeroMQThreadsCannotStartThrowsInsteadOfAborting) {
   expect_resource_error_under_thread_limit([] {
-    modelcast::ProducerOptions options;
-    options.model_name = "test";
-    options.control_endpoint = "tcp://127.0.0.1:0";
+    auto options = testing_support::loopback_producer_options();
     modelcast::producer::ControlPlane control(options, *modelcast::log::get("producer"));
   });
 }
 
 TEST(ThreadLimit, ProducerLinkWhoseZeroMQThreadsCannotStartThrowsInsteadOfAborting) {
   expect_resource_error_under_thread_limit([] {
-    modelcast::ConsumerOptions options;
-    options.model_name = "test";
-    options.producer_endpoint = "tcp://127.0.0.1:5555";
+    auto options = testing_support::unjoined_consumer_options();
     modelcast::consumer::ProducerLink link(options);
   });
 }
 
 TEST(ThreadLimit, ProducerAndConsumerThrowAResourceError) {
-  expect_resource_error_under_thread_limit([] {
-    modelcast::ProducerOptions options;
-    options.model_name = "test";
-    options.control_endpoint = "tcp://127.0.0.1:0";
-    modelcast::Producer producer(options);
-  });
-  expect_resource_error_under_thread_limit([] {
-    modelcast::ConsumerOptions options;
-    options.model_name = "test";
-    options.producer_endpoint = "tcp://127.0.0.1:5555";
-    modelcast::Consumer consumer(options);
-  });
+  expect_resource_error_under_thread_limit(testing_support::make_producer);
+  expect_resource_error_under_thread_limit(testing_support::make_consumer);
 }
 
 // Every limit from none to enough: wherever the threads run out (the transport's, ZeroMQ's, the
 // service's), construction throws or succeeds, and the process lives.
 TEST(ThreadLimit, AtEveryLimitProducerAndConsumerEitherStartOrThrowNeverAbort) {
-  const std::function<void()> make_producer = [] {
-    modelcast::ProducerOptions options;
-    options.model_name = "test";
-    options.control_endpoint = "tcp://127.0.0.1:0";
-    modelcast::Producer producer(options);
-  };
-  const std::function<void()> make_consumer = [] {
-    modelcast::ConsumerOptions options;
-    options.model_name = "test";
-    options.producer_endpoint = "tcp://127.0.0.1:5555";
-    modelcast::Consumer consumer(options);
-  };
+  const std::function<void()> make_producer = testing_support::make_producer;
+  const std::function<void()> make_consumer = testing_support::make_consumer;
   for (const auto& [name, body] : {std::pair{"Producer", make_producer}, std::pair{"Consumer", make_consumer}}) {
     bool started = false;
     for (rlim_t limit = 1; limit <= 32 && !started; ++limit) {
