@@ -67,8 +67,7 @@ std::size_t open_descriptors() {
 // descriptors as Error(kResource) and one happened; 1 if one did not name them; 2 if none failed.
 int walk(const std::function<void()>& make, const std::function<bool(int)>& hold) {
   int failures = 0;
-  for (int step = 0; step < 96; ++step) {
-    if (!hold(step)) break;
+  for (int step = 0; hold(step); ++step) {
     try {
       make();
       std::fprintf(stderr, "step %d: made\n", step);
@@ -85,13 +84,16 @@ int walk(const std::function<void()>& make, const std::function<bool(int)>& hold
   return failures > 0 ? 0 : 2;
 }
 
-// The descriptor limit, soft and hard, from what is open plus 96 (where both start) down to plus
-// one (down: a process may lower its hard limit, and may not raise it again without
-// CAP_SYS_RESOURCE).
+// The descriptor limit, soft and hard, from what is open plus 96 (where both start) down to one
+// (down: a process may lower its hard limit, and may not raise it again without CAP_SYS_RESOURCE).
+// Below what is open too: the limit bounds descriptor numbers, so how many a limit leaves free
+// depends on where the open ones lie (a test runner's pipes on 3 and 4, or on 251), and every
+// count of free ones down to none is walked wherever they lie.
 std::function<bool(int)> few_descriptors() {
-  const std::size_t open = open_descriptors();
-  return [open](int step) {
-    const rlim_t limit = open + 96 - static_cast<rlim_t>(step);
+  const rlim_t start = open_descriptors() + 96;
+  return [start](int step) {
+    if (static_cast<rlim_t>(step) >= start) return false;
+    const rlim_t limit = start - static_cast<rlim_t>(step);
     const rlimit held{limit, limit};
     return setrlimit(RLIMIT_NOFILE, &held) == 0;
   };
