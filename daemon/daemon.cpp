@@ -325,9 +325,15 @@ ServedPtr Daemon::served(const std::string& model, bool& exists) const {
     auto it = models_.find(model);
     exists = it != models_.end();
     if (!exists) {
-      const auto kept = carried_.find(model);
-      exists = kept != carried_.end();
-      return exists ? kept->second : nullptr;
+      if (const auto kept = carried_.find(model); kept != carried_.end()) {
+        exists = true;
+        return kept->second;
+      }
+      // Configured, and started again on a backoff or at a reload: a client waits for its first
+      // version as for any model that has none yet (told "no model is configured", an inference
+      // server beside a daemon whose model start failed for a moment gave up on it for good).
+      exists = not_started_.count(model) > 0;
+      return nullptr;
     }
     service = it->second;
   }

@@ -199,6 +199,9 @@ TEST_F(DaemonTest, AModelWhoseDirectoryAnotherWriterHeldStartsOnItsOwnOnceTheWri
            line.find("; trying again in 1 s") != std::string::npos;
   });
   EXPECT_TRUE(said) << "the start's failure and its retry were not logged";
+  // Configured, not yet started: a client is told there is no version yet, not that no such model
+  // is configured (which an inference server takes as "give up").
+  EXPECT_FALSE(client().acquire()) << "a version was served before the model started";
   close(held);
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, std::chrono::seconds(30)))
       << "the model did not start once its directory was free";
