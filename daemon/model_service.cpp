@@ -41,9 +41,8 @@ ModelService::ModelService(ModelConfig config, ModelCallbacks callbacks, ServedP
   options.wants = config_.wants;
   options.conversions = config_.conversions;
   options.on_update = [this](const modelcast::ModelView& view) { installed(view); };
-  options.on_error = [this](const modelcast::Error& error) {
-    if (callbacks_.on_error) callbacks_.on_error(config_.name, error);
-  };
+  // No on_error: the library logs each of its errors naming the model (logged here again, every
+  // one came out twice, the second time as a warning).
   consumer_ = std::make_unique<modelcast::Consumer>(std::move(options));
   copier_ = std::thread([this] { copy_loop(); });
 }

@@ -204,8 +204,9 @@ class Consumer::Impl {
     // Reported once mutex_ is released: on_error may call stats(), which takes it.
     std::vector<Error> failures;
     join_ranks(rank, endpoints, failures);
-    if (options_.on_error) {
-      for (const auto& failure : failures) options_.on_error(failure);
+    for (const auto& failure : failures) {
+      log::get("consumer")->error("model '{}': {}", options_.model_name, failure.what());
+      if (options_.on_error) options_.on_error(failure);
     }
     return true;  // with or without the other ranks, its versions are pieces: never shown as the model
   }
@@ -225,7 +226,7 @@ class Consumer::Impl {
       layout_endpoints_.clear();
       rank_failure_ = why;
     }
-    log::get("consumer")->error("{}", why);
+    log::get("consumer")->error("model '{}': {}", options_.model_name, why);
     // Reported once mutex_ is released: on_error may call stats(), which takes it.
     if (options_.on_error) options_.on_error(Error(ErrorCode::kInvalidArgument, why));
     return true;

@@ -404,7 +404,11 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
 }
 
 void ConsumerService::report(const Error& error) {
-  if (auto note = errors_logged_.admit(error.what(), RepeatRate::Clock::now())) log_->error("{}{}", error.what(), *note);
+  // Named: a process may hold consumers of several models (modelcastd does), and this line is
+  // the one every error gets (modelcastd leaves on_error to its own reports).
+  if (auto note = errors_logged_.admit(error.what(), RepeatRate::Clock::now())) {
+    log_->error("model '{}': {}{}", options_.model_name, error.what(), *note);
+  }
   {
     // The newest error even where its text is the one before (a refusal said again after
     // another part of a sharded consumer said something else): count() sees no change then.

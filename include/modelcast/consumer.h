@@ -187,6 +187,8 @@ struct ConsumerOptions {
   // runs on. What they throw is logged and ignored. They must not
   // destroy the Consumer (its destructor joins the thread they run on).
   std::function<void(const ModelView&)> on_update;
+  // Every error given to on_error is also logged (component "consumer", naming the model; the
+  // same text at most once per 10 s), so it need not log them again.
   std::function<void(const Error&)> on_error;
 };
 
