@@ -271,7 +271,8 @@ void RepositoryWriter::run() {
     } else {
       ++stats_.failed;
     }
-    if (!error.empty() || !prune_error.empty()) stats_.last_error = error.empty() ? prune_error : error;
+    // The error of the newest write: one that went through (and pruned) says the problem is over.
+    stats_.last_error = error.empty() ? prune_error : error;
     lock.unlock();
     if (error.empty() && options_.on_written) options_.on_written(done, directory, took);
     if (!error.empty() && options_.on_failed) options_.on_failed(done, error);

@@ -64,7 +64,7 @@ struct WriterStats {
   std::uint64_t skipped = 0;       // replaced while pending: the disk was slower than updates
   std::uint64_t bytes_written = 0;
   std::chrono::nanoseconds total_duration{0};
-  std::string last_error;
+  std::string last_error;  // the newest write's failure; empty once a write (and prune) succeeds
 };
 
 class RepositoryWriter {

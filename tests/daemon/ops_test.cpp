@@ -643,7 +643,7 @@ TEST_F(DaemonTest, AModelWhoseRestartFailedIsReportedServingItsLastVersion) {
   EXPECT_EQ(daemon->wait(), 0);
 }
 
-TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
+TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReportedWhileItLasts) {
   ReadOnlyDirectory repo(dir / "repo");
   if (!repo.usable()) GTEST_SKIP() << "cannot make a read-only directory here (root without mount)";
   TestProducer producer(1024);
@@ -665,6 +665,14 @@ TEST_F(DaemonTest, AReadOnlyRepositoryDoesNotStopDeliveryAndIsReported) {
   auto doc = nlohmann::json::parse(http.Get("/v1/models")->body);
   EXPECT_GE(doc["repository"]["failed"].get<int>(), 1);
   EXPECT_NE(doc["repository"]["last_error"].get<std::string>(), "");
+
+  // The disk back: the next version is written, and the error is no longer shown as current.
+  ASSERT_TRUE(repo.make_writable());
+  producer.publish(4);
+  EXPECT_NE(wait_for_text(*daemon, "version 4 written"), "") << "no write once the repository was writable";
+  doc = nlohmann::json::parse(http.Get("/v1/models")->body);
+  EXPECT_GE(doc["repository"]["written"].get<int>(), 1);
+  EXPECT_EQ(doc["repository"]["last_error"].get<std::string>(), "") << "an error past was still shown";
 }
 
 // While a version is arriving, /v1/models says which and how much of it has landed, and says

@@ -25,6 +25,13 @@ struct ReadOnlyDirectory {
     if (mounted) umount(path.c_str());
   }
   bool usable() const { return mounted || geteuid() != 0; }
+  // Lets writes in again (the disk came back), with room for a few small versions.
+  bool make_writable() const {
+    if (mounted) return mount("tmpfs", path.c_str(), "tmpfs", MS_REMOUNT, "size=16m,mode=0755") == 0;
+    std::error_code failed;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all, failed);
+    return !failed;
+  }
   std::string path;
   bool mounted = false;
 };
