@@ -4,11 +4,17 @@
 #include <cstring>
 #include <future>
 #include <numeric>
+#include <string>
+
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "child_process.h"
 #include "forked_child.h"
 #include "common/host_buffer.h"
 #include "modelcast/error.h"
+#include "modelcast/modelcast_runtime.h"
 #include "transports/ucx/ucx_transport.h"
 
 namespace modelcast::transport {
@@ -296,6 +302,45 @@ TEST(UcxTransport, ReleasingARegionDoesNotWaitOnSendsToADeadPeerWhoseEndpointClo
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 0) << "the child was not told that its parent left a halted transport open";
   }
+}
+
+// At debug level UCX describes each new endpoint's lanes; that goes where the log goes (here a
+// handler, as a C or Fortran program installs), not to stderr regardless. In a child, whose
+// stderr is a file read afterwards.
+TEST(UcxTransport, AnEndpointsDescriptionGoesToTheLogHandlerNotToStderr) {
+  char path[] = "/tmp/modelcast-stderr-XXXXXX";
+  const int file = mkstemp(path);
+  ASSERT_GE(file, 0);
+  const pid_t child = fork();
+  ASSERT_NE(child, -1);
+  if (child == 0) {
+    dup2(file, STDERR_FILENO);
+    static bool described = false;
+    mc_set_log_handler(
+        [](mc_log_level, const char*, const char* message, void*) {
+          if (std::strstr(message, "endpoint to a new peer") != nullptr && std::strstr(message, "lane") != nullptr) {
+            described = true;
+          }
+        },
+        nullptr);
+    mc_set_log_level(MC_LOG_DEBUG);
+    {
+      auto sender = make_ucx_transport();
+      auto receiver = make_ucx_transport();
+      sender->connect(receiver->address(), /*detect_failure=*/false, nullptr);
+    }
+    mc_set_log_handler(nullptr, nullptr);
+    _exit(described ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_TRUE(testing_support::child_ended(child, std::chrono::seconds(60), status));
+  std::string written(static_cast<std::size_t>(lseek(file, 0, SEEK_END)), '\0');
+  ASSERT_EQ(pread(file, written.data(), written.size(), 0), static_cast<ssize_t>(written.size()));
+  close(file);
+  unlink(path);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child was ended by a signal";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the handler was not given the endpoint's description";
+  EXPECT_EQ(written.find("lane["), std::string::npos) << "written to stderr:\n" << written;
 }
 
 INSTANTIATE_TEST_SUITE_P(ErrorHandling, UcxTransportTest, ::testing::Values(false, true),

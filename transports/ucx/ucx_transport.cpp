@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <set>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -115,7 +117,7 @@ class UcxTransport final : public Transport {
       ep.err_handler.arg = context.get();
       ucp_ep_h handle = nullptr;
       if (auto s = ucp_ep_create(worker_.worker(), &ep, &handle); s != UCS_OK) throw_ucx("connecting to peer", s);
-      if (log_->should_log(spdlog::level::debug)) ucp_ep_print_info(handle, stderr);
+      if (log_->should_log(spdlog::level::debug)) log_debug_endpoint(handle);
       peers_.emplace(id, Peer{handle, detect_failure, std::move(on_failure), std::move(context)});
     });
     return id;
@@ -288,6 +290,21 @@ class UcxTransport final : public Transport {
   // the peer drops them. A second is far beyond either, and short enough that a producer whose
   // consumer died on its host exits at once rather than after release_timeout.
   static constexpr std::chrono::seconds kClosedSendGrace{1};
+
+  // UCX prints an endpoint's lanes only to a FILE: written to memory and logged, so that it goes
+  // where the rest of the log does (a C or Fortran caller's handler), not to stderr regardless.
+  void log_debug_endpoint(ucp_ep_h handle) {
+    char* text = nullptr;
+    std::size_t length = 0;
+    FILE* memory = open_memstream(&text, &length);
+    if (memory == nullptr) return;
+    ucp_ep_print_info(handle, memory);
+    std::fclose(memory);
+    std::string info(text, length);
+    std::free(text);
+    while (!info.empty() && info.back() == '\n') info.pop_back();
+    log_->debug("endpoint to a new peer:\n{}", info);
+  }
 
   void require_one_sided() const {
     if (!options_.one_sided) {
