@@ -129,6 +129,33 @@ const Forecast& OnlineScheduler::last_forecast() const {
   return fitted_->forecast;
 }
 
+// Out of line, each refusing a moved-from scheduler as every other call does: inline, they
+// answered from the emptied members (no publishes, counters left behind) as if it were live.
+bool OnlineScheduler::refit_in_flight() const {
+  refuse_if_moved_from("refit_in_flight()");
+  return refit_in_flight_;
+}
+
+bool OnlineScheduler::plan_in_flight() const {
+  refuse_if_moved_from("plan_in_flight()");
+  return plan_in_flight_;
+}
+
+const std::vector<std::int64_t>& OnlineScheduler::published_steps() const {
+  refuse_if_moved_from("published_steps()");
+  return published_;
+}
+
+const OnlineStats& OnlineScheduler::stats() const {
+  refuse_if_moved_from("stats()");
+  return stats_;
+}
+
+std::int64_t OnlineScheduler::regime_start_step() const {
+  refuse_if_moved_from("regime_start_step()");
+  return observed_.empty() ? 0 : observed_[fit_from_].step;
+}
+
 void OnlineScheduler::set_costs(double stall_s, double delivery_s) {
   refuse_if_moved_from("set_costs()");
   // Every field, not only the two set here: the constructor checks the options' costs this way,

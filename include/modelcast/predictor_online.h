@@ -186,16 +186,16 @@ class OnlineScheduler {
   // Blocks until the refit and the plan running on the workers (if any) are done, so that the
   // next decision uses their results. Rethrows what they threw. No effect in kInline mode.
   void wait_for_background();
-  bool refit_in_flight() const { return refit_in_flight_; }
-  bool plan_in_flight() const { return plan_in_flight_; }
+  bool refit_in_flight() const;
+  bool plan_in_flight() const;
 
-  const std::vector<std::int64_t>& published_steps() const { return published_; }
+  const std::vector<std::int64_t>& published_steps() const;
   // The forecast used for the latest decision (empty before the warm-up step).
   const Forecast& last_forecast() const;
-  const OnlineStats& stats() const { return stats_; }
+  const OnlineStats& stats() const;
   // First step of the regime the forecast is fitted on (the first observed step until the
   // band trigger detects a change).
-  std::int64_t regime_start_step() const { return observed_.empty() ? 0 : observed_[fit_from_].step; }
+  std::int64_t regime_start_step() const;
 
  private:
   struct Fitted {

@@ -701,6 +701,12 @@ TEST(OnlineScheduler, AMovedFromSchedulerRefusesCallsAndTheMovedToOneDecidesAsBe
     refused([&] { first.set_costs(1.0, 1.0); }, "set_costs()");
     refused([&] { first.wait_for_background(); }, "wait_for_background()");
     refused([&] { (void)first.last_forecast(); }, "last_forecast()");
+    // These answered from the emptied members: no publishes, and the counters of before.
+    refused([&] { (void)first.published_steps(); }, "published_steps()");
+    refused([&] { (void)first.stats(); }, "stats()");
+    refused([&] { (void)first.refit_in_flight(); }, "refit_in_flight()");
+    refused([&] { (void)first.plan_in_flight(); }, "plan_in_flight()");
+    refused([&] { (void)first.regime_start_step(); }, "regime_start_step()");
 
     drive(second, 6, run.points.size());
     OnlineScheduler assigned(o);
