@@ -94,8 +94,9 @@ class MODELCAST_API Client {
   View acquire() const;
 
   // Waits until the daemon serves a version >= `version`; returns it, or an empty view on timeout.
-  // Reconnects like acquire(); the time spent reconnecting counts against `timeout`. Throws
-  // Error(kInvalidArgument) for a negative timeout.
+  // Reconnects like acquire(): reconnecting to a daemon that came back counts against `timeout`,
+  // and one that stays gone for reconnect_timeout is Error(kTransport), however short `timeout`
+  // is. Throws Error(kInvalidArgument) for a negative timeout.
   View wait_for_version(std::uint64_t version, std::chrono::milliseconds timeout) const;
 
  private:
