@@ -124,6 +124,7 @@ void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point no
   joined_ = true;
   joined_before_ = true;
   unanswered_since_.reset();
+  closed_unanswered_ = 0;
   handshake_reported_ = false;
   last_heard_ = now;
 }
@@ -183,7 +184,10 @@ ProducerLink::MonitorNews ProducerLink::read_monitor() {
       // under a connection flood closes the connections that have not joined): asked again
       // soon (join_due), not after the unanswered join's wait. Not after a failed handshake,
       // which ZeroMQ retries on its own and which would only fail again.
-      if (!joined_ && !join_refused_ && !handshake_failed_) lost_unanswered_ = true;
+      if (!joined_ && !join_refused_ && !handshake_failed_) {
+        lost_unanswered_ = true;
+        ++closed_unanswered_;
+      }
       continue;
     }
     handshake_failed_ = true;

@@ -207,9 +207,18 @@ void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
   // A failed handshake is why nothing answers, and last_error says so already: "none runs
   // there" would be false (one does, and refused this consumer's key).
   if (link_.handshake_failing()) return;
-  unanswered_said_ = "no answer from a producer at " + options_.producer_endpoint + " for " +
-                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*unanswered).count()) +
-                     " ms: none runs there yet, the endpoint is wrong, or the network drops what it sends; still asking";
+  const std::string waited =
+      "no answer from a producer at " + options_.producer_endpoint + " for " +
+      std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*unanswered).count()) + " ms: ";
+  // Connections closed by the other end before any answer: something listens there.
+  if (const auto closed = link_.closed_unanswered(); closed > 0) {
+    unanswered_said_ = waited + "what listens there closed the connection before answering, " + std::to_string(closed) +
+                       " time(s) (not a modelcast producer, or a producer at its connection limit closing "
+                       "connections that have not joined); still asking";
+  } else {
+    unanswered_said_ =
+        waited + "none runs there yet, the endpoint is wrong, or the network drops what it sends; still asking";
+  }
   log_->warn("{}", unanswered_said_);
   count([&](ConsumerStats& s) { s.last_error = unanswered_said_; });
 }

@@ -256,6 +256,29 @@ TEST(ConsumerAgainstScriptedProducer, AJoinWhoseConnectionClosesUnansweredIsSent
   EXPECT_EQ(consumer.acquire().version(), 1u);
 }
 
+// Something at the endpoint that closes every connection before answering (a producer at its
+// connection limit, or not a producer): the consumer's "no answer" says so, and counts the
+// closes, instead of "none runs there yet", which sent people looking for a process that runs.
+TEST(ConsumerAgainstScriptedProducer, JoinsClosedUnansweredAreSaidToBeClosedNotUnheard) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ScriptedProducer producer;
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = 40ms;  // said after five of them unanswered
+  modelcast::Consumer consumer(options);
+  std::string said;
+  for (int closes = 0; closes < 300 && said.empty(); ++closes) {
+    (void)producer.next_join();
+    producer.close_connection_of_last_request();
+    said = consumer.stats().last_error;
+  }
+  ASSERT_NE(said, "") << "nothing said after 300 joins closed unanswered";
+  EXPECT_NE(said.find("no answer from a producer at " + producer.endpoint()), std::string::npos) << said;
+  EXPECT_NE(said.find("closed the connection before answering"), std::string::npos) << said;
+  EXPECT_EQ(said.find("none runs there"), std::string::npos) << said;
+}
+
 std::vector<std::byte> bytes_of(std::initializer_list<unsigned> values) {
   std::vector<std::byte> bytes;
   for (auto v : values) bytes.push_back(static_cast<std::byte>(v));
