@@ -20,9 +20,11 @@
 #include <limits>
 #include <future>
 #include <mutex>
+#include <optional>
 
 #include "common/contained_callback.h"
 #include "common/log.h"
+#include "common/log_rate.h"
 #include "common/shown_text.h"
 #include "core/consumer/consumer_options.h"
 #include "core/consumer/rank_assembler.h"
@@ -292,7 +294,7 @@ class Consumer::Impl {
     rank_of_.assign(endpoints.size(), nullptr);
     assembler_ = std::make_shared<consumer::RankAssembler>(endpoints.size(), options_.wants, options_.conversions,
                                                            options_.expected_layout,
-                                                           options_.on_update, options_.on_error, readers_,
+                                                           options_.on_update, assembler_errors(), readers_,
                                                            [this](std::size_t r, std::vector<TensorWant> wants, std::uint64_t run) {
                                                              if (auto* s = service_of(r)) s->set_wants(std::move(wants), run);
                                                            },
@@ -319,6 +321,7 @@ class Consumer::Impl {
       o.serve_peers = false;
       consumer::ServiceHooks hooks;
       hooks.feeds_assembler = true;
+      hooks.said = rank_said(r, endpoints[r]);
       hooks.on_installed = [assembler = assembler_, r](std::shared_ptr<const detail::InstalledVersion> version) {
         assembler->offer(r, std::move(version));
       };
@@ -335,6 +338,25 @@ class Consumer::Impl {
       }
     }
     rank_of_[rank] = first_.get();
+  }
+
+  // What the assembler reports: logged, as the services' errors are (its "no step can be put
+  // together" repeats at every retry: the same text at most once per 10 s), then on_error.
+  std::function<void(const Error&)> assembler_errors() const {
+    struct Logged {
+      std::mutex mutex;
+      RepeatRate rate;
+    };
+    return [model = options_.model_name, on_error = options_.on_error, logged = std::make_shared<Logged>()](
+               const Error& error) {
+      std::optional<std::string> note;
+      {
+        std::lock_guard lock(logged->mutex);
+        note = logged->rate.admit(error.what(), RepeatRate::Clock::now());
+      }
+      if (note) log::get("consumer")->error("model '{}': {}{}", model, error.what(), *note);
+      if (on_error) on_error(error);
+    };
   }
 
   // How an error of rank r's service starts.

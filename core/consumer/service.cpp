@@ -211,9 +211,10 @@ void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
       "no answer from a producer at " + options_.producer_endpoint + " for " +
       std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(*unanswered).count()) + " ms: ";
   // Connections closed by the other end before any answer: something listens there.
-  if (const auto closed = link_.closed_unanswered(); closed > 0) {
-    unanswered_said_ = waited + "what listens there closed the connection before answering, " + std::to_string(closed) +
-                       " time(s) (not a modelcast producer, or a producer at its connection limit closing "
+  if (link_.mostly_closed_unanswered()) {
+    unanswered_said_ = waited + "what listens there closed the connection before answering " +
+                       std::to_string(link_.closed_unanswered()) + " of " + std::to_string(link_.sent_unanswered()) +
+                       " join(s) (not a modelcast producer, or a producer at its connection limit closing "
                        "connections that have not joined); still asking";
   } else {
     unanswered_said_ =
@@ -416,7 +417,7 @@ void ConsumerService::report(const Error& error) {
   // Named: a process may hold consumers of several models (modelcastd does), and this line is
   // the one every error gets (modelcastd leaves on_error to its own reports).
   if (auto note = errors_logged_.admit(error.what(), RepeatRate::Clock::now())) {
-    log_->error("model '{}': {}{}", options_.model_name, error.what(), *note);
+    log_->error("model '{}': {}{}{}", options_.model_name, hooks_.said, error.what(), *note);
   }
   {
     // The newest error even where its text is the one before (a refusal said again after

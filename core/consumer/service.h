@@ -75,6 +75,9 @@ struct ServiceHooks {
   std::function<void(std::uint64_t incarnation, std::int64_t step)> on_announced;
   // Feeds an assembler from the start (the services of the other ranks).
   bool feeds_assembler = false;
+  // What the service's logged errors start with after the model's name (another rank's service:
+  // which rank, at which endpoint; its on_error adds the same).
+  std::string said;
 };
 
 class ConsumerService {

@@ -27,6 +27,7 @@
 #include "test_model.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
+#include "modelcast/modelcast_runtime.h"
 #include "modelcast/producer.h"
 
 using namespace std::chrono_literals;
@@ -259,6 +260,27 @@ struct ErrorsSaid {
   long starting_with(const std::string& prefix) {
     std::lock_guard lock(mutex);
     return std::count_if(said.begin(), said.end(), [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+  }
+  std::mutex mutex;
+  std::vector<std::string> said;
+};
+
+// What the library logged while it lives (through the handler a C or Fortran caller installs),
+// one "component: message" each; stderr again after.
+struct LogsSaid {
+  LogsSaid() {
+    mc_set_log_handler(
+        [](mc_log_level, const char* component, const char* message, void* self) {
+          auto* logs = static_cast<LogsSaid*>(self);
+          std::lock_guard lock(logs->mutex);
+          logs->said.push_back(std::string(component) + ": " + message);
+        },
+        this);
+  }
+  ~LogsSaid() { mc_set_log_handler(nullptr, nullptr); }
+  long containing(const std::string& text) {
+    std::lock_guard lock(mutex);
+    return std::count_if(said.begin(), said.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
   }
   std::mutex mutex;
   std::vector<std::string> said;
@@ -816,6 +838,7 @@ TEST(ProducerRanksFaults, TheNewestErrorOfTheRanksAndTheAssemblerIsTheOneReporte
 // now says so, once through on_error and in last_error while it lasts, naming what each rank
 // holds, and goes on once the ranks publish a step together.
 TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) {
+  LogsSaid logs;
   Ranks ranks(2);
   ErrorsSaid errors;
   modelcast::Consumer consumer(collecting_errors(ranks, errors));
@@ -834,6 +857,8 @@ TEST(ProducerRanksFaults, RanksThatNeverPublishTheSameStepAreSaidToBeOutOfStep) 
   ASSERT_TRUE(comes_to_step(consumer, 10)) << consumer.stats().last_error;
   EXPECT_EQ(consumer.stats().last_error.find(said), std::string::npos) << consumer.stats().last_error;
   EXPECT_EQ(errors.starting_with(said), 1) << "said once, through on_error";
+  // And logged, naming the model (modelcastd leaves a consumer's errors to its log).
+  EXPECT_EQ(logs.containing("modelcast.consumer: model 'sharded': " + said), 1);
 }
 
 // Rank 1 stops publishing while rank 0 goes on (a trainer rank stuck): the consumer stays at the
