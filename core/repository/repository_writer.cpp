@@ -271,8 +271,15 @@ void RepositoryWriter::run() {
     } else {
       ++stats_.failed;
     }
-    // The error of the newest write: one that went through (and pruned) says the problem is over.
-    stats_.last_error = error.empty() ? prune_error : error;
+    // A model whose write went through (and pruned) is over its problem; another's may not be.
+    if (const std::string& failure = error.empty() ? prune_error : error; !failure.empty()) {
+      failing_[done.model] = failure;
+      failed_last_ = done.model;
+    } else {
+      failing_.erase(done.model);
+      if (failed_last_ == done.model) failed_last_ = failing_.empty() ? std::string() : failing_.begin()->first;
+    }
+    stats_.last_error = failing_.empty() ? std::string() : failing_[failed_last_];
     lock.unlock();
     if (error.empty() && options_.on_written) options_.on_written(done, directory, took);
     if (!error.empty() && options_.on_failed) options_.on_failed(done, error);

@@ -64,7 +64,9 @@ struct WriterStats {
   std::uint64_t skipped = 0;       // replaced while pending: the disk was slower than updates
   std::uint64_t bytes_written = 0;
   std::chrono::nanoseconds total_duration{0};
-  std::string last_error;  // the newest write's failure; empty once a write (and prune) succeeds
+  // The newest failure of a model whose latest write (and prune) failed; empty once every model's
+  // latest write went through.
+  std::string last_error;
 };
 
 class RepositoryWriter {
@@ -122,6 +124,10 @@ class RepositoryWriter {
   std::map<std::string, std::uint64_t> submitted_;                      // by model; mutex_
   std::stop_source stop_write_;  // requested by the destructor (abandon_on_stop); the write polls it
   WriterStats stats_;                                                   // mutex_
+  // The models whose latest write or prune failed, with why, and which one failed last: one
+  // model's write going through says nothing of another's disk (mutex_).
+  std::map<std::string, std::string> failing_;
+  std::string failed_last_;
   // The locks, made and replaced under locking_ only, so that one process never opens a second
   // lock on a directory it holds (flock refuses that as it refuses another process). Never
   // taken together with mutex_.

@@ -872,6 +872,34 @@ TEST_F(SmallFileSystem, WhenFullNothingIsRemovedUnlessAskedAndUnlessItMakesRoom)
 
 // A model released (removed from the daemon's configuration) is not written without its lock:
 // its pending version is dropped, and one submitted later is refused until it is held again.
+// One writer takes every model in turn: one model's write going through says nothing of another's
+// failure, which last_error (the daemon's /v1/models) shows until that model's own write goes
+// through.
+TEST(RepositoryWriter, LastErrorIsAFailingModelsUntilItsOwnWriteGoesThrough) {
+  ScratchDir dir;
+  WriterEvents events;
+  repo::RepositoryWriter writer(events.options(dir / "repo"));
+  auto of_model = [](const std::string& model, std::uint64_t version) {
+    auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
+    s->model = model;
+    return std::shared_ptr<const repo::VersionSnapshot>(s);
+  };
+  ASSERT_EQ(writer.hold("a"), "");
+  ASSERT_EQ(writer.hold("b"), "");
+  writer.release("a");
+  writer.submit(of_model("a", 1));  // released: refused
+  ASSERT_EQ(events.wait_for(1).size(), 1u);
+  const std::string failure = writer.stats().last_error;
+  ASSERT_NE(failure, "");
+  writer.submit(of_model("b", 1));
+  ASSERT_EQ(events.wait_for(2).size(), 2u);
+  EXPECT_EQ(writer.stats().last_error, failure) << "another model's write cleared a failing model's error";
+  ASSERT_EQ(writer.hold("a"), "");
+  writer.submit(of_model("a", 2));
+  ASSERT_EQ(events.wait_for(3).size(), 3u);
+  EXPECT_EQ(writer.stats().last_error, "") << "the error stayed after the model's own write went through";
+}
+
 TEST(RepositoryWriter, AReleasedModelIsNotWrittenUntilHeldAgain) {
   ScratchDir dir;
   WriterEvents events;
