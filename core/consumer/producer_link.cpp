@@ -117,6 +117,7 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
   dealer_->connect(endpoint_);
   wire::send(*dealer_, request);
   if (!unanswered_since_) unanswered_since_ = now;  // a join that went out waits for its answer
+  ++sent_unanswered_;
 }
 
 void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point now) {
@@ -125,6 +126,7 @@ void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point no
   joined_before_ = true;
   unanswered_since_.reset();
   closed_unanswered_ = 0;
+  sent_unanswered_ = 0;
   handshake_reported_ = false;
   last_heard_ = now;
 }

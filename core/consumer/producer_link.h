@@ -44,6 +44,7 @@ class ProducerLink {
     join_refused_ = true;
     unanswered_since_.reset();
     closed_unanswered_ = 0;
+    sent_unanswered_ = 0;
   }
   bool is_joined() const { return joined_; }
   // How long joins have gone without any answer (none while joined, or since a refusal).
@@ -53,9 +54,12 @@ class ProducerLink {
     if (joined_ || !unanswered_since_) return std::nullopt;
     return now - *unanswered_since_;
   }
-  // Of those unanswered joins, how many had their connection closed by the other end first
-  // (something there accepts connections: not "nothing runs there").
+  // Whether most of those unanswered joins had their connection closed by the other end first
+  // (something there accepts connections and closes them: not "nothing runs there"; one close,
+  // a producer stopped with a join on its way, and joins into the void after it, are the latter).
+  bool mostly_closed_unanswered() const { return closed_unanswered_ > 0 && 2 * closed_unanswered_ >= sent_unanswered_; }
   std::uint64_t closed_unanswered() const { return closed_unanswered_; }
+  std::uint64_t sent_unanswered() const { return sent_unanswered_; }
   std::uint64_t incarnation() const { return incarnation_; }
 
   // The join should be sent again: unanswered for a while, refused a moment ago, or its
@@ -118,6 +122,7 @@ class ProducerLink {
   bool joined_before_ = false;     // a join was answered at this endpoint (with this link's keys or none)
   bool lost_unanswered_ = false;   // the last join's connection closed before an answer
   std::uint64_t closed_unanswered_ = 0;  // such closes since the unanswered streak began
+  std::uint64_t sent_unanswered_ = 0;    // joins sent since the unanswered streak began
   std::uint64_t incarnation_ = 0;
   Clock::time_point join_sent_{};
   std::optional<Clock::time_point> unanswered_since_;  // the first join of an unanswered streak
