@@ -89,8 +89,9 @@ class MODELCAST_API Client {
   // connection's requests in order), so one thread's long wait_for_version delays no other call;
   // a few idle connections are kept, each mapping buffers on its own. A restarted daemon is
   // reconnected to transparently; views held from before stay valid. Throws Error(kTransport) if the daemon
-  // stays gone for reconnect_timeout or does not answer, Error(kInvalidArgument) if it does not
-  // serve the model.
+  // stays gone for reconnect_timeout or does not answer, Error(kInvalidArgument) if no model of
+  // that name is configured (one configured whose start failed, tried again on a backoff or at a
+  // reload, has no version yet: an empty view).
   View acquire() const;
 
   // Waits until the daemon serves a version >= `version`; returns it, or an empty view on timeout.

@@ -37,7 +37,8 @@ MODELCAST_API void mcs_client_close(mcs_client_t* client);
 /* *out gets the newest version (caller owns: mcs_view_release), or NULL before the first.
  * A restarted daemon is reconnected to (for up to 10 s, as ClientOptions::reconnect_timeout);
  * views held from before stay valid. Errors: MC_ERR_TRANSPORT (daemon gone for longer),
- * MC_ERR_INVALID_ARGUMENT (model not served). */
+ * MC_ERR_INVALID_ARGUMENT (no model of that name configured; one whose start failed and is
+ * tried again gives NULL, as before its first version). */
 MODELCAST_API mc_status mcs_acquire(const mcs_client_t* client, mcs_view_t** out);
 /* Waits for a version >= `version`: MC_OK with *out set, or MC_ERR_TIMEOUT with *out NULL.
  * Reconnects like mcs_acquire. Other threads' calls on the same client do not wait for it (each
