@@ -25,6 +25,15 @@ using namespace std::chrono_literals;
 namespace protocol = modelcast::protocol;
 using testing_support::ScriptedProducer;
 
+// A consumer of `producer` (model "test") that gives it up after `producer_timeout` of silence.
+modelcast::ConsumerOptions options_of(ScriptedProducer& producer, std::chrono::milliseconds producer_timeout) {
+  modelcast::ConsumerOptions options;
+  options.producer_endpoint = producer.endpoint();
+  options.model_name = "test";
+  options.producer_timeout = producer_timeout;
+  return options;
+}
+
 // Options of a consumer of the scripted producer's model whose first error's text lands in
 // `first_error` (the script sends no heartbeats between its steps: a long producer timeout).
 struct FirstError {
@@ -32,10 +41,7 @@ struct FirstError {
   std::once_flag once;
 };
 modelcast::ConsumerOptions scripted_options(ScriptedProducer& producer, FirstError& first_error) {
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 60s;
+  auto options = options_of(producer, 60s);
   options.on_error = [&first_error](const modelcast::Error& e) {
     std::call_once(first_error.once, [&] { first_error.text.set_value(e.what()); });
   };
@@ -46,10 +52,7 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
   setenv("UCX_NET_DEVICES", "lo", 1);
   ScriptedProducer producer;
   std::promise<modelcast::Error> first_error;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 60s;  // the script sends no heartbeats between its steps
+  auto options = options_of(producer, 60s);  // the script sends no heartbeats between its steps
   for (const auto& t : testmodel::make(256)) options.expected_layout.push_back(t.spec);
   std::once_flag once;
   options.on_error = [&](const modelcast::Error& e) { std::call_once(once, [&] { first_error.set_value(e); }); };
@@ -138,10 +141,7 @@ TEST(ConsumerAgainstScriptedProducer, DropsMalformedMessagesAndRejectsCorruptVer
 TEST(ConsumerAgainstScriptedProducer, RemembersTheVersionItAskedForWhenTheAnswerNamesAnother) {
   setenv("UCX_NET_DEVICES", "lo", 1);
   ScriptedProducer producer;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 60s;
+  auto options = options_of(producer, 60s);
   modelcast::Consumer consumer(options);
   producer.accept_join();
   ASSERT_TRUE(producer.serve(1, /*corrupt=*/false).ok);
@@ -162,10 +162,7 @@ TEST(ConsumerAgainstScriptedProducer, RemembersTheVersionItAskedForWhenTheAnswer
 TEST(ConsumerAgainstScriptedProducer, AConsumerNoLongerAnnouncedToJoinsAgainWithinItsProducerTimeout) {
   setenv("UCX_NET_DEVICES", "lo", 1);
   ScriptedProducer producer;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 1s;
+  auto options = options_of(producer, 1s);
   modelcast::Consumer consumer(options);
   producer.accept_join();
   ASSERT_TRUE(producer.serve(1, /*corrupt=*/false).ok);  // announced until fetched, then nothing
@@ -200,10 +197,7 @@ TEST(ConsumerAgainstScriptedProducer, ARejoinShortOfDescriptorsIsTriedWhenDueAnd
   std::mutex mutex;
   std::condition_variable said;
   int resource_errors = 0;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 400ms;  // a try when due every 200 ms; a turn of the loop every 50 ms
+  auto options = options_of(producer, 400ms);  // a try when due every 200 ms; a turn of the loop every 50 ms
   options.on_error = [&](const modelcast::Error& e) {
     if (e.code() != modelcast::ErrorCode::kResource) return;
     std::lock_guard lock(mutex);
@@ -239,10 +233,7 @@ TEST(ConsumerAgainstScriptedProducer, ARejoinShortOfDescriptorsIsTriedWhenDueAnd
 TEST(ConsumerAgainstScriptedProducer, AJoinWhoseConnectionClosesUnansweredIsSentAgainAtOnce) {
   setenv("UCX_NET_DEVICES", "lo", 1);
   ScriptedProducer producer;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 20s;
+  auto options = options_of(producer, 20s);
   modelcast::Consumer consumer(options);
   (void)producer.next_join();
   producer.close_connection_of_last_request();
@@ -262,12 +253,9 @@ TEST(ConsumerAgainstScriptedProducer, AJoinWhoseConnectionClosesUnansweredIsSent
 TEST(ConsumerAgainstScriptedProducer, JoinsClosedUnansweredAreSaidToBeClosedNotUnheard) {
   setenv("UCX_NET_DEVICES", "lo", 1);
   ScriptedProducer producer;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
   // Said after five of them unanswered. Each close is made within moments of the join's read,
   // long before the consumer would give up on that join (half of this) and send another.
-  options.producer_timeout = 1s;
+  auto options = options_of(producer, 1s);
   modelcast::Consumer consumer(options);
   std::string said;
   for (int closes = 0; closes < 1000 && said.empty(); ++closes) {
@@ -295,10 +283,7 @@ TEST(ConsumerAgainstScriptedProducer, SurvivesHostileRepliesManifestsAndEndpoint
   ScriptedProducer producer;
   std::mutex mutex;
   std::vector<modelcast::Error> errors;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 60s;
+  auto options = options_of(producer, 60s);
   options.max_model_bytes = 64u << 20;
   options.on_error = [&](const modelcast::Error& e) {
     std::lock_guard lock(mutex);
@@ -353,10 +338,7 @@ TEST(ConsumerAgainstScriptedProducer, SurvivesHostileRepliesManifestsAndEndpoint
 TEST(ConsumerAgainstScriptedProducer, AnAnsweredTransferThatNeverCompletesTimesOut) {
   setenv("UCX_NET_DEVICES", "lo", 1);
   ScriptedProducer producer;
-  modelcast::ConsumerOptions options;
-  options.producer_endpoint = producer.endpoint();
-  options.model_name = "test";
-  options.producer_timeout = 60s;
+  auto options = options_of(producer, 60s);
   options.transfer_timeout = 300ms;
   modelcast::Consumer consumer(options);
   producer.accept_join();
