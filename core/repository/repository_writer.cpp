@@ -74,6 +74,10 @@ std::string RepositoryWriter::hold(const std::string& model) {
   std::string notice;
   std::string unlocked;
   {
+    std::lock_guard lock(mutex_);
+    let_go_.erase(model);  // as released_ below, whatever comes of the lock
+  }
+  {
     std::lock_guard lock(locking_);
     released_.erase(model);
     if (auto found = locks_.find(model); found != locks_.end()) {
@@ -116,13 +120,25 @@ void RepositoryWriter::release(const std::string& model) {
     dropped = std::move(pending->second);
     pending_.erase(pending);
   }
+  // A model removed from its owner's configuration is no standing problem of the repository's:
+  // its failure would otherwise be shown as last_error until the process restarts.
+  let_go_.insert(model);
+  forget_failure(model);
 }
 
-std::string RepositoryWriter::check_held(const std::string& model) {
+void RepositoryWriter::forget_failure(const std::string& model) {
+  failing_.erase(model);
+  if (failed_last_ == model) failed_last_ = failing_.empty() ? std::string() : failing_.begin()->first;
+  stats_.last_error = failing_.empty() ? std::string() : failing_[failed_last_];
+}
+
+RepositoryWriter::HeldCheck RepositoryWriter::check_held(const std::string& model) {
   std::string notice;
   {
     std::lock_guard lock(locking_);
-    if (released_.contains(model)) return "model '" + model + "' was released (its owner stopped writing it) before this version was written";
+    if (released_.contains(model)) {
+      return {"model '" + model + "' was released (its owner stopped writing it) before this version was written", true};
+    }
     // Held while its directory could not be made or opened (a read-only mount): without a lock a
     // write that now succeeds would share the directory with a writer that locked it since.
     if (unmade_.contains(model)) {
@@ -133,7 +149,7 @@ std::string RepositoryWriter::check_held(const std::string& model) {
         locks_.emplace(model, std::move(made));
         unmade_.erase(model);
       } catch (const Error& e) {
-        return std::string("the directory of model '") + model + "' has no lock held by this writer: " + e.what();
+        return {std::string("the directory of model '") + model + "' has no lock held by this writer: " + e.what()};
       }
     }
     auto found = locks_.find(model);
@@ -144,8 +160,8 @@ std::string RepositoryWriter::check_held(const std::string& model) {
       try {
         notice = relock(found->second);
       } catch (const Error& e) {
-        return "model directory " + shown_text(directory, 4096) + " was removed while this writer held it, and cannot be locked again: " +
-               e.what();
+        return {"model directory " + shown_text(directory, 4096) +
+                " was removed while this writer held it, and cannot be locked again: " + e.what()};
       }
     }
   }
@@ -219,7 +235,7 @@ void RepositoryWriter::run() {
     lock.unlock();
     auto start = std::chrono::steady_clock::now();
     std::string directory;
-    std::string error = check_held(snapshot->model);
+    auto [error, released] = check_held(snapshot->model);
     for (bool retried = false; error.empty();) {
       int error_number = 0;
       try {
@@ -272,14 +288,15 @@ void RepositoryWriter::run() {
       ++stats_.failed;
     }
     // A model whose write went through (and pruned) is over its problem; another's may not be.
-    if (const std::string& failure = error.empty() ? prune_error : error; !failure.empty()) {
+    // One refused as released keeps none (release() forgot it).
+    if (const std::string& failure = error.empty() ? prune_error : error;
+        !failure.empty() && !released && !let_go_.contains(done.model)) {
       failing_[done.model] = failure;
       failed_last_ = done.model;
-    } else {
-      failing_.erase(done.model);
-      if (failed_last_ == done.model) failed_last_ = failing_.empty() ? std::string() : failing_.begin()->first;
+      stats_.last_error = failure;
+    } else if (failure.empty()) {
+      forget_failure(done.model);
     }
-    stats_.last_error = failing_.empty() ? std::string() : failing_[failed_last_];
     lock.unlock();
     if (error.empty() && options_.on_written) options_.on_written(done, directory, took);
     if (!error.empty() && options_.on_failed) options_.on_failed(done, error);

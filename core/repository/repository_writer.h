@@ -64,8 +64,8 @@ struct WriterStats {
   std::uint64_t skipped = 0;       // replaced while pending: the disk was slower than updates
   std::uint64_t bytes_written = 0;
   std::chrono::nanoseconds total_duration{0};
-  // The newest failure of a model whose latest write (and prune) failed; empty once every model's
-  // latest write went through.
+  // The newest failure of a model held whose latest write (and prune) failed; empty once every
+  // held model's latest write went through (a model released takes its failure with it).
   std::string last_error;
 };
 
@@ -94,17 +94,22 @@ class RepositoryWriter {
   // model already held is not locked twice, but locked again if its directory was removed
   // meanwhile (its caller may read and clean the directory next).
   std::string hold(const std::string& model);
-  // Lets the lock go and drops the model's pending version; a version of it already being
-  // written is finished, and one taken after this is refused (on_failed) until hold() again.
+  // Lets the lock go and drops the model's pending version and its failure (WriterStats::last_error
+  // no longer names it); a version of it already being written is finished, and one taken after
+  // this is refused (on_failed, counted in `failed`, not a last_error) until hold() again.
   void release(const std::string& model);
 
  private:
   void run();
-  // Writer thread: "" when `model` is not held or its lock still holds its directory (taking it
-  // again on a directory made anew, or first on one hold() could not make or open), else why the
-  // version must not be written (a model released, its directory locked by another writer, or
-  // still not lockable). Takes locking_.
-  std::string check_held(const std::string& model);
+  // Writer thread: an empty refusal when `model` is not held or its lock still holds its
+  // directory (taking it again on a directory made anew, or first on one hold() could not make or
+  // open), else why the version must not be written (a model released, its directory locked by
+  // another writer, or still not lockable). Takes locking_.
+  struct HeldCheck {
+    std::string refusal;
+    bool released = false;  // refused because the model was released: its owner's choice, not a failing disk
+  };
+  HeldCheck check_held(const std::string& model);
   // Writer thread, after a write of `snapshot` failed with `error_number`: with
   // make_room_when_full, for a full file system (ENOSPC, EDQUOT) where removing every stored
   // version but the newest frees room enough, removes them and returns the notice (the write is
@@ -124,10 +129,15 @@ class RepositoryWriter {
   std::map<std::string, std::uint64_t> submitted_;                      // by model; mutex_
   std::stop_source stop_write_;  // requested by the destructor (abandon_on_stop); the write polls it
   WriterStats stats_;                                                   // mutex_
-  // The models whose latest write or prune failed, with why, and which one failed last: one
+  // The models held whose latest write or prune failed, with why, and which one failed last: one
   // model's write going through says nothing of another's disk (mutex_).
   std::map<std::string, std::string> failing_;
   std::string failed_last_;
+  // Released and not held again (released_'s copy under mutex_): a write of it that was under way
+  // at its release and failed is not its failure either.
+  std::set<std::string> let_go_;
+  // Under mutex_: `model`'s write went through, or it was released; last_error follows.
+  void forget_failure(const std::string& model);
   // The locks, made and replaced under locking_ only, so that one process never opens a second
   // lock on a directory it holds (flock refuses that as it refuses another process). Never
   // taken together with mutex_.

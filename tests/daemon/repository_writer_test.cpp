@@ -45,6 +45,13 @@ std::shared_ptr<const repo::VersionSnapshot> snapshot(std::uint64_t version, std
   return s;
 }
 
+// snapshot(version) of model `model`.
+std::shared_ptr<const repo::VersionSnapshot> of_model(const std::string& model, std::uint64_t version) {
+  auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
+  s->model = model;
+  return s;
+}
+
 // snapshot(version) as producer incarnation `incarnation` publishes it.
 std::shared_ptr<const repo::VersionSnapshot> of(std::uint64_t incarnation, std::uint64_t version) {
   auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
@@ -879,25 +886,44 @@ TEST(RepositoryWriter, LastErrorIsAFailingModelsUntilItsOwnWriteGoesThrough) {
   ScratchDir dir;
   WriterEvents events;
   repo::RepositoryWriter writer(events.options(dir / "repo"));
-  auto of_model = [](const std::string& model, std::uint64_t version) {
-    auto s = std::make_shared<repo::VersionSnapshot>(*snapshot(version));
-    s->model = model;
-    return std::shared_ptr<const repo::VersionSnapshot>(s);
-  };
-  ASSERT_EQ(writer.hold("a"), "");
+  std::filesystem::create_directories(dir / "repo");
+  std::ofstream(dir / "repo/a") << "in the way";  // a's directory cannot be made: its writes fail
+  EXPECT_THROW(writer.hold("a"), modelcast::Error);
   ASSERT_EQ(writer.hold("b"), "");
-  writer.release("a");
-  writer.submit(of_model("a", 1));  // released: refused
+  writer.submit(of_model("a", 1));
   ASSERT_EQ(events.wait_for(1).size(), 1u);
   const std::string failure = writer.stats().last_error;
-  ASSERT_NE(failure, "");
+  ASSERT_NE(failure.find("model 'a'"), std::string::npos) << failure;
   writer.submit(of_model("b", 1));
   ASSERT_EQ(events.wait_for(2).size(), 2u);
   EXPECT_EQ(writer.stats().last_error, failure) << "another model's write cleared a failing model's error";
-  ASSERT_EQ(writer.hold("a"), "");
+  std::filesystem::remove(dir / "repo/a");
   writer.submit(of_model("a", 2));
-  ASSERT_EQ(events.wait_for(3).size(), 3u);
+  ASSERT_EQ(events.wait_for(4).size(), 4u);  // the notice that a's directory is locked now, then written 2
   EXPECT_EQ(writer.stats().last_error, "") << "the error stayed after the model's own write went through";
+}
+
+// A model its owner let go (a daemon's configuration no longer lists it) is no standing problem
+// of the repository's: its failure leaves last_error, and a version of it refused because it was
+// let go is no failure of the disk's.
+TEST(RepositoryWriter, AReleasedModelTakesItsFailureWithItAndItsRefusalsAreNoLastError) {
+  ScratchDir dir;
+  WriterEvents events;
+  repo::RepositoryWriter writer(events.options(dir / "repo"));
+  std::filesystem::create_directories(dir / "repo");
+  std::ofstream(dir / "repo/a") << "in the way";
+  EXPECT_THROW(writer.hold("a"), modelcast::Error);
+  writer.submit(of_model("a", 1));
+  ASSERT_EQ(events.wait_for(1).size(), 1u);
+  ASSERT_NE(writer.stats().last_error, "");
+  writer.release("a");
+  EXPECT_EQ(writer.stats().last_error, "") << "a released model's failure is still shown";
+  writer.submit(of_model("a", 2));
+  const auto seen = events.wait_for(2);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[1], "failed 2: model 'a' was released (its owner stopped writing it) before this version was written");
+  EXPECT_EQ(writer.stats().failed, 2u);
+  EXPECT_EQ(writer.stats().last_error, "") << "a version refused because its model was released is shown as a failure";
 }
 
 TEST(RepositoryWriter, AReleasedModelIsNotWrittenUntilHeldAgain) {
