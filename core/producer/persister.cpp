@@ -88,7 +88,10 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
                              std::chrono::nanoseconds took) {
     log_->info("version {} persisted to {} in {} ms", s.version, directory,
                std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
-    stats_.update([](ProducerStats& st) { st.persisted_versions++; });
+    stats_.update([](ProducerStats& st) {
+      st.persisted_versions++;
+      st.persist_last_error.clear();  // the disk took a write: an earlier failure is over (a prune's is set next)
+    });
     if (options_.on_persisted) options_.on_persisted(s.version, directory);
   };
   writer.on_failed = [this](const repository::VersionSnapshot& s, const std::string& error) {

@@ -205,7 +205,9 @@ struct ProducerStats {
   std::uint64_t persisted_versions = 0;
   std::uint64_t persist_failures = 0;
   std::uint64_t persist_skipped = 0;
-  std::string persist_last_error;  // also set when older versions past persist.keep could not be removed
+  // Why the latest write failed, or could not remove older versions past persist.keep; empty
+  // while the latest went through.
+  std::string persist_last_error;
 };
 
 class MODELCAST_API Producer {

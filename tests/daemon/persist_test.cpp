@@ -248,6 +248,7 @@ TEST_F(DaemonTest, PersistFailuresAreCountedWhileDeliveryGoesOn) {
   producer.publish(3);
   ASSERT_TRUE(events.wait_persisted(1));
   EXPECT_EQ(read_repository(dir / "ckpt"), (std::vector<std::string>{ok_line(producer, 3)}));
+  EXPECT_EQ(producer.producer->stats().persist_last_error, "") << "an error that is over is still shown";
 }
 
 TEST_F(DaemonTest, PersistIntoADirectoryThatTurnedReadOnlyIsCountedWhileDeliveryGoesOn) {
