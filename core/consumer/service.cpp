@@ -15,7 +15,7 @@ ConsumerService::ConsumerService(ConsumerOptions options, ServiceHooks hooks)
     : options_(checked(std::move(options))),
       hooks_(std::move(hooks)),
       feeds_assembler_(hooks_.feeds_assembler),
-      log_(log::get("consumer")),
+      log_(log::get("consumer"), "model '" + options_.model_name + "': " + hooks_.said),
       link_(options_),
       offered_(std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer)),
       store_(options_.buffers, options_.caller_buffers),
@@ -162,7 +162,7 @@ void ConsumerService::reoffer_after_refusal(const protocol::JoinReply& reply) {
   reoffer_wait_ = std::min<std::chrono::milliseconds>(2 * reoffer_wait_, std::chrono::minutes(10));
   // Not compared with the old ones: a UCX address names its worker, so fresh ones always differ.
   auto fresh = std::make_unique<transport::TransportSet>(options_.transports, transport::Side::kConsumer);
-  log_->debug("no transport of this consumer's reaches the producer: transports made afresh for the next join");
+  log_.debug("no transport of this consumer's reaches the producer: transports made afresh for the next join");
   abandon_fetch("transports made afresh", true);
   release_landed_host();
   prepared_host_.reset();
@@ -176,7 +176,7 @@ void ConsumerService::on_monitor_events() {
   if (news.disconnected) {
     // ZeroMQ reconnects by itself, but the producer knows a consumer by its connection: a new
     // one is a stranger to it (and after a restart, so is everything else).
-    log_->warn("connection to the producer lost; joining again");
+    log_.warn("connection to the producer lost; joining again");
     count([](ConsumerStats& s) { s.reconnects++; });
     rejoin_afresh("connection to the producer lost");
   }
@@ -220,7 +220,7 @@ void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
     unanswered_said_ =
         waited + "none runs there yet, the endpoint is wrong, or the network drops what it sends; still asking";
   }
-  log_->warn("{}", unanswered_said_);
+  log_.warn("{}", unanswered_said_);
   count([&](ConsumerStats& s) { s.last_error = unanswered_said_; });
 }
 
@@ -240,7 +240,7 @@ void ConsumerService::check_producer_alive() {
   if (link_.silent(now)) {
     // Gone, or alive but no longer announcing to this consumer: it forgets a consumer whose
     // connection it closed or that it heard nothing from, and all of them when it restarts.
-    log_->warn("no announcement from the producer for {} ms; joining again", options_.producer_timeout.count());
+    log_.warn("no announcement from the producer for {} ms; joining again", options_.producer_timeout.count());
     count([](ConsumerStats& s) { s.reconnects++; });
     rejoin_afresh("producer lost");
   }
@@ -273,7 +273,7 @@ void ConsumerService::check_transfer_deadline() {
 // stops receiving versions from a producer speaking another protocol must say why.
 void ConsumerService::bad_message(const std::string& what) {
   if (auto note = bad_messages_logged_.admit(LogRate::Clock::now())) {
-    log_->warn("dropped a bad control message: {}{}", what, *note);
+    log_.warn("dropped a bad control message: {}{}", what, *note);
   }
   count([&](ConsumerStats& s) {
     s.bad_messages++;
@@ -296,7 +296,7 @@ void ConsumerService::on_announce(const protocol::Announce& announce) {
   if (!link_.is_joined()) return;
   if (announce.incarnation != link_.incarnation()) {
     // A restarted producer: its old connection state is gone, so join it afresh.
-    log_->info("producer restarted (incarnation {:016x}); joining again", announce.incarnation);
+    log_.info("producer restarted (incarnation {:016x}); joining again", announce.incarnation);
     return rejoin_afresh("producer restarted");
   }
   link_.heard(Clock::now());
@@ -409,15 +409,15 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
                        " bytes: every caller buffer must hold the whole model"));
     }
   }
-  log_->info("joined model '{}' at {} over {} ({}; latest version {})", options_.model_name,
-             options_.producer_endpoint, reply.transport, delivery_path_name(reply.path), reply.latest_version);
+  log_.info("joined at {} over {} ({}; latest version {})", options_.producer_endpoint, reply.transport,
+            delivery_path_name(reply.path), reply.latest_version);
 }
 
 void ConsumerService::report(const Error& error) {
   // Named: a process may hold consumers of several models (modelcastd does), and this line is
   // the one every error gets (modelcastd leaves on_error to its own reports).
   if (auto note = errors_logged_.admit(error.what(), RepeatRate::Clock::now())) {
-    log_->error("model '{}': {}{}{}", options_.model_name, hooks_.said, error.what(), *note);
+    log_.error("{}{}", error.what(), *note);
   }
   {
     // The newest error even where its text is the one before (a refusal said again after

@@ -41,6 +41,7 @@
 #include "common/event_queue.h"
 #include "common/log.h"
 #include "common/log_rate.h"
+#include "common/prefixed_log.h"
 #include "core/consumer/consumer_options.h"
 #include "core/consumer/device_landing.h"
 #include "core/consumer/fetch_client.h"
@@ -75,7 +76,7 @@ struct ServiceHooks {
   std::function<void(std::uint64_t incarnation, std::int64_t step)> on_announced;
   // Feeds an assembler from the start (the services of the other ranks).
   bool feeds_assembler = false;
-  // What the service's logged errors start with after the model's name (another rank's service:
+  // What the service's log lines start with after the model's name (another rank's service:
   // which rank, at which endpoint; its on_error adds the same).
   std::string said;
 };
@@ -256,7 +257,7 @@ class ConsumerService {
   // Its versions are one rank's pieces, for an assembler: not shaped (the assembler cuts and
   // converts the whole), handed on once installed. Service thread only after construction.
   bool feeds_assembler_ = false;
-  std::shared_ptr<spdlog::logger> log_;
+  PrefixedLog log_;  // each line begins "model 'm': " and hooks_.said
   // Bad messages are logged at most once per 10 s (counted every time). Service thread only.
   LogRate bad_messages_logged_;
   // An error said again at every retry (a producer refusing the join: another model's name) is

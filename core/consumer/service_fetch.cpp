@@ -90,7 +90,7 @@ bool ConsumerService::wants(std::uint64_t version) const {
 void ConsumerService::maybe_fetch() {
   auto now = Clock::now();
   if (fetch_.reply_overdue(now, options_.producer_timeout)) {
-    log_->warn("no answer to a fetch in {} ms; asking again", options_.producer_timeout.count());
+    log_.warn("no answer to a fetch in {} ms; asking again", options_.producer_timeout.count());
     fetch_.forget();
   }
   if (!link_.is_joined() || fetch_.in_flight() || !wants(newest_announced_)) return;
@@ -102,7 +102,7 @@ void ConsumerService::maybe_fetch() {
   // slot's, or two such receivers would hold every buffer for ever.
   if (!store_.buffer_available(caller_bytes_wanted_)) {
     if (auto given_up = relay_.give_up_stuck(now - kStuckRelaySends); !given_up.empty()) {
-      log_->warn("gave up the sends of {} relay order(s) that never ended a second after the order did (a "
+      log_.warn("gave up the sends of {} relay order(s) that never ended a second after the order did (a "
                  "receiver on this host that died or left mid-transfer): their buffers are reused",
                  given_up.size());
       for (const auto& buffer : given_up) store_.keep_for_sends(buffer);
@@ -129,7 +129,7 @@ void ConsumerService::maybe_fetch() {
   stuck_refusal_reported_ = false;
   if (buffers_held_reported_) {
     buffers_held_reported_ = false;
-    log_->info("a buffer is free again: fetching version {}", newest_announced_);
+    log_.info("a buffer is free again: fetching version {}", newest_announced_);
     // Over: the wait is not left as the last error, which says a state only while it lasts (any
     // error said since stays).
     count([&](ConsumerStats& s) {
@@ -168,7 +168,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
   if (reply.fetch_id == 0 && !reply.ok && reply.refusal == protocol::Refusal::kNotJoined) {
     // Answers no fetch: the producer dropped this consumer, and will announce nothing more to it.
     if (!link_.is_joined()) return;
-    log_->warn("{}", reply.error);
+    log_.warn("{}", reply.error);
     abandon_fetch("the producer dropped this consumer", true);
     retry_fetch_after_ = Clock::now() + tick();
     return join();
@@ -180,7 +180,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
   }
   if (!fetch_.answers(reply)) return;  // a stale reply
   if (!reply.ok) {
-    log_->debug("fetch refused: {}", reply.error);
+    log_.debug("fetch refused: {}", reply.error);
     fetch_.forget();
     retry_fetch_after_ = Clock::now() + tick();
     if (reply.refusal == protocol::Refusal::kNotJoined || reply.refusal == protocol::Refusal::kStaleIncarnation) {
@@ -263,7 +263,7 @@ void ConsumerService::on_fetch_reply(const protocol::FetchReply& reply) {
     std::string why = options_.caller_buffers.empty()
                           ? "every receive buffer is held by a reader; will fetch the newest when one frees"
                           : "no caller buffer of " + std::to_string(manifest.total_bytes) + " bytes is free";
-    log_->debug("{}", why);
+    log_.debug("{}", why);
     // A caller buffer too small for it may be free: the next fetch waits for one that fits (it
     // was asked for, and refused, at every turn).
     if (!options_.caller_buffers.empty()) caller_bytes_wanted_ = manifest.total_bytes;
@@ -341,7 +341,7 @@ void ConsumerService::report_buffers_held(std::uint64_t version, bool shaped) {
 void ConsumerService::set_aside_stuck_receives(Clock::time_point now) {
   const auto refused = fetch_.set_aside_stuck(now, options_.transfer_timeout, [&](const auto& buffer) {
     if (!store_.set_aside(buffer)) return false;
-    log_->warn("receives of an abandoned transfer made no progress for {} ms (a sender that died mid-send): "
+    log_.warn("receives of an abandoned transfer made no progress for {} ms (a sender that died mid-send): "
                "their receive buffer is set aside and another used in its place",
                options_.transfer_timeout.count());
     return true;
@@ -368,7 +368,7 @@ void ConsumerService::release_retired_receives() {
     return release.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
   });
   if (retired.empty()) return;
-  log_->debug("letting go of {} receive buffer(s) of transfers abandoned on transports made afresh since",
+  log_.debug("letting go of {} receive buffer(s) of transfers abandoned on transports made afresh since",
               retired.size());
   try {
     releasing_.push_back(std::async(std::launch::async, [retired = std::move(retired)]() mutable { retired.clear(); }));
@@ -397,7 +397,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
   if (!done) return;
   if (!done->failure.empty()) {
     if (landing_) landing_->abandon();
-    log_->warn("transfer of version {} failed: {}", done->manifest.version, done->failure);
+    log_.warn("transfer of version {} failed: {}", done->manifest.version, done->failure);
     // A relay's transfer that failed otherwise than by a bad block (its connection: the relay
     // died mid-version) is the relay's fault too: asked again, the producer chose the same relay
     // before it had heard that it left.
@@ -529,7 +529,7 @@ void ConsumerService::finish(std::optional<FinishedFetch> done) {
     prepared_host_ = host_copy_kept(std::move(landed), installed->manifest);
     prepared_ = std::move(installed);
     count([&](ConsumerStats& s) { s.prepared_version = version; });
-    log_->debug("version {} verified; waiting for group '{}' to commit it", version, options_.group);
+    log_.debug("version {} verified; waiting for group '{}' to commit it", version, options_.group);
     send_ack(prepared_->manifest, done->fetch_id, true, {});
     return;
   }
@@ -550,7 +550,7 @@ void ConsumerService::make_visible(std::shared_ptr<detail::InstalledVersion> ins
     s.last_update_latency = installed->update_latency;
   });
   store_.install(installed);
-  log_->debug("installed version {} (step {})", m.version, m.step);
+  log_.debug("installed version {} (step {})", m.version, m.step);
   if (hooks_.on_installed) hooks_.on_installed(installed);
   // The next version most likely has this one's size: its buffers are made while none arrives
   // (now that the version before is no longer the one readers see, and may be free).
@@ -570,7 +570,7 @@ void ConsumerService::finish_abandoned_receives() {
   while (fetch_.draining_holds_buffers()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left <= std::chrono::milliseconds(0)) {
-      log_->warn("closing with receives of an abandoned transfer still under way after {} ms",
+      log_.warn("closing with receives of an abandoned transfer still under way after {} ms",
                  options_.producer_timeout.count());
       return;
     }
@@ -592,7 +592,7 @@ std::optional<std::pair<Manifest, std::uint64_t>> ConsumerService::abandon_fetch
   const std::uint64_t version = abandoned ? abandoned->first.version : asked_for_;
   const std::string said = "discarded the transfer" +
                            (version != 0 ? " of version " + std::to_string(version) : std::string()) + ": " + why;
-  log_->warn("{}", said);
+  log_.warn("{}", said);
   // In last_error too: a consumer whose every transfer ends so showed nothing wrong but a count.
   if (counted) {
     count([&](ConsumerStats& s) {

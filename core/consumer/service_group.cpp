@@ -19,7 +19,7 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
   group_committed_ = std::max(group_committed_, group.committed);
   std::shared_ptr<detail::InstalledVersion> committed;
   if (prepared_ && prepared_->manifest.version <= group_committed_) {
-    log_->debug("group '{}' committed version {}", options_.group, group_committed_);
+    log_.debug("group '{}' committed version {}", options_.group, group_committed_);
     committed = std::move(prepared_);
     prepared_.reset();
     if (prepared_host_) {
@@ -59,12 +59,12 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     if (group_was_whole_) {
       report(why);
     } else {
-      log_->info("{}", why.what());
+      log_.info("{}", why.what());
       count([&](ConsumerStats& s) { s.last_error = why.what(); });
     }
     group_waiting_said_ = why.what();
   } else if (!waiting && group_waiting_) {
-    log_->info("group '{}' has all its {} members{}", options_.group, options_.group_size,
+    log_.info("group '{}' has all its {} members{}", options_.group, options_.group_size,
                group_was_whole_ ? " again" : "");
   }
   group_waiting_ = waiting;

@@ -100,7 +100,7 @@ void ConsumerService::drain_exports() {
   closing_ = true;
   if (relay_.exported() == 0 || !link_.is_joined()) return;
   const auto deadline = Clock::now() + options_.producer_timeout;
-  log_->info("closing: waiting up to {} ms for {} peer(s) reading a version exported to them",
+  log_.info("closing: waiting up to {} ms for {} peer(s) reading a version exported to them",
              options_.producer_timeout.count(), relay_.exported());
   while (relay_.exported() > 0 && Clock::now() < deadline) {
     auto now = Clock::now();
@@ -121,7 +121,7 @@ void ConsumerService::drain_exports() {
     }
   }
   if (relay_.exported() > 0) {
-    log_->warn("closing with {} exported version(s) not released by the producer after {} ms: a peer still "
+    log_.warn("closing with {} exported version(s) not released by the producer after {} ms: a peer still "
                "reading one may read freed memory",
                relay_.exported(), options_.producer_timeout.count());
   }
@@ -162,7 +162,7 @@ void ConsumerService::pump_relays() {
 }
 
 void ConsumerService::relay_failed(const protocol::RelayFailed& failed) {
-  log_->warn("cannot relay as the producer asked: {}", failed.error);
+  log_.warn("cannot relay as the producer asked: {}", failed.error);
   if (link_.is_joined()) link_.send(failed);
 }
 

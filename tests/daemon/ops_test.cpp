@@ -545,7 +545,7 @@ TEST_F(DaemonTest, TheLibrarysMessagesComeOutInTheDaemonsLogFormat) {
   TestProducer producer(64);
   auto daemon = start_daemon(config(producer.producer->control_endpoint(), 4));
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
-  const std::string text = "modelcast.consumer: joined model 'test' at ";
+  const std::string text = "modelcast.consumer: model 'test': joined at ";
   std::string joined;
   for (const auto& line : startup_lines) {
     if (line.find(text) != std::string::npos) joined = line;

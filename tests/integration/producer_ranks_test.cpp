@@ -809,6 +809,7 @@ TEST(ProducerRanksFaults, AnotherRanksRefusalNamesTheRankAndItsEndpoint) {
 // lasted, over every later one, so that once rank 1 was fixed and then gone for good, monitoring
 // still read the layout mistake, not the missing rank.
 TEST(ProducerRanksFaults, TheNewestErrorOfTheRanksAndTheAssemblerIsTheOneReported) {
+  LogsSaid logs;
   Ranks ranks(2);
   const std::string rank1 = ranks.ranks[1]->producer->control_endpoint();
   ranks.ranks[1].reset();
@@ -831,6 +832,8 @@ TEST(ProducerRanksFaults, TheNewestErrorOfTheRanksAndTheAssemblerIsTheOneReporte
   const std::string said = "rank 1 at '" + rank1 + "': ";
   EXPECT_TRUE(testing_support::eventually([&] { return consumer.stats().last_error.rfind(said, 0) == 0; }, 30s))
       << "last_error: " << consumer.stats().last_error;
+  // The log names the rank too: the user configured rank 0's endpoint only.
+  EXPECT_GE(logs.containing("modelcast.consumer: model 'sharded': " + said), 1);
 }
 
 // Ranks that publish different steps (rank 0 the even ones, rank 1 the odd ones: an off-by-one in
