@@ -7,6 +7,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -77,5 +79,29 @@ inline std::string with_numbers_left_out(std::string_view text) {
   }
   return out;
 }
+
+// A steady condition said for every event (a full disk at every version, a hook that fails at
+// every version), each line naming its numbers: a line that is the same but for its numbers is
+// let through at most once per interval, per subject (a model). Each text has its own rate, so
+// two conditions that alternate are each limited, and one first seen is said at once.
+// Threads: any (callers on a writer's or a hook runner's thread).
+class RepeatedLines {
+ public:
+  explicit RepeatedLines(LogRate::Clock::duration interval = std::chrono::seconds(10)) : interval_(interval) {}
+
+  // As LogRate::admit, for `line` about `subject`.
+  std::optional<std::string> admit(const std::string& subject, std::string_view line) {
+    std::lock_guard lock(mutex_);
+    std::string key = subject + '\n' + with_numbers_left_out(line);
+    if (by_text_.size() >= kMostTexts && !by_text_.contains(key)) by_text_.clear();
+    return by_text_.try_emplace(std::move(key), interval_).first->second.admit(LogRate::Clock::now());
+  }
+
+ private:
+  static constexpr std::size_t kMostTexts = 256;  // texts remembered; forgotten all at once past that
+  const LogRate::Clock::duration interval_;
+  std::mutex mutex_;
+  std::map<std::string, LogRate> by_text_;
+};
 
 }  // namespace modelcast

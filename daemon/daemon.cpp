@@ -40,12 +40,16 @@ std::shared_ptr<const repo::VersionSnapshot> snapshot_of(const ServedPtr& served
 
 Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
   auto log = spdlog::get("modelcastd");
-  hooks_ = std::make_unique<HookRunner>([this, log](const HookCall& call, bool ok, const std::string& detail) {
+  // A hook that fails at every version (a Triton that is down for hours) is logged at most once
+  // per 10 s; the metrics count every run.
+  hooks_ = std::make_unique<HookRunner>([this, log, repeats = std::make_shared<modelcast::RepeatedLines>()](
+                                            const HookCall& call, bool ok, const std::string& detail) {
     metrics_.hook_ran(call.model, ok);
     if (ok) {
       log->info("model {}: hook for version {}: {}", call.model, call.version, detail);
-    } else {
-      log->error("model {}: hook for version {} failed: {}", call.model, call.version, detail);
+    } else if (const std::string line = "hook for version " + std::to_string(call.version) + " failed: " + detail;
+               auto note = repeats->admit(call.model, line)) {
+      log->error("model {}: {}{}", call.model, line, *note);
     }
   });
   if (!config_.repository.empty()) {
@@ -58,23 +62,9 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
       on_written(s, dir, took);
     };
     // A steady condition (a full or read-only disk, a keep whose versions do not fit) is said
-    // for every version, up to 20 a second, each line naming its version: a line that is the same
-    // but for its numbers is logged at most once per 10 s (the metrics count every failure).
-    // Each such line has its own rate, so two conditions that alternate are each limited, and a
-    // condition first seen is said at once. Called from the writer's thread; the lock keeps that
-    // an assumption of no one's.
-    constexpr std::size_t kMostTexts = 256;  // texts remembered; forgotten all at once past that
-    struct Repeats {
-      std::mutex mutex;
-      std::map<std::string, modelcast::LogRate> by_text;
-      std::optional<std::string> admit(const std::string& model, const std::string& line) {
-        std::lock_guard lock(mutex);
-        const std::string key = model + '\n' + modelcast::with_numbers_left_out(line);
-        if (by_text.size() >= kMostTexts && !by_text.contains(key)) by_text.clear();
-        return by_text[key].admit(modelcast::LogRate::Clock::now());
-      }
-    };
-    auto repeats = std::make_shared<Repeats>();
+    // for every version, up to 20 a second: logged at most once per 10 s (the metrics count
+    // every failure).
+    auto repeats = std::make_shared<modelcast::RepeatedLines>();
     options.on_failed = [this, log, repeats](const repo::VersionSnapshot& s, const std::string& error) {
       metrics_.repository_failed(s.model);
       const std::string line = "repository write of version " + std::to_string(s.version) +
