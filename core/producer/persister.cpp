@@ -88,6 +88,7 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
                              std::chrono::nanoseconds took) {
     log_->info("version {} persisted to {} in {} ms", s.version, directory,
                std::chrono::duration_cast<std::chrono::milliseconds>(took).count());
+    newest_written_ = "version " + std::to_string(s.version) + " in " + directory;
     stats_.update([](ProducerStats& st) {
       st.persisted_versions++;
       st.persist_last_error.clear();  // the disk took a write: an earlier failure is over (a prune's is set next)
@@ -95,7 +96,10 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
     if (options_.on_persisted) options_.on_persisted(s.version, directory);
   };
   writer.on_failed = [this](const repository::VersionSnapshot& s, const std::string& error) {
-    log_->warn("persisting version {} failed (training and delivery go on): {}", s.version, error);
+    const std::string line = "persisting version " + std::to_string(s.version) +
+                             " failed (training and delivery go on; the newest checkpoint is " +
+                             (newest_written_.empty() ? "none of this run's" : newest_written_) + "): " + error;
+    if (auto note = failures_logged_.admit(model_, line)) log_->error("{}{}", line, *note);
     stats_.update([&](ProducerStats& st) {
       st.persist_failures++;
       st.persist_last_error = error;
@@ -103,7 +107,9 @@ Persister::Persister(const ProducerOptions& options, std::uint64_t incarnation, 
     if (options_.on_persist_failed) options_.on_persist_failed(s.version, error);
   };
   writer.on_prune_failed = [this](const repository::VersionSnapshot& s, const std::string& error) {
-    log_->warn("version {} persisted, but older versions past persist.keep stay: {}", s.version, error);
+    const std::string line =
+        "version " + std::to_string(s.version) + " persisted, but older versions past persist.keep stay: " + error;
+    if (auto note = failures_logged_.admit(model_, line)) log_->warn("{}{}", line, *note);
     stats_.update([&](ProducerStats& st) { st.persist_last_error = error; });
   };
   writer.on_notice = [this](const std::string&, const std::string& notice) { log_->warn("persist.directory: {}", notice); };

@@ -8,7 +8,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
+#include "common/log_rate.h"
 #include "core/producer/service.h"
 #include "core/producer/snapshot_store.h"
 #include "core/repository/repository_writer.h"
@@ -44,6 +46,11 @@ class Persister {
   SnapshotStore& store_;
   StatsBox& stats_;
   std::shared_ptr<spdlog::logger> log_;
+  // Writer thread only: the newest checkpoint written ("version N in DIR"), which a failure
+  // names (a full disk keeps it as the last that fitted); and the failures' rate (a full disk
+  // fails every due version, each line the same but for its numbers: one per 10 s).
+  std::string newest_written_;
+  RepeatedLines failures_logged_;
   // Holds the model directory's lock for its life: two writers of one model directory (another
   // rank or trainer persisting the same model, or a modelcastd serving it from this repository)
   // would each remove the other's unfinished writes as a crash's leftovers and prune its versions.

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "daemon_fixture.h"
+#include "logs_said.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "modelcast/modelcast.h"
@@ -221,6 +222,7 @@ TEST_F(PersistDeathTest, APersistCallbackThatDestroysItsProducerEndsTheProcessSa
 }
 
 TEST_F(DaemonTest, PersistFailuresAreCountedWhileDeliveryGoesOn) {
+  testing_support::LogsSaid logs;
   WriterEvents events;
   TestProducer producer(256, persisting(dir / "ckpt", 1, 3, events));
   modelcast::ConsumerOptions consumer_options;
@@ -243,6 +245,11 @@ TEST_F(DaemonTest, PersistFailuresAreCountedWhileDeliveryGoesOn) {
   EXPECT_EQ(stats.persist_failures, 2u);
   EXPECT_EQ(stats.persisted_versions, 0u);
   EXPECT_NE(stats.persist_last_error.find(dir / "ckpt/test"), std::string::npos) << stats.persist_last_error;
+  // Logged once (a full disk fails every version: one line per 10 s), naming what is on disk.
+  EXPECT_EQ(logs.containing("persisting version 1 failed (training and delivery go on; the newest checkpoint is none "
+                            "of this run's): "),
+            1);
+  EXPECT_EQ(logs.containing("persisting version"), 1) << "a failure at every version is logged at every version";
   // Once the disk takes writes again, so does the producer.
   fs::remove(dir / "ckpt/test");
   producer.publish(3);

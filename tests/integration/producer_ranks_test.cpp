@@ -23,6 +23,7 @@
 #include "child_process.h"
 #include "eventually.h"
 #include "gate.h"
+#include "logs_said.h"
 #include "ranked_model.h"
 #include "test_model.h"
 #include "modelcast/consumer.h"
@@ -265,26 +266,7 @@ struct ErrorsSaid {
   std::vector<std::string> said;
 };
 
-// What the library logged while it lives (through the handler a C or Fortran caller installs),
-// one "component: message" each; stderr again after.
-struct LogsSaid {
-  LogsSaid() {
-    mc_set_log_handler(
-        [](mc_log_level, const char* component, const char* message, void* self) {
-          auto* logs = static_cast<LogsSaid*>(self);
-          std::lock_guard lock(logs->mutex);
-          logs->said.push_back(std::string(component) + ": " + message);
-        },
-        this);
-  }
-  ~LogsSaid() { mc_set_log_handler(nullptr, nullptr); }
-  long containing(const std::string& text) {
-    std::lock_guard lock(mutex);
-    return std::count_if(said.begin(), said.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
-  }
-  std::mutex mutex;
-  std::vector<std::string> said;
-};
+using testing_support::LogsSaid;
 
 // A consumer of `ranks` whose on_error `errors` collects.
 modelcast::ConsumerOptions collecting_errors(Ranks& ranks, ErrorsSaid& errors) {
