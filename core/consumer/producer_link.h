@@ -47,6 +47,8 @@ class ProducerLink {
     sent_unanswered_ = 0;
   }
   bool is_joined() const { return joined_; }
+  // Whether a join was ever answered at this endpoint (a producer ran there).
+  bool joined_before() const { return joined_before_; }
   // How long joins have gone without any answer (none while joined, or since a refusal).
   // A handshake failed since the last successful join (and was reported).
   bool handshake_failing() const { return handshake_reported_; }

@@ -216,6 +216,10 @@ void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
                        std::to_string(link_.closed_unanswered()) + " of " + std::to_string(link_.sent_unanswered()) +
                        " join(s) (not a modelcast producer, or a producer at its connection limit closing "
                        "connections that have not joined); still asking";
+  } else if (link_.joined_before()) {
+    // The endpoint is right: a producer answered there (the end of training, a restart).
+    unanswered_said_ = waited + "one answered there before; it stopped, is restarting, or the network drops what it "
+                                "sends; still asking";
   } else {
     unanswered_said_ =
         waited + "none runs there yet, the endpoint is wrong, or the network drops what it sends; still asking";
@@ -361,7 +365,8 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
     s.transport = reply.transport;
     s.path = std::string(delivery_path_name(reply.path));
   });
-  bool new_producer = reply.incarnation != link_.incarnation();
+  const std::uint64_t previous_incarnation = link_.incarnation();  // 0: none joined before
+  bool new_producer = reply.incarnation != previous_incarnation;
   link_.joined(reply, Clock::now());
   // At every join: a producer restarted with other ranks, or none, changes what versions are.
   if (hooks_.on_ranks) feeds_assembler_ = hooks_.on_ranks(reply.rank, reply.rank_endpoints);
@@ -409,8 +414,10 @@ void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
                        " bytes: every caller buffer must hold the whole model"));
     }
   }
-  log_.info("joined at {} over {} ({}; latest version {})", options_.producer_endpoint, reply.transport,
-            delivery_path_name(reply.path), reply.latest_version);
+  // The incarnation tells a restarted producer's versions (numbered afresh) from the last run's.
+  log_.info("joined at {} over {} ({}; producer incarnation {:016x}{}; latest version {})", options_.producer_endpoint,
+            reply.transport, delivery_path_name(reply.path), reply.incarnation,
+            new_producer && previous_incarnation != 0 ? ", a new producer run" : "", reply.latest_version);
 }
 
 void ConsumerService::report(const Error& error) {

@@ -18,6 +18,7 @@
 #include "common/log_routing.h"
 #include "core/wire/protocol.h"
 #include "eventually.h"
+#include "logs_said.h"
 #include "exchange_fixture.h"
 #include "modelcast/error.h"
 #include "join_request.h"
@@ -253,6 +254,7 @@ TEST(Faults, ATransferTheProducerWithdrawsIsNamedInLastError) {
 }
 
 TEST(ConsumerBeforeProducer, SaysNoProducerAnswersUntilOneDoes) {
+  testing_support::LogsSaid logs;
   testing_support::PrivateDirectory directory;  // a plaintext ipc:// endpoint must be private
   const std::string endpoint = directory.ipc_endpoint();
   modelcast::ConsumerOptions options;
@@ -274,6 +276,26 @@ TEST(ConsumerBeforeProducer, SaysNoProducerAnswersUntilOneDoes) {
   p.publish(1);
   ASSERT_TRUE(consumer.wait_for_version(1, 30s));
   EXPECT_EQ(consumer.stats().last_error, "");
+
+  // Once the producer that answered stops (the end of training), "none runs there yet, the
+  // endpoint is wrong" is false: one ran there, at this very endpoint.
+  p.producer.reset();
+  EXPECT_TRUE(eventually([&] {
+    said = consumer.stats().last_error;
+    return said.find("no answer from a producer at " + endpoint) != std::string::npos;
+  })) << said;
+  EXPECT_NE(said.find("one answered there before"), std::string::npos) << said;
+  EXPECT_EQ(said.find("none runs there yet"), std::string::npos) << said;
+
+  // A producer started again there is joined as a new run (its versions are numbered afresh:
+  // version 1 after version 1 is no step back), and the log says so.
+  EXPECT_EQ(logs.containing("a new producer run"), 0);
+  TestProducer again(64, producer_options);
+  again.publish(1);
+  ASSERT_TRUE(eventually([&] { return consumer.stats().versions_installed == 2; }));
+  EXPECT_EQ(consumer.stats().last_error, "");
+  EXPECT_EQ(logs.containing("modelcast.consumer: model 'test': joined at " + endpoint), 2);
+  EXPECT_EQ(logs.containing("a new producer run"), 1);
 }
 
 // Inference processes that stop while a version is arriving: 100 consumers, one after another,
