@@ -157,6 +157,11 @@ std::uint64_t GroupCommit::committed_of(const std::string& routing_id) const {
   return group ? group->committed : 0;
 }
 
+std::string GroupCommit::group_name_of(const std::string& routing_id) const {
+  auto found = member_.find(routing_id);
+  return found == member_.end() ? std::string() : found->second;
+}
+
 std::vector<std::string> GroupCommit::take_changed() {
   std::vector<std::string> out;
   for (const auto& name : changed_) {

@@ -79,8 +79,9 @@ class GroupCommit {
   // Members of the groups whose target, commit or membership changed since the last call: they
   // are to be told now rather than at the next heartbeat.
   std::vector<std::string> take_changed();
-  // For logs: the committed version of the member's group (0 for none).
+  // For logs: the committed version of the member's group (0 for none), and its name ("" for none).
   std::uint64_t committed_of(const std::string& routing_id) const;
+  std::string group_name_of(const std::string& routing_id) const;
 
  private:
   struct Group {

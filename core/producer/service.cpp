@@ -365,7 +365,9 @@ void ProducerService::on_event(SendDone& e) {
 
 void ProducerService::on_event(PeerFailed& e) {
   if (auto routing_id = membership_.find_peer(e.transport, e.peer)) {
-    log_->warn("consumer '{}' lost ({}); releasing its leases", membership_.find(*routing_id)->name, e.error);
+    log_->warn("consumer '{}' lost: its transport connection failed ({}; the process may have exited, or its "
+               "host or network gone); releasing its leases",
+               membership_.find(*routing_id)->name, e.error);
     drop_consumer(*routing_id, "its transport connection failed");
   }
 }
@@ -693,7 +695,9 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
     const std::uint64_t committed = groups_.committed_of(routing_id);
     groups_.acked(routing_id, ack.version, outcome.ok, ack.again);
     if (groups_.committed_of(routing_id) != committed) {
-      log_->info("group of '{}' switches to version {}", consumer->name, groups_.committed_of(routing_id));
+      // Debug: a group switches at every version, as a lone consumer installs one (said at debug too).
+      log_->debug("group '{}' switches to version {} (the last of its members to hold it: consumer '{}')",
+                  groups_.group_name_of(routing_id), groups_.committed_of(routing_id), consumer->name);
     } else if (!outcome.ok && !ack.again && groups_.announcement(routing_id)) {
       log_->warn("consumer '{}' rejected its group's next version {}: the group stays on version {}", consumer->name,
                  ack.version, committed);

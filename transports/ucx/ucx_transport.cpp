@@ -392,7 +392,9 @@ class UcxTransport final : public Transport {
     auto* context = static_cast<ErrorContext*>(arg);
     auto* self = context->self;
     PeerId peer = context->peer;
-    self->log_->warn("peer {} failed: {}", peer, ucs_status_string(status));
+    // Debug: the peer's owner (a producer's consumer, a consumer's producer) says it at its level,
+    // naming the peer as the user knows it; UCX's number means nothing to anyone reading the log.
+    self->log_->debug("peer {} failed: {}", peer, ucs_status_string(status));
     // UCX forbids closing the endpoint inside its own error callback: do it on the next round.
     std::string error = ucs_status_string(status);
     self->worker_.post([self, peer, error] {
