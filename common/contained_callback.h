@@ -36,15 +36,16 @@ inline bool in_callback() { return running_callback != nullptr; }
 }
 
 // `serial`, when given, is shared by callbacks that must never run at the same time (one
-// consumer's, whose producer ranks each report from their own thread). An empty callback stays
-// empty, so callers still test it before building an argument.
+// consumer's, whose producer ranks each report from their own thread); `said` begins the lines
+// logged ("model 'm': "). An empty callback stays empty, so callers still test it before
+// building an argument.
 template <typename... Args>
 std::function<void(Args...)> contained(std::function<void(Args...)> callback, std::string name,
                                        std::shared_ptr<spdlog::logger> log,
-                                       std::shared_ptr<std::mutex> serial = nullptr) {
+                                       std::shared_ptr<std::mutex> serial = nullptr, std::string said = {}) {
   if (!callback) return callback;
-  return [callback = std::move(callback), name = std::move(name), log = std::move(log),
-          serial = std::move(serial)](Args... args) {
+  return [callback = std::move(callback), name = std::move(name), log = std::move(log), serial = std::move(serial),
+          said = std::move(said)](Args... args) {
     std::unique_lock<std::mutex> one_at_a_time;
     if (serial) one_at_a_time = std::unique_lock(*serial);
     struct Running {  // restored however the callback ends
@@ -59,9 +60,9 @@ std::function<void(Args...)> contained(std::function<void(Args...)> callback, st
       // that run into its finalization so): the unwind must go on, or the runtime terminates.
       throw;
     } catch (const std::exception& e) {
-      log->error("{} threw: {}; ignored", name, e.what());
+      log->error("{}{} threw: {}; ignored", said, name, e.what());
     } catch (...) {
-      log->error("{} threw something that is not a std::exception; ignored", name);
+      log->error("{}{} threw something that is not a std::exception; ignored", said, name);
     }
   };
 }

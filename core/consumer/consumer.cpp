@@ -39,8 +39,9 @@ namespace {
 ConsumerOptions with_contained_callbacks(ConsumerOptions options) {
   auto serial = std::make_shared<std::mutex>();
   const auto log = log::get("consumer");
-  options.on_update = contained(std::move(options.on_update), "on_update", log, serial);
-  options.on_error = contained(std::move(options.on_error), "on_error", log, serial);
+  const std::string said = "model '" + options.model_name + "': ";
+  options.on_update = contained(std::move(options.on_update), "on_update", log, serial, said);
+  options.on_error = contained(std::move(options.on_error), "on_error", log, serial, said);
   return options;
 }
 
@@ -194,7 +195,7 @@ class Consumer::Impl {
       return ranks == 0 ? std::string("one producer") : std::to_string(ranks) + " ranks";
     };
     if (!first_join) {
-      log::get("consumer")->info("the producer's layout changed ({} before, {} now){}",
+      log::get("consumer")->info("model '{}': the producer's layout changed ({} before, {} now){}", options_.model_name,
                                  described(layout_endpoints_.size()), described(endpoints.size()),
                                  endpoints.empty() ? "" : ": assembling afresh");
     }

@@ -944,7 +944,7 @@ TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader)
   auto& [holder, reader] = read;
   holder->close_stdin();
   // Without the wait it would free its buffer and exit here, under the reader's copy.
-  ASSERT_TRUE(holder->wait_for_line("log closing: waiting")) << joined_lines(*holder);
+  ASSERT_TRUE(holder->wait_for_line("log model 'test': closing: waiting")) << joined_lines(*holder);
   // A reader may take longer than the producer's silence bound; a holder that stopped pinging
   // while it waits would be dropped, its reader's fetch withdrawn and its wait left to the bound.
   EXPECT_FALSE(eventually([&] { return producer.stats().consumers < 2; }, 7s))
@@ -956,7 +956,7 @@ TEST(DeviceExchange, AConsumerClosingWhileAPeerReadsItsVersionWaitsForTheReader)
   EXPECT_EQ(peer_stat(*reader, "relay_faults"), 0) << "it read the version, not freed memory:\n" << joined_lines(*reader);
   EXPECT_EQ(holder->wait(), 0) << joined_lines(*holder);
   for (const auto& line : holder->lines()) {
-    EXPECT_EQ(line.rfind("log closing with", 0), std::string::npos) << "the producer's cancel ended the wait: " << line;
+    EXPECT_EQ(line.rfind("log model 'test': closing with", 0), std::string::npos) << "the producer's cancel ended the wait: " << line;
   }
   EXPECT_EQ(producer.stats().relayed_deliveries, 1u);
   EXPECT_EQ(producer.stats().relay_faults, 0u);
@@ -981,11 +981,11 @@ TEST(DeviceExchange, ARelayDroppedWhileAPeerReadsItsVersionUnpinsItWhenItJoinsAg
   EXPECT_EQ(reader->wait(), 0) << joined_lines(*reader);
   expect_exact(*reader);
   // The holder finds itself forgotten and joins again; its join is what unpins the export.
-  ASSERT_TRUE(holder->wait_for_line("log joined")) << joined_lines(*holder);
+  ASSERT_TRUE(holder->wait_for_line("log model 'test': joined")) << joined_lines(*holder);
   holder->close_stdin();
   EXPECT_EQ(holder->wait(), 0) << joined_lines(*holder);
   for (const auto& line : holder->lines()) {
-    EXPECT_EQ(line.rfind("log closing", 0), std::string::npos) << "an order the producer forgot is still pinned: " << line;
+    EXPECT_EQ(line.rfind("log model 'test': closing", 0), std::string::npos) << "an order the producer forgot is still pinned: " << line;
   }
   EXPECT_EQ(producer.stats().relayed_deliveries, 0u) << "the reader's relayed fetch ended with its relay";
 }

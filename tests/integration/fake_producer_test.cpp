@@ -390,7 +390,7 @@ TEST(ConsumerAgainstScriptedProducer, AJoinReplyListingMoreRanksThanAConsumerTak
 // stats and log: one on a plaintext plane could otherwise forge the consumer's log lines.
 TEST(ConsumerAgainstScriptedProducer, AProducersWordsReachItsErrorsEscaped) {
   setenv("UCX_NET_DEVICES", "lo", 1);
-  const std::string forged = "go away\n[modelcast.consumer] [info] joined model 'test'\x1b[2J";
+  const std::string forged = "go away\n[modelcast.consumer] [info] model 'test': joined at\x1b[2J";
   auto printable = [](const std::string& text) {
     return std::all_of(text.begin(), text.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
   };
