@@ -399,6 +399,11 @@ StoredEntry read_entry(const fs::directory_entry& entry) {
   if (!directory) return {};
   StoredVersion v;
   v.directory = entry.path().string();
+  // Another tool's version (an existing Triton repository's "1/model.onnx") is expected beside
+  // ours: said as what it is, not as a damaged version of ours.
+  if (!fs::exists(v.directory + "/" + kMetadataFile, ec) && !ec) {
+    return {std::nullopt, std::string("no ") + kMetadataFile + ": not a version modelcast wrote (another tool's?); left as it is"};
+  }
   try {
     auto doc = nlohmann::json::parse(RegularFile(v.directory + "/" + kMetadataFile).read_all(kMaxMetadataBytes));
     v.version = unsigned_at(doc, "version");

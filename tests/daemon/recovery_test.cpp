@@ -118,6 +118,23 @@ TEST(Recovery, AVersionWhoseMetadataCannotBeReadIsReportedNotSkippedSilently) {
   EXPECT_EQ(repo::Repository(dir / "repo").damaged("m").size(), 1u);
 }
 
+// Another tool's version beside ours (an existing Triton repository's "1/model.onnx") is no
+// damage: said as what it is, and the version of ours beside it served.
+TEST(Recovery, AnotherToolsVersionIsNamedAsSuchNotAsDamage) {
+  ScratchDir dir;
+  CapturedLog log;
+  write_version(dir / "repo");
+  std::filesystem::create_directories(dir / "repo/m/1");
+  write_file(dir / "repo/m/1/model.onnx", "not ours");
+  EXPECT_TRUE(modelcastd::recover_newest(dir / "repo", "m", 1 << 20)) << log.out.str();
+  const auto said = log.out.str();
+  EXPECT_NE(said.find(dir / "repo/m/1: no metadata.json: not a version modelcast wrote (another tool's?); left as it is"),
+            std::string::npos)
+      << said;
+  EXPECT_EQ(said.find("cannot be read"), std::string::npos) << said;
+  EXPECT_TRUE(std::filesystem::exists(dir / "repo/m/1/model.onnx"));
+}
+
 // A byte changed on disk (a bad sector, a tool that rewrote the file) passes every layout check:
 // the version is skipped, named with the tensor, and the one before it served.
 TEST(Recovery, AVersionWhoseTensorBytesWereAlteredIsNotServed) {
