@@ -218,8 +218,8 @@ void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
                        "connections that have not joined); still asking";
   } else if (link_.joined_before()) {
     // The endpoint is right: a producer answered there (the end of training, a restart).
-    unanswered_said_ = waited + "one answered there before; it stopped, is restarting, or the network drops what it "
-                                "sends; still asking";
+    unanswered_said_ = waited + "one answered there before; it stopped, is restarting, or the network drops the "
+                                "joins; still asking";
   } else {
     unanswered_said_ =
         waited + "none runs there yet, the endpoint is wrong, or the network drops what it sends; still asking";

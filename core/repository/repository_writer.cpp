@@ -71,6 +71,7 @@ std::string RepositoryWriter::relock(std::shared_ptr<ModelDirectoryLock>& held) 
 }
 
 std::string RepositoryWriter::hold(const std::string& model) {
+  std::lock_guard call(calls_);
   std::string notice;
   std::string unlocked;
   {
@@ -103,8 +104,9 @@ std::string RepositoryWriter::hold(const std::string& model) {
 }
 
 void RepositoryWriter::release(const std::string& model) {
-  std::shared_ptr<ModelDirectoryLock> gone;  // let go outside the mutexes
+  std::shared_ptr<ModelDirectoryLock> gone;  // let go outside the mutexes, calls_ included
   std::shared_ptr<const VersionSnapshot> dropped;
+  std::lock_guard call(calls_);
   {
     std::lock_guard lock(locking_);
     if (auto found = locks_.find(model); found != locks_.end()) {

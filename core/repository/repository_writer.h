@@ -138,6 +138,9 @@ class RepositoryWriter {
   std::set<std::string> let_go_;
   // Under mutex_: `model`'s write went through, or it was released; last_error follows.
   void forget_failure(const std::string& model);
+  // Held through each hold() and release(), so that their changes to released_ (under locking_)
+  // and let_go_ (under mutex_) are seen in the same order; the writer thread never takes it.
+  std::mutex calls_;
   // The locks, made and replaced under locking_ only, so that one process never opens a second
   // lock on a directory it holds (flock refuses that as it refuses another process). Never
   // taken together with mutex_.

@@ -222,7 +222,7 @@ struct ConsumerStats {
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here
   std::chrono::nanoseconds last_notify_latency{0};  // publish() call until announced here
   // The last error, or a state worth knowing while it lasts: joins unanswered for five
-  // producer_timeouts (no producer at the endpoint yet), a group waiting for members.
+  // producer_timeouts (no producer at the endpoint yet, or no longer), a group waiting for members.
   std::string last_error;
   // Group members (ConsumerOptions::group): the version the group last switched to (what
   // current_version becomes on every member), the version this member holds verified and

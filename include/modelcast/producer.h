@@ -200,8 +200,8 @@ struct ProducerStats {
   std::uint64_t snapshot_bytes_copied = 0;
   std::chrono::nanoseconds last_stall{0};
   std::string transport;             // the transports it delivers over, e.g. "ucx" or "ucx,loopback"
-  // options.persist: versions written completely, writes that failed (logged; training and
-  // delivery go on), and versions that came due while the writer was still busy.
+  // options.persist: versions written completely, writes that failed (logged, the same failure
+  // at most once per 10 s; training and delivery go on), and versions that came due while the writer was still busy.
   std::uint64_t persisted_versions = 0;
   std::uint64_t persist_failures = 0;
   std::uint64_t persist_skipped = 0;

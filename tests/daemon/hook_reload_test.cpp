@@ -101,6 +101,7 @@ TEST_F(DaemonTest, AHookThatFailsAtEveryVersionIsLoggedOncePerTenSeconds) {
                                         "/ran-{version}; exit 1\"]\n"));
   ASSERT_TRUE(producer.producer->wait_for_consumers(1, 30s));
   std::vector<std::string> lines;
+  const auto start = std::chrono::steady_clock::now();  // no line of these hooks is logged before
   producer.publish(1);
   ASSERT_NE(wait_for_text(*daemon, "hook for version 1 failed: /bin/sh exited with 1", 60s, &lines), "");
   for (std::uint64_t version = 2; version <= 4; ++version) {  // one at a time: none is passed over
@@ -114,7 +115,10 @@ TEST_F(DaemonTest, AHookThatFailsAtEveryVersionIsLoggedOncePerTenSeconds) {
   const auto failures = std::count_if(lines.begin(), lines.end(), [](const std::string& l) {
     return l.find("failed: /bin/sh exited with 1") != std::string::npos;
   });
-  EXPECT_EQ(failures, 1) << "a hook failing at every version is logged at every version";
+  // One line per 10 s: on a machine so loaded that the four hooks took longer, one more per 10 s.
+  const auto allowed = 1 + (std::chrono::steady_clock::now() - start) / 10s;
+  EXPECT_LE(failures, allowed) << "a hook failing at every version is logged at every version";
+  EXPECT_GE(failures, 1);
 }
 
 // A hook started with the daemon's SIGPIPE ignored (under systemd, which starts services so: a
@@ -219,6 +223,15 @@ TEST_F(DaemonTest, RunAsInitItReapsWhatItsHooksLeaveBehind) {
     EXPECT_TRUE(testing_support::eventually([&] { return parent_of(pid) != daemon->pid(); }, 30s))
         << "process " << pid << " the hook left is still the daemon's, "
         << (running(pid) ? "running" : "a zombie nothing waited for");
+  }
+  // Every hook's status logged is its own (a status the reaper took would be another text).
+  kill(daemon->pid(), SIGTERM);
+  std::vector<std::string> lines;
+  while (auto line = daemon->read_line(30s)) lines.push_back(*line);
+  EXPECT_EQ(daemon->wait(), 0);
+  for (const auto& line : lines) {
+    if (line.find("hook for version") == std::string::npos) continue;
+    EXPECT_NE(line.find("failed: /bin/sh exited with 3"), std::string::npos) << line;
   }
 }
 

@@ -272,6 +272,7 @@ TEST(ConsumerBeforeProducer, SaysNoProducerAnswersUntilOneDoes) {
 
   modelcast::ProducerOptions producer_options;
   producer_options.control_endpoint = endpoint;
+  producer_options.heartbeat_interval = 50ms;  // well inside the consumer's 200 ms: no rejoin from a late one
   TestProducer p(64, producer_options);
   p.publish(1);
   ASSERT_TRUE(consumer.wait_for_version(1, 30s));

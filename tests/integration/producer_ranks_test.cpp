@@ -814,8 +814,8 @@ TEST(ProducerRanksFaults, TheNewestErrorOfTheRanksAndTheAssemblerIsTheOneReporte
   const std::string said = "rank 1 at '" + rank1 + "': ";
   EXPECT_TRUE(testing_support::eventually([&] { return consumer.stats().last_error.rfind(said, 0) == 0; }, 30s))
       << "last_error: " << consumer.stats().last_error;
-  // The log names the rank too: the user configured rank 0's endpoint only.
-  EXPECT_GE(logs.containing("modelcast.consumer: model 'sharded': " + said), 1);
+  // The service's own lines name the model and the rank too: the user configured rank 0's endpoint only.
+  EXPECT_GE(logs.containing("modelcast.consumer: model 'sharded': " + said + "no answer from a producer at " + rank1), 1);
 }
 
 // Ranks that publish different steps (rank 0 the even ones, rank 1 the odd ones: an off-by-one in
