@@ -261,8 +261,7 @@ TEST_F(DaemonTest, AClientSendingALingeringSocketHoldsUpNoOtherClient) {
     const int sent[] = {lingering};
     // The daemon's close must be the socket's last (the one that lingers): this process lets go
     // of its copy while the daemon is stopped, the descriptor in flight keeping the socket.
-    ASSERT_EQ(kill(daemon->pid(), SIGSTOP), 0);
-    ASSERT_TRUE(testing_support::eventually([&] { return testing_support::all_threads_stopped(daemon->pid()); }, 30s));
+    ASSERT_TRUE(testing_support::stop_process(daemon->pid()));
     bool handed = true;
     for (int i = 0; i < empties; ++i) handed = handed && modelcastd::attach::send_message(raw, {});
     handed = handed && modelcastd::attach::send_message(raw, modelcastd::attach::encode(request), sent);

@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include "process_status.h"
 #include "child_process.h"
 #include "device/simulated_faults.h"
 #include "core/model/manifest.h"
@@ -595,7 +596,7 @@ TEST(DeviceExchange, ADeviceConsumerRoutesAroundARelayThatSendsBadBytesOrStalls)
   ASSERT_TRUE(producer.ask("publish", "published 2"));
   ASSERT_TRUE(stalled.wait_for_line("installed 2"));
   // Stopped, it still counts as a holder of version 2 until the producer finds it silent.
-  ASSERT_EQ(::kill(stalled.pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(stalled.pid()));
   modelcast::Consumer consumer(options);
   auto view = consumer.wait_for_version(2, 60s);
   ::kill(stalled.pid(), SIGCONT);
@@ -886,7 +887,7 @@ TEST(DeviceExchange, ADeviceConsumerRoutesAroundAnIpcHolderWithBadBytesOrStopped
   ASSERT_TRUE(stopped->wait_for_line("installed 2")) << joined_lines(*stopped);
   // Stopped once the producer knows it holds version 2, which makes it the one to read from.
   ASSERT_TRUE(eventually([&] { return producer.stats().deliveries > delivered; }, 60s));
-  ASSERT_EQ(::kill(stopped->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(stopped->pid()));
   auto late = ipc_consumer(p.endpoint(), "ipc-late-reader", 2);
   auto installed = late->wait_for_line("installed 2");
   ::kill(stopped->pid(), SIGCONT);
@@ -915,7 +916,7 @@ TEST(DeviceExchange, ARankReadsTheVersionAnotherRankOfItsGroupHoldsPreparedOverC
   const auto relayed = producer.stats().relayed_deliveries;
   // The slow rank asks for version 2 only once the fast one holds it prepared (acked, not
   // installed: the group has not switched).
-  ASSERT_EQ(::kill(slow->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(slow->pid()));
   p.publish(2);
   auto prepared = eventually([&] { return producer.stats().deliveries == 3; }, 60s);
   ::kill(slow->pid(), SIGCONT);
@@ -972,7 +973,7 @@ TEST(DeviceExchange, ARelayDroppedWhileAPeerReadsItsVersionUnpinsItWhenItJoinsAg
   HeldRelayRead read;
   ASSERT_NO_FATAL_FAILURE(start_held_relay_read(p, "ipc-dropped-holder", read));
   auto& [holder, reader] = read;
-  ASSERT_EQ(::kill(holder->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(holder->pid()));
   const bool dropped = eventually([&] { return producer.stats().consumers == 1; }, 60s);
   ::kill(holder->pid(), SIGCONT);
   ASSERT_TRUE(dropped) << "the stopped holder was never dropped";

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "process_status.h"
 #include "child_process.h"
 #include "modelcast/consumer.h"
 #include "modelcast/producer.h"
@@ -114,7 +115,7 @@ TEST(Delta, NothingChangedCostsNothingAndABaseTheProducerForgotGetsTheVersionWho
     publish();
     for (auto* c : {steady.get(), sleeper.get()}) ASSERT_TRUE(c->wait_for_line("installed " + std::to_string(v)));
   }
-  ASSERT_EQ(::kill(sleeper->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(sleeper->pid()));
   while (v < 73) {
     publish();
     ASSERT_TRUE(steady->wait_for_line("installed " + std::to_string(v))) << joined_lines(*steady);

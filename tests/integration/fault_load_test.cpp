@@ -20,6 +20,7 @@
 
 #include <zmq.hpp>
 
+#include "process_status.h"
 #include "core/wire/protocol.h"
 #include "eventually.h"
 #include "exchange_fixture.h"
@@ -314,7 +315,7 @@ TEST_P(StoppedConsumerTest, PublishingGoesOnAndItCatchesUpAfterSigcont) {
   } else {
     ASSERT_TRUE(deliveries.wait("sleeper", v));
   }
-  ASSERT_EQ(kill(sleeper->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(sleeper->pid()));
   const auto stopped_at = Clock::now();
 
   auto publish_while_stopped = [&](std::uint64_t count) {

@@ -17,6 +17,7 @@
 #include <map>
 #include <sstream>
 
+#include "process_status.h"
 #include "child_process.h"
 #include "eventually.h"
 #include "gate.h"
@@ -418,7 +419,7 @@ TEST(GroupCommit, ARankKilledMidVersionLeavesTheOtherOnTheVersionTheyShareUntilA
 
   // Rank 1 stops before it can fetch version 2; rank 0 fetches and verifies it (its ack is the
   // producer's third delivery) but keeps serving version 1.
-  ASSERT_EQ(kill(rank1->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(rank1->pid()));
   ASSERT_TRUE(producer.ask("publish", "published 2"));
   ASSERT_TRUE(eventually([&] { return producer_stat(producer, "deliveries") == 3; }, 60s));
   rank1->kill_now();

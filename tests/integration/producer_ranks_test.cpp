@@ -20,6 +20,7 @@
 #include <csignal>
 #include <sstream>
 
+#include "process_status.h"
 #include "child_process.h"
 #include "eventually.h"
 #include "gate.h"
@@ -1107,7 +1108,7 @@ TEST(ProducerRanksFaults, ARankKilledMidStepLeavesConsumersOnTheLastCommonStepAn
 
   // Rank 1 stops; rank 0 publishes step 2, which reaches the consumer's rank-0 side (rank 0's
   // second delivery); rank 1 is killed with step 2 never sent.
-  ASSERT_EQ(kill(rank1->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(rank1->pid()));
   ASSERT_TRUE(rank0->ask("publish", "published 2"));
   ASSERT_TRUE(testing_support::eventually([&] { return peer_stat(*rank0, "deliveries") >= 2; }, 60s));
   rank1->kill_now();

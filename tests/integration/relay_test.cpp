@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "process_status.h"
 #include "child_process.h"
 #include "eventually.h"
 #include "test_model.h"
@@ -219,7 +220,7 @@ TEST_F(Relays, ARelayThatStallsIsLeftAfterTheTransferTimeout) {
   publish(1);
   expect_installed(*stalled, 1);
   // Stopped, it still counts as a holder of version 1 until the producer finds it silent (5 s).
-  ASSERT_EQ(::kill(stalled->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(stalled->pid()));
   auto late = consumer("late", 1, {"--readers", "1", "--transfer-timeout-ms", "1000"});
   expect_installed(*late, 1);
   ::kill(stalled->pid(), SIGCONT);
@@ -240,7 +241,7 @@ TEST_F(Relays, ARelayKilledIsLeftWhenItsConnectionClosesNotAfterItsSilence) {
   expect_installed(*relay, 1);
   // Acked: the one lease is the late consumer's, if the producer serves it itself.
   ASSERT_TRUE(testing_support::eventually([&] { return producer_stats(*producer_)["fetches_in_flight"] == 0; }));
-  ASSERT_EQ(::kill(relay->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(testing_support::stop_process(relay->pid()));
   auto late = consumer("late", 1, {"--transfer-timeout-ms", "60000"});
   // Joined, it fetches at once, and the producer gives the stopped relay that fetch to serve:
   // a fetch in flight, though the producer holds no lease for it (it counted none).

@@ -1,12 +1,15 @@
 // What /proc says about another process: its resident memory, open descriptors and state.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <cstddef>
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "eventually.h"
 
 namespace testing_support {
 
@@ -46,6 +49,14 @@ inline bool all_threads_stopped(pid_t pid) {
     ++threads;
   }
   return !error && threads > 0;
+}
+
+// Stops `pid` (SIGSTOP) and returns once every thread of it is stopped (false if they are not
+// within 30 s). kill() returns once the signal is queued: the thread it wakes stops the others
+// only when it runs, and on a loaded machine the rest go on for tens of milliseconds meanwhile
+// (a stopped group member fetched and acked the version published just after the kill).
+inline bool stop_process(pid_t pid) {
+  return ::kill(pid, SIGSTOP) == 0 && eventually([&] { return all_threads_stopped(pid); }, std::chrono::seconds(30));
 }
 
 }  // namespace testing_support
