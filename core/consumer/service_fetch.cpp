@@ -103,8 +103,8 @@ void ConsumerService::maybe_fetch() {
   if (!store_.buffer_available(caller_bytes_wanted_)) {
     if (auto given_up = relay_.give_up_stuck(now - kStuckRelaySends); !given_up.empty()) {
       log_.warn("gave up the sends of {} relay order(s) that never ended a second after the order did (a "
-                 "receiver on this host that died or left mid-transfer): their buffers are reused",
-                 given_up.size());
+                "receiver on this host that died or left mid-transfer): their buffers are reused",
+                given_up.size());
       for (const auto& buffer : given_up) store_.keep_for_sends(buffer);
     }
     set_aside_stuck_receives(now);
@@ -342,8 +342,8 @@ void ConsumerService::set_aside_stuck_receives(Clock::time_point now) {
   const auto refused = fetch_.set_aside_stuck(now, options_.transfer_timeout, [&](const auto& buffer) {
     if (!store_.set_aside(buffer)) return false;
     log_.warn("receives of an abandoned transfer made no progress for {} ms (a sender that died mid-send): "
-               "their receive buffer is set aside and another used in its place",
-               options_.transfer_timeout.count());
+              "their receive buffer is set aside and another used in its place",
+              options_.transfer_timeout.count());
     return true;
   });
   // Said once while it lasts: asked again at every turn that wants a buffer.
@@ -369,7 +369,7 @@ void ConsumerService::release_retired_receives() {
   });
   if (retired.empty()) return;
   log_.debug("letting go of {} receive buffer(s) of transfers abandoned on transports made afresh since",
-              retired.size());
+             retired.size());
   try {
     releasing_.push_back(std::async(std::launch::async, [retired = std::move(retired)]() mutable { retired.clear(); }));
   } catch (const std::system_error&) {
@@ -571,7 +571,7 @@ void ConsumerService::finish_abandoned_receives() {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left <= std::chrono::milliseconds(0)) {
       log_.warn("closing with receives of an abandoned transfer still under way after {} ms",
-                 options_.producer_timeout.count());
+                options_.producer_timeout.count());
       return;
     }
     zmq::pollitem_t item{nullptr, events_->fd(), ZMQ_POLLIN, 0};

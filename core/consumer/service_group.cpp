@@ -65,7 +65,7 @@ void ConsumerService::on_group_announce(const protocol::Announce& announce) {
     group_waiting_said_ = why.what();
   } else if (!waiting && group_waiting_) {
     log_.info("group '{}' has all its {} members{}", options_.group, options_.group_size,
-               group_was_whole_ ? " again" : "");
+              group_was_whole_ ? " again" : "");
   }
   group_waiting_ = waiting;
   group_was_whole_ = group_was_whole_ || !waiting;

@@ -101,7 +101,7 @@ void ConsumerService::drain_exports() {
   if (relay_.exported() == 0 || !link_.is_joined()) return;
   const auto deadline = Clock::now() + options_.producer_timeout;
   log_.info("closing: waiting up to {} ms for {} peer(s) reading a version exported to them",
-             options_.producer_timeout.count(), relay_.exported());
+            options_.producer_timeout.count(), relay_.exported());
   while (relay_.exported() > 0 && Clock::now() < deadline) {
     auto now = Clock::now();
     if (link_.ping_due(now)) {  // or the producer drops this consumer and its readers' fetches
@@ -122,8 +122,8 @@ void ConsumerService::drain_exports() {
   }
   if (relay_.exported() > 0) {
     log_.warn("closing with {} exported version(s) not released by the producer after {} ms: a peer still "
-               "reading one may read freed memory",
-               relay_.exported(), options_.producer_timeout.count());
+              "reading one may read freed memory",
+              relay_.exported(), options_.producer_timeout.count());
   }
 }
 
