@@ -148,6 +148,7 @@ class Consumer::Impl {
       if (other == nullptr || other == first_.get()) continue;
       const auto [o, other_order] = other->stats_and_error_order();
       s.producer_connected = s.producer_connected && o.producer_connected;
+      s.producer_stopped = s.producer_stopped || o.producer_stopped;
       s.versions_rejected += o.versions_rejected;
       s.transfers_aborted += o.transfers_aborted;
       s.bad_messages += o.bad_messages;

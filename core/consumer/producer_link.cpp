@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "core/security/curve.h"
 #include "core/wire/connect_host.h"
@@ -85,6 +86,15 @@ void ProducerLink::begin_attempt(Clock::time_point now) {
   join_sent_ = now;  // even for an attempt that fails: the next is join_due()'s wait away
 }
 
+void ProducerLink::producer_stopping(Clock::time_point now) {
+  begin_attempt(now);
+  said_stopped_ = true;
+  stop_closing_ = true;
+  unanswered_since_ = now;  // "no answer" counts from the producer's last word
+  closed_unanswered_ = 0;
+  sent_unanswered_ = 0;
+}
+
 void ProducerLink::join_failed(Clock::time_point now) {
   begin_attempt(now);
   stop_watching();  // the old connection's events are no news of this link's
@@ -108,6 +118,7 @@ void ProducerLink::join(const protocol::JoinRequest& request, Clock::time_point 
                     " ms");
   }
   stop_watching();
+  stop_closing_ = false;  // the old DEALER's events are read no more
   dealer_ = std::move(dealer);
   dealer_->set(zmq::sockopt::linger, 0);
   dealer_->set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(protocol::DecodeLimits{}.max_message_bytes));
@@ -124,6 +135,7 @@ void ProducerLink::joined(const protocol::JoinReply& reply, Clock::time_point no
   incarnation_ = reply.incarnation;
   joined_ = true;
   joined_before_ = true;
+  said_stopped_ = false;
   unanswered_since_.reset();
   closed_unanswered_ = 0;
   sent_unanswered_ = 0;
@@ -188,7 +200,9 @@ ProducerLink::MonitorNews ProducerLink::read_monitor() {
       // which ZeroMQ retries on its own and which would only fail again.
       if (!joined_ && !join_refused_ && !handshake_failed_) {
         lost_unanswered_ = true;
-        ++closed_unanswered_;
+        // A producer that said it stops closing its connection is what was expected: not one
+        // that closes joins unanswered.
+        if (!std::exchange(stop_closing_, false)) ++closed_unanswered_;
       }
       continue;
     }

@@ -42,6 +42,7 @@ class ProducerLink {
   void joined(const protocol::JoinReply& reply, Clock::time_point now);
   void refused() {
     join_refused_ = true;
+    said_stopped_ = false;  // another producer answered
     unanswered_since_.reset();
     closed_unanswered_ = 0;
     sent_unanswered_ = 0;
@@ -49,6 +50,17 @@ class ProducerLink {
   bool is_joined() const { return joined_; }
   // Whether a join was ever answered at this endpoint (a producer ran there).
   bool joined_before() const { return joined_before_; }
+  // The joined producer said it stops (Announce::stopping): the link is no longer joined, and
+  // the next join is due once the producer's connection closes (or as an unanswered join's);
+  // joins then go unanswered until another producer runs there, which is no fault.
+  void producer_stopping(Clock::time_point now);
+  // Since the producer said it stops, until a join is answered again.
+  bool producer_said_it_stopped() const { return said_stopped_; }
+  // Its connection closed before the word was read (both came in one turn): the join is due now.
+  void stopped_connection_closed() {
+    stop_closing_ = false;
+    lost_unanswered_ = true;
+  }
   // How long joins have gone without any answer (none while joined, or since a refusal).
   // A handshake failed since the last successful join (and was reported).
   bool handshake_failing() const { return handshake_reported_; }
@@ -122,6 +134,8 @@ class ProducerLink {
   bool handshake_reported_ = false;
   bool handshake_failed_ = false;  // since the last join was sent
   bool joined_before_ = false;     // a join was answered at this endpoint (with this link's keys or none)
+  bool said_stopped_ = false;      // the producer last joined said it stops, and none answered since
+  bool stop_closing_ = false;      // ... and its connection, on this DEALER, is yet to close
   bool lost_unanswered_ = false;   // the last join's connection closed before an answer
   std::uint64_t closed_unanswered_ = 0;  // such closes since the unanswered streak began
   std::uint64_t sent_unanswered_ = 0;    // joins sent since the unanswered streak began

@@ -119,11 +119,12 @@ void ConsumerService::join() {
   caller_bytes_wanted_ = 0;  // another producer's versions may have another size
   auto memory = options_.memory == MemoryKind::kCuda ? transport::MemoryLocation::cuda(options_.device)
                                                      : transport::MemoryLocation::host();
+  // Before the join goes out: its answer may come before this thread's next statement.
+  count([](ConsumerStats& s) { s.producer_connected = false; });
   link_.join({options_.model_name, options_.consumer_name, offered_->offers(true), memory,
               host_id(), process_token(), session_, parse_delivery_path(options_.path), serves_peers(),
               options_.group, options_.group_size, options_.wants},
              Clock::now());
-  count([](ConsumerStats& s) { s.producer_connected = false; });
 }
 
 // After the producer died or restarted: fresh transports (a fresh UCX worker). On one host endpoints run without
@@ -174,6 +175,11 @@ void ConsumerService::on_monitor_events() {
   if (news.failed_handshakes) count([&](ConsumerStats& s) { s.failed_handshakes += news.failed_handshakes; });
   if (news.report) report(Error(ErrorCode::kAuthentication, *news.report));
   if (news.disconnected) {
+    // A producer that stops says so just before its connections close: read first, so that the
+    // close of one that said it stops is no loss (its word makes this link afresh already).
+    read_dealer();
+    if (link_.producer_said_it_stopped()) return link_.stopped_connection_closed();
+    if (!link_.is_joined()) return;  // what was read made the link afresh already
     // ZeroMQ reconnects by itself, but the producer knows a consumer by its connection: a new
     // one is a stranger to it (and after a restart, so is everything else).
     log_.warn("connection to the producer lost; joining again");
@@ -216,6 +222,12 @@ void ConsumerService::notice_unanswered_joins(Clock::time_point now) {
                        std::to_string(link_.closed_unanswered()) + " of " + std::to_string(link_.sent_unanswered()) +
                        " join(s) (not a modelcast producer, or a producer at its connection limit closing "
                        "connections that have not joined); still asking";
+  } else if (link_.producer_said_it_stopped()) {
+    // Said at info: the end of training is how producers usually go, and nothing is wrong.
+    unanswered_said_ = waited + "the one there said it stopped (the end of its run, or a restart); still asking";
+    log_.info("{}", unanswered_said_);
+    count([&](ConsumerStats& s) { s.last_error = unanswered_said_; });
+    return;
   } else if (link_.joined_before()) {
     // The endpoint is right: a producer answered there (the end of training, a restart).
     unanswered_said_ = waited + "one answered there before; it stopped, is restarting, or the network drops the "
@@ -298,6 +310,11 @@ void ConsumerService::on_announce(const protocol::Announce& announce) {
   // The producer announces to joined consumers only: one that arrives before this link's join
   // was answered says nothing about it.
   if (!link_.is_joined()) return;
+  if (announce.stopping) {
+    // Another incarnation's last word is no news of the producer this link joined.
+    if (announce.incarnation == link_.incarnation()) on_producer_stopping(announce);
+    return;
+  }
   if (announce.incarnation != link_.incarnation()) {
     // A restarted producer: its old connection state is gone, so join it afresh.
     log_.info("producer restarted (incarnation {:016x}); joining again", announce.incarnation);
@@ -312,6 +329,30 @@ void ConsumerService::on_announce(const protocol::Announce& announce) {
       s.last_notify_latency = since_realtime(announce.publish_time_ns);
     });
   }
+}
+
+// The version served stays; joins go on (a producer restarted there is joined as a new run),
+// and the silence is said once, at info (notice_unanswered_joins). The next join waits for the
+// stopping producer's connection to close (ProducerLink::producer_stopping): sent at once, it
+// would meet a control plane that is closing, and a handshake cut off there is an error. It
+// comes with fresh transports, as after any producer that goes: its endpoints close under the
+// worker.
+void ConsumerService::on_producer_stopping(const protocol::Announce& announce) {
+  std::uint64_t serving = 0;
+  count([&](ConsumerStats& s) {
+    s.producer_stopped = true;
+    s.producer_connected = false;
+    serving = s.current_version;
+  });
+  log_.info("the producer stopped (incarnation {:016x}, newest version {}: the end of its run, or a restart); "
+            "serving version {} and asking {} for the next one",
+            announce.incarnation, announce.version, serving, options_.producer_endpoint);
+  abandon_fetch("the producer stopped", true);
+  relay_.clear();  // the orders it gave end with it (as at any join)
+  release_landed_host();
+  prepared_host_.reset();
+  afresh_pending_ = "the producer stopped";
+  link_.producer_stopping(Clock::now());
 }
 
 void ConsumerService::on_reply(std::vector<zmq::message_t>& parts) {
@@ -334,6 +375,7 @@ void ConsumerService::on_reply(std::vector<zmq::message_t>& parts) {
 }
 
 void ConsumerService::on_join_reply(const protocol::JoinReply& reply) {
+  count([](ConsumerStats& s) { s.producer_stopped = false; });  // a producer answers there again
   if (!unanswered_said_.empty()) {
     // Answered at last: the wait is not left as the last error (any error said since stays).
     count([&](ConsumerStats& s) {

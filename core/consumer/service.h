@@ -168,6 +168,8 @@ class ConsumerService {
   void bad_message(const std::string& what);
   std::optional<protocol::Message> decode(const zmq::message_t& frame, const protocol::DecodeLimits& limits);
   void on_announce(const protocol::Announce& announce);
+  // The producer's last announcement (Announce::stopping).
+  void on_producer_stopping(const protocol::Announce& announce);
   void on_reply(std::vector<zmq::message_t>& parts);
   void on_join_reply(const protocol::JoinReply& reply);
   // What we hold: a newer announced version of this incarnation, or any version of a new one.
@@ -278,7 +280,8 @@ class ConsumerService {
   // as unreachable (reoffer_after_refusal). Service thread only.
   std::unique_ptr<transport::TransportSet> offered_;
   Clock::time_point offered_made_ = Clock::now();  // when offered_ was made
-  // Why fresh transports are wanted and could not be made yet (rejoin_afresh); service thread.
+  // Why fresh transports are wanted at the next join: they could not be made yet (rejoin_afresh),
+  // or the producer said it stops (on_producer_stopping); service thread.
   std::optional<std::string> afresh_pending_;
   std::chrono::milliseconds reoffer_wait_ = options_.producer_timeout;  // reoffer_after_refusal's; service thread
   VersionStore store_;       // see its header

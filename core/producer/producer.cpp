@@ -212,6 +212,11 @@ class Producer::Impl {
     stats_.cancel_waits();  // first: a wait on the service thread (a callback's) would hold its join
     service_->events().push(producer::Stop{});
     thread_.join();
+    // The service thread, its only user, has ended: closed now, its last word (Announce::stopping)
+    // goes out and consumers see the connection close at once, not after the teardown below
+    // (seconds, with transfers in flight), during which their next join would meet a bound
+    // endpoint that no longer answers (with keys, a handshake that fails).
+    control_.reset();
     digests_.reset();
     if (device_) device_->stop();  // no staging after this; its device slots stay until below
     persister_.reset();  // unpins its slot: before the slots go
@@ -663,7 +668,7 @@ class Producer::Impl {
 
   producer::SnapshotStore store_;
   std::unique_ptr<transport::TransportSet> transports_;
-  std::unique_ptr<producer::ControlPlane> control_;     // the service thread's once it runs
+  std::unique_ptr<producer::ControlPlane> control_;     // the service thread's once it runs; closed once it ends
   std::unique_ptr<producer::ProducerService> service_;
   std::unique_ptr<producer::DigestWorker> digests_;
   std::unique_ptr<producer::DeviceSnapshots> device_;  // device tensors only; set once prepared

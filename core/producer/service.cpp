@@ -83,7 +83,7 @@ void ProducerService::run() {
     }
     if (items[1].revents & ZMQ_POLLIN) {
       for (auto& event : events_.drain()) {
-        if (std::holds_alternative<Stop>(event)) return;
+        if (std::holds_alternative<Stop>(event)) return say_stopping();
         std::visit([this](auto& e) { on_event(e); }, event);
       }
     }
@@ -213,6 +213,19 @@ void ProducerService::announce(const protocol::Announce& announcement) {
       send_encoded(routing_id, bytes);
     }
   }
+}
+
+// The end of training is the usual way a producer goes: told, its consumers wait for the next
+// one quietly instead of warning that they lost it. The router's linger (0 while the service
+// runs: a send must never wait on a consumer) lets the word out when the control plane closes,
+// bounded: a consumer that reads nothing delays the producer's close by at most that.
+void ProducerService::say_stopping() {
+  auto [step, time] = store_.newest_step_and_time();
+  protocol::Announce last{incarnation_, store_.newest_version(), step, time, std::nullopt};
+  last.stopping = true;
+  announce(last);
+  control_.router().set(zmq::sockopt::linger, static_cast<int>(kStoppingLinger.count()));
+  log_->debug("told {} consumers that this producer stops", membership_.routing_ids().size());
 }
 
 void ProducerService::announce_group_changes() {

@@ -192,6 +192,9 @@ class ProducerService {
   void send_outgoing();
   void close_cut_off();
   void announce();
+  // The last announcement, as the service stops (Announce::stopping).
+  void say_stopping();
+  static constexpr std::chrono::milliseconds kStoppingLinger{250};
   // To every joined consumer; a group member hears its group's target and state instead of the
   // newest version (GroupCommit).
   void announce(const protocol::Announce& announcement);

@@ -31,7 +31,7 @@ void pack_outcome(Packer& pk, bool ok, Refusal refusal, const std::string& error
 struct BodyPacker {
   Packer& pk;
   void operator()(const Announce& m) const {
-    pk.pack_map(m.group ? (m.group->given_up != 0 ? 7 : 6) : 4);
+    pk.pack_map((m.group ? (m.group->given_up != 0 ? 7 : 6) : 4) + (m.stopping ? 1 : 0));
     pk.pack("inc"); pk.pack(m.incarnation);
     pk.pack("ver"); pk.pack(m.version);
     pk.pack("step"); pk.pack(m.step);
@@ -42,6 +42,7 @@ struct BodyPacker {
       // Only when there is one: a peer built before it ignores a key it does not know.
       if (m.group->given_up != 0) { pk.pack("gfailed"); pk.pack(m.group->given_up); }
     }
+    if (m.stopping) { pk.pack("bye"); pk.pack(true); }  // only then, as "gfailed"
   }
   void operator()(const JoinRequest& m) const {
     pk.pack_map((m.path ? 10 : 9) + (m.group.empty() ? 0 : 2) + (m.wants.empty() ? 0 : 1));
@@ -210,6 +211,7 @@ Message unpack_body(Type type, const msgpack::object& body) {
         m.group = GroupState{f.get<std::uint64_t>("gcommit"), f.get<std::uint32_t>("gmembers"),
                              f.has("gfailed") ? f.get<std::uint64_t>("gfailed") : 0};
       }
+      m.stopping = f.has("bye") && f.get<bool>("bye");
       return m;
     }
     case Type::kJoinRequest: {

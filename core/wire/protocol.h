@@ -14,7 +14,8 @@
 //   consumer DEALER -> producer ROUTER  JoinRequest        (again after a refusal or a restart)
 //   producer ROUTER -> consumer DEALER  JoinReply          (incarnation, newest version)
 //   producer ROUTER -> consumer DEALER  Announce           (at publish() entry; heartbeats), to
-//                                                          joined consumers only
+//                                                          joined consumers only; a last one,
+//                                                          `stopping`, when the producer closes
 // A group member (JoinRequest::group) fetches the version its announcements name, holds it
 // verified, acks, and switches when an announcement says the group committed it.
 //   consumer -> producer                FetchRequest       (the newest announced version)
@@ -109,6 +110,11 @@ struct Announce {
   // To members of a group only (JoinRequest::group): `version` is then the version the group is
   // to fetch (its target, or the committed one when none), and `group` says what it committed.
   std::optional<GroupState> group;
+  // The last announcement of this incarnation: its Producer is being destroyed (the end of the
+  // run, or before a restart). The consumer keeps its version and waits for the next producer
+  // without taking the silence that follows for a failure. Absent (false) from producers before
+  // it, and ignored by consumers before it (a heartbeat to them).
+  bool stopping = false;
 };
 
 // DEALER -> ROUTER: a consumer introduces itself, where it receives, and the transports it

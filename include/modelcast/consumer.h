@@ -199,6 +199,9 @@ struct ConsumerStats {
   // Joined to the producer and not given up on it (no word for producer_timeout, or it
   // restarted): false until the first join and while joining again.
   bool producer_connected = false;
+  // The producer said it stopped (its Producer was destroyed: the end of its run, or before a
+  // restart) and none has answered at its endpoint since; with producer ranks, one of them.
+  bool producer_stopped = false;
   std::uint64_t versions_installed = 0;
   std::uint64_t versions_rejected = 0;  // digest or layout failures
   std::uint64_t transfers_aborted = 0;  // producer lost mid-transfer, timeouts
@@ -222,7 +225,8 @@ struct ConsumerStats {
   std::chrono::nanoseconds last_update_latency{0};  // publish() call until installed here
   std::chrono::nanoseconds last_notify_latency{0};  // publish() call until announced here
   // The last error, or a state worth knowing while it lasts: joins unanswered for five
-  // producer_timeouts (no producer at the endpoint yet, or no longer), a group waiting for members.
+  // producer_timeouts (no producer at the endpoint yet, or no longer: one that said it stopped
+  // is named so), a group waiting for members.
   std::string last_error;
   // Group members (ConsumerOptions::group): the version the group last switched to (what
   // current_version becomes on every member), the version this member holds verified and

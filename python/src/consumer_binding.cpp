@@ -171,6 +171,7 @@ void bind_consumer(py::module_& m) {
   py::class_<ConsumerStats>(m, "ConsumerStats", "Counters of a Consumer (a snapshot).")
       .def_readonly("current_version", &ConsumerStats::current_version)
       .def_readonly("producer_connected", &ConsumerStats::producer_connected)
+      .def_readonly("producer_stopped", &ConsumerStats::producer_stopped)
       .def_readonly("versions_installed", &ConsumerStats::versions_installed)
       .def_readonly("versions_rejected", &ConsumerStats::versions_rejected)
       .def_readonly("transfers_aborted", &ConsumerStats::transfers_aborted)

@@ -69,6 +69,22 @@ def test_transport_options_choose_the_in_process_loopback(endpoint):
         assert "transport='ucx,loopback'" in repr(producer.stats())
 
 
+def test_a_producer_that_closes_says_so_and_its_version_stays(endpoint):
+    with modelcast.Consumer(endpoint, model_name="pytest") as consumer:
+        with modelcast.Producer(control_endpoint=endpoint, model_name="pytest") as producer:
+            weights = np.arange(10, dtype=np.float64)
+            producer.register("w", weights)
+            assert consumer.wait_for_version(producer.publish(1).version, WAIT_S) is not None
+            assert not consumer.stats().producer_stopped
+        deadline = time.monotonic() + WAIT_S
+        while not consumer.stats().producer_stopped and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling a state, bounded by the deadline
+        stats = consumer.stats()
+        assert stats.producer_stopped, "the producer's last word was not taken"
+        assert not stats.producer_connected
+        assert consumer.acquire().version == 1
+
+
 def test_reader_threads_always_see_whole_versions(producer_process, endpoint):
     # Readers acquire the newest view over and over while versions arrive; every view they get
     # must hold exactly its own version's values (the swap is atomic, and a held view is never

@@ -15,6 +15,7 @@
 
 #include "eventually.h"
 #include "few_descriptors.h"
+#include "logs_said.h"
 #include "modelcast/consumer.h"
 #include "modelcast/error.h"
 #include "scripted_producer.h"
@@ -267,6 +268,88 @@ TEST(ConsumerAgainstScriptedProducer, JoinsClosedUnansweredAreSaidToBeClosedNotU
   EXPECT_NE(said.find("no answer from a producer at " + producer.endpoint()), std::string::npos) << said;
   EXPECT_NE(said.find("closed the connection before answering"), std::string::npos) << said;
   EXPECT_EQ(said.find("none runs there"), std::string::npos) << said;
+}
+
+// A producer says it stops as it closes (the end of training). The consumer takes that word
+// only from the producer it joined (another incarnation's says nothing of it), keeps its version,
+// joins again once that producer's connection has closed (a producer restarted there is found),
+// and is no longer "stopped" once a producer answers.
+TEST(ConsumerAgainstScriptedProducer, AProducersLastWordIsTakenOnlyFromTheProducerJoined) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  ScriptedProducer producer;
+  modelcast::Consumer consumer(options_of(producer, 60s));  // the script sends no heartbeats
+  producer.accept_join();
+  ASSERT_TRUE(producer.serve(1, /*corrupt=*/false).ok);
+  // A request other than a ping (one a second while joined) or an ack.
+  auto next_asked = [&] {
+    for (;;) {
+      auto request = producer.next_request();
+      if (!std::holds_alternative<protocol::Ping>(request) && !std::holds_alternative<protocol::Ack>(request)) {
+        return request;
+      }
+    }
+  };
+
+  protocol::Announce last{ScriptedProducer::kIncarnation + 1, 1, 0, 1, std::nullopt};
+  last.stopping = true;
+  producer.announce_raw(protocol::encode(last));
+  producer.announce(2);
+  // Taken, the foreign word would have made the consumer join again before anything else.
+  auto asked = next_asked();
+  ASSERT_TRUE(std::holds_alternative<protocol::FetchRequest>(asked)) << "request type " << asked.index();
+  EXPECT_EQ(std::get<protocol::FetchRequest>(asked).version, 2u);
+  EXPECT_FALSE(consumer.stats().producer_stopped);
+
+  // The word, then the connection closing, as a producer's control plane closes: the consumer
+  // joins again once it has closed, not after an unanswered join's wait (30 s here).
+  last.incarnation = ScriptedProducer::kIncarnation;
+  producer.announce_raw(protocol::encode(last));
+  ASSERT_TRUE(testing_support::eventually([&] { return consumer.stats().producer_stopped; }));
+  // Not before the connection closes (it would meet a control plane being closed): what comes
+  // meanwhile is the abandoned fetch's ack, no join.
+  for (zmq::pollitem_t item{producer.router_handle(), 0, ZMQ_POLLIN, 0}; zmq::poll(&item, 1, 300ms) > 0;) {
+    auto early = producer.next_request();
+    ASSERT_FALSE(std::holds_alternative<protocol::JoinRequest>(early)) << "joined again before the connection closed";
+  }
+  producer.close_connection_of_last_request();
+  const auto closed_at = std::chrono::steady_clock::now();
+  asked = next_asked();
+  const auto waited = std::chrono::steady_clock::now() - closed_at;
+  ASSERT_TRUE(std::holds_alternative<protocol::JoinRequest>(asked)) << "request type " << asked.index();
+  EXPECT_LT(waited, 5s) << "joined again only after " << std::chrono::duration<double>(waited).count() << " s";
+  auto stats = consumer.stats();
+  EXPECT_TRUE(stats.producer_stopped);
+  EXPECT_FALSE(stats.producer_connected);
+  EXPECT_EQ(stats.reconnects, 0u) << "a producer that said it stops is not lost";
+  EXPECT_EQ(consumer.acquire().version(), 1u);
+
+  producer.answer_join(std::get<protocol::JoinRequest>(asked));
+  ASSERT_TRUE(producer.serve(3, /*corrupt=*/false).ok);
+  EXPECT_EQ(consumer.acquire().version(), 3u);
+  EXPECT_FALSE(consumer.stats().producer_stopped);
+}
+
+// A producer that goes without a word (killed, crashed) is no stopped producer: the consumer
+// warns, and its "no answer" names the endpoint as one a producer answered at before.
+TEST(ConsumerAgainstScriptedProducer, AProducerGoneWithoutAWordIsLostNotStopped) {
+  setenv("UCX_NET_DEVICES", "lo", 1);
+  testing_support::LogsSaid logs;
+  auto producer = std::make_unique<ScriptedProducer>();
+  const std::string endpoint = producer->endpoint();
+  modelcast::Consumer consumer(options_of(*producer, 200ms));
+  producer->accept_join();
+  ASSERT_TRUE(producer->serve(1, /*corrupt=*/false).ok);
+  producer.reset();
+  std::string said;
+  EXPECT_TRUE(testing_support::eventually([&] {
+    said = consumer.stats().last_error;
+    return said.find("no answer from a producer at " + endpoint) != std::string::npos;
+  })) << said;
+  EXPECT_NE(said.find("one answered there before"), std::string::npos) << said;
+  EXPECT_EQ(said.find("said it stopped"), std::string::npos) << said;
+  EXPECT_FALSE(consumer.stats().producer_stopped);
+  EXPECT_EQ(consumer.acquire().version(), 1u);
+  EXPECT_FALSE(logs.at_least(MC_LOG_WARN, "modelcast.consumer: model 'test': no answer from a producer").empty());
 }
 
 std::vector<std::byte> bytes_of(std::initializer_list<unsigned> values) {

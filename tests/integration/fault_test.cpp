@@ -278,15 +278,24 @@ TEST(ConsumerBeforeProducer, SaysNoProducerAnswersUntilOneDoes) {
   ASSERT_TRUE(consumer.wait_for_version(1, 30s));
   EXPECT_EQ(consumer.stats().last_error, "");
 
-  // Once the producer that answered stops (the end of training), "none runs there yet, the
-  // endpoint is wrong" is false: one ran there, at this very endpoint.
+  // The producer that answered stops (the end of training) and says so: the consumer keeps its
+  // version, says why the endpoint goes quiet ("none runs there yet, the endpoint is wrong"
+  // would be false: one ran there), and warns of nothing, neither the connection that closes
+  // nor the silence after it.
+  const auto warnings_before = logs.at_least(MC_LOG_WARN, "modelcast.consumer");
+  EXPECT_FALSE(consumer.stats().producer_stopped);
   p.producer.reset();
   EXPECT_TRUE(eventually([&] {
     said = consumer.stats().last_error;
     return said.find("no answer from a producer at " + endpoint) != std::string::npos;
   })) << said;
-  EXPECT_NE(said.find("one answered there before"), std::string::npos) << said;
+  EXPECT_NE(said.find("the one there said it stopped"), std::string::npos) << said;
   EXPECT_EQ(said.find("none runs there yet"), std::string::npos) << said;
+  EXPECT_TRUE(consumer.stats().producer_stopped);
+  EXPECT_FALSE(consumer.stats().producer_connected);
+  EXPECT_EQ(consumer.acquire().version(), 1u);
+  EXPECT_EQ(logs.containing("modelcast.consumer: model 'test': the producer stopped (incarnation "), 1);
+  EXPECT_EQ(logs.at_least(MC_LOG_WARN, "modelcast.consumer"), warnings_before);
 
   // A producer started again there is joined as a new run (its versions are numbered afresh:
   // version 1 after version 1 is no step back), and the log says so.
@@ -297,6 +306,7 @@ TEST(ConsumerBeforeProducer, SaysNoProducerAnswersUntilOneDoes) {
   EXPECT_EQ(consumer.stats().last_error, "");
   EXPECT_EQ(logs.containing("modelcast.consumer: model 'test': joined at " + endpoint), 2);
   EXPECT_EQ(logs.containing("a new producer run"), 1);
+  EXPECT_FALSE(consumer.stats().producer_stopped);
 }
 
 // Inference processes that stop while a version is arriving: 100 consumers, one after another,

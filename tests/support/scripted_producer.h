@@ -57,6 +57,7 @@ class ScriptedProducer {
   void sign_with(const modelcast::security::ManifestSigner* signer) { signer_ = signer; }
 
   std::string endpoint() { return router_.get(zmq::sockopt::last_endpoint); }
+  void* router_handle() { return router_.handle(); }  // to poll for requests
   static constexpr std::uint64_t kIncarnation = 77;
   static constexpr std::uint64_t kBlockBytes = 1u << 20;  // = the chunks it sends
 

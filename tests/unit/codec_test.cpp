@@ -159,6 +159,16 @@ TEST(Codec, RoundTripsEveryMessageType) {
   EXPECT_EQ(heard.group->given_up, 0u);
   to_member.group->given_up = 8;
   EXPECT_EQ(std::get<Announce>(decode(encode(to_member))).group->given_up, 8u);
+  // A producer's last word travels only when said, to members as to other consumers.
+  EXPECT_FALSE(std::get<Announce>(decode(encode(messages[0]))).stopping);
+  EXPECT_FALSE(heard.stopping);
+  to_member.stopping = true;
+  auto last = std::get<Announce>(decode(encode(to_member)));
+  EXPECT_TRUE(last.stopping);
+  EXPECT_EQ(last.group->given_up, 8u);
+  Announce last_heartbeat{1, 2, 3, 4, std::nullopt};
+  last_heartbeat.stopping = true;
+  EXPECT_TRUE(std::get<Announce>(decode(encode(last_heartbeat))).stopping);
   EXPECT_EQ(std::get<FetchRequest>(decode(encode(messages[3]))).base_version, 6u);
   auto digests = std::get<Digests>(decode(encode(messages[7])));
   EXPECT_EQ(digests.digests, (std::vector<std::uint64_t>{16, 17}));
