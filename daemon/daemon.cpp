@@ -71,6 +71,10 @@ Daemon::Daemon(DaemonConfig config) : config_(std::move(config)) {
                                " failed (delivery continues): " + error;
       if (auto note = repeats->admit(s.model, line)) log->error("model {}: {}{}", s.model, line, *note);
     };
+    // A reload that dropped a model with a version on its way: as configured, nothing wrong.
+    options.on_dropped = [log](const repo::VersionSnapshot& s, const std::string& why) {
+      log->debug("model {}: version {} not written to the repository: {}", s.model, s.version, why);
+    };
     options.on_prune_failed = [log, repeats](const repo::VersionSnapshot& s, const std::string& error) {
       const std::string line = "version " + std::to_string(s.version) +
                                " written, but older versions past repository.keep stay: " + error;

@@ -286,6 +286,8 @@ void RepositoryWriter::run() {
       ++stats_.written;
       stats_.bytes_written += bytes;
       stats_.total_duration += took;
+    } else if (released) {
+      ++stats_.skipped;
     } else {
       ++stats_.failed;
     }
@@ -301,7 +303,11 @@ void RepositoryWriter::run() {
     }
     lock.unlock();
     if (error.empty() && options_.on_written) options_.on_written(done, directory, took);
-    if (!error.empty() && options_.on_failed) options_.on_failed(done, error);
+    if (released) {
+      if (options_.on_dropped) options_.on_dropped(done, error);
+    } else if (!error.empty() && options_.on_failed) {
+      options_.on_failed(done, error);
+    }
     if (!prune_error.empty() && options_.on_prune_failed) options_.on_prune_failed(done, prune_error);
     if (!stuck.empty() && options_.on_notice) {
       std::string notice = "what earlier writes or prunes of this process left cannot be removed (its disk stays "

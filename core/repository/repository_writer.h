@@ -46,6 +46,10 @@ struct WriterOptions {
   bool make_room_when_full = false;
   std::function<void(const VersionSnapshot&, const std::string& directory, std::chrono::nanoseconds took)> on_written;
   std::function<void(const VersionSnapshot&, const std::string& error)> on_failed;
+  // A version not written because its model was released before its turn (release(): a
+  // daemon's reload that dropped the model, with a version on its way): its owner's choice, no
+  // failure. Counted in `skipped`.
+  std::function<void(const VersionSnapshot&, const std::string& why)> on_dropped;
   // The version was written (on_written came first), but older ones beyond `keep` could not be
   // removed; they stay until a later prune succeeds. Not a failed write: nothing was lost.
   std::function<void(const VersionSnapshot&, const std::string& error)> on_prune_failed;
@@ -61,7 +65,7 @@ struct WriterOptions {
 struct WriterStats {
   std::uint64_t written = 0;
   std::uint64_t failed = 0;
-  std::uint64_t skipped = 0;       // replaced while pending: the disk was slower than updates
+  std::uint64_t skipped = 0;       // replaced while pending (the disk was slower than updates), or dropped
   std::uint64_t bytes_written = 0;
   std::chrono::nanoseconds total_duration{0};
   // The newest failure of a model held whose latest write (and prune) failed; empty once every
@@ -96,7 +100,7 @@ class RepositoryWriter {
   std::string hold(const std::string& model);
   // Lets the lock go and drops the model's pending version and its failure (WriterStats::last_error
   // no longer names it); a version of it already being written is finished, and one taken after
-  // this is refused (on_failed, counted in `failed`, not a last_error) until hold() again.
+  // this is dropped (on_dropped, counted in `skipped`) until hold() again.
   void release(const std::string& model);
 
  private:

@@ -441,6 +441,9 @@ struct WriterEvents {
     o.on_failed = [this](const repo::VersionSnapshot& s, const std::string& why) {
       add("failed " + std::to_string(s.version) + ": " + why);
     };
+    o.on_dropped = [this](const repo::VersionSnapshot& s, const std::string& why) {
+      add("dropped " + std::to_string(s.version) + ": " + why);
+    };
     o.on_notice = [this](const std::string& model, const std::string& notice) { add("notice " + model + ": " + notice); };
     return o;
   }
@@ -905,7 +908,8 @@ TEST(RepositoryWriter, LastErrorIsAFailingModelsUntilItsOwnWriteGoesThrough) {
 
 // A model its owner let go (a daemon's configuration no longer lists it) is no standing problem
 // of the repository's: its failure leaves last_error, and a version of it refused because it was
-// let go is no failure of the disk's.
+// let go is no failure of the disk's, but dropped (a daemon logged it as a failed write, and
+// counted it in its failure metric).
 TEST(RepositoryWriter, AReleasedModelTakesItsFailureWithItAndItsRefusalsAreNoLastError) {
   ScratchDir dir;
   WriterEvents events;
@@ -921,8 +925,9 @@ TEST(RepositoryWriter, AReleasedModelTakesItsFailureWithItAndItsRefusalsAreNoLas
   writer.submit(of_model("a", 2));
   const auto seen = events.wait_for(2);
   ASSERT_EQ(seen.size(), 2u);
-  EXPECT_EQ(seen[1], "failed 2: model 'a' was released (its owner stopped writing it) before this version was written");
-  EXPECT_EQ(writer.stats().failed, 2u);
+  EXPECT_EQ(seen[1], "dropped 2: model 'a' was released (its owner stopped writing it) before this version was written");
+  EXPECT_EQ(writer.stats().failed, 1u);
+  EXPECT_EQ(writer.stats().skipped, 1u);
   EXPECT_EQ(writer.stats().last_error, "") << "a version refused because its model was released is shown as a failure";
 }
 
@@ -956,7 +961,7 @@ TEST(RepositoryWriter, AReleasedModelIsNotWrittenUntilHeldAgain) {
   writer.submit(snapshot(3));
   auto seen = events.wait_for(2);
   ASSERT_EQ(seen.size(), 2u);
-  EXPECT_EQ(seen[1], "failed 3: model 'm' was released (its owner stopped writing it) before this version was written");
+  EXPECT_EQ(seen[1], "dropped 3: model 'm' was released (its owner stopped writing it) before this version was written");
   ASSERT_EQ(writer.hold("m"), "");
   writer.submit(snapshot(4));
   seen = events.wait_for(3);
