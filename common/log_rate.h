@@ -42,8 +42,14 @@ class LogRate {
   std::uint64_t held_back_ = 0;
 };
 
+// `text` with each run of digits written '#': the key under which events that differ only in
+// their numbers (a version, a path named after it) count as one text.
+inline std::string with_numbers_left_out(std::string_view text);
+
 // LogRate per text: a text other than the last one logged is logged at once (a new error is news),
-// the same one again at most once per interval (a refusal repeated at every retry is not).
+// the same one again at most once per interval (a refusal repeated at every retry is not). Texts
+// that differ only in their numbers are the same: a consumer that rejects every version (a layout
+// it does not expect) said so once per version, each line naming its version.
 class RepeatRate {
  public:
   using Clock = LogRate::Clock;
@@ -51,8 +57,8 @@ class RepeatRate {
 
   // As LogRate::admit, for an event that says `text`.
   std::optional<std::string> admit(const std::string& text, Clock::time_point now) {
-    if (text != last_text_) {
-      last_text_ = text;
+    if (std::string key = with_numbers_left_out(text); key != last_key_) {
+      last_key_ = std::move(key);
       rate_ = LogRate(interval_);
     }
     return rate_.admit(now);
@@ -61,11 +67,9 @@ class RepeatRate {
  private:
   Clock::duration interval_;
   LogRate rate_;
-  std::string last_text_;
+  std::string last_key_;
 };
 
-// `text` with each run of digits written '#': the key under which events that differ only in
-// their numbers (a version, a path named after it) count as one text for a RepeatRate.
 inline std::string with_numbers_left_out(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -192,9 +192,12 @@ void Daemon::start_model(const ModelConfig& model) {
   auto log = spdlog::get("modelcastd");
   ModelCallbacks callbacks;
   callbacks.on_installed = [this, model](const ServedPtr& version) { on_installed(model, version); };
-  callbacks.on_rejected = [this, log](const std::string& name, const modelcast::Error& error) {
+  // A version not served for a cause every version has (fp8 scales past what a client takes):
+  // once per 10 s, numbers aside (the metric counts each).
+  callbacks.on_rejected = [this, log, repeats = std::make_shared<modelcast::RepeatedLines>()](
+                              const std::string& name, const modelcast::Error& error) {
     metrics_.rejected(name);
-    log->warn("model {}: {}", name, error.what());
+    if (auto note = repeats->admit(name, error.what())) log->warn("model {}: {}{}", name, error.what(), *note);
   };
   // The consumer says an error again at every retry (a producer that serves another model's
   // name: twice a second for good): the same one is logged at most once per 10 s. Called from

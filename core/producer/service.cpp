@@ -726,14 +726,15 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
       return;
     }
     // A consumer asks again at its own pace (one whose buffers are held asks until one is free):
-    // one line per interval for all of them; a rejection is its own.
-    std::optional<std::string> note = std::string();
-    if (ack.again) note = asked_again_logged_.admit(LogRate::Clock::now());
-    if (note) {
-      log_->warn("consumer '{}' {} version {}{}: {}{}", consumer->name,
-                 ack.again ? "did not receive (and asks again for)" : "rejected", ack.version,
-                 outcome.after_lease ? " (after its lease lapsed)" : "", ack.error, *note);
-    }
+    // one line per interval for all of them. A rejection is its own, but the same one again (a
+    // consumer that refuses every version) is said once per interval for that consumer.
+    const std::string line = fmt::format("consumer '{}' {} version {}{}: {}", consumer->name,
+                                         ack.again ? "did not receive (and asks again for)" : "rejected",
+                                         ack.version, outcome.after_lease ? " (after its lease lapsed)" : "",
+                                         ack.error);
+    const auto note = ack.again ? asked_again_logged_.admit(LogRate::Clock::now())
+                                : rejections_logged_.admit(consumer->name, line);
+    if (note) log_->warn("{}{}", line, *note);
     return;
   }
   if (outcome.after_lease) {

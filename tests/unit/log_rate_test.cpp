@@ -48,4 +48,19 @@ TEST(RepeatRate, LinesThatDifferOnlyInTheirNumbersAreOneTextWithTheNumbersLeftOu
   EXPECT_EQ(*rate.admit(modelcast::with_numbers_left_out("version 43: read-only"), t0 + 100ms), "");
 }
 
+// A consumer that rejects every version (a layout it does not expect) said so at every version,
+// each line naming its version: as far as the rate goes, the same text.
+TEST(RepeatRate, TextsThatDifferOnlyInTheirNumbersAreOneText) {
+  modelcast::RepeatRate rate(10s);
+  const LogRate::Clock::time_point t0{};
+  EXPECT_EQ(*rate.admit("version 41 rejected: no tensor 'w'", t0), "");
+  for (int v = 42; v < 50; ++v) {
+    EXPECT_FALSE(rate.admit("version " + std::to_string(v) + " rejected: no tensor 'w'", t0 + (v - 41) * 100ms));
+  }
+  EXPECT_EQ(*rate.admit("version 50 rejected: no tensor 'x'", t0 + 1s), "") << "another text waited";
+  EXPECT_EQ(*rate.admit("version 51 rejected: no tensor 'w'", t0 + 1100ms), "") << "a text other than the last is news";
+  EXPECT_FALSE(rate.admit("version 52 rejected: no tensor 'w'", t0 + 1200ms));
+  EXPECT_EQ(*rate.admit("version 53 rejected: no tensor 'w'", t0 + 12s), " (and 1 more since the last one logged)");
+}
+
 }  // namespace
