@@ -42,14 +42,31 @@ class LogRate {
   std::uint64_t held_back_ = 0;
 };
 
-// `text` with each run of digits written '#': the key under which events that differ only in
-// their numbers (a version, a path named after it) count as one text.
-inline std::string with_numbers_left_out(std::string_view text);
+// `text` with the number after each "version " written '#': the key under which the same error
+// of one version after another counts as one text, while texts that differ in any other number (a
+// rank, a relay's address, a tensor 'layers.3.w') stay apart.
+inline std::string with_versions_left_out(std::string_view text) {
+  constexpr std::string_view kWord = "version ";
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    if (text.substr(i, kWord.size()) == kWord && i + kWord.size() < text.size() && text[i + kWord.size()] >= '0' &&
+        text[i + kWord.size()] <= '9') {
+      out += kWord;
+      out += '#';
+      i += kWord.size();
+      while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    } else {
+      out += text[i++];
+    }
+  }
+  return out;
+}
 
 // LogRate per text: a text other than the last one logged is logged at once (a new error is news),
 // the same one again at most once per interval (a refusal repeated at every retry is not). Texts
-// that differ only in their numbers are the same: a consumer that rejects every version (a layout
-// it does not expect) said so once per version, each line naming its version.
+// that differ only in the versions they name are the same: a consumer that rejects every version
+// (a layout it does not expect) said so once per version.
 class RepeatRate {
  public:
   using Clock = LogRate::Clock;
@@ -57,7 +74,7 @@ class RepeatRate {
 
   // As LogRate::admit, for an event that says `text`.
   std::optional<std::string> admit(const std::string& text, Clock::time_point now) {
-    if (std::string key = with_numbers_left_out(text); key != last_key_) {
+    if (std::string key = with_versions_left_out(text); key != last_key_) {
       last_key_ = std::move(key);
       rate_ = LogRate(interval_);
     }
@@ -70,6 +87,8 @@ class RepeatRate {
   std::string last_key_;
 };
 
+// `text` with each run of digits written '#': the key under which events that differ only in
+// their numbers (a version, a path named after it) count as one text for RepeatedLines.
 inline std::string with_numbers_left_out(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -733,7 +733,7 @@ void ProducerService::on_ack(const std::string& routing_id, const protocol::Ack&
                                          ack.version, outcome.after_lease ? " (after its lease lapsed)" : "",
                                          ack.error);
     const auto note = ack.again ? asked_again_logged_.admit(LogRate::Clock::now())
-                                : rejections_logged_.admit(consumer->name, line);
+                                : rejections_logged_.admit(routing_id, line);  // two may share a name
     if (note) log_->warn("{}{}", line, *note);
     return;
   }

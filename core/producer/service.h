@@ -247,7 +247,8 @@ class ProducerService {
   std::shared_ptr<spdlog::logger> log_;
   // What peers can cause at will is logged at most once per 10 s each (counted every time).
   LogRate refusals_logged_, bad_messages_logged_, refused_joins_logged_, asked_again_logged_;
-  // A consumer that rejects every version (a layout it does not expect): once per 10 s each.
+  // A consumer that rejects every version (a layout it does not expect): once per 10 s each
+  // (by routing id; at most 256 texts remembered).
   RepeatedLines rejections_logged_;
   EventQueue<Event> events_;
   Membership membership_;

@@ -46,9 +46,9 @@ struct WriterOptions {
   bool make_room_when_full = false;
   std::function<void(const VersionSnapshot&, const std::string& directory, std::chrono::nanoseconds took)> on_written;
   std::function<void(const VersionSnapshot&, const std::string& error)> on_failed;
-  // A version not written because its model was released before its turn (release(): a
-  // daemon's reload that dropped the model, with a version on its way): its owner's choice, no
-  // failure. Counted in `skipped`.
+  // A version taken after its model was released (release(): a daemon's reload that dropped the
+  // model, with a version on its way): its owner's choice, no failure. Counted in `skipped`. (A
+  // version still pending at release() is dropped there, as release() says, without a call.)
   std::function<void(const VersionSnapshot&, const std::string& why)> on_dropped;
   // The version was written (on_written came first), but older ones beyond `keep` could not be
   // removed; they stay until a later prune succeeds. Not a failed write: nothing was lost.
@@ -65,7 +65,7 @@ struct WriterOptions {
 struct WriterStats {
   std::uint64_t written = 0;
   std::uint64_t failed = 0;
-  std::uint64_t skipped = 0;       // replaced while pending (the disk was slower than updates), or dropped
+  std::uint64_t skipped = 0;       // replaced while pending (the disk was slower than updates), or on_dropped
   std::uint64_t bytes_written = 0;
   std::chrono::nanoseconds total_duration{0};
   // The newest failure of a model held whose latest write (and prune) failed; empty once every

@@ -50,7 +50,7 @@ TEST(RepeatRate, LinesThatDifferOnlyInTheirNumbersAreOneTextWithTheNumbersLeftOu
 
 // A consumer that rejects every version (a layout it does not expect) said so at every version,
 // each line naming its version: as far as the rate goes, the same text.
-TEST(RepeatRate, TextsThatDifferOnlyInTheirNumbersAreOneText) {
+TEST(RepeatRate, TextsThatDifferOnlyInTheVersionsTheyNameAreOneText) {
   modelcast::RepeatRate rate(10s);
   const LogRate::Clock::time_point t0{};
   EXPECT_EQ(*rate.admit("version 41 rejected: no tensor 'w'", t0), "");
@@ -58,6 +58,13 @@ TEST(RepeatRate, TextsThatDifferOnlyInTheirNumbersAreOneText) {
     EXPECT_FALSE(rate.admit("version " + std::to_string(v) + " rejected: no tensor 'w'", t0 + (v - 41) * 100ms));
   }
   EXPECT_EQ(*rate.admit("version 50 rejected: no tensor 'x'", t0 + 1s), "") << "another text waited";
+  // Other numbers tell texts apart: another relay, another rank, another tensor is news.
+  EXPECT_EQ(*rate.admit("version 50 rejected: no tensor 'layers.3.w'", t0 + 1010ms), "");
+  EXPECT_EQ(*rate.admit("version 50 rejected: no tensor 'layers.4.w'", t0 + 1020ms), "") << "another tensor waited";
+  EXPECT_EQ(modelcast::with_versions_left_out("relay 'r1' sent nothing of version 12 (version 3 held) for 500 ms"),
+            "relay 'r1' sent nothing of version # (version # held) for 500 ms");
+  EXPECT_EQ(modelcast::with_versions_left_out("version 7"), "version #");
+  EXPECT_EQ(modelcast::with_versions_left_out("version x, version "), "version x, version ");
   EXPECT_EQ(*rate.admit("version 51 rejected: no tensor 'w'", t0 + 1100ms), "") << "a text other than the last is news";
   EXPECT_FALSE(rate.admit("version 52 rejected: no tensor 'w'", t0 + 1200ms));
   EXPECT_EQ(*rate.admit("version 53 rejected: no tensor 'w'", t0 + 12s), " (and 1 more since the last one logged)");
