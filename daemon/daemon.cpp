@@ -395,6 +395,8 @@ std::string Daemon::models_json() const {
                         {"versions_rejected", stats.versions_rejected},
                         {"bytes_received", stats.bytes_received},
                         {"last_error", stats.last_error},
+                        {"producer_connected", stats.producer_connected},
+                        {"producer_stopped", stats.producer_stopped},
                         {"serving", nullptr},
                         {"arriving", nullptr},
                         {"waiting_for_buffer", nullptr}};
@@ -455,6 +457,7 @@ std::string Daemon::metrics_text() {
     live.bytes_received[name] = stats.bytes_received;
     live.versions_rejected[name] = stats.versions_rejected;
     live.producer_connected[name] = stats.producer_connected;
+    live.producer_stopped[name] = stats.producer_stopped;
   }
   return metrics_.render(live);
 }

@@ -33,6 +33,9 @@ Metrics::Metrics()
       hook_failures_(BuildCounter().Name("modelcastd_hook_failures_total").Help("Hooks that failed or timed out").Register(*registry_)),
       serving_version_(BuildGauge().Name("modelcastd_serving_version").Help("Version served per model (0: none yet)").Register(*registry_)),
       producer_connected_(BuildGauge().Name("modelcastd_producer_connected").Help("1 while the model's producer is joined, 0 before and after").Register(*registry_)),
+      // Tells the end of a run (its producer said it stops) from a producer lost: both leave
+      // producer_connected at 0.
+      producer_stopped_(BuildGauge().Name("modelcastd_producer_stopped").Help("1 once the model's producer said it stopped (the end of its run), until a producer answers again").Register(*registry_)),
       reloads_refused_(BuildCounter().Name("modelcastd_reloads_refused_total").Help("SIGHUP reloads refused (the running configuration was kept)").Register(*registry_)) {
   reloads_refused_.Add({});
 }
@@ -59,6 +62,7 @@ void Metrics::model_added(const std::string& model, bool persists, bool hooks) {
   {
     std::lock_guard lock(mutex_);
     connected_[model] = &producer_connected_.Add(labels);
+    stopped_[model] = &producer_stopped_.Add(labels);
   }
   if (persists) {
     repository_writes_.Add(labels);
@@ -91,13 +95,14 @@ void Metrics::model_removed(const std::string& model) {
   std::lock_guard lock(mutex_);  // as unless_removed: no report comes between
   removed_.insert(model);
   connected_.erase(model);
+  stopped_.erase(model);
   bytes_seen_.erase(model);
   rejected_seen_.erase(model);
   for (auto* family : {&installed_, &rejected_, &bytes_received_, &repository_writes_, &repository_failures_,
                        &hook_runs_, &hook_failures_}) {
     remove_series(*family, labels);
   }
-  for (auto* family : {&serving_version_, &producer_connected_}) remove_series(*family, labels);
+  for (auto* family : {&serving_version_, &producer_connected_, &producer_stopped_}) remove_series(*family, labels);
   for (auto* family : {&update_latency_, &repository_duration_}) remove_series(*family, labels, kBuckets);
 }
 
@@ -181,6 +186,10 @@ std::string Metrics::render(const LiveValues& live) {
     for (auto& [model, gauge] : connected_) {
       auto it = live.producer_connected.find(model);
       gauge->Set(it != live.producer_connected.end() && it->second ? 1 : 0);
+    }
+    for (auto& [model, gauge] : stopped_) {
+      auto it = live.producer_stopped.find(model);
+      gauge->Set(it != live.producer_stopped.end() && it->second ? 1 : 0);
     }
   }
   return prometheus::TextSerializer().Serialize(registry_->Collect());

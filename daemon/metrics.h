@@ -27,6 +27,7 @@ struct LiveValues {
   std::map<std::string, std::uint64_t> bytes_received;  // by model, cumulative
   std::map<std::string, std::uint64_t> versions_rejected;  // by model, by its consumer, cumulative
   std::map<std::string, bool> producer_connected;       // by model
+  std::map<std::string, bool> producer_stopped;         // by model: it said so (the end of its run)
 };
 
 class Metrics {
@@ -75,12 +76,14 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& hook_failures_;
   prometheus::Family<prometheus::Gauge>& serving_version_;
   prometheus::Family<prometheus::Gauge>& producer_connected_;
+  prometheus::Family<prometheus::Gauge>& producer_stopped_;
   prometheus::Family<prometheus::Counter>& reloads_refused_;
   std::mutex mutex_;
   std::map<std::string, std::uint64_t> bytes_seen_;  // mutex_: the counter counts increments
   std::map<std::string, std::uint64_t> rejected_seen_;  // mutex_: as bytes_seen_
   // mutex_: each configured model's series, set from LiveValues at render().
   std::map<std::string, prometheus::Gauge*> connected_;
+  std::map<std::string, prometheus::Gauge*> stopped_;  // as connected_
   std::set<std::string> removed_;  // mutex_: models a reload removed (none of their series is made)
 };
 

@@ -498,8 +498,15 @@ TEST_F(DaemonTest, MetricsSayWhichProducersAreConnectedAndCountRefusedReloads) {
   EXPECT_EQ(after.find("model=\"never\""), std::string::npos) << after;
   EXPECT_EQ(metric(after, "modelcastd_producer_connected{model=\"test\"}"), 1);
 
-  producer.reset();  // the daemon gives it up after its producer_timeout of silence
-  EXPECT_EQ(reaches("modelcastd_producer_connected{model=\"test\"}", 0), 0);
+  EXPECT_EQ(metric(after, "modelcastd_producer_stopped{model=\"test\"}"), 0);
+  EXPECT_FALSE(nlohmann::json::parse(http.Get("/v1/models")->body)["models"][0]["producer_stopped"].get<bool>());
+  // The end of the run: the producer says it stops, which tells it from a producer lost.
+  producer.reset();
+  EXPECT_EQ(reaches("modelcastd_producer_stopped{model=\"test\"}", 1), 1);
+  EXPECT_EQ(metric(http.Get("/metrics")->body, "modelcastd_producer_connected{model=\"test\"}"), 0);
+  const auto models = nlohmann::json::parse(http.Get("/v1/models")->body)["models"][0];
+  EXPECT_TRUE(models["producer_stopped"].get<bool>()) << models.dump();
+  EXPECT_FALSE(models["producer_connected"].get<bool>()) << models.dump();
   kill(daemon->pid(), SIGTERM);
   EXPECT_EQ(daemon->wait(), 0);
 }
